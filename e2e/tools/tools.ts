@@ -1,0 +1,238 @@
+#!/usr/bin/env node
+// The project's tool cache: every binary the tests need, built from the Go module proxy
+// into a per-user cache keyed by version, so only the first run pays.
+//
+//   npm run tools                 build whatever is missing, print NAME=/absolute/path lines
+//   npm run tools -- nats-server  only the named tools
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { homedir, tmpdir } from "node:os";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+
+export const KUBERNETES_VERSION = "v1.34.4";
+const ETCD_VERSION = "v3.6.16";
+
+interface ToolSpec {
+  /** Directory name in the cache, unique per version. */
+  key: string;
+  /** Binaries the tool provides (printed as NAME=path). */
+  binaries: string[];
+  build(outDir: string, workDir: string): void;
+}
+
+export function cacheRoot(): string {
+  if (process.env.IFP_TOOLS_CACHE) return process.env.IFP_TOOLS_CACHE;
+  const base = process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache");
+  return join(base, "ifp-operator", "tools");
+}
+
+function run(cmd: string, args: string[], cwd: string, env: Record<string, string> = {}): void {
+  const res = spawnSync(cmd, args, {
+    cwd,
+    stdio: ["ignore", process.stderr, process.stderr],
+    env: { ...process.env, CGO_ENABLED: "0", GOFLAGS: "-mod=mod", GOTOOLCHAIN: "local", ...env },
+  });
+  if (res.error) throw new Error(`${cmd} could not start: ${res.error.message}`);
+  if (res.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed with exit code ${res.status}`);
+}
+
+/** `go install module/cmd@version`, for modules whose go.mod has no replace directives. */
+function goInstall(pkg: string, version: string, ldflags = ""): ToolSpec["build"] {
+  return (outDir, workDir) => {
+    const args = ["install", "-trimpath"];
+    if (ldflags) args.push(`-ldflags=${ldflags}`);
+    run("go", [...args, `${pkg}@${version}`], workDir, { GOBIN: outDir });
+  };
+}
+
+/**
+ * Build main packages of a module whose go.mod relies on replace directives (etcd, Kubernetes):
+ * a throwaway wrapper module requires it, carries the needed replaces, and `go build`s the commands.
+ */
+function wrapperBuild(opts: {
+  module: string;
+  version: string;
+  packages: Record<string, string>; // binary name -> package path
+  replaces?: (modFile: string) => string[];
+  ldflags?: string;
+}): ToolSpec["build"] {
+  return (outDir, workDir) => {
+    run("go", ["mod", "init", "ifp.dev/tools-wrapper"], workDir);
+    run("go", ["mod", "download", "-json", `${opts.module}@${opts.version}`], workDir);
+    const modCache = spawnSync("go", ["env", "GOMODCACHE"], { encoding: "utf8" }).stdout.trim();
+    const escaped = opts.module.replace(/[A-Z]/g, (c) => `!${c.toLowerCase()}`);
+    const modFile = readFileSync(join(modCache, "cache", "download", escaped, "@v", `${opts.version}.mod`), "utf8");
+    const replaces = opts.replaces ? opts.replaces(modFile) : [];
+    const imports = Object.values(opts.packages).map((p) => `\t_ "${p}"`).join("\n");
+    writeFileSync(join(workDir, "tools.go"), `//go:build tools\n\npackage tools\n\nimport (\n${imports}\n)\n`);
+    let goMod = readFileSync(join(workDir, "go.mod"), "utf8");
+    goMod += `\nrequire ${opts.module} ${opts.version}\n`;
+    if (replaces.length) goMod += `\nreplace (\n${replaces.map((r) => `\t${r}`).join("\n")}\n)\n`;
+    writeFileSync(join(workDir, "go.mod"), goMod);
+    run("go", ["mod", "tidy"], workDir);
+    for (const [bin, pkg] of Object.entries(opts.packages)) {
+      const args = ["build", "-trimpath", "-o", join(outDir, bin)];
+      if (opts.ldflags) args.push(`-ldflags=${opts.ldflags}`);
+      run("go", [...args, pkg], workDir);
+    }
+  };
+}
+
+/** Kubernetes' staging modules are replaced with their published v0.N.x twins. */
+function kubernetesReplaces(modFile: string): string[] {
+  const staging = [...modFile.matchAll(/^\s*(k8s\.io\/[\w.-]+) => \.\/staging\/src\/k8s\.io\/[\w.-]+$/gm)].map((m) => m[1]!);
+  const v0 = KUBERNETES_VERSION.replace(/^v1\./, "v0.");
+  return staging.map((m) => `${m} => ${m} ${v0}`);
+}
+
+function kubernetesLdflags(): string {
+  const [major, minor] = KUBERNETES_VERSION.replace(/^v/, "").split(".");
+  const flags: string[] = ["-s", "-w"];
+  for (const pkg of ["k8s.io/component-base/version", "k8s.io/client-go/pkg/version"]) {
+    flags.push(
+      `-X ${pkg}.gitVersion=${KUBERNETES_VERSION}`,
+      `-X ${pkg}.gitMajor=${major}`,
+      `-X ${pkg}.gitMinor=${minor}`,
+      `-X ${pkg}.gitTreeState=clean`,
+      `-X ${pkg}.buildDate=1970-01-01T00:00:00Z`,
+    );
+  }
+  return flags.join(" ");
+}
+
+/** Etcd's own go.mod points its sibling modules at ../; use the published ones of the same version. */
+function etcdReplaces(modFile: string): string[] {
+  return [...modFile.matchAll(/^\s*(go\.etcd\.io\/etcd\/[\w/.-]+) => \.\.\/[\w/.-]+$/gm)].map(
+    (m) => `${m[1]} => ${m[1]} ${ETCD_VERSION}`,
+  );
+}
+
+export const TOOLS: Record<string, ToolSpec> = {
+  "nats-server": {
+    key: "nats-server-v2.12.15",
+    binaries: ["nats-server"],
+    build: goInstall("github.com/nats-io/nats-server/v2", "v2.12.15", "-s -w"),
+  },
+  etcd: {
+    key: `etcd-${ETCD_VERSION}`,
+    binaries: ["etcd"],
+    build: wrapperBuild({
+      module: "go.etcd.io/etcd/server/v3",
+      version: ETCD_VERSION,
+      packages: { etcd: "go.etcd.io/etcd/server/v3" },
+      replaces: etcdReplaces,
+      ldflags: "-s -w",
+    }),
+  },
+  kubernetes: {
+    key: `kubernetes-${KUBERNETES_VERSION}`,
+    binaries: ["kube-apiserver", "kube-controller-manager", "kube-scheduler"],
+    build: wrapperBuild({
+      module: "k8s.io/kubernetes",
+      version: KUBERNETES_VERSION,
+      packages: {
+        "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+        "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+      },
+      replaces: kubernetesReplaces,
+      ldflags: kubernetesLdflags(),
+    }),
+  },
+  helm: {
+    key: "helm-v3.19.5",
+    binaries: ["helm"],
+    build: goInstall("helm.sh/helm/v3/cmd/helm", "v3.19.5", "-s -w -X helm.sh/helm/v3/internal/version.version=v3.19.5"),
+  },
+  kwok: {
+    key: "kwok-v0.8.0",
+    binaries: ["kwok"],
+    build: goInstall("sigs.k8s.io/kwok/cmd/kwok", "v0.8.0", "-s -w"),
+  },
+};
+
+/** Absolute paths of a tool's binaries, building it first when the cache lacks it. */
+export function ensureTool(name: string): Record<string, string> {
+  const spec = TOOLS[name];
+  if (!spec) throw new Error(`unknown tool ${name}; known: ${Object.keys(TOOLS).join(", ")}`);
+  const root = cacheRoot();
+  const dir = join(root, spec.key);
+  const paths = Object.fromEntries(spec.binaries.map((b) => [b, join(dir, b)]));
+  if (spec.binaries.every((b) => existsSync(join(dir, b)))) return paths;
+  mkdirSync(root, { recursive: true });
+  const lock = `${dir}.lock`;
+  acquireLock(lock);
+  try {
+    if (spec.binaries.every((b) => existsSync(join(dir, b)))) return paths;
+    process.stderr.write(`tools: building ${spec.key} (first run only; cached in ${root})\n`);
+    const started = Date.now();
+    const staging = mkdtempSync(join(root, `.${spec.key}-`));
+    const work = mkdtempSync(join(tmpdir(), `ifp-tools-${name}-`));
+    try {
+      spec.build(staging, work);
+      rmSync(dir, { recursive: true, force: true });
+      renameSync(staging, dir);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+      rmSync(staging, { recursive: true, force: true });
+    }
+    process.stderr.write(`tools: built ${spec.key} in ${Math.round((Date.now() - started) / 1000)} s\n`);
+    return paths;
+  } finally {
+    rmSync(lock, { recursive: true, force: true });
+  }
+}
+
+function acquireLock(lock: string): void {
+  const deadline = Date.now() + 60 * 60 * 1000;
+  for (;;) {
+    try {
+      mkdirSync(lock);
+      writeFileSync(join(lock, "pid"), String(process.pid));
+      return;
+    } catch {
+      let holder = 0;
+      try {
+        holder = Number(readFileSync(join(lock, "pid"), "utf8"));
+      } catch {}
+      if (holder && !isAlive(holder)) {
+        rmSync(lock, { recursive: true, force: true });
+        continue;
+      }
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${lock}`);
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 2000);
+    }
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The path of one binary, e.g. toolPath("kubernetes", "kube-apiserver"). */
+export function toolPath(name: string, binary = name): string {
+  const p = ensureTool(name)[binary];
+  if (!p) throw new Error(`tool ${name} has no binary ${binary}`);
+  return p;
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  const wanted = process.argv.slice(2);
+  const names = wanted.length ? wanted : Object.keys(TOOLS);
+  let failed = false;
+  for (const name of names) {
+    try {
+      for (const [bin, path] of Object.entries(ensureTool(name))) process.stdout.write(`${bin}=${path}\n`);
+    } catch (err) {
+      failed = true;
+      process.stderr.write(`tools: ${name}: ${(err as Error).message}\n`);
+    }
+  }
+  process.exitCode = failed ? 1 : 0;
+}

@@ -1,0 +1,4 @@
+#!/usr/bin/env node
+import { main } from "../src/cli/runtime.ts";
+
+await main();

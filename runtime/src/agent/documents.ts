@@ -1,0 +1,149 @@
+import { createHash } from "node:crypto";
+import canonicalize from "canonicalize";
+import { Kvm } from "@nats-io/kv";
+import type { Logger } from "pino";
+import type { Agent } from "../resources/agent.ts";
+import type { Nats } from "../nats/connection.ts";
+import { etagOf, isoSeconds, type CapabilityDocument, type IdentityDocument } from "../protocol/documents.ts";
+import type { AgentNames } from "./names.ts";
+
+/** IFP parts this runtime implements: formats 3/4, signing 5, HTTPS 6, discovery 7, relay client 8. */
+export const IFP_SUPPORT = [3, 4, 5, 6, 7, 8];
+
+/** Annotations a rendered manifest may carry (the operator sets them). */
+export const ANNOTATIONS = {
+  capabilitiesUpdated: "ifp.dev/capabilities-updated",
+  signingKeyCreated: "ifp.dev/signing-key-created",
+} as const;
+
+export const WELL_KNOWN = "/.well-known/agent";
+export const WELL_KNOWN_IFP = "/.well-known/iface";
+
+export interface Served<T> {
+  doc: T;
+  etag: string;
+}
+
+/** The capabilities exactly as published, from the Agent spec. */
+export function capabilityList(agent: Agent): CapabilityDocument["capabilities"] {
+  return agent.spec.capabilities.map((c) => ({
+    name: c.name,
+    version: c.version,
+    description: c.description,
+    ...(c.parameters ? { parameters: c.parameters } : {}),
+    ...(c.conditions && Object.keys(c.conditions).length ? { conditions: c.conditions } : {}),
+  }));
+}
+
+/** Hash of the capability set, the thing whose change moves `updated`. */
+export function capabilitiesHash(agent: Agent): string {
+  return createHash("sha256").update(canonicalize(capabilityList(agent)) ?? "").digest("hex");
+}
+
+export function buildCapabilityDocument(agent: Agent, updated: string): CapabilityDocument {
+  return {
+    ifp: 7,
+    agent_id: agent.spec.agentId,
+    capabilities: capabilityList(agent),
+    ifp_support: IFP_SUPPORT,
+    updated,
+    ...(agent.spec.relay ? { relay: agent.spec.relay } : {}),
+  };
+}
+
+export function buildIdentityDocument(
+  agent: Agent,
+  publicKey: string,
+  keyCreated: string,
+  baseUrl: string | undefined,
+): IdentityDocument {
+  const base = (agent.spec.baseUrl ?? baseUrl)?.replace(/\/+$/, "");
+  return {
+    ifp: 5,
+    agent_id: agent.spec.agentId,
+    ...(agent.spec.displayName ? { display: agent.spec.displayName } : {}),
+    keys: [{ key_id: agent.spec.signing.keyId, type: "ed25519", public_key: publicKey, created: keyCreated, status: "active" }],
+    ...(base
+      ? {
+          endpoints: {
+            inbox: `${base}${WELL_KNOWN}/inbox`,
+            capabilities: `${base}${WELL_KNOWN}/capabilities`,
+            identity: `${base}${WELL_KNOWN}/identity`,
+          },
+        }
+      : {}),
+    ...(agent.spec.relay ? { relay: agent.spec.relay } : {}),
+  };
+}
+
+/**
+ * The agent's published documents. `updated` is the time the capability set last changed:
+ * taken from the manifest's annotation when the operator set it, otherwise remembered in a
+ * NATS KV bucket by capability hash, so every replica and every restart agree on it.
+ */
+export class Documents {
+  private readonly agent: Agent;
+  private readonly publicKey: string;
+  private readonly keyCreated: string;
+  private capabilities: Served<CapabilityDocument>;
+  private readonly identities = new Map<string, Served<IdentityDocument>>();
+  readonly hash: string;
+
+  constructor(agent: Agent, publicKey: string, keyCreated: string, started = new Date()) {
+    this.agent = agent;
+    this.publicKey = publicKey;
+    this.keyCreated = keyCreated;
+    this.hash = capabilitiesHash(agent);
+    const annotated = agent.metadata.annotations?.[ANNOTATIONS.capabilitiesUpdated];
+    this.capabilities = this.serve(buildCapabilityDocument(agent, annotated ?? isoSeconds(started)));
+  }
+
+  get capabilityDocument(): Served<CapabilityDocument> {
+    return this.capabilities;
+  }
+
+  /** The identity document; endpoints come from spec.baseUrl, or from the request's host. */
+  identity(requestBase: string | undefined): Served<IdentityDocument> {
+    const key = this.agent.spec.baseUrl ? "" : (requestBase ?? "");
+    let served = this.identities.get(key);
+    if (!served) {
+      if (this.identities.size > 64) this.identities.clear();
+      served = this.serve(buildIdentityDocument(this.agent, this.publicKey, this.keyCreated, requestBase));
+      this.identities.set(key, served);
+    }
+    return served;
+  }
+
+  /** Agree with the other replicas on `updated` through the KV bucket. */
+  async syncUpdated(nats: Nats, names: AgentNames, log: Logger): Promise<void> {
+    if (this.agent.metadata.annotations?.[ANNOTATIONS.capabilitiesUpdated]) return;
+    const kv = await new Kvm(nats.js).create(names.kvBucket, { history: 1 });
+    const key = `${names.kvKey}.capabilities`;
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const entry = await kv.get(key);
+      const stored = entry?.value.length ? (entry.json() as { hash: string; updated: string }) : undefined;
+      if (stored?.hash === this.hash) {
+        this.setUpdated(stored.updated);
+        return;
+      }
+      const value = JSON.stringify({ hash: this.hash, updated: this.capabilities.doc.updated });
+      try {
+        if (entry) await kv.update(key, value, entry.revision);
+        else await kv.create(key, value);
+        log.info({ updated: this.capabilities.doc.updated }, "capability set changed");
+        return;
+      } catch {
+        // Another replica wrote first; read its value.
+      }
+    }
+  }
+
+  private setUpdated(updated: string): void {
+    if (updated === this.capabilities.doc.updated) return;
+    this.capabilities = this.serve({ ...this.capabilities.doc, updated });
+  }
+
+  private serve<T>(doc: T): Served<T> {
+    return { doc, etag: etagOf(doc) };
+  }
+}

@@ -1,0 +1,195 @@
+import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
+import { headers as natsHeaders } from "@nats-io/transport-node";
+import type { Logger } from "pino";
+import type { Nats } from "../nats/connection.ts";
+import { isNotFound, nanos } from "../nats/streams.ts";
+import { Message, protocolProblem } from "../protocol/message.ts";
+import type { RuntimeMetrics } from "../server/metrics.ts";
+import type { AgentNames } from "./names.ts";
+import { H } from "./store.ts";
+
+export interface HandlerOptions {
+  url: string;
+  timeoutMs: number;
+  deadLetterAfterMs: number;
+  /** Messages handed on at once by one replica. */
+  concurrency?: number;
+  /** First and largest pause between attempts. */
+  backoffMs?: { initial: number; max: number };
+}
+
+export interface HandoffHooks {
+  /** A stored message with a protocol-level problem (rule 7.2.1): answer it with an error-phase message. */
+  onProtocolProblem(message: Message, problem: string): Promise<void>;
+  /** A message that was dead-lettered. */
+  onDeadLetter?(messageId: string, reason: string): void;
+}
+
+/**
+ * Hands accepted messages to the user's application at spec.handler.url: a durable JetStream
+ * consumer shared by all replicas, acknowledged only after the handler's 2xx, retried with
+ * exponential backoff, and dead-lettered (with a metric and a log line) once it has been
+ * failing for `deadLetterAfter`.
+ */
+export class HandlerDelivery {
+  private readonly nats: Nats;
+  private readonly names: AgentNames;
+  private readonly opts: Required<HandlerOptions>;
+  private readonly log: Logger;
+  private readonly metrics: RuntimeMetrics;
+  private readonly hooks: HandoffHooks;
+  private stopped = false;
+  private loop: Promise<void> | undefined;
+  private active: { stop(): void } | undefined;
+  private readonly inFlight = new Set<Promise<void>>();
+
+  constructor(nats: Nats, names: AgentNames, opts: HandlerOptions, log: Logger, metrics: RuntimeMetrics, hooks: HandoffHooks) {
+    this.nats = nats;
+    this.names = names;
+    this.opts = { concurrency: 4, backoffMs: { initial: 1_000, max: 300_000 }, ...opts };
+    this.log = log;
+    this.metrics = metrics;
+    this.hooks = hooks;
+  }
+
+  async ensureConsumer(): Promise<void> {
+    const config = {
+      durable_name: this.names.handlerConsumer,
+      filter_subject: this.names.inbox,
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.All,
+      ack_wait: nanos(this.opts.timeoutMs + 30_000),
+      max_deliver: -1,
+      max_ack_pending: 1000,
+    };
+    try {
+      await this.nats.jsm.consumers.info(this.names.inboxStream, this.names.handlerConsumer);
+      await this.nats.jsm.consumers.update(this.names.inboxStream, this.names.handlerConsumer, {
+        ack_wait: config.ack_wait,
+        max_ack_pending: config.max_ack_pending,
+      });
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      await this.nats.jsm.consumers.add(this.names.inboxStream, config);
+    }
+  }
+
+  start(): void {
+    this.loop ??= this.run();
+  }
+
+  private async run(): Promise<void> {
+    let delay = 500;
+    while (!this.stopped) {
+      try {
+        await this.ensureConsumer();
+        const consumer = await this.nats.js.consumers.get(this.names.inboxStream, this.names.handlerConsumer);
+        const messages = await consumer.consume({ max_messages: this.opts.concurrency * 2 });
+        this.active = messages;
+        delay = 500;
+        for await (const m of messages) {
+          while (this.inFlight.size >= this.opts.concurrency) await Promise.race(this.inFlight);
+          const p = this.handle(m).finally(() => this.inFlight.delete(p));
+          this.inFlight.add(p);
+          if (this.stopped) break;
+        }
+      } catch (err) {
+        if (this.stopped) break;
+        this.log.warn({ err: (err as Error).message, retryInMs: delay }, "handler delivery interrupted");
+      }
+      if (this.stopped) break;
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 10_000);
+    }
+    await Promise.allSettled([...this.inFlight]);
+  }
+
+  private async handle(m: JsMsg): Promise<void> {
+    const messageId = m.headers?.get(H.messageId) ?? "";
+    let message: Message;
+    try {
+      message = Message.parse(m.json());
+    } catch (err) {
+      // Only validated messages are stored; anything else is dead-lettered, never lost silently.
+      await this.deadLetter(m, messageId, `stored message is unreadable: ${(err as Error).message}`);
+      return;
+    }
+    const problem = protocolProblem(message);
+    if (problem) {
+      try {
+        await this.hooks.onProtocolProblem(message, problem);
+        m.ack();
+      } catch (err) {
+        this.log.warn({ messageId, err: (err as Error).message }, "could not queue the error-phase reply");
+        m.nak(this.backoff(m.info.deliveryCount));
+      }
+      return;
+    }
+    const attempt = m.info.deliveryCount;
+    const ended = this.metrics.handlerLatency.startTimer();
+    let failure: string;
+    try {
+      const res = await fetch(this.opts.url, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json; charset=utf-8",
+          "idempotency-key": messageId,
+          "ifp-message-id": messageId,
+          "ifp-sender": m.headers?.get(H.sender) ?? "",
+          "ifp-auth-level": m.headers?.get(H.authLevel) ?? "",
+          "ifp-delivery-attempt": String(attempt),
+        },
+        body: m.data,
+        signal: AbortSignal.timeout(this.opts.timeoutMs),
+      });
+      await res.body?.cancel().catch(() => {});
+      if (res.ok) {
+        m.ack();
+        this.metrics.handler.inc({ result: "delivered" });
+        return;
+      }
+      failure = `handler answered ${res.status}`;
+    } catch (err) {
+      failure = `handler unreachable: ${(err as Error).message}`;
+    } finally {
+      ended();
+    }
+    this.metrics.handler.inc({ result: "failed" });
+    const ageMs = Date.now() - Number(m.info.timestampNanos) / 1e6;
+    if (ageMs >= this.opts.deadLetterAfterMs) {
+      await this.deadLetter(m, messageId, `${failure}; gave up after ${attempt} attempts over ${Math.round(ageMs / 1000)} s`);
+      return;
+    }
+    const wait = this.backoff(attempt);
+    this.log.warn({ messageId, attempt, retryInMs: wait }, failure);
+    m.nak(wait);
+  }
+
+  private backoff(attempt: number): number {
+    const { initial, max } = this.opts.backoffMs;
+    const base = Math.min(max, initial * 2 ** Math.min(30, attempt - 1));
+    return Math.round(base * (0.8 + Math.random() * 0.4));
+  }
+
+  private async deadLetter(m: JsMsg, messageId: string, reason: string): Promise<void> {
+    const h = natsHeaders();
+    for (const [k, v] of m.headers ?? []) for (const value of v) h.append(k, value);
+    h.set(H.deadReason, reason);
+    try {
+      await this.nats.js.publish(this.names.dead, m.data, { headers: h, timeout: 5_000 });
+      m.term(reason);
+      this.metrics.deadLetters.inc({ source: "handler" });
+      this.log.error({ messageId, reason }, "message dead-lettered");
+      this.hooks.onDeadLetter?.(messageId, reason);
+    } catch (err) {
+      this.log.warn({ messageId, err: (err as Error).message }, "dead-lettering failed; will retry");
+      m.nak(this.backoff(m.info.deliveryCount));
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.active?.stop();
+    await this.loop;
+  }
+}

@@ -1,0 +1,52 @@
+import { headers } from "@nats-io/transport-node";
+import { DiscardPolicy, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import type { Nats } from "../nats/connection.ts";
+import { ensureStream, nanos } from "../nats/streams.ts";
+import { unavailable } from "../protocol/errors.ts";
+import type { Message } from "../protocol/message.ts";
+import type { AgentNames } from "./names.ts";
+
+const OUTBOX_MAX_AGE_MS = 7 * 24 * 3600_000;
+
+/**
+ * Outbound messages, durably queued in JetStream before anything is sent: a work-queue
+ * stream whose entries are removed once delivered (or given up on).
+ */
+export class OutboxStore {
+  private readonly nats: Nats;
+  private readonly names: AgentNames;
+
+  constructor(nats: Nats, names: AgentNames) {
+    this.nats = nats;
+    this.names = names;
+  }
+
+  async ensure(): Promise<void> {
+    await ensureStream(this.nats.jsm, {
+      name: this.names.outboxStream,
+      subjects: [this.names.outboxSubjects],
+      retention: RetentionPolicy.Workqueue,
+      storage: StorageType.File,
+      discard: DiscardPolicy.New,
+      max_age: nanos(OUTBOX_MAX_AGE_MS),
+      duplicate_window: nanos(24 * 3600_000),
+    });
+  }
+
+  /** Queue a signed message; a repeated message_id is queued once. */
+  async enqueue(message: Message): Promise<{ duplicate: boolean; seq: number }> {
+    if (!this.nats.isConnected) throw unavailable("the outbox (NATS JetStream) is not reachable");
+    const h = headers();
+    h.set("Ifp-Message-Id", message.headers.message_id);
+    try {
+      const ack = await this.nats.js.publish(this.names.outbox, JSON.stringify(message), {
+        msgID: message.headers.message_id,
+        headers: h,
+        timeout: 5_000,
+      });
+      return { duplicate: ack.duplicate, seq: ack.seq };
+    } catch (err) {
+      throw unavailable(`the message could not be queued: ${(err as Error).message}`);
+    }
+  }
+}

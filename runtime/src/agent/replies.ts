@@ -1,0 +1,45 @@
+import { ulid } from "ulid";
+import { isoSeconds } from "../protocol/documents.ts";
+import type { Message } from "../protocol/message.ts";
+
+/** A new message_id: "msg:" and a ULID, unique and sortable by time. */
+export function newMessageId(): string {
+  return `msg:${ulid()}`;
+}
+
+/**
+ * An unsigned error-phase reply (IFP-3 2.6) to `original`, threaded to it: it says what was
+ * expected, what arrived, and how to proceed, as text and as a JSON part named "error".
+ */
+export function errorReply(
+  original: Message,
+  self: { agentId: string; displayName?: string },
+  error: { code: string; text: string; details?: Record<string, unknown> },
+  now = new Date(),
+): Message {
+  const h = original.headers;
+  return {
+    ifp: 4,
+    headers: {
+      message_id: newMessageId(),
+      date: isoSeconds(now),
+      from: { agent: self.agentId, ...(self.displayName ? { display: self.displayName } : {}) },
+      to: [{ agent: h.from.agent }],
+      conversation_id: h.conversation_id,
+      sequence: h.sequence + 1,
+      phase: "error",
+      content_type: "text/markdown; charset=utf-8",
+      thread: { in_reply_to: h.message_id, references: [...(h.thread?.references ?? []), h.message_id] },
+    },
+    body: {
+      text: error.text,
+      parts: [
+        {
+          content_type: "application/json",
+          name: "error",
+          content: { code: error.code, in_reply_to: h.message_id, ...(error.details ?? {}) },
+        },
+      ],
+    },
+  };
+}

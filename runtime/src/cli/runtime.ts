@@ -1,0 +1,142 @@
+import { parseArgs } from "node:util";
+import pino from "pino";
+import { startAgent } from "../agent/main.ts";
+
+const USAGE = `usage:
+  ifp-runtime agent --manifest FILE --port N --tls-cert FILE --tls-key FILE --signing-key FILE --nats URL
+  ifp-runtime relay --manifest FILE --port N --tls-cert FILE --tls-key FILE --nats URL
+
+Every flag may also be given as an environment variable: IFP_MANIFEST, IFP_PORT, IFP_HOST,
+IFP_TLS_CERT, IFP_TLS_KEY, IFP_SIGNING_KEY, IFP_NATS_URL, IFP_NATS_CREDS, IFP_NATS_USER,
+IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_LOG_LEVEL.
+
+  --manifest FILE     the Agent or Relay resource (YAML or JSON), as kubectl apply takes it
+  --port N            HTTPS port (default 8443)
+  --host ADDR         listen address (default 0.0.0.0)
+  --tls-cert FILE     PEM certificate chain; plain HTTP is never served
+  --tls-key FILE      PEM private key of the certificate
+  --signing-key FILE  the agent's Ed25519 signing key, PKCS#8 PEM (agent mode)
+  --nats URL          NATS server URL(s), comma separated
+  --nats-creds FILE   NATS credentials file
+`;
+
+const OPTIONS = {
+  manifest: { type: "string", env: "IFP_MANIFEST" },
+  port: { type: "string", env: "IFP_PORT" },
+  host: { type: "string", env: "IFP_HOST" },
+  "tls-cert": { type: "string", env: "IFP_TLS_CERT" },
+  "tls-key": { type: "string", env: "IFP_TLS_KEY" },
+  "signing-key": { type: "string", env: "IFP_SIGNING_KEY" },
+  nats: { type: "string", env: "IFP_NATS_URL" },
+  "nats-creds": { type: "string", env: "IFP_NATS_CREDS" },
+  "nats-user": { type: "string", env: "IFP_NATS_USER" },
+  "nats-password": { type: "string", env: "IFP_NATS_PASSWORD" },
+  "nats-token": { type: "string", env: "IFP_NATS_TOKEN" },
+  "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
+  help: { type: "boolean", short: "h" },
+} as const;
+
+type Flags = Partial<Record<keyof typeof OPTIONS, string>>;
+
+class UsageError extends Error {}
+
+function readFlags(argv: string[]): { mode: string | undefined; flags: Flags; help: boolean } {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: Object.fromEntries(
+      Object.entries(OPTIONS).map(([k, v]) => [k, "short" in v ? { type: v.type, short: v.short } : { type: v.type }]),
+    ) as Record<string, { type: "string" | "boolean"; short?: string }>,
+  });
+  const flags: Flags = {};
+  for (const [k, v] of Object.entries(OPTIONS)) {
+    if (!("env" in v)) continue;
+    const value = (values[k] as string | undefined) ?? process.env[v.env];
+    if (value !== undefined && value !== "") flags[k as keyof Flags] = value;
+  }
+  return { mode: positionals[0], flags, help: Boolean(values.help) };
+}
+
+function required(flags: Flags, name: keyof Flags): string {
+  const v = flags[name];
+  if (!v) throw new UsageError(`--${name} is required (or ${OPTIONS[name] && "env" in OPTIONS[name] ? OPTIONS[name].env : ""})`);
+  return v;
+}
+
+function port(flags: Flags): number {
+  const text = flags.port ?? "8443";
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`--port must be a port number, not ${text}`);
+  return n;
+}
+
+export async function main(argv = process.argv.slice(2)): Promise<void> {
+  let parsed: ReturnType<typeof readFlags>;
+  try {
+    parsed = readFlags(argv);
+  } catch (err) {
+    process.stderr.write(`ifp-runtime: ${(err as Error).message}\n\n${USAGE}`);
+    process.exitCode = 2;
+    return;
+  }
+  const { mode, flags, help } = parsed;
+  if (help || !mode) {
+    process.stdout.write(USAGE);
+    process.exitCode = help ? 0 : 2;
+    return;
+  }
+  const logger = pino({ level: flags["log-level"] ?? "info", base: { mode } });
+  try {
+    const common = {
+      manifest: required(flags, "manifest"),
+      port: port(flags),
+      host: flags.host,
+      tlsCert: required(flags, "tls-cert"),
+      tlsKey: required(flags, "tls-key"),
+      nats: {
+        url: required(flags, "nats"),
+        credsFile: flags["nats-creds"],
+        user: flags["nats-user"],
+        pass: flags["nats-password"],
+        token: flags["nats-token"],
+      },
+      logger,
+    };
+    let running: { close(): Promise<void> };
+    if (mode === "agent") {
+      running = await startAgent({ ...common, signingKey: required(flags, "signing-key") });
+    } else if (mode === "relay") {
+      const { startRelay } = await import("../relay/main.ts");
+      running = await startRelay(common);
+    } else {
+      throw new UsageError(`unknown mode ${JSON.stringify(mode)}; use agent or relay`);
+    }
+    let stopping = false;
+    const stop = (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      logger.info({ signal }, "shutting down");
+      const force = setTimeout(() => process.exit(1), 25_000);
+      force.unref();
+      running.close().then(
+        () => process.exit(0),
+        (err) => {
+          logger.error({ err }, "shutdown failed");
+          process.exit(1);
+        },
+      );
+    };
+    process.once("SIGTERM", () => stop("SIGTERM"));
+    process.once("SIGINT", () => stop("SIGINT"));
+  } catch (err) {
+    if (err instanceof UsageError) {
+      process.stderr.write(`ifp-runtime: ${err.message}\n\n${USAGE}`);
+      process.exitCode = 2;
+    } else {
+      logger.fatal({ err: (err as Error).message }, "could not start");
+      process.exitCode = 1;
+    }
+    await new Promise((r) => setTimeout(r, 50));
+    process.exit(process.exitCode);
+  }
+}

@@ -1,0 +1,54 @@
+import { JetStreamApiError, type JetStreamManager, type StreamConfig, type StreamInfo } from "@nats-io/jetstream";
+
+/** Nanoseconds, the unit of JetStream durations, from milliseconds. */
+export const nanos = (ms: number): number => Math.round(ms * 1_000_000);
+
+export function isNotFound(err: unknown): boolean {
+  return err instanceof JetStreamApiError && (err.code === 10059 || err.code === 10014 || err.status === 404);
+}
+
+const COMPARED: (keyof StreamConfig)[] = [
+  "subjects",
+  "max_age",
+  "max_bytes",
+  "max_msgs",
+  "duplicate_window",
+  "discard",
+  "num_replicas",
+  "allow_msg_ttl",
+  "allow_direct",
+  "retention",
+  "storage",
+];
+
+/** The fields of `want` that the stream's current config differs in. */
+export function streamDrift(current: StreamConfig, want: Partial<StreamConfig>): string[] {
+  return COMPARED.filter((k) => k in want && JSON.stringify(current[k]) !== JSON.stringify(want[k]));
+}
+
+/**
+ * Create the stream, or update it when its config differs from `want`. Never deletes it:
+ * storage and retention policy cannot change in place and are reported instead.
+ */
+export async function ensureStream(
+  jsm: JetStreamManager,
+  want: Partial<StreamConfig> & { name: string },
+): Promise<{ info: StreamInfo; action: "created" | "updated" | "unchanged" }> {
+  let current: StreamInfo | undefined;
+  try {
+    current = await jsm.streams.info(want.name);
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+  }
+  if (!current) return { info: await jsm.streams.add(want), action: "created" };
+  const drift = streamDrift(current.config, want);
+  if (drift.length === 0) return { info: current, action: "unchanged" };
+  const immutable = drift.filter((k) => k === "storage" || k === "retention");
+  if (immutable.length) {
+    throw new Error(
+      `stream ${want.name} has ${immutable.map((k) => `${k}=${current!.config[k]}`).join(", ")}; changing ${immutable.join(", ")} needs the stream to be recreated by hand`,
+    );
+  }
+  const { storage: _s, retention: _r, ...mutable } = want;
+  return { info: await jsm.streams.update(want.name, { ...current.config, ...mutable }), action: "updated" };
+}

@@ -1,0 +1,16 @@
+import { createHash } from "node:crypto";
+
+/**
+ * An identifier (agent id, topic) as one token that is safe in NATS subjects, stream and
+ * consumer names: [A-Za-z0-9-] stay, every other byte becomes _XX (hex). Readable for common ids: "pete-agent" stays "pete-agent", "a.b" becomes "a_2Eb".
+ * Ids that would make an over-long token are shortened with a hash.
+ */
+export function encodeToken(id: string): string {
+  let out = "";
+  for (const byte of Buffer.from(id, "utf8")) {
+    const c = String.fromCharCode(byte);
+    out += /[A-Za-z0-9-]/.test(c) ? c : `_${byte.toString(16).toUpperCase().padStart(2, "0")}`;
+  }
+  if (out.length > 96) out = `${out.slice(0, 64)}_H${createHash("sha256").update(id).digest("hex").slice(0, 24)}`;
+  return out;
+}

@@ -1,0 +1,52 @@
+/** Error codes of IFP-6 section 3.2, plus the few this implementation needs beyond them. */
+export type ErrorCode =
+  | "invalid_format"
+  | "invalid_signature"
+  | "unknown_sender"
+  | "rate_limited"
+  | "payload_too_large"
+  | "internal_error"
+  | "not_found"
+  | "method_not_allowed"
+  | "unsupported_media_type"
+  | "unavailable"
+  | "relay_full";
+
+/** The error body of spec section 2.7. */
+export interface ErrorBody {
+  status: "error";
+  code: ErrorCode;
+  message: string;
+}
+
+/** An error that maps to one HTTP status and one error body. */
+export class ProtocolError extends Error {
+  readonly statusCode: number;
+  readonly code: ErrorCode;
+  readonly headers: Record<string, string>;
+
+  constructor(statusCode: number, code: ErrorCode, message: string, headers: Record<string, string> = {}) {
+    super(message);
+    this.name = "ProtocolError";
+    this.statusCode = statusCode;
+    this.code = code;
+    this.headers = headers;
+  }
+
+  body(): ErrorBody {
+    return { status: "error", code: this.code, message: this.message };
+  }
+}
+
+export const badRequest = (message: string) => new ProtocolError(400, "invalid_format", message);
+export const invalidSignature = (message: string) => new ProtocolError(401, "invalid_signature", message);
+export const unknownSender = (message: string) => new ProtocolError(401, "unknown_sender", message);
+export const notFound = (message: string) => new ProtocolError(404, "not_found", message);
+
+export function rateLimited(retryAfterSeconds: number, message: string): ProtocolError {
+  return new ProtocolError(429, "rate_limited", message, { "retry-after": String(retryAfterSeconds) });
+}
+
+export function unavailable(message: string, retryAfterSeconds = 5): ProtocolError {
+  return new ProtocolError(503, "unavailable", message, { "retry-after": String(retryAfterSeconds) });
+}

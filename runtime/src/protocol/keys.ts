@@ -1,0 +1,41 @@
+import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from "node:crypto";
+
+/** A public key from base64url (no padding) of its raw 32 bytes. */
+export function publicKeyFromRaw(base64url: string): KeyObject {
+  const raw = Buffer.from(base64url, "base64url");
+  if (raw.length !== 32 || raw.toString("base64url") !== base64url) {
+    throw new Error("an Ed25519 public key is the base64url encoding (no padding) of exactly 32 bytes");
+  }
+  return createPublicKey({ key: { kty: "OKP", crv: "Ed25519", x: base64url }, format: "jwk" });
+}
+
+/** base64url (no padding) of a key's raw 32-byte public half. */
+export function rawPublicKey(key: KeyObject): string {
+  const pub = key.type === "private" ? createPublicKey(key) : key;
+  const jwk = pub.export({ format: "jwk" });
+  if (jwk.crv !== "Ed25519" || typeof jwk.x !== "string") throw new Error("not an Ed25519 key");
+  return jwk.x;
+}
+
+/** An Ed25519 private key from PKCS#8 PEM. */
+export function privateKeyFromPem(pem: string | Buffer): KeyObject {
+  let key: KeyObject;
+  try {
+    key = createPrivateKey({ key: pem, format: "pem" });
+  } catch (err) {
+    throw new Error(`the signing key is not a PKCS#8 PEM private key: ${(err as Error).message}`);
+  }
+  if (key.asymmetricKeyType !== "ed25519") {
+    throw new Error(`the signing key is ${key.asymmetricKeyType ?? "unknown"}; an Ed25519 key is required`);
+  }
+  return key;
+}
+
+/** A new Ed25519 key pair, the private half as PKCS#8 PEM. */
+export function generateSigningKey(): { privateKeyPem: string; publicKey: string } {
+  const { privateKey } = generateKeyPairSync("ed25519");
+  return {
+    privateKeyPem: privateKey.export({ format: "pem", type: "pkcs8" }).toString(),
+    publicKey: rawPublicKey(privateKey),
+  };
+}

@@ -1,0 +1,107 @@
+import { z } from "zod";
+
+/**
+ * IFP-4 structured message. Objects are loose: unknown fields are kept, so a message is
+ * stored, relayed and handed on exactly as its sender wrote it.
+ */
+export const AgentRef = z.looseObject({
+  agent: z.string().min(1).max(512),
+  display: z.string().optional(),
+});
+
+export const Thread = z.looseObject({
+  in_reply_to: z.string().optional(),
+  references: z.array(z.string()).optional(),
+});
+
+export const MessageHeaders = z.looseObject({
+  message_id: z.string().min(1).max(256),
+  date: z.iso.datetime({ offset: true }),
+  from: AgentRef,
+  to: z.array(AgentRef).min(1).max(100),
+  conversation_id: z.string().min(1).max(256),
+  sequence: z.number().int().min(0),
+  phase: z.string().min(1).max(64),
+  content_type: z.string().min(1).optional(),
+  subject: z.string().optional(),
+  thread: Thread.optional(),
+  disclosure: z.string().optional(),
+  persona: z.string().optional(),
+  priority: z.string().optional(),
+  ttl_seconds: z.number().int().positive().optional(),
+  capabilities: z
+    .looseObject({ request: z.array(z.string()).optional(), offer: z.array(z.string()).optional() })
+    .optional(),
+  extensions: z.record(z.string(), z.unknown()).optional(),
+});
+
+export const BodyPart = z.looseObject({
+  content_type: z.string().min(1),
+  name: z.string().optional(),
+  content: z.unknown(),
+});
+
+export const MessageBody = z.looseObject({
+  text: z.string().optional(),
+  parts: z.array(BodyPart).optional(),
+});
+
+export const TraceEntry = z.looseObject({
+  by: z.string(),
+  with: z.string(),
+  at: z.string(),
+  from: z.string(),
+});
+
+export const Signature = z.looseObject({
+  alg: z.string().min(1),
+  key_id: z.string().min(3),
+  created: z.string().optional(),
+  signed_headers: z.array(z.string()).max(64),
+  signed_body: z.boolean(),
+  sig: z.string().min(1),
+});
+
+export const Message = z.looseObject({
+  ifp: z.number().int(),
+  headers: MessageHeaders,
+  body: MessageBody,
+  trace: z.looseObject({ received: z.array(TraceEntry).optional() }).optional(),
+  security: z
+    .looseObject({
+      signatures: z.array(Signature).max(16).optional(),
+      encryption: z.unknown().optional(),
+    })
+    .optional(),
+});
+
+export type Message = z.infer<typeof Message>;
+export type MessageHeaders = z.infer<typeof MessageHeaders>;
+export type Signature = z.infer<typeof Signature>;
+export type TraceEntry = z.infer<typeof TraceEntry>;
+
+/** Conversation phases of IFP-3 section 2. */
+export const PHASES = ["greeting", "context", "probe", "recommend", "close", "error"] as const;
+/** The message format version this runtime speaks. */
+export const MESSAGE_FORMAT = 4;
+
+/** One line per problem, with its path, for error bodies. */
+export function describeIssues(error: z.ZodError, limit = 5): string {
+  const lines = error.issues.slice(0, limit).map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`);
+  if (error.issues.length > limit) lines.push(`… and ${error.issues.length - limit} more`);
+  return lines.join("; ");
+}
+
+/**
+ * Protocol-level problems (rule 7.2.1): a message that is well-formed and authentic but that
+ * this agent cannot take part in. Accepted with 202 and answered with an error-phase message.
+ */
+export function protocolProblem(message: Message): string | undefined {
+  if (message.ifp !== MESSAGE_FORMAT) {
+    return `message format ifp ${message.ifp} is not supported; this agent speaks IFP-4 structured messages (ifp: 4)`;
+  }
+  if (!(PHASES as readonly string[]).includes(message.headers.phase)) {
+    return `unknown phase ${JSON.stringify(message.headers.phase)}; known phases are ${PHASES.join(", ")}`;
+  }
+  return undefined;
+}

@@ -1,0 +1,82 @@
+import { sign as edSign, verify as edVerify, type KeyObject } from "node:crypto";
+import canonicalize from "canonicalize";
+import type { Message, Signature } from "./message.ts";
+
+/**
+ * The signing profile of this project (IFP-5 leaves the signing input open):
+ *
+ *   input = UTF-8 of JCS(RFC 8785) of
+ *           {"headers": {h: headers[h] ?? null for h in signed_headers},
+ *            "body": signed_body ? body : null}
+ *   sig   = base64url (no padding) of the Ed25519 signature of input
+ *
+ * Test vectors: runtime/vectors/signing.json.
+ */
+export const DEFAULT_SIGNED_HEADERS = [
+  "message_id",
+  "date",
+  "from",
+  "to",
+  "conversation_id",
+  "sequence",
+  "phase",
+  "content_type",
+] as const;
+
+/** The headers every signature accepted at an inbox must cover. */
+export const REQUIRED_SIGNED_HEADERS = ["message_id", "date", "from", "to"] as const;
+
+type Signable = Pick<Message, "headers" | "body">;
+
+export function signingInput(message: Signable, signedHeaders: readonly string[], signedBody: boolean): Buffer {
+  const headers: Record<string, unknown> = {};
+  const source = message.headers as Record<string, unknown>;
+  for (const h of signedHeaders) headers[h] = source[h] ?? null;
+  const text = canonicalize({ headers, body: signedBody ? message.body : null });
+  if (text === undefined) throw new Error("message cannot be canonicalized");
+  return Buffer.from(text, "utf8");
+}
+
+export interface SigningKey {
+  agentId: string;
+  keyId: string;
+  privateKey: KeyObject;
+}
+
+/** A copy of the message with one more signature in security.signatures[]. */
+export function signMessage<M extends Signable & { security?: Message["security"] }>(
+  message: M,
+  key: SigningKey,
+  opts: { signedHeaders?: readonly string[]; created?: Date } = {},
+): M {
+  const headersPresent = Object.keys(message.headers);
+  const signedHeaders = opts.signedHeaders
+    ? [...opts.signedHeaders]
+    : DEFAULT_SIGNED_HEADERS.filter((h) => headersPresent.includes(h) || REQUIRED_SIGNED_HEADERS.includes(h as never));
+  const sig = edSign(null, signingInput(message, signedHeaders, true), key.privateKey).toString("base64url");
+  const signature: Signature = {
+    alg: "ed25519",
+    key_id: `${key.agentId}#${key.keyId}`,
+    created: (opts.created ?? new Date()).toISOString().replace(/\.\d{3}Z$/, "Z"),
+    signed_headers: signedHeaders,
+    signed_body: true,
+    sig,
+  };
+  const security = { ...(message.security ?? {}) };
+  security.signatures = [...(security.signatures ?? []), signature];
+  return { ...message, security };
+}
+
+export function verifySignature(message: Signable, signature: Signature, publicKey: KeyObject): boolean {
+  if (signature.alg !== "ed25519") return false;
+  const sig = Buffer.from(signature.sig, "base64url");
+  if (sig.length !== 64) return false;
+  return edVerify(null, signingInput(message, signature.signed_headers, signature.signed_body), publicKey, sig);
+}
+
+/** Split "agent_id#key" at its last '#' (agent ids may be URLs with fragments of their own). */
+export function parseKeyId(keyId: string): { agentId: string; keyId: string } | undefined {
+  const i = keyId.lastIndexOf("#");
+  if (i <= 0 || i === keyId.length - 1) return undefined;
+  return { agentId: keyId.slice(0, i), keyId: keyId.slice(i + 1) };
+}

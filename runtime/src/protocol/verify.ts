@@ -1,0 +1,98 @@
+import type { KeyObject } from "node:crypto";
+import type { TrustedKey } from "../resources/common.ts";
+import { invalidSignature, unknownSender } from "./errors.ts";
+import { publicKeyFromRaw } from "./keys.ts";
+import type { Message } from "./message.ts";
+import { parseKeyId, REQUIRED_SIGNED_HEADERS, verifySignature } from "./signing.ts";
+
+/** IFP-5 authentication levels. */
+export const AuthLevel = { introduction: 0, signed: 1, verified: 2, bound: 3 } as const;
+
+export interface Verified {
+  /** The verified signer (= headers.from.agent), or undefined for an accepted unsigned message. */
+  signer: string | undefined;
+  keyId: string | undefined;
+  authLevel: number;
+}
+
+interface KeyEntry {
+  key: KeyObject;
+  status: TrustedKey["status"];
+}
+
+/** How many signatures claiming the sender are tried before giving up, to bound the work per request. */
+const MAX_CANDIDATES = 2;
+
+/** Verifies messages against keys trusted out of band (an Agent's peers, a Relay's agents). */
+export class Verifier {
+  private readonly agents = new Map<string, Map<string, KeyEntry>>();
+
+  constructor(known: ReadonlyArray<{ agentId: string; keys: ReadonlyArray<Omit<TrustedKey, "status"> & { status?: TrustedKey["status"] }> }>) {
+    for (const a of known) {
+      const keys = this.agents.get(a.agentId) ?? new Map<string, KeyEntry>();
+      for (const k of a.keys) keys.set(k.keyId, { key: publicKeyFromRaw(k.publicKey), status: k.status ?? "active" });
+      this.agents.set(a.agentId, keys);
+    }
+  }
+
+  knows(agentId: string): boolean {
+    return this.agents.has(agentId);
+  }
+
+  /** The public key an agent signs with, for request signatures (relay endpoints). */
+  key(agentId: string, keyId: string): KeyObject {
+    const keys = this.agents.get(agentId);
+    if (!keys) throw unknownSender(`agent ${agentId} is not known here`);
+    const entry = keys.get(keyId);
+    if (!entry) throw invalidSignature(`key ${agentId}#${keyId} is not a trusted key of ${agentId}`);
+    if (entry.status === "revoked") throw invalidSignature(`key ${agentId}#${keyId} has been revoked`);
+    return entry.key;
+  }
+
+  /**
+   * Checks the message's signatures; throws a 401 ProtocolError when none is acceptable.
+   * With requireSignature false an unsigned message passes at level 0, but a present
+   * signature must still be valid.
+   */
+  verify(message: Message, requireSignature: boolean): Verified {
+    const signatures = message.security?.signatures ?? [];
+    if (signatures.length === 0) {
+      if (requireSignature) throw invalidSignature("the message is not signed (security.signatures[] is empty)");
+      return { signer: undefined, keyId: undefined, authLevel: AuthLevel.introduction };
+    }
+    const sender = message.headers.from.agent;
+    let failure: Error | undefined;
+    let tried = 0;
+    for (const s of signatures) {
+      const ref = parseKeyId(s.key_id);
+      if (!ref) {
+        failure ??= invalidSignature(`key_id ${JSON.stringify(s.key_id)} is not of the form <agent_id>#<key>`);
+        continue;
+      }
+      if (ref.agentId !== sender) {
+        failure ??= invalidSignature(`the signature is by ${ref.agentId} but the message is from ${sender}`);
+        continue;
+      }
+      if (tried++ >= MAX_CANDIDATES) break;
+      try {
+        this.checkProfile(s);
+        const key = this.key(sender, ref.keyId);
+        if (!verifySignature(message, s, key)) {
+          throw invalidSignature(`signature verification failed for key_id ${s.key_id}`);
+        }
+        return { signer: sender, keyId: ref.keyId, authLevel: AuthLevel.verified };
+      } catch (err) {
+        // A concrete reason about the sender's own signature beats a generic one.
+        failure = err as Error;
+      }
+    }
+    throw failure ?? invalidSignature("no acceptable signature");
+  }
+
+  private checkProfile(s: { alg: string; signed_headers: string[]; signed_body: boolean; key_id: string }): void {
+    if (s.alg !== "ed25519") throw invalidSignature(`algorithm ${JSON.stringify(s.alg)} is not accepted; use ed25519`);
+    const missing = REQUIRED_SIGNED_HEADERS.filter((h) => !s.signed_headers.includes(h));
+    if (missing.length) throw invalidSignature(`the signature must cover ${missing.join(", ")} (signed_headers)`);
+    if (!s.signed_body) throw invalidSignature("the signature must cover the body (signed_body: true)");
+  }
+}

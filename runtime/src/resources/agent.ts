@@ -1,0 +1,87 @@
+import { z } from "zod";
+import { API_VERSION, AgentId, Duration, KnownAgent, ObjectMeta, TlsSpec } from "./common.ts";
+
+export const CAPABILITY_NAME_RE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
+
+export const CapabilityConditions = z.object({
+  min_disclosure: z.string().min(1).optional().describe("Minimum disclosure tier required"),
+  min_auth_level: z.number().int().min(0).max(3).optional().describe("Minimum IFP-5 authentication level required"),
+  temperature: z.enum(["cool", "warm", "hot"]).optional().describe("Required conversation temperature"),
+});
+
+export const CapabilitySpec = z.object({
+  name: z.string().min(1).max(256).regex(CAPABILITY_NAME_RE, "must be dot notation such as category.name"),
+  version: z.string().min(1).default("1"),
+  description: z.string().min(1),
+  parameters: z.record(z.string(), z.unknown()).optional().describe("Expected input parameters (free-form)"),
+  conditions: CapabilityConditions.optional(),
+});
+
+export const RelayPreference = z.object({
+  urls: z.array(z.url({ protocol: /^https$/ })).default([]),
+  preference: z.string().min(1).default("any"),
+});
+
+export const AgentSpec = z.object({
+  agentId: AgentId.describe("Stable identifier of the agent (IFP-5)"),
+  displayName: z.string().min(1).optional(),
+  baseUrl: z
+    .url({ protocol: /^https$/ })
+    .optional()
+    .describe("Public https base URL advertised in the identity document; defaults to the request's host"),
+  capabilities: z.array(CapabilitySpec).default([]),
+  peers: z
+    .array(
+      KnownAgent.extend({
+        url: z.url({ protocol: /^https$/ }).optional().describe("The peer's https base URL, when known"),
+      }),
+    )
+    .default([]),
+  inbox: z
+    .object({
+      maxMessageBytes: z.number().int().min(1024).max(16 * 1024 * 1024).default(1048576),
+      rateLimit: z
+        .object({
+          perSenderPerMinute: z.number().int().min(1).default(60),
+          perAddressPerMinute: z
+            .number()
+            .int()
+            .min(1)
+            .default(1200)
+            .describe("Requests per client address per minute, checked before any signature is verified"),
+        })
+        .prefault({}),
+      requireSignature: z.boolean().default(true),
+      replayWindow: Duration.default("48h").describe(
+        "Messages are deduplicated for this long and older ones are refused; must cover the senders' 24h retry window",
+      ),
+    })
+    .prefault({}),
+  relay: RelayPreference.optional(),
+  handler: z
+    .object({
+      url: z.url({ protocol: /^https?$/ }).describe("Each accepted message is POSTed here, at least once"),
+      timeout: Duration.default("10s"),
+      deadLetterAfter: Duration.default("24h").describe("Give up and dead-letter a message after retrying this long"),
+    })
+    .optional(),
+  signing: z
+    .object({
+      keyId: z.string().min(1).max(128).regex(/^[^#\s]+$/).default("key-1"),
+      secretName: z.string().min(1).optional().describe("Secret holding the PKCS#8 PEM key under signing.key"),
+    })
+    .prefault({}),
+  tls: TlsSpec.optional(),
+  replicas: z.number().int().min(0).max(100).default(1),
+  image: z.string().min(1).optional(),
+});
+export type AgentSpec = z.infer<typeof AgentSpec>;
+export type AgentSpecInput = z.input<typeof AgentSpec>;
+
+export const Agent = z.object({
+  apiVersion: z.literal(API_VERSION),
+  kind: z.literal("Agent"),
+  metadata: ObjectMeta.prefault({}),
+  spec: AgentSpec,
+});
+export type Agent = z.infer<typeof Agent>;

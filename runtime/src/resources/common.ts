@@ -1,0 +1,75 @@
+import { z } from "zod";
+
+export const GROUP = "ifp.dev";
+export const VERSION = "v1alpha1";
+export const API_VERSION = `${GROUP}/${VERSION}`;
+
+const DURATION_UNITS: Record<string, number> = {
+  ns: 1e-6,
+  us: 1e-3,
+  "µs": 1e-3,
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+};
+const DURATION_RE = /^(\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+$/;
+const DURATION_PART_RE = /(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)/g;
+
+/** Milliseconds of a Go-style duration string ("168h", "1m30s", "250ms"), the form Kubernetes and CEL use. */
+export function parseDuration(text: string): number {
+  if (!DURATION_RE.test(text)) throw new Error(`invalid duration ${JSON.stringify(text)} (use forms like 30s, 5m, 168h)`);
+  let ms = 0;
+  for (const [, value, unit] of text.matchAll(DURATION_PART_RE)) ms += Number(value) * DURATION_UNITS[unit!]!;
+  return ms;
+}
+
+/** A Go-style duration string, e.g. `168h` or `1m30s`. */
+export const Duration = z
+  .string()
+  .regex(DURATION_RE, "must be a duration such as 30s, 5m or 168h");
+
+/** base64url (no padding) of a raw 32-byte Ed25519 public key. */
+export const Ed25519PublicKey = z
+  .string()
+  .regex(/^[A-Za-z0-9_-]{43}$/, "must be the base64url (no padding) encoding of a raw 32-byte Ed25519 public key");
+
+export const TrustedKey = z.object({
+  keyId: z.string().min(1).max(128).regex(/^[^#\s]+$/, "must not contain '#' or white space"),
+  publicKey: Ed25519PublicKey,
+  status: z.enum(["active", "retired", "revoked"]).default("active").describe(
+    "active and retired keys are accepted; revoked keys are refused",
+  ),
+});
+export type TrustedKey = z.infer<typeof TrustedKey>;
+
+export const AgentId = z.string().min(1).max(512).regex(/^\S+$/, "must not contain white space");
+
+/** The agents a relay serves or an agent trusts, with keys trusted out of band. */
+export const KnownAgent = z.object({
+  agentId: AgentId,
+  keys: z.array(TrustedKey).min(1),
+});
+
+export const TlsSpec = z.object({
+  secretName: z.string().min(1).optional().describe("Secret of type kubernetes.io/tls with tls.crt and tls.key"),
+  issuerRef: z
+    .object({
+      name: z.string().min(1),
+      kind: z.string().default("Issuer"),
+      group: z.string().default("cert-manager.io"),
+    })
+    .optional()
+    .describe("cert-manager issuer that signs the serving certificate"),
+  dnsNames: z.array(z.string().min(1)).optional(),
+});
+
+/** Object metadata as far as the runtime reads it from a rendered manifest. */
+export const ObjectMeta = z.looseObject({
+  name: z.string().min(1).optional(),
+  namespace: z.string().optional(),
+  creationTimestamp: z.string().optional(),
+  generation: z.number().optional(),
+  annotations: z.record(z.string(), z.string()).optional(),
+  labels: z.record(z.string(), z.string()).optional(),
+});

@@ -1,0 +1,44 @@
+import { z } from "zod";
+import { API_VERSION, Duration, KnownAgent, ObjectMeta, TlsSpec } from "./common.ts";
+
+export const RelayRetention = z.object({
+  maxAge: Duration.default("168h").describe("How long a message is kept when nobody acknowledges it (default 7 days)"),
+  maxBytes: z.number().int().min(-1).default(-1).describe("Stream size limit in bytes, -1 for none"),
+  maxMessages: z.number().int().min(-1).default(-1).describe("Message count limit, -1 for none"),
+  storage: z.enum(["file", "memory"]).default("file"),
+  replicas: z.literal([1, 3, 5]).default(1),
+  duplicateWindow: Duration.default("48h").describe("A message_id is stored once per recipient within this window"),
+  deleteOnRemoval: z.boolean().default(false).describe("Delete the JetStream stream when the Relay is deleted"),
+});
+
+export const RelayDelivery = z.object({
+  retries: z.number().int().min(0).max(1000).default(10),
+  backoff: z.enum(["exponential", "linear"]).default("exponential"),
+  backoffDelay: Duration.default("1s"),
+  timeout: Duration.default("10s"),
+  deadLetter: z
+    .object({
+      maxAge: Duration.default("168h").describe("How long dead letters are kept"),
+    })
+    .prefault({}),
+});
+
+export const RelaySpec = z.object({
+  url: z.url({ protocol: /^https$/ }).describe("The relay's public base URL, used in trace entries"),
+  retention: RelayRetention.prefault({}),
+  agents: z.array(KnownAgent).default([]),
+  delivery: RelayDelivery.prefault({}),
+  tls: TlsSpec.optional(),
+  replicas: z.number().int().min(0).max(100).default(1),
+  image: z.string().min(1).optional(),
+});
+export type RelaySpec = z.infer<typeof RelaySpec>;
+export type RelaySpecInput = z.input<typeof RelaySpec>;
+
+export const Relay = z.object({
+  apiVersion: z.literal(API_VERSION),
+  kind: z.literal("Relay"),
+  metadata: ObjectMeta.prefault({}),
+  spec: RelaySpec,
+});
+export type Relay = z.infer<typeof Relay>;

@@ -1,0 +1,79 @@
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
+import type { Logger } from "pino";
+import { ProtocolError, type ErrorCode } from "../protocol/errors.ts";
+
+export interface TlsMaterial {
+  cert: string | Buffer;
+  key: string | Buffer;
+}
+
+export interface ServerOptions {
+  /** TLS certificate and key; omitted only for app.inject() in tests, never for a listener. */
+  tls?: TlsMaterial;
+  logger: Logger;
+  /** Default body limit for routes that do not set their own. */
+  bodyLimit?: number;
+}
+
+/**
+ * A fastify instance for an IFP endpoint: HTTPS only (TLS 1.2+), JSON in and out, and one
+ * error handler that maps every failure to the spec's error body {status, code, message}.
+ */
+export function createServer(opts: ServerOptions): FastifyInstance {
+  const app = Fastify({
+    loggerInstance: opts.logger,
+    disableRequestLogging: true,
+    bodyLimit: opts.bodyLimit ?? 1024 * 1024,
+    return503OnClosing: true,
+    forceCloseConnections: "idle",
+    requestTimeout: 30_000,
+    ...(opts.tls ? { https: { cert: opts.tls.cert, key: opts.tls.key, minVersion: "TLSv1.2" as const } } : {}),
+  }) as unknown as FastifyInstance;
+  // JSON only: every other media type is refused with 415.
+  app.removeContentTypeParser("text/plain");
+  app.setErrorHandler(errorHandler);
+  app.setNotFoundHandler((req, reply) => {
+    sendError(reply, new ProtocolError(404, "not_found", `no endpoint ${req.method} ${req.url.split("?")[0]}`));
+  });
+  return app;
+}
+
+export function sendError(reply: FastifyReply, err: ProtocolError): FastifyReply {
+  for (const [k, v] of Object.entries(err.headers)) reply.header(k, v);
+  return reply.code(err.statusCode).type("application/json; charset=utf-8").send(err.body());
+}
+
+const FASTIFY_CODES: Record<number, ErrorCode> = {
+  400: "invalid_format",
+  404: "not_found",
+  405: "method_not_allowed",
+  413: "payload_too_large",
+  415: "unsupported_media_type",
+  429: "rate_limited",
+  503: "unavailable",
+};
+
+/** Every error leaves as {status: "error", code, message}; only real faults are 500s. */
+export function toProtocolError(err: unknown): ProtocolError {
+  if (err instanceof ProtocolError) return err;
+  const e = err as FastifyError;
+  const status = typeof e?.statusCode === "number" ? e.statusCode : 500;
+  if (status >= 400 && status < 500) {
+    const code = FASTIFY_CODES[status] ?? "invalid_format";
+    let message = e.message;
+    if (e.code === "FST_ERR_CTP_BODY_TOO_LARGE") message = "the request body exceeds the size limit";
+    if (e.code === "FST_ERR_CTP_INVALID_MEDIA_TYPE") message = "Content-Type must be application/json";
+    if (e.code === "FST_ERR_CTP_EMPTY_JSON_BODY") message = "the request body is empty; a JSON document is required";
+    if (e instanceof SyntaxError || e.code === "FST_ERR_CTP_INVALID_JSON_BODY") message = `the body is not valid JSON: ${e.message}`;
+    return new ProtocolError(status, code, message);
+  }
+  if (status === 503) return new ProtocolError(503, "unavailable", e.message, { "retry-after": "5" });
+  return new ProtocolError(500, "internal_error", "unexpected failure; see the runtime's log");
+}
+
+function errorHandler(this: FastifyInstance, err: unknown, req: FastifyRequest, reply: FastifyReply): void {
+  const pe = toProtocolError(err);
+  if (pe.statusCode >= 500) req.log.error({ err, url: req.url }, "request failed");
+  else req.log.debug({ code: pe.code, url: req.url }, pe.message);
+  sendError(reply, pe);
+}

@@ -1,0 +1,13 @@
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  test: {
+    include: ["runtime/**/*.test.ts", "operator/**/*.test.ts", "e2e/**/*.test.ts"],
+    globalSetup: ["e2e/support/global-setup.ts"],
+    pool: "forks",
+    maxWorkers: 2,
+    testTimeout: 60_000,
+    hookTimeout: 600_000,
+    reporters: ["default"],
+  },
+});
