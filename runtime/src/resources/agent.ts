@@ -65,6 +65,23 @@ export const AgentSpec = z.object({
       deadLetterAfter: Duration.default("24h").describe("Give up and dead-letter a message after retrying this long"),
     })
     .optional(),
+  localApi: z
+    .object({
+      port: z.number().int().min(1).max(65535).default(8081).describe(
+        "Loopback port of the local application API (outbox, dead letters); never exposed by the Service",
+      ),
+    })
+    .prefault({}),
+  outbound: z
+    .object({
+      retryFor: Duration.default("24h").describe("Stop retrying an undeliverable message after this long"),
+    })
+    .prefault({}),
+  notify: z
+    .object({
+      url: z.url({ protocol: /^https?$/ }).describe("Told by POST when a message is dead-lettered or undeliverable"),
+    })
+    .optional(),
   signing: z
     .object({
       keyId: z.string().min(1).max(128).regex(/^[^#\s]+$/).default("key-1"),
