@@ -173,7 +173,8 @@ export class HandlerDelivery {
 
   private async deadLetter(m: JsMsg, messageId: string, reason: string): Promise<void> {
     const h = natsHeaders();
-    for (const [k, v] of m.headers ?? []) for (const value of v) h.append(k, value);
+    // Our own headers only: a copied Nats-Msg-Id would make JetStream drop the dead letter as a duplicate.
+    for (const [k, v] of m.headers ?? []) if (k.startsWith("Ifp-")) for (const value of v) h.append(k, value);
     h.set(H.deadReason, reason);
     try {
       await this.nats.js.publish(this.names.dead, m.data, { headers: h, timeout: 5_000 });

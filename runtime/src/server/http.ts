@@ -1,4 +1,4 @@
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import type { Logger } from "pino";
 import { ProtocolError, type ErrorCode } from "../protocol/errors.ts";
 
@@ -22,7 +22,7 @@ export interface ServerOptions {
 export function createServer(opts: ServerOptions): FastifyInstance {
   const app = Fastify({
     loggerInstance: opts.logger,
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: opts.bodyLimit ?? 1024 * 1024,
     return503OnClosing: true,
     forceCloseConnections: "idle",
@@ -73,7 +73,7 @@ export function toProtocolError(err: unknown): ProtocolError {
 
 function errorHandler(this: FastifyInstance, err: unknown, req: FastifyRequest, reply: FastifyReply): void {
   const pe = toProtocolError(err);
-  if (pe.statusCode >= 500) req.log.error({ err, url: req.url }, "request failed");
+  if (pe.statusCode === 500) req.log.error({ err, url: req.url }, "request failed");
   else req.log.debug({ code: pe.code, url: req.url }, pe.message);
   sendError(reply, pe);
 }

@@ -1,0 +1,74 @@
+import { createServer, type IncomingMessage, type Server } from "node:http";
+import pino from "pino";
+import { localhostTls } from "../../e2e/support/tls.ts";
+import { httpsRequest, type HttpsResponse } from "../../e2e/support/https.ts";
+import { waitFor } from "../../e2e/support/ports.ts";
+import { startAgent, type RunningAgent } from "../src/agent/main.ts";
+import type { AgentSpecInput } from "../src/resources/agent.ts";
+import { tempDir, writeAgentManifest, writeKey, type TestIdentity } from "./fixtures.ts";
+
+export type Tls = Awaited<ReturnType<typeof localhostTls>>;
+
+/** Start the agent mode in-process over real TLS on a free loopback port. */
+export async function runAgent(opts: {
+  self: TestIdentity;
+  spec: Omit<AgentSpecInput, "agentId">;
+  natsUrl: string;
+  tls: Tls;
+  dir?: string;
+}): Promise<RunningAgent & { post(body: unknown, headers?: Record<string, string>): Promise<HttpsResponse>; get(path: string, headers?: Record<string, string>): Promise<HttpsResponse> }> {
+  const dir = opts.dir ?? tempDir();
+  const manifest = writeAgentManifest(dir, { agentId: opts.self.agentId, ...opts.spec });
+  const running = await startAgent({
+    manifest,
+    port: 0,
+    host: "127.0.0.1",
+    tlsCert: opts.tls.files.cert,
+    tlsKey: opts.tls.files.key,
+    signingKey: writeKey(dir, opts.self),
+    nats: { url: opts.natsUrl },
+    logger: pino({ level: process.env.IFP_TEST_LOG ?? "silent" }),
+  });
+  await waitFor("agent ready", async () => (await httpsRequest(`${running.url}/readyz`, { ca: opts.tls.ca })).status === 200, 30_000);
+  return Object.assign(running, {
+    post: (body: unknown, headers: Record<string, string> = {}) =>
+      httpsRequest(`${running.url}/.well-known/agent/inbox`, {
+        method: "POST",
+        headers: { "content-type": "application/json; charset=utf-8", accept: "application/json", ...headers },
+        body: typeof body === "string" ? body : JSON.stringify(body),
+        ca: opts.tls.ca,
+      }),
+    get: (path: string, headers: Record<string, string> = {}) => httpsRequest(`${running.url}${path}`, { headers, ca: opts.tls.ca }),
+  });
+}
+
+/** A plain HTTP stand-in for the user's application behind spec.handler.url; it records what it gets. */
+export async function startHandler(status: () => number = () => 200) {
+  const received: { body: any; headers: IncomingMessage["headers"] }[] = [];
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const code = status();
+      if (code < 300) received.push({ body: JSON.parse(Buffer.concat(chunks).toString()), headers: req.headers });
+      res.writeHead(code).end();
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const addr = server.address();
+  const port = typeof addr === "object" && addr ? addr.port : 0;
+  return {
+    url: `http://127.0.0.1:${port}/messages`,
+    port,
+    received,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+    /** Stop listening (connections refused) and start again on the same port. */
+    async down() {
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+    async up() {
+      await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
+    },
+  };
+}
