@@ -8,6 +8,6 @@ export default defineConfig({
     maxWorkers: 2,
     testTimeout: 60_000,
     hookTimeout: 600_000,
-    reporters: ["default"],
+    reporters: ["default", "./e2e/support/summary-reporter.ts"],
   },
 });

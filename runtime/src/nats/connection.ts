@@ -49,6 +49,8 @@ export class Nats {
           maxReconnectAttempts: -1,
           reconnectTimeWait: 500,
           timeout: 5_000,
+          // No stack capture per request: publishes are the hot path and errors are logged with context anyway.
+          noAsyncTraces: true,
           user: this.opts.user,
           pass: this.opts.pass,
           token: this.opts.token,

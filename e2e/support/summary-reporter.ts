@@ -1,0 +1,23 @@
+import type { Reporter, TestModule } from "vitest/node";
+
+/**
+ * Ends a run with one plain line, "N passed, N failed, N skipped", that any CI reads the same
+ * way; a module that failed to load counts as a failure.
+ */
+export default class SummaryReporter implements Reporter {
+  onTestRunEnd(testModules: ReadonlyArray<TestModule>, unhandledErrors: ReadonlyArray<unknown>): void {
+    let passed = 0;
+    let failed = unhandledErrors.length;
+    let skipped = 0;
+    for (const mod of testModules) {
+      if (mod.state() === "failed" && [...mod.children.allTests()].length === 0) failed++;
+      for (const test of mod.children.allTests()) {
+        const state = test.result().state;
+        if (state === "passed") passed++;
+        else if (state === "failed") failed++;
+        else skipped++;
+      }
+    }
+    process.stdout.write(`\n${passed} passed, ${failed} failed, ${skipped} skipped\n`);
+  }
+}

@@ -1,0 +1,82 @@
+import { readFileSync } from "node:fs";
+import { Agent, request } from "node:https";
+
+export interface LoadResult {
+  concurrency: number;
+  requests: number;
+  ok: number;
+  errors: number;
+  seconds: number;
+  perSecond: number;
+  p50ms: number;
+  p99ms: number;
+}
+
+export function percentile(sorted: number[], p: number): number {
+  if (!sorted.length) return 0;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+/**
+ * POST `bodies` to `url` with `concurrency` requests in flight over keep-alive TLS
+ * connections; counts answers with `okStatus` and measures latency per request.
+ */
+export async function postLoad(url: string, bodies: Buffer[], concurrency: number, ca: string, okStatus = 202): Promise<LoadResult> {
+  const agent = new Agent({ keepAlive: true, maxSockets: concurrency, ca });
+  const latencies: number[] = [];
+  let next = 0;
+  let ok = 0;
+  let errors = 0;
+  const u = new URL(url);
+  const one = (body: Buffer) =>
+    new Promise<number>((resolve) => {
+      const req = request(
+        { host: u.hostname, port: u.port, path: u.pathname, method: "POST", agent, headers: { "content-type": "application/json", "content-length": body.length } },
+        (res) => {
+          res.resume();
+          res.on("end", () => resolve(res.statusCode ?? 0));
+        },
+      );
+      req.on("error", () => resolve(0));
+      req.end(body);
+    });
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < bodies.length) {
+        const body = bodies[next++]!;
+        const t0 = performance.now();
+        const status = await one(body);
+        latencies.push(performance.now() - t0);
+        if (status === okStatus) ok++;
+        else errors++;
+      }
+    }),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  agent.destroy();
+  latencies.sort((a, b) => a - b);
+  return {
+    concurrency,
+    requests: bodies.length,
+    ok,
+    errors,
+    seconds: round(seconds),
+    perSecond: round(ok / seconds),
+    p50ms: round(percentile(latencies, 50)),
+    p99ms: round(percentile(latencies, 99)),
+  };
+}
+
+export const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** digits;
+
+/** Peak resident set (VmHWM) of a process, in MiB, from /proc. */
+export function peakRssMiB(pid: number): number | undefined {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    const m = /VmHWM:\s+(\d+) kB/.exec(status);
+    return m ? round(Number(m[1]) / 1024, 1) : undefined;
+  } catch {
+    return undefined;
+  }
+}
