@@ -71,7 +71,7 @@ const results: { bare: LoadResult[]; inbox: LoadResult[]; rssMiB: { bare?: numbe
   const port = await freePort();
   const base = `https://localhost:${port}`;
   const child = await startProcess(
-    [here("../bin/ifp-runtime.ts"), "agent", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--signing-key", writeKey(dir, self), "--nats", nats.url],
+    [here("../bin/ifp-runtime.ts"), "agent", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--signing-key", writeKey(dir, self), "--nats", nats.url, "--local-api-port", "0"],
     `${base}/readyz`,
     tls.ca,
   );

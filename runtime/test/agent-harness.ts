@@ -27,6 +27,8 @@ export async function runAgent(opts: {
     tlsKey: opts.tls.files.key,
     signingKey: writeKey(dir, opts.self),
     nats: { url: opts.natsUrl },
+    localApiPort: 0,
+    caFile: opts.tls.files.ca,
     logger: pino({ level: process.env.IFP_TEST_LOG ?? "silent" }),
   });
   await waitFor("agent ready", async () => (await httpsRequest(`${running.url}/readyz`, { ca: opts.tls.ca })).status === 200, 30_000);

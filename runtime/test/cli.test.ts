@@ -28,7 +28,7 @@ describe("ifp-runtime command line", () => {
     const port = await freePort();
     const child = spawn(
       process.execPath,
-      [BIN, "agent", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--signing-key", writeKey(dir, self), "--nats", nats.url],
+      [BIN, "agent", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--signing-key", writeKey(dir, self), "--nats", nats.url, "--local-api-port", "0"],
       { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
     );
     let output = "";

@@ -3,13 +3,15 @@ import { headers as natsHeaders } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
 import { isNotFound, nanos } from "../nats/streams.ts";
-import { Message, protocolProblem } from "../protocol/message.ts";
+import { Message } from "../protocol/message.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
+import type { InboundMeta } from "./inbound.ts";
 import type { AgentNames } from "./names.ts";
 import { H } from "./store.ts";
 
 export interface HandlerOptions {
-  url: string;
+  /** spec.handler.url; without one, messages are only inspected (error replies, discovery). */
+  url: string | undefined;
   timeoutMs: number;
   deadLetterAfterMs: number;
   /** Messages handed on at once by one replica. */
@@ -19,8 +21,11 @@ export interface HandlerOptions {
 }
 
 export interface HandoffHooks {
-  /** A stored message with a protocol-level problem (rule 7.2.1): answer it with an error-phase message. */
-  onProtocolProblem(message: Message, problem: string): Promise<void>;
+  /**
+   * Runs first for every accepted message (protocol problems, capability conditions, greeting
+   * discovery) and says whether the handler should get it. A throw retries the message later.
+   */
+  inspect(message: Message, meta: InboundMeta): Promise<boolean>;
   /** A message that was dead-lettered. */
   onDeadLetter?(messageId: string, reason: string): void;
 }
@@ -46,7 +51,7 @@ export class HandlerDelivery {
   constructor(nats: Nats, names: AgentNames, opts: HandlerOptions, log: Logger, metrics: RuntimeMetrics, hooks: HandoffHooks) {
     this.nats = nats;
     this.names = names;
-    this.opts = { concurrency: 4, backoffMs: { initial: 1_000, max: 300_000 }, ...opts };
+    this.opts = { concurrency: 4, backoffMs: { initial: 1_000, max: 300_000 }, ...opts } as Required<HandlerOptions>;
     this.log = log;
     this.metrics = metrics;
     this.hooks = hooks;
@@ -55,7 +60,7 @@ export class HandlerDelivery {
   async ensureConsumer(): Promise<void> {
     const config = {
       durable_name: this.names.handlerConsumer,
-      filter_subject: this.names.inbox,
+      filter_subject: this.names.inboxMessages,
       ack_policy: AckPolicy.Explicit,
       deliver_policy: DeliverPolicy.All,
       ack_wait: nanos(this.opts.timeoutMs + 30_000),
@@ -114,22 +119,30 @@ export class HandlerDelivery {
       await this.deadLetter(m, messageId, `stored message is unreadable: ${(err as Error).message}`);
       return;
     }
-    const problem = protocolProblem(message);
-    if (problem) {
-      try {
-        await this.hooks.onProtocolProblem(message, problem);
-        m.ack();
-      } catch (err) {
-        this.log.warn({ messageId, err: (err as Error).message }, "could not queue the error-phase reply");
-        m.nak(this.backoff(m.info.deliveryCount));
-      }
+    const meta = {
+      sender: m.headers?.get(H.sender) || message.headers.from.agent,
+      authLevel: Number(m.headers?.get(H.authLevel) || 0),
+    };
+    // Inspection is idempotent (its replies have ids derived from the message), so a
+    // redelivery simply runs it again.
+    let deliver: boolean;
+    try {
+      deliver = await this.hooks.inspect(message, meta);
+    } catch (err) {
+      this.log.warn({ messageId, err: (err as Error).message }, "inspecting an accepted message failed; will retry");
+      m.nak(this.backoff(m.info.deliveryCount));
+      return;
+    }
+    const url = this.opts.url;
+    if (!deliver || !url) {
+      m.ack();
       return;
     }
     const attempt = m.info.deliveryCount;
     const ended = this.metrics.handlerLatency.startTimer();
     let failure: string;
     try {
-      const res = await fetch(this.opts.url, {
+      const res = await fetch(url, {
         method: "POST",
         headers: {
           "content-type": "application/json; charset=utf-8",

@@ -1,4 +1,4 @@
-import { statSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import type { FastifyInstance } from "fastify";
 import pino, { type Logger } from "pino";
@@ -14,7 +14,16 @@ import { createRuntimeMetrics } from "../server/metrics.ts";
 import { readTls, watchTls } from "../server/tls.ts";
 import { buildAgentApp } from "./app.ts";
 import { ANNOTATIONS, Documents } from "./documents.ts";
+import { DiscoveryClient } from "../discovery/client.ts";
+import { isNotFound } from "../nats/streams.ts";
+import { HttpClient } from "../net/http-client.ts";
+import { Message } from "../protocol/message.ts";
+import { DeliveryStates } from "./delivery-state.ts";
 import { HandlerDelivery } from "./handoff.ts";
+import { inspect, PeerCapabilityCache } from "./inbound.ts";
+import { buildLocalApi } from "./local-api.ts";
+import { EventRecorder, Notifier } from "./notify.ts";
+import { OutboundDelivery } from "./outbound.ts";
 import { agentNames } from "./names.ts";
 import { OutboxStore } from "./outbox.ts";
 import { errorReply } from "./replies.ts";
@@ -28,12 +37,20 @@ export interface AgentOptions {
   tlsKey: string;
   signingKey: string;
   nats: Omit<NatsOptions, "name">;
+  /** Extra CA certificates (PEM) trusted for outbound HTTPS to peers and relays. */
+  caFile?: string;
+  /** Kubeconfig for Kubernetes Events outside a pod. */
+  kubeconfig?: string;
+  /** Overrides spec.localApi.port (0 picks a free port). */
+  localApiPort?: number;
   logger?: Logger;
 }
 
 export interface RunningAgent {
   app: FastifyInstance;
   url: string;
+  /** The local application API (loopback, plain HTTP). */
+  localApiUrl: string;
   agent: Agent;
   nats: Nats;
   close(): Promise<void>;
@@ -73,29 +90,72 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   });
   const stopWatch = watchTls(app, tlsFiles, log);
 
-  const handoff = spec.handler
-    ? new HandlerDelivery(
-        nats,
-        names,
-        {
-          url: spec.handler.url,
-          timeoutMs: parseDuration(spec.handler.timeout),
-          deadLetterAfterMs: parseDuration(spec.handler.deadLetterAfter),
-        },
-        log,
-        metrics,
-        {
-          async onProtocolProblem(message, problem) {
-            const reply = errorReply(message, { agentId: spec.agentId, displayName: spec.displayName }, {
-              code: message.ifp !== 4 ? "unsupported_version" : "unknown_phase",
-              text: `Your message ${message.headers.message_id} was received but not processed: ${problem}.`,
-              details: { supported_ifp: [4], phases: ["greeting", "context", "probe", "recommend", "close", "error"] },
-            });
-            await outbox.enqueue(signMessage(reply, signing));
-          },
-        },
-      )
-    : undefined;
+  const http = new HttpClient({ extraCa: opts.caFile ? readFileSync(opts.caFile, "utf8") : undefined });
+  const discovery = new DiscoveryClient(http);
+  const states = new DeliveryStates(nats, names.outboxStateBucket);
+  const peerCaps = new PeerCapabilityCache(nats, names, log);
+  const notifier = new Notifier(agent, EventRecorder.create(agent, log, opts.kubeconfig), log);
+
+  const handoff = new HandlerDelivery(
+    nats,
+    names,
+    {
+      url: spec.handler?.url,
+      timeoutMs: parseDuration(spec.handler?.timeout ?? "10s"),
+      deadLetterAfterMs: parseDuration(spec.handler?.deadLetterAfter ?? "24h"),
+    },
+    log,
+    metrics,
+    {
+      async inspect(message, meta) {
+        const result = inspect(message, meta, agent);
+        if (result.capabilities) {
+          await peerCaps.put(meta.sender, {
+            agent_id: meta.sender,
+            document: result.capabilities,
+            source: "greeting",
+            message_id: message.headers.message_id,
+            learned_at: new Date().toISOString(),
+          });
+        }
+        if (result.error) {
+          const reply = errorReply(message, { agentId: spec.agentId, displayName: spec.displayName }, result.error);
+          await outbox.enqueue(signMessage(reply, signing));
+        }
+        return result.deliver;
+      },
+      onDeadLetter(messageId, reason) {
+        void notifier.handlerDeadLetter(messageId, reason);
+      },
+    },
+  );
+
+  const outbound = new OutboundDelivery({
+    nats,
+    names,
+    states,
+    http,
+    discovery,
+    log,
+    metrics,
+    options: {
+      backoffMs: spec.outbound.backoff.map(parseDuration),
+      retryForMs: parseDuration(spec.outbound.retryFor),
+      peerUrls: new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!])),
+    },
+    onGiveUp: (record, r) => notifier.undeliverable(record, r),
+  });
+
+  const received = async (messageId: string): Promise<Message | undefined> => {
+    try {
+      const m = await nats.jsm.streams.getMessage(names.inboxStream, { last_by_subj: names.inbox(messageId) });
+      return m ? Message.parse(m.json()) : undefined;
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+  };
+  const localApi = buildLocalApi({ agent, signing, documents, outbox, states, peers: peerCaps, received, logger: log });
 
   const abort = new AbortController();
   const started = (async () => {
@@ -104,6 +164,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
       try {
         await inbox.ensure();
         await outbox.ensure();
+        await states.ensure();
+        await peerCaps.ensure();
         await documents.syncUpdated(nats, names, log);
         break;
       } catch (err) {
@@ -113,7 +175,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
       }
     }
     ready = true;
-    handoff?.start();
+    handoff.start();
+    outbound.start();
     log.info({ agentId: spec.agentId, stream: names.inboxStream }, "agent ready");
   })().catch((err) => {
     if (!abort.signal.aborted) log.error({ err }, "agent start failed");
@@ -123,20 +186,25 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : opts.port;
   const url = `https://${opts.host && opts.host !== "0.0.0.0" ? opts.host : "localhost"}:${port}`;
-  log.info({ url, agentId: spec.agentId }, "agent listening");
+  await localApi.listen({ port: opts.localApiPort ?? spec.localApi.port, host: "127.0.0.1" });
+  const localAddress = localApi.server.address();
+  const localApiUrl = `http://127.0.0.1:${typeof localAddress === "object" && localAddress ? localAddress.port : spec.localApi.port}`;
+  log.info({ url, localApiUrl, agentId: spec.agentId }, "agent listening");
 
   return {
     app,
     url,
+    localApiUrl,
     agent,
     nats,
     async close() {
       abort.abort();
       stopWatch();
-      await app.close();
-      await handoff?.stop();
+      await Promise.all([app.close(), localApi.close()]);
+      await Promise.all([handoff.stop(), outbound.stop()]);
       await started;
       await nats.close();
+      await http.close();
     },
   };
 }

@@ -6,14 +6,20 @@ export function agentNames(agentId: string) {
   return {
     inboxStream: `IFP_INBOX_${t}`,
     inboxSubjects: `ifp.inbox.${t}.>`,
-    /** Accepted inbound messages. */
-    inbox: `ifp.inbox.${t}.msg`,
+    /** Accepted inbound messages, one subject per message_id so a reply can find its original. */
+    inboxMessages: `ifp.inbox.${t}.msg.>`,
+    inbox: (messageId: string) => `ifp.inbox.${t}.msg.${encodeToken(messageId)}`,
     /** Inbound messages the handler never took. */
     dead: `ifp.inbox.${t}.dead`,
     handlerConsumer: "handler",
     outboxStream: `IFP_OUTBOX_${t}`,
     outboxSubjects: `ifp.outbox.${t}.>`,
     outbox: `ifp.outbox.${t}.msg`,
+    senderConsumer: "sender",
+    /** Delivery state of outbound messages, by message_id (KV). */
+    outboxStateBucket: `ifp_outbox_${t}`,
+    /** Capability documents learned from peers' greetings (KV). */
+    peersBucket: `ifp_peers_${t}`,
     kvBucket: "ifp_agents",
     kvKey: t,
   };

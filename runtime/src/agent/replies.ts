@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { ulid } from "ulid";
 import { isoSeconds } from "../protocol/documents.ts";
 import type { Message } from "../protocol/message.ts";
@@ -5,6 +6,12 @@ import type { Message } from "../protocol/message.ts";
 /** A new message_id: "msg:" and a ULID, unique and sortable by time. */
 export function newMessageId(): string {
   return `msg:${ulid()}`;
+}
+
+/** A reply id derived from what it answers, so answering the same message twice is one message. */
+export function replyId(original: Message, code: string): string {
+  const digest = createHash("sha256").update(`${original.headers.from.agent}\n${original.headers.message_id}\n${code}`).digest("hex");
+  return `msg:reply-${digest.slice(0, 32)}`;
 }
 
 /**
@@ -21,7 +28,7 @@ export function errorReply(
   return {
     ifp: 4,
     headers: {
-      message_id: newMessageId(),
+      message_id: replyId(original, error.code),
       date: isoSeconds(now),
       from: { agent: self.agentId, ...(self.displayName ? { display: self.displayName } : {}) },
       to: [{ agent: h.from.agent }],

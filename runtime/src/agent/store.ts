@@ -61,7 +61,7 @@ export class InboxStore {
     // Scoped to the sender: nobody can pre-empt another agent's message_id.
     const dedupe = `${meta.signer ? "signed" : "unsigned"}:${meta.signer ?? fromAgent} ${messageId}`;
     try {
-      const ack = await this.nats.js.publish(this.names.inbox, JSON.stringify(raw), {
+      const ack = await this.nats.js.publish(this.names.inbox(messageId), JSON.stringify(raw), {
         msgID: dedupe,
         headers: h,
         timeout: 5_000,

@@ -8,7 +8,7 @@ const USAGE = `usage:
 
 Every flag may also be given as an environment variable: IFP_MANIFEST, IFP_PORT, IFP_HOST,
 IFP_TLS_CERT, IFP_TLS_KEY, IFP_SIGNING_KEY, IFP_NATS_URL, IFP_NATS_CREDS, IFP_NATS_USER,
-IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_LOG_LEVEL.
+IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_LOG_LEVEL.
 
   --manifest FILE     the Agent or Relay resource (YAML or JSON), as kubectl apply takes it
   --port N            HTTPS port (default 8443)
@@ -18,6 +18,9 @@ IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_LOG_LEVEL.
   --signing-key FILE  the agent's Ed25519 signing key, PKCS#8 PEM (agent mode)
   --nats URL          NATS server URL(s), comma separated
   --nats-creds FILE   NATS credentials file
+  --ca-file FILE      extra CA certificates (PEM) trusted for outbound HTTPS to peers and relays
+  --kubeconfig FILE   kubeconfig for Kubernetes Events outside a pod (in a pod: its service account)
+  --local-api-port N  overrides spec.localApi.port (agent mode; loopback only)
 `;
 
 const OPTIONS = {
@@ -32,6 +35,9 @@ const OPTIONS = {
   "nats-user": { type: "string", env: "IFP_NATS_USER" },
   "nats-password": { type: "string", env: "IFP_NATS_PASSWORD" },
   "nats-token": { type: "string", env: "IFP_NATS_TOKEN" },
+  "ca-file": { type: "string", env: "IFP_CA_FILE" },
+  kubeconfig: { type: "string", env: "IFP_KUBECONFIG" },
+  "local-api-port": { type: "string", env: "IFP_LOCAL_API_PORT" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
   help: { type: "boolean", short: "h" },
 } as const;
@@ -66,7 +72,7 @@ function required(flags: Flags, name: keyof Flags): string {
 function port(flags: Flags): number {
   const text = flags.port ?? "8443";
   const n = Number(text);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`--port must be a port number, not ${text}`);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`a port must be a number from 0 to 65535, not ${text}`);
   return n;
 }
 
@@ -104,7 +110,13 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
     };
     let running: { close(): Promise<void> };
     if (mode === "agent") {
-      running = await startAgent({ ...common, signingKey: required(flags, "signing-key") });
+      running = await startAgent({
+        ...common,
+        signingKey: required(flags, "signing-key"),
+        caFile: flags["ca-file"],
+        kubeconfig: flags.kubeconfig,
+        localApiPort: flags["local-api-port"] === undefined ? undefined : port({ port: flags["local-api-port"] }),
+      });
     } else if (mode === "relay") {
       const { startRelay } = await import("../relay/main.ts");
       running = await startRelay(common);

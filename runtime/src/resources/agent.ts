@@ -34,6 +34,10 @@ export const AgentSpec = z.object({
     .array(
       KnownAgent.extend({
         url: z.url({ protocol: /^https$/ }).optional().describe("The peer's https base URL, when known"),
+        temperature: z
+          .enum(["cool", "warm", "hot"])
+          .default("cool")
+          .describe("Temperature of the relationship, checked against capability conditions"),
       }),
     )
     .default([]),
@@ -65,6 +69,10 @@ export const AgentSpec = z.object({
       deadLetterAfter: Duration.default("24h").describe("Give up and dead-letter a message after retrying this long"),
     })
     .optional(),
+  disclosureTiers: z
+    .array(z.string().min(1))
+    .default(["public", "professional", "personal", "private"])
+    .describe("Disclosure tiers from least to most open, to compare against min_disclosure"),
   localApi: z
     .object({
       port: z.number().int().min(1).max(65535).default(8081).describe(
@@ -75,6 +83,11 @@ export const AgentSpec = z.object({
   outbound: z
     .object({
       retryFor: Duration.default("24h").describe("Stop retrying an undeliverable message after this long"),
+      backoff: z
+        .array(Duration)
+        .min(1)
+        .default(["1m", "5m", "30m", "1h"])
+        .describe("Pauses between delivery attempts after a network error or 5xx; the last one repeats (IFP-6 section 7)"),
     })
     .prefault({}),
   notify: z

@@ -1,0 +1,109 @@
+import { ulid } from "ulid";
+import { z } from "zod";
+import { isoSeconds, type CapabilityDocument } from "../protocol/documents.ts";
+import { badRequest } from "../protocol/errors.ts";
+import { BodyPart, Message, MessageHeaders, describeIssues } from "../protocol/message.ts";
+import { newMessageId } from "./replies.ts";
+
+const Recipients = z.union([
+  z.string().min(1),
+  z.array(z.string().min(1)).min(1),
+  z.array(z.looseObject({ agent: z.string().min(1) })).min(1),
+]);
+
+/**
+ * What an application POSTs to /outbox: either a whole unsigned IFP-4 message (headers it
+ * leaves out are filled in), or the short form below.
+ */
+export const OutboxRequest = z.object({
+  to: Recipients.optional().describe("Recipient agent id(s); defaults to the sender of in_reply_to"),
+  phase: z.string().min(1).default("context"),
+  text: z.string().optional(),
+  body: z.looseObject({ text: z.string().optional(), parts: z.array(BodyPart).optional() }).optional(),
+  in_reply_to: z.string().min(1).optional().describe("message_id of a received message this answers"),
+  conversation_id: z.string().min(1).optional(),
+  sequence: z.number().int().min(0).optional(),
+  subject: z.string().optional(),
+  ttl_seconds: z.number().int().positive().optional(),
+  priority: z.enum(["low", "normal", "urgent"]).optional(),
+  disclosure: z.string().optional(),
+  capabilities: z.looseObject({ request: z.array(z.string()).optional(), offer: z.array(z.string()).optional() }).optional(),
+  extensions: z.record(z.string(), z.unknown()).optional(),
+  content_type: z.string().optional(),
+});
+export type OutboxRequest = z.input<typeof OutboxRequest>;
+
+export interface ComposeContext {
+  agentId: string;
+  displayName?: string;
+  /** The received message named by in_reply_to, when there is one. */
+  original?: Message;
+  /** The capability document, added to greetings as a body part (message-phase discovery). */
+  capabilities?: CapabilityDocument;
+  now?: Date;
+}
+
+/** Build the unsigned outbound message an application asked for; throws 400 on bad input. */
+export function composeMessage(input: unknown, ctx: ComposeContext): Message {
+  const now = ctx.now ?? new Date();
+  const from = { agent: ctx.agentId, ...(ctx.displayName ? { display: ctx.displayName } : {}) };
+  let message: Message;
+  if (input && typeof input === "object" && "headers" in input) {
+    // A whole message: fill what is missing, never override what the application set.
+    const given = input as { headers?: Record<string, unknown> } & Record<string, unknown>;
+    const headers = {
+      message_id: newMessageId(),
+      date: isoSeconds(now),
+      conversation_id: `conv:${ulid()}`,
+      sequence: 1,
+      content_type: "text/markdown; charset=utf-8",
+      ...given.headers,
+      from,
+    };
+    const parsed = Message.safeParse({ ifp: 4, body: {}, ...given, headers });
+    if (!parsed.success) throw badRequest(`the message is not valid IFP-4: ${describeIssues(parsed.error)}`);
+    message = parsed.data;
+  } else {
+    const parsed = OutboxRequest.safeParse(input);
+    if (!parsed.success) throw badRequest(`invalid outbox request: ${describeIssues(parsed.error)}`);
+    const r = parsed.data;
+    const original = ctx.original;
+    if (r.in_reply_to && !original) throw badRequest(`no received message has message_id ${r.in_reply_to}`);
+    const to = r.to ?? original?.headers.from.agent;
+    if (!to) throw badRequest("`to` is required unless the message answers one (in_reply_to)");
+    const recipients = (typeof to === "string" ? [to] : to).map((t) => (typeof t === "string" ? { agent: t } : t));
+    const headers: Record<string, unknown> = {
+      message_id: newMessageId(),
+      date: isoSeconds(now),
+      from,
+      to: recipients,
+      conversation_id: original?.headers.conversation_id ?? r.conversation_id ?? `conv:${ulid()}`,
+      sequence: r.sequence ?? (original ? original.headers.sequence + 1 : 1),
+      phase: r.phase,
+      content_type: r.content_type ?? "text/markdown; charset=utf-8",
+    };
+    if (original) {
+      headers.thread = {
+        in_reply_to: original.headers.message_id,
+        references: [...(original.headers.thread?.references ?? []), original.headers.message_id],
+      };
+    }
+    for (const k of ["subject", "ttl_seconds", "priority", "disclosure", "capabilities", "extensions"] as const) {
+      if (r[k] !== undefined) headers[k] = r[k];
+    }
+    const body = { ...(r.body ?? {}), ...(r.text !== undefined ? { text: r.text } : {}) };
+    message = { ifp: 4, headers: MessageHeaders.parse(headers), body };
+  }
+  return withCapabilitiesPart(message, ctx.capabilities);
+}
+
+/** A greeting carries the capability document as a body part named "capabilities" (spec 2.5). */
+export function withCapabilitiesPart(message: Message, doc: CapabilityDocument | undefined): Message {
+  if (!doc || message.headers.phase !== "greeting") return message;
+  const parts = message.body.parts ?? [];
+  if (parts.some((p) => p.name === "capabilities")) return message;
+  return {
+    ...message,
+    body: { ...message.body, parts: [...parts, { content_type: "application/json", name: "capabilities", content: doc }] },
+  };
+}

@@ -1,0 +1,325 @@
+import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
+import type { Logger } from "pino";
+import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
+import type { Nats } from "../nats/connection.ts";
+import { isNotFound, nanos } from "../nats/streams.ts";
+import { retryAfterSeconds, type HttpClient } from "../net/http-client.ts";
+import { Message } from "../protocol/message.ts";
+import type { RuntimeMetrics } from "../server/metrics.ts";
+import { isPending, type DeliveryRecord, type DeliveryStates, type RecipientState } from "./delivery-state.ts";
+import type { AgentNames } from "./names.ts";
+
+/** How one attempt to one recipient ended. */
+export type Outcome =
+  | { kind: "delivered"; via: string; status: number }
+  | { kind: "retry"; via?: string; status?: number; error: string; afterMs?: number; decision?: string }
+  | { kind: "failed"; via?: string; status?: number; error: string };
+
+/** Where a recipient's messages go. */
+export type Route = { kind: "https"; inbox: string } | { kind: "relay"; relays: string[] };
+
+/** Publishes a message through a relay (relay fallback); provided when the runtime has a relay client. */
+export interface RelayPublisher {
+  publish(relayUrl: string, message: Message): Promise<Outcome>;
+}
+
+export interface OutboundOptions {
+  /** Pauses between attempts; the last repeats (IFP-6: 1m, 5m, 30m, then hourly). */
+  backoffMs: number[];
+  /** Give up this long after the message was queued (24h). */
+  retryForMs: number;
+  /** Base URLs of peers known from the Agent spec. */
+  peerUrls: Map<string, string>;
+  concurrency?: number;
+}
+
+/** Classify an inbox answer (spec 7.2 rule 3, with 408/429 read as "later"). */
+export function classify(status: number, retryAfter: string | null, via: string, body: string): Outcome {
+  if (status >= 200 && status < 300) return { kind: "delivered", via, status };
+  const detail = errorDetail(body);
+  if (status === 429 || status === 408) {
+    const s = retryAfterSeconds(retryAfter);
+    return {
+      kind: "retry",
+      via,
+      status,
+      error: `${status}${detail}`,
+      afterMs: s !== undefined ? Math.max(1, s) * 1000 : undefined,
+      decision: `${status} is not final: retry ${s !== undefined ? `after Retry-After ${s} s` : "on the backoff schedule (no Retry-After)"}`,
+    };
+  }
+  if (status >= 400 && status < 500) return { kind: "failed", via, status, error: `${status}${detail}; a 4xx is never retried` };
+  return { kind: "retry", via, status, error: `${status}${detail}` };
+}
+
+function errorDetail(body: string): string {
+  try {
+    const e = JSON.parse(body) as { code?: string; message?: string };
+    if (e.code || e.message) return ` ${e.code ?? ""}: ${e.message ?? ""}`.trimEnd();
+  } catch {
+    // not JSON
+  }
+  return "";
+}
+
+/** The pause before attempt n+1 after n failed attempts, with ±10% jitter. */
+export function backoffDelay(schedule: number[], attempts: number, random = Math.random): number {
+  const base = schedule[Math.min(Math.max(attempts, 1), schedule.length) - 1]!;
+  return Math.round(base * (0.9 + random() * 0.2));
+}
+
+/**
+ * Delivers queued outbound messages: a durable consumer on the outbox work queue shared by
+ * the replicas. Each recipient is tried directly (its inbox over HTTPS, with Idempotency-Key)
+ * or through a relay; network errors and 5xx are retried on the schedule until `retryFor`,
+ * 408/429 after their Retry-After, and any other 4xx is final. Progress is kept in the
+ * delivery records, so a restart resumes where it stopped; the recipient's idempotency
+ * absorbs the rare repeat.
+ */
+export class OutboundDelivery {
+  private stopped = false;
+  private loop: Promise<void> | undefined;
+  private active: { stop(): void } | undefined;
+  private readonly inFlight = new Set<Promise<void>>();
+  private readonly nats: Nats;
+  private readonly names: AgentNames;
+  private readonly states: DeliveryStates;
+  private readonly http: HttpClient;
+  private readonly discovery: DiscoveryClient;
+  private readonly opts: OutboundOptions;
+  private readonly log: Logger;
+  private readonly metrics: RuntimeMetrics;
+  private readonly onGiveUp: (record: DeliveryRecord, r: RecipientState) => Promise<void>;
+  relay: RelayPublisher | undefined;
+
+  constructor(deps: {
+    nats: Nats;
+    names: AgentNames;
+    states: DeliveryStates;
+    http: HttpClient;
+    discovery: DiscoveryClient;
+    options: OutboundOptions;
+    log: Logger;
+    metrics: RuntimeMetrics;
+    onGiveUp: (record: DeliveryRecord, r: RecipientState) => Promise<void>;
+    relay?: RelayPublisher;
+  }) {
+    this.nats = deps.nats;
+    this.names = deps.names;
+    this.states = deps.states;
+    this.http = deps.http;
+    this.discovery = deps.discovery;
+    this.opts = deps.options;
+    this.log = deps.log;
+    this.metrics = deps.metrics;
+    this.onGiveUp = deps.onGiveUp;
+    this.relay = deps.relay;
+  }
+
+  private async ensureConsumer(): Promise<void> {
+    try {
+      await this.nats.jsm.consumers.info(this.names.outboxStream, this.names.senderConsumer);
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      await this.nats.jsm.consumers.add(this.names.outboxStream, {
+        durable_name: this.names.senderConsumer,
+        filter_subject: this.names.outbox,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        ack_wait: nanos(5 * 60_000),
+        max_deliver: -1,
+        max_ack_pending: 10_000,
+      });
+    }
+  }
+
+  start(): void {
+    this.loop ??= this.run();
+  }
+
+  private async run(): Promise<void> {
+    let delay = 500;
+    const concurrency = this.opts.concurrency ?? 8;
+    while (!this.stopped) {
+      try {
+        await this.ensureConsumer();
+        const consumer = await this.nats.js.consumers.get(this.names.outboxStream, this.names.senderConsumer);
+        const messages = await consumer.consume({ max_messages: concurrency * 2 });
+        this.active = messages;
+        delay = 500;
+        for await (const m of messages) {
+          while (this.inFlight.size >= concurrency) await Promise.race(this.inFlight);
+          const p = this.handle(m)
+            .catch((err) => {
+              this.log.warn({ err: (err as Error).message }, "outbound delivery step failed; will retry");
+              m.nak(5_000);
+            })
+            .finally(() => this.inFlight.delete(p));
+          this.inFlight.add(p);
+          if (this.stopped) break;
+        }
+      } catch (err) {
+        if (this.stopped) break;
+        this.log.warn({ err: (err as Error).message, retryInMs: delay }, "outbound delivery interrupted");
+      }
+      if (this.stopped) break;
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 10_000);
+    }
+    await Promise.allSettled([...this.inFlight]);
+  }
+
+  private async handle(m: JsMsg): Promise<void> {
+    const message = Message.parse(m.json());
+    const id = message.headers.message_id;
+    const queuedAt = new Date(Number(m.info.timestampNanos) / 1e6);
+    const record: DeliveryRecord = (await this.states.get(id)) ?? {
+      message_id: id,
+      state: "queued",
+      queued_at: queuedAt.toISOString(),
+      updated_at: queuedAt.toISOString(),
+      recipients: message.headers.to.map((t) => ({ agent: t.agent, state: "queued", attempts: 0 })),
+    };
+    const deadline = Date.parse(record.queued_at) + this.opts.retryForMs;
+    const expiresAt = message.headers.ttl_seconds ? Date.parse(message.headers.date) + message.headers.ttl_seconds * 1000 : Infinity;
+    const gaveUp: RecipientState[] = [];
+    let nextDelay = Infinity;
+    for (const r of record.recipients) {
+      if (!isPending(r)) continue;
+      if (r.next_attempt_at && Date.parse(r.next_attempt_at) > Date.now() + 1000) {
+        // Woken early (another recipient's schedule): keep this one's own.
+        nextDelay = Math.min(nextDelay, Date.parse(r.next_attempt_at) - Date.now());
+        continue;
+      }
+      const outcome = await this.attempt(message, r.agent);
+      r.attempts++;
+      r.via = outcome.via ?? r.via;
+      r.last_status = "status" in outcome ? outcome.status : undefined;
+      this.metrics.outbound.inc({ result: outcome.kind });
+      if (outcome.kind === "delivered") {
+        r.state = "delivered";
+        r.delivered_at = new Date().toISOString();
+        r.last_error = undefined;
+        r.next_attempt_at = undefined;
+        continue;
+      }
+      r.last_error = outcome.error;
+      if (outcome.kind === "failed") {
+        r.state = "failed";
+        r.next_attempt_at = undefined;
+        r.decision = "not retried";
+        gaveUp.push(r);
+        continue;
+      }
+      const now = Date.now();
+      if (now >= deadline || now >= expiresAt) {
+        r.state = "undeliverable";
+        r.next_attempt_at = undefined;
+        r.decision = now >= expiresAt ? "the message's ttl_seconds passed" : `still failing after the ${Math.round(this.opts.retryForMs / 1000)} s retry window`;
+        r.last_error = `${outcome.error}; ${r.decision}`;
+        gaveUp.push(r);
+        continue;
+      }
+      let wait = outcome.afterMs ?? backoffDelay(this.opts.backoffMs, r.attempts);
+      // The last attempt happens at the end of the window, not after it.
+      wait = Math.max(0, Math.min(wait, deadline - now, expiresAt - now));
+      r.state = "retrying";
+      r.decision = outcome.decision ?? `retry in ${Math.round(wait / 1000)} s (attempt ${r.attempts} failed)`;
+      r.next_attempt_at = new Date(now + wait).toISOString();
+      nextDelay = Math.min(nextDelay, wait);
+      this.log.warn({ messageId: id, to: r.agent, attempt: r.attempts, retryInMs: wait }, outcome.error);
+    }
+    record.updated_at = new Date().toISOString();
+    await this.states.put(record);
+    for (const r of gaveUp) {
+      this.metrics.outbound.inc({ result: r.state === "failed" ? "refused" : "undeliverable" });
+      await this.onGiveUp(record, r).catch((err) => this.log.warn({ err: (err as Error).message }, "notification failed"));
+    }
+    if (nextDelay === Infinity) m.ack();
+    else m.nak(Math.max(1, Math.round(nextDelay)));
+  }
+
+  /** One delivery attempt to one recipient, direct first and through a relay when that is the way. */
+  async attempt(message: Message, agent: string): Promise<Outcome> {
+    let route: Route;
+    try {
+      route = await this.route(agent);
+    } catch (err) {
+      return err instanceof NoRoute
+        ? { kind: "failed", error: err.message }
+        : { kind: "retry", error: `discovery failed: ${(err as Error).message}` };
+    }
+    if (route.kind === "relay") return this.viaRelay(route.relays, message);
+    const via = `https:${route.inbox}`;
+    let res;
+    try {
+      res = await this.http.request(route.inbox, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json; charset=utf-8",
+          accept: "application/json",
+          "idempotency-key": message.headers.message_id,
+        },
+        body: JSON.stringify(message),
+      });
+    } catch (err) {
+      const error = `network error: ${(err as Error).cause instanceof Error ? ((err as Error).cause as Error).message : (err as Error).message}`;
+      const relays = await this.relaysOf(agent);
+      if (relays.length && this.relay) {
+        const viaRelay = await this.viaRelay(relays, message);
+        if (viaRelay.kind === "delivered") return viaRelay;
+      }
+      return { kind: "retry", via, error };
+    }
+    return classify(res.status, res.headers.get("retry-after"), via, res.text);
+  }
+
+  private async viaRelay(relays: string[], message: Message): Promise<Outcome> {
+    if (!this.relay) return { kind: "retry", error: "the recipient is reachable only through a relay, and no relay client is configured" };
+    let last: Outcome = { kind: "retry", error: "no relay accepted the message" };
+    for (const url of relays) {
+      last = await this.relay.publish(url, message);
+      if (last.kind !== "retry") return last;
+    }
+    return last;
+  }
+
+  private async route(agent: string): Promise<Route> {
+    const known = this.opts.peerUrls.get(agent);
+    const base = known ?? (isHttpsUrl(agent) ? agent : undefined);
+    if (!base) {
+      throw new NoRoute(`no route to ${agent}: it is not an https URL and spec.peers[] gives it no url`);
+    }
+    try {
+      const identity = await this.discovery.identity(base);
+      if (identity.endpoints?.inbox) return { kind: "https", inbox: identity.endpoints.inbox };
+      if (identity.relay?.urls.length) return { kind: "relay", relays: identity.relay.urls };
+    } catch (err) {
+      if (!(err instanceof DiscoveryError) || !known) throw err;
+      // A configured base URL still gives the well-known inbox when the identity is unavailable.
+    }
+    return { kind: "https", inbox: `${DiscoveryClient.wellKnownBase(base)}/inbox` };
+  }
+
+  private async relaysOf(agent: string): Promise<string[]> {
+    const base = this.opts.peerUrls.get(agent) ?? (isHttpsUrl(agent) ? agent : undefined);
+    if (!base) return [];
+    try {
+      return (await this.discovery.identity(base)).relay?.urls ?? [];
+    } catch {
+      return [];
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.active?.stop();
+    await this.loop;
+  }
+}
+
+class NoRoute extends Error {}
+
+function isHttpsUrl(s: string): boolean {
+  return /^https:\/\//.test(s);
+}

@@ -1,0 +1,63 @@
+import { rootCertificates } from "node:tls";
+import { Agent, fetch, type Dispatcher } from "undici";
+
+export interface HttpClientOptions {
+  /** Extra PEM CA certificates trusted besides the system's (self-signed peers both humans agreed on). */
+  extraCa?: string;
+  /** Per-request timeout. */
+  timeoutMs?: number;
+  userAgent?: string;
+}
+
+export interface HttpResult {
+  status: number;
+  headers: Headers;
+  text: string;
+}
+
+/**
+ * Outbound HTTPS for the runtime: one connection pool, the system trust store plus optional
+ * extra CAs, a timeout per request, and no following of redirects (an inbox that redirects is
+ * a misconfiguration to report, not to chase).
+ */
+export class HttpClient {
+  private readonly dispatcher: Dispatcher;
+  private readonly timeoutMs: number;
+  private readonly userAgent: string;
+
+  constructor(opts: HttpClientOptions = {}) {
+    this.dispatcher = new Agent({
+      connect: { ca: opts.extraCa ? [...rootCertificates, opts.extraCa] : undefined, minVersion: "TLSv1.2" },
+      keepAliveTimeout: 10_000,
+    });
+    this.timeoutMs = opts.timeoutMs ?? 15_000;
+    this.userAgent = opts.userAgent ?? "ifp-runtime";
+  }
+
+  async request(
+    url: string,
+    init: { method?: string; headers?: Record<string, string>; body?: string | Uint8Array; timeoutMs?: number } = {},
+  ): Promise<HttpResult> {
+    const res = await fetch(url, {
+      method: init.method ?? "GET",
+      headers: { "user-agent": this.userAgent, ...init.headers },
+      body: init.body,
+      redirect: "manual",
+      dispatcher: this.dispatcher,
+      signal: AbortSignal.timeout(init.timeoutMs ?? this.timeoutMs),
+    });
+    return { status: res.status, headers: res.headers as unknown as Headers, text: await res.text() };
+  }
+
+  async close(): Promise<void> {
+    await this.dispatcher.close();
+  }
+}
+
+/** Seconds from a Retry-After header (delta-seconds or HTTP date), or undefined. */
+export function retryAfterSeconds(value: string | null | undefined, now = Date.now()): number | undefined {
+  if (!value) return undefined;
+  if (/^\d+$/.test(value.trim())) return Number(value.trim());
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - now) / 1000));
+}
