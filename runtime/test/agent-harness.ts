@@ -16,12 +16,13 @@ export async function runAgent(opts: {
   natsUrl: string;
   tls: Tls;
   dir?: string;
+  port?: number;
 }): Promise<RunningAgent & { post(body: unknown, headers?: Record<string, string>): Promise<HttpsResponse>; get(path: string, headers?: Record<string, string>): Promise<HttpsResponse> }> {
   const dir = opts.dir ?? tempDir();
   const manifest = writeAgentManifest(dir, { agentId: opts.self.agentId, ...opts.spec });
   const running = await startAgent({
     manifest,
-    port: 0,
+    port: opts.port ?? 0,
     host: "127.0.0.1",
     tlsCert: opts.tls.files.cert,
     tlsKey: opts.tls.files.key,

@@ -8,7 +8,7 @@ export interface RecipientState {
   agent: string;
   state: RecipientStatus;
   attempts: number;
-  /** "https:<inbox url>" or "relay:<relay url>" of the last attempt. */
+  /** The inbox URL, or "relay:<relay url>", of the last attempt. */
   via?: string;
   last_status?: number;
   last_error?: string;

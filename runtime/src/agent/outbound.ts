@@ -250,7 +250,7 @@ export class OutboundDelivery {
         : { kind: "retry", error: `discovery failed: ${(err as Error).message}` };
     }
     if (route.kind === "relay") return this.viaRelay(route.relays, message);
-    const via = `https:${route.inbox}`;
+    const via = route.inbox;
     let res;
     try {
       res = await this.http.request(route.inbox, {
