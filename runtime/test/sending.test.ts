@@ -7,6 +7,7 @@ import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { identity, peerOf, tempDir } from "./fixtures.ts";
 import { runAgent, startHandler, type Tls } from "./agent-harness.ts";
 import type { AgentSpecInput } from "../src/resources/agent.ts";
+import { LocalApiClient, LocalApiError, type OutboxRequest } from "../src/client/local.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -17,14 +18,23 @@ afterAll(async () => {
   await nats?.close();
 });
 
-async function send(localApiUrl: string, body: unknown) {
-  const res = await fetch(`${localApiUrl}/outbox`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-  return { status: res.status, body: (await res.json()) as any };
+/** Through the typed client the package ships, as an application would. */
+async function send(localApiUrl: string, body: unknown): Promise<{ status: number; body: any }> {
+  try {
+    return { status: 202, body: await new LocalApiClient(localApiUrl).send(body as OutboxRequest) };
+  } catch (err) {
+    if (!(err instanceof LocalApiError)) throw err;
+    return { status: err.status, body: { code: err.code, message: err.message } };
+  }
 }
 
-async function record(localApiUrl: string, id: string) {
-  const res = await fetch(`${localApiUrl}/outbox/${encodeURIComponent(id)}`);
-  return res.status === 200 ? ((await res.json()) as any) : undefined;
+async function record(localApiUrl: string, id: string): Promise<any> {
+  try {
+    return await new LocalApiClient(localApiUrl).status(id);
+  } catch (err) {
+    if (err instanceof LocalApiError && err.status === 404) return undefined;
+    throw err;
+  }
 }
 
 function untilState(localApiUrl: string, id: string, state: string, timeoutMs = 30_000) {
@@ -133,10 +143,7 @@ describe("two agents talking over HTTPS", () => {
     expect(got.headers).toMatchObject({ from: { agent: "alice-agent" }, to: [{ agent: "bob-agent" }], phase: "greeting", sequence: 1 });
     expect(got.body.parts).toEqual([{ content_type: "application/json", name: "capabilities", content: expect.objectContaining({ ifp: 7, agent_id: "alice-agent" }) }]);
     expect(got.security.signatures[0].key_id).toBe("alice-agent#key-1");
-    const learned = await waitFor("bob to cache alice's capabilities", async () => {
-      const r = await fetch(`${b.localApiUrl}/peers/alice-agent/capabilities`);
-      return r.status === 200 ? ((await r.json()) as any) : undefined;
-    });
+    const learned = await waitFor("bob to cache alice's capabilities", () => new LocalApiClient(b.localApiUrl).peerCapabilities("alice-agent"));
     expect(learned).toMatchObject({ source: "greeting", message_id: id, document: { capabilities: [{ name: "gossip.exchange" }] } });
   });
 
@@ -202,8 +209,8 @@ describe("delivery failures", () => {
       expect(failed.recipients[0]).toMatchObject({ attempts: 1, last_status: 400, last_error: expect.stringMatching(/never retried/) });
       await new Promise((r) => setTimeout(r, 1500));
       expect(peer.requests).toHaveLength(1);
-      const dead = (await (await fetch(`${sender.localApiUrl}/dead-letters`)).json()) as any;
-      expect(dead.dead_letters.map((d: any) => d.message_id)).toContain(sent.body.message_id);
+      const dead = await new LocalApiClient(sender.localApiUrl).deadLetters();
+      expect(dead.map((d) => d.message_id)).toContain(sent.body.message_id);
       await waitFor("the notification", () => sink.got.some((n) => n.message_id === sent.body.message_id));
       expect(sink.got.find((n) => n.message_id === sent.body.message_id)).toMatchObject({ event: "failed", recipient: "strict", agent_id: "sender-400" });
     } finally {

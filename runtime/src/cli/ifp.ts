@@ -1,0 +1,170 @@
+import { readFile, writeFile } from "node:fs/promises";
+import { parseArgs } from "node:util";
+import { composeMessage } from "../agent/compose.ts";
+import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
+import { HttpClient } from "../net/http-client.ts";
+import { generateSigningKey, privateKeyFromPem } from "../protocol/keys.ts";
+import { signMessage } from "../protocol/signing.ts";
+
+const USAGE = `usage: ifp <command> [options]
+
+  ifp discover URL [--ca-file F] [--json]
+      fetch, validate and show a peer's identity and capability documents
+  ifp send --from-key FILE --from AGENT_ID --to URL --text "…" [--phase P] [--key-id K] [--ca-file F]
+      sign one message with your key and POST it to the peer's inbox
+  ifp keygen --out FILE
+      write a new Ed25519 signing key (PKCS#8 PEM) and print its public half
+  ifp relay pull|tail RELAY_URL --key FILE --from AGENT_ID [--ca-file F]
+      read your mailbox on a relay (pull lists waiting messages, tail follows new ones)
+
+--ca-file trusts extra CA certificates (self-signed peers both humans agreed on).
+IFP_AGENT_ID may stand in for --from.
+`;
+
+class UsageError extends Error {}
+
+const say = (line: string) => process.stderr.write(`${line}\n`);
+
+export async function main(argv = process.argv.slice(2)): Promise<number> {
+  const [command, ...rest] = argv;
+  try {
+    switch (command) {
+      case "discover":
+        return await discover(rest);
+      case "send":
+        return await send(rest);
+      case "keygen":
+        return await keygen(rest);
+      case "relay": {
+        const { relayCommand } = await import("./relay-commands.ts");
+        return await relayCommand(rest);
+      }
+      case undefined:
+      case "help":
+      case "--help":
+      case "-h":
+        process.stdout.write(USAGE);
+        return command ? 0 : 2;
+      default:
+        throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+    }
+  } catch (err) {
+    if (err instanceof UsageError || (err as { code?: string }).code?.startsWith("ERR_PARSE_ARGS")) {
+      say(`ifp: ${(err as Error).message}\n\n${USAGE}`);
+      return 2;
+    }
+    say(`ifp: ${(err as Error).message}`);
+    return 1;
+  }
+}
+
+async function httpFor(caFile: string | undefined): Promise<HttpClient> {
+  return new HttpClient({ extraCa: caFile ? await readFile(caFile, "utf8") : undefined, userAgent: "ifp-cli" });
+}
+
+async function discover(args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { "ca-file": { type: "string" }, json: { type: "boolean" } } });
+  const url = positionals[0];
+  if (!url) throw new UsageError("discover needs the peer's https URL");
+  const http = await httpFor(values["ca-file"]);
+  try {
+    const client = new DiscoveryClient(http);
+    say(`discovering ${DiscoveryClient.wellKnownBase(url)} …`);
+    const [identity, capabilities] = await Promise.allSettled([client.identity(url), client.capabilities(url)]);
+    if (identity.status === "rejected" && capabilities.status === "rejected") throw identity.reason;
+    const out = {
+      identity: identity.status === "fulfilled" ? identity.value : { error: (identity.reason as Error).message },
+      capabilities: capabilities.status === "fulfilled" ? capabilities.value : { error: (capabilities.reason as Error).message },
+    };
+    if (values.json) {
+      process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
+    } else {
+      if (identity.status === "fulfilled") {
+        const d = identity.value;
+        process.stdout.write(`agent     ${d.agent_id}${d.display ? ` (${d.display})` : ""}\n`);
+        for (const k of d.keys) process.stdout.write(`key       ${k.key_id} ${k.type} ${k.status} ${k.public_key}\n`);
+        if (d.endpoints?.inbox) process.stdout.write(`inbox     ${d.endpoints.inbox}\n`);
+        if (d.relay?.urls.length) process.stdout.write(`relays    ${d.relay.urls.join(", ")} (${d.relay.preference ?? "any"})\n`);
+      } else {
+        process.stdout.write(`identity  unavailable: ${(identity.reason as Error).message}\n`);
+      }
+      if (capabilities.status === "fulfilled") {
+        const c = capabilities.value;
+        process.stdout.write(`supports  IFP ${(c.ifp_support ?? []).join(", ")}; updated ${c.updated ?? "?"}\n`);
+        for (const cap of c.capabilities) {
+          const cond = cap.conditions ? ` [${Object.entries(cap.conditions).map(([k, v]) => `${k}=${v}`).join(", ")}]` : "";
+          process.stdout.write(`  ${cap.name} v${cap.version} — ${cap.description}${cond}\n`);
+        }
+      } else {
+        process.stdout.write(`capabilities unavailable: ${(capabilities.reason as Error).message}\n`);
+      }
+    }
+    return identity.status === "fulfilled" && capabilities.status === "fulfilled" ? 0 : 1;
+  } finally {
+    await http.close();
+  }
+}
+
+async function send(args: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      "from-key": { type: "string" },
+      from: { type: "string" },
+      "key-id": { type: "string", default: "key-1" },
+      to: { type: "string" },
+      text: { type: "string" },
+      phase: { type: "string", default: "context" },
+      "ca-file": { type: "string" },
+    },
+  });
+  const keyFile = values["from-key"];
+  const from = values.from ?? process.env.IFP_AGENT_ID;
+  if (!keyFile) throw new UsageError("send needs --from-key FILE (your Ed25519 key, PKCS#8 PEM)");
+  if (!from) throw new UsageError("send needs --from AGENT_ID (or IFP_AGENT_ID)");
+  if (!values.to) throw new UsageError("send needs --to URL (the peer's https base URL)");
+  if (values.text === undefined) throw new UsageError('send needs --text "…"');
+  const privateKey = privateKeyFromPem(await readFile(keyFile));
+  const http = await httpFor(values["ca-file"]);
+  try {
+    const discovery = new DiscoveryClient(http);
+    say(`discovering ${values.to} …`);
+    let to: string;
+    let inbox: string;
+    try {
+      const identity = await discovery.identity(values.to);
+      to = identity.agent_id;
+      inbox = identity.endpoints?.inbox ?? `${DiscoveryClient.wellKnownBase(values.to)}/inbox`;
+    } catch (err) {
+      if (!(err instanceof DiscoveryError)) throw err;
+      throw new Error(`cannot learn who answers at ${values.to}: ${err.message}`);
+    }
+    const message = signMessage(composeMessage({ to, phase: values.phase, text: values.text }, { agentId: from }), {
+      agentId: from,
+      keyId: values["key-id"]!,
+      privateKey,
+    });
+    say(`sending ${message.headers.message_id} to ${to} at ${inbox} …`);
+    const res = await http.request(inbox, {
+      method: "POST",
+      headers: { "content-type": "application/json; charset=utf-8", accept: "application/json", "idempotency-key": message.headers.message_id },
+      body: JSON.stringify(message),
+    });
+    process.stdout.write(`${res.status} ${res.text}\n`);
+    return res.status === 202 ? 0 : 1;
+  } finally {
+    await http.close();
+  }
+}
+
+async function keygen(args: string[]): Promise<number> {
+  const { values } = parseArgs({ args, options: { out: { type: "string" } } });
+  if (!values.out) throw new UsageError("keygen needs --out FILE");
+  const { privateKeyPem, publicKey } = generateSigningKey();
+  await writeFile(values.out, privateKeyPem, { mode: 0o600, flag: "wx" }).catch((err: NodeJS.ErrnoException) => {
+    throw new Error(err.code === "EEXIST" ? `${values.out} exists; it is never overwritten` : err.message);
+  });
+  process.stdout.write(`${publicKey}\n`);
+  say(`wrote ${values.out}; the line above is its public key (spec.peers[].keys[].publicKey)`);
+  return 0;
+}
