@@ -1,0 +1,34 @@
+import { readdirSync, readFileSync } from "node:fs";
+import { describe, expect, it } from "vitest";
+import { parseAllDocuments } from "yaml";
+import { privateKeyFromPem, rawPublicKey } from "../runtime/src/protocol/keys.ts";
+import { Agent } from "../runtime/src/resources/agent.ts";
+import { Relay } from "../runtime/src/resources/relay.ts";
+
+const dir = new URL("../examples/", import.meta.url);
+const docs = readdirSync(dir)
+  .filter((f) => f.endsWith(".yaml"))
+  .flatMap((f) => parseAllDocuments(readFileSync(new URL(f, dir), "utf8")).map((d) => ({ file: f, doc: d.toJSON() })))
+  .filter((d) => d.doc);
+
+describe("examples/", () => {
+  it("are valid resources", () => {
+    const kinds = docs.map((d) => d.doc.kind);
+    expect(kinds).toEqual(expect.arrayContaining(["Agent", "Agent", "Relay", "Secret"]));
+    for (const { file, doc } of docs) {
+      if (doc.kind === "Agent") expect(Agent.safeParse(doc).error, file).toBeUndefined();
+      if (doc.kind === "Relay") expect(Relay.safeParse(doc).error, file).toBeUndefined();
+    }
+  });
+
+  it("trust exactly the public halves of the demo signing keys", () => {
+    const publicOf = Object.fromEntries(
+      docs.filter((d) => d.doc.kind === "Secret").map((d) => [d.doc.metadata.name, rawPublicKey(privateKeyFromPem(d.doc.stringData["signing.key"]))]),
+    );
+    const agents = docs.filter((d) => d.doc.kind === "Agent").map((d) => Agent.parse(d.doc));
+    const keyOf = Object.fromEntries(agents.map((a) => [a.spec.agentId, publicOf[a.spec.signing.secretName!]]));
+    for (const a of agents) for (const p of a.spec.peers) expect(p.keys[0]!.publicKey, `${a.spec.agentId} trusts ${p.agentId}`).toBe(keyOf[p.agentId]);
+    const relay = Relay.parse(docs.find((d) => d.doc.kind === "Relay")!.doc);
+    for (const a of relay.spec.agents) expect(a.keys[0]!.publicKey).toBe(keyOf[a.agentId]);
+  });
+});
