@@ -10,6 +10,8 @@ export interface NatsServer {
   url: string;
   port: number;
   storeDir: string;
+  /** The server process's id while it runs. */
+  readonly pid: number | undefined;
   /** Stop the server (SIGTERM), keeping its store. */
   stop(): Promise<void>;
   /** Start it again on the same port and store. */
@@ -67,6 +69,9 @@ export async function startNats(opts: { storeDir?: string } = {}): Promise<NatsS
     url: `nats://127.0.0.1:${port}`,
     port,
     storeDir,
+    get pid() {
+      return proc?.pid;
+    },
     stop,
     restart: start,
     async close() {
