@@ -3,15 +3,12 @@ import { headers as natsHeaders } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
 import { isNotFound, nanos } from "../nats/streams.ts";
-import { Message } from "../protocol/message.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
-import type { InboundMeta } from "./inbound.ts";
 import type { AgentNames } from "./names.ts";
 import { H } from "./store.ts";
 
 export interface HandlerOptions {
-  /** spec.handler.url; without one, messages are only inspected (error replies, discovery). */
-  url: string | undefined;
+  url: string;
   timeoutMs: number;
   deadLetterAfterMs: number;
   /** Messages handed on at once by one replica. */
@@ -21,11 +18,6 @@ export interface HandlerOptions {
 }
 
 export interface HandoffHooks {
-  /**
-   * Runs first for every accepted message (protocol problems, capability conditions, greeting
-   * discovery) and says whether the handler should get it. A throw retries the message later.
-   */
-  inspect(message: Message, meta: InboundMeta): Promise<boolean>;
   /** A message that was dead-lettered. */
   onDeadLetter?(messageId: string, reason: string): void;
 }
@@ -111,33 +103,12 @@ export class HandlerDelivery {
 
   private async handle(m: JsMsg): Promise<void> {
     const messageId = m.headers?.get(H.messageId) ?? "";
-    let message: Message;
-    try {
-      message = Message.parse(m.json());
-    } catch (err) {
-      // Only validated messages are stored; anything else is dead-lettered, never lost silently.
-      await this.deadLetter(m, messageId, `stored message is unreadable: ${(err as Error).message}`);
-      return;
-    }
-    const meta = {
-      sender: m.headers?.get(H.sender) || message.headers.from.agent,
-      authLevel: Number(m.headers?.get(H.authLevel) || 0),
-    };
-    // Inspection is idempotent (its replies have ids derived from the message), so a
-    // redelivery simply runs it again.
-    let deliver: boolean;
-    try {
-      deliver = await this.hooks.inspect(message, meta);
-    } catch (err) {
-      this.log.warn({ messageId, err: (err as Error).message }, "inspecting an accepted message failed; will retry");
-      m.nak(this.backoff(m.info.deliveryCount));
-      return;
-    }
-    const url = this.opts.url;
-    if (!deliver || !url) {
+    // Inspection at intake decided this one is answered by the runtime, not handed on.
+    if (m.headers?.get(H.handoff) === "no") {
       m.ack();
       return;
     }
+    const url = this.opts.url;
     const attempt = m.info.deliveryCount;
     const ended = this.metrics.handlerLatency.startTimer();
     let failure: string;

@@ -20,7 +20,7 @@ import { HttpClient } from "../net/http-client.ts";
 import { Message } from "../protocol/message.ts";
 import { DeliveryStates } from "./delivery-state.ts";
 import { HandlerDelivery } from "./handoff.ts";
-import { inspect, PeerCapabilityCache } from "./inbound.ts";
+import { PeerCapabilityCache, type InboundMeta, type Inspection } from "./inbound.ts";
 import { buildLocalApi } from "./local-api.ts";
 import { EventRecorder, Notifier } from "./notify.ts";
 import { OutboundDelivery } from "./outbound.ts";
@@ -78,17 +78,6 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const outbox = new OutboxStore(nats, names);
   let ready = false;
 
-  const app = buildAgentApp({
-    agent,
-    documents,
-    verifier,
-    store: inbox,
-    metrics,
-    logger: log,
-    tls: readTls(tlsFiles),
-    ready: () => ready && nats.isConnected,
-  });
-  const stopWatch = watchTls(app, tlsFiles, log);
 
   const http = new HttpClient({ extraCa: opts.caFile ? readFileSync(opts.caFile, "utf8") : undefined });
   const discovery = new DiscoveryClient(http);
@@ -96,39 +85,49 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const peerCaps = new PeerCapabilityCache(nats, names, log);
   const notifier = new Notifier(agent, EventRecorder.create(agent, log, opts.kubeconfig), log);
 
-  const handoff = new HandlerDelivery(
-    nats,
-    names,
-    {
-      url: spec.handler?.url,
-      timeoutMs: parseDuration(spec.handler?.timeout ?? "10s"),
-      deadLetterAfterMs: parseDuration(spec.handler?.deadLetterAfter ?? "24h"),
-    },
-    log,
+  const handoff = spec.handler
+    ? new HandlerDelivery(
+        nats,
+        names,
+        {
+          url: spec.handler.url,
+          timeoutMs: parseDuration(spec.handler.timeout),
+          deadLetterAfterMs: parseDuration(spec.handler.deadLetterAfter),
+        },
+        log,
+        metrics,
+        { onDeadLetter: (messageId, reason) => void notifier.handlerDeadLetter(messageId, reason) },
+      )
+    : undefined;
+
+  const onAccepted = async (message: Message, meta: InboundMeta, result: Inspection) => {
+    if (result.capabilities) {
+      await peerCaps.put(meta.sender, {
+        agent_id: meta.sender,
+        document: result.capabilities,
+        source: "greeting",
+        message_id: message.headers.message_id,
+        learned_at: new Date().toISOString(),
+      });
+    }
+    if (result.error) {
+      const reply = errorReply(message, { agentId: spec.agentId, displayName: spec.displayName }, result.error);
+      await outbox.enqueue(signMessage(reply, signing));
+    }
+  };
+
+  const app = buildAgentApp({
+    agent,
+    documents,
+    verifier,
+    store: inbox,
+    onAccepted,
     metrics,
-    {
-      async inspect(message, meta) {
-        const result = inspect(message, meta, agent);
-        if (result.capabilities) {
-          await peerCaps.put(meta.sender, {
-            agent_id: meta.sender,
-            document: result.capabilities,
-            source: "greeting",
-            message_id: message.headers.message_id,
-            learned_at: new Date().toISOString(),
-          });
-        }
-        if (result.error) {
-          const reply = errorReply(message, { agentId: spec.agentId, displayName: spec.displayName }, result.error);
-          await outbox.enqueue(signMessage(reply, signing));
-        }
-        return result.deliver;
-      },
-      onDeadLetter(messageId, reason) {
-        void notifier.handlerDeadLetter(messageId, reason);
-      },
-    },
-  );
+    logger: log,
+    tls: readTls(tlsFiles),
+    ready: () => ready && nats.isConnected,
+  });
+  const stopWatch = watchTls(app, tlsFiles, log);
 
   const outbound = new OutboundDelivery({
     nats,
@@ -175,7 +174,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
       }
     }
     ready = true;
-    handoff.start();
+    handoff?.start();
     outbound.start();
     log.info({ agentId: spec.agentId, stream: names.inboxStream }, "agent ready");
   })().catch((err) => {
@@ -201,7 +200,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
       abort.abort();
       stopWatch();
       await Promise.all([app.close(), localApi.close()]);
-      await Promise.all([handoff.stop(), outbound.stop()]);
+      await Promise.all([handoff?.stop(), outbound.stop()]);
       await started;
       await nats.close();
       await http.close();

@@ -11,6 +11,8 @@ export interface AcceptMeta {
   /** The verified signer, or undefined for an accepted unsigned message. */
   signer: string | undefined;
   authLevel: number;
+  /** Whether the handler gets the message (false when the runtime answers it itself). */
+  handoff: boolean;
 }
 
 /** Header names on stored inbound messages. */
@@ -18,6 +20,8 @@ export const H = {
   messageId: "Ifp-Message-Id",
   sender: "Ifp-Sender",
   authLevel: "Ifp-Auth-Level",
+  /** "no" when the runtime answers the message itself and the handler does not get it. */
+  handoff: "Ifp-Handoff",
   deadReason: "Ifp-Dead-Reason",
 } as const;
 
@@ -58,6 +62,7 @@ export class InboxStore {
     h.set(H.messageId, messageId);
     h.set(H.sender, meta.signer ?? fromAgent);
     h.set(H.authLevel, String(meta.authLevel));
+    if (!meta.handoff) h.set(H.handoff, "no");
     // Scoped to the sender: nobody can pre-empt another agent's message_id.
     const dedupe = `${meta.signer ? "signed" : "unsigned"}:${meta.signer ?? fromAgent} ${messageId}`;
     try {
