@@ -101,6 +101,19 @@ function kubernetesLdflags(): string {
   return flags.join(" ");
 }
 
+/** Helm's version, and the Kubernetes version `helm template` and `helm lint` assume by default. */
+function helmLdflags(version: string): string {
+  const [major, minor] = KUBERNETES_VERSION.replace(/^v/, "").split(".");
+  return [
+    "-s -w",
+    `-X helm.sh/helm/v3/internal/version.version=${version}`,
+    `-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=${major}`,
+    `-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${minor}`,
+    `-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=${major}`,
+    `-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=${minor}`,
+  ].join(" ");
+}
+
 /** Etcd's own go.mod points its sibling modules at ../; use the published ones of the same version. */
 function etcdReplaces(modFile: string): string[] {
   return [...modFile.matchAll(/^\s*(go\.etcd\.io\/etcd\/[\w/.-]+) => \.\.\/[\w/.-]+$/gm)].map(
@@ -141,9 +154,16 @@ export const TOOLS: Record<string, ToolSpec> = {
     }),
   },
   helm: {
-    key: "helm-v3.19.5",
+    key: `helm-v3.19.5-k8s${KUBERNETES_VERSION}`,
     binaries: ["helm"],
-    build: goInstall("helm.sh/helm/v3/cmd/helm", "v3.19.5", "-s -w -X helm.sh/helm/v3/internal/version.version=v3.19.5"),
+    build: goInstall("helm.sh/helm/v3/cmd/helm", "v3.19.5", helmLdflags("v3.19.5")),
+  },
+  // kube-linter's module path is not served by the Go module proxy; kube-score is the
+  // static checker of rendered manifests that is.
+  "kube-score": {
+    key: "kube-score-v1.20.0",
+    binaries: ["kube-score"],
+    build: goInstall("github.com/zegl/kube-score/cmd/kube-score", "v1.20.0", "-s -w"),
   },
   kwok: {
     key: "kwok-v0.8.0",

@@ -1,0 +1,54 @@
+{{/* Chart name, truncated to the 63 characters a label allows. */}}
+{{- define "ifp-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name: the release name, with the chart name unless it already contains it. */}}
+{{- define "ifp-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "ifp-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The recommended labels. */}}
+{{- define "ifp-operator.labels" -}}
+helm.sh/chart: {{ include "ifp-operator.chart" . }}
+{{ include "ifp-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: ifp-operator
+{{- end }}
+
+{{- define "ifp-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ifp-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "ifp-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "ifp-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "ifp-operator.image" -}}
+{{- printf "%s:%s" .image.repository (default .chart.AppVersion .image.tag) }}
+{{- end }}
+
+{{/* The NATS URL the operator and the runtimes use. */}}
+{{- define "ifp-operator.natsUrl" -}}
+{{- if .Values.nats.install }}
+{{- printf "nats://%s-nats.%s.svc:4222" (include "ifp-operator.fullname" .) .Release.Namespace }}
+{{- else }}
+{{- required "nats.url is required unless nats.install is true" .Values.nats.url }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,34 @@
+{{/*
+What the operator may do, and no more: read and write its own resources and their status,
+manage the children it creates (ConfigMaps, Secrets, Services, Deployments, ServiceAccounts,
+RoleBindings for the runtimes' Events, cert-manager Certificates), and record Events.
+*/}}
+{{- define "ifp-operator.rules" -}}
+- apiGroups: [ifp.dev]
+  resources: [agents, relays]
+  verbs: [get, list, watch, update, patch]
+- apiGroups: [ifp.dev]
+  resources: [agents/status, relays/status]
+  verbs: [get, update, patch]
+- apiGroups: [ifp.dev]
+  resources: [agents/finalizers, relays/finalizers]
+  verbs: [update]
+- apiGroups: [""]
+  resources: [configmaps, secrets, services, serviceaccounts]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [cert-manager.io]
+  resources: [certificates]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}
