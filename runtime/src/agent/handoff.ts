@@ -2,7 +2,8 @@ import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
-import { isNotFound, nanos } from "../nats/streams.ts";
+import { nanos } from "../nats/streams.ts";
+import { ConsumerWorker } from "../nats/worker.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import type { AgentNames } from "./names.ts";
 import { H } from "./store.ts";
@@ -35,10 +36,7 @@ export class HandlerDelivery {
   private readonly log: Logger;
   private readonly metrics: RuntimeMetrics;
   private readonly hooks: HandoffHooks;
-  private stopped = false;
-  private loop: Promise<void> | undefined;
-  private active: { stop(): void } | undefined;
-  private readonly inFlight = new Set<Promise<void>>();
+  private readonly worker: ConsumerWorker;
 
   constructor(nats: Nats, names: AgentNames, opts: HandlerOptions, log: Logger, metrics: RuntimeMetrics, hooks: HandoffHooks) {
     this.nats = nats;
@@ -47,58 +45,30 @@ export class HandlerDelivery {
     this.log = log;
     this.metrics = metrics;
     this.hooks = hooks;
-  }
-
-  async ensureConsumer(): Promise<void> {
-    const config = {
-      durable_name: this.names.handlerConsumer,
-      filter_subject: this.names.inboxMessages,
-      ack_policy: AckPolicy.Explicit,
-      deliver_policy: DeliverPolicy.All,
-      ack_wait: nanos(this.opts.timeoutMs + 30_000),
-      max_deliver: -1,
-      max_ack_pending: 1000,
-    };
-    try {
-      await this.nats.jsm.consumers.info(this.names.inboxStream, this.names.handlerConsumer);
-      await this.nats.jsm.consumers.update(this.names.inboxStream, this.names.handlerConsumer, {
-        ack_wait: config.ack_wait,
-        max_ack_pending: config.max_ack_pending,
-      });
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-      await this.nats.jsm.consumers.add(this.names.inboxStream, config);
-    }
+    this.worker = new ConsumerWorker(
+      nats,
+      {
+        stream: names.inboxStream,
+        consumer: {
+          durable_name: names.handlerConsumer,
+          filter_subject: names.inboxMessages,
+          ack_policy: AckPolicy.Explicit,
+          deliver_policy: DeliverPolicy.All,
+          ack_wait: nanos(this.opts.timeoutMs + 30_000),
+          max_deliver: -1,
+          max_ack_pending: 1000,
+        },
+        updatable: ["ack_wait", "max_ack_pending"],
+        concurrency: this.opts.concurrency,
+        handle: (m) => this.handle(m),
+        label: "handler delivery",
+      },
+      log,
+    );
   }
 
   start(): void {
-    this.loop ??= this.run();
-  }
-
-  private async run(): Promise<void> {
-    let delay = 500;
-    while (!this.stopped) {
-      try {
-        await this.ensureConsumer();
-        const consumer = await this.nats.js.consumers.get(this.names.inboxStream, this.names.handlerConsumer);
-        const messages = await consumer.consume({ max_messages: this.opts.concurrency * 2 });
-        this.active = messages;
-        delay = 500;
-        for await (const m of messages) {
-          while (this.inFlight.size >= this.opts.concurrency) await Promise.race(this.inFlight);
-          const p = this.handle(m).finally(() => this.inFlight.delete(p));
-          this.inFlight.add(p);
-          if (this.stopped) break;
-        }
-      } catch (err) {
-        if (this.stopped) break;
-        this.log.warn({ err: (err as Error).message, retryInMs: delay }, "handler delivery interrupted");
-      }
-      if (this.stopped) break;
-      await new Promise((r) => setTimeout(r, delay));
-      delay = Math.min(delay * 2, 10_000);
-    }
-    await Promise.allSettled([...this.inFlight]);
+    this.worker.start();
   }
 
   private async handle(m: JsMsg): Promise<void> {
@@ -173,8 +143,6 @@ export class HandlerDelivery {
   }
 
   async stop(): Promise<void> {
-    this.stopped = true;
-    this.active?.stop();
-    await this.loop;
+    await this.worker.stop();
   }
 }

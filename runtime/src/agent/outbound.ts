@@ -2,7 +2,8 @@ import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
 import type { Nats } from "../nats/connection.ts";
-import { isNotFound, nanos } from "../nats/streams.ts";
+import { nanos } from "../nats/streams.ts";
+import { ConsumerWorker } from "../nats/worker.ts";
 import { retryAfterSeconds, type HttpClient } from "../net/http-client.ts";
 import { Message } from "../protocol/message.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
@@ -77,12 +78,7 @@ export function backoffDelay(schedule: number[], attempts: number, random = Math
  * absorbs the rare repeat.
  */
 export class OutboundDelivery {
-  private stopped = false;
-  private loop: Promise<void> | undefined;
-  private active: { stop(): void } | undefined;
-  private readonly inFlight = new Set<Promise<void>>();
-  private readonly nats: Nats;
-  private readonly names: AgentNames;
+  private readonly worker: ConsumerWorker;
   private readonly states: DeliveryStates;
   private readonly http: HttpClient;
   private readonly discovery: DiscoveryClient;
@@ -104,8 +100,6 @@ export class OutboundDelivery {
     onGiveUp: (record: DeliveryRecord, r: RecipientState) => Promise<void>;
     relay?: RelayPublisher;
   }) {
-    this.nats = deps.nats;
-    this.names = deps.names;
     this.states = deps.states;
     this.http = deps.http;
     this.discovery = deps.discovery;
@@ -114,59 +108,29 @@ export class OutboundDelivery {
     this.metrics = deps.metrics;
     this.onGiveUp = deps.onGiveUp;
     this.relay = deps.relay;
-  }
-
-  private async ensureConsumer(): Promise<void> {
-    try {
-      await this.nats.jsm.consumers.info(this.names.outboxStream, this.names.senderConsumer);
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-      await this.nats.jsm.consumers.add(this.names.outboxStream, {
-        durable_name: this.names.senderConsumer,
-        filter_subject: this.names.outbox,
-        ack_policy: AckPolicy.Explicit,
-        deliver_policy: DeliverPolicy.All,
-        ack_wait: nanos(5 * 60_000),
-        max_deliver: -1,
-        max_ack_pending: 10_000,
-      });
-    }
+    this.worker = new ConsumerWorker(
+      deps.nats,
+      {
+        stream: deps.names.outboxStream,
+        consumer: {
+          durable_name: deps.names.senderConsumer,
+          filter_subject: deps.names.outbox,
+          ack_policy: AckPolicy.Explicit,
+          deliver_policy: DeliverPolicy.All,
+          ack_wait: nanos(5 * 60_000),
+          max_deliver: -1,
+          max_ack_pending: 10_000,
+        },
+        concurrency: deps.options.concurrency ?? 8,
+        handle: (m) => this.handle(m),
+        label: "outbound delivery",
+      },
+      deps.log,
+    );
   }
 
   start(): void {
-    this.loop ??= this.run();
-  }
-
-  private async run(): Promise<void> {
-    let delay = 500;
-    const concurrency = this.opts.concurrency ?? 8;
-    while (!this.stopped) {
-      try {
-        await this.ensureConsumer();
-        const consumer = await this.nats.js.consumers.get(this.names.outboxStream, this.names.senderConsumer);
-        const messages = await consumer.consume({ max_messages: concurrency * 2 });
-        this.active = messages;
-        delay = 500;
-        for await (const m of messages) {
-          while (this.inFlight.size >= concurrency) await Promise.race(this.inFlight);
-          const p = this.handle(m)
-            .catch((err) => {
-              this.log.warn({ err: (err as Error).message }, "outbound delivery step failed; will retry");
-              m.nak(5_000);
-            })
-            .finally(() => this.inFlight.delete(p));
-          this.inFlight.add(p);
-          if (this.stopped) break;
-        }
-      } catch (err) {
-        if (this.stopped) break;
-        this.log.warn({ err: (err as Error).message, retryInMs: delay }, "outbound delivery interrupted");
-      }
-      if (this.stopped) break;
-      await new Promise((r) => setTimeout(r, delay));
-      delay = Math.min(delay * 2, 10_000);
-    }
-    await Promise.allSettled([...this.inFlight]);
+    this.worker.start();
   }
 
   private async handle(m: JsMsg): Promise<void> {
@@ -312,9 +276,7 @@ export class OutboundDelivery {
   }
 
   async stop(): Promise<void> {
-    this.stopped = true;
-    this.active?.stop();
-    await this.loop;
+    await this.worker.stop();
   }
 }
 
