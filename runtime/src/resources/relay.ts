@@ -28,6 +28,12 @@ export const RelaySpec = z.object({
   retention: RelayRetention.prefault({}),
   agents: z.array(KnownAgent).default([]),
   delivery: RelayDelivery.prefault({}),
+  limits: z
+    .object({
+      maxMessageBytes: z.number().int().min(1024).max(16 * 1024 * 1024).default(1048576),
+      perAgentPerMinute: z.number().int().min(1).default(600).describe("Requests per minute of one agent"),
+    })
+    .prefault({}),
   tls: TlsSpec.optional(),
   replicas: z.number().int().min(0).max(100).default(1),
   image: z.string().min(1).optional(),

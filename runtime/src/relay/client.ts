@@ -1,0 +1,86 @@
+import { HttpClient, type HttpResult } from "../net/http-client.ts";
+import { signRequest } from "../protocol/http-signatures.ts";
+import type { Message } from "../protocol/message.ts";
+import type { SigningKey } from "../protocol/signing.ts";
+
+export class RelayError extends Error {
+  readonly status: number;
+  readonly code: string;
+  constructor(status: number, code: string, message: string) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/**
+ * A relay's HTTPS API as one agent sees it: every request signed with the agent's key
+ * (RFC 9421). Used by the runtime (relay fallback, relay-only agents, announcements) and by
+ * `ifp relay`.
+ */
+export class RelayClient {
+  readonly base: string;
+  private readonly key: SigningKey;
+  private readonly http: HttpClient;
+
+  constructor(base: string, key: SigningKey, http: HttpClient) {
+    this.base = base.replace(/\/+$/, "");
+    this.key = key;
+    this.http = http;
+  }
+
+  async request(method: string, path: string, body?: unknown, extra: Record<string, string> = {}): Promise<HttpResult> {
+    const url = `${this.base}${path}`;
+    const text = body === undefined ? undefined : JSON.stringify(body);
+    const headers = await signRequest(
+      { method, url, body: text, headers: { accept: "application/json", ...(text ? { "content-type": "application/json" } : {}), ...extra } },
+      this.key,
+    );
+    return this.http.request(url, { method, headers, body: text });
+  }
+
+  async publish(message: Message): Promise<{ status: number; text: string; retryAfter: string | null }> {
+    const res = await this.request("POST", "/relay/publish", message);
+    return { status: res.status, text: res.text, retryAfter: res.headers.get("retry-after") };
+  }
+
+  /** Waiting messages, oldest first; `next` is the cursor of the following page. */
+  async pull(opts: { limit?: number; after?: number } = {}): Promise<{ messages: Message[]; next: number | undefined }> {
+    const q = new URLSearchParams();
+    if (opts.limit) q.set("limit", String(opts.limit));
+    if (opts.after) q.set("after", String(opts.after));
+    const res = await this.request("GET", `/relay/messages${q.size ? `?${q}` : ""}`);
+    const body = this.json<Message[]>(res);
+    const next = res.headers.get("ifp-next-after");
+    return { messages: body, next: next ? Number(next) : undefined };
+  }
+
+  async ack(messageId: string): Promise<boolean> {
+    const res = await this.request("DELETE", `/relay/messages/${encodeURIComponent(messageId)}`);
+    if (res.status === 404) return false;
+    if (res.status !== 204) this.json(res);
+    return true;
+  }
+
+  subscribe(topics: string[]): Promise<{ topics: string[] }> {
+    return this.request("POST", "/relay/subscribe", { subscribe: { topics, agent: this.key.agentId } }).then((r) => this.json(r));
+  }
+
+  registerWebhook(webhook: string | null): Promise<unknown> {
+    return this.request("POST", "/relay/subscribe", { push: { webhook, agent: this.key.agentId } }).then((r) => this.json(r));
+  }
+
+  private json<T>(res: HttpResult): T {
+    let body: unknown;
+    try {
+      body = JSON.parse(res.text);
+    } catch {
+      body = undefined;
+    }
+    if (res.status >= 400) {
+      const e = (body ?? {}) as { code?: string; message?: string };
+      throw new RelayError(res.status, e.code ?? "unknown", e.message ?? `relay answered ${res.status}`);
+    }
+    return body as T;
+  }
+}
