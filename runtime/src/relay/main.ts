@@ -94,6 +94,7 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
       stopWatch();
       await app.close();
       await push.stop();
+      subs.close();
       await started;
       await nats.close();
     },

@@ -20,8 +20,30 @@ export class Subscriptions {
     this.names = names;
   }
 
+  /** Push registrations, kept current by a KV watch so that the push path asks NATS nothing. */
+  private readonly pushes = new Map<string, PushRegistration>();
+  private watching: { stop(): void } | undefined;
+
   async ensure(): Promise<void> {
     this.kv = await new Kvm(this.nats.js).create(this.names.kvBucket, { history: 1 });
+    const watch = await this.kv.watch({ key: "push.>" });
+    this.watching = watch;
+    let ready: () => void = () => {};
+    const initialized = new Promise<void>((r) => (ready = r));
+    void (async () => {
+      for await (const e of watch) {
+        const agent = e.key.slice("push.".length);
+        if (e.operation === "PUT" && e.value.length) this.pushes.set(agent, e.json() as PushRegistration);
+        else this.pushes.delete(agent);
+        if (e.delta === 0) ready();
+      }
+    })().catch(() => {});
+    // An empty bucket yields no entries at all; do not wait for them.
+    await Promise.race([initialized, new Promise((r) => setTimeout(r, 500))]);
+  }
+
+  close(): void {
+    this.watching?.stop();
   }
 
   private store(): KV {
@@ -62,12 +84,18 @@ export class Subscriptions {
 
   async setPush(agent: string, webhook: string | null): Promise<void> {
     const key = `push.${encodeToken(agent)}`;
-    if (webhook === null) await this.store().delete(key);
-    else await this.store().put(key, JSON.stringify({ agent, webhook, since: new Date().toISOString() } satisfies PushRegistration));
+    if (webhook === null) {
+      await this.store().delete(key);
+      this.pushes.delete(encodeToken(agent));
+    }
+    else {
+      const reg: PushRegistration = { agent, webhook, since: new Date().toISOString() };
+      await this.store().put(key, JSON.stringify(reg));
+      this.pushes.set(encodeToken(agent), reg);
+    }
   }
 
   async push(agent: string): Promise<PushRegistration | undefined> {
-    const e = await this.store().get(`push.${encodeToken(agent)}`);
-    return e?.value.length ? (e.json() as PushRegistration) : undefined;
+    return this.pushes.get(encodeToken(agent));
   }
 }
