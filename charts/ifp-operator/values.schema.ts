@@ -76,9 +76,3 @@ export function valuesJsonSchema(): Record<string, unknown> {
   return { ...schema, title: "ifp-operator chart values", $comment: "Generated from charts/ifp-operator/values.schema.ts by npm run gen; do not edit." };
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
-  const { writeFileSync } = await import("node:fs");
-  const out = new URL("./values.schema.json", import.meta.url);
-  writeFileSync(out, `${JSON.stringify(valuesJsonSchema(), null, 2)}\n`);
-  process.stdout.write(`wrote ${out.pathname}\n`);
-}
