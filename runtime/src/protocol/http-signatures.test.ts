@@ -1,12 +1,15 @@
+import { createPrivateKey, createPublicKey, sign as edSign, verify as edVerify } from "node:crypto";
+import { parseDictionary, type InnerList } from "structured-headers";
 import { describe, expect, it } from "vitest";
 import { identity } from "../../test/fixtures.ts";
 import { ProtocolError } from "./errors.ts";
-import { contentDigest, signRequest, verifyRequest } from "./http-signatures.ts";
+import { contentDigest, digestMatches, signatureBase, signRequest, verifyRequest } from "./http-signatures.ts";
 import { publicKeyFromRaw } from "./keys.ts";
 
 const pete = identity("pete-agent");
 const keyFor = (agentId: string, keyId: string) => {
-  if (agentId !== "pete-agent" || keyId !== "key-1") throw new ProtocolError(401, "unknown_sender", `unknown ${agentId}#${keyId}`);
+  if (agentId !== "pete-agent") throw new ProtocolError(401, "unknown_sender", `unknown ${agentId}`);
+  if (keyId !== "key-1") throw new ProtocolError(401, "invalid_signature", `unknown key ${agentId}#${keyId}`);
   return publicKeyFromRaw(pete.publicKey);
 };
 
@@ -24,46 +27,148 @@ async function reason(p: Promise<unknown>): Promise<string> {
   return "accepted";
 }
 
-describe("RFC 9421 request signatures", () => {
-  it("RFC 9530 content digest of the RFC's example body", () => {
-    expect(contentDigest('{"hello": "world"}\n')).toBe("sha-256=:RK/0qy18MlBSVnWgjwz6lZEWjP/lF5HF9bvEF8FabDg=:");
+const inputOf = (field: string, label: string) => parseDictionary(field).get(label) as InnerList;
+
+// RFC 9421 appendix B.1.4 (test-key-ed25519) and B.2 (the test request).
+const RFC_ED25519_PRIVATE = "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIJ+DYvh6SEqVTm50DFtMDoQikTmiCqirVv9mWG9qfSnF\n-----END PRIVATE KEY-----\n";
+const RFC_ED25519_PUBLIC = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAJrQLj5P/89iXES9+vFgrIy29clF9CC/oPPsw3c5D0bs=\n-----END PUBLIC KEY-----\n";
+const RFC_REQUEST = {
+  method: "POST",
+  url: "https://example.com/foo?param=Value&Pet=dog",
+  headers: {
+    host: "example.com",
+    date: "Tue, 20 Apr 2021 02:07:55 GMT",
+    "content-type": "application/json",
+    "content-digest": "sha-512=:WZDPaVn/7XgHaAy8pmojAkGWoRx2UFChF41A2svX+TaPm+AbwAgBWnrIiYllu7BNNyealdVLvRwEmTHWXvJwew==:",
+    "content-length": "18",
+  },
+};
+
+describe("RFC 9421 and RFC 9530 example vectors", () => {
+  it("B.2.6: the ed25519 signature base and signature of the test request", () => {
+    const input = inputOf('sig-b26=("date" "@method" "@path" "@authority" "content-type" "content-length");created=1618884473;keyid="test-key-ed25519"', "sig-b26");
+    const base = signatureBase(RFC_REQUEST, input);
+    expect(base).toBe(
+      [
+        '"date": Tue, 20 Apr 2021 02:07:55 GMT',
+        '"@method": POST',
+        '"@path": /foo',
+        '"@authority": example.com',
+        '"content-type": application/json',
+        '"content-length": 18',
+        '"@signature-params": ("date" "@method" "@path" "@authority" "content-type" "content-length");created=1618884473;keyid="test-key-ed25519"',
+      ].join("\n"),
+    );
+    const rfcSignature = "wqcAqbmYJ2ji2glfAMaRy4gruYYnx2nEFN2HN6jrnDnQCK1u02Gb04v9EDgwUPiu4A0w6vuQv5lIp5WPpBKRCw==";
+    // Ed25519 is deterministic: the test key reproduces the RFC's signature byte for byte.
+    expect(edSign(null, Buffer.from(base), createPrivateKey(RFC_ED25519_PRIVATE)).toString("base64")).toBe(rfcSignature);
+    expect(edVerify(null, Buffer.from(base), createPublicKey(RFC_ED25519_PUBLIC), Buffer.from(rfcSignature, "base64"))).toBe(true);
   });
 
+  it("2.2.6 and 2.2.7: @path and @query, with a lone ? for an absent query", () => {
+    const input = inputOf('sig1=("@method" "@path" "@query");created=1618884473', "sig1");
+    expect(signatureBase({ method: "post", url: "https://www.example.com/path?param=value&foo=bar&baz=batman", headers: {} }, input).split("\n").slice(0, 3)).toEqual([
+      '"@method": POST',
+      '"@path": /path',
+      '"@query": ?param=value&foo=bar&baz=batman',
+    ]);
+    expect(signatureBase({ method: "GET", url: "https://www.example.com/path", headers: {} }, input).split("\n")[2]).toBe('"@query": ?');
+  });
+
+  it("RFC 9530 section 2: sha-256 Content-Digest of {\"hello\": \"world\"}", () => {
+    expect(contentDigest('{"hello": "world"}')).toBe("sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:");
+    // A field with several algorithms is accepted when its sha-256 member matches.
+    expect(digestMatches(`${RFC_REQUEST.headers["content-digest"]}, ${contentDigest('{"hello": "world"}')}`, Buffer.from('{"hello": "world"}'))).toBe(true);
+    expect(digestMatches(RFC_REQUEST.headers["content-digest"], Buffer.from('{"hello": "world"}'))).toBe(false);
+    expect(digestMatches("sha-256=not-a-byte-sequence", Buffer.from("x"))).toBe(false);
+  });
+});
+
+describe("the relay's request-signature profile", () => {
   it("signs with label sig1 over method, path, query and content-digest", async () => {
     const r = await signed("POST", "https://relay.example/relay/publish", "{}");
     expect(r.headers["signature-input"]).toMatch(/^sig1=\("@method" "@path" "@query" "content-digest"\);created=\d+;keyid="pete-agent#key-1";alg="ed25519"$/);
     expect(r.headers.signature).toMatch(/^sig1=:[A-Za-z0-9+/]+=*:$/);
+    expect(r.headers["content-digest"]).toBe(contentDigest("{}"));
     expect(await verifyRequest(r, keyFor)).toEqual({ agentId: "pete-agent", keyId: "key-1" });
   });
 
   it("covers the query", async () => {
     const r = await signed("GET", "https://relay.example/relay/messages?limit=5");
-    expect(await reason(verifyRequest({ ...r, url: "https://relay.example/relay/messages?limit=500" }, keyFor))).toMatch(/^401 invalid_signature/);
+    expect(await reason(verifyRequest({ ...r, url: "https://relay.example/relay/messages?limit=500" }, keyFor))).toMatch(/^401 invalid_signature: the request signature does not verify/);
+    expect(await reason(verifyRequest({ ...r, url: "https://relay.example/relay/messages" }, keyFor))).toMatch(/does not verify/);
     expect(await verifyRequest(r, keyFor)).toMatchObject({ agentId: "pete-agent" });
   });
 
   it("refuses a changed body, method or path", async () => {
     const r = await signed("POST", "https://relay.example/relay/publish", '{"a":1}');
     expect(await reason(verifyRequest({ ...r, body: Buffer.from('{"a":2}') }, keyFor))).toMatch(/Content-Digest does not match/);
-    expect(await reason(verifyRequest({ ...r, method: "PUT" }, keyFor))).toMatch(/^401/);
-    expect(await reason(verifyRequest({ ...r, url: "https://relay.example/relay/subscribe" }, keyFor))).toMatch(/^401/);
+    const redigested = { ...r, body: Buffer.from('{"a":2}'), headers: { ...r.headers, "content-digest": contentDigest('{"a":2}') } };
+    expect(await reason(verifyRequest(redigested, keyFor))).toMatch(/does not verify/);
+    expect(await reason(verifyRequest({ ...r, method: "PUT" }, keyFor))).toMatch(/does not verify/);
+    expect(await reason(verifyRequest({ ...r, url: "https://relay.example/relay/subscribe" }, keyFor))).toMatch(/does not verify/);
   });
 
-  it("refuses old signatures, unknown keys and missing headers", async () => {
-    const old = await signed("GET", "https://relay.example/relay/messages", undefined, new Date(Date.now() - 301_000));
-    expect(await reason(verifyRequest(old, keyFor))).toMatch(/older than 300 s/);
+  it("accepts up to 300 s of age and 5 s of skew, and nothing beyond", async () => {
+    const now = Date.now();
+    const at = (offsetS: number) => signed("GET", "https://relay.example/relay/messages", undefined, new Date(now + offsetS * 1000));
+    expect(await reason(verifyRequest(await at(-299), keyFor, now))).toBe("accepted");
+    expect(await reason(verifyRequest(await at(-302), keyFor, now))).toMatch(/^401 invalid_signature: the request signature is older than 300 s/);
+    expect(await reason(verifyRequest(await at(4), keyFor, now))).toBe("accepted");
+    expect(await reason(verifyRequest(await at(30), keyFor, now))).toMatch(/created in the future/);
+  });
+
+  it("refuses unknown agents and keys with 401", async () => {
     const stranger = identity("stranger");
     const h = await signRequest({ method: "GET", url: "https://relay.example/relay/messages" }, stranger.signing);
     expect(await reason(verifyRequest({ method: "GET", url: "https://relay.example/relay/messages", headers: h }, keyFor))).toMatch(/^401 unknown_sender/);
-    expect(await reason(verifyRequest({ method: "GET", url: "https://relay.example/x", headers: {} }, keyFor))).toMatch(/not signed/);
-    const noDigest = await signed("POST", "https://relay.example/relay/publish", "{}");
-    delete (noDigest.headers as Record<string, string>)["content-digest"];
-    expect(await reason(verifyRequest(noDigest, keyFor))).toMatch(/needs a Content-Digest/);
+    const otherKey = identity("pete-agent", "key-2");
+    const h2 = await signRequest({ method: "GET", url: "https://relay.example/relay/messages" }, otherKey.signing);
+    expect(await reason(verifyRequest({ method: "GET", url: "https://relay.example/relay/messages", headers: h2 }, keyFor))).toMatch(/^401 invalid_signature: unknown key/);
   });
 
   it("refuses a signature made by another key for the claimed keyid", async () => {
     const mallory = identity("pete-agent");
     const h = await signRequest({ method: "GET", url: "https://relay.example/relay/messages" }, mallory.signing);
     expect(await reason(verifyRequest({ method: "GET", url: "https://relay.example/relay/messages", headers: h }, keyFor))).toMatch(/does not verify/);
+  });
+
+  it("refuses missing headers, a missing digest and incomplete coverage", async () => {
+    expect(await reason(verifyRequest({ method: "GET", url: "https://relay.example/x", headers: {} }, keyFor))).toMatch(/not signed/);
+    const noDigest = await signed("POST", "https://relay.example/relay/publish", "{}");
+    delete (noDigest.headers as Record<string, string>)["content-digest"];
+    expect(await reason(verifyRequest(noDigest, keyFor))).toMatch(/needs a Content-Digest/);
+    // Signed without a body, sent with one: content-digest is not covered.
+    const bare = await signed("POST", "https://relay.example/relay/publish");
+    expect(await reason(verifyRequest({ ...bare, body: Buffer.from("{}"), headers: { ...bare.headers, "content-digest": contentDigest("{}") } }, keyFor))).toMatch(/must cover .*missing content-digest/);
+    const r = await signed("GET", "https://relay.example/relay/messages");
+    const input = r.headers["signature-input"]!;
+    const variants: [string, RegExp][] = [
+      [input.replace(' "@query"', ""), /missing @query/],
+      [input.replace(';alg="ed25519"', ""), /alg="ed25519"/],
+      [input.replace('alg="ed25519"', 'alg="rsa-pss-sha512"'), /alg="ed25519"/],
+      [input.replace(/;created=\d+/, ""), /created parameter/],
+      [input.replace('keyid="pete-agent#key-1"', 'keyid="pete-agent"'), /keyid="<agent_id>#<keyId>"/],
+      [input.replace('"@path"', '"@path";req'), /must not carry parameters/],
+      [input.replace('"@query"', '"@query" "@method"'), /appears twice/],
+      [input.replace(/;created=(\d+)/, (_m, c) => `;created=${c};expires=${Number(c) - 1}`), /expired/],
+      ["sig1=(", /not a structured-field dictionary/],
+    ];
+    for (const [bad, why] of variants) {
+      expect(await reason(verifyRequest({ ...r, headers: { ...r.headers, "signature-input": bad } }, keyFor)), bad).toMatch(why);
+    }
+  });
+
+  it("checks the signature labelled sig1 and no other", async () => {
+    const r = await signed("GET", "https://relay.example/relay/messages");
+    const relabel = (v: string) => v.replace(/^sig1=/, "other=");
+    expect(await reason(verifyRequest({ ...r, headers: { ...r.headers, "signature-input": relabel(r.headers["signature-input"]!), signature: relabel(r.headers.signature!) } }, keyFor))).toMatch(/labelled sig1/);
+    // A valid signature under another label does not rescue a bad sig1 …
+    const bogus = `sig1=:${Buffer.alloc(64).toString("base64")}:`;
+    const withBadSig1 = { ...r.headers, "signature-input": `${r.headers["signature-input"]}, ${relabel(r.headers["signature-input"]!)}`, signature: `${bogus}, ${relabel(r.headers.signature!)}` };
+    expect(await reason(verifyRequest({ ...r, headers: withBadSig1 }, keyFor))).toMatch(/does not verify/);
+    // … and an unrelated extra signature does not spoil a good one.
+    const extra = { ...r.headers, "signature-input": `${r.headers["signature-input"]}, other=("@method");created=1`, signature: `${r.headers.signature}, other=:AAAA:` };
+    expect(await verifyRequest({ ...r, headers: extra }, keyFor)).toMatchObject({ agentId: "pete-agent" });
   });
 });

@@ -1,5 +1,6 @@
 import { createHash, sign as edSign, verify as edVerify, type KeyObject } from "node:crypto";
 import { httpbis } from "http-message-signatures";
+import { isInnerList, parseDictionary, serializeInnerList, serializeItem, type InnerList } from "structured-headers";
 import { invalidSignature } from "./errors.ts";
 import { parseKeyId, type SigningKey } from "./signing.ts";
 
@@ -8,33 +9,47 @@ import { parseKeyId, type SigningKey } from "./signing.ts";
  * RFC 9421 HTTP Message Signatures, label `sig1`, Ed25519, covering
  * ("@method" "@path" "@query") plus "content-digest" (RFC 9530, sha-256) when there is a
  * body, with parameters created, keyid="<agent_id>#<keyId>" and alg="ed25519".
+ *
+ * Signing uses the http-message-signatures library. Verification parses the fields with
+ * structured-headers, picks exactly the `sig1` signature, applies this profile (covered
+ * components, age, algorithm, key) and builds the signature base with the library.
  */
 export const SIGNATURE_LABEL = "sig1";
+/** A signature whose `created` is more than this many seconds ago is refused. */
 export const MAX_SIGNATURE_AGE_S = 300;
-const CLOCK_SKEW_S = 5;
+/** A `created` up to this many seconds in the future is tolerated (clock skew). */
+export const CLOCK_SKEW_S = 5;
+export const SIGNATURE_ALG = "ed25519";
+const BASE_COMPONENTS = ["@method", "@path", "@query"] as const;
 
+/** The RFC 9530 Content-Digest field value (sha-256) of a body. */
 export function contentDigest(body: string | Uint8Array): string {
   return `sha-256=:${createHash("sha256").update(body).digest("base64")}:`;
 }
 
 export interface RequestToSign {
   method: string;
+  /** Absolute URL; its path and query are signed. */
   url: string;
   headers?: Record<string, string>;
   body?: string | Uint8Array;
 }
 
-/** The headers to add to a request: Signature-Input, Signature and, with a body, Content-Digest. */
+/**
+ * The request's headers with Signature-Input, Signature and, when there is a body,
+ * Content-Digest added (header names in lower case).
+ */
 export async function signRequest(req: RequestToSign, key: SigningKey, created = new Date()): Promise<Record<string, string>> {
-  const headers: Record<string, string> = { ...(req.headers ?? {}) };
-  const fields = ["@method", "@path", "@query"];
+  const headers: Record<string, string> = {};
+  for (const [k, v] of Object.entries(req.headers ?? {})) headers[k.toLowerCase()] = v;
+  const fields: string[] = [...BASE_COMPONENTS];
   if (req.body !== undefined) {
     headers["content-digest"] = contentDigest(req.body);
     fields.push("content-digest");
   }
   const signed = await httpbis.signMessage(
     {
-      key: { id: `${key.agentId}#${key.keyId}`, alg: "ed25519", sign: async (data: Buffer) => edSign(null, data, key.privateKey) },
+      key: { id: `${key.agentId}#${key.keyId}`, alg: SIGNATURE_ALG, sign: async (data: Buffer) => edSign(null, data, key.privateKey) },
       name: SIGNATURE_LABEL,
       fields,
       params: ["created", "keyid", "alg"],
@@ -49,7 +64,7 @@ export async function signRequest(req: RequestToSign, key: SigningKey, created =
 
 export interface IncomingRequest {
   method: string;
-  /** Absolute URL of the request (scheme and host do not enter the signature base). */
+  /** Absolute URL of the request (scheme and host do not enter the signature base unless covered). */
   url: string;
   headers: Record<string, string | string[] | undefined>;
   /** The raw body, when the request has one. */
@@ -57,69 +72,110 @@ export interface IncomingRequest {
 }
 
 /**
- * Verify a request signed as above; returns the signing agent. `keyFor` looks a key up by
- * agent id and key id and throws a 401 ProtocolError for an unknown agent or key.
+ * The RFC 9421 signature base of `req` for one signature's inner list of covered components
+ * and parameters (section 2.5), as the bytes that are signed.
+ */
+export function signatureBase(req: Pick<IncomingRequest, "method" | "url" | "headers">, input: InnerList): string {
+  const fields = input[0].map((item) => serializeItem(item));
+  const base = httpbis.createSignatureBase({ fields }, { method: req.method.toUpperCase(), url: req.url, headers: definedHeaders(req.headers) });
+  base.push(['"@signature-params"', [serializeInnerList(input)]]);
+  return httpbis.formatSignatureBase(base);
+}
+
+/**
+ * Verify a request signed as above and return the signing agent. `keyFor` looks a key up by
+ * agent id and key id and throws a 401 ProtocolError for an unknown agent or key. Every
+ * other failure is a 401 `invalid_signature` with the reason.
  */
 export async function verifyRequest(
   req: IncomingRequest,
   keyFor: (agentId: string, keyId: string) => KeyObject,
+  now = Date.now(),
 ): Promise<{ agentId: string; keyId: string }> {
-  const input = header(req.headers["signature-input"]);
-  const sig = header(req.headers.signature);
-  if (!input || !sig) throw invalidSignature("the request is not signed (Signature-Input and Signature are required)");
-  if (!input.includes(`${SIGNATURE_LABEL}=`)) throw invalidSignature(`the signature must be labelled ${SIGNATURE_LABEL}`);
-  const required = ["@method", "@path", "@query"];
-  const hasBody = req.body !== undefined && req.body.length > 0;
-  if (hasBody) {
-    const digest = header(req.headers["content-digest"]);
-    if (!digest) throw invalidSignature("a request with a body needs a Content-Digest (RFC 9530, sha-256)");
-    if (digest !== contentDigest(req.body!)) throw invalidSignature("Content-Digest does not match the body");
-    required.push("content-digest");
-  }
-  let signer: { agentId: string; keyId: string } | undefined;
-  let lookupError: unknown;
-  let ok: boolean | null;
+  const inputField = field(req.headers["signature-input"]);
+  const signatureField = field(req.headers.signature);
+  if (!inputField || !signatureField) throw invalidSignature("the request is not signed (Signature-Input and Signature are required)");
+  let inputs: ReturnType<typeof parseDictionary>;
+  let signatures: ReturnType<typeof parseDictionary>;
   try {
-    ok = await httpbis.verifyMessage(
-      {
-        requiredParams: ["created", "keyid", "alg"],
-        requiredFields: required,
-        maxAge: MAX_SIGNATURE_AGE_S,
-        tolerance: CLOCK_SKEW_S,
-        keyLookup: async (params) => {
-          const keyid = typeof params.keyid === "string" ? params.keyid : "";
-          const ref = parseKeyId(keyid);
-          if (!ref) throw invalidSignature(`keyid ${JSON.stringify(keyid)} is not of the form <agent_id>#<keyId>`);
-          if (params.alg !== "ed25519") throw invalidSignature(`alg must be ed25519`);
-          let key: KeyObject;
-          try {
-            key = keyFor(ref.agentId, ref.keyId);
-          } catch (err) {
-            lookupError = err;
-            throw err;
-          }
-          signer = ref;
-          return { id: keyid, algs: ["ed25519"], verify: async (data: Buffer, signature: Buffer) => edVerify(null, data, key, signature) };
-        },
-      },
-      { method: req.method.toUpperCase(), url: req.url, headers: flatten(req.headers) },
-    );
+    inputs = parseDictionary(inputField);
+    signatures = parseDictionary(signatureField);
   } catch (err) {
-    if (lookupError) throw lookupError;
-    const e = err as Error;
-    if (e.name === "ProtocolError") throw e;
-    if (/too old|expired/i.test(e.message)) throw invalidSignature(`the request signature is older than ${MAX_SIGNATURE_AGE_S} s or from the future`);
-    throw invalidSignature(`the request signature is not acceptable: ${e.message}`);
+    throw invalidSignature(`Signature-Input or Signature is not a structured-field dictionary: ${(err as Error).message}`);
   }
-  if (!ok || !signer) throw invalidSignature("the request signature does not verify");
-  return signer;
+  const input = inputs.get(SIGNATURE_LABEL);
+  const signature = signatures.get(SIGNATURE_LABEL);
+  if (!input || !signature) throw invalidSignature(`the request needs a signature labelled ${SIGNATURE_LABEL} in both Signature-Input and Signature`);
+  if (!isInnerList(input)) throw invalidSignature(`Signature-Input ${SIGNATURE_LABEL} must be an inner list of covered components`);
+  if (isInnerList(signature) || !(signature[0] instanceof ArrayBuffer)) throw invalidSignature(`Signature ${SIGNATURE_LABEL} must be a byte sequence`);
+
+  // The profile: covered components, parameters, age.
+  const covered = coveredComponents(input);
+  const hasBody = req.body !== undefined && req.body.length > 0;
+  const required: string[] = [...BASE_COMPONENTS, ...(hasBody ? ["content-digest"] : [])];
+  const missing = required.filter((c) => !covered.includes(c));
+  if (missing.length) throw invalidSignature(`the signature must cover ${required.map((c) => `"${c}"`).join(" ")} (missing ${missing.join(", ")})`);
+  const params = input[1];
+  const alg = params.get("alg");
+  if (alg !== SIGNATURE_ALG) throw invalidSignature(`the signature needs alg="${SIGNATURE_ALG}"`);
+  const created = params.get("created");
+  if (typeof created !== "number" || !Number.isInteger(created)) throw invalidSignature("the signature needs a created parameter (whole seconds since the epoch)");
+  const age = now / 1000 - created;
+  if (age > MAX_SIGNATURE_AGE_S) throw invalidSignature(`the request signature is older than ${MAX_SIGNATURE_AGE_S} s (created ${created})`);
+  if (age < -CLOCK_SKEW_S) throw invalidSignature(`the request signature is created in the future (${created}); check the clock`);
+  const expires = params.get("expires");
+  if (expires !== undefined && (typeof expires !== "number" || now / 1000 > expires)) throw invalidSignature("the request signature has expired");
+  const keyid = params.get("keyid");
+  const ref = typeof keyid === "string" ? parseKeyId(keyid) : undefined;
+  if (!ref) throw invalidSignature(`the signature needs keyid="<agent_id>#<keyId>", not ${JSON.stringify(keyid ?? null)}`);
+
+  // The body against its digest, then the key, then the signature itself (the costly part).
+  if (hasBody) {
+    const digest = field(req.headers["content-digest"]);
+    if (!digest) throw invalidSignature("a request with a body needs a Content-Digest (RFC 9530, sha-256)");
+    if (!digestMatches(digest, req.body!)) throw invalidSignature("Content-Digest does not match the body (sha-256)");
+  }
+  const key = keyFor(ref.agentId, ref.keyId);
+  let base: string;
+  try {
+    base = signatureBase(req, input);
+  } catch (err) {
+    throw invalidSignature(`the signature base cannot be built: ${(err as Error).message}`);
+  }
+  if (!edVerify(null, Buffer.from(base), key, new Uint8Array(signature[0]))) throw invalidSignature("the request signature does not verify");
+  return ref;
 }
 
-function header(v: string | string[] | undefined): string | undefined {
+/** Covered component names: plain strings, each once (RFC 9421 section 2). */
+function coveredComponents(input: InnerList): string[] {
+  const names: string[] = [];
+  for (const [name, params] of input[0]) {
+    if (typeof name !== "string") throw invalidSignature("covered components must be strings such as \"@method\"");
+    if (params.size) throw invalidSignature(`covered component "${name}" must not carry parameters in this profile`);
+    if (names.includes(name)) throw invalidSignature(`covered component "${name}" appears twice`);
+    names.push(name);
+  }
+  return names;
+}
+
+/** Does a Content-Digest field carry the body's sha-256 (other algorithms are ignored)? */
+export function digestMatches(fieldValue: string, body: Uint8Array): boolean {
+  let dict: ReturnType<typeof parseDictionary>;
+  try {
+    dict = parseDictionary(fieldValue);
+  } catch {
+    return false;
+  }
+  const sha = dict.get("sha-256");
+  if (!sha || isInnerList(sha) || !(sha[0] instanceof ArrayBuffer)) return false;
+  return Buffer.from(sha[0]).equals(createHash("sha256").update(body).digest());
+}
+
+function field(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? v.join(", ") : v;
 }
 
-function flatten(h: Record<string, string | string[] | undefined>): Record<string, string | string[]> {
+function definedHeaders(h: Record<string, string | string[] | undefined>): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   for (const [k, v] of Object.entries(h)) if (v !== undefined) out[k] = v;
   return out;
