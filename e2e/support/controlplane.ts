@@ -146,10 +146,18 @@ export async function startControlPlane(opts: { crds?: string[]; controllerManag
       `--root-ca-file=${caFile}`,
       `--cluster-signing-cert-file=${caFile}`,
       `--cluster-signing-key-file=${caKey}`,
-      "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-route,-service,-persistentvolume-binder,-attachdetach,-persistentvolume-expander,-ephemeral-volume,-resourceclaim",
+      // What the tests rely on: garbage collection, Deployments → ReplicaSets → Pods, namespaces,
+      // service accounts and their tokens.
+      "--controllers=garbage-collector-controller,deployment-controller,replicaset-controller,statefulset-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,endpointslice-controller,pod-garbage-collector-controller",
       "--concurrent-gc-syncs=5",
       "--v=0",
     ]);
+  }
+  await new Promise((r) => setTimeout(r, 1000));
+  const dead = died();
+  if (dead) {
+    await stopAll();
+    throw new Error(`${dead.name} exited with ${dead.proc.exitCode}: ${dead.log.join("").slice(-3000)}`);
   }
   if (opts.crds?.length) {
     kubectl(["apply", "--server-side", ...opts.crds.flatMap((f) => ["-f", f])]);

@@ -98,7 +98,6 @@ export function relayCrd(): Schema {
   const spec = specSchema(RelaySpec);
   withValidations(spec, ["retention"], [
     { rule: "!has(oldSelf.storage) || self.storage == oldSelf.storage", message: "retention.storage cannot change in place; create a new Relay" },
-    { rule: "!has(self.duplicateWindow) || !has(self.maxAge) || duration(self.duplicateWindow) <= duration(self.maxAge)", message: "retention.duplicateWindow must not be longer than retention.maxAge" },
   ]);
   return crd("Relay", "relays", ["ifprelay"], spec, [
     { name: "URL", type: "string", jsonPath: ".spec.url" },

@@ -1,5 +1,5 @@
-import { JetStreamApiError, type StoredMsg } from "@nats-io/jetstream";
-import { headers as natsHeaders } from "@nats-io/transport-node";
+import { DeliverPolicy, JetStreamApiError, type StoredMsg } from "@nats-io/jetstream";
+import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
 import type { Nats } from "../nats/connection.ts";
 import { isNotFound } from "../nats/streams.ts";
 import { ProtocolError, unavailable } from "../protocol/errors.ts";
@@ -13,7 +13,11 @@ export const RH = {
   deadReason: "Ifp-Dead-Reason",
 } as const;
 
+/** Seconds a client waits before retrying a refusal of a full relay. */
+export const RELAY_FULL_RETRY_AFTER_S = 30;
+
 export interface StoredCopy {
+  /** Stream sequence: the paging cursor and the SSE event id. */
   seq: number;
   messageId: string;
   recipient: string;
@@ -21,20 +25,38 @@ export interface StoredCopy {
   storedAt: Date;
 }
 
-export function relayFull(message: string): ProtocolError {
-  return new ProtocolError(503, "relay_full", message, { "retry-after": "30" });
+export interface DeadLetter {
+  message_id: string;
+  reason: string;
+  at: string;
+  message: unknown;
 }
 
-/** JetStream's refusals of a full stream (`discard: new`) and of storage it cannot get. */
-function isFull(err: unknown): boolean {
-  const text = err instanceof Error ? err.message : String(err);
-  return (err instanceof JetStreamApiError && [10047, 10077, 10078].includes(err.code)) || /maximum (messages|bytes)|insufficient resources|storage/i.test(text);
+export function relayFull(message: string): ProtocolError {
+  return new ProtocolError(503, "relay_full", message, { "retry-after": String(RELAY_FULL_RETRY_AFTER_S) });
 }
 
 /**
- * The relay's mailboxes on its JetStream stream: one copy per recipient and message_id,
- * deduplicated for the duplicate window, expiring with the message's TTL, deleted on
- * acknowledgement. A read never hands out a copy whose TTL has passed.
+ * JetStream's refusals of a full stream under `discard: new` (maximum messages or bytes
+ * exceeded, 10077/10078) and of storage it cannot get (insufficient resources, 10047).
+ */
+export function isFull(err: unknown): boolean {
+  if (err instanceof JetStreamApiError && [10047, 10077, 10078].includes(err.code)) return true;
+  const text = err instanceof Error ? err.message : String(err);
+  return /maximum (messages|bytes) exceeded|insufficient resources/i.test(text);
+}
+
+/** Has a stored copy's TTL passed? (Ifp-Expires-At, set from ttl_seconds at publish.) */
+export function isExpired(h: Pick<MsgHdrs, "get"> | undefined, now: number): boolean {
+  const at = h?.get(RH.expiresAt);
+  return !!at && Date.parse(at) <= now;
+}
+
+/**
+ * The relay's mailboxes on its JetStream stream: one copy per recipient and message_id on
+ * `…mbox.<agent>.<message_id>`, deduplicated for the duplicate window, expiring with the
+ * message's TTL, deleted on acknowledgement. A read never hands out a copy whose TTL has
+ * passed, even in the moment before JetStream removes it.
  */
 export class Mailboxes {
   private readonly nats: Nats;
@@ -45,12 +67,20 @@ export class Mailboxes {
     this.names = names;
   }
 
-  /** Store one copy for each recipient; resolves once JetStream has acknowledged them all. */
-  async store(data: string, messageId: string, recipients: string[], ttlSeconds?: number): Promise<{ stored: number; duplicates: number }> {
+  private ensureConnected(): void {
     if (!this.nats.isConnected) throw unavailable("the relay's store (NATS JetStream) is not reachable");
+  }
+
+  /**
+   * Store one copy for each recipient; resolves once JetStream has acknowledged them all.
+   * A failure leaves the copies already stored in place: a retry stores only the missing ones.
+   */
+  async store(data: string, messageId: string, recipients: string[], ttlSeconds?: number): Promise<{ stored: number; duplicates: number }> {
+    this.ensureConnected();
     let stored = 0;
     let duplicates = 0;
     const expiresAt = ttlSeconds ? new Date(Date.now() + ttlSeconds * 1000).toISOString() : undefined;
+    const failures: unknown[] = [];
     await Promise.all(
       recipients.map(async (agent) => {
         const h = natsHeaders();
@@ -67,81 +97,78 @@ export class Mailboxes {
           if (ack.duplicate) duplicates++;
           else stored++;
         } catch (err) {
-          if (isFull(err)) throw relayFull(`the relay is full and refuses new messages: ${(err as Error).message}`);
-          throw unavailable(`the message could not be stored: ${(err as Error).message}`);
+          failures.push(err);
         }
       }),
     );
+    const [first] = failures;
+    if (first !== undefined) {
+      if (failures.some(isFull)) throw relayFull(`the relay is full and refuses new messages until some are acknowledged or expire (${(failures.find(isFull) as Error).message})`);
+      throw unavailable(`the message could not be stored: ${(first as Error).message}`);
+    }
     return { stored, duplicates };
   }
 
-  /** Waiting copies of one agent, oldest first, after sequence `after`. */
+  /** Waiting copies of one agent, oldest first, after stream sequence `after`. */
   async list(agent: string, after: number, limit: number): Promise<StoredCopy[]> {
+    this.ensureConnected();
     const out: StoredCopy[] = [];
     let seq = after + 1;
     const now = Date.now();
     while (out.length < limit) {
-      let batch: StoredMsg[] = [];
-      let end = false;
+      const batch: StoredMsg[] = [];
       try {
         const it = await this.nats.jsm.direct.getBatch(this.names.stream, { seq, batch: limit - out.length, next_by_subj: this.names.mailbox(agent) });
         for await (const m of it) batch.push(m);
       } catch (err) {
         if (!noMessage(err)) throw unavailable(`the mailbox could not be read: ${(err as Error).message}`);
-        end = true;
       }
-      batch = batch.filter((m) => m.seq >= seq);
       if (!batch.length) break;
       for (const m of batch) {
+        seq = Math.max(seq, m.seq + 1);
+        if (isExpired(m.header, now)) continue;
         const copy = toCopy(m);
-        if (copy && !expired(m, now)) out.push(copy);
-        seq = m.seq + 1;
+        if (copy) out.push(copy);
       }
-      if (end) break;
+      // The server counts what is left after the batch: stop without another round trip.
+      if (batch.at(-1)!.pending === 0) break;
     }
     return out.slice(0, limit);
   }
 
-  /** The copy of `messageId` for `agent`, or undefined (never another agent's). */
-  async find(agent: string, messageId: string): Promise<StoredCopy | undefined> {
-    try {
-      const m = await this.nats.jsm.direct.getMessage(this.names.stream, { last_by_subj: this.names.copy(agent, messageId) });
-      if (!m || expired(m, Date.now())) return undefined;
-      return toCopy(m);
-    } catch (err) {
-      if (noMessage(err)) return undefined;
-      throw unavailable(`the mailbox could not be read: ${(err as Error).message}`);
-    }
-  }
-
   /**
-   * Follow one agent's mailbox from sequence `after`: existing copies first, then new ones as
-   * they arrive (an ordered consumer), skipping expired ones. Returns a stop function.
+   * Follow one agent's mailbox from stream sequence `after`: waiting copies first, then new
+   * ones as they arrive (an ordered consumer), skipping expired ones. `onCopy` may return a
+   * promise to hold the stream back (a slow client). Returns a stop function.
    */
-  follow(agent: string, after: number, onCopy: (copy: StoredCopy) => void, onError: (err: Error) => void): () => void {
+  follow(agent: string, after: number, onCopy: (copy: StoredCopy) => void | Promise<void>, onEnd: (err?: Error) => void): () => void {
     let stopped = false;
     let messages: { stop(): void } | undefined;
     void (async () => {
       try {
+        this.ensureConnected();
         const consumer = await this.nats.js.consumers.get(this.names.stream, {
           filter_subjects: [this.names.mailbox(agent)],
-          opt_start_seq: after + 1,
+          ...(after > 0 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: after + 1 } : { deliver_policy: DeliverPolicy.All }),
         });
         if (stopped) return;
-        const it = await consumer.consume();
+        const it = await consumer.consume({ max_messages: 64 });
         messages = it;
+        if (stopped) it.stop();
         for await (const m of it) {
           if (stopped) break;
-          const at = m.headers?.get(RH.expiresAt);
-          if (at && Date.parse(at) <= Date.now()) continue;
+          if (isExpired(m.headers, Date.now())) continue;
+          let message: Record<string, unknown>;
           try {
-            onCopy({ seq: m.seq, messageId: m.headers?.get(RH.messageId) ?? "", recipient: agent, message: m.json(), storedAt: new Date(Number(m.info.timestampNanos) / 1e6) });
+            message = m.json();
           } catch {
-            // an unreadable copy is skipped
+            continue; // an unreadable copy is skipped
           }
+          await onCopy({ seq: m.seq, messageId: m.headers?.get(RH.messageId) ?? "", recipient: agent, message, storedAt: new Date(Number(m.info.timestampNanos) / 1e6) });
         }
+        if (!stopped) onEnd();
       } catch (err) {
-        if (!stopped) onError(err as Error);
+        if (!stopped) onEnd(err as Error);
       }
     })();
     return () => {
@@ -150,14 +177,17 @@ export class Mailboxes {
     };
   }
 
-  /** Acknowledge: delete the agent's copy. False when there is none. */
+  /**
+   * Acknowledge: remove the caller's copy of `messageId`. The subject names the caller's own
+   * mailbox, so nobody can remove another agent's copy. False when there was none.
+   */
   async ack(agent: string, messageId: string): Promise<boolean> {
-    const copy = await this.find(agent, messageId);
-    if (!copy) return false;
-    return this.deleteSeq(copy.seq);
+    return (await this.purge(this.names.copy(agent, messageId))) > 0;
   }
 
+  /** Remove the copy at `seq` (after a webhook's 2xx). */
   async deleteSeq(seq: number): Promise<boolean> {
+    this.ensureConnected();
     try {
       return await this.nats.jsm.streams.deleteMessage(this.names.stream, seq, false);
     } catch (err) {
@@ -166,38 +196,64 @@ export class Mailboxes {
     }
   }
 
-  /** Move a copy whose push delivery was given up to the recipient's dead letters. */
-  async deadLetter(copy: { seq: number; recipient: string; messageId: string; data: Uint8Array }, reason: string): Promise<void> {
+  private async purge(subject: string): Promise<number> {
+    this.ensureConnected();
+    try {
+      return (await this.nats.jsm.streams.purge(this.names.stream, { filter: subject })).purged;
+    } catch (err) {
+      throw unavailable(`the message could not be removed: ${(err as Error).message}`);
+    }
+  }
+
+  /**
+   * Move a copy whose push delivery was given up to its recipient's dead letters (kept for
+   * `ttlSeconds`), then remove the copy. Idempotent: a retry after a crash stores it once.
+   */
+  async deadLetter(copy: { seq: number; recipient: string; messageId: string; data: Uint8Array }, reason: string, ttlSeconds: number): Promise<void> {
+    this.ensureConnected();
     const h = natsHeaders();
     h.set(RH.recipient, copy.recipient);
     h.set(RH.messageId, copy.messageId);
-    h.set(RH.deadReason, reason);
-    await this.nats.js.publish(this.names.dead(copy.recipient, copy.messageId), copy.data, { headers: h, timeout: 5_000 });
+    h.set(RH.deadReason, reason.slice(0, 1000));
+    await this.nats.js.publish(this.names.dead(copy.recipient, copy.messageId), copy.data, {
+      headers: h,
+      msgID: `dead ${copy.recipient} ${copy.messageId} ${copy.seq}`,
+      ttl: `${Math.max(1, Math.round(ttlSeconds))}s`,
+      timeout: 5_000,
+    });
     await this.deleteSeq(copy.seq);
   }
 
-  async deadLetters(agent: string, limit: number): Promise<{ message_id: string; reason: string; at: string; message: unknown }[]> {
-    const out: { message_id: string; reason: string; at: string; message: unknown }[] = [];
+  /** One agent's dead letters, oldest first, after stream sequence `after`. */
+  async deadLetters(agent: string, after: number, limit: number): Promise<(DeadLetter & { seq: number })[]> {
+    this.ensureConnected();
+    const out: (DeadLetter & { seq: number })[] = [];
     try {
-      const it = await this.nats.jsm.direct.getBatch(this.names.stream, { seq: 1, batch: limit, next_by_subj: this.names.deadLetters(agent) });
+      const it = await this.nats.jsm.direct.getBatch(this.names.stream, { seq: after + 1, batch: limit, next_by_subj: this.names.deadLetters(agent) });
       for await (const m of it) {
-        out.push({ message_id: m.header.get(RH.messageId), reason: m.header.get(RH.deadReason), at: m.time.toISOString(), message: m.json() });
+        let message: unknown;
+        try {
+          message = m.json();
+        } catch {
+          message = null;
+        }
+        out.push({ seq: m.seq, message_id: m.header.get(RH.messageId), reason: m.header.get(RH.deadReason), at: m.time.toISOString(), message });
       }
     } catch (err) {
       if (!noMessage(err)) throw unavailable(`dead letters could not be read: ${(err as Error).message}`);
     }
     return out;
   }
+
+  /** Remove one of the caller's dead letters. False when there was none. */
+  async removeDeadLetter(agent: string, messageId: string): Promise<boolean> {
+    return (await this.purge(this.names.dead(agent, messageId))) > 0;
+  }
 }
 
 /** "Nothing there": no such message, or the end of a batch read. */
 function noMessage(err: unknown): boolean {
   return isNotFound(err) || /no message found|message not found/i.test((err as Error)?.message ?? "");
-}
-
-function expired(m: StoredMsg, now: number): boolean {
-  const at = m.header?.get(RH.expiresAt);
-  return !!at && Date.parse(at) <= now;
 }
 
 function toCopy(m: StoredMsg): StoredCopy | undefined {

@@ -1,8 +1,10 @@
+import { readFileSync } from "node:fs";
 import type { FastifyInstance } from "fastify";
 import pino, { type Logger } from "pino";
 import { loadManifest } from "../config/manifest.ts";
 import { Nats, type NatsOptions } from "../nats/connection.ts";
 import { ensureStream } from "../nats/streams.ts";
+import { HttpClient } from "../net/http-client.ts";
 import { Verifier } from "../protocol/verify.ts";
 import { Relay } from "../resources/relay.ts";
 import { createRuntimeMetrics } from "../server/metrics.ts";
@@ -20,6 +22,8 @@ export interface RelayOptions {
   tlsCert: string;
   tlsKey: string;
   nats: Omit<NatsOptions, "name">;
+  /** Extra CA certificates (PEM) trusted for webhook push; defaults to $IFP_CA_FILE. */
+  caFile?: string;
   logger?: Logger;
 }
 
@@ -31,16 +35,21 @@ export interface RunningRelay {
   close(): Promise<void>;
 }
 
-/** Start the relay mode: its stream as the manifest says, its endpoints on TLS, webhook push. */
+/**
+ * Start the relay mode: listen on TLS at once (readiness reports NATS), then create or update
+ * the Relay's stream as the manifest says, load subscriptions and start webhook push.
+ */
 export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   const log = opts.logger ?? pino({ level: process.env.IFP_LOG_LEVEL ?? "info" });
   const relay = await loadManifest(opts.manifest, Relay);
   const names = relayNames(relay);
   const metrics = createRuntimeMetrics("relay");
+  const caFile = opts.caFile ?? (process.env.IFP_CA_FILE || undefined);
+  const http = new HttpClient({ extraCa: caFile ? readFileSync(caFile, "utf8") : undefined, userAgent: "ifp-relay" });
   const nats = new Nats({ ...opts.nats, name: `ifp-relay ${relay.metadata.name ?? relay.spec.url}` }, log);
   const mailboxes = new Mailboxes(nats, names);
-  const subs = new Subscriptions(nats, names);
-  const push = new WebhookPush({ nats, names, mailboxes, subs, delivery: relay.spec.delivery, log, metrics });
+  const subs = new Subscriptions(nats, names, log);
+  const push = new WebhookPush({ nats, names, mailboxes, subs, delivery: relay.spec.delivery, http, relayUrl: relay.spec.url, log, metrics });
   const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
   let ready = false;
 
@@ -68,10 +77,11 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
         break;
       } catch (err) {
         if (abort.signal.aborted) return;
-        log.warn({ err: (err as Error).message }, "relay stream not ready yet");
+        log.warn({ err: (err as Error).message, retryInMs: delay }, "relay stream not ready yet");
         await new Promise((r) => setTimeout(r, delay));
       }
     }
+    if (abort.signal.aborted) return;
     ready = true;
     push.start();
     log.info({ stream: names.stream, url: relay.spec.url }, "relay ready");
@@ -97,6 +107,7 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
       subs.close();
       await started;
       await nats.close();
+      await http.close();
     },
   };
 }

@@ -3,121 +3,171 @@ import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
 import { nanos } from "../nats/streams.ts";
 import { ConsumerWorker } from "../nats/worker.ts";
-import type { RelaySpec } from "../resources/relay.ts";
+import { retryAfterSeconds, type HttpClient } from "../net/http-client.ts";
 import { parseDuration } from "../resources/common.ts";
+import type { RelaySpec } from "../resources/relay.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
-import { RH, type Mailboxes } from "./mailbox.ts";
+import { isExpired, RH, type Mailboxes } from "./mailbox.ts";
 import type { RelayNames } from "./stream.ts";
-import type { Subscriptions } from "./subscriptions.ts";
+import type { PushRegistration, Subscriptions } from "./subscriptions.ts";
 
-/** The pause before retry n (n ≥ 1) of a push, per spec.delivery. */
-export function pushBackoff(delivery: RelaySpec["delivery"], retry: number): number {
+type Delivery = RelaySpec["delivery"];
+
+/** The pause before retry n (n ≥ 1) of a push, per spec.delivery; at most an hour. */
+export function pushBackoff(delivery: Pick<Delivery, "backoff" | "backoffDelay">, retry: number): number {
   const base = parseDuration(delivery.backoffDelay);
   const ms = delivery.backoff === "linear" ? base * retry : base * 2 ** (retry - 1);
   return Math.min(ms, 3_600_000);
 }
 
+export type WebhookOutcome =
+  | { kind: "delivered" }
+  | { kind: "retry"; reason: string; minDelayMs?: number }
+  | { kind: "refused"; reason: string };
+
 /**
- * Webhook push: a durable consumer over every mailbox; each new copy whose recipient has a
- * webhook registered is POSTed to it, and removed from the mailbox only after a 2xx. Failures
- * are retried per spec.delivery (retries, backoff, backoffDelay, timeout); a copy that
- * exhausts them becomes a dead letter of its recipient. Copies of agents without a webhook
- * stay in their mailbox for pull, SSE or WebSocket.
+ * What a webhook's answer means for the copy: a 2xx takes it; 408, 425, 429 and 5xx are
+ * worth retrying (after Retry-After when given); any other status is a refusal that a retry
+ * would not change (spec 7.2 rule 3: no retry after a 4xx; redirects are not followed).
+ */
+export function classifyWebhookAnswer(status: number, retryAfter: string | null, now = Date.now()): WebhookOutcome {
+  if (status >= 200 && status < 300) return { kind: "delivered" };
+  if (status === 408 || status === 425 || status === 429 || status >= 500) {
+    const after = retryAfterSeconds(retryAfter, now);
+    return { kind: "retry", reason: `webhook answered ${status}`, ...(after !== undefined ? { minDelayMs: Math.min(after, 3600) * 1000 } : {}) };
+  }
+  return { kind: "refused", reason: status >= 300 && status < 400 ? `webhook answered ${status} (redirects are not followed)` : `webhook refused the message with ${status}` };
+}
+
+export interface WebhookPushDeps {
+  nats: Nats;
+  names: RelayNames;
+  mailboxes: Mailboxes;
+  subs: Subscriptions;
+  delivery: Delivery;
+  http: HttpClient;
+  relayUrl: string;
+  log: Logger;
+  metrics: RuntimeMetrics;
+}
+
+/**
+ * Webhook push: for each agent with a webhook registered, a durable consumer over its
+ * mailbox. Every copy waiting there is POSTed to the webhook and removed from the mailbox only
+ * after a 2xx. Failures are retried per spec.delivery (retries, backoff, backoffDelay,
+ * timeout); a copy that exhausts them, or that the webhook refuses with a 4xx, becomes a
+ * dead letter of its recipient. Replicas share the consumers, so each copy is pushed by one.
  */
 export class WebhookPush {
-  private readonly worker: ConsumerWorker;
-  private readonly mailboxes: Mailboxes;
-  private readonly subs: Subscriptions;
-  private readonly delivery: RelaySpec["delivery"];
-  private readonly log: Logger;
-  private readonly metrics: RuntimeMetrics;
+  private readonly workers = new Map<string, ConsumerWorker>();
+  private readonly deps: WebhookPushDeps;
+  private started = false;
 
-  constructor(deps: { nats: Nats; names: RelayNames; mailboxes: Mailboxes; subs: Subscriptions; delivery: RelaySpec["delivery"]; log: Logger; metrics: RuntimeMetrics }) {
-    this.mailboxes = deps.mailboxes;
-    this.subs = deps.subs;
-    this.delivery = deps.delivery;
-    this.log = deps.log;
-    this.metrics = deps.metrics;
-    this.worker = new ConsumerWorker(
-      deps.nats,
-      {
-        stream: deps.names.stream,
-        consumer: {
-          durable_name: deps.names.pushConsumer,
-          filter_subject: deps.names.mailboxes,
-          ack_policy: AckPolicy.Explicit,
-          deliver_policy: DeliverPolicy.New,
-          ack_wait: nanos(parseDuration(deps.delivery.timeout) + 30_000),
-          max_deliver: -1,
-          max_ack_pending: 1000,
-        },
-        updatable: ["ack_wait"],
-        concurrency: 8,
-        handle: (m) => this.handle(m),
-        label: "webhook push",
-      },
-      deps.log,
-    );
+  constructor(deps: WebhookPushDeps) {
+    this.deps = deps;
+    deps.subs.onPushChange((agent, reg) => this.sync(agent, reg));
   }
 
   start(): void {
-    this.worker.start();
+    this.started = true;
+    for (const reg of this.deps.subs.registrations()) this.sync(reg.agent, reg);
   }
 
-  stop(): Promise<void> {
-    return this.worker.stop();
+  async stop(): Promise<void> {
+    this.started = false;
+    const workers = [...this.workers.values()];
+    this.workers.clear();
+    await Promise.all(workers.map((w) => w.stop()));
   }
 
-  private async handle(m: JsMsg): Promise<void> {
-    const recipient = m.headers?.get(RH.recipient) ?? "";
+  private sync(agent: string, reg: PushRegistration | undefined): void {
+    if (!this.started) return;
+    const running = this.workers.get(agent);
+    if (reg && !running) {
+      const worker = this.worker(agent);
+      this.workers.set(agent, worker);
+      worker.start();
+    } else if (!reg && running) {
+      // The consumer stays (unworked, JetStream removes it after an hour): a copy in retry
+      // resumes if the agent registers again soon.
+      this.workers.delete(agent);
+      void running.stop();
+    }
+  }
+
+  private worker(agent: string): ConsumerWorker {
+    const { nats, names, delivery, log } = this.deps;
+    return new ConsumerWorker(
+      nats,
+      {
+        stream: names.stream,
+        consumer: {
+          durable_name: names.pushConsumer(agent),
+          filter_subject: names.mailbox(agent),
+          ack_policy: AckPolicy.Explicit,
+          deliver_policy: DeliverPolicy.All,
+          ack_wait: nanos(parseDuration(delivery.timeout) + 30_000),
+          max_deliver: -1,
+          max_ack_pending: 1000,
+          inactive_threshold: nanos(3_600_000),
+        },
+        updatable: ["ack_wait", "inactive_threshold"],
+        concurrency: delivery.concurrency,
+        handle: (m) => this.handle(agent, m),
+        label: `webhook push for ${agent}`,
+      },
+      log,
+    );
+  }
+
+  private async handle(agent: string, m: JsMsg): Promise<void> {
+    const { mailboxes, subs, delivery, http, metrics, log } = this.deps;
     const messageId = m.headers?.get(RH.messageId) ?? "";
-    const expiresAt = m.headers?.get(RH.expiresAt);
-    if (expiresAt && Date.parse(expiresAt) <= Date.now()) {
-      m.ack();
+    if (isExpired(m.headers, Date.now())) {
+      m.ack(); // never handed out; JetStream removes it at its TTL
       return;
     }
-    const reg = await this.subs.push(recipient);
+    const reg = subs.push(agent);
     if (!reg) {
-      m.ack(); // no webhook: the copy waits in the mailbox
-      return;
-    }
-    // Acknowledged meanwhile by pull, SSE or WebSocket? Then there is nothing to push.
-    if (!(await this.mailboxes.find(recipient, messageId))) {
-      m.ack();
+      m.nak(5_000); // the registration is going away; the copy waits in the mailbox
       return;
     }
     const attempt = m.info.deliveryCount;
-    let failure: string;
+    let outcome: WebhookOutcome;
     try {
-      const res = await fetch(reg.webhook, {
+      const res = await http.request(reg.webhook, {
         method: "POST",
-        headers: { "content-type": "application/json; charset=utf-8", "ifp-message-id": messageId, "idempotency-key": messageId, "ifp-delivery-attempt": String(attempt) },
+        headers: {
+          "content-type": "application/json; charset=utf-8",
+          "idempotency-key": messageId,
+          "ifp-message-id": messageId,
+          "ifp-delivery-attempt": String(attempt),
+          "ifp-relay": this.deps.relayUrl,
+        },
         body: m.data,
-        signal: AbortSignal.timeout(parseDuration(this.delivery.timeout)),
-        redirect: "manual",
+        timeoutMs: parseDuration(delivery.timeout),
       });
-      await res.body?.cancel().catch(() => {});
-      if (res.ok) {
-        await this.mailboxes.deleteSeq(m.seq);
-        m.ack();
-        this.metrics.relay.inc({ operation: "push", result: "delivered" });
-        return;
-      }
-      failure = `webhook answered ${res.status}`;
+      outcome = classifyWebhookAnswer(res.status, res.headers.get("retry-after"));
     } catch (err) {
-      failure = `webhook unreachable: ${(err as Error).message}`;
+      outcome = { kind: "retry", reason: `webhook unreachable: ${(err as Error).message}` };
     }
-    this.metrics.relay.inc({ operation: "push", result: "failed" });
-    if (attempt > this.delivery.retries) {
-      const reason = `${failure}; gave up after ${attempt} attempts`;
-      await this.mailboxes.deadLetter({ seq: m.seq, recipient, messageId, data: m.data }, reason);
+    if (outcome.kind === "delivered") {
+      await mailboxes.deleteSeq(m.seq);
       m.ack();
-      this.metrics.deadLetters.inc({ source: "relay-push" });
-      this.log.error({ recipient, messageId, reason }, "push dead-lettered");
+      metrics.relay.inc({ operation: "push", result: "delivered" });
       return;
     }
-    const wait = pushBackoff(this.delivery, attempt);
-    this.log.warn({ recipient, messageId, attempt, retryInMs: wait }, failure);
+    metrics.relay.inc({ operation: "push", result: outcome.kind === "refused" ? "refused" : "failed" });
+    if (outcome.kind === "refused" || attempt > delivery.retries) {
+      const reason = outcome.kind === "refused" ? outcome.reason : `${outcome.reason}; gave up after ${attempt} attempts`;
+      await mailboxes.deadLetter({ seq: m.seq, recipient: agent, messageId, data: m.data }, reason, parseDuration(delivery.deadLetter.maxAge) / 1000);
+      m.ack();
+      metrics.deadLetters.inc({ source: "relay-push" });
+      log.error({ agent, messageId, reason }, "push given up; moved to dead letters");
+      return;
+    }
+    const wait = Math.max(pushBackoff(delivery, attempt), outcome.minDelayMs ?? 0);
+    log.warn({ agent, messageId, attempt, retryInMs: wait }, outcome.reason);
     m.nak(wait);
   }
 }

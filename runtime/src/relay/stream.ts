@@ -26,7 +26,8 @@ export function relayNames(relay: Pick<Relay, "metadata" | "spec">) {
     deadLetters: (agent: string) => `ifp.relay.${t}.dead.${encodeToken(agent)}.>`,
     dead: (agent: string, messageId: string) => `ifp.relay.${t}.dead.${encodeToken(agent)}.${encodeToken(messageId)}`,
     kvBucket: `ifp_relay_${t}`,
-    pushConsumer: "push",
+    /** The durable consumer that pushes one agent's mailbox to its webhook. */
+    pushConsumer: (agent: string) => `push_${encodeToken(agent)}`,
   };
 }
 export type RelayNames = ReturnType<typeof relayNames>;

@@ -7,7 +7,7 @@ export const RelayRetention = z.object({
   maxMessages: z.number().int().min(-1).default(-1).describe("Message count limit, -1 for none"),
   storage: z.enum(["file", "memory"]).default("file"),
   replicas: z.literal([1, 3, 5]).default(1),
-  duplicateWindow: Duration.default("48h").describe("A message_id is stored once per recipient within this window"),
+  duplicateWindow: Duration.default("48h").describe("A message_id is stored once per recipient within this window (at most maxAge)"),
   deleteOnRemoval: z.boolean().default(false).describe("Delete the JetStream stream when the Relay is deleted"),
 });
 
@@ -15,7 +15,8 @@ export const RelayDelivery = z.object({
   retries: z.number().int().min(0).max(1000).default(10),
   backoff: z.enum(["exponential", "linear"]).default("exponential"),
   backoffDelay: Duration.default("1s"),
-  timeout: Duration.default("10s"),
+  timeout: Duration.default("10s").describe("How long one webhook POST may take"),
+  concurrency: z.number().int().min(1).max(64).default(4).describe("Webhook POSTs in flight per agent"),
   deadLetter: z
     .object({
       maxAge: Duration.default("168h").describe("How long dead letters are kept"),
@@ -32,6 +33,12 @@ export const RelaySpec = z.object({
     .object({
       maxMessageBytes: z.number().int().min(1024).max(16 * 1024 * 1024).default(1048576),
       perAgentPerMinute: z.number().int().min(1).default(600).describe("Requests per minute of one agent"),
+      perAddressPerMinute: z
+        .number()
+        .int()
+        .min(1)
+        .default(6000)
+        .describe("Requests per minute from one client address, checked before the costly signature verification"),
     })
     .prefault({}),
   tls: TlsSpec.optional(),

@@ -1,0 +1,100 @@
+import { AppsV1Api, CoreV1Api, CustomObjectsApi, RbacAuthorizationV1Api, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
+import type { Logger } from "pino";
+import { MANAGED_SELECTOR } from "../controllers/runtime.ts";
+import { ResilientInformer } from "./informer.ts";
+
+export type CachedKind = "Agent" | "Relay" | "Deployment" | "Service" | "ConfigMap" | "Secret" | "ServiceAccount" | "Role" | "RoleBinding";
+
+type Lister = (ns: string | undefined, labelSelector: string | undefined) => Promise<KubernetesListObject<KubernetesObject>>;
+
+interface KindInfo {
+  path: (ns: string | undefined) => string;
+  list: Lister;
+  /** Only the children we manage, by label. */
+  managedOnly: boolean;
+}
+
+function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
+  const core = kc.makeApiClient(CoreV1Api);
+  const apps = kc.makeApiClient(AppsV1Api);
+  const rbac = kc.makeApiClient(RbacAuthorizationV1Api);
+  const custom = kc.makeApiClient(CustomObjectsApi);
+  const crd = (plural: string): KindInfo => ({
+    path: (ns) => (ns ? `/apis/ifp.dev/v1alpha1/namespaces/${ns}/${plural}` : `/apis/ifp.dev/v1alpha1/${plural}`),
+    list: async (ns) =>
+      (ns
+        ? await custom.listNamespacedCustomObject({ group: "ifp.dev", version: "v1alpha1", namespace: ns, plural })
+        : await custom.listClusterCustomObject({ group: "ifp.dev", version: "v1alpha1", plural })) as KubernetesListObject<KubernetesObject>,
+    managedOnly: false,
+  });
+  const native = (group: string, plural: string, all: (labelSelector?: string) => Promise<unknown>, namespaced: (namespace: string, labelSelector?: string) => Promise<unknown>): KindInfo => ({
+    path: (ns) => `${group}${ns ? `/namespaces/${ns}` : ""}/${plural}`,
+    list: async (ns, labelSelector) => ((ns ? await namespaced(ns, labelSelector) : await all(labelSelector)) as KubernetesListObject<KubernetesObject>),
+    managedOnly: true,
+  });
+  return {
+    Agent: crd("agents"),
+    Relay: crd("relays"),
+    Deployment: native("/apis/apps/v1", "deployments", (l) => apps.listDeploymentForAllNamespaces({ labelSelector: l }), (n, l) => apps.listNamespacedDeployment({ namespace: n, labelSelector: l })),
+    Service: native("/api/v1", "services", (l) => core.listServiceForAllNamespaces({ labelSelector: l }), (n, l) => core.listNamespacedService({ namespace: n, labelSelector: l })),
+    ConfigMap: native("/api/v1", "configmaps", (l) => core.listConfigMapForAllNamespaces({ labelSelector: l }), (n, l) => core.listNamespacedConfigMap({ namespace: n, labelSelector: l })),
+    Secret: native("/api/v1", "secrets", (l) => core.listSecretForAllNamespaces({ labelSelector: l }), (n, l) => core.listNamespacedSecret({ namespace: n, labelSelector: l })),
+    ServiceAccount: native("/api/v1", "serviceaccounts", (l) => core.listServiceAccountForAllNamespaces({ labelSelector: l }), (n, l) => core.listNamespacedServiceAccount({ namespace: n, labelSelector: l })),
+    Role: native("/apis/rbac.authorization.k8s.io/v1", "roles", (l) => rbac.listRoleForAllNamespaces({ labelSelector: l }), (n, l) => rbac.listNamespacedRole({ namespace: n, labelSelector: l })),
+    RoleBinding: native("/apis/rbac.authorization.k8s.io/v1", "rolebindings", (l) => rbac.listRoleBindingForAllNamespaces({ labelSelector: l }), (n, l) => rbac.listNamespacedRoleBinding({ namespace: n, labelSelector: l })),
+  };
+}
+
+/**
+ * Informer caches of the operator's resources and of the children it manages (selected by the
+ * managed-by label), cluster-wide or per watched namespace. Reconciles read from them, so a
+ * pass over an unchanged object asks the API server nothing.
+ */
+export class Caches {
+  private readonly informers = new Map<string, ResilientInformer<KubernetesObject>>();
+  private readonly namespaces: string[];
+
+  constructor(kc: KubeConfig, namespaces: string[], log: Logger, onChange: (kind: CachedKind, obj: KubernetesObject) => void) {
+    this.namespaces = namespaces;
+    const info = kinds(kc);
+    for (const kind of Object.keys(info) as CachedKind[]) {
+      const k = info[kind];
+      for (const ns of namespaces.length ? namespaces : [undefined]) {
+        const selector = k.managedOnly ? MANAGED_SELECTOR : undefined;
+        const informer = new ResilientInformer<KubernetesObject>(kc, k.path(ns), () => k.list(ns, selector), {
+          name: `${kind}${ns ? `/${ns}` : ""}`,
+          labelSelector: selector,
+          log,
+          onChange: (obj) => onChange(kind, obj),
+        });
+        this.informers.set(`${kind}/${ns ?? ""}`, informer);
+      }
+    }
+  }
+
+  private informer(kind: CachedKind, namespace: string): ResilientInformer<KubernetesObject> | undefined {
+    return this.informers.get(`${kind}/${this.namespaces.length ? namespace : ""}`);
+  }
+
+  get<T extends KubernetesObject>(kind: CachedKind, namespace: string, name: string): T | undefined {
+    return this.informer(kind, namespace)?.get(name, namespace) as T | undefined;
+  }
+
+  list<T extends KubernetesObject>(kind: CachedKind): T[] {
+    const out: T[] = [];
+    for (const [k, inf] of this.informers) if (k.startsWith(`${kind}/`)) out.push(...(inf.list() as T[]));
+    return out;
+  }
+
+  get synced(): boolean {
+    return [...this.informers.values()].every((i) => i.hasSynced);
+  }
+
+  async start(): Promise<void> {
+    await Promise.all([...this.informers.values()].map((i) => i.start()));
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all([...this.informers.values()].map((i) => i.stop()));
+  }
+}

@@ -1,0 +1,14 @@
+/**
+ * Whether every field of `want` has the same value in `have` (extra fields in `have`, such as
+ * server defaults, are ignored; arrays compare element by element and must have equal length).
+ * Lets a reconcile skip an apply that would change nothing.
+ */
+export function isSubset(want: unknown, have: unknown): boolean {
+  if (want === null || typeof want !== "object") return want === have || (want === undefined && have === undefined);
+  if (Array.isArray(want)) {
+    return Array.isArray(have) && have.length === want.length && want.every((w, i) => isSubset(w, have[i]));
+  }
+  if (have === null || typeof have !== "object" || Array.isArray(have)) return false;
+  const h = have as Record<string, unknown>;
+  return Object.entries(want as Record<string, unknown>).every(([k, v]) => v === undefined || isSubset(v, h[k]));
+}

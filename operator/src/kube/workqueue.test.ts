@@ -1,0 +1,42 @@
+import { describe, expect, it } from "vitest";
+import { WorkQueue } from "./workqueue.ts";
+
+describe("WorkQueue", () => {
+  it("collapses adds and never runs a key twice at once", async () => {
+    const q = new WorkQueue();
+    const seen: string[] = [];
+    let concurrent = 0;
+    let maxConcurrent = 0;
+    q.add("a");
+    q.add("a");
+    q.add("b");
+    const run = q.run(4, async (key) => {
+      concurrent++;
+      maxConcurrent = Math.max(maxConcurrent, concurrent);
+      seen.push(key);
+      if (key === "a" && seen.filter((k) => k === "a").length === 1) q.add("a"); // during processing
+      await new Promise((r) => setTimeout(r, 20));
+      concurrent--;
+    });
+    await new Promise((r) => setTimeout(r, 150));
+    q.shutDown();
+    await run;
+    expect(seen.filter((k) => k === "a")).toHaveLength(2);
+    expect(seen.filter((k) => k === "b")).toHaveLength(1);
+    expect(maxConcurrent).toBeLessThanOrEqual(2);
+  });
+
+  it("backs off per key and forgets on success", () => {
+    const q = new WorkQueue({ baseDelayMs: 100, maxDelayMs: 1000 });
+    const d1 = q.addRateLimited("k");
+    const d2 = q.addRateLimited("k");
+    const d5 = [q.addRateLimited("k"), q.addRateLimited("k"), q.addRateLimited("k")].at(-1)!;
+    expect(d1).toBeGreaterThanOrEqual(80);
+    expect(d1).toBeLessThanOrEqual(120);
+    expect(d2).toBeGreaterThanOrEqual(160);
+    expect(d5).toBeLessThanOrEqual(1200);
+    q.forget("k");
+    expect(q.addRateLimited("k")).toBeLessThanOrEqual(120);
+    q.shutDown();
+  });
+});

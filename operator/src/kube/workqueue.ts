@@ -1,0 +1,101 @@
+/**
+ * A keyed work queue in the manner of client-go's: adds of a queued key collapse, a key is
+ * never processed by two workers at once (an add during processing requeues it once after),
+ * failures back off per key exponentially with jitter, and addAfter schedules timed work.
+ */
+export class WorkQueue {
+  private readonly queue: string[] = [];
+  private readonly queued = new Set<string>();
+  private readonly processing = new Set<string>();
+  private readonly dirty = new Set<string>();
+  private readonly failures = new Map<string, number>();
+  private readonly timers = new Map<string, NodeJS.Timeout>();
+  private waiters: (() => void)[] = [];
+  private shuttingDown = false;
+  private readonly baseDelayMs: number;
+  private readonly maxDelayMs: number;
+
+  constructor(opts: { baseDelayMs?: number; maxDelayMs?: number } = {}) {
+    this.baseDelayMs = opts.baseDelayMs ?? 500;
+    this.maxDelayMs = opts.maxDelayMs ?? 5 * 60_000;
+  }
+
+  get depth(): number {
+    return this.queue.length;
+  }
+
+  add(key: string): void {
+    if (this.shuttingDown) return;
+    if (this.processing.has(key)) {
+      this.dirty.add(key);
+      return;
+    }
+    if (this.queued.has(key)) return;
+    this.queued.add(key);
+    this.queue.push(key);
+    this.waiters.shift()?.();
+  }
+
+  addAfter(key: string, ms: number): void {
+    if (this.shuttingDown) return;
+    const existing = this.timers.get(key);
+    if (existing) clearTimeout(existing);
+    const t = setTimeout(() => {
+      this.timers.delete(key);
+      this.add(key);
+    }, ms);
+    t.unref();
+    this.timers.set(key, t);
+  }
+
+  /** Requeue after this key's next backoff delay. */
+  addRateLimited(key: string): number {
+    const n = (this.failures.get(key) ?? 0) + 1;
+    this.failures.set(key, n);
+    const delay = Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** (n - 1)) * (0.8 + Math.random() * 0.4);
+    this.addAfter(key, delay);
+    return delay;
+  }
+
+  forget(key: string): void {
+    this.failures.delete(key);
+  }
+
+  private async next(): Promise<string | undefined> {
+    while (!this.queue.length) {
+      if (this.shuttingDown) return undefined;
+      await new Promise<void>((r) => this.waiters.push(r));
+    }
+    const key = this.queue.shift()!;
+    this.queued.delete(key);
+    this.processing.add(key);
+    return key;
+  }
+
+  private done(key: string): void {
+    this.processing.delete(key);
+    if (this.dirty.delete(key)) this.add(key);
+  }
+
+  /** Run `workers` loops until shutDown(); `handle` throws to back off. */
+  async run(workers: number, handle: (key: string) => Promise<void>): Promise<void> {
+    await Promise.all(
+      Array.from({ length: workers }, async () => {
+        for (let key = await this.next(); key !== undefined; key = await this.next()) {
+          try {
+            await handle(key);
+          } finally {
+            this.done(key);
+          }
+        }
+      }),
+    );
+  }
+
+  shutDown(): void {
+    this.shuttingDown = true;
+    for (const t of this.timers.values()) clearTimeout(t);
+    this.timers.clear();
+    for (const w of this.waiters.splice(0)) w();
+  }
+}

@@ -1,0 +1,146 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Duplex } from "node:stream";
+import type { FastifyInstance } from "fastify";
+import type { Logger } from "pino";
+import { WebSocketServer, type RawData, type WebSocket } from "ws";
+import { ProtocolError } from "../protocol/errors.ts";
+import { toProtocolError } from "../server/http.ts";
+import type { RuntimeMetrics } from "../server/metrics.ts";
+import type { Mailboxes, StoredCopy } from "./mailbox.ts";
+import type { RequestToAuthenticate } from "./auth.ts";
+
+export const WEBSOCKET_PATH = "/relay/ws";
+const HEARTBEAT_MS = 15_000;
+/** Unsent bytes a slow client may hold before the relay waits for it to read. */
+const HIGH_WATER = 1 << 20;
+
+/** The SSE frame of one copy: the event id is its stream sequence, the resume cursor. */
+export function sseFrame(copy: Pick<StoredCopy, "seq" | "message">): string {
+  return `id: ${copy.seq}\nevent: message\ndata: ${JSON.stringify(copy.message)}\n\n`;
+}
+
+/** A resume cursor from Last-Event-ID or ?after= (a stream sequence); 0 from the start. */
+export function cursor(value: string | string[] | null | undefined): number {
+  const v = Array.isArray(value) ? value[0] : value;
+  return typeof v === "string" && /^\d{1,15}$/.test(v.trim()) ? Number(v.trim()) : 0;
+}
+
+/**
+ * GET /relay/events: the caller's mailbox as Server-Sent Events, waiting copies first, then new
+ * ones. Nothing is removed until the agent acknowledges (DELETE /relay/messages/{id}); a
+ * reconnect with Last-Event-ID resumes after the last event seen.
+ */
+export function serveEvents(res: ServerResponse, req: IncomingMessage, agent: string, mailboxes: Mailboxes, log: Logger): void {
+  res.writeHead(200, {
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-store",
+    connection: "keep-alive",
+    "x-accel-buffering": "no",
+  });
+  res.write(": ifp relay events\n\n");
+  const drained = () => new Promise<void>((r) => res.once("drain", r));
+  const stop = mailboxes.follow(
+    agent,
+    cursor(req.headers["last-event-id"]),
+    async (copy) => {
+      if (!res.write(sseFrame(copy)) && res.writableLength > HIGH_WATER) await drained();
+    },
+    (err) => {
+      if (err) log.warn({ err: err.message, agent }, "event stream ended");
+      res.end();
+    },
+  );
+  const heartbeat = setInterval(() => res.write(": keep-alive\n\n"), HEARTBEAT_MS);
+  res.on("close", () => {
+    clearInterval(heartbeat);
+    stop();
+  });
+}
+
+export type WsFrame =
+  | { type: "message"; id: number; message: Record<string, unknown> }
+  | { type: "acked"; message_id: string; ok: boolean }
+  | { type: "error"; code: string; message: string };
+
+/** A client frame: only {type: "ack", message_id} is understood. */
+export function parseClientFrame(data: RawData): { ack: string } | { error: string } {
+  let frame: unknown;
+  try {
+    frame = JSON.parse(data.toString());
+  } catch {
+    return { error: "frames are JSON objects" };
+  }
+  const f = frame as { type?: unknown; message_id?: unknown };
+  if (f?.type !== "ack" || typeof f.message_id !== "string" || !f.message_id) return { error: 'send {"type": "ack", "message_id": "…"}' };
+  return { ack: f.message_id };
+}
+
+/**
+ * WebSocket push at /relay/ws. The upgrade request is signed like any relay request; resume
+ * with ?after=<cursor>. The relay sends {type: "message", id, message} for each waiting and
+ * each new copy and removes one when the client sends {type: "ack", message_id}, answering
+ * {type: "acked", message_id, ok}.
+ */
+export function attachWebSocket(
+  app: FastifyInstance,
+  deps: { mailboxes: Mailboxes; metrics: RuntimeMetrics; log: Logger; authenticate: (req: RequestToAuthenticate) => Promise<string> },
+): void {
+  const wss = new WebSocketServer({ noServer: true, maxPayload: 64 * 1024 });
+  const refuse = (socket: Duplex, err: ProtocolError) => {
+    const text = JSON.stringify(err.body());
+    const extra = Object.entries(err.headers).map(([k, v]) => `${k}: ${v}\r\n`).join("");
+    socket.end(`HTTP/1.1 ${err.statusCode} ${err.code}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\n${extra}connection: close\r\n\r\n${text}`);
+  };
+  app.server.on("upgrade", (raw: IncomingMessage, socket: Duplex, head: Buffer) => {
+    socket.on("error", () => {});
+    const url = new URL(raw.url ?? "/", "https://relay.invalid");
+    if (url.pathname !== WEBSOCKET_PATH) return refuse(socket, new ProtocolError(404, "not_found", `no WebSocket endpoint ${url.pathname}; use ${WEBSOCKET_PATH}`));
+    deps
+      .authenticate({ ip: raw.socket.remoteAddress ?? "", method: raw.method ?? "GET", url: raw.url ?? "/", host: raw.headers.host, headers: raw.headers })
+      .then(
+        (agent) => wss.handleUpgrade(raw, socket, head, (ws) => serve(ws, agent, cursor(url.searchParams.get("after")))),
+        (err) => refuse(socket, toProtocolError(err)),
+      );
+  });
+  const serve = (ws: WebSocket, agent: string, after: number) => {
+    deps.metrics.relay.inc({ operation: "websocket", result: "ok" });
+    const send = (frame: WsFrame) => {
+      if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(frame));
+    };
+    const stop = deps.mailboxes.follow(
+      agent,
+      after,
+      async (copy) => {
+        send({ type: "message", id: copy.seq, message: copy.message });
+        while (ws.readyState === ws.OPEN && ws.bufferedAmount > HIGH_WATER) await new Promise((r) => setTimeout(r, 50));
+      },
+      (err) => {
+        if (err) deps.log.warn({ err: err.message, agent }, "WebSocket stream ended");
+        ws.close(1011, "mailbox unavailable");
+      },
+    );
+    ws.on("message", (data) => {
+      const frame = parseClientFrame(data);
+      if ("error" in frame) return send({ type: "error", code: "invalid_format", message: frame.error });
+      deps.mailboxes.ack(agent, frame.ack).then(
+        (ok) => {
+          deps.metrics.relay.inc({ operation: "ack", result: ok ? "ok" : "not_found" });
+          send({ type: "acked", message_id: frame.ack, ok });
+        },
+        (err: unknown) => {
+          const e = toProtocolError(err);
+          send({ type: "error", code: e.code, message: e.message });
+        },
+      );
+    });
+    const ping = setInterval(() => ws.ping(), HEARTBEAT_MS);
+    ws.on("close", () => {
+      clearInterval(ping);
+      stop();
+    });
+  };
+  app.addHook("onClose", async () => {
+    for (const c of wss.clients) c.terminate();
+    wss.close();
+  });
+}
