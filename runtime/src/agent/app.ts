@@ -2,10 +2,10 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Logger } from "pino";
 import type { Agent } from "../resources/agent.ts";
 import { parseDuration } from "../resources/common.ts";
-import { badRequest, rateLimited, unavailable, type ProtocolError } from "../protocol/errors.ts";
+import { badRequest, rateLimited, type ProtocolError } from "../protocol/errors.ts";
 import { etagMatches } from "../protocol/documents.ts";
 import { describeIssues, Message } from "../protocol/message.ts";
-import { inspect, type InboundMeta, type Inspection } from "./inbound.ts";
+import { acceptVerified, type OnAccepted } from "./accept.ts";
 import type { Verifier } from "../protocol/verify.ts";
 import { createServer, type TlsMaterial } from "../server/http.ts";
 import { registerProbes } from "../server/probes.ts";
@@ -24,7 +24,7 @@ export interface AgentAppDeps {
    * message is stored — also for a repeat, so a retried POST completes what a crash cut short.
    * They are idempotent; a failure answers 503 so that the sender retries.
    */
-  onAccepted?: (message: Message, meta: InboundMeta, inspection: Inspection) => Promise<void>;
+  onAccepted?: OnAccepted;
   metrics: RuntimeMetrics;
   logger: Logger;
   tls?: TlsMaterial;
@@ -93,16 +93,7 @@ export function buildAgentApp(deps: AgentAppDeps): FastifyInstance {
           `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`,
         );
       }
-      const meta = { sender: verified.signer ?? h.from.agent, authLevel: verified.authLevel };
-      const inspection = inspect(message, meta, agent);
-      const { duplicate } = await store.accept(raw, h.message_id, { ...verified, handoff: inspection.deliver }, h.from.agent);
-      if (deps.onAccepted && (inspection.error || inspection.capabilities)) {
-        try {
-          await deps.onAccepted(message, meta, inspection);
-        } catch (err) {
-          throw unavailable(`the message was stored but its answer could not be queued: ${(err as Error).message}`);
-        }
-      }
+      const { duplicate } = await acceptVerified({ agent, store, onAccepted: deps.onAccepted }, raw, message, verified);
       metrics.inbox.inc({ result: duplicate ? "duplicate" : "accepted" });
       return reply.code(202).type("application/json; charset=utf-8").send({ status: "accepted", message_id: h.message_id });
     } catch (err) {

@@ -47,7 +47,7 @@ export function buildCapabilityDocument(agent: Agent, updated: string): Capabili
     capabilities: capabilityList(agent),
     ifp_support: IFP_SUPPORT,
     updated,
-    ...(agent.spec.relay ? { relay: agent.spec.relay } : {}),
+    ...(agent.spec.relay ? { relay: { urls: agent.spec.relay.urls, preference: agent.spec.relay.preference } } : {}),
   };
 }
 
@@ -72,7 +72,7 @@ export function buildIdentityDocument(
           },
         }
       : {}),
-    ...(agent.spec.relay ? { relay: agent.spec.relay } : {}),
+    ...(agent.spec.relay ? { relay: { urls: agent.spec.relay.urls, preference: agent.spec.relay.preference } } : {}),
   };
 }
 
@@ -114,9 +114,12 @@ export class Documents {
     return served;
   }
 
-  /** Agree with the other replicas on `updated` through the KV bucket. */
-  async syncUpdated(nats: Nats, names: AgentNames, log: Logger): Promise<void> {
-    if (this.agent.metadata.annotations?.[ANNOTATIONS.capabilitiesUpdated]) return;
+  /**
+   * Agree with the other replicas on `updated` through the KV bucket. True when this runtime
+   * found the capability set changed (and so should announce it).
+   */
+  async syncUpdated(nats: Nats, names: AgentNames, log: Logger): Promise<boolean> {
+    if (this.agent.metadata.annotations?.[ANNOTATIONS.capabilitiesUpdated]) return false;
     const kv = await new Kvm(nats.js).create(names.kvBucket, { history: 1 });
     const key = `${names.kvKey}.capabilities`;
     for (let attempt = 0; attempt < 5; attempt++) {
@@ -124,18 +127,19 @@ export class Documents {
       const stored = entry?.value.length ? (entry.json() as { hash: string; updated: string }) : undefined;
       if (stored?.hash === this.hash) {
         this.setUpdated(stored.updated);
-        return;
+        return false;
       }
       const value = JSON.stringify({ hash: this.hash, updated: this.capabilities.doc.updated });
       try {
         if (entry) await kv.update(key, value, entry.revision);
         else await kv.create(key, value);
         log.info({ updated: this.capabilities.doc.updated }, "capability set changed");
-        return;
+        return entry !== null && entry !== undefined;
       } catch {
         // Another replica wrote first; read its value.
       }
     }
+    return false;
   }
 
   private setUpdated(updated: string): void {

@@ -24,6 +24,8 @@ import { PeerCapabilityCache, type InboundMeta, type Inspection } from "./inboun
 import { buildLocalApi } from "./local-api.ts";
 import { EventRecorder, Notifier } from "./notify.ts";
 import { OutboundDelivery } from "./outbound.ts";
+import { acceptVerified } from "./accept.ts";
+import { announceCapabilities, RelayIntake, relayPublisher } from "./relays.ts";
 import { agentNames } from "./names.ts";
 import { OutboxStore } from "./outbox.ts";
 import { errorReply } from "./replies.ts";
@@ -141,9 +143,25 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
       backoffMs: spec.outbound.backoff.map(parseDuration),
       retryForMs: parseDuration(spec.outbound.retryFor),
       peerUrls: new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!])),
+      peerRelays: new Map(spec.peers.filter((p) => p.relay?.urls.length).map((p) => [p.agentId, p.relay!.urls])),
     },
+    relay: relayPublisher(signing, http),
     onGiveUp: (record, r) => notifier.undeliverable(record, r),
   });
+
+  const intake = spec.relay?.urls.length
+    ? new RelayIntake({
+        urls: spec.relay.urls,
+        signing,
+        http,
+        verifier,
+        requireSignature: spec.inbox.requireSignature,
+        accept: (raw, message, verified) => acceptVerified({ agent, store: inbox, onAccepted }, raw, message, verified),
+        intervalMs: parseDuration(spec.relay.pollInterval),
+        log,
+        metrics,
+      })
+    : undefined;
 
   const received = async (messageId: string): Promise<Message | undefined> => {
     try {
@@ -165,7 +183,9 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         await outbox.ensure();
         await states.ensure();
         await peerCaps.ensure();
-        await documents.syncUpdated(nats, names, log);
+        if ((await documents.syncUpdated(nats, names, log)) && spec.relay?.urls.length) {
+          void announceCapabilities({ urls: spec.relay.urls, signing, http, document: documents.capabilityDocument.doc, displayName: spec.displayName, log });
+        }
         break;
       } catch (err) {
         if (abort.signal.aborted) return;
@@ -176,6 +196,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     ready = true;
     handoff?.start();
     outbound.start();
+    intake?.start();
     log.info({ agentId: spec.agentId, stream: names.inboxStream }, "agent ready");
   })().catch((err) => {
     if (!abort.signal.aborted) log.error({ err }, "agent start failed");
@@ -200,7 +221,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
       abort.abort();
       stopWatch();
       await Promise.all([app.close(), localApi.close()]);
-      await Promise.all([handoff?.stop(), outbound.stop()]);
+      await Promise.all([handoff?.stop(), outbound.stop(), intake?.stop()]);
       await started;
       await nats.close();
       await http.close();

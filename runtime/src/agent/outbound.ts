@@ -31,6 +31,8 @@ export interface OutboundOptions {
   retryForMs: number;
   /** Base URLs of peers known from the Agent spec. */
   peerUrls: Map<string, string>;
+  /** Relays of peers known from the Agent spec (spec.peers[].relay.urls). */
+  peerRelays?: Map<string, string[]>;
   concurrency?: number;
 }
 
@@ -251,8 +253,10 @@ export class OutboundDelivery {
   private async route(agent: string): Promise<Route> {
     const known = this.opts.peerUrls.get(agent);
     const base = known ?? (isHttpsUrl(agent) ? agent : undefined);
+    const relays = this.opts.peerRelays?.get(agent) ?? [];
     if (!base) {
-      throw new NoRoute(`no route to ${agent}: it is not an https URL and spec.peers[] gives it no url`);
+      if (relays.length) return { kind: "relay", relays };
+      throw new NoRoute(`no route to ${agent}: it is not an https URL and spec.peers[] gives it neither a url nor relays`);
     }
     try {
       const identity = await this.discovery.identity(base);
@@ -266,12 +270,13 @@ export class OutboundDelivery {
   }
 
   private async relaysOf(agent: string): Promise<string[]> {
+    const configured = this.opts.peerRelays?.get(agent) ?? [];
     const base = this.opts.peerUrls.get(agent) ?? (isHttpsUrl(agent) ? agent : undefined);
-    if (!base) return [];
+    if (!base) return configured;
     try {
-      return (await this.discovery.identity(base)).relay?.urls ?? [];
+      return [...new Set([...configured, ...((await this.discovery.identity(base)).relay?.urls ?? [])])];
     } catch {
-      return [];
+      return configured;
     }
   }
 

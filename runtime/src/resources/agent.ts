@@ -22,6 +22,11 @@ export const RelayPreference = z.object({
   preference: z.string().min(1).default("any"),
 });
 
+/** The agent's own relays: advertised to peers, and read for waiting messages. */
+export const AgentRelay = RelayPreference.extend({
+  pollInterval: Duration.default("5s").describe("How often the agent's mailbox on each relay is read"),
+});
+
 export const AgentSpec = z.object({
   agentId: AgentId.describe("Stable identifier of the agent (IFP-5)"),
   displayName: z.string().min(1).optional(),
@@ -34,6 +39,7 @@ export const AgentSpec = z.object({
     .array(
       KnownAgent.extend({
         url: z.url({ protocol: /^https$/ }).optional().describe("The peer's https base URL, when known"),
+        relay: RelayPreference.optional().describe("Relays that reach this peer when it has no https endpoint"),
         temperature: z
           .enum(["cool", "warm", "hot"])
           .default("cool")
@@ -61,7 +67,7 @@ export const AgentSpec = z.object({
       ),
     })
     .prefault({}),
-  relay: RelayPreference.optional(),
+  relay: AgentRelay.optional(),
   handler: z
     .object({
       url: z.url({ protocol: /^https?$/ }).describe("Each accepted message is POSTed here, at least once"),

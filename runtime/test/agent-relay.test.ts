@@ -1,0 +1,87 @@
+import pino from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import { localhostTls } from "../../e2e/support/tls.ts";
+import { httpsRequest } from "../../e2e/support/https.ts";
+import { waitFor } from "../../e2e/support/ports.ts";
+import { LocalApiClient } from "../src/client/local.ts";
+import { HttpClient } from "../src/net/http-client.ts";
+import { RelayClient } from "../src/relay/client.ts";
+import { startRelay, type RunningRelay } from "../src/relay/main.ts";
+import { identity, peerOf, signed, tempDir, writeRelayManifest } from "./fixtures.ts";
+import { runAgent, startHandler, type Tls } from "./agent-harness.ts";
+
+const alice = identity("alice-agent");
+const bob = identity("bob-agent");
+let nats: NatsServer;
+let tls: Tls;
+let relay: RunningRelay;
+let relayUrl: string;
+let http: HttpClient;
+
+beforeAll(async () => {
+  [nats, tls] = await Promise.all([startNats(), localhostTls()]);
+  http = new HttpClient({ extraCa: tls.ca });
+  const manifest = writeRelayManifest(tempDir(), { url: "https://relay.test", agents: [peerOf(alice), peerOf(bob)] }, "hub");
+  relay = await startRelay({ manifest, port: 0, host: "127.0.0.1", tlsCert: tls.files.cert, tlsKey: tls.files.key, nats: { url: nats.url }, logger: pino({ level: "silent" }) });
+  relayUrl = relay.url.replace("127.0.0.1", "localhost");
+  await waitFor("relay", async () => (await httpsRequest(`${relayUrl}/readyz`, { ca: tls.ca })).status === 200);
+});
+afterAll(async () => {
+  await relay?.close();
+  await http?.close();
+  await nats?.close();
+});
+
+describe("agents that talk through a relay", () => {
+  it("delivers to a relay-only agent: relay fallback out, pull in, signature checked, trace kept", async () => {
+    const handler = await startHandler();
+    const b = await runAgent({ self: bob, natsUrl: nats.url, tls, spec: { peers: [peerOf(alice)], relay: { urls: [relayUrl], pollInterval: "300ms" }, handler: { url: handler.url } } });
+    const a = await runAgent({ self: alice, natsUrl: nats.url, tls, spec: { peers: [{ ...peerOf(bob), relay: { urls: [relayUrl] } }], outbound: { backoff: ["300ms"], retryFor: "30s" } } });
+    try {
+      const sent = await new LocalApiClient(a.localApiUrl).send({ to: "bob-agent", text: "through the relay" });
+      const record = await waitFor("delivered", async () => {
+        const r = await new LocalApiClient(a.localApiUrl).status(sent.message_id);
+        return r.state === "delivered" ? r : undefined;
+      });
+      expect(record.recipients[0]).toMatchObject({ via: `relay:${relayUrl}` });
+      const got = await waitFor("bob's handler", () => handler.received.find((r) => r.body.headers.message_id === sent.message_id));
+      expect(got.body.trace.received).toEqual([expect.objectContaining({ by: "relay:https://relay.test", from: "alice-agent" })]);
+      expect(got.headers["ifp-sender"]).toBe("alice-agent");
+      // Taken from the relay: nothing is left waiting.
+      expect((await new RelayClient(relayUrl, bob.signing, http).pull()).messages).toHaveLength(0);
+
+      // A message whose signature broke on the way is never handed on.
+      const tampered = signed(alice, "bob-agent", {}, "original");
+      tampered.body.text = "changed";
+      expect((await new RelayClient(relayUrl, alice.signing, http).publish(tampered)).status).toBe(202);
+      await waitFor("the relay mailbox emptied", async () => (await new RelayClient(relayUrl, bob.signing, http).pull()).messages.length === 0);
+      expect(handler.received.some((r) => r.body.headers.message_id === tampered.headers.message_id)).toBe(false);
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+      await handler.close();
+    }
+  });
+
+  it("announces a changed capability set on the capabilities.update topic", async () => {
+    await new RelayClient(relayUrl, alice.signing, http).subscribe(["capabilities.update"]);
+    const spec = (caps: string[]) => ({ capabilities: caps.map((name) => ({ name, description: name })), peers: [peerOf(alice)], relay: { urls: [relayUrl], pollInterval: "1h" } });
+    const dir = tempDir();
+    const first = await runAgent({ self: bob, dir, natsUrl: nats.url, tls, spec: spec(["ping"]) });
+    await first.close();
+    const second = await runAgent({ self: bob, dir, natsUrl: nats.url, tls, spec: spec(["ping", "calendar.availability"]) });
+    try {
+      // Every change is announced; the last one carries the current set.
+      const note = await waitFor("the announcement", async () =>
+        (await new RelayClient(relayUrl, alice.signing, http).pull()).messages.find(
+          (m) => m.headers.from.agent === "bob-agent" && (m.body.parts?.[0]?.content as { capabilities?: unknown[] })?.capabilities?.length === 2,
+        ),
+      );
+      expect(note.headers.to).toEqual([{ agent: "topic:capabilities.update" }]);
+      expect(note.body.parts![0]).toMatchObject({ name: "capabilities", content: { agent_id: "bob-agent", capabilities: [{ name: "ping" }, { name: "calendar.availability" }] } });
+      expect(note.security!.signatures![0]!.key_id).toBe("bob-agent#key-1");
+    } finally {
+      await second.close();
+    }
+  });
+});
