@@ -85,3 +85,26 @@ describe("agents that talk through a relay", () => {
     }
   });
 });
+
+describe("ifp relay", () => {
+  it("pull prints and acknowledges the caller's waiting messages", async () => {
+    const { execFile } = await import("node:child_process");
+    const { writeKey } = await import("./fixtures.ts");
+    const dir = tempDir();
+    const m = signed(alice, "bob-agent", {}, "for the command line");
+    await new RelayClient(relayUrl, alice.signing, http).publish(m);
+    const run = (...args: string[]) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
+        execFile(process.execPath, [new URL("../bin/ifp.ts", import.meta.url).pathname, "relay", ...args], { encoding: "utf8" }, (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr })),
+      );
+    const r = await run("pull", relayUrl, "--key", writeKey(dir, bob), "--from", "bob-agent", "--ca-file", tls.files.ca, "--ack");
+    expect(r.code).toBe(0);
+    expect(r.stdout.trim().split("\n").map((l) => JSON.parse(l).headers.message_id)).toContain(m.headers.message_id);
+    expect(r.stderr).toMatch(/acknowledged/);
+    expect((await new RelayClient(relayUrl, bob.signing, http).pull()).messages).toHaveLength(0);
+    const bad = await run("pull", relayUrl, "--key", writeKey(dir, identity("stranger")), "--from", "stranger", "--ca-file", tls.files.ca);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/unknown_sender|not known|not serve/);
+    expect((await run("pull")).code).toBe(2);
+  });
+});
