@@ -1,316 +1,242 @@
-import { spawn } from "node:child_process";
-import { request as httpsRaw } from "node:https";
-import { createServer, type Server } from "node:http";
-import pino from "pino";
-import WebSocket from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
-import { localhostTls } from "../../e2e/support/tls.ts";
-import { httpsRequest } from "../../e2e/support/https.ts";
-import { freePort, waitFor } from "../../e2e/support/ports.ts";
-import { HttpClient } from "../src/net/http-client.ts";
-import { signRequest } from "../src/protocol/http-signatures.ts";
-import { RelayClient, RelayError } from "../src/relay/client.ts";
-import { startRelay, type RunningRelay } from "../src/relay/main.ts";
-import type { RelaySpecInput } from "../src/resources/relay.ts";
-import { identity, peerOf, signed, tempDir, writeRelayManifest, type TestIdentity } from "./fixtures.ts";
+import { contentDigest, signRequest } from "../src/protocol/http-signatures.ts";
+import type { RunningRelay } from "../src/relay/main.ts";
+import { signed } from "./fixtures.ts";
+import { alice, baseUrl, bob, carol, clientOf, failure, ids, raw, relayEnv, runRelay, stranger, type RelayEnv } from "./relay-harness.ts";
 
-const alice = identity("alice-agent");
-const bob = identity("bob-agent");
-const stranger = identity("stranger");
-let nats: NatsServer;
-let tls: Awaited<ReturnType<typeof localhostTls>>;
-let http: HttpClient;
+let env: RelayEnv;
+let relay: RunningRelay;
+const c = (who: typeof alice) => clientOf(env, relay, who);
 
 beforeAll(async () => {
-  [nats, tls] = await Promise.all([startNats(), localhostTls()]);
-  http = new HttpClient({ extraCa: tls.ca });
+  env = await relayEnv();
+  relay = await runRelay(env);
 });
 afterAll(async () => {
-  await http?.close();
-  await nats?.close();
+  await relay?.close();
+  await env?.close();
 });
 
-async function runRelay(spec: Partial<RelaySpecInput> = {}, name = `relay-${Math.random().toString(36).slice(2, 8)}`, dir = tempDir()): Promise<RunningRelay> {
-  const manifest = writeRelayManifest(dir, { url: "https://relay.test", agents: [peerOf(alice), peerOf(bob)], ...spec }, name);
-  const r = await startRelay({ manifest, port: 0, host: "127.0.0.1", tlsCert: tls.files.cert, tlsKey: tls.files.key, nats: { url: nats.url }, logger: pino({ level: process.env.IFP_TEST_LOG ?? "silent" }) });
-  await waitFor("relay ready", async () => (await httpsRequest(`${r.url}/readyz`, { ca: tls.ca })).status === 200);
-  return r;
-}
-
-const client = (relay: RunningRelay, who: TestIdentity) => new RelayClient(relay.url.replace("127.0.0.1", "localhost"), who.signing, http);
-
-async function failure(p: Promise<unknown>): Promise<{ status: number; code: string; message: string }> {
-  try {
-    await p;
-  } catch (err) {
-    const e = err as RelayError;
-    return { status: e.status, code: e.code, message: e.message };
-  }
-  throw new Error("expected a failure");
-}
-
 describe("relay: store and forward", () => {
-  let relay: RunningRelay;
-  beforeAll(async () => {
-    relay = await runRelay();
-  });
-  afterAll(async () => {
-    await relay?.close();
-  });
-
   it("publishes with 202, appends the trace entry, and lets only the recipient pull and acknowledge", async () => {
     const m = signed(alice, "bob-agent");
-    const res = await client(relay, alice).publish(m);
+    const res = await c(alice).publish(m);
     expect(res.status).toBe(202);
-    expect(JSON.parse(res.text)).toMatchObject({ status: "accepted", message_id: m.headers.message_id, recipients: 1 });
+    expect(JSON.parse(res.text)).toEqual({ status: "accepted", message_id: m.headers.message_id, recipients: 1, stored: 1, duplicates: 0 });
 
-    const { messages } = await client(relay, bob).pull();
-    expect(messages).toHaveLength(1);
-    expect(messages[0]!.headers.message_id).toBe(m.headers.message_id);
-    expect(messages[0]!.trace!.received).toEqual([{ by: "relay:https://relay.test", with: "https+ifp-4", at: expect.stringMatching(/Z$/), from: "alice-agent" }]);
-    expect(messages[0]!.security).toEqual(m.security);
+    const { messages } = await c(bob).pull();
+    expect(ids(messages)).toEqual([m.headers.message_id]);
+    const got = messages[0]!;
+    expect(got.trace!.received).toEqual([{ by: "relay:https://relay.test", with: "https+ifp-4", at: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/), from: "alice-agent" }]);
+    // Everything else is kept as sent: the sender's signature still covers it.
+    const { trace: _t, ...rest } = got;
+    expect(rest).toEqual(m);
 
-    // Isolation: alice sees nothing of bob's and cannot acknowledge it.
-    expect((await client(relay, alice).pull()).messages).toHaveLength(0);
-    expect(await client(relay, alice).ack(m.headers.message_id)).toBe(false);
+    // Isolation: alice and carol see nothing of bob's and cannot acknowledge it.
+    expect((await c(alice).pull()).messages).toEqual([]);
+    expect((await c(carol).pull()).messages).toEqual([]);
+    expect(await c(alice).ack(m.headers.message_id)).toBe(false);
+    expect(await c(carol).ack(m.headers.message_id)).toBe(false);
+    expect(ids((await c(bob).pull()).messages)).toEqual([m.headers.message_id]);
 
-    expect(await client(relay, bob).ack(m.headers.message_id)).toBe(true);
-    expect((await client(relay, bob).pull()).messages).toHaveLength(0);
-    expect(await client(relay, bob).ack(m.headers.message_id)).toBe(false);
+    expect(await c(bob).ack(m.headers.message_id)).toBe(true);
+    expect((await c(bob).pull()).messages).toEqual([]);
+    expect(await c(bob).ack(m.headers.message_id)).toBe(false);
   });
 
-  it("stores a repeated message_id once per recipient", async () => {
-    const m = signed(alice, "bob-agent");
-    await client(relay, alice).publish(m);
-    const again = await client(relay, alice).publish(m);
+  it("keeps an existing trace and appends to it", async () => {
+    const m = { ...signed(alice, "bob-agent"), trace: { received: [{ by: "relay:https://earlier.example", with: "https+ifp-4", at: "2026-01-01T00:00:00Z", from: "alice-agent" }] } };
+    await c(alice).publish(m);
+    const [got] = (await c(bob).pull()).messages;
+    expect(got!.trace!.received!.map((e) => e.by)).toEqual(["relay:https://earlier.example", "relay:https://relay.test"]);
+    await c(bob).ack(m.headers.message_id);
+  });
+
+  it("stores a message once per recipient, also when repeated after acknowledgement", async () => {
+    const m = signed(alice, ["bob-agent", carol.agentId]);
+    expect(JSON.parse((await c(alice).publish(m)).text)).toMatchObject({ recipients: 2, stored: 2, duplicates: 0 });
+    const again = await c(alice).publish(m);
     expect(again.status).toBe(202);
-    expect(JSON.parse(again.text)).toMatchObject({ stored: 0, duplicates: 1 });
-    const ids = (await client(relay, bob).pull()).messages.map((x) => x.headers.message_id);
-    expect(ids.filter((id) => id === m.headers.message_id)).toHaveLength(1);
-    await client(relay, bob).ack(m.headers.message_id);
+    expect(JSON.parse(again.text)).toMatchObject({ stored: 0, duplicates: 2 });
+    expect(ids((await c(bob).pull()).messages)).toEqual([m.headers.message_id]);
+    expect(ids((await c(carol).pull()).messages)).toEqual([m.headers.message_id]);
+    // Each recipient's copy has its own acknowledgement.
+    expect(await c(bob).ack(m.headers.message_id)).toBe(true);
+    expect(ids((await c(carol).pull()).messages)).toEqual([m.headers.message_id]);
+    // A sender's retry after bob acknowledged does not bring the message back.
+    expect(JSON.parse((await c(alice).publish(m)).text)).toMatchObject({ stored: 0, duplicates: 2 });
+    expect((await c(bob).pull()).messages).toEqual([]);
+    expect(await c(carol).ack(m.headers.message_id)).toBe(true);
   });
 
   it("pages oldest first with a cursor", async () => {
     const sent = [signed(alice, "bob-agent"), signed(alice, "bob-agent"), signed(alice, "bob-agent")];
-    for (const m of sent) await client(relay, alice).publish(m);
-    const first = await client(relay, bob).pull({ limit: 2 });
-    expect(first.messages.map((m) => m.headers.message_id)).toEqual(sent.slice(0, 2).map((m) => m.headers.message_id));
-    const second = await client(relay, bob).pull({ limit: 2, after: first.next });
-    expect(second.messages.map((m) => m.headers.message_id)).toEqual([sent[2]!.headers.message_id]);
-    for (const m of sent) await client(relay, bob).ack(m.headers.message_id);
+    for (const m of sent) await c(alice).publish(m);
+    const first = await c(bob).pull({ limit: 2 });
+    expect(ids(first.messages)).toEqual(ids(sent.slice(0, 2)));
+    const page = await c(bob).request("GET", "/relay/messages?limit=2");
+    expect(page.headers.get("link")).toBe(`</relay/messages?limit=2&after=${first.next}>; rel="next"`);
+    const second = await c(bob).pull({ limit: 2, after: first.next });
+    expect(ids(second.messages)).toEqual([sent[2]!.headers.message_id]);
+    const tail = await c(bob).request("GET", `/relay/messages?limit=2&after=${second.next}`);
+    expect(JSON.parse(tail.text)).toEqual([]);
+    expect(tail.headers.get("link")).toBeNull();
+    for (const m of sent) await c(bob).ack(m.headers.message_id);
   });
 
-  it("refuses bad requests with the documented status and never a 5xx", async () => {
-    const unsigned = await httpsRequest(`${relay.url}/relay/messages`, { ca: tls.ca });
-    expect(unsigned.status).toBe(401);
-    expect(unsigned.json()).toMatchObject({ status: "error", code: "invalid_signature" });
-    expect(await failure(client(relay, stranger).pull())).toMatchObject({ status: 401, code: "unknown_sender" });
+  it("answers bad input with the documented 4xx and never a 5xx", async () => {
+    const expectError = async (p: Promise<{ status: number; text: string }>, status: number, code: string) => {
+      const res = await p;
+      expect(res.status, res.text).toBe(status);
+      expect(JSON.parse(res.text)).toMatchObject({ status: "error", code, message: expect.any(String) });
+    };
+    const a = c(alice);
     // The signer must be the message's sender.
-    const forged = await client(relay, bob).publish(signed(alice, "bob-agent"));
-    expect(forged.status).toBe(401);
-    // Unknown recipient, malformed message, bad paging, oversize.
-    expect((await client(relay, alice).publish(signed(alice, "nobody"))).status).toBe(404);
-    expect((await client(relay, alice).request("POST", "/relay/publish", { ifp: 4 })).status).toBe(400);
-    expect((await client(relay, alice).request("GET", "/relay/messages?limit=0")).status).toBe(400);
-    expect((await client(relay, alice).publish(signed(alice, "bob-agent", {}, "x".repeat(1_100_000)))).status).toBe(413);
-    expect((await client(relay, alice).request("GET", "/relay/nothing")).status).toBe(404);
+    await expectError(c(bob).publish(signed(alice, "bob-agent")), 401, "invalid_signature");
+    // Unknown recipient: nothing is stored for anyone.
+    const mixed = signed(alice, ["bob-agent", "nobody"]);
+    await expectError(a.publish(mixed), 404, "not_found");
+    expect(ids((await c(bob).pull()).messages)).not.toContain(mixed.headers.message_id);
+    await expectError(a.request("POST", "/relay/publish", { ifp: 4 }), 400, "invalid_format");
+    await expectError(a.request("POST", "/relay/publish", [1, 2]), 400, "invalid_format");
+    await expectError(a.publish(signed(alice, "topic:not a topic")), 400, "invalid_format");
+    await expectError(a.request("GET", "/relay/messages?limit=0"), 400, "invalid_format");
+    await expectError(a.request("GET", "/relay/messages?after=-1"), 400, "invalid_format");
+    await expectError(a.publish(signed(alice, "bob-agent", {}, "x".repeat(1_100_000))), 413, "payload_too_large");
+    await expectError(a.request("GET", "/relay/nothing"), 404, "not_found");
+    await expectError(a.request("DELETE", `/relay/messages/${"x".repeat(300)}`), 404, "not_found");
+    await expectError(a.request("POST", "/relay/subscribe", { subscribe: { topics: [] } }), 400, "invalid_format");
+    await expectError(a.request("POST", "/relay/subscribe", { push: { webhook: "http://127.0.0.1:9/hook" } }), 400, "invalid_format");
+    // Invalid JSON, signed correctly.
+    const url = `${baseUrl(relay)}/relay/publish`;
+    const body = '{"ifp": 4,';
+    const headers = await signRequest({ method: "POST", url, body, headers: { "content-type": "application/json" } }, alice.signing);
+    expect(await raw(env, relay, { method: "POST", path: "/relay/publish", headers, body })).toMatchObject({ status: 400, body: { code: "invalid_format" } });
+    // Another media type.
+    const textHeaders = await signRequest({ method: "POST", url, body: "hi", headers: { "content-type": "text/plain" } }, alice.signing);
+    expect(await raw(env, relay, { method: "POST", path: "/relay/publish", headers: textHeaders, body: "hi" })).toMatchObject({ status: 415 });
   });
 
-  it("honours ttl_seconds: refuses an expired message, never hands out one that expired", async () => {
+  it("refuses an expired message and never hands out one whose TTL passes while it waits", async () => {
     const stale = signed(alice, "bob-agent", { ttl_seconds: 1, date: new Date(Date.now() - 5000).toISOString() });
-    expect((await client(relay, alice).publish(stale)).status).toBe(400);
+    const refused = await c(alice).publish(stale);
+    expect(refused.status).toBe(400);
+    expect(JSON.parse(refused.text).message).toMatch(/ttl_seconds \(1\) has already passed/);
+    // TTL counts from headers.date: 10 s, of which 9 are gone.
+    const older = signed(alice, "bob-agent", { ttl_seconds: 10, date: new Date(Date.now() - 9000).toISOString() });
     const short = signed(alice, "bob-agent", { ttl_seconds: 1 });
-    expect((await client(relay, alice).publish(short)).status).toBe(202);
-    expect((await client(relay, bob).pull()).messages.map((m) => m.headers.message_id)).toContain(short.headers.message_id);
-    await new Promise((r) => setTimeout(r, 1500));
-    expect((await client(relay, bob).pull()).messages.map((m) => m.headers.message_id)).not.toContain(short.headers.message_id);
-    expect(await client(relay, bob).ack(short.headers.message_id)).toBe(false);
+    const long = signed(alice, "bob-agent", { ttl_seconds: 600 });
+    for (const m of [older, short, long]) expect((await c(alice).publish(m)).status).toBe(202);
+    expect(ids((await c(bob).pull()).messages)).toEqual(ids([older, short, long]));
+    await new Promise((r) => setTimeout(r, 1600));
+    expect(ids((await c(bob).pull()).messages)).toEqual([long.headers.message_id]);
+    await c(bob).ack(long.headers.message_id);
   });
 
-  it("fans a topic message out to each subscriber's mailbox", async () => {
-    expect(await client(relay, bob).subscribe(["capabilities.update"])).toMatchObject({ topics: ["capabilities.update"] });
-    expect(await failure(client(relay, bob).request("POST", "/relay/subscribe", { subscribe: { topics: ["x"], agent: "alice-agent" } }).then((r) => {
-      if (r.status >= 400) throw new RelayError(r.status, JSON.parse(r.text).code, JSON.parse(r.text).message);
-    }))).toMatchObject({ status: 401 });
+  it("limits requests per agent with 429 and Retry-After", async () => {
+    const limited = await runRelay(env, { limits: { perAgentPerMinute: 2 } });
+    try {
+      const cl = clientOf(env, limited, alice);
+      expect((await cl.request("GET", "/relay/messages")).status).toBe(200);
+      expect((await cl.request("GET", "/relay/messages")).status).toBe(200);
+      const res = await cl.request("GET", "/relay/messages");
+      expect(res.status).toBe(429);
+      expect(JSON.parse(res.text)).toMatchObject({ status: "error", code: "rate_limited" });
+      expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+      // Another agent has its own budget.
+      expect((await clientOf(env, limited, bob).request("GET", "/relay/messages")).status).toBe(200);
+    } finally {
+      await limited.close();
+    }
+  });
+});
+
+describe("relay: request signatures", () => {
+  const path = "/relay/messages";
+  const at = (offsetMs: number) => new Date(Date.now() + offsetMs);
+
+  it("accepts a fresh signature and refuses a stale, future, unknown-key, unsigned or tampered one with 401", async () => {
+    const url = `${baseUrl(relay)}${path}`;
+    expect(await raw(env, relay, { method: "GET", path, headers: await signRequest({ method: "GET", url }, bob.signing, at(-250_000)) })).toMatchObject({ status: 200 });
+    const stale = await raw(env, relay, { method: "GET", path, headers: await signRequest({ method: "GET", url }, bob.signing, at(-301_000)) });
+    expect(stale).toMatchObject({ status: 401, body: { status: "error", code: "invalid_signature", message: expect.stringMatching(/older than 300 s/) } });
+    const future = await raw(env, relay, { method: "GET", path, headers: await signRequest({ method: "GET", url }, bob.signing, at(60_000)) });
+    expect(future).toMatchObject({ status: 401, body: { code: "invalid_signature" } });
+    expect(await raw(env, relay, { method: "GET", path, headers: {} })).toMatchObject({ status: 401, body: { code: "invalid_signature", message: expect.stringMatching(/not signed/) } });
+    // An agent the relay does not serve, and a key of bob's it does not know.
+    expect(await failure(clientOf(env, relay, stranger).pull())).toMatchObject({ status: 401, code: "unknown_sender" });
+    const { identity } = await import("./fixtures.ts");
+    const bobsOtherKey = identity("bob-agent", "key-2");
+    expect(await failure(clientOf(env, relay, bobsOtherKey).pull())).toMatchObject({ status: 401, code: "invalid_signature" });
+    // A key that claims to be bob's key-1 but is not.
+    expect(await failure(clientOf(env, relay, identity("bob-agent")).pull())).toMatchObject({ status: 401, code: "invalid_signature" });
+  });
+
+  it("refuses a signature replayed on another path or query, and a body that does not match", async () => {
+    const url = `${baseUrl(relay)}${path}?limit=1`;
+    const headers = await signRequest({ method: "GET", url }, bob.signing);
+    expect(await raw(env, relay, { method: "GET", path: `${path}?limit=1`, headers })).toMatchObject({ status: 200 });
+    expect(await raw(env, relay, { method: "GET", path: `${path}?limit=2`, headers })).toMatchObject({ status: 401 });
+    expect(await raw(env, relay, { method: "GET", path: "/relay/dead-letters?limit=1", headers })).toMatchObject({ status: 401 });
+    expect(await raw(env, relay, { method: "DELETE", path: `${path}/x?limit=1`, headers })).toMatchObject({ status: 401 });
+
+    const m = signed(alice, "bob-agent");
+    const body = JSON.stringify(m);
+    const pubUrl = `${baseUrl(relay)}/relay/publish`;
+    const h = await signRequest({ method: "POST", url: pubUrl, body, headers: { "content-type": "application/json" } }, alice.signing);
+    const tampered = body.replace('"hello"', '"HELLO"');
+    expect(await raw(env, relay, { method: "POST", path: "/relay/publish", headers: h, body: tampered })).toMatchObject({ status: 401, body: { message: expect.stringMatching(/Content-Digest does not match/) } });
+    // Even with a recomputed digest the signature no longer verifies.
+    const redigested = { ...h, "content-digest": contentDigest(tampered) };
+    expect(await raw(env, relay, { method: "POST", path: "/relay/publish", headers: redigested, body: tampered })).toMatchObject({ status: 401, body: { message: expect.stringMatching(/does not verify/) } });
+    expect((await c(bob).pull()).messages).toEqual([]);
+    expect(await raw(env, relay, { method: "POST", path: "/relay/publish", headers: h, body })).toMatchObject({ status: 202 });
+    expect(await c(bob).ack(m.headers.message_id)).toBe(true);
+  });
+});
+
+describe("relay: topics", () => {
+  it("fans a topic message out to each subscriber's mailbox, with its own acknowledgement", async () => {
+    expect(await c(bob).subscribe(["capabilities.update"])).toEqual({ status: "subscribed", agent: "bob-agent", topics: ["capabilities.update"], push: null });
+    await c(carol).subscribe(["capabilities.update", "gossip.exchange"]);
+    await c(alice).subscribe(["capabilities.update"]);
+    expect(await c(carol).subscriptions()).toMatchObject({ topics: ["capabilities.update", "gossip.exchange"] });
+
     const m = signed(alice, "topic:capabilities.update", { phase: "context" });
-    const res = await client(relay, alice).publish(m);
-    expect(JSON.parse(res.text)).toMatchObject({ recipients: 1 });
-    const got = (await client(relay, bob).pull()).messages.find((x) => x.headers.message_id === m.headers.message_id);
-    expect(got?.headers.to).toEqual([{ agent: "topic:capabilities.update" }]);
-    expect((await client(relay, alice).pull()).messages).toHaveLength(0);
-    await client(relay, bob).ack(m.headers.message_id);
+    const res = await c(alice).publish(m);
+    // Alice is subscribed too, but a topic copy never goes back to its sender.
+    expect(JSON.parse(res.text)).toMatchObject({ status: "accepted", recipients: 2, stored: 2 });
+    for (const who of [bob, carol]) {
+      const got = (await c(who).pull()).messages;
+      expect(ids(got)).toEqual([m.headers.message_id]);
+      expect(got[0]!.headers.to).toEqual([{ agent: "topic:capabilities.update" }]);
+    }
+    expect((await c(alice).pull()).messages).toEqual([]);
+    expect(await c(bob).ack(m.headers.message_id)).toBe(true);
+    expect(ids((await c(carol).pull()).messages)).toEqual([m.headers.message_id]);
+    expect(await c(carol).ack(m.headers.message_id)).toBe(true);
+
+    // A topic and a direct recipient in one message: one copy per agent.
+    const both = signed(alice, ["topic:gossip.exchange", carol.agentId, "bob-agent"]);
+    expect(JSON.parse((await c(alice).publish(both)).text)).toMatchObject({ recipients: 2, stored: 2 });
+    expect(ids((await c(carol).pull()).messages)).toEqual([both.headers.message_id]);
+    await c(carol).ack(both.headers.message_id);
+    await c(bob).ack(both.headers.message_id);
+
+    // After unsubscribing, nothing more arrives; a topic without subscribers stores nothing.
+    await c(bob).unsubscribe(["capabilities.update"]);
+    const later = signed(alice, "topic:capabilities.update");
+    expect(JSON.parse((await c(alice).publish(later)).text)).toMatchObject({ recipients: 1 });
+    expect((await c(bob).pull()).messages).toEqual([]);
+    await c(carol).ack(later.headers.message_id);
+    const nobody = signed(alice, "topic:nobody.listens");
+    expect(JSON.parse((await c(alice).publish(nobody)).text)).toMatchObject({ status: "accepted", recipients: 0, stored: 0 });
   });
 
-  it("streams a mailbox over SSE, resumable with Last-Event-ID", async () => {
-    const m1 = signed(alice, "bob-agent");
-    await client(relay, alice).publish(m1);
-    const events = await readSse(relay, bob, undefined, 1);
-    expect(events[0]!.data.headers.message_id).toBe(m1.headers.message_id);
-    const m2 = signed(alice, "bob-agent");
-    await client(relay, alice).publish(m2);
-    const resumed = await readSse(relay, bob, events[0]!.id, 1);
-    expect(resumed[0]!.data.headers.message_id).toBe(m2.headers.message_id);
-    // SSE does not remove anything: both wait until acknowledged.
-    expect((await client(relay, bob).pull()).messages.length).toBeGreaterThanOrEqual(2);
-    await client(relay, bob).ack(m1.headers.message_id);
-    await client(relay, bob).ack(m2.headers.message_id);
-  });
-
-  it("pushes over WebSocket and removes a message on the client's ack", async () => {
-    const url = `${relay.url.replace("https", "wss").replace("127.0.0.1", "localhost")}/relay/ws`;
-    const headers = await signRequest({ method: "GET", url: url.replace("wss", "https") }, bob.signing);
-    const ws = new WebSocket(url, { headers, ca: tls.ca });
-    const frames: any[] = [];
-    ws.on("message", (d) => frames.push(JSON.parse(d.toString())));
-    await new Promise((r, j) => ws.once("open", r).once("error", j));
-    const m = signed(alice, "bob-agent");
-    await client(relay, alice).publish(m);
-    const got = await waitFor("a pushed message", () => frames.find((f) => f.type === "message" && f.message.headers.message_id === m.headers.message_id));
-    expect(got.message.trace.received).toHaveLength(1);
-    ws.send(JSON.stringify({ type: "ack", message_id: m.headers.message_id }));
-    await waitFor("the ack", () => frames.find((f) => f.type === "acked"));
-    expect(frames.find((f) => f.type === "acked")).toEqual({ type: "acked", message_id: m.headers.message_id, ok: true });
-    ws.close();
-    expect((await client(relay, bob).pull()).messages.map((x) => x.headers.message_id)).not.toContain(m.headers.message_id);
-    // A WebSocket upgrade without a valid signature is refused.
-    const bad = new WebSocket(url, { ca: tls.ca });
-    const status = await new Promise<number>((r) => bad.once("unexpected-response", (_req, res) => r(res.statusCode ?? 0)).once("error", () => r(-1)));
-    expect(status).toBe(401);
+  it("lets an agent subscribe only for itself", async () => {
+    const res = await c(bob).request("POST", "/relay/subscribe", { subscribe: { topics: ["gossip.exchange"], agent: "alice-agent" } });
+    expect(res.status).toBe(401);
+    expect(JSON.parse(res.text)).toMatchObject({ status: "error", code: "invalid_signature" });
+    expect((await c(alice).subscriptions()).topics).not.toContain("gossip.exchange");
   });
 });
-
-async function readSse(relay: RunningRelay, who: TestIdentity, lastEventId: string | undefined, count: number) {
-  const url = `${relay.url.replace("127.0.0.1", "localhost")}/relay/events`;
-  const headers = await signRequest({ method: "GET", url, headers: lastEventId ? { "last-event-id": lastEventId } : {} }, who.signing);
-  return new Promise<{ id: string; data: any }[]>((resolve, reject) => {
-    const events: { id: string; data: any }[] = [];
-    const req = httpsRaw(url, { headers, ca: tls.ca }, (res) => {
-      if (res.statusCode !== 200) return reject(new Error(`status ${res.statusCode}`));
-      let buf = "";
-      res.on("data", (c: Buffer) => {
-        buf += c.toString();
-        let i: number;
-        while ((i = buf.indexOf("\n\n")) >= 0) {
-          const block = buf.slice(0, i);
-          buf = buf.slice(i + 2);
-          const id = /^id: (.*)$/m.exec(block)?.[1];
-          const data = /^data: (.*)$/m.exec(block)?.[1];
-          if (id && data) events.push({ id, data: JSON.parse(data) });
-          if (events.length >= count) {
-            req.destroy();
-            resolve(events);
-          }
-        }
-      });
-    });
-    req.on("error", (e) => (events.length >= count ? undefined : reject(e)));
-    req.setTimeout(15_000, () => req.destroy(new Error("no events")));
-    req.end();
-  });
-}
-
-describe("relay: retention, restarts, push", () => {
-  it("refuses with 503 relay_full and Retry-After when retention limits are reached", async () => {
-    const relay = await runRelay({ retention: { maxMessages: 2 } });
-    try {
-      for (let i = 0; i < 2; i++) expect((await client(relay, alice).publish(signed(alice, "bob-agent"))).status).toBe(202);
-      const full = await client(relay, alice).publish(signed(alice, "bob-agent"));
-      expect(full.status).toBe(503);
-      expect(JSON.parse(full.text)).toMatchObject({ status: "error", code: "relay_full" });
-      expect(Number(full.retryAfter)).toBeGreaterThan(0);
-      // Acknowledging makes room again: nothing unacknowledged was dropped.
-      const [first] = (await client(relay, bob).pull()).messages;
-      await client(relay, bob).ack(first!.headers.message_id);
-      expect((await client(relay, alice).publish(signed(alice, "bob-agent"))).status).toBe(202);
-    } finally {
-      await relay.close();
-    }
-  });
-
-  it("keeps messages across a restart of the relay", async () => {
-    const dir = tempDir();
-    const first = await runRelay({}, "durable-relay", dir);
-    const m = signed(alice, "bob-agent");
-    await client(first, alice).publish(m);
-    await first.close();
-    const second = await runRelay({}, "durable-relay", dir);
-    try {
-      expect((await client(second, bob).pull()).messages.map((x) => x.headers.message_id)).toEqual([m.headers.message_id]);
-    } finally {
-      await second.close();
-    }
-  });
-
-  it("pushes to a webhook, redelivers after a failure, and removes the message only after a 2xx", async () => {
-    let answers = [500, 200];
-    const hook = await webhook(() => answers.shift() ?? 200);
-    const relay = await runRelay({ delivery: { retries: 3, backoffDelay: "200ms", timeout: "2s" } });
-    try {
-      await client(relay, bob).registerWebhook(hook.url);
-      const m = signed(alice, "bob-agent");
-      await client(relay, alice).publish(m);
-      await waitFor("the successful push", () => hook.calls.filter((c) => c.status === 200).length === 1, 15_000);
-      expect(hook.calls.map((c) => c.status)).toEqual([500, 200]);
-      expect(hook.calls[1]!.body.headers.message_id).toBe(m.headers.message_id);
-      await waitFor("removal from the mailbox", async () => (await client(relay, bob).pull()).messages.length === 0);
-    } finally {
-      await relay.close();
-      await hook.close();
-    }
-  });
-
-  it("dead-letters a push that exhausts its retries, readable by its owner only", async () => {
-    const hook = await webhook(() => 500);
-    const relay = await runRelay({ delivery: { retries: 1, backoffDelay: "100ms", timeout: "2s" } });
-    try {
-      await client(relay, bob).registerWebhook(hook.url);
-      const m = signed(alice, "bob-agent");
-      await client(relay, alice).publish(m);
-      const dead = await waitFor("a dead letter", async () => {
-        const r = await client(relay, bob).request("GET", "/relay/dead-letters");
-        const d = JSON.parse(r.text).dead_letters;
-        return d.length ? d : undefined;
-      }, 15_000);
-      expect(dead[0]).toMatchObject({ message_id: m.headers.message_id, reason: expect.stringMatching(/webhook answered 500; gave up after 2 attempts/) });
-      expect(hook.calls).toHaveLength(2);
-      expect(JSON.parse((await client(relay, alice).request("GET", "/relay/dead-letters")).text).dead_letters).toEqual([]);
-      expect((await client(relay, bob).pull()).messages).toHaveLength(0);
-    } finally {
-      await relay.close();
-      await hook.close();
-    }
-  });
-
-  it("runs from the documented start contract", async () => {
-    const dir = tempDir();
-    const manifest = writeRelayManifest(dir, { url: "https://relay.test", agents: [peerOf(alice), peerOf(bob)] }, "cli-relay");
-    const port = await freePort();
-    const child = spawn(process.execPath, [new URL("../bin/ifp-runtime.ts", import.meta.url).pathname, "relay", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url], { stdio: "ignore" });
-    try {
-      await waitFor("the relay process", async () => (await httpsRequest(`https://localhost:${port}/readyz`, { ca: tls.ca })).status === 200, 30_000, 200);
-      const c = new RelayClient(`https://localhost:${port}`, alice.signing, http);
-      expect((await c.publish(signed(alice, "bob-agent"))).status).toBe(202);
-    } finally {
-      const exited = new Promise((r) => child.once("exit", r));
-      child.kill("SIGTERM");
-      expect(await exited).toBe(0);
-    }
-  });
-});
-
-async function webhook(answer: () => number) {
-  const calls: { status: number; body: any }[] = [];
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (c: Buffer) => chunks.push(c));
-    req.on("end", () => {
-      const status = answer();
-      calls.push({ status, body: JSON.parse(Buffer.concat(chunks).toString()) });
-      res.writeHead(status).end();
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const addr = server.address();
-  return { url: `http://127.0.0.1:${typeof addr === "object" && addr ? addr.port : 0}/push`, calls, close: () => new Promise<void>((r) => server.close(() => r())) };
-}

@@ -120,10 +120,12 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
       }),
     );
 
+    // Wildcards, not :params: the router caps a parameter at 100 characters, message ids
+    // may have 256 (and more once percent-encoded).
     scope.delete(
-      "/relay/messages/:id",
+      "/relay/messages/*",
       counted("ack", async (req, reply) => {
-        const { id } = req.params as { id: string };
+        const id = (req.params as { "*": string })["*"];
         if (!id || id.length > 256 || !(await mailboxes.ack(req.agent!, id))) throw notFound(`you have no waiting message ${id}`);
         return reply.code(204).send();
       }),
@@ -154,7 +156,7 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
     scope.get("/relay/events", async (req, reply) => {
       metrics.relay.inc({ operation: "events", result: "ok" });
       reply.hijack();
-      serveEvents(reply.raw, req.raw, req.agent!, mailboxes, req.log);
+      serveEvents(reply.raw, req.raw, req.agent!, mailboxes, deps.logger);
     });
 
     scope.get(
@@ -171,9 +173,9 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
     );
 
     scope.delete(
-      "/relay/dead-letters/:id",
+      "/relay/dead-letters/*",
       counted("dead-letters", async (req, reply) => {
-        const { id } = req.params as { id: string };
+        const id = (req.params as { "*": string })["*"];
         if (!id || id.length > 256 || !(await mailboxes.removeDeadLetter(req.agent!, id))) throw notFound(`you have no dead letter ${id}`);
         return reply.code(204).send();
       }),

@@ -2,6 +2,10 @@ import { HttpClient, type HttpResult } from "../net/http-client.ts";
 import { signRequest } from "../protocol/http-signatures.ts";
 import type { Message } from "../protocol/message.ts";
 import type { SigningKey } from "../protocol/signing.ts";
+import type { DeadLetter } from "./mailbox.ts";
+import type { SubscriptionState } from "./subscriptions.ts";
+
+export type { DeadLetter, SubscriptionState };
 
 export class RelayError extends Error {
   readonly status: number;
@@ -15,8 +19,8 @@ export class RelayError extends Error {
 
 /**
  * A relay's HTTPS API as one agent sees it: every request signed with the agent's key
- * (RFC 9421). Used by the runtime (relay fallback, relay-only agents, announcements) and by
- * `ifp relay`.
+ * (RFC 9421, see protocol/http-signatures.ts). For the agent's sending side (relay fallback,
+ * relay-only agents, announcements on topics) and for command-line tools.
  */
 export class RelayClient {
   readonly base: string;
@@ -62,12 +66,36 @@ export class RelayClient {
     return true;
   }
 
-  subscribe(topics: string[]): Promise<{ topics: string[] }> {
+  subscribe(topics: string[]): Promise<SubscriptionState> {
     return this.request("POST", "/relay/subscribe", { subscribe: { topics, agent: this.key.agentId } }).then((r) => this.json(r));
   }
 
-  registerWebhook(webhook: string | null): Promise<unknown> {
+  unsubscribe(topics: string[]): Promise<SubscriptionState> {
+    return this.request("POST", "/relay/subscribe", { unsubscribe: { topics, agent: this.key.agentId } }).then((r) => this.json(r));
+  }
+
+  /** Register (or with null remove) the webhook the relay pushes this agent's messages to. */
+  registerWebhook(webhook: string | null): Promise<SubscriptionState> {
     return this.request("POST", "/relay/subscribe", { push: { webhook, agent: this.key.agentId } }).then((r) => this.json(r));
+  }
+
+  subscriptions(): Promise<SubscriptionState> {
+    return this.request("GET", "/relay/subscribe").then((r) => this.json(r));
+  }
+
+  async deadLetters(opts: { limit?: number; after?: number } = {}): Promise<DeadLetter[]> {
+    const q = new URLSearchParams();
+    if (opts.limit) q.set("limit", String(opts.limit));
+    if (opts.after) q.set("after", String(opts.after));
+    const res = await this.request("GET", `/relay/dead-letters${q.size ? `?${q}` : ""}`);
+    return this.json<{ dead_letters: DeadLetter[] }>(res).dead_letters;
+  }
+
+  async removeDeadLetter(messageId: string): Promise<boolean> {
+    const res = await this.request("DELETE", `/relay/dead-letters/${encodeURIComponent(messageId)}`);
+    if (res.status === 404) return false;
+    if (res.status !== 204) this.json(res);
+    return true;
   }
 
   private json<T>(res: HttpResult): T {

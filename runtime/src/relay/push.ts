@@ -1,8 +1,7 @@
-import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
+import { AckPolicy, DeliverPolicy, type ConsumerConfig, type JsMsg } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
-import { nanos } from "../nats/streams.ts";
-import { ConsumerWorker } from "../nats/worker.ts";
+import { isNotFound, nanos } from "../nats/streams.ts";
 import { retryAfterSeconds, type HttpClient } from "../net/http-client.ts";
 import { parseDuration } from "../resources/common.ts";
 import type { RelaySpec } from "../resources/relay.ts";
@@ -59,7 +58,7 @@ export interface WebhookPushDeps {
  * dead letter of its recipient. Replicas share the consumers, so each copy is pushed by one.
  */
 export class WebhookPush {
-  private readonly workers = new Map<string, ConsumerWorker>();
+  private readonly workers = new Map<string, PushLoop>();
   private readonly deps: WebhookPushDeps;
   private started = false;
 
@@ -95,28 +94,24 @@ export class WebhookPush {
     }
   }
 
-  private worker(agent: string): ConsumerWorker {
+  private worker(agent: string): PushLoop {
     const { nats, names, delivery, log } = this.deps;
-    return new ConsumerWorker(
+    return new PushLoop(
       nats,
+      names.stream,
       {
-        stream: names.stream,
-        consumer: {
-          durable_name: names.pushConsumer(agent),
-          filter_subject: names.mailbox(agent),
-          ack_policy: AckPolicy.Explicit,
-          deliver_policy: DeliverPolicy.All,
-          ack_wait: nanos(parseDuration(delivery.timeout) + 30_000),
-          max_deliver: -1,
-          max_ack_pending: 1000,
-          inactive_threshold: nanos(3_600_000),
-        },
-        updatable: ["ack_wait", "inactive_threshold"],
-        concurrency: delivery.concurrency,
-        handle: (m) => this.handle(agent, m),
-        label: `webhook push for ${agent}`,
+        durable_name: names.pushConsumer(agent),
+        filter_subject: names.mailbox(agent),
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        ack_wait: nanos(parseDuration(delivery.timeout) + 30_000),
+        max_deliver: -1,
+        max_ack_pending: 1000,
+        inactive_threshold: nanos(3_600_000),
       },
-      log,
+      delivery.concurrency,
+      (m) => this.handle(agent, m),
+      log.child({ agent }),
     );
   }
 
@@ -169,5 +164,87 @@ export class WebhookPush {
     const wait = Math.max(pushBackoff(delivery, attempt), outcome.minDelayMs ?? 0);
     log.warn({ agent, messageId, attempt, retryInMs: wait }, outcome.reason);
     m.nak(wait);
+  }
+}
+
+/**
+ * One agent's push consumer, worked by this process until stop(): creates or updates the
+ * durable consumer, keeps up to `concurrency` POSTs in flight, and starts over with backoff
+ * when the consumer or the connection goes away. (Like nats/worker.ts, whose stop() does not
+ * return while its consumer is still being set up; registrations come and go at any time.)
+ */
+class PushLoop {
+  private stopped = false;
+  private active: { stop(): void } | undefined;
+  private loop: Promise<void> | undefined;
+  private readonly inFlight = new Set<Promise<void>>();
+  private readonly nats: Nats;
+  private readonly stream: string;
+  private readonly config: Partial<ConsumerConfig> & { durable_name: string };
+  private readonly concurrency: number;
+  private readonly handle: (m: JsMsg) => Promise<void>;
+  private readonly log: Logger;
+
+  constructor(nats: Nats, stream: string, config: Partial<ConsumerConfig> & { durable_name: string }, concurrency: number, handle: (m: JsMsg) => Promise<void>, log: Logger) {
+    this.nats = nats;
+    this.stream = stream;
+    this.config = config;
+    this.concurrency = concurrency;
+    this.handle = handle;
+    this.log = log;
+  }
+
+  start(): void {
+    this.loop ??= this.run();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.active?.stop();
+    await this.loop;
+  }
+
+  private async ensureConsumer(): Promise<void> {
+    const { jsm } = this.nats;
+    try {
+      await jsm.consumers.info(this.stream, this.config.durable_name);
+      await jsm.consumers.update(this.stream, this.config.durable_name, { ack_wait: this.config.ack_wait, inactive_threshold: this.config.inactive_threshold });
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      await jsm.consumers.add(this.stream, this.config);
+    }
+  }
+
+  private async run(): Promise<void> {
+    for (let delay = 500; !this.stopped; delay = Math.min(delay * 2, 10_000)) {
+      try {
+        await this.ensureConsumer();
+        const consumer = await this.nats.js.consumers.get(this.stream, this.config.durable_name);
+        if (this.stopped) break;
+        const messages = await consumer.consume({ max_messages: this.concurrency * 2 });
+        this.active = messages;
+        if (this.stopped) {
+          messages.stop();
+          break;
+        }
+        delay = 500;
+        for await (const m of messages) {
+          while (this.inFlight.size >= this.concurrency) await Promise.race(this.inFlight);
+          const p: Promise<void> = this.handle(m)
+            .catch((err) => {
+              this.log.warn({ err: (err as Error).message }, "push step failed; retrying in 5 s");
+              m.nak(5_000);
+            })
+            .finally(() => this.inFlight.delete(p));
+          this.inFlight.add(p);
+          if (this.stopped) break;
+        }
+      } catch (err) {
+        if (this.stopped) break;
+        this.log.warn({ err: (err as Error).message, retryInMs: delay }, "webhook push interrupted");
+      }
+      if (!this.stopped) await new Promise((r) => setTimeout(r, delay));
+    }
+    await Promise.allSettled([...this.inFlight]);
   }
 }

@@ -1,0 +1,23 @@
+import { describe, expect, it } from "vitest";
+import { cursor, parseClientFrame, sseFrame } from "./events.ts";
+
+describe("SSE and WebSocket framing", () => {
+  it("writes one SSE event per copy, its id the resume cursor", () => {
+    expect(sseFrame({ seq: 42, message: { body: { text: "two\nlines" } } })).toBe('id: 42\nevent: message\ndata: {"body":{"text":"two\\nlines"}}\n\n');
+  });
+
+  it("reads a resume cursor leniently: anything but a sequence starts from the beginning", () => {
+    expect(cursor("17")).toBe(17);
+    expect(cursor(" 17 ")).toBe(17);
+    expect(cursor(["9", "10"])).toBe(9);
+    for (const v of [undefined, null, "", "-1", "1e3", "abc", "9".repeat(20)]) expect(cursor(v), String(v)).toBe(0);
+  });
+
+  it("understands only ack frames from the client", () => {
+    expect(parseClientFrame(Buffer.from('{"type":"ack","message_id":"m1"}'))).toEqual({ ack: "m1" });
+    expect(parseClientFrame(Buffer.from("nope"))).toEqual({ error: "frames are JSON objects" });
+    for (const f of ['{"type":"ack"}', '{"type":"ack","message_id":""}', '{"type":"nack","message_id":"m"}', "null", "[]"]) {
+      expect(parseClientFrame(Buffer.from(f)), f).toHaveProperty("error");
+    }
+  });
+});

@@ -1,0 +1,205 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { signRequest } from "../src/protocol/http-signatures.ts";
+import type { RunningRelay } from "../src/relay/main.ts";
+import { signed } from "./fixtures.ts";
+import WebSocket from "ws";
+import { alice, baseUrl, bob, carol, clientOf, ids, openWs, readSse, relayEnv, runRelay, waitFor, webhook, type RelayEnv } from "./relay-harness.ts";
+
+let env: RelayEnv;
+beforeAll(async () => {
+  env = await relayEnv();
+});
+afterAll(async () => {
+  await env?.close();
+});
+
+describe("relay: push over SSE and WebSocket", () => {
+  let relay: RunningRelay;
+  const c = (who: typeof alice) => clientOf(env, relay, who);
+  beforeAll(async () => {
+    relay = await runRelay(env);
+  });
+  afterAll(async () => {
+    await relay?.close();
+  });
+
+  it("streams waiting and new messages over SSE, resumable with Last-Event-ID, removing nothing until acknowledged", async () => {
+    const m1 = signed(alice, "bob-agent");
+    await c(alice).publish(m1);
+    const first = await readSse(env, relay, bob, { count: 1 });
+    expect(first.map((e) => e.data.headers.message_id)).toEqual([m1.headers.message_id]);
+    expect(first[0]!.data.trace.received).toHaveLength(1);
+
+    // New messages arrive on an open stream.
+    const m2 = signed(alice, "bob-agent");
+    const live = readSse(env, relay, bob, { lastEventId: first[0]!.id, count: 1 });
+    await new Promise((r) => setTimeout(r, 200));
+    await c(alice).publish(m2);
+    const resumed = await live;
+    expect(resumed.map((e) => e.data.headers.message_id)).toEqual([m2.headers.message_id]);
+    expect(Number(resumed[0]!.id)).toBeGreaterThan(Number(first[0]!.id));
+
+    // Not acknowledged: a fresh stream delivers both again.
+    const again = await readSse(env, relay, bob, { count: 2 });
+    expect(again.map((e) => e.data.headers.message_id)).toEqual(ids([m1, m2]));
+    await c(bob).ack(m1.headers.message_id);
+    const afterAck = await readSse(env, relay, bob, { count: 1 });
+    expect(afterAck.map((e) => e.data.headers.message_id)).toEqual([m2.headers.message_id]);
+    await c(bob).ack(m2.headers.message_id);
+
+    // Isolation: carol's stream never carries bob's messages.
+    const m3 = signed(alice, "bob-agent");
+    await c(alice).publish(m3);
+    expect(await readSse(env, relay, carol, { count: 1, waitMs: 700 })).toEqual([]);
+    await c(bob).ack(m3.headers.message_id);
+  });
+
+  it("pushes over WebSocket, removes a message on the client's ack and redelivers what was not acknowledged", async () => {
+    const waiting = signed(alice, "bob-agent");
+    await c(alice).publish(waiting);
+    const s = await openWs(env, relay, bob);
+    await waitFor("the waiting message", () => s.messages().length === 1);
+    const m = signed(alice, "bob-agent");
+    await c(alice).publish(m);
+    await waitFor("the new message", () => s.messages().length === 2);
+    expect(s.messages().map((f) => f.message.headers.message_id)).toEqual(ids([waiting, m]));
+    expect(s.messages()[1].message.trace.received).toHaveLength(1);
+
+    s.send({ type: "ack", message_id: m.headers.message_id });
+    s.send({ type: "ack", message_id: "not-there" });
+    s.send("not json");
+    await waitFor("the answers", () => s.frames.filter((f) => f.type !== "message").length === 3);
+    expect(s.frames.filter((f) => f.type === "acked")).toEqual([
+      { type: "acked", message_id: m.headers.message_id, ok: true },
+      { type: "acked", message_id: "not-there", ok: false },
+    ]);
+    expect(s.frames.find((f) => f.type === "error")).toMatchObject({ code: "invalid_format" });
+    await s.close();
+    expect(ids((await c(bob).pull()).messages)).toEqual([waiting.headers.message_id]);
+
+    // A reconnect delivers the unacknowledged message again; ?after= skips what was seen.
+    const again = await openWs(env, relay, bob);
+    await waitFor("redelivery", () => again.messages().length === 1);
+    expect(again.messages()[0].message.headers.message_id).toBe(waiting.headers.message_id);
+    const seen = again.messages()[0].id as number;
+    // Carol cannot acknowledge bob's message through her own socket.
+    const carolWs = await openWs(env, relay, carol);
+    carolWs.send({ type: "ack", message_id: waiting.headers.message_id });
+    await waitFor("carol's answer", () => carolWs.frames.some((f) => f.type === "acked"));
+    expect(carolWs.frames.find((f) => f.type === "acked")).toMatchObject({ ok: false });
+    await carolWs.close();
+    await again.close();
+    const resumed = await openWs(env, relay, bob, seen);
+    await new Promise((r) => setTimeout(r, 400));
+    expect(resumed.messages()).toEqual([]);
+    resumed.send({ type: "ack", message_id: waiting.headers.message_id });
+    await waitFor("the ack", () => resumed.frames.some((f) => f.type === "acked" && f.ok));
+    await resumed.close();
+    expect((await c(bob).pull()).messages).toEqual([]);
+  });
+
+  it("refuses an unsigned or wrongly signed WebSocket upgrade with 401", async () => {
+    const url = `${baseUrl(relay).replace("https", "wss")}/relay/ws`;
+    const statusOf = (ws: WebSocket) => new Promise<number>((r) => ws.once("unexpected-response", (_req, res) => r(res.statusCode ?? 0)).once("error", () => r(-1)));
+    expect(await statusOf(new WebSocket(url, { ca: env.tls.ca }))).toBe(401);
+    // Signed for another path.
+    const headers = await signRequest({ method: "GET", url: `${baseUrl(relay)}/relay/events` }, bob.signing);
+    expect(await statusOf(new WebSocket(url, { headers, ca: env.tls.ca }))).toBe(401);
+    expect(await statusOf(new WebSocket(`${baseUrl(relay).replace("https", "wss")}/elsewhere`, { ca: env.tls.ca }))).toBe(404);
+  });
+});
+
+describe("relay: webhook push", () => {
+  it("pushes waiting and new messages, redelivers after a failure, and removes each only after a 2xx", async () => {
+    const hook = await webhook(env, (n) => (n === 1 ? 500 : 200));
+    const relay = await runRelay(env, { delivery: { retries: 3, backoffDelay: "200ms", timeout: "2s" } });
+    const c = (who: typeof alice) => clientOf(env, relay, who);
+    try {
+      const waiting = signed(alice, "bob-agent");
+      await c(alice).publish(waiting);
+      expect(await c(bob).registerWebhook(hook.url)).toMatchObject({ status: "subscribed", push: { webhook: hook.url } });
+      await waitFor("the waiting message", () => hook.calls.length === 1);
+      const m = signed(alice, "bob-agent");
+      await c(alice).publish(m);
+      await waitFor("the failed push and its retry", () => hook.calls.length === 3, 15_000);
+      expect(hook.calls.map((x) => [x.body.headers.message_id, x.status])).toEqual([
+        [waiting.headers.message_id, 200],
+        [m.headers.message_id, 500],
+        [m.headers.message_id, 200],
+      ]);
+      const retry = hook.calls[2]!;
+      expect(retry.headers).toMatchObject({ "idempotency-key": m.headers.message_id, "ifp-message-id": m.headers.message_id, "ifp-delivery-attempt": "2", "content-type": expect.stringMatching(/^application\/json/) });
+      expect(retry.body.trace.received).toEqual([expect.objectContaining({ by: "relay:https://relay.test", from: "alice-agent" })]);
+      await waitFor("removal from the mailbox", async () => (await c(bob).pull()).messages.length === 0);
+      // Other agents' messages are not pushed to bob's webhook.
+      const forCarol = signed(alice, carol.agentId);
+      await c(alice).publish(forCarol);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(hook.calls).toHaveLength(3);
+      expect(ids((await c(carol).pull()).messages)).toEqual([forCarol.headers.message_id]);
+
+      // Without a webhook, messages wait for pull again.
+      expect(await c(bob).registerWebhook(null)).toMatchObject({ push: null });
+      const later = signed(alice, "bob-agent");
+      await c(alice).publish(later);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(hook.calls).toHaveLength(3);
+      expect(ids((await c(bob).pull()).messages)).toEqual([later.headers.message_id]);
+    } finally {
+      await relay.close();
+      await hook.close();
+    }
+  });
+
+  it("dead-letters a push that exhausts its retries, readable and removable by its owner only", async () => {
+    const hook = await webhook(env, () => 503);
+    const relay = await runRelay(env, { delivery: { retries: 2, backoffDelay: "100ms", timeout: "2s" } });
+    const c = (who: typeof alice) => clientOf(env, relay, who);
+    try {
+      await c(bob).registerWebhook(hook.url);
+      const m = signed(alice, "bob-agent");
+      await c(alice).publish(m);
+      const dead = await waitFor("a dead letter", async () => {
+        const d = await c(bob).deadLetters();
+        return d.length ? d : undefined;
+      }, 15_000);
+      expect(dead).toEqual([{ message_id: m.headers.message_id, reason: "webhook answered 503; gave up after 3 attempts", at: expect.any(String), message: expect.objectContaining({ headers: m.headers }) }]);
+      expect(hook.calls).toHaveLength(3);
+      expect((await c(bob).pull()).messages).toEqual([]);
+      expect(await c(alice).deadLetters()).toEqual([]);
+      expect(await c(alice).removeDeadLetter(m.headers.message_id)).toBe(false);
+      expect(await c(bob).removeDeadLetter(m.headers.message_id)).toBe(true);
+      expect(await c(bob).deadLetters()).toEqual([]);
+      const metrics = await c(bob).request("GET", "/metrics");
+      expect(metrics.text).toMatch(/ifp_dead_letters_total\{source="relay-push",mode="relay"\} 1/);
+    } finally {
+      await relay.close();
+      await hook.close();
+    }
+  });
+
+  it("dead-letters at once what the webhook refuses with a 4xx, and waits out a 429's Retry-After", async () => {
+    const hook = await webhook(env, (n) => (n === 0 ? { status: 429, headers: { "retry-after": "1" } } : n === 1 ? 200 : 422));
+    const relay = await runRelay(env, { delivery: { retries: 5, backoffDelay: "50ms", timeout: "2s" } });
+    const c = (who: typeof alice) => clientOf(env, relay, who);
+    try {
+      await c(bob).registerWebhook(hook.url);
+      const throttled = signed(alice, "bob-agent");
+      const t0 = Date.now();
+      await c(alice).publish(throttled);
+      await waitFor("delivery after the 429", () => hook.calls.length === 2, 15_000);
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(900);
+      const refused = signed(alice, "bob-agent");
+      await c(alice).publish(refused);
+      const dead = await waitFor("a dead letter", async () => {
+        const d = await c(bob).deadLetters();
+        return d.length ? d : undefined;
+      }, 15_000);
+      expect(dead[0]).toMatchObject({ message_id: refused.headers.message_id, reason: "webhook refused the message with 422" });
+      expect(hook.calls.map((x) => x.status)).toEqual([429, 200, 422]);
+    } finally {
+      await relay.close();
+      await hook.close();
+    }
+  });
+});
