@@ -24,7 +24,7 @@ export async function addFakeNodes(cp: ControlPlane, count = 1): Promise<void> {
         apiVersion: "v1",
         kind: "Node",
         metadata: { name: `kwok-node-${i}`, annotations: { "node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake" }, labels: { "kubernetes.io/hostname": `kwok-node-${i}`, type: "kwok" } },
-        status: { allocatable: { cpu: "32", memory: "256Gi", pods: "110" }, capacity: { cpu: "32", memory: "256Gi", pods: "110" } },
+        status: { allocatable: { cpu: "32", memory: "256Gi", pods: "110", "ephemeral-storage": "500Gi" }, capacity: { cpu: "32", memory: "256Gi", pods: "110", "ephemeral-storage": "500Gi" } },
       }),
     );
   }
