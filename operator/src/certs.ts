@@ -80,10 +80,11 @@ export async function createCA(commonName = "ifp-operator test CA"): Promise<Cer
  * A self-signed serving certificate (its own one-off CA) for a runtime's Service names, used
  * when an Agent or Relay names neither a TLS Secret nor a cert-manager issuer.
  */
-export async function selfSignedServing(commonName: string, dnsNames: string[]): Promise<Pem & { ca: string }> {
+export async function selfSignedServing(commonName: string, dnsNames: string[]): Promise<Pem & { ca: string; notAfter: string }> {
   const ca = await createCA(`${commonName} (self-signed by ifp-operator)`);
   const leaf = await ca.issue({ commonName, dnsNames });
-  return { ...leaf, ca: ca.cert };
+  const notAfter = new x509.X509Certificate(leaf.cert).notAfter.toISOString().replace(/\.\d{3}Z$/, "Z");
+  return { ...leaf, ca: ca.cert, notAfter };
 }
 
 /** A CA and a localhost serving certificate, written to a temporary directory. */

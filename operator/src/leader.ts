@@ -1,49 +1,68 @@
+// Leader election with a coordination.k8s.io Lease, in the manner of client-go's: the holder
+// renews every few seconds; it gives up leading when it could not renew within the renew
+// deadline; another replica takes over once the lease has not been renewed for its duration.
 import { CoordinationV1Api, type KubeConfig, type V1Lease } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { errorMessage, isStatus } from "./kube/client.ts";
 
-/**
- * Leader election with a coordination.k8s.io Lease: the holder renews it every few seconds;
- * another replica takes it over once it has not been renewed for `leaseSeconds`.
- */
+/** metav1.MicroTime: RFC 3339 with exactly six fractional digits. */
+export function microTime(d: Date): string {
+  return d.toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
+}
+
+export interface LeaderElectorOptions {
+  namespace: string;
+  name: string;
+  identity: string;
+  log: Logger;
+  leaseSeconds?: number;
+  renewDeadlineMs?: number;
+  retryMs?: number;
+}
+
 export class LeaderElector {
   private readonly api: CoordinationV1Api;
-  private readonly identity: string;
-  private readonly namespace: string;
-  private readonly name: string;
-  private readonly leaseSeconds = 15;
+  private readonly opts: Required<Omit<LeaderElectorOptions, "log">>;
   private readonly log: Logger;
   private timer: NodeJS.Timeout | undefined;
   private leading = false;
   private stopped = false;
+  private lastRenew = 0;
 
-  constructor(kc: KubeConfig, opts: { namespace: string; name: string; identity: string; log: Logger }) {
+  constructor(kc: KubeConfig, opts: LeaderElectorOptions) {
     this.api = kc.makeApiClient(CoordinationV1Api);
-    this.namespace = opts.namespace;
-    this.name = opts.name;
-    this.identity = opts.identity;
     this.log = opts.log;
+    this.opts = { leaseSeconds: 15, renewDeadlineMs: 10_000, retryMs: 2_000, ...opts };
   }
 
-  /** Resolves once this replica leads; calls onLost if it ever stops leading. */
+  get isLeader(): boolean {
+    return this.leading;
+  }
+
+  /** Resolves once this replica leads (never, if stopped first); onLost if it stops leading. */
   run(onLost: () => void): Promise<void> {
     return new Promise((resolve) => {
       const tick = async () => {
         if (this.stopped) return;
-        const held = await this.tryAcquireOrRenew().catch((err) => {
-          this.log.warn({ err: errorMessage(err) }, "leader election failed");
-          return false;
-        });
+        let held: boolean;
+        try {
+          held = await this.tryAcquireOrRenew();
+        } catch (err) {
+          this.log.warn({ err: errorMessage(err) }, "leader election: could not reach the lease");
+          held = this.leading && Date.now() - this.lastRenew < this.opts.renewDeadlineMs;
+        }
+        if (this.stopped) return;
         if (held && !this.leading) {
           this.leading = true;
-          this.log.info({ lease: `${this.namespace}/${this.name}`, identity: this.identity }, "became leader");
+          this.log.info({ lease: `${this.opts.namespace}/${this.opts.name}`, identity: this.opts.identity }, "became leader");
           resolve();
         } else if (!held && this.leading) {
           this.leading = false;
-          this.log.error("lost the leader lease");
+          this.log.error({ lease: `${this.opts.namespace}/${this.opts.name}` }, "lost the leader lease");
           onLost();
+          return;
         }
-        this.timer = setTimeout(tick, held ? 5_000 : 2_000);
+        this.timer = setTimeout(tick, this.opts.retryMs);
       };
       void tick();
     });
@@ -51,16 +70,21 @@ export class LeaderElector {
 
   private async tryAcquireOrRenew(): Promise<boolean> {
     const now = new Date();
+    const { namespace, name, identity, leaseSeconds } = this.opts;
     let lease: V1Lease | undefined;
     try {
-      lease = await this.api.readNamespacedLease({ name: this.name, namespace: this.namespace });
+      lease = await this.api.readNamespacedLease({ name, namespace });
     } catch (err) {
       if (!isStatus(err, 404)) throw err;
     }
-    const spec = { holderIdentity: this.identity, leaseDurationSeconds: this.leaseSeconds, renewTime: now as unknown as Date };
+    const renewTime = microTime(now) as unknown as Date;
     if (!lease) {
       try {
-        await this.api.createNamespacedLease({ namespace: this.namespace, body: { metadata: { name: this.name, namespace: this.namespace }, spec: { ...spec, acquireTime: now as unknown as Date, leaseTransitions: 0 } } });
+        await this.api.createNamespacedLease({
+          namespace,
+          body: { metadata: { name, namespace }, spec: { holderIdentity: identity, leaseDurationSeconds: leaseSeconds, acquireTime: renewTime, renewTime, leaseTransitions: 0 } },
+        });
+        this.lastRenew = now.getTime();
         return true;
       } catch (err) {
         if (isStatus(err, 409)) return false;
@@ -69,15 +93,26 @@ export class LeaderElector {
     }
     const holder = lease.spec?.holderIdentity;
     const renewed = lease.spec?.renewTime ? new Date(lease.spec.renewTime).getTime() : 0;
-    const expired = renewed + (lease.spec?.leaseDurationSeconds ?? this.leaseSeconds) * 1000 < now.getTime();
-    if (holder !== this.identity && !expired) return false;
-    const transitions = (lease.spec?.leaseTransitions ?? 0) + (holder === this.identity ? 0 : 1);
+    const expired = renewed + (lease.spec?.leaseDurationSeconds ?? leaseSeconds) * 1000 < now.getTime();
+    if (holder && holder !== identity && !expired) return false;
+    const mine = holder === identity;
     try {
       await this.api.replaceNamespacedLease({
-        name: this.name,
-        namespace: this.namespace,
-        body: { ...lease, spec: { ...lease.spec, ...spec, leaseTransitions: transitions, ...(holder === this.identity ? {} : { acquireTime: now as unknown as Date }) } },
+        name,
+        namespace,
+        body: {
+          ...lease,
+          spec: {
+            ...lease.spec,
+            holderIdentity: identity,
+            leaseDurationSeconds: leaseSeconds,
+            renewTime,
+            acquireTime: mine && lease.spec?.acquireTime ? (microTime(new Date(lease.spec.acquireTime)) as unknown as Date) : renewTime,
+            leaseTransitions: (lease.spec?.leaseTransitions ?? 0) + (mine ? 0 : 1),
+          },
+        },
       });
+      this.lastRenew = now.getTime();
       return true;
     } catch (err) {
       if (isStatus(err, 409)) return false;
@@ -85,15 +120,20 @@ export class LeaderElector {
     }
   }
 
-  /** Give the lease up so another replica can take over at once. */
+  /** Stop, and give the lease up so that another replica can take over at once. */
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     if (!this.leading) return;
+    this.leading = false;
     try {
-      const lease = await this.api.readNamespacedLease({ name: this.name, namespace: this.namespace });
-      if (lease.spec?.holderIdentity === this.identity) {
-        await this.api.replaceNamespacedLease({ name: this.name, namespace: this.namespace, body: { ...lease, spec: { ...lease.spec, holderIdentity: undefined, renewTime: undefined } } });
+      const lease = await this.api.readNamespacedLease({ name: this.opts.name, namespace: this.opts.namespace });
+      if (lease.spec?.holderIdentity === this.opts.identity) {
+        await this.api.replaceNamespacedLease({
+          name: this.opts.name,
+          namespace: this.opts.namespace,
+          body: { ...lease, spec: { ...lease.spec, holderIdentity: undefined, leaseDurationSeconds: 1, renewTime: microTime(new Date()) as unknown as Date } },
+        });
       }
     } catch {
       // the lease simply expires

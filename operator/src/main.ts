@@ -1,79 +1,153 @@
+// `ifp-operator`: flags → startManager, with a graceful shutdown on SIGTERM/SIGINT.
+import { basename } from "node:path";
 import { parseArgs } from "node:util";
 import pino from "pino";
-import { startManager } from "./manager.ts";
+import { startManager, type ManagerOptions } from "./manager.ts";
 
 const USAGE = `usage: ifp-operator [flags]
 
-  --kubeconfig FILE              kubeconfig (default: in-cluster, then $KUBECONFIG or ~/.kube/config)
-  --nats-url URL                 NATS server the runtimes and relay streams use (IFP_NATS_URL)
-  --nats-creds FILE              NATS credentials file for the operator (IFP_NATS_CREDS)
-  --nats-creds-secret NAME       Secret (in each resource's namespace) with credentials for the runtimes
-  --runtime-image IMAGE          image of the runtime pods (IFP_RUNTIME_IMAGE)
-  --runtime-image-pull-policy P  IfNotPresent (default), Always or Never
-  --watch-namespaces A,B         watch only these namespaces (default: all)
-  --leader-elect                 hold a Lease so one replica acts at a time
-  --leader-election-namespace NS namespace of the Lease (default: POD_NAMESPACE or default)
-  --health-port N                /healthz and /readyz (default 8081)
-  --metrics-port N               /metrics (default 8080)
-  --log-level LEVEL              info (default), debug, warn, error
+Runs the Agent and Relay controllers against the current kubeconfig (in a pod: its service
+account). Every flag also reads the environment variable in brackets.
+
+  --kubeconfig FILE               kubeconfig (default: in-cluster, then $KUBECONFIG or ~/.kube/config)
+  --nats-url URL                  NATS server(s) of the runtimes and relay streams [IFP_NATS_URL]
+  --nats-creds FILE               NATS credentials file of the operator itself [IFP_NATS_CREDS]
+  --nats-user USER                NATS user of the operator [IFP_NATS_USER]
+  --nats-password PASSWORD        NATS password of the operator [IFP_NATS_PASSWORD]
+  --nats-token TOKEN              NATS token of the operator [IFP_NATS_TOKEN]
+  --nats-creds-secret NAME        Secret in each resource's namespace whose credentials file the
+                                  runtime pods mount (IFP_NATS_CREDS)
+  --nats-creds-secret-key KEY     its key (default: the file name of --nats-creds, else nats.creds)
+  --nats-auth-secret NAME         Secret in each resource's namespace with optional keys user,
+                                  password, token, given to the runtime pods as IFP_NATS_USER …
+  --runtime-image IMAGE           image of the runtime pods [IFP_RUNTIME_IMAGE]
+  --runtime-image-pull-policy P   IfNotPresent (default), Always or Never
+  --watch-namespaces A,B          watch only these namespaces (default: all) [IFP_WATCH_NAMESPACES]
+  --leader-elect[=true|false]     hold a Lease so that one replica acts at a time (default false)
+  --leader-election-namespace NS  namespace of the Lease (default: POD_NAMESPACE, else default)
+  --health-port N                 /healthz and /readyz (default 8081)
+  --metrics-port N                /metrics (default 8080; the health port when equal)
+  --resync DURATION               reconcile everything this often without a change (default 5m)
+  --workers N                     reconciles in flight per kind (default 4)
+  --log-level LEVEL               info (default), debug, warn, error [IFP_LOG_LEVEL]
 `;
 
-export async function main(argv = process.argv.slice(2)): Promise<void> {
+const OPTIONS = {
+  kubeconfig: { type: "string" },
+  "nats-url": { type: "string", env: "IFP_NATS_URL" },
+  "nats-creds": { type: "string", env: "IFP_NATS_CREDS" },
+  "nats-user": { type: "string", env: "IFP_NATS_USER" },
+  "nats-password": { type: "string", env: "IFP_NATS_PASSWORD" },
+  "nats-token": { type: "string", env: "IFP_NATS_TOKEN" },
+  "nats-creds-secret": { type: "string" },
+  "nats-creds-secret-key": { type: "string" },
+  "nats-auth-secret": { type: "string" },
+  "runtime-image": { type: "string", env: "IFP_RUNTIME_IMAGE" },
+  "runtime-image-pull-policy": { type: "string" },
+  "watch-namespaces": { type: "string", env: "IFP_WATCH_NAMESPACES" },
+  "leader-elect": { type: "string" },
+  "leader-election-namespace": { type: "string" },
+  "health-port": { type: "string" },
+  "metrics-port": { type: "string" },
+  resync: { type: "string" },
+  workers: { type: "string" },
+  "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
+} as const;
+
+class UsageError extends Error {}
+
+const DURATION = /^(\d+)(ms|s|m|h)$/;
+function duration(text: string): number {
+  const m = DURATION.exec(text);
+  if (!m) throw new UsageError(`--resync takes a duration such as 30s, 5m or 1h, not ${JSON.stringify(text)}`);
+  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] as "ms" | "s" | "m" | "h"];
+}
+
+function integer(name: string, text: string, min: number, max: number): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < min || n > max) throw new UsageError(`--${name} must be a whole number from ${min} to ${max}, not ${JSON.stringify(text)}`);
+  return n;
+}
+
+/** Manager options from the command line and environment (throws UsageError on bad input). */
+export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; logLevel: string; options: Omit<ManagerOptions, "log"> } {
   let values: Record<string, string | boolean | undefined>;
   try {
-    values = parseArgs({
-      args: argv,
-      options: {
-        kubeconfig: { type: "string" },
-        "nats-url": { type: "string" },
-        "nats-creds": { type: "string" },
-        "nats-creds-secret": { type: "string" },
-        "runtime-image": { type: "string" },
-        "runtime-image-pull-policy": { type: "string" },
-        "watch-namespaces": { type: "string" },
-        "leader-elect": { type: "string" },
-        "leader-election-namespace": { type: "string" },
-        "health-port": { type: "string" },
-        "metrics-port": { type: "string" },
-        "log-level": { type: "string" },
-        help: { type: "boolean", short: "h" },
+    // A bare --leader-elect means true.
+    const args = argv.map((a) => (a === "--leader-elect" ? "--leader-elect=true" : a));
+    values = parseArgs({ args, options: { ...Object.fromEntries(Object.entries(OPTIONS).map(([k, v]) => [k, { type: v.type }])), help: { type: "boolean", short: "h" } } }).values;
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const str = (k: keyof typeof OPTIONS): string | undefined => {
+    const v = values[k];
+    if (typeof v === "string" && v !== "") return v;
+    const spec = OPTIONS[k];
+    return "env" in spec && env[spec.env] ? env[spec.env] : undefined;
+  };
+  const leaderElect = str("leader-elect") ?? "false";
+  if (!["true", "false"].includes(leaderElect)) throw new UsageError(`--leader-elect is true or false, not ${JSON.stringify(leaderElect)}`);
+  const pullPolicy = str("runtime-image-pull-policy") ?? "IfNotPresent";
+  if (!["IfNotPresent", "Always", "Never"].includes(pullPolicy)) throw new UsageError(`--runtime-image-pull-policy is IfNotPresent, Always or Never, not ${JSON.stringify(pullPolicy)}`);
+  const natsUrl = str("nats-url");
+  const credsSecret = str("nats-creds-secret");
+  const credsFile = str("nats-creds");
+  return {
+    help: Boolean(values.help),
+    logLevel: str("log-level") ?? "info",
+    options: {
+      kubeconfig: str("kubeconfig"),
+      settings: {
+        runtimeImage: str("runtime-image") ?? "ghcr.io/ifp-dev/ifp-runtime:0.1.0",
+        runtimeImagePullPolicy: pullPolicy,
+        natsUrl: natsUrl ?? "nats://nats:4222",
+        natsCredsSecret: credsSecret ? { name: credsSecret, key: str("nats-creds-secret-key") ?? (credsFile ? basename(credsFile) : "nats.creds") } : undefined,
+        natsAuthSecret: str("nats-auth-secret"),
       },
-    }).values;
+      nats: natsUrl ? { url: natsUrl, credsFile, user: str("nats-user"), pass: str("nats-password"), token: str("nats-token") } : undefined,
+      watchNamespaces: (str("watch-namespaces") ?? "").split(",").map((s) => s.trim()).filter(Boolean),
+      leaderElection: leaderElect === "true" ? { namespace: str("leader-election-namespace") ?? env.POD_NAMESPACE ?? "default", identity: env.POD_NAME } : undefined,
+      healthPort: integer("health-port", str("health-port") ?? "8081", 0, 65535),
+      metricsPort: integer("metrics-port", str("metrics-port") ?? "8080", 0, 65535),
+      resyncMs: duration(str("resync") ?? "5m"),
+      workers: integer("workers", str("workers") ?? "4", 1, 64),
+    },
+  };
+}
+
+export async function main(argv = process.argv.slice(2)): Promise<void> {
+  let parsed: ReturnType<typeof parseFlags>;
+  try {
+    parsed = parseFlags(argv);
   } catch (err) {
     process.stderr.write(`ifp-operator: ${(err as Error).message}\n\n${USAGE}`);
     process.exitCode = 2;
     return;
   }
-  if (values.help) {
+  if (parsed.help) {
     process.stdout.write(USAGE);
     return;
   }
-  const str = (k: string) => (typeof values[k] === "string" ? (values[k] as string) : undefined);
-  const log = pino({ level: str("log-level") ?? process.env.IFP_LOG_LEVEL ?? "info", base: { component: "ifp-operator" } });
-  const natsUrl = str("nats-url") ?? process.env.IFP_NATS_URL;
-  const credsSecret = str("nats-creds-secret");
-  const manager = await startManager({
-    kubeconfig: str("kubeconfig"),
-    settings: {
-      runtimeImage: str("runtime-image") ?? process.env.IFP_RUNTIME_IMAGE ?? "ghcr.io/ifp-dev/ifp-runtime:0.1.0",
-      runtimeImagePullPolicy: str("runtime-image-pull-policy") ?? "IfNotPresent",
-      natsUrl: natsUrl ?? "nats://nats:4222",
-      natsCredsSecret: credsSecret ? { name: credsSecret, key: "nats.creds" } : undefined,
-    },
-    nats: natsUrl ? { url: natsUrl, credsFile: str("nats-creds") ?? process.env.IFP_NATS_CREDS } : undefined,
-    watchNamespaces: (str("watch-namespaces") ?? "").split(",").map((s) => s.trim()).filter(Boolean),
-    leaderElection: ["true", "1", ""].includes(str("leader-elect") ?? "false") ? { namespace: str("leader-election-namespace") ?? process.env.POD_NAMESPACE ?? "default" } : undefined,
-    healthPort: Number(str("health-port") ?? 8081),
-    metricsPort: Number(str("metrics-port") ?? 8080),
-    log,
-  });
+  const log = pino({ level: parsed.logLevel, base: { component: "ifp-operator" } });
+  if (!parsed.options.nats) log.warn("no --nats-url: relays report StreamReady=False NatsUnavailable and runtimes get nats://nats:4222");
+  let manager: Awaited<ReturnType<typeof startManager>>;
+  try {
+    manager = await startManager({ ...parsed.options, log });
+  } catch (err) {
+    log.error({ err: (err as Error).message }, "could not start");
+    process.exitCode = 1;
+    return;
+  }
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;
     stopping = true;
     log.info({ signal }, "shutting down");
-    setTimeout(() => process.exit(1), 20_000).unref();
-    manager.stop().then(() => process.exit(0), () => process.exit(1));
+    setTimeout(() => process.exit(1), 25_000).unref();
+    manager.stop().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
   };
   process.once("SIGTERM", () => stop("SIGTERM"));
   process.once("SIGINT", () => stop("SIGINT"));

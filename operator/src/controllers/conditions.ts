@@ -1,3 +1,7 @@
+// Status conditions in the Kubernetes API conventions, and the pure rules that derive them from
+// what a reconcile observed. kstatus (which Helm 4 and Flux use to wait) reads Ready, Reconciling
+// and Stalled.
+
 /** A status condition in the Kubernetes API conventions. */
 export interface Condition {
   type: string;
@@ -10,6 +14,11 @@ export interface Condition {
 
 export type ConditionInput = Omit<Condition, "lastTransitionTime" | "observedGeneration">;
 
+/** RFC 3339 in whole seconds, the form metav1.Time takes. */
+export function isoSeconds(d: Date): string {
+  return d.toISOString().replace(/\.\d{3}Z$/, "Z");
+}
+
 /**
  * The new conditions, keeping each one's lastTransitionTime unless its status flipped; types
  * not given again are dropped.
@@ -20,19 +29,120 @@ export function mergeConditions(previous: Condition[] | undefined, next: Conditi
     return {
       ...c,
       observedGeneration: generation,
-      lastTransitionTime: old && old.status === c.status ? old.lastTransitionTime : now.toISOString().replace(/\.\d{3}Z$/, "Z"),
+      lastTransitionTime: old && old.status === c.status ? old.lastTransitionTime : isoSeconds(now),
     };
   });
 }
 
-export function readyFromDeployment(dep: { spec?: { replicas?: number }; status?: { readyReplicas?: number; observedGeneration?: number; updatedReplicas?: number }; metadata?: { generation?: number } } | undefined): ConditionInput {
-  if (!dep) return { type: "Ready", status: "False", reason: "DeploymentMissing", message: "the runtime Deployment does not exist yet" };
+/** The part of a Deployment the conditions read. */
+export interface DeploymentLike {
+  metadata?: { generation?: number };
+  spec?: { replicas?: number };
+  status?: {
+    observedGeneration?: number;
+    replicas?: number;
+    updatedReplicas?: number;
+    readyReplicas?: number;
+    availableReplicas?: number;
+    conditions?: { type: string; status: string; reason?: string; message?: string }[];
+  };
+}
+
+/** Something that keeps the runtime from being set up; the user has to act. */
+export interface Blocker {
+  reason: string;
+  message: string;
+}
+
+/** What one reconcile pass observed about a runtime's children. */
+export interface RuntimeObservation {
+  /** Children written in this pass ("Deployment/alice"). */
+  applied: string[];
+  /** The runtime Deployment as the informer last saw it. */
+  deployment: DeploymentLike | undefined;
+  /** A condition that stops the children from working (missing TLS Secret, no cert-manager …). */
+  blocker?: Blocker;
+  /** Something still settling that is not the Deployment (a certificate being issued …). */
+  waiting?: Blocker;
+}
+
+const cond = (type: string, status: Condition["status"], reason: string, message: string): ConditionInput => ({ type, status, reason, message });
+
+/** The stage a runtime has reached, from the observation; the conditions are a view of it. */
+export type RuntimeStage =
+  | { stage: "blocked"; reason: string; message: string }
+  | { stage: "applying"; reason: string; message: string }
+  | { stage: "waiting"; reason: string; message: string }
+  | { stage: "stalled"; reason: string; message: string }
+  | { stage: "ready"; reason: string; message: string };
+
+export function runtimeStage(o: RuntimeObservation): RuntimeStage {
+  if (o.blocker) return { stage: "blocked", ...o.blocker };
+  if (o.applied.length) return { stage: "applying", reason: "ChildrenApplied", message: `applied ${o.applied.join(", ")}` };
+  const dep = o.deployment;
+  if (!dep) return { stage: "applying", reason: "DeploymentPending", message: "the runtime Deployment is not in the cache yet" };
+  const generation = dep.metadata?.generation ?? 0;
+  const observed = dep.status?.observedGeneration ?? 0;
+  if (observed < generation) {
+    return { stage: "applying", reason: "RolloutPending", message: `the Deployment controller has not yet observed generation ${generation} of the runtime Deployment` };
+  }
+  const progressing = dep.status?.conditions?.find((c) => c.type === "Progressing");
+  if (progressing?.status === "False" && progressing.reason === "ProgressDeadlineExceeded") {
+    return { stage: "stalled", reason: "RolloutStalled", message: progressing.message ?? "the runtime Deployment exceeded its progress deadline" };
+  }
+  if (o.waiting) return { stage: "waiting", ...o.waiting };
   const want = dep.spec?.replicas ?? 1;
   const ready = dep.status?.readyReplicas ?? 0;
-  const current = (dep.status?.observedGeneration ?? 0) >= (dep.metadata?.generation ?? 0);
-  if (want === 0) return { type: "Ready", status: "True", reason: "ScaledToZero", message: "spec.replicas is 0" };
-  if (current && ready >= want && (dep.status?.updatedReplicas ?? ready) >= want) {
-    return { type: "Ready", status: "True", reason: "RuntimeReady", message: `${ready}/${want} runtime replicas ready` };
+  const updated = dep.status?.updatedReplicas ?? 0;
+  const total = dep.status?.replicas ?? 0;
+  if (want === 0) {
+    return total === 0
+      ? { stage: "ready", reason: "ScaledToZero", message: "spec.replicas is 0" }
+      : { stage: "waiting", reason: "ScalingDown", message: `${total} runtime replicas still running, 0 wanted` };
   }
-  return { type: "Ready", status: "False", reason: "RuntimeNotReady", message: `${ready}/${want} runtime replicas ready` };
+  if (updated < want || total > want) {
+    return { stage: "applying", reason: "RolloutInProgress", message: `${updated}/${want} runtime replicas at the current spec, ${total} in all` };
+  }
+  if (ready < want) return { stage: "waiting", reason: "RuntimeNotReady", message: `${ready}/${want} runtime replicas ready` };
+  return { stage: "ready", reason: "RuntimeReady", message: `${ready}/${want} runtime replicas ready` };
+}
+
+/**
+ * Ready, Reconciling and Stalled of a runtime (Agent or Relay), in that order.
+ *
+ * - Ready=True: every child is applied and observed, and the Deployment has all wanted
+ *   replicas updated and ready (or is scaled to zero and has none left).
+ * - Reconciling=True: the operator or the Deployment controller is still moving toward the
+ *   spec; its reason says what is awaited (`WaitingForRuntime` means the children are in
+ *   place, observed by the Deployment controller, and the pods of the current spec exist:
+ *   only their readiness is missing).
+ * - Stalled=True: it cannot progress without a change by the user (missing Secret, no
+ *   cert-manager, a rollout past its deadline).
+ */
+export function runtimeConditions(o: RuntimeObservation): ConditionInput[] {
+  const s = runtimeStage(o);
+  switch (s.stage) {
+    case "blocked":
+    case "stalled":
+      return [cond("Ready", "False", s.reason, s.message), cond("Reconciling", "False", s.reason, s.message), cond("Stalled", "True", s.reason, s.message)];
+    case "applying":
+      return [cond("Ready", "False", s.reason, s.message), cond("Reconciling", "True", s.reason, s.message), cond("Stalled", "False", "Progressing", "")];
+    case "waiting":
+      return [
+        cond("Ready", "False", s.reason, s.message),
+        cond("Reconciling", "True", "WaitingForRuntime", `children applied and observed; ${s.message}`),
+        cond("Stalled", "False", "Progressing", ""),
+      ];
+    case "ready":
+      return [cond("Ready", "True", s.reason, s.message), cond("Reconciling", "False", "Reconciled", "children match the spec"), cond("Stalled", "False", "Reconciled", "")];
+  }
+}
+
+/** The conditions of a spec that can never succeed as written: not retried until it changes. */
+export function invalidSpecConditions(message: string): ConditionInput[] {
+  return [cond("Ready", "False", "InvalidSpec", message), cond("Reconciling", "False", "InvalidSpec", message), cond("Stalled", "True", "InvalidSpec", message)];
+}
+
+export function findCondition(conditions: readonly { type: string }[] | undefined, type: string) {
+  return conditions?.find((c) => c.type === type);
 }

@@ -1,6 +1,9 @@
+// Pure building blocks shared by the Agent and Relay controllers: deterministic child names,
+// labels, owner references, and the runtime Deployment that runs the start contract.
 import { createHash } from "node:crypto";
-import type { V1Deployment, V1ObjectMeta, V1OwnerReference } from "@kubernetes/client-node";
+import type { V1Deployment, V1EnvVar, V1ObjectMeta, V1OwnerReference, V1Service, V1ServiceAccount, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
 import canonicalize from "canonicalize";
+import { stringify } from "yaml";
 import { API_VERSION } from "../../../runtime/src/resources/common.ts";
 
 /** Everything the operator was told at start that shapes the children. */
@@ -8,15 +11,20 @@ export interface OperatorSettings {
   runtimeImage: string;
   runtimeImagePullPolicy: string;
   natsUrl: string;
-  /** A Secret (in each resource's namespace) holding a NATS credentials file. */
+  /** A Secret (in each resource's namespace) holding a NATS credentials file under `key`. */
   natsCredsSecret?: { name: string; key: string };
+  /** A Secret (in each resource's namespace) with optional keys `user`, `password`, `token`. */
+  natsAuthSecret?: string;
 }
 
 export const FIELD_MANAGER = "ifp-operator";
 export const MANAGED_BY = { "app.kubernetes.io/managed-by": "ifp-operator" } as const;
 export const MANAGED_SELECTOR = "app.kubernetes.io/managed-by=ifp-operator";
+/** Pod template annotation: a hash of what the runtime reads at start, so that a change rolls the pods. */
 export const CONFIG_HASH = "ifp.dev/config-hash";
 export const HTTPS_PORT = 8443;
+export const INSTANCE_LABEL = "app.kubernetes.io/instance";
+export const COMPONENT_LABEL = "app.kubernetes.io/component";
 
 /** The metadata of an Agent or Relay as the informer holds it (custom objects stay plain JSON). */
 export interface OwnerMeta {
@@ -55,21 +63,35 @@ export function childNames(name: string) {
 export function labels(owner: Owner): Record<string, string> {
   return {
     "app.kubernetes.io/name": "ifp-runtime",
-    "app.kubernetes.io/instance": owner.metadata.name,
-    "app.kubernetes.io/component": owner.kind.toLowerCase(),
+    [INSTANCE_LABEL]: owner.metadata.name,
+    [COMPONENT_LABEL]: owner.kind.toLowerCase(),
     "app.kubernetes.io/part-of": "ifp-operator",
     ...MANAGED_BY,
   };
 }
 
 export function selectorLabels(owner: Owner): Record<string, string> {
-  return { "app.kubernetes.io/name": "ifp-runtime", "app.kubernetes.io/instance": owner.metadata.name };
+  return { "app.kubernetes.io/name": "ifp-runtime", [INSTANCE_LABEL]: owner.metadata.name };
+}
+
+/** The Agent or Relay a managed object belongs to, by its controller reference or its labels. */
+export function ownerOf(obj: { metadata?: { ownerReferences?: V1OwnerReference[]; labels?: Record<string, string> } }): { kind: "Agent" | "Relay"; name: string } | undefined {
+  const ref = obj.metadata?.ownerReferences?.find((r) => r.controller && r.apiVersion === API_VERSION);
+  if (ref && (ref.kind === "Agent" || ref.kind === "Relay")) return { kind: ref.kind, name: ref.name };
+  const l = obj.metadata?.labels ?? {};
+  const name = l[INSTANCE_LABEL];
+  if (name && l["app.kubernetes.io/managed-by"] === MANAGED_BY["app.kubernetes.io/managed-by"]) {
+    if (l[COMPONENT_LABEL] === "agent") return { kind: "Agent", name };
+    if (l[COMPONENT_LABEL] === "relay") return { kind: "Relay", name };
+  }
+  return undefined;
 }
 
 export function ownerReference(owner: Owner): V1OwnerReference {
   return { apiVersion: API_VERSION, kind: owner.kind, name: owner.metadata.name, uid: owner.metadata.uid, controller: true, blockOwnerDeletion: true };
 }
 
+/** Metadata of a child: labels and a controller owner reference (garbage-collected with the owner). */
 export function childMeta(owner: Owner, name: string, extra: Partial<V1ObjectMeta> = {}): V1ObjectMeta {
   return { name, namespace: owner.metadata.namespace, labels: labels(owner), ownerReferences: [ownerReference(owner)], ...extra };
 }
@@ -84,6 +106,28 @@ export function serviceDnsNames(owner: Owner): string[] {
   return [name, `${name}.${namespace}`, `${name}.${namespace}.svc`, `${name}.${namespace}.svc.cluster.local`];
 }
 
+/** The names a serving certificate must cover: the Service's, the public URL's host, and any extra. */
+export function certificateDnsNames(owner: Owner, publicUrl: string | undefined, extra: string[] | undefined): string[] {
+  const names = [...serviceDnsNames(owner)];
+  if (publicUrl) names.push(new URL(publicUrl).hostname);
+  names.push(...(extra ?? []));
+  return [...new Set(names)];
+}
+
+/** The Service: the HTTPS port only (the agent's local application API stays on loopback). */
+export function runtimeService(owner: Owner): V1Service {
+  return {
+    apiVersion: "v1",
+    kind: "Service",
+    metadata: childMeta(owner, childNames(owner.metadata.name).service),
+    spec: { selector: selectorLabels(owner), ports: [{ name: "https", port: 443, targetPort: "https", protocol: "TCP" }] },
+  };
+}
+
+export function runtimeServiceAccount(owner: Owner, automount: boolean): V1ServiceAccount {
+  return { apiVersion: "v1", kind: "ServiceAccount", metadata: childMeta(owner, childNames(owner.metadata.name).serviceAccount), automountServiceAccountToken: automount };
+}
+
 /**
  * The runtime Deployment: exactly the start contract a person uses outside Kubernetes, with the
  * manifest, TLS and (agents) signing key mounted from the ConfigMap and Secrets.
@@ -94,10 +138,8 @@ export function runtimeDeployment(opts: {
   replicas: number;
   image: string | undefined;
   settings: OperatorSettings;
-  configMap: string;
   tlsSecret: string;
   signingSecret?: string;
-  serviceAccount: string;
   configHash: string;
 }): V1Deployment {
   const { owner, settings } = opts;
@@ -111,15 +153,15 @@ export function runtimeDeployment(opts: {
     `--nats=${settings.natsUrl}`,
   ];
   if (opts.signingSecret) args.push("--signing-key=/etc/ifp/signing/signing.key");
-  const env = [{ name: "IFP_LOG_LEVEL", value: "info" }];
-  const mounts = [
+  const env: V1EnvVar[] = [{ name: "IFP_LOG_LEVEL", value: "info" }];
+  const mounts: V1VolumeMount[] = [
     { name: "manifest", mountPath: "/etc/ifp/manifest", readOnly: true },
     { name: "tls", mountPath: "/etc/ifp/tls", readOnly: true },
     { name: "tmp", mountPath: "/tmp" },
   ];
-  const volumes: object[] = [
-    { name: "manifest", configMap: { name: opts.configMap } },
-    { name: "tls", secret: { secretName: opts.tlsSecret } },
+  const volumes: V1Volume[] = [
+    { name: "manifest", configMap: { name: n.configMap } },
+    { name: "tls", secret: { secretName: opts.tlsSecret, items: [{ key: "tls.crt", path: "tls.crt" }, { key: "tls.key", path: "tls.key" }] } },
     { name: "tmp", emptyDir: {} },
   ];
   if (opts.signingSecret) {
@@ -127,9 +169,14 @@ export function runtimeDeployment(opts: {
     volumes.push({ name: "signing", secret: { secretName: opts.signingSecret, items: [{ key: "signing.key", path: "signing.key" }] } });
   }
   if (settings.natsCredsSecret) {
-    env.push({ name: "IFP_NATS_CREDS", value: `/etc/ifp/nats/${settings.natsCredsSecret.key}` });
+    env.push({ name: "IFP_NATS_CREDS", value: "/etc/ifp/nats/nats.creds" });
     mounts.push({ name: "nats", mountPath: "/etc/ifp/nats", readOnly: true });
-    volumes.push({ name: "nats", secret: { secretName: settings.natsCredsSecret.name } });
+    volumes.push({ name: "nats", secret: { secretName: settings.natsCredsSecret.name, items: [{ key: settings.natsCredsSecret.key, path: "nats.creds" }] } });
+  }
+  if (settings.natsAuthSecret) {
+    for (const [name, key] of [["IFP_NATS_USER", "user"], ["IFP_NATS_PASSWORD", "password"], ["IFP_NATS_TOKEN", "token"]] as const) {
+      env.push({ name, valueFrom: { secretKeyRef: { name: settings.natsAuthSecret, key, optional: true } } });
+    }
   }
   const probe = (path: string) => ({ httpGet: { path, port: "https", scheme: "HTTPS" }, periodSeconds: 10, timeoutSeconds: 3 });
   return {
@@ -142,7 +189,7 @@ export function runtimeDeployment(opts: {
       template: {
         metadata: { labels: labels(owner), annotations: { [CONFIG_HASH]: opts.configHash } },
         spec: {
-          serviceAccountName: opts.serviceAccount,
+          serviceAccountName: n.serviceAccount,
           securityContext: { runAsNonRoot: true, runAsUser: 10001, runAsGroup: 10001, seccompProfile: { type: "RuntimeDefault" } },
           containers: [
             {
@@ -159,9 +206,32 @@ export function runtimeDeployment(opts: {
               volumeMounts: mounts,
             },
           ],
-          volumes: volumes as never,
+          volumes,
         },
       },
     },
   };
+}
+
+/** The manifest the runtime reads: the resource as the API server holds it, minus server bookkeeping. */
+export function renderManifest(obj: { apiVersion: string; kind: string; metadata: OwnerMeta; spec: unknown }, annotations: Record<string, string> = {}): string {
+  const m = obj.metadata;
+  // Only the project's own annotations: the runtime reads nothing else, and others (kubectl's
+  // last-applied-configuration, tooling's) must not roll the pods.
+  const own = Object.fromEntries(Object.entries(m.annotations ?? {}).filter(([k]) => k.startsWith("ifp.dev/")));
+  return stringify(
+    {
+      apiVersion: obj.apiVersion,
+      kind: obj.kind,
+      metadata: {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        ...(m.creationTimestamp ? { creationTimestamp: m.creationTimestamp } : {}),
+        annotations: { ...own, ...annotations },
+      },
+      spec: obj.spec,
+    },
+    { lineWidth: 0 },
+  );
 }

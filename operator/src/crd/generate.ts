@@ -6,6 +6,7 @@ import { z } from "zod";
 import { AgentSpec } from "../../../runtime/src/resources/agent.ts";
 import { GROUP, VERSION } from "../../../runtime/src/resources/common.ts";
 import { RelaySpec } from "../../../runtime/src/resources/relay.ts";
+import { AgentStatus, RelayStatus } from "./status.ts";
 import { valuesJsonSchema } from "../../../charts/ifp-operator/values.schema.ts";
 
 type Schema = Record<string, unknown>;
@@ -41,15 +42,49 @@ function specSchema(spec: z.ZodType): Schema {
   return structural(z.toJSONSchema(spec, { target: "openapi-3.0", io: "input" }) as Schema);
 }
 
-function withValidations(schema: Schema, path: string[], rules: { rule: string; message: string }[]): void {
+/** The schema node at a path of property names, "[]" stepping into array items. */
+function nodeAt(schema: Schema, path: string[]): Schema {
   let node = schema;
-  for (const p of path) node = (node.properties as Record<string, Schema>)[p]!;
-  node["x-kubernetes-validations"] = rules;
+  for (const p of path) {
+    const next = p === "[]" ? (node.items as Schema | undefined) : (node.properties as Record<string, Schema> | undefined)?.[p];
+    if (!next) throw new Error(`no schema at ${path.join(".")} (stopped at ${p})`);
+    node = next;
+  }
+  return node;
 }
 
-const conditionsColumn = (name: string, type: string) => ({ name, type: "string", jsonPath: `.status.conditions[?(@.type=="${type}")].status` });
+/** Add CEL rules (x-kubernetes-validations) where zod's checks do not reach the JSON schema. */
+function withValidations(schema: Schema, path: string[], rules: { rule: string; message: string }[]): void {
+  const node = nodeAt(schema, path);
+  node["x-kubernetes-validations"] = [...((node["x-kubernetes-validations"] as unknown[]) ?? []), ...rules];
+}
 
-function crd(kind: string, plural: string, shortNames: string[], spec: Schema, columns: object[]): Schema {
+/** zod's `z.url({protocol: /^https$/})` becomes `format: uri` only; the scheme check is CEL. */
+const HTTPS = [{ rule: "self.startsWith('https://')", message: "must be an https:// URL" }];
+const HTTP_OR_HTTPS = [{ rule: "self.startsWith('https://') || self.startsWith('http://')", message: "must be an http:// or https:// URL" }];
+const TLS_ONE_SOURCE = [{ rule: "!(has(self.secretName) && has(self.issuerRef))", message: "spec.tls takes secretName or issuerRef, not both" }];
+/** The name becomes the Service's name and a label value: a DNS-1035 label. */
+const NAME_RULE = {
+  rule: "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+  message: "metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, at most 63 characters): it names the runtime's Service",
+};
+
+function statusSchema(status: z.ZodType): Schema {
+  const schema = specSchema(status);
+  const conditions = nodeAt(schema, ["conditions"]);
+  conditions["x-kubernetes-list-type"] = "map";
+  conditions["x-kubernetes-list-map-keys"] = ["type"];
+  return schema;
+}
+
+const conditionsColumn = (name: string, type: string, field = "status", priority = 0) => ({
+  name,
+  type: "string",
+  jsonPath: `.status.conditions[?(@.type=="${type}")].${field}`,
+  ...(priority ? { priority } : {}),
+});
+
+function crd(kind: string, plural: string, shortNames: string[], spec: Schema, status: Schema, columns: object[]): Schema {
   return {
     apiVersion: "apiextensions.k8s.io/v1",
     kind: "CustomResourceDefinition",
@@ -74,8 +109,9 @@ function crd(kind: string, plural: string, shortNames: string[], spec: Schema, c
                 kind: { type: "string" },
                 metadata: { type: "object" },
                 spec,
-                status: { type: "object", "x-kubernetes-preserve-unknown-fields": true },
+                status,
               },
+              "x-kubernetes-validations": [NAME_RULE],
             },
           },
         },
@@ -87,22 +123,34 @@ function crd(kind: string, plural: string, shortNames: string[], spec: Schema, c
 export function agentCrd(): Schema {
   const spec = specSchema(AgentSpec);
   withValidations(spec, ["agentId"], [{ rule: "self == oldSelf", message: "agentId is the agent's identity and cannot change; create a new Agent" }]);
-  return crd("Agent", "agents", ["ifpagent"], spec, [
+  withValidations(spec, ["baseUrl"], HTTPS);
+  withValidations(spec, ["peers", "[]", "url"], HTTPS);
+  withValidations(spec, ["relay", "urls", "[]"], HTTPS);
+  withValidations(spec, ["handler", "url"], HTTP_OR_HTTPS);
+  withValidations(spec, ["notify", "url"], HTTP_OR_HTTPS);
+  withValidations(spec, ["tls"], TLS_ONE_SOURCE);
+  return crd("Agent", "agents", ["ifpagent"], spec, statusSchema(AgentStatus), [
     { name: "Agent ID", type: "string", jsonPath: ".spec.agentId" },
     { name: "Endpoint", type: "string", jsonPath: ".status.endpoint" },
     conditionsColumn("Ready", "Ready"),
+    conditionsColumn("Reason", "Ready", "reason", 1),
+    { name: "Public Key", type: "string", jsonPath: ".status.signingKey.publicKey", priority: 1 },
   ]);
 }
 
 export function relayCrd(): Schema {
   const spec = specSchema(RelaySpec);
+  withValidations(spec, ["url"], HTTPS);
   withValidations(spec, ["retention"], [
     { rule: "!has(oldSelf.storage) || self.storage == oldSelf.storage", message: "retention.storage cannot change in place; create a new Relay" },
   ]);
-  return crd("Relay", "relays", ["ifprelay"], spec, [
+  withValidations(spec, ["tls"], TLS_ONE_SOURCE);
+  return crd("Relay", "relays", ["ifprelay"], spec, statusSchema(RelayStatus), [
     { name: "URL", type: "string", jsonPath: ".spec.url" },
     { name: "Max Age", type: "string", jsonPath: ".spec.retention.maxAge" },
     conditionsColumn("Ready", "Ready"),
+    conditionsColumn("Reason", "Ready", "reason", 1),
+    { name: "Stream", type: "string", jsonPath: ".status.stream.name", priority: 1 },
   ]);
 }
 

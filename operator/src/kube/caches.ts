@@ -29,7 +29,18 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
   });
   const native = (group: string, plural: string, all: (labelSelector?: string) => Promise<unknown>, namespaced: (namespace: string, labelSelector?: string) => Promise<unknown>): KindInfo => ({
     path: (ns) => `${group}${ns ? `/namespaces/${ns}` : ""}/${plural}`,
-    list: async (ns, labelSelector) => ((ns ? await namespaced(ns, labelSelector) : await all(labelSelector)) as KubernetesListObject<KubernetesObject>),
+    list: async (ns, labelSelector) => {
+      const list = (ns ? await namespaced(ns, labelSelector) : await all(labelSelector)) as KubernetesListObject<KubernetesObject>;
+      // Items of a list carry no apiVersion and kind; watch events do. Make them alike, so that
+      // comparing a desired child with its cached self does not depend on how it was cached.
+      const apiVersion = group === "/api/v1" ? "v1" : group.replace(/^\/apis\//, "");
+      const kind = (list.kind ?? "").replace(/List$/, "");
+      for (const item of list.items) {
+        item.apiVersion ??= apiVersion;
+        item.kind ??= kind;
+      }
+      return list;
+    },
     managedOnly: true,
   });
   return {
@@ -90,8 +101,18 @@ export class Caches {
     return [...this.informers.values()].every((i) => i.hasSynced);
   }
 
-  async start(): Promise<void> {
+  /** Start every informer; resolves once all have stored a first list (they retry until then). */
+  async start(signal?: AbortSignal): Promise<void> {
     await Promise.all([...this.informers.values()].map((i) => i.start()));
+    while (!this.synced) {
+      if (signal?.aborted) throw new Error("stopped before the caches synced");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /** Informer restarts so far, over all informers. */
+  get restarts(): number {
+    return [...this.informers.values()].reduce((n, i) => n + i.restarts, 0);
   }
 
   async stop(): Promise<void> {

@@ -1,13 +1,7 @@
+// The operator's calls to the API server. Every write goes through here and is counted, so that
+// a steady state can be shown to make none.
 import { hostname } from "node:os";
-import {
-  ApiException,
-  CoreV1Api,
-  CustomObjectsApi,
-  KubernetesObjectApi,
-  PatchStrategy,
-  type KubeConfig,
-  type KubernetesObject,
-} from "@kubernetes/client-node";
+import { ApiException, CoreV1Api, CustomObjectsApi, KubernetesObjectApi, PatchStrategy, type KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { FIELD_MANAGER } from "../controllers/runtime.ts";
 
@@ -32,7 +26,8 @@ function safeMessage(body: string): string {
   }
 }
 
-/** The operator's writes to the API server, counted (a steady state should make none). */
+const ref = (obj: KubernetesObject) => ({ kind: obj.kind, namespace: obj.metadata?.namespace, name: obj.metadata?.name });
+
 export class Kube {
   readonly objects: KubernetesObjectApi;
   readonly core: CoreV1Api;
@@ -48,27 +43,46 @@ export class Kube {
     this.onWrite = onWrite;
   }
 
-  /** Server-side apply with the operator's field manager, taking ownership of our fields. */
-  async apply<T extends KubernetesObject>(obj: T): Promise<T> {
+  /** Server-side apply with the operator's one field manager, taking ownership of our fields. */
+  async apply<T extends KubernetesObject>(obj: T, existed: boolean, differs?: string): Promise<T> {
     this.onWrite("apply", obj.kind ?? "?");
     const out = await this.objects.patch(obj, undefined, undefined, FIELD_MANAGER, true, PatchStrategy.ServerSideApply);
-    this.log.info({ kind: obj.kind, namespace: obj.metadata?.namespace, name: obj.metadata?.name }, `Applied ${obj.kind}`);
+    this.log.info({ ...ref(obj), ...(differs ? { field: differs } : {}) }, `${existed ? "Updated" : "Created"} ${obj.kind}`);
     return out as T;
   }
 
-  /** Create, or leave alone what exists (for Secrets that must never be overwritten). */
-  async createIfAbsent<T extends KubernetesObject>(obj: T): Promise<boolean> {
+  /** The object as the API server has it now, or undefined. */
+  async read<T extends KubernetesObject>(apiVersion: string, kind: string, namespace: string, name: string): Promise<T | undefined> {
     try {
-      this.onWrite("create", obj.kind ?? "?");
-      await this.objects.create(obj);
-      this.log.info({ kind: obj.kind, namespace: obj.metadata?.namespace, name: obj.metadata?.name }, `Created ${obj.kind}`);
-      return true;
+      return (await this.objects.read({ apiVersion, kind, metadata: { name, namespace } })) as T;
     } catch (err) {
-      if (isStatus(err, 409)) return false;
+      if (isStatus(err, 404)) return undefined;
       throw err;
     }
   }
 
+  /** Create, or leave alone what exists (Secrets that must never be overwritten): the created object, or undefined. */
+  async createIfAbsent<T extends KubernetesObject>(obj: T): Promise<T | undefined> {
+    try {
+      this.onWrite("create", obj.kind ?? "?");
+      const out = (await this.objects.create(obj, undefined, undefined, FIELD_MANAGER)) as T;
+      this.log.info(ref(obj), `Created ${obj.kind}`);
+      return out;
+    } catch (err) {
+      if (isStatus(err, 409)) return undefined;
+      throw err;
+    }
+  }
+
+  /** Replace with optimistic concurrency (the object's resourceVersion); 409 when it moved on. */
+  async replace<T extends KubernetesObject>(obj: T): Promise<T> {
+    this.onWrite("update", obj.kind ?? "?");
+    const out = (await this.objects.replace(obj, undefined, undefined, FIELD_MANAGER)) as T;
+    this.log.info(ref(obj), `Updated ${obj.kind}`);
+    return out;
+  }
+
+  /** PUT /status of one of our custom resources. */
   async replaceStatus(plural: string, obj: KubernetesObject & { status?: unknown }): Promise<void> {
     this.onWrite("status", obj.kind ?? "?");
     await this.custom.replaceNamespacedCustomObjectStatus({
@@ -78,15 +92,22 @@ export class Kube {
       plural,
       name: obj.metadata!.name!,
       body: obj,
+      fieldManager: FIELD_MANAGER,
     });
   }
 
-  async replace(plural: string, obj: KubernetesObject): Promise<void> {
-    this.onWrite("update", obj.kind ?? "?");
-    await this.custom.replaceNamespacedCustomObject({ group: "ifp.dev", version: "v1alpha1", namespace: obj.metadata!.namespace!, plural, name: obj.metadata!.name!, body: obj });
+  /** Whether the API server serves a custom resource (for example cert-manager's certificates) in a namespace. */
+  async serves(group: string, version: string, plural: string, namespace: string): Promise<boolean> {
+    try {
+      await this.custom.listNamespacedCustomObject({ group, version, namespace, plural, limit: 1 });
+      return true;
+    } catch (err) {
+      if (isStatus(err, 404)) return false;
+      throw err;
+    }
   }
 
-  /** A Kubernetes Event on `obj`, for what changed and what failed. */
+  /** A Kubernetes Event on `obj`, for what changed and what failed. Failure to record one is logged, not thrown. */
   async event(obj: KubernetesObject, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
     const now = new Date();
     const meta = obj.metadata!;
@@ -95,8 +116,8 @@ export class Kube {
       await this.core.createNamespacedEvent({
         namespace: meta.namespace!,
         body: {
-          metadata: { name: `${meta.name}.${now.getTime().toString(16)}${Math.floor(Math.random() * 0xffff).toString(16)}`, namespace: meta.namespace },
-          involvedObject: { apiVersion: obj.apiVersion, kind: obj.kind, name: meta.name, namespace: meta.namespace, uid: meta.uid, resourceVersion: meta.resourceVersion },
+          metadata: { name: `${meta.name}.${now.getTime().toString(16)}${Math.floor(Math.random() * 0xffff).toString(16).padStart(4, "0")}`, namespace: meta.namespace },
+          involvedObject: { apiVersion: obj.apiVersion, kind: obj.kind, name: meta.name, namespace: meta.namespace, uid: meta.uid },
           type,
           reason,
           message: message.slice(0, 1024),

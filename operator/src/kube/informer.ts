@@ -1,9 +1,11 @@
+// client-node's informers stop for good on an unexpected error; this one restarts with backoff.
 import { makeInformer, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 
 /**
- * An informer that keeps going: client-node's informers stop on unexpected errors, so this one
- * restarts with exponential backoff, and it is ready only after its first complete list.
+ * An informer that keeps going: restarted with exponential backoff (1 s … 30 s) whenever its
+ * list or watch fails, resuming from the last resourceVersion (a full relist when that is too
+ * old), and synced only once a first list has been stored.
  */
 export class ResilientInformer<T extends KubernetesObject> {
   private readonly inner: ReturnType<typeof makeInformer<T>>;
@@ -11,38 +13,55 @@ export class ResilientInformer<T extends KubernetesObject> {
   private readonly name: string;
   private delay = 1000;
   private stopped = false;
+  private listed = false;
   private synced = false;
   private timer: NodeJS.Timeout | undefined;
+  /** Restarts so far (for tests and metrics). */
+  restarts = 0;
 
   constructor(kc: KubeConfig, path: string, list: () => Promise<KubernetesListObject<T>>, opts: { name: string; labelSelector?: string; log: Logger; onChange: (obj: T) => void }) {
-    this.inner = makeInformer<T>(kc, path, list, opts.labelSelector);
+    const listOnce = async () => {
+      const l = await list();
+      this.listed = true;
+      return l;
+    };
+    this.inner = makeInformer<T>(kc, path, listOnce, opts.labelSelector);
     this.log = opts.log;
     this.name = opts.name;
     for (const verb of ["add", "update", "delete"] as const) this.inner.on(verb, (obj: T) => opts.onChange(obj));
-    this.inner.on("error", (err: unknown) => {
-      if (this.stopped) return;
-      const wait = this.delay;
-      this.delay = Math.min(this.delay * 2, 30_000);
-      this.log.warn({ informer: this.name, err: (err as Error)?.message ?? String(err), retryInMs: wait }, "watch failed; restarting");
-      this.timer = setTimeout(() => void this.start(), wait);
-    });
+    this.inner.on("error", (err: unknown) => this.restartLater(err, "watch failed"));
   }
 
   get hasSynced(): boolean {
     return this.synced;
   }
 
+  private restartLater(err: unknown, what: string): void {
+    if (this.stopped) return;
+    if (this.timer) clearTimeout(this.timer);
+    const wait = this.delay * (0.8 + Math.random() * 0.4);
+    this.delay = Math.min(this.delay * 2, 30_000);
+    this.log.warn({ informer: this.name, err: (err as Error)?.message ?? String(err), retryInMs: Math.round(wait) }, `${what}; restarting`);
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.restarts++;
+      void this.start();
+    }, wait);
+  }
+
+  /** Resolves after the first attempt; the informer keeps retrying in the background. */
   async start(): Promise<void> {
     if (this.stopped) return;
     try {
       await this.inner.start();
-      this.synced = true;
-      this.delay = 1000;
+      // A failed list reports through the error handler and resolves start(): synced only
+      // once a list has really been stored.
+      if (this.listed) {
+        this.synced = true;
+        this.delay = 1000;
+      }
     } catch (err) {
-      const wait = this.delay;
-      this.delay = Math.min(this.delay * 2, 30_000);
-      this.log.warn({ informer: this.name, err: (err as Error).message, retryInMs: wait }, "list failed; retrying");
-      this.timer = setTimeout(() => void this.start(), wait);
+      this.restartLater(err, "list or watch failed");
     }
   }
 

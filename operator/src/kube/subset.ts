@@ -12,3 +12,23 @@ export function isSubset(want: unknown, have: unknown): boolean {
   const h = have as Record<string, unknown>;
   return Object.entries(want as Record<string, unknown>).every(([k, v]) => v === undefined || isSubset(v, h[k]));
 }
+
+/** The first path at which `have` lacks what `want` holds (for logs), or undefined. */
+export function firstDifference(want: unknown, have: unknown, path = ""): string | undefined {
+  if (want === null || typeof want !== "object") return isSubset(want, have) ? undefined : path || "(root)";
+  if (Array.isArray(want)) {
+    if (!Array.isArray(have) || have.length !== want.length) return `${path} (length)`;
+    for (let i = 0; i < want.length; i++) {
+      const d = firstDifference(want[i], have[i], `${path}[${i}]`);
+      if (d) return d;
+    }
+    return undefined;
+  }
+  if (have === null || typeof have !== "object" || Array.isArray(have)) return path || "(root)";
+  for (const [k, v] of Object.entries(want as Record<string, unknown>)) {
+    if (v === undefined) continue;
+    const d = firstDifference(v, (have as Record<string, unknown>)[k], path ? `${path}.${k}` : k);
+    if (d) return d;
+  }
+  return undefined;
+}

@@ -1,46 +1,34 @@
-import type { KubernetesObject, V1ConfigMap, V1Deployment, V1Role, V1RoleBinding, V1Service, V1ServiceAccount } from "@kubernetes/client-node";
-import { stringify } from "yaml";
+// Pure: the children of an Agent, from the Agent and what the shell found (the signing key's
+// Secret, the TLS Secret's name). Table-tested in desired.test.ts.
+import type { KubernetesObject, V1ConfigMap, V1Role, V1RoleBinding } from "@kubernetes/client-node";
 import { ANNOTATIONS } from "../../../../runtime/src/agent/documents.ts";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
-import { childMeta, childNames, hashOf, HTTPS_PORT, runtimeDeployment, selectorLabels, type OperatorSettings, type Owner } from "../runtime.ts";
+import { childMeta, childNames, hashOf, renderManifest, runtimeDeployment, runtimeService, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
+
+export type AgentResource = Agent & { metadata: Owner["metadata"] };
 
 export interface AgentInputs {
   settings: OperatorSettings;
-  /** The Secret with the signing key and when it was created. */
-  signing: { secretName: string; created: string };
+  /** The Secret with the signing key, when it was created, and its public half. */
+  signing: { secretName: string; created: string; publicKey: string };
   tlsSecret: string;
 }
 
-/** The manifest the runtime reads: the resource as the API server holds it, minus server bookkeeping. */
-export function renderedManifest(agent: Agent & { metadata: Owner["metadata"] }, signingCreated: string): string {
-  const m = agent.metadata;
-  return stringify({
-    apiVersion: agent.apiVersion,
-    kind: agent.kind,
-    metadata: {
-      name: m.name,
-      namespace: m.namespace,
-      uid: m.uid,
-      creationTimestamp: m.creationTimestamp,
-      annotations: { ...(m.annotations ?? {}), [ANNOTATIONS.signingKeyCreated]: signingCreated },
-    },
-    spec: agent.spec,
-  });
+export function agentOwner(agent: { metadata: Owner["metadata"] }): Owner {
+  return { kind: "Agent", metadata: agent.metadata };
 }
 
-/** Pure: the children of an Agent. */
-export function desiredAgentChildren(agent: Agent & { metadata: Owner["metadata"] }, inputs: AgentInputs): KubernetesObject[] {
-  const owner: Owner = { kind: "Agent", metadata: agent.metadata };
+/** The manifest the runtime reads, with the signing key's creation time for the identity document. */
+export function agentManifest(agent: AgentResource, signingCreated: string): string {
+  return renderManifest(agent, signingCreated ? { [ANNOTATIONS.signingKeyCreated]: signingCreated } : {});
+}
+
+/** The children of an Agent, in the order they are applied (the Deployment last). */
+export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs): KubernetesObject[] {
+  const owner = agentOwner(agent);
   const n = childNames(agent.metadata.name);
-  const manifest = renderedManifest(agent, inputs.signing.created);
+  const manifest = agentManifest(agent, inputs.signing.created);
   const configMap: V1ConfigMap = { apiVersion: "v1", kind: "ConfigMap", metadata: childMeta(owner, n.configMap), data: { "manifest.yaml": manifest } };
-  const service: V1Service = {
-    apiVersion: "v1",
-    kind: "Service",
-    metadata: childMeta(owner, n.service),
-    spec: { selector: selectorLabels(owner), ports: [{ name: "https", port: 443, targetPort: "https", protocol: "TCP" }] },
-  };
-  const sa: V1ServiceAccount = { apiVersion: "v1", kind: "ServiceAccount", metadata: childMeta(owner, n.serviceAccount), automountServiceAccountToken: true };
   // The runtime records Events on its Agent (undeliverable messages, dead letters).
   const role: V1Role = {
     apiVersion: "rbac.authorization.k8s.io/v1",
@@ -55,23 +43,21 @@ export function desiredAgentChildren(agent: Agent & { metadata: Owner["metadata"
     roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: n.role },
     subjects: [{ kind: "ServiceAccount", name: n.serviceAccount, namespace: agent.metadata.namespace }],
   };
-  const deployment: V1Deployment = runtimeDeployment({
+  const deployment = runtimeDeployment({
     owner,
     mode: "agent",
     replicas: agent.spec.replicas,
     image: agent.spec.image,
     settings: inputs.settings,
-    configMap: n.configMap,
     tlsSecret: inputs.tlsSecret,
     signingSecret: inputs.signing.secretName,
-    serviceAccount: n.serviceAccount,
-    configHash: hashOf({ manifest, tls: inputs.tlsSecret, signing: inputs.signing.secretName, settings: inputs.settings }),
+    // What the runtime reads only at start: the manifest and the signing key.
+    configHash: hashOf({ manifest, signingKey: inputs.signing.publicKey }),
   });
-  return [configMap, sa, role, binding, service, deployment];
+  return [configMap, runtimeServiceAccount(owner, true), role, binding, runtimeService(owner), deployment];
 }
 
+/** The URL peers reach the agent at: spec.baseUrl, else its Service inside the cluster. */
 export function agentEndpoint(agent: { metadata: Owner["metadata"]; spec: { baseUrl?: string } }): string {
   return agent.spec.baseUrl ?? `https://${agent.metadata.name}.${agent.metadata.namespace}.svc`;
 }
-
-export { HTTPS_PORT };

@@ -1,95 +1,97 @@
-import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
-import { capabilitiesHash } from "../../../../runtime/src/agent/documents.ts";
+// The Agent controller's shell: read → parse → signing key and TLS → desired() → apply →
+// observe → agentStatus() → write status. Level-triggered: it gets only namespace/name.
+import type { V1Deployment, V1Secret } from "@kubernetes/client-node";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
 import { describeIssues } from "../../../../runtime/src/protocol/message.ts";
 import { Agent } from "../../../../runtime/src/resources/agent.ts";
-import { isStatus } from "../../kube/client.ts";
-import { readyFromDeployment, type ConditionInput } from "../conditions.ts";
-import { applyChildren, asObject, deploymentOf, ensureTls, TerminalError, writeStatus, type ReconcileContext } from "../reconciler.ts";
-import { childMeta, childNames, type Owner } from "../runtime.ts";
-import { agentEndpoint, desiredAgentChildren } from "./desired.ts";
+import { applyChildren } from "../../kube/apply.ts";
+import { invalidSpecConditions, isoSeconds, type Blocker } from "../conditions.ts";
+import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext, type ReconcileResult } from "../reconciler.ts";
+import { certificateDnsNames, childNames, COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY, type Owner } from "../runtime.ts";
+import { ensureTls } from "../tls.ts";
+import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
+import { agentStatus } from "./status.ts";
 
-type AgentObject = KubernetesObject & { spec?: unknown; status?: Record<string, unknown> };
-
-/**
- * Level-triggered: read the Agent, make the children match it, report what is observed. The
- * result says when to look again (undefined: only on change).
- */
-export async function reconcileAgent(ctx: ReconcileContext, namespace: string, name: string): Promise<{ requeueAfterMs?: number }> {
-  const obj = ctx.caches.get<AgentObject>("Agent", namespace, name);
+export async function reconcileAgent(ctx: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
+  const obj = ctx.caches.get<CustomObject>("Agent", namespace, name);
   if (!obj || obj.metadata?.deletionTimestamp) return {}; // children go by garbage collection
-  const owner = { kind: "Agent", metadata: obj.metadata as unknown as Owner["metadata"] } as Owner;
   const parsed = Agent.safeParse(obj);
   if (!parsed.success) {
-    await writeStatus(ctx, "agents", obj, {}, [{ type: "Ready", status: "False", reason: "InvalidSpec", message: describeIssues(parsed.error) }]);
+    const message = describeIssues(parsed.error);
+    if (await writeStatus(ctx, "agents", obj, previousFields(obj), invalidSpecConditions(message))) await ctx.kube.event(obj, "Warning", "InvalidSpec", message);
     return {};
   }
-  const agent = { ...parsed.data, metadata: owner.metadata };
+  const agent: AgentResource = { ...parsed.data, metadata: obj.metadata as unknown as Owner["metadata"] };
+  const owner = agentOwner(agent);
   try {
-    const signing = await ensureSigningKey(ctx, owner, agent.spec.signing.secretName);
-    const tls = await ensureTls(ctx, owner, agent.spec.tls);
-    const changed = await applyChildren(ctx, desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName }));
-    if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
-    const dep = deploymentOf(ctx, owner);
-    const ready = readyFromDeployment(dep);
-    const conditions: ConditionInput[] = [ready];
-    if (changed.length) conditions.push({ type: "Reconciling", status: "True", reason: "ChildrenApplied", message: `applied ${changed.join(", ")}` });
-    await writeStatus(
-      ctx,
-      "agents",
-      obj,
-      {
-        endpoint: agentEndpoint(agent),
-        capabilitiesHash: capabilitiesHash(agent),
-        signingKey: { keyId: agent.spec.signing.keyId, publicKey: signing.publicKey, secretName: signing.secretName },
-        tlsSecretName: tls.secretName,
-        replicas: dep?.status?.replicas ?? 0,
-        readyReplicas: dep?.status?.readyReplicas ?? 0,
-      },
-      conditions,
-    );
-    return ready.status === "True" ? {} : { requeueAfterMs: 30_000 };
-  } catch (err) {
-    if (err instanceof TerminalError) {
-      await writeStatus(ctx, "agents", obj, {}, [{ type: "Ready", status: "False", reason: err.reason, message: err.message }]);
-      await ctx.kube.event(obj, "Warning", err.reason, err.message);
-      return {};
+    const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing.secretName);
+    const tls = await ensureTls(ctx.kube, ctx.caches, owner, agent.spec.tls, certificateDnsNames(owner, agent.spec.baseUrl, agent.spec.tls?.dnsNames));
+    for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
+    let applied: string[] = [...signing.applied, ...tls.applied];
+    if (!("blocker" in signing)) {
+      const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName }));
+      if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
+      applied = [...applied, ...changed];
     }
-    throw err;
+    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : tls.blocker;
+    const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
+    const { status, conditions } = agentStatus(agent, {
+      applied,
+      deployment,
+      blocker,
+      waiting: tls.waiting,
+      signing: "blocker" in signing ? undefined : signing,
+      tlsSecret: tls.secretName,
+    });
+    const wrote = await writeStatus(ctx, "agents", obj, status, conditions);
+    if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
+    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined) };
+  } catch (err) {
+    return await reportFailure(ctx, "agents", obj, err);
   }
 }
 
-/** The signing key's Secret: created once with a new Ed25519 key, never overwritten. */
-async function ensureSigningKey(ctx: ReconcileContext, owner: Owner, secretName: string | undefined): Promise<{ secretName: string; publicKey: string; created: string }> {
+type SigningOutcome = { secretName: string; publicKey: string; created: string; applied: string[] } | { blocker: Blocker; applied: string[] };
+
+/**
+ * The signing key's Secret: generated once (Ed25519, PKCS#8 PEM under signing.key) and never
+ * overwritten. It has no owner reference: the agent's identity outlives a deleted Agent, and an
+ * Agent created again under the same name signs with the same key. A Secret the user made
+ * under that name is used as it is.
+ */
+async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject, owner: Owner, secretName: string | undefined): Promise<SigningOutcome> {
+  const ns = owner.metadata.namespace;
   const name = secretName ?? childNames(owner.metadata.name).signingSecret;
-  let secret = ctx.caches.get<V1Secret>("Secret", owner.metadata.namespace, name);
-  if (!secret) {
-    try {
-      secret = await ctx.kube.core.readNamespacedSecret({ name, namespace: owner.metadata.namespace });
-    } catch (err) {
-      if (!isStatus(err, 404)) throw err;
-    }
-  }
+  const applied: string[] = [];
+  let secret = ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
   if (!secret) {
     const key = generateSigningKey();
-    await ctx.kube.createIfAbsent<V1Secret>({
+    const created = await ctx.kube.createIfAbsent<V1Secret>({
       apiVersion: "v1",
       kind: "Secret",
       type: "Opaque",
-      metadata: childMeta(owner, name),
-      stringData: { "signing.key": key.privateKeyPem },
+      metadata: {
+        name,
+        namespace: ns,
+        labels: { ...MANAGED_BY, [INSTANCE_LABEL]: owner.metadata.name, [COMPONENT_LABEL]: "agent", "app.kubernetes.io/part-of": "ifp-operator" },
+        annotations: { "ifp.dev/public-key": key.publicKey },
+      },
+      data: { "signing.key": Buffer.from(key.privateKeyPem).toString("base64") },
     });
-    await ctx.kube.event(asObject(owner), "Normal", "GeneratedSigningKey", `generated an Ed25519 signing key in Secret ${name}; public key ${key.publicKey}`);
-    secret = await ctx.kube.core.readNamespacedSecret({ name, namespace: owner.metadata.namespace });
+    if (created) {
+      applied.push(`Secret/${name}`);
+      await ctx.kube.event(obj, "Normal", "GeneratedSigningKey", `generated an Ed25519 signing key into Secret ${name}; public key ${key.publicKey}`);
+    }
+    secret = created ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
+    if (!secret) throw new Error(`Secret ${name} vanished right after it was created`);
   }
-  const pem = secret.data?.["signing.key"] ? Buffer.from(secret.data["signing.key"], "base64").toString() : secret.stringData?.["signing.key"];
-  if (!pem) throw new TerminalError("InvalidSigningKey", `Secret ${name} has no signing.key`);
-  let publicKey: string;
+  const b64 = secret.data?.["signing.key"];
+  if (!b64) return { blocker: { reason: "InvalidSigningKey", message: `Secret ${name} has no signing.key` }, applied };
   try {
-    publicKey = rawPublicKey(privateKeyFromPem(pem));
+    const publicKey = rawPublicKey(privateKeyFromPem(Buffer.from(b64, "base64").toString()));
+    const ts = secret.metadata?.creationTimestamp;
+    return { secretName: name, publicKey, created: ts ? isoSeconds(new Date(ts)) : "", applied };
   } catch (err) {
-    throw new TerminalError("InvalidSigningKey", `Secret ${name}: ${(err as Error).message}`);
+    return { blocker: { reason: "InvalidSigningKey", message: `Secret ${name}: ${(err as Error).message}` }, applied };
   }
-  const created = secret.metadata?.creationTimestamp ? new Date(secret.metadata.creationTimestamp).toISOString().replace(/\.\d{3}Z$/, "Z") : "";
-  return { secretName: name, publicKey, created };
 }

@@ -1,53 +1,59 @@
-import type { KubernetesObject, V1ConfigMap, V1Service } from "@kubernetes/client-node";
-import type { StreamConfig } from "@nats-io/jetstream";
-import { stringify } from "yaml";
+// Pure: the children of a Relay and what lowering its retention would cost. Table-tested in
+// desired.test.ts. The stream's own config comes from runtime/src/relay/stream.ts, which the
+// relay runtime uses too.
+import type { KubernetesObject, V1ConfigMap } from "@kubernetes/client-node";
+import type { StreamConfig, StreamState } from "@nats-io/jetstream";
 import type { Relay } from "../../../../runtime/src/resources/relay.ts";
-import { childMeta, childNames, hashOf, runtimeDeployment, selectorLabels, type OperatorSettings, type Owner } from "../runtime.ts";
+import { childMeta, childNames, hashOf, renderManifest, runtimeDeployment, runtimeService, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
 
+export type RelayResource = Relay & { metadata: Owner["metadata"] };
+
+/** On a Relay while its stream is to be deleted with it (spec.retention.deleteOnRemoval). */
 export const STREAM_FINALIZER = "ifp.dev/stream";
 
-/** Pure: the children of a Relay. */
-export function desiredRelayChildren(relay: Relay & { metadata: Owner["metadata"] }, inputs: { settings: OperatorSettings; tlsSecret: string }): KubernetesObject[] {
-  const owner: Owner = { kind: "Relay", metadata: relay.metadata };
+export function relayOwner(relay: { metadata: Owner["metadata"] }): Owner {
+  return { kind: "Relay", metadata: relay.metadata };
+}
+
+/** The children of a Relay, in the order they are applied (the Deployment last). */
+export function desiredRelayChildren(relay: RelayResource, inputs: { settings: OperatorSettings; tlsSecret: string }): KubernetesObject[] {
+  const owner = relayOwner(relay);
   const n = childNames(relay.metadata.name);
-  const m = relay.metadata;
-  const manifest = stringify({
-    apiVersion: relay.apiVersion,
-    kind: relay.kind,
-    metadata: { name: m.name, namespace: m.namespace, uid: m.uid, creationTimestamp: m.creationTimestamp, annotations: m.annotations ?? {} },
-    spec: relay.spec,
-  });
+  const manifest = renderManifest(relay);
   const configMap: V1ConfigMap = { apiVersion: "v1", kind: "ConfigMap", metadata: childMeta(owner, n.configMap), data: { "manifest.yaml": manifest } };
-  const service: V1Service = {
-    apiVersion: "v1",
-    kind: "Service",
-    metadata: childMeta(owner, n.service),
-    spec: { selector: selectorLabels(owner), ports: [{ name: "https", port: 443, targetPort: "https", protocol: "TCP" }] },
-  };
   const deployment = runtimeDeployment({
     owner,
     mode: "relay",
     replicas: relay.spec.replicas,
     image: relay.spec.image,
     settings: inputs.settings,
-    configMap: n.configMap,
     tlsSecret: inputs.tlsSecret,
-    serviceAccount: "default",
-    configHash: hashOf({ manifest, tls: inputs.tlsSecret, settings: inputs.settings }),
+    configHash: hashOf({ manifest }),
   });
-  return [configMap, service, deployment];
+  // The relay runtime does not talk to the Kubernetes API: no token in its pods.
+  return [configMap, runtimeServiceAccount(owner, false), runtimeService(owner), deployment];
 }
 
-/** What lowering the retention limits would throw away, for a warning before it happens. */
-export function retentionLoss(current: Partial<StreamConfig> | undefined, state: { messages: number; bytes: number; first_ts?: string } | undefined, want: Partial<StreamConfig>): string | undefined {
+const hours = (ns: number) => `${Math.round((ns / 3.6e12) * 10) / 10}h`;
+
+/**
+ * What applying `want` over the stream's `current` config would throw away, for a warning Event
+ * before it happens; undefined when nothing is lost. With `discard: new`, lower count or size
+ * limits refuse new messages rather than dropping stored ones; a shorter max_age expires them.
+ */
+export function retentionLoss(current: Partial<StreamConfig> | undefined, state: Pick<StreamState, "messages" | "bytes" | "first_ts"> | undefined, want: Partial<StreamConfig>, now = Date.now()): string | undefined {
   if (!current || !state) return undefined;
   const lost: string[] = [];
-  if (want.max_age && (current.max_age === 0 || (current.max_age ?? 0) > want.max_age)) {
-    const oldest = state.first_ts ? Date.now() - Date.parse(state.first_ts) : 0;
-    if (oldest * 1e6 > want.max_age) lost.push(`messages older than ${Math.round(want.max_age / 3.6e12)}h are removed`);
-    else lost.push(`messages will now be kept at most ${Math.round(want.max_age / 3.6e12)}h instead of ${current.max_age ? `${Math.round(current.max_age / 3.6e12)}h` : "without limit"}`);
+  if (want.max_age && (!current.max_age || current.max_age > want.max_age)) {
+    const oldestNs = state.messages > 0 && state.first_ts ? (now - Date.parse(state.first_ts)) * 1e6 : 0;
+    if (oldestNs > want.max_age) lost.push(`maxAge lowered to ${hours(want.max_age)}: stored messages older than that are deleted now`);
+    else lost.push(`maxAge lowered from ${current.max_age ? hours(current.max_age) : "unlimited"} to ${hours(want.max_age)}: unacknowledged messages will expire sooner`);
   }
-  if (want.max_msgs !== undefined && want.max_msgs >= 0 && state.messages > want.max_msgs) lost.push(`${state.messages} messages exceed maxMessages ${want.max_msgs}; new ones are refused until acknowledged`);
-  if (want.max_bytes !== undefined && want.max_bytes >= 0 && state.bytes > want.max_bytes) lost.push(`${state.bytes} bytes exceed maxBytes ${want.max_bytes}; new messages are refused until acknowledged`);
+  if (want.max_msgs !== undefined && want.max_msgs >= 0 && state.messages > want.max_msgs) {
+    lost.push(`${state.messages} stored messages exceed maxMessages ${want.max_msgs}: new messages are refused until enough are acknowledged`);
+  }
+  if (want.max_bytes !== undefined && want.max_bytes >= 0 && state.bytes > want.max_bytes) {
+    lost.push(`${state.bytes} stored bytes exceed maxBytes ${want.max_bytes}: new messages are refused until enough are acknowledged`);
+  }
   return lost.length ? lost.join("; ") : undefined;
 }

@@ -1,114 +1,123 @@
-import type { KubernetesObject } from "@kubernetes/client-node";
-import { describeIssues } from "../../../../runtime/src/protocol/message.ts";
+// The Relay controller's shell: as for agents, plus the JetStream stream from spec.retention
+// and the finalizer that deletes the stream with the Relay when (only when) the user asks.
+import type { V1Deployment } from "@kubernetes/client-node";
+import type { StreamInfo } from "@nats-io/jetstream";
 import type { Nats } from "../../../../runtime/src/nats/connection.ts";
 import { ensureStream, isNotFound, streamDrift } from "../../../../runtime/src/nats/streams.ts";
+import { describeIssues } from "../../../../runtime/src/protocol/message.ts";
 import { relayStreamConfig } from "../../../../runtime/src/relay/stream.ts";
 import { Relay } from "../../../../runtime/src/resources/relay.ts";
-import { readyFromDeployment, type ConditionInput } from "../conditions.ts";
-import { applyChildren, deploymentOf, describe, ensureTls, TerminalError, writeStatus, type ReconcileContext } from "../reconciler.ts";
-import type { Owner } from "../runtime.ts";
-import { desiredRelayChildren, retentionLoss, STREAM_FINALIZER } from "./desired.ts";
-
-type RelayObject = KubernetesObject & { spec?: unknown; status?: Record<string, unknown> };
+import { applyChildren } from "../../kube/apply.ts";
+import { errorMessage } from "../../kube/client.ts";
+import type { RelayStatus } from "../../crd/status.ts";
+import { invalidSpecConditions } from "../conditions.ts";
+import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext, type ReconcileResult } from "../reconciler.ts";
+import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
+import { ensureTls } from "../tls.ts";
+import { desiredRelayChildren, relayOwner, retentionLoss, STREAM_FINALIZER, type RelayResource } from "./desired.ts";
+import { relayStatus, type StreamObservation } from "./status.ts";
 
 export interface RelayContext extends ReconcileContext {
   nats: Nats | undefined;
 }
 
-export async function reconcileRelay(ctx: RelayContext, namespace: string, name: string): Promise<{ requeueAfterMs?: number }> {
-  const obj = ctx.caches.get<RelayObject>("Relay", namespace, name);
+export async function reconcileRelay(ctx: RelayContext, namespace: string, name: string): Promise<ReconcileResult> {
+  const obj = ctx.caches.get<CustomObject>("Relay", namespace, name);
   if (!obj) return {};
-  const owner = { kind: "Relay", metadata: obj.metadata as unknown as Owner["metadata"] } as Owner;
   const finalizers = obj.metadata?.finalizers ?? [];
-  if (obj.metadata?.deletionTimestamp) {
-    if (!finalizers.includes(STREAM_FINALIZER)) return {};
-    const parsed = Relay.safeParse(obj);
-    if (parsed.success && parsed.data.spec.retention.deleteOnRemoval) {
-      if (!ctx.nats?.isConnected) return { requeueAfterMs: 10_000 };
-      const stream = relayStreamConfig({ ...parsed.data, metadata: owner.metadata }).name;
-      try {
-        await ctx.nats.jsm.streams.delete(stream);
-        ctx.log.info({ stream, relay: `${namespace}/${name}` }, "Deleted JetStream stream");
-      } catch (err) {
-        if (!isNotFound(err)) throw err;
-      }
-    }
-    await ctx.kube.replace("relays", { ...obj, metadata: { ...obj.metadata, finalizers: finalizers.filter((f) => f !== STREAM_FINALIZER) } });
-    return {};
-  }
+  if (obj.metadata?.deletionTimestamp) return finalize(ctx, obj, finalizers);
   const parsed = Relay.safeParse(obj);
   if (!parsed.success) {
-    await writeStatus(ctx, "relays", obj, {}, [{ type: "Ready", status: "False", reason: "InvalidSpec", message: describeIssues(parsed.error) }]);
+    const message = describeIssues(parsed.error);
+    if (await writeStatus(ctx, "relays", obj, previousFields(obj), invalidSpecConditions(message))) await ctx.kube.event(obj, "Warning", "InvalidSpec", message);
     return {};
   }
-  const relay = { ...parsed.data, metadata: owner.metadata };
-  // The stream outlives the Relay unless the user asked otherwise; the finalizer says so.
-  const wantFinalizer = relay.spec.retention.deleteOnRemoval;
-  if (wantFinalizer !== finalizers.includes(STREAM_FINALIZER)) {
-    const next = wantFinalizer ? [...finalizers, STREAM_FINALIZER] : finalizers.filter((f) => f !== STREAM_FINALIZER);
-    await ctx.kube.replace("relays", { ...obj, metadata: { ...obj.metadata, finalizers: next } });
-    return {}; // the update triggers the next pass
-  }
+  const relay: RelayResource = { ...parsed.data, metadata: obj.metadata as unknown as Owner["metadata"] };
+  const owner = relayOwner(relay);
   try {
-    const tls = await ensureTls(ctx, owner, relay.spec.tls);
-    const changed = await applyChildren(ctx, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName }));
+    // The stream outlives the Relay unless the user asked otherwise; the finalizer says so.
+    const wantFinalizer = relay.spec.retention.deleteOnRemoval;
+    if (wantFinalizer !== finalizers.includes(STREAM_FINALIZER)) {
+      const next = wantFinalizer ? [...finalizers, STREAM_FINALIZER] : finalizers.filter((f) => f !== STREAM_FINALIZER);
+      await ctx.kube.replace({ ...obj, metadata: { ...obj.metadata, finalizers: next } });
+      return {}; // the update brings the next pass
+    }
+    const tls = await ensureTls(ctx.kube, ctx.caches, owner, relay.spec.tls, certificateDnsNames(owner, relay.spec.url, relay.spec.tls?.dnsNames));
+    for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
+    const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName }));
     if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
     const stream = await reconcileStream(ctx, obj, relay);
-    const dep = deploymentOf(ctx, owner);
-    const runtime = readyFromDeployment(dep);
-    const ready: ConditionInput =
-      stream.condition.status !== "True" ? { type: "Ready", status: "False", reason: stream.condition.reason, message: stream.condition.message } : runtime;
-    await writeStatus(
-      ctx,
-      "relays",
-      obj,
-      { url: relay.spec.url, tlsSecretName: tls.secretName, stream: stream.status, replicas: dep?.status?.replicas ?? 0, readyReplicas: dep?.status?.readyReplicas ?? 0 },
-      [ready, stream.condition, ...(changed.length ? [{ type: "Reconciling", status: "True" as const, reason: "ChildrenApplied", message: `applied ${changed.join(", ")}` }] : [])],
+    const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
+    const { status, conditions } = relayStatus(
+      relay,
+      { applied: [...tls.applied, ...changed], deployment, blocker: tls.blocker, waiting: tls.waiting, stream, tlsSecret: tls.secretName },
+      obj.status as RelayStatus | undefined,
     );
-    return ready.status === "True" ? {} : { requeueAfterMs: 30_000 };
+    const wrote = await writeStatus(ctx, "relays", obj, status, conditions);
+    // Warnings once per change of status, not once per retry.
+    if (wrote && tls.blocker) await ctx.kube.event(obj, "Warning", tls.blocker.reason, tls.blocker.message);
+    if (wrote && !stream.ok) await ctx.kube.event(obj, "Warning", stream.reason, stream.message);
+    const streamRetry = stream.ok ? undefined : stream.reason === "NatsUnavailable" ? 10_000 : 30_000;
+    return { requeueAfterMs: earliest(tls.requeueAfterMs, tls.blocker ? 30_000 : undefined, streamRetry) };
   } catch (err) {
-    if (err instanceof TerminalError) {
-      await writeStatus(ctx, "relays", obj, {}, [{ type: "Ready", status: "False", reason: err.reason, message: err.message }]);
-      return {};
-    }
-    throw err;
+    return await reportFailure(ctx, "relays", obj, err);
   }
 }
 
-async function reconcileStream(ctx: RelayContext, obj: RelayObject, relay: Parameters<typeof relayStreamConfig>[0]) {
-  const want = relayStreamConfig(relay);
-  if (!ctx.nats?.isConnected) {
-    return { condition: { type: "StreamReady", status: "False" as const, reason: "NatsUnavailable", message: "the operator is not connected to NATS" }, status: undefined };
+/** A Relay being deleted: delete its stream if asked to, then let it go. */
+async function finalize(ctx: RelayContext, obj: CustomObject, finalizers: string[]): Promise<ReconcileResult> {
+  if (!finalizers.includes(STREAM_FINALIZER)) return {};
+  const parsed = Relay.safeParse(obj);
+  if (parsed.success && parsed.data.spec.retention.deleteOnRemoval) {
+    if (!ctx.nats?.isConnected) {
+      ctx.log.warn({ relay: `${obj.metadata?.namespace}/${obj.metadata?.name}` }, "waiting for NATS to delete the relay's stream");
+      return { requeueAfterMs: 10_000 };
+    }
+    const stream = relayStreamConfig({ ...parsed.data, metadata: obj.metadata as unknown as Owner["metadata"] }).name;
+    try {
+      await ctx.nats.jsm.streams.delete(stream);
+      ctx.log.info({ stream, relay: `${obj.metadata?.namespace}/${obj.metadata?.name}` }, "Deleted JetStream stream");
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
   }
-  let current;
+  await ctx.kube.replace({ ...obj, metadata: { ...obj.metadata, finalizers: finalizers.filter((f) => f !== STREAM_FINALIZER) } });
+  return {};
+}
+
+/**
+ * Create or update the stream from spec.retention through the operator's NATS connection. A
+ * Warning Event precedes a change that will drop or refuse data; the stream is never deleted
+ * and recreated (a storage change is refused by the CRD and reported here as a conflict).
+ */
+async function reconcileStream(ctx: RelayContext, obj: CustomObject, relay: RelayResource): Promise<StreamObservation> {
+  const want = relayStreamConfig(relay);
+  if (!ctx.nats?.isConnected) return { ok: false, reason: "NatsUnavailable", message: "the operator is not connected to NATS; retrying" };
+  let current: StreamInfo | undefined;
   try {
     current = await ctx.nats.jsm.streams.info(want.name);
   } catch (err) {
-    if (!isNotFound(err)) throw err;
+    if (!isNotFound(err)) return { ok: false, reason: "StreamFailed", message: `reading stream ${want.name}: ${errorMessage(err)}` };
   }
-  if (current && streamDrift(current.config, want).length) {
-    const loss = retentionLoss(current.config, current.state, want);
-    if (loss) await ctx.kube.event(obj, "Warning", "RetentionLowered", `stream ${want.name}: ${loss}`);
+  if (current) {
+    const drift = streamDrift(current.config, want);
+    if (drift.includes("storage") || drift.includes("retention")) {
+      return { ok: false, reason: "StreamConflict", message: `stream ${want.name} exists with storage ${current.config.storage} and retention ${current.config.retention}; it must be recreated by hand to change that (the operator never deletes a stream on its own)` };
+    }
+    if (drift.length) {
+      const loss = retentionLoss(current.config, current.state, want);
+      if (loss) await ctx.kube.event(obj, "Warning", "RetentionLowered", `stream ${want.name}: ${loss}`);
+    }
   }
   try {
     const { info, action } = await ensureStream(ctx.nats.jsm, want);
-    if (action !== "unchanged") await ctx.kube.event(obj, "Normal", action === "created" ? "StreamCreated" : "StreamUpdated", `JetStream stream ${want.name} ${action}`);
-    const c = info.config;
-    return {
-      condition: { type: "StreamReady", status: "True" as const, reason: "StreamApplied", message: `stream ${want.name} matches spec.retention` },
-      status: {
-        name: c.name,
-        maxAge: `${Math.round(c.max_age / 1e9)}s`,
-        maxBytes: c.max_bytes,
-        maxMessages: c.max_msgs,
-        replicas: c.num_replicas,
-        storage: c.storage,
-        duplicateWindow: `${Math.round((c.duplicate_window ?? 0) / 1e9)}s`,
-      },
-    };
+    if (action !== "unchanged") {
+      const verb = action === "created" ? "Created" : "Updated";
+      ctx.log.info({ stream: want.name, relay: `${relay.metadata.namespace}/${relay.metadata.name}` }, `${verb} JetStream stream`);
+      await ctx.kube.event(obj, "Normal", `Stream${verb}`, `${verb.toLowerCase()} JetStream stream ${want.name} (maxAge ${relay.spec.retention.maxAge}, maxBytes ${relay.spec.retention.maxBytes}, maxMessages ${relay.spec.retention.maxMessages}, replicas ${relay.spec.retention.replicas})`);
+    }
+    return { ok: true, config: info.config, action };
   } catch (err) {
-    const message = describe(err);
-    await ctx.kube.event(obj, "Warning", "StreamFailed", message);
-    return { condition: { type: "StreamReady", status: "False" as const, reason: "StreamFailed", message }, status: undefined };
+    return { ok: false, reason: "StreamFailed", message: `stream ${want.name}: ${errorMessage(err)}` };
   }
 }

@@ -1,0 +1,81 @@
+import { describe, expect, it } from "vitest";
+import { parse } from "yaml";
+import { Agent } from "../../../../runtime/src/resources/agent.ts";
+import { agentEndpoint, desiredAgentChildren, type AgentResource } from "./desired.ts";
+import { agentStatus } from "./status.ts";
+
+const meta = { name: "alice", namespace: "team", uid: "uid-1", generation: 1, creationTimestamp: "2026-01-01T00:00:00Z", annotations: { "kubectl.kubernetes.io/last-applied-configuration": "{}", "ifp.dev/capabilities-updated": "2026-01-01T00:00:00Z", "example.com/x": "y" } };
+const agent = (spec: Record<string, unknown> = {}): AgentResource => {
+  const a = Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: meta, spec: { agentId: "alice@example", capabilities: [{ name: "a.b", description: "x" }], ...spec } });
+  return { ...a, metadata: meta };
+};
+const settings = { runtimeImage: "img:1", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n:4222" };
+const inputs = { settings, signing: { secretName: "alice-signing", created: "2026-01-01T00:00:01Z", publicKey: "k".repeat(43) }, tlsSecret: "alice-tls" };
+const byKind = (children: ReturnType<typeof desiredAgentChildren>) => Object.fromEntries(children.map((c) => [c.kind, c as any]));
+
+describe("desiredAgentChildren", () => {
+  it("is deterministic: same input, same children", () => {
+    expect(desiredAgentChildren(agent(), inputs)).toEqual(desiredAgentChildren(agent(), inputs));
+  });
+
+  it("names, labels and owns every child, the Deployment last", () => {
+    const children = desiredAgentChildren(agent(), inputs);
+    expect(children.map((c) => `${c.kind}/${c.metadata!.name}`)).toEqual(["ConfigMap/alice-manifest", "ServiceAccount/alice-runtime", "Role/alice-runtime", "RoleBinding/alice-runtime", "Service/alice", "Deployment/alice"]);
+    for (const c of children) {
+      expect(c.metadata!.namespace).toBe("team");
+      expect(c.metadata!.ownerReferences).toEqual([{ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", name: "alice", uid: "uid-1", controller: true, blockOwnerDeletion: true }]);
+      expect(c.metadata!.labels).toMatchObject({ "app.kubernetes.io/managed-by": "ifp-operator", "app.kubernetes.io/instance": "alice", "app.kubernetes.io/component": "agent" });
+    }
+  });
+
+  it("renders the manifest the runtime reads, with the project's annotations only", () => {
+    const m = parse(byKind(desiredAgentChildren(agent(), inputs)).ConfigMap.data["manifest.yaml"]);
+    expect(m).toMatchObject({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name: "alice", namespace: "team", uid: "uid-1" }, spec: { agentId: "alice@example", localApi: { port: 8081 } } });
+    expect(m.metadata.annotations).toEqual({ "ifp.dev/capabilities-updated": "2026-01-01T00:00:00Z", "ifp.dev/signing-key-created": "2026-01-01T00:00:01Z" });
+    expect(Agent.safeParse(m).success).toBe(true);
+  });
+
+  it("exposes only the HTTPS port, never the local application API", () => {
+    const svc = byKind(desiredAgentChildren(agent({ localApi: { port: 9999 } }), inputs)).Service;
+    expect(svc.spec.ports).toEqual([{ name: "https", port: 443, targetPort: "https", protocol: "TCP" }]);
+    expect(svc.spec.selector).toEqual({ "app.kubernetes.io/name": "ifp-runtime", "app.kubernetes.io/instance": "alice" });
+  });
+
+  it("runs the start contract with the image, replicas and NATS credentials asked for", () => {
+    const d = byKind(desiredAgentChildren(agent({ replicas: 3, image: "mine:2" }), { ...inputs, settings: { ...settings, natsCredsSecret: { name: "nats", key: "user.creds" }, natsAuthSecret: "nats-auth" } })).Deployment;
+    expect(d.spec.replicas).toBe(3);
+    const c = d.spec.template.spec.containers[0];
+    expect(c.image).toBe("mine:2");
+    expect(c.args).toContain("--signing-key=/etc/ifp/signing/signing.key");
+    expect(c.env).toEqual(expect.arrayContaining([
+      { name: "IFP_NATS_CREDS", value: "/etc/ifp/nats/nats.creds" },
+      { name: "IFP_NATS_TOKEN", valueFrom: { secretKeyRef: { name: "nats-auth", key: "token", optional: true } } },
+    ]));
+    expect(d.spec.template.spec.volumes).toContainEqual({ name: "nats", secret: { secretName: "nats", items: [{ key: "user.creds", path: "nats.creds" }] } });
+  });
+
+  it("changes the config hash with the spec and the signing key, not with other annotations", () => {
+    const hash = (a: AgentResource, i = inputs) => byKind(desiredAgentChildren(a, i)).Deployment.spec.template.metadata.annotations["ifp.dev/config-hash"];
+    const base = hash(agent());
+    expect(hash(agent({ displayName: "Alice" }))).not.toBe(base);
+    expect(hash(agent(), { ...inputs, signing: { ...inputs.signing, publicKey: "j".repeat(43) } })).not.toBe(base);
+    const other = agent();
+    other.metadata = { ...meta, annotations: { ...meta.annotations, "example.com/x": "changed" }, generation: 7 };
+    expect(hash(other)).toBe(base);
+  });
+});
+
+describe("agentEndpoint and agentStatus", () => {
+  it("uses spec.baseUrl, else the Service's in-cluster URL", () => {
+    expect(agentEndpoint(agent())).toBe("https://alice.team.svc");
+    expect(agentEndpoint(agent({ baseUrl: "https://alice.example.org" }))).toBe("https://alice.example.org");
+  });
+
+  it("reports the endpoint, capability hash, key and replicas", () => {
+    const { status, conditions } = agentStatus(agent(), { applied: [], deployment: { metadata: { generation: 1 }, spec: { replicas: 1 }, status: { observedGeneration: 1, replicas: 1, updatedReplicas: 1, readyReplicas: 1 } }, signing: inputs.signing, tlsSecret: "alice-tls" });
+    expect(status).toMatchObject({ endpoint: "https://alice.team.svc", signingKey: { keyId: "key-1", publicKey: "k".repeat(43), secretName: "alice-signing", created: "2026-01-01T00:00:01Z" }, tlsSecretName: "alice-tls", replicas: 1, readyReplicas: 1 });
+    expect(status.capabilitiesHash).toMatch(/^[0-9a-f]{64}$/);
+    expect(conditions[0]).toMatchObject({ type: "Ready", status: "True" });
+    expect(status).not.toHaveProperty("phase");
+  });
+});

@@ -1,0 +1,26 @@
+// Pure: an Agent's status from what a reconcile observed. Table-tested in status.test.ts.
+import { capabilitiesHash } from "../../../../runtime/src/agent/documents.ts";
+import type { AgentStatus } from "../../crd/status.ts";
+import { runtimeConditions, type ConditionInput, type RuntimeObservation } from "../conditions.ts";
+import { agentEndpoint, type AgentResource } from "./desired.ts";
+
+export interface AgentObservation extends RuntimeObservation {
+  signing?: { secretName: string; publicKey: string; created: string };
+  tlsSecret?: string;
+}
+
+/** Status fields (besides conditions and observedGeneration) and the conditions. */
+export function agentStatus(agent: AgentResource, o: AgentObservation): { status: Omit<AgentStatus, "conditions" | "observedGeneration">; conditions: ConditionInput[] } {
+  const dep = o.deployment;
+  return {
+    status: {
+      endpoint: agentEndpoint(agent),
+      capabilitiesHash: capabilitiesHash(agent),
+      ...(o.signing ? { signingKey: { keyId: agent.spec.signing.keyId, publicKey: o.signing.publicKey, secretName: o.signing.secretName, ...(o.signing.created ? { created: o.signing.created } : {}) } } : {}),
+      ...(o.tlsSecret ? { tlsSecretName: o.tlsSecret } : {}),
+      replicas: dep?.status?.replicas ?? 0,
+      readyReplicas: dep?.status?.readyReplicas ?? 0,
+    },
+    conditions: runtimeConditions(o),
+  };
+}

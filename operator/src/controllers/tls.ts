@@ -1,0 +1,126 @@
+// The runtime's serving certificate: from a Secret the user names, from cert-manager when an
+// issuer is named, or else self-signed by the operator into a Secret it owns (and renews).
+import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
+import { selfSignedServing } from "../certs.ts";
+import { applyChildren, controlledBy, ChildConflictError } from "../kube/apply.ts";
+import type { Caches } from "../kube/caches.ts";
+import type { Kube } from "../kube/client.ts";
+import type { Blocker } from "./conditions.ts";
+import { childMeta, childNames, COMPONENT_LABEL, hashOf, INSTANCE_LABEL, MANAGED_BY, type Owner } from "./runtime.ts";
+
+export interface TlsSpecInput {
+  secretName?: string;
+  issuerRef?: { name: string; kind: string; group: string };
+  dnsNames?: string[];
+}
+
+export interface TlsOutcome {
+  /** The Secret the pods mount. */
+  secretName: string;
+  blocker?: Blocker;
+  waiting?: Blocker;
+  applied: string[];
+  /** Events worth recording. */
+  events: { type: "Normal" | "Warning"; reason: string; message: string }[];
+  requeueAfterMs?: number;
+}
+
+export const NOT_AFTER = "ifp.dev/not-after";
+export const DNS_NAMES_HASH = "ifp.dev/dns-names-hash";
+/** Self-signed certificates are valid a year and re-issued 30 days before they expire. */
+export const RENEW_BEFORE_MS = 30 * 24 * 3600_000;
+const MAX_TIMER_MS = 24 * 3600_000;
+
+/** Pure: the cert-manager Certificate for a runtime's Service names and public host. */
+export function desiredCertificate(owner: Owner, issuerRef: NonNullable<TlsSpecInput["issuerRef"]>, dnsNames: string[]): KubernetesObject {
+  const n = childNames(owner.metadata.name);
+  return {
+    apiVersion: "cert-manager.io/v1",
+    kind: "Certificate",
+    metadata: childMeta(owner, n.certificate),
+    spec: {
+      secretName: n.tlsSecret,
+      commonName: dnsNames[2] ?? dnsNames[0],
+      dnsNames,
+      issuerRef: { name: issuerRef.name, kind: issuerRef.kind, group: issuerRef.group },
+      privateKey: { algorithm: "ECDSA", size: 256, rotationPolicy: "Always" },
+      // The Secret carries our labels so that the operator's informer sees it.
+      secretTemplate: { labels: { ...MANAGED_BY, [INSTANCE_LABEL]: owner.metadata.name, [COMPONENT_LABEL]: owner.kind.toLowerCase() } },
+    },
+  } as KubernetesObject;
+}
+
+/** Pure: what a self-signed Secret needs now. */
+export function selfSignedAction(secret: V1Secret | undefined, dnsNames: string[], now: number): { action: "create" | "renew" | "keep"; renewAt?: number } {
+  if (!secret) return { action: "create" };
+  const notAfter = Date.parse(secret.metadata?.annotations?.[NOT_AFTER] ?? "");
+  if (!Number.isFinite(notAfter) || !secret.data?.["tls.crt"] || !secret.data?.["tls.key"]) return { action: "renew" };
+  if (secret.metadata?.annotations?.[DNS_NAMES_HASH] !== hashOf(dnsNames)) return { action: "renew" };
+  const renewAt = notAfter - RENEW_BEFORE_MS;
+  return renewAt <= now ? { action: "renew" } : { action: "keep", renewAt };
+}
+
+/** The certificate's Ready condition, as cert-manager reports it. */
+export function certificateWaiting(cert: KubernetesObject | undefined): Blocker | undefined {
+  const conditions = (cert as { status?: { conditions?: { type: string; status: string; reason?: string; message?: string }[] } } | undefined)?.status?.conditions;
+  const ready = conditions?.find((c) => c.type === "Ready");
+  if (ready?.status === "True") return undefined;
+  return { reason: "CertificateNotReady", message: ready?.message ? `Certificate: ${ready.message}` : "cert-manager has not issued the serving certificate yet" };
+}
+
+export async function ensureTls(kube: Kube, caches: Caches, owner: Owner, tls: TlsSpecInput | undefined, dnsNames: string[], now = Date.now()): Promise<TlsOutcome> {
+  const ns = owner.metadata.namespace;
+  const n = childNames(owner.metadata.name);
+  if (tls?.secretName) {
+    // A user's Secret is not labelled, so not cached: read it (reads are cheap, writes are not).
+    const secret = await kube.read<V1Secret>("v1", "Secret", ns, tls.secretName);
+    const base = { secretName: tls.secretName, applied: [], events: [] };
+    if (!secret) return { ...base, blocker: { reason: "TLSSecretMissing", message: `Secret ${tls.secretName} named in spec.tls.secretName does not exist in namespace ${ns}` }, requeueAfterMs: 30_000 };
+    if (!secret.data?.["tls.crt"] || !secret.data?.["tls.key"]) {
+      return { ...base, blocker: { reason: "InvalidTLSSecret", message: `Secret ${tls.secretName} has no tls.crt and tls.key` }, requeueAfterMs: 30_000 };
+    }
+    return base;
+  }
+  if (tls?.issuerRef) {
+    const base = { secretName: n.tlsSecret, applied: [] as string[], events: [] as TlsOutcome["events"] };
+    if (!(await kube.serves("cert-manager.io", "v1", "certificates", ns))) {
+      return { ...base, blocker: { reason: "CertManagerMissing", message: "spec.tls.issuerRef needs cert-manager, but the API server does not serve cert-manager.io/v1 Certificate; install cert-manager or use spec.tls.secretName" }, requeueAfterMs: 60_000 };
+    }
+    const want = desiredCertificate(owner, tls.issuerRef, dnsNames);
+    const applied = await applyChildren(kube, caches, owner, [want]);
+    const live = await kube.read(want.apiVersion!, want.kind!, ns, n.certificate);
+    const waiting = certificateWaiting(live);
+    return { ...base, applied, waiting, requeueAfterMs: waiting ? 15_000 : undefined };
+  }
+  // Neither: a self-signed certificate for the Service names, in a Secret the operator owns.
+  const events: TlsOutcome["events"] = [];
+  let secret = caches.get<V1Secret>("Secret", ns, n.tlsSecret) ?? (await kube.read<V1Secret>("v1", "Secret", ns, n.tlsSecret));
+  if (secret && !controlledBy(secret, owner.metadata.uid)) {
+    throw new ChildConflictError(`Secret ${n.tlsSecret} already exists and is not managed by this ${owner.kind}; delete or rename it, or name it in spec.tls.secretName`);
+  }
+  const step = selfSignedAction(secret, dnsNames, now);
+  const applied: string[] = [];
+  if (step.action !== "keep") {
+    const pem = await selfSignedServing(dnsNames[2] ?? dnsNames[0]!, dnsNames);
+    const body: V1Secret = {
+      apiVersion: "v1",
+      kind: "Secret",
+      type: "kubernetes.io/tls",
+      metadata: childMeta(owner, n.tlsSecret, { annotations: { "ifp.dev/self-signed": "true", [NOT_AFTER]: pem.notAfter, [DNS_NAMES_HASH]: hashOf(dnsNames) } }),
+      data: { "tls.crt": Buffer.from(pem.cert).toString("base64"), "tls.key": Buffer.from(pem.key).toString("base64"), "ca.crt": Buffer.from(pem.ca).toString("base64") },
+    };
+    if (step.action === "create") {
+      if (await kube.createIfAbsent(body)) {
+        applied.push(`Secret/${n.tlsSecret}`);
+        events.push({ type: "Normal", reason: "IssuedCertificate", message: `issued a self-signed serving certificate into Secret ${n.tlsSecret}, valid until ${pem.notAfter}` });
+      }
+    } else {
+      body.metadata!.resourceVersion = secret!.metadata?.resourceVersion;
+      secret = await kube.replace(body);
+      applied.push(`Secret/${n.tlsSecret}`);
+      events.push({ type: "Normal", reason: "RenewedCertificate", message: `re-issued the self-signed serving certificate in Secret ${n.tlsSecret}, valid until ${pem.notAfter}` });
+    }
+  }
+  const renewIn = step.renewAt ? Math.max(1000, Math.min(step.renewAt - now, MAX_TIMER_MS)) : MAX_TIMER_MS;
+  return { secretName: n.tlsSecret, applied, events, requeueAfterMs: renewIn };
+}

@@ -1,0 +1,43 @@
+import { describe, expect, it } from "vitest";
+import { microTime } from "./leader.ts";
+import { parseFlags } from "./main.ts";
+
+describe("ifp-operator flags", () => {
+  it("takes the chart's flags", () => {
+    const { options, logLevel } = parseFlags(
+      ["--nats-url=nats://nats:4222", "--runtime-image=img:1", "--runtime-image-pull-policy=Always", "--watch-namespaces=a, b", "--leader-elect=true", "--leader-election-namespace=ops", "--metrics-port=8080", "--health-port=8081", "--log-level=debug", "--nats-creds=/etc/ifp/nats/user.creds", "--nats-creds-secret=nats-creds"],
+      { POD_NAME: "op-1" },
+    );
+    expect(logLevel).toBe("debug");
+    expect(options).toMatchObject({
+      settings: { runtimeImage: "img:1", runtimeImagePullPolicy: "Always", natsUrl: "nats://nats:4222", natsCredsSecret: { name: "nats-creds", key: "user.creds" } },
+      nats: { url: "nats://nats:4222", credsFile: "/etc/ifp/nats/user.creds" },
+      watchNamespaces: ["a", "b"],
+      leaderElection: { namespace: "ops", identity: "op-1" },
+      healthPort: 8081,
+      metricsPort: 8080,
+      resyncMs: 300_000,
+      workers: 4,
+    });
+  });
+
+  it("reads the environment, and a bare --leader-elect", () => {
+    const { options } = parseFlags(["--leader-elect", "--resync=30s"], { IFP_NATS_URL: "nats://x:4222", IFP_NATS_TOKEN: "t", POD_NAMESPACE: "sys" });
+    expect(options.nats).toMatchObject({ url: "nats://x:4222", token: "t" });
+    expect(options.leaderElection).toMatchObject({ namespace: "sys" });
+    expect(options.resyncMs).toBe(30_000);
+    expect(parseFlags([], {}).options.leaderElection).toBeUndefined();
+    expect(parseFlags([], {}).options.nats).toBeUndefined();
+  });
+
+  it("refuses bad input with a clear message", () => {
+    expect(() => parseFlags(["--health-port=http"], {})).toThrow(/--health-port must be a whole number from 0 to 65535, not "http"/);
+    expect(() => parseFlags(["--resync=often"], {})).toThrow(/--resync takes a duration/);
+    expect(() => parseFlags(["--leader-elect=maybe"], {})).toThrow(/--leader-elect is true or false/);
+    expect(() => parseFlags(["--no-such-flag"], {})).toThrow(/Unknown option '--no-such-flag'/);
+  });
+
+  it("formats Lease times as metav1.MicroTime", () => {
+    expect(microTime(new Date("2026-01-01T00:00:00.123Z"))).toBe("2026-01-01T00:00:00.123000Z");
+  });
+});
