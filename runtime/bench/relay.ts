@@ -1,64 +1,128 @@
-// npm run bench:relay — publish→retrieve→ack through the relay over TLS (signed requests), next
-// to raw JetStream publish + fetch + ack with the same client on the same nats-server, in the
-// same run. Prints msgs/s and p99 latency; writes .bench/relay.json.
-import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
+// npm run bench:relay — publish → retrieve → acknowledge through a relay process (the start
+// contract, TLS on loopback, every request signed per RFC 9421), next to raw JetStream publish +
+// fetch + ack with the same NATS client library on the same nats-server, in the same run.
+//
+// Each run has `concurrency` publishers and one consumer that works each page it retrieves with
+// `concurrency` acknowledgements in flight. Latency is publish start → acknowledged. Relay
+// consumers: pull + DELETE per message (the spec's flow), pull + one batch acknowledgement per
+// page, and WebSocket push with ack frames. CPU is counted per process (relay, nats-server,
+// this benchmark process with its clients), so the cost of each path shows.
+//
+// BENCH_MESSAGES (default 2000) and BENCH_CONCURRENCY (default 1,8,32) bound the load.
+// Prints a table; writes .bench/relay.json.
+import { spawn } from "node:child_process";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { AckPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { AckPolicy, DiscardPolicy, jetstream, jetstreamManager, StorageType } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
+import { Agent as Pool, request as undiciRequest, type Dispatcher } from "undici";
+import WebSocket from "ws";
 import { startNats } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
-import { HttpClient } from "../src/net/http-client.ts";
-import { RelayClient } from "../src/relay/client.ts";
+import { signRequest } from "../src/protocol/http-signatures.ts";
+import type { Message } from "../src/protocol/message.ts";
+import { RelayClient, type RelayHttp } from "../src/relay/client.ts";
 import { identity, peerOf, signed, tempDir, writeRelayManifest } from "../test/fixtures.ts";
 import { peakRssMiB, percentile, round } from "./load.ts";
 
 const N = Number(process.env.BENCH_MESSAGES ?? 2000);
-const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "8,32").split(",").map(Number);
+const LEVELS = (process.env.BENCH_CONCURRENCY ?? "1,8,32").split(",").map(Number);
+const PAGE = 100;
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 
+type Mode = "jetstream" | "relay-delete" | "relay-batch" | "relay-ws";
 interface Result {
+  mode: Mode;
   concurrency: number;
   messages: number;
   seconds: number;
   perSecond: number;
   p50ms: number;
   p99ms: number;
+  /** CPU milliseconds per message, by process. */
+  cpuMsPerMessage: { relay: number; natsServer: number; client: number };
 }
 
-function summarize(concurrency: number, started: number, latencies: number[]): Result {
-  const seconds = (performance.now() - started) / 1000;
-  latencies.sort((a, b) => a - b);
-  return { concurrency, messages: latencies.length, seconds: round(seconds), perSecond: round(latencies.length / seconds), p50ms: round(percentile(latencies, 50)), p99ms: round(percentile(latencies, 99)) };
+/** CPU time (ms) of a process from /proc (Linux), or of this process. */
+function cpuMs(pid?: number): number {
+  if (pid === undefined) {
+    const u = process.cpuUsage();
+    return (u.user + u.system) / 1000;
+  }
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // utime + stime, 100 ticks/s
+  } catch {
+    return Number.NaN;
+  }
 }
 
-/** Publishers and a consumer running at once; latency is publish start → acknowledged. */
-async function pipeline(concurrency: number, publish: (i: number) => Promise<string>, drain: (onAcked: (id: string) => void, done: () => boolean) => Promise<void>): Promise<Result> {
+/**
+ * Publishers and one consumer at once. `publish(i)` sends message i (id `ids[i]`); the
+ * consumer calls `onAcked(id)` for each acknowledged message until `done()`.
+ */
+async function pipeline(
+  mode: Mode,
+  concurrency: number,
+  ids: string[],
+  pids: { relay: number; nats: number },
+  publish: (i: number) => Promise<void>,
+  consume: (onAcked: (id: string) => void, done: () => boolean) => Promise<void>,
+): Promise<Result> {
+  const count = ids.length;
   const startedAt = new Map<string, number>();
   const latencies: number[] = [];
   let next = 0;
+  const cpu0 = { relay: cpuMs(pids.relay), nats: cpuMs(pids.nats), client: cpuMs() };
   const started = performance.now();
-  const consumer = drain(
+  const consumer = consume(
     (id) => {
       const t = startedAt.get(id);
-      if (t !== undefined) latencies.push(performance.now() - t);
+      if (t !== undefined && startedAt.delete(id)) latencies.push(performance.now() - t);
     },
-    () => latencies.length >= N,
+    () => latencies.length >= count,
   );
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
-      while (next < N) {
+      while (next < count) {
         const i = next++;
-        const t0 = performance.now();
-        const id = await publish(i);
-        if (!startedAt.has(id)) startedAt.set(id, t0);
+        startedAt.set(ids[i]!, performance.now());
+        await publish(i);
       }
     }),
   );
-  await consumer;
-  return summarize(concurrency, started, latencies);
+  let stalled: NodeJS.Timeout | undefined;
+  await Promise.race([
+    consumer,
+    new Promise((_, reject) => {
+      stalled = setTimeout(() => reject(new Error(`${mode} at concurrency ${concurrency} stalled: ${latencies.length} of ${count} acknowledged`)), 120_000);
+    }),
+  ]).finally(() => clearTimeout(stalled));
+  const seconds = (performance.now() - started) / 1000;
+  const per = (a: number, b: number) => round((a - b) / count, 3);
+  latencies.sort((a, b) => a - b);
+  return {
+    mode,
+    concurrency,
+    messages: latencies.length,
+    seconds: round(seconds),
+    perSecond: round(latencies.length / seconds),
+    p50ms: round(percentile(latencies, 50)),
+    p99ms: round(percentile(latencies, 99)),
+    cpuMsPerMessage: { relay: per(cpuMs(pids.relay), cpu0.relay), natsServer: per(cpuMs(pids.nats), cpu0.nats), client: per(cpuMs(), cpu0.client) },
+  };
+}
+
+/** Work a page with `concurrency` acknowledgements in flight. */
+async function ackAll<T>(items: T[], concurrency: number, ack: (item: T) => Promise<void>): Promise<void> {
+  const queue = [...items];
+  await Promise.all(
+    Array.from({ length: Math.min(concurrency, queue.length) }, async () => {
+      for (let item = queue.shift(); item !== undefined; item = queue.shift()) await ack(item);
+    }),
+  );
 }
 
 const nats = await startNats();
@@ -66,111 +130,155 @@ const tls = await localhostTls();
 const alice = identity("alice-agent");
 const bob = identity("bob-agent");
 const text = "x".repeat(1500);
-const results: { relay: Result[]; jetstream: Result[]; relayRssMiB?: number } = { relay: [], jetstream: [] };
+const bodies = (count: number) => Array.from({ length: count }, () => signed(alice, "bob-agent", {}, text));
+const messageBytes = Buffer.byteLength(JSON.stringify(bodies(1)[0]));
 
-// Raw JetStream with the same client: publish, fetch, ack.
-{
-  const nc = await connect({ servers: nats.url, noAsyncTraces: true });
-  const jsm = await jetstreamManager(nc);
-  const js = jetstream(nc);
-  for (const c of CONCURRENCY) {
-    const stream = `RAW_${c}`;
-    await jsm.streams.add({ name: stream, subjects: [`raw.${c}.>`], duplicate_window: 120e9 });
-    await jsm.consumers.add(stream, { durable_name: "bob", ack_policy: AckPolicy.Explicit });
-    const consumer = await js.consumers.get(stream, "bob");
-    const bodies = Array.from({ length: N }, () => signed(alice, "bob-agent", {}, text));
-    results.jetstream.push(
-      await pipeline(
-        c,
-        async (i) => {
-          const m = bodies[i]!;
-          await js.publish(`raw.${c}.bob`, JSON.stringify(m), { msgID: m.headers.message_id });
-          return m.headers.message_id;
-        },
-        async (onAcked, done) => {
-          while (!done()) {
-            const batch = await consumer.fetch({ max_messages: 100, expires: 1000 });
-            for await (const m of batch) {
-              const id = (m.json() as { headers: { message_id: string } }).headers.message_id;
-              await m.ackAck();
-              onAcked(id);
-            }
-          }
-        },
-      ),
-    );
-  }
-  await nc.close();
+// The relay, started the way a pod starts it.
+const port = await freePort();
+const manifest = writeRelayManifest(
+  tempDir("ifp-bench-"),
+  { url: "https://relay.bench", agents: [peerOf(alice), peerOf(bob)], limits: { perAgentPerMinute: 100_000_000, perAddressPerMinute: 100_000_000 } },
+  "bench-relay",
+);
+const child = spawn(process.execPath, [...(process.env.BENCH_RELAY_NODE_OPTIONS ?? "").split(" ").filter(Boolean), here("../bin/ifp-runtime.ts"), "relay", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url], {
+  stdio: ["ignore", "ignore", "inherit"],
+  env: { ...process.env, IFP_LOG_LEVEL: "warn" },
+});
+const base = `https://localhost:${port}`;
+await waitFor("relay", async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200, 30_000, 200);
+const pids = { relay: child.pid!, nats: nats.pid! };
+// The relay clients sign every request as RelayClient does; the HTTPS under them is undici's
+// request() on a keep-alive pool (lighter than fetch, so that the client's own cost on this
+// shared machine stays small next to the relay's).
+const pool = new Pool({ connect: { ca: tls.ca }, keepAliveTimeout: 30_000, connections: 64 });
+const http: RelayHttp & { close(): Promise<void> } = {
+  async request(url, init = {}) {
+    const res = await undiciRequest(url, { method: (init.method ?? "GET") as Dispatcher.HttpMethod, headers: init.headers, body: init.body, dispatcher: pool });
+    const text = await res.body.text();
+    const headers = new Headers();
+    for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers.set(k, Array.isArray(v) ? v.join(", ") : v);
+    return { status: res.statusCode, headers, text };
+  },
+  close: () => pool.close(),
+};
+const pub = new RelayClient(base, alice.signing, http);
+const sub = new RelayClient(base, bob.signing, http);
+
+// Raw JetStream with the same client library: a file stream like the relay's, publish with a
+// message id, fetch pages from a durable consumer and ack each (ackAck waits for the server).
+const nc = await connect({ servers: nats.url, noAsyncTraces: true });
+const jsm = await jetstreamManager(nc);
+const js = jetstream(nc);
+let rawRuns = 0;
+async function rawRun(c: number, count: number): Promise<Result> {
+  const stream = `RAW_${++rawRuns}`;
+  await jsm.streams.add({ name: stream, subjects: [`raw.${rawRuns}.>`], storage: StorageType.File, discard: DiscardPolicy.New, allow_msg_ttl: true, duplicate_window: 120e9 });
+  await jsm.consumers.add(stream, { durable_name: "bob", ack_policy: AckPolicy.Explicit, max_ack_pending: 10_000 });
+  const consumer = await js.consumers.get(stream, "bob");
+  const msgs = bodies(count);
+  return pipeline(
+    "jetstream",
+    c,
+    msgs.map((m) => m.headers.message_id),
+    pids,
+    async (i) => {
+      const m = msgs[i]!;
+      await js.publish(`raw.${rawRuns}.bob`, JSON.stringify(m), { msgID: m.headers.message_id });
+    },
+    async (onAcked, done) => {
+      while (!done()) {
+        const page = [];
+        for await (const m of await consumer.fetch({ max_messages: PAGE, expires: 1000 })) page.push(m);
+        await ackAll(page, c, async (m) => {
+          const id = (m.json() as Message).headers.message_id;
+          await m.ackAck();
+          onAcked(id);
+        });
+      }
+    },
+  );
 }
 
-// Through the relay process: signed publish, pull, DELETE.
-{
-  const port = await freePort();
-  const manifest = writeRelayManifest(tempDir("ifp-bench-"), { url: "https://relay.bench", agents: [peerOf(alice), peerOf(bob)], limits: { perAgentPerMinute: 10_000_000 } }, "bench-relay");
-  const child: ChildProcess = spawn(process.execPath, [here("../bin/ifp-runtime.ts"), "relay", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url], { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, IFP_LOG_LEVEL: "warn" } });
-  const base = `https://localhost:${port}`;
-  await waitFor("relay", async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200, 30_000, 200);
-  const http = new HttpClient({ extraCa: tls.ca });
-  const pub = new RelayClient(base, alice.signing, http);
-  const sub = new RelayClient(base, bob.signing, http);
-  for (const c of CONCURRENCY) {
-    const bodies = Array.from({ length: N }, () => signed(alice, "bob-agent", {}, text));
-    results.relay.push(
-      await pipeline(
-        c,
-        async (i) => {
-          const m = bodies[i]!;
-          const res = await pub.publish(m);
-          if (res.status !== 202) throw new Error(`publish answered ${res.status}: ${res.text}`);
-          return m.headers.message_id;
-        },
-        async (onAcked, done) => {
-          let after = 0;
-          while (!done()) {
-            const { messages, next } = await sub.pull({ limit: 100, after });
-            if (!messages.length) {
-              await new Promise((r) => setTimeout(r, 5));
-              continue;
-            }
-            after = next ?? after;
-            const queue = [...messages];
-            await Promise.all(
-              Array.from({ length: Math.min(c, queue.length) }, async () => {
-                for (let m = queue.shift(); m; m = queue.shift()) {
-                  await sub.ack(m.headers.message_id);
-                  onAcked(m.headers.message_id);
-                }
-              }),
-            );
+async function relayRun(mode: Exclude<Mode, "jetstream">, c: number, count: number): Promise<Result> {
+  const msgs = bodies(count);
+  const publish = async (i: number) => {
+    const m = msgs[i]!;
+    const res = await pub.publish(m);
+    if (res.status !== 202) throw new Error(`publish answered ${res.status}: ${res.text}`);
+  };
+  const ids = msgs.map((m) => m.headers.message_id);
+  if (mode === "relay-ws") {
+    return pipeline(mode, c, ids, pids, publish, async (onAcked, done) => {
+      const url = `${base.replace("https", "wss")}/relay/ws`;
+      const ws = new WebSocket(url, { headers: await signRequest({ method: "GET", url: `${base}/relay/ws` }, bob.signing), ca: tls.ca });
+      await new Promise((r, j) => ws.once("open", r).once("error", j));
+      await new Promise<void>((resolve) => {
+        ws.on("message", (d) => {
+          const f = JSON.parse(d.toString()) as { type: string; message_id?: string; message?: Message; ok?: boolean };
+          if (f.type === "message") ws.send(JSON.stringify({ type: "ack", message_id: f.message!.headers.message_id }));
+          else if (f.type === "acked" && f.ok) {
+            onAcked(f.message_id!);
+            if (done()) resolve();
           }
-        },
-      ),
-    );
+        });
+      });
+      ws.close();
+    });
   }
-  results.relayRssMiB = peakRssMiB(child.pid!);
+  return pipeline(mode, c, ids, pids, publish, async (onAcked, done) => {
+    let after = 0;
+    while (!done()) {
+      const { messages, next } = await sub.pull({ limit: PAGE, after });
+      if (!messages.length) {
+        await new Promise((r) => setTimeout(r, 2));
+        continue;
+      }
+      after = next ?? after;
+      if (mode === "relay-batch") {
+        const { acknowledged } = await sub.ackMany(messages.map((m) => m.headers.message_id));
+        for (const id of acknowledged) onAcked(id);
+      } else {
+        await ackAll(messages, c, async (m) => {
+          if (await sub.ack(m.headers.message_id)) onAcked(m.headers.message_id);
+        });
+      }
+    }
+  });
+}
+
+const results: Result[] = [];
+let relayPeakRssMiB: number | undefined;
+try {
+  // Warm up both paths (JIT, connection pools), then measure, alternating per level.
+  await rawRun(8, 300);
+  for (const mode of ["relay-delete", "relay-batch", "relay-ws"] as const) await relayRun(mode, 8, 300);
+  for (const c of LEVELS) {
+    results.push(await rawRun(c, N));
+    for (const mode of ["relay-delete", "relay-batch", "relay-ws"] as const) results.push(await relayRun(mode, c, N));
+  }
+  relayPeakRssMiB = peakRssMiB(child.pid!);
+} finally {
+  await nc.close();
   await http.close();
   await new Promise((r) => {
     child.once("exit", r);
     child.kill("SIGTERM");
   });
+  await nats.close();
 }
-await nats.close();
 
-const rows = CONCURRENCY.map((c, i) => {
-  const r = results.relay[i]!;
-  const j = results.jetstream[i]!;
-  return {
-    concurrency: c,
-    "jetstream msgs/s": j.perSecond,
-    "relay msgs/s": r.perSecond,
-    "relay/jetstream": `${round((100 * r.perSecond) / j.perSecond, 0)}%`,
-    "jetstream p50/p99 ms": `${j.p50ms} / ${j.p99ms}`,
-    "relay p50/p99 ms": `${r.p50ms} / ${r.p99ms}`,
-  };
-});
+const raw = (c: number) => results.find((r) => r.mode === "jetstream" && r.concurrency === c)!;
+const rows = results.map((r) => ({
+  concurrency: r.concurrency,
+  path: r.mode,
+  "msgs/s": r.perSecond,
+  "of raw": r.mode === "jetstream" ? "" : `${round((100 * r.perSecond) / raw(r.concurrency).perSecond, 0)}%`,
+  "p50 ms": r.p50ms,
+  "p99 ms": r.p99ms,
+  "cpu ms/msg relay · nats · client": `${r.cpuMsPerMessage.relay} · ${r.cpuMsPerMessage.natsServer} · ${r.cpuMsPerMessage.client}`,
+}));
 console.table(rows);
-console.log(`relay peak RSS ${results.relayRssMiB} MiB; ${N} messages of ~2 KB per run`);
+console.log(`${N} messages of ${messageBytes} bytes per run; relay peak RSS ${relayPeakRssMiB} MiB; node ${process.version}`);
 mkdirSync(".bench", { recursive: true });
-writeFileSync(".bench/relay.json", `${JSON.stringify({ benchmark: "relay", date: new Date().toISOString(), node: process.version, messages: N, results, summary: rows }, null, 2)}\n`);
-console.log(JSON.stringify({ benchmark: "relay", summary: rows, relayPeakRssMiB: results.relayRssMiB }));
+writeFileSync(".bench/relay.json", `${JSON.stringify({ benchmark: "relay", date: new Date().toISOString(), node: process.version, messages: N, messageBytes, page: PAGE, results, relayPeakRssMiB }, null, 2)}\n`);
 console.log("written .bench/relay.json");

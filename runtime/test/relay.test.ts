@@ -84,6 +84,20 @@ describe("relay: store and forward", () => {
     for (const m of sent) await c(bob).ack(m.headers.message_id);
   });
 
+  it("acknowledges many messages in one request, and only the caller's", async () => {
+    const forBob = [signed(alice, "bob-agent"), signed(alice, "bob-agent")];
+    const forCarol = signed(alice, carol.agentId);
+    for (const m of [...forBob, forCarol]) await c(alice).publish(m);
+    expect(await c(bob).ackMany([...ids(forBob), forCarol.headers.message_id, forBob[0]!.headers.message_id])).toEqual({
+      acknowledged: ids(forBob),
+      not_found: [forCarol.headers.message_id],
+    });
+    expect((await c(bob).pull()).messages).toEqual([]);
+    expect(ids((await c(carol).pull()).messages)).toEqual([forCarol.headers.message_id]);
+    expect(await failure(c(bob).ackMany([]))).toMatchObject({ status: 400, code: "invalid_format" });
+    await c(carol).ack(forCarol.headers.message_id);
+  });
+
   it("answers bad input with the documented 4xx and never a 5xx", async () => {
     const expectError = async (p: Promise<{ status: number; text: string }>, status: number, code: string) => {
       const res = await p;

@@ -29,6 +29,9 @@ export const SubscribeRequest = z
   })
   .refine((b) => b.subscribe || b.unsubscribe || b.push, "send subscribe, unsubscribe and/or push");
 
+/** The body of POST /relay/messages/ack. */
+export const AckRequest = z.object({ message_ids: z.array(z.string().min(1).max(256)).min(1).max(1000) });
+
 export interface RelayAppDeps {
   relay: Relay;
   verifier: Verifier;
@@ -128,6 +131,18 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
         const id = (req.params as { "*": string })["*"];
         if (!id || id.length > 256 || !(await mailboxes.ack(req.agent!, id))) throw notFound(`you have no waiting message ${id}`);
         return reply.code(204).send();
+      }),
+    );
+
+    // Many acknowledgements in one signed request, for agents working through a backlog.
+    scope.post(
+      "/relay/messages/ack",
+      counted("ack", async (req) => {
+        const parsed = AckRequest.safeParse(req.body);
+        if (!parsed.success) throw badRequest(`invalid acknowledgement: ${describeIssues(parsed.error)}`);
+        const ids = [...new Set(parsed.data.message_ids)];
+        const removed = await Promise.all(ids.map((id) => mailboxes.ack(req.agent!, id)));
+        return { acknowledged: ids.filter((_, i) => removed[i]), not_found: ids.filter((_, i) => !removed[i]) };
       }),
     );
 

@@ -1,4 +1,4 @@
-import { HttpClient, type HttpResult } from "../net/http-client.ts";
+import type { HttpClient, HttpResult } from "../net/http-client.ts";
 import { signRequest } from "../protocol/http-signatures.ts";
 import type { Message } from "../protocol/message.ts";
 import type { SigningKey } from "../protocol/signing.ts";
@@ -6,6 +6,9 @@ import type { DeadLetter } from "./mailbox.ts";
 import type { SubscriptionState } from "./subscriptions.ts";
 
 export type { DeadLetter, SubscriptionState };
+
+/** What the client needs of an HTTPS client: HttpClient, or any other with its request(). */
+export type RelayHttp = Pick<HttpClient, "request">;
 
 export class RelayError extends Error {
   readonly status: number;
@@ -25,9 +28,9 @@ export class RelayError extends Error {
 export class RelayClient {
   readonly base: string;
   private readonly key: SigningKey;
-  private readonly http: HttpClient;
+  private readonly http: RelayHttp;
 
-  constructor(base: string, key: SigningKey, http: HttpClient) {
+  constructor(base: string, key: SigningKey, http: RelayHttp) {
     this.base = base.replace(/\/+$/, "");
     this.key = key;
     this.http = http;
@@ -64,6 +67,11 @@ export class RelayClient {
     if (res.status === 404) return false;
     if (res.status !== 204) this.json(res);
     return true;
+  }
+
+  /** Acknowledge many messages in one request. */
+  async ackMany(messageIds: string[]): Promise<{ acknowledged: string[]; not_found: string[] }> {
+    return this.json(await this.request("POST", "/relay/messages/ack", { message_ids: messageIds }));
   }
 
   subscribe(topics: string[]): Promise<SubscriptionState> {

@@ -53,6 +53,28 @@ export function isExpired(h: Pick<MsgHdrs, "get"> | undefined, now: number): boo
 }
 
 /**
+ * Starts the NATS calls asked for during one turn of the event loop together, on the next
+ * turn, so that the requests of concurrent HTTP requests leave in one socket write instead of
+ * one each (the NATS client flushes once per microtask checkpoint). Costs one setImmediate.
+ */
+export class Coalescer {
+  private queue: (() => void)[] = [];
+
+  run<T>(op: () => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.queue.push(() => op().then(resolve, reject));
+      if (this.queue.length === 1) {
+        setImmediate(() => {
+          const ops = this.queue;
+          this.queue = [];
+          for (const start of ops) start();
+        });
+      }
+    });
+  }
+}
+
+/**
  * The relay's mailboxes on its JetStream stream: one copy per recipient and message_id on
  * `…mbox.<agent>.<message_id>`, deduplicated for the duplicate window, expiring with the
  * message's TTL, deleted on acknowledgement. A read never hands out a copy whose TTL has
@@ -61,6 +83,7 @@ export function isExpired(h: Pick<MsgHdrs, "get"> | undefined, now: number): boo
 export class Mailboxes {
   private readonly nats: Nats;
   private readonly names: RelayNames;
+  private readonly together = new Coalescer();
 
   constructor(nats: Nats, names: RelayNames) {
     this.nats = nats;
@@ -88,12 +111,14 @@ export class Mailboxes {
         h.set(RH.messageId, messageId);
         if (expiresAt) h.set(RH.expiresAt, expiresAt);
         try {
-          const ack = await this.nats.js.publish(this.names.copy(agent, messageId), data, {
-            msgID: `${agent} ${messageId}`,
-            headers: h,
-            timeout: 5_000,
-            ...(ttlSeconds ? { ttl: `${ttlSeconds}s` } : {}),
-          });
+          const ack = await this.together.run(() =>
+            this.nats.js.publish(this.names.copy(agent, messageId), data, {
+              msgID: `${agent} ${messageId}`,
+              headers: h,
+              timeout: 5_000,
+              ...(ttlSeconds ? { ttl: `${ttlSeconds}s` } : {}),
+            }),
+          );
           if (ack.duplicate) duplicates++;
           else stored++;
         } catch (err) {
@@ -199,7 +224,7 @@ export class Mailboxes {
   private async purge(subject: string): Promise<number> {
     this.ensureConnected();
     try {
-      return (await this.nats.jsm.streams.purge(this.names.stream, { filter: subject })).purged;
+      return (await this.together.run(() => this.nats.jsm.streams.purge(this.names.stream, { filter: subject }))).purged;
     } catch (err) {
       throw unavailable(`the message could not be removed: ${(err as Error).message}`);
     }
