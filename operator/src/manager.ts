@@ -100,7 +100,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       try {
         const result = await fn(ns, name);
         queues[kind].forget(key);
-        metrics.reconciles.inc({ kind, result: result.requeueAfterMs ? "requeue" : "ok" });
+        metrics.reconciles.inc({ kind, result: "ok" });
         if (result.requeueAfterMs) queues[kind].addAfter(key, result.requeueAfterMs);
       } catch (err) {
         const gone = !caches.get(kind, ns, name);

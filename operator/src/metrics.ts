@@ -6,7 +6,7 @@ export function createOperatorMetrics() {
   collectDefaultMetrics({ register: registry, prefix: "ifp_operator_" });
   return {
     registry,
-    reconciles: new Counter({ name: "ifp_operator_reconciles_total", help: "Reconciles by kind and result (ok, requeue, conflict, error)", labelNames: ["kind", "result"], registers: [registry] }),
+    reconciles: new Counter({ name: "ifp_operator_reconciles_total", help: "Reconciles by kind and result (ok, conflict, error)", labelNames: ["kind", "result"], registers: [registry] }),
     errors: new Counter({ name: "ifp_operator_reconcile_errors_total", help: "Reconciles that failed and were backed off, by kind", labelNames: ["kind"], registers: [registry] }),
     duration: new Histogram({ name: "ifp_operator_reconcile_duration_seconds", help: "Reconcile duration by kind", labelNames: ["kind"], buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5], registers: [registry] }),
     queueDepth: new Gauge({ name: "ifp_operator_queue_depth", help: "Keys waiting in the work queue, by kind", labelNames: ["kind"], registers: [registry] }),
