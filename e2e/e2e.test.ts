@@ -39,14 +39,8 @@ const runtimes: LocalRuntime[] = [];
 let hookTls: Awaited<ReturnType<typeof localhostTls>>;
 const dir = mkdtempSync(join(tmpdir(), "ifp-e2e-"));
 
-const json = (args: string[]) => JSON.parse(cp.kubectl([...args, "-o", "json"]));
-const tryJson = (args: string[]) => {
-  try {
-    return json(args);
-  } catch {
-    return undefined;
-  }
-};
+const json = (args: string[]) => cp.json(args);
+const tryJson = (args: string[]) => cp.tryJson(args);
 const ready = (kind: string, name: string) => tryJson(["-n", NS, "get", kind, name])?.status?.conditions?.find((c: any) => c.type === "Ready")?.status === "True";
 const examples = (file: string) => parseAllDocuments(readFileSync(`examples/${file}`, "utf8")).map((d) => d.toJSON()).filter(Boolean);
 

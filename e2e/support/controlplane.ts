@@ -17,6 +17,10 @@ export interface ControlPlane {
   ca: string;
   /** kubectl against this control plane; throws with its stderr on failure. */
   kubectl(args: string[], input?: string): string;
+  /** `kubectl … -o json`, parsed. */
+  json<T = any>(args: string[]): T;
+  /** The same, or undefined when kubectl fails (e.g. the object does not exist). */
+  tryJson<T = any>(args: string[]): T | undefined;
   /** Start an extra component (kube-scheduler, kwok) with the admin kubeconfig. */
   startProcess(name: string, bin: string, args: string[]): ChildProcess;
   stop(): Promise<void>;
@@ -121,7 +125,7 @@ export async function startControlPlane(opts: { crds?: string[]; controllerManag
   }
 
   const kubectl = (args: string[], input?: string) => {
-    const r = spawnSync("kubectl", ["--kubeconfig", kubeconfig, ...args], { input, encoding: "utf8" });
+    const r = spawnSync("kubectl", ["--kubeconfig", kubeconfig, ...args], { input, encoding: "utf8", maxBuffer: 256 * 1024 * 1024 });
     if (r.status !== 0) throw new Error(`kubectl ${args.join(" ")} failed: ${r.stderr || r.stdout}`);
     return r.stdout;
   };
@@ -183,12 +187,21 @@ export async function startControlPlane(opts: { crds?: string[]; controllerManag
     }
   }
 
+  const json = <T,>(args: string[]): T => JSON.parse(kubectl([...args, "-o", "json"])) as T;
   return {
     server,
     kubeconfig,
     dir,
     ca: ca.cert,
     kubectl,
+    json,
+    tryJson<T>(args: string[]): T | undefined {
+      try {
+        return json<T>(args);
+      } catch {
+        return undefined;
+      }
+    },
     startProcess,
     async stop() {
       await stopAll();
