@@ -6,6 +6,7 @@ import { z } from "zod";
 import { AgentSpec } from "../../../runtime/src/resources/agent.ts";
 import { GROUP, VERSION } from "../../../runtime/src/resources/common.ts";
 import { RelaySpec } from "../../../runtime/src/resources/relay.ts";
+import { crdReference } from "./reference.ts";
 import { AgentStatus, RelayStatus } from "./status.ts";
 import { valuesJsonSchema } from "../../../charts/ifp-operator/values.schema.ts";
 
@@ -165,6 +166,7 @@ export function generatedFiles(): Record<string, string> {
     files[`crds/${name}`] = text;
     files[`charts/ifp-operator/files/crds/${name}`] = text;
   }
+  files["docs/operator-crds.md"] = crdReference([agentCrd(), relayCrd()]) + "\n";
   files["charts/ifp-operator/values.schema.json"] = `${JSON.stringify(valuesJsonSchema(), null, 2)}\n`;
   return files;
 }

@@ -29,21 +29,30 @@ export function withAppliedHash<T extends KubernetesObject>(child: T): T {
  * field we own with the same applied hash. Returns "Kind/name" of what was written.
  */
 export async function applyChildren(kube: Kube, caches: Caches, owner: Owner, children: KubernetesObject[]): Promise<string[]> {
-  const changed: string[] = [];
-  for (const raw of children) {
-    const child = withAppliedHash(raw);
-    const { namespace, name } = child.metadata as { namespace: string; name: string };
-    const kind = child.kind!;
-    // A cache miss is either a new child, a cache that lags our own write, or an object of the
-    // same name that is not ours (the informers only see labelled objects): ask the server.
-    const live = caches.get(kind as CachedKind, namespace, name) ?? (await kube.read(child.apiVersion!, kind, namespace, name));
-    if (live && !controlledBy(live, owner.metadata.uid)) {
-      const holder = live.metadata?.ownerReferences?.find((r) => r.controller);
-      throw new ChildConflictError(`${kind} ${name} already exists and is ${holder ? `controlled by ${holder.kind} ${holder.name}` : "not managed by this " + owner.kind}; delete or rename it`);
-    }
-    if (live && isSubset(child, live)) continue;
-    await kube.apply(child, !!live, live ? firstDifference(child, live) : undefined);
-    changed.push(`${kind}/${name}`);
+  // Everything but the Deployment is independent: apply it concurrently, then the Deployment,
+  // whose pods mount the others.
+  const last = children.filter((c) => c.kind === "Deployment");
+  const first = children.filter((c) => c.kind !== "Deployment");
+  const changed = (await Promise.all(first.map((c) => applyChild(kube, caches, owner, c)))).filter((x): x is string => !!x);
+  for (const c of last) {
+    const done = await applyChild(kube, caches, owner, c);
+    if (done) changed.push(done);
   }
   return changed;
+}
+
+async function applyChild(kube: Kube, caches: Caches, owner: Owner, raw: KubernetesObject): Promise<string | undefined> {
+  const child = withAppliedHash(raw);
+  const { namespace, name } = child.metadata as { namespace: string; name: string };
+  const kind = child.kind!;
+  // A cache miss is either a new child, a cache that lags our own write, or an object of the
+  // same name that is not ours (the informers only see labelled objects): ask the server.
+  const live = caches.get(kind as CachedKind, namespace, name) ?? (await kube.read(child.apiVersion!, kind, namespace, name));
+  if (live && !controlledBy(live, owner.metadata.uid)) {
+    const holder = live.metadata?.ownerReferences?.find((r) => r.controller);
+    throw new ChildConflictError(`${kind} ${name} already exists and is ${holder ? `controlled by ${holder.kind} ${holder.name}` : "not managed by this " + owner.kind}; delete or rename it`);
+  }
+  if (live && isSubset(child, live)) return undefined;
+  await kube.apply(child, !!live, live ? firstDifference(child, live) : undefined);
+  return `${kind}/${name}`;
 }

@@ -1,0 +1,133 @@
+// npm run bench:operator — N Agents (default 200) on a real control plane (etcd, kube-apiserver,
+// kube-controller-manager from the tool cache) reconciled by `ifp-operator` run as its own
+// process, exactly as `npx ifp-operator` starts. Prints and writes .bench/operator.json:
+//   - seconds from `kubectl apply` of N Agents until every one is Ready-able: children applied,
+//     the Deployment observed by its controller and the pods of the current spec created
+//     (Reconciling=True reason WaitingForRuntime, observedGeneration = generation); no kubelet
+//     runs here, so Ready itself stays False RuntimeNotReady;
+//   - API writes per steady-state resync (goal: zero), over several resyncs of every Agent;
+//   - the operator process's peak RSS (VmHWM) and its RSS at the end.
+// Environment: BENCH_AGENTS (200), BENCH_RESYNC_SECONDS (10), BENCH_RESYNCS (3), BENCH_WORKERS (4).
+import { spawn } from "node:child_process";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { stringify } from "yaml";
+import { startControlPlane } from "../../e2e/support/controlplane.ts";
+import { freePort, waitFor } from "../../e2e/support/ports.ts";
+
+const COUNT = Number(process.env.BENCH_AGENTS ?? 200);
+const RESYNC_S = Number(process.env.BENCH_RESYNC_SECONDS ?? 10);
+const RESYNCS = Number(process.env.BENCH_RESYNCS ?? 3);
+const WORKERS = Number(process.env.BENCH_WORKERS ?? 4);
+const NS = "bench";
+const round = (x: number, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
+
+const procMiB = (pid: number, field: "VmHWM" | "VmRSS") => {
+  const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m ? round(Number(m[1]) / 1024, 1) : NaN;
+};
+
+/** Sum of a Prometheus counter over its label sets, optionally filtered by a label. */
+function metricSum(text: string, name: string, filter?: string): number {
+  let sum = 0;
+  for (const line of text.split("\n")) {
+    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
+    if (filter && !line.includes(filter)) continue;
+    sum += Number(line.slice(line.lastIndexOf(" ") + 1));
+  }
+  return sum;
+}
+
+process.stderr.write(`bench:operator: starting a control plane (first run builds the binaries)\n`);
+const cp = await startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"] });
+cp.kubectl(["create", "namespace", NS]);
+const health = await freePort();
+let log = "";
+const operator = spawn(
+  process.execPath,
+  ["operator/bin/ifp-operator.ts", `--kubeconfig=${cp.kubeconfig}`, `--health-port=${health}`, `--metrics-port=${health}`, `--resync=${RESYNC_S}s`, `--workers=${WORKERS}`, "--runtime-image=ghcr.io/ifp-dev/ifp-runtime:bench", "--log-level=warn"],
+  { stdio: ["ignore", "pipe", "pipe"] },
+);
+operator.stdout!.on("data", (d) => (log = (log + d).slice(-20_000)));
+operator.stderr!.on("data", (d) => (log = (log + d).slice(-20_000)));
+const metrics = async () => (await fetch(`http://127.0.0.1:${health}/metrics`)).text();
+
+try {
+  await waitFor("the operator to be ready", async () => (await fetch(`http://127.0.0.1:${health}/readyz`).catch(() => undefined))?.status === 200, 60_000, 200);
+  const idleRss = procMiB(operator.pid!, "VmRSS");
+
+  const docs = Array.from({ length: COUNT }, (_, i) =>
+    stringify({
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Agent",
+      metadata: { name: `agent-${i}`, namespace: NS },
+      spec: { agentId: `agent-${i}@bench.example`, capabilities: [{ name: "bench.ping", description: "Answers pings" }] },
+    }),
+  ).join("---\n");
+  const t0 = performance.now();
+  cp.kubectl(["apply", "--server-side", "-f", "-"], docs);
+  const applySeconds = (performance.now() - t0) / 1000;
+  let readyable = 0;
+  await waitFor(`${COUNT} Agents Ready-able`, () => {
+    // generation, observedGeneration and the Reconciling reason of each Agent, one per line.
+    const lines = cp.kubectl(["-n", NS, "get", "agents", "-o", 'jsonpath={range .items[*]}{.metadata.generation} {.status.observedGeneration} {.status.conditions[?(@.type=="Reconciling")].reason}{"\\n"}{end}']).trim().split("\n");
+    readyable = lines.filter((l) => {
+      const [generation, observed, reason] = l.split(" ");
+      return generation === observed && reason === "WaitingForRuntime";
+    }).length;
+    return readyable === COUNT;
+  }, 900_000, 500).catch((err) => {
+    throw new Error(`${(err as Error).message} (${readyable}/${COUNT})\n${log.slice(-4000)}`);
+  });
+  const secondsToReadyable = (performance.now() - t0) / 1000;
+  const afterCreate = await metrics();
+  const writesToReadyable = metricSum(afterCreate, "ifp_operator_api_writes_total");
+  const count = (kind: string) => cp.kubectl(["-n", NS, "get", kind, "-o", "name"]).trim().split("\n").filter(Boolean).length;
+  const deployments = count("deployments");
+  const pods = count("pods");
+
+  // Steady state: let the last status writes and events settle, then watch several resyncs.
+  await new Promise((r) => setTimeout(r, RESYNC_S * 1000 + 2000));
+  const before = await metrics();
+  await new Promise((r) => setTimeout(r, RESYNCS * RESYNC_S * 1000 + 1000));
+  const after = await metrics();
+  const steadyWrites = metricSum(after, "ifp_operator_api_writes_total") - metricSum(before, "ifp_operator_api_writes_total");
+  const steadyReconciles = metricSum(after, "ifp_operator_reconciles_total", 'kind="Agent"') - metricSum(before, "ifp_operator_reconciles_total", 'kind="Agent"');
+  const resyncsObserved = steadyReconciles / COUNT;
+  const durationSum = metricSum(after, "ifp_operator_reconcile_duration_seconds_sum", 'kind="Agent"');
+  const durationCount = metricSum(after, "ifp_operator_reconcile_duration_seconds_count", 'kind="Agent"');
+
+  const result = {
+    benchmark: "operator",
+    date: new Date().toISOString(),
+    agents: COUNT,
+    workers: WORKERS,
+    kubectlApplySeconds: round(applySeconds),
+    secondsToReadyable: round(secondsToReadyable),
+    agentsPerSecond: round(COUNT / secondsToReadyable, 1),
+    deployments,
+    pods,
+    apiWritesToReadyable: writesToReadyable,
+    apiWritesPerAgentToReadyable: round(writesToReadyable / COUNT, 1),
+    resyncPeriodSeconds: RESYNC_S,
+    steadyStateResyncs: round(resyncsObserved, 1),
+    apiWritesPerSteadyStateResync: resyncsObserved > 0 ? round(steadyWrites / resyncsObserved, 2) : NaN,
+    meanReconcileMs: round((durationSum / durationCount) * 1000, 1),
+    informerRestarts: metricSum(after, "ifp_operator_informer_restarts"),
+    reconcileErrors: metricSum(after, "ifp_operator_reconcile_errors_total"),
+    operatorIdleRssMiB: idleRss,
+    operatorPeakRssMiB: procMiB(operator.pid!, "VmHWM"),
+    operatorRssAtEndMiB: procMiB(operator.pid!, "VmRSS"),
+    operatorHeapUsedAtEndMiB: round(metricSum(after, "ifp_operator_nodejs_heap_size_used_bytes") / 1048576, 1),
+    operatorHeapTotalAtEndMiB: round(metricSum(after, "ifp_operator_nodejs_heap_size_total_bytes") / 1048576, 1),
+    operatorExternalAtEndMiB: round(metricSum(after, "ifp_operator_nodejs_external_memory_bytes") / 1048576, 1),
+  };
+  for (const [k, v] of Object.entries(result)) process.stdout.write(`${k.padEnd(32)} ${v}\n`);
+  mkdirSync(".bench", { recursive: true });
+  writeFileSync(".bench/operator.json", `${JSON.stringify(result, null, 2)}\n`);
+  process.stdout.write("written .bench/operator.json\n");
+  if (resyncsObserved < 1) process.stderr.write("bench:operator: warning: fewer than one full resync observed\n");
+} finally {
+  operator.kill("SIGTERM");
+  await new Promise((r) => operator.once("exit", r));
+  await cp.stop();
+}
