@@ -1,13 +1,37 @@
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawnSync, type ChildProcess } from "node:child_process";
 import { generateKeyPairSync } from "node:crypto";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { stringify } from "yaml";
 import { toolPath } from "../tools/tools.ts";
-import { freePort, waitFor } from "./ports.ts";
+import { freePort } from "./ports.ts";
+import { consistently, waitFor } from "./wait.ts";
 import { httpsRequest } from "./https.ts";
+import { describeExit, releaseDir, spawnProcess, tempDir, type ManagedProcess } from "./process.ts";
 import { createCA } from "./tls.ts";
+
+/**
+ * kubectl runs synchronously, which blocks the test's own timeout timer: a kubectl that hangs
+ * is killed before the test's 60 s, so that the test fails with kubectl's error and its logs.
+ */
+const KUBECTL_TIMEOUT_MS = 45_000;
+
+/** A kubectl failure: its arguments, exit status and output. */
+export class KubectlError extends Error {
+  readonly args: string[];
+  readonly status: number | null;
+  readonly stderr: string;
+  constructor(args: string[], status: number | null, stderr: string) {
+    super(`kubectl ${args.join(" ")} failed (${status === null ? "no exit status" : `exit ${status}`}): ${stderr}`);
+    this.args = args;
+    this.status = status;
+    this.stderr = stderr;
+  }
+  /** The API server answered that the object (or one of the objects) does not exist. */
+  get notFound(): boolean {
+    return /\(NotFound\)/.test(this.stderr);
+  }
+}
 
 export interface ControlPlane {
   /** https://127.0.0.1:<port> */
@@ -19,10 +43,16 @@ export interface ControlPlane {
   kubectl(args: string[], input?: string): string;
   /** `kubectl … -o json`, parsed. */
   json<T = any>(args: string[]): T;
-  /** The same, or undefined when kubectl fails (e.g. the object does not exist). */
+  /**
+   * The same, or undefined when the API server answers NotFound. Any other failure (a broken
+   * connection, a wrong resource type, a forbidden request) throws.
+   */
   tryJson<T = any>(args: string[]): T | undefined;
   /** Start an extra component (kube-scheduler, kwok) with the admin kubeconfig. */
   startProcess(name: string, bin: string, args: string[]): ChildProcess;
+  /** The components and extra processes, with their logs (also in `<dir>/<name>.log`). */
+  processes(): ManagedProcess[];
+  /** Stop every process (SIGTERM, SIGKILL after a grace period) and delete `dir` (kept when a test of the file failed). */
   stop(): Promise<void>;
 }
 
@@ -31,160 +61,168 @@ export interface ControlPlane {
  * kube-controller-manager (garbage collection, Deployments → ReplicaSets) from the tool cache,
  * with a generated CA, serving and admin client certificates, a service-account signing key
  * and a kubeconfig. Optionally installs CRDs from files.
+ *
+ * Every process logs to a ring buffer (printed when a test fails) and to `<dir>/<name>.log`.
+ * etcd and kube-apiserver cannot be told to pick their own ports and report them, so a start
+ * that loses a port to another process (address already in use) is retried on new ports.
  */
-export async function startControlPlane(opts: { crds?: string[]; controllerManager?: boolean } = {}): Promise<ControlPlane> {
-  const dir = mkdtempSync(join(tmpdir(), "ifp-kube-"));
+export async function startControlPlane(opts: { crds?: string[]; controllerManager?: boolean; graceMs?: number } = {}): Promise<ControlPlane> {
+  const dir = tempDir("ifp-kube-");
   const etcd = toolPath("etcd");
   const apiserver = toolPath("kubernetes", "kube-apiserver");
   const kcm = toolPath("kubernetes", "kube-controller-manager");
-  const procs: { name: string; proc: ChildProcess; log: string[] }[] = [];
-
-  const ca = await createCA("ifp-operator test cluster CA");
-  const serving = await ca.issue({ commonName: "kube-apiserver", dnsNames: ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"], ips: ["127.0.0.1", "10.0.0.1"] });
-  const admin = await ca.issue({ commonName: "admin", organization: "system:masters", client: true });
-  const sa = generateKeyPairSync("rsa", { modulusLength: 2048 });
-  const file = (name: string, text: string) => {
-    const p = join(dir, name);
-    writeFileSync(p, text, { mode: 0o600 });
-    return p;
-  };
-  const caFile = file("ca.crt", ca.cert);
-  const caKey = file("ca.key", ca.key);
-  const tlsCert = file("apiserver.crt", serving.cert);
-  const tlsKey = file("apiserver.key", serving.key);
-  const saKey = file("sa.key", sa.privateKey.export({ format: "pem", type: "pkcs8" }).toString());
-  const saPub = file("sa.pub", sa.publicKey.export({ format: "pem", type: "spki" }).toString());
-
-  const [etcdPort, etcdPeer, apiPort] = [await freePort(), await freePort(), await freePort()];
-  const server = `https://127.0.0.1:${apiPort}`;
-  const kubeconfig = file(
-    "kubeconfig",
-    stringify({
-      apiVersion: "v1",
-      kind: "Config",
-      clusters: [{ name: "local", cluster: { server, "certificate-authority-data": Buffer.from(ca.cert).toString("base64") } }],
-      users: [{ name: "admin", user: { "client-certificate-data": Buffer.from(admin.cert).toString("base64"), "client-key-data": Buffer.from(admin.key).toString("base64") } }],
-      contexts: [{ name: "local", context: { cluster: "local", user: "admin", namespace: "default" } }],
-      "current-context": "local",
-    }),
-  );
+  const procs: ManagedProcess[] = [];
 
   const startProcess = (name: string, bin: string, args: string[]) => {
-    const log: string[] = [];
-    const proc = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
-    const keep = (d: Buffer) => {
-      log.push(d.toString());
-      if (log.length > 200) log.splice(0, log.length - 200);
-    };
-    proc.stdout!.on("data", keep);
-    proc.stderr!.on("data", keep);
-    procs.push({ name, proc, log });
-    return proc;
+    const p = spawnProcess(name, bin, args, { logFile: join(dir, `${name}.log`) });
+    procs.push(p);
+    return p.proc;
   };
-  const died = () => procs.find((p) => p.proc.exitCode !== null);
-
-  startProcess("etcd", etcd, [
-    "--data-dir", join(dir, "etcd"),
-    "--listen-client-urls", `http://127.0.0.1:${etcdPort}`,
-    "--advertise-client-urls", `http://127.0.0.1:${etcdPort}`,
-    "--listen-peer-urls", `http://127.0.0.1:${etcdPeer}`,
-    "--initial-advertise-peer-urls", `http://127.0.0.1:${etcdPeer}`,
-    "--initial-cluster", `default=http://127.0.0.1:${etcdPeer}`,
-    "--unsafe-no-fsync",
-    "--log-level", "warn",
-  ]);
-  startProcess("kube-apiserver", apiserver, [
-    `--etcd-servers=http://127.0.0.1:${etcdPort}`,
-    `--secure-port=${apiPort}`,
-    "--bind-address=127.0.0.1",
-    "--advertise-address=127.0.0.1",
-    `--tls-cert-file=${tlsCert}`,
-    `--tls-private-key-file=${tlsKey}`,
-    `--client-ca-file=${caFile}`,
-    "--authorization-mode=RBAC",
-    "--service-cluster-ip-range=10.0.0.0/24",
-    "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-    `--service-account-key-file=${saPub}`,
-    `--service-account-signing-key-file=${saKey}`,
-    "--allow-privileged=true",
-    "--disable-admission-plugins=ServiceAccount",
-    `--cert-dir=${join(dir, "certs")}`,
-    "--v=0",
-  ]);
-  const ready = async () => {
-    const d = died();
-    if (d) throw new Error(`${d.name} exited with ${d.proc.exitCode}: ${d.log.join("").slice(-3000)}`);
-    const res = await httpsRequest(`${server}/readyz`, { ca: ca.cert, timeoutMs: 2000 }).catch(() => undefined);
-    return res?.status === 200 || res?.status === 401 || res?.status === 403;
+  const died = () => procs.find((p) => p.exit);
+  const deathOf = (p: ManagedProcess) => `${p.name} ${describeExit(p.exit)}: ${p.log().slice(-3000)}`;
+  /** Rejects as soon as one of the processes started so far ends. */
+  const whenOneDies = () => {
+    const one = Promise.race(procs.map((p) => p.exited.then(() => Promise.reject(new Error(deathOf(p))))));
+    one.catch(() => {});
+    return one as Promise<never>;
   };
-  try {
-    await waitFor("kube-apiserver to be ready", ready, 120_000, 250);
-  } catch (err) {
-    await stopAll();
-    throw err;
+  async function stopAll(): Promise<void> {
+    // Reverse order: the API server before etcd. Each stop is bounded.
+    for (const p of [...procs].reverse()) await p.stop({ graceMs: opts.graceMs ?? 10_000 });
   }
+  const fail = async (err: unknown): Promise<never> => {
+    await stopAll();
+    releaseDir(dir);
+    throw err;
+  };
 
+  let server = "";
+  let kubeconfig = "";
+  let caCert = "";
   const kubectl = (args: string[], input?: string) => {
-    const r = spawnSync("kubectl", ["--kubeconfig", kubeconfig, ...args], { input, encoding: "utf8", maxBuffer: 256 * 1024 * 1024 });
-    if (r.status !== 0) throw new Error(`kubectl ${args.join(" ")} failed: ${r.stderr || r.stdout}`);
+    const r = spawnSync("kubectl", ["--kubeconfig", kubeconfig, ...args], { input, encoding: "utf8", maxBuffer: 256 * 1024 * 1024, timeout: KUBECTL_TIMEOUT_MS });
+    if (r.status !== 0) throw new KubectlError(args, r.status, r.error ? r.error.message : r.stderr || r.stdout);
     return r.stdout;
   };
-  await waitFor("the default namespace and RBAC bootstrap", () => {
-    try {
+
+  try {
+    const ca = await createCA("ifp-operator test cluster CA");
+    caCert = ca.cert;
+    const serving = await ca.issue({ commonName: "kube-apiserver", dnsNames: ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"], ips: ["127.0.0.1", "10.0.0.1"] });
+    const admin = await ca.issue({ commonName: "admin", organization: "system:masters", client: true });
+    const sa = generateKeyPairSync("rsa", { modulusLength: 2048 });
+    const file = (name: string, text: string) => {
+      const p = join(dir, name);
+      writeFileSync(p, text, { mode: 0o600 });
+      return p;
+    };
+    const caFile = file("ca.crt", ca.cert);
+    const caKey = file("ca.key", ca.key);
+    const tlsCert = file("apiserver.crt", serving.cert);
+    const tlsKey = file("apiserver.key", serving.key);
+    const saKey = file("sa.key", sa.privateKey.export({ format: "pem", type: "pkcs8" }).toString());
+    const saPub = file("sa.pub", sa.publicKey.export({ format: "pem", type: "spki" }).toString());
+
+    const launch = async (attempt: number) => {
+      const [etcdPort, etcdPeer, apiPort] = [await freePort(), await freePort(), await freePort()];
+      server = `https://127.0.0.1:${apiPort}`;
+      kubeconfig = file(
+        "kubeconfig",
+        stringify({
+          apiVersion: "v1",
+          kind: "Config",
+          clusters: [{ name: "local", cluster: { server, "certificate-authority-data": Buffer.from(ca.cert).toString("base64") } }],
+          users: [{ name: "admin", user: { "client-certificate-data": Buffer.from(admin.cert).toString("base64"), "client-key-data": Buffer.from(admin.key).toString("base64") } }],
+          contexts: [{ name: "local", context: { cluster: "local", user: "admin", namespace: "default" } }],
+          "current-context": "local",
+        }),
+      );
+      startProcess("etcd", etcd, [
+        "--data-dir", join(dir, `etcd-${attempt}`),
+        "--listen-client-urls", `http://127.0.0.1:${etcdPort}`,
+        "--advertise-client-urls", `http://127.0.0.1:${etcdPort}`,
+        "--listen-peer-urls", `http://127.0.0.1:${etcdPeer}`,
+        "--initial-advertise-peer-urls", `http://127.0.0.1:${etcdPeer}`,
+        "--initial-cluster", `default=http://127.0.0.1:${etcdPeer}`,
+        "--unsafe-no-fsync",
+        "--log-level", "warn",
+      ]);
+      startProcess("kube-apiserver", apiserver, [
+        `--etcd-servers=http://127.0.0.1:${etcdPort}`,
+        `--secure-port=${apiPort}`,
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        `--tls-cert-file=${tlsCert}`,
+        `--tls-private-key-file=${tlsKey}`,
+        `--client-ca-file=${caFile}`,
+        "--authorization-mode=RBAC",
+        "--service-cluster-ip-range=10.0.0.0/24",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        `--service-account-key-file=${saPub}`,
+        `--service-account-signing-key-file=${saKey}`,
+        "--allow-privileged=true",
+        // Kubelets by address: node names are not in any resolver here (e2e/support/node.ts).
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
+        "--disable-admission-plugins=ServiceAccount",
+        `--cert-dir=${join(dir, "certs")}`,
+        "--v=0",
+      ]);
+      const ready = async () => {
+        const res = await httpsRequest(`${server}/readyz`, { ca: ca.cert, timeoutMs: 2000 }).catch(() => undefined);
+        return res?.status === 200 || res?.status === 401 || res?.status === 403;
+      };
+      await Promise.race([whenOneDies(), waitFor("kube-apiserver to be ready", ready, 120_000, 250)]);
+    };
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await launch(attempt);
+        break;
+      } catch (err) {
+        if (!/address already in use/i.test((err as Error).message) || attempt >= 3) throw err;
+        await stopAll();
+        procs.splice(0);
+      }
+    }
+
+    await waitFor("the default namespace and RBAC bootstrap", () => {
       kubectl(["get", "namespace", "default", "-o", "name"]);
       return true;
-    } catch {
-      return false;
-    }
-  }, 60_000, 250);
+    }, 60_000, 250);
 
-  // CRDs before the controller manager, so that its garbage collector discovers them at start
-  // rather than at its next discovery resync (30 s later).
-  if (opts.crds?.length) {
-    try {
+    // CRDs before the controller manager, so that its garbage collector discovers them at start
+    // rather than at its next discovery resync (30 s later).
+    if (opts.crds?.length) {
       kubectl(["apply", "--server-side", ...opts.crds.flatMap((f) => ["-f", f])]);
-      kubectl(["wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"]);
-    } catch (err) {
-      await stopAll();
-      rmSync(dir, { recursive: true, force: true });
-      throw err;
+      kubectl(["wait", "--for=condition=Established", "--timeout=40s", "crd", "--all"]);
     }
-  }
 
-  if (opts.controllerManager !== false) {
-    startProcess("kube-controller-manager", kcm, [
-      `--kubeconfig=${kubeconfig}`,
-      `--authentication-kubeconfig=${kubeconfig}`,
-      `--authorization-kubeconfig=${kubeconfig}`,
-      "--leader-elect=false",
-      "--bind-address=127.0.0.1",
-      "--secure-port=0",
-      `--service-account-private-key-file=${saKey}`,
-      `--root-ca-file=${caFile}`,
-      `--cluster-signing-cert-file=${caFile}`,
-      `--cluster-signing-key-file=${caKey}`,
-      // What the tests rely on: garbage collection, Deployments → ReplicaSets → Pods, namespaces,
-      // service accounts and their tokens.
-      "--controllers=garbage-collector-controller,deployment-controller,replicaset-controller,statefulset-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,endpointslice-controller,pod-garbage-collector-controller",
-      "--concurrent-gc-syncs=5",
-      "--v=0",
-    ]);
-  }
-  await new Promise((r) => setTimeout(r, 1000));
-  const dead = died();
-  if (dead) {
-    await stopAll();
-    throw new Error(`${dead.name} exited with ${dead.proc.exitCode}: ${dead.log.join("").slice(-3000)}`);
-  }
-  async function stopAll(): Promise<void> {
-    for (const p of [...procs].reverse()) {
-      if (p.proc.exitCode !== null) continue;
-      await new Promise<void>((resolve) => {
-        p.proc.once("exit", () => resolve());
-        p.proc.kill("SIGTERM");
-        setTimeout(() => p.proc.kill("SIGKILL"), 10_000).unref();
-      });
+    if (opts.controllerManager !== false) {
+      startProcess("kube-controller-manager", kcm, [
+        `--kubeconfig=${kubeconfig}`,
+        `--authentication-kubeconfig=${kubeconfig}`,
+        `--authorization-kubeconfig=${kubeconfig}`,
+        "--leader-elect=false",
+        "--bind-address=127.0.0.1",
+        "--secure-port=0",
+        `--service-account-private-key-file=${saKey}`,
+        `--root-ca-file=${caFile}`,
+        `--cluster-signing-cert-file=${caFile}`,
+        `--cluster-signing-key-file=${caKey}`,
+        // What the tests rely on: garbage collection, Deployments → ReplicaSets → Pods, namespaces,
+        // service accounts and their tokens.
+        "--controllers=garbage-collector-controller,deployment-controller,replicaset-controller,statefulset-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,endpointslice-controller,pod-garbage-collector-controller",
+        "--concurrent-gc-syncs=5",
+        "--v=0",
+      ]);
     }
+    // A component that fails on its flags or certificates exits within a moment of starting.
+    await consistently("every control-plane process to keep running", () => {
+      const d = died();
+      if (d) throw new Error(deathOf(d));
+      return true;
+    }, 1000, 100);
+  } catch (err) {
+    return fail(err);
   }
 
   const json = <T,>(args: string[]): T => JSON.parse(kubectl([...args, "-o", "json"])) as T;
@@ -192,20 +230,22 @@ export async function startControlPlane(opts: { crds?: string[]; controllerManag
     server,
     kubeconfig,
     dir,
-    ca: ca.cert,
+    ca: caCert,
     kubectl,
     json,
     tryJson<T>(args: string[]): T | undefined {
       try {
         return json<T>(args);
-      } catch {
-        return undefined;
+      } catch (err) {
+        if (err instanceof KubectlError && err.notFound) return undefined;
+        throw err;
       }
     },
     startProcess,
+    processes: () => [...procs],
     async stop() {
       await stopAll();
-      rmSync(dir, { recursive: true, force: true });
+      releaseDir(dir);
     },
   };
 }

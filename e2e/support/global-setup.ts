@@ -1,10 +1,53 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { ensureTool } from "../tools/tools.ts";
+import { processStartTime } from "./process.ts";
 
 /**
  * Build the tools the tests start (first run only; later runs find them in the cache), once,
  * before any test file runs, so that the build's output is not interleaved with tests.
+ *
+ * Also gives the run a directory where `e2e/support/process.ts` records the processes and
+ * temporary directories the test workers make; the teardown kills what a worker left running
+ * (a worker that crashed or was killed never ran its hooks) and lists what it left on disk.
  */
-export default function setup(): void {
+export default function setup(): () => void {
   const tools = (process.env.IFP_TEST_TOOLS ?? "nats-server,etcd,kubernetes,helm,kube-score,kwok").split(",").filter(Boolean);
   for (const t of tools) ensureTool(t);
+  const runDir = mkdtempSync(join(tmpdir(), "ifp-test-run-"));
+  process.env.IFP_TEST_RUN_DIR = runDir;
+  return () => teardown(runDir);
+}
+
+export function teardown(runDir: string): void {
+  const killed: string[] = [];
+  const left: string[] = [];
+  let entries: string[] = [];
+  try {
+    entries = readdirSync(runDir);
+  } catch {
+    return;
+  }
+  for (const entry of entries) {
+    let data: { pid?: number; start?: string; name?: string; group?: boolean; path?: string };
+    try {
+      data = JSON.parse(readFileSync(join(runDir, entry), "utf8"));
+    } catch {
+      continue;
+    }
+    if (entry.startsWith("proc-") && data.pid && data.start && processStartTime(data.pid) === data.start) {
+      try {
+        process.kill(data.group ? -data.pid : data.pid, "SIGKILL");
+        killed.push(`${data.name} (pid ${data.pid})`);
+      } catch {
+        // Ended in between.
+      }
+    } else if (entry.startsWith("dir-") && data.path) {
+      left.push(data.path);
+    }
+  }
+  rmSync(runDir, { recursive: true, force: true });
+  if (killed.length) process.stderr.write(`\ntest teardown: killed processes a test worker left running: ${killed.join(", ")}\n`);
+  if (left.length) process.stderr.write(`test teardown: directories a test worker left (kept for inspection):\n${left.map((p) => `  ${p}`).join("\n")}\n`);
 }

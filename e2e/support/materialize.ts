@@ -1,14 +1,38 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ControlPlane } from "./controlplane.ts";
+import { describeExit, spawnProcess, type ManagedProcess } from "./process.ts";
+import { waitFor } from "./wait.ts";
 
 export interface LocalRuntime {
   name: string;
   proc: ChildProcess;
+  process: ManagedProcess;
   args: string[];
   dir: string;
   output: () => string;
+  /**
+   * The URLs from the runtime's "agent listening" / "relay listening" log line (logged at info
+   * level), so that it can listen on port 0; rejects when the runtime exits first.
+   */
+  listening(timeoutMs?: number): Promise<{ url: string; localApiUrl?: string }>;
+  /** SIGTERM, SIGKILL after a grace period; bounded. */
+  stop(): Promise<void>;
+}
+
+/** The `url` and `localApiUrl` of a runtime's "… listening" JSON log line in `log`, if there is one. */
+export function listeningUrls(log: string): { url: string; localApiUrl?: string } | undefined {
+  for (const line of log.split("\n")) {
+    if (!line.includes("listening\"")) continue;
+    try {
+      const entry = JSON.parse(line) as { msg?: string; url?: string; localApiUrl?: string };
+      if (entry.url && /listening$/.test(entry.msg ?? "")) return { url: entry.url, localApiUrl: entry.localApiUrl };
+    } catch {
+      // Not a JSON line.
+    }
+  }
+  return undefined;
 }
 
 /**
@@ -52,12 +76,26 @@ export function runDeploymentLocally(
     .map((a) => (opts.rewriteArg ? opts.rewriteArg(a) : a))
     .concat(opts.extraArgs ?? []);
   const env = Object.fromEntries((container.env ?? []).filter((e: { value?: string }) => e.value !== undefined).map((e: { name: string; value: string }) => [e.name, e.value]));
-  let output = "";
-  const proc = spawn(process.execPath, [new URL("../../runtime/bin/ifp-runtime.ts", import.meta.url).pathname, ...args], {
-    stdio: ["ignore", "pipe", "pipe"],
+  const p = spawnProcess(deployment, process.execPath, [new URL("../../runtime/bin/ifp-runtime.ts", import.meta.url).pathname, ...args], {
     env: { ...process.env, ...env, ...opts.env },
+    logFile: join(root, "runtime.log"),
   });
-  proc.stdout!.on("data", (d: Buffer) => (output = (output + d).slice(-20_000)));
-  proc.stderr!.on("data", (d: Buffer) => (output = (output + d).slice(-20_000)));
-  return { name: deployment, proc, args, dir: root, output: () => output };
+  return {
+    name: deployment,
+    proc: p.proc,
+    process: p,
+    args,
+    dir: root,
+    output: () => p.log(),
+    async listening(timeoutMs = 30_000) {
+      const died = p.exited.then((e) => Promise.reject(new Error(`${deployment} ${describeExit(e)}:\n${p.log().slice(-4000)}`)));
+      died.catch(() => {});
+      const found = waitFor(`${deployment} to log its URL`, () => listeningUrls(p.log()), timeoutMs, 50);
+      found.catch(() => {});
+      return Promise.race([died, found]);
+    },
+    async stop() {
+      await p.stop();
+    },
+  };
 }

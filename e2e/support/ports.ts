@@ -1,37 +1,52 @@
+import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 
-/** A TCP port on 127.0.0.1 that was free a moment ago. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * The kernel's range for ephemeral ports (outgoing connections, and listeners on port 0).
+ * A port chosen below it cannot be taken in the meantime by an outgoing connection of the
+ * tests' own clients, which a port that the kernel handed out for port 0 can.
+ */
+function ephemeralRange(): [number, number] {
+  try {
+    const [lo, hi] = readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number);
+    if (lo && hi) return [lo, hi];
+  } catch {
+    // Not Linux.
+  }
+  return [32768, 60999];
+}
+
+function tryListen(port: number): Promise<number | undefined> {
+  return new Promise((resolve) => {
     const srv = createServer();
     srv.unref();
-    srv.on("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
+    srv.once("error", () => resolve(undefined));
+    srv.listen({ port, host: "127.0.0.1", exclusive: true }, () => {
       const addr = srv.address();
-      const port = typeof addr === "object" && addr ? addr.port : 0;
-      srv.close(() => resolve(port));
+      const bound = typeof addr === "object" && addr ? addr.port : undefined;
+      srv.close(() => resolve(bound));
     });
   });
 }
 
-export async function waitFor<T>(
-  what: string,
-  probe: () => Promise<T | undefined | false> | T | undefined | false,
-  timeoutMs = 30_000,
-  intervalMs = 100,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let lastError: unknown;
-  for (;;) {
-    try {
-      const v = await probe();
-      if (v !== undefined && v !== false) return v;
-    } catch (err) {
-      lastError = err;
+/**
+ * A TCP port on 127.0.0.1 that was free a moment ago. Chosen at random below the ephemeral
+ * range when there is room (10000 up to it), else from the kernel. Prefer servers that listen
+ * on port 0 and report their port; where that is impossible, retry a start that finds the port
+ * taken (EADDRINUSE).
+ */
+export async function freePort(): Promise<number> {
+  const [lo] = ephemeralRange();
+  const base = 10_000;
+  if (lo - base >= 1000) {
+    for (let i = 0; i < 50; i++) {
+      const port = await tryListen(base + Math.floor(Math.random() * (lo - base)));
+      if (port) return port;
     }
-    if (Date.now() > deadline) {
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ""}`);
-    }
-    await new Promise((r) => setTimeout(r, intervalMs));
   }
+  const port = await tryListen(0);
+  if (!port) throw new Error("no free port on 127.0.0.1");
+  return port;
 }
+
+export { waitFor, consistently } from "./wait.ts";

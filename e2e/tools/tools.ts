@@ -5,13 +5,20 @@
 //   npm run tools                 build whatever is missing, print NAME=/absolute/path lines
 //   npm run tools -- nats-server  only the named tools
 import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
-import { pathToFileURL } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 export const KUBERNETES_VERSION = "v1.34.4";
 const ETCD_VERSION = "v3.6.16";
+const COREDNS_VERSION = "v1.14.7";
+const PAUSE_SOURCE = fileURLToPath(new URL("../node/pause/main.go", import.meta.url));
+
+function pauseSourceHash(): string {
+  return createHash("sha256").update(readFileSync(PAUSE_SOURCE)).digest("hex").slice(0, 12);
+}
 
 interface ToolSpec {
   /** Directory name in the cache, unique per version. */
@@ -78,6 +85,41 @@ function wrapperBuild(opts: {
     }
   };
 }
+
+/**
+ * Build a main package written here (`main.go` text) in a throwaway module that requires the
+ * given module at one version: for programs assembled from a library's packages (CoreDNS with
+ * only the plugins the tests use, rather than every cloud provider's SDK).
+ */
+function wrapperMain(opts: { module: string; version: string; binary: string; main: string; ldflags?: string }): ToolSpec["build"] {
+  return (outDir, workDir) => {
+    run("go", ["mod", "init", "ifp.dev/tools-wrapper"], workDir);
+    writeFileSync(join(workDir, "main.go"), opts.main);
+    run("go", ["get", `${opts.module}@${opts.version}`], workDir);
+    run("go", ["mod", "tidy"], workDir);
+    const args = ["build", "-trimpath", "-o", join(outDir, opts.binary)];
+    if (opts.ldflags) args.push(`-ldflags=${opts.ldflags}`);
+    run("go", [...args, "."], workDir);
+  };
+}
+
+/** CoreDNS with the plugins a test cluster's DNS needs: no forwarding, so no query leaves the machine. */
+const COREDNS_MAIN = `package main
+
+import (
+\t"github.com/coredns/coredns/coremain"
+
+\t_ "github.com/coredns/coredns/plugin/bind"
+\t_ "github.com/coredns/coredns/plugin/cache"
+\t_ "github.com/coredns/coredns/plugin/errors"
+\t_ "github.com/coredns/coredns/plugin/health"
+\t_ "github.com/coredns/coredns/plugin/kubernetes"
+\t_ "github.com/coredns/coredns/plugin/log"
+\t_ "github.com/coredns/coredns/plugin/ready"
+)
+
+func main() { coremain.Run() }
+`;
 
 /** Kubernetes' staging modules are replaced with their published v0.N.x twins. */
 function kubernetesReplaces(modFile: string): string[] {
@@ -153,6 +195,38 @@ export const TOOLS: Record<string, ToolSpec> = {
       ldflags: kubernetesLdflags(),
     }),
   },
+  // The node components, from the same module and version as the control plane; a cache entry
+  // of their own, so that adding them left the control plane's entry valid.
+  "kubernetes-node": {
+    key: `kubernetes-node-${KUBERNETES_VERSION}`,
+    binaries: ["kubelet", "kube-proxy"],
+    build: wrapperBuild({
+      module: "k8s.io/kubernetes",
+      version: KUBERNETES_VERSION,
+      packages: {
+        kubelet: "k8s.io/kubernetes/cmd/kubelet",
+        "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
+      },
+      replaces: kubernetesReplaces,
+      ldflags: kubernetesLdflags(),
+    }),
+  },
+  coredns: {
+    key: `coredns-${COREDNS_VERSION}`,
+    binaries: ["coredns"],
+    build: wrapperMain({ module: "github.com/coredns/coredns", version: COREDNS_VERSION, binary: "coredns", main: COREDNS_MAIN, ldflags: "-s -w" }),
+  },
+  // The sandbox ("pause") process of every pod on the real test node: e2e/node/pause, built
+  // from this repository's source, keyed by its content.
+  pause: {
+    key: `pause-${pauseSourceHash()}`,
+    binaries: ["pause"],
+    build: (outDir, workDir) => {
+      run("go", ["mod", "init", "ifp.dev/pause"], workDir);
+      writeFileSync(join(workDir, "main.go"), readFileSync(PAUSE_SOURCE));
+      run("go", ["build", "-trimpath", "-ldflags=-s -w", "-o", join(outDir, "pause"), "."], workDir);
+    },
+  },
   helm: {
     key: `helm-v3.19.5-k8s${KUBERNETES_VERSION}`,
     binaries: ["helm"],
@@ -176,6 +250,25 @@ export const TOOLS: Record<string, ToolSpec> = {
     build: goInstall("sigs.k8s.io/kwok/cmd/kwok", "v0.8.0", "-s -w"),
   },
 };
+
+/**
+ * What the real test node (e2e/support/node.ts) takes from Debian rather than from source: the
+ * container runtime, its low-level runtime, the CNI plugins (in /usr/lib/cni), buildah for the
+ * images, and the iptables and conntrack tools kube-proxy drives.
+ */
+export const NODE_PACKAGES = ["containerd", "runc", "containernetworking-plugins", "buildah", "iptables", "conntrack"];
+
+/** `apt-get install` of the Debian packages that are missing (after `apt-get update`); needs root. */
+export function installDebianPackages(packages: string[]): void {
+  const installed = (p: string) => spawnSync("dpkg-query", ["-W", "-f=${Status}", p], { encoding: "utf8" }).stdout === "install ok installed";
+  const missing = packages.filter((p) => !installed(p));
+  if (!missing.length) return;
+  if (process.getuid?.() !== 0) throw new Error(`missing Debian packages; as root: apt-get install -y ${missing.join(" ")}`);
+  process.stderr.write(`tools: installing Debian packages ${missing.join(" ")}\n`);
+  const env = { DEBIAN_FRONTEND: "noninteractive" };
+  run("apt-get", ["update", "-q"], "/", env);
+  run("apt-get", ["install", "-y", "-q", "--no-install-recommends", ...missing], "/", env);
+}
 
 /** Absolute paths of a tool's binaries, building it first when the cache lacks it. */
 export function ensureTool(name: string): Record<string, string> {
@@ -231,7 +324,7 @@ function acquireLock(lock: string): void {
   }
 }
 
-function isAlive(pid: number): boolean {
+export function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
@@ -249,8 +342,10 @@ export function toolPath(name: string, binary = name): string {
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const wanted = process.argv.slice(2);
-  // kind is only for machines with a Docker engine (npm run e2e:kind builds it there).
-  const names = wanted.length ? wanted : Object.keys(TOOLS).filter((t) => t !== "kind");
+  // kind is only for machines with a Docker engine (npm run e2e:kind builds it there); the real
+  // node's components only for `npm run e2e:node`, which builds them itself.
+  const nodeOnly = new Set(["kind", "kubernetes-node", "coredns", "pause"]);
+  const names = wanted.length ? wanted : Object.keys(TOOLS).filter((t) => !nodeOnly.has(t));
   let failed = false;
   for (const name of names) {
     try {

@@ -1,0 +1,591 @@
+// A real Kubernetes node on this machine, joined to the local control plane
+// (startControlPlane()): containerd, runc and the CNI plugins from Debian's packages, the
+// kubelet and kube-proxy from the same Kubernetes module as the API server, and CoreDNS, all
+// as processes of the test with their state under one temporary directory. Pods really run,
+// on a bridge this module creates; see e2e/README.md for the facts it is built on.
+//
+// One real node runs on a machine at a time (a lock in /run/lock): the bridge, its addresses,
+// kube-proxy's iptables chains and the kubelet's port are the host's.
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { closeSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { stringify } from "yaml";
+import type { BuiltImage } from "../images/build.ts";
+import { installDebianPackages, isAlive, NODE_PACKAGES, toolPath } from "../tools/tools.ts";
+import type { ControlPlane } from "./controlplane.ts";
+import { startScheduler } from "./nodes.ts";
+import { freePort, waitFor } from "./ports.ts";
+
+/** The pods' subnet: a bridge made here; pods get no route beyond it and the Service range. */
+const POD_SUBNET = { cidr: "10.85.0.0/24", gateway: "10.85.0.1", prefix: 24 };
+/** The API server's --service-cluster-ip-range (e2e/support/controlplane.ts). */
+const SERVICE_CIDR = "10.0.0.0/24";
+const BRIDGE = "ifpbr0";
+const NODE_NAME = "ifp-node";
+/** Marks the iptables rules this module adds, so that they can be found and removed. */
+const RULE_COMMENT = "ifp-e2e-node";
+const LOCK = "/run/lock/ifp-e2e-node";
+const SYSCTLS = ["net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables"];
+const CNI_BIN = "/usr/lib/cni";
+const RUNC = "/usr/sbin/runc";
+
+export interface RealNode {
+  name: string;
+  /** The bridge's address on the host: pods reach host processes (nats-server, CoreDNS) there. */
+  hostIP: string;
+  podCIDR: string;
+  /** Everything of this node: configs, state, logs (logs/<component>.log). */
+  dir: string;
+  /** `ctr` against this node's containerd, in the kubelet's namespace. */
+  ctr(args: string[]): string;
+  /** Import an OCI archive (e2e/images/build.ts) into the node's containerd. */
+  importImage(image: BuiltImage): void;
+  /** The end of each component's log, for failure messages. */
+  logTail(chars?: number): string;
+  /** Copy the logs out of the node's directory (kept after stop); returns where. */
+  keepLogs(): string;
+  /** Drain the node and stop everything, removing the mounts, network namespaces, bridge and iptables rules it made. */
+  stop(): Promise<void>;
+}
+
+/** Why a real node cannot run here, or undefined when it can. */
+export function realNodeUnsupported(): string | undefined {
+  if (process.platform !== "linux") return `a real node needs Linux (this is ${process.platform})`;
+  if (process.getuid?.() !== 0) return "a real node needs root (containerd, the kubelet, iptables)";
+  if (!existsSync("/sys/fs/cgroup/cgroup.controllers") && !existsSync("/sys/fs/cgroup/memory")) return "no cgroup file system at /sys/fs/cgroup";
+  if (!existsSync("/proc/sys/net/bridge")) return "the kernel has no bridge netfilter (/proc/sys/net/bridge)";
+  const have = (cmd: string) => spawnSync("sh", ["-c", `command -v ${cmd}`], { stdio: "ignore" }).status === 0;
+  if (!have("ip")) return "no ip command (iproute2)";
+  const missing = NODE_PACKAGES.filter((p) => spawnSync("dpkg-query", ["-W", "-f=${Status}", p], { encoding: "utf8" }).stdout !== "install ok installed");
+  if (missing.length && !have("apt-get")) return `Debian packages ${missing.join(" ")} are missing and there is no apt-get`;
+  return undefined;
+}
+
+function sh(cmd: string, args: string[], input?: string): string {
+  const r = spawnSync(cmd, args, { input, encoding: "utf8", maxBuffer: 64 * 1024 * 1024 });
+  if (r.error) throw new Error(`${cmd} could not start: ${r.error.message}`);
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${(r.stderr || r.stdout).slice(-2000)}`);
+  return r.stdout;
+}
+
+/** Run a clean-up step; its failure is reported, not thrown, so that the next step still runs. */
+function attempt(what: string, fn: () => void, problems: string[]): void {
+  try {
+    fn();
+  } catch (err) {
+    problems.push(`${what}: ${(err as Error).message}`);
+  }
+}
+
+async function acquireLock(): Promise<void> {
+  mkdirSync("/run/lock", { recursive: true });
+  await waitFor("the real-node lock (another real node runs on this machine)", () => {
+    try {
+      mkdirSync(LOCK);
+      writeFileSync(join(LOCK, "pid"), String(process.pid));
+      return true;
+    } catch {
+      let holder = 0;
+      try {
+        holder = Number(readFileSync(join(LOCK, "pid"), "utf8"));
+      } catch {}
+      if (holder && !isAlive(holder)) rmSync(LOCK, { recursive: true, force: true });
+      return false;
+    }
+  }, 20 * 60_000, 1000);
+}
+
+/** Mount points at or under `dir`, deepest first. */
+function mountsUnder(dir: string): string[] {
+  const points = readFileSync("/proc/self/mountinfo", "utf8")
+    .split("\n")
+    .map((l) => l.split(" ")[4])
+    .filter((p): p is string => !!p)
+    .map((p) => p.replace(/\\(\d{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8))))
+    .filter((p) => p === dir || p.startsWith(`${dir}/`));
+  return [...new Set(points)].sort((a, b) => b.length - a.length);
+}
+
+function unmountAll(dir: string, problems: string[]): void {
+  for (let round = 0; round < 5; round++) {
+    const points = mountsUnder(dir);
+    if (!points.length) return;
+    for (const p of points) {
+      if (spawnSync("umount", [p], { stdio: "ignore" }).status !== 0) spawnSync("umount", ["-l", p], { stdio: "ignore" });
+    }
+  }
+  const left = mountsUnder(dir);
+  if (left.length) problems.push(`still mounted: ${left.join(", ")}`);
+}
+
+/**
+ * Processes whose command line names a path under `dir`: the components of a node whose
+ * directory it is, and the shims of its containerd (`-address <dir>/containerd.sock`).
+ */
+function processesUnder(dir: string): number[] {
+  const pids: number[] = [];
+  for (const e of readdirSync("/proc")) {
+    if (!/^\d+$/.test(e) || Number(e) === process.pid) continue;
+    try {
+      if (readFileSync(`/proc/${e}/cmdline`, "utf8").includes(`${dir}/`)) pids.push(Number(e));
+    } catch {}
+  }
+  return pids;
+}
+
+/** The kubelet's, kube-proxy's and the portmap plugin's iptables chains, as "table chain". */
+function nodeChains(): Set<string> {
+  const save = spawnSync("iptables-save", [], { encoding: "utf8" });
+  const chains = new Set<string>();
+  let table = "";
+  for (const line of save.stdout?.split("\n") ?? []) {
+    if (line.startsWith("*")) table = line.slice(1);
+    const chain = /^:((?:KUBE-|CNI-)\S+)\s/.exec(line)?.[1];
+    if (chain) chains.add(`${table} ${chain}`);
+  }
+  return chains;
+}
+
+/**
+ * Remove this module's rules (by their comment) and the chains in `chains`, with the rules that
+ * jump to them; the chains that existed before the node started are left alone.
+ */
+function removeIptables(chains: Set<string>, problems: string[]): void {
+  const save = spawnSync("iptables-save", [], { encoding: "utf8" });
+  if (save.status !== 0) return;
+  let table = "";
+  for (const line of save.stdout.split("\n")) {
+    if (line.startsWith("*")) table = line.slice(1);
+    if (!line.startsWith("-A ")) continue;
+    const rule = line.slice(3).match(/(?:[^\s"]+|"[^"]*")+/g)!.map((w) => w.replace(/^"(.*)"$/, "$1"));
+    const target = rule[rule.indexOf("-j") + 1];
+    const ours = line.includes(`--comment ${RULE_COMMENT}`) || (target !== undefined && chains.has(`${table} ${target}`) && !chains.has(`${table} ${rule[0]}`));
+    if (ours) attempt(`iptables -t ${table} -D ${rule.join(" ")}`, () => sh("iptables", ["-t", table, "-D", ...rule]), problems);
+  }
+  for (const tc of chains) {
+    const [t, chain] = tc.split(" ") as [string, string];
+    spawnSync("iptables", ["-t", t, "-F", chain], { stdio: "ignore" });
+  }
+  for (const tc of chains) {
+    const [t, chain] = tc.split(" ") as [string, string];
+    spawnSync("iptables", ["-t", t, "-X", chain], { stdio: "ignore" });
+  }
+  const left = [...nodeChains()].filter((c) => chains.has(c));
+  if (left.length) problems.push(`iptables chains not removed: ${left.join(", ")}`);
+}
+
+/**
+ * Kill the processes of a node's directory and everything they started (the containers live
+ * on as children of their shims, and would outlive a shim that is killed alone): children first.
+ */
+async function killProcessesUnder(dir: string, problems: string[]): Promise<void> {
+  const parents = new Map<number, number>();
+  for (const e of readdirSync("/proc")) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      // "pid (comm) state ppid …"; comm may hold spaces and parentheses, so split after the last ")".
+      const stat = readFileSync(`/proc/${e}/stat`, "utf8");
+      parents.set(Number(e), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {}
+  }
+  const roots = processesUnder(dir);
+  const doomed: number[] = [];
+  const visit = (pid: number) => {
+    for (const [child, parent] of parents) if (parent === pid && !doomed.includes(child)) visit(child);
+    doomed.push(pid);
+  };
+  for (const r of roots) visit(r);
+  for (const pid of doomed) attempt(`kill ${pid}`, () => process.kill(pid, "SIGKILL"), problems);
+  await waitFor("the node's processes to exit", () => doomed.every((pid) => !isAlive(pid) || isZombie(pid)), 10_000, 100).catch((err) => problems.push((err as Error).message));
+}
+
+function isZombie(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z");
+  } catch {
+    return true;
+  }
+}
+
+function shimsRunning(): boolean {
+  return readdirSync("/proc").some((e) => {
+    try {
+      return /^\d+$/.test(e) && readFileSync(`/proc/${e}/comm`, "utf8").startsWith("containerd-shim");
+    } catch {
+      return false;
+    }
+  });
+}
+
+/**
+ * What an earlier run that died left behind (its directory is still there, under the lock that
+ * is now ours): its shims, mounts, bridge and iptables chains.
+ */
+async function cleanLeftovers(): Promise<void> {
+  const problems: string[] = [];
+  const dirs = readdirSync(tmpdir()).filter((e) => e.startsWith("ifp-node-") && existsSync(join(tmpdir(), e, "containerd.toml")));
+  for (const e of dirs) {
+    const dir = join(tmpdir(), e);
+    await killProcessesUnder(dir, problems);
+    unmountAll(dir, problems);
+    if (!mountsUnder(dir).length) rmSync(dir, { recursive: true, force: true });
+  }
+  if (dirs.length) {
+    removeIptables(nodeChains(), problems);
+    // Sockets of the killed shims; only when no shim at all runs on the machine any more.
+    if (!shimsRunning()) spawnSync("find", ["/run/containerd/s", "-type", "s", "-delete"], { stdio: "ignore" });
+    spawnSync("find", ["/run/containerd", "-depth", "-type", "d", "-empty", "-delete"], { stdio: "ignore" });
+  } else {
+    removeIptables(new Set(), problems);
+  }
+  spawnSync("ip", ["link", "del", BRIDGE], { stdio: "ignore" });
+  if (problems.length) process.stderr.write(`real node: leftovers of an earlier run not removed: ${problems.join("; ")}\n`);
+}
+
+/** A client certificate signed by the control plane's CA (openssl; the CA key is in cp.dir). */
+function clientCertificate(cp: ControlPlane, dir: string, name: string, subject: string): { cert: string; key: string } {
+  const key = join(dir, `${name}.key`);
+  const csr = join(dir, `${name}.csr`);
+  const cert = join(dir, `${name}.crt`);
+  const ext = join(dir, `${name}.ext`);
+  writeFileSync(ext, "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n");
+  sh("openssl", ["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-subj", subject, "-out", csr]);
+  sh("openssl", ["x509", "-req", "-in", csr, "-CA", join(cp.dir, "ca.crt"), "-CAkey", join(cp.dir, "ca.key"), "-set_serial", `0x${Date.now().toString(16)}${name.length}`, "-days", "2", "-extfile", ext, "-out", cert]);
+  return { cert, key };
+}
+
+function kubeconfig(cp: ControlPlane, file: string, creds: { cert: string; key: string }): string {
+  writeFileSync(
+    file,
+    stringify({
+      apiVersion: "v1",
+      kind: "Config",
+      clusters: [{ name: "local", cluster: { server: cp.server, "certificate-authority-data": Buffer.from(cp.ca).toString("base64") } }],
+      users: [{ name: "u", user: { "client-certificate": creds.cert, "client-key": creds.key } }],
+      contexts: [{ name: "local", context: { cluster: "local", user: "u" } }],
+      "current-context": "local",
+    }),
+    { mode: 0o600 },
+  );
+  return file;
+}
+
+function containerdConfig(dir: string, sandboxImage: string): string {
+  const q = JSON.stringify;
+  return `version = 2
+root = ${q(join(dir, "containerd", "root"))}
+state = ${q(join(dir, "containerd", "state"))}
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
+
+[grpc]
+  address = ${q(join(dir, "containerd.sock"))}
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = ${q(join(dir, "containerd", "opt"))}
+
+[plugins."io.containerd.grpc.v1.cri"]
+  # Nothing can be pulled here: the sandbox image is imported from an OCI archive before the kubelet starts.
+  sandbox_image = ${q(sandboxImage)}
+  # The VM gives root no CAP_SYS_RESOURCE: without this every sandbox fails with
+  # "can't get final child's PID from pipe".
+  restrict_oom_score_adj = true
+  # Network namespaces under the state directory rather than /var/run/netns, so that they go with it.
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = ${q(RUNC)}
+        Root = ${q(join(dir, "runc"))}
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = ${q(CNI_BIN)}
+    conf_dir = ${q(join(dir, "cni", "net.d"))}
+    max_conf_num = 1
+`;
+}
+
+function cniConfig(dir: string): string {
+  return JSON.stringify(
+    {
+      cniVersion: "0.4.0",
+      name: "ifp-e2e",
+      plugins: [
+        {
+          type: "bridge",
+          bridge: BRIDGE,
+          isGateway: true,
+          // No masquerading and no default route: pods reach each other, the host's bridge
+          // address and Services, nothing else.
+          ipMasq: false,
+          hairpinMode: true,
+          ipam: {
+            type: "host-local",
+            dataDir: join(dir, "cni", "ipam"),
+            ranges: [[{ subnet: POD_SUBNET.cidr, gateway: POD_SUBNET.gateway }]],
+            routes: [{ dst: SERVICE_CIDR }],
+          },
+        },
+        { type: "portmap", capabilities: { portMappings: true } },
+      ],
+    },
+    null,
+    2,
+  );
+}
+
+/**
+ * Join a real node to the control plane (and start kube-scheduler on it). `sandboxImage` is
+ * the pause image (buildImage("pause")); it is imported before the kubelet starts.
+ */
+export async function startNode(cp: ControlPlane, opts: { sandboxImage: BuiltImage }): Promise<RealNode> {
+  const unsupported = realNodeUnsupported();
+  if (unsupported) throw new Error(unsupported);
+  installDebianPackages(NODE_PACKAGES);
+  const kubelet = toolPath("kubernetes-node", "kubelet");
+  const kubeProxy = toolPath("kubernetes-node", "kube-proxy");
+  const coredns = toolPath("coredns");
+
+  await acquireLock();
+  let chainsBefore: Set<string>;
+  let dir: string;
+  try {
+    await cleanLeftovers();
+    chainsBefore = nodeChains();
+    dir = mkdtempSync(join(tmpdir(), "ifp-node-"));
+  } catch (err) {
+    rmSync(LOCK, { recursive: true, force: true });
+    throw err;
+  }
+  const logs = join(dir, "logs");
+  for (const d of [logs, join(dir, "cni", "net.d"), join(dir, "kubelet"), join(dir, "pod-logs"), join(dir, "certs")]) mkdirSync(d, { recursive: true });
+  const sock = join(dir, "containerd.sock");
+  const procs: { name: string; proc: ChildProcess }[] = [];
+  const sysctlsBefore = new Map(SYSCTLS.map((s) => [s, readFileSync(`/proc/sys/${s}`, "utf8").trim()]));
+  // The shims put their sockets in /run/containerd/s whatever containerd's state directory is.
+  const shimDirExisted = existsSync("/run/containerd");
+  let stopped = false;
+
+  const start = (name: string, bin: string, args: string[]) => {
+    const fd = openSync(join(logs, `${name}.log`), "a");
+    // SIGTERM when the test process dies without stopping the node; the next node removes the rest.
+    const proc = spawn("setpriv", ["--pdeathsig", "SIGTERM", "--", bin, ...args], { stdio: ["ignore", fd, fd] });
+    closeSync(fd);
+    procs.push({ name, proc });
+    return proc;
+  };
+  const logTail = (chars = 3000) =>
+    procs.map(({ name, proc }) => {
+      let text = "";
+      try {
+        text = readFileSync(join(logs, `${name}.log`), "utf8").slice(-chars);
+      } catch {}
+      return `--- ${name} (${proc.exitCode === null ? "running" : `exited ${proc.exitCode}`})\n${text}`;
+    }).join("\n");
+  const died = () => procs.find((p) => p.proc.exitCode !== null || p.proc.signalCode !== null);
+  /** waitFor that gives up at once when a component exits. */
+  const whileAlive = async (what: string, probe: () => Promise<boolean> | boolean, timeoutMs: number) => {
+    let dead: (typeof procs)[number] | undefined;
+    await waitFor(what, async () => (dead = died()) !== undefined || (await probe()), timeoutMs, 250);
+    if (dead) throw new Error(`${dead.name} exited (${dead.proc.exitCode ?? dead.proc.signalCode}) while waiting for ${what}`);
+  };
+  const ctr = (args: string[]) => sh("ctr", ["--address", sock, "--namespace", "k8s.io", ...args]);
+
+  const stopProc = async (p: { proc: ChildProcess }) => {
+    if (p.proc.exitCode !== null || p.proc.signalCode !== null) return;
+    await new Promise<void>((resolve) => {
+      p.proc.once("exit", () => resolve());
+      p.proc.kill("SIGTERM");
+      setTimeout(() => p.proc.kill("SIGKILL"), 10_000).unref();
+    });
+  };
+
+  const stop = async () => {
+    if (stopped) return;
+    stopped = true;
+    const problems: string[] = [];
+    const kubelet = procs.find((p) => p.name === "kubelet");
+    // 1. Drain while the kubelet runs, so that it tears the pods down properly (CNI DEL,
+    //    volume unmounts); cordoned, so that their controllers' replacements stay Pending.
+    if (kubelet && kubelet.proc.exitCode === null) {
+      attempt("cordon", () => cp.kubectl(["cordon", NODE_NAME]), problems);
+      attempt("delete pods", () => cp.kubectl(["delete", "pods", "--all-namespaces", "--field-selector", `spec.nodeName=${NODE_NAME}`, "--grace-period=2", "--timeout=60s", "--wait=true"]), problems);
+    }
+    for (const name of ["kubelet", "kube-proxy", "coredns"]) {
+      const p = procs.find((x) => x.name === name);
+      if (p) await stopProc(p);
+    }
+    // 2. Whatever is left in containerd: kill its tasks, then containerd and its shims.
+    const containerd = procs.find((p) => p.name === "containerd");
+    if (containerd && containerd.proc.exitCode === null) {
+      try {
+        for (const id of ctr(["tasks", "ls", "-q"]).split("\n").filter(Boolean)) spawnSync("ctr", ["--address", sock, "--namespace", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id], { stdio: "ignore" });
+      } catch {}
+      await stopProc(containerd);
+    }
+    await killProcessesUnder(dir, problems);
+    // 3. The host: mounts (rootfs, volumes, network namespaces), iptables, the bridge, sysctls.
+    unmountAll(dir, problems);
+    spawnSync(kubeProxy, ["--cleanup"], { stdio: "ignore" });
+    removeIptables(new Set([...nodeChains()].filter((c) => !chainsBefore.has(c))), problems);
+    spawnSync("ip", ["link", "del", BRIDGE], { stdio: "ignore" });
+    for (const [s, v] of sysctlsBefore) attempt(`restore ${s}`, () => writeFileSync(`/proc/sys/${s}`, v), problems);
+    if (!mountsUnder(dir).length) rmSync(dir, { recursive: true, force: true });
+    if (!shimDirExisted) spawnSync("find", ["/run/containerd", "-depth", "-type", "d", "-empty", "-delete"], { stdio: "ignore" });
+    rmSync(LOCK, { recursive: true, force: true });
+    if (problems.length) process.stderr.write(`real node: clean-up problems: ${problems.join("; ")}\n`);
+  };
+
+  const node: RealNode = {
+    name: NODE_NAME,
+    hostIP: POD_SUBNET.gateway,
+    podCIDR: POD_SUBNET.cidr,
+    dir,
+    ctr,
+    importImage(image) {
+      ctr(["images", "import", image.archive]);
+      if (!ctr(["images", "ls", "-q"]).split("\n").includes(image.ref)) throw new Error(`${image.archive} did not import as ${image.ref}`);
+    },
+    logTail,
+    keepLogs() {
+      const kept = mkdtempSync(join(tmpdir(), "ifp-node-logs-"));
+      cpSync(logs, kept, { recursive: true });
+      return kept;
+    },
+    stop,
+  };
+
+  try {
+    // The network: a bridge with the gateway address (the kubelet's node IP, where host
+    // processes serve pods), forwarding on, and a fence so that nothing from the pods is
+    // forwarded beyond their subnet.
+    for (const s of SYSCTLS) writeFileSync(`/proc/sys/${s}`, "1");
+    sh("ip", ["link", "add", BRIDGE, "type", "bridge"]);
+    sh("ip", ["addr", "add", `${POD_SUBNET.gateway}/${POD_SUBNET.prefix}`, "dev", BRIDGE]);
+    sh("ip", ["link", "set", BRIDGE, "up"]);
+    sh("iptables", ["-I", "FORWARD", "1", "-s", POD_SUBNET.cidr, "!", "-d", POD_SUBNET.cidr, "-m", "comment", "--comment", RULE_COMMENT, "-j", "DROP"]);
+    writeFileSync(join(dir, "cni", "net.d", "10-ifp-e2e.conflist"), cniConfig(dir));
+
+    // containerd
+    writeFileSync(join(dir, "containerd.toml"), containerdConfig(dir, opts.sandboxImage.ref));
+    start("containerd", "containerd", ["--config", join(dir, "containerd.toml"), "--log-level", "info"]);
+    await whileAlive("containerd to answer", () => spawnSync("ctr", ["--address", sock, "version"], { stdio: "ignore" }).status === 0, 60_000);
+    node.importImage(opts.sandboxImage);
+
+    // Credentials: the kubelet as system:node:<name> in system:nodes (bound to the system:node
+    // role, as the Node authorizer would allow it), kube-proxy as system:kube-proxy.
+    const certs = join(dir, "certs");
+    const kubeletCreds = clientCertificate(cp, certs, "kubelet", `/O=system:nodes/CN=system:node:${NODE_NAME}`);
+    const proxyCreds = clientCertificate(cp, certs, "kube-proxy", "/CN=system:kube-proxy");
+    cp.kubectl(["create", "clusterrolebinding", "ifp-e2e-system-nodes", "--clusterrole=system:node", "--group=system:nodes"]);
+    const kubeletKubeconfig = kubeconfig(cp, join(dir, "kubelet.kubeconfig"), kubeletCreds);
+    const proxyKubeconfig = kubeconfig(cp, join(dir, "kube-proxy.kubeconfig"), proxyCreds);
+
+    // CoreDNS on the bridge address: the cluster's names from the API server, nothing forwarded.
+    const [dnsHealth, dnsReady] = [await freePort(), await freePort()];
+    writeFileSync(
+      join(dir, "Corefile"),
+      `.:53 {
+  bind ${POD_SUBNET.gateway}
+  errors
+  health 127.0.0.1:${dnsHealth}
+  ready 127.0.0.1:${dnsReady}
+  kubernetes cluster.local in-addr.arpa ip6.arpa {
+    kubeconfig ${cp.kubeconfig} local
+    pods insecure
+    fallthrough in-addr.arpa ip6.arpa
+  }
+  cache 5
+}
+`,
+    );
+    start("coredns", coredns, ["-conf", join(dir, "Corefile")]);
+
+    // kube-proxy, iptables mode, touching no host-wide sysctl it can leave alone.
+    const [proxyHealth, proxyMetrics] = [await freePort(), await freePort()];
+    writeFileSync(
+      join(dir, "kube-proxy.yaml"),
+      stringify({
+        apiVersion: "kubeproxy.config.k8s.io/v1alpha1",
+        kind: "KubeProxyConfiguration",
+        clientConnection: { kubeconfig: proxyKubeconfig },
+        hostnameOverride: NODE_NAME,
+        mode: "iptables",
+        clusterCIDR: POD_SUBNET.cidr,
+        healthzBindAddress: `127.0.0.1:${proxyHealth}`,
+        metricsBindAddress: `127.0.0.1:${proxyMetrics}`,
+        nodePortAddresses: [`${POD_SUBNET.gateway}/32`],
+        iptables: { localhostNodePorts: false, syncPeriod: "10s", minSyncPeriod: "0s" },
+        conntrack: { maxPerCore: 0, min: 0, tcpEstablishedTimeout: "0s", tcpCloseWaitTimeout: "0s" },
+      }),
+    );
+    start("kube-proxy", kubeProxy, ["--config", join(dir, "kube-proxy.yaml"), "--v=1"]);
+
+    // The kubelet, with what this machine requires (cgroups v1, no CAP_SYS_RESOURCE).
+    const [kubeletPort, kubeletHealth] = [await freePort(), await freePort()];
+    writeFileSync(join(dir, "resolv.conf"), ""); // pods get the cluster DNS only, never the host's resolvers
+    writeFileSync(
+      join(dir, "kubelet.yaml"),
+      stringify({
+        apiVersion: "kubelet.config.k8s.io/v1beta1",
+        kind: "KubeletConfiguration",
+        address: POD_SUBNET.gateway,
+        port: kubeletPort,
+        readOnlyPort: 0,
+        healthzBindAddress: "127.0.0.1",
+        healthzPort: kubeletHealth,
+        authentication: { anonymous: { enabled: true }, webhook: { enabled: false }, x509: { clientCAFile: join(cp.dir, "ca.crt") } },
+        authorization: { mode: "AlwaysAllow" },
+        containerRuntimeEndpoint: `unix://${sock}`,
+        cgroupDriver: "cgroupfs",
+        failCgroupV1: false,
+        cgroupsPerQOS: false,
+        enforceNodeAllocatable: [],
+        failSwapOn: false,
+        clusterDNS: [POD_SUBNET.gateway],
+        clusterDomain: "cluster.local",
+        resolvConf: join(dir, "resolv.conf"),
+        podLogsDir: join(dir, "pod-logs"),
+        maxPods: 30,
+        serializeImagePulls: false,
+        imageGCHighThresholdPercent: 100,
+        imageGCLowThresholdPercent: 99,
+        evictionHard: { "memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%", "nodefs.inodesFree": "1%" },
+        volumePluginDir: join(dir, "volume-plugins"),
+        nodeStatusUpdateFrequency: "4s",
+        syncFrequency: "10s",
+      }),
+    );
+    start("kubelet", kubelet, [
+      `--config=${join(dir, "kubelet.yaml")}`,
+      `--kubeconfig=${kubeletKubeconfig}`,
+      `--root-dir=${join(dir, "kubelet")}`,
+      `--cert-dir=${join(dir, "kubelet", "pki")}`,
+      `--hostname-override=${NODE_NAME}`,
+      `--node-ip=${POD_SUBNET.gateway}`,
+      "--v=1",
+    ]);
+    await startScheduler(cp);
+
+    await whileAlive(`node ${NODE_NAME} to be Ready`, () => {
+      const n = cp.tryJson(["get", "node", NODE_NAME]);
+      return n?.status?.conditions?.find((c: { type: string }) => c.type === "Ready")?.status === "True";
+    }, 180_000);
+    // The kubelet registers with the not-ready taint; the node lifecycle controller that lifts
+    // it is not part of this control plane.
+    cp.kubectl(["patch", "node", NODE_NAME, "--type=json", "-p", '[{"op":"replace","path":"/spec/taints","value":[]}]']);
+    await whileAlive("CoreDNS to be ready", async () => (await fetch(`http://127.0.0.1:${dnsReady}/ready`).catch(() => undefined))?.status === 200, 60_000);
+    return node;
+  } catch (err) {
+    const tail = logTail();
+    const kept = node.keepLogs();
+    await stop();
+    throw new Error(`the real node did not start: ${(err as Error).message}\n(logs kept in ${kept})\n${tail}`);
+  }
+}
