@@ -1,5 +1,7 @@
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import pino from "pino";
+import { afterAll, beforeAll } from "vitest";
+import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest, type HttpsResponse } from "../../e2e/support/https.ts";
 import { waitFor } from "../../e2e/support/ports.ts";
@@ -8,6 +10,19 @@ import type { AgentSpecInput } from "../src/resources/agent.ts";
 import { tempDir, writeAgentManifest, writeKey, type TestIdentity } from "./fixtures.ts";
 
 export type Tls = Awaited<ReturnType<typeof localhostTls>>;
+
+/** One nats-server and test TLS for a whole test file: started before its tests, closed after. */
+export function withNatsAndTls(set: (nats: NatsServer, tls: Tls) => void): void {
+  let nats: NatsServer | undefined;
+  beforeAll(async () => {
+    const [n, t] = await Promise.all([startNats(), localhostTls()]);
+    nats = n;
+    set(n, t);
+  });
+  afterAll(async () => {
+    await nats?.close();
+  });
+}
 
 /** Start the agent mode in-process over real TLS on a free loopback port. */
 export async function runAgent(opts: {

@@ -1,15 +1,19 @@
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { waitFor } from "../../e2e/support/ports.ts";
+import { agentNames } from "../src/agent/names.ts";
 import { LocalApiClient } from "../src/client/local.ts";
 import { HttpClient } from "../src/net/http-client.ts";
 import { RelayClient } from "../src/relay/client.ts";
 import { startRelay, type RunningRelay } from "../src/relay/main.ts";
 import { identity, peerOf, signed, tempDir, writeRelayManifest } from "./fixtures.ts";
 import { runAgent, startHandler, type Tls } from "./agent-harness.ts";
+import { metricValue } from "./probes.ts";
 
 const alice = identity("alice-agent");
 const bob = identity("bob-agent");
@@ -33,6 +37,18 @@ afterAll(async () => {
   await nats?.close();
 });
 
+/** Whether the agent's inbox stream holds a message with this message_id. */
+async function storedInInbox(agentId: string, messageId: string): Promise<boolean> {
+  const nc = await connect({ servers: nats.url });
+  try {
+    const names = agentNames(agentId);
+    const info = await (await jetstreamManager(nc)).streams.info(names.inboxStream, { subjects_filter: names.inbox(messageId) });
+    return Object.keys(info.state.subjects ?? {}).length > 0;
+  } finally {
+    await nc.close();
+  }
+}
+
 describe("agents that talk through a relay", () => {
   it("delivers to a relay-only agent: relay fallback out, pull in, signature checked, trace kept", async () => {
     const handler = await startHandler();
@@ -55,7 +71,14 @@ describe("agents that talk through a relay", () => {
       const tampered = signed(alice, "bob-agent", {}, "original");
       tampered.body.text = "changed";
       expect((await new RelayClient(relayUrl, alice.signing, http).publish(tampered)).status).toBe(202);
+      // What bob's runtime decided: refused for its signature, counted, acknowledged at the
+      // relay, and never stored in bob's inbox stream (so never handed on).
+      const intake = async (result: string) => metricValue((await b.get("/metrics")).text, "ifp_relay_operations_total", { operation: "intake", result });
+      await waitFor("the refusal to be counted", async () => (await intake("invalid_signature")) === 1);
+      expect(await intake("accepted")).toBe(1);
       await waitFor("the relay mailbox emptied", async () => (await new RelayClient(relayUrl, bob.signing, http).pull()).messages.length === 0);
+      expect(await storedInInbox("bob-agent", tampered.headers.message_id)).toBe(false);
+      expect(await storedInInbox("bob-agent", sent.message_id)).toBe(true);
       expect(handler.received.some((r) => r.body.headers.message_id === tampered.headers.message_id)).toBe(false);
     } finally {
       await Promise.all([a.close(), b.close()]);

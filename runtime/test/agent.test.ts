@@ -1,17 +1,16 @@
-import { connect as tlsConnect } from "node:tls";
 import { request as httpRequest } from "node:http";
+import { request as httpsRaw } from "node:https";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
-import { localhostTls } from "../../e2e/support/tls.ts";
-import { httpsRequest } from "../../e2e/support/https.ts";
-import { waitFor } from "../../e2e/support/ports.ts";
+import { consistently, waitFor } from "../../e2e/support/ports.ts";
 import { agentNames } from "../src/agent/names.ts";
 import { replyId } from "../src/agent/replies.ts";
 import { signMessage } from "../src/protocol/signing.ts";
 import { identity, message, peerOf, signed, tempDir } from "./fixtures.ts";
-import { runAgent, startHandler, type Tls } from "./agent-harness.ts";
+import { runAgent, startHandler, type Tls, withNatsAndTls } from "./agent-harness.ts";
+import { metricValue, tlsHandshake } from "./probes.ts";
 
 const alice = identity("alice-agent");
 const pete = identity("pete-agent");
@@ -20,12 +19,7 @@ const mallory = identity("mallory-agent");
 let nats: NatsServer;
 let tls: Tls;
 
-beforeAll(async () => {
-  [nats, tls] = await Promise.all([startNats(), localhostTls()]);
-});
-afterAll(async () => {
-  await nats?.close();
-});
+withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
 
 async function streamMessages(agentId: string, subject?: string): Promise<number> {
   const nc = await connect({ servers: nats.url });
@@ -38,6 +32,41 @@ async function streamMessages(agentId: string, subject?: string): Promise<number
   } finally {
     await nc.close();
   }
+}
+
+/**
+ * POST a chunked body of up to `chunks` × `chunkBytes` bytes, writing until the server answers;
+ * resolves with the answer (or the error that came before any answer) and the bytes written.
+ */
+function streamUntilAnswered(url: string, chunkBytes: number, chunks: number): Promise<{ status?: number; text: string; error?: string; sent: number }> {
+  return new Promise((resolve) => {
+    let sent = 0;
+    let answered = false;
+    const req = httpsRaw(url, { method: "POST", ca: tls.ca, headers: { "content-type": "application/json", "transfer-encoding": "chunked" }, timeout: 30_000 }, (res) => {
+      answered = true;
+      const body: Buffer[] = [];
+      res.on("data", (c: Buffer) => body.push(c));
+      res.on("end", () => resolve({ status: res.statusCode, text: Buffer.concat(body).toString(), sent }));
+      res.on("error", (err) => resolve({ status: res.statusCode, text: Buffer.concat(body).toString(), error: err.message, sent }));
+    });
+    req.on("timeout", () => req.destroy(new Error("timed out")));
+    req.on("error", (err) => {
+      if (!answered) resolve({ text: "", error: err.message, sent });
+    });
+    void (async () => {
+      const chunk = Buffer.alloc(chunkBytes, 0x20);
+      for (let i = 0; i < chunks && !answered && !req.destroyed; i++) {
+        sent += chunk.length;
+        if (!req.write(chunk)) await new Promise((r) => (req.once("drain", r), req.once("close", r)));
+      }
+      if (!answered && !req.destroyed) req.end();
+    })();
+  });
+}
+
+/** ifp_handler_deliveries_total{result} of a running agent. */
+async function handlerDeliveries(agent: { get(path: string): Promise<{ text: string }> }, result: "delivered" | "failed"): Promise<number> {
+  return metricValue((await agent.get("/metrics")).text, "ifp_handler_deliveries_total", { result });
 }
 
 const capabilities = [
@@ -216,23 +245,12 @@ describe("agent mode over TLS with a real nats-server", () => {
       expect(declared.status).toBe(413);
       expect(declared.json()).toMatchObject({ status: "error", code: "payload_too_large" });
 
-      // Chunked, no Content-Length: 64 MiB offered, the server must stop early.
-      let sent = 0;
-      const streamed = await httpsRequest(`${agent.url}/.well-known/agent/inbox`, {
-        method: "POST",
-        ca: tls.ca,
-        headers: { "content-type": "application/json", "transfer-encoding": "chunked" },
-        body: async function* () {
-          const chunk = Buffer.alloc(64 * 1024, 0x20);
-          for (let i = 0; i < 1024; i++) {
-            sent += chunk.length;
-            yield chunk;
-          }
-        },
-      }).catch((err: Error) => ({ status: -1, text: err.message, json: () => ({}) }));
-      if (streamed.status !== -1) {
-        expect(streamed.status).toBe(413);
-      }
+      // Chunked, no Content-Length: 64 MiB offered, the server must answer 413 and stop early.
+      const streamed = await streamUntilAnswered(`${agent.url}/.well-known/agent/inbox`, 64 * 1024, 1024);
+      expect(streamed.error).toBeUndefined();
+      expect(streamed.status).toBe(413);
+      expect(JSON.parse(streamed.text)).toMatchObject({ status: "error", code: "payload_too_large" });
+      const sent = streamed.sent;
       expect(sent).toBeLessThan(64 * 1024 * 1024);
     });
 
@@ -295,15 +313,10 @@ describe("agent mode over TLS with a real nats-server", () => {
       });
       // Whatever a plain request gets, it is never a capability document.
       expect(plain).not.toBe("status 200");
-      const old = await new Promise<string>((resolve) => {
-        const s = tlsConnect({ host: "127.0.0.1", port: Number(port), ca: tls.ca, servername: "localhost", minVersion: "TLSv1", maxVersion: "TLSv1.1" });
-        s.on("secureConnect", () => {
-          resolve(`connected ${s.getProtocol()}`);
-          s.destroy();
-        });
-        s.on("error", (err) => resolve(`error ${err.message}`));
-      });
-      expect(old).toMatch(/^error/);
+      // A client that offers TLS 1.0 and 1.1 only is refused by the server's protocol_version
+      // alert; the same client allowed TLS 1.2 connects, so the refusal is the server's.
+      expect(await tlsHandshake(Number(port), tls.ca, { minVersion: "TLSv1", maxVersion: "TLSv1.1" })).toMatchObject({ ok: false, code: "ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION" });
+      expect(await tlsHandshake(Number(port), tls.ca, { minVersion: "TLSv1", maxVersion: "TLSv1.2" })).toEqual({ ok: true, protocol: "TLSv1.2" });
     });
   });
 });
@@ -354,12 +367,12 @@ describe("agent mode when things fail", () => {
     try {
       const m = signed(pete, "handoff-agent");
       expect((await agent.post(m)).status).toBe(202);
-      await new Promise((r) => setTimeout(r, 1500));
-      expect(handler.received).toHaveLength(0);
+      // The runtime tried the handler while it was down, and counted the failure.
+      await waitFor("a failed hand-off", async () => handlerDeliveries(agent, "failed").then((n) => n >= 1));
+      expect(await handlerDeliveries(agent, "delivered")).toBe(0);
       await handler.up();
-      await waitFor("delivery to the handler", () => handler.received.length > 0, 30_000, 100);
-      await new Promise((r) => setTimeout(r, 1500));
-      expect(handler.received).toHaveLength(1);
+      await waitFor("delivery to the handler", async () => (await handlerDeliveries(agent, "delivered")) === 1 && handler.received.length > 0, 30_000, 100);
+      await consistently("exactly one delivery", async () => handler.received.length === 1 && (await handlerDeliveries(agent, "delivered")) === 1, 1500);
       expect(handler.received[0]!.body).toEqual(m);
       expect(handler.received[0]!.headers).toMatchObject({ "idempotency-key": m.headers.message_id, "ifp-sender": "pete-agent" });
     } finally {
@@ -377,11 +390,14 @@ describe("agent mode when things fail", () => {
       expect((await agent.post(signed(pete, "deadletter-agent"))).status).toBe(202);
       const names = agentNames("deadletter-agent");
       await waitFor("a dead letter", async () => (await streamMessages("deadletter-agent", names.dead)) === 1, 30_000, 250);
-      code = 200;
-      await new Promise((r) => setTimeout(r, 1500));
-      expect(handler.received).toHaveLength(0);
       const metrics = await agent.get("/metrics");
       expect(metrics.text).toMatch(/ifp_dead_letters_total\{[^}]*source="handler"[^}]*\} 1/);
+      const attempts = await handlerDeliveries(agent, "failed");
+      expect(attempts).toBeGreaterThanOrEqual(1);
+      // The handler works again, but a dead letter is never handed on: no further attempt at all.
+      code = 200;
+      await consistently("no hand-off after the dead letter", async () => handler.received.length === 0 && (await handlerDeliveries(agent, "failed")) === attempts, 1500);
+      expect(await handlerDeliveries(agent, "delivered")).toBe(0);
     } finally {
       await agent.close();
       await handler.close();

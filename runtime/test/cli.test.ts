@@ -6,7 +6,10 @@ import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
-import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey } from "./fixtures.ts";
+import { HttpClient } from "../src/net/http-client.ts";
+import { RelayClient } from "../src/relay/client.ts";
+import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey, writeRelayManifest } from "./fixtures.ts";
+import { webhook, type RelayEnv } from "./relay-harness.ts";
 
 const BIN = new URL("../bin/ifp-runtime.ts", import.meta.url).pathname;
 
@@ -19,24 +22,40 @@ afterAll(async () => {
   await nats?.close();
 });
 
+/** ifp-runtime MODE with `args`, listening on a free port; stop() sends SIGTERM and expects exit 0. */
+async function spawnRuntime(mode: "agent" | "relay", args: string[], env: NodeJS.ProcessEnv = process.env) {
+  const port = await freePort();
+  const child = spawn(
+    process.execPath,
+    [BIN, mode, ...args, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url],
+    { stdio: ["ignore", "pipe", "pipe"], env: { ...env, IFP_LOG_LEVEL: "warn" } },
+  );
+  let output = "";
+  child.stdout.on("data", (d) => (output += d));
+  child.stderr.on("data", (d) => (output += d));
+  const base = `https://localhost:${port}`;
+  return {
+    base,
+    output: () => output,
+    ready: () => waitFor(`the ${mode} to be ready`, async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200, 30_000, 200),
+    async stop() {
+      const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+      child.kill("SIGTERM");
+      expect(await exited).toBe(0);
+    },
+  };
+}
+
 describe("ifp-runtime command line", () => {
   it("runs the agent mode from the documented start contract and stops cleanly on SIGTERM", async () => {
     const dir = tempDir();
     const self = identity("cli-agent");
     const pete = identity("pete-agent");
     const manifest = writeAgentManifest(dir, { agentId: "cli-agent", capabilities: [{ name: "ping", description: "Responds to connectivity tests" }], peers: [peerOf(pete)] });
-    const port = await freePort();
-    const child = spawn(
-      process.execPath,
-      [BIN, "agent", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--signing-key", writeKey(dir, self), "--nats", nats.url, "--local-api-port", "0"],
-      { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
-    );
-    let output = "";
-    child.stdout.on("data", (d) => (output += d));
-    child.stderr.on("data", (d) => (output += d));
-    const base = `https://localhost:${port}`;
+    const runtime = await spawnRuntime("agent", ["--manifest", manifest, "--signing-key", writeKey(dir, self), "--local-api-port", "0"]);
+    const base = runtime.base;
     try {
-      await waitFor("the runtime to be ready", async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200, 30_000, 200);
+      await runtime.ready();
       const caps = await httpsRequest(`${base}/.well-known/agent/capabilities`, { ca: tls.ca });
       expect(caps.json().capabilities).toEqual([{ name: "ping", version: "1", description: "Responds to connectivity tests" }]);
       const res = await httpsRequest(`${base}/.well-known/agent/inbox`, {
@@ -47,11 +66,36 @@ describe("ifp-runtime command line", () => {
       });
       expect(res.status).toBe(202);
     } finally {
-      const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
-      child.kill("SIGTERM");
-      expect(await exited).toBe(0);
+      await runtime.stop();
     }
-    expect(output).not.toMatch(/"level":(50|60)/);
+    expect(runtime.output()).not.toMatch(/"level":(50|60)/);
+  });
+
+  it("runs the relay mode trusting --ca-file for webhook push", async () => {
+    const dir = tempDir();
+    const alice = identity("alice-agent");
+    const bob = identity("bob-agent");
+    const manifest = writeRelayManifest(dir, { url: "https://relay.test", agents: [peerOf(alice), peerOf(bob)], delivery: { retries: 20, backoffDelay: "200ms", timeout: "2s" } }, "cli-relay");
+    // The webhook's certificate is signed by the test CA, which only --ca-file names.
+    const hook = await webhook({ tls } as RelayEnv, () => 200);
+    const http = new HttpClient({ extraCa: tls.ca });
+    const env = { ...process.env };
+    delete env.IFP_CA_FILE;
+    const runtime = await spawnRuntime("relay", ["--manifest", manifest, "--ca-file", tls.files.ca], env);
+    const base = runtime.base;
+    try {
+      await runtime.ready();
+      await new RelayClient(base, bob.signing, http).registerWebhook(hook.url);
+      const m = signed(alice, "bob-agent");
+      expect((await new RelayClient(base, alice.signing, http).publish(m)).status).toBe(202);
+      await waitFor("the push to the webhook", () => hook.calls.length > 0, 30_000, 100);
+      expect(hook.calls[0]!.body.headers.message_id).toBe(m.headers.message_id);
+    } finally {
+      await runtime.stop();
+      await hook.close();
+      await http.close();
+    }
+    expect(runtime.output()).not.toMatch(/self-signed|unable to verify|"level":(50|60)/);
   });
 
   it("exits 2 with usage for a missing flag, and 1 with a clear message for an invalid manifest", () => {

@@ -119,7 +119,12 @@ export async function readSse(env: RelayEnv, relay: RunningRelay, who: TestIdent
       if (opts.waitMs !== undefined) resolve(events);
       else reject(new Error(`only ${events.length} of ${opts.count} events`));
     }, opts.waitMs ?? 15_000);
-    req.on("close", () => clearTimeout(timer));
+    req.on("close", () => {
+      clearTimeout(timer);
+      // The relay ended the stream (it shuts down, say): what came, when that was all we waited for.
+      if (opts.waitMs !== undefined) resolve(events);
+      else reject(new Error(`the stream ended after ${events.length} of ${opts.count} events`));
+    });
     req.end();
   });
 }

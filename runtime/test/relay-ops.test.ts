@@ -6,8 +6,9 @@ import { startNats } from "../../e2e/support/nats.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort } from "../../e2e/support/ports.ts";
 import { RelayClient } from "../src/relay/client.ts";
-import { relayNames } from "../src/relay/stream.ts";
+import { relayNames } from "../src/contract/relay-stream.ts";
 import { peerOf, signed, tempDir, writeRelayManifest } from "./fixtures.ts";
+import { tlsHandshake } from "./probes.ts";
 import { alice, bob, carol, clientOf, ids, randomName, relayEnv, runRelay, waitFor, webhook, type RelayEnv } from "./relay-harness.ts";
 
 let env: RelayEnv;
@@ -168,22 +169,25 @@ describe("relay: restarts and outages", () => {
       [new URL("../bin/ifp-runtime.ts", import.meta.url).pathname, "relay", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", env.tls.files.cert, "--tls-key", env.tls.files.key, "--nats", env.nats.url],
       { stdio: "ignore", env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
     );
+    const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
     try {
       await waitFor("the relay process", async () => (await httpsRequest(`https://localhost:${port}/readyz`, { ca: env.tls.ca })).status === 200, 30_000, 200);
       const m = signed(alice, "bob-agent");
       expect((await new RelayClient(`https://localhost:${port}`, alice.signing, env.http).publish(m)).status).toBe(202);
       expect(ids((await new RelayClient(`https://localhost:${port}`, bob.signing, env.http).pull()).messages)).toEqual([m.headers.message_id]);
-      const tls = await new Promise<string | null>((resolve) => {
-        import("node:tls").then(({ connect: tlsConnect }) => {
-          const s = tlsConnect({ host: "127.0.0.1", port, servername: "localhost", ca: env.tls.ca, maxVersion: "TLSv1.1", minVersion: "TLSv1" }, () => resolve(s.getProtocol()));
-          s.on("error", () => resolve(null));
-        });
-      });
-      expect(tls).toBeNull(); // TLS 1.2 or later only
-    } finally {
-      const exited = new Promise((r) => child.once("exit", r));
+      // TLS 1.2 or later only: the server refuses a client that offers 1.0/1.1 (protocol_version
+      // alert), and the same client allowed 1.2 connects.
+      expect(await tlsHandshake(port, env.tls.ca, { minVersion: "TLSv1", maxVersion: "TLSv1.1" })).toMatchObject({ ok: false, code: "ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION" });
+      expect(await tlsHandshake(port, env.tls.ca, { minVersion: "TLSv1", maxVersion: "TLSv1.2" })).toEqual({ ok: true, protocol: "TLSv1.2" });
+      // SIGTERM is a clean stop: exit code 0.
       child.kill("SIGTERM");
       expect(await exited).toBe(0);
+    } finally {
+      // Only cleanup here, so that a failure above is the one reported.
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill("SIGKILL");
+        await exited;
+      }
     }
   });
 });

@@ -3,6 +3,7 @@ import { signRequest } from "../src/protocol/http-signatures.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
 import { signed } from "./fixtures.ts";
 import WebSocket from "ws";
+import { consistently } from "../../e2e/support/wait.ts";
 import { alice, baseUrl, bob, carol, clientOf, ids, openWs, readSse, relayEnv, runRelay, waitFor, webhook, type RelayEnv } from "./relay-harness.ts";
 
 let env: RelayEnv;
@@ -47,11 +48,16 @@ describe("relay: push over SSE and WebSocket", () => {
     expect(afterAck.map((e) => e.data.headers.message_id)).toEqual([m2.headers.message_id]);
     await c(bob).ack(m2.headers.message_id);
 
-    // Isolation: carol's stream never carries bob's messages.
+    // Isolation: carol's stream never carries bob's messages. Her stream is ordered, so her own
+    // message published after bob's is the first event she gets.
     const m3 = signed(alice, "bob-agent");
     await c(alice).publish(m3);
-    expect(await readSse(env, relay, carol, { count: 1, waitMs: 700 })).toEqual([]);
+    const forCarol = signed(alice, carol.agentId);
+    await c(alice).publish(forCarol);
+    expect((await readSse(env, relay, carol, { count: 1 })).map((e) => e.data.headers.message_id)).toEqual([forCarol.headers.message_id]);
+    expect(ids((await c(bob).pull()).messages)).toEqual([m3.headers.message_id]);
     await c(bob).ack(m3.headers.message_id);
+    await c(carol).ack(forCarol.headers.message_id);
   });
 
   it("pushes over WebSocket, removes a message on the client's ack and redelivers what was not acknowledged", async () => {
@@ -69,10 +75,15 @@ describe("relay: push over SSE and WebSocket", () => {
     s.send({ type: "ack", message_id: "not-there" });
     s.send("not json");
     await waitFor("the answers", () => s.frames.filter((f) => f.type !== "message").length === 3);
-    expect(s.frames.filter((f) => f.type === "acked")).toEqual([
-      { type: "acked", message_id: m.headers.message_id, ok: true },
-      { type: "acked", message_id: "not-there", ok: false },
-    ]);
+    // Each ack is answered when its own removal finishes, so answers may come in any order.
+    const acked = s.frames.filter((f) => f.type === "acked");
+    expect(acked).toHaveLength(2);
+    expect(acked).toEqual(
+      expect.arrayContaining([
+        { type: "acked", message_id: m.headers.message_id, ok: true },
+        { type: "acked", message_id: "not-there", ok: false },
+      ]),
+    );
     expect(s.frames.find((f) => f.type === "error")).toMatchObject({ code: "invalid_format" });
     await s.close();
     expect(ids((await c(bob).pull()).messages)).toEqual([waiting.headers.message_id]);
@@ -89,11 +100,16 @@ describe("relay: push over SSE and WebSocket", () => {
     expect(carolWs.frames.find((f) => f.type === "acked")).toMatchObject({ ok: false });
     await carolWs.close();
     await again.close();
+    // Resumed after `seen`: a message published now is the first one it gets (the stream is
+    // ordered), so the waiting one at or before `seen` was skipped.
     const resumed = await openWs(env, relay, bob, seen);
-    await new Promise((r) => setTimeout(r, 400));
-    expect(resumed.messages()).toEqual([]);
+    const later = signed(alice, "bob-agent");
+    await c(alice).publish(later);
+    await waitFor("the later message", () => resumed.messages().length >= 1);
+    expect(resumed.messages().map((f) => f.message.headers.message_id)).toEqual([later.headers.message_id]);
     resumed.send({ type: "ack", message_id: waiting.headers.message_id });
-    await waitFor("the ack", () => resumed.frames.some((f) => f.type === "acked" && f.ok));
+    resumed.send({ type: "ack", message_id: later.headers.message_id });
+    await waitFor("the acks", () => resumed.frames.filter((f) => f.type === "acked" && f.ok).length === 2);
     await resumed.close();
     expect((await c(bob).pull()).messages).toEqual([]);
   });
@@ -131,20 +147,19 @@ describe("relay: webhook push", () => {
       expect(retry.headers).toMatchObject({ "idempotency-key": m.headers.message_id, "ifp-message-id": m.headers.message_id, "ifp-delivery-attempt": "2", "content-type": expect.stringMatching(/^application\/json/) });
       expect(retry.body.trace.received).toEqual([expect.objectContaining({ by: "relay:https://relay.test", from: "alice-agent" })]);
       await waitFor("removal from the mailbox", async () => (await c(bob).pull()).messages.length === 0);
-      // Other agents' messages are not pushed to bob's webhook.
+      // Other agents' messages are not pushed to bob's webhook: stored for carol, and the hook
+      // hears nothing more.
       const forCarol = signed(alice, carol.agentId);
       await c(alice).publish(forCarol);
-      await new Promise((r) => setTimeout(r, 300));
-      expect(hook.calls).toHaveLength(3);
       expect(ids((await c(carol).pull()).messages)).toEqual([forCarol.headers.message_id]);
+      await consistently("no push of carol's message", () => hook.calls.length === 3);
 
       // Without a webhook, messages wait for pull again.
       expect(await c(bob).registerWebhook(null)).toMatchObject({ push: null });
       const later = signed(alice, "bob-agent");
       await c(alice).publish(later);
-      await new Promise((r) => setTimeout(r, 300));
-      expect(hook.calls).toHaveLength(3);
       expect(ids((await c(bob).pull()).messages)).toEqual([later.headers.message_id]);
+      await consistently("no push without a webhook", async () => hook.calls.length === 3 && ids((await c(bob).pull()).messages).includes(later.headers.message_id));
     } finally {
       await relay.close();
       await hook.close();
@@ -201,5 +216,20 @@ describe("relay: webhook push", () => {
       await relay.close();
       await hook.close();
     }
+  });
+});
+
+describe("relay: shutdown", () => {
+  it("closes promptly while SSE and WebSocket streams are open", async () => {
+    const relay = await runRelay(env);
+    const sse = readSse(env, relay, bob, { count: 1, waitMs: 20_000 });
+    const ws = await openWs(env, relay, bob);
+    const closed = new Promise<number>((r) => ws.ws.once("close", (code) => r(code)));
+    await new Promise((r) => setTimeout(r, 300));
+    const t0 = Date.now();
+    await relay.close();
+    expect(Date.now() - t0).toBeLessThan(3000);
+    expect(await closed).toBeGreaterThan(1000);
+    expect(await sse).toEqual([]);
   });
 });

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { contentDigest, signRequest } from "../src/protocol/http-signatures.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
+import { httpsRequest } from "../../e2e/support/https.ts";
 import { signed } from "./fixtures.ts";
 import { alice, baseUrl, bob, carol, clientOf, failure, ids, raw, relayEnv, runRelay, stranger, type RelayEnv } from "./relay-harness.ts";
 
@@ -42,6 +43,28 @@ describe("relay: store and forward", () => {
     expect(await c(bob).ack(m.headers.message_id)).toBe(true);
     expect((await c(bob).pull()).messages).toEqual([]);
     expect(await c(bob).ack(m.headers.message_id)).toBe(false);
+  });
+
+  it("hands a message out as it was sent: key order and unknown fields, the trace entry appended", async () => {
+    const { body, ...rest } = signed(alice, "bob-agent");
+    const sent = { zz_extension: { kept: true }, body, ...rest };
+    expect((await c(alice).request("POST", "/relay/publish", sent)).status).toBe(202);
+    const { text } = await c(bob).request("GET", "/relay/messages");
+    expect(text.startsWith(`[${JSON.stringify(sent).slice(0, -1)},"trace":{"received":[{"by":"relay:https://relay.test"`)).toBe(true);
+    expect(await c(bob).ack(rest.headers.message_id)).toBe(true);
+  });
+
+  it("authenticates before it looks at the body, and counts every answer per operation", async () => {
+    // Unsigned and malformed: refused for the signature, not for the body.
+    const unsigned = await raw(env, relay, { method: "POST", path: "/relay/publish", headers: { "content-type": "application/json" }, body: "{}" });
+    expect(unsigned).toMatchObject({ status: 401, body: { code: "invalid_signature" } });
+    const bad = await c(alice).request("POST", "/relay/publish", { ifp: 4 });
+    expect(JSON.parse(bad.text)).toMatchObject({ code: "invalid_format", message: expect.stringMatching(/^the message does not follow IFP-4: headers: /) });
+    const metrics = (await httpsRequest(`${relay.url}/metrics`, { ca: env.tls.ca })).text;
+    const count = (result: string) => Number(new RegExp(`ifp_relay_operations_total\\{[^}]*operation="publish",result="${result}"[^}]*\\} (\\d+)`).exec(metrics)?.[1] ?? 0);
+    expect(count("invalid_signature")).toBeGreaterThanOrEqual(1);
+    expect(count("invalid_format")).toBeGreaterThanOrEqual(1);
+    expect(count("ok")).toBeGreaterThanOrEqual(1);
   });
 
   it("keeps an existing trace and appends to it", async () => {

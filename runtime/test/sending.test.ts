@@ -1,87 +1,15 @@
-import { createServer as createHttpServer, type Server } from "node:http";
-import { createServer as createHttpsServer } from "node:https";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
-import { localhostTls } from "../../e2e/support/tls.ts";
-import { freePort, waitFor } from "../../e2e/support/ports.ts";
+import type { NatsServer } from "../../e2e/support/nats.ts";
+import { consistently, freePort, waitFor } from "../../e2e/support/ports.ts";
 import { identity, peerOf, tempDir } from "./fixtures.ts";
-import { runAgent, startHandler, type Tls } from "./agent-harness.ts";
+import { runAgent, startHandler, type Tls, withNatsAndTls } from "./agent-harness.ts";
 import type { AgentSpecInput } from "../src/resources/agent.ts";
-import { LocalApiClient, LocalApiError, type OutboxRequest } from "../src/client/local.ts";
+import { LocalApiClient } from "../src/client/local.ts";
+import { notifySink, outboundResults, scriptedPeer, send, untilState } from "./outbox-harness.ts";
 
 let nats: NatsServer;
 let tls: Tls;
-beforeAll(async () => {
-  [nats, tls] = await Promise.all([startNats(), localhostTls()]);
-});
-afterAll(async () => {
-  await nats?.close();
-});
-
-/** Through the typed client the package ships, as an application would. */
-async function send(localApiUrl: string, body: unknown): Promise<{ status: number; body: any }> {
-  try {
-    return { status: 202, body: await new LocalApiClient(localApiUrl).send(body as OutboxRequest) };
-  } catch (err) {
-    if (!(err instanceof LocalApiError)) throw err;
-    return { status: err.status, body: { code: err.code, message: err.message } };
-  }
-}
-
-async function record(localApiUrl: string, id: string): Promise<any> {
-  try {
-    return await new LocalApiClient(localApiUrl).status(id);
-  } catch (err) {
-    if (err instanceof LocalApiError && err.status === 404) return undefined;
-    throw err;
-  }
-}
-
-function untilState(localApiUrl: string, id: string, state: string, timeoutMs = 30_000) {
-  return waitFor(`${id} to be ${state}`, async () => {
-    const r = await record(localApiUrl, id);
-    return r?.state === state ? r : undefined;
-  }, timeoutMs, 100);
-}
-
-/** A peer's inbox on HTTPS whose answers the test scripts; it records every request. */
-async function scriptedPeer(answer: (n: number) => { status: number; headers?: Record<string, string> }) {
-  const requests: { body: any; headers: Record<string, unknown> }[] = [];
-  const server = createHttpsServer({ cert: tls.cert, key: tls.key }, (req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (c: Buffer) => chunks.push(c));
-    req.on("end", () => {
-      if (req.url?.endsWith("/identity")) {
-        res.writeHead(404).end();
-        return;
-      }
-      requests.push({ body: JSON.parse(Buffer.concat(chunks).toString() || "null"), headers: req.headers });
-      const a = answer(requests.length);
-      res.writeHead(a.status, { "content-type": "application/json", ...a.headers });
-      res.end(JSON.stringify(a.status < 300 ? { status: "accepted" } : { status: "error", code: "scripted", message: `answer ${a.status}` }));
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const addr = server.address();
-  const port = typeof addr === "object" && addr ? addr.port : 0;
-  return { url: `https://localhost:${port}`, port, requests, server, close: () => new Promise<void>((r) => server.close(() => r())) };
-}
-
-/** Receives spec.notify.url notifications. */
-async function notifySink() {
-  const got: any[] = [];
-  const server: Server = createHttpServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (c: Buffer) => chunks.push(c));
-    req.on("end", () => {
-      got.push(JSON.parse(Buffer.concat(chunks).toString()));
-      res.writeHead(204).end();
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const addr = server.address();
-  return { url: `http://127.0.0.1:${typeof addr === "object" && addr ? addr.port : 0}/notify`, got, close: () => new Promise<void>((r) => server.close(() => r())) };
-}
+withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
 
 const fast: AgentSpecInput["outbound"] = { backoff: ["300ms"], retryFor: "30s" };
 
@@ -184,14 +112,13 @@ describe("two agents talking over HTTPS", () => {
 
 describe("delivery failures", () => {
   it("retries a peer that answers 500 for a while and delivers once it recovers", async () => {
-    const peer = await scriptedPeer((n) => ({ status: n <= 3 ? 500 : 202 }));
+    const peer = await scriptedPeer(tls, (n) => ({ status: n <= 3 ? 500 : 202 }));
     const sender = await runAgent({ self: identity("sender-500"), natsUrl: nats.url, tls, spec: { peers: [{ ...peerOf(identity("flaky")), url: peer.url }], outbound: fast } });
     try {
       const sent = await send(sender.localApiUrl, { to: "flaky", text: "hi" });
       const done = await untilState(sender.localApiUrl, sent.body.message_id, "delivered");
       expect(done.recipients[0]).toMatchObject({ attempts: 4, state: "delivered" });
-      await new Promise((r) => setTimeout(r, 1000));
-      expect(peer.requests).toHaveLength(4);
+      await consistently("no request after the delivery", () => peer.requests.length === 4);
       expect(peer.requests.filter((r) => r.headers["idempotency-key"] === sent.body.message_id)).toHaveLength(4);
     } finally {
       await sender.close();
@@ -200,19 +127,19 @@ describe("delivery failures", () => {
   });
 
   it("never retries a 400, records it as a dead letter and notifies", async () => {
-    const peer = await scriptedPeer(() => ({ status: 400 }));
+    const peer = await scriptedPeer(tls, () => ({ status: 400 }));
     const sink = await notifySink();
     const sender = await runAgent({ self: identity("sender-400"), natsUrl: nats.url, tls, spec: { peers: [{ ...peerOf(identity("strict")), url: peer.url }], outbound: fast, notify: { url: sink.url } } });
     try {
       const sent = await send(sender.localApiUrl, { to: "strict", text: "hi" });
       const failed = await untilState(sender.localApiUrl, sent.body.message_id, "failed");
       expect(failed.recipients[0]).toMatchObject({ attempts: 1, last_status: 400, last_error: expect.stringMatching(/never retried/) });
-      await new Promise((r) => setTimeout(r, 1500));
-      expect(peer.requests).toHaveLength(1);
       const dead = await new LocalApiClient(sender.localApiUrl).deadLetters();
       expect(dead.map((d) => d.message_id)).toContain(sent.body.message_id);
       await waitFor("the notification", () => sink.got.some((n) => n.message_id === sent.body.message_id));
       expect(sink.got.find((n) => n.message_id === sent.body.message_id)).toMatchObject({ event: "failed", recipient: "strict", agent_id: "sender-400" });
+      await consistently("no second request", () => peer.requests.length === 1, 1500);
+      expect(await outboundResults(sender)).toMatchObject({ failed: 1, refused: 1 });
     } finally {
       await sender.close();
       await peer.close();
@@ -221,7 +148,7 @@ describe("delivery failures", () => {
   });
 
   it("waits for Retry-After on 429 and records the decision", async () => {
-    const peer = await scriptedPeer((n) => (n === 1 ? { status: 429, headers: { "retry-after": "1" } } : { status: 202 }));
+    const peer = await scriptedPeer(tls, (n) => (n === 1 ? { status: 429, headers: { "retry-after": "1" } } : { status: 202 }));
     const sender = await runAgent({ self: identity("sender-429"), natsUrl: nats.url, tls, spec: { peers: [{ ...peerOf(identity("busy")), url: peer.url }], outbound: { backoff: ["1h"], retryFor: "24h" } } });
     try {
       const sent = await send(sender.localApiUrl, { to: "busy", text: "hi" });
@@ -258,7 +185,7 @@ describe("delivery failures", () => {
 
   it("survives a restart of the sender in the middle of retrying, delivering once", async () => {
     let up = false;
-    const peer = await scriptedPeer(() => ({ status: up ? 202 : 503 }));
+    const peer = await scriptedPeer(tls, () => ({ status: up ? 202 : 503 }));
     const self = identity("sender-restart");
     const dir = tempDir();
     const spec = { peers: [{ ...peerOf(identity("later")), url: peer.url }], outbound: { backoff: ["500ms"], retryFor: "1m" } };
@@ -272,8 +199,7 @@ describe("delivery failures", () => {
     try {
       const done = await untilState(second.localApiUrl, sent.body.message_id, "delivered");
       expect(done.recipients[0].attempts).toBeGreaterThan(1);
-      await new Promise((r) => setTimeout(r, 1500));
-      expect(peer.requests.length).toBe(before + 1);
+      await consistently("one request after the restart", () => peer.requests.length === before + 1, 1500);
       expect(peer.requests.filter((r) => r.body.headers.message_id === sent.body.message_id).length).toBe(peer.requests.length);
     } finally {
       await second.close();

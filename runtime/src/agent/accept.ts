@@ -1,8 +1,11 @@
 import type { Agent } from "../resources/agent.ts";
 import { unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
+import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Verified } from "../protocol/verify.ts";
-import { inspect, type InboundMeta, type Inspection } from "./inbound.ts";
+import { inspect, type InboundMeta, type Inspection, type PeerCapabilityCache } from "./inbound.ts";
+import type { OutboxStore } from "./outbox.ts";
+import { errorReply } from "./replies.ts";
 import type { InboxStore } from "./store.ts";
 
 export type OnAccepted = (message: Message, meta: InboundMeta, inspection: Inspection) => Promise<void>;
@@ -30,4 +33,31 @@ export async function acceptVerified(
     }
   }
   return result;
+}
+
+/**
+ * What an inspection calls for, once the message is stored: a capability document from a
+ * greeting is remembered for its sender, and an error-phase answer is signed and queued in
+ * the outbox. Both are idempotent (the reply's id derives from the message it answers).
+ */
+export function inspectionEffects(deps: {
+  self: { agentId: string; displayName?: string };
+  signing: SigningKey;
+  outbox: Pick<OutboxStore, "enqueue">;
+  peers: Pick<PeerCapabilityCache, "put">;
+}): OnAccepted {
+  return async (message, meta, inspection) => {
+    if (inspection.capabilities) {
+      await deps.peers.put(meta.sender, {
+        agent_id: meta.sender,
+        document: inspection.capabilities,
+        source: "greeting",
+        message_id: message.headers.message_id,
+        learned_at: new Date().toISOString(),
+      });
+    }
+    if (inspection.error) {
+      await deps.outbox.enqueue(signMessage(errorReply(message, deps.self, inspection.error), deps.signing));
+    }
+  };
 }

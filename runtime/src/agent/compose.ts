@@ -1,8 +1,10 @@
 import { ulid } from "ulid";
 import { z } from "zod";
-import { isoSeconds, type CapabilityDocument } from "../protocol/documents.ts";
+import type { CapabilityDocument } from "../protocol/documents.ts";
+import { isoSeconds } from "../util/time.ts";
 import { badRequest } from "../protocol/errors.ts";
-import { BodyPart, Message, MessageHeaders, describeIssues } from "../protocol/message.ts";
+import { BodyPart, Message, MessageHeaders } from "../protocol/message.ts";
+import { describeIssues } from "../contract/issues.ts";
 import { newMessageId } from "./replies.ts";
 
 const Recipients = z.union([

@@ -1,6 +1,6 @@
 import { Kvm, type KV } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
-import { encodeToken } from "../nats/subjects.ts";
+import { encodeToken } from "../contract/nats.ts";
 
 export type RecipientStatus = "queued" | "retrying" | "delivered" | "failed" | "undeliverable";
 
@@ -28,6 +28,91 @@ export interface DeliveryRecord {
 
 const PENDING: RecipientStatus[] = ["queued", "retrying"];
 export const isPending = (r: RecipientState) => PENDING.includes(r.state);
+
+/** How one attempt to one recipient ended. */
+export type Outcome =
+  | { kind: "delivered"; via: string; status: number }
+  | {
+      kind: "retry";
+      via?: string;
+      status?: number;
+      error: string;
+      /** The pause the recipient asked for (Retry-After on 408/425/429), instead of the schedule. */
+      afterMs?: number;
+      /** The schedule's pause, but never shorter than this (Retry-After on a 5xx). */
+      notBeforeMs?: number;
+      decision?: string;
+    }
+  | { kind: "failed"; via?: string; status?: number; error: string };
+
+/** When retrying a recipient stops, and why then: the retry window's end or the message's ttl. */
+export interface Deadline {
+  at: number;
+  reason: string;
+  /** Once passed, no attempt at all, not even the first: the message's ttl_seconds ran out. */
+  expires?: boolean;
+}
+
+/** A recipient whose message expired before its next attempt: given up without a request. */
+export function expiredRecipientState(r: RecipientState, deadline: Deadline): RecipientState {
+  return {
+    ...r,
+    state: "undeliverable",
+    last_error: r.last_error ? `${r.last_error}; ${deadline.reason}` : deadline.reason,
+    next_attempt_at: undefined,
+    decision: deadline.reason,
+  };
+}
+
+/** The pause before attempt n+1 after n failed attempts, with ±10% jitter. */
+export function backoffDelay(schedule: number[], attempts: number, random = Math.random): number {
+  const base = schedule[Math.min(Math.max(attempts, 1), schedule.length) - 1]!;
+  return Math.round(base * (0.9 + random() * 0.2));
+}
+
+/** Whether a pending recipient's next attempt is due (within a second) at `now`. */
+export function isDue(r: RecipientState, now: number): boolean {
+  return isPending(r) && (!r.next_attempt_at || Date.parse(r.next_attempt_at) <= now + 1000);
+}
+
+/**
+ * The recipient's state after one more attempt ended in `outcome` at `now`: delivered;
+ * failed (a final answer, never retried); undeliverable (still failing at the deadline); or
+ * retrying at the recipient's Retry-After or the backoff schedule, the last attempt falling on
+ * the deadline rather than after it. Pure: the delivery loop does the I/O around it.
+ */
+export function nextRecipientState(
+  r: RecipientState,
+  outcome: Outcome,
+  now: number,
+  deadline: Deadline,
+  backoff: { schedule: number[]; random?: () => number },
+): RecipientState {
+  const next: RecipientState = {
+    ...r,
+    attempts: r.attempts + 1,
+    via: outcome.via ?? r.via,
+    last_status: "status" in outcome ? outcome.status : undefined,
+  };
+  if (outcome.kind === "delivered") {
+    return { ...next, state: "delivered", delivered_at: new Date(now).toISOString(), last_error: undefined, next_attempt_at: undefined };
+  }
+  if (outcome.kind === "failed") {
+    return { ...next, state: "failed", last_error: outcome.error, next_attempt_at: undefined, decision: "not retried" };
+  }
+  if (now >= deadline.at) {
+    return { ...next, state: "undeliverable", last_error: `${outcome.error}; ${deadline.reason}`, next_attempt_at: undefined, decision: deadline.reason };
+  }
+  const asked = outcome.afterMs ?? Math.max(backoffDelay(backoff.schedule, next.attempts, backoff.random), outcome.notBeforeMs ?? 0);
+  const wait = Math.max(0, Math.min(asked, deadline.at - now));
+  return {
+    ...next,
+    state: "retrying",
+    last_error: outcome.error,
+    decision: outcome.decision ?? `retry in ${Math.round(wait / 1000)} s (attempt ${next.attempts} failed)`,
+    next_attempt_at: new Date(now + wait).toISOString(),
+  };
+}
 
 /** The state of the whole message from its recipients' states. */
 export function overallState(recipients: RecipientState[]): RecipientStatus {

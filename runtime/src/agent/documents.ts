@@ -1,20 +1,15 @@
-import { createHash } from "node:crypto";
-import canonicalize from "canonicalize";
 import { Kvm } from "@nats-io/kv";
 import type { Logger } from "pino";
+import { ANNOTATIONS } from "../contract/annotations.ts";
+import { capabilitiesHash, capabilityList } from "../contract/capabilities.ts";
 import type { Agent } from "../resources/agent.ts";
 import type { Nats } from "../nats/connection.ts";
-import { etagOf, isoSeconds, type CapabilityDocument, type IdentityDocument } from "../protocol/documents.ts";
+import { etagOf, type CapabilityDocument, type IdentityDocument } from "../protocol/documents.ts";
+import { isoSeconds } from "../util/time.ts";
 import type { AgentNames } from "./names.ts";
 
 /** IFP parts this runtime implements: formats 3/4, signing 5, HTTPS 6, discovery 7, relay client 8. */
 export const IFP_SUPPORT = [3, 4, 5, 6, 7, 8];
-
-/** Annotations a rendered manifest may carry (the operator sets them). */
-export const ANNOTATIONS = {
-  capabilitiesUpdated: "ifp.dev/capabilities-updated",
-  signingKeyCreated: "ifp.dev/signing-key-created",
-} as const;
 
 export const WELL_KNOWN = "/.well-known/agent";
 export const WELL_KNOWN_IFP = "/.well-known/iface";
@@ -22,22 +17,6 @@ export const WELL_KNOWN_IFP = "/.well-known/iface";
 export interface Served<T> {
   doc: T;
   etag: string;
-}
-
-/** The capabilities exactly as published, from the Agent spec. */
-export function capabilityList(agent: Agent): CapabilityDocument["capabilities"] {
-  return agent.spec.capabilities.map((c) => ({
-    name: c.name,
-    version: c.version,
-    description: c.description,
-    ...(c.parameters ? { parameters: c.parameters } : {}),
-    ...(c.conditions && Object.keys(c.conditions).length ? { conditions: c.conditions } : {}),
-  }));
-}
-
-/** Hash of the capability set, the thing whose change moves `updated`. */
-export function capabilitiesHash(agent: Agent): string {
-  return createHash("sha256").update(canonicalize(capabilityList(agent)) ?? "").digest("hex");
 }
 
 export function buildCapabilityDocument(agent: Agent, updated: string): CapabilityDocument {

@@ -2,9 +2,11 @@ import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
-import { nanos } from "../nats/streams.ts";
+import { nanos } from "../contract/nats.ts";
 import { ConsumerWorker } from "../nats/worker.ts";
+import type { HttpClient } from "../net/http-client.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
+import { errorMessage } from "../util/errors.ts";
 import type { AgentNames } from "./names.ts";
 import { H } from "./store.ts";
 
@@ -27,7 +29,8 @@ export interface HandoffHooks {
  * Hands accepted messages to the user's application at spec.handler.url: a durable JetStream
  * consumer shared by all replicas, acknowledged only after the handler's 2xx, retried with
  * exponential backoff, and dead-lettered (with a metric and a log line) once it has been
- * failing for `deadLetterAfter`.
+ * failing for `deadLetterAfter`. The POST goes through the runtime's one HTTP client (its CAs,
+ * no redirects followed: a 3xx is a failure like any other non-2xx).
  */
 export class HandlerDelivery {
   private readonly nats: Nats;
@@ -37,10 +40,12 @@ export class HandlerDelivery {
   private readonly metrics: RuntimeMetrics;
   private readonly hooks: HandoffHooks;
   private readonly worker: ConsumerWorker;
+  private readonly http: HttpClient;
 
-  constructor(nats: Nats, names: AgentNames, opts: HandlerOptions, log: Logger, metrics: RuntimeMetrics, hooks: HandoffHooks) {
+  constructor(nats: Nats, names: AgentNames, http: HttpClient, opts: HandlerOptions, log: Logger, metrics: RuntimeMetrics, hooks: HandoffHooks) {
     this.nats = nats;
     this.names = names;
+    this.http = http;
     this.opts = { concurrency: 4, backoffMs: { initial: 1_000, max: 300_000 }, ...opts } as Required<HandlerOptions>;
     this.log = log;
     this.metrics = metrics;
@@ -59,6 +64,9 @@ export class HandlerDelivery {
           max_ack_pending: 1000,
         },
         updatable: ["ack_wait", "max_ack_pending"],
+        // The inbox keeps handed-off messages (the replay window): a recreated consumer must not
+        // hand them all out again.
+        recreateFrom: "ack-floor",
         concurrency: this.opts.concurrency,
         handle: (m) => this.handle(m),
         label: "handler delivery",
@@ -83,7 +91,7 @@ export class HandlerDelivery {
     const ended = this.metrics.handlerLatency.startTimer();
     let failure: string;
     try {
-      const res = await fetch(url, {
+      const res = await this.http.request(url, {
         method: "POST",
         headers: {
           "content-type": "application/json; charset=utf-8",
@@ -94,17 +102,16 @@ export class HandlerDelivery {
           "ifp-delivery-attempt": String(attempt),
         },
         body: m.data,
-        signal: AbortSignal.timeout(this.opts.timeoutMs),
+        timeoutMs: this.opts.timeoutMs,
       });
-      await res.body?.cancel().catch(() => {});
-      if (res.ok) {
+      if (res.status >= 200 && res.status < 300) {
         m.ack();
         this.metrics.handler.inc({ result: "delivered" });
         return;
       }
-      failure = `handler answered ${res.status}`;
+      failure = res.status >= 300 && res.status < 400 ? `handler answered ${res.status} (redirects are not followed)` : `handler answered ${res.status}`;
     } catch (err) {
-      failure = `handler unreachable: ${(err as Error).message}`;
+      failure = `handler unreachable: ${errorMessage(err)}`;
     } finally {
       ended();
     }
@@ -137,7 +144,7 @@ export class HandlerDelivery {
       this.log.error({ messageId, reason }, "message dead-lettered");
       this.hooks.onDeadLetter?.(messageId, reason);
     } catch (err) {
-      this.log.warn({ messageId, err: (err as Error).message }, "dead-lettering failed; will retry");
+      this.log.warn({ messageId, err: errorMessage(err) }, "dead-lettering failed; will retry");
       m.nak(this.backoff(m.info.deliveryCount));
     }
   }

@@ -1,9 +1,10 @@
 import { Kvm, type KV } from "@nats-io/kv";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
-import { encodeToken } from "../nats/subjects.ts";
+import { encodeToken } from "../contract/nats.ts";
 import { CapabilityDocument } from "../protocol/documents.ts";
-import { describeIssues, PHASES, protocolProblem, type Message } from "../protocol/message.ts";
+import { PHASES, protocolProblem, type Message } from "../protocol/message.ts";
+import { describeIssues } from "../contract/issues.ts";
 import type { Agent } from "../resources/agent.ts";
 import { describeMismatches, unmetConditions } from "./conditions.ts";
 import type { AgentNames } from "./names.ts";

@@ -1,10 +1,12 @@
+import type { ZodTypeProvider } from "@fastify/type-provider-zod";
 import Fastify, { LogController, type FastifyInstance } from "fastify";
 import type { Logger } from "pino";
+import { z } from "zod";
 import { notFound } from "../protocol/errors.ts";
-import { Message } from "../protocol/message.ts";
+import type { Message } from "../protocol/message.ts";
 import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
-import { toProtocolError, sendError } from "../server/http.ts";
+import { jsonApi } from "../server/http.ts";
 import { composeMessage } from "./compose.ts";
 import type { DeliveryRecord, DeliveryStates } from "./delivery-state.ts";
 import type { Documents } from "./documents.ts";
@@ -34,19 +36,13 @@ export function buildLocalApi(deps: LocalApiDeps): FastifyInstance {
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: deps.agent.spec.inbox.maxMessageBytes,
   }) as unknown as FastifyInstance;
-  app.removeContentTypeParser("text/plain");
-  app.setErrorHandler((err, req, reply) => {
-    const pe = toProtocolError(err);
-    if (pe.statusCode === 500) req.log.error({ err }, "local API request failed");
-    sendError(reply, pe);
-  });
-  app.setNotFoundHandler((req, reply) => {
-    sendError(reply, notFound(`no endpoint ${req.method} ${req.url.split("?")[0]}`));
-  });
+  jsonApi(app);
+  const api = app.withTypeProvider<ZodTypeProvider>();
 
-  app.get("/healthz", async () => ({ status: "ok" }));
+  api.get("/healthz", async () => ({ status: "ok" }));
 
-  app.post("/outbox", async (req, reply) => {
+  // The body is the short form or a whole unsigned message: composeMessage checks it and says what is wrong.
+  api.post("/outbox", async (req, reply) => {
     const body = (req.body ?? {}) as Record<string, unknown>;
     const inReplyTo = typeof body.in_reply_to === "string" ? body.in_reply_to : undefined;
     const original = inReplyTo ? await deps.received(inReplyTo) : undefined;
@@ -76,18 +72,19 @@ export function buildLocalApi(deps: LocalApiDeps): FastifyInstance {
       .send({ status: "queued", message_id: id, duplicate, message });
   });
 
-  app.get<{ Params: { id: string } }>("/outbox/:id", async (req) => {
+  api.get("/outbox/:id", { schema: { params: z.object({ id: z.string() }) } }, async (req) => {
     const record = await deps.states.get(req.params.id);
     if (!record) throw notFound(`no outbound message ${req.params.id}`);
     return record;
   });
 
-  app.get<{ Querystring: { limit?: string } }>("/dead-letters", async (req) => {
-    const limit = Math.min(1000, Math.max(1, Number(req.query.limit ?? 100) || 100));
-    return { dead_letters: await deps.states.deadLetters(limit) };
-  });
+  // A limit out of range is brought into it rather than refused.
+  const Limit = z.unknown().transform((v) => Math.min(1000, Math.max(1, Number(v ?? 100) || 100)));
+  api.get("/dead-letters", { schema: { querystring: z.object({ limit: Limit }) } }, async (req) => ({
+    dead_letters: await deps.states.deadLetters(req.query.limit),
+  }));
 
-  app.get<{ Params: { agent: string } }>("/peers/:agent/capabilities", async (req) => {
+  api.get("/peers/:agent/capabilities", { schema: { params: z.object({ agent: z.string() }) } }, async (req) => {
     const entry = await deps.peers.get(req.params.agent);
     if (!entry) throw notFound(`no capability document learned from ${req.params.agent}`);
     return entry;

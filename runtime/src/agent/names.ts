@@ -1,4 +1,4 @@
-import { encodeToken } from "../nats/subjects.ts";
+import { encodeToken } from "../contract/nats.ts";
 
 /** JetStream names of one agent. Replicas of the same agent share them. */
 export function agentNames(agentId: string) {

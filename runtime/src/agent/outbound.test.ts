@@ -1,37 +1,33 @@
 import { describe, expect, it } from "vitest";
-import { backoffDelay, classify } from "./outbound.ts";
+import { classify } from "./outbound.ts";
 
 describe("classify (spec 7.2 rule 3)", () => {
   it("2xx is delivered", () => {
     expect(classify(202, null, "u", "")).toEqual({ kind: "delivered", via: "u", status: 202 });
   });
-  it("5xx is retried on the schedule", () => {
-    expect(classify(503, "30", "u", '{"status":"error","code":"unavailable","message":"down"}')).toMatchObject({
+  it("5xx is retried on the schedule, never sooner than a Retry-After", () => {
+    expect(classify(503, "30", "u", '{"status":"error","code":"unavailable","message":"down"}')).toEqual({
       kind: "retry",
+      via: "u",
       status: 503,
       error: "503 unavailable: down",
+      notBeforeMs: 30_000,
     });
+    expect(classify(500, null, "u", "")).toEqual({ kind: "retry", via: "u", status: 500, error: "500" });
   });
-  it("429 and 408 wait for Retry-After and say so", () => {
+  it("429, 425 and 408 wait for Retry-After and say so", () => {
     expect(classify(429, "7", "u", "")).toMatchObject({ kind: "retry", afterMs: 7000, decision: expect.stringMatching(/Retry-After 7 s/) });
+    expect(classify(425, "2", "u", "")).toMatchObject({ kind: "retry", afterMs: 2000, decision: expect.stringMatching(/425 is not final/) });
     expect(classify(408, null, "u", "")).toMatchObject({ kind: "retry", afterMs: undefined, decision: expect.stringMatching(/no Retry-After/) });
+    expect(classify(429, "0", "u", "")).toMatchObject({ kind: "retry", afterMs: 1000 });
     const inTenSeconds = new Date(Date.now() + 10_000).toUTCString();
     const r = classify(429, inTenSeconds, "u", "");
     expect(r.kind === "retry" && r.afterMs).toBeGreaterThanOrEqual(9000);
   });
   it("every other 4xx is final", () => {
-    for (const s of [400, 401, 404, 413, 415]) expect(classify(s, null, "u", "").kind).toBe("failed");
+    for (const s of [400, 401, 404, 413, 415]) expect(classify(s, null, "u", "")).toMatchObject({ kind: "failed", error: `${s}; a 4xx is never retried` });
   });
-});
-
-describe("backoffDelay", () => {
-  const schedule = [60_000, 300_000, 1_800_000, 3_600_000];
-  it("follows IFP-6's 1m, 5m, 30m, then hourly", () => {
-    const mid = () => 0.5;
-    expect([1, 2, 3, 4, 5, 20].map((n) => backoffDelay(schedule, n, mid))).toEqual([60_000, 300_000, 1_800_000, 3_600_000, 3_600_000, 3_600_000]);
-  });
-  it("jitters by at most 10%", () => {
-    expect(backoffDelay(schedule, 1, () => 0)).toBe(54_000);
-    expect(backoffDelay(schedule, 1, () => 0.999999)).toBeLessThanOrEqual(66_000);
+  it("a redirect is final, not followed and not retried for the whole window", () => {
+    for (const s of [301, 302, 307, 308]) expect(classify(s, null, "u", "")).toEqual({ kind: "failed", via: "u", status: s, error: `${s}; redirects are not followed` });
   });
 });

@@ -2,19 +2,17 @@ import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
 import type { Nats } from "../nats/connection.ts";
-import { nanos } from "../nats/streams.ts";
+import { nanos } from "../contract/nats.ts";
 import { ConsumerWorker } from "../nats/worker.ts";
-import { retryAfterSeconds, type HttpClient } from "../net/http-client.ts";
+import { classifyAnswer } from "../net/answer.ts";
+import type { HttpClient } from "../net/http-client.ts";
 import { Message } from "../protocol/message.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
-import { isPending, type DeliveryRecord, type DeliveryStates, type RecipientState } from "./delivery-state.ts";
+import { errorMessage } from "../util/errors.ts";
+import { expiredRecipientState, isDue, isPending, nextRecipientState, type Deadline, type DeliveryRecord, type DeliveryStates, type Outcome, type RecipientState } from "./delivery-state.ts";
 import type { AgentNames } from "./names.ts";
 
-/** How one attempt to one recipient ended. */
-export type Outcome =
-  | { kind: "delivered"; via: string; status: number }
-  | { kind: "retry"; via?: string; status?: number; error: string; afterMs?: number; decision?: string }
-  | { kind: "failed"; via?: string; status?: number; error: string };
+export type { Outcome } from "./delivery-state.ts";
 
 /** Where a recipient's messages go. */
 export type Route = { kind: "https"; inbox: string } | { kind: "relay"; relays: string[] };
@@ -36,23 +34,35 @@ export interface OutboundOptions {
   concurrency?: number;
 }
 
-/** Classify an inbox answer (spec 7.2 rule 3, with 408/429 read as "later"). */
-export function classify(status: number, retryAfter: string | null, via: string, body: string): Outcome {
-  if (status >= 200 && status < 300) return { kind: "delivered", via, status };
-  const detail = errorDetail(body);
-  if (status === 429 || status === 408) {
-    const s = retryAfterSeconds(retryAfter);
-    return {
-      kind: "retry",
-      via,
-      status,
-      error: `${status}${detail}`,
-      afterMs: s !== undefined ? Math.max(1, s) * 1000 : undefined,
-      decision: `${status} is not final: retry ${s !== undefined ? `after Retry-After ${s} s` : "on the backoff schedule (no Retry-After)"}`,
-    };
+/**
+ * An inbox's (or a relay's) answer as the outcome of an attempt, by the one answer rule
+ * (net/answer.ts): 408/425/429 wait for their Retry-After; 5xx follow the schedule, never
+ * sooner than a Retry-After; a redirect and any other 4xx are final.
+ */
+export function classify(status: number, retryAfter: string | null, via: string, body: string, now = Date.now()): Outcome {
+  const answer = classifyAnswer(status, retryAfter, now);
+  const error = `${status}${errorDetail(body)}`;
+  switch (answer.kind) {
+    case "delivered":
+      return { kind: "delivered", via, status };
+    case "later": {
+      const s = answer.retryAfterMs === undefined ? undefined : Math.max(1, answer.retryAfterMs / 1000);
+      return {
+        kind: "retry",
+        via,
+        status,
+        error,
+        afterMs: s !== undefined ? s * 1000 : undefined,
+        decision: `${status} is not final: retry ${s !== undefined ? `after Retry-After ${s} s` : "on the backoff schedule (no Retry-After)"}`,
+      };
+    }
+    case "retry":
+      return { kind: "retry", via, status, error, ...(answer.retryAfterMs ? { notBeforeMs: answer.retryAfterMs } : {}) };
+    case "final": {
+      const why = answer.redirect ? "redirects are not followed" : status >= 400 && status < 500 ? "a 4xx is never retried" : "not a status to retry";
+      return { kind: "failed", via, status, error: `${error}; ${why}` };
+    }
   }
-  if (status >= 400 && status < 500) return { kind: "failed", via, status, error: `${status}${detail}; a 4xx is never retried` };
-  return { kind: "retry", via, status, error: `${status}${detail}` };
 }
 
 function errorDetail(body: string): string {
@@ -65,19 +75,13 @@ function errorDetail(body: string): string {
   return "";
 }
 
-/** The pause before attempt n+1 after n failed attempts, with ±10% jitter. */
-export function backoffDelay(schedule: number[], attempts: number, random = Math.random): number {
-  const base = schedule[Math.min(Math.max(attempts, 1), schedule.length) - 1]!;
-  return Math.round(base * (0.9 + random() * 0.2));
-}
-
 /**
  * Delivers queued outbound messages: a durable consumer on the outbox work queue shared by
  * the replicas. Each recipient is tried directly (its inbox over HTTPS, with Idempotency-Key)
- * or through a relay; network errors and 5xx are retried on the schedule until `retryFor`,
- * 408/429 after their Retry-After, and any other 4xx is final. Progress is kept in the
- * delivery records, so a restart resumes where it stopped; the recipient's idempotency
- * absorbs the rare repeat.
+ * or through a relay; its answer is classified by classify(), and what follows for the recipient
+ * is the pure nextRecipientState() (delivery-state.ts). Progress is kept in the delivery
+ * records, so a restart resumes where it stopped; the recipient's idempotency absorbs the
+ * rare repeat.
  */
 export class OutboundDelivery {
   private readonly worker: ConsumerWorker;
@@ -114,6 +118,7 @@ export class OutboundDelivery {
       deps.nats,
       {
         stream: deps.names.outboxStream,
+        // A work queue: a consumer recreated after it went away finds only what is still to send.
         consumer: {
           durable_name: deps.names.senderConsumer,
           filter_subject: deps.names.outbox,
@@ -146,63 +151,51 @@ export class OutboundDelivery {
       updated_at: queuedAt.toISOString(),
       recipients: message.headers.to.map((t) => ({ agent: t.agent, state: "queued", attempts: 0 })),
     };
-    const deadline = Date.parse(record.queued_at) + this.opts.retryForMs;
-    const expiresAt = message.headers.ttl_seconds ? Date.parse(message.headers.date) + message.headers.ttl_seconds * 1000 : Infinity;
+    const deadline = this.deadline(record, message);
     const gaveUp: RecipientState[] = [];
     let nextDelay = Infinity;
-    for (const r of record.recipients) {
+    for (const [i, r] of record.recipients.entries()) {
       if (!isPending(r)) continue;
-      if (r.next_attempt_at && Date.parse(r.next_attempt_at) > Date.now() + 1000) {
+      if (!isDue(r, Date.now())) {
         // Woken early (another recipient's schedule): keep this one's own.
-        nextDelay = Math.min(nextDelay, Date.parse(r.next_attempt_at) - Date.now());
+        nextDelay = Math.min(nextDelay, Date.parse(r.next_attempt_at!) - Date.now());
+        continue;
+      }
+      if (deadline.expires && Date.now() >= deadline.at) {
+        // Expired while waiting: nothing is sent after ttl_seconds, not even a first attempt.
+        const next = expiredRecipientState(r, deadline);
+        record.recipients[i] = next;
+        gaveUp.push(next);
         continue;
       }
       const outcome = await this.attempt(message, r.agent);
-      r.attempts++;
-      r.via = outcome.via ?? r.via;
-      r.last_status = "status" in outcome ? outcome.status : undefined;
       this.metrics.outbound.inc({ result: outcome.kind });
-      if (outcome.kind === "delivered") {
-        r.state = "delivered";
-        r.delivered_at = new Date().toISOString();
-        r.last_error = undefined;
-        r.next_attempt_at = undefined;
-        continue;
-      }
-      r.last_error = outcome.error;
-      if (outcome.kind === "failed") {
-        r.state = "failed";
-        r.next_attempt_at = undefined;
-        r.decision = "not retried";
-        gaveUp.push(r);
-        continue;
-      }
       const now = Date.now();
-      if (now >= deadline || now >= expiresAt) {
-        r.state = "undeliverable";
-        r.next_attempt_at = undefined;
-        r.decision = now >= expiresAt ? "the message's ttl_seconds passed" : `still failing after the ${Math.round(this.opts.retryForMs / 1000)} s retry window`;
-        r.last_error = `${outcome.error}; ${r.decision}`;
-        gaveUp.push(r);
-        continue;
-      }
-      let wait = outcome.afterMs ?? backoffDelay(this.opts.backoffMs, r.attempts);
-      // The last attempt happens at the end of the window, not after it.
-      wait = Math.max(0, Math.min(wait, deadline - now, expiresAt - now));
-      r.state = "retrying";
-      r.decision = outcome.decision ?? `retry in ${Math.round(wait / 1000)} s (attempt ${r.attempts} failed)`;
-      r.next_attempt_at = new Date(now + wait).toISOString();
-      nextDelay = Math.min(nextDelay, wait);
-      this.log.warn({ messageId: id, to: r.agent, attempt: r.attempts, retryInMs: wait }, outcome.error);
+      const next = nextRecipientState(r, outcome, now, deadline, { schedule: this.opts.backoffMs });
+      record.recipients[i] = next;
+      if (next.state === "retrying") {
+        const wait = Date.parse(next.next_attempt_at!) - now;
+        nextDelay = Math.min(nextDelay, wait);
+        this.log.warn({ messageId: id, to: next.agent, attempt: next.attempts, retryInMs: wait }, next.last_error!);
+      } else if (next.state !== "delivered") gaveUp.push(next);
     }
     record.updated_at = new Date().toISOString();
     await this.states.put(record);
     for (const r of gaveUp) {
       this.metrics.outbound.inc({ result: r.state === "failed" ? "refused" : "undeliverable" });
-      await this.onGiveUp(record, r).catch((err) => this.log.warn({ err: (err as Error).message }, "notification failed"));
+      await this.onGiveUp(record, r).catch((err) => this.log.warn({ err: errorMessage(err) }, "notification failed"));
     }
     if (nextDelay === Infinity) m.ack();
     else m.nak(Math.max(1, Math.round(nextDelay)));
+  }
+
+  /** When retrying this message stops: the retry window's end, or its ttl_seconds when sooner. */
+  private deadline(record: DeliveryRecord, message: Message): Deadline {
+    const window = Date.parse(record.queued_at) + this.opts.retryForMs;
+    const expiresAt = message.headers.ttl_seconds ? Date.parse(message.headers.date) + message.headers.ttl_seconds * 1000 : Infinity;
+    return expiresAt <= window
+      ? { at: expiresAt, reason: "the message's ttl_seconds passed", expires: true }
+      : { at: window, reason: `still failing after the ${Math.round(this.opts.retryForMs / 1000)} s retry window` };
   }
 
   /** One delivery attempt to one recipient, direct first and through a relay when that is the way. */
@@ -213,7 +206,7 @@ export class OutboundDelivery {
     } catch (err) {
       return err instanceof NoRoute
         ? { kind: "failed", error: err.message }
-        : { kind: "retry", error: `discovery failed: ${(err as Error).message}` };
+        : { kind: "retry", error: `discovery failed: ${errorMessage(err)}` };
     }
     if (route.kind === "relay") return this.viaRelay(route.relays, message);
     const via = route.inbox;
@@ -229,7 +222,7 @@ export class OutboundDelivery {
         body: JSON.stringify(message),
       });
     } catch (err) {
-      const error = `network error: ${(err as Error).cause instanceof Error ? ((err as Error).cause as Error).message : (err as Error).message}`;
+      const error = `network error: ${errorMessage((err as Error).cause instanceof Error ? (err as Error).cause : err)}`;
       const relays = await this.relaysOf(agent);
       if (relays.length && this.relay) {
         const viaRelay = await this.viaRelay(relays, message);

@@ -1,7 +1,8 @@
 import { headers } from "@nats-io/transport-node";
 import { DiscardPolicy, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { Nats } from "../nats/connection.ts";
-import { ensureStream, nanos } from "../nats/streams.ts";
+import { ensureStream } from "../nats/streams.ts";
+import { nanos } from "../contract/nats.ts";
 import { unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 import type { AgentNames } from "./names.ts";

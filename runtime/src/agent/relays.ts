@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import type { HttpClient } from "../net/http-client.ts";
-import { describeIssues, Message } from "../protocol/message.ts";
+import { Message } from "../protocol/message.ts";
+import { describeIssues } from "../contract/issues.ts";
 import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Verifier } from "../protocol/verify.ts";
 import { RelayClient } from "../relay/client.ts";

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { ulid } from "ulid";
-import { isoSeconds } from "../protocol/documents.ts";
+import { isoSeconds } from "../util/time.ts";
 import type { Message } from "../protocol/message.ts";
 
 /** A new message_id: "msg:" and a ULID, unique and sortable by time. */

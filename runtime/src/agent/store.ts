@@ -1,8 +1,10 @@
 import { headers } from "@nats-io/transport-node";
 import { DiscardPolicy, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { Nats } from "../nats/connection.ts";
-import { ensureStream, nanos } from "../nats/streams.ts";
+import { ensureStream, isNotFound } from "../nats/streams.ts";
+import { nanos } from "../contract/nats.ts";
 import { unavailable } from "../protocol/errors.ts";
+import { Message } from "../protocol/message.ts";
 import type { AgentNames } from "./names.ts";
 
 const WEEK_MS = 7 * 24 * 3600_000;
@@ -74,6 +76,17 @@ export class InboxStore {
       return { duplicate: ack.duplicate };
     } catch (err) {
       throw unavailable(`the message could not be stored: ${(err as Error).message}`);
+    }
+  }
+
+  /** The received message with this message_id: one read by subject, since each message has its own. */
+  async received(messageId: string): Promise<Message | undefined> {
+    try {
+      const m = await this.nats.jsm.streams.getMessage(this.names.inboxStream, { last_by_subj: this.names.inbox(messageId) });
+      return m ? Message.parse(m.json()) : undefined;
+    } catch (err) {
+      if (isNotFound(err)) return undefined;
+      throw err;
     }
   }
 }

@@ -1,10 +1,11 @@
 import { parseArgs } from "node:util";
 import pino from "pino";
 import { startAgent } from "../agent/main.ts";
+import { errorMessage } from "../util/errors.ts";
 
 const USAGE = `usage:
   ifp-runtime agent --manifest FILE --port N --tls-cert FILE --tls-key FILE --signing-key FILE --nats URL
-  ifp-runtime relay --manifest FILE --port N --tls-cert FILE --tls-key FILE --nats URL
+  ifp-runtime relay --manifest FILE --port N --tls-cert FILE --tls-key FILE --nats URL [--ca-file FILE]
 
 Every flag may also be given as an environment variable: IFP_MANIFEST, IFP_PORT, IFP_HOST,
 IFP_TLS_CERT, IFP_TLS_KEY, IFP_SIGNING_KEY, IFP_NATS_URL, IFP_NATS_CREDS, IFP_NATS_USER,
@@ -18,7 +19,8 @@ IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PO
   --signing-key FILE  the agent's Ed25519 signing key, PKCS#8 PEM (agent mode)
   --nats URL          NATS server URL(s), comma separated
   --nats-creds FILE   NATS credentials file
-  --ca-file FILE      extra CA certificates (PEM) trusted for outbound HTTPS to peers and relays
+  --ca-file FILE      extra CA certificates (PEM) trusted for outbound HTTPS: peers, relays,
+                      the handler and notify webhooks (agent mode); push webhooks (relay mode)
   --kubeconfig FILE   kubeconfig for Kubernetes Events outside a pod (in a pod: its service account)
   --local-api-port N  overrides spec.localApi.port (agent mode; loopback only)
 `;
@@ -81,7 +83,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
   try {
     parsed = readFlags(argv);
   } catch (err) {
-    process.stderr.write(`ifp-runtime: ${(err as Error).message}\n\n${USAGE}`);
+    process.stderr.write(`ifp-runtime: ${errorMessage(err)}\n\n${USAGE}`);
     process.exitCode = 2;
     return;
   }
@@ -119,7 +121,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
       });
     } else if (mode === "relay") {
       const { startRelay } = await import("../relay/main.ts");
-      running = await startRelay(common);
+      running = await startRelay({ ...common, caFile: flags["ca-file"] });
     } else {
       throw new UsageError(`unknown mode ${JSON.stringify(mode)}; use agent or relay`);
     }
@@ -145,7 +147,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
       process.stderr.write(`ifp-runtime: ${err.message}\n\n${USAGE}`);
       process.exitCode = 2;
     } else {
-      logger.fatal({ err: (err as Error).message }, "could not start");
+      logger.fatal({ err: errorMessage(err) }, "could not start");
       process.exitCode = 1;
     }
     await new Promise((r) => setTimeout(r, 50));

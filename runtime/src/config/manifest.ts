@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { parse as parseYaml } from "yaml";
 import type { z } from "zod";
-import { describeIssues } from "../protocol/message.ts";
+import { describeIssues } from "../contract/issues.ts";
 
 /**
  * Read a custom resource (Agent or Relay) from a YAML or JSON file — the same document

@@ -1,6 +1,6 @@
 import type { z } from "zod";
 import { CapabilityDocument, IdentityDocument } from "../protocol/documents.ts";
-import { describeIssues } from "../protocol/message.ts";
+import { describeIssues } from "../contract/issues.ts";
 import type { HttpClient } from "../net/http-client.ts";
 
 export const WELL_KNOWN_PATHS = ["/.well-known/agent", "/.well-known/iface"] as const;
@@ -81,11 +81,10 @@ export class DiscoveryClient {
     }
     const parsed = schema.safeParse(json);
     if (!parsed.success) throw new DiscoveryError(`${url} returned an invalid document: ${describeIssues(parsed.error)}`);
-    this.cache.set(url, {
-      doc: parsed.data,
-      etag: res.headers.get("etag") ?? undefined,
-      freshUntil: this.now() + maxAgeMs(res.headers.get("cache-control")),
-    });
+    const cacheControl = res.headers.get("cache-control");
+    // no-store: nothing is kept, not even an ETag to revalidate with (RFC 9111 section 5.2.2.5).
+    if (/(^|[\s,])no-store($|[\s,])/i.test(cacheControl ?? "")) this.cache.delete(url);
+    else this.cache.set(url, { doc: parsed.data, etag: res.headers.get("etag") ?? undefined, freshUntil: this.now() + maxAgeMs(cacheControl) });
     return parsed.data;
   }
 }

@@ -1,7 +1,9 @@
 import { readFile } from "node:fs/promises";
-import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
+import { AuthorizationError, connect, credsAuthenticator, UserAuthenticationExpiredError, type NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import type { Logger } from "pino";
+import { errorMessage } from "../util/errors.ts";
+import { retry } from "../util/retry.ts";
 
 export interface NatsOptions {
   /** One or more server URLs, comma separated. */
@@ -16,15 +18,16 @@ export interface NatsOptions {
 
 /**
  * The NATS connection of a runtime process. It connects in the background, reconnects for
- * ever, and tells the HTTP layer whether a publish can succeed right now, so that a request
- * is answered 503 at once while NATS is away instead of waiting for a timeout.
+ * ever (with a new connection when the client gives one up), and tells the HTTP layer whether
+ * a publish can succeed right now, so that a request is answered 503 at once while NATS is
+ * away instead of waiting for a timeout.
  */
 export class Nats {
   nc: NatsConnection | undefined;
   js!: JetStreamClient;
   jsm!: JetStreamManager;
   private connected = false;
-  private closed = false;
+  private readonly closing = new AbortController();
   private readonly opts: NatsOptions;
   private readonly log: Logger;
 
@@ -39,36 +42,54 @@ export class Nats {
 
   /** Connect, retrying with backoff until it works or close() is called. */
   async start(signal?: AbortSignal): Promise<void> {
-    let delay = 250;
-    for (;;) {
-      if (this.closed || signal?.aborted) throw new Error("closed before NATS was reached");
-      try {
-        const nc = await connect({
-          servers: this.opts.url.split(",").map((s) => s.trim()),
-          name: this.opts.name,
-          maxReconnectAttempts: -1,
-          reconnectTimeWait: 500,
-          timeout: 5_000,
-          // No stack capture per request: publishes are the hot path and errors are logged with context anyway.
-          noAsyncTraces: true,
-          user: this.opts.user,
-          pass: this.opts.pass,
-          token: this.opts.token,
-          authenticator: this.opts.credsFile ? credsAuthenticator(await readFile(this.opts.credsFile)) : undefined,
-        });
-        this.nc = nc;
-        this.js = jetstream(nc, { timeout: 5_000 });
-        this.jsm = await jetstreamManager(nc, { timeout: 5_000 });
-        this.connected = true;
-        this.watch(nc);
-        this.log.info({ server: nc.getServer() }, "connected to NATS");
-        return;
-      } catch (err) {
-        this.log.warn({ err: (err as Error).message, retryInMs: delay }, "NATS not reachable yet");
-        await new Promise((r) => setTimeout(r, delay));
-        delay = Math.min(delay * 2, 5_000);
-      }
+    const stop = signal ? AbortSignal.any([this.closing.signal, signal]) : this.closing.signal;
+    try {
+      await retry(
+        async () => {
+          const nc = await connect({
+            servers: this.opts.url.split(",").map((s) => s.trim()),
+            name: this.opts.name,
+            maxReconnectAttempts: -1,
+            reconnectTimeWait: 500,
+            timeout: 5_000,
+            // No stack capture per request: publishes are the hot path and errors are logged with context anyway.
+            noAsyncTraces: true,
+            user: this.opts.user,
+            pass: this.opts.pass,
+            token: this.opts.token,
+            authenticator: this.opts.credsFile ? credsAuthenticator(await readFile(this.opts.credsFile)) : undefined,
+          });
+          if (stop.aborted) {
+            await nc.close().catch(() => {});
+            return;
+          }
+          const jsm = await jetstreamManager(nc, { timeout: 5_000 }).catch(async (err) => {
+            await nc.close().catch(() => {});
+            throw err;
+          });
+          this.nc = nc;
+          this.js = jetstream(nc, { timeout: 5_000 });
+          this.jsm = jsm;
+          this.connected = true;
+          this.watch(nc);
+          this.log.info({ server: nc.getServer() }, "connected to NATS");
+        },
+        {
+          signal: stop,
+          initialMs: 250,
+          maxMs: 5_000,
+          onError: (err, retryInMs) => {
+            const refused = configurationProblem(err);
+            if (refused) this.log.error({ err: errorMessage(err), retryInMs }, refused);
+            else this.log.warn({ err: errorMessage(err), retryInMs }, "NATS not reachable yet");
+          },
+        },
+      );
+    } catch (err) {
+      if (stop.aborted) throw new Error("closed before NATS was reached");
+      throw err;
     }
+    if (stop.aborted) throw new Error("closed before NATS was reached");
   }
 
   private watch(nc: NatsConnection): void {
@@ -82,11 +103,31 @@ export class Nats {
           this.log.info("reconnected to NATS");
         }
       }
-    })().catch(() => {});
+    })()
+      .catch(() => {})
+      .then(() => this.closed(nc));
+  }
+
+  /**
+   * The client closes a connection for good when it gives up reconnecting (e.g. the server
+   * refuses the credentials twice in a row after a reconfiguration). Unless close() was called,
+   * connect anew with backoff, re-reading the credentials file; `nc`, `js` and `jsm` are then
+   * replaced, so callers that read them on each use pick up the new connection.
+   */
+  private closed(nc: NatsConnection): void {
+    if (this.closing.signal.aborted || this.nc !== nc) return;
+    this.connected = false;
+    void nc.closed().then((err) => {
+      if (this.closing.signal.aborted) return;
+      this.log.error({ err: err ? errorMessage(err) : undefined }, "the NATS connection was closed; connecting anew");
+      this.start().catch((e) => {
+        if (!this.closing.signal.aborted) this.log.error({ err: errorMessage(e) }, "reconnecting to NATS failed");
+      });
+    });
   }
 
   async close(): Promise<void> {
-    this.closed = true;
+    this.closing.abort();
     this.connected = false;
     const nc = this.nc;
     if (!nc || nc.isClosed()) return;
@@ -96,4 +137,19 @@ export class Nats {
       await nc.close().catch(() => {});
     }
   }
+}
+
+/**
+ * Why connecting cannot work until someone fixes the configuration (the runtime keeps
+ * retrying: a renewed credentials file or a NATS reconfiguration may fix it), or undefined
+ * when NATS is merely not reachable.
+ */
+function configurationProblem(err: unknown): string | undefined {
+  if (err instanceof AuthorizationError || err instanceof UserAuthenticationExpiredError) {
+    return "NATS refused the credentials (--nats-creds, --nats-user and --nats-password, or --nats-token)";
+  }
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === "ENOENT" || code === "EACCES" || code === "EISDIR") return "cannot read the NATS credentials file (--nats-creds)";
+  if (/unable to parse credentials/i.test((err as Error).message)) return "the NATS credentials file (--nats-creds) is not a NATS .creds file";
+  return undefined;
 }

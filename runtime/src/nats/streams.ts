@@ -1,8 +1,5 @@
 import { JetStreamApiError, type JetStreamManager, type StreamConfig, type StreamInfo } from "@nats-io/jetstream";
 
-/** Nanoseconds, the unit of JetStream durations, from milliseconds. */
-export const nanos = (ms: number): number => Math.round(ms * 1_000_000);
-
 export function isNotFound(err: unknown): boolean {
   return err instanceof JetStreamApiError && (err.code === 10059 || err.code === 10014 || err.status === 404);
 }

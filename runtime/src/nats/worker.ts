@@ -1,14 +1,25 @@
-import type { ConsumerConfig, JsMsg } from "@nats-io/jetstream";
+import { setTimeout as pause } from "node:timers/promises";
+import { DeliverPolicy, type ConsumerConfig, type JsMsg } from "@nats-io/jetstream";
 import type { Logger } from "pino";
+import { errorMessage } from "../util/errors.ts";
 import type { Nats } from "./connection.ts";
 import { isNotFound } from "./streams.ts";
 
 export interface WorkerOptions {
   stream: string;
-  /** Durable consumer config; its name is `durable_name`. */
+  /** Durable consumer config; its name is `durable_name`. The consumer is created, and recreated, with it. */
   consumer: Partial<ConsumerConfig> & { durable_name: string };
   /** Fields re-applied to an existing consumer on start (e.g. ack_wait after a config change). */
   updatable?: (keyof ConsumerConfig)[];
+  /**
+   * Where a consumer recreated after it went away starts. `config` (the default): as
+   * `consumer` says — right for streams whose handled messages are deleted (work queues,
+   * mailboxes). `ack-floor`: after the last acknowledgement floor this worker saw (refreshed
+   * every `ackFloorRefreshMs`), for streams that keep handled messages, so that they are not all
+   * handed out again; the few acknowledged since the last refresh may be.
+   */
+  recreateFrom?: "config" | "ack-floor";
+  ackFloorRefreshMs?: number;
   concurrency: number;
   handle(m: JsMsg): Promise<void>;
   /** Called when handle() throws; the default naks the message for a retry in 5 s. */
@@ -18,18 +29,23 @@ export interface WorkerOptions {
 
 /**
  * A durable JetStream consumer worked by this process: it creates or updates the consumer,
- * consumes with up to `concurrency` messages in flight, and reconnects with backoff whenever
- * the consumer or the connection goes away, until stop(). Replicas share the consumer, so
- * each message goes to one of them.
+ * consumes with up to `concurrency` messages in flight, and starts over with backoff whenever
+ * the consumer or the connection goes away — recreating a deleted consumer — until stop(),
+ * which may come at any time, also while the consumer is being set up. Replicas share the
+ * consumer, so each message goes to one of them.
  */
 export class ConsumerWorker {
   private stopped = false;
   private loop: Promise<void> | undefined;
   private active: { stop(): void } | undefined;
+  private readonly wake = new AbortController();
   private readonly inFlight = new Set<Promise<void>>();
   private readonly nats: Nats;
   private readonly opts: WorkerOptions;
   private readonly log: Logger;
+  private floor: number | undefined;
+  /** Whether the consumer was ever worked here, so that its absence now means it went away. */
+  private bound = false;
 
   constructor(nats: Nats, opts: WorkerOptions, log: Logger) {
     this.nats = nats;
@@ -37,17 +53,27 @@ export class ConsumerWorker {
     this.log = log;
   }
 
+  /** The stream sequence of the consumer's acknowledgement floor when last seen (recreateFrom "ack-floor"). */
+  get ackFloor(): number | undefined {
+    return this.floor;
+  }
+
+  /** Create the consumer, or update the `updatable` fields of the one that exists. */
   async ensureConsumer(): Promise<void> {
     const { stream, consumer, updatable = [] } = this.opts;
+    const { jsm } = this.nats;
     try {
-      await this.nats.jsm.consumers.info(stream, consumer.durable_name);
+      const info = await jsm.consumers.info(stream, consumer.durable_name);
+      this.floor = info.ack_floor.stream_seq;
       if (updatable.length) {
         const update = Object.fromEntries(updatable.map((k) => [k, consumer[k]]));
-        await this.nats.jsm.consumers.update(stream, consumer.durable_name, update);
+        await jsm.consumers.update(stream, consumer.durable_name, update);
       }
     } catch (err) {
       if (!isNotFound(err)) throw err;
-      await this.nats.jsm.consumers.add(stream, consumer);
+      const resume = this.opts.recreateFrom === "ack-floor" && this.floor ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: this.floor + 1 } : {};
+      if (this.bound) this.log.warn({ consumer: consumer.durable_name, ...resume }, `${this.opts.label}: consumer missing; creating it`);
+      await jsm.consumers.add(stream, { ...consumer, ...resume });
     }
   }
 
@@ -57,22 +83,31 @@ export class ConsumerWorker {
 
   private async run(): Promise<void> {
     const { stream, consumer, concurrency } = this.opts;
-    let delay = 500;
-    while (!this.stopped) {
+    for (let delay = 500; !this.stopped; delay = Math.min(delay * 2, 10_000)) {
+      let refresh: NodeJS.Timeout | undefined;
       try {
         await this.ensureConsumer();
         const c = await this.nats.js.consumers.get(stream, consumer.durable_name);
-        const messages = await c.consume({ max_messages: concurrency * 2 });
+        if (this.stopped) break;
+        // A deleted consumer ends the iteration (by default NATS.js waits for it to come back,
+        // which nobody would do): the loop recreates it.
+        const messages = await c.consume({ max_messages: concurrency * 2, abort_on_missing_resource: true });
         this.active = messages;
+        if (this.stopped) {
+          messages.stop();
+          break;
+        }
+        this.bound = true;
+        if (this.opts.recreateFrom === "ack-floor") refresh = this.refreshFloor();
         delay = 500;
         for await (const m of messages) {
           while (this.inFlight.size >= concurrency) await Promise.race(this.inFlight);
-          const p = this.opts
+          const p: Promise<void> = this.opts
             .handle(m)
             .catch((err) => {
               if (this.opts.onError) this.opts.onError(m, err);
               else {
-                this.log.warn({ err: (err as Error).message }, `${this.opts.label}: step failed; will retry`);
+                this.log.warn({ err: errorMessage(err) }, `${this.opts.label}: step failed; will retry in 5 s`);
                 m.nak(5_000);
               }
             })
@@ -80,19 +115,38 @@ export class ConsumerWorker {
           this.inFlight.add(p);
           if (this.stopped) break;
         }
+        if (!this.stopped) this.log.warn({ retryInMs: delay }, `${this.opts.label}: consumer ended; starting over`);
       } catch (err) {
         if (this.stopped) break;
-        this.log.warn({ err: (err as Error).message, retryInMs: delay }, `${this.opts.label} interrupted`);
+        this.log.warn({ err: errorMessage(err), retryInMs: delay }, `${this.opts.label} interrupted`);
+      } finally {
+        clearInterval(refresh);
+        this.active = undefined;
       }
-      if (this.stopped) break;
-      await new Promise((r) => setTimeout(r, delay));
-      delay = Math.min(delay * 2, 10_000);
+      if (!this.stopped) await this.sleep(delay);
     }
     await Promise.allSettled([...this.inFlight]);
   }
 
+  private refreshFloor(): NodeJS.Timeout {
+    const { stream, consumer, ackFloorRefreshMs = 30_000 } = this.opts;
+    const timer = setInterval(() => {
+      this.nats.jsm.consumers.info(stream, consumer.durable_name).then(
+        (info) => (this.floor = info.ack_floor.stream_seq),
+        () => {}, // gone or unreachable: the loop notices; the last floor seen stays
+      );
+    }, ackFloorRefreshMs);
+    timer.unref();
+    return timer;
+  }
+
+  private async sleep(ms: number): Promise<void> {
+    await pause(ms, undefined, { signal: this.wake.signal }).catch(() => {});
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
+    this.wake.abort();
     this.active?.stop();
     await this.loop;
   }

@@ -65,8 +65,3 @@ export function etagMatches(ifNoneMatch: string | undefined, etag: string): bool
   const bare = etag.replace(/^W\//, "");
   return ifNoneMatch.split(",").some((t) => t.trim().replace(/^W\//, "") === bare);
 }
-
-/** ISO 8601 UTC without fractional seconds, the form the IFP drafts use. */
-export function isoSeconds(d: Date): string {
-  return d.toISOString().replace(/\.\d{3}Z$/, "Z");
-}

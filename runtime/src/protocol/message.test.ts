@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { message } from "../../test/fixtures.ts";
-import { describeIssues, Message, protocolProblem } from "./message.ts";
+import { Message, protocolProblem } from "./message.ts";
 
 describe("Message schema (IFP-4)", () => {
   it("accepts a complete message and keeps unknown fields", () => {
@@ -23,7 +23,7 @@ describe("Message schema (IFP-4)", () => {
     mutate(m);
     const r = Message.safeParse(m);
     expect(r.success).toBe(false);
-    expect(describeIssues(r.error!)).toContain(path);
+    expect(r.error!.issues.map((i) => i.path.join("."))).toContain(path);
   });
 
   it("flags protocol-level problems instead of refusing them", () => {

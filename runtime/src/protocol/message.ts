@@ -85,13 +85,6 @@ export const PHASES = ["greeting", "context", "probe", "recommend", "close", "er
 /** The message format version this runtime speaks. */
 export const MESSAGE_FORMAT = 4;
 
-/** One line per problem, with its path, for error bodies. */
-export function describeIssues(error: z.ZodError, limit = 5): string {
-  const lines = error.issues.slice(0, limit).map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`);
-  if (error.issues.length > limit) lines.push(`… and ${error.issues.length - limit} more`);
-  return lines.join("; ");
-}
-
 /**
  * Protocol-level problems (rule 7.2.1): a message that is well-formed and authentic but that
  * this agent cannot take part in. Accepted with 202 and answered with an error-phase message.

@@ -1,5 +1,6 @@
 import { sign as edSign, verify as edVerify, type KeyObject } from "node:crypto";
 import canonicalize from "canonicalize";
+import { isoSeconds } from "../util/time.ts";
 import type { Message, Signature } from "./message.ts";
 
 /**
@@ -57,7 +58,7 @@ export function signMessage<M extends Signable & { security?: Message["security"
   const signature: Signature = {
     alg: "ed25519",
     key_id: `${key.agentId}#${key.keyId}`,
-    created: (opts.created ?? new Date()).toISOString().replace(/\.\d{3}Z$/, "Z"),
+    created: isoSeconds(opts.created ?? new Date()),
     signed_headers: signedHeaders,
     signed_body: true,
     sig,

@@ -1,5 +1,6 @@
 import type { IncomingHttpHeaders } from "node:http";
-import { RateLimiter } from "../agent/ratelimit.ts";
+import type { FastifyInstance } from "fastify";
+import { RateLimiter } from "../server/ratelimit.ts";
 import { rateLimited } from "../protocol/errors.ts";
 import { verifyRequest } from "../protocol/http-signatures.ts";
 import type { Verifier } from "../protocol/verify.ts";
@@ -14,6 +15,17 @@ export interface RequestToAuthenticate {
   headers: IncomingHttpHeaders;
   body?: Buffer;
 }
+
+declare module "fastify" {
+  interface FastifyRequest {
+    /** The agent that signed the request: set by the authentication hook, before any schema or handler. */
+    agent: string;
+    /** The body's bytes, which the request signature covers through Content-Digest. */
+    rawBody: Buffer | null;
+  }
+}
+
+export type RelayAuthenticator = ReturnType<typeof relayAuthenticator>;
 
 /**
  * Who is asking: the cheap per-address limit first, so that floods of bad signatures cannot
@@ -45,4 +57,23 @@ export function absoluteUrl(target: string, host: string | undefined): string {
   } catch {
     return new URL(target, "https://relay.invalid").href;
   }
+}
+
+/**
+ * Every route of `scope` answers signed requests only: the body's bytes are kept for its
+ * Content-Digest, and the request is authenticated before its schemas are checked (after the
+ * size, media type and JSON checks), so `req.agent` is the verified caller in every handler.
+ */
+export function requireSignedRequests(scope: FastifyInstance, authenticate: RelayAuthenticator): void {
+  scope.decorateRequest("agent", "");
+  scope.decorateRequest("rawBody", null);
+  const json = scope.getDefaultJsonParser("error", "error");
+  scope.removeContentTypeParser("application/json");
+  scope.addContentTypeParser("application/json", { parseAs: "buffer" }, (req, body, done) => {
+    req.rawBody = body as Buffer;
+    json(req, (body as Buffer).toString("utf8"), done);
+  });
+  scope.addHook("preValidation", async (req) => {
+    req.agent = await authenticate({ ip: req.ip, method: req.method, url: req.url, host: req.host, headers: req.headers, body: req.rawBody ?? undefined });
+  });
 }

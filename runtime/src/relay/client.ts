@@ -1,11 +1,10 @@
 import type { HttpClient, HttpResult } from "../net/http-client.ts";
 import { signRequest } from "../protocol/http-signatures.ts";
 import type { Message } from "../protocol/message.ts";
+import type { AckResponse, DeadLetter, PageQuery, SubscribeRequest, SubscribeResponse } from "../protocol/relay-api.ts";
 import type { SigningKey } from "../protocol/signing.ts";
-import type { DeadLetter } from "./mailbox.ts";
-import type { SubscriptionState } from "./subscriptions.ts";
 
-export type { DeadLetter, SubscriptionState };
+export type { DeadLetter, SubscribeResponse };
 
 /** What the client needs of an HTTPS client: HttpClient, or any other with its request(). */
 export type RelayHttp = Pick<HttpClient, "request">;
@@ -52,11 +51,8 @@ export class RelayClient {
   }
 
   /** Waiting messages, oldest first; `next` is the cursor of the following page. */
-  async pull(opts: { limit?: number; after?: number } = {}): Promise<{ messages: Message[]; next: number | undefined }> {
-    const q = new URLSearchParams();
-    if (opts.limit) q.set("limit", String(opts.limit));
-    if (opts.after) q.set("after", String(opts.after));
-    const res = await this.request("GET", `/relay/messages${q.size ? `?${q}` : ""}`);
+  async pull(opts: Page = {}): Promise<{ messages: Message[]; next: number | undefined }> {
+    const res = await this.request("GET", `/relay/messages${pageQuery(opts)}`);
     const body = this.json<Message[]>(res);
     const next = res.headers.get("ifp-next-after");
     return { messages: body, next: next ? Number(next) : undefined };
@@ -70,32 +66,33 @@ export class RelayClient {
   }
 
   /** Acknowledge many messages in one request. */
-  async ackMany(messageIds: string[]): Promise<{ acknowledged: string[]; not_found: string[] }> {
+  async ackMany(messageIds: string[]): Promise<AckResponse> {
     return this.json(await this.request("POST", "/relay/messages/ack", { message_ids: messageIds }));
   }
 
-  subscribe(topics: string[]): Promise<SubscriptionState> {
-    return this.request("POST", "/relay/subscribe", { subscribe: { topics, agent: this.key.agentId } }).then((r) => this.json(r));
+  subscribe(topics: string[]): Promise<SubscribeResponse> {
+    return this.changeSubscription({ subscribe: { topics, agent: this.key.agentId } });
   }
 
-  unsubscribe(topics: string[]): Promise<SubscriptionState> {
-    return this.request("POST", "/relay/subscribe", { unsubscribe: { topics, agent: this.key.agentId } }).then((r) => this.json(r));
+  unsubscribe(topics: string[]): Promise<SubscribeResponse> {
+    return this.changeSubscription({ unsubscribe: { topics, agent: this.key.agentId } });
   }
 
   /** Register (or with null remove) the webhook the relay pushes this agent's messages to. */
-  registerWebhook(webhook: string | null): Promise<SubscriptionState> {
-    return this.request("POST", "/relay/subscribe", { push: { webhook, agent: this.key.agentId } }).then((r) => this.json(r));
+  registerWebhook(webhook: string | null): Promise<SubscribeResponse> {
+    return this.changeSubscription({ push: { webhook, agent: this.key.agentId } });
   }
 
-  subscriptions(): Promise<SubscriptionState> {
+  subscriptions(): Promise<SubscribeResponse> {
     return this.request("GET", "/relay/subscribe").then((r) => this.json(r));
   }
 
-  async deadLetters(opts: { limit?: number; after?: number } = {}): Promise<DeadLetter[]> {
-    const q = new URLSearchParams();
-    if (opts.limit) q.set("limit", String(opts.limit));
-    if (opts.after) q.set("after", String(opts.after));
-    const res = await this.request("GET", `/relay/dead-letters${q.size ? `?${q}` : ""}`);
+  private changeSubscription(body: SubscribeRequest): Promise<SubscribeResponse> {
+    return this.request("POST", "/relay/subscribe", body).then((r) => this.json(r));
+  }
+
+  async deadLetters(opts: Page = {}): Promise<DeadLetter[]> {
+    const res = await this.request("GET", `/relay/dead-letters${pageQuery(opts)}`);
     return this.json<{ dead_letters: DeadLetter[] }>(res).dead_letters;
   }
 
@@ -119,4 +116,14 @@ export class RelayClient {
     }
     return body as T;
   }
+}
+
+/** Paging of the list endpoints, as numbers. */
+export type Page = { [K in keyof PageQuery]?: number };
+
+function pageQuery(opts: Page): string {
+  const q = new URLSearchParams();
+  if (opts.limit) q.set("limit", String(opts.limit));
+  if (opts.after) q.set("after", String(opts.after));
+  return q.size ? `?${q}` : "";
 }

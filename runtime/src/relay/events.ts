@@ -4,9 +4,10 @@ import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
 import { WebSocketServer, type RawData, type WebSocket } from "ws";
 import { ProtocolError } from "../protocol/errors.ts";
+import type { Message } from "../protocol/message.ts";
 import { toProtocolError } from "../server/http.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
-import type { Mailboxes, StoredCopy } from "./mailbox.ts";
+import type { Mailboxes } from "./mailbox.ts";
 import type { RequestToAuthenticate } from "./auth.ts";
 
 export const WEBSOCKET_PATH = "/relay/ws";
@@ -15,7 +16,7 @@ const HEARTBEAT_MS = 15_000;
 const HIGH_WATER = 1 << 20;
 
 /** The SSE frame of one copy: the event id is its stream sequence, the resume cursor. */
-export function sseFrame(copy: Pick<StoredCopy, "seq" | "message">): string {
+export function sseFrame(copy: { seq: number; message: unknown }): string {
   return `id: ${copy.seq}\nevent: message\ndata: ${JSON.stringify(copy.message)}\n\n`;
 }
 
@@ -30,7 +31,7 @@ export function cursor(value: string | string[] | null | undefined): number {
  * ones. Nothing is removed until the agent acknowledges (DELETE /relay/messages/{id}); a
  * reconnect with Last-Event-ID resumes after the last event seen.
  */
-export function serveEvents(res: ServerResponse, req: IncomingMessage, agent: string, mailboxes: Mailboxes, log: Logger): void {
+export function serveEvents(res: ServerResponse, req: IncomingMessage, agent: string, mailboxes: Mailboxes, log: Logger): () => void {
   res.writeHead(200, {
     "content-type": "text/event-stream; charset=utf-8",
     "cache-control": "no-store",
@@ -55,10 +56,11 @@ export function serveEvents(res: ServerResponse, req: IncomingMessage, agent: st
     clearInterval(heartbeat);
     stop();
   });
+  return () => res.end();
 }
 
 export type WsFrame =
-  | { type: "message"; id: number; message: Record<string, unknown> }
+  | { type: "message"; id: number; message: Message }
   | { type: "acked"; message_id: string; ok: boolean }
   | { type: "error"; code: string; message: string };
 
@@ -139,8 +141,12 @@ export function attachWebSocket(
       stop();
     });
   };
-  app.addHook("onClose", async () => {
-    for (const c of wss.clients) c.terminate();
+  // Before the server waits for its connections: open sockets would hold it for ever.
+  app.addHook("preClose", async () => {
+    for (const c of wss.clients) {
+      c.close(1001, "relay shutting down");
+      setTimeout(() => c.terminate(), 1000).unref();
+    }
     wss.close();
   });
 }

@@ -3,7 +3,9 @@ import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
 import type { Nats } from "../nats/connection.ts";
 import { isNotFound } from "../nats/streams.ts";
 import { ProtocolError, unavailable } from "../protocol/errors.ts";
-import type { RelayNames } from "./stream.ts";
+import type { Message } from "../protocol/message.ts";
+import type { DeadLetter } from "../protocol/relay-api.ts";
+import type { RelayNames } from "../contract/relay-stream.ts";
 
 /** Header names on stored copies. */
 export const RH = {
@@ -21,15 +23,9 @@ export interface StoredCopy {
   seq: number;
   messageId: string;
   recipient: string;
-  message: Record<string, unknown>;
+  /** As stored: validated at publish, with the relay's trace entry. */
+  message: Message;
   storedAt: Date;
-}
-
-export interface DeadLetter {
-  message_id: string;
-  reason: string;
-  at: string;
-  message: unknown;
 }
 
 export function relayFull(message: string): ProtocolError {
@@ -183,7 +179,7 @@ export class Mailboxes {
         for await (const m of it) {
           if (stopped) break;
           if (isExpired(m.headers, Date.now())) continue;
-          let message: Record<string, unknown>;
+          let message: Message;
           try {
             message = m.json();
           } catch {
@@ -287,7 +283,7 @@ function toCopy(m: StoredMsg): StoredCopy | undefined {
       seq: m.seq,
       messageId: m.header.get(RH.messageId),
       recipient: m.header.get(RH.recipient),
-      message: m.json<Record<string, unknown>>(),
+      message: m.json<Message>(),
       storedAt: m.time,
     };
   } catch {

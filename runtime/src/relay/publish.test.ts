@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { ProtocolError } from "../protocol/errors.ts";
-import { isTopicName, remainingTtlSeconds, resolveRecipients, traceEntry, withTraceEntry } from "./publish.ts";
+import { isTopicName } from "../protocol/relay-api.ts";
+import { remainingTtlSeconds, resolveRecipients, traceEntry, withTraceEntry } from "./publish.ts";
 
 const served = new Set(["bob", "carol", "alice"]);
 const topics: Record<string, string[]> = { "capabilities.update": ["bob", "alice"], "gossip.exchange": ["carol"] };

@@ -1,20 +1,10 @@
 import { badRequest, notFound } from "../protocol/errors.ts";
-import { isoSeconds } from "../protocol/documents.ts";
+import { isoSeconds } from "../util/time.ts";
 import type { MessageHeaders, TraceEntry } from "../protocol/message.ts";
+import { isTopicName, MAX_TOPIC_LENGTH, TOPIC_PREFIX } from "../protocol/relay-api.ts";
 
-/**
- * How a message is addressed to a topic: a recipient `{agent: "topic:<name>"}` in
- * headers.to, with the name in dot notation (`gossip.exchange`, `capabilities.update`).
- */
-export const TOPIC_PREFIX = "topic:";
 /** The transport label of the trace entry (spec 2.9): IFP-4 messages over HTTPS. */
 export const TRANSPORT_LABEL = "https+ifp-4";
-const TOPIC_RE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
-export const MAX_TOPIC_LENGTH = 128;
-
-export function isTopicName(name: string): boolean {
-  return name.length <= MAX_TOPIC_LENGTH && TOPIC_RE.test(name);
-}
 
 export function assertTopicName(name: string): void {
   if (!isTopicName(name)) {

@@ -1,13 +1,16 @@
-import { AckPolicy, DeliverPolicy, type ConsumerConfig, type JsMsg } from "@nats-io/jetstream";
+import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
-import { isNotFound, nanos } from "../nats/streams.ts";
-import { retryAfterSeconds, type HttpClient } from "../net/http-client.ts";
+import { nanos } from "../contract/nats.ts";
+import { ConsumerWorker } from "../nats/worker.ts";
+import { classifyAnswer } from "../net/answer.ts";
+import type { HttpClient } from "../net/http-client.ts";
 import { parseDuration } from "../resources/common.ts";
 import type { RelaySpec } from "../resources/relay.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
+import { errorMessage } from "../util/errors.ts";
 import { isExpired, RH, type Mailboxes } from "./mailbox.ts";
-import type { RelayNames } from "./stream.ts";
+import type { RelayNames } from "../contract/relay-stream.ts";
 import type { PushRegistration, Subscriptions } from "./subscriptions.ts";
 
 type Delivery = RelaySpec["delivery"];
@@ -25,17 +28,21 @@ export type WebhookOutcome =
   | { kind: "refused"; reason: string };
 
 /**
- * What a webhook's answer means for the copy: a 2xx takes it; 408, 425, 429 and 5xx are
- * worth retrying (after Retry-After when given); any other status is a refusal that a retry
- * would not change (spec 7.2 rule 3: no retry after a 4xx; redirects are not followed).
+ * What a webhook's answer means for the copy, by the one answer rule (net/answer.ts): a 2xx
+ * takes it; 408, 425, 429 and 5xx are retried, never sooner than Retry-After (at most an hour);
+ * a redirect or any other status is a refusal that a retry would not change.
  */
 export function classifyWebhookAnswer(status: number, retryAfter: string | null, now = Date.now()): WebhookOutcome {
-  if (status >= 200 && status < 300) return { kind: "delivered" };
-  if (status === 408 || status === 425 || status === 429 || status >= 500) {
-    const after = retryAfterSeconds(retryAfter, now);
-    return { kind: "retry", reason: `webhook answered ${status}`, ...(after !== undefined ? { minDelayMs: Math.min(after, 3600) * 1000 } : {}) };
+  const answer = classifyAnswer(status, retryAfter, now);
+  switch (answer.kind) {
+    case "delivered":
+      return { kind: "delivered" };
+    case "later":
+    case "retry":
+      return { kind: "retry", reason: `webhook answered ${status}`, ...(answer.retryAfterMs !== undefined ? { minDelayMs: Math.min(answer.retryAfterMs, 3_600_000) } : {}) };
+    case "final":
+      return { kind: "refused", reason: answer.redirect ? `webhook answered ${status} (redirects are not followed)` : `webhook refused the message with ${status}` };
   }
-  return { kind: "refused", reason: status >= 300 && status < 400 ? `webhook answered ${status} (redirects are not followed)` : `webhook refused the message with ${status}` };
 }
 
 export interface WebhookPushDeps {
@@ -58,7 +65,7 @@ export interface WebhookPushDeps {
  * dead letter of its recipient. Replicas share the consumers, so each copy is pushed by one.
  */
 export class WebhookPush {
-  private readonly workers = new Map<string, PushLoop>();
+  private readonly workers = new Map<string, ConsumerWorker>();
   private readonly deps: WebhookPushDeps;
   private started = false;
 
@@ -94,23 +101,29 @@ export class WebhookPush {
     }
   }
 
-  private worker(agent: string): PushLoop {
+  private worker(agent: string): ConsumerWorker {
     const { nats, names, delivery, log } = this.deps;
-    return new PushLoop(
+    return new ConsumerWorker(
       nats,
-      names.stream,
       {
-        durable_name: names.pushConsumer(agent),
-        filter_subject: names.mailbox(agent),
-        ack_policy: AckPolicy.Explicit,
-        deliver_policy: DeliverPolicy.All,
-        ack_wait: nanos(parseDuration(delivery.timeout) + 30_000),
-        max_deliver: -1,
-        max_ack_pending: 1000,
-        inactive_threshold: nanos(3_600_000),
+        stream: names.stream,
+        // Acknowledged copies are deleted from the mailbox, so a consumer recreated after it
+        // went away (an hour unworked, a NATS store lost) starts at the oldest copy still waiting.
+        consumer: {
+          durable_name: names.pushConsumer(agent),
+          filter_subject: names.mailbox(agent),
+          ack_policy: AckPolicy.Explicit,
+          deliver_policy: DeliverPolicy.All,
+          ack_wait: nanos(parseDuration(delivery.timeout) + 30_000),
+          max_deliver: -1,
+          max_ack_pending: 1000,
+          inactive_threshold: nanos(3_600_000),
+        },
+        updatable: ["ack_wait", "inactive_threshold"],
+        concurrency: delivery.concurrency,
+        handle: (m) => this.handle(agent, m),
+        label: "webhook push",
       },
-      delivery.concurrency,
-      (m) => this.handle(agent, m),
       log.child({ agent }),
     );
   }
@@ -144,7 +157,7 @@ export class WebhookPush {
       });
       outcome = classifyWebhookAnswer(res.status, res.headers.get("retry-after"));
     } catch (err) {
-      outcome = { kind: "retry", reason: `webhook unreachable: ${(err as Error).message}` };
+      outcome = { kind: "retry", reason: `webhook unreachable: ${errorMessage(err)}` };
     }
     if (outcome.kind === "delivered") {
       await mailboxes.deleteSeq(m.seq);
@@ -164,87 +177,5 @@ export class WebhookPush {
     const wait = Math.max(pushBackoff(delivery, attempt), outcome.minDelayMs ?? 0);
     log.warn({ agent, messageId, attempt, retryInMs: wait }, outcome.reason);
     m.nak(wait);
-  }
-}
-
-/**
- * One agent's push consumer, worked by this process until stop(): creates or updates the
- * durable consumer, keeps up to `concurrency` POSTs in flight, and starts over with backoff
- * when the consumer or the connection goes away. (Like nats/worker.ts, whose stop() does not
- * return while its consumer is still being set up; registrations come and go at any time.)
- */
-class PushLoop {
-  private stopped = false;
-  private active: { stop(): void } | undefined;
-  private loop: Promise<void> | undefined;
-  private readonly inFlight = new Set<Promise<void>>();
-  private readonly nats: Nats;
-  private readonly stream: string;
-  private readonly config: Partial<ConsumerConfig> & { durable_name: string };
-  private readonly concurrency: number;
-  private readonly handle: (m: JsMsg) => Promise<void>;
-  private readonly log: Logger;
-
-  constructor(nats: Nats, stream: string, config: Partial<ConsumerConfig> & { durable_name: string }, concurrency: number, handle: (m: JsMsg) => Promise<void>, log: Logger) {
-    this.nats = nats;
-    this.stream = stream;
-    this.config = config;
-    this.concurrency = concurrency;
-    this.handle = handle;
-    this.log = log;
-  }
-
-  start(): void {
-    this.loop ??= this.run();
-  }
-
-  async stop(): Promise<void> {
-    this.stopped = true;
-    this.active?.stop();
-    await this.loop;
-  }
-
-  private async ensureConsumer(): Promise<void> {
-    const { jsm } = this.nats;
-    try {
-      await jsm.consumers.info(this.stream, this.config.durable_name);
-      await jsm.consumers.update(this.stream, this.config.durable_name, { ack_wait: this.config.ack_wait, inactive_threshold: this.config.inactive_threshold });
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-      await jsm.consumers.add(this.stream, this.config);
-    }
-  }
-
-  private async run(): Promise<void> {
-    for (let delay = 500; !this.stopped; delay = Math.min(delay * 2, 10_000)) {
-      try {
-        await this.ensureConsumer();
-        const consumer = await this.nats.js.consumers.get(this.stream, this.config.durable_name);
-        if (this.stopped) break;
-        const messages = await consumer.consume({ max_messages: this.concurrency * 2 });
-        this.active = messages;
-        if (this.stopped) {
-          messages.stop();
-          break;
-        }
-        delay = 500;
-        for await (const m of messages) {
-          while (this.inFlight.size >= this.concurrency) await Promise.race(this.inFlight);
-          const p: Promise<void> = this.handle(m)
-            .catch((err) => {
-              this.log.warn({ err: (err as Error).message }, "push step failed; retrying in 5 s");
-              m.nak(5_000);
-            })
-            .finally(() => this.inFlight.delete(p));
-          this.inFlight.add(p);
-          if (this.stopped) break;
-        }
-      } catch (err) {
-        if (this.stopped) break;
-        this.log.warn({ err: (err as Error).message, retryInMs: delay }, "webhook push interrupted");
-      }
-      if (!this.stopped) await new Promise((r) => setTimeout(r, delay));
-    }
-    await Promise.allSettled([...this.inFlight]);
   }
 }

@@ -1,20 +1,17 @@
 import { Kvm, type KV, type KvWatchEntry } from "@nats-io/kv";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
-import { encodeToken } from "../nats/subjects.ts";
+import { encodeToken } from "../contract/nats.ts";
 import { unavailable } from "../protocol/errors.ts";
-import type { RelayNames } from "./stream.ts";
+import type { SubscriptionState } from "../protocol/relay-api.ts";
+import { retry } from "../server/lifecycle.ts";
+import type { RelayNames } from "../contract/relay-stream.ts";
 
 export interface PushRegistration {
   agent: string;
   webhook: string;
   since: string;
-}
-
-export interface SubscriptionState {
-  agent: string;
-  topics: string[];
-  push: { webhook: string; since: string } | null;
 }
 
 interface TopicRecord {
@@ -47,7 +44,8 @@ export class Subscriptions {
   private readonly byKey = new Map<string, { kind: "topic"; topic: string; agent: string } | { kind: "push"; agent: string }>();
   private readonly pushListeners: ((agent: string, reg: PushRegistration | undefined) => void)[] = [];
   private watch: { stop(): void } | undefined;
-  private stopped = false;
+  private readonly closed = new AbortController();
+  private readonly stopped = this.closed.signal;
   private revision = 0;
 
   constructor(nats: Nats, names: RelayNames, log?: Logger) {
@@ -75,19 +73,18 @@ export class Subscriptions {
         this.apply(e);
         if (e.delta === 0) loaded();
       }
-      if (this.stopped) return;
+      if (this.stopped.aborted) return;
       // The watch ended (NATS went away for long): resume from the last revision seen.
       this.log?.warn("subscription watch ended; resuming");
-      for (let delay = 500; !this.stopped; delay = Math.min(delay * 2, 10_000)) {
-        await new Promise((r) => setTimeout(r, delay));
-        try {
-          await this.startWatch();
-          return;
-        } catch (err) {
-          this.log?.warn({ err: (err as Error).message }, "subscription watch not resumed yet");
-        }
-      }
-    })().catch((err) => this.log?.error({ err }, "subscription watch failed"));
+      await sleep(500, undefined, { signal: this.stopped });
+      await retry(() => this.startWatch(), {
+        signal: this.stopped,
+        initialMs: 1_000,
+        onError: (err, retryInMs) => this.log?.warn({ err: err.message, retryInMs }, "subscription watch not resumed yet"),
+      });
+    })().catch((err) => {
+      if (!this.stopped.aborted) this.log?.error({ err }, "subscription watch failed");
+    });
     const slow = setTimeout(() => {
       this.log?.warn("subscriptions still loading after 10 s; serving what is loaded");
       loaded();
@@ -140,7 +137,7 @@ export class Subscriptions {
   }
 
   close(): void {
-    this.stopped = true;
+    this.closed.abort();
     this.watch?.stop();
   }
 

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { API_VERSION, AgentId, Duration, KnownAgent, ObjectMeta, TlsSpec } from "./common.ts";
+import { AgentId, cel, Duration, HttpsUrl, HttpUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
 
 export const CAPABILITY_NAME_RE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 
@@ -24,21 +24,22 @@ export const RelayPreference = z.object({
 
 /** The agent's own relays: advertised to peers, and read for waiting messages. */
 export const AgentRelay = RelayPreference.extend({
+  urls: z.array(HttpsUrl).default([]),
   pollInterval: Duration.default("5s").describe("How often the agent's mailbox on each relay is read"),
 });
 
 export const AgentSpec = z.object({
-  agentId: AgentId.describe("Stable identifier of the agent (IFP-5)"),
+  agentId: AgentId.describe("Stable identifier of the agent (IFP-5)").meta(
+    cel({ rule: "self == oldSelf", message: "agentId is the agent's identity and cannot change; create a new Agent" }),
+  ),
   displayName: z.string().min(1).optional(),
-  baseUrl: z
-    .url({ protocol: /^https$/ })
-    .optional()
+  baseUrl: HttpsUrl.optional()
     .describe("Public https base URL advertised in the identity document; defaults to the request's host"),
   capabilities: z.array(CapabilitySpec).default([]),
   peers: z
     .array(
       KnownAgent.extend({
-        url: z.url({ protocol: /^https$/ }).optional().describe("The peer's https base URL, when known"),
+        url: HttpsUrl.optional().describe("The peer's https base URL, when known"),
         relay: RelayPreference.optional().describe("Relays that reach this peer when it has no https endpoint"),
         temperature: z
           .enum(["cool", "warm", "hot"])
@@ -70,7 +71,7 @@ export const AgentSpec = z.object({
   relay: AgentRelay.optional(),
   handler: z
     .object({
-      url: z.url({ protocol: /^https?$/ }).describe("Each accepted message is POSTed here, at least once"),
+      url: HttpUrl.describe("Each accepted message is POSTed here, at least once"),
       timeout: Duration.default("10s"),
       deadLetterAfter: Duration.default("24h").describe("Give up and dead-letter a message after retrying this long"),
     })
@@ -98,7 +99,7 @@ export const AgentSpec = z.object({
     .prefault({}),
   notify: z
     .object({
-      url: z.url({ protocol: /^https?$/ }).describe("Told by POST when a message is dead-lettered or undeliverable"),
+      url: HttpUrl.describe("Told by POST when a message is dead-lettered or undeliverable"),
     })
     .optional(),
   signing: z
@@ -114,10 +115,5 @@ export const AgentSpec = z.object({
 export type AgentSpec = z.infer<typeof AgentSpec>;
 export type AgentSpecInput = z.input<typeof AgentSpec>;
 
-export const Agent = z.object({
-  apiVersion: z.literal(API_VERSION),
-  kind: z.literal("Agent"),
-  metadata: ObjectMeta.prefault({}),
-  spec: AgentSpec,
-});
+export const Agent = resource("Agent", AgentSpec);
 export type Agent = z.infer<typeof Agent>;

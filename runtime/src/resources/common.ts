@@ -16,6 +16,37 @@ const DURATION_UNITS: Record<string, number> = {
 const DURATION_RE = /^(\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+$/;
 const DURATION_PART_RE = /(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)/g;
 
+/** A CEL rule the API server checks, for what zod's checks cannot say in a JSON schema. */
+export interface CelRule {
+  rule: string;
+  message: string;
+}
+
+/**
+ * Metadata that puts CEL rules on a schema's node of the generated CRD
+ * (`x-kubernetes-validations`), as kube-rs attaches them to fields: `.meta(cel(rule))`.
+ */
+export function cel(...rules: CelRule[]): { "x-kubernetes-validations": CelRule[] } {
+  return { "x-kubernetes-validations": rules };
+}
+
+/** The name becomes the Service's name and a label value: a DNS-1035 label. On the resource's root. */
+const RESOURCE_NAME_RULE: CelRule = {
+  rule: "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+  message: "metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, at most 63 characters): it names the runtime's Service",
+};
+
+/**
+ * An https URL. zod's protocol check becomes only `format: uri` in the JSON schema; the
+ * scheme is checked by CEL.
+ */
+export const HttpsUrl = z.url({ protocol: /^https$/ }).meta(cel({ rule: "self.startsWith('https://')", message: "must be an https:// URL" }));
+
+/** An http or https URL (the agent's own handler and notification endpoints). */
+export const HttpUrl = z
+  .url({ protocol: /^https?$/ })
+  .meta(cel({ rule: "self.startsWith('https://') || self.startsWith('http://')", message: "must be an http:// or https:// URL" }));
+
 /** Milliseconds of a Go-style duration string ("168h", "1m30s", "250ms"), the form Kubernetes and CEL use. */
 export function parseDuration(text: string): number {
   if (!DURATION_RE.test(text)) throw new Error(`invalid duration ${JSON.stringify(text)} (use forms like 30s, 5m, 168h)`);
@@ -62,7 +93,7 @@ export const TlsSpec = z.object({
     .optional()
     .describe("cert-manager issuer that signs the serving certificate"),
   dnsNames: z.array(z.string().min(1)).optional(),
-});
+}).meta(cel({ rule: "!(has(self.secretName) && has(self.issuerRef))", message: "spec.tls takes secretName or issuerRef, not both" }));
 
 /** Object metadata as far as the runtime reads it from a rendered manifest. */
 export const ObjectMeta = z.looseObject({
@@ -73,3 +104,15 @@ export const ObjectMeta = z.looseObject({
   annotations: z.record(z.string(), z.string()).optional(),
   labels: z.record(z.string(), z.string()).optional(),
 });
+
+/** A resource of this API group: apiVersion, kind, metadata and its spec, its name a DNS-1035 label. */
+export function resource<K extends string, S extends z.ZodType>(kind: K, spec: S) {
+  return z
+    .object({
+      apiVersion: z.literal(API_VERSION),
+      kind: z.literal(kind),
+      metadata: ObjectMeta.prefault({}),
+      spec,
+    })
+    .meta(cel(RESOURCE_NAME_RULE));
+}

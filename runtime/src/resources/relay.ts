@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { API_VERSION, Duration, KnownAgent, ObjectMeta, TlsSpec } from "./common.ts";
+import { cel, Duration, HttpsUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
 
 export const RelayRetention = z.object({
   maxAge: Duration.default("168h").describe("How long a message is kept when nobody acknowledges it (default 7 days)"),
@@ -9,7 +9,7 @@ export const RelayRetention = z.object({
   replicas: z.literal([1, 3, 5]).default(1),
   duplicateWindow: Duration.default("48h").describe("A message_id is stored once per recipient within this window (at most maxAge)"),
   deleteOnRemoval: z.boolean().default(false).describe("Delete the JetStream stream when the Relay is deleted"),
-});
+}).meta(cel({ rule: "!has(oldSelf.storage) || self.storage == oldSelf.storage", message: "retention.storage cannot change in place; create a new Relay" }));
 
 export const RelayDelivery = z.object({
   retries: z.number().int().min(0).max(1000).default(10),
@@ -25,7 +25,7 @@ export const RelayDelivery = z.object({
 });
 
 export const RelaySpec = z.object({
-  url: z.url({ protocol: /^https$/ }).describe("The relay's public base URL, used in trace entries"),
+  url: HttpsUrl.describe("The relay's public base URL, used in trace entries"),
   retention: RelayRetention.prefault({}),
   agents: z.array(KnownAgent).default([]),
   delivery: RelayDelivery.prefault({}),
@@ -48,10 +48,5 @@ export const RelaySpec = z.object({
 export type RelaySpec = z.infer<typeof RelaySpec>;
 export type RelaySpecInput = z.input<typeof RelaySpec>;
 
-export const Relay = z.object({
-  apiVersion: z.literal(API_VERSION),
-  kind: z.literal("Relay"),
-  metadata: ObjectMeta.prefault({}),
-  spec: RelaySpec,
-});
+export const Relay = resource("Relay", RelaySpec);
 export type Relay = z.infer<typeof Relay>;

@@ -1,6 +1,15 @@
+import { validatorCompiler } from "@fastify/type-provider-zod";
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import type { Logger } from "pino";
 import { ProtocolError, type ErrorCode } from "../protocol/errors.ts";
+import { invalidRequest } from "./validation.ts";
+
+declare module "fastify" {
+  interface FastifyReply {
+    /** The answer's result for metrics: the error code once sendError has run, or what the route sets. */
+    outcome: string | null;
+  }
+}
 
 export interface TlsMaterial {
   cert: string | Buffer;
@@ -29,16 +38,29 @@ export function createServer(opts: ServerOptions): FastifyInstance {
     requestTimeout: 30_000,
     ...(opts.tls ? { https: { cert: opts.tls.cert, key: opts.tls.key, minVersion: "TLSv1.2" as const } } : {}),
   }) as unknown as FastifyInstance;
-  // JSON only: every other media type is refused with 415.
+  jsonApi(app);
+  return app;
+}
+
+/**
+ * JSON in and out: every other media type is refused with 415, requests are validated by
+ * the routes' zod schemas, and one error handler maps every failure to the spec's error body.
+ * Answers are written with JSON.stringify, not re-validated: their schemas type the handlers,
+ * and a message handed out stays byte for byte what was stored.
+ */
+export function jsonApi(app: FastifyInstance): void {
   app.removeContentTypeParser("text/plain");
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
+  app.decorateReply("outcome", null);
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler((req, reply) => {
     sendError(reply, new ProtocolError(404, "not_found", `no endpoint ${req.method} ${req.url.split("?")[0]}`));
   });
-  return app;
 }
 
 export function sendError(reply: FastifyReply, err: ProtocolError): FastifyReply {
+  reply.outcome = err.code;
   for (const [k, v] of Object.entries(err.headers)) reply.header(k, v);
   return reply.code(err.statusCode).type("application/json; charset=utf-8").send(err.body());
 }
@@ -72,7 +94,7 @@ export function toProtocolError(err: unknown): ProtocolError {
 }
 
 function errorHandler(this: FastifyInstance, err: unknown, req: FastifyRequest, reply: FastifyReply): void {
-  const pe = toProtocolError(err);
+  const pe = invalidRequest(err, req.routeOptions.config.invalid) ?? toProtocolError(err);
   if (pe.statusCode === 500) req.log.error({ err, url: req.url }, "request failed");
   else req.log.debug({ code: pe.code, url: req.url }, pe.message);
   sendError(reply, pe);

@@ -1,6 +1,7 @@
-import { DiscardPolicy, RetentionPolicy, StorageType, type StreamConfig } from "@nats-io/jetstream";
-import { nanos } from "../nats/streams.ts";
-import { encodeToken } from "../nats/subjects.ts";
+// A Relay's JetStream stream: its names and the config its spec.retention asks for. The relay
+// runtime publishes and reads by these names; the operator creates and updates the stream.
+import type { StreamConfig } from "@nats-io/jetstream";
+import { encodeToken, nanos } from "./nats.ts";
 import { parseDuration } from "../resources/common.ts";
 import type { Relay } from "../resources/relay.ts";
 
@@ -45,9 +46,11 @@ export function relayStreamConfig(relay: Pick<Relay, "metadata" | "spec">): Part
   return {
     name: names.stream,
     subjects: [names.subjects],
-    retention: RetentionPolicy.Limits,
-    storage: r.storage === "memory" ? StorageType.Memory : StorageType.File,
-    discard: DiscardPolicy.New,
+    // The values of jetstream's RetentionPolicy.Limits, StorageType.* and DiscardPolicy.New,
+    // spelled out so that this file loads no NATS client.
+    retention: "limits",
+    storage: r.storage === "memory" ? "memory" : "file",
+    discard: "new",
     max_age: nanos(maxAgeMs),
     max_bytes: r.maxBytes,
     max_msgs: r.maxMessages,

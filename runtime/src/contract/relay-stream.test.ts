@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { Relay } from "../resources/relay.ts";
-import { relayNames, relayStreamConfig } from "./stream.ts";
+import { relayNames, relayStreamConfig } from "./relay-stream.ts";
 
 const relay = (spec: Record<string, unknown> = {}, metadata: Record<string, unknown> = { name: "edge", namespace: "team-a" }) =>
   Relay.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata, spec: { url: "https://relay.example", ...spec } });

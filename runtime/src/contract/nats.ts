@@ -1,4 +1,9 @@
+// How names and durations are written for NATS, by the runtime and the operator alike: the
+// tokens that make subject, stream and consumer names, and JetStream's nanosecond durations.
 import { createHash } from "node:crypto";
+
+/** Nanoseconds, the unit of JetStream durations, from milliseconds. */
+export const nanos = (ms: number): number => Math.round(ms * 1_000_000);
 
 /**
  * An identifier (agent id, topic) as one token that is safe in NATS subjects, stream and

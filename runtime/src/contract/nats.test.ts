@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { encodeToken } from "./subjects.ts";
+import { encodeToken, nanos } from "./nats.ts";
 
 describe("encodeToken", () => {
   it("keeps simple ids readable and escapes everything NATS treats specially", () => {
@@ -14,5 +14,12 @@ describe("encodeToken", () => {
     const long = encodeToken("x".repeat(500));
     expect(long.length).toBeLessThanOrEqual(96);
     expect(long).not.toBe(encodeToken(`${"x".repeat(499)}y`));
+  });
+});
+
+describe("nanos", () => {
+  it("turns milliseconds into JetStream's whole nanoseconds", () => {
+    expect(nanos(1500)).toBe(1_500_000_000);
+    expect(nanos(0.0000004)).toBe(0);
   });
 });

@@ -1,0 +1,81 @@
+import pino from "pino";
+import { describe, expect, it } from "vitest";
+import { identity, message, peerOf, signed } from "../../test/fixtures.ts";
+import { Verifier } from "../protocol/verify.ts";
+import { Agent } from "../resources/agent.ts";
+import { createRuntimeMetrics } from "../server/metrics.ts";
+import { buildAgentApp } from "./app.ts";
+import { Documents } from "./documents.ts";
+
+// The inbox's routing and check order, through app.inject(); storing in JetStream is covered
+// by runtime/test/agent.test.ts against a real nats-server.
+const self = identity("alice-agent");
+const pete = identity("pete-agent");
+
+function inbox(maxMessageBytes = 4096) {
+  const agent = Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", spec: { agentId: "alice-agent", peers: [peerOf(pete)], inbox: { maxMessageBytes } } });
+  const stored: string[] = [];
+  const metrics = createRuntimeMetrics("agent");
+  const app = buildAgentApp({
+    agent,
+    documents: new Documents(agent, self.publicKey, "2026-01-01T00:00:00Z"),
+    verifier: new Verifier(agent.spec.peers),
+    store: {
+      accept: async (raw) => {
+        const text = JSON.stringify(raw);
+        const duplicate = stored.includes(text);
+        stored.push(text);
+        return { duplicate };
+      },
+    },
+    metrics,
+    logger: pino({ level: "silent" }),
+    ready: () => true,
+  });
+  const post = (payload: string, headers: Record<string, string> = {}) =>
+    app.inject({ method: "POST", url: "/.well-known/agent/inbox", headers: { "content-type": "application/json", ...headers }, payload });
+  const counted = async (result: string) => (await metrics.inbox.get()).values.find((v) => v.labels.result === result)?.value ?? 0;
+  return { app, stored, post, counted };
+}
+
+describe("agent inbox", () => {
+  it("stores the message exactly as it was sent: key order and unknown fields", async () => {
+    const { stored, post } = inbox();
+    const { body, ...rest } = signed(pete, "alice-agent");
+    const text = JSON.stringify({ zz_extension: { kept: true }, body, ...rest });
+    const res = await post(text);
+    expect(res.statusCode).toBe(202);
+    expect(stored).toEqual([text]);
+  });
+
+  it("checks cheapest first: size, media type, JSON, schema, then the signature", async () => {
+    const { post } = inbox(1024);
+    const status = async (p: ReturnType<typeof post>) => {
+      const res = await p;
+      return `${res.statusCode} ${res.json().code}`;
+    };
+    // Too large, whatever it holds; not JSON media; not JSON; not IFP-4 — none of them signed.
+    expect(await status(post(`{${"x".repeat(2000)}`))).toBe("413 payload_too_large");
+    expect(await status(post("{}", { "content-type": "text/plain" }))).toBe("415 unsupported_media_type");
+    expect(await status(post("{"))).toBe("400 invalid_format");
+    const schema = await post(JSON.stringify({ ifp: 4, headers: { message_id: "x" }, body: {} }));
+    expect(schema.json()).toMatchObject({ status: "error", code: "invalid_format", message: expect.stringMatching(/^the message does not follow IFP-4: headers\.date: /) });
+    // Well formed but unsigned: only now the signature.
+    const { post: roomy } = inbox();
+    expect(await status(roomy(JSON.stringify(message("pete-agent", "alice-agent"))))).toBe("401 invalid_signature");
+  });
+
+  it("counts every answer by its result, refusals before the route included", async () => {
+    const { post, counted } = inbox(1024);
+    await post(`{${"x".repeat(2000)}`);
+    await post("{");
+    expect(await counted("payload_too_large")).toBe(1);
+    expect(await counted("invalid_format")).toBe(1);
+    const { post: roomy, counted: roomyCounted } = inbox();
+    const m = JSON.stringify(signed(pete, "alice-agent"));
+    await roomy(m);
+    await roomy(m);
+    expect(await roomyCounted("accepted")).toBe(1);
+    expect(await roomyCounted("duplicate")).toBe(1);
+  });
+});

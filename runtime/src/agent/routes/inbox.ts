@@ -1,0 +1,81 @@
+import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
+import type { FastifyReply } from "fastify";
+import { z } from "zod";
+import { badRequest, rateLimited } from "../../protocol/errors.ts";
+import { Message } from "../../protocol/message.ts";
+import type { Verifier } from "../../protocol/verify.ts";
+import type { Agent } from "../../resources/agent.ts";
+import { parseDuration } from "../../resources/common.ts";
+import type { RuntimeMetrics } from "../../server/metrics.ts";
+import { RateLimiter } from "../../server/ratelimit.ts";
+import { asSent } from "../../server/validation.ts";
+import { acceptVerified, type OnAccepted } from "../accept.ts";
+import { WELL_KNOWN, WELL_KNOWN_IFP } from "../documents.ts";
+import type { InboxStore } from "../store.ts";
+
+export interface InboxRouteDeps {
+  agent: Agent;
+  verifier: Verifier;
+  store: Pick<InboxStore, "accept">;
+  onAccepted?: OnAccepted;
+  metrics: RuntimeMetrics;
+  now: () => number;
+  /** Clock skew tolerated on headers.date in the future. */
+  maxFutureSkewMs: number;
+}
+
+const Accepted = z.object({ status: z.literal("accepted"), message_id: z.string() });
+
+/**
+ * POST /.well-known/agent/inbox (spec 4.1), checks cheapest first (docs/agent.md): size, media
+ * type and JSON before any route runs; the IFP-4 schema; addressing, Idempotency-Key and date
+ * window; the per-address limit; the signature; the per-sender limit; then store and 202.
+ */
+export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, deps) => {
+  const { agent, verifier, metrics, now } = deps;
+  const spec = agent.spec;
+  const replayWindowMs = parseDuration(spec.inbox.replayWindow);
+  const perAddress = new RateLimiter(spec.inbox.rateLimit.perAddressPerMinute, { now });
+  const perSender = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
+  // Every answer is counted: accepted, duplicate, or its error code.
+  const count = async (_req: unknown, reply: FastifyReply) => {
+    metrics.inbox.inc({ result: reply.outcome ?? (reply.statusCode < 400 ? "accepted" : "internal_error") });
+  };
+
+  for (const base of [WELL_KNOWN, WELL_KNOWN_IFP]) {
+    app.post(
+      `${base}/inbox`,
+      {
+        schema: { body: asSent(Message), response: { 202: Accepted } },
+        config: { invalid: "the message does not follow IFP-4" },
+        onResponse: count,
+      },
+      async (req, reply) => {
+        const message = req.body;
+        const h = message.headers;
+        if (!h.to.some((t) => t.agent === spec.agentId)) {
+          throw badRequest(`the message is addressed to ${h.to.map((t) => t.agent).join(", ")}, not to ${spec.agentId}`);
+        }
+        const idem = req.headers["idempotency-key"];
+        if (idem !== undefined && idem !== h.message_id) {
+          throw badRequest("Idempotency-Key must equal headers.message_id (IFP-6 section 4.2)");
+        }
+        const date = Date.parse(h.date);
+        if (date < now() - replayWindowMs || date > now() + deps.maxFutureSkewMs) {
+          throw badRequest(`headers.date ${h.date} is outside the accepted window (${spec.inbox.replayWindow} back, 5m ahead)`);
+        }
+        // Cheap per-address limit before the costly signature check.
+        const byAddress = perAddress.take(req.ip);
+        if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${req.ip}`);
+        const verified = verifier.verify(message, spec.inbox.requireSignature);
+        const bySender = perSender.take(verified.signer ?? `unsigned:${h.from.agent}`);
+        if (!bySender.ok) {
+          throw rateLimited(bySender.retryAfterSeconds, `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`);
+        }
+        const { duplicate } = await acceptVerified({ agent, store: deps.store, onAccepted: deps.onAccepted }, message, message, verified);
+        reply.outcome = duplicate ? "duplicate" : "accepted";
+        return reply.code(202).type("application/json; charset=utf-8").send({ status: "accepted", message_id: h.message_id });
+      },
+    );
+  }
+};

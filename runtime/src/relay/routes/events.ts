@@ -1,0 +1,36 @@
+import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
+import type { Logger } from "pino";
+import type { RuntimeMetrics } from "../../server/metrics.ts";
+import type { RelayAuthenticator } from "../auth.ts";
+import { attachWebSocket, serveEvents } from "../events.ts";
+import type { Mailboxes } from "../mailbox.ts";
+
+export interface EventRouteDeps {
+  mailboxes: Mailboxes;
+  metrics: RuntimeMetrics;
+  log: Logger;
+  /** The WebSocket upgrade bypasses the routes' hooks and authenticates itself. */
+  authenticate: RelayAuthenticator;
+}
+
+/**
+ * The caller's mailbox as it fills: GET /relay/events (Server-Sent Events) and the WebSocket
+ * at /relay/ws. Open streams end when the relay closes; the server would otherwise wait for them.
+ */
+export const eventRoutes: FastifyPluginAsyncZod<EventRouteDeps> = async (app, deps) => {
+  const openStreams = new Set<() => void>();
+  app.addHook("preClose", async () => {
+    for (const end of openStreams) end();
+  });
+
+  app.get("/relay/events", { config: { operation: "events" } }, async (req, reply) => {
+    // A hijacked reply skips onResponse: the stream is counted here, refusals by the hook.
+    deps.metrics.relay.inc({ operation: "events", result: "ok" });
+    reply.hijack();
+    const end = serveEvents(reply.raw, req.raw, req.agent, deps.mailboxes, deps.log);
+    openStreams.add(end);
+    reply.raw.on("close", () => openStreams.delete(end));
+  });
+
+  attachWebSocket(app, { mailboxes: deps.mailboxes, metrics: deps.metrics, log: deps.log, authenticate: deps.authenticate });
+};

@@ -1,0 +1,36 @@
+import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
+import { notFound } from "../../protocol/errors.ts";
+import { AckRequest, AckResponse, MessageIdPath, MessageList, PageQuery } from "../../protocol/relay-api.ts";
+import type { Mailboxes } from "../mailbox.ts";
+
+/**
+ * The caller's mailbox: GET /relay/messages pages through the waiting copies (reading removes
+ * nothing); DELETE /relay/messages/{id} and POST /relay/messages/ack acknowledge them.
+ */
+export const messageRoutes: FastifyPluginAsyncZod<{ mailboxes: Pick<Mailboxes, "list" | "ack"> }> = async (app, { mailboxes }) => {
+  app.get("/relay/messages", { schema: { querystring: PageQuery, response: { 200: MessageList } }, config: { operation: "retrieve" } }, async (req, reply) => {
+    const { limit, after } = req.query;
+    const copies = await mailboxes.list(req.agent, after, limit);
+    const last = copies.at(-1);
+    if (last) reply.header("ifp-next-after", String(last.seq));
+    if (last && copies.length === limit) reply.header("link", `</relay/messages?limit=${limit}&after=${last.seq}>; rel="next"`);
+    return copies.map((c) => c.message);
+  });
+
+  app.delete("/relay/messages/*", { schema: { params: MessageIdPath }, config: { operation: "ack" } }, async (req, reply) => {
+    const id = req.params["*"];
+    if (!id || id.length > 256 || !(await mailboxes.ack(req.agent, id))) throw notFound(`you have no waiting message ${id}`);
+    return reply.code(204).send();
+  });
+
+  // Many acknowledgements in one signed request, for agents working through a backlog.
+  app.post(
+    "/relay/messages/ack",
+    { schema: { body: AckRequest, response: { 200: AckResponse } }, config: { operation: "ack", invalid: "invalid acknowledgement" } },
+    async (req) => {
+      const ids = [...new Set(req.body.message_ids)];
+      const removed = await Promise.all(ids.map((id) => mailboxes.ack(req.agent, id)));
+      return { acknowledged: ids.filter((_, i) => removed[i]), not_found: ids.filter((_, i) => !removed[i]) };
+    },
+  );
+};

@@ -1,0 +1,39 @@
+import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
+import { invalidSignature } from "../../protocol/errors.ts";
+import { PublishRequest, PublishResponse } from "../../protocol/relay-api.ts";
+import type { Verifier } from "../../protocol/verify.ts";
+import { asSent } from "../../server/validation.ts";
+import type { Mailboxes } from "../mailbox.ts";
+import { remainingTtlSeconds, resolveRecipients, traceEntry, withTraceEntry } from "../publish.ts";
+import type { Subscriptions } from "../subscriptions.ts";
+
+export interface PublishRouteDeps {
+  /** spec.url, named in the trace entry. */
+  relayUrl: string;
+  verifier: Pick<Verifier, "knows">;
+  subs: Pick<Subscriptions, "subscribers">;
+  mailboxes: Pick<Mailboxes, "store">;
+  now: () => number;
+}
+
+/** POST /relay/publish: one copy per recipient and topic subscriber, stored before the 202. */
+export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app, deps) => {
+  app.post(
+    "/relay/publish",
+    {
+      schema: { body: asSent(PublishRequest), response: { 202: PublishResponse } },
+      config: { operation: "publish", invalid: "the message does not follow IFP-4" },
+    },
+    async (req, reply) => {
+      const h = req.body.headers;
+      if (h.from.agent !== req.agent) throw invalidSignature(`the request is signed by ${req.agent} but the message is from ${h.from.agent}`);
+      const ttl = remainingTtlSeconds(h, deps.now());
+      const { agents } = resolveRecipients(h.to, req.agent, (a) => deps.verifier.knows(a), (t) => deps.subs.subscribers(t));
+      // The accountable trace entry (spec 2.9), appended before the message is stored;
+      // everything else is kept as sent, so the sender's signature still verifies.
+      const stored = withTraceEntry(req.body, traceEntry(deps.relayUrl, req.agent, new Date(deps.now())));
+      const result = await deps.mailboxes.store(JSON.stringify(stored), h.message_id, agents, ttl);
+      return reply.code(202).send({ status: "accepted", message_id: h.message_id, recipients: agents.length, ...result });
+    },
+  );
+};

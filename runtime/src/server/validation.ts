@@ -1,0 +1,40 @@
+import { hasZodFastifySchemaValidationErrors } from "@fastify/type-provider-zod";
+import type { FastifyError } from "fastify";
+import { z } from "zod";
+import { badRequest, type ProtocolError } from "../protocol/errors.ts";
+import { describeIssues } from "../contract/issues.ts";
+
+declare module "fastify" {
+  interface FastifyContextConfig {
+    /** How the route describes a request its schemas refuse: "invalid subscription: …". */
+    invalid?: string;
+  }
+}
+
+/**
+ * `schema`, but the route gets the document exactly as it was sent: same key order, unknown
+ * fields kept. For messages, which are stored and handed on as their sender wrote them (a
+ * parsed copy would reorder their keys).
+ */
+export function asSent<T extends z.ZodType>(schema: T) {
+  return z
+    .unknown()
+    .superRefine((value, ctx) => {
+      const parsed = schema.safeParse(value);
+      if (!parsed.success) for (const issue of parsed.error.issues) ctx.addIssue({ ...issue });
+    })
+    .transform((value) => value as z.output<T>);
+}
+
+const PARTS: Record<string, string> = { body: "body", querystring: "query", params: "path", headers: "headers" };
+
+/**
+ * A request refused by a route's zod schemas, as the spec's 400 `invalid_format` naming the
+ * failing fields (`headers.date: Invalid ISO datetime`); undefined for any other error.
+ */
+export function invalidRequest(err: unknown, title: string | undefined): ProtocolError | undefined {
+  if (!hasZodFastifySchemaValidationErrors(err)) return undefined;
+  const part = (err as FastifyError).validationContext ?? "request";
+  const issues = err.validation.map((v) => ({ path: v.instancePath.split("/").filter(Boolean), message: v.message ?? "invalid" }));
+  return badRequest(`${title ?? `invalid ${PARTS[part] ?? part}`}: ${describeIssues({ issues } as Pick<z.ZodError, "issues"> as z.ZodError)}`);
+}
