@@ -3,6 +3,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as x509 from "@peculiar/x509";
+import { isoSeconds } from "../../runtime/src/util/time.ts";
 
 x509.cryptoProvider.set(webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
 
@@ -83,7 +84,7 @@ export async function createCA(commonName = "ifp-operator test CA"): Promise<Cer
 export async function selfSignedServing(commonName: string, dnsNames: string[]): Promise<Pem & { ca: string; notAfter: string }> {
   const ca = await createCA(`${commonName} (self-signed by ifp-operator)`);
   const leaf = await ca.issue({ commonName, dnsNames });
-  const notAfter = new x509.X509Certificate(leaf.cert).notAfter.toISOString().replace(/\.\d{3}Z$/, "Z");
+  const notAfter = isoSeconds(new x509.X509Certificate(leaf.cert).notAfter);
   return { ...leaf, ca: ca.cert, notAfter };
 }
 

@@ -1,6 +1,9 @@
 // Leader election with a coordination.k8s.io Lease, in the manner of client-go's: the holder
 // renews every few seconds; it gives up leading when it could not renew within the renew
-// deadline; another replica takes over once the lease has not been renewed for its duration.
+// deadline; another replica takes over once it has seen the lease unchanged for its duration.
+// As in client-go, expiry is judged by this replica's clock alone: the local time at which it
+// last saw the record change, plus leaseDurationSeconds. The holder's renewTime is never
+// compared with the local clock, since the clocks of different nodes are skewed.
 import { CoordinationV1Api, type KubeConfig, type V1Lease } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { errorMessage, isStatus } from "./kube/client.ts";
@@ -18,6 +21,8 @@ export interface LeaderElectorOptions {
   leaseSeconds?: number;
   renewDeadlineMs?: number;
   retryMs?: number;
+  /** The local clock in ms (Date.now by default); a test may skew it. */
+  now?: () => number;
 }
 
 export class LeaderElector {
@@ -28,11 +33,27 @@ export class LeaderElector {
   private leading = false;
   private stopped = false;
   private lastRenew = 0;
+  /** The lease record as last read or written, and the local time at which it last changed. */
+  private observedRecord: string | undefined;
+  private observedTime = 0;
 
   constructor(kc: KubeConfig, opts: LeaderElectorOptions) {
     this.api = kc.makeApiClient(CoordinationV1Api);
     this.log = opts.log;
-    this.opts = { leaseSeconds: 15, renewDeadlineMs: 10_000, retryMs: 2_000, ...opts };
+    this.opts = { leaseSeconds: 15, renewDeadlineMs: 10_000, retryMs: 2_000, now: Date.now, ...opts };
+  }
+
+  private now(): number {
+    return this.opts.now();
+  }
+
+  /** Remember the record; the observation time moves only when the record differs. */
+  private observe(spec: V1Lease["spec"], at: number): void {
+    const rec = JSON.stringify([spec?.holderIdentity ?? "", spec?.renewTime ? new Date(spec.renewTime).getTime() : 0, spec?.leaseTransitions ?? 0, spec?.leaseDurationSeconds ?? 0]);
+    if (rec !== this.observedRecord) {
+      this.observedRecord = rec;
+      this.observedTime = at;
+    }
   }
 
   get isLeader(): boolean {
@@ -49,7 +70,7 @@ export class LeaderElector {
           held = await this.tryAcquireOrRenew();
         } catch (err) {
           this.log.warn({ err: errorMessage(err) }, "leader election: could not reach the lease");
-          held = this.leading && Date.now() - this.lastRenew < this.opts.renewDeadlineMs;
+          held = this.leading && this.now() - this.lastRenew < this.opts.renewDeadlineMs;
         }
         if (this.stopped) return;
         if (held && !this.leading) {
@@ -69,7 +90,7 @@ export class LeaderElector {
   }
 
   private async tryAcquireOrRenew(): Promise<boolean> {
-    const now = new Date();
+    const now = new Date(this.now());
     const { namespace, name, identity, leaseSeconds } = this.opts;
     let lease: V1Lease | undefined;
     try {
@@ -85,6 +106,7 @@ export class LeaderElector {
           body: { metadata: { name, namespace }, spec: { holderIdentity: identity, leaseDurationSeconds: leaseSeconds, acquireTime: renewTime, renewTime, leaseTransitions: 0 } },
         });
         this.lastRenew = now.getTime();
+        this.observe({ holderIdentity: identity, renewTime, leaseTransitions: 0, leaseDurationSeconds: leaseSeconds }, now.getTime());
         return true;
       } catch (err) {
         if (isStatus(err, 409)) return false;
@@ -92,27 +114,22 @@ export class LeaderElector {
       }
     }
     const holder = lease.spec?.holderIdentity;
-    const renewed = lease.spec?.renewTime ? new Date(lease.spec.renewTime).getTime() : 0;
-    const expired = renewed + (lease.spec?.leaseDurationSeconds ?? leaseSeconds) * 1000 < now.getTime();
+    this.observe(lease.spec, now.getTime());
+    const expired = this.observedTime + (lease.spec?.leaseDurationSeconds ?? leaseSeconds) * 1000 < now.getTime();
     if (holder && holder !== identity && !expired) return false;
     const mine = holder === identity;
+    const spec = {
+      ...lease.spec,
+      holderIdentity: identity,
+      leaseDurationSeconds: leaseSeconds,
+      renewTime,
+      acquireTime: mine && lease.spec?.acquireTime ? (microTime(new Date(lease.spec.acquireTime)) as unknown as Date) : renewTime,
+      leaseTransitions: (lease.spec?.leaseTransitions ?? 0) + (mine ? 0 : 1),
+    };
     try {
-      await this.api.replaceNamespacedLease({
-        name,
-        namespace,
-        body: {
-          ...lease,
-          spec: {
-            ...lease.spec,
-            holderIdentity: identity,
-            leaseDurationSeconds: leaseSeconds,
-            renewTime,
-            acquireTime: mine && lease.spec?.acquireTime ? (microTime(new Date(lease.spec.acquireTime)) as unknown as Date) : renewTime,
-            leaseTransitions: (lease.spec?.leaseTransitions ?? 0) + (mine ? 0 : 1),
-          },
-        },
-      });
+      await this.api.replaceNamespacedLease({ name, namespace, body: { ...lease, spec } });
       this.lastRenew = now.getTime();
+      this.observe(spec, now.getTime());
       return true;
     } catch (err) {
       if (isStatus(err, 409)) return false;
@@ -132,7 +149,7 @@ export class LeaderElector {
         await this.api.replaceNamespacedLease({
           name: this.opts.name,
           namespace: this.opts.namespace,
-          body: { ...lease, spec: { ...lease.spec, holderIdentity: undefined, leaseDurationSeconds: 1, renewTime: microTime(new Date()) as unknown as Date } },
+          body: { ...lease, spec: { ...lease.spec, holderIdentity: undefined, leaseDurationSeconds: 1, renewTime: microTime(new Date(this.now())) as unknown as Date } },
         });
       }
     } catch {

@@ -30,10 +30,22 @@ describe("ifp-operator flags", () => {
     expect(parseFlags([], {}).options.nats).toBeUndefined();
   });
 
+  it("takes the runtime pods' UID, GID and pull secrets", () => {
+    const defaults = parseFlags([], {}).options.settings;
+    expect(defaults).toMatchObject({ runtimeRunAsUser: 10001, runtimeRunAsGroup: 10001, runtimeImagePullSecrets: [] });
+    const none = parseFlags(["--runtime-run-as-user=none", "--runtime-run-as-group=none", "--runtime-image-pull-secrets=a, b,"], {}).options.settings;
+    expect(none).toMatchObject({ runtimeRunAsUser: null, runtimeRunAsGroup: null, runtimeImagePullSecrets: ["a", "b"] });
+    const fixed = parseFlags(["--runtime-run-as-user=1000680000", "--runtime-run-as-group=0"], {}).options.settings;
+    expect(fixed).toMatchObject({ runtimeRunAsUser: 1000680000, runtimeRunAsGroup: 0 });
+  });
+
   it("refuses bad input with a clear message", () => {
     expect(() => parseFlags(["--health-port=http"], {})).toThrow(/--health-port must be a whole number from 0 to 65535, not "http"/);
     expect(() => parseFlags(["--resync=often"], {})).toThrow(/--resync takes a duration/);
     expect(() => parseFlags(["--leader-elect=maybe"], {})).toThrow(/--leader-elect is true or false/);
+    expect(() => parseFlags(["--runtime-run-as-user=root"], {})).toThrow(/--runtime-run-as-user is a whole number from 0 to 2147483647 or none, not "root"/);
+    expect(() => parseFlags(["--runtime-run-as-group=-1"], {})).toThrow(/--runtime-run-as-group is a whole number/);
+    expect(() => parseFlags(["--runtime-run-as-user=1.5"], {})).toThrow(/--runtime-run-as-user is a whole number/);
     expect(() => parseFlags(["--no-such-flag"], {})).toThrow(/Unknown option '--no-such-flag'/);
   });
 

@@ -22,6 +22,10 @@ account). Every flag also reads the environment variable in brackets.
                                   password, token, given to the runtime pods as IFP_NATS_USER …
   --runtime-image IMAGE           image of the runtime pods [IFP_RUNTIME_IMAGE]
   --runtime-image-pull-policy P   IfNotPresent (default), Always or Never
+  --runtime-run-as-user N|none    UID of the runtime pods (default 10001; none leaves it to the
+                                  cluster, e.g. OpenShift's restricted SCC)
+  --runtime-run-as-group N|none   GID of the runtime pods (default 10001; none leaves it unset)
+  --runtime-image-pull-secrets A,B  Secrets in each runtime's namespace used to pull its image
   --watch-namespaces A,B          watch only these namespaces (default: all) [IFP_WATCH_NAMESPACES]
   --leader-elect[=true|false]     hold a Lease so that one replica acts at a time (default false)
   --leader-election-namespace NS  namespace of the Lease (default: POD_NAMESPACE, else default)
@@ -44,6 +48,9 @@ const OPTIONS = {
   "nats-auth-secret": { type: "string" },
   "runtime-image": { type: "string", env: "IFP_RUNTIME_IMAGE" },
   "runtime-image-pull-policy": { type: "string" },
+  "runtime-run-as-user": { type: "string" },
+  "runtime-run-as-group": { type: "string" },
+  "runtime-image-pull-secrets": { type: "string" },
   "watch-namespaces": { type: "string", env: "IFP_WATCH_NAMESPACES" },
   "leader-elect": { type: "string" },
   "leader-election-namespace": { type: "string" },
@@ -67,6 +74,18 @@ function integer(name: string, text: string, min: number, max: number): number {
   const n = Number(text);
   if (!Number.isInteger(n) || n < min || n > max) throw new UsageError(`--${name} must be a whole number from ${min} to ${max}, not ${JSON.stringify(text)}`);
   return n;
+}
+
+/** A UID/GID flag: a whole number, or `none` (null) to leave it unset. */
+function podId(name: string, text: string): number | null {
+  if (text === "none") return null;
+  const n = Number(text);
+  if (!/^\d+$/.test(text) || n > 2_147_483_647) throw new UsageError(`--${name} is a whole number from 0 to 2147483647 or none, not ${JSON.stringify(text)}`);
+  return n;
+}
+
+function list(text: string | undefined): string[] {
+  return (text ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 }
 
 /** Manager options from the command line and environment (throws UsageError on bad input). */
@@ -103,9 +122,12 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
         natsUrl: natsUrl ?? "nats://nats:4222",
         natsCredsSecret: credsSecret ? { name: credsSecret, key: str("nats-creds-secret-key") ?? (credsFile ? basename(credsFile) : "nats.creds") } : undefined,
         natsAuthSecret: str("nats-auth-secret"),
+        runtimeRunAsUser: podId("runtime-run-as-user", str("runtime-run-as-user") ?? "10001"),
+        runtimeRunAsGroup: podId("runtime-run-as-group", str("runtime-run-as-group") ?? "10001"),
+        runtimeImagePullSecrets: list(str("runtime-image-pull-secrets")),
       },
       nats: natsUrl ? { url: natsUrl, credsFile, user: str("nats-user"), pass: str("nats-password"), token: str("nats-token") } : undefined,
-      watchNamespaces: (str("watch-namespaces") ?? "").split(",").map((s) => s.trim()).filter(Boolean),
+      watchNamespaces: list(str("watch-namespaces")),
       leaderElection: leaderElect === "true" ? { namespace: str("leader-election-namespace") ?? env.POD_NAMESPACE ?? "default", identity: env.POD_NAME } : undefined,
       healthPort: integer("health-port", str("health-port") ?? "8081", 0, 65535),
       metricsPort: integer("metrics-port", str("metrics-port") ?? "8080", 0, 65535),

@@ -1,18 +1,18 @@
-// The operator process: informers feed one keyed work queue per kind; children map back to
-// their Agent or Relay; every resource is also resynced periodically. Controllers run only
-// while this replica holds the leader lease (when leader election is on).
+// The operator process: informers feed one controller (keyed work queue and workers, in
+// kube/controller.ts) per kind; children map back to their Agent or Relay; every resource is
+// also resynced periodically. Controllers run only while this replica holds the leader lease
+// (when leader election is on).
 import { hostname } from "node:os";
 import { KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { Nats, type NatsOptions } from "../../runtime/src/nats/connection.ts";
 import { reconcileAgent } from "./controllers/agent/reconcile.ts";
-import type { ReconcileResult } from "./controllers/reconciler.ts";
 import { reconcileRelay, type RelayContext } from "./controllers/relay/reconcile.ts";
 import { ownerOf, type OperatorSettings } from "./controllers/runtime.ts";
 import { serveHealth } from "./health.ts";
 import { Caches, type CachedKind } from "./kube/caches.ts";
-import { errorMessage, isStatus, Kube } from "./kube/client.ts";
-import { WorkQueue } from "./kube/workqueue.ts";
+import { errorMessage, Kube } from "./kube/client.ts";
+import { Controller, type Reconcile } from "./kube/controller.ts";
 import { LeaderElector } from "./leader.ts";
 import { createOperatorMetrics } from "./metrics.ts";
 
@@ -56,19 +56,24 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   else kc.loadFromDefault();
   const metrics = createOperatorMetrics();
   const kube = new Kube(kc, log, (verb, kind) => metrics.writes.inc({ verb, kind }));
-  const queues: Record<Kind, WorkQueue> = { Agent: new WorkQueue(), Relay: new WorkQueue() };
   const enqueue = (kind: CachedKind, obj: KubernetesObject) => {
     const ns = obj.metadata?.namespace;
     if (!ns) return;
-    if (kind === "Agent" || kind === "Relay") return queues[kind].add(`${ns}/${obj.metadata!.name}`);
+    if (kind === "Agent" || kind === "Relay") return controllers[kind].enqueue(ns, obj.metadata!.name!);
     const owner = ownerOf(obj);
-    if (owner) queues[owner.kind].add(`${ns}/${owner.name}`);
+    if (owner) controllers[owner.kind].enqueue(ns, owner.name);
   };
   const caches = new Caches(kc, opts.watchNamespaces, log, enqueue);
   const abort = new AbortController();
   const nats = opts.nats ? new Nats({ ...opts.nats, name: "ifp-operator" }, log) : undefined;
   void nats?.start(abort.signal).catch(() => {});
   const ctx: RelayContext = { kube, caches, settings: opts.settings, log, nats };
+  const controller = (kind: Kind, reconcile: Reconcile) =>
+    new Controller({ kind, reconcile, exists: (ns, name) => !!caches.get(kind, ns, name), metrics, log });
+  const controllers: Record<Kind, Controller> = {
+    Agent: controller("Agent", (ns, name) => reconcileAgent(ctx, ns, name)),
+    Relay: controller("Relay", (ns, name) => reconcileRelay(ctx, ns, name)),
+  };
 
   const elector = opts.leaderElection
     ? new LeaderElector(kc, {
@@ -88,40 +93,10 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
     metrics.registry,
   );
   const depth = setInterval(() => {
-    for (const kind of ["Agent", "Relay"] as const) metrics.queueDepth.set({ kind }, queues[kind].depth);
+    for (const c of Object.values(controllers)) c.recordQueueDepth();
     metrics.informerRestarts.set(caches.restarts);
   }, 1000);
   depth.unref();
-
-  const work = (kind: Kind, fn: (ns: string, name: string) => Promise<ReconcileResult>) =>
-    queues[kind].run(opts.workers ?? 4, async (key) => {
-      const [ns, name] = key.split("/") as [string, string];
-      const end = metrics.duration.startTimer({ kind });
-      try {
-        const result = await fn(ns, name);
-        queues[kind].forget(key);
-        metrics.reconciles.inc({ kind, result: "ok" });
-        if (result.requeueAfterMs) queues[kind].addAfter(key, result.requeueAfterMs);
-      } catch (err) {
-        const gone = !caches.get(kind, ns, name);
-        const delay = gone ? 0 : queues[kind].addRateLimited(key);
-        if (gone) {
-          // The resource went away mid-pass: nothing left to do.
-          queues[kind].forget(key);
-          metrics.reconciles.inc({ kind, result: "ok" });
-          log.debug({ kind, key, err: errorMessage(err) }, "gone while reconciling");
-        } else if (isStatus(err, 409)) {
-          metrics.reconciles.inc({ kind, result: "conflict" });
-          log.debug({ kind, key }, "conflict (the cache lags a write); requeued");
-        } else {
-          metrics.reconciles.inc({ kind, result: "error" });
-          metrics.errors.inc({ kind });
-          log.warn({ kind, key, err: errorMessage(err), retryInMs: Math.round(delay) }, "Reconcile failed");
-        }
-      } finally {
-        end();
-      }
-    });
 
   let loops: Promise<void>[] = [];
   let resync: NodeJS.Timeout | undefined;
@@ -143,7 +118,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
     metrics.leader.set(1);
     await caches.start(abort.signal);
     if (stopping) return;
-    loops = [work("Agent", (ns, name) => reconcileAgent(ctx, ns, name)), work("Relay", (ns, name) => reconcileRelay(ctx, ns, name))];
+    loops = Object.values(controllers).map((c) => c.run(opts.workers ?? 4));
     resync = setInterval(() => {
       for (const kind of ["Agent", "Relay"] as const) for (const o of caches.list(kind)) enqueue(kind, o);
     }, opts.resyncMs ?? 5 * 60_000);
@@ -168,7 +143,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       if (resync) clearInterval(resync);
       abort.abort();
       // Finish the reconciles in flight, then let go of everything else.
-      for (const q of Object.values(queues)) q.shutDown();
+      for (const c of Object.values(controllers)) c.shutDown();
       await Promise.all(loops);
       await caches.stop();
       await elector?.stop();

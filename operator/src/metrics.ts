@@ -15,4 +15,3 @@ export function createOperatorMetrics() {
     informerRestarts: new Gauge({ name: "ifp_operator_informer_restarts", help: "Informer restarts after list or watch failures", registers: [registry] }),
   };
 }
-export type OperatorMetrics = ReturnType<typeof createOperatorMetrics>;

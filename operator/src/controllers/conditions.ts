@@ -1,6 +1,7 @@
 // Status conditions in the Kubernetes API conventions, and the pure rules that derive them from
 // what a reconcile observed. kstatus (which Helm 4 and Flux use to wait) reads Ready, Reconciling
 // and Stalled.
+import { isoSeconds } from "../../../runtime/src/util/time.ts";
 
 /** A status condition in the Kubernetes API conventions. */
 export interface Condition {
@@ -14,10 +15,7 @@ export interface Condition {
 
 export type ConditionInput = Omit<Condition, "lastTransitionTime" | "observedGeneration">;
 
-/** RFC 3339 in whole seconds, the form metav1.Time takes. */
-export function isoSeconds(d: Date): string {
-  return d.toISOString().replace(/\.\d{3}Z$/, "Z");
-}
+export { isoSeconds };
 
 /**
  * The new conditions, keeping each one's lastTransitionTime unless its status flipped; types
@@ -141,8 +139,4 @@ export function runtimeConditions(o: RuntimeObservation): ConditionInput[] {
 /** The conditions of a spec that can never succeed as written: not retried until it changes. */
 export function invalidSpecConditions(message: string): ConditionInput[] {
   return [cond("Ready", "False", "InvalidSpec", message), cond("Reconciling", "False", "InvalidSpec", message), cond("Stalled", "True", "InvalidSpec", message)];
-}
-
-export function findCondition(conditions: readonly { type: string }[] | undefined, type: string) {
-  return conditions?.find((c) => c.type === type);
 }

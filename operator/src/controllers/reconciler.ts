@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import { ChildConflictError } from "../kube/apply.ts";
 import type { Caches } from "../kube/caches.ts";
 import { errorMessage, isStatus, type Kube } from "../kube/client.ts";
+import type { ReconcileResult } from "../kube/controller.ts";
 import { isSubset } from "../kube/subset.ts";
 import { mergeConditions, type Condition, type ConditionInput } from "./conditions.ts";
 import type { OperatorSettings } from "./runtime.ts";
@@ -14,11 +15,6 @@ export interface ReconcileContext {
   caches: Caches;
   settings: OperatorSettings;
   log: Logger;
-}
-
-/** What a reconcile asks of the queue: look again after this long (undefined: only on change). */
-export interface ReconcileResult {
-  requeueAfterMs?: number;
 }
 
 export type CustomObject = KubernetesObject & { spec?: unknown; status?: Record<string, unknown> };

@@ -1,10 +1,10 @@
 // Pure building blocks shared by the Agent and Relay controllers: deterministic child names,
 // labels, owner references, and the runtime Deployment that runs the start contract.
-import { createHash } from "node:crypto";
 import type { V1Deployment, V1EnvVar, V1ObjectMeta, V1OwnerReference, V1Service, V1ServiceAccount, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
-import canonicalize from "canonicalize";
 import { stringify } from "yaml";
+import { ANNOTATION_PREFIX } from "../../../runtime/src/contract/annotations.ts";
 import { API_VERSION } from "../../../runtime/src/resources/common.ts";
+import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../kube/metadata.ts";
 
 /** Everything the operator was told at start that shapes the children. */
 export interface OperatorSettings {
@@ -15,16 +15,19 @@ export interface OperatorSettings {
   natsCredsSecret?: { name: string; key: string };
   /** A Secret (in each resource's namespace) with optional keys `user`, `password`, `token`. */
   natsAuthSecret?: string;
+  /** UID/GID of the runtime pods: a number, null to leave it unset (OpenShift's restricted SCC), absent means 10001. */
+  runtimeRunAsUser?: number | null;
+  runtimeRunAsGroup?: number | null;
+  /** Secrets (in each resource's namespace) rendered as the runtime pods' imagePullSecrets. */
+  runtimeImagePullSecrets?: string[];
 }
 
-export const FIELD_MANAGER = "ifp-operator";
-export const MANAGED_BY = { "app.kubernetes.io/managed-by": "ifp-operator" } as const;
-export const MANAGED_SELECTOR = "app.kubernetes.io/managed-by=ifp-operator";
+/** The runtime pods' UID and GID unless the operator was told otherwise. */
+export const RUNTIME_DEFAULT_ID = 10001;
+
 /** Pod template annotation: a hash of what the runtime reads at start, so that a change rolls the pods. */
 export const CONFIG_HASH = "ifp.dev/config-hash";
 export const HTTPS_PORT = 8443;
-export const INSTANCE_LABEL = "app.kubernetes.io/instance";
-export const COMPONENT_LABEL = "app.kubernetes.io/component";
 
 /** The metadata of an Agent or Relay as the informer holds it (custom objects stay plain JSON). */
 export interface OwnerMeta {
@@ -94,10 +97,6 @@ export function ownerReference(owner: Owner): V1OwnerReference {
 /** Metadata of a child: labels and a controller owner reference (garbage-collected with the owner). */
 export function childMeta(owner: Owner, name: string, extra: Partial<V1ObjectMeta> = {}): V1ObjectMeta {
   return { name, namespace: owner.metadata.namespace, labels: labels(owner), ownerReferences: [ownerReference(owner)], ...extra };
-}
-
-export function hashOf(value: unknown): string {
-  return createHash("sha256").update(canonicalize(value) ?? "").digest("hex").slice(0, 16);
 }
 
 /** The in-cluster DNS names of a resource's Service. */
@@ -178,6 +177,9 @@ export function runtimeDeployment(opts: {
       env.push({ name, valueFrom: { secretKeyRef: { name: settings.natsAuthSecret, key, optional: true } } });
     }
   }
+  const runAsUser = settings.runtimeRunAsUser === undefined ? RUNTIME_DEFAULT_ID : settings.runtimeRunAsUser;
+  const runAsGroup = settings.runtimeRunAsGroup === undefined ? RUNTIME_DEFAULT_ID : settings.runtimeRunAsGroup;
+  const pullSecrets = settings.runtimeImagePullSecrets ?? [];
   const probe = (path: string) => ({ httpGet: { path, port: "https", scheme: "HTTPS" }, periodSeconds: 10, timeoutSeconds: 3 });
   return {
     apiVersion: "apps/v1",
@@ -190,7 +192,13 @@ export function runtimeDeployment(opts: {
         metadata: { labels: labels(owner), annotations: { [CONFIG_HASH]: opts.configHash } },
         spec: {
           serviceAccountName: n.serviceAccount,
-          securityContext: { runAsNonRoot: true, runAsUser: 10001, runAsGroup: 10001, seccompProfile: { type: "RuntimeDefault" } },
+          securityContext: {
+            runAsNonRoot: true,
+            ...(runAsUser === null ? {} : { runAsUser }),
+            ...(runAsGroup === null ? {} : { runAsGroup }),
+            seccompProfile: { type: "RuntimeDefault" },
+          },
+          ...(pullSecrets.length ? { imagePullSecrets: pullSecrets.map((name) => ({ name })) } : {}),
           containers: [
             {
               name: "runtime",
@@ -218,7 +226,7 @@ export function renderManifest(obj: { apiVersion: string; kind: string; metadata
   const m = obj.metadata;
   // Only the project's own annotations: the runtime reads nothing else, and others (kubectl's
   // last-applied-configuration, tooling's) must not roll the pods.
-  const own = Object.fromEntries(Object.entries(m.annotations ?? {}).filter(([k]) => k.startsWith("ifp.dev/")));
+  const own = Object.fromEntries(Object.entries(m.annotations ?? {}).filter(([k]) => k.startsWith(ANNOTATION_PREFIX)));
   return stringify(
     {
       apiVersion: obj.apiVersion,

@@ -6,7 +6,8 @@ import { applyChildren, controlledBy, ChildConflictError } from "../kube/apply.t
 import type { Caches } from "../kube/caches.ts";
 import type { Kube } from "../kube/client.ts";
 import type { Blocker } from "./conditions.ts";
-import { childMeta, childNames, COMPONENT_LABEL, hashOf, INSTANCE_LABEL, MANAGED_BY, type Owner } from "./runtime.ts";
+import { COMPONENT_LABEL, hashOf, INSTANCE_LABEL, MANAGED_BY } from "../kube/metadata.ts";
+import { childMeta, childNames, type Owner } from "./runtime.ts";
 
 export interface TlsSpecInput {
   secretName?: string;

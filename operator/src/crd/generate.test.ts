@@ -1,7 +1,8 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
-import { Values } from "../../../charts/ifp-operator/values.schema.ts";
+import { valuesComments, valuesTable } from "../../../charts/ifp-operator/values.reference.ts";
+import { Values, valuesJsonSchema } from "../../../charts/ifp-operator/values.schema.ts";
 import { agentCrd, generatedFiles, structural } from "./generate.ts";
 
 const root = new URL("../../../", import.meta.url);
@@ -16,6 +17,30 @@ describe("generated files", () => {
   it("values.yaml holds exactly the schema's defaults", () => {
     const yaml = parse(readFileSync(new URL("charts/ifp-operator/values.yaml", root), "utf8"));
     expect(yaml).toEqual(Values.parse({}));
+  });
+});
+
+describe("the chart's values reference", () => {
+  const yaml = "# A header.\n\n# a is first.\na:\n  # a.b is nested,\n  # over two lines.\n  b: 1\n  # a.c too.\n  c: 2\n# d is last.\nd: x\n";
+
+  it("documents each value by the comment paragraph before it, the first key of a map included", () => {
+    expect(Object.fromEntries(valuesComments(yaml))).toEqual({ a: "a is first.", "a.b": "a.b is nested, over two lines.", "a.c": "a.c too.", d: "d is last." });
+  });
+
+  it("lists every value of the chart with its type and default", () => {
+    const chart = readFileSync(new URL("charts/ifp-operator/values.yaml", root), "utf8");
+    const table = valuesTable(valuesJsonSchema(), valuesComments(chart));
+    expect(table).toContain("| `nats.replicas` | `1`, `3` | `1` | nats.replicas of the installed server");
+    expect(table).toContain("| `podSecurityContext` | PodSecurityContext | `{\"runAsNonRoot\":true,\"runAsUser\":10001,");
+    expect(table).toMatch(/\| `global.imagePullSecrets` \| list of objects \|  \| global.imagePullSecrets, set by a parent chart/);
+  });
+
+  it("refuses a value whose comment is missing or does not begin with its name", () => {
+    const schema = { type: "object", properties: { a: { type: "object", properties: { b: { type: "number" }, c: { type: "number" } } }, d: { type: "string" } } };
+    expect(() => valuesTable(schema, valuesComments(yaml))).not.toThrow();
+    expect(() => valuesTable(schema, valuesComments(yaml.replace("# a.c too.", "# c too.")))).toThrow(/not so for a\.c$/);
+    expect(() => valuesTable(schema, valuesComments(yaml.replace("# d is last.\n", "")))).toThrow(/not so for d$/);
+    expect(() => valuesTable({ ...schema, properties: { ...schema.properties, e: { type: "string", description: "e, described in the schema" } } }, valuesComments(yaml))).not.toThrow();
   });
 });
 

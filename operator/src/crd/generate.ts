@@ -1,20 +1,24 @@
 // CustomResourceDefinitions generated from the zod resource schemas (one source), plus the
-// chart's values.schema.json. `npm run gen` writes them; a test fails when they drift.
-import { mkdirSync, writeFileSync } from "node:fs";
+// chart's values.schema.json and values reference. `npm run gen` writes them; a test fails when they drift.
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { stringify } from "yaml";
 import { z } from "zod";
-import { AgentSpec } from "../../../runtime/src/resources/agent.ts";
+import { Agent } from "../../../runtime/src/resources/agent.ts";
 import { GROUP, VERSION } from "../../../runtime/src/resources/common.ts";
-import { RelaySpec } from "../../../runtime/src/resources/relay.ts";
+import { Relay } from "../../../runtime/src/resources/relay.ts";
 import { crdReference } from "./reference.ts";
 import { AgentStatus, RelayStatus } from "./status.ts";
+import { valuesReadme } from "../../../charts/ifp-operator/values.reference.ts";
 import { valuesJsonSchema } from "../../../charts/ifp-operator/values.schema.ts";
 
 type Schema = Record<string, unknown>;
 
+const VALIDATIONS = "x-kubernetes-validations";
+
 /**
  * Make a zod-generated OpenAPI schema structural for the API server: free-form objects
  * preserve unknown fields, literal unions become integer enums, and JSON-Schema-only keys go.
+ * CEL rules (attached to the zod schemas with `.meta(cel(...))`) come last in their node.
  */
 export function structural(schema: Schema): Schema {
   const out: Schema = {};
@@ -36,6 +40,10 @@ export function structural(schema: Schema): Schema {
     else out["x-kubernetes-preserve-unknown-fields"] = true;
   }
   if (schema.type === "number" && Array.isArray(schema.enum) && schema.enum.every(Number.isInteger)) out.type = "integer";
+  if (Array.isArray(schema[VALIDATIONS])) {
+    delete out[VALIDATIONS];
+    out[VALIDATIONS] = [...(schema[VALIDATIONS] as unknown[])];
+  }
   return out;
 }
 
@@ -43,36 +51,9 @@ function specSchema(spec: z.ZodType): Schema {
   return structural(z.toJSONSchema(spec, { target: "openapi-3.0", io: "input" }) as Schema);
 }
 
-/** The schema node at a path of property names, "[]" stepping into array items. */
-function nodeAt(schema: Schema, path: string[]): Schema {
-  let node = schema;
-  for (const p of path) {
-    const next = p === "[]" ? (node.items as Schema | undefined) : (node.properties as Record<string, Schema> | undefined)?.[p];
-    if (!next) throw new Error(`no schema at ${path.join(".")} (stopped at ${p})`);
-    node = next;
-  }
-  return node;
-}
-
-/** Add CEL rules (x-kubernetes-validations) where zod's checks do not reach the JSON schema. */
-function withValidations(schema: Schema, path: string[], rules: { rule: string; message: string }[]): void {
-  const node = nodeAt(schema, path);
-  node["x-kubernetes-validations"] = [...((node["x-kubernetes-validations"] as unknown[]) ?? []), ...rules];
-}
-
-/** zod's `z.url({protocol: /^https$/})` becomes `format: uri` only; the scheme check is CEL. */
-const HTTPS = [{ rule: "self.startsWith('https://')", message: "must be an https:// URL" }];
-const HTTP_OR_HTTPS = [{ rule: "self.startsWith('https://') || self.startsWith('http://')", message: "must be an http:// or https:// URL" }];
-const TLS_ONE_SOURCE = [{ rule: "!(has(self.secretName) && has(self.issuerRef))", message: "spec.tls takes secretName or issuerRef, not both" }];
-/** The name becomes the Service's name and a label value: a DNS-1035 label. */
-const NAME_RULE = {
-  rule: "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
-  message: "metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, at most 63 characters): it names the runtime's Service",
-};
-
 function statusSchema(status: z.ZodType): Schema {
   const schema = specSchema(status);
-  const conditions = nodeAt(schema, ["conditions"]);
+  const conditions = (schema.properties as Record<string, Schema>).conditions!;
   conditions["x-kubernetes-list-type"] = "map";
   conditions["x-kubernetes-list-map-keys"] = ["type"];
   return schema;
@@ -85,7 +66,12 @@ const conditionsColumn = (name: string, type: string, field = "status", priority
   ...(priority ? { priority } : {}),
 });
 
-function crd(kind: string, plural: string, shortNames: string[], spec: Schema, status: Schema, columns: object[]): Schema {
+/** The CEL rules on a resource's root (its zod object's `.meta()`). */
+function rootValidations(resource: z.ZodType): unknown[] {
+  return (z.globalRegistry.get(resource)?.[VALIDATIONS] as unknown[] | undefined) ?? [];
+}
+
+function crd(kind: string, plural: string, shortNames: string[], resource: z.ZodObject<{ spec: z.ZodType }>, status: Schema, columns: object[]): Schema {
   return {
     apiVersion: "apiextensions.k8s.io/v1",
     kind: "CustomResourceDefinition",
@@ -109,10 +95,10 @@ function crd(kind: string, plural: string, shortNames: string[], spec: Schema, s
                 apiVersion: { type: "string" },
                 kind: { type: "string" },
                 metadata: { type: "object" },
-                spec,
+                spec: specSchema(resource.shape.spec),
                 status,
               },
-              "x-kubernetes-validations": [NAME_RULE],
+              [VALIDATIONS]: rootValidations(resource),
             },
           },
         },
@@ -122,15 +108,7 @@ function crd(kind: string, plural: string, shortNames: string[], spec: Schema, s
 }
 
 export function agentCrd(): Schema {
-  const spec = specSchema(AgentSpec);
-  withValidations(spec, ["agentId"], [{ rule: "self == oldSelf", message: "agentId is the agent's identity and cannot change; create a new Agent" }]);
-  withValidations(spec, ["baseUrl"], HTTPS);
-  withValidations(spec, ["peers", "[]", "url"], HTTPS);
-  withValidations(spec, ["relay", "urls", "[]"], HTTPS);
-  withValidations(spec, ["handler", "url"], HTTP_OR_HTTPS);
-  withValidations(spec, ["notify", "url"], HTTP_OR_HTTPS);
-  withValidations(spec, ["tls"], TLS_ONE_SOURCE);
-  return crd("Agent", "agents", ["ifpagent"], spec, statusSchema(AgentStatus), [
+  return crd("Agent", "agents", ["ifpagent"], Agent, statusSchema(AgentStatus), [
     { name: "Agent ID", type: "string", jsonPath: ".spec.agentId" },
     { name: "Endpoint", type: "string", jsonPath: ".status.endpoint" },
     conditionsColumn("Ready", "Ready"),
@@ -140,13 +118,7 @@ export function agentCrd(): Schema {
 }
 
 export function relayCrd(): Schema {
-  const spec = specSchema(RelaySpec);
-  withValidations(spec, ["url"], HTTPS);
-  withValidations(spec, ["retention"], [
-    { rule: "!has(oldSelf.storage) || self.storage == oldSelf.storage", message: "retention.storage cannot change in place; create a new Relay" },
-  ]);
-  withValidations(spec, ["tls"], TLS_ONE_SOURCE);
-  return crd("Relay", "relays", ["ifprelay"], spec, statusSchema(RelayStatus), [
+  return crd("Relay", "relays", ["ifprelay"], Relay, statusSchema(RelayStatus), [
     { name: "URL", type: "string", jsonPath: ".spec.url" },
     { name: "Max Age", type: "string", jsonPath: ".spec.retention.maxAge" },
     conditionsColumn("Ready", "Ready"),
@@ -167,8 +139,17 @@ export function generatedFiles(): Record<string, string> {
     files[`charts/ifp-operator/files/crds/${name}`] = text;
   }
   files["docs/operator-crds.md"] = crdReference([agentCrd(), relayCrd()]) + "\n";
-  files["charts/ifp-operator/values.schema.json"] = `${JSON.stringify(valuesJsonSchema(), null, 2)}\n`;
-  return files;
+  return { ...files, ...chartFiles() };
+}
+
+/** The chart's generated files: values.schema.json, and the values reference in its README.md. */
+export function chartFiles(): Record<string, string> {
+  const chart = new URL("../../../charts/ifp-operator/", import.meta.url);
+  const schema = valuesJsonSchema();
+  return {
+    "charts/ifp-operator/values.schema.json": `${JSON.stringify(schema, null, 2)}\n`,
+    "charts/ifp-operator/README.md": valuesReadme(readFileSync(new URL("README.md", chart), "utf8"), schema, readFileSync(new URL("values.yaml", chart), "utf8")),
+  };
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

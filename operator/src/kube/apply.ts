@@ -1,10 +1,16 @@
 // Writing children: server-side apply with one field manager, only when the live object lacks
 // something we own, and never over an object another owner controls.
 import type { KubernetesObject } from "@kubernetes/client-node";
-import { hashOf, type Owner } from "../controllers/runtime.ts";
 import type { Caches, CachedKind } from "./caches.ts";
 import type { Kube } from "./client.ts";
+import { hashOf } from "./metadata.ts";
 import { firstDifference, isSubset } from "./subset.ts";
+
+/** The resource whose children are applied: they carry its controller reference. */
+export interface ChildOwner {
+  kind: string;
+  metadata: { uid: string };
+}
 
 /** Annotation on every child: a hash of what we last applied, so that dropping a field shows too. */
 export const APPLIED_HASH = "ifp.dev/applied-hash";
@@ -28,7 +34,7 @@ export function withAppliedHash<T extends KubernetesObject>(child: T): T {
  * Apply each child unless the live object (from the cache, else read once) already holds every
  * field we own with the same applied hash. Returns "Kind/name" of what was written.
  */
-export async function applyChildren(kube: Kube, caches: Caches, owner: Owner, children: KubernetesObject[]): Promise<string[]> {
+export async function applyChildren(kube: Kube, caches: Caches, owner: ChildOwner, children: KubernetesObject[]): Promise<string[]> {
   // Everything but the Deployment is independent: apply it concurrently, then the Deployment,
   // whose pods mount the others.
   const last = children.filter((c) => c.kind === "Deployment");
@@ -41,7 +47,7 @@ export async function applyChildren(kube: Kube, caches: Caches, owner: Owner, ch
   return changed;
 }
 
-async function applyChild(kube: Kube, caches: Caches, owner: Owner, raw: KubernetesObject): Promise<string | undefined> {
+async function applyChild(kube: Kube, caches: Caches, owner: ChildOwner, raw: KubernetesObject): Promise<string | undefined> {
   const child = withAppliedHash(raw);
   const { namespace, name } = child.metadata as { namespace: string; name: string };
   const kind = child.kind!;

@@ -1,7 +1,7 @@
 import { AppsV1Api, CoreV1Api, CustomObjectsApi, RbacAuthorizationV1Api, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
-import { MANAGED_SELECTOR } from "../controllers/runtime.ts";
 import { ResilientInformer } from "./informer.ts";
+import { MANAGED_SELECTOR } from "./metadata.ts";
 
 export type CachedKind = "Agent" | "Relay" | "Deployment" | "Service" | "ConfigMap" | "Secret" | "ServiceAccount" | "Role" | "RoleBinding";
 

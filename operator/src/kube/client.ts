@@ -1,30 +1,15 @@
 // The operator's calls to the API server. Every write goes through here and is counted, so that
 // a steady state can be shown to make none.
-import { hostname } from "node:os";
 import { ApiException, CoreV1Api, CustomObjectsApi, KubernetesObjectApi, PatchStrategy, type KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
-import { FIELD_MANAGER } from "../controllers/runtime.ts";
+import { EventRecorder, type EventType } from "../../../runtime/src/kube/events.ts";
+import { FIELD_MANAGER } from "./metadata.ts";
 
 export function isStatus(err: unknown, code: number): boolean {
   return err instanceof ApiException && err.code === code;
 }
 
-export function errorMessage(err: unknown): string {
-  if (err instanceof ApiException) {
-    const body = err.body as { message?: string } | string | undefined;
-    const msg = typeof body === "string" ? safeMessage(body) : body?.message;
-    return `${err.code}: ${msg ?? err.message}`;
-  }
-  return (err as Error)?.message ?? String(err);
-}
-
-function safeMessage(body: string): string {
-  try {
-    return (JSON.parse(body) as { message?: string }).message ?? body;
-  } catch {
-    return body;
-  }
-}
+export { errorMessage } from "../../../runtime/src/util/errors.ts";
 
 const ref = (obj: KubernetesObject) => ({ kind: obj.kind, namespace: obj.metadata?.namespace, name: obj.metadata?.name });
 
@@ -32,6 +17,7 @@ export class Kube {
   readonly objects: KubernetesObjectApi;
   readonly core: CoreV1Api;
   readonly custom: CustomObjectsApi;
+  private readonly events: EventRecorder;
   private readonly log: Logger;
   private readonly onWrite: (verb: string, kind: string) => void;
 
@@ -39,6 +25,7 @@ export class Kube {
     this.objects = KubernetesObjectApi.makeApiClient(kc);
     this.core = kc.makeApiClient(CoreV1Api);
     this.custom = kc.makeApiClient(CustomObjectsApi);
+    this.events = new EventRecorder(kc, "ifp-operator", log);
     this.log = log;
     this.onWrite = onWrite;
   }
@@ -108,29 +95,8 @@ export class Kube {
   }
 
   /** A Kubernetes Event on `obj`, for what changed and what failed. Failure to record one is logged, not thrown. */
-  async event(obj: KubernetesObject, type: "Normal" | "Warning", reason: string, message: string): Promise<void> {
-    const now = new Date();
-    const meta = obj.metadata!;
-    try {
-      this.onWrite("event", "Event");
-      await this.core.createNamespacedEvent({
-        namespace: meta.namespace!,
-        body: {
-          metadata: { name: `${meta.name}.${now.getTime().toString(16)}${Math.floor(Math.random() * 0xffff).toString(16).padStart(4, "0")}`, namespace: meta.namespace },
-          involvedObject: { apiVersion: obj.apiVersion, kind: obj.kind, name: meta.name, namespace: meta.namespace, uid: meta.uid },
-          type,
-          reason,
-          message: message.slice(0, 1024),
-          source: { component: "ifp-operator", host: hostname() },
-          reportingComponent: "ifp.dev/ifp-operator",
-          reportingInstance: hostname(),
-          firstTimestamp: now,
-          lastTimestamp: now,
-          count: 1,
-        },
-      });
-    } catch (err) {
-      this.log.warn({ err: errorMessage(err), reason }, "could not record an event");
-    }
+  async event(obj: KubernetesObject, type: EventType, reason: string, message: string): Promise<void> {
+    this.onWrite("event", "Event");
+    await this.events.record(obj, type, reason, message);
   }
 }

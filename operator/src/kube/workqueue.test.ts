@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { consistently, waitFor } from "../../../e2e/support/wait.ts";
 import { WorkQueue } from "./workqueue.ts";
 
 describe("WorkQueue", () => {
@@ -18,7 +19,9 @@ describe("WorkQueue", () => {
       await new Promise((r) => setTimeout(r, 20));
       concurrent--;
     });
-    await new Promise((r) => setTimeout(r, 150));
+    // Processed: "a" twice (the add during its run), "b" once; then no third run of either.
+    await waitFor("both keys processed", () => seen.filter((k) => k === "a").length === 2 && seen.includes("b"), 10_000, 5);
+    await consistently("no further runs", () => seen.length === 3, 300, 20);
     q.shutDown();
     await run;
     expect(seen.filter((k) => k === "a")).toHaveLength(2);

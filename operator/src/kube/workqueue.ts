@@ -24,6 +24,11 @@ export class WorkQueue {
     return this.queue.length;
   }
 
+  /** Keys scheduled for later (addAfter, backoff), not yet in the queue. */
+  get scheduled(): number {
+    return this.timers.size;
+  }
+
   add(key: string): void {
     if (this.shuttingDown) return;
     if (this.processing.has(key)) {

@@ -54,6 +54,25 @@ describe("desiredAgentChildren", () => {
     expect(d.spec.template.spec.volumes).toContainEqual({ name: "nats", secret: { secretName: "nats", items: [{ key: "user.creds", path: "nats.creds" }] } });
   });
 
+  describe("runtime pod security and pull secrets", () => {
+    const pod = (extra: Record<string, unknown>) => byKind(desiredAgentChildren(agent(), { ...inputs, settings: { ...settings, ...extra } })).Deployment.spec.template.spec;
+    it.each([
+      { name: "default: UID/GID 10001, no pull secrets", extra: {}, sc: { runAsNonRoot: true, runAsUser: 10001, runAsGroup: 10001, seccompProfile: { type: "RuntimeDefault" } }, pull: undefined },
+      { name: "none leaves the UID and GID to the cluster", extra: { runtimeRunAsUser: null, runtimeRunAsGroup: null }, sc: { runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } }, pull: undefined },
+      { name: "a fixed UID and GID, pull secrets", extra: { runtimeRunAsUser: 1000, runtimeRunAsGroup: 0, runtimeImagePullSecrets: ["regcred", "mirror"] }, sc: { runAsNonRoot: true, runAsUser: 1000, runAsGroup: 0, seccompProfile: { type: "RuntimeDefault" } }, pull: [{ name: "regcred" }, { name: "mirror" }] },
+    ])("$name", ({ extra, sc, pull }) => {
+      const spec = pod(extra);
+      expect(spec.securityContext).toEqual(sc);
+      expect(spec.imagePullSecrets).toEqual(pull);
+      expect(spec.containers[0].securityContext).toEqual({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } });
+    });
+    it("renders the default byte for byte as before the settings existed", () => {
+      const explicit = JSON.stringify(desiredAgentChildren(agent(), { ...inputs, settings: { ...settings, runtimeRunAsUser: 10001, runtimeRunAsGroup: 10001, runtimeImagePullSecrets: [] } }));
+      expect(explicit).toBe(JSON.stringify(desiredAgentChildren(agent(), inputs)));
+      expect(explicit).not.toContain("imagePullSecrets");
+    });
+  });
+
   it("changes the config hash with the spec and the signing key, not with other annotations", () => {
     const hash = (a: AgentResource, i = inputs) => byKind(desiredAgentChildren(a, i)).Deployment.spec.template.metadata.annotations["ifp.dev/config-hash"];
     const base = hash(agent());

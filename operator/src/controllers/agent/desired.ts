@@ -1,9 +1,10 @@
 // Pure: the children of an Agent, from the Agent and what the shell found (the signing key's
 // Secret, the TLS Secret's name). Table-tested in desired.test.ts.
 import type { KubernetesObject, V1ConfigMap, V1Role, V1RoleBinding } from "@kubernetes/client-node";
-import { ANNOTATIONS } from "../../../../runtime/src/agent/documents.ts";
+import { ANNOTATIONS } from "../../../../runtime/src/contract/annotations.ts";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
-import { childMeta, childNames, hashOf, renderManifest, runtimeDeployment, runtimeService, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
+import { hashOf } from "../../kube/metadata.ts";
+import { childMeta, childNames, renderManifest, runtimeDeployment, runtimeService, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
 
 export type AgentResource = Agent & { metadata: Owner["metadata"] };
 

@@ -2,12 +2,14 @@
 // observe → agentStatus() → write status. Level-triggered: it gets only namespace/name.
 import type { V1Deployment, V1Secret } from "@kubernetes/client-node";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
-import { describeIssues } from "../../../../runtime/src/protocol/message.ts";
+import { describeIssues } from "../../../../runtime/src/contract/issues.ts";
 import { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { applyChildren } from "../../kube/apply.ts";
+import type { ReconcileResult } from "../../kube/controller.ts";
+import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
 import { invalidSpecConditions, isoSeconds, type Blocker } from "../conditions.ts";
-import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext, type ReconcileResult } from "../reconciler.ts";
-import { certificateDnsNames, childNames, COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY, type Owner } from "../runtime.ts";
+import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
+import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { ensureTls } from "../tls.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { agentStatus } from "./status.ts";

@@ -1,5 +1,5 @@
-// Pure: an Agent's status from what a reconcile observed. Table-tested in status.test.ts.
-import { capabilitiesHash } from "../../../../runtime/src/agent/documents.ts";
+// Pure: an Agent's status from what a reconcile observed. Tested in desired.test.ts.
+import { capabilitiesHash } from "../../../../runtime/src/contract/capabilities.ts";
 import type { AgentStatus } from "../../crd/status.ts";
 import { runtimeConditions, type ConditionInput, type RuntimeObservation } from "../conditions.ts";
 import { agentEndpoint, type AgentResource } from "./desired.ts";

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
-import { relayStreamConfig } from "../../../../runtime/src/relay/stream.ts";
+import { relayStreamConfig } from "../../../../runtime/src/contract/relay-stream.ts";
 import { Relay } from "../../../../runtime/src/resources/relay.ts";
 import { desiredRelayChildren, retentionLoss, type RelayResource } from "./desired.ts";
 import { relayStatus } from "./status.ts";
@@ -18,6 +18,16 @@ describe("desiredRelayChildren", () => {
     expect(d.spec.template.spec.containers[0].args).toEqual(["relay", "--manifest=/etc/ifp/manifest/manifest.yaml", "--port=8443", "--tls-cert=/etc/ifp/tls/tls.crt", "--tls-key=/etc/ifp/tls/tls.key", "--nats=nats://n:4222"]);
     expect((children[1] as any).automountServiceAccountToken).toBe(false);
     expect(Relay.safeParse(parse((children[0] as any).data["manifest.yaml"])).success).toBe(true);
+  });
+
+  it.each([
+    { name: "default", extra: {}, sc: { runAsNonRoot: true, runAsUser: 10001, runAsGroup: 10001, seccompProfile: { type: "RuntimeDefault" } }, pull: undefined },
+    { name: "none and pull secrets", extra: { runtimeRunAsUser: null, runtimeRunAsGroup: null, runtimeImagePullSecrets: ["regcred"] }, sc: { runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } }, pull: [{ name: "regcred" }] },
+  ])("runs the relay pod with the install's security and pull secrets: $name", ({ extra, sc, pull }) => {
+    const spec = (desiredRelayChildren(relay(), { settings: { ...settings, ...extra }, tlsSecret: "hub-tls" })[3] as any).spec.template.spec;
+    expect(spec.securityContext).toEqual(sc);
+    expect(spec.imagePullSecrets).toEqual(pull);
+    expect(spec.containers[0].securityContext).toEqual({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } });
   });
 
   it("names the stream after namespace/name and follows spec.retention", () => {

@@ -1,10 +1,11 @@
 // Pure: the children of a Relay and what lowering its retention would cost. Table-tested in
-// desired.test.ts. The stream's own config comes from runtime/src/relay/stream.ts, which the
-// relay runtime uses too.
+// desired.test.ts. The stream's own config comes from runtime/src/contract/relay-stream.ts,
+// which the relay runtime uses too.
 import type { KubernetesObject, V1ConfigMap } from "@kubernetes/client-node";
 import type { StreamConfig, StreamState } from "@nats-io/jetstream";
 import type { Relay } from "../../../../runtime/src/resources/relay.ts";
-import { childMeta, childNames, hashOf, renderManifest, runtimeDeployment, runtimeService, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
+import { hashOf } from "../../kube/metadata.ts";
+import { childMeta, childNames, renderManifest, runtimeDeployment, runtimeService, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
 
 export type RelayResource = Relay & { metadata: Owner["metadata"] };
 

@@ -1,4 +1,4 @@
-// Pure: a Relay's status from what a reconcile observed. Table-tested in status.test.ts.
+// Pure: a Relay's status from what a reconcile observed. Tested in desired.test.ts.
 import type { StreamConfig } from "@nats-io/jetstream";
 import type { RelayStatus } from "../../crd/status.ts";
 import { runtimeConditions, type ConditionInput, type RuntimeObservation } from "../conditions.ts";

@@ -1,0 +1,113 @@
+// One kind's control loop, in the manner of controller-runtime's Controller: a keyed work queue,
+// workers that reconcile one `namespace/name` at a time, and a failed pass sorted by kind into
+// the queue's requeue, the log and the metrics. What a pass does is the reconciler's business.
+import type { Logger } from "pino";
+import type { Counter, Gauge, Histogram } from "prom-client";
+import { errorMessage, isStatus } from "./client.ts";
+import { WorkQueue } from "./workqueue.ts";
+
+/** What a reconcile asks of the queue: look again after this long (undefined: only on change). */
+export interface ReconcileResult {
+  requeueAfterMs?: number;
+}
+
+/** A level-triggered reconcile: it gets only the key, never the event that brought it. */
+export type Reconcile = (namespace: string, name: string) => Promise<ReconcileResult>;
+
+/** The metrics a controller keeps, labelled by kind. */
+export interface ControllerMetrics {
+  reconciles: Counter<"kind" | "result">;
+  errors: Counter<"kind">;
+  duration: Histogram<"kind">;
+  queueDepth: Gauge<"kind">;
+}
+
+/**
+ * How a pass ended. `ok`: done, requeued only if it asked; `gone`: it failed but the resource
+ * went away meanwhile, so there is nothing left to do; `conflict`: a write met a newer object
+ * (the cache lags), requeued with backoff and quietly; `error`: requeued with backoff, logged.
+ */
+export type PassResult = "ok" | "gone" | "conflict" | "error";
+
+/** The kind of a failed pass's error, given whether the resource is still there. */
+export function classifyFailure(err: unknown, exists: boolean): Exclude<PassResult, "ok"> {
+  if (!exists) return "gone";
+  if (isStatus(err, 409)) return "conflict";
+  return "error";
+}
+
+export interface ControllerOptions {
+  kind: string;
+  reconcile: Reconcile;
+  /** Whether the resource still exists (from the cache): a failure of a deleted one is not retried. */
+  exists: (namespace: string, name: string) => boolean;
+  metrics: ControllerMetrics;
+  log: Logger;
+  queue?: WorkQueue;
+}
+
+export class Controller {
+  readonly kind: string;
+  readonly queue: WorkQueue;
+  private readonly opts: ControllerOptions;
+
+  constructor(opts: ControllerOptions) {
+    this.opts = opts;
+    this.kind = opts.kind;
+    this.queue = opts.queue ?? new WorkQueue();
+  }
+
+  enqueue(namespace: string, name: string): void {
+    this.queue.add(`${namespace}/${name}`);
+  }
+
+  /** One pass over one key: reconcile, then forget, requeue or back off by the outcome. */
+  async process(key: string): Promise<{ result: PassResult; requeueAfterMs?: number }> {
+    const { kind, metrics, log } = this.opts;
+    const [ns, name] = key.split("/") as [string, string];
+    const end = metrics.duration.startTimer({ kind });
+    try {
+      const { requeueAfterMs } = await this.opts.reconcile(ns, name);
+      this.queue.forget(key);
+      metrics.reconciles.inc({ kind, result: "ok" });
+      if (requeueAfterMs) this.queue.addAfter(key, requeueAfterMs);
+      return { result: "ok", requeueAfterMs };
+    } catch (err) {
+      const result = classifyFailure(err, this.opts.exists(ns, name));
+      if (result === "gone") {
+        this.queue.forget(key);
+        metrics.reconciles.inc({ kind, result: "ok" });
+        log.debug({ kind, key, err: errorMessage(err) }, "gone while reconciling");
+        return { result };
+      }
+      const delay = this.queue.addRateLimited(key);
+      metrics.reconciles.inc({ kind, result });
+      if (result === "conflict") {
+        log.debug({ kind, key }, "conflict (the cache lags a write); requeued");
+      } else {
+        metrics.errors.inc({ kind });
+        log.warn({ kind, key, err: errorMessage(err), retryInMs: Math.round(delay) }, "Reconcile failed");
+      }
+      return { result, requeueAfterMs: delay };
+    } finally {
+      end();
+    }
+  }
+
+  /** Run `workers` loops (never two for one key) until shutDown(). */
+  run(workers: number): Promise<void> {
+    return this.queue.run(workers, async (key) => {
+      await this.process(key);
+    });
+  }
+
+  /** Set the queue-depth gauge (called on a timer). */
+  recordQueueDepth(): void {
+    this.opts.metrics.queueDepth.set({ kind: this.kind }, this.queue.depth);
+  }
+
+  /** Stop taking keys; run() resolves once the passes in flight end. */
+  shutDown(): void {
+    this.queue.shutDown();
+  }
+}

@@ -1,0 +1,87 @@
+// What the operator's tests against real servers share: reads that call only NotFound absent,
+// waits that end before the test's own timeout, and the operator's log attached to a failure.
+import { JetStreamApiError, jetstreamManager, type StreamInfo } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import pino, { type Logger } from "pino";
+import { beforeEach } from "vitest";
+import type { ControlPlane } from "../../e2e/support/controlplane.ts";
+import { waitFor } from "../../e2e/support/wait.ts";
+
+/**
+ * `kubectl get … -o json`, parsed; undefined only when the API server answers NotFound. Any
+ * other failure (a refused connection, a bad certificate, an unknown resource type) throws, so
+ * that "it was deleted" cannot pass on a broken connection.
+ */
+export function getOrAbsent<T = any>(cp: ControlPlane, args: string[]): T | undefined {
+  try {
+    return cp.json<T>(args);
+  } catch (err) {
+    if (/Error from server \(NotFound\)/.test((err as Error).message)) return undefined;
+    throw err;
+  }
+}
+
+/** JetStream's "stream not found" (10059), the only error that means a stream is absent. */
+const STREAM_NOT_FOUND = 10059;
+
+/** The stream's info, or undefined only when JetStream says it does not exist; anything else throws. */
+export async function streamOrAbsent(url: string, name: string): Promise<StreamInfo | undefined> {
+  const nc = await connect({ servers: url, reconnect: false, timeout: 5_000 });
+  try {
+    return await (await jetstreamManager(nc)).streams.info(name);
+  } catch (err) {
+    if (err instanceof JetStreamApiError && err.code === STREAM_NOT_FOUND) return undefined;
+    throw err;
+  } finally {
+    await nc.close();
+  }
+}
+
+/** A pino logger that keeps the operator's last lines (debug and up) to print when a test fails. */
+export function capturedLog(keep = 400): { log: Logger; lines: () => string[]; has: (pattern: RegExp) => boolean } {
+  const lines: string[] = [];
+  const echo = !!process.env.IFP_TEST_LOG;
+  const log = pino(
+    { level: process.env.IFP_TEST_LOG ?? "debug" },
+    {
+      write(line: string) {
+        lines.push(line.trimEnd());
+        if (lines.length > keep) lines.splice(0, lines.length - keep);
+        if (echo) process.stdout.write(line);
+      },
+    },
+  );
+  return { log, lines: () => [...lines], has: (pattern) => lines.some((l) => pattern.test(l)) };
+}
+
+/** Time a wait may take and still fail on its own (with its message) before vitest's timeout. */
+const MARGIN_MS = 5_000;
+let testDeadline = Number.POSITIVE_INFINITY;
+
+/**
+ * In every test of the file: keep the test's deadline for `until`, and when the test fails,
+ * print `report()` (the operator's log, the objects' state) with the failure.
+ */
+export function perTest(report: () => string): void {
+  beforeEach(({ task, onTestFailed }) => {
+    testDeadline = Date.now() + task.timeout;
+    onTestFailed(() => {
+      let text: string;
+      try {
+        text = report();
+      } catch (err) {
+        text = `(could not gather the report: ${(err as Error).message})`;
+      }
+      console.error(`--- ${task.name}: state at failure ---\n${text}`);
+    });
+  });
+}
+
+/**
+ * waitFor, polling every 200 ms, with its deadline cut to end before the test's own timeout,
+ * so that a wait that runs out fails with what it waited for and the failure report runs.
+ */
+export function until<T>(what: string, probe: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 30_000, intervalMs = 200): Promise<T> {
+  const left = testDeadline - Date.now() - MARGIN_MS;
+  return waitFor(what, probe, Math.max(1_000, Math.min(timeoutMs, left)), intervalMs);
+}
