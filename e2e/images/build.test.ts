@@ -1,0 +1,47 @@
+// The images built without a Docker engine follow the Dockerfiles: these read them as
+// e2e/images/build.ts does (no build, no root needed).
+import { readFileSync } from "node:fs";
+import { describe, expect, it } from "vitest";
+import { dockerignore, imageContextFiles, parseDockerfile, readDockerfile } from "./build.ts";
+
+const ignored = dockerignore(readFileSync(".dockerignore", "utf8"));
+
+describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
+  it("runtime: Node 24, production dependencies, the runtime's code without tests, user node, the ifp-runtime entrypoint", () => {
+    const plan = readDockerfile("runtime/Dockerfile");
+    expect(plan).toMatchObject({ base: "node:24-slim", nodeMajor: 24, workdir: "/app", user: "node", expose: ["8443"], entrypoint: ["node", "runtime/bin/ifp-runtime.ts"], env: { NODE_ENV: "production" } });
+    expect(plan.copies.filter((c) => c.from === "deps")).toEqual([{ from: "deps", sources: ["/app/node_modules"], dest: "/app/node_modules", destIsDir: false }]);
+    const dests = imageContextFiles(plan, ignored, "runtime/Dockerfile").map((f) => f.dest);
+    expect(dests).toContain("/app/package.json");
+    expect(dests).toContain("/app/runtime/bin/ifp-runtime.ts");
+    expect(dests.some((d) => d.startsWith("/app/runtime/src/agent/"))).toBe(true);
+    expect(dests.filter((d) => /\.test\.ts$|\/test\/|\/bench\/|^\/app\/operator\//.test(d))).toEqual([]);
+  });
+
+  it("operator: its own code, the CRDs and the runtime's sources it imports", () => {
+    const plan = readDockerfile("operator/Dockerfile");
+    expect(plan).toMatchObject({ user: "node", expose: ["8080"], entrypoint: ["node", "operator/bin/ifp-operator.ts"] });
+    const dests = imageContextFiles(plan, ignored, "operator/Dockerfile").map((f) => f.dest);
+    for (const d of ["/app/operator/bin/ifp-operator.ts", "/app/crds/agents.ifp.dev.yaml", "/app/runtime/src/resources/agent.ts"]) expect(dests).toContain(d);
+    expect(dests.filter((d) => /\.test\.ts$/.test(d))).toEqual([]);
+  });
+
+  it("refuses what it does not know how to build, so that a Dockerfile cannot drift from it silently", () => {
+    const base = readFileSync("runtime/Dockerfile", "utf8");
+    expect(() => parseDockerfile(base.replace("USER node", "RUN apt-get install -y curl\nUSER node"), "x")).toThrow(/does not know how to build "RUN apt-get/);
+    expect(() => parseDockerfile(base.replaceAll("node:24-slim", "debian:12"), "x")).toThrow(/FROM debian:12/);
+    expect(() => parseDockerfile(base.replace("npm ci --omit=dev", "npm ci"), "x")).toThrow(/COPY --from=deps/);
+    expect(() => parseDockerfile(base.replace("ENTRYPOINT", "HEALTHCHECK CMD true\nENTRYPOINT"), "x")).toThrow(/HEALTHCHECK/);
+  });
+
+  it(".dockerignore patterns: at the root unless they start with **, directories with everything under them", () => {
+    const m = dockerignore("node_modules\n**/*.test.ts\n**/test/\ne2e\n");
+    expect(m("node_modules/yaml/index.js")).toBe(true);
+    expect(m("runtime/node_modules")).toBe(false);
+    expect(m("runtime/src/agent/inbox.test.ts")).toBe(true);
+    expect(m("runtime/src/agent/inbox.ts")).toBe(false);
+    expect(m("runtime/test/vectors.json")).toBe(true);
+    expect(m("e2e/node.test.ts")).toBe(true);
+    expect(m("e2e2/x.ts")).toBe(false);
+  });
+});

@@ -1,0 +1,433 @@
+#!/usr/bin/env node
+// The project's container images, built without a Docker engine or a registry, for the real
+// test node (e2e/support/node.ts):
+//
+//   npm run images                       build the runtime, operator and pause images
+//   npm run images -- runtime            only the named ones; prints REF=archive lines
+//
+// `runtime/Dockerfile` and `operator/Dockerfile` stay the recipe for registries. This file
+// reads them and carries out their final stage itself: the `node:24-slim` base becomes a root
+// filesystem holding Node 24 from the npm `node` package and the shared libraries it links (found
+// with ldd), the `deps` stage becomes `npm ci --omit=dev` in a staging directory, and COPY, ENV,
+// WORKDIR, USER, EXPOSE and ENTRYPOINT are applied as written (honouring .dockerignore). An
+// instruction it does not know fails the build, so the Dockerfiles and these images cannot drift
+// apart silently. buildah commits the tree into an OCI archive, cached by a hash of every input.
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, posix, relative } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { cacheRoot, installDebianPackages, toolPath } from "../tools/tools.ts";
+
+const REPO = fileURLToPath(new URL("../../", import.meta.url));
+/** Bumped when the way images are assembled changes, so that cached archives are rebuilt. */
+const RECIPE = "ifp-images-1";
+const NODE_BASE = /^node:(\d+)-slim$/;
+/** What `node:24-slim` gives an image besides Node itself. */
+const BASE_ENV = { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" };
+const BASE_USERS = { passwd: "root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/sh\n", group: "root:x:0:\nnode:x:1000:\n" };
+
+export interface BuiltImage {
+  /** The image's name in containerd, e.g. ifp.local/ifp-runtime:0123456789ab. */
+  ref: string;
+  /** The OCI archive (`oci-archive` transport of buildah, `ctr images import` reads it). */
+  archive: string;
+}
+
+/** The final stage of a Dockerfile, as far as these images use the language. */
+export interface DockerfilePlan {
+  base: string;
+  /** Node's major version the base names. */
+  nodeMajor: number;
+  /** Stage name → the RUN lines of that stage (only `npm ci --omit=dev` is understood). */
+  stages: Record<string, { from: string; workdir: string; copies: string[][]; runs: string[] }>;
+  /** `destIsDir`: the destination ends with "/" or there are several sources, as Docker reads it. */
+  copies: { from?: string; sources: string[]; dest: string; destIsDir: boolean }[];
+  env: Record<string, string>;
+  workdir: string;
+  user: string;
+  expose: string[];
+  entrypoint: string[];
+}
+
+function logicalLines(text: string): string[] {
+  const lines: string[] = [];
+  let current = "";
+  for (const raw of text.split("\n")) {
+    if (!current && /^\s*#/.test(raw)) continue;
+    const line = raw.replace(/\s+$/, "");
+    if (line.endsWith("\\")) {
+      current += line.slice(0, -1) + " ";
+      continue;
+    }
+    current += line;
+    if (current.trim()) lines.push(current.trim());
+    current = "";
+  }
+  return lines;
+}
+
+function jsonOrWords(rest: string): string[] {
+  const t = rest.trim();
+  if (t.startsWith("[")) return JSON.parse(t) as string[];
+  return t.split(/\s+/);
+}
+
+/** Parse a Dockerfile; any instruction outside the small set these images use is an error. */
+export function readDockerfile(path: string): DockerfilePlan {
+  return parseDockerfile(readFileSync(path, "utf8"), relative(REPO, path));
+}
+
+export function parseDockerfile(text: string, path: string): DockerfilePlan {
+  const stages: DockerfilePlan["stages"] = {};
+  let stage: { name: string; from: string; workdir: string; copies: string[][]; runs: string[] } | undefined;
+  const final = { copies: [] as DockerfilePlan["copies"], env: {} as Record<string, string>, workdir: "/", user: "root", expose: [] as string[], entrypoint: [] as string[] };
+  let inFinal = false;
+  const fail = (line: string) => {
+    throw new Error(`${path}: e2e/images/build.ts does not know how to build "${line}"; teach it, or keep the Dockerfile within what it knows`);
+  };
+  for (const line of logicalLines(text)) {
+    const [, instr, rest = ""] = /^(\w+)\s*(.*)$/.exec(line) ?? [];
+    switch (instr?.toUpperCase()) {
+      case "FROM": {
+        const m = /^(\S+)(?:\s+AS\s+(\S+))?$/i.exec(rest);
+        if (!m) fail(line);
+        if (stage) stages[stage.name] = stage;
+        if (m![2]) {
+          stage = { name: m![2], from: m![1]!, workdir: "/", copies: [], runs: [] };
+          inFinal = false;
+        } else {
+          stage = { name: "", from: m![1]!, workdir: "/", copies: [], runs: [] };
+          inFinal = true;
+        }
+        break;
+      }
+      case "WORKDIR":
+        if (!stage) fail(line);
+        stage!.workdir = posix.resolve(stage!.workdir, rest.trim());
+        if (inFinal) final.workdir = stage!.workdir;
+        break;
+      case "COPY": {
+        if (!stage) fail(line);
+        const words = jsonOrWords(rest);
+        let from: string | undefined;
+        while (words[0]?.startsWith("--")) {
+          const flag = words.shift()!;
+          const f = /^--from=(.+)$/.exec(flag);
+          if (!f) fail(line);
+          from = f![1];
+        }
+        if (words.length < 2) fail(line);
+        const rawDest = words.pop()!;
+        const dest = posix.resolve(stage!.workdir, rawDest);
+        if (inFinal) final.copies.push({ from, sources: words, dest, destIsDir: rawDest.endsWith("/") || words.length > 1 });
+        else stage!.copies.push([...words, dest]);
+        break;
+      }
+      case "RUN":
+        if (!stage || inFinal) fail(line);
+        stage!.runs.push(rest.trim());
+        break;
+      case "ENV": {
+        if (!inFinal) fail(line);
+        const m = /^(\w+)(?:=|\s+)(.*)$/.exec(rest.trim());
+        if (!m) fail(line);
+        final.env[m![1]!] = m![2]!.replace(/^"(.*)"$/, "$1");
+        break;
+      }
+      case "USER":
+        if (!inFinal) fail(line);
+        final.user = rest.trim();
+        break;
+      case "EXPOSE":
+        if (!inFinal) fail(line);
+        final.expose.push(...rest.trim().split(/\s+/));
+        break;
+      case "ENTRYPOINT":
+        if (!inFinal || !rest.trim().startsWith("[")) fail(line);
+        final.entrypoint = JSON.parse(rest) as string[];
+        break;
+      default:
+        fail(line);
+    }
+  }
+  if (!stage || !inFinal) throw new Error(`${path}: no final stage`);
+  const base = NODE_BASE.exec(stage.from);
+  if (!base) fail(`FROM ${stage.from}`);
+  for (const c of final.copies) {
+    if (c.from === undefined) continue;
+    const s = stages[c.from];
+    // The one builder stage these images have: production dependencies from the lock file.
+    const known =
+      s &&
+      s.from === stage.from &&
+      s.runs.length === 1 &&
+      /^npm ci --omit=dev\b/.test(s.runs[0]!) &&
+      s.copies.length === 1 &&
+      s.copies[0]!.slice(0, -1).sort().join(",") === "package-lock.json,package.json" &&
+      c.sources.length === 1 &&
+      c.sources[0] === posix.join(s.workdir, "node_modules");
+    if (!known) fail(`COPY --from=${c.from} ${c.sources.join(" ")}`);
+  }
+  return { base: stage.from, nodeMajor: Number(base![1]), stages, copies: final.copies, env: final.env, workdir: final.workdir, user: final.user, expose: final.expose, entrypoint: final.entrypoint };
+}
+
+/** `.dockerignore` patterns as a predicate on repository-relative paths. */
+export function dockerignore(text: string): (path: string) => boolean {
+  const res = text
+    .split("\n")
+    .map((l) => l.trim())
+    .filter((l) => l && !l.startsWith("#"))
+    .map((p) => {
+      if (p.startsWith("!")) throw new Error(`.dockerignore: exceptions (${p}) are not supported by e2e/images/build.ts`);
+      const dirOnly = p.endsWith("/");
+      const body = p.replace(/^\/+|\/+$/g, "");
+      const re = body
+        .split("/")
+        .map((seg) => (seg === "**" ? "(?:.*/)?" : seg.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, "[^/]*").replace(/\?/g, "[^/]") + "/"))
+        .join("")
+        .replace(/\/$/, "");
+      // A pattern matches the path itself or any directory above it.
+      return { re: new RegExp(`^${re}(?:/.*)?$`), dirOnly };
+    });
+  return (path) => res.some(({ re }) => re.test(path));
+}
+
+function walk(root: string, rel: string, ignored: (p: string) => boolean, out: string[]): void {
+  const abs = join(root, rel);
+  if (ignored(rel) || ignored(rel + "/")) return;
+  if (statSync(abs).isDirectory()) {
+    for (const e of readdirSync(abs).sort()) walk(root, rel ? `${rel}/${e}` : e, ignored, out);
+  } else {
+    out.push(rel);
+  }
+}
+
+function sh(cmd: string, args: string[], opts: { cwd?: string; env?: Record<string, string> } = {}): string {
+  const r = spawnSync(cmd, args, { cwd: opts.cwd, encoding: "utf8", maxBuffer: 64 * 1024 * 1024, env: { ...process.env, ...opts.env } });
+  if (r.error) throw new Error(`${cmd} could not start: ${r.error.message}`);
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${(r.stderr || r.stdout).slice(-3000)}`);
+  return r.stdout;
+}
+
+/** Node from the npm `node` package this repository pins, and the libraries it links. */
+export function nodeRuntimeFiles(): { node: string; version: string; libs: { path: string; source: string }[] } {
+  const node = realpathSync(join(REPO, "node_modules", "node", "bin", "node"));
+  const version = sh(node, ["--version"]).trim();
+  const libs: { path: string; source: string }[] = [];
+  for (const line of sh("ldd", [node]).split("\n")) {
+    // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or "/lib64/ld-linux-x86-64.so.2 (0x…)"
+    const m = /(?:=>\s*)?(\/\S+)\s+\(0x/.exec(line);
+    if (m) libs.push({ path: m[1]!, source: realpathSync(m[1]!) });
+  }
+  if (!libs.some((l) => l.path.includes("ld-linux"))) throw new Error(`ldd ${node}: no dynamic loader found`);
+  return { node, version, libs };
+}
+
+function fileHash(h: ReturnType<typeof createHash>, path: string, label = path): void {
+  h.update(`${label}\0${statSync(path).mode & 0o777}\0`);
+  h.update(readFileSync(path));
+  h.update("\0");
+}
+
+/** The repository files an image's COPY instructions take (after .dockerignore) and where they land. */
+export function imageContextFiles(plan: DockerfilePlan, ignored: (path: string) => boolean, dockerfilePath: string): { src: string; dest: string }[] {
+  const files: { src: string; dest: string }[] = [];
+  for (const c of plan.copies) {
+    if (c.from !== undefined) continue;
+    for (const source of c.sources) {
+      const rel = posix.normalize(source).replace(/\/$/, "");
+      if (!existsSync(join(REPO, rel))) throw new Error(`${dockerfilePath}: COPY ${source}: no such file`);
+      if (statSync(join(REPO, rel)).isDirectory()) {
+        const found: string[] = [];
+        walk(REPO, rel, ignored, found);
+        for (const f of found) files.push({ src: f, dest: posix.join(c.dest, posix.relative(rel, f)) });
+      } else if (!ignored(rel)) {
+        files.push({ src: rel, dest: c.destIsDir ? posix.join(c.dest, posix.basename(rel)) : c.dest });
+      }
+    }
+  }
+  return files;
+}
+
+interface Recipe {
+  name: string;
+  /** Fills the root filesystem. */
+  populate(rootfs: string): void;
+  config: { env: Record<string, string>; workdir: string; user: string; expose: string[]; entrypoint: string[] };
+  hash: string;
+}
+
+function imageRecipe(name: string, dockerfilePath: string): Recipe {
+  const plan = readDockerfile(join(REPO, dockerfilePath));
+  const ignoreText = existsSync(join(REPO, ".dockerignore")) ? readFileSync(join(REPO, ".dockerignore"), "utf8") : "";
+  const ignored = dockerignore(ignoreText);
+  const runtime = nodeRuntimeFiles();
+  const major = Number(/^v(\d+)/.exec(runtime.version)?.[1]);
+  if (major !== plan.nodeMajor) throw new Error(`${dockerfilePath} is FROM ${plan.base}, but node_modules/node is ${runtime.version}`);
+
+  const h = createHash("sha256");
+  h.update(`${RECIPE}\0${name}\0${readFileSync(join(REPO, dockerfilePath), "utf8")}\0${ignoreText}\0${runtime.version}\0`);
+  fileHash(h, runtime.node, "node");
+  for (const l of runtime.libs) fileHash(h, l.source, l.path);
+  for (const c of plan.copies) {
+    if (c.from !== undefined) for (const f of ["package.json", "package-lock.json"]) fileHash(h, join(REPO, f), `deps:${f}`);
+  }
+  const contextFiles = imageContextFiles(plan, ignored, dockerfilePath);
+  for (const f of contextFiles) fileHash(h, join(REPO, f.src), `${f.src}->${f.dest}`);
+
+  return {
+    name,
+    hash: h.digest("hex").slice(0, 16),
+    config: { env: { ...BASE_ENV, ...plan.env }, workdir: plan.workdir, user: plan.user, expose: plan.expose, entrypoint: plan.entrypoint },
+    populate(rootfs) {
+      baseFilesystem(rootfs, runtime);
+      mkdirSync(join(rootfs, plan.workdir), { recursive: true });
+      for (const f of contextFiles) {
+        const to = join(rootfs, f.dest);
+        mkdirSync(dirname(to), { recursive: true });
+        copyFileSync(join(REPO, f.src), to);
+        chmodSync(to, statSync(join(REPO, f.src)).mode & 0o755);
+      }
+      for (const c of plan.copies) {
+        if (c.from === undefined) continue;
+        const deps = productionDependencies();
+        sh("cp", ["-a", join(deps, "node_modules"), join(rootfs, c.dest)]);
+      }
+    },
+  };
+}
+
+/** The base: Node at /usr/local/bin/node (as in node:24-slim), its libraries, users, /tmp. */
+function baseFilesystem(rootfs: string, runtime: ReturnType<typeof nodeRuntimeFiles>): void {
+  for (const d of ["usr/local/bin", "etc", "tmp", "home/node"]) mkdirSync(join(rootfs, d), { recursive: true });
+  chmodSync(join(rootfs, "tmp"), 0o1777);
+  copyFileSync(runtime.node, join(rootfs, "usr/local/bin/node"));
+  chmodSync(join(rootfs, "usr/local/bin/node"), 0o755);
+  for (const l of runtime.libs) {
+    const to = join(rootfs, l.path);
+    mkdirSync(dirname(to), { recursive: true });
+    copyFileSync(l.source, to);
+    chmodSync(to, 0o755);
+  }
+  writeFileSync(join(rootfs, "etc/passwd"), BASE_USERS.passwd);
+  writeFileSync(join(rootfs, "etc/group"), BASE_USERS.group);
+  writeFileSync(join(rootfs, "etc/nsswitch.conf"), "passwd: files\ngroup: files\nhosts: files dns\n");
+  sh("chown", ["1000:1000", join(rootfs, "home/node")]);
+}
+
+/** The `deps` stage: `npm ci --omit=dev --ignore-scripts` of this repository's lock file, cached by its hash. */
+function productionDependencies(): string {
+  const lock = readFileSync(join(REPO, "package-lock.json"));
+  const pkg = readFileSync(join(REPO, "package.json"));
+  const key = createHash("sha256").update(lock).update("\0").update(pkg).digest("hex").slice(0, 16);
+  const dir = join(imagesCache(), `deps-${key}`);
+  if (existsSync(join(dir, "node_modules"))) return dir;
+  const staging = mkdtempSync(join(imagesCache(), ".deps-"));
+  try {
+    writeFileSync(join(staging, "package.json"), pkg);
+    writeFileSync(join(staging, "package-lock.json"), lock);
+    sh("npm", ["ci", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline"], { cwd: staging });
+    rmSync(dir, { recursive: true, force: true });
+    renameSync(staging, dir);
+    for (const e of readdirSync(imagesCache())) if (e.startsWith("deps-") && join(imagesCache(), e) !== dir) rmSync(join(imagesCache(), e), { recursive: true, force: true });
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+  }
+  return dir;
+}
+
+function pauseRecipe(): Recipe {
+  const bin = toolPath("pause");
+  const h = createHash("sha256");
+  h.update(`${RECIPE}\0pause\0`);
+  fileHash(h, bin, "pause");
+  return {
+    name: "pause",
+    hash: h.digest("hex").slice(0, 16),
+    config: { env: {}, workdir: "/", user: "65535:65535", expose: [], entrypoint: ["/pause"] },
+    populate(rootfs) {
+      copyFileSync(bin, join(rootfs, "pause"));
+      chmodSync(join(rootfs, "pause"), 0o755);
+    },
+  };
+}
+
+export const IMAGES: Record<string, () => Recipe> = {
+  runtime: () => imageRecipe("ifp-runtime", "runtime/Dockerfile"),
+  operator: () => imageRecipe("ifp-operator", "operator/Dockerfile"),
+  pause: pauseRecipe,
+};
+
+function imagesCache(): string {
+  const dir = join(dirname(cacheRoot()), "images");
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+/** Build one image into an OCI archive (first run only; later runs find it by its inputs' hash). */
+export function buildImage(kind: string): BuiltImage {
+  const make = IMAGES[kind];
+  if (!make) throw new Error(`unknown image ${kind}; known: ${Object.keys(IMAGES).join(", ")}`);
+  const recipe = make();
+  const ref = `ifp.local/${recipe.name}:${recipe.hash}`;
+  const archive = join(imagesCache(), `${recipe.name}-${recipe.hash}.oci.tar`);
+  if (existsSync(archive)) return { ref, archive };
+  ensureBuildah();
+  const started = Date.now();
+  process.stderr.write(`images: building ${ref} (first run only; cached in ${imagesCache()})\n`);
+  const work = mkdtempSync(join(tmpdir(), `ifp-image-${recipe.name}-`));
+  // A private buildah store, removed with the work directory: nothing is left in /var/lib/containers.
+  const store = ["--root", join(work, "storage"), "--runroot", join(work, "run"), "--storage-driver", "vfs"];
+  const rootfs = join(work, "rootfs");
+  mkdirSync(rootfs);
+  let container = "";
+  try {
+    recipe.populate(rootfs);
+    container = sh("buildah", [...store, "from", "--quiet", "scratch"]).trim();
+    sh("buildah", [...store, "copy", "--quiet", container, `${rootfs}/.`, "/"]);
+    const c = recipe.config;
+    const cfg = ["--workingdir", c.workdir, "--user", c.user, "--entrypoint", JSON.stringify(c.entrypoint), "--cmd", "", "--os", "linux", "--arch", "amd64"];
+    for (const [k, v] of Object.entries(c.env)) cfg.push("--env", `${k}=${v}`);
+    for (const p of c.expose) cfg.push("--port", p);
+    sh("buildah", [...store, "config", ...cfg, container]);
+    sh("buildah", [...store, "commit", "--quiet", "--format", "oci", "--timestamp", "0", container, ref]);
+    const partial = `${archive}.${process.pid}.partial`;
+    sh("buildah", [...store, "push", "--quiet", ref, `oci-archive:${partial}:${ref}`]);
+    renameSync(partial, archive);
+    // Older builds of the same image are of no further use.
+    for (const e of readdirSync(imagesCache())) {
+      if (e.startsWith(`${recipe.name}-`) && e.endsWith(".oci.tar") && join(imagesCache(), e) !== archive) rmSync(join(imagesCache(), e), { force: true });
+    }
+  } finally {
+    if (container) spawnSync("buildah", [...store, "rm", container], { stdio: "ignore" });
+    spawnSync("buildah", [...store, "rmi", "--all", "--force"], { stdio: "ignore" });
+    // vfs layers may be mounted read-only by buildah's store; unmount before removing.
+    spawnSync("sh", ["-c", `grep -o ' ${work}[^ ]*' /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l`], { stdio: "ignore" });
+    rmSync(work, { recursive: true, force: true });
+  }
+  process.stderr.write(`images: built ${ref} in ${Math.round((Date.now() - started) / 1000)} s\n`);
+  return { ref, archive };
+}
+
+/** buildah from Debian's package, installed when missing (CI runs as root). */
+export function ensureBuildah(): void {
+  if (spawnSync("buildah", ["--version"], { stdio: "ignore" }).status === 0) return;
+  installDebianPackages(["buildah"]);
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  const wanted = process.argv.slice(2);
+  let failed = false;
+  for (const kind of wanted.length ? wanted : Object.keys(IMAGES)) {
+    try {
+      const img = buildImage(kind);
+      process.stdout.write(`${img.ref}=${img.archive}\n`);
+    } catch (err) {
+      failed = true;
+      process.stderr.write(`images: ${kind}: ${(err as Error).message}\n`);
+    }
+  }
+  process.exitCode = failed ? 1 : 0;
+}
