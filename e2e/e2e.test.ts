@@ -1,12 +1,11 @@
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import type { Server } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { parseAllDocuments, stringify } from "yaml";
 import { LocalApiClient } from "../runtime/src/client/local.ts";
 import { HttpClient } from "../runtime/src/net/http-client.ts";
@@ -21,6 +20,7 @@ import { httpsRequest } from "./support/https.ts";
 import { runDeploymentLocally, type LocalRuntime } from "./support/materialize.ts";
 import { startNats, type NatsServer } from "./support/nats.ts";
 import { addFakeNodes } from "./support/nodes.ts";
+import { describeExit, releaseDir, spawnProcess, tempDir, type ManagedProcess } from "./support/process.ts";
 import { localhostTls } from "./support/tls.ts";
 import { freePort, waitFor } from "./support/ports.ts";
 
@@ -33,16 +33,37 @@ const NS = "ifp-examples";
 const SYSTEM = "ifp-system";
 let cp: ControlPlane;
 let nats: NatsServer;
-let operator: ChildProcess | undefined;
-let operatorLog = "";
+let operator: ManagedProcess | undefined;
 const runtimes: LocalRuntime[] = [];
-let hookTls: Awaited<ReturnType<typeof localhostTls>>;
-const dir = mkdtempSync(join(tmpdir(), "ifp-e2e-"));
+const dir = tempDir("ifp-e2e-");
 
 const json = (args: string[]) => cp.json(args);
 const tryJson = (args: string[]) => cp.tryJson(args);
 const ready = (kind: string, name: string) => tryJson(["-n", NS, "get", kind, name])?.status?.conditions?.find((c: any) => c.type === "Ready")?.status === "True";
 const examples = (file: string) => parseAllDocuments(readFileSync(`examples/${file}`, "utf8")).map((d) => d.toJSON()).filter(Boolean);
+
+/** A step shared by several tests, run by the first that needs it; a failure fails each of them with its cause. */
+const once = <T,>(fn: () => Promise<T>) => {
+  let result: Promise<T> | undefined;
+  return () => (result ??= fn());
+};
+
+/** The operator, run locally with the chart's service account and rendered args; retried on new ports if one was taken. */
+async function startOperator(kubeconfig: string, args: string[]): Promise<ManagedProcess> {
+  for (let attempt = 1; ; attempt++) {
+    const [health, metrics] = [await freePort(), await freePort()];
+    const p = spawnProcess("operator", process.execPath, ["operator/bin/ifp-operator.ts", ...args.filter((a) => !/^--(health|metrics)-port=/.test(a)), `--kubeconfig=${kubeconfig}`, `--health-port=${health}`, `--metrics-port=${metrics}`], { logFile: join(dir, "operator.log") });
+    const died = p.exited.then((e) => Promise.reject(new Error(`the operator ${describeExit(e)}:\n${p.log().slice(-4000)}`)));
+    died.catch(() => {});
+    try {
+      await Promise.race([died, waitFor("the operator to be ready", async () => (await fetch(`http://127.0.0.1:${health}/readyz`).catch(() => undefined))?.status === 200, 60_000, 250)]);
+      return p;
+    } catch (err) {
+      await p.stop();
+      if (!/EADDRINUSE/.test(p.log()) || attempt >= 3) throw err;
+    }
+  }
+}
 
 beforeAll(async () => {
   [cp, nats] = await Promise.all([startControlPlane({}), startNats()]);
@@ -51,137 +72,156 @@ beforeAll(async () => {
   const helm = spawnSync(
     toolPath("helm"),
     ["install", "ifp", "charts/ifp-operator", "--kubeconfig", cp.kubeconfig, "-n", SYSTEM, "--create-namespace", "--set", "nats.install=false", "--set", `nats.url=${nats.url}`, "--set", "tests.enabled=false", "--wait", "--timeout", "2m"],
-    { encoding: "utf8" },
+    { encoding: "utf8", timeout: 150_000 },
   );
-  if (helm.status !== 0) throw new Error(`helm install failed: ${helm.stderr}`);
-  // 2. The operator itself, run locally with the chart's service account and rendered args.
+  if (helm.status !== 0) throw new Error(`helm install failed (${helm.error?.message ?? `exit ${helm.status}`}): ${helm.stderr}`);
+  // 2. The operator itself.
   const token = cp.kubectl(["-n", SYSTEM, "create", "token", "ifp-ifp-operator"]).trim();
   const kubeconfig = join(dir, "operator.kubeconfig");
   writeFileSync(kubeconfig, stringify({ apiVersion: "v1", kind: "Config", clusters: [{ name: "c", cluster: { server: cp.server, "certificate-authority-data": Buffer.from(cp.ca).toString("base64") } }], users: [{ name: "sa", user: { token } }], contexts: [{ name: "c", context: { cluster: "c", user: "sa" } }], "current-context": "c" }));
   const args = json(["-n", SYSTEM, "get", "deployment", "ifp-ifp-operator"]).spec.template.spec.containers[0].args as string[];
-  const [health, metrics] = [await freePort(), await freePort()];
-  operator = spawn(process.execPath, ["operator/bin/ifp-operator.ts", ...args.filter((a) => !/^--(health|metrics)-port=/.test(a)), `--kubeconfig=${kubeconfig}`, `--health-port=${health}`, `--metrics-port=${metrics}`], { stdio: ["ignore", "pipe", "pipe"] });
-  operator.stdout!.on("data", (d) => (operatorLog = (operatorLog + d).slice(-20_000)));
-  operator.stderr!.on("data", (d) => (operatorLog = (operatorLog + d).slice(-20_000)));
-  await waitFor("the operator to be ready", async () => (await fetch(`http://127.0.0.1:${health}/readyz`).catch(() => undefined))?.status === 200, 60_000, 250).catch((err) => {
-    throw new Error(`${err.message}\n${operatorLog}`);
-  });
+  operator = await startOperator(kubeconfig, args);
 }, 600_000);
 
 afterAll(async () => {
-  for (const r of runtimes) r.proc.kill("SIGTERM");
-  operator?.kill("SIGTERM");
+  await Promise.all([...runtimes.map((r) => r.stop()), operator?.stop()]);
   await Promise.all([cp?.stop(), nats?.close()]);
+  releaseDir(dir);
 });
 
-describe("end to end on the local control plane", () => {
-  const ports = { alice: 0, bob: 0, relay: 0, aliceApi: 0 };
-  const local = (text: string) => text.replace(/https:\/\/(alice|bob|relay)\.ifp-examples\.svc/g, (_m, n: "alice" | "bob" | "relay") => `https://localhost:${ports[n]}`);
+// The examples, with serving certificates that also name localhost, so that the local processes
+// below can check them.
+const examplesApplied = once(async () => {
+  cp.kubectl(["create", "namespace", NS]);
+  for (const file of ["signing-keys.yaml", "agent-alice.yaml", "agent-bob.yaml", "relay.yaml"]) {
+    const docs = examples(file).map((d) => (d.kind === "Agent" || d.kind === "Relay" ? { ...d, spec: { ...d.spec, tls: { dnsNames: ["localhost"] } } } : d));
+    cp.kubectl(["apply", "-n", NS, "-f", "-"], docs.map((d) => stringify(d)).join("---\n"));
+  }
+});
 
-  it("applies the examples and the operator makes them Ready", async () => {
-    cp.kubectl(["create", "namespace", NS]);
-    // The serving certificates also name localhost, so that the local processes below can check them.
-    for (const file of ["signing-keys.yaml", "agent-alice.yaml", "agent-bob.yaml", "relay.yaml"]) {
-      const docs = examples(file).map((d) => (d.kind === "Agent" || d.kind === "Relay" ? { ...d, spec: { ...d.spec, tls: { dnsNames: ["localhost"] } } } : d));
-      cp.kubectl(["apply", "-n", NS, "-f", "-"], docs.map((d) => stringify(d)).join("---\n"));
-    }
-    await waitFor("alice, bob and the relay Ready", () => ready("agent", "alice") && ready("agent", "bob") && ready("relay", "relay"), 120_000, 500).catch((err) => {
-      throw new Error(`${err.message}\n${cp.kubectl(["-n", NS, "get", "agents,relays", "-o", "yaml"]).slice(0, 4000)}\n${operatorLog.slice(-4000)}`);
+const examplesReady = once(async () => {
+  await examplesApplied();
+  await waitFor("alice, bob and the relay Ready", () => ready("agent", "alice") && ready("agent", "bob") && ready("relay", "relay"), 120_000, 500).catch((err) => {
+    throw new Error(`${err.message}\n${cp.kubectl(["-n", NS, "get", "agents,relays", "-o", "yaml"]).slice(0, 4000)}`);
+  });
+});
+
+/**
+ * The runtimes, run from exactly what the operator rendered, each on a port it picks itself and
+ * logs: the relay first, then bob, then alice, whose files name bob's and the relay's ports.
+ * bob's file keeps alice's cluster address: bob sends nothing here.
+ */
+const running = once(async () => {
+  await examplesReady();
+  const ports = { alice: 0, bob: 0, relay: 0, aliceApi: 0 };
+  const local = (text: string) => text.replace(/https:\/\/(bob|relay)\.ifp-examples\.svc/g, (_m, n: "bob" | "relay") => `https://localhost:${ports[n]}`);
+  const hookTls = await localhostTls();
+  const bundle = join(dir, "ca-bundle.crt");
+  writeFileSync(bundle, ["alice-tls", "bob-tls", "relay-tls"].map((s) => Buffer.from(json(["-n", NS, "get", "secret", s]).data["ca.crt"], "base64").toString()).join(""));
+  const ca = readFileSync(bundle, "utf8");
+  const start = async (name: "alice" | "bob" | "relay", extra: string[]) => {
+    const r = runDeploymentLocally(cp, NS, name, dir, {
+      // Peers and relays are reached on loopback; a relay keeps its own URL, which names it in traces.
+      rewriteFile: (_p, text) => (name === "relay" ? text : local(text)),
+      rewriteArg: (a) => (a.startsWith("--port=") ? "--port=0" : a),
+      extraArgs: ["--host=127.0.0.1", ...extra],
+      // The test's webhook receiver has a certificate of the test CA; info level logs the port.
+      env: { IFP_LOG_LEVEL: "info", NODE_EXTRA_CA_CERTS: hookTls.files.ca },
     });
+    runtimes.push(r);
+    const urls = await r.listening();
+    ports[name] = Number(new URL(urls.url).port);
+    if (urls.localApiUrl) Object.assign(ports, name === "alice" ? { aliceApi: Number(new URL(urls.localApiUrl).port) } : {});
+    await waitFor(`${name} ready`, async () => (await httpsRequest(`https://localhost:${ports[name]}/readyz`, { ca }).catch(() => undefined))?.status === 200, 60_000, 250);
+    return r;
+  };
+  await start("relay", []);
+  await start("bob", ["--ca-file", bundle, "--local-api-port=0"]);
+  await start("alice", ["--ca-file", bundle, "--local-api-port=0"]);
+  return { ports, ca, bundle, hookTls };
+});
+
+// Each test is given a timeout longer than its waits and those of the shared steps it may be
+// the first to run, so that a slow step fails with its own message (and the processes' logs)
+// rather than the test timing out.
+describe("end to end on the local control plane", { timeout: 300_000 }, () => {
+  it("applies the examples and the operator makes them Ready", async () => {
+    await examplesReady();
     expect(cp.kubectl(["-n", NS, "get", "agents"])).toMatch(/alice\s+alice-agent\s+https:\/\/alice\.ifp-examples\.svc\s+True/);
   });
 
   it("runs the runtimes from exactly what the operator rendered", async () => {
-    Object.assign(ports, { alice: await freePort(), bob: await freePort(), relay: await freePort(), aliceApi: await freePort() });
-    hookTls = await localhostTls();
-    const bundle = join(dir, "ca-bundle.crt");
-    writeFileSync(bundle, ["alice-tls", "bob-tls", "relay-tls"].map((s) => Buffer.from(json(["-n", NS, "get", "secret", s]).data["ca.crt"], "base64").toString()).join(""));
-    const start = (name: "alice" | "bob" | "relay", extra: string[]) =>
-      runDeploymentLocally(cp, NS, name, dir, {
-        // Peers and relays are reached on loopback; a relay keeps its own URL, which names it in traces.
-        rewriteFile: (_p, text) => (name === "relay" ? text : local(text)),
-        rewriteArg: (a) => (a.startsWith("--port=") ? `--port=${ports[name]}` : a),
-        extraArgs: ["--host=127.0.0.1", ...extra],
-        // The test's webhook receiver has a certificate of the test CA.
-        env: { IFP_LOG_LEVEL: "warn", NODE_EXTRA_CA_CERTS: hookTls.files.ca },
-      });
-    runtimes.push(start("relay", []));
-    runtimes.push(start("bob", ["--ca-file", bundle, "--local-api-port=0"]));
-    runtimes.push(start("alice", ["--ca-file", bundle, `--local-api-port=${ports.aliceApi}`]));
+    const { ports, ca } = await running();
     for (const r of runtimes) expect(r.args.some((a) => a === `--nats=${nats.url}`), r.name).toBe(true);
-    const ca = readFileSync(bundle, "utf8");
-    for (const [name, port] of [["alice", ports.alice], ["bob", ports.bob], ["relay", ports.relay]] as const) {
-      await waitFor(`${name} ready`, async () => (await httpsRequest(`https://localhost:${port}/readyz`, { ca }).catch(() => undefined))?.status === 200, 60_000, 250).catch((err) => {
-        throw new Error(`${err.message}\n${runtimes.find((r) => r.name === name)?.output()}`);
-      });
-    }
     const caps = await httpsRequest(`https://localhost:${ports.alice}/.well-known/agent/capabilities`, { ca });
     expect(caps.json()).toMatchObject({ ifp: 7, agent_id: "alice-agent" });
   });
 
   it("delivers a message from alice to bob's inbox over HTTPS", async () => {
-    const sent = await new LocalApiClient(`http://127.0.0.1:${ports.aliceApi}`).send({ to: "bob-agent", phase: "greeting", text: "Hello Bob, from Alice" });
-    await waitFor("delivered", async () => (await new LocalApiClient(`http://127.0.0.1:${ports.aliceApi}`).status(sent.message_id)).state === "delivered", 30_000, 250);
+    const { ports } = await running();
+    const api = new LocalApiClient(`http://127.0.0.1:${ports.aliceApi}`);
+    const sent = await api.send({ to: "bob-agent", phase: "greeting", text: "Hello Bob, from Alice" });
+    await waitFor("delivered", async () => (await api.status(sent.message_id)).state === "delivered", 30_000, 250);
     const nc = await connect({ servers: nats.url });
-    try {
-      const names = agentNames("bob-agent");
-      const stored = await (await jetstreamManager(nc)).streams.getMessage(names.inboxStream, { last_by_subj: names.inbox(sent.message_id) });
-      expect(stored?.json<any>().body.text).toBe("Hello Bob, from Alice");
-    } finally {
-      await nc.close();
-    }
+    onTestFinished(() => nc.close());
+    const names = agentNames("bob-agent");
+    const stored = await (await jetstreamManager(nc)).streams.getMessage(names.inboxStream, { last_by_subj: names.inbox(sent.message_id) });
+    expect(stored?.json<any>().body.text).toBe("Hello Bob, from Alice");
   });
 
   it("carries a message from alice through the relay to bob, pulled and pushed", async () => {
-    const http = new HttpClient({ extraCa: readFileSync(join(dir, "ca-bundle.crt"), "utf8") });
+    const { ports, bundle, hookTls } = await running();
+    const http = new HttpClient({ extraCa: readFileSync(bundle, "utf8") });
+    onTestFinished(() => http.close());
     const key = (name: string, agent: string) => ({ agentId: agent, keyId: "key-1", privateKey: privateKeyFromPem(Buffer.from(json(["-n", NS, "get", "secret", `${name}-signing-key`]).data["signing.key"], "base64").toString()) });
     const alice = new RelayClient(`https://localhost:${ports.relay}`, key("alice", "alice-agent"), http);
     const bob = new RelayClient(`https://localhost:${ports.relay}`, key("bob", "bob-agent"), http);
     const msg = (text: string) => signMessage(composeMessage({ to: "bob-agent", text }, { agentId: "alice-agent" }), key("alice", "alice-agent"));
-    try {
-      const pulled = msg("pull me");
-      expect((await alice.publish(pulled)).status).toBe(202);
-      const { messages } = await bob.pull();
-      expect(messages.map((m) => m.headers.message_id)).toContain(pulled.headers.message_id);
-      expect(messages[0]!.trace!.received![0]).toMatchObject({ by: "relay:https://relay.ifp-examples.svc", from: "alice-agent" });
-      expect(await bob.ack(pulled.headers.message_id)).toBe(true);
 
-      const got: any[] = [];
-      const hook: Server = createHttpsServer({ cert: hookTls.cert, key: hookTls.key }, (req, res) => {
-        let body = "";
-        req.on("data", (c) => (body += c));
-        req.on("end", () => {
-          got.push(JSON.parse(body));
-          res.writeHead(200).end();
-        });
+    const pulled = msg("pull me");
+    expect((await alice.publish(pulled)).status).toBe(202);
+    const { messages } = await bob.pull();
+    expect(messages.map((m) => m.headers.message_id)).toContain(pulled.headers.message_id);
+    expect(messages[0]!.trace!.received![0]).toMatchObject({ by: "relay:https://relay.ifp-examples.svc", from: "alice-agent" });
+    expect(await bob.ack(pulled.headers.message_id)).toBe(true);
+
+    const got: any[] = [];
+    const hook: Server = createHttpsServer({ cert: hookTls.cert, key: hookTls.key }, (req, res) => {
+      let body = "";
+      req.on("data", (c) => (body += c));
+      req.on("end", () => {
+        got.push(JSON.parse(body));
+        res.writeHead(200).end();
       });
-      await new Promise<void>((r) => hook.listen(0, "127.0.0.1", r));
-      await bob.registerWebhook(`https://localhost:${(hook.address() as { port: number }).port}/push`);
-      const pushed = msg("push me");
-      await alice.publish(pushed);
-      await waitFor("the push", () => got.some((m) => m.headers.message_id === pushed.headers.message_id), 30_000, 250);
-      hook.close();
-    } finally {
-      await http.close();
-    }
+    });
+    onTestFinished(() => new Promise<void>((r) => hook.close(() => r())));
+    await new Promise<void>((r) => hook.listen(0, "127.0.0.1", r));
+    await bob.registerWebhook(`https://localhost:${(hook.address() as { port: number }).port}/push`);
+    const pushed = msg("push me");
+    await alice.publish(pushed);
+    await waitFor("the push", () => got.some((m) => m.headers.message_id === pushed.headers.message_id), 30_000, 250);
   });
 
   it("follows an edit of the Relay's retention.maxAge into the JetStream stream", async () => {
+    await examplesReady();
     cp.kubectl(["-n", NS, "patch", "relay", "relay", "--type=merge", "-p", '{"spec":{"retention":{"maxAge":"24h"}}}']);
     const nc = await connect({ servers: nats.url });
-    try {
-      const jsm = await jetstreamManager(nc);
-      const stream = json(["-n", NS, "get", "relay", "relay"]).status.stream.name;
-      await waitFor("max_age 24h", async () => (await jsm.streams.info(stream)).config.max_age === 24 * 3600e9, 30_000, 250);
-    } finally {
-      await nc.close();
-    }
+    onTestFinished(() => nc.close());
+    const jsm = await jetstreamManager(nc);
+    const stream = json(["-n", NS, "get", "relay", "relay"]).status.stream.name;
+    await waitFor("max_age 24h", async () => (await jsm.streams.info(stream)).config.max_age === 24 * 3600e9, 30_000, 250);
   });
 
   it("garbage-collects everything of a deleted Agent", async () => {
-    const owned = (kind: string) => json(["-n", NS, "get", kind]).items.filter((o: any) => o.metadata.ownerReferences?.some((r: any) => r.kind === "Agent" && r.name === "alice"));
-    expect(owned("deployments")).toHaveLength(1);
-    cp.kubectl(["-n", NS, "delete", "agent", "alice"]);
-    await waitFor("nothing of alice left", () => ["deployments", "services", "configmaps", "secrets", "serviceaccounts", "pods"].every((k) => owned(k).length === 0 && !tryJson(["-n", NS, "get", "deployment", "alice"])), 60_000, 500);
+    // An Agent of its own, so that deleting it takes nothing from the other tests, in any order.
+    await examplesApplied();
+    const [alice] = examples("agent-alice.yaml");
+    const probe = { ...alice, metadata: { name: "gc-probe" }, spec: { ...alice.spec, agentId: "gc-probe-agent" } };
+    cp.kubectl(["apply", "-n", NS, "-f", "-"], stringify(probe));
+    const owned = (kind: string) => json(["-n", NS, "get", kind]).items.filter((o: any) => o.metadata.ownerReferences?.some((r: any) => r.kind === "Agent" && r.name === "gc-probe"));
+    const pods = () => json(["-n", NS, "get", "pods", "-l", "app.kubernetes.io/instance=gc-probe"]).items;
+    await waitFor("gc-probe's Deployment and pod", () => owned("deployments").length === 1 && pods().length > 0, 90_000, 500);
+    cp.kubectl(["-n", NS, "delete", "agent", "gc-probe"]);
+    await waitFor("nothing of gc-probe left", () => ["deployments", "services", "configmaps", "secrets", "serviceaccounts"].every((k) => owned(k).length === 0) && !tryJson(["-n", NS, "get", "deployment", "gc-probe"]) && pods().length === 0, 90_000, 500);
   });
 });

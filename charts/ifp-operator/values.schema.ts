@@ -1,72 +1,103 @@
 // The chart's values, as a zod schema: the source of values.schema.json (npm run gen) and of
-// the defaults in values.yaml, which a test keeps equal.
+// the defaults in values.yaml, which a test keeps equal. Each value is documented by the
+// comment before it in values.yaml (or, for a value without a default, by its description
+// here); `npm run gen` turns both into the chart's README.
 import { z } from "zod";
 
-const Image = z.strictObject({
-  repository: z.string().min(1),
-  tag: z.string().default("").describe("defaults to the chart's appVersion"),
-  pullPolicy: z.enum(["Always", "IfNotPresent", "Never"]).default("IfNotPresent"),
-});
+const Image = (repository: string, tag: string) =>
+  z
+    .strictObject({
+      repository: z.string().min(1).default(repository),
+      tag: z.string().default(tag),
+      pullPolicy: z.enum(["Always", "IfNotPresent", "Never"]).default("IfNotPresent"),
+    })
+    .prefault({});
 
-const Resources = z.strictObject({
-  requests: z.record(z.string(), z.union([z.string(), z.number()])).optional(),
-  limits: z.record(z.string(), z.union([z.string(), z.number()])).optional(),
-});
+/** A Kubernetes API object, checked by the API server; its title names its type in the values reference. */
+const Kube = (title: string) => z.record(z.string(), z.unknown()).meta({ title });
 
-const FreeForm = z.record(z.string(), z.unknown());
+const Quantities = z.record(z.string(), z.union([z.string(), z.number()]));
+const Resources = (requests: Record<string, string>, limits: Record<string, string>) =>
+  z.strictObject({ requests: Quantities.optional(), limits: Quantities.optional() }).meta({ title: "ResourceRequirements" }).default({ requests, limits });
+
+const StringMap = z.record(z.string(), z.string()).default({});
+const PullSecrets = z.array(z.strictObject({ name: z.string().min(1) }));
+
+/**
+ * The security contexts the chart's pods had before they were values: non-root as a fixed
+ * user, the RuntimeDefault seccomp profile, no privilege escalation, a read-only root
+ * filesystem, no capabilities. OpenShift's restricted SCC assigns the user itself and refuses
+ * a fixed one: set runAsUser, runAsGroup and fsGroup to null there.
+ */
+const POD_SECURITY_CONTEXT = { runAsNonRoot: true, runAsUser: 10001, runAsGroup: 10001, fsGroup: 10001, seccompProfile: { type: "RuntimeDefault" } };
+const SECURITY_CONTEXT = { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } };
+
+/** Where a pod runs and how it is scheduled: the same values for the operator and for NATS. */
+const scheduling = {
+  podSecurityContext: Kube("PodSecurityContext").default(POD_SECURITY_CONTEXT),
+  securityContext: Kube("SecurityContext").default(SECURITY_CONTEXT),
+  priorityClassName: z.string().default(""),
+  nodeSelector: StringMap,
+  tolerations: z.array(Kube("Toleration")).default([]),
+  affinity: Kube("Affinity").default({}),
+  topologySpreadConstraints: z.array(Kube("TopologySpreadConstraint")).default([]),
+};
 
 export const Values = z.strictObject({
+  global: z
+    .looseObject({
+      imagePullSecrets: PullSecrets.optional().describe(
+        "global.imagePullSecrets, set by a parent chart, are added to imagePullSecrets for every pod of this chart.",
+      ),
+    })
+    .default({}),
+  enabled: z
+    .boolean()
+    .optional()
+    .describe("enabled is for a parent chart's dependency condition (`condition: ifp-operator.enabled`); this chart itself ignores it."),
   nameOverride: z.string().default(""),
   fullnameOverride: z.string().default(""),
-  image: Image.default({ repository: "ghcr.io/ifp-dev/ifp-operator", tag: "", pullPolicy: "IfNotPresent" }),
-  runtimeImage: Image.default({ repository: "ghcr.io/ifp-dev/ifp-runtime", tag: "", pullPolicy: "IfNotPresent" }),
-  imagePullSecrets: z.array(z.strictObject({ name: z.string().min(1) })).default([]),
+  image: Image("ghcr.io/ifp-dev/ifp-operator", ""),
+  runtimeImage: Image("ghcr.io/ifp-dev/ifp-runtime", ""),
+  imagePullSecrets: PullSecrets.default([]),
+  runtime: z
+    .strictObject({
+      runAsUser: z.number().int().min(0).max(2147483647).nullable().default(10001),
+      runAsGroup: z.number().int().min(0).max(2147483647).nullable().default(10001),
+    })
+    .prefault({}),
   replicaCount: z.number().int().min(1).default(1),
-  leaderElection: z.strictObject({ enabled: z.boolean().default(true) }).default({ enabled: true }),
+  podDisruptionBudget: z
+    .strictObject({
+      enabled: z.boolean().default(true),
+      maxUnavailable: z.union([z.number().int().min(1), z.string().regex(/^[1-9][0-9]?%$/)]).default(1),
+    })
+    .prefault({}),
+  leaderElection: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
   watchNamespaces: z.array(z.string().min(1)).default([]),
   logLevel: z.enum(["fatal", "error", "warn", "info", "debug", "trace"]).default("info"),
-  crds: z.strictObject({ enabled: z.boolean().default(true), keep: z.boolean().default(true) }).default({ enabled: true, keep: true }),
-  rbac: z.strictObject({ create: z.boolean().default(true) }).default({ create: true }),
-  serviceAccount: z
-    .object({ create: z.boolean().default(true), name: z.string().default(""), annotations: z.record(z.string(), z.string()).default({}) })
-    .default({ create: true, name: "", annotations: {} }),
+  crds: z.strictObject({ enabled: z.boolean().default(true), keep: z.boolean().default(true) }).prefault({}),
+  rbac: z.strictObject({ create: z.boolean().default(true) }).prefault({}),
+  serviceAccount: z.strictObject({ create: z.boolean().default(true), name: z.string().default(""), annotations: StringMap }).prefault({}),
   nats: z
-    .object({
+    .strictObject({
       url: z.string().default(""),
-      credentialsSecret: z.strictObject({ name: z.string().default(""), key: z.string().default("nats.creds") }).default({ name: "", key: "nats.creds" }),
+      credentialsSecret: z.strictObject({ name: z.string().default(""), key: z.string().min(1).default("nats.creds") }).prefault({}),
       install: z.boolean().default(true),
       replicas: z.literal([1, 3]).default(1),
-      image: Image.default({ repository: "nats", tag: "2.12-alpine", pullPolicy: "IfNotPresent" }),
-      storage: z.strictObject({ size: z.string().default("10Gi"), storageClassName: z.string().default("") }).default({ size: "10Gi", storageClassName: "" }),
-      resources: Resources.default({
-        requests: { cpu: "100m", memory: "256Mi", "ephemeral-storage": "64Mi" },
-        limits: { memory: "1Gi", "ephemeral-storage": "256Mi" },
-      }),
+      image: Image("nats", "2.12-alpine"),
+      storage: z.strictObject({ size: z.string().min(1).default("10Gi"), storageClassName: z.string().default("") }).prefault({}),
+      resources: Resources({ cpu: "100m", memory: "256Mi", "ephemeral-storage": "64Mi" }, { memory: "1Gi", "ephemeral-storage": "256Mi" }),
+      ...scheduling,
     })
-    .default({
-      url: "",
-      credentialsSecret: { name: "", key: "nats.creds" },
-      install: true,
-      replicas: 1,
-      image: { repository: "nats", tag: "2.12-alpine", pullPolicy: "IfNotPresent" },
-      storage: { size: "10Gi", storageClassName: "" },
-      resources: {
-        requests: { cpu: "100m", memory: "256Mi", "ephemeral-storage": "64Mi" },
-        limits: { memory: "1Gi", "ephemeral-storage": "256Mi" },
-      },
-    }),
-  metrics: z.strictObject({ port: z.number().int().min(1).max(65535).default(8080) }).default({ port: 8080 }),
-  health: z.strictObject({ port: z.number().int().min(1).max(65535).default(8081) }).default({ port: 8081 }),
-  resources: Resources.default({
-    requests: { cpu: "50m", memory: "128Mi", "ephemeral-storage": "64Mi" },
-    limits: { memory: "512Mi", "ephemeral-storage": "256Mi" },
-  }),
-  podAnnotations: z.record(z.string(), z.string()).default({}),
-  podLabels: z.record(z.string(), z.string()).default({}),
-  nodeSelector: z.record(z.string(), z.string()).default({}),
-  tolerations: z.array(FreeForm).default([]),
-  affinity: FreeForm.default({}),
-  tests: z.strictObject({ enabled: z.boolean().default(true) }).default({ enabled: true }),
+    .prefault({}),
+  metrics: z.strictObject({ port: z.number().int().min(1).max(65535).default(8080) }).prefault({}),
+  health: z.strictObject({ port: z.number().int().min(1).max(65535).default(8081) }).prefault({}),
+  resources: Resources({ cpu: "50m", memory: "128Mi", "ephemeral-storage": "64Mi" }, { memory: "512Mi", "ephemeral-storage": "256Mi" }),
+  podAnnotations: StringMap,
+  podLabels: StringMap,
+  ...scheduling,
+  tests: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
 });
 export type Values = z.infer<typeof Values>;
 
@@ -75,4 +106,3 @@ export function valuesJsonSchema(): Record<string, unknown> {
   const schema = z.toJSONSchema(Values, { io: "input", target: "draft-7" }) as Record<string, unknown>;
   return { ...schema, title: "ifp-operator chart values", $comment: "Generated from charts/ifp-operator/values.schema.ts by npm run gen; do not edit." };
 }
-

@@ -12,6 +12,7 @@ import { startNats } from "../support/nats.ts";
 import { localhostTls } from "../support/tls.ts";
 import { httpsRequest } from "../support/https.ts";
 import { waitFor } from "../support/ports.ts";
+import { stopChild } from "../support/process.ts";
 
 const root = fileURLToPath(new URL("../../", import.meta.url));
 const runtime = join(root, "runtime/bin/ifp-runtime.ts");
@@ -68,9 +69,9 @@ for (const [name, manifest] of [["alice", alice], ["bob", bob]] as const) {
 }
 start("relay", "relay", relay, ports.relay, []);
 
+// Each stop is bounded: SIGTERM, then SIGKILL after a grace period.
 const stop = async () => {
-  for (const p of procs) p.child.kill("SIGTERM");
-  await Promise.all(procs.map((p) => new Promise((r) => (p.child.exitCode !== null ? r(null) : p.child.once("exit", r)))));
+  await Promise.all(procs.map((p) => stopChild(p.child, 10_000)));
   await nats.stop();
   process.exit(0);
 };

@@ -52,3 +52,50 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- required "nats.url is required unless nats.install is true" .Values.nats.url }}
 {{- end }}
 {{- end }}
+
+{{/* The labels that select one component's pods: the selector labels and app.kubernetes.io/component. Takes (dict "root" $ "component" "…"). */}}
+{{- define "ifp-operator.componentSelectorLabels" -}}
+{{ include "ifp-operator.selectorLabels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Every pod's pull secrets: imagePullSecrets, then a parent chart's global.imagePullSecrets. */}}
+{{- define "ifp-operator.imagePullSecrets" -}}
+{{- $global := dig "imagePullSecrets" (list) (default (dict) .Values.global) }}
+{{- with concat .Values.imagePullSecrets $global | uniq }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+A pod's scheduling fields from a values map with the keys of `scheduling` in values.schema.ts
+(.values), for pods with the labels .labels: a topology spread constraint without a
+labelSelector gets one that selects those pods.
+*/}}
+{{- define "ifp-operator.scheduling" -}}
+{{- with .values.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.topologySpreadConstraints }}
+{{- $constraints := list }}
+{{- range . }}
+{{- $constraints = append $constraints (merge (deepCopy .) (dict "labelSelector" (dict "matchLabels" ($.labels | fromYaml)))) }}
+{{- end }}
+topologySpreadConstraints:
+  {{- toYaml $constraints | nindent 2 }}
+{{- end }}
+{{- end }}
+
