@@ -2,7 +2,7 @@
 // e2e/images/build.ts does (no build, no root needed).
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { dockerignore, imageContextFiles, parseDockerfile, readDockerfile } from "./build.ts";
+import { dockerignore, IMAGES, ignoreFilePath, imageContextFiles, parseDockerfile, readDockerfile } from "./build.ts";
 
 const ignored = dockerignore(readFileSync(".dockerignore", "utf8"));
 
@@ -24,6 +24,22 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     const dests = imageContextFiles(plan, ignored, "operator/Dockerfile").map((f) => f.dest);
     for (const d of ["/app/operator/bin/ifp-operator.ts", "/app/crds/agents.ifp.dev.yaml", "/app/runtime/src/resources/agent.ts"]) expect(dests).toContain(d);
     expect(dests.filter((d) => /\.test\.ts$/.test(d))).toEqual([]);
+  });
+
+  it("example app: Node's built-ins and the typed client only, no dependencies, its own ignore file, user node", () => {
+    const plan = readDockerfile("examples/app/Dockerfile");
+    expect(plan).toMatchObject({ base: "node:24-slim", nodeMajor: 24, workdir: "/app", user: "node", expose: ["8080"], entrypoint: ["node", "examples/app/main.ts"] });
+    expect(plan.copies.filter((c) => c.from !== undefined)).toEqual([]);
+    // The root .dockerignore leaves out examples/: this Dockerfile has its own, as BuildKit reads it.
+    expect(ignoreFilePath("examples/app/Dockerfile")).toBe("examples/app/Dockerfile.dockerignore");
+    expect(ignoreFilePath("runtime/Dockerfile")).toBe(".dockerignore");
+    const own = dockerignore(readFileSync("examples/app/Dockerfile.dockerignore", "utf8"));
+    const dests = imageContextFiles(plan, own, "examples/app/Dockerfile").map((f) => f.dest).sort();
+    expect(dests).toEqual(["/app/examples/app/app.ts", "/app/examples/app/main.ts", "/app/package.json", "/app/runtime/src/client/local.ts"]);
+    // What the client imports beyond itself is types only, which Node strips: the image needs no more of runtime/src.
+    const client = readFileSync("runtime/src/client/local.ts", "utf8");
+    expect(client.match(/^import (?!type ).*$/gm) ?? []).toEqual([]);
+    expect(Object.keys(IMAGES)).toContain("app");
   });
 
   it("refuses what it does not know how to build, so that a Dockerfile cannot drift from it silently", () => {

@@ -2,16 +2,18 @@
 // The project's container images, built without a Docker engine or a registry, for the real
 // test node (e2e/support/node.ts):
 //
-//   npm run images                       build the runtime, operator and pause images
+//   npm run images                       build the runtime, operator, example app and pause images
 //   npm run images -- runtime            only the named ones; prints REF=archive lines
 //
-// `runtime/Dockerfile` and `operator/Dockerfile` stay the recipe for registries. This file
-// reads them and carries out their final stage itself: the `node:24-slim` base becomes a root
-// filesystem holding Node 24 from the npm `node` package and the shared libraries it links (found
-// with ldd), the `deps` stage becomes `npm ci --omit=dev` in a staging directory, and COPY, ENV,
-// WORKDIR, USER, EXPOSE and ENTRYPOINT are applied as written (honouring .dockerignore). An
-// instruction it does not know fails the build, so the Dockerfiles and these images cannot drift
-// apart silently. buildah commits the tree into an OCI archive, cached by a hash of every input.
+// `runtime/Dockerfile`, `operator/Dockerfile` and `examples/app/Dockerfile` stay the recipe for
+// registries. This file reads them and carries out their final stage itself: the `node:24-slim`
+// base becomes a root filesystem holding Node 24 from the npm `node` package and the shared
+// libraries it links (found with ldd), the `deps` stage becomes `npm ci --omit=dev` in a staging
+// directory, and COPY, ENV, WORKDIR, USER, EXPOSE and ENTRYPOINT are applied as written. The build
+// context leaves out what the Dockerfile's ignore file names (`<Dockerfile>.dockerignore` next to
+// it, else the root `.dockerignore`, as BuildKit picks them). An instruction it does not know fails
+// the build, so the Dockerfiles and these images cannot drift apart silently. buildah commits the
+// tree into an OCI archive, cached by a hash of every input.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -251,6 +253,20 @@ export function imageContextFiles(plan: DockerfilePlan, ignored: (path: string) 
   return files;
 }
 
+/**
+ * The ignore file of a Dockerfile's build context, as BuildKit picks it: `<Dockerfile>.dockerignore`
+ * next to the Dockerfile when there is one, else `.dockerignore` at the root of the context.
+ */
+export function ignoreFilePath(dockerfilePath: string): string | undefined {
+  for (const p of [`${dockerfilePath}.dockerignore`, ".dockerignore"]) if (existsSync(join(REPO, p))) return p;
+  return undefined;
+}
+
+function ignoreFileText(dockerfilePath: string): string {
+  const p = ignoreFilePath(dockerfilePath);
+  return p ? readFileSync(join(REPO, p), "utf8") : "";
+}
+
 interface Recipe {
   name: string;
   /** Fills the root filesystem. */
@@ -261,7 +277,7 @@ interface Recipe {
 
 function imageRecipe(name: string, dockerfilePath: string): Recipe {
   const plan = readDockerfile(join(REPO, dockerfilePath));
-  const ignoreText = existsSync(join(REPO, ".dockerignore")) ? readFileSync(join(REPO, ".dockerignore"), "utf8") : "";
+  const ignoreText = ignoreFileText(dockerfilePath);
   const ignored = dockerignore(ignoreText);
   const runtime = nodeRuntimeFiles();
   const major = Number(/^v(\d+)/.exec(runtime.version)?.[1]);
@@ -357,6 +373,7 @@ function pauseRecipe(): Recipe {
 export const IMAGES: Record<string, () => Recipe> = {
   runtime: () => imageRecipe("ifp-runtime", "runtime/Dockerfile"),
   operator: () => imageRecipe("ifp-operator", "operator/Dockerfile"),
+  app: () => imageRecipe("ifp-example-app", "examples/app/Dockerfile"),
   pause: pauseRecipe,
 };
 
