@@ -2,7 +2,7 @@ import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
-    include: ["runtime/**/*.test.ts", "operator/**/*.test.ts", "e2e/**/*.test.ts"],
+    include: ["runtime/**/*.test.ts", "operator/**/*.test.ts", "e2e/**/*.test.ts", "examples/**/*.test.ts"],
     globalSetup: ["e2e/support/global-setup.ts"],
     setupFiles: ["e2e/support/test-hooks.ts"],
     pool: "forks",

@@ -4,15 +4,21 @@ import { expect, it } from "vitest";
 import { spawnProcess, tempDir, type ManagedProcess } from "./support/process.ts";
 import { waitFor } from "./support/wait.ts";
 
-/** A base port with room for the stack's ports (base … base+102) below the kernel's ephemeral range. */
+/** A base port with room for the stack's ports (base … base+201) below the kernel's ephemeral range. */
 function basePort(): number {
   const [lo] = readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number);
-  const top = (lo ?? 32768) - 200;
+  const top = (lo ?? 32768) - 300;
   return 10_000 + Math.floor(Math.random() * Math.max(1000, top - 10_000));
 }
 
-/** `npm start` as the README tells it, and the command it prints, as a person would paste it. */
-it("npm start brings up the local stack and its printed command sends a signed message", { timeout: 200_000 }, async () => {
+const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+
+/**
+ * `npm start` as the README tells it, and the command it prints, as a person would paste it:
+ * the example applications' lines show the message arriving at alice and alice's reply arriving
+ * at bob, and the greeting alice's application sends at start answered by bob's.
+ */
+it("npm start brings up the local stack, its printed command sends a signed message, and the message and the reply are seen arriving", { timeout: 200_000 }, async () => {
   const dir = tempDir("ifp-stack-");
   let stack: ManagedProcess | undefined;
   let base = 0;
@@ -35,6 +41,17 @@ it("npm start brings up the local stack and its printed command sends a signed m
     );
     expect(result.stdout, result.stderr).toMatch(/^202 \{"status":"accepted"/);
     expect(result.code).toBe(0);
+    const sent = JSON.parse(result.stdout.slice(4)).message_id as string;
+    const s = stack!;
+    // alice's application logs the message as it arrives and replies in its thread …
+    const arrived = await waitFor("alice's application to log the message", () => new RegExp(`^alice \\| received context ${escapeRe(sent)} from bob-agent thread (\\S+): "Hello from Bob's agent"$`, "m").exec(s.log())?.[1], 30_000, 250);
+    const reply = await waitFor("alice's application to reply", () => new RegExp(`^alice \\| replied (msg:\\S+) to bob-agent thread ${escapeRe(arrived)}: `, "m").exec(s.log())?.[1], 30_000, 250);
+    // … and bob's application logs the reply as it arrives, and does not answer it.
+    await waitFor("bob's application to log the reply", () => new RegExp(`^bob   \\| received context ${escapeRe(reply)} from alice-agent thread ${escapeRe(arrived)} in reply to ${escapeRe(sent)}: "Got your context message: “Hello from Bob's agent”"$`, "m").test(s.log()), 30_000, 250);
+    await waitFor("bob's application to leave the reply unanswered", () => s.log().includes(`bob   | no reply to ${reply}: it is an automatic reply`), 30_000, 250);
+    // The greeting of alice's application at start (IFP_APP_GREET in the example), answered by bob's.
+    const greeting = await waitFor("bob's application to log alice's greeting", () => /^bob {3}\| received greeting (msg:\S+) from alice-agent thread \S+: "Hello Bob, this is Alice's agent"$/m.exec(s.log())?.[1], 30_000, 250);
+    await waitFor("the answer to the greeting at alice", () => new RegExp(`^alice \\| received greeting \\S+ from bob-agent thread \\S+ in reply to ${escapeRe(greeting)}: `, "m").test(s.log()), 30_000, 250);
   } finally {
     // Ctrl-C, as a person would; bounded, and it cannot replace the test's own error.
     await stack?.stop({ signal: "SIGINT", graceMs: 20_000 });

@@ -1,8 +1,12 @@
 #!/usr/bin/env node
 // npm start — the local stack: a nats-server with JetStream, the example agents alice and bob
-// and the example relay, each a real ifp-runtime process on loopback with a self-signed CA.
-// Prints the URLs and a command that sends a signed message; Ctrl-C stops everything.
+// and the example relay, each a real ifp-runtime process on loopback with a self-signed CA, and
+// next to each agent the example application (examples/app) its Agent runs as a sidecar, with
+// that sidecar's environment. Prints the URLs and a command that sends a signed message, then
+// what the applications log (each message as it arrives, each reply), prefixed by agent;
+// Ctrl-C stops everything.
 import { spawn, type ChildProcess } from "node:child_process";
+import { createInterface } from "node:readline";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
@@ -16,6 +20,7 @@ import { stopChild } from "../support/process.ts";
 
 const root = fileURLToPath(new URL("../../", import.meta.url));
 const runtime = join(root, "runtime/bin/ifp-runtime.ts");
+const exampleApp = join(root, "examples/app/main.ts");
 const stateDir = process.env.IFP_STACK_DIR ?? join(process.env.XDG_STATE_HOME ?? join(homedir(), ".local", "state"), "ifp-operator", "stack");
 const basePort = Number(process.env.IFP_STACK_PORT ?? 8443);
 
@@ -52,13 +57,25 @@ function start(name: string, mode: "agent" | "relay", manifest: object, port: nu
 
 const [alice, bob] = ["agent-alice.yaml", "agent-bob.yaml"].map((f) => readYaml(f)[0]);
 const relay = readYaml("relay.yaml")[0];
+// Each agent's local API is on its port + 100, its application on its port + 200.
 const ports = { alice: basePort, bob: basePort + 1, relay: basePort + 2 };
 const local = (url: string) => url.replace(/^https:\/\/(alice|bob|relay)\.[^/]+/, (_m, n: keyof typeof ports) => `https://localhost:${ports[n]}`);
-// On loopback the example's cluster addresses become localhost ports.
-for (const agent of [alice, bob]) {
+interface EnvVar {
+  name: string;
+  value?: string;
+}
+/** The application sidecar's plain environment variables (those with a value) from the Agent. */
+const appEnv: Record<"alice" | "bob", Record<string, string>> = { alice: {}, bob: {} };
+// On loopback the example's cluster addresses become localhost ports, and the sidecar a process.
+for (const [name, agent] of [["alice", alice], ["bob", bob]] as const) {
   agent.spec.peers = agent.spec.peers.map((p: { url?: string }) => ({ ...p, url: p.url && local(p.url) }));
   if (agent.spec.relay) agent.spec.relay.urls = agent.spec.relay.urls.map(local);
-  delete agent.spec.handler;
+  const sidecar = (agent.spec.deployment?.sidecars ?? []).find((c: { image?: string }) => /ifp-example-app/.test(c.image ?? ""));
+  if (!sidecar || !agent.spec.handler) throw new Error(`examples/agent-${name}.yaml: expected the example application as a sidecar and spec.handler`);
+  for (const e of (sidecar.env ?? []) as EnvVar[]) if (e.value !== undefined) appEnv[name][e.name] = e.value;
+  agent.spec.handler = { ...agent.spec.handler, url: `http://127.0.0.1:${ports[name] + 200}` };
+  // Pod settings are the operator's, not the runtime's.
+  delete agent.spec.deployment;
 }
 relay.spec.url = local(relay.spec.url);
 
@@ -69,6 +86,20 @@ for (const [name, manifest] of [["alice", alice], ["bob", bob]] as const) {
 }
 start("relay", "relay", relay, ports.relay, []);
 
+/** The example application of one agent, its output printed line by line after the agent's name. */
+function startApp(name: "alice" | "bob"): ChildProcess {
+  const child = spawn(process.execPath, [exampleApp], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ...appEnv[name], IFP_APP_HOST: "127.0.0.1", IFP_APP_PORT: String(ports[name] + 200), IFP_LOCAL_API: `http://127.0.0.1:${ports[name] + 100}` },
+  });
+  for (const stream of [child.stdout!, child.stderr!]) {
+    createInterface({ input: stream, crlfDelay: Infinity }).on("line", (line) => process.stdout.write(`${name.padEnd(5)} | ${line}\n`));
+  }
+  procs.push({ name: `${name}'s application`, url: `http://127.0.0.1:${ports[name] + 200}`, child });
+  watch(procs.at(-1)!);
+  return child;
+}
+
 // Each stop is bounded: SIGTERM, then SIGKILL after a grace period.
 const stop = async () => {
   await Promise.all(procs.map((p) => stopChild(p.child, 10_000)));
@@ -77,7 +108,7 @@ const stop = async () => {
 };
 process.once("SIGINT", stop);
 process.once("SIGTERM", stop);
-for (const p of procs) {
+function watch(p: Proc): void {
   p.child.once("exit", (code) => {
     if (code !== 0 && code !== null) {
       process.stderr.write(`${p.name} exited with ${code}; stopping the stack\n`);
@@ -85,6 +116,7 @@ for (const p of procs) {
     }
   });
 }
+procs.forEach(watch);
 
 await Promise.all(procs.map((p) => waitFor(`${p.name} to be ready`, async () => (await httpsRequest(`${p.url}/readyz`, { ca: tls.ca })).status === 200, 60_000, 250)));
 
@@ -100,5 +132,11 @@ ifp local stack is up (state in ${stateDir})
 Send alice a signed message from bob:
   ${send}
 
+Below, what the example applications log: each message as it arrives, and the reply. At start
+alice's application greets bob (IFP_APP_GREET in examples/agent-alice.yaml) and bob's answers.
 Ctrl-C stops everything.
+
 `);
+// Started once the runtimes are ready, so that the greeting is delivered at its first attempt.
+startApp("bob");
+startApp("alice");

@@ -165,7 +165,8 @@ export function readHandoff(body: unknown, senderHeader: string | undefined): Re
 
 /** Characters that would break a log line or a terminal (controls, line and direction marks), escaped. */
 const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069"\\]/g;
-const escape = (s: string) => s.replace(UNSAFE, (c) => (c === '"' || c === "\\" ? `\\${c}` : `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`));
+const NAMED: Record<string, string> = { '"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t" };
+const escape = (s: string) => s.replace(UNSAFE, (c) => NAMED[c] ?? `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 /** An id as is when plain, else quoted and escaped. */
 export const showId = (s: string) => (/^[\w.:@/#+~=-]{1,256}$/.test(s) ? s : `"${escape(s.slice(0, 256))}"`);
 /** A text quoted, escaped, and cut at `max` characters. */
@@ -179,7 +180,7 @@ export function replyId(m: Received): string {
 export function replyText(m: Received): string {
   const t = (m.text ?? "").replace(/\s+/g, " ").trim();
   if (!t) return `Got your ${m.phase} message.`;
-  return `Got your ${m.phase} message: "${t.length > 80 ? `${t.slice(0, 80)}…` : t}"`;
+  return `Got your ${m.phase} message: “${t.length > 80 ? `${t.slice(0, 80)}…` : t}”`;
 }
 
 /** A bounded map: the oldest entry goes when it is full. */
@@ -250,8 +251,8 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
         to: [{ agent: m.sender }],
         conversation_id: m.conversationId,
         sequence: m.sequence + 1,
-        // A greeting is answered with a greeting, which carries this agent's capabilities.
-        phase: m.phase === "greeting" ? "greeting" : "context",
+        // A first greeting is answered with a greeting, which carries this agent's capabilities.
+        phase: m.phase === "greeting" && !m.inReplyTo ? "greeting" : "context",
         thread: { in_reply_to: m.messageId, references: [...m.references.slice(-19), m.messageId] },
         extensions: { [AUTO_SUBMITTED]: "auto-replied" },
       },
@@ -336,10 +337,7 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
       body = { status: "error", code: e.code, message: e.message };
     }
     const text = JSON.stringify(body);
-    // A body not read to its end (too large) cannot leave the connection usable.
-    const headers: Record<string, string | number> = { "content-type": "application/json; charset=utf-8", "content-length": Buffer.byteLength(text) };
-    if (!req.complete) headers.connection = "close";
-    res.writeHead(status, headers).end(req.method === "HEAD" ? undefined : text);
+    res.writeHead(status, { "content-type": "application/json; charset=utf-8", "content-length": Buffer.byteLength(text) }).end(req.method === "HEAD" ? undefined : text);
   }
 
   async function greet(peer: string): Promise<void> {
@@ -423,8 +421,11 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
     const onData = (c: Buffer) => {
       size += c.length;
       if (size > limit) {
-        req.pause();
-        return done(tooLarge());
+        // The rest is read and dropped (the server's request timeout bounds it), so that the
+        // answer is not lost to a reset of a connection closed with unread data.
+        done(tooLarge());
+        req.resume();
+        return;
       }
       chunks.push(c);
     };
