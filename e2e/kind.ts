@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 // npm run e2e:kind — the end-to-end path on a kind cluster, for machines with a Docker engine:
 // build the images, load them into kind, helm install, apply the examples, send a message
-// between agents through the cluster's Services, run helm test, delete the cluster.
+// between agents through the cluster's Services and see the example applications log it and the
+// reply, run helm test, delete the cluster.
 import { spawnSync } from "node:child_process";
-import { stringify } from "yaml";
+import { readFileSync } from "node:fs";
+import { parse, stringify } from "yaml";
 import { toolPath } from "./tools/tools.ts";
 
 const CLUSTER = process.env.IFP_KIND_CLUSTER ?? "ifp-e2e";
@@ -28,7 +30,10 @@ try {
   run(kind, ["create", "cluster", "--name", CLUSTER, "--wait", "180s"]);
   run("docker", ["build", "-f", "runtime/Dockerfile", "-t", "ifp-runtime:e2e", "."]);
   run("docker", ["build", "-f", "operator/Dockerfile", "-t", "ifp-operator:e2e", "."]);
-  for (const image of ["ifp-runtime:e2e", "ifp-operator:e2e"]) run(kind, ["load", "docker-image", image, "--name", CLUSTER]);
+  // The examples' application sidecar, under the name the examples give it.
+  const appImage = parse(readFileSync("examples/agent-alice.yaml", "utf8")).spec.deployment.sidecars[0].image as string;
+  run("docker", ["build", "-f", "examples/app/Dockerfile", "-t", appImage, "."]);
+  for (const image of ["ifp-runtime:e2e", "ifp-operator:e2e", appImage]) run(kind, ["load", "docker-image", image, "--name", CLUSTER]);
   const values = ["image.repository=ifp-operator", "image.tag=e2e", "image.pullPolicy=Never", "runtimeImage.repository=ifp-runtime", "runtimeImage.tag=e2e", "runtimeImage.pullPolicy=Never"];
   run(helm, ["install", "ifp", "charts/ifp-operator", "--kube-context", `kind-${CLUSTER}`, "-n", "ifp-system", "--create-namespace", "--wait", "--timeout", "5m", ...values.flatMap((v) => ["--set", v])]);
   kubectl("create", "namespace", "ifp-examples");
@@ -61,6 +66,17 @@ try {
   run("kubectl", ["--context", `kind-${CLUSTER}`, "apply", "-f", "-"], stringify(job));
   kubectl("-n", "ifp-examples", "wait", "--for=condition=Complete", "--timeout=120s", "job/send");
   console.log(kubectl("-n", "ifp-examples", "logs", "job/send"));
+  // alice's application logs the message and replies; bob's logs the reply (and, before, alice's greeting).
+  const appLogs = (agent: string) => kubectl("-n", "ifp-examples", "logs", `deployment/${agent}`, "-c", "app");
+  for (let i = 0; ; i++) {
+    const [alice, bob] = [appLogs("alice"), appLogs("bob")];
+    if (/received context \S+ from bob-agent .*"Hello through the cluster"/.test(alice) && /received context \S+ from alice-agent .*Hello through the cluster/.test(bob) && /received greeting \S+ from alice-agent/.test(bob)) {
+      console.log(`alice's application:\n${alice}\nbob's application:\n${bob}`);
+      break;
+    }
+    if (i >= 60) throw new Error(`the applications did not log the exchange within 120 s:\nalice:\n${alice}\nbob:\n${bob}`);
+    spawnSync("sleep", ["2"]);
+  }
   run(helm, ["test", "ifp", "--kube-context", `kind-${CLUSTER}`, "-n", "ifp-system", "--timeout", "5m"]);
   console.log("e2e:kind passed");
 } catch (err) {

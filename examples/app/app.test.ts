@@ -135,7 +135,7 @@ describe("the example application", () => {
     ];
     for (const [what, res, status, code, message] of cases) {
       const r = await res;
-      const body = await r.json();
+      const body = (await r.json()) as { code?: string };
       expect({ what, status: r.status, code: body.code }).toEqual({ what, status, code });
       expect(body, what).toMatchObject({ status: "error", message: expect.stringMatching(message) });
     }
@@ -187,7 +187,7 @@ describe("the example application", () => {
     const env = { IFP_APP_ANSWER_REPLIES: "true", IFP_APP_MAX_REPLIES: "2" };
     const { aliceApp, bobApp } = await pair("loop", { alice: { ...env, IFP_APP_GREET: "bob-loop" }, bob: env });
     // greeting → bob's 1st reply → alice's 1st → bob's 2nd → alice's 2nd → bob stops.
-    await waitFor("bob to reach its limit", () => lines(bobApp, "no reply to ").length === 1, 60_000, 200);
+    await waitFor("bob to reach its limit", () => lines(bobApp, "no reply to ").length === 1, 30_000, 200);
     expect(lines(bobApp, "no reply to ")[0]).toMatch(/: 2 replies were sent in this conversation already$/);
     await consistently("the exchange to stay ended", () => lines(bobApp, "received ").length === 3 && lines(aliceApp, "received ").length === 2, 4_000, 200);
     expect(lines(bobApp, "replied ").length).toBe(2);
