@@ -261,7 +261,7 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
   }
 
   /** Queue the decided reply once; a failure that may pass leaves it to the runtime's next hand-off. */
-  function send(key: string, m: Received, state: Handled): Promise<void> {
+  function send(m: Received, state: Handled): Promise<void> {
     if (!state.reply) return Promise.resolve();
     state.sending ??= ifp
       .send(state.reply)
@@ -278,7 +278,7 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
         log.warn(`the local API refused the reply to ${showId(m.messageId)}: ${describe(err)}`);
       })
       .finally(() => {
-        if (handled.get(key) === state) state.sending = undefined;
+        state.sending = undefined;
       });
     return state.sending;
   }
@@ -309,7 +309,7 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
       let timer: NodeJS.Timeout | undefined;
       const late = new Promise<"late">((r) => (timer = setTimeout(() => r("late"), SEND_WAIT_MS)));
       try {
-        const outcome = await Promise.race([send(key, m, state), late]);
+        const outcome = await Promise.race([send(m, state), late]);
         if (outcome === "late") throw new HttpError(503, "unavailable", "the local API did not answer in time; try again");
       } catch (err) {
         if (err instanceof HttpError) throw err;
