@@ -72,7 +72,7 @@ describe("withPodSettings", () => {
 
   it("replaces the runtime's default resources, in canonical quantities", () => {
     expect(runtimeOf().resources).toEqual({ requests: { cpu: "50m", memory: "128Mi" }, limits: { memory: "512Mi" } });
-    expect(runtimeOf({ resources: { requests: { cpu: 0.5 }, limits: { memory: "1024Mi", cpu: "1000m" } } }).resources).toEqual({ requests: { cpu: "500m" }, limits: { memory: "1Gi", cpu: "1" } });
+    expect(runtimeOf({ resources: { requests: { cpu: "0.5" }, limits: { memory: "1024Mi", cpu: "1000m" } } }).resources).toEqual({ requests: { cpu: "500m" }, limits: { memory: "1Gi", cpu: "1" } });
     const pod = podOf({ sidecars: [{ name: "a", image: "a", resources: { limits: { memory: "0.5Gi" }, claims: [{ name: "gpu" }] } }], volumes: [{ name: "scratch", emptyDir: { sizeLimit: "1.5Gi", medium: "Memory" } }] });
     expect(pod.containers[1].resources).toEqual({ limits: { memory: "512Mi" }, claims: [{ name: "gpu" }] });
     expect(pod.volumes.at(-1)).toEqual({ name: "scratch", emptyDir: { sizeLimit: "1536Mi", medium: "Memory" } });

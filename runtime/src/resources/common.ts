@@ -106,11 +106,11 @@ const passThrough = <T extends z.core.$ZodLooseShape>(shape: T, description: str
 /** A list whose items are told apart by `name`: the API server refuses two of a name. */
 const byName = { "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"] } as const;
 
-/** A resource quantity ("500m", "1.5Gi", 2): a string or an integer, as in Kubernetes. */
+/** A resource quantity ("500m", "1.5Gi", 2): a string or a whole number, as in Kubernetes' own CRDs. */
 export const QUANTITY_RE = /^[+-]?(\d+(\.\d*)?|\.\d+)(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(\d+(\.\d*)?|\.\d+)))?$/;
 export const Quantity = z
   .any()
-  .refine((v) => (typeof v === "string" && QUANTITY_RE.test(v)) || (typeof v === "number" && Number.isFinite(v)), "must be a quantity such as 500m, 128Mi or 2")
+  .refine((v) => (typeof v === "string" && QUANTITY_RE.test(v)) || (typeof v === "number" && Number.isInteger(v)), "must be a quantity such as 500m, 128Mi or 2 (a string, or a whole number)")
   .meta({ "x-kubernetes-int-or-string": true, pattern: QUANTITY_RE.source });
 export const Resources = passThrough(
   { requests: z.record(z.string(), Quantity).optional(), limits: z.record(z.string(), Quantity).optional() },

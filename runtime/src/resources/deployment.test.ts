@@ -6,7 +6,7 @@ import { DeploymentSettings } from "./common.ts";
 import { Relay } from "./relay.ts";
 
 const full = {
-  sidecars: [{ name: "app", image: "example/app:1", ports: [{ containerPort: 8080 }], resources: { requests: { cpu: 0.5, memory: "64Mi" } }, securityContext: { readOnlyRootFilesystem: true } }],
+  sidecars: [{ name: "app", image: "example/app:1", ports: [{ containerPort: 8080 }], resources: { requests: { cpu: "0.5", memory: "64Mi" }, limits: { cpu: 1 } }, securityContext: { readOnlyRootFilesystem: true } }],
   initContainers: [{ name: "migrate", image: "example/app:1", command: ["migrate"] }],
   resources: { requests: { cpu: "100m", memory: "256Mi" }, limits: { memory: "1Gi" } },
   env: [{ name: "LOG_FORMAT", value: "json" }, { name: "FROM_SECRET", valueFrom: { secretKeyRef: { name: "s", key: "k" } } }],
@@ -64,6 +64,7 @@ describe("spec.deployment", () => {
     ["a sidecar running as root", { sidecars: [sidecar("app", { securityContext: { runAsUser: 0 } })] }, /sidecars.0.securityContext.runAsUser: runAsUser cannot be 0/],
     ["an init container allowed to be root", { initContainers: [sidecar("init", { securityContext: { runAsNonRoot: false } })] }, /initContainers.0.securityContext.runAsNonRoot/],
     ["a bad quantity", { resources: { limits: { memory: "lots" } } }, /resources.limits.memory: must be a quantity/],
+    ["a fractional number for a quantity", { resources: { requests: { cpu: 0.5 } } }, /resources.requests.cpu: must be a quantity/],
     ["a podLabel over the selector's name", { podLabels: { "app.kubernetes.io/name": "x" } }, /podLabels.app.kubernetes.io\/name: podLabels cannot set the labels the operator sets/],
     ["a podLabel over the selector's instance", { podLabels: { "app.kubernetes.io/instance": "other" } }, /podLabels cannot set the labels the operator sets/],
     ["a podLabel key that is not a label key", { podLabels: { "a b": "x" } }, /podLabels keys must be Kubernetes label keys/],
