@@ -150,14 +150,14 @@ describe("spec.deployment on the API server", () => {
   });
 
   const sidecar = (name: string, extra: object = {}) => ({ name, image: "example.com/app:1", ...extra });
-  it.each([
+  const refusals: [string, unknown, RegExp][] = [
     ["a sidecar named runtime", { sidecars: [sidecar("runtime")] }, /spec.deployment.sidecars\[0\]: Invalid value.*container name 'runtime' is the runtime's own/],
     ["an init container named runtime", { initContainers: [sidecar("runtime")] }, /spec.deployment.initContainers\[0\].*container name 'runtime' is the runtime's own/],
     ["a container without an image", { sidecars: [{ name: "app" }] }, /spec.deployment.sidecars\[0\].image: Required value/],
     ["a container name that is not a DNS label", { sidecars: [sidecar("App")] }, /spec.deployment.sidecars\[0\].name: Invalid value: "App"/],
     ["two sidecars of a name", { sidecars: [sidecar("app"), sidecar("app")] }, /spec.deployment.sidecars\[1\]: Duplicate value/],
     ["a sidecar and an init container of a name", { sidecars: [sidecar("app")], initContainers: [sidecar("app")] }, /a name is used by both a sidecar and an init container/],
-    ...["manifest", "tls", "tmp", "signing", "nats", "trust", "local-api"].map((v) => [`the runtime's volume ${v}`, { volumes: [{ name: v, emptyDir: {} }] }, /spec.deployment.volumes\[0\].*volume name is one of the runtime's own/] as const),
+    ...["manifest", "tls", "tmp", "signing", "nats", "trust", "local-api"].map((v): [string, unknown, RegExp] => [`the runtime's volume ${v}`, { volumes: [{ name: v, emptyDir: {} }] }, /spec.deployment.volumes\[0\].*volume name is one of the runtime's own/]),
     ["two volumes of a name", { volumes: [{ name: "d", emptyDir: {} }, { name: "d", emptyDir: {} }] }, /spec.deployment.volumes\[1\]: Duplicate value/],
     ["a mount over /tmp", { volumes: [{ name: "d", emptyDir: {} }], volumeMounts: [{ name: "d", mountPath: "/tmp" }] }, /mountPath cannot be \/tmp or under \/etc\/ifp/],
     ["a mount under /etc/ifp", { volumes: [{ name: "d", emptyDir: {} }], volumeMounts: [{ name: "d", mountPath: "/etc/ifp/signing" }] }, /mountPath cannot be \/tmp or under \/etc\/ifp/],
@@ -175,7 +175,8 @@ describe("spec.deployment on the API server", () => {
     ["a podLabel value that is not a value", { podLabels: { a: "not ok" } }, /spec.deployment.podLabels.a: Invalid value/],
     ["a podAnnotation over the config hash", { podAnnotations: { "ifp.dev/config-hash": "0" } }, /podAnnotations cannot use the prefix ifp.dev\//],
     ["an env value that is not a string", { env: [{ name: "A", value: 1 }] }, /spec.deployment.env\[0\].value: Invalid value/],
-  ])("refuses %s with its message", (_n, deployment, message) => {
+  ];
+  it.each(refusals)("refuses %s with its message", (_n, deployment, message) => {
     expect(() => apply(agent("refused", deployment))).toThrow(message);
   });
 

@@ -171,13 +171,13 @@ const dupes = (list: string[]) => [...new Set(list.filter((n, i) => list.indexOf
 export const DeploymentSettings = z
   .object({
     sidecars: z.array(Container).max(16).meta(byName).optional().describe(
-      "Containers beside the runtime in its pod (the application): they reach the agent's local API and serve its handler on 127.0.0.1",
+      "Containers beside the runtime in its pod (the application): they reach the agent's local API and serve its handler on 127.0.0.1. Names are unique in the pod and never runtime",
     ),
-    initContainers: z.array(Container).max(16).meta(byName).optional().describe("Init containers of the runtime's pod (restartPolicy Always makes a native sidecar)"),
+    initContainers: z.array(Container).max(16).meta(byName).optional().describe("Init containers of the runtime's pod (restartPolicy Always makes a native sidecar). Names are unique in the pod and never runtime"),
     resources: Resources.optional().describe("The runtime container's resources; replace the default (requests cpu 50m, memory 128Mi; limits memory 512Mi)"),
-    env: z.array(EnvVar).max(128).meta(byName).optional().describe("More environment variables of the runtime container, after its own"),
-    volumes: z.array(Volume).max(64).meta(byName).optional().describe("More volumes of the pod, for the sidecars and the runtime container"),
-    volumeMounts: z.array(VolumeMount).max(64).optional().describe("More volume mounts of the runtime container (of volumes in spec.deployment.volumes)"),
+    env: z.array(EnvVar).max(128).meta(byName).optional().describe("More environment variables of the runtime container, after its own; names beginning IFP_ are the runtime's and refused"),
+    volumes: z.array(Volume).max(64).meta(byName).optional().describe(`More volumes of the pod, for the sidecars and the runtime container; not named ${RUNTIME_VOLUMES.join(", ")}`),
+    volumeMounts: z.array(VolumeMount).max(64).optional().describe("More volume mounts of the runtime container, of volumes in spec.deployment.volumes; not at /tmp or under /etc/ifp"),
     imagePullSecrets: z.array(z.object({ name: z.string().min(1).max(253) })).max(16).meta(byName).optional().describe("More Secrets to pull the images with, after the operator's"),
     nodeSelector: z.record(z.string(), z.string()).optional(),
     tolerations: z.array(z.looseObject({}).meta(PASS_THROUGH)).max(64).optional(),

@@ -1,6 +1,8 @@
 // spec.deployment (the runtime's pod settings) as zod reads it: what it accepts, and each refusal
 // with its message. The same rules run as CEL in the API server (operator/test/pod.test.ts).
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
+import { parse } from "yaml";
 import { Agent } from "./agent.ts";
 import { DeploymentSettings } from "./common.ts";
 import { Relay } from "./relay.ts";
@@ -37,19 +39,28 @@ describe("spec.deployment", () => {
     }
   });
 
+  it("accepts the example of docs/operator.md", () => {
+    const doc = readFileSync(new URL("../../../docs/operator.md", import.meta.url), "utf8");
+    const section = doc.slice(doc.indexOf("## The application beside its agent"));
+    const example = parse(/```yaml\n([\s\S]*?)```/.exec(section)![1]!);
+    const agent = Agent.parse(example);
+    expect(agent.spec.deployment?.sidecars?.map((c) => c.name)).toEqual(["app"]);
+    expect(agent.spec.deployment?.podLabels).toEqual({ team: "payments" });
+  });
+
   it("is optional", () => {
     expect(Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", spec: { agentId: "a" } }).spec.deployment).toBeUndefined();
   });
 
   const sidecar = (name: string, extra: object = {}) => ({ name, image: "i", ...extra });
-  it.each([
+  const refusals: [string, unknown, RegExp][] = [
     ["a container without an image", { sidecars: [{ name: "app" }] }, /sidecars.0.image/],
     ["a container name that is not a DNS label", { sidecars: [sidecar("App_1")] }, /sidecars.0.name: a container's name must be a DNS-1123 label/],
     ["a sidecar named runtime", { sidecars: [sidecar("runtime")] }, /sidecars.0.name: container name 'runtime' is the runtime's own/],
     ["an init container named runtime", { initContainers: [sidecar("runtime")] }, /initContainers.0.name: container name 'runtime' is the runtime's own/],
     ["two sidecars of a name", { sidecars: [sidecar("app"), sidecar("app")] }, /sidecars: container name 'app' is used twice/],
     ["a sidecar and an init container of a name", { sidecars: [sidecar("app")], initContainers: [sidecar("app")] }, /used by both a sidecar and an init container/],
-    ...["manifest", "tls", "tmp", "signing", "nats", "trust", "local-api"].map((v) => [`the runtime's volume ${v}`, { volumes: [{ name: v, emptyDir: {} }] }, /volumes.0.name: volume name is one of the runtime's own/] as const),
+    ...["manifest", "tls", "tmp", "signing", "nats", "trust", "local-api"].map((v): [string, unknown, RegExp] => [`the runtime's volume ${v}`, { volumes: [{ name: v, emptyDir: {} }] }, /volumes.0.name: volume name is one of the runtime's own/]),
     ["two volumes of a name", { volumes: [{ name: "d", emptyDir: {} }, { name: "d", emptyDir: {} }] }, /volumes: volume name 'd' is used twice/],
     ["a volume without a name", { volumes: [{ emptyDir: {} }] }, /volumes.0.name/],
     ["a mount over /tmp", { volumes: [{ name: "d" }], volumeMounts: [{ name: "d", mountPath: "/tmp" }] }, /mountPath cannot be \/tmp or under \/etc\/ifp/],
@@ -73,7 +84,8 @@ describe("spec.deployment", () => {
     ["a podAnnotation key that is not a key", { podAnnotations: { "/x": "y" } }, /podAnnotations keys must be Kubernetes annotation keys/],
     ["two pull secrets of a name", { imagePullSecrets: [{ name: "r" }, { name: "r" }] }, /imagePullSecret 'r' is named twice/],
     ["too many sidecars", { sidecars: Array.from({ length: 17 }, (_, i) => sidecar(`c${i}`)) }, /sidecars/],
-  ])("refuses %s", (_name, input, message) => {
+  ];
+  it.each(refusals)("refuses %s", (_name, input, message) => {
     const found = issues(input);
     expect(found.join("\n")).toMatch(message);
   });
