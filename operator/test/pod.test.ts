@@ -46,9 +46,12 @@ const everything = {
       image: "example.com/app:1",
       args: ["--agent-api=http://127.0.0.1:8081", "--listen=127.0.0.1:8080"],
       ports: [{ name: "app", containerPort: 8080 }],
-      env: [{ name: "MODE", value: "sidecar" }],
+      // What the API server does not store (an empty list, an empty value, readOnly false) is
+      // not applied either, or every pass would write again.
+      command: [],
+      env: [{ name: "MODE", value: "sidecar" }, { name: "EMPTY", value: "" }],
       resources: { requests: { cpu: "0.25", memory: "64Mi" }, limits: { memory: "0.5Gi" } },
-      volumeMounts: [{ name: "shared", mountPath: "/shared" }],
+      volumeMounts: [{ name: "shared", mountPath: "/shared", readOnly: false }],
       readinessProbe: { httpGet: { path: "/ready", port: 8080 } },
       securityContext: { readOnlyRootFilesystem: true },
     },

@@ -4,7 +4,7 @@ import { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
 import { desiredAgentChildren, type AgentResource } from "./agent/desired.ts";
 import { desiredRelayChildren } from "./relay/desired.ts";
 import { Relay } from "../../../runtime/src/resources/relay.ts";
-import { canonicalQuantity, withPodSettings } from "./pod.ts";
+import { canonicalQuantity, tidy, withPodSettings } from "./pod.ts";
 
 const meta = { name: "alice", namespace: "team", uid: "uid-1" };
 const settings = { runtimeImage: "img:1", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n:4222", runtimeImagePullSecrets: ["operator-cred"] };
@@ -28,6 +28,17 @@ describe("canonicalQuantity: the form the API server stores", () => {
   it("returns what it cannot read as it is", () => {
     expect(canonicalQuantity("lots")).toBe("lots");
     expect(canonicalQuantity("1e999")).toBe("1e999");
+  });
+});
+
+describe("tidy: only what the API server stores", () => {
+  it("drops nulls, empty lists, readOnly false of a mount and an empty env value", () => {
+    expect(tidy({ name: "a", args: [], command: null, env: [{ name: "E", value: "" }, { name: "F", value: "x" }], volumeMounts: [{ name: "v", mountPath: "/v", readOnly: false }, { name: "w", mountPath: "/w", readOnly: true }] }))
+      .toEqual({ name: "a", env: [{ name: "E" }, { name: "F", value: "x" }], volumeMounts: [{ name: "v", mountPath: "/v" }, { name: "w", mountPath: "/w", readOnly: true }] });
+  });
+  it("keeps what means something: empty objects and false of other fields", () => {
+    const kept = { emptyDir: {}, securityContext: { allowPrivilegeEscalation: false, readOnlyRootFilesystem: false }, configMap: { name: "c", optional: false }, port: 0, value: "" };
+    expect(tidy(kept)).toEqual(kept);
   });
 });
 

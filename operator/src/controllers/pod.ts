@@ -72,6 +72,26 @@ export function canonicalQuantity(q: string | number): string {
 
 type Loose = Record<string, unknown>;
 
+/**
+ * The user's Kubernetes objects without what the API server would not store: nulls and empty
+ * lists (every list of a pod is omitted when empty), a volume mount's readOnly false and an env
+ * var's empty value (plain fields omitted when zero). What is applied then equals what is read
+ * back. Nothing else is dropped: an empty object ({} of emptyDir) or a false of a pointer field
+ * (allowPrivilegeEscalation) means something.
+ */
+export function tidy<T>(value: T): T {
+  if (Array.isArray(value)) return value.map((v) => tidy(v)) as T;
+  if (!value || typeof value !== "object") return value;
+  const out: Loose = {};
+  for (const [k, v] of Object.entries(value as Loose)) {
+    if (v === null || v === undefined || (Array.isArray(v) && v.length === 0)) continue;
+    out[k] = tidy(v);
+  }
+  for (const mount of (out.volumeMounts as Loose[] | undefined) ?? []) if (mount.readOnly === false) delete mount.readOnly;
+  for (const env of (out.env as Loose[] | undefined) ?? []) if (env.value === "") delete env.value;
+  return out as T;
+}
+
 /** requests and limits with canonical quantities; anything else of ResourceRequirements as it is. */
 function canonicalResources<T>(resources: T): T {
   if (!resources || typeof resources !== "object") return resources;
@@ -118,7 +138,7 @@ const someKeys = (map: Record<string, string> | undefined): map is Record<string
  */
 export function withPodSettings(deployment: V1Deployment, settings: DeploymentSettings | undefined): V1Deployment {
   if (!settings) return deployment;
-  const s = settings;
+  const s = tidy(settings);
   const template = deployment.spec!.template;
   const pod = template.spec!;
   const [runtime, ...others] = pod.containers;
