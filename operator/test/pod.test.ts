@@ -178,9 +178,24 @@ describe("spec.deployment on the API server", () => {
     ["a podLabel value that is not a value", { podLabels: { a: "not ok" } }, /spec.deployment.podLabels.a: Invalid value/],
     ["a podAnnotation over the config hash", { podAnnotations: { "ifp.dev/config-hash": "0" } }, /podAnnotations cannot use the prefix ifp.dev\//],
     ["an env value that is not a string", { env: [{ name: "A", value: 1 }] }, /spec.deployment.env\[0\].value: Invalid value/],
+    ["two pull secrets of a name", { imagePullSecrets: [{ name: "r" }, { name: "r" }] }, /spec.deployment.imagePullSecrets\[1\]: Duplicate value/],
+    ["a podAnnotation key that is not a key", { podAnnotations: { "/x": "y" } }, /podAnnotations keys must be Kubernetes annotation keys/],
+    ["a sidecar that is not an object", { sidecars: ["app"] }, /spec.deployment.sidecars\[0\]: Invalid value: "string"/],
   ];
   it.each(refusals)("refuses %s with its message", (_n, deployment, message) => {
     expect(() => apply(agent("refused", deployment))).toThrow(message);
+  });
+
+  it("reports a container the CRD passes through but the API server refuses as ReconcileFailed, with the API server's message", async () => {
+    apply(agent("port", { sidecars: [sidecar("app", { ports: [{ containerPort: 70000 }] })] }));
+    await until("ReconcileFailed", () => reason("agent", "port") === "ReconcileFailed");
+    const ready = get("agent", "port").status.conditions.find((c: any) => c.type === "Ready");
+    expect(ready.message).toMatch(/containerPort.*70000|70000.*containerPort/);
+    expect(get("deployment", "port")).toBeUndefined();
+    // Fixed in the spec, it is applied.
+    apply(agent("port", { sidecars: [sidecar("app", { ports: [{ containerPort: 7000 }] })] }));
+    const dep = await until("the Deployment", () => get("deployment", "port"), 40_000);
+    expect(dep.spec.template.spec.containers[1].ports[0].containerPort).toBe(7000);
   });
 
   it("refuses an edit into a colliding name, and keeps the Deployment as it was", async () => {
