@@ -5,6 +5,8 @@ import { stringify } from "yaml";
 import { ANNOTATION_PREFIX } from "../../../runtime/src/contract/annotations.ts";
 import { API_VERSION } from "../../../runtime/src/resources/common.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../kube/metadata.ts";
+import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
+import { withPodSettings } from "./pod.ts";
 
 /** Everything the operator was told at start that shapes the children. */
 export interface OperatorSettings {
@@ -140,6 +142,8 @@ export function runtimeDeployment(opts: {
   tlsSecret: string;
   signingSecret?: string;
   configHash: string;
+  /** The resource's spec.deployment: the user's containers and pod settings (pod.ts). */
+  pod?: DeploymentSettings;
 }): V1Deployment {
   const { owner, settings } = opts;
   const n = childNames(owner.metadata.name);
@@ -181,7 +185,7 @@ export function runtimeDeployment(opts: {
   const runAsGroup = settings.runtimeRunAsGroup === undefined ? RUNTIME_DEFAULT_ID : settings.runtimeRunAsGroup;
   const pullSecrets = settings.runtimeImagePullSecrets ?? [];
   const probe = (path: string) => ({ httpGet: { path, port: "https", scheme: "HTTPS" }, periodSeconds: 10, timeoutSeconds: 3 });
-  return {
+  return withPodSettings({
     apiVersion: "apps/v1",
     kind: "Deployment",
     metadata: childMeta(owner, n.deployment),
@@ -218,7 +222,7 @@ export function runtimeDeployment(opts: {
         },
       },
     },
-  };
+  }, opts.pod);
 }
 
 /** The manifest the runtime reads: the resource as the API server holds it, minus server bookkeeping. */

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { AgentId, cel, Duration, HttpsUrl, HttpUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
+import { DeploymentSettings } from "./common.ts";
 
 export const CAPABILITY_NAME_RE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 
@@ -109,6 +110,7 @@ export const AgentSpec = z.object({
     })
     .prefault({}),
   tls: TlsSpec.optional(),
+  deployment: DeploymentSettings.optional(),
   replicas: z.number().int().min(0).max(100).default(1),
   image: z.string().min(1).optional(),
 });

@@ -76,6 +76,164 @@ export type TrustedKey = z.infer<typeof TrustedKey>;
 
 export const AgentId = z.string().min(1).max(512).regex(/^\S+$/, "must not contain white space");
 
+// ---- spec.deployment: pod settings of the runtime's Deployment ----------------------------
+// Kubernetes core types (Container, Volume, ...) pass through as objects that keep unknown
+// fields; the few keys the operator relies on are checked here and by CEL in the API server.
+
+/** Names the runtime's own pod uses: refused for the user's containers and volumes. */
+export const RUNTIME_CONTAINER = "runtime";
+export const RUNTIME_VOLUMES = ["manifest", "tls", "tmp", "signing", "nats", "trust", "local-api"] as const;
+/** Pod labels the operator sets (the first two select the pods): a user's podLabels may not set them. */
+export const RUNTIME_POD_LABELS = ["app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component", "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by"] as const;
+/** Pod annotations under this prefix (the config hash among them) are the operator's. */
+export const RUNTIME_ANNOTATION_PREFIX = "ifp.dev/";
+
+const DNS_LABEL_RE = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS_LABEL_CEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/** A label or annotation key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters. */
+const META_KEY_RE = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
+const META_KEY_CEL = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
+const LABEL_VALUE_RE = /^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$/;
+const metaKeyOk = (k: string) => k.length <= 316 && META_KEY_RE.test(k) && (k.split("/").pop() ?? "").length <= 63 && (!k.includes("/") || k.indexOf("/") <= 253);
+const META_KEY_RULE = "self.all(k, k.matches('" + META_KEY_CEL + "') && k.split('/')[k.split('/').size() - 1].size() <= 63)";
+/** A path the runtime container mounts itself, or under one. */
+const RUNTIME_PATH_RE = /^\/(tmp|etc\/ifp)(\/|$)/;
+
+const DnsLabel = (what: string) => z.string().min(1).max(63).regex(DNS_LABEL_RE, `${what} must be a DNS-1123 label (lower-case letters, digits and '-')`);
+/** Preserve the fields the schema does not name: the object is a Kubernetes core type. */
+const PASS_THROUGH = { "x-kubernetes-preserve-unknown-fields": true } as const;
+const passThrough = <T extends z.core.$ZodLooseShape>(shape: T, description: string) => z.looseObject(shape).meta({ ...PASS_THROUGH, description });
+/** A list whose items are told apart by `name`: the API server refuses two of a name. */
+const byName = { "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"] } as const;
+
+/** A resource quantity ("500m", "1.5Gi", 2): a string or a whole number, as in Kubernetes' own CRDs. */
+export const QUANTITY_RE = /^[+-]?(\d+(\.\d*)?|\.\d+)(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(\d+(\.\d*)?|\.\d+)))?$/;
+export const Quantity = z
+  .any()
+  .refine((v) => (typeof v === "string" && QUANTITY_RE.test(v)) || (typeof v === "number" && Number.isInteger(v)), "must be a quantity such as 500m, 128Mi or 2 (a string, or a whole number)")
+  .meta({ "x-kubernetes-int-or-string": true, pattern: QUANTITY_RE.source });
+export const Resources = passThrough(
+  { requests: z.record(z.string(), Quantity).optional(), limits: z.record(z.string(), Quantity).optional() },
+  "Compute resources (Kubernetes ResourceRequirements)",
+);
+
+/** A security context as far as the operator checks it: never root. */
+const NonRootSecurityContext = (description: string) =>
+  passThrough({ runAsNonRoot: z.boolean().optional(), runAsUser: z.number().int().min(0).optional() }, description).meta(
+    cel(
+      { rule: "!has(self.runAsNonRoot) || self.runAsNonRoot", message: "runAsNonRoot cannot be false: the runtime's pod runs as non-root" },
+      { rule: "!has(self.runAsUser) || self.runAsUser != 0", message: "runAsUser cannot be 0 (root): the runtime's pod runs as non-root" },
+    ),
+  ).superRefine((sc, ctx) => {
+    if (sc.runAsNonRoot === false) ctx.addIssue({ code: "custom", path: ["runAsNonRoot"], message: "runAsNonRoot cannot be false: the runtime's pod runs as non-root" });
+    if (sc.runAsUser === 0) ctx.addIssue({ code: "custom", path: ["runAsUser"], message: "runAsUser cannot be 0 (root): the runtime's pod runs as non-root" });
+  });
+
+const RUNTIME_CONTAINER_MESSAGE = `container name '${RUNTIME_CONTAINER}' is the runtime's own; choose another`;
+export const Container = passThrough(
+  {
+    name: DnsLabel("a container's name"),
+    image: z.string().min(1).describe("The container's image"),
+    resources: Resources.optional(),
+    securityContext: NonRootSecurityContext("Container security context; defaults to allowPrivilegeEscalation false and all capabilities dropped").optional(),
+  },
+  "A Kubernetes Container",
+).meta(cel({ rule: `self.name != '${RUNTIME_CONTAINER}'`, message: RUNTIME_CONTAINER_MESSAGE }));
+
+const RUNTIME_VOLUME_MESSAGE = `volume name is one of the runtime's own (${RUNTIME_VOLUMES.join(", ")}); choose another`;
+export const Volume = passThrough({ name: DnsLabel("a volume's name") }, "A Kubernetes Volume").meta(
+  cel({ rule: `!(self.name in [${RUNTIME_VOLUMES.map((v) => `'${v}'`).join(", ")}])`, message: RUNTIME_VOLUME_MESSAGE }),
+);
+
+const RUNTIME_PATH_MESSAGE = "mountPath cannot be /tmp or under /etc/ifp: the runtime mounts its own files there";
+export const VolumeMount = passThrough({ name: z.string().min(1).max(63), mountPath: z.string().min(1).max(4096).regex(/^\//, "mountPath must be absolute") }, "A Kubernetes VolumeMount of the runtime container").meta(
+  cel({ rule: "!self.mountPath.matches('^/(tmp|etc/ifp)(/|$)')", message: RUNTIME_PATH_MESSAGE }),
+);
+
+const IFP_ENV_MESSAGE = "env names starting with IFP_ are the runtime's own settings; the operator sets them";
+export const EnvVar = passThrough(
+  { name: z.string().min(1).max(4096), value: z.string().optional(), valueFrom: z.looseObject({}).meta(PASS_THROUGH).optional() },
+  "A Kubernetes EnvVar of the runtime container",
+).meta(cel({ rule: "!self.name.startsWith('IFP_')", message: IFP_ENV_MESSAGE }));
+
+const LabelMap = (what: string, forbidden: string) =>
+  z.record(z.string(), z.string().max(63).regex(LABEL_VALUE_RE, "a label value has at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit")).meta({
+    maxProperties: 64,
+    ...cel({ rule: META_KEY_RULE, message: `${what} keys must be Kubernetes label keys` }, { rule: forbidden, message: `${what} cannot set the labels the operator sets (${RUNTIME_POD_LABELS.join(", ")}): they select the runtime's pods` }),
+  });
+
+const POD_LABELS_RULE = `self.all(k, !(k in [${RUNTIME_POD_LABELS.map((l) => `'${l}'`).join(", ")}]))`;
+const POD_ANNOTATIONS_MESSAGE = `podAnnotations cannot use the prefix ${RUNTIME_ANNOTATION_PREFIX}: the operator's own (such as ${RUNTIME_ANNOTATION_PREFIX}config-hash)`;
+
+const names = (items: { name: string }[] | undefined) => (items ?? []).map((i) => i.name);
+const dupes = (list: string[]) => [...new Set(list.filter((n, i) => list.indexOf(n) !== i))];
+
+export const DeploymentSettings = z
+  .object({
+    sidecars: z.array(Container).max(16).meta(byName).optional().describe(
+      "Containers beside the runtime in its pod (the application): they reach the agent's local API and serve its handler on 127.0.0.1. Names are unique in the pod and never runtime",
+    ),
+    initContainers: z.array(Container).max(16).meta(byName).optional().describe("Init containers of the runtime's pod (restartPolicy Always makes a native sidecar). Names are unique in the pod and never runtime"),
+    resources: Resources.optional().describe("The runtime container's resources; replace the default (requests cpu 50m, memory 128Mi; limits memory 512Mi)"),
+    env: z.array(EnvVar).max(128).meta(byName).optional().describe("More environment variables of the runtime container, after its own; names beginning IFP_ are the runtime's and refused"),
+    volumes: z.array(Volume).max(64).meta(byName).optional().describe(`More volumes of the pod, for the sidecars and the runtime container; not named ${RUNTIME_VOLUMES.join(", ")}`),
+    volumeMounts: z.array(VolumeMount).max(64).optional().describe("More volume mounts of the runtime container, of volumes in spec.deployment.volumes; not at /tmp or under /etc/ifp"),
+    imagePullSecrets: z.array(z.object({ name: z.string().min(1).max(253) })).max(16).meta(byName).optional().describe("More Secrets to pull the images with, after the operator's"),
+    nodeSelector: z.record(z.string(), z.string()).optional(),
+    tolerations: z.array(z.looseObject({}).meta(PASS_THROUGH)).max(64).optional(),
+    affinity: z.looseObject({}).meta(PASS_THROUGH).optional(),
+    topologySpreadConstraints: z.array(z.looseObject({}).meta(PASS_THROUGH)).max(16).optional().describe("The runtime's pods carry app.kubernetes.io/name: ifp-runtime and app.kubernetes.io/instance: <name>"),
+    securityContext: NonRootSecurityContext("Pod security context, merged over the default (runAsNonRoot, the operator's UID and GID, seccomp RuntimeDefault)").optional(),
+    priorityClassName: z.string().min(1).max(253).optional(),
+    podAnnotations: z.record(z.string(), z.string()).meta({
+      maxProperties: 64,
+      ...cel(
+        { rule: META_KEY_RULE, message: "podAnnotations keys must be Kubernetes annotation keys" },
+        { rule: `self.all(k, !k.startsWith('${RUNTIME_ANNOTATION_PREFIX}'))`, message: POD_ANNOTATIONS_MESSAGE },
+      ),
+    }).optional(),
+    podLabels: LabelMap("podLabels", POD_LABELS_RULE).optional(),
+  })
+  .meta(
+    cel(
+      {
+        rule: "!has(self.sidecars) || !has(self.initContainers) || self.sidecars.all(s, !self.initContainers.exists(i, i.name == s.name))",
+        message: "a name is used by both a sidecar and an init container; container names are unique in a pod",
+      },
+      {
+        rule: "!has(self.volumeMounts) || self.volumeMounts.all(m, has(self.volumes) && self.volumes.exists(v, v.name == m.name))",
+        message: "each of volumeMounts must name a volume of spec.deployment.volumes",
+      },
+    ),
+  )
+  .superRefine((d, ctx) => {
+    const issue = (path: (string | number)[], message: string) => ctx.addIssue({ code: "custom", path, message });
+    for (const key of ["sidecars", "initContainers"] as const) {
+      d[key]?.forEach((c, i) => c.name === RUNTIME_CONTAINER && issue([key, i, "name"], RUNTIME_CONTAINER_MESSAGE));
+      for (const n of dupes(names(d[key]))) issue([key], `container name '${n}' is used twice`);
+    }
+    for (const n of names(d.sidecars).filter((n) => names(d.initContainers).includes(n))) issue(["initContainers"], `container name '${n}' is used by both a sidecar and an init container; container names are unique in a pod`);
+    d.volumes?.forEach((v, i) => (RUNTIME_VOLUMES as readonly string[]).includes(v.name) && issue(["volumes", i, "name"], RUNTIME_VOLUME_MESSAGE));
+    for (const n of dupes(names(d.volumes))) issue(["volumes"], `volume name '${n}' is used twice`);
+    d.volumeMounts?.forEach((m, i) => {
+      if (RUNTIME_PATH_RE.test(m.mountPath)) issue(["volumeMounts", i, "mountPath"], RUNTIME_PATH_MESSAGE);
+      if (!names(d.volumes).includes(m.name)) issue(["volumeMounts", i, "name"], "each of volumeMounts must name a volume of spec.deployment.volumes");
+    });
+    d.env?.forEach((e, i) => e.name.startsWith("IFP_") && issue(["env", i, "name"], IFP_ENV_MESSAGE));
+    for (const n of dupes(names(d.env))) issue(["env"], `env name '${n}' is used twice`);
+    for (const n of dupes(names(d.imagePullSecrets))) issue(["imagePullSecrets"], `imagePullSecret '${n}' is named twice`);
+    for (const k of Object.keys(d.podLabels ?? {})) {
+      if (!metaKeyOk(k)) issue(["podLabels", k], "podLabels keys must be Kubernetes label keys");
+      if ((RUNTIME_POD_LABELS as readonly string[]).includes(k)) issue(["podLabels", k], `podLabels cannot set the labels the operator sets (${RUNTIME_POD_LABELS.join(", ")}): they select the runtime's pods`);
+    }
+    for (const k of Object.keys(d.podAnnotations ?? {})) {
+      if (!metaKeyOk(k)) issue(["podAnnotations", k], "podAnnotations keys must be Kubernetes annotation keys");
+      if (k.startsWith(RUNTIME_ANNOTATION_PREFIX)) issue(["podAnnotations", k], POD_ANNOTATIONS_MESSAGE);
+    }
+  })
+  .describe("Pod settings of the runtime's Deployment: the application's containers beside the runtime, and the pod's placement and security");
+export type DeploymentSettings = z.infer<typeof DeploymentSettings>;
+
 /** The agents a relay serves or an agent trusts, with keys trusted out of band. */
 export const KnownAgent = z.object({
   agentId: AgentId,

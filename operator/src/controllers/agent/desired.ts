@@ -49,6 +49,7 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
     mode: "agent",
     replicas: agent.spec.replicas,
     image: agent.spec.image,
+    pod: agent.spec.deployment,
     settings: inputs.settings,
     tlsSecret: inputs.tlsSecret,
     signingSecret: inputs.signing.secretName,

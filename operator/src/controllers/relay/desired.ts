@@ -27,6 +27,7 @@ export function desiredRelayChildren(relay: RelayResource, inputs: { settings: O
     mode: "relay",
     replicas: relay.spec.replicas,
     image: relay.spec.image,
+    pod: relay.spec.deployment,
     settings: inputs.settings,
     tlsSecret: inputs.tlsSecret,
     configHash: hashOf({ manifest }),

@@ -1,0 +1,183 @@
+// Pure: the user's pod settings (spec.deployment) merged into the runtime's Deployment. The
+// runtime container's own settings (image, args, probes, ports, security context, mounts, its
+// IFP_* environment) always win; the user adds containers, volumes, environment and placement.
+// Table-tested in pod.test.ts.
+import type { V1Affinity, V1Container, V1Deployment, V1LocalObjectReference, V1PodSecurityContext, V1SecurityContext, V1Toleration, V1TopologySpreadConstraint, V1Volume } from "@kubernetes/client-node";
+import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
+
+/** What a sidecar or init container gets unless it says otherwise (the "restricted" Pod Security level). */
+export const CONTAINER_SECURITY_DEFAULT: V1SecurityContext = { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] } };
+
+const BINARY = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+const DECIMAL: Record<number, string> = { [-9]: "n", [-6]: "u", [-3]: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E" };
+const DECIMAL_EXP: Record<string, number> = { n: -9, u: -6, m: -3, "": 0, k: 3, M: 6, G: 9, T: 12, P: 15, E: 18 };
+const QUANTITY = /^([+-]?)(\d*)(?:\.(\d*))?(?:([KMGTPE]i)|([numkMGTPE])|[eE]([+-]?\d+))?$/;
+const NANO = 10n ** 9n;
+
+/**
+ * A resource quantity in the canonical form the API server stores ("1000m" → "1", "0.5" →
+ * "500m", "1.5Gi" → "1536Mi", 2 → "2"), so that what the operator applies equals what it reads
+ * back and a steady state writes nothing. Kubernetes' own rules: precision to 1n rounded up,
+ * binary suffixes kept only for whole numbers of at least 1024, else the decimal suffixes.
+ * Anything it cannot read is returned as it is (the API server then says what is wrong).
+ */
+export function canonicalQuantity(q: string | number): string {
+  const text = typeof q === "number" ? (Number.isInteger(q) ? BigInt(q).toString() : String(q)) : q.trim();
+  const m = QUANTITY.exec(text);
+  if (!m || (!m[2] && !m[3])) return String(q);
+  const [, sign, whole = "", frac = "", bin, dec, exp] = m;
+  // value = digits × 10^-frac.length × (1024^k or 10^e); kept as a count of nano units, rounded up.
+  let num = BigInt(`${whole}${frac}` || "0");
+  let den = 10n ** BigInt(frac.length);
+  let format: "binary" | "decimal" | "exponent" = "decimal";
+  if (bin) {
+    num *= 1024n ** BigInt(BINARY.indexOf(bin));
+    format = "binary";
+  } else {
+    const e = exp !== undefined ? Number(exp) : DECIMAL_EXP[dec ?? ""]!;
+    if (exp !== undefined) format = "exponent";
+    if (Math.abs(e) > 64) return String(q);
+    if (e >= 0) num *= 10n ** BigInt(e);
+    else den *= 10n ** BigInt(-e);
+  }
+  let nanos = (num * NANO + den - 1n) / den;
+  if (nanos === 0n) return "0";
+  const minus = sign === "-" ? "-" : "";
+  if (format === "binary" && nanos >= 1024n * NANO && nanos % NANO === 0n) {
+    let v = nanos / NANO;
+    let k = 0;
+    while (v % 1024n === 0n && k < BINARY.length - 1) {
+      v /= 1024n;
+      k++;
+    }
+    return `${minus}${v}${BINARY[k]}`;
+  }
+  let e = -9;
+  while (nanos % 10n === 0n) {
+    nanos /= 10n;
+    e++;
+  }
+  const r = ((e % 3) + 3) % 3;
+  if (r === 1) {
+    nanos *= 10n;
+    e -= 1;
+  } else if (r === 2) {
+    nanos *= 100n;
+    e -= 2;
+  }
+  if (format === "exponent") return `${minus}${nanos}${e === 0 ? "" : `e${e}`}`;
+  const suffix = DECIMAL[e];
+  return suffix === undefined ? `${minus}${nanos}e${e}` : `${minus}${nanos}${suffix}`;
+}
+
+type Loose = Record<string, unknown>;
+
+/**
+ * The user's Kubernetes objects without what the API server would not store: nulls and empty
+ * lists (every list of a pod is omitted when empty), a volume mount's readOnly false and an env
+ * var's empty value (plain fields omitted when zero). What is applied then equals what is read
+ * back. Nothing else is dropped: an empty object ({} of emptyDir) or a false of a pointer field
+ * (allowPrivilegeEscalation) means something.
+ */
+export function tidy<T>(value: T): T {
+  if (Array.isArray(value)) return value.map((v) => tidy(v)) as T;
+  if (!value || typeof value !== "object") return value;
+  const out: Loose = {};
+  for (const [k, v] of Object.entries(value as Loose)) {
+    if (v === null || v === undefined || (Array.isArray(v) && v.length === 0)) continue;
+    out[k] = tidy(v);
+  }
+  for (const mount of (out.volumeMounts as Loose[] | undefined) ?? []) if (mount.readOnly === false) delete mount.readOnly;
+  for (const env of (out.env as Loose[] | undefined) ?? []) if (env.value === "") delete env.value;
+  return out as T;
+}
+
+/** requests and limits with canonical quantities; anything else of ResourceRequirements as it is. */
+function canonicalResources<T>(resources: T): T {
+  if (!resources || typeof resources !== "object") return resources;
+  const r = { ...(resources as Loose) };
+  for (const key of ["requests", "limits"]) {
+    const q = r[key];
+    if (q && typeof q === "object") r[key] = Object.fromEntries(Object.entries(q as Record<string, string | number>).map(([k, v]) => [k, canonicalQuantity(v)]));
+  }
+  return r as T;
+}
+
+/** A user's container: canonical quantities, and the restricted defaults under its own security context. */
+function userContainer(c: DeploymentSettings["sidecars"] & {}): V1Container[] {
+  return c.map((container) => {
+    const own = (container.securityContext ?? {}) as V1SecurityContext;
+    // Kubernetes refuses allowPrivilegeEscalation false beside privileged or CAP_SYS_ADMIN.
+    const escalates = own.privileged === true || (own.capabilities?.add ?? []).some((cap) => cap === "SYS_ADMIN" || cap === "CAP_SYS_ADMIN");
+    const defaults: V1SecurityContext = escalates ? { capabilities: CONTAINER_SECURITY_DEFAULT.capabilities } : CONTAINER_SECURITY_DEFAULT;
+    return {
+      ...(container as V1Container),
+      ...(container.resources ? { resources: canonicalResources(container.resources) } : {}),
+      securityContext: { ...defaults, ...own },
+    };
+  });
+}
+
+function userVolume(v: Loose): V1Volume {
+  const emptyDir = v.emptyDir as Loose | undefined;
+  if (emptyDir && typeof emptyDir === "object" && (typeof emptyDir.sizeLimit === "string" || typeof emptyDir.sizeLimit === "number")) {
+    return { ...v, emptyDir: { ...emptyDir, sizeLimit: canonicalQuantity(emptyDir.sizeLimit) } } as V1Volume;
+  }
+  return v as unknown as V1Volume;
+}
+
+const some = <T>(list: T[] | undefined): list is T[] => !!list && list.length > 0;
+const someKeys = (map: Record<string, string> | undefined): map is Record<string, string> => !!map && Object.keys(map).length > 0;
+
+/**
+ * The runtime Deployment with the user's pod settings. Without settings it is returned as it is.
+ * The runtime container stays first and keeps what it has; the user's env and volumeMounts come
+ * after its own; the user's resources replace its default; the pod security context is the
+ * default with the user's keys over it, never allowing root; the operator's labels and
+ * annotations win over podLabels and podAnnotations (the schema refuses those anyway).
+ */
+export function withPodSettings(deployment: V1Deployment, settings: DeploymentSettings | undefined): V1Deployment {
+  if (!settings) return deployment;
+  const s = tidy(settings);
+  const template = deployment.spec!.template;
+  const pod = template.spec!;
+  const [runtime, ...others] = pod.containers;
+  const runtimeContainer: V1Container = {
+    ...runtime!,
+    ...(some(s.env) ? { env: [...(runtime!.env ?? []), ...(s.env as V1Container["env"] & {})] } : {}),
+    ...(s.resources ? { resources: canonicalResources(s.resources) as V1Container["resources"] } : {}),
+    ...(some(s.volumeMounts) ? { volumeMounts: [...(runtime!.volumeMounts ?? []), ...(s.volumeMounts as V1Container["volumeMounts"] & {})] } : {}),
+  };
+  const pullSecrets: V1LocalObjectReference[] = [...(pod.imagePullSecrets ?? [])];
+  for (const p of s.imagePullSecrets ?? []) if (!pullSecrets.some((q) => q.name === p.name)) pullSecrets.push({ name: p.name });
+  const securityContext: V1PodSecurityContext = { ...pod.securityContext, ...(s.securityContext as V1PodSecurityContext | undefined), runAsNonRoot: true };
+  const labels = template.metadata?.labels ?? {};
+  const annotations = template.metadata?.annotations ?? {};
+  return {
+    ...deployment,
+    spec: {
+      ...deployment.spec!,
+      template: {
+        ...template,
+        metadata: {
+          ...template.metadata,
+          labels: { ...(s.podLabels ?? {}), ...labels },
+          annotations: { ...(s.podAnnotations ?? {}), ...annotations },
+        },
+        spec: {
+          ...pod,
+          securityContext,
+          ...(pullSecrets.length ? { imagePullSecrets: pullSecrets } : {}),
+          ...(some(s.initContainers) ? { initContainers: userContainer(s.initContainers) } : {}),
+          containers: [runtimeContainer, ...others, ...(some(s.sidecars) ? userContainer(s.sidecars) : [])],
+          volumes: [...(pod.volumes ?? []), ...(s.volumes ?? []).map((v) => userVolume(v as Loose))],
+          ...(someKeys(s.nodeSelector) ? { nodeSelector: s.nodeSelector } : {}),
+          ...(some(s.tolerations) ? { tolerations: s.tolerations as V1Toleration[] } : {}),
+          ...(s.affinity && Object.keys(s.affinity).length ? { affinity: s.affinity as V1Affinity } : {}),
+          ...(some(s.topologySpreadConstraints) ? { topologySpreadConstraints: s.topologySpreadConstraints as unknown as V1TopologySpreadConstraint[] } : {}),
+          ...(s.priorityClassName ? { priorityClassName: s.priorityClassName } : {}),
+        },
+      },
+    },
+  };
+}
