@@ -3,6 +3,7 @@ import { unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Verified } from "../protocol/verify.ts";
+import type { ConversationLevels } from "./identity-levels.ts";
 import { inspect, type InboundMeta, type Inspection, type PeerCapabilityCache } from "./inbound.ts";
 import type { OutboxStore } from "./outbox.ts";
 import { errorReply } from "./replies.ts";
@@ -11,18 +12,20 @@ import type { InboxStore } from "./store.ts";
 export type OnAccepted = (message: Message, meta: InboundMeta, inspection: Inspection) => Promise<void>;
 
 /**
- * Accept one verified message, whether it came to the inbox or from a relay: inspect it, store
+ * Accept one verified message, whether it came to the inbox or from a relay: refuse a lower
+ * authentication level than its conversation already had (401), inspect it, store
  * it (deduplicated), and queue what the inspection calls for. Resolves only once all of that is
  * durable; a failure after storing throws 503 so that the message comes again.
  */
 export async function acceptVerified(
-  deps: { agent: Agent; store: Pick<InboxStore, "accept">; onAccepted?: OnAccepted },
+  deps: { agent: Agent; store: Pick<InboxStore, "accept">; onAccepted?: OnAccepted; levels?: Pick<ConversationLevels, "check"> },
   raw: unknown,
   message: Message,
   verified: Verified,
 ): Promise<{ duplicate: boolean }> {
   const h = message.headers;
   const meta = { sender: verified.signer ?? h.from.agent, authLevel: verified.authLevel };
+  await deps.levels?.check(meta.sender, h.conversation_id, verified.authLevel);
   const inspection = inspect(message, meta, deps.agent);
   const result = await deps.store.accept(raw, h.message_id, { ...verified, handoff: inspection.deliver }, h.from.agent);
   if (deps.onAccepted && (inspection.error || inspection.capabilities)) {

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
-import type { Verifier } from "../protocol/verify.ts";
+import type { MessageVerifier } from "../protocol/verify.ts";
 import type { Agent } from "../resources/agent.ts";
 import { createServer, type TlsMaterial } from "../server/http.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
@@ -9,13 +9,16 @@ import type { OnAccepted } from "./accept.ts";
 import type { Documents } from "./documents.ts";
 import { documentRoutes } from "./routes/documents.ts";
 import { inboxRoutes } from "./routes/inbox.ts";
+import type { ConversationLevels } from "./identity-levels.ts";
 import type { InboxStore } from "./store.ts";
 
 export interface AgentAppDeps {
   agent: Agent;
   documents: Documents;
-  verifier: Verifier;
+  verifier: MessageVerifier;
   store: Pick<InboxStore, "accept">;
+  /** No downgrade within a conversation (IFP-5 section 2). */
+  levels?: Pick<ConversationLevels, "check">;
   /**
    * Side effects of the inspection (error-phase replies, learned capabilities), run after the
    * message is stored — also for a repeat, so a retried POST completes what a crash cut short.
@@ -42,6 +45,7 @@ export function buildAgentApp(deps: AgentAppDeps): FastifyInstance {
     agent,
     verifier: deps.verifier,
     store: deps.store,
+    levels: deps.levels,
     onAccepted: deps.onAccepted,
     metrics,
     now: deps.now ?? Date.now,
