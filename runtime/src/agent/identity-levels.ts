@@ -1,4 +1,5 @@
 import { Kvm, type KV } from "@nats-io/kv";
+import type { Nats } from "../nats/connection.ts";
 import { encodeToken } from "../contract/nats.ts";
 import { insufficientAuthLevel, unavailable } from "../protocol/errors.ts";
 
@@ -21,18 +22,18 @@ interface Entry {
  */
 export class ConversationLevels {
   private kv: KV | undefined;
-  private readonly js: ConstructorParameters<typeof Kvm>[0];
+  private readonly nats: Pick<Nats, "js">;
   readonly bucket: string;
   private readonly now: () => number;
 
-  constructor(js: ConstructorParameters<typeof Kvm>[0], agentId: string, now: () => number = Date.now) {
-    this.js = js;
+  constructor(nats: Pick<Nats, "js">, agentId: string, now: () => number = Date.now) {
+    this.nats = nats;
     this.bucket = `ifp_auth_${encodeToken(agentId)}`;
     this.now = now;
   }
 
   async ensure(): Promise<void> {
-    this.kv = await new Kvm(this.js).create(this.bucket, { history: 1, ttl: CONVERSATION_IDLE_MS });
+    this.kv = await new Kvm(this.nats.js).create(this.bucket, { history: 1, ttl: CONVERSATION_IDLE_MS });
   }
 
   static key(sender: string, conversationId: string): string {

@@ -98,7 +98,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const outbox = new OutboxStore(nats, names);
   const states = new DeliveryStates(nats, names.outboxStateBucket);
   const peerCaps = new PeerCapabilityCache(nats, names, log);
-  const levels = new ConversationLevels(nats.js, spec.agentId);
+  const levels = new ConversationLevels(nats, spec.agentId);
   const notifier = new Notifier(agent, EventRecorder.fromEnvironment("ifp-runtime", log, opts.kubeconfig), http, log);
   const onAccepted = inspectionEffects({ self: { agentId: spec.agentId, displayName: spec.displayName }, signing, outbox, peers: peerCaps });
 
