@@ -236,6 +236,28 @@ describe("identity: abuse", () => {
     }
   });
 
+  it("shares one fetch among concurrent messages of one sender, and holds two lookups at a time per address", async () => {
+    const target = await runAgent({ self: identity("busy-agent"), natsUrl: nats.url, tls, spec: {} });
+    try {
+      mode = "slow";
+      fetches.length = 0;
+      const same = identity(`${base}/same`);
+      const together = await Promise.all([1, 2, 3].map(() => target.post(signed(same, "busy-agent"))));
+      expect(together.map((r) => r.status)).toEqual([401, 401, 401]);
+      expect(fetches).toEqual(["/same/.well-known/agent/identity"]);
+
+      fetches.length = 0;
+      const many = await Promise.all([1, 2, 3].map((i) => target.post(signed(identity(`${base}/busy${i}`), "busy-agent"))));
+      expect(many.map((r) => r.status).sort()).toEqual([401, 401, 429]);
+      const throttled = many.find((r) => r.status === 429)!;
+      expect(throttled.headers["retry-after"]).toBe("1");
+      expect((await body(throttled)).message).toMatch(/in progress/);
+      expect(fetches).toHaveLength(2);
+    } finally {
+      await target.close();
+    }
+  }, 30_000);
+
   it("refuses an oversized or endless identity document within the bounds, and a key that does not verify", async () => {
     const target = await runAgent({ self: identity("probed-agent"), natsUrl: nats.url, tls, spec: {} });
     try {
