@@ -138,6 +138,11 @@ describe("identity: lookup and levels", () => {
     expect(await body(r)).toMatchObject({ code: "insufficient_auth_level", message: expect.stringMatching(/level 3.*level 0/) });
     const elsewhere = signIntroduction(message(didSender.agentId, "alice-agent", { conversation_id: "conv:other" }), TOKEN, `${didSender.agentId}#intro`);
     expect((await receiver.post(elsewhere)).status).toBe(202);
+    // Raised to 3 there too: a retry of the level-0 message already taken is a repeat (202), a new one is refused.
+    expect((await receiver.post(signed(didSender, "alice-agent", { conversation_id: "conv:other", sequence: 2 }))).status).toBe(202);
+    expect((await receiver.post(elsewhere)).status).toBe(202);
+    const newLow = signIntroduction(message(didSender.agentId, "alice-agent", { conversation_id: "conv:other", sequence: 3 }), TOKEN, `${didSender.agentId}#intro`);
+    expect((await receiver.post(newLow)).status).toBe(401);
     // The same level again, and a higher one, are fine.
     expect((await receiver.post(signed(didSender, "alice-agent", { ...conv, sequence: 3 }))).status).toBe(202);
   });

@@ -1,5 +1,5 @@
 import type { Agent } from "../resources/agent.ts";
-import { unavailable } from "../protocol/errors.ts";
+import { ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Verified } from "../protocol/verify.ts";
@@ -8,6 +8,9 @@ import { inspect, type InboundMeta, type Inspection, type PeerCapabilityCache } 
 import type { OutboxStore } from "./outbox.ts";
 import { errorReply } from "./replies.ts";
 import type { InboxStore } from "./store.ts";
+
+/** Where accepted messages go; `received` lets a repeat be told from a downgrade. */
+export type AcceptStore = Pick<InboxStore, "accept"> & Partial<Pick<InboxStore, "received">>;
 
 export type OnAccepted = (message: Message, meta: InboundMeta, inspection: Inspection) => Promise<void>;
 
@@ -18,14 +21,21 @@ export type OnAccepted = (message: Message, meta: InboundMeta, inspection: Inspe
  * durable; a failure after storing throws 503 so that the message comes again.
  */
 export async function acceptVerified(
-  deps: { agent: Agent; store: Pick<InboxStore, "accept">; onAccepted?: OnAccepted; levels?: Pick<ConversationLevels, "check"> },
+  deps: { agent: Agent; store: AcceptStore; onAccepted?: OnAccepted; levels?: Pick<ConversationLevels, "check"> },
   raw: unknown,
   message: Message,
   verified: Verified,
 ): Promise<{ duplicate: boolean }> {
   const h = message.headers;
   const meta = { sender: verified.signer ?? h.from.agent, authLevel: verified.authLevel };
-  await deps.levels?.check(meta.sender, h.conversation_id, verified.authLevel);
+  try {
+    await deps.levels?.check(meta.sender, h.conversation_id, verified.authLevel);
+  } catch (err) {
+    // A retry of a message accepted before the conversation's level rose is a repeat, not a downgrade.
+    const earlier = err instanceof ProtocolError && err.code === "insufficient_auth_level" ? await deps.store.received?.(h.message_id) : undefined;
+    if (earlier && earlier.headers.from.agent === h.from.agent) return { duplicate: true };
+    throw err;
+  }
   const inspection = inspect(message, meta, deps.agent);
   const result = await deps.store.accept(raw, h.message_id, { ...verified, handoff: inspection.deliver }, h.from.agent);
   if (deps.onAccepted && (inspection.error || inspection.capabilities)) {

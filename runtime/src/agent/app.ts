@@ -5,18 +5,17 @@ import type { Agent } from "../resources/agent.ts";
 import { createServer, type TlsMaterial } from "../server/http.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { registerProbes } from "../server/probes.ts";
-import type { OnAccepted } from "./accept.ts";
+import type { AcceptStore, OnAccepted } from "./accept.ts";
 import type { Documents } from "./documents.ts";
 import { documentRoutes } from "./routes/documents.ts";
 import { inboxRoutes } from "./routes/inbox.ts";
 import type { ConversationLevels } from "./identity-levels.ts";
-import type { InboxStore } from "./store.ts";
 
 export interface AgentAppDeps {
   agent: Agent;
   documents: Documents;
   verifier: MessageVerifier;
-  store: Pick<InboxStore, "accept">;
+  store: AcceptStore;
   /** No downgrade within a conversation (IFP-5 section 2). */
   levels?: Pick<ConversationLevels, "check">;
   /**

@@ -9,15 +9,14 @@ import { parseDuration } from "../../resources/common.ts";
 import type { RuntimeMetrics } from "../../server/metrics.ts";
 import { RateLimiter } from "../../server/ratelimit.ts";
 import { asSent } from "../../server/validation.ts";
-import { acceptVerified, type OnAccepted } from "../accept.ts";
+import { acceptVerified, type AcceptStore, type OnAccepted } from "../accept.ts";
 import { WELL_KNOWN, WELL_KNOWN_IFP } from "../documents.ts";
 import type { ConversationLevels } from "../identity-levels.ts";
-import type { InboxStore } from "../store.ts";
 
 export interface InboxRouteDeps {
   agent: Agent;
   verifier: MessageVerifier;
-  store: Pick<InboxStore, "accept">;
+  store: AcceptStore;
   levels?: Pick<ConversationLevels, "check">;
   onAccepted?: OnAccepted;
   metrics: RuntimeMetrics;
