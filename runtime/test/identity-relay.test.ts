@@ -53,6 +53,14 @@ describe("relay intake and identity", () => {
       expect(await intake("unknown_sender")).toBe(1);
       await waitFor("bob's mailbox emptied", async () => (await new RelayClient(relayUrl, bob.signing, http).pull()).messages.length === 0);
       expect(handler.received).toHaveLength(0);
+
+      // An error-phase message is refused and counted but never answered: no echo between two refusing agents.
+      const err = signed(stranger, "bob-agent", { phase: "error", conversation_id: "conv:echo" }, "your message was refused");
+      expect((await new RelayClient(relayUrl, stranger.signing, http).publish(err)).status).toBe(202);
+      await waitFor("the second refusal to be counted", async () => (await intake("unknown_sender")) === 2);
+      await waitFor("bob's mailbox emptied again", async () => (await new RelayClient(relayUrl, bob.signing, http).pull()).messages.length === 0);
+      const waiting = (await new RelayClient(relayUrl, stranger.signing, http).pull()).messages;
+      expect(waiting.some((x) => x.headers.thread?.in_reply_to === err.headers.message_id)).toBe(false);
     } finally {
       await b.close();
       await handler.close();

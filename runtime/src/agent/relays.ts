@@ -35,7 +35,8 @@ export function relayPublisher(signing: SigningKey, http: HttpClient): RelayPubl
  * the handler), trace kept, and only then acknowledged at the relay. A message refused as the
  * inbox would refuse it with 401 — signature does not verify, sender's key cannot be found,
  * level too low — is answered (IFP-5 4.3) with a signed error-phase message published through
- * the same relay, counted and logged, and only then acknowledged. Throttled lookups and storage
+ * the same relay (unless it is itself an error-phase message), counted and logged, and only then
+ * acknowledged. Throttled lookups and storage
  * failures leave the message at the relay for the next read.
  */
 export class RelayIntake {
@@ -121,7 +122,8 @@ export class RelayIntake {
         if (refusal) {
           this.metrics.relay.inc({ operation: "intake", result: refusal.code });
           this.log.warn({ relay: client.base, messageId: id, sender: parsed.data.headers.from.agent, code: refusal.code, err: refusal.message }, "refused a relayed message; answering its sender");
-          if (!(await this.answer(client, parsed.data, refusal))) return; // answer again on the next read
+          // An error is never answered with an error: two agents refusing each other would echo forever.
+          if (parsed.data.headers.phase !== "error" && !(await this.answer(client, parsed.data, refusal))) return; // answer again on the next read
           await client.ack(id).catch((err: Error) => this.log.warn({ messageId: id, err: err.message }, "could not acknowledge at the relay"));
           continue;
         }
