@@ -32,7 +32,7 @@ export async function acceptVerified(
     await deps.levels?.check(meta.sender, h.conversation_id, verified.authLevel);
   } catch (err) {
     // A retry of a message accepted before the conversation's level rose is a repeat, not a downgrade.
-    const earlier = err instanceof ProtocolError && err.code === "insufficient_auth_level" ? await deps.store.received?.(h.message_id) : undefined;
+    const earlier = err instanceof ProtocolError && err.code === "insufficient_auth_level" ? await deps.store.received?.(h.message_id).catch(() => undefined) : undefined;
     if (earlier && earlier.headers.from.agent === h.from.agent) return { duplicate: true };
     throw err;
   }

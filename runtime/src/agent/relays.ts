@@ -91,10 +91,12 @@ export class RelayIntake {
   }
 
   private async poll(client: RelayClient): Promise<void> {
+    let after: number | undefined;
     for (let page = 0; page < 50 && !this.stopped; page++) {
       let messages: Message[];
+      let next: number | undefined;
       try {
-        ({ messages } = await client.pull({ limit: 100 }));
+        ({ messages, next } = await client.pull({ limit: 100, after }));
       } catch (err) {
         this.log.warn({ relay: client.base, err: (err as Error).message }, "could not read the relay mailbox");
         return;
@@ -115,6 +117,8 @@ export class RelayIntake {
         } catch (err) {
           if (!(err instanceof ProtocolError) || err.statusCode !== 401) {
             this.log.warn({ relay: client.base, messageId: id, err: (err as Error).message }, "could not accept a relayed message; will retry");
+            // Throttled identity lookups hold back only their own message; a store failure holds back all.
+            if (err instanceof ProtocolError && err.statusCode === 429) continue;
             return; // leave it at the relay
           }
           refusal = err;
@@ -130,6 +134,9 @@ export class RelayIntake {
         await client.ack(id).catch((err: Error) => this.log.warn({ messageId: id, err: err.message }, "could not acknowledge at the relay"));
         this.metrics.relay.inc({ operation: "intake", result: "accepted" });
       }
+      // Messages left at the relay (throttled lookups) stay behind the cursor until the next read.
+      if (next === undefined) return;
+      after = next;
     }
   }
 
