@@ -22,11 +22,11 @@ interface Entry {
  */
 export class ConversationLevels {
   private kv: KV | undefined;
-  private readonly nats: Pick<Nats, "js">;
+  private readonly nats: Pick<Nats, "js" | "isConnected">;
   readonly bucket: string;
   private readonly now: () => number;
 
-  constructor(nats: Pick<Nats, "js">, agentId: string, now: () => number = Date.now) {
+  constructor(nats: Pick<Nats, "js" | "isConnected">, agentId: string, now: () => number = Date.now) {
     this.nats = nats;
     this.bucket = `ifp_auth_${encodeToken(agentId)}`;
     this.now = now;
@@ -43,7 +43,7 @@ export class ConversationLevels {
   /** Refuse a level below the conversation's record; raise the record otherwise. */
   async check(sender: string, conversationId: string, level: number): Promise<void> {
     const kv = this.kv;
-    if (!kv) throw unavailable("the conversation records (NATS KV) are not ready yet");
+    if (!kv || !this.nats.isConnected) throw unavailable("the conversation records (NATS KV) are not reachable");
     const key = ConversationLevels.key(sender, conversationId);
     for (let attempt = 0; attempt < 3; attempt++) {
       let current;
