@@ -32,6 +32,7 @@ export async function runAgent(opts: {
   tls: Tls;
   dir?: string;
   port?: number;
+  introductionSecretFile?: string;
 }): Promise<RunningAgent & { post(body: unknown, headers?: Record<string, string>): Promise<HttpsResponse>; get(path: string, headers?: Record<string, string>): Promise<HttpsResponse> }> {
   const dir = opts.dir ?? tempDir();
   const manifest = writeAgentManifest(dir, { agentId: opts.self.agentId, ...opts.spec });
@@ -44,6 +45,7 @@ export async function runAgent(opts: {
     signingKey: writeKey(dir, opts.self),
     nats: { url: opts.natsUrl },
     localApiPort: 0,
+    introductionSecretFile: opts.introductionSecretFile,
     caFile: opts.tls.files.ca,
     logger: pino({ level: process.env.IFP_TEST_LOG ?? "silent" }),
   });

@@ -1,21 +1,23 @@
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
-import type { Verifier } from "../protocol/verify.ts";
+import type { MessageVerifier } from "../protocol/verify.ts";
 import type { Agent } from "../resources/agent.ts";
 import { createServer, type TlsMaterial } from "../server/http.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { registerProbes } from "../server/probes.ts";
-import type { OnAccepted } from "./accept.ts";
+import type { AcceptStore, OnAccepted } from "./accept.ts";
 import type { Documents } from "./documents.ts";
 import { documentRoutes } from "./routes/documents.ts";
 import { inboxRoutes } from "./routes/inbox.ts";
-import type { InboxStore } from "./store.ts";
+import type { ConversationLevels } from "./identity-levels.ts";
 
 export interface AgentAppDeps {
   agent: Agent;
   documents: Documents;
-  verifier: Verifier;
-  store: Pick<InboxStore, "accept">;
+  verifier: MessageVerifier;
+  store: AcceptStore;
+  /** No downgrade within a conversation (IFP-5 section 2). */
+  levels?: Pick<ConversationLevels, "check">;
   /**
    * Side effects of the inspection (error-phase replies, learned capabilities), run after the
    * message is stored — also for a repeat, so a retried POST completes what a crash cut short.
@@ -42,6 +44,7 @@ export function buildAgentApp(deps: AgentAppDeps): FastifyInstance {
     agent,
     verifier: deps.verifier,
     store: deps.store,
+    levels: deps.levels,
     onAccepted: deps.onAccepted,
     metrics,
     now: deps.now ?? Date.now,

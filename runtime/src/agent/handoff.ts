@@ -99,6 +99,7 @@ export class HandlerDelivery {
           "ifp-message-id": messageId,
           "ifp-sender": m.headers?.get(H.sender) ?? "",
           "ifp-auth-level": m.headers?.get(H.authLevel) ?? "",
+          "ifp-auth-source": m.headers?.get(H.authSource) ?? "",
           "ifp-delivery-attempt": String(attempt),
         },
         body: m.data,

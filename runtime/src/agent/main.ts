@@ -11,7 +11,6 @@ import { HttpClient } from "../net/http-client.ts";
 import { isoSeconds } from "../util/time.ts";
 import { privateKeyFromPem, rawPublicKey } from "../protocol/keys.ts";
 import type { SigningKey } from "../protocol/signing.ts";
-import { Verifier } from "../protocol/verify.ts";
 import { Agent } from "../resources/agent.ts";
 import { parseDuration } from "../resources/common.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
@@ -22,6 +21,8 @@ import { buildAgentApp } from "./app.ts";
 import { DeliveryStates } from "./delivery-state.ts";
 import { Documents } from "./documents.ts";
 import { HandlerDelivery } from "./handoff.ts";
+import { IdentityResolver, introductionTokenFile } from "./identity.ts";
+import { ConversationLevels } from "./identity-levels.ts";
 import { PeerCapabilityCache } from "./inbound.ts";
 import { buildLocalApi } from "./local-api.ts";
 import { agentNames } from "./names.ts";
@@ -43,6 +44,8 @@ export interface AgentOptions {
   caFile?: string;
   /** Kubeconfig for Kubernetes Events outside a pod. */
   kubeconfig?: string;
+  /** Introduction tokens (IFP-5 level 0), one per line: the mounted spec.inbox.introductionTokens Secret. */
+  introductionSecretFile?: string;
   /** Overrides spec.localApi.port (0 picks a free port). */
   localApiPort?: number;
   logger?: Logger;
@@ -73,7 +76,6 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     agent.metadata.creationTimestamp ??
     isoSeconds(statSync(opts.signingKey).mtime);
   const documents = new Documents(agent, rawPublicKey(privateKey), keyCreated);
-  const verifier = new Verifier(spec.peers);
   const names = agentNames(spec.agentId);
   const metrics = createRuntimeMetrics("agent");
   const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
@@ -81,6 +83,14 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
 
   const http = new HttpClient({ extraCa: opts.caFile ? readFileSync(opts.caFile, "utf8") : undefined });
   life.defer("HTTP client", () => http.close());
+  const discovery = new DiscoveryClient(http);
+  if (spec.inbox.introductionTokens && !opts.introductionSecretFile) log.warn("spec.inbox.introductionTokens is set but no --introduction-secret-file was given; no introduction token is accepted");
+  const verifier = new IdentityResolver({
+    spec,
+    discovery,
+    introductionTokens: opts.introductionSecretFile ? introductionTokenFile(opts.introductionSecretFile, log) : undefined,
+    log,
+  });
   const nats = new Nats({ ...opts.nats, name: `ifp-agent ${spec.agentId}` }, log);
   life.defer("NATS", () => nats.close());
 
@@ -88,6 +98,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const outbox = new OutboxStore(nats, names);
   const states = new DeliveryStates(nats, names.outboxStateBucket);
   const peerCaps = new PeerCapabilityCache(nats, names, log);
+  const levels = new ConversationLevels(nats, spec.agentId);
   const notifier = new Notifier(agent, EventRecorder.fromEnvironment("ifp-runtime", log, opts.kubeconfig), http, log);
   const onAccepted = inspectionEffects({ self: { agentId: spec.agentId, displayName: spec.displayName }, signing, outbox, peers: peerCaps });
 
@@ -111,7 +122,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     names,
     states,
     http,
-    discovery: new DiscoveryClient(http),
+    discovery,
     log,
     metrics,
     options: {
@@ -130,7 +141,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         http,
         verifier,
         requireSignature: spec.inbox.requireSignature,
-        accept: (raw, message, verified) => acceptVerified({ agent, store: inbox, onAccepted }, raw, message, verified),
+        accept: (raw, message, verified) => acceptVerified({ agent, store: inbox, onAccepted, levels }, raw, message, verified),
         intervalMs: parseDuration(spec.relay.pollInterval),
         log,
         metrics,
@@ -147,6 +158,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         await outbox.ensure();
         await states.ensure();
         await peerCaps.ensure();
+        await levels.ensure();
         if ((await documents.syncUpdated(nats, names, log)) && spec.relay?.urls.length) {
           void announceCapabilities({ urls: spec.relay.urls, signing, http, document: documents.capabilityDocument.doc, displayName: spec.displayName, log });
         }
@@ -165,6 +177,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     documents,
     verifier,
     store: inbox,
+    levels,
     onAccepted,
     metrics,
     logger: log,

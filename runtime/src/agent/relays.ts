@@ -3,7 +3,9 @@ import type { HttpClient } from "../net/http-client.ts";
 import { Message } from "../protocol/message.ts";
 import { describeIssues } from "../contract/issues.ts";
 import { signMessage, type SigningKey } from "../protocol/signing.ts";
-import type { Verifier } from "../protocol/verify.ts";
+import type { MessageVerifier, Verified } from "../protocol/verify.ts";
+import { ProtocolError } from "../protocol/errors.ts";
+import { errorReply } from "./replies.ts";
 import { RelayClient } from "../relay/client.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { composeMessage } from "./compose.ts";
@@ -28,16 +30,22 @@ export function relayPublisher(signing: SigningKey, http: HttpClient): RelayPubl
 
 /**
  * An agent's mailboxes on its own relays (spec.relay.urls): read every pollInterval, each
- * message's signature verified after relay delivery (spec 5.4), accepted into the inbox exactly
- * like a direct POST (deduplicated, inspected, handed to the handler), trace kept, and only
- * then acknowledged at the relay. A message whose signature fails is acknowledged and dropped,
- * with a log line and a metric: the relay or the sender tampered with it.
+ * message's signature verified after relay delivery (spec 5.4) with the same key lookup as the
+ * inbox, accepted into the inbox exactly like a direct POST (deduplicated, inspected, handed to
+ * the handler), trace kept, and only then acknowledged at the relay. A message refused as the
+ * inbox would refuse it with 401 — signature does not verify, sender's key cannot be found,
+ * level too low — is answered (IFP-5 4.3) with a signed error-phase message published through
+ * the same relay (unless it is itself an error-phase message), counted and logged, and only then
+ * acknowledged. Throttled lookups and storage
+ * failures leave the message at the relay for the next read.
  */
 export class RelayIntake {
   private readonly clients: RelayClient[];
-  private readonly verifier: Verifier;
+  private readonly verifier: MessageVerifier;
+  private readonly signing: SigningKey;
+  private readonly http: HttpClient;
   private readonly requireSignature: boolean;
-  private readonly accept: (raw: unknown, message: Message, verified: ReturnType<Verifier["verify"]>) => Promise<unknown>;
+  private readonly accept: (raw: unknown, message: Message, verified: Verified) => Promise<unknown>;
   private readonly log: Logger;
   private readonly metrics: RuntimeMetrics;
   private readonly intervalMs: number;
@@ -49,15 +57,17 @@ export class RelayIntake {
     urls: string[];
     signing: SigningKey;
     http: HttpClient;
-    verifier: Verifier;
+    verifier: MessageVerifier;
     requireSignature: boolean;
-    accept: (raw: unknown, message: Message, verified: ReturnType<Verifier["verify"]>) => Promise<unknown>;
+    accept: (raw: unknown, message: Message, verified: Verified) => Promise<unknown>;
     intervalMs: number;
     log: Logger;
     metrics: RuntimeMetrics;
   }) {
     this.clients = deps.urls.map((u) => new RelayClient(u, deps.signing, deps.http));
     this.verifier = deps.verifier;
+    this.signing = deps.signing;
+    this.http = deps.http;
     this.requireSignature = deps.requireSignature;
     this.accept = deps.accept;
     this.intervalMs = deps.intervalMs;
@@ -81,10 +91,12 @@ export class RelayIntake {
   }
 
   private async poll(client: RelayClient): Promise<void> {
+    let after: number | undefined;
     for (let page = 0; page < 50 && !this.stopped; page++) {
       let messages: Message[];
+      let next: number | undefined;
       try {
-        ({ messages } = await client.pull({ limit: 100 }));
+        ({ messages, next } = await client.pull({ limit: 100, after }));
       } catch (err) {
         this.log.warn({ relay: client.base, err: (err as Error).message }, "could not read the relay mailbox");
         return;
@@ -98,24 +110,57 @@ export class RelayIntake {
           await client.ack(id).catch(() => false);
           continue;
         }
-        let verified;
+        let refusal: ProtocolError | undefined;
         try {
-          verified = this.verifier.verify(parsed.data, this.requireSignature);
-        } catch (err) {
-          this.metrics.relay.inc({ operation: "intake", result: "invalid_signature" });
-          this.log.warn({ relay: client.base, messageId: id, err: (err as Error).message }, "dropping a relayed message whose signature does not verify");
-          await client.ack(id).catch(() => false);
-          continue;
-        }
-        try {
+          const verified = await this.verifier.verify(parsed.data, this.requireSignature, { address: `relay:${client.base}` });
           await this.accept(raw, parsed.data, verified);
         } catch (err) {
-          this.log.warn({ relay: client.base, messageId: id, err: (err as Error).message }, "could not accept a relayed message; will retry");
-          return; // leave it at the relay
+          if (!(err instanceof ProtocolError) || err.statusCode !== 401) {
+            this.log.warn({ relay: client.base, messageId: id, err: (err as Error).message }, "could not accept a relayed message; will retry");
+            // Throttled identity lookups hold back only their own message; a store failure holds back all.
+            if (err instanceof ProtocolError && err.statusCode === 429) continue;
+            return; // leave it at the relay
+          }
+          refusal = err;
+        }
+        if (refusal) {
+          this.metrics.relay.inc({ operation: "intake", result: refusal.code });
+          this.log.warn({ relay: client.base, messageId: id, sender: parsed.data.headers.from.agent, code: refusal.code, err: refusal.message }, "refused a relayed message; answering its sender");
+          // An error is never answered with an error: two agents refusing each other would echo forever.
+          if (parsed.data.headers.phase !== "error" && !(await this.answer(client, parsed.data, refusal))) return; // answer again on the next read
+          await client.ack(id).catch((err: Error) => this.log.warn({ messageId: id, err: err.message }, "could not acknowledge at the relay"));
+          continue;
         }
         await client.ack(id).catch((err: Error) => this.log.warn({ messageId: id, err: err.message }, "could not acknowledge at the relay"));
         this.metrics.relay.inc({ operation: "intake", result: "accepted" });
       }
+      // Messages left at the relay (throttled lookups) stay behind the cursor until the next read.
+      if (next === undefined) return;
+      after = next;
+    }
+  }
+
+  /**
+   * The error-phase answer to a refused message, through the relay it came by. False when the
+   * relay could not be reached (try again later); a relay that refuses the answer is logged and
+   * the message is let go, since no later read would do better.
+   */
+  private async answer(client: RelayClient, message: Message, refusal: ProtocolError): Promise<boolean> {
+    const reply = signMessage(
+      errorReply(message, { agentId: this.signing.agentId }, {
+        code: refusal.code,
+        text: `Your message ${message.headers.message_id} was not accepted: ${refusal.message}`,
+        details: { status: refusal.statusCode, reason: refusal.message },
+      }),
+      this.signing,
+    );
+    try {
+      const res = await client.publish(reply);
+      if (res.status !== 202) this.log.warn({ relay: client.base, status: res.status, body: res.text }, "the relay refused the error-phase answer");
+      return true;
+    } catch (err) {
+      this.log.warn({ relay: client.base, err: (err as Error).message }, "could not publish the error-phase answer; will retry");
+      return false;
     }
   }
 

@@ -13,6 +13,8 @@ export interface AcceptMeta {
   /** The verified signer, or undefined for an accepted unsigned message. */
   signer: string | undefined;
   authLevel: number;
+  /** Where the key that established the level came from (docs/identity.md). */
+  source?: string;
   /** Whether the handler gets the message (false when the runtime answers it itself). */
   handoff: boolean;
 }
@@ -22,6 +24,7 @@ export const H = {
   messageId: "Ifp-Message-Id",
   sender: "Ifp-Sender",
   authLevel: "Ifp-Auth-Level",
+  authSource: "Ifp-Auth-Source",
   /** "no" when the runtime answers the message itself and the handler does not get it. */
   handoff: "Ifp-Handoff",
   deadReason: "Ifp-Dead-Reason",
@@ -64,6 +67,7 @@ export class InboxStore {
     h.set(H.messageId, messageId);
     h.set(H.sender, meta.signer ?? fromAgent);
     h.set(H.authLevel, String(meta.authLevel));
+    if (meta.source) h.set(H.authSource, meta.source);
     if (!meta.handoff) h.set(H.handoff, "no");
     // Scoped to the sender: nobody can pre-empt another agent's message_id.
     const dedupe = `${meta.signer ? "signed" : "unsigned"}:${meta.signer ?? fromAgent} ${messageId}`;

@@ -9,7 +9,8 @@ const USAGE = `usage:
 
 Every flag may also be given as an environment variable: IFP_MANIFEST, IFP_PORT, IFP_HOST,
 IFP_TLS_CERT, IFP_TLS_KEY, IFP_SIGNING_KEY, IFP_NATS_URL, IFP_NATS_CREDS, IFP_NATS_USER,
-IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_LOG_LEVEL.
+IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_LOG_LEVEL,
+IFP_INTRODUCTION_SECRET_FILE.
 
   --manifest FILE     the Agent or Relay resource (YAML or JSON), as kubectl apply takes it
   --port N            HTTPS port (default 8443)
@@ -23,6 +24,9 @@ IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PO
                       the handler and notify webhooks (agent mode); push webhooks (relay mode)
   --kubeconfig FILE   kubeconfig for Kubernetes Events outside a pod (in a pod: its service account)
   --local-api-port N  overrides spec.localApi.port (agent mode; loopback only)
+  --introduction-secret-file FILE
+                      introduction tokens accepted at IFP-5 level 0, one per line: the mounted
+                      spec.inbox.introductionTokens Secret key (agent mode)
 `;
 
 const OPTIONS = {
@@ -40,6 +44,7 @@ const OPTIONS = {
   "ca-file": { type: "string", env: "IFP_CA_FILE" },
   kubeconfig: { type: "string", env: "IFP_KUBECONFIG" },
   "local-api-port": { type: "string", env: "IFP_LOCAL_API_PORT" },
+  "introduction-secret-file": { type: "string", env: "IFP_INTRODUCTION_SECRET_FILE" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
   help: { type: "boolean", short: "h" },
 } as const;
@@ -117,6 +122,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
         signingKey: required(flags, "signing-key"),
         caFile: flags["ca-file"],
         kubeconfig: flags.kubeconfig,
+        introductionSecretFile: flags["introduction-secret-file"],
         localApiPort: flags["local-api-port"] === undefined ? undefined : port({ port: flags["local-api-port"] }),
       });
     } else if (mode === "relay") {

@@ -30,7 +30,10 @@ export interface HandlerDelivery {
     "idempotency-key": string;
     "ifp-message-id": string;
     "ifp-sender": string;
+    /** IFP-5 authentication level, "-1" (unsigned) to "3" (docs/identity.md). */
     "ifp-auth-level": string;
+    /** Where the key came from: none, introduction, identity-document, peers or did:key. */
+    "ifp-auth-source": string;
     "ifp-delivery-attempt": string;
   };
 }

@@ -13,6 +13,17 @@ interface CacheEntry<T> {
 
 export class DiscoveryError extends Error {}
 
+export interface DiscoveryLimits {
+  /** Largest document accepted; a longer answer is cut off and refused. */
+  maxDocumentBytes?: number;
+  /** Time allowed for one document fetch, connection included. */
+  timeoutMs?: number;
+  /** Documents kept at most; the least recently stored is forgotten first. */
+  maxEntries?: number;
+}
+
+export const DISCOVERY_DEFAULTS = { maxDocumentBytes: 64 * 1024, timeoutMs: 5_000, maxEntries: 10_000 } as const;
+
 /**
  * Endpoint discovery (spec 4.3): fetches a peer's identity and capability documents, validates
  * them, and caches them honouring ETag and Cache-Control max-age, revalidating with
@@ -22,10 +33,12 @@ export class DiscoveryClient {
   private readonly http: HttpClient;
   private readonly cache = new Map<string, CacheEntry<unknown>>();
   private readonly now: () => number;
+  private readonly limits: Required<DiscoveryLimits>;
 
-  constructor(http: HttpClient, now: () => number = Date.now) {
+  constructor(http: HttpClient, now: () => number = Date.now, limits: DiscoveryLimits = {}) {
     this.http = http;
     this.now = now;
+    this.limits = { ...DISCOVERY_DEFAULTS, ...limits };
   }
 
   /** Where a peer's well-known documents live, from its base URL or an agent id that is a URL. */
@@ -64,6 +77,8 @@ export class DiscoveryClient {
     try {
       res = await this.http.request(url, {
         headers: { accept: "application/json", ...(cached?.etag ? { "if-none-match": cached.etag } : {}) },
+        timeoutMs: this.limits.timeoutMs,
+        maxBytes: this.limits.maxDocumentBytes,
       });
     } catch (err) {
       throw new DiscoveryError(`cannot reach ${url}: ${(err as Error).message}`);
@@ -84,8 +99,18 @@ export class DiscoveryClient {
     const cacheControl = res.headers.get("cache-control");
     // no-store: nothing is kept, not even an ETag to revalidate with (RFC 9111 section 5.2.2.5).
     if (/(^|[\s,])no-store($|[\s,])/i.test(cacheControl ?? "")) this.cache.delete(url);
-    else this.cache.set(url, { doc: parsed.data, etag: res.headers.get("etag") ?? undefined, freshUntil: this.now() + maxAgeMs(cacheControl) });
+    else this.remember(url, { doc: parsed.data, etag: res.headers.get("etag") ?? undefined, freshUntil: this.now() + maxAgeMs(cacheControl) });
     return parsed.data;
+  }
+
+  private remember(url: string, entry: CacheEntry<unknown>): void {
+    this.cache.delete(url);
+    while (this.cache.size >= this.limits.maxEntries) {
+      const [oldest] = this.cache.keys();
+      if (oldest === undefined) break;
+      this.cache.delete(oldest);
+    }
+    this.cache.set(url, entry);
   }
 }
 

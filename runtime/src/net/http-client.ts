@@ -36,7 +36,7 @@ export class HttpClient {
 
   async request(
     url: string,
-    init: { method?: string; headers?: Record<string, string>; body?: string | Uint8Array; timeoutMs?: number } = {},
+    init: { method?: string; headers?: Record<string, string>; body?: string | Uint8Array; timeoutMs?: number; maxBytes?: number } = {},
   ): Promise<HttpResult> {
     const res = await fetch(url, {
       method: init.method ?? "GET",
@@ -46,12 +46,40 @@ export class HttpClient {
       dispatcher: this.dispatcher,
       signal: AbortSignal.timeout(init.timeoutMs ?? this.timeoutMs),
     });
-    return { status: res.status, headers: res.headers as unknown as Headers, text: await res.text() };
+    if (init.maxBytes === undefined) return { status: res.status, headers: res.headers as unknown as Headers, text: await res.text() };
+    return { status: res.status, headers: res.headers as unknown as Headers, text: await readAtMost(res, init.maxBytes) };
   }
 
   async close(): Promise<void> {
     await this.dispatcher.close();
   }
+}
+
+export class ResponseTooLarge extends Error {}
+
+/** The body as text, refused (and the connection cut) as soon as it exceeds maxBytes. */
+async function readAtMost(res: Response, maxBytes: number): Promise<string> {
+  const declared = Number(res.headers.get("content-length") ?? NaN);
+  if (declared > maxBytes) {
+    await res.body?.cancel().catch(() => undefined);
+    throw new ResponseTooLarge(`the answer declares ${declared} bytes, more than the ${maxBytes} allowed`);
+  }
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  if (res.body) {
+    const reader = res.body.getReader();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      total += value.byteLength;
+      if (total > maxBytes) {
+        await reader.cancel().catch(() => undefined);
+        throw new ResponseTooLarge(`the answer exceeds the ${maxBytes} bytes allowed`);
+      }
+      chunks.push(value);
+    }
+  }
+  return Buffer.concat(chunks).toString("utf8");
 }
 
 /** Seconds from a Retry-After header (delta-seconds or HTTP date), or undefined. */

@@ -3,6 +3,7 @@ export type ErrorCode =
   | "invalid_format"
   | "invalid_signature"
   | "unknown_sender"
+  | "insufficient_auth_level"
   | "rate_limited"
   | "payload_too_large"
   | "internal_error"
@@ -41,6 +42,8 @@ export class ProtocolError extends Error {
 export const badRequest = (message: string) => new ProtocolError(400, "invalid_format", message);
 export const invalidSignature = (message: string) => new ProtocolError(401, "invalid_signature", message);
 export const unknownSender = (message: string) => new ProtocolError(401, "unknown_sender", message);
+/** 401 for an authentic message below the level required (spec 7.1: "authentication level insufficient"). */
+export const insufficientAuthLevel = (message: string) => new ProtocolError(401, "insufficient_auth_level", message);
 export const notFound = (message: string) => new ProtocolError(404, "not_found", message);
 
 export function rateLimited(retryAfterSeconds: number, message: string): ProtocolError {

@@ -1,4 +1,4 @@
-import { sign as edSign, verify as edVerify, type KeyObject } from "node:crypto";
+import { createHmac, sign as edSign, timingSafeEqual, verify as edVerify, type KeyObject } from "node:crypto";
 import canonicalize from "canonicalize";
 import { isoSeconds } from "../util/time.ts";
 import type { Message, Signature } from "./message.ts";
@@ -80,4 +80,43 @@ export function parseKeyId(keyId: string): { agentId: string; keyId: string } | 
   const i = keyId.lastIndexOf("#");
   if (i <= 0 || i === keyId.length - 1) return undefined;
   return { agentId: keyId.slice(0, i), keyId: keyId.slice(i + 1) };
+}
+
+/**
+ * Level 0 introduction (IFP-5 3.4): an `hmac-sha256` signature over the same signing input,
+ * keyed by an introduction token the humans shared. It proves only that the sender holds the
+ * token, never which agent it is, and is accepted for level 0 alone.
+ */
+export function signIntroduction<M extends Signable & { security?: Message["security"] }>(
+  message: M,
+  token: string,
+  keyId: string,
+  opts: { created?: Date } = {},
+): M {
+  const signedHeaders = DEFAULT_SIGNED_HEADERS.filter((h) => h in message.headers || REQUIRED_SIGNED_HEADERS.includes(h as never));
+  const signature: Signature = {
+    alg: "hmac-sha256",
+    key_id: keyId,
+    created: isoSeconds(opts.created ?? new Date()),
+    signed_headers: signedHeaders,
+    signed_body: true,
+    sig: createHmac("sha256", token).update(signingInput(message, signedHeaders, true)).digest("base64url"),
+  };
+  const security = { ...(message.security ?? {}) };
+  security.signatures = [...(security.signatures ?? []), signature];
+  return { ...message, security };
+}
+
+/** Whether an hmac-sha256 signature was made with one of the tokens (constant-time comparison). */
+export function verifyIntroduction(message: Signable, signature: Signature, tokens: readonly string[]): boolean {
+  if (signature.alg !== "hmac-sha256") return false;
+  const sig = Buffer.from(signature.sig, "base64url");
+  if (sig.length !== 32) return false;
+  const input = signingInput(message, signature.signed_headers, signature.signed_body);
+  let ok = false;
+  for (const t of tokens) {
+    const expected = createHmac("sha256", t).update(input).digest();
+    if (timingSafeEqual(expected, sig)) ok = true;
+  }
+  return ok;
 }

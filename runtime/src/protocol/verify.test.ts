@@ -22,12 +22,12 @@ describe("Verifier", () => {
   const verifier = new Verifier([peerOf(pete), peerOf(mallory)]);
 
   it("accepts a message signed by the sender's trusted key at level 2", () => {
-    expect(verifier.verify(signed(pete, "alice-agent"), true)).toEqual({ signer: "pete-agent", keyId: "key-1", authLevel: 2 });
+    expect(verifier.verify(signed(pete, "alice-agent"), true)).toEqual({ signer: "pete-agent", keyId: "key-1", authLevel: 2, source: "peers" });
   });
 
   it("refuses an unsigned message when signatures are required, accepts it at level 0 otherwise", () => {
     expect(reason(() => verifier.verify(message("pete-agent", "alice-agent"), true))).toMatchObject({ status: 401, code: "invalid_signature" });
-    expect(verifier.verify(message("pete-agent", "alice-agent"), false)).toEqual({ signer: undefined, keyId: undefined, authLevel: 0 });
+    expect(verifier.verify(message("pete-agent", "alice-agent"), false)).toEqual({ signer: undefined, keyId: undefined, authLevel: -1, source: "none" });
   });
 
   it("refuses a tampered message", () => {

@@ -5,14 +5,27 @@ import { publicKeyFromRaw } from "./keys.ts";
 import type { Message } from "./message.ts";
 import { parseKeyId, REQUIRED_SIGNED_HEADERS, verifySignature } from "./signing.ts";
 
-/** IFP-5 authentication levels. */
-export const AuthLevel = { introduction: 0, signed: 1, verified: 2, bound: 3 } as const;
+/**
+ * IFP-5 authentication levels, and `unauthenticated` (-1) for an unsigned message an inbox with
+ * requireSignature: false lets in: below every level, so no min_auth_level is ever met by it.
+ */
+export const AuthLevel = { unauthenticated: -1, introduction: 0, signed: 1, verified: 2, bound: 3 } as const;
+
+/** Where the key that established the level came from. */
+export type KeySource = "none" | "introduction" | "identity-document" | "peers" | "did:key";
 
 export interface Verified {
   /** The verified signer (= headers.from.agent), or undefined for an accepted unsigned message. */
   signer: string | undefined;
   keyId: string | undefined;
   authLevel: number;
+  source?: KeySource;
+}
+
+/** What the inbox and the relay intake verify messages with. */
+export interface MessageVerifier {
+  /** `address` is where the message came from (client IP, or relay URL), for per-address bounds. */
+  verify(message: Message, requireSignature: boolean, context?: { address: string }): Verified | Promise<Verified>;
 }
 
 interface KeyEntry {
@@ -24,7 +37,7 @@ interface KeyEntry {
 const MAX_CANDIDATES = 2;
 
 /** Verifies messages against keys trusted out of band (an Agent's peers, a Relay's agents). */
-export class Verifier {
+export class Verifier implements MessageVerifier {
   private readonly agents = new Map<string, Map<string, KeyEntry>>();
 
   constructor(known: ReadonlyArray<{ agentId: string; keys: ReadonlyArray<Omit<TrustedKey, "status"> & { status?: TrustedKey["status"] }> }>) {
@@ -58,7 +71,7 @@ export class Verifier {
     const signatures = message.security?.signatures ?? [];
     if (signatures.length === 0) {
       if (requireSignature) throw invalidSignature("the message is not signed (security.signatures[] is empty)");
-      return { signer: undefined, keyId: undefined, authLevel: AuthLevel.introduction };
+      return { signer: undefined, keyId: undefined, authLevel: AuthLevel.unauthenticated, source: "none" };
     }
     const sender = message.headers.from.agent;
     let failure: Error | undefined;
@@ -75,12 +88,12 @@ export class Verifier {
       }
       if (tried++ >= MAX_CANDIDATES) break;
       try {
-        this.checkProfile(s);
+        checkProfile(s);
         const key = this.key(sender, ref.keyId);
         if (!verifySignature(message, s, key)) {
           throw invalidSignature(`signature verification failed for key_id ${s.key_id}`);
         }
-        return { signer: sender, keyId: ref.keyId, authLevel: AuthLevel.verified };
+        return { signer: sender, keyId: ref.keyId, authLevel: AuthLevel.verified, source: "peers" };
       } catch (err) {
         // A concrete reason about the sender's own signature beats a generic one.
         failure = err as Error;
@@ -88,11 +101,12 @@ export class Verifier {
     }
     throw failure ?? invalidSignature("no acceptable signature");
   }
+}
 
-  private checkProfile(s: { alg: string; signed_headers: string[]; signed_body: boolean; key_id: string }): void {
-    if (s.alg !== "ed25519") throw invalidSignature(`algorithm ${JSON.stringify(s.alg)} is not accepted; use ed25519`);
-    const missing = REQUIRED_SIGNED_HEADERS.filter((h) => !s.signed_headers.includes(h));
-    if (missing.length) throw invalidSignature(`the signature must cover ${missing.join(", ")} (signed_headers)`);
-    if (!s.signed_body) throw invalidSignature("the signature must cover the body (signed_body: true)");
-  }
+/** What every accepted signature must cover (docs/agent.md, signing profile). */
+export function checkProfile(s: { alg: string; signed_headers: string[]; signed_body: boolean; key_id: string }, alg = "ed25519"): void {
+  if (s.alg !== alg) throw invalidSignature(`algorithm ${JSON.stringify(s.alg)} is not accepted; use ${alg}`);
+  const missing = REQUIRED_SIGNED_HEADERS.filter((h) => !s.signed_headers.includes(h));
+  if (missing.length) throw invalidSignature(`the signature must cover ${missing.join(", ")} (signed_headers)`);
+  if (!s.signed_body) throw invalidSignature("the signature must cover the body (signed_body: true)");
 }

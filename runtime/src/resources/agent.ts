@@ -67,6 +67,22 @@ export const AgentSpec = z.object({
       replayWindow: Duration.default("48h").describe(
         "Messages are deduplicated for this long and older ones are refused; must cover the senders' 24h retry window",
       ),
+      minAuthLevel: z
+        .number()
+        .int()
+        .min(0)
+        .max(3)
+        .optional()
+        .describe(
+          "Lowest IFP-5 authentication level accepted (0 introduction token, 1 key found by lookup, 2 key from spec.peers or an https agent id's identity document, 3 did:key); default 1, or 0 when introductionTokens is set",
+        ),
+      introductionTokens: z
+        .object({
+          secretName: z.string().min(1).describe("Secret holding the introduction tokens, one per line"),
+          key: z.string().min(1).default("tokens").describe("Key of the Secret that holds them"),
+        })
+        .optional()
+        .describe("Shared introduction tokens (IFP-5 level 0): messages signed hmac-sha256 with one of them are accepted at level 0"),
     })
     .prefault({}),
   relay: AgentRelay.optional(),

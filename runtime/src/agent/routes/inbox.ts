@@ -3,20 +3,21 @@ import type { FastifyReply } from "fastify";
 import { z } from "zod";
 import { badRequest, rateLimited } from "../../protocol/errors.ts";
 import { Message } from "../../protocol/message.ts";
-import type { Verifier } from "../../protocol/verify.ts";
+import type { MessageVerifier } from "../../protocol/verify.ts";
 import type { Agent } from "../../resources/agent.ts";
 import { parseDuration } from "../../resources/common.ts";
 import type { RuntimeMetrics } from "../../server/metrics.ts";
 import { RateLimiter } from "../../server/ratelimit.ts";
 import { asSent } from "../../server/validation.ts";
-import { acceptVerified, type OnAccepted } from "../accept.ts";
+import { acceptVerified, type AcceptStore, type OnAccepted } from "../accept.ts";
 import { WELL_KNOWN, WELL_KNOWN_IFP } from "../documents.ts";
-import type { InboxStore } from "../store.ts";
+import type { ConversationLevels } from "../identity-levels.ts";
 
 export interface InboxRouteDeps {
   agent: Agent;
-  verifier: Verifier;
-  store: Pick<InboxStore, "accept">;
+  verifier: MessageVerifier;
+  store: AcceptStore;
+  levels?: Pick<ConversationLevels, "check">;
   onAccepted?: OnAccepted;
   metrics: RuntimeMetrics;
   now: () => number;
@@ -67,12 +68,12 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         // Cheap per-address limit before the costly signature check.
         const byAddress = perAddress.take(req.ip);
         if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${req.ip}`);
-        const verified = verifier.verify(message, spec.inbox.requireSignature);
+        const verified = await verifier.verify(message, spec.inbox.requireSignature, { address: req.ip });
         const bySender = perSender.take(verified.signer ?? `unsigned:${h.from.agent}`);
         if (!bySender.ok) {
           throw rateLimited(bySender.retryAfterSeconds, `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`);
         }
-        const { duplicate } = await acceptVerified({ agent, store: deps.store, onAccepted: deps.onAccepted }, message, message, verified);
+        const { duplicate } = await acceptVerified({ agent, store: deps.store, onAccepted: deps.onAccepted, levels: deps.levels }, message, message, verified);
         reply.outcome = duplicate ? "duplicate" : "accepted";
         return reply.code(202).type("application/json; charset=utf-8").send({ status: "accepted", message_id: h.message_id });
       },
