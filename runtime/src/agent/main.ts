@@ -45,6 +45,8 @@ export interface AgentOptions {
   kubeconfig?: string;
   /** Overrides spec.localApi.port (0 picks a free port). */
   localApiPort?: number;
+  /** Proxies (IPs or CIDR blocks) whose X-Forwarded-For is believed for per-address limits. */
+  trustedProxies?: string[];
   logger?: Logger;
 }
 
@@ -169,6 +171,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     metrics,
     logger: log,
     tls: readTls(tlsFiles),
+    trustedProxies: opts.trustedProxies,
     ready: () => ready && nats.isConnected,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));

@@ -1,15 +1,18 @@
 import { parseArgs } from "node:util";
 import pino from "pino";
 import { startAgent } from "../agent/main.ts";
+import { parseTrustedProxies } from "../server/http.ts";
 import { errorMessage } from "../util/errors.ts";
 
 const USAGE = `usage:
   ifp-runtime agent --manifest FILE --port N --tls-cert FILE --tls-key FILE --signing-key FILE --nats URL
   ifp-runtime relay --manifest FILE --port N --tls-cert FILE --tls-key FILE --nats URL [--ca-file FILE]
+                    [--trusted-proxies CIDRS]
 
 Every flag may also be given as an environment variable: IFP_MANIFEST, IFP_PORT, IFP_HOST,
 IFP_TLS_CERT, IFP_TLS_KEY, IFP_SIGNING_KEY, IFP_NATS_URL, IFP_NATS_CREDS, IFP_NATS_USER,
-IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_LOG_LEVEL.
+IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_TRUSTED_PROXIES,
+IFP_LOG_LEVEL.
 
   --manifest FILE     the Agent or Relay resource (YAML or JSON), as kubectl apply takes it
   --port N            HTTPS port (default 8443)
@@ -23,6 +26,9 @@ IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PO
                       the handler and notify webhooks (agent mode); push webhooks (relay mode)
   --kubeconfig FILE   kubeconfig for Kubernetes Events outside a pod (in a pod: its service account)
   --local-api-port N  overrides spec.localApi.port (agent mode; loopback only)
+  --trusted-proxies CIDRS
+                      comma separated IPs or CIDR blocks of the proxies in front of the runtime:
+                      only from these is X-Forwarded-For believed, for per-address limits
 `;
 
 const OPTIONS = {
@@ -40,6 +46,7 @@ const OPTIONS = {
   "ca-file": { type: "string", env: "IFP_CA_FILE" },
   kubeconfig: { type: "string", env: "IFP_KUBECONFIG" },
   "local-api-port": { type: "string", env: "IFP_LOCAL_API_PORT" },
+  "trusted-proxies": { type: "string", env: "IFP_TRUSTED_PROXIES" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
   help: { type: "boolean", short: "h" },
 } as const;
@@ -78,6 +85,14 @@ function port(flags: Flags): number {
   return n;
 }
 
+function trustedProxies(flags: Flags): string[] {
+  try {
+    return parseTrustedProxies(flags["trusted-proxies"]);
+  } catch (err) {
+    throw new UsageError(errorMessage(err));
+  }
+}
+
 export async function main(argv = process.argv.slice(2)): Promise<void> {
   let parsed: ReturnType<typeof readFlags>;
   try {
@@ -108,6 +123,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
         pass: flags["nats-password"],
         token: flags["nats-token"],
       },
+      trustedProxies: trustedProxies(flags),
       logger,
     };
     let running: { close(): Promise<void> };
