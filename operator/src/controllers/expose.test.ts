@@ -67,7 +67,7 @@ describe("baseUrl defaulting", () => {
     [undefined, { ingress: { host: "a.example.com" }, gateway: gw("terminate") }, "https://a.example.com"],
     [undefined, { service: { type: "LoadBalancer" } }, undefined],
   ])("baseUrl %s with expose %j → %s", (given, e, want) => {
-    expect(defaultBaseUrl(given, e ? expose(e) : undefined)).toBe(want);
+    expect(defaultBaseUrl(given as string | undefined, e ? expose(e) : undefined)).toBe(want);
   });
 
   it("advertises the exposed host in the agent's manifest and status endpoint", () => {
@@ -75,8 +75,8 @@ describe("baseUrl defaulting", () => {
     const agent: AgentResource = { ...a, metadata: meta };
     expect(agentEndpoint(agent)).toBe("https://alice.example.com");
     const children = desiredAgentChildren(agent, { settings: { runtimeImage: "i", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n" }, signing: { secretName: "s", created: "", publicKey: "k" }, tlsSecret: "t" });
-    const cm = children.find((c) => c.kind === "ConfigMap") as { data: Record<string, string> };
-    expect(parse(cm.data["manifest.yaml"]).spec.baseUrl).toBe("https://alice.example.com");
+    const cm = children.find((c) => c.kind === "ConfigMap") as unknown as { data: Record<string, string> };
+    expect(parse(cm.data["manifest.yaml"]!).spec.baseUrl).toBe("https://alice.example.com");
   });
 
   it("lists every exposed host for the serving certificate", () => {

@@ -122,11 +122,15 @@ export function resource<K extends string, S extends z.ZodType>(kind: K, spec: S
  * A DNS name as a host header carries it: lower-case labels of letters, digits and '-', no
  * scheme, port, path or wildcard (it becomes the default https base URL).
  */
+const DNS_NAME = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$";
+const DNS_NAME_MESSAGE = "must be a DNS name such as agent.example.com (lower case; no scheme, port, path or wildcard)";
 export const DnsName = z
   .string()
   .min(1)
   .max(253)
-  .regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$/, "must be a DNS name such as agent.example.com (lower case; no scheme, port, path or wildcard)");
+  // A CEL rule rather than a pattern, so that the API server answers with the message.
+  .refine((s) => new RegExp(DNS_NAME).test(s), DNS_NAME_MESSAGE)
+  .meta(cel({ rule: `self.matches('${DNS_NAME.replaceAll("\\", "\\\\")}')`, message: DNS_NAME_MESSAGE }));
 
 /** An IP address or a CIDR block ("10.0.0.0/8", "2001:db8::/32", "192.0.2.7"). */
 export function isCidrOrIp(text: string): boolean {
