@@ -164,10 +164,10 @@ describe("spec.expose.ingress", () => {
       new X509Certificate(Buffer.from(get("secret", "ing-tls").data["tls.crt"], "base64")).subjectAltName?.includes("DNS:www.example.com"),
     );
 
-    // A hand edit of a field the operator owns is undone.
+    // The Ingress is watched (in the operator's cache), and a hand edit of a field it owns is undone.
+    await until("the Ingress in the operator's cache", () => manager.caches.get("Ingress", NS, "ing")?.metadata?.resourceVersion === get("ingress", "ing").metadata.resourceVersion);
     cp.kubectl(["-n", NS, "patch", "ingress", "ing", "--type=merge", "-p", JSON.stringify({ spec: { rules: [{ host: "evil.example.com", http: ing.spec.rules[0].http }] } })]);
-    poke("agent", "ing");
-    await until("the hand edit undone", () => get("ingress", "ing")?.spec.rules[0].host === "www.example.com");
+    await until("the hand edit undone", () => get("ingress", "ing")?.spec.rules[0].host === "www.example.com", 10_000);
 
     await settled("ing", "");
     await until("the Ingress deleted", () => get("ingress", "ing") === undefined);

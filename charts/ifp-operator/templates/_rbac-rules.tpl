@@ -2,8 +2,8 @@
 What the operator may do, and no more: read and write its own resources and their status,
 manage the children it creates (ConfigMaps, Secrets, Services, Deployments, ServiceAccounts,
 RoleBindings for the runtimes' Events, cert-manager Certificates, the Ingresses and Gateway API
-routes of spec.expose), and record Events. Ingresses and routes are not watched: read, applied and
-deleted by name only; the routes are listed (one item) to learn which versions the API serves.
+routes of spec.expose), and record Events. The Gateway API routes are not watched (their CRDs may be
+absent): read, applied and deleted by name, and listed (one item) to learn which versions are served.
 */}}
 {{- define "ifp-operator.rules" -}}
 - apiGroups: [ifp.dev]
@@ -29,7 +29,7 @@ deleted by name only; the routes are listed (one item) to learn which versions t
   verbs: [get, list, watch, create, update, patch, delete]
 - apiGroups: [networking.k8s.io]
   resources: [ingresses]
-  verbs: [get, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [gateway.networking.k8s.io]
   resources: [tlsroutes, httproutes, backendtlspolicies]
   verbs: [get, list, create, patch, delete]
