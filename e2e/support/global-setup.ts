@@ -13,7 +13,7 @@ import { processStartTime } from "./process.ts";
  * (a worker that crashed or was killed never ran its hooks) and lists what it left on disk.
  */
 export default function setup(): () => void {
-  const tools = (process.env.IFP_TEST_TOOLS ?? "nats-server,etcd,kubernetes,helm,kube-score,kwok").split(",").filter(Boolean);
+  const tools = (process.env.IFP_TEST_TOOLS ?? "nats-server,etcd,kubernetes,helm,kube-score,kwok,gateway-api").split(",").filter(Boolean);
   for (const t of tools) ensureTool(t);
   const runDir = mkdtempSync(join(tmpdir(), "ifp-test-run-"));
   process.env.IFP_TEST_RUN_DIR = runDir;

@@ -6,7 +6,7 @@
 //   npm run tools -- nats-server  only the named tools
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -14,6 +14,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 export const KUBERNETES_VERSION = "v1.34.4";
 const ETCD_VERSION = "v3.6.16";
 const COREDNS_VERSION = "v1.14.7";
+export const GATEWAY_API_VERSION = "v1.6.3";
 const PAUSE_SOURCE = fileURLToPath(new URL("../node/pause/main.go", import.meta.url));
 
 function pauseSourceHash(): string {
@@ -163,6 +164,29 @@ function etcdReplaces(modFile: string): string[] {
   );
 }
 
+/**
+ * The Gateway API's CRDs (gateway.networking.k8s.io only) of both release channels, from the
+ * module's config/crd/ as the Go module proxy serves it: one YAML stream per channel.
+ */
+function gatewayApiCrds(version: string): ToolSpec["build"] {
+  return (outDir, workDir) => {
+    const res = spawnSync("go", ["mod", "download", "-json", `sigs.k8s.io/gateway-api@${version}`], {
+      cwd: workDir,
+      encoding: "utf8",
+      env: { ...process.env, GOFLAGS: "-mod=mod", GOTOOLCHAIN: "local" },
+    });
+    if (res.error) throw new Error(`go could not start: ${res.error.message}`);
+    const info = JSON.parse(res.stdout || "{}") as { Dir?: string; Error?: string };
+    if (res.status !== 0 || !info.Dir) throw new Error(`go mod download sigs.k8s.io/gateway-api@${version} failed: ${info.Error ?? res.stderr}`);
+    for (const channel of ["standard", "experimental"]) {
+      const dir = join(info.Dir, "config", "crd", channel);
+      const files = readdirSync(dir).filter((f) => f.startsWith("gateway.networking.k8s.io_") && f.endsWith(".yaml") && !f.includes("_vap_")).sort();
+      if (!files.length) throw new Error(`no CRDs in ${dir}`);
+      writeFileSync(join(outDir, `${channel}-install.yaml`), files.map((f) => readFileSync(join(dir, f), "utf8").replace(/^---\n/, "")).join("\n---\n"));
+    }
+  };
+}
+
 export const TOOLS: Record<string, ToolSpec> = {
   "nats-server": {
     key: "nats-server-v2.12.15",
@@ -238,6 +262,12 @@ export const TOOLS: Record<string, ToolSpec> = {
     key: "kube-score-v1.20.0",
     binaries: ["kube-score"],
     build: goInstall("github.com/zegl/kube-score/cmd/kube-score", "v1.20.0", "-s -w"),
+  },
+  // Not a binary: the Gateway API's CRD manifests, for the operator's tests of spec.expose.gateway.
+  "gateway-api": {
+    key: `gateway-api-${GATEWAY_API_VERSION}`,
+    binaries: ["standard-install.yaml", "experimental-install.yaml"],
+    build: gatewayApiCrds(GATEWAY_API_VERSION),
   },
   kind: {
     key: "kind-v0.33.0",

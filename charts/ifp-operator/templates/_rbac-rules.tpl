@@ -1,7 +1,9 @@
 {{/*
 What the operator may do, and no more: read and write its own resources and their status,
 manage the children it creates (ConfigMaps, Secrets, Services, Deployments, ServiceAccounts,
-RoleBindings for the runtimes' Events, cert-manager Certificates), and record Events.
+RoleBindings for the runtimes' Events, cert-manager Certificates, the Ingresses and Gateway API
+routes of spec.expose), and record Events. The Gateway API routes are not watched (their CRDs may be
+absent): read, applied and deleted by name, and listed (one item) to learn which versions are served.
 */}}
 {{- define "ifp-operator.rules" -}}
 - apiGroups: [ifp.dev]
@@ -25,6 +27,12 @@ RoleBindings for the runtimes' Events, cert-manager Certificates), and record Ev
 - apiGroups: [cert-manager.io]
   resources: [certificates]
   verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [networking.k8s.io]
+  resources: [ingresses]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [tlsroutes, httproutes, backendtlspolicies]
+  verbs: [get, list, create, patch, delete]
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]

@@ -144,6 +144,8 @@ export function runtimeDeployment(opts: {
   configHash: string;
   /** The resource's spec.deployment: the user's containers and pod settings (pod.ts). */
   pod?: DeploymentSettings;
+  /** spec.expose.trustedProxies: proxies whose X-Forwarded-For the runtime believes. */
+  trustedProxies?: string[];
 }): V1Deployment {
   const { owner, settings } = opts;
   const n = childNames(owner.metadata.name);
@@ -156,6 +158,7 @@ export function runtimeDeployment(opts: {
     `--nats=${settings.natsUrl}`,
   ];
   if (opts.signingSecret) args.push("--signing-key=/etc/ifp/signing/signing.key");
+  if (opts.trustedProxies?.length) args.push(`--trusted-proxies=${opts.trustedProxies.join(",")}`);
   const env: V1EnvVar[] = [{ name: "IFP_LOG_LEVEL", value: "info" }];
   const mounts: V1VolumeMount[] = [
     { name: "manifest", mountPath: "/etc/ifp/manifest", readOnly: true },

@@ -1,9 +1,9 @@
-import { AppsV1Api, CoreV1Api, CustomObjectsApi, RbacAuthorizationV1Api, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
+import { AppsV1Api, CoreV1Api, CustomObjectsApi, NetworkingV1Api, RbacAuthorizationV1Api, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { ResilientInformer } from "./informer.ts";
 import { MANAGED_SELECTOR } from "./metadata.ts";
 
-export type CachedKind = "Agent" | "Relay" | "Deployment" | "Service" | "ConfigMap" | "Secret" | "ServiceAccount" | "Role" | "RoleBinding";
+export type CachedKind = "Agent" | "Relay" | "Deployment" | "Service" | "ConfigMap" | "Secret" | "ServiceAccount" | "Role" | "RoleBinding" | "Ingress";
 
 type Lister = (ns: string | undefined, labelSelector: string | undefined) => Promise<KubernetesListObject<KubernetesObject>>;
 
@@ -18,6 +18,7 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
   const core = kc.makeApiClient(CoreV1Api);
   const apps = kc.makeApiClient(AppsV1Api);
   const rbac = kc.makeApiClient(RbacAuthorizationV1Api);
+  const networking = kc.makeApiClient(NetworkingV1Api);
   const custom = kc.makeApiClient(CustomObjectsApi);
   const crd = (plural: string): KindInfo => ({
     path: (ns) => (ns ? `/apis/ifp.dev/v1alpha1/namespaces/${ns}/${plural}` : `/apis/ifp.dev/v1alpha1/${plural}`),
@@ -53,6 +54,8 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
     ServiceAccount: native("/api/v1", "serviceaccounts", (l) => core.listServiceAccountForAllNamespaces({ labelSelector: l }), (n, l) => core.listNamespacedServiceAccount({ namespace: n, labelSelector: l })),
     Role: native("/apis/rbac.authorization.k8s.io/v1", "roles", (l) => rbac.listRoleForAllNamespaces({ labelSelector: l }), (n, l) => rbac.listNamespacedRole({ namespace: n, labelSelector: l })),
     RoleBinding: native("/apis/rbac.authorization.k8s.io/v1", "rolebindings", (l) => rbac.listRoleBindingForAllNamespaces({ labelSelector: l }), (n, l) => rbac.listNamespacedRoleBinding({ namespace: n, labelSelector: l })),
+    // spec.expose.ingress; the Gateway API's routes are not watched (their CRDs may be absent).
+    Ingress: native("/apis/networking.k8s.io/v1", "ingresses", (l) => networking.listIngressForAllNamespaces({ labelSelector: l }), (n, l) => networking.listNamespacedIngress({ namespace: n, labelSelector: l })),
   };
 }
 

@@ -69,6 +69,17 @@ export class Kube {
     return out;
   }
 
+  /** Delete a child that is no longer wanted; one already gone is fine. */
+  async remove(obj: KubernetesObject): Promise<void> {
+    this.onWrite("delete", obj.kind ?? "?");
+    try {
+      await this.objects.delete({ apiVersion: obj.apiVersion, kind: obj.kind, metadata: { name: obj.metadata?.name, namespace: obj.metadata?.namespace } });
+      this.log.info(ref(obj), `Deleted ${obj.kind}`);
+    } catch (err) {
+      if (!isStatus(err, 404)) throw err;
+    }
+  }
+
   /** PUT /status of one of our custom resources. */
   async replaceStatus(plural: string, obj: KubernetesObject & { status?: unknown }): Promise<void> {
     this.onWrite("status", obj.kind ?? "?");

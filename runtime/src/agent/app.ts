@@ -27,6 +27,8 @@ export interface AgentAppDeps {
   metrics: RuntimeMetrics;
   logger: Logger;
   tls?: TlsMaterial;
+  /** Proxies whose X-Forwarded-For is believed (--trusted-proxies). */
+  trustedProxies?: string[];
   /** Readiness: NATS reached and streams in place. */
   ready: () => boolean;
   now?: () => number;
@@ -37,7 +39,7 @@ export interface AgentAppDeps {
 /** The agent's HTTPS endpoints (spec 4.1); buildAgentApp never listens. */
 export function buildAgentApp(deps: AgentAppDeps): FastifyInstance {
   const { agent, metrics } = deps;
-  const app = createServer({ tls: deps.tls, logger: deps.logger, bodyLimit: agent.spec.inbox.maxMessageBytes });
+  const app = createServer({ tls: deps.tls, logger: deps.logger, bodyLimit: agent.spec.inbox.maxMessageBytes, trustedProxies: deps.trustedProxies });
   registerProbes(app, deps.ready, metrics);
   app.register(documentRoutes, { documents: deps.documents });
   app.register(inboxRoutes, {

@@ -48,6 +48,8 @@ export interface AgentOptions {
   introductionSecretFile?: string;
   /** Overrides spec.localApi.port (0 picks a free port). */
   localApiPort?: number;
+  /** Proxies (IPs or CIDR blocks) whose X-Forwarded-For is believed for per-address limits. */
+  trustedProxies?: string[];
   logger?: Logger;
 }
 
@@ -182,6 +184,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     metrics,
     logger: log,
     tls: readTls(tlsFiles),
+    trustedProxies: opts.trustedProxies,
     ready: () => ready && nats.isConnected,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));

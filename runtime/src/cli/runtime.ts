@@ -1,16 +1,18 @@
 import { parseArgs } from "node:util";
 import pino from "pino";
 import { startAgent } from "../agent/main.ts";
+import { parseTrustedProxies } from "../server/http.ts";
 import { errorMessage } from "../util/errors.ts";
 
 const USAGE = `usage:
   ifp-runtime agent --manifest FILE --port N --tls-cert FILE --tls-key FILE --signing-key FILE --nats URL
   ifp-runtime relay --manifest FILE --port N --tls-cert FILE --tls-key FILE --nats URL [--ca-file FILE]
+                    [--trusted-proxies CIDRS]
 
 Every flag may also be given as an environment variable: IFP_MANIFEST, IFP_PORT, IFP_HOST,
 IFP_TLS_CERT, IFP_TLS_KEY, IFP_SIGNING_KEY, IFP_NATS_URL, IFP_NATS_CREDS, IFP_NATS_USER,
-IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_LOG_LEVEL,
-IFP_INTRODUCTION_SECRET_FILE.
+IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_TRUSTED_PROXIES,
+IFP_INTRODUCTION_SECRET_FILE, IFP_LOG_LEVEL.
 
   --manifest FILE     the Agent or Relay resource (YAML or JSON), as kubectl apply takes it
   --port N            HTTPS port (default 8443)
@@ -27,6 +29,9 @@ IFP_INTRODUCTION_SECRET_FILE.
   --introduction-secret-file FILE
                       introduction tokens accepted at IFP-5 level 0, one per line: the mounted
                       spec.inbox.introductionTokens Secret key (agent mode)
+  --trusted-proxies CIDRS
+                      comma separated IPs or CIDR blocks of the proxies in front of the runtime:
+                      only from these is X-Forwarded-For believed, for per-address limits
 `;
 
 const OPTIONS = {
@@ -45,6 +50,7 @@ const OPTIONS = {
   kubeconfig: { type: "string", env: "IFP_KUBECONFIG" },
   "local-api-port": { type: "string", env: "IFP_LOCAL_API_PORT" },
   "introduction-secret-file": { type: "string", env: "IFP_INTRODUCTION_SECRET_FILE" },
+  "trusted-proxies": { type: "string", env: "IFP_TRUSTED_PROXIES" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
   help: { type: "boolean", short: "h" },
 } as const;
@@ -83,6 +89,14 @@ function port(flags: Flags): number {
   return n;
 }
 
+function trustedProxies(flags: Flags): string[] {
+  try {
+    return parseTrustedProxies(flags["trusted-proxies"]);
+  } catch (err) {
+    throw new UsageError(errorMessage(err));
+  }
+}
+
 export async function main(argv = process.argv.slice(2)): Promise<void> {
   let parsed: ReturnType<typeof readFlags>;
   try {
@@ -113,6 +127,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
         pass: flags["nats-password"],
         token: flags["nats-token"],
       },
+      trustedProxies: trustedProxies(flags),
       logger,
     };
     let running: { close(): Promise<void> };

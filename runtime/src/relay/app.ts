@@ -29,6 +29,8 @@ export interface RelayAppDeps {
   metrics: RuntimeMetrics;
   logger: Logger;
   tls?: TlsMaterial;
+  /** Proxies whose X-Forwarded-For is believed (--trusted-proxies). */
+  trustedProxies?: string[];
   ready: () => boolean;
   now?: () => number;
 }
@@ -41,7 +43,7 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
   const { relay, mailboxes, subs, metrics } = deps;
   const spec = relay.spec;
   const now = deps.now ?? Date.now;
-  const app = createServer({ tls: deps.tls, logger: deps.logger, bodyLimit: spec.limits.maxMessageBytes });
+  const app = createServer({ tls: deps.tls, logger: deps.logger, bodyLimit: spec.limits.maxMessageBytes, trustedProxies: deps.trustedProxies });
   registerProbes(app, deps.ready, metrics);
   const authenticate = relayAuthenticator({
     verifier: deps.verifier,

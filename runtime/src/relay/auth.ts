@@ -1,13 +1,15 @@
 import type { IncomingHttpHeaders } from "node:http";
 import type { FastifyInstance } from "fastify";
-import { RateLimiter } from "../server/ratelimit.ts";
+import { clientAddress, RateLimiter } from "../server/ratelimit.ts";
 import { rateLimited } from "../protocol/errors.ts";
 import { verifyRequest } from "../protocol/http-signatures.ts";
 import type { Verifier } from "../protocol/verify.ts";
 
 export interface RequestToAuthenticate {
-  /** Client address, for the limit checked before the signature. */
+  /** Client address, for the limit checked before the signature (through trusted proxies only). */
   ip: string;
+  /** The peer's own address, when `ip` is not an address. */
+  socket?: { remoteAddress?: string };
   method: string;
   /** The request target as received (path and query). */
   url: string;
@@ -37,8 +39,9 @@ export function relayAuthenticator(opts: { verifier: Verifier; perAddressPerMinu
   const perAddress = new RateLimiter(opts.perAddressPerMinute, { now });
   const perAgent = new RateLimiter(opts.perAgentPerMinute, { now });
   return async (req: RequestToAuthenticate): Promise<string> => {
-    const byAddress = perAddress.take(req.ip);
-    if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${req.ip}`);
+    const address = clientAddress(req);
+    const byAddress = perAddress.take(address);
+    if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${address}`);
     const { agentId } = await verifyRequest(
       { method: req.method, url: absoluteUrl(req.url, req.host), headers: req.headers, body: req.body },
       (agent, keyId) => opts.verifier.key(agent, keyId),
@@ -74,6 +77,6 @@ export function requireSignedRequests(scope: FastifyInstance, authenticate: Rela
     json(req, (body as Buffer).toString("utf8"), done);
   });
   scope.addHook("preValidation", async (req) => {
-    req.agent = await authenticate({ ip: req.ip, method: req.method, url: req.url, host: req.host, headers: req.headers, body: req.rawBody ?? undefined });
+    req.agent = await authenticate({ ip: req.ip, socket: req.socket, method: req.method, url: req.url, host: req.host, headers: req.headers, body: req.rawBody ?? undefined });
   });
 }

@@ -25,6 +25,8 @@ export interface RelayOptions {
   nats: Omit<NatsOptions, "name">;
   /** Extra CA certificates (PEM) trusted for webhook push; defaults to $IFP_CA_FILE. */
   caFile?: string;
+  /** Proxies (IPs or CIDR blocks) whose X-Forwarded-For is believed for per-address limits. */
+  trustedProxies?: string[];
   logger?: Logger;
 }
 
@@ -86,6 +88,7 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
     metrics,
     logger: log,
     tls: readTls(tlsFiles),
+    trustedProxies: opts.trustedProxies,
     ready: () => ready && nats.isConnected,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));

@@ -1,6 +1,5 @@
 import { z } from "zod";
-import { AgentId, cel, Duration, HttpsUrl, HttpUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
-import { DeploymentSettings } from "./common.ts";
+import { AgentId, cel, DeploymentSettings, Duration, ExposeSpec, HttpsUrl, HttpUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
 
 export const CAPABILITY_NAME_RE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 
@@ -35,7 +34,7 @@ export const AgentSpec = z.object({
   ),
   displayName: z.string().min(1).optional(),
   baseUrl: HttpsUrl.optional()
-    .describe("Public https base URL advertised in the identity document; defaults to the request's host"),
+    .describe("Public https base URL advertised in the identity document; defaults to https://<spec.expose host>, else the request's host"),
   capabilities: z.array(CapabilitySpec).default([]),
   peers: z
     .array(
@@ -127,6 +126,7 @@ export const AgentSpec = z.object({
     .prefault({}),
   tls: TlsSpec.optional(),
   deployment: DeploymentSettings.optional(),
+  expose: ExposeSpec.optional().describe("How the agent is reached from outside the cluster"),
   replicas: z.number().int().min(0).max(100).default(1),
   image: z.string().min(1).optional(),
 });

@@ -1,3 +1,4 @@
+import { isIP } from "node:net";
 import { z } from "zod";
 
 export const GROUP = "ifp.dev";
@@ -273,4 +274,103 @@ export function resource<K extends string, S extends z.ZodType>(kind: K, spec: S
       spec,
     })
     .meta(cel(RESOURCE_NAME_RULE));
+}
+
+/**
+ * A DNS name as a host header carries it: lower-case labels of letters, digits and '-', no
+ * scheme, port, path or wildcard (it becomes the default https base URL).
+ */
+const DNS_NAME = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$";
+const DNS_NAME_MESSAGE = "must be a DNS name such as agent.example.com (lower case; no scheme, port, path or wildcard)";
+export const DnsName = z
+  .string()
+  .min(1)
+  .max(253)
+  // A CEL rule rather than a pattern, so that the API server answers with the message.
+  .refine((s) => new RegExp(DNS_NAME).test(s), DNS_NAME_MESSAGE)
+  .meta(cel({ rule: `self.matches('${DNS_NAME.replaceAll("\\", "\\\\")}')`, message: DNS_NAME_MESSAGE }));
+
+/** An IP address or a CIDR block ("10.0.0.0/8", "2001:db8::/32", "192.0.2.7"). */
+export function isCidrOrIp(text: string): boolean {
+  const [addr, bits, ...rest] = text.split("/");
+  if (rest.length || !addr) return false;
+  const family = isIP(addr);
+  if (!family) return false;
+  if (bits === undefined) return true;
+  if (!/^\d{1,3}$/.test(bits)) return false;
+  return Number(bits) <= (family === 4 ? 32 : 128);
+}
+
+const Cidr = z
+  .string()
+  .max(64)
+  .refine(isCidrOrIp, "must be an IP address or a CIDR block such as 10.0.0.0/8")
+  .meta(cel({ rule: "isCIDR(self) || isIP(self)", message: "must be an IP address or a CIDR block such as 10.0.0.0/8" }));
+
+/** Annotations the user adds to a child; the project's own prefix is kept for the operator. */
+const ChildAnnotations = z
+  .record(z.string().max(317), z.string())
+  .refine((a) => Object.keys(a).every((k) => !k.startsWith("ifp.dev/")), "annotations under ifp.dev/ belong to the operator")
+  .meta(cel({ rule: "self.all(k, !k.startsWith('ifp.dev/'))", message: "annotations under ifp.dev/ belong to the operator" }));
+
+/** spec.expose: how the runtime is reached from outside the cluster (docs/exposure.md). */
+export const ExposeSpec = z.object({
+  service: z
+    .object({
+      type: z.enum(["ClusterIP", "NodePort", "LoadBalancer"]).default("ClusterIP"),
+      annotations: ChildAnnotations.optional().describe("Added to the Service, e.g. a cloud load balancer's settings"),
+      loadBalancerClass: z.string().min(1).max(253).optional().describe("Only with type LoadBalancer; cannot change once set"),
+      externalTrafficPolicy: z.enum(["Cluster", "Local"]).optional().describe("Local keeps the client's source address (NodePort and LoadBalancer)"),
+    })
+    .meta(cel(
+      { rule: "!has(self.loadBalancerClass) || self.type == 'LoadBalancer'", message: "spec.expose.service.loadBalancerClass needs type LoadBalancer" },
+      { rule: "!has(self.externalTrafficPolicy) || self.type != 'ClusterIP'", message: "spec.expose.service.externalTrafficPolicy needs type NodePort or LoadBalancer" },
+    ))
+    .optional()
+    .describe("The runtime's Service (always created, port https 443)"),
+  ingress: z
+    .object({
+      className: z.string().min(1).max(253).optional().describe("spec.ingressClassName of the Ingress"),
+      host: DnsName.describe("The public host name; spec.baseUrl defaults to https://<host>"),
+      annotations: ChildAnnotations.optional().describe("Added to the Ingress: the controller's settings, e.g. that the backend speaks HTTPS"),
+      tlsSecretName: z.string().min(1).max(253).optional().describe("Secret the ingress controller terminates TLS with for host; omit for passthrough or the controller's default certificate"),
+    })
+    .optional()
+    .describe("An Ingress (networking.k8s.io/v1) to the Service's https port"),
+  gateway: z
+    .object({
+      parentRefs: z
+        .array(z.object({
+          name: z.string().min(1).max(253),
+          namespace: z.string().min(1).max(63).optional(),
+          sectionName: z.string().min(1).max(253).optional(),
+        }))
+        .min(1)
+        .max(32)
+        .describe("The Gateways (and listeners) the route attaches to"),
+      hostname: DnsName.describe("The public host name; spec.baseUrl defaults to https://<hostname> unless ingress.host is set"),
+      mode: z.enum(["passthrough", "terminate"]).describe(
+        "passthrough: a TLSRoute, the runtime terminates TLS; terminate: an HTTPRoute and a BackendTLSPolicy, the Gateway re-encrypts to the runtime",
+      ),
+    })
+    .optional()
+    .describe("A Gateway API route (needs the Gateway API CRDs)"),
+  trustedProxies: z
+    .array(Cidr)
+    .max(64)
+    .optional()
+    .describe("Addresses (CIDR blocks) of proxies in front of the runtime whose X-Forwarded-For is believed for per-address limits"),
+});
+export type ExposeSpec = z.infer<typeof ExposeSpec>;
+
+/** The public host spec.expose gives the runtime: the Ingress's, else the Gateway route's. */
+export function exposedHost(expose: { ingress?: { host: string }; gateway?: { hostname: string } } | undefined): string | undefined {
+  return expose?.ingress?.host ?? expose?.gateway?.hostname;
+}
+
+/** The https base URL: the one given, else https://<exposed host>, else undefined. */
+export function defaultBaseUrl(given: string | undefined, expose: Parameters<typeof exposedHost>[0]): string | undefined {
+  if (given) return given;
+  const host = exposedHost(expose);
+  return host ? `https://${host}` : undefined;
 }

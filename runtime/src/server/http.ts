@@ -2,6 +2,7 @@ import { validatorCompiler } from "@fastify/type-provider-zod";
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import type { Logger } from "pino";
 import { ProtocolError, type ErrorCode } from "../protocol/errors.ts";
+import { isCidrOrIp } from "../resources/common.ts";
 import { invalidRequest } from "./validation.ts";
 
 declare module "fastify" {
@@ -22,6 +23,22 @@ export interface ServerOptions {
   logger: Logger;
   /** Default body limit for routes that do not set their own. */
   bodyLimit?: number;
+  /**
+   * Addresses (IPs or CIDR blocks) of the proxies in front of the runtime. Only a request whose
+   * peer is one of them has its X-Forwarded-For (and X-Forwarded-Host, -Proto) believed:
+   * request.ip is then the nearest address in the chain that is not a trusted proxy. Empty or
+   * absent: the peer's address, whatever the headers say.
+   */
+  trustedProxies?: string[];
+}
+
+/** The --trusted-proxies flag: comma separated IPs or CIDR blocks; throws on anything else. */
+export function parseTrustedProxies(text: string | undefined): string[] {
+  if (text === undefined) return [];
+  const list = text.split(",").map((s) => s.trim()).filter(Boolean);
+  const bad = list.filter((s) => !isCidrOrIp(s));
+  if (bad.length) throw new Error(`--trusted-proxies takes IP addresses or CIDR blocks such as 10.0.0.0/8, not ${bad.map((b) => JSON.stringify(b)).join(", ")}`);
+  return list;
 }
 
 /**
@@ -36,6 +53,8 @@ export function createServer(opts: ServerOptions): FastifyInstance {
     return503OnClosing: true,
     forceCloseConnections: "idle",
     requestTimeout: 30_000,
+    // Never `true`: a client's own X-Forwarded-For would pick its rate-limit bucket.
+    trustProxy: opts.trustedProxies?.length ? [...opts.trustedProxies] : false,
     ...(opts.tls ? { https: { cert: opts.tls.cert, key: opts.tls.key, minVersion: "TLSv1.2" as const } } : {}),
   }) as unknown as FastifyInstance;
   jsonApi(app);

@@ -1,3 +1,5 @@
+import { isIP } from "node:net";
+
 /**
  * Token buckets keyed by sender (or client address): `perMinute` tokens, refilled evenly.
  * In memory, per process: each replica enforces the limit on what it receives.
@@ -66,4 +68,17 @@ export class RateLimiter {
       this.buckets.delete(k);
     }
   }
+}
+
+/**
+ * The key of a per-address limit: the address fastify resolved for the request (through
+ * trusted proxies only, see createServer's trustedProxies), IPv4-mapped IPv6 written as IPv4.
+ * When that is no address at all — a malformed X-Forwarded-For entry a trusted proxy passed
+ * on — the peer's own address is used, so that made-up values cannot open fresh buckets.
+ */
+export function clientAddress(req: { ip: string; socket?: { remoteAddress?: string } }): string {
+  const fold = (a: string) => (a.toLowerCase().startsWith("::ffff:") && isIP(a.slice(7)) === 4 ? a.slice(7) : a);
+  if (isIP(req.ip)) return fold(req.ip);
+  const peer = req.socket?.remoteAddress;
+  return peer && isIP(peer) ? fold(peer) : "unknown";
 }

@@ -3,8 +3,10 @@
 import type { KubernetesObject, V1ConfigMap, V1Role, V1RoleBinding } from "@kubernetes/client-node";
 import { ANNOTATIONS } from "../../../../runtime/src/contract/annotations.ts";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
+import { defaultBaseUrl, type ExposeSpec } from "../../../../runtime/src/resources/common.ts";
 import { hashOf } from "../../kube/metadata.ts";
-import { childMeta, childNames, renderManifest, runtimeDeployment, runtimeService, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
+import { exposureChildren, type ExposurePlanInput } from "../expose.ts";
+import { childMeta, childNames, renderManifest, runtimeDeployment, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
 
 export type AgentResource = Agent & { metadata: Owner["metadata"] };
 
@@ -13,6 +15,8 @@ export interface AgentInputs {
   /** The Secret with the signing key, when it was created, and its public half. */
   signing: { secretName: string; created: string; publicKey: string };
   tlsSecret: string;
+  /** The exposure children to render and the Gateway API versions served (default: all of spec.expose, newest versions). */
+  exposure?: ExposurePlanInput;
 }
 
 export function agentOwner(agent: { metadata: Owner["metadata"] }): Owner {
@@ -21,7 +25,10 @@ export function agentOwner(agent: { metadata: Owner["metadata"] }): Owner {
 
 /** The manifest the runtime reads, with the signing key's creation time for the identity document. */
 export function agentManifest(agent: AgentResource, signingCreated: string): string {
-  return renderManifest(agent, signingCreated ? { [ANNOTATIONS.signingKeyCreated]: signingCreated } : {});
+  // spec.baseUrl defaulted from spec.expose, so that the identity document advertises it.
+  const baseUrl = defaultBaseUrl(agent.spec.baseUrl, agent.spec.expose);
+  const rendered = baseUrl && !agent.spec.baseUrl ? { ...agent, spec: { ...agent.spec, baseUrl } } : agent;
+  return renderManifest(rendered, signingCreated ? { [ANNOTATIONS.signingKeyCreated]: signingCreated } : {});
 }
 
 /** The children of an Agent, in the order they are applied (the Deployment last). */
@@ -55,11 +62,13 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
     signingSecret: inputs.signing.secretName,
     // What the runtime reads only at start: the manifest and the signing key.
     configHash: hashOf({ manifest, signingKey: inputs.signing.publicKey }),
+    trustedProxies: agent.spec.expose?.trustedProxies,
   });
-  return [configMap, runtimeServiceAccount(owner, true), role, binding, runtimeService(owner), deployment];
+  const exposure = exposureChildren(owner, agent.spec.expose, inputs.exposure);
+  return [configMap, runtimeServiceAccount(owner, true), role, binding, ...exposure, deployment];
 }
 
-/** The URL peers reach the agent at: spec.baseUrl, else its Service inside the cluster. */
-export function agentEndpoint(agent: { metadata: Owner["metadata"]; spec: { baseUrl?: string } }): string {
-  return agent.spec.baseUrl ?? `https://${agent.metadata.name}.${agent.metadata.namespace}.svc`;
+/** The URL peers reach the agent at: spec.baseUrl, else https://<spec.expose host>, else its Service inside the cluster. */
+export function agentEndpoint(agent: { metadata: Owner["metadata"]; spec: { baseUrl?: string; expose?: ExposeSpec } }): string {
+  return defaultBaseUrl(agent.spec.baseUrl, agent.spec.expose) ?? `https://${agent.metadata.name}.${agent.metadata.namespace}.svc`;
 }

@@ -4,12 +4,15 @@ import type { V1Deployment, V1Secret } from "@kubernetes/client-node";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
 import { describeIssues } from "../../../../runtime/src/contract/issues.ts";
 import { Agent } from "../../../../runtime/src/resources/agent.ts";
+import { defaultBaseUrl } from "../../../../runtime/src/resources/common.ts";
 import { applyChildren } from "../../kube/apply.ts";
 import type { ReconcileResult } from "../../kube/controller.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
 import { invalidSpecConditions, isoSeconds, type Blocker } from "../conditions.ts";
 import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
+import { exposedHosts } from "../expose.ts";
+import { planExposure, pruneExposure } from "../expose-reconcile.ts";
 import { ensureTls } from "../tls.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { agentStatus } from "./status.ts";
@@ -27,15 +30,19 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
   const owner = agentOwner(agent);
   try {
     const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing.secretName);
-    const tls = await ensureTls(ctx.kube, ctx.caches, owner, agent.spec.tls, certificateDnsNames(owner, agent.spec.baseUrl, agent.spec.tls?.dnsNames));
+    const expose = agent.spec.expose;
+    const tls = await ensureTls(ctx.kube, ctx.caches, owner, agent.spec.tls, certificateDnsNames(owner, defaultBaseUrl(agent.spec.baseUrl, expose), [...(agent.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]));
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
     let applied: string[] = [...signing.applied, ...tls.applied];
+    const exposure = await planExposure(ctx.kube, namespace, expose);
     if (!("blocker" in signing)) {
-      const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName }));
+      const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
+      if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
+      const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName, exposure }));
       if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
-      applied = [...applied, ...changed];
+      applied = [...applied, ...pruned, ...changed];
     }
-    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : tls.blocker;
+    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (tls.blocker ?? exposure.blocker);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = agentStatus(agent, {
       applied,

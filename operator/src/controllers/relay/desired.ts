@@ -5,7 +5,8 @@ import type { KubernetesObject, V1ConfigMap } from "@kubernetes/client-node";
 import type { StreamConfig, StreamState } from "@nats-io/jetstream";
 import type { Relay } from "../../../../runtime/src/resources/relay.ts";
 import { hashOf } from "../../kube/metadata.ts";
-import { childMeta, childNames, renderManifest, runtimeDeployment, runtimeService, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
+import { exposureChildren, type ExposurePlanInput } from "../expose.ts";
+import { childMeta, childNames, renderManifest, runtimeDeployment, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
 
 export type RelayResource = Relay & { metadata: Owner["metadata"] };
 
@@ -17,7 +18,7 @@ export function relayOwner(relay: { metadata: Owner["metadata"] }): Owner {
 }
 
 /** The children of a Relay, in the order they are applied (the Deployment last). */
-export function desiredRelayChildren(relay: RelayResource, inputs: { settings: OperatorSettings; tlsSecret: string }): KubernetesObject[] {
+export function desiredRelayChildren(relay: RelayResource, inputs: { settings: OperatorSettings; tlsSecret: string; exposure?: ExposurePlanInput }): KubernetesObject[] {
   const owner = relayOwner(relay);
   const n = childNames(relay.metadata.name);
   const manifest = renderManifest(relay);
@@ -31,9 +32,10 @@ export function desiredRelayChildren(relay: RelayResource, inputs: { settings: O
     settings: inputs.settings,
     tlsSecret: inputs.tlsSecret,
     configHash: hashOf({ manifest }),
+    trustedProxies: relay.spec.expose?.trustedProxies,
   });
   // The relay runtime does not talk to the Kubernetes API: no token in its pods.
-  return [configMap, runtimeServiceAccount(owner, false), runtimeService(owner), deployment];
+  return [configMap, runtimeServiceAccount(owner, false), ...exposureChildren(owner, relay.spec.expose, inputs.exposure), deployment];
 }
 
 const hours = (ns: number) => `${Math.round((ns / 3.6e12) * 10) / 10}h`;

@@ -7,6 +7,8 @@ import { ensureStream, isNotFound, streamDrift } from "../../../../runtime/src/n
 import { describeIssues } from "../../../../runtime/src/contract/issues.ts";
 import { relayStreamConfig } from "../../../../runtime/src/contract/relay-stream.ts";
 import { Relay } from "../../../../runtime/src/resources/relay.ts";
+import { exposedHosts } from "../expose.ts";
+import { planExposure, pruneExposure } from "../expose-reconcile.ts";
 import { applyChildren } from "../../kube/apply.ts";
 import type { ReconcileResult } from "../../kube/controller.ts";
 import { errorMessage } from "../../kube/client.ts";
@@ -43,23 +45,28 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
       await ctx.kube.replace({ ...obj, metadata: { ...obj.metadata, finalizers: next } });
       return {}; // the update brings the next pass
     }
-    const tls = await ensureTls(ctx.kube, ctx.caches, owner, relay.spec.tls, certificateDnsNames(owner, relay.spec.url, relay.spec.tls?.dnsNames));
+    const expose = relay.spec.expose;
+    const tls = await ensureTls(ctx.kube, ctx.caches, owner, relay.spec.tls, certificateDnsNames(owner, relay.spec.url, [...(relay.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]));
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
-    const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName }));
-    if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
+    const exposure = await planExposure(ctx.kube, namespace, expose);
+    const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
+    if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
+    const changed = [...pruned, ...(await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName, exposure })))];
+    if (changed.length > pruned.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.slice(pruned.length).join(", ")}`);
+    const blocker = tls.blocker ?? exposure.blocker;
     const stream = await reconcileStream(ctx, obj, relay);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = relayStatus(
       relay,
-      { applied: [...tls.applied, ...changed], deployment, blocker: tls.blocker, waiting: tls.waiting, stream, tlsSecret: tls.secretName },
+      { applied: [...tls.applied, ...changed], deployment, blocker, waiting: tls.waiting, stream, tlsSecret: tls.secretName },
       obj.status as RelayStatus | undefined,
     );
     const wrote = await writeStatus(ctx, "relays", obj, status, conditions);
     // Warnings once per change of status, not once per retry.
-    if (wrote && tls.blocker) await ctx.kube.event(obj, "Warning", tls.blocker.reason, tls.blocker.message);
+    if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
     if (wrote && !stream.ok) await ctx.kube.event(obj, "Warning", stream.reason, stream.message);
     const streamRetry = stream.ok ? undefined : stream.reason === "NatsUnavailable" ? 10_000 : 30_000;
-    return { requeueAfterMs: earliest(tls.requeueAfterMs, tls.blocker ? 30_000 : undefined, streamRetry) };
+    return { requeueAfterMs: earliest(tls.requeueAfterMs, tls.blocker ? 30_000 : undefined, exposure.blocker ? 60_000 : undefined, streamRetry) };
   } catch (err) {
     return await reportFailure(ctx, "relays", obj, err);
   }

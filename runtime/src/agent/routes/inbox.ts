@@ -7,7 +7,7 @@ import type { MessageVerifier } from "../../protocol/verify.ts";
 import type { Agent } from "../../resources/agent.ts";
 import { parseDuration } from "../../resources/common.ts";
 import type { RuntimeMetrics } from "../../server/metrics.ts";
-import { RateLimiter } from "../../server/ratelimit.ts";
+import { clientAddress, RateLimiter } from "../../server/ratelimit.ts";
 import { asSent } from "../../server/validation.ts";
 import { acceptVerified, type AcceptStore, type OnAccepted } from "../accept.ts";
 import { WELL_KNOWN, WELL_KNOWN_IFP } from "../documents.ts";
@@ -66,9 +66,10 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
           throw badRequest(`headers.date ${h.date} is outside the accepted window (${spec.inbox.replayWindow} back, 5m ahead)`);
         }
         // Cheap per-address limit before the costly signature check.
-        const byAddress = perAddress.take(req.ip);
-        if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${req.ip}`);
-        const verified = await verifier.verify(message, spec.inbox.requireSignature, { address: req.ip });
+        const address = clientAddress(req);
+        const byAddress = perAddress.take(address);
+        if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${address}`);
+        const verified = await verifier.verify(message, spec.inbox.requireSignature, { address });
         const bySender = perSender.take(verified.signer ?? `unsigned:${h.from.agent}`);
         if (!bySender.ok) {
           throw rateLimited(bySender.retryAfterSeconds, `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`);
