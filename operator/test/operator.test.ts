@@ -6,7 +6,7 @@ import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
-import { consistently } from "../../e2e/support/wait.ts";
+import { consistently, waitFor } from "../../e2e/support/wait.ts";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../runtime/src/protocol/keys.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
 import { capturedLog, getOrAbsent, perTest, streamOrAbsent, until } from "./support.ts";
@@ -226,7 +226,8 @@ describe("Agent", () => {
     const agent = await untilReason("agent", "vague", "InvalidSpec");
     expect(condition(agent, "Ready").message).toMatch(/spec.baseUrl/);
     expect(condition(agent, "Stalled")).toMatchObject({ status: "True", reason: "InvalidSpec" });
-    expect(events("vague").map((e) => `${e.type}/${e.reason}`)).toContain("Warning/InvalidSpec");
+    // The Event is written after the status, by a separate call.
+    await waitFor("the InvalidSpec Warning Event", () => events("vague").some((e) => `${e.type}/${e.reason}` === "Warning/InvalidSpec"));
     // Nothing applied in that pass, nor in the resyncs after it.
     await consistently("no children for an invalid spec", () => get("deployment", "vague") === undefined && get("configmap", "vague-manifest") === undefined, 2 * RESYNC_MS + 500, 250);
     cp.kubectl(["-n", NS, "delete", "agent", "vague"]);
