@@ -11,6 +11,7 @@ import { invalidSpecConditions, isoSeconds, type Blocker } from "../conditions.t
 import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { ensureTls } from "../tls.ts";
+import { ensureTrust } from "../trust.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { agentStatus } from "./status.ts";
 
@@ -27,15 +28,16 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
   const owner = agentOwner(agent);
   try {
     const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing.secretName);
-    const tls = await ensureTls(ctx.kube, ctx.caches, owner, agent.spec.tls, certificateDnsNames(owner, agent.spec.baseUrl, agent.spec.tls?.dnsNames));
+    const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls, certificateDnsNames(owner, agent.spec.baseUrl, agent.spec.tls?.dnsNames));
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
-    let applied: string[] = [...signing.applied, ...tls.applied];
+    const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls?.trust);
+    let applied: string[] = [...signing.applied, ...tls.applied, ...trust.applied];
     if (!("blocker" in signing)) {
       const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName }));
       if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
       applied = [...applied, ...changed];
     }
-    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : tls.blocker;
+    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (tls.blocker ?? trust.blocker);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = agentStatus(agent, {
       applied,

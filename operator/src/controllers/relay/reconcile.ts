@@ -15,6 +15,7 @@ import { invalidSpecConditions } from "../conditions.ts";
 import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { ensureTls } from "../tls.ts";
+import { ensureTrust } from "../trust.ts";
 import { desiredRelayChildren, relayOwner, retentionLoss, STREAM_FINALIZER, type RelayResource } from "./desired.ts";
 import { relayStatus, type StreamObservation } from "./status.ts";
 
@@ -43,23 +44,25 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
       await ctx.kube.replace({ ...obj, metadata: { ...obj.metadata, finalizers: next } });
       return {}; // the update brings the next pass
     }
-    const tls = await ensureTls(ctx.kube, ctx.caches, owner, relay.spec.tls, certificateDnsNames(owner, relay.spec.url, relay.spec.tls?.dnsNames));
+    const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, relay.spec.tls, certificateDnsNames(owner, relay.spec.url, relay.spec.tls?.dnsNames));
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
+    const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, relay.spec.tls?.trust);
+    const blocker = tls.blocker ?? trust.blocker;
     const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName }));
     if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
     const stream = await reconcileStream(ctx, obj, relay);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = relayStatus(
       relay,
-      { applied: [...tls.applied, ...changed], deployment, blocker: tls.blocker, waiting: tls.waiting, stream, tlsSecret: tls.secretName },
+      { applied: [...tls.applied, ...trust.applied, ...changed], deployment, blocker, waiting: tls.waiting, stream, tlsSecret: tls.secretName },
       obj.status as RelayStatus | undefined,
     );
     const wrote = await writeStatus(ctx, "relays", obj, status, conditions);
     // Warnings once per change of status, not once per retry.
-    if (wrote && tls.blocker) await ctx.kube.event(obj, "Warning", tls.blocker.reason, tls.blocker.message);
+    if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
     if (wrote && !stream.ok) await ctx.kube.event(obj, "Warning", stream.reason, stream.message);
     const streamRetry = stream.ok ? undefined : stream.reason === "NatsUnavailable" ? 10_000 : 30_000;
-    return { requeueAfterMs: earliest(tls.requeueAfterMs, tls.blocker ? 30_000 : undefined, streamRetry) };
+    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined, streamRetry) };
   } catch (err) {
     return await reportFailure(ctx, "relays", obj, err);
   }
