@@ -113,6 +113,7 @@ describe("Agent", () => {
       "--tls-cert=/etc/ifp/tls/tls.crt",
       "--tls-key=/etc/ifp/tls/tls.key",
       "--nats=nats://nats.test:4222",
+      "--ca-file=/etc/ifp/trust/ca.crt",
       "--signing-key=/etc/ifp/signing/signing.key",
     ]);
     expect(c.readinessProbe.httpGet).toMatchObject({ path: "/readyz", port: "https", scheme: "HTTPS" });
