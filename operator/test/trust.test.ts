@@ -142,7 +142,7 @@ describe("install CA", () => {
       expect(dep.spec.template.spec.containers[0].args).toContain("--ca-file=/etc/ifp/trust/ca.crt");
       expect(dep.spec.template.spec.volumes).toContainEqual({ name: "trust", configMap: { name: `${name}-trust`, items: [{ key: "ca.crt", path: "ca.crt" }], defaultMode: 420 } });
     }
-    expect(get(NS, "agent", "alice").status.conditions.find((c: any) => c.type === "Ready").reason).toBe("RuntimeNotReady");
+    await untilReason(NS, "agent", "alice", "RuntimeNotReady");
   });
 
   it("says which spec.tls.trust entry is missing, and picks it up once it exists", { timeout: 90_000 }, async () => {
