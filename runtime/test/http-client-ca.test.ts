@@ -1,5 +1,7 @@
 // --ca-file on real HTTPS servers (loopback): the file's CAs are trusted in addition to the
 // system roots, never instead of them, and a changed file is read again without a restart.
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
 import { once } from "node:events";
 import { createServer, type Server } from "node:https";
 import { renameSync, writeFileSync } from "node:fs";
@@ -8,7 +10,7 @@ import { rootCertificates } from "node:tls";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { createCA, type CertificateAuthority } from "../../e2e/support/tls.ts";
 import { releaseDir, tempDir } from "../../e2e/support/process.ts";
-import { HttpClient, parsePemCertificates } from "../src/net/http-client.ts";
+import { defaultCaCertificates, HttpClient, parsePemCertificates } from "../src/net/http-client.ts";
 
 const dir = tempDir("ifp-ca-file-");
 let ca1: CertificateAuthority;
@@ -53,9 +55,28 @@ describe("HttpClient --ca-file", () => {
     expect(rootCertificates.length).toBeGreaterThan(50);
     for (const root of rootCertificates) expect(trusted).toContain(root);
     expect(trusted).toContain(ca1.cert);
-    expect(trusted).toHaveLength(rootCertificates.length + 1);
+    // Node's whole default set is kept (NODE_EXTRA_CA_CERTS included), the file's CA added.
+    expect(trusted).toEqual([...defaultCaCertificates(), ca1.cert]);
     // Not trusted: a peer of another CA.
     await expect(http.request(server2.url)).rejects.toThrow();
+  });
+
+  it("keeps NODE_EXTRA_CA_CERTS trusted next to the file", async () => {
+    // A process started with NODE_EXTRA_CA_CERTS naming ca2, and a --ca-file naming ca1, trusts both.
+    const extraFile = join(dir, "node-extra.crt");
+    writeFileSync(extraFile, ca2.cert);
+    const file = join(dir, "one-again.crt");
+    writeFileSync(file, ca1.cert);
+    const script = `
+      import { HttpClient } from ${JSON.stringify(new URL("../src/net/http-client.ts", import.meta.url).pathname)};
+      const http = new HttpClient({ caFile: ${JSON.stringify(file)} });
+      const a = await http.request(${JSON.stringify(server1.url)});
+      const b = await http.request(${JSON.stringify(server2.url)});
+      console.log(a.status, b.status);
+      await http.close();`;
+    // Run apart (the servers answer from this process, so it must not block).
+    const r = await promisify(execFile)(process.execPath, ["--input-type=module", "-e", script], { env: { ...process.env, NODE_EXTRA_CA_CERTS: extraFile }, encoding: "utf8", timeout: 30_000 });
+    expect(r.stdout.trim()).toBe("200 200");
   });
 
   it("leaves Node's default trust alone without a file", async () => {

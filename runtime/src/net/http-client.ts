@@ -1,7 +1,7 @@
 import { X509Certificate } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import { readFile, stat } from "node:fs/promises";
-import { rootCertificates } from "node:tls";
+import * as tls from "node:tls";
 import { Agent, fetch, type Dispatcher } from "undici";
 
 export interface HttpClientOptions {
@@ -44,6 +44,16 @@ export function parsePemCertificates(text: string): string[] {
     }
   });
   return blocks.map((b) => b + "\n");
+}
+
+/**
+ * The CA certificates Node trusts by default: its bundled roots plus NODE_EXTRA_CA_CERTS (and the
+ * system store when Node is told to use it). Extra CAs are added to these: giving TLS a `ca`
+ * list replaces Node's default, so the list must carry the default along.
+ */
+export function defaultCaCertificates(): string[] {
+  const get = (tls as { getCACertificates?: (type: "default") => string[] }).getCACertificates;
+  return get ? get("default") : [...tls.rootCertificates];
 }
 
 function fileVersion(st: { mtimeMs: number; size: number; ino: number }): string {
@@ -92,7 +102,7 @@ export class HttpClient {
   /** The CA certificates outbound TLS trusts, or undefined for Node's default (the system roots alone). */
   trustedCas(): string[] | undefined {
     const extra = [...this.extraCa, ...this.fileCas];
-    return extra.length ? [...rootCertificates, ...extra] : undefined;
+    return extra.length ? [...defaultCaCertificates(), ...extra] : undefined;
   }
 
   private makeDispatcher(): Dispatcher {
