@@ -147,8 +147,8 @@ export async function issuedBy(leaf: string, ca: string): Promise<boolean> {
 }
 
 /**
- * A self-signed serving certificate (its own one-off CA) for a runtime's Service names, used
- * when an Agent or Relay names neither a TLS Secret nor a cert-manager issuer.
+ * A serving certificate from a one-off CA of its own, outside any install's trust: for tests
+ * and for Secrets made by hand (the operator issues default certificates from the install CA).
  */
 export async function selfSignedServing(commonName: string, dnsNames: string[]): Promise<Pem & { ca: string; notAfter: string }> {
   const ca = await createCA(`${commonName} (self-signed by ifp-operator)`);
