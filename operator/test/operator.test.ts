@@ -227,7 +227,8 @@ describe("Agent", () => {
     const agent = await untilReason("agent", "vague", "InvalidSpec");
     expect(condition(agent, "Ready").message).toMatch(/spec.baseUrl/);
     expect(condition(agent, "Stalled")).toMatchObject({ status: "True", reason: "InvalidSpec" });
-    expect(events("vague").map((e) => `${e.type}/${e.reason}`)).toContain("Warning/InvalidSpec");
+    // The Event follows the status write: wait for it rather than race it.
+    await until("the Warning/InvalidSpec Event", () => events("vague").some((e) => `${e.type}/${e.reason}` === "Warning/InvalidSpec"));
     // Nothing applied in that pass, nor in the resyncs after it.
     await consistently("no children for an invalid spec", () => get("deployment", "vague") === undefined && get("configmap", "vague-manifest") === undefined, 2 * RESYNC_MS + 500, 250);
     cp.kubectl(["-n", NS, "delete", "agent", "vague"]);
@@ -325,7 +326,8 @@ describe("Agent", () => {
     expect(get("deployment", "grace")).toBeUndefined();
     // Never overwritten with a key of the operator's own, though it holds none.
     expect(get("secret", "grace-key").metadata.resourceVersion).toBe(rv);
-    expect(events("grace").map((e) => `${e.type}/${e.reason}`)).toContain("Warning/InvalidSigningKey");
+    // The Event follows the status write: wait for it rather than race it.
+    await until("the Warning/InvalidSigningKey Event", () => events("grace").some((e) => `${e.type}/${e.reason}` === "Warning/InvalidSigningKey"));
 
     const key = generateSigningKey();
     cp.kubectl(["apply", "-f", "-"], secretYaml("grace-key", { "signing.key": key.privateKeyPem }));
