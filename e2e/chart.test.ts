@@ -1,7 +1,7 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { parse, parseAllDocuments, stringify } from "yaml";
 import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
@@ -330,8 +330,28 @@ describe("Helm chart", () => {
       { apiGroups: [""], resources: ["secrets"], verbs: ["create"] },
     ]);
     expect(find(objects, "RoleBinding", "ifp-ifp-operator-ca").subjects).toEqual([{ kind: "ServiceAccount", name: "ifp-ifp-operator", namespace: NS }]);
-    const scoped = docs(render("watchNamespaces={team-a}", "trust.caSecretName=our-ca"));
+    const scoped = docs(render("watchNamespaces={trust-team}", "trust.caSecretName=our-ca"));
     expect(find(scoped, "Role", "ifp-ifp-operator-ca").rules[0].resourceNames).toEqual(["our-ca"]);
+    // On the real API server, namespace-scoped: the operator may make and rotate its CA Secret,
+    // and do nothing else with Secrets of its own namespace.
+    cp.kubectl(["create", "namespace", "trust-team"]);
+    const rbac = scoped.filter((d) => ["ServiceAccount", "Role", "RoleBinding"].includes(d.kind));
+    cp.kubectl(["apply", "-f", "-"], rbac.map((d) => JSON.stringify(d)).join("\n"));
+    // Leave the shared control plane as it was for the other tests.
+    onTestFinished(() => {
+      cp.kubectl(["delete", "--wait=false", "-f", "-"], rbac.map((d) => JSON.stringify(d)).join("\n"));
+      cp.kubectl(["delete", "namespace", "trust-team", "--wait=false"]);
+    });
+    const can = (...args: string[]) => {
+      try {
+        return cp.kubectl(["auth", "can-i", ...args, `--as=system:serviceaccount:${NS}:ifp-ifp-operator`]).trim();
+      } catch (err) {
+        return /failed \(exit 1\): no\s*$/.test((err as Error).message) ? "no" : (err as Error).message;
+      }
+    };
+    expect([can("get", "secret/our-ca", "-n", NS), can("update", "secret/our-ca", "-n", NS), can("create", "secrets", "-n", NS)]).toEqual(["yes", "yes", "yes"]);
+    expect([can("get", "secret/other", "-n", NS), can("list", "secrets", "-n", NS), can("delete", "secret/our-ca", "-n", NS)]).toEqual(["no", "no", "no"]);
+    expect([can("get", "configmaps", "-n", "trust-team"), can("create", "configmaps", "-n", "trust-team"), can("get", "secrets", "-n", "trust-team")]).toEqual(["yes", "yes", "yes"]);
     // The helm test checks the test Agent over verified TLS, with the bundle the operator publishes for it.
     const test = find(objects, "Pod", "ifp-ifp-operator-test").spec;
     const env = test.containers[0].env as { name: string; value?: string }[];
