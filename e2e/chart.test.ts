@@ -1,7 +1,7 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { parse, parseAllDocuments, stringify } from "yaml";
 import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
@@ -314,6 +314,65 @@ describe("Helm chart", () => {
     expect(JSON.stringify(role.rules)).not.toMatch(/"\*"/);
     const dep = find(cluster, "Deployment", "ifp-ifp-operator");
     expect(dep.spec.template.spec.containers[0].args).toEqual(expect.arrayContaining(["--leader-elect=true", `--leader-election-namespace=${NS}`, `--nats-url=nats://ifp-ifp-operator-nats.${NS}.svc:4222`]));
+  });
+
+  it("keeps one trust domain: the install CA's Secret and Role, extra CAs, and a helm test that verifies TLS with the bundle", async () => {
+    const { createCA } = await import("./support/tls.ts");
+    const objects = docs(render());
+    const args = find(objects, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args as string[];
+    expect(args).toEqual(expect.arrayContaining(["--ca-secret=ifp-ifp-operator-ca", `--ca-namespace=${NS}`, "--ca-validity=43800h", "--ca-rotate-before=8760h", "--ca-overlap=720h", "--cert-validity=8760h", "--cert-renew-before=720h"]));
+    expect(args.some((a) => a.startsWith("--extra-ca-file"))).toBe(false);
+    // The CA Secret: get and update of that one Secret, create (which no name can limit), in the release's namespace.
+    const role = find(objects, "Role", "ifp-ifp-operator-ca");
+    expect(role.metadata.namespace).toBe(NS);
+    expect(role.rules).toEqual([
+      { apiGroups: [""], resources: ["secrets"], resourceNames: ["ifp-ifp-operator-ca"], verbs: ["get", "update"] },
+      { apiGroups: [""], resources: ["secrets"], verbs: ["create"] },
+    ]);
+    expect(find(objects, "RoleBinding", "ifp-ifp-operator-ca").subjects).toEqual([{ kind: "ServiceAccount", name: "ifp-ifp-operator", namespace: NS }]);
+    const scoped = docs(render("watchNamespaces={trust-team}", "trust.caSecretName=our-ca"));
+    expect(find(scoped, "Role", "ifp-ifp-operator-ca").rules[0].resourceNames).toEqual(["our-ca"]);
+    // On the real API server, namespace-scoped: the operator may make and rotate its CA Secret,
+    // and do nothing else with Secrets of its own namespace.
+    cp.kubectl(["create", "namespace", "trust-team"]);
+    const rbac = scoped.filter((d) => ["ServiceAccount", "Role", "RoleBinding"].includes(d.kind));
+    cp.kubectl(["apply", "-f", "-"], rbac.map((d) => JSON.stringify(d)).join("\n"));
+    // Leave the shared control plane as it was for the other tests.
+    onTestFinished(() => {
+      cp.kubectl(["delete", "--wait=false", "-f", "-"], rbac.map((d) => JSON.stringify(d)).join("\n"));
+      cp.kubectl(["delete", "namespace", "trust-team", "--wait=false"]);
+    });
+    const can = (...args: string[]) => {
+      try {
+        return cp.kubectl(["auth", "can-i", ...args, `--as=system:serviceaccount:${NS}:ifp-ifp-operator`]).trim();
+      } catch (err) {
+        return /failed \(exit 1\): no\s*$/.test((err as Error).message) ? "no" : (err as Error).message;
+      }
+    };
+    expect([can("get", "secret/our-ca", "-n", NS), can("update", "secret/our-ca", "-n", NS), can("create", "secrets", "-n", NS)]).toEqual(["yes", "yes", "yes"]);
+    expect([can("get", "secret/other", "-n", NS), can("list", "secrets", "-n", NS), can("delete", "secret/our-ca", "-n", NS)]).toEqual(["no", "no", "no"]);
+    expect([can("get", "configmaps", "-n", "trust-team"), can("create", "configmaps", "-n", "trust-team"), can("get", "secrets", "-n", "trust-team")]).toEqual(["yes", "yes", "yes"]);
+    // The helm test checks the test Agent over verified TLS, with the bundle the operator publishes for it.
+    const test = find(objects, "Pod", "ifp-ifp-operator-test").spec;
+    const env = test.containers[0].env as { name: string; value?: string }[];
+    expect(env.map((e) => e.name)).not.toContain("NODE_TLS_REJECT_UNAUTHORIZED");
+    expect(env).toContainEqual({ name: "NODE_EXTRA_CA_CERTS", value: "/etc/ifp/trust/ca.crt" });
+    expect(test.containers[0].volumeMounts).toContainEqual({ name: "trust", mountPath: "/etc/ifp/trust", readOnly: true });
+    expect(test.volumes).toContainEqual({ name: "trust", configMap: { name: "ifp-ifp-operator-test-trust" } });
+    // trust.extraCAs: a ConfigMap mounted into the operator, read with --extra-ca-file, a change rolls it.
+    const pem = (await createCA("company CA")).cert;
+    const withExtra = docs(renderValues({ trust: { extraCAs: pem } }));
+    expect(find(withExtra, "ConfigMap", "ifp-ifp-operator-extra-cas").data).toEqual({ "ca.crt": pem });
+    const op = find(withExtra, "Deployment", "ifp-ifp-operator").spec.template;
+    expect(op.spec.containers[0].args).toContain("--extra-ca-file=/etc/ifp/extra-cas/ca.crt");
+    expect(op.spec.containers[0].volumeMounts).toContainEqual({ name: "extra-cas", mountPath: "/etc/ifp/extra-cas", readOnly: true });
+    expect(op.spec.volumes).toContainEqual({ name: "extra-cas", configMap: { name: "ifp-ifp-operator-extra-cas" } });
+    expect(op.metadata.annotations["checksum/extra-cas"]).toMatch(/^[0-9a-f]{64}$/);
+    // The operator's flags parse what the chart renders.
+    const { parseFlags } = await import("../operator/src/main.ts");
+    const parsed = parseFlags(args.filter((a) => !a.startsWith("--extra-ca-file")), {});
+    expect(parsed.options.trust).toMatchObject({ namespace: NS, secretName: "ifp-ifp-operator-ca", lifetimes: { caOverlapMs: 720 * 3600_000 } });
+    expect(() => render("trust.caOverlap=30d")).toThrow(/caOverlap/);
   });
 
   it("configures an installed NATS that nats-server itself accepts", () => {

@@ -116,8 +116,11 @@ const running = once(async () => {
   const ports = { alice: 0, bob: 0, relay: 0, aliceApi: 0 };
   const local = (text: string) => text.replace(/https:\/\/(bob|relay)\.ifp-examples\.svc/g, (_m, n: "bob" | "relay") => `https://localhost:${ports[n]}`);
   const hookTls = await localhostTls();
+  // The test's own clients trust what a runtime of the install trusts: the bundle the operator
+  // published (the install CA issued every serving certificate). The runtimes get it from their
+  // rendered --ca-file, nothing added.
   const bundle = join(dir, "ca-bundle.crt");
-  writeFileSync(bundle, ["alice-tls", "bob-tls", "relay-tls"].map((s) => Buffer.from(json(["-n", NS, "get", "secret", s]).data["ca.crt"], "base64").toString()).join(""));
+  writeFileSync(bundle, json(["-n", NS, "get", "configmap", "alice-trust"]).data["ca.crt"]);
   const ca = readFileSync(bundle, "utf8");
   const start = async (name: "alice" | "bob" | "relay", extra: string[]) => {
     const r = runDeploymentLocally(cp, NS, name, dir, {
@@ -136,8 +139,8 @@ const running = once(async () => {
     return r;
   };
   await start("relay", []);
-  await start("bob", ["--ca-file", bundle, "--local-api-port=0"]);
-  await start("alice", ["--ca-file", bundle, "--local-api-port=0"]);
+  await start("bob", ["--local-api-port=0"]);
+  await start("alice", ["--local-api-port=0"]);
   return { ports, ca, bundle, hookTls };
 });
 
@@ -153,6 +156,11 @@ describe("end to end on the local control plane", { timeout: 300_000 }, () => {
   it("runs the runtimes from exactly what the operator rendered", async () => {
     const { ports, ca } = await running();
     for (const r of runtimes) expect(r.args.some((a) => a === `--nats=${nats.url}`), r.name).toBe(true);
+    // One trust domain: each runtime trusts its rendered bundle, which holds the install CA that
+    // issued every serving certificate.
+    for (const r of runtimes) expect(r.args.filter((a) => a.startsWith("--ca-file")), r.name).toEqual([`--ca-file=${join(r.dir, "etc/ifp/trust/ca.crt")}`]);
+    const installCa = Buffer.from(json(["-n", SYSTEM, "get", "secret", "ifp-ifp-operator-ca"]).data["ca.crt"], "base64").toString();
+    for (const name of ["alice", "bob", "relay"]) expect(json(["-n", NS, "get", "configmap", `${name}-trust`]).data["ca.crt"], name).toContain(installCa.trim());
     const caps = await httpsRequest(`https://localhost:${ports.alice}/.well-known/agent/capabilities`, { ca });
     expect(caps.json()).toMatchObject({ ifp: 7, agent_id: "alice-agent" });
   });

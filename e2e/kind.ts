@@ -39,7 +39,9 @@ try {
   kubectl("create", "namespace", "ifp-examples");
   kubectl("apply", "-n", "ifp-examples", "-f", "examples/");
   kubectl("-n", "ifp-examples", "wait", "--for=condition=Ready", "--timeout=300s", "agent/alice", "agent/bob", "relay/relay");
-  // bob's agent key sends alice a signed message through alice's Service, from inside the cluster.
+  // bob's agent key sends alice a signed message through alice's Service, from inside the cluster,
+  // trusting what bob's runtime trusts: the bundle the operator publishes for bob (the install CA
+  // that issued alice's certificate), mounted and passed as the operator renders it for runtimes.
   const job = {
     apiVersion: "batch/v1",
     kind: "Job",
@@ -54,11 +56,11 @@ try {
               name: "send",
               image: "ifp-runtime:e2e",
               imagePullPolicy: "Never",
-              command: ["node", "runtime/bin/ifp.ts", "send", "--from-key", "/keys/signing.key", "--from", "bob-agent", "--to", "https://alice.ifp-examples.svc", "--text", "Hello through the cluster", "--ca-file", "/tls/ca.crt"],
-              volumeMounts: [{ name: "key", mountPath: "/keys" }, { name: "tls", mountPath: "/tls" }],
+              command: ["node", "runtime/bin/ifp.ts", "send", "--from-key", "/keys/signing.key", "--from", "bob-agent", "--to", "https://alice.ifp-examples.svc", "--text", "Hello through the cluster", "--ca-file", "/etc/ifp/trust/ca.crt"],
+              volumeMounts: [{ name: "key", mountPath: "/keys" }, { name: "trust", mountPath: "/etc/ifp/trust" }],
             },
           ],
-          volumes: [{ name: "key", secret: { secretName: "bob-signing-key" } }, { name: "tls", secret: { secretName: "alice-tls" } }],
+          volumes: [{ name: "key", secret: { secretName: "bob-signing-key" } }, { name: "trust", configMap: { name: "bob-trust" } }],
         },
       },
     },

@@ -20,6 +20,9 @@ const Quantities = z.record(z.string(), z.union([z.string(), z.number()]));
 const Resources = (requests: Record<string, string>, limits: Record<string, string>) =>
   z.strictObject({ requests: Quantities.optional(), limits: Quantities.optional() }).meta({ title: "ResourceRequirements" }).default({ requests, limits });
 
+/** A duration in whole seconds, minutes or hours, as the operator's flags take it. */
+const HOURS = z.string().regex(/^[1-9][0-9]*(s|m|h)$/);
+
 const StringMap = z.record(z.string(), z.string()).default({});
 const PullSecrets = z.array(z.strictObject({ name: z.string().min(1) }));
 
@@ -78,6 +81,17 @@ export const Values = z.strictObject({
   logLevel: z.enum(["fatal", "error", "warn", "info", "debug", "trace"]).default("info"),
   crds: z.strictObject({ enabled: z.boolean().default(true), keep: z.boolean().default(true) }).prefault({}),
   rbac: z.strictObject({ create: z.boolean().default(true) }).prefault({}),
+  trust: z
+    .strictObject({
+      caSecretName: z.string().regex(/^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/).max(253).default(""),
+      extraCAs: z.string().default(""),
+      caValidity: HOURS.default("43800h"),
+      caRotateBefore: HOURS.default("8760h"),
+      caOverlap: HOURS.default("720h"),
+      certValidity: HOURS.default("8760h"),
+      certRenewBefore: HOURS.default("720h"),
+    })
+    .prefault({}),
   serviceAccount: z.strictObject({ create: z.boolean().default(true), name: z.string().default(""), annotations: StringMap }).prefault({}),
   nats: z
     .strictObject({

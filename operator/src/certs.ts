@@ -1,4 +1,4 @@
-import { webcrypto } from "node:crypto";
+import { createHash, webcrypto } from "node:crypto";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -17,9 +17,21 @@ export interface Pem {
   key: string;
 }
 
+export interface IssueOptions {
+  commonName: string;
+  dnsNames?: string[];
+  ips?: string[];
+  client?: boolean;
+  organization?: string;
+  /** How long the certificate is valid (default a year); never past the CA's own expiry. */
+  validityMs?: number;
+}
+
 export interface CertificateAuthority extends Pem {
+  /** When the CA certificate stops being valid. */
+  notAfter: Date;
   /** Issue a certificate for the given DNS names / IP addresses. */
-  issue(opts: { commonName: string; dnsNames?: string[]; ips?: string[]; client?: boolean; organization?: string }): Promise<Pem>;
+  issue(opts: IssueOptions): Promise<Pem & { notAfter: Date }>;
 }
 
 async function exportKey(key: CryptoKey): Promise<string> {
@@ -28,40 +40,39 @@ async function exportKey(key: CryptoKey): Promise<string> {
   return `-----BEGIN PRIVATE KEY-----\n${b64}\n-----END PRIVATE KEY-----\n`;
 }
 
+async function importKey(pem: string): Promise<CryptoKey> {
+  const b64 = pem.replace(/-----(BEGIN|END) PRIVATE KEY-----/g, "").replace(/\s+/g, "");
+  return webcrypto.subtle.importKey("pkcs8", Buffer.from(b64, "base64"), ALG, true, ["sign"]);
+}
+
 function serial(): string {
   return Buffer.from(webcrypto.getRandomValues(new Uint8Array(16))).toString("hex").replace(/^[89a-f]/, "1");
 }
 
-/** A certificate authority (ECDSA P-256): the operator's self-signed serving certificates, and the tests' CA. */
-export async function createCA(commonName = "ifp-operator test CA"): Promise<CertificateAuthority> {
-  const keys = (await webcrypto.subtle.generateKey(ALG, true, ["sign", "verify"])) as CryptoKeyPair;
-  const now = new Date();
-  const caCert = await x509.X509CertificateGenerator.createSelfSigned({
-    serialNumber: serial(),
-    name: `CN=${commonName}`,
-    notBefore: new Date(now.getTime() - 3600_000),
-    notAfter: new Date(now.getTime() + 365 * 24 * 3600_000),
-    keys,
-    signingAlgorithm: ALG,
-    extensions: [
-      new x509.BasicConstraintsExtension(true, undefined, true),
-      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
-      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
-    ],
-  });
+const YEAR_MS = 365 * 24 * 3600_000;
+/** Certificates start an hour in the past, for clocks slightly behind. */
+const BACKDATE_MS = 3600_000;
+
+/** A CA from its certificate and PKCS#8 private key (PEM), for example as read back from a Secret. */
+export async function loadCA(pem: Pem): Promise<CertificateAuthority> {
+  const caCert = new x509.X509Certificate(pem.cert);
+  const signingKey = await importKey(pem.key);
   return {
-    cert: caCert.toString("pem") + "\n",
-    key: await exportKey(keys.privateKey),
-    async issue({ commonName: cn, dnsNames = [], ips = [], client = false, organization }) {
+    cert: pem.cert,
+    key: pem.key,
+    notAfter: caCert.notAfter,
+    async issue({ commonName: cn, dnsNames = [], ips = [], client = false, organization, validityMs = YEAR_MS }) {
+      const now = Date.now();
       const leafKeys = (await webcrypto.subtle.generateKey(ALG, true, ["sign", "verify"])) as CryptoKeyPair;
       const names = [...dnsNames.map((value) => ({ type: "dns" as const, value })), ...ips.map((value) => ({ type: "ip" as const, value }))];
+      const notAfter = new Date(Math.min(now + validityMs, caCert.notAfter.getTime()));
       const cert = await x509.X509CertificateGenerator.create({
         serialNumber: serial(),
         subject: organization ? `CN=${cn}, O=${organization}` : `CN=${cn}`,
         issuer: caCert.subject,
-        notBefore: new Date(now.getTime() - 3600_000),
-        notAfter: new Date(now.getTime() + 365 * 24 * 3600_000),
-        signingKey: keys.privateKey,
+        notBefore: new Date(Math.max(now - BACKDATE_MS, caCert.notBefore.getTime())),
+        notAfter,
+        signingKey,
         publicKey: leafKeys.publicKey,
         signingAlgorithm: ALG,
         extensions: [
@@ -72,20 +83,77 @@ export async function createCA(commonName = "ifp-operator test CA"): Promise<Cer
           await x509.AuthorityKeyIdentifierExtension.create(caCert, false),
         ],
       });
-      return { cert: cert.toString("pem") + "\n", key: await exportKey(leafKeys.privateKey) };
+      return { cert: cert.toString("pem") + "\n", key: await exportKey(leafKeys.privateKey), notAfter: cert.notAfter };
     },
   };
 }
 
+/** A certificate authority (ECDSA P-256): the operator's install CA, and the tests' CA. */
+export async function createCA(commonName = "ifp-operator test CA", validityMs = YEAR_MS): Promise<CertificateAuthority> {
+  const keys = (await webcrypto.subtle.generateKey(ALG, true, ["sign", "verify"])) as CryptoKeyPair;
+  const now = Date.now();
+  const caCert = await x509.X509CertificateGenerator.createSelfSigned({
+    serialNumber: serial(),
+    name: `CN=${commonName}`,
+    notBefore: new Date(now - BACKDATE_MS),
+    notAfter: new Date(now + validityMs),
+    keys,
+    signingAlgorithm: ALG,
+    extensions: [
+      new x509.BasicConstraintsExtension(true, undefined, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
+      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
+    ],
+  });
+  return loadCA({ cert: caCert.toString("pem") + "\n", key: await exportKey(keys.privateKey) });
+}
+
+/** The PEM CERTIFICATE blocks of a text, in order (anything between them is ignored). */
+export function pemBlocks(text: string): string[] {
+  return text.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g)?.map((b) => b + "\n") ?? [];
+}
+
 /**
- * A self-signed serving certificate (its own one-off CA) for a runtime's Service names, used
- * when an Agent or Relay names neither a TLS Secret nor a cert-manager issuer.
+ * The CA certificates of a PEM text: every block must parse as an X.509 certificate and there
+ * must be at least one. Throws an Error that says what is wrong (never echoes the input).
+ */
+export function parseCaBundle(text: string): string[] {
+  const blocks = pemBlocks(text);
+  if (!blocks.length) throw new Error("holds no PEM certificate (-----BEGIN CERTIFICATE-----)");
+  blocks.forEach((b, i) => {
+    try {
+      new x509.X509Certificate(b);
+    } catch {
+      throw new Error(`certificate ${i + 1} of ${blocks.length} is not a valid X.509 certificate`);
+    }
+  });
+  return blocks;
+}
+
+/** A certificate's SHA-256 fingerprint (hex), to name which CA issued what. */
+export function fingerprint(pem: string): string {
+  return createHash("sha256").update(Buffer.from(new x509.X509Certificate(pem).rawData)).digest("hex");
+}
+
+/** When a PEM certificate starts and stops being valid. */
+export function validity(pem: string): { notBefore: Date; notAfter: Date } {
+  const c = new x509.X509Certificate(pem);
+  return { notBefore: c.notBefore, notAfter: c.notAfter };
+}
+
+/** Whether `leaf` (PEM) was signed by `ca` (PEM). */
+export async function issuedBy(leaf: string, ca: string): Promise<boolean> {
+  return new x509.X509Certificate(leaf).verify({ publicKey: new x509.X509Certificate(ca), signatureOnly: true });
+}
+
+/**
+ * A serving certificate from a one-off CA of its own, outside any install's trust: for tests
+ * and for Secrets made by hand (the operator issues default certificates from the install CA).
  */
 export async function selfSignedServing(commonName: string, dnsNames: string[]): Promise<Pem & { ca: string; notAfter: string }> {
   const ca = await createCA(`${commonName} (self-signed by ifp-operator)`);
   const leaf = await ca.issue({ commonName, dnsNames });
-  const notAfter = isoSeconds(new x509.X509Certificate(leaf.cert).notAfter);
-  return { ...leaf, ca: ca.cert, notAfter };
+  return { cert: leaf.cert, key: leaf.key, ca: ca.cert, notAfter: isoSeconds(leaf.notAfter) };
 }
 
 /** A CA and a localhost serving certificate, written to a temporary directory. */

@@ -49,6 +49,26 @@ describe("ifp-operator flags", () => {
     expect(() => parseFlags(["--no-such-flag"], {})).toThrow(/Unknown option '--no-such-flag'/);
   });
 
+  it("takes the install CA's Secret, lifetimes and extra CAs", async () => {
+    const { createCA } = await import("./certs.ts");
+    const { mkdtempSync, writeFileSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    const { tmpdir } = await import("node:os");
+    const dir = mkdtempSync(join(tmpdir(), "ifp-flags-"));
+    const extra = join(dir, "extra.crt");
+    writeFileSync(extra, (await createCA("corp")).cert);
+    const { options } = parseFlags(["--ca-secret=ifp-ca", "--ca-validity=10s", "--ca-rotate-before=6s", "--ca-overlap=2s", "--cert-validity=8s", "--cert-renew-before=1s", `--extra-ca-file=${extra}`], { POD_NAMESPACE: "ifp-system" });
+    expect(options.trust).toMatchObject({ namespace: "ifp-system", secretName: "ifp-ca", lifetimes: { caValidityMs: 10_000, caRotateBeforeMs: 6_000, caOverlapMs: 2_000, certValidityMs: 8_000, certRenewBeforeMs: 1_000 } });
+    expect(options.trust?.extraCas).toMatch(/BEGIN CERTIFICATE/);
+    expect(parseFlags(["--ca-namespace=ops"], {}).options.trust).toMatchObject({ namespace: "ops", secretName: "ifp-operator-ca", lifetimes: { caValidityMs: 5 * 365 * 24 * 3600_000 } });
+    expect(() => parseFlags(["--ca-overlap=soon"], {})).toThrow(/--ca-overlap takes a duration/);
+    expect(() => parseFlags(["--ca-overlap=0s"], {})).toThrow(/--ca-overlap takes a duration/);
+    expect(() => parseFlags(["--ca-overlap=9000h"], {})).toThrow(/--ca-overlap\) must be shorter than the CA rotation lead/);
+    writeFileSync(extra, "not a certificate");
+    expect(() => parseFlags([`--extra-ca-file=${extra}`], {})).toThrow(/--extra-ca-file .*holds no PEM certificate/);
+    expect(() => parseFlags([`--extra-ca-file=${join(dir, "absent")}`], {})).toThrow(/--extra-ca-file .*ENOENT/);
+  });
+
   it("formats Lease times as metav1.MicroTime", () => {
     expect(microTime(new Date("2026-01-01T00:00:00.123Z"))).toBe("2026-01-01T00:00:00.123000Z");
   });

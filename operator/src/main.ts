@@ -1,7 +1,10 @@
 // `ifp-operator`: flags → startManager, with a graceful shutdown on SIGTERM/SIGINT.
+import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { parseArgs } from "node:util";
 import pino from "pino";
+import { parseCaBundle } from "./certs.ts";
+import { checkLifetimes, DEFAULT_LIFETIMES } from "./controllers/trust.ts";
 import { startManager, type ManagerOptions } from "./manager.ts";
 
 const USAGE = `usage: ifp-operator [flags]
@@ -33,6 +36,17 @@ account). Every flag also reads the environment variable in brackets.
   --metrics-port N                /metrics (default 8080; the health port when equal)
   --resync DURATION               reconcile everything this often without a change (default 5m)
   --workers N                     reconciles in flight per kind (default 4)
+  --ca-secret NAME                Secret of the install CA (default ifp-operator-ca)
+  --ca-namespace NS               its namespace, the operator's own (default: POD_NAMESPACE, else
+                                  default)
+  --ca-validity DURATION          validity of an install CA (default 43800h, 5 years)
+  --ca-rotate-before DURATION     make and publish the next CA this long before the current one
+                                  expires (default 8760h)
+  --ca-overlap DURATION           publish the next CA this long before certificates are issued
+                                  from it (default 720h)
+  --cert-validity DURATION        validity of a default serving certificate (default 8760h)
+  --cert-renew-before DURATION    re-issue it this long before it expires (default 720h)
+  --extra-ca-file FILE            PEM CA certificates added to every trust bundle [IFP_EXTRA_CA_FILE]
   --log-level LEVEL               info (default), debug, warn, error [IFP_LOG_LEVEL]
 `;
 
@@ -58,15 +72,23 @@ const OPTIONS = {
   "metrics-port": { type: "string" },
   resync: { type: "string" },
   workers: { type: "string" },
+  "ca-secret": { type: "string" },
+  "ca-namespace": { type: "string" },
+  "ca-validity": { type: "string" },
+  "ca-rotate-before": { type: "string" },
+  "ca-overlap": { type: "string" },
+  "cert-validity": { type: "string" },
+  "cert-renew-before": { type: "string" },
+  "extra-ca-file": { type: "string", env: "IFP_EXTRA_CA_FILE" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
 } as const;
 
 class UsageError extends Error {}
 
 const DURATION = /^(\d+)(ms|s|m|h)$/;
-function duration(text: string): number {
+function duration(text: string, name = "resync"): number {
   const m = DURATION.exec(text);
-  if (!m) throw new UsageError(`--resync takes a duration such as 30s, 5m or 1h, not ${JSON.stringify(text)}`);
+  if (!m || Number(m[1]) <= 0) throw new UsageError(`--${name} takes a duration such as 30s, 5m or 1h, not ${JSON.stringify(text)}`);
   return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] as "ms" | "s" | "m" | "h"];
 }
 
@@ -111,6 +133,32 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
   const natsUrl = str("nats-url");
   const credsSecret = str("nats-creds-secret");
   const credsFile = str("nats-creds");
+  const lifetime = (name: string, fallback: number) => {
+    const text = str(name as keyof typeof OPTIONS);
+    return text === undefined ? fallback : duration(text, name);
+  };
+  const lifetimes = {
+    caValidityMs: lifetime("ca-validity", DEFAULT_LIFETIMES.caValidityMs),
+    caRotateBeforeMs: lifetime("ca-rotate-before", DEFAULT_LIFETIMES.caRotateBeforeMs),
+    caOverlapMs: lifetime("ca-overlap", DEFAULT_LIFETIMES.caOverlapMs),
+    certValidityMs: lifetime("cert-validity", DEFAULT_LIFETIMES.certValidityMs),
+    certRenewBeforeMs: lifetime("cert-renew-before", DEFAULT_LIFETIMES.certRenewBeforeMs),
+  };
+  try {
+    checkLifetimes(lifetimes);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const extraCaFile = str("extra-ca-file");
+  let extraCas: string | undefined;
+  if (extraCaFile) {
+    try {
+      extraCas = readFileSync(extraCaFile, "utf8");
+      if (extraCas.trim()) parseCaBundle(extraCas);
+    } catch (err) {
+      throw new UsageError(`--extra-ca-file ${extraCaFile}: ${(err as Error).message}`);
+    }
+  }
   return {
     help: Boolean(values.help),
     logLevel: str("log-level") ?? "info",
@@ -133,6 +181,7 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
       metricsPort: integer("metrics-port", str("metrics-port") ?? "8080", 0, 65535),
       resyncMs: duration(str("resync") ?? "5m"),
       workers: integer("workers", str("workers") ?? "4", 1, 64),
+      trust: { namespace: str("ca-namespace") ?? env.POD_NAMESPACE ?? "default", secretName: str("ca-secret") ?? "ifp-operator-ca", lifetimes, extraCas },
     },
   };
 }

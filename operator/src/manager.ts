@@ -9,6 +9,7 @@ import { Nats, type NatsOptions } from "../../runtime/src/nats/connection.ts";
 import { reconcileAgent } from "./controllers/agent/reconcile.ts";
 import { reconcileRelay, type RelayContext } from "./controllers/relay/reconcile.ts";
 import { ownerOf, type OperatorSettings } from "./controllers/runtime.ts";
+import { InstallTrust, type TrustLifetimes } from "./controllers/trust.ts";
 import { serveHealth } from "./health.ts";
 import { Caches, type CachedKind } from "./kube/caches.ts";
 import { errorMessage, Kube } from "./kube/client.ts";
@@ -33,12 +34,15 @@ export interface ManagerOptions {
   resyncMs?: number;
   /** Reconciles in flight per kind (never two for one key). */
   workers?: number;
+  /** The install CA: its Secret (default ifp-operator-ca in POD_NAMESPACE, else default), lifetimes, extra CAs (PEM). */
+  trust?: { namespace?: string; secretName?: string; lifetimes?: Partial<TrustLifetimes>; extraCas?: string };
   log: Logger;
 }
 
 export interface RunningManager {
   metrics: ReturnType<typeof createOperatorMetrics>;
   caches: Caches;
+  trust: InstallTrust;
   healthUrl: string | undefined;
   metricsUrl: string | undefined;
   /** Resolves once this replica leads, its caches have synced and its workers run. */
@@ -67,7 +71,14 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   const abort = new AbortController();
   const nats = opts.nats ? new Nats({ ...opts.nats, name: "ifp-operator" }, log) : undefined;
   void nats?.start(abort.signal).catch(() => {});
-  const ctx: RelayContext = { kube, caches, settings: opts.settings, log, nats };
+  const trust = new InstallTrust(kube, {
+    namespace: opts.trust?.namespace ?? opts.leaderElection?.namespace ?? process.env.POD_NAMESPACE ?? "default",
+    secretName: opts.trust?.secretName ?? "ifp-operator-ca",
+    lifetimes: opts.trust?.lifetimes,
+    extraCas: opts.trust?.extraCas,
+    log,
+  });
+  const ctx: RelayContext = { kube, caches, settings: opts.settings, log, nats, trust };
   const controller = (kind: Kind, reconcile: Reconcile) =>
     new Controller({ kind, reconcile, exists: (ns, name) => !!caches.get(kind, ns, name), metrics, log });
   const controllers: Record<Kind, Controller> = {
@@ -86,10 +97,11 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
     : undefined;
   let leading = !elector;
   let stopping = false;
+  let trustLoaded = false;
   // Ready: a standby is ready (it waits for the lease); a leader once its caches hold a first list.
   const health = await serveHealth(
     { healthPort: opts.healthPort, metricsPort: opts.metricsPort },
-    () => (stopping ? "shutting down" : leading && !caches.synced ? "caches not synced yet" : undefined),
+    () => (stopping ? "shutting down" : leading && !trustLoaded ? "install CA not loaded yet" : leading && !caches.synced ? "caches not synced yet" : undefined),
     metrics.registry,
   );
   const depth = setInterval(() => {
@@ -116,6 +128,22 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       leading = true;
     }
     metrics.leader.set(1);
+    // The install CA before any reconcile: every default certificate and bundle comes from it.
+    // A change of its CAs (a rotation step) brings every resource to its bundle and certificate.
+    // Until it loads (the API server away, an unusable Secret) the replica says why and is not ready.
+    for (let attempt = 1; !stopping; attempt++) {
+      try {
+        await trust.start(() => {
+          for (const kind of ["Agent", "Relay"] as const) for (const o of caches.list(kind)) enqueue(kind, o);
+        });
+        trustLoaded = true;
+        break;
+      } catch (err) {
+        log.error({ err: errorMessage(err), attempt }, "could not load the install CA; retrying");
+        await new Promise((r) => setTimeout(r, Math.min(30_000, 1000 * attempt)));
+      }
+    }
+    if (stopping) return;
     await caches.start(abort.signal);
     if (stopping) return;
     loops = Object.values(controllers).map((c) => c.run(opts.workers ?? 4));
@@ -130,6 +158,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   return {
     metrics,
     caches,
+    trust,
     healthUrl: health.url,
     metricsUrl: health.metricsUrl,
     started,
@@ -141,6 +170,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       stopping = true;
       clearInterval(depth);
       if (resync) clearInterval(resync);
+      trust.stop();
       abort.abort();
       // Finish the reconciles in flight, then let go of everything else.
       for (const c of Object.values(controllers)) c.shutDown();

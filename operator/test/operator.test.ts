@@ -113,6 +113,7 @@ describe("Agent", () => {
       "--tls-cert=/etc/ifp/tls/tls.crt",
       "--tls-key=/etc/ifp/tls/tls.key",
       "--nats=nats://nats.test:4222",
+      "--ca-file=/etc/ifp/trust/ca.crt",
       "--signing-key=/etc/ifp/signing/signing.key",
     ]);
     expect(c.readinessProbe.httpGet).toMatchObject({ path: "/readyz", port: "https", scheme: "HTTPS" });
@@ -325,7 +326,8 @@ describe("Agent", () => {
     expect(get("deployment", "grace")).toBeUndefined();
     // Never overwritten with a key of the operator's own, though it holds none.
     expect(get("secret", "grace-key").metadata.resourceVersion).toBe(rv);
-    expect(events("grace").map((e) => `${e.type}/${e.reason}`)).toContain("Warning/InvalidSigningKey");
+    // The Event follows the status write: wait for it rather than race it.
+    await until("the Warning/InvalidSigningKey Event", () => events("grace").some((e) => `${e.type}/${e.reason}` === "Warning/InvalidSigningKey"));
 
     const key = generateSigningKey();
     cp.kubectl(["apply", "-f", "-"], secretYaml("grace-key", { "signing.key": key.privateKeyPem }));

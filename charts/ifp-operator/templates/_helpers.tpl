@@ -99,3 +99,8 @@ topologySpreadConstraints:
 {{- end }}
 {{- end }}
 
+
+{{/* The install CA's Secret, in the release's namespace. */}}
+{{- define "ifp-operator.caSecretName" -}}
+{{- default (printf "%s-ca" (include "ifp-operator.fullname" .)) .Values.trust.caSecretName }}
+{{- end }}

@@ -8,6 +8,7 @@ import type { ReconcileResult } from "../kube/controller.ts";
 import { isSubset } from "../kube/subset.ts";
 import { mergeConditions, type Condition, type ConditionInput } from "./conditions.ts";
 import type { OperatorSettings } from "./runtime.ts";
+import type { InstallTrust } from "./trust.ts";
 
 /** What a reconcile needs around it; the controllers are the pure parts plus this shell. */
 export interface ReconcileContext {
@@ -15,6 +16,8 @@ export interface ReconcileContext {
   caches: Caches;
   settings: OperatorSettings;
   log: Logger;
+  /** The install CA and the CAs every trust bundle holds. */
+  trust: InstallTrust;
 }
 
 export type CustomObject = KubernetesObject & { spec?: unknown; status?: Record<string, unknown> };

@@ -30,6 +30,8 @@ export const RUNTIME_DEFAULT_ID = 10001;
 /** Pod template annotation: a hash of what the runtime reads at start, so that a change rolls the pods. */
 export const CONFIG_HASH = "ifp.dev/config-hash";
 export const HTTPS_PORT = 8443;
+/** Where the runtime pods find their trust bundle (`ca.crt`). */
+export const TRUST_DIR = "/etc/ifp/trust";
 
 /** The metadata of an Agent or Relay as the informer holds it (custom objects stay plain JSON). */
 export interface OwnerMeta {
@@ -62,6 +64,7 @@ export function childNames(name: string) {
     signingSecret: `${name}-signing`,
     tlsSecret: `${name}-tls`,
     certificate: `${name}-tls`,
+    trust: `${name}-trust`,
   };
 }
 
@@ -156,6 +159,8 @@ export function runtimeDeployment(opts: {
     "--tls-cert=/etc/ifp/tls/tls.crt",
     "--tls-key=/etc/ifp/tls/tls.key",
     `--nats=${settings.natsUrl}`,
+    // The trust bundle (trust.ts), added to the system roots; the runtime reloads it when it changes.
+    `--ca-file=${TRUST_DIR}/ca.crt`,
   ];
   if (opts.signingSecret) args.push("--signing-key=/etc/ifp/signing/signing.key");
   if (opts.trustedProxies?.length) args.push(`--trusted-proxies=${opts.trustedProxies.join(",")}`);
@@ -164,11 +169,14 @@ export function runtimeDeployment(opts: {
     { name: "manifest", mountPath: "/etc/ifp/manifest", readOnly: true },
     { name: "tls", mountPath: "/etc/ifp/tls", readOnly: true },
     { name: "tmp", mountPath: "/tmp" },
+    { name: "trust", mountPath: TRUST_DIR, readOnly: true },
   ];
   const volumes: V1Volume[] = [
     { name: "manifest", configMap: { name: n.configMap } },
     { name: "tls", secret: { secretName: opts.tlsSecret, items: [{ key: "tls.crt", path: "tls.crt" }, { key: "tls.key", path: "tls.key" }] } },
     { name: "tmp", emptyDir: {} },
+    // Mounted whole (no subPath), so that the kubelet brings a changed bundle into the pod.
+    { name: "trust", configMap: { name: n.trust, items: [{ key: "ca.crt", path: "ca.crt" }] } },
   ];
   if (opts.signingSecret) {
     mounts.push({ name: "signing", mountPath: "/etc/ifp/signing", readOnly: true });

@@ -1,13 +1,15 @@
 // The runtime's serving certificate: from a Secret the user names, from cert-manager when an
-// issuer is named, or else self-signed by the operator into a Secret it owns (and renews).
+// issuer is named, or else issued by the install CA (trust.ts) into a Secret the operator owns
+// (and renews: before it expires, when its names change, and when the signing CA rotates).
 import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
-import { selfSignedServing } from "../certs.ts";
+import { isoSeconds } from "../../../runtime/src/util/time.ts";
 import { applyChildren, controlledBy, ChildConflictError } from "../kube/apply.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Kube } from "../kube/client.ts";
 import type { Blocker } from "./conditions.ts";
 import { COMPONENT_LABEL, hashOf, INSTANCE_LABEL, MANAGED_BY } from "../kube/metadata.ts";
 import { childMeta, childNames, type Owner } from "./runtime.ts";
+import { DEFAULT_LIFETIMES, type InstallTrust } from "./trust.ts";
 
 export interface TlsSpecInput {
   secretName?: string;
@@ -28,8 +30,10 @@ export interface TlsOutcome {
 
 export const NOT_AFTER = "ifp.dev/not-after";
 export const DNS_NAMES_HASH = "ifp.dev/dns-names-hash";
-/** Self-signed certificates are valid a year and re-issued 30 days before they expire. */
-export const RENEW_BEFORE_MS = 30 * 24 * 3600_000;
+/** The SHA-256 fingerprint of the install CA that issued the certificate. */
+export const ISSUER = "ifp.dev/issuer";
+/** Default serving certificates are re-issued this long before they expire (unless the operator is told otherwise). */
+export const RENEW_BEFORE_MS = DEFAULT_LIFETIMES.certRenewBeforeMs;
 const MAX_TIMER_MS = 24 * 3600_000;
 
 /** Pure: the cert-manager Certificate for a runtime's Service names and public host. */
@@ -51,13 +55,17 @@ export function desiredCertificate(owner: Owner, issuerRef: NonNullable<TlsSpecI
   } as KubernetesObject;
 }
 
-/** Pure: what a self-signed Secret needs now. */
-export function selfSignedAction(secret: V1Secret | undefined, dnsNames: string[], now: number): { action: "create" | "renew" | "keep"; renewAt?: number } {
+/**
+ * Pure: what a default certificate's Secret needs now: created, re-issued (close to expiry, names
+ * changed, or issued by another CA than the install's signing CA), or kept until `renewAt`.
+ */
+export function selfSignedAction(secret: V1Secret | undefined, dnsNames: string[], now: number, issuer?: string, renewBeforeMs = RENEW_BEFORE_MS): { action: "create" | "renew" | "keep"; renewAt?: number } {
   if (!secret) return { action: "create" };
   const notAfter = Date.parse(secret.metadata?.annotations?.[NOT_AFTER] ?? "");
   if (!Number.isFinite(notAfter) || !secret.data?.["tls.crt"] || !secret.data?.["tls.key"]) return { action: "renew" };
   if (secret.metadata?.annotations?.[DNS_NAMES_HASH] !== hashOf(dnsNames)) return { action: "renew" };
-  const renewAt = notAfter - RENEW_BEFORE_MS;
+  if (issuer !== undefined && secret.metadata?.annotations?.[ISSUER] !== issuer) return { action: "renew" };
+  const renewAt = notAfter - renewBeforeMs;
   return renewAt <= now ? { action: "renew" } : { action: "keep", renewAt };
 }
 
@@ -69,7 +77,7 @@ export function certificateWaiting(cert: KubernetesObject | undefined): Blocker 
   return { reason: "CertificateNotReady", message: ready?.message ? `Certificate: ${ready.message}` : "cert-manager has not issued the serving certificate yet" };
 }
 
-export async function ensureTls(kube: Kube, caches: Caches, owner: Owner, tls: TlsSpecInput | undefined, dnsNames: string[], now = Date.now()): Promise<TlsOutcome> {
+export async function ensureTls(kube: Kube, caches: Caches, trust: InstallTrust, owner: Owner, tls: TlsSpecInput | undefined, dnsNames: string[], now = Date.now()): Promise<TlsOutcome> {
   const ns = owner.metadata.namespace;
   const n = childNames(owner.metadata.name);
   if (tls?.secretName) {
@@ -93,33 +101,36 @@ export async function ensureTls(kube: Kube, caches: Caches, owner: Owner, tls: T
     const waiting = certificateWaiting(live);
     return { ...base, applied, waiting, requeueAfterMs: waiting ? 15_000 : undefined };
   }
-  // Neither: a self-signed certificate for the Service names, in a Secret the operator owns.
+  // Neither: a certificate of the install CA for the Service names, in a Secret the operator owns.
   const events: TlsOutcome["events"] = [];
   let secret = caches.get<V1Secret>("Secret", ns, n.tlsSecret) ?? (await kube.read<V1Secret>("v1", "Secret", ns, n.tlsSecret));
   if (secret && !controlledBy(secret, owner.metadata.uid)) {
     throw new ChildConflictError(`Secret ${n.tlsSecret} already exists and is not managed by this ${owner.kind}; delete or rename it, or name it in spec.tls.secretName`);
   }
-  const step = selfSignedAction(secret, dnsNames, now);
+  const issuer = trust.signerId();
+  const step = selfSignedAction(secret, dnsNames, now, issuer, trust.lifetimes.certRenewBeforeMs);
   const applied: string[] = [];
   if (step.action !== "keep") {
-    const pem = await selfSignedServing(dnsNames[2] ?? dnsNames[0]!, dnsNames);
+    const ca = trust.signer();
+    const leaf = await ca.issue({ commonName: dnsNames[2] ?? dnsNames[0]!, dnsNames, validityMs: trust.lifetimes.certValidityMs });
+    const pem = { ...leaf, ca: ca.cert, notAfter: isoSeconds(leaf.notAfter) };
     const body: V1Secret = {
       apiVersion: "v1",
       kind: "Secret",
       type: "kubernetes.io/tls",
-      metadata: childMeta(owner, n.tlsSecret, { annotations: { "ifp.dev/self-signed": "true", [NOT_AFTER]: pem.notAfter, [DNS_NAMES_HASH]: hashOf(dnsNames) } }),
+      metadata: childMeta(owner, n.tlsSecret, { annotations: { "ifp.dev/issued-by": "install-ca", [ISSUER]: issuer, [NOT_AFTER]: pem.notAfter, [DNS_NAMES_HASH]: hashOf(dnsNames) } }),
       data: { "tls.crt": Buffer.from(pem.cert).toString("base64"), "tls.key": Buffer.from(pem.key).toString("base64"), "ca.crt": Buffer.from(pem.ca).toString("base64") },
     };
     if (step.action === "create") {
       if (await kube.createIfAbsent(body)) {
         applied.push(`Secret/${n.tlsSecret}`);
-        events.push({ type: "Normal", reason: "IssuedCertificate", message: `issued a self-signed serving certificate into Secret ${n.tlsSecret}, valid until ${pem.notAfter}` });
+        events.push({ type: "Normal", reason: "IssuedCertificate", message: `issued a serving certificate of the install CA into Secret ${n.tlsSecret}, valid until ${pem.notAfter}` });
       }
     } else {
       body.metadata!.resourceVersion = secret!.metadata?.resourceVersion;
       secret = await kube.replace(body);
       applied.push(`Secret/${n.tlsSecret}`);
-      events.push({ type: "Normal", reason: "RenewedCertificate", message: `re-issued the self-signed serving certificate in Secret ${n.tlsSecret}, valid until ${pem.notAfter}` });
+      events.push({ type: "Normal", reason: "RenewedCertificate", message: `re-issued the serving certificate (install CA) in Secret ${n.tlsSecret}, valid until ${pem.notAfter}` });
     }
   }
   const renewIn = step.renewAt ? Math.max(1000, Math.min(step.renewAt - now, MAX_TIMER_MS)) : MAX_TIMER_MS;

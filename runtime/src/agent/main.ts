@@ -1,4 +1,4 @@
-import { readFileSync, statSync } from "node:fs";
+import { statSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import type { FastifyInstance } from "fastify";
 import pino, { type Logger } from "pino";
@@ -7,7 +7,7 @@ import { ANNOTATIONS } from "../contract/annotations.ts";
 import { DiscoveryClient } from "../discovery/client.ts";
 import { EventRecorder } from "../kube/events.ts";
 import { Nats, type NatsOptions } from "../nats/connection.ts";
-import { HttpClient } from "../net/http-client.ts";
+import { caFileLogger, HttpClient } from "../net/http-client.ts";
 import { isoSeconds } from "../util/time.ts";
 import { privateKeyFromPem, rawPublicKey } from "../protocol/keys.ts";
 import type { SigningKey } from "../protocol/signing.ts";
@@ -40,7 +40,7 @@ export interface AgentOptions {
   tlsKey: string;
   signingKey: string;
   nats: Omit<NatsOptions, "name">;
-  /** Extra CA certificates (PEM) trusted for outbound HTTPS to peers and relays. */
+  /** Extra CA certificates (PEM) trusted for outbound HTTPS to peers and relays, besides the system roots; re-read when it changes. */
   caFile?: string;
   /** Kubeconfig for Kubernetes Events outside a pod. */
   kubeconfig?: string;
@@ -83,7 +83,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
   const life = new Lifecycle(log);
 
-  const http = new HttpClient({ extraCa: opts.caFile ? readFileSync(opts.caFile, "utf8") : undefined });
+  const http = new HttpClient({ caFile: opts.caFile, onCaFileReload: caFileLogger(log) });
   life.defer("HTTP client", () => http.close());
   const discovery = new DiscoveryClient(http);
   if (spec.inbox.introductionTokens && !opts.introductionSecretFile) log.warn("spec.inbox.introductionTokens is set but no --introduction-secret-file was given; no introduction token is accepted");

@@ -1,8 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { request } from "node:https";
-import { rootCertificates } from "node:tls";
 import { parseArgs } from "node:util";
-import { HttpClient } from "../net/http-client.ts";
+import { defaultCaCertificates, HttpClient } from "../net/http-client.ts";
 import { signRequest } from "../protocol/http-signatures.ts";
 import { privateKeyFromPem } from "../protocol/keys.ts";
 import type { SigningKey } from "../protocol/signing.ts";
@@ -49,7 +48,7 @@ async function tail(base: string, key: SigningKey, extraCa: string | undefined):
   const headers = await signRequest({ method: "GET", url, headers: { accept: "text/event-stream" } }, key);
   say(`following ${key.agentId}'s mailbox on ${base} (Ctrl-C stops) …`);
   return new Promise((resolve) => {
-    const req = request(url, { headers, ca: extraCa ? [...rootCertificates, extraCa] : undefined }, (res) => {
+    const req = request(url, { headers, ca: extraCa ? [...defaultCaCertificates(), extraCa] : undefined }, (res) => {
       if (res.statusCode !== 200) {
         let body = "";
         res.on("data", (c: Buffer) => (body += c));

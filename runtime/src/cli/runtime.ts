@@ -22,8 +22,9 @@ IFP_INTRODUCTION_SECRET_FILE, IFP_LOG_LEVEL.
   --signing-key FILE  the agent's Ed25519 signing key, PKCS#8 PEM (agent mode)
   --nats URL          NATS server URL(s), comma separated
   --nats-creds FILE   NATS credentials file
-  --ca-file FILE      extra CA certificates (PEM) trusted for outbound HTTPS: peers, relays,
-                      the handler and notify webhooks (agent mode); push webhooks (relay mode)
+  --ca-file FILE      extra CA certificates (PEM) trusted for outbound HTTPS besides the system
+                      roots, re-read when the file changes: peers, relays, the handler and
+                      notify webhooks (agent mode); push webhooks (relay mode)
   --kubeconfig FILE   kubeconfig for Kubernetes Events outside a pod (in a pod: its service account)
   --local-api-port N  overrides spec.localApi.port (agent mode; loopback only)
   --introduction-secret-file FILE

@@ -1,9 +1,22 @@
-import { rootCertificates } from "node:tls";
+import { X509Certificate } from "node:crypto";
+import { readFileSync, statSync } from "node:fs";
+import { readFile, stat } from "node:fs/promises";
+import * as tls from "node:tls";
 import { Agent, fetch, type Dispatcher } from "undici";
 
 export interface HttpClientOptions {
   /** Extra PEM CA certificates trusted besides the system's (self-signed peers both humans agreed on). */
   extraCa?: string;
+  /**
+   * A file of extra PEM CA certificates trusted besides the system's (`--ca-file`, in a pod the
+   * operator's trust bundle). It is read at start and again whenever it changes, so that a
+   * rotated CA is trusted without a restart.
+   */
+  caFile?: string;
+  /** How often, at most, the CA file is looked at for a change (default 10 s). */
+  caFileCheckMs?: number;
+  /** Told each time the CA file was read again: how many certificates it holds, or why it was refused. */
+  onCaFileReload?: (result: { file: string; certificates: number } | { file: string; error: string }) => void;
   /** Per-request timeout. */
   timeoutMs?: number;
   userAgent?: string;
@@ -16,28 +29,118 @@ export interface HttpResult {
 }
 
 /**
+ * The CA certificates of a PEM text (each must parse; anything between the blocks is ignored).
+ * Empty or white space only: none. Throws with what is wrong, never with the text itself.
+ */
+export function parsePemCertificates(text: string): string[] {
+  if (!text.trim()) return [];
+  const blocks = text.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g) ?? [];
+  if (!blocks.length) throw new Error("holds no PEM certificate (-----BEGIN CERTIFICATE-----)");
+  blocks.forEach((b, i) => {
+    try {
+      new X509Certificate(b);
+    } catch {
+      throw new Error(`certificate ${i + 1} of ${blocks.length} is not a valid X.509 certificate`);
+    }
+  });
+  return blocks.map((b) => b + "\n");
+}
+
+/**
+ * The CA certificates Node trusts by default: its bundled roots plus NODE_EXTRA_CA_CERTS (and the
+ * system store when Node is told to use it). Extra CAs are added to these: giving TLS a `ca`
+ * list replaces Node's default, so the list must carry the default along.
+ */
+export function defaultCaCertificates(): string[] {
+  const get = (tls as { getCACertificates?: (type: "default") => string[] }).getCACertificates;
+  return get ? get("default") : [...tls.rootCertificates];
+}
+
+function fileVersion(st: { mtimeMs: number; size: number; ino: number }): string {
+  return `${st.mtimeMs}:${st.size}:${st.ino}`;
+}
+
+/**
  * Outbound HTTPS for the runtime: one connection pool, the system trust store plus optional
- * extra CAs, a timeout per request, and no following of redirects (an inbox that redirects is
- * a misconfiguration to report, not to chase).
+ * extra CAs (never instead of it), a timeout per request, and no following of redirects (an
+ * inbox that redirects is a misconfiguration to report, not to chase).
  */
 export class HttpClient {
-  private readonly dispatcher: Dispatcher;
+  private dispatcher: Dispatcher;
   private readonly timeoutMs: number;
   private readonly userAgent: string;
+  private readonly extraCa: string[];
+  private fileCas: string[] = [];
+  private readonly caFile: string | undefined;
+  private readonly caFileCheckMs: number;
+  private readonly onCaFileReload: HttpClientOptions["onCaFileReload"];
+  private caFileVersion = "";
+  private caFileCheckedAt = 0;
+  private reloading: Promise<void> | undefined;
 
   constructor(opts: HttpClientOptions = {}) {
-    this.dispatcher = new Agent({
-      connect: { ca: opts.extraCa ? [...rootCertificates, opts.extraCa] : undefined, minVersion: "TLSv1.2" },
-      keepAliveTimeout: 10_000,
-    });
+    this.extraCa = opts.extraCa ? [opts.extraCa] : [];
+    this.caFile = opts.caFile;
+    this.caFileCheckMs = opts.caFileCheckMs ?? 10_000;
+    this.onCaFileReload = opts.onCaFileReload;
+    if (this.caFile) {
+      // At start a missing or unusable file is an error of the command line: say so at once.
+      const version = fileVersion(statSync(this.caFile));
+      try {
+        this.fileCas = parsePemCertificates(readFileSync(this.caFile, "utf8"));
+      } catch (err) {
+        throw new Error(`CA file ${this.caFile} ${(err as Error).message}`);
+      }
+      this.caFileVersion = version;
+      this.caFileCheckedAt = Date.now();
+    }
+    this.dispatcher = this.makeDispatcher();
     this.timeoutMs = opts.timeoutMs ?? 15_000;
     this.userAgent = opts.userAgent ?? "ifp-runtime";
+  }
+
+  /** The CA certificates outbound TLS trusts, or undefined for Node's default (the system roots alone). */
+  trustedCas(): string[] | undefined {
+    const extra = [...this.extraCa, ...this.fileCas];
+    return extra.length ? [...defaultCaCertificates(), ...extra] : undefined;
+  }
+
+  private makeDispatcher(): Dispatcher {
+    return new Agent({ connect: { ca: this.trustedCas(), minVersion: "TLSv1.2" }, keepAliveTimeout: 10_000 });
+  }
+
+  /** Read the CA file again if it changed (at most every caFileCheckMs); an unusable new version keeps the old trust. */
+  async reloadCaFile(force = false): Promise<void> {
+    if (!this.caFile) return;
+    if (!force && Date.now() - this.caFileCheckedAt < this.caFileCheckMs) return;
+    this.reloading ??= (async () => {
+      const file = this.caFile!;
+      this.caFileCheckedAt = Date.now();
+      try {
+        const version = fileVersion(await stat(file));
+        if (version === this.caFileVersion) return;
+        this.caFileVersion = version;
+        const cas = parsePemCertificates(await readFile(file, "utf8"));
+        const old = this.dispatcher;
+        this.fileCas = cas;
+        this.dispatcher = this.makeDispatcher();
+        // Requests in flight finish on the old pool.
+        void old.close().catch(() => {});
+        this.onCaFileReload?.({ file, certificates: cas.length });
+      } catch (err) {
+        this.onCaFileReload?.({ file, error: (err as Error).message });
+      }
+    })().finally(() => {
+      this.reloading = undefined;
+    });
+    await this.reloading;
   }
 
   async request(
     url: string,
     init: { method?: string; headers?: Record<string, string>; body?: string | Uint8Array; timeoutMs?: number; maxBytes?: number } = {},
   ): Promise<HttpResult> {
+    await this.reloadCaFile();
     const res = await fetch(url, {
       method: init.method ?? "GET",
       headers: { "user-agent": this.userAgent, ...init.headers },
@@ -88,4 +191,9 @@ export function retryAfterSeconds(value: string | null | undefined, now = Date.n
   if (/^\d+$/.test(value.trim())) return Number(value.trim());
   const at = Date.parse(value);
   return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - now) / 1000));
+}
+
+/** A reload report for the runtime's log: a rotated bundle at info, a refused one at warn. */
+export function caFileLogger(log: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void }): NonNullable<HttpClientOptions["onCaFileReload"]> {
+  return (r) => ("error" in r ? log.warn({ file: r.file, err: r.error }, "kept the previous CA certificates: the CA file could not be used") : log.info({ file: r.file, certificates: r.certificates }, "read the CA file again"));
 }

@@ -1,10 +1,9 @@
-import { readFileSync } from "node:fs";
 import type { FastifyInstance } from "fastify";
 import pino, { type Logger } from "pino";
 import { loadManifest } from "../config/manifest.ts";
 import { Nats, type NatsOptions } from "../nats/connection.ts";
 import { ensureStream } from "../nats/streams.ts";
-import { HttpClient } from "../net/http-client.ts";
+import { caFileLogger, HttpClient } from "../net/http-client.ts";
 import { Verifier } from "../protocol/verify.ts";
 import { Relay } from "../resources/relay.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
@@ -51,7 +50,7 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
   const life = new Lifecycle(log);
 
-  const http = new HttpClient({ extraCa: caFile ? readFileSync(caFile, "utf8") : undefined, userAgent: "ifp-relay" });
+  const http = new HttpClient({ caFile, onCaFileReload: caFileLogger(log), userAgent: "ifp-relay" });
   life.defer("HTTP client", () => http.close());
   const nats = new Nats({ ...opts.nats, name: `ifp-relay ${relay.metadata.name ?? relay.spec.url}` }, log);
   life.defer("NATS", () => nats.close());

@@ -241,6 +241,18 @@ export const KnownAgent = z.object({
   keys: z.array(TrustedKey).min(1),
 });
 
+/** A key of a ConfigMap or Secret in the resource's namespace holding PEM CA certificates. */
+const TrustKeyRef = z.object({
+  name: z.string().min(1).max(253).regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, "must be the name of an object in the resource's namespace"),
+  key: z.string().min(1).max(253).regex(/^[-._a-zA-Z0-9]+$/, "must be a ConfigMap or Secret key").default("ca.crt"),
+});
+
+/** One entry of spec.tls.trust: a ConfigMap's or a Secret's key with PEM CA certificates. */
+export const TrustSource = z
+  .object({ configMapRef: TrustKeyRef.optional(), secretRef: TrustKeyRef.optional() })
+  .refine((t) => !!t.configMapRef !== !!t.secretRef, "each spec.tls.trust entry takes exactly one of configMapRef and secretRef")
+  .meta(cel({ rule: "has(self.configMapRef) != has(self.secretRef)", message: "each spec.tls.trust entry takes exactly one of configMapRef and secretRef" }));
+
 export const TlsSpec = z.object({
   secretName: z.string().min(1).optional().describe("Secret of type kubernetes.io/tls with tls.crt and tls.key"),
   issuerRef: z
@@ -252,6 +264,9 @@ export const TlsSpec = z.object({
     .optional()
     .describe("cert-manager issuer that signs the serving certificate"),
   dnsNames: z.array(z.string().min(1)).optional(),
+  trust: z.array(TrustSource).max(16).optional().describe(
+    "extra CAs this runtime trusts for its outbound calls, besides the system roots and the install's CA bundle",
+  ),
 }).meta(cel({ rule: "!(has(self.secretName) && has(self.issuerRef))", message: "spec.tls takes secretName or issuerRef, not both" }));
 
 /** Object metadata as far as the runtime reads it from a rendered manifest. */

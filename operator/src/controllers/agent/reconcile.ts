@@ -14,6 +14,7 @@ import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { exposedHosts } from "../expose.ts";
 import { planExposure, pruneExposure } from "../expose-reconcile.ts";
 import { ensureTls } from "../tls.ts";
+import { ensureTrust } from "../trust.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { agentStatus } from "./status.ts";
 
@@ -31,9 +32,10 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
   try {
     const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing.secretName);
     const expose = agent.spec.expose;
-    const tls = await ensureTls(ctx.kube, ctx.caches, owner, agent.spec.tls, certificateDnsNames(owner, defaultBaseUrl(agent.spec.baseUrl, expose), [...(agent.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]));
+    const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls, certificateDnsNames(owner, defaultBaseUrl(agent.spec.baseUrl, expose), [...(agent.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]));
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
-    let applied: string[] = [...signing.applied, ...tls.applied];
+    const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls?.trust);
+    let applied: string[] = [...signing.applied, ...tls.applied, ...trust.applied];
     const exposure = await planExposure(ctx.kube, namespace, expose);
     if (!("blocker" in signing)) {
       const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
@@ -42,7 +44,7 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
       if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
       applied = [...applied, ...pruned, ...changed];
     }
-    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (tls.blocker ?? exposure.blocker);
+    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (tls.blocker ?? trust.blocker ?? exposure.blocker);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = agentStatus(agent, {
       applied,

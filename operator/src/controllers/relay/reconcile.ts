@@ -17,6 +17,7 @@ import { invalidSpecConditions } from "../conditions.ts";
 import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { ensureTls } from "../tls.ts";
+import { ensureTrust } from "../trust.ts";
 import { desiredRelayChildren, relayOwner, retentionLoss, STREAM_FINALIZER, type RelayResource } from "./desired.ts";
 import { relayStatus, type StreamObservation } from "./status.ts";
 
@@ -46,19 +47,20 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
       return {}; // the update brings the next pass
     }
     const expose = relay.spec.expose;
-    const tls = await ensureTls(ctx.kube, ctx.caches, owner, relay.spec.tls, certificateDnsNames(owner, relay.spec.url, [...(relay.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]));
+    const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, relay.spec.tls, certificateDnsNames(owner, relay.spec.url, [...(relay.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]));
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
+    const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, relay.spec.tls?.trust);
     const exposure = await planExposure(ctx.kube, namespace, expose);
     const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
     if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
     const changed = [...pruned, ...(await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName, exposure })))];
     if (changed.length > pruned.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.slice(pruned.length).join(", ")}`);
-    const blocker = tls.blocker ?? exposure.blocker;
+    const blocker = tls.blocker ?? trust.blocker ?? exposure.blocker;
     const stream = await reconcileStream(ctx, obj, relay);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = relayStatus(
       relay,
-      { applied: [...tls.applied, ...changed], deployment, blocker, waiting: tls.waiting, stream, tlsSecret: tls.secretName },
+      { applied: [...tls.applied, ...trust.applied, ...changed], deployment, blocker, waiting: tls.waiting, stream, tlsSecret: tls.secretName },
       obj.status as RelayStatus | undefined,
     );
     const wrote = await writeStatus(ctx, "relays", obj, status, conditions);
@@ -66,7 +68,7 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
     if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
     if (wrote && !stream.ok) await ctx.kube.event(obj, "Warning", stream.reason, stream.message);
     const streamRetry = stream.ok ? undefined : stream.reason === "NatsUnavailable" ? 10_000 : 30_000;
-    return { requeueAfterMs: earliest(tls.requeueAfterMs, tls.blocker ? 30_000 : undefined, exposure.blocker ? 60_000 : undefined, streamRetry) };
+    return { requeueAfterMs: earliest(tls.requeueAfterMs, tls.blocker || trust.blocker ? 30_000 : undefined, exposure.blocker ? 60_000 : undefined, streamRetry) };
   } catch (err) {
     return await reportFailure(ctx, "relays", obj, err);
   }

@@ -1,0 +1,224 @@
+// One trust domain per install, on a real control plane: the install CA kept in a Secret of the
+// operator's namespace, the serving certificates it issues, the trust bundle of every Agent and
+// Relay (install CAs, the chart's extra CAs, spec.tls.trust), and the CA's rotation with its
+// overlap, driven in seconds.
+import { X509Certificate } from "node:crypto";
+import { once } from "node:events";
+import { createServer } from "node:https";
+import { connect } from "node:tls";
+import { KubeConfig } from "@kubernetes/client-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
+import { createCA, fingerprint, type CertificateAuthority } from "../src/certs.ts";
+import { ISSUER } from "../src/controllers/tls.ts";
+import { InstallTrust } from "../src/controllers/trust.ts";
+import { Kube } from "../src/kube/client.ts";
+import { startManager, type ManagerOptions, type RunningManager } from "../src/manager.ts";
+import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
+
+let cp: ControlPlane;
+let manager: RunningManager | undefined;
+let extra: CertificateAuthority;
+let corp: CertificateAuthority;
+const NS = "ifp-trust";
+const SYSTEM = "ifp-system";
+const CA_SECRET = "ifp-test-ca";
+const operatorLog = capturedLog(600);
+const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222" };
+
+const start = async (extraOpts: Partial<ManagerOptions> = {}) => {
+  const m = await startManager({
+    kubeconfig: cp.kubeconfig,
+    settings,
+    watchNamespaces: [NS],
+    resyncMs: 2_000,
+    trust: { namespace: SYSTEM, secretName: CA_SECRET, extraCas: extra.cert },
+    log: operatorLog.log,
+    ...extraOpts,
+  });
+  await m.started;
+  return m;
+};
+
+const get = (ns: string, kind: string, name: string) => getOrAbsent(cp, ["-n", ns, "get", kind, name]);
+const condition = (obj: any, type: string) => obj?.status?.conditions?.find((c: any) => c.type === type);
+const untilReason = (ns: string, kind: string, name: string, reason: string, timeoutMs = 30_000) =>
+  until(`${kind}/${name} Ready reason ${reason}`, () => {
+    const o = get(ns, kind, name);
+    return condition(o, "Ready")?.reason === reason ? o : undefined;
+  }, timeoutMs);
+const decode = (b64: string) => Buffer.from(b64, "base64").toString("utf8");
+const installCa = () => decode(get(SYSTEM, "secret", CA_SECRET).data["ca.crt"]);
+const bundleOf = (ns: string, name: string) => get(ns, "configmap", `${name}-trust`)?.data?.["ca.crt"] as string | undefined;
+const certsIn = (pem: string | undefined) => pem?.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----\n/g) ?? [];
+const agentYaml = (ns: string, name: string, tls = "") => `apiVersion: ifp.dev/v1alpha1
+kind: Agent
+metadata: {name: ${name}, namespace: ${ns}}
+spec:
+  agentId: ${name}-id
+${tls}`;
+const poke = (ns: string, kind: string, name: string) => cp.kubectl(["-n", ns, "annotate", "--overwrite", kind, name, `example.com/poke=${Date.now()}`]);
+
+/** A TLS handshake on loopback with the Secret's certificate, verified against `ca` only, for the Service name. */
+async function handshake(secret: any, ca: string, servername: string): Promise<void> {
+  const server = createServer({ cert: decode(secret.data["tls.crt"]), key: decode(secret.data["tls.key"]) }, (_q, r) => r.end());
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  try {
+    const socket = connect({ host: "127.0.0.1", port: (server.address() as { port: number }).port, servername, ca });
+    socket.on("error", () => {});
+    try {
+      await Promise.race([once(socket, "secureConnect"), once(socket, "error").then(([e]) => Promise.reject(e))]);
+    } finally {
+      socket.destroy();
+    }
+  } finally {
+    server.close();
+  }
+}
+
+perTest(() => [
+  `operator log (last ${Math.min(150, operatorLog.lines().length)} lines):`,
+  ...operatorLog.lines().slice(-150),
+  (() => {
+    try {
+      return cp.kubectl(["get", "agents,relays,configmaps,secrets", "-A"]);
+    } catch (err) {
+      return (err as Error).message;
+    }
+  })(),
+].join("\n"));
+
+beforeAll(async () => {
+  [cp, extra, corp] = await Promise.all([startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"] }), createCA("chart extra CA"), createCA("corp CA")]);
+  for (const ns of [NS, SYSTEM]) cp.kubectl(["create", "namespace", ns]);
+  manager = await start();
+}, 300_000);
+
+afterAll(async () => {
+  await manager?.stop();
+  await cp?.stop();
+});
+
+describe("install CA", () => {
+  it("is created once in the operator's namespace and kept across restarts", async () => {
+    const secret = get(SYSTEM, "secret", CA_SECRET);
+    expect(Object.keys(secret.data).sort()).toEqual(["ca.crt", "ca.key"]);
+    const cert = new X509Certificate(decode(secret.data["ca.crt"]));
+    expect(cert.ca).toBe(true);
+    await manager!.stop();
+    manager = await start();
+    const again = get(SYSTEM, "secret", CA_SECRET);
+    expect(again.metadata.resourceVersion).toBe(secret.metadata.resourceVersion);
+    expect(manager.trust.signer().cert).toBe(decode(secret.data["ca.crt"]));
+  });
+
+  it("is made once when two replicas start at the same time", async () => {
+    const kc = new KubeConfig();
+    kc.loadFromFile(cp.kubeconfig);
+    const replicas = [1, 2].map(() => new InstallTrust(new Kube(kc, operatorLog.log), { namespace: SYSTEM, secretName: "race-ca", log: operatorLog.log }));
+    await Promise.all(replicas.map((r) => r.ensure()));
+    const stored = decode(get(SYSTEM, "secret", "race-ca").data["ca.crt"]);
+    expect(replicas.map((r) => r.signer().cert)).toEqual([stored, stored]);
+  });
+
+  it("issues every default serving certificate, and publishes a bundle with the install CA, the extra CAs and spec.tls.trust", async () => {
+    cp.kubectl(["-n", NS, "create", "configmap", "corp-ca", `--from-literal=ca.crt=${corp.cert}`]);
+    cp.kubectl(["apply", "-f", "-"], agentYaml(NS, "alice", "  tls:\n    trust: [{configMapRef: {name: corp-ca}}]\n"));
+    cp.kubectl(["apply", "-f", "-"], `apiVersion: ifp.dev/v1alpha1\nkind: Relay\nmetadata: {name: hub, namespace: ${NS}}\nspec: {url: "https://hub.example"}\n`);
+    const ca = installCa();
+    for (const [kind, name] of [["agent", "alice"], ["relay", "hub"]] as const) {
+      const tls = await until(`${name}-tls`, () => get(NS, "secret", `${name}-tls`));
+      expect(tls.metadata.annotations[ISSUER]).toBe(fingerprint(ca));
+      const leaf = new X509Certificate(decode(tls.data["tls.crt"]));
+      expect(leaf.checkIssued(new X509Certificate(ca))).toBe(true);
+      expect(leaf.verify(new X509Certificate(ca).publicKey)).toBe(true);
+      const bundle = await until(`${name}-trust`, () => bundleOf(NS, name));
+      expect(certsIn(bundle)).toEqual(kind === "agent" ? [ca, extra.cert, corp.cert] : [ca, extra.cert]);
+      // A peer that trusts only the bundle accepts the runtime's certificate for its Service name.
+      await handshake(tls, bundle, `${name}.${NS}.svc`);
+      await expect(handshake(tls, corp.cert, `${name}.${NS}.svc`)).rejects.toThrow(/self-signed|unable to (get|verify)/i);
+      const dep = await until(`deployment ${name}`, () => get(NS, "deployment", name));
+      expect(dep.spec.template.spec.containers[0].args).toContain("--ca-file=/etc/ifp/trust/ca.crt");
+      expect(dep.spec.template.spec.volumes).toContainEqual({ name: "trust", configMap: { name: `${name}-trust`, items: [{ key: "ca.crt", path: "ca.crt" }], defaultMode: 420 } });
+    }
+    await untilReason(NS, "agent", "alice", "RuntimeNotReady");
+  });
+
+  it("says which spec.tls.trust entry is missing, and picks it up once it exists", { timeout: 90_000 }, async () => {
+    cp.kubectl(["apply", "-f", "-"], agentYaml(NS, "bob", "  tls:\n    trust:\n      - {configMapRef: {name: corp-ca}}\n      - {secretRef: {name: bob-partner-ca, key: partner.pem}}\n"));
+    const agent = await untilReason(NS, "agent", "bob", "TrustSourceMissing");
+    expect(condition(agent, "Ready")).toMatchObject({ status: "False", message: `Secret bob-partner-ca named in spec.tls.trust[1].secretRef does not exist in namespace ${NS}` });
+    const events = cp.json<any>(["-n", NS, "get", "events", "--field-selector", "involvedObject.name=bob"]).items;
+    expect(events.map((e: any) => e.reason)).toContain("TrustSourceMissing");
+    // What can be published is: the runtime keeps trusting the install and the ConfigMap it named.
+    expect(certsIn(await until("bob-trust", () => bundleOf(NS, "bob")))).toEqual([installCa(), extra.cert, corp.cert]);
+    const partner = await createCA("partner CA");
+    cp.kubectl(["-n", NS, "create", "secret", "generic", "bob-partner-ca", `--from-literal=partner.pem=${partner.cert}`]);
+    // Not watched (the user's object): it is looked at again within 30 seconds.
+    await untilReason(NS, "agent", "bob", "RuntimeNotReady", 60_000);
+    expect(certsIn(bundleOf(NS, "bob"))).toEqual([installCa(), extra.cert, corp.cert, partner.cert]);
+  });
+
+  it("reports a ConfigMap without a usable certificate as InvalidTrust, and goes on with the rest", async () => {
+    cp.kubectl(["-n", NS, "create", "configmap", "carol-ca", "--from-literal=ca.crt=-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n"]);
+    cp.kubectl(["apply", "-f", "-"], agentYaml(NS, "carol", "  tls:\n    trust: [{configMapRef: {name: carol-ca}}]\n"));
+    const agent = await untilReason(NS, "agent", "carol", "InvalidTrust");
+    expect(condition(agent, "Ready").message).toBe("ConfigMap carol-ca key ca.crt named in spec.tls.trust[0].configMapRef certificate 1 of 1 is not a valid X.509 certificate");
+    expect(certsIn(bundleOf(NS, "carol"))).toEqual([installCa(), extra.cert]);
+    // The operator is still at work: another Agent is reconciled, and the fixed source is taken.
+    cp.kubectl(["apply", "-f", "-"], agentYaml(NS, "dora"));
+    await untilReason(NS, "agent", "dora", "RuntimeNotReady");
+    cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "ConfigMap", metadata: { name: "carol-ca", namespace: NS }, data: { "ca.crt": corp.cert } }));
+    poke(NS, "agent", "carol");
+    await untilReason(NS, "agent", "carol", "RuntimeNotReady");
+    expect(certsIn(bundleOf(NS, "carol"))).toEqual([installCa(), extra.cert, corp.cert]);
+  });
+
+  it("has an entry naming both a ConfigMap and a Secret refused by the API server", () => {
+    expect(() => cp.kubectl(["apply", "-f", "-"], agentYaml(NS, "erin", "  tls:\n    trust: [{configMapRef: {name: a}, secretRef: {name: b}}]\n"))).toThrow(/exactly one of configMapRef and secretRef/);
+  });
+});
+
+describe("install CA rotation", () => {
+  it("publishes the next CA first, issues from it only after the overlap, and drops the old one once it expired", { timeout: 120_000 }, async () => {
+    const ROT = "ifp-rotation";
+    cp.kubectl(["create", "namespace", ROT]);
+    // CA valid 30 s; the next one 20 s before that (at ~10 s); issued from after 6 s more.
+    const overlapMs = 6_000;
+    const rot = await start({
+      watchNamespaces: [ROT],
+      trust: { namespace: SYSTEM, secretName: "rotation-ca", lifetimes: { caValidityMs: 30_000, caRotateBeforeMs: 20_000, caOverlapMs: overlapMs, certValidityMs: 60_000, certRenewBeforeMs: 5_000 } },
+    });
+    try {
+      cp.kubectl(["apply", "-f", "-"], agentYaml(ROT, "rita"));
+      const first = await until("rita-tls", () => get(ROT, "secret", "rita-tls"));
+      const c1 = fingerprint(decode(get(SYSTEM, "secret", "rotation-ca").data["ca.crt"]));
+      expect(first.metadata.annotations[ISSUER]).toBe(c1);
+      const published = new Map<string, number>();
+      let issuedFromNext: { fp: string; at: number } | undefined;
+      let dropped = false;
+      // Watch the bundle and the certificate, every observation checked against the rules.
+      await until("a rotation: next CA published, issued from, old CA dropped", () => {
+        const bundle = certsIn(bundleOf(ROT, "rita")).map(fingerprint);
+        const leaf = get(ROT, "secret", "rita-tls");
+        const now = Date.now();
+        for (const fp of bundle) if (!published.has(fp)) published.set(fp, now);
+        const issuer = leaf.metadata.annotations[ISSUER];
+        // The certificate's CA is always in the bundle a peer reads.
+        expect(bundle).toContain(issuer);
+        if (issuer !== c1 && !issuedFromNext) issuedFromNext = { fp: issuer, at: now };
+        if (issuedFromNext && !bundle.includes(c1)) dropped = true;
+        return issuedFromNext && dropped;
+      }, 90_000, 200);
+      // The next CA was in the bundle for the overlap before a certificate came from it (less the poll interval).
+      expect(issuedFromNext!.at - published.get(issuedFromNext!.fp)!).toBeGreaterThanOrEqual(overlapMs - 1_000);
+      const leaf = new X509Certificate(decode(get(ROT, "secret", "rita-tls").data["tls.crt"]));
+      const stored = get(SYSTEM, "secret", "rotation-ca");
+      const chain = ["ca.crt", "next.crt", "previous.crt"].filter((k) => stored.data[k]).map((k) => new X509Certificate(decode(stored.data[k])));
+      expect(chain.some((ca) => leaf.checkIssued(ca) && leaf.verify(ca.publicKey))).toBe(true);
+    } finally {
+      await rot.stop();
+    }
+  });
+});
