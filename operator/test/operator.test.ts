@@ -477,7 +477,7 @@ spec:
     expect(condition(relay, "Stalled")).toMatchObject({ status: "True", reason: "StreamConflict" });
     expect(condition(relay, "Reconciling")).toMatchObject({ status: "False" });
     expect(relay.status.stream).toBeUndefined();
-    expect(events("clash").map((e) => `${e.type}/${e.reason}`)).toContain("Warning/StreamConflict");
+    await waitFor("the StreamConflict Warning Event", () => events("clash").some((e) => `${e.type}/${e.reason}` === "Warning/StreamConflict"));
     // Neither recreated nor edited: the same stream, its own max_age, after further passes.
     await consistently("the other stream left as it is", async () => {
       const s = await stream(name);
@@ -508,7 +508,7 @@ spec:
     expect(condition(relay, "Reconciling")).toMatchObject({ status: "True", reason: "StreamFailed" });
     expect(condition(relay, "Stalled")).toMatchObject({ status: "False" });
     expect(await stream(name)).toBeUndefined();
-    expect(events("strict").map((e) => `${e.type}/${e.reason}`)).toContain("Warning/StreamFailed");
+    await waitFor("the StreamFailed Warning Event", () => events("strict").some((e) => `${e.type}/${e.reason}` === "Warning/StreamFailed"));
 
     cp.kubectl(["-n", NS, "patch", "relay", "strict", "--type=merge", "-p", '{"spec":{"retention":{"replicas":1}}}']);
     const synced = await untilReason("relay", "strict", "StreamInSync", "StreamReady");

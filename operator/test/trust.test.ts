@@ -149,8 +149,9 @@ describe("install CA", () => {
     cp.kubectl(["apply", "-f", "-"], agentYaml(NS, "bob", "  tls:\n    trust:\n      - {configMapRef: {name: corp-ca}}\n      - {secretRef: {name: bob-partner-ca, key: partner.pem}}\n"));
     const agent = await untilReason(NS, "agent", "bob", "TrustSourceMissing");
     expect(condition(agent, "Ready")).toMatchObject({ status: "False", message: `Secret bob-partner-ca named in spec.tls.trust[1].secretRef does not exist in namespace ${NS}` });
-    const events = cp.json<any>(["-n", NS, "get", "events", "--field-selector", "involvedObject.name=bob"]).items;
-    expect(events.map((e: any) => e.reason)).toContain("TrustSourceMissing");
+    // The Event follows the status write.
+    await until("the TrustSourceMissing Event", () =>
+      cp.json<any>(["-n", NS, "get", "events", "--field-selector", "involvedObject.name=bob"]).items.some((e: any) => e.reason === "TrustSourceMissing") || undefined);
     // What can be published is: the runtime keeps trusting the install and the ConfigMap it named.
     expect(certsIn(await until("bob-trust", () => bundleOf(NS, "bob")))).toEqual([installCa(), extra.cert, corp.cert]);
     const partner = await createCA("partner CA");
