@@ -9,7 +9,8 @@ const USAGE = `usage:
 
 Every flag may also be given as an environment variable: IFP_MANIFEST, IFP_PORT, IFP_HOST,
 IFP_TLS_CERT, IFP_TLS_KEY, IFP_SIGNING_KEY, IFP_NATS_URL, IFP_NATS_CREDS, IFP_NATS_USER,
-IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_LOG_LEVEL.
+IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT,
+IFP_LOCAL_API_TLS_PORT, IFP_LOCAL_API_TOKEN_FILE, IFP_LOG_LEVEL.
 
   --manifest FILE     the Agent or Relay resource (YAML or JSON), as kubectl apply takes it
   --port N            HTTPS port (default 8443)
@@ -23,6 +24,11 @@ IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PO
                       the handler and notify webhooks (agent mode); push webhooks (relay mode)
   --kubeconfig FILE   kubeconfig for Kubernetes Events outside a pod (in a pod: its service account)
   --local-api-port N  overrides spec.localApi.port (agent mode; loopback only)
+  --local-api-tls-port N
+                      also serve the local API over HTTPS on this port (0.0.0.0, the serving
+                      certificate) for applications in other pods; needs --local-api-token-file
+  --local-api-token-file FILE
+                      the bearer token that listener requires; re-read when the file changes
 `;
 
 const OPTIONS = {
@@ -40,6 +46,8 @@ const OPTIONS = {
   "ca-file": { type: "string", env: "IFP_CA_FILE" },
   kubeconfig: { type: "string", env: "IFP_KUBECONFIG" },
   "local-api-port": { type: "string", env: "IFP_LOCAL_API_PORT" },
+  "local-api-tls-port": { type: "string", env: "IFP_LOCAL_API_TLS_PORT" },
+  "local-api-token-file": { type: "string", env: "IFP_LOCAL_API_TOKEN_FILE" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
   help: { type: "boolean", short: "h" },
 } as const;
@@ -76,6 +84,15 @@ function port(flags: Flags): number {
   const n = Number(text);
   if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`a port must be a number from 0 to 65535, not ${text}`);
   return n;
+}
+
+function localApiTls(flags: Flags): { localApiTlsPort?: number; localApiTokenFile?: string } {
+  const tlsPort = flags["local-api-tls-port"];
+  const tokenFile = flags["local-api-token-file"];
+  if (tlsPort === undefined && tokenFile === undefined) return {};
+  if (tlsPort === undefined) throw new UsageError("--local-api-token-file needs --local-api-tls-port");
+  if (tokenFile === undefined) throw new UsageError("--local-api-tls-port needs --local-api-token-file: that listener never serves without a token");
+  return { localApiTlsPort: port({ port: tlsPort }), localApiTokenFile: tokenFile };
 }
 
 export async function main(argv = process.argv.slice(2)): Promise<void> {
@@ -118,6 +135,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
         caFile: flags["ca-file"],
         kubeconfig: flags.kubeconfig,
         localApiPort: flags["local-api-port"] === undefined ? undefined : port({ port: flags["local-api-port"] }),
+        ...localApiTls(flags),
       });
     } else if (mode === "relay") {
       const { startRelay } = await import("../relay/main.ts");

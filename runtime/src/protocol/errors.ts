@@ -3,6 +3,7 @@ export type ErrorCode =
   | "invalid_format"
   | "invalid_signature"
   | "unknown_sender"
+  | "unauthorized"
   | "rate_limited"
   | "payload_too_large"
   | "internal_error"
