@@ -4,6 +4,7 @@ import type { KubernetesObject, V1ConfigMap, V1Role, V1RoleBinding } from "@kube
 import { ANNOTATIONS } from "../../../../runtime/src/contract/annotations.ts";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { hashOf } from "../../kube/metadata.ts";
+import { localApiChildren, localApiServicePort, withLocalApi } from "./local-api.ts";
 import { childMeta, childNames, renderManifest, runtimeDeployment, runtimeService, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
 
 export type AgentResource = Agent & { metadata: Owner["metadata"] };
@@ -55,7 +56,16 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
     // What the runtime reads only at start: the manifest and the signing key.
     configHash: hashOf({ manifest, signingKey: inputs.signing.publicKey }),
   });
-  return [configMap, runtimeServiceAccount(owner, true), role, binding, runtimeService(owner), deployment];
+  const localApiPort = localApiServicePort(agent);
+  return [
+    configMap,
+    runtimeServiceAccount(owner, true),
+    role,
+    binding,
+    runtimeService(owner),
+    ...localApiChildren(owner, agent),
+    localApiPort === undefined ? deployment : withLocalApi(deployment, owner, localApiPort),
+  ];
 }
 
 /** The URL peers reach the agent at: spec.baseUrl, else its Service inside the cluster. */

@@ -12,6 +12,7 @@ import { earliest, previousFields, reportFailure, writeStatus, type CustomObject
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { ensureTls } from "../tls.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
+import { ensureLocalApi, localApiDnsNames } from "./local-api.ts";
 import { agentStatus } from "./status.ts";
 
 export async function reconcileAgent(ctx: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
@@ -27,15 +28,17 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
   const owner = agentOwner(agent);
   try {
     const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing.secretName);
-    const tls = await ensureTls(ctx.kube, ctx.caches, owner, agent.spec.tls, certificateDnsNames(owner, agent.spec.baseUrl, agent.spec.tls?.dnsNames));
+    const localApi = await ensureLocalApi(ctx, obj, owner, agent);
+    const dnsNames = certificateDnsNames(owner, agent.spec.baseUrl, [...localApiDnsNames(owner, agent), ...(agent.spec.tls?.dnsNames ?? [])]);
+    const tls = await ensureTls(ctx.kube, ctx.caches, owner, agent.spec.tls, dnsNames);
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
-    let applied: string[] = [...signing.applied, ...tls.applied];
-    if (!("blocker" in signing)) {
+    let applied: string[] = [...signing.applied, ...localApi.applied, ...tls.applied];
+    if (!("blocker" in signing) && !localApi.blocker) {
       const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName }));
       if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
       applied = [...applied, ...changed];
     }
-    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : tls.blocker;
+    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (localApi.blocker ?? tls.blocker);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = agentStatus(agent, {
       applied,
