@@ -19,7 +19,7 @@ export interface AppDelivery {
   message_id: string;
   /** The verified signer (or the claimed sender of an accepted unsigned message). */
   sender: string;
-  /** The verification result: 0 unsigned, 1 signed and verified, as the handler's Ifp-Auth-Level. */
+  /** The verification result, the IFP-5 authentication level (0 unsigned, 2 verified against a known key), as the handler's Ifp-Auth-Level. */
   auth_level: number;
   /** 1 on the first delivery, more on redeliveries. */
   delivery_attempt: number;

@@ -51,7 +51,7 @@ export interface InboundDelivery {
   message_id: string;
   /** The verified signer (or, for an accepted unsigned message, its claimed sender). */
   sender: string;
-  /** 1 when the signature was verified, 0 for an accepted unsigned message. */
+  /** The IFP-5 authentication level: 2 when the signature was verified against a known key, 0 for an accepted unsigned message. */
   auth_level: number;
   delivery_attempt: number;
   message: Message;
