@@ -13,8 +13,8 @@ export interface AppStreamRouteDeps {
 const MessageIdParam = z.object({ id: z.string().min(1).max(256) });
 const AckBody = z.object({ message_ids: z.array(z.string().min(1).max(256)).min(1).max(1000) });
 // A limit or wait out of range is brought into it rather than refused, as for the dead letters.
-const Limit = z.unknown().transform((v) => Math.min(100, Math.max(1, Math.trunc(Number(v ?? 10)) || 10)));
-const WaitSeconds = z.unknown().transform((v) => Math.min(30, Math.max(1, Math.trunc(Number(v ?? 1)) || 1)));
+const Limit = z.string().optional().transform((v) => Math.min(100, Math.max(1, Math.trunc(Number(v ?? 10)) || 10)));
+const WaitSeconds = z.string().optional().transform((v) => Math.min(30, Math.max(1, Math.trunc(Number(v ?? 1)) || 1)));
 
 /**
  * The application's inbound messages when it runs no HTTP server (spec.handler unset):

@@ -9,6 +9,9 @@ import { errorMessage } from "../util/errors.ts";
 import type { AgentNames } from "./names.ts";
 import { H } from "./store.ts";
 
+/** How long one reader's pull waits on the server; a closed reader hands its messages back within this. */
+const PULL_EXPIRES_MS = 2_000;
+
 /** The durable consumer that feeds the local API's message stream (only when spec.handler is unset). */
 export const APP_CONSUMER = "application";
 
@@ -88,6 +91,7 @@ export class AppStream {
   private readonly consumer: ConsumerWorker;
   private readonly held = new Map<string, Held>();
   private readonly readers = new Set<Reader>();
+  private readonly loops = new Set<Promise<void>>();
   private stopped = false;
 
   constructor(nats: Nats, names: AgentNames, log: Logger, opts: AppStreamOptions = {}) {
@@ -124,8 +128,9 @@ export class AppStream {
     await this.consumer.ensureConsumer();
   }
 
-  get openReaders(): number {
-    return this.readers.size;
+  /** Readers still working: open, or closed and not yet done handing their messages back. */
+  get activeReaders(): number {
+    return this.loops.size;
   }
 
   /** Whether another reader may open a stream now. */
@@ -155,7 +160,11 @@ export class AppStream {
       for (const id of reader.ids) this.held.get(id)?.m.working();
     }, this.opts.heartbeatMs);
     heartbeat.unref();
-    void this.read(reader, waitForRoom);
+    const loop = this.read(reader, waitForRoom).finally(() => {
+      this.handBack(reader);
+      this.loops.delete(loop);
+    });
+    this.loops.add(loop);
     return () => {
       if (reader.closed) return;
       reader.closed = true;
@@ -163,16 +172,24 @@ export class AppStream {
       reader.abort.abort();
       reader.wake();
       this.readers.delete(reader);
-      // Everything this reader still holds goes back at once, ahead of newer messages.
-      for (const id of reader.ids) {
-        const h = this.held.get(id);
-        if (h?.reader === reader) {
-          this.held.delete(id);
-          h.m.nak();
-        }
-      }
-      reader.ids.clear();
     };
+  }
+
+  /**
+   * Everything a closed reader still holds goes back at once, in stream order, ahead of newer
+   * messages. Done when its loop has ended, so that a message its last pull brings in goes back too.
+   */
+  private handBack(reader: Reader): void {
+    const back: Held[] = [];
+    for (const id of reader.ids) {
+      const h = this.held.get(id);
+      if (h?.reader === reader) {
+        this.held.delete(id);
+        back.push(h);
+      }
+    }
+    reader.ids.clear();
+    for (const h of back.sort((x, y) => x.m.seq - y.m.seq)) h.m.nak();
   }
 
   private async read(reader: Reader, waitForRoom: () => Promise<void>): Promise<void> {
@@ -186,12 +203,9 @@ export class AppStream {
             await waitForRoom();
             continue;
           }
-          const m = await c.next({ expires: 5_000 });
+          const m = await c.next({ expires: PULL_EXPIRES_MS });
           if (!m) continue;
-          if (reader.closed || this.stopped) {
-            m.nak();
-            break;
-          }
+          // Closed meanwhile: held, and handed back with the rest in order when the loop ends.
           this.take(m, reader);
         }
       } catch (err) {
@@ -227,7 +241,7 @@ export class AppStream {
       held.timer.unref();
     }
     this.held.set(d.message_id, held);
-    if (reader && !(m.info.redelivered && d.seq <= reader.cursor)) reader.send(d);
+    if (reader && !reader.closed && !(m.info.redelivered && d.seq <= reader.cursor)) reader.send(d);
     return d;
   }
 
@@ -281,11 +295,13 @@ export class AppStream {
     return true;
   }
 
-  stop(): void {
+  /** Stop every reader and wait until what they held has been handed back (before NATS closes). */
+  async stop(): Promise<void> {
     this.stopped = true;
     for (const r of this.readers) {
       r.abort.abort();
       r.wake();
     }
+    await Promise.allSettled([...this.loops]);
   }
 }

@@ -49,6 +49,8 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     loggerInstance: deps.logger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: deps.agent.spec.inbox.maxMessageBytes,
+    // Message ids in paths may be up to 256 characters (the routes check them).
+    maxParamLength: 1024,
     ...(secure ? { https: { cert: secure.tls.cert, key: secure.tls.key, minVersion: "TLSv1.2" as const }, requestTimeout: 30_000 } : {}),
   }) as unknown as FastifyInstance;
   jsonApi(app);
@@ -95,7 +97,7 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
   });
 
   // A limit out of range is brought into it rather than refused.
-  const Limit = z.unknown().transform((v) => Math.min(1000, Math.max(1, Number(v ?? 100) || 100)));
+  const Limit = z.string().optional().transform((v) => Math.min(1000, Math.max(1, Number(v ?? 100) || 100)));
   api.get("/dead-letters", { schema: { querystring: z.object({ limit: Limit }) } }, async (req) => ({
     dead_letters: await deps.states.deadLetters(req.query.limit),
   }));

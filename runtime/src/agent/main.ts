@@ -61,6 +61,8 @@ export interface RunningAgent {
   localApiUrl: string;
   /** The local API's HTTPS listener with a bearer token, when one was asked for. */
   localApiTlsUrl?: string;
+  /** The application's message stream (no spec.handler). */
+  appStream?: AppStream;
   agent: Agent;
   nats: Nats;
   close(): Promise<void>;
@@ -200,7 +202,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
       ? await life.listen(localApiTls, { name: "local API (TLS)", scheme: "https", port: opts.localApiTlsPort!, host: opts.host ?? "0.0.0.0" })
       : undefined;
     log.info({ url, localApiUrl, localApiTlsUrl, agentId: spec.agentId }, "agent listening");
-    return { app, url, localApiUrl, localApiTlsUrl, agent, nats, close: () => life.close() };
+    return { app, url, localApiUrl, localApiTlsUrl, appStream, agent, nats, close: () => life.close() };
   } catch (err) {
     await life.close();
     throw err;
