@@ -135,6 +135,19 @@ describe("the application's message stream (no spec.handler)", () => {
     expect(await b.unacked()).toBe(0);
   });
 
+  it("recreates its consumer when it goes away, from the acknowledgement floor", async () => {
+    const r = openReader(b, b.local());
+    // The reader is pulling: it has looked at the consumer (and its acknowledgement floor) after every earlier ack.
+    await waitFor("the reader pulling", async () => (await b.nats.jsm.consumers.info("IFP_INBOX_bob-agent", "application")).num_waiting > 0);
+    await b.nats.jsm.consumers.delete("IFP_INBOX_bob-agent", "application");
+    const id = await sendToBob("after the loss");
+    await r.until(1);
+    expect(r.got.map((d) => d.message_id)).toEqual([id]);
+    await b.local().ack(id);
+    await r.close();
+    expect(await b.unacked()).toBe(0);
+  });
+
   it("has a pull variant: GET /messages?limit= hands out up to that many, to be acknowledged", async () => {
     const ids = [await sendToBob("p1"), await sendToBob("p2"), await sendToBob("p3")];
     const first = await b.remote().pull(2);

@@ -93,6 +93,8 @@ export class AppStream {
   private readonly readers = new Set<Reader>();
   private readonly loops = new Set<Promise<void>>();
   private stopped = false;
+  private ensured = false;
+  private floorAt = 0;
 
   constructor(nats: Nats, names: AgentNames, log: Logger, opts: AppStreamOptions = {}) {
     this.nats = nats;
@@ -126,6 +128,20 @@ export class AppStream {
   /** Create the consumer now, so that messages accepted before the first reader wait for it. */
   async ensure(): Promise<void> {
     await this.consumer.ensureConsumer();
+    this.ensured = true;
+  }
+
+  /** The acknowledgement floor, for a consumer recreated after it went away: refreshed at most every 30 s while readers are open. */
+  private refreshFloor(): void {
+    if (Date.now() - this.floorAt < 30_000) return;
+    this.floorAt = Date.now();
+    this.consumer.ensureConsumer().catch(() => (this.ensured = false));
+  }
+
+  /** Ensured once; again after a failure (the consumer may have gone away). */
+  private async bound() {
+    if (!this.ensured) await this.ensure();
+    return await this.nats.js.consumers.get(this.names.inboxStream, APP_CONSUMER);
   }
 
   /** Readers still working: open, or closed and not yet done handing their messages back. */
@@ -158,6 +174,7 @@ export class AppStream {
     const heartbeat = setInterval(() => {
       keepAlive();
       for (const id of reader.ids) this.held.get(id)?.m.working();
+      this.refreshFloor();
     }, this.opts.heartbeatMs);
     heartbeat.unref();
     const loop = this.read(reader, waitForRoom).finally(() => {
@@ -195,8 +212,9 @@ export class AppStream {
   private async read(reader: Reader, waitForRoom: () => Promise<void>): Promise<void> {
     for (let delay = 500; !reader.closed && !this.stopped; delay = Math.min(delay * 2, 10_000)) {
       try {
+        // Each new reader also refreshes the acknowledgement floor a recreated consumer starts after.
         await this.ensure();
-        const c = await this.nats.js.consumers.get(this.names.inboxStream, APP_CONSUMER);
+        const c = await this.bound();
         delay = 500;
         while (!reader.closed && !this.stopped) {
           if (reader.ids.size >= this.opts.maxUnacked) {
@@ -209,6 +227,7 @@ export class AppStream {
           this.take(m, reader);
         }
       } catch (err) {
+        this.ensured = false;
         if (reader.closed || this.stopped) break;
         this.log.warn({ err: errorMessage(err), retryInMs: delay }, "application stream interrupted");
         await pause(delay, undefined, { signal: reader.abort.signal }).catch(() => {});
@@ -266,14 +285,14 @@ export class AppStream {
     if (!this.nats.isConnected) throw unavailable("the message store (NATS JetStream) is not reachable");
     const out: AppDelivery[] = [];
     try {
-      await this.ensure();
-      const c = await this.nats.js.consumers.get(this.names.inboxStream, APP_CONSUMER);
+      const c = await this.bound();
       const batch = await c.fetch({ max_messages: limit, expires: waitMs });
       for await (const m of batch) {
         const d = this.take(m, undefined);
         if (d) out.push(d);
       }
     } catch (err) {
+      this.ensured = false;
       if (out.length) return out;
       throw unavailable(`could not read messages: ${errorMessage(err)}`);
     }
