@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../e2e/support/nats.ts";
 import { waitFor } from "../../e2e/support/ports.ts";
+import { get as httpGet } from "node:http";
 import type { InboundDelivery, LocalApiClient } from "../src/client/local.ts";
 import { startHandler, type Tls, withNatsAndTls } from "./agent-harness.ts";
 import { identity, peerOf, signed } from "./fixtures.ts";
@@ -161,6 +162,39 @@ describe("the application's message stream (no spec.handler)", () => {
     const odd = await b.request("/messages?limit=abc&wait=-3", { headers: auth() });
     expect(odd.status).toBe(200);
     expect(odd.json()).toEqual({ messages: [] });
+  });
+});
+
+describe("abuse of the message stream", () => {
+  it("refuses a stream past 32 open ones with 429, and takes a malformed Last-Event-ID as none", async () => {
+    const dave = identity("dave-agent");
+    const d = await runLocalApiAgent({ self: dave, natsUrl: nats.url, tls, spec: { peers: [peerOf(alice)] } });
+    try {
+      const readers = Array.from({ length: 32 }, () => openReader(d, d.local()));
+      await waitFor("32 readers open", async () => d.appStream!.activeReaders === 32);
+      const refused = await d.request("/messages/stream", { headers: { authorization: `Bearer ${"t".repeat(43)}` } });
+      expect(refused.status).toBe(429);
+      expect(refused.json()).toMatchObject({ status: "error", code: "rate_limited" });
+      await Promise.all(readers.map((r) => r.close()));
+      const m = signed(alice, "dave-agent", { phase: "context" }, "after garbage");
+      expect((await d.deliver(m)).status).toBe(202);
+      const raw = await new Promise<string>((resolve, reject) => {
+        const req = httpGet(`${d.localApiUrl}/messages/stream?after=-1`, { headers: { "last-event-id": "99999999999999999999 x" } }, (res) => {
+          let buf = "";
+          res.on("data", (c: Buffer) => {
+            buf += c.toString();
+            if (buf.includes("event: message")) {
+              req.destroy();
+              resolve(buf);
+            }
+          });
+        });
+        req.on("error", reject);
+      });
+      expect(raw).toContain("after garbage");
+    } finally {
+      await d.close();
+    }
   });
 });
 
