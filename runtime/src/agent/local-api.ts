@@ -6,7 +6,10 @@ import { notFound } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
-import { jsonApi } from "../server/http.ts";
+import { jsonApi, type TlsMaterial } from "../server/http.ts";
+import type { AppStream } from "./app-stream.ts";
+import { appStreamRoutes } from "./app-stream-routes.ts";
+import { requireBearer, type BearerAuthOptions, type TokenFile } from "./local-api-auth.ts";
 import { composeMessage } from "./compose.ts";
 import type { DeliveryRecord, DeliveryStates } from "./delivery-state.ts";
 import type { Documents } from "./documents.ts";
@@ -22,21 +25,36 @@ export interface LocalApiDeps {
   peers: Pick<PeerCapabilityCache, "get">;
   /** The received message with this message_id, for replies. */
   received(messageId: string): Promise<Message | undefined>;
+  /** Inbound messages for an application without an HTTP server; undefined when spec.handler is set. */
+  stream?: AppStream;
   logger: Logger;
 }
 
+/** The listener for applications in other pods: HTTPS, and a bearer token on every request. */
+export interface LocalApiTls {
+  tls: TlsMaterial;
+  token: TokenFile;
+  limits?: BearerAuthOptions;
+}
+
 /**
- * The application's side of the runtime, on the pod's loopback only (spec.localApi.port; the
- * Service never exposes it): send messages through the outbox and follow their delivery.
- * Inbound messages reach the application at spec.handler.url. OpenAPI: docs/local-api.openapi.yaml.
+ * The application's side of the runtime: send messages through the outbox and follow their
+ * delivery, and (without spec.handler) receive inbound messages from a stream. Served on the
+ * pod's loopback without authentication (spec.localApi.port), and, with `secure`, on an HTTPS
+ * listener for applications in other pods that requires the bearer token (spec.localApi.service).
+ * The same routes on both. OpenAPI: docs/local-api.openapi.yaml.
  */
-export function buildLocalApi(deps: LocalApiDeps): FastifyInstance {
+export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): FastifyInstance {
   const app = Fastify({
     loggerInstance: deps.logger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: deps.agent.spec.inbox.maxMessageBytes,
+    // Message ids in paths may be up to 256 characters (the routes check them).
+    maxParamLength: 1024,
+    ...(secure ? { https: { cert: secure.tls.cert, key: secure.tls.key, minVersion: "TLSv1.2" as const }, requestTimeout: 30_000 } : {}),
   }) as unknown as FastifyInstance;
   jsonApi(app);
+  if (secure) requireBearer(app, secure.token, secure.limits);
   const api = app.withTypeProvider<ZodTypeProvider>();
 
   api.get("/healthz", async () => ({ status: "ok" }));
@@ -79,7 +97,7 @@ export function buildLocalApi(deps: LocalApiDeps): FastifyInstance {
   });
 
   // A limit out of range is brought into it rather than refused.
-  const Limit = z.unknown().transform((v) => Math.min(1000, Math.max(1, Number(v ?? 100) || 100)));
+  const Limit = z.string().optional().transform((v) => Math.min(1000, Math.max(1, Number(v ?? 100) || 100)));
   api.get("/dead-letters", { schema: { querystring: z.object({ limit: Limit }) } }, async (req) => ({
     dead_letters: await deps.states.deadLetters(req.query.limit),
   }));
@@ -89,6 +107,8 @@ export function buildLocalApi(deps: LocalApiDeps): FastifyInstance {
     if (!entry) throw notFound(`no capability document learned from ${req.params.agent}`);
     return entry;
   });
+
+  void app.register(appStreamRoutes, { stream: deps.stream, handlerUrl: deps.agent.spec.handler?.url });
 
   return app;
 }

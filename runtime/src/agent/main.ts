@@ -17,6 +17,7 @@ import { Lifecycle, retry } from "../server/lifecycle.ts";
 import { createRuntimeMetrics } from "../server/metrics.ts";
 import { readTls, watchTls } from "../server/tls.ts";
 import { acceptVerified, inspectionEffects } from "./accept.ts";
+import { AppStream } from "./app-stream.ts";
 import { buildAgentApp } from "./app.ts";
 import { DeliveryStates } from "./delivery-state.ts";
 import { Documents } from "./documents.ts";
@@ -25,6 +26,7 @@ import { IdentityResolver, introductionTokenFile } from "./identity.ts";
 import { ConversationLevels } from "./identity-levels.ts";
 import { PeerCapabilityCache } from "./inbound.ts";
 import { buildLocalApi } from "./local-api.ts";
+import { TokenFile } from "./local-api-auth.ts";
 import { agentNames } from "./names.ts";
 import { Notifier } from "./notify.ts";
 import { OutboundDelivery } from "./outbound.ts";
@@ -50,6 +52,10 @@ export interface AgentOptions {
   localApiPort?: number;
   /** Proxies (IPs or CIDR blocks) whose X-Forwarded-For is believed for per-address limits. */
   trustedProxies?: string[];
+  /** Port of the local API's HTTPS listener for applications in other pods (0 picks a free port); needs localApiTokenFile. */
+  localApiTlsPort?: number;
+  /** File holding the bearer token that listener requires (re-read when it changes). */
+  localApiTokenFile?: string;
   logger?: Logger;
 }
 
@@ -58,6 +64,10 @@ export interface RunningAgent {
   url: string;
   /** The local application API (loopback, plain HTTP). */
   localApiUrl: string;
+  /** The local API's HTTPS listener with a bearer token, when one was asked for. */
+  localApiTlsUrl?: string;
+  /** The application's message stream (no spec.handler). */
+  appStream?: AppStream;
   agent: Agent;
   nats: Nats;
   close(): Promise<void>;
@@ -69,6 +79,11 @@ export interface RunningAgent {
  */
 export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const log = opts.logger ?? pino({ level: process.env.IFP_LOG_LEVEL ?? "info" });
+  if ((opts.localApiTlsPort === undefined) !== (opts.localApiTokenFile === undefined)) {
+    throw new Error("the local API's TLS listener needs both a port and a token file");
+  }
+  // Read now: a missing or short token is a start-up error, not a listener that refuses everyone.
+  const localApiToken = opts.localApiTokenFile ? new TokenFile(opts.localApiTokenFile, log) : undefined;
   const agent = await loadManifest(opts.manifest, Agent);
   const spec = agent.spec;
   const privateKey = privateKeyFromPem(await readFile(opts.signingKey));
@@ -119,6 +134,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         { onDeadLetter: (messageId, reason) => void notifier.handlerDeadLetter(messageId, reason) },
       )
     : undefined;
+  // Without a handler the application reads its messages from the local API's stream.
+  const appStream = spec.handler ? undefined : new AppStream(nats, names, log);
   const outbound = new OutboundDelivery({
     nats,
     names,
@@ -149,7 +166,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         metrics,
       })
     : undefined;
-  life.defer("deliveries", () => Promise.all([handoff?.stop(), outbound.stop(), intake?.stop()]));
+  life.defer("deliveries", () => Promise.all([handoff?.stop(), outbound.stop(), intake?.stop(), appStream?.stop()]));
 
   let ready = false;
   life.background("agent start-up", async (signal) => {
@@ -161,6 +178,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         await states.ensure();
         await peerCaps.ensure();
         await levels.ensure();
+        await appStream?.ensure();
         if ((await documents.syncUpdated(nats, names, log)) && spec.relay?.urls.length) {
           void announceCapabilities({ urls: spec.relay.urls, signing, http, document: documents.capabilityDocument.doc, displayName: spec.displayName, log });
         }
@@ -188,13 +206,19 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     ready: () => ready && nats.isConnected,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));
-  const localApi = buildLocalApi({ agent, signing, documents, outbox, states, peers: peerCaps, received: (id) => inbox.received(id), logger: log });
+  const localDeps = { agent, signing, documents, outbox, states, peers: peerCaps, received: (id: string) => inbox.received(id), stream: appStream, logger: log };
+  const localApi = buildLocalApi(localDeps);
+  const localApiTls = localApiToken ? buildLocalApi(localDeps, { tls: readTls(tlsFiles), token: localApiToken }) : undefined;
+  if (localApiTls) life.defer("local API TLS watch", watchTls(localApiTls, tlsFiles, log));
 
   try {
     const url = await life.listen(app, { name: "HTTPS server", scheme: "https", port: opts.port, host: opts.host ?? "0.0.0.0" });
     const localApiUrl = await life.listen(localApi, { name: "local API", scheme: "http", port: opts.localApiPort ?? spec.localApi.port, host: "127.0.0.1" });
-    log.info({ url, localApiUrl, agentId: spec.agentId }, "agent listening");
-    return { app, url, localApiUrl, agent, nats, close: () => life.close() };
+    const localApiTlsUrl = localApiTls
+      ? await life.listen(localApiTls, { name: "local API (TLS)", scheme: "https", port: opts.localApiTlsPort!, host: opts.host ?? "0.0.0.0" })
+      : undefined;
+    log.info({ url, localApiUrl, localApiTlsUrl, agentId: spec.agentId }, "agent listening");
+    return { app, url, localApiUrl, localApiTlsUrl, appStream, agent, nats, close: () => life.close() };
   } catch (err) {
     await life.close();
     throw err;

@@ -12,7 +12,7 @@ const USAGE = `usage:
 Every flag may also be given as an environment variable: IFP_MANIFEST, IFP_PORT, IFP_HOST,
 IFP_TLS_CERT, IFP_TLS_KEY, IFP_SIGNING_KEY, IFP_NATS_URL, IFP_NATS_CREDS, IFP_NATS_USER,
 IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_TRUSTED_PROXIES,
-IFP_INTRODUCTION_SECRET_FILE, IFP_LOG_LEVEL.
+IFP_INTRODUCTION_SECRET_FILE, IFP_LOCAL_API_TLS_PORT, IFP_LOCAL_API_TOKEN_FILE, IFP_LOG_LEVEL.
 
   --manifest FILE     the Agent or Relay resource (YAML or JSON), as kubectl apply takes it
   --port N            HTTPS port (default 8443)
@@ -33,6 +33,11 @@ IFP_INTRODUCTION_SECRET_FILE, IFP_LOG_LEVEL.
   --trusted-proxies CIDRS
                       comma separated IPs or CIDR blocks of the proxies in front of the runtime:
                       only from these is X-Forwarded-For believed, for per-address limits
+  --local-api-tls-port N
+                      also serve the local API over HTTPS on this port (0.0.0.0, the serving
+                      certificate) for applications in other pods; needs --local-api-token-file
+  --local-api-token-file FILE
+                      the bearer token that listener requires; re-read when the file changes
 `;
 
 const OPTIONS = {
@@ -52,6 +57,8 @@ const OPTIONS = {
   "local-api-port": { type: "string", env: "IFP_LOCAL_API_PORT" },
   "introduction-secret-file": { type: "string", env: "IFP_INTRODUCTION_SECRET_FILE" },
   "trusted-proxies": { type: "string", env: "IFP_TRUSTED_PROXIES" },
+  "local-api-tls-port": { type: "string", env: "IFP_LOCAL_API_TLS_PORT" },
+  "local-api-token-file": { type: "string", env: "IFP_LOCAL_API_TOKEN_FILE" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
   help: { type: "boolean", short: "h" },
 } as const;
@@ -98,6 +105,15 @@ function trustedProxies(flags: Flags): string[] {
   }
 }
 
+function localApiTls(flags: Flags): { localApiTlsPort?: number; localApiTokenFile?: string } {
+  const tlsPort = flags["local-api-tls-port"];
+  const tokenFile = flags["local-api-token-file"];
+  if (tlsPort === undefined && tokenFile === undefined) return {};
+  if (tlsPort === undefined) throw new UsageError("--local-api-token-file needs --local-api-tls-port");
+  if (tokenFile === undefined) throw new UsageError("--local-api-tls-port needs --local-api-token-file: that listener never serves without a token");
+  return { localApiTlsPort: port({ port: tlsPort }), localApiTokenFile: tokenFile };
+}
+
 export async function main(argv = process.argv.slice(2)): Promise<void> {
   let parsed: ReturnType<typeof readFlags>;
   try {
@@ -140,6 +156,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
         kubeconfig: flags.kubeconfig,
         introductionSecretFile: flags["introduction-secret-file"],
         localApiPort: flags["local-api-port"] === undefined ? undefined : port({ port: flags["local-api-port"] }),
+        ...localApiTls(flags),
       });
     } else if (mode === "relay") {
       const { startRelay } = await import("../relay/main.ts");

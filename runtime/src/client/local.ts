@@ -1,11 +1,20 @@
 /**
- * Typed client of the runtime's local application API (docs/local-api.openapi.yaml), for an
- * application in the agent's pod. Plain fetch, no dependencies.
+ * Typed client of the runtime's local application API (docs/local-api.openapi.yaml). Node's
+ * http and https modules, no dependencies.
  *
+ * In the agent's pod (loopback, no token):
  *   const ifp = new LocalApiClient("http://127.0.0.1:8081");
+ * From another pod, through the Service <agent>-local-api (spec.localApi.service):
+ *   const ifp = new LocalApiClient("https://alice-local-api.team.svc:9443", {
+ *     token: readFileSync("/etc/ifp/local-api/token", "utf8"),   // the Secret <agent>-local-api
+ *     ca: readFileSync("/etc/ifp/trust/ca.crt", "utf8"),         // the ConfigMap <agent>-trust
+ *   });
+ *
  *   const { message_id } = await ifp.send({ to: "bob-agent", phase: "greeting", text: "Hello" });
- *   const state = await ifp.status(message_id);
+ *   for await (const m of ifp.messages()) { handle(m.message); await ifp.ack(m.message_id); }
  */
+import { request as httpRequest, type IncomingMessage } from "node:http";
+import { request as httpsRequest } from "node:https";
 import type { DeliveryRecord } from "../agent/delivery-state.ts";
 import type { OutboxRequest } from "../agent/compose.ts";
 import type { PeerCapabilities } from "../agent/inbound.ts";
@@ -38,6 +47,33 @@ export interface HandlerDelivery {
   };
 }
 
+/** One inbound message from the stream or the pull (no spec.handler): what a handler would get. */
+export interface InboundDelivery {
+  /** The inbox sequence: the SSE event id and the resume cursor. */
+  seq: number;
+  message_id: string;
+  /** The verified signer (or, for an accepted unsigned message, its claimed sender). */
+  sender: string;
+  /** The IFP-5 authentication level: 2 when the signature was verified against a known key, 0 for an accepted unsigned message. */
+  auth_level: number;
+  delivery_attempt: number;
+  message: Message;
+}
+
+export interface AckResult {
+  acknowledged: string[];
+  not_found: string[];
+}
+
+export interface LocalApiClientOptions {
+  /** The bearer token of the TLS listener (Secret <agent>-local-api, key token); not needed on loopback. */
+  token?: string;
+  /** PEM CA bundle that signed the runtime's serving certificate (https:// only). */
+  ca?: string | Buffer;
+  /** Per request (not for the stream); default 30 s. */
+  timeoutMs?: number;
+}
+
 export class LocalApiError extends Error {
   readonly status: number;
   readonly code: string;
@@ -50,8 +86,10 @@ export class LocalApiError extends Error {
 
 export class LocalApiClient {
   private readonly base: string;
-  constructor(base = process.env.IFP_LOCAL_API ?? "http://127.0.0.1:8081") {
+  private readonly opts: LocalApiClientOptions;
+  constructor(base = process.env.IFP_LOCAL_API ?? "http://127.0.0.1:8081", opts: LocalApiClientOptions = {}) {
     this.base = base.replace(/\/+$/, "");
+    this.opts = { ...opts, token: opts.token?.trim() };
   }
 
   /** Queue a message: the short form ({to, phase, text, in_reply_to, …}) or a whole unsigned IFP-4 message. */
@@ -74,14 +112,114 @@ export class LocalApiClient {
     return this.call("GET", `/peers/${encodeURIComponent(agentId)}/capabilities`);
   }
 
+  /** Up to `limit` inbound messages (waiting up to `waitSeconds` when fewer are there); acknowledge each within 60 s. */
+  async pull(limit = 10, waitSeconds = 1): Promise<InboundDelivery[]> {
+    return (await this.call<{ messages: InboundDelivery[] }>("GET", `/messages?limit=${limit}&wait=${waitSeconds}`)).messages;
+  }
+
+  /** Acknowledge one inbound message: it is not handed out again. */
+  async ack(messageId: string): Promise<void> {
+    await this.call("POST", `/messages/${encodeURIComponent(messageId)}/ack`);
+  }
+
+  /** Acknowledge several at once. */
+  ackMany(messageIds: string[]): Promise<AckResult> {
+    return this.call("POST", "/messages/ack", { message_ids: messageIds });
+  }
+
+  /**
+   * Inbound messages as they arrive (GET /messages/stream), in order, until `signal` aborts or
+   * the loop is left. A dropped stream is opened again after `retryMs` with Last-Event-ID, so
+   * what this reader already got and has not acknowledged is not sent twice; acknowledge each
+   * message with ack() once it is handled. Errors other than a dropped connection are thrown.
+   */
+  async *messages(opts: { signal?: AbortSignal; lastEventId?: number; retryMs?: number } = {}): AsyncGenerator<InboundDelivery> {
+    let last = opts.lastEventId;
+    while (!opts.signal?.aborted) {
+      const res = await this.open("GET", "/messages/stream", undefined, last ? { "last-event-id": String(last) } : {}, opts.signal).catch((err: unknown) => {
+        if (opts.signal?.aborted) return undefined;
+        if (err instanceof LocalApiError) throw err;
+        return null;
+      });
+      if (res === undefined) return;
+      if (res) {
+        if (res.statusCode !== 200) throw new LocalApiError(res.statusCode ?? 0, await readJson(res));
+        try {
+          for await (const event of sseEvents(res)) {
+            if (event.event !== "message") continue;
+            const d = JSON.parse(event.data) as InboundDelivery;
+            last = d.seq;
+            yield d;
+          }
+        } catch {
+          // the connection dropped: open it again below
+        } finally {
+          res.destroy();
+        }
+      }
+      if (opts.signal?.aborted) return;
+      await new Promise((r) => setTimeout(r, opts.retryMs ?? 1_000));
+    }
+  }
+
   private async call<T>(method: string, path: string, body?: unknown): Promise<T> {
-    const res = await fetch(`${this.base}${path}`, {
-      method,
-      headers: body === undefined ? {} : { "content-type": "application/json" },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const json = (await res.json().catch(() => ({}))) as T & Partial<ErrorBody>;
-    if (!res.ok) throw new LocalApiError(res.status, json);
+    const res = await this.open(method, path, body, {});
+    const json = (await readJson(res)) as T & Partial<ErrorBody>;
+    const status = res.statusCode ?? 0;
+    if (status < 200 || status >= 300) throw new LocalApiError(status, json);
     return json;
+  }
+
+  private open(method: string, path: string, body: unknown, extra: Record<string, string>, signal?: AbortSignal): Promise<IncomingMessage> {
+    const url = new URL(`${this.base}${path}`);
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    const headers: Record<string, string> = { accept: path.endsWith("/stream") ? "text/event-stream" : "application/json", ...extra };
+    if (payload !== undefined) headers["content-type"] = "application/json";
+    if (this.opts.token) headers.authorization = `Bearer ${this.opts.token}`;
+    const send = url.protocol === "https:" ? httpsRequest : httpRequest;
+    return new Promise((resolve, reject) => {
+      const req = send(url, { method, headers, ...(url.protocol === "https:" && this.opts.ca ? { ca: this.opts.ca } : {}), signal }, resolve);
+      if (!path.endsWith("/stream")) req.setTimeout(this.opts.timeoutMs ?? 30_000, () => req.destroy(new Error(`${method} ${path} timed out`)));
+      req.on("error", reject);
+      req.end(payload);
+    });
+  }
+}
+
+async function readJson(res: IncomingMessage): Promise<Record<string, unknown>> {
+  const chunks: Buffer[] = [];
+  for await (const c of res) chunks.push(c as Buffer);
+  const text = Buffer.concat(chunks).toString("utf8");
+  if (!text) return {};
+  try {
+    return JSON.parse(text) as Record<string, unknown>;
+  } catch {
+    return {};
+  }
+}
+
+/** Server-Sent Events of a response: {id, event, data} per event; comments are skipped. */
+export async function* sseEvents(res: AsyncIterable<Buffer | string>): AsyncGenerator<{ id?: string; event: string; data: string }> {
+  let buf = "";
+  for await (const chunk of res) {
+    buf += chunk.toString();
+    let i: number;
+    while ((i = buf.indexOf("\n\n")) >= 0) {
+      const block = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      let id: string | undefined;
+      let event = "message";
+      const data: string[] = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith(":")) continue;
+        const c = line.indexOf(":");
+        const field = c < 0 ? line : line.slice(0, c);
+        const value = c < 0 ? "" : line.slice(c + 1).replace(/^ /, "");
+        if (field === "id") id = value;
+        else if (field === "event") event = value;
+        else if (field === "data") data.push(value);
+      }
+      if (data.length) yield { id, event, data: data.join("\n") };
+    }
   }
 }

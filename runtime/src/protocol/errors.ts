@@ -4,6 +4,7 @@ export type ErrorCode =
   | "invalid_signature"
   | "unknown_sender"
   | "insufficient_auth_level"
+  | "unauthorized"
   | "rate_limited"
   | "payload_too_large"
   | "internal_error"

@@ -101,7 +101,19 @@ export const AgentSpec = z.object({
       port: z.number().int().min(1).max(65535).default(8081).describe(
         "Loopback port of the local application API (outbox, dead letters); never exposed by the Service",
       ),
+      service: z
+        .object({
+          enabled: z.boolean().default(false).describe(
+            "Also serve the local API over HTTPS to applications in other pods, through a ClusterIP Service <name>-local-api, with a bearer token from the Secret <name>-local-api (key token)",
+          ),
+          port: z.number().int().min(1).max(65535).default(9443).describe("Port of that HTTPS listener and of the Service"),
+        })
+        .refine((s) => s.port !== 8443, { message: "port 8443 is the runtime's HTTPS port; choose another", path: ["port"] })
+        .meta(cel({ rule: "self.port != 8443", message: "localApi.service.port: 8443 is the runtime's HTTPS port; choose another" }))
+        .optional(),
     })
+    .refine((l) => l.service?.port !== l.port, { message: "service.port must differ from the loopback port", path: ["service", "port"] })
+    .meta(cel({ rule: "!has(self.service) || !has(self.port) || self.service.port != self.port", message: "localApi.service.port must differ from localApi.port" }))
     .prefault({}),
   outbound: z
     .object({

@@ -7,6 +7,7 @@ import { defaultBaseUrl, type ExposeSpec } from "../../../../runtime/src/resourc
 import { hashOf } from "../../kube/metadata.ts";
 import { exposureChildren, type ExposurePlanInput } from "../expose.ts";
 import { childMeta, childNames, renderManifest, runtimeDeployment, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
+import { localApiChildren, localApiServicePort, withLocalApi } from "./local-api.ts";
 
 export type AgentResource = Agent & { metadata: Owner["metadata"] };
 
@@ -65,7 +66,16 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
     trustedProxies: agent.spec.expose?.trustedProxies,
   });
   const exposure = exposureChildren(owner, agent.spec.expose, inputs.exposure);
-  return [configMap, runtimeServiceAccount(owner, true), role, binding, ...exposure, deployment];
+  const localApiPort = localApiServicePort(agent);
+  return [
+    configMap,
+    runtimeServiceAccount(owner, true),
+    role,
+    binding,
+    ...exposure,
+    ...localApiChildren(owner, agent),
+    localApiPort === undefined ? deployment : withLocalApi(deployment, owner, localApiPort),
+  ];
 }
 
 /** The URL peers reach the agent at: spec.baseUrl, else https://<spec.expose host>, else its Service inside the cluster. */

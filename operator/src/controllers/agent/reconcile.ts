@@ -16,6 +16,7 @@ import { planExposure, pruneExposure } from "../expose-reconcile.ts";
 import { ensureTls } from "../tls.ts";
 import { ensureTrust } from "../trust.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
+import { ensureLocalApi, localApiDnsNames } from "./local-api.ts";
 import { agentStatus } from "./status.ts";
 
 export async function reconcileAgent(ctx: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
@@ -32,19 +33,21 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
   try {
     const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing.secretName);
     const expose = agent.spec.expose;
-    const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls, certificateDnsNames(owner, defaultBaseUrl(agent.spec.baseUrl, expose), [...(agent.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]));
+    const localApi = await ensureLocalApi(ctx, obj, owner, agent);
+    const dnsNames = certificateDnsNames(owner, defaultBaseUrl(agent.spec.baseUrl, expose), [...localApiDnsNames(owner, agent), ...(agent.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]);
+    const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls, dnsNames);
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
     const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls?.trust);
-    let applied: string[] = [...signing.applied, ...tls.applied, ...trust.applied];
+    let applied: string[] = [...signing.applied, ...localApi.applied, ...tls.applied, ...trust.applied];
     const exposure = await planExposure(ctx.kube, namespace, expose);
-    if (!("blocker" in signing)) {
+    if (!("blocker" in signing) && !localApi.blocker) {
       const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
       if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
       const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName, exposure }));
       if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
       applied = [...applied, ...pruned, ...changed];
     }
-    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (tls.blocker ?? trust.blocker ?? exposure.blocker);
+    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (localApi.blocker ?? tls.blocker ?? trust.blocker ?? exposure.blocker);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = agentStatus(agent, {
       applied,

@@ -1,0 +1,128 @@
+// The local API for applications in other pods (spec.localApi.service): its token Secret (made
+// once, kept), its ClusterIP Service, the runtime's flags, port and token mount, and the names
+// its serving certificate must cover. Pure parts are table-tested in local-api.test.ts.
+import { randomBytes } from "node:crypto";
+import type { KubernetesObject, V1Deployment, V1Secret, V1Service } from "@kubernetes/client-node";
+import type { Agent } from "../../../../runtime/src/resources/agent.ts";
+import { controlledBy } from "../../kube/apply.ts";
+import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
+import type { Blocker } from "../conditions.ts";
+import type { CustomObject, ReconcileContext } from "../reconciler.ts";
+import { childMeta, selectorLabels, type Owner } from "../runtime.ts";
+
+export const LOCAL_API_TOKEN_DIR = "/etc/ifp/local-api";
+export const LOCAL_API_TOKEN_PATH = `${LOCAL_API_TOKEN_DIR}/token`;
+export const LOCAL_API_TOKEN_KEY = "token";
+/** Shortest token the runtime accepts (runtime/src/agent/local-api-auth.ts). */
+const MIN_TOKEN_LENGTH = 16;
+
+/** `<name>-local-api`: both the token Secret and the Service. */
+export const localApiName = (agentName: string) => `${agentName}-local-api`;
+
+/** The listener's port when spec.localApi.service is enabled, else undefined. */
+export function localApiServicePort(agent: Pick<Agent, "spec">): number | undefined {
+  const s = agent.spec.localApi.service;
+  return s?.enabled ? s.port : undefined;
+}
+
+/** The Service's in-cluster names, for the default serving certificate (empty when disabled). */
+export function localApiDnsNames(owner: Owner, agent: Pick<Agent, "spec">): string[] {
+  if (localApiServicePort(agent) === undefined) return [];
+  const name = localApiName(owner.metadata.name);
+  const ns = owner.metadata.namespace;
+  return [name, `${name}.${ns}`, `${name}.${ns}.svc`, `${name}.${ns}.svc.cluster.local`];
+}
+
+/**
+ * The ClusterIP Service `<name>-local-api` (port `local-api`). Session affinity keeps each
+ * application on one replica: an acknowledgement must reach the replica that handed the message out.
+ */
+export function localApiService(owner: Owner, port: number): V1Service {
+  return {
+    apiVersion: "v1",
+    kind: "Service",
+    metadata: childMeta(owner, localApiName(owner.metadata.name)),
+    spec: {
+      type: "ClusterIP",
+      selector: selectorLabels(owner),
+      sessionAffinity: "ClientIP",
+      ports: [{ name: "local-api", port, targetPort: "local-api", protocol: "TCP" }],
+    },
+  };
+}
+
+/** The runtime Deployment with the listener's flags, container port and the token mounted (pure; a copy). */
+export function withLocalApi(deployment: V1Deployment, owner: Owner, port: number): V1Deployment {
+  const d = structuredClone(deployment);
+  const pod = d.spec!.template.spec!;
+  const c = pod.containers.find((x) => x.name === "runtime")!;
+  c.args = [...(c.args ?? []), `--local-api-tls-port=${port}`, `--local-api-token-file=${LOCAL_API_TOKEN_PATH}`];
+  c.ports = [...(c.ports ?? []), { name: "local-api", containerPort: port, protocol: "TCP" }];
+  c.volumeMounts = [...(c.volumeMounts ?? []), { name: "local-api", mountPath: LOCAL_API_TOKEN_DIR, readOnly: true }];
+  pod.volumes = [...(pod.volumes ?? []), { name: "local-api", secret: { secretName: localApiName(owner.metadata.name), items: [{ key: LOCAL_API_TOKEN_KEY, path: "token" }] } }];
+  return d;
+}
+
+/** The children to apply for the local API (the Service; the Deployment is changed by withLocalApi). */
+export function localApiChildren(owner: Owner, agent: Pick<Agent, "spec">): KubernetesObject[] {
+  const port = localApiServicePort(agent);
+  return port === undefined ? [] : [localApiService(owner, port)];
+}
+
+/** A new token: 32 random bytes, base64url. */
+export function newLocalApiToken(): string {
+  return randomBytes(32).toString("base64url");
+}
+
+/** The token Secret as first created. No owner reference: like the signing key, it outlives the Agent. */
+export function localApiTokenSecret(owner: Owner, token: string): V1Secret {
+  return {
+    apiVersion: "v1",
+    kind: "Secret",
+    type: "Opaque",
+    metadata: {
+      name: localApiName(owner.metadata.name),
+      namespace: owner.metadata.namespace,
+      labels: { ...MANAGED_BY, [INSTANCE_LABEL]: owner.metadata.name, [COMPONENT_LABEL]: "agent", "app.kubernetes.io/part-of": "ifp-operator" },
+    },
+    data: { [LOCAL_API_TOKEN_KEY]: Buffer.from(token).toString("base64") },
+  };
+}
+
+export type LocalApiOutcome = { applied: string[]; blocker?: Blocker };
+
+/**
+ * When enabled: the token Secret, created once and never overwritten (a Secret the user made
+ * under that name is used as it is; rotate by writing a new token into it). It has no owner
+ * reference, so a deleted and re-created Agent keeps its token, as it keeps its signing key.
+ * When disabled: a Service left from an earlier enabled spec is deleted (the Secret stays).
+ */
+export async function ensureLocalApi(ctx: ReconcileContext, obj: CustomObject, owner: Owner, agent: Pick<Agent, "spec">): Promise<LocalApiOutcome> {
+  const ns = owner.metadata.namespace;
+  const name = localApiName(owner.metadata.name);
+  if (localApiServicePort(agent) === undefined) {
+    const svc = ctx.caches.get<V1Service>("Service", ns, name);
+    if (svc && controlledBy(svc, owner.metadata.uid)) {
+      await ctx.kube.objects.delete({ apiVersion: "v1", kind: "Service", metadata: { name, namespace: ns } });
+      return { applied: [`Service/${name} (deleted)`] };
+    }
+    return { applied: [] };
+  }
+  const applied: string[] = [];
+  let secret = ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
+  if (!secret) {
+    const created = await ctx.kube.createIfAbsent<V1Secret>(localApiTokenSecret(owner, newLocalApiToken()));
+    if (created) {
+      applied.push(`Secret/${name}`);
+      await ctx.kube.event(obj, "Normal", "GeneratedLocalApiToken", `generated the local API token into Secret ${name} (key ${LOCAL_API_TOKEN_KEY})`);
+    }
+    secret = created ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
+    if (!secret) throw new Error(`Secret ${name} vanished right after it was created`);
+  }
+  const b64 = secret.data?.[LOCAL_API_TOKEN_KEY];
+  const token = b64 ? Buffer.from(b64, "base64").toString().trim() : "";
+  if (token.length < MIN_TOKEN_LENGTH) {
+    return { applied, blocker: { reason: "InvalidLocalApiToken", message: `Secret ${name} needs a key ${LOCAL_API_TOKEN_KEY} of at least ${MIN_TOKEN_LENGTH} characters` } };
+  }
+  return { applied };
+}

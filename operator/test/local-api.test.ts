@@ -1,0 +1,120 @@
+// The local API's token Secret and Service on a real API server: made once, kept across
+// reconciles and across an Agent deleted and created again, like the signing key.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
+import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import { consistently } from "../../e2e/support/wait.ts";
+import { startManager, type RunningManager } from "../src/manager.ts";
+import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
+
+let cp: ControlPlane;
+let nats: NatsServer;
+let manager: RunningManager;
+const NS = "ifp-local-api";
+const operatorLog = capturedLog(400);
+const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222" };
+
+const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);
+const condition = (obj: any, type: string) => obj?.status?.conditions?.find((c: any) => c.type === type);
+const untilReason = (name: string, reason: string, timeoutMs = 30_000) =>
+  until(`agent/${name} Ready reason ${reason}`, () => {
+    const o = get("agent", name);
+    return condition(o, "Ready")?.reason === reason ? o : undefined;
+  }, timeoutMs);
+const agentYaml = (name: string, localApi: string) => `apiVersion: ifp.dev/v1alpha1
+kind: Agent
+metadata: {name: ${name}, namespace: ${NS}}
+spec:
+  agentId: ${name}-id
+  localApi: ${localApi}
+`;
+const token = (name: string) => Buffer.from(get("secret", `${name}-local-api`).data.token, "base64").toString();
+const certNames = (name: string) => get("secret", `${name}-tls`).metadata.annotations;
+
+perTest(() => [`operator log:`, ...operatorLog.lines().slice(-120)].join("\n"));
+
+beforeAll(async () => {
+  [cp, nats] = await Promise.all([startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"] }), startNats()]);
+  cp.kubectl(["create", "namespace", NS]);
+  manager = await startManager({ kubeconfig: cp.kubeconfig, settings, nats: { url: nats.url }, watchNamespaces: [], resyncMs: 2_000, log: operatorLog.log });
+  await manager.started;
+}, 300_000);
+afterAll(async () => {
+  await manager?.stop();
+  await Promise.all([cp?.stop(), nats?.close()]);
+});
+
+describe("spec.localApi.service on a real API server", () => {
+  it("creates the token Secret once, the Service, and the runtime's flags, port and mount", async () => {
+    cp.kubectl(["apply", "-f", "-"], agentYaml("alice", "{service: {enabled: true}}"));
+    await untilReason("alice", "RuntimeNotReady");
+    const secret = get("secret", "alice-local-api");
+    expect(token("alice")).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(secret.metadata.ownerReferences).toBeUndefined();
+    expect(secret.metadata.labels).toMatchObject({ "app.kubernetes.io/managed-by": "ifp-operator", "app.kubernetes.io/instance": "alice" });
+    const svc = get("service", "alice-local-api");
+    expect(svc.spec).toMatchObject({ type: "ClusterIP", sessionAffinity: "ClientIP", ports: [{ name: "local-api", port: 9443, targetPort: "local-api", protocol: "TCP" }] });
+    const pod = get("deployment", "alice").spec.template.spec;
+    expect(pod.containers[0].args).toEqual(expect.arrayContaining(["--local-api-tls-port=9443", "--local-api-token-file=/etc/ifp/local-api/token"]));
+    expect(pod.containers[0].ports).toContainEqual({ name: "local-api", containerPort: 9443, protocol: "TCP" });
+    expect(pod.volumes).toContainEqual({ name: "local-api", secret: { secretName: "alice-local-api", items: [{ key: "token", path: "token" }], defaultMode: 420 } });
+    // The self-signed serving certificate covers the Service's names.
+    const { X509Certificate } = await import("node:crypto");
+    const cert = new X509Certificate(Buffer.from(get("secret", "alice-tls").data["tls.crt"], "base64"));
+    expect(cert.subjectAltName).toContain("DNS:alice-local-api.ifp-local-api.svc");
+    expect(cert.subjectAltName).toContain("DNS:alice-local-api.ifp-local-api.svc.cluster.local");
+    const events = cp.json(["-n", NS, "get", "events", "--field-selector", "involvedObject.name=alice"]).items as any[];
+    expect(events.filter((e) => e.reason === "GeneratedLocalApiToken")).toHaveLength(1);
+  });
+
+  it("never overwrites the token: not on re-reconcile, not on a spec change, not after a rotation by hand", async () => {
+    const first = token("alice");
+    const rv = get("secret", "alice-local-api").metadata.resourceVersion;
+    cp.kubectl(["-n", NS, "annotate", "--overwrite", "agent", "alice", `example.com/poke=${Date.now()}`]);
+    cp.kubectl(["apply", "-f", "-"], agentYaml("alice", "{service: {enabled: true, port: 9444}}"));
+    await until("the new port rendered", () => get("service", "alice-local-api")?.spec.ports[0].port === 9444);
+    await consistently("the token Secret untouched", () => get("secret", "alice-local-api").metadata.resourceVersion === rv, 5_000);
+    expect(token("alice")).toBe(first);
+    // Rotated by hand: kept as written.
+    const rotated = "r".repeat(43);
+    cp.kubectl(["-n", NS, "patch", "secret", "alice-local-api", "--type=merge", "-p", JSON.stringify({ data: { token: Buffer.from(rotated).toString("base64") } })]);
+    cp.kubectl(["-n", NS, "annotate", "--overwrite", "agent", "alice", `example.com/poke=${Date.now()}`]);
+    await consistently("the rotated token kept", () => token("alice") === rotated, 5_000);
+  });
+
+  it("removes the Service when disabled, keeping the Secret; an unusable token blocks the rollout", async () => {
+    cp.kubectl(["apply", "-f", "-"], agentYaml("alice", "{service: {enabled: false}}"));
+    await until("the Service gone", () => !get("service", "alice-local-api"));
+    await until("the flags gone", () => !get("deployment", "alice").spec.template.spec.containers[0].args.some((a: string) => a.startsWith("--local-api-")));
+    expect(get("secret", "alice-local-api")).toBeDefined();
+    cp.kubectl(["-n", NS, "patch", "secret", "alice-local-api", "--type=merge", "-p", JSON.stringify({ data: { token: Buffer.from("short").toString("base64") } })]);
+    cp.kubectl(["apply", "-f", "-"], agentYaml("alice", "{service: {enabled: true}}"));
+    const blocked = await untilReason("alice", "InvalidLocalApiToken");
+    expect(condition(blocked, "Ready").message).toMatch(/alice-local-api needs a key token/);
+    // Fixed by hand: the rollout goes on.
+    cp.kubectl(["-n", NS, "patch", "secret", "alice-local-api", "--type=merge", "-p", JSON.stringify({ data: { token: Buffer.from("f".repeat(43)).toString("base64") } })]);
+    await until("no longer blocked", () => condition(get("agent", "alice"), "Ready")?.reason !== "InvalidLocalApiToken");
+    await until("the Service back", () => get("service", "alice-local-api"));
+  });
+
+  it("keeps the token for an Agent deleted and created again under the same name, as it keeps the signing key", { timeout: 150_000 }, async () => {
+    cp.kubectl(["apply", "-f", "-"], agentYaml("doomed", "{service: {enabled: true}}"));
+    await untilReason("doomed", "RuntimeNotReady");
+    const first = token("doomed");
+    const uid = get("agent", "doomed").metadata.uid;
+    cp.kubectl(["-n", NS, "delete", "agent", "doomed", "--wait=false"]);
+    await until("garbage collection", () => !get("service", "doomed-local-api") && !get("deployment", "doomed"), 60_000, 500);
+    expect(get("secret", "doomed-signing")).toBeDefined();
+    expect(token("doomed")).toBe(first);
+    cp.kubectl(["apply", "-f", "-"], agentYaml("doomed", "{service: {enabled: true}}"));
+    const again = await untilReason("doomed", "RuntimeNotReady");
+    expect(again.metadata.uid).not.toBe(uid);
+    expect(token("doomed")).toBe(first);
+    expect(get("service", "doomed-local-api")).toBeDefined();
+  });
+
+  it("has colliding ports refused by the API server", () => {
+    expect(() => cp.kubectl(["apply", "-f", "-"], agentYaml("bad", "{service: {enabled: true, port: 8443}}"))).toThrow(/8443 is the runtime's HTTPS port/);
+    expect(() => cp.kubectl(["apply", "-f", "-"], agentYaml("bad", "{port: 9443, service: {enabled: true}}"))).toThrow(/must differ from localApi.port/);
+  });
+});

@@ -1,0 +1,59 @@
+import { spawn, spawnSync } from "node:child_process";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import { httpsRequest } from "../../e2e/support/https.ts";
+import { freePort, waitFor } from "../../e2e/support/ports.ts";
+import { localhostTls } from "../../e2e/support/tls.ts";
+import { identity, tempDir, writeAgentManifest, writeKey } from "./fixtures.ts";
+import { writeToken } from "./local-api-harness.ts";
+
+const BIN = new URL("../bin/ifp-runtime.ts", import.meta.url).pathname;
+
+let nats: NatsServer;
+let tls: Awaited<ReturnType<typeof localhostTls>>;
+beforeAll(async () => {
+  [nats, tls] = await Promise.all([startNats(), localhostTls()]);
+});
+afterAll(async () => {
+  await nats?.close();
+});
+
+describe("ifp-runtime agent --local-api-tls-port --local-api-token-file", () => {
+  const self = identity("cli-local-agent");
+  const dir = tempDir();
+  const manifest = writeAgentManifest(dir, { agentId: self.agentId });
+  const key = writeKey(dir, self);
+  const base = (port: number) => ["agent", "--manifest", manifest, "--signing-key", key, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url, "--local-api-port", "0"];
+
+  it("refuses one flag without the other with the usage text (exit 2)", () => {
+    for (const extra of [["--local-api-tls-port", "9443"], ["--local-api-token-file", "/nowhere"]]) {
+      const res = spawnSync(process.execPath, [BIN, ...base(0), ...extra], { encoding: "utf8", timeout: 20_000 });
+      expect(res.status, extra.join(" ")).toBe(2);
+      expect(res.stderr).toMatch(/--local-api-(tls-port|token-file) needs --local-api-(tls-port|token-file)/);
+      expect(res.stderr).toMatch(/usage:/);
+    }
+  });
+
+  it("serves the local API over HTTPS with the token from the file, as the operator starts it", async () => {
+    const [port, apiPort] = await Promise.all([freePort(), freePort()]);
+    const tokenFile = join(dir, "token");
+    writeToken(tokenFile, "z".repeat(43));
+    const child = spawn(process.execPath, [BIN, ...base(port), `--local-api-tls-port=${apiPort}`, `--local-api-token-file=${tokenFile}`], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, IFP_LOG_LEVEL: "warn" } });
+    let output = "";
+    child.stdout.on("data", (d) => (output += d));
+    child.stderr.on("data", (d) => (output += d));
+    try {
+      await waitFor("the agent ready", async () => (await httpsRequest(`https://localhost:${port}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }))).status === 200, 30_000, 200);
+      const url = `https://localhost:${apiPort}/dead-letters`;
+      expect((await httpsRequest(url, { ca: tls.ca })).status).toBe(401);
+      const ok = await httpsRequest(url, { ca: tls.ca, headers: { authorization: `Bearer ${"z".repeat(43)}` } });
+      expect(ok.status, output).toBe(200);
+      expect(ok.json()).toEqual({ dead_letters: [] });
+    } finally {
+      const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+      child.kill("SIGTERM");
+      expect(await exited).toBe(0);
+    }
+  });
+});
