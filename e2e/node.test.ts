@@ -14,7 +14,7 @@ import { randomUUID } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest";
 import { parseAllDocuments } from "yaml";
-import { buildImage, type BuiltImage } from "./images/build.ts";
+import { buildImage, IMAGES, type BuiltImage } from "./images/build.ts";
 import { KUBERNETES_SERVICE_IP, startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { createNode, nodeTestUnsupported, type RealNode } from "./support/node.ts";
 import { waitFor } from "./support/ports.ts";
@@ -59,7 +59,8 @@ const podReady = (p: Obj) => p.status?.phase === "Running" && readyCondition(p);
 describe.skipIf(unsupported !== undefined)("the chart and the examples on a real node", () => {
   let cp: ControlPlane;
   let node: RealNode;
-  const images: Record<"pause" | "runtime" | "operator" | "nats", BuiltImage> = {} as any;
+  /** Every image of e2e/images/build.ts, by its kind (runtime, operator, nats, pause, …). */
+  const images: Record<string, BuiltImage> & Record<"pause" | "runtime" | "operator" | "nats", BuiltImage> = {} as any;
   let helmEnv: NodeJS.ProcessEnv;
   let failed = false;
   const started = Date.now();
@@ -81,6 +82,20 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     };
     return [...set("image", images.operator), ...set("runtimeImage", images.runtime), ...set("nats.image", images.nats)].flatMap((s) => ["--set", s]);
   };
+  /**
+   * An example as a user applies it on a cluster without access to the public registry: each
+   * container image that is one of the project's images (the same name, e.g. …/ifp-app:1.0)
+   * names the image imported into the node instead, pulled Never. Nothing else changes.
+   */
+  const withLocalImages = (doc: Obj): Obj =>
+    JSON.parse(JSON.stringify(doc), (key, value) => {
+      if (value && typeof value === "object" && !Array.isArray(value) && typeof value.image === "string" && typeof value.name === "string") {
+        const name = /([^/:@]+)(?:[:@][^/]*)?$/.exec(value.image)?.[1];
+        const local = Object.values(images).find((img) => img.ref.split("/").pop()!.split(":")[0] === name);
+        if (local) return { ...value, image: local.ref, imagePullPolicy: "Never" };
+      }
+      return value;
+    });
   const diagnose = () => {
     const safe = (fn: () => string) => {
       try {
@@ -105,16 +120,14 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     // The images (cached by their inputs' hash), the node's network and containerd, then the
     // control plane on the node's bridge address while the images are imported.
     await timed("images", () => {
-      for (const kind of ["pause", "runtime", "operator", "nats"] as const) images[kind] = buildImage(kind);
+      for (const kind of Object.keys(IMAGES)) images[kind] = buildImage(kind);
     });
     node = await timed("node", () => createNode({ sandboxImage: images.pause }));
     try {
-      [cp] = await timed("control plane and image import", () =>
+      [cp] = await timed("control plane and image imports", () =>
         Promise.all([
           startControlPlane({ address: node.hostIP, serviceAccounts: true }),
-          node.importImage(images.runtime),
-          node.importImage(images.operator),
-          node.importImage(images.nats),
+          ...Object.entries(images).filter(([kind]) => kind !== "pause").map(([, img]) => node.importImage(img)),
         ]),
       );
       await timed("join", () => node.join(cp));
@@ -175,7 +188,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     }
     // Namespaces first, then the rest, as `kubectl apply -f examples/` would order them.
     for (const { doc, namespace } of [...docs].sort((a, b) => Number(b.doc.kind === "Namespace") - Number(a.doc.kind === "Namespace"))) {
-      cp.kubectl(["apply", ...(namespace ? ["-n", namespace] : []), "-f", "-"], JSON.stringify(doc));
+      cp.kubectl(["apply", ...(namespace ? ["-n", namespace] : []), "-f", "-"], JSON.stringify(withLocalImages(doc)));
     }
     const resources = docs.filter((d) => d.doc.kind === "Agent" || d.doc.kind === "Relay");
     expect(resources.length).toBeGreaterThanOrEqual(3);

@@ -666,10 +666,3 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
     return failed("the real node did not start", err);
   }
 }
-
-/** createNode() and join(cp) in one step, for a control plane that pods need not reach. */
-export async function startNode(cp: ControlPlane, opts: { sandboxImage: BuiltImage; volumes?: number }): Promise<RealNode> {
-  const node = await createNode(opts);
-  await node.join(cp, { volumes: opts.volumes });
-  return node;
-}
