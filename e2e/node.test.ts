@@ -278,19 +278,29 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
         ),
       ),
     );
+    const ids: string[] = [];
     for (const p of results) {
       const message = p.status.containerStatuses[0].state.terminated?.message ?? "";
       expect(p.status.phase, `${p.metadata.name}: ${message}\n${cp.kubectl(["-n", p.metadata.namespace, "logs", p.metadata.name]).slice(-2000)}`).toBe("Succeeded");
+      ids.push(JSON.parse(message).message_id);
     }
 
     // The receiving side: what each receiving pod (the runtime and the application beside it)
-    // logged, read through the API server.
-    const received = (x: typeof a, text: string) => {
+    // logged, read through the API server: the message's text or its id.
+    const received = (x: typeof a, text: string, id: string) => {
       const logs = pods(x.namespace, `app.kubernetes.io/instance=${x.doc.metadata.name}`).map((p) => cp.kubectl(["-n", x.namespace, "logs", p.metadata.name, "--all-containers"])).join("\n");
-      return logs.includes(text);
+      return logs.includes(text) || logs.includes(id);
     };
+    const expected = [
+      { to: b, text: texts.ab, id: ids[0]! },
+      { to: a, text: texts.ba, id: ids[1]! },
+      { to: reader, text: texts.relay, id: ids[2]! },
+    ];
     await withDiagnosis(
-      waitFor("each message in its recipient's pod", () => received(b, texts.ab) && received(a, texts.ba) && received(reader, texts.relay), 120_000, 2000),
+      waitFor("each message in its recipient's pod logs", () => expected.every((e) => received(e.to, e.text, e.id)), 120_000, 2000).catch((err) => {
+        const missing = expected.filter((e) => !received(e.to, e.text, e.id)).map((e) => `${e.id} to ${e.to.doc.metadata.name}`);
+        throw new Error(`${(err as Error).message}; not found: ${missing.join(", ")}`);
+      }),
     );
   }, 420_000);
 
