@@ -439,10 +439,11 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
     const kubeletProc = procs.find((p) => p.name === "kubelet");
     // 1. Drain while the kubelet runs, so that it tears the pods down properly (CNI DEL,
     //    volume unmounts); cordoned, so that their controllers' replacements stay Pending.
+    //    Within kubectl's own time limit (controlplane.ts): what is left is killed below.
     if (joined && kubeletProc && kubeletProc.proc.exitCode === null) {
       const cp = joined;
       attempt("cordon", () => cp.kubectl(["cordon", NODE_NAME]), problems);
-      attempt("delete pods", () => cp.kubectl(["delete", "pods", "--all-namespaces", "--field-selector", `spec.nodeName=${NODE_NAME}`, "--grace-period=2", "--timeout=60s", "--wait=true"]), problems);
+      attempt("delete pods", () => cp.kubectl(["delete", "pods", "--all-namespaces", "--field-selector", `spec.nodeName=${NODE_NAME}`, "--grace-period=2", "--timeout=40s", "--wait=true"]), problems);
     }
     for (const name of ["kubelet", "kube-proxy", "coredns"]) {
       const p = procs.find((x) => x.name === name);
