@@ -1,34 +1,69 @@
-// The runtime image on a real Kubernetes node (npm run e2e:node): the control plane of the
-// other e2e tests plus a real kubelet, containerd, kube-proxy and CoreDNS on this machine
-// (e2e/support/node.ts), the image built without a Docker engine (e2e/images/build.ts). The
-// Deployment and Service are the ones the operator renders for an Agent; a second pod reaches
-// the agent over HTTPS through the Service by its DNS names.
-import { generateKeyPairSync, randomUUID } from "node:crypto";
-import { request } from "node:https";
+// The product on a real Kubernetes node, installed as a user installs it: the control plane of
+// the other e2e tests on the node's bridge address, a real kubelet, containerd, kube-proxy and
+// CoreDNS on this machine (e2e/support/node.ts), the project's images built without a Docker
+// engine (e2e/images/build.ts) and imported into the node, and then only what users do:
+// `helm install` of the chart with the image values pointing at those images, `kubectl apply`
+// of examples/, pods that talk to the agents over the network, `helm test`. The operator runs
+// as the chart's pod and reaches the API server in-cluster (the `kubernetes` Service through
+// kube-proxy); NATS is the chart's StatefulSet on a volume of the node's default StorageClass.
+//
+// Part of `npm test`; skipped with one line where the machine cannot run a node, or with
+// IFP_E2E_NODE=0.
+import { execFile } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest";
-import { renderManifest, runtimeDeployment, runtimeService, runtimeServiceAccount, serviceDnsNames, childNames, type Owner } from "../operator/src/controllers/runtime.ts";
-import { buildImage, type BuiltImage } from "./images/build.ts";
-import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
-import { startNats, type NatsServer } from "./support/nats.ts";
-import { realNodeUnsupported, startNode, type RealNode } from "./support/node.ts";
+import { parseAllDocuments } from "yaml";
+import { buildImage, IMAGES, type BuiltImage } from "./images/build.ts";
+import { KUBERNETES_SERVICE_IP, startControlPlane, type ControlPlane } from "./support/controlplane.ts";
+import { createNode, nodeTestUnsupported, type RealNode } from "./support/node.ts";
 import { waitFor } from "./support/ports.ts";
-import { createCA, type CertificateAuthority } from "./support/tls.ts";
+import { toolPath } from "./tools/tools.ts";
 
-// Not part of `npm test` yet: it changes the host's network (a bridge, iptables rules, two
-// sysctls, all undone at the end) and builds the node's tools on first use.
-const unsupported = process.env.IFP_E2E_NODE === "1" ? realNodeUnsupported() : "it runs with npm run e2e:node (IFP_E2E_NODE=1)";
+const unsupported = nodeTestUnsupported();
 if (unsupported) process.stderr.write(`e2e/node.test.ts skipped: ${unsupported}\n`);
 
-const NS = "ifp-node-e2e";
-const AGENT = "alice";
+const CHART = "charts/ifp-operator";
+const SYSTEM = "ifp-system";
+const RELEASE = "ifp";
+/** The chart's full name for the release above (release name + chart name). */
+const FULL = `${RELEASE}-ifp-operator`;
+/** Where examples/ without a namespace go (the namespace their URLs name). */
+const EXAMPLES_NS = "ifp-examples";
 
-describe.skipIf(unsupported !== undefined)("the runtime image on a real node", () => {
+type Obj = Record<string, any>;
+
+/** Run a program without blocking the event loop; rejects with its output on failure. */
+function run(cmd: string, args: string[], timeoutMs: number, env?: NodeJS.ProcessEnv): Promise<string> {
+  return new Promise((resolve, reject) =>
+    execFile(cmd, args, { timeout: timeoutMs, maxBuffer: 64 * 1024 * 1024, env: env ?? process.env }, (err, stdout, stderr) =>
+      err ? reject(new Error(`${cmd} ${args.join(" ")} failed (${err.code ?? err.signal}): ${stderr || stdout}`)) : resolve(stdout),
+    ),
+  );
+}
+
+/** The examples as a user applies them: each document in its own namespace, else EXAMPLES_NS. */
+function exampleDocs(): { file: string; doc: Obj; namespace: string }[] {
+  const dir = new URL("../examples/", import.meta.url);
+  return readdirSync(dir)
+    .filter((f) => f.endsWith(".yaml"))
+    .sort()
+    .flatMap((file) => parseAllDocuments(readFileSync(new URL(file, dir), "utf8")).map((d) => ({ file, doc: d.toJSON() as Obj })))
+    .filter(({ doc }) => doc?.kind)
+    .map((d) => ({ ...d, namespace: d.doc.kind === "Namespace" ? "" : (d.doc.metadata?.namespace ?? EXAMPLES_NS) }));
+}
+
+const readyCondition = (o: Obj | undefined) => o?.status?.conditions?.find((c: Obj) => c.type === "Ready")?.status === "True";
+const podReady = (p: Obj) => p.status?.phase === "Running" && readyCondition(p);
+
+describe.skipIf(unsupported !== undefined)("the chart and the examples on a real node", () => {
   let cp: ControlPlane;
   let node: RealNode;
-  let nats: NatsServer;
-  let runtimeImage: BuiltImage;
-  let ca: CertificateAuthority;
+  /** Every image of e2e/images/build.ts, by its kind (runtime, operator, nats, pause, …). */
+  const images: Record<string, BuiltImage> & Record<"pause" | "runtime" | "operator" | "nats", BuiltImage> = {} as any;
+  let helmEnv: NodeJS.ProcessEnv;
   let failed = false;
+  const started = Date.now();
   const timings: Record<string, number> = {};
   const timed = async <T,>(what: string, fn: () => Promise<T> | T): Promise<T> => {
     const t = Date.now();
@@ -38,178 +73,371 @@ describe.skipIf(unsupported !== undefined)("the runtime image on a real node", (
       timings[what] = Math.round((Date.now() - t) / 100) / 10;
     }
   };
-  const pod = (name: string) => cp.tryJson(["-n", NS, "get", "pod", name]);
-  const diagnose = () => {
-    let logs = "";
-    try {
-      logs = cp.kubectl(["-n", NS, "logs", "-l", `app.kubernetes.io/instance=${AGENT}`, "--tail=30"]);
-    } catch (err) {
-      logs = (err as Error).message;
-    }
-    return `${cp.kubectl(["get", "pods,events", "-A", "-o", "wide"])}\n--- agent log\n${logs}\n${node.logTail(2000)}`;
+  const helm = (args: string[], timeoutMs: number) => run(toolPath("helm"), [...args, "--kubeconfig", cp.kubeconfig], timeoutMs, helmEnv);
+  /** The chart's values a user sets to run images of their own registry: repository, tag, pull policy. */
+  const imageValues = () => {
+    const set = (key: string, img: BuiltImage) => {
+      const [repository, tag] = img.ref.split(/:(?=[^:]+$)/) as [string, string];
+      return [`${key}.repository=${repository}`, `${key}.tag=${tag}`, `${key}.pullPolicy=Never`];
+    };
+    return [...set("image", images.operator), ...set("runtimeImage", images.runtime), ...set("nats.image", images.nats)].flatMap((s) => ["--set", s]);
   };
+  /**
+   * An example as a user applies it on a cluster without access to the public registry: each
+   * container image that is one of the project's images (the same name, e.g. …/ifp-app:1.0)
+   * names the image imported into the node instead, pulled Never. Nothing else changes.
+   */
+  const withLocalImages = (doc: Obj): Obj =>
+    JSON.parse(JSON.stringify(doc), (key, value) => {
+      if (value && typeof value === "object" && !Array.isArray(value) && typeof value.image === "string" && typeof value.name === "string") {
+        const name = /([^/:@]+)(?:[:@][^/]*)?$/.exec(value.image)?.[1];
+        const local = Object.values(images).find((img) => img.ref.split("/").pop()!.split(":")[0] === name);
+        if (local) return { ...value, image: local.ref, imagePullPolicy: "Never" };
+      }
+      return value;
+    });
+  const diagnose = () => {
+    const safe = (fn: () => string) => {
+      try {
+        return fn();
+      } catch (err) {
+        return (err as Error).message;
+      }
+    };
+    return [
+      safe(() => cp.kubectl(["get", "pods,pvc,events", "-A", "-o", "wide"])),
+      `--- operator log\n${safe(() => cp.kubectl(["-n", SYSTEM, "logs", "-l", "app.kubernetes.io/component=operator", "--tail=40"]))}`,
+      node.logTail(1500),
+    ].join("\n");
+  };
+  const withDiagnosis = <T,>(p: Promise<T>) =>
+    p.catch((err) => {
+      throw new Error(`${(err as Error).message}\n${diagnose()}`);
+    });
+  const pods = (ns: string, selector?: string): Obj[] => cp.json(["-n", ns, "get", "pods", ...(selector ? ["-l", selector] : [])]).items;
 
   beforeAll(async () => {
-    const pause = await timed("pause image", () => buildImage("pause"));
-    runtimeImage = await timed("runtime image", () => buildImage("runtime"));
-    cp = await timed("control plane", () => startControlPlane({}));
-    node = await timed("node", () => startNode(cp, { sandboxImage: pause }));
-    await timed("image import", () => node.importImage(runtimeImage));
-    // nats-server on the node's bridge address: the pods' way to a process of the host.
-    nats = await startNats({ host: node.hostIP });
-    ca = await createCA("ifp node e2e CA");
-  }, 20 * 60_000);
+    // The images (cached by their inputs' hash), the node's network and containerd, then the
+    // control plane on the node's bridge address while the images are imported.
+    await timed("images", () => {
+      for (const kind of Object.keys(IMAGES)) images[kind] = buildImage(kind);
+    });
+    node = await timed("node", () => createNode({ sandboxImage: images.pause }));
+    try {
+      [cp] = await timed("control plane and image imports", () =>
+        Promise.all([
+          startControlPlane({ address: node.hostIP, serviceAccounts: true }),
+          ...Object.entries(images).filter(([kind]) => kind !== "pause").map(([, img]) => node.importImage(img)),
+        ]),
+      );
+      await timed("join", () => node.join(cp));
+      // helm's configuration and cache in the control plane's directory, not the user's.
+      helmEnv = { ...process.env, HELM_CONFIG_HOME: `${cp.dir}/helm/config`, HELM_CACHE_HOME: `${cp.dir}/helm/cache`, HELM_DATA_HOME: `${cp.dir}/helm/data` };
+      await timed("helm install", () =>
+        withDiagnosis(helm(["install", RELEASE, CHART, "-n", SYSTEM, "--create-namespace", ...imageValues(), "--wait", "--timeout", "6m"], 7 * 60_000)),
+      );
+    } catch (err) {
+      failed = true;
+      throw err;
+    }
+  }, 25 * 60_000);
 
   afterAll(async () => {
     if (failed && node) process.stderr.write(`e2e/node.test.ts: logs of the real node kept in ${node.keepLogs()}\n`);
     await node?.stop();
-    await Promise.all([cp?.stop(), nats?.close()]);
-    process.stderr.write(`e2e/node.test.ts timings (s): ${JSON.stringify(timings)}\n`);
+    await cp?.stop();
+    timings.total = Math.round((Date.now() - started) / 100) / 10;
+    process.stderr.write(`e2e/node.test.ts took ${timings.total} s: ${JSON.stringify(timings)}\n`);
   }, 5 * 60_000);
 
-  it("runs an agent from the runtime image, Ready, and serves it through its Service by DNS name", async () => {
+  const failing = () =>
     onTestFailed(() => {
       failed = true;
     });
-    const owner: Owner = { kind: "Agent", metadata: { name: AGENT, namespace: NS, uid: randomUUID() } };
-    const agent = {
-      apiVersion: "ifp.dev/v1alpha1",
-      kind: "Agent",
-      metadata: owner.metadata,
-      spec: { agentId: "alice-agent", displayName: "Alice on a real node", capabilities: [{ name: "message.reply", description: "Replies" }] },
-    };
-    const names = childNames(AGENT);
-    const serving = await ca.issue({ commonName: AGENT, dnsNames: serviceDnsNames(owner) });
-    const signing = generateKeyPairSync("ed25519").privateKey.export({ format: "pem", type: "pkcs8" }).toString();
-    // What the operator applies for an Agent, less the owner references (no Agent object exists
-    // here for the garbage collector to find).
-    const bare = <T extends { metadata?: { ownerReferences?: unknown } }>(o: T): T => {
-      delete o.metadata!.ownerReferences;
-      return o;
-    };
-    const deployment = bare(runtimeDeployment({
-      owner,
-      mode: "agent",
-      replicas: 1,
-      image: runtimeImage.ref,
-      settings: { runtimeImage: runtimeImage.ref, runtimeImagePullPolicy: "Never", natsUrl: nats.url },
-      tlsSecret: names.tlsSecret,
-      signingSecret: names.signingSecret,
-      configHash: "e2e",
-    }));
-    const objects = [
-      { apiVersion: "v1", kind: "Namespace", metadata: { name: NS } },
-      { apiVersion: "v1", kind: "ConfigMap", metadata: { name: names.configMap, namespace: NS }, data: { "manifest.yaml": renderManifest(agent) } },
-      { apiVersion: "v1", kind: "Secret", metadata: { name: names.tlsSecret, namespace: NS }, type: "kubernetes.io/tls", stringData: { "tls.crt": serving.cert, "tls.key": serving.key } },
-      { apiVersion: "v1", kind: "Secret", metadata: { name: names.signingSecret, namespace: NS }, stringData: { "signing.key": signing } },
-      { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "test-ca", namespace: NS }, data: { "ca.crt": ca.cert } },
-      bare(runtimeServiceAccount(owner, false)),
-      deployment,
-      bare(runtimeService(owner)),
-    ];
-    cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "List", items: objects }));
 
-    // The agent's pod: scheduled on the real node, Running and Ready (its readiness probe is
-    // /readyz over HTTPS, which needs the NATS server on the host).
-    const agentPod = await waitFor("the agent's pod to be Ready", () => {
-      const pods = cp.tryJson(["-n", NS, "get", "pods", "-l", `app.kubernetes.io/instance=${AGENT}`])?.items ?? [];
-      return pods.find((p: any) => p.status?.phase === "Running" && p.status.conditions?.some((c: any) => c.type === "Ready" && c.status === "True"));
-    }, 180_000, 1000).catch((err) => {
-      throw new Error(`${err.message}\n${diagnose()}`);
-    });
-    expect(agentPod.spec.nodeName).toBe(node.name);
-    expect(agentPod.status.podIP).toMatch(/^10\.85\.0\./);
-    expect(agentPod.status.containerStatuses[0].image).toContain(runtimeImage.ref.split(":")[0]);
-    // Its log, through the API server and the kubelet: the agent reached NATS and is serving.
-    const log = cp.kubectl(["-n", NS, "logs", agentPod.metadata.name]);
-    expect(log).toMatch(/"agent ready"/);
-    expect(log).toMatch(/"agentId":"alice-agent"/);
+  it("installs the chart: the operator runs from its image and reaches the API server in-cluster; NATS runs on a claimed volume", async () => {
+    failing();
+    // The `kubernetes` Service leads to the API server at the node's address, through kube-proxy.
+    const slices = cp.json(["-n", "default", "get", "endpointslices", "-l", "kubernetes.io/service-name=kubernetes"]).items;
+    expect(slices.flatMap((s: Obj) => s.endpoints.flatMap((e: Obj) => e.addresses))).toEqual([node.hostIP]);
+    expect(cp.json(["-n", "default", "get", "service", "kubernetes"]).spec.clusterIP).toBe(KUBERNETES_SERVICE_IP);
 
-    // The Service's ClusterIP, from the host through kube-proxy's rules.
-    const svc = cp.json(["-n", NS, "get", "service", names.service]);
-    const fromHost = await waitFor("the Service to answer from the host", () => getThroughService(svc.spec.clusterIP, `${AGENT}.${NS}.svc`, ca.cert).catch(() => undefined), 60_000, 1000);
-    expect(fromHost.status).toBe(200);
-    expect(JSON.parse(fromHost.text).agent_id).toBe("alice-agent");
+    const [operator] = pods(SYSTEM, "app.kubernetes.io/component=operator");
+    expect(operator, diagnose()).toBeDefined();
+    expect(podReady(operator!), diagnose()).toBe(true);
+    expect(operator!.spec.nodeName).toBe(node.name);
+    expect(operator!.status.containerStatuses[0].image).toBe(images.operator.ref);
+    // In-cluster: the service account's token, no kubeconfig; the chart's args only.
+    const container = operator!.spec.containers[0];
+    expect(container.args.some((a: string) => a.startsWith("--kubeconfig"))).toBe(false);
+    expect(operator!.spec.volumes.some((v: Obj) => v.projected?.sources?.some((s: Obj) => s.serviceAccountToken))).toBe(true);
 
-    // Another pod on the node, by the Service's DNS names (CoreDNS), over HTTPS checked
-    // against the test CA.
-    const urls = [`https://${AGENT}.${NS}.svc.cluster.local/.well-known/agent/capabilities`, `https://${AGENT}/.well-known/agent/capabilities`];
-    const client = {
-      apiVersion: "v1",
-      kind: "Pod",
-      metadata: { name: "client", namespace: NS },
-      spec: {
-        restartPolicy: "Never",
-        securityContext: { runAsNonRoot: true, runAsUser: 10001, runAsGroup: 10001 },
-        containers: [
-          {
-            name: "client",
-            image: runtimeImage.ref,
-            imagePullPolicy: "Never",
-            command: ["node", "--input-type=module", "-e", CLIENT_SCRIPT],
-            env: [
-              { name: "URLS", value: JSON.stringify(urls) },
-              { name: "NODE_EXTRA_CA_CERTS", value: "/etc/test-ca/ca.crt" },
-            ],
-            volumeMounts: [{ name: "ca", mountPath: "/etc/test-ca", readOnly: true }],
-          },
-        ],
-        volumes: [{ name: "ca", configMap: { name: "test-ca" } }],
-      },
-    };
-    cp.kubectl(["apply", "-f", "-"], JSON.stringify(client));
-    const done = await waitFor("the client pod to finish", () => {
-      const p = pod("client");
-      return ["Succeeded", "Failed"].includes(p?.status?.phase) ? p : undefined;
-    }, 180_000, 1000).catch((err) => {
-      throw new Error(`${err.message}\n${diagnose()}`);
-    });
-    const terminated = done.status.containerStatuses[0].state.terminated;
-    expect(done.status.phase, `client pod: ${terminated?.message}\n${diagnose()}`).toBe("Succeeded");
-    const results = JSON.parse(terminated.message) as Record<string, any>;
-    for (const url of urls) {
-      expect(results[url], url).toMatchObject({ status: 200, agent_id: "alice-agent", resolved: svc.spec.clusterIP });
+    const [nats] = pods(SYSTEM, "app.kubernetes.io/component=nats");
+    expect(podReady(nats!), diagnose()).toBe(true);
+    expect(nats!.status.containerStatuses[0].image).toBe(images.nats.ref);
+    const claim = cp.json(["-n", SYSTEM, "get", "pvc", `data-${nats!.metadata.name}`]);
+    expect(claim.status.phase).toBe("Bound");
+    expect(claim.spec.storageClassName).toBe("ifp-node-local");
+  }, 60_000);
+
+  it("applies the examples, and the operator makes every Agent and Relay Ready", async () => {
+    failing();
+    const docs = exampleDocs();
+    for (const ns of new Set(docs.map((d) => d.namespace).filter(Boolean))) {
+      if (!docs.some((d) => d.doc.kind === "Namespace" && d.doc.metadata.name === ns)) cp.kubectl(["create", "namespace", ns]);
     }
-    expect(results.node, "the image's Node").toMatch(/^v24\./);
-  }, 8 * 60_000);
+    // Namespaces first, then the rest, as `kubectl apply -f examples/` would order them.
+    for (const { doc, namespace } of [...docs].sort((a, b) => Number(b.doc.kind === "Namespace") - Number(a.doc.kind === "Namespace"))) {
+      cp.kubectl(["apply", ...(namespace ? ["-n", namespace] : []), "-f", "-"], JSON.stringify(withLocalImages(doc)));
+    }
+    const resources = docs.filter((d) => d.doc.kind === "Agent" || d.doc.kind === "Relay");
+    expect(resources.length).toBeGreaterThanOrEqual(3);
+    await withDiagnosis(
+      waitFor(
+        `${resources.map((r) => `${r.doc.kind} ${r.namespace}/${r.doc.metadata.name}`).join(", ")} Ready`,
+        () => resources.every((r) => readyCondition(cp.tryJson(["-n", r.namespace, "get", r.doc.kind.toLowerCase(), r.doc.metadata.name]))),
+        300_000,
+        2000,
+      ),
+    );
+    for (const r of resources) {
+      const running = pods(r.namespace, `app.kubernetes.io/instance=${r.doc.metadata.name}`).filter(podReady);
+      expect(running.length, `${r.doc.kind} ${r.doc.metadata.name}`).toBeGreaterThan(0);
+      for (const p of running) expect(p.spec.nodeName).toBe(node.name);
+    }
+  }, 330_000);
+
+  it("runs every container of the operator, NATS and the runtimes as non-root with a read-only root filesystem", async () => {
+    failing();
+    const namespaces = [SYSTEM, ...new Set(exampleDocs().map((d) => d.namespace).filter(Boolean))];
+    const checked: string[] = [];
+    for (const ns of namespaces) {
+      for (const p of pods(ns).filter((x) => x.status?.phase === "Running")) {
+        for (const status of p.status.containerStatuses ?? []) {
+          // What containerd actually runs (the OCI spec runc was given), not only what the pod asked for.
+          const id = String(status.containerID).replace(/^containerd:\/\//, "");
+          const spec = JSON.parse(node.ctr(["containers", "info", id])).Spec;
+          const what = `${ns}/${p.metadata.name}/${status.name}`;
+          expect(spec.process.user.uid, what).toBeGreaterThan(0);
+          expect(spec.process.user.gid, what).toBeGreaterThan(0);
+          expect(spec.root.readonly, what).toBe(true);
+          expect(spec.process.noNewPrivileges, what).toBe(true);
+          expect(spec.process.capabilities?.effective ?? [], what).toEqual([]);
+          checked.push(what);
+        }
+      }
+    }
+    expect(checked.some((c) => c.startsWith(`${SYSTEM}/${FULL}-`))).toBe(true);
+    expect(checked.some((c) => c.startsWith(`${SYSTEM}/${FULL}-nats-`))).toBe(true);
+    expect(checked.length).toBeGreaterThanOrEqual(5);
+  }, 60_000);
+
+  it("carries messages between two agents in two namespaces both ways over HTTPS, and through the relay", async () => {
+    failing();
+    const docs = exampleDocs();
+    const agents = docs.filter((d) => d.doc.kind === "Agent");
+    // Two agents that know each other as peers, in different namespaces.
+    const pair = agents.flatMap((a) => agents.filter((b) => b !== a && a.doc.spec.peers?.some((p: Obj) => p.agentId === b.doc.spec.agentId) && b.doc.spec.peers?.some((p: Obj) => p.agentId === a.doc.spec.agentId)).map((b) => [a, b] as const))[0];
+    expect(pair, "two example Agents that are each other's peers").toBeDefined();
+    const [a, b] = pair!;
+    expect(a.namespace, "the two agents live in different namespaces").not.toBe(b.namespace);
+
+    // Each agent's application sends through its agent's local API Service (the Secret
+    // <name>-local-api holds its token; the install's CA bundle, <name>-trust, its certificate's CA).
+    for (const x of [a, b]) {
+      if (!x.doc.spec.localApi?.service?.enabled) {
+        cp.kubectl(["-n", x.namespace, "patch", "agent", x.doc.metadata.name, "--type=merge", "-p", JSON.stringify({ spec: { localApi: { service: { enabled: true } } } })]);
+      }
+    }
+    const relayDoc = docs.find((d) => d.doc.kind === "Relay")!;
+    // Through the relay: an agent that reads its mailbox there (spec.relay.urls), and another
+    // agent the relay serves, which publishes to it with its signing key.
+    const reader = agents.find((x) => x.doc.spec.relay?.urls?.includes(relayDoc.doc.spec.url))!;
+    const publisher = agents.find((x) => x !== reader && relayDoc.doc.spec.agents.some((g: Obj) => g.agentId === x.doc.spec.agentId) && x.doc.spec.signing?.secretName)!;
+    expect(reader, "an example Agent reading its mailbox on the example Relay").toBeDefined();
+    expect(publisher, "an example Agent the example Relay serves, with a signing Secret").toBeDefined();
+    const served = relayDoc.doc.spec.agents.find((g: Obj) => g.agentId === publisher.doc.spec.agentId);
+    const publisherKeyId = { agentId: publisher.doc.spec.agentId as string, keyId: served.keys[0].keyId as string };
+
+    const tag = randomUUID().slice(0, 8);
+    const texts = { ab: `hello ${b.doc.spec.agentId} from ${a.doc.spec.agentId} (${tag})`, ba: `hello ${a.doc.spec.agentId} from ${b.doc.spec.agentId} (${tag})`, relay: `via the relay to ${reader.doc.spec.agentId} (${tag})` };
+    const localApiPort = (x: typeof a) => x.doc.spec.localApi?.service?.port ?? 9443;
+    const senders = [
+      localApiSender(`send-ab-${tag}`, a.namespace, a.doc.metadata.name, localApiPort(a), images.runtime.ref, { to: b.doc.spec.agentId, phase: "greeting", text: texts.ab }),
+      localApiSender(`send-ba-${tag}`, b.namespace, b.doc.metadata.name, localApiPort(b), images.runtime.ref, { to: a.doc.spec.agentId, phase: "greeting", text: texts.ba }),
+      relayPublisher(`relay-${tag}`, publisher.namespace, publisher.doc.metadata.name, publisher.doc.spec.signing.secretName, publisherKeyId, relayDoc.doc.spec.url, images.runtime.ref, { to: reader.doc.spec.agentId, text: texts.relay }),
+    ];
+    for (const s of senders) cp.kubectl(["apply", "-f", "-"], JSON.stringify(s));
+    const results = await withDiagnosis(
+      Promise.all(
+        senders.map((s) =>
+          waitFor(`pod ${s.metadata.namespace}/${s.metadata.name} to finish`, () => {
+            const p = cp.tryJson(["-n", s.metadata.namespace, "get", "pod", s.metadata.name]);
+            return ["Succeeded", "Failed"].includes(p?.status?.phase) ? p : undefined;
+          }, 240_000, 2000),
+        ),
+      ),
+    );
+    const ids: string[] = [];
+    for (const p of results) {
+      const message = p.status.containerStatuses[0].state.terminated?.message ?? "";
+      expect(p.status.phase, `${p.metadata.name}: ${message}\n${cp.kubectl(["-n", p.metadata.namespace, "logs", p.metadata.name]).slice(-2000)}`).toBe("Succeeded");
+      ids.push(JSON.parse(message).message_id);
+    }
+
+    // The receiving side: what each receiving pod (the runtime and the application beside it)
+    // logged, read through the API server: the message's text or its id.
+    const received = (x: typeof a, text: string, id: string) => {
+      const logs = pods(x.namespace, `app.kubernetes.io/instance=${x.doc.metadata.name}`).map((p) => cp.kubectl(["-n", x.namespace, "logs", p.metadata.name, "--all-containers"])).join("\n");
+      return logs.includes(text) || logs.includes(id);
+    };
+    const expected = [
+      { to: b, text: texts.ab, id: ids[0]! },
+      { to: a, text: texts.ba, id: ids[1]! },
+      { to: reader, text: texts.relay, id: ids[2]! },
+    ];
+    await withDiagnosis(
+      waitFor("each message in its recipient's pod logs", () => expected.every((e) => received(e.to, e.text, e.id)), 120_000, 2000).catch((err) => {
+        const missing = expected.filter((e) => !received(e.to, e.text, e.id)).map((e) => `${e.id} to ${e.to.doc.metadata.name}`);
+        throw new Error(`${(err as Error).message}; not found: ${missing.join(", ")}`);
+      }),
+    );
+  }, 420_000);
+
+  it("passes helm test", async () => {
+    failing();
+    const out = await withDiagnosis(helm(["test", RELEASE, "-n", SYSTEM, "--timeout", "4m"], 5 * 60_000));
+    expect(out).toMatch(/Phase:\s+Succeeded/);
+  }, 330_000);
 });
 
-/** GET the capability document from a ClusterIP, presenting `host` for SNI and Host. */
-function getThroughService(ip: string, host: string, ca: string): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: ip, port: 443, path: "/.well-known/agent/capabilities", servername: host, headers: { host }, ca, timeout: 5000 }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString("utf8") }));
-    });
-    req.on("timeout", () => req.destroy(new Error("timeout")));
-    req.on("error", reject);
-    req.end();
-  });
+/** Security settings of the test's own pods: what the restricted Pod Security Standard asks. */
+const RESTRICTED = {
+  pod: { runAsNonRoot: true, runAsUser: 10001, runAsGroup: 10001, seccompProfile: { type: "RuntimeDefault" } },
+  container: { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } },
+};
+
+function scriptPod(name: string, namespace: string, image: string, script: string, env: Obj[], mounts: { name: string; path: string; source: Obj }[]): Obj {
+  return {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: { name, namespace, labels: { "app.kubernetes.io/part-of": "ifp-node-e2e" } },
+    spec: {
+      restartPolicy: "Never",
+      automountServiceAccountToken: false,
+      securityContext: RESTRICTED.pod,
+      containers: [
+        {
+          name: "send",
+          image,
+          imagePullPolicy: "Never",
+          command: ["node", "--input-type=module", "-e", script],
+          env,
+          securityContext: RESTRICTED.container,
+          volumeMounts: mounts.map((m) => ({ name: m.name, mountPath: m.path, readOnly: true })),
+        },
+      ],
+      volumes: mounts.map((m) => ({ name: m.name, ...m.source })),
+    },
+  };
 }
 
 /**
- * The client pod: for each URL, resolve its host (the cluster's DNS) and GET it, retrying while
- * kube-proxy and CoreDNS catch up; the results go to the termination message.
+ * A pod of the agent's application: queues one message at the agent's local API Service and
+ * follows it until delivered; the outcome goes to the termination message.
  */
-const CLIENT_SCRIPT = `
-import { writeFileSync } from "node:fs";
-import { lookup } from "node:dns/promises";
-const results = { node: process.version };
-for (const url of JSON.parse(process.env.URLS)) {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      const { address } = await lookup(new URL(url).hostname, { family: 4 });
-      const res = await fetch(url, { signal: AbortSignal.timeout(5000) });
-      const body = await res.json();
-      results[url] = { status: res.status, agent_id: body.agent_id, resolved: address };
-      break;
-    } catch (err) {
-      if (attempt >= 30) { results[url] = { error: String(err?.cause?.message ?? err?.message ?? err) }; break; }
-      await new Promise((r) => setTimeout(r, 2000));
-    }
-  }
+function localApiSender(name: string, namespace: string, agent: string, port: number, image: string, message: Obj): Obj {
+  return scriptPod(
+    name,
+    namespace,
+    image,
+    LOCAL_API_SCRIPT,
+    [
+      { name: "LOCAL_API", value: `https://${agent}-local-api.${namespace}.svc:${port}` },
+      { name: "TOKEN", valueFrom: { secretKeyRef: { name: `${agent}-local-api`, key: "token" } } },
+      { name: "MESSAGE", value: JSON.stringify(message) },
+      { name: "NODE_EXTRA_CA_CERTS", value: "/etc/ifp/trust/ca.crt" },
+    ],
+    [{ name: "trust", path: "/etc/ifp/trust", source: { configMap: { name: `${agent}-trust` } } }],
+  );
 }
-writeFileSync("/dev/termination-log", JSON.stringify(results));
-process.exitCode = JSON.parse(process.env.URLS).every((u) => results[u].status === 200) ? 0 : 1;
+
+/** A pod that publishes one message to the relay, signed with the sending agent's key. */
+function relayPublisher(name: string, namespace: string, agent: string, signingSecret: string, key: { agentId: string; keyId: string }, relayUrl: string, image: string, message: Obj): Obj {
+  return scriptPod(
+    name,
+    namespace,
+    image,
+    RELAY_SCRIPT,
+    [
+      { name: "RELAY", value: relayUrl },
+      { name: "AGENT_ID", value: key.agentId },
+      { name: "KEY_ID", value: key.keyId },
+      { name: "MESSAGE", value: JSON.stringify(message) },
+    ],
+    [
+      { name: "trust", path: "/etc/ifp/trust", source: { configMap: { name: `${agent}-trust` } } },
+      { name: "signing", path: "/etc/ifp/signing", source: { secret: { secretName: signingSecret } } },
+    ],
+  );
+}
+
+const LOCAL_API_SCRIPT = `
+import { writeFileSync } from "node:fs";
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const headers = { authorization: "Bearer " + process.env.TOKEN, "content-type": "application/json" };
+const deadline = Date.now() + 180_000;
+const result = {};
+let queued;
+while (!queued && Date.now() < deadline) {
+  try {
+    const res = await fetch(process.env.LOCAL_API + "/outbox", { method: "POST", headers, body: process.env.MESSAGE, signal: AbortSignal.timeout(10_000) });
+    const body = await res.json().catch(() => ({}));
+    if (res.status === 202 || res.status === 200) queued = body;
+    else result.last = { status: res.status, body };
+  } catch (err) {
+    result.last = String(err?.cause?.message ?? err?.message ?? err);
+  }
+  if (!queued) await sleep(2000);
+}
+result.message_id = queued?.message_id;
+while (queued && Date.now() < deadline) {
+  const res = await fetch(process.env.LOCAL_API + "/outbox/" + encodeURIComponent(queued.message_id), { headers, signal: AbortSignal.timeout(10_000) }).catch(() => undefined);
+  result.record = await res?.json().catch(() => undefined);
+  if (["delivered", "failed", "undeliverable"].includes(result.record?.state)) break;
+  await sleep(1000);
+}
+console.log(JSON.stringify(result));
+writeFileSync("/dev/termination-log", JSON.stringify(result).slice(0, 4000));
+process.exitCode = result.record?.state === "delivered" ? 0 : 1;
+`;
+
+const RELAY_SCRIPT = `
+import { readFileSync, writeFileSync } from "node:fs";
+import { composeMessage } from "/app/runtime/src/agent/compose.ts";
+import { HttpClient } from "/app/runtime/src/net/http-client.ts";
+import { privateKeyFromPem } from "/app/runtime/src/protocol/keys.ts";
+import { signMessage } from "/app/runtime/src/protocol/signing.ts";
+import { RelayClient } from "/app/runtime/src/relay/client.ts";
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const key = { agentId: process.env.AGENT_ID, keyId: process.env.KEY_ID, privateKey: privateKeyFromPem(readFileSync("/etc/ifp/signing/signing.key")) };
+const http = new HttpClient({ extraCa: readFileSync("/etc/ifp/trust/ca.crt", "utf8") });
+const relay = new RelayClient(process.env.RELAY, key, http);
+const message = signMessage(composeMessage(JSON.parse(process.env.MESSAGE), { agentId: key.agentId }), key);
+const result = { message_id: message.headers.message_id };
+for (let attempt = 1; attempt <= 60; attempt++) {
+  try {
+    const res = await relay.publish(message);
+    result.status = res.status;
+    result.text = res.text;
+    if (res.status === 202) break;
+  } catch (err) {
+    result.error = String(err?.cause?.message ?? err?.message ?? err);
+  }
+  await sleep(2000);
+}
+await http.close();
+console.log(JSON.stringify(result));
+writeFileSync("/dev/termination-log", JSON.stringify(result).slice(0, 4000));
+process.exitCode = result.status === 202 ? 0 : 1;
 `;

@@ -2,7 +2,7 @@
 // The project's container images, built without a Docker engine or a registry, for the real
 // test node (e2e/support/node.ts):
 //
-//   npm run images                       build the runtime, operator, example app and pause images
+//   npm run images                       build the runtime, operator, example app, pause and nats images
 //   npm run images -- runtime            only the named ones; prints REF=archive lines
 //
 // `runtime/Dockerfile`, `operator/Dockerfile` and `examples/app/Dockerfile` stay the recipe for
@@ -370,11 +370,38 @@ function pauseRecipe(): Recipe {
   };
 }
 
+/**
+ * A NATS server image for the chart's NATS StatefulSet (nats.image): the tool cache's
+ * nats-server (a static Go binary) at /usr/local/bin/nats-server, where the official
+ * `nats:*-alpine` images have it and the chart's preStop hook calls it by name; its entrypoint,
+ * so that the chart's args (`--config …`) are nats-server's. No shell, no other file.
+ */
+function natsRecipe(): Recipe {
+  const bin = toolPath("nats-server");
+  const version = /nats-server-(v[\w.]+)/.exec(bin)?.[1] ?? "unknown";
+  const h = createHash("sha256");
+  h.update(`${RECIPE}\0nats\0${version}\0`);
+  fileHash(h, bin, "nats-server");
+  return {
+    name: "nats",
+    hash: h.digest("hex").slice(0, 16),
+    config: { env: { PATH: BASE_ENV.PATH }, workdir: "/", user: "65534:65534", expose: ["4222", "6222", "8222"], entrypoint: ["/usr/local/bin/nats-server"] },
+    populate(rootfs) {
+      mkdirSync(join(rootfs, "usr/local/bin"), { recursive: true });
+      mkdirSync(join(rootfs, "tmp"));
+      chmodSync(join(rootfs, "tmp"), 0o1777);
+      copyFileSync(bin, join(rootfs, "usr/local/bin/nats-server"));
+      chmodSync(join(rootfs, "usr/local/bin/nats-server"), 0o755);
+    },
+  };
+}
+
 export const IMAGES: Record<string, () => Recipe> = {
   runtime: () => imageRecipe("ifp-runtime", "runtime/Dockerfile"),
   operator: () => imageRecipe("ifp-operator", "operator/Dockerfile"),
   app: () => imageRecipe("ifp-example-app", "examples/app/Dockerfile"),
   pause: pauseRecipe,
+  nats: natsRecipe,
 };
 
 function imagesCache(): string {

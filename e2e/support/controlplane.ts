@@ -16,6 +16,10 @@ import { createCA } from "./tls.ts";
  */
 const KUBECTL_TIMEOUT_MS = 45_000;
 
+/** The API server's --service-cluster-ip-range, and the `kubernetes` Service's address in it. */
+export const SERVICE_CIDR = "10.0.0.0/24";
+export const KUBERNETES_SERVICE_IP = "10.0.0.1";
+
 /** A kubectl failure: its arguments, exit status and output. */
 export class KubectlError extends Error {
   readonly args: string[];
@@ -66,7 +70,25 @@ export interface ControlPlane {
  * etcd and kube-apiserver cannot be told to pick their own ports and report them, so a start
  * that loses a port to another process (address already in use) is retried on new ports.
  */
-export async function startControlPlane(opts: { crds?: string[]; controllerManager?: boolean; graceMs?: number } = {}): Promise<ControlPlane> {
+export async function startControlPlane(opts: {
+  crds?: string[];
+  controllerManager?: boolean;
+  graceMs?: number;
+  /**
+   * The address the API server binds, advertises (the `kubernetes` Service's endpoint) and names
+   * in its certificate; default 127.0.0.1. A real node's pods reach the API server through the
+   * `kubernetes` Service only at an address of the host they can route to (its bridge address),
+   * never at loopback.
+   */
+  address?: string;
+  /**
+   * The ServiceAccount admission plugin: pods get their service account's token, the cluster CA
+   * and the namespace mounted, as in any cluster (a real node's pods talk to the API server
+   * in-cluster). Off by default: on fake nodes nothing reads them.
+   */
+  serviceAccounts?: boolean;
+} = {}): Promise<ControlPlane> {
+  const address = opts.address ?? "127.0.0.1";
   const dir = tempDir("ifp-kube-");
   const etcd = toolPath("etcd");
   const apiserver = toolPath("kubernetes", "kube-apiserver");
@@ -108,7 +130,7 @@ export async function startControlPlane(opts: { crds?: string[]; controllerManag
   try {
     const ca = await createCA("ifp-operator test cluster CA");
     caCert = ca.cert;
-    const serving = await ca.issue({ commonName: "kube-apiserver", dnsNames: ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"], ips: ["127.0.0.1", "10.0.0.1"] });
+    const serving = await ca.issue({ commonName: "kube-apiserver", dnsNames: ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"], ips: [...new Set(["127.0.0.1", address, KUBERNETES_SERVICE_IP])] });
     const admin = await ca.issue({ commonName: "admin", organization: "system:masters", client: true });
     const sa = generateKeyPairSync("rsa", { modulusLength: 2048 });
     const file = (name: string, text: string) => {
@@ -125,7 +147,7 @@ export async function startControlPlane(opts: { crds?: string[]; controllerManag
 
     const launch = async (attempt: number) => {
       const [etcdPort, etcdPeer, apiPort] = [await freePort(), await freePort(), await freePort()];
-      server = `https://127.0.0.1:${apiPort}`;
+      server = `https://${address}:${apiPort}`;
       kubeconfig = file(
         "kubeconfig",
         stringify({
@@ -150,20 +172,20 @@ export async function startControlPlane(opts: { crds?: string[]; controllerManag
       startProcess("kube-apiserver", apiserver, [
         `--etcd-servers=http://127.0.0.1:${etcdPort}`,
         `--secure-port=${apiPort}`,
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
+        `--bind-address=${address}`,
+        `--advertise-address=${address}`,
         `--tls-cert-file=${tlsCert}`,
         `--tls-private-key-file=${tlsKey}`,
         `--client-ca-file=${caFile}`,
         "--authorization-mode=RBAC",
-        "--service-cluster-ip-range=10.0.0.0/24",
+        `--service-cluster-ip-range=${SERVICE_CIDR}`,
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         `--service-account-key-file=${saPub}`,
         `--service-account-signing-key-file=${saKey}`,
         "--allow-privileged=true",
         // Kubelets by address: node names are not in any resolver here (e2e/support/node.ts).
         "--kubelet-preferred-address-types=InternalIP,Hostname",
-        "--disable-admission-plugins=ServiceAccount",
+        ...(opts.serviceAccounts ? [] : ["--disable-admission-plugins=ServiceAccount"]),
         `--cert-dir=${join(dir, "certs")}`,
         "--v=0",
       ]);
@@ -208,9 +230,10 @@ export async function startControlPlane(opts: { crds?: string[]; controllerManag
         `--root-ca-file=${caFile}`,
         `--cluster-signing-cert-file=${caFile}`,
         `--cluster-signing-key-file=${caKey}`,
-        // What the tests rely on: garbage collection, Deployments → ReplicaSets → Pods, namespaces,
-        // service accounts and their tokens.
-        "--controllers=garbage-collector-controller,deployment-controller,replicaset-controller,statefulset-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,endpointslice-controller,pod-garbage-collector-controller",
+        // What the tests rely on: garbage collection, Deployments → ReplicaSets → Pods, StatefulSets
+        // and the binding of their claims to PersistentVolumes, namespaces, service accounts and
+        // their tokens.
+        "--controllers=garbage-collector-controller,deployment-controller,replicaset-controller,statefulset-controller,persistentvolume-binder-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,endpointslice-controller,pod-garbage-collector-controller",
         "--concurrent-gc-syncs=5",
         "--v=0",
       ]);

@@ -2,6 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ensureTool } from "../tools/tools.ts";
+import { nodeTestUnsupported } from "./node.ts";
 import { processStartTime } from "./process.ts";
 
 /**
@@ -13,7 +14,9 @@ import { processStartTime } from "./process.ts";
  * (a worker that crashed or was killed never ran its hooks) and lists what it left on disk.
  */
 export default function setup(): () => void {
-  const tools = (process.env.IFP_TEST_TOOLS ?? "nats-server,etcd,kubernetes,helm,kube-score,kwok,gateway-api").split(",").filter(Boolean);
+  // The real node's tools only where e2e/node.test.ts runs (Linux, root, …).
+  const defaults = ["nats-server", "etcd", "kubernetes", "helm", "kube-score", "kwok", "gateway-api", ...(nodeTestUnsupported() ? [] : ["kubernetes-node", "coredns", "pause"])];
+  const tools = (process.env.IFP_TEST_TOOLS ?? defaults.join(",")).split(",").filter(Boolean);
   for (const t of tools) ensureTool(t);
   const runDir = mkdtempSync(join(tmpdir(), "ifp-test-run-"));
   process.env.IFP_TEST_RUN_DIR = runDir;

@@ -6,21 +6,19 @@
 //
 // One real node runs on a machine at a time (a lock in /run/lock): the bridge, its addresses,
 // kube-proxy's iptables chains and the kubelet's port are the host's.
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { closeSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { chmodSync, closeSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
 import type { BuiltImage } from "../images/build.ts";
 import { installDebianPackages, isAlive, NODE_PACKAGES, toolPath } from "../tools/tools.ts";
-import type { ControlPlane } from "./controlplane.ts";
+import { SERVICE_CIDR, type ControlPlane } from "./controlplane.ts";
 import { startScheduler } from "./nodes.ts";
 import { freePort, waitFor } from "./ports.ts";
 
 /** The pods' subnet: a bridge made here; pods get no route beyond it and the Service range. */
 const POD_SUBNET = { cidr: "10.85.0.0/24", gateway: "10.85.0.1", prefix: 24 };
-/** The API server's --service-cluster-ip-range (e2e/support/controlplane.ts). */
-const SERVICE_CIDR = "10.0.0.0/24";
 const BRIDGE = "ifpbr0";
 const NODE_NAME = "ifp-node";
 /** Marks the iptables rules this module adds, so that they can be found and removed. */
@@ -29,24 +27,44 @@ const LOCK = "/run/lock/ifp-e2e-node";
 const SYSCTLS = ["net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables"];
 const CNI_BIN = "/usr/lib/cni";
 const RUNC = "/usr/sbin/runc";
+/** The node's storage: a default StorageClass whose PersistentVolumes are directories of the node. */
+const STORAGE_CLASS = "ifp-node-local";
 
 export interface RealNode {
   name: string;
-  /** The bridge's address on the host: pods reach host processes (nats-server, CoreDNS) there. */
+  /**
+   * The bridge's address on the host: pods reach host processes (nats-server, CoreDNS) there,
+   * and the API server when the control plane is started on it (startControlPlane({ address })).
+   */
   hostIP: string;
   podCIDR: string;
   /** Everything of this node: configs, state, logs (logs/<component>.log). */
   dir: string;
   /** `ctr` against this node's containerd, in the kubelet's namespace. */
   ctr(args: string[]): string;
-  /** Import an OCI archive (e2e/images/build.ts) into the node's containerd. */
-  importImage(image: BuiltImage): void;
+  /** Import an OCI archive (e2e/images/build.ts) into the node's containerd; several may run at once. */
+  importImage(image: BuiltImage): Promise<void>;
+  /**
+   * Join the control plane: CoreDNS, kube-proxy, the kubelet and kube-scheduler, the node Ready
+   * and untainted, and a default StorageClass with `volumes` PersistentVolumes (directories of
+   * the node, hostPath) for StatefulSets' claims.
+   */
+  join(cp: ControlPlane, opts?: { volumes?: number }): Promise<void>;
   /** The end of each component's log, for failure messages. */
   logTail(chars?: number): string;
   /** Copy the logs out of the node's directory (kept after stop); returns where. */
   keepLogs(): string;
-  /** Drain the node and stop everything, removing the mounts, network namespaces, bridge and iptables rules it made. */
+  /** Drain the node (when it joined) and stop everything, removing the mounts, network namespaces, bridge and iptables rules it made. */
   stop(): Promise<void>;
+}
+
+/**
+ * Why e2e/node.test.ts does not run here, or undefined when it does: IFP_E2E_NODE=0 turns it
+ * off (it changes the host's network while it runs), else realNodeUnsupported().
+ */
+export function nodeTestUnsupported(): string | undefined {
+  if (process.env.IFP_E2E_NODE === "0") return "IFP_E2E_NODE=0";
+  return realNodeUnsupported();
 }
 
 /** Why a real node cannot run here, or undefined when it can. */
@@ -341,10 +359,16 @@ function cniConfig(dir: string): string {
 }
 
 /**
- * Join a real node to the control plane (and start kube-scheduler on it). `sandboxImage` is
- * the pause image (buildImage("pause")); it is imported before the kubelet starts.
+ * A real node on this machine, in two steps so that the control plane can be started on the
+ * node's bridge address in between: this sets up the network (bridge, sysctls, the fence),
+ * containerd with the pause image (`sandboxImage`, buildImage("pause")), and returns the node;
+ * `join(cp)` starts CoreDNS, kube-proxy, the kubelet and kube-scheduler against `cp`.
+ *
+ *   const node = await createNode({ sandboxImage });
+ *   const cp = await startControlPlane({ address: node.hostIP, serviceAccounts: true });
+ *   await node.join(cp);
  */
-export async function startNode(cp: ControlPlane, opts: { sandboxImage: BuiltImage }): Promise<RealNode> {
+export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<RealNode> {
   const unsupported = realNodeUnsupported();
   if (unsupported) throw new Error(unsupported);
   installDebianPackages(NODE_PACKAGES);
@@ -364,13 +388,14 @@ export async function startNode(cp: ControlPlane, opts: { sandboxImage: BuiltIma
     throw err;
   }
   const logs = join(dir, "logs");
-  for (const d of [logs, join(dir, "cni", "net.d"), join(dir, "kubelet"), join(dir, "pod-logs"), join(dir, "certs")]) mkdirSync(d, { recursive: true });
+  for (const d of [logs, join(dir, "cni", "net.d"), join(dir, "kubelet"), join(dir, "pod-logs"), join(dir, "certs"), join(dir, "volumes")]) mkdirSync(d, { recursive: true });
   const sock = join(dir, "containerd.sock");
   const procs: { name: string; proc: ChildProcess }[] = [];
   const sysctlsBefore = new Map(SYSCTLS.map((s) => [s, readFileSync(`/proc/sys/${s}`, "utf8").trim()]));
   // The shims put their sockets in /run/containerd/s whatever containerd's state directory is.
   const shimDirExisted = existsSync("/run/containerd");
   let stopped = false;
+  let joined: ControlPlane | undefined;
 
   const start = (name: string, bin: string, args: string[]) => {
     const fd = openSync(join(logs, `${name}.log`), "a");
@@ -395,7 +420,8 @@ export async function startNode(cp: ControlPlane, opts: { sandboxImage: BuiltIma
     await waitFor(what, async () => (dead = died()) !== undefined || (await probe()), timeoutMs, 250);
     if (dead) throw new Error(`${dead.name} exited (${dead.proc.exitCode ?? dead.proc.signalCode}) while waiting for ${what}`);
   };
-  const ctr = (args: string[]) => sh("ctr", ["--address", sock, "--namespace", "k8s.io", ...args]);
+  const ctrArgs = (args: string[]) => ["--address", sock, "--namespace", "k8s.io", ...args];
+  const ctr = (args: string[]) => sh("ctr", ctrArgs(args));
 
   const stopProc = async (p: { proc: ChildProcess }) => {
     if (p.proc.exitCode !== null || p.proc.signalCode !== null) return;
@@ -410,12 +436,14 @@ export async function startNode(cp: ControlPlane, opts: { sandboxImage: BuiltIma
     if (stopped) return;
     stopped = true;
     const problems: string[] = [];
-    const kubelet = procs.find((p) => p.name === "kubelet");
+    const kubeletProc = procs.find((p) => p.name === "kubelet");
     // 1. Drain while the kubelet runs, so that it tears the pods down properly (CNI DEL,
     //    volume unmounts); cordoned, so that their controllers' replacements stay Pending.
-    if (kubelet && kubelet.proc.exitCode === null) {
+    //    Within kubectl's own time limit (controlplane.ts): what is left is killed below.
+    if (joined && kubeletProc && kubeletProc.proc.exitCode === null) {
+      const cp = joined;
       attempt("cordon", () => cp.kubectl(["cordon", NODE_NAME]), problems);
-      attempt("delete pods", () => cp.kubectl(["delete", "pods", "--all-namespaces", "--field-selector", `spec.nodeName=${NODE_NAME}`, "--grace-period=2", "--timeout=60s", "--wait=true"]), problems);
+      attempt("delete pods", () => cp.kubectl(["delete", "pods", "--all-namespaces", "--field-selector", `spec.nodeName=${NODE_NAME}`, "--grace-period=2", "--timeout=40s", "--wait=true"]), problems);
     }
     for (const name of ["kubelet", "kube-proxy", "coredns"]) {
       const p = procs.find((x) => x.name === name);
@@ -425,7 +453,7 @@ export async function startNode(cp: ControlPlane, opts: { sandboxImage: BuiltIma
     const containerd = procs.find((p) => p.name === "containerd");
     if (containerd && containerd.proc.exitCode === null) {
       try {
-        for (const id of ctr(["tasks", "ls", "-q"]).split("\n").filter(Boolean)) spawnSync("ctr", ["--address", sock, "--namespace", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id], { stdio: "ignore" });
+        for (const id of ctr(["tasks", "ls", "-q"]).split("\n").filter(Boolean)) spawnSync("ctr", ctrArgs(["tasks", "kill", "-s", "SIGKILL", id]), { stdio: "ignore" });
       } catch {}
       await stopProc(containerd);
     }
@@ -442,16 +470,173 @@ export async function startNode(cp: ControlPlane, opts: { sandboxImage: BuiltIma
     if (problems.length) process.stderr.write(`real node: clean-up problems: ${problems.join("; ")}\n`);
   };
 
+  /** On a failed start: the logs are kept, everything stopped, and the error says where the logs are. */
+  const failed = async (what: string, err: unknown): Promise<never> => {
+    const tail = logTail();
+    const kept = node.keepLogs();
+    await stop();
+    throw new Error(`${what}: ${(err as Error).message}\n(logs kept in ${kept})\n${tail}`);
+  };
+
+  const importImage = async (image: BuiltImage) => {
+    await new Promise<void>((resolve, reject) =>
+      execFile("ctr", ctrArgs(["images", "import", image.archive]), { maxBuffer: 16 * 1024 * 1024 }, (err, _out, stderr) =>
+        err ? reject(new Error(`ctr images import ${image.archive}: ${stderr || err.message}`)) : resolve(),
+      ),
+    );
+    if (!ctr(["images", "ls", "-q"]).split("\n").includes(image.ref)) throw new Error(`${image.archive} did not import as ${image.ref}`);
+  };
+
+  const join_ = async (cp: ControlPlane, joinOpts: { volumes?: number } = {}) => {
+    if (joined) throw new Error("the node has joined a control plane already");
+    joined = cp;
+    try {
+      // Credentials: the kubelet as system:node:<name> in system:nodes (bound to the system:node
+      // role, as the Node authorizer would allow it), kube-proxy as system:kube-proxy.
+      const certs = join(dir, "certs");
+      const kubeletCreds = clientCertificate(cp, certs, "kubelet", `/O=system:nodes/CN=system:node:${NODE_NAME}`);
+      const proxyCreds = clientCertificate(cp, certs, "kube-proxy", "/CN=system:kube-proxy");
+      cp.kubectl(["create", "clusterrolebinding", "ifp-e2e-system-nodes", "--clusterrole=system:node", "--group=system:nodes"]);
+      const kubeletKubeconfig = kubeconfig(cp, join(dir, "kubelet.kubeconfig"), kubeletCreds);
+      const proxyKubeconfig = kubeconfig(cp, join(dir, "kube-proxy.kubeconfig"), proxyCreds);
+
+      // CoreDNS on the bridge address: the cluster's names from the API server, nothing forwarded.
+      const [dnsHealth, dnsReady] = [await freePort(), await freePort()];
+      writeFileSync(
+        join(dir, "Corefile"),
+        `.:53 {
+  bind ${POD_SUBNET.gateway}
+  errors
+  health 127.0.0.1:${dnsHealth}
+  ready 127.0.0.1:${dnsReady}
+  kubernetes cluster.local in-addr.arpa ip6.arpa {
+    kubeconfig ${cp.kubeconfig} local
+    pods insecure
+    fallthrough in-addr.arpa ip6.arpa
+  }
+  cache 5
+}
+`,
+      );
+      start("coredns", coredns, ["-conf", join(dir, "Corefile")]);
+
+      // kube-proxy, iptables mode, touching no host-wide sysctl it can leave alone.
+      const [proxyHealth, proxyMetrics] = [await freePort(), await freePort()];
+      writeFileSync(
+        join(dir, "kube-proxy.yaml"),
+        stringify({
+          apiVersion: "kubeproxy.config.k8s.io/v1alpha1",
+          kind: "KubeProxyConfiguration",
+          clientConnection: { kubeconfig: proxyKubeconfig },
+          hostnameOverride: NODE_NAME,
+          mode: "iptables",
+          clusterCIDR: POD_SUBNET.cidr,
+          healthzBindAddress: `127.0.0.1:${proxyHealth}`,
+          metricsBindAddress: `127.0.0.1:${proxyMetrics}`,
+          nodePortAddresses: [`${POD_SUBNET.gateway}/32`],
+          iptables: { localhostNodePorts: false, syncPeriod: "10s", minSyncPeriod: "0s" },
+          conntrack: { maxPerCore: 0, min: 0, tcpEstablishedTimeout: "0s", tcpCloseWaitTimeout: "0s" },
+        }),
+      );
+      start("kube-proxy", kubeProxy, ["--config", join(dir, "kube-proxy.yaml"), "--v=1"]);
+
+      // The kubelet, with what this machine requires (cgroups v1, no CAP_SYS_RESOURCE).
+      const [kubeletPort, kubeletHealth] = [await freePort(), await freePort()];
+      writeFileSync(join(dir, "resolv.conf"), ""); // pods get the cluster DNS only, never the host's resolvers
+      writeFileSync(
+        join(dir, "kubelet.yaml"),
+        stringify({
+          apiVersion: "kubelet.config.k8s.io/v1beta1",
+          kind: "KubeletConfiguration",
+          address: POD_SUBNET.gateway,
+          port: kubeletPort,
+          readOnlyPort: 0,
+          healthzBindAddress: "127.0.0.1",
+          healthzPort: kubeletHealth,
+          authentication: { anonymous: { enabled: true }, webhook: { enabled: false }, x509: { clientCAFile: join(cp.dir, "ca.crt") } },
+          authorization: { mode: "AlwaysAllow" },
+          containerRuntimeEndpoint: `unix://${sock}`,
+          cgroupDriver: "cgroupfs",
+          failCgroupV1: false,
+          cgroupsPerQOS: false,
+          enforceNodeAllocatable: [],
+          failSwapOn: false,
+          clusterDNS: [POD_SUBNET.gateway],
+          clusterDomain: "cluster.local",
+          resolvConf: join(dir, "resolv.conf"),
+          podLogsDir: join(dir, "pod-logs"),
+          maxPods: 40,
+          serializeImagePulls: false,
+          imageGCHighThresholdPercent: 100,
+          imageGCLowThresholdPercent: 99,
+          evictionHard: { "memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%", "nodefs.inodesFree": "1%" },
+          volumePluginDir: join(dir, "volume-plugins"),
+          nodeStatusUpdateFrequency: "4s",
+          syncFrequency: "10s",
+        }),
+      );
+      start("kubelet", kubelet, [
+        `--config=${join(dir, "kubelet.yaml")}`,
+        `--kubeconfig=${kubeletKubeconfig}`,
+        `--root-dir=${join(dir, "kubelet")}`,
+        `--cert-dir=${join(dir, "kubelet", "pki")}`,
+        `--hostname-override=${NODE_NAME}`,
+        `--node-ip=${POD_SUBNET.gateway}`,
+        "--v=1",
+      ]);
+      await startScheduler(cp);
+
+      // Storage, as a cluster's default class provides it: PersistentVolumes that are directories
+      // of this node, open to any user (a hostPath volume gets no fsGroup ownership).
+      const volumes = Array.from({ length: joinOpts.volumes ?? 2 }, (_, i) => {
+        const path = join(dir, "volumes", `pv-${i}`);
+        mkdirSync(path, { recursive: true });
+        chmodSync(path, 0o777);
+        return {
+          apiVersion: "v1",
+          kind: "PersistentVolume",
+          metadata: { name: `${STORAGE_CLASS}-${i}` },
+          spec: {
+            storageClassName: STORAGE_CLASS,
+            capacity: { storage: "100Gi" },
+            accessModes: ["ReadWriteOnce"],
+            persistentVolumeReclaimPolicy: "Retain",
+            hostPath: { path, type: "Directory" },
+            nodeAffinity: { required: { nodeSelectorTerms: [{ matchExpressions: [{ key: "kubernetes.io/hostname", operator: "In", values: [NODE_NAME] }] }] } },
+          },
+        };
+      });
+      const storageClass = {
+        apiVersion: "storage.k8s.io/v1",
+        kind: "StorageClass",
+        metadata: { name: STORAGE_CLASS, annotations: { "storageclass.kubernetes.io/is-default-class": "true" } },
+        provisioner: "kubernetes.io/no-provisioner",
+        volumeBindingMode: "WaitForFirstConsumer",
+        reclaimPolicy: "Retain",
+      };
+      cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "List", items: [storageClass, ...volumes] }));
+
+      await whileAlive(`node ${NODE_NAME} to be Ready`, () => {
+        const n = cp.tryJson(["get", "node", NODE_NAME]);
+        return n?.status?.conditions?.find((c: { type: string }) => c.type === "Ready")?.status === "True";
+      }, 180_000);
+      // The kubelet registers with the not-ready taint; the node lifecycle controller that lifts
+      // it is not part of this control plane.
+      cp.kubectl(["patch", "node", NODE_NAME, "--type=json", "-p", '[{"op":"replace","path":"/spec/taints","value":[]}]']);
+      await whileAlive("CoreDNS to be ready", async () => (await fetch(`http://127.0.0.1:${dnsReady}/ready`).catch(() => undefined))?.status === 200, 60_000);
+    } catch (err) {
+      return failed("the real node did not join the control plane", err);
+    }
+  };
+
   const node: RealNode = {
     name: NODE_NAME,
     hostIP: POD_SUBNET.gateway,
     podCIDR: POD_SUBNET.cidr,
     dir,
     ctr,
-    importImage(image) {
-      ctr(["images", "import", image.archive]);
-      if (!ctr(["images", "ls", "-q"]).split("\n").includes(image.ref)) throw new Error(`${image.archive} did not import as ${image.ref}`);
-    },
+    importImage,
+    join: join_,
     logTail,
     keepLogs() {
       const kept = mkdtempSync(join(tmpdir(), "ifp-node-logs-"));
@@ -476,116 +661,9 @@ export async function startNode(cp: ControlPlane, opts: { sandboxImage: BuiltIma
     writeFileSync(join(dir, "containerd.toml"), containerdConfig(dir, opts.sandboxImage.ref));
     start("containerd", "containerd", ["--config", join(dir, "containerd.toml"), "--log-level", "info"]);
     await whileAlive("containerd to answer", () => spawnSync("ctr", ["--address", sock, "version"], { stdio: "ignore" }).status === 0, 60_000);
-    node.importImage(opts.sandboxImage);
-
-    // Credentials: the kubelet as system:node:<name> in system:nodes (bound to the system:node
-    // role, as the Node authorizer would allow it), kube-proxy as system:kube-proxy.
-    const certs = join(dir, "certs");
-    const kubeletCreds = clientCertificate(cp, certs, "kubelet", `/O=system:nodes/CN=system:node:${NODE_NAME}`);
-    const proxyCreds = clientCertificate(cp, certs, "kube-proxy", "/CN=system:kube-proxy");
-    cp.kubectl(["create", "clusterrolebinding", "ifp-e2e-system-nodes", "--clusterrole=system:node", "--group=system:nodes"]);
-    const kubeletKubeconfig = kubeconfig(cp, join(dir, "kubelet.kubeconfig"), kubeletCreds);
-    const proxyKubeconfig = kubeconfig(cp, join(dir, "kube-proxy.kubeconfig"), proxyCreds);
-
-    // CoreDNS on the bridge address: the cluster's names from the API server, nothing forwarded.
-    const [dnsHealth, dnsReady] = [await freePort(), await freePort()];
-    writeFileSync(
-      join(dir, "Corefile"),
-      `.:53 {
-  bind ${POD_SUBNET.gateway}
-  errors
-  health 127.0.0.1:${dnsHealth}
-  ready 127.0.0.1:${dnsReady}
-  kubernetes cluster.local in-addr.arpa ip6.arpa {
-    kubeconfig ${cp.kubeconfig} local
-    pods insecure
-    fallthrough in-addr.arpa ip6.arpa
-  }
-  cache 5
-}
-`,
-    );
-    start("coredns", coredns, ["-conf", join(dir, "Corefile")]);
-
-    // kube-proxy, iptables mode, touching no host-wide sysctl it can leave alone.
-    const [proxyHealth, proxyMetrics] = [await freePort(), await freePort()];
-    writeFileSync(
-      join(dir, "kube-proxy.yaml"),
-      stringify({
-        apiVersion: "kubeproxy.config.k8s.io/v1alpha1",
-        kind: "KubeProxyConfiguration",
-        clientConnection: { kubeconfig: proxyKubeconfig },
-        hostnameOverride: NODE_NAME,
-        mode: "iptables",
-        clusterCIDR: POD_SUBNET.cidr,
-        healthzBindAddress: `127.0.0.1:${proxyHealth}`,
-        metricsBindAddress: `127.0.0.1:${proxyMetrics}`,
-        nodePortAddresses: [`${POD_SUBNET.gateway}/32`],
-        iptables: { localhostNodePorts: false, syncPeriod: "10s", minSyncPeriod: "0s" },
-        conntrack: { maxPerCore: 0, min: 0, tcpEstablishedTimeout: "0s", tcpCloseWaitTimeout: "0s" },
-      }),
-    );
-    start("kube-proxy", kubeProxy, ["--config", join(dir, "kube-proxy.yaml"), "--v=1"]);
-
-    // The kubelet, with what this machine requires (cgroups v1, no CAP_SYS_RESOURCE).
-    const [kubeletPort, kubeletHealth] = [await freePort(), await freePort()];
-    writeFileSync(join(dir, "resolv.conf"), ""); // pods get the cluster DNS only, never the host's resolvers
-    writeFileSync(
-      join(dir, "kubelet.yaml"),
-      stringify({
-        apiVersion: "kubelet.config.k8s.io/v1beta1",
-        kind: "KubeletConfiguration",
-        address: POD_SUBNET.gateway,
-        port: kubeletPort,
-        readOnlyPort: 0,
-        healthzBindAddress: "127.0.0.1",
-        healthzPort: kubeletHealth,
-        authentication: { anonymous: { enabled: true }, webhook: { enabled: false }, x509: { clientCAFile: join(cp.dir, "ca.crt") } },
-        authorization: { mode: "AlwaysAllow" },
-        containerRuntimeEndpoint: `unix://${sock}`,
-        cgroupDriver: "cgroupfs",
-        failCgroupV1: false,
-        cgroupsPerQOS: false,
-        enforceNodeAllocatable: [],
-        failSwapOn: false,
-        clusterDNS: [POD_SUBNET.gateway],
-        clusterDomain: "cluster.local",
-        resolvConf: join(dir, "resolv.conf"),
-        podLogsDir: join(dir, "pod-logs"),
-        maxPods: 30,
-        serializeImagePulls: false,
-        imageGCHighThresholdPercent: 100,
-        imageGCLowThresholdPercent: 99,
-        evictionHard: { "memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%", "nodefs.inodesFree": "1%" },
-        volumePluginDir: join(dir, "volume-plugins"),
-        nodeStatusUpdateFrequency: "4s",
-        syncFrequency: "10s",
-      }),
-    );
-    start("kubelet", kubelet, [
-      `--config=${join(dir, "kubelet.yaml")}`,
-      `--kubeconfig=${kubeletKubeconfig}`,
-      `--root-dir=${join(dir, "kubelet")}`,
-      `--cert-dir=${join(dir, "kubelet", "pki")}`,
-      `--hostname-override=${NODE_NAME}`,
-      `--node-ip=${POD_SUBNET.gateway}`,
-      "--v=1",
-    ]);
-    await startScheduler(cp);
-
-    await whileAlive(`node ${NODE_NAME} to be Ready`, () => {
-      const n = cp.tryJson(["get", "node", NODE_NAME]);
-      return n?.status?.conditions?.find((c: { type: string }) => c.type === "Ready")?.status === "True";
-    }, 180_000);
-    // The kubelet registers with the not-ready taint; the node lifecycle controller that lifts
-    // it is not part of this control plane.
-    cp.kubectl(["patch", "node", NODE_NAME, "--type=json", "-p", '[{"op":"replace","path":"/spec/taints","value":[]}]']);
-    await whileAlive("CoreDNS to be ready", async () => (await fetch(`http://127.0.0.1:${dnsReady}/ready`).catch(() => undefined))?.status === 200, 60_000);
+    await importImage(opts.sandboxImage);
     return node;
   } catch (err) {
-    const tail = logTail();
-    const kept = node.keepLogs();
-    await stop();
-    throw new Error(`the real node did not start: ${(err as Error).message}\n(logs kept in ${kept})\n${tail}`);
+    return failed("the real node did not start", err);
   }
 }

@@ -373,7 +373,7 @@ export function toolPath(name: string, binary = name): string {
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const wanted = process.argv.slice(2);
   // kind is only for machines with a Docker engine (npm run e2e:kind builds it there); the real
-  // node's components only for `npm run e2e:node`, which builds them itself.
+  // node's components only where e2e/node.test.ts runs (the tests' global set-up builds them).
   const nodeOnly = new Set(["kind", "kubernetes-node", "coredns", "pause"]);
   const names = wanted.length ? wanted : Object.keys(TOOLS).filter((t) => !nodeOnly.has(t));
   let failed = false;
