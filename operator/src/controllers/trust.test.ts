@@ -4,6 +4,7 @@ import { desiredAgentChildren } from "./agent/desired.ts";
 import { certificateDnsNames, type Owner } from "./runtime.ts";
 import { selfSignedAction, DNS_NAMES_HASH, ISSUER, NOT_AFTER } from "./tls.ts";
 import { hashOf } from "../kube/metadata.ts";
+import { Agent } from "../../../runtime/src/resources/agent.ts";
 import {
   CA_KEYS,
   caRotationStep,
@@ -99,7 +100,7 @@ describe("trust bundles", () => {
   });
 
   it("mounts the bundle and passes --ca-file, without rolling the pods when it changes", () => {
-    const agent = { apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: owner.metadata, spec: { agentId: "alice", replicas: 1, signing: { keyId: "k" } } } as any;
+    const agent = { ...Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: owner.metadata, spec: { agentId: "alice", signing: { keyId: "k" } } }), metadata: owner.metadata } as any;
     const inputs = { settings: { runtimeImage: "i", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n" }, signing: { secretName: "s", created: "", publicKey: "p" }, tlsSecret: "alice-tls" };
     const d = desiredAgentChildren(agent, inputs).find((c) => c.kind === "Deployment") as any;
     const pod = d.spec.template.spec;

@@ -83,7 +83,7 @@ export const AgentId = z.string().min(1).max(512).regex(/^\S+$/, "must not conta
 
 /** Names the runtime's own pod uses: refused for the user's containers and volumes. */
 export const RUNTIME_CONTAINER = "runtime";
-export const RUNTIME_VOLUMES = ["manifest", "tls", "tmp", "signing", "nats", "trust", "local-api"] as const;
+export const RUNTIME_VOLUMES = ["manifest", "tls", "tmp", "signing", "nats", "trust", "local-api", "introduction"] as const;
 /** Pod labels the operator sets (the first two select the pods): a user's podLabels may not set them. */
 export const RUNTIME_POD_LABELS = ["app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component", "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by"] as const;
 /** Pod annotations under this prefix (the config hash among them) are the operator's. */

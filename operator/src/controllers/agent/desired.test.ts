@@ -54,6 +54,17 @@ describe("desiredAgentChildren", () => {
     expect(d.spec.template.spec.volumes).toContainEqual({ name: "nats", secret: { secretName: "nats", items: [{ key: "user.creds", path: "nats.creds" }] } });
   });
 
+  it("mounts the introduction tokens the Agent names and hands them to the runtime, and nothing without them", () => {
+    const plain = byKind(desiredAgentChildren(agent(), inputs)).Deployment.spec.template.spec;
+    expect(plain.containers[0].args.some((a: string) => a.startsWith("--introduction-secret-file"))).toBe(false);
+    expect(plain.volumes.map((v: { name: string }) => v.name)).not.toContain("introduction");
+    const pod = byKind(desiredAgentChildren(agent({ inbox: { introductionTokens: { secretName: "intro", key: "list" } } }), inputs)).Deployment.spec.template.spec;
+    const c = pod.containers[0];
+    expect(c.args).toContain("--introduction-secret-file=/etc/ifp/introduction/tokens");
+    expect(c.volumeMounts).toContainEqual({ name: "introduction", mountPath: "/etc/ifp/introduction", readOnly: true });
+    expect(pod.volumes).toContainEqual({ name: "introduction", secret: { secretName: "intro", items: [{ key: "list", path: "tokens" }] } });
+  });
+
   describe("runtime pod security and pull secrets", () => {
     const pod = (extra: Record<string, unknown>) => byKind(desiredAgentChildren(agent(), { ...inputs, settings: { ...settings, ...extra } })).Deployment.spec.template.spec;
     it.each([

@@ -7,6 +7,7 @@ import { defaultBaseUrl, type ExposeSpec } from "../../../../runtime/src/resourc
 import { hashOf } from "../../kube/metadata.ts";
 import { exposureChildren, type ExposurePlanInput } from "../expose.ts";
 import { childMeta, childNames, renderManifest, runtimeDeployment, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
+import { withIntroductionTokens } from "./introduction.ts";
 import { localApiChildren, localApiServicePort, withLocalApi } from "./local-api.ts";
 
 export type AgentResource = Agent & { metadata: Owner["metadata"] };
@@ -74,7 +75,7 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
     binding,
     ...exposure,
     ...localApiChildren(owner, agent),
-    localApiPort === undefined ? deployment : withLocalApi(deployment, owner, localApiPort),
+    withIntroductionTokens(localApiPort === undefined ? deployment : withLocalApi(deployment, owner, localApiPort), agent),
   ];
 }
 
