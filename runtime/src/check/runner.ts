@@ -48,6 +48,7 @@ export async function runChecks(opts: CheckOptions): Promise<Report> {
     probe,
     key: opts.key,
     learned: {},
+    has: (id) => results.some((r) => r.id === id),
     record: (id, spec, result, reason) => {
       const i = results.findIndex((r) => r.id === id);
       if (i >= 0) results[i] = { id, spec, result, reason }; // a later, sharper verdict replaces the first

@@ -1,10 +1,21 @@
+import { NoAnswer } from "./probe.ts";
 import type { CheckContext } from "./types.ts";
 
 const TLS_SPEC = "spec 5.2, 8; IFP-6 8";
+/** Redirects (RFC 9110 15.4); 304 Not Modified is not one. */
+const REDIRECTS = new Set([301, 302, 303, 307, 308]);
 
 /** TLS 1.2 or later, and no plain HTTP (spec 5.2, 8). */
 export async function tlsChecks(ctx: CheckContext, path: string): Promise<void> {
-  const url = `${ctx.base}${path}`;
+  try {
+    await tlsChecksOf(ctx, `${ctx.base}${path}`);
+  } catch (err) {
+    if (!(err instanceof NoAnswer)) throw err;
+    for (const id of ["tls.version", "tls.old-versions-refused", "tls.plain-http-refused"]) if (!ctx.has(id)) ctx.record(id, TLS_SPEC, "skip", err.message);
+  }
+}
+
+async function tlsChecksOf(ctx: CheckContext, url: string): Promise<void> {
   const ok = await ctx.probe.handshake(url);
   if ("error" in ok) ctx.record("tls.version", TLS_SPEC, "fail", `TLS handshake failed: ${ok.error}`);
   else {
@@ -18,13 +29,13 @@ export async function tlsChecks(ctx: CheckContext, path: string): Promise<void> 
   const plain = await ctx.probe.plainGet(url);
   if ("error" in plain) ctx.record("tls.plain-http-refused", TLS_SPEC, "pass", `plain HTTP gets no answer (${plain.error})`);
   else if (plain.status >= 200 && plain.status < 300) ctx.record("tls.plain-http-refused", TLS_SPEC, "fail", `plain HTTP on the same port answered ${plain.status}`);
-  else if (plain.status >= 300 && plain.status < 400) ctx.record("tls.plain-http-refused", TLS_SPEC, "fail", `plain HTTP is redirected (${plain.status} to ${plain.location ?? "?"}) instead of refused: a message would already have crossed in clear`);
+  else if (REDIRECTS.has(plain.status)) ctx.record("tls.plain-http-refused", TLS_SPEC, "fail", `plain HTTP is redirected (${plain.status} to ${plain.location ?? "?"}) instead of refused: a message would already have crossed in clear`);
   else ctx.record("tls.plain-http-refused", TLS_SPEC, "pass", `plain HTTP is refused with ${plain.status}`);
 }
 
 /** Run-wide: no https answer of the target was a redirect (redirects are not followed, spec 7.2.3). */
 export function redirectCheck(ctx: CheckContext): void {
-  const redirects = ctx.probe.seen.filter((s) => s.status >= 300 && s.status < 400);
+  const redirects = ctx.probe.seen.filter((s) => REDIRECTS.has(s.status));
   if (!ctx.probe.seen.length) ctx.record("tls.redirect-free", "spec 4.1, 7.2.3", "skip", "no HTTPS answer seen");
   else if (redirects.length) ctx.record("tls.redirect-free", "spec 4.1, 7.2.3", "fail", `${redirects[0]!.url} answered ${redirects[0]!.status}: senders do not follow redirects`);
   else ctx.record("tls.redirect-free", "spec 4.1, 7.2.3", "pass", `none of ${ctx.probe.seen.length} answers was a redirect`);

@@ -33,6 +33,8 @@ export interface CheckContext {
   /** A key the target trusts (`--key` and `--from`), or undefined. */
   key?: SigningKey;
   record(id: string, spec: string, result: Outcome, reason: string): void;
+  /** Whether a check has a verdict already. */
+  has(id: string): boolean;
   /** What discovery learned, for later groups. */
   learned: { agentId?: string; maxMessageBytes?: number };
 }
