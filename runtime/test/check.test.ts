@@ -2,7 +2,9 @@
 // against targets with one requirement broken: a TLS proxy in front of the real agent that
 // changes one thing about its answers, a target that hangs, and one that answers garbage.
 import { execFile } from "node:child_process";
+import { createServer as httpServer } from "node:http";
 import { createServer as httpsServer, type Server } from "node:https";
+import { createServer as netServer } from "node:net";
 import Fastify, { type FastifyInstance } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { httpsRequest } from "../../e2e/support/https.ts";
@@ -283,6 +285,45 @@ describe("ifp check against targets with a requirement broken", () => {
     } finally {
       server.closeAllConnections();
       await new Promise((r) => server.close(r));
+    }
+  });
+
+  it("a target that still speaks TLS 1.1", async () => {
+    const server: Server = httpsServer({ key: tls.key, cert: tls.cert, minVersion: "TLSv1", ciphers: "DEFAULT:@SECLEVEL=0" }, (req, res) => res.writeHead(404).end());
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const port = (server.address() as { port: number }).port;
+    try {
+      const report = await runChecks({ url: `https://localhost:${port}`, extraCa: tls.ca, only: "tls" });
+      expect(report.results.find((r) => r.id === "tls.old-versions-refused")).toMatchObject({ result: "fail", reason: "the target completed a TLSv1.1 handshake" });
+      expect(outcome(report, "tls.version")).toBe("pass");
+    } finally {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
+  });
+
+  it("a target that also answers plain HTTP on its port", async () => {
+    const secure = httpsServer({ key: tls.key, cert: tls.cert }, (req, res) => res.writeHead(404).end());
+    const plain = httpServer((req, res) => res.writeHead(200, { "content-type": "application/json" }).end("{}"));
+    // One port, both protocols: a TLS ClientHello starts with 0x16, anything else is plain HTTP.
+    const both = netServer((socket) =>
+      socket.once("data", (first: Buffer) => {
+        socket.pause();
+        socket.unshift(first);
+        (first[0] === 0x16 ? secure : plain).emit("connection", socket);
+        process.nextTick(() => socket.resume());
+      }),
+    );
+    await new Promise<void>((r) => both.listen(0, "127.0.0.1", r));
+    const port = (both.address() as { port: number }).port;
+    try {
+      const report = await runChecks({ url: `https://localhost:${port}`, extraCa: tls.ca, only: "tls" });
+      expect(report.results.find((r) => r.id === "tls.plain-http-refused")).toMatchObject({ result: "fail", reason: "plain HTTP on the same port answered 200" });
+      expect(outcome(report, "tls.version")).toBe("pass");
+    } finally {
+      secure.closeAllConnections();
+      plain.closeAllConnections();
+      await new Promise((r) => both.close(r));
     }
   });
 

@@ -63,7 +63,7 @@ export class Probe {
   }
 
   /** A bare TLS handshake: the negotiated protocol, or the handshake's error. */
-  async handshake(url: string, opts: { maxVersion?: "TLSv1.1"; minVersion?: "TLSv1" } = {}): Promise<{ protocol: string | null } | { error: string }> {
+  async handshake(url: string, opts: { old?: boolean } = {}): Promise<{ protocol: string | null } | { error: string; code?: string }> {
     this.take(url);
     const { hostname, port } = new URL(url);
     return new Promise((resolve) => {
@@ -72,17 +72,18 @@ export class Probe {
         port: Number(port || 443),
         servername: /^[\d.]+$|:/.test(hostname) ? undefined : hostname,
         ca: this.extraCa ? [...rootCertificates, this.extraCa] : undefined,
-        ...opts,
+        // Offering TLS 1.0/1.1 needs OpenSSL's security level 0; only the version is looked at.
+        ...(opts.old ? { minVersion: "TLSv1" as const, maxVersion: "TLSv1.1" as const, ciphers: "DEFAULT:@SECLEVEL=0", rejectUnauthorized: false } : {}),
       });
       const timer = setTimeout(() => done({ error: `no handshake within ${this.timeoutMs} ms` }), this.timeoutMs);
-      const done = (r: { protocol: string | null } | { error: string }) => {
+      const done = (r: { protocol: string | null } | { error: string; code?: string }) => {
         clearTimeout(timer);
         socket.destroy();
         if ("error" in r && r.error.startsWith("no handshake")) this.failuresInARow++;
         resolve(r);
       };
       socket.once("secureConnect", () => done({ protocol: socket.getProtocol() }));
-      socket.once("error", (err) => done({ error: err.message }));
+      socket.once("error", (err: Error & { code?: string }) => done({ error: err.message.split("\n")[0]!, code: err.code }));
     });
   }
 

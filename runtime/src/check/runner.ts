@@ -1,4 +1,5 @@
 import type { SigningKey } from "../protocol/signing.ts";
+import { clip } from "./common.ts";
 import { discoveryChecks } from "./discovery.ts";
 import { inboxChecks } from "./inbox.ts";
 import { Probe } from "./probe.ts";
@@ -49,7 +50,8 @@ export async function runChecks(opts: CheckOptions): Promise<Report> {
     key: opts.key,
     learned: {},
     has: (id) => results.some((r) => r.id === id),
-    record: (id, spec, result, reason) => {
+    record: (id, spec, result, why) => {
+      const reason = clip(why, 300);
       const i = results.findIndex((r) => r.id === id);
       if (i >= 0) results[i] = { id, spec, result, reason }; // a later, sharper verdict replaces the first
       else results.push({ id, spec, result, reason });
