@@ -152,6 +152,7 @@ describe("ifp check against our own relay", () => {
       "relay.auth.digest",
       "relay.publish.media-type",
       "relay.publish.not-json",
+      "relay.publish.oversize",
       "relay.publish.accepted",
       "relay.pull.trace",
       "relay.ack",

@@ -8,6 +8,8 @@ import type { Answer } from "./probe.ts";
 import { rateLimitCheck } from "./tls.ts";
 import { NEEDS_KEY, type CheckContext } from "./types.ts";
 
+/** Relays, like inboxes, take at least this much (spec 8, docs/relay.md maxMessageBytes default). */
+const ONE_MB = 1024 * 1024;
 const AUTH = "docs/relay.md Authentication; spec 5 (left open)";
 
 const randomKey = (agentId: string, keyId = "key-1"): SigningKey => ({ agentId, keyId, privateKey: privateKeyFromPem(generateSigningKey().privateKeyPem) });
@@ -49,7 +51,7 @@ export async function relayChecks(ctx: CheckContext): Promise<void> {
   await expect("relay.isolation.unknown-agent", `${AUTH}; spec 5.5`, "GET /relay/messages signed by an agent the relay does not serve", 401, "unknown_sender", () => send("GET", "/relay/messages", { key: stranger }));
 
   if (!ctx.key) {
-    for (const id of ["relay.auth.wrong-key", "relay.auth.stale", "relay.auth.digest", "relay.publish.media-type", "relay.publish.not-json", "relay.publish.accepted", "relay.pull.trace", "relay.ack", "relay.ack.repeat", "relay.isolation.foreign-ack"]) {
+    for (const id of ["relay.auth.wrong-key", "relay.auth.stale", "relay.auth.digest", "relay.publish.media-type", "relay.publish.not-json", "relay.publish.oversize", "relay.publish.accepted", "relay.pull.trace", "relay.ack", "relay.ack.repeat", "relay.isolation.foreign-ack"]) {
       ctx.record(id, "docs/relay.md", "skip", NEEDS_KEY);
     }
     rateLimitCheck(ctx, "relay.rate-limit-headers");
@@ -65,6 +67,19 @@ export async function relayChecks(ctx: CheckContext): Promise<void> {
   );
   await expect("relay.publish.media-type", "docs/relay.md Endpoints; RFC 9110 15.5.16", "a signed text/plain publish", 415, undefined, () => send("POST", "/relay/publish", { key, body: "ifp check", contentType: "text/plain" }));
   await expect("relay.publish.not-json", "docs/relay.md POST /relay/publish; spec 2.7", "a signed publish that is not JSON", 400, "invalid_format", () => send("POST", "/relay/publish", { key, body: '{"ifp": 4, ' }));
+
+  const big = Buffer.alloc(ONE_MB + 1024, 0x20);
+  big.write('{"ifp":4,"pad":"', 0);
+  big.write('"}', big.length - 2);
+  try {
+    const res = await send("POST", "/relay/publish", { key, body: big.toString("latin1") });
+    const problem = res.status === 413 ? errorBodyProblem(res, "payload_too_large") : undefined;
+    if (res.status === 413) ctx.record("relay.publish.oversize", "spec 8; docs/relay.md POST /relay/publish", problem ? "fail" : "pass", problem ?? `a ${big.length}-byte publish → 413 payload_too_large`);
+    else if (res.status === 400) ctx.record("relay.publish.oversize", "spec 8", "pass", `a ${big.length}-byte publish was read and refused as a message (400); this relay takes more than 1 MiB`);
+    else ctx.record("relay.publish.oversize", "spec 7.1, 8", "fail", `a ${big.length}-byte signed publish that is no message was answered ${res.status}${codeOf(res)}, expected 413`);
+  } catch (err) {
+    ctx.record("relay.publish.oversize", "spec 7.1, 8", "fail", `a ${big.length}-byte publish: ${(err as Error).message}`);
+  }
 
   // The round trip, to oneself.
   const message = signMessage(checkMessage(key.agentId, key.agentId), key);
