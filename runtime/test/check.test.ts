@@ -171,16 +171,30 @@ describe("ifp check against our own relay", () => {
     expect(outcome(report, "relay.publish.accepted")).toBe("skip");
   });
 
+  it.each([
+    ["relay-open", ["relay.auth.unsigned", "relay.isolation.unknown-agent", "relay.auth.wrong-key", "relay.auth.stale"]],
+    ["relay-no-trace", ["relay.pull.trace"]],
+  ] as const)("a relay with a requirement broken (%s)", async (mode, ids) => {
+    const proxy = await brokenProxy(mode, () => relay.url);
+    try {
+      const report = await runChecks({ url: proxy.url, relay: true, key: checker.signing, extraCa: tls.ca, only: "relay" });
+      expect(failing(report)).toEqual([...ids]);
+      expect(proxy.requests()).toBeLessThanOrEqual(report.requests);
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it("an agent is not a relay: the relay checks fail against it", async () => {
     const report = await runChecks({ url: agentUrl, relay: true, key: checker.signing, extraCa: tls.ca, only: "relay" });
     expect(failing(report)).toEqual(expect.arrayContaining(["relay.auth.unsigned", "relay.publish.accepted"]));
   });
 });
 
-type Mode = "faithful" | "inbox-200" | "no-error-body" | "no-etag" | "redirect" | "open-inbox";
+type Mode = "faithful" | "inbox-200" | "no-error-body" | "no-etag" | "redirect" | "open-inbox" | "relay-open" | "relay-no-trace";
 
-/** A TLS proxy in front of the real agent that breaks one requirement, counting what it gets. */
-async function brokenProxy(mode: Mode) {
+/** A TLS proxy in front of the real agent (or relay) that breaks one requirement, counting what it gets. */
+async function brokenProxy(mode: Mode, upstream = () => agent.url) {
   let requests = 0;
   const app: FastifyInstance = Fastify({ https: { key: tls.key, cert: tls.cert }, bodyLimit: 8 * 1024 * 1024 });
   app.removeAllContentTypeParsers();
@@ -190,12 +204,12 @@ async function brokenProxy(mode: Mode) {
   });
   app.all("/*", async (req, reply) => {
     const forward: Record<string, string> = {};
-    for (const h of ["content-type", "accept", "idempotency-key", ...(mode === "no-etag" ? [] : ["if-none-match"])]) {
+    for (const h of ["content-type", "accept", "idempotency-key", "signature", "signature-input", "content-digest", ...(mode === "no-etag" ? [] : ["if-none-match"])]) {
       const v = req.headers[h];
       if (typeof v === "string") forward[h] = v;
     }
     if (mode === "redirect" && req.url.endsWith("/identity")) return reply.code(301).header("location", `${agentUrl}${req.url}`).send();
-    const res = await httpsRequest(`${agent.url}${req.url}`, { method: req.method, headers: forward, body: req.body as Buffer | undefined, ca: tls.ca });
+    const res = await httpsRequest(`${upstream()}${req.url}`, { method: req.method, headers: forward, body: req.body as Buffer | undefined, ca: tls.ca });
     let status = res.status;
     let text = res.text;
     if (mode === "inbox-200" && status === 202) status = 200;
@@ -203,6 +217,13 @@ async function brokenProxy(mode: Mode) {
     if (mode === "open-inbox" && req.url.endsWith("/inbox") && status === 401) {
       status = 202;
       text = JSON.stringify({ status: "accepted" });
+    }
+    if (mode === "relay-open" && status === 401 && req.method === "GET") {
+      status = 200;
+      text = "[]";
+    }
+    if (mode === "relay-no-trace" && req.method === "GET" && status === 200) {
+      text = JSON.stringify((JSON.parse(text) as { trace?: unknown }[]).map(({ trace: _, ...m }) => m));
     }
     for (const h of ["content-type", "cache-control", "retry-after", ...(mode === "no-etag" ? [] : ["etag"])]) {
       const v = res.headers[h];
