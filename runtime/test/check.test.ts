@@ -77,6 +77,7 @@ describe("ifp check against our own agent", () => {
       "inbox.acknowledgement",
       "inbox.idempotent",
       "inbox.date-window",
+      "inbox.date-future",
       "inbox.protocol-problem",
     ]) {
       expect(outcome(report, id), id).toBe("pass");
@@ -266,7 +267,7 @@ describe("ifp check against targets with a requirement broken", () => {
   it("errors without the error body", async () => {
     const { report } = await run("no-error-body");
     expect(failing(report)).toEqual(
-      expect.arrayContaining(["inbox.media-type", "inbox.not-json", "inbox.schema", "inbox.oversize", "inbox.unsigned", "inbox.unknown-sender", "inbox.not-found", "inbox.bad-signature", "inbox.date-window"]),
+      expect.arrayContaining(["inbox.media-type", "inbox.not-json", "inbox.schema", "inbox.oversize", "inbox.unsigned", "inbox.unknown-sender", "inbox.not-found", "inbox.bad-signature", "inbox.date-window", "inbox.date-future"]),
     );
     expect(report.results.find((r) => r.id === "inbox.not-json")?.reason).toMatch(/no JSON error body \(spec 2\.7\)/);
     expect(outcome(report, "inbox.accepted")).toBe("pass");

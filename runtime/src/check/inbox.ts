@@ -49,7 +49,7 @@ export async function inboxChecks(ctx: CheckContext): Promise<void> {
   await notFound(ctx);
 
   if (!ctx.key) {
-    for (const id of ["inbox.bad-signature", "inbox.accepted", "inbox.idempotent", "inbox.date-window", "inbox.protocol-problem"]) ctx.record(id, "spec 3, 5.1, 7", "skip", NEEDS_KEY);
+    for (const id of ["inbox.bad-signature", "inbox.accepted", "inbox.idempotent", "inbox.date-window", "inbox.date-future", "inbox.protocol-problem"]) ctx.record(id, "spec 3, 5.1, 7", "skip", NEEDS_KEY);
   } else {
     const key = ctx.key;
     const signed = (m: Message) => signMessage(m, key);
@@ -74,14 +74,20 @@ export async function inboxChecks(ctx: CheckContext): Promise<void> {
       ctx.record("inbox.idempotent", "spec 3; IFP-6 4.2", "skip", "the first delivery was not accepted");
     }
 
-    const old = signed(checkMessage(key.agentId, agentId, { date: new Date(Date.now() - 30 * 86_400_000).toISOString().replace(/\.\d{3}Z$/, "Z") }));
-    try {
-      const res = await ctx.probe.request(url, { method: "POST", headers: JSON_HEADERS, body: JSON.stringify(old) });
-      const refused = res.status === 400 || res.status === 401;
-      const problem = refused ? errorBodyProblem(res) : undefined;
-      ctx.record("inbox.date-window", "IFP-5 4.2, Security Considerations", refused && !problem ? "pass" : "fail", refused ? (problem ?? `a message dated 30 days ago → ${res.status}${codeOf(res)}`) : `a message dated 30 days ago was answered ${res.status}; very old messages SHOULD be refused`);
-    } catch (err) {
-      ctx.record("inbox.date-window", "IFP-5 4.2", "fail", (err as Error).message);
+    const dated = [
+      ["inbox.date-window", -30 * 86_400_000, "dated 30 days ago"],
+      ["inbox.date-future", 2 * 86_400_000, "dated 2 days ahead"],
+    ] as const;
+    for (const [id, offset, what] of dated) {
+      const m = signed(checkMessage(key.agentId, agentId, { date: new Date(Date.now() + offset).toISOString().replace(/\.\d{3}Z$/, "Z") }));
+      try {
+        const res = await ctx.probe.request(url, { method: "POST", headers: JSON_HEADERS, body: JSON.stringify(m) });
+        const refused = res.status === 400 || res.status === 401;
+        const problem = refused ? errorBodyProblem(res) : undefined;
+        ctx.record(id, "IFP-5 4.2, Security Considerations", refused && !problem ? "pass" : "fail", refused ? (problem ?? `a signed message ${what} → ${res.status}${codeOf(res)}`) : `a signed message ${what} was answered ${res.status}; a date outside the window SHOULD be refused`);
+      } catch (err) {
+        ctx.record(id, "IFP-5 4.2", "fail", (err as Error).message);
+      }
     }
 
     const odd = signed(checkMessage(key.agentId, agentId, { phase: "ifp-check-unknown-phase" }));
