@@ -364,6 +364,7 @@ describe("ifp check against targets with a requirement broken", () => {
       expect(failing(report)).toEqual(
         expect.arrayContaining(["discovery.capabilities.media-type", "discovery.capabilities.schema", "discovery.capabilities.etag", "inbox.media-type", "inbox.not-json", "inbox.accepted", "inbox.date-window"]),
       );
+      expect(report.results.find((r) => r.id === "discovery.capabilities.schema")?.reason).toMatch(/^the body is not JSON: /);
       expect(report.requests).toBeLessThanOrEqual(MAX_REQUESTS);
       expect(requests).toBeLessThanOrEqual(report.requests);
       const text = await ifp("check", `https://localhost:${port}`, "--ca-file", tls.files.ca);

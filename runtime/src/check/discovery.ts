@@ -85,8 +85,10 @@ async function documentChecks<S extends z.ZodType>(ctx: CheckContext, name: "cap
   ctx.record(`${id}.status`, spec, "pass", "200");
   const type = mediaType(res);
   ctx.record(`${id}.media-type`, "spec 4.1", type === "application/json" ? "pass" : "fail", type === "application/json" ? "application/json" : `Content-Type is ${JSON.stringify(res.headers.get("content-type"))}, expected application/json`);
-  const parsed = schema.safeParse(parseJson(res.text));
-  if (parsed.success) ctx.record(`${id}.schema`, spec, "pass", "the document validates");
+  const json = parseJson(res.text);
+  const parsed = schema.safeParse(json);
+  if (json === undefined) ctx.record(`${id}.schema`, spec, "fail", `the body is not JSON: ${clip(res.text)}`);
+  else if (parsed.success) ctx.record(`${id}.schema`, spec, "pass", "the document validates");
   else ctx.record(`${id}.schema`, spec, "fail", `not a valid ${name} document: ${parsed.error.issues.slice(0, 3).map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; ")}`);
 
   const etag = res.headers.get("etag");
