@@ -68,7 +68,7 @@ export class Probe {
     const { hostname, port } = new URL(url);
     return new Promise((resolve) => {
       const socket = tlsConnect({
-        host: hostname,
+        host: bare(hostname),
         port: Number(port || 443),
         servername: /^[\d.]+$|:/.test(hostname) ? undefined : hostname,
         ca: this.extraCa ? [...rootCertificates, this.extraCa] : undefined,
@@ -96,9 +96,7 @@ export class Probe {
     const url = httpsUrl.replace(/^https:/, "http:");
     const { hostname, port, pathname } = new URL(httpsUrl);
     return new Promise((resolve) => {
-      const req = httpRequest({ host: hostname, port: Number(port || 443), path: pathname, method: "GET", timeout: this.timeoutMs }, (res) => {
-        res.resume();
-        res.once("end", () => undefined);
+      const req = httpRequest({ host: bare(hostname), port: Number(port || 443), path: pathname, method: "GET", timeout: this.timeoutMs }, (res) => {
         req.destroy();
         resolve({ status: res.statusCode ?? 0, location: res.headers.location });
       });
@@ -112,6 +110,9 @@ export class Probe {
     await this.http.close();
   }
 }
+
+/** A URL's hostname as sockets take it (IPv6 without brackets). */
+const bare = (hostname: string) => hostname.replace(/^\[(.*)\]$/, "$1");
 
 function describe(err: unknown): string {
   const e = err as Error & { cause?: Error & { code?: string } };
