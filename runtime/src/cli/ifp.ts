@@ -12,6 +12,11 @@ const USAGE = `usage: ifp <command> [options]
       fetch, validate and show a peer's identity and capability documents
   ifp send --from-key FILE --from AGENT_ID --to URL --text "…" [--phase P] [--key-id K] [--ca-file F]
       sign one message with your key and POST it to the peer's inbox
+  ifp check URL [--relay] [--key FILE --from AGENT_ID [--key-id K]] [--ca-file F] [--json] [--only GROUP] [--timeout S]
+      run the conformance checks against any IFP agent (or, with --relay, relay) and report
+      each as pass, fail or skip; GROUP is discovery, tls or inbox (agent), tls or relay (relay).
+      Without a key the target trusts, the checks that need one are skipped. Exit 0 when
+      nothing fails, 1 when a check fails, 2 for a usage mistake. At most 40 requests, https only.
   ifp keygen --out FILE
       write a new Ed25519 signing key (PKCS#8 PEM) and print its public half
   ifp relay pull|tail RELAY_URL --key FILE --from AGENT_ID [--ca-file F]
@@ -35,6 +40,13 @@ export async function main(argv = process.argv.slice(2)): Promise<number> {
         return await send(rest);
       case "keygen":
         return await keygen(rest);
+      case "check": {
+        const { checkCommand } = await import("../check/command.ts");
+        const { CheckUsageError } = await import("../check/runner.ts");
+        return await checkCommand(rest).catch((err: unknown) => {
+          throw err instanceof CheckUsageError ? new UsageError(err.message) : err;
+        });
+      }
       case "relay": {
         const { relayCommand } = await import("./relay-commands.ts");
         return await relayCommand(rest);

@@ -1,0 +1,122 @@
+import { connect as tlsConnect, rootCertificates } from "node:tls";
+import { request as httpRequest } from "node:http";
+import { HttpClient, ResponseTooLarge } from "../net/http-client.ts";
+
+/** At most this many requests in one run: a conformance check is polite, never a load test. */
+export const MAX_REQUESTS = 40;
+/** Answers are read to at most this many bytes. */
+export const MAX_ANSWER_BYTES = 256 * 1024;
+export const DEFAULT_TIMEOUT_MS = 5_000;
+/** After this many timeouts or network errors in a row the target is taken as unreachable. */
+const MAX_CONSECUTIVE_FAILURES = 2;
+
+export interface Answer {
+  status: number;
+  headers: Headers;
+  text: string;
+}
+
+/** A request the prober did not make or that got no HTTP answer; the check reports the reason. */
+export class NoAnswer extends Error {}
+
+/**
+ * The kit's only way out to the network: https only, redirects never followed, TLS 1.2 or
+ * later, every answer read to a bound within a timeout, at most MAX_REQUESTS per run, and no
+ * more requests once the target has stopped answering.
+ */
+export class Probe {
+  readonly http: HttpClient;
+  readonly extraCa?: string;
+  readonly timeoutMs: number;
+  readonly maxRequests: number;
+  count = 0;
+  /** Statuses of every HTTP answer seen, with the URL, for run-wide checks (redirects, 429). */
+  readonly seen: { url: string; status: number; retryAfter: string | null }[] = [];
+  private failuresInARow = 0;
+
+  constructor(opts: { extraCa?: string; timeoutMs?: number; maxRequests?: number } = {}) {
+    this.extraCa = opts.extraCa;
+    this.timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.maxRequests = opts.maxRequests ?? MAX_REQUESTS;
+    this.http = new HttpClient({ extraCa: opts.extraCa, timeoutMs: this.timeoutMs, userAgent: "ifp-check" });
+  }
+
+  private take(url: string): void {
+    if (!url.startsWith("https://")) throw new NoAnswer(`refused to send to ${url}: the kit speaks https only`);
+    if (this.failuresInARow >= MAX_CONSECUTIVE_FAILURES) throw new NoAnswer("not sent: the target stopped answering (earlier requests timed out or failed)");
+    if (this.count >= this.maxRequests) throw new NoAnswer(`not sent: the run's budget of ${this.maxRequests} requests is spent`);
+    this.count++;
+  }
+
+  async request(url: string, init: { method?: string; headers?: Record<string, string>; body?: string | Uint8Array } = {}): Promise<Answer> {
+    this.take(url);
+    try {
+      const res = await this.http.request(url, { ...init, timeoutMs: this.timeoutMs, maxBytes: MAX_ANSWER_BYTES });
+      this.failuresInARow = 0;
+      this.seen.push({ url, status: res.status, retryAfter: res.headers.get("retry-after") });
+      return res;
+    } catch (err) {
+      if (err instanceof ResponseTooLarge) throw new NoAnswer(err.message);
+      this.failuresInARow++;
+      throw new NoAnswer(describe(err));
+    }
+  }
+
+  /** A bare TLS handshake: the negotiated protocol, or the handshake's error. */
+  async handshake(url: string, opts: { old?: boolean } = {}): Promise<{ protocol: string | null } | { error: string; code?: string }> {
+    this.take(url);
+    const { hostname, port } = new URL(url);
+    return new Promise((resolve) => {
+      const socket = tlsConnect({
+        host: bare(hostname),
+        port: Number(port || 443),
+        servername: /^[\d.]+$|:/.test(hostname) ? undefined : hostname,
+        ca: this.extraCa ? [...rootCertificates, this.extraCa] : undefined,
+        // Offering TLS 1.0/1.1 needs OpenSSL's security level 0; only the version is looked at.
+        ...(opts.old ? { minVersion: "TLSv1" as const, maxVersion: "TLSv1.1" as const, ciphers: "DEFAULT:@SECLEVEL=0", rejectUnauthorized: false } : {}),
+      });
+      const timer = setTimeout(() => done({ error: `no handshake within ${this.timeoutMs} ms` }), this.timeoutMs);
+      const done = (r: { protocol: string | null } | { error: string; code?: string }) => {
+        clearTimeout(timer);
+        socket.destroy();
+        if ("error" in r && r.error.startsWith("no handshake")) this.failuresInARow++;
+        resolve(r);
+      };
+      socket.once("secureConnect", () => done({ protocol: socket.getProtocol() }));
+      socket.once("error", (err: Error & { code?: string }) => done({ error: err.message.split("\n")[0]!, code: err.code }));
+    });
+  }
+
+  /**
+   * One plain-HTTP GET to the target's own authority (to see that it is refused). Only this
+   * request ever goes out without TLS, and it carries no message.
+   */
+  async plainGet(httpsUrl: string): Promise<{ status: number; location?: string } | { error: string }> {
+    this.take(httpsUrl);
+    const url = httpsUrl.replace(/^https:/, "http:");
+    const { hostname, port, pathname } = new URL(httpsUrl);
+    return new Promise((resolve) => {
+      const req = httpRequest({ host: bare(hostname), port: Number(port || 443), path: pathname, method: "GET", timeout: this.timeoutMs }, (res) => {
+        req.destroy();
+        resolve({ status: res.statusCode ?? 0, location: res.headers.location });
+      });
+      req.on("timeout", () => req.destroy(new Error(`no answer within ${this.timeoutMs} ms`)));
+      req.on("error", (err) => resolve({ error: `${url}: ${err.message}` }));
+      req.end();
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.http.close();
+  }
+}
+
+/** A URL's hostname as sockets take it (IPv6 without brackets). */
+const bare = (hostname: string) => hostname.replace(/^\[(.*)\]$/, "$1");
+
+function describe(err: unknown): string {
+  const e = err as Error & { cause?: Error & { code?: string } };
+  if (e.name === "TimeoutError" || e.name === "AbortError") return "no answer within the timeout";
+  const cause = e.cause?.message ?? "";
+  return cause ? `${e.message}: ${cause}` : e.message;
+}

@@ -1,0 +1,403 @@
+// `ifp check` against real runtimes (agent and relay over TLS with a real nats-server), and
+// against targets with one requirement broken: a TLS proxy in front of the real agent that
+// changes one thing about its answers, a target that hangs, and one that answers garbage.
+import { execFile } from "node:child_process";
+import { createServer as httpServer } from "node:http";
+import { createServer as httpsServer, type Server } from "node:https";
+import { createServer as netServer } from "node:net";
+import Fastify, { type FastifyInstance } from "fastify";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { httpsRequest } from "../../e2e/support/https.ts";
+import { HttpClient } from "../src/net/http-client.ts";
+import type { RunningRelay } from "../src/relay/main.ts";
+import { MAX_REQUESTS } from "../src/check/probe.ts";
+import { CheckUsageError, runChecks } from "../src/check/runner.ts";
+import type { Report } from "../src/check/types.ts";
+import { runAgent, withNatsAndTls, type Tls } from "./agent-harness.ts";
+import { identity, peerOf, tempDir, writeKey } from "./fixtures.ts";
+import { baseUrl, runRelay, type RelayEnv } from "./relay-harness.ts";
+import type { NatsServer } from "../../e2e/support/nats.ts";
+
+const BIN = new URL("../bin/ifp.ts", import.meta.url).pathname;
+const ifp = (...args: string[]) =>
+  new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+    execFile(process.execPath, [BIN, ...args], { encoding: "utf8", timeout: 60_000 }, (err, stdout, stderr) => {
+      resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+    });
+  });
+
+const checker = identity("ifp-checker");
+const dir = tempDir();
+let nats: NatsServer;
+let tls: Tls;
+let agent: Awaited<ReturnType<typeof runAgent>>;
+let agentUrl: string;
+
+withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
+
+beforeAll(async () => {
+  agent = await runAgent({
+    self: identity("alice-agent"),
+    natsUrl: nats.url,
+    tls,
+    spec: { capabilities: [{ name: "ping", description: "Responds to connectivity tests" }], peers: [peerOf(checker)] },
+  });
+  agentUrl = agent.url.replace("127.0.0.1", "localhost");
+});
+afterAll(async () => {
+  await agent?.close();
+});
+
+const failing = (r: Report) => r.results.filter((x) => x.result === "fail").map((x) => x.id);
+const outcome = (r: Report, id: string) => r.results.find((x) => x.id === id)?.result;
+const explain = (r: Report) => r.results.filter((x) => x.result === "fail").map((x) => `${x.id}: ${x.reason}`).join("\n");
+
+describe("ifp check against our own agent", () => {
+  it("passes every check with a key the agent trusts, within the request budget", async () => {
+    const report = await runChecks({ url: agentUrl, key: checker.signing, extraCa: tls.ca });
+    expect(failing(report), explain(report)).toEqual([]);
+    for (const id of [
+      "discovery.capabilities.status",
+      "discovery.capabilities.etag",
+      "discovery.capabilities.not-modified",
+      "discovery.capabilities.ifp-support",
+      "discovery.identity.schema",
+      "tls.version",
+      "tls.old-versions-refused",
+      "tls.plain-http-refused",
+      "tls.redirect-free",
+      "inbox.media-type",
+      "inbox.not-json",
+      "inbox.schema",
+      "inbox.oversize",
+      "inbox.unsigned",
+      "inbox.unknown-sender",
+      "inbox.bad-signature",
+      "inbox.accepted",
+      "inbox.acknowledgement",
+      "inbox.idempotent",
+      "inbox.date-window",
+      "inbox.date-future",
+      "inbox.protocol-problem",
+    ]) {
+      expect(outcome(report, id), id).toBe("pass");
+    }
+    expect(outcome(report, "inbox.rate-limit-headers")).toBe("skip");
+    expect(report.requests).toBeLessThanOrEqual(MAX_REQUESTS);
+    expect(report.results.every((r) => r.spec.length > 0 && r.reason.length > 0)).toBe(true);
+  });
+
+  it("without a key runs what needs no trust and skips the rest, saying why", async () => {
+    const report = await runChecks({ url: agentUrl, extraCa: tls.ca, only: "inbox" });
+    expect(failing(report), explain(report)).toEqual([]);
+    expect(outcome(report, "inbox.unknown-sender")).toBe("pass");
+    for (const id of ["inbox.accepted", "inbox.idempotent", "inbox.bad-signature", "inbox.date-window"]) {
+      expect(report.results.find((r) => r.id === id)).toMatchObject({ result: "skip", reason: expect.stringContaining("needs --key") });
+    }
+    expect(report.results.some((r) => r.id.startsWith("discovery."))).toBe(false);
+  });
+
+  it("the command prints the report, as JSON with --json, and exits 0", async () => {
+    const keyFile = writeKey(dir, checker);
+    const text = await ifp("check", agentUrl, "--ca-file", tls.files.ca, "--key", keyFile, "--from", checker.agentId, "--only", "discovery");
+    expect(text.status, text.stdout + text.stderr).toBe(0);
+    expect(text.stdout).toMatch(/^pass {2}discovery\.capabilities\.etag +ETag "/m);
+    expect(text.stdout).toMatch(/passed, 0 failed, \d+ skipped; \d+ requests/);
+    const json = await ifp("check", agentUrl, "--ca-file", tls.files.ca, "--json", "--only", "tls");
+    expect(json.status).toBe(0);
+    const report = JSON.parse(json.stdout) as Report;
+    expect(report).toMatchObject({ kind: "agent", summary: { fail: 0 } });
+    expect(report.results.map((r) => r.id)).toContain("tls.version");
+  });
+
+  it("refuses http:// and other usage mistakes with exit 2, sending nothing", async () => {
+    await expect(runChecks({ url: agentUrl.replace("https:", "http:") })).rejects.toThrow(CheckUsageError);
+    await expect(runChecks({ url: "ftp://localhost/" })).rejects.toThrow(/not https/);
+    await expect(runChecks({ url: agentUrl, only: "relay" })).rejects.toThrow(/--only takes one of discovery, tls, inbox/);
+    for (const args of [
+      ["check", agentUrl.replace("https:", "http:")],
+      ["check"],
+      ["check", agentUrl, "--only", "everything"],
+      ["check", agentUrl, "--key", "/nonexistent"],
+      ["check", agentUrl, "--timeout", "0"],
+    ]) {
+      const r = await ifp(...args);
+      expect(r.status, args.join(" ")).toBe(2);
+      expect(r.stderr).toMatch(/^ifp: /);
+    }
+  });
+});
+
+describe("ifp check against our own relay", () => {
+  let relay: RunningRelay;
+  let http: HttpClient;
+  beforeAll(async () => {
+    http = new HttpClient({ extraCa: tls.ca });
+    const env: RelayEnv = { nats, tls, http, close: async () => undefined };
+    relay = await runRelay(env, { agents: [peerOf(checker), peerOf(identity("someone-else"))] });
+  });
+  afterAll(async () => {
+    await relay?.close();
+    await http?.close();
+  });
+
+  it("passes every check with a key the relay serves", async () => {
+    const report = await runChecks({ url: baseUrl(relay), relay: true, key: checker.signing, extraCa: tls.ca });
+    expect(failing(report), explain(report)).toEqual([]);
+    for (const id of [
+      "tls.version",
+      "relay.auth.unsigned",
+      "relay.isolation.unknown-agent",
+      "relay.auth.wrong-key",
+      "relay.auth.stale",
+      "relay.auth.digest",
+      "relay.publish.media-type",
+      "relay.publish.not-json",
+      "relay.publish.oversize",
+      "relay.publish.accepted",
+      "relay.pull.trace",
+      "relay.ack",
+      "relay.ack.repeat",
+      "relay.isolation.foreign-ack",
+    ]) {
+      expect(outcome(report, id), id).toBe("pass");
+    }
+    expect(report.requests).toBeLessThanOrEqual(MAX_REQUESTS);
+  });
+
+  it("without a key checks authentication only", async () => {
+    const report = await runChecks({ url: baseUrl(relay), relay: true, extraCa: tls.ca, only: "relay" });
+    expect(failing(report), explain(report)).toEqual([]);
+    expect(outcome(report, "relay.auth.unsigned")).toBe("pass");
+    expect(outcome(report, "relay.publish.accepted")).toBe("skip");
+  });
+
+  it.each([
+    ["relay-open", ["relay.auth.unsigned", "relay.isolation.unknown-agent", "relay.auth.wrong-key", "relay.auth.stale"]],
+    ["relay-no-trace", ["relay.pull.trace"]],
+  ] as const)("a relay with a requirement broken (%s)", async (mode, ids) => {
+    const proxy = await brokenProxy(mode, () => relay.url);
+    try {
+      const report = await runChecks({ url: proxy.url, relay: true, key: checker.signing, extraCa: tls.ca, only: "relay" });
+      expect(failing(report)).toEqual([...ids]);
+      expect(proxy.requests()).toBeLessThanOrEqual(report.requests);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("an agent is not a relay: the relay checks fail against it", async () => {
+    const report = await runChecks({ url: agentUrl, relay: true, key: checker.signing, extraCa: tls.ca, only: "relay" });
+    expect(failing(report)).toEqual(expect.arrayContaining(["relay.auth.unsigned", "relay.publish.accepted"]));
+  });
+});
+
+type Mode = "faithful" | "inbox-200" | "no-error-body" | "no-etag" | "redirect" | "open-inbox" | "relay-open" | "relay-no-trace";
+
+/** A TLS proxy in front of the real agent (or relay) that breaks one requirement, counting what it gets. */
+async function brokenProxy(mode: Mode, upstream = () => agent.url) {
+  let requests = 0;
+  const app: FastifyInstance = Fastify({ https: { key: tls.key, cert: tls.cert }, bodyLimit: 8 * 1024 * 1024 });
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("*", { parseAs: "buffer" }, (_req, body, done) => done(null, body));
+  app.addHook("onRequest", async () => {
+    requests++;
+  });
+  app.all("/*", async (req, reply) => {
+    const forward: Record<string, string> = {};
+    for (const h of ["content-type", "accept", "idempotency-key", "signature", "signature-input", "content-digest", ...(mode === "no-etag" ? [] : ["if-none-match"])]) {
+      const v = req.headers[h];
+      if (typeof v === "string") forward[h] = v;
+    }
+    if (mode === "redirect" && req.url.endsWith("/identity")) return reply.code(301).header("location", `${agentUrl}${req.url}`).send();
+    const res = await httpsRequest(`${upstream()}${req.url}`, { method: req.method, headers: forward, body: req.body as Buffer | undefined, ca: tls.ca });
+    let status = res.status;
+    let text = res.text;
+    if (mode === "inbox-200" && status === 202) status = 200;
+    if (mode === "no-error-body" && status >= 400) text = "";
+    if (mode === "open-inbox" && req.url.endsWith("/inbox") && status === 401) {
+      status = 202;
+      text = JSON.stringify({ status: "accepted" });
+    }
+    if (mode === "relay-open" && status === 401 && req.method === "GET") {
+      status = 200;
+      text = "[]";
+    }
+    if (mode === "relay-no-trace" && req.method === "GET" && status === 200) {
+      text = JSON.stringify((JSON.parse(text) as { trace?: unknown }[]).map(({ trace: _, ...m }) => m));
+    }
+    for (const h of ["content-type", "cache-control", "retry-after", ...(mode === "no-etag" ? [] : ["etag"])]) {
+      const v = res.headers[h];
+      if (typeof v === "string") reply.header(h, v);
+    }
+    return reply.code(status).send(text);
+  });
+  await app.listen({ port: 0, host: "127.0.0.1" });
+  const port = (app.server.address() as { port: number }).port;
+  return { url: `https://localhost:${port}`, requests: () => requests, close: () => app.close() };
+}
+
+describe("ifp check against targets with a requirement broken", () => {
+  const run = async (mode: Mode) => {
+    const proxy = await brokenProxy(mode);
+    try {
+      const report = await runChecks({ url: proxy.url, key: checker.signing, extraCa: tls.ca });
+      expect(report.requests).toBeLessThanOrEqual(MAX_REQUESTS);
+      expect(proxy.requests()).toBeLessThanOrEqual(report.requests);
+      return { report, requests: proxy.requests() };
+    } finally {
+      await proxy.close();
+    }
+  };
+
+  it("the proxy itself is faithful: everything passes through it", async () => {
+    const { report, requests } = await run("faithful");
+    expect(failing(report), explain(report)).toEqual([]);
+    expect(requests).toBeGreaterThan(15);
+  });
+
+  it("an inbox that answers 200 instead of 202", async () => {
+    const { report } = await run("inbox-200");
+    expect(failing(report)).toEqual(expect.arrayContaining(["inbox.accepted", "inbox.protocol-problem"]));
+    expect(report.results.find((r) => r.id === "inbox.accepted")?.reason).toMatch(/answered 200.*expected 202/);
+    expect(outcome(report, "inbox.idempotent")).toBe("skip");
+    expect(outcome(report, "discovery.capabilities.etag")).toBe("pass");
+  });
+
+  it("errors without the error body", async () => {
+    const { report } = await run("no-error-body");
+    expect(failing(report)).toEqual(
+      expect.arrayContaining(["inbox.media-type", "inbox.not-json", "inbox.schema", "inbox.oversize", "inbox.unsigned", "inbox.unknown-sender", "inbox.not-found", "inbox.bad-signature", "inbox.date-window", "inbox.date-future"]),
+    );
+    expect(report.results.find((r) => r.id === "inbox.not-json")?.reason).toMatch(/no JSON error body \(spec 2\.7\)/);
+    expect(outcome(report, "inbox.accepted")).toBe("pass");
+  });
+
+  it("documents without ETag", async () => {
+    const { report } = await run("no-etag");
+    expect(failing(report).filter((id) => id.startsWith("discovery."))).toEqual(["discovery.capabilities.etag", "discovery.identity.etag"]);
+    expect(outcome(report, "discovery.capabilities.not-modified")).toBe("skip");
+    expect(outcome(report, "discovery.capabilities.cache-control")).toBe("pass");
+  });
+
+  it("a redirect", async () => {
+    const { report } = await run("redirect");
+    expect(failing(report)).toEqual(expect.arrayContaining(["discovery.identity.status", "tls.redirect-free"]));
+  });
+
+  it("an inbox that takes unsigned and unknown senders", async () => {
+    const { report } = await run("open-inbox");
+    expect(failing(report)).toEqual(expect.arrayContaining(["inbox.unsigned", "inbox.unknown-sender", "inbox.bad-signature"]));
+  });
+
+  it("a target that hangs: each request times out, the run stops asking and ends", async () => {
+    let connections = 0;
+    const server: Server = httpsServer({ key: tls.key, cert: tls.cert }, () => undefined);
+    server.on("secureConnection", () => connections++);
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const port = (server.address() as { port: number }).port;
+    try {
+      const started = Date.now();
+      const report = await runChecks({ url: `https://localhost:${port}`, key: checker.signing, extraCa: tls.ca, timeoutMs: 400 });
+      expect(Date.now() - started).toBeLessThan(10_000);
+      expect(report.results.find((r) => r.id === "discovery.capabilities.status")).toMatchObject({ result: "fail", reason: expect.stringContaining("no answer within the timeout") });
+      expect(outcome(report, "inbox.accepted")).toBe("fail");
+      expect(report.results.find((r) => r.id === "inbox.accepted")?.reason).toMatch(/stopped answering/);
+      expect(report.requests).toBeLessThanOrEqual(3);
+      expect(connections).toBeLessThanOrEqual(3);
+    } finally {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
+  });
+
+  it("a target that still speaks TLS 1.1", async () => {
+    const server: Server = httpsServer({ key: tls.key, cert: tls.cert, minVersion: "TLSv1", ciphers: "DEFAULT:@SECLEVEL=0" }, (req, res) => res.writeHead(404).end());
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const port = (server.address() as { port: number }).port;
+    try {
+      const report = await runChecks({ url: `https://localhost:${port}`, extraCa: tls.ca, only: "tls" });
+      expect(report.results.find((r) => r.id === "tls.old-versions-refused")).toMatchObject({ result: "fail", reason: "the target completed a TLSv1.1 handshake" });
+      expect(outcome(report, "tls.version")).toBe("pass");
+    } finally {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
+  });
+
+  it("a target that also answers plain HTTP on its port", async () => {
+    const secure = httpsServer({ key: tls.key, cert: tls.cert }, (req, res) => res.writeHead(404).end());
+    const plain = httpServer((req, res) => res.writeHead(200, { "content-type": "application/json" }).end("{}"));
+    // One port, both protocols: a TLS ClientHello starts with 0x16, anything else is plain HTTP.
+    const both = netServer((socket) =>
+      socket.once("data", (first: Buffer) => {
+        socket.pause();
+        socket.unshift(first);
+        (first[0] === 0x16 ? secure : plain).emit("connection", socket);
+        process.nextTick(() => socket.resume());
+      }),
+    );
+    await new Promise<void>((r) => both.listen(0, "127.0.0.1", r));
+    const port = (both.address() as { port: number }).port;
+    try {
+      const report = await runChecks({ url: `https://localhost:${port}`, extraCa: tls.ca, only: "tls" });
+      expect(report.results.find((r) => r.id === "tls.plain-http-refused")).toMatchObject({ result: "fail", reason: "plain HTTP on the same port answered 200" });
+      expect(outcome(report, "tls.version")).toBe("pass");
+    } finally {
+      secure.closeAllConnections();
+      plain.closeAllConnections();
+      await new Promise((r) => both.close(r));
+    }
+  });
+
+  it("a target that answers garbage", async () => {
+    let requests = 0;
+    const server: Server = httpsServer({ key: tls.key, cert: tls.cert }, (req, res) => {
+      requests++;
+      req.resume();
+      res.writeHead(200, { "content-type": "text/html" }).end("\u0000<html>\xff garbage {{{");
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const port = (server.address() as { port: number }).port;
+    try {
+      const report = await runChecks({ url: `https://localhost:${port}`, key: checker.signing, extraCa: tls.ca });
+      expect(failing(report)).toEqual(
+        expect.arrayContaining(["discovery.capabilities.media-type", "discovery.capabilities.schema", "discovery.capabilities.etag", "inbox.media-type", "inbox.not-json", "inbox.accepted", "inbox.date-window"]),
+      );
+      expect(report.results.find((r) => r.id === "discovery.capabilities.schema")?.reason).toMatch(/^the body is not JSON: /);
+      expect(report.requests).toBeLessThanOrEqual(MAX_REQUESTS);
+      expect(requests).toBeLessThanOrEqual(report.requests);
+      const text = await ifp("check", `https://localhost:${port}`, "--ca-file", tls.files.ca);
+      expect(text.status).toBe(1);
+      expect(text.stdout).toMatch(/^FAIL {2}inbox\.not-json/m);
+      expect(text.stdout).toMatch(/^failing: .*discovery\.capabilities\.schema/m);
+    } finally {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
+  });
+
+  it("a target whose answers are huge is read only to a bound", async () => {
+    const server: Server = httpsServer({ key: tls.key, cert: tls.cert }, (req, res) => {
+      req.resume();
+      res.writeHead(200, { "content-type": "application/json" });
+      const chunk = Buffer.alloc(64 * 1024, 0x20);
+      let sent = 0;
+      const more = () => {
+        while (sent < 200 && res.write(chunk)) sent++;
+        if (sent < 200) res.once("drain", more);
+        else res.end();
+      };
+      more();
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const port = (server.address() as { port: number }).port;
+    try {
+      const report = await runChecks({ url: `https://localhost:${port}`, extraCa: tls.ca, only: "discovery" });
+      expect(report.results.find((r) => r.id === "discovery.capabilities.status")).toMatchObject({ result: "fail", reason: expect.stringMatching(/exceeds/) });
+    } finally {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
+  });
+});
