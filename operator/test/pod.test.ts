@@ -85,7 +85,7 @@ describe("spec.deployment on the API server", () => {
     expect(runtime.securityContext).toMatchObject({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false });
     expect(runtime.resources).toEqual({ requests: { cpu: "1", memory: "256Mi" }, limits: { cpu: "2", memory: "1Gi" } });
     expect(runtime.env.map((e: any) => e.name)).toEqual(["IFP_LOG_LEVEL", "HTTPS_PROXY", "FROM_SECRET"]);
-    expect(runtime.volumeMounts.map((m: any) => m.mountPath)).toEqual(["/etc/ifp/manifest", "/etc/ifp/tls", "/tmp", "/etc/ifp/signing", "/extra"]);
+    expect(runtime.volumeMounts.map((m: any) => m.mountPath)).toEqual(["/etc/ifp/manifest", "/etc/ifp/tls", "/tmp", "/etc/ifp/trust", "/etc/ifp/signing", "/extra"]);
     expect(app).toMatchObject({
       image: "example.com/app:1",
       args: everything.sidecars[0]!.args,
@@ -94,8 +94,8 @@ describe("spec.deployment on the API server", () => {
       securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] }, readOnlyRootFilesystem: true },
     });
     expect(pod.initContainers).toEqual([expect.objectContaining({ name: "prepare", command: ["prepare"], securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] } } })]);
-    expect(pod.volumes.map((v: any) => v.name)).toEqual(["manifest", "tls", "tmp", "signing", "shared", "extra"]);
-    expect(pod.volumes[4].emptyDir).toEqual({ sizeLimit: "1536Mi" });
+    expect(pod.volumes.map((v: any) => v.name)).toEqual(["manifest", "tls", "tmp", "trust", "signing", "shared", "extra"]);
+    expect(pod.volumes.find((v: any) => v.name === "shared").emptyDir).toEqual({ sizeLimit: "1536Mi" });
     expect(pod.imagePullSecrets).toEqual([{ name: "operator-cred" }, { name: "app-cred" }]);
     expect(pod).toMatchObject({
       nodeSelector: everything.nodeSelector,

@@ -185,11 +185,11 @@ describe("install CA rotation", () => {
   it("publishes the next CA first, issues from it only after the overlap, and drops the old one once it expired", { timeout: 120_000 }, async () => {
     const ROT = "ifp-rotation";
     cp.kubectl(["create", "namespace", ROT]);
-    // CA valid 30 s; the next one 20 s before that (at ~10 s); issued from after 6 s more.
+    // CA valid 45 s; the next one 30 s before that (at ~15 s); issued from after 6 s more.
     const overlapMs = 6_000;
     const rot = await start({
       watchNamespaces: [ROT],
-      trust: { namespace: SYSTEM, secretName: "rotation-ca", lifetimes: { caValidityMs: 30_000, caRotateBeforeMs: 20_000, caOverlapMs: overlapMs, certValidityMs: 60_000, certRenewBeforeMs: 5_000 } },
+      trust: { namespace: SYSTEM, secretName: "rotation-ca", lifetimes: { caValidityMs: 45_000, caRotateBeforeMs: 30_000, caOverlapMs: overlapMs, certValidityMs: 60_000, certRenewBeforeMs: 5_000 } },
     });
     try {
       cp.kubectl(["apply", "-f", "-"], agentYaml(ROT, "rita"));

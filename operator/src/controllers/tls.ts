@@ -3,6 +3,7 @@
 // (and renews: before it expires, when its names change, and when the signing CA rotates).
 import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
 import { isoSeconds } from "../../../runtime/src/util/time.ts";
+import { validity } from "../certs.ts";
 import { applyChildren, controlledBy, ChildConflictError } from "../kube/apply.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Kube } from "../kube/client.ts";
@@ -108,7 +109,14 @@ export async function ensureTls(kube: Kube, caches: Caches, trust: InstallTrust,
     throw new ChildConflictError(`Secret ${n.tlsSecret} already exists and is not managed by this ${owner.kind}; delete or rename it, or name it in spec.tls.secretName`);
   }
   const issuer = trust.signerId();
-  const step = selfSignedAction(secret, dnsNames, now, issuer, trust.lifetimes.certRenewBeforeMs);
+  let step = selfSignedAction(secret, dnsNames, now, issuer, trust.lifetimes.certRenewBeforeMs);
+  // A certificate already valid to the end of its CA cannot be renewed further by that CA: keep it
+  // rather than re-issue it on every pass until the next CA signs (it is published long before).
+  const leafEnd = Date.parse(secret?.metadata?.annotations?.[NOT_AFTER] ?? "");
+  if (step.action === "renew" && secret?.metadata?.annotations?.[ISSUER] === issuer && secret?.metadata?.annotations?.[DNS_NAMES_HASH] === hashOf(dnsNames)) {
+    const caEnd = validity(trust.signer().cert).notAfter.getTime();
+    if (Number.isFinite(leafEnd) && leafEnd >= caEnd - 1000 && leafEnd > now) step = { action: "keep", renewAt: Math.min(leafEnd, now + 5_000) };
+  }
   const applied: string[] = [];
   if (step.action !== "keep") {
     const ca = trust.signer();
