@@ -129,7 +129,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
       backoffMs: spec.outbound.backoff.map(parseDuration),
       retryForMs: parseDuration(spec.outbound.retryFor),
       peerUrls: new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!])),
-      peerRelays: new Map(spec.peers.filter((p) => p.relay?.urls.length).map((p) => [p.agentId, p.relay!.urls])),
+      peerRelays: new Map(spec.peers.filter((p) => p.relay?.urls.length).map((p) => [p.agentId, p.relay!])),
     },
     relay: relayPublisher(signing, http),
     onGiveUp: (record, r) => notifier.undeliverable(record, r),

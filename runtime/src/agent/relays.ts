@@ -16,10 +16,10 @@ import type { CapabilityDocument } from "../protocol/documents.ts";
 /** Relay fallback of the outbound delivery: publish through a relay, classified like an inbox answer. */
 export function relayPublisher(signing: SigningKey, http: HttpClient): RelayPublisher {
   return {
-    async publish(relayUrl: string, message: Message): Promise<Outcome> {
+    async publish(relayUrl: string, message: Message, recipients: string[]): Promise<Outcome> {
       const via = `relay:${relayUrl}`;
       try {
-        const res = await new RelayClient(relayUrl, signing, http).publish(message);
+        const res = await new RelayClient(relayUrl, signing, http).publish(message, recipients);
         return classify(res.status, res.retryAfter, via, res.text);
       } catch (err) {
         return { kind: "retry", via, error: `relay unreachable: ${(err as Error).message}` };
