@@ -10,8 +10,8 @@ import { jsonApi } from "../server/http.ts";
 import { composeMessage } from "./compose.ts";
 import type { DeliveryRecord, DeliveryStates } from "./delivery-state.ts";
 import type { Documents } from "./documents.ts";
-import type { PeerCapabilityCache } from "./inbound.ts";
 import type { OutboxStore } from "./outbox.ts";
+import { peerRoutes, type PeerRouteDeps } from "./routes/peers.ts";
 
 export interface LocalApiDeps {
   agent: Agent;
@@ -19,7 +19,7 @@ export interface LocalApiDeps {
   documents: Documents;
   outbox: Pick<OutboxStore, "enqueue">;
   states: Pick<DeliveryStates, "get" | "put" | "deadLetters">;
-  peers: Pick<PeerCapabilityCache, "get">;
+  peers: PeerRouteDeps["peers"];
   /** The received message with this message_id, for replies. */
   received(messageId: string): Promise<Message | undefined>;
   logger: Logger;
@@ -84,11 +84,7 @@ export function buildLocalApi(deps: LocalApiDeps): FastifyInstance {
     dead_letters: await deps.states.deadLetters(req.query.limit),
   }));
 
-  api.get("/peers/:agent/capabilities", { schema: { params: z.object({ agent: z.string() }) } }, async (req) => {
-    const entry = await deps.peers.get(req.params.agent);
-    if (!entry) throw notFound(`no capability document learned from ${req.params.agent}`);
-    return entry;
-  });
+  void app.register(peerRoutes, { peers: deps.peers });
 
   return app;
 }
