@@ -16,7 +16,7 @@ let relay: RunningRelay;
 let a: Awaited<ReturnType<typeof runAgent>>;
 let b: Awaited<ReturnType<typeof runAgent>>;
 
-const cap = (name: string) => ({ name, description: name });
+const cap = (name: string) => ({ name, version: "1", description: name });
 
 /** The local API of alice, as the application calls it. */
 async function local(method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> {
