@@ -118,9 +118,9 @@ describe("peer capabilities feed the outbox", () => {
     expect((await a.post(signMessage(greeting, bob.signing))).status).toBe(202);
     const view = await waitFor("refined", async () => {
       const v = await capabilitiesOf("bob-agent");
-      return v.json?.refined_by ? v : undefined;
+      return v.json?.baseline ? v : undefined;
     });
-    expect(view.json).toMatchObject({ source: "announcement", refined_by: { source: "greeting", message_id: greeting.headers.message_id } });
+    expect(view.json).toMatchObject({ source: "greeting", message_id: greeting.headers.message_id, baseline: { source: "announcement" } });
     expect(names(view)).toEqual(["gossip.exchange", "ping", "teleport"]);
     expect(view.json.document.capabilities.find((c: { name: string }) => c.name === "ping")).toMatchObject({ version: "2" });
   });

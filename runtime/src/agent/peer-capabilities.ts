@@ -10,10 +10,13 @@ import type { PeerCapabilities, PeerCapabilityCache } from "./inbound.ts";
 /** The topic capability announcements are published on (spec 6). */
 export const CAPABILITIES_TOPIC = "capabilities.update";
 
-/** What the application sees of a peer: the baseline document with the greeting's refinement merged over it. */
+/**
+ * What the application sees of a peer: the baseline document with the greeting's merged over
+ * it. source, message_id and learned_at are the most specific source's (the greeting when it
+ * refined the baseline); `baseline` then says where the document under it came from.
+ */
 export interface PeerCapabilitiesView extends PeerCapabilities {
-  /** The greeting whose capability document was merged over the baseline, when there is one. */
-  refined_by?: { source: "greeting"; message_id?: string; learned_at: string };
+  baseline?: { source: "endpoint" | "announcement"; message_id?: string; learned_at: string };
   /** The baseline could not be refreshed just now (the peer's endpoint failed); this is the last one kept. */
   stale?: boolean;
 }
@@ -173,10 +176,14 @@ function merged(agent: string, baseline: PeerCapabilities | undefined, greeting:
   return {
     agent_id: agent,
     document: { ...baseRest, ...greetRest, capabilities: [...byName.values()] },
-    source: baseline.source,
-    ...(baseline.message_id ? { message_id: baseline.message_id } : {}),
-    learned_at: baseline.learned_at,
-    refined_by: { source: "greeting", message_id: greeting.message_id, learned_at: greeting.learned_at },
+    source: "greeting",
+    ...(greeting.message_id ? { message_id: greeting.message_id } : {}),
+    learned_at: greeting.learned_at,
+    baseline: {
+      source: baseline.source === "announcement" ? "announcement" : "endpoint",
+      ...(baseline.message_id ? { message_id: baseline.message_id } : {}),
+      learned_at: baseline.learned_at,
+    },
     ...(stale ? { stale } : {}),
   };
 }
