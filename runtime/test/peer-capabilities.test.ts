@@ -125,6 +125,24 @@ describe("peer capabilities feed the outbox", () => {
     expect(view.json.document.capabilities.find((c: { name: string }) => c.name === "ping")).toMatchObject({ version: "2" });
   });
 
+  it("keeps the endpoint document for its max-age, and asks again with ?refresh=true", async () => {
+    // Bob restarts on the same address with another capability set; his endpoint serves max-age=300.
+    const port = Number(new URL(b.url).port);
+    await b.close();
+    // `updated` has whole seconds: let the new set be stamped after the greeting of the previous test.
+    await new Promise((r) => setTimeout(r, 1_100));
+    b = await runAgent({ self: bob, port, natsUrl: env.nats.url, tls: env.tls, spec: { capabilities: [cap("ping"), cap("weather")], peers: [peerOf(alice)] } });
+    expect(names(await capabilitiesOf("bob-agent"))).not.toContain("weather");
+    const fresh = await capabilitiesOf("bob-agent", "?refresh=true");
+    // A set that changed after the greeting supersedes the greeting's refinement.
+    expect(fresh.json).toMatchObject({ source: "endpoint" });
+    expect(fresh.json.baseline).toBeUndefined();
+    expect(names(fresh)).toEqual(["ping", "weather"]);
+    // The refreshed document is what the outbox checks from now on.
+    expect((await local("POST", "/outbox", { to: "bob-agent", text: "teleport?", capabilities: { request: ["teleport"] } })).status).toBe(422);
+    expect((await local("POST", "/outbox", { to: "bob-agent", text: "weather?", capabilities: { request: ["weather"] } })).status).toBe(202);
+  });
+
   it("answers bad input with the documented errors", async () => {
     expect(await capabilitiesOf("nobody-agent")).toMatchObject({ status: 404, json: { code: "not_found" } });
     expect(await capabilitiesOf("bob-agent", "?refresh=maybe")).toMatchObject({ status: 400, json: { code: "invalid_format" } });
