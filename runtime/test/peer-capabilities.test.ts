@@ -146,8 +146,10 @@ describe("peer capabilities feed the outbox", () => {
   it("answers bad input with the documented errors", async () => {
     expect(await capabilitiesOf("nobody-agent")).toMatchObject({ status: 404, json: { code: "not_found" } });
     expect(await capabilitiesOf("bob-agent", "?refresh=maybe")).toMatchObject({ status: 400, json: { code: "invalid_format" } });
-    // Longer than the local API takes in a path segment.
-    expect((await capabilitiesOf("x".repeat(600))).status).toBe(414);
+    // Agent ids are at most 512 characters; a long one still reaches the route.
+    expect(await capabilitiesOf("x".repeat(600))).toMatchObject({ status: 400, json: { code: "invalid_format" } });
+    expect(await capabilitiesOf(`did:key:z${"a".repeat(200)}`)).toMatchObject({ status: 404, json: { code: "not_found" } });
+    expect((await capabilitiesOf("x".repeat(5_000))).status).toBe(414);
     // A peer with no reachable endpoint and nothing learned is simply unchecked.
     expect((await local("POST", "/outbox", { to: "https://localhost:1/agent", text: "hi", capabilities: { request: ["anything"] } })).status).toBe(202);
   });

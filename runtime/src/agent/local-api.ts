@@ -35,6 +35,8 @@ export function buildLocalApi(deps: LocalApiDeps): FastifyInstance {
     loggerInstance: deps.logger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: deps.agent.spec.inbox.maxMessageBytes,
+    // Agent ids (URLs, percent-encoded) and message ids are path segments of up to 512 characters.
+    maxParamLength: 2048,
   }) as unknown as FastifyInstance;
   jsonApi(app);
   const api = app.withTypeProvider<ZodTypeProvider>();
