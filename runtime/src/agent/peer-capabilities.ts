@@ -1,7 +1,7 @@
 import type { Logger } from "pino";
 import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
 import { CapabilityDocument } from "../protocol/documents.ts";
-import { ProtocolError } from "../protocol/errors.ts";
+import { ProtocolError, unavailable } from "../protocol/errors.ts";
 import { TOPIC_PREFIX } from "../protocol/relay-api.ts";
 import type { Message } from "../protocol/message.ts";
 import { errorMessage } from "../util/errors.ts";
@@ -53,6 +53,15 @@ export class PeerCapabilityService {
    * greeting's document merged over it. Undefined when nothing is known.
    */
   async get(agent: string, opts: { refresh?: boolean } = {}): Promise<PeerCapabilitiesView | undefined> {
+    try {
+      return await this.lookup(agent, opts);
+    } catch (err) {
+      if (err instanceof ProtocolError) throw err;
+      throw unavailable(`the peer capabilities store (NATS KV) is not reachable: ${errorMessage(err)}`);
+    }
+  }
+
+  private async lookup(agent: string, opts: { refresh?: boolean }): Promise<PeerCapabilitiesView | undefined> {
     let baseline = await this.store.get(agent, "baseline");
     let stale = false;
     const base = this.baseOf(agent);
