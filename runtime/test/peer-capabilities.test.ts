@@ -1,6 +1,7 @@
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { announceCapabilities } from "../src/agent/relays.ts";
+import { LocalApiClient } from "../src/client/local.ts";
 import { RelayClient } from "../src/relay/client.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
 import { identity, peerOf, signed } from "./fixtures.ts";
@@ -138,6 +139,7 @@ describe("peer capabilities feed the outbox", () => {
     expect(fresh.json).toMatchObject({ source: "endpoint" });
     expect(fresh.json.baseline).toBeUndefined();
     expect(names(fresh)).toEqual(["ping", "weather"]);
+    expect(await new LocalApiClient(a.localApiUrl).peerCapabilities("bob-agent", { refresh: true })).toMatchObject({ source: "endpoint", agent_id: "bob-agent" });
     // The refreshed document is what the outbox checks from now on.
     expect((await local("POST", "/outbox", { to: "bob-agent", text: "teleport?", capabilities: { request: ["teleport"] } })).status).toBe(422);
     expect((await local("POST", "/outbox", { to: "bob-agent", text: "weather?", capabilities: { request: ["weather"] } })).status).toBe(202);

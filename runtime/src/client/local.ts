@@ -9,10 +9,11 @@
 import type { DeliveryRecord } from "../agent/delivery-state.ts";
 import type { OutboxRequest } from "../agent/compose.ts";
 import type { PeerCapabilities } from "../agent/inbound.ts";
+import type { PeerCapabilitiesView } from "../agent/peer-capabilities.ts";
 import type { ErrorBody } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 
-export type { DeliveryRecord, OutboxRequest, PeerCapabilities, Message };
+export type { DeliveryRecord, OutboxRequest, PeerCapabilities, PeerCapabilitiesView, Message };
 
 export interface Queued {
   status: "queued";
@@ -69,9 +70,9 @@ export class LocalApiClient {
     return (await this.call<{ dead_letters: DeliveryRecord[] }>("GET", `/dead-letters?limit=${limit}`)).dead_letters;
   }
 
-  /** The capability document a peer sent in its greeting. */
-  peerCapabilities(agentId: string): Promise<PeerCapabilities> {
-    return this.call("GET", `/peers/${encodeURIComponent(agentId)}/capabilities`);
+  /** What the runtime knows of a peer's capabilities (endpoint, announcement, greeting); `refresh` asks the endpoint again. */
+  peerCapabilities(agentId: string, opts: { refresh?: boolean } = {}): Promise<PeerCapabilitiesView> {
+    return this.call("GET", `/peers/${encodeURIComponent(agentId)}/capabilities${opts.refresh ? "?refresh=true" : ""}`);
   }
 
   private async call<T>(method: string, path: string, body?: unknown): Promise<T> {
