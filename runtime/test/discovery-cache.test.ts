@@ -124,4 +124,33 @@ describe("discovery cache", () => {
       [undefined, 200],
     ]);
   });
+
+  it("expires an entry kept stale for longer than keepStaleMs: no If-None-Match then, and the entry is swept", async () => {
+    served = { doc: identityDoc("v1"), etag: '"v1"', cacheControl: "max-age=60" };
+    await client.identity(base);
+    clock += 60_000 + 3600_000 - 1; // stale, still kept to revalidate
+    await client.identity(base);
+    expect(seen[1]).toMatchObject({ ifNoneMatch: '"v1"', status: 304 });
+    clock += 60_000 + 3600_000; // stale for over an hour
+    await client.identity(base);
+    expect(seen[2]).toMatchObject({ ifNoneMatch: undefined, status: 200 });
+    // A document stored later sweeps the expired ones ahead of it.
+    const other = new DiscoveryClient(http, () => clock, { keepStaleMs: 1_000 });
+    await other.identity(base);
+    clock += 62_000;
+    expect(other.size).toBe(1);
+    await other.identity(base.replace("localhost", "127.0.0.1")); // another URL: a second entry
+    expect(other.size).toBe(1);
+  });
+
+  it("caps a huge max-age at maxFreshMs (24 h)", async () => {
+    served = { doc: identityDoc("v1"), etag: '"v1"', cacheControl: "max-age=99999999999999999999" };
+    await client.identity(base);
+    clock += 24 * 3600_000 - 1;
+    await client.identity(base);
+    expect(seen).toHaveLength(1);
+    clock += 2;
+    await client.identity(base);
+    expect(seen[1]).toMatchObject({ ifNoneMatch: '"v1"', status: 304 });
+  });
 });

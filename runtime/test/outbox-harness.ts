@@ -40,7 +40,8 @@ export async function scriptedPeer(tls: Tls, answer: (n: number) => { status: nu
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
-      if (req.url?.endsWith("/identity")) {
+      // A peer that publishes no identity or capability document (both optional, spec 4.1).
+      if (req.url?.endsWith("/identity") || req.url?.endsWith("/capabilities")) {
         res.writeHead(404).end();
         return;
       }

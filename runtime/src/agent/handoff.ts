@@ -86,6 +86,12 @@ export class HandlerDelivery {
       m.ack();
       return;
     }
+    // A message whose ttl_seconds passed is never handed on: dropped with its reason, counted.
+    const expired = expiredFor(m.data, Date.now());
+    if (expired) {
+      await this.deadLetter(m, messageId, expired, "expired");
+      return;
+    }
     const url = this.opts.url;
     const attempt = m.info.deliveryCount;
     const ended = this.metrics.handlerLatency.startTimer();
@@ -133,7 +139,7 @@ export class HandlerDelivery {
     return Math.round(base * (0.8 + Math.random() * 0.4));
   }
 
-  private async deadLetter(m: JsMsg, messageId: string, reason: string): Promise<void> {
+  private async deadLetter(m: JsMsg, messageId: string, reason: string, kind: "failed" | "expired" = "failed"): Promise<void> {
     const h = natsHeaders();
     // Our own headers only: a copied Nats-Msg-Id would make JetStream drop the dead letter as a duplicate.
     for (const [k, v] of m.headers ?? []) if (k.startsWith("Ifp-")) for (const value of v) h.append(k, value);
@@ -141,6 +147,11 @@ export class HandlerDelivery {
     try {
       await this.nats.js.publish(this.names.dead, m.data, { headers: h, timeout: 5_000 });
       m.term(reason);
+      if (kind === "expired") {
+        this.metrics.handler.inc({ result: "expired" });
+        this.log.warn({ messageId, reason }, "expired message not handed on");
+        return;
+      }
       this.metrics.deadLetters.inc({ source: "handler" });
       this.log.error({ messageId, reason }, "message dead-lettered");
       this.hooks.onDeadLetter?.(messageId, reason);
@@ -153,4 +164,23 @@ export class HandlerDelivery {
   async stop(): Promise<void> {
     await this.worker.stop();
   }
+}
+
+/**
+ * Why a stored message may no longer be handed on: its ttl_seconds, counted from headers.date,
+ * has passed. Undefined when it has no TTL, has time left, or cannot be read (it was validated
+ * at intake, so that does not happen; it is then handed on as before).
+ */
+export function expiredFor(data: Uint8Array, now: number): string | undefined {
+  let headers: { date?: unknown; ttl_seconds?: unknown } | undefined;
+  try {
+    headers = (JSON.parse(new TextDecoder().decode(data)) as { headers?: typeof headers }).headers;
+  } catch {
+    return undefined;
+  }
+  const ttl = headers?.ttl_seconds;
+  const date = typeof headers?.date === "string" ? Date.parse(headers.date) : NaN;
+  if (typeof ttl !== "number" || !Number.isFinite(ttl) || Number.isNaN(date)) return undefined;
+  const expiresAt = date + ttl * 1000;
+  return now >= expiresAt ? `expired: ttl_seconds ${ttl} from ${headers!.date} passed before hand-off` : undefined;
 }

@@ -68,7 +68,7 @@ export function inspect(message: Message, meta: InboundMeta, agent: Agent): Insp
 export interface PeerCapabilities {
   agent_id: string;
   document: CapabilityDocument;
-  source: "greeting" | "endpoint";
+  source: "greeting" | "endpoint" | "announcement";
   message_id?: string;
   learned_at: string;
 }
@@ -90,13 +90,23 @@ export class PeerCapabilityCache {
     this.kv = await new Kvm(this.nats.js).create(this.names.peersBucket, { history: 1 });
   }
 
-  async put(peer: string, entry: PeerCapabilities): Promise<void> {
-    await this.kv?.put(encodeToken(peer), JSON.stringify(entry));
+  /**
+   * `greeting` entries are keyed by the peer alone; `baseline` (endpoint or announcement) ones
+   * under `baseline.`, which no encoded peer name can spell (encodeToken never writes a dot).
+   */
+  async put(peer: string, entry: PeerCapabilities, kind: PeerEntryKind = "greeting"): Promise<void> {
+    await this.kv?.put(peerKey(peer, kind), JSON.stringify(entry));
     this.log.info({ peer, source: entry.source, capabilities: entry.document.capabilities.length }, "learned peer capabilities");
   }
 
-  async get(peer: string): Promise<PeerCapabilities | undefined> {
-    const e = await this.kv?.get(encodeToken(peer));
+  async get(peer: string, kind: PeerEntryKind = "greeting"): Promise<PeerCapabilities | undefined> {
+    const e = await this.kv?.get(peerKey(peer, kind));
     return e?.value.length ? (e.json() as PeerCapabilities) : undefined;
   }
+}
+
+export type PeerEntryKind = "greeting" | "baseline";
+
+function peerKey(peer: string, kind: PeerEntryKind): string {
+  return kind === "baseline" ? `baseline.${encodeToken(peer)}` : encodeToken(peer);
 }

@@ -13,8 +13,8 @@ import { requireBearer, type BearerAuthOptions, type TokenFile } from "./local-a
 import { composeMessage } from "./compose.ts";
 import type { DeliveryRecord, DeliveryStates } from "./delivery-state.ts";
 import type { Documents } from "./documents.ts";
-import type { PeerCapabilityCache } from "./inbound.ts";
 import type { OutboxStore } from "./outbox.ts";
+import { peerRoutes, type PeerRouteDeps } from "./routes/peers.ts";
 
 export interface LocalApiDeps {
   agent: Agent;
@@ -22,7 +22,7 @@ export interface LocalApiDeps {
   documents: Documents;
   outbox: Pick<OutboxStore, "enqueue">;
   states: Pick<DeliveryStates, "get" | "put" | "deadLetters">;
-  peers: Pick<PeerCapabilityCache, "get">;
+  peers: PeerRouteDeps["peers"];
   /** The received message with this message_id, for replies. */
   received(messageId: string): Promise<Message | undefined>;
   /** Inbound messages for an application without an HTTP server; undefined when spec.handler is set. */
@@ -49,8 +49,8 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     loggerInstance: deps.logger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: deps.agent.spec.inbox.maxMessageBytes,
-    // Message ids in paths may be up to 256 characters (the routes check them).
-    maxParamLength: 1024,
+    // Agent ids (URLs, percent-encoded) and message ids are path segments of up to 512 characters.
+    maxParamLength: 2048,
     ...(secure ? { https: { cert: secure.tls.cert, key: secure.tls.key, minVersion: "TLSv1.2" as const }, requestTimeout: 30_000 } : {}),
   }) as unknown as FastifyInstance;
   jsonApi(app);
@@ -102,11 +102,7 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     dead_letters: await deps.states.deadLetters(req.query.limit),
   }));
 
-  api.get("/peers/:agent/capabilities", { schema: { params: z.object({ agent: z.string() }) } }, async (req) => {
-    const entry = await deps.peers.get(req.params.agent);
-    if (!entry) throw notFound(`no capability document learned from ${req.params.agent}`);
-    return entry;
-  });
+  void app.register(peerRoutes, { peers: deps.peers });
 
   void app.register(appStreamRoutes, { stream: deps.stream, handlerUrl: deps.agent.spec.handler?.url });
 

@@ -31,6 +31,7 @@ import { agentNames } from "./names.ts";
 import { Notifier } from "./notify.ts";
 import { OutboundDelivery } from "./outbound.ts";
 import { OutboxStore } from "./outbox.ts";
+import { PeerCapabilityService } from "./peer-capabilities.ts";
 import { announceCapabilities, RelayIntake, relayPublisher } from "./relays.ts";
 import { InboxStore } from "./store.ts";
 
@@ -117,6 +118,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const peerCaps = new PeerCapabilityCache(nats, names, log);
   const levels = new ConversationLevels(nats, spec.agentId);
   const notifier = new Notifier(agent, EventRecorder.fromEnvironment("ifp-runtime", log, opts.kubeconfig), http, log);
+  const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));
+  const peerCapabilities = new PeerCapabilityService({ store: peerCaps, discovery, peerUrls, log });
   const onAccepted = inspectionEffects({ self: { agentId: spec.agentId, displayName: spec.displayName }, signing, outbox, peers: peerCaps });
 
   const handoff = spec.handler
@@ -147,8 +150,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     options: {
       backoffMs: spec.outbound.backoff.map(parseDuration),
       retryForMs: parseDuration(spec.outbound.retryFor),
-      peerUrls: new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!])),
-      peerRelays: new Map(spec.peers.filter((p) => p.relay?.urls.length).map((p) => [p.agentId, p.relay!.urls])),
+      peerUrls,
+      peerRelays: new Map(spec.peers.filter((p) => p.relay?.urls.length).map((p) => [p.agentId, p.relay!])),
     },
     relay: relayPublisher(signing, http),
     onGiveUp: (record, r) => notifier.undeliverable(record, r),
@@ -162,6 +165,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         requireSignature: spec.inbox.requireSignature,
         accept: (raw, message, verified) => acceptVerified({ agent, store: inbox, onAccepted, levels }, raw, message, verified),
         intervalMs: parseDuration(spec.relay.pollInterval),
+        topics: spec.relay.topics,
+        onRelayed: (message, verified) => peerCapabilities.announced(message, verified.signer),
         log,
         metrics,
       })
@@ -206,7 +211,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     ready: () => ready && nats.isConnected,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));
-  const localDeps = { agent, signing, documents, outbox, states, peers: peerCaps, received: (id: string) => inbox.received(id), stream: appStream, logger: log };
+  const localDeps = { agent, signing, documents, outbox: peerCapabilities.gate(outbox), states, peers: peerCapabilities, received: (id: string) => inbox.received(id), stream: appStream, logger: log };
   const localApi = buildLocalApi(localDeps);
   const localApiTls = localApiToken ? buildLocalApi(localDeps, { tls: readTls(tlsFiles), token: localApiToken }) : undefined;
   if (localApiTls) life.defer("local API TLS watch", watchTls(localApiTls, tlsFiles, log));

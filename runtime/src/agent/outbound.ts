@@ -19,7 +19,29 @@ export type Route = { kind: "https"; inbox: string } | { kind: "relay"; relays: 
 
 /** Publishes a message through a relay (relay fallback); provided when the runtime has a relay client. */
 export interface RelayPublisher {
-  publish(relayUrl: string, message: Message): Promise<Outcome>;
+  /** Publish `message` at the relay for `recipients` only (relay `?recipient=`). */
+  publish(relayUrl: string, message: Message, recipients: string[]): Promise<Outcome>;
+}
+
+/** A peer's relays and how to use them (IFP-8 2.3). */
+export interface PeerRelays {
+  urls: string[];
+  preference?: string;
+}
+
+/**
+ * The order relays are tried in, by the `preference` of the list (docs/agent.md): `any`
+ * (the default, and any value this runtime does not know) tries them in the order listed;
+ * `spread` starts at a relay chosen from the message_id, so that messages spread over the
+ * relays, and goes round the rest in order. Either way the next relay is tried after any failure.
+ */
+export function relayOrder(relays: PeerRelays, messageId: string): string[] {
+  const urls = [...new Set(relays.urls)];
+  if (relays.preference !== "spread" || urls.length < 2) return urls;
+  let h = 0;
+  for (const c of messageId) h = (h * 31 + c.charCodeAt(0)) >>> 0;
+  const start = h % urls.length;
+  return [...urls.slice(start), ...urls.slice(0, start)];
 }
 
 export interface OutboundOptions {
@@ -29,8 +51,8 @@ export interface OutboundOptions {
   retryForMs: number;
   /** Base URLs of peers known from the Agent spec. */
   peerUrls: Map<string, string>;
-  /** Relays of peers known from the Agent spec (spec.peers[].relay.urls). */
-  peerRelays?: Map<string, string[]>;
+  /** Relays of peers known from the Agent spec (spec.peers[].relay). */
+  peerRelays?: Map<string, string[] | PeerRelays>;
   concurrency?: number;
 }
 
@@ -202,13 +224,13 @@ export class OutboundDelivery {
   async attempt(message: Message, agent: string): Promise<Outcome> {
     let route: Route;
     try {
-      route = await this.route(agent);
+      route = await this.route(agent, message.headers.message_id);
     } catch (err) {
       return err instanceof NoRoute
         ? { kind: "failed", error: err.message }
         : { kind: "retry", error: `discovery failed: ${errorMessage(err)}` };
     }
-    if (route.kind === "relay") return this.viaRelay(route.relays, message);
+    if (route.kind === "relay") return this.viaRelay(route.relays, message, agent);
     const via = route.inbox;
     let res;
     try {
@@ -223,9 +245,9 @@ export class OutboundDelivery {
       });
     } catch (err) {
       const error = `network error: ${errorMessage((err as Error).cause instanceof Error ? (err as Error).cause : err)}`;
-      const relays = await this.relaysOf(agent);
+      const relays = await this.relaysOf(agent, message.headers.message_id);
       if (relays.length && this.relay) {
-        const viaRelay = await this.viaRelay(relays, message);
+        const viaRelay = await this.viaRelay(relays, message, agent);
         if (viaRelay.kind === "delivered") return viaRelay;
       }
       return { kind: "retry", via, error };
@@ -233,28 +255,41 @@ export class OutboundDelivery {
     return classify(res.status, res.headers.get("retry-after"), via, res.text);
   }
 
-  private async viaRelay(relays: string[], message: Message): Promise<Outcome> {
+  /**
+   * Publish through the recipient's relays, to each only for this recipient (so a relay that
+   * does not serve the message's other recipients still takes it), moving to the next relay
+   * after any failure of one — a 4xx included, since relays answer 401/404 for agents they do
+   * not serve. Delivered at the first 202; otherwise a retry when any relay may take it later,
+   * and final only when every relay refused it for good.
+   */
+  private async viaRelay(relays: string[], message: Message, agent: string): Promise<Outcome> {
     if (!this.relay) return { kind: "retry", error: "the recipient is reachable only through a relay, and no relay client is configured" };
-    let last: Outcome = { kind: "retry", error: "no relay accepted the message" };
+    const failures: string[] = [];
+    let retry: Extract<Outcome, { kind: "retry" }> | undefined;
     for (const url of relays) {
-      last = await this.relay.publish(url, message);
-      if (last.kind !== "retry") return last;
+      const outcome = await this.relay.publish(url, message, [agent]);
+      if (outcome.kind === "delivered") return outcome;
+      failures.push(`${outcome.via ?? url}: ${outcome.error}`);
+      if (outcome.kind === "retry" && !retry) retry = outcome;
     }
-    return last;
+    const error = failures.length ? `no relay accepted the message (${failures.join("; ")})` : "no relay is known for the recipient";
+    if (retry) return { ...retry, error };
+    return { kind: "failed", error };
   }
 
-  private async route(agent: string): Promise<Route> {
+  private async route(agent: string, messageId: string): Promise<Route> {
     const known = this.opts.peerUrls.get(agent);
     const base = known ?? (isHttpsUrl(agent) ? agent : undefined);
-    const relays = this.opts.peerRelays?.get(agent) ?? [];
     if (!base) {
+      const relays = relayOrder(this.configuredRelays(agent), messageId);
       if (relays.length) return { kind: "relay", relays };
       throw new NoRoute(`no route to ${agent}: it is not an https URL and spec.peers[] gives it neither a url nor relays`);
     }
     try {
       const identity = await this.discovery.identity(base);
       if (identity.endpoints?.inbox) return { kind: "https", inbox: identity.endpoints.inbox };
-      if (identity.relay?.urls.length) return { kind: "relay", relays: identity.relay.urls };
+      const relays = await this.relaysOf(agent, messageId);
+      if (relays.length) return { kind: "relay", relays };
     } catch (err) {
       if (!(err instanceof DiscoveryError) || !known) throw err;
       // A configured base URL still gives the well-known inbox when the identity is unavailable.
@@ -262,15 +297,27 @@ export class OutboundDelivery {
     return { kind: "https", inbox: `${DiscoveryClient.wellKnownBase(base)}/inbox` };
   }
 
-  private async relaysOf(agent: string): Promise<string[]> {
-    const configured = this.opts.peerRelays?.get(agent) ?? [];
+  private configuredRelays(agent: string): PeerRelays {
+    const c = this.opts.peerRelays?.get(agent);
+    return Array.isArray(c) ? { urls: c } : (c ?? { urls: [] });
+  }
+
+  /**
+   * A peer's relays (IFP-8 2.3): those of spec.peers first, then those its identity document
+   * and its capability document advertise, each once; the preference is the first one stated,
+   * in that order. The order is relayOrder() of the message.
+   */
+  private async relaysOf(agent: string, messageId: string): Promise<string[]> {
+    const configured = this.configuredRelays(agent);
     const base = this.opts.peerUrls.get(agent) ?? (isHttpsUrl(agent) ? agent : undefined);
-    if (!base) return configured;
-    try {
-      return [...new Set([...configured, ...((await this.discovery.identity(base)).relay?.urls ?? [])])];
-    } catch {
-      return configured;
+    const lists: PeerRelays[] = [configured];
+    if (base) {
+      const identity = await this.discovery.identity(base).catch(() => undefined);
+      const capabilities = await this.discovery.capabilities(base).catch(() => undefined);
+      for (const r of [identity?.relay, capabilities?.relay]) if (r?.urls.length) lists.push({ urls: r.urls.filter(isHttpsUrl), preference: r.preference });
     }
+    const preference = lists.find((l) => l.urls.length && l.preference)?.preference;
+    return relayOrder({ urls: lists.flatMap((l) => l.urls), preference }, messageId);
   }
 
   async stop(): Promise<void> {

@@ -16,10 +16,10 @@ import type { CapabilityDocument } from "../protocol/documents.ts";
 /** Relay fallback of the outbound delivery: publish through a relay, classified like an inbox answer. */
 export function relayPublisher(signing: SigningKey, http: HttpClient): RelayPublisher {
   return {
-    async publish(relayUrl: string, message: Message): Promise<Outcome> {
+    async publish(relayUrl: string, message: Message, recipients: string[]): Promise<Outcome> {
       const via = `relay:${relayUrl}`;
       try {
-        const res = await new RelayClient(relayUrl, signing, http).publish(message);
+        const res = await new RelayClient(relayUrl, signing, http).publish(message, recipients);
         return classify(res.status, res.retryAfter, via, res.text);
       } catch (err) {
         return { kind: "retry", via, error: `relay unreachable: ${(err as Error).message}` };
@@ -49,6 +49,10 @@ export class RelayIntake {
   private readonly log: Logger;
   private readonly metrics: RuntimeMetrics;
   private readonly intervalMs: number;
+  private readonly topics: string[];
+  private readonly onRelayed: ((message: Message, verified: Verified) => Promise<unknown>) | undefined;
+  /** Relays where the topic subscription is in place (tried again on each read until it is). */
+  private readonly subscribed = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private stopped = false;
@@ -63,8 +67,14 @@ export class RelayIntake {
     intervalMs: number;
     log: Logger;
     metrics: RuntimeMetrics;
+    /** Topics to follow on every relay (spec.relay.topics). */
+    topics?: string[];
+    /** Called for each relayed message once accepted, e.g. to apply a capabilities.update. */
+    onRelayed?: (message: Message, verified: Verified) => Promise<unknown>;
   }) {
     this.clients = deps.urls.map((u) => new RelayClient(u, deps.signing, deps.http));
+    this.topics = deps.topics ?? [];
+    this.onRelayed = deps.onRelayed;
     this.verifier = deps.verifier;
     this.signing = deps.signing;
     this.http = deps.http;
@@ -90,7 +100,20 @@ export class RelayIntake {
     await Promise.all(this.clients.map((c) => this.poll(c)));
   }
 
+  /** Follow spec.relay.topics on this relay, once; a failure is logged and tried again on the next read. */
+  private async subscribe(client: RelayClient): Promise<void> {
+    if (!this.topics.length || this.subscribed.has(client.base)) return;
+    try {
+      await client.subscribe(this.topics);
+      this.subscribed.add(client.base);
+      this.log.info({ relay: client.base, topics: this.topics }, "following topics on the relay");
+    } catch (err) {
+      this.log.warn({ relay: client.base, topics: this.topics, err: (err as Error).message }, "could not subscribe to topics on the relay; will retry");
+    }
+  }
+
   private async poll(client: RelayClient): Promise<void> {
+    await this.subscribe(client);
     let after: number | undefined;
     for (let page = 0; page < 50 && !this.stopped; page++) {
       let messages: Message[];
@@ -114,6 +137,7 @@ export class RelayIntake {
         try {
           const verified = await this.verifier.verify(parsed.data, this.requireSignature, { address: `relay:${client.base}` });
           await this.accept(raw, parsed.data, verified);
+          await this.onRelayed?.(parsed.data, verified).catch((err: Error) => this.log.warn({ messageId: id, err: err.message }, "could not apply a relayed announcement"));
         } catch (err) {
           if (!(err instanceof ProtocolError) || err.statusCode !== 401) {
             this.log.warn({ relay: client.base, messageId: id, err: (err as Error).message }, "could not accept a relayed message; will retry");

@@ -18,10 +18,11 @@ import { request as httpsRequest } from "node:https";
 import type { DeliveryRecord } from "../agent/delivery-state.ts";
 import type { OutboxRequest } from "../agent/compose.ts";
 import type { PeerCapabilities } from "../agent/inbound.ts";
+import type { PeerCapabilitiesView } from "../agent/peer-capabilities.ts";
 import type { ErrorBody } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 
-export type { DeliveryRecord, OutboxRequest, PeerCapabilities, Message };
+export type { DeliveryRecord, OutboxRequest, PeerCapabilities, PeerCapabilitiesView, Message };
 
 export interface Queued {
   status: "queued";
@@ -107,9 +108,9 @@ export class LocalApiClient {
     return (await this.call<{ dead_letters: DeliveryRecord[] }>("GET", `/dead-letters?limit=${limit}`)).dead_letters;
   }
 
-  /** The capability document a peer sent in its greeting. */
-  peerCapabilities(agentId: string): Promise<PeerCapabilities> {
-    return this.call("GET", `/peers/${encodeURIComponent(agentId)}/capabilities`);
+  /** What the runtime knows of a peer's capabilities (endpoint, announcement, greeting); `refresh` asks the endpoint again. */
+  peerCapabilities(agentId: string, opts: { refresh?: boolean } = {}): Promise<PeerCapabilitiesView> {
+    return this.call("GET", `/peers/${encodeURIComponent(agentId)}/capabilities${opts.refresh ? "?refresh=true" : ""}`);
   }
 
   /** Up to `limit` inbound messages (waiting up to `waitSeconds` when fewer are there); acknowledge each within 60 s. */

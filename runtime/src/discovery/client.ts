@@ -20,14 +20,19 @@ export interface DiscoveryLimits {
   timeoutMs?: number;
   /** Documents kept at most; the least recently stored is forgotten first. */
   maxEntries?: number;
+  /** Longest a document is used without asking again, whatever its max-age says. */
+  maxFreshMs?: number;
+  /** How long a stale document is kept to revalidate with its ETag; then it is forgotten. */
+  keepStaleMs?: number;
 }
 
-export const DISCOVERY_DEFAULTS = { maxDocumentBytes: 64 * 1024, timeoutMs: 5_000, maxEntries: 10_000 } as const;
+export const DISCOVERY_DEFAULTS = { maxDocumentBytes: 64 * 1024, timeoutMs: 5_000, maxEntries: 10_000, maxFreshMs: 24 * 3600_000, keepStaleMs: 3600_000 } as const;
 
 /**
  * Endpoint discovery (spec 4.3): fetches a peer's identity and capability documents, validates
- * them, and caches them honouring ETag and Cache-Control max-age, revalidating with
- * If-None-Match once stale.
+ * them, and caches them honouring ETag and Cache-Control max-age (60 s without one, at most
+ * maxFreshMs), revalidating with If-None-Match once stale. A stale entry is kept keepStaleMs
+ * for that revalidation, then expires.
  */
 export class DiscoveryClient {
   private readonly http: HttpClient;
@@ -63,6 +68,11 @@ export class DiscoveryClient {
     return this.get(`${DiscoveryClient.wellKnownBase(base)}/capabilities`, CapabilityDocument);
   }
 
+  /** Documents held, expired ones not yet swept included. */
+  get size(): number {
+    return this.cache.size;
+  }
+
   /** Forget a cached document, e.g. when a conversation suggests the capabilities changed. */
   invalidate(base: string): void {
     const wk = DiscoveryClient.wellKnownBase(base);
@@ -71,7 +81,11 @@ export class DiscoveryClient {
   }
 
   private async get<S extends z.ZodType>(url: string, schema: S): Promise<z.output<S>> {
-    const cached = this.cache.get(url) as CacheEntry<z.output<S>> | undefined;
+    let cached = this.cache.get(url) as CacheEntry<z.output<S>> | undefined;
+    if (cached && cached.freshUntil + this.limits.keepStaleMs <= this.now()) {
+      this.cache.delete(url);
+      cached = undefined;
+    }
     if (cached && cached.freshUntil > this.now()) return cached.doc;
     let res;
     try {
@@ -84,7 +98,7 @@ export class DiscoveryClient {
       throw new DiscoveryError(`cannot reach ${url}: ${(err as Error).message}`);
     }
     if (res.status === 304 && cached) {
-      cached.freshUntil = this.now() + maxAgeMs(res.headers.get("cache-control"));
+      cached.freshUntil = this.now() + Math.min(this.limits.maxFreshMs, maxAgeMs(res.headers.get("cache-control")));
       return cached.doc;
     }
     if (res.status !== 200) throw new DiscoveryError(`${url} answered ${res.status}`);
@@ -99,12 +113,18 @@ export class DiscoveryClient {
     const cacheControl = res.headers.get("cache-control");
     // no-store: nothing is kept, not even an ETag to revalidate with (RFC 9111 section 5.2.2.5).
     if (/(^|[\s,])no-store($|[\s,])/i.test(cacheControl ?? "")) this.cache.delete(url);
-    else this.remember(url, { doc: parsed.data, etag: res.headers.get("etag") ?? undefined, freshUntil: this.now() + maxAgeMs(cacheControl) });
+    else this.remember(url, { doc: parsed.data, etag: res.headers.get("etag") ?? undefined, freshUntil: this.now() + Math.min(this.limits.maxFreshMs, maxAgeMs(cacheControl)) });
     return parsed.data;
   }
 
   private remember(url: string, entry: CacheEntry<unknown>): void {
     this.cache.delete(url);
+    // Expired entries at the old end go first (a bounded sweep), then the least recently stored.
+    for (let i = 0; i < 100; i++) {
+      const [key, oldest] = this.cache.entries().next().value ?? [];
+      if (!key || !oldest || oldest.freshUntil + this.limits.keepStaleMs > this.now()) break;
+      this.cache.delete(key);
+    }
     while (this.cache.size >= this.limits.maxEntries) {
       const [oldest] = this.cache.keys();
       if (oldest === undefined) break;

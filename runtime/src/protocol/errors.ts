@@ -12,7 +12,10 @@ export type ErrorCode =
   | "method_not_allowed"
   | "unsupported_media_type"
   | "unavailable"
-  | "relay_full";
+  | "relay_full"
+  /** The local API's outbox: the recipient's capability document rules the message out. */
+  | "capability_not_offered"
+  | "unsupported_version";
 
 /** The error body of spec section 2.7. */
 export interface ErrorBody {

@@ -45,8 +45,10 @@ export class RelayClient {
     return this.http.request(url, { method, headers, body: text });
   }
 
-  async publish(message: Message): Promise<{ status: number; text: string; retryAfter: string | null }> {
-    const res = await this.request("POST", "/relay/publish", message);
+  /** Publish a message; `recipients` narrows it to those of its direct recipients (`?recipient=`). */
+  async publish(message: Message, recipients?: string[]): Promise<{ status: number; text: string; retryAfter: string | null }> {
+    const query = recipients?.length ? `?${recipients.map((r) => `recipient=${encodeURIComponent(r)}`).join("&")}` : "";
+    const res = await this.request("POST", `/relay/publish${query}`, message);
     return { status: res.status, text: res.text, retryAfter: res.headers.get("retry-after") };
   }
 

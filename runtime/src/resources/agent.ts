@@ -26,6 +26,11 @@ export const RelayPreference = z.object({
 export const AgentRelay = RelayPreference.extend({
   urls: z.array(HttpsUrl).default([]),
   pollInterval: Duration.default("5s").describe("How often the agent's mailbox on each relay is read"),
+  topics: z
+    .array(z.string().max(128).regex(CAPABILITY_NAME_RE, "a dot-notation topic name such as capabilities.update"))
+    .max(32)
+    .default([])
+    .describe("Topics the agent follows on each of its relays (e.g. capabilities.update, whose announcements refresh the sender's known capabilities)"),
 });
 
 export const AgentSpec = z.object({

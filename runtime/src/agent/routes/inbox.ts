@@ -29,8 +29,8 @@ const Accepted = z.object({ status: z.literal("accepted"), message_id: z.string(
 
 /**
  * POST /.well-known/agent/inbox (spec 4.1), checks cheapest first (docs/agent.md): size, media
- * type and JSON before any route runs; the IFP-4 schema; addressing, Idempotency-Key and date
- * window; the per-address limit; the signature; the per-sender limit; then store and 202.
+ * type and JSON before any route runs; the IFP-4 schema; addressing and date window
+ * (any Idempotency-Key is accepted; deduplication is by message_id); the per-address limit; the signature; the per-sender limit; then store and 202.
  */
 export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, deps) => {
   const { agent, verifier, metrics, now } = deps;
@@ -57,10 +57,8 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         if (!h.to.some((t) => t.agent === spec.agentId)) {
           throw badRequest(`the message is addressed to ${h.to.map((t) => t.agent).join(", ")}, not to ${spec.agentId}`);
         }
-        const idem = req.headers["idempotency-key"];
-        if (idem !== undefined && idem !== h.message_id) {
-          throw badRequest("Idempotency-Key must equal headers.message_id (IFP-6 section 4.2)");
-        }
+        // Idempotency-Key is optional and only recommended to be the message_id (IFP-6): any
+        // value is accepted, and repeats are recognised by headers.message_id alone.
         const date = Date.parse(h.date);
         if (date < now() - replayWindowMs || date > now() + deps.maxFutureSkewMs) {
           throw badRequest(`headers.date ${h.date} is outside the accepted window (${spec.inbox.replayWindow} back, 5m ahead)`);

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
-import { invalidSignature } from "../../protocol/errors.ts";
+import { z } from "zod";
+import { badRequest, invalidSignature } from "../../protocol/errors.ts";
 import { PublishRequest, PublishResponse } from "../../protocol/relay-api.ts";
 import type { Verifier } from "../../protocol/verify.ts";
 import { asSent } from "../../server/validation.ts";
@@ -16,19 +17,34 @@ export interface PublishRouteDeps {
   now: () => number;
 }
 
+const PublishQuery = z.object({ recipient: z.union([z.string(), z.array(z.string()).max(100)]).optional() });
+
+/**
+ * `?recipient=` (repeatable) narrows a publish to some of the message's direct recipients, so
+ * that a sender can give each relay only the agents it serves without touching the signed
+ * headers.to; a name that is not a direct recipient of the message is refused.
+ */
+function narrowed<T extends { agent: string }>(to: T[], recipient: string | string[] | undefined): T[] {
+  if (recipient === undefined) return to;
+  const wanted = new Set(Array.isArray(recipient) ? recipient : [recipient]);
+  const direct = new Set(to.map((t) => t.agent).filter((a) => !a.startsWith("topic:")));
+  for (const w of wanted) if (!direct.has(w)) throw badRequest(`recipient ${JSON.stringify(w)} is not a direct recipient in headers.to`);
+  return to.filter((t) => wanted.has(t.agent));
+}
+
 /** POST /relay/publish: one copy per recipient and topic subscriber, stored before the 202. */
 export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app, deps) => {
   app.post(
     "/relay/publish",
     {
-      schema: { body: asSent(PublishRequest), response: { 202: PublishResponse } },
+      schema: { body: asSent(PublishRequest), querystring: PublishQuery, response: { 202: PublishResponse } },
       config: { operation: "publish", invalid: "the message does not follow IFP-4" },
     },
     async (req, reply) => {
       const h = req.body.headers;
       if (h.from.agent !== req.agent) throw invalidSignature(`the request is signed by ${req.agent} but the message is from ${h.from.agent}`);
       const ttl = remainingTtlSeconds(h, deps.now());
-      const { agents } = resolveRecipients(h.to, req.agent, (a) => deps.verifier.knows(a), (t) => deps.subs.subscribers(t));
+      const { agents } = resolveRecipients(narrowed(h.to, req.query.recipient), req.agent, (a) => deps.verifier.knows(a), (t) => deps.subs.subscribers(t));
       // The accountable trace entry (spec 2.9), appended before the message is stored;
       // everything else is kept as sent, so the sender's signature still verifies.
       const stored = withTraceEntry(req.body, traceEntry(deps.relayUrl, req.agent, new Date(deps.now())));

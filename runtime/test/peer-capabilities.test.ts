@@ -1,0 +1,158 @@
+import pino from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { announceCapabilities } from "../src/agent/relays.ts";
+import { LocalApiClient } from "../src/client/local.ts";
+import { RelayClient } from "../src/relay/client.ts";
+import type { RunningRelay } from "../src/relay/main.ts";
+import { identity, peerOf, signed } from "./fixtures.ts";
+import { runAgent } from "./agent-harness.ts";
+import { baseUrl, relayEnv, runRelay, waitFor, type RelayEnv } from "./relay-harness.ts";
+
+const alice = identity("alice-agent");
+const bob = identity("bob-agent");
+const dave = identity("dave-agent");
+
+let env: RelayEnv;
+let relay: RunningRelay;
+let a: Awaited<ReturnType<typeof runAgent>>;
+let b: Awaited<ReturnType<typeof runAgent>>;
+
+const cap = (name: string) => ({ name, version: "1", description: name });
+
+/** The local API of alice, as the application calls it. */
+async function local(method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> {
+  const res = await fetch(`${a.localApiUrl}${path}`, {
+    method,
+    headers: body === undefined ? {} : { "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: res.status, json: await res.json().catch(() => undefined) };
+}
+const capabilitiesOf = (agent: string, query = "") => local("GET", `/peers/${encodeURIComponent(agent)}/capabilities${query}`);
+const names = (view: { json: { document: { capabilities: { name: string }[] } } }) => view.json.document.capabilities.map((c) => c.name).sort();
+
+beforeAll(async () => {
+  env = await relayEnv();
+  relay = await runRelay(env, { url: "https://hub.test", agents: [peerOf(alice), peerOf(bob), peerOf(dave)] });
+  b = await runAgent({ self: bob, natsUrl: env.nats.url, tls: env.tls, spec: { capabilities: [cap("ping"), cap("calendar.availability")], peers: [peerOf(alice)] } });
+  a = await runAgent({
+    self: alice,
+    natsUrl: env.nats.url,
+    tls: env.tls,
+    spec: {
+      peers: [
+        { ...peerOf(bob), url: b.url.replace("127.0.0.1", "localhost") },
+        { ...peerOf(dave), relay: { urls: [baseUrl(relay)] } },
+      ],
+      relay: { urls: [baseUrl(relay)], pollInterval: "300ms", topics: ["capabilities.update"] },
+      outbound: { backoff: ["300ms"], retryFor: "30s" },
+    },
+  });
+  // The runtime follows its topics on its relays.
+  await waitFor("alice subscribed", async () => (await new RelayClient(baseUrl(relay), alice.signing, env.http).subscriptions()).topics?.includes("capabilities.update"));
+});
+afterAll(async () => {
+  await Promise.all([a?.close(), b?.close()]);
+  await relay?.close();
+  await env?.close();
+});
+
+describe("peer capabilities feed the outbox", () => {
+  it("discovers a peer's capability document at its endpoint before any conversation", async () => {
+    const view = await capabilitiesOf("bob-agent");
+    expect(view.status).toBe(200);
+    expect(view.json).toMatchObject({ agent_id: "bob-agent", source: "endpoint", document: { ifp: 7, agent_id: "bob-agent", ifp_support: expect.arrayContaining([4]) } });
+    expect(names(view)).toEqual(["calendar.availability", "ping"]);
+    expect((await capabilitiesOf("bob-agent", "?refresh=true")).json).toMatchObject({ source: "endpoint" });
+  });
+
+  it("refuses at the outbox a message asking a capability the peer does not offer, and queues one it offers", async () => {
+    const refused = await local("POST", "/outbox", { to: "bob-agent", text: "teleport me", capabilities: { request: ["ping", "teleport"] } });
+    expect(refused.status).toBe(422);
+    expect(refused.json).toMatchObject({ status: "error", code: "capability_not_offered", message: expect.stringContaining('"teleport"') });
+    const ok = await local("POST", "/outbox", { to: "bob-agent", text: "ping?", capabilities: { request: ["ping"] } });
+    expect(ok.status).toBe(202);
+    // Offers are not checked, nor messages without a request.
+    expect((await local("POST", "/outbox", { to: "bob-agent", text: "hi", capabilities: { offer: ["teleport"] } })).status).toBe(202);
+  });
+
+  it("applies a capabilities.update announcement received on a followed topic", async () => {
+    const document = { ifp: 7 as const, agent_id: "bob-agent", capabilities: [cap("ping"), cap("teleport")], ifp_support: [3, 4, 5, 6, 7, 8], updated: new Date().toISOString() };
+    await announceCapabilities({ urls: [baseUrl(relay)], signing: bob.signing, http: env.http, document, log: pino({ level: "silent" }) });
+    const view = await waitFor("the announcement applied", async () => {
+      const v = await capabilitiesOf("bob-agent");
+      return v.json?.source === "announcement" ? v : undefined;
+    });
+    expect(names(view)).toEqual(["ping", "teleport"]);
+    // The endpoint still serves the older document; the newer announcement stays in force.
+    expect((await capabilitiesOf("bob-agent", "?refresh=true")).json.source).toBe("announcement");
+    expect((await local("POST", "/outbox", { to: "bob-agent", text: "now", capabilities: { request: ["teleport"] } })).status).toBe(202);
+  });
+
+  it("refuses a message in an IFP format the peer's ifp_support lacks", async () => {
+    const document = { ifp: 7 as const, agent_id: "dave-agent", capabilities: [cap("ping")], ifp_support: [3, 5, 7, 8] };
+    await announceCapabilities({ urls: [baseUrl(relay)], signing: dave.signing, http: env.http, document, log: pino({ level: "silent" }) });
+    await waitFor("dave's announcement applied", async () => (await capabilitiesOf("dave-agent")).status === 200);
+    const refused = await local("POST", "/outbox", { to: ["dave-agent"], text: "hello" });
+    expect(refused.status).toBe(422);
+    expect(refused.json).toMatchObject({ code: "unsupported_version", message: expect.stringContaining("ifp_support") });
+  });
+
+  it("ignores an announcement whose document names another agent than its signer", async () => {
+    // Dave announcing a document that names bob changes nothing, neither for bob nor for dave.
+    const before = names(await capabilitiesOf("bob-agent"));
+    const daveBefore = names(await capabilitiesOf("dave-agent"));
+    const forged = { ifp: 7 as const, agent_id: "bob-agent", capabilities: [cap("forged")] };
+    await announceCapabilities({ urls: [baseUrl(relay)], signing: dave.signing, http: env.http, document: forged, log: pino({ level: "silent" }) });
+    const marker = signed(dave, "alice-agent", { phase: "context" }, "after the forged one");
+    await new RelayClient(baseUrl(relay), dave.signing, env.http).publish(marker);
+    await waitFor("the relay mailbox read", async () => (await new RelayClient(baseUrl(relay), alice.signing, env.http).pull()).messages.length === 0);
+    expect(names(await capabilitiesOf("bob-agent"))).toEqual(before);
+    expect(names(await capabilitiesOf("dave-agent"))).toEqual(daveBefore);
+  });
+
+  it("merges a greeting's capability part over the baseline", async () => {
+    const greeting = signed(bob, "alice-agent", { phase: "greeting" });
+    greeting.body.parts = [{ content_type: "application/json", name: "capabilities", content: { ifp: 7, capabilities: [{ name: "gossip.exchange", description: "from the greeting" }, { name: "ping", version: "2", description: "ping, refined" }] } }];
+    const { signMessage } = await import("../src/protocol/signing.ts");
+    delete (greeting as { security?: unknown }).security;
+    expect((await a.post(signMessage(greeting, bob.signing))).status).toBe(202);
+    const view = await waitFor("refined", async () => {
+      const v = await capabilitiesOf("bob-agent");
+      return v.json?.baseline ? v : undefined;
+    });
+    expect(view.json).toMatchObject({ source: "greeting", message_id: greeting.headers.message_id, baseline: { source: "announcement" } });
+    expect(names(view)).toEqual(["gossip.exchange", "ping", "teleport"]);
+    expect(view.json.document.capabilities.find((c: { name: string }) => c.name === "ping")).toMatchObject({ version: "2" });
+  });
+
+  it("keeps the endpoint document for its max-age, and asks again with ?refresh=true", async () => {
+    // Bob restarts on the same address with another capability set; his endpoint serves max-age=300.
+    const port = Number(new URL(b.url).port);
+    await b.close();
+    // `updated` has whole seconds: let the new set be stamped after the greeting of the previous test.
+    await new Promise((r) => setTimeout(r, 1_100));
+    b = await runAgent({ self: bob, port, natsUrl: env.nats.url, tls: env.tls, spec: { capabilities: [cap("ping"), cap("weather")], peers: [peerOf(alice)] } });
+    expect(names(await capabilitiesOf("bob-agent"))).not.toContain("weather");
+    const fresh = await capabilitiesOf("bob-agent", "?refresh=true");
+    // A set that changed after the greeting supersedes the greeting's refinement.
+    expect(fresh.json).toMatchObject({ source: "endpoint" });
+    expect(fresh.json.baseline).toBeUndefined();
+    expect(names(fresh)).toEqual(["ping", "weather"]);
+    expect(await new LocalApiClient(a.localApiUrl).peerCapabilities("bob-agent", { refresh: true })).toMatchObject({ source: "endpoint", agent_id: "bob-agent" });
+    // The refreshed document is what the outbox checks from now on.
+    expect((await local("POST", "/outbox", { to: "bob-agent", text: "teleport?", capabilities: { request: ["teleport"] } })).status).toBe(422);
+    expect((await local("POST", "/outbox", { to: "bob-agent", text: "weather?", capabilities: { request: ["weather"] } })).status).toBe(202);
+  });
+
+  it("answers bad input with the documented errors", async () => {
+    expect(await capabilitiesOf("nobody-agent")).toMatchObject({ status: 404, json: { code: "not_found" } });
+    expect(await capabilitiesOf("bob-agent", "?refresh=maybe")).toMatchObject({ status: 400, json: { code: "invalid_format" } });
+    // Agent ids are at most 512 characters; a long one still reaches the route.
+    expect(await capabilitiesOf("x".repeat(600))).toMatchObject({ status: 400, json: { code: "invalid_format" } });
+    expect(await capabilitiesOf(`did:key:z${"a".repeat(200)}`)).toMatchObject({ status: 404, json: { code: "not_found" } });
+    expect((await capabilitiesOf("x".repeat(5_000))).status).toBe(414);
+    // A peer with no reachable endpoint and nothing learned is simply unchecked.
+    expect((await local("POST", "/outbox", { to: "https://localhost:1/agent", text: "hi", capabilities: { request: ["anything"] } })).status).toBe(202);
+  });
+});
