@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { minAuthLevel } from "../agent/identity.ts";
-import { AgentSpec } from "./agent.ts";
+import { minAuthLevel } from "./identity.ts";
+import { AgentSpec } from "../resources/agent.ts";
 
 describe("spec.inbox identity fields", () => {
   it("default minAuthLevel to 1, or 0 with introduction tokens", () => {
