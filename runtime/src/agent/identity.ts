@@ -7,8 +7,8 @@ import type { IdentityDocument } from "../protocol/documents.ts";
 import { insufficientAuthLevel, invalidSignature, ProtocolError, rateLimited, unavailable, unknownSender } from "../protocol/errors.ts";
 import { publicKeyFromRaw } from "../protocol/keys.ts";
 import type { Message, Signature } from "../protocol/message.ts";
-import { parseKeyId, verifyIntroduction, verifySignature } from "../protocol/signing.ts";
-import { AuthLevel, checkProfile, type KeySource, type MessageVerifier, type Verified } from "../protocol/verify.ts";
+import { verifyIntroduction, verifySignature } from "../protocol/signing.ts";
+import { AuthLevel, checkProfile, signatureCandidates, type KeySource, type MessageVerifier, type Verified } from "../protocol/verify.ts";
 import type { AgentSpec } from "../resources/agent.ts";
 import { RateLimiter } from "../server/ratelimit.ts";
 
@@ -34,8 +34,6 @@ export const IDENTITY_DEFAULTS: IdentityLimits = {
   concurrent: 16,
 };
 
-/** How many signatures claiming the sender are tried per message, to bound the work per request. */
-const MAX_CANDIDATES = 2;
 /** Senders whose lookup succeeded, remembered so they never spend the newcomers' budget. */
 const MAX_KNOWN = 10_000;
 
@@ -108,21 +106,11 @@ export class IdentityResolver implements MessageVerifier {
     }
     const sender = message.headers.from.agent;
     let best: Verified | undefined;
-    let failure: Error | undefined;
-    let tried = 0;
-    for (const s of signatures) {
-      const ref = parseKeyId(s.key_id);
-      if (!ref) {
-        failure ??= invalidSignature(`key_id ${JSON.stringify(s.key_id)} is not of the form <agent_id>#<key>`);
-        continue;
-      }
-      if (ref.agentId !== sender) {
-        failure ??= invalidSignature(`the signature is by ${ref.agentId} but the message is from ${sender}`);
-        continue;
-      }
-      if (tried++ >= MAX_CANDIDATES) break;
+    const picked = signatureCandidates(message);
+    let failure = picked.failure;
+    for (const { signature: s, keyId } of picked.candidates) {
       try {
-        const v = await this.verifyOne(message, s, sender, ref.keyId, context.address);
+        const v = await this.verifyOne(message, s, sender, keyId, context.address);
         if (!best || v.authLevel > best.authLevel) best = v;
       } catch (err) {
         // Throttling is not a verdict on the message: say so rather than "invalid".

@@ -2,7 +2,7 @@ import type { KeyObject } from "node:crypto";
 import type { TrustedKey } from "../resources/common.ts";
 import { invalidSignature, unknownSender } from "./errors.ts";
 import { publicKeyFromRaw } from "./keys.ts";
-import type { Message } from "./message.ts";
+import type { Message, Signature } from "./message.ts";
 import { parseKeyId, REQUIRED_SIGNED_HEADERS, verifySignature } from "./signing.ts";
 
 /**
@@ -74,26 +74,16 @@ export class Verifier implements MessageVerifier {
       return { signer: undefined, keyId: undefined, authLevel: AuthLevel.unauthenticated, source: "none" };
     }
     const sender = message.headers.from.agent;
-    let failure: Error | undefined;
-    let tried = 0;
-    for (const s of signatures) {
-      const ref = parseKeyId(s.key_id);
-      if (!ref) {
-        failure ??= invalidSignature(`key_id ${JSON.stringify(s.key_id)} is not of the form <agent_id>#<key>`);
-        continue;
-      }
-      if (ref.agentId !== sender) {
-        failure ??= invalidSignature(`the signature is by ${ref.agentId} but the message is from ${sender}`);
-        continue;
-      }
-      if (tried++ >= MAX_CANDIDATES) break;
+    const picked = signatureCandidates(message);
+    let failure = picked.failure;
+    for (const { signature: s, keyId } of picked.candidates) {
       try {
         checkProfile(s);
-        const key = this.key(sender, ref.keyId);
+        const key = this.key(sender, keyId);
         if (!verifySignature(message, s, key)) {
           throw invalidSignature(`signature verification failed for key_id ${s.key_id}`);
         }
-        return { signer: sender, keyId: ref.keyId, authLevel: AuthLevel.verified, source: "peers" };
+        return { signer: sender, keyId, authLevel: AuthLevel.verified, source: "peers" };
       } catch (err) {
         // A concrete reason about the sender's own signature beats a generic one.
         failure = err as Error;
@@ -101,6 +91,31 @@ export class Verifier implements MessageVerifier {
     }
     throw failure ?? invalidSignature("no acceptable signature");
   }
+}
+
+/**
+ * The signatures of a message worth checking: by its sender (`<agent_id>#<key>` naming
+ * headers.from.agent), at most MAX_CANDIDATES of them; `failure` is why the first one passed
+ * over was, for the answer when none verifies.
+ */
+export function signatureCandidates(message: Message): { candidates: { signature: Signature; keyId: string }[]; failure?: Error } {
+  const sender = message.headers.from.agent;
+  const candidates: { signature: Signature; keyId: string }[] = [];
+  let failure: Error | undefined;
+  for (const signature of message.security?.signatures ?? []) {
+    const ref = parseKeyId(signature.key_id);
+    if (!ref) {
+      failure ??= invalidSignature(`key_id ${JSON.stringify(signature.key_id)} is not of the form <agent_id>#<key>`);
+      continue;
+    }
+    if (ref.agentId !== sender) {
+      failure ??= invalidSignature(`the signature is by ${ref.agentId} but the message is from ${sender}`);
+      continue;
+    }
+    if (candidates.length >= MAX_CANDIDATES) break;
+    candidates.push({ signature, keyId: ref.keyId });
+  }
+  return { candidates, failure };
 }
 
 /** What every accepted signature must cover (docs/agent.md, signing profile). */
