@@ -7,7 +7,12 @@ export interface HttpClientOptions {
   /** Per-request timeout. */
   timeoutMs?: number;
   userAgent?: string;
+  /** Default cap on every answer's body, decoded bytes (DEFAULT_MAX_RESPONSE_BYTES unless set). */
+  maxResponseBytes?: number;
 }
+
+/** Every answer is read up to this many bytes unless a call or the client says otherwise. */
+export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
 
 export interface HttpResult {
   status: number;
@@ -18,12 +23,16 @@ export interface HttpResult {
 /**
  * Outbound HTTPS for the runtime: one connection pool, the system trust store plus optional
  * extra CAs, a timeout per request, and no following of redirects (an inbox that redirects is
- * a misconfiguration to report, not to chase).
+ * a misconfiguration to report, not to chase). Every answer's body is read up to a cap (the
+ * call's `maxBytes`, else the client's `maxResponseBytes`, else 1 MiB) and the connection is
+ * cut past it; `Accept-Encoding: identity` is asked for, and a compressed answer sent anyway is
+ * counted after decoding, so a small compressed body cannot expand past the cap.
  */
 export class HttpClient {
   private readonly dispatcher: Dispatcher;
   private readonly timeoutMs: number;
   private readonly userAgent: string;
+  private readonly maxResponseBytes: number;
 
   constructor(opts: HttpClientOptions = {}) {
     this.dispatcher = new Agent({
@@ -32,6 +41,7 @@ export class HttpClient {
     });
     this.timeoutMs = opts.timeoutMs ?? 15_000;
     this.userAgent = opts.userAgent ?? "ifp-runtime";
+    this.maxResponseBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
   }
 
   async request(
@@ -40,14 +50,13 @@ export class HttpClient {
   ): Promise<HttpResult> {
     const res = await fetch(url, {
       method: init.method ?? "GET",
-      headers: { "user-agent": this.userAgent, ...init.headers },
+      headers: { "user-agent": this.userAgent, ...init.headers, "accept-encoding": "identity" },
       body: init.body,
       redirect: "manual",
       dispatcher: this.dispatcher,
       signal: AbortSignal.timeout(init.timeoutMs ?? this.timeoutMs),
     });
-    if (init.maxBytes === undefined) return { status: res.status, headers: res.headers as unknown as Headers, text: await res.text() };
-    return { status: res.status, headers: res.headers as unknown as Headers, text: await readAtMost(res, init.maxBytes) };
+    return { status: res.status, headers: res.headers as unknown as Headers, text: await readAtMost(res, init.maxBytes ?? this.maxResponseBytes) };
   }
 
   async close(): Promise<void> {
@@ -59,7 +68,9 @@ export class ResponseTooLarge extends Error {}
 
 /** The body as text, refused (and the connection cut) as soon as it exceeds maxBytes. */
 async function readAtMost(res: Response, maxBytes: number): Promise<string> {
-  const declared = Number(res.headers.get("content-length") ?? NaN);
+  // A declared length counts only for an answer that is not compressed (it is the encoded size).
+  const encoded = (res.headers.get("content-encoding") ?? "identity").toLowerCase() !== "identity";
+  const declared = encoded ? NaN : Number(res.headers.get("content-length") ?? NaN);
   if (declared > maxBytes) {
     await res.body?.cancel().catch(() => undefined);
     throw new ResponseTooLarge(`the answer declares ${declared} bytes, more than the ${maxBytes} allowed`);
