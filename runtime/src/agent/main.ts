@@ -16,7 +16,7 @@ import { parseDuration } from "../resources/common.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
 import { createRuntimeMetrics } from "../server/metrics.ts";
 import { readTls, watchTls } from "../server/tls.ts";
-import { acceptVerified, inspectionEffects } from "./accept.ts";
+import { acceptVerified, inspectionEffects, MAX_FUTURE_SKEW_MS } from "./accept.ts";
 import { buildAgentApp } from "./app.ts";
 import { DeliveryStates } from "./delivery-state.ts";
 import { Documents } from "./documents.ts";
@@ -142,6 +142,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         verifier,
         requireSignature: spec.inbox.requireSignature,
         accept: (raw, message, verified) => acceptVerified({ agent, store: inbox, onAccepted, levels }, raw, message, verified),
+        admission: { agentId: spec.agentId, replayWindowMs: parseDuration(spec.inbox.replayWindow), replayWindowText: spec.inbox.replayWindow, maxFutureSkewMs: MAX_FUTURE_SKEW_MS, now: Date.now },
         intervalMs: parseDuration(spec.relay.pollInterval),
         log,
         metrics,

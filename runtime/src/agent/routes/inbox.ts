@@ -9,7 +9,7 @@ import { parseDuration } from "../../resources/common.ts";
 import type { RuntimeMetrics } from "../../server/metrics.ts";
 import { RateLimiter } from "../../server/ratelimit.ts";
 import { asSent } from "../../server/validation.ts";
-import { acceptVerified, type AcceptStore, type OnAccepted } from "../accept.ts";
+import { acceptVerified, admit, type AcceptStore, type Admission, type OnAccepted } from "../accept.ts";
 import { WELL_KNOWN, WELL_KNOWN_IFP } from "../documents.ts";
 import type { ConversationLevels } from "../identity-levels.ts";
 
@@ -38,6 +38,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
   const replayWindowMs = parseDuration(spec.inbox.replayWindow);
   const perAddress = new RateLimiter(spec.inbox.rateLimit.perAddressPerMinute, { now });
   const perSender = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
+  const admission: Admission = { agentId: spec.agentId, replayWindowMs, replayWindowText: spec.inbox.replayWindow, maxFutureSkewMs: deps.maxFutureSkewMs, now };
   // Every answer is counted: accepted, duplicate, or its error code.
   const count = async (_req: unknown, reply: FastifyReply) => {
     metrics.inbox.inc({ result: reply.outcome ?? (reply.statusCode < 400 ? "accepted" : "internal_error") });
@@ -54,16 +55,11 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
       async (req, reply) => {
         const message = req.body;
         const h = message.headers;
-        if (!h.to.some((t) => t.agent === spec.agentId)) {
-          throw badRequest(`the message is addressed to ${h.to.map((t) => t.agent).join(", ")}, not to ${spec.agentId}`);
-        }
+        // Addressing and date window: the same checks as for a message pulled from a relay.
+        admit(message, admission);
         const idem = req.headers["idempotency-key"];
         if (idem !== undefined && idem !== h.message_id) {
           throw badRequest("Idempotency-Key must equal headers.message_id (IFP-6 section 4.2)");
-        }
-        const date = Date.parse(h.date);
-        if (date < now() - replayWindowMs || date > now() + deps.maxFutureSkewMs) {
-          throw badRequest(`headers.date ${h.date} is outside the accepted window (${spec.inbox.replayWindow} back, 5m ahead)`);
         }
         // Cheap per-address limit before the costly signature check.
         const byAddress = perAddress.take(req.ip);
