@@ -1,7 +1,7 @@
 import type { Agent } from "../resources/agent.ts";
 import { badRequest, ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
-import { signMessage, type SigningKey } from "../protocol/signing.ts";
+import { canonicalProblem, signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Verified } from "../protocol/verify.ts";
 import type { ConversationLevels } from "./identity-levels.ts";
 import { inspect, type InboundMeta, type Inspection, type PeerCapabilityCache } from "./inbound.ts";
@@ -32,6 +32,8 @@ export interface Admission {
  */
 export function admit(message: Message, a: Admission, topics: ReadonlySet<string> = new Set()): void {
   const h = message.headers;
+  const problem = canonicalProblem(message);
+  if (problem) throw badRequest(`the message cannot be accepted: ${problem}`);
   if (!h.to.some((t) => t.agent === a.agentId || (t.agent.startsWith("topic:") && topics.has(t.agent.slice("topic:".length))))) {
     const err = badRequest(`the message is addressed to ${h.to.map((t) => t.agent).join(", ")}, not to ${a.agentId}`);
     misaddressed.add(err);
@@ -71,7 +73,7 @@ export async function acceptVerified(
     await deps.levels?.check(meta.sender, h.conversation_id, verified.authLevel);
   } catch (err) {
     // A retry of a message accepted before the conversation's level rose is a repeat, not a downgrade.
-    const earlier = err instanceof ProtocolError && err.code === "insufficient_auth_level" ? await deps.store.received?.(h.message_id).catch(() => undefined) : undefined;
+    const earlier = err instanceof ProtocolError && err.code === "insufficient_auth_level" ? await deps.store.received?.(h.message_id, meta.sender).catch(() => undefined) : undefined;
     if (earlier && earlier.headers.from.agent === h.from.agent) return { duplicate: true };
     throw err;
   }

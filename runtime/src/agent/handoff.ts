@@ -95,7 +95,8 @@ export class HandlerDelivery {
         method: "POST",
         headers: {
           "content-type": "application/json; charset=utf-8",
-          "idempotency-key": messageId,
+          // message_id is unique per sender only: the key names both.
+          "idempotency-key": idempotencyKey(m.headers?.get(H.sender) ?? "", messageId, m.headers?.get(H.signed) !== "no"),
           "ifp-message-id": messageId,
           "ifp-sender": m.headers?.get(H.sender) ?? "",
           "ifp-auth-level": m.headers?.get(H.authLevel) ?? "",
@@ -153,4 +154,9 @@ export class HandlerDelivery {
   async stop(): Promise<void> {
     await this.worker.stop();
   }
+}
+
+/** The hand-off's Idempotency-Key: `<sender> <message_id>`, the sender prefixed `unsigned:` when nothing verified it. */
+export function idempotencyKey(sender: string, messageId: string, signed: boolean): string {
+  return `${signed ? "" : "unsigned:"}${sender} ${messageId}`;
 }

@@ -186,7 +186,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     ready: () => ready && nats.isConnected,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));
-  const localApi = buildLocalApi({ agent, signing, documents, outbox, states, peers: peerCaps, received: (id) => inbox.received(id), logger: log });
+  const localApi = buildLocalApi({ agent, signing, documents, outbox, states, peers: peerCaps, received: (id, sender) => inbox.received(id, sender), logger: log });
 
   try {
     const url = await life.listen(app, { name: "HTTPS server", scheme: "https", port: opts.port, host: opts.host ?? "0.0.0.0" });

@@ -94,7 +94,7 @@ export class Mailboxes {
    * Store one copy for each recipient; resolves once JetStream has acknowledged them all.
    * A failure leaves the copies already stored in place: a retry stores only the missing ones.
    */
-  async store(data: string, messageId: string, recipients: string[], ttlSeconds?: number): Promise<{ stored: number; duplicates: number }> {
+  async store(data: string, messageId: string, recipients: string[], ttlSeconds?: number, sender = ""): Promise<{ stored: number; duplicates: number }> {
     this.ensureConnected();
     let stored = 0;
     let duplicates = 0;
@@ -109,7 +109,8 @@ export class Mailboxes {
         try {
           const ack = await this.together.run(() =>
             this.nats.js.publish(this.names.copy(agent, messageId), data, {
-              msgID: `${agent} ${messageId}`,
+              // Per recipient, sender and message_id: another sender reusing an id cannot suppress the first.
+              msgID: `${agent} ${sender} ${messageId}`,
               headers: h,
               timeout: 5_000,
               ...(ttlSeconds ? { ttl: `${ttlSeconds}s` } : {}),
