@@ -4,6 +4,7 @@ import type { Nats } from "../nats/connection.ts";
 import { ensureStream, isNotFound } from "../nats/streams.ts";
 import { nanos } from "../contract/nats.ts";
 import { unavailable } from "../protocol/errors.ts";
+import { refuseOverMaxPayload } from "../nats/payload.ts";
 import { Message } from "../protocol/message.ts";
 import type { AgentNames } from "./names.ts";
 
@@ -65,6 +66,8 @@ export class InboxStore {
   /** Durably store one message; resolves only after the JetStream ack. */
   async accept(raw: unknown, messageId: string, meta: AcceptMeta, fromAgent: string): Promise<{ duplicate: boolean }> {
     if (!this.nats.isConnected) throw unavailable("the message store (NATS JetStream) is not reachable");
+    const data = JSON.stringify(raw);
+    refuseOverMaxPayload(this.nats, data);
     const h = headers();
     h.set(H.messageId, messageId);
     h.set(H.sender, meta.signer ?? fromAgent);
@@ -76,7 +79,7 @@ export class InboxStore {
     // message_id and holds every sender's message with it; received() tells them apart.
     const dedupe = `${meta.signer ? "signed" : "unsigned"}:${meta.signer ?? fromAgent} ${messageId}`;
     try {
-      const ack = await this.nats.js.publish(this.names.inbox(messageId), JSON.stringify(raw), {
+      const ack = await this.nats.js.publish(this.names.inbox(messageId), data, {
         msgID: dedupe,
         headers: h,
         timeout: 5_000,
@@ -121,3 +124,4 @@ export class InboxStore {
     return unsigned;
   }
 }
+

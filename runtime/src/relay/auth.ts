@@ -53,9 +53,13 @@ export function relayAuthenticator(opts: {
   };
   const perAddress = new RateLimiter(opts.perAddressPerMinute, { now });
   const perAgent = new RateLimiter(opts.perAgentPerMinute, { now });
-  return async (req: RequestToAuthenticate): Promise<string> => {
-    const byAddress = perAddress.take(req.ip);
-    if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${req.ip}`);
+  /** The per-address limit alone: taken when the request arrives, before its body is read. */
+  const limitAddress = (ip: string): void => {
+    const byAddress = perAddress.take(ip);
+    if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${ip}`);
+  };
+  const authenticate = async (req: RequestToAuthenticate, how: { addressLimited?: boolean } = {}): Promise<string> => {
+    if (!how.addressLimited) limitAddress(req.ip);
     const { agentId } = await verifyRequest(
       { method: req.method, url: absoluteUrl(req.url, authorityOf(req)), headers: req.headers, body: req.body },
       (agent, keyId) => opts.verifier.key(agent, keyId),
@@ -65,6 +69,7 @@ export function relayAuthenticator(opts: {
     if (!byAgent.ok) throw rateLimited(byAgent.retryAfterSeconds, `rate limit of ${opts.perAgentPerMinute} requests per minute exceeded for ${agentId}`);
     return agentId;
   };
+  return Object.assign(authenticate, { limitAddress });
 }
 
 /**
@@ -94,7 +99,12 @@ export function requireSignedRequests(scope: FastifyInstance, authenticate: Rela
     req.rawBody = body as Buffer;
     json(req, (body as Buffer).toString("utf8"), done);
   });
+  // The per-address limit as soon as the request arrives, before its body is read or parsed.
+  scope.addHook("onRequest", async (req) => authenticate.limitAddress(req.ip));
   scope.addHook("preValidation", async (req) => {
-    req.agent = await authenticate({ ip: req.ip, method: req.method, url: req.url, host: req.host, localPort: req.socket.localPort, headers: req.headers, body: req.rawBody ?? undefined });
+    req.agent = await authenticate(
+      { ip: req.ip, method: req.method, url: req.url, host: req.host, localPort: req.socket.localPort, headers: req.headers, body: req.rawBody ?? undefined },
+      { addressLimited: true },
+    );
   });
 }

@@ -1,3 +1,4 @@
+import { refuseOverMaxPayload } from "../nats/payload.ts";
 import { DeliverPolicy, JetStreamApiError, type StoredMsg } from "@nats-io/jetstream";
 import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
 import type { Nats } from "../nats/connection.ts";
@@ -96,6 +97,7 @@ export class Mailboxes {
    */
   async store(data: string, messageId: string, recipients: string[], ttlSeconds?: number, sender = ""): Promise<{ stored: number; duplicates: number }> {
     this.ensureConnected();
+    refuseOverMaxPayload(this.nats, data);
     let stored = 0;
     let duplicates = 0;
     const expiresAt = ttlSeconds ? new Date(Date.now() + ttlSeconds * 1000).toISOString() : undefined;

@@ -51,6 +51,11 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         schema: { body: asSent(Message), response: { 202: Accepted } },
         config: { invalid: "the message does not follow IFP-4" },
         onResponse: count,
+        // The per-address limit comes first, before the body is even read or parsed.
+        onRequest: async (req) => {
+          const byAddress = perAddress.take(req.ip);
+          if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${req.ip}`);
+        },
       },
       async (req, reply) => {
         const message = req.body;
@@ -61,9 +66,6 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         if (idem !== undefined && idem !== h.message_id) {
           throw badRequest("Idempotency-Key must equal headers.message_id (IFP-6 section 4.2)");
         }
-        // Cheap per-address limit before the costly signature check.
-        const byAddress = perAddress.take(req.ip);
-        if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${req.ip}`);
         const verified = await verifier.verify(message, spec.inbox.requireSignature, { address: req.ip });
         const bySender = perSender.take(verified.signer ?? `unsigned:${h.from.agent}`);
         if (!bySender.ok) {
