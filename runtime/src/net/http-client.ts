@@ -56,7 +56,12 @@ export class HttpClient {
       dispatcher: this.dispatcher,
       signal: AbortSignal.timeout(init.timeoutMs ?? this.timeoutMs),
     });
-    return { status: res.status, headers: res.headers as unknown as Headers, text: await readAtMost(res, init.maxBytes ?? this.maxResponseBytes) };
+    try {
+      return { status: res.status, headers: res.headers as unknown as Headers, text: await readAtMost(res, init.maxBytes ?? this.maxResponseBytes) };
+    } catch (err) {
+      if (err instanceof ResponseTooLarge) err.status = res.status;
+      throw err;
+    }
   }
 
   async close(): Promise<void> {
@@ -64,7 +69,10 @@ export class HttpClient {
   }
 }
 
-export class ResponseTooLarge extends Error {}
+/** An answer whose body passed the cap; its status is known, its body was not read. */
+export class ResponseTooLarge extends Error {
+  status = 0;
+}
 
 /** The body as text, refused (and the connection cut) as soon as it exceeds maxBytes. */
 async function readAtMost(res: Response, maxBytes: number): Promise<string> {
