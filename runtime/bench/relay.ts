@@ -137,7 +137,7 @@ const messageBytes = Buffer.byteLength(JSON.stringify(bodies(1)[0]));
 const port = await freePort();
 const manifest = writeRelayManifest(
   tempDir("ifp-bench-"),
-  { url: "https://relay.bench", agents: [peerOf(alice), peerOf(bob)], limits: { perAgentPerMinute: 100_000_000, perAddressPerMinute: 100_000_000 } },
+  { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)], limits: { perAgentPerMinute: 100_000_000, perAddressPerMinute: 100_000_000 } },
   "bench-relay",
 );
 const child = spawn(process.execPath, [...(process.env.BENCH_RELAY_NODE_OPTIONS ?? "").split(" ").filter(Boolean), here("../bin/ifp-runtime.ts"), "relay", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url], {

@@ -26,7 +26,7 @@ let http: HttpClient;
 beforeAll(async () => {
   [nats, tls] = await Promise.all([startNats(), localhostTls()]);
   http = new HttpClient({ extraCa: tls.ca });
-  const manifest = writeRelayManifest(tempDir(), { url: "https://relay.test", agents: [peerOf(alice), peerOf(bob)] }, "hub");
+  const manifest = writeRelayManifest(tempDir(), { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] }, "hub");
   relay = await startRelay({ manifest, port: 0, host: "127.0.0.1", tlsCert: tls.files.cert, tlsKey: tls.files.key, nats: { url: nats.url }, logger: pino({ level: "silent" }) });
   relayUrl = relay.url.replace("127.0.0.1", "localhost");
   await waitFor("relay", async () => (await httpsRequest(`${relayUrl}/readyz`, { ca: tls.ca })).status === 200);
@@ -62,7 +62,7 @@ describe("agents that talk through a relay", () => {
       });
       expect(record.recipients[0]).toMatchObject({ via: `relay:${relayUrl}` });
       const got = await waitFor("bob's handler", () => handler.received.find((r) => r.body.headers.message_id === sent.message_id));
-      expect(got.body.trace.received).toEqual([expect.objectContaining({ by: "relay:https://relay.test", from: "alice-agent" })]);
+      expect(got.body.trace.received).toEqual([expect.objectContaining({ by: "relay:https://localhost", from: "alice-agent" })]);
       expect(got.headers["ifp-sender"]).toBe("alice-agent");
       // Taken from the relay: nothing is left waiting.
       expect((await new RelayClient(relayUrl, bob.signing, http).pull()).messages).toHaveLength(0);

@@ -370,7 +370,7 @@ describe("agent mode when things fail", () => {
       await waitFor("delivery to the handler", async () => (await handlerDeliveries(agent, "delivered")) === 1 && handler.received.length > 0, 30_000, 100);
       await consistently("exactly one delivery", async () => handler.received.length === 1 && (await handlerDeliveries(agent, "delivered")) === 1, 1500);
       expect(handler.received[0]!.body).toEqual(m);
-      expect(handler.received[0]!.headers).toMatchObject({ "idempotency-key": m.headers.message_id, "ifp-sender": "pete-agent" });
+      expect(handler.received[0]!.headers).toMatchObject({ "idempotency-key": `pete-agent ${m.headers.message_id}`, "ifp-sender": "pete-agent" });
     } finally {
       await agent.close();
       await handler.close();

@@ -75,7 +75,7 @@ describe("ifp-runtime command line", () => {
     const dir = tempDir();
     const alice = identity("alice-agent");
     const bob = identity("bob-agent");
-    const manifest = writeRelayManifest(dir, { url: "https://relay.test", agents: [peerOf(alice), peerOf(bob)], delivery: { retries: 20, backoffDelay: "200ms", timeout: "2s" } }, "cli-relay");
+    const manifest = writeRelayManifest(dir, { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)], delivery: { retries: 20, backoffDelay: "200ms", timeout: "2s" } }, "cli-relay");
     // The webhook's certificate is signed by the test CA, which only --ca-file names.
     const hook = await webhook({ tls } as RelayEnv, () => 200);
     const http = new HttpClient({ extraCa: tls.ca });

@@ -24,7 +24,7 @@ let http: HttpClient;
 beforeAll(async () => {
   [nats, tls] = await Promise.all([startNats(), localhostTls()]);
   http = new HttpClient({ extraCa: tls.ca });
-  const manifest = writeRelayManifest(tempDir(), { url: "https://relay.test", agents: [peerOf(bob), peerOf(stranger)] }, "hub");
+  const manifest = writeRelayManifest(tempDir(), { url: "https://localhost", agents: [peerOf(bob), peerOf(stranger)] }, "hub");
   relay = await startRelay({ manifest, port: 0, host: "127.0.0.1", tlsCert: tls.files.cert, tlsKey: tls.files.key, nats: { url: nats.url }, logger: pino({ level: "silent" }) });
   relayUrl = relay.url.replace("127.0.0.1", "localhost");
   await waitFor("relay", async () => (await httpsRequest(`${relayUrl}/readyz`, { ca: tls.ca })).status === 200);

@@ -126,7 +126,7 @@ function capturedLogger() {
 
 async function relayWith(server: NatsServer, credentials: Credentials) {
   const { logger, lines } = capturedLogger();
-  const manifest = writeRelayManifest(tempDir(), { url: "https://relay.test", agents: [peerOf(alice), peerOf(bob)] }, "auth-relay");
+  const manifest = writeRelayManifest(tempDir(), { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] }, "auth-relay");
   const relay = await startRelay({ manifest, port: 0, host: "127.0.0.1", tlsCert: tls.files.cert, tlsKey: tls.files.key, nats: { url: server.url, ...credentials }, logger });
   const url = relay.url.replace("127.0.0.1", "localhost");
   return { relay, url, lines, readyz: async () => (await httpsRequest(`${url}/readyz`, { ca: tls.ca })).status };

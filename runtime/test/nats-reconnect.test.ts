@@ -46,7 +46,7 @@ it("connects anew after the client gave up on refused credentials", async () => 
       done();
     },
   });
-  const manifest = writeRelayManifest(tempDir(), { url: "https://relay.test", agents: [peerOf(alice), peerOf(bob)] }, "reconnect-relay");
+  const manifest = writeRelayManifest(tempDir(), { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] }, "reconnect-relay");
   let relay: RunningRelay | undefined;
   try {
     relay = await startRelay({ manifest, port: 0, host: "127.0.0.1", tlsCert: tls.files.cert, tlsKey: tls.files.key, nats: { url: server.url, user: "ifp", pass: "first pass" }, logger: pino({ level: "info" }, sink) });

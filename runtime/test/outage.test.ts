@@ -80,7 +80,7 @@ describe("a runtime started while NATS is unreachable", () => {
     const natsPort = await freePort();
     const env = { tls, http, nats: { url: `nats://127.0.0.1:${natsPort}` } } as RelayEnv;
     const relay = await startRelay({
-      manifest: writeRelayManifest(tempDir(), { url: "https://relay.test", agents: [peerOf(alice), peerOf(bob)] }, randomName("early")),
+      manifest: writeRelayManifest(tempDir(), { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] }, randomName("early")),
       port: 0,
       host: "127.0.0.1",
       tlsCert: tls.files.cert,

@@ -44,7 +44,7 @@ export async function relayEnv(): Promise<RelayEnv> {
 export const randomName = (prefix = "relay") => `${prefix}-${Math.random().toString(36).slice(2, 8)}`;
 
 export async function runRelay(env: RelayEnv, spec: Partial<RelaySpecInput> = {}, name = randomName(), dir = tempDir()): Promise<RunningRelay> {
-  const manifest = writeRelayManifest(dir, { url: "https://relay.test", agents: [peerOf(alice), peerOf(bob), peerOf(carol)], ...spec }, name);
+  const manifest = writeRelayManifest(dir, { url: "https://localhost", agents: [peerOf(alice), peerOf(bob), peerOf(carol)], ...spec }, name);
   const relay = await startRelay({
     manifest,
     port: 0,

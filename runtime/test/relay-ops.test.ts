@@ -162,7 +162,7 @@ describe("relay: restarts and outages", () => {
 
   it("runs from the documented start contract as a child process", async () => {
     const dir = tempDir();
-    const manifest = writeRelayManifest(dir, { url: "https://relay.test", agents: [peerOf(alice), peerOf(bob)] }, randomName("cli"));
+    const manifest = writeRelayManifest(dir, { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] }, randomName("cli"));
     const port = await freePort();
     const child = spawn(
       process.execPath,

@@ -145,7 +145,7 @@ describe("relay: webhook push", () => {
       ]);
       const retry = hook.calls[2]!;
       expect(retry.headers).toMatchObject({ "idempotency-key": m.headers.message_id, "ifp-message-id": m.headers.message_id, "ifp-delivery-attempt": "2", "content-type": expect.stringMatching(/^application\/json/) });
-      expect(retry.body.trace.received).toEqual([expect.objectContaining({ by: "relay:https://relay.test", from: "alice-agent" })]);
+      expect(retry.body.trace.received).toEqual([expect.objectContaining({ by: "relay:https://localhost", from: "alice-agent" })]);
       await waitFor("removal from the mailbox", async () => (await c(bob).pull()).messages.length === 0);
       // Other agents' messages are not pushed to bob's webhook: stored for carol, and the hook
       // hears nothing more.

@@ -1,13 +1,54 @@
 import type { Agent } from "../resources/agent.ts";
-import { ProtocolError, unavailable } from "../protocol/errors.ts";
+import { badRequest, ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
-import { signMessage, type SigningKey } from "../protocol/signing.ts";
+import { canonicalProblem, signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Verified } from "../protocol/verify.ts";
 import type { ConversationLevels } from "./identity-levels.ts";
 import { inspect, type InboundMeta, type Inspection, type PeerCapabilityCache } from "./inbound.ts";
 import type { OutboxStore } from "./outbox.ts";
 import { errorReply } from "./replies.ts";
 import type { InboxStore } from "./store.ts";
+
+/** Clock skew tolerated on headers.date in the future, unless configured otherwise. */
+export const MAX_FUTURE_SKEW_MS = 5 * 60_000;
+
+/** What a message must meet before its signature is even checked, whichever way it came. */
+export interface Admission {
+  agentId: string;
+  /** How far back headers.date may lie: the replay window, which is also the inbox's duplicate window. */
+  replayWindowMs: number;
+  replayWindowText: string;
+  /** Clock skew tolerated on headers.date in the future. */
+  maxFutureSkewMs: number;
+  now: () => number;
+}
+
+/**
+ * The checks every inbound message passes, from the inbox or from a relay, before its
+ * signature: it is addressed to this agent (or, through a relay, to a topic the agent is
+ * subscribed to there), and its headers.date lies within the replay window. A message older
+ * than the window could be a replay the duplicate check has forgotten, so it is refused.
+ * Throws 400 `invalid_format`; isMisaddressed() tells a refusal for the recipients.
+ */
+export function admit(message: Message, a: Admission, topics: ReadonlySet<string> = new Set()): void {
+  const h = message.headers;
+  const problem = canonicalProblem(message);
+  if (problem) throw badRequest(`the message cannot be accepted: ${problem}`);
+  if (!h.to.some((t) => t.agent === a.agentId || (t.agent.startsWith("topic:") && topics.has(t.agent.slice("topic:".length))))) {
+    const err = badRequest(`the message is addressed to ${h.to.map((t) => t.agent).join(", ")}, not to ${a.agentId}`);
+    misaddressed.add(err);
+    throw err;
+  }
+  const date = Date.parse(h.date);
+  const now = a.now();
+  if (!(date >= now - a.replayWindowMs && date <= now + a.maxFutureSkewMs)) {
+    throw badRequest(`headers.date ${h.date} is outside the accepted window (${a.replayWindowText} back, ${Math.round(a.maxFutureSkewMs / 60_000)}m ahead)`);
+  }
+}
+
+const misaddressed = new WeakSet<object>();
+/** Whether admit() refused the message for its recipients (rather than its date). */
+export const isMisaddressed = (err: unknown): boolean => typeof err === "object" && err !== null && misaddressed.has(err);
 
 /** Where accepted messages go; `received` lets a repeat be told from a downgrade. */
 export type AcceptStore = Pick<InboxStore, "accept"> & Partial<Pick<InboxStore, "received">>;
@@ -32,7 +73,7 @@ export async function acceptVerified(
     await deps.levels?.check(meta.sender, h.conversation_id, verified.authLevel);
   } catch (err) {
     // A retry of a message accepted before the conversation's level rose is a repeat, not a downgrade.
-    const earlier = err instanceof ProtocolError && err.code === "insufficient_auth_level" ? await deps.store.received?.(h.message_id).catch(() => undefined) : undefined;
+    const earlier = err instanceof ProtocolError && err.code === "insufficient_auth_level" ? await deps.store.received?.(h.message_id, meta.sender).catch(() => undefined) : undefined;
     if (earlier && earlier.headers.from.agent === h.from.agent) return { duplicate: true };
     throw err;
   }

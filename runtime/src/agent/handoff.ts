@@ -101,7 +101,8 @@ export class HandlerDelivery {
         method: "POST",
         headers: {
           "content-type": "application/json; charset=utf-8",
-          "idempotency-key": messageId,
+          // message_id is unique per sender only: the key names both.
+          "idempotency-key": idempotencyKey(m.headers?.get(H.sender) ?? "", messageId, m.headers?.get(H.signed) !== "no"),
           "ifp-message-id": messageId,
           "ifp-sender": m.headers?.get(H.sender) ?? "",
           "ifp-auth-level": m.headers?.get(H.authLevel) ?? "",
@@ -183,4 +184,9 @@ export function expiredFor(data: Uint8Array, now: number): string | undefined {
   if (typeof ttl !== "number" || !Number.isFinite(ttl) || Number.isNaN(date)) return undefined;
   const expiresAt = date + ttl * 1000;
   return now >= expiresAt ? `expired: ttl_seconds ${ttl} from ${headers!.date} passed before hand-off` : undefined;
+}
+
+/** The hand-off's Idempotency-Key: `<sender> <message_id>`, the sender prefixed `unsigned:` when nothing verified it. */
+export function idempotencyKey(sender: string, messageId: string, signed: boolean): string {
+  return `${signed ? "" : "unsigned:"}${sender} ${messageId}`;
 }

@@ -23,8 +23,8 @@ export interface LocalApiDeps {
   outbox: Pick<OutboxStore, "enqueue">;
   states: Pick<DeliveryStates, "get" | "put" | "deadLetters">;
   peers: PeerRouteDeps["peers"];
-  /** The received message with this message_id, for replies. */
-  received(messageId: string): Promise<Message | undefined>;
+  /** The received message with this message_id (from `sender`, when given), for replies. */
+  received(messageId: string, sender?: string): Promise<Message | undefined>;
   /** Inbound messages for an application without an HTTP server; undefined when spec.handler is set. */
   stream?: AppStream;
   logger: Logger;
@@ -63,7 +63,9 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
   api.post("/outbox", async (req, reply) => {
     const body = (req.body ?? {}) as Record<string, unknown>;
     const inReplyTo = typeof body.in_reply_to === "string" ? body.in_reply_to : undefined;
-    const original = inReplyTo ? await deps.received(inReplyTo) : undefined;
+    // A message_id is unique per sender only: `to` (one agent) names whose message is answered.
+    const sender = typeof body.to === "string" ? body.to : undefined;
+    const original = inReplyTo ? await deps.received(inReplyTo, sender) : undefined;
     const unsigned = composeMessage(body, {
       agentId: deps.agent.spec.agentId,
       displayName: deps.agent.spec.displayName,

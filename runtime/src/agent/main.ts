@@ -16,7 +16,7 @@ import { parseDuration } from "../resources/common.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
 import { createRuntimeMetrics } from "../server/metrics.ts";
 import { readTls, watchTls } from "../server/tls.ts";
-import { acceptVerified, inspectionEffects } from "./accept.ts";
+import { acceptVerified, inspectionEffects, MAX_FUTURE_SKEW_MS } from "./accept.ts";
 import { AppStream } from "./app-stream.ts";
 import { buildAgentApp } from "./app.ts";
 import { DeliveryStates } from "./delivery-state.ts";
@@ -164,6 +164,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         verifier,
         requireSignature: spec.inbox.requireSignature,
         accept: (raw, message, verified) => acceptVerified({ agent, store: inbox, onAccepted, levels }, raw, message, verified),
+        admission: { agentId: spec.agentId, replayWindowMs: parseDuration(spec.inbox.replayWindow), replayWindowText: spec.inbox.replayWindow, maxFutureSkewMs: MAX_FUTURE_SKEW_MS, now: Date.now },
         intervalMs: parseDuration(spec.relay.pollInterval),
         topics: spec.relay.topics,
         onRelayed: (message, verified) => peerCapabilities.announced(message, verified.signer),
@@ -211,7 +212,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     ready: () => ready && nats.isConnected,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));
-  const localDeps = { agent, signing, documents, outbox: peerCapabilities.gate(outbox), states, peers: peerCapabilities, received: (id: string) => inbox.received(id), stream: appStream, logger: log };
+  const localDeps = { agent, signing, documents, outbox: peerCapabilities.gate(outbox), states, peers: peerCapabilities, received: (id: string, sender?: string) => inbox.received(id, sender), stream: appStream, logger: log };
   const localApi = buildLocalApi(localDeps);
   const localApiTls = localApiToken ? buildLocalApi(localDeps, { tls: readTls(tlsFiles), token: localApiToken }) : undefined;
   if (localApiTls) life.defer("local API TLS watch", watchTls(localApiTls, tlsFiles, log));

@@ -6,6 +6,7 @@ import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { MessageVerifier, Verified } from "../protocol/verify.ts";
 import { ProtocolError } from "../protocol/errors.ts";
 import { errorReply } from "./replies.ts";
+import { admit, isMisaddressed, type Admission } from "./accept.ts";
 import { RelayClient } from "../relay/client.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { composeMessage } from "./compose.ts";
@@ -46,6 +47,7 @@ export class RelayIntake {
   private readonly http: HttpClient;
   private readonly requireSignature: boolean;
   private readonly accept: (raw: unknown, message: Message, verified: Verified) => Promise<unknown>;
+  private readonly admission: Admission;
   private readonly log: Logger;
   private readonly metrics: RuntimeMetrics;
   private readonly intervalMs: number;
@@ -64,6 +66,8 @@ export class RelayIntake {
     verifier: MessageVerifier;
     requireSignature: boolean;
     accept: (raw: unknown, message: Message, verified: Verified) => Promise<unknown>;
+    /** The inbox's addressing and date-window checks, applied to every relayed message too. */
+    admission: Admission;
     intervalMs: number;
     log: Logger;
     metrics: RuntimeMetrics;
@@ -80,6 +84,7 @@ export class RelayIntake {
     this.http = deps.http;
     this.requireSignature = deps.requireSignature;
     this.accept = deps.accept;
+    this.admission = deps.admission;
     this.intervalMs = deps.intervalMs;
     this.log = deps.log;
     this.metrics = deps.metrics;
@@ -115,6 +120,9 @@ export class RelayIntake {
   private async poll(client: RelayClient): Promise<void> {
     await this.subscribe(client);
     let after: number | undefined;
+    // The topics this agent is subscribed to at this relay, read once per poll when a message names a topic.
+    let topics: Promise<ReadonlySet<string>> | undefined;
+    const topicsAtRelay = () => (topics ??= client.subscriptions().then((s) => new Set(s.topics)));
     for (let page = 0; page < 50 && !this.stopped; page++) {
       let messages: Message[];
       let next: number | undefined;
@@ -135,17 +143,37 @@ export class RelayIntake {
         }
         let refusal: ProtocolError | undefined;
         try {
-          const verified = await this.verifier.verify(parsed.data, this.requireSignature, { address: `relay:${client.base}` });
-          await this.accept(raw, parsed.data, verified);
-          await this.onRelayed?.(parsed.data, verified).catch((err: Error) => this.log.warn({ messageId: id, err: err.message }, "could not apply a relayed announcement"));
+          // The inbox's own checks first: a relay must not hand this agent what was addressed to
+          // another, nor a message older than the duplicate window remembers.
+          const named = parsed.data.headers.to.some((t) => t.agent.startsWith("topic:"));
+          admit(parsed.data, this.admission, named ? await topicsAtRelay() : undefined);
         } catch (err) {
-          if (!(err instanceof ProtocolError) || err.statusCode !== 401) {
-            this.log.warn({ relay: client.base, messageId: id, err: (err as Error).message }, "could not accept a relayed message; will retry");
-            // Throttled identity lookups hold back only their own message; a store failure holds back all.
-            if (err instanceof ProtocolError && err.statusCode === 429) continue;
-            return; // leave it at the relay
+          if (isMisaddressed(err)) {
+            this.metrics.relay.inc({ operation: "intake", result: "misaddressed" });
+            this.log.warn({ relay: client.base, messageId: id, to: parsed.data.headers.to, err: (err as Error).message }, "dropping a relayed message addressed to someone else");
+            await client.ack(id).catch(() => false);
+            continue;
+          }
+          if (!(err instanceof ProtocolError)) {
+            this.log.warn({ relay: client.base, err: (err as Error).message }, "could not read the subscriptions at the relay; will retry");
+            return;
           }
           refusal = err;
+        }
+        if (!refusal) {
+          try {
+            const verified = await this.verifier.verify(parsed.data, this.requireSignature, { address: `relay:${client.base}` });
+            await this.accept(raw, parsed.data, verified);
+            await this.onRelayed?.(parsed.data, verified).catch((e: Error) => this.log.warn({ messageId: id, err: e.message }, "could not apply a relayed announcement"));
+          } catch (err) {
+            if (!(err instanceof ProtocolError) || err.statusCode !== 401) {
+              this.log.warn({ relay: client.base, messageId: id, err: (err as Error).message }, "could not accept a relayed message; will retry");
+              // Throttled identity lookups hold back only their own message; a store failure holds back all.
+              if (err instanceof ProtocolError && err.statusCode === 429) continue;
+              return; // leave it at the relay
+            }
+            refusal = err;
+          }
         }
         if (refusal) {
           this.metrics.relay.inc({ operation: "intake", result: refusal.code });

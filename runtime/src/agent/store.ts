@@ -4,6 +4,7 @@ import type { Nats } from "../nats/connection.ts";
 import { ensureStream, isNotFound } from "../nats/streams.ts";
 import { nanos } from "../contract/nats.ts";
 import { unavailable } from "../protocol/errors.ts";
+import { refuseOverMaxPayload } from "../nats/payload.ts";
 import { Message } from "../protocol/message.ts";
 import type { AgentNames } from "./names.ts";
 
@@ -27,6 +28,8 @@ export const H = {
   authSource: "Ifp-Auth-Source",
   /** "no" when the runtime answers the message itself and the handler does not get it. */
   handoff: "Ifp-Handoff",
+  /** "no" on an accepted unsigned message (its sender is only what headers.from claims). */
+  signed: "Ifp-Signed",
   deadReason: "Ifp-Dead-Reason",
 } as const;
 
@@ -63,16 +66,20 @@ export class InboxStore {
   /** Durably store one message; resolves only after the JetStream ack. */
   async accept(raw: unknown, messageId: string, meta: AcceptMeta, fromAgent: string): Promise<{ duplicate: boolean }> {
     if (!this.nats.isConnected) throw unavailable("the message store (NATS JetStream) is not reachable");
+    const data = JSON.stringify(raw);
+    refuseOverMaxPayload(this.nats, data);
     const h = headers();
     h.set(H.messageId, messageId);
     h.set(H.sender, meta.signer ?? fromAgent);
     h.set(H.authLevel, String(meta.authLevel));
     if (meta.source) h.set(H.authSource, meta.source);
     if (!meta.handoff) h.set(H.handoff, "no");
-    // Scoped to the sender: nobody can pre-empt another agent's message_id.
+    if (!meta.signer) h.set(H.signed, "no");
+    // Scoped to the sender: nobody can pre-empt another agent's message_id. The subject is per
+    // message_id and holds every sender's message with it; received() tells them apart.
     const dedupe = `${meta.signer ? "signed" : "unsigned"}:${meta.signer ?? fromAgent} ${messageId}`;
     try {
-      const ack = await this.nats.js.publish(this.names.inbox(messageId), JSON.stringify(raw), {
+      const ack = await this.nats.js.publish(this.names.inbox(messageId), data, {
         msgID: dedupe,
         headers: h,
         timeout: 5_000,
@@ -83,14 +90,38 @@ export class InboxStore {
     }
   }
 
-  /** The received message with this message_id: one read by subject, since each message has its own. */
-  async received(messageId: string): Promise<Message | undefined> {
-    try {
-      const m = await this.nats.jsm.streams.getMessage(this.names.inboxStream, { last_by_subj: this.names.inbox(messageId) });
-      return m ? Message.parse(m.json()) : undefined;
-    } catch (err) {
-      if (isNotFound(err)) return undefined;
-      throw err;
+  /**
+   * The received message with this message_id from `sender` (the verified signer, or for an
+   * accepted unsigned message its headers.from.agent). A message_id is the sender's to choose,
+   * so another sender may reuse it: messages are told apart by (sender, message_id). Without a
+   * sender, the first message received with that id (the one a later reuse cannot displace).
+   * Signed messages are preferred to an unsigned one claiming the same sender.
+   */
+  async received(messageId: string, sender?: string): Promise<Message | undefined> {
+    let unsigned: Message | undefined;
+    let seq = 1;
+    // Bounded: a message_id reused more often than this is not looked at further.
+    for (let round = 0; round < 4; round++) {
+      const batch: { seq: number; sender: string | null; signed: boolean; json: () => unknown; pending: number }[] = [];
+      try {
+        const it = await this.nats.jsm.direct.getBatch(this.names.inboxStream, { seq, batch: 64, next_by_subj: this.names.inbox(messageId) });
+        for await (const m of it) {
+          batch.push({ seq: m.seq, sender: m.header.get(H.sender) || null, signed: m.header.get(H.signed) !== "no", json: () => m.json(), pending: m.pending });
+        }
+      } catch (err) {
+        if (isNotFound(err) || (err as { code?: number }).code === 404 || /no message|not found/i.test((err as Error).message)) break;
+        throw err;
+      }
+      for (const m of batch) {
+        seq = m.seq + 1;
+        if (sender === undefined) return Message.parse(m.json());
+        if (m.sender !== sender) continue;
+        if (m.signed) return Message.parse(m.json());
+        unsigned ??= Message.parse(m.json());
+      }
+      if (!batch.length || batch.at(-1)!.pending === 0) break;
     }
+    return unsigned;
   }
 }
+

@@ -20,7 +20,12 @@ export interface HttpClientOptions {
   /** Per-request timeout. */
   timeoutMs?: number;
   userAgent?: string;
+  /** Default cap on every answer's body, decoded bytes (DEFAULT_MAX_RESPONSE_BYTES unless set). */
+  maxResponseBytes?: number;
 }
+
+/** Every answer is read up to this many bytes unless a call or the client says otherwise. */
+export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
 
 export interface HttpResult {
   status: number;
@@ -63,7 +68,11 @@ function fileVersion(st: { mtimeMs: number; size: number; ino: number }): string
 /**
  * Outbound HTTPS for the runtime: one connection pool, the system trust store plus optional
  * extra CAs (never instead of it), a timeout per request, and no following of redirects (an
- * inbox that redirects is a misconfiguration to report, not to chase).
+ * inbox that redirects is a misconfiguration to report, not to chase). Every answer's body is
+ * read up to a cap (the call's `maxBytes`, else the client's `maxResponseBytes`, else 1 MiB) and
+ * the connection is cut past it; `Accept-Encoding: identity` is asked for, and a compressed
+ * answer sent anyway is counted after decoding, so a small compressed body cannot expand past
+ * the cap.
  */
 export class HttpClient {
   private dispatcher: Dispatcher;
@@ -77,6 +86,7 @@ export class HttpClient {
   private caFileVersion = "";
   private caFileCheckedAt = 0;
   private reloading: Promise<void> | undefined;
+  private readonly maxResponseBytes: number;
 
   constructor(opts: HttpClientOptions = {}) {
     this.extraCa = opts.extraCa ? [opts.extraCa] : [];
@@ -97,6 +107,7 @@ export class HttpClient {
     this.dispatcher = this.makeDispatcher();
     this.timeoutMs = opts.timeoutMs ?? 15_000;
     this.userAgent = opts.userAgent ?? "ifp-runtime";
+    this.maxResponseBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
   }
 
   /** The CA certificates outbound TLS trusts, or undefined for Node's default (the system roots alone). */
@@ -143,14 +154,18 @@ export class HttpClient {
     await this.reloadCaFile();
     const res = await fetch(url, {
       method: init.method ?? "GET",
-      headers: { "user-agent": this.userAgent, ...init.headers },
+      headers: { "user-agent": this.userAgent, ...init.headers, "accept-encoding": "identity" },
       body: init.body,
       redirect: "manual",
       dispatcher: this.dispatcher,
       signal: AbortSignal.timeout(init.timeoutMs ?? this.timeoutMs),
     });
-    if (init.maxBytes === undefined) return { status: res.status, headers: res.headers as unknown as Headers, text: await res.text() };
-    return { status: res.status, headers: res.headers as unknown as Headers, text: await readAtMost(res, init.maxBytes) };
+    try {
+      return { status: res.status, headers: res.headers as unknown as Headers, text: await readAtMost(res, init.maxBytes ?? this.maxResponseBytes) };
+    } catch (err) {
+      if (err instanceof ResponseTooLarge) err.status = res.status;
+      throw err;
+    }
   }
 
   async close(): Promise<void> {
@@ -158,11 +173,16 @@ export class HttpClient {
   }
 }
 
-export class ResponseTooLarge extends Error {}
+/** An answer whose body passed the cap; its status is known, its body was not read. */
+export class ResponseTooLarge extends Error {
+  status = 0;
+}
 
 /** The body as text, refused (and the connection cut) as soon as it exceeds maxBytes. */
 async function readAtMost(res: Response, maxBytes: number): Promise<string> {
-  const declared = Number(res.headers.get("content-length") ?? NaN);
+  // A declared length counts only for an answer that is not compressed (it is the encoded size).
+  const encoded = (res.headers.get("content-encoding") ?? "identity").toLowerCase() !== "identity";
+  const declared = encoded ? NaN : Number(res.headers.get("content-length") ?? NaN);
   if (declared > maxBytes) {
     await res.body?.cancel().catch(() => undefined);
     throw new ResponseTooLarge(`the answer declares ${declared} bytes, more than the ${maxBytes} allowed`);

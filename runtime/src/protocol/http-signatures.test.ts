@@ -85,9 +85,11 @@ describe("RFC 9421 and RFC 9530 example vectors", () => {
 });
 
 describe("the relay's request-signature profile", () => {
-  it("signs with label sig1 over method, path, query and content-digest", async () => {
+  it("signs with label sig1 over method, authority, path, query and content-digest", async () => {
     const r = await signed("POST", "https://relay.example/relay/publish", "{}");
-    expect(r.headers["signature-input"]).toMatch(/^sig1=\("@method" "@path" "@query" "content-digest"\);created=\d+;keyid="pete-agent#key-1";alg="ed25519"$/);
+    expect(r.headers["signature-input"]).toMatch(/^sig1=\("@method" "@authority" "@path" "@query" "content-digest"\);created=(\d+);expires=\d+;keyid="pete-agent#key-1";alg="ed25519"$/);
+    const [, created, expires] = /created=(\d+);expires=(\d+)/.exec(r.headers["signature-input"]!)!;
+    expect(Number(expires) - Number(created)).toBe(60);
     expect(r.headers.signature).toMatch(/^sig1=:[A-Za-z0-9+/]+=*:$/);
     expect(r.headers["content-digest"]).toBe(contentDigest("{}"));
     expect(await verifyRequest(r, keyFor)).toEqual({ agentId: "pete-agent", keyId: "key-1" });
@@ -109,11 +111,18 @@ describe("the relay's request-signature profile", () => {
     expect(await reason(verifyRequest({ ...r, url: "https://relay.example/relay/subscribe" }, keyFor))).toMatch(/does not verify/);
   });
 
-  it("accepts up to 300 s of age and 5 s of skew, and nothing beyond", async () => {
+  it("binds the request to the authority it was signed for", async () => {
+    const r = await signed("GET", "https://relay-a.example/relay/messages?limit=100");
+    expect(await verifyRequest(r, keyFor)).toMatchObject({ agentId: "pete-agent" });
+    expect(await reason(verifyRequest({ ...r, url: "https://relay-b.example/relay/messages?limit=100" }, keyFor))).toMatch(/does not verify/);
+    expect(await reason(verifyRequest({ ...r, url: "https://relay-a.example:8443/relay/messages?limit=100" }, keyFor))).toMatch(/does not verify/);
+  });
+
+  it("accepts a signature for its 60 s of life and 5 s of skew, and nothing beyond", async () => {
     const now = Date.now();
     const at = (offsetS: number) => signed("GET", "https://relay.example/relay/messages", undefined, new Date(now + offsetS * 1000));
-    expect(await reason(verifyRequest(await at(-299), keyFor, now))).toBe("accepted");
-    expect(await reason(verifyRequest(await at(-302), keyFor, now))).toMatch(/^401 invalid_signature: the request signature is older than 300 s/);
+    expect(await reason(verifyRequest(await at(-59), keyFor, now))).toBe("accepted");
+    expect(await reason(verifyRequest(await at(-62), keyFor, now))).toMatch(/^401 invalid_signature: the request signature has expired/);
     expect(await reason(verifyRequest(await at(4), keyFor, now))).toBe("accepted");
     expect(await reason(verifyRequest(await at(30), keyFor, now))).toMatch(/created in the future/);
   });
@@ -145,13 +154,16 @@ describe("the relay's request-signature profile", () => {
     const input = r.headers["signature-input"]!;
     const variants: [string, RegExp][] = [
       [input.replace(' "@query"', ""), /missing @query/],
+      [input.replace(' "@authority"', ""), /missing @authority/],
+      [input.replace(/;expires=\d+/, ""), /expires parameter/],
+      [input.replace(/;expires=\d+/, (e) => `;expires=${Number(e.slice(9)) + 240}`), /at most 60 s later/],
       [input.replace(';alg="ed25519"', ""), /alg="ed25519"/],
       [input.replace('alg="ed25519"', 'alg="rsa-pss-sha512"'), /alg="ed25519"/],
       [input.replace(/;created=\d+/, ""), /created parameter/],
       [input.replace('keyid="pete-agent#key-1"', 'keyid="pete-agent"'), /keyid="<agent_id>#<keyId>"/],
       [input.replace('"@path"', '"@path";req'), /must not carry parameters/],
       [input.replace('"@query"', '"@query" "@method"'), /appears twice/],
-      [input.replace(/;created=(\d+)/, (_m, c) => `;created=${c};expires=${Number(c) - 1}`), /expired/],
+      [input.replace(/;expires=\d+/, (e) => `;expires=${Number(e.slice(9)) - 60}`), /must be after created/],
       ["sig1=(", /not a structured-field dictionary/],
     ];
     for (const [bad, why] of variants) {

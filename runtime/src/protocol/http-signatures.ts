@@ -7,8 +7,10 @@ import { parseKeyId, type SigningKey } from "./signing.ts";
 /**
  * Request signatures for the relay endpoints (the spec leaves their authentication open):
  * RFC 9421 HTTP Message Signatures, label `sig1`, Ed25519, covering
- * ("@method" "@path" "@query") plus "content-digest" (RFC 9530, sha-256) when there is a
- * body, with parameters created, keyid="<agent_id>#<keyId>" and alg="ed25519".
+ * ("@method" "@authority" "@path" "@query") plus "content-digest" (RFC 9530, sha-256) when
+ * there is a body, with parameters created, expires (at most SIGNATURE_LIFETIME_S after
+ * created), keyid="<agent_id>#<keyId>" and alg="ed25519". Covering @authority binds a request
+ * to the one relay it was sent to; the short life bounds a replay to that relay.
  *
  * Signing uses the http-message-signatures library. Verification parses the fields with
  * structured-headers, picks exactly the `sig1` signature, applies this profile (covered
@@ -20,7 +22,9 @@ export const MAX_SIGNATURE_AGE_S = 300;
 /** A `created` up to this many seconds in the future is tolerated (clock skew). */
 export const CLOCK_SKEW_S = 5;
 export const SIGNATURE_ALG = "ed25519";
-const BASE_COMPONENTS = ["@method", "@path", "@query"] as const;
+/** A signature lives at most this long: `expires` is required and at most this far after `created`. */
+export const SIGNATURE_LIFETIME_S = 60;
+const BASE_COMPONENTS = ["@method", "@authority", "@path", "@query"] as const;
 
 /** The RFC 9530 Content-Digest field value (sha-256) of a body. */
 export function contentDigest(body: string | Uint8Array): string {
@@ -29,7 +33,7 @@ export function contentDigest(body: string | Uint8Array): string {
 
 export interface RequestToSign {
   method: string;
-  /** Absolute URL; its path and query are signed. */
+  /** Absolute URL; its authority (host and port), path and query are signed. */
   url: string;
   headers?: Record<string, string>;
   body?: string | Uint8Array;
@@ -52,8 +56,8 @@ export async function signRequest(req: RequestToSign, key: SigningKey, created =
       key: { id: `${key.agentId}#${key.keyId}`, alg: SIGNATURE_ALG, sign: async (data: Buffer) => edSign(null, data, key.privateKey) },
       name: SIGNATURE_LABEL,
       fields,
-      params: ["created", "keyid", "alg"],
-      paramValues: { created },
+      params: ["created", "expires", "keyid", "alg"],
+      paramValues: { created, expires: new Date(created.getTime() + SIGNATURE_LIFETIME_S * 1000) },
     },
     { method: req.method.toUpperCase(), url: req.url, headers },
   );
@@ -64,7 +68,10 @@ export async function signRequest(req: RequestToSign, key: SigningKey, created =
 
 export interface IncomingRequest {
   method: string;
-  /** Absolute URL of the request (scheme and host do not enter the signature base unless covered). */
+  /**
+   * Absolute URL of the request. Its authority is the verifier's own (the relay's configured
+   * public host), not the Host header, so a request signed for another host does not verify.
+   */
   url: string;
   headers: Record<string, string | string[] | undefined>;
   /** The raw body, when the request has one. */
@@ -124,7 +131,9 @@ export async function verifyRequest(
   if (age > MAX_SIGNATURE_AGE_S) throw invalidSignature(`the request signature is older than ${MAX_SIGNATURE_AGE_S} s (created ${created})`);
   if (age < -CLOCK_SKEW_S) throw invalidSignature(`the request signature is created in the future (${created}); check the clock`);
   const expires = params.get("expires");
-  if (expires !== undefined && (typeof expires !== "number" || now / 1000 > expires)) throw invalidSignature("the request signature has expired");
+  if (typeof expires !== "number" || !Number.isInteger(expires)) throw invalidSignature("the signature needs an expires parameter (whole seconds since the epoch)");
+  if (expires <= created || expires - created > SIGNATURE_LIFETIME_S) throw invalidSignature(`the signature's expires must be after created and at most ${SIGNATURE_LIFETIME_S} s later`);
+  if (now / 1000 > expires) throw invalidSignature(`the request signature has expired (expires ${expires})`);
   const keyid = params.get("keyid");
   const ref = typeof keyid === "string" ? parseKeyId(keyid) : undefined;
   if (!ref) throw invalidSignature(`the signature needs keyid="<agent_id>#<keyId>", not ${JSON.stringify(keyid ?? null)}`);

@@ -1,5 +1,6 @@
 import { createHmac, sign as edSign, timingSafeEqual, verify as edVerify, type KeyObject } from "node:crypto";
 import canonicalize from "canonicalize";
+import { badRequest } from "./errors.ts";
 import { isoSeconds } from "../util/time.ts";
 import type { Message, Signature } from "./message.ts";
 
@@ -29,12 +30,39 @@ export const REQUIRED_SIGNED_HEADERS = ["message_id", "date", "from", "to"] as c
 
 type Signable = Pick<Message, "headers" | "body">;
 
+/** JSON nested deeper than this is refused before anything stores, signs or verifies it. */
+export const MAX_JSON_DEPTH = 100;
+
+/**
+ * Why a parsed JSON document cannot be signed or verified (RFC 8785 canonical form), or
+ * undefined: nesting deeper than MAX_JSON_DEPTH, or a string with a lone surrogate. Iterative,
+ * so hostile depth cannot exhaust the stack.
+ */
+export function canonicalProblem(value: unknown): string | undefined {
+  const stack: [unknown, number][] = [[value, 0]];
+  while (stack.length) {
+    const [v, depth] = stack.pop()!;
+    if (typeof v === "string") {
+      if (!v.isWellFormed()) return "a string holds a lone surrogate (not valid Unicode), so the message has no canonical form";
+    } else if (v !== null && typeof v === "object") {
+      if (depth >= MAX_JSON_DEPTH) return `the document is nested deeper than ${MAX_JSON_DEPTH} levels`;
+      for (const [k, child] of Object.entries(v)) {
+        if (!k.isWellFormed()) return "a key holds a lone surrogate (not valid Unicode), so the message has no canonical form";
+        stack.push([child, depth + 1]);
+      }
+    }
+  }
+  return undefined;
+}
+
 export function signingInput(message: Signable, signedHeaders: readonly string[], signedBody: boolean): Buffer {
   const headers: Record<string, unknown> = {};
   const source = message.headers as Record<string, unknown>;
   for (const h of signedHeaders) headers[h] = source[h] ?? null;
+  const problem = canonicalProblem({ headers, body: signedBody ? message.body : null });
+  if (problem) throw badRequest(`the message cannot be canonicalized: ${problem}`);
   const text = canonicalize({ headers, body: signedBody ? message.body : null });
-  if (text === undefined) throw new Error("message cannot be canonicalized");
+  if (text === undefined) throw badRequest("the message cannot be canonicalized");
   return Buffer.from(text, "utf8");
 }
 

@@ -47,6 +47,7 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
   registerProbes(app, deps.ready, metrics);
   const authenticate = relayAuthenticator({
     verifier: deps.verifier,
+    publicUrl: spec.url,
     perAddressPerMinute: spec.limits.perAddressPerMinute,
     perAgentPerMinute: spec.limits.perAgentPerMinute,
     now,

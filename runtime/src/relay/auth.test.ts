@@ -21,12 +21,12 @@ const outcome = (p: Promise<string>) =>
 
 describe("relay request authentication", () => {
   it("names the signing agent", async () => {
-    const auth = relayAuthenticator({ verifier, perAddressPerMinute: 100, perAgentPerMinute: 100 });
+    const auth = relayAuthenticator({ verifier, publicUrl: "https://relay.example", perAddressPerMinute: 100, perAgentPerMinute: 100 });
     expect(await auth(await request("/relay/messages?limit=5"))).toBe("bob-agent");
   });
 
   it("limits per address before verifying, and per verified agent after", async () => {
-    const auth = relayAuthenticator({ verifier, perAddressPerMinute: 2, perAgentPerMinute: 3 });
+    const auth = relayAuthenticator({ verifier, publicUrl: "https://relay.example", perAddressPerMinute: 2, perAgentPerMinute: 3 });
     const unsigned = { ip: "10.0.0.9", method: "GET", url: "/relay/messages", host: "relay.example", headers: {} };
     expect(await outcome(auth(unsigned))).toBe("401 invalid_signature");
     expect(await outcome(auth(unsigned))).toBe("401 invalid_signature");

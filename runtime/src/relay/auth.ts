@@ -14,6 +14,8 @@ export interface RequestToAuthenticate {
   /** The request target as received (path and query). */
   url: string;
   host: string | undefined;
+  /** The local port the connection came in on. */
+  localPort?: number;
   headers: IncomingHttpHeaders;
   body?: Buffer;
 }
@@ -34,16 +36,35 @@ export type RelayAuthenticator = ReturnType<typeof relayAuthenticator>;
  * burn the CPU, then the RFC 9421 request signature against the keys of spec.agents (401),
  * then the per-agent limit keyed by the verified signer (429). Resolves to the agent id.
  */
-export function relayAuthenticator(opts: { verifier: Verifier; perAddressPerMinute: number; perAgentPerMinute: number; now?: () => number }) {
+export function relayAuthenticator(opts: {
+  verifier: Verifier;
+  /** The relay's public URL (spec.url): its authority is the one every signature must cover. */
+  publicUrl: string;
+  perAddressPerMinute: number;
+  perAgentPerMinute: number;
+  now?: () => number;
+}) {
   const now = opts.now ?? Date.now;
+  const publicUrl = new URL(opts.publicUrl);
+  // The authority every signature covers: spec.url's, or (a replica reached directly, as in a
+  // port-forward) spec.url's host name with the port the connection came in on. Never any
+  // other host, whatever the Host header says.
+  const authorityOf = (req: RequestToAuthenticate): string => {
+    const direct = req.localPort ? new URL(`https://${publicUrl.hostname}:${req.localPort}`).host : undefined;
+    return direct && req.host?.toLowerCase() === direct ? direct : publicUrl.host;
+  };
   const perAddress = new RateLimiter(opts.perAddressPerMinute, { now });
   const perAgent = new RateLimiter(opts.perAgentPerMinute, { now });
-  return async (req: RequestToAuthenticate): Promise<string> => {
+  /** The per-address limit alone: taken when the request arrives, before its body is read. */
+  const limitAddress = (req: { ip: string; socket?: { remoteAddress?: string } }): void => {
     const address = clientAddress(req);
     const byAddress = perAddress.take(address);
     if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${address}`);
+  };
+  const authenticate = async (req: RequestToAuthenticate, how: { addressLimited?: boolean } = {}): Promise<string> => {
+    if (!how.addressLimited) limitAddress(req);
     const { agentId } = await verifyRequest(
-      { method: req.method, url: absoluteUrl(req.url, req.host), headers: req.headers, body: req.body },
+      { method: req.method, url: absoluteUrl(req.url, authorityOf(req)), headers: req.headers, body: req.body },
       (agent, keyId) => opts.verifier.key(agent, keyId),
       now(),
     );
@@ -51,9 +72,14 @@ export function relayAuthenticator(opts: { verifier: Verifier; perAddressPerMinu
     if (!byAgent.ok) throw rateLimited(byAgent.retryAfterSeconds, `rate limit of ${opts.perAgentPerMinute} requests per minute exceeded for ${agentId}`);
     return agentId;
   };
+  return Object.assign(authenticate, { limitAddress });
 }
 
-/** The absolute URL whose @path and @query are checked; a strange Host does not matter to them. */
+/**
+ * The absolute URL whose @authority, @path and @query are checked. The authority is the
+ * relay's own (from spec.url), never the Host header: a request signed for another relay, or
+ * sent with a forged Host, does not verify, and a proxy that rewrites Host changes nothing.
+ */
 export function absoluteUrl(target: string, host: string | undefined): string {
   try {
     return new URL(target, `https://${host ?? "relay.invalid"}`).href;
@@ -76,7 +102,12 @@ export function requireSignedRequests(scope: FastifyInstance, authenticate: Rela
     req.rawBody = body as Buffer;
     json(req, (body as Buffer).toString("utf8"), done);
   });
+  // The per-address limit as soon as the request arrives, before its body is read or parsed.
+  scope.addHook("onRequest", async (req) => authenticate.limitAddress(req));
   scope.addHook("preValidation", async (req) => {
-    req.agent = await authenticate({ ip: req.ip, socket: req.socket, method: req.method, url: req.url, host: req.host, headers: req.headers, body: req.rawBody ?? undefined });
+    req.agent = await authenticate(
+      { ip: req.ip, socket: req.socket, method: req.method, url: req.url, host: req.host, localPort: req.socket.localPort, headers: req.headers, body: req.rawBody ?? undefined },
+      { addressLimited: true },
+    );
   });
 }

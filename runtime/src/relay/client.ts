@@ -3,6 +3,13 @@ import { signRequest } from "../protocol/http-signatures.ts";
 import type { Message } from "../protocol/message.ts";
 import type { AckResponse, DeadLetter, PageQuery, SubscribeRequest, SubscribeResponse } from "../protocol/relay-api.ts";
 import type { SigningKey } from "../protocol/signing.ts";
+import { ResponseTooLarge } from "../net/http-client.ts";
+
+/**
+ * The most a page of messages or dead letters may weigh: above the largest message a relay
+ * takes (16 MiB), with room for its trace. A fuller page is read again in smaller pages.
+ */
+export const MAX_PAGE_BYTES = 32 * 1024 * 1024;
 
 export type { DeadLetter, SubscribeResponse };
 
@@ -35,14 +42,14 @@ export class RelayClient {
     this.http = http;
   }
 
-  async request(method: string, path: string, body?: unknown, extra: Record<string, string> = {}): Promise<HttpResult> {
+  async request(method: string, path: string, body?: unknown, extra: Record<string, string> = {}, maxBytes?: number): Promise<HttpResult> {
     const url = `${this.base}${path}`;
     const text = body === undefined ? undefined : JSON.stringify(body);
     const headers = await signRequest(
       { method, url, body: text, headers: { accept: "application/json", ...(text ? { "content-type": "application/json" } : {}), ...extra } },
       this.key,
     );
-    return this.http.request(url, { method, headers, body: text });
+    return this.http.request(url, { method, headers, body: text, ...(maxBytes ? { maxBytes } : {}) });
   }
 
   /** Publish a message; `recipients` narrows it to those of its direct recipients (`?recipient=`). */
@@ -54,7 +61,7 @@ export class RelayClient {
 
   /** Waiting messages, oldest first; `next` is the cursor of the following page. */
   async pull(opts: Page = {}): Promise<{ messages: Message[]; next: number | undefined }> {
-    const res = await this.request("GET", `/relay/messages${pageQuery(opts)}`);
+    const res = await this.page("/relay/messages", opts);
     const body = this.json<Message[]>(res);
     const next = res.headers.get("ifp-next-after");
     return { messages: body, next: next ? Number(next) : undefined };
@@ -94,7 +101,7 @@ export class RelayClient {
   }
 
   async deadLetters(opts: Page = {}): Promise<DeadLetter[]> {
-    const res = await this.request("GET", `/relay/dead-letters${pageQuery(opts)}`);
+    const res = await this.page("/relay/dead-letters", opts);
     return this.json<{ dead_letters: DeadLetter[] }>(res).dead_letters;
   }
 
@@ -103,6 +110,19 @@ export class RelayClient {
     if (res.status === 404) return false;
     if (res.status !== 204) this.json(res);
     return true;
+  }
+
+  /** One page, up to MAX_PAGE_BYTES; a heavier page is asked for again with half the limit. */
+  private async page(path: string, opts: Page): Promise<HttpResult> {
+    let limit = opts.limit ?? 100;
+    for (;;) {
+      try {
+        return await this.request("GET", `${path}${pageQuery({ ...opts, limit })}`, undefined, {}, MAX_PAGE_BYTES);
+      } catch (err) {
+        if (!(err instanceof ResponseTooLarge) || limit <= 1) throw err;
+        limit = Math.max(1, Math.floor(limit / 2));
+      }
+    }
   }
 
   private json<T>(res: HttpResult): T {

@@ -98,7 +98,7 @@ export function attachWebSocket(
     const url = new URL(raw.url ?? "/", "https://relay.invalid");
     if (url.pathname !== WEBSOCKET_PATH) return refuse(socket, new ProtocolError(404, "not_found", `no WebSocket endpoint ${url.pathname}; use ${WEBSOCKET_PATH}`));
     deps
-      .authenticate({ ip: raw.socket.remoteAddress ?? "", method: raw.method ?? "GET", url: raw.url ?? "/", host: raw.headers.host, headers: raw.headers })
+      .authenticate({ ip: raw.socket.remoteAddress ?? "", method: raw.method ?? "GET", url: raw.url ?? "/", host: raw.headers.host, localPort: raw.socket.localPort, headers: raw.headers })
       .then(
         (agent) => wss.handleUpgrade(raw, socket, head, (ws) => serve(ws, agent, cursor(url.searchParams.get("after")))),
         (err) => refuse(socket, toProtocolError(err)),

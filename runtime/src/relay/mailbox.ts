@@ -1,3 +1,4 @@
+import { refuseOverMaxPayload } from "../nats/payload.ts";
 import { DeliverPolicy, JetStreamApiError, type StoredMsg } from "@nats-io/jetstream";
 import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
 import type { Nats } from "../nats/connection.ts";
@@ -94,8 +95,9 @@ export class Mailboxes {
    * Store one copy for each recipient; resolves once JetStream has acknowledged them all.
    * A failure leaves the copies already stored in place: a retry stores only the missing ones.
    */
-  async store(data: string, messageId: string, recipients: string[], ttlSeconds?: number): Promise<{ stored: number; duplicates: number }> {
+  async store(data: string, messageId: string, recipients: string[], ttlSeconds?: number, sender = ""): Promise<{ stored: number; duplicates: number }> {
     this.ensureConnected();
+    refuseOverMaxPayload(this.nats, data);
     let stored = 0;
     let duplicates = 0;
     const expiresAt = ttlSeconds ? new Date(Date.now() + ttlSeconds * 1000).toISOString() : undefined;
@@ -109,7 +111,8 @@ export class Mailboxes {
         try {
           const ack = await this.together.run(() =>
             this.nats.js.publish(this.names.copy(agent, messageId), data, {
-              msgID: `${agent} ${messageId}`,
+              // Per recipient, sender and message_id: another sender reusing an id cannot suppress the first.
+              msgID: `${agent} ${sender} ${messageId}`,
               headers: h,
               timeout: 5_000,
               ...(ttlSeconds ? { ttl: `${ttlSeconds}s` } : {}),

@@ -9,7 +9,7 @@ import { parseDuration } from "../../resources/common.ts";
 import type { RuntimeMetrics } from "../../server/metrics.ts";
 import { clientAddress, RateLimiter } from "../../server/ratelimit.ts";
 import { asSent } from "../../server/validation.ts";
-import { acceptVerified, type AcceptStore, type OnAccepted } from "../accept.ts";
+import { acceptVerified, admit, type AcceptStore, type Admission, type OnAccepted } from "../accept.ts";
 import { WELL_KNOWN, WELL_KNOWN_IFP } from "../documents.ts";
 import type { ConversationLevels } from "../identity-levels.ts";
 
@@ -38,6 +38,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
   const replayWindowMs = parseDuration(spec.inbox.replayWindow);
   const perAddress = new RateLimiter(spec.inbox.rateLimit.perAddressPerMinute, { now });
   const perSender = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
+  const admission: Admission = { agentId: spec.agentId, replayWindowMs, replayWindowText: spec.inbox.replayWindow, maxFutureSkewMs: deps.maxFutureSkewMs, now };
   // Every answer is counted: accepted, duplicate, or its error code.
   const count = async (_req: unknown, reply: FastifyReply) => {
     metrics.inbox.inc({ result: reply.outcome ?? (reply.statusCode < 400 ? "accepted" : "internal_error") });
@@ -50,24 +51,21 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         schema: { body: asSent(Message), response: { 202: Accepted } },
         config: { invalid: "the message does not follow IFP-4" },
         onResponse: count,
+        // The per-address limit comes first, before the body is even read or parsed.
+        onRequest: async (req) => {
+          const address = clientAddress(req);
+          const byAddress = perAddress.take(address);
+          if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${address}`);
+        },
       },
       async (req, reply) => {
         const message = req.body;
         const h = message.headers;
-        if (!h.to.some((t) => t.agent === spec.agentId)) {
-          throw badRequest(`the message is addressed to ${h.to.map((t) => t.agent).join(", ")}, not to ${spec.agentId}`);
-        }
+        // Addressing and date window: the same checks as for a message pulled from a relay.
         // Idempotency-Key is optional and only recommended to be the message_id (IFP-6): any
         // value is accepted, and repeats are recognised by headers.message_id alone.
-        const date = Date.parse(h.date);
-        if (date < now() - replayWindowMs || date > now() + deps.maxFutureSkewMs) {
-          throw badRequest(`headers.date ${h.date} is outside the accepted window (${spec.inbox.replayWindow} back, 5m ahead)`);
-        }
-        // Cheap per-address limit before the costly signature check.
-        const address = clientAddress(req);
-        const byAddress = perAddress.take(address);
-        if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${address}`);
-        const verified = await verifier.verify(message, spec.inbox.requireSignature, { address });
+        admit(message, admission);
+        const verified = await verifier.verify(message, spec.inbox.requireSignature, { address: clientAddress(req) });
         const bySender = perSender.take(verified.signer ?? `unsigned:${h.from.agent}`);
         if (!bySender.ok) {
           throw rateLimited(bySender.retryAfterSeconds, `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`);

@@ -48,7 +48,7 @@ export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app
       // The accountable trace entry (spec 2.9), appended before the message is stored;
       // everything else is kept as sent, so the sender's signature still verifies.
       const stored = withTraceEntry(req.body, traceEntry(deps.relayUrl, req.agent, new Date(deps.now())));
-      const result = await deps.mailboxes.store(JSON.stringify(stored), h.message_id, agents, ttl);
+      const result = await deps.mailboxes.store(JSON.stringify(stored), h.message_id, agents, ttl, req.agent);
       return reply.code(202).send({ status: "accepted", message_id: h.message_id, recipients: agents.length, ...result });
     },
   );
