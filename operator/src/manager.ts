@@ -6,6 +6,7 @@ import { hostname } from "node:os";
 import { KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { Nats, type NatsOptions } from "../../runtime/src/nats/connection.ts";
+import { OPERATOR_INBOX_PREFIX } from "../../runtime/src/contract/nats-permissions.ts";
 import { reconcileAgent } from "./controllers/agent/reconcile.ts";
 import { reconcileRelay, type RelayContext } from "./controllers/relay/reconcile.ts";
 import { ownerOf, type OperatorSettings } from "./controllers/runtime.ts";
@@ -65,7 +66,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   };
   const caches = new Caches(kc, opts.watchNamespaces, log, enqueue);
   const abort = new AbortController();
-  const nats = opts.nats ? new Nats({ ...opts.nats, name: "ifp-operator" }, log) : undefined;
+  const nats = opts.nats ? new Nats({ inboxPrefix: OPERATOR_INBOX_PREFIX, ...opts.nats, name: "ifp-operator" }, log) : undefined;
   void nats?.start(abort.signal).catch(() => {});
   const ctx: RelayContext = { kube, caches, settings: opts.settings, log, nats };
   const controller = (kind: Kind, reconcile: Reconcile) =>
