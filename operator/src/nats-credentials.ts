@@ -78,13 +78,14 @@ export async function serverConfig(keys: NatsKeys): Promise<string> {
 
 /** Issues user credentials of the account, signed by its signing key. */
 export class CredentialIssuer {
-  private readonly account: string;
+  /** The account's public key. */
+  readonly accountKey: string;
   private readonly signing: KeyPair;
 
   /** `account` is the account's public key (A...), `signingSeed` the seed of its signing key. */
   constructor(account: string, signingSeed: string) {
     if (!/^A[A-Z2-7]{55}$/.test(account)) throw new Error("the NATS account must be an account public key (A…, 56 characters)");
-    this.account = account;
+    this.accountKey = account;
     this.signing = keyPair(signingSeed, "A");
   }
 
@@ -100,7 +101,7 @@ export class CredentialIssuer {
       sub: { allow: permissions.sub, deny: [] },
       bearer_token: false,
     };
-    const jwt = await encodeUser(name, user, this.account, claims, { signer: this.signing, exp: Math.floor((now + lifetimeMs) / 1000) });
+    const jwt = await encodeUser(name, user, this.accountKey, claims, { signer: this.signing, exp: Math.floor((now + lifetimeMs) / 1000) });
     return text(fmtCreds(jwt, user));
   }
 }

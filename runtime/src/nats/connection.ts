@@ -12,6 +12,8 @@ export interface NatsOptions {
   name: string;
   /** A NATS credentials file (JWT + NKey seed). */
   credsFile?: string;
+  /** NATS credentials (JWT + NKey seed) given at each authentication, instead of a file. */
+  creds?: () => Uint8Array;
   user?: string;
   pass?: string;
   token?: string;
@@ -64,7 +66,11 @@ export class Nats {
             pass: this.opts.pass,
             token: this.opts.token,
             inboxPrefix: this.opts.inboxPrefix,
-            authenticator: this.opts.credsFile ? credsAuthenticator(rereading(this.opts.credsFile, await readFile(this.opts.credsFile))) : undefined,
+            authenticator: this.opts.credsFile
+              ? credsAuthenticator(rereading(this.opts.credsFile, await readFile(this.opts.credsFile)))
+              : this.opts.creds
+                ? credsAuthenticator(this.opts.creds)
+                : undefined,
           });
           if (stop.aborted) {
             await nc.close().catch(() => {});

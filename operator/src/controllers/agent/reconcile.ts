@@ -11,6 +11,8 @@ import { invalidSpecConditions, isoSeconds, type Blocker } from "../conditions.t
 import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { ensureTls } from "../tls.ts";
+import { agentPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
+import { ensureNatsCreds } from "../nats-creds.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { agentStatus } from "./status.ts";
 
@@ -29,7 +31,8 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing.secretName);
     const tls = await ensureTls(ctx.kube, ctx.caches, owner, agent.spec.tls, certificateDnsNames(owner, agent.spec.baseUrl, agent.spec.tls?.dnsNames));
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
-    let applied: string[] = [...signing.applied, ...tls.applied];
+    const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, agentPermissions(agent.spec.agentId)) : undefined;
+    let applied: string[] = [...signing.applied, ...tls.applied, ...(natsCreds?.applied ?? [])];
     if (!("blocker" in signing)) {
       const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName }));
       if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
@@ -47,7 +50,7 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     });
     const wrote = await writeStatus(ctx, "agents", obj, status, conditions);
     if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
-    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined) };
+    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined, natsCreds?.requeueAfterMs) };
   } catch (err) {
     return await reportFailure(ctx, "agents", obj, err);
   }

@@ -15,6 +15,8 @@ import { invalidSpecConditions } from "../conditions.ts";
 import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { ensureTls } from "../tls.ts";
+import { relayPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
+import { ensureNatsCreds } from "../nats-creds.ts";
 import { desiredRelayChildren, relayOwner, retentionLoss, STREAM_FINALIZER, type RelayResource } from "./desired.ts";
 import { relayStatus, type StreamObservation } from "./status.ts";
 
@@ -45,13 +47,14 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
     }
     const tls = await ensureTls(ctx.kube, ctx.caches, owner, relay.spec.tls, certificateDnsNames(owner, relay.spec.url, relay.spec.tls?.dnsNames));
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
+    const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, relayPermissions(relay)) : undefined;
     const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName }));
     if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
     const stream = await reconcileStream(ctx, obj, relay);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = relayStatus(
       relay,
-      { applied: [...tls.applied, ...changed], deployment, blocker: tls.blocker, waiting: tls.waiting, stream, tlsSecret: tls.secretName },
+      { applied: [...tls.applied, ...(natsCreds?.applied ?? []), ...changed], deployment, blocker: tls.blocker, waiting: tls.waiting, stream, tlsSecret: tls.secretName },
       obj.status as RelayStatus | undefined,
     );
     const wrote = await writeStatus(ctx, "relays", obj, status, conditions);
@@ -59,7 +62,7 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
     if (wrote && tls.blocker) await ctx.kube.event(obj, "Warning", tls.blocker.reason, tls.blocker.message);
     if (wrote && !stream.ok) await ctx.kube.event(obj, "Warning", stream.reason, stream.message);
     const streamRetry = stream.ok ? undefined : stream.reason === "NatsUnavailable" ? 10_000 : 30_000;
-    return { requeueAfterMs: earliest(tls.requeueAfterMs, tls.blocker ? 30_000 : undefined, streamRetry) };
+    return { requeueAfterMs: earliest(tls.requeueAfterMs, tls.blocker ? 30_000 : undefined, streamRetry, natsCreds?.requeueAfterMs) };
   } catch (err) {
     return await reportFailure(ctx, "relays", obj, err);
   }
