@@ -119,13 +119,14 @@ export function credsClaims(creds: string | undefined): { iat: number; exp?: num
 }
 
 /**
- * When the credential in `creds` must be re-issued (ms since the epoch): at 2/3 of its lifetime,
- * at once when it is missing, unreadable, issued by another account, or allows other subjects.
+ * When the credential in `creds` must be re-issued (ms since the epoch): when a third of the
+ * standard lifetime is left (at 2/3 of the lifetime of a credential issued here), at once when it
+ * is missing, unreadable, issued by another account, or allows other subjects.
  */
 export function renewalDue(creds: string | undefined, want: NatsPermissions, account: string): number {
   const c = credsClaims(creds);
   if (!c || c.exp === undefined || c.issuerAccount !== account) return 0;
   const same = (a: string[], b: string[]) => a.length === b.length && [...a].sort().every((x, i) => x === [...b].sort()[i]);
   if (!same(c.pub, want.pub) || !same(c.sub, want.sub)) return 0;
-  return (c.iat + (c.exp - c.iat) * RENEW_AT) * 1000;
+  return c.exp * 1000 - CREDENTIAL_LIFETIME_MS * (1 - RENEW_AT);
 }
