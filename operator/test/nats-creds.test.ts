@@ -199,4 +199,12 @@ describe("on a real API server", () => {
     expect(credsClaims(renewed)!.iat).toBeGreaterThan(credsClaims(old)!.iat);
     expect(renewalDue(renewed, agentPermissions("alice-id"), issuer.accountKey)).toBeGreaterThan(Date.now());
   });
+
+  it("never overwrites a Secret of that name it does not control", async () => {
+    cp.kubectl(["-n", NS, "create", "secret", "generic", "bob-nats", "--from-literal=nats.creds=mine"]);
+    cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name: "bob", namespace: NS }, spec: { agentId: "bob-id" } }));
+    const ready = await until("bob's conflict", () => get("agent", "bob")?.status?.conditions?.find((c: any) => c.type === "Ready" && c.reason === "ChildConflict"));
+    expect(ready.message).toMatch(/Secret bob-nats exists and is not controlled by this Agent/);
+    expect(credsOf("bob")).toBe("mine");
+  });
 });

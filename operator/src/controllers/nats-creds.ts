@@ -5,6 +5,7 @@
 import type { V1Secret } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import type { NatsPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
+import { ChildConflictError, controlledBy } from "../kube/apply.ts";
 import type { Kube } from "../kube/client.ts";
 import { CredentialIssuer, generateKeys, KEY_FIELDS, renewalDue, SERVER_CONFIG_FIELD, serverConfig, type NatsKeys } from "../nats-credentials.ts";
 import type { ReconcileContext } from "./reconciler.ts";
@@ -31,6 +32,10 @@ export async function ensureNatsCreds(
   const ns = owner.metadata.namespace;
   const name = natsCredsSecretName(owner.metadata.name);
   const current = ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
+  // A Secret of that name made by someone else is never overwritten.
+  if (current && !controlledBy(current, owner.metadata.uid)) {
+    throw new ChildConflictError(`Secret ${name} exists and is not controlled by this ${owner.kind}; rename or delete it to let the operator issue the NATS credential`);
+  }
   const existing = current?.data?.[CREDS_KEY] ? Buffer.from(current.data[CREDS_KEY], "base64").toString("utf8") : undefined;
   const due = renewalDue(existing, permissions, issuer.accountKey);
   if (due > now) return { applied: [], requeueAfterMs: due - now + 1_000 };
