@@ -118,6 +118,9 @@ describe("runtimes with their own NATS credential", () => {
       await handler.close();
     }
 
+    // Everything the three runtimes did was within their grants: the server refused nothing.
+    expect(nats.log()).not.toMatch(/Violation|authentication error|maximum control line/);
+
     // Alice's credential against what bob's runtime and the relay keep.
     const nc = await client(agentPermissions("alice-agent"), agentInboxPrefix("alice-agent"));
     try {
