@@ -2,7 +2,7 @@
 // and nothing of any other agent's or relay's. The operator writes these permissions into the
 // NATS user credential it issues per Agent and Relay; the runtime uses the inbox prefix below so
 // that the replies it waits for arrive on subjects no other runtime may subscribe to.
-import { agentNames } from "../agent/names.ts";
+import { agentNames } from "./agent-names.ts";
 import { encodeToken } from "./nats.ts";
 import { relayNames } from "./relay-stream.ts";
 import type { Relay } from "../resources/relay.ts";
@@ -73,7 +73,7 @@ export function agentPermissions(agentId: string): NatsPermissions {
       n.outboxSubjects,
       ...ownBucket(n.outboxStateBucket),
       ...ownBucket(n.peersBucket),
-      ...ownBucket(`ifp_auth_${encodeToken(agentId)}`),
+      ...ownBucket(n.authBucket),
       // The shared bucket: its stream may be looked up (and created by the first agent), but
       // only this agent's own keys read and written.
       `$JS.API.STREAM.INFO.${shared}`,
