@@ -137,7 +137,7 @@ describe("runtimes with their own NATS credential", () => {
       expect(await refusal(jsm.streams.info(relayNames(hub).stream))).toMatch(/permission|timeout/i);
       expect(await refusal(jsm.consumers.info(bobs.inboxStream, bobs.handlerConsumer))).toMatch(/permission|timeout/i);
       expect(await refusal(js.consumers.get(bobs.inboxStream, bobs.handlerConsumer).then((c) => c.next({ expires: 1_000 })))).toMatch(/permission|timeout/i);
-      expect(await refusal(jsm.streams.delete(mine.inboxStream))).toMatch(/permission|timeout/i);
+      expect(await refusal(jsm.consumers.add(bobs.inboxStream, { name: mine.inboxStream, filter_subject: bobs.inboxMessages }))).toMatch(/permission|timeout/i);
       const peers = await refusal(new Kvm(js).open(bobs.peersBucket).then((kv) => kv.get("x")));
       expect(peers).toMatch(/permission|timeout/i);
       // The shared agents bucket: only alice's own key.

@@ -22,38 +22,30 @@ export const relayInboxPrefix = (relay: Pick<Relay, "metadata" | "spec">): strin
 export const OPERATOR_INBOX_PREFIX = "_INBOX_OPERATOR";
 
 /**
- * JetStream API subjects to use one stream (and its consumers) without creating, changing or
- * deleting it. Consumer subjects name the stream in a fixed token, so a consumer named like
- * this stream on another stream is not matched.
+ * JetStream API subjects of one stream and its consumers, in as few patterns as is safe (a
+ * credential travels in the CONNECT line, which nats-server limits to 4 KB by default). The
+ * stream's name is always the fifth token: that is where every stream and consumer API puts it,
+ * so a consumer named like this stream on another stream (`$JS.API.CONSUMER.CREATE.<other>.<this>`)
+ * is not matched. `$JS.API.*.*.<stream>` covers stream info, create, update, purge and delete
+ * (deleting its own stream gives a runtime nothing purging does not), direct get, and consumer
+ * create, names and list; `.>` below it consumer info, delete and create with a name and filter,
+ * and direct get by subject.
  */
-function useStream(stream: string): string[] {
+function streamGrants(stream: string): string[] {
   return [
-    `$JS.API.STREAM.INFO.${stream}`,
-    `$JS.API.STREAM.MSG.GET.${stream}`,
-    `$JS.API.STREAM.MSG.DELETE.${stream}`,
-    `$JS.API.DIRECT.GET.${stream}`,
-    `$JS.API.DIRECT.GET.${stream}.>`,
-    `$JS.API.CONSUMER.CREATE.${stream}`,
-    `$JS.API.CONSUMER.CREATE.${stream}.>`,
+    `$JS.API.*.*.${stream}`,
+    `$JS.API.*.*.${stream}.>`,
+    `$JS.API.STREAM.MSG.*.${stream}`,
     `$JS.API.CONSUMER.DURABLE.CREATE.${stream}.*`,
-    `$JS.API.CONSUMER.INFO.${stream}.*`,
-    `$JS.API.CONSUMER.DELETE.${stream}.*`,
     `$JS.API.CONSUMER.MSG.NEXT.${stream}.*`,
-    `$JS.API.CONSUMER.NAMES.${stream}`,
-    `$JS.API.CONSUMER.LIST.${stream}`,
     `$JS.ACK.${stream}.>`,
     `$JS.FC.${stream}.>`,
   ];
 }
 
-/** A stream the runtime itself creates and keeps: using it, plus create, update and purge. */
-function ownStream(stream: string): string[] {
-  return [...useStream(stream), `$JS.API.STREAM.CREATE.${stream}`, `$JS.API.STREAM.UPDATE.${stream}`, `$JS.API.STREAM.PURGE.${stream}`];
-}
-
 /** A KV bucket of the runtime's own (the stream KV_<bucket> and its subjects $KV.<bucket>.>). */
 function ownBucket(bucket: string): string[] {
-  return [...ownStream(`KV_${bucket}`), `$KV.${bucket}.>`];
+  return [...streamGrants(`KV_${bucket}`), `$KV.${bucket}.>`];
 }
 
 function sorted(p: NatsPermissions): NatsPermissions {
@@ -67,9 +59,9 @@ export function agentPermissions(agentId: string): NatsPermissions {
   return sorted({
     pub: [
       "$JS.API.INFO",
-      ...ownStream(n.inboxStream),
+      ...streamGrants(n.inboxStream),
       n.inboxSubjects,
-      ...ownStream(n.outboxStream),
+      ...streamGrants(n.outboxStream),
       n.outboxSubjects,
       ...ownBucket(n.outboxStateBucket),
       ...ownBucket(n.peersBucket),
@@ -87,12 +79,12 @@ export function agentPermissions(agentId: string): NatsPermissions {
 
 /**
  * Everything a relay runtime needs: its stream and its KV bucket. The runtime applies the
- * stream's config at start as the operator does, so it may create and update (never delete) it.
+ * stream's config at start as the operator does, so it may create and update it.
  */
 export function relayPermissions(relay: Pick<Relay, "metadata" | "spec">): NatsPermissions {
   const n = relayNames(relay);
   return sorted({
-    pub: ["$JS.API.INFO", ...ownStream(n.stream), n.subjects, ...ownBucket(n.kvBucket)],
+    pub: ["$JS.API.INFO", ...streamGrants(n.stream), n.subjects, ...ownBucket(n.kvBucket)],
     sub: [`${relayInboxPrefix(relay)}.>`],
   });
 }
