@@ -1,11 +1,12 @@
 import { spawnSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { parse, parseAllDocuments, stringify } from "yaml";
 import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { tempDir } from "./support/process.ts";
+import { generateKeys, serverConfig } from "../operator/src/nats-credentials.ts";
 
 const CHART = "charts/ifp-operator";
 const NS = "ifp-system";
@@ -376,15 +377,60 @@ describe("Helm chart", () => {
     expect(() => render("trust.caOverlap=30d")).toThrow(/caOverlap/);
   });
 
-  it("configures an installed NATS that nats-server itself accepts", () => {
-    for (const replicas of ["1", "3"]) {
-      const cm = docs(render(`nats.replicas=${replicas}`)).find((d) => d.kind === "ConfigMap" && d.metadata.name.endsWith("-nats"))!;
-      const dir = tempDir("ifp-nats-conf-");
-      const conf = join(dir, "nats.conf");
-      writeFileSync(conf, cm.data["nats.conf"].replace("$POD_NAME", "test").replace("/data/jetstream", join(dir, "js")));
+  it("configures an installed NATS that nats-server itself accepts, with the operator's auth.conf where the pod mounts it", async () => {
+    // The pod mounts the ConfigMap at /etc/nats and the auth.conf the operator writes at /etc/nats-auth.
+    const authConf = await serverConfig(generateKeys());
+    for (const [replicas, auth] of [["1", true], ["3", true], ["1", false]] as const) {
+      const objects = docs(render(`nats.replicas=${replicas}`, `nats.auth.enabled=${auth}`));
+      const cm = objects.find((d) => d.kind === "ConfigMap" && d.metadata.name.endsWith("-nats"))!;
+      const sts = find(objects, "StatefulSet", "ifp-ifp-operator-nats");
+      const mounts = sts.spec.template.spec.containers[0].volumeMounts.map((m: { mountPath: string }) => m.mountPath);
+      expect(mounts).toContain("/etc/nats");
+      expect(mounts.includes("/etc/nats-auth")).toBe(auth);
+      expect(cm.data["nats.conf"].includes('include "../nats-auth/auth.conf"')).toBe(auth);
+      const base = tempDir("ifp-nats-conf-");
+      mkdirSync(join(base, "nats"));
+      mkdirSync(join(base, "nats-auth"));
+      writeFileSync(join(base, "nats-auth", "auth.conf"), authConf);
+      const conf = join(base, "nats", "nats.conf");
+      writeFileSync(conf, cm.data["nats.conf"].replace("$POD_NAME", "test").replace("/data/jetstream", join(base, "js")));
       const r = spawnSync(toolPath("nats-server"), ["-c", conf, "-t"], { encoding: "utf8", timeout: 30_000 });
       expect(r.status, r.stderr || r.error?.message).toBe(0);
     }
+  });
+
+  it("runs NATS with authentication by default: the operator holds the account key, NATS reads only auth.conf", () => {
+    const objects = docs(render());
+    const args: string[] = find(objects, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args;
+    expect(args).toEqual(expect.arrayContaining(["--nats-account-secret=ifp-ifp-operator-nats-account", `--nats-account-secret-namespace=${NS}`]));
+    const volumes = find(objects, "StatefulSet", "ifp-ifp-operator-nats").spec.template.spec.volumes;
+    expect(volumes.find((v: { name: string }) => v.name === "auth").secret).toEqual({ secretName: "ifp-ifp-operator-nats-account", items: [{ key: "auth.conf", path: "auth.conf" }] });
+    const role = find(objects, "Role", "ifp-ifp-operator-nats-account");
+    expect(role.rules[0]).toEqual({ apiGroups: [""], resources: ["secrets"], resourceNames: ["ifp-ifp-operator-nats-account"], verbs: ["get"] });
+    // A Secret of one's own; or no authentication at all.
+    expect(find(docs(render("nats.auth.accountSecret=mine")), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args).toContain("--nats-account-secret=mine");
+    const off = docs(render("nats.auth.enabled=false"));
+    expect(find(off, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args.some((a: string) => a.startsWith("--nats-account-secret"))).toBe(false);
+    expect(off.some((d) => d.kind === "Role" && d.metadata.name.endsWith("-nats-account"))).toBe(false);
+  });
+
+  it("admits NATS's client port only from the operator's and the runtimes' pods", () => {
+    const objects = docs(render());
+    const np = find(objects, "NetworkPolicy", "ifp-ifp-operator-nats");
+    const nats = find(objects, "StatefulSet", "ifp-ifp-operator-nats").spec.template.metadata.labels;
+    const operator = find(objects, "Deployment", "ifp-ifp-operator").spec.template.metadata.labels;
+    const runtime = { "app.kubernetes.io/name": "ifp-runtime", "app.kubernetes.io/instance": "alice", "app.kubernetes.io/component": "agent", "app.kubernetes.io/part-of": "ifp-operator", "app.kubernetes.io/managed-by": "ifp-operator" };
+    const stranger = { app: "something-else", "app.kubernetes.io/part-of": "ifp-operator" };
+    expect(selects(np.spec.podSelector, nats)).toBe(true);
+    expect(selects(np.spec.podSelector, operator)).toBe(false);
+    const [client, cluster] = np.spec.ingress;
+    expect(client.ports).toEqual([{ port: "client", protocol: "TCP" }]);
+    const admitted = (labels: Record<string, string>) => client.from.some((f: { podSelector: object }) => selects(f.podSelector, labels));
+    expect([admitted(operator), admitted(runtime), admitted(stranger)]).toEqual([true, true, false]);
+    expect(cluster.ports).toEqual([{ port: "cluster", protocol: "TCP" }]);
+    expect(selects(cluster.from[0].podSelector, nats)).toBe(true);
+    expect(docs(render("nats.networkPolicy.enabled=false")).some((d) => d.kind === "NetworkPolicy")).toBe(false);
+    expect(docs(render("nats.install=false", "nats.url=nats://n:4222")).some((d) => d.kind === "NetworkPolicy")).toBe(false);
   });
 
   it.each(Object.entries(VALUE_SETS))("has no kube-score findings left unexplained (%s)", (_name, { values, explained }) => {

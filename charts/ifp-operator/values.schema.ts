@@ -97,6 +97,8 @@ export const Values = z.strictObject({
     .strictObject({
       url: z.string().default(""),
       credentialsSecret: z.strictObject({ name: z.string().default(""), key: z.string().min(1).default("nats.creds") }).prefault({}),
+      auth: z.strictObject({ enabled: z.boolean().default(true), accountSecret: z.string().default("") }).prefault({}),
+      networkPolicy: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
       install: z.boolean().default(true),
       replicas: z.literal([1, 3]).default(1),
       image: Image("nats", "2.12-alpine"),

@@ -38,7 +38,7 @@ export function listeningUrls(log: string): { url: string; localApiUrl?: string 
 /**
  * Run a runtime Deployment's container as a local process from exactly what the operator
  * rendered: its args and env, and the files of its ConfigMap and Secret volumes written where
- * the mounts put them (under `dir` instead of /). `rewrite` adjusts file contents and args for
+ * the mounts put them (under `dir` instead of /, in args and env values alike). `rewrite` adjusts file contents and args for
  * loopback (cluster DNS names become localhost ports).
  */
 export function runDeploymentLocally(
@@ -75,7 +75,7 @@ export function runDeploymentLocally(
     .map((a) => a.replace(/=(\/etc\/ifp\/)/, `=${root}$1`))
     .map((a) => (opts.rewriteArg ? opts.rewriteArg(a) : a))
     .concat(opts.extraArgs ?? []);
-  const env = Object.fromEntries((container.env ?? []).filter((e: { value?: string }) => e.value !== undefined).map((e: { name: string; value: string }) => [e.name, e.value]));
+  const env = Object.fromEntries((container.env ?? []).filter((e: { value?: string }) => e.value !== undefined).map((e: { name: string; value: string }) => [e.name, e.value.replace(/^\/etc\/ifp\//, `${root}/etc/ifp/`)]));
   const p = spawnProcess(deployment, process.execPath, [new URL("../../runtime/bin/ifp-runtime.ts", import.meta.url).pathname, ...args], {
     env: { ...process.env, ...env, ...opts.env },
     logFile: join(root, "runtime.log"),

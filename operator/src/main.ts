@@ -18,6 +18,10 @@ account). Every flag also reads the environment variable in brackets.
   --nats-user USER                NATS user of the operator [IFP_NATS_USER]
   --nats-password PASSWORD        NATS password of the operator [IFP_NATS_PASSWORD]
   --nats-token TOKEN              NATS token of the operator [IFP_NATS_TOKEN]
+  --nats-account-secret NAME      Secret (operator's namespace) with the NATS account signing key;
+                                  generated at first start when absent. Each runtime then gets its
+                                  own credential, the Secret <name>-nats [IFP_NATS_ACCOUNT_SECRET]
+  --nats-account-secret-namespace NS  its namespace (default: POD_NAMESPACE, else default)
   --nats-creds-secret NAME        Secret in each resource's namespace whose credentials file the
                                   runtime pods mount (IFP_NATS_CREDS)
   --nats-creds-secret-key KEY     its key (default: the file name of --nats-creds, else nats.creds)
@@ -58,6 +62,8 @@ const OPTIONS = {
   "nats-password": { type: "string", env: "IFP_NATS_PASSWORD" },
   "nats-token": { type: "string", env: "IFP_NATS_TOKEN" },
   "nats-creds-secret": { type: "string" },
+  "nats-account-secret": { type: "string", env: "IFP_NATS_ACCOUNT_SECRET" },
+  "nats-account-secret-namespace": { type: "string" },
   "nats-creds-secret-key": { type: "string" },
   "nats-auth-secret": { type: "string" },
   "runtime-image": { type: "string", env: "IFP_RUNTIME_IMAGE" },
@@ -174,6 +180,9 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
         runtimeRunAsGroup: podId("runtime-run-as-group", str("runtime-run-as-group") ?? "10001"),
         runtimeImagePullSecrets: list(str("runtime-image-pull-secrets")),
       },
+      natsAccount: str("nats-account-secret")
+        ? { name: str("nats-account-secret")!, namespace: str("nats-account-secret-namespace") ?? env.POD_NAMESPACE ?? "default" }
+        : undefined,
       nats: natsUrl ? { url: natsUrl, credsFile, user: str("nats-user"), pass: str("nats-password"), token: str("nats-token") } : undefined,
       watchNamespaces: list(str("watch-namespaces")),
       leaderElection: leaderElect === "true" ? { namespace: str("leader-election-namespace") ?? env.POD_NAMESPACE ?? "default", identity: env.POD_NAME } : undefined,

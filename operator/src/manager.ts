@@ -6,6 +6,8 @@ import { hostname } from "node:os";
 import { KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { Nats, type NatsOptions } from "../../runtime/src/nats/connection.ts";
+import { OPERATOR_INBOX_PREFIX, operatorPermissions } from "../../runtime/src/contract/nats-permissions.ts";
+import { loadNatsIssuer } from "./controllers/nats-creds.ts";
 import { reconcileAgent } from "./controllers/agent/reconcile.ts";
 import { reconcileRelay, type RelayContext } from "./controllers/relay/reconcile.ts";
 import { ownerOf, type OperatorSettings } from "./controllers/runtime.ts";
@@ -23,6 +25,11 @@ export interface ManagerOptions {
   settings: OperatorSettings;
   /** The operator's own NATS connection (relay streams); without it relays report NatsUnavailable. */
   nats?: Omit<NatsOptions, "name">;
+  /**
+   * The Secret with the NATS account signing key (generated at first start when absent): the
+   * operator then issues each runtime its own credential, and itself one for relay streams.
+   */
+  natsAccount?: { namespace: string; name: string };
   /** Namespaces to watch; empty: all. */
   watchNamespaces: string[];
   leaderElection?: { namespace: string; name?: string; identity?: string; leaseSeconds?: number };
@@ -69,7 +76,20 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   };
   const caches = new Caches(kc, opts.watchNamespaces, log, enqueue);
   const abort = new AbortController();
-  const nats = opts.nats ? new Nats({ ...opts.nats, name: "ifp-operator" }, log) : undefined;
+  const natsIssuer = opts.natsAccount ? await loadNatsIssuer(kube, opts.natsAccount.namespace, opts.natsAccount.name, log) : undefined;
+  // With the signing key and no credential of its own, the operator issues itself one (relay
+  // streams only), renewed daily and read at each (re)connect.
+  let ownCreds: Uint8Array | undefined;
+  const issueOwn = async () => {
+    ownCreds = new TextEncoder().encode(await natsIssuer!.issue("ifp-operator", operatorPermissions()));
+  };
+  const selfIssued = natsIssuer && opts.nats && !opts.nats.credsFile && !opts.nats.user && !opts.nats.token;
+  if (selfIssued) await issueOwn();
+  const renewOwn = selfIssued ? setInterval(() => void issueOwn().catch((err) => log.error({ err: String(err) }, "renewing the operator's NATS credential failed")), 24 * 3600_000) : undefined;
+  renewOwn?.unref();
+  const nats = opts.nats
+    ? new Nats({ inboxPrefix: OPERATOR_INBOX_PREFIX, ...opts.nats, ...(selfIssued ? { creds: () => ownCreds! } : {}), name: "ifp-operator" }, log)
+    : undefined;
   void nats?.start(abort.signal).catch(() => {});
   const trust = new InstallTrust(kube, {
     namespace: opts.trust?.namespace ?? opts.leaderElection?.namespace ?? process.env.POD_NAMESPACE ?? "default",
@@ -78,7 +98,8 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
     extraCas: opts.trust?.extraCas,
     log,
   });
-  const ctx: RelayContext = { kube, caches, settings: opts.settings, log, nats, trust };
+  const settings = natsIssuer ? { ...opts.settings, natsPerResourceCreds: true } : opts.settings;
+  const ctx: RelayContext = { kube, caches, settings, log, nats, trust, natsIssuer };
   const controller = (kind: Kind, reconcile: Reconcile) =>
     new Controller({ kind, reconcile, exists: (ns, name) => !!caches.get(kind, ns, name), metrics, log });
   const controllers: Record<Kind, Controller> = {
@@ -178,6 +199,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       await caches.stop();
       await elector?.stop();
       await nats?.close();
+      if (renewOwn) clearInterval(renewOwn);
       await health.close();
       log.info("operator stopped");
     },

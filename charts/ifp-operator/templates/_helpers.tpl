@@ -45,6 +45,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/* The NATS URL the operator and the runtimes use. */}}
+{{- define "ifp-operator.natsAccountSecret" -}}
+{{- .Values.nats.auth.accountSecret | default (printf "%s-nats-account" (include "ifp-operator.fullname" .)) }}
+{{- end }}
+
 {{- define "ifp-operator.natsUrl" -}}
 {{- if .Values.nats.install }}
 {{- printf "nats://%s-nats.%s.svc:4222" (include "ifp-operator.fullname" .) .Release.Namespace }}

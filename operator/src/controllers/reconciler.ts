@@ -1,5 +1,6 @@
 // The I/O shell shared by the Agent and Relay controllers: context, status writes, errors.
 import type { KubernetesObject } from "@kubernetes/client-node";
+import type { CredentialIssuer } from "../nats-credentials.ts";
 import type { Logger } from "pino";
 import { ChildConflictError } from "../kube/apply.ts";
 import type { Caches } from "../kube/caches.ts";
@@ -18,6 +19,8 @@ export interface ReconcileContext {
   log: Logger;
   /** The install CA and the CAs every trust bundle holds. */
   trust: InstallTrust;
+  /** Issues each runtime's own NATS credential (nats-creds.ts); absent when the operator was given no account. */
+  natsIssuer?: CredentialIssuer;
 }
 
 export type CustomObject = KubernetesObject & { spec?: unknown; status?: Record<string, unknown> };

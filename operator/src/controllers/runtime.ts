@@ -17,6 +17,8 @@ export interface OperatorSettings {
   natsCredsSecret?: { name: string; key: string };
   /** A Secret (in each resource's namespace) with optional keys `user`, `password`, `token`. */
   natsAuthSecret?: string;
+  /** Each runtime mounts its own credential, the Secret `<name>-nats` the operator issues (nats-creds.ts). */
+  natsPerResourceCreds?: boolean;
   /** UID/GID of the runtime pods: a number, null to leave it unset (OpenShift's restricted SCC), absent means 10001. */
   runtimeRunAsUser?: number | null;
   runtimeRunAsGroup?: number | null;
@@ -182,7 +184,11 @@ export function runtimeDeployment(opts: {
     mounts.push({ name: "signing", mountPath: "/etc/ifp/signing", readOnly: true });
     volumes.push({ name: "signing", secret: { secretName: opts.signingSecret, items: [{ key: "signing.key", path: "signing.key" }] } });
   }
-  if (settings.natsCredsSecret) {
+  if (settings.natsPerResourceCreds) {
+    env.push({ name: "IFP_NATS_CREDS", value: "/etc/ifp/nats/nats.creds" });
+    mounts.push({ name: "nats", mountPath: "/etc/ifp/nats", readOnly: true });
+    volumes.push({ name: "nats", secret: { secretName: `${owner.metadata.name}-nats`, items: [{ key: "nats.creds", path: "nats.creds" }] } });
+  } else if (settings.natsCredsSecret) {
     env.push({ name: "IFP_NATS_CREDS", value: "/etc/ifp/nats/nats.creds" });
     mounts.push({ name: "nats", mountPath: "/etc/ifp/nats", readOnly: true });
     volumes.push({ name: "nats", secret: { secretName: settings.natsCredsSecret.name, items: [{ key: settings.natsCredsSecret.key, path: "nats.creds" }] } });

@@ -1,4 +1,5 @@
-import { statSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
+import { agentInboxPrefix } from "../contract/nats-permissions.ts";
 import { readFile } from "node:fs/promises";
 import type { FastifyInstance } from "fastify";
 import pino, { type Logger } from "pino";
@@ -109,7 +110,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     introductionTokens: opts.introductionSecretFile ? introductionTokenFile(opts.introductionSecretFile, log) : undefined,
     log,
   });
-  const nats = new Nats({ ...opts.nats, name: `ifp-agent ${spec.agentId}` }, log);
+  const nats = new Nats({ inboxPrefix: agentInboxPrefix(spec.agentId), ...opts.nats, name: `ifp-agent ${spec.agentId}` }, log);
   life.defer("NATS", () => nats.close());
 
   const inbox = new InboxStore(nats, names, parseDuration(spec.inbox.replayWindow));

@@ -1,27 +1,2 @@
-import { encodeToken } from "../contract/nats.ts";
-
-/** JetStream names of one agent. Replicas of the same agent share them. */
-export function agentNames(agentId: string) {
-  const t = encodeToken(agentId);
-  return {
-    inboxStream: `IFP_INBOX_${t}`,
-    inboxSubjects: `ifp.inbox.${t}.>`,
-    /** Accepted inbound messages, one subject per message_id so a reply can find its original. */
-    inboxMessages: `ifp.inbox.${t}.msg.>`,
-    inbox: (messageId: string) => `ifp.inbox.${t}.msg.${encodeToken(messageId)}`,
-    /** Inbound messages the handler never took. */
-    dead: `ifp.inbox.${t}.dead`,
-    handlerConsumer: "handler",
-    outboxStream: `IFP_OUTBOX_${t}`,
-    outboxSubjects: `ifp.outbox.${t}.>`,
-    outbox: `ifp.outbox.${t}.msg`,
-    senderConsumer: "sender",
-    /** Delivery state of outbound messages, by message_id (KV). */
-    outboxStateBucket: `ifp_outbox_${t}`,
-    /** Capability documents learned from peers' greetings (KV). */
-    peersBucket: `ifp_peers_${t}`,
-    kvBucket: "ifp_agents",
-    kvKey: t,
-  };
-}
-export type AgentNames = ReturnType<typeof agentNames>;
+// The names live in contract/ so that the operator can grant them; re-exported for the agent.
+export { agentNames, type AgentNames } from "../contract/agent-names.ts";

@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { AuthorizationError, connect, credsAuthenticator, UserAuthenticationExpiredError, type NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
@@ -11,9 +12,16 @@ export interface NatsOptions {
   name: string;
   /** A NATS credentials file (JWT + NKey seed). */
   credsFile?: string;
+  /** NATS credentials (JWT + NKey seed) given at each authentication, instead of a file. */
+  creds?: () => Uint8Array;
   user?: string;
   pass?: string;
   token?: string;
+  /**
+   * The prefix of the subjects replies and consumer deliveries come in on (default `_INBOX`). A
+   * runtime uses its own, the only one its NATS credential lets it subscribe to.
+   */
+  inboxPrefix?: string;
 }
 
 /**
@@ -57,7 +65,12 @@ export class Nats {
             user: this.opts.user,
             pass: this.opts.pass,
             token: this.opts.token,
-            authenticator: this.opts.credsFile ? credsAuthenticator(await readFile(this.opts.credsFile)) : undefined,
+            inboxPrefix: this.opts.inboxPrefix,
+            authenticator: this.opts.credsFile
+              ? credsAuthenticator(rereading(this.opts.credsFile, await readFile(this.opts.credsFile)))
+              : this.opts.creds
+                ? credsAuthenticator(this.opts.creds)
+                : undefined,
           });
           if (stop.aborted) {
             await nc.close().catch(() => {});
@@ -137,6 +150,23 @@ export class Nats {
       await nc.close().catch(() => {});
     }
   }
+}
+
+/**
+ * The credentials file, read again each time the client authenticates (every reconnect), so a
+ * renewed credential (a rotated Secret) is used without a restart. While the file cannot be read
+ * (e.g. in the middle of its replacement) the last content read is used.
+ */
+function rereading(file: string, first: Uint8Array): () => Uint8Array {
+  let last = first;
+  return () => {
+    try {
+      last = readFileSync(file);
+    } catch {
+      // keep the last content
+    }
+    return last;
+  };
 }
 
 /**

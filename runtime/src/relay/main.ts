@@ -1,3 +1,5 @@
+import { readFileSync } from "node:fs";
+import { relayInboxPrefix } from "../contract/nats-permissions.ts";
 import type { FastifyInstance } from "fastify";
 import pino, { type Logger } from "pino";
 import { loadManifest } from "../config/manifest.ts";
@@ -52,7 +54,7 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
 
   const http = new HttpClient({ caFile, onCaFileReload: caFileLogger(log), userAgent: "ifp-relay" });
   life.defer("HTTP client", () => http.close());
-  const nats = new Nats({ ...opts.nats, name: `ifp-relay ${relay.metadata.name ?? relay.spec.url}` }, log);
+  const nats = new Nats({ inboxPrefix: relayInboxPrefix(relay), ...opts.nats, name: `ifp-relay ${relay.metadata.name ?? relay.spec.url}` }, log);
   life.defer("NATS", () => nats.close());
   const mailboxes = new Mailboxes(nats, names);
   const subs = new Subscriptions(nats, names, log);

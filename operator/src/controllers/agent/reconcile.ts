@@ -15,6 +15,8 @@ import { exposedHosts } from "../expose.ts";
 import { planExposure, pruneExposure } from "../expose-reconcile.ts";
 import { ensureTls } from "../tls.ts";
 import { ensureTrust } from "../trust.ts";
+import { agentPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
+import { ensureNatsCreds } from "../nats-creds.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { ensureLocalApi, localApiDnsNames } from "./local-api.ts";
 import { agentStatus } from "./status.ts";
@@ -38,7 +40,8 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls, dnsNames);
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
     const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls?.trust);
-    let applied: string[] = [...signing.applied, ...localApi.applied, ...tls.applied, ...trust.applied];
+    const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, agentPermissions(agent.spec.agentId)) : undefined;
+    let applied: string[] = [...signing.applied, ...localApi.applied, ...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? [])];
     const exposure = await planExposure(ctx.kube, namespace, expose);
     if (!("blocker" in signing) && !localApi.blocker) {
       const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
@@ -59,7 +62,7 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     });
     const wrote = await writeStatus(ctx, "agents", obj, status, conditions);
     if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
-    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined) };
+    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined, natsCreds?.requeueAfterMs) };
   } catch (err) {
     return await reportFailure(ctx, "agents", obj, err);
   }

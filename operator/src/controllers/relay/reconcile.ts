@@ -18,6 +18,8 @@ import { earliest, previousFields, reportFailure, writeStatus, type CustomObject
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { ensureTls } from "../tls.ts";
 import { ensureTrust } from "../trust.ts";
+import { relayPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
+import { ensureNatsCreds } from "../nats-creds.ts";
 import { desiredRelayChildren, relayOwner, retentionLoss, STREAM_FINALIZER, type RelayResource } from "./desired.ts";
 import { relayStatus, type StreamObservation } from "./status.ts";
 
@@ -50,6 +52,7 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
     const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, relay.spec.tls, certificateDnsNames(owner, relay.spec.url, [...(relay.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]));
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
     const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, relay.spec.tls?.trust);
+    const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, relayPermissions(relay)) : undefined;
     const exposure = await planExposure(ctx.kube, namespace, expose);
     const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
     if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
@@ -60,7 +63,7 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = relayStatus(
       relay,
-      { applied: [...tls.applied, ...trust.applied, ...changed], deployment, blocker, waiting: tls.waiting, stream, tlsSecret: tls.secretName },
+      { applied: [...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? []), ...changed], deployment, blocker, waiting: tls.waiting, stream, tlsSecret: tls.secretName },
       obj.status as RelayStatus | undefined,
     );
     const wrote = await writeStatus(ctx, "relays", obj, status, conditions);
@@ -68,7 +71,7 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
     if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
     if (wrote && !stream.ok) await ctx.kube.event(obj, "Warning", stream.reason, stream.message);
     const streamRetry = stream.ok ? undefined : stream.reason === "NatsUnavailable" ? 10_000 : 30_000;
-    return { requeueAfterMs: earliest(tls.requeueAfterMs, tls.blocker || trust.blocker ? 30_000 : undefined, exposure.blocker ? 60_000 : undefined, streamRetry) };
+    return { requeueAfterMs: earliest(tls.requeueAfterMs, tls.blocker || trust.blocker ? 30_000 : undefined, exposure.blocker ? 60_000 : undefined, streamRetry, natsCreds?.requeueAfterMs) };
   } catch (err) {
     return await reportFailure(ctx, "relays", obj, err);
   }

@@ -1,0 +1,32 @@
+import { encodeToken } from "./nats.ts";
+
+/**
+ * JetStream names of one agent, shared by the agent runtime and the operator (which grants them
+ * in the agent's NATS credential). Replicas of the same agent share them.
+ */
+export function agentNames(agentId: string) {
+  const t = encodeToken(agentId);
+  return {
+    inboxStream: `IFP_INBOX_${t}`,
+    inboxSubjects: `ifp.inbox.${t}.>`,
+    /** Accepted inbound messages, one subject per message_id so a reply can find its original. */
+    inboxMessages: `ifp.inbox.${t}.msg.>`,
+    inbox: (messageId: string) => `ifp.inbox.${t}.msg.${encodeToken(messageId)}`,
+    /** Inbound messages the handler never took. */
+    dead: `ifp.inbox.${t}.dead`,
+    handlerConsumer: "handler",
+    outboxStream: `IFP_OUTBOX_${t}`,
+    outboxSubjects: `ifp.outbox.${t}.>`,
+    outbox: `ifp.outbox.${t}.msg`,
+    senderConsumer: "sender",
+    /** Delivery state of outbound messages, by message_id (KV). */
+    outboxStateBucket: `ifp_outbox_${t}`,
+    /** Capability documents learned from peers' greetings (KV). */
+    peersBucket: `ifp_peers_${t}`,
+    /** IFP-5 authentication levels of conversations (KV; agent/identity-levels.ts). */
+    authBucket: `ifp_auth_${t}`,
+    kvBucket: "ifp_agents",
+    kvKey: t,
+  };
+}
+export type AgentNames = ReturnType<typeof agentNames>;

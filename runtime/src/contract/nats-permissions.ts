@@ -1,0 +1,102 @@
+// What each runtime may do on NATS: the subjects of its own streams, consumers and KV buckets,
+// and nothing of any other agent's or relay's. The operator writes these permissions into the
+// NATS user credential it issues per Agent and Relay; the runtime uses the inbox prefix below so
+// that the replies it waits for arrive on subjects no other runtime may subscribe to.
+import { agentNames } from "./agent-names.ts";
+import { encodeToken } from "./nats.ts";
+import { relayNames } from "./relay-stream.ts";
+import type { Relay } from "../resources/relay.ts";
+
+/** Publish and subscribe allow-lists of one NATS user (everything else is denied). */
+export interface NatsPermissions {
+  pub: string[];
+  sub: string[];
+}
+
+/** The KV bucket every agent keeps one key of (its capability-set hash); see agentNames().kvBucket. */
+const SHARED_AGENT_BUCKET = "ifp_agents";
+
+/** The inbox prefix of a runtime: request replies and consumer deliveries come in below it. */
+export const agentInboxPrefix = (agentId: string): string => `_INBOX_A_${encodeToken(agentId)}`;
+export const relayInboxPrefix = (relay: Pick<Relay, "metadata" | "spec">): string => `_INBOX_R_${relayNames(relay).stream.slice("IFP_RELAY_".length)}`;
+export const OPERATOR_INBOX_PREFIX = "_INBOX_OPERATOR";
+
+/**
+ * JetStream API subjects of one stream and its consumers, in as few patterns as is safe (a
+ * credential travels in the CONNECT line, which nats-server limits to 4 KB by default). The
+ * stream's name is always the fifth token: that is where every stream and consumer API puts it,
+ * so a consumer named like this stream on another stream (`$JS.API.CONSUMER.CREATE.<other>.<this>`)
+ * is not matched. `$JS.API.*.*.<stream>` covers stream info, create, update, purge and delete
+ * (deleting its own stream gives a runtime nothing purging does not), direct get, and consumer
+ * create, names and list; `.>` below it consumer info, delete and create with a name and filter,
+ * and direct get by subject.
+ */
+function streamGrants(stream: string): string[] {
+  return [
+    `$JS.API.*.*.${stream}`,
+    `$JS.API.*.*.${stream}.>`,
+    `$JS.API.STREAM.MSG.*.${stream}`,
+    `$JS.API.CONSUMER.DURABLE.CREATE.${stream}.*`,
+    `$JS.API.CONSUMER.MSG.NEXT.${stream}.*`,
+    `$JS.ACK.${stream}.>`,
+    `$JS.FC.${stream}.>`,
+  ];
+}
+
+/** A KV bucket of the runtime's own (the stream KV_<bucket> and its subjects $KV.<bucket>.>). */
+function ownBucket(bucket: string): string[] {
+  return [...streamGrants(`KV_${bucket}`), `$KV.${bucket}.>`];
+}
+
+function sorted(p: NatsPermissions): NatsPermissions {
+  return { pub: [...new Set(p.pub)].sort(), sub: [...new Set(p.sub)].sort() };
+}
+
+/** Everything an agent runtime (all replicas of one agent id) needs, and no more. */
+export function agentPermissions(agentId: string): NatsPermissions {
+  const n = agentNames(agentId);
+  const shared = `KV_${SHARED_AGENT_BUCKET}`;
+  return sorted({
+    pub: [
+      "$JS.API.INFO",
+      ...streamGrants(n.inboxStream),
+      n.inboxSubjects,
+      ...streamGrants(n.outboxStream),
+      n.outboxSubjects,
+      ...ownBucket(n.outboxStateBucket),
+      ...ownBucket(n.peersBucket),
+      ...ownBucket(n.authBucket),
+      // The shared bucket: its stream may be looked up (and created by the first agent), but
+      // only this agent's own keys read and written.
+      `$JS.API.STREAM.INFO.${shared}`,
+      `$JS.API.STREAM.CREATE.${shared}`,
+      `$JS.API.DIRECT.GET.${shared}.$KV.${SHARED_AGENT_BUCKET}.${n.kvKey}.>`,
+      `$KV.${SHARED_AGENT_BUCKET}.${n.kvKey}.>`,
+    ],
+    sub: [`${agentInboxPrefix(agentId)}.>`],
+  });
+}
+
+/**
+ * Everything a relay runtime needs: its stream and its KV bucket. The runtime applies the
+ * stream's config at start as the operator does, so it may create and update it.
+ */
+export function relayPermissions(relay: Pick<Relay, "metadata" | "spec">): NatsPermissions {
+  const n = relayNames(relay);
+  return sorted({
+    pub: ["$JS.API.INFO", ...streamGrants(n.stream), n.subjects, ...ownBucket(n.kvBucket)],
+    sub: [`${relayInboxPrefix(relay)}.>`],
+  });
+}
+
+/**
+ * The operator's own connection: it creates, updates, inspects and deletes relay streams. NATS
+ * matches permissions token by token, so a stream-name prefix cannot be expressed: the grant
+ * covers managing any stream of the account, but no message, consumer, KV or data subject.
+ */
+export function operatorPermissions(): NatsPermissions {
+  return sorted({
+    pub: ["$JS.API.INFO", ...["CREATE", "UPDATE", "INFO", "DELETE"].map((op) => `$JS.API.STREAM.${op}.*`)],
+    sub: [`${OPERATOR_INBOX_PREFIX}.>`],
+  });
+}
