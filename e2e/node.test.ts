@@ -356,7 +356,11 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
         },
       },
     ];
-    for (const o of objects) cp.kubectl(["apply", "-f", "-"], JSON.stringify(withLocalImages(o)));
+    // carol first, Ready before dave greets her (else the greeting waits for dave's next attempt, a minute later).
+    const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withLocalImages(o)));
+    for (const o of objects.slice(0, -1)) apply(o);
+    await withDiagnosis(waitFor("Agent carol Ready", () => readyCondition(cp.tryJson(["-n", ns, "get", "agent", "carol"])), 180_000, 1000));
+    apply(objects.at(-1)!);
     // dave's trust bundle holds the user's CA beside the install's.
     await waitFor("dave-trust with the user's CA", () => (cp.tryJson(["-n", ns, "get", "configmap", "dave-trust"])?.data?.["ca.crt"] ?? "").includes(ca.cert.trim()), 60_000, 1000);
     const appLog = (name: string) => pods(ns, `app.kubernetes.io/instance=${name}`).map((p) => cp.kubectl(["-n", ns, "logs", p.metadata.name, "-c", "app"])).join("\n");
