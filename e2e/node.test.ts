@@ -419,7 +419,8 @@ function scriptPod(name: string, namespace: string, image: string, script: strin
 
 /**
  * A pod of the agent's application: queues one message at the agent's local API Service and
- * follows it until delivered; the outcome goes to the termination message.
+ * follows it until delivered, and checks that a request without the token or with another is
+ * refused (401); the outcome goes to the termination message.
  */
 function localApiSender(name: string, namespace: string, agent: string, port: number, image: string, message: Obj): Obj {
   return scriptPod(
@@ -476,6 +477,12 @@ while (!queued && Date.now() < deadline) {
   if (!queued) await sleep(2000);
 }
 result.message_id = queued?.message_id;
+// Without the token, or with another, the Service refuses: 401 unauthorized, nothing queued.
+const refused = async (h) => {
+  const res = await fetch(process.env.LOCAL_API + "/outbox", { method: "POST", headers: { "content-type": "application/json", ...h }, body: process.env.MESSAGE, signal: AbortSignal.timeout(10_000) }).catch((err) => ({ status: String(err?.cause?.message ?? err) }));
+  return res.status + " " + ((await res.json?.().catch(() => ({})))?.code ?? "");
+};
+if (queued) result.refused = [await refused({}), await refused({ authorization: "Bearer " + "x".repeat(43) })];
 while (queued && Date.now() < deadline) {
   const res = await fetch(process.env.LOCAL_API + "/outbox/" + encodeURIComponent(queued.message_id), { headers, signal: AbortSignal.timeout(10_000) }).catch(() => undefined);
   result.record = await res?.json().catch(() => undefined);
@@ -484,7 +491,7 @@ while (queued && Date.now() < deadline) {
 }
 console.log(JSON.stringify(result));
 writeFileSync("/dev/termination-log", JSON.stringify(result).slice(0, 4000));
-process.exitCode = result.record?.state === "delivered" ? 0 : 1;
+process.exitCode = result.record?.state === "delivered" && result.refused?.every((r) => r === "401 unauthorized") ? 0 : 1;
 `;
 
 const RELAY_SCRIPT = `
