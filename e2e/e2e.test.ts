@@ -29,7 +29,8 @@ import { freePort, waitFor } from "./support/ports.ts";
  * service account, the examples applied, the runtimes run locally from what the operator
  * rendered, and real messages between them.
  */
-const NS = "ifp-examples";
+/** The examples' namespaces (each file names its own). */
+const NS = { alice: "ifp-alice", bob: "ifp-bob", relay: "ifp-relay" } as const;
 const SYSTEM = "ifp-system";
 let cp: ControlPlane;
 let nats: NatsServer;
@@ -39,7 +40,7 @@ const dir = tempDir("ifp-e2e-");
 
 const json = (args: string[]) => cp.json(args);
 const tryJson = (args: string[]) => cp.tryJson(args);
-const ready = (kind: string, name: string) => tryJson(["-n", NS, "get", kind, name])?.status?.conditions?.find((c: any) => c.type === "Ready")?.status === "True";
+const ready = (kind: string, name: keyof typeof NS) => tryJson(["-n", NS[name], "get", kind, name])?.status?.conditions?.find((c: any) => c.type === "Ready")?.status === "True";
 const examples = (file: string) => parseAllDocuments(readFileSync(`examples/${file}`, "utf8")).map((d) => d.toJSON()).filter(Boolean);
 
 /** A step shared by several tests, run by the first that needs it; a failure fails each of them with its cause. */
@@ -92,17 +93,16 @@ afterAll(async () => {
 // The examples, with serving certificates that also name localhost, so that the local processes
 // below can check them.
 const examplesApplied = once(async () => {
-  cp.kubectl(["create", "namespace", NS]);
-  for (const file of ["signing-keys.yaml", "agent-alice.yaml", "agent-bob.yaml", "relay.yaml"]) {
+  for (const file of ["agent-alice.yaml", "agent-bob.yaml", "relay.yaml", "signing-keys.yaml"]) {
     const docs = examples(file).map((d) => (d.kind === "Agent" || d.kind === "Relay" ? { ...d, spec: { ...d.spec, tls: { dnsNames: ["localhost"] } } } : d));
-    cp.kubectl(["apply", "-n", NS, "-f", "-"], docs.map((d) => stringify(d)).join("---\n"));
+    cp.kubectl(["apply", "-f", "-"], docs.map((d) => stringify(d)).join("---\n"));
   }
 });
 
 const examplesReady = once(async () => {
   await examplesApplied();
   await waitFor("alice, bob and the relay Ready", () => ready("agent", "alice") && ready("agent", "bob") && ready("relay", "relay"), 120_000, 500).catch((err) => {
-    throw new Error(`${err.message}\n${cp.kubectl(["-n", NS, "get", "agents,relays", "-o", "yaml"]).slice(0, 4000)}`);
+    throw new Error(`${err.message}\n${cp.kubectl(["get", "agents,relays", "-A", "-o", "yaml"]).slice(0, 4000)}`);
   });
 });
 
@@ -114,21 +114,21 @@ const examplesReady = once(async () => {
 const running = once(async () => {
   await examplesReady();
   const ports = { alice: 0, bob: 0, relay: 0, aliceApi: 0 };
-  const local = (text: string) => text.replace(/https:\/\/(bob|relay)\.ifp-examples\.svc/g, (_m, n: "bob" | "relay") => `https://localhost:${ports[n]}`);
+  const local = (text: string) => text.replace(/https:\/\/(bob|relay)\.ifp-(?:bob|relay)\.svc/g, (_m, n: "bob" | "relay") => `https://localhost:${ports[n]}`);
   const hookTls = await localhostTls();
   // The test's own clients trust what a runtime of the install trusts: the bundle the operator
   // published (the install CA issued every serving certificate). The runtimes get it from their
   // rendered --ca-file, nothing added.
   const bundle = join(dir, "ca-bundle.crt");
-  writeFileSync(bundle, json(["-n", NS, "get", "configmap", "alice-trust"]).data["ca.crt"]);
+  writeFileSync(bundle, json(["-n", NS.alice, "get", "configmap", "alice-trust"]).data["ca.crt"]);
   const ca = readFileSync(bundle, "utf8");
   const start = async (name: "alice" | "bob" | "relay", extra: string[]) => {
-    const r = runDeploymentLocally(cp, NS, name, dir, {
+    const r = runDeploymentLocally(cp, NS[name], name, dir, {
       // Peers and relays are reached on loopback. Request signatures cover the relay's authority,
       // so the relay's public URL becomes https://localhost (a replica reached directly is
       // accepted on the port it listens on); it names the relay in traces.
-      rewriteFile: (_p, text) => (name === "relay" ? text.replace(/https:\/\/relay\.ifp-examples\.svc/g, "https://localhost") : local(text)),
-      rewriteArg: (a) => (a.startsWith("--port=") ? "--port=0" : a),
+      rewriteFile: (_p, text) => (name === "relay" ? text.replace(/https:\/\/relay\.ifp-relay\.svc/g, "https://localhost") : local(text)),
+      rewriteArg: (a) => (a.startsWith("--port=") ? "--port=0" : a.startsWith("--local-api-tls-port=") ? "--local-api-tls-port=0" : a),
       extraArgs: ["--host=127.0.0.1", ...extra],
       // The test's webhook receiver has a certificate of the test CA; info level logs the port.
       env: { IFP_LOG_LEVEL: "info", NODE_EXTRA_CA_CERTS: hookTls.files.ca },
@@ -152,7 +152,7 @@ const running = once(async () => {
 describe("end to end on the local control plane", { timeout: 300_000 }, () => {
   it("applies the examples and the operator makes them Ready", async () => {
     await examplesReady();
-    expect(cp.kubectl(["-n", NS, "get", "agents"])).toMatch(/alice\s+alice-agent\s+https:\/\/alice\.ifp-examples\.svc\s+True/);
+    expect(cp.kubectl(["-n", NS.alice, "get", "agents"])).toMatch(/alice\s+alice-agent\s+https:\/\/alice\.ifp-alice\.svc\s+True/);
   });
 
   it("runs the runtimes from exactly what the operator rendered", async () => {
@@ -162,7 +162,7 @@ describe("end to end on the local control plane", { timeout: 300_000 }, () => {
     // issued every serving certificate.
     for (const r of runtimes) expect(r.args.filter((a) => a.startsWith("--ca-file")), r.name).toEqual([`--ca-file=${join(r.dir, "etc/ifp/trust/ca.crt")}`]);
     const installCa = Buffer.from(json(["-n", SYSTEM, "get", "secret", "ifp-ifp-operator-ca"]).data["ca.crt"], "base64").toString();
-    for (const name of ["alice", "bob", "relay"]) expect(json(["-n", NS, "get", "configmap", `${name}-trust`]).data["ca.crt"], name).toContain(installCa.trim());
+    for (const name of ["alice", "bob", "relay"] as const) expect(json(["-n", NS[name], "get", "configmap", `${name}-trust`]).data["ca.crt"], name).toContain(installCa.trim());
     const caps = await httpsRequest(`https://localhost:${ports.alice}/.well-known/agent/capabilities`, { ca });
     expect(caps.json()).toMatchObject({ ifp: 7, agent_id: "alice-agent" });
   });
@@ -183,7 +183,7 @@ describe("end to end on the local control plane", { timeout: 300_000 }, () => {
     const { ports, bundle, hookTls } = await running();
     const http = new HttpClient({ extraCa: readFileSync(bundle, "utf8") });
     onTestFinished(() => http.close());
-    const key = (name: string, agent: string) => ({ agentId: agent, keyId: "key-1", privateKey: privateKeyFromPem(Buffer.from(json(["-n", NS, "get", "secret", `${name}-signing-key`]).data["signing.key"], "base64").toString()) });
+    const key = (name: "alice" | "bob", agent: string) => ({ agentId: agent, keyId: "key-1", privateKey: privateKeyFromPem(Buffer.from(json(["-n", NS[name], "get", "secret", `${name}-signing-key`]).data["signing.key"], "base64").toString()) });
     const alice = new RelayClient(`https://localhost:${ports.relay}`, key("alice", "alice-agent"), http);
     const bob = new RelayClient(`https://localhost:${ports.relay}`, key("bob", "bob-agent"), http);
     const msg = (text: string) => signMessage(composeMessage({ to: "bob-agent", text }, { agentId: "alice-agent" }), key("alice", "alice-agent"));
@@ -214,24 +214,24 @@ describe("end to end on the local control plane", { timeout: 300_000 }, () => {
 
   it("follows an edit of the Relay's retention.maxAge into the JetStream stream", async () => {
     await examplesReady();
-    cp.kubectl(["-n", NS, "patch", "relay", "relay", "--type=merge", "-p", '{"spec":{"retention":{"maxAge":"24h"}}}']);
+    cp.kubectl(["-n", NS.relay, "patch", "relay", "relay", "--type=merge", "-p", '{"spec":{"retention":{"maxAge":"24h"}}}']);
     const nc = await connect({ servers: nats.url });
     onTestFinished(() => nc.close());
     const jsm = await jetstreamManager(nc);
-    const stream = json(["-n", NS, "get", "relay", "relay"]).status.stream.name;
+    const stream = json(["-n", NS.relay, "get", "relay", "relay"]).status.stream.name;
     await waitFor("max_age 24h", async () => (await jsm.streams.info(stream)).config.max_age === 24 * 3600e9, 30_000, 250);
   });
 
   it("garbage-collects everything of a deleted Agent", async () => {
     // An Agent of its own, so that deleting it takes nothing from the other tests, in any order.
     await examplesApplied();
-    const [alice] = examples("agent-alice.yaml");
-    const probe = { ...alice, metadata: { name: "gc-probe" }, spec: { ...alice.spec, agentId: "gc-probe-agent" } };
-    cp.kubectl(["apply", "-n", NS, "-f", "-"], stringify(probe));
-    const owned = (kind: string) => json(["-n", NS, "get", kind]).items.filter((o: any) => o.metadata.ownerReferences?.some((r: any) => r.kind === "Agent" && r.name === "gc-probe"));
-    const pods = () => json(["-n", NS, "get", "pods", "-l", "app.kubernetes.io/instance=gc-probe"]).items;
+    const alice = examples("agent-alice.yaml").find((d) => d.kind === "Agent");
+    const probe = { ...alice, metadata: { name: "gc-probe", namespace: NS.alice }, spec: { ...alice.spec, agentId: "gc-probe-agent" } };
+    cp.kubectl(["apply", "-f", "-"], stringify(probe));
+    const owned = (kind: string) => json(["-n", NS.alice, "get", kind]).items.filter((o: any) => o.metadata.ownerReferences?.some((r: any) => r.kind === "Agent" && r.name === "gc-probe"));
+    const pods = () => json(["-n", NS.alice, "get", "pods", "-l", "app.kubernetes.io/instance=gc-probe"]).items;
     await waitFor("gc-probe's Deployment and pod", () => owned("deployments").length === 1 && pods().length > 0, 90_000, 500);
-    cp.kubectl(["-n", NS, "delete", "agent", "gc-probe"]);
-    await waitFor("nothing of gc-probe left", () => ["deployments", "services", "configmaps", "secrets", "serviceaccounts"].every((k) => owned(k).length === 0) && !tryJson(["-n", NS, "get", "deployment", "gc-probe"]) && pods().length === 0, 90_000, 500);
+    cp.kubectl(["-n", NS.alice, "delete", "agent", "gc-probe"]);
+    await waitFor("nothing of gc-probe left", () => ["deployments", "services", "configmaps", "secrets", "serviceaccounts"].every((k) => owned(k).length === 0) && !tryJson(["-n", NS.alice, "get", "deployment", "gc-probe"]) && pods().length === 0, 90_000, 500);
   });
 });

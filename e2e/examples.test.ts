@@ -31,4 +31,25 @@ describe("examples/", () => {
     const relay = Relay.parse(docs.find((d) => d.doc.kind === "Relay")!.doc);
     for (const a of relay.spec.agents) expect(a.keys[0]!.publicKey).toBe(keyOf[a.agentId]);
   });
+
+  it("live in namespaces they create, and name each other by their Services in those namespaces", () => {
+    const namespaces = docs.filter((d) => d.doc.kind === "Namespace").map((d) => d.doc.metadata.name);
+    for (const { file, doc } of docs) {
+      if (doc.kind === "Namespace") continue;
+      expect(namespaces, `${file}: ${doc.kind} ${doc.metadata.name}`).toContain(doc.metadata.namespace);
+      // `kubectl apply -f examples/` goes file by file in name order: a namespace is created first.
+      const creator = docs.find((d) => d.doc.kind === "Namespace" && d.doc.metadata.name === doc.metadata.namespace)!;
+      expect(creator.file <= file, `${file} comes after ${creator.file}`).toBe(true);
+    }
+    const serviceUrl = (kind: string, agentOrName: string) => {
+      const d = docs.find((x) => x.doc.kind === kind && (x.doc.spec?.agentId === agentOrName || x.doc.metadata.name === agentOrName))!.doc;
+      return `https://${d.metadata.name}.${d.metadata.namespace}.svc`;
+    };
+    const agents = docs.filter((d) => d.doc.kind === "Agent").map((d) => d.doc);
+    expect(new Set(agents.map((a) => a.metadata.namespace)).size).toBe(agents.length);
+    for (const a of agents) for (const p of a.spec.peers) expect(p.url, `${a.spec.agentId}'s peer ${p.agentId}`).toBe(serviceUrl("Agent", p.agentId));
+    const relay = docs.find((d) => d.doc.kind === "Relay")!.doc;
+    expect(relay.spec.url).toBe(serviceUrl("Relay", relay.metadata.name));
+    for (const a of agents) for (const u of a.spec.relay?.urls ?? []) expect(u).toBe(relay.spec.url);
+  });
 });

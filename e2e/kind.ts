@@ -5,7 +5,7 @@
 // reply, run helm test, delete the cluster.
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { parse, stringify } from "yaml";
+import { parseAllDocuments, stringify } from "yaml";
 import { toolPath } from "./tools/tools.ts";
 
 const CLUSTER = process.env.IFP_KIND_CLUSTER ?? "ifp-e2e";
@@ -31,21 +31,23 @@ try {
   run("docker", ["build", "-f", "runtime/Dockerfile", "-t", "ifp-runtime:e2e", "."]);
   run("docker", ["build", "-f", "operator/Dockerfile", "-t", "ifp-operator:e2e", "."]);
   // The examples' application sidecar, under the name the examples give it.
-  const appImage = parse(readFileSync("examples/agent-alice.yaml", "utf8")).spec.deployment.sidecars[0].image as string;
+  const appImage = parseAllDocuments(readFileSync("examples/agent-alice.yaml", "utf8")).map((d) => d.toJSON()).find((d) => d?.kind === "Agent").spec.deployment.sidecars[0].image as string;
   run("docker", ["build", "-f", "examples/app/Dockerfile", "-t", appImage, "."]);
   for (const image of ["ifp-runtime:e2e", "ifp-operator:e2e", appImage]) run(kind, ["load", "docker-image", image, "--name", CLUSTER]);
   const values = ["image.repository=ifp-operator", "image.tag=e2e", "image.pullPolicy=Never", "runtimeImage.repository=ifp-runtime", "runtimeImage.tag=e2e", "runtimeImage.pullPolicy=Never"];
   run(helm, ["install", "ifp", "charts/ifp-operator", "--kube-context", `kind-${CLUSTER}`, "-n", "ifp-system", "--create-namespace", "--wait", "--timeout", "5m", ...values.flatMap((v) => ["--set", v])]);
-  kubectl("create", "namespace", "ifp-examples");
-  kubectl("apply", "-n", "ifp-examples", "-f", "examples/");
-  kubectl("-n", "ifp-examples", "wait", "--for=condition=Ready", "--timeout=300s", "agent/alice", "agent/bob", "relay/relay");
+  // The examples create their namespaces: alice in ifp-alice, bob in ifp-bob, the relay in ifp-relay.
+  kubectl("apply", "-f", "examples/");
+  kubectl("-n", "ifp-alice", "wait", "--for=condition=Ready", "--timeout=300s", "agent/alice");
+  kubectl("-n", "ifp-bob", "wait", "--for=condition=Ready", "--timeout=300s", "agent/bob");
+  kubectl("-n", "ifp-relay", "wait", "--for=condition=Ready", "--timeout=300s", "relay/relay");
   // bob's agent key sends alice a signed message through alice's Service, from inside the cluster,
   // trusting what bob's runtime trusts: the bundle the operator publishes for bob (the install CA
   // that issued alice's certificate), mounted and passed as the operator renders it for runtimes.
   const job = {
     apiVersion: "batch/v1",
     kind: "Job",
-    metadata: { name: "send", namespace: "ifp-examples" },
+    metadata: { name: "send", namespace: "ifp-bob" },
     spec: {
       backoffLimit: 2,
       template: {
@@ -56,7 +58,7 @@ try {
               name: "send",
               image: "ifp-runtime:e2e",
               imagePullPolicy: "Never",
-              command: ["node", "runtime/bin/ifp.ts", "send", "--from-key", "/keys/signing.key", "--from", "bob-agent", "--to", "https://alice.ifp-examples.svc", "--text", "Hello through the cluster", "--ca-file", "/etc/ifp/trust/ca.crt"],
+              command: ["node", "runtime/bin/ifp.ts", "send", "--from-key", "/keys/signing.key", "--from", "bob-agent", "--to", "https://alice.ifp-alice.svc", "--text", "Hello through the cluster", "--ca-file", "/etc/ifp/trust/ca.crt"],
               volumeMounts: [{ name: "key", mountPath: "/keys" }, { name: "trust", mountPath: "/etc/ifp/trust" }],
             },
           ],
@@ -66,10 +68,10 @@ try {
     },
   };
   run("kubectl", ["--context", `kind-${CLUSTER}`, "apply", "-f", "-"], stringify(job));
-  kubectl("-n", "ifp-examples", "wait", "--for=condition=Complete", "--timeout=120s", "job/send");
-  console.log(kubectl("-n", "ifp-examples", "logs", "job/send"));
+  kubectl("-n", "ifp-bob", "wait", "--for=condition=Complete", "--timeout=120s", "job/send");
+  console.log(kubectl("-n", "ifp-bob", "logs", "job/send"));
   // alice's application logs the message and replies; bob's logs the reply (and, before, alice's greeting).
-  const appLogs = (agent: string) => kubectl("-n", "ifp-examples", "logs", `deployment/${agent}`, "-c", "app");
+  const appLogs = (agent: string) => kubectl("-n", `ifp-${agent}`, "logs", `deployment/${agent}`, "-c", "app");
   for (let i = 0; ; i++) {
     const [alice, bob] = [appLogs("alice"), appLogs("bob")];
     if (/received context \S+ from bob-agent .*"Hello through the cluster"/.test(alice) && /received context \S+ from alice-agent .*Hello through the cluster/.test(bob) && /received greeting \S+ from alice-agent/.test(bob)) {

@@ -10,7 +10,7 @@
 // Part of `npm test`; skipped with one line where the machine cannot run a node, or with
 // IFP_E2E_NODE=0.
 import { execFile } from "node:child_process";
-import { randomUUID } from "node:crypto";
+import { generateKeyPairSync, randomUUID } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest";
 import { parseAllDocuments } from "yaml";
@@ -18,6 +18,7 @@ import { buildImage, IMAGES, type BuiltImage } from "./images/build.ts";
 import { KUBERNETES_SERVICE_IP, startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { createNode, nodeTestUnsupported, type RealNode } from "./support/node.ts";
 import { waitFor } from "./support/ports.ts";
+import { createCA } from "./support/tls.ts";
 import { toolPath } from "./tools/tools.ts";
 
 const unsupported = nodeTestUnsupported();
@@ -51,6 +52,13 @@ function exampleDocs(): { file: string; doc: Obj; namespace: string }[] {
     .flatMap((file) => parseAllDocuments(readFileSync(new URL(file, dir), "utf8")).map((d) => ({ file, doc: d.toJSON() as Obj })))
     .filter(({ doc }) => doc?.kind)
     .map((d) => ({ ...d, namespace: d.doc.kind === "Namespace" ? "" : (d.doc.metadata?.namespace ?? EXAMPLES_NS) }));
+}
+
+/** The example application's container as the examples declare it (image, resources, security context), without its settings. */
+function exampleApp(): Obj {
+  const alice = exampleDocs().find((d) => d.doc.kind === "Agent" && d.doc.spec.deployment?.sidecars?.length)!;
+  const { env: _env, ...container } = alice.doc.spec.deployment.sidecars[0];
+  return container;
 }
 
 const readyCondition = (o: Obj | undefined) => o?.status?.conditions?.find((c: Obj) => c.type === "Ready")?.status === "True";
@@ -232,23 +240,23 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     expect(checked.length).toBeGreaterThanOrEqual(5);
   }, 60_000);
 
-  it("carries messages between two agents in two namespaces both ways over HTTPS, and through the relay", async () => {
+  it("carries messages between two agents in two namespaces both ways over HTTPS, from their sidecars, from another pod and through the relay", async () => {
     failing();
     const docs = exampleDocs();
     const agents = docs.filter((d) => d.doc.kind === "Agent");
     // Two agents that know each other as peers, in different namespaces.
     const pair = agents.flatMap((a) => agents.filter((b) => b !== a && a.doc.spec.peers?.some((p: Obj) => p.agentId === b.doc.spec.agentId) && b.doc.spec.peers?.some((p: Obj) => p.agentId === a.doc.spec.agentId)).map((b) => [a, b] as const))[0];
     expect(pair, "two example Agents that are each other's peers").toBeDefined();
-    const [a, b] = pair!;
+    // a: the agent whose application greets the other at start (IFP_APP_GREET).
+    const greets = (x: Obj) => (x.doc.spec.deployment?.sidecars ?? []).some((c: Obj) => (c.env ?? []).some((e: Obj) => e.name === "IFP_APP_GREET" && String(e.value).split(",").includes(pair![x === pair![0] ? 1 : 0].doc.spec.agentId)));
+    const [a, b] = greets(pair![0]) ? pair! : [pair![1], pair![0]];
+    expect(greets(a), "an example application greets its agent's peer").toBe(true);
     expect(a.namespace, "the two agents live in different namespaces").not.toBe(b.namespace);
+    // The agent whose local API is offered to other pods as a Service, as the example declares it.
+    const served = [a, b].find((x) => x.doc.spec.localApi?.service?.enabled);
+    expect(served, "an example Agent with spec.localApi.service.enabled").toBeDefined();
+    const other = served === a ? b : a;
 
-    // Each agent's application sends through its agent's local API Service (the Secret
-    // <name>-local-api holds its token; the install's CA bundle, <name>-trust, its certificate's CA).
-    for (const x of [a, b]) {
-      if (!x.doc.spec.localApi?.service?.enabled) {
-        cp.kubectl(["-n", x.namespace, "patch", "agent", x.doc.metadata.name, "--type=merge", "-p", JSON.stringify({ spec: { localApi: { service: { enabled: true } } } })]);
-      }
-    }
     const relayDoc = docs.find((d) => d.doc.kind === "Relay")!;
     // Through the relay: an agent that reads its mailbox there (spec.relay.urls), and another
     // agent the relay serves, which publishes to it with its signing key.
@@ -256,15 +264,13 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     const publisher = agents.find((x) => x !== reader && relayDoc.doc.spec.agents.some((g: Obj) => g.agentId === x.doc.spec.agentId) && x.doc.spec.signing?.secretName)!;
     expect(reader, "an example Agent reading its mailbox on the example Relay").toBeDefined();
     expect(publisher, "an example Agent the example Relay serves, with a signing Secret").toBeDefined();
-    const served = relayDoc.doc.spec.agents.find((g: Obj) => g.agentId === publisher.doc.spec.agentId);
-    const publisherKeyId = { agentId: publisher.doc.spec.agentId as string, keyId: served.keys[0].keyId as string };
+    const servedByRelay = relayDoc.doc.spec.agents.find((g: Obj) => g.agentId === publisher.doc.spec.agentId);
+    const publisherKeyId = { agentId: publisher.doc.spec.agentId as string, keyId: servedByRelay.keys[0].keyId as string };
 
     const tag = randomUUID().slice(0, 8);
-    const texts = { ab: `hello ${b.doc.spec.agentId} from ${a.doc.spec.agentId} (${tag})`, ba: `hello ${a.doc.spec.agentId} from ${b.doc.spec.agentId} (${tag})`, relay: `via the relay to ${reader.doc.spec.agentId} (${tag})` };
-    const localApiPort = (x: typeof a) => x.doc.spec.localApi?.service?.port ?? 9443;
+    const texts = { api: `from an application in another pod, through ${served!.doc.spec.agentId}'s local API Service (${tag})`, relay: `via the relay to ${reader.doc.spec.agentId} (${tag})` };
     const senders = [
-      localApiSender(`send-ab-${tag}`, a.namespace, a.doc.metadata.name, localApiPort(a), images.runtime.ref, { to: b.doc.spec.agentId, phase: "greeting", text: texts.ab }),
-      localApiSender(`send-ba-${tag}`, b.namespace, b.doc.metadata.name, localApiPort(b), images.runtime.ref, { to: a.doc.spec.agentId, phase: "greeting", text: texts.ba }),
+      localApiSender(`send-${tag}`, served!.namespace, served!.doc.metadata.name, served!.doc.spec.localApi.service.port ?? 9443, images.runtime.ref, { to: other.doc.spec.agentId, phase: "greeting", text: texts.api }),
       relayPublisher(`relay-${tag}`, publisher.namespace, publisher.doc.metadata.name, publisher.doc.spec.signing.secretName, publisherKeyId, relayDoc.doc.spec.url, images.runtime.ref, { to: reader.doc.spec.agentId, text: texts.relay }),
     ];
     for (const s of senders) cp.kubectl(["apply", "-f", "-"], JSON.stringify(s));
@@ -285,24 +291,93 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       ids.push(JSON.parse(message).message_id);
     }
 
-    // The receiving side: what each receiving pod (the runtime and the application beside it)
-    // logged, read through the API server: the message's text or its id.
-    const received = (x: typeof a, text: string, id: string) => {
-      const logs = pods(x.namespace, `app.kubernetes.io/instance=${x.doc.metadata.name}`).map((p) => cp.kubectl(["-n", x.namespace, "logs", p.metadata.name, "--all-containers"])).join("\n");
-      return logs.includes(text) || logs.includes(id);
-    };
+    // The receiving side: what each recipient's application (the sidecar) logged, read through
+    // the API server. The greeting of a's application and b's application's answer are the
+    // exchange both ways; the others carry the test's text.
+    const greeting = a.doc.spec.deployment.sidecars.flatMap((c: Obj) => c.env ?? []).find((e: Obj) => e.name === "IFP_APP_GREET_TEXT")?.value as string;
     const expected = [
-      { to: b, text: texts.ab, id: ids[0]! },
-      { to: a, text: texts.ba, id: ids[1]! },
-      { to: reader, text: texts.relay, id: ids[2]! },
+      { to: b, what: `the greeting of ${a.doc.spec.agentId}'s application`, line: (l: string) => l.includes(`received greeting`) && l.includes(`from ${a.doc.spec.agentId}`) && l.includes(greeting) },
+      { to: a, what: `${b.doc.spec.agentId}'s answer`, line: (l: string) => l.includes(`from ${b.doc.spec.agentId}`) && l.includes(`Got your greeting message`) && l.includes(greeting) },
+      { to: other, what: "the message sent through the local API Service", line: (l: string) => l.includes(`from ${served!.doc.spec.agentId}`) && (l.includes(texts.api) || l.includes(ids[0]!)) },
+      { to: reader, what: "the message through the relay", line: (l: string) => l.includes(`from ${publisher.doc.spec.agentId}`) && (l.includes(texts.relay) || l.includes(ids[1]!)) },
     ];
+    const appLogs = (x: typeof a) => pods(x.namespace, `app.kubernetes.io/instance=${x.doc.metadata.name}`).map((p) => cp.kubectl(["-n", x.namespace, "logs", p.metadata.name, "-c", "app"])).join("\n");
+    const found = (e: (typeof expected)[number]) => appLogs(e.to).split("\n").some(e.line);
     await withDiagnosis(
-      waitFor("each message in its recipient's pod logs", () => expected.every((e) => received(e.to, e.text, e.id)), 120_000, 2000).catch((err) => {
-        const missing = expected.filter((e) => !received(e.to, e.text, e.id)).map((e) => `${e.id} to ${e.to.doc.metadata.name}`);
-        throw new Error(`${(err as Error).message}; not found: ${missing.join(", ")}`);
+      waitFor("each message in its recipient application's log", () => expected.every(found), 150_000, 2000).catch((err) => {
+        const missing = expected.filter((e) => !found(e)).map((e) => `${e.what} in ${e.to.doc.metadata.name}'s log:\n${appLogs(e.to).slice(-1500)}`);
+        throw new Error(`${(err as Error).message}; not found: ${missing.join("\n")}`);
       }),
     );
   }, 420_000);
+
+  it("trusts an Agent whose certificate a user's own CA issued, given to the sender in spec.tls.trust", async () => {
+    failing();
+    // What a user does: a CA of their own, a kubernetes.io/tls Secret for the receiving agent
+    // (spec.tls.secretName), the CA in a ConfigMap the sending agent names in spec.tls.trust.
+    const ns = "ifp-own-ca";
+    const ca = await createCA("ifp node e2e user CA");
+    const leaf = await ca.issue({ commonName: "carol", dnsNames: ["carol", `carol.${ns}`, `carol.${ns}.svc`, `carol.${ns}.svc.cluster.local`] });
+    const key = (name: string) => {
+      const { privateKey, publicKey } = generateKeyPairSync("ed25519");
+      return { name, pem: privateKey.export({ type: "pkcs8", format: "pem" }).toString(), publicKey: publicKey.export({ format: "jwk" }).x! };
+    };
+    const [carol, dave] = [key("carol"), key("dave")];
+    const app = (env: Obj[]) => ({ handler: { url: "http://127.0.0.1:8080" }, deployment: { sidecars: [{ ...exampleApp(), env }] } });
+    const tag = randomUUID().slice(0, 8);
+    const greeting = `Hello carol, from dave (${tag})`;
+    const objects: Obj[] = [
+      { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } },
+      { apiVersion: "v1", kind: "Secret", metadata: { name: "carol-tls", namespace: ns }, type: "kubernetes.io/tls", stringData: { "tls.crt": leaf.cert, "tls.key": leaf.key } },
+      { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "own-ca", namespace: ns }, data: { "ca.crt": ca.cert } },
+      ...[carol, dave].map((k) => ({ apiVersion: "v1", kind: "Secret", metadata: { name: `${k.name}-signing-key`, namespace: ns }, stringData: { "signing.key": k.pem } })),
+      {
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name: "carol", namespace: ns },
+        spec: {
+          agentId: "carol-agent",
+          tls: { secretName: "carol-tls" },
+          signing: { secretName: "carol-signing-key" },
+          peers: [{ agentId: "dave-agent", url: `https://dave.${ns}.svc`, keys: [{ keyId: "key-1", publicKey: dave.publicKey }] }],
+          ...app([]),
+        },
+      },
+      {
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name: "dave", namespace: ns },
+        spec: {
+          agentId: "dave-agent",
+          tls: { trust: [{ configMapRef: { name: "own-ca" } }] },
+          signing: { secretName: "dave-signing-key" },
+          peers: [{ agentId: "carol-agent", url: `https://carol.${ns}.svc`, keys: [{ keyId: "key-1", publicKey: carol.publicKey }] }],
+          ...app([{ name: "IFP_APP_GREET", value: "carol-agent" }, { name: "IFP_APP_GREET_TEXT", value: greeting }]),
+        },
+      },
+    ];
+    // carol first, Ready before dave greets her (else the greeting waits for dave's next attempt, a minute later).
+    const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withLocalImages(o)));
+    for (const o of objects.slice(0, -1)) apply(o);
+    await withDiagnosis(waitFor("Agent carol Ready", () => readyCondition(cp.tryJson(["-n", ns, "get", "agent", "carol"])), 180_000, 1000));
+    apply(objects.at(-1)!);
+    // dave's trust bundle holds the user's CA beside the install's.
+    await waitFor("dave-trust with the user's CA", () => (cp.tryJson(["-n", ns, "get", "configmap", "dave-trust"])?.data?.["ca.crt"] ?? "").includes(ca.cert.trim()), 60_000, 1000);
+    const appLog = (name: string) => pods(ns, `app.kubernetes.io/instance=${name}`).map((p) => cp.kubectl(["-n", ns, "logs", p.metadata.name, "-c", "app"])).join("\n");
+    await withDiagnosis(
+      waitFor(
+        "dave's greeting in carol's application log, and carol's answer in dave's",
+        () => appLog("carol").split("\n").some((l) => l.includes("received greeting") && l.includes("from dave-agent") && l.includes(tag)) && appLog("dave").split("\n").some((l) => l.includes("from carol-agent") && l.includes(tag)),
+        240_000,
+        2000,
+      ).catch((err) => {
+        throw new Error(`${(err as Error).message}\n--- carol\n${appLog("carol").slice(-1500)}\n--- dave\n${appLog("dave").slice(-1500)}`);
+      }),
+    );
+    // carol served the user's certificate, not one of the install CA.
+    const carolPod = pods(ns, "app.kubernetes.io/instance=carol")[0]!;
+    expect(carolPod.spec.volumes.find((v: Obj) => v.name === "tls")?.secret?.secretName).toBe("carol-tls");
+  }, 330_000);
 
   it("passes helm test", async () => {
     failing();
@@ -344,7 +419,8 @@ function scriptPod(name: string, namespace: string, image: string, script: strin
 
 /**
  * A pod of the agent's application: queues one message at the agent's local API Service and
- * follows it until delivered; the outcome goes to the termination message.
+ * follows it until delivered, and checks that a request without the token or with another is
+ * refused (401); the outcome goes to the termination message.
  */
 function localApiSender(name: string, namespace: string, agent: string, port: number, image: string, message: Obj): Obj {
   return scriptPod(
@@ -401,6 +477,12 @@ while (!queued && Date.now() < deadline) {
   if (!queued) await sleep(2000);
 }
 result.message_id = queued?.message_id;
+// Without the token, or with another, the Service refuses: 401 unauthorized, nothing queued.
+const refused = async (h) => {
+  const res = await fetch(process.env.LOCAL_API + "/outbox", { method: "POST", headers: { "content-type": "application/json", ...h }, body: process.env.MESSAGE, signal: AbortSignal.timeout(10_000) }).catch((err) => ({ status: String(err?.cause?.message ?? err) }));
+  return res.status + " " + ((await res.json?.().catch(() => ({})))?.code ?? "");
+};
+if (queued) result.refused = [await refused({}), await refused({ authorization: "Bearer " + "x".repeat(43) })];
 while (queued && Date.now() < deadline) {
   const res = await fetch(process.env.LOCAL_API + "/outbox/" + encodeURIComponent(queued.message_id), { headers, signal: AbortSignal.timeout(10_000) }).catch(() => undefined);
   result.record = await res?.json().catch(() => undefined);
@@ -409,7 +491,7 @@ while (queued && Date.now() < deadline) {
 }
 console.log(JSON.stringify(result));
 writeFileSync("/dev/termination-log", JSON.stringify(result).slice(0, 4000));
-process.exitCode = result.record?.state === "delivered" ? 0 : 1;
+process.exitCode = result.record?.state === "delivered" && result.refused?.every((r) => r === "401 unauthorized") ? 0 : 1;
 `;
 
 const RELAY_SCRIPT = `

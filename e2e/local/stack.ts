@@ -55,8 +55,8 @@ function start(name: string, mode: "agent" | "relay", manifest: object, port: nu
   return p;
 }
 
-const [alice, bob] = ["agent-alice.yaml", "agent-bob.yaml"].map((f) => readYaml(f)[0]);
-const relay = readYaml("relay.yaml")[0];
+const [alice, bob] = ["agent-alice.yaml", "agent-bob.yaml"].map((f) => readYaml(f).find((d) => d.kind === "Agent"));
+const relay = readYaml("relay.yaml").find((d) => d.kind === "Relay");
 // Each agent's local API is on its port + 100, its application on its port + 200.
 const ports = { alice: basePort, bob: basePort + 1, relay: basePort + 2 };
 const local = (url: string) => url.replace(/^https:\/\/(alice|bob|relay)\.[^/]+/, (_m, n: keyof typeof ports) => `https://localhost:${ports[n]}`);
