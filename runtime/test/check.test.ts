@@ -131,10 +131,12 @@ describe("ifp check against our own agent", () => {
 describe("ifp check against our own relay", () => {
   let relay: RunningRelay;
   let http: HttpClient;
+  let env: RelayEnv;
+  const served = () => [peerOf(checker), peerOf(identity("someone-else"))];
   beforeAll(async () => {
     http = new HttpClient({ extraCa: tls.ca });
-    const env: RelayEnv = { nats, tls, http, close: async () => undefined };
-    relay = await runRelay(env, { agents: [peerOf(checker), peerOf(identity("someone-else"))] });
+    env = { nats, tls, http, close: async () => undefined };
+    relay = await runRelay(env, { agents: served() });
   });
   afterAll(async () => {
     await relay?.close();
@@ -176,13 +178,18 @@ describe("ifp check against our own relay", () => {
     ["relay-open", ["relay.auth.unsigned", "relay.isolation.unknown-agent", "relay.auth.wrong-key", "relay.auth.stale"]],
     ["relay-no-trace", ["relay.pull.trace"]],
   ] as const)("a relay with a requirement broken (%s)", async (mode, ids) => {
-    const proxy = await brokenProxy(mode, () => relay.url);
+    // Signatures cover the relay's authority: the relay behind the proxy is configured with the
+    // proxy's URL, as a relay behind a proxy is (docs/relay.md).
+    let behind: RunningRelay | undefined;
+    const proxy = await brokenProxy(mode, () => behind!.url);
     try {
+      behind = await runRelay(env, { url: proxy.url, agents: served() });
       const report = await runChecks({ url: proxy.url, relay: true, key: checker.signing, extraCa: tls.ca, only: "relay" });
       expect(failing(report)).toEqual([...ids]);
       expect(proxy.requests()).toBeLessThanOrEqual(report.requests);
     } finally {
       await proxy.close();
+      await behind?.close();
     }
   });
 

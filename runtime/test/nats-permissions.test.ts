@@ -70,7 +70,7 @@ afterAll(async () => {
 describe("runtimes with their own NATS credential", () => {
   it("an agent and a relay run a real exchange; each reaches nothing of the others", async () => {
     const handler = await startHandler();
-    const relayManifest = writeRelayManifest(tempDir(), { url: "https://relay.test", agents: [peerOf(alice), peerOf(bob)] }, "hub");
+    const relayManifest = writeRelayManifest(tempDir(), { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] }, "hub");
     const relay: RunningRelay = await startRelay({
       manifest: relayManifest,
       port: 0,

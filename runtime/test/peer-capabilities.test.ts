@@ -33,7 +33,7 @@ const names = (view: { json: { document: { capabilities: { name: string }[] } } 
 
 beforeAll(async () => {
   env = await relayEnv();
-  relay = await runRelay(env, { url: "https://hub.test", agents: [peerOf(alice), peerOf(bob), peerOf(dave)] });
+  relay = await runRelay(env, { agents: [peerOf(alice), peerOf(bob), peerOf(dave)] });
   b = await runAgent({ self: bob, natsUrl: env.nats.url, tls: env.tls, spec: { capabilities: [cap("ping"), cap("calendar.availability")], peers: [peerOf(alice)] } });
   a = await runAgent({
     self: alice,
