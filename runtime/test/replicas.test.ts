@@ -49,7 +49,8 @@ async function acceptingPeer() {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
-      if (req.url?.endsWith("/identity")) return void res.writeHead(404).end();
+      // Only the inbox: the discovery documents (identity, capabilities) are not served.
+      if (!req.url?.endsWith("/inbox")) return void res.writeHead(404).end();
       got.push(JSON.parse(Buffer.concat(chunks).toString()).headers.message_id);
       res.writeHead(202, { "content-type": "application/json" }).end('{"status":"accepted"}');
     });
