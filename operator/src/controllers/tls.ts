@@ -110,12 +110,13 @@ export async function ensureTls(kube: Kube, caches: Caches, trust: InstallTrust,
   }
   const issuer = trust.signerId();
   let step = selfSignedAction(secret, dnsNames, now, issuer, trust.lifetimes.certRenewBeforeMs);
-  // A certificate already valid to the end of its CA cannot be renewed further by that CA: keep it
-  // rather than re-issue it on every pass until the next CA signs (it is published long before).
+  // A certificate already valid to the end of its CA cannot be renewed further by that CA (even
+  // once that CA has expired): keep it rather than re-issue it on every pass, and look again
+  // shortly — the rotation loop makes the next CA the signer (it is published long before).
   const leafEnd = Date.parse(secret?.metadata?.annotations?.[NOT_AFTER] ?? "");
   if (step.action === "renew" && secret?.metadata?.annotations?.[ISSUER] === issuer && secret?.metadata?.annotations?.[DNS_NAMES_HASH] === hashOf(dnsNames)) {
     const caEnd = validity(trust.signer().cert).notAfter.getTime();
-    if (Number.isFinite(leafEnd) && leafEnd >= caEnd - 1000 && leafEnd > now) step = { action: "keep", renewAt: Math.min(leafEnd, now + 5_000) };
+    if (Number.isFinite(leafEnd) && leafEnd >= caEnd - 1000) step = { action: "keep", renewAt: now + 2_000 };
   }
   const applied: string[] = [];
   if (step.action !== "keep") {

@@ -50,7 +50,7 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: deps.agent.spec.inbox.maxMessageBytes,
     // Agent ids (URLs, percent-encoded) and message ids are path segments of up to 512 characters.
-    maxParamLength: 2048,
+    routerOptions: { maxParamLength: 2048 },
     ...(secure ? { https: { cert: secure.tls.cert, key: secure.tls.key, minVersion: "TLSv1.2" as const }, requestTimeout: 30_000 } : {}),
   }) as unknown as FastifyInstance;
   jsonApi(app);
