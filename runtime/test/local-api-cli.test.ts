@@ -1,22 +1,21 @@
 import { spawn, spawnSync } from "node:child_process";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import { describe, expect, it } from "vitest";
+import type { NatsServer } from "../../e2e/support/nats.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
-import { localhostTls } from "../../e2e/support/tls.ts";
+import type { localhostTls } from "../../e2e/support/tls.ts";
 import { identity, tempDir, writeAgentManifest, writeKey } from "./fixtures.ts";
 import { writeToken } from "./local-api-harness.ts";
+import { withNatsAndTls } from "./agent-harness.ts";
 
 const BIN = new URL("../bin/ifp-runtime.ts", import.meta.url).pathname;
 
 let nats: NatsServer;
 let tls: Awaited<ReturnType<typeof localhostTls>>;
-beforeAll(async () => {
-  [nats, tls] = await Promise.all([startNats(), localhostTls()]);
-});
-afterAll(async () => {
-  await nats?.close();
+withNatsAndTls((n, t) => {
+  nats = n;
+  tls = t;
 });
 
 describe("ifp-runtime agent --local-api-tls-port --local-api-token-file", () => {

@@ -2,22 +2,21 @@
 // client behind a trusted proxy, and on the peer's own address for everyone else. The runtime
 // runs as users run it: the ifp-runtime command with the flag.
 import { spawn, spawnSync } from "node:child_process";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
-import { localhostTls } from "../../e2e/support/tls.ts";
+import { describe, expect, it } from "vitest";
+import type { NatsServer } from "../../e2e/support/nats.ts";
+import type { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey, writeRelayManifest } from "./fixtures.ts";
+import { withNatsAndTls } from "./agent-harness.ts";
 
 const BIN = new URL("../bin/ifp-runtime.ts", import.meta.url).pathname;
 
 let nats: NatsServer;
 let tls: Awaited<ReturnType<typeof localhostTls>>;
-beforeAll(async () => {
-  [nats, tls] = await Promise.all([startNats(), localhostTls()]);
-});
-afterAll(async () => {
-  await nats?.close();
+withNatsAndTls((n, t) => {
+  nats = n;
+  tls = t;
 });
 
 const sender = identity("proxied-sender");
