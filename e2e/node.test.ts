@@ -118,9 +118,12 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       node.logTail(1500),
     ].join("\n");
   };
+  // The failure is said again after the diagnosis: a report that keeps only the tail of a long
+  // output still shows what went wrong.
   const withDiagnosis = <T,>(p: Promise<T>) =>
     p.catch((err) => {
-      throw new Error(`${(err as Error).message}\n${diagnose()}`);
+      const message = (err as Error).message;
+      throw new Error(`${message}\n${diagnose()}\n--- the failure, again:\n${message}`);
     });
   const pods = (ns: string, selector?: string): Obj[] => cp.json(["-n", ns, "get", "pods", ...(selector ? ["-l", selector] : [])]).items;
 
@@ -305,8 +308,13 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     const found = (e: (typeof expected)[number]) => appLogs(e.to).split("\n").some(e.line);
     await withDiagnosis(
       waitFor("each message in its recipient application's log", () => expected.every(found), 150_000, 2000).catch((err) => {
+        const runtimeLogs = (x: { namespace: string; doc: Obj }) =>
+          pods(x.namespace, `app.kubernetes.io/instance=${x.doc.metadata.name}`)
+            .map((p) => cp.kubectl(["-n", x.namespace, "logs", p.metadata.name, "-c", "runtime", "--tail=25"]))
+            .join("\n");
         const missing = expected.filter((e) => !found(e)).map((e) => `${e.what} in ${e.to.doc.metadata.name}'s log:\n${appLogs(e.to).slice(-1500)}`);
-        throw new Error(`${(err as Error).message}; not found: ${missing.join("\n")}`);
+        const runtimes = [...agents, relayDoc].map((x) => `--- runtime log of ${x.doc.kind} ${x.namespace}/${x.doc.metadata.name}\n${runtimeLogs(x).slice(-2500)}`);
+        throw new Error(`${(err as Error).message}; not found: ${missing.join("\n")}\n${runtimes.join("\n")}`);
       }),
     );
   }, 420_000);
