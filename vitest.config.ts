@@ -1,18 +1,25 @@
-import { defineConfig } from "vitest/config";
+import { configDefaults, defineConfig } from "vitest/config";
+
+const NODE_TEST = "e2e/node.test.ts";
 
 export default defineConfig({
   test: {
-    include: ["runtime/**/*.test.ts", "operator/**/*.test.ts", "e2e/**/*.test.ts", "examples/**/*.test.ts"],
     globalSetup: ["e2e/support/global-setup.ts"],
     setupFiles: ["e2e/support/test-hooks.ts"],
     pool: "forks",
-    // Two files at a time. e2e/node.test.ts (a real node, minutes long) runs in one worker while
-    // the other files run in the other: vitest starts the longest files first (by the previous
-    // run's durations, else by size), its steps carry their own timeouts, and a lock in
-    // /run/lock keeps a second real node on the machine waiting (e2e/README.md).
+    // Two files at a time on a two-core machine.
     maxWorkers: 2,
     testTimeout: 60_000,
     hookTimeout: 120_000,
     reporters: ["default", "./e2e/support/summary-reporter.ts"],
+    projects: [
+      // Everything but the real node.
+      { extends: true, test: { name: "suite", include: ["runtime/**/*.test.ts", "operator/**/*.test.ts", "e2e/**/*.test.ts", "examples/**/*.test.ts"], exclude: [...configDefaults.exclude, NODE_TEST] } },
+      // e2e/node.test.ts (a real node, minutes long) runs on its own after the suite (`npm test`
+      // runs the two projects one after the other), so that its pods do not compete with the
+      // suite's servers for the two cores; a lock in /run/lock keeps a second real node on the
+      // machine waiting (e2e/README.md).
+      { extends: true, test: { name: "node", include: [NODE_TEST] } },
+    ],
   },
 });

@@ -183,6 +183,23 @@ describe("the example application", () => {
     await consistently("no more messages", () => lines(aliceApp, "received ").length === 1 && lines(bobApp, "received ").length === 1, 3_000, 200);
   });
 
+  it("waits for a peer that is still starting before it greets, so the greeting does not wait out the first retry pause", async () => {
+    const ids = { alice: identity("alice-late"), bob: identity("bob-late") };
+    const [aPort, bPort, aApp, bApp] = [await freePort(), await freePort(), await freePort(), await freePort()];
+    const alice = await agentWithApp(ids.alice, aPort, aApp, [{ id: ids.bob, port: bPort }]);
+    const aliceApp = startApp("alice's app", { IFP_APP_PORT: String(aApp), IFP_LOCAL_API: alice.localApiUrl, IFP_APP_GREET: "bob-late", IFP_APP_GREET_TEXT: "Hello late Bob" });
+    await listening(aliceApp);
+    await waitFor("alice's app to wait for bob", () => lines(aliceApp, "waiting for bob-late to answer").length === 1, 30_000, 100);
+    // bob comes up a while later; the greeting's first attempt would otherwise have failed and
+    // waited IFP-6's first pause (one minute), longer than this test waits.
+    await new Promise((r) => setTimeout(r, 3_000));
+    expect(lines(aliceApp, "greeted ")).toEqual([]);
+    const bob = await agentWithApp(ids.bob, bPort, bApp, [{ id: ids.alice, port: aPort }]);
+    const bobApp = startApp("bob's app", { IFP_APP_PORT: String(bApp), IFP_LOCAL_API: bob.localApiUrl });
+    await listening(bobApp);
+    await waitFor("the greeting delivered", () => lines(aliceApp, "greeting ").some((l) => l.endsWith(": delivered")), 40_000, 200);
+  });
+
   it("two apps that answer automatic replies too stop at IFP_APP_MAX_REPLIES per conversation", async () => {
     const env = { IFP_APP_ANSWER_REPLIES: "true", IFP_APP_MAX_REPLIES: "2" };
     const { aliceApp, bobApp } = await pair("loop", { alice: { ...env, IFP_APP_GREET: "bob-loop" }, bob: env });

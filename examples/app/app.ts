@@ -22,6 +22,8 @@ export interface AppConfig {
   maxBodyBytes: number;
   /** How long the greeting is retried while the local API does not answer. */
   greetForMs: number;
+  /** How long the greeting waits for the peer's capability document (the peer is up) before it is queued anyway. */
+  greetWaitMs: number;
 }
 
 export class ConfigError extends Error {}
@@ -36,6 +38,7 @@ const DEFAULTS = {
   IFP_APP_ANSWER_REPLIES: "false",
   IFP_APP_MAX_BODY_BYTES: String(1024 * 1024),
   IFP_APP_GREET_FOR_SECONDS: "600",
+  IFP_APP_GREET_WAIT_SECONDS: "180",
 };
 
 /** The configuration from environment variables (documented in examples/README.md); throws ConfigError. */
@@ -72,6 +75,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): AppConfig {
     answerReplies: bool("IFP_APP_ANSWER_REPLIES"),
     maxBodyBytes: int("IFP_APP_MAX_BODY_BYTES", 1024, 64 * 1024 * 1024),
     greetForMs: int("IFP_APP_GREET_FOR_SECONDS", 0, 7 * 24 * 3600) * 1000,
+    greetWaitMs: int("IFP_APP_GREET_WAIT_SECONDS", 0, 24 * 3600) * 1000,
   };
 }
 
@@ -340,7 +344,25 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
     res.writeHead(status, { "content-type": "application/json; charset=utf-8", "content-length": Buffer.byteLength(text) }).end(req.method === "HEAD" ? undefined : text);
   }
 
+  /**
+   * Wait (bounded by greetWaitMs) until the runtime can fetch the peer's capability document,
+   * that is until the peer answers: a greeting queued while the peer is still starting would
+   * wait out the first retry pause of IFP-6 (one minute) or more.
+   */
+  async function awaitPeer(peer: string): Promise<void> {
+    const until = Date.now() + config.greetWaitMs;
+    let said = false;
+    while (!stopping.signal.aborted && Date.now() < until) {
+      const known = await ifp.peerCapabilities(peer, { refresh: true }).catch(() => undefined);
+      if (known && !known.stale) return;
+      if (!said) log.info(`waiting for ${showId(peer)} to answer (its capability document) before greeting it, at most ${Math.round(config.greetWaitMs / 1000)} s`);
+      said = true;
+      await sleep(2_000, stopping.signal);
+    }
+  }
+
   async function greet(peer: string): Promise<void> {
+    await awaitPeer(peer);
     const request: OutboxRequest = { to: peer, phase: "greeting", text: config.greetText };
     const deadline = Date.now() + config.greetForMs;
     for (let attempt = 1, wait = 500; !stopping.signal.aborted; attempt++, wait = Math.min(wait * 2, 10_000)) {
