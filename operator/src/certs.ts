@@ -89,9 +89,8 @@ export async function loadCA(pem: Pem): Promise<CertificateAuthority> {
 }
 
 /** A certificate authority (ECDSA P-256): the operator's install CA, and the tests' CA. */
-export async function createCA(commonName = "ifp-operator test CA", validityMs = YEAR_MS): Promise<CertificateAuthority> {
+export async function createCA(commonName = "ifp-operator test CA", validityMs = YEAR_MS, now = Date.now()): Promise<CertificateAuthority> {
   const keys = (await webcrypto.subtle.generateKey(ALG, true, ["sign", "verify"])) as CryptoKeyPair;
-  const now = Date.now();
   const caCert = await x509.X509CertificateGenerator.createSelfSigned({
     serialNumber: serial(),
     name: `CN=${commonName}`,

@@ -122,6 +122,26 @@ describe("install CA", () => {
     expect(replicas.map((r) => r.signer().cert)).toEqual([stored, stored]);
   });
 
+  it("tells its caller of each rotation step, the promotion of the next CA to signer included", async () => {
+    const kc = new KubeConfig();
+    kc.loadFromFile(cp.kubeconfig);
+    const day = 24 * 3600_000;
+    const lifetimes = { caValidityMs: 10 * day, caRotateBeforeMs: 4 * day, caOverlapMs: 1 * day };
+    const t = new InstallTrust(new Kube(kc, operatorLog.log), { namespace: SYSTEM, secretName: "steps-ca", lifetimes, log: operatorLog.log });
+    const t0 = Date.now();
+    expect(await t.ensure(t0)).toBe(false); // created: nothing to follow yet
+    const first = t.signer().cert;
+    expect(await t.ensure(t0 + 1000)).toBe(false); // nothing due
+    expect(await t.ensure(t0 + 6.5 * day)).toBe(true); // the next CA published
+    expect(t.bundleCerts()).toHaveLength(2);
+    expect(t.signer().cert).toBe(first);
+    // The overlap passed: the next CA signs. The bundle holds the same two CAs, but the
+    // certificates must follow the new signer.
+    expect(await t.ensure(t0 + 7.6 * day)).toBe(true);
+    expect(t.signer().cert).not.toBe(first);
+    expect(t.bundleCerts()).toContain(first);
+  });
+
   it("issues every default serving certificate, and publishes a bundle with the install CA, the extra CAs and spec.tls.trust", async () => {
     cp.kubectl(["-n", NS, "create", "configmap", "corp-ca", `--from-literal=ca.crt=${corp.cert}`]);
     cp.kubectl(["apply", "-f", "-"], agentYaml(NS, "alice", "  tls:\n    trust: [{configMapRef: {name: corp-ca}}]\n"));

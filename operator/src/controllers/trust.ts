@@ -215,9 +215,14 @@ export class InstallTrust {
     return [...installCaCerts(this.state), ...this.extra];
   }
 
-  /** Read, create or rotate the CA Secret until it needs nothing; returns whether the published CAs changed. */
+  /**
+   * Read, create or rotate the CA Secret until it needs nothing; returns whether the published
+   * CAs or the signing CA changed (a promotion changes only the signer: the certificates it
+   * issued must follow).
+   */
   async ensure(now = Date.now()): Promise<boolean> {
-    const before = this.state ? joinBundle(installCaCerts(this.state)) : "";
+    const published = (s: CaState) => `${joinBundle(installCaCerts(s))}\nsigner:${s.current.cert}`;
+    const before = this.state ? published(this.state) : "";
     for (let attempt = 1; ; attempt++) {
       const secret = await this.kube.read<V1Secret>("v1", "Secret", this.namespace, this.secretName);
       let state: CaState | undefined;
@@ -231,7 +236,7 @@ export class InstallTrust {
       const step = caRotationStep(state, now, this.lifetimes);
       if (step.action === "keep") {
         await this.load(state!);
-        return before !== "" && before !== joinBundle(installCaCerts(state!));
+        return before !== "" && before !== published(state!);
       }
       if (attempt > 5) throw new Error(`the install CA Secret ${this.namespace}/${this.secretName} kept changing under this replica`);
       const next = await this.apply(step, state, now);
@@ -253,7 +258,7 @@ export class InstallTrust {
 
   private async apply(step: Exclude<CaStep, { action: "keep" }>, state: CaState | undefined, now: number): Promise<CaState> {
     const fresh = async () => {
-      const ca = await createCA(`ifp-operator install CA ${this.namespace}/${this.secretName} ${new Date(now).toISOString().slice(0, 10)}`, this.lifetimes.caValidityMs);
+      const ca = await createCA(`ifp-operator install CA ${this.namespace}/${this.secretName} ${new Date(now).toISOString().slice(0, 10)}`, this.lifetimes.caValidityMs, now);
       return { cert: ca.cert, key: ca.key };
     };
     switch (step.action) {
