@@ -37,7 +37,7 @@ describe("permissions per resource", () => {
     ["agent: store an inbound message", alice, "pub", "ifp.inbox.alice.msg.m1", true],
     ["agent: own outbox", alice, "pub", "ifp.outbox.alice.msg", true],
     ["agent: own peers bucket", alice, "pub", "$KV.ifp_peers_alice.bob", true],
-    ["agent: own authentication-levels bucket", alice, "pub", "$KV.ifp_auth_alice.conv", true],
+    ["agent: own conversations bucket", alice, "pub", "$KV.ifp_conv_alice.c.conv", true],
     ["agent: own key of the shared bucket", alice, "pub", "$KV.ifp_agents.alice.capabilities", true],
     ["agent: read own key of the shared bucket", alice, "pub", "$JS.API.DIRECT.GET.KV_ifp_agents.$KV.ifp_agents.alice.capabilities", true],
     ["agent: own replies", alice, "sub", "_INBOX_A_alice.abc.1", true],

@@ -3,7 +3,7 @@ import { badRequest, ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 import { canonicalProblem, signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Verified } from "../protocol/verify.ts";
-import type { ConversationLevels } from "./identity-levels.ts";
+import type { Conversations } from "./conversations.ts";
 import { inspect, type InboundMeta, type Inspection, type PeerCapabilityCache } from "./inbound.ts";
 import type { OutboxStore } from "./outbox.ts";
 import { errorReply } from "./replies.ts";
@@ -56,13 +56,14 @@ export type AcceptStore = Pick<InboxStore, "accept"> & Partial<Pick<InboxStore, 
 export type OnAccepted = (message: Message, meta: InboundMeta, inspection: Inspection) => Promise<void>;
 
 /**
- * Accept one verified message, whether it came to the inbox or from a relay: refuse a lower
- * authentication level than its conversation already had (401), inspect it, store
+ * Accept one verified message, whether it came to the inbox or from a relay: check it against
+ * its conversation's record (no lower authentication level, 401; no sequence number used twice,
+ * 409) and record it there, inspect it, store
  * it (deduplicated), and queue what the inspection calls for. Resolves only once all of that is
  * durable; a failure after storing throws 503 so that the message comes again.
  */
 export async function acceptVerified(
-  deps: { agent: Agent; store: AcceptStore; onAccepted?: OnAccepted; levels?: Pick<ConversationLevels, "check"> },
+  deps: { agent: Agent; store: AcceptStore; onAccepted?: OnAccepted; conversations?: Pick<Conversations, "inbound"> },
   raw: unknown,
   message: Message,
   verified: Verified,
@@ -70,7 +71,7 @@ export async function acceptVerified(
   const h = message.headers;
   const meta = { sender: verified.signer ?? h.from.agent, authLevel: verified.authLevel };
   try {
-    await deps.levels?.check(meta.sender, h.conversation_id, verified.authLevel);
+    await deps.conversations?.inbound(meta.sender, message, verified.authLevel);
   } catch (err) {
     // A retry of a message accepted before the conversation's level rose is a repeat, not a downgrade.
     const earlier = err instanceof ProtocolError && err.code === "insufficient_auth_level" ? await deps.store.received?.(h.message_id, meta.sender).catch(() => undefined) : undefined;

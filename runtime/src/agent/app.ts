@@ -9,7 +9,7 @@ import type { AcceptStore, OnAccepted } from "./accept.ts";
 import type { Documents } from "./documents.ts";
 import { documentRoutes } from "./routes/documents.ts";
 import { inboxRoutes } from "./routes/inbox.ts";
-import type { ConversationLevels } from "./identity-levels.ts";
+import type { Conversations } from "./conversations.ts";
 
 export interface AgentAppDeps {
   agent: Agent;
@@ -17,7 +17,7 @@ export interface AgentAppDeps {
   verifier: MessageVerifier;
   store: AcceptStore;
   /** No downgrade within a conversation (IFP-5 section 2). */
-  levels?: Pick<ConversationLevels, "check">;
+  conversations?: Pick<Conversations, "inbound">;
   /**
    * Side effects of the inspection (error-phase replies, learned capabilities), run after the
    * message is stored — also for a repeat, so a retried POST completes what a crash cut short.
@@ -46,7 +46,7 @@ export function buildAgentApp(deps: AgentAppDeps): FastifyInstance {
     agent,
     verifier: deps.verifier,
     store: deps.store,
-    levels: deps.levels,
+    conversations: deps.conversations,
     onAccepted: deps.onAccepted,
     metrics,
     now: deps.now ?? Date.now,

@@ -16,6 +16,8 @@ export interface RecipientState {
   decision?: string;
   next_attempt_at?: string;
   delivered_at?: string;
+  /** An error-phase answer of the recipient to this message (its thread.in_reply_to), linked when it arrives. */
+  peer_error?: { message_id: string; code?: string; text: string; at: string };
 }
 
 export interface DeliveryRecord {

@@ -11,6 +11,7 @@ import type { AppStream } from "./app-stream.ts";
 import { appStreamRoutes } from "./app-stream-routes.ts";
 import { requireBearer, type BearerAuthOptions, type TokenFile } from "./local-api-auth.ts";
 import { composeMessage } from "./compose.ts";
+import type { Conversations } from "./conversations.ts";
 import type { DeliveryRecord, DeliveryStates } from "./delivery-state.ts";
 import type { Documents } from "./documents.ts";
 import type { OutboxStore } from "./outbox.ts";
@@ -25,6 +26,8 @@ export interface LocalApiDeps {
   peers: PeerRouteDeps["peers"];
   /** The received message with this message_id (from `sender`, when given), for replies. */
   received(messageId: string, sender?: string): Promise<Message | undefined>;
+  /** Conversation records: each queued message is recorded; GET /conversations/{id} reads them. */
+  conversations?: Pick<Conversations, "outbound" | "list" | "nextSequence">;
   /** Inbound messages for an application without an HTTP server; undefined when spec.handler is set. */
   stream?: AppStream;
   logger: Logger;
@@ -66,6 +69,13 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     // A message_id is unique per sender only: `to` (one agent) names whose message is answered.
     const sender = typeof body.to === "string" ? body.to : undefined;
     const original = inReplyTo ? await deps.received(inReplyTo, sender) : undefined;
+    // The short form without a sequence: the next one of the conversation, as far as its records
+    // know it (a reply comes after what it answers in any case).
+    const conversationId = original?.headers.conversation_id ?? (typeof body.conversation_id === "string" ? body.conversation_id : undefined);
+    if (!("headers" in body) && body.sequence === undefined && conversationId && deps.conversations) {
+      const next = await deps.conversations.nextSequence(conversationId);
+      body.sequence = Math.max(next, original ? original.headers.sequence + 1 : 1);
+    }
     const unsigned = composeMessage(body, {
       agentId: deps.agent.spec.agentId,
       displayName: deps.agent.spec.displayName,
@@ -75,6 +85,7 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     const message = signMessage(unsigned, deps.signing);
     const id = message.headers.message_id;
     const { duplicate } = await deps.outbox.enqueue(message);
+    await deps.conversations?.outbound(message);
     if (!duplicate && !(await deps.states.get(id))) {
       const now = new Date().toISOString();
       const record: DeliveryRecord = {
@@ -103,6 +114,12 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
   api.get("/dead-letters", { schema: { querystring: z.object({ limit: Limit }) } }, async (req) => ({
     dead_letters: await deps.states.deadLetters(req.query.limit),
   }));
+
+  api.get("/conversations/:id", { schema: { params: z.object({ id: z.string().min(1).max(256) }) } }, async (req) => {
+    const records = (await deps.conversations?.list(req.params.id)) ?? [];
+    if (!records.length) throw notFound(`no conversation ${req.params.id} is known`);
+    return { conversation_id: req.params.id, peers: records };
+  });
 
   void app.register(peerRoutes, { peers: deps.peers });
 

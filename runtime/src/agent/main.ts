@@ -24,7 +24,7 @@ import { DeliveryStates } from "./delivery-state.ts";
 import { Documents } from "./documents.ts";
 import { HandlerDelivery } from "./handoff.ts";
 import { IdentityResolver, introductionTokenFile } from "./identity.ts";
-import { ConversationLevels } from "./identity-levels.ts";
+import { Conversations, threadOriginal } from "./conversations.ts";
 import { PeerCapabilityCache } from "./inbound.ts";
 import { buildLocalApi } from "./local-api.ts";
 import { TokenFile } from "./local-api-auth.ts";
@@ -117,7 +117,11 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const outbox = new OutboxStore(nats, names);
   const states = new DeliveryStates(nats, names.outboxStateBucket);
   const peerCaps = new PeerCapabilityCache(nats, names, log);
-  const levels = new ConversationLevels(nats, spec.agentId);
+  const conversations = new Conversations(nats, names.conversationsBucket, {
+    temperatures: new Map(spec.peers.filter((p) => p.temperature).map((p) => [p.agentId, p.temperature!])),
+    deliveries: states,
+    sequenceCheck: spec.inbox.sequenceCheck,
+  });
   const notifier = new Notifier(agent, EventRecorder.fromEnvironment("ifp-runtime", log, opts.kubeconfig), http, log);
   const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));
   const peerCapabilities = new PeerCapabilityService({ store: peerCaps, discovery, peerUrls, log });
@@ -164,7 +168,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         http,
         verifier,
         requireSignature: spec.inbox.requireSignature,
-        accept: (raw, message, verified) => acceptVerified({ agent, store: inbox, onAccepted, levels }, raw, message, verified),
+        accept: (raw, message, verified) => acceptVerified({ agent, store: inbox, onAccepted, conversations }, raw, message, verified),
         admission: { agentId: spec.agentId, replayWindowMs: parseDuration(spec.inbox.replayWindow), replayWindowText: spec.inbox.replayWindow, maxFutureSkewMs: MAX_FUTURE_SKEW_MS, now: Date.now },
         intervalMs: parseDuration(spec.relay.pollInterval),
         topics: spec.relay.topics,
@@ -184,7 +188,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         await outbox.ensure();
         await states.ensure();
         await peerCaps.ensure();
-        await levels.ensure();
+        await conversations.ensure();
         await appStream?.ensure();
         if ((await documents.syncUpdated(nats, names, log)) && spec.relay?.urls.length) {
           void announceCapabilities({ urls: spec.relay.urls, signing, http, document: documents.capabilityDocument.doc, displayName: spec.displayName, log });
@@ -204,7 +208,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     documents,
     verifier,
     store: inbox,
-    levels,
+    conversations,
     onAccepted,
     metrics,
     logger: log,
@@ -213,7 +217,15 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     ready: () => ready && nats.isConnected,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));
-  const localDeps = { agent, signing, documents, outbox: peerCapabilities.gate(outbox), states, peers: peerCapabilities, received: (id: string, sender?: string) => inbox.received(id, sender), stream: appStream, logger: log };
+  const localDeps = { agent, signing, documents, outbox: peerCapabilities.gate(outbox), states, peers: peerCapabilities, received: async (id: string, sender?: string) => {
+      // The inbox stream first; beyond its retention, the conversation's thread index.
+      const found = await inbox.received(id, sender);
+      if (found) return found;
+      const entry = await conversations.thread(id, sender);
+      return entry ? threadOriginal(entry) : undefined;
+    },
+    conversations,
+    stream: appStream, logger: log };
   const localApi = buildLocalApi(localDeps);
   const localApiTls = localApiToken ? buildLocalApi(localDeps, { tls: readTls(tlsFiles), token: localApiToken }) : undefined;
   if (localApiTls) life.defer("local API TLS watch", watchTls(localApiTls, tlsFiles, log));

@@ -15,6 +15,7 @@
  */
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { request as httpsRequest } from "node:https";
+import type { ConversationState } from "../agent/conversations.ts";
 import type { DeliveryRecord } from "../agent/delivery-state.ts";
 import type { OutboxRequest } from "../agent/compose.ts";
 import type { PeerCapabilities } from "../agent/inbound.ts";
@@ -22,7 +23,7 @@ import type { PeerCapabilitiesView } from "../agent/peer-capabilities.ts";
 import type { ErrorBody } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 
-export type { DeliveryRecord, OutboxRequest, PeerCapabilities, PeerCapabilitiesView, Message };
+export type { ConversationState, DeliveryRecord, OutboxRequest, PeerCapabilities, PeerCapabilitiesView, Message };
 
 export interface Queued {
   status: "queued";
@@ -101,6 +102,11 @@ export class LocalApiClient {
   /** Delivery state of a queued message, per recipient. */
   status(messageId: string): Promise<DeliveryRecord> {
     return this.call("GET", `/outbox/${encodeURIComponent(messageId)}`);
+  }
+
+  /** What the runtime knows of a conversation: one record per peer (GET /conversations/{id}). */
+  conversation(conversationId: string): Promise<{ conversation_id: string; peers: ConversationState[] }> {
+    return this.call("GET", `/conversations/${encodeURIComponent(conversationId)}`);
   }
 
   /** Messages that ended failed (a 4xx) or undeliverable (the retry window passed). */

@@ -23,8 +23,8 @@ export function agentNames(agentId: string) {
     outboxStateBucket: `ifp_outbox_${t}`,
     /** Capability documents learned from peers' greetings (KV). */
     peersBucket: `ifp_peers_${t}`,
-    /** IFP-5 authentication levels of conversations (KV; agent/identity-levels.ts). */
-    authBucket: `ifp_auth_${t}`,
+    /** Conversation records (participants, sequences, the authentication level reached) and the thread index (KV; agent/conversations.ts). */
+    conversationsBucket: `ifp_conv_${t}`,
     kvBucket: "ifp_agents",
     kvKey: t,
   };

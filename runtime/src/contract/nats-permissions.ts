@@ -65,7 +65,7 @@ export function agentPermissions(agentId: string): NatsPermissions {
       n.outboxSubjects,
       ...ownBucket(n.outboxStateBucket),
       ...ownBucket(n.peersBucket),
-      ...ownBucket(n.authBucket),
+      ...ownBucket(n.conversationsBucket),
       // The shared bucket: its stream may be looked up (and created by the first agent), but
       // only this agent's own keys read and written.
       `$JS.API.STREAM.INFO.${shared}`,

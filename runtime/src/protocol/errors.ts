@@ -15,7 +15,9 @@ export type ErrorCode =
   | "relay_full"
   /** The local API's outbox: the recipient's capability document rules the message out. */
   | "capability_not_offered"
-  | "unsupported_version";
+  | "unsupported_version"
+  /** A sequence number the sender already used for another message of the conversation (IFP-5 4.2). */
+  | "sequence_conflict";
 
 /** The error body of spec section 2.7. */
 export interface ErrorBody {

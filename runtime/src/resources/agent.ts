@@ -87,6 +87,12 @@ export const AgentSpec = z.object({
         })
         .optional()
         .describe("Shared introduction tokens (IFP-5 level 0): messages signed hmac-sha256 with one of them are accepted at level 0"),
+      sequenceCheck: z
+        .enum(["record", "strict"])
+        .default("record")
+        .describe(
+          "IFP-5 4.2 sequence checks: record notes a sequence number a sender reuses for another message of a conversation in the conversation's record; strict refuses that message with 409 sequence_conflict",
+        ),
     })
     .prefault({}),
   relay: AgentRelay.optional(),

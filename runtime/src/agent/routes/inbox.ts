@@ -11,13 +11,13 @@ import { clientAddress, RateLimiter } from "../../server/ratelimit.ts";
 import { asSent } from "../../server/validation.ts";
 import { acceptVerified, admit, type AcceptStore, type Admission, type OnAccepted } from "../accept.ts";
 import { WELL_KNOWN, WELL_KNOWN_IFP } from "../documents.ts";
-import type { ConversationLevels } from "../identity-levels.ts";
+import type { Conversations } from "../conversations.ts";
 
 export interface InboxRouteDeps {
   agent: Agent;
   verifier: MessageVerifier;
   store: AcceptStore;
-  levels?: Pick<ConversationLevels, "check">;
+  conversations?: Pick<Conversations, "inbound">;
   onAccepted?: OnAccepted;
   metrics: RuntimeMetrics;
   now: () => number;
@@ -70,7 +70,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         if (!bySender.ok) {
           throw rateLimited(bySender.retryAfterSeconds, `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`);
         }
-        const { duplicate } = await acceptVerified({ agent, store: deps.store, onAccepted: deps.onAccepted, levels: deps.levels }, message, message, verified);
+        const { duplicate } = await acceptVerified({ agent, store: deps.store, onAccepted: deps.onAccepted, conversations: deps.conversations }, message, message, verified);
         reply.outcome = duplicate ? "duplicate" : "accepted";
         return reply.code(202).type("application/json; charset=utf-8").send({ status: "accepted", message_id: h.message_id });
       },

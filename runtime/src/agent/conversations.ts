@@ -1,0 +1,325 @@
+import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
+import type { Nats } from "../nats/connection.ts";
+import { encodeToken } from "../contract/nats.ts";
+import { insufficientAuthLevel, ProtocolError, unavailable } from "../protocol/errors.ts";
+import type { Message } from "../protocol/message.ts";
+import { errorMessage } from "../util/errors.ts";
+import type { DeliveryRecord } from "./delivery-state.ts";
+
+/** A conversation is over once it has been quiet this long; its record is forgotten then. */
+export const CONVERSATION_IDLE_MS = 7 * 24 * 3600_000;
+/** A record is written again after this long even when nothing in it changed, to keep it alive. */
+const RENEW_MS = 24 * 3600_000;
+/** Messages of a conversation remembered in its record (either way), oldest dropped first. */
+export const RECENT_MESSAGES = 64;
+/** Participants remembered per conversation. */
+const MAX_PARTICIPANTS = 32;
+/** The peer's text of an error-phase answer kept in a delivery record. */
+const MAX_ERROR_TEXT = 500;
+
+export interface ConversationMessage {
+  message_id: string;
+  sequence: number;
+  direction: "in" | "out";
+  phase: string;
+  at: string;
+}
+
+/**
+ * What the runtime knows of one conversation with one peer. Keyed by (peer, conversation_id):
+ * a conversation_id is the initiator's to choose, so a stranger reusing one gets a record of
+ * its own and cannot touch another peer's.
+ */
+export interface ConversationState {
+  conversation_id: string;
+  /** The verified sender of its inbound messages, or the recipient of its outbound ones. */
+  peer: string;
+  /** Agent ids seen in from/to (at most 32). */
+  participants: string[];
+  /** The phase of the last message, either way. */
+  phase: string;
+  /** The peer's temperature as the Agent spec names it (spec.peers[].temperature). */
+  temperature?: string;
+  /** The highest authentication level the peer's messages reached: none lower is taken (IFP-5 section 2). */
+  auth_level?: number;
+  last_sequence_in?: number;
+  last_sequence_out?: number;
+  /** Messages of the peer that reused a sequence number of one of its earlier messages (IFP-5 4.2). */
+  sequence_reused?: number;
+  /** The last messages, newest last. */
+  recent: ConversationMessage[];
+  started_at: string;
+  updated_at: string;
+}
+
+/** What a reply needs of the message it answers, kept beyond the inbox stream's retention. */
+export interface ThreadEntry {
+  message_id: string;
+  from: string;
+  conversation_id: string;
+  sequence: number;
+  references: string[];
+}
+
+/**
+ * Per-conversation state in a NATS KV bucket shared by the replicas (`c.<peer>.<conversation>`),
+ * and an index of received messages for threading replies (`m.<sender>.<message_id>`); entries
+ * expire once a conversation has been quiet for CONVERSATION_IDLE_MS. Every inbound message
+ * passes inbound() before it is stored: it refuses a lower authentication level than the
+ * conversation had (401 insufficient_auth_level), notes (or with sequenceCheck "strict" refuses,
+ * 409 sequence_conflict) a sequence number the peer already used for another message of the
+ * conversation, and links an error-phase
+ * answer to the outbound message it concerns. Updates are compare-and-set.
+ */
+export class Conversations {
+  private kv: KV | undefined;
+  private readonly nats: Pick<Nats, "js" | "isConnected">;
+  readonly bucket: string;
+  private readonly now: () => number;
+  private readonly temperatures: ReadonlyMap<string, string>;
+  private readonly deliveries: Pick<DeliveryStateStore, "get" | "put"> | undefined;
+  private readonly strict: boolean;
+
+  constructor(
+    nats: Pick<Nats, "js" | "isConnected">,
+    bucket: string,
+    opts: {
+      now?: () => number;
+      temperatures?: ReadonlyMap<string, string>;
+      deliveries?: Pick<DeliveryStateStore, "get" | "put">;
+      /** spec.inbox.sequenceCheck: "strict" refuses a reused sequence number, "record" (default) notes it. */
+      sequenceCheck?: "record" | "strict";
+    } = {},
+  ) {
+    this.nats = nats;
+    this.bucket = bucket;
+    this.strict = opts.sequenceCheck === "strict";
+    this.now = opts.now ?? Date.now;
+    this.temperatures = opts.temperatures ?? new Map();
+    this.deliveries = opts.deliveries;
+  }
+
+  async ensure(): Promise<void> {
+    this.kv = await new Kvm(this.nats.js).create(this.bucket, { history: 1, ttl: CONVERSATION_IDLE_MS });
+  }
+
+  static key(peer: string, conversationId: string): string {
+    return `c.${encodeToken(peer)}.${encodeToken(conversationId)}`;
+  }
+
+  static threadKey(sender: string, messageId: string): string {
+    return `m.${encodeToken(sender)}.${encodeToken(messageId)}`;
+  }
+
+  private store(): KV {
+    if (!this.kv || !this.nats.isConnected) throw unavailable("the conversation records (NATS KV) are not reachable");
+    return this.kv;
+  }
+
+  /** The record of a conversation with a peer, if there is one. */
+  async get(peer: string, conversationId: string): Promise<ConversationState | undefined> {
+    const e = await this.read(Conversations.key(peer, conversationId));
+    return e?.value.length ? (e.json() as ConversationState) : undefined;
+  }
+
+  /**
+   * A verified inbound message, before it is stored: checked against its conversation's record
+   * and recorded (see the class). `sender` is the verified signer.
+   */
+  async inbound(sender: string, message: Message, level: number): Promise<void> {
+    const h = message.headers;
+    await this.update(sender, h.conversation_id, (state) => {
+      if (state?.auth_level !== undefined && level < state.auth_level) {
+        throw insufficientAuthLevel(
+          `conversation ${h.conversation_id} has been authenticated at level ${state.auth_level}; a message at level ${level} is refused ` +
+            "(IFP-5 section 2: no downgrade within a conversation). Sign as before, or start a new conversation.",
+        );
+      }
+      const recent = state?.recent ?? [];
+      if (recent.some((m) => m.message_id === h.message_id && m.direction === "in")) {
+        // A repeat: what it says is known already; only keep the record alive.
+        return state && this.now() - Date.parse(state.updated_at) < RENEW_MS ? undefined : touch(state!, this.now());
+      }
+      const taken = recent.find((m) => m.direction === "in" && m.sequence === h.sequence);
+      if (taken && this.strict) {
+        throw new ProtocolError(
+          409,
+          "sequence_conflict",
+          `sequence ${h.sequence} of conversation ${h.conversation_id} was already used by ${taken.message_id}; each message of a conversation takes a sequence number of its own (IFP-5 section 4.2)`,
+        );
+      }
+      const next = this.record(state, sender, message, "in");
+      next.auth_level = Math.max(level, state?.auth_level ?? level);
+      next.last_sequence_in = Math.max(h.sequence, state?.last_sequence_in ?? h.sequence);
+      if (taken) next.sequence_reused = (state?.sequence_reused ?? 0) + 1;
+      return next;
+    });
+    const thread: ThreadEntry = {
+      message_id: h.message_id,
+      from: h.from.agent,
+      conversation_id: h.conversation_id,
+      sequence: h.sequence,
+      references: (h.thread?.references ?? []).slice(-16),
+    };
+    await this.write(() => this.store().put(Conversations.threadKey(sender, h.message_id), JSON.stringify(thread)));
+    if (h.phase === "error" && h.thread?.in_reply_to) await this.linkError(sender, message);
+  }
+
+  /** An outbound message, once queued: recorded in its conversation with each recipient. */
+  async outbound(message: Message): Promise<void> {
+    const h = message.headers;
+    for (const peer of new Set(h.to.map((t) => t.agent).filter((a) => !a.startsWith("topic:")))) {
+      await this.update(peer, h.conversation_id, (state) => {
+        if (state?.recent.some((m) => m.message_id === h.message_id && m.direction === "out")) return undefined;
+        const next = this.record(state, peer, message, "out");
+        next.last_sequence_out = Math.max(h.sequence, state?.last_sequence_out ?? h.sequence);
+        return next;
+      });
+    }
+  }
+
+  /**
+   * What a reply needs of the received message `messageId` (from `sender` when given; without
+   * one, the first recorded), kept after the inbox stream has let the message go.
+   */
+  async thread(messageId: string, sender?: string): Promise<ThreadEntry | undefined> {
+    if (sender !== undefined) {
+      const e = await this.read(Conversations.threadKey(sender, messageId));
+      return e?.value.length ? (e.json() as ThreadEntry) : undefined;
+    }
+    const kv = this.store();
+    let first: KvEntry | undefined;
+    let seen = 0;
+    try {
+      for await (const k of await kv.keys(`m.*.${encodeToken(messageId)}`)) {
+        const e = await kv.get(k);
+        if (e?.value.length && (!first || e.revision < first.revision)) first = e;
+        // Bounded: a message_id reused by many senders is not looked at further.
+        if (++seen >= 8) break;
+      }
+    } catch (err) {
+      throw unavailable(`the conversation records cannot be read: ${errorMessage(err)}`);
+    }
+    return first ? (first.json() as ThreadEntry) : undefined;
+  }
+
+  /** The sequence number a new message of the conversation takes: one more than any seen either way. */
+  async nextSequence(conversationId: string): Promise<number> {
+    const records = await this.list(conversationId);
+    return 1 + Math.max(0, ...records.map((r) => Math.max(r.last_sequence_in ?? 0, r.last_sequence_out ?? 0)));
+  }
+
+  /** The records of a conversation, one per peer (at most 32). */
+  async list(conversationId: string): Promise<ConversationState[]> {
+    const kv = this.store();
+    const out: ConversationState[] = [];
+    try {
+      for await (const k of await kv.keys(`c.*.${encodeToken(conversationId)}`)) {
+        const e = await kv.get(k);
+        if (e?.value.length) out.push(e.json() as ConversationState);
+        if (out.length >= 32) break;
+      }
+    } catch (err) {
+      throw unavailable(`the conversation records cannot be read: ${errorMessage(err)}`);
+    }
+    return out.sort((a, b) => a.peer.localeCompare(b.peer));
+  }
+
+  private record(state: ConversationState | undefined, peer: string, message: Message, direction: "in" | "out"): ConversationState {
+    const h = message.headers;
+    const at = new Date(this.now()).toISOString();
+    const participants = [...new Set([...(state?.participants ?? []), h.from.agent, ...h.to.map((t) => t.agent)])].slice(0, MAX_PARTICIPANTS);
+    const temperature = this.temperatures.get(peer);
+    return {
+      ...(state ?? { conversation_id: h.conversation_id, peer, started_at: at }),
+      participants,
+      phase: h.phase,
+      ...(temperature ? { temperature } : {}),
+      recent: [...(state?.recent ?? []), { message_id: h.message_id, sequence: h.sequence, direction, phase: h.phase, at }].slice(-RECENT_MESSAGES),
+      updated_at: at,
+    } as ConversationState;
+  }
+
+  /** An error-phase answer from `sender` to one of this agent's messages: shown in that message's delivery record. */
+  private async linkError(sender: string, message: Message): Promise<void> {
+    if (!this.deliveries) return;
+    const h = message.headers;
+    const record = await this.deliveries.get(h.thread!.in_reply_to!);
+    const r = record?.recipients.find((x) => x.agent === sender);
+    if (!record || !r || r.peer_error?.message_id === h.message_id) return;
+    const part = message.body.parts?.find((p) => p.name === "error")?.content as { code?: unknown } | undefined;
+    r.peer_error = {
+      message_id: h.message_id,
+      ...(typeof part?.code === "string" ? { code: part.code.slice(0, 64) } : {}),
+      text: (message.body.text ?? "").slice(0, MAX_ERROR_TEXT),
+      at: new Date(this.now()).toISOString(),
+    };
+    record.updated_at = r.peer_error.at;
+    await this.deliveries.put(record);
+  }
+
+  private async read(key: string): Promise<KvEntry | null> {
+    const kv = this.store();
+    try {
+      return await kv.get(key);
+    } catch (err) {
+      throw unavailable(`the conversation records cannot be read: ${errorMessage(err)}`);
+    }
+  }
+
+  private async write(fn: () => Promise<unknown>): Promise<void> {
+    try {
+      await fn();
+    } catch (err) {
+      throw unavailable(`the conversation records cannot be written: ${errorMessage(err)}`);
+    }
+  }
+
+  /** Compare-and-set: `change` returns the new state, or undefined for no write; it may throw to refuse. */
+  private async update(peer: string, conversationId: string, change: (state: ConversationState | undefined) => ConversationState | undefined): Promise<void> {
+    const key = Conversations.key(peer, conversationId);
+    const kv = this.store();
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const current = await this.read(key);
+      const state = current?.value.length ? (current.json() as ConversationState) : undefined;
+      const next = change(state);
+      if (!next) return;
+      try {
+        if (current && current.operation === "PUT") await kv.update(key, JSON.stringify(next), current.revision);
+        else await kv.create(key, JSON.stringify(next));
+        return;
+      } catch {
+        // Another replica wrote in between: read again and decide on its record.
+      }
+    }
+    throw unavailable("the conversation record is changing too fast; try again");
+  }
+}
+
+/** A received message as far as a reply needs it (composeMessage), from its thread entry. */
+export function threadOriginal(t: ThreadEntry): Message {
+  return {
+    ifp: 4,
+    headers: {
+      message_id: t.message_id,
+      date: new Date(0).toISOString(),
+      from: { agent: t.from },
+      to: [],
+      conversation_id: t.conversation_id,
+      sequence: t.sequence,
+      phase: "context",
+      thread: { references: t.references },
+    },
+    body: {},
+  } as unknown as Message;
+}
+
+function touch(state: ConversationState, now: number): ConversationState {
+  return { ...state, updated_at: new Date(now).toISOString() };
+}
+
+/** The part of the delivery state store this class writes. */
+interface DeliveryStateStore {
+  get(messageId: string): Promise<DeliveryRecord | undefined>;
+  put(record: DeliveryRecord): Promise<void>;
+}
