@@ -86,6 +86,34 @@ describe("agents that talk through a relay", () => {
     }
   });
 
+  it("takes a message from the relay's event stream as it arrives, without waiting for the next poll", async () => {
+    const handler = await startHandler();
+    // Polled at start and then only every hour: what arrives within the test comes by the stream.
+    const b = await runAgent({ self: bob, natsUrl: nats.url, tls, spec: { peers: [peerOf(alice)], relay: { urls: [relayUrl], pollInterval: "1h" }, handler: { url: handler.url } } });
+    try {
+      const intake = async (result: string) => metricValue((await b.get("/metrics")).text, "ifp_relay_operations_total", { operation: "intake", result });
+      for (const text of ["first pushed", "second pushed"]) {
+        const m = signed(alice, "bob-agent", { conversation_id: `conv:push-${text}` }, text);
+        expect((await new RelayClient(relayUrl, alice.signing, http).publish(m)).status).toBe(202);
+        const got = await waitFor(`bob's handler to get "${text}"`, () => handler.received.find((r) => r.body.headers.message_id === m.headers.message_id), 15_000, 50);
+        expect(got.body.body.text).toBe(text);
+        expect(got.body.trace.received).toEqual([expect.objectContaining({ by: "relay:https://localhost", from: "alice-agent" })]);
+      }
+      expect(await intake("accepted")).toBe(2);
+      // Acknowledged at the relay as each was taken.
+      await waitFor("the relay mailbox emptied", async () => (await new RelayClient(relayUrl, bob.signing, http).pull()).messages.length === 0);
+      // A tampered one pushed on the stream is refused like a polled one.
+      const tampered = signed(alice, "bob-agent", { conversation_id: "conv:push-tampered" }, "original");
+      tampered.body.text = "changed";
+      expect((await new RelayClient(relayUrl, alice.signing, http).publish(tampered)).status).toBe(202);
+      await waitFor("the refusal to be counted", async () => (await intake("invalid_signature")) === 1, 15_000);
+      expect(handler.received.some((r) => r.body.headers.message_id === tampered.headers.message_id)).toBe(false);
+    } finally {
+      await b.close();
+      await handler.close();
+    }
+  });
+
   it("announces a changed capability set on the capabilities.update topic", async () => {
     await new RelayClient(relayUrl, alice.signing, http).subscribe(["capabilities.update"]);
     const spec = (caps: string[]) => ({ capabilities: caps.map((name) => ({ name, description: name })), peers: [peerOf(alice)], relay: { urls: [relayUrl], pollInterval: "1h" } });

@@ -33,7 +33,7 @@ describe("relay selection (IFP-8 2.3)", () => {
       self: bob,
       natsUrl: env.nats.url,
       tls: env.tls,
-      spec: { baseUrl: "https://localhost:1", peers: [peerOf(alice)], relay: { urls: [baseUrl(r1), baseUrl(r2)], pollInterval: "300ms" }, handler: { url: handler.url } },
+      spec: { baseUrl: "https://localhost:1", peers: [peerOf(alice)], relay: { urls: [baseUrl(r1), baseUrl(r2)], pollInterval: "300ms", receive: "poll" }, handler: { url: handler.url } },
     });
     const a = await runAgent({
       self: alice,

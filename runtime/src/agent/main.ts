@@ -172,6 +172,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         admission: { agentId: spec.agentId, replayWindowMs: parseDuration(spec.inbox.replayWindow), replayWindowText: spec.inbox.replayWindow, maxFutureSkewMs: MAX_FUTURE_SKEW_MS, now: Date.now },
         intervalMs: parseDuration(spec.relay.pollInterval),
         topics: spec.relay.topics,
+        mode: spec.relay.receive,
         onRelayed: (message, verified) => peerCapabilities.announced(message, verified.signer),
         log,
         metrics,

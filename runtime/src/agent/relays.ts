@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import type { HttpClient } from "../net/http-client.ts";
 import { Message } from "../protocol/message.ts";
@@ -29,8 +30,13 @@ export function relayPublisher(signing: SigningKey, http: HttpClient): RelayPubl
   };
 }
 
+/** With a relay's event stream open, its mailbox is still read this often, for what the stream had to leave. */
+export const EVENTS_FALLBACK_POLL_MS = 60_000;
+
 /**
- * An agent's mailboxes on its own relays (spec.relay.urls): read every pollInterval, each
+ * An agent's mailboxes on its own relays (spec.relay.urls): followed on each relay's event
+ * stream (GET /relay/events) and read by polling every pollInterval while a stream is not
+ * open (and every minute while it is), each
  * message's signature verified after relay delivery (spec 5.4) with the same key lookup as the
  * inbox, accepted into the inbox exactly like a direct POST (deduplicated, inspected, handed to
  * the handler), trace kept, and only then acknowledged at the relay. A message refused as the
@@ -46,7 +52,7 @@ export class RelayIntake {
   private readonly signing: SigningKey;
   private readonly http: HttpClient;
   private readonly requireSignature: boolean;
-  private readonly accept: (raw: unknown, message: Message, verified: Verified) => Promise<unknown>;
+  private readonly accept: (raw: unknown, message: Message, verified: Verified) => Promise<{ duplicate?: boolean } | unknown>;
   private readonly admission: Admission;
   private readonly log: Logger;
   private readonly metrics: RuntimeMetrics;
@@ -57,7 +63,15 @@ export class RelayIntake {
   private readonly subscribed = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
+  private following: Promise<void> | undefined;
   private stopped = false;
+  private readonly abort = new AbortController();
+  private readonly mode: "events" | "poll";
+  /** Relays whose event stream is open. */
+  private readonly streaming = new Set<string>();
+  private readonly lastPoll = new Map<string, number>();
+  /** Relays whose stream was said in the log to be in use (once). */
+  private readonly announced = new Set<string>();
 
   constructor(deps: {
     urls: string[];
@@ -75,7 +89,10 @@ export class RelayIntake {
     topics?: string[];
     /** Called for each relayed message once accepted, e.g. to apply a capabilities.update. */
     onRelayed?: (message: Message, verified: Verified) => Promise<unknown>;
+    /** spec.relay.receive: "events" follows each relay's event stream, polling as the fallback; "poll" only polls. */
+    mode?: "events" | "poll";
   }) {
+    this.mode = deps.mode ?? "events";
     this.clients = deps.urls.map((u) => new RelayClient(u, deps.signing, deps.http));
     this.topics = deps.topics ?? [];
     this.onRelayed = deps.onRelayed;
@@ -91,9 +108,17 @@ export class RelayIntake {
   }
 
   start(): void {
+    if (this.mode === "events") {
+      // The stream hands out what is waiting first: no poll until a stream fails (or a minute).
+      for (const c of this.clients) {
+        this.streaming.add(c.base);
+        this.lastPoll.set(c.base, Date.now());
+      }
+    }
+    if (this.mode === "events") this.following = Promise.all(this.clients.map((c) => this.follow(c))).then(() => undefined);
     const tick = () => {
       if (this.stopped) return;
-      this.running = this.pollAll().finally(() => {
+      this.running = this.pollDue().finally(() => {
         if (!this.stopped) this.timer = setTimeout(tick, this.intervalMs);
       });
     };
@@ -103,6 +128,19 @@ export class RelayIntake {
   /** Read every relay once; resolves when all waiting messages have been taken. */
   async pollAll(): Promise<void> {
     await Promise.all(this.clients.map((c) => this.poll(c)));
+  }
+
+  /**
+   * Read the relays whose mailbox is due: every pollInterval without an event stream; with
+   * one, once every EVENTS_FALLBACK_POLL_MS (what the stream could not take waits no longer).
+   */
+  private async pollDue(): Promise<void> {
+    const now = Date.now();
+    await Promise.all(
+      this.clients
+        .filter((c) => !this.streaming.has(c.base) || now - (this.lastPoll.get(c.base) ?? 0) >= EVENTS_FALLBACK_POLL_MS)
+        .map((c) => this.poll(c)),
+    );
   }
 
   /** Follow spec.relay.topics on this relay, once; a failure is logged and tried again on the next read. */
@@ -119,10 +157,9 @@ export class RelayIntake {
 
   private async poll(client: RelayClient): Promise<void> {
     await this.subscribe(client);
+    this.lastPoll.set(client.base, Date.now());
     let after: number | undefined;
-    // The topics this agent is subscribed to at this relay, read once per poll when a message names a topic.
-    let topics: Promise<ReadonlySet<string>> | undefined;
-    const topicsAtRelay = () => (topics ??= client.subscriptions().then((s) => new Set(s.topics)));
+    const topicsAtRelay = this.topicsOnce(client);
     for (let page = 0; page < 50 && !this.stopped; page++) {
       let messages: Message[];
       let next: number | undefined;
@@ -134,61 +171,124 @@ export class RelayIntake {
       }
       if (!messages.length) return;
       for (const raw of messages) {
-        const parsed = Message.safeParse(raw);
-        const id = (raw as { headers?: { message_id?: string } }).headers?.message_id ?? "";
-        if (!parsed.success) {
-          this.log.warn({ relay: client.base, messageId: id, problem: describeIssues(parsed.error) }, "dropping an invalid message from the relay");
-          await client.ack(id).catch(() => false);
-          continue;
-        }
-        let refusal: ProtocolError | undefined;
-        try {
-          // The inbox's own checks first: a relay must not hand this agent what was addressed to
-          // another, nor a message older than the duplicate window remembers.
-          const named = parsed.data.headers.to.some((t) => t.agent.startsWith("topic:"));
-          admit(parsed.data, this.admission, named ? await topicsAtRelay() : undefined);
-        } catch (err) {
-          if (isMisaddressed(err)) {
-            this.metrics.relay.inc({ operation: "intake", result: "misaddressed" });
-            this.log.warn({ relay: client.base, messageId: id, to: parsed.data.headers.to, err: (err as Error).message }, "dropping a relayed message addressed to someone else");
-            await client.ack(id).catch(() => false);
-            continue;
-          }
-          if (!(err instanceof ProtocolError)) {
-            this.log.warn({ relay: client.base, err: (err as Error).message }, "could not read the subscriptions at the relay; will retry");
-            return;
-          }
-          refusal = err;
-        }
-        if (!refusal) {
-          try {
-            const verified = await this.verifier.verify(parsed.data, this.requireSignature, { address: `relay:${client.base}` });
-            await this.accept(raw, parsed.data, verified);
-            await this.onRelayed?.(parsed.data, verified).catch((e: Error) => this.log.warn({ messageId: id, err: e.message }, "could not apply a relayed announcement"));
-          } catch (err) {
-            if (!(err instanceof ProtocolError) || err.statusCode !== 401) {
-              this.log.warn({ relay: client.base, messageId: id, err: (err as Error).message }, "could not accept a relayed message; will retry");
-              // Throttled identity lookups hold back only their own message; a store failure holds back all.
-              if (err instanceof ProtocolError && err.statusCode === 429) continue;
-              return; // leave it at the relay
-            }
-            refusal = err;
-          }
-        }
-        if (refusal) {
-          this.metrics.relay.inc({ operation: "intake", result: refusal.code });
-          this.log.warn({ relay: client.base, messageId: id, sender: parsed.data.headers.from.agent, code: refusal.code, err: refusal.message }, "refused a relayed message; answering its sender");
-          // An error is never answered with an error: two agents refusing each other would echo forever.
-          if (parsed.data.headers.phase !== "error" && !(await this.answer(client, parsed.data, refusal))) return; // answer again on the next read
-          await client.ack(id).catch((err: Error) => this.log.warn({ messageId: id, err: err.message }, "could not acknowledge at the relay"));
-          continue;
-        }
-        await client.ack(id).catch((err: Error) => this.log.warn({ messageId: id, err: err.message }, "could not acknowledge at the relay"));
-        this.metrics.relay.inc({ operation: "intake", result: "accepted" });
+        if ((await this.take(client, raw, topicsAtRelay)) === "stop") return;
       }
       // Messages left at the relay (throttled lookups) stay behind the cursor until the next read.
       if (next === undefined) return;
       after = next;
+    }
+  }
+
+  /** The topics this agent is subscribed to at a relay, read once (per read or stream) when a message names a topic. */
+  private topicsOnce(client: RelayClient): () => Promise<ReadonlySet<string>> {
+    let topics: Promise<ReadonlySet<string>> | undefined;
+    return () => (topics ??= client.subscriptions().then((s) => new Set(s.topics)));
+  }
+
+  /**
+   * One message from a relay, read by a poll or pushed on the event stream: checked, verified,
+   * accepted and acknowledged, or refused and answered. "stop" when it must stay at the relay
+   * and the messages behind it too (the store failed): the next read takes them again; "next"
+   * otherwise (a throttled lookup leaves only its own message behind).
+   */
+  private async take(client: RelayClient, raw: unknown, topicsAtRelay: () => Promise<ReadonlySet<string>>): Promise<"next" | "stop"> {
+    const parsed = Message.safeParse(raw);
+    const id = (raw as { headers?: { message_id?: string } }).headers?.message_id ?? "";
+    if (!parsed.success) {
+      this.log.warn({ relay: client.base, messageId: id, problem: describeIssues(parsed.error) }, "dropping an invalid message from the relay");
+      await client.ack(id).catch(() => false);
+      return "next";
+    }
+    let refusal: ProtocolError | undefined;
+    let duplicate = false;
+    try {
+      // The inbox's own checks first: a relay must not hand this agent what was addressed to
+      // another, nor a message older than the duplicate window remembers.
+      const named = parsed.data.headers.to.some((t) => t.agent.startsWith("topic:"));
+      admit(parsed.data, this.admission, named ? await topicsAtRelay() : undefined);
+    } catch (err) {
+      if (isMisaddressed(err)) {
+        this.metrics.relay.inc({ operation: "intake", result: "misaddressed" });
+        this.log.warn({ relay: client.base, messageId: id, to: parsed.data.headers.to, err: (err as Error).message }, "dropping a relayed message addressed to someone else");
+        await client.ack(id).catch(() => false);
+        return "next";
+      }
+      if (!(err instanceof ProtocolError)) {
+        this.log.warn({ relay: client.base, err: (err as Error).message }, "could not read the subscriptions at the relay; will retry");
+        return "stop";
+      }
+      refusal = err;
+    }
+    if (!refusal) {
+      try {
+        const verified = await this.verifier.verify(parsed.data, this.requireSignature, { address: `relay:${client.base}` });
+        const result = await this.accept(raw, parsed.data, verified);
+        duplicate = (result as { duplicate?: boolean } | undefined)?.duplicate === true;
+        await this.onRelayed?.(parsed.data, verified).catch((e: Error) => this.log.warn({ messageId: id, err: e.message }, "could not apply a relayed announcement"));
+      } catch (err) {
+        if (!(err instanceof ProtocolError) || err.statusCode !== 401) {
+          this.log.warn({ relay: client.base, messageId: id, err: (err as Error).message }, "could not accept a relayed message; will retry");
+          // Throttled identity lookups hold back only their own message; a store failure holds back all.
+          return err instanceof ProtocolError && err.statusCode === 429 ? "next" : "stop";
+        }
+        refusal = err;
+      }
+    }
+    if (refusal) {
+      this.metrics.relay.inc({ operation: "intake", result: refusal.code });
+      this.log.warn({ relay: client.base, messageId: id, sender: parsed.data.headers.from.agent, code: refusal.code, err: refusal.message }, "refused a relayed message; answering its sender");
+      // An error is never answered with an error: two agents refusing each other would echo forever.
+      if (parsed.data.headers.phase !== "error" && !(await this.answer(client, parsed.data, refusal))) return "stop"; // answer again on the next read
+      await client.ack(id).catch((err: Error) => this.log.warn({ messageId: id, err: err.message }, "could not acknowledge at the relay"));
+      return "next";
+    }
+    await client.ack(id).catch((err: Error) => this.log.warn({ messageId: id, err: err.message }, "could not acknowledge at the relay"));
+    // Read twice (the stream and a poll at once, or a copy the relay handed out again): taken once.
+    this.metrics.relay.inc({ operation: "intake", result: duplicate ? "duplicate" : "accepted" });
+    return "next";
+  }
+
+  /**
+   * Follow one relay's event stream (GET /relay/events) for as long as the intake runs: each
+   * pushed message is taken at once. A stream that cannot be opened or ends is opened again
+   * after a pause (1 s doubling to 30 s); meanwhile, and whenever a message had to stay at the
+   * relay, the poll reads the mailbox.
+   */
+  private async follow(client: RelayClient): Promise<void> {
+    let pause = 1_000;
+    while (!this.stopped) {
+      const signal = this.abort.signal;
+      try {
+        await this.subscribe(client);
+        // Read for each message that names a topic: a stream lives long, subscriptions change.
+        const topicsAtRelay = () => client.subscriptions().then((s) => new Set(s.topics));
+        let held = false;
+        for await (const { message } of client.events({ signal })) {
+          if (!this.announced.has(client.base)) {
+            this.announced.add(client.base);
+            this.log.info({ relay: client.base }, "reading the relay mailbox from its event stream");
+          }
+          this.streaming.add(client.base);
+          pause = 1_000;
+          // A message that must stay at the relay is read again by the poll; the stream goes on
+          // only when nothing is held back, so that the poll sees it.
+          if ((await this.take(client, message, topicsAtRelay)) === "stop") {
+            held = true;
+            break;
+          }
+          if (this.stopped) break;
+        }
+        if (held) this.streaming.delete(client.base);
+      } catch (err) {
+        if (this.stopped) break;
+        this.log.warn({ relay: client.base, err: (err as Error).message, retryInMs: pause }, "the relay's event stream is not available; reading the mailbox by polling");
+      }
+      this.streaming.delete(client.base);
+      if (this.stopped) break;
+      // Without the stream, what waits is read now rather than at the next poll.
+      if (Date.now() - (this.lastPoll.get(client.base) ?? 0) >= Math.min(this.intervalMs, EVENTS_FALLBACK_POLL_MS)) await this.poll(client);
+      await sleep(pause, undefined, { signal: this.abort.signal }).catch(() => undefined);
+      pause = Math.min(pause * 2, 30_000);
     }
   }
 
@@ -218,8 +318,9 @@ export class RelayIntake {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.abort.abort();
     if (this.timer) clearTimeout(this.timer);
-    await this.running;
+    await Promise.all([this.running, this.following]);
   }
 }
 

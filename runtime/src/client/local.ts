@@ -16,6 +16,7 @@
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { request as httpsRequest } from "node:https";
 import type { ConversationState } from "../agent/conversations.ts";
+import { sseEvents } from "../net/sse.ts";
 import type { DeliveryRecord } from "../agent/delivery-state.ts";
 import type { OutboxRequest } from "../agent/compose.ts";
 import type { PeerCapabilities } from "../agent/inbound.ts";
@@ -205,28 +206,4 @@ async function readJson(res: IncomingMessage): Promise<Record<string, unknown>> 
   }
 }
 
-/** Server-Sent Events of a response: {id, event, data} per event; comments are skipped. */
-export async function* sseEvents(res: AsyncIterable<Buffer | string>): AsyncGenerator<{ id?: string; event: string; data: string }> {
-  let buf = "";
-  for await (const chunk of res) {
-    buf += chunk.toString();
-    let i: number;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      const block = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      let id: string | undefined;
-      let event = "message";
-      const data: string[] = [];
-      for (const line of block.split("\n")) {
-        if (line.startsWith(":")) continue;
-        const c = line.indexOf(":");
-        const field = c < 0 ? line : line.slice(0, c);
-        const value = c < 0 ? "" : line.slice(c + 1).replace(/^ /, "");
-        if (field === "id") id = value;
-        else if (field === "event") event = value;
-        else if (field === "data") data.push(value);
-      }
-      if (data.length) yield { id, event, data: data.join("\n") };
-    }
-  }
-}
+export { sseEvents };

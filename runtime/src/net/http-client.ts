@@ -168,6 +168,52 @@ export class HttpClient {
     }
   }
 
+  /**
+   * A request whose response body is read as it comes (a stream of events): no overall
+   * timeout, only `signal`; the connection and the answer's head must come within the timeout.
+   * A non-2xx answer's body is read (capped) into `text` and the stream is not returned.
+   */
+  async stream(
+    url: string,
+    init: { method?: string; headers?: Record<string, string>; signal: AbortSignal; timeoutMs?: number },
+  ): Promise<{ status: number; headers: Headers; text?: string; body?: AsyncIterable<Uint8Array> }> {
+    await this.reloadCaFile();
+    const head = AbortSignal.timeout(init.timeoutMs ?? this.timeoutMs);
+    const controller = new AbortController();
+    const abort = () => controller.abort();
+    init.signal.addEventListener("abort", abort, { once: true });
+    head.addEventListener("abort", abort, { once: true });
+    try {
+      const res = await fetch(url, {
+        method: init.method ?? "GET",
+        headers: { "user-agent": this.userAgent, ...init.headers, "accept-encoding": "identity" },
+        redirect: "manual",
+        dispatcher: this.dispatcher,
+        signal: controller.signal,
+      });
+      head.removeEventListener("abort", abort);
+      if (res.status < 200 || res.status >= 300 || !res.body) {
+        init.signal.removeEventListener("abort", abort);
+        return { status: res.status, headers: res.headers as unknown as Headers, text: await readAtMost(res, this.maxResponseBytes).catch(() => "") };
+      }
+      const stream = res.body as unknown as AsyncIterable<Uint8Array>;
+      async function* body(): AsyncGenerator<Uint8Array> {
+        try {
+          yield* stream;
+        } finally {
+          // Read to the end or left early: the connection is let go, and the caller's signal forgotten.
+          init.signal.removeEventListener("abort", abort);
+          controller.abort();
+        }
+      }
+      return { status: res.status, headers: res.headers as unknown as Headers, body: body() };
+    } catch (err) {
+      head.removeEventListener("abort", abort);
+      init.signal.removeEventListener("abort", abort);
+      throw err;
+    }
+  }
+
   async close(): Promise<void> {
     await this.dispatcher.close();
   }

@@ -4,6 +4,7 @@ import type { Message } from "../protocol/message.ts";
 import type { AckResponse, DeadLetter, PageQuery, SubscribeRequest, SubscribeResponse } from "../protocol/relay-api.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 import { ResponseTooLarge } from "../net/http-client.ts";
+import { sseEvents } from "../net/sse.ts";
 
 /**
  * The most a page of messages or dead letters may weigh: above the largest message a relay
@@ -14,7 +15,7 @@ export const MAX_PAGE_BYTES = 32 * 1024 * 1024;
 export type { DeadLetter, SubscribeResponse };
 
 /** What the client needs of an HTTPS client: HttpClient, or any other with its request(). */
-export type RelayHttp = Pick<HttpClient, "request">;
+export type RelayHttp = Pick<HttpClient, "request"> & Partial<Pick<HttpClient, "stream">>;
 
 export class RelayError extends Error {
   readonly status: number;
@@ -50,6 +51,39 @@ export class RelayClient {
       this.key,
     );
     return this.http.request(url, { method, headers, body: text, ...(maxBytes ? { maxBytes } : {}) });
+  }
+
+  /**
+   * The agent's mailbox as it fills (GET /relay/events, Server-Sent Events): waiting copies
+   * first, then new ones, each with its stream sequence (`seq`, the resume cursor). Nothing is
+   * removed until acknowledged. Ends when the relay ends the stream or `signal` aborts; throws
+   * RelayError for a refusal.
+   */
+  async *events(opts: { after?: number; signal: AbortSignal }): AsyncGenerator<{ seq: number; message: unknown }> {
+    if (!this.http.stream) throw new Error("this HTTP client cannot read a stream");
+    const url = `${this.base}/relay/events`;
+    const extra: Record<string, string> = opts.after ? { "last-event-id": String(opts.after) } : {};
+    const headers = await signRequest({ method: "GET", url, headers: { accept: "text/event-stream", ...extra } }, this.key);
+    const res = await this.http.stream(url, { method: "GET", headers, signal: opts.signal });
+    if (!res.body) {
+      let body: { code?: string; message?: string } = {};
+      try {
+        body = JSON.parse(res.text ?? "");
+      } catch {
+        // not JSON: the status says it
+      }
+      throw new RelayError(res.status, body.code ?? "unexpected_status", body.message ?? `the relay answered ${res.status} to GET /relay/events`);
+    }
+    for await (const event of sseEvents(res.body, MAX_PAGE_BYTES)) {
+      if (event.event !== "message" || !event.id || !/^\d{1,15}$/.test(event.id)) continue;
+      let message: unknown;
+      try {
+        message = JSON.parse(event.data);
+      } catch {
+        continue; // the pull loop reads it and says what is wrong with it
+      }
+      yield { seq: Number(event.id), message };
+    }
   }
 
   /** Publish a message; `recipients` narrows it to those of its direct recipients (`?recipient=`). */

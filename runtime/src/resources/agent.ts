@@ -25,7 +25,11 @@ export const RelayPreference = z.object({
 /** The agent's own relays: advertised to peers, and read for waiting messages. */
 export const AgentRelay = RelayPreference.extend({
   urls: z.array(HttpsUrl).default([]),
-  pollInterval: Duration.default("5s").describe("How often the agent's mailbox on each relay is read"),
+  receive: z
+    .enum(["events", "poll"])
+    .default("events")
+    .describe("events: follow each relay's event stream (GET /relay/events) and take messages as they arrive, polling only while a stream is down and once a minute besides; poll: read the mailbox every pollInterval"),
+  pollInterval: Duration.default("5s").describe("How often the agent's mailbox on each relay is read when no event stream is open (or with receive: poll)"),
   topics: z
     .array(z.string().max(128).regex(CAPABILITY_NAME_RE, "a dot-notation topic name such as capabilities.update"))
     .max(32)
