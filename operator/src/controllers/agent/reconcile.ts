@@ -20,10 +20,14 @@ import { ensureNatsCreds } from "../nats-creds.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { ensureLocalApi, localApiDnsNames } from "./local-api.ts";
 import { agentStatus } from "./status.ts";
+import { errorMessage } from "../../kube/client.ts";
+import { AGENT_FINALIZER, agentLeftovers, deleteAgentJetStream, hasFinalizer, sameAgentIdElsewhere, setFinalizer, storedAgentId } from "../finalizers.ts";
 
 export async function reconcileAgent(ctx: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
   const obj = ctx.caches.get<CustomObject>("Agent", namespace, name);
-  if (!obj || obj.metadata?.deletionTimestamp) return {}; // children go by garbage collection
+  if (!obj) return {};
+  // Children go by garbage collection; JetStream by the finalizer.
+  if (obj.metadata?.deletionTimestamp) return finalizeAgent(ctx, obj);
   const parsed = Agent.safeParse(obj);
   if (!parsed.success) {
     const message = describeIssues(parsed.error);
@@ -33,6 +37,8 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
   const agent: AgentResource = { ...parsed.data, metadata: obj.metadata as unknown as Owner["metadata"] };
   const owner = agentOwner(agent);
   try {
+    // The agent's streams and buckets go with it unless it keeps them; the finalizer says so.
+    if (await setFinalizer(ctx.kube, obj, AGENT_FINALIZER, !agent.spec.retention.keepOnDelete)) return {}; // the update brings the next pass
     const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing.secretName);
     const expose = agent.spec.expose;
     const localApi = await ensureLocalApi(ctx, obj, owner, agent);
@@ -66,6 +72,48 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
   } catch (err) {
     return await reportFailure(ctx, "agents", obj, err);
   }
+}
+
+/**
+ * An Agent being deleted: delete its JetStream streams (with their consumers) and KV buckets and
+ * purge its keys of the shared bucket, unless spec.retention.keepOnDelete or another Agent runs
+ * under the same agent id; then let it go. While NATS cannot be reached the Agent waits, at most
+ * the finalizer timeout of this process's clock; then the finalizer goes anyway, with a Warning
+ * Event naming what was left behind.
+ */
+async function finalizeAgent(ctx: ReconcileContext, obj: CustomObject): Promise<ReconcileResult> {
+  if (!hasFinalizer(obj, AGENT_FINALIZER)) return {};
+  const ref = `${obj.metadata?.namespace}/${obj.metadata?.name}`;
+  const agentId = storedAgentId(obj);
+  const keep = (obj.spec as { retention?: { keepOnDelete?: unknown } } | undefined)?.retention?.keepOnDelete === true;
+  const sharing = agentId ? sameAgentIdElsewhere(ctx.caches, obj, agentId) : undefined;
+  if (agentId && !keep && sharing) {
+    await ctx.kube.event(obj, "Normal", "JetStreamKept", `agent id ${agentId} is also run by ${sharing.metadata?.namespace}/${sharing.metadata?.name}; its streams and buckets stay`);
+  } else if (agentId && !keep) {
+    let failure: string | undefined;
+    if (!ctx.nats?.isConnected) failure = "the operator is not connected to NATS";
+    else {
+      try {
+        const deleted = await deleteAgentJetStream(ctx.nats.jsm, agentId);
+        if (deleted.length) ctx.log.info({ agent: ref, deleted }, "Deleted the agent's JetStream streams and buckets");
+      } catch (err) {
+        failure = errorMessage(err);
+      }
+    }
+    if (failure) {
+      const left = ctx.deletions.left(obj);
+      if (left > 0) {
+        ctx.log.warn({ agent: ref, err: failure, giveUpInMs: left }, "waiting for NATS to delete the agent's streams");
+        return { requeueAfterMs: Math.min(10_000, left) };
+      }
+      const leftovers = agentLeftovers(agentId).join(", ");
+      await ctx.kube.event(obj, "Warning", "CleanupAbandoned", `could not delete the agent's JetStream data for ${Math.round(ctx.deletions.timeoutMs / 1000)}s (${failure}); the Agent goes and these stay: ${leftovers}; delete them by hand`);
+      ctx.log.warn({ agent: ref, left: leftovers, err: failure }, "gave up deleting the agent's streams; letting the Agent go");
+    }
+  }
+  await setFinalizer(ctx.kube, obj, AGENT_FINALIZER, false);
+  ctx.deletions.forget(obj);
+  return {};
 }
 
 type SigningOutcome = { secretName: string; publicKey: string; created: string; applied: string[] } | { blocker: Blocker; applied: string[] };
