@@ -61,6 +61,15 @@ describe("ifp-operator flags", () => {
     expect(() => parseFlags(["--finalizer-timeout=forever"], {})).toThrow(/--finalizer-timeout takes a duration/);
   });
 
+  it("takes the number or share of Agents that may roll at once", () => {
+    expect(parseFlags([], {}).options.rolloutLimit).toEqual({ percent: 25 });
+    expect(parseFlags(["--max-rolling-agents=10"], {}).options.rolloutLimit).toEqual({ count: 10 });
+    expect(parseFlags([], { IFP_MAX_ROLLING_AGENTS: "100%" }).options.rolloutLimit).toEqual({ percent: 100 });
+    for (const bad of ["0", "0%", "101%", "-1", "1.5", "ten", "10 %", "%", "1234567"]) {
+      expect(() => parseFlags([`--max-rolling-agents=${bad}`], {})).toThrow(/--max-rolling-agents takes a number of Agents/);
+    }
+  });
+
   it("takes the install CA's Secret, lifetimes and extra CAs", async () => {
     const { createCA } = await import("./certs.ts");
     const { mkdtempSync, writeFileSync } = await import("node:fs");

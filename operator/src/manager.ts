@@ -17,6 +17,7 @@ import { Caches, type CachedKind } from "./kube/caches.ts";
 import { errorMessage, Kube } from "./kube/client.ts";
 import { Controller, type Reconcile } from "./kube/controller.ts";
 import { LeaderElector } from "./leader.ts";
+import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, RolloutGate, type RolloutLimit } from "./controllers/rollout.ts";
 import { DEFAULT_FINALIZER_TIMEOUT_MS, Deletions, releaseAllFinalizers } from "./controllers/finalizers.ts";
 import { createOperatorMetrics } from "./metrics.ts";
 
@@ -44,6 +45,8 @@ export interface ManagerOptions {
   workers?: number;
   /** The install CA: its Secret (default ifp-operator-ca in POD_NAMESPACE, else default), lifetimes, extra CAs (PEM). */
   trust?: { namespace?: string; secretName?: string; lifetimes?: Partial<TrustLifetimes>; extraCas?: string };
+  /** How many Agents may have their Deployment changed by the operator at once (default 25%). */
+  rolloutLimit?: RolloutLimit;
   /** How long a finalizer waits for NATS before it lets its resource go (default 5 minutes). */
   finalizerTimeoutMs?: number;
   /**
@@ -107,7 +110,9 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
     log,
   });
   const settings = natsIssuer ? { ...opts.settings, natsPerResourceCreds: true } : opts.settings;
-  const ctx: RelayContext = { kube, caches, settings, log, nats, trust, natsIssuer, deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS) };
+  const ctx: RelayContext = { kube, caches, settings, log, nats, trust, natsIssuer, deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
+    rollouts: new RolloutGate(opts.rolloutLimit ?? parseRolloutLimit(DEFAULT_ROLLOUT_LIMIT)),
+  };
   const controller = (kind: Kind, reconcile: Reconcile) =>
     new Controller({ kind, reconcile, exists: (ns, name) => !!caches.get(kind, ns, name), metrics, log });
   const controllers: Record<Kind, Controller> = {

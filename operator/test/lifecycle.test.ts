@@ -18,19 +18,22 @@ let manager: RunningManager | undefined;
 const NS = "life";
 const OPS = "ops";
 const FINALIZER_TIMEOUT_MS = 4_000;
+const ROLL = "roll";
 const operatorLog = capturedLog(600);
 const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222" };
 
-const start = async () => {
+const start = async (overrides: Partial<Parameters<typeof startManager>[0]> = {}) => {
   manager = await startManager({
     kubeconfig: cp.kubeconfig,
     settings,
     nats: { url: nats.url },
     watchNamespaces: [],
+    ...overrides,
     resyncMs: 2_000,
     finalizerTimeoutMs: FINALIZER_TIMEOUT_MS,
     operatorDeployment: { namespace: OPS, name: "ifp-operator" },
     log: operatorLog.log,
+    ...overrides,
   });
   await manager.started;
 };
@@ -123,7 +126,7 @@ perTest(() =>
 
 beforeAll(async () => {
   [cp, nats] = await Promise.all([startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false }), startNats()]);
-  for (const ns of [NS, OPS, "life-b"]) cp.kubectl(["create", "namespace", ns]);
+  for (const ns of [NS, OPS, "life-b", ROLL]) cp.kubectl(["create", "namespace", ns]);
   // The operator's own Deployment, as the chart installs it (nothing runs it here).
   cp.kubectl(["-n", OPS, "create", "deployment", "ifp-operator", "--image=ghcr.io/ifp-dev/ifp-operator:test"]);
   await start();
@@ -215,6 +218,49 @@ describe("a Relay's stream finalizer", () => {
       await nats.restart();
     });
     expect(await streamOrAbsent(nats.url, `IFP_RELAY_${NS}_2Fadrift`)).toBeDefined();
+  });
+});
+
+describe("a new runtime image", () => {
+  const deployment = (name: string) => get("deployment", name, ROLL);
+  const image = (name: string) => deployment(name)?.spec.template.spec.containers[0].image;
+  const reconciling = (name: string) => get("agent", name, ROLL)?.status?.conditions?.find((c: any) => c.type === "Reconciling");
+  const ready = (name: string) => get("agent", name, ROLL)?.status?.conditions?.find((c: any) => c.type === "Ready")?.status;
+  /** What the kubelets and the Deployment controller would report once the pods of the current template are available. */
+  const available = (name: string) => {
+    const generation = deployment(name).metadata.generation;
+    cp.kubectl(["-n", ROLL, "patch", "deployment", name, "--subresource=status", "--type=merge", "-p", JSON.stringify({ status: { observedGeneration: generation, replicas: 1, updatedReplicas: 1, readyReplicas: 1, availableReplicas: 1 } })]);
+  };
+  const names = ["roll-a", "roll-b", "roll-c"];
+
+  it("rolls through the Agents at most --max-rolling-agents at a time, each next one after the last became available", { timeout: 150_000 }, async () => {
+    await stop();
+    await start({ watchNamespaces: [ROLL] });
+    for (const n of names) apply(agentYaml(n, { ns: ROLL }));
+    await until("the Deployments", () => names.every((n) => deployment(n)));
+    for (const n of names) available(n);
+    await until("every Agent Ready at the first image", () => names.every((n) => ready(n) === "True"));
+    // A chart upgrade: the operator restarts with another runtime image and at most one Agent rolling.
+    await stop();
+    await start({ watchNamespaces: [ROLL], settings: { ...settings, runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:next" }, rolloutLimit: { count: 1 } });
+    const rolled = () => names.filter((n) => image(n) === "ghcr.io/ifp-dev/ifp-runtime:next");
+    for (let step = 1; step <= names.length; step++) {
+      await until(`${step} Agent(s) rolled`, () => rolled().length === step, 40_000);
+      const waiting = names.filter((n) => !rolled().includes(n));
+      if (waiting.length) {
+        await until("the others queued", () => waiting.every((n) => reconciling(n)?.reason === "RolloutQueued"));
+        // No further Agent rolls while the last one is not available (longer than the queue's 5 s retry) ...
+        await consistently(`only ${step} rolled`, () => rolled().length === step, 6_000, 250);
+        // ... and the queued ones stay Ready on their current pods.
+        expect(waiting.map(ready)).toEqual(waiting.map(() => "True"));
+      }
+      const newest = rolled().find((n) => deployment(n).status.observedGeneration !== deployment(n).metadata.generation)!;
+      expect(newest).toBeDefined();
+      available(newest);
+    }
+    await until("every Agent reconciled", () => names.every((n) => reconciling(n)?.reason === "Reconciled"));
+    await stop();
+    await start();
   });
 });
 

@@ -4,6 +4,7 @@ import type { CredentialIssuer } from "../nats-credentials.ts";
 import type { Logger } from "pino";
 import type { Nats } from "../../../runtime/src/nats/connection.ts";
 import type { Deletions } from "./finalizers.ts";
+import type { RolloutGate } from "./rollout.ts";
 import { ChildConflictError } from "../kube/apply.ts";
 import type { Caches } from "../kube/caches.ts";
 import { errorMessage, isStatus, type Kube } from "../kube/client.ts";
@@ -27,6 +28,8 @@ export interface ReconcileContext {
   nats?: Nats;
   /** When each resource was first seen being deleted, and how long a finalizer waits for NATS. */
   deletions: Deletions;
+  /** How many Agents may have their Deployment changed by the operator at once. */
+  rollouts?: RolloutGate;
 }
 
 export type CustomObject = KubernetesObject & { spec?: unknown; status?: Record<string, unknown> };

@@ -1,6 +1,7 @@
 // The Agent controller's shell: read → parse → signing key and TLS → desired() → apply →
 // observe → agentStatus() → write status. Level-triggered: it gets only namespace/name.
-import type { V1Deployment, V1Secret } from "@kubernetes/client-node";
+import type { KubernetesObject, V1Deployment, V1Secret } from "@kubernetes/client-node";
+import { isSubset } from "../../kube/subset.ts";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
 import { describeIssues } from "../../../../runtime/src/contract/issues.ts";
 import { Agent } from "../../../../runtime/src/resources/agent.ts";
@@ -49,10 +50,14 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, agentPermissions(agent.spec.agentId)) : undefined;
     let applied: string[] = [...signing.applied, ...localApi.applied, ...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? [])];
     const exposure = await planExposure(ctx.kube, namespace, expose);
+    let queued: Blocker | undefined;
     if (!("blocker" in signing) && !localApi.blocker) {
       const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
       if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
-      const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName, exposure }));
+      let children = desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName, exposure });
+      queued = holdRollout(ctx, obj, children);
+      if (queued) children = children.filter((c) => c.kind !== "Deployment");
+      const changed = await applyChildren(ctx.kube, ctx.caches, owner, children);
       if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
       applied = [...applied, ...pruned, ...changed];
     }
@@ -63,15 +68,45 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
       deployment,
       blocker,
       waiting: tls.waiting,
+      queued,
       signing: "blocker" in signing ? undefined : signing,
       tlsSecret: tls.secretName,
     });
     const wrote = await writeStatus(ctx, "agents", obj, status, conditions);
     if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
-    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined, natsCreds?.requeueAfterMs) };
+    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined, natsCreds?.requeueAfterMs, queued ? ROLLOUT_RETRY_MS : undefined) };
   } catch (err) {
     return await reportFailure(ctx, "agents", obj, err);
   }
+}
+
+/** How often an Agent whose rollout is queued looks again for a free place. */
+const ROLLOUT_RETRY_MS = 5_000;
+
+/**
+ * Whether the change of this Agent's Deployment waits for other Agents' rollouts: only a change
+ * of the pod template of a Deployment that exists, and only when it does not come from the
+ * Agent's own spec (its generation is already observed: a new runtime image, a changed flag).
+ */
+function holdRollout(ctx: ReconcileContext, obj: CustomObject, children: KubernetesObject[]): Blocker | undefined {
+  const gate = ctx.rollouts;
+  const want = children.find((c) => c.kind === "Deployment") as V1Deployment | undefined;
+  if (!gate || !want) return undefined;
+  const { namespace, name } = want.metadata as { namespace: string; name: string };
+  const current = ctx.caches.get<V1Deployment>("Deployment", namespace, name);
+  if (!current || isSubset(want.spec?.template, current.spec?.template)) return undefined;
+  const key = `${obj.metadata!.namespace}/${obj.metadata!.name}`;
+  const observed = (obj.status as { observedGeneration?: number } | undefined)?.observedGeneration;
+  const admission = gate.admit(key, current, {
+    agents: ctx.caches.list("Agent").length,
+    forced: observed !== obj.metadata?.generation,
+    deploymentOf: (k) => {
+      const [ns, n] = k.split("/") as [string, string];
+      return ctx.caches.get<V1Deployment>("Deployment", ns, childNames(n).deployment);
+    },
+  });
+  if (admission.ok) return undefined;
+  return { reason: "RolloutQueued", message: `the runtime pods change once fewer than ${admission.max} Agents are rolling (${admission.rolling} now)` };
 }
 
 /**
@@ -113,6 +148,7 @@ async function finalizeAgent(ctx: ReconcileContext, obj: CustomObject): Promise<
   }
   await setFinalizer(ctx.kube, obj, AGENT_FINALIZER, false);
   ctx.deletions.forget(obj);
+  ctx.rollouts?.forget(`${obj.metadata?.namespace}/${obj.metadata?.name}`);
   return {};
 }
 
