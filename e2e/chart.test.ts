@@ -315,6 +315,21 @@ describe("Helm chart", () => {
     expect(dep.spec.template.spec.containers[0].args).toEqual(expect.arrayContaining(["--leader-elect=true", `--leader-election-namespace=${NS}`, `--nats-url=nats://ifp-ifp-operator-nats.${NS}.svc:4222`]));
   });
 
+  it("tells the operator its own Deployment, which alone it may read, and the rollout and finalizer limits", async () => {
+    const objects = docs(render("runtime.maxRollingAgents=3", "runtime.finalizerTimeout=90s"));
+    const args = find(objects, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args as string[];
+    expect(args).toEqual(expect.arrayContaining([`--operator-deployment=${NS}/ifp-ifp-operator`, "--max-rolling-agents=3", "--finalizer-timeout=90s"]));
+    const role = find(objects, "Role", "ifp-ifp-operator-self");
+    expect(role.metadata.namespace).toBe(NS);
+    expect(role.rules).toEqual([{ apiGroups: ["apps"], resources: ["deployments"], resourceNames: ["ifp-ifp-operator"], verbs: ["get"] }]);
+    expect(find(objects, "RoleBinding", "ifp-ifp-operator-self").subjects).toEqual([{ kind: "ServiceAccount", name: "ifp-ifp-operator", namespace: NS }]);
+    expect(find(docs(render()), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args).toEqual(expect.arrayContaining(["--max-rolling-agents=25%", "--finalizer-timeout=5m"]));
+    const { parseFlags } = await import("../operator/src/main.ts");
+    expect(parseFlags(args.filter((a) => !a.startsWith("--extra-ca-file")), {}).options).toMatchObject({ operatorDeployment: { namespace: NS, name: "ifp-ifp-operator" }, rolloutLimit: { count: 3 }, finalizerTimeoutMs: 90_000 });
+    expect(() => render("runtime.maxRollingAgents=0%")).toThrow(/maxRollingAgents/);
+    expect(() => render("runtime.finalizerTimeout=forever")).toThrow(/finalizerTimeout/);
+  });
+
   it("keeps one trust domain: the install CA's Secret and Role, extra CAs, and a helm test that verifies TLS with the bundle", async () => {
     const { createCA } = await import("./support/tls.ts");
     const objects = docs(render());

@@ -67,6 +67,8 @@ export const Values = z.strictObject({
     .strictObject({
       runAsUser: z.number().int().min(0).max(2147483647).nullable().default(10001),
       runAsGroup: z.number().int().min(0).max(2147483647).nullable().default(10001),
+      maxRollingAgents: z.union([z.number().int().min(1), z.string().regex(/^([1-9][0-9]{0,5}|[1-9][0-9]?%|100%)$/)]).default("25%"),
+      finalizerTimeout: z.string().regex(/^[1-9][0-9]*(s|m|h)$/).default("5m"),
     })
     .prefault({}),
   replicaCount: z.number().int().min(1).default(1),

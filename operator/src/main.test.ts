@@ -49,6 +49,27 @@ describe("ifp-operator flags", () => {
     expect(() => parseFlags(["--no-such-flag"], {})).toThrow(/Unknown option '--no-such-flag'/);
   });
 
+  it("takes the finalizer timeout and the operator's own Deployment, and refuses bad ones", () => {
+    expect(parseFlags([], {}).options).toMatchObject({ finalizerTimeoutMs: 300_000, operatorDeployment: undefined });
+    const { options } = parseFlags(["--finalizer-timeout=90s", "--operator-deployment=ifp-system/ifp-operator"], {});
+    expect(options).toMatchObject({ finalizerTimeoutMs: 90_000, operatorDeployment: { namespace: "ifp-system", name: "ifp-operator" } });
+    expect(parseFlags([], { IFP_OPERATOR_DEPLOYMENT: "ops/op" }).options.operatorDeployment).toEqual({ namespace: "ops", name: "op" });
+    for (const bad of ["ifp-operator", "a/b/c", "/x", "x/", "A/b", "ns/-x", `${"n".repeat(64)}/x`, "ns/x y"]) {
+      expect(() => parseFlags([`--operator-deployment=${bad}`], {})).toThrow(/--operator-deployment takes NAMESPACE\/NAME/);
+    }
+    expect(() => parseFlags(["--finalizer-timeout=0s"], {})).toThrow(/--finalizer-timeout takes a duration/);
+    expect(() => parseFlags(["--finalizer-timeout=forever"], {})).toThrow(/--finalizer-timeout takes a duration/);
+  });
+
+  it("takes the number or share of Agents that may roll at once", () => {
+    expect(parseFlags([], {}).options.rolloutLimit).toEqual({ percent: 25 });
+    expect(parseFlags(["--max-rolling-agents=10"], {}).options.rolloutLimit).toEqual({ count: 10 });
+    expect(parseFlags([], { IFP_MAX_ROLLING_AGENTS: "100%" }).options.rolloutLimit).toEqual({ percent: 100 });
+    for (const bad of ["0", "0%", "101%", "-1", "1.5", "ten", "10 %", "%", "1234567"]) {
+      expect(() => parseFlags([`--max-rolling-agents=${bad}`], {})).toThrow(/--max-rolling-agents takes a number of Agents/);
+    }
+  });
+
   it("takes the install CA's Secret, lifetimes and extra CAs", async () => {
     const { createCA } = await import("./certs.ts");
     const { mkdtempSync, writeFileSync } = await import("node:fs");

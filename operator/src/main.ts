@@ -6,6 +6,7 @@ import pino from "pino";
 import { parseCaBundle } from "./certs.ts";
 import { checkLifetimes, DEFAULT_LIFETIMES } from "./controllers/trust.ts";
 import { startManager, type ManagerOptions } from "./manager.ts";
+import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./controllers/rollout.ts";
 
 const USAGE = `usage: ifp-operator [flags]
 
@@ -51,6 +52,15 @@ account). Every flag also reads the environment variable in brackets.
   --cert-validity DURATION        validity of a default serving certificate (default 8760h)
   --cert-renew-before DURATION    re-issue it this long before it expires (default 720h)
   --extra-ca-file FILE            PEM CA certificates added to every trust bundle [IFP_EXTRA_CA_FILE]
+  --max-rolling-agents N|P%       at most this many Agents (or this share of all Agents) have
+                                  their pods changed by the operator at once, e.g. for a new
+                                  runtime image; the next wait until those are available
+                                  (default 25%) [IFP_MAX_ROLLING_AGENTS]
+  --finalizer-timeout DURATION    how long a deleted Agent or Relay waits for NATS to clean its
+                                  streams up before it goes anyway, with a Warning Event (default 5m)
+  --operator-deployment NS/NAME   the operator's own Deployment: when it is gone as the operator
+                                  stops (an uninstall), every finalizer is removed first
+                                  [IFP_OPERATOR_DEPLOYMENT]
   --log-level LEVEL               info (default), debug, warn, error [IFP_LOG_LEVEL]
 `;
 
@@ -86,6 +96,9 @@ const OPTIONS = {
   "cert-validity": { type: "string" },
   "cert-renew-before": { type: "string" },
   "extra-ca-file": { type: "string", env: "IFP_EXTRA_CA_FILE" },
+  "finalizer-timeout": { type: "string" },
+  "max-rolling-agents": { type: "string", env: "IFP_MAX_ROLLING_AGENTS" },
+  "operator-deployment": { type: "string", env: "IFP_OPERATOR_DEPLOYMENT" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
 } as const;
 
@@ -155,6 +168,15 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
+  let rolloutLimit: RolloutLimit;
+  try {
+    rolloutLimit = parseRolloutLimit(str("max-rolling-agents") ?? DEFAULT_ROLLOUT_LIMIT);
+  } catch (err) {
+    throw new UsageError(`--max-rolling-agents ${(err as Error).message}`);
+  }
+  const operatorDeployment = str("operator-deployment");
+  const depMatch = operatorDeployment === undefined ? undefined : /^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\/([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)$/.exec(operatorDeployment);
+  if (operatorDeployment !== undefined && !depMatch) throw new UsageError(`--operator-deployment takes NAMESPACE/NAME, not ${JSON.stringify(operatorDeployment)}`);
   const extraCaFile = str("extra-ca-file");
   let extraCas: string | undefined;
   if (extraCaFile) {
@@ -190,6 +212,9 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
       metricsPort: integer("metrics-port", str("metrics-port") ?? "8080", 0, 65535),
       resyncMs: duration(str("resync") ?? "5m"),
       workers: integer("workers", str("workers") ?? "4", 1, 64),
+      rolloutLimit,
+      finalizerTimeoutMs: duration(str("finalizer-timeout") ?? "5m", "finalizer-timeout"),
+      operatorDeployment: depMatch ? { namespace: depMatch[1]!, name: depMatch[3]! } : undefined,
       trust: { namespace: str("ca-namespace") ?? env.POD_NAMESPACE ?? "default", secretName: str("ca-secret") ?? "ifp-operator-ca", lifetimes, extraCas },
     },
   };

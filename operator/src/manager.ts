@@ -17,6 +17,8 @@ import { Caches, type CachedKind } from "./kube/caches.ts";
 import { errorMessage, Kube } from "./kube/client.ts";
 import { Controller, type Reconcile } from "./kube/controller.ts";
 import { LeaderElector } from "./leader.ts";
+import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, RolloutGate, type RolloutLimit } from "./controllers/rollout.ts";
+import { DEFAULT_FINALIZER_TIMEOUT_MS, Deletions, releaseAllFinalizers } from "./controllers/finalizers.ts";
 import { createOperatorMetrics } from "./metrics.ts";
 
 export interface ManagerOptions {
@@ -43,6 +45,15 @@ export interface ManagerOptions {
   workers?: number;
   /** The install CA: its Secret (default ifp-operator-ca in POD_NAMESPACE, else default), lifetimes, extra CAs (PEM). */
   trust?: { namespace?: string; secretName?: string; lifetimes?: Partial<TrustLifetimes>; extraCas?: string };
+  /** How many Agents may have their Deployment changed by the operator at once (default 25%). */
+  rolloutLimit?: RolloutLimit;
+  /** How long a finalizer waits for NATS before it lets its resource go (default 5 minutes). */
+  finalizerTimeoutMs?: number;
+  /**
+   * The operator's own Deployment. When it is gone or being deleted as this process stops, the
+   * operator is being uninstalled: it removes every finalizer it set before it exits.
+   */
+  operatorDeployment?: { namespace: string; name: string };
   log: Logger;
 }
 
@@ -99,7 +110,9 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
     log,
   });
   const settings = natsIssuer ? { ...opts.settings, natsPerResourceCreds: true } : opts.settings;
-  const ctx: RelayContext = { kube, caches, settings, log, nats, trust, natsIssuer };
+  const ctx: RelayContext = { kube, caches, settings, log, nats, trust, natsIssuer, deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
+    rollouts: new RolloutGate(opts.rolloutLimit ?? parseRolloutLimit(DEFAULT_ROLLOUT_LIMIT)),
+  };
   const controller = (kind: Kind, reconcile: Reconcile) =>
     new Controller({ kind, reconcile, exists: (ns, name) => !!caches.get(kind, ns, name), metrics, log });
   const controllers: Record<Kind, Controller> = {
@@ -196,6 +209,9 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       // Finish the reconciles in flight, then let go of everything else.
       for (const c of Object.values(controllers)) c.shutDown();
       await Promise.all(loops);
+      if (leading && opts.operatorDeployment && (await beingUninstalled(kube, opts.operatorDeployment, log))) {
+        await releaseAllFinalizers({ kube, caches, jsm: nats?.isConnected ? nats.jsm : undefined, log });
+      }
       await caches.stop();
       await elector?.stop();
       await nats?.close();
@@ -204,4 +220,22 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       log.info("operator stopped");
     },
   };
+}
+
+/**
+ * Whether the operator's own Deployment is gone or being deleted: then this stop is an
+ * uninstall (or the Deployment was deleted by hand), not a rolling update, an eviction or a
+ * crash, and nothing will come back to finalize the resources. When the API server cannot be
+ * asked, the answer is no: the finalizers stay, as for any other stop.
+ */
+export async function beingUninstalled(kube: Kube, dep: { namespace: string; name: string }, log: Logger): Promise<boolean> {
+  try {
+    const d = await kube.read<KubernetesObject>("apps/v1", "Deployment", dep.namespace, dep.name);
+    const gone = !d || !!d.metadata?.deletionTimestamp;
+    if (gone) log.warn({ deployment: `${dep.namespace}/${dep.name}` }, "the operator's Deployment is gone: releasing every finalizer");
+    return gone;
+  } catch (err) {
+    log.warn({ err: errorMessage(err) }, "could not read the operator's Deployment; finalizers stay");
+    return false;
+  }
 }

@@ -165,6 +165,14 @@ describe("runtimes with their own NATS credential", () => {
       await jsm.streams.add({ name: "IFP_RELAY_other", subjects: ["ifp.relay.other.>"] });
       expect((await jsm.streams.info("IFP_RELAY_other")).config.name).toBe("IFP_RELAY_other");
       expect(await jsm.streams.delete("IFP_RELAY_other")).toBe(true);
+      // A deleted Agent's data: its bucket streams deleted, its keys purged from the shared bucket; no other purge.
+      await jsm.streams.add({ name: "KV_ifp_outbox_gone", subjects: ["$KV.ifp_outbox_gone.>"] });
+      expect(await jsm.streams.delete("KV_ifp_outbox_gone")).toBe(true);
+      await jsm.streams.add({ name: "KV_ifp_agents", subjects: ["$KV.ifp_agents.>"] }).catch(() => {});
+      expect((await jsm.streams.purge("KV_ifp_agents", { filter: "$KV.ifp_agents.gone.>" })).success).toBe(true);
+      await jsm.streams.add({ name: "IFP_RELAY_kept", subjects: ["ifp.relay.kept.>"] });
+      expect(await refusal(jsm.streams.purge("IFP_RELAY_kept"))).toMatch(/permission|timeout/i);
+      await jsm.streams.delete("IFP_RELAY_kept");
       const bobs = agentNames("bob-agent");
       expect(await refusal(jsm.streams.getMessage(bobs.inboxStream, { seq: 1 }))).toMatch(/permission|timeout/i);
       expect(await refusal(jsm.consumers.info(bobs.inboxStream, bobs.handlerConsumer))).toMatch(/permission|timeout/i);

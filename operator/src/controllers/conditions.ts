@@ -62,6 +62,8 @@ export interface RuntimeObservation {
   blocker?: Blocker;
   /** Something still settling that is not the Deployment (a certificate being issued …). */
   waiting?: Blocker;
+  /** A change of the Deployment held back until other Agents' rollouts are over (rollout.ts). */
+  queued?: Blocker;
 }
 
 const cond = (type: string, status: Condition["status"], reason: string, message: string): ConditionInput => ({ type, status, reason, message });
@@ -119,6 +121,14 @@ export function runtimeStage(o: RuntimeObservation): RuntimeStage {
  */
 export function runtimeConditions(o: RuntimeObservation): ConditionInput[] {
   const s = runtimeStage(o);
+  // A queued rollout: the runtime keeps running (and stays Ready) at its current spec meanwhile.
+  if (o.queued && (s.stage === "ready" || s.stage === "waiting")) {
+    return [
+      s.stage === "ready" ? cond("Ready", "True", s.reason, s.message) : cond("Ready", "False", s.reason, s.message),
+      cond("Reconciling", "True", o.queued.reason, o.queued.message),
+      cond("Stalled", "False", "Progressing", ""),
+    ];
+  }
   switch (s.stage) {
     case "blocked":
     case "stalled":

@@ -2,6 +2,9 @@
 import type { KubernetesObject } from "@kubernetes/client-node";
 import type { CredentialIssuer } from "../nats-credentials.ts";
 import type { Logger } from "pino";
+import type { Nats } from "../../../runtime/src/nats/connection.ts";
+import type { Deletions } from "./finalizers.ts";
+import type { RolloutGate } from "./rollout.ts";
 import { ChildConflictError } from "../kube/apply.ts";
 import type { Caches } from "../kube/caches.ts";
 import { errorMessage, isStatus, type Kube } from "../kube/client.ts";
@@ -21,6 +24,12 @@ export interface ReconcileContext {
   trust: InstallTrust;
   /** Issues each runtime's own NATS credential (nats-creds.ts); absent when the operator was given no account. */
   natsIssuer?: CredentialIssuer;
+  /** The operator's own NATS connection (relay streams, a deleted Agent's streams); absent without --nats-url. */
+  nats?: Nats;
+  /** When each resource was first seen being deleted, and how long a finalizer waits for NATS. */
+  deletions: Deletions;
+  /** How many Agents may have their Deployment changed by the operator at once. */
+  rollouts?: RolloutGate;
 }
 
 export type CustomObject = KubernetesObject & { spec?: unknown; status?: Record<string, unknown> };

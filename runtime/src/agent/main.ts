@@ -122,7 +122,10 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     deliveries: states,
     sequenceCheck: spec.inbox.sequenceCheck,
   });
-  const notifier = new Notifier(agent, EventRecorder.fromEnvironment("ifp-runtime", log, opts.kubeconfig), http, log);
+  const events = EventRecorder.fromEnvironment("ifp-runtime", log, opts.kubeconfig);
+  // Counts of repeated Events still waiting are written before the process goes.
+  life.defer("Events", async () => events?.flush());
+  const notifier = new Notifier(agent, events, http, log);
   const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));
   const peerCapabilities = new PeerCapabilityService({ store: peerCaps, discovery, peerUrls, log });
   const onAccepted = inspectionEffects({ self: { agentId: spec.agentId, displayName: spec.displayName }, signing, outbox, peers: peerCaps });

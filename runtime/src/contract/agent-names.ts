@@ -30,3 +30,18 @@ export function agentNames(agentId: string) {
   };
 }
 export type AgentNames = ReturnType<typeof agentNames>;
+
+/**
+ * What an agent keeps in JetStream, for the operator to delete with its Agent: the streams
+ * (their consumers go with them) and KV buckets of its own, and the subjects of its keys in the
+ * bucket every agent shares. Everything the agent runtime creates under its names is listed
+ * here; a new stream or bucket must be added, or a deleted Agent leaves it behind.
+ */
+export function agentJetStream(agentId: string): { streams: string[]; buckets: string[]; sharedKeys: { stream: string; subject: string } } {
+  const n = agentNames(agentId);
+  return {
+    streams: [n.inboxStream, n.outboxStream],
+    buckets: [n.outboxStateBucket, n.peersBucket, n.conversationsBucket],
+    sharedKeys: { stream: `KV_${n.kvBucket}`, subject: `$KV.${n.kvBucket}.${n.kvKey}.>` },
+  };
+}

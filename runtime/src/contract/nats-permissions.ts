@@ -90,13 +90,15 @@ export function relayPermissions(relay: Pick<Relay, "metadata" | "spec">): NatsP
 }
 
 /**
- * The operator's own connection: it creates, updates, inspects and deletes relay streams. NATS
- * matches permissions token by token, so a stream-name prefix cannot be expressed: the grant
- * covers managing any stream of the account, but no message, consumer, KV or data subject.
+ * The operator's own connection: it creates, updates, inspects and deletes relay streams, and
+ * deletes a deleted Agent's streams and KV buckets (a bucket is the stream KV_<bucket>) and
+ * purges its keys from the bucket all agents share. NATS matches permissions token by token, so
+ * a stream-name prefix cannot be expressed: the grant covers managing any stream of the account,
+ * but no message, consumer, KV or data subject.
  */
 export function operatorPermissions(): NatsPermissions {
   return sorted({
-    pub: ["$JS.API.INFO", ...["CREATE", "UPDATE", "INFO", "DELETE"].map((op) => `$JS.API.STREAM.${op}.*`)],
+    pub: ["$JS.API.INFO", ...["CREATE", "UPDATE", "INFO", "DELETE"].map((op) => `$JS.API.STREAM.${op}.*`), `$JS.API.STREAM.PURGE.KV_${SHARED_AGENT_BUCKET}`],
     sub: [`${OPERATOR_INBOX_PREFIX}.>`],
   });
 }

@@ -156,6 +156,17 @@ export const AgentSpec = z.object({
   expose: ExposeSpec.optional().describe("How the agent is reached from outside the cluster"),
   replicas: z.number().int().min(0).max(100).default(1),
   image: z.string().min(1).optional(),
+  retention: z
+    .object({
+      keepOnDelete: z
+        .boolean()
+        .default(false)
+        .describe(
+          "Keep the agent's JetStream streams (inbox, outbox and their consumers) and KV buckets when the Agent is deleted; by default the operator deletes them before it lets the Agent go",
+        ),
+    })
+    .prefault({})
+    .describe("What happens to the agent's stored messages and state when the Agent is deleted"),
 });
 export type AgentSpec = z.infer<typeof AgentSpec>;
 export type AgentSpecInput = z.input<typeof AgentSpec>;

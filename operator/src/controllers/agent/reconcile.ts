@@ -1,6 +1,7 @@
 // The Agent controller's shell: read → parse → signing key and TLS → desired() → apply →
 // observe → agentStatus() → write status. Level-triggered: it gets only namespace/name.
-import type { V1Deployment, V1Secret } from "@kubernetes/client-node";
+import type { KubernetesObject, V1Deployment, V1Secret } from "@kubernetes/client-node";
+import { isSubset } from "../../kube/subset.ts";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
 import { describeIssues } from "../../../../runtime/src/contract/issues.ts";
 import { Agent } from "../../../../runtime/src/resources/agent.ts";
@@ -20,10 +21,14 @@ import { ensureNatsCreds } from "../nats-creds.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { ensureLocalApi, localApiDnsNames } from "./local-api.ts";
 import { agentStatus } from "./status.ts";
+import { errorMessage } from "../../kube/client.ts";
+import { AGENT_FINALIZER, agentLeftovers, deleteAgentJetStream, hasFinalizer, sameAgentIdElsewhere, setFinalizer, storedAgentId } from "../finalizers.ts";
 
 export async function reconcileAgent(ctx: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
   const obj = ctx.caches.get<CustomObject>("Agent", namespace, name);
-  if (!obj || obj.metadata?.deletionTimestamp) return {}; // children go by garbage collection
+  if (!obj) return {};
+  // Children go by garbage collection; JetStream by the finalizer.
+  if (obj.metadata?.deletionTimestamp) return finalizeAgent(ctx, obj);
   const parsed = Agent.safeParse(obj);
   if (!parsed.success) {
     const message = describeIssues(parsed.error);
@@ -33,6 +38,8 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
   const agent: AgentResource = { ...parsed.data, metadata: obj.metadata as unknown as Owner["metadata"] };
   const owner = agentOwner(agent);
   try {
+    // The agent's streams and buckets go with it unless it keeps them; the finalizer says so.
+    if (await setFinalizer(ctx.kube, obj, AGENT_FINALIZER, !agent.spec.retention.keepOnDelete)) return {}; // the update brings the next pass
     const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing.secretName);
     const expose = agent.spec.expose;
     const localApi = await ensureLocalApi(ctx, obj, owner, agent);
@@ -43,10 +50,14 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, agentPermissions(agent.spec.agentId)) : undefined;
     let applied: string[] = [...signing.applied, ...localApi.applied, ...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? [])];
     const exposure = await planExposure(ctx.kube, namespace, expose);
+    let queued: Blocker | undefined;
     if (!("blocker" in signing) && !localApi.blocker) {
       const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
       if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
-      const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName, exposure }));
+      let children = desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName, exposure });
+      queued = holdRollout(ctx, obj, children);
+      if (queued) children = children.filter((c) => c.kind !== "Deployment");
+      const changed = await applyChildren(ctx.kube, ctx.caches, owner, children);
       if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
       applied = [...applied, ...pruned, ...changed];
     }
@@ -57,15 +68,88 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
       deployment,
       blocker,
       waiting: tls.waiting,
+      queued,
       signing: "blocker" in signing ? undefined : signing,
       tlsSecret: tls.secretName,
     });
     const wrote = await writeStatus(ctx, "agents", obj, status, conditions);
     if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
-    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined, natsCreds?.requeueAfterMs) };
+    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined, natsCreds?.requeueAfterMs, queued ? ROLLOUT_RETRY_MS : undefined) };
   } catch (err) {
     return await reportFailure(ctx, "agents", obj, err);
   }
+}
+
+/** How often an Agent whose rollout is queued looks again for a free place. */
+const ROLLOUT_RETRY_MS = 5_000;
+
+/**
+ * Whether the change of this Agent's Deployment waits for other Agents' rollouts: only a change
+ * of the pod template of a Deployment that exists, and only when it does not come from the
+ * Agent's own spec (its generation is already observed: a new runtime image, a changed flag).
+ */
+function holdRollout(ctx: ReconcileContext, obj: CustomObject, children: KubernetesObject[]): Blocker | undefined {
+  const gate = ctx.rollouts;
+  const want = children.find((c) => c.kind === "Deployment") as V1Deployment | undefined;
+  if (!gate || !want) return undefined;
+  const { namespace, name } = want.metadata as { namespace: string; name: string };
+  const current = ctx.caches.get<V1Deployment>("Deployment", namespace, name);
+  if (!current || isSubset(want.spec?.template, current.spec?.template)) return undefined;
+  const key = `${obj.metadata!.namespace}/${obj.metadata!.name}`;
+  const observed = (obj.status as { observedGeneration?: number } | undefined)?.observedGeneration;
+  const admission = gate.admit(key, current, {
+    agents: ctx.caches.list("Agent").length,
+    forced: observed !== obj.metadata?.generation,
+    deploymentOf: (k) => {
+      const [ns, n] = k.split("/") as [string, string];
+      return ctx.caches.get<V1Deployment>("Deployment", ns, childNames(n).deployment);
+    },
+  });
+  if (admission.ok) return undefined;
+  return { reason: "RolloutQueued", message: `the runtime pods change once fewer than ${admission.max} Agents are rolling (${admission.rolling} now)` };
+}
+
+/**
+ * An Agent being deleted: delete its JetStream streams (with their consumers) and KV buckets and
+ * purge its keys of the shared bucket, unless spec.retention.keepOnDelete or another Agent runs
+ * under the same agent id; then let it go. While NATS cannot be reached the Agent waits, at most
+ * the finalizer timeout of this process's clock; then the finalizer goes anyway, with a Warning
+ * Event naming what was left behind.
+ */
+async function finalizeAgent(ctx: ReconcileContext, obj: CustomObject): Promise<ReconcileResult> {
+  if (!hasFinalizer(obj, AGENT_FINALIZER)) return {};
+  const ref = `${obj.metadata?.namespace}/${obj.metadata?.name}`;
+  const agentId = storedAgentId(obj);
+  const keep = (obj.spec as { retention?: { keepOnDelete?: unknown } } | undefined)?.retention?.keepOnDelete === true;
+  const sharing = agentId ? sameAgentIdElsewhere(ctx.caches, obj, agentId) : undefined;
+  if (agentId && !keep && sharing) {
+    await ctx.kube.event(obj, "Normal", "JetStreamKept", `agent id ${agentId} is also run by ${sharing.metadata?.namespace}/${sharing.metadata?.name}; its streams and buckets stay`);
+  } else if (agentId && !keep) {
+    let failure: string | undefined;
+    if (!ctx.nats?.isConnected) failure = "the operator is not connected to NATS";
+    else {
+      try {
+        const deleted = await deleteAgentJetStream(ctx.nats.jsm, agentId);
+        if (deleted.length) ctx.log.info({ agent: ref, deleted }, "Deleted the agent's JetStream streams and buckets");
+      } catch (err) {
+        failure = errorMessage(err);
+      }
+    }
+    if (failure) {
+      const left = ctx.deletions.left(obj);
+      if (left > 0) {
+        ctx.log.warn({ agent: ref, err: failure, giveUpInMs: left }, "waiting for NATS to delete the agent's streams");
+        return { requeueAfterMs: Math.min(10_000, left) };
+      }
+      const leftovers = agentLeftovers(agentId).join(", ");
+      await ctx.kube.event(obj, "Warning", "CleanupAbandoned", `could not delete the agent's JetStream data for ${Math.round(ctx.deletions.timeoutMs / 1000)}s (${failure}); the Agent goes and these stay: ${leftovers}; delete them by hand`);
+      ctx.log.warn({ agent: ref, left: leftovers, err: failure }, "gave up deleting the agent's streams; letting the Agent go");
+    }
+  }
+  await setFinalizer(ctx.kube, obj, AGENT_FINALIZER, false);
+  ctx.deletions.forget(obj);
+  ctx.rollouts?.forget(`${obj.metadata?.namespace}/${obj.metadata?.name}`);
+  return {};
 }
 
 type SigningOutcome = { secretName: string; publicKey: string; created: string; applied: string[] } | { blocker: Blocker; applied: string[] };

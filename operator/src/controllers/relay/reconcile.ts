@@ -2,7 +2,6 @@
 // and the finalizer that deletes the stream with the Relay when (only when) the user asks.
 import type { V1Deployment } from "@kubernetes/client-node";
 import type { StreamInfo } from "@nats-io/jetstream";
-import type { Nats } from "../../../../runtime/src/nats/connection.ts";
 import { ensureStream, isNotFound, streamDrift } from "../../../../runtime/src/nats/streams.ts";
 import { describeIssues } from "../../../../runtime/src/contract/issues.ts";
 import { relayStreamConfig } from "../../../../runtime/src/contract/relay-stream.ts";
@@ -23,9 +22,7 @@ import { ensureNatsCreds } from "../nats-creds.ts";
 import { desiredRelayChildren, relayOwner, retentionLoss, STREAM_FINALIZER, type RelayResource } from "./desired.ts";
 import { relayStatus, type StreamObservation } from "./status.ts";
 
-export interface RelayContext extends ReconcileContext {
-  nats: Nats | undefined;
-}
+export type RelayContext = ReconcileContext;
 
 export async function reconcileRelay(ctx: RelayContext, namespace: string, name: string): Promise<ReconcileResult> {
   const obj = ctx.caches.get<CustomObject>("Relay", namespace, name);
@@ -77,24 +74,39 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
   }
 }
 
-/** A Relay being deleted: delete its stream if asked to, then let it go. */
+/**
+ * A Relay being deleted: delete its stream if asked to, then let it go. While NATS cannot be
+ * reached the Relay waits, at most the finalizer timeout of this process's clock; then the
+ * finalizer goes anyway with a Warning Event naming the stream left behind.
+ */
 async function finalize(ctx: RelayContext, obj: CustomObject, finalizers: string[]): Promise<ReconcileResult> {
   if (!finalizers.includes(STREAM_FINALIZER)) return {};
   const parsed = Relay.safeParse(obj);
+  const relay = `${obj.metadata?.namespace}/${obj.metadata?.name}`;
   if (parsed.success && parsed.data.spec.retention.deleteOnRemoval) {
-    if (!ctx.nats?.isConnected) {
-      ctx.log.warn({ relay: `${obj.metadata?.namespace}/${obj.metadata?.name}` }, "waiting for NATS to delete the relay's stream");
-      return { requeueAfterMs: 10_000 };
-    }
     const stream = relayStreamConfig({ ...parsed.data, metadata: obj.metadata as unknown as Owner["metadata"] }).name;
-    try {
-      await ctx.nats.jsm.streams.delete(stream);
-      ctx.log.info({ stream, relay: `${obj.metadata?.namespace}/${obj.metadata?.name}` }, "Deleted JetStream stream");
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
+    let failure: string | undefined;
+    if (!ctx.nats?.isConnected) failure = "the operator is not connected to NATS";
+    else {
+      try {
+        await ctx.nats.jsm.streams.delete(stream);
+        ctx.log.info({ stream, relay }, "Deleted JetStream stream");
+      } catch (err) {
+        if (!isNotFound(err)) failure = errorMessage(err);
+      }
+    }
+    if (failure) {
+      const left = ctx.deletions.left(obj);
+      if (left > 0) {
+        ctx.log.warn({ relay, err: failure, giveUpInMs: left }, "waiting for NATS to delete the relay's stream");
+        return { requeueAfterMs: Math.min(10_000, left) };
+      }
+      await ctx.kube.event(obj, "Warning", "CleanupAbandoned", `could not delete JetStream stream ${stream} for ${Math.round(ctx.deletions.timeoutMs / 1000)}s (${failure}); the Relay goes and the stream stays: delete it by hand`);
+      ctx.log.warn({ relay, stream, err: failure }, "gave up deleting the relay's stream; letting the Relay go");
     }
   }
   await ctx.kube.replace({ ...obj, metadata: { ...obj.metadata, finalizers: finalizers.filter((f) => f !== STREAM_FINALIZER) } });
+  ctx.deletions.forget(obj);
   return {};
 }
 
