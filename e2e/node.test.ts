@@ -283,7 +283,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
           waitFor(`pod ${s.metadata.namespace}/${s.metadata.name} to finish`, () => {
             const p = cp.tryJson(["-n", s.metadata.namespace, "get", "pod", s.metadata.name]);
             return ["Succeeded", "Failed"].includes(p?.status?.phase) ? p : undefined;
-          }, 240_000, 2000),
+          }, 300_000, 2000),
         ),
       ),
     );
@@ -317,7 +317,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
         throw new Error(`${(err as Error).message}; not found: ${missing.join("\n")}\n${runtimes.join("\n")}`);
       }),
     );
-  }, 420_000);
+  }, 540_000);
 
   it("trusts an Agent whose certificate a user's own CA issued, given to the sender in spec.tls.trust", async () => {
     failing();
@@ -470,7 +470,7 @@ const LOCAL_API_SCRIPT = `
 import { writeFileSync } from "node:fs";
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const headers = { authorization: "Bearer " + process.env.TOKEN, "content-type": "application/json" };
-const deadline = Date.now() + 180_000;
+const deadline = Date.now() + 240_000;
 const result = {};
 let queued;
 while (!queued && Date.now() < deadline) {
