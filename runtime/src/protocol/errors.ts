@@ -15,7 +15,13 @@ export type ErrorCode =
   | "relay_full"
   /** The local API's outbox: the recipient's capability document rules the message out. */
   | "capability_not_offered"
-  | "unsupported_version";
+  | "unsupported_version"
+  /** An encrypted message this agent cannot decrypt (docs/encryption.md). */
+  | "decryption_failed"
+  /** A plaintext message through a relay this agent requires encryption through. */
+  | "encryption_required"
+  /** The local API's outbox: a recipient has no encryption key, and the message must be encrypted. */
+  | "encryption_key_unavailable";
 
 /** The error body of spec section 2.7. */
 export interface ErrorBody {
