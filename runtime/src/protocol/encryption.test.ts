@@ -68,7 +68,7 @@ describe("the encryption scheme's vectors (runtime/vectors/encryption.json)", ()
 });
 
 describe("encryptMessage / decryptMessage", () => {
-  const msg = { headers: { message_id: "msg:1", date: "2026-03-04T23:58:12Z", from: { agent: "pete-agent" }, to: [{ agent: "alice-agent" }], conversation_id: "c", sequence: 1, phase: "context" }, body: { text: "secret" } };
+  const msg: { headers: any; body: any; security?: any } = { headers: { message_id: "msg:1", date: "2026-03-04T23:58:12Z", from: { agent: "pete-agent" }, to: [{ agent: "alice-agent" }], conversation_id: "c", sequence: 1, phase: "context" }, body: { text: "secret" } };
 
   it("round-trips with generated keys, and the output is a valid message", () => {
     const k = encryptionKeyFromPem(generateEncryptionKey().privateKeyPem);
