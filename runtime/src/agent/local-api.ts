@@ -11,6 +11,7 @@ import type { AppStream } from "./app-stream.ts";
 import { appStreamRoutes } from "./app-stream-routes.ts";
 import { requireBearer, type BearerAuthOptions, type TokenFile } from "./local-api-auth.ts";
 import { composeMessage } from "./compose.ts";
+import type { AgentEncryption } from "./encryption.ts";
 import type { DeliveryRecord, DeliveryStates } from "./delivery-state.ts";
 import type { Documents } from "./documents.ts";
 import type { OutboxStore } from "./outbox.ts";
@@ -19,6 +20,8 @@ import { peerRoutes, type PeerRouteDeps } from "./routes/peers.ts";
 export interface LocalApiDeps {
   agent: Agent;
   signing: SigningKey;
+  /** Encrypts outbound bodies as spec.encryption says (docs/encryption.md); without it nothing is encrypted. */
+  encryption?: Pick<AgentEncryption, "prepare">;
   documents: Documents;
   outbox: Pick<OutboxStore, "enqueue">;
   states: Pick<DeliveryStates, "get" | "put" | "deadLetters">;
@@ -72,7 +75,9 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
       original,
       capabilities: deps.documents.capabilityDocument.doc,
     });
-    const message = signMessage(unsigned, deps.signing);
+    // Encrypted first (422 encryption_key_unavailable rather than plaintext), then signed: the signature covers the ciphertext.
+    const prepared = deps.encryption ? await deps.encryption.prepare(unsigned) : unsigned;
+    const message = signMessage(prepared, deps.signing);
     const id = message.headers.message_id;
     const { duplicate } = await deps.outbox.enqueue(message);
     if (!duplicate && !(await deps.states.get(id))) {
@@ -89,7 +94,7 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     return reply
       .code(202)
       .header("location", `/outbox/${encodeURIComponent(id)}`)
-      .send({ status: "queued", message_id: id, duplicate, message });
+      .send({ status: "queued", message_id: id, duplicate, encrypted: prepared !== unsigned, message });
   });
 
   api.get("/outbox/:id", { schema: { params: z.object({ id: z.string() }) } }, async (req) => {

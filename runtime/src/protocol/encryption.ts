@@ -5,7 +5,6 @@ import { hkdf } from "@noble/hashes/hkdf.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 import canonicalize from "canonicalize";
 import { z } from "zod";
-import { ProtocolError } from "./errors.ts";
 import { MessageBody, type Message } from "./message.ts";
 
 /**
@@ -218,9 +217,4 @@ export function generateEncryptionKey(): { privateKeyPem: string; publicKey: str
   const privateKeyPem = privateKey.export({ format: "pem", type: "pkcs8" }).toString();
   const k = encryptionKeyFromPem(privateKeyPem);
   return { privateKeyPem, publicKey: k.publicKey, keyId: k.keyId };
-}
-
-/** A decryption failure as the inbox answers it: 400 `decryption_failed`. */
-export function decryptionFailed(err: unknown): ProtocolError {
-  return new ProtocolError(400, "decryption_failed", `the message could not be decrypted: ${(err as Error).message}`);
 }
