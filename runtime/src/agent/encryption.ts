@@ -85,24 +85,24 @@ export class AgentEncryption {
     const mode = this.spec.encryption.mode;
     if (mode === "never") return undefined;
     if (mode === "always") return "spec.encryption.mode is always";
+    // auto: a recipient reached only through relays (no https route) gets its messages through
+    // them; one with an https route gets them directly, and a clear message never falls back
+    // to an untrusted relay (plaintextRelayAllowed).
     for (const t of message.headers.to) {
-      if (t.agent.startsWith(TOPIC_PREFIX)) continue;
-      const untrusted = (await this.relaysOf(t.agent)).find((u) => this.relayTrust(u) === "untrusted");
-      if (untrusted) return `${t.agent} may be reached through the relay ${untrusted}, which is not marked trusted or self-operated`;
+      if (t.agent.startsWith(TOPIC_PREFIX) || this.baseOf(t.agent)) continue;
+      const untrusted = (this.spec.peers.find((p) => p.agentId === t.agent)?.relay?.urls ?? []).find((u) => this.relayTrust(u) === "untrusted");
+      if (untrusted) return `${t.agent} is reached through the relay ${untrusted}, which is not marked trusted or self-operated`;
     }
     return undefined;
   }
 
-  /** The relays a recipient may be reached through: spec.peers, then its identity and capability documents (as the outbound delivery uses them). */
-  private async relaysOf(agent: string): Promise<string[]> {
-    const urls = [...(this.spec.peers.find((p) => p.agentId === agent)?.relay?.urls ?? [])];
-    const base = this.baseOf(agent);
-    if (base) {
-      const identity = await this.discovery.identity(base).catch(() => undefined);
-      const capabilities = await this.discovery.capabilities(base).catch(() => undefined);
-      for (const r of [identity?.relay, capabilities?.relay]) urls.push(...(r?.urls ?? []).filter((u) => u.startsWith("https://")));
-    }
-    return [...new Set(urls)];
+  /**
+   * Whether the outbound delivery may hand this message to this relay: an encrypted one always;
+   * a clear one only through a trusted or self-operated relay, unless spec.encryption.mode is
+   * never. Error-phase messages the runtime writes itself (they carry only its reason) pass.
+   */
+  plaintextRelayAllowed(message: Message, relayUrl: string): boolean {
+    return isEncrypted(message) || this.spec.encryption.mode === "never" || message.headers.phase === "error" || this.relayTrust(relayUrl) !== "untrusted";
   }
 
   private baseOf(agent: string): string | undefined {
