@@ -32,6 +32,9 @@ const WRAP_INFO = "ifp-e2ee-v1 wrap ";
 /** Recipients of one message at most (headers.to allows 100). */
 export const MAX_RECIPIENTS = 100;
 
+/** Entries for this agent tried at most when decrypting (one per key it may hold during a rotation). */
+const MAX_ENTRIES_TRIED = 4;
+
 const b64u = (b: Uint8Array) => Buffer.from(b).toString("base64url");
 
 /** base64url (no padding) of exactly `n` bytes, or undefined. */
@@ -147,7 +150,8 @@ export function decryptMessage<M extends Pick<Message, "headers" | "body" | "sec
   if (!body.success) throw new EncryptionError("an encrypted message's body must be exactly {ciphertext: <base64url>}");
   const ct = fromB64u(body.data.ciphertext);
   if (!ct || ct.length < 24 + 16) throw new EncryptionError("body.ciphertext is not base64url of a nonce and a sealed body");
-  const mine = enc.data.recipients.filter((r) => r.agent === self);
+  // At most a few entries are tried (a sender could list this agent a hundred times): each costs an X25519.
+  const mine = enc.data.recipients.filter((r) => r.agent === self).slice(0, MAX_ENTRIES_TRIED);
   if (!mine.length) throw new EncryptionError(`the message is not encrypted for ${self} (recipients: ${enc.data.recipients.map((r) => r.agent).join(", ")})`);
   let cek: Uint8Array | undefined;
   let tried = false;
