@@ -234,6 +234,54 @@ describe("end-to-end encryption through an untrusted relay", () => {
     }
   });
 
+  it("decrypts at the inbox too, and answers what it cannot decrypt or parse with the documented errors", async () => {
+    const handler = await startHandler();
+    const b = await runAgent({ self: bob, natsUrl: nats.url, tls, encryptionKey: bobKey.privateKeyPem, spec: { peers: [peerOf(alice)], handler: { url: handler.url } } });
+    const d = await runAgent({ self: dave, natsUrl: nats.url, tls, spec: { peers: [peerOf(alice)] } });
+    try {
+      const forBob = (text: string, to = "bob-agent") => encryptMessage(message("alice-agent", to, {}, text), [{ agent: "bob-agent", keyId: bobKey.keyId, publicKey: bobKey.publicKey }]);
+      const ok = signMessage(forBob("directly, sealed"), alice.signing);
+      expect((await b.post(ok)).status).toBe(202);
+      const got = await waitFor("the handler", () => handler.received.find((x) => x.body.headers.message_id === ok.headers.message_id));
+      expect(got.body.body).toEqual({ text: "directly, sealed" });
+      expect(got.headers["ifp-encrypted"]).toBe(SCHEME);
+
+      const bad = forBob("wrapped key altered") as Message & { security: any };
+      bad.security.encryption.recipients[0].wrapped_key = "A" + bad.security.encryption.recipients[0].wrapped_key.slice(1);
+      const r1 = await b.post(signMessage(bad, alice.signing));
+      expect(r1.status).toBe(400);
+      expect(JSON.parse(r1.text)).toMatchObject({ status: "error", code: "decryption_failed", message: expect.stringMatching(/does not authenticate/) });
+
+      // Another scheme (IFP-5's sealed_box), garbage recipients, a ciphertext without security.encryption, a clear body beside it.
+      const sealed = forBob("x") as Message & { security: any };
+      sealed.security.encryption = { scheme: "sealed_box", recipients: ["bob-agent"] };
+      const r2 = await b.post(signMessage(sealed, alice.signing));
+      expect([r2.status, JSON.parse(r2.text).code]).toEqual([400, "decryption_failed"]);
+      expect(JSON.parse(r2.text).message).toMatch(/not supported/);
+      const junk = forBob("x") as Message & { security: any };
+      junk.security.encryption.recipients = Array.from({ length: 150 }, () => ({ agent: "bob-agent", key_id: bobKey.keyId, epk: "x", wrapped_key: {} }));
+      const r3 = await b.post(signMessage(junk, alice.signing));
+      expect([r3.status, JSON.parse(r3.text).code]).toEqual([400, "decryption_failed"]);
+      const naked = signMessage({ ...message("alice-agent", "bob-agent"), body: { ciphertext: "abc" } } as Message, alice.signing);
+      const r4 = await b.post(naked);
+      expect([r4.status, JSON.parse(r4.text).code]).toEqual([400, "invalid_format"]);
+      expect(JSON.parse(r4.text).message).toMatch(/security.encryption/);
+      const mixed = forBob("x") as Message & { body: any };
+      mixed.body.text = "and in the clear";
+      const r5 = await b.post(signMessage(mixed, alice.signing));
+      expect([r5.status, JSON.parse(r5.text).code]).toEqual([400, "invalid_format"]);
+
+      // An agent without an encryption key says so.
+      const r6 = await d.post(signMessage(encryptMessage(message("alice-agent", "dave-agent", {}, "x"), [{ agent: "dave-agent", keyId: bobKey.keyId, publicKey: bobKey.publicKey }]), alice.signing));
+      expect([r6.status, JSON.parse(r6.text).code]).toEqual([400, "decryption_failed"]);
+      expect(JSON.parse(r6.text).message).toMatch(/dave-agent has no encryption key/);
+      expect(handler.received).toHaveLength(1);
+    } finally {
+      await Promise.all([b.close(), d.close()]);
+      await handler.close();
+    }
+  });
+
   it("publishes the encryption key in the identity document, where senders look it up", async () => {
     const b = await runAgent({ self: bob, natsUrl: nats.url, tls, encryptionKey: bobKey.privateKeyPem, spec: { peers: [peerOf(alice)] } });
     const d = await runAgent({ self: dave, natsUrl: nats.url, tls, spec: {} });
