@@ -8,6 +8,7 @@ import { startControlPlane, type ControlPlane } from "../../e2e/support/controlp
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { consistently, waitFor } from "../../e2e/support/wait.ts";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../runtime/src/protocol/keys.ts";
+import { encryptionKeyFromPem } from "../../runtime/src/protocol/encryption.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
 import { capturedLog, getOrAbsent, perTest, streamOrAbsent, until } from "./support.ts";
 
@@ -115,6 +116,7 @@ describe("Agent", () => {
       "--nats=nats://nats.test:4222",
       "--ca-file=/etc/ifp/trust/ca.crt",
       "--signing-key=/etc/ifp/signing/signing.key",
+      "--encryption-key=/etc/ifp/signing/encryption.key",
     ]);
     expect(c.readinessProbe.httpGet).toMatchObject({ path: "/readyz", port: "https", scheme: "HTTPS" });
     expect(c.livenessProbe.httpGet).toMatchObject({ path: "/healthz", scheme: "HTTPS" });
@@ -148,6 +150,32 @@ describe("Agent", () => {
     expect(signing.metadata.ownerReferences).toBeUndefined();
     expect(signing.metadata.labels).toMatchObject({ "app.kubernetes.io/managed-by": "ifp-operator", "app.kubernetes.io/instance": "alice" });
     expect(() => privateKeyFromPem(Buffer.from(signing.data["signing.key"], "base64").toString())).not.toThrow();
+    // Beside it, the X25519 encryption key, mounted next to the signing key.
+    const enc = encryptionKeyFromPem(Buffer.from(signing.data["encryption.key"], "base64").toString());
+    expect(pod.volumes.find((v: any) => v.name === "signing").secret.items).toEqual([{ key: "signing.key", path: "signing.key" }, { key: "encryption.key", path: "encryption.key" }]);
+    await until("status.encryptionKey", () => get("agent", "alice").status?.encryptionKey?.publicKey === enc.publicKey || undefined);
+    expect(get("agent", "alice").status.encryptionKey).toEqual({ keyId: enc.keyId, publicKey: enc.publicKey });
+  });
+
+  it("adds an encryption key to a signing Secret it made without one, and never replaces it", async () => {
+    cp.kubectl(["apply", "-f", "-"], agentYaml("gina"));
+    const first = await until("gina's signing Secret", () => get("secret", "gina-signing")?.data?.["encryption.key"] ? get("secret", "gina-signing") : undefined);
+    // As an operator before encryption keys would have left it: the signing key alone.
+    const { ["encryption.key"]: _dropped, ...rest } = first.data;
+    cp.kubectl(["-n", NS, "patch", "secret", "gina-signing", "--type=json", "-p", JSON.stringify([{ op: "remove", path: "/data/encryption.key" }])]);
+    cp.kubectl(["-n", NS, "patch", "agent", "gina", "--type=merge", "-p", '{"spec":{"replicas":2}}']);
+    const added = await until("the encryption key added again", () => {
+      const s = get("secret", "gina-signing");
+      return s.data["encryption.key"] && s.data["encryption.key"] !== first.data["encryption.key"] ? s : undefined;
+    });
+    expect(added.data["signing.key"]).toBe(rest["signing.key"]);
+    const pub = encryptionKeyFromPem(Buffer.from(added.data["encryption.key"], "base64").toString()).publicKey;
+    await until("status with the new key", () => get("agent", "gina").status?.encryptionKey?.publicKey === pub || undefined);
+    // Later passes leave it as it is.
+    cp.kubectl(["-n", NS, "patch", "agent", "gina", "--type=merge", "-p", '{"spec":{"replicas":1}}']);
+    await untilObserved("agent", "gina", 3);
+    await consistently("the encryption key kept", () => get("secret", "gina-signing").data["encryption.key"] === added.data["encryption.key"], RESYNC_MS + 500, 250);
+    expect(events("gina").map((e) => e.reason)).toContain("GeneratedEncryptionKey");
   });
 
   it("reports status through /status: observedGeneration, conditions, endpoint, public key", async () => {
@@ -301,6 +329,10 @@ describe("Agent", () => {
     const pod = get("deployment", "frank").spec.template.spec;
     expect(pod.volumes.find((v: any) => v.name === "signing").secret.secretName).toBe("frank-key");
     expect(pod.containers[0].args).toContain("--signing-key=/etc/ifp/signing/signing.key");
+    // The user's Secret has no encryption.key: none is added, none mounted, none in status.
+    expect(pod.containers[0].args).not.toContain("--encryption-key=/etc/ifp/signing/encryption.key");
+    expect(pod.volumes.find((v: any) => v.name === "signing").secret.items).toEqual([{ key: "signing.key", path: "signing.key" }]);
+    expect(agent.status.encryptionKey).toBeUndefined();
     expect(get("configmap", "frank-manifest").data["manifest.yaml"]).toContain(`ifp.dev/signing-key-created: ${own.metadata.creationTimestamp}`);
     // No key of its own: nothing generated, no Secret under the default name.
     expect(get("secret", "frank-signing")).toBeUndefined();

@@ -1,4 +1,6 @@
+import { writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server } from "node:http";
+import { join } from "node:path";
 import pino from "pino";
 import { afterAll, beforeAll } from "vitest";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
@@ -24,6 +26,12 @@ export function withNatsAndTls(set: (nats: NatsServer, tls: Tls) => void): void 
   });
 }
 
+function writeFile(dir: string, name: string, content: string): string {
+  const path = join(dir, name);
+  writeFileSync(path, content, { mode: 0o600 });
+  return path;
+}
+
 /** Start the agent mode in-process over real TLS on a free loopback port. */
 export async function runAgent(opts: {
   self: TestIdentity;
@@ -33,6 +41,8 @@ export async function runAgent(opts: {
   dir?: string;
   port?: number;
   introductionSecretFile?: string;
+  /** The agent's X25519 encryption key (PKCS#8 PEM), written beside the signing key. */
+  encryptionKey?: string;
 }): Promise<RunningAgent & { post(body: unknown, headers?: Record<string, string>): Promise<HttpsResponse>; get(path: string, headers?: Record<string, string>): Promise<HttpsResponse> }> {
   const dir = opts.dir ?? tempDir();
   const manifest = writeAgentManifest(dir, { agentId: opts.self.agentId, ...opts.spec });
@@ -43,6 +53,7 @@ export async function runAgent(opts: {
     tlsCert: opts.tls.files.cert,
     tlsKey: opts.tls.files.key,
     signingKey: writeKey(dir, opts.self),
+    encryptionKey: opts.encryptionKey ? writeFile(dir, "encryption.key", opts.encryptionKey) : undefined,
     nats: { url: opts.natsUrl },
     localApiPort: 0,
     introductionSecretFile: opts.introductionSecretFile,

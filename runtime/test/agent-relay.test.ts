@@ -53,7 +53,13 @@ describe("agents that talk through a relay", () => {
   it("delivers to a relay-only agent: relay fallback out, pull in, signature checked, trace kept", async () => {
     const handler = await startHandler();
     const b = await runAgent({ self: bob, natsUrl: nats.url, tls, spec: { peers: [peerOf(alice)], relay: { urls: [relayUrl], pollInterval: "300ms" }, handler: { url: handler.url } } });
-    const a = await runAgent({ self: alice, natsUrl: nats.url, tls, spec: { peers: [{ ...peerOf(bob), relay: { urls: [relayUrl] } }], outbound: { backoff: ["300ms"], retryFor: "30s" } } });
+    // The relay is this deployment's own: plaintext through it is fine (encryption-relay.test.ts covers the untrusted case).
+    const a = await runAgent({
+      self: alice,
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [{ ...peerOf(bob), relay: { urls: [relayUrl] } }], outbound: { backoff: ["300ms"], retryFor: "30s" }, encryption: { relayTrust: [{ url: relayUrl, level: "self-operated" }] } },
+    });
     try {
       const sent = await new LocalApiClient(a.localApiUrl).send({ to: "bob-agent", text: "through the relay" });
       const record = await waitFor("delivered", async () => {

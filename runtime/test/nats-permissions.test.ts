@@ -101,7 +101,11 @@ describe("runtimes with their own NATS credential", () => {
     try {
       await waitFor("relay ready", async () => (await httpsRequest(`${relayUrl}/readyz`, { ca: tls.ca })).status === 200, 30_000);
       const b = await agent(bob, { peers: [peerOf(alice)], relay: { urls: [relayUrl], pollInterval: "300ms" }, handler: { url: handler.url } });
-      const a = await agent(alice, { peers: [{ ...peerOf(bob), relay: { urls: [relayUrl] } }], outbound: { backoff: ["300ms"], retryFor: "30s" } });
+      const a = await agent(alice, {
+        peers: [{ ...peerOf(bob), relay: { urls: [relayUrl] } }],
+        outbound: { backoff: ["300ms"], retryFor: "30s" },
+        encryption: { relayTrust: [{ url: relayUrl, level: "self-operated" }] },
+      });
       try {
         const sent = await new LocalApiClient(a.localApiUrl).send({ to: "bob-agent", text: "with least privilege" });
         const record = await waitFor("delivered", async () => {

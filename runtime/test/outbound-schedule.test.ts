@@ -125,7 +125,12 @@ describe("relay fallback", () => {
       natsUrl: env.nats.url,
       tls: env.tls,
       // Port 1 on loopback: connection refused, a network error.
-      spec: { peers: [{ ...peerOf(bob), url: "https://localhost:1", relay: { urls: [baseUrl(relay)] } }], outbound: { backoff: ["300ms"], retryFor: "30s" } },
+      spec: {
+        peers: [{ ...peerOf(bob), url: "https://localhost:1", relay: { urls: [baseUrl(relay)] } }],
+        outbound: { backoff: ["300ms"], retryFor: "30s" },
+        // A clear message falls back only to a relay marked trusted (docs/encryption.md).
+        encryption: { relayTrust: [{ url: baseUrl(relay), level: "trusted" }] },
+      },
     });
     try {
       const sent = await send(sender.localApiUrl, { to: "bob-agent", text: "through the relay, since bob is away" });

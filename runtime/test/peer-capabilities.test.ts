@@ -45,6 +45,8 @@ beforeAll(async () => {
         { ...peerOf(dave), relay: { urls: [baseUrl(relay)] } },
       ],
       relay: { urls: [baseUrl(relay)], pollInterval: "300ms", topics: ["capabilities.update"] },
+      // The relay is this deployment's own: clear messages may go through it.
+      encryption: { relayTrust: [{ url: baseUrl(relay), level: "self-operated" }] },
       outbound: { backoff: ["300ms"], retryFor: "30s" },
     },
   });

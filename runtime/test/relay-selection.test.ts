@@ -45,6 +45,8 @@ describe("relay selection (IFP-8 2.3)", () => {
           { ...peerOf(carol), relay: { urls: [baseUrl(r1)] } },
         ],
         outbound: { backoff: ["300ms"], retryFor: "30s" },
+        // Both relays are this deployment's own, so clear messages may go through them.
+        encryption: { relayTrust: [r1, r2].map((r) => ({ url: baseUrl(r), level: "self-operated" as const })) },
       },
     });
     try {

@@ -146,6 +146,8 @@ export function runtimeDeployment(opts: {
   settings: OperatorSettings;
   tlsSecret: string;
   signingSecret?: string;
+  /** Whether the signing Secret holds encryption.key (mounted beside signing.key). */
+  encryptionKey?: boolean;
   configHash: string;
   /** The resource's spec.deployment: the user's containers and pod settings (pod.ts). */
   pod?: DeploymentSettings;
@@ -165,6 +167,7 @@ export function runtimeDeployment(opts: {
     `--ca-file=${TRUST_DIR}/ca.crt`,
   ];
   if (opts.signingSecret) args.push("--signing-key=/etc/ifp/signing/signing.key");
+  if (opts.signingSecret && opts.encryptionKey) args.push("--encryption-key=/etc/ifp/signing/encryption.key");
   if (opts.trustedProxies?.length) args.push(`--trusted-proxies=${opts.trustedProxies.join(",")}`);
   const env: V1EnvVar[] = [{ name: "IFP_LOG_LEVEL", value: "info" }];
   const mounts: V1VolumeMount[] = [
@@ -182,7 +185,8 @@ export function runtimeDeployment(opts: {
   ];
   if (opts.signingSecret) {
     mounts.push({ name: "signing", mountPath: "/etc/ifp/signing", readOnly: true });
-    volumes.push({ name: "signing", secret: { secretName: opts.signingSecret, items: [{ key: "signing.key", path: "signing.key" }] } });
+    const items = [{ key: "signing.key", path: "signing.key" }, ...(opts.encryptionKey ? [{ key: "encryption.key", path: "encryption.key" }] : [])];
+    volumes.push({ name: "signing", secret: { secretName: opts.signingSecret, items } });
   }
   if (settings.natsPerResourceCreds) {
     env.push({ name: "IFP_NATS_CREDS", value: "/etc/ifp/nats/nats.creds" });

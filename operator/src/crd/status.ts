@@ -31,6 +31,13 @@ export const AgentStatus = z.object({
       created: z.string().optional(),
     })
     .optional(),
+  encryptionKey: z
+    .object({
+      keyId: z.string().describe("The key_id the identity document publishes it under"),
+      publicKey: z.string().describe("base64url of the raw X25519 public key, for peers' spec.peers[].encryptionKeys"),
+    })
+    .optional()
+    .describe("The agent's end-to-end encryption key (encryption.key of the signing Secret); absent when that Secret has none, and the agent then cannot receive encrypted messages"),
 });
 export type AgentStatus = z.infer<typeof AgentStatus>;
 

@@ -4,6 +4,7 @@ import type { Message } from "../protocol/message.ts";
 import { canonicalProblem, signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Verified } from "../protocol/verify.ts";
 import type { Conversations } from "./conversations.ts";
+import type { AgentEncryption } from "./encryption.ts";
 import { inspect, type InboundMeta, type Inspection, type PeerCapabilityCache } from "./inbound.ts";
 import type { OutboxStore } from "./outbox.ts";
 import { errorReply } from "./replies.ts";
@@ -63,11 +64,19 @@ export type OnAccepted = (message: Message, meta: InboundMeta, inspection: Inspe
  * durable; a failure after storing throws 503 so that the message comes again.
  */
 export async function acceptVerified(
-  deps: { agent: Agent; store: AcceptStore; onAccepted?: OnAccepted; conversations?: Pick<Conversations, "inbound"> },
+  deps: { agent: Agent; store: AcceptStore; onAccepted?: OnAccepted; conversations?: Pick<Conversations, "inbound">; encryption?: Pick<AgentEncryption, "decrypt"> },
   raw: unknown,
   message: Message,
   verified: Verified,
 ): Promise<{ duplicate: boolean }> {
+  // The signature was verified over the ciphertext; from here on the message is the clear one,
+  // stored decrypted in the agent's own inbox (docs/encryption.md). 400 decryption_failed otherwise.
+  const scheme = message.security?.encryption?.scheme;
+  if (scheme !== undefined) {
+    if (!deps.encryption) throw new ProtocolError(400, "decryption_failed", "the message is encrypted, but this agent does not decrypt messages");
+    message = deps.encryption.decrypt(message);
+    raw = message;
+  }
   const h = message.headers;
   const meta = { sender: verified.signer ?? h.from.agent, authLevel: verified.authLevel };
   try {
@@ -79,7 +88,7 @@ export async function acceptVerified(
     throw err;
   }
   const inspection = inspect(message, meta, deps.agent);
-  const result = await deps.store.accept(raw, h.message_id, { ...verified, handoff: inspection.deliver }, h.from.agent);
+  const result = await deps.store.accept(raw, h.message_id, { ...verified, handoff: inspection.deliver, ...(scheme !== undefined ? { encrypted: scheme } : {}) }, h.from.agent);
   if (deps.onAccepted && (inspection.error || inspection.capabilities)) {
     try {
       await deps.onAccepted(message, meta, inspection);

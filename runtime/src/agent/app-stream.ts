@@ -24,6 +24,8 @@ export interface AppDelivery {
   sender: string;
   /** The verification result, the IFP-5 authentication level (0 unsigned, 2 verified against a known key), as the handler's Ifp-Auth-Level. */
   auth_level: number;
+  /** The scheme the body was encrypted under end to end (the runtime decrypted it); absent for a clear message. */
+  encrypted?: string;
   /** 1 on the first delivery, more on redeliveries. */
   delivery_attempt: number;
   /** The message exactly as it was stored (JSON text). */
@@ -247,6 +249,7 @@ export class AppStream {
       message_id: m.headers?.get(H.messageId) ?? "",
       sender: m.headers?.get(H.sender) ?? "",
       auth_level: Number(m.headers?.get(H.authLevel) ?? 0) || 0,
+      ...(m.headers?.get(H.encrypted) ? { encrypted: m.headers.get(H.encrypted) } : {}),
       delivery_attempt: m.info.deliveryCount,
       raw: m.string(),
     };

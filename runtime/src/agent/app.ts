@@ -10,6 +10,7 @@ import type { Documents } from "./documents.ts";
 import { documentRoutes } from "./routes/documents.ts";
 import { inboxRoutes } from "./routes/inbox.ts";
 import type { Conversations } from "./conversations.ts";
+import type { AgentEncryption } from "./encryption.ts";
 
 export interface AgentAppDeps {
   agent: Agent;
@@ -24,6 +25,8 @@ export interface AgentAppDeps {
    * They are idempotent; a failure answers 503 so that the sender retries.
    */
   onAccepted?: OnAccepted;
+  /** Decryption of end-to-end encrypted bodies (docs/encryption.md). */
+  encryption?: AgentEncryption;
   metrics: RuntimeMetrics;
   logger: Logger;
   tls?: TlsMaterial;
@@ -48,6 +51,7 @@ export function buildAgentApp(deps: AgentAppDeps): FastifyInstance {
     store: deps.store,
     conversations: deps.conversations,
     onAccepted: deps.onAccepted,
+    encryption: deps.encryption,
     metrics,
     now: deps.now ?? Date.now,
     maxFutureSkewMs: deps.maxFutureSkewMs ?? 5 * 60_000,

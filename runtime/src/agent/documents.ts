@@ -30,18 +30,31 @@ export function buildCapabilityDocument(agent: Agent, updated: string): Capabili
   };
 }
 
+/** The agent's encryption key as its identity document publishes it (docs/encryption.md). */
+export interface PublishedEncryptionKey {
+  keyId: string;
+  publicKey: string;
+  created: string;
+}
+
 export function buildIdentityDocument(
   agent: Agent,
   publicKey: string,
   keyCreated: string,
   baseUrl: string | undefined,
+  encryptionKey?: PublishedEncryptionKey,
 ): IdentityDocument {
   const base = (agent.spec.baseUrl ?? baseUrl)?.replace(/\/+$/, "");
   return {
     ifp: 5,
     agent_id: agent.spec.agentId,
     ...(agent.spec.displayName ? { display: agent.spec.displayName } : {}),
-    keys: [{ key_id: agent.spec.signing.keyId, type: "ed25519", public_key: publicKey, created: keyCreated, status: "active" }],
+    keys: [
+      { key_id: agent.spec.signing.keyId, type: "ed25519", public_key: publicKey, created: keyCreated, status: "active" },
+      ...(encryptionKey
+        ? [{ key_id: encryptionKey.keyId, type: "x25519", use: "encryption", public_key: encryptionKey.publicKey, created: encryptionKey.created, status: "active" as const }]
+        : []),
+    ],
     ...(base
       ? {
           endpoints: {
@@ -64,12 +77,14 @@ export class Documents {
   private readonly agent: Agent;
   private readonly publicKey: string;
   private readonly keyCreated: string;
+  private readonly encryptionKey: PublishedEncryptionKey | undefined;
   private capabilities: Served<CapabilityDocument>;
   private readonly identities = new Map<string, Served<IdentityDocument>>();
   readonly hash: string;
 
-  constructor(agent: Agent, publicKey: string, keyCreated: string, started = new Date()) {
+  constructor(agent: Agent, publicKey: string, keyCreated: string, started = new Date(), encryptionKey?: PublishedEncryptionKey) {
     this.agent = agent;
+    this.encryptionKey = encryptionKey;
     this.publicKey = publicKey;
     this.keyCreated = keyCreated;
     this.hash = capabilitiesHash(agent);
@@ -87,7 +102,7 @@ export class Documents {
     let served = this.identities.get(key);
     if (!served) {
       if (this.identities.size > 64) this.identities.clear();
-      served = this.serve(buildIdentityDocument(this.agent, this.publicKey, this.keyCreated, requestBase));
+      served = this.serve(buildIdentityDocument(this.agent, this.publicKey, this.keyCreated, requestBase, this.encryptionKey));
       this.identities.set(key, served);
     }
     return served;

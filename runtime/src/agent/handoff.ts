@@ -107,6 +107,8 @@ export class HandlerDelivery {
           "ifp-sender": m.headers?.get(H.sender) ?? "",
           "ifp-auth-level": m.headers?.get(H.authLevel) ?? "",
           "ifp-auth-source": m.headers?.get(H.authSource) ?? "",
+          // The scheme the body was encrypted under end to end; absent for a clear message.
+          ...(m.headers?.get(H.encrypted) ? { "ifp-encrypted": m.headers.get(H.encrypted) } : {}),
           "ifp-delivery-attempt": String(attempt),
         },
         body: m.data,

@@ -12,6 +12,7 @@ import { appStreamRoutes } from "./app-stream-routes.ts";
 import { requireBearer, type BearerAuthOptions, type TokenFile } from "./local-api-auth.ts";
 import { composeMessage } from "./compose.ts";
 import type { Conversations } from "./conversations.ts";
+import type { AgentEncryption } from "./encryption.ts";
 import type { DeliveryRecord, DeliveryStates } from "./delivery-state.ts";
 import type { Documents } from "./documents.ts";
 import type { OutboxStore } from "./outbox.ts";
@@ -20,6 +21,8 @@ import { peerRoutes, type PeerRouteDeps } from "./routes/peers.ts";
 export interface LocalApiDeps {
   agent: Agent;
   signing: SigningKey;
+  /** Encrypts outbound bodies as spec.encryption says (docs/encryption.md); without it nothing is encrypted. */
+  encryption?: Pick<AgentEncryption, "prepare">;
   documents: Documents;
   outbox: Pick<OutboxStore, "enqueue">;
   states: Pick<DeliveryStates, "get" | "put" | "deadLetters">;
@@ -82,7 +85,9 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
       original,
       capabilities: deps.documents.capabilityDocument.doc,
     });
-    const message = signMessage(unsigned, deps.signing);
+    // Encrypted first (422 encryption_key_unavailable rather than plaintext), then signed: the signature covers the ciphertext.
+    const prepared = deps.encryption ? await deps.encryption.prepare(unsigned) : unsigned;
+    const message = signMessage(prepared, deps.signing);
     const id = message.headers.message_id;
     const { duplicate } = await deps.outbox.enqueue(message);
     await deps.conversations?.outbound(message);
@@ -100,7 +105,7 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     return reply
       .code(202)
       .header("location", `/outbox/${encodeURIComponent(id)}`)
-      .send({ status: "queued", message_id: id, duplicate, message });
+      .send({ status: "queued", message_id: id, duplicate, encrypted: prepared !== unsigned, message });
   });
 
   api.get("/outbox/:id", { schema: { params: z.object({ id: z.string() }) } }, async (req) => {

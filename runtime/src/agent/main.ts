@@ -11,6 +11,7 @@ import { Nats, type NatsOptions } from "../nats/connection.ts";
 import { caFileLogger, HttpClient } from "../net/http-client.ts";
 import { isoSeconds } from "../util/time.ts";
 import { privateKeyFromPem, rawPublicKey } from "../protocol/keys.ts";
+import { encryptionKeyFromPem, type EncryptionKey } from "../protocol/encryption.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 import { Agent } from "../resources/agent.ts";
 import { parseDuration } from "../resources/common.ts";
@@ -21,6 +22,7 @@ import { acceptVerified, inspectionEffects, MAX_FUTURE_SKEW_MS } from "./accept.
 import { AppStream } from "./app-stream.ts";
 import { buildAgentApp } from "./app.ts";
 import { DeliveryStates } from "./delivery-state.ts";
+import { AgentEncryption } from "./encryption.ts";
 import { Documents } from "./documents.ts";
 import { HandlerDelivery } from "./handoff.ts";
 import { IdentityResolver, introductionTokenFile } from "./identity.ts";
@@ -43,6 +45,8 @@ export interface AgentOptions {
   tlsCert: string;
   tlsKey: string;
   signingKey: string;
+  /** The agent's X25519 encryption key (PKCS#8 PEM); without it the agent cannot receive encrypted messages. */
+  encryptionKey?: string;
   nats: Omit<NatsOptions, "name">;
   /** Extra CA certificates (PEM) trusted for outbound HTTPS to peers and relays, besides the system roots; re-read when it changes. */
   caFile?: string;
@@ -94,7 +98,19 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     agent.metadata.annotations?.[ANNOTATIONS.signingKeyCreated] ??
     agent.metadata.creationTimestamp ??
     isoSeconds(statSync(opts.signingKey).mtime);
-  const documents = new Documents(agent, rawPublicKey(privateKey), keyCreated);
+  let encryptionKey: EncryptionKey | undefined;
+  if (opts.encryptionKey) {
+    encryptionKey = encryptionKeyFromPem(await readFile(opts.encryptionKey));
+  } else {
+    log.warn("no --encryption-key: this agent publishes no encryption key and cannot receive encrypted messages (docs/encryption.md)");
+  }
+  const documents = new Documents(
+    agent,
+    rawPublicKey(privateKey),
+    keyCreated,
+    undefined,
+    encryptionKey ? { keyId: encryptionKey.keyId, publicKey: encryptionKey.publicKey, created: isoSeconds(statSync(opts.encryptionKey!).mtime) } : undefined,
+  );
   const names = agentNames(spec.agentId);
   const metrics = createRuntimeMetrics("agent");
   const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
@@ -110,6 +126,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     introductionTokens: opts.introductionSecretFile ? introductionTokenFile(opts.introductionSecretFile, log) : undefined,
     log,
   });
+  const encryption = new AgentEncryption({ spec, discovery, keys: encryptionKey ? [encryptionKey] : [], log });
   const nats = new Nats({ inboxPrefix: agentInboxPrefix(spec.agentId), ...opts.nats, name: `ifp-agent ${spec.agentId}` }, log);
   life.defer("NATS", () => nats.close());
 
@@ -160,6 +177,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
       retryForMs: parseDuration(spec.outbound.retryFor),
       peerUrls,
       peerRelays: new Map(spec.peers.filter((p) => p.relay?.urls.length).map((p) => [p.agentId, p.relay!])),
+      relayAllowed: (message, url) => encryption.plaintextRelayAllowed(message, url),
     },
     relay: relayPublisher(signing, http),
     onGiveUp: (record, r) => notifier.undeliverable(record, r),
@@ -171,7 +189,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         http,
         verifier,
         requireSignature: spec.inbox.requireSignature,
-        accept: (raw, message, verified) => acceptVerified({ agent, store: inbox, onAccepted, conversations }, raw, message, verified),
+        accept: (raw, message, verified) => acceptVerified({ agent, store: inbox, onAccepted, conversations, encryption }, raw, message, verified),
+        encryption,
         admission: { agentId: spec.agentId, replayWindowMs: parseDuration(spec.inbox.replayWindow), replayWindowText: spec.inbox.replayWindow, maxFutureSkewMs: MAX_FUTURE_SKEW_MS, now: Date.now },
         intervalMs: parseDuration(spec.relay.pollInterval),
         topics: spec.relay.topics,
@@ -214,6 +233,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     store: inbox,
     conversations,
     onAccepted,
+    encryption,
     metrics,
     logger: log,
     tls: readTls(tlsFiles),
@@ -221,7 +241,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     ready: () => ready && nats.isConnected,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));
-  const localDeps = { agent, signing, documents, outbox: peerCapabilities.gate(outbox), states, peers: peerCapabilities, received: async (id: string, sender?: string) => {
+  const localDeps = { agent, signing, encryption, documents, outbox: peerCapabilities.gate(outbox), states, peers: peerCapabilities, received: async (id: string, sender?: string) => {
       // The inbox stream first; beyond its retention, the conversation's thread index.
       const found = await inbox.received(id, sender);
       if (found) return found;

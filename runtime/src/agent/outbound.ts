@@ -54,6 +54,8 @@ export interface OutboundOptions {
   /** Relays of peers known from the Agent spec (spec.peers[].relay). */
   peerRelays?: Map<string, string[] | PeerRelays>;
   concurrency?: number;
+  /** Whether a message may go through this relay (spec.encryption: no plaintext through an untrusted relay); all may when absent. */
+  relayAllowed?: (message: Message, relayUrl: string) => boolean;
 }
 
 /**
@@ -266,7 +268,11 @@ export class OutboundDelivery {
     if (!this.relay) return { kind: "retry", error: "the recipient is reachable only through a relay, and no relay client is configured" };
     const failures: string[] = [];
     let retry: Extract<Outcome, { kind: "retry" }> | undefined;
-    for (const url of relays) {
+    const allowed = this.opts.relayAllowed ? relays.filter((u) => this.opts.relayAllowed!(message, u)) : relays;
+    if (relays.length && !allowed.length) {
+      return { kind: "failed", error: `the message is not encrypted, and every relay that reaches ${agent} is untrusted (spec.encryption.relayTrust); it is not sent through them` };
+    }
+    for (const url of allowed) {
       const outcome = await this.relay.publish(url, message, [agent]);
       if (outcome.kind === "delivered") return outcome;
       failures.push(`${outcome.via ?? url}: ${outcome.error}`);

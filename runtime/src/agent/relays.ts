@@ -14,6 +14,11 @@ import { composeMessage } from "./compose.ts";
 import type { Outcome, RelayPublisher } from "./outbound.ts";
 import { classify } from "./outbound.ts";
 import type { CapabilityDocument } from "../protocol/documents.ts";
+import { isEncrypted } from "../protocol/encryption.ts";
+import { encryptionRequired, type AgentEncryption } from "./encryption.ts";
+
+/** Refusals of a relayed message that are answered and acknowledged like a 401 (never retried). */
+const REFUSED = new Set<string>(["encryption_required", "decryption_failed"]);
 
 /** Relay fallback of the outbound delivery: publish through a relay, classified like an inbox answer. */
 export function relayPublisher(signing: SigningKey, http: HttpClient): RelayPublisher {
@@ -59,6 +64,7 @@ export class RelayIntake {
   private readonly intervalMs: number;
   private readonly topics: string[];
   private readonly onRelayed: ((message: Message, verified: Verified) => Promise<unknown>) | undefined;
+  private readonly encryption: Pick<AgentEncryption, "refusesPlaintextFrom"> | undefined;
   /** Relays where the topic subscription is in place (tried again on each read until it is). */
   private readonly subscribed = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
@@ -91,8 +97,11 @@ export class RelayIntake {
     onRelayed?: (message: Message, verified: Verified) => Promise<unknown>;
     /** spec.relay.receive: "events" follows each relay's event stream, polling as the fallback; "poll" only polls. */
     mode?: "events" | "poll";
+    /** spec.encryption: plaintext from a relay not trusted is refused when it requires encryption. */
+    encryption?: Pick<AgentEncryption, "refusesPlaintextFrom">;
   }) {
     this.mode = deps.mode ?? "events";
+    this.encryption = deps.encryption;
     this.clients = deps.urls.map((u) => new RelayClient(u, deps.signing, deps.http));
     this.topics = deps.topics ?? [];
     this.onRelayed = deps.onRelayed;
@@ -222,11 +231,17 @@ export class RelayIntake {
     if (!refusal) {
       try {
         const verified = await this.verifier.verify(parsed.data, this.requireSignature, { address: `relay:${client.base}` });
+        if (!isEncrypted(parsed.data) && this.encryption?.refusesPlaintextFrom(client.base)) {
+          throw encryptionRequired(
+            `${this.signing.agentId} accepts only end-to-end encrypted messages through the relay ${client.base}, which it does not trust; encrypt the body for its encryption key (identity document, use "encryption")`,
+          );
+        }
         const result = await this.accept(raw, parsed.data, verified);
         duplicate = (result as { duplicate?: boolean } | undefined)?.duplicate === true;
         await this.onRelayed?.(parsed.data, verified).catch((e: Error) => this.log.warn({ messageId: id, err: e.message }, "could not apply a relayed announcement"));
       } catch (err) {
-        if (!(err instanceof ProtocolError) || err.statusCode !== 401) {
+        // Refused for good and answered: a 401, a plaintext where encryption is required, a body that does not decrypt.
+        if (!(err instanceof ProtocolError) || (err.statusCode !== 401 && !REFUSED.has(err.code))) {
           this.log.warn({ relay: client.base, messageId: id, err: (err as Error).message }, "could not accept a relayed message; will retry");
           // Throttled identity lookups hold back only their own message; a store failure holds back all.
           return err instanceof ProtocolError && err.statusCode === 429 ? "next" : "stop";

@@ -18,6 +18,8 @@ export interface AcceptMeta {
   source?: string;
   /** Whether the handler gets the message (false when the runtime answers it itself). */
   handoff: boolean;
+  /** The encryption scheme the message arrived under (it is stored decrypted). */
+  encrypted?: string;
 }
 
 /** Header names on stored inbound messages. */
@@ -31,6 +33,8 @@ export const H = {
   /** "no" on an accepted unsigned message (its sender is only what headers.from claims). */
   signed: "Ifp-Signed",
   deadReason: "Ifp-Dead-Reason",
+  /** The encryption scheme of a message that arrived encrypted (and is stored decrypted). */
+  encrypted: "Ifp-Encrypted",
 } as const;
 
 /**
@@ -75,6 +79,7 @@ export class InboxStore {
     if (meta.source) h.set(H.authSource, meta.source);
     if (!meta.handoff) h.set(H.handoff, "no");
     if (!meta.signer) h.set(H.signed, "no");
+    if (meta.encrypted) h.set(H.encrypted, meta.encrypted);
     // Scoped to the sender: nobody can pre-empt another agent's message_id. The subject is per
     // message_id and holds every sender's message with it; received() tells them apart.
     const dedupe = `${meta.signer ? "signed" : "unsigned"}:${meta.signer ?? fromAgent} ${messageId}`;

@@ -20,6 +20,9 @@ IFP_INTRODUCTION_SECRET_FILE, IFP_LOCAL_API_TLS_PORT, IFP_LOCAL_API_TOKEN_FILE, 
   --tls-cert FILE     PEM certificate chain; plain HTTP is never served
   --tls-key FILE      PEM private key of the certificate
   --signing-key FILE  the agent's Ed25519 signing key, PKCS#8 PEM (agent mode)
+  --encryption-key FILE
+                      the agent's X25519 encryption key, PKCS#8 PEM (agent mode; without it
+                      the agent cannot receive encrypted messages, docs/encryption.md)
   --nats URL          NATS server URL(s), comma separated
   --nats-creds FILE   NATS credentials file
   --ca-file FILE      extra CA certificates (PEM) trusted for outbound HTTPS besides the system
@@ -47,6 +50,7 @@ const OPTIONS = {
   "tls-cert": { type: "string", env: "IFP_TLS_CERT" },
   "tls-key": { type: "string", env: "IFP_TLS_KEY" },
   "signing-key": { type: "string", env: "IFP_SIGNING_KEY" },
+  "encryption-key": { type: "string", env: "IFP_ENCRYPTION_KEY" },
   nats: { type: "string", env: "IFP_NATS_URL" },
   "nats-creds": { type: "string", env: "IFP_NATS_CREDS" },
   "nats-user": { type: "string", env: "IFP_NATS_USER" },
@@ -152,6 +156,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
       running = await startAgent({
         ...common,
         signingKey: required(flags, "signing-key"),
+        encryptionKey: flags["encryption-key"],
         caFile: flags["ca-file"],
         kubeconfig: flags.kubeconfig,
         introductionSecretFile: flags["introduction-secret-file"],

@@ -38,6 +38,8 @@ export const IdentityKey = z.looseObject({
   key_id: z.string().min(1),
   type: z.string(),
   public_key: z.string(),
+  /** "encryption" for an X25519 key that encrypts message bodies (docs/encryption.md); absent for signing keys. */
+  use: z.string().optional(),
   created: z.string().optional(),
   status: z.enum(["active", "retired", "revoked"]).default("active"),
 });

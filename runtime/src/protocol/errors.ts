@@ -17,7 +17,13 @@ export type ErrorCode =
   | "capability_not_offered"
   | "unsupported_version"
   /** A sequence number the sender already used for another message of the conversation (IFP-5 4.2). */
-  | "sequence_conflict";
+  | "sequence_conflict"
+  /** An encrypted message this agent cannot decrypt (docs/encryption.md). */
+  | "decryption_failed"
+  /** A plaintext message through a relay this agent requires encryption through. */
+  | "encryption_required"
+  /** The local API's outbox: a recipient has no encryption key, and the message must be encrypted. */
+  | "encryption_key_unavailable";
 
 /** The error body of spec section 2.7. */
 export interface ErrorBody {

@@ -62,18 +62,35 @@ export const Signature = z.looseObject({
   sig: z.string().min(1),
 });
 
-export const Message = z.looseObject({
-  ifp: z.number().int(),
-  headers: MessageHeaders,
-  body: MessageBody,
-  trace: z.looseObject({ received: z.array(TraceEntry).optional() }).optional(),
-  security: z
-    .looseObject({
-      signatures: z.array(Signature).max(16).optional(),
-      encryption: z.unknown().optional(),
-    })
-    .optional(),
-});
+/**
+ * An IFP-4 message. `body` is either the clear form (text, parts) or, only together with
+ * `security.encryption`, the ciphertext form `{ciphertext: string}` (docs/encryption.md).
+ */
+export const Message = z
+  .looseObject({
+    ifp: z.number().int(),
+    headers: MessageHeaders,
+    body: MessageBody,
+    trace: z.looseObject({ received: z.array(TraceEntry).optional() }).optional(),
+    security: z
+      .looseObject({
+        signatures: z.array(Signature).max(16).optional(),
+        encryption: z.looseObject({ scheme: z.string().min(1).max(128) }).optional(),
+      })
+      .optional(),
+  })
+  .superRefine((m, ctx) => {
+    const encrypted = m.security?.encryption !== undefined;
+    if ("ciphertext" in m.body && !encrypted) {
+      ctx.addIssue({ code: "custom", path: ["body", "ciphertext"], message: "a ciphertext body needs security.encryption naming the scheme and recipients" });
+    }
+    if (encrypted) {
+      const keys = Object.keys(m.body);
+      if (keys.length !== 1 || keys[0] !== "ciphertext" || typeof m.body.ciphertext !== "string") {
+        ctx.addIssue({ code: "custom", path: ["body"], message: "an encrypted message's body is exactly {ciphertext: <string>}" });
+      }
+    }
+  });
 
 export type Message = z.infer<typeof Message>;
 export type MessageHeaders = z.infer<typeof MessageHeaders>;

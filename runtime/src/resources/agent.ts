@@ -50,6 +50,20 @@ export const AgentSpec = z.object({
       KnownAgent.extend({
         url: HttpsUrl.optional().describe("The peer's https base URL, when known"),
         relay: RelayPreference.optional().describe("Relays that reach this peer when it has no https endpoint"),
+        encryptionKeys: z
+          .array(
+            z.object({
+              keyId: z.string().min(1).max(128).regex(/^[^#\s]+$/, "must not contain '#' or white space").describe("The key's key_id, as the peer's identity document names it"),
+              publicKey: z
+                .string()
+                .regex(/^[A-Za-z0-9_-]{43}$/, "must be the base64url (no padding) encoding of a raw 32-byte X25519 public key")
+                .describe("The raw 32-byte X25519 public key, base64url without padding"),
+              status: z.enum(["active", "retired", "revoked"]).default("active").describe("Only active keys are encrypted for"),
+            }),
+          )
+          .max(8)
+          .default([])
+          .describe("The peer's X25519 encryption keys, exchanged out of band; when empty they are looked up in its identity document"),
         temperature: z
           .enum(["cool", "warm", "hot"])
           .default("cool")
@@ -151,6 +165,33 @@ export const AgentSpec = z.object({
       secretName: z.string().min(1).optional().describe("Secret holding the PKCS#8 PEM key under signing.key"),
     })
     .prefault({}),
+  encryption: z
+    .object({
+      mode: z
+        .enum(["auto", "always", "never"])
+        .default("auto")
+        .describe(
+          "When outbound message bodies are encrypted end to end (docs/encryption.md): auto when a recipient may be reached through a relay not marked trusted or self-operated, always for every message, never",
+        ),
+      requireThroughRelays: z
+        .boolean()
+        .default(false)
+        .describe("Refuse plaintext messages read from a relay not marked trusted or self-operated, answering them with an error-phase message"),
+      relayTrust: z
+        .array(
+          z.object({
+            url: HttpsUrl.describe("The relay's base URL, as it appears in spec.relay.urls or in a peer's relays"),
+            level: z
+              .enum(["untrusted", "trusted", "self-operated"])
+              .describe("Relay trust level (spec 5.5): untrusted may log or leak content; trusted is run by a known party; self-operated by one of the communicating parties"),
+          }),
+        )
+        .max(64)
+        .default([])
+        .describe("Trust levels of relays; a relay not listed is untrusted"),
+    })
+    .prefault({})
+    .describe("End-to-end encryption of message bodies for untrusted relays"),
   tls: TlsSpec.optional(),
   deployment: DeploymentSettings.optional(),
   expose: ExposeSpec.optional().describe("How the agent is reached from outside the cluster"),

@@ -3,6 +3,7 @@
 import type { KubernetesObject, V1Deployment, V1Secret } from "@kubernetes/client-node";
 import { isSubset } from "../../kube/subset.ts";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
+import { encryptionKeyFromPem, generateEncryptionKey } from "../../../../runtime/src/protocol/encryption.ts";
 import { describeIssues } from "../../../../runtime/src/contract/issues.ts";
 import { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { defaultBaseUrl } from "../../../../runtime/src/resources/common.ts";
@@ -152,13 +153,20 @@ async function finalizeAgent(ctx: ReconcileContext, obj: CustomObject): Promise<
   return {};
 }
 
-type SigningOutcome = { secretName: string; publicKey: string; created: string; applied: string[] } | { blocker: Blocker; applied: string[] };
+type SigningOutcome =
+  | { secretName: string; publicKey: string; created: string; encryption?: { keyId: string; publicKey: string }; applied: string[] }
+  | { blocker: Blocker; applied: string[] };
 
 /**
  * The signing key's Secret: generated once (Ed25519, PKCS#8 PEM under signing.key) and never
  * overwritten. It has no owner reference: the agent's identity outlives a deleted Agent, and an
  * Agent created again under the same name signs with the same key. A Secret the user made
  * under that name is used as it is.
+ *
+ * The same Secret holds the X25519 encryption key under encryption.key (docs/encryption.md),
+ * generated with the signing key. A Secret the operator made before encryption keys existed
+ * gets one added (never replaced); a Secret the user made is left alone, and without
+ * encryption.key the agent has no encryption key (status.encryptionKey is absent).
  */
 async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject, owner: Owner, secretName: string | undefined): Promise<SigningOutcome> {
   const ns = owner.metadata.namespace;
@@ -177,7 +185,10 @@ async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject, owner:
         labels: { ...MANAGED_BY, [INSTANCE_LABEL]: owner.metadata.name, [COMPONENT_LABEL]: "agent", "app.kubernetes.io/part-of": "ifp-operator" },
         annotations: { "ifp.dev/public-key": key.publicKey },
       },
-      data: { "signing.key": Buffer.from(key.privateKeyPem).toString("base64") },
+      data: {
+        "signing.key": Buffer.from(key.privateKeyPem).toString("base64"),
+        "encryption.key": Buffer.from(generateEncryptionKey().privateKeyPem).toString("base64"),
+      },
     });
     if (created) {
       applied.push(`Secret/${name}`);
@@ -188,11 +199,40 @@ async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject, owner:
   }
   const b64 = secret.data?.["signing.key"];
   if (!b64) return { blocker: { reason: "InvalidSigningKey", message: `Secret ${name} has no signing.key` }, applied };
+  let publicKey: string;
   try {
-    const publicKey = rawPublicKey(privateKeyFromPem(Buffer.from(b64, "base64").toString()));
-    const ts = secret.metadata?.creationTimestamp;
-    return { secretName: name, publicKey, created: ts ? isoSeconds(new Date(ts)) : "", applied };
+    publicKey = rawPublicKey(privateKeyFromPem(Buffer.from(b64, "base64").toString()));
   } catch (err) {
     return { blocker: { reason: "InvalidSigningKey", message: `Secret ${name}: ${(err as Error).message}` }, applied };
+  }
+  const ts = secret.metadata?.creationTimestamp;
+  const encryption = await ensureEncryptionKey(ctx, obj, secret, name, applied);
+  return { secretName: name, publicKey, created: ts ? isoSeconds(new Date(ts)) : "", ...(encryption ? { encryption } : {}), applied };
+}
+
+/** The encryption key of the signing Secret: added once to a Secret the operator made, never replaced; undefined when there is none. */
+async function ensureEncryptionKey(ctx: ReconcileContext, obj: CustomObject, secret: V1Secret, name: string, applied: string[]): Promise<{ keyId: string; publicKey: string } | undefined> {
+  let pem = secret.data?.["encryption.key"];
+  const ours = secret.metadata?.labels?.["app.kubernetes.io/managed-by"] === MANAGED_BY["app.kubernetes.io/managed-by"];
+  if (!pem && ours) {
+    const added = Buffer.from(generateEncryptionKey().privateKeyPem).toString("base64");
+    try {
+      // Optimistic concurrency (resourceVersion): a Secret changed meanwhile is looked at again on the next reconcile.
+      await ctx.kube.replace<V1Secret>({ ...secret, apiVersion: "v1", kind: "Secret", data: { ...secret.data, "encryption.key": added } });
+      pem = added;
+      applied.push(`Secret/${name}`);
+      await ctx.kube.event(obj, "Normal", "GeneratedEncryptionKey", `added an X25519 encryption key to Secret ${name}`);
+    } catch (err) {
+      ctx.log.warn({ secret: name, err: (err as Error).message }, "could not add the encryption key; trying again on the next reconcile");
+      return undefined;
+    }
+  }
+  if (!pem) return undefined;
+  try {
+    const k = encryptionKeyFromPem(Buffer.from(pem, "base64").toString());
+    return { keyId: k.keyId, publicKey: k.publicKey };
+  } catch (err) {
+    await ctx.kube.event(obj, "Warning", "InvalidEncryptionKey", `Secret ${name}: encryption.key is not usable (${(err as Error).message}); the agent runs without an encryption key`);
+    return undefined;
   }
 }

@@ -5,7 +5,7 @@ import { runtimeConditions, type ConditionInput, type RuntimeObservation } from 
 import { agentEndpoint, type AgentResource } from "./desired.ts";
 
 export interface AgentObservation extends RuntimeObservation {
-  signing?: { secretName: string; publicKey: string; created: string };
+  signing?: { secretName: string; publicKey: string; created: string; encryption?: { keyId: string; publicKey: string } };
   tlsSecret?: string;
 }
 
@@ -17,6 +17,7 @@ export function agentStatus(agent: AgentResource, o: AgentObservation): { status
       endpoint: agentEndpoint(agent),
       capabilitiesHash: capabilitiesHash(agent),
       ...(o.signing ? { signingKey: { keyId: agent.spec.signing.keyId, publicKey: o.signing.publicKey, secretName: o.signing.secretName, ...(o.signing.created ? { created: o.signing.created } : {}) } } : {}),
+      ...(o.signing?.encryption ? { encryptionKey: { keyId: o.signing.encryption.keyId, publicKey: o.signing.encryption.publicKey } } : {}),
       ...(o.tlsSecret ? { tlsSecretName: o.tlsSecret } : {}),
       replicas: dep?.status?.replicas ?? 0,
       readyReplicas: dep?.status?.readyReplicas ?? 0,

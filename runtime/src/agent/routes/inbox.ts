@@ -12,6 +12,7 @@ import { asSent } from "../../server/validation.ts";
 import { acceptVerified, admit, type AcceptStore, type Admission, type OnAccepted } from "../accept.ts";
 import { WELL_KNOWN, WELL_KNOWN_IFP } from "../documents.ts";
 import type { Conversations } from "../conversations.ts";
+import type { AgentEncryption } from "../encryption.ts";
 
 export interface InboxRouteDeps {
   agent: Agent;
@@ -19,6 +20,7 @@ export interface InboxRouteDeps {
   store: AcceptStore;
   conversations?: Pick<Conversations, "inbound">;
   onAccepted?: OnAccepted;
+  encryption?: Pick<AgentEncryption, "decrypt">;
   metrics: RuntimeMetrics;
   now: () => number;
   /** Clock skew tolerated on headers.date in the future. */
@@ -70,7 +72,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         if (!bySender.ok) {
           throw rateLimited(bySender.retryAfterSeconds, `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`);
         }
-        const { duplicate } = await acceptVerified({ agent, store: deps.store, onAccepted: deps.onAccepted, conversations: deps.conversations }, message, message, verified);
+        const { duplicate } = await acceptVerified({ agent, store: deps.store, onAccepted: deps.onAccepted, conversations: deps.conversations, encryption: deps.encryption }, message, message, verified);
         reply.outcome = duplicate ? "duplicate" : "accepted";
         return reply.code(202).type("application/json; charset=utf-8").send({ status: "accepted", message_id: h.message_id });
       },
