@@ -67,6 +67,12 @@ export const Values = z.strictObject({
     .strictObject({
       runAsUser: z.number().int().min(0).max(2147483647).nullable().default(10001),
       runAsGroup: z.number().int().min(0).max(2147483647).nullable().default(10001),
+      clusterNetworks: z
+        .array(z.string().min(1).max(64))
+        .default(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fd00::/8"])
+        .describe(
+          "The cluster's Service and pod networks (CIDR blocks): agents and relays may reach peers, relays and webhooks there besides their spec.network.allowPrivateTargets; other private, loopback and link-local addresses stay refused. Narrow it to your cluster's CIDRs; [] allows none.",
+        ),
     })
     .prefault({}),
   replicaCount: z.number().int().min(1).default(1),

@@ -6,6 +6,7 @@ import { nanos } from "../contract/nats.ts";
 import { ConsumerWorker } from "../nats/worker.ts";
 import { classifyAnswer } from "../net/answer.ts";
 import type { HttpClient } from "../net/http-client.ts";
+import { targetRefusedMessage } from "../net/targets.ts";
 import { Message } from "../protocol/message.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { errorMessage } from "../util/errors.ts";
@@ -226,8 +227,8 @@ export class OutboundDelivery {
     try {
       route = await this.route(agent, message.headers.message_id);
     } catch (err) {
-      return err instanceof NoRoute
-        ? { kind: "failed", error: err.message }
+      return err instanceof NoRoute || targetRefusedMessage(err)
+        ? { kind: "failed", error: (err as Error).message }
         : { kind: "retry", error: `discovery failed: ${errorMessage(err)}` };
     }
     if (route.kind === "relay") return this.viaRelay(route.relays, message, agent);
@@ -244,6 +245,12 @@ export class OutboundDelivery {
         body: JSON.stringify(message),
       });
     } catch (err) {
+      const refused = targetRefusedMessage(err);
+      if (refused) {
+        // The peer's inbox resolves to an address this agent may not reach: final, and no
+        // fallback to relays the same documents name.
+        return { kind: "failed", via, error: `inbox refused as a target: ${refused}` };
+      }
       const error = `network error: ${errorMessage((err as Error).cause instanceof Error ? (err as Error).cause : err)}`;
       const relays = await this.relaysOf(agent, message.headers.message_id);
       if (relays.length && this.relay) {
@@ -287,7 +294,14 @@ export class OutboundDelivery {
     }
     try {
       const identity = await this.discovery.identity(base);
-      if (identity.endpoints?.inbox) return { kind: "https", inbox: identity.endpoints.inbox };
+      const inbox = identity.endpoints?.inbox;
+      if (inbox && isHttpsUrl(inbox)) return { kind: "https", inbox };
+      if (inbox) {
+        // A plaintext inbox is never used (spec 5.2): its relays, else a final failure.
+        const relays = await this.relaysOf(agent, messageId);
+        if (relays.length) return { kind: "relay", relays };
+        throw new NoRoute(`${agent} advertises the inbox ${inbox}, which is not https (spec 5.2)`);
+      }
       const relays = await this.relaysOf(agent, messageId);
       if (relays.length) return { kind: "relay", relays };
     } catch (err) {

@@ -13,6 +13,7 @@ import { composeMessage } from "./compose.ts";
 import type { Outcome, RelayPublisher } from "./outbound.ts";
 import { classify } from "./outbound.ts";
 import type { CapabilityDocument } from "../protocol/documents.ts";
+import { targetRefusedMessage } from "../net/targets.ts";
 
 /** Relay fallback of the outbound delivery: publish through a relay, classified like an inbox answer. */
 export function relayPublisher(signing: SigningKey, http: HttpClient): RelayPublisher {
@@ -23,6 +24,8 @@ export function relayPublisher(signing: SigningKey, http: HttpClient): RelayPubl
         const res = await new RelayClient(relayUrl, signing, http).publish(message, recipients);
         return classify(res.status, res.retryAfter, via, res.text);
       } catch (err) {
+        const refused = targetRefusedMessage(err);
+        if (refused) return { kind: "failed", via, error: `relay refused as a target: ${refused}` };
         return { kind: "retry", via, error: `relay unreachable: ${(err as Error).message}` };
       }
     },

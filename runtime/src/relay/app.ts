@@ -3,6 +3,7 @@ import type { Logger } from "pino";
 import type { Verifier } from "../protocol/verify.ts";
 import type { Relay } from "../resources/relay.ts";
 import { createServer, type TlsMaterial } from "../server/http.ts";
+import { TargetPolicy } from "../net/targets.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { registerProbes } from "../server/probes.ts";
 import { relayAuthenticator, requireSignedRequests } from "./auth.ts";
@@ -33,6 +34,8 @@ export interface RelayAppDeps {
   trustedProxies?: string[];
   ready: () => boolean;
   now?: () => number;
+  /** Where webhooks may point (default: spec.network.allowPrivateTargets alone). */
+  targets?: TargetPolicy;
 }
 
 /**
@@ -61,7 +64,7 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
     });
     await api.register(publishRoutes, { relayUrl: spec.url, verifier: deps.verifier, subs, mailboxes, now });
     await api.register(messageRoutes, { mailboxes });
-    await api.register(subscriptionRoutes, { subs });
+    await api.register(subscriptionRoutes, { subs, targets: deps.targets ?? new TargetPolicy(spec.network.allowPrivateTargets) });
     await api.register(deadLetterRoutes, { mailboxes });
     await api.register(eventRoutes, { mailboxes, metrics, log: deps.logger, authenticate });
   });

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { AgentId, cel, DeploymentSettings, Duration, ExposeSpec, HttpsUrl, HttpUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
+import { AgentId, cel, DeploymentSettings, Duration, ExposeSpec, NetworkSpec, HttpsUrl, HttpUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
 
 export const CAPABILITY_NAME_RE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 
@@ -144,6 +144,7 @@ export const AgentSpec = z.object({
   tls: TlsSpec.optional(),
   deployment: DeploymentSettings.optional(),
   expose: ExposeSpec.optional().describe("How the agent is reached from outside the cluster"),
+  network: NetworkSpec.prefault({}).describe("Where the agent's outbound requests to peers and relays may go (spec 5.2: https only; special addresses only when allowed)"),
   replicas: z.number().int().min(0).max(100).default(1),
   image: z.string().min(1).optional(),
 });
