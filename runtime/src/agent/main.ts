@@ -117,7 +117,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const nats = new Nats({ inboxPrefix: agentInboxPrefix(spec.agentId), ...opts.nats, name: `ifp-agent ${spec.agentId}` }, log);
   life.defer("NATS", () => nats.close());
 
-  const inbox = new InboxStore(nats, names, parseDuration(spec.inbox.replayWindow));
+  const inbox = new InboxStore(nats, names, parseDuration(spec.inbox.replayWindow), spec.inbox.maxBytes);
   const outbox = new OutboxStore(nats, names);
   const states = new DeliveryStates(nats, names.outboxStateBucket);
   const peerCaps = new PeerCapabilityCache(nats, names, log);

@@ -62,7 +62,7 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
       const operation = req.routeOptions.config.operation;
       if (operation) metrics.relay.inc({ operation, result: reply.statusCode < 400 ? "ok" : (reply.outcome ?? "internal_error") });
     });
-    await api.register(publishRoutes, { relayUrl: spec.url, verifier: deps.verifier, subs, mailboxes, now });
+    await api.register(publishRoutes, { relayUrl: spec.url, verifier: deps.verifier, subs, mailboxes, now, bytesPerHour: spec.limits.perAgentBytesPerHour });
     await api.register(messageRoutes, { mailboxes });
     await api.register(subscriptionRoutes, { subs, targets: deps.targets ?? new TargetPolicy(spec.network.allowPrivateTargets) });
     await api.register(deadLetterRoutes, { mailboxes });

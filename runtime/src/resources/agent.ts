@@ -56,9 +56,21 @@ export const AgentSpec = z.object({
   inbox: z
     .object({
       maxMessageBytes: z.number().int().min(1024).max(16 * 1024 * 1024).default(1048576),
+      maxBytes: z
+        .number()
+        .int()
+        .min(1024 * 1024)
+        .default(1024 * 1024 * 1024)
+        .describe("Most bytes the agent's inbox stream holds (messages are kept for the replay window); when full, new messages are refused with 503 inbox_full and Retry-After"),
       rateLimit: z
         .object({
           perSenderPerMinute: z.number().int().min(1).default(60),
+          perSenderBytesPerHour: z
+            .number()
+            .int()
+            .min(16 * 1024)
+            .default(64 * 1024 * 1024)
+            .describe("Bytes of messages one sender may have accepted per hour (a quota that refills evenly); past it, 429 with Retry-After"),
           perAddressPerMinute: z
             .number()
             .int()

@@ -3,7 +3,7 @@ import { cel, DeploymentSettings, Duration, ExposeSpec, NetworkSpec, HttpsUrl, K
 
 export const RelayRetention = z.object({
   maxAge: Duration.default("168h").describe("How long a message is kept when nobody acknowledges it (default 7 days)"),
-  maxBytes: z.number().int().min(-1).default(-1).describe("Stream size limit in bytes, -1 for none"),
+  maxBytes: z.number().int().min(-1).default(1024 * 1024 * 1024).describe("Stream size limit in bytes (default 1 GiB), -1 for none; when full, publish answers 503 relay_full"),
   maxMessages: z.number().int().min(-1).default(-1).describe("Message count limit, -1 for none"),
   storage: z.enum(["file", "memory"]).default("file"),
   replicas: z.literal([1, 3, 5]).default(1),
@@ -33,6 +33,12 @@ export const RelaySpec = z.object({
     .object({
       maxMessageBytes: z.number().int().min(1024).max(16 * 1024 * 1024).default(1048576),
       perAgentPerMinute: z.number().int().min(1).default(600).describe("Requests per minute of one agent"),
+      perAgentBytesPerHour: z
+        .number()
+        .int()
+        .min(16 * 1024)
+        .default(256 * 1024 * 1024)
+        .describe("Bytes one agent may have stored per hour by its publishes, each copy counted (a message to a topic with 10 subscribers counts 10 times); past it, 429 with Retry-After"),
       perAddressPerMinute: z
         .number()
         .int()
