@@ -136,11 +136,11 @@ export class IdentityResolver implements MessageVerifier {
     if (s.alg === "hmac-sha256") {
       const tokens = this.tokens();
       if (!tokens.length) throw invalidSignature("introduction tokens (hmac-sha256) are not accepted by this agent");
-      checkProfile(s, "hmac-sha256");
+      checkProfile(s, "hmac-sha256", message.headers);
       if (!verifyIntroduction(message, s, tokens)) throw invalidSignature(`the introduction token signature ${s.key_id} does not verify`);
       return { signer: sender, keyId, authLevel: AuthLevel.introduction, source: "introduction" };
     }
-    checkProfile(s);
+    checkProfile(s, "ed25519", message.headers);
     const found = await this.lookup(sender, keyId, address);
     if (!verifySignature(message, s, found.key)) throw invalidSignature(`signature verification failed for key_id ${s.key_id}`);
     return { signer: sender, keyId, authLevel: found.level, source: found.source };
