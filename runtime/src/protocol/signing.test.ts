@@ -81,7 +81,8 @@ describe("keys", () => {
 
 describe("every header present is signed", () => {
   const msg = Message.parse(file.vectors[0].message);
-  const { security: _s, ...base } = msg;
+  const { security: _s, ...rest } = msg;
+  const base: Message = rest;
 
   it("signMessage covers each header the message carries, unknown ones included", () => {
     const m = { ...base, headers: { ...base.headers, disclosure: "personal", thread: { in_reply_to: "msg:x" }, ttl_seconds: 60, capabilities: { request: ["a.b"] }, subject: "s", x_future: 1 } };
