@@ -4,6 +4,7 @@ import type { Verifier } from "../protocol/verify.ts";
 import type { Relay } from "../resources/relay.ts";
 import { createServer, type TlsMaterial } from "../server/http.ts";
 import { TargetPolicy } from "../net/targets.ts";
+import { StreamSlots } from "../server/stream-slots.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { registerProbes } from "../server/probes.ts";
 import { relayAuthenticator, requireSignedRequests } from "./auth.ts";
@@ -66,7 +67,7 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
     await api.register(messageRoutes, { mailboxes });
     await api.register(subscriptionRoutes, { subs, targets: deps.targets ?? new TargetPolicy(spec.network.allowPrivateTargets) });
     await api.register(deadLetterRoutes, { mailboxes });
-    await api.register(eventRoutes, { mailboxes, metrics, log: deps.logger, authenticate });
+    await api.register(eventRoutes, { mailboxes, metrics, log: deps.logger, authenticate, slots: new StreamSlots(spec.limits.maxStreamsPerAgent, spec.limits.maxStreams) });
   });
   return app;
 }

@@ -39,6 +39,20 @@ export const RelaySpec = z.object({
         .min(16 * 1024)
         .default(256 * 1024 * 1024)
         .describe("Bytes one agent may have stored per hour by its publishes, each copy counted (a message to a topic with 10 subscribers counts 10 times); past it, 429 with Retry-After"),
+      maxStreamsPerAgent: z
+        .number()
+        .int()
+        .min(1)
+        .max(100)
+        .default(4)
+        .describe("Event streams (GET /relay/events and WebSockets together) one agent may hold open on each replica; past it, 429 with Retry-After"),
+      maxStreams: z
+        .number()
+        .int()
+        .min(1)
+        .max(100000)
+        .default(1000)
+        .describe("Event streams all agents together may hold open on each replica; past it, 503 with Retry-After"),
       perAddressPerMinute: z
         .number()
         .int()
