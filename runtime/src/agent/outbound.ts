@@ -45,6 +45,8 @@ export function relayOrder(relays: PeerRelays, messageId: string): string[] {
   return [...urls.slice(start), ...urls.slice(0, start)];
 }
 
+const DEFAULT_ACK_WAIT_MS = 5 * 60_000;
+
 export interface OutboundOptions {
   /** Pauses between attempts; the last repeats (IFP-6: 1m, 5m, 30m, then hourly). */
   backoffMs: number[];
@@ -55,6 +57,12 @@ export interface OutboundOptions {
   /** Relays of peers known from the Agent spec (spec.peers[].relay). */
   peerRelays?: Map<string, string[] | PeerRelays>;
   concurrency?: number;
+  /**
+   * The consumer's ack_wait (5 min). A message's attempts to all its recipients may take
+   * longer: the handler tells JetStream it is still working every third of it, so the message
+   * is never handed out a second time while its first delivery is under way.
+   */
+  ackWaitMs?: number;
 }
 
 /**
@@ -147,10 +155,11 @@ export class OutboundDelivery {
           filter_subject: deps.names.outbox,
           ack_policy: AckPolicy.Explicit,
           deliver_policy: DeliverPolicy.All,
-          ack_wait: nanos(5 * 60_000),
+          ack_wait: nanos(deps.options.ackWaitMs ?? DEFAULT_ACK_WAIT_MS),
           max_deliver: -1,
           max_ack_pending: 10_000,
         },
+        updatable: ["ack_wait"],
         concurrency: deps.options.concurrency ?? 8,
         handle: (m) => this.handle(m),
         label: "outbound delivery",
@@ -164,6 +173,16 @@ export class OutboundDelivery {
   }
 
   private async handle(m: JsMsg): Promise<void> {
+    // In progress for as long as this takes: never redelivered while still being worked on.
+    const beat = setInterval(() => m.working(), Math.max(500, Math.floor((this.opts.ackWaitMs ?? DEFAULT_ACK_WAIT_MS) / 3)));
+    try {
+      await this.deliver(m);
+    } finally {
+      clearInterval(beat);
+    }
+  }
+
+  private async deliver(m: JsMsg): Promise<void> {
     const message = Message.parse(m.json());
     const id = message.headers.message_id;
     const queuedAt = new Date(Number(m.info.timestampNanos) / 1e6);
