@@ -117,8 +117,9 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const nats = new Nats({ inboxPrefix: agentInboxPrefix(spec.agentId), ...opts.nats, name: `ifp-agent ${spec.agentId}` }, log);
   life.defer("NATS", () => nats.close());
 
-  const inbox = new InboxStore(nats, names, parseDuration(spec.inbox.replayWindow), spec.inbox.maxBytes);
-  const outbox = new OutboxStore(nats, names);
+  const replicas = spec.durability.replicas ?? "auto";
+  const inbox = new InboxStore(nats, names, parseDuration(spec.inbox.replayWindow), spec.inbox.maxBytes, replicas);
+  const outbox = new OutboxStore(nats, names, replicas);
   const states = new DeliveryStates(nats, names.outboxStateBucket);
   const peerCaps = new PeerCapabilityCache(nats, names, log);
   const levels = new ConversationLevels(nats, spec.agentId);

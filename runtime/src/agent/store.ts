@@ -1,7 +1,7 @@
 import { headers } from "@nats-io/transport-node";
 import { DiscardPolicy, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { Nats } from "../nats/connection.ts";
-import { ensureStream, isNotFound } from "../nats/streams.ts";
+import { ensureReplicatedStream, isNotFound, type Replicas } from "../nats/streams.ts";
 import { nanos } from "../contract/nats.ts";
 import { ProtocolError, unavailable } from "../protocol/errors.ts";
 import { isFull } from "../relay/mailbox.ts";
@@ -47,9 +47,11 @@ export class InboxStore {
   private readonly names: AgentNames;
   private readonly windowMs: number;
   private readonly maxBytes: number;
+  private readonly replicas: Replicas;
 
   /** `maxBytes`: spec.inbox.maxBytes; a full inbox refuses new messages (503 inbox_full) rather than dropping stored ones. */
-  constructor(nats: Nats, names: AgentNames, replayWindowMs: number, maxBytes = -1) {
+  constructor(nats: Nats, names: AgentNames, replayWindowMs: number, maxBytes = -1, replicas: Replicas = "auto") {
+    this.replicas = replicas;
     this.nats = nats;
     this.names = names;
     this.windowMs = replayWindowMs;
@@ -57,7 +59,7 @@ export class InboxStore {
   }
 
   async ensure(): Promise<void> {
-    await ensureStream(this.nats.jsm, {
+    await ensureReplicatedStream(this.nats.jsm, {
       name: this.names.inboxStream,
       subjects: [this.names.inboxSubjects],
       retention: RetentionPolicy.Limits,
@@ -68,7 +70,7 @@ export class InboxStore {
       max_age: nanos(Math.max(WEEK_MS, this.windowMs)),
       duplicate_window: nanos(this.windowMs),
       allow_direct: true,
-    });
+    }, this.replicas);
   }
 
   /** Durably store one message; resolves only after the JetStream ack. */

@@ -156,6 +156,15 @@ export const AgentSpec = z.object({
   tls: TlsSpec.optional(),
   deployment: DeploymentSettings.optional(),
   expose: ExposeSpec.optional().describe("How the agent is reached from outside the cluster"),
+  durability: z
+    .object({
+      replicas: z
+        .literal([1, 3, 5])
+        .optional()
+        .describe("JetStream replicas of the agent's inbox and outbox streams; unset: 3 on a NATS cluster with the servers for them, else 1"),
+    })
+    .prefault({})
+    .describe("How the agent's messages are stored (file storage; see docs/reliability.md for the fsync guarantee)"),
   network: NetworkSpec.prefault({}).describe("Where the agent's outbound requests to peers and relays may go (spec 5.2: https only; special addresses only when allowed)"),
   replicas: z.number().int().min(0).max(100).default(1),
   image: z.string().min(1).optional(),
