@@ -119,7 +119,15 @@ export class IdentityResolver implements MessageVerifier {
         failure = err as Error;
       }
     }
-    if (!best) throw failure ?? invalidSignature("no acceptable signature");
+    if (!best) {
+      // Where unsigned messages are accepted, a signature by a sender nobody can look up does
+      // not make the message worse than unsigned: it is accepted like one. A signature that
+      // does not verify against a key that is known stays refused.
+      if (!requireSignature && failure instanceof ProtocolError && failure.code === "unknown_sender") {
+        return { signer: undefined, keyId: undefined, authLevel: AuthLevel.unauthenticated, source: "none" };
+      }
+      throw failure ?? invalidSignature("no acceptable signature");
+    }
     const min = minAuthLevel(this.spec);
     if (best.authLevel < min) {
       throw insufficientAuthLevel(
