@@ -164,6 +164,14 @@ describe("Helm chart", () => {
     const args: string[] = find(objects, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args;
     expect(args).toEqual(expect.arrayContaining(["--runtime-run-as-user=10001", "--runtime-run-as-group=10001"]));
     expect(args.filter((a) => a.startsWith("--runtime-image-pull-secrets"))).toEqual([]);
+    // The runtimes may reach peers inside the cluster: the private ranges unless narrowed.
+    expect(args).toContain("--cluster-networks=10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fd00::/8");
+  });
+
+  it("passes runtime.clusterNetworks to the operator, none when empty", () => {
+    const argsOf = (values: object): string[] => find(docs(renderValues(values)), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args;
+    expect(argsOf({ runtime: { clusterNetworks: ["10.96.0.0/12", "10.244.0.0/16"] } })).toContain("--cluster-networks=10.96.0.0/12,10.244.0.0/16");
+    expect(argsOf({ runtime: { clusterNetworks: [] } })).toContain("--cluster-networks=none");
   });
 
   it("leaves the user and groups to the platform with OpenShift-like values, and keeps the rest", () => {

@@ -128,7 +128,12 @@ const running = once(async () => {
       // so the relay's public URL becomes https://localhost (a replica reached directly is
       // accepted on the port it listens on); it names the relay in traces.
       rewriteFile: (_p, text) => (name === "relay" ? text.replace(/https:\/\/relay\.ifp-relay\.svc/g, "https://localhost") : local(text)),
-      rewriteArg: (a) => (a.startsWith("--port=") ? "--port=0" : a.startsWith("--local-api-tls-port=") ? "--local-api-tls-port=0" : a),
+      // The cluster's networks, which the operator allows the runtimes to reach, are loopback here.
+      rewriteArg: (a) =>
+        a.startsWith("--port=") ? "--port=0"
+        : a.startsWith("--local-api-tls-port=") ? "--local-api-tls-port=0"
+        : a.startsWith("--allow-private-targets=") ? `${a},127.0.0.0/8`
+        : a,
       extraArgs: ["--host=127.0.0.1", ...extra],
       // The test's webhook receiver has a certificate of the test CA; info level logs the port.
       env: { IFP_LOG_LEVEL: "info", NODE_EXTRA_CA_CERTS: hookTls.files.ca },

@@ -69,6 +69,12 @@ export const Values = z.strictObject({
       runAsGroup: z.number().int().min(0).max(2147483647).nullable().default(10001),
       maxRollingAgents: z.union([z.number().int().min(1), z.string().regex(/^([1-9][0-9]{0,5}|[1-9][0-9]?%|100%)$/)]).default("25%"),
       finalizerTimeout: z.string().regex(/^[1-9][0-9]*(s|m|h)$/).default("5m"),
+      clusterNetworks: z
+        .array(z.string().min(1).max(64))
+        .default(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fd00::/8"])
+        .describe(
+          "The cluster's Service and pod networks (CIDR blocks): agents and relays may reach peers, relays and webhooks there besides their spec.network.allowPrivateTargets; other private, loopback and link-local addresses stay refused. Narrow it to your cluster's CIDRs; [] allows none.",
+        ),
     })
     .prefault({}),
   replicaCount: z.number().int().min(1).default(1),

@@ -76,8 +76,11 @@ for (const [name, agent] of [["alice", alice], ["bob", bob]] as const) {
   agent.spec.handler = { ...agent.spec.handler, url: `http://127.0.0.1:${ports[name] + 200}` };
   // Pod settings are the operator's, not the runtime's.
   delete agent.spec.deployment;
+  // Peers and the relay are on this machine's loopback (in a cluster the operator allows the cluster's networks).
+  agent.spec.network = { allowPrivateTargets: ["127.0.0.0/8", "::1/128"] };
 }
 relay.spec.url = local(relay.spec.url);
+relay.spec.network = { allowPrivateTargets: ["127.0.0.0/8", "::1/128"] };
 
 for (const [name, manifest] of [["alice", alice], ["bob", bob]] as const) {
   const keyFile = join(stateDir, `${name}.key`);

@@ -39,6 +39,13 @@ describe("ifp-operator flags", () => {
     expect(fixed).toMatchObject({ runtimeRunAsUser: 1000680000, runtimeRunAsGroup: 0 });
   });
 
+  it("takes the cluster's networks the runtimes may reach: private ranges by default, none, or a list", () => {
+    expect(parseFlags([], {}).options.settings.clusterNetworks).toEqual(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fd00::/8"]);
+    expect(parseFlags(["--cluster-networks=none"], {}).options.settings.clusterNetworks).toEqual([]);
+    expect(parseFlags(["--cluster-networks=10.96.0.0/12, 10.244.0.0/16"], {}).options.settings.clusterNetworks).toEqual(["10.96.0.0/12", "10.244.0.0/16"]);
+    expect(() => parseFlags(["--cluster-networks=10.0.0.0/33"], {})).toThrow(/--cluster-networks takes IP addresses or CIDR blocks/);
+  });
+
   it("refuses bad input with a clear message", () => {
     expect(() => parseFlags(["--health-port=http"], {})).toThrow(/--health-port must be a whole number from 0 to 65535, not "http"/);
     expect(() => parseFlags(["--resync=often"], {})).toThrow(/--resync takes a duration/);

@@ -7,6 +7,7 @@ import { parseCaBundle } from "./certs.ts";
 import { checkLifetimes, DEFAULT_LIFETIMES } from "./controllers/trust.ts";
 import { startManager, type ManagerOptions } from "./manager.ts";
 import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./controllers/rollout.ts";
+import { isCidrOrIp } from "../../runtime/src/resources/common.ts";
 
 const USAGE = `usage: ifp-operator [flags]
 
@@ -34,6 +35,10 @@ account). Every flag also reads the environment variable in brackets.
                                   cluster, e.g. OpenShift's restricted SCC)
   --runtime-run-as-group N|none   GID of the runtime pods (default 10001; none leaves it unset)
   --runtime-image-pull-secrets A,B  Secrets in each runtime's namespace used to pull its image
+  --cluster-networks CIDRS|none   the cluster's own networks (Service and pod CIDRs), which every
+                                  runtime may reach as peers, relays and webhooks besides
+                                  spec.network.allowPrivateTargets (--allow-private-targets; default
+                                  10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fd00::/8)
   --watch-namespaces A,B          watch only these namespaces (default: all) [IFP_WATCH_NAMESPACES]
   --leader-elect[=true|false]     hold a Lease so that one replica acts at a time (default false)
   --leader-election-namespace NS  namespace of the Lease (default: POD_NAMESPACE, else default)
@@ -81,6 +86,7 @@ const OPTIONS = {
   "runtime-run-as-user": { type: "string" },
   "runtime-run-as-group": { type: "string" },
   "runtime-image-pull-secrets": { type: "string" },
+  "cluster-networks": { type: "string" },
   "watch-namespaces": { type: "string", env: "IFP_WATCH_NAMESPACES" },
   "leader-elect": { type: "string" },
   "leader-election-namespace": { type: "string" },
@@ -127,6 +133,18 @@ function podId(name: string, text: string): number | null {
 
 function list(text: string | undefined): string[] {
   return (text ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+}
+
+/** The networks runtimes may reach inside the cluster: private ranges unless told which. */
+export const DEFAULT_CLUSTER_NETWORKS = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fd00::/8"];
+
+function clusterNetworks(text: string | undefined): string[] {
+  if (text === undefined) return DEFAULT_CLUSTER_NETWORKS;
+  if (text.trim() === "none") return [];
+  const blocks = list(text);
+  const bad = blocks.filter((b) => !isCidrOrIp(b));
+  if (bad.length) throw new UsageError(`--cluster-networks takes IP addresses or CIDR blocks such as 10.96.0.0/12, or none, not ${bad.map((b) => JSON.stringify(b)).join(", ")}`);
+  return blocks;
 }
 
 /** Manager options from the command line and environment (throws UsageError on bad input). */
@@ -201,6 +219,7 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
         runtimeRunAsUser: podId("runtime-run-as-user", str("runtime-run-as-user") ?? "10001"),
         runtimeRunAsGroup: podId("runtime-run-as-group", str("runtime-run-as-group") ?? "10001"),
         runtimeImagePullSecrets: list(str("runtime-image-pull-secrets")),
+        clusterNetworks: clusterNetworks(str("cluster-networks")),
       },
       natsAccount: str("nats-account-secret")
         ? { name: str("nats-account-secret")!, namespace: str("nats-account-secret-namespace") ?? env.POD_NAMESPACE ?? "default" }

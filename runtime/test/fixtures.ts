@@ -34,15 +34,21 @@ export function tempDir(prefix = "ifp-test-"): string {
   return mkdtempSync(join(tmpdir(), prefix));
 }
 
+/**
+ * What a person running every runtime on one machine writes: peers, relays and webhooks on
+ * loopback are allowed as targets (spec.network.allowPrivateTargets), unless the spec says otherwise.
+ */
+export const LOOPBACK_TARGETS = { allowPrivateTargets: ["127.0.0.0/8", "::1/128"] };
+
 export function writeAgentManifest(dir: string, spec: AgentSpecInput, name = "agent"): string {
   const path = join(dir, `${name}.yaml`);
-  writeFileSync(path, stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name }, spec }));
+  writeFileSync(path, stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name }, spec: { network: LOOPBACK_TARGETS, ...spec } }));
   return path;
 }
 
 export function writeRelayManifest(dir: string, spec: RelaySpecInput, name = "relay"): string {
   const path = join(dir, `${name}.yaml`);
-  writeFileSync(path, stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: { name }, spec }));
+  writeFileSync(path, stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: { name }, spec: { network: LOOPBACK_TARGETS, ...spec } }));
   return path;
 }
 

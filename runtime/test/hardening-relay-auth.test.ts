@@ -72,7 +72,7 @@ describe("relay request signatures are bound to one relay and live briefly", () 
     expect(await upgradeStatus(`${baseUrl(a).replace("https", "wss")}/relay/ws`, ws)).toBe(101);
   });
 
-  it("refuses a signature that leaves out @authority or expires, or outlives 60 s", async () => {
+  it("refuses a signature that leaves out @authority or expires, or outlives its 60 s and the 5 minutes of clock skew", async () => {
     const path = "/relay/messages";
     const url = `${baseUrl(a)}${path}`;
     const h = await signRequest({ method: "GET", url }, bob.signing);
@@ -80,7 +80,7 @@ describe("relay request signatures are bound to one relay and live briefly", () 
     expect(await raw(env, a, { method: "GET", path, headers: noAuthority })).toMatchObject({ status: 401, body: { message: expect.stringMatching(/missing @authority/) } });
     const noExpires = { ...h, "signature-input": h["signature-input"]!.replace(/;expires=\d+/, "") };
     expect(await raw(env, a, { method: "GET", path, headers: noExpires })).toMatchObject({ status: 401, body: { message: expect.stringMatching(/expires parameter/) } });
-    const old = await signRequest({ method: "GET", url }, bob.signing, new Date(Date.now() - 61_000));
-    expect(await raw(env, a, { method: "GET", path, headers: old })).toMatchObject({ status: 401, body: { message: expect.stringMatching(/expired/) } });
+    const old = await signRequest({ method: "GET", url }, bob.signing, new Date(Date.now() - 362_000));
+    expect(await raw(env, a, { method: "GET", path, headers: old })).toMatchObject({ status: 401, body: { message: expect.stringMatching(/expired|older than/) } });
   });
 });

@@ -213,4 +213,14 @@ describe("the runtime Deployment and the relay", () => {
     const plain = desiredRelayChildren({ ...relay, spec: { ...relay.spec, expose: undefined } }, { settings: { runtimeImage: "i", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n" }, tlsSecret: "t" }) as any[];
     expect(plain.find((c) => c.kind === "Deployment").spec.template.spec.containers[0].args.join(" ")).not.toContain("--trusted-proxies");
   });
+
+  it("passes the operator's cluster networks as --allow-private-targets", () => {
+    const relay: RelayResource = { ...Relay.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: meta, spec: { url: "https://relay.example.com" } }), metadata: meta };
+    const settings = { runtimeImage: "i", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n" };
+    const argsOf = (clusterNetworks?: string[]) =>
+      (desiredRelayChildren(relay, { settings: { ...settings, clusterNetworks }, tlsSecret: "t" }) as any[]).find((c) => c.kind === "Deployment").spec.template.spec.containers[0].args as string[];
+    expect(argsOf(["10.96.0.0/12", "10.244.0.0/16"])).toContain("--allow-private-targets=10.96.0.0/12,10.244.0.0/16");
+    expect(argsOf([]).join(" ")).not.toContain("--allow-private-targets");
+    expect(argsOf().join(" ")).not.toContain("--allow-private-targets");
+  });
 });

@@ -24,6 +24,8 @@ export interface OperatorSettings {
   runtimeRunAsGroup?: number | null;
   /** Secrets (in each resource's namespace) rendered as the runtime pods' imagePullSecrets. */
   runtimeImagePullSecrets?: string[];
+  /** The cluster's own networks, which runtimes may reach as peers, relays and webhooks (--allow-private-targets). */
+  clusterNetworks?: string[];
 }
 
 /** The runtime pods' UID and GID unless the operator was told otherwise. */
@@ -169,6 +171,7 @@ export function runtimeDeployment(opts: {
   if (opts.signingSecret) args.push("--signing-key=/etc/ifp/signing/signing.key");
   if (opts.signingSecret && opts.encryptionKey) args.push("--encryption-key=/etc/ifp/signing/encryption.key");
   if (opts.trustedProxies?.length) args.push(`--trusted-proxies=${opts.trustedProxies.join(",")}`);
+  if (settings.clusterNetworks?.length) args.push(`--allow-private-targets=${settings.clusterNetworks.join(",")}`);
   const env: V1EnvVar[] = [{ name: "IFP_LOG_LEVEL", value: "info" }];
   const mounts: V1VolumeMount[] = [
     { name: "manifest", mountPath: "/etc/ifp/manifest", readOnly: true },

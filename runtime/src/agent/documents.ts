@@ -96,6 +96,11 @@ export class Documents {
     return this.capabilities;
   }
 
+  /** Whether the identity document depends on the request's Host (no spec.baseUrl). */
+  get identityFromHost(): boolean {
+    return !this.agent.spec.baseUrl;
+  }
+
   /** The identity document; endpoints come from spec.baseUrl, or from the request's host. */
   identity(requestBase: string | undefined): Served<IdentityDocument> {
     const key = this.agent.spec.baseUrl ? "" : (requestBase ?? "");

@@ -119,7 +119,15 @@ export class IdentityResolver implements MessageVerifier {
         failure = err as Error;
       }
     }
-    if (!best) throw failure ?? invalidSignature("no acceptable signature");
+    if (!best) {
+      // Where unsigned messages are accepted, a signature by a sender nobody can look up does
+      // not make the message worse than unsigned: it is accepted like one. A signature that
+      // does not verify against a key that is known stays refused.
+      if (!requireSignature && failure instanceof ProtocolError && failure.code === "unknown_sender") {
+        return { signer: undefined, keyId: undefined, authLevel: AuthLevel.unauthenticated, source: "none" };
+      }
+      throw failure ?? invalidSignature("no acceptable signature");
+    }
     const min = minAuthLevel(this.spec);
     if (best.authLevel < min) {
       throw insufficientAuthLevel(
@@ -136,11 +144,11 @@ export class IdentityResolver implements MessageVerifier {
     if (s.alg === "hmac-sha256") {
       const tokens = this.tokens();
       if (!tokens.length) throw invalidSignature("introduction tokens (hmac-sha256) are not accepted by this agent");
-      checkProfile(s, "hmac-sha256");
+      checkProfile(s, "hmac-sha256", message.headers);
       if (!verifyIntroduction(message, s, tokens)) throw invalidSignature(`the introduction token signature ${s.key_id} does not verify`);
       return { signer: sender, keyId, authLevel: AuthLevel.introduction, source: "introduction" };
     }
-    checkProfile(s);
+    checkProfile(s, "ed25519", message.headers);
     const found = await this.lookup(sender, keyId, address);
     if (!verifySignature(message, s, found.key)) throw invalidSignature(`signature verification failed for key_id ${s.key_id}`);
     return { signer: sender, keyId, authLevel: found.level, source: found.source };

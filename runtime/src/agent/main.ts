@@ -9,6 +9,7 @@ import { DiscoveryClient } from "../discovery/client.ts";
 import { EventRecorder } from "../kube/events.ts";
 import { Nats, type NatsOptions } from "../nats/connection.ts";
 import { caFileLogger, HttpClient } from "../net/http-client.ts";
+import { TargetPolicy } from "../net/targets.ts";
 import { isoSeconds } from "../util/time.ts";
 import { privateKeyFromPem, rawPublicKey } from "../protocol/keys.ts";
 import { encryptionKeyFromPem, type EncryptionKey } from "../protocol/encryption.ts";
@@ -58,6 +59,8 @@ export interface AgentOptions {
   localApiPort?: number;
   /** Proxies (IPs or CIDR blocks) whose X-Forwarded-For is believed for per-address limits. */
   trustedProxies?: string[];
+  /** Special addresses outbound requests may reach besides spec.network.allowPrivateTargets (--allow-private-targets). */
+  allowPrivateTargets?: string[];
   /** Port of the local API's HTTPS listener for applications in other pods (0 picks a free port); needs localApiTokenFile. */
   localApiTlsPort?: number;
   /** File holding the bearer token that listener requires (re-read when it changes). */
@@ -116,7 +119,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
   const life = new Lifecycle(log);
 
-  const http = new HttpClient({ caFile: opts.caFile, onCaFileReload: caFileLogger(log) });
+  const targets = new TargetPolicy([...spec.network.allowPrivateTargets, ...(opts.allowPrivateTargets ?? [])]);
+  const http = new HttpClient({ caFile: opts.caFile, onCaFileReload: caFileLogger(log), targets });
   life.defer("HTTP client", () => http.close());
   const discovery = new DiscoveryClient(http);
   if (spec.inbox.introductionTokens && !opts.introductionSecretFile) log.warn("spec.inbox.introductionTokens is set but no --introduction-secret-file was given; no introduction token is accepted");
@@ -130,8 +134,9 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const nats = new Nats({ inboxPrefix: agentInboxPrefix(spec.agentId), ...opts.nats, name: `ifp-agent ${spec.agentId}` }, log);
   life.defer("NATS", () => nats.close());
 
-  const inbox = new InboxStore(nats, names, parseDuration(spec.inbox.replayWindow));
-  const outbox = new OutboxStore(nats, names);
+  const replicas = spec.durability.replicas ?? "auto";
+  const inbox = new InboxStore(nats, names, parseDuration(spec.inbox.replayWindow), spec.inbox.maxBytes, replicas);
+  const outbox = new OutboxStore(nats, names, replicas);
   const states = new DeliveryStates(nats, names.outboxStateBucket);
   const peerCaps = new PeerCapabilityCache(nats, names, log);
   const conversations = new Conversations(nats, names.conversationsBucket, {

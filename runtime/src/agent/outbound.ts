@@ -6,6 +6,7 @@ import { nanos } from "../contract/nats.ts";
 import { ConsumerWorker } from "../nats/worker.ts";
 import { classifyAnswer } from "../net/answer.ts";
 import type { HttpClient } from "../net/http-client.ts";
+import { targetRefusedMessage } from "../net/targets.ts";
 import { Message } from "../protocol/message.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { errorMessage } from "../util/errors.ts";
@@ -44,6 +45,8 @@ export function relayOrder(relays: PeerRelays, messageId: string): string[] {
   return [...urls.slice(start), ...urls.slice(0, start)];
 }
 
+const DEFAULT_ACK_WAIT_MS = 5 * 60_000;
+
 export interface OutboundOptions {
   /** Pauses between attempts; the last repeats (IFP-6: 1m, 5m, 30m, then hourly). */
   backoffMs: number[];
@@ -56,6 +59,12 @@ export interface OutboundOptions {
   concurrency?: number;
   /** Whether a message may go through this relay (spec.encryption: no plaintext through an untrusted relay); all may when absent. */
   relayAllowed?: (message: Message, relayUrl: string) => boolean;
+  /**
+   * The consumer's ack_wait (5 min). A message's attempts to all its recipients may take
+   * longer: the handler tells JetStream it is still working every third of it, so the message
+   * is never handed out a second time while its first delivery is under way.
+   */
+  ackWaitMs?: number;
 }
 
 /**
@@ -148,10 +157,11 @@ export class OutboundDelivery {
           filter_subject: deps.names.outbox,
           ack_policy: AckPolicy.Explicit,
           deliver_policy: DeliverPolicy.All,
-          ack_wait: nanos(5 * 60_000),
+          ack_wait: nanos(deps.options.ackWaitMs ?? DEFAULT_ACK_WAIT_MS),
           max_deliver: -1,
           max_ack_pending: 10_000,
         },
+        updatable: ["ack_wait"],
         concurrency: deps.options.concurrency ?? 8,
         handle: (m) => this.handle(m),
         label: "outbound delivery",
@@ -165,6 +175,16 @@ export class OutboundDelivery {
   }
 
   private async handle(m: JsMsg): Promise<void> {
+    // In progress for as long as this takes: never redelivered while still being worked on.
+    const beat = setInterval(() => m.working(), Math.max(500, Math.floor((this.opts.ackWaitMs ?? DEFAULT_ACK_WAIT_MS) / 3)));
+    try {
+      await this.deliver(m);
+    } finally {
+      clearInterval(beat);
+    }
+  }
+
+  private async deliver(m: JsMsg): Promise<void> {
     const message = Message.parse(m.json());
     const id = message.headers.message_id;
     const queuedAt = new Date(Number(m.info.timestampNanos) / 1e6);
@@ -228,8 +248,8 @@ export class OutboundDelivery {
     try {
       route = await this.route(agent, message.headers.message_id);
     } catch (err) {
-      return err instanceof NoRoute
-        ? { kind: "failed", error: err.message }
+      return err instanceof NoRoute || targetRefusedMessage(err)
+        ? { kind: "failed", error: (err as Error).message }
         : { kind: "retry", error: `discovery failed: ${errorMessage(err)}` };
     }
     if (route.kind === "relay") return this.viaRelay(route.relays, message, agent);
@@ -246,6 +266,12 @@ export class OutboundDelivery {
         body: JSON.stringify(message),
       });
     } catch (err) {
+      const refused = targetRefusedMessage(err);
+      if (refused) {
+        // The peer's inbox resolves to an address this agent may not reach: final, and no
+        // fallback to relays the same documents name.
+        return { kind: "failed", via, error: `inbox refused as a target: ${refused}` };
+      }
       const error = `network error: ${errorMessage((err as Error).cause instanceof Error ? (err as Error).cause : err)}`;
       const relays = await this.relaysOf(agent, message.headers.message_id);
       if (relays.length && this.relay) {
@@ -293,7 +319,14 @@ export class OutboundDelivery {
     }
     try {
       const identity = await this.discovery.identity(base);
-      if (identity.endpoints?.inbox) return { kind: "https", inbox: identity.endpoints.inbox };
+      const inbox = identity.endpoints?.inbox;
+      if (inbox && isHttpsUrl(inbox)) return { kind: "https", inbox };
+      if (inbox) {
+        // A plaintext inbox is never used (spec 5.2): its relays, else a final failure.
+        const relays = await this.relaysOf(agent, messageId);
+        if (relays.length) return { kind: "relay", relays };
+        throw new NoRoute(`${agent} advertises the inbox ${inbox}, which is not https (spec 5.2)`);
+      }
       const relays = await this.relaysOf(agent, messageId);
       if (relays.length) return { kind: "relay", relays };
     } catch (err) {

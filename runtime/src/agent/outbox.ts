@@ -1,7 +1,7 @@
 import { headers } from "@nats-io/transport-node";
 import { DiscardPolicy, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { Nats } from "../nats/connection.ts";
-import { ensureStream } from "../nats/streams.ts";
+import { ensureReplicatedStream, type Replicas } from "../nats/streams.ts";
 import { nanos } from "../contract/nats.ts";
 import { unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
@@ -17,13 +17,16 @@ export class OutboxStore {
   private readonly nats: Nats;
   private readonly names: AgentNames;
 
-  constructor(nats: Nats, names: AgentNames) {
+  private readonly replicas: Replicas;
+
+  constructor(nats: Nats, names: AgentNames, replicas: Replicas = "auto") {
     this.nats = nats;
     this.names = names;
+    this.replicas = replicas;
   }
 
   async ensure(): Promise<void> {
-    await ensureStream(this.nats.jsm, {
+    await ensureReplicatedStream(this.nats.jsm, {
       name: this.names.outboxStream,
       subjects: [this.names.outboxSubjects],
       retention: RetentionPolicy.Workqueue,
@@ -31,7 +34,7 @@ export class OutboxStore {
       discard: DiscardPolicy.New,
       max_age: nanos(OUTBOX_MAX_AGE_MS),
       duplicate_window: nanos(24 * 3600_000),
-    });
+    }, this.replicas);
   }
 
   /** Queue a signed message; a repeated message_id is queued once. */

@@ -19,6 +19,7 @@ import { encryptionRequired, type AgentEncryption } from "./encryption.ts";
 
 /** Refusals of a relayed message that are answered and acknowledged like a 401 (never retried). */
 const REFUSED = new Set<string>(["encryption_required", "decryption_failed"]);
+import { targetRefusedMessage } from "../net/targets.ts";
 
 /** Relay fallback of the outbound delivery: publish through a relay, classified like an inbox answer. */
 export function relayPublisher(signing: SigningKey, http: HttpClient): RelayPublisher {
@@ -29,6 +30,8 @@ export function relayPublisher(signing: SigningKey, http: HttpClient): RelayPubl
         const res = await new RelayClient(relayUrl, signing, http).publish(message, recipients);
         return classify(res.status, res.retryAfter, via, res.text);
       } catch (err) {
+        const refused = targetRefusedMessage(err);
+        if (refused) return { kind: "failed", via, error: `relay refused as a target: ${refused}` };
         return { kind: "retry", via, error: `relay unreachable: ${(err as Error).message}` };
       }
     },

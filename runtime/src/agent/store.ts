@@ -1,14 +1,17 @@
 import { headers } from "@nats-io/transport-node";
 import { DiscardPolicy, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { Nats } from "../nats/connection.ts";
-import { ensureStream, isNotFound } from "../nats/streams.ts";
+import { ensureReplicatedStream, isNotFound, type Replicas } from "../nats/streams.ts";
 import { nanos } from "../contract/nats.ts";
-import { unavailable } from "../protocol/errors.ts";
+import { ProtocolError, unavailable } from "../protocol/errors.ts";
+import { isFull } from "../relay/mailbox.ts";
 import { refuseOverMaxPayload } from "../nats/payload.ts";
 import { Message } from "../protocol/message.ts";
 import type { AgentNames } from "./names.ts";
 
 const WEEK_MS = 7 * 24 * 3600_000;
+/** Retry-After of a full inbox: room comes back only as messages age out, so not soon. */
+export const INBOX_FULL_RETRY_AFTER_S = 300;
 
 export interface AcceptMeta {
   /** The verified signer, or undefined for an accepted unsigned message. */
@@ -47,24 +50,31 @@ export class InboxStore {
   private readonly nats: Nats;
   private readonly names: AgentNames;
   private readonly windowMs: number;
+  private readonly maxBytes: number;
+  private readonly replicas: Replicas;
 
-  constructor(nats: Nats, names: AgentNames, replayWindowMs: number) {
+  /** `maxBytes`: spec.inbox.maxBytes; a full inbox refuses new messages (503 inbox_full) rather than dropping stored ones. */
+  constructor(nats: Nats, names: AgentNames, replayWindowMs: number, maxBytes = -1, replicas: Replicas = "auto") {
+    this.replicas = replicas;
     this.nats = nats;
     this.names = names;
     this.windowMs = replayWindowMs;
+    this.maxBytes = maxBytes;
   }
 
   async ensure(): Promise<void> {
-    await ensureStream(this.nats.jsm, {
+    await ensureReplicatedStream(this.nats.jsm, {
       name: this.names.inboxStream,
       subjects: [this.names.inboxSubjects],
       retention: RetentionPolicy.Limits,
       storage: StorageType.File,
-      discard: DiscardPolicy.Old,
+      // New, never Old: a message answered 202 is never dropped to make room for another.
+      discard: DiscardPolicy.New,
+      max_bytes: this.maxBytes,
       max_age: nanos(Math.max(WEEK_MS, this.windowMs)),
       duplicate_window: nanos(this.windowMs),
       allow_direct: true,
-    });
+    }, this.replicas);
   }
 
   /** Durably store one message; resolves only after the JetStream ack. */
@@ -91,6 +101,11 @@ export class InboxStore {
       });
       return { duplicate: ack.duplicate };
     } catch (err) {
+      if (isFull(err)) {
+        throw new ProtocolError(503, "inbox_full", `the inbox is full (spec.inbox.maxBytes ${this.maxBytes} bytes) and takes new messages once older ones age out of the replay window`, {
+          "retry-after": String(INBOX_FULL_RETRY_AFTER_S),
+        });
+      }
       throw unavailable(`the message could not be stored: ${(err as Error).message}`);
     }
   }

@@ -7,11 +7,11 @@ import { errorMessage } from "../util/errors.ts";
 const USAGE = `usage:
   ifp-runtime agent --manifest FILE --port N --tls-cert FILE --tls-key FILE --signing-key FILE --nats URL
   ifp-runtime relay --manifest FILE --port N --tls-cert FILE --tls-key FILE --nats URL [--ca-file FILE]
-                    [--trusted-proxies CIDRS]
+                    [--trusted-proxies CIDRS] [--allow-private-targets CIDRS]
 
 Every flag may also be given as an environment variable: IFP_MANIFEST, IFP_PORT, IFP_HOST,
 IFP_TLS_CERT, IFP_TLS_KEY, IFP_SIGNING_KEY, IFP_NATS_URL, IFP_NATS_CREDS, IFP_NATS_USER,
-IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_TRUSTED_PROXIES,
+IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_TRUSTED_PROXIES, IFP_ALLOW_PRIVATE_TARGETS,
 IFP_INTRODUCTION_SECRET_FILE, IFP_LOCAL_API_TLS_PORT, IFP_LOCAL_API_TOKEN_FILE, IFP_LOG_LEVEL.
 
   --manifest FILE     the Agent or Relay resource (YAML or JSON), as kubectl apply takes it
@@ -36,6 +36,10 @@ IFP_INTRODUCTION_SECRET_FILE, IFP_LOCAL_API_TLS_PORT, IFP_LOCAL_API_TOKEN_FILE, 
   --trusted-proxies CIDRS
                       comma separated IPs or CIDR blocks of the proxies in front of the runtime:
                       only from these is X-Forwarded-For believed, for per-address limits
+  --allow-private-targets CIDRS
+                      comma separated IPs or CIDR blocks of special addresses (loopback, private,
+                      link-local, ...) that peers, relays and webhooks may resolve to, besides
+                      spec.network.allowPrivateTargets (the operator gives the cluster's networks)
   --local-api-tls-port N
                       also serve the local API over HTTPS on this port (0.0.0.0, the serving
                       certificate) for applications in other pods; needs --local-api-token-file
@@ -61,6 +65,7 @@ const OPTIONS = {
   "local-api-port": { type: "string", env: "IFP_LOCAL_API_PORT" },
   "introduction-secret-file": { type: "string", env: "IFP_INTRODUCTION_SECRET_FILE" },
   "trusted-proxies": { type: "string", env: "IFP_TRUSTED_PROXIES" },
+  "allow-private-targets": { type: "string", env: "IFP_ALLOW_PRIVATE_TARGETS" },
   "local-api-tls-port": { type: "string", env: "IFP_LOCAL_API_TLS_PORT" },
   "local-api-token-file": { type: "string", env: "IFP_LOCAL_API_TOKEN_FILE" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
@@ -109,6 +114,14 @@ function trustedProxies(flags: Flags): string[] {
   }
 }
 
+function allowPrivateTargets(flags: Flags): string[] {
+  try {
+    return parseTrustedProxies(flags["allow-private-targets"]);
+  } catch (err) {
+    throw new UsageError(errorMessage(err).replace("--trusted-proxies", "--allow-private-targets"));
+  }
+}
+
 function localApiTls(flags: Flags): { localApiTlsPort?: number; localApiTokenFile?: string } {
   const tlsPort = flags["local-api-tls-port"];
   const tokenFile = flags["local-api-token-file"];
@@ -149,6 +162,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
         token: flags["nats-token"],
       },
       trustedProxies: trustedProxies(flags),
+      allowPrivateTargets: allowPrivateTargets(flags),
       logger,
     };
     let running: { close(): Promise<void> };

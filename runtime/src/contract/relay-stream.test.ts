@@ -29,7 +29,7 @@ describe("the stream a Relay asks for", () => {
       storage: "file",
       discard: "new",
       max_age: 168 * 3600 * 1e9,
-      max_bytes: -1,
+      max_bytes: 1024 * 1024 * 1024,
       max_msgs: -1,
       num_replicas: 1,
       duplicate_window: 48 * 3600 * 1e9,

@@ -2,6 +2,7 @@ import type { z } from "zod";
 import { CapabilityDocument, IdentityDocument } from "../protocol/documents.ts";
 import { describeIssues } from "../contract/issues.ts";
 import type { HttpClient } from "../net/http-client.ts";
+import { targetRefusedMessage } from "../net/targets.ts";
 
 export const WELL_KNOWN_PATHS = ["/.well-known/agent", "/.well-known/iface"] as const;
 
@@ -95,7 +96,8 @@ export class DiscoveryClient {
         maxBytes: this.limits.maxDocumentBytes,
       });
     } catch (err) {
-      throw new DiscoveryError(`cannot reach ${url}: ${(err as Error).message}`);
+      const refused = targetRefusedMessage(err);
+      throw new DiscoveryError(refused ? `${url} refused as a target: ${refused}` : `cannot reach ${url}: ${(err as Error).message}`, { cause: err });
     }
     if (res.status === 304 && cached) {
       cached.freshUntil = this.now() + Math.min(this.limits.maxFreshMs, maxAgeMs(res.headers.get("cache-control")));

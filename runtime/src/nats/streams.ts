@@ -49,3 +49,31 @@ export async function ensureStream(
   const { storage: _s, retention: _r, ...mutable } = want;
   return { info: await jsm.streams.update(want.name, { ...current.config, ...mutable }), action: "updated" };
 }
+
+/** How many replicas a runtime's own streams get: a number, or "auto" (3 on a JetStream cluster, else 1). */
+export type Replicas = number | "auto";
+
+/** JetStream's refusals of more replicas than it has servers for. */
+function tooFewServers(err: unknown): boolean {
+  const text = err instanceof Error ? err.message : String(err);
+  return /replicas > 1 not supported|insufficient resources|no suitable peers|peer count/i.test(text);
+}
+
+/**
+ * ensureStream with `num_replicas`: the number given, or with "auto" three replicas where the
+ * JetStream cluster has the servers for them, else one. A stream stays at the replicas it has
+ * when "auto" cannot raise them.
+ */
+export async function ensureReplicatedStream(
+  jsm: JetStreamManager,
+  want: Partial<StreamConfig> & { name: string },
+  replicas: Replicas,
+): Promise<{ info: StreamInfo; action: "created" | "updated" | "unchanged" }> {
+  if (replicas !== "auto") return ensureStream(jsm, { ...want, num_replicas: replicas });
+  try {
+    return await ensureStream(jsm, { ...want, num_replicas: 3 });
+  } catch (err) {
+    if (!tooFewServers(err)) throw err;
+    return ensureStream(jsm, { ...want, num_replicas: 1 });
+  }
+}

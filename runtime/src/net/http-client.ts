@@ -3,6 +3,7 @@ import { readFileSync, statSync } from "node:fs";
 import { readFile, stat } from "node:fs/promises";
 import * as tls from "node:tls";
 import { Agent, fetch, type Dispatcher } from "undici";
+import { TargetPolicy, TargetRefused } from "./targets.ts";
 
 export interface HttpClientOptions {
   /** Extra PEM CA certificates trusted besides the system's (self-signed peers both humans agreed on). */
@@ -22,6 +23,12 @@ export interface HttpClientOptions {
   userAgent?: string;
   /** Default cap on every answer's body, decoded bytes (DEFAULT_MAX_RESPONSE_BYTES unless set). */
   maxResponseBytes?: number;
+  /**
+   * Where requests may go: when set, every request not marked `trusted` must be https and reach
+   * only addresses the policy allows, checked after DNS resolution on the address the connection
+   * is made to (targets.ts). Without it, nothing is checked (the command-line tools).
+   */
+  targets?: TargetPolicy;
 }
 
 /** Every answer is read up to this many bytes unless a call or the client says otherwise. */
@@ -76,6 +83,9 @@ function fileVersion(st: { mtimeMs: number; size: number; ino: number }): string
  */
 export class HttpClient {
   private dispatcher: Dispatcher;
+  /** The pool of checked requests: its connections resolve names through the target policy. */
+  private checkedDispatcher: Dispatcher | undefined;
+  private readonly targets: TargetPolicy | undefined;
   private readonly timeoutMs: number;
   private readonly userAgent: string;
   private readonly extraCa: string[];
@@ -104,7 +114,9 @@ export class HttpClient {
       this.caFileVersion = version;
       this.caFileCheckedAt = Date.now();
     }
+    this.targets = opts.targets;
     this.dispatcher = this.makeDispatcher();
+    this.checkedDispatcher = this.targets ? this.makeDispatcher(this.targets) : undefined;
     this.timeoutMs = opts.timeoutMs ?? 15_000;
     this.userAgent = opts.userAgent ?? "ifp-runtime";
     this.maxResponseBytes = opts.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
@@ -116,8 +128,8 @@ export class HttpClient {
     return extra.length ? [...defaultCaCertificates(), ...extra] : undefined;
   }
 
-  private makeDispatcher(): Dispatcher {
-    return new Agent({ connect: { ca: this.trustedCas(), minVersion: "TLSv1.2" }, keepAliveTimeout: 10_000 });
+  private makeDispatcher(targets?: TargetPolicy): Dispatcher {
+    return new Agent({ connect: { ca: this.trustedCas(), minVersion: "TLSv1.2", ...(targets ? { lookup: targets.lookup } : {}) }, keepAliveTimeout: 10_000 });
   }
 
   /** Read the CA file again if it changed (at most every caFileCheckMs); an unusable new version keeps the old trust. */
@@ -132,11 +144,12 @@ export class HttpClient {
         if (version === this.caFileVersion) return;
         this.caFileVersion = version;
         const cas = parsePemCertificates(await readFile(file, "utf8"));
-        const old = this.dispatcher;
+        const old = [this.dispatcher, this.checkedDispatcher];
         this.fileCas = cas;
         this.dispatcher = this.makeDispatcher();
-        // Requests in flight finish on the old pool.
-        void old.close().catch(() => {});
+        this.checkedDispatcher = this.targets ? this.makeDispatcher(this.targets) : undefined;
+        // Requests in flight finish on the old pools.
+        for (const d of old) void d?.close().catch(() => {});
         this.onCaFileReload?.({ file, certificates: cas.length });
       } catch (err) {
         this.onCaFileReload?.({ file, error: (err as Error).message });
@@ -149,15 +162,26 @@ export class HttpClient {
 
   async request(
     url: string,
-    init: { method?: string; headers?: Record<string, string>; body?: string | Uint8Array; timeoutMs?: number; maxBytes?: number } = {},
+    init: {
+      method?: string;
+      headers?: Record<string, string>;
+      body?: string | Uint8Array;
+      timeoutMs?: number;
+      maxBytes?: number;
+      /** A URL the resource's owner configured for its own service (the handler, notifications): not checked against the target policy. */
+      trusted?: boolean;
+    } = {},
   ): Promise<HttpResult> {
     await this.reloadCaFile();
+    const checked = this.targets && !init.trusted;
+    // Scheme and IP literals here (a literal is connected to without a lookup); names in the lookup.
+    if (checked) this.targets!.checkUrl(url);
     const res = await fetch(url, {
       method: init.method ?? "GET",
       headers: { "user-agent": this.userAgent, ...init.headers, "accept-encoding": "identity" },
       body: init.body,
       redirect: "manual",
-      dispatcher: this.dispatcher,
+      dispatcher: checked ? this.checkedDispatcher! : this.dispatcher,
       signal: AbortSignal.timeout(init.timeoutMs ?? this.timeoutMs),
     });
     try {
@@ -178,6 +202,8 @@ export class HttpClient {
     init: { method?: string; headers?: Record<string, string>; signal: AbortSignal; timeoutMs?: number },
   ): Promise<{ status: number; headers: Headers; text?: string; body?: AsyncIterable<Uint8Array> }> {
     await this.reloadCaFile();
+    // Checked against the target policy like request() (the relays are not the owner's own service).
+    if (this.targets) this.targets.checkUrl(url);
     const head = AbortSignal.timeout(init.timeoutMs ?? this.timeoutMs);
     const controller = new AbortController();
     const abort = () => controller.abort();
@@ -188,7 +214,7 @@ export class HttpClient {
         method: init.method ?? "GET",
         headers: { "user-agent": this.userAgent, ...init.headers, "accept-encoding": "identity" },
         redirect: "manual",
-        dispatcher: this.dispatcher,
+        dispatcher: this.targets ? this.checkedDispatcher! : this.dispatcher,
         signal: controller.signal,
       });
       head.removeEventListener("abort", abort);
@@ -215,9 +241,11 @@ export class HttpClient {
   }
 
   async close(): Promise<void> {
-    await this.dispatcher.close();
+    await Promise.all([this.dispatcher.close(), this.checkedDispatcher?.close()]);
   }
 }
+
+export { TargetRefused };
 
 /** An answer whose body passed the cap; its status is known, its body was not read. */
 export class ResponseTooLarge extends Error {

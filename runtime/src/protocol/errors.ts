@@ -13,6 +13,8 @@ export type ErrorCode =
   | "unsupported_media_type"
   | "unavailable"
   | "relay_full"
+  /** The agent's inbox stream holds spec.inbox.maxBytes: new messages wait (503, Retry-After). */
+  | "inbox_full"
   /** The local API's outbox: the recipient's capability document rules the message out. */
   | "capability_not_offered"
   | "unsupported_version"

@@ -19,8 +19,12 @@ import { parseKeyId, type SigningKey } from "./signing.ts";
 export const SIGNATURE_LABEL = "sig1";
 /** A signature whose `created` is more than this many seconds ago is refused. */
 export const MAX_SIGNATURE_AGE_S = 300;
-/** A `created` up to this many seconds in the future is tolerated (clock skew). */
-export const CLOCK_SKEW_S = 5;
+/**
+ * Clock skew tolerated between an agent and a relay, as the inbox tolerates for a message's
+ * date (5 minutes): a `created` up to this far in the future, an `expires` up to this far in
+ * the past.
+ */
+export const CLOCK_SKEW_S = 300;
 export const SIGNATURE_ALG = "ed25519";
 /** A signature lives at most this long: `expires` is required and at most this far after `created`. */
 export const SIGNATURE_LIFETIME_S = 60;
@@ -133,7 +137,7 @@ export async function verifyRequest(
   const expires = params.get("expires");
   if (typeof expires !== "number" || !Number.isInteger(expires)) throw invalidSignature("the signature needs an expires parameter (whole seconds since the epoch)");
   if (expires <= created || expires - created > SIGNATURE_LIFETIME_S) throw invalidSignature(`the signature's expires must be after created and at most ${SIGNATURE_LIFETIME_S} s later`);
-  if (now / 1000 > expires) throw invalidSignature(`the request signature has expired (expires ${expires})`);
+  if (now / 1000 > expires + CLOCK_SKEW_S) throw invalidSignature(`the request signature has expired (expires ${expires})`);
   const keyid = params.get("keyid");
   const ref = typeof keyid === "string" ? parseKeyId(keyid) : undefined;
   if (!ref) throw invalidSignature(`the signature needs keyid="<agent_id>#<keyId>", not ${JSON.stringify(keyid ?? null)}`);

@@ -2,7 +2,8 @@ import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { privateKeyFromPem, publicKeyFromRaw, rawPublicKey } from "./keys.ts";
 import { Message } from "./message.ts";
-import { signingInput, signMessage, verifySignature } from "./signing.ts";
+import { headersToSign, signingInput, signMessage, verifySignature } from "./signing.ts";
+import { checkProfile } from "./verify.ts";
 
 const file = JSON.parse(readFileSync(new URL("../../vectors/signing.json", import.meta.url), "utf8"));
 const privateKey = privateKeyFromPem(file.key.private_key_pkcs8_pem);
@@ -21,6 +22,14 @@ describe("signing profile test vectors", () => {
       const msg = Message.parse(v.message);
       const sig = msg.security!.signatures![0]!;
       expect(verifySignature(msg, sig, publicKey)).toBe(v.valid);
+      // Accepted by an inbox: valid, and covering every header the message carries.
+      let profileOk = true;
+      try {
+        checkProfile(sig, "ed25519", msg.headers);
+      } catch {
+        profileOk = false;
+      }
+      expect(v.valid && profileOk).toBe(v.accepted);
       if (v.signing_input) {
         expect(signingInput(msg, sig.signed_headers, sig.signed_body).toString("utf8")).toBe(v.signing_input);
         // Ed25519 is deterministic: signing the same input again gives the published signature.
@@ -67,5 +76,27 @@ describe("keys", () => {
 
   it("refuses a private key that is not Ed25519 PKCS#8 PEM", () => {
     expect(() => privateKeyFromPem("not a key")).toThrow(/PKCS#8 PEM/);
+  });
+});
+
+describe("every header present is signed", () => {
+  const msg = Message.parse(file.vectors[0].message);
+  const { security: _s, ...rest } = msg;
+  const base: Message = rest;
+
+  it("signMessage covers each header the message carries, unknown ones included", () => {
+    const m = { ...base, headers: { ...base.headers, disclosure: "personal", thread: { in_reply_to: "msg:x" }, ttl_seconds: 60, capabilities: { request: ["a.b"] }, subject: "s", x_future: 1 } };
+    const sig = signMessage(m, { agentId: "pete-agent", keyId: "key-1", privateKey }).security!.signatures![0]!;
+    expect([...sig.signed_headers].sort()).toEqual(Object.keys(m.headers).sort());
+    expect(headersToSign(m.headers).slice(0, 4)).toEqual(["message_id", "date", "from", "to"]);
+    expect(() => checkProfile(sig, "ed25519", m.headers)).not.toThrow();
+  });
+
+  it("a header added after signing is refused by the profile, though the signature still verifies", () => {
+    const signed = signMessage(base, { agentId: "pete-agent", keyId: "key-1", privateKey });
+    const tampered = { ...signed, headers: { ...signed.headers, disclosure: "intimate" } };
+    const sig = tampered.security!.signatures![0]!;
+    expect(verifySignature(tampered, sig, publicKey)).toBe(true);
+    expect(() => checkProfile(sig, "ed25519", tampered.headers)).toThrow(/not signed: disclosure/);
   });
 });

@@ -25,8 +25,28 @@ export const DEFAULT_SIGNED_HEADERS = [
   "content_type",
 ] as const;
 
-/** The headers every signature accepted at an inbox must cover. */
+/**
+ * The headers every signature accepted at an inbox must cover, present or not (an absent one is
+ * signed as null). Beyond these, every header the message carries must be signed too
+ * (`unsignedHeaders`): disclosure, capabilities, thread, ttl_seconds and the rest are inputs to
+ * capability conditions, threading and expiry that nobody on the way may change.
+ */
 export const REQUIRED_SIGNED_HEADERS = ["message_id", "date", "from", "to"] as const;
+
+/** What a signature made here covers: every header present, and the required ones. */
+export function headersToSign(headers: object): string[] {
+  const present = Object.keys(headers);
+  const known = DEFAULT_SIGNED_HEADERS as readonly string[];
+  return [
+    ...known.filter((h) => present.includes(h) || REQUIRED_SIGNED_HEADERS.includes(h as never)),
+    ...present.filter((h) => !known.includes(h)).sort(),
+  ];
+}
+
+/** The headers a message carries that a signature does not cover. */
+export function unsignedHeaders(headers: object, signedHeaders: readonly string[]): string[] {
+  return Object.keys(headers).filter((h) => !signedHeaders.includes(h));
+}
 
 type Signable = Pick<Message, "headers" | "body">;
 
@@ -78,10 +98,7 @@ export function signMessage<M extends Signable & { security?: Message["security"
   key: SigningKey,
   opts: { signedHeaders?: readonly string[]; created?: Date } = {},
 ): M {
-  const headersPresent = Object.keys(message.headers);
-  const signedHeaders = opts.signedHeaders
-    ? [...opts.signedHeaders]
-    : DEFAULT_SIGNED_HEADERS.filter((h) => headersPresent.includes(h) || REQUIRED_SIGNED_HEADERS.includes(h as never));
+  const signedHeaders = opts.signedHeaders ? [...opts.signedHeaders] : headersToSign(message.headers);
   const sig = edSign(null, signingInput(message, signedHeaders, true), key.privateKey).toString("base64url");
   const signature: Signature = {
     alg: "ed25519",
@@ -121,7 +138,7 @@ export function signIntroduction<M extends Signable & { security?: Message["secu
   keyId: string,
   opts: { created?: Date } = {},
 ): M {
-  const signedHeaders = DEFAULT_SIGNED_HEADERS.filter((h) => h in message.headers || REQUIRED_SIGNED_HEADERS.includes(h as never));
+  const signedHeaders = headersToSign(message.headers);
   const signature: Signature = {
     alg: "hmac-sha256",
     key_id: keyId,

@@ -3,7 +3,7 @@ import type { TrustedKey } from "../resources/common.ts";
 import { invalidSignature, unknownSender } from "./errors.ts";
 import { publicKeyFromRaw } from "./keys.ts";
 import type { Message, Signature } from "./message.ts";
-import { parseKeyId, REQUIRED_SIGNED_HEADERS, verifySignature } from "./signing.ts";
+import { parseKeyId, REQUIRED_SIGNED_HEADERS, unsignedHeaders, verifySignature } from "./signing.ts";
 
 /**
  * IFP-5 authentication levels, and `unauthenticated` (-1) for an unsigned message an inbox with
@@ -78,7 +78,7 @@ export class Verifier implements MessageVerifier {
     let failure = picked.failure;
     for (const { signature: s, keyId } of picked.candidates) {
       try {
-        checkProfile(s);
+        checkProfile(s, "ed25519", message.headers);
         const key = this.key(sender, keyId);
         if (!verifySignature(message, s, key)) {
           throw invalidSignature(`signature verification failed for key_id ${s.key_id}`);
@@ -119,9 +119,11 @@ export function signatureCandidates(message: Message): { candidates: { signature
 }
 
 /** What every accepted signature must cover (docs/agent.md, signing profile). */
-export function checkProfile(s: { alg: string; signed_headers: string[]; signed_body: boolean; key_id: string }, alg = "ed25519"): void {
+export function checkProfile(s: { alg: string; signed_headers: string[]; signed_body: boolean; key_id: string }, alg = "ed25519", headers?: object): void {
   if (s.alg !== alg) throw invalidSignature(`algorithm ${JSON.stringify(s.alg)} is not accepted; use ${alg}`);
   const missing = REQUIRED_SIGNED_HEADERS.filter((h) => !s.signed_headers.includes(h));
   if (missing.length) throw invalidSignature(`the signature must cover ${missing.join(", ")} (signed_headers)`);
+  const unsigned = headers ? unsignedHeaders(headers, s.signed_headers) : [];
+  if (unsigned.length) throw invalidSignature(`the signature must cover every header present; not signed: ${unsigned.join(", ")} (signed_headers)`);
   if (!s.signed_body) throw invalidSignature("the signature must cover the body (signed_body: true)");
 }

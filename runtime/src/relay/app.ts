@@ -3,6 +3,8 @@ import type { Logger } from "pino";
 import type { Verifier } from "../protocol/verify.ts";
 import type { Relay } from "../resources/relay.ts";
 import { createServer, type TlsMaterial } from "../server/http.ts";
+import { TargetPolicy } from "../net/targets.ts";
+import { StreamSlots } from "../server/stream-slots.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { registerProbes } from "../server/probes.ts";
 import { relayAuthenticator, requireSignedRequests } from "./auth.ts";
@@ -33,6 +35,8 @@ export interface RelayAppDeps {
   trustedProxies?: string[];
   ready: () => boolean;
   now?: () => number;
+  /** Where webhooks may point (default: spec.network.allowPrivateTargets alone). */
+  targets?: TargetPolicy;
 }
 
 /**
@@ -59,11 +63,11 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
       const operation = req.routeOptions.config.operation;
       if (operation) metrics.relay.inc({ operation, result: reply.statusCode < 400 ? "ok" : (reply.outcome ?? "internal_error") });
     });
-    await api.register(publishRoutes, { relayUrl: spec.url, verifier: deps.verifier, subs, mailboxes, now });
+    await api.register(publishRoutes, { relayUrl: spec.url, verifier: deps.verifier, subs, mailboxes, now, bytesPerHour: spec.limits.perAgentBytesPerHour });
     await api.register(messageRoutes, { mailboxes });
-    await api.register(subscriptionRoutes, { subs });
+    await api.register(subscriptionRoutes, { subs, targets: deps.targets ?? new TargetPolicy(spec.network.allowPrivateTargets) });
     await api.register(deadLetterRoutes, { mailboxes });
-    await api.register(eventRoutes, { mailboxes, metrics, log: deps.logger, authenticate });
+    await api.register(eventRoutes, { mailboxes, metrics, log: deps.logger, authenticate, slots: new StreamSlots(spec.limits.maxStreamsPerAgent, spec.limits.maxStreams) });
   });
   return app;
 }

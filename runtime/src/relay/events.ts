@@ -9,6 +9,7 @@ import { toProtocolError } from "../server/http.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import type { Mailboxes } from "./mailbox.ts";
 import type { RequestToAuthenticate } from "./auth.ts";
+import type { StreamSlots } from "../server/stream-slots.ts";
 
 export const WEBSOCKET_PATH = "/relay/ws";
 const HEARTBEAT_MS = 15_000;
@@ -85,7 +86,7 @@ export function parseClientFrame(data: RawData): { ack: string } | { error: stri
  */
 export function attachWebSocket(
   app: FastifyInstance,
-  deps: { mailboxes: Mailboxes; metrics: RuntimeMetrics; log: Logger; authenticate: (req: RequestToAuthenticate) => Promise<string> },
+  deps: { mailboxes: Mailboxes; metrics: RuntimeMetrics; log: Logger; authenticate: (req: RequestToAuthenticate) => Promise<string>; slots: StreamSlots },
 ): void {
   const wss = new WebSocketServer({ noServer: true, maxPayload: 64 * 1024 });
   const refuse = (socket: Duplex, err: ProtocolError) => {
@@ -100,7 +101,19 @@ export function attachWebSocket(
     deps
       .authenticate({ ip: raw.socket.remoteAddress ?? "", method: raw.method ?? "GET", url: raw.url ?? "/", host: raw.headers.host, localPort: raw.socket.localPort, headers: raw.headers })
       .then(
-        (agent) => wss.handleUpgrade(raw, socket, head, (ws) => serve(ws, agent, cursor(url.searchParams.get("after")))),
+        (agent) => {
+          let release: () => void;
+          try {
+            release = deps.slots.acquire(agent);
+          } catch (err) {
+            return refuse(socket, toProtocolError(err));
+          }
+          socket.once("close", release);
+          wss.handleUpgrade(raw, socket, head, (ws) => {
+            ws.once("close", release);
+            serve(ws, agent, cursor(url.searchParams.get("after")));
+          });
+        },
         (err) => refuse(socket, toProtocolError(err)),
       );
   });

@@ -6,6 +6,7 @@ import { loadManifest } from "../config/manifest.ts";
 import { Nats, type NatsOptions } from "../nats/connection.ts";
 import { ensureStream } from "../nats/streams.ts";
 import { caFileLogger, HttpClient } from "../net/http-client.ts";
+import { TargetPolicy } from "../net/targets.ts";
 import { Verifier } from "../protocol/verify.ts";
 import { Relay } from "../resources/relay.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
@@ -28,6 +29,8 @@ export interface RelayOptions {
   caFile?: string;
   /** Proxies (IPs or CIDR blocks) whose X-Forwarded-For is believed for per-address limits. */
   trustedProxies?: string[];
+  /** Special addresses outbound requests may reach besides spec.network.allowPrivateTargets (--allow-private-targets). */
+  allowPrivateTargets?: string[];
   logger?: Logger;
 }
 
@@ -52,7 +55,8 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
   const life = new Lifecycle(log);
 
-  const http = new HttpClient({ caFile, onCaFileReload: caFileLogger(log), userAgent: "ifp-relay" });
+  const targets = new TargetPolicy([...relay.spec.network.allowPrivateTargets, ...(opts.allowPrivateTargets ?? [])]);
+  const http = new HttpClient({ caFile, onCaFileReload: caFileLogger(log), userAgent: "ifp-relay", targets });
   life.defer("HTTP client", () => http.close());
   const nats = new Nats({ inboxPrefix: relayInboxPrefix(relay), ...opts.nats, name: `ifp-relay ${relay.metadata.name ?? relay.spec.url}` }, log);
   life.defer("NATS", () => nats.close());
@@ -90,6 +94,7 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
     logger: log,
     tls: readTls(tlsFiles),
     trustedProxies: opts.trustedProxies,
+    targets,
     ready: () => ready && nats.isConnected,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));

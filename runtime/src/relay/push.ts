@@ -5,6 +5,7 @@ import { nanos } from "../contract/nats.ts";
 import { ConsumerWorker } from "../nats/worker.ts";
 import { classifyAnswer } from "../net/answer.ts";
 import type { HttpClient } from "../net/http-client.ts";
+import { targetRefusedMessage } from "../net/targets.ts";
 import { parseDuration } from "../resources/common.ts";
 import type { RelaySpec } from "../resources/relay.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
@@ -157,7 +158,9 @@ export class WebhookPush {
       });
       outcome = classifyWebhookAnswer(res.status, res.headers.get("retry-after"));
     } catch (err) {
-      outcome = { kind: "retry", reason: `webhook unreachable: ${errorMessage(err)}` };
+      const refused = targetRefusedMessage(err);
+      // A webhook whose name now resolves to a refused address: given up, never retried.
+      outcome = refused ? { kind: "refused", reason: `webhook refused as a target: ${refused}` } : { kind: "retry", reason: `webhook unreachable: ${errorMessage(err)}` };
     }
     if (outcome.kind === "delivered") {
       await mailboxes.deleteSeq(m.seq);

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { AgentId, cel, DeploymentSettings, Duration, ExposeSpec, HttpsUrl, HttpUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
+import { AgentId, cel, DeploymentSettings, Duration, ExposeSpec, NetworkSpec, HttpsUrl, HttpUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
 
 export const CAPABILITY_NAME_RE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 
@@ -74,9 +74,21 @@ export const AgentSpec = z.object({
   inbox: z
     .object({
       maxMessageBytes: z.number().int().min(1024).max(16 * 1024 * 1024).default(1048576),
+      maxBytes: z
+        .number()
+        .int()
+        .min(1024 * 1024)
+        .default(1024 * 1024 * 1024)
+        .describe("Most bytes the agent's inbox stream holds (messages are kept for the replay window); when full, new messages are refused with 503 inbox_full and Retry-After"),
       rateLimit: z
         .object({
           perSenderPerMinute: z.number().int().min(1).default(60),
+          perSenderBytesPerHour: z
+            .number()
+            .int()
+            .min(16 * 1024)
+            .default(64 * 1024 * 1024)
+            .describe("Bytes of messages one sender may have accepted per hour (a quota that refills evenly); past it, 429 with Retry-After"),
           perAddressPerMinute: z
             .number()
             .int()
@@ -195,6 +207,16 @@ export const AgentSpec = z.object({
   tls: TlsSpec.optional(),
   deployment: DeploymentSettings.optional(),
   expose: ExposeSpec.optional().describe("How the agent is reached from outside the cluster"),
+  durability: z
+    .object({
+      replicas: z
+        .literal([1, 3, 5])
+        .optional()
+        .describe("JetStream replicas of the agent's inbox and outbox streams; unset: 3 on a NATS cluster with the servers for them, else 1"),
+    })
+    .prefault({})
+    .describe("How the agent's messages are stored (file storage; see docs/reliability.md for the fsync guarantee)"),
+  network: NetworkSpec.prefault({}).describe("Where the agent's outbound requests to peers and relays may go (spec 5.2: https only; special addresses only when allowed)"),
   replicas: z.number().int().min(0).max(100).default(1),
   image: z.string().min(1).optional(),
   retention: z

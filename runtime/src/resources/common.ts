@@ -322,6 +322,22 @@ const Cidr = z
   .refine(isCidrOrIp, "must be an IP address or a CIDR block such as 10.0.0.0/8")
   .meta(cel({ rule: "isCIDR(self) || isIP(self)", message: "must be an IP address or a CIDR block such as 10.0.0.0/8" }));
 
+/**
+ * spec.network: which special addresses outbound requests to peers may reach. Peer discovery,
+ * delivery to an inbox or a peer's relay, the agent's relays, and a relay's webhook push go only
+ * to https URLs whose address, after DNS resolution, is public, or inside one of these blocks.
+ */
+export const NetworkSpec = z.object({
+  allowPrivateTargets: z
+    .array(Cidr)
+    .max(64)
+    .default([])
+    .describe(
+      "IP addresses or CIDR blocks of loopback, private, link-local or other special addresses that peers, relays and webhooks may resolve to (e.g. 10.0.0.0/8 for peers inside the cluster); the operator adds the cluster's own networks",
+    ),
+});
+export type NetworkSpec = z.infer<typeof NetworkSpec>;
+
 /** Annotations the user adds to a child; the project's own prefix is kept for the operator. */
 const ChildAnnotations = z
   .record(z.string().max(317), z.string())

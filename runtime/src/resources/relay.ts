@@ -1,9 +1,9 @@
 import { z } from "zod";
-import { cel, DeploymentSettings, Duration, ExposeSpec, HttpsUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
+import { cel, DeploymentSettings, Duration, ExposeSpec, NetworkSpec, HttpsUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
 
 export const RelayRetention = z.object({
   maxAge: Duration.default("168h").describe("How long a message is kept when nobody acknowledges it (default 7 days)"),
-  maxBytes: z.number().int().min(-1).default(-1).describe("Stream size limit in bytes, -1 for none"),
+  maxBytes: z.number().int().min(-1).default(1024 * 1024 * 1024).describe("Stream size limit in bytes (default 1 GiB), -1 for none; when full, publish answers 503 relay_full"),
   maxMessages: z.number().int().min(-1).default(-1).describe("Message count limit, -1 for none"),
   storage: z.enum(["file", "memory"]).default("file"),
   replicas: z.literal([1, 3, 5]).default(1),
@@ -33,6 +33,26 @@ export const RelaySpec = z.object({
     .object({
       maxMessageBytes: z.number().int().min(1024).max(16 * 1024 * 1024).default(1048576),
       perAgentPerMinute: z.number().int().min(1).default(600).describe("Requests per minute of one agent"),
+      perAgentBytesPerHour: z
+        .number()
+        .int()
+        .min(16 * 1024)
+        .default(256 * 1024 * 1024)
+        .describe("Bytes one agent may have stored per hour by its publishes, each copy counted (a message to a topic with 10 subscribers counts 10 times); past it, 429 with Retry-After"),
+      maxStreamsPerAgent: z
+        .number()
+        .int()
+        .min(1)
+        .max(100)
+        .default(4)
+        .describe("Event streams (GET /relay/events and WebSockets together) one agent may hold open on each replica; past it, 429 with Retry-After"),
+      maxStreams: z
+        .number()
+        .int()
+        .min(1)
+        .max(100000)
+        .default(1000)
+        .describe("Event streams all agents together may hold open on each replica; past it, 503 with Retry-After"),
       perAddressPerMinute: z
         .number()
         .int()
@@ -44,6 +64,7 @@ export const RelaySpec = z.object({
   tls: TlsSpec.optional(),
   deployment: DeploymentSettings.optional(),
   expose: ExposeSpec.optional().describe("How the relay is reached from outside the cluster"),
+  network: NetworkSpec.prefault({}).describe("Where the relay's webhook pushes may go (https only; special addresses only when allowed)"),
   replicas: z.number().int().min(0).max(100).default(1),
   image: z.string().min(1).optional(),
 });

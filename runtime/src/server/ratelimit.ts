@@ -19,15 +19,23 @@ export class RateLimiter {
   private readonly maxKeys: number;
   private readonly now: () => number;
 
-  constructor(perMinute: number, opts: { maxKeys?: number; now?: () => number } = {}) {
+  /**
+   * `perMinute` tokens per minute; with `windowMs`, that many tokens per window instead (a
+   * byte quota per hour: `new RateLimiter(bytes, { windowMs: 3_600_000 })`).
+   */
+  constructor(perMinute: number, opts: { maxKeys?: number; now?: () => number; windowMs?: number } = {}) {
     this.capacity = perMinute;
-    this.perMs = perMinute / 60_000;
+    this.perMs = perMinute / (opts.windowMs ?? 60_000);
     this.maxKeys = opts.maxKeys ?? 100_000;
     this.now = opts.now ?? Date.now;
   }
 
-  /** Take one token. When none is left, returns the whole seconds until one is. */
-  take(key: string): { ok: true } | { ok: false; retryAfterSeconds: number } {
+  /**
+   * Take `cost` tokens (one by default; a cost above the capacity takes a full bucket). When
+   * not enough are left, none are taken, and the answer is the whole seconds until they are.
+   */
+  take(key: string, cost = 1): { ok: true } | { ok: false; retryAfterSeconds: number } {
+    cost = Math.min(cost, this.capacity);
     const now = this.now();
     let b = this.buckets.get(key);
     if (b) {
@@ -45,11 +53,11 @@ export class RateLimiter {
       b = { tokens: this.capacity, at: now };
       this.buckets.set(key, b);
     }
-    if (b.tokens >= 1) {
-      b.tokens -= 1;
+    if (b.tokens >= cost) {
+      b.tokens -= cost;
       return { ok: true };
     }
-    return { ok: false, retryAfterSeconds: this.seconds(1 - b.tokens) };
+    return { ok: false, retryAfterSeconds: this.seconds(cost - b.tokens) };
   }
 
   private level(b: { tokens: number; at: number }, now: number): number {

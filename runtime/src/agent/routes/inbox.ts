@@ -40,6 +40,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
   const replayWindowMs = parseDuration(spec.inbox.replayWindow);
   const perAddress = new RateLimiter(spec.inbox.rateLimit.perAddressPerMinute, { now });
   const perSender = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
+  const perSenderBytes = new RateLimiter(spec.inbox.rateLimit.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
   const admission: Admission = { agentId: spec.agentId, replayWindowMs, replayWindowText: spec.inbox.replayWindow, maxFutureSkewMs: deps.maxFutureSkewMs, now };
   // Every answer is counted: accepted, duplicate, or its error code.
   const count = async (_req: unknown, reply: FastifyReply) => {
@@ -71,6 +72,11 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         const bySender = perSender.take(verified.signer ?? `unsigned:${h.from.agent}`);
         if (!bySender.ok) {
           throw rateLimited(bySender.retryAfterSeconds, `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`);
+        }
+        // The byte quota: one trusted peer cannot fill the store every agent shares.
+        const bytes = perSenderBytes.take(verified.signer ?? `unsigned:${h.from.agent}`, Buffer.byteLength(JSON.stringify(message)));
+        if (!bytes.ok) {
+          throw rateLimited(bytes.retryAfterSeconds, `byte quota of ${spec.inbox.rateLimit.perSenderBytesPerHour} bytes per hour exceeded for ${h.from.agent}`);
         }
         const { duplicate } = await acceptVerified({ agent, store: deps.store, onAccepted: deps.onAccepted, conversations: deps.conversations, encryption: deps.encryption }, message, message, verified);
         reply.outcome = duplicate ? "duplicate" : "accepted";

@@ -4,6 +4,7 @@ import type { RuntimeMetrics } from "../../server/metrics.ts";
 import type { RelayAuthenticator } from "../auth.ts";
 import { attachWebSocket, serveEvents } from "../events.ts";
 import type { Mailboxes } from "../mailbox.ts";
+import type { StreamSlots } from "../../server/stream-slots.ts";
 
 export interface EventRouteDeps {
   mailboxes: Mailboxes;
@@ -11,6 +12,8 @@ export interface EventRouteDeps {
   log: Logger;
   /** The WebSocket upgrade bypasses the routes' hooks and authenticates itself. */
   authenticate: RelayAuthenticator;
+  /** Open SSE and WebSocket streams, per agent and overall (spec.limits). */
+  slots: StreamSlots;
 }
 
 /**
@@ -24,13 +27,18 @@ export const eventRoutes: FastifyPluginAsyncZod<EventRouteDeps> = async (app, de
   });
 
   app.get("/relay/events", { config: { operation: "events" } }, async (req, reply) => {
+    // Past the caps: refused before the stream (and its JetStream consumer) exists.
+    const release = deps.slots.acquire(req.agent);
     // A hijacked reply skips onResponse: the stream is counted here, refusals by the hook.
     deps.metrics.relay.inc({ operation: "events", result: "ok" });
     reply.hijack();
     const end = serveEvents(reply.raw, req.raw, req.agent, deps.mailboxes, deps.log);
     openStreams.add(end);
-    reply.raw.on("close", () => openStreams.delete(end));
+    reply.raw.on("close", () => {
+      release();
+      openStreams.delete(end);
+    });
   });
 
-  attachWebSocket(app, { mailboxes: deps.mailboxes, metrics: deps.metrics, log: deps.log, authenticate: deps.authenticate });
+  attachWebSocket(app, { mailboxes: deps.mailboxes, metrics: deps.metrics, log: deps.log, authenticate: deps.authenticate, slots: deps.slots });
 };

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { z } from "zod";
-import { badRequest, invalidSignature } from "../../protocol/errors.ts";
+import { badRequest, invalidSignature, rateLimited } from "../../protocol/errors.ts";
+import { RateLimiter } from "../../server/ratelimit.ts";
 import { PublishRequest, PublishResponse } from "../../protocol/relay-api.ts";
 import type { Verifier } from "../../protocol/verify.ts";
 import { asSent } from "../../server/validation.ts";
@@ -15,6 +16,8 @@ export interface PublishRouteDeps {
   subs: Pick<Subscriptions, "subscribers">;
   mailboxes: Pick<Mailboxes, "store">;
   now: () => number;
+  /** spec.limits.perAgentBytesPerHour: bytes of copies one publisher may have stored per hour. */
+  bytesPerHour?: number;
 }
 
 const PublishQuery = z.object({ recipient: z.union([z.string(), z.array(z.string()).max(100)]).optional() });
@@ -34,6 +37,7 @@ function narrowed<T extends { agent: string }>(to: T[], recipient: string | stri
 
 /** POST /relay/publish: one copy per recipient and topic subscriber, stored before the 202. */
 export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app, deps) => {
+  const quota = deps.bytesPerHour ? new RateLimiter(deps.bytesPerHour, { now: deps.now, windowMs: 3_600_000 }) : undefined;
   app.post(
     "/relay/publish",
     {
@@ -48,7 +52,12 @@ export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app
       // The accountable trace entry (spec 2.9), appended before the message is stored;
       // everything else is kept as sent, so the sender's signature still verifies.
       const stored = withTraceEntry(req.body, traceEntry(deps.relayUrl, req.agent, new Date(deps.now())));
-      const result = await deps.mailboxes.store(JSON.stringify(stored), h.message_id, agents, ttl, req.agent);
+      const data = JSON.stringify(stored);
+      // Every copy counts against the publisher: a topic's fan-out is the publisher's doing.
+      const cost = Buffer.byteLength(data) * agents.length;
+      const taken = quota && cost ? quota.take(req.agent, cost) : { ok: true as const };
+      if (!taken.ok) throw rateLimited(taken.retryAfterSeconds, `byte quota of ${deps.bytesPerHour} bytes per hour exceeded for ${req.agent} (this message: ${agents.length} copies of ${Buffer.byteLength(data)} bytes)`);
+      const result = await deps.mailboxes.store(data, h.message_id, agents, ttl, req.agent);
       return reply.code(202).send({ status: "accepted", message_id: h.message_id, recipients: agents.length, ...result });
     },
   );

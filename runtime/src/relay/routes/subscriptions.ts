@@ -1,10 +1,14 @@
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
-import { invalidSignature } from "../../protocol/errors.ts";
+import { badRequest, invalidSignature } from "../../protocol/errors.ts";
+import { isTargetRefused, type TargetPolicy } from "../../net/targets.ts";
 import { SubscribeRequest, SubscribeResponse } from "../../protocol/relay-api.ts";
 import type { Subscriptions } from "../subscriptions.ts";
 
 /** POST /relay/subscribe changes the caller's topics and webhook; GET /relay/subscribe shows them. */
-export const subscriptionRoutes: FastifyPluginAsyncZod<{ subs: Pick<Subscriptions, "subscribe" | "unsubscribe" | "setPush" | "state"> }> = async (app, { subs }) => {
+export const subscriptionRoutes: FastifyPluginAsyncZod<{ subs: Pick<Subscriptions, "subscribe" | "unsubscribe" | "setPush" | "state">; targets: TargetPolicy }> = async (
+  app,
+  { subs, targets },
+) => {
   const state = (agent: string): SubscribeResponse => ({ status: "subscribed", ...subs.state(agent) });
 
   app.post(
@@ -16,6 +20,9 @@ export const subscriptionRoutes: FastifyPluginAsyncZod<{ subs: Pick<Subscription
       for (const named of [body.subscribe?.agent, body.unsubscribe?.agent, body.push?.agent]) {
         if (named !== undefined && named !== agent) throw invalidSignature(`the request is signed by ${agent} but names agent ${named}`);
       }
+      // A webhook must resolve to an address pushes may reach (each push checks again, on the
+      // address it connects to); a name that does not resolve now is refused too.
+      if (body.push?.webhook) await checkWebhook(targets, body.push.webhook);
       if (body.subscribe) await subs.subscribe(agent, body.subscribe.topics);
       if (body.unsubscribe) await subs.unsubscribe(agent, body.unsubscribe.topics);
       if (body.push) await subs.setPush(agent, body.push.webhook);
@@ -25,3 +32,13 @@ export const subscriptionRoutes: FastifyPluginAsyncZod<{ subs: Pick<Subscription
 
   app.get("/relay/subscribe", { schema: { response: { 200: SubscribeResponse } } }, async (req) => state(req.agent));
 };
+
+async function checkWebhook(targets: TargetPolicy, webhook: string): Promise<void> {
+  try {
+    targets.checkUrl(webhook);
+    await targets.resolve(new URL(webhook).hostname);
+  } catch (err) {
+    if (isTargetRefused(err)) throw badRequest(`webhook refused: ${(err as Error).message}`);
+    throw badRequest(`webhook host ${new URL(webhook).hostname} does not resolve: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+}
