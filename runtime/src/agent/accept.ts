@@ -3,6 +3,7 @@ import { badRequest, ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 import { canonicalProblem, signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Verified } from "../protocol/verify.ts";
+import { withMessageContext } from "../telemetry/tracing.ts";
 import type { ConversationLevels } from "./identity-levels.ts";
 import { inspect, type InboundMeta, type Inspection, type PeerCapabilityCache } from "./inbound.ts";
 import type { OutboxStore } from "./outbox.ts";
@@ -111,7 +112,8 @@ export function inspectionEffects(deps: {
       });
     }
     if (inspection.error) {
-      await deps.outbox.enqueue(signMessage(errorReply(message, deps.self, inspection.error), deps.signing));
+      // The answer continues the trace of the message it answers (the active inbox or intake span).
+      await deps.outbox.enqueue(signMessage(withMessageContext(errorReply(message, deps.self, inspection.error)), deps.signing));
     }
   };
 }

@@ -7,6 +7,7 @@ import { ConsumerWorker } from "../nats/worker.ts";
 import type { HttpClient } from "../net/http-client.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { errorMessage } from "../util/errors.ts";
+import { A, failSpan, headersContext, SpanKind, startSpan } from "../telemetry/tracing.ts";
 import type { AgentNames } from "./names.ts";
 import { H } from "./store.ts";
 
@@ -95,6 +96,11 @@ export class HandlerDelivery {
     const url = this.opts.url;
     const attempt = m.info.deliveryCount;
     const ended = this.metrics.handlerLatency.startTimer();
+    const span = startSpan("ifp.handoff.deliver", {
+      kind: SpanKind.CLIENT,
+      parent: headersContext(m.headers),
+      attributes: () => ({ [A.messageId]: messageId, [A.sender]: m.headers?.get(H.sender) ?? "", [A.attempt]: attempt, [A.url]: url }),
+    });
     let failure: string;
     try {
       const res = await this.http.request(url, {
@@ -112,16 +118,21 @@ export class HandlerDelivery {
         body: m.data,
         timeoutMs: this.opts.timeoutMs,
       });
+      span.setAttribute(A.status, res.status);
       if (res.status >= 200 && res.status < 300) {
         m.ack();
         this.metrics.handler.inc({ result: "delivered" });
+        span.setAttribute(A.outcome, "delivered");
         return;
       }
       failure = res.status >= 300 && res.status < 400 ? `handler answered ${res.status} (redirects are not followed)` : `handler answered ${res.status}`;
+      failSpan(span, new Error(failure), res.status);
     } catch (err) {
       failure = `handler unreachable: ${errorMessage(err)}`;
+      failSpan(span, err);
     } finally {
       ended();
+      span.end();
     }
     this.metrics.handler.inc({ result: "failed" });
     const ageMs = Date.now() - Number(m.info.timestampNanos) / 1e6;

@@ -7,6 +7,7 @@ import type { Message } from "../protocol/message.ts";
 import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
 import { jsonApi, type TlsMaterial } from "../server/http.ts";
+import { A, extractCarrier, inSpan, messageAttributes, messageContext, SpanKind, withMessageContext } from "../telemetry/tracing.ts";
 import type { AppStream } from "./app-stream.ts";
 import { appStreamRoutes } from "./app-stream-routes.ts";
 import { requireBearer, type BearerAuthOptions, type TokenFile } from "./local-api-auth.ts";
@@ -66,15 +67,21 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     // A message_id is unique per sender only: `to` (one agent) names whose message is answered.
     const sender = typeof body.to === "string" ? body.to : undefined;
     const original = inReplyTo ? await deps.received(inReplyTo, sender) : undefined;
-    const unsigned = composeMessage(body, {
+    const composed = composeMessage(body, {
       agentId: deps.agent.spec.agentId,
       displayName: deps.agent.spec.displayName,
       original,
       capabilities: deps.documents.capabilityDocument.doc,
     });
-    const message = signMessage(unsigned, deps.signing);
+    // The trace goes on from the application's own (a W3C traceparent header on this request),
+    // else from the message it answers, else from what the application put in the extension.
+    const parent = extractCarrier({ traceparent: req.headers.traceparent, tracestate: req.headers.tracestate }) ?? (original && messageContext(original)) ?? messageContext(composed);
+    const { message, duplicate } = await inSpan("ifp.outbox.send", { kind: SpanKind.PRODUCER, parent, attributes: () => ({ ...messageAttributes(composed), [A.recipients]: composed.headers.to.map((t) => t.agent) }) }, async () => {
+      // The trace context goes into the message before it is signed.
+      const message = signMessage(withMessageContext(composed), deps.signing);
+      return { message, ...(await deps.outbox.enqueue(message)) };
+    });
     const id = message.headers.message_id;
-    const { duplicate } = await deps.outbox.enqueue(message);
     if (!duplicate && !(await deps.states.get(id))) {
       const now = new Date().toISOString();
       const record: DeliveryRecord = {

@@ -6,6 +6,7 @@ import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { MessageVerifier, Verified } from "../protocol/verify.ts";
 import { ProtocolError } from "../protocol/errors.ts";
 import { errorReply } from "./replies.ts";
+import { A, inSpan, messageAttributes, messageContext, SpanKind, withMessageContext } from "../telemetry/tracing.ts";
 import { admit, isMisaddressed, type Admission } from "./accept.ts";
 import { RelayClient } from "../relay/client.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
@@ -162,8 +163,15 @@ export class RelayIntake {
         }
         if (!refusal) {
           try {
-            const verified = await this.verifier.verify(parsed.data, this.requireSignature, { address: `relay:${client.base}` });
-            await this.accept(raw, parsed.data, verified);
+            const verified = await inSpan(
+              "ifp.relay.intake",
+              { kind: SpanKind.CONSUMER, parent: messageContext(parsed.data), attributes: () => ({ ...messageAttributes(parsed.data), [A.relay]: client.base }) },
+              async () => {
+                const verified = await this.verifier.verify(parsed.data, this.requireSignature, { address: `relay:${client.base}` });
+                await this.accept(raw, parsed.data, verified);
+                return verified;
+              },
+            );
             await this.onRelayed?.(parsed.data, verified).catch((e: Error) => this.log.warn({ messageId: id, err: e.message }, "could not apply a relayed announcement"));
           } catch (err) {
             if (!(err instanceof ProtocolError) || err.statusCode !== 401) {
@@ -198,12 +206,15 @@ export class RelayIntake {
    * the message is let go, since no later read would do better.
    */
   private async answer(client: RelayClient, message: Message, refusal: ProtocolError): Promise<boolean> {
+    const unsigned = errorReply(message, { agentId: this.signing.agentId }, {
+      code: refusal.code,
+      text: `Your message ${message.headers.message_id} was not accepted: ${refusal.message}`,
+      details: { status: refusal.statusCode, reason: refusal.message },
+    });
+    // The answer continues the refused message's trace.
+    const parent = messageContext(message);
     const reply = signMessage(
-      errorReply(message, { agentId: this.signing.agentId }, {
-        code: refusal.code,
-        text: `Your message ${message.headers.message_id} was not accepted: ${refusal.message}`,
-        details: { status: refusal.statusCode, reason: refusal.message },
-      }),
+      parent ? withMessageContext(unsigned, parent) : unsigned,
       this.signing,
     );
     try {

@@ -6,6 +6,7 @@ import { nanos } from "../contract/nats.ts";
 import { unavailable } from "../protocol/errors.ts";
 import { refuseOverMaxPayload } from "../nats/payload.ts";
 import { Message } from "../protocol/message.ts";
+import { injectHeaders } from "../telemetry/tracing.ts";
 import type { AgentNames } from "./names.ts";
 
 const WEEK_MS = 7 * 24 * 3600_000;
@@ -75,6 +76,8 @@ export class InboxStore {
     if (meta.source) h.set(H.authSource, meta.source);
     if (!meta.handoff) h.set(H.handoff, "no");
     if (!meta.signer) h.set(H.signed, "no");
+    // The inbox span, so that the hand-off continues the trace from it (docs/tracing.md).
+    injectHeaders(h);
     // Scoped to the sender: nobody can pre-empt another agent's message_id. The subject is per
     // message_id and holds every sender's message with it; received() tells them apart.
     const dedupe = `${meta.signer ? "signed" : "unsigned"}:${meta.signer ?? fromAgent} ${messageId}`;

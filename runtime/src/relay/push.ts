@@ -9,6 +9,7 @@ import { parseDuration } from "../resources/common.ts";
 import type { RelaySpec } from "../resources/relay.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { errorMessage } from "../util/errors.ts";
+import { A, failSpan, headersContext, SpanKind, startSpan } from "../telemetry/tracing.ts";
 import { isExpired, RH, type Mailboxes } from "./mailbox.ts";
 import type { RelayNames } from "../contract/relay-stream.ts";
 import type { PushRegistration, Subscriptions } from "./subscriptions.ts";
@@ -141,6 +142,11 @@ export class WebhookPush {
       return;
     }
     const attempt = m.info.deliveryCount;
+    const span = startSpan("ifp.relay.push", {
+      kind: SpanKind.CLIENT,
+      parent: headersContext(m.headers),
+      attributes: () => ({ [A.messageId]: messageId, [A.recipient]: agent, [A.transport]: "webhook", [A.attempt]: attempt, [A.relay]: this.deps.relayUrl }),
+    });
     let outcome: WebhookOutcome;
     try {
       const res = await http.request(reg.webhook, {
@@ -156,9 +162,13 @@ export class WebhookPush {
         timeoutMs: parseDuration(delivery.timeout),
       });
       outcome = classifyWebhookAnswer(res.status, res.headers.get("retry-after"));
+      span.setAttribute(A.status, res.status);
     } catch (err) {
       outcome = { kind: "retry", reason: `webhook unreachable: ${errorMessage(err)}` };
     }
+    span.setAttribute(A.outcome, outcome.kind);
+    if (outcome.kind !== "delivered") failSpan(span, { name: outcome.kind, message: outcome.reason });
+    span.end();
     if (outcome.kind === "delivered") {
       await mailboxes.deleteSeq(m.seq);
       m.ack();
