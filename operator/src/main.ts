@@ -5,6 +5,7 @@ import { parseArgs } from "node:util";
 import pino from "pino";
 import { parseCaBundle } from "./certs.ts";
 import { checkLifetimes, DEFAULT_LIFETIMES } from "./controllers/trust.ts";
+import type { RuntimeTracing } from "./controllers/runtime.ts";
 import { startManager, type ManagerOptions } from "./manager.ts";
 
 const USAGE = `usage: ifp-operator [flags]
@@ -51,6 +52,11 @@ account). Every flag also reads the environment variable in brackets.
   --cert-validity DURATION        validity of a default serving certificate (default 8760h)
   --cert-renew-before DURATION    re-issue it this long before it expires (default 720h)
   --extra-ca-file FILE            PEM CA certificates added to every trust bundle [IFP_EXTRA_CA_FILE]
+  --runtime-otlp-endpoint URL     OTLP/HTTP collector of the runtimes' traces, rendered as their
+                                  OTEL_EXPORTER_OTLP_ENDPOINT (default: no tracing)
+                                  [IFP_RUNTIME_OTLP_ENDPOINT]
+  --runtime-otel-env JSON         more OTEL_* variables of the runtimes, a JSON object of names and
+                                  string values [IFP_RUNTIME_OTEL_ENV]
   --log-level LEVEL               info (default), debug, warn, error [IFP_LOG_LEVEL]
 `;
 
@@ -86,6 +92,8 @@ const OPTIONS = {
   "cert-validity": { type: "string" },
   "cert-renew-before": { type: "string" },
   "extra-ca-file": { type: "string", env: "IFP_EXTRA_CA_FILE" },
+  "runtime-otlp-endpoint": { type: "string", env: "IFP_RUNTIME_OTLP_ENDPOINT" },
+  "runtime-otel-env": { type: "string", env: "IFP_RUNTIME_OTEL_ENV" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
 } as const;
 
@@ -110,6 +118,37 @@ function podId(name: string, text: string): number | null {
   const n = Number(text);
   if (!/^\d+$/.test(text) || n > 2_147_483_647) throw new UsageError(`--${name} is a whole number from 0 to 2147483647 or none, not ${JSON.stringify(text)}`);
   return n;
+}
+
+/** The runtimes' tracing settings: an http(s) endpoint and OTEL_* variables with string values. */
+export function runtimeTracing(endpoint: string | undefined, envJson: string | undefined): RuntimeTracing | undefined {
+  if (endpoint !== undefined) {
+    let url: URL;
+    try {
+      url = new URL(endpoint);
+    } catch {
+      throw new UsageError(`--runtime-otlp-endpoint is an http or https URL, not ${JSON.stringify(endpoint)}`);
+    }
+    if (url.protocol !== "http:" && url.protocol !== "https:") throw new UsageError(`--runtime-otlp-endpoint is an http or https URL, not ${JSON.stringify(endpoint)}`);
+  }
+  let env: Record<string, string> | undefined;
+  if (envJson !== undefined) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(envJson);
+    } catch {
+      throw new UsageError("--runtime-otel-env is a JSON object of OTEL_* names and string values");
+    }
+    if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) throw new UsageError("--runtime-otel-env is a JSON object of OTEL_* names and string values");
+    env = {};
+    for (const [name, value] of Object.entries(parsed)) {
+      if (!/^OTEL_[A-Z0-9_]{1,100}$/.test(name)) throw new UsageError(`--runtime-otel-env sets only OTEL_* variables (upper case, digits, _), not ${JSON.stringify(name)}`);
+      if (typeof value !== "string" || value.length > 4096) throw new UsageError(`--runtime-otel-env: ${name} is a string of at most 4096 characters`);
+      env[name] = value;
+    }
+  }
+  if (endpoint === undefined && !env) return undefined;
+  return { ...(endpoint !== undefined ? { otlpEndpoint: endpoint } : {}), ...(env ? { env } : {}) };
 }
 
 function list(text: string | undefined): string[] {
@@ -179,6 +218,7 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
         runtimeRunAsUser: podId("runtime-run-as-user", str("runtime-run-as-user") ?? "10001"),
         runtimeRunAsGroup: podId("runtime-run-as-group", str("runtime-run-as-group") ?? "10001"),
         runtimeImagePullSecrets: list(str("runtime-image-pull-secrets")),
+        runtimeTracing: runtimeTracing(str("runtime-otlp-endpoint"), str("runtime-otel-env")),
       },
       natsAccount: str("nats-account-secret")
         ? { name: str("nats-account-secret")!, namespace: str("nats-account-secret-namespace") ?? env.POD_NAMESPACE ?? "default" }
