@@ -79,7 +79,7 @@ export async function acceptVerified(
     throw err;
   }
   const inspection = inspect(message, meta, deps.agent);
-  const result = await deps.store.accept(raw, h.message_id, { ...verified, handoff: inspection.deliver }, h.from.agent);
+  const result = await deps.store.accept(raw, h.message_id, { ...verified, handoff: inspection.deliver, conversationId: h.conversation_id }, h.from.agent);
   if (deps.onAccepted && (inspection.error || inspection.capabilities)) {
     try {
       await deps.onAccepted(message, meta, inspection);

@@ -7,6 +7,7 @@ import { ConsumerWorker } from "../nats/worker.ts";
 import type { HttpClient } from "../net/http-client.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { errorMessage } from "../util/errors.ts";
+import { messageLogOf } from "../telemetry/logs.ts";
 import { A, failSpan, headersContext, SpanKind, startSpan } from "../telemetry/tracing.ts";
 import type { AgentNames } from "./names.ts";
 import { H } from "./store.ts";
@@ -123,6 +124,7 @@ export class HandlerDelivery {
         m.ack();
         this.metrics.handler.inc({ result: "delivered" });
         span.setAttribute(A.outcome, "delivered");
+        this.log.debug({ ...logFields(m), attempt }, "message handed to the application");
         return;
       }
       failure = res.status >= 300 && res.status < 400 ? `handler answered ${res.status} (redirects are not followed)` : `handler answered ${res.status}`;
@@ -141,7 +143,7 @@ export class HandlerDelivery {
       return;
     }
     const wait = this.backoff(attempt);
-    this.log.warn({ messageId, attempt, retryInMs: wait }, failure);
+    this.log.warn({ ...logFields(m), attempt, retryInMs: wait }, failure);
     m.nak(wait);
   }
 
@@ -161,14 +163,14 @@ export class HandlerDelivery {
       m.term(reason);
       if (kind === "expired") {
         this.metrics.handler.inc({ result: "expired" });
-        this.log.warn({ messageId, reason }, "expired message not handed on");
+        this.log.warn({ ...logFields(m), reason }, "expired message not handed on");
         return;
       }
       this.metrics.deadLetters.inc({ source: "handler" });
-      this.log.error({ messageId, reason }, "message dead-lettered");
+      this.log.error({ ...logFields(m), reason }, "message dead-lettered");
       this.hooks.onDeadLetter?.(messageId, reason);
     } catch (err) {
-      this.log.warn({ messageId, err: errorMessage(err) }, "dead-lettering failed; will retry");
+      this.log.warn({ ...logFields(m), err: errorMessage(err) }, "dead-lettering failed; will retry");
       m.nak(this.backoff(m.info.deliveryCount));
     }
   }
@@ -177,6 +179,9 @@ export class HandlerDelivery {
     await this.worker.stop();
   }
 }
+
+/** The log fields of a stored inbound message, from the headers stored with it. */
+const logFields = (m: JsMsg) => messageLogOf(m.headers?.get(H.messageId) ?? "", m.headers?.get(H.conversationId) || undefined, m.headers?.get(H.sender) || undefined);
 
 /**
  * Why a stored message may no longer be handed on: its ttl_seconds, counted from headers.date,

@@ -8,6 +8,7 @@ import { classifyAnswer } from "../net/answer.ts";
 import type { HttpClient } from "../net/http-client.ts";
 import { Message } from "../protocol/message.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
+import { messageLog } from "../telemetry/logs.ts";
 import { A, failSpan, inSpan, messageAttributes, messageContext, SpanKind } from "../telemetry/tracing.ts";
 import { errorMessage } from "../util/errors.ts";
 import { expiredRecipientState, isDue, isPending, nextRecipientState, type Deadline, type DeliveryRecord, type DeliveryStates, type Outcome, type RecipientState } from "./delivery-state.ts";
@@ -208,8 +209,9 @@ export class OutboundDelivery {
       if (next.state === "retrying") {
         const wait = Date.parse(next.next_attempt_at!) - now;
         nextDelay = Math.min(nextDelay, wait);
-        this.log.warn({ messageId: id, to: next.agent, attempt: next.attempts, retryInMs: wait }, next.last_error!);
+        this.log.warn({ ...messageLog(message), to: next.agent, attempt: next.attempts, retryInMs: wait }, next.last_error!);
       } else if (next.state !== "delivered") gaveUp.push(next);
+      else this.log.debug({ ...messageLog(message), to: next.agent, attempt: next.attempts, via: next.via }, "message delivered");
     }
     record.updated_at = new Date().toISOString();
     await this.states.put(record);

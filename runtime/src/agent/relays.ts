@@ -6,6 +6,7 @@ import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { MessageVerifier, Verified } from "../protocol/verify.ts";
 import { ProtocolError } from "../protocol/errors.ts";
 import { errorReply } from "./replies.ts";
+import { messageLog } from "../telemetry/logs.ts";
 import { A, inSpan, messageAttributes, messageContext, SpanKind, withMessageContext } from "../telemetry/tracing.ts";
 import { admit, isMisaddressed, type Admission } from "./accept.ts";
 import { RelayClient } from "../relay/client.ts";
@@ -138,7 +139,7 @@ export class RelayIntake {
         const parsed = Message.safeParse(raw);
         const id = (raw as { headers?: { message_id?: string } }).headers?.message_id ?? "";
         if (!parsed.success) {
-          this.log.warn({ relay: client.base, messageId: id, problem: describeIssues(parsed.error) }, "dropping an invalid message from the relay");
+          this.log.warn({ relay: client.base, message_id: id, problem: describeIssues(parsed.error) }, "dropping an invalid message from the relay");
           await client.ack(id).catch(() => false);
           continue;
         }
@@ -151,7 +152,7 @@ export class RelayIntake {
         } catch (err) {
           if (isMisaddressed(err)) {
             this.metrics.relay.inc({ operation: "intake", result: "misaddressed" });
-            this.log.warn({ relay: client.base, messageId: id, to: parsed.data.headers.to, err: (err as Error).message }, "dropping a relayed message addressed to someone else");
+            this.log.warn({ relay: client.base, ...messageLog(parsed.data), to: parsed.data.headers.to, err: (err as Error).message }, "dropping a relayed message addressed to someone else");
             await client.ack(id).catch(() => false);
             continue;
           }
@@ -172,10 +173,10 @@ export class RelayIntake {
                 return verified;
               },
             );
-            await this.onRelayed?.(parsed.data, verified).catch((e: Error) => this.log.warn({ messageId: id, err: e.message }, "could not apply a relayed announcement"));
+            await this.onRelayed?.(parsed.data, verified).catch((e: Error) => this.log.warn({ ...messageLog(parsed.data), err: e.message }, "could not apply a relayed announcement"));
           } catch (err) {
             if (!(err instanceof ProtocolError) || err.statusCode !== 401) {
-              this.log.warn({ relay: client.base, messageId: id, err: (err as Error).message }, "could not accept a relayed message; will retry");
+              this.log.warn({ relay: client.base, ...messageLog(parsed.data), err: (err as Error).message }, "could not accept a relayed message; will retry");
               // Throttled identity lookups hold back only their own message; a store failure holds back all.
               if (err instanceof ProtocolError && err.statusCode === 429) continue;
               return; // leave it at the relay
@@ -185,13 +186,13 @@ export class RelayIntake {
         }
         if (refusal) {
           this.metrics.relay.inc({ operation: "intake", result: refusal.code });
-          this.log.warn({ relay: client.base, messageId: id, sender: parsed.data.headers.from.agent, code: refusal.code, err: refusal.message }, "refused a relayed message; answering its sender");
+          this.log.warn({ relay: client.base, ...messageLog(parsed.data), code: refusal.code, err: refusal.message }, "refused a relayed message; answering its sender");
           // An error is never answered with an error: two agents refusing each other would echo forever.
           if (parsed.data.headers.phase !== "error" && !(await this.answer(client, parsed.data, refusal))) return; // answer again on the next read
-          await client.ack(id).catch((err: Error) => this.log.warn({ messageId: id, err: err.message }, "could not acknowledge at the relay"));
+          await client.ack(id).catch((err: Error) => this.log.warn({ ...messageLog(parsed.data), err: err.message }, "could not acknowledge at the relay"));
           continue;
         }
-        await client.ack(id).catch((err: Error) => this.log.warn({ messageId: id, err: err.message }, "could not acknowledge at the relay"));
+        await client.ack(id).catch((err: Error) => this.log.warn({ ...messageLog(parsed.data), err: err.message }, "could not acknowledge at the relay"));
         this.metrics.relay.inc({ operation: "intake", result: "accepted" });
       }
       // Messages left at the relay (throttled lookups) stay behind the cursor until the next read.

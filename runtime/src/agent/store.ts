@@ -19,6 +19,8 @@ export interface AcceptMeta {
   source?: string;
   /** Whether the handler gets the message (false when the runtime answers it itself). */
   handoff: boolean;
+  /** headers.conversation_id, kept beside the message for the hand-off's log lines. */
+  conversationId?: string;
 }
 
 /** Header names on stored inbound messages. */
@@ -32,6 +34,7 @@ export const H = {
   /** "no" on an accepted unsigned message (its sender is only what headers.from claims). */
   signed: "Ifp-Signed",
   deadReason: "Ifp-Dead-Reason",
+  conversationId: "Ifp-Conversation-Id",
 } as const;
 
 /**
@@ -76,6 +79,7 @@ export class InboxStore {
     if (meta.source) h.set(H.authSource, meta.source);
     if (!meta.handoff) h.set(H.handoff, "no");
     if (!meta.signer) h.set(H.signed, "no");
+    if (meta.conversationId) h.set(H.conversationId, meta.conversationId);
     // The inbox span, so that the hand-off continues the trace from it (docs/tracing.md).
     injectHeaders(h);
     // Scoped to the sender: nobody can pre-empt another agent's message_id. The subject is per

@@ -16,6 +16,8 @@ export const RH = {
   messageId: "Ifp-Message-Id",
   expiresAt: "Ifp-Expires-At",
   deadReason: "Ifp-Dead-Reason",
+  sender: "Ifp-Sender",
+  conversationId: "Ifp-Conversation-Id",
 } as const;
 
 /** Seconds a client waits before retrying a refusal of a full relay. */
@@ -112,7 +114,7 @@ export class Mailboxes {
    * Store one copy for each recipient; resolves once JetStream has acknowledged them all.
    * A failure leaves the copies already stored in place: a retry stores only the missing ones.
    */
-  async store(data: string, messageId: string, recipients: string[], ttlSeconds?: number, sender = ""): Promise<{ stored: number; duplicates: number }> {
+  async store(data: string, messageId: string, recipients: string[], ttlSeconds?: number, sender = "", conversationId?: string): Promise<{ stored: number; duplicates: number }> {
     this.ensureConnected();
     refuseOverMaxPayload(this.nats, data);
     let stored = 0;
@@ -125,6 +127,9 @@ export class Mailboxes {
         h.set(RH.recipient, agent);
         h.set(RH.messageId, messageId);
         if (expiresAt) h.set(RH.expiresAt, expiresAt);
+        // For the log lines of push and dead letters.
+        if (sender) h.set(RH.sender, sender);
+        if (conversationId) h.set(RH.conversationId, conversationId);
         // The publish span: retrieval and push continue the trace from it.
         injectHeaders(h);
         try {

@@ -9,6 +9,7 @@ import { parseDuration } from "../resources/common.ts";
 import type { RelaySpec } from "../resources/relay.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { errorMessage } from "../util/errors.ts";
+import { messageLogOf } from "../telemetry/logs.ts";
 import { A, failSpan, headersContext, SpanKind, startSpan } from "../telemetry/tracing.ts";
 import { isExpired, RH, type Mailboxes } from "./mailbox.ts";
 import type { RelayNames } from "../contract/relay-stream.ts";
@@ -181,11 +182,16 @@ export class WebhookPush {
       await mailboxes.deadLetter({ seq: m.seq, recipient: agent, messageId, data: m.data }, reason, parseDuration(delivery.deadLetter.maxAge) / 1000);
       m.ack();
       metrics.deadLetters.inc({ source: "relay-push" });
-      log.error({ agent, messageId, reason }, "push given up; moved to dead letters");
+      log.error({ agent, ...logFields(m), reason }, "push given up; moved to dead letters");
       return;
     }
     const wait = Math.max(pushBackoff(delivery, attempt), outcome.minDelayMs ?? 0);
-    log.warn({ agent, messageId, attempt, retryInMs: wait }, outcome.reason);
+    log.warn({ agent, ...logFields(m), attempt, retryInMs: wait }, outcome.reason);
     m.nak(wait);
   }
+}
+
+/** The log fields of a stored copy, from the headers stored with it. */
+function logFields(m: JsMsg) {
+  return messageLogOf(m.headers?.get(RH.messageId) ?? "", m.headers?.get(RH.conversationId) || undefined, m.headers?.get(RH.sender) || undefined);
 }

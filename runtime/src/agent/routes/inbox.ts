@@ -9,6 +9,7 @@ import { parseDuration } from "../../resources/common.ts";
 import type { RuntimeMetrics } from "../../server/metrics.ts";
 import { clientAddress, RateLimiter } from "../../server/ratelimit.ts";
 import { asSent } from "../../server/validation.ts";
+import { messageLog } from "../../telemetry/logs.ts";
 import { A, failSpan, inSpan, messageAttributes, messageContext, SpanKind, startSpan, tracingEnabled } from "../../telemetry/tracing.ts";
 import { acceptVerified, admit, type AcceptStore, type Admission, type OnAccepted } from "../accept.ts";
 import { WELL_KNOWN, WELL_KNOWN_IFP } from "../documents.ts";
@@ -75,6 +76,8 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         const attributes = () => ({ ...messageAttributes(message), [A.agent]: spec.agentId });
         const startTime = tracingEnabled() ? Date.now() - reply.elapsedTime : undefined;
         return inSpan("ifp.inbox.receive", { kind: SpanKind.SERVER, parent, attributes, startTime }, async (span) => {
+          // Every later line of this request (errors included) names the message; reqId is fastify's.
+          req.log = req.log.child(messageLog(message));
           // Addressing and date window: the same checks as for a message pulled from a relay.
           // Idempotency-Key is optional and only recommended to be the message_id (IFP-6): any
           // value is accepted, and repeats are recognised by headers.message_id alone.
@@ -86,6 +89,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
           }
           const { duplicate } = await acceptVerified({ agent, store: deps.store, onAccepted: deps.onAccepted, levels: deps.levels }, message, message, verified);
           reply.outcome = duplicate ? "duplicate" : "accepted";
+          req.log.debug({ duplicate, auth_level: verified.authLevel }, duplicate ? "duplicate message absorbed" : "message accepted");
           span.setAttributes({ [A.duplicate]: duplicate, [A.status]: 202, [A.sender]: verified.signer ?? h.from.agent });
           return reply.code(202).type("application/json; charset=utf-8").send({ status: "accepted", message_id: h.message_id });
         });

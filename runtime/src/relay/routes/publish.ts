@@ -4,6 +4,7 @@ import { badRequest, invalidSignature } from "../../protocol/errors.ts";
 import { PublishRequest, PublishResponse } from "../../protocol/relay-api.ts";
 import type { Verifier } from "../../protocol/verify.ts";
 import { asSent } from "../../server/validation.ts";
+import { messageLog } from "../../telemetry/logs.ts";
 import { A, inSpan, messageAttributes, messageContext, SpanKind, tracingEnabled } from "../../telemetry/tracing.ts";
 import type { Mailboxes } from "../mailbox.ts";
 import { remainingTtlSeconds, resolveRecipients, traceEntry, withTraceEntry } from "../publish.ts";
@@ -47,6 +48,7 @@ export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app
         "ifp.relay.publish",
         { kind: SpanKind.SERVER, parent: messageContext(req.body), startTime: tracingEnabled() ? Date.now() - reply.elapsedTime : undefined, attributes: () => ({ ...messageAttributes(req.body), [A.relay]: deps.relayUrl }) },
         async (span) => {
+          req.log = req.log.child(messageLog(req.body, req.agent));
           const h = req.body.headers;
           if (h.from.agent !== req.agent) throw invalidSignature(`the request is signed by ${req.agent} but the message is from ${h.from.agent}`);
           const ttl = remainingTtlSeconds(h, deps.now());
@@ -54,7 +56,8 @@ export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app
           // The accountable trace entry (spec 2.9), appended before the message is stored;
           // everything else is kept as sent, so the sender's signature still verifies.
           const stored = withTraceEntry(req.body, traceEntry(deps.relayUrl, req.agent, new Date(deps.now())));
-          const result = await deps.mailboxes.store(JSON.stringify(stored), h.message_id, agents, ttl, req.agent);
+          const result = await deps.mailboxes.store(JSON.stringify(stored), h.message_id, agents, ttl, req.agent, h.conversation_id);
+          req.log.debug({ recipients: agents.length, stored: result.stored, duplicates: result.duplicates }, "message published");
           span.setAttributes({ [A.recipients]: agents, [A.status]: 202, [A.duplicate]: result.stored === 0 && result.duplicates > 0 });
           return reply.code(202).send({ status: "accepted", message_id: h.message_id, recipients: agents.length, ...result });
         },
