@@ -186,3 +186,22 @@ describe("tracing settings in the runtime pods", () => {
     expect(otel(agentEnv(settings, { env: [{ name: "OTEL_EXPORTER_OTLP_ENDPOINT", value: "http://c:4318" }] }))).toEqual([{ name: "OTEL_EXPORTER_OTLP_ENDPOINT", value: "http://c:4318" }]);
   });
 });
+
+describe("spec.logLevel", () => {
+  const levelOf = (spec: Record<string, unknown>) => {
+    const a = Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: meta, spec: { agentId: "alice@example", ...spec } });
+    const d: any = desiredAgentChildren({ ...a, metadata: meta } as AgentResource, inputs).find((c) => c.kind === "Deployment");
+    return d.spec.template.spec.containers[0].env.filter((e: { name: string }) => e.name === "IFP_LOG_LEVEL");
+  };
+  it("is the runtime's IFP_LOG_LEVEL, info when unset", () => {
+    expect(levelOf({})).toEqual([{ name: "IFP_LOG_LEVEL", value: "info" }]);
+    expect(levelOf({ logLevel: "debug" })).toEqual([{ name: "IFP_LOG_LEVEL", value: "debug" }]);
+    const r = Relay.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: meta, spec: { url: "https://relay.example", logLevel: "warn" } });
+    const d: any = desiredRelayChildren({ ...r, metadata: meta }, { settings, tlsSecret: "t" }).find((c) => c.kind === "Deployment");
+    expect(d.spec.template.spec.containers[0].env).toContainEqual({ name: "IFP_LOG_LEVEL", value: "warn" });
+  });
+  it("refuses a level the runtime does not know", () => {
+    expect(Agent.safeParse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: meta, spec: { agentId: "a", logLevel: "verbose" } }).success).toBe(false);
+    expect(Agent.safeParse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: meta, spec: { agentId: "a", logLevel: "DEBUG" } }).success).toBe(false);
+  });
+});

@@ -181,6 +181,8 @@ export function runtimeDeployment(opts: {
   pod?: DeploymentSettings;
   /** spec.expose.trustedProxies: proxies whose X-Forwarded-For the runtime believes. */
   trustedProxies?: string[];
+  /** spec.logLevel. */
+  logLevel?: string;
 }): V1Deployment {
   const { owner, settings } = opts;
   const n = childNames(owner.metadata.name);
@@ -196,7 +198,7 @@ export function runtimeDeployment(opts: {
   ];
   if (opts.signingSecret) args.push("--signing-key=/etc/ifp/signing/signing.key");
   if (opts.trustedProxies?.length) args.push(`--trusted-proxies=${opts.trustedProxies.join(",")}`);
-  const env: V1EnvVar[] = [{ name: "IFP_LOG_LEVEL", value: "info" }, ...tracingEnv(owner, settings.runtimeTracing)];
+  const env: V1EnvVar[] = [{ name: "IFP_LOG_LEVEL", value: opts.logLevel ?? "info" }, ...tracingEnv(owner, settings.runtimeTracing)];
   const mounts: V1VolumeMount[] = [
     { name: "manifest", mountPath: "/etc/ifp/manifest", readOnly: true },
     { name: "tls", mountPath: "/etc/ifp/tls", readOnly: true },

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { AgentId, cel, DeploymentSettings, Duration, ExposeSpec, HttpsUrl, HttpUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
+import { AgentId, cel, DeploymentSettings, Duration, LogLevel, ExposeSpec, HttpsUrl, HttpUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
 
 export const CAPABILITY_NAME_RE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 
@@ -143,6 +143,7 @@ export const AgentSpec = z.object({
     .prefault({}),
   tls: TlsSpec.optional(),
   deployment: DeploymentSettings.optional(),
+  logLevel: LogLevel.optional(),
   expose: ExposeSpec.optional().describe("How the agent is reached from outside the cluster"),
   replicas: z.number().int().min(0).max(100).default(1),
   image: z.string().min(1).optional(),

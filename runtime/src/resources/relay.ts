@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { cel, DeploymentSettings, Duration, ExposeSpec, HttpsUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
+import { cel, DeploymentSettings, Duration, LogLevel, ExposeSpec, HttpsUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
 
 export const RelayRetention = z.object({
   maxAge: Duration.default("168h").describe("How long a message is kept when nobody acknowledges it (default 7 days)"),
@@ -43,6 +43,7 @@ export const RelaySpec = z.object({
     .prefault({}),
   tls: TlsSpec.optional(),
   deployment: DeploymentSettings.optional(),
+  logLevel: LogLevel.optional(),
   expose: ExposeSpec.optional().describe("How the relay is reached from outside the cluster"),
   replicas: z.number().int().min(0).max(100).default(1),
   image: z.string().min(1).optional(),

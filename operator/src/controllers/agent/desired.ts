@@ -65,6 +65,7 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
     // What the runtime reads only at start: the manifest and the signing key.
     configHash: hashOf({ manifest, signingKey: inputs.signing.publicKey }),
     trustedProxies: agent.spec.expose?.trustedProxies,
+    logLevel: agent.spec.logLevel,
   });
   const exposure = exposureChildren(owner, agent.spec.expose, inputs.exposure);
   const localApiPort = localApiServicePort(agent);
