@@ -7,6 +7,7 @@ import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { tempDir } from "./support/process.ts";
 import { generateKeys, serverConfig } from "../operator/src/nats-credentials.ts";
+import { parseFlags } from "../operator/src/main.ts";
 
 const CHART = "charts/ifp-operator";
 const NS = "ifp-system";
@@ -172,6 +173,20 @@ describe("Helm chart", () => {
     const argsOf = (values: object): string[] => find(docs(renderValues(values)), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args;
     expect(argsOf({ runtime: { clusterNetworks: ["10.96.0.0/12", "10.244.0.0/16"] } })).toContain("--cluster-networks=10.96.0.0/12,10.244.0.0/16");
     expect(argsOf({ runtime: { clusterNetworks: [] } })).toContain("--cluster-networks=none");
+  });
+
+  it("passes tracing.* to the operator as the flags that become the runtimes' OTEL_* variables", () => {
+    const argsOf = (yaml: string): string[] => find(docs(yaml), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args;
+    expect(argsOf(render()).filter((a) => a.startsWith("--runtime-ot"))).toEqual([]);
+    // Keys in the order helm writes them (sorted).
+    const env = { OTEL_RESOURCE_ATTRIBUTES: "deployment.environment=prod,team=a \"b\"", OTEL_TRACES_SAMPLER: "parentbased_traceidratio" };
+    const args = argsOf(renderValues({ tracing: { otlpEndpoint: "http://otel-collector.monitoring:4318", env } }));
+    expect(args.filter((a) => a.startsWith("--runtime-ot"))).toEqual(["--runtime-otlp-endpoint=http://otel-collector.monitoring:4318", `--runtime-otel-env=${JSON.stringify(env)}`]);
+    // What the chart renders, the operator reads back.
+    const flags = parseFlags(args.filter((a) => a.startsWith("--runtime-ot")), {});
+    expect(flags.options.settings.runtimeTracing).toEqual({ otlpEndpoint: "http://otel-collector.monitoring:4318", env });
+    expect(helm("template", "ifp", CHART, "--set", "tracing.otlpEndpoint=collector:4318").status).not.toBe(0);
+    expect(helm("template", "ifp", CHART, "--set", "tracing.env.PATH=/tmp").status).not.toBe(0);
   });
 
   it("leaves the user and groups to the platform with OpenShift-like values, and keeps the rest", () => {

@@ -100,6 +100,12 @@ export const Values = z.strictObject({
       certRenewBefore: HOURS.default("720h"),
     })
     .prefault({}),
+  tracing: z
+    .strictObject({
+      otlpEndpoint: z.string().regex(/^$|^https?:\/\/\S+$/).default(""),
+      env: z.record(z.string().regex(/^OTEL_[A-Z0-9_]{1,100}$/), z.string().max(4096)).default({}),
+    })
+    .prefault({}),
   serviceAccount: z.strictObject({ create: z.boolean().default(true), name: z.string().default(""), annotations: StringMap }).prefault({}),
   nats: z
     .strictObject({

@@ -101,3 +101,27 @@ describe("ifp-operator flags", () => {
     expect(microTime(new Date("2026-01-01T00:00:00.123Z"))).toBe("2026-01-01T00:00:00.123000Z");
   });
 });
+
+describe("the runtimes' tracing flags", () => {
+  it("takes an OTLP endpoint and OTEL_* variables, from flags or the environment", () => {
+    expect(parseFlags([], {}).options.settings.runtimeTracing).toBeUndefined();
+    const flags = parseFlags(["--runtime-otlp-endpoint=http://otel-collector.monitoring:4318", `--runtime-otel-env={"OTEL_TRACES_SAMPLER":"parentbased_traceidratio","OTEL_TRACES_SAMPLER_ARG":"0.1"}`], {});
+    expect(flags.options.settings.runtimeTracing).toEqual({ otlpEndpoint: "http://otel-collector.monitoring:4318", env: { OTEL_TRACES_SAMPLER: "parentbased_traceidratio", OTEL_TRACES_SAMPLER_ARG: "0.1" } });
+    const fromEnv = parseFlags([], { IFP_RUNTIME_OTLP_ENDPOINT: "https://collector:4318", IFP_RUNTIME_OTEL_ENV: "{}" });
+    expect(fromEnv.options.settings.runtimeTracing).toEqual({ otlpEndpoint: "https://collector:4318", env: {} });
+  });
+
+  it.each([
+    [["--runtime-otlp-endpoint=collector:4318"], /http or https URL/],
+    [["--runtime-otlp-endpoint=file:///etc/passwd"], /http or https URL/],
+    [["--runtime-otel-env=not json"], /JSON object/],
+    [["--runtime-otel-env=[1]"], /JSON object/],
+    [[`--runtime-otel-env={"IFP_LOG_LEVEL":"debug"}`], /only OTEL_\* variables/],
+    [[`--runtime-otel-env={"PATH":"/tmp"}`], /only OTEL_\* variables/],
+    [[`--runtime-otel-env={"otel_service_name":"x"}`], /only OTEL_\* variables/],
+    [[`--runtime-otel-env={"OTEL_SERVICE_NAME":1}`], /is a string/],
+    [[`--runtime-otel-env={"OTEL_SERVICE_NAME":"${"x".repeat(5000)}"}`], /is a string/],
+  ])("refuses %s", (argv, message) => {
+    expect(() => parseFlags(argv, {})).toThrow(message);
+  });
+});

@@ -5,6 +5,7 @@ import { parseArgs } from "node:util";
 import pino from "pino";
 import { parseCaBundle } from "./certs.ts";
 import { checkLifetimes, DEFAULT_LIFETIMES } from "./controllers/trust.ts";
+import type { RuntimeTracing } from "./controllers/runtime.ts";
 import { startManager, type ManagerOptions } from "./manager.ts";
 import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./controllers/rollout.ts";
 import { isCidrOrIp } from "../../runtime/src/resources/common.ts";
@@ -66,6 +67,11 @@ account). Every flag also reads the environment variable in brackets.
   --operator-deployment NS/NAME   the operator's own Deployment: when it is gone as the operator
                                   stops (an uninstall), every finalizer is removed first
                                   [IFP_OPERATOR_DEPLOYMENT]
+  --runtime-otlp-endpoint URL     OTLP/HTTP collector of the runtimes' traces, rendered as their
+                                  OTEL_EXPORTER_OTLP_ENDPOINT (default: no tracing)
+                                  [IFP_RUNTIME_OTLP_ENDPOINT]
+  --runtime-otel-env JSON         more OTEL_* variables of the runtimes, a JSON object of names and
+                                  string values [IFP_RUNTIME_OTEL_ENV]
   --log-level LEVEL               info (default), debug, warn, error [IFP_LOG_LEVEL]
 `;
 
@@ -105,6 +111,8 @@ const OPTIONS = {
   "finalizer-timeout": { type: "string" },
   "max-rolling-agents": { type: "string", env: "IFP_MAX_ROLLING_AGENTS" },
   "operator-deployment": { type: "string", env: "IFP_OPERATOR_DEPLOYMENT" },
+  "runtime-otlp-endpoint": { type: "string", env: "IFP_RUNTIME_OTLP_ENDPOINT" },
+  "runtime-otel-env": { type: "string", env: "IFP_RUNTIME_OTEL_ENV" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
 } as const;
 
@@ -129,6 +137,37 @@ function podId(name: string, text: string): number | null {
   const n = Number(text);
   if (!/^\d+$/.test(text) || n > 2_147_483_647) throw new UsageError(`--${name} is a whole number from 0 to 2147483647 or none, not ${JSON.stringify(text)}`);
   return n;
+}
+
+/** The runtimes' tracing settings: an http(s) endpoint and OTEL_* variables with string values. */
+export function runtimeTracing(endpoint: string | undefined, envJson: string | undefined): RuntimeTracing | undefined {
+  if (endpoint !== undefined) {
+    let url: URL;
+    try {
+      url = new URL(endpoint);
+    } catch {
+      throw new UsageError(`--runtime-otlp-endpoint is an http or https URL, not ${JSON.stringify(endpoint)}`);
+    }
+    if (url.protocol !== "http:" && url.protocol !== "https:") throw new UsageError(`--runtime-otlp-endpoint is an http or https URL, not ${JSON.stringify(endpoint)}`);
+  }
+  let env: Record<string, string> | undefined;
+  if (envJson !== undefined) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(envJson);
+    } catch {
+      throw new UsageError("--runtime-otel-env is a JSON object of OTEL_* names and string values");
+    }
+    if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) throw new UsageError("--runtime-otel-env is a JSON object of OTEL_* names and string values");
+    env = {};
+    for (const [name, value] of Object.entries(parsed)) {
+      if (!/^OTEL_[A-Z0-9_]{1,100}$/.test(name)) throw new UsageError(`--runtime-otel-env sets only OTEL_* variables (upper case, digits, _), not ${JSON.stringify(name)}`);
+      if (typeof value !== "string" || value.length > 4096) throw new UsageError(`--runtime-otel-env: ${name} is a string of at most 4096 characters`);
+      env[name] = value;
+    }
+  }
+  if (endpoint === undefined && !env) return undefined;
+  return { ...(endpoint !== undefined ? { otlpEndpoint: endpoint } : {}), ...(env ? { env } : {}) };
 }
 
 function list(text: string | undefined): string[] {
@@ -220,6 +259,8 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
         runtimeRunAsGroup: podId("runtime-run-as-group", str("runtime-run-as-group") ?? "10001"),
         runtimeImagePullSecrets: list(str("runtime-image-pull-secrets")),
         clusterNetworks: clusterNetworks(str("cluster-networks")),
+
+        runtimeTracing: runtimeTracing(str("runtime-otlp-endpoint"), str("runtime-otel-env")),
       },
       natsAccount: str("nats-account-secret")
         ? { name: str("nats-account-secret")!, namespace: str("nats-account-secret-namespace") ?? env.POD_NAMESPACE ?? "default" }

@@ -149,3 +149,59 @@ describe("withPodSettings", () => {
     expect(d.spec.template.spec.priorityClassName).toBe("p");
   });
 });
+
+describe("tracing settings in the runtime pods", () => {
+  const traced = { ...settings, runtimeTracing: { otlpEndpoint: "http://collector.monitoring:4318", env: { OTEL_TRACES_SAMPLER: "parentbased_traceidratio", OTEL_TRACES_SAMPLER_ARG: "0.25" } } };
+  const agentEnv = (s: typeof settings, deployment?: unknown): { name: string; value?: string }[] => {
+    const a = Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: meta, spec: { agentId: "alice@example", ...(deployment ? { deployment } : {}) } });
+    const d: any = desiredAgentChildren({ ...a, metadata: meta } as AgentResource, { ...inputs, settings: s }).find((c) => c.kind === "Deployment");
+    return d.spec.template.spec.containers[0].env;
+  };
+  const otel = (env: { name: string }[]) => env.filter((e) => e.name.startsWith("OTEL_"));
+
+  it("renders no OTEL_* variable without tracing settings", () => {
+    expect(otel(agentEnv(settings))).toEqual([]);
+  });
+
+  it("renders the endpoint, the service name, the resource attributes and the extra variables, in a stable order", () => {
+    expect(otel(agentEnv(traced))).toEqual([
+      { name: "OTEL_EXPORTER_OTLP_ENDPOINT", value: "http://collector.monitoring:4318" },
+      { name: "OTEL_RESOURCE_ATTRIBUTES", value: "k8s.namespace.name=team,ifp.kind=agent" },
+      { name: "OTEL_SERVICE_NAME", value: "alice" },
+      { name: "OTEL_TRACES_SAMPLER", value: "parentbased_traceidratio" },
+      { name: "OTEL_TRACES_SAMPLER_ARG", value: "0.25" },
+    ]);
+    const r = Relay.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: { ...meta, name: "hub" }, spec: { url: "https://relay.example" } });
+    const relay: any = desiredRelayChildren({ ...r, metadata: { ...meta, name: "hub" } }, { settings: traced, tlsSecret: "hub-tls" }).find((c) => c.kind === "Deployment");
+    expect(otel(relay.spec.template.spec.containers[0].env)).toContainEqual({ name: "OTEL_SERVICE_NAME", value: "hub" });
+    expect(otel(relay.spec.template.spec.containers[0].env)).toContainEqual({ name: "OTEL_RESOURCE_ATTRIBUTES", value: "k8s.namespace.name=team,ifp.kind=relay" });
+  });
+
+  it("lets an Agent's spec.deployment.env set or override OTEL_* variables, each name once", () => {
+    const env = agentEnv(traced, { env: [{ name: "OTEL_SERVICE_NAME", value: "alice-prod" }, { name: "OTEL_TRACES_SAMPLER", value: "always_off" }] });
+    expect(env.filter((e) => e.name === "OTEL_SERVICE_NAME")).toEqual([{ name: "OTEL_SERVICE_NAME", value: "alice-prod" }]);
+    expect(env.filter((e) => e.name === "OTEL_TRACES_SAMPLER")).toEqual([{ name: "OTEL_TRACES_SAMPLER", value: "always_off" }]);
+    expect(new Set(env.map((e) => e.name)).size).toBe(env.length);
+    // Without operator settings, the Agent alone turns tracing on for itself.
+    expect(otel(agentEnv(settings, { env: [{ name: "OTEL_EXPORTER_OTLP_ENDPOINT", value: "http://c:4318" }] }))).toEqual([{ name: "OTEL_EXPORTER_OTLP_ENDPOINT", value: "http://c:4318" }]);
+  });
+});
+
+describe("spec.logLevel", () => {
+  const levelOf = (spec: Record<string, unknown>) => {
+    const a = Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: meta, spec: { agentId: "alice@example", ...spec } });
+    const d: any = desiredAgentChildren({ ...a, metadata: meta } as AgentResource, inputs).find((c) => c.kind === "Deployment");
+    return d.spec.template.spec.containers[0].env.filter((e: { name: string }) => e.name === "IFP_LOG_LEVEL");
+  };
+  it("is the runtime's IFP_LOG_LEVEL, info when unset", () => {
+    expect(levelOf({})).toEqual([{ name: "IFP_LOG_LEVEL", value: "info" }]);
+    expect(levelOf({ logLevel: "debug" })).toEqual([{ name: "IFP_LOG_LEVEL", value: "debug" }]);
+    const r = Relay.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: meta, spec: { url: "https://relay.example", logLevel: "warn" } });
+    const d: any = desiredRelayChildren({ ...r, metadata: meta }, { settings, tlsSecret: "t" }).find((c) => c.kind === "Deployment");
+    expect(d.spec.template.spec.containers[0].env).toContainEqual({ name: "IFP_LOG_LEVEL", value: "warn" });
+  });
+  it("refuses a level the runtime does not know", () => {
+    expect(Agent.safeParse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: meta, spec: { agentId: "a", logLevel: "verbose" } }).success).toBe(false);
+    expect(Agent.safeParse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: meta, spec: { agentId: "a", logLevel: "DEBUG" } }).success).toBe(false);
+  });
+});

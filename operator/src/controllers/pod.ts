@@ -144,7 +144,8 @@ export function withPodSettings(deployment: V1Deployment, settings: DeploymentSe
   const [runtime, ...others] = pod.containers;
   const runtimeContainer: V1Container = {
     ...runtime!,
-    ...(some(s.env) ? { env: [...(runtime!.env ?? []), ...(s.env as V1Container["env"] & {})] } : {}),
+    // A name the user sets (an OTEL_* variable of tracing.ts, say) replaces the operator's.
+    ...(some(s.env) ? { env: [...(runtime!.env ?? []).filter((e) => !(s.env as { name: string }[]).some((u) => u.name === e.name)), ...(s.env as V1Container["env"] & {})] } : {}),
     ...(s.resources ? { resources: canonicalResources(s.resources) as V1Container["resources"] } : {}),
     ...(some(s.volumeMounts) ? { volumeMounts: [...(runtime!.volumeMounts ?? []), ...(s.volumeMounts as V1Container["volumeMounts"] & {})] } : {}),
   };

@@ -26,6 +26,36 @@ export interface OperatorSettings {
   runtimeImagePullSecrets?: string[];
   /** The cluster's own networks, which runtimes may reach as peers, relays and webhooks (--allow-private-targets). */
   clusterNetworks?: string[];
+  /** OpenTelemetry tracing of the runtimes (docs/tracing.md): rendered as their OTEL_* environment. */
+  runtimeTracing?: RuntimeTracing;
+}
+
+export interface RuntimeTracing {
+  /** OTLP/HTTP endpoint of a collector, rendered as OTEL_EXPORTER_OTLP_ENDPOINT. */
+  otlpEndpoint?: string;
+  /** More OTEL_* variables, by name (sampler, headers, resource attributes, ...). */
+  env?: Record<string, string>;
+}
+
+/**
+ * The OTEL_* environment of a runtime when the operator was given tracing settings, none
+ * otherwise: OTEL_SERVICE_NAME is the resource's name and OTEL_RESOURCE_ATTRIBUTES names its
+ * namespace and kind, unless the settings' env sets them; then the endpoint and that env, by
+ * name (a stable order, so that the pod template does not change between passes). A resource's
+ * own spec.deployment.env replaces any of them (pod.ts).
+ */
+export function tracingEnv(owner: Owner, tracing: RuntimeTracing | undefined): V1EnvVar[] {
+  const extra = tracing?.env ?? {};
+  if (!tracing || (!tracing.otlpEndpoint && !Object.keys(extra).length)) return [];
+  const vars: Record<string, string> = {
+    OTEL_SERVICE_NAME: owner.metadata.name,
+    OTEL_RESOURCE_ATTRIBUTES: `k8s.namespace.name=${owner.metadata.namespace},ifp.kind=${owner.kind.toLowerCase()}`,
+    ...(tracing.otlpEndpoint ? { OTEL_EXPORTER_OTLP_ENDPOINT: tracing.otlpEndpoint } : {}),
+    ...extra,
+  };
+  return Object.keys(vars)
+    .sort()
+    .map((name) => ({ name, value: vars[name]! }));
 }
 
 /** The runtime pods' UID and GID unless the operator was told otherwise. */
@@ -155,6 +185,8 @@ export function runtimeDeployment(opts: {
   pod?: DeploymentSettings;
   /** spec.expose.trustedProxies: proxies whose X-Forwarded-For the runtime believes. */
   trustedProxies?: string[];
+  /** spec.logLevel. */
+  logLevel?: string;
 }): V1Deployment {
   const { owner, settings } = opts;
   const n = childNames(owner.metadata.name);
@@ -172,7 +204,7 @@ export function runtimeDeployment(opts: {
   if (opts.signingSecret && opts.encryptionKey) args.push("--encryption-key=/etc/ifp/signing/encryption.key");
   if (opts.trustedProxies?.length) args.push(`--trusted-proxies=${opts.trustedProxies.join(",")}`);
   if (settings.clusterNetworks?.length) args.push(`--allow-private-targets=${settings.clusterNetworks.join(",")}`);
-  const env: V1EnvVar[] = [{ name: "IFP_LOG_LEVEL", value: "info" }];
+  const env: V1EnvVar[] = [{ name: "IFP_LOG_LEVEL", value: opts.logLevel ?? "info" }, ...tracingEnv(owner, settings.runtimeTracing)];
   const mounts: V1VolumeMount[] = [
     { name: "manifest", mountPath: "/etc/ifp/manifest", readOnly: true },
     { name: "tls", mountPath: "/etc/ifp/tls", readOnly: true },

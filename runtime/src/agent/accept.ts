@@ -5,6 +5,7 @@ import { canonicalProblem, signMessage, type SigningKey } from "../protocol/sign
 import type { Verified } from "../protocol/verify.ts";
 import type { Conversations } from "./conversations.ts";
 import type { AgentEncryption } from "./encryption.ts";
+import { withMessageContext } from "../telemetry/tracing.ts";
 import { inspect, type InboundMeta, type Inspection, type PeerCapabilityCache } from "./inbound.ts";
 import type { OutboxStore } from "./outbox.ts";
 import { errorReply } from "./replies.ts";
@@ -88,7 +89,7 @@ export async function acceptVerified(
     throw err;
   }
   const inspection = inspect(message, meta, deps.agent);
-  const result = await deps.store.accept(raw, h.message_id, { ...verified, handoff: inspection.deliver, ...(scheme !== undefined ? { encrypted: scheme } : {}) }, h.from.agent);
+  const result = await deps.store.accept(raw, h.message_id, { ...verified, handoff: inspection.deliver, conversationId: h.conversation_id, ...(scheme !== undefined ? { encrypted: scheme } : {}) }, h.from.agent);
   if (deps.onAccepted && (inspection.error || inspection.capabilities)) {
     try {
       await deps.onAccepted(message, meta, inspection);
@@ -121,7 +122,8 @@ export function inspectionEffects(deps: {
       });
     }
     if (inspection.error) {
-      await deps.outbox.enqueue(signMessage(errorReply(message, deps.self, inspection.error), deps.signing));
+      // The answer continues the trace of the message it answers (the active inbox or intake span).
+      await deps.outbox.enqueue(signMessage(withMessageContext(errorReply(message, deps.self, inspection.error)), deps.signing));
     }
   };
 }

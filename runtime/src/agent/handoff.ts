@@ -7,6 +7,8 @@ import { ConsumerWorker } from "../nats/worker.ts";
 import type { HttpClient } from "../net/http-client.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { errorMessage } from "../util/errors.ts";
+import { messageLogOf } from "../telemetry/logs.ts";
+import { A, failSpan, headersContext, SpanKind, startSpan } from "../telemetry/tracing.ts";
 import type { AgentNames } from "./names.ts";
 import { H } from "./store.ts";
 
@@ -95,6 +97,11 @@ export class HandlerDelivery {
     const url = this.opts.url;
     const attempt = m.info.deliveryCount;
     const ended = this.metrics.handlerLatency.startTimer();
+    const span = startSpan("ifp.handoff.deliver", {
+      kind: SpanKind.CLIENT,
+      parent: headersContext(m.headers),
+      attributes: () => ({ [A.messageId]: messageId, [A.sender]: m.headers?.get(H.sender) ?? "", [A.attempt]: attempt, [A.url]: url }),
+    });
     let failure: string;
     try {
       const res = await this.http.request(url, {
@@ -116,16 +123,22 @@ export class HandlerDelivery {
         body: m.data,
         timeoutMs: this.opts.timeoutMs,
       });
+      span.setAttribute(A.status, res.status);
       if (res.status >= 200 && res.status < 300) {
         m.ack();
         this.metrics.handler.inc({ result: "delivered" });
+        span.setAttribute(A.outcome, "delivered");
+        this.log.debug({ ...logFields(m), attempt }, "message handed to the application");
         return;
       }
       failure = res.status >= 300 && res.status < 400 ? `handler answered ${res.status} (redirects are not followed)` : `handler answered ${res.status}`;
+      failSpan(span, new Error(failure), res.status);
     } catch (err) {
       failure = `handler unreachable: ${errorMessage(err)}`;
+      failSpan(span, err);
     } finally {
       ended();
+      span.end();
     }
     this.metrics.handler.inc({ result: "failed" });
     const ageMs = Date.now() - Number(m.info.timestampNanos) / 1e6;
@@ -134,7 +147,7 @@ export class HandlerDelivery {
       return;
     }
     const wait = this.backoff(attempt);
-    this.log.warn({ messageId, attempt, retryInMs: wait }, failure);
+    this.log.warn({ ...logFields(m), attempt, retryInMs: wait }, failure);
     m.nak(wait);
   }
 
@@ -154,14 +167,14 @@ export class HandlerDelivery {
       m.term(reason);
       if (kind === "expired") {
         this.metrics.handler.inc({ result: "expired" });
-        this.log.warn({ messageId, reason }, "expired message not handed on");
+        this.log.warn({ ...logFields(m), reason }, "expired message not handed on");
         return;
       }
       this.metrics.deadLetters.inc({ source: "handler" });
-      this.log.error({ messageId, reason }, "message dead-lettered");
+      this.log.error({ ...logFields(m), reason }, "message dead-lettered");
       this.hooks.onDeadLetter?.(messageId, reason);
     } catch (err) {
-      this.log.warn({ messageId, err: errorMessage(err) }, "dead-lettering failed; will retry");
+      this.log.warn({ ...logFields(m), err: errorMessage(err) }, "dead-lettering failed; will retry");
       m.nak(this.backoff(m.info.deliveryCount));
     }
   }
@@ -170,6 +183,9 @@ export class HandlerDelivery {
     await this.worker.stop();
   }
 }
+
+/** The log fields of a stored inbound message, from the headers stored with it. */
+const logFields = (m: JsMsg) => messageLogOf(m.headers?.get(H.messageId) ?? "", m.headers?.get(H.conversationId) || undefined, m.headers?.get(H.sender) || undefined);
 
 /**
  * Why a stored message may no longer be handed on: its ttl_seconds, counted from headers.date,

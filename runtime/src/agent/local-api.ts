@@ -7,6 +7,7 @@ import type { Message } from "../protocol/message.ts";
 import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
 import { jsonApi, type TlsMaterial } from "../server/http.ts";
+import { A, extractCarrier, inSpan, messageAttributes, messageContext, SpanKind, withMessageContext } from "../telemetry/tracing.ts";
 import type { AppStream } from "./app-stream.ts";
 import { appStreamRoutes } from "./app-stream-routes.ts";
 import { requireBearer, type BearerAuthOptions, type TokenFile } from "./local-api-auth.ts";
@@ -79,18 +80,25 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
       const next = await deps.conversations.nextSequence(conversationId);
       body.sequence = Math.max(next, original ? original.headers.sequence + 1 : 1);
     }
-    const unsigned = composeMessage(body, {
+    const composed = composeMessage(body, {
       agentId: deps.agent.spec.agentId,
       displayName: deps.agent.spec.displayName,
       original,
       capabilities: deps.documents.capabilityDocument.doc,
     });
-    // Encrypted first (422 encryption_key_unavailable rather than plaintext), then signed: the signature covers the ciphertext.
+    // The trace goes on from the application's own (a W3C traceparent header on this request),
+    // else from the message it answers, else from what the application put in the extension.
+    const parent = extractCarrier({ traceparent: req.headers.traceparent, tracestate: req.headers.tracestate }) ?? (original && messageContext(original)) ?? messageContext(composed);
+    // The trace context goes into the message first; then encrypted (422 encryption_key_unavailable
+    // rather than plaintext), then signed: the signature covers the ciphertext.
+    const unsigned = withMessageContext(composed);
     const prepared = deps.encryption ? await deps.encryption.prepare(unsigned) : unsigned;
-    const message = signMessage(prepared, deps.signing);
-    const id = message.headers.message_id;
-    const { duplicate } = await deps.outbox.enqueue(message);
+    const { message, duplicate } = await inSpan("ifp.outbox.send", { kind: SpanKind.PRODUCER, parent, attributes: () => ({ ...messageAttributes(composed), [A.recipients]: composed.headers.to.map((t) => t.agent) }) }, async () => {
+      const message = signMessage(prepared, deps.signing);
+      return { message, ...(await deps.outbox.enqueue(message)) };
+    });
     await deps.conversations?.outbound(message);
+    const id = message.headers.message_id;
     if (!duplicate && !(await deps.states.get(id))) {
       const now = new Date().toISOString();
       const record: DeliveryRecord = {

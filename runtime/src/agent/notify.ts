@@ -85,6 +85,6 @@ export class Notifier {
       () => false,
     );
     if (accepted) return;
-    this.log.warn({ url, messageId: n.message_id }, "the notification webhook did not accept the notification");
+    this.log.warn({ url, message_id: n.message_id }, "the notification webhook did not accept the notification");
   }
 }

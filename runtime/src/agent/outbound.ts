@@ -9,6 +9,8 @@ import type { HttpClient } from "../net/http-client.ts";
 import { targetRefusedMessage } from "../net/targets.ts";
 import { Message } from "../protocol/message.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
+import { messageLog } from "../telemetry/logs.ts";
+import { A, failSpan, inSpan, messageAttributes, messageContext, SpanKind } from "../telemetry/tracing.ts";
 import { errorMessage } from "../util/errors.ts";
 import { expiredRecipientState, isDue, isPending, nextRecipientState, type Deadline, type DeliveryRecord, type DeliveryStates, type Outcome, type RecipientState } from "./delivery-state.ts";
 import type { AgentNames } from "./names.ts";
@@ -212,7 +214,16 @@ export class OutboundDelivery {
         gaveUp.push(next);
         continue;
       }
-      const outcome = await this.attempt(message, r.agent);
+      const outcome = await inSpan(
+        "ifp.outbound.attempt",
+        { kind: SpanKind.CLIENT, parent: messageContext(message), attributes: () => ({ ...messageAttributes(message), [A.recipient]: r.agent, [A.attempt]: r.attempts + 1 }) },
+        async (span) => {
+          const o = await this.attempt(message, r.agent);
+          span.setAttributes({ [A.outcome]: o.kind, ...(o.via ? { [A.route]: o.via } : {}), ...(o.status !== undefined ? { [A.status]: o.status } : {}) });
+          if (o.kind !== "delivered") failSpan(span, { name: o.kind, message: o.error }, o.status);
+          return o;
+        },
+      );
       this.metrics.outbound.inc({ result: outcome.kind });
       const now = Date.now();
       const next = nextRecipientState(r, outcome, now, deadline, { schedule: this.opts.backoffMs });
@@ -220,8 +231,9 @@ export class OutboundDelivery {
       if (next.state === "retrying") {
         const wait = Date.parse(next.next_attempt_at!) - now;
         nextDelay = Math.min(nextDelay, wait);
-        this.log.warn({ messageId: id, to: next.agent, attempt: next.attempts, retryInMs: wait }, next.last_error!);
+        this.log.warn({ ...messageLog(message), to: next.agent, attempt: next.attempts, retryInMs: wait }, next.last_error!);
       } else if (next.state !== "delivered") gaveUp.push(next);
+      else this.log.debug({ ...messageLog(message), to: next.agent, attempt: next.attempts, via: next.via }, "message delivered");
     }
     record.updated_at = new Date().toISOString();
     await this.states.put(record);

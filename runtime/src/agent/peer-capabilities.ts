@@ -6,6 +6,7 @@ import { TOPIC_PREFIX } from "../protocol/relay-api.ts";
 import type { Message } from "../protocol/message.ts";
 import { errorMessage } from "../util/errors.ts";
 import type { PeerCapabilities, PeerCapabilityCache } from "./inbound.ts";
+import { messageLog } from "../telemetry/logs.ts";
 
 /** The topic capability announcements are published on (spec 6). */
 export const CAPABILITIES_TOPIC = "capabilities.update";
@@ -98,7 +99,7 @@ export class PeerCapabilityService {
     const part = message.body.parts?.find((p) => p.name === "capabilities" && p.content_type.startsWith("application/json"));
     const doc = CapabilityDocument.safeParse(part?.content);
     if (!doc.success) {
-      this.log.warn({ peer: sender, messageId: message.headers.message_id }, "ignored a capabilities.update without a valid capability document");
+      this.log.warn({ ...messageLog(message, sender) }, "ignored a capabilities.update without a valid capability document");
       return false;
     }
     if (doc.data.agent_id !== undefined && doc.data.agent_id !== sender) {

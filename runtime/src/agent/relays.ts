@@ -7,6 +7,8 @@ import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { MessageVerifier, Verified } from "../protocol/verify.ts";
 import { ProtocolError } from "../protocol/errors.ts";
 import { errorReply } from "./replies.ts";
+import { messageLog } from "../telemetry/logs.ts";
+import { A, inSpan, messageAttributes, messageContext, SpanKind, withMessageContext } from "../telemetry/tracing.ts";
 import { admit, isMisaddressed, type Admission } from "./accept.ts";
 import { RelayClient } from "../relay/client.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
@@ -207,7 +209,7 @@ export class RelayIntake {
     const parsed = Message.safeParse(raw);
     const id = (raw as { headers?: { message_id?: string } }).headers?.message_id ?? "";
     if (!parsed.success) {
-      this.log.warn({ relay: client.base, messageId: id, problem: describeIssues(parsed.error) }, "dropping an invalid message from the relay");
+      this.log.warn({ relay: client.base, message_id: id, problem: describeIssues(parsed.error) }, "dropping an invalid message from the relay");
       await client.ack(id).catch(() => false);
       return "next";
     }
@@ -221,7 +223,7 @@ export class RelayIntake {
     } catch (err) {
       if (isMisaddressed(err)) {
         this.metrics.relay.inc({ operation: "intake", result: "misaddressed" });
-        this.log.warn({ relay: client.base, messageId: id, to: parsed.data.headers.to, err: (err as Error).message }, "dropping a relayed message addressed to someone else");
+        this.log.warn({ relay: client.base, ...messageLog(parsed.data), to: parsed.data.headers.to, err: (err as Error).message }, "dropping a relayed message addressed to someone else");
         await client.ack(id).catch(() => false);
         return "next";
       }
@@ -233,19 +235,26 @@ export class RelayIntake {
     }
     if (!refusal) {
       try {
-        const verified = await this.verifier.verify(parsed.data, this.requireSignature, { address: `relay:${client.base}` });
-        if (!isEncrypted(parsed.data) && this.encryption?.refusesPlaintextFrom(client.base)) {
-          throw encryptionRequired(
-            `${this.signing.agentId} accepts only end-to-end encrypted messages through the relay ${client.base}, which it does not trust; encrypt the body for its encryption key (identity document, use "encryption")`,
-          );
-        }
-        const result = await this.accept(raw, parsed.data, verified);
-        duplicate = (result as { duplicate?: boolean } | undefined)?.duplicate === true;
-        await this.onRelayed?.(parsed.data, verified).catch((e: Error) => this.log.warn({ messageId: id, err: e.message }, "could not apply a relayed announcement"));
+        const verified = await inSpan(
+          "ifp.relay.intake",
+          { kind: SpanKind.CONSUMER, parent: messageContext(parsed.data), attributes: () => ({ ...messageAttributes(parsed.data), [A.relay]: client.base }) },
+          async () => {
+            const verified = await this.verifier.verify(parsed.data, this.requireSignature, { address: `relay:${client.base}` });
+            if (!isEncrypted(parsed.data) && this.encryption?.refusesPlaintextFrom(client.base)) {
+              throw encryptionRequired(
+                `${this.signing.agentId} accepts only end-to-end encrypted messages through the relay ${client.base}, which it does not trust; encrypt the body for its encryption key (identity document, use "encryption")`,
+              );
+            }
+            const result = await this.accept(raw, parsed.data, verified);
+            duplicate = (result as { duplicate?: boolean } | undefined)?.duplicate === true;
+            return verified;
+          },
+        );
+        await this.onRelayed?.(parsed.data, verified).catch((e: Error) => this.log.warn({ ...messageLog(parsed.data), err: e.message }, "could not apply a relayed announcement"));
       } catch (err) {
         // Refused for good and answered: a 401, a plaintext where encryption is required, a body that does not decrypt.
         if (!(err instanceof ProtocolError) || (err.statusCode !== 401 && !REFUSED.has(err.code))) {
-          this.log.warn({ relay: client.base, messageId: id, err: (err as Error).message }, "could not accept a relayed message; will retry");
+          this.log.warn({ relay: client.base, ...messageLog(parsed.data), err: (err as Error).message }, "could not accept a relayed message; will retry");
           // Throttled identity lookups hold back only their own message; a store failure holds back all.
           return err instanceof ProtocolError && err.statusCode === 429 ? "next" : "stop";
         }
@@ -254,13 +263,13 @@ export class RelayIntake {
     }
     if (refusal) {
       this.metrics.relay.inc({ operation: "intake", result: refusal.code });
-      this.log.warn({ relay: client.base, messageId: id, sender: parsed.data.headers.from.agent, code: refusal.code, err: refusal.message }, "refused a relayed message; answering its sender");
+      this.log.warn({ relay: client.base, ...messageLog(parsed.data), code: refusal.code, err: refusal.message }, "refused a relayed message; answering its sender");
       // An error is never answered with an error: two agents refusing each other would echo forever.
       if (parsed.data.headers.phase !== "error" && !(await this.answer(client, parsed.data, refusal))) return "stop"; // answer again on the next read
-      await client.ack(id).catch((err: Error) => this.log.warn({ messageId: id, err: err.message }, "could not acknowledge at the relay"));
+      await client.ack(id).catch((err: Error) => this.log.warn({ ...messageLog(parsed.data), err: err.message }, "could not acknowledge at the relay"));
       return "next";
     }
-    await client.ack(id).catch((err: Error) => this.log.warn({ messageId: id, err: err.message }, "could not acknowledge at the relay"));
+    await client.ack(id).catch((err: Error) => this.log.warn({ ...messageLog(parsed.data), err: err.message }, "could not acknowledge at the relay"));
     // Read twice (the stream and a poll at once, or a copy the relay handed out again): taken once.
     this.metrics.relay.inc({ operation: "intake", result: duplicate ? "duplicate" : "accepted" });
     return "next";
@@ -316,12 +325,15 @@ export class RelayIntake {
    * the message is let go, since no later read would do better.
    */
   private async answer(client: RelayClient, message: Message, refusal: ProtocolError): Promise<boolean> {
+    const unsigned = errorReply(message, { agentId: this.signing.agentId }, {
+      code: refusal.code,
+      text: `Your message ${message.headers.message_id} was not accepted: ${refusal.message}`,
+      details: { status: refusal.statusCode, reason: refusal.message },
+    });
+    // The answer continues the refused message's trace.
+    const parent = messageContext(message);
     const reply = signMessage(
-      errorReply(message, { agentId: this.signing.agentId }, {
-        code: refusal.code,
-        text: `Your message ${message.headers.message_id} was not accepted: ${refusal.message}`,
-        details: { status: refusal.statusCode, reason: refusal.message },
-      }),
+      parent ? withMessageContext(unsigned, parent) : unsigned,
       this.signing,
     );
     try {

@@ -7,6 +7,7 @@ import { ProtocolError, unavailable } from "../protocol/errors.ts";
 import { isFull } from "../relay/mailbox.ts";
 import { refuseOverMaxPayload } from "../nats/payload.ts";
 import { Message } from "../protocol/message.ts";
+import { injectHeaders } from "../telemetry/tracing.ts";
 import type { AgentNames } from "./names.ts";
 
 const WEEK_MS = 7 * 24 * 3600_000;
@@ -23,6 +24,8 @@ export interface AcceptMeta {
   handoff: boolean;
   /** The encryption scheme the message arrived under (it is stored decrypted). */
   encrypted?: string;
+  /** headers.conversation_id, kept beside the message for the hand-off's log lines. */
+  conversationId?: string;
 }
 
 /** Header names on stored inbound messages. */
@@ -38,6 +41,7 @@ export const H = {
   deadReason: "Ifp-Dead-Reason",
   /** The encryption scheme of a message that arrived encrypted (and is stored decrypted). */
   encrypted: "Ifp-Encrypted",
+  conversationId: "Ifp-Conversation-Id",
 } as const;
 
 /**
@@ -90,6 +94,9 @@ export class InboxStore {
     if (!meta.handoff) h.set(H.handoff, "no");
     if (!meta.signer) h.set(H.signed, "no");
     if (meta.encrypted) h.set(H.encrypted, meta.encrypted);
+    if (meta.conversationId) h.set(H.conversationId, meta.conversationId);
+    // The inbox span, so that the hand-off continues the trace from it (docs/tracing.md).
+    injectHeaders(h);
     // Scoped to the sender: nobody can pre-empt another agent's message_id. The subject is per
     // message_id and holds every sender's message with it; received() tells them apart.
     const dedupe = `${meta.signer ? "signed" : "unsigned"}:${meta.signer ?? fromAgent} ${messageId}`;

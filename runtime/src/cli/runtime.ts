@@ -2,6 +2,7 @@ import { parseArgs } from "node:util";
 import pino from "pino";
 import { startAgent } from "../agent/main.ts";
 import { parseTrustedProxies } from "../server/http.ts";
+import { startTracing } from "../telemetry/tracing.ts";
 import { errorMessage } from "../util/errors.ts";
 
 const USAGE = `usage:
@@ -13,6 +14,9 @@ Every flag may also be given as an environment variable: IFP_MANIFEST, IFP_PORT,
 IFP_TLS_CERT, IFP_TLS_KEY, IFP_SIGNING_KEY, IFP_NATS_URL, IFP_NATS_CREDS, IFP_NATS_USER,
 IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_TRUSTED_PROXIES, IFP_ALLOW_PRIVATE_TARGETS,
 IFP_INTRODUCTION_SECRET_FILE, IFP_LOCAL_API_TLS_PORT, IFP_LOCAL_API_TOKEN_FILE, IFP_LOG_LEVEL.
+Tracing (OpenTelemetry) is configured by the standard OTEL_* variables only, e.g.
+OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER;
+without them it is off (docs/tracing.md).
 
   --manifest FILE     the Agent or Relay resource (YAML or JSON), as kubectl apply takes it
   --port N            HTTPS port (default 8443)
@@ -147,7 +151,9 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
     return;
   }
   const logger = pino({ level: flags["log-level"] ?? "info", base: { mode } });
+  let tracing: ReturnType<typeof startTracing> | undefined;
   try {
+    tracing = mode === "agent" || mode === "relay" ? startTracing({ mode, logger }) : undefined;
     const common = {
       manifest: required(flags, "manifest"),
       port: port(flags),
@@ -190,13 +196,16 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
       logger.info({ signal }, "shutting down");
       const force = setTimeout(() => process.exit(1), 25_000);
       force.unref();
-      running.close().then(
-        () => process.exit(0),
-        (err) => {
-          logger.error({ err }, "shutdown failed");
-          process.exit(1);
-        },
-      );
+      running
+        .close()
+        .then(() => tracing?.shutdown())
+        .then(
+          () => process.exit(0),
+          (err) => {
+            logger.error({ err }, "shutdown failed");
+            process.exit(1);
+          },
+        );
     };
     process.once("SIGTERM", () => stop("SIGTERM"));
     process.once("SIGINT", () => stop("SIGINT"));
@@ -208,6 +217,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
       logger.fatal({ err: errorMessage(err) }, "could not start");
       process.exitCode = 1;
     }
+    await tracing?.shutdown();
     await new Promise((r) => setTimeout(r, 50));
     process.exit(process.exitCode);
   }

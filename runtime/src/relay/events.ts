@@ -7,7 +7,7 @@ import { ProtocolError } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 import { toProtocolError } from "../server/http.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
-import type { Mailboxes } from "./mailbox.ts";
+import { copySpan, type Mailboxes } from "./mailbox.ts";
 import type { RequestToAuthenticate } from "./auth.ts";
 import type { StreamSlots } from "../server/stream-slots.ts";
 
@@ -45,7 +45,12 @@ export function serveEvents(res: ServerResponse, req: IncomingMessage, agent: st
     agent,
     cursor(req.headers["last-event-id"]),
     async (copy) => {
-      if (!res.write(sseFrame(copy)) && res.writableLength > HIGH_WATER) await drained();
+      const span = copySpan("ifp.relay.push", copy, "sse");
+      try {
+        if (!res.write(sseFrame(copy)) && res.writableLength > HIGH_WATER) await drained();
+      } finally {
+        span.end();
+      }
     },
     (err) => {
       if (err) log.warn({ err: err.message, agent }, "event stream ended");
@@ -126,8 +131,13 @@ export function attachWebSocket(
       agent,
       after,
       async (copy) => {
-        send({ type: "message", id: copy.seq, message: copy.message });
-        while (ws.readyState === ws.OPEN && ws.bufferedAmount > HIGH_WATER) await new Promise((r) => setTimeout(r, 50));
+        const span = copySpan("ifp.relay.push", copy, "websocket");
+        try {
+          send({ type: "message", id: copy.seq, message: copy.message });
+          while (ws.readyState === ws.OPEN && ws.bufferedAmount > HIGH_WATER) await new Promise((r) => setTimeout(r, 50));
+        } finally {
+          span.end();
+        }
       },
       (err) => {
         if (err) deps.log.warn({ err: err.message, agent }, "WebSocket stream ended");

@@ -7,6 +7,8 @@ import { ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 import type { DeadLetter } from "../protocol/relay-api.ts";
 import type { RelayNames } from "../contract/relay-stream.ts";
+import type { Context } from "@opentelemetry/api";
+import { A, headersContext, injectHeaders, SpanKind, startSpan, type Span } from "../telemetry/tracing.ts";
 
 /** Header names on stored copies. */
 export const RH = {
@@ -14,6 +16,8 @@ export const RH = {
   messageId: "Ifp-Message-Id",
   expiresAt: "Ifp-Expires-At",
   deadReason: "Ifp-Dead-Reason",
+  sender: "Ifp-Sender",
+  conversationId: "Ifp-Conversation-Id",
 } as const;
 
 /** Seconds a client waits before retrying a refusal of a full relay. */
@@ -27,6 +31,21 @@ export interface StoredCopy {
   /** As stored: validated at publish, with the relay's trace entry. */
   message: Message;
   storedAt: Date;
+  /** The publish span's trace context, stored with the copy (docs/tracing.md); undefined when tracing is off. */
+  trace?: Context;
+}
+
+/**
+ * A span about one stored copy handed out (`ifp.relay.retrieve`, `ifp.relay.push`): a child of
+ * the span that published it. The caller ends it.
+ */
+export function copySpan(name: string, copy: StoredCopy, transport: string, opts: { kind?: SpanKind; startTime?: number } = {}): Span {
+  return startSpan(name, {
+    kind: opts.kind ?? SpanKind.PRODUCER,
+    parent: copy.trace,
+    startTime: opts.startTime,
+    attributes: () => ({ [A.messageId]: copy.messageId, [A.recipient]: copy.recipient, [A.transport]: transport, ...(copy.message.headers?.conversation_id ? { [A.conversationId]: copy.message.headers.conversation_id } : {}) }),
+  });
 }
 
 export function relayFull(message: string): ProtocolError {
@@ -95,7 +114,7 @@ export class Mailboxes {
    * Store one copy for each recipient; resolves once JetStream has acknowledged them all.
    * A failure leaves the copies already stored in place: a retry stores only the missing ones.
    */
-  async store(data: string, messageId: string, recipients: string[], ttlSeconds?: number, sender = ""): Promise<{ stored: number; duplicates: number }> {
+  async store(data: string, messageId: string, recipients: string[], ttlSeconds?: number, sender = "", conversationId?: string): Promise<{ stored: number; duplicates: number }> {
     this.ensureConnected();
     refuseOverMaxPayload(this.nats, data);
     let stored = 0;
@@ -108,6 +127,11 @@ export class Mailboxes {
         h.set(RH.recipient, agent);
         h.set(RH.messageId, messageId);
         if (expiresAt) h.set(RH.expiresAt, expiresAt);
+        // For the log lines of push and dead letters.
+        if (sender) h.set(RH.sender, sender);
+        if (conversationId) h.set(RH.conversationId, conversationId);
+        // The publish span: retrieval and push continue the trace from it.
+        injectHeaders(h);
         try {
           const ack = await this.together.run(() =>
             this.nats.js.publish(this.names.copy(agent, messageId), data, {
@@ -188,7 +212,7 @@ export class Mailboxes {
           } catch {
             continue; // an unreadable copy is skipped
           }
-          await onCopy({ seq: m.seq, messageId: m.headers?.get(RH.messageId) ?? "", recipient: agent, message, storedAt: new Date(Number(m.info.timestampNanos) / 1e6) });
+          await onCopy({ seq: m.seq, messageId: m.headers?.get(RH.messageId) ?? "", recipient: agent, message, storedAt: new Date(Number(m.info.timestampNanos) / 1e6), trace: headersContext(m.headers) });
         }
         if (!stopped) onEnd();
       } catch (err) {
@@ -288,6 +312,7 @@ function toCopy(m: StoredMsg): StoredCopy | undefined {
       recipient: m.header.get(RH.recipient),
       message: m.json<Message>(),
       storedAt: m.time,
+      trace: headersContext(m.header),
     };
   } catch {
     return undefined;

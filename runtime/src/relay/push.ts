@@ -10,6 +10,8 @@ import { parseDuration } from "../resources/common.ts";
 import type { RelaySpec } from "../resources/relay.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { errorMessage } from "../util/errors.ts";
+import { messageLogOf } from "../telemetry/logs.ts";
+import { A, failSpan, headersContext, SpanKind, startSpan } from "../telemetry/tracing.ts";
 import { isExpired, RH, type Mailboxes } from "./mailbox.ts";
 import type { RelayNames } from "../contract/relay-stream.ts";
 import type { PushRegistration, Subscriptions } from "./subscriptions.ts";
@@ -142,6 +144,11 @@ export class WebhookPush {
       return;
     }
     const attempt = m.info.deliveryCount;
+    const span = startSpan("ifp.relay.push", {
+      kind: SpanKind.CLIENT,
+      parent: headersContext(m.headers),
+      attributes: () => ({ [A.messageId]: messageId, [A.recipient]: agent, [A.transport]: "webhook", [A.attempt]: attempt, [A.relay]: this.deps.relayUrl }),
+    });
     let outcome: WebhookOutcome;
     try {
       const res = await http.request(reg.webhook, {
@@ -157,11 +164,15 @@ export class WebhookPush {
         timeoutMs: parseDuration(delivery.timeout),
       });
       outcome = classifyWebhookAnswer(res.status, res.headers.get("retry-after"));
+      span.setAttribute(A.status, res.status);
     } catch (err) {
       const refused = targetRefusedMessage(err);
       // A webhook whose name now resolves to a refused address: given up, never retried.
       outcome = refused ? { kind: "refused", reason: `webhook refused as a target: ${refused}` } : { kind: "retry", reason: `webhook unreachable: ${errorMessage(err)}` };
     }
+    span.setAttribute(A.outcome, outcome.kind);
+    if (outcome.kind !== "delivered") failSpan(span, { name: outcome.kind, message: outcome.reason });
+    span.end();
     if (outcome.kind === "delivered") {
       await mailboxes.deleteSeq(m.seq);
       m.ack();
@@ -174,11 +185,16 @@ export class WebhookPush {
       await mailboxes.deadLetter({ seq: m.seq, recipient: agent, messageId, data: m.data }, reason, parseDuration(delivery.deadLetter.maxAge) / 1000);
       m.ack();
       metrics.deadLetters.inc({ source: "relay-push" });
-      log.error({ agent, messageId, reason }, "push given up; moved to dead letters");
+      log.error({ agent, ...logFields(m), reason }, "push given up; moved to dead letters");
       return;
     }
     const wait = Math.max(pushBackoff(delivery, attempt), outcome.minDelayMs ?? 0);
-    log.warn({ agent, messageId, attempt, retryInMs: wait }, outcome.reason);
+    log.warn({ agent, ...logFields(m), attempt, retryInMs: wait }, outcome.reason);
     m.nak(wait);
   }
+}
+
+/** The log fields of a stored copy, from the headers stored with it. */
+function logFields(m: JsMsg) {
+  return messageLogOf(m.headers?.get(RH.messageId) ?? "", m.headers?.get(RH.conversationId) || undefined, m.headers?.get(RH.sender) || undefined);
 }

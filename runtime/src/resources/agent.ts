@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { AgentId, cel, DeploymentSettings, Duration, ExposeSpec, NetworkSpec, HttpsUrl, HttpUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
+import { AgentId, cel, DeploymentSettings, Duration, LogLevel, ExposeSpec, NetworkSpec, HttpsUrl, HttpUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
 
 export const CAPABILITY_NAME_RE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 
@@ -206,6 +206,7 @@ export const AgentSpec = z.object({
     .describe("End-to-end encryption of message bodies for untrusted relays"),
   tls: TlsSpec.optional(),
   deployment: DeploymentSettings.optional(),
+  logLevel: LogLevel.optional(),
   expose: ExposeSpec.optional().describe("How the agent is reached from outside the cluster"),
   durability: z
     .object({

@@ -77,6 +77,11 @@ export type TrustedKey = z.infer<typeof TrustedKey>;
 
 export const AgentId = z.string().min(1).max(512).regex(/^\S+$/, "must not contain white space");
 
+/** spec.logLevel: the runtime's log level (its IFP_LOG_LEVEL). */
+export const LogLevel = z
+  .enum(["fatal", "error", "warn", "info", "debug", "trace"])
+  .describe("Log level of the runtime's JSON logs (default info); debug adds a line per message, naming it and never its body");
+
 // ---- spec.deployment: pod settings of the runtime's Deployment ----------------------------
 // Kubernetes core types (Container, Volume, ...) pass through as objects that keep unknown
 // fields; the few keys the operator relies on are checked here and by CEL in the API server.

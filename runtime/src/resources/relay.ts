@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { cel, DeploymentSettings, Duration, ExposeSpec, NetworkSpec, HttpsUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
+import { cel, DeploymentSettings, Duration, LogLevel, ExposeSpec, NetworkSpec, HttpsUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
 
 export const RelayRetention = z.object({
   maxAge: Duration.default("168h").describe("How long a message is kept when nobody acknowledges it (default 7 days)"),
@@ -63,6 +63,7 @@ export const RelaySpec = z.object({
     .prefault({}),
   tls: TlsSpec.optional(),
   deployment: DeploymentSettings.optional(),
+  logLevel: LogLevel.optional(),
   expose: ExposeSpec.optional().describe("How the relay is reached from outside the cluster"),
   network: NetworkSpec.prefault({}).describe("Where the relay's webhook pushes may go (https only; special addresses only when allowed)"),
   replicas: z.number().int().min(0).max(100).default(1),

@@ -66,6 +66,7 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
     // What the runtime reads only at start: the manifest, the signing key and the encryption key.
     configHash: hashOf({ manifest, signingKey: inputs.signing.publicKey, ...(inputs.signing.encryption ? { encryptionKey: inputs.signing.encryption.publicKey } : {}) }),
     trustedProxies: agent.spec.expose?.trustedProxies,
+    logLevel: agent.spec.logLevel,
   });
   const exposure = exposureChildren(owner, agent.spec.expose, inputs.exposure);
   const localApiPort = localApiServicePort(agent);

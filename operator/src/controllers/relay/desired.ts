@@ -33,6 +33,7 @@ export function desiredRelayChildren(relay: RelayResource, inputs: { settings: O
     tlsSecret: inputs.tlsSecret,
     configHash: hashOf({ manifest }),
     trustedProxies: relay.spec.expose?.trustedProxies,
+    logLevel: relay.spec.logLevel,
   });
   // The relay runtime does not talk to the Kubernetes API: no token in its pods.
   return [configMap, runtimeServiceAccount(owner, false), ...exposureChildren(owner, relay.spec.expose, inputs.exposure), deployment];

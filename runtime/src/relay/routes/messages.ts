@@ -1,7 +1,8 @@
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { notFound } from "../../protocol/errors.ts";
 import { AckRequest, AckResponse, MessageIdPath, MessageList, PageQuery } from "../../protocol/relay-api.ts";
-import type { Mailboxes } from "../mailbox.ts";
+import { copySpan, type Mailboxes } from "../mailbox.ts";
+import { A, tracingEnabled } from "../../telemetry/tracing.ts";
 
 /**
  * The caller's mailbox: GET /relay/messages pages through the waiting copies (reading removes
@@ -11,6 +12,11 @@ export const messageRoutes: FastifyPluginAsyncZod<{ mailboxes: Pick<Mailboxes, "
   app.get("/relay/messages", { schema: { querystring: PageQuery, response: { 200: MessageList } }, config: { operation: "retrieve" } }, async (req, reply) => {
     const { limit, after } = req.query;
     const copies = await mailboxes.list(req.agent, after, limit);
+    // One span per copy handed out, a child of the publish that stored it.
+    if (tracingEnabled()) {
+      const startTime = Date.now() - reply.elapsedTime;
+      for (const c of copies) copySpan("ifp.relay.retrieve", c, "pull", { startTime }).setAttribute(A.status, 200).end();
+    }
     const last = copies.at(-1);
     if (last) reply.header("ifp-next-after", String(last.seq));
     if (last && copies.length === limit) reply.header("link", `</relay/messages?limit=${limit}&after=${last.seq}>; rel="next"`);
