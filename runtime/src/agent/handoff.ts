@@ -115,6 +115,7 @@ export class HandlerDelivery {
       if (res.status >= 200 && res.status < 300) {
         m.ack();
         this.metrics.handler.inc({ result: "delivered" });
+        this.metrics.handlerLag.observe(Math.max(0, (Date.now() - Number(m.info.timestampNanos) / 1e6) / 1000));
         return;
       }
       failure = res.status >= 300 && res.status < 400 ? `handler answered ${res.status} (redirects are not followed)` : `handler answered ${res.status}`;

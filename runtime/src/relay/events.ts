@@ -106,6 +106,7 @@ export function attachWebSocket(
   });
   const serve = (ws: WebSocket, agent: string, after: number) => {
     deps.metrics.relay.inc({ operation: "websocket", result: "ok" });
+    deps.metrics.relayConnections.inc({ transport: "websocket" });
     const send = (frame: WsFrame) => {
       if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(frame));
     };
@@ -137,6 +138,7 @@ export function attachWebSocket(
     });
     const ping = setInterval(() => ws.ping(), HEARTBEAT_MS);
     ws.on("close", () => {
+      deps.metrics.relayConnections.dec({ transport: "websocket" });
       clearInterval(ping);
       stop();
     });

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
-import type { FastifyReply } from "fastify";
+import type { FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { badRequest, rateLimited } from "../../protocol/errors.ts";
 import { Message } from "../../protocol/message.ts";
@@ -40,8 +40,15 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
   const perSender = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
   const admission: Admission = { agentId: spec.agentId, replayWindowMs, replayWindowText: spec.inbox.replayWindow, maxFutureSkewMs: deps.maxFutureSkewMs, now };
   // Every answer is counted: accepted, duplicate, or its error code.
-  const count = async (_req: unknown, reply: FastifyReply) => {
-    metrics.inbox.inc({ result: reply.outcome ?? (reply.statusCode < 400 ? "accepted" : "internal_error") });
+  const count = async (req: FastifyRequest, reply: FastifyReply) => {
+    const result = reply.outcome ?? (reply.statusCode < 400 ? "accepted" : "internal_error");
+    metrics.inbox.inc({ result, status: String(reply.statusCode) });
+    metrics.inboxLatency.observe({ result }, reply.elapsedTime / 1000);
+    const size = Number(req.headers["content-length"]);
+    if (Number.isFinite(size) && size >= 0) metrics.inboxSize.observe(size);
+    if (result === "accepted") metrics.inboxAccepted.inc();
+    else if (result === "duplicate") metrics.inboxDuplicates.inc();
+    else if (result === "invalid_signature") metrics.inboxSignatureFailures.inc();
   };
 
   for (const base of [WELL_KNOWN, WELL_KNOWN_IFP]) {
@@ -55,7 +62,10 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         onRequest: async (req) => {
           const address = clientAddress(req);
           const byAddress = perAddress.take(address);
-          if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${address}`);
+          if (!byAddress.ok) {
+            metrics.inboxRateLimited.inc({ limit: "address" });
+            throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${address}`);
+          }
         },
       },
       async (req, reply) => {
@@ -68,6 +78,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         const verified = await verifier.verify(message, spec.inbox.requireSignature, { address: clientAddress(req) });
         const bySender = perSender.take(verified.signer ?? `unsigned:${h.from.agent}`);
         if (!bySender.ok) {
+          metrics.inboxRateLimited.inc({ limit: "sender" });
           throw rateLimited(bySender.retryAfterSeconds, `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`);
         }
         const { duplicate } = await acceptVerified({ agent, store: deps.store, onAccepted: deps.onAccepted, levels: deps.levels }, message, message, verified);

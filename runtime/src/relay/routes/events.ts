@@ -29,7 +29,11 @@ export const eventRoutes: FastifyPluginAsyncZod<EventRouteDeps> = async (app, de
     reply.hijack();
     const end = serveEvents(reply.raw, req.raw, req.agent, deps.mailboxes, deps.log);
     openStreams.add(end);
-    reply.raw.on("close", () => openStreams.delete(end));
+    deps.metrics.relayConnections.inc({ transport: "sse" });
+    reply.raw.on("close", () => {
+      openStreams.delete(end);
+      deps.metrics.relayConnections.dec({ transport: "sse" });
+    });
   });
 
   attachWebSocket(app, { mailboxes: deps.mailboxes, metrics: deps.metrics, log: deps.log, authenticate: deps.authenticate });
