@@ -76,7 +76,7 @@ describe("agent metrics", () => {
     }
   });
 
-  it("answers 404 on the metrics port for anything but GET /metrics, and a metrics port of 0 in the CLI means none", async () => {
+  it("answers 404 on the metrics port for anything but GET /metrics", async () => {
     const agent = await runAgent({ self: identity("metrics-probe-agent"), natsUrl: nats.url, tls, spec: { peers: [] } });
     try {
       const base = agent.metricsUrl!;
