@@ -123,12 +123,15 @@ const running = once(async () => {
   writeFileSync(bundle, json(["-n", NS.alice, "get", "configmap", "alice-trust"]).data["ca.crt"]);
   const ca = readFileSync(bundle, "utf8");
   const start = async (name: "alice" | "bob" | "relay", extra: string[]) => {
+    // The rendered --metrics-port=9090 on a free port of its own: three runtimes share loopback.
+    const metricsPort = await freePort();
     const r = runDeploymentLocally(cp, NS[name], name, dir, {
       // Peers and relays are reached on loopback. Request signatures cover the relay's authority,
       // so the relay's public URL becomes https://localhost (a replica reached directly is
       // accepted on the port it listens on); it names the relay in traces.
       rewriteFile: (_p, text) => (name === "relay" ? text.replace(/https:\/\/relay\.ifp-relay\.svc/g, "https://localhost") : local(text)),
-      rewriteArg: (a) => (a.startsWith("--port=") ? "--port=0" : a.startsWith("--local-api-tls-port=") ? "--local-api-tls-port=0" : a),
+      rewriteArg: (a) =>
+        a.startsWith("--port=") ? "--port=0" : a.startsWith("--local-api-tls-port=") ? "--local-api-tls-port=0" : a.startsWith("--metrics-port=") ? `--metrics-port=${metricsPort}` : a,
       extraArgs: ["--host=127.0.0.1", ...extra],
       // The test's webhook receiver has a certificate of the test CA; info level logs the port.
       env: { IFP_LOG_LEVEL: "info", NODE_EXTRA_CA_CERTS: hookTls.files.ca },
