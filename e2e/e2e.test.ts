@@ -123,6 +123,8 @@ const running = once(async () => {
   writeFileSync(bundle, json(["-n", NS.alice, "get", "configmap", "alice-trust"]).data["ca.crt"]);
   const ca = readFileSync(bundle, "utf8");
   const start = async (name: "alice" | "bob" | "relay", extra: string[]) => {
+    // The rendered --metrics-port=9090 on a free port of its own: three runtimes share loopback.
+    const metricsPort = await freePort();
     const r = runDeploymentLocally(cp, NS[name], name, dir, {
       // Peers and relays are reached on loopback. Request signatures cover the relay's authority,
       // so the relay's public URL becomes https://localhost (a replica reached directly is
@@ -133,6 +135,7 @@ const running = once(async () => {
         a.startsWith("--port=") ? "--port=0"
         : a.startsWith("--local-api-tls-port=") ? "--local-api-tls-port=0"
         : a.startsWith("--allow-private-targets=") ? `${a},127.0.0.0/8`
+        : a.startsWith("--metrics-port=") ? `--metrics-port=${metricsPort}`
         : a,
       extraArgs: ["--host=127.0.0.1", ...extra],
       // The test's webhook receiver has a certificate of the test CA; info level logs the port.

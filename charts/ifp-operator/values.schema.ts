@@ -121,7 +121,32 @@ export const Values = z.strictObject({
       ...scheduling,
     })
     .prefault({}),
-  metrics: z.strictObject({ port: z.number().int().min(1).max(65535).default(8080) }).prefault({}),
+  metrics: z
+    .strictObject({
+      port: z.number().int().min(1).max(65535).default(8080),
+      serviceMonitor: z
+        .strictObject({
+          enabled: z.boolean().default(false),
+          interval: z.string().regex(/^[0-9]+(ms|s|m)$/).default("30s"),
+          labels: StringMap,
+        })
+        .prefault({}),
+      podMonitor: z
+        .strictObject({
+          enabled: z.boolean().default(false),
+          interval: z.string().regex(/^[0-9]+(ms|s|m)$/).default("30s"),
+          labels: StringMap,
+        })
+        .prefault({}),
+      dashboard: z
+        .strictObject({
+          enabled: z.boolean().default(false),
+          labels: z.record(z.string(), z.string()).default({ grafana_dashboard: "1" }),
+          namespace: z.string().default(""),
+        })
+        .prefault({}),
+    })
+    .prefault({}),
   health: z.strictObject({ port: z.number().int().min(1).max(65535).default(8081) }).prefault({}),
   resources: Resources({ cpu: "50m", memory: "128Mi", "ephemeral-storage": "64Mi" }, { memory: "512Mi", "ephemeral-storage": "256Mi" }),
   podAnnotations: StringMap,

@@ -47,7 +47,7 @@ function start(name: string, mode: "agent" | "relay", manifest: object, port: nu
   writeFileSync(file, stringify(manifest));
   const child = spawn(
     process.execPath,
-    [runtime, mode, "--manifest", file, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url, ...extra],
+    [runtime, mode, "--manifest", file, "--port", String(port), "--metrics-port", String(port + 300), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url, ...extra],
     { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, IFP_LOG_LEVEL: process.env.IFP_LOG_LEVEL ?? "warn" } },
   );
   const p = { name, url: `https://localhost:${port}`, child };

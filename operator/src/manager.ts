@@ -151,6 +151,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       await elector.run(() => {
         leading = false;
         metrics.leader.set(0);
+        metrics.shared.leader.set({ name: "ifp-operator" }, 0);
         if (stopping) return;
         if (opts.onLostLeadership) opts.onLostLeadership();
         else {
@@ -162,6 +163,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       leading = true;
     }
     metrics.leader.set(1);
+    metrics.shared.leader.set({ name: "ifp-operator" }, 1);
     // The install CA before any reconcile: every default certificate and bundle comes from it.
     // A change of its CAs (a rotation step) brings every resource to its bundle and certificate.
     // Until it loads (the API server away, an unusable Secret) the replica says why and is not ready.

@@ -4,8 +4,23 @@ import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom
 export function createOperatorMetrics() {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: "ifp_operator_" });
+  const registers = [registry];
+  const durations = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60];
   return {
     registry,
+    // The names controller-runtime and client-go export, so that dashboards and alerts made for
+    // Kubernetes operators work as they are. `controller` is the kind (agent, relay, ...).
+    shared: {
+      reconcileTotal: new Counter({ name: "controller_runtime_reconcile_total", help: "Total number of reconciliations per controller", labelNames: ["controller", "result"], registers }),
+      reconcileErrors: new Counter({ name: "controller_runtime_reconcile_errors_total", help: "Total number of reconciliation errors per controller", labelNames: ["controller"], registers }),
+      reconcileTime: new Histogram({ name: "controller_runtime_reconcile_time_seconds", help: "Length of time per reconciliation per controller", labelNames: ["controller"], buckets: durations, registers }),
+      queueDepth: new Gauge({ name: "workqueue_depth", help: "Current depth of workqueue", labelNames: ["name"], registers }),
+      queueAdds: new Counter({ name: "workqueue_adds_total", help: "Total number of adds handled by workqueue", labelNames: ["name"], registers }),
+      queueDuration: new Histogram({ name: "workqueue_queue_duration_seconds", help: "How long in seconds an item stays in workqueue before being requested", labelNames: ["name"], buckets: durations, registers }),
+      workDuration: new Histogram({ name: "workqueue_work_duration_seconds", help: "How long in seconds processing an item from workqueue takes", labelNames: ["name"], buckets: durations, registers }),
+      queueRetries: new Counter({ name: "workqueue_retries_total", help: "Total number of retries handled by workqueue", labelNames: ["name"], registers }),
+      leader: new Gauge({ name: "leader_election_master_status", help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master", labelNames: ["name"], registers }),
+    },
     reconciles: new Counter({ name: "ifp_operator_reconciles_total", help: "Reconciles by kind and result (ok, conflict, error)", labelNames: ["kind", "result"], registers: [registry] }),
     errors: new Counter({ name: "ifp_operator_reconcile_errors_total", help: "Reconciles that failed and were backed off, by kind", labelNames: ["kind"], registers: [registry] }),
     duration: new Histogram({ name: "ifp_operator_reconcile_duration_seconds", help: "Reconcile duration by kind", labelNames: ["kind"], buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5], registers: [registry] }),

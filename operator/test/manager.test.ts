@@ -54,6 +54,16 @@ describe("operator process", () => {
     expect(text).toMatch(/ifp_operator_queue_depth\{kind="Agent"\} 0/);
     expect(text).toMatch(/ifp_operator_reconcile_errors_total/);
     expect(text).toMatch(/ifp_operator_process_resident_memory_bytes/);
+    // The names controller-runtime and client-go export, for dashboards made for any operator.
+    expect(text).toMatch(/^controller_runtime_reconcile_total\{controller="agent",result="(success|requeue_after)"\} [1-9]/m);
+    expect(text).toMatch(/^controller_runtime_reconcile_time_seconds_count\{controller="agent"\} [1-9]/m);
+    expect(text).toMatch(/^# TYPE controller_runtime_reconcile_errors_total counter/m);
+    expect(text).toMatch(/^workqueue_adds_total\{name="agent"\} [1-9]/m);
+    expect(text).toMatch(/^workqueue_depth\{name="agent"\} 0$/m);
+    expect(text).toMatch(/^workqueue_queue_duration_seconds_count\{name="agent"\} [1-9]/m);
+    expect(text).toMatch(/^workqueue_work_duration_seconds_count\{name="agent"\} [1-9]/m);
+    expect(text).toMatch(/^# TYPE workqueue_retries_total counter/m);
+    expect(text).toMatch(/^leader_election_master_status\{name="ifp-operator"\} 1$/m);
     await m.stop();
     await expect(fetch(`${m.healthUrl}/healthz`)).rejects.toThrow();
   });

@@ -43,7 +43,7 @@ export async function runAgent(opts: {
   introductionSecretFile?: string;
   /** The agent's X25519 encryption key (PKCS#8 PEM), written beside the signing key. */
   encryptionKey?: string;
-}): Promise<RunningAgent & { post(body: unknown, headers?: Record<string, string>): Promise<HttpsResponse>; get(path: string, headers?: Record<string, string>): Promise<HttpsResponse> }> {
+}): Promise<RunningAgent & { post(body: unknown, headers?: Record<string, string>): Promise<HttpsResponse>; get(path: string, headers?: Record<string, string>): Promise<HttpsResponse>; scrape(): Promise<string> }> {
   const dir = opts.dir ?? tempDir();
   const manifest = writeAgentManifest(dir, { agentId: opts.self.agentId, ...opts.spec });
   const running = await startAgent({
@@ -56,6 +56,7 @@ export async function runAgent(opts: {
     encryptionKey: opts.encryptionKey ? writeFile(dir, "encryption.key", opts.encryptionKey) : undefined,
     nats: { url: opts.natsUrl },
     localApiPort: 0,
+    metricsPort: 0,
     introductionSecretFile: opts.introductionSecretFile,
     caFile: opts.tls.files.ca,
     logger: pino({ level: process.env.IFP_TEST_LOG ?? "silent" }),
@@ -70,6 +71,8 @@ export async function runAgent(opts: {
         ca: opts.tls.ca,
       }),
     get: (path: string, headers: Record<string, string> = {}) => httpsRequest(`${running.url}${path}`, { headers, ca: opts.tls.ca }),
+    /** The Prometheus exposition from the plain-HTTP metrics listener. */
+    scrape: () => scrapeMetrics(running.metricsUrl),
   });
 }
 
@@ -102,4 +105,13 @@ export async function startHandler(status: () => number = () => 200) {
       await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
     },
   };
+}
+
+/** GET /metrics from a runtime's plain-HTTP metrics listener; fails when it answers anything but 200. */
+export async function scrapeMetrics(metricsUrl: string | undefined): Promise<string> {
+  if (!metricsUrl) throw new Error("the runtime has no metrics listener");
+  const res = await fetch(`${metricsUrl}/metrics`);
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`/metrics answered ${res.status}: ${text}`);
+  return text;
 }

@@ -79,7 +79,7 @@ describe("agents that talk through a relay", () => {
       expect((await new RelayClient(relayUrl, alice.signing, http).publish(tampered)).status).toBe(202);
       // What bob's runtime decided: refused for its signature, counted, acknowledged at the
       // relay, and never stored in bob's inbox stream (so never handed on).
-      const intake = async (result: string) => metricValue((await b.get("/metrics")).text, "ifp_relay_operations_total", { operation: "intake", result });
+      const intake = async (result: string) => metricValue((await b.scrape()), "ifp_relay_operations_total", { operation: "intake", result });
       await waitFor("the refusal to be counted", async () => (await intake("invalid_signature")) === 1);
       expect(await intake("accepted")).toBe(1);
       await waitFor("the relay mailbox emptied", async () => (await new RelayClient(relayUrl, bob.signing, http).pull()).messages.length === 0);

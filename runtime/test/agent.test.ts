@@ -65,8 +65,8 @@ function streamUntilAnswered(url: string, chunkBytes: number, chunks: number): P
 }
 
 /** ifp_handler_deliveries_total{result} of a running agent. */
-async function handlerDeliveries(agent: { get(path: string): Promise<{ text: string }> }, result: "delivered" | "failed"): Promise<number> {
-  return metricValue((await agent.get("/metrics")).text, "ifp_handler_deliveries_total", { result });
+async function handlerDeliveries(agent: { scrape(): Promise<string> }, result: "delivered" | "failed"): Promise<number> {
+  return metricValue((await agent.scrape()), "ifp_handler_deliveries_total", { result });
 }
 
 const capabilities = [
@@ -386,8 +386,8 @@ describe("agent mode when things fail", () => {
       expect((await agent.post(signed(pete, "deadletter-agent"))).status).toBe(202);
       const names = agentNames("deadletter-agent");
       await waitFor("a dead letter", async () => (await streamMessages("deadletter-agent", names.dead)) === 1, 30_000, 250);
-      const metrics = await agent.get("/metrics");
-      expect(metrics.text).toMatch(/ifp_dead_letters_total\{[^}]*source="handler"[^}]*\} 1/);
+      const metrics = await agent.scrape();
+      expect(metrics).toMatch(/ifp_dead_letters_total\{[^}]*source="handler"[^}]*\} 1/);
       const attempts = await handlerDeliveries(agent, "failed");
       expect(attempts).toBeGreaterThanOrEqual(1);
       // The handler works again, but a dead letter is never handed on: no further attempt at all.

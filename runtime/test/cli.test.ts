@@ -27,7 +27,7 @@ async function spawnRuntime(mode: "agent" | "relay", args: string[], env: NodeJS
   const port = await freePort();
   const child = spawn(
     process.execPath,
-    [BIN, mode, ...args, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url],
+    [BIN, mode, "--metrics-port", "0", ...args, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url],
     { stdio: ["ignore", "pipe", "pipe"], env: { ...env, IFP_LOG_LEVEL: "warn" } },
   );
   let output = "";
@@ -96,6 +96,28 @@ describe("ifp-runtime command line", () => {
       await http.close();
     }
     expect(runtime.output()).not.toMatch(/self-signed|unable to verify|"level":(50|60)/);
+  });
+
+  it("serves /metrics on --metrics-port over plain HTTP only, never on the HTTPS port, and refuses a bad port", async () => {
+    const dir = tempDir();
+    const manifest = writeRelayManifest(dir, { url: "https://localhost", agents: [peerOf(identity("alice-agent"))] }, "cli-metrics-relay");
+    const metricsPort = await freePort();
+    const runtime = await spawnRuntime("relay", ["--manifest", manifest, "--metrics-port", String(metricsPort)]);
+    try {
+      await runtime.ready();
+      const res = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
+      expect(res.status).toBe(200);
+      expect(res.headers.get("content-type")).toMatch(/^text\/plain/);
+      expect(await res.text()).toMatch(/^# TYPE ifp_relay_operations_total counter$/m);
+      expect((await httpsRequest(`${runtime.base}/metrics`, { ca: tls.ca })).status).toBe(404);
+    } finally {
+      await runtime.stop();
+    }
+    for (const bad of ["abc", "70000", "-1"]) {
+      const r = spawnSync(process.execPath, [BIN, "relay", `--metrics-port=${bad}`, "--manifest", manifest, "--tls-cert", "x", "--tls-key", "y", "--nats", "nats://127.0.0.1:1"], { encoding: "utf8", timeout: 20_000 });
+      expect(r.status, bad).toBe(2);
+      expect(r.stderr).toMatch(/a port must be a number from 0 to 65535/);
+    }
   });
 
   it("exits 2 with usage for a missing flag, and 1 with a clear message for an invalid manifest", () => {

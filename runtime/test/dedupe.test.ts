@@ -51,7 +51,7 @@ async function storedCopies(messageId: string): Promise<{ sender: string; from: 
 }
 
 const inboxResults = async () => {
-  const text = (await agent.get("/metrics")).text;
+  const text = (await agent.scrape());
   return { accepted: metricValue(text, "ifp_inbox_requests_total", { result: "accepted" }), duplicate: metricValue(text, "ifp_inbox_requests_total", { result: "duplicate" }) };
 };
 

@@ -45,7 +45,7 @@ describe("ttl_seconds at the hand-off", () => {
       const lasting = signed(pete, "alice-agent", { ttl_seconds: 3600 });
       const plain = signed(pete, "alice-agent");
       for (const m of [stale, short, lasting, plain]) expect((await agent.post(m)).status).toBe(202);
-      const expired = async () => metricValue((await agent.get("/metrics")).text, "ifp_handler_deliveries_total", { result: "expired" });
+      const expired = async () => metricValue((await agent.scrape()), "ifp_handler_deliveries_total", { result: "expired" });
       await waitFor("the stale message dropped", async () => (await expired()) >= 1);
       await new Promise((r) => setTimeout(r, 2_500));
       up = true;
@@ -56,7 +56,7 @@ describe("ttl_seconds at the hand-off", () => {
       expect(reasons).toHaveLength(2);
       expect(reasons.every((r) => /^expired: ttl_seconds/.test(r))).toBe(true);
       // Expiry is not a handler failure: no dead-letter alarm.
-      expect(metricValue((await agent.get("/metrics")).text, "ifp_dead_letters_total", { source: "handler" })).toBe(0);
+      expect(metricValue((await agent.scrape()), "ifp_dead_letters_total", { source: "handler" })).toBe(0);
     } finally {
       await agent.close();
       await handler.close();

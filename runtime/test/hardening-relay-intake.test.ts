@@ -56,7 +56,7 @@ describe("a relayed message is admitted like a direct one", () => {
       const fine = signed(bob, "alice-agent", {}, "for alice");
       for (const m of [forCarol, forTopic, stale, fine]) await plant("alice-agent", m);
 
-      const intake = async (result: string) => metricValue((await a.get("/metrics")).text, "ifp_relay_operations_total", { operation: "intake", result });
+      const intake = async (result: string) => metricValue((await a.scrape()), "ifp_relay_operations_total", { operation: "intake", result });
       await waitFor("the good one handed on", () => handler.received.find((r) => r.body.headers.message_id === fine.headers.message_id));
       await waitFor("the mailbox emptied", async () => (await new RelayClient(baseUrl(relay), alice.signing, env.http).pull()).messages.length === 0);
       expect(await intake("misaddressed")).toBe(2);

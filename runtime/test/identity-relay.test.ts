@@ -49,7 +49,7 @@ describe("relay intake and identity", () => {
       expect(answer.body.parts?.[0]?.content).toMatchObject({ code: "unknown_sender", in_reply_to: m.headers.message_id, status: 401 });
       expect(answer.body.text).toMatch(/not among this agent's peers/);
       expect(answer.security?.signatures?.[0]?.key_id).toBe("bob-agent#key-1");
-      const intake = async (result: string) => metricValue((await b.get("/metrics")).text, "ifp_relay_operations_total", { operation: "intake", result });
+      const intake = async (result: string) => metricValue((await b.scrape()), "ifp_relay_operations_total", { operation: "intake", result });
       expect(await intake("unknown_sender")).toBe(1);
       await waitFor("bob's mailbox emptied", async () => (await new RelayClient(relayUrl, bob.signing, http).pull()).messages.length === 0);
       expect(handler.received).toHaveLength(0);

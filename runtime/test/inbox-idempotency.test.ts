@@ -26,7 +26,7 @@ describe("Idempotency-Key at the inbox (IFP-6: optional, message_id only recomme
       // Two messages under one key: both are new.
       const other = signed(pete, "alice-agent");
       expect((await agent.post(other, { "idempotency-key": "some-other-key" })).status).toBe(202);
-      const inbox = async (result: string) => metricValue((await agent.get("/metrics")).text, "ifp_inbox_requests_total", { result });
+      const inbox = async (result: string) => metricValue((await agent.scrape()), "ifp_inbox_requests_total", { result });
       expect(await inbox("duplicate")).toBe(2);
       expect(await inbox("accepted")).toBe(2);
       await waitFor("both handed on", () => handler.received.length === 2);

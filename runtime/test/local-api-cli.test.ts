@@ -23,7 +23,7 @@ describe("ifp-runtime agent --local-api-tls-port --local-api-token-file", () => 
   const dir = tempDir();
   const manifest = writeAgentManifest(dir, { agentId: self.agentId });
   const key = writeKey(dir, self);
-  const base = (port: number) => ["agent", "--manifest", manifest, "--signing-key", key, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url, "--local-api-port", "0"];
+  const base = (port: number) => ["agent", "--manifest", manifest, "--signing-key", key, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url, "--local-api-port", "0"];
 
   it("refuses one flag without the other with the usage text (exit 2)", () => {
     for (const extra of [["--local-api-tls-port", "9443"], ["--local-api-token-file", "/nowhere"]]) {

@@ -172,7 +172,7 @@ describe.each(cases)("NATS with $kind", (c) => {
     const port = await freePort();
     const child = spawn(
       process.execPath,
-      [BIN, "agent", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--signing-key", writeKey(work, bob), "--nats", server.url, "--local-api-port", "0", ...c.flags(c.good)],
+      [BIN, "agent", "--manifest", manifest, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--signing-key", writeKey(work, bob), "--nats", server.url, "--local-api-port", "0", ...c.flags(c.good)],
       { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
     );
     let output = "";

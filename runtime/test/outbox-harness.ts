@@ -74,8 +74,8 @@ export async function notifySink() {
 }
 
 /** ifp_outbound_deliveries_total of a running agent, by result. */
-export async function outboundResults(agent: { get(path: string): Promise<{ text: string }> }): Promise<Record<string, number>> {
-  const text = (await agent.get("/metrics")).text;
+export async function outboundResults(agent: { scrape(): Promise<string> }): Promise<Record<string, number>> {
+  const text = (await agent.scrape());
   const out: Record<string, number> = {};
   for (const result of ["delivered", "retry", "failed", "refused", "undeliverable"]) out[result] = metricValue(text, "ifp_outbound_deliveries_total", { result });
   return out;

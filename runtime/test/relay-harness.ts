@@ -53,6 +53,7 @@ export async function runRelay(env: RelayEnv, spec: Partial<RelaySpecInput> = {}
     tlsKey: env.tls.files.key,
     nats: { url: env.nats.url },
     caFile: env.tls.files.ca,
+    metricsPort: 0,
     logger: pino({ level: process.env.IFP_TEST_LOG ?? "silent" }),
   });
   await waitFor("relay ready", async () => (await httpsRequest(`${relay.url}/readyz`, { ca: env.tls.ca })).status === 200);

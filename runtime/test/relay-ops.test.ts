@@ -166,7 +166,7 @@ describe("relay: restarts and outages", () => {
     const port = await freePort();
     const child = spawn(
       process.execPath,
-      [new URL("../bin/ifp-runtime.ts", import.meta.url).pathname, "relay", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", env.tls.files.cert, "--tls-key", env.tls.files.key, "--nats", env.nats.url],
+      [new URL("../bin/ifp-runtime.ts", import.meta.url).pathname, "relay", "--manifest", manifest, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", env.tls.files.cert, "--tls-key", env.tls.files.key, "--nats", env.nats.url],
       { stdio: "ignore", env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
     );
     const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));

@@ -1,3 +1,4 @@
+import { scrapeMetrics } from "./agent-harness.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { signRequest } from "../src/protocol/http-signatures.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
@@ -185,8 +186,8 @@ describe("relay: webhook push", () => {
       expect(await c(alice).removeDeadLetter(m.headers.message_id)).toBe(false);
       expect(await c(bob).removeDeadLetter(m.headers.message_id)).toBe(true);
       expect(await c(bob).deadLetters()).toEqual([]);
-      const metrics = await c(bob).request("GET", "/metrics");
-      expect(metrics.text).toMatch(/ifp_dead_letters_total\{source="relay-push",mode="relay"\} 1/);
+      const metrics = await scrapeMetrics(relay.metricsUrl);
+      expect(metrics).toMatch(/ifp_dead_letters_total\{source="relay-push",mode="relay"\} 1/);
     } finally {
       await relay.close();
       await hook.close();

@@ -1,3 +1,4 @@
+import { scrapeMetrics } from "./agent-harness.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { contentDigest, signRequest } from "../src/protocol/http-signatures.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
@@ -60,7 +61,7 @@ describe("relay: store and forward", () => {
     expect(unsigned).toMatchObject({ status: 401, body: { code: "invalid_signature" } });
     const bad = await c(alice).request("POST", "/relay/publish", { ifp: 4 });
     expect(JSON.parse(bad.text)).toMatchObject({ code: "invalid_format", message: expect.stringMatching(/^the message does not follow IFP-4: headers: /) });
-    const metrics = (await httpsRequest(`${relay.url}/metrics`, { ca: env.tls.ca })).text;
+    const metrics = await scrapeMetrics(relay.metricsUrl);
     const count = (result: string) => Number(new RegExp(`ifp_relay_operations_total\\{[^}]*operation="publish",result="${result}"[^}]*\\} (\\d+)`).exec(metrics)?.[1] ?? 0);
     expect(count("invalid_signature")).toBeGreaterThanOrEqual(1);
     expect(count("invalid_format")).toBeGreaterThanOrEqual(1);

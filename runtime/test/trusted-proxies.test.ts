@@ -39,7 +39,7 @@ async function spawnRuntime(mode: "agent" | "relay", extra: string[]) {
       : ["--manifest", writeRelayManifest(dir, { url: "https://relay.test", agents: [peerOf(sender)], limits: { perAddressPerMinute: 2 } })];
   const child = spawn(
     process.execPath,
-    [BIN, mode, ...modeArgs, ...extra, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url],
+    [BIN, mode, ...modeArgs, ...extra, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url],
     { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
   );
   let output = "";

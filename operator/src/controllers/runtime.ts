@@ -64,6 +64,8 @@ export const RUNTIME_DEFAULT_ID = 10001;
 /** Pod template annotation: a hash of what the runtime reads at start, so that a change rolls the pods. */
 export const CONFIG_HASH = "ifp.dev/config-hash";
 export const HTTPS_PORT = 8443;
+/** The runtime's plain-HTTP Prometheus listener (--metrics-port), container port `metrics`; never on a Service. */
+export const METRICS_PORT = 9090;
 /** Where the runtime pods find their trust bundle (`ca.crt`). */
 export const TRUST_DIR = "/etc/ifp/trust";
 
@@ -194,6 +196,7 @@ export function runtimeDeployment(opts: {
     opts.mode,
     "--manifest=/etc/ifp/manifest/manifest.yaml",
     `--port=${HTTPS_PORT}`,
+    `--metrics-port=${METRICS_PORT}`,
     "--tls-cert=/etc/ifp/tls/tls.crt",
     "--tls-key=/etc/ifp/tls/tls.key",
     `--nats=${settings.natsUrl}`,
@@ -266,7 +269,10 @@ export function runtimeDeployment(opts: {
               imagePullPolicy: settings.runtimeImagePullPolicy,
               args,
               env,
-              ports: [{ name: "https", containerPort: HTTPS_PORT, protocol: "TCP" }],
+              ports: [
+                { name: "https", containerPort: HTTPS_PORT, protocol: "TCP" },
+                { name: "metrics", containerPort: METRICS_PORT, protocol: "TCP" },
+              ],
               readinessProbe: probe("/readyz"),
               livenessProbe: probe("/healthz"),
               resources: { requests: { cpu: "50m", memory: "128Mi" }, limits: { memory: "512Mi" } },

@@ -20,6 +20,17 @@ export interface ControllerMetrics {
   errors: Counter<"kind">;
   duration: Histogram<"kind">;
   queueDepth: Gauge<"kind">;
+  /** The controller-runtime and client-go names (metrics.ts), labelled by the lower-case kind. */
+  shared?: {
+    reconcileTotal: Counter<"controller" | "result">;
+    reconcileErrors: Counter<"controller">;
+    reconcileTime: Histogram<"controller">;
+    queueDepth: Gauge<"name">;
+    queueAdds: Counter<"name">;
+    queueDuration: Histogram<"name">;
+    workDuration: Histogram<"name">;
+    queueRetries: Counter<"name">;
+  };
 }
 
 /**
@@ -54,7 +65,34 @@ export class Controller {
   constructor(opts: ControllerOptions) {
     this.opts = opts;
     this.kind = opts.kind;
-    this.queue = opts.queue ?? new WorkQueue();
+    const shared = opts.metrics.shared;
+    const name = opts.kind.toLowerCase();
+    this.queue =
+      opts.queue ??
+      new WorkQueue({
+        observer: shared && {
+          added: (depth) => {
+            shared.queueAdds.inc({ name });
+            shared.queueDepth.set({ name }, depth);
+          },
+          taken: (depth, waited) => {
+            shared.queueDepth.set({ name }, depth);
+            shared.queueDuration.observe({ name }, waited);
+          },
+          worked: (seconds) => shared.workDuration.observe({ name }, seconds),
+          retried: () => shared.queueRetries.inc({ name }),
+        },
+      });
+  }
+
+  /** controller_runtime_reconcile_total's result: success, error, requeue_after. */
+  private shared(result: "success" | "error" | "requeue_after", seconds: number): void {
+    const shared = this.opts.metrics.shared;
+    if (!shared) return;
+    const controller = this.kind.toLowerCase();
+    shared.reconcileTotal.inc({ controller, result });
+    if (result === "error") shared.reconcileErrors.inc({ controller });
+    shared.reconcileTime.observe({ controller }, seconds);
   }
 
   enqueue(namespace: string, name: string): void {
@@ -66,10 +104,13 @@ export class Controller {
     const { kind, metrics, log } = this.opts;
     const [ns, name] = key.split("/") as [string, string];
     const end = metrics.duration.startTimer({ kind });
+    const started = performance.now();
+    const took = () => (performance.now() - started) / 1000;
     try {
       const { requeueAfterMs } = await this.opts.reconcile(ns, name);
       this.queue.forget(key);
       metrics.reconciles.inc({ kind, result: "ok" });
+      this.shared(requeueAfterMs ? "requeue_after" : "success", took());
       if (requeueAfterMs) this.queue.addAfter(key, requeueAfterMs);
       return { result: "ok", requeueAfterMs };
     } catch (err) {
@@ -77,11 +118,13 @@ export class Controller {
       if (result === "gone") {
         this.queue.forget(key);
         metrics.reconciles.inc({ kind, result: "ok" });
+        this.shared("success", took());
         log.debug({ kind, key, err: errorMessage(err) }, "gone while reconciling");
         return { result };
       }
       const delay = this.queue.addRateLimited(key);
       metrics.reconciles.inc({ kind, result });
+      this.shared("error", took());
       if (result === "conflict") {
         log.debug({ kind, key }, "conflict (the cache lags a write); requeued");
       } else {

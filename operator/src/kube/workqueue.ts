@@ -3,6 +3,14 @@
  * never processed by two workers at once (an add during processing requeues it once after),
  * failures back off per key exponentially with jitter, and addAfter schedules timed work.
  */
+/** What a queue reports for the client-go workqueue metrics (workqueue_depth, _adds_total, ...). */
+export interface WorkQueueObserver {
+  added(depth: number): void;
+  taken(depth: number, waitedSeconds: number): void;
+  worked(seconds: number): void;
+  retried(): void;
+}
+
 export class WorkQueue {
   private readonly queue: string[] = [];
   private readonly queued = new Set<string>();
@@ -15,9 +23,13 @@ export class WorkQueue {
   private readonly baseDelayMs: number;
   private readonly maxDelayMs: number;
 
-  constructor(opts: { baseDelayMs?: number; maxDelayMs?: number } = {}) {
+  private readonly observer: WorkQueueObserver | undefined;
+  private readonly addedAt = new Map<string, number>();
+
+  constructor(opts: { baseDelayMs?: number; maxDelayMs?: number; observer?: WorkQueueObserver } = {}) {
     this.baseDelayMs = opts.baseDelayMs ?? 500;
     this.maxDelayMs = opts.maxDelayMs ?? 5 * 60_000;
+    this.observer = opts.observer;
   }
 
   get depth(): number {
@@ -38,6 +50,8 @@ export class WorkQueue {
     if (this.queued.has(key)) return;
     this.queued.add(key);
     this.queue.push(key);
+    this.addedAt.set(key, performance.now());
+    this.observer?.added(this.queue.length);
     this.waiters.shift()?.();
   }
 
@@ -57,6 +71,7 @@ export class WorkQueue {
   addRateLimited(key: string): number {
     const n = (this.failures.get(key) ?? 0) + 1;
     this.failures.set(key, n);
+    this.observer?.retried();
     const delay = Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** (n - 1)) * (0.8 + Math.random() * 0.4);
     this.addAfter(key, delay);
     return delay;
@@ -74,6 +89,9 @@ export class WorkQueue {
     const key = this.queue.shift()!;
     this.queued.delete(key);
     this.processing.add(key);
+    const at = this.addedAt.get(key);
+    this.addedAt.delete(key);
+    this.observer?.taken(this.queue.length, at === undefined ? 0 : (performance.now() - at) / 1000);
     return key;
   }
 
@@ -87,9 +105,11 @@ export class WorkQueue {
     await Promise.all(
       Array.from({ length: workers }, async () => {
         for (let key = await this.next(); key !== undefined; key = await this.next()) {
+          const started = performance.now();
           try {
             await handle(key);
           } finally {
+            this.observer?.worked((performance.now() - started) / 1000);
             this.done(key);
           }
         }

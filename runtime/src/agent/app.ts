@@ -43,7 +43,7 @@ export interface AgentAppDeps {
 export function buildAgentApp(deps: AgentAppDeps): FastifyInstance {
   const { agent, metrics } = deps;
   const app = createServer({ tls: deps.tls, logger: deps.logger, bodyLimit: agent.spec.inbox.maxMessageBytes, trustedProxies: deps.trustedProxies });
-  registerProbes(app, deps.ready, metrics);
+  registerProbes(app, deps.ready);
   app.register(documentRoutes, { documents: deps.documents });
   app.register(inboxRoutes, {
     agent,

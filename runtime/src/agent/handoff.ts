@@ -129,6 +129,7 @@ export class HandlerDelivery {
         this.metrics.handler.inc({ result: "delivered" });
         span.setAttribute(A.outcome, "delivered");
         this.log.debug({ ...logFields(m), attempt }, "message handed to the application");
+        this.metrics.handlerLag.observe(Math.max(0, (Date.now() - Number(m.info.timestampNanos) / 1e6) / 1000));
         return;
       }
       failure = res.status >= 300 && res.status < 400 ? `handler answered ${res.status} (redirects are not followed)` : `handler answered ${res.status}`;

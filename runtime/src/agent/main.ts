@@ -17,7 +17,8 @@ import type { SigningKey } from "../protocol/signing.ts";
 import { Agent } from "../resources/agent.ts";
 import { parseDuration } from "../resources/common.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
-import { createRuntimeMetrics } from "../server/metrics.ts";
+import { backlogGauges, buildMetricsApp, createRuntimeMetrics } from "../server/metrics.ts";
+import { consumerBacklog, streamBacklog } from "../nats/backlog.ts";
 import { readTls, watchTls } from "../server/tls.ts";
 import { acceptVerified, inspectionEffects, MAX_FUTURE_SKEW_MS } from "./accept.ts";
 import { AppStream } from "./app-stream.ts";
@@ -65,6 +66,8 @@ export interface AgentOptions {
   localApiTlsPort?: number;
   /** File holding the bearer token that listener requires (re-read when it changes). */
   localApiTokenFile?: string;
+  /** Port of the plain-HTTP /metrics listener (0 picks a free port); none when omitted. */
+  metricsPort?: number;
   logger?: Logger;
 }
 
@@ -75,6 +78,8 @@ export interface RunningAgent {
   localApiUrl: string;
   /** The local API's HTTPS listener with a bearer token, when one was asked for. */
   localApiTlsUrl?: string;
+  /** The plain-HTTP metrics listener, when one was asked for. */
+  metricsUrl?: string;
   /** The application's message stream (no spec.handler). */
   appStream?: AppStream;
   agent: Agent;
@@ -133,6 +138,9 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const encryption = new AgentEncryption({ spec, discovery, keys: encryptionKey ? [encryptionKey] : [], log });
   const nats = new Nats({ inboxPrefix: agentInboxPrefix(spec.agentId), ...opts.nats, name: `ifp-agent ${spec.agentId}` }, log);
   life.defer("NATS", () => nats.close());
+  // Backlog read at scrape time: what the sender still has to deliver, and (with a handler) what it has yet to take.
+  backlogGauges(metrics, () => streamBacklog(nats, names.outboxStream), "outbox");
+  if (spec.handler) backlogGauges(metrics, () => consumerBacklog(nats, names.inboxStream, names.handlerConsumer), "inbox");
 
   const replicas = spec.durability.replicas ?? "auto";
   const inbox = new InboxStore(nats, names, parseDuration(spec.inbox.replayWindow), spec.inbox.maxBytes, replicas);
@@ -265,8 +273,9 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     const localApiTlsUrl = localApiTls
       ? await life.listen(localApiTls, { name: "local API (TLS)", scheme: "https", port: opts.localApiTlsPort!, host: opts.host ?? "0.0.0.0" })
       : undefined;
-    log.info({ url, localApiUrl, localApiTlsUrl, agentId: spec.agentId }, "agent listening");
-    return { app, url, localApiUrl, localApiTlsUrl, appStream, agent, nats, close: () => life.close() };
+    const metricsUrl = opts.metricsPort === undefined ? undefined : await life.listen(buildMetricsApp(metrics), { name: "metrics", scheme: "http", port: opts.metricsPort, host: opts.host ?? "0.0.0.0" });
+    log.info({ url, localApiUrl, localApiTlsUrl, metricsUrl, agentId: spec.agentId }, "agent listening");
+    return { app, url, localApiUrl, localApiTlsUrl, metricsUrl, appStream, agent, nats, close: () => life.close() };
   } catch (err) {
     await life.close();
     throw err;

@@ -3,6 +3,7 @@ import pino from "pino";
 import { startAgent } from "../agent/main.ts";
 import { parseTrustedProxies } from "../server/http.ts";
 import { startTracing } from "../telemetry/tracing.ts";
+import { METRICS_PORT } from "../server/metrics.ts";
 import { errorMessage } from "../util/errors.ts";
 
 const USAGE = `usage:
@@ -13,7 +14,7 @@ const USAGE = `usage:
 Every flag may also be given as an environment variable: IFP_MANIFEST, IFP_PORT, IFP_HOST,
 IFP_TLS_CERT, IFP_TLS_KEY, IFP_SIGNING_KEY, IFP_NATS_URL, IFP_NATS_CREDS, IFP_NATS_USER,
 IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_TRUSTED_PROXIES, IFP_ALLOW_PRIVATE_TARGETS,
-IFP_INTRODUCTION_SECRET_FILE, IFP_LOCAL_API_TLS_PORT, IFP_LOCAL_API_TOKEN_FILE, IFP_LOG_LEVEL.
+IFP_INTRODUCTION_SECRET_FILE, IFP_LOCAL_API_TLS_PORT, IFP_LOCAL_API_TOKEN_FILE, IFP_METRICS_PORT, IFP_LOG_LEVEL.
 Tracing (OpenTelemetry) is configured by the standard OTEL_* variables only, e.g.
 OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER;
 without them it is off (docs/tracing.md).
@@ -21,6 +22,8 @@ without them it is off (docs/tracing.md).
   --manifest FILE     the Agent or Relay resource (YAML or JSON), as kubectl apply takes it
   --port N            HTTPS port (default 8443)
   --host ADDR         listen address (default 0.0.0.0)
+  --metrics-port N    plain-HTTP Prometheus listener serving /metrics (default 9090; 0 disables
+                      it); the metrics are never served on the HTTPS port
   --tls-cert FILE     PEM certificate chain; plain HTTP is never served
   --tls-key FILE      PEM private key of the certificate
   --signing-key FILE  the agent's Ed25519 signing key, PKCS#8 PEM (agent mode)
@@ -72,6 +75,7 @@ const OPTIONS = {
   "allow-private-targets": { type: "string", env: "IFP_ALLOW_PRIVATE_TARGETS" },
   "local-api-tls-port": { type: "string", env: "IFP_LOCAL_API_TLS_PORT" },
   "local-api-token-file": { type: "string", env: "IFP_LOCAL_API_TOKEN_FILE" },
+  "metrics-port": { type: "string", env: "IFP_METRICS_PORT" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
   help: { type: "boolean", short: "h" },
 } as const;
@@ -108,6 +112,12 @@ function port(flags: Flags): number {
   const n = Number(text);
   if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`a port must be a number from 0 to 65535, not ${text}`);
   return n;
+}
+
+/** --metrics-port: the listener's port, or undefined for 0 (no metrics listener). */
+function metricsPort(flags: Flags): number | undefined {
+  const n = port({ port: flags["metrics-port"] ?? String(METRICS_PORT) });
+  return n === 0 ? undefined : n;
 }
 
 function trustedProxies(flags: Flags): string[] {
@@ -169,6 +179,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
       },
       trustedProxies: trustedProxies(flags),
       allowPrivateTargets: allowPrivateTargets(flags),
+      metricsPort: metricsPort(flags),
       logger,
     };
     let running: { close(): Promise<void> };

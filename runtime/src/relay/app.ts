@@ -48,7 +48,7 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
   const spec = relay.spec;
   const now = deps.now ?? Date.now;
   const app = createServer({ tls: deps.tls, logger: deps.logger, bodyLimit: spec.limits.maxMessageBytes, trustedProxies: deps.trustedProxies });
-  registerProbes(app, deps.ready, metrics);
+  registerProbes(app, deps.ready);
   const authenticate = relayAuthenticator({
     verifier: deps.verifier,
     publicUrl: spec.url,

@@ -124,6 +124,7 @@ export function attachWebSocket(
   });
   const serve = (ws: WebSocket, agent: string, after: number) => {
     deps.metrics.relay.inc({ operation: "websocket", result: "ok" });
+    deps.metrics.relayConnections.inc({ transport: "websocket" });
     const send = (frame: WsFrame) => {
       if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(frame));
     };
@@ -160,6 +161,7 @@ export function attachWebSocket(
     });
     const ping = setInterval(() => ws.ping(), HEARTBEAT_MS);
     ws.on("close", () => {
+      deps.metrics.relayConnections.dec({ transport: "websocket" });
       clearInterval(ping);
       stop();
     });

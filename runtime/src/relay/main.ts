@@ -10,7 +10,8 @@ import { TargetPolicy } from "../net/targets.ts";
 import { Verifier } from "../protocol/verify.ts";
 import { Relay } from "../resources/relay.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
-import { createRuntimeMetrics } from "../server/metrics.ts";
+import { backlogGauges, buildMetricsApp, createRuntimeMetrics } from "../server/metrics.ts";
+import { streamBacklog } from "../nats/backlog.ts";
 import { readTls, watchTls } from "../server/tls.ts";
 import { buildRelayApp } from "./app.ts";
 import { Mailboxes } from "./mailbox.ts";
@@ -31,12 +32,16 @@ export interface RelayOptions {
   trustedProxies?: string[];
   /** Special addresses outbound requests may reach besides spec.network.allowPrivateTargets (--allow-private-targets). */
   allowPrivateTargets?: string[];
+  /** Port of the plain-HTTP /metrics listener (0 picks a free port); none when omitted. */
+  metricsPort?: number;
   logger?: Logger;
 }
 
 export interface RunningRelay {
   app: FastifyInstance;
   url: string;
+  /** The plain-HTTP metrics listener, when one was asked for. */
+  metricsUrl?: string;
   relay: Relay;
   nats: Nats;
   close(): Promise<void>;
@@ -61,6 +66,7 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   const nats = new Nats({ inboxPrefix: relayInboxPrefix(relay), ...opts.nats, name: `ifp-relay ${relay.metadata.name ?? relay.spec.url}` }, log);
   life.defer("NATS", () => nats.close());
   const mailboxes = new Mailboxes(nats, names);
+  backlogGauges(metrics, () => streamBacklog(nats, names.stream), "relay_mailbox");
   const subs = new Subscriptions(nats, names, log);
   const push = new WebhookPush({ nats, names, mailboxes, subs, delivery: relay.spec.delivery, http, relayUrl: relay.spec.url, log, metrics });
   life.defer("webhook push", async () => {
@@ -101,8 +107,9 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
 
   try {
     const url = await life.listen(app, { name: "HTTPS server", scheme: "https", port: opts.port, host: opts.host ?? "0.0.0.0" });
-    log.info({ url }, "relay listening");
-    return { app, url, relay, nats, close: () => life.close() };
+    const metricsUrl = opts.metricsPort === undefined ? undefined : await life.listen(buildMetricsApp(metrics), { name: "metrics", scheme: "http", port: opts.metricsPort, host: opts.host ?? "0.0.0.0" });
+    log.info({ url, metricsUrl }, "relay listening");
+    return { app, url, metricsUrl, relay, nats, close: () => life.close() };
   } catch (err) {
     await life.close();
     throw err;

@@ -1,48 +1,150 @@
-import { Counter, collectDefaultMetrics, Histogram, Registry } from "prom-client";
+import Fastify, { type FastifyInstance } from "fastify";
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 
-/** The runtime's Prometheus metrics, one registry per process. */
+/** Default port of the plain-HTTP metrics listener (--metrics-port; 0 disables it). */
+export const METRICS_PORT = 9090;
+
+/**
+ * The runtime's Prometheus metrics, one registry per process. Every label takes values from a
+ * fixed set (results, error codes, operations, transports): never a message_id, an agent id or a
+ * URL, so the number of series stays bounded whatever peers send.
+ */
 export function createRuntimeMetrics(mode: "agent" | "relay") {
   const registry = new Registry();
   registry.setDefaultLabels({ mode });
   collectDefaultMetrics({ register: registry });
+  const registers = [registry];
   return {
     registry,
     inbox: new Counter({
       name: "ifp_inbox_requests_total",
-      help: "Inbox POSTs by result (accepted, duplicate or an error code)",
+      help: "Inbox POSTs by result (accepted, duplicate or an error code) and HTTP status",
+      labelNames: ["result", "status"],
+      registers,
+    }),
+    inboxAccepted: new Counter({
+      name: "ifp_inbox_messages_accepted_total",
+      help: "Messages newly accepted into the inbox (repeats not counted)",
+      registers,
+    }),
+    inboxDuplicates: new Counter({
+      name: "ifp_inbox_duplicates_total",
+      help: "Repeated deliveries of an already accepted message, absorbed with 202",
+      registers,
+    }),
+    inboxSignatureFailures: new Counter({
+      name: "ifp_inbox_signature_failures_total",
+      help: "Inbox POSTs refused because the signature did not verify",
+      registers,
+    }),
+    inboxRateLimited: new Counter({
+      name: "ifp_inbox_rate_limited_total",
+      help: "Inbox POSTs refused by a rate limit, by limit (address or sender)",
+      labelNames: ["limit"],
+      registers,
+    }),
+    inboxLatency: new Histogram({
+      name: "ifp_inbox_request_duration_seconds",
+      help: "Time to answer an inbox POST, by result",
       labelNames: ["result"],
-      registers: [registry],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers,
+    }),
+    inboxSize: new Histogram({
+      name: "ifp_inbox_request_size_bytes",
+      help: "Size of inbox POST bodies as sent (Content-Length)",
+      buckets: [256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304],
+      registers,
     }),
     handler: new Counter({
       name: "ifp_handler_deliveries_total",
       help: "Deliveries of accepted messages to spec.handler.url by result",
       labelNames: ["result"],
-      registers: [registry],
+      registers,
+    }),
+    handlerLag: new Histogram({
+      name: "ifp_handler_delivery_lag_seconds",
+      help: "Time from acceptance to successful hand-off to spec.handler.url",
+      buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 3600],
+      registers,
     }),
     deadLetters: new Counter({
       name: "ifp_dead_letters_total",
       help: "Messages moved to a dead-letter subject",
       labelNames: ["source"],
-      registers: [registry],
+      registers,
     }),
     relay: new Counter({
       name: "ifp_relay_operations_total",
       help: "Relay operations by operation and result",
       labelNames: ["operation", "result"],
-      registers: [registry],
+      registers,
+    }),
+    relayConnections: new Gauge({
+      name: "ifp_relay_connections",
+      help: "Open streaming connections to the relay, by transport",
+      labelNames: ["transport"],
+      registers,
     }),
     outbound: new Counter({
       name: "ifp_outbound_deliveries_total",
       help: "Outbound message delivery attempts by result",
       labelNames: ["result"],
-      registers: [registry],
+      registers,
     }),
     handlerLatency: new Histogram({
       name: "ifp_handler_delivery_seconds",
       help: "Time for spec.handler.url to answer",
       buckets: [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10],
-      registers: [registry],
+      registers,
     }),
   };
 }
 export type RuntimeMetrics = ReturnType<typeof createRuntimeMetrics>;
+
+/**
+ * A gauge read from NATS at scrape time (stream depth, oldest message age). A failing read
+ * leaves the gauge unset for that scrape rather than failing the whole scrape.
+ */
+export function backlogGauges(metrics: RuntimeMetrics, read: () => Promise<{ depth: number; oldestAgeSeconds: number } | undefined>, prefix: "inbox" | "outbox" | "relay_mailbox"): void {
+  let last: Promise<{ depth: number; oldestAgeSeconds: number } | undefined> | undefined;
+  // Both gauges are collected in the same scrape: one read serves them.
+  const sample = () =>
+    (last ??= read()
+      .catch(() => undefined)
+      .finally(() => {
+        last = undefined;
+      }));
+  new Gauge({
+    name: `ifp_${prefix}_depth`,
+    help: `Messages waiting in the ${prefix.replace("_", " ")} (stream messages not yet delivered)`,
+    registers: [metrics.registry],
+    async collect() {
+      const s = await sample();
+      if (s) this.set(s.depth);
+    },
+  });
+  new Gauge({
+    name: `ifp_${prefix}_oldest_age_seconds`,
+    help: `Age of the oldest message waiting in the ${prefix.replace("_", " ")} (0 when empty)`,
+    registers: [metrics.registry],
+    async collect() {
+      const s = await sample();
+      if (s) this.set(s.oldestAgeSeconds);
+    },
+  });
+}
+
+/**
+ * The metrics listener: plain HTTP, GET /metrics only, on its own port so that nothing reaching
+ * the TLS protocol port (peers, relays' clients) can read it.
+ */
+export function buildMetricsApp(metrics: RuntimeMetrics): FastifyInstance {
+  const app = Fastify({ logger: false, forceCloseConnections: true, requestTimeout: 10_000 }) as unknown as FastifyInstance;
+  app.get("/metrics", async (_req, reply) => {
+    reply.type(metrics.registry.contentType);
+    return metrics.registry.metrics();
+  });
+  app.setNotFoundHandler((_req, reply) => reply.code(404).type("text/plain; charset=utf-8").send("not found; the metrics are at /metrics\n"));
+  return app;
+}

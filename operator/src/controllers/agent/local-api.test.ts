@@ -35,7 +35,10 @@ describe("spec.localApi.service rendered", () => {
       if (c.port === undefined) {
         expect(r.services.map((s) => s.metadata.name)).toEqual(["alice"]);
         expect(flags).toEqual([]);
-        expect(r.runtime.ports).toEqual([{ name: "https", containerPort: 8443, protocol: "TCP" }]);
+        expect(r.runtime.ports).toEqual([
+          { name: "https", containerPort: 8443, protocol: "TCP" },
+          { name: "metrics", containerPort: 9090, protocol: "TCP" },
+        ]);
         expect(r.pod.volumes.map((v: any) => v.name)).not.toContain("local-api");
         expect(localApiDnsNames(owner, agent(c.localApi))).toEqual([]);
         return;

@@ -15,7 +15,7 @@ describe("desiredRelayChildren", () => {
     const children = desiredRelayChildren(relay(), { settings, tlsSecret: "hub-tls" });
     expect(children.map((c) => `${c.kind}/${c.metadata!.name}`)).toEqual(["ConfigMap/hub-manifest", "ServiceAccount/hub-runtime", "Service/hub", "Deployment/hub"]);
     const d = children[3] as any;
-    expect(d.spec.template.spec.containers[0].args).toEqual(["relay", "--manifest=/etc/ifp/manifest/manifest.yaml", "--port=8443", "--tls-cert=/etc/ifp/tls/tls.crt", "--tls-key=/etc/ifp/tls/tls.key", "--nats=nats://n:4222", "--ca-file=/etc/ifp/trust/ca.crt"]);
+    expect(d.spec.template.spec.containers[0].args).toEqual(["relay", "--manifest=/etc/ifp/manifest/manifest.yaml", "--port=8443", "--metrics-port=9090", "--tls-cert=/etc/ifp/tls/tls.crt", "--tls-key=/etc/ifp/tls/tls.key", "--nats=nats://n:4222", "--ca-file=/etc/ifp/trust/ca.crt"]);
     expect((children[1] as any).automountServiceAccountToken).toBe(false);
     expect(Relay.safeParse(parse((children[0] as any).data["manifest.yaml"])).success).toBe(true);
   });

@@ -48,7 +48,14 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
   const traced = new WeakSet<object>();
   // Every answer is counted: accepted, duplicate, or its error code.
   const count = async (req: FastifyRequest, reply: FastifyReply) => {
-    metrics.inbox.inc({ result: reply.outcome ?? (reply.statusCode < 400 ? "accepted" : "internal_error") });
+    const result = reply.outcome ?? (reply.statusCode < 400 ? "accepted" : "internal_error");
+    metrics.inbox.inc({ result, status: String(reply.statusCode) });
+    metrics.inboxLatency.observe({ result }, reply.elapsedTime / 1000);
+    const size = Number(req.headers["content-length"]);
+    if (Number.isFinite(size) && size >= 0) metrics.inboxSize.observe(size);
+    if (result === "accepted") metrics.inboxAccepted.inc();
+    else if (result === "duplicate") metrics.inboxDuplicates.inc();
+    else if (result === "invalid_signature") metrics.inboxSignatureFailures.inc();
     // One span per request: a request refused before its message was read gets one without a parent.
     if (tracingEnabled() && !traced.has(req)) {
       const span = startSpan("ifp.inbox.receive", { kind: SpanKind.SERVER, startTime: Date.now() - reply.elapsedTime, attributes: { [A.agent]: spec.agentId } });
@@ -68,7 +75,10 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         onRequest: async (req) => {
           const address = clientAddress(req);
           const byAddress = perAddress.take(address);
-          if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${address}`);
+          if (!byAddress.ok) {
+            metrics.inboxRateLimited.inc({ limit: "address" });
+            throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${address}`);
+          }
         },
       },
       async (req, reply) => {
@@ -88,6 +98,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
           const verified = await verifier.verify(message, spec.inbox.requireSignature, { address: clientAddress(req) });
           const bySender = perSender.take(verified.signer ?? `unsigned:${h.from.agent}`);
           if (!bySender.ok) {
+            metrics.inboxRateLimited.inc({ limit: "sender" });
             throw rateLimited(bySender.retryAfterSeconds, `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`);
           }
           // The byte quota: one trusted peer cannot fill the store every agent shares.

@@ -34,9 +34,11 @@ export const eventRoutes: FastifyPluginAsyncZod<EventRouteDeps> = async (app, de
     reply.hijack();
     const end = serveEvents(reply.raw, req.raw, req.agent, deps.mailboxes, deps.log);
     openStreams.add(end);
+    deps.metrics.relayConnections.inc({ transport: "sse" });
     reply.raw.on("close", () => {
       release();
       openStreams.delete(end);
+      deps.metrics.relayConnections.dec({ transport: "sse" });
     });
   });
 

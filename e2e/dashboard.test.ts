@@ -1,0 +1,177 @@
+// The monitoring the chart offers: the ServiceMonitor, PodMonitor and Grafana dashboard it
+// renders, and a dashboard whose every query names a metric that a real agent, relay and
+// operator export (scraped from them, not listed by hand).
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseAllDocuments } from "yaml";
+import { toolPath } from "./tools/tools.ts";
+import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
+import { labels, runtimeDeployment } from "../operator/src/controllers/runtime.ts";
+import { startManager, type RunningManager } from "../operator/src/manager.ts";
+import { capturedLog } from "../operator/test/support.ts";
+import { identity, peerOf, signed } from "../runtime/test/fixtures.ts";
+import { runAgent, scrapeMetrics, startHandler, type Tls, withNatsAndTls } from "../runtime/test/agent-harness.ts";
+import { alice, clientOf, relayEnv, runRelay, type RelayEnv } from "../runtime/test/relay-harness.ts";
+import type { NatsServer } from "./support/nats.ts";
+import type { RunningRelay } from "../runtime/src/relay/main.ts";
+
+const CHART = "charts/ifp-operator";
+const DASHBOARD = `${CHART}/dashboards/ifp.json`;
+type Obj = Record<string, any>;
+
+const helm = (...args: string[]) => {
+  const r = spawnSync(toolPath("helm"), ["template", "ifp", CHART, "--namespace", "ifp-system", ...args], { encoding: "utf8", timeout: 30_000 });
+  if (r.error) throw r.error;
+  return { status: r.status, out: r.stdout + r.stderr, objects: r.status === 0 ? (parseAllDocuments(r.stdout).map((d) => d.toJSON()).filter(Boolean) as Obj[]) : [] };
+};
+
+/** Every expr of every panel and template variable in the dashboard. */
+function queries(dashboard: Obj): string[] {
+  const out: string[] = [];
+  const walk = (panels: Obj[]) => {
+    for (const p of panels) {
+      for (const t of p.targets ?? []) out.push(t.expr);
+      walk(p.panels ?? []);
+    }
+  };
+  walk(dashboard.panels);
+  for (const v of dashboard.templating.list) if (v.type === "query") out.push(typeof v.query === "string" ? v.query : v.query.query);
+  return out;
+}
+
+const PROMQL_WORDS = new Set(["sum", "max", "min", "avg", "count", "rate", "irate", "increase", "histogram_quantile", "by", "without", "on", "ignoring", "label_values", "and", "or", "unless", "le"]);
+
+/** The metric names a PromQL expression reads: identifiers followed by `{`, `[` or `)` that are not functions, keywords or labels. */
+export function metricNames(expr: string): string[] {
+  const stripped = expr.replace(/"(?:[^"\\]|\\.)*"/g, '""').replace(/\b(by|without)\s*\([^)]*\)/g, "")
+    // label_values(metric, label): the label is not a metric.
+    .replace(/(label_values\(.*),\s*\w+\s*\)/g, "$1)");
+  const names = new Set<string>();
+  for (const m of stripped.matchAll(/([a-zA-Z_:][\w:]*)\s*(\{|\[|\)|,)/g)) {
+    const name = m[1]!;
+    if (PROMQL_WORDS.has(name)) continue;
+    // A label matcher inside braces (name=~...) is never followed by { [ ) or ,.
+    names.add(name);
+  }
+  return [...names];
+}
+
+/** The metric families an exposition declares (# TYPE lines), with the series names a histogram adds. */
+function exported(text: string): Set<string> {
+  const out = new Set<string>();
+  for (const m of text.matchAll(/^# TYPE (\S+) (\S+)$/gm)) {
+    out.add(m[1]!);
+    if (m[2] === "histogram") for (const s of ["_bucket", "_sum", "_count"]) out.add(`${m[1]}${s}`);
+  }
+  return out;
+}
+
+describe("chart monitoring objects", () => {
+  it("renders none of them by default", () => {
+    const r = helm();
+    expect(r.status, r.out).toBe(0);
+    expect(r.objects.filter((o) => ["ServiceMonitor", "PodMonitor"].includes(o.kind))).toEqual([]);
+    expect(r.objects.find((o) => o.kind === "ConfigMap" && o.metadata.name.endsWith("-dashboard"))).toBeUndefined();
+  });
+
+  it("renders a ServiceMonitor for the operator, a PodMonitor for the runtimes and the dashboard ConfigMap", () => {
+    const r = helm("--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true", "--set", "metrics.dashboard.enabled=true", "--set", "metrics.podMonitor.labels.release=prom");
+    expect(r.status, r.out).toBe(0);
+    const sm = r.objects.find((o) => o.kind === "ServiceMonitor")!;
+    const svc = r.objects.find((o) => o.kind === "Service" && o.metadata.labels["app.kubernetes.io/component"] === "operator")!;
+    // The ServiceMonitor selects the operator's Service by labels it carries, and scrapes a port it has.
+    for (const [k, v] of Object.entries(sm.spec.selector.matchLabels)) expect(svc.metadata.labels[k], k).toBe(v);
+    expect(svc.spec.ports.map((p: Obj) => p.name)).toContain(sm.spec.endpoints[0].port);
+
+    // The PodMonitor selects what the operator renders for an Agent's and a Relay's runtime pods.
+    const pm = r.objects.find((o) => o.kind === "PodMonitor")!;
+    expect(pm.metadata.labels.release).toBe("prom");
+    expect(pm.spec.namespaceSelector).toEqual({ any: true });
+    for (const kind of ["Agent", "Relay"] as const) {
+      const owner = { apiVersion: "ifp.dev/v1alpha1", kind, metadata: { name: "x", namespace: "n", uid: "u" } };
+      const podLabels = labels(owner as never);
+      for (const [k, v] of Object.entries(pm.spec.selector.matchLabels)) expect(podLabels[k], k).toBe(v);
+      const d = runtimeDeployment({ owner: owner as never, mode: kind === "Agent" ? "agent" : "relay", replicas: 1, image: "i", settings: { runtimeImage: "i", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n:4222" } as never, tlsSecret: "t", configHash: "h" });
+      const c = d.spec!.template.spec!.containers[0]!;
+      const port = c.ports!.find((p) => p.name === pm.spec.podMetricsEndpoints[0].port);
+      expect(port?.containerPort).toBe(9090);
+      expect(c.args).toContain("--metrics-port=9090");
+    }
+
+    const cm = r.objects.find((o) => o.kind === "ConfigMap" && o.metadata.name.endsWith("-dashboard"))!;
+    expect(cm.metadata.labels.grafana_dashboard).toBe("1");
+    expect(JSON.parse(cm.data["ifp.json"])).toEqual(JSON.parse(readFileSync(DASHBOARD, "utf8")));
+  });
+
+  it("refuses bad monitoring values, naming them", () => {
+    const bad = helm("--set", "metrics.serviceMonitor.interval=forever");
+    expect(bad.status).not.toBe(0);
+    expect(bad.out).toMatch(/interval/);
+    const unknown = helm("--set", "metrics.podMonitor.enable=true");
+    expect(unknown.status).not.toBe(0);
+    expect(unknown.out).toMatch(/enable/);
+  });
+});
+
+describe("the Grafana dashboard", () => {
+  let nats: NatsServer;
+  let tls: Tls;
+  withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
+  let cp: ControlPlane;
+  let operator: RunningManager;
+  let env: RelayEnv;
+  let relay: RunningRelay;
+  beforeAll(async () => {
+    cp = await startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false });
+    operator = await startManager({
+      kubeconfig: cp.kubeconfig,
+      settings: { runtimeImage: "img:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats:4222" } as never,
+      watchNamespaces: [],
+      resyncMs: 60_000,
+      log: capturedLog().log,
+      healthPort: 0,
+      metricsPort: 0,
+    });
+    await operator.started;
+    env = await relayEnv();
+    relay = await runRelay(env);
+  }, 300_000);
+  afterAll(async () => {
+    await operator?.stop();
+    await relay?.close();
+    await env?.close();
+    await cp?.stop();
+  });
+
+  it("parses, and every metric its queries use is exported by a real agent, relay or operator", async () => {
+    const dashboard = JSON.parse(readFileSync(DASHBOARD, "utf8"));
+    expect(dashboard.uid).toBe("ifp-overview");
+    const handler = await startHandler();
+    const pete = identity("pete-agent");
+    const agent = await runAgent({ self: identity("dash-agent"), natsUrl: nats.url, tls, spec: { peers: [peerOf(pete)], handler: { url: handler.url } } });
+    try {
+      expect((await agent.post(signed(pete, "dash-agent"))).status).toBe(202);
+      expect((await clientOf(env, relay, alice).publish(signed(alice, "bob-agent"))).status).toBe(202);
+      const names = new Set([
+        ...exported(await agent.scrape()),
+        ...exported(await scrapeMetrics(relay.metricsUrl)),
+        ...exported(await (await fetch(`${operator.metricsUrl}/metrics`)).text()),
+      ]);
+      const used = [...new Set(queries(dashboard).flatMap(metricNames))].sort();
+      expect(used.length).toBeGreaterThan(20);
+      // Each family the issue asks a panel for is there.
+      for (const n of ["ifp_inbox_messages_accepted_total", "ifp_relay_mailbox_depth", "ifp_outbox_oldest_age_seconds", "controller_runtime_reconcile_total", "workqueue_depth"]) expect(used).toContain(n);
+      expect(used.filter((n) => !names.has(n))).toEqual([]);
+    } finally {
+      await agent.close();
+      await handler.close();
+    }
+  });
+
+  it("finds a metric name the exports lack", () => {
+    expect(metricNames('sum by (ifp_name) (rate(ifp_not_a_metric_total{namespace=~"$namespace"}[5m]))')).toEqual(["ifp_not_a_metric_total"]);
+    expect(metricNames("histogram_quantile(0.99, sum by (le, controller) (rate(controller_runtime_reconcile_time_seconds_bucket[5m])))")).toEqual(["controller_runtime_reconcile_time_seconds_bucket"]);
+    expect(metricNames('label_values(process_start_time_seconds{mode=~"agent|relay"}, ifp_name)')).toEqual(["process_start_time_seconds"]);
+  });
+});
