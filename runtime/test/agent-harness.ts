@@ -33,6 +33,8 @@ export async function runAgent(opts: {
   dir?: string;
   port?: number;
   introductionSecretFile?: string;
+  /** The signing key's file (default: self's key written into dir), e.g. signing.key of a mounted key set. */
+  signingKeyFile?: string;
 }): Promise<RunningAgent & { post(body: unknown, headers?: Record<string, string>): Promise<HttpsResponse>; get(path: string, headers?: Record<string, string>): Promise<HttpsResponse> }> {
   const dir = opts.dir ?? tempDir();
   const manifest = writeAgentManifest(dir, { agentId: opts.self.agentId, ...opts.spec });
@@ -42,7 +44,7 @@ export async function runAgent(opts: {
     host: "127.0.0.1",
     tlsCert: opts.tls.files.cert,
     tlsKey: opts.tls.files.key,
-    signingKey: writeKey(dir, opts.self),
+    signingKey: opts.signingKeyFile ?? writeKey(dir, opts.self),
     nats: { url: opts.natsUrl },
     localApiPort: 0,
     introductionSecretFile: opts.introductionSecretFile,

@@ -182,7 +182,7 @@ export function runtimeDeployment(opts: {
   ];
   if (opts.signingSecret) {
     mounts.push({ name: "signing", mountPath: "/etc/ifp/signing", readOnly: true });
-    volumes.push({ name: "signing", secret: { secretName: opts.signingSecret, items: [{ key: "signing.key", path: "signing.key" }] } });
+    volumes.push({ name: "signing", secret: { secretName: opts.signingSecret } }); // signing.key, keys.json and retired keys of a rotation
   }
   if (settings.natsPerResourceCreds) {
     env.push({ name: "IFP_NATS_CREDS", value: "/etc/ifp/nats/nats.creds" });

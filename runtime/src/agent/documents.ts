@@ -7,6 +7,7 @@ import type { Nats } from "../nats/connection.ts";
 import { etagOf, type CapabilityDocument, type IdentityDocument } from "../protocol/documents.ts";
 import { isoSeconds } from "../util/time.ts";
 import type { AgentNames } from "./names.ts";
+import type { PublishedKey } from "../contract/signing-keys.ts";
 
 /** IFP parts this runtime implements: formats 3/4, signing 5, HTTPS 6, discovery 7, relay client 8. */
 export const IFP_SUPPORT = [3, 4, 5, 6, 7, 8];
@@ -32,7 +33,7 @@ export function buildCapabilityDocument(agent: Agent, updated: string): Capabili
 
 export function buildIdentityDocument(
   agent: Agent,
-  publicKey: string,
+  publicKey: string | readonly PublishedKey[],
   keyCreated: string,
   baseUrl: string | undefined,
 ): IdentityDocument {
@@ -41,7 +42,10 @@ export function buildIdentityDocument(
     ifp: 5,
     agent_id: agent.spec.agentId,
     ...(agent.spec.displayName ? { display: agent.spec.displayName } : {}),
-    keys: [{ key_id: agent.spec.signing.keyId, type: "ed25519", public_key: publicKey, created: keyCreated, status: "active" }],
+    keys:
+      typeof publicKey === "string"
+        ? [{ key_id: agent.spec.signing.keyId, type: "ed25519", public_key: publicKey, created: keyCreated, status: "active" }]
+        : publicKey.map((k) => ({ ...k })),
     ...(base
       ? {
           endpoints: {
@@ -62,13 +66,14 @@ export function buildIdentityDocument(
  */
 export class Documents {
   private readonly agent: Agent;
-  private readonly publicKey: string;
+  private readonly publicKey: string | readonly PublishedKey[];
   private readonly keyCreated: string;
   private capabilities: Served<CapabilityDocument>;
   private readonly identities = new Map<string, Served<IdentityDocument>>();
   readonly hash: string;
 
-  constructor(agent: Agent, publicKey: string, keyCreated: string, started = new Date()) {
+  /** `publicKey`: the one active key, or every key of a rotated key set. */
+  constructor(agent: Agent, publicKey: string | readonly PublishedKey[], keyCreated: string, started = new Date()) {
     this.agent = agent;
     this.publicKey = publicKey;
     this.keyCreated = keyCreated;

@@ -12,6 +12,7 @@ import { caFileLogger, HttpClient } from "../net/http-client.ts";
 import { isoSeconds } from "../util/time.ts";
 import { privateKeyFromPem, rawPublicKey } from "../protocol/keys.ts";
 import type { SigningKey } from "../protocol/signing.ts";
+import { loadKeyring } from "./keyring.ts";
 import { Agent } from "../resources/agent.ts";
 import { parseDuration } from "../resources/common.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
@@ -88,13 +89,13 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const localApiToken = opts.localApiTokenFile ? new TokenFile(opts.localApiTokenFile, log) : undefined;
   const agent = await loadManifest(opts.manifest, Agent);
   const spec = agent.spec;
-  const privateKey = privateKeyFromPem(await readFile(opts.signingKey));
-  const signing: SigningKey = { agentId: spec.agentId, keyId: spec.signing.keyId, privateKey };
+  const keyring = await loadKeyring(opts.signingKey, spec.agentId, spec.signing.keyId);
+  const signing: SigningKey = keyring.signing;
   const keyCreated =
     agent.metadata.annotations?.[ANNOTATIONS.signingKeyCreated] ??
     agent.metadata.creationTimestamp ??
     isoSeconds(statSync(opts.signingKey).mtime);
-  const documents = new Documents(agent, rawPublicKey(privateKey), keyCreated);
+  const documents = new Documents(agent, keyring.published ?? keyring.publicKey, keyCreated);
   const names = agentNames(spec.agentId);
   const metrics = createRuntimeMetrics("agent");
   const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };

@@ -15,7 +15,7 @@ export type AgentResource = Agent & { metadata: Owner["metadata"] };
 export interface AgentInputs {
   settings: OperatorSettings;
   /** The Secret with the signing key, when it was created, and its public half. */
-  signing: { secretName: string; created: string; publicKey: string };
+  signing: { secretName: string; created: string; publicKey: string; keysHash?: string };
   tlsSecret: string;
   /** The exposure children to render and the Gateway API versions served (default: all of spec.expose, newest versions). */
   exposure?: ExposurePlanInput;
@@ -62,8 +62,8 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
     settings: inputs.settings,
     tlsSecret: inputs.tlsSecret,
     signingSecret: inputs.signing.secretName,
-    // What the runtime reads only at start: the manifest and the signing key.
-    configHash: hashOf({ manifest, signingKey: inputs.signing.publicKey }),
+    // What the runtime reads only at start: the manifest and the signing keys (a rotation or revocation restarts it).
+    configHash: hashOf({ manifest, signingKey: inputs.signing.publicKey, ...(inputs.signing.keysHash ? { keys: inputs.signing.keysHash } : {}) }),
     trustedProxies: agent.spec.expose?.trustedProxies,
   });
   const exposure = exposureChildren(owner, agent.spec.expose, inputs.exposure);

@@ -1,14 +1,12 @@
 // The Agent controller's shell: read → parse → signing key and TLS → desired() → apply →
 // observe → agentStatus() → write status. Level-triggered: it gets only namespace/name.
-import type { V1Deployment, V1Secret } from "@kubernetes/client-node";
-import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
+import type { V1Deployment } from "@kubernetes/client-node";
 import { describeIssues } from "../../../../runtime/src/contract/issues.ts";
 import { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { defaultBaseUrl } from "../../../../runtime/src/resources/common.ts";
 import { applyChildren } from "../../kube/apply.ts";
 import type { ReconcileResult } from "../../kube/controller.ts";
-import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
-import { invalidSpecConditions, isoSeconds, type Blocker } from "../conditions.ts";
+import { invalidSpecConditions, type Blocker } from "../conditions.ts";
 import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { exposedHosts } from "../expose.ts";
@@ -19,6 +17,7 @@ import { agentPermissions } from "../../../../runtime/src/contract/nats-permissi
 import { ensureNatsCreds } from "../nats-creds.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { ensureLocalApi, localApiDnsNames } from "./local-api.ts";
+import { ensureSigningKey } from "./signing.ts";
 import { agentStatus } from "./status.ts";
 
 export async function reconcileAgent(ctx: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
@@ -33,7 +32,7 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
   const agent: AgentResource = { ...parsed.data, metadata: obj.metadata as unknown as Owner["metadata"] };
   const owner = agentOwner(agent);
   try {
-    const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing.secretName);
+    const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing);
     const expose = agent.spec.expose;
     const localApi = await ensureLocalApi(ctx, obj, owner, agent);
     const dnsNames = certificateDnsNames(owner, defaultBaseUrl(agent.spec.baseUrl, expose), [...localApiDnsNames(owner, agent), ...(agent.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]);
@@ -62,53 +61,8 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     });
     const wrote = await writeStatus(ctx, "agents", obj, status, conditions);
     if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
-    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined, natsCreds?.requeueAfterMs) };
+    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined, natsCreds?.requeueAfterMs, "blocker" in signing ? undefined : signing.requeueAfterMs) };
   } catch (err) {
     return await reportFailure(ctx, "agents", obj, err);
-  }
-}
-
-type SigningOutcome = { secretName: string; publicKey: string; created: string; applied: string[] } | { blocker: Blocker; applied: string[] };
-
-/**
- * The signing key's Secret: generated once (Ed25519, PKCS#8 PEM under signing.key) and never
- * overwritten. It has no owner reference: the agent's identity outlives a deleted Agent, and an
- * Agent created again under the same name signs with the same key. A Secret the user made
- * under that name is used as it is.
- */
-async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject, owner: Owner, secretName: string | undefined): Promise<SigningOutcome> {
-  const ns = owner.metadata.namespace;
-  const name = secretName ?? childNames(owner.metadata.name).signingSecret;
-  const applied: string[] = [];
-  let secret = ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
-  if (!secret) {
-    const key = generateSigningKey();
-    const created = await ctx.kube.createIfAbsent<V1Secret>({
-      apiVersion: "v1",
-      kind: "Secret",
-      type: "Opaque",
-      metadata: {
-        name,
-        namespace: ns,
-        labels: { ...MANAGED_BY, [INSTANCE_LABEL]: owner.metadata.name, [COMPONENT_LABEL]: "agent", "app.kubernetes.io/part-of": "ifp-operator" },
-        annotations: { "ifp.dev/public-key": key.publicKey },
-      },
-      data: { "signing.key": Buffer.from(key.privateKeyPem).toString("base64") },
-    });
-    if (created) {
-      applied.push(`Secret/${name}`);
-      await ctx.kube.event(obj, "Normal", "GeneratedSigningKey", `generated an Ed25519 signing key into Secret ${name}; public key ${key.publicKey}`);
-    }
-    secret = created ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
-    if (!secret) throw new Error(`Secret ${name} vanished right after it was created`);
-  }
-  const b64 = secret.data?.["signing.key"];
-  if (!b64) return { blocker: { reason: "InvalidSigningKey", message: `Secret ${name} has no signing.key` }, applied };
-  try {
-    const publicKey = rawPublicKey(privateKeyFromPem(Buffer.from(b64, "base64").toString()));
-    const ts = secret.metadata?.creationTimestamp;
-    return { secretName: name, publicKey, created: ts ? isoSeconds(new Date(ts)) : "", applied };
-  } catch (err) {
-    return { blocker: { reason: "InvalidSigningKey", message: `Secret ${name}: ${(err as Error).message}` }, applied };
   }
 }
