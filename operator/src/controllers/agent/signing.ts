@@ -105,8 +105,9 @@ export function planSigningKeys(data: Data, signing: AgentSpec["signing"], creat
   if (revokeNow.has(active.keyId)) {
     return { set, events, error: `spec.signing.revoke names the active key ${active.keyId}; set spec.signing.rotate to replace it first` };
   }
-  if (changed || !data[SIGNING_KEYS_FILE]) out[SIGNING_KEYS_FILE] = b64(JSON.stringify(set));
-  return { data: changed || !data[SIGNING_KEYS_FILE] ? out : undefined, set, events, nextDue };
+  // Without a rotation the Secret is left as it is: one key, whose set is implied.
+  if (changed) out[SIGNING_KEYS_FILE] = b64(JSON.stringify(set));
+  return { data: changed ? out : undefined, set, events, nextDue };
 }
 
 /**
