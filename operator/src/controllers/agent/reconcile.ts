@@ -1,6 +1,6 @@
 // The Agent controller's shell: read → parse → signing key and TLS → desired() → apply →
 // observe → agentStatus() → write status. Level-triggered: it gets only namespace/name.
-import type { V1Deployment } from "@kubernetes/client-node";
+import type { V1Deployment, V1Secret } from "@kubernetes/client-node";
 import { describeIssues } from "../../../../runtime/src/contract/issues.ts";
 import { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { defaultBaseUrl } from "../../../../runtime/src/resources/common.ts";
@@ -18,6 +18,7 @@ import { ensureNatsCreds } from "../nats-creds.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { ensureLocalApi, localApiDnsNames } from "./local-api.ts";
 import { ensureSigningKey } from "./signing.ts";
+import { secretUsableBy } from "../references.ts";
 import { agentStatus } from "./status.ts";
 
 export async function reconcileAgent(ctx: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
@@ -39,17 +40,18 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls, dnsNames);
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
     const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls?.trust);
+    const introduction = await checkIntroductionSecret(ctx, owner, agent);
     const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, agentPermissions(agent.spec.agentId)) : undefined;
     let applied: string[] = [...signing.applied, ...localApi.applied, ...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? [])];
     const exposure = await planExposure(ctx.kube, namespace, expose);
-    if (!("blocker" in signing) && !localApi.blocker) {
+    if (!("blocker" in signing) && !localApi.blocker && !introduction) {
       const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
       if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
       const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName, exposure }));
       if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
       applied = [...applied, ...pruned, ...changed];
     }
-    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (localApi.blocker ?? tls.blocker ?? trust.blocker ?? exposure.blocker);
+    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (localApi.blocker ?? introduction ?? tls.blocker ?? trust.blocker ?? exposure.blocker);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = agentStatus(agent, {
       applied,
@@ -65,4 +67,14 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
   } catch (err) {
     return await reportFailure(ctx, "agents", obj, err);
   }
+}
+
+/** The Secret of spec.inbox.introductionTokens must exist and be made or labelled for this Agent before a pod mounts it. */
+async function checkIntroductionSecret(ctx: ReconcileContext, owner: Owner, agent: AgentResource): Promise<Blocker | undefined> {
+  const ref = agent.spec.inbox.introductionTokens;
+  if (!ref) return undefined;
+  const field = "spec.inbox.introductionTokens.secretName";
+  const secret = await ctx.kube.read<V1Secret>("v1", "Secret", owner.metadata.namespace, ref.secretName);
+  if (!secret) return { reason: "IntroductionSecretMissing", message: `${field}: Secret ${ref.secretName} does not exist in namespace ${owner.metadata.namespace}` };
+  return secretUsableBy(secret, owner, field);
 }

@@ -9,7 +9,7 @@ import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata
 import { isoSeconds, type Blocker } from "../conditions.ts";
 import type { CustomObject, ReconcileContext } from "../reconciler.ts";
 import { childNames, type Owner } from "../runtime.ts";
-import { secretUsableBy } from "./references.ts";
+import { secretUsableBy } from "../references.ts";
 
 export type SigningOutcome =
   | { secretName: string; publicKey: string; created: string; keyId: string; keys: SigningKeyRecord[]; keysHash: string; applied: string[]; requeueAfterMs?: number }

@@ -2,9 +2,9 @@
 // Secret is used only when the operator created it for this very object, or when its owner
 // labelled it for this object (ifp.dev/agent: <Agent name>, ifp.dev/relay: <Relay name>).
 import type { KubernetesObject } from "@kubernetes/client-node";
-import type { Blocker } from "../conditions.ts";
-import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
-import type { Owner } from "../runtime.ts";
+import type { Blocker } from "./conditions.ts";
+import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../kube/metadata.ts";
+import type { Owner } from "./runtime.ts";
 
 /** The label by which a Secret's owner lets one Agent (or Relay) use it. */
 export function grantLabel(kind: string): string {
