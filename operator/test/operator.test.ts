@@ -255,6 +255,12 @@ describe("Agent", () => {
     const { cert, key } = await (await import("../src/certs.ts")).selfSignedServing("dave", ["dave"]);
     cp.kubectl(["-n", NS, "create", "secret", "tls", "dave-own-tls", `--cert=${await tmpFile("tls.crt", cert)}`, `--key=${await tmpFile("tls.key", key)}`]);
     poke("agent", "dave"); // a change brings a pass at once
+    // Not labelled for dave: refused until its owner labels it.
+    const foreign = await untilReason("agent", "dave", "ForeignSecret");
+    expect(condition(foreign, "Ready").message).toMatch(/^spec.tls.secretName: Secret dave-own-tls .* ifp.dev\/agent=dave/);
+    expect(get("deployment", "dave")).toBeUndefined();
+    cp.kubectl(["-n", NS, "label", "secret", "dave-own-tls", "ifp.dev/agent=dave"]);
+    poke("agent", "dave");
     const ready = await untilReason("agent", "dave", "RuntimeNotReady");
     expect(ready.status.tlsSecretName).toBe("dave-own-tls");
     expect(get("deployment", "dave").spec.template.spec.volumes.find((v: any) => v.name === "tls").secret.secretName).toBe("dave-own-tls");

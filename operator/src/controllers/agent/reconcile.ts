@@ -44,7 +44,9 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, agentPermissions(agent.spec.agentId)) : undefined;
     let applied: string[] = [...signing.applied, ...localApi.applied, ...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? [])];
     const exposure = await planExposure(ctx.kube, namespace, expose);
-    if (!("blocker" in signing) && !localApi.blocker && !introduction) {
+    // Nothing that mounts a Secret is rendered until that Secret exists and may be used by this Agent.
+    const tlsHeld = tls.blocker && ["TLSSecretMissing", "InvalidTLSSecret", "ForeignSecret"].includes(tls.blocker.reason);
+    if (!("blocker" in signing) && !localApi.blocker && !introduction && !tlsHeld) {
       const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
       if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
       const changed = await applyChildren(ctx.kube, ctx.caches, owner, desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName, exposure }));

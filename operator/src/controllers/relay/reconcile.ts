@@ -56,7 +56,9 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
     const exposure = await planExposure(ctx.kube, namespace, expose);
     const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
     if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
-    const changed = [...pruned, ...(await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName, exposure })))];
+    // A Secret the relay may not use (or that does not exist yet) is never mounted.
+    const tlsHeld = tls.blocker && ["TLSSecretMissing", "InvalidTLSSecret", "ForeignSecret"].includes(tls.blocker.reason);
+    const changed = [...pruned, ...(tlsHeld ? [] : await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName, exposure })))];
     if (changed.length > pruned.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.slice(pruned.length).join(", ")}`);
     const blocker = tls.blocker ?? trust.blocker ?? exposure.blocker;
     const stream = await reconcileStream(ctx, obj, relay);
