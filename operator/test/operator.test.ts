@@ -18,7 +18,7 @@ const NS = "ifp-test";
 const RESYNC_MS = 2_000;
 const operatorLog = capturedLog(600);
 
-const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222" };
+const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222", allowedImages: ["registry.example/ifp/*"] };
 const start = async () => {
   const m = await startManager({
     kubeconfig: cp.kubeconfig,
@@ -392,6 +392,18 @@ describe("Agent", () => {
     cp.kubectl(["-n", NS, "patch", "agent", "rot", "--type=merge", "-p", '{"spec":{"signing":{"revoke":["key-1-r2"]}}}']);
     const refused = await untilReason("agent", "rot", "InvalidSigningKey");
     expect(condition(refused, "Ready").message).toMatch(/names the active key key-1-r2/);
+  });
+
+  it("runs only an image the install allows: another spec.image is refused, nothing applied", async () => {
+    cp.kubectl(["apply", "-f", "-"], agentYaml("imgs", "  image: registry.example/ifpx/runtime:1\n"));
+    const refused = await untilReason("agent", "imgs", "ImageNotAllowed");
+    expect(condition(refused, "Ready").message).toMatch(/^spec.image: registry.example\/ifpx\/runtime:1 is not among the images this install allows/);
+    expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "ImageNotAllowed" });
+    expect(get("deployment", "imgs")).toBeUndefined();
+    await until("the Warning/ImageNotAllowed Event", () => events("imgs").some((e) => `${e.type}/${e.reason}` === "Warning/ImageNotAllowed"));
+    cp.kubectl(["-n", NS, "patch", "agent", "imgs", "--type=merge", "-p", '{"spec":{"image":"registry.example/ifp/runtime:2"}}']);
+    await untilReason("agent", "imgs", "RuntimeNotReady");
+    expect(get("deployment", "imgs").spec.template.spec.containers[0].image).toBe("registry.example/ifp/runtime:2");
   });
 
   it("picks up where it left off after an operator restart", async () => {

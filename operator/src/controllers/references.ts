@@ -28,3 +28,14 @@ export function secretUsableBy(secret: KubernetesObject, owner: Owner, field: st
     message: `${field}: Secret ${secret.metadata?.name} was not created by the operator for ${owner.kind} ${owner.metadata.name} and has no label ${label}=${owner.metadata.name}; label it so if this ${owner.kind} may use it`,
   };
 }
+
+/** Undefined when spec.image may be used: it is the runtime image or on the install's allow-list. */
+export function imageRefusal(image: string | undefined, settings: { runtimeImage: string; allowedImages?: string[] }): Blocker | undefined {
+  if (image === undefined || image === settings.runtimeImage) return undefined;
+  const allowed = settings.allowedImages ?? [];
+  if (allowed.some((a) => (a.endsWith("*") ? image.startsWith(a.slice(0, -1)) : image === a))) return undefined;
+  return {
+    reason: "ImageNotAllowed",
+    message: `spec.image: ${image} is not among the images this install allows (${[settings.runtimeImage, ...allowed].join(", ")}); the operator's --allowed-images (chart value allowedImages) lists them`,
+  };
+}

@@ -12,6 +12,8 @@ import { withPodSettings } from "./pod.ts";
 export interface OperatorSettings {
   runtimeImage: string;
   runtimeImagePullPolicy: string;
+  /** What spec.image may name: exact references or prefixes ending in "*" (none: only runtimeImage). */
+  allowedImages?: string[];
   natsUrl: string;
   /** A Secret (in each resource's namespace) holding a NATS credentials file under `key`. */
   natsCredsSecret?: { name: string; key: string };
