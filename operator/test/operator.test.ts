@@ -406,6 +406,21 @@ describe("Agent", () => {
     expect(get("deployment", "imgs").spec.template.spec.containers[0].image).toBe("registry.example/ifp/runtime:2");
   });
 
+  it("refuses a second Agent claiming an agentId already in use, and renders it once the first is gone", { timeout: 120_000 }, async () => {
+    await readyAgent("orig");
+    cp.kubectl(["apply", "-f", "-"], agentYaml("twin").replace("agentId: twin-id", "agentId: orig-id"));
+    const refused = await untilReason("agent", "twin", "DuplicateAgentId");
+    expect(condition(refused, "Ready").message).toBe(`spec.agentId orig-id is already the id of Agent ${NS}/orig in this install; nothing is rendered for this Agent while that one exists`);
+    expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "DuplicateAgentId" });
+    expect(get("deployment", "twin")).toBeUndefined();
+    expect(get("secret", "twin-signing")).toBeUndefined();
+    await until("the Warning/DuplicateAgentId Event", () => events("twin").some((e) => `${e.type}/${e.reason}` === "Warning/DuplicateAgentId"));
+    // The first keeps its id.
+    await untilReason("agent", "orig", "RuntimeNotReady");
+    cp.kubectl(["-n", NS, "delete", "agent", "orig", "--wait=true"]);
+    await untilReason("agent", "twin", "RuntimeNotReady", "Ready", 60_000);
+  });
+
   it("picks up where it left off after an operator restart", async () => {
     await readyAgent("phoenix");
     await manager.stop();

@@ -32,6 +32,16 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
   }
   const agent: AgentResource = { ...parsed.data, metadata: obj.metadata as unknown as Owner["metadata"] };
   const owner = agentOwner(agent);
+  const claimed = agentIdClaimedBy(ctx, obj, agent.spec.agentId);
+  if (claimed) {
+    const blocker: Blocker = {
+      reason: "DuplicateAgentId",
+      message: `spec.agentId ${agent.spec.agentId} is already the id of Agent ${claimed} in this install; nothing is rendered for this Agent while that one exists`,
+    };
+    const { status, conditions } = agentStatus(agent, { applied: [], deployment: undefined, blocker });
+    if (await writeStatus(ctx, "agents", obj, status, conditions)) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
+    return { requeueAfterMs: 30_000 };
+  }
   try {
     const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing);
     const expose = agent.spec.expose;
@@ -79,4 +89,20 @@ async function checkIntroductionSecret(ctx: ReconcileContext, owner: Owner, agen
   const secret = await ctx.kube.read<V1Secret>("v1", "Secret", owner.metadata.namespace, ref.secretName);
   if (!secret) return { reason: "IntroductionSecretMissing", message: `${field}: Secret ${ref.secretName} does not exist in namespace ${owner.metadata.namespace}` };
   return secretUsableBy(secret, owner, field);
+}
+
+/**
+ * The Agent (namespace/name) that holds `agentId` when it is not this one: the oldest Agent of the
+ * install with that id (then by namespace/name) keeps it; any later one is refused.
+ */
+function agentIdClaimedBy(ctx: ReconcileContext, self: CustomObject, agentId: string): string | undefined {
+  const key = (o: CustomObject) => [o.metadata?.creationTimestamp ? new Date(o.metadata.creationTimestamp).getTime() : 0, `${o.metadata?.namespace}/${o.metadata?.name}`] as const;
+  const mine = key(self);
+  for (const other of ctx.caches.list<CustomObject>("Agent")) {
+    if (other === self || other.metadata?.uid === self.metadata?.uid || other.metadata?.deletionTimestamp) continue;
+    if ((other as { spec?: { agentId?: unknown } }).spec?.agentId !== agentId) continue;
+    const theirs = key(other);
+    if (theirs[0] < mine[0] || (theirs[0] === mine[0] && theirs[1] < mine[1])) return theirs[1];
+  }
+  return undefined;
 }
