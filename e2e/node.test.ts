@@ -336,9 +336,9 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     const greeting = `Hello carol, from dave (${tag})`;
     const objects: Obj[] = [
       { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } },
-      { apiVersion: "v1", kind: "Secret", metadata: { name: "carol-tls", namespace: ns }, type: "kubernetes.io/tls", stringData: { "tls.crt": leaf.cert, "tls.key": leaf.key } },
+      { apiVersion: "v1", kind: "Secret", metadata: { name: "carol-tls", namespace: ns, labels: { "ifp.dev/agent": "carol" } }, type: "kubernetes.io/tls", stringData: { "tls.crt": leaf.cert, "tls.key": leaf.key } },
       { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "own-ca", namespace: ns }, data: { "ca.crt": ca.cert } },
-      ...[carol, dave].map((k) => ({ apiVersion: "v1", kind: "Secret", metadata: { name: `${k.name}-signing-key`, namespace: ns }, stringData: { "signing.key": k.pem } })),
+      ...[carol, dave].map((k) => ({ apiVersion: "v1", kind: "Secret", metadata: { name: `${k.name}-signing-key`, namespace: ns, labels: { "ifp.dev/agent": k.name } }, stringData: { "signing.key": k.pem } })),
       {
         apiVersion: "ifp.dev/v1alpha1",
         kind: "Agent",

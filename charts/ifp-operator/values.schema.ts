@@ -62,6 +62,11 @@ export const Values = z.strictObject({
   fullnameOverride: z.string().default(""),
   image: Image("ghcr.io/ifp-dev/ifp-operator", ""),
   runtimeImage: Image("ghcr.io/ifp-dev/ifp-runtime", ""),
+  allowedImages: z
+    .array(z.string().min(1).max(512))
+    .max(64)
+    .default([])
+    .describe("Images an Agent's or Relay's spec.image may name besides runtimeImage: exact references, or prefixes ending in * (empty: only runtimeImage)"),
   imagePullSecrets: PullSecrets.default([]),
   runtime: z
     .strictObject({

@@ -32,6 +32,8 @@ account). Every flag also reads the environment variable in brackets.
                                   password, token, given to the runtime pods as IFP_NATS_USER …
   --runtime-image IMAGE           image of the runtime pods [IFP_RUNTIME_IMAGE]
   --runtime-image-pull-policy P   IfNotPresent (default), Always or Never
+  --allowed-images A,B            images an Agent's or Relay's spec.image may name: exact references, or
+                                  prefixes ending in * (default: only --runtime-image)
   --runtime-run-as-user N|none    UID of the runtime pods (default 10001; none leaves it to the
                                   cluster, e.g. OpenShift's restricted SCC)
   --runtime-run-as-group N|none   GID of the runtime pods (default 10001; none leaves it unset)
@@ -89,6 +91,7 @@ const OPTIONS = {
   "nats-auth-secret": { type: "string" },
   "runtime-image": { type: "string", env: "IFP_RUNTIME_IMAGE" },
   "runtime-image-pull-policy": { type: "string" },
+  "allowed-images": { type: "string" },
   "runtime-run-as-user": { type: "string" },
   "runtime-run-as-group": { type: "string" },
   "runtime-image-pull-secrets": { type: "string" },
@@ -252,6 +255,7 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
       settings: {
         runtimeImage: str("runtime-image") ?? "ghcr.io/ifp-dev/ifp-runtime:0.1.0",
         runtimeImagePullPolicy: pullPolicy,
+        allowedImages: list(str("allowed-images")),
         natsUrl: natsUrl ?? "nats://nats:4222",
         natsCredsSecret: credsSecret ? { name: credsSecret, key: str("nats-creds-secret-key") ?? (credsFile ? basename(credsFile) : "nats.creds") } : undefined,
         natsAuthSecret: str("nats-auth-secret"),

@@ -19,7 +19,7 @@ const NS = "ifp-test";
 const RESYNC_MS = 2_000;
 const operatorLog = capturedLog(600);
 
-const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222" };
+const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222", allowedImages: ["registry.example/ifp/*"] };
 const start = async () => {
   const m = await startManager({
     kubeconfig: cp.kubeconfig,
@@ -97,8 +97,8 @@ const readyAgent = async (name: string, extra = "") => {
   cp.kubectl(["apply", "-f", "-"], agentYaml(name, extra));
   return await untilReason("agent", name, "RuntimeNotReady");
 };
-const secretYaml = (name: string, data: Record<string, string>) =>
-  JSON.stringify({ apiVersion: "v1", kind: "Secret", type: "Opaque", metadata: { name, namespace: NS }, data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v).toString("base64")])) });
+const secretYaml = (name: string, data: Record<string, string>, labels?: Record<string, string>) =>
+  JSON.stringify({ apiVersion: "v1", kind: "Secret", type: "Opaque", metadata: { name, namespace: NS, ...(labels ? { labels } : {}) }, data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v).toString("base64")])) });
 
 describe("Agent", () => {
   it("reconciles into owned children that run the runtime's start contract", async () => {
@@ -283,6 +283,12 @@ describe("Agent", () => {
     const { cert, key } = await (await import("../src/certs.ts")).selfSignedServing("dave", ["dave"]);
     cp.kubectl(["-n", NS, "create", "secret", "tls", "dave-own-tls", `--cert=${await tmpFile("tls.crt", cert)}`, `--key=${await tmpFile("tls.key", key)}`]);
     poke("agent", "dave"); // a change brings a pass at once
+    // Not labelled for dave: refused until its owner labels it.
+    const foreign = await untilReason("agent", "dave", "ForeignSecret");
+    expect(condition(foreign, "Ready").message).toMatch(/^spec.tls.secretName: Secret dave-own-tls .* ifp.dev\/agent=dave/);
+    expect(get("deployment", "dave")).toBeUndefined();
+    cp.kubectl(["-n", NS, "label", "secret", "dave-own-tls", "ifp.dev/agent=dave"]);
+    poke("agent", "dave");
     const ready = await untilReason("agent", "dave", "RuntimeNotReady");
     expect(ready.status.tlsSecretName).toBe("dave-own-tls");
     expect(get("deployment", "dave").spec.template.spec.volumes.find((v: any) => v.name === "tls").secret.secretName).toBe("dave-own-tls");
@@ -322,7 +328,7 @@ describe("Agent", () => {
 
   it("signs with the Secret spec.signing names: used as it is, never written, its public key in status", async () => {
     const key = generateSigningKey();
-    cp.kubectl(["apply", "-f", "-"], secretYaml("frank-key", { "signing.key": key.privateKeyPem }));
+    cp.kubectl(["apply", "-f", "-"], secretYaml("frank-key", { "signing.key": key.privateKeyPem }, { "ifp.dev/agent": "frank" }));
     const own = get("secret", "frank-key");
     const agent = await readyAgent("frank", "  signing: {secretName: frank-key}\n");
     expect(agent.status.signingKey).toEqual({ keyId: "key-1", publicKey: key.publicKey, secretName: "frank-key", created: own.metadata.creationTimestamp });
@@ -342,13 +348,13 @@ describe("Agent", () => {
     await untilObserved("agent", "frank", 2);
     await consistently("the user's signing Secret untouched", () => {
       const now = get("secret", "frank-key");
-      return now.metadata.resourceVersion === own.metadata.resourceVersion && now.data["signing.key"] === own.data["signing.key"] && now.metadata.ownerReferences === undefined && now.metadata.labels === undefined;
+      return now.metadata.resourceVersion === own.metadata.resourceVersion && now.data["signing.key"] === own.data["signing.key"] && now.metadata.ownerReferences === undefined && JSON.stringify(now.metadata.labels) === JSON.stringify({ "ifp.dev/agent": "frank" });
     }, RESYNC_MS + 500, 250);
     expect(get("agent", "frank").status.signingKey.publicKey).toBe(key.publicKey);
   });
 
   it("reports a signing Secret without a usable key as InvalidSigningKey, and applies nothing until it is fixed", async () => {
-    cp.kubectl(["apply", "-f", "-"], secretYaml("grace-key", { "other.key": "not a key" }));
+    cp.kubectl(["apply", "-f", "-"], secretYaml("grace-key", { "other.key": "not a key" }, { "ifp.dev/agent": "grace" }));
     const rv = get("secret", "grace-key").metadata.resourceVersion;
     cp.kubectl(["apply", "-f", "-"], agentYaml("grace", "  signing: {secretName: grace-key}\n"));
     const blocked = await untilReason("agent", "grace", "InvalidSigningKey");
@@ -362,10 +368,89 @@ describe("Agent", () => {
     await until("the Warning/InvalidSigningKey Event", () => events("grace").some((e) => `${e.type}/${e.reason}` === "Warning/InvalidSigningKey"));
 
     const key = generateSigningKey();
-    cp.kubectl(["apply", "-f", "-"], secretYaml("grace-key", { "signing.key": key.privateKeyPem }));
+    cp.kubectl(["apply", "-f", "-"], secretYaml("grace-key", { "signing.key": key.privateKeyPem }, { "ifp.dev/agent": "grace" }));
     poke("agent", "grace"); // the Secret is not watched (not ours)
     const fixed = await untilReason("agent", "grace", "RuntimeNotReady");
     expect(fixed.status.signingKey.publicKey).toBe(key.publicKey);
+  });
+
+  it("refuses a signing Secret neither made nor labelled for the Agent: Ready False, Stalled, an Event, nothing applied", async () => {
+    const key = generateSigningKey();
+    cp.kubectl(["apply", "-f", "-"], secretYaml("eve-key", { "signing.key": key.privateKeyPem }, { "ifp.dev/agent": "someone-else" }));
+    await readyAgent("victim");
+    for (const [name, secret] of [["eve", "eve-key"], ["mallory", "victim-signing"]] as const) {
+      cp.kubectl(["apply", "-f", "-"], agentYaml(name, `  signing: {secretName: ${secret}}\n`));
+      const refused = await untilReason("agent", name, "ForeignSecret");
+      expect(condition(refused, "Ready")).toMatchObject({ status: "False", reason: "ForeignSecret" });
+      expect(condition(refused, "Ready").message).toMatch(new RegExp(`spec.signing.secretName: Secret ${secret} .*ifp.dev/agent=${name}`));
+      expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "ForeignSecret" });
+      expect(refused.status.signingKey).toBeUndefined();
+      expect(get("deployment", name)).toBeUndefined();
+      await until(`the Warning/ForeignSecret Event of ${name}`, () => events(name).some((e) => `${e.type}/${e.reason}` === "Warning/ForeignSecret"));
+    }
+    // Labelled for eve by its owner: used.
+    cp.kubectl(["-n", NS, "label", "secret", "eve-key", "--overwrite", "ifp.dev/agent=eve"]);
+    poke("agent", "eve");
+    const ok = await untilReason("agent", "eve", "RuntimeNotReady");
+    expect(ok.status.signingKey.publicKey).toBe(key.publicKey);
+  });
+
+  it("rotates the signing key on request: both published during the transition, the old one revoked after it", async () => {
+    const first = await readyAgent("rot");
+    const oldKey = first.status.signingKey.publicKey;
+    const hash = (name: string) => get("deployment", name).spec.template.metadata.annotations;
+    const before = JSON.stringify(hash("rot"));
+    cp.kubectl(["-n", NS, "patch", "agent", "rot", "--type=merge", "-p", '{"spec":{"signing":{"rotate":"first","transition":"4s"}}}']);
+    const rotated = await until("two keys in status", () => {
+      const a = get("agent", "rot");
+      return a.status.signingKeys?.length === 2 ? a : undefined;
+    });
+    expect(rotated.status.signingKeys.map((k: any) => [k.keyId, k.status, k.publicKey === oldKey])).toEqual([["key-1", "retired", true], ["key-1-r2", "active", false]]);
+    expect(rotated.status.signingKeys[0].revokeAt).toBeDefined();
+    expect(rotated.status.signingKey).toMatchObject({ keyId: "key-1-r2" });
+    const secret = get("secret", "rot-signing");
+    expect(Object.keys(secret.data).sort()).toEqual(["keys.json", "retired-1.key", "signing.key"]);
+    expect(rawPublicKey(privateKeyFromPem(Buffer.from(secret.data["retired-1.key"], "base64").toString()))).toBe(oldKey);
+    await until("the pods rolled for the new key", () => JSON.stringify(hash("rot")) !== before);
+    await until("the RotatedSigningKey Event", () => events("rot").some((e) => e.reason === "RotatedSigningKey"));
+    // On schedule, without any change to the Agent: revoked, its private half gone.
+    const revoked = await until("key-1 revoked", () => {
+      const a = get("agent", "rot");
+      return a.status.signingKeys?.[0]?.status === "revoked" ? a : undefined;
+    });
+    expect(revoked.status.signingKeys[0].revoked).toBeDefined();
+    expect(Object.keys(get("secret", "rot-signing").data).sort()).toEqual(["keys.json", "signing.key"]);
+    // Revoking the active key is refused: rotate first.
+    cp.kubectl(["-n", NS, "patch", "agent", "rot", "--type=merge", "-p", '{"spec":{"signing":{"revoke":["key-1-r2"]}}}']);
+    const refused = await untilReason("agent", "rot", "InvalidSigningKey");
+    expect(condition(refused, "Ready").message).toMatch(/names the active key key-1-r2/);
+  });
+
+  it("runs only an image the install allows: another spec.image is refused, nothing applied", async () => {
+    cp.kubectl(["apply", "-f", "-"], agentYaml("imgs", "  image: registry.example/ifpx/runtime:1\n"));
+    const refused = await untilReason("agent", "imgs", "ImageNotAllowed");
+    expect(condition(refused, "Ready").message).toMatch(/^spec.image: registry.example\/ifpx\/runtime:1 is not among the images this install allows/);
+    expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "ImageNotAllowed" });
+    expect(get("deployment", "imgs")).toBeUndefined();
+    await until("the Warning/ImageNotAllowed Event", () => events("imgs").some((e) => `${e.type}/${e.reason}` === "Warning/ImageNotAllowed"));
+    cp.kubectl(["-n", NS, "patch", "agent", "imgs", "--type=merge", "-p", '{"spec":{"image":"registry.example/ifp/runtime:2"}}']);
+    await untilReason("agent", "imgs", "RuntimeNotReady");
+    expect(get("deployment", "imgs").spec.template.spec.containers[0].image).toBe("registry.example/ifp/runtime:2");
+  });
+
+  it("refuses a second Agent claiming an agentId already in use, and renders it once the first is gone", { timeout: 120_000 }, async () => {
+    await readyAgent("orig");
+    cp.kubectl(["apply", "-f", "-"], agentYaml("twin").replace("agentId: twin-id", "agentId: orig-id"));
+    const refused = await untilReason("agent", "twin", "DuplicateAgentId");
+    expect(condition(refused, "Ready").message).toBe(`spec.agentId orig-id is already the id of Agent ${NS}/orig in this install; nothing is rendered for this Agent while that one exists`);
+    expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "DuplicateAgentId" });
+    expect(get("deployment", "twin")).toBeUndefined();
+    expect(get("secret", "twin-signing")).toBeUndefined();
+    await until("the Warning/DuplicateAgentId Event", () => events("twin").some((e) => `${e.type}/${e.reason}` === "Warning/DuplicateAgentId"));
+    // The first keeps its id.
+    await untilReason("agent", "orig", "RuntimeNotReady");
+    cp.kubectl(["-n", NS, "delete", "agent", "orig", "--wait=true"]);
+    await untilReason("agent", "twin", "RuntimeNotReady", "Ready", 60_000);
   });
 
   it("picks up where it left off after an operator restart", async () => {

@@ -165,7 +165,7 @@ describe("install CA", () => {
     await untilReason(NS, "agent", "alice", "RuntimeNotReady");
   });
 
-  it("says which spec.tls.trust entry is missing, and picks it up once it exists", { timeout: 90_000 }, async () => {
+  it("says which spec.tls.trust entry is missing or not labelled for the Agent, and picks it up once it is", { timeout: 150_000 }, async () => {
     cp.kubectl(["apply", "-f", "-"], agentYaml(NS, "bob", "  tls:\n    trust:\n      - {configMapRef: {name: corp-ca}}\n      - {secretRef: {name: bob-partner-ca, key: partner.pem}}\n"));
     const agent = await untilReason(NS, "agent", "bob", "TrustSourceMissing");
     expect(condition(agent, "Ready")).toMatchObject({ status: "False", message: `Secret bob-partner-ca named in spec.tls.trust[1].secretRef does not exist in namespace ${NS}` });
@@ -176,6 +176,12 @@ describe("install CA", () => {
     expect(certsIn(await until("bob-trust", () => bundleOf(NS, "bob")))).toEqual([installCa(), extra.cert, corp.cert]);
     const partner = await createCA("partner CA");
     cp.kubectl(["-n", NS, "create", "secret", "generic", "bob-partner-ca", `--from-literal=partner.pem=${partner.cert}`]);
+    // Not labelled for bob: refused, naming the field and the label that would allow it.
+    poke(NS, "agent", "bob");
+    const foreign = await untilReason(NS, "agent", "bob", "ForeignSecret", 60_000);
+    expect(condition(foreign, "Ready").message).toMatch(/^spec.tls.trust\[1\].secretRef: Secret bob-partner-ca .* ifp.dev\/agent=bob/);
+    expect(certsIn(bundleOf(NS, "bob"))).toEqual([installCa(), extra.cert, corp.cert]);
+    cp.kubectl(["-n", NS, "label", "secret", "bob-partner-ca", "ifp.dev/agent=bob"]);
     // Not watched (the user's object): it is looked at again within 30 seconds.
     await untilReason(NS, "agent", "bob", "RuntimeNotReady", 60_000);
     expect(certsIn(bundleOf(NS, "bob"))).toEqual([installCa(), extra.cert, corp.cert, partner.cert]);

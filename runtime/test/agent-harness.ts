@@ -43,6 +43,8 @@ export async function runAgent(opts: {
   introductionSecretFile?: string;
   /** The agent's X25519 encryption key (PKCS#8 PEM), written beside the signing key. */
   encryptionKey?: string;
+  /** The signing key's file (default: self's key written into dir), e.g. signing.key of a mounted key set. */
+  signingKeyFile?: string;
 }): Promise<RunningAgent & { post(body: unknown, headers?: Record<string, string>): Promise<HttpsResponse>; get(path: string, headers?: Record<string, string>): Promise<HttpsResponse>; scrape(): Promise<string> }> {
   const dir = opts.dir ?? tempDir();
   const manifest = writeAgentManifest(dir, { agentId: opts.self.agentId, ...opts.spec });
@@ -52,7 +54,7 @@ export async function runAgent(opts: {
     host: "127.0.0.1",
     tlsCert: opts.tls.files.cert,
     tlsKey: opts.tls.files.key,
-    signingKey: writeKey(dir, opts.self),
+    signingKey: opts.signingKeyFile ?? writeKey(dir, opts.self),
     encryptionKey: opts.encryptionKey ? writeFile(dir, "encryption.key", opts.encryptionKey) : undefined,
     nats: { url: opts.natsUrl },
     localApiPort: 0,

@@ -12,6 +12,8 @@ import { withPodSettings } from "./pod.ts";
 export interface OperatorSettings {
   runtimeImage: string;
   runtimeImagePullPolicy: string;
+  /** What spec.image may name: exact references or prefixes ending in "*" (none: only runtimeImage). */
+  allowedImages?: string[];
   natsUrl: string;
   /** A Secret (in each resource's namespace) holding a NATS credentials file under `key`. */
   natsCredsSecret?: { name: string; key: string };
@@ -223,8 +225,7 @@ export function runtimeDeployment(opts: {
   ];
   if (opts.signingSecret) {
     mounts.push({ name: "signing", mountPath: "/etc/ifp/signing", readOnly: true });
-    const items = [{ key: "signing.key", path: "signing.key" }, ...(opts.encryptionKey ? [{ key: "encryption.key", path: "encryption.key" }] : [])];
-    volumes.push({ name: "signing", secret: { secretName: opts.signingSecret, items } });
+    volumes.push({ name: "signing", secret: { secretName: opts.signingSecret } }); // signing.key, keys.json and retired keys of a rotation
   }
   if (settings.natsPerResourceCreds) {
     env.push({ name: "IFP_NATS_CREDS", value: "/etc/ifp/nats/nats.creds" });

@@ -10,6 +10,7 @@ import type { Kube } from "../kube/client.ts";
 import type { Blocker } from "./conditions.ts";
 import { COMPONENT_LABEL, hashOf, INSTANCE_LABEL, MANAGED_BY } from "../kube/metadata.ts";
 import { childMeta, childNames, type Owner } from "./runtime.ts";
+import { secretUsableBy } from "./references.ts";
 import { DEFAULT_LIFETIMES, type InstallTrust } from "./trust.ts";
 
 export interface TlsSpecInput {
@@ -86,6 +87,8 @@ export async function ensureTls(kube: Kube, caches: Caches, trust: InstallTrust,
     const secret = await kube.read<V1Secret>("v1", "Secret", ns, tls.secretName);
     const base = { secretName: tls.secretName, applied: [], events: [] };
     if (!secret) return { ...base, blocker: { reason: "TLSSecretMissing", message: `Secret ${tls.secretName} named in spec.tls.secretName does not exist in namespace ${ns}` }, requeueAfterMs: 30_000 };
+    const refusal = secretUsableBy(secret, owner, "spec.tls.secretName");
+    if (refusal) return { ...base, blocker: refusal, requeueAfterMs: 30_000 };
     if (!secret.data?.["tls.crt"] || !secret.data?.["tls.key"]) {
       return { ...base, blocker: { reason: "InvalidTLSSecret", message: `Secret ${tls.secretName} has no tls.crt and tls.key` }, requeueAfterMs: 30_000 };
     }

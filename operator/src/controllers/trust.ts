@@ -3,6 +3,7 @@
 // and Relay gets a trust bundle ConfigMap `<name>-trust` (key ca.crt) that its runtime trusts in
 // addition to the system roots: the install's CAs, the chart's extra CAs and the resource's own
 // spec.tls.trust entries.
+import { secretUsableBy } from "./references.ts";
 import type { KubernetesObject, V1ConfigMap, V1Secret } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { createCA, fingerprint, loadCA, parseCaBundle, validity, type CertificateAuthority } from "../certs.ts";
@@ -380,6 +381,12 @@ export async function ensureTrust(kube: Kube, caches: Caches, trust: InstallTrus
     const r = ref.configMapRef ?? ref.secretRef;
     if (!r) continue;
     const obj = await kube.read("v1", ref.configMapRef ? "ConfigMap" : "Secret", ns, r.name);
+    // A CA bundle in a ConfigMap is public; a Secret is used only when made or labelled for this owner.
+    const refusal = obj && ref.secretRef ? secretUsableBy(obj, owner, `spec.tls.trust[${i}].secretRef`) : undefined;
+    if (refusal) {
+      blocker ??= refusal;
+      continue;
+    }
     const got = trustFromSource(i, ref, obj, ns);
     if ("blocker" in got) blocker ??= got.blocker;
     else user.push(...got.certs);

@@ -38,6 +38,20 @@ export const AgentStatus = z.object({
     })
     .optional()
     .describe("The agent's end-to-end encryption key (encryption.key of the signing Secret); absent when that Secret has none, and the agent then cannot receive encrypted messages"),
+  signingKeys: z
+    .array(
+      z.object({
+        keyId: z.string(),
+        publicKey: z.string(),
+        status: z.enum(["active", "retired", "revoked"]),
+        created: z.string().optional(),
+        retired: z.string().optional(),
+        revokeAt: z.string().optional().describe("When a retired key will be revoked"),
+        revoked: z.string().optional(),
+      }),
+    )
+    .optional()
+    .describe("Every signing key the agent has had, as its identity document publishes them"),
 });
 export type AgentStatus = z.infer<typeof AgentStatus>;
 

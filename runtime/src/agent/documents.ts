@@ -7,6 +7,7 @@ import type { Nats } from "../nats/connection.ts";
 import { etagOf, type CapabilityDocument, type IdentityDocument } from "../protocol/documents.ts";
 import { isoSeconds } from "../util/time.ts";
 import type { AgentNames } from "./names.ts";
+import type { PublishedKey } from "../contract/signing-keys.ts";
 
 /** IFP parts this runtime implements: formats 3/4, signing 5, HTTPS 6, discovery 7, relay client 8. */
 export const IFP_SUPPORT = [3, 4, 5, 6, 7, 8];
@@ -39,7 +40,7 @@ export interface PublishedEncryptionKey {
 
 export function buildIdentityDocument(
   agent: Agent,
-  publicKey: string,
+  publicKey: string | readonly PublishedKey[],
   keyCreated: string,
   baseUrl: string | undefined,
   encryptionKey?: PublishedEncryptionKey,
@@ -50,7 +51,9 @@ export function buildIdentityDocument(
     agent_id: agent.spec.agentId,
     ...(agent.spec.displayName ? { display: agent.spec.displayName } : {}),
     keys: [
-      { key_id: agent.spec.signing.keyId, type: "ed25519", public_key: publicKey, created: keyCreated, status: "active" },
+      ...(typeof publicKey === "string"
+        ? [{ key_id: agent.spec.signing.keyId, type: "ed25519", public_key: publicKey, created: keyCreated, status: "active" as const }]
+        : publicKey.map((k) => ({ ...k }))),
       ...(encryptionKey
         ? [{ key_id: encryptionKey.keyId, type: "x25519", use: "encryption", public_key: encryptionKey.publicKey, created: encryptionKey.created, status: "active" as const }]
         : []),
@@ -75,14 +78,15 @@ export function buildIdentityDocument(
  */
 export class Documents {
   private readonly agent: Agent;
-  private readonly publicKey: string;
+  private readonly publicKey: string | readonly PublishedKey[];
   private readonly keyCreated: string;
   private readonly encryptionKey: PublishedEncryptionKey | undefined;
   private capabilities: Served<CapabilityDocument>;
   private readonly identities = new Map<string, Served<IdentityDocument>>();
   readonly hash: string;
 
-  constructor(agent: Agent, publicKey: string, keyCreated: string, started = new Date(), encryptionKey?: PublishedEncryptionKey) {
+  /** `publicKey`: the one active key, or every key of a rotated key set. */
+  constructor(agent: Agent, publicKey: string | readonly PublishedKey[], keyCreated: string, started = new Date(), encryptionKey?: PublishedEncryptionKey) {
     this.agent = agent;
     this.encryptionKey = encryptionKey;
     this.publicKey = publicKey;

@@ -11,9 +11,9 @@ import { Nats, type NatsOptions } from "../nats/connection.ts";
 import { caFileLogger, HttpClient } from "../net/http-client.ts";
 import { TargetPolicy } from "../net/targets.ts";
 import { isoSeconds } from "../util/time.ts";
-import { privateKeyFromPem, rawPublicKey } from "../protocol/keys.ts";
 import { encryptionKeyFromPem, type EncryptionKey } from "../protocol/encryption.ts";
 import type { SigningKey } from "../protocol/signing.ts";
+import { loadKeyring } from "./keyring.ts";
 import { Agent } from "../resources/agent.ts";
 import { parseDuration } from "../resources/common.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
@@ -100,8 +100,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const localApiToken = opts.localApiTokenFile ? new TokenFile(opts.localApiTokenFile, log) : undefined;
   const agent = await loadManifest(opts.manifest, Agent);
   const spec = agent.spec;
-  const privateKey = privateKeyFromPem(await readFile(opts.signingKey));
-  const signing: SigningKey = { agentId: spec.agentId, keyId: spec.signing.keyId, privateKey };
+  const keyring = await loadKeyring(opts.signingKey, spec.agentId, spec.signing.keyId);
+  const signing: SigningKey = keyring.signing;
   const keyCreated =
     agent.metadata.annotations?.[ANNOTATIONS.signingKeyCreated] ??
     agent.metadata.creationTimestamp ??
@@ -114,7 +114,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   }
   const documents = new Documents(
     agent,
-    rawPublicKey(privateKey),
+    keyring.published ?? keyring.publicKey,
     keyCreated,
     undefined,
     encryptionKey ? { keyId: encryptionKey.keyId, publicKey: encryptionKey.publicKey, created: isoSeconds(statSync(opts.encryptionKey!).mtime) } : undefined,

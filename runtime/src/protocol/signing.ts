@@ -90,6 +90,11 @@ export interface SigningKey {
   agentId: string;
   keyId: string;
   privateKey: KeyObject;
+  /**
+   * Retired keys still in their transition period (IFP-5 5.1): each signs too, after the active
+   * key, so that a peer who knows only the old key still verifies the message.
+   */
+  transition?: readonly { keyId: string; privateKey: KeyObject }[];
 }
 
 /** A copy of the message with one more signature in security.signatures[]. */
@@ -108,8 +113,13 @@ export function signMessage<M extends Signable & { security?: Message["security"
     signed_body: true,
     sig,
   };
+  const extra: Signature[] = (key.transition ?? []).map((t) => ({
+    ...signature,
+    key_id: `${key.agentId}#${t.keyId}`,
+    sig: edSign(null, signingInput(message, signedHeaders, true), t.privateKey).toString("base64url"),
+  }));
   const security = { ...(message.security ?? {}) };
-  security.signatures = [...(security.signatures ?? []), signature];
+  security.signatures = [...(security.signatures ?? []), signature, ...extra];
   return { ...message, security };
 }
 

@@ -173,8 +173,24 @@ export const AgentSpec = z.object({
     .optional(),
   signing: z
     .object({
-      keyId: z.string().min(1).max(128).regex(/^[^#\s]+$/).default("key-1"),
-      secretName: z.string().min(1).optional().describe("Secret holding the PKCS#8 PEM key under signing.key"),
+      keyId: z.string().min(1).max(128).regex(/^[^#\s]+$/).default("key-1").describe("Id of the agent's first signing key; keys made by rotation are named <keyId>-r<n>"),
+      secretName: z
+        .string()
+        .min(1)
+        .optional()
+        .describe("Secret holding the PKCS#8 PEM key under signing.key; default <name>-signing, created by the operator. Another Secret must carry the label ifp.dev/agent: <Agent name>"),
+      rotate: z
+        .string()
+        .min(1)
+        .max(63)
+        .optional()
+        .describe("Set or change this value to have the operator generate a new signing key; the old one turns retired and is still published and used beside the new one for the transition"),
+      transition: Duration.default("168h").describe("How long a retired key stays valid (published as retired, still signing) before it is revoked"),
+      revoke: z
+        .array(z.string().min(1).max(128))
+        .max(32)
+        .default([])
+        .describe("Key ids to revoke now (a compromised key); the active key cannot be revoked before a rotation replaces it"),
     })
     .prefault({}),
   encryption: z

@@ -15,7 +15,7 @@ export type AgentResource = Agent & { metadata: Owner["metadata"] };
 export interface AgentInputs {
   settings: OperatorSettings;
   /** The Secret with the signing key, when it was created, and its public half. */
-  signing: { secretName: string; created: string; publicKey: string; encryption?: { keyId: string; publicKey: string } };
+  signing: { secretName: string; created: string; publicKey: string; keysHash?: string; encryption?: { keyId: string; publicKey: string } };
   tlsSecret: string;
   /** The exposure children to render and the Gateway API versions served (default: all of spec.expose, newest versions). */
   exposure?: ExposurePlanInput;
@@ -63,8 +63,14 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
     tlsSecret: inputs.tlsSecret,
     signingSecret: inputs.signing.secretName,
     encryptionKey: inputs.signing.encryption !== undefined,
-    // What the runtime reads only at start: the manifest, the signing key and the encryption key.
-    configHash: hashOf({ manifest, signingKey: inputs.signing.publicKey, ...(inputs.signing.encryption ? { encryptionKey: inputs.signing.encryption.publicKey } : {}) }),
+    // What the runtime reads only at start: the manifest, the signing keys (a rotation or
+    // revocation restarts it) and the encryption key.
+    configHash: hashOf({
+      manifest,
+      signingKey: inputs.signing.publicKey,
+      ...(inputs.signing.keysHash ? { keys: inputs.signing.keysHash } : {}),
+      ...(inputs.signing.encryption ? { encryptionKey: inputs.signing.encryption.publicKey } : {}),
+    }),
     trustedProxies: agent.spec.expose?.trustedProxies,
     logLevel: agent.spec.logLevel,
   });

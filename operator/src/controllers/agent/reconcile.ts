@@ -2,15 +2,12 @@
 // observe → agentStatus() → write status. Level-triggered: it gets only namespace/name.
 import type { KubernetesObject, V1Deployment, V1Secret } from "@kubernetes/client-node";
 import { isSubset } from "../../kube/subset.ts";
-import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
-import { encryptionKeyFromPem, generateEncryptionKey } from "../../../../runtime/src/protocol/encryption.ts";
 import { describeIssues } from "../../../../runtime/src/contract/issues.ts";
 import { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { defaultBaseUrl } from "../../../../runtime/src/resources/common.ts";
 import { applyChildren } from "../../kube/apply.ts";
 import type { ReconcileResult } from "../../kube/controller.ts";
-import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
-import { invalidSpecConditions, isoSeconds, type Blocker } from "../conditions.ts";
+import { invalidSpecConditions, type Blocker } from "../conditions.ts";
 import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { exposedHosts } from "../expose.ts";
@@ -21,6 +18,8 @@ import { agentPermissions } from "../../../../runtime/src/contract/nats-permissi
 import { ensureNatsCreds } from "../nats-creds.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { ensureLocalApi, localApiDnsNames } from "./local-api.ts";
+import { ensureSigningKey } from "./signing.ts";
+import { imageRefusal, secretUsableBy } from "../references.ts";
 import { agentStatus } from "./status.ts";
 import { errorMessage } from "../../kube/client.ts";
 import { AGENT_FINALIZER, agentLeftovers, deleteAgentJetStream, hasFinalizer, sameAgentIdElsewhere, setFinalizer, storedAgentId } from "../finalizers.ts";
@@ -38,21 +37,34 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
   }
   const agent: AgentResource = { ...parsed.data, metadata: obj.metadata as unknown as Owner["metadata"] };
   const owner = agentOwner(agent);
+  const claimed = agentIdClaimedBy(ctx, obj, agent.spec.agentId);
+  if (claimed) {
+    const blocker: Blocker = {
+      reason: "DuplicateAgentId",
+      message: `spec.agentId ${agent.spec.agentId} is already the id of Agent ${claimed} in this install; nothing is rendered for this Agent while that one exists`,
+    };
+    const { status, conditions } = agentStatus(agent, { applied: [], deployment: undefined, blocker });
+    if (await writeStatus(ctx, "agents", obj, status, conditions)) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
+    return { requeueAfterMs: 30_000 };
+  }
   try {
     // The agent's streams and buckets go with it unless it keeps them; the finalizer says so.
     if (await setFinalizer(ctx.kube, obj, AGENT_FINALIZER, !agent.spec.retention.keepOnDelete)) return {}; // the update brings the next pass
-    const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing.secretName);
+    const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing);
     const expose = agent.spec.expose;
     const localApi = await ensureLocalApi(ctx, obj, owner, agent);
     const dnsNames = certificateDnsNames(owner, defaultBaseUrl(agent.spec.baseUrl, expose), [...localApiDnsNames(owner, agent), ...(agent.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]);
     const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls, dnsNames);
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
     const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls?.trust);
+    const refused = imageRefusal(agent.spec.image, ctx.settings) ?? (await checkIntroductionSecret(ctx, owner, agent));
     const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, agentPermissions(agent.spec.agentId)) : undefined;
     let applied: string[] = [...signing.applied, ...localApi.applied, ...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? [])];
     const exposure = await planExposure(ctx.kube, namespace, expose);
     let queued: Blocker | undefined;
-    if (!("blocker" in signing) && !localApi.blocker) {
+    // Nothing that mounts a Secret is rendered until that Secret exists and may be used by this Agent.
+    const tlsHeld = tls.blocker && ["TLSSecretMissing", "InvalidTLSSecret", "ForeignSecret"].includes(tls.blocker.reason);
+    if (!("blocker" in signing) && !localApi.blocker && !refused && !tlsHeld) {
       const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
       if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
       let children = desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName, exposure });
@@ -62,7 +74,7 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
       if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
       applied = [...applied, ...pruned, ...changed];
     }
-    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (localApi.blocker ?? tls.blocker ?? trust.blocker ?? exposure.blocker);
+    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (localApi.blocker ?? refused ?? tls.blocker ?? trust.blocker ?? exposure.blocker);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = agentStatus(agent, {
       applied,
@@ -75,7 +87,7 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     });
     const wrote = await writeStatus(ctx, "agents", obj, status, conditions);
     if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
-    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined, natsCreds?.requeueAfterMs, queued ? ROLLOUT_RETRY_MS : undefined) };
+    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined, natsCreds?.requeueAfterMs, queued ? ROLLOUT_RETRY_MS : undefined, "blocker" in signing ? undefined : signing.requeueAfterMs) };
   } catch (err) {
     return await reportFailure(ctx, "agents", obj, err);
   }
@@ -153,86 +165,28 @@ async function finalizeAgent(ctx: ReconcileContext, obj: CustomObject): Promise<
   return {};
 }
 
-type SigningOutcome =
-  | { secretName: string; publicKey: string; created: string; encryption?: { keyId: string; publicKey: string }; applied: string[] }
-  | { blocker: Blocker; applied: string[] };
-
-/**
- * The signing key's Secret: generated once (Ed25519, PKCS#8 PEM under signing.key) and never
- * overwritten. It has no owner reference: the agent's identity outlives a deleted Agent, and an
- * Agent created again under the same name signs with the same key. A Secret the user made
- * under that name is used as it is.
- *
- * The same Secret holds the X25519 encryption key under encryption.key (docs/encryption.md),
- * generated with the signing key. A Secret the operator made before encryption keys existed
- * gets one added (never replaced); a Secret the user made is left alone, and without
- * encryption.key the agent has no encryption key (status.encryptionKey is absent).
- */
-async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject, owner: Owner, secretName: string | undefined): Promise<SigningOutcome> {
-  const ns = owner.metadata.namespace;
-  const name = secretName ?? childNames(owner.metadata.name).signingSecret;
-  const applied: string[] = [];
-  let secret = ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
-  if (!secret) {
-    const key = generateSigningKey();
-    const created = await ctx.kube.createIfAbsent<V1Secret>({
-      apiVersion: "v1",
-      kind: "Secret",
-      type: "Opaque",
-      metadata: {
-        name,
-        namespace: ns,
-        labels: { ...MANAGED_BY, [INSTANCE_LABEL]: owner.metadata.name, [COMPONENT_LABEL]: "agent", "app.kubernetes.io/part-of": "ifp-operator" },
-        annotations: { "ifp.dev/public-key": key.publicKey },
-      },
-      data: {
-        "signing.key": Buffer.from(key.privateKeyPem).toString("base64"),
-        "encryption.key": Buffer.from(generateEncryptionKey().privateKeyPem).toString("base64"),
-      },
-    });
-    if (created) {
-      applied.push(`Secret/${name}`);
-      await ctx.kube.event(obj, "Normal", "GeneratedSigningKey", `generated an Ed25519 signing key into Secret ${name}; public key ${key.publicKey}`);
-    }
-    secret = created ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
-    if (!secret) throw new Error(`Secret ${name} vanished right after it was created`);
-  }
-  const b64 = secret.data?.["signing.key"];
-  if (!b64) return { blocker: { reason: "InvalidSigningKey", message: `Secret ${name} has no signing.key` }, applied };
-  let publicKey: string;
-  try {
-    publicKey = rawPublicKey(privateKeyFromPem(Buffer.from(b64, "base64").toString()));
-  } catch (err) {
-    return { blocker: { reason: "InvalidSigningKey", message: `Secret ${name}: ${(err as Error).message}` }, applied };
-  }
-  const ts = secret.metadata?.creationTimestamp;
-  const encryption = await ensureEncryptionKey(ctx, obj, secret, name, applied);
-  return { secretName: name, publicKey, created: ts ? isoSeconds(new Date(ts)) : "", ...(encryption ? { encryption } : {}), applied };
+/** The Secret of spec.inbox.introductionTokens must exist and be made or labelled for this Agent before a pod mounts it. */
+async function checkIntroductionSecret(ctx: ReconcileContext, owner: Owner, agent: AgentResource): Promise<Blocker | undefined> {
+  const ref = agent.spec.inbox.introductionTokens;
+  if (!ref) return undefined;
+  const field = "spec.inbox.introductionTokens.secretName";
+  const secret = await ctx.kube.read<V1Secret>("v1", "Secret", owner.metadata.namespace, ref.secretName);
+  if (!secret) return { reason: "IntroductionSecretMissing", message: `${field}: Secret ${ref.secretName} does not exist in namespace ${owner.metadata.namespace}` };
+  return secretUsableBy(secret, owner, field);
 }
 
-/** The encryption key of the signing Secret: added once to a Secret the operator made, never replaced; undefined when there is none. */
-async function ensureEncryptionKey(ctx: ReconcileContext, obj: CustomObject, secret: V1Secret, name: string, applied: string[]): Promise<{ keyId: string; publicKey: string } | undefined> {
-  let pem = secret.data?.["encryption.key"];
-  const ours = secret.metadata?.labels?.["app.kubernetes.io/managed-by"] === MANAGED_BY["app.kubernetes.io/managed-by"];
-  if (!pem && ours) {
-    const added = Buffer.from(generateEncryptionKey().privateKeyPem).toString("base64");
-    try {
-      // Optimistic concurrency (resourceVersion): a Secret changed meanwhile is looked at again on the next reconcile.
-      await ctx.kube.replace<V1Secret>({ ...secret, apiVersion: "v1", kind: "Secret", data: { ...secret.data, "encryption.key": added } });
-      pem = added;
-      applied.push(`Secret/${name}`);
-      await ctx.kube.event(obj, "Normal", "GeneratedEncryptionKey", `added an X25519 encryption key to Secret ${name}`);
-    } catch (err) {
-      ctx.log.warn({ secret: name, err: (err as Error).message }, "could not add the encryption key; trying again on the next reconcile");
-      return undefined;
-    }
+/**
+ * The Agent (namespace/name) that holds `agentId` when it is not this one: the oldest Agent of the
+ * install with that id (then by namespace/name) keeps it; any later one is refused.
+ */
+function agentIdClaimedBy(ctx: ReconcileContext, self: CustomObject, agentId: string): string | undefined {
+  const key = (o: CustomObject) => [o.metadata?.creationTimestamp ? new Date(o.metadata.creationTimestamp).getTime() : 0, `${o.metadata?.namespace}/${o.metadata?.name}`] as const;
+  const mine = key(self);
+  for (const other of ctx.caches.list<CustomObject>("Agent")) {
+    if (other === self || other.metadata?.uid === self.metadata?.uid || other.metadata?.deletionTimestamp) continue;
+    if ((other as { spec?: { agentId?: unknown } }).spec?.agentId !== agentId) continue;
+    const theirs = key(other);
+    if (theirs[0] < mine[0] || (theirs[0] === mine[0] && theirs[1] < mine[1])) return theirs[1];
   }
-  if (!pem) return undefined;
-  try {
-    const k = encryptionKeyFromPem(Buffer.from(pem, "base64").toString());
-    return { keyId: k.keyId, publicKey: k.publicKey };
-  } catch (err) {
-    await ctx.kube.event(obj, "Warning", "InvalidEncryptionKey", `Secret ${name}: encryption.key is not usable (${(err as Error).message}); the agent runs without an encryption key`);
-    return undefined;
-  }
+  return undefined;
 }

@@ -16,6 +16,7 @@ import { invalidSpecConditions } from "../conditions.ts";
 import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { ensureTls } from "../tls.ts";
+import { imageRefusal } from "../references.ts";
 import { ensureTrust } from "../trust.ts";
 import { relayPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
 import { ensureNatsCreds } from "../nats-creds.ts";
@@ -53,9 +54,12 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
     const exposure = await planExposure(ctx.kube, namespace, expose);
     const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
     if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
-    const changed = [...pruned, ...(await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName, exposure })))];
+    // A Secret the relay may not use (or that does not exist yet) is never mounted.
+    const imageBlocker = imageRefusal(relay.spec.image, ctx.settings);
+    const tlsHeld = imageBlocker || (tls.blocker && ["TLSSecretMissing", "InvalidTLSSecret", "ForeignSecret"].includes(tls.blocker.reason));
+    const changed = [...pruned, ...(tlsHeld ? [] : await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName, exposure })))];
     if (changed.length > pruned.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.slice(pruned.length).join(", ")}`);
-    const blocker = tls.blocker ?? trust.blocker ?? exposure.blocker;
+    const blocker = imageBlocker ?? tls.blocker ?? trust.blocker ?? exposure.blocker;
     const stream = await reconcileStream(ctx, obj, relay);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = relayStatus(

@@ -1,0 +1,218 @@
+// An Agent's signing keys: generated once into a Secret, rotated on request (spec.signing.rotate),
+// retired keys revoked when their transition ends or when spec.signing.revoke names them.
+import type { V1Secret } from "@kubernetes/client-node";
+import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
+import { encryptionKeyFromPem, generateEncryptionKey } from "../../../../runtime/src/protocol/encryption.ts";
+import { parseSigningKeySet, SIGNING_KEY_FILE, SIGNING_KEYS_FILE, type SigningKeyRecord, type SigningKeySet } from "../../../../runtime/src/contract/signing-keys.ts";
+import type { AgentSpec } from "../../../../runtime/src/resources/agent.ts";
+import { parseDuration } from "../../../../runtime/src/resources/common.ts";
+import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
+import { isoSeconds, type Blocker } from "../conditions.ts";
+import type { CustomObject, ReconcileContext } from "../reconciler.ts";
+import { childNames, type Owner } from "../runtime.ts";
+import { secretUsableBy } from "../references.ts";
+
+export type SigningOutcome =
+  | {
+      secretName: string;
+      publicKey: string;
+      created: string;
+      keyId: string;
+      keys: SigningKeyRecord[];
+      keysHash: string;
+      /** The X25519 encryption key of the same Secret (encryption.key), when it has one. */
+      encryption?: { keyId: string; publicKey: string };
+      applied: string[];
+      requeueAfterMs?: number;
+    }
+  | { blocker: Blocker; applied: string[] };
+
+type Data = Record<string, string>;
+
+export interface SigningPlan {
+  /** The Secret's data after the plan (undefined: unchanged). */
+  data?: Data;
+  set: SigningKeySet;
+  events: string[];
+  /** When the next retired key is due for revocation. */
+  nextDue?: number;
+  error?: string;
+}
+
+const b64 = (s: string) => Buffer.from(s).toString("base64");
+const unb64 = (s: string) => Buffer.from(s, "base64").toString();
+
+/**
+ * Pure: the key set from the Secret's data and spec.signing at `now`. Other data keys (such
+ * as encryption.key) are kept as they are.
+ */
+export function planSigningKeys(data: Data, signing: AgentSpec["signing"], created: string, now: Date): SigningPlan {
+  const pem = data[SIGNING_KEY_FILE];
+  if (!pem) return { set: { keys: [], generation: 1 }, events: [], error: `has no ${SIGNING_KEY_FILE}` };
+  let activePublic: string;
+  try {
+    activePublic = rawPublicKey(privateKeyFromPem(unb64(pem)));
+  } catch (err) {
+    return { set: { keys: [], generation: 1 }, events: [], error: (err as Error).message };
+  }
+  let set: SigningKeySet;
+  let changed = false;
+  if (data[SIGNING_KEYS_FILE]) {
+    try {
+      set = parseSigningKeySet(unb64(data[SIGNING_KEYS_FILE]));
+    } catch (err) {
+      return { set: { keys: [], generation: 1 }, events: [], error: `${SIGNING_KEYS_FILE} is not a key set: ${(err as Error).message.slice(0, 200)}` };
+    }
+    const active = set.keys.find((k) => k.status === "active");
+    if (!active || active.publicKey !== activePublic) {
+      return { set, events: [], error: `${SIGNING_KEYS_FILE} does not name ${SIGNING_KEY_FILE} as its active key` };
+    }
+  } else {
+    set = { keys: [{ keyId: signing.keyId, publicKey: activePublic, status: "active", ...(created ? { created } : {}) }], generation: 1 };
+  }
+  const out: Data = { ...data };
+  const events: string[] = [];
+  const stamp = isoSeconds(now);
+
+  if (signing.rotate !== undefined && signing.rotate !== set.rotation) {
+    const generation = set.generation + 1;
+    const fresh = generateSigningKey();
+    const keyId = `${signing.keyId}-r${generation}`;
+    const file = `retired-${generation - 1}.key`;
+    const revokeAt = isoSeconds(new Date(now.getTime() + parseDuration(signing.transition)));
+    set = {
+      rotation: signing.rotate,
+      generation,
+      keys: [
+        ...set.keys.map((k): SigningKeyRecord => (k.status === "active" ? { ...k, status: "retired", retired: stamp, revokeAt, file } : k)),
+        { keyId, publicKey: fresh.publicKey, status: "active", created: stamp },
+      ],
+    };
+    out[file] = pem;
+    out[SIGNING_KEY_FILE] = b64(fresh.privateKeyPem);
+    events.push(`generated signing key ${keyId} (public key ${fresh.publicKey}); the previous key is retired and revoked at ${revokeAt}`);
+    changed = true;
+  }
+
+  const revokeNow = new Set(signing.revoke);
+  let nextDue: number | undefined;
+  set = {
+    ...set,
+    keys: set.keys.map((k) => {
+      if (k.status !== "retired") return k;
+      const due = k.revokeAt ? Date.parse(k.revokeAt) : 0;
+      if (revokeNow.has(k.keyId) || due <= now.getTime()) {
+        if (k.file) delete out[k.file];
+        events.push(`revoked signing key ${k.keyId}`);
+        changed = true;
+        const { file: _file, revokeAt: _at, ...rest } = k;
+        return { ...rest, status: "revoked", revoked: stamp };
+      }
+      nextDue = Math.min(nextDue ?? due, due);
+      return k;
+    }),
+  };
+  // A key id named in revoke that is neither retired nor revoked: the active key, or unknown.
+  const active = set.keys.find((k) => k.status === "active")!;
+  if (revokeNow.has(active.keyId)) {
+    return { set, events, error: `spec.signing.revoke names the active key ${active.keyId}; set spec.signing.rotate to replace it first` };
+  }
+  // Without a rotation the Secret is left as it is: one key, whose set is implied.
+  if (changed) out[SIGNING_KEYS_FILE] = b64(JSON.stringify(set));
+  return { data: changed ? out : undefined, set, events, nextDue };
+}
+
+/**
+ * The signing key's Secret: generated once (Ed25519, PKCS#8 PEM under signing.key) and never
+ * overwritten except by a rotation. It has no owner reference: the agent's identity outlives a
+ * deleted Agent, and an Agent created again under the same name signs with the same key. A
+ * Secret named by spec.signing.secretName is used only when the operator created it for this
+ * Agent or it carries the label ifp.dev/agent: <Agent name>.
+ */
+export async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject, owner: Owner, signing: AgentSpec["signing"]): Promise<SigningOutcome> {
+  const ns = owner.metadata.namespace;
+  const name = signing.secretName ?? childNames(owner.metadata.name).signingSecret;
+  const applied: string[] = [];
+  let secret = ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
+  if (!secret) {
+    const key = generateSigningKey();
+    const created = await ctx.kube.createIfAbsent<V1Secret>({
+      apiVersion: "v1",
+      kind: "Secret",
+      type: "Opaque",
+      metadata: {
+        name,
+        namespace: ns,
+        labels: { ...MANAGED_BY, [INSTANCE_LABEL]: owner.metadata.name, [COMPONENT_LABEL]: "agent", "app.kubernetes.io/part-of": "ifp-operator" },
+        annotations: { "ifp.dev/public-key": key.publicKey },
+      },
+      data: { [SIGNING_KEY_FILE]: b64(key.privateKeyPem), "encryption.key": b64(generateEncryptionKey().privateKeyPem) },
+    });
+    if (created) {
+      applied.push(`Secret/${name}`);
+      await ctx.kube.event(obj, "Normal", "GeneratedSigningKey", `generated an Ed25519 signing key into Secret ${name}; public key ${key.publicKey}`);
+    }
+    secret = created ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
+    if (!secret) throw new Error(`Secret ${name} vanished right after it was created`);
+  }
+  const refusal = secretUsableBy(secret, owner, "spec.signing.secretName");
+  if (refusal) return { blocker: refusal, applied };
+  const ts = secret.metadata?.creationTimestamp;
+  const plan = planSigningKeys(secret.data ?? {}, signing, ts ? isoSeconds(new Date(ts)) : "", new Date());
+  if (plan.error) return { blocker: { reason: "InvalidSigningKey", message: `Secret ${name} ${plan.error}` }, applied };
+  if (plan.data) {
+    const active = plan.set.keys.find((k) => k.status === "active")!;
+    secret = await ctx.kube.replace<V1Secret>({
+      ...secret,
+      apiVersion: "v1",
+      kind: "Secret",
+      metadata: { ...secret.metadata, annotations: { ...secret.metadata?.annotations, "ifp.dev/public-key": active.publicKey } },
+      data: plan.data,
+    });
+    applied.push(`Secret/${name}`);
+    for (const e of plan.events) await ctx.kube.event(obj, "Normal", e.startsWith("revoked") ? "RevokedSigningKey" : "RotatedSigningKey", e);
+  }
+  const active = plan.set.keys.find((k) => k.status === "active")!;
+  const encryption = await ensureEncryptionKey(ctx, obj, secret, name, applied);
+  return {
+    ...(encryption ? { encryption } : {}),
+    secretName: name,
+    publicKey: active.publicKey,
+    keyId: active.keyId,
+    created: active.created ?? "",
+    keys: plan.set.keys,
+    keysHash: JSON.stringify(plan.set.keys.map((k) => [k.keyId, k.status])),
+    applied,
+    ...(plan.nextDue !== undefined ? { requeueAfterMs: Math.max(1000, plan.nextDue - Date.now() + 500) } : {}),
+  };
+}
+
+/**
+ * The encryption key of the signing Secret (docs/encryption.md): added once to a Secret the
+ * operator made, never replaced; a Secret the user made is left alone. Undefined when there is none.
+ */
+async function ensureEncryptionKey(ctx: ReconcileContext, obj: CustomObject, secret: V1Secret, name: string, applied: string[]): Promise<{ keyId: string; publicKey: string } | undefined> {
+  let pem = secret.data?.["encryption.key"];
+  const ours = secret.metadata?.labels?.["app.kubernetes.io/managed-by"] === MANAGED_BY["app.kubernetes.io/managed-by"];
+  if (!pem && ours) {
+    const added = b64(generateEncryptionKey().privateKeyPem);
+    try {
+      // Optimistic concurrency (resourceVersion): a Secret changed meanwhile is looked at again on the next reconcile.
+      await ctx.kube.replace<V1Secret>({ ...secret, apiVersion: "v1", kind: "Secret", data: { ...secret.data, "encryption.key": added } });
+      pem = added;
+      applied.push(`Secret/${name}`);
+      await ctx.kube.event(obj, "Normal", "GeneratedEncryptionKey", `added an X25519 encryption key to Secret ${name}`);
+    } catch (err) {
+      ctx.log.warn({ secret: name, err: (err as Error).message }, "could not add the encryption key; trying again on the next reconcile");
+      return undefined;
+    }
+  }
+  if (!pem) return undefined;
+  try {
+    const k = encryptionKeyFromPem(unb64(pem));
+    return { keyId: k.keyId, publicKey: k.publicKey };
+  } catch (err) {
+    await ctx.kube.event(obj, "Warning", "InvalidEncryptionKey", `Secret ${name}: encryption.key is not usable (${(err as Error).message}); the agent runs without an encryption key`);
+    return undefined;
+  }
+}

@@ -1,0 +1,44 @@
+// The agent's signing keys as mounted from its Secret: signing.key, and beside it (after a
+// rotation) keys.json with every key's status and the retired keys still in transition.
+import { existsSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { parseSigningKeySet, publishedKeys, SIGNING_KEYS_FILE, type PublishedKey } from "../contract/signing-keys.ts";
+import { privateKeyFromPem, rawPublicKey } from "../protocol/keys.ts";
+import type { SigningKey } from "../protocol/signing.ts";
+
+export interface Keyring {
+  signing: SigningKey;
+  /** Every key for the identity document; undefined without keys.json (one active key). */
+  published?: PublishedKey[];
+  publicKey: string;
+}
+
+/**
+ * Read the key set. Without keys.json the key id is spec.signing.keyId. With it, the active key
+ * must be signing.key (a mismatch is a start-up error, never a silent downgrade), and the newest
+ * retired key whose private half is present signs beside it (verifiers check at most two
+ * signatures of a sender).
+ */
+export async function loadKeyring(signingKeyFile: string, agentId: string, defaultKeyId: string): Promise<Keyring> {
+  const privateKey = privateKeyFromPem(await readFile(signingKeyFile));
+  const publicKey = rawPublicKey(privateKey);
+  const setFile = join(dirname(signingKeyFile), SIGNING_KEYS_FILE);
+  if (!existsSync(setFile)) return { signing: { agentId, keyId: defaultKeyId, privateKey }, publicKey };
+  let set;
+  try {
+    set = parseSigningKeySet(await readFile(setFile, "utf8"));
+  } catch (err) {
+    throw new Error(`${setFile} is not a signing key set: ${(err as Error).message.slice(0, 300)}`);
+  }
+  const active = set.keys.find((k) => k.status === "active");
+  if (!active || active.publicKey !== publicKey) throw new Error(`${setFile} does not name ${signingKeyFile} as its active key`);
+  const retired = set.keys.filter((k) => k.status === "retired" && k.file && existsSync(join(dirname(signingKeyFile), k.file))).at(-1);
+  const transition = [];
+  if (retired) {
+    const key = privateKeyFromPem(await readFile(join(dirname(signingKeyFile), retired.file!)));
+    if (rawPublicKey(key) !== retired.publicKey) throw new Error(`${retired.file} is not the private half of retired key ${retired.keyId}`);
+    transition.push({ keyId: retired.keyId, privateKey: key });
+  }
+  return { signing: { agentId, keyId: active.keyId, privateKey, ...(transition.length ? { transition } : {}) }, published: publishedKeys(set), publicKey };
+}
