@@ -1,6 +1,7 @@
 // Kubernetes Events, as the operator and the runtime record them on their resources.
+import { accessSync } from "node:fs";
 import { hostname } from "node:os";
-import { CoreV1Api, KubeConfig, type CoreV1Event } from "@kubernetes/client-node";
+import type { CoreV1Api, CoreV1Event, KubeConfig } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { errorMessage } from "../util/errors.ts";
 
@@ -40,32 +41,55 @@ export function buildEvent(obj: InvolvedObject, type: EventType, reason: string,
   };
 }
 
-/** Records Events through the API server. Failing to record one is logged, never thrown. */
+/**
+ * Records Events through the API server. Failing to record one is logged, never thrown.
+ * The Kubernetes client (about 80 MiB of resident memory once loaded) is loaded with the first
+ * Event, not at start: a runtime that records none never carries it.
+ */
 export class EventRecorder {
-  private readonly api: CoreV1Api;
+  private readonly kc: KubeConfig | (() => Promise<KubeConfig>);
+  private api: Promise<CoreV1Api> | undefined;
   private readonly source: EventSource;
   private readonly log: Logger;
 
-  constructor(kc: KubeConfig, component: string, log: Logger) {
-    this.api = kc.makeApiClient(CoreV1Api);
+  constructor(kc: KubeConfig | (() => Promise<KubeConfig>), component: string, log: Logger) {
+    this.kc = kc;
     this.source = { component, host: hostname() };
     this.log = log;
   }
 
-  /** With an explicit kubeconfig, or in a pod (its service account); elsewhere undefined: no Events. */
+  /**
+   * With an explicit kubeconfig (which must be readable now), or in a pod (its service
+   * account); elsewhere undefined: no Events.
+   */
   static fromEnvironment(component: string, log: Logger, kubeconfig?: string): EventRecorder | undefined {
-    const kc = new KubeConfig();
-    if (kubeconfig) kc.loadFromFile(kubeconfig);
-    else if (process.env.KUBERNETES_SERVICE_HOST) kc.loadFromCluster();
-    else return undefined;
-    return new EventRecorder(kc, component, log);
+    if (kubeconfig) accessSync(kubeconfig);
+    else if (!process.env.KUBERNETES_SERVICE_HOST) return undefined;
+    const load = async () => {
+      const { KubeConfig } = await import("@kubernetes/client-node");
+      const kc = new KubeConfig();
+      if (kubeconfig) kc.loadFromFile(kubeconfig);
+      else kc.loadFromCluster();
+      return kc;
+    };
+    return new EventRecorder(load, component, log);
+  }
+
+  private client(): Promise<CoreV1Api> {
+    this.api ??= (async () => {
+      const { CoreV1Api } = await import("@kubernetes/client-node");
+      const kc = typeof this.kc === "function" ? await this.kc() : this.kc;
+      return kc.makeApiClient(CoreV1Api);
+    })();
+    return this.api;
   }
 
   async record(obj: InvolvedObject, type: EventType, reason: string, message: string): Promise<void> {
     const namespace = obj.metadata?.namespace;
     if (!obj.metadata?.name || !namespace) return; // a manifest run outside the cluster: nothing to attach it to
     try {
-      await this.api.createNamespacedEvent({ namespace, body: buildEvent(obj, type, reason, message, this.source, new Date()) });
+      const api = await this.client();
+      await api.createNamespacedEvent({ namespace, body: buildEvent(obj, type, reason, message, this.source, new Date()) });
     } catch (err) {
       this.log.warn({ err: errorMessage(err), reason }, "could not record an event");
     }
