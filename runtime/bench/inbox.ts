@@ -16,7 +16,7 @@ import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey } from "../test/fixtures.ts";
-import { peakRssMiB, postLoad, round, type LoadResult } from "./load.ts";
+import { natsMessagesIn, peakRssMiB, postLoad, round, type LoadResult } from "./load.ts";
 
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,8,32,64").split(",").map(Number);
 const PER_LEVEL = Number(process.env.BENCH_MESSAGES ?? 3000);
@@ -43,7 +43,8 @@ function stop(child: ChildProcess): Promise<void> {
   });
 }
 
-const nats = await startNats();
+const monitorPort = await freePort();
+const nats = await startNats({ config: `http_port: ${monitorPort}\n` });
 const tls = await localhostTls();
 const dir = tempDir("ifp-bench-");
 const senders = Array.from({ length: SENDERS }, (_, i) => identity(`sender-${i}`));
@@ -124,7 +125,13 @@ const inboxUrl = targets.find((t) => t.name === "inbox")!.url;
 for (const t of targets) await postLoad(t.url, t.bodies(300), 8, tls.ca, t.okStatus, t.headers);
 for (const [i, c] of CONCURRENCY.entries()) {
   const order = [...targets.slice(i % targets.length), ...targets.slice(0, i % targets.length)];
-  for (const t of order) (results[t.name] ??= []).push(await postLoad(t.url, t.bodies(PER_LEVEL), c, tls.ca, t.okStatus, t.headers));
+  for (const t of order) {
+    const natsBefore = await natsMessagesIn(monitorPort, "ifp-agent ");
+    const r: LoadResult & { natsMsgsPerMessage?: number } = await postLoad(t.url, t.bodies(PER_LEVEL), c, tls.ca, t.okStatus, t.headers);
+    // Publishes and requests to NATS per accepted message (the runtimes only; the others have none).
+    if (t.name === "inbox" || t.name === "before") r.natsMsgsPerMessage = round(((await natsMessagesIn(monitorPort, "ifp-agent ")) - natsBefore) / PER_LEVEL);
+    (results[t.name] ??= []).push(r);
+  }
 }
 for (const n of SENDER_COUNTS) {
   results.senders.push({ senders: n, ...(await postLoad(inboxUrl, messages(PER_LEVEL, n), SENDER_CONCURRENCY, tls.ca)) });
@@ -149,6 +156,7 @@ const rows = CONCURRENCY.map((c, i) => {
     "bare p50/p99 ms": `${b.p50ms} / ${b.p99ms}`,
     "a2a p50/p99 ms": `${a.p50ms} / ${a.p99ms}`,
     "inbox p50/p99 ms": `${f.p50ms} / ${f.p99ms}`,
+    "inbox NATS msgs/msg": (f as LoadResult & { natsMsgsPerMessage?: number }).natsMsgsPerMessage,
     ...(results.before ? { "before msgs/s": results.before[i]!.perSecond, "before p50/p99 ms": `${results.before[i]!.p50ms} / ${results.before[i]!.p99ms}` } : {}),
     errors: b.errors + a.errors + f.errors,
   };

@@ -80,3 +80,14 @@ export function peakRssMiB(pid: number): number | undefined {
     return undefined;
   }
 }
+
+/**
+ * Messages the NATS clients whose connection name starts with `namePrefix` have sent to the
+ * server (publishes and requests, each one a round trip when it waits for an answer), from
+ * the server's monitoring endpoint (`http_port` in its configuration).
+ */
+export async function natsMessagesIn(monitorPort: number, namePrefix: string): Promise<number> {
+  const res = await fetch(`http://127.0.0.1:${monitorPort}/connz?limit=1024`);
+  const body = (await res.json()) as { connections?: { name?: string; in_msgs: number }[] };
+  return (body.connections ?? []).filter((c) => c.name?.startsWith(namePrefix)).reduce((n, c) => n + c.in_msgs, 0);
+}
