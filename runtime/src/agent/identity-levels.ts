@@ -1,6 +1,5 @@
 import { Kvm, type KV } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
-import { Coalescer } from "../nats/coalesce.ts";
 import { encodeToken } from "../contract/nats.ts";
 import { insufficientAuthLevel, unavailable } from "../protocol/errors.ts";
 
@@ -26,8 +25,6 @@ export class ConversationLevels {
   private readonly nats: Pick<Nats, "js" | "isConnected">;
   readonly bucket: string;
   private readonly now: () => number;
-  /** The reads of requests taken in one event-loop turn leave in one socket write. */
-  private readonly together = new Coalescer();
 
   constructor(nats: Pick<Nats, "js" | "isConnected">, agentId: string, now: () => number = Date.now) {
     this.nats = nats;
@@ -51,7 +48,7 @@ export class ConversationLevels {
     for (let attempt = 0; attempt < 3; attempt++) {
       let current;
       try {
-        current = await this.together.run(() => kv.get(key));
+        current = await kv.get(key);
       } catch (err) {
         throw unavailable(`the conversation records cannot be read: ${(err as Error).message}`);
       }

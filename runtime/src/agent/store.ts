@@ -5,7 +5,6 @@ import { ensureStream, isNotFound } from "../nats/streams.ts";
 import { nanos } from "../contract/nats.ts";
 import { unavailable } from "../protocol/errors.ts";
 import { refuseOverMaxPayload } from "../nats/payload.ts";
-import { Coalescer } from "../nats/coalesce.ts";
 import { Message } from "../protocol/message.ts";
 import type { AgentNames } from "./names.ts";
 
@@ -44,8 +43,6 @@ export class InboxStore {
   private readonly nats: Nats;
   private readonly names: AgentNames;
   private readonly windowMs: number;
-  /** The publishes of requests read in one event-loop turn leave in one socket write. */
-  private readonly together = new Coalescer();
 
   constructor(nats: Nats, names: AgentNames, replayWindowMs: number) {
     this.nats = nats;
@@ -82,13 +79,11 @@ export class InboxStore {
     // message_id and holds every sender's message with it; received() tells them apart.
     const dedupe = `${meta.signer ? "signed" : "unsigned"}:${meta.signer ?? fromAgent} ${messageId}`;
     try {
-      const ack = await this.together.run(() =>
-        this.nats.js.publish(this.names.inbox(messageId), data, {
-          msgID: dedupe,
-          headers: h,
-          timeout: 5_000,
-        }),
-      );
+      const ack = await this.nats.js.publish(this.names.inbox(messageId), data, {
+        msgID: dedupe,
+        headers: h,
+        timeout: 5_000,
+      });
       return { duplicate: ack.duplicate };
     } catch (err) {
       throw unavailable(`the message could not be stored: ${(err as Error).message}`);

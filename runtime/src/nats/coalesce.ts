@@ -2,7 +2,7 @@
  * Starts the NATS calls asked for during one turn of the event loop together, on the next
  * turn, so that the requests of concurrent HTTP requests leave in one socket write instead of
  * one each (the NATS client flushes once per microtask checkpoint). Costs one setImmediate.
- * Used by the inbox (conversation record read, store) and the relay (store, acknowledge).
+ * Used by the relay (store, acknowledge).
  */
 export class Coalescer {
   private queue: (() => void)[] = [];
