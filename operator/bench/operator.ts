@@ -135,7 +135,13 @@ try {
 }
 
 const runs: Record<string, number | string>[] = [];
-for (const n of COUNTS) runs.push(await run(n));
+mkdirSync(".bench", { recursive: true });
+for (const n of COUNTS) {
+  runs.push(await run(n));
+  // Each count as it finishes, so that a long run cut short keeps what it measured.
+  process.stdout.write(`${JSON.stringify(runs.at(-1))}\n`);
+  writeFileSync(".bench/operator.json", `${JSON.stringify({ benchmark: "operator", date: new Date().toISOString(), node: process.version, runs, partial: runs.length < COUNTS.length }, null, 2)}\n`);
+}
 console.table(
   runs.map((r) => ({
     agents: r.agents,
