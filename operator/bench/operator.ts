@@ -7,14 +7,17 @@
 //     runs here, so Ready itself stays False RuntimeNotReady;
 //   - API writes per steady-state resync (goal: zero), over several resyncs of every Agent;
 //   - the operator process's peak RSS (VmHWM) and its RSS at the end.
-// Environment: BENCH_AGENTS (200), BENCH_RESYNC_SECONDS (10), BENCH_RESYNCS (3), BENCH_WORKERS (4).
+// BENCH_AGENTS is a list (default 100,500,1000): each count runs on a fresh control plane and
+// operator, and the table shows how time, writes and memory grow (slope per 100 Agents between
+// the smallest and the largest count). Other settings: BENCH_RESYNC_SECONDS (10),
+// BENCH_RESYNCS (3), BENCH_WORKERS (4).
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { stringify } from "yaml";
 import { startControlPlane } from "../../e2e/support/controlplane.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 
-const COUNT = Number(process.env.BENCH_AGENTS ?? 200);
+const COUNTS = (process.env.BENCH_AGENTS ?? "100,500,1000").split(",").map(Number);
 const RESYNC_S = Number(process.env.BENCH_RESYNC_SECONDS ?? 10);
 const RESYNCS = Number(process.env.BENCH_RESYNCS ?? 3);
 const WORKERS = Number(process.env.BENCH_WORKERS ?? 4);
@@ -37,7 +40,8 @@ function metricSum(text: string, name: string, filter?: string): number {
   return sum;
 }
 
-process.stderr.write(`bench:operator: starting a control plane (first run builds the binaries)\n`);
+async function run(COUNT: number): Promise<Record<string, number | string>> {
+process.stderr.write(`bench:operator: ${COUNT} Agents: starting a control plane\n`);
 const cp = await startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"] });
 cp.kubectl(["create", "namespace", NS]);
 const health = await freePort();
@@ -121,13 +125,41 @@ try {
     operatorHeapTotalAtEndMiB: round(metricSum(after, "ifp_operator_nodejs_heap_size_total_bytes") / 1048576, 1),
     operatorExternalAtEndMiB: round(metricSum(after, "ifp_operator_nodejs_external_memory_bytes") / 1048576, 1),
   };
-  for (const [k, v] of Object.entries(result)) process.stdout.write(`${k.padEnd(32)} ${v}\n`);
-  mkdirSync(".bench", { recursive: true });
-  writeFileSync(".bench/operator.json", `${JSON.stringify(result, null, 2)}\n`);
-  process.stdout.write("written .bench/operator.json\n");
   if (resyncsObserved < 1) process.stderr.write("bench:operator: warning: fewer than one full resync observed\n");
+  return result;
 } finally {
   operator.kill("SIGTERM");
   await new Promise((r) => operator.once("exit", r));
   await cp.stop();
 }
+}
+
+const runs: Record<string, number | string>[] = [];
+mkdirSync(".bench", { recursive: true });
+for (const n of COUNTS) {
+  runs.push(await run(n));
+  // Each count as it finishes, so that a long run cut short keeps what it measured.
+  process.stdout.write(`${JSON.stringify(runs.at(-1))}\n`);
+  writeFileSync(".bench/operator.json", `${JSON.stringify({ benchmark: "operator", date: new Date().toISOString(), node: process.version, runs, partial: runs.length < COUNTS.length }, null, 2)}\n`);
+}
+console.table(
+  runs.map((r) => ({
+    agents: r.agents,
+    "s to Ready-able": r.secondsToReadyable,
+    "writes/Agent": r.apiWritesPerAgentToReadyable,
+    "writes/resync": r.apiWritesPerSteadyStateResync,
+    "peak RSS MiB": r.operatorPeakRssMiB,
+    "heap used MiB": r.operatorHeapUsedAtEndMiB,
+    "reconcile ms": r.meanReconcileMs,
+    errors: r.reconcileErrors,
+  })),
+);
+const first = runs[0]!;
+const last = runs.at(-1)!;
+const per100 = (k: string) => (runs.length > 1 ? round(((Number(last[k]) - Number(first[k])) / (Number(last.agents) - Number(first.agents))) * 100) : NaN);
+const slopePer100Agents = { secondsToReadyable: per100("secondsToReadyable"), operatorPeakRssMiB: per100("operatorPeakRssMiB"), apiWritesToReadyable: per100("apiWritesToReadyable") };
+console.log(`slope per 100 Agents (${first.agents} → ${last.agents}): ${slopePer100Agents.secondsToReadyable} s, ${slopePer100Agents.operatorPeakRssMiB} MiB peak RSS, ${slopePer100Agents.apiWritesToReadyable} writes`);
+mkdirSync(".bench", { recursive: true });
+writeFileSync(".bench/operator.json", `${JSON.stringify({ benchmark: "operator", date: new Date().toISOString(), node: process.version, runs, slopePer100Agents }, null, 2)}\n`);
+console.log(JSON.stringify({ benchmark: "operator", runs: runs.length, slopePer100Agents }));
+console.log("written .bench/operator.json");

@@ -1,6 +1,13 @@
 // npm run bench:inbox — drives the agent inbox over TLS with signed 2 KB messages at several
 // concurrencies and prints accepted msgs/s, p50/p99 latency and the runtime's peak RSS, next to
-// a bare fastify HTTPS POST handler measured in the same run. Results: .bench/inbox.json.
+// two baselines measured in the same run: a bare fastify HTTPS POST handler, and a minimal agent
+// on the official A2A JavaScript SDK (SendMessage over HTTPS, no signature check, no storage).
+// Then the inbox again at one concurrency with 1, 10 and 100 distinct signed senders (key
+// lookup and per-sender rate-limit buckets). Results: .bench/inbox.json.
+//
+//   BENCH_CONCURRENCY=1,8,32,64  BENCH_MESSAGES=3000  BENCH_SENDERS=1,10,100
+//   BENCH_SENDER_CONCURRENCY=32  BENCH_PROFILE=dir (the runtime writes a --cpu-prof profile there)
+//   BENCH_BASELINE=<another checkout> (its runtime measured too, as "before")
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -9,17 +16,20 @@ import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey } from "../test/fixtures.ts";
-import { peakRssMiB, postLoad, round, type LoadResult } from "./load.ts";
+import { natsMessagesIn, peakRssMiB, postLoad, round, type LoadResult } from "./load.ts";
 
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,8,32,64").split(",").map(Number);
 const PER_LEVEL = Number(process.env.BENCH_MESSAGES ?? 3000);
-const SENDERS = 16;
+const SENDER_COUNTS = (process.env.BENCH_SENDERS ?? "1,10,100").split(",").map(Number);
+const SENDER_CONCURRENCY = Number(process.env.BENCH_SENDER_CONCURRENCY ?? 32);
+const SENDERS = Math.max(16, ...SENDER_COUNTS);
+const PROFILE = process.env.BENCH_PROFILE;
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 
-async function startProcess(args: string[], readyUrl: string, ca: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, args, { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, IFP_LOG_LEVEL: "warn" } });
+async function startProcess(args: string[], readyUrl: string, ca: string, nodeArgs: string[] = []): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [...nodeArgs, ...args], { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, IFP_LOG_LEVEL: "warn" } });
   await waitFor(`${args[0]} to listen`, async () => {
-    const res = await httpsRequest(readyUrl, { ca, method: readyUrl.endsWith("inbox") ? "POST" : "GET", headers: { "content-type": "application/json" }, body: "{}" });
+    const res = await httpsRequest(readyUrl, { ca, method: /inbox|jsonrpc/.test(readyUrl) ? "POST" : "GET", headers: { "content-type": "application/json" }, body: "{}" });
     return res.status > 0 && res.status !== 503;
   }, 30_000, 200);
   return child;
@@ -33,7 +43,8 @@ function stop(child: ChildProcess): Promise<void> {
   });
 }
 
-const nats = await startNats();
+const monitorPort = await freePort();
+const nats = await startNats({ config: `http_port: ${monitorPort}\n` });
 const tls = await localhostTls();
 const dir = tempDir("ifp-bench-");
 const senders = Array.from({ length: SENDERS }, (_, i) => identity(`sender-${i}`));
@@ -45,57 +56,115 @@ const manifest = writeAgentManifest(dir, {
   inbox: { rateLimit: { perSenderPerMinute: 10_000_000, perAddressPerMinute: 10_000_000 } },
 });
 
-/** Signed messages of about 2 KB each, made before the clock starts. */
-function messages(n: number): Buffer[] {
+/** Signed messages of about 2 KB each, made before the clock starts, from `from` distinct senders. */
+function messages(n: number, from = 16): Buffer[] {
   const text = "x".repeat(1500);
-  return Array.from({ length: n }, (_, i) => Buffer.from(JSON.stringify(signed(senders[i % SENDERS]!, "bench-agent", {}, text))));
+  return Array.from({ length: n }, (_, i) => Buffer.from(JSON.stringify(signed(senders[i % from]!, "bench-agent", {}, text))));
+}
+
+/** A2A SendMessage requests (JSON-RPC) of the same size, with distinct message ids. */
+function a2aMessages(n: number): Buffer[] {
+  const text = "x".repeat(1800);
+  return Array.from({ length: n }, (_, i) =>
+    Buffer.from(JSON.stringify({ jsonrpc: "2.0", id: i, method: "SendMessage", params: { message: { messageId: `m-${i}-${Date.now()}`, role: "ROLE_USER", parts: [{ text }] } } })),
+  );
 }
 
 const sample = messages(1)[0]!;
 process.stderr.write(`message size ${sample.length} bytes; ${PER_LEVEL} messages per level; concurrency ${CONCURRENCY.join(", ")}\n`);
 
-const results: { bare: LoadResult[]; inbox: LoadResult[]; rssMiB: { bare?: number; inbox?: number } } = { bare: [], inbox: [], rssMiB: {} };
+const results: {
+  bare: LoadResult[];
+  a2a: LoadResult[];
+  inbox: LoadResult[];
+  before?: LoadResult[];
+  senders: (LoadResult & { senders: number })[];
+  rssMiB: { bare?: number; a2a?: number; inbox?: number; before?: number };
+} = { bare: [], a2a: [], inbox: [], senders: [], rssMiB: {} };
 
-// Bare fastify baseline.
+// All servers run side by side and each concurrency level drives them one after the other, so
+// that the figures of one level share the machine's load of that moment (on a shared machine
+// the load drifts over a run; the order rotates per level so no one always goes first).
+interface Target {
+  name: "bare" | "a2a" | "inbox" | "before";
+  url: string;
+  bodies: (n: number) => Buffer[];
+  okStatus: number;
+  headers?: Record<string, string>;
+  child: ChildProcess;
+}
+const targets: Target[] = [];
 {
   const port = await freePort();
   const url = `https://localhost:${port}/.well-known/agent/inbox`;
-  const child = await startProcess([here("./bare-server.ts"), tls.files.cert, tls.files.key, String(port)], url, tls.ca);
-  for (const c of CONCURRENCY) results.bare.push(await postLoad(url, messages(PER_LEVEL), c, tls.ca));
-  results.rssMiB.bare = peakRssMiB(child.pid!);
-  await stop(child);
+  targets.push({ name: "bare", url, bodies: messages, okStatus: 202, child: await startProcess([here("./bare-server.ts"), tls.files.cert, tls.files.key, String(port)], url, tls.ca) });
 }
-
-// The full inbox: schema, signature verification, rate limits, JetStream persistence.
 {
+  // The official A2A JavaScript SDK server (Express JSON-RPC): accepts without verifying or storing.
+  const port = await freePort();
+  const url = `https://localhost:${port}/a2a/jsonrpc`;
+  targets.push({ name: "a2a", url, bodies: a2aMessages, okStatus: 200, headers: { "a2a-version": "1.0" }, child: await startProcess([here("./a2a-server.ts"), tls.files.cert, tls.files.key, String(port)], url, tls.ca) });
+}
+// The full inbox: schema, signature verification, rate limits, JetStream persistence. With
+// BENCH_BASELINE=<checkout>, that checkout's runtime too ("before"), as a replica of the same agent.
+const runtimes: [Target["name"], string][] = [["inbox", here("../bin/ifp-runtime.ts")]];
+if (process.env.BENCH_BASELINE) runtimes.push(["before", `${process.env.BENCH_BASELINE}/runtime/bin/ifp-runtime.ts`]);
+for (const [name, bin] of runtimes) {
   const port = await freePort();
   const base = `https://localhost:${port}`;
   const child = await startProcess(
-    [here("../bin/ifp-runtime.ts"), "agent", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--signing-key", writeKey(dir, self), "--nats", nats.url, "--local-api-port", "0"],
+    [bin, "agent", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--signing-key", writeKey(dir, self), "--nats", nats.url, "--local-api-port", "0"],
     `${base}/readyz`,
     tls.ca,
+    PROFILE && name === "inbox" ? ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`] : [],
   );
-  for (const c of CONCURRENCY) results.inbox.push(await postLoad(`${base}/.well-known/agent/inbox`, messages(PER_LEVEL), c, tls.ca));
-  results.rssMiB.inbox = peakRssMiB(child.pid!);
-  await stop(child);
+  targets.push({ name, url: `${base}/.well-known/agent/inbox`, bodies: messages, okStatus: 202, child });
+}
+const inboxUrl = targets.find((t) => t.name === "inbox")!.url;
+// Warm-up (JIT, TLS sessions, NATS connections), not counted.
+for (const t of targets) await postLoad(t.url, t.bodies(300), 8, tls.ca, t.okStatus, t.headers);
+for (const [i, c] of CONCURRENCY.entries()) {
+  const order = [...targets.slice(i % targets.length), ...targets.slice(0, i % targets.length)];
+  for (const t of order) {
+    const natsBefore = await natsMessagesIn(monitorPort, "ifp-agent ");
+    const r: LoadResult & { natsMsgsPerMessage?: number } = await postLoad(t.url, t.bodies(PER_LEVEL), c, tls.ca, t.okStatus, t.headers);
+    // Publishes and requests to NATS per accepted message (the runtimes only; the others have none).
+    if (t.name === "inbox" || t.name === "before") r.natsMsgsPerMessage = round(((await natsMessagesIn(monitorPort, "ifp-agent ")) - natsBefore) / PER_LEVEL);
+    (results[t.name] ??= []).push(r);
+  }
+}
+for (const n of SENDER_COUNTS) {
+  results.senders.push({ senders: n, ...(await postLoad(inboxUrl, messages(PER_LEVEL, n), SENDER_CONCURRENCY, tls.ca)) });
+}
+for (const t of targets) {
+  results.rssMiB[t.name] = peakRssMiB(t.child.pid!);
+  await stop(t.child);
 }
 await nats.close();
 
 const rows = CONCURRENCY.map((c, i) => {
   const b = results.bare[i]!;
+  const a = results.a2a[i]!;
   const f = results.inbox[i]!;
   return {
     concurrency: c,
     "bare msgs/s": b.perSecond,
+    "a2a-sdk msgs/s": a.perSecond,
     "inbox msgs/s": f.perSecond,
     "inbox/bare": `${round((100 * f.perSecond) / b.perSecond, 0)}%`,
+    "inbox/a2a": `${round((100 * f.perSecond) / a.perSecond, 0)}%`,
     "bare p50/p99 ms": `${b.p50ms} / ${b.p99ms}`,
+    "a2a p50/p99 ms": `${a.p50ms} / ${a.p99ms}`,
     "inbox p50/p99 ms": `${f.p50ms} / ${f.p99ms}`,
-    "inbox errors": f.errors,
+    "inbox NATS msgs/msg": (f as LoadResult & { natsMsgsPerMessage?: number }).natsMsgsPerMessage,
+    ...(results.before ? { "before msgs/s": results.before[i]!.perSecond, "before p50/p99 ms": `${results.before[i]!.p50ms} / ${results.before[i]!.p99ms}` } : {}),
+    errors: b.errors + a.errors + f.errors,
   };
 });
 console.table(rows);
-console.log(`peak RSS: runtime ${results.rssMiB.inbox} MiB, bare fastify ${results.rssMiB.bare} MiB`);
+const senderRows = results.senders.map((r) => ({ senders: r.senders, concurrency: r.concurrency, "inbox msgs/s": r.perSecond, "p50/p99 ms": `${r.p50ms} / ${r.p99ms}`, errors: r.errors }));
+console.table(senderRows);
+console.log(`peak RSS: runtime ${results.rssMiB.inbox} MiB${results.rssMiB.before ? ` (before: ${results.rssMiB.before} MiB)` : ""}, bare fastify ${results.rssMiB.bare} MiB, A2A SDK ${results.rssMiB.a2a} MiB`);
 const out = {
   benchmark: "inbox",
   date: new Date().toISOString(),
@@ -104,8 +173,9 @@ const out = {
   messagesPerLevel: PER_LEVEL,
   results,
   summary: rows,
+  senders: senderRows,
 };
 mkdirSync(".bench", { recursive: true });
 writeFileSync(".bench/inbox.json", JSON.stringify(out, null, 2) + "\n");
-console.log(JSON.stringify({ benchmark: "inbox", summary: rows, peakRssMiB: results.rssMiB }));
+console.log(JSON.stringify({ benchmark: "inbox", summary: rows, senders: senderRows, peakRssMiB: results.rssMiB }));
 console.log("written .bench/inbox.json");

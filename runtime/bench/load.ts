@@ -21,7 +21,7 @@ export function percentile(sorted: number[], p: number): number {
  * POST `bodies` to `url` with `concurrency` requests in flight over keep-alive TLS
  * connections; counts answers with `okStatus` and measures latency per request.
  */
-export async function postLoad(url: string, bodies: Buffer[], concurrency: number, ca: string, okStatus = 202): Promise<LoadResult> {
+export async function postLoad(url: string, bodies: Buffer[], concurrency: number, ca: string, okStatus = 202, extraHeaders: Record<string, string> = {}): Promise<LoadResult> {
   const agent = new Agent({ keepAlive: true, maxSockets: concurrency, ca });
   const latencies: number[] = [];
   let next = 0;
@@ -31,7 +31,7 @@ export async function postLoad(url: string, bodies: Buffer[], concurrency: numbe
   const one = (body: Buffer) =>
     new Promise<number>((resolve) => {
       const req = request(
-        { host: u.hostname, port: u.port, path: u.pathname, method: "POST", agent, headers: { "content-type": "application/json", "content-length": body.length } },
+        { host: u.hostname, port: u.port, path: u.pathname, method: "POST", agent, headers: { ...extraHeaders, "content-type": "application/json", "content-length": body.length } },
         (res) => {
           res.resume();
           res.on("end", () => resolve(res.statusCode ?? 0));
@@ -79,4 +79,15 @@ export function peakRssMiB(pid: number): number | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * Messages the NATS clients whose connection name starts with `namePrefix` have sent to the
+ * server (publishes and requests, each one a round trip when it waits for an answer), from
+ * the server's monitoring endpoint (`http_port` in its configuration).
+ */
+export async function natsMessagesIn(monitorPort: number, namePrefix: string): Promise<number> {
+  const res = await fetch(`http://127.0.0.1:${monitorPort}/connz?limit=1024`);
+  const body = (await res.json()) as { connections?: { name?: string; in_msgs: number }[] };
+  return (body.connections ?? []).filter((c) => c.name?.startsWith(namePrefix)).reduce((n, c) => n + c.in_msgs, 0);
 }

@@ -8,8 +8,14 @@
 // page, and WebSocket push with ack frames. CPU is counted per process (relay, nats-server,
 // this benchmark process with its clients), so the cost of each path shows.
 //
-// BENCH_MESSAGES (default 2000) and BENCH_CONCURRENCY (default 1,8,32) bound the load.
-// Prints a table; writes .bench/relay.json.
+// BENCH_MESSAGES (default 2000) and BENCH_CONCURRENCY (default 1,8,32) bound the load. NATS
+// messages the relay sends per message (its round trips) are counted from the server's
+// monitoring endpoint.
+//
+// Then how the cost grows (BENCH_SCALE=0 skips it): publishing to 10, 100 and 1,000 mailboxes
+// and reading them back; publish → pull → batch ack with 10^4 messages stored in other
+// mailboxes (10^5 with BENCH_LONG=1); a topic publish with 1, 10 and 100 subscribers.
+// Prints tables; writes .bench/relay.json.
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -25,7 +31,8 @@ import { signRequest } from "../src/protocol/http-signatures.ts";
 import type { Message } from "../src/protocol/message.ts";
 import { RelayClient, type RelayHttp } from "../src/relay/client.ts";
 import { identity, peerOf, signed, tempDir, writeRelayManifest } from "../test/fixtures.ts";
-import { peakRssMiB, percentile, round } from "./load.ts";
+import { natsMessagesIn, peakRssMiB, percentile, round } from "./load.ts";
+import { relayNames } from "../src/contract/relay-stream.ts";
 
 const N = Number(process.env.BENCH_MESSAGES ?? 2000);
 const LEVELS = (process.env.BENCH_CONCURRENCY ?? "1,8,32").split(",").map(Number);
@@ -43,6 +50,8 @@ interface Result {
   p99ms: number;
   /** CPU milliseconds per message, by process. */
   cpuMsPerMessage: { relay: number; natsServer: number; client: number };
+  /** Messages the relay sent to NATS per message (publishes, requests, acks). */
+  natsMsgsPerMessage?: number;
 }
 
 /** CPU time (ms) of a process from /proc (Linux), or of this process. */
@@ -76,6 +85,7 @@ async function pipeline(
   const latencies: number[] = [];
   let next = 0;
   const cpu0 = { relay: cpuMs(pids.relay), nats: cpuMs(pids.nats), client: cpuMs() };
+  const natsIn0 = await natsMessagesIn(monitorPort, "ifp-relay ");
   const started = performance.now();
   const consumer = consume(
     (id) => {
@@ -112,6 +122,7 @@ async function pipeline(
     p50ms: round(percentile(latencies, 50)),
     p99ms: round(percentile(latencies, 99)),
     cpuMsPerMessage: { relay: per(cpuMs(pids.relay), cpu0.relay), natsServer: per(cpuMs(pids.nats), cpu0.nats), client: per(cpuMs(), cpu0.client) },
+    natsMsgsPerMessage: round(((await natsMessagesIn(monitorPort, "ifp-relay ")) - natsIn0) / count),
   };
 }
 
@@ -125,7 +136,15 @@ async function ackAll<T>(items: T[], concurrency: number, ack: (item: T) => Prom
   );
 }
 
-const nats = await startNats();
+const monitorPort = await freePort();
+const nats = await startNats({ config: `http_port: ${monitorPort}\n` });
+const SCALE = process.env.BENCH_SCALE !== "0";
+const LONG = process.env.BENCH_LONG === "1";
+const MAILBOXES = [10, 100, 1000];
+const STORED = LONG ? 100_000 : 10_000;
+const FANOUT = [1, 10, 100];
+const SCALE_N = Number(process.env.BENCH_SCALE_MESSAGES ?? 1000);
+const others = SCALE ? Array.from({ length: Math.max(...MAILBOXES, ...FANOUT) }, (_, i) => identity(`m-${i}`)) : [];
 const tls = await localhostTls();
 const alice = identity("alice-agent");
 const bob = identity("bob-agent");
@@ -137,7 +156,7 @@ const messageBytes = Buffer.byteLength(JSON.stringify(bodies(1)[0]));
 const port = await freePort();
 const manifest = writeRelayManifest(
   tempDir("ifp-bench-"),
-  { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)], limits: { perAgentPerMinute: 100_000_000, perAddressPerMinute: 100_000_000 } },
+  { url: "https://localhost", agents: [peerOf(alice), peerOf(bob), ...others.map(peerOf)], limits: { perAgentPerMinute: 100_000_000, perAddressPerMinute: 100_000_000 } },
   "bench-relay",
 );
 const child = spawn(process.execPath, [...(process.env.BENCH_RELAY_NODE_OPTIONS ?? "").split(" ").filter(Boolean), here("../bin/ifp-runtime.ts"), "relay", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url], {
@@ -246,6 +265,78 @@ async function relayRun(mode: Exclude<Mode, "jetstream">, c: number, count: numb
   });
 }
 
+/** Rows of the cost-growth runs. */
+const scale: Record<string, string | number>[] = [];
+const names = relayNames({ metadata: { name: "bench-relay" }, spec: { url: "https://localhost" } } as Parameters<typeof relayNames>[0]);
+
+/** Run `count` calls of `fn` with `c` in flight; seconds taken and latencies. */
+async function timed(count: number, c: number, fn: (i: number) => Promise<void>): Promise<{ seconds: number; p50ms: number; p99ms: number }> {
+  let next = 0;
+  const lat: number[] = [];
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: c }, async () => {
+      while (next < count) {
+        const i = next++;
+        const t = performance.now();
+        await fn(i);
+        lat.push(performance.now() - t);
+      }
+    }),
+  );
+  lat.sort((a, b) => a - b);
+  return { seconds: (performance.now() - t0) / 1000, p50ms: round(percentile(lat, 50)), p99ms: round(percentile(lat, 99)) };
+}
+
+async function scaleRuns(): Promise<void> {
+  // Publish to M mailboxes, then each owner pulls its page and acknowledges it in one request.
+  for (const m of MAILBOXES) {
+    const msgs = Array.from({ length: SCALE_N }, (_, i) => signed(alice, others[i % m]!.agentId, {}, text));
+    const pubT = await timed(SCALE_N, 32, async (i) => {
+      const res = await pub.publish(msgs[i]!);
+      if (res.status !== 202) throw new Error(`publish answered ${res.status}: ${res.text}`);
+    });
+    let got = 0;
+    const pullT = await timed(m, 8, async (k) => {
+      const client = new RelayClient(base, others[k]!.signing, http);
+      const { messages } = await client.pull({ limit: PAGE });
+      got += messages.length;
+      if (messages.length) await client.ackMany(messages.map((x) => x.headers.message_id));
+    });
+    scale.push({ run: `${m} mailboxes`, "publish msgs/s": round(SCALE_N / pubT.seconds), "publish p50/p99 ms": `${pubT.p50ms} / ${pubT.p99ms}`, "pull+ack per mailbox p50/p99 ms": `${pullT.p50ms} / ${pullT.p99ms}`, "messages read": got });
+  }
+  // Messages stored in another mailbox: publish → pull → batch ack for bob, next to the same on an empty stream.
+  const empty = await relayRun("relay-batch", 8, SCALE_N);
+  let stored = 0;
+  for (let i = 0; i < STORED; i += 1000) {
+    const chunk = Array.from({ length: Math.min(1000, STORED - i) }, (_, k) => i + k);
+    await Promise.all(chunk.map((k) => js.publish(names.copy("filler-agent", `filler-${k}`), text, { msgID: `filler ${k}` })));
+    stored += chunk.length;
+  }
+  const full = await relayRun("relay-batch", 8, SCALE_N);
+  scale.push({ run: `batch, empty stream`, "publish msgs/s": empty.perSecond, "publish p50/p99 ms": `${empty.p50ms} / ${empty.p99ms}`, "relay NATS msgs/msg": empty.natsMsgsPerMessage ?? "" });
+  scale.push({ run: `batch, ${stored} stored`, "publish msgs/s": full.perSecond, "publish p50/p99 ms": `${full.p50ms} / ${full.p99ms}`, "relay NATS msgs/msg": full.natsMsgsPerMessage ?? "" });
+  await jsm.streams.purge(names.stream, { filter: names.mailbox("filler-agent") });
+  // A topic publish with K subscribers: one copy each, stored before the 202.
+  for (const k of FANOUT) {
+    const topic = `bench.fan-${k}`;
+    for (let i = 0; i < k; i++) {
+      const res = await new RelayClient(base, others[i]!.signing, http).request("POST", "/relay/subscribe", { subscribe: { topics: [topic] } });
+      if (res.status !== 200) throw new Error(`subscribe answered ${res.status}: ${res.text}`);
+    }
+    const count = Math.max(50, Math.round(SCALE_N / k));
+    const msgs = Array.from({ length: count }, () => signed(alice, `topic:${topic}`, {}, text));
+    const natsIn0 = await natsMessagesIn(monitorPort, "ifp-relay ");
+    const t = await timed(count, 8, async (i) => {
+      const res = await pub.publish(msgs[i]!);
+      if (res.status !== 202) throw new Error(`topic publish answered ${res.status}: ${res.text}`);
+    });
+    const natsIn = (await natsMessagesIn(monitorPort, "ifp-relay ")) - natsIn0;
+    scale.push({ run: `topic, ${k} subscribers`, "publish msgs/s": round(count / t.seconds), "publish p50/p99 ms": `${t.p50ms} / ${t.p99ms}`, "copies/s": round((count * k) / t.seconds), "relay NATS msgs/msg": round(natsIn / count) });
+    await jsm.streams.purge(names.stream, { filter: names.mailboxes });
+  }
+}
+
 const results: Result[] = [];
 let relayPeakRssMiB: number | undefined;
 try {
@@ -256,6 +347,7 @@ try {
     results.push(await rawRun(c, N));
     for (const mode of ["relay-delete", "relay-batch", "relay-ws"] as const) results.push(await relayRun(mode, c, N));
   }
+  if (SCALE) await scaleRuns();
   relayPeakRssMiB = peakRssMiB(child.pid!);
 } finally {
   await nc.close();
@@ -276,9 +368,11 @@ const rows = results.map((r) => ({
   "p50 ms": r.p50ms,
   "p99 ms": r.p99ms,
   "cpu ms/msg relay · nats · client": `${r.cpuMsPerMessage.relay} · ${r.cpuMsPerMessage.natsServer} · ${r.cpuMsPerMessage.client}`,
+  "relay NATS msgs/msg": r.mode === "jetstream" ? "" : r.natsMsgsPerMessage,
 }));
 console.table(rows);
+if (scale.length) console.table(scale);
 console.log(`${N} messages of ${messageBytes} bytes per run; relay peak RSS ${relayPeakRssMiB} MiB; node ${process.version}`);
 mkdirSync(".bench", { recursive: true });
-writeFileSync(".bench/relay.json", `${JSON.stringify({ benchmark: "relay", date: new Date().toISOString(), node: process.version, messages: N, messageBytes, page: PAGE, results, relayPeakRssMiB }, null, 2)}\n`);
+writeFileSync(".bench/relay.json", `${JSON.stringify({ benchmark: "relay", date: new Date().toISOString(), node: process.version, messages: N, messageBytes, page: PAGE, results, scale, relayPeakRssMiB }, null, 2)}\n`);
 console.log("written .bench/relay.json");

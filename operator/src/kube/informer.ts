@@ -1,6 +1,17 @@
-// client-node's informers stop for good on an unexpected error; this one restarts with backoff.
+// client-node's informers stop for good on an unexpected error; this one restarts with backoff
+// and keeps its cached objects lean.
 import { makeInformer, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
+
+/**
+ * Drops what no controller reads from a cached object: `metadata.managedFields` (server-side
+ * apply's bookkeeping, often larger than the object itself). The cache keeps the object it
+ * hands to the handlers, so stripping it there is stripping it in the cache.
+ */
+export function lean<T extends KubernetesObject>(obj: T): T {
+  if (obj?.metadata && "managedFields" in obj.metadata) delete obj.metadata.managedFields;
+  return obj;
+}
 
 /**
  * An informer that keeps going: restarted with exponential backoff (1 s … 30 s) whenever its
@@ -22,13 +33,14 @@ export class ResilientInformer<T extends KubernetesObject> {
   constructor(kc: KubeConfig, path: string, list: () => Promise<KubernetesListObject<T>>, opts: { name: string; labelSelector?: string; log: Logger; onChange: (obj: T) => void }) {
     const listOnce = async () => {
       const l = await list();
+      for (const item of l.items) lean(item);
       this.listed = true;
       return l;
     };
     this.inner = makeInformer<T>(kc, path, listOnce, opts.labelSelector);
     this.log = opts.log;
     this.name = opts.name;
-    for (const verb of ["add", "update", "delete"] as const) this.inner.on(verb, (obj: T) => opts.onChange(obj));
+    for (const verb of ["add", "update", "delete"] as const) this.inner.on(verb, (obj: T) => opts.onChange(lean(obj)));
     this.inner.on("error", (err: unknown) => this.restartLater(err, "watch failed"));
   }
 

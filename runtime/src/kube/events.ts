@@ -1,8 +1,9 @@
 // Kubernetes Events, as the operator and the runtime record them on their resources: one
 // recorder for both, that aggregates and rate-limits as client-go's EventCorrelator does, so
 // that a burst of the same warning is one Event with a count, not a flood of objects.
+import { accessSync } from "node:fs";
 import { hostname } from "node:os";
-import { CoreV1Api, KubeConfig, PatchStrategy, setHeaderOptions, type CoreV1Event } from "@kubernetes/client-node";
+import type { CoreV1Api, CoreV1Event, KubeConfig } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { errorMessage } from "../util/errors.ts";
 
@@ -160,9 +161,13 @@ export class EventCorrelator {
  * within the window adds to the count of the Event already made (written at most every
  * `flushMs`, and only while the object's token bucket allows; a count waiting for a token is
  * kept, never lost); a new Event needs a token, and is dropped (logged at debug) without one.
+ *
+ * The Kubernetes client (about 80 MiB of resident memory once loaded) is loaded with the first
+ * Event, not at start: a runtime that records none never carries it.
  */
 export class EventRecorder {
-  private readonly api: CoreV1Api;
+  private readonly kc: KubeConfig | (() => Promise<KubeConfig>);
+  private api: Promise<CoreV1Api> | undefined;
   private readonly source: EventSource;
   private readonly log: Logger;
   readonly correlator: EventCorrelator;
@@ -172,20 +177,37 @@ export class EventRecorder {
   dropped = 0;
   writes = 0;
 
-  constructor(kc: KubeConfig, component: string, log: Logger, limits: Partial<EventLimits> = {}, now: () => number = Date.now) {
-    this.api = kc.makeApiClient(CoreV1Api);
+  constructor(kc: KubeConfig | (() => Promise<KubeConfig>), component: string, log: Logger, limits: Partial<EventLimits> = {}, now: () => number = Date.now) {
+    this.kc = kc;
     this.source = { component, host: hostname() };
     this.log = log;
     this.correlator = new EventCorrelator(limits, now);
   }
 
-  /** With an explicit kubeconfig, or in a pod (its service account); elsewhere undefined: no Events. */
+  /**
+   * With an explicit kubeconfig (which must be readable now), or in a pod (its service
+   * account); elsewhere undefined: no Events.
+   */
   static fromEnvironment(component: string, log: Logger, kubeconfig?: string): EventRecorder | undefined {
-    const kc = new KubeConfig();
-    if (kubeconfig) kc.loadFromFile(kubeconfig);
-    else if (process.env.KUBERNETES_SERVICE_HOST) kc.loadFromCluster();
-    else return undefined;
-    return new EventRecorder(kc, component, log);
+    if (kubeconfig) accessSync(kubeconfig);
+    else if (!process.env.KUBERNETES_SERVICE_HOST) return undefined;
+    const load = async () => {
+      const { KubeConfig } = await import("@kubernetes/client-node");
+      const kc = new KubeConfig();
+      if (kubeconfig) kc.loadFromFile(kubeconfig);
+      else kc.loadFromCluster();
+      return kc;
+    };
+    return new EventRecorder(load, component, log);
+  }
+
+  private client(): Promise<CoreV1Api> {
+    this.api ??= (async () => {
+      const { CoreV1Api } = await import("@kubernetes/client-node");
+      const kc = typeof this.kc === "function" ? await this.kc() : this.kc;
+      return kc.makeApiClient(CoreV1Api);
+    })();
+    return this.api;
   }
 
   async record(obj: InvolvedObject, type: EventType, reason: string, message: string): Promise<void> {
@@ -230,7 +252,8 @@ export class EventRecorder {
     const count = t.count;
     this.writes++;
     try {
-      const made = await this.api.createNamespacedEvent({ namespace: t.namespace, body: { ...t.event, count } });
+      const api = await this.client();
+      const made = await api.createNamespacedEvent({ namespace: t.namespace, body: { ...t.event, count } });
       t.name = made.metadata?.name;
       t.written = Math.max(t.written, count);
       // Repeats that came while it was being made.
@@ -261,7 +284,9 @@ export class EventRecorder {
     const count = t.count;
     this.writes++;
     try {
-      await this.api.patchNamespacedEvent(
+      const api = await this.client();
+      const { PatchStrategy, setHeaderOptions } = await import("@kubernetes/client-node");
+      await api.patchNamespacedEvent(
         { name: t.name, namespace: t.namespace, body: { count, lastTimestamp: t.event.lastTimestamp, message: t.event.message } },
         setHeaderOptions("Content-Type", PatchStrategy.MergePatch),
       );

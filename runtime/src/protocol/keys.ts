@@ -1,12 +1,25 @@
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from "node:crypto";
 
-/** A public key from base64url (no padding) of its raw 32 bytes. */
+/** Public keys made from their raw form, at most this many remembered (the oldest forgotten first). */
+const PUBLIC_KEY_CACHE_SIZE = 4096;
+const publicKeys = new Map<string, KeyObject>();
+
+/**
+ * A public key from base64url (no padding) of its raw 32 bytes. Making a KeyObject costs more
+ * than the signature check it serves, so keys are remembered by their encoding (immutable: the
+ * same text is always the same key).
+ */
 export function publicKeyFromRaw(base64url: string): KeyObject {
+  const cached = publicKeys.get(base64url);
+  if (cached) return cached;
   const raw = Buffer.from(base64url, "base64url");
   if (raw.length !== 32 || raw.toString("base64url") !== base64url) {
     throw new Error("an Ed25519 public key is the base64url encoding (no padding) of exactly 32 bytes");
   }
-  return createPublicKey({ key: { kty: "OKP", crv: "Ed25519", x: base64url }, format: "jwk" });
+  const key = createPublicKey({ key: { kty: "OKP", crv: "Ed25519", x: base64url }, format: "jwk" });
+  if (publicKeys.size >= PUBLIC_KEY_CACHE_SIZE) publicKeys.delete(publicKeys.keys().next().value!);
+  publicKeys.set(base64url, key);
+  return key;
 }
 
 /** base64url (no padding) of a key's raw 32-byte public half. */

@@ -74,6 +74,13 @@ describe("keys", () => {
     expect(() => publicKeyFromRaw(`${file.key.public_key}=`)).toThrow(/32 bytes/);
   });
 
+  it("makes a public key once per encoding, and still refuses a bad one after a good one", () => {
+    const a = publicKeyFromRaw(file.key.public_key);
+    expect(publicKeyFromRaw(file.key.public_key)).toBe(a);
+    expect(rawPublicKey(a)).toBe(file.key.public_key);
+    expect(() => publicKeyFromRaw(`${file.key.public_key}=`)).toThrow(/32 bytes/);
+  });
+
   it("refuses a private key that is not Ed25519 PKCS#8 PEM", () => {
     expect(() => privateKeyFromPem("not a key")).toThrow(/PKCS#8 PEM/);
   });

@@ -54,11 +54,23 @@ type Signable = Pick<Message, "headers" | "body">;
 export const MAX_JSON_DEPTH = 100;
 
 /**
+ * Documents parsed from a request and found canonicalizable once (markCanonical), so that the
+ * later checks of the same request (admission, signing input) do not walk them again.
+ */
+const canonicalChecked = new WeakSet<object>();
+
+/** Remember that `value`, as parsed from a request and never changed after, passed canonicalProblem(). */
+export function markCanonical(value: unknown): void {
+  if (typeof value === "object" && value !== null) canonicalChecked.add(value);
+}
+
+/**
  * Why a parsed JSON document cannot be signed or verified (RFC 8785 canonical form), or
  * undefined: nesting deeper than MAX_JSON_DEPTH, or a string with a lone surrogate. Iterative,
  * so hostile depth cannot exhaust the stack.
  */
 export function canonicalProblem(value: unknown): string | undefined {
+  if (typeof value === "object" && value !== null && canonicalChecked.has(value)) return undefined;
   const stack: [unknown, number][] = [[value, 0]];
   while (stack.length) {
     const [v, depth] = stack.pop()!;
@@ -79,7 +91,7 @@ export function signingInput(message: Signable, signedHeaders: readonly string[]
   const headers: Record<string, unknown> = {};
   const source = message.headers as Record<string, unknown>;
   for (const h of signedHeaders) headers[h] = source[h] ?? null;
-  const problem = canonicalProblem({ headers, body: signedBody ? message.body : null });
+  const problem = canonicalChecked.has(message) ? undefined : canonicalProblem({ headers, body: signedBody ? message.body : null });
   if (problem) throw badRequest(`the message cannot be canonicalized: ${problem}`);
   const text = canonicalize({ headers, body: signedBody ? message.body : null });
   if (text === undefined) throw badRequest("the message cannot be canonicalized");

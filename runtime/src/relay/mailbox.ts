@@ -1,4 +1,5 @@
 import { refuseOverMaxPayload } from "../nats/payload.ts";
+import { Coalescer } from "../nats/coalesce.ts";
 import { DeliverPolicy, JetStreamApiError, type StoredMsg } from "@nats-io/jetstream";
 import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
 import type { Nats } from "../nats/connection.ts";
@@ -66,28 +67,6 @@ export function isFull(err: unknown): boolean {
 export function isExpired(h: Pick<MsgHdrs, "get"> | undefined, now: number): boolean {
   const at = h?.get(RH.expiresAt);
   return !!at && Date.parse(at) <= now;
-}
-
-/**
- * Starts the NATS calls asked for during one turn of the event loop together, on the next
- * turn, so that the requests of concurrent HTTP requests leave in one socket write instead of
- * one each (the NATS client flushes once per microtask checkpoint). Costs one setImmediate.
- */
-export class Coalescer {
-  private queue: (() => void)[] = [];
-
-  run<T>(op: () => Promise<T>): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      this.queue.push(() => op().then(resolve, reject));
-      if (this.queue.length === 1) {
-        setImmediate(() => {
-          const ops = this.queue;
-          this.queue = [];
-          for (const start of ops) start();
-        });
-      }
-    });
-  }
 }
 
 /**

@@ -2,7 +2,7 @@ import { hasZodFastifySchemaValidationErrors } from "@fastify/type-provider-zod"
 import type { FastifyError } from "fastify";
 import { z } from "zod";
 import { badRequest, type ProtocolError } from "../protocol/errors.ts";
-import { canonicalProblem } from "../protocol/signing.ts";
+import { canonicalProblem, markCanonical } from "../protocol/signing.ts";
 import { describeIssues } from "../contract/issues.ts";
 
 declare module "fastify" {
@@ -25,6 +25,7 @@ export function asSent<T extends z.ZodType>(schema: T) {
       // cannot be stored: 400 here, before any signature, store or handler sees it.
       const problem = canonicalProblem(value);
       if (problem) return void ctx.addIssue({ code: "custom", message: problem, path: [] });
+      markCanonical(value);
       const parsed = schema.safeParse(value);
       if (!parsed.success) for (const issue of parsed.error.issues) ctx.addIssue({ ...issue });
     })
