@@ -35,10 +35,12 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     expect(ignoreFilePath("runtime/Dockerfile")).toBe(".dockerignore");
     const own = dockerignore(readFileSync("examples/app/Dockerfile.dockerignore", "utf8"));
     const dests = imageContextFiles(plan, own, "examples/app/Dockerfile").map((f) => f.dest).sort();
-    expect(dests).toEqual(["/app/examples/app/app.ts", "/app/examples/app/main.ts", "/app/package.json", "/app/runtime/src/client/local.ts"]);
-    // What the client imports beyond itself is Node built-ins and types (which Node strips): the image needs no more of runtime/src.
-    const client = readFileSync("runtime/src/client/local.ts", "utf8");
-    expect((client.match(/^import (?!type ).*$/gm) ?? []).filter((line) => !/from "node:[a-z/]+";$/.test(line))).toEqual([]);
+    expect(dests).toEqual(["/app/examples/app/app.ts", "/app/examples/app/main.ts", "/app/package.json", "/app/runtime/src/client/local.ts", "/app/runtime/src/net/sse.ts"]);
+    // What the client imports beyond itself is Node built-ins, types (which Node strips) and the
+    // SSE reader, which imports nothing: the image needs no more of runtime/src.
+    const code = (file: string) => (readFileSync(file, "utf8").match(/^import (?!type ).*$/gm) ?? []).filter((line) => !/from "node:[a-z/]+";$/.test(line));
+    expect(code("runtime/src/client/local.ts")).toEqual(['import { sseEvents } from "../net/sse.ts";']);
+    expect(code("runtime/src/net/sse.ts")).toEqual([]);
     expect(Object.keys(IMAGES)).toContain("app");
   });
 

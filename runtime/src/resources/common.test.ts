@@ -20,9 +20,11 @@ describe("resource schemas", () => {
     const a = Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", spec: { agentId: "a", capabilities: [{ name: "ping", description: "p" }] } });
     expect(a.spec.inbox).toEqual({
       maxMessageBytes: 1048576,
-      rateLimit: { perSenderPerMinute: 60, perAddressPerMinute: 1200 },
+      maxBytes: 1024 * 1024 * 1024,
+      rateLimit: { perSenderPerMinute: 60, perSenderBytesPerHour: 64 * 1024 * 1024, perAddressPerMinute: 1200 },
       requireSignature: true,
       replayWindow: "48h",
+      sequenceCheck: "record",
     });
     expect(a.spec.capabilities[0]!.version).toBe("1");
     expect(a.spec.signing.keyId).toBe("key-1");
@@ -30,7 +32,7 @@ describe("resource schemas", () => {
 
   it("fill the documented defaults of a Relay", () => {
     const r = Relay.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", spec: { url: "https://relay.example" } });
-    expect(r.spec.retention).toMatchObject({ maxAge: "168h", storage: "file", replicas: 1, maxBytes: -1, maxMessages: -1 });
+    expect(r.spec.retention).toMatchObject({ maxAge: "168h", storage: "file", replicas: 1, maxBytes: 1024 * 1024 * 1024, maxMessages: -1 });
     expect(r.spec.delivery).toMatchObject({ retries: 10, backoff: "exponential", backoffDelay: "1s", timeout: "10s" });
   });
 
