@@ -104,6 +104,7 @@ describe("agentEndpoint and agentStatus", () => {
   it("reports the endpoint, capability hash, key and replicas", () => {
     const { status, conditions } = agentStatus(agent(), { applied: [], deployment: { metadata: { generation: 1 }, spec: { replicas: 1 }, status: { observedGeneration: 1, replicas: 1, updatedReplicas: 1, readyReplicas: 1 } }, signing: inputs.signing, tlsSecret: "alice-tls" });
     expect(status).toMatchObject({ endpoint: "https://alice.team.svc", signingKey: { keyId: "key-1", publicKey: "k".repeat(43), secretName: "alice-signing", created: "2026-01-01T00:00:01Z" }, tlsSecretName: "alice-tls", replicas: 1, readyReplicas: 1 });
+    expect(status.selector).toBe("app.kubernetes.io/instance=alice,app.kubernetes.io/name=ifp-runtime");
     expect(status.capabilitiesHash).toMatch(/^[0-9a-f]{64}$/);
     expect(conditions[0]).toMatchObject({ type: "Ready", status: "True" });
     expect(status).not.toHaveProperty("phase");
