@@ -186,7 +186,7 @@ describe("Agent", () => {
     const scalePath = `/apis/ifp.dev/v1alpha1/namespaces/${NS}/agents/scaler/scale`;
     const selector = "app.kubernetes.io/instance=scaler,app.kubernetes.io/name=ifp-runtime";
     const first = await until("the scale's selector", () => {
-      const s = json(["get", "--raw", scalePath]);
+      const s = JSON.parse(cp.kubectl(["get", "--raw", scalePath]));
       return s.status?.selector ? s : undefined;
     });
     expect(first).toMatchObject({ kind: "Scale", spec: { replicas: 1 }, status: { selector } });
@@ -194,7 +194,7 @@ describe("Agent", () => {
     expect(get("agent", "scaler").spec.replicas).toBe(2);
     await until("the Deployment at 2 replicas", () => (get("deployment", "scaler")?.spec.replicas === 2 ? true : undefined));
     const scaled = await until("the scale's status at 2 replicas", () => {
-      const s = json(["get", "--raw", scalePath]);
+      const s = JSON.parse(cp.kubectl(["get", "--raw", scalePath]));
       return s.status?.replicas === 2 ? s : undefined;
     });
     expect(scaled.spec.replicas).toBe(2);

@@ -93,6 +93,14 @@ describe("desiredAgentChildren", () => {
     other.metadata = { ...meta, annotations: { ...meta.annotations, "example.com/x": "changed" }, generation: 7 };
     expect(hash(other)).toBe(base);
   });
+
+  it("scales without rolling: spec.replicas reaches the Deployment, not the manifest or the config hash", () => {
+    const dep = (a: AgentResource) => byKind(desiredAgentChildren(a, inputs)).Deployment;
+    const one = dep(agent()), three = dep(agent({ replicas: 3 }));
+    expect(three.spec.replicas).toBe(3);
+    expect(three.spec.template.metadata.annotations["ifp.dev/config-hash"]).toBe(one.spec.template.metadata.annotations["ifp.dev/config-hash"]);
+    expect(byKind(desiredAgentChildren(agent({ replicas: 3 }), inputs)).ConfigMap.data["manifest.yaml"]).not.toMatch(/replicas/);
+  });
 });
 
 describe("agentEndpoint and agentStatus", () => {
