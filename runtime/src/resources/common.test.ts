@@ -23,6 +23,7 @@ describe("resource schemas", () => {
       rateLimit: { perSenderPerMinute: 60, perAddressPerMinute: 1200 },
       requireSignature: true,
       replayWindow: "48h",
+      sequenceCheck: "record",
     });
     expect(a.spec.capabilities[0]!.version).toBe("1");
     expect(a.spec.signing.keyId).toBe("key-1");
