@@ -311,6 +311,21 @@ describe("Helm chart", () => {
     expect(notes("watchNamespaces={team-a}", "tests.enabled=false")).toMatch(/live in the namespaces ifp-alice, ifp-bob and\s+ifp-relay: add those to watchNamespaces/);
   });
 
+  it("teaches the API through kubectl explain: each kind and every field described, by full and short name", () => {
+    expect(cp.kubectl(["explain", "agents.ifp.dev"])).toMatch(/DESCRIPTION:\s+An Inter-Face Protocol agent/);
+    expect(cp.kubectl(["explain", "ifprelay"])).toMatch(/DESCRIPTION:\s+An Inter-Face Protocol relay/);
+    expect(cp.kubectl(["explain", "agents.ifp.dev.spec.capabilities.conditions.minAuthLevel"])).toMatch(/Lowest IFP-5 authentication level/);
+    expect(cp.kubectl(["explain", "agents.ifp.dev.status.selector"])).toMatch(/Label selector of the agent's runtime pods/);
+    // Each field `kubectl explain` lists under spec has a description line after its name.
+    for (const kind of ["agents.ifp.dev", "relays.ifp.dev"]) {
+      const fields = cp.kubectl(["explain", `${kind}.spec`]).split("FIELDS:")[1]!;
+      const entries = fields.split(/\n(?=  \S)/).map((e) => e.trim()).filter(Boolean);
+      expect(entries.length, kind).toBeGreaterThan(8);
+      expect(fields).not.toMatch(/no description/);
+      for (const e of entries) expect(e.split("\n").length, `${kind}.spec: ${e}`).toBeGreaterThan(1);
+    }
+  });
+
   it("templates the CRDs behind crds.enabled with a keep policy, identical to crds/", () => {
     const crds = docs(render()).filter((d) => d.kind === "CustomResourceDefinition");
     expect(crds.map((c) => c.metadata.name).sort()).toEqual(["agents.ifp.dev", "relays.ifp.dev"]);
