@@ -301,8 +301,8 @@ describe("Helm chart", () => {
       `kubectl -n ${NS} rollout status deployment/ifp-ifp-operator`,
       `kubectl -n ${NS} rollout status statefulset/ifp-ifp-operator-nats`,
       "kubectl apply -f examples/",
-      "kubectl get agents,relays -A",
-      "kubectl -n ifp-alice wait --for=condition=Ready agent/alice --timeout=5m",
+      "kubectl get agents.ifp.dev,relays.ifp.dev -A",
+      "kubectl -n ifp-alice wait --for=condition=Ready agents.ifp.dev/alice --timeout=5m",
       `helm test ifp -n ${NS}`,
     ]);
     // The ones that need no running operator, run as printed against the API server.
@@ -310,12 +310,43 @@ describe("Helm chart", () => {
     // The examples create their namespaces; nothing makes them Ready here.
     expect(run(cluster[2]!)).toMatch(/namespace\/ifp-alice created[^]*agent.ifp.dev\/alice created[^]*agent.ifp.dev\/bob created[^]*relay.ifp.dev\/relay created/);
     expect(run(cluster[3]!)).toMatch(/ifp-alice\s+agent.ifp.dev\/alice/);
+    // Another API with a kind Agent (kagent's): the printed names, the short names and the category still find ours.
+    cp.kubectl(["apply", "-f", "-"], JSON.stringify({
+      apiVersion: "apiextensions.k8s.io/v1",
+      kind: "CustomResourceDefinition",
+      metadata: { name: "agents.kagent.dev" },
+      spec: { group: "kagent.dev", scope: "Namespaced", names: { kind: "Agent", plural: "agents", singular: "agent", listKind: "AgentList" }, versions: [{ name: "v1alpha2", served: true, storage: true, schema: { openAPIV3Schema: { type: "object", "x-kubernetes-preserve-unknown-fields": true } } }] },
+    }));
+    try {
+      cp.kubectl(["wait", "--for=condition=Established", "crd/agents.kagent.dev", "--timeout=60s"]);
+      expect(run(cluster[3]!)).toMatch(/ifp-alice\s+agent.ifp.dev\/alice/);
+      expect(cp.kubectl(["get", "ifpagent", "-A"])).toMatch(/ifp-alice\s+alice\s+/);
+      expect(cp.kubectl(["get", "ifp", "-A"])).toMatch(/agent.ifp.dev\/alice[^]*relay.ifp.dev\/relay/);
+      expect(cp.kubectl(["get", "ifprelay", "-A"])).toMatch(/ifp-relay\s+relay\s+/);
+    } finally {
+      cp.kubectl(["delete", "crd", "agents.kagent.dev", "--wait=false"]);
+    }
 
     const scoped = commands(notes("watchNamespaces={team-a}", "tests.enabled=false", "nats.install=false", "nats.url=nats://nats.example:4222"));
     expect(scoped).toEqual([
       `kubectl -n ${NS} rollout status deployment/ifp-ifp-operator`,
     ]);
     expect(notes("watchNamespaces={team-a}", "tests.enabled=false")).toMatch(/live in the namespaces ifp-alice, ifp-bob and\s+ifp-relay: add those to watchNamespaces/);
+  });
+
+  it("teaches the API through kubectl explain: each kind and every field described, by full and short name", () => {
+    expect(cp.kubectl(["explain", "agents.ifp.dev"])).toMatch(/DESCRIPTION:\s+An Inter-Face Protocol agent/);
+    expect(cp.kubectl(["explain", "ifprelay"])).toMatch(/DESCRIPTION:\s+An Inter-Face Protocol relay/);
+    expect(cp.kubectl(["explain", "agents.ifp.dev.spec.capabilities.conditions.minAuthLevel"])).toMatch(/Lowest IFP-5 authentication level/);
+    expect(cp.kubectl(["explain", "agents.ifp.dev.status.selector"])).toMatch(/Label selector of the agent's runtime pods/);
+    // Each field `kubectl explain` lists under spec has a description line after its name.
+    for (const kind of ["agents.ifp.dev", "relays.ifp.dev"]) {
+      const fields = cp.kubectl(["explain", `${kind}.spec`]).split("FIELDS:")[1]!;
+      const entries = fields.split(/\n(?=  \S)/).map((e) => e.trim()).filter(Boolean);
+      expect(entries.length, kind).toBeGreaterThan(8);
+      expect(fields).not.toMatch(/no description/);
+      for (const e of entries) expect(e.split("\n").length, `${kind}.spec: ${e}`).toBeGreaterThan(1);
+    }
   });
 
   it("templates the CRDs behind crds.enabled with a keep policy, identical to crds/", () => {

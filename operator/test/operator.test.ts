@@ -209,6 +209,32 @@ describe("Agent", () => {
     expect(agent.status.readyReplicas).toBe(1);
   });
 
+  it("scales through the scale subresource: kubectl scale writes spec.replicas, the Deployment follows, status.selector finds the pods", async () => {
+    await readyAgent("scaler");
+    const scalePath = `/apis/ifp.dev/v1alpha1/namespaces/${NS}/agents/scaler/scale`;
+    const selector = "app.kubernetes.io/instance=scaler,app.kubernetes.io/name=ifp-runtime";
+    const first = await until("the scale's selector", () => {
+      const s = JSON.parse(cp.kubectl(["get", "--raw", scalePath]));
+      return s.status?.selector ? s : undefined;
+    });
+    expect(first).toMatchObject({ kind: "Scale", spec: { replicas: 1 }, status: { selector } });
+    cp.kubectl(["-n", NS, "scale", "agent/scaler", "--replicas=2"]);
+    expect(get("agent", "scaler").spec.replicas).toBe(2);
+    await until("the Deployment at 2 replicas", () => (get("deployment", "scaler")?.spec.replicas === 2 ? true : undefined));
+    const scaled = await until("the scale's status at 2 replicas", () => {
+      const s = JSON.parse(cp.kubectl(["get", "--raw", scalePath]));
+      return s.status?.replicas === 2 ? s : undefined;
+    });
+    expect(scaled.spec.replicas).toBe(2);
+    expect(json(["-n", NS, "get", "pods", "-l", scaled.status.selector]).items).toHaveLength(2);
+    // The scale subresource is held to the schema's bounds, and leaves the Agent as it was.
+    expect(() => cp.kubectl(["-n", NS, "scale", "agent/scaler", "--replicas=101"])).toThrow(/spec.replicas|less than or equal to 100/);
+    expect(() => cp.kubectl(["-n", NS, "scale", "ifpagent/scaler", "--replicas=-1"])).toThrow();
+    expect(get("agent", "scaler").spec.replicas).toBe(2);
+    cp.kubectl(["-n", NS, "scale", "ifpagent/scaler", "--replicas=0"]);
+    await until("the Deployment at 0 replicas", () => (get("deployment", "scaler")?.spec.replicas === 0 ? true : undefined));
+  });
+
   it("rolls the pods when the spec changes, and keeps the signing key", async () => {
     await readyAgent("roll");
     const before = get("deployment", "roll");

@@ -71,7 +71,7 @@ async function handlerDeliveries(agent: { scrape(): Promise<string> }, result: "
 
 const capabilities = [
   { name: "gossip.exchange", description: "Take part in gossip exchanges" },
-  { name: "calendar.availability", version: "2", description: "Share availability", conditions: { min_disclosure: "professional", min_auth_level: 1 } },
+  { name: "calendar.availability", version: "2", description: "Share availability", conditions: { minDisclosure: "professional", minAuthLevel: 1 } },
 ];
 
 describe("agent mode over TLS with a real nats-server", () => {

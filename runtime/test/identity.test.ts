@@ -27,7 +27,7 @@ const TOKEN = "introduction-token-shared-by-the-humans";
 
 const capabilities = [
   { name: "gossip.exchange", description: "gossip" },
-  { name: "secrets.share", description: "sensitive", conditions: { min_auth_level: 3 } },
+  { name: "secrets.share", description: "sensitive", conditions: { minAuthLevel: 3 } },
 ];
 
 /** A real runtime whose agent id is its own https URL: it serves its identity document. */

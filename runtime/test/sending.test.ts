@@ -45,7 +45,7 @@ describe("two agents talking over HTTPS", () => {
         spec: {
           capabilities: [
             { name: "gossip.exchange", description: "Gossip" },
-            { name: "calendar.availability", description: "Availability", conditions: { min_disclosure: "personal" } },
+            { name: "calendar.availability", description: "Availability", conditions: { minDisclosure: "personal" } },
           ],
           peers: [{ ...peerOf(alice), url: `https://localhost:${aPort}` }],
           handler: { url: bHandler.url },

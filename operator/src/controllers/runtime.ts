@@ -288,7 +288,13 @@ export function runtimeDeployment(opts: {
   }, opts.pod);
 }
 
-/** The manifest the runtime reads: the resource as the API server holds it, minus server bookkeeping. */
+function withoutReplicas(spec: unknown): unknown {
+  if (!spec || typeof spec !== "object" || !("replicas" in spec)) return spec;
+  const { replicas: _, ...rest } = spec as Record<string, unknown>;
+  return rest;
+}
+
+/** The manifest the runtime reads: the resource as the API server holds it, minus server bookkeeping and spec.replicas. */
 export function renderManifest(obj: { apiVersion: string; kind: string; metadata: OwnerMeta; spec: unknown }, annotations: Record<string, string> = {}): string {
   const m = obj.metadata;
   // Only the project's own annotations: the runtime reads nothing else, and others (kubectl's
@@ -305,7 +311,9 @@ export function renderManifest(obj: { apiVersion: string; kind: string; metadata
         ...(m.creationTimestamp ? { creationTimestamp: m.creationTimestamp } : {}),
         annotations: { ...own, ...annotations },
       },
-      spec: obj.spec,
+      // spec.replicas is the Deployment's alone: the runtime never reads it, and scaling (kubectl
+      // scale, a HorizontalPodAutoscaler) must not change the config hash and so roll the pods.
+      spec: withoutReplicas(obj.spec),
     },
     { lineWidth: 0 },
   );

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { valuesComments, valuesTable } from "../../../charts/ifp-operator/values.reference.ts";
 import { Values, valuesJsonSchema } from "../../../charts/ifp-operator/values.schema.ts";
-import { agentCrd, generatedFiles, structural } from "./generate.ts";
+import { agentCrd, generatedFiles, relayCrd, structural } from "./generate.ts";
 
 const root = new URL("../../../", import.meta.url);
 
@@ -55,5 +55,53 @@ describe("structural schemas", () => {
   it("contain no $ref, anyOf or oneOf anywhere", () => {
     const text = JSON.stringify(agentCrd());
     expect(text).not.toMatch(/"\$ref"|"anyOf"|"oneOf"/);
+  });
+});
+
+type Node = { description?: string; properties?: Record<string, Node>; items?: Node; additionalProperties?: Node | boolean };
+
+/** Every property of a schema (nested objects, list items, map values) that has no description. */
+function undescribed(schema: Node, path = ""): string[] {
+  const out: string[] = [];
+  for (const [name, child] of Object.entries(schema.properties ?? {})) {
+    if (!child.description?.trim()) out.push(`${path}.${name}`);
+    out.push(...undescribed(child, `${path}.${name}`));
+  }
+  if (schema.items) out.push(...undescribed(schema.items, `${path}[]`));
+  if (schema.additionalProperties && typeof schema.additionalProperties === "object") out.push(...undescribed(schema.additionalProperties, `${path}{}`));
+  return out;
+}
+
+describe("the CRDs' documentation (kubectl explain)", () => {
+  for (const crd of [agentCrd(), relayCrd()] as any[]) {
+    const root = crd.spec.versions[0].schema.openAPIV3Schema;
+
+    it(`${crd.metadata.name} describes itself and every field, spec and status`, () => {
+      expect(root.description.length).toBeGreaterThan(40);
+      // metadata is the API server's own: a CRD may not describe it.
+      expect(undescribed(root)).toEqual([".metadata"]);
+      expect(root.properties.spec.description).toBeTruthy();
+      expect(root.properties.status.description).toBeTruthy();
+    });
+
+    it(`${crd.metadata.name} names every field in camelCase`, () => {
+      const names: string[] = [];
+      const walk = (n: Node) => {
+        for (const [k, c] of Object.entries(n.properties ?? {})) (names.push(k), walk(c));
+        if (n.items) walk(n.items);
+      };
+      walk(root);
+      expect(names.filter((k) => !/^[a-z][a-zA-Z0-9]*$/.test(k))).toEqual([]);
+    });
+  }
+
+  it("finds a field without a description at any depth", () => {
+    const schema = { properties: { a: { description: "a", properties: { b: { type: "string" } } }, c: { description: " ", items: { properties: { d: {} } } }, e: { description: "e", additionalProperties: { properties: { f: {} } } } } };
+    expect(undescribed(schema as Node)).toEqual([".a.b", ".c", ".c[].d", ".e{}.f"]);
+  });
+
+  it("gives the Agent a scale subresource on spec.replicas and status.selector, and addresses both kinds by short name and category", () => {
+    expect(agentCrd()).toMatchObject({ spec: { names: { shortNames: ["ifpagent"], categories: ["ifp"] }, versions: [{ subresources: { status: {}, scale: { specReplicasPath: ".spec.replicas", statusReplicasPath: ".status.replicas", labelSelectorPath: ".status.selector" } } }] } });
+    expect(relayCrd()).toMatchObject({ spec: { names: { shortNames: ["ifprelay"], categories: ["ifp"] } } });
   });
 });

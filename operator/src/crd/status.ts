@@ -4,16 +4,16 @@ import { z } from "zod";
 
 export const Condition = z.object({
   type: z.string().min(1).describe("Ready, Reconciling, Stalled (and StreamReady for relays)"),
-  status: z.enum(["True", "False", "Unknown"]),
+  status: z.enum(["True", "False", "Unknown"]).describe("True, False or Unknown"),
   reason: z.string().min(1).describe("CamelCase reason of the last transition"),
   message: z.string().describe("Human-readable detail"),
-  observedGeneration: z.number().int().min(0),
+  observedGeneration: z.number().int().min(0).describe("The metadata.generation the condition was set for"),
   lastTransitionTime: z.string().describe("When status last changed (RFC 3339)"),
 });
 
 const common = {
   observedGeneration: z.number().int().min(0).optional().describe("The metadata.generation this status describes"),
-  conditions: z.array(Condition).optional(),
+  conditions: z.array(Condition).optional().describe("The resource's conditions, one per type"),
   tlsSecretName: z.string().optional().describe("The Secret the runtime's serving certificate is read from"),
   replicas: z.number().int().min(0).optional().describe("Runtime pods that exist"),
   readyReplicas: z.number().int().min(0).optional().describe("Runtime pods that are ready"),
@@ -25,12 +25,13 @@ export const AgentStatus = z.object({
   capabilitiesHash: z.string().optional().describe("SHA-256 of the published capability list (canonical JSON)"),
   signingKey: z
     .object({
-      keyId: z.string(),
+      keyId: z.string().describe("The key's id, as in spec.signing.keyId"),
       publicKey: z.string().describe("base64url of the raw Ed25519 public key, for peers' spec.peers[].keys"),
-      secretName: z.string(),
-      created: z.string().optional(),
+      secretName: z.string().describe("The Secret the key is kept in"),
+      created: z.string().optional().describe("When the operator generated the key (RFC 3339)"),
     })
-    .optional(),
+    .optional()
+    .describe("The agent's signing key, as published"),
   encryptionKey: z
     .object({
       keyId: z.string().describe("The key_id the identity document publishes it under"),
@@ -41,33 +42,34 @@ export const AgentStatus = z.object({
   signingKeys: z
     .array(
       z.object({
-        keyId: z.string(),
-        publicKey: z.string(),
-        status: z.enum(["active", "retired", "revoked"]),
-        created: z.string().optional(),
-        retired: z.string().optional(),
+        keyId: z.string().describe("The key_id it is published under"),
+        publicKey: z.string().describe("base64url of the raw Ed25519 public key"),
+        status: z.enum(["active", "retired", "revoked"]).describe("active signs; retired still signs and verifies during the transition; revoked is refused"),
+        created: z.string().optional().describe("When it was made"),
+        retired: z.string().optional().describe("When a rotation retired it"),
         revokeAt: z.string().optional().describe("When a retired key will be revoked"),
-        revoked: z.string().optional(),
+        revoked: z.string().optional().describe("When it was revoked"),
       }),
     )
     .optional()
     .describe("Every signing key the agent has had, as its identity document publishes them"),
-});
+  selector: z.string().optional().describe("Label selector of the agent's runtime pods, for the scale subresource"),
+}).describe("The observed state of the agent, written by the operator");
 export type AgentStatus = z.infer<typeof AgentStatus>;
 
 export const StreamStatus = z.object({
-  name: z.string(),
-  maxAge: z.string(),
-  maxBytes: z.number().int(),
-  maxMessages: z.number().int(),
-  replicas: z.number().int(),
-  storage: z.string(),
-  duplicateWindow: z.string(),
+  name: z.string().describe("The stream's name"),
+  maxAge: z.string().describe("Age after which messages are removed"),
+  maxBytes: z.number().int().describe("Size limit in bytes, -1 for none"),
+  maxMessages: z.number().int().describe("Message count limit, -1 for none"),
+  replicas: z.number().int().describe("Copies of the stream"),
+  storage: z.string().describe("file or memory"),
+  duplicateWindow: z.string().describe("Window in which a message_id is stored once"),
 });
 
 export const RelayStatus = z.object({
   ...common,
-  url: z.string().optional(),
+  url: z.string().optional().describe("The relay's public base URL"),
   stream: StreamStatus.optional().describe("The JetStream stream's applied configuration"),
-});
+}).describe("The observed state of the relay, written by the operator");
 export type RelayStatus = z.infer<typeof RelayStatus>;

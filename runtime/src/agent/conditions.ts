@@ -15,6 +15,7 @@ export interface ConditionMismatch {
  * headers.capabilities.request. Authentication level is what verification established;
  * disclosure is the message's headers.disclosure, ordered by spec.disclosureTiers (unknown
  * tiers only match themselves); temperature is the relationship's, from spec.peers[].
+ * A mismatch names its condition as the capability document does (min_auth_level, min_disclosure).
  */
 export function unmetConditions(message: Message, authLevel: number, spec: AgentSpec): ConditionMismatch[] {
   const requested = message.headers.capabilities?.request ?? [];
@@ -27,11 +28,11 @@ export function unmetConditions(message: Message, authLevel: number, spec: Agent
     const cap = spec.capabilities.find((c) => c.name === name);
     const c = cap?.conditions;
     if (!c) continue;
-    if (c.min_auth_level !== undefined && authLevel < c.min_auth_level) {
-      out.push({ capability: name, condition: "min_auth_level", required: c.min_auth_level, actual: authLevel });
+    if (c.minAuthLevel !== undefined && authLevel < c.minAuthLevel) {
+      out.push({ capability: name, condition: "min_auth_level", required: c.minAuthLevel, actual: authLevel });
     }
-    if (c.min_disclosure !== undefined && !disclosureMeets(disclosure, c.min_disclosure, spec.disclosureTiers)) {
-      out.push({ capability: name, condition: "min_disclosure", required: c.min_disclosure, actual: disclosure });
+    if (c.minDisclosure !== undefined && !disclosureMeets(disclosure, c.minDisclosure, spec.disclosureTiers)) {
+      out.push({ capability: name, condition: "min_disclosure", required: c.minDisclosure, actual: disclosure });
     }
     if (c.temperature !== undefined && TEMPERATURES.indexOf(temperature) < TEMPERATURES.indexOf(c.temperature)) {
       out.push({ capability: name, condition: "temperature", required: c.temperature, actual: temperature });

@@ -9,7 +9,7 @@ const agent = Agent.parse({
   spec: {
     agentId: "alice-agent",
     capabilities: [
-      { name: "calendar.availability", description: "c", conditions: { min_disclosure: "professional", min_auth_level: 2, temperature: "warm" } },
+      { name: "calendar.availability", description: "c", conditions: { minDisclosure: "professional", minAuthLevel: 2, temperature: "warm" } },
       { name: "ping", description: "p" },
     ],
     peers: [{ agentId: "warm-peer", temperature: "warm", keys: [{ keyId: "k", publicKey: "A".repeat(43) }] }],

@@ -4,27 +4,28 @@ import { AgentId, cel, DeploymentSettings, Duration, LogLevel, ExposeSpec, Netwo
 export const CAPABILITY_NAME_RE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 
 export const CapabilityConditions = z.object({
-  min_disclosure: z.string().min(1).optional().describe("Minimum disclosure tier required"),
-  min_auth_level: z.number().int().min(0).max(3).optional().describe("Minimum IFP-5 authentication level required"),
-  temperature: z.enum(["cool", "warm", "hot"]).optional().describe("Required conversation temperature"),
+  minDisclosure: z.string().min(1).optional().describe("Lowest disclosure tier (of spec.disclosureTiers) a request's headers.disclosure must reach; published as min_disclosure"),
+  minAuthLevel: z.number().int().min(0).max(3).optional().describe("Lowest IFP-5 authentication level a request must be verified at; published as min_auth_level"),
+  temperature: z.enum(["cool", "warm", "hot"]).optional().describe("Lowest temperature of the relationship with the sender (spec.peers[].temperature)"),
 });
+export type CapabilityConditions = z.infer<typeof CapabilityConditions>;
 
 export const CapabilitySpec = z.object({
-  name: z.string().min(1).max(256).regex(CAPABILITY_NAME_RE, "must be dot notation such as category.name"),
-  version: z.string().min(1).default("1"),
-  description: z.string().min(1),
+  name: z.string().min(1).max(256).regex(CAPABILITY_NAME_RE, "must be dot notation such as category.name").describe("The capability's name in dot notation, e.g. calendar.availability"),
+  version: z.string().min(1).default("1").describe("The capability's version"),
+  description: z.string().min(1).describe("What the capability does, for peers reading the capability document"),
   parameters: z.record(z.string(), z.unknown()).optional().describe("Expected input parameters (free-form)"),
-  conditions: CapabilityConditions.optional(),
+  conditions: CapabilityConditions.optional().describe("What a request for this capability must meet; a request that does not is answered with capability_conditions_not_met"),
 });
 
 export const RelayPreference = z.object({
-  urls: z.array(z.url({ protocol: /^https$/ })).default([]),
-  preference: z.string().min(1).default("any"),
+  urls: z.array(z.url({ protocol: /^https$/ })).default([]).describe("https base URLs of the relays"),
+  preference: z.string().min(1).default("any").describe("How the relays are used, as the identity document says: any, or a preference the sender honours"),
 });
 
 /** The agent's own relays: advertised to peers, and read for waiting messages. */
 export const AgentRelay = RelayPreference.extend({
-  urls: z.array(HttpsUrl).default([]),
+  urls: z.array(HttpsUrl).default([]).describe("https base URLs of the agent's relays, advertised in its identity document and read for waiting messages"),
   receive: z
     .enum(["events", "poll"])
     .default("events")
@@ -41,10 +42,10 @@ export const AgentSpec = z.object({
   agentId: AgentId.describe("Stable identifier of the agent (IFP-5)").meta(
     cel({ rule: "self == oldSelf", message: "agentId is the agent's identity and cannot change; create a new Agent" }),
   ),
-  displayName: z.string().min(1).optional(),
+  displayName: z.string().min(1).optional().describe("Human-readable name, published in the identity document"),
   baseUrl: HttpsUrl.optional()
     .describe("Public https base URL advertised in the identity document; defaults to https://<spec.expose host>, else the request's host"),
-  capabilities: z.array(CapabilitySpec).default([]),
+  capabilities: z.array(CapabilitySpec).default([]).describe("The capabilities the agent publishes in its capability document"),
   peers: z
     .array(
       KnownAgent.extend({
@@ -70,10 +71,11 @@ export const AgentSpec = z.object({
           .describe("Temperature of the relationship, checked against capability conditions"),
       }),
     )
-    .default([]),
+    .default([])
+    .describe("Agents this agent knows, with their keys trusted out of band (authentication level 2)"),
   inbox: z
     .object({
-      maxMessageBytes: z.number().int().min(1024).max(16 * 1024 * 1024).default(1048576),
+      maxMessageBytes: z.number().int().min(1024).max(16 * 1024 * 1024).default(1048576).describe("Largest message body accepted, in bytes; larger ones are answered 413"),
       maxBytes: z
         .number()
         .int()
@@ -82,7 +84,7 @@ export const AgentSpec = z.object({
         .describe("Most bytes the agent's inbox stream holds (messages are kept for the replay window); when full, new messages are refused with 503 inbox_full and Retry-After"),
       rateLimit: z
         .object({
-          perSenderPerMinute: z.number().int().min(1).default(60),
+          perSenderPerMinute: z.number().int().min(1).default(60).describe("Requests per sending agent per minute; more are answered 429"),
           perSenderBytesPerHour: z
             .number()
             .int()
@@ -96,8 +98,9 @@ export const AgentSpec = z.object({
             .default(1200)
             .describe("Requests per client address per minute, checked before any signature is verified"),
         })
-        .prefault({}),
-      requireSignature: z.boolean().default(true),
+        .prefault({})
+        .describe("Rate limits of the inbox"),
+      requireSignature: z.boolean().default(true).describe("Refuse unsigned messages; false lets them in below every authentication level"),
       replayWindow: Duration.default("48h").describe(
         "Messages are deduplicated for this long and older ones are refused; must cover the senders' 24h retry window",
       ),
@@ -124,19 +127,21 @@ export const AgentSpec = z.object({
           "IFP-5 4.2 sequence checks: record notes a sequence number a sender reuses for another message of a conversation in the conversation's record; strict refuses that message with 409 sequence_conflict",
         ),
     })
-    .prefault({}),
-  relay: AgentRelay.optional(),
+    .prefault({})
+    .describe("How the agent's inbox accepts messages"),
+  relay: AgentRelay.optional().describe("The agent's own relays, for peers that cannot reach it directly"),
   handler: z
     .object({
       url: HttpUrl.describe("Each accepted message is POSTed here, at least once"),
-      timeout: Duration.default("10s"),
+      timeout: Duration.default("10s").describe("How long one hand-off POST may take"),
       deadLetterAfter: Duration.default("24h").describe("Give up and dead-letter a message after retrying this long"),
     })
-    .optional(),
+    .optional()
+    .describe("The application that receives accepted messages; without it they wait in the inbox for the local API"),
   disclosureTiers: z
     .array(z.string().min(1))
     .default(["public", "professional", "personal", "private"])
-    .describe("Disclosure tiers from least to most open, to compare against min_disclosure"),
+    .describe("Disclosure tiers from least to most open, to compare against capabilities[].conditions.minDisclosure"),
   localApi: z
     .object({
       port: z.number().int().min(1).max(65535).default(8081).describe(
@@ -151,11 +156,13 @@ export const AgentSpec = z.object({
         })
         .refine((s) => s.port !== 8443, { message: "port 8443 is the runtime's HTTPS port; choose another", path: ["port"] })
         .meta(cel({ rule: "self.port != 8443", message: "localApi.service.port: 8443 is the runtime's HTTPS port; choose another" }))
-        .optional(),
+        .optional()
+        .describe("The local API for applications in other pods"),
     })
     .refine((l) => l.service?.port !== l.port, { message: "service.port must differ from the loopback port", path: ["service", "port"] })
     .meta(cel({ rule: "!has(self.service) || !has(self.port) || self.service.port != self.port", message: "localApi.service.port must differ from localApi.port" }))
-    .prefault({}),
+    .prefault({})
+    .describe("The local application API (send messages, read the inbox and dead letters)"),
   outbound: z
     .object({
       retryFor: Duration.default("24h").describe("Stop retrying an undeliverable message after this long"),
@@ -165,12 +172,14 @@ export const AgentSpec = z.object({
         .default(["1m", "5m", "30m", "1h"])
         .describe("Pauses between delivery attempts after a network error or 5xx; the last one repeats (IFP-6 section 7)"),
     })
-    .prefault({}),
+    .prefault({})
+    .describe("How messages the agent sends are retried"),
   notify: z
     .object({
       url: HttpUrl.describe("Told by POST when a message is dead-lettered or undeliverable"),
     })
-    .optional(),
+    .optional()
+    .describe("Where the application is told about messages that could not be delivered"),
   signing: z
     .object({
       keyId: z.string().min(1).max(128).regex(/^[^#\s]+$/).default("key-1").describe("Id of the agent's first signing key; keys made by rotation are named <keyId>-r<n>"),
@@ -192,7 +201,8 @@ export const AgentSpec = z.object({
         .default([])
         .describe("Key ids to revoke now (a compromised key); the active key cannot be revoked before a rotation replaces it"),
     })
-    .prefault({}),
+    .prefault({})
+    .describe("The agent's Ed25519 signing keys; the operator generates the first into the Secret <name>-signing unless secretName is given, and rotates on request"),
   encryption: z
     .object({
       mode: z
@@ -220,7 +230,7 @@ export const AgentSpec = z.object({
     })
     .prefault({})
     .describe("End-to-end encryption of message bodies for untrusted relays"),
-  tls: TlsSpec.optional(),
+  tls: TlsSpec.optional().describe("The runtime's serving certificate and the extra CAs it trusts"),
   deployment: DeploymentSettings.optional(),
   logLevel: LogLevel.optional(),
   expose: ExposeSpec.optional().describe("How the agent is reached from outside the cluster"),
@@ -234,8 +244,8 @@ export const AgentSpec = z.object({
     .prefault({})
     .describe("How the agent's messages are stored (file storage; see docs/reliability.md for the fsync guarantee)"),
   network: NetworkSpec.prefault({}).describe("Where the agent's outbound requests to peers and relays may go (spec 5.2: https only; special addresses only when allowed)"),
-  replicas: z.number().int().min(0).max(100).default(1),
-  image: z.string().min(1).optional(),
+  replicas: z.number().int().min(0).max(100).default(1).describe("Runtime pods of the agent; the scale subresource sets it (kubectl scale, a HorizontalPodAutoscaler)"),
+  image: z.string().min(1).optional().describe("The runtime's container image; defaults to the operator's runtime image"),
   retention: z
     .object({
       keepOnDelete: z
@@ -247,7 +257,7 @@ export const AgentSpec = z.object({
     })
     .prefault({})
     .describe("What happens to the agent's stored messages and state when the Agent is deleted"),
-});
+}).describe("The desired state of the agent: its identity, capabilities, peers, inbox and how its runtime is deployed");
 export type AgentSpec = z.infer<typeof AgentSpec>;
 export type AgentSpecInput = z.input<typeof AgentSpec>;
 

@@ -67,8 +67,8 @@ export const Ed25519PublicKey = z
   .regex(/^[A-Za-z0-9_-]{43}$/, "must be the base64url (no padding) encoding of a raw 32-byte Ed25519 public key");
 
 export const TrustedKey = z.object({
-  keyId: z.string().min(1).max(128).regex(/^[^#\s]+$/, "must not contain '#' or white space"),
-  publicKey: Ed25519PublicKey,
+  keyId: z.string().min(1).max(128).regex(/^[^#\s]+$/, "must not contain '#' or white space").describe("The key's id, as the agent's signatures name it"),
+  publicKey: Ed25519PublicKey.describe("base64url (no padding) of the raw 32-byte Ed25519 public key"),
   status: z.enum(["active", "retired", "revoked"]).default("active").describe(
     "active and retired keys are accepted; revoked keys are refused",
   ),
@@ -119,13 +119,22 @@ export const Quantity = z
   .refine((v) => (typeof v === "string" && QUANTITY_RE.test(v)) || (typeof v === "number" && Number.isInteger(v)), "must be a quantity such as 500m, 128Mi or 2 (a string, or a whole number)")
   .meta({ "x-kubernetes-int-or-string": true, pattern: QUANTITY_RE.source });
 export const Resources = passThrough(
-  { requests: z.record(z.string(), Quantity).optional(), limits: z.record(z.string(), Quantity).optional() },
+  {
+    requests: z.record(z.string(), Quantity).optional().describe("Resources the scheduler reserves, e.g. cpu: 50m, memory: 128Mi"),
+    limits: z.record(z.string(), Quantity).optional().describe("Most resources the container may use, e.g. memory: 512Mi"),
+  },
   "Compute resources (Kubernetes ResourceRequirements)",
 );
 
 /** A security context as far as the operator checks it: never root. */
 const NonRootSecurityContext = (description: string) =>
-  passThrough({ runAsNonRoot: z.boolean().optional(), runAsUser: z.number().int().min(0).optional() }, description).meta(
+  passThrough(
+    {
+      runAsNonRoot: z.boolean().optional().describe("Must not be false: the pod runs as non-root"),
+      runAsUser: z.number().int().min(0).optional().describe("The UID to run as; never 0"),
+    },
+    description,
+  ).meta(
     cel(
       { rule: "!has(self.runAsNonRoot) || self.runAsNonRoot", message: "runAsNonRoot cannot be false: the runtime's pod runs as non-root" },
       { rule: "!has(self.runAsUser) || self.runAsUser != 0", message: "runAsUser cannot be 0 (root): the runtime's pod runs as non-root" },
@@ -138,27 +147,37 @@ const NonRootSecurityContext = (description: string) =>
 const RUNTIME_CONTAINER_MESSAGE = `container name '${RUNTIME_CONTAINER}' is the runtime's own; choose another`;
 export const Container = passThrough(
   {
-    name: DnsLabel("a container's name"),
+    name: DnsLabel("a container's name").describe("The container's name, unique in the pod and never runtime"),
     image: z.string().min(1).describe("The container's image"),
-    resources: Resources.optional(),
+    resources: Resources.optional().describe("The container's compute resources"),
     securityContext: NonRootSecurityContext("Container security context; defaults to allowPrivilegeEscalation false and all capabilities dropped").optional(),
   },
   "A Kubernetes Container",
 ).meta(cel({ rule: `self.name != '${RUNTIME_CONTAINER}'`, message: RUNTIME_CONTAINER_MESSAGE }));
 
 const RUNTIME_VOLUME_MESSAGE = `volume name is one of the runtime's own (${RUNTIME_VOLUMES.join(", ")}); choose another`;
-export const Volume = passThrough({ name: DnsLabel("a volume's name") }, "A Kubernetes Volume").meta(
+export const Volume = passThrough({ name: DnsLabel("a volume's name").describe("The volume's name, unique in the pod and not one of the runtime's own") }, "A Kubernetes Volume").meta(
   cel({ rule: `!(self.name in [${RUNTIME_VOLUMES.map((v) => `'${v}'`).join(", ")}])`, message: RUNTIME_VOLUME_MESSAGE }),
 );
 
 const RUNTIME_PATH_MESSAGE = "mountPath cannot be /tmp or under /etc/ifp: the runtime mounts its own files there";
-export const VolumeMount = passThrough({ name: z.string().min(1).max(63), mountPath: z.string().min(1).max(4096).regex(/^\//, "mountPath must be absolute") }, "A Kubernetes VolumeMount of the runtime container").meta(
+export const VolumeMount = passThrough(
+  {
+    name: z.string().min(1).max(63).describe("A volume of spec.deployment.volumes"),
+    mountPath: z.string().min(1).max(4096).regex(/^\//, "mountPath must be absolute").describe("Where it is mounted in the runtime container; not /tmp or under /etc/ifp"),
+  },
+  "A Kubernetes VolumeMount of the runtime container",
+).meta(
   cel({ rule: "!self.mountPath.matches('^/(tmp|etc/ifp)(/|$)')", message: RUNTIME_PATH_MESSAGE }),
 );
 
 const IFP_ENV_MESSAGE = "env names starting with IFP_ are the runtime's own settings; the operator sets them";
 export const EnvVar = passThrough(
-  { name: z.string().min(1).max(4096), value: z.string().optional(), valueFrom: z.looseObject({}).meta(PASS_THROUGH).optional() },
+  {
+    name: z.string().min(1).max(4096).describe("The variable's name; not beginning IFP_"),
+    value: z.string().optional().describe("The variable's value"),
+    valueFrom: z.looseObject({}).meta(PASS_THROUGH).optional().describe("Where the value comes from (a Kubernetes EnvVarSource)"),
+  },
   "A Kubernetes EnvVar of the runtime container",
 ).meta(cel({ rule: "!self.name.startsWith('IFP_')", message: IFP_ENV_MESSAGE }));
 
@@ -184,21 +203,21 @@ export const DeploymentSettings = z
     env: z.array(EnvVar).max(128).meta(byName).optional().describe("More environment variables of the runtime container, after its own; names beginning IFP_ are the runtime's and refused"),
     volumes: z.array(Volume).max(64).meta(byName).optional().describe(`More volumes of the pod, for the sidecars and the runtime container; not named ${RUNTIME_VOLUMES.join(", ")}`),
     volumeMounts: z.array(VolumeMount).max(64).optional().describe("More volume mounts of the runtime container, of volumes in spec.deployment.volumes; not at /tmp or under /etc/ifp"),
-    imagePullSecrets: z.array(z.object({ name: z.string().min(1).max(253) })).max(16).meta(byName).optional().describe("More Secrets to pull the images with, after the operator's"),
-    nodeSelector: z.record(z.string(), z.string()).optional(),
-    tolerations: z.array(z.looseObject({}).meta(PASS_THROUGH)).max(64).optional(),
-    affinity: z.looseObject({}).meta(PASS_THROUGH).optional(),
+    imagePullSecrets: z.array(z.object({ name: z.string().min(1).max(253).describe("A Secret of the resource's namespace") })).max(16).meta(byName).optional().describe("More Secrets to pull the images with, after the operator's"),
+    nodeSelector: z.record(z.string(), z.string()).optional().describe("Node labels the runtime's pods must be scheduled on"),
+    tolerations: z.array(z.looseObject({}).meta(PASS_THROUGH)).max(64).optional().describe("Taints the runtime's pods tolerate (Kubernetes Tolerations)"),
+    affinity: z.looseObject({}).meta(PASS_THROUGH).optional().describe("Scheduling affinity of the runtime's pods (a Kubernetes Affinity)"),
     topologySpreadConstraints: z.array(z.looseObject({}).meta(PASS_THROUGH)).max(16).optional().describe("The runtime's pods carry app.kubernetes.io/name: ifp-runtime and app.kubernetes.io/instance: <name>"),
     securityContext: NonRootSecurityContext("Pod security context, merged over the default (runAsNonRoot, the operator's UID and GID, seccomp RuntimeDefault)").optional(),
-    priorityClassName: z.string().min(1).max(253).optional(),
+    priorityClassName: z.string().min(1).max(253).optional().describe("PriorityClass of the runtime's pods"),
     podAnnotations: z.record(z.string(), z.string()).meta({
       maxProperties: 64,
       ...cel(
         { rule: META_KEY_RULE, message: "podAnnotations keys must be Kubernetes annotation keys" },
         { rule: `self.all(k, !k.startsWith('${RUNTIME_ANNOTATION_PREFIX}'))`, message: POD_ANNOTATIONS_MESSAGE },
       ),
-    }).optional(),
-    podLabels: LabelMap("podLabels", POD_LABELS_RULE).optional(),
+    }).optional().describe(`Annotations added to the runtime's pods; not under ${RUNTIME_ANNOTATION_PREFIX}`),
+    podLabels: LabelMap("podLabels", POD_LABELS_RULE).optional().describe("Labels added to the runtime's pods; not the ones the operator selects them by"),
   })
   .meta(
     cel(
@@ -242,19 +261,22 @@ export type DeploymentSettings = z.infer<typeof DeploymentSettings>;
 
 /** The agents a relay serves or an agent trusts, with keys trusted out of band. */
 export const KnownAgent = z.object({
-  agentId: AgentId,
-  keys: z.array(TrustedKey).min(1),
+  agentId: AgentId.describe("The agent's IFP-5 identifier"),
+  keys: z.array(TrustedKey).min(1).describe("The agent's public signing keys"),
 });
 
 /** A key of a ConfigMap or Secret in the resource's namespace holding PEM CA certificates. */
 const TrustKeyRef = z.object({
-  name: z.string().min(1).max(253).regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, "must be the name of an object in the resource's namespace"),
-  key: z.string().min(1).max(253).regex(/^[-._a-zA-Z0-9]+$/, "must be a ConfigMap or Secret key").default("ca.crt"),
+  name: z.string().min(1).max(253).regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, "must be the name of an object in the resource's namespace").describe("The object's name, in the resource's namespace"),
+  key: z.string().min(1).max(253).regex(/^[-._a-zA-Z0-9]+$/, "must be a ConfigMap or Secret key").default("ca.crt").describe("The key holding the PEM certificates"),
 });
 
 /** One entry of spec.tls.trust: a ConfigMap's or a Secret's key with PEM CA certificates. */
 export const TrustSource = z
-  .object({ configMapRef: TrustKeyRef.optional(), secretRef: TrustKeyRef.optional() })
+  .object({
+    configMapRef: TrustKeyRef.optional().describe("A ConfigMap's key with PEM CA certificates"),
+    secretRef: TrustKeyRef.optional().describe("A Secret's key with PEM CA certificates"),
+  })
   .refine((t) => !!t.configMapRef !== !!t.secretRef, "each spec.tls.trust entry takes exactly one of configMapRef and secretRef")
   .meta(cel({ rule: "has(self.configMapRef) != has(self.secretRef)", message: "each spec.tls.trust entry takes exactly one of configMapRef and secretRef" }));
 
@@ -262,13 +284,13 @@ export const TlsSpec = z.object({
   secretName: z.string().min(1).optional().describe("Secret of type kubernetes.io/tls with tls.crt and tls.key"),
   issuerRef: z
     .object({
-      name: z.string().min(1),
-      kind: z.string().default("Issuer"),
-      group: z.string().default("cert-manager.io"),
+      name: z.string().min(1).describe("The issuer's name"),
+      kind: z.string().default("Issuer").describe("Issuer (in the resource's namespace) or ClusterIssuer"),
+      group: z.string().default("cert-manager.io").describe("The issuer's API group"),
     })
     .optional()
     .describe("cert-manager issuer that signs the serving certificate"),
-  dnsNames: z.array(z.string().min(1)).optional(),
+  dnsNames: z.array(z.string().min(1)).optional().describe("DNS names of the serving certificate, besides the Service's own"),
   trust: z.array(TrustSource).max(16).optional().describe(
     "extra CAs this runtime trusts for its outbound calls, besides the system roots and the install's CA bundle",
   ),
@@ -353,7 +375,7 @@ const ChildAnnotations = z
 export const ExposeSpec = z.object({
   service: z
     .object({
-      type: z.enum(["ClusterIP", "NodePort", "LoadBalancer"]).default("ClusterIP"),
+      type: z.enum(["ClusterIP", "NodePort", "LoadBalancer"]).default("ClusterIP").describe("The Service's type"),
       annotations: ChildAnnotations.optional().describe("Added to the Service, e.g. a cloud load balancer's settings"),
       loadBalancerClass: z.string().min(1).max(253).optional().describe("Only with type LoadBalancer; cannot change once set"),
       externalTrafficPolicy: z.enum(["Cluster", "Local"]).optional().describe("Local keeps the client's source address (NodePort and LoadBalancer)"),
@@ -377,9 +399,9 @@ export const ExposeSpec = z.object({
     .object({
       parentRefs: z
         .array(z.object({
-          name: z.string().min(1).max(253),
-          namespace: z.string().min(1).max(63).optional(),
-          sectionName: z.string().min(1).max(253).optional(),
+          name: z.string().min(1).max(253).describe("The Gateway's name"),
+          namespace: z.string().min(1).max(63).optional().describe("The Gateway's namespace; defaults to the resource's"),
+          sectionName: z.string().min(1).max(253).optional().describe("The Gateway listener to attach to"),
         }))
         .min(1)
         .max(32)

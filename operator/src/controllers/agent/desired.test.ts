@@ -93,6 +93,14 @@ describe("desiredAgentChildren", () => {
     other.metadata = { ...meta, annotations: { ...meta.annotations, "example.com/x": "changed" }, generation: 7 };
     expect(hash(other)).toBe(base);
   });
+
+  it("scales without rolling: spec.replicas reaches the Deployment, not the manifest or the config hash", () => {
+    const dep = (a: AgentResource) => byKind(desiredAgentChildren(a, inputs)).Deployment;
+    const one = dep(agent()), three = dep(agent({ replicas: 3 }));
+    expect(three.spec.replicas).toBe(3);
+    expect(three.spec.template.metadata.annotations["ifp.dev/config-hash"]).toBe(one.spec.template.metadata.annotations["ifp.dev/config-hash"]);
+    expect(byKind(desiredAgentChildren(agent({ replicas: 3 }), inputs)).ConfigMap.data["manifest.yaml"]).not.toMatch(/replicas/);
+  });
 });
 
 describe("agentEndpoint and agentStatus", () => {
@@ -104,6 +112,7 @@ describe("agentEndpoint and agentStatus", () => {
   it("reports the endpoint, capability hash, key and replicas", () => {
     const { status, conditions } = agentStatus(agent(), { applied: [], deployment: { metadata: { generation: 1 }, spec: { replicas: 1 }, status: { observedGeneration: 1, replicas: 1, updatedReplicas: 1, readyReplicas: 1 } }, signing: inputs.signing, tlsSecret: "alice-tls" });
     expect(status).toMatchObject({ endpoint: "https://alice.team.svc", signingKey: { keyId: "key-1", publicKey: "k".repeat(43), secretName: "alice-signing", created: "2026-01-01T00:00:01Z" }, tlsSecretName: "alice-tls", replicas: 1, readyReplicas: 1 });
+    expect(status.selector).toBe("app.kubernetes.io/instance=alice,app.kubernetes.io/name=ifp-runtime");
     expect(status.capabilitiesHash).toMatch(/^[0-9a-f]{64}$/);
     expect(conditions[0]).toMatchObject({ type: "Ready", status: "True" });
     expect(status).not.toHaveProperty("phase");

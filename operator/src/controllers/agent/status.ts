@@ -2,7 +2,8 @@
 import { capabilitiesHash } from "../../../../runtime/src/contract/capabilities.ts";
 import type { AgentStatus } from "../../crd/status.ts";
 import { runtimeConditions, type ConditionInput, type RuntimeObservation } from "../conditions.ts";
-import { agentEndpoint, type AgentResource } from "./desired.ts";
+import { selectorLabels } from "../runtime.ts";
+import { agentEndpoint, agentOwner, type AgentResource } from "./desired.ts";
 
 export interface AgentObservation extends RuntimeObservation {
   signing?: { secretName: string; publicKey: string; created: string; keyId?: string; keys?: NonNullable<AgentStatus["signingKeys"]>; encryption?: { keyId: string; publicKey: string } };
@@ -22,7 +23,16 @@ export function agentStatus(agent: AgentResource, o: AgentObservation): { status
       ...(o.tlsSecret ? { tlsSecretName: o.tlsSecret } : {}),
       replicas: dep?.status?.replicas ?? 0,
       readyReplicas: dep?.status?.readyReplicas ?? 0,
+      selector: labelSelector(selectorLabels(agentOwner(agent))),
     },
     conditions: runtimeConditions(o),
   };
+}
+
+/** A label selector as the scale subresource reads it: key=value pairs joined by commas, keys sorted. */
+export function labelSelector(labels: Record<string, string>): string {
+  return Object.keys(labels)
+    .sort()
+    .map((k) => `${k}=${labels[k]}`)
+    .join(",");
 }
