@@ -81,7 +81,7 @@ async function spawnRuntime(mode: "agent" | "relay", args: string[], env: Record
   port ??= await freePort();
   const child = spawn(
     process.execPath,
-    [BIN, mode, ...args, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url],
+    [BIN, mode, ...args, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url],
     { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, IFP_LOG_LEVEL: "warn", ...env } },
   );
   let output = "";
@@ -146,7 +146,12 @@ describe("tracing across agents and a relay", () => {
     const handler = await startHandler();
     try {
       await spawnAgent(bob, { peers: [peerOf(alice)], relay: { urls: [relay.base], pollInterval: "300ms" }, handler: { url: handler.url } }, tracingEnv("bob"));
-      const a = await spawnAgent(alice, { peers: [{ ...peerOf(bob), relay: { urls: [relay.base] } }], outbound: { backoff: ["300ms"], retryFor: "30s" } }, tracingEnv("alice"));
+      // The relay is the test's own: trusted, so bodies go through it unencrypted (docs/encryption.md).
+      const a = await spawnAgent(
+        alice,
+        { peers: [{ ...peerOf(bob), relay: { urls: [relay.base] } }], outbound: { backoff: ["300ms"], retryFor: "30s" }, encryption: { relayTrust: [{ url: relay.base, level: "self-operated" }] } },
+        tracingEnv("alice"),
+      );
 
       // The application sends within a trace of its own: the runtime continues it.
       const res = await fetch(`${a.localApi}/outbox`, {
@@ -158,11 +163,12 @@ describe("tracing across agents and a relay", () => {
       const sent = (await res.json()) as { message_id: string; message: any };
       await waitFor("handed to bob's application", async () => handler.received.some((r) => r.body.headers.message_id === sent.message_id), 30_000);
 
-      const spans = await traceOf(APP_TRACE, ["ifp.outbox.send", "ifp.outbound.attempt", "ifp.relay.publish", "ifp.relay.retrieve", "ifp.relay.intake", "ifp.handoff.deliver"]);
+      // bob follows its mailbox on the relay's event stream: the relay's hop is a push over SSE.
+      const spans = await traceOf(APP_TRACE, ["ifp.outbox.send", "ifp.outbound.attempt", "ifp.relay.publish", "ifp.relay.push", "ifp.relay.intake", "ifp.handoff.deliver"]);
       const send = one(spans, "ifp.outbox.send", "alice");
       const attempt = one(spans, "ifp.outbound.attempt", "alice");
       const publish = one(spans, "ifp.relay.publish", "relay-hub");
-      const retrieve = one(spans, "ifp.relay.retrieve", "relay-hub");
+      const retrieve = one(spans, "ifp.relay.push", "relay-hub");
       const intake = one(spans, "ifp.relay.intake", "bob");
       const handoff = one(spans, "ifp.handoff.deliver", "bob");
       expect(send.parentSpanId).toBe(APP_SPAN);
@@ -175,13 +181,13 @@ describe("tracing across agents and a relay", () => {
       expect(attempt.attributes["ifp.outcome"]).toBe("delivered");
       expect(attempt.attributes["ifp.recipient"]).toBe("bob-agent");
       expect(handoff.attributes["http.response.status_code"]).toBe(200);
-      expect(retrieve.attributes["ifp.transport"]).toBe("pull");
+      expect(retrieve.attributes["ifp.transport"]).toBe("sse");
 
-      // The context travels in the message, outside the signed headers, and arrives as sent.
+      // The context travels in the message, signed like every header present, and arrives as sent.
       const delivered = handler.received.find((r) => r.body.headers.message_id === sent.message_id)!.body;
       expect(delivered.headers.extensions["trace-context"]).toEqual({ traceparent: `00-${APP_TRACE}-${send.spanId}-01` });
       expect(sent.message.headers.extensions["trace-context"]).toEqual(delivered.headers.extensions["trace-context"]);
-      expect(delivered.security.signatures[0].signed_headers).not.toContain("extensions");
+      expect(delivered.security.signatures[0].signed_headers).toContain("extensions");
       // Exported as OTLP/HTTP JSON to the standard path.
       expect(otlp.requests.every((r) => r.path === "/v1/traces" && r.contentType.startsWith("application/json"))).toBe(true);
       // Spans name messages, never their content.

@@ -89,13 +89,13 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     // The trace goes on from the application's own (a W3C traceparent header on this request),
     // else from the message it answers, else from what the application put in the extension.
     const parent = extractCarrier({ traceparent: req.headers.traceparent, tracestate: req.headers.tracestate }) ?? (original && messageContext(original)) ?? messageContext(composed);
-    // The trace context goes into the message first; then encrypted (422 encryption_key_unavailable
-    // rather than plaintext), then signed: the signature covers the ciphertext.
-    const unsigned = withMessageContext(composed);
-    const prepared = deps.encryption ? await deps.encryption.prepare(unsigned) : unsigned;
-    const { message, duplicate } = await inSpan("ifp.outbox.send", { kind: SpanKind.PRODUCER, parent, attributes: () => ({ ...messageAttributes(composed), [A.recipients]: composed.headers.to.map((t) => t.agent) }) }, async () => {
+    const { message, duplicate, encrypted } = await inSpan("ifp.outbox.send", { kind: SpanKind.PRODUCER, parent, attributes: () => ({ ...messageAttributes(composed), [A.recipients]: composed.headers.to.map((t) => t.agent) }) }, async () => {
+      // The trace context (this span) goes into the message first; then it is encrypted (422
+      // encryption_key_unavailable rather than plaintext), then signed: the signature covers the ciphertext.
+      const unsigned = withMessageContext(composed);
+      const prepared = deps.encryption ? await deps.encryption.prepare(unsigned) : unsigned;
       const message = signMessage(prepared, deps.signing);
-      return { message, ...(await deps.outbox.enqueue(message)) };
+      return { message, encrypted: prepared !== unsigned, ...(await deps.outbox.enqueue(message)) };
     });
     await deps.conversations?.outbound(message);
     const id = message.headers.message_id;
@@ -113,7 +113,7 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     return reply
       .code(202)
       .header("location", `/outbox/${encodeURIComponent(id)}`)
-      .send({ status: "queued", message_id: id, duplicate, encrypted: prepared !== unsigned, message });
+      .send({ status: "queued", message_id: id, duplicate, encrypted, message });
   });
 
   api.get("/outbox/:id", { schema: { params: z.object({ id: z.string() }) } }, async (req) => {
