@@ -111,6 +111,7 @@ describe("Agent", () => {
       "agent",
       "--manifest=/etc/ifp/manifest/manifest.yaml",
       "--port=8443",
+      "--metrics-port=9090",
       "--tls-cert=/etc/ifp/tls/tls.crt",
       "--tls-key=/etc/ifp/tls/tls.key",
       "--nats=nats://nats.test:4222",
@@ -152,7 +153,8 @@ describe("Agent", () => {
     expect(() => privateKeyFromPem(Buffer.from(signing.data["signing.key"], "base64").toString())).not.toThrow();
     // Beside it, the X25519 encryption key, mounted next to the signing key.
     const enc = encryptionKeyFromPem(Buffer.from(signing.data["encryption.key"], "base64").toString());
-    expect(pod.volumes.find((v: any) => v.name === "signing").secret.items).toEqual([{ key: "signing.key", path: "signing.key" }, { key: "encryption.key", path: "encryption.key" }]);
+    // The whole Secret is mounted: signing.key, encryption.key and, after a rotation, keys.json and the retired keys.
+    expect(pod.volumes.find((v: any) => v.name === "signing").secret).toEqual({ secretName: "alice-signing", defaultMode: 420 });
     await until("status.encryptionKey", () => get("agent", "alice").status?.encryptionKey?.publicKey === enc.publicKey || undefined);
     expect(get("agent", "alice").status.encryptionKey).toEqual({ keyId: enc.keyId, publicKey: enc.publicKey });
   });
@@ -363,7 +365,7 @@ describe("Agent", () => {
     expect(pod.containers[0].args).toContain("--signing-key=/etc/ifp/signing/signing.key");
     // The user's Secret has no encryption.key: none is added, none mounted, none in status.
     expect(pod.containers[0].args).not.toContain("--encryption-key=/etc/ifp/signing/encryption.key");
-    expect(pod.volumes.find((v: any) => v.name === "signing").secret.items).toEqual([{ key: "signing.key", path: "signing.key" }]);
+    expect(pod.volumes.find((v: any) => v.name === "signing").secret.items).toBeUndefined();
     expect(agent.status.encryptionKey).toBeUndefined();
     expect(get("configmap", "frank-manifest").data["manifest.yaml"]).toContain(`ifp.dev/signing-key-created: ${own.metadata.creationTimestamp}`);
     // No key of its own: nothing generated, no Secret under the default name.
@@ -435,7 +437,7 @@ describe("Agent", () => {
     expect(rotated.status.signingKeys[0].revokeAt).toBeDefined();
     expect(rotated.status.signingKey).toMatchObject({ keyId: "key-1-r2" });
     const secret = get("secret", "rot-signing");
-    expect(Object.keys(secret.data).sort()).toEqual(["keys.json", "retired-1.key", "signing.key"]);
+    expect(Object.keys(secret.data).sort()).toEqual(["encryption.key", "keys.json", "retired-1.key", "signing.key"]);
     expect(rawPublicKey(privateKeyFromPem(Buffer.from(secret.data["retired-1.key"], "base64").toString()))).toBe(oldKey);
     await until("the pods rolled for the new key", () => JSON.stringify(hash("rot")) !== before);
     await until("the RotatedSigningKey Event", () => events("rot").some((e) => e.reason === "RotatedSigningKey"));
@@ -445,7 +447,7 @@ describe("Agent", () => {
       return a.status.signingKeys?.[0]?.status === "revoked" ? a : undefined;
     });
     expect(revoked.status.signingKeys[0].revoked).toBeDefined();
-    expect(Object.keys(get("secret", "rot-signing").data).sort()).toEqual(["keys.json", "signing.key"]);
+    expect(Object.keys(get("secret", "rot-signing").data).sort()).toEqual(["encryption.key", "keys.json", "signing.key"]);
     // Revoking the active key is refused: rotate first.
     cp.kubectl(["-n", NS, "patch", "agent", "rot", "--type=merge", "-p", '{"spec":{"signing":{"revoke":["key-1-r2"]}}}']);
     const refused = await untilReason("agent", "rot", "InvalidSigningKey");
@@ -465,7 +467,8 @@ describe("Agent", () => {
   });
 
   it("refuses a second Agent claiming an agentId already in use, and renders it once the first is gone", { timeout: 120_000 }, async () => {
-    await readyAgent("orig");
+    // Kept on deletion: its streams are not the point here, and the test's operator has no NATS to delete them with.
+    await readyAgent("orig", "  retention: {keepOnDelete: true}\n");
     cp.kubectl(["apply", "-f", "-"], agentYaml("twin").replace("agentId: twin-id", "agentId: orig-id"));
     const refused = await untilReason("agent", "twin", "DuplicateAgentId");
     expect(condition(refused, "Ready").message).toBe(`spec.agentId orig-id is already the id of Agent ${NS}/orig in this install; nothing is rendered for this Agent while that one exists`);
@@ -521,10 +524,10 @@ spec:
     cp.kubectl(["apply", "-f", "-"], relayYaml("hub", "{maxAge: 168h, maxMessages: 100000}"));
     const name = streamName("hub");
     const created = await until("the stream", () => stream(name));
-    expect(created.config).toMatchObject({ max_age: 168 * 3600e9, max_msgs: 100000, max_bytes: -1, discard: "new", allow_msg_ttl: true, storage: "file", num_replicas: 1, duplicate_window: 48 * 3600e9 });
+    expect(created.config).toMatchObject({ max_age: 168 * 3600e9, max_msgs: 100000, max_bytes: 1024 * 1024 * 1024, discard: "new", allow_msg_ttl: true, storage: "file", num_replicas: 1, duplicate_window: 48 * 3600e9 });
     const relay = await untilReason("relay", "hub", "RuntimeNotReady");
     expect(condition(relay, "StreamReady")).toMatchObject({ status: "True", reason: "StreamInSync" });
-    expect(relay.status.stream).toEqual({ name, maxAge: `${168 * 3600}s`, maxBytes: -1, maxMessages: 100000, replicas: 1, storage: "file", duplicateWindow: `${48 * 3600}s` });
+    expect(relay.status.stream).toEqual({ name, maxAge: `${168 * 3600}s`, maxBytes: 1024 * 1024 * 1024, maxMessages: 100000, replicas: 1, storage: "file", duplicateWindow: `${48 * 3600}s` });
     const dep = get("deployment", "hub");
     expect(dep.spec.template.spec.containers[0].args[0]).toBe("relay");
     expect(dep.spec.template.spec.containers[0].args).not.toContainEqual(expect.stringMatching(/^--signing-key/));
