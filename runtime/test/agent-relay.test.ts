@@ -97,7 +97,7 @@ describe("agents that talk through a relay", () => {
     // Polled at start and then only every hour: what arrives within the test comes by the stream.
     const b = await runAgent({ self: bob, natsUrl: nats.url, tls, spec: { peers: [peerOf(alice)], relay: { urls: [relayUrl], pollInterval: "1h" }, handler: { url: handler.url } } });
     try {
-      const intake = async (result: string) => metricValue((await b.get("/metrics")).text, "ifp_relay_operations_total", { operation: "intake", result });
+      const intake = async (result: string) => metricValue(await b.scrape(), "ifp_relay_operations_total", { operation: "intake", result });
       for (const text of ["first pushed", "second pushed"]) {
         const m = signed(alice, "bob-agent", { conversation_id: `conv:push-${text}` }, text);
         expect((await new RelayClient(relayUrl, alice.signing, http).publish(m)).status).toBe(202);
