@@ -234,7 +234,8 @@ describe("end to end on the local control plane", { timeout: 300_000 }, () => {
     // An Agent of its own, so that deleting it takes nothing from the other tests, in any order.
     await examplesApplied();
     const alice = examples("agent-alice.yaml").find((d) => d.kind === "Agent");
-    const probe = { ...alice, metadata: { name: "gc-probe", namespace: NS.alice }, spec: { ...alice.spec, agentId: "gc-probe-agent" } };
+    // Its own signing key (alice's Secret is labelled for alice alone), made by the operator.
+    const probe = { ...alice, metadata: { name: "gc-probe", namespace: NS.alice }, spec: { ...alice.spec, agentId: "gc-probe-agent", signing: {} } };
     cp.kubectl(["apply", "-f", "-"], stringify(probe));
     const owned = (kind: string) => json(["-n", NS.alice, "get", kind]).items.filter((o: any) => o.metadata.ownerReferences?.some((r: any) => r.kind === "Agent" && r.name === "gc-probe"));
     const pods = () => json(["-n", NS.alice, "get", "pods", "-l", "app.kubernetes.io/instance=gc-probe"]).items;

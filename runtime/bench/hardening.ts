@@ -120,7 +120,7 @@ export async function runHardening(opts: { requests?: number; concurrency?: numb
   const agentManifest = writeAgentManifest(dir, { agentId: self.agentId, peers: [peerOf(sender)], inbox: { maxMessageBytes: 8192, rateLimit: limits } }, "agent");
   const relayUrl = `https://localhost:${relayPort}`;
   const relayManifest = writeRelayManifest(dir, { url: relayUrl, agents: [peerOf(sender), peerOf(self)], limits: { maxMessageBytes: 8192, perAgentPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perAgentBytesPerHour: 1 << 30 } }, "relay");
-  const common = ["--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url];
+  const common = ["--host", "127.0.0.1", "--metrics-port", "0", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url];
   const agentBase = `https://localhost:${agentPort}`;
   const agentProc = await startRuntime(["agent", "--manifest", agentManifest, "--port", String(agentPort), "--signing-key", writeKey(dir, self), "--local-api-port", "0", ...common], `${agentBase}/readyz`, tls.ca);
   const relayProc = await startRuntime(["relay", "--manifest", relayManifest, "--port", String(relayPort), ...common], `${relayUrl}/readyz`, tls.ca);

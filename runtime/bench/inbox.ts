@@ -27,7 +27,7 @@ const PROFILE = process.env.BENCH_PROFILE;
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 
 async function startProcess(args: string[], readyUrl: string, ca: string, nodeArgs: string[] = []): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [...nodeArgs, ...args], { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, IFP_LOG_LEVEL: "warn" } });
+  const child = spawn(process.execPath, [...nodeArgs, ...args], { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, IFP_LOG_LEVEL: "warn", IFP_METRICS_PORT: "0" } });
   await waitFor(`${args[0]} to listen`, async () => {
     const res = await httpsRequest(readyUrl, { ca, method: /inbox|jsonrpc/.test(readyUrl) ? "POST" : "GET", headers: { "content-type": "application/json" }, body: "{}" });
     return res.status > 0 && res.status !== 503;

@@ -159,7 +159,7 @@ const manifest = writeRelayManifest(
   { url: "https://localhost", agents: [peerOf(alice), peerOf(bob), ...others.map(peerOf)], limits: { perAgentPerMinute: 100_000_000, perAddressPerMinute: 100_000_000 } },
   "bench-relay",
 );
-const child = spawn(process.execPath, [...(process.env.BENCH_RELAY_NODE_OPTIONS ?? "").split(" ").filter(Boolean), here("../bin/ifp-runtime.ts"), "relay", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url], {
+const child = spawn(process.execPath, [...(process.env.BENCH_RELAY_NODE_OPTIONS ?? "").split(" ").filter(Boolean), here("../bin/ifp-runtime.ts"), "relay", "--manifest", manifest, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url], {
   stdio: ["ignore", "ignore", "inherit"],
   env: { ...process.env, IFP_LOG_LEVEL: "warn" },
 });
