@@ -342,7 +342,8 @@ describe("Helm chart", () => {
     // Each field `kubectl explain` lists under spec has a description line after its name.
     for (const kind of ["agents.ifp.dev", "relays.ifp.dev"]) {
       const fields = cp.kubectl(["explain", `${kind}.spec`]).split("FIELDS:")[1]!;
-      const entries = fields.split(/\n(?=  \S)/).map((e) => e.trim()).filter(Boolean);
+      // An enum field's values come on a line of their own ("  enum: a, b"), before its description.
+      const entries = fields.split(/\n(?=  (?!enum:)\S)/).map((e) => e.trim()).filter(Boolean);
       expect(entries.length, kind).toBeGreaterThan(8);
       expect(fields).not.toMatch(/no description/);
       for (const e of entries) expect(e.split("\n").length, `${kind}.spec: ${e}`).toBeGreaterThan(1);

@@ -232,7 +232,7 @@ export const AgentSpec = z.object({
     .describe("End-to-end encryption of message bodies for untrusted relays"),
   tls: TlsSpec.optional().describe("The runtime's serving certificate and the extra CAs it trusts"),
   deployment: DeploymentSettings.optional(),
-  logLevel: LogLevel.optional(),
+  logLevel: LogLevel.optional().describe("Log level of the runtime's JSON logs (default info); debug adds a line per message, naming it and never its body"),
   expose: ExposeSpec.optional().describe("How the agent is reached from outside the cluster"),
   durability: z
     .object({

@@ -65,7 +65,7 @@ export const RelaySpec = z.object({
     .describe("Limits on what the relay accepts"),
   tls: TlsSpec.optional().describe("The runtime's serving certificate and the extra CAs it trusts"),
   deployment: DeploymentSettings.optional(),
-  logLevel: LogLevel.optional(),
+  logLevel: LogLevel.optional().describe("Log level of the runtime's JSON logs (default info); debug adds a line per message, naming it and never its body"),
   expose: ExposeSpec.optional().describe("How the relay is reached from outside the cluster"),
   network: NetworkSpec.prefault({}).describe("Where the relay's webhook pushes may go (https only; special addresses only when allowed)"),
   replicas: z.number().int().min(0).max(100).default(1).describe("Runtime pods of the relay"),
