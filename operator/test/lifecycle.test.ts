@@ -168,15 +168,21 @@ describe("an Agent's JetStream data", () => {
     expect(await sharedKey("keeper-id")).toBe("hash");
   });
 
-  it("stays while another Agent runs under the same agent id", { timeout: 60_000 }, async () => {
+  it("stays while another Agent is there under the same agent id, which then takes it over", { timeout: 60_000 }, async () => {
     apply(agentYaml("twin", { agentId: "shared-id" }));
+    await until("the first Agent's finalizer", () => finalizers("agent", "twin").includes("ifp.dev/jetstream"));
+    // The second claims an id already in use: refused while the first exists.
     apply(agentYaml("twin", { ns: "life-b", agentId: "shared-id" }));
-    await until("both finalizers", () => finalizers("agent", "twin").length > 0 && finalizers("agent", "twin", "life-b").length > 0);
+    const reason = () => (get("agent", "twin", "life-b")?.status?.conditions ?? []).find((c: { type: string }) => c.type === "Ready")?.reason;
+    await until("the second refused as a duplicate", () => reason() === "DuplicateAgentId");
     await seedAgent("shared-id");
     cp.kubectl(["-n", NS, "delete", "agent", "twin", "--wait=false"]);
     await until("the Agent gone", () => get("agent", "twin") === undefined);
     expect(await allPresent("shared-id")).toBe(true);
     expect(events("twin").map((e) => e.reason)).toContain("JetStreamKept");
+    // The data stayed for the other Agent, which now runs under the id and will delete it in its turn.
+    await until("the second Agent taking the id over", () => reason() !== "DuplicateAgentId" && finalizers("agent", "twin", "life-b").includes("ifp.dev/jetstream"));
+    expect(await allPresent("shared-id")).toBe(true);
   });
 
   it("does not hold the deletion while NATS is away past the finalizer timeout: the Agent goes with a Warning naming what is left", { timeout: 90_000 }, async () => {

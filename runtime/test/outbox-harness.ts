@@ -26,11 +26,18 @@ export async function record(localApiUrl: string, id: string): Promise<any> {
   }
 }
 
-export function untilState(localApiUrl: string, id: string, state: string, timeoutMs = 30_000) {
-  return waitFor(`${id} to be ${state}`, async () => {
-    const r = await record(localApiUrl, id);
-    return r?.state === state ? r : undefined;
-  }, timeoutMs, 100);
+/** Polls the delivery record until it reaches `state`; a timeout names the last record seen. */
+export async function untilState(localApiUrl: string, id: string, state: string, timeoutMs = 30_000) {
+  let last: unknown;
+  try {
+    return await waitFor(`${id} to be ${state}`, async () => {
+      const r = await record(localApiUrl, id);
+      last = r;
+      return r?.state === state ? r : undefined;
+    }, timeoutMs, 100);
+  } catch (err) {
+    throw new Error(`${(err as Error).message}; last record: ${JSON.stringify(last) ?? "none"}`);
+  }
 }
 
 /** A peer's inbox on HTTPS whose answers the test scripts; it records every request. */

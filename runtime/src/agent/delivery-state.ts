@@ -153,6 +153,19 @@ export class DeliveryStates {
     return e && e.value.length ? (e.json() as DeliveryRecord) : undefined;
   }
 
+  /**
+   * The first record of a message, written only when there is none: the sender may already have
+   * taken the message from the outbox and written its outcome, which a "queued" must not undo.
+   */
+  async begin(record: DeliveryRecord): Promise<void> {
+    try {
+      await this.store().create(`msg.${encodeToken(record.message_id)}`, JSON.stringify(record));
+    } catch (err) {
+      if (await this.get(record.message_id)) return;
+      throw err;
+    }
+  }
+
   async put(record: DeliveryRecord): Promise<void> {
     record.state = overallState(record.recipients);
     await this.store().put(`msg.${encodeToken(record.message_id)}`, JSON.stringify(record));

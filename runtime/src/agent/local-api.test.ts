@@ -17,7 +17,7 @@ describe("local application API", () => {
     signing: self.signing,
     documents: new Documents(agent, self.publicKey, "2026-01-01T00:00:00Z"),
     outbox: { enqueue: async () => ({ duplicate: false, seq: 1 }) },
-    states: { get: async () => undefined, put: async () => {}, deadLetters: async () => [] },
+    states: { get: async () => undefined, begin: async () => {}, deadLetters: async () => [] },
     peers: { get: async () => undefined },
     received: async () => undefined,
     logger: pino({ level: "silent" }),

@@ -26,7 +26,7 @@ export interface LocalApiDeps {
   encryption?: Pick<AgentEncryption, "prepare">;
   documents: Documents;
   outbox: Pick<OutboxStore, "enqueue">;
-  states: Pick<DeliveryStates, "get" | "put" | "deadLetters">;
+  states: Pick<DeliveryStates, "get" | "begin" | "deadLetters">;
   peers: PeerRouteDeps["peers"];
   /** The received message with this message_id (from `sender`, when given), for replies. */
   received(messageId: string, sender?: string): Promise<Message | undefined>;
@@ -99,7 +99,7 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     });
     await deps.conversations?.outbound(message);
     const id = message.headers.message_id;
-    if (!duplicate && !(await deps.states.get(id))) {
+    if (!duplicate) {
       const now = new Date().toISOString();
       const record: DeliveryRecord = {
         message_id: id,
@@ -108,7 +108,7 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
         updated_at: now,
         recipients: message.headers.to.map((t) => ({ agent: t.agent, state: "queued", attempts: 0 })),
       };
-      await deps.states.put(record);
+      await deps.states.begin(record);
     }
     return reply
       .code(202)
