@@ -21,6 +21,16 @@ export interface NatsServer {
   close(): Promise<void>;
 }
 
+/** Runs body with the server stopped; whatever happens, it runs again afterwards. */
+export async function withNatsDown(nats: NatsServer, body: () => Promise<void>): Promise<void> {
+  await nats.stop();
+  try {
+    await body();
+  } finally {
+    if (nats.pid === undefined) await nats.restart();
+  }
+}
+
 const LISTENING = /Listening for client connections on [^\s]+:(\d+)/;
 
 /**

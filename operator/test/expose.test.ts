@@ -7,7 +7,7 @@ import { startControlPlane, type ControlPlane } from "../../e2e/support/controlp
 import { consistently } from "../../e2e/support/wait.ts";
 import { toolPath } from "../../e2e/tools/tools.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
-import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
+import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "./support.ts";
 
 let cp: ControlPlane;
 let manager: RunningManager;
@@ -47,13 +47,7 @@ const settled = async (name: string, extra = "") => {
 };
 
 perTest(() => {
-  const state = (args: string[]) => {
-    try {
-      return cp.kubectl(args);
-    } catch (err) {
-      return (err as Error).message;
-    }
-  };
+  const state = (args: string[]) => kubectlOrError(cp, args);
   return [
     ...operatorLog.lines().slice(-120),
     state(["-n", NS, "get", "agents,relays,services,ingresses", "-o", "wide"]),

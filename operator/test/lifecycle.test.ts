@@ -6,11 +6,11 @@ import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import { startNats, withNatsDown, type NatsServer } from "../../e2e/support/nats.ts";
 import { consistently } from "../../e2e/support/wait.ts";
 import { agentJetStream, agentNames } from "../../runtime/src/contract/agent-names.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
-import { capturedLog, getOrAbsent, perTest, streamOrAbsent, until } from "./support.ts";
+import { capturedLog, getOrAbsent, kubectlOrError, perTest, streamOrAbsent, until } from "./support.ts";
 
 let cp: ControlPlane;
 let nats: NatsServer;
@@ -100,27 +100,12 @@ async function sharedKey(agentId: string): Promise<string | undefined> {
   }
 }
 
-const withNatsDown = async (body: () => Promise<void>) => {
-  await nats.stop();
-  try {
-    await body();
-  } finally {
-    if (nats.pid === undefined) await nats.restart();
-  }
-};
-
 perTest(() =>
   [
     "operator log:",
     ...operatorLog.lines().slice(-120),
     "agents and relays:",
-    (() => {
-      try {
-        return cp.kubectl(["get", "agents,relays", "-A", "-o", "wide"]);
-      } catch (err) {
-        return (err as Error).message;
-      }
-    })(),
+    kubectlOrError(cp, ["get", "agents,relays", "-A", "-o", "wide"]),
   ].join("\n"),
 );
 
@@ -189,7 +174,7 @@ describe("an Agent's JetStream data", () => {
     apply(agentYaml("stranded"));
     await until("the finalizer", () => finalizers("agent", "stranded").includes("ifp.dev/jetstream"));
     await seedAgent("stranded-id");
-    await withNatsDown(async () => {
+    await withNatsDown(nats, async () => {
       cp.kubectl(["-n", NS, "delete", "agent", "stranded", "--wait=false"]);
       await until("the operator to wait for NATS", () => operatorLog.has(/waiting for NATS to delete the agent's streams/));
       const waited = Date.now();
@@ -216,7 +201,7 @@ describe("a Relay's stream finalizer", () => {
   it("does not hold the deletion while NATS is away past the finalizer timeout", { timeout: 90_000 }, async () => {
     apply(relayYaml("adrift"));
     await until("the stream and the finalizer", async () => finalizers("relay", "adrift").includes("ifp.dev/stream") && (await streamOrAbsent(nats.url, `IFP_RELAY_${NS}_2Fadrift`)) !== undefined);
-    await withNatsDown(async () => {
+    await withNatsDown(nats, async () => {
       cp.kubectl(["-n", NS, "delete", "relay", "adrift", "--wait=false"]);
       await until("the Relay gone", () => get("relay", "adrift") === undefined, 40_000);
       const warning = events("adrift").find((e) => e.reason === "CleanupAbandoned");

@@ -5,12 +5,12 @@ import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstre
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import { startNats, withNatsDown, type NatsServer } from "../../e2e/support/nats.ts";
 import { consistently, waitFor } from "../../e2e/support/wait.ts";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../runtime/src/protocol/keys.ts";
 import { encryptionKeyFromPem } from "../../runtime/src/protocol/encryption.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
-import { capturedLog, getOrAbsent, perTest, streamOrAbsent, until } from "./support.ts";
+import { capturedLog, getOrAbsent, kubectlOrError, perTest, streamOrAbsent, until } from "./support.ts";
 
 let cp: ControlPlane;
 let nats: NatsServer;
@@ -57,13 +57,7 @@ const streamName = (relay: string) => `IFP_RELAY_${NS}_2F${relay}`;
 const poke = (kind: string, name: string) => cp.kubectl(["-n", NS, "annotate", "--overwrite", kind, name, `example.com/poke=${Date.now()}`]);
 
 perTest(() => {
-  const state = (args: string[]) => {
-    try {
-      return cp.kubectl(args);
-    } catch (err) {
-      return (err as Error).message;
-    }
-  };
+  const state = (args: string[]) => kubectlOrError(cp, args);
   return [
     `operator log (last ${Math.min(150, operatorLog.lines().length)} lines):`,
     ...operatorLog.lines().slice(-150),
@@ -510,15 +504,6 @@ spec:
     cp.kubectl(["apply", "-f", "-"], relayYaml(name, retention));
     return await untilReason("relay", name, "StreamInSync", "StreamReady");
   };
-  /** Stop NATS for the body; whatever happens, it runs again afterwards. */
-  const withNatsDown = async (body: () => Promise<void>) => {
-    await nats.stop();
-    try {
-      await body();
-    } finally {
-      if (nats.pid === undefined) await nats.restart();
-    }
-  };
 
   it("creates the relay's JetStream stream from spec.retention, and edits of maxAge reach it", async () => {
     cp.kubectl(["apply", "-f", "-"], relayYaml("hub", "{maxAge: 168h, maxMessages: 100000}"));
@@ -547,7 +532,7 @@ spec:
 
   it("says when NATS is away and catches up when it is back", { timeout: 150_000 }, async () => {
     await syncedRelay("ebb", "{maxAge: 24h, maxMessages: 100000}");
-    await withNatsDown(async () => {
+    await withNatsDown(nats, async () => {
       cp.kubectl(["-n", NS, "patch", "relay", "ebb", "--type=merge", "-p", '{"spec":{"retention":{"maxMessages":50000}}}']);
       const away = await untilReason("relay", "ebb", "NatsUnavailable", "StreamReady");
       expect(away.status.observedGeneration).toBe(2);
@@ -591,7 +576,7 @@ spec:
     const name = streamName("outage");
     await syncedRelay("outage", "{maxAge: 24h, deleteOnRemoval: true}");
     expect(get("relay", "outage").metadata.finalizers).toContain("ifp.dev/stream");
-    await withNatsDown(async () => {
+    await withNatsDown(nats, async () => {
       cp.kubectl(["-n", NS, "delete", "relay", "outage", "--wait=false"]);
       // The positive signal: the operator processed the deletion and held it back for NATS.
       await until("the operator to wait for NATS", () => operatorLog.has(/waiting for NATS to delete the relay's stream.*ifp-test\/outage|ifp-test\/outage.*waiting for NATS to delete the relay's stream/));

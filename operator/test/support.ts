@@ -77,6 +77,15 @@ export function perTest(report: () => string): void {
   });
 }
 
+/** kubectl's output, or its error message: for failure reports, which must not fail themselves. */
+export function kubectlOrError(cp: ControlPlane, args: string[]): string {
+  try {
+    return cp.kubectl(args);
+  } catch (err) {
+    return (err as Error).message;
+  }
+}
+
 /**
  * waitFor, polling every 200 ms, with its deadline cut to end before the test's own timeout,
  * so that a wait that runs out fails with what it waited for and the failure report runs.

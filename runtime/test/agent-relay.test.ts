@@ -1,18 +1,16 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
-import pino from "pino";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
-import { localhostTls } from "../../e2e/support/tls.ts";
-import { httpsRequest } from "../../e2e/support/https.ts";
+import { describe, expect, it } from "vitest";
+import type { NatsServer } from "../../e2e/support/nats.ts";
 import { waitFor } from "../../e2e/support/ports.ts";
 import { agentNames } from "../src/agent/names.ts";
 import { LocalApiClient } from "../src/client/local.ts";
 import { HttpClient } from "../src/net/http-client.ts";
 import { RelayClient } from "../src/relay/client.ts";
-import { startRelay, type RunningRelay } from "../src/relay/main.ts";
-import { identity, peerOf, signed, tempDir, writeRelayManifest } from "./fixtures.ts";
+import type { RunningRelay } from "../src/relay/main.ts";
+import { identity, peerOf, signed, tempDir } from "./fixtures.ts";
 import { runAgent, startHandler, type Tls } from "./agent-harness.ts";
+import { withRelay } from "./relay-harness.ts";
 import { metricValue } from "./probes.ts";
 
 const alice = identity("alice-agent");
@@ -23,19 +21,7 @@ let relay: RunningRelay;
 let relayUrl: string;
 let http: HttpClient;
 
-beforeAll(async () => {
-  [nats, tls] = await Promise.all([startNats(), localhostTls()]);
-  http = new HttpClient({ extraCa: tls.ca });
-  const manifest = writeRelayManifest(tempDir(), { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] }, "hub");
-  relay = await startRelay({ manifest, port: 0, host: "127.0.0.1", tlsCert: tls.files.cert, tlsKey: tls.files.key, nats: { url: nats.url }, logger: pino({ level: "silent" }) });
-  relayUrl = relay.url.replace("127.0.0.1", "localhost");
-  await waitFor("relay", async () => (await httpsRequest(`${relayUrl}/readyz`, { ca: tls.ca })).status === 200);
-});
-afterAll(async () => {
-  await relay?.close();
-  await http?.close();
-  await nats?.close();
-});
+withRelay([alice, bob], (f) => ({ nats, tls, http, relay, relayUrl } = f));
 
 /** Whether the agent's inbox stream holds a message with this message_id. */
 async function storedInInbox(agentId: string, messageId: string): Promise<boolean> {

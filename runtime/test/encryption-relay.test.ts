@@ -4,11 +4,8 @@
 // through an untrusted relay is refused when the recipient requires encryption.
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
-import pino from "pino";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
-import { localhostTls } from "../../e2e/support/tls.ts";
-import { httpsRequest } from "../../e2e/support/https.ts";
+import { describe, expect, it } from "vitest";
+import type { NatsServer } from "../../e2e/support/nats.ts";
 import { waitFor } from "../../e2e/support/ports.ts";
 import { AgentEncryption } from "../src/agent/encryption.ts";
 import { LocalApiClient } from "../src/client/local.ts";
@@ -18,10 +15,11 @@ import { encryptMessage, generateEncryptionKey, SCHEME } from "../src/protocol/e
 import type { Message } from "../src/protocol/message.ts";
 import { signMessage } from "../src/protocol/signing.ts";
 import { RelayClient } from "../src/relay/client.ts";
-import { startRelay, type RunningRelay } from "../src/relay/main.ts";
+import type { RunningRelay } from "../src/relay/main.ts";
 import { AgentSpec } from "../src/resources/agent.ts";
-import { identity, message, peerOf, signed, tempDir, writeRelayManifest } from "./fixtures.ts";
+import { identity, message, peerOf, signed } from "./fixtures.ts";
 import { runAgent, startHandler, type Tls } from "./agent-harness.ts";
+import { withRelay } from "./relay-harness.ts";
 
 const alice = identity("alice-agent");
 const bob = identity("bob-agent");
@@ -37,19 +35,7 @@ let http: HttpClient;
 
 const encryptionPeer = (id: typeof bob, key: typeof bobKey) => ({ ...peerOf(id), relay: { urls: [relayUrl] }, encryptionKeys: [{ keyId: key.keyId, publicKey: key.publicKey }] });
 
-beforeAll(async () => {
-  [nats, tls] = await Promise.all([startNats(), localhostTls()]);
-  http = new HttpClient({ extraCa: tls.ca });
-  const manifest = writeRelayManifest(tempDir(), { url: "https://localhost", agents: [peerOf(alice), peerOf(bob), peerOf(carol), peerOf(dave)] }, "hub");
-  relay = await startRelay({ manifest, port: 0, host: "127.0.0.1", tlsCert: tls.files.cert, tlsKey: tls.files.key, nats: { url: nats.url }, logger: pino({ level: "silent" }) });
-  relayUrl = relay.url.replace("127.0.0.1", "localhost");
-  await waitFor("relay", async () => (await httpsRequest(`${relayUrl}/readyz`, { ca: tls.ca })).status === 200);
-});
-afterAll(async () => {
-  await relay?.close();
-  await http?.close();
-  await nats?.close();
-});
+withRelay([alice, bob, carol, dave], (f) => ({ nats, tls, http, relay, relayUrl } = f));
 
 /** Every message the relay's JetStream stream holds, as stored (data and headers). */
 async function relayStoredCopies(): Promise<string[]> {

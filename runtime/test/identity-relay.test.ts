@@ -1,16 +1,14 @@
 // A relayed message whose sender's key cannot be found is not silently acknowledged: the agent
 // answers it with a signed error-phase message through the same relay, then acknowledges it.
-import pino from "pino";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
-import { localhostTls } from "../../e2e/support/tls.ts";
-import { httpsRequest } from "../../e2e/support/https.ts";
+import { describe, expect, it } from "vitest";
+import type { NatsServer } from "../../e2e/support/nats.ts";
 import { waitFor } from "../../e2e/support/ports.ts";
 import { HttpClient } from "../src/net/http-client.ts";
 import { RelayClient } from "../src/relay/client.ts";
-import { startRelay, type RunningRelay } from "../src/relay/main.ts";
-import { identity, peerOf, signed, tempDir, writeRelayManifest } from "./fixtures.ts";
+import type { RunningRelay } from "../src/relay/main.ts";
+import { identity, signed } from "./fixtures.ts";
 import { runAgent, startHandler, type Tls } from "./agent-harness.ts";
+import { withRelay } from "./relay-harness.ts";
 import { metricValue } from "./probes.ts";
 
 const bob = identity("bob-agent");
@@ -21,19 +19,7 @@ let relay: RunningRelay;
 let relayUrl: string;
 let http: HttpClient;
 
-beforeAll(async () => {
-  [nats, tls] = await Promise.all([startNats(), localhostTls()]);
-  http = new HttpClient({ extraCa: tls.ca });
-  const manifest = writeRelayManifest(tempDir(), { url: "https://localhost", agents: [peerOf(bob), peerOf(stranger)] }, "hub");
-  relay = await startRelay({ manifest, port: 0, host: "127.0.0.1", tlsCert: tls.files.cert, tlsKey: tls.files.key, nats: { url: nats.url }, logger: pino({ level: "silent" }) });
-  relayUrl = relay.url.replace("127.0.0.1", "localhost");
-  await waitFor("relay", async () => (await httpsRequest(`${relayUrl}/readyz`, { ca: tls.ca })).status === 200);
-});
-afterAll(async () => {
-  await relay?.close();
-  await http?.close();
-  await nats?.close();
-});
+withRelay([bob, stranger], (f) => ({ nats, tls, http, relay, relayUrl } = f));
 
 describe("relay intake and identity", () => {
   it("answers a relayed message from a sender it cannot look up, then acknowledges it", async () => {

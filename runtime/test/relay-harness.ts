@@ -3,6 +3,7 @@
 import type { IncomingHttpHeaders } from "node:http";
 import { createServer, request as httpsRaw } from "node:https";
 import pino from "pino";
+import { afterAll, beforeAll } from "vitest";
 import WebSocket from "ws";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
@@ -58,6 +59,32 @@ export async function runRelay(env: RelayEnv, spec: Partial<RelaySpecInput> = {}
   });
   await waitFor("relay ready", async () => (await httpsRequest(`${relay.url}/readyz`, { ca: env.tls.ca })).status === 200);
   return relay;
+}
+
+export interface RelayFixture extends RelayEnv {
+  relay: RunningRelay;
+  /** The relay's URL under the name its certificate carries. */
+  relayUrl: string;
+}
+
+/** One nats-server, test TLS and one relay ("hub") serving these agents, for a whole test file. */
+export function withRelay(agents: TestIdentity[], set: (f: RelayFixture) => void): void {
+  let f: RelayFixture | undefined;
+  beforeAll(async () => {
+    const env = await relayEnv();
+    try {
+      const relay = await runRelay(env, { agents: agents.map((a) => peerOf(a)) }, "hub");
+      f = { ...env, relay, relayUrl: baseUrl(relay) };
+    } catch (err) {
+      await env.close();
+      throw err;
+    }
+    set(f);
+  });
+  afterAll(async () => {
+    await f?.relay.close();
+    await f?.close();
+  });
 }
 
 /** The relay's URL under the name its certificate carries. */

@@ -1,9 +1,7 @@
 import type { FastifyInstance } from "fastify";
-import type { Logger } from "pino";
 import type { MessageVerifier } from "../protocol/verify.ts";
 import type { Agent } from "../resources/agent.ts";
-import { createServer, type TlsMaterial } from "../server/http.ts";
-import type { RuntimeMetrics } from "../server/metrics.ts";
+import { createServer, type EndpointDeps } from "../server/http.ts";
 import { registerProbes } from "../server/probes.ts";
 import type { AcceptStore, OnAccepted } from "./accept.ts";
 import type { Documents } from "./documents.ts";
@@ -12,7 +10,7 @@ import { inboxRoutes } from "./routes/inbox.ts";
 import type { Conversations } from "./conversations.ts";
 import type { AgentEncryption } from "./encryption.ts";
 
-export interface AgentAppDeps {
+export interface AgentAppDeps extends EndpointDeps {
   agent: Agent;
   documents: Documents;
   verifier: MessageVerifier;
@@ -27,14 +25,6 @@ export interface AgentAppDeps {
   onAccepted?: OnAccepted;
   /** Decryption of end-to-end encrypted bodies (docs/encryption.md). */
   encryption?: AgentEncryption;
-  metrics: RuntimeMetrics;
-  logger: Logger;
-  tls?: TlsMaterial;
-  /** Proxies whose X-Forwarded-For is believed (--trusted-proxies). */
-  trustedProxies?: string[];
-  /** Readiness: NATS reached and streams in place. */
-  ready: () => boolean;
-  now?: () => number;
   /** Clock skew tolerated on headers.date in the future. */
   maxFutureSkewMs?: number;
 }

@@ -1,11 +1,9 @@
 import type { FastifyInstance } from "fastify";
-import type { Logger } from "pino";
 import type { Verifier } from "../protocol/verify.ts";
 import type { Relay } from "../resources/relay.ts";
-import { createServer, type TlsMaterial } from "../server/http.ts";
+import { createServer, type EndpointDeps } from "../server/http.ts";
 import { TargetPolicy } from "../net/targets.ts";
 import { StreamSlots } from "../server/stream-slots.ts";
-import type { RuntimeMetrics } from "../server/metrics.ts";
 import { registerProbes } from "../server/probes.ts";
 import { relayAuthenticator, requireSignedRequests } from "./auth.ts";
 import type { Mailboxes } from "./mailbox.ts";
@@ -23,18 +21,11 @@ declare module "fastify" {
   }
 }
 
-export interface RelayAppDeps {
+export interface RelayAppDeps extends EndpointDeps {
   relay: Relay;
   verifier: Verifier;
   mailboxes: Mailboxes;
   subs: Subscriptions;
-  metrics: RuntimeMetrics;
-  logger: Logger;
-  tls?: TlsMaterial;
-  /** Proxies whose X-Forwarded-For is believed (--trusted-proxies). */
-  trustedProxies?: string[];
-  ready: () => boolean;
-  now?: () => number;
   /** Where webhooks may point (default: spec.network.allowPrivateTargets alone). */
   targets?: TargetPolicy;
 }

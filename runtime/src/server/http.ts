@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import { ProtocolError, type ErrorCode } from "../protocol/errors.ts";
 import { isCidrOrIp } from "../resources/common.ts";
 import { invalidRequest } from "./validation.ts";
+import type { RuntimeMetrics } from "./metrics.ts";
 
 declare module "fastify" {
   interface FastifyReply {
@@ -39,6 +40,18 @@ export function parseTrustedProxies(text: string | undefined): string[] {
   const bad = list.filter((s) => !isCidrOrIp(s));
   if (bad.length) throw new Error(`--trusted-proxies takes IP addresses or CIDR blocks such as 10.0.0.0/8, not ${bad.map((b) => JSON.stringify(b)).join(", ")}`);
   return list;
+}
+
+/** What the agent's and the relay's HTTPS apps share: observability, TLS, proxies, readiness, clock. */
+export interface EndpointDeps {
+  metrics: RuntimeMetrics;
+  logger: Logger;
+  tls?: TlsMaterial;
+  /** Proxies whose X-Forwarded-For is believed (--trusted-proxies). */
+  trustedProxies?: string[];
+  /** Readiness: NATS reached and streams in place. */
+  ready: () => boolean;
+  now?: () => number;
 }
 
 /**
