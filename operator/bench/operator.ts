@@ -85,6 +85,15 @@ try {
   const secondsToReadyable = (performance.now() - t0) / 1000;
   const afterCreate = await metrics();
   const writesToReadyable = metricSum(afterCreate, "ifp_operator_api_writes_total");
+  // Where the writes went: "verb kind=writes per Agent", most first.
+  const writesByKind = [...afterCreate.matchAll(/^ifp_operator_api_writes_total\{([^}]*)\} (\S+)$/gm)]
+    .map((m) => {
+      const label = (k: string) => new RegExp(`${k}="([^"]*)"`).exec(m[1]!)?.[1] ?? "?";
+      return { what: `${label("verb")} ${label("kind")}`, perAgent: round(Number(m[2]) / COUNT, 2) };
+    })
+    .sort((a, b) => b.perAgent - a.perAgent)
+    .map((w) => `${w.what}=${w.perAgent}`)
+    .join(", ");
   const count = (kind: string) => cp.kubectl(["-n", NS, "get", kind, "-o", "name"]).trim().split("\n").filter(Boolean).length;
   const deployments = count("deployments");
   const pods = count("pods");
@@ -112,6 +121,7 @@ try {
     pods,
     apiWritesToReadyable: writesToReadyable,
     apiWritesPerAgentToReadyable: round(writesToReadyable / COUNT, 1),
+    apiWritesPerAgentByVerbAndKind: writesByKind,
     resyncPeriodSeconds: RESYNC_S,
     steadyStateResyncs: round(resyncsObserved, 1),
     apiWritesPerSteadyStateResync: resyncsObserved > 0 ? round(steadyWrites / resyncsObserved, 2) : NaN,
@@ -154,6 +164,7 @@ console.table(
     errors: r.reconcileErrors,
   })),
 );
+for (const r of runs) console.log(`writes per Agent (${r.agents} Agents): ${r.apiWritesPerAgentByVerbAndKind}`);
 const first = runs[0]!;
 const last = runs.at(-1)!;
 const per100 = (k: string) => (runs.length > 1 ? round(((Number(last[k]) - Number(first[k])) / (Number(last.agents) - Number(first.agents))) * 100) : NaN);
