@@ -3,7 +3,7 @@
 // also resynced periodically. Controllers run only while this replica holds the leader lease
 // (when leader election is on).
 import { hostname } from "node:os";
-import { KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
+import type { KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { Nats, type NatsOptions } from "../../runtime/src/nats/connection.ts";
 import { OPERATOR_INBOX_PREFIX, operatorPermissions } from "../../runtime/src/contract/nats-permissions.ts";
@@ -15,6 +15,7 @@ import { InstallTrust, type TrustLifetimes } from "./controllers/trust.ts";
 import { serveHealth } from "./health.ts";
 import { Caches, type CachedKind } from "./kube/caches.ts";
 import { errorMessage, Kube } from "./kube/client.ts";
+import { ObservedKubeConfig } from "./kube/rest-client.ts";
 import { Controller, type Reconcile } from "./kube/controller.ts";
 import { LeaderElector } from "./leader.ts";
 import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, RolloutGate, type RolloutLimit } from "./controllers/rollout.ts";
@@ -73,10 +74,10 @@ type Kind = "Agent" | "Relay";
 
 export async function startManager(opts: ManagerOptions): Promise<RunningManager> {
   const log = opts.log;
-  const kc = new KubeConfig();
+  const metrics = createOperatorMetrics();
+  const kc = new ObservedKubeConfig((method, host, code) => metrics.shared.restRequests.inc({ code, method, host }));
   if (opts.kubeconfig) kc.loadFromFile(opts.kubeconfig);
   else kc.loadFromDefault();
-  const metrics = createOperatorMetrics();
   const kube = new Kube(kc, log, (verb, kind) => metrics.writes.inc({ verb, kind }));
   const enqueue = (kind: CachedKind, obj: KubernetesObject) => {
     const ns = obj.metadata?.namespace;

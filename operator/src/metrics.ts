@@ -19,6 +19,7 @@ export function createOperatorMetrics() {
       queueDuration: new Histogram({ name: "workqueue_queue_duration_seconds", help: "How long in seconds an item stays in workqueue before being requested", labelNames: ["name"], buckets: durations, registers }),
       workDuration: new Histogram({ name: "workqueue_work_duration_seconds", help: "How long in seconds processing an item from workqueue takes", labelNames: ["name"], buckets: durations, registers }),
       queueRetries: new Counter({ name: "workqueue_retries_total", help: "Total number of retries handled by workqueue", labelNames: ["name"], registers }),
+      restRequests: new Counter({ name: "rest_client_requests_total", help: "Number of HTTP requests, partitioned by status code, method, and host.", labelNames: ["code", "method", "host"], registers }),
       leader: new Gauge({ name: "leader_election_master_status", help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master", labelNames: ["name"], registers }),
     },
     reconciles: new Counter({ name: "ifp_operator_reconciles_total", help: "Reconciles by kind and result (ok, conflict, error)", labelNames: ["kind", "result"], registers: [registry] }),

@@ -4,6 +4,10 @@ import { spawnSync } from "node:child_process";
 import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFinished } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
 import { consistently } from "../../e2e/support/wait.ts";
+import { readFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { CoreV1Api, Watch } from "@kubernetes/client-node";
+import { ObservedKubeConfig } from "../src/kube/rest-client.ts";
 import { startManager, type ManagerOptions, type RunningManager } from "../src/manager.ts";
 import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
 
@@ -25,6 +29,14 @@ const start = async (name: string, opts: Partial<ManagerOptions> = {}) => {
   return m;
 };
 const get = (args: string[]) => getOrAbsent(cp, args);
+/** A loopback port nothing listens on (bound, then released). */
+const closedPort = () =>
+  new Promise<number>((resolve) => {
+    const srv = createServer().listen(0, "127.0.0.1", () => {
+      const port = (srv.address() as { port: number }).port;
+      srv.close(() => resolve(port));
+    });
+  });
 const agent = (ns: string, name: string) => `apiVersion: ifp.dev/v1alpha1\nkind: Agent\nmetadata: {name: ${name}, namespace: ${ns}}\nspec: {agentId: ${name}}\n`;
 const observed = (ns: string, name: string) => get(["-n", ns, "get", "agent", name])?.status?.observedGeneration === 1;
 const lease = () => cp.json(["-n", "ops", "get", "lease", "ifp-operator-test"]).spec;
@@ -64,8 +76,34 @@ describe("operator process", () => {
     expect(text).toMatch(/^workqueue_work_duration_seconds_count\{name="agent"\} [1-9]/m);
     expect(text).toMatch(/^# TYPE workqueue_retries_total counter/m);
     expect(text).toMatch(/^leader_election_master_status\{name="ifp-operator"\} 1$/m);
+    // client-go's request counter sees the API calls and the informers' lists and watches.
+    const host = new URL(cp.server).host;
+    const requests = (method: string, code: string) => Number(new RegExp(`^rest_client_requests_total\\{code="${code}",method="${method}",host="${host}"\\} (\\d+)$`, "m").exec(text)?.[1] ?? 0);
+    expect(requests("GET", "200")).toBeGreaterThan(2);
+    expect(requests("PATCH", "200") + requests("PATCH", "201")).toBeGreaterThanOrEqual(Number(/^ifp_operator_api_writes_total\{verb="apply",kind="Deployment"\} (\d+)$/m.exec(text)![1]));
     await m.stop();
     await expect(fetch(`${m.healthUrl}/healthz`)).rejects.toThrow();
+  });
+
+  it("counts every request to the API server by method, host and answer, watches and failures included", async () => {
+    const seen: string[] = [];
+    const kc = new ObservedKubeConfig((method, host, code) => seen.push(`${method} ${host} ${code}`));
+    kc.loadFromFile(cp.kubeconfig);
+    const host = new URL(cp.server).host;
+    const core = kc.makeApiClient(CoreV1Api);
+    await core.listNamespace();
+    await expect(core.readNamespace({ name: "no-such-namespace" })).rejects.toThrow();
+    const ns = `counted-${Date.now().toString(36)}`;
+    await core.createNamespace({ body: { metadata: { name: ns } } });
+    onTestFinished(() => void core.deleteNamespace({ name: ns }).catch(() => {}));
+    const watching = await new Watch(kc).watch("/api/v1/namespaces", {}, () => {}, () => {});
+    onTestFinished(() => watching.abort());
+    expect(seen).toEqual([`GET ${host} 200`, `GET ${host} 404`, `POST ${host} 201`, `GET ${host} 200`]);
+    // A request that gets no answer at all is counted too.
+    const closed = new ObservedKubeConfig((method, h, code) => seen.push(`${method} ${h} ${code}`));
+    closed.loadFromString(readFileSync(cp.kubeconfig, "utf8").replace(cp.server, `https://127.0.0.1:${await closedPort()}`));
+    await expect(closed.makeApiClient(CoreV1Api).listNamespace()).rejects.toThrow();
+    expect(seen.at(-1)).toMatch(/^GET 127\.0\.0\.1:\d+ <error>$/);
   });
 
   it("watches only the namespaces it is given", async () => {

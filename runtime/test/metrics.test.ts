@@ -6,7 +6,10 @@ import { waitFor } from "../../e2e/support/ports.ts";
 import { identity, peerOf, signed } from "./fixtures.ts";
 import { runAgent, scrapeMetrics, startHandler, type Tls, withNatsAndTls } from "./agent-harness.ts";
 import { metricValue } from "./probes.ts";
-import { alice, bob, clientOf, openWs, relayEnv, runRelay, type RelayEnv } from "./relay-harness.ts";
+import { alice, bob, clientOf, openWs, randomName, relayEnv, runRelay, type RelayEnv } from "./relay-harness.ts";
+import { connect, headers as natsHeaders } from "@nats-io/transport-node";
+import { jetstream } from "@nats-io/jetstream";
+import { relayNames } from "../src/contract/relay-stream.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
 import type { NatsServer } from "../../e2e/support/nats.ts";
 
@@ -100,9 +103,10 @@ describe("agent metrics", () => {
 describe("relay metrics", () => {
   let env: RelayEnv;
   let relay: RunningRelay;
+  const relayName = randomName();
   beforeAll(async () => {
     env = await relayEnv();
-    relay = await runRelay(env);
+    relay = await runRelay(env, {}, relayName);
   });
   afterAll(async () => {
     await relay?.close();
@@ -140,7 +144,32 @@ describe("relay metrics", () => {
     expect(labelValues(text)).not.toContain(m1.headers.message_id);
     expect(labelValues(text).some((x) => x.includes("alice") || x.includes("bob"))).toBe(false);
 
+    // The copy still waiting (m2) is pushed over the WebSocket.
+    await waitFor("m2 over the WebSocket", () => ws.messages().length === 1);
+    expect(metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_deliveries_total", { transport: "websocket", result: "sent" })).toBe(1);
+
     ws.close();
     await waitFor("the WebSocket closed", async () => metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_connections", { transport: "websocket" }) === 0);
+  });
+
+  it("passes over a stored copy whose ttl_seconds ran out before JetStream removed it, and counts it", async () => {
+    // A copy as the relay stores it, whose Ifp-Expires-At has passed but which is still in the
+    // stream (JetStream's own TTL removes copies only about a second later).
+    const names = relayNames({ metadata: { name: relayName }, spec: { url: "https://localhost" } } as never);
+    const stale = signed(alice, "bob-agent");
+    const nc = await connect({ servers: env.nats.url });
+    try {
+      const h = natsHeaders();
+      h.set("Ifp-Recipient", "bob-agent");
+      h.set("Ifp-Message-Id", stale.headers.message_id);
+      h.set("Ifp-Expires-At", new Date(Date.now() - 1000).toISOString());
+      await jetstream(nc).publish(names.copy("bob-agent", stale.headers.message_id), JSON.stringify(stale), { headers: h });
+    } finally {
+      await nc.close();
+    }
+    const before = metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_expired_total", { path: "retrieve" });
+    const pulled = await clientOf(env, relay, bob).pull();
+    expect(pulled.messages.map((m) => m.headers.message_id)).not.toContain(stale.headers.message_id);
+    expect(metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_expired_total", { path: "retrieve" })).toBe(before + 1);
   });
 });

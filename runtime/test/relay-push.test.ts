@@ -1,4 +1,5 @@
 import { scrapeMetrics } from "./agent-harness.ts";
+import { metricValue } from "./probes.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { signRequest } from "../src/protocol/http-signatures.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
@@ -144,6 +145,10 @@ describe("relay: webhook push", () => {
         [m.headers.message_id, 500],
         [m.headers.message_id, 200],
       ]);
+      await waitFor("the retried push counted", async () => metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_deliveries_total", { transport: "webhook", result: "delivered" }) === 2);
+      const pushed = await scrapeMetrics(relay.metricsUrl);
+      expect(metricValue(pushed, "ifp_relay_deliveries_total", { transport: "webhook", result: "failed" })).toBe(1);
+      expect(metricValue(pushed, "ifp_relay_redeliveries_total", { transport: "webhook" })).toBe(1);
       const retry = hook.calls[2]!;
       expect(retry.headers).toMatchObject({ "idempotency-key": m.headers.message_id, "ifp-message-id": m.headers.message_id, "ifp-delivery-attempt": "2", "content-type": expect.stringMatching(/^application\/json/) });
       expect(retry.body.trace.received).toEqual([expect.objectContaining({ by: "relay:https://localhost", from: "alice-agent" })]);

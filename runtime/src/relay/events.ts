@@ -32,7 +32,7 @@ export function cursor(value: string | string[] | null | undefined): number {
  * ones. Nothing is removed until the agent acknowledges (DELETE /relay/messages/{id}); a
  * reconnect with Last-Event-ID resumes after the last event seen.
  */
-export function serveEvents(res: ServerResponse, req: IncomingMessage, agent: string, mailboxes: Mailboxes, log: Logger): () => void {
+export function serveEvents(res: ServerResponse, req: IncomingMessage, agent: string, mailboxes: Mailboxes, metrics: RuntimeMetrics, log: Logger): () => void {
   res.writeHead(200, {
     "content-type": "text/event-stream; charset=utf-8",
     "cache-control": "no-store",
@@ -47,7 +47,9 @@ export function serveEvents(res: ServerResponse, req: IncomingMessage, agent: st
     async (copy) => {
       const span = copySpan("ifp.relay.push", copy, "sse");
       try {
-        if (!res.write(sseFrame(copy)) && res.writableLength > HIGH_WATER) await drained();
+        const flushed = res.write(sseFrame(copy));
+        metrics.relayDeliveries.inc({ transport: "sse", result: "sent" });
+        if (!flushed && res.writableLength > HIGH_WATER) await drained();
       } finally {
         span.end();
       }
@@ -135,6 +137,7 @@ export function attachWebSocket(
         const span = copySpan("ifp.relay.push", copy, "websocket");
         try {
           send({ type: "message", id: copy.seq, message: copy.message });
+          deps.metrics.relayDeliveries.inc({ transport: "websocket", result: "sent" });
           while (ws.readyState === ws.OPEN && ws.bufferedAmount > HIGH_WATER) await new Promise((r) => setTimeout(r, 50));
         } finally {
           span.end();

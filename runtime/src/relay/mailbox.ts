@@ -79,10 +79,13 @@ export class Mailboxes {
   private readonly nats: Nats;
   private readonly names: RelayNames;
   private readonly together = new Coalescer();
+  private readonly onExpired: (path: "retrieve" | "stream") => void;
 
-  constructor(nats: Nats, names: RelayNames) {
+  /** `onExpired` hears of each copy passed over because its TTL ran out (for metrics). */
+  constructor(nats: Nats, names: RelayNames, onExpired: (path: "retrieve" | "stream") => void = () => {}) {
     this.nats = nats;
     this.names = names;
+    this.onExpired = onExpired;
   }
 
   private ensureConnected(): void {
@@ -153,7 +156,10 @@ export class Mailboxes {
       if (!batch.length) break;
       for (const m of batch) {
         seq = Math.max(seq, m.seq + 1);
-        if (isExpired(m.header, now)) continue;
+        if (isExpired(m.header, now)) {
+          this.onExpired("retrieve");
+          continue;
+        }
         const copy = toCopy(m);
         if (copy) out.push(copy);
       }
@@ -184,7 +190,10 @@ export class Mailboxes {
         if (stopped) it.stop();
         for await (const m of it) {
           if (stopped) break;
-          if (isExpired(m.headers, Date.now())) continue;
+          if (isExpired(m.headers, Date.now())) {
+            this.onExpired("stream");
+            continue;
+          }
           let message: Message;
           try {
             message = m.json();

@@ -65,7 +65,7 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   life.defer("HTTP client", () => http.close());
   const nats = new Nats({ inboxPrefix: relayInboxPrefix(relay), ...opts.nats, name: `ifp-relay ${relay.metadata.name ?? relay.spec.url}` }, log);
   life.defer("NATS", () => nats.close());
-  const mailboxes = new Mailboxes(nats, names);
+  const mailboxes = new Mailboxes(nats, names, (path) => metrics.relayExpired.inc({ path }));
   backlogGauges(metrics, () => streamBacklog(nats, names.stream), "relay_mailbox");
   const subs = new Subscriptions(nats, names, log);
   const push = new WebhookPush({ nats, names, mailboxes, subs, delivery: relay.spec.delivery, http, relayUrl: relay.spec.url, log, metrics });

@@ -135,6 +135,7 @@ export class WebhookPush {
     const { mailboxes, subs, delivery, http, metrics, log } = this.deps;
     const messageId = m.headers?.get(RH.messageId) ?? "";
     if (isExpired(m.headers, Date.now())) {
+      metrics.relayExpired.inc({ path: "push" });
       m.ack(); // never handed out; JetStream removes it at its TTL
       return;
     }
@@ -144,6 +145,7 @@ export class WebhookPush {
       return;
     }
     const attempt = m.info.deliveryCount;
+    if (attempt > 1) metrics.relayRedeliveries.inc({ transport: "webhook" });
     const span = startSpan("ifp.relay.push", {
       kind: SpanKind.CLIENT,
       parent: headersContext(m.headers),
@@ -177,9 +179,11 @@ export class WebhookPush {
       await mailboxes.deleteSeq(m.seq);
       m.ack();
       metrics.relay.inc({ operation: "push", result: "delivered" });
+      metrics.relayDeliveries.inc({ transport: "webhook", result: "delivered" });
       return;
     }
     metrics.relay.inc({ operation: "push", result: outcome.kind === "refused" ? "refused" : "failed" });
+    metrics.relayDeliveries.inc({ transport: "webhook", result: outcome.kind === "refused" ? "refused" : "failed" });
     if (outcome.kind === "refused" || attempt > delivery.retries) {
       const reason = outcome.kind === "refused" ? outcome.reason : `${outcome.reason}; gave up after ${attempt} attempts`;
       await mailboxes.deadLetter({ seq: m.seq, recipient: agent, messageId, data: m.data }, reason, parseDuration(delivery.deadLetter.maxAge) / 1000);

@@ -80,6 +80,24 @@ export function createRuntimeMetrics(mode: "agent" | "relay") {
       labelNames: ["operation", "result"],
       registers,
     }),
+    relayDeliveries: new Counter({
+      name: "ifp_relay_deliveries_total",
+      help: "Stored copies handed to recipients by push, by transport (webhook, sse, websocket) and result",
+      labelNames: ["transport", "result"],
+      registers,
+    }),
+    relayRedeliveries: new Counter({
+      name: "ifp_relay_redeliveries_total",
+      help: "Webhook push attempts after the first for the same copy",
+      labelNames: ["transport"],
+      registers,
+    }),
+    relayExpired: new Counter({
+      name: "ifp_relay_expired_total",
+      help: "Stored copies passed over because their ttl_seconds ran out before they were handed out, by path (retrieve, stream, push)",
+      labelNames: ["path"],
+      registers,
+    }),
     relayConnections: new Gauge({
       name: "ifp_relay_connections",
       help: "Open streaming connections to the relay, by transport",

@@ -32,7 +32,7 @@ export const eventRoutes: FastifyPluginAsyncZod<EventRouteDeps> = async (app, de
     // A hijacked reply skips onResponse: the stream is counted here, refusals by the hook.
     deps.metrics.relay.inc({ operation: "events", result: "ok" });
     reply.hijack();
-    const end = serveEvents(reply.raw, req.raw, req.agent, deps.mailboxes, deps.log);
+    const end = serveEvents(reply.raw, req.raw, req.agent, deps.mailboxes, deps.metrics, deps.log);
     openStreams.add(end);
     deps.metrics.relayConnections.inc({ transport: "sse" });
     reply.raw.on("close", () => {
