@@ -21,6 +21,7 @@ import { LeaderElector } from "./leader.ts";
 import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, RolloutGate, type RolloutLimit } from "./controllers/rollout.ts";
 import { DEFAULT_FINALIZER_TIMEOUT_MS, Deletions, releaseAllFinalizers } from "./controllers/finalizers.ts";
 import { createOperatorMetrics } from "./metrics.ts";
+import { SummaryCollector } from "./controllers/summary.ts";
 
 export interface ManagerOptions {
   /** A kubeconfig file; default: in-cluster inside a pod, else $KUBECONFIG or ~/.kube/config. */
@@ -50,6 +51,8 @@ export interface ManagerOptions {
   rolloutLimit?: RolloutLimit;
   /** How long a finalizer waits for NATS before it lets its resource go (default 5 minutes). */
   finalizerTimeoutMs?: number;
+  /** How often the traffic summary in status is read from NATS (default 1 minute). */
+  summaryIntervalMs?: number;
   /**
    * The operator's own Deployment. When it is gone or being deleted as this process stops, the
    * operator is being uninstalled: it removes every finalizer it set before it exits.
@@ -111,8 +114,10 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
     log,
   });
   const settings = natsIssuer ? { ...opts.settings, natsPerResourceCreds: true } : opts.settings;
+  const summaries = nats ? new SummaryCollector({ nats, caches, enqueue, log, intervalMs: opts.summaryIntervalMs }) : undefined;
   const ctx: RelayContext = { kube, caches, settings, log, nats, trust, natsIssuer, deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
     rollouts: new RolloutGate(opts.rolloutLimit ?? parseRolloutLimit(DEFAULT_ROLLOUT_LIMIT)),
+    summaries,
   };
   const controller = (kind: Kind, reconcile: Reconcile) =>
     new Controller({ kind, reconcile, exists: (ns, name) => !!caches.get(kind, ns, name), metrics, log });
@@ -188,6 +193,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       for (const kind of ["Agent", "Relay"] as const) for (const o of caches.list(kind)) enqueue(kind, o);
     }, opts.resyncMs ?? 5 * 60_000);
     resync.unref();
+    summaries?.start();
     log.info({ namespaces: opts.watchNamespaces.length ? opts.watchNamespaces : "all" }, "operator started");
   })();
   started.catch((err) => log.error({ err: errorMessage(err) }, "operator could not start"));
@@ -207,6 +213,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       stopping = true;
       clearInterval(depth);
       if (resync) clearInterval(resync);
+      await summaries?.stop();
       trust.stop();
       abort.abort();
       // Finish the reconciles in flight, then let go of everything else.

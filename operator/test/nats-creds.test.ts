@@ -79,6 +79,12 @@ describe("permissions per resource", () => {
     ["operator: a consumer", op, "pub", "$JS.API.CONSUMER.CREATE.IFP_INBOX_alice.spy", false],
     ["operator: agent data", op, "pub", "ifp.inbox.alice.msg.m1", false],
     ["operator: KV", op, "pub", "$KV.ifp_agents.alice.capabilities", false],
+    ["operator: an agent's handler backlog", op, "pub", "$JS.API.CONSUMER.INFO.IFP_INBOX_alice.handler", true],
+    ["operator: another consumer's info", op, "pub", "$JS.API.CONSUMER.INFO.IFP_INBOX_alice.sender", false],
+    ["operator: an agent's last error", op, "pub", "$JS.API.DIRECT.GET.KV_ifp_agents.$KV.ifp_agents.alice.last_error", true],
+    ["operator: a relay's last error", op, "pub", "$JS.API.DIRECT.GET.KV_ifp_relay_team_2Fhub.$KV.ifp_relay_team_2Fhub.last_error", true],
+    ["operator: an agent's capabilities key", op, "pub", "$JS.API.DIRECT.GET.KV_ifp_agents.$KV.ifp_agents.alice.capabilities", false],
+    ["operator: a relay's subscriptions", op, "pub", "$JS.API.DIRECT.GET.KV_ifp_relay_team_2Fhub.$KV.ifp_relay_team_2Fhub.subs.alice", false],
     ["operator: the default inbox", op, "sub", "_INBOX.x", false],
   ];
   it.each(cases)("%s", (_what, perms, dir, subject, allowed) => {

@@ -162,7 +162,7 @@ describe("runtimes with their own NATS credential", () => {
     }
   });
 
-  it("the operator's credential manages streams but reads no message, consumer or KV", async () => {
+  it("the operator's credential manages streams but reads no message, consumer or KV beyond the status summary's", async () => {
     const nc = await client(operatorPermissions(), "_INBOX_OPERATOR");
     try {
       const jsm = await jetstreamManager(nc, { timeout: 3_000 });
@@ -179,7 +179,13 @@ describe("runtimes with their own NATS credential", () => {
       await jsm.streams.delete("IFP_RELAY_kept");
       const bobs = agentNames("bob-agent");
       expect(await refusal(jsm.streams.getMessage(bobs.inboxStream, { seq: 1 }))).toMatch(/permission|timeout/i);
-      expect(await refusal(jsm.consumers.info(bobs.inboxStream, bobs.handlerConsumer))).toMatch(/permission|timeout/i);
+      // The status summary: the handler's backlog and the last_error key; no other consumer or key.
+      await jsm.streams.add({ name: bobs.inboxStream, subjects: [bobs.inboxSubjects] }).catch(() => {});
+      // (Read, or absent when bob's runtime has not made it: either way not refused.)
+      expect(await jsm.consumers.info(bobs.inboxStream, bobs.handlerConsumer).then(() => "read", (err: Error) => err.message)).toMatch(/^read$|consumer not found/i);
+      expect(await refusal(jsm.consumers.info(bobs.inboxStream, "sender"))).toMatch(/permission|timeout/i);
+      expect(await jsm.direct.getMessage("KV_ifp_agents", { last_by_subj: `$KV.ifp_agents.${bobs.kvKey}.last_error` }).then(() => "read", (err: Error) => err.message)).toBe("read");
+      expect(await refusal(jsm.direct.getMessage("KV_ifp_agents", { last_by_subj: `$KV.ifp_agents.${bobs.kvKey}.capabilities` }))).toMatch(/permission|timeout/i);
       expect(await refusal(jsm.consumers.add(bobs.inboxStream, { name: "spy" }))).toMatch(/permission|timeout/i);
       expect(await refusal(jetstream(nc, { timeout: 3_000 }).publish(bobs.inbox("forged"), "{}"))).toMatch(/permission|timeout/i);
     } finally {

@@ -5,6 +5,7 @@ import type { Logger } from "pino";
 import type { Nats } from "../../../runtime/src/nats/connection.ts";
 import type { Deletions } from "./finalizers.ts";
 import type { RolloutGate } from "./rollout.ts";
+import type { SummaryCollector } from "./summary.ts";
 import { ChildConflictError } from "../kube/apply.ts";
 import type { Caches } from "../kube/caches.ts";
 import { errorMessage, isStatus, type Kube } from "../kube/client.ts";
@@ -30,6 +31,8 @@ export interface ReconcileContext {
   deletions: Deletions;
   /** How many Agents may have their Deployment changed by the operator at once. */
   rollouts?: RolloutGate;
+  /** The traffic summaries read from NATS (summary.ts); absent without NATS. */
+  summaries?: Pick<SummaryCollector, "get">;
 }
 
 export type CustomObject = KubernetesObject & { spec?: unknown; status?: Record<string, unknown> };
@@ -47,7 +50,10 @@ export function earliest(...ms: (number | undefined)[]): number | undefined {
 export async function writeStatus(ctx: ReconcileContext, plural: string, obj: CustomObject, fields: Record<string, unknown>, conditions: ConditionInput[]): Promise<boolean> {
   const generation = obj.metadata?.generation ?? 0;
   const previous = (obj.status?.conditions as Condition[] | undefined) ?? [];
-  const next = JSON.parse(JSON.stringify({ ...fields, observedGeneration: generation, conditions: mergeConditions(previous, conditions, generation, new Date()) })) as Record<string, unknown>;
+  // The traffic summary as last sampled; until a first sample, what status already holds.
+  const kind = plural === "agents" ? "Agent" : "Relay";
+  const summary = ctx.summaries?.get(kind, obj.metadata?.namespace ?? "", obj.metadata?.name ?? "") ?? obj.status?.summary;
+  const next = JSON.parse(JSON.stringify({ ...fields, ...(summary ? { summary } : {}), observedGeneration: generation, conditions: mergeConditions(previous, conditions, generation, new Date()) })) as Record<string, unknown>;
   if (obj.status && isSubset(next, obj.status) && isSubset(obj.status, next)) return false;
   await ctx.kube.replaceStatus(plural, { ...obj, status: next });
   return true;

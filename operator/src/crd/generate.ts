@@ -66,6 +66,13 @@ const conditionsColumn = (name: string, type: string, field = "status", priority
   ...(priority ? { priority } : {}),
 });
 
+/** status.summary: traffic at a glance (the last error only with -o wide). */
+const summaryColumns = [
+  { name: "Accepted 1h", type: "integer", jsonPath: ".status.summary.acceptedLastHour", description: "Messages stored in the last hour" },
+  { name: "Backlog", type: "integer", jsonPath: ".status.summary.backlog", description: "Messages waiting" },
+  { name: "Last Error", type: "string", jsonPath: ".status.summary.lastError", priority: 1, description: "The runtime's newest delivery problem" },
+];
+
 /** The CEL rules on a resource's root (its zod object's `.meta()`). */
 function rootValidations(resource: z.ZodType): unknown[] {
   return (z.globalRegistry.get(resource)?.[VALIDATIONS] as unknown[] | undefined) ?? [];
@@ -144,6 +151,7 @@ export function agentCrd(): Schema {
     { name: "Endpoint", type: "string", jsonPath: ".status.endpoint" },
     conditionsColumn("Ready", "Ready"),
     conditionsColumn("Reason", "Ready", "reason", 1),
+    ...summaryColumns,
     { name: "Public Key", type: "string", jsonPath: ".status.signingKey.publicKey", priority: 1 },
     ],
   });
@@ -163,6 +171,7 @@ export function relayCrd(): Schema {
     { name: "Max Age", type: "string", jsonPath: ".spec.retention.maxAge" },
     conditionsColumn("Ready", "Ready"),
     conditionsColumn("Reason", "Ready", "reason", 1),
+    ...summaryColumns,
     { name: "Stream", type: "string", jsonPath: ".status.stream.name", priority: 1 },
     ],
   });

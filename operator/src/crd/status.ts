@@ -11,7 +11,18 @@ export const Condition = z.object({
   lastTransitionTime: z.string().describe("When status last changed (RFC 3339)"),
 });
 
+export const Summary = z
+  .object({
+    acceptedLastHour: z.number().int().min(0).describe("Messages stored in the last hour: accepted into the inbox (an Agent) or copies stored for recipients (a Relay); counted from the operator's samples, so over a shorter time just after the operator starts"),
+    backlog: z.number().int().min(0).describe("Messages waiting: for an Agent, accepted but not yet taken by its handler plus queued to send; for a Relay, copies stored and not yet acknowledged"),
+    oldestAgeSeconds: z.number().int().min(0).optional().describe("Age in seconds of the oldest message waiting (a Relay's mailboxes, an Agent's outbox)"),
+    lastError: z.string().optional().describe("The runtime's newest delivery problem (an undeliverable message, a dead letter, a push given up), as Reason: detail"),
+    lastErrorTime: z.string().optional().describe("When lastError happened (RFC 3339)"),
+  })
+  .describe("A short summary of the traffic, read from NATS JetStream by the operator about once a minute and written only when it changed; the runtime's metrics have the detail");
+
 const common = {
+  summary: Summary.optional().describe("Traffic at a glance, for kubectl get"),
   observedGeneration: z.number().int().min(0).optional().describe("The metadata.generation this status describes"),
   conditions: z.array(Condition).optional().describe("The resource's conditions, one per type"),
   tlsSecretName: z.string().optional().describe("The Secret the runtime's serving certificate is read from"),

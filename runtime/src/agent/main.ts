@@ -1,4 +1,6 @@
 import { readFileSync, statSync } from "node:fs";
+import { LastError } from "../nats/last-error.ts";
+import { agentLastError } from "../contract/summary.ts";
 import { agentInboxPrefix } from "../contract/nats-permissions.ts";
 import { readFile } from "node:fs/promises";
 import type { FastifyInstance } from "fastify";
@@ -155,7 +157,9 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const events = EventRecorder.fromEnvironment("ifp-runtime", log, opts.kubeconfig);
   // Counts of repeated Events still waiting are written before the process goes.
   life.defer("Events", async () => events?.flush());
-  const notifier = new Notifier(agent, events, http, log);
+  const lastError = new LastError(nats, agentLastError(spec.agentId), log);
+  life.defer("last error", () => lastError.flush());
+  const notifier = new Notifier(agent, events, http, log, lastError);
   const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));
   const peerCapabilities = new PeerCapabilityService({ store: peerCaps, discovery, peerUrls, log });
   const onAccepted = inspectionEffects({ self: { agentId: spec.agentId, displayName: spec.displayName }, signing, outbox, peers: peerCaps });

@@ -1,5 +1,6 @@
 import type { Logger } from "pino";
 import type { EventRecorder } from "../kube/events.ts";
+import type { LastError } from "../nats/last-error.ts";
 import { retry } from "../util/retry.ts";
 import type { HttpClient } from "../net/http-client.ts";
 import type { Agent } from "../resources/agent.ts";
@@ -26,16 +27,22 @@ export class Notifier {
   private readonly events: EventRecorder | undefined;
   private readonly http: HttpClient;
   private readonly log: Logger;
+  private readonly lastError: Pick<LastError, "record"> | undefined;
 
-  /** `events` is undefined outside a cluster (no Events then); `http` is the runtime's one client. */
-  constructor(agent: Agent, events: EventRecorder | undefined, http: HttpClient, log: Logger) {
+  /**
+   * `events` is undefined outside a cluster (no Events then); `http` is the runtime's one client;
+   * `lastError` keeps the newest warning for the status summary.
+   */
+  constructor(agent: Agent, events: EventRecorder | undefined, http: HttpClient, log: Logger, lastError?: Pick<LastError, "record">) {
     this.agent = agent;
     this.events = events;
     this.http = http;
     this.log = log;
+    this.lastError = lastError;
   }
 
   private async warn(reason: string, message: string): Promise<void> {
+    this.lastError?.record(`${reason}: ${message}`);
     await this.events?.record(this.agent, "Warning", reason, message);
   }
 

@@ -94,11 +94,21 @@ export function relayPermissions(relay: Pick<Relay, "metadata" | "spec">): NatsP
  * deletes a deleted Agent's streams and KV buckets (a bucket is the stream KV_<bucket>) and
  * purges its keys from the bucket all agents share. NATS matches permissions token by token, so
  * a stream-name prefix cannot be expressed: the grant covers managing any stream of the account,
- * but no message, consumer, KV or data subject.
+ * but no message, consumer or data subject beyond what the status summary reads (the info of
+ * consumers named `handler`, and the `last_error` KV keys).
  */
 export function operatorPermissions(): NatsPermissions {
   return sorted({
-    pub: ["$JS.API.INFO", ...["CREATE", "UPDATE", "INFO", "DELETE"].map((op) => `$JS.API.STREAM.${op}.*`), `$JS.API.STREAM.PURGE.KV_${SHARED_AGENT_BUCKET}`],
+    pub: [
+      "$JS.API.INFO",
+      ...["CREATE", "UPDATE", "INFO", "DELETE"].map((op) => `$JS.API.STREAM.${op}.*`),
+      `$JS.API.STREAM.PURGE.KV_${SHARED_AGENT_BUCKET}`,
+      // The status summary (operator/src/controllers/summary.ts): each agent's handler backlog and
+      // the last error agents and relays leave in KV — that key and nothing else of theirs.
+      "$JS.API.CONSUMER.INFO.*.handler",
+      `$JS.API.DIRECT.GET.KV_${SHARED_AGENT_BUCKET}.$KV.${SHARED_AGENT_BUCKET}.*.last_error`,
+      "$JS.API.DIRECT.GET.*.$KV.*.last_error",
+    ],
     sub: [`${OPERATOR_INBOX_PREFIX}.>`],
   });
 }

@@ -1,4 +1,6 @@
 import { readFileSync } from "node:fs";
+import { LastError } from "../nats/last-error.ts";
+import { relayLastError } from "../contract/summary.ts";
 import { relayInboxPrefix } from "../contract/nats-permissions.ts";
 import type { FastifyInstance } from "fastify";
 import pino, { type Logger } from "pino";
@@ -68,9 +70,11 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   const mailboxes = new Mailboxes(nats, names, (path) => metrics.relayExpired.inc({ path }));
   backlogGauges(metrics, () => streamBacklog(nats, names.stream), "relay_mailbox");
   const subs = new Subscriptions(nats, names, log);
-  const push = new WebhookPush({ nats, names, mailboxes, subs, delivery: relay.spec.delivery, http, relayUrl: relay.spec.url, log, metrics });
+  const lastError = new LastError(nats, relayLastError(relay), log);
+  const push = new WebhookPush({ nats, names, mailboxes, subs, delivery: relay.spec.delivery, http, relayUrl: relay.spec.url, log, metrics, lastError });
   life.defer("webhook push", async () => {
     await push.stop();
+    await lastError.flush();
     subs.close();
   });
 

@@ -1,4 +1,5 @@
 import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
+import type { LastError } from "../nats/last-error.ts";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
 import { nanos } from "../contract/nats.ts";
@@ -58,6 +59,8 @@ export interface WebhookPushDeps {
   relayUrl: string;
   log: Logger;
   metrics: RuntimeMetrics;
+  /** Where a push given up is noted for the Relay's status summary. */
+  lastError?: Pick<LastError, "record">;
 }
 
 /**
@@ -190,6 +193,7 @@ export class WebhookPush {
       m.ack();
       metrics.deadLetters.inc({ source: "relay-push" });
       log.error({ agent, ...logFields(m), reason }, "push given up; moved to dead letters");
+      this.deps.lastError?.record(`PushGivenUp: message ${messageId} to ${agent}: ${reason}`);
       return;
     }
     const wait = Math.max(pushBackoff(delivery, attempt), outcome.minDelayMs ?? 0);
