@@ -143,6 +143,13 @@ describe("ifp check against our own relay", () => {
     await http?.close();
   });
 
+  it("the command checks a relay with --relay and a key the relay serves, and exits 0", async () => {
+    const keyFile = writeKey(dir, checker);
+    const run = await ifp("check", baseUrl(relay), "--relay", "--key", keyFile, "--from", checker.agentId, "--ca-file", tls.files.ca);
+    expect(run.status, run.stdout + run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/^pass {2}relay\.publish\.accepted /m);
+  });
+
   it("passes every check with a key the relay serves", async () => {
     const report = await runChecks({ url: baseUrl(relay), relay: true, key: checker.signing, extraCa: tls.ca });
     expect(failing(report), explain(report)).toEqual([]);

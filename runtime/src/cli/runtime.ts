@@ -84,7 +84,8 @@ type Flags = Partial<Record<keyof typeof OPTIONS, string>>;
 
 class UsageError extends Error {}
 
-function readFlags(argv: string[]): { mode: string | undefined; flags: Flags; help: boolean } {
+/** The mode and flags of a command line (parseArgs, strict: an unknown flag throws). */
+export function readFlags(argv: string[]): { mode: string | undefined; flags: Flags; help: boolean } {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
