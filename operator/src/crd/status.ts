@@ -15,7 +15,6 @@ export const Summary = z
   .object({
     acceptedLastHour: z.number().int().min(0).describe("Messages stored in the last hour: accepted into the inbox (an Agent) or copies stored for recipients (a Relay); counted from the operator's samples, so over a shorter time just after the operator starts"),
     backlog: z.number().int().min(0).describe("Messages waiting: for an Agent, accepted but not yet taken by its handler plus queued to send; for a Relay, copies stored and not yet acknowledged"),
-    oldestAgeSeconds: z.number().int().min(0).optional().describe("Age in seconds of the oldest message waiting (a Relay's mailboxes, an Agent's outbox)"),
     lastError: z.string().optional().describe("The runtime's newest delivery problem (an undeliverable message, a dead letter, a push given up), as Reason: detail"),
     lastErrorTime: z.string().optional().describe("When lastError happened (RFC 3339)"),
   })

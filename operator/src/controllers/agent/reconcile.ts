@@ -176,17 +176,23 @@ async function checkIntroductionSecret(ctx: ReconcileContext, owner: Owner, agen
 }
 
 /**
- * The Agent (namespace/name) that holds `agentId` when it is not this one: the oldest Agent of the
- * install with that id (then by namespace/name) keeps it; any later one is refused.
+ * The Agent (namespace/name) that holds `agentId` when it is not this one: one already running
+ * under it, else the oldest Agent of the install with that id (then by namespace/name); any other
+ * is refused.
  */
 function agentIdClaimedBy(ctx: ReconcileContext, self: CustomObject, agentId: string): string | undefined {
-  const key = (o: CustomObject) => [o.metadata?.creationTimestamp ? new Date(o.metadata.creationTimestamp).getTime() : 0, `${o.metadata?.namespace}/${o.metadata?.name}`] as const;
+  // An Agent already running under the id keeps it; between two that both do (or neither),
+  // the older, then the first by namespace/name. So a newcomer never displaces a running Agent,
+  // even one created in the same second.
+  const holds = (o: CustomObject) => o.status?.observedGeneration !== undefined && !((o.status?.conditions as { type: string; reason?: string }[] | undefined) ?? []).some((c) => c.type === "Ready" && c.reason === "DuplicateAgentId");
+  const key = (o: CustomObject) => [holds(o) ? 0 : 1, o.metadata?.creationTimestamp ? new Date(o.metadata.creationTimestamp).getTime() : 0, `${o.metadata?.namespace}/${o.metadata?.name}`] as const;
+  const before = (a: ReturnType<typeof key>, b: ReturnType<typeof key>) => a[0] !== b[0] ? a[0] < b[0] : a[1] !== b[1] ? a[1] < b[1] : a[2] < b[2];
   const mine = key(self);
   for (const other of ctx.caches.list<CustomObject>("Agent")) {
     if (other === self || other.metadata?.uid === self.metadata?.uid || other.metadata?.deletionTimestamp) continue;
     if ((other as { spec?: { agentId?: unknown } }).spec?.agentId !== agentId) continue;
     const theirs = key(other);
-    if (theirs[0] < mine[0] || (theirs[0] === mine[0] && theirs[1] < mine[1])) return theirs[1];
+    if (before(theirs, mine)) return theirs[2];
   }
   return undefined;
 }
