@@ -10,9 +10,10 @@ import { freePort } from "../../e2e/support/ports.ts";
 import type { NatsServer } from "../../e2e/support/nats.ts";
 import { loadKeyring } from "../../runtime/src/agent/keyring.ts";
 import { generateSigningKey, privateKeyFromPem } from "../../runtime/src/protocol/keys.ts";
+import { encryptMessage, generateEncryptionKey } from "../../runtime/src/protocol/encryption.ts";
 import { signMessage } from "../../runtime/src/protocol/signing.ts";
 import { AgentSpec } from "../../runtime/src/resources/agent.ts";
-import { message, tempDir, identity } from "../../runtime/test/fixtures.ts";
+import { message, peerOf, tempDir, identity } from "../../runtime/test/fixtures.ts";
 import { runAgent, type Tls, withNatsAndTls } from "../../runtime/test/agent-harness.ts";
 import { planSigningKeys } from "../src/controllers/agent/signing.ts";
 
@@ -124,4 +125,53 @@ describe("signing key rotation", () => {
     expect(ok.status, ok.text).toBe(202);
   });
 
+});
+
+describe("encryption key rotation", () => {
+  it("decrypts messages for the retired key during the transition, publishes both, and refuses the revoked key after it", async () => {
+    const peer = identity("encrypting-peer");
+    const self = identity("rotating-recipient");
+    const first = generateEncryptionKey();
+    let data: Data = { "signing.key": Buffer.from(self.privateKeyPem).toString("base64"), "encryption.key": Buffer.from(first.privateKeyPem).toString("base64") };
+    const dir = join(tempDir(), "signing");
+    let running: Awaited<ReturnType<typeof runAgent>> | undefined;
+    /** The recipient's runtime on the Secret as mounted now. */
+    const start = async () => {
+      await running?.close();
+      const keyFile = mount(dir, data);
+      running = await runAgent({ self, natsUrl: nats.url, tls, dir: join(dir, ".."), signingKeyFile: keyFile, encryptionKey: Buffer.from(data["encryption.key"]!, "base64").toString(), spec: { peers: [peerOf(peer)] } });
+      return running;
+    };
+    /** A message from the peer, encrypted for one of the recipient's keys and signed over the ciphertext. */
+    const encryptedFor = (key: { keyId: string; publicKey: string }) =>
+      signMessage(encryptMessage(message(peer.agentId, self.agentId, {}, "for your eyes only"), [{ agent: self.agentId, keyId: key.keyId, publicKey: key.publicKey }]), peer.signing);
+    const encryptionKeys = async () => JSON.parse((await running!.get("/.well-known/agent/identity")).text).keys.filter((k: { use?: string }) => k.use === "encryption").map((k: { key_id: string; status: string }) => [k.key_id, k.status]);
+    try {
+      await start();
+      expect(await encryptionKeys()).toEqual([[first.keyId, "active"]]);
+      // Encrypted before the rotation, delivered after it (a relay held it, say).
+      const held = encryptedFor(first);
+
+      const rotated = planSigningKeys(data, signingSpec({ rotate: "enc-1", transition: "1h" }), "", new Date());
+      data = rotated.data!;
+      const next = rotated.set.encryption!.find((k) => k.status === "active")!;
+      await start();
+      expect(await encryptionKeys()).toEqual([[first.keyId, "retired"], [next.keyId, "active"]]);
+      const during = await running!.post(held);
+      expect(during.status, during.text).toBe(202);
+      expect((await running!.post(encryptedFor(next))).status).toBe(202);
+
+      // The transition ends: the old key is revoked, and a message still encrypted for it is refused, saying so.
+      data = planSigningKeys(data, signingSpec({ rotate: "enc-1", transition: "1h" }), "", new Date(Date.now() + 2 * 3600_000)).data!;
+      expect(data["retired-encryption-1.key"]).toBeUndefined();
+      await start();
+      expect(await encryptionKeys()).toEqual([[first.keyId, "revoked"], [next.keyId, "active"]]);
+      const late = await running!.post(encryptedFor(first));
+      expect(late.status).toBe(400);
+      expect(body(late)).toMatchObject({ code: "decryption_failed", message: expect.stringMatching(new RegExp(`key ${first.keyId}, which is revoked`)) });
+      expect((await running!.post(encryptedFor(next))).status).toBe(202);
+    } finally {
+      await running?.close();
+    }
+  });
 });

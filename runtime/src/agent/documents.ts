@@ -7,7 +7,7 @@ import type { Nats } from "../nats/connection.ts";
 import { etagOf, type CapabilityDocument, type IdentityDocument } from "../protocol/documents.ts";
 import { isoSeconds } from "../util/time.ts";
 import type { AgentNames } from "./names.ts";
-import type { PublishedKey } from "../contract/signing-keys.ts";
+import type { PublishedEncryptionKey as ContractEncryptionKey, PublishedKey } from "../contract/signing-keys.ts";
 
 /** IFP parts this runtime implements: formats 3/4, signing 5, HTTPS 6, discovery 7, relay client 8. */
 export const IFP_SUPPORT = [3, 4, 5, 6, 7, 8];
@@ -43,7 +43,7 @@ export function buildIdentityDocument(
   publicKey: string | readonly PublishedKey[],
   keyCreated: string,
   baseUrl: string | undefined,
-  encryptionKey?: PublishedEncryptionKey,
+  encryptionKey?: PublishedEncryptionKey | readonly ContractEncryptionKey[],
 ): IdentityDocument {
   const base = (agent.spec.baseUrl ?? baseUrl)?.replace(/\/+$/, "");
   return {
@@ -54,9 +54,11 @@ export function buildIdentityDocument(
       ...(typeof publicKey === "string"
         ? [{ key_id: agent.spec.signing.keyId, type: "ed25519", public_key: publicKey, created: keyCreated, status: "active" as const }]
         : publicKey.map((k) => ({ ...k }))),
-      ...(encryptionKey
-        ? [{ key_id: encryptionKey.keyId, type: "x25519", use: "encryption", public_key: encryptionKey.publicKey, created: encryptionKey.created, status: "active" as const }]
-        : []),
+      ...(encryptionKey === undefined
+        ? []
+        : "keyId" in encryptionKey
+          ? [{ key_id: encryptionKey.keyId, type: "x25519", use: "encryption", public_key: encryptionKey.publicKey, created: encryptionKey.created, status: "active" as const }]
+          : encryptionKey.map((k) => ({ ...k }))),
     ],
     ...(base
       ? {
@@ -80,13 +82,13 @@ export class Documents {
   private readonly agent: Agent;
   private readonly publicKey: string | readonly PublishedKey[];
   private readonly keyCreated: string;
-  private readonly encryptionKey: PublishedEncryptionKey | undefined;
+  private readonly encryptionKey: PublishedEncryptionKey | readonly ContractEncryptionKey[] | undefined;
   private capabilities: Served<CapabilityDocument>;
   private readonly identities = new Map<string, Served<IdentityDocument>>();
   readonly hash: string;
 
   /** `publicKey`: the one active key, or every key of a rotated key set. */
-  constructor(agent: Agent, publicKey: string | readonly PublishedKey[], keyCreated: string, started = new Date(), encryptionKey?: PublishedEncryptionKey) {
+  constructor(agent: Agent, publicKey: string | readonly PublishedKey[], keyCreated: string, started = new Date(), encryptionKey?: PublishedEncryptionKey | readonly ContractEncryptionKey[]) {
     this.agent = agent;
     this.encryptionKey = encryptionKey;
     this.publicKey = publicKey;

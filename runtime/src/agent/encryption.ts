@@ -34,7 +34,11 @@ export class AgentEncryption {
   private readonly log: Logger | undefined;
   private readonly trust: Map<string, RelayTrustLevel>;
 
-  constructor(deps: { spec: AgentSpec; discovery: DiscoveryClient; keys: readonly EncryptionKey[]; log?: Logger }) {
+  /** Ids of this agent's revoked encryption keys: a message still encrypted for one is refused saying so. */
+  private readonly revoked: ReadonlySet<string>;
+
+  constructor(deps: { spec: AgentSpec; discovery: DiscoveryClient; keys: readonly EncryptionKey[]; revoked?: readonly string[]; log?: Logger }) {
+    this.revoked = new Set(deps.revoked ?? []);
     this.spec = deps.spec;
     this.discovery = deps.discovery;
     this.own = deps.keys;
@@ -148,6 +152,11 @@ export class AgentEncryption {
   /** The message with its body decrypted (400 `decryption_failed` saying why when it cannot be). */
   decrypt(message: Message): Message {
     if (!this.own.length) throw decryptionFailed(`the message is encrypted, but ${this.spec.agentId} has no encryption key`);
+    const listed = (message.security?.encryption as { recipients?: unknown } | undefined)?.recipients;
+    const mine = (Array.isArray(listed) ? listed : []).filter((r): r is { agent: string; key_id: string } => r?.agent === this.spec.agentId && typeof r?.key_id === "string");
+    if (mine.length && mine.every((r) => this.revoked.has(r.key_id))) {
+      throw decryptionFailed(`the message is encrypted for ${this.spec.agentId}'s key ${mine.map((r) => r.key_id).join(", ")}, which is revoked; encrypt for its active key (its identity document)`);
+    }
     try {
       return decryptMessage(message, this.spec.agentId, this.own);
     } catch (err) {

@@ -3,7 +3,8 @@
 import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { parseSigningKeySet, publishedKeys, SIGNING_KEYS_FILE, type PublishedKey } from "../contract/signing-keys.ts";
+import { parseSigningKeySet, publishedEncryptionKeys, publishedKeys, SIGNING_KEYS_FILE, type PublishedEncryptionKey, type PublishedKey } from "../contract/signing-keys.ts";
+import { encryptionKeyFromPem, type EncryptionKey } from "../protocol/encryption.ts";
 import { privateKeyFromPem, rawPublicKey } from "../protocol/keys.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 
@@ -12,6 +13,11 @@ export interface Keyring {
   /** Every key for the identity document; undefined without keys.json (one active key). */
   published?: PublishedKey[];
   publicKey: string;
+  /**
+   * After a rotation: every encryption key for the identity document, the retired ones still in
+   * their transition (they decrypt, nobody encrypts for them), and the ids of revoked ones.
+   */
+  encryption?: { published: PublishedEncryptionKey[]; retired: EncryptionKey[]; revoked: string[] };
 }
 
 /**
@@ -40,5 +46,15 @@ export async function loadKeyring(signingKeyFile: string, agentId: string, defau
     if (rawPublicKey(key) !== retired.publicKey) throw new Error(`${retired.file} is not the private half of retired key ${retired.keyId}`);
     transition.push({ keyId: retired.keyId, privateKey: key });
   }
-  return { signing: { agentId, keyId: active.keyId, privateKey, ...(transition.length ? { transition } : {}) }, published: publishedKeys(set), publicKey };
+  let encryption: Keyring["encryption"];
+  if (set.encryption) {
+    const retired: EncryptionKey[] = [];
+    for (const k of set.encryption.filter((r) => r.status === "retired" && r.file && existsSync(join(dirname(signingKeyFile), r.file)))) {
+      const key = encryptionKeyFromPem(await readFile(join(dirname(signingKeyFile), k.file!)));
+      if (key.publicKey !== k.publicKey) throw new Error(`${k.file} is not the private half of retired encryption key ${k.keyId}`);
+      retired.push(key);
+    }
+    encryption = { published: publishedEncryptionKeys(set.encryption), retired, revoked: set.encryption.filter((k) => k.status === "revoked").map((k) => k.keyId) };
+  }
+  return { signing: { agentId, keyId: active.keyId, privateKey, ...(transition.length ? { transition } : {}) }, published: publishedKeys(set), publicKey, ...(encryption ? { encryption } : {}) };
 }

@@ -119,7 +119,12 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     keyring.published ?? keyring.publicKey,
     keyCreated,
     undefined,
-    encryptionKey ? { keyId: encryptionKey.keyId, publicKey: encryptionKey.publicKey, created: isoSeconds(statSync(opts.encryptionKey!).mtime) } : undefined,
+    // After a rotation the key set lists every encryption key with its status; before, the one key.
+    keyring.encryption && encryptionKey
+      ? keyring.encryption.published
+      : encryptionKey
+        ? { keyId: encryptionKey.keyId, publicKey: encryptionKey.publicKey, created: isoSeconds(statSync(opts.encryptionKey!).mtime) }
+        : undefined,
   );
   const names = agentNames(spec.agentId);
   const metrics = createRuntimeMetrics("agent");
@@ -137,7 +142,14 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     introductionTokens: opts.introductionSecretFile ? introductionTokenFile(opts.introductionSecretFile, log) : undefined,
     log,
   });
-  const encryption = new AgentEncryption({ spec, discovery, keys: encryptionKey ? [encryptionKey] : [], log });
+  const encryption = new AgentEncryption({
+    spec,
+    discovery,
+    // The active key, and the retired ones still in their transition (they decrypt only).
+    keys: encryptionKey ? [encryptionKey, ...(keyring.encryption?.retired ?? [])] : [],
+    revoked: keyring.encryption?.revoked,
+    log,
+  });
   const nats = new Nats({ inboxPrefix: agentInboxPrefix(spec.agentId), ...opts.nats, name: `ifp-agent ${spec.agentId}` }, log);
   life.defer("NATS", () => nats.close());
   // Backlog read at scrape time: what the sender still has to deliver, and (with a handler) what it has yet to take.

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { loadKeyring } from "../../../../runtime/src/agent/keyring.ts";
 import { generateSigningKey } from "../../../../runtime/src/protocol/keys.ts";
+import { encryptionKeyFromPem, generateEncryptionKey } from "../../../../runtime/src/protocol/encryption.ts";
 import { AgentSpec } from "../../../../runtime/src/resources/agent.ts";
 import { planSigningKeys } from "./signing.ts";
 
@@ -51,5 +52,53 @@ describe("planSigningKeys", () => {
     await expect(loadKeyring(join(dir, "signing.key"), "a", "key-1")).rejects.toThrow(/does not name/);
     writeFileSync(join(dir, "keys.json"), "[]");
     await expect(loadKeyring(join(dir, "signing.key"), "a", "key-1")).rejects.toThrow(/not a signing key set/);
+  });
+
+  it("replaces the encryption key with the signing key, retiring the old one alongside until both are revoked", () => {
+    const first = generateEncryptionKey();
+    const data = { "signing.key": b64(generateSigningKey().privateKeyPem), "encryption.key": b64(first.privateKeyPem) };
+    const rotated = planSigningKeys(data, spec({ rotate: "a" }), "2026-10-01T00:00:00Z", t0);
+    const next = encryptionKeyFromPem(Buffer.from(rotated.data!["encryption.key"]!, "base64"));
+    expect(next.keyId).not.toBe(first.keyId);
+    expect(rotated.data!["retired-encryption-1.key"]).toBe(data["encryption.key"]);
+    expect(rotated.set.encryption).toEqual([
+      { keyId: first.keyId, publicKey: first.publicKey, status: "retired", created: "2026-10-01T00:00:00Z", retired: "2026-11-01T00:00:00Z", revokeAt: "2026-11-08T00:00:00Z", file: "retired-encryption-1.key" },
+      { keyId: next.keyId, publicKey: next.publicKey, status: "active", created: "2026-11-01T00:00:00Z" },
+    ]);
+    expect(rotated.events).toContainEqual(expect.stringMatching(/^generated encryption key /));
+    // Nothing to do until the transition ends; then both retired keys are revoked and their files go.
+    expect(planSigningKeys(rotated.data!, spec({ rotate: "a" }), "", new Date("2026-11-07T00:00:00Z")).data).toBeUndefined();
+    const due = planSigningKeys(rotated.data!, spec({ rotate: "a" }), "", new Date("2026-11-08T00:00:01Z"));
+    expect(due.set.encryption!.map((k) => k.status)).toEqual(["revoked", "active"]);
+    expect(due.data!["retired-encryption-1.key"]).toBeUndefined();
+    expect(due.data!["retired-1.key"]).toBeUndefined();
+    // Revoking the signing key at once revokes the encryption key retired beside it; naming the encryption key too.
+    for (const revoke of [["key-1"], [first.keyId]]) {
+      const now = planSigningKeys(rotated.data!, spec({ rotate: "a", revoke }), "", t0);
+      expect(now.set.encryption!.map((k) => k.status)).toEqual(["revoked", "active"]);
+      expect(now.data!["retired-encryption-1.key"]).toBeUndefined();
+    }
+    // A second rotation retires the second key, and the first stays as it was.
+    const again = planSigningKeys(due.data!, spec({ rotate: "b" }), "", new Date("2026-11-09T00:00:00Z"));
+    expect(again.set.encryption!.map((k) => `${k.keyId === next.keyId ? "next" : k.keyId === first.keyId ? "first" : "third"} ${k.status}`)).toEqual(["first revoked", "next retired", "third active"]);
+    expect(again.data!["retired-encryption-2.key"]).toBe(rotated.data!["encryption.key"]);
+  });
+
+  it("leaves an unusable encryption key as it is through a rotation", () => {
+    const r = planSigningKeys(base(), spec({ rotate: "a" }), "", t0);
+    expect(r.error).toBeUndefined();
+    expect(r.set.encryption).toBeUndefined();
+  });
+
+  it("gives the runtime the retired encryption keys to decrypt with, and the revoked ids", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "ifp-keyring-"));
+    const first = generateEncryptionKey();
+    const rotated = planSigningKeys({ "signing.key": b64(generateSigningKey().privateKeyPem), "encryption.key": b64(first.privateKeyPem) }, spec({ rotate: "a" }), "", t0).data!;
+    for (const [k, v] of Object.entries(rotated)) writeFileSync(join(dir, k), Buffer.from(v, "base64"));
+    const ring = await loadKeyring(join(dir, "signing.key"), "a", "key-1");
+    expect(ring.encryption!.retired.map((k) => k.keyId)).toEqual([first.keyId]);
+    expect(ring.encryption!.published.map((k) => [k.status, k.type, k.use])).toEqual([["retired", "x25519", "encryption"], ["active", "x25519", "encryption"]]);
+    writeFileSync(join(dir, "retired-encryption-1.key"), generateEncryptionKey().privateKeyPem);
+    await expect(loadKeyring(join(dir, "signing.key"), "a", "key-1")).rejects.toThrow(/not the private half of retired encryption key/);
   });
 });

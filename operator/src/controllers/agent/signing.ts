@@ -3,7 +3,7 @@
 import type { V1Secret } from "@kubernetes/client-node";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
 import { encryptionKeyFromPem, generateEncryptionKey } from "../../../../runtime/src/protocol/encryption.ts";
-import { parseSigningKeySet, SIGNING_KEY_FILE, SIGNING_KEYS_FILE, type SigningKeyRecord, type SigningKeySet } from "../../../../runtime/src/contract/signing-keys.ts";
+import { ENCRYPTION_KEY_FILE, parseSigningKeySet, SIGNING_KEY_FILE, SIGNING_KEYS_FILE, type EncryptionKeyRecord, type SigningKeyRecord, type SigningKeySet } from "../../../../runtime/src/contract/signing-keys.ts";
 import type { AgentSpec } from "../../../../runtime/src/resources/agent.ts";
 import { parseDuration } from "../../../../runtime/src/resources/common.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
@@ -80,6 +80,31 @@ export function planSigningKeys(data: Data, signing: AgentSpec["signing"], creat
     const keyId = `${signing.keyId}-r${generation}`;
     const file = `retired-${generation - 1}.key`;
     const revokeAt = isoSeconds(new Date(now.getTime() + parseDuration(signing.transition)));
+    // The encryption key is replaced with it, and its predecessor retired alongside.
+    let encryption = set.encryption;
+    const encryptionPem = data[ENCRYPTION_KEY_FILE];
+    let current: { keyId: string; publicKey: string } | undefined;
+    if (encryptionPem) {
+      try {
+        current = encryptionKeyFromPem(unb64(encryptionPem));
+      } catch {
+        current = undefined; // left as it is (and reported by ensureEncryptionKey)
+      }
+    }
+    if (encryptionPem && current) {
+      const records: EncryptionKeyRecord[] = encryption?.some((k) => k.status === "active" && k.publicKey === current.publicKey)
+        ? encryption
+        : [...(encryption ?? []).filter((k) => k.status !== "active"), { keyId: current.keyId, publicKey: current.publicKey, status: "active", ...(created ? { created } : {}) }];
+      const next = generateEncryptionKey();
+      const retiredFile = `retired-encryption-${generation - 1}.key`;
+      encryption = [
+        ...records.map((k): EncryptionKeyRecord => (k.status === "active" ? { ...k, status: "retired", retired: stamp, revokeAt, file: retiredFile } : k)),
+        { keyId: next.keyId, publicKey: next.publicKey, status: "active", created: stamp },
+      ];
+      out[retiredFile] = encryptionPem;
+      out[ENCRYPTION_KEY_FILE] = b64(next.privateKeyPem);
+      events.push(`generated encryption key ${next.keyId}; the previous one is retired and revoked at ${revokeAt}`);
+    }
     set = {
       rotation: signing.rotate,
       generation,
@@ -87,6 +112,7 @@ export function planSigningKeys(data: Data, signing: AgentSpec["signing"], creat
         ...set.keys.map((k): SigningKeyRecord => (k.status === "active" ? { ...k, status: "retired", retired: stamp, revokeAt, file } : k)),
         { keyId, publicKey: fresh.publicKey, status: "active", created: stamp },
       ],
+      ...(encryption ? { encryption } : {}),
     };
     out[file] = pem;
     out[SIGNING_KEY_FILE] = b64(fresh.privateKeyPem);
@@ -112,6 +138,28 @@ export function planSigningKeys(data: Data, signing: AgentSpec["signing"], creat
       return k;
     }),
   };
+  // A retired encryption key goes with the signing key retired beside it (same rotation), at its
+  // date or when either key id is named in spec.signing.revoke.
+  if (set.encryption) {
+    const revokedRotations = new Set(set.keys.filter((k) => k.status === "revoked").map((k) => k.revoked && rotationOf(set, k.keyId)).filter((n): n is number => n !== undefined));
+    set = {
+      ...set,
+      encryption: set.encryption.map((k) => {
+        if (k.status !== "retired") return k;
+        const due = k.revokeAt ? Date.parse(k.revokeAt) : 0;
+        const rotation = k.file ? Number(/(\d+)\.key$/.exec(k.file)?.[1]) : undefined;
+        if (revokeNow.has(k.keyId) || due <= now.getTime() || (rotation !== undefined && revokedRotations.has(rotation))) {
+          if (k.file) delete out[k.file];
+          events.push(`revoked encryption key ${k.keyId}`);
+          changed = true;
+          const { file: _file, revokeAt: _at, ...rest } = k;
+          return { ...rest, status: "revoked", revoked: stamp };
+        }
+        nextDue = Math.min(nextDue ?? due, due);
+        return k;
+      }),
+    };
+  }
   // A key id named in revoke that is neither retired nor revoked: the active key, or unknown.
   const active = set.keys.find((k) => k.status === "active")!;
   if (revokeNow.has(active.keyId)) {
@@ -129,6 +177,13 @@ export function planSigningKeys(data: Data, signing: AgentSpec["signing"], creat
  * Secret named by spec.signing.secretName is used only when the operator created it for this
  * Agent or it carries the label ifp.dev/agent: <Agent name>.
  */
+/** The rotation that retired a signing key (n of its retired-<n>.key), from the plan's record of it. */
+function rotationOf(set: SigningKeySet, keyId: string): number | undefined {
+  // Keys are generated in order: the n-th key (0-based) was retired by rotation n+1 into retired-<n+1>.key.
+  const i = set.keys.findIndex((k) => k.keyId === keyId);
+  return i < 0 ? undefined : i + 1;
+}
+
 export async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject, owner: Owner, signing: AgentSpec["signing"]): Promise<SigningOutcome> {
   const ns = owner.metadata.namespace;
   const name = signing.secretName ?? childNames(owner.metadata.name).signingSecret;
@@ -181,7 +236,7 @@ export async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject,
     keyId: active.keyId,
     created: active.created ?? "",
     keys: plan.set.keys,
-    keysHash: JSON.stringify(plan.set.keys.map((k) => [k.keyId, k.status])),
+    keysHash: JSON.stringify([...plan.set.keys, ...(plan.set.encryption ?? [])].map((k) => [k.keyId, k.status])),
     applied,
     ...(plan.nextDue !== undefined ? { requeueAfterMs: Math.max(1000, plan.nextDue - Date.now() + 500) } : {}),
   };
