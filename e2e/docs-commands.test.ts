@@ -13,7 +13,7 @@ import { startControlPlane, type ControlPlane } from "./support/controlplane.ts"
 import { tempDir } from "./support/process.ts";
 
 /** Where readers find commands. */
-const SOURCES = ["README.md", "e2e/README.md", "charts/ifp-operator/README.md", ...readdirSync("docs").filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
+const SOURCES = ["README.md", "e2e/README.md", "examples/README.md", "charts/ifp-operator/README.md", ...readdirSync("docs").filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
 /** The programs a documented command starts with. */
 const PROGRAMS = /^(npm|npx|kubectl|helm|ifp-runtime|ifp-operator|ifp|node|curl|docker|kind|ctr|openssl|go|nats)\s/;
 
@@ -25,7 +25,8 @@ export function documentedCommands(markdown: string): string[] {
     const joined = m[2]!.replace(/\\\n\s*/g, "");
     for (const raw of joined.split("\n")) {
       const line = raw.replace(/^\s*\$\s+/, "").replace(/\s+#\s.*$/, "").trim();
-      if (PROGRAMS.test(line)) out.push(line.replace(/\s+/g, " "));
+      // Environment assignments before the program (NAME=value …) belong to the command.
+      if (PROGRAMS.test(line.replace(/^([A-Z_][A-Z0-9_]*=\S*\s+)+/, ""))) out.push(line.replace(/\s+/g, " "));
     }
   }
   return out;
@@ -65,6 +66,17 @@ const CHECKS: Record<string, Check> = {
   "npx ifp check https://agent.example --key my.key --from my-agent": { by: "runtime/test/check.test.ts", holds: ['"--key", keyFile, "--from", checker.agentId'] },
   "npx ifp check https://relay.example --relay --key my.key --from my-agent": { by: "runtime/test/check.test.ts", holds: ['ifp("check", baseUrl(relay), "--relay", "--key", keyFile, "--from"'] },
   "npx ifp check https://localhost:8443 --ca-file ca.crt --only inbox --json": { by: "runtime/test/check.test.ts", holds: ['"--json", "--only"'] },
+  // examples/README.md
+  "kubectl -n ifp-alice wait --for=condition=Ready agent/alice --timeout=5m": { by: "e2e/node.test.ts", holds: ["the operator makes every Agent and Relay Ready", 'c.type === "Ready")?.status === "True"'] },
+  "kubectl -n ifp-bob wait --for=condition=Ready agent/bob --timeout=5m": { by: "e2e/node.test.ts", holds: ["the operator makes every Agent and Relay Ready"] },
+  "kubectl -n ifp-relay wait --for=condition=Ready relay/relay --timeout=5m": { by: "e2e/node.test.ts", holds: ["the operator makes every Agent and Relay Ready"] },
+  "kubectl -n ifp-alice logs deployment/alice -c app": { by: "e2e/node.test.ts", holds: ['"logs", p.metadata.name, "-c", "app"'] },
+  "curl --cacert /etc/ifp/trust/ca.crt -H \"Authorization: Bearer $(cat /etc/ifp/local-api/token)\" -H 'content-type: application/json' -d '{\"to\":\"alice-agent\",\"text\":\"Hello from another pod\"}' https://bob-local-api.ifp-bob.svc:9443/outbox": {
+    by: "e2e/node.test.ts",
+    holds: ['authorization: "Bearer " + process.env.TOKEN', 'process.env.LOCAL_API + "/outbox"'],
+  },
+  "docker build -f examples/app/Dockerfile -t ghcr.io/ifp-dev/ifp-example-app:0.1.0 .": { not: "no Docker engine here; e2e/images/build.ts builds the same Dockerfile's image without one, and `npm run e2e:kind` runs this build where Docker is" },
+  "IFP_APP_PORT=8080 IFP_LOCAL_API=http://127.0.0.1:8081 node examples/app/main.ts": { by: "examples/app/app.test.ts", holds: ["spawnProcess(name, process.execPath, [MAIN]", "IFP_APP_PORT"] },
   "npx ifp-operator --nats-url nats://nats:4222 --runtime-image ghcr.io/ifp-dev/ifp-runtime:0.1.0": { flags: "operator" },
   "ifp-runtime agent --manifest agent.yaml --port 8443 --tls-cert tls.crt --tls-key tls.key --signing-key signing.key --nats nats://127.0.0.1:4222": { flags: "runtime" },
   "ifp-runtime relay --manifest relay.yaml --port 8443 --tls-cert tls.crt --tls-key tls.key --nats nats://127.0.0.1:4222 [--ca-file ca.pem]": { flags: "runtime" },
