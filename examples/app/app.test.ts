@@ -7,6 +7,7 @@ import { consistently, freePort, waitFor } from "../../e2e/support/ports.ts";
 import { spawnProcess, type ManagedProcess } from "../../e2e/support/process.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../../runtime/test/agent-harness.ts";
 import { identity, peerOf, signed, type TestIdentity } from "../../runtime/test/fixtures.ts";
+import { signHandoff } from "../../runtime/src/client/handoff-signature.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -153,6 +154,29 @@ describe("the example application", () => {
     expect(app.exit).toBeUndefined();
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
     expect(lines(app, "refused a hand-off (400)").length).toBe(12);
+  });
+
+  it("with IFP_HANDOFF_SECRET, takes its runtime's signed hand-offs and refuses anyone else's with 401", async () => {
+    const secret = "hand-off-secret-for-the-app-test";
+    const self = identity("signed-app-agent");
+    const sender = identity("signed-app-sender");
+    const appPort = await freePort();
+    const agent = await runAgent({ self, natsUrl: nats.url, tls, handoffSecret: secret, spec: { peers: [peerOf(sender)], handler: { url: `http://127.0.0.1:${appPort}` } } });
+    onTestFinished(() => agent.close());
+    const app = startApp("app", { IFP_APP_PORT: String(appPort), IFP_LOCAL_API: agent.localApiUrl, IFP_HANDOFF_SECRET: secret, IFP_APP_MAX_REPLIES: "0" });
+    await listening(app);
+    // Someone else on the pod's network hands it a message, unsigned or signed with another secret.
+    const forged = JSON.stringify(signed(sender, self.agentId));
+    for (const headers of [{}, { "ifp-handoff-signature": signHandoff("a-secret-someone-guessed", forged) }]) {
+      const res = await fetch(`http://127.0.0.1:${appPort}/`, { method: "POST", headers: { "content-type": "application/json", "ifp-sender": sender.agentId, ...headers }, body: forged });
+      expect(res.status).toBe(401);
+      expect(await res.json()).toMatchObject({ code: "unauthorized", message: expect.stringMatching(/^not a hand-off from this agent's runtime: /) });
+    }
+    // The runtime's own hand-off is taken.
+    const m = signed(sender, self.agentId);
+    expect((await agent.post(m)).status).toBe(202);
+    await waitFor("the hand-off logged", () => lines(app, "received ").some((l) => l.includes(m.headers.message_id.slice(0, 8))), 30_000, 100);
+    expect(lines(app, "received ")).toHaveLength(1);
   });
 
   it("refuses a wrong configuration with exit code 2 and names the variable", async () => {

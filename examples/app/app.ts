@@ -3,7 +3,7 @@
 // Only Node's built-ins and the package's typed client; see examples/README.md.
 import { createHash } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import { LocalApiClient, LocalApiError, type Message, type OutboxRequest, type Queued } from "ifp-operator/client";
+import { HANDOFF_SIGNATURE_HEADER, handoffSignatureProblem, LocalApiClient, LocalApiError, type Message, type OutboxRequest, type Queued } from "ifp-operator/client";
 
 export interface AppConfig {
   /** Address and port the hand-off endpoint listens on (spec.handler.url points here). */
@@ -24,6 +24,11 @@ export interface AppConfig {
   greetForMs: number;
   /** How long the greeting waits for the peer's capability document (the peer is up) before it is queued anyway. */
   greetWaitMs: number;
+  /**
+   * The hand-off secret (IFP_HANDOFF_SECRET, which the operator gives the pod's sidecars): a
+   * hand-off without a valid Ifp-Handoff-Signature is refused with 401. Unset: not checked.
+   */
+  handoffSecret?: string;
 }
 
 export class ConfigError extends Error {}
@@ -76,6 +81,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv): AppConfig {
     maxBodyBytes: int("IFP_APP_MAX_BODY_BYTES", 1024, 64 * 1024 * 1024),
     greetForMs: int("IFP_APP_GREET_FOR_SECONDS", 0, 7 * 24 * 3600) * 1000,
     greetWaitMs: int("IFP_APP_GREET_WAIT_SECONDS", 0, 24 * 3600) * 1000,
+    ...(env.IFP_HANDOFF_SECRET?.trim() ? { handoffSecret: env.IFP_HANDOFF_SECRET.trim() } : {}),
   };
 }
 
@@ -291,6 +297,11 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
     const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
     if (type !== "application/json") throw new HttpError(415, "unsupported_media_type", "the hand-off body must be application/json");
     const raw = await readBody(req, config.maxBodyBytes);
+    // Only the runtime holds the secret: anything else reaching this port is not believed.
+    if (config.handoffSecret) {
+      const problem = handoffSignatureProblem(config.handoffSecret, req.headers[HANDOFF_SIGNATURE_HEADER], raw);
+      if (problem) throw new HttpError(401, "unauthorized", `not a hand-off from this agent's runtime: ${problem}`);
+    }
     let body: unknown;
     try {
       body = JSON.parse(raw.toString("utf8"));

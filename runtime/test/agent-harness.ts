@@ -45,6 +45,8 @@ export async function runAgent(opts: {
   encryptionKey?: string;
   /** The signing key's file (default: self's key written into dir), e.g. signing.key of a mounted key set. */
   signingKeyFile?: string;
+  /** The hand-off secret, written beside the key: hand-offs are signed with it. */
+  handoffSecret?: string;
 }): Promise<RunningAgent & { post(body: unknown, headers?: Record<string, string>): Promise<HttpsResponse>; get(path: string, headers?: Record<string, string>): Promise<HttpsResponse>; scrape(): Promise<string> }> {
   const dir = opts.dir ?? tempDir();
   const manifest = writeAgentManifest(dir, { agentId: opts.self.agentId, ...opts.spec });
@@ -60,6 +62,7 @@ export async function runAgent(opts: {
     localApiPort: 0,
     metricsPort: 0,
     introductionSecretFile: opts.introductionSecretFile,
+    handoffSecretFile: opts.handoffSecret ? writeFile(dir, "handoff.key", opts.handoffSecret) : undefined,
     caFile: opts.tls.files.ca,
     logger: pino({ level: process.env.IFP_TEST_LOG ?? "silent" }),
   });
@@ -80,13 +83,14 @@ export async function runAgent(opts: {
 
 /** A plain HTTP stand-in for the user's application behind spec.handler.url; it records what it gets. */
 export async function startHandler(status: () => number = () => 200) {
-  const received: { body: any; headers: IncomingMessage["headers"] }[] = [];
+  const received: { body: any; raw: string; headers: IncomingMessage["headers"] }[] = [];
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
       const code = status();
-      if (code < 300) received.push({ body: JSON.parse(Buffer.concat(chunks).toString()), headers: req.headers });
+      const raw = Buffer.concat(chunks).toString();
+      if (code < 300) received.push({ body: JSON.parse(raw), raw, headers: req.headers });
       res.writeHead(code).end();
     });
   });

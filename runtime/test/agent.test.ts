@@ -1,4 +1,5 @@
 import { request as httpRequest } from "node:http";
+import { HANDOFF_SIGNATURE_HEADER, handoffSignatureProblem } from "../src/client/handoff-signature.ts";
 import { request as httpsRaw } from "node:https";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
@@ -375,6 +376,28 @@ describe("agent mode when things fail", () => {
       await agent.close();
       await handler.close();
     }
+  });
+
+  it("signs each hand-off with the hand-off secret, so that the application can tell the runtime from anyone else", async () => {
+    const handler = await startHandler();
+    const self = identity("signed-handoff-agent");
+    const secret = "the-hand-off-secret-0123456789";
+    const agent = await runAgent({ self, natsUrl: nats.url, tls, handoffSecret: secret, spec: { peers: [peerOf(pete)], handler: { url: handler.url } } });
+    try {
+      expect((await agent.post(signed(pete, self.agentId))).status).toBe(202);
+      await waitFor("the hand-off", () => handler.received.length === 1);
+      const got = handler.received[0]!;
+      expect(handoffSignatureProblem(secret, got.headers[HANDOFF_SIGNATURE_HEADER], got.raw)).toBeUndefined();
+      expect(handoffSignatureProblem("another-secret-0123456789", got.headers[HANDOFF_SIGNATURE_HEADER], got.raw)).toMatch(/does not match/);
+    } finally {
+      await agent.close();
+      await handler.close();
+    }
+  });
+
+  it("refuses to start with a hand-off secret file that is missing or too short", async () => {
+    const dir = tempDir();
+    await expect(runAgent({ self: identity("short-secret-agent"), natsUrl: nats.url, tls, dir, handoffSecret: "short", spec: { handler: { url: "http://127.0.0.1:9/x" } } })).rejects.toThrow(/shorter than 16 characters/);
   });
 
   it("retries a handler that fails, and dead-letters after deadLetterAfter", async () => {

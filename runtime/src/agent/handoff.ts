@@ -1,4 +1,6 @@
 import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
+import { readFileSync } from "node:fs";
+import { HANDOFF_SIGNATURE_HEADER, signHandoff } from "../client/handoff-signature.ts";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
@@ -14,6 +16,8 @@ import { H } from "./store.ts";
 
 export interface HandlerOptions {
   url: string;
+  /** The hand-off secret: each hand-off carries Ifp-Handoff-Signature made with it. */
+  secret?: string;
   timeoutMs: number;
   deadLetterAfterMs: number;
   /** Messages handed on at once by one replica. */
@@ -119,6 +123,7 @@ export class HandlerDelivery {
           // The scheme the body was encrypted under end to end; absent for a clear message.
           ...(m.headers?.get(H.encrypted) ? { "ifp-encrypted": m.headers.get(H.encrypted) } : {}),
           "ifp-delivery-attempt": String(attempt),
+          ...(this.opts.secret ? { [HANDOFF_SIGNATURE_HEADER]: signHandoff(this.opts.secret, m.data) } : {}),
         },
         body: m.data,
         timeoutMs: this.opts.timeoutMs,
@@ -210,4 +215,16 @@ export function expiredFor(data: Uint8Array, now: number): string | undefined {
 /** The hand-off's Idempotency-Key: `<sender> <message_id>`, the sender prefixed `unsigned:` when nothing verified it. */
 export function idempotencyKey(sender: string, messageId: string, signed: boolean): string {
   return `${signed ? "" : "unsigned:"}${sender} ${messageId}`;
+}
+
+/** The hand-off secret from its file (trimmed): at least 16 characters, else a start-up error. */
+export function readHandoffSecret(path: string): string {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8").trim();
+  } catch (err) {
+    throw new Error(`cannot read the hand-off secret: ${(err as Error).message}`);
+  }
+  if (text.length < 16) throw new Error(`the hand-off secret in ${path} is shorter than 16 characters`);
+  return text;
 }

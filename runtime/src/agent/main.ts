@@ -28,7 +28,7 @@ import { buildAgentApp } from "./app.ts";
 import { DeliveryStates } from "./delivery-state.ts";
 import { AgentEncryption } from "./encryption.ts";
 import { Documents } from "./documents.ts";
-import { HandlerDelivery } from "./handoff.ts";
+import { HandlerDelivery, readHandoffSecret } from "./handoff.ts";
 import { IdentityResolver, introductionTokenFile } from "./identity.ts";
 import { Conversations, threadOriginal } from "./conversations.ts";
 import { PeerCapabilityCache } from "./inbound.ts";
@@ -58,6 +58,8 @@ export interface AgentOptions {
   kubeconfig?: string;
   /** Introduction tokens (IFP-5 level 0), one per line: the mounted spec.inbox.introductionTokens Secret. */
   introductionSecretFile?: string;
+  /** The hand-off secret (the Secret <name>-handoff): each hand-off to spec.handler.url is signed with it. */
+  handoffSecretFile?: string;
   /** Overrides spec.localApi.port (0 picks a free port). */
   localApiPort?: number;
   /** Proxies (IPs or CIDR blocks) whose X-Forwarded-For is believed for per-address limits. */
@@ -176,6 +178,9 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const peerCapabilities = new PeerCapabilityService({ store: peerCaps, discovery, peerUrls, log });
   const onAccepted = inspectionEffects({ self: { agentId: spec.agentId, displayName: spec.displayName }, signing, outbox, peers: peerCaps });
 
+  // Read now: a missing or short secret is a start-up error, not hand-offs nobody can check.
+  const handoffSecret = opts.handoffSecretFile ? readHandoffSecret(opts.handoffSecretFile) : undefined;
+  if (spec.handler && !handoffSecret) log.warn("no --handoff-secret-file: hand-offs to spec.handler.url are not signed, and the application cannot tell them from anyone else's requests (docs/agent.md#hand-off-signature)");
   const handoff = spec.handler
     ? new HandlerDelivery(
         nats,
@@ -185,6 +190,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
           url: spec.handler.url,
           timeoutMs: parseDuration(spec.handler.timeout),
           deadLetterAfterMs: parseDuration(spec.handler.deadLetterAfter),
+          ...(handoffSecret ? { secret: handoffSecret } : {}),
         },
         log,
         metrics,

@@ -40,6 +40,9 @@ without them it is off (docs/tracing.md).
   --introduction-secret-file FILE
                       introduction tokens accepted at IFP-5 level 0, one per line: the mounted
                       spec.inbox.introductionTokens Secret key (agent mode)
+  --handoff-secret-file FILE
+                      the secret each hand-off to spec.handler.url is signed with
+                      (Ifp-Handoff-Signature; agent mode)
   --trusted-proxies CIDRS
                       comma separated IPs or CIDR blocks of the proxies in front of the runtime:
                       only from these is X-Forwarded-For believed, for per-address limits
@@ -71,6 +74,7 @@ const OPTIONS = {
   kubeconfig: { type: "string", env: "IFP_KUBECONFIG" },
   "local-api-port": { type: "string", env: "IFP_LOCAL_API_PORT" },
   "introduction-secret-file": { type: "string", env: "IFP_INTRODUCTION_SECRET_FILE" },
+  "handoff-secret-file": { type: "string", env: "IFP_HANDOFF_SECRET_FILE" },
   "trusted-proxies": { type: "string", env: "IFP_TRUSTED_PROXIES" },
   "allow-private-targets": { type: "string", env: "IFP_ALLOW_PRIVATE_TARGETS" },
   "local-api-tls-port": { type: "string", env: "IFP_LOCAL_API_TLS_PORT" },
@@ -192,6 +196,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
         caFile: flags["ca-file"],
         kubeconfig: flags.kubeconfig,
         introductionSecretFile: flags["introduction-secret-file"],
+        handoffSecretFile: flags["handoff-secret-file"],
         localApiPort: flags["local-api-port"] === undefined ? undefined : port({ port: flags["local-api-port"] }),
         ...localApiTls(flags),
       });

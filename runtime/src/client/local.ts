@@ -25,6 +25,7 @@ import type { ErrorBody } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 
 export type { ConversationState, DeliveryRecord, OutboxRequest, PeerCapabilities, PeerCapabilitiesView, Message };
+export { HANDOFF_SIGNATURE_HEADER, HANDOFF_TOLERANCE_S, handoffSignatureProblem, signHandoff } from "./handoff-signature.ts";
 
 export interface Queued {
   status: "queued";

@@ -65,6 +65,26 @@ describe("desiredAgentChildren", () => {
     expect(pod.volumes).toContainEqual({ name: "introduction", secret: { secretName: "intro", items: [{ key: "list", path: "tokens" }] } });
   });
 
+  it("with a handler, mounts the hand-off secret into the runtime and gives it to the sidecars that do not set it themselves", () => {
+    const plain = byKind(desiredAgentChildren(agent(), inputs)).Deployment.spec.template.spec;
+    expect(plain.containers[0].args.some((a: string) => a.startsWith("--handoff-secret-file"))).toBe(false);
+    expect(plain.volumes.map((v: { name: string }) => v.name)).not.toContain("handoff");
+    const own = { name: "IFP_HANDOFF_SECRET", value: "their own" };
+    const pod = byKind(
+      desiredAgentChildren(
+        agent({ handler: { url: "http://127.0.0.1:8080" }, deployment: { sidecars: [{ name: "app", image: "app:1" }, { name: "other", image: "o:1", env: [own] }] } }),
+        inputs,
+      ),
+    ).Deployment.spec.template.spec;
+    const [runtime, app, other] = pod.containers;
+    expect(runtime.args).toContain("--handoff-secret-file=/etc/ifp/handoff/handoff.key");
+    expect(runtime.volumeMounts).toContainEqual({ name: "handoff", mountPath: "/etc/ifp/handoff", readOnly: true });
+    expect(runtime.env ?? []).not.toContainEqual(expect.objectContaining({ name: "IFP_HANDOFF_SECRET" }));
+    expect(pod.volumes).toContainEqual({ name: "handoff", secret: { secretName: "alice-handoff", items: [{ key: "handoff.key", path: "handoff.key" }] } });
+    expect(app.env).toEqual([{ name: "IFP_HANDOFF_SECRET", valueFrom: { secretKeyRef: { name: "alice-handoff", key: "handoff.key" } } }]);
+    expect(other.env).toEqual([own]);
+  });
+
   describe("runtime pod security and pull secrets", () => {
     const pod = (extra: Record<string, unknown>) => byKind(desiredAgentChildren(agent(), { ...inputs, settings: { ...settings, ...extra } })).Deployment.spec.template.spec;
     it.each([

@@ -1,6 +1,6 @@
 // Pure: the children of an Agent, from the Agent and what the shell found (the signing key's
 // Secret, the TLS Secret's name). Table-tested in desired.test.ts.
-import type { KubernetesObject, V1ConfigMap, V1Role, V1RoleBinding } from "@kubernetes/client-node";
+import type { KubernetesObject, V1ConfigMap, V1Deployment, V1Role, V1RoleBinding } from "@kubernetes/client-node";
 import { ANNOTATIONS } from "../../../../runtime/src/contract/annotations.ts";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { defaultBaseUrl, type ExposeSpec } from "../../../../runtime/src/resources/common.ts";
@@ -9,6 +9,7 @@ import { exposureChildren, type ExposurePlanInput } from "../expose.ts";
 import { childMeta, childNames, renderManifest, runtimeDeployment, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
 import { withIntroductionTokens } from "./introduction.ts";
 import { localApiChildren, localApiServicePort, withLocalApi } from "./local-api.ts";
+import { withHandoffSecret } from "./handoff.ts";
 
 export type AgentResource = Agent & { metadata: Owner["metadata"] };
 
@@ -83,8 +84,13 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
     binding,
     ...exposure,
     ...localApiChildren(owner, agent),
-    withIntroductionTokens(localApiPort === undefined ? deployment : withLocalApi(deployment, owner, localApiPort), agent),
+    withHandoff(withIntroductionTokens(localApiPort === undefined ? deployment : withLocalApi(deployment, owner, localApiPort), agent), owner, agent),
   ];
+}
+
+/** With spec.handler, the hand-off secret mounted into the runtime and given to the sidecars. */
+function withHandoff(deployment: KubernetesObject, owner: Owner, agent: AgentResource): KubernetesObject {
+  return agent.spec.handler ? withHandoffSecret(deployment as V1Deployment, owner) : deployment;
 }
 
 /** The URL peers reach the agent at: spec.baseUrl, else https://<spec.expose host>, else its Service inside the cluster. */

@@ -74,19 +74,55 @@ export function newLocalApiToken(): string {
   return randomBytes(32).toString("base64url");
 }
 
-/** The token Secret as first created. No owner reference: like the signing key, it outlives the Agent. */
-export function localApiTokenSecret(owner: Owner, token: string): V1Secret {
+/** A Secret holding one generated value, as first created. No owner reference: like the signing key, it outlives the Agent. */
+export function generatedSecret(owner: Owner, name: string, key: string, value: string): V1Secret {
   return {
     apiVersion: "v1",
     kind: "Secret",
     type: "Opaque",
     metadata: {
-      name: localApiName(owner.metadata.name),
+      name,
       namespace: owner.metadata.namespace,
       labels: { ...MANAGED_BY, [INSTANCE_LABEL]: owner.metadata.name, [COMPONENT_LABEL]: "agent", "app.kubernetes.io/part-of": "ifp-operator" },
     },
-    data: { [LOCAL_API_TOKEN_KEY]: Buffer.from(token).toString("base64") },
+    data: { [key]: Buffer.from(value).toString("base64") },
   };
+}
+
+/** The token Secret as first created. */
+export function localApiTokenSecret(owner: Owner, token: string): V1Secret {
+  return generatedSecret(owner, localApiName(owner.metadata.name), LOCAL_API_TOKEN_KEY, token);
+}
+
+/**
+ * A Secret with one generated value (a token, a key): created once with a random 32-byte value
+ * and never overwritten; a Secret the user made under that name is used as it is. Its value must
+ * have MIN_TOKEN_LENGTH characters or more, else the blocker names the Secret and key.
+ */
+export async function ensureGeneratedSecret(
+  ctx: ReconcileContext,
+  obj: CustomObject,
+  owner: Owner,
+  s: { name: string; key: string; reason: string; invalidReason: string; what: string },
+): Promise<LocalApiOutcome> {
+  const ns = owner.metadata.namespace;
+  const applied: string[] = [];
+  let secret = ctx.caches.get<V1Secret>("Secret", ns, s.name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, s.name));
+  if (!secret) {
+    const created = await ctx.kube.createIfAbsent<V1Secret>(generatedSecret(owner, s.name, s.key, newLocalApiToken()));
+    if (created) {
+      applied.push(`Secret/${s.name}`);
+      await ctx.kube.event(obj, "Normal", s.reason, `generated the ${s.what} into Secret ${s.name} (key ${s.key})`);
+    }
+    secret = created ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, s.name));
+    if (!secret) throw new Error(`Secret ${s.name} vanished right after it was created`);
+  }
+  const b64 = secret.data?.[s.key];
+  const value = b64 ? Buffer.from(b64, "base64").toString().trim() : "";
+  if (value.length < MIN_TOKEN_LENGTH) {
+    return { applied, blocker: { reason: s.invalidReason, message: `Secret ${s.name} needs a key ${s.key} of at least ${MIN_TOKEN_LENGTH} characters` } };
+  }
+  return { applied };
 }
 
 export type LocalApiOutcome = { applied: string[]; blocker?: Blocker };
@@ -108,21 +144,5 @@ export async function ensureLocalApi(ctx: ReconcileContext, obj: CustomObject, o
     }
     return { applied: [] };
   }
-  const applied: string[] = [];
-  let secret = ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
-  if (!secret) {
-    const created = await ctx.kube.createIfAbsent<V1Secret>(localApiTokenSecret(owner, newLocalApiToken()));
-    if (created) {
-      applied.push(`Secret/${name}`);
-      await ctx.kube.event(obj, "Normal", "GeneratedLocalApiToken", `generated the local API token into Secret ${name} (key ${LOCAL_API_TOKEN_KEY})`);
-    }
-    secret = created ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
-    if (!secret) throw new Error(`Secret ${name} vanished right after it was created`);
-  }
-  const b64 = secret.data?.[LOCAL_API_TOKEN_KEY];
-  const token = b64 ? Buffer.from(b64, "base64").toString().trim() : "";
-  if (token.length < MIN_TOKEN_LENGTH) {
-    return { applied, blocker: { reason: "InvalidLocalApiToken", message: `Secret ${name} needs a key ${LOCAL_API_TOKEN_KEY} of at least ${MIN_TOKEN_LENGTH} characters` } };
-  }
-  return { applied };
+  return ensureGeneratedSecret(ctx, obj, owner, { name, key: LOCAL_API_TOKEN_KEY, reason: "GeneratedLocalApiToken", invalidReason: "InvalidLocalApiToken", what: "local API token" });
 }

@@ -18,6 +18,7 @@ import { agentPermissions } from "../../../../runtime/src/contract/nats-permissi
 import { ensureNatsCreds } from "../nats-creds.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { ensureLocalApi, localApiDnsNames } from "./local-api.ts";
+import { ensureHandoffSecret } from "./handoff.ts";
 import { ensureSigningKey } from "./signing.ts";
 import { imageRefusal, secretUsableBy } from "../references.ts";
 import { agentStatus } from "./status.ts";
@@ -53,18 +54,19 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing);
     const expose = agent.spec.expose;
     const localApi = await ensureLocalApi(ctx, obj, owner, agent);
+    const handoff = await ensureHandoffSecret(ctx, obj, owner, agent);
     const dnsNames = certificateDnsNames(owner, defaultBaseUrl(agent.spec.baseUrl, expose), [...localApiDnsNames(owner, agent), ...(agent.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]);
     const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls, dnsNames);
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
     const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls?.trust);
     const refused = imageRefusal(agent.spec.image, ctx.settings) ?? (await checkIntroductionSecret(ctx, owner, agent));
     const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, agentPermissions(agent.spec.agentId)) : undefined;
-    let applied: string[] = [...signing.applied, ...localApi.applied, ...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? [])];
+    let applied: string[] = [...signing.applied, ...localApi.applied, ...handoff.applied, ...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? [])];
     const exposure = await planExposure(ctx.kube, namespace, expose);
     let queued: Blocker | undefined;
     // Nothing that mounts a Secret is rendered until that Secret exists and may be used by this Agent.
     const tlsHeld = tls.blocker && ["TLSSecretMissing", "InvalidTLSSecret", "ForeignSecret"].includes(tls.blocker.reason);
-    if (!("blocker" in signing) && !localApi.blocker && !refused && !tlsHeld) {
+    if (!("blocker" in signing) && !localApi.blocker && !handoff.blocker && !refused && !tlsHeld) {
       const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
       if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
       let children = desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName, exposure });
@@ -74,7 +76,7 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
       if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
       applied = [...applied, ...pruned, ...changed];
     }
-    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (localApi.blocker ?? refused ?? tls.blocker ?? trust.blocker ?? exposure.blocker);
+    const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (localApi.blocker ?? handoff.blocker ?? refused ?? tls.blocker ?? trust.blocker ?? exposure.blocker);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = agentStatus(agent, {
       applied,
