@@ -431,7 +431,9 @@ describe("Agent", () => {
     expect(rotated.status.signingKeys[0].revokeAt).toBeDefined();
     expect(rotated.status.signingKey).toMatchObject({ keyId: "key-1-r2" });
     const secret = get("secret", "rot-signing");
-    expect(Object.keys(secret.data).sort()).toEqual(["encryption.key", "keys.json", "retired-1.key", "signing.key"]);
+    // The encryption key rotates with it: the old one kept beside the retired signing key.
+    expect(Object.keys(secret.data).sort()).toEqual(["encryption.key", "keys.json", "retired-1.key", "retired-encryption-1.key", "signing.key"]);
+    await until("the new encryption key in status", () => get("agent", "rot").status.encryptionKey?.keyId !== first.status.encryptionKey.keyId);
     expect(rawPublicKey(privateKeyFromPem(Buffer.from(secret.data["retired-1.key"], "base64").toString()))).toBe(oldKey);
     await until("the pods rolled for the new key", () => JSON.stringify(hash("rot")) !== before);
     await until("the RotatedSigningKey Event", () => events("rot").some((e) => e.reason === "RotatedSigningKey"));
