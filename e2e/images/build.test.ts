@@ -35,12 +35,13 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     expect(ignoreFilePath("runtime/Dockerfile")).toBe(".dockerignore");
     const own = dockerignore(readFileSync("examples/app/Dockerfile.dockerignore", "utf8"));
     const dests = imageContextFiles(plan, own, "examples/app/Dockerfile").map((f) => f.dest).sort();
-    expect(dests).toEqual(["/app/examples/app/app.ts", "/app/examples/app/main.ts", "/app/package.json", "/app/runtime/src/client/local.ts", "/app/runtime/src/net/sse.ts"]);
-    // What the client imports beyond itself is Node built-ins, types (which Node strips) and the
-    // SSE reader, which imports nothing: the image needs no more of runtime/src.
-    const code = (file: string) => (readFileSync(file, "utf8").match(/^import (?!type ).*$/gm) ?? []).filter((line) => !/from "node:[a-z/]+";$/.test(line));
-    expect(code("runtime/src/client/local.ts")).toEqual(['import { sseEvents } from "../net/sse.ts";']);
+    expect(dests).toEqual(["/app/examples/app/app.ts", "/app/examples/app/main.ts", "/app/package.json", "/app/runtime/src/client/handoff-signature.ts", "/app/runtime/src/client/local.ts", "/app/runtime/src/net/sse.ts"]);
+    // What the client imports beyond itself is Node built-ins, types (which Node strips), the
+    // SSE reader and the hand-off signature, which import nothing: the image needs no more of runtime/src.
+    const code = (file: string) => (readFileSync(file, "utf8").match(/^(?:import|export) (?!type )[^;]*? from "[^"]+";$/gm) ?? []).filter((line) => !/from "node:[a-z/]+";$/.test(line));
+    expect(code("runtime/src/client/local.ts").map((line) => line.replace(/.* from /, ""))).toEqual(['"../net/sse.ts";', '"./handoff-signature.ts";']);
     expect(code("runtime/src/net/sse.ts")).toEqual([]);
+    expect(code("runtime/src/client/handoff-signature.ts")).toEqual([]);
     expect(Object.keys(IMAGES)).toContain("app");
   });
 

@@ -8,13 +8,18 @@ import { Agent, type Dispatcher } from "undici";
 export type RequestObserver = (method: string, host: string, code: string) => void;
 
 /**
- * A KubeConfig whose clients report every request. client-node resolves the transport of each
- * request (API clients and `Watch` alike) through `applySecurityAuthentication`, so wrapping the
- * dispatcher it sets there sees all of them, including the ones that fail before an answer.
+ * A KubeConfig whose clients report every request and share their connections. client-node
+ * resolves the transport of each request (API clients and `Watch` alike) through
+ * `applySecurityAuthentication`, so wrapping the dispatcher it sets there sees all of them,
+ * including the ones that fail before an answer. client-node 2.0 sets a new dispatcher (a new
+ * connection pool, so a new TLS handshake) for every request; the first one made for a TLS
+ * identity is kept and used for all of them instead. A client certificate renewed in its file
+ * takes effect with a restart.
  */
 export class ObservedKubeConfig extends KubeConfig {
   private readonly observe: RequestObserver;
-  private plain: Dispatcher | undefined;
+  /** One connection pool per TLS identity (client-node 2.0 makes a new one for every request). */
+  private readonly pools = new Map<string, Dispatcher>();
 
   constructor(observe: RequestObserver) {
     super();
@@ -23,8 +28,16 @@ export class ObservedKubeConfig extends KubeConfig {
 
   override async applySecurityAuthentication(context: RequestContext): Promise<void> {
     await super.applySecurityAuthentication(context);
-    const inner = context.getDispatcher() ?? (this.plain ??= new Agent());
-    context.setDispatcher(inner.compose(observing(this.observe)));
+    const cluster = this.getCurrentCluster();
+    const user = this.getCurrentUser();
+    // What the TLS connection depends on; the credentials sent as headers (tokens) are per request.
+    const key = JSON.stringify([cluster?.server, cluster?.caData, cluster?.caFile, cluster?.skipTLSVerify, cluster?.tlsServerName, cluster?.proxyUrl, user?.certData, user?.certFile, user?.keyData, user?.keyFile]);
+    let pool = this.pools.get(key);
+    if (!pool) {
+      pool = (context.getDispatcher() ?? new Agent()).compose(observing(this.observe));
+      this.pools.set(key, pool);
+    }
+    context.setDispatcher(pool);
   }
 }
 
