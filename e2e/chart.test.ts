@@ -296,7 +296,12 @@ describe("Helm chart", () => {
     };
     const commands = (text: string) => text.split("\n").map((l) => l.trim()).filter((l) => /^(kubectl|helm) /.test(l));
 
-    const cluster = commands(notes());
+    // By default the operator watches its own namespace only: the examples' are to be listed first.
+    const own = notes();
+    expect(own).toMatch(new RegExp(`installed in namespace ${NS}, watching ${NS}\\.`));
+    expect(commands(own)).toEqual([`kubectl -n ${NS} rollout status deployment/ifp-ifp-operator`, `kubectl -n ${NS} rollout status statefulset/ifp-ifp-operator-nats`, `helm test ifp -n ${NS}`]);
+    expect(own).toMatch(/create them \(kubectl apply -f examples\/namespaces.yaml\) and add them to\s+watchNamespaces/);
+    const cluster = commands(notes("clusterWide=true"));
     expect(cluster).toEqual([
       `kubectl -n ${NS} rollout status deployment/ifp-ifp-operator`,
       `kubectl -n ${NS} rollout status statefulset/ifp-ifp-operator-nats`,
@@ -310,6 +315,8 @@ describe("Helm chart", () => {
     // The examples create their namespaces; nothing makes them Ready here.
     expect(run(cluster[2]!)).toMatch(/namespace\/ifp-alice created[^]*agent.ifp.dev\/alice created[^]*agent.ifp.dev\/bob created[^]*relay.ifp.dev\/relay created/);
     expect(run(cluster[3]!)).toMatch(/ifp-alice\s+agent.ifp.dev\/alice/);
+    // With the examples' namespaces (there now) listed, the same commands as cluster-wide.
+    expect(commands(notes("watchNamespaces={ifp-alice,ifp-bob,ifp-relay}"))).toEqual(cluster);
     // Another API with a kind Agent (kagent's): the printed names, the short names and the category still find ours.
     cp.kubectl(["apply", "-f", "-"], JSON.stringify({
       apiVersion: "apiextensions.k8s.io/v1",
@@ -331,7 +338,7 @@ describe("Helm chart", () => {
     expect(scoped).toEqual([
       `kubectl -n ${NS} rollout status deployment/ifp-ifp-operator`,
     ]);
-    expect(notes("watchNamespaces={team-a}", "tests.enabled=false")).toMatch(/live in the namespaces ifp-alice, ifp-bob and\s+ifp-relay: add those to watchNamespaces/);
+    expect(notes("watchNamespaces={team-a}", "tests.enabled=false")).toMatch(/live in the namespaces ifp-alice, ifp-bob and\s+ifp-relay: create them/);
   });
 
   it("teaches the API through kubectl explain: each kind and every field described, by full and short name", () => {
@@ -359,7 +366,8 @@ describe("Helm chart", () => {
   });
 
   it("gives the operator least-privilege RBAC, cluster-wide or per namespace", () => {
-    const cluster = docs(render());
+    expect(docs(render()).filter((d) => d.kind === "ClusterRole")).toHaveLength(0);
+    const cluster = docs(render("clusterWide=true"));
     expect(cluster.filter((d) => d.kind === "ClusterRole")).toHaveLength(1);
     const scoped = docs(render("watchNamespaces={team-a,team-b}"));
     expect(scoped.filter((d) => d.kind === "ClusterRole")).toHaveLength(0);
@@ -368,6 +376,77 @@ describe("Helm chart", () => {
     expect(JSON.stringify(role.rules)).not.toMatch(/"\*"/);
     const dep = find(cluster, "Deployment", "ifp-ifp-operator");
     expect(dep.spec.template.spec.containers[0].args).toEqual(expect.arrayContaining(["--leader-elect=true", `--leader-election-namespace=${NS}`, `--nats-url=nats://ifp-ifp-operator-nats.${NS}.svc:4222`]));
+  });
+
+  it("grants the operator its own namespace and the listed ones by default, every namespace only with clusterWide: kubectl auth can-i --list on the real API server", () => {
+    const scoped = docs(render("watchNamespaces={rbac-team}"));
+    expect(scoped.filter((d) => d.kind === "ClusterRole" || d.kind === "ClusterRoleBinding")).toEqual([]);
+    expect(scoped.filter((d) => d.kind === "Role" && d.metadata.name === "ifp-ifp-operator").map((d) => d.metadata.namespace)).toEqual([NS, "rbac-team"]);
+    expect(find(scoped, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args).toContain(`--watch-namespaces=${NS},rbac-team`);
+    const wide = docs(render("clusterWide=true", "watchNamespaces={rbac-team}"));
+    expect(wide.filter((d) => d.kind === "Role" && d.metadata.name === "ifp-ifp-operator")).toEqual([]);
+    expect(find(wide, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args.some((a: string) => a.startsWith("--watch-namespaces"))).toBe(false);
+
+    // On the real API server: the scoped install as rendered, and the cluster-wide one bound to
+    // another ServiceAccount (so that neither widens the other).
+    const WIDE_SA = "ifp-wide-operator";
+    const rbacOf = (objects: Obj[]) => objects.filter((d) => ["ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"].includes(d.kind));
+    const wideRbac = rbacOf(wide)
+      .filter((d) => d.kind === "ClusterRole" || d.kind === "ClusterRoleBinding")
+      .map((d) => ({ ...d, metadata: { ...d.metadata, name: `${d.metadata.name}-wide` }, ...(d.roleRef ? { roleRef: { ...d.roleRef, name: `${d.roleRef.name}-wide` }, subjects: [{ kind: "ServiceAccount", name: WIDE_SA, namespace: NS }] } : {}) }));
+    const applied = [...rbacOf(scoped), ...wideRbac].map((d) => JSON.stringify(d)).join("\n");
+    for (const ns of [NS, "rbac-team", "rbac-other"]) cp.kubectl(["apply", "-f", "-"], `apiVersion: v1\nkind: Namespace\nmetadata: {name: ${ns}}\n`);
+    cp.kubectl(["apply", "-f", "-"], applied);
+    onTestFinished(() => {
+      cp.kubectl(["delete", "--wait=false", "--ignore-not-found", "-f", "-"], applied);
+      cp.kubectl(["delete", "namespace", "rbac-team", "rbac-other", "--wait=false"]);
+    });
+    /** `kubectl auth can-i --list` as a map of resource (with its names, if any) to verbs. */
+    const canList = (sa: string, ...args: string[]) => {
+      const out = cp.kubectl(["auth", "can-i", "--list", ...args, `--as=system:serviceaccount:${NS}:${sa}`]);
+      const rows: Record<string, string[]> = {};
+      for (const line of out.split("\n").slice(1)) {
+        const [resource, nonResource, names, verbs] = line.trim().split(/\s{2,}/);
+        if (!resource || !verbs || nonResource !== "[]") continue;
+        const key = names === "[]" ? resource : `${resource} ${names}`;
+        rows[key] = [...new Set([...(rows[key] ?? []), ...verbs.replace(/^\[|\]$/g, "").split(" ")])].sort();
+      }
+      return rows;
+    };
+    // What every authenticated user may do (reviews of its own access), left out of the comparisons.
+    const own = (rows: Record<string, string[]>) => Object.fromEntries(Object.entries(rows).filter(([r]) => !/^self\w+\.(authorization|authentication)\.k8s\.io$/.test(r)));
+    const all = ["create", "delete", "get", "list", "patch", "update", "watch"];
+    const write = ["create", "get", "list", "patch", "update", "watch"];
+    const watched = {
+      "agents.ifp.dev": ["get", "list", "patch", "update", "watch"],
+      "relays.ifp.dev": ["get", "list", "patch", "update", "watch"],
+      "agents.ifp.dev/status": ["get", "patch", "update"],
+      "relays.ifp.dev/status": ["get", "patch", "update"],
+      "agents.ifp.dev/finalizers": ["update"],
+      "relays.ifp.dev/finalizers": ["update"],
+      configmaps: all,
+      services: all,
+      serviceaccounts: all,
+      secrets: write,
+      "deployments.apps": all,
+    };
+    const team = own(canList("ifp-ifp-operator", "-n", "rbac-team"));
+    expect(team).toMatchObject(watched);
+    // Secrets: never delete; and nothing anywhere on every resource (no wildcard).
+    expect(team.secrets).not.toContain("delete");
+    expect(Object.keys(team).some((r) => r.startsWith("*"))).toBe(false);
+    expect(Object.values(team).some((verbs) => verbs.includes("*"))).toBe(false);
+    // A namespace not listed: nothing at all.
+    expect(own(canList("ifp-ifp-operator", "-n", "rbac-other"))).toEqual({});
+    // Its own namespace: the same, plus its CA Secret, its Deployment by name, and the leader Lease.
+    const home = own(canList("ifp-ifp-operator", "-n", NS));
+    expect(home).toMatchObject(watched);
+    expect(home["deployments.apps [ifp-ifp-operator]"]).toEqual(["get"]);
+    expect(home["secrets [ifp-ifp-operator-ca]"]).toEqual(["get", "update"]);
+    expect(home["leases.coordination.k8s.io"]).toEqual(["create", "get", "list", "patch", "update", "watch"]);
+    // clusterWide: the same rules in a namespace nobody listed.
+    expect(own(canList(WIDE_SA, "-n", "rbac-other"))).toMatchObject(watched);
+    expect(own(canList("ifp-ifp-operator", "-n", "rbac-other"))).toEqual({});
   });
 
   it("tells the operator its own Deployment, which alone it may read, and the rollout and finalizer limits", async () => {
@@ -401,8 +480,7 @@ describe("Helm chart", () => {
     expect(find(objects, "RoleBinding", "ifp-ifp-operator-ca").subjects).toEqual([{ kind: "ServiceAccount", name: "ifp-ifp-operator", namespace: NS }]);
     const scoped = docs(render("watchNamespaces={trust-team}", "trust.caSecretName=our-ca"));
     expect(find(scoped, "Role", "ifp-ifp-operator-ca").rules[0].resourceNames).toEqual(["our-ca"]);
-    // On the real API server, namespace-scoped: the operator may make and rotate its CA Secret,
-    // and do nothing else with Secrets of its own namespace.
+    // On the real API server, namespace-scoped: the operator may make and rotate its CA Secret.
     cp.kubectl(["create", "namespace", "trust-team"]);
     const rbac = scoped.filter((d) => ["ServiceAccount", "Role", "RoleBinding"].includes(d.kind));
     cp.kubectl(["apply", "-f", "-"], rbac.map((d) => JSON.stringify(d)).join("\n"));
@@ -419,7 +497,8 @@ describe("Helm chart", () => {
       }
     };
     expect([can("get", "secret/our-ca", "-n", NS), can("update", "secret/our-ca", "-n", NS), can("create", "secrets", "-n", NS)]).toEqual(["yes", "yes", "yes"]);
-    expect([can("get", "secret/other", "-n", NS), can("list", "secrets", "-n", NS), can("delete", "secret/our-ca", "-n", NS)]).toEqual(["no", "no", "no"]);
+    // Its own namespace is watched as well, where Secrets are read and written but never deleted.
+    expect([can("get", "secret/other", "-n", NS), can("list", "secrets", "-n", NS), can("delete", "secret/our-ca", "-n", NS)]).toEqual(["yes", "yes", "no"]);
     expect([can("get", "configmaps", "-n", "trust-team"), can("create", "configmaps", "-n", "trust-team"), can("get", "secrets", "-n", "trust-team")]).toEqual(["yes", "yes", "yes"]);
     // The helm test checks the test Agent over verified TLS, with the bundle the operator publishes for it.
     const test = find(objects, "Pod", "ifp-ifp-operator-test").spec;

@@ -53,6 +53,8 @@ const CHECKS: Record<string, Check> = {
   // The path a user takes on a cluster: run here up to what needs running pods.
   "helm install ifp charts/ifp-operator -n ifp-system --create-namespace --set image.repository=registry.example/ifp-operator --set image.tag=0.1.0 --set runtimeImage.repository=registry.example/ifp-runtime --set runtimeImage.tag=0.1.0": { here: true },
   "helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace": { here: true },
+  "kubectl apply -f examples/namespaces.yaml": { here: true },
+  "helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace --set 'watchNamespaces={ifp-alice,ifp-bob,ifp-relay}'": { here: true },
   "kubectl apply -f examples/": { here: true },
   "kubectl get agents.ifp.dev,relays.ifp.dev -A": { here: true },
   "helm upgrade ifp charts/ifp-operator -n ifp-system --reuse-values": { here: true },
@@ -128,7 +130,8 @@ describe("documented commands", () => {
     });
     /** A documented helm or kubectl command as written, against the control plane. */
     const run = (command: string) => {
-      const [program, ...args] = command.split(" ");
+      // Words as the shell splits them: single quotes keep a word whole (and its braces unexpanded).
+      const [program, ...args] = (command.match(/'[^']*'|\S+/g) ?? []).map((w) => w.replace(/^'(.*)'$/, "$1"));
       const r = spawnSync(program === "helm" ? toolPath("helm") : "kubectl", [...args, "--kubeconfig", cp.kubeconfig], { encoding: "utf8", timeout: 60_000, env });
       if (r.status !== 0) throw new Error(`\`${command}\` failed (exit ${r.status ?? r.error?.message}): ${r.stdout}${r.stderr}`);
       return r.stdout;
@@ -136,12 +139,19 @@ describe("documented commands", () => {
 
     it("install, apply the examples, list them and upgrade as the docs say", () => {
       const here = Object.entries(CHECKS).filter(([, c]) => "here" in c).map(([command]) => command);
-      const [imagesInstall, install, apply, list, upgrade] = here;
-      // The two installs are alternatives: the first with a private registry's images, removed again.
+      const [imagesInstall, install, namespaces, examplesInstall, apply, list, upgrade] = here;
+      const operatorArgs = () => cp.json(["-n", "ifp-system", "get", "deployment", "ifp-ifp-operator"]).spec.template.spec.containers[0].args as string[];
+      // The three installs are alternatives: with a private registry's images, plain (the operator
+      // watches its own namespace only), and for the examples; each but the last removed again.
       run(imagesInstall!);
       expect(cp.json(["-n", "ifp-system", "get", "deployment", "ifp-ifp-operator"]).spec.template.spec.containers[0].image).toBe("registry.example/ifp-operator:0.1.0");
       run("helm uninstall ifp -n ifp-system");
       run(install!);
+      expect(operatorArgs()).toContain("--watch-namespaces=ifp-system");
+      run("helm uninstall ifp -n ifp-system");
+      run(namespaces!);
+      run(examplesInstall!);
+      expect(operatorArgs()).toContain("--watch-namespaces=ifp-system,ifp-alice,ifp-bob,ifp-relay");
       run(apply!);
       const listed = run(list!);
       for (const name of ["agent.ifp.dev/alice", "agent.ifp.dev/bob", "relay.ifp.dev/"]) expect(listed).toContain(name);

@@ -13,6 +13,7 @@ import { privateKeyFromPem } from "../runtime/src/protocol/keys.ts";
 import { signMessage } from "../runtime/src/protocol/signing.ts";
 import { composeMessage } from "../runtime/src/agent/compose.ts";
 import { agentNames } from "../runtime/src/agent/names.ts";
+import { EXAMPLES_NAMESPACES_FILE, exampleWatchValue } from "./support/examples.ts";
 import { RelayClient } from "../runtime/src/relay/client.ts";
 import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
@@ -69,10 +70,12 @@ async function startOperator(kubeconfig: string, args: string[]): Promise<Manage
 beforeAll(async () => {
   [cp, nats] = await Promise.all([startControlPlane({}), startNats()]);
   await addFakeNodes(cp);
-  // 1. helm install into the real API server (CRDs, RBAC, the operator's Deployment).
+  // 1. The examples' namespaces, then helm install into the real API server (CRDs, RBAC, the
+  // operator's Deployment) watching them, as the README does.
+  cp.kubectl(["apply", "-f", EXAMPLES_NAMESPACES_FILE]);
   const helm = spawnSync(
     toolPath("helm"),
-    ["install", "ifp", "charts/ifp-operator", "--kubeconfig", cp.kubeconfig, "-n", SYSTEM, "--create-namespace", "--set", "nats.install=false", "--set", `nats.url=${nats.url}`, "--set", "tests.enabled=false", "--wait", "--timeout", "2m"],
+    ["install", "ifp", "charts/ifp-operator", "--kubeconfig", cp.kubeconfig, "-n", SYSTEM, "--create-namespace", "--set", exampleWatchValue(), "--set", "nats.install=false", "--set", `nats.url=${nats.url}`, "--set", "tests.enabled=false", "--wait", "--timeout", "2m"],
     { encoding: "utf8", timeout: 150_000 },
   );
   if (helm.status !== 0) throw new Error(`helm install failed (${helm.error?.message ?? `exit ${helm.status}`}): ${helm.stderr}`);
@@ -182,7 +185,8 @@ describe("end to end on the local control plane", { timeout: 300_000 }, () => {
     await waitFor("delivered", async () => (await api.status(sent.message_id)).state === "delivered", 30_000, 250);
     const nc = await connect({ servers: nats.url });
     onTestFinished(() => nc.close());
-    const names = agentNames("bob-agent");
+    // Named from the Agent resource (namespace/name), not from its agent id.
+    const names = agentNames(`${NS.bob}/bob`);
     const stored = await (await jetstreamManager(nc)).streams.getMessage(names.inboxStream, { last_by_subj: names.inbox(sent.message_id) });
     expect(stored?.json<any>().body.text).toBe("Hello Bob, from Alice");
   });

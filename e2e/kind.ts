@@ -6,6 +6,7 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { parseAllDocuments, stringify } from "yaml";
+import { EXAMPLES_NAMESPACES_FILE, exampleWatchValue } from "./support/examples.ts";
 import { toolPath } from "./tools/tools.ts";
 
 const CLUSTER = process.env.IFP_KIND_CLUSTER ?? "ifp-e2e";
@@ -35,8 +36,10 @@ try {
   run("docker", ["build", "-f", "examples/app/Dockerfile", "-t", appImage, "."]);
   for (const image of ["ifp-runtime:e2e", "ifp-operator:e2e", appImage]) run(kind, ["load", "docker-image", image, "--name", CLUSTER]);
   const values = ["image.repository=ifp-operator", "image.tag=e2e", "image.pullPolicy=Never", "runtimeImage.repository=ifp-runtime", "runtimeImage.tag=e2e", "runtimeImage.pullPolicy=Never"];
-  run(helm, ["install", "ifp", "charts/ifp-operator", "--kube-context", `kind-${CLUSTER}`, "-n", "ifp-system", "--create-namespace", "--wait", "--timeout", "5m", ...values.flatMap((v) => ["--set", v])]);
-  // The examples create their namespaces: alice in ifp-alice, bob in ifp-bob, the relay in ifp-relay.
+  // The examples' namespaces (alice in ifp-alice, bob in ifp-bob, the relay in ifp-relay) exist
+  // before the install, which makes the operator watch them.
+  kubectl("apply", "-f", EXAMPLES_NAMESPACES_FILE);
+  run(helm, ["install", "ifp", "charts/ifp-operator", "--kube-context", `kind-${CLUSTER}`, "-n", "ifp-system", "--create-namespace", "--wait", "--timeout", "5m", ...[exampleWatchValue(), ...values].flatMap((v) => ["--set", v])]);
   kubectl("apply", "-f", "examples/");
   kubectl("-n", "ifp-alice", "wait", "--for=condition=Ready", "--timeout=300s", "agent/alice");
   kubectl("-n", "ifp-bob", "wait", "--for=condition=Ready", "--timeout=300s", "agent/bob");

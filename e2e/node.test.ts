@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest"
 import { parseAllDocuments } from "yaml";
 import { buildImage, IMAGES, type BuiltImage } from "./images/build.ts";
 import { KUBERNETES_SERVICE_IP, startControlPlane, type ControlPlane } from "./support/controlplane.ts";
+import { EXAMPLES_NAMESPACES_FILE, exampleWatchValue } from "./support/examples.ts";
 import { createNode, nodeTestUnsupported, type RealNode } from "./support/node.ts";
 import { waitFor } from "./support/ports.ts";
 import { createCA } from "./support/tls.ts";
@@ -144,8 +145,10 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       await timed("join", () => node.join(cp));
       // helm's configuration and cache in the control plane's directory, not the user's.
       helmEnv = { ...process.env, HELM_CONFIG_HOME: `${cp.dir}/helm/config`, HELM_CACHE_HOME: `${cp.dir}/helm/cache`, HELM_DATA_HOME: `${cp.dir}/helm/data` };
+      // The examples' namespaces first: the operator watches them (and its own) as the README installs it.
+      cp.kubectl(["apply", "-f", EXAMPLES_NAMESPACES_FILE]);
       await timed("helm install", () =>
-        withDiagnosis(helm(["install", RELEASE, CHART, "-n", SYSTEM, "--create-namespace", ...imageValues(), "--wait", "--timeout", "6m"], 7 * 60_000)),
+        withDiagnosis(helm(["install", RELEASE, CHART, "-n", SYSTEM, "--create-namespace", "--set", exampleWatchValue(), ...imageValues(), "--wait", "--timeout", "6m"], 7 * 60_000)),
       );
     } catch (err) {
       failed = true;

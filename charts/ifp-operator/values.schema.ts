@@ -91,6 +91,7 @@ export const Values = z.strictObject({
     .prefault({}),
   leaderElection: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
   watchNamespaces: z.array(z.string().min(1)).default([]),
+  clusterWide: z.boolean().default(false),
   logLevel: z.enum(["fatal", "error", "warn", "info", "debug", "trace"]).default("info"),
   crds: z.strictObject({ enabled: z.boolean().default(true), keep: z.boolean().default(true) }).prefault({}),
   rbac: z.strictObject({ create: z.boolean().default(true) }).prefault({}),

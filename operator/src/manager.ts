@@ -117,6 +117,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   const summaries = nats ? new SummaryCollector({ nats, caches, enqueue, log, intervalMs: opts.summaryIntervalMs }) : undefined;
   const ctx: RelayContext = { kube, caches, settings, log, nats, trust, natsIssuer, deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
     rollouts: new RolloutGate(opts.rolloutLimit ?? parseRolloutLimit(DEFAULT_ROLLOUT_LIMIT)),
+    agentIds: new Map(),
     summaries,
   };
   const controller = (kind: Kind, reconcile: Reconcile) =>

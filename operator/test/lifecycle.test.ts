@@ -60,12 +60,15 @@ spec:
   retention: {maxAge: 24h, deleteOnRemoval: true}
 `;
 
+/** An Agent's store key (agentStoreKey): its JetStream data is named from namespace/name. */
+const keyOf = (name: string, ns: string = NS): string => `${ns}/${name}`;
+
 /** What the agent runtime makes in JetStream: both streams with a consumer each, its three buckets, its key of the shared bucket. */
-async function seedAgent(agentId: string): Promise<void> {
+async function seedAgent(key: string): Promise<void> {
   const nc = await connect({ servers: nats.url });
   try {
     const jsm = await jetstreamManager(nc);
-    const n = agentNames(agentId);
+    const n = agentNames(key);
     await jsm.streams.add({ name: n.inboxStream, subjects: [n.inboxSubjects] });
     await jsm.consumers.add(n.inboxStream, { durable_name: n.handlerConsumer, ack_policy: AckPolicy.Explicit });
     await jsm.streams.add({ name: n.outboxStream, subjects: [n.outboxSubjects] });
@@ -79,20 +82,20 @@ async function seedAgent(agentId: string): Promise<void> {
 }
 
 /** Each of the agent's streams and bucket streams: present or not (only JetStream's "not found" counts as absent). */
-async function presence(agentId: string): Promise<Record<string, boolean>> {
-  const js = agentJetStream(agentId);
+async function presence(key: string): Promise<Record<string, boolean>> {
+  const js = agentJetStream(key);
   const out: Record<string, boolean> = {};
   for (const s of [...js.streams, ...js.buckets.map((b) => `KV_${b}`)]) out[s] = (await streamOrAbsent(nats.url, s)) !== undefined;
   return out;
 }
-const allPresent = async (agentId: string) => Object.values(await presence(agentId)).every(Boolean);
-const nonePresent = async (agentId: string) => !Object.values(await presence(agentId)).some(Boolean);
+const allPresent = async (key: string) => Object.values(await presence(key)).every(Boolean);
+const nonePresent = async (key: string) => !Object.values(await presence(key)).some(Boolean);
 
 /** The agent's key in the shared bucket, or undefined. */
-async function sharedKey(agentId: string): Promise<string | undefined> {
+async function sharedKey(key: string): Promise<string | undefined> {
   const nc = await connect({ servers: nats.url });
   try {
-    const n = agentNames(agentId);
+    const n = agentNames(key);
     const e = await (await new Kvm(nc).open(n.kvBucket)).get(`${n.kvKey}.capabilities`);
     return e && e.operation === "PUT" ? e.string() : undefined;
   } finally {
@@ -126,16 +129,16 @@ describe("an Agent's JetStream data", () => {
     apply(agentYaml("doomed"));
     apply(agentYaml("bystander"));
     await until("the finalizers", () => finalizers("agent", "doomed").includes("ifp.dev/jetstream") && finalizers("agent", "bystander").includes("ifp.dev/jetstream"));
-    await seedAgent("doomed-id");
-    await seedAgent("bystander-id");
-    expect(await allPresent("doomed-id")).toBe(true);
+    await seedAgent(keyOf("doomed"));
+    await seedAgent(keyOf("bystander"));
+    expect(await allPresent(keyOf("doomed"))).toBe(true);
     cp.kubectl(["-n", NS, "delete", "agent", "doomed", "--wait=false"]);
     await until("the Agent gone", () => get("agent", "doomed") === undefined);
     // The finalizer went only after the data did.
-    expect(await presence("doomed-id")).toEqual(Object.fromEntries(Object.keys(await presence("doomed-id")).map((k) => [k, false])));
-    expect(await sharedKey("doomed-id")).toBeUndefined();
-    expect(await allPresent("bystander-id")).toBe(true);
-    expect(await sharedKey("bystander-id")).toBe("hash");
+    expect(await presence(keyOf("doomed"))).toEqual(Object.fromEntries(Object.keys(await presence(keyOf("doomed"))).map((k) => [k, false])));
+    expect(await sharedKey(keyOf("doomed"))).toBeUndefined();
+    expect(await allPresent(keyOf("bystander"))).toBe(true);
+    expect(await sharedKey(keyOf("bystander"))).toBe("hash");
   });
 
   it("stays with spec.retention.keepOnDelete: no finalizer, and one set before goes when the field is switched on", { timeout: 60_000 }, async () => {
@@ -146,34 +149,37 @@ describe("an Agent's JetStream data", () => {
     expect(finalizers("agent", "keeper")).toEqual([]);
     apply(agentYaml("switched", { keep: true }));
     await until("the finalizer removed", () => !finalizers("agent", "switched").includes("ifp.dev/jetstream"));
-    for (const id of ["keeper-id", "switched-id"]) await seedAgent(id);
+    for (const name of ["keeper", "switched"]) await seedAgent(keyOf(name));
     cp.kubectl(["-n", NS, "delete", "agent", "keeper", "switched", "--wait=false"]);
     await until("the operator to see both go", () => !manager!.caches.get("Agent", NS, "keeper") && !manager!.caches.get("Agent", NS, "switched"));
-    await consistently("the data kept", async () => (await allPresent("keeper-id")) && (await allPresent("switched-id")), 2_500, 250);
-    expect(await sharedKey("keeper-id")).toBe("hash");
+    await consistently("the data kept", async () => (await allPresent(keyOf("keeper"))) && (await allPresent(keyOf("switched"))), 2_500, 250);
+    expect(await sharedKey(keyOf("keeper"))).toBe("hash");
   });
 
-  it("stays while another Agent is there under the same agent id, which then takes it over", { timeout: 60_000 }, async () => {
+  it("is the Agent's own, named from its namespace/name: a second Agent under the same agent id is refused, and the first one's deletion leaves the second's data", { timeout: 60_000 }, async () => {
     apply(agentYaml("twin", { agentId: "shared-id" }));
     await until("the first Agent's finalizer", () => finalizers("agent", "twin").includes("ifp.dev/jetstream"));
     // The second claims an id already in use: refused while the first exists.
     apply(agentYaml("twin", { ns: "life-b", agentId: "shared-id" }));
     const reason = () => (get("agent", "twin", "life-b")?.status?.conditions ?? []).find((c: { type: string }) => c.type === "Ready")?.reason;
     await until("the second refused as a duplicate", () => reason() === "DuplicateAgentId");
-    await seedAgent("shared-id");
+    expect(agentNames(keyOf("twin")).inboxStream).not.toBe(agentNames(keyOf("twin", "life-b")).inboxStream);
+    await seedAgent(keyOf("twin"));
+    await seedAgent(keyOf("twin", "life-b"));
     cp.kubectl(["-n", NS, "delete", "agent", "twin", "--wait=false"]);
     await until("the Agent gone", () => get("agent", "twin") === undefined);
-    expect(await allPresent("shared-id")).toBe(true);
-    expect(events("twin").map((e) => e.reason)).toContain("JetStreamKept");
-    // The data stayed for the other Agent, which now runs under the id and will delete it in its turn.
+    expect(await nonePresent(keyOf("twin"))).toBe(true);
+    expect(await sharedKey(keyOf("twin"))).toBeUndefined();
+    // The second Agent's data stayed; it now runs under the id, and will delete its own in its turn.
     await until("the second Agent taking the id over", () => reason() !== "DuplicateAgentId" && finalizers("agent", "twin", "life-b").includes("ifp.dev/jetstream"));
-    expect(await allPresent("shared-id")).toBe(true);
+    expect(await allPresent(keyOf("twin", "life-b"))).toBe(true);
+    expect(await sharedKey(keyOf("twin", "life-b"))).toBe("hash");
   });
 
   it("does not hold the deletion while NATS is away past the finalizer timeout: the Agent goes with a Warning naming what is left", { timeout: 90_000 }, async () => {
     apply(agentYaml("stranded"));
     await until("the finalizer", () => finalizers("agent", "stranded").includes("ifp.dev/jetstream"));
-    await seedAgent("stranded-id");
+    await seedAgent(keyOf("stranded"));
     await withNatsDown(nats, async () => {
       cp.kubectl(["-n", NS, "delete", "agent", "stranded", "--wait=false"]);
       await until("the operator to wait for NATS", () => operatorLog.has(/waiting for NATS to delete the agent's streams/));
@@ -188,12 +194,12 @@ describe("an Agent's JetStream data", () => {
       expect(Date.now() - waited).toBeGreaterThanOrEqual(FINALIZER_TIMEOUT_MS - 2_000);
       const warning = events("stranded").find((e) => e.reason === "CleanupAbandoned");
       expect(warning?.type).toBe("Warning");
-      expect(warning?.message).toContain("IFP_INBOX_stranded-id");
-      expect(warning?.message).toContain("KV_ifp_outbox_stranded-id");
+      expect(warning?.message).toContain(agentNames(keyOf("stranded")).inboxStream);
+      expect(warning?.message).toContain(`KV_${agentNames(keyOf("stranded")).outboxStateBucket}`);
       await nats.restart();
     });
     // What was left behind is there to delete by hand.
-    expect(await allPresent("stranded-id")).toBe(true);
+    expect(await allPresent(keyOf("stranded"))).toBe(true);
   });
 });
 
@@ -268,17 +274,17 @@ describe("the operator going away", () => {
     apply(agentYaml("orphan"));
     apply(relayYaml("orphan-relay"));
     await until("the finalizers", () => finalizers("agent", "orphan").includes("ifp.dev/jetstream") && finalizers("relay", "orphan-relay").includes("ifp.dev/stream"));
-    await seedAgent("orphan-id");
+    await seedAgent(keyOf("orphan"));
     cp.kubectl(["-n", OPS, "delete", "deployment", "ifp-operator"]);
     await stop();
     expect(finalizers("agent", "orphan")).toEqual([]);
     expect(finalizers("relay", "orphan-relay")).toEqual([]);
     const released = events("orphan").find((e) => e.reason === "FinalizerReleased");
-    expect(released?.message).toContain("IFP_INBOX_orphan-id");
+    expect(released?.message).toContain(agentNames(keyOf("orphan")).inboxStream);
     // With the operator gone and the CRDs kept, a deletion completes at once, and the data stays.
     cp.kubectl(["-n", NS, "delete", "agent", "orphan", "--timeout=30s"]);
     cp.kubectl(["-n", NS, "delete", "relay", "orphan-relay", "--timeout=30s"]);
     expect(get("agent", "orphan")).toBeUndefined();
-    expect(await allPresent("orphan-id")).toBe(true);
+    expect(await allPresent(keyOf("orphan"))).toBe(true);
   });
 });

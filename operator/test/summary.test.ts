@@ -56,6 +56,7 @@ describe("status.summary", () => {
         handler: { url: handler.url },
         outbound: { backoff: ["200ms"], retryFor: "1s" },
       },
+      resource: { name: "counted", namespace: NS },
     });
     try {
       // The first sample is the base: nothing accepted yet.

@@ -47,9 +47,11 @@ export async function runAgent(opts: {
   signingKeyFile?: string;
   /** The hand-off secret, written beside the key: hand-offs are signed with it. */
   handoffSecret?: string;
+  /** The Agent resource it runs for, as the operator renders it: its JetStream data is then named from namespace/name. */
+  resource?: { name: string; namespace: string };
 }): Promise<RunningAgent & { post(body: unknown, headers?: Record<string, string>): Promise<HttpsResponse>; get(path: string, headers?: Record<string, string>): Promise<HttpsResponse>; scrape(): Promise<string> }> {
   const dir = opts.dir ?? tempDir();
-  const manifest = writeAgentManifest(dir, { agentId: opts.self.agentId, ...opts.spec });
+  const manifest = writeAgentManifest(dir, { agentId: opts.self.agentId, ...opts.spec }, opts.resource?.name, opts.resource?.namespace);
   const running = await startAgent({
     manifest,
     port: opts.port ?? 0,

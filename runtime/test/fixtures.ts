@@ -40,9 +40,9 @@ export function tempDir(prefix = "ifp-test-"): string {
  */
 export const LOOPBACK_TARGETS = { allowPrivateTargets: ["127.0.0.0/8", "::1/128"] };
 
-export function writeAgentManifest(dir: string, spec: AgentSpecInput, name = "agent"): string {
+export function writeAgentManifest(dir: string, spec: AgentSpecInput, name = "agent", namespace?: string): string {
   const path = join(dir, `${name}.yaml`);
-  writeFileSync(path, stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name }, spec: { network: LOOPBACK_TARGETS, ...spec } }));
+  writeFileSync(path, stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name, ...(namespace ? { namespace } : {}) }, spec: { network: LOOPBACK_TARGETS, ...spec } }));
   return path;
 }
 

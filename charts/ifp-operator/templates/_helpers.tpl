@@ -108,3 +108,11 @@ topologySpreadConstraints:
 {{- define "ifp-operator.caSecretName" -}}
 {{- default (printf "%s-ca" (include "ifp-operator.fullname" .)) .Values.trust.caSecretName }}
 {{- end }}
+
+{{/*
+The namespaces the operator watches unless clusterWide, comma-separated: the release's own,
+then watchNamespaces.
+*/}}
+{{- define "ifp-operator.watchNamespaces" -}}
+{{- prepend .Values.watchNamespaces .Release.Namespace | uniq | join "," -}}
+{{- end }}

@@ -16,8 +16,13 @@ absent): read, applied and deleted by name, and listed (one item) to learn which
   resources: [agents/finalizers, relays/finalizers]
   verbs: [update]
 - apiGroups: [""]
-  resources: [configmaps, secrets, services, serviceaccounts]
+  resources: [configmaps, services, serviceaccounts]
   verbs: [get, list, watch, create, update, patch, delete]
+# Secrets: never deleted (what the operator made goes with its owner). list and watch feed the
+# cache of the Secrets it labelled, which RBAC cannot narrow to a label.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch, create, update, patch]
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, update, patch, delete]

@@ -5,7 +5,7 @@
 // behind; an operator that is uninstalled lets go of every finalizer it set on its way out.
 import type { KubernetesObject } from "@kubernetes/client-node";
 import type { JetStreamManager } from "@nats-io/jetstream";
-import { agentJetStream } from "../../../runtime/src/contract/agent-names.ts";
+import { agentJetStream, agentStoreKey } from "../../../runtime/src/contract/agent-names.ts";
 import { relayNames } from "../../../runtime/src/contract/relay-stream.ts";
 import { isNotFound } from "../../../runtime/src/nats/streams.ts";
 import type { Caches } from "../kube/caches.ts";
@@ -74,14 +74,14 @@ export async function dropFinalizerFresh(kube: Kube, obj: KubernetesObject, fina
 }
 
 /** The JetStream streams (KV buckets as their KV_ streams) a deleted Agent leaves behind when nothing cleans up. */
-export function agentLeftovers(agentId: string): string[] {
-  const js = agentJetStream(agentId);
+export function agentLeftovers(key: string): string[] {
+  const js = agentJetStream(key);
   return [...js.streams, ...js.buckets.map((b) => `KV_${b}`), `its keys in ${js.sharedKeys.stream}`];
 }
 
 /** Delete an agent's streams and buckets and purge its shared keys; what is already gone is fine. Returns what was deleted. */
-export async function deleteAgentJetStream(jsm: JetStreamManager, agentId: string): Promise<string[]> {
-  const js = agentJetStream(agentId);
+export async function deleteAgentJetStream(jsm: JetStreamManager, key: string): Promise<string[]> {
+  const js = agentJetStream(key);
   const deleted: string[] = [];
   for (const stream of [...js.streams, ...js.buckets.map((b) => `KV_${b}`)]) {
     try {
@@ -100,17 +100,9 @@ export async function deleteAgentJetStream(jsm: JetStreamManager, agentId: strin
   return deleted;
 }
 
-/** The agent id of an Agent as stored (read raw: an Agent whose spec no longer parses still has one). */
-export function storedAgentId(obj: KubernetesObject & { spec?: unknown }): string | undefined {
-  const id = (obj.spec as { agentId?: unknown } | undefined)?.agentId;
-  return typeof id === "string" && id ? id : undefined;
-}
-
-/** Another Agent, not being deleted, that runs under the same agent id (and so shares its streams). */
-export function sameAgentIdElsewhere(caches: Caches, obj: KubernetesObject & { spec?: unknown }, agentId: string): KubernetesObject | undefined {
-  return caches
-    .list<KubernetesObject & { spec?: unknown }>("Agent")
-    .find((o) => o.metadata?.uid !== obj.metadata?.uid && !o.metadata?.deletionTimestamp && storedAgentId(o) === agentId);
+/** What an Agent's JetStream data is named from: its namespace/name (agentStoreKey), whatever its spec says. */
+export function agentKeyOf(obj: { metadata?: { name?: string; namespace?: string } }): string {
+  return agentStoreKey({ metadata: obj.metadata ?? {}, spec: { agentId: "" } });
 }
 
 export interface FinalizerRelease {
@@ -142,12 +134,11 @@ export async function releaseAllFinalizers(opts: {
       if (!hasFinalizer(obj, finalizer)) continue;
       const ns = obj.metadata!.namespace!;
       const name = obj.metadata!.name!;
-      const agentId = kind === "Agent" ? storedAgentId(obj) : undefined;
-      let left = kind === "Agent" ? (agentId ? agentLeftovers(agentId) : []) : [relayNames(obj as never).stream];
+      let left = kind === "Agent" ? agentLeftovers(agentKeyOf(obj)) : [relayNames(obj as never).stream];
       try {
         if (obj.metadata?.deletionTimestamp && jsm) {
           try {
-            if (kind === "Agent" && agentId && !sameAgentIdElsewhere(caches, obj, agentId)) await deleteAgentJetStream(jsm, agentId);
+            if (kind === "Agent") await deleteAgentJetStream(jsm, agentKeyOf(obj));
             if (kind === "Relay") await jsm.streams.delete(left[0]!).catch((err) => { if (!isNotFound(err)) throw err; });
             left = [];
           } catch (err) {

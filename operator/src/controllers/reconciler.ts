@@ -31,6 +31,11 @@ export interface ReconcileContext {
   deletions: Deletions;
   /** How many Agents may have their Deployment changed by the operator at once. */
   rollouts?: RolloutGate;
+  /**
+   * The Agent (uid) this process last rendered under each agent id: its claim holds from that
+   * moment, before its status (which a restarted operator goes by) reaches the cache.
+   */
+  agentIds?: Map<string, string>;
   /** The traffic summaries read from NATS (summary.ts); absent without NATS. */
   summaries?: Pick<SummaryCollector, "get">;
 }

@@ -15,6 +15,7 @@ import type { Summary as SummarySchema } from "../crd/status.ts";
 import type { z } from "zod";
 import type { Caches } from "../kube/caches.ts";
 import { errorMessage } from "../kube/client.ts";
+import { agentKeyOf } from "./finalizers.ts";
 
 export type Summary = z.infer<typeof SummarySchema>;
 export type SummaryKind = "Agent" | "Relay";
@@ -70,14 +71,14 @@ async function readLastError(jsm: JetStreamManager, where: LastErrorLocation) {
 }
 
 /** An Agent's reading: its inbox stream, handler consumer and outbox; undefined before its runtime made them. */
-export async function readAgent(jsm: JetStreamManager, agentId: string): Promise<Reading | undefined> {
-  const n = agentNames(agentId);
+export async function readAgent(jsm: JetStreamManager, key: string): Promise<Reading | undefined> {
+  const n = agentNames(key);
   const inbox = await orUndefined(jsm.streams.info(n.inboxStream));
   if (!inbox) return undefined;
   const [outbox, handler, lastError] = await Promise.all([
     orUndefined(jsm.streams.info(n.outboxStream)),
     orUndefined(jsm.consumers.info(n.inboxStream, n.handlerConsumer)),
-    readLastError(jsm, agentLastError(agentId)),
+    readLastError(jsm, agentLastError(key)),
   ]);
   const backlog = (outbox?.state.messages ?? 0) + (handler ? handler.num_pending + handler.num_ack_pending : 0);
   return { lastSeq: inbox.state.last_seq, backlog, ...(lastError ? { lastError } : {}) };
@@ -153,7 +154,7 @@ export class SummaryCollector {
           reading =
             kind === "Agent"
               ? typeof obj.spec?.agentId === "string"
-                ? await readAgent(this.nats.jsm, obj.spec.agentId)
+                ? await readAgent(this.nats.jsm, agentKeyOf(obj))
                 : undefined
               : typeof obj.spec?.url === "string"
                 ? await readRelay(this.nats.jsm, obj as unknown as Relay)

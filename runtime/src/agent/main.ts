@@ -34,7 +34,7 @@ import { Conversations, threadOriginal } from "./conversations.ts";
 import { PeerCapabilityCache } from "./inbound.ts";
 import { buildLocalApi } from "./local-api.ts";
 import { TokenFile } from "./local-api-auth.ts";
-import { agentNames } from "./names.ts";
+import { agentNames, agentStoreKey } from "./names.ts";
 import { Notifier } from "./notify.ts";
 import { OutboundDelivery } from "./outbound.ts";
 import { OutboxStore } from "./outbox.ts";
@@ -128,7 +128,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         ? { keyId: encryptionKey.keyId, publicKey: encryptionKey.publicKey, created: isoSeconds(statSync(opts.encryptionKey!).mtime) }
         : undefined,
   );
-  const names = agentNames(spec.agentId);
+  const names = agentNames(agentStoreKey(agent));
   const metrics = createRuntimeMetrics("agent");
   const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
   const life = new Lifecycle(log);
@@ -171,7 +171,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const events = EventRecorder.fromEnvironment("ifp-runtime", log, opts.kubeconfig);
   // Counts of repeated Events still waiting are written before the process goes.
   life.defer("Events", async () => events?.flush());
-  const lastError = new LastError(nats, agentLastError(spec.agentId), log);
+  const lastError = new LastError(nats, agentLastError(agentStoreKey(agent)), log);
   life.defer("last error", () => lastError.flush());
   const notifier = new Notifier(agent, events, http, log, lastError);
   const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));

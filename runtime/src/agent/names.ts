@@ -1,2 +1,2 @@
 // The names live in contract/ so that the operator can grant them; re-exported for the agent.
-export { agentNames, type AgentNames } from "../contract/agent-names.ts";
+export { agentNames, agentStoreKey, type AgentNames } from "../contract/agent-names.ts";

@@ -1,11 +1,21 @@
 import { encodeToken } from "./nats.ts";
 
 /**
- * JetStream names of one agent, shared by the agent runtime and the operator (which grants them
- * in the agent's NATS credential). Replicas of the same agent share them.
+ * What an agent's JetStream names are made from: `namespace/name` for an Agent of a cluster
+ * (unique there, whatever agentId it claims, as a Relay's stream is named), and the agentId for
+ * a runtime started from a manifest without a namespace.
  */
-export function agentNames(agentId: string) {
-  const t = encodeToken(agentId);
+export function agentStoreKey(agent: { metadata?: { name?: string; namespace?: string }; spec: { agentId: string } }): string {
+  const { name, namespace } = agent.metadata ?? {};
+  return name && namespace ? `${namespace}/${name}` : agent.spec.agentId;
+}
+
+/**
+ * JetStream names of one agent (by its agentStoreKey), shared by the agent runtime and the
+ * operator (which grants them in the agent's NATS credential). Replicas of the same agent share them.
+ */
+export function agentNames(key: string) {
+  const t = encodeToken(key);
   return {
     inboxStream: `IFP_INBOX_${t}`,
     inboxSubjects: `ifp.inbox.${t}.>`,
@@ -37,8 +47,8 @@ export type AgentNames = ReturnType<typeof agentNames>;
  * bucket every agent shares. Everything the agent runtime creates under its names is listed
  * here; a new stream or bucket must be added, or a deleted Agent leaves it behind.
  */
-export function agentJetStream(agentId: string): { streams: string[]; buckets: string[]; sharedKeys: { stream: string; subject: string } } {
-  const n = agentNames(agentId);
+export function agentJetStream(key: string): { streams: string[]; buckets: string[]; sharedKeys: { stream: string; subject: string } } {
+  const n = agentNames(key);
   return {
     streams: [n.inboxStream, n.outboxStream],
     buckets: [n.outboxStateBucket, n.peersBucket, n.conversationsBucket],

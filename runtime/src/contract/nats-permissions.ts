@@ -52,9 +52,12 @@ function sorted(p: NatsPermissions): NatsPermissions {
   return { pub: [...new Set(p.pub)].sort(), sub: [...new Set(p.sub)].sort() };
 }
 
-/** Everything an agent runtime (all replicas of one agent id) needs, and no more. */
-export function agentPermissions(agentId: string): NatsPermissions {
-  const n = agentNames(agentId);
+/**
+ * Everything an agent runtime (all replicas of one Agent) needs, and no more: the streams and
+ * buckets named by its store key (agentStoreKey), replies under its agent id's inbox prefix.
+ */
+export function agentPermissions(agentId: string, key: string = agentId): NatsPermissions {
+  const n = agentNames(key);
   const shared = `KV_${SHARED_AGENT_BUCKET}`;
   return sorted({
     pub: [

@@ -10,8 +10,8 @@ export interface LastErrorLocation {
   key: string;
 }
 
-export function agentLastError(agentId: string): LastErrorLocation {
-  const n = agentNames(agentId);
+export function agentLastError(key: string): LastErrorLocation {
+  const n = agentNames(key);
   return { bucket: n.kvBucket, key: `${n.kvKey}.last_error` };
 }
 

@@ -23,7 +23,7 @@ import { ensureSigningKey } from "./signing.ts";
 import { imageRefusal, secretUsableBy } from "../references.ts";
 import { agentStatus } from "./status.ts";
 import { errorMessage } from "../../kube/client.ts";
-import { AGENT_FINALIZER, agentLeftovers, deleteAgentJetStream, hasFinalizer, sameAgentIdElsewhere, setFinalizer, storedAgentId } from "../finalizers.ts";
+import { AGENT_FINALIZER, agentKeyOf, agentLeftovers, deleteAgentJetStream, hasFinalizer, setFinalizer } from "../finalizers.ts";
 
 export async function reconcileAgent(ctx: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
   const obj = ctx.caches.get<CustomObject>("Agent", namespace, name);
@@ -60,7 +60,7 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
     const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls?.trust);
     const refused = imageRefusal(agent.spec.image, ctx.settings) ?? (await checkIntroductionSecret(ctx, owner, agent));
-    const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, agentPermissions(agent.spec.agentId)) : undefined;
+    const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, agentPermissions(agent.spec.agentId, agentKeyOf(agent))) : undefined;
     let applied: string[] = [...signing.applied, ...localApi.applied, ...handoff.applied, ...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? [])];
     const exposure = await planExposure(ctx.kube, namespace, expose);
     let queued: Blocker | undefined;
@@ -126,25 +126,22 @@ function holdRollout(ctx: ReconcileContext, obj: CustomObject, children: Kuberne
 
 /**
  * An Agent being deleted: delete its JetStream streams (with their consumers) and KV buckets and
- * purge its keys of the shared bucket, unless spec.retention.keepOnDelete or another Agent runs
- * under the same agent id; then let it go. While NATS cannot be reached the Agent waits, at most
+ * purge its keys of the shared bucket (all named from its namespace/name, so no other Agent's),
+ * unless spec.retention.keepOnDelete; then let it go. While NATS cannot be reached the Agent waits, at most
  * the finalizer timeout of this process's clock; then the finalizer goes anyway, with a Warning
  * Event naming what was left behind.
  */
 async function finalizeAgent(ctx: ReconcileContext, obj: CustomObject): Promise<ReconcileResult> {
   if (!hasFinalizer(obj, AGENT_FINALIZER)) return {};
   const ref = `${obj.metadata?.namespace}/${obj.metadata?.name}`;
-  const agentId = storedAgentId(obj);
+  const key = agentKeyOf(obj);
   const keep = (obj.spec as { retention?: { keepOnDelete?: unknown } } | undefined)?.retention?.keepOnDelete === true;
-  const sharing = agentId ? sameAgentIdElsewhere(ctx.caches, obj, agentId) : undefined;
-  if (agentId && !keep && sharing) {
-    await ctx.kube.event(obj, "Normal", "JetStreamKept", `agent id ${agentId} is also run by ${sharing.metadata?.namespace}/${sharing.metadata?.name}; its streams and buckets stay`);
-  } else if (agentId && !keep) {
+  if (!keep) {
     let failure: string | undefined;
     if (!ctx.nats?.isConnected) failure = "the operator is not connected to NATS";
     else {
       try {
-        const deleted = await deleteAgentJetStream(ctx.nats.jsm, agentId);
+        const deleted = await deleteAgentJetStream(ctx.nats.jsm, key);
         if (deleted.length) ctx.log.info({ agent: ref, deleted }, "Deleted the agent's JetStream streams and buckets");
       } catch (err) {
         failure = errorMessage(err);
@@ -156,13 +153,14 @@ async function finalizeAgent(ctx: ReconcileContext, obj: CustomObject): Promise<
         ctx.log.warn({ agent: ref, err: failure, giveUpInMs: left }, "waiting for NATS to delete the agent's streams");
         return { requeueAfterMs: Math.min(10_000, left) };
       }
-      const leftovers = agentLeftovers(agentId).join(", ");
+      const leftovers = agentLeftovers(key).join(", ");
       await ctx.kube.event(obj, "Warning", "CleanupAbandoned", `could not delete the agent's JetStream data for ${Math.round(ctx.deletions.timeoutMs / 1000)}s (${failure}); the Agent goes and these stay: ${leftovers}; delete them by hand`);
       ctx.log.warn({ agent: ref, left: leftovers, err: failure }, "gave up deleting the agent's streams; letting the Agent go");
     }
   }
   await setFinalizer(ctx.kube, obj, AGENT_FINALIZER, false);
   ctx.deletions.forget(obj);
+  for (const [id, uid] of ctx.agentIds ?? []) if (uid === obj.metadata?.uid) ctx.agentIds!.delete(id);
   ctx.rollouts?.forget(`${obj.metadata?.namespace}/${obj.metadata?.name}`);
   return {};
 }
@@ -186,7 +184,11 @@ function agentIdClaimedBy(ctx: ReconcileContext, self: CustomObject, agentId: st
   // An Agent already running under the id keeps it; between two that both do (or neither),
   // the older, then the first by namespace/name. So a newcomer never displaces a running Agent,
   // even one created in the same second.
-  const holds = (o: CustomObject) => o.status?.observedGeneration !== undefined && !((o.status?.conditions as { type: string; reason?: string }[] | undefined) ?? []).some((c) => c.type === "Ready" && c.reason === "DuplicateAgentId");
+  // Running: rendered under the id by this process (its status may not be in the cache yet), or
+  // reconciled with a status that does not refuse it.
+  const holds = (o: CustomObject) =>
+    ctx.agentIds?.get(agentId) === o.metadata?.uid ||
+    (o.status?.observedGeneration !== undefined && !((o.status?.conditions as { type: string; reason?: string }[] | undefined) ?? []).some((c) => c.type === "Ready" && c.reason === "DuplicateAgentId"));
   const key = (o: CustomObject) => [holds(o) ? 0 : 1, o.metadata?.creationTimestamp ? new Date(o.metadata.creationTimestamp).getTime() : 0, `${o.metadata?.namespace}/${o.metadata?.name}`] as const;
   const before = (a: ReturnType<typeof key>, b: ReturnType<typeof key>) => a[0] !== b[0] ? a[0] < b[0] : a[1] !== b[1] ? a[1] < b[1] : a[2] < b[2];
   const mine = key(self);
@@ -196,5 +198,6 @@ function agentIdClaimedBy(ctx: ReconcileContext, self: CustomObject, agentId: st
     const theirs = key(other);
     if (before(theirs, mine)) return theirs[2];
   }
+  if (self.metadata?.uid) ctx.agentIds?.set(agentId, self.metadata.uid);
   return undefined;
 }
