@@ -449,6 +449,17 @@ describe("Helm chart", () => {
     expect(own(canList("ifp-ifp-operator", "-n", "rbac-other"))).toEqual({});
   });
 
+  it("tells the operator which images, issuers and DNS names a resource may name beyond its own, and refuses malformed ones", async () => {
+    const args = (...set: string[]) => find(docs(render(...set)), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args as string[];
+    expect(args().filter((a) => /^--allowed-/.test(a))).toEqual([]);
+    const listed = args("allowedImages={registry.example/ifp/*}", "allowedIssuers={ClusterIssuer/letsencrypt,Issuer.awspca.cert-manager.io/*}", "allowedDnsNames={localhost,*.agents.example.com}");
+    expect(listed.filter((a) => /^--allowed-/.test(a))).toEqual(["--allowed-images=registry.example/ifp/*", "--allowed-issuers=ClusterIssuer/letsencrypt,Issuer.awspca.cert-manager.io/*", "--allowed-dns-names=localhost,*.agents.example.com"]);
+    const { parseFlags } = await import("../operator/src/main.ts");
+    expect(parseFlags(listed.filter((a) => /^--allowed-/.test(a)), {}).options.settings).toMatchObject({ allowedIssuers: ["ClusterIssuer/letsencrypt", "Issuer.awspca.cert-manager.io/*"], allowedDnsNames: ["localhost", "*.agents.example.com"] });
+    expect(() => render("allowedIssuers={letsencrypt}")).toThrow(/allowedIssuers/);
+    expect(() => render("allowedDnsNames={x.*.com}")).toThrow(/allowedDnsNames/);
+  });
+
   it("tells the operator its own Deployment, which alone it may read, and the rollout and finalizer limits", async () => {
     const objects = docs(render("runtime.maxRollingAgents=3", "runtime.finalizerTimeout=90s"));
     const args = find(objects, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args as string[];

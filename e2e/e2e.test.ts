@@ -75,7 +75,7 @@ beforeAll(async () => {
   cp.kubectl(["apply", "-f", EXAMPLES_NAMESPACES_FILE]);
   const helm = spawnSync(
     toolPath("helm"),
-    ["install", "ifp", "charts/ifp-operator", "--kubeconfig", cp.kubeconfig, "-n", SYSTEM, "--create-namespace", "--set", exampleWatchValue(), "--set", "nats.install=false", "--set", `nats.url=${nats.url}`, "--set", "tests.enabled=false", "--wait", "--timeout", "2m"],
+    ["install", "ifp", "charts/ifp-operator", "--kubeconfig", cp.kubeconfig, "-n", SYSTEM, "--create-namespace", "--set", exampleWatchValue(), "--set", "allowedDnsNames={localhost}", "--set", "nats.install=false", "--set", `nats.url=${nats.url}`, "--set", "tests.enabled=false", "--wait", "--timeout", "2m"],
     { encoding: "utf8", timeout: 150_000 },
   );
   if (helm.status !== 0) throw new Error(`helm install failed (${helm.error?.message ?? `exit ${helm.status}`}): ${helm.stderr}`);
@@ -93,8 +93,8 @@ afterAll(async () => {
   releaseDir(dir);
 });
 
-// The examples, with serving certificates that also name localhost, so that the local processes
-// below can check them.
+// The examples, with serving certificates that also name localhost (which the install allows,
+// allowedDnsNames), so that the local processes below can check them.
 const examplesApplied = once(async () => {
   for (const file of ["agent-alice.yaml", "agent-bob.yaml", "relay.yaml", "signing-keys.yaml"]) {
     const docs = examples(file).map((d) => (d.kind === "Agent" || d.kind === "Relay" ? { ...d, spec: { ...d.spec, tls: { dnsNames: ["localhost"] } } } : d));

@@ -67,6 +67,16 @@ export const Values = z.strictObject({
     .max(64)
     .default([])
     .describe("Images an Agent's or Relay's spec.image may name besides runtimeImage: exact references, or prefixes ending in * (empty: only runtimeImage)"),
+  allowedIssuers: z
+    .array(z.string().regex(/^[A-Za-z][A-Za-z0-9]*(\.[a-z0-9]([-a-z0-9.]*[a-z0-9])?)?\/(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/))
+    .max(64)
+    .default([])
+    .describe("cert-manager issuers spec.tls.issuerRef may name besides an Issuer of the resource's own namespace: Kind[.group]/name or Kind[.group]/* (e.g. ClusterIssuer/letsencrypt)"),
+  allowedDnsNames: z
+    .array(z.string().regex(/^(\*|(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*)$/))
+    .max(256)
+    .default([])
+    .describe("DNS names spec.tls.dnsNames may list besides the resource's own Service names and public hosts: exact, *.domain, or * (empty: only its own)"),
   imagePullSecrets: PullSecrets.default([]),
   runtime: z
     .strictObject({

@@ -46,6 +46,15 @@ describe("ifp-operator flags", () => {
     expect(() => parseFlags(["--cluster-networks=10.0.0.0/33"], {})).toThrow(/--cluster-networks takes IP addresses or CIDR blocks/);
   });
 
+  it("takes the issuers and DNS names spec.tls may name, and refuses malformed entries", () => {
+    const { settings } = parseFlags(["--allowed-issuers=ClusterIssuer/letsencrypt,ClusterIssuer/*,Issuer.awspca.cert-manager.io/pca", "--allowed-dns-names=localhost,*.agents.example.com"], {}).options;
+    expect(settings.allowedIssuers).toEqual(["ClusterIssuer/letsencrypt", "ClusterIssuer/*", "Issuer.awspca.cert-manager.io/pca"]);
+    expect(settings.allowedDnsNames).toEqual(["localhost", "*.agents.example.com"]);
+    expect(parseFlags([], {}).options.settings).toMatchObject({ allowedIssuers: [], allowedDnsNames: [] });
+    for (const bad of ["letsencrypt", "ClusterIssuer/", "/x", "ClusterIssuer/a/b", "Cluster Issuer/x"]) expect(() => parseFlags([`--allowed-issuers=${bad}`], {}), bad).toThrow(/--allowed-issuers takes Kind\[\.group\]\/name entries/);
+    for (const bad of ["a..b", "*example.com", "x.*.com", "-a.com", "a b"]) expect(() => parseFlags([`--allowed-dns-names=${bad}`], {}), bad).toThrow(/--allowed-dns-names takes DNS names/);
+  });
+
   it("refuses bad input with a clear message", () => {
     expect(() => parseFlags(["--health-port=http"], {})).toThrow(/--health-port must be a whole number from 0 to 65535, not "http"/);
     expect(() => parseFlags(["--resync=often"], {})).toThrow(/--resync takes a duration/);

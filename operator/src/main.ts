@@ -34,6 +34,11 @@ account). Every flag also reads the environment variable in brackets.
   --runtime-image-pull-policy P   IfNotPresent (default), Always or Never
   --allowed-images A,B            images an Agent's or Relay's spec.image may name: exact references, or
                                   prefixes ending in * (default: only --runtime-image)
+  --allowed-issuers A,B           cert-manager issuers spec.tls.issuerRef may name besides an Issuer
+                                  of the resource's namespace: Kind[.group]/name or Kind[.group]/*
+                                  (e.g. ClusterIssuer/letsencrypt; default: none)
+  --allowed-dns-names A,B         names spec.tls.dnsNames may list besides the resource's own:
+                                  exact, *.domain, or * (default: none)
   --runtime-run-as-user N|none    UID of the runtime pods (default 10001; none leaves it to the
                                   cluster, e.g. OpenShift's restricted SCC)
   --runtime-run-as-group N|none   GID of the runtime pods (default 10001; none leaves it unset)
@@ -92,6 +97,8 @@ const OPTIONS = {
   "runtime-image": { type: "string", env: "IFP_RUNTIME_IMAGE" },
   "runtime-image-pull-policy": { type: "string" },
   "allowed-images": { type: "string" },
+  "allowed-issuers": { type: "string" },
+  "allowed-dns-names": { type: "string" },
   "runtime-run-as-user": { type: "string" },
   "runtime-run-as-group": { type: "string" },
   "runtime-image-pull-secrets": { type: "string" },
@@ -177,6 +184,20 @@ function list(text: string | undefined): string[] {
   return (text ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 }
 
+/** --allowed-issuers: each entry Kind[.group]/name, the name possibly `*`. */
+function issuerList(text: string | undefined): string[] {
+  const entries = list(text);
+  for (const e of entries) if (!/^[A-Za-z][A-Za-z0-9]*(\.[a-z0-9]([-a-z0-9.]*[a-z0-9])?)?\/(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/.test(e)) throw new UsageError(`--allowed-issuers takes Kind[.group]/name entries such as ClusterIssuer/letsencrypt, not ${JSON.stringify(e)}`);
+  return entries;
+}
+
+/** --allowed-dns-names: each entry a DNS name, `*.` and a domain, or `*`. */
+function dnsNameList(text: string | undefined): string[] {
+  const entries = list(text);
+  for (const e of entries) if (!/^(\*|(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*)$/.test(e)) throw new UsageError(`--allowed-dns-names takes DNS names, *.domain or *, not ${JSON.stringify(e)}`);
+  return entries;
+}
+
 /** The networks runtimes may reach inside the cluster: private ranges unless told which. */
 export const DEFAULT_CLUSTER_NETWORKS = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fd00::/8"];
 
@@ -256,6 +277,8 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
         runtimeImage: str("runtime-image") ?? "ghcr.io/ifp-dev/ifp-runtime:0.1.0",
         runtimeImagePullPolicy: pullPolicy,
         allowedImages: list(str("allowed-images")),
+        allowedIssuers: issuerList(str("allowed-issuers")),
+        allowedDnsNames: dnsNameList(str("allowed-dns-names")),
         natsUrl: natsUrl ?? "nats://nats:4222",
         natsCredsSecret: credsSecret ? { name: credsSecret, key: str("nats-creds-secret-key") ?? (credsFile ? basename(credsFile) : "nats.creds") } : undefined,
         natsAuthSecret: str("nats-auth-secret"),

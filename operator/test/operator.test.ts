@@ -19,7 +19,7 @@ const NS = "ifp-test";
 const RESYNC_MS = 2_000;
 const operatorLog = capturedLog(600);
 
-const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222", allowedImages: ["registry.example/ifp/*"] };
+const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222", allowedImages: ["registry.example/ifp/*"], allowedIssuers: ["ClusterIssuer/letsencrypt"], allowedDnsNames: ["*.agents.example.net"] };
 const start = async () => {
   const m = await startManager({
     kubeconfig: cp.kubeconfig,
@@ -462,6 +462,30 @@ describe("Agent", () => {
     expect(get("deployment", "imgs").spec.template.spec.containers[0].image).toBe("registry.example/ifp/runtime:2");
   });
 
+  it("issues no certificate for a name that is not the Agent's own or allowed, nor from an issuer the install does not allow", async () => {
+    // The API server's own name, which every runtime would believe from a certificate of the install CA.
+    cp.kubectl(["apply", "-f", "-"], agentYaml("mitm", "  tls: {dnsNames: [kubernetes.default.svc]}\n"));
+    const refused = await untilReason("agent", "mitm", "DNSNameNotAllowed");
+    expect(condition(refused, "Ready").message).toMatch(/^spec.tls.dnsNames: kubernetes.default.svc is neither a name of this resource \(mitm, mitm\.[^)]*\) nor on the install's allow-list \(\*\.agents\.example\.net\)/);
+    expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "DNSNameNotAllowed" });
+    await until("the Warning/DNSNameNotAllowed Event", () => events("mitm").some((e) => `${e.type}/${e.reason}` === "Warning/DNSNameNotAllowed"));
+    expect(get("secret", "mitm-tls")).toBeUndefined();
+    expect(get("secret", "mitm-signing")).toBeUndefined();
+    expect(get("deployment", "mitm")).toBeUndefined();
+    // An unlisted ClusterIssuer: refused before any Certificate is asked for.
+    cp.kubectl(["apply", "-f", "-"], agentYaml("mitm", "  tls: {issuerRef: {name: internal-ca, kind: ClusterIssuer}}\n"));
+    const issuer = await untilReason("agent", "mitm", "IssuerNotAllowed");
+    expect(condition(issuer, "Ready").message).toMatch(/^spec.tls.issuerRef: ClusterIssuer\/internal-ca is not among the issuers this install allows \(an Issuer of the resource's namespace, ClusterIssuer\/letsencrypt\)/);
+    // (cert-manager's API may not be served yet in this run: then there is nothing to find either.)
+    const cert = kubectlOrError(cp, ["-n", NS, "get", "--ignore-not-found", "-o", "name", "certificates.cert-manager.io/mitm-tls"]);
+    expect(cert.trim() === "" || /doesn't have a resource type/.test(cert), cert).toBe(true);
+    // A name under an allowed domain: issued and rendered.
+    cp.kubectl(["apply", "-f", "-"], agentYaml("mitm", "  tls: {dnsNames: [mitm.agents.example.net]}\n"));
+    await untilReason("agent", "mitm", "RuntimeNotReady");
+    expect(get("secret", "mitm-tls")).toBeDefined();
+    expect(get("deployment", "mitm")).toBeDefined();
+  });
+
   it("refuses a second Agent claiming an agentId already in use, and renders it once the first is gone", { timeout: 120_000 }, async () => {
     // Kept on deletion: its streams are not the point here, and the test's operator has no NATS to delete them with.
     await readyAgent("orig", "  retention: {keepOnDelete: true}\n");
@@ -506,6 +530,19 @@ spec:
     cp.kubectl(["apply", "-f", "-"], relayYaml(name, retention));
     return await untilReason("relay", name, "StreamInSync", "StreamReady");
   };
+
+  it("issues a Relay no certificate for a name that is not its own or allowed, and still keeps its stream", async () => {
+    cp.kubectl(["apply", "-f", "-"], relayYaml("spoof", "{maxAge: 1h}") + "  tls: {dnsNames: [relay.other-team.svc]}\n");
+    const refused = await untilReason("relay", "spoof", "DNSNameNotAllowed");
+    expect(condition(refused, "Ready").message).toMatch(/^spec.tls.dnsNames: relay.other-team.svc is neither a name of this resource \(spoof, [^)]*spoof.example\)/);
+    expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "DNSNameNotAllowed" });
+    expect(get("secret", "spoof-tls")).toBeUndefined();
+    expect(get("deployment", "spoof")).toBeUndefined();
+    await until("its stream, all the same", () => stream(streamName("spoof")));
+    cp.kubectl(["apply", "-f", "-"], relayYaml("spoof", "{maxAge: 1h}"));
+    await untilReason("relay", "spoof", "RuntimeNotReady");
+    expect(get("secret", "spoof-tls")).toBeDefined();
+  });
 
   it("creates the relay's JetStream stream from spec.retention, and edits of maxAge reach it", async () => {
     cp.kubectl(["apply", "-f", "-"], relayYaml("hub", "{maxAge: 168h, maxMessages: 100000}"));

@@ -39,3 +39,60 @@ export function imageRefusal(image: string | undefined, settings: { runtimeImage
     message: `spec.image: ${image} is not among the images this install allows (${[settings.runtimeImage, ...allowed].join(", ")}); the operator's --allowed-images (chart value allowedImages) lists them`,
   };
 }
+
+/** Whether `name` matches an allow-list entry: the name itself, `*.<domain>` for any name under it, or `*`. */
+function dnsNameAllowed(name: string, allowed: string[]): boolean {
+  const n = name.toLowerCase();
+  return allowed.some((a) => {
+    const e = a.toLowerCase();
+    return e === "*" || e === n || (e.startsWith("*.") && n.endsWith(e.slice(1)) && n.length > e.length - 1);
+  });
+}
+
+/**
+ * Undefined when the serving certificate may name each of spec.tls.dnsNames: the resource's own
+ * names (its Service's, its public URL's host, its exposure hosts) or one on the install's
+ * allow-list. Every runtime of the install trusts the install CA, so a certificate for a name
+ * another service answers to would let this resource's pods pass for it.
+ */
+export function dnsNameRefusal(requested: string[] | undefined, own: string[], allowed: string[] = []): Blocker | undefined {
+  const mine = new Set(own.map((n) => n.toLowerCase()));
+  const foreign = (requested ?? []).filter((n) => !mine.has(n.toLowerCase()) && !dnsNameAllowed(n, allowed));
+  if (!foreign.length) return undefined;
+  return {
+    reason: "DNSNameNotAllowed",
+    message: `spec.tls.dnsNames: ${foreign.join(", ")} ${foreign.length === 1 ? "is" : "are"} neither a name of this resource (${[...mine].join(", ")}) nor on the install's allow-list${allowed.length ? ` (${allowed.join(", ")})` : ""}; the operator's --allowed-dns-names (chart value allowedDnsNames) lists them`,
+  };
+}
+
+/** How an issuer is written on the allow-list: `<Kind>/<name>`, with `.<group>` after the kind unless it is cert-manager.io. */
+export function issuerEntry(ref: { name: string; kind: string; group: string }): string {
+  return `${ref.kind}${ref.group === "cert-manager.io" ? "" : `.${ref.group}`}/${ref.name}`;
+}
+
+/**
+ * Undefined when spec.tls.issuerRef may be used: a cert-manager Issuer of the resource's own
+ * namespace (whoever may create the resource there works with that namespace's issuers anyway),
+ * or an issuer on the install's allow-list (`ClusterIssuer/letsencrypt`, `ClusterIssuer/*`).
+ */
+export function issuerRefusal(ref: { name: string; kind: string; group: string } | undefined, allowed: string[] = []): Blocker | undefined {
+  if (!ref) return undefined;
+  if (ref.kind === "Issuer" && ref.group === "cert-manager.io") return undefined;
+  const entry = issuerEntry(ref);
+  const kind = entry.slice(0, entry.indexOf("/"));
+  if (allowed.includes(entry) || allowed.includes(`${kind}/*`)) return undefined;
+  return {
+    reason: "IssuerNotAllowed",
+    message: `spec.tls.issuerRef: ${entry} is not among the issuers this install allows (an Issuer of the resource's namespace${allowed.length ? `, ${allowed.join(", ")}` : ""}); the operator's --allowed-issuers (chart value allowedIssuers) lists them`,
+  };
+}
+
+/**
+ * The refusal of spec.tls, if any: its issuer first, then its DNS names (`own`: the names the
+ * resource has anyway). A certificate of the user's own (spec.tls.secretName) is issued by nobody
+ * here; its Secret is checked where it is read.
+ */
+export function tlsRefusal(tls: { secretName?: string; issuerRef?: { name: string; kind: string; group: string }; dnsNames?: string[] } | undefined, own: string[], settings: { allowedIssuers?: string[]; allowedDnsNames?: string[] }): Blocker | undefined {
+  if (tls?.secretName) return undefined;
+  return issuerRefusal(tls?.issuerRef, settings.allowedIssuers) ?? dnsNameRefusal(tls?.dnsNames, own, settings.allowedDnsNames);
+}

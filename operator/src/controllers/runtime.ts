@@ -14,6 +14,10 @@ export interface OperatorSettings {
   runtimeImagePullPolicy: string;
   /** What spec.image may name: exact references or prefixes ending in "*" (none: only runtimeImage). */
   allowedImages?: string[];
+  /** cert-manager issuers spec.tls.issuerRef may name besides the resource namespace's Issuers: `<Kind>[.<group>]/<name or *>`. */
+  allowedIssuers?: string[];
+  /** DNS names spec.tls.dnsNames may list besides the resource's own: exact, `*.<domain>`, or `*`. */
+  allowedDnsNames?: string[];
   natsUrl: string;
   /** A Secret (in each resource's namespace) holding a NATS credentials file under `key`. */
   natsCredsSecret?: { name: string; key: string };

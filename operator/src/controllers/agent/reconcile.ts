@@ -20,7 +20,7 @@ import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.
 import { ensureLocalApi, localApiDnsNames } from "./local-api.ts";
 import { ensureHandoffSecret } from "./handoff.ts";
 import { ensureSigningKey } from "./signing.ts";
-import { imageRefusal, secretUsableBy } from "../references.ts";
+import { imageRefusal, secretUsableBy, tlsRefusal } from "../references.ts";
 import { agentStatus } from "./status.ts";
 import { errorMessage } from "../../kube/client.ts";
 import { AGENT_FINALIZER, agentKeyOf, agentLeftovers, deleteAgentJetStream, hasFinalizer, setFinalizer } from "../finalizers.ts";
@@ -38,21 +38,29 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
   }
   const agent: AgentResource = { ...parsed.data, metadata: obj.metadata as unknown as Owner["metadata"] };
   const owner = agentOwner(agent);
-  const claimed = agentIdClaimedBy(ctx, obj, agent.spec.agentId);
-  if (claimed) {
-    const blocker: Blocker = {
-      reason: "DuplicateAgentId",
-      message: `spec.agentId ${agent.spec.agentId} is already the id of Agent ${claimed} in this install; nothing is rendered for this Agent while that one exists`,
-    };
-    const { status, conditions } = agentStatus(agent, { applied: [], deployment: undefined, blocker });
+  // Refused before anything is made for it: nothing is rendered, and the status and a Warning say why.
+  const refuse = async (blocker: Blocker): Promise<ReconcileResult> => {
+    const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
+    const { status, conditions } = agentStatus(agent, { applied: [], deployment, blocker });
     if (await writeStatus(ctx, "agents", obj, status, conditions)) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
     return { requeueAfterMs: 30_000 };
+  };
+  const claimed = agentIdClaimedBy(ctx, obj, agent.spec.agentId);
+  if (claimed) {
+    return refuse({
+      reason: "DuplicateAgentId",
+      message: `spec.agentId ${agent.spec.agentId} is already the id of Agent ${claimed} in this install; nothing is rendered for this Agent while that one exists`,
+    });
   }
+  const expose = agent.spec.expose;
+  // The certificate's names: the Agent's own, then what spec.tls.dnsNames adds if the install allows it.
+  const ownNames = certificateDnsNames(owner, defaultBaseUrl(agent.spec.baseUrl, expose), [...localApiDnsNames(owner, agent), ...exposedHosts(expose)]);
+  const tlsRefused = tlsRefusal(agent.spec.tls, ownNames, ctx.settings);
+  if (tlsRefused) return refuse(tlsRefused);
   try {
     // The agent's streams and buckets go with it unless it keeps them; the finalizer says so.
     if (await setFinalizer(ctx.kube, obj, AGENT_FINALIZER, !agent.spec.retention.keepOnDelete)) return {}; // the update brings the next pass
     const signing = await ensureSigningKey(ctx, obj, owner, agent.spec.signing);
-    const expose = agent.spec.expose;
     const localApi = await ensureLocalApi(ctx, obj, owner, agent);
     const handoff = await ensureHandoffSecret(ctx, obj, owner, agent);
     const dnsNames = certificateDnsNames(owner, defaultBaseUrl(agent.spec.baseUrl, expose), [...localApiDnsNames(owner, agent), ...(agent.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]);

@@ -15,8 +15,8 @@ import type { RelayStatus } from "../../crd/status.ts";
 import { invalidSpecConditions } from "../conditions.ts";
 import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
-import { ensureTls } from "../tls.ts";
-import { imageRefusal } from "../references.ts";
+import { ensureTls, type TlsOutcome } from "../tls.ts";
+import { imageRefusal, tlsRefusal } from "../references.ts";
 import { ensureTrust } from "../trust.ts";
 import { relayPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
 import { ensureNatsCreds } from "../nats-creds.ts";
@@ -47,7 +47,11 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
       return {}; // the update brings the next pass
     }
     const expose = relay.spec.expose;
-    const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, relay.spec.tls, certificateDnsNames(owner, relay.spec.url, [...(relay.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]));
+    // A refused spec.tls gets no certificate and holds the Deployment; the stream is still kept.
+    const tlsRefused = tlsRefusal(relay.spec.tls, certificateDnsNames(owner, relay.spec.url, exposedHosts(expose)), ctx.settings);
+    const tls: TlsOutcome = tlsRefused
+      ? { secretName: childNames(name).tlsSecret, blocker: tlsRefused, applied: [], events: [] }
+      : await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, relay.spec.tls, certificateDnsNames(owner, relay.spec.url, [...(relay.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]));
     for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
     const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, relay.spec.tls?.trust);
     const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, relayPermissions(relay)) : undefined;
@@ -56,7 +60,7 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
     if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
     // A Secret the relay may not use (or that does not exist yet) is never mounted.
     const imageBlocker = imageRefusal(relay.spec.image, ctx.settings);
-    const tlsHeld = imageBlocker || (tls.blocker && ["TLSSecretMissing", "InvalidTLSSecret", "ForeignSecret"].includes(tls.blocker.reason));
+    const tlsHeld = imageBlocker || tlsRefused || (tls.blocker && ["TLSSecretMissing", "InvalidTLSSecret", "ForeignSecret"].includes(tls.blocker.reason));
     const changed = [...pruned, ...(tlsHeld ? [] : await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName, exposure })))];
     if (changed.length > pruned.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.slice(pruned.length).join(", ")}`);
     const blocker = imageBlocker ?? tls.blocker ?? trust.blocker ?? exposure.blocker;
