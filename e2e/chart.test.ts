@@ -366,11 +366,14 @@ describe("Helm chart", () => {
   });
 
   it("gives the operator least-privilege RBAC, cluster-wide or per namespace", () => {
-    expect(docs(render()).filter((d) => d.kind === "ClusterRole")).toHaveLength(0);
+    const clusterRoles = (objects: Obj[]) => objects.filter((d) => d.kind === "ClusterRole").map((d) => d.metadata.name);
+    // Namespace-scoped by default: the only ClusterRole reads the watched namespaces' labels.
+    expect(clusterRoles(docs(render()))).toEqual(["ifp-ifp-operator-namespaces"]);
     const cluster = docs(render("clusterWide=true"));
-    expect(cluster.filter((d) => d.kind === "ClusterRole")).toHaveLength(1);
+    expect(clusterRoles(cluster).sort()).toEqual(["ifp-ifp-operator", "ifp-ifp-operator-namespaces"]);
+    expect(find(cluster, "ClusterRole", "ifp-ifp-operator-namespaces").rules).toEqual([{ apiGroups: [""], resources: ["namespaces"], verbs: ["get"] }]);
     const scoped = docs(render("watchNamespaces={team-a,team-b}"));
-    expect(scoped.filter((d) => d.kind === "ClusterRole")).toHaveLength(0);
+    expect(clusterRoles(scoped)).toEqual(["ifp-ifp-operator-namespaces"]);
     expect(scoped.filter((d) => d.kind === "Role" && d.metadata.namespace === "team-a")).toHaveLength(1);
     const role = find(cluster, "ClusterRole", "ifp-ifp-operator");
     expect(JSON.stringify(role.rules)).not.toMatch(/"\*"/);
@@ -380,7 +383,8 @@ describe("Helm chart", () => {
 
   it("grants the operator its own namespace and the listed ones by default, every namespace only with clusterWide: kubectl auth can-i --list on the real API server", () => {
     const scoped = docs(render("watchNamespaces={rbac-team}"));
-    expect(scoped.filter((d) => d.kind === "ClusterRole" || d.kind === "ClusterRoleBinding")).toEqual([]);
+    // Cluster-scoped: only the labels of the watched namespaces, read by name.
+    expect(scoped.filter((d) => d.kind === "ClusterRole").map((d) => [d.metadata.name, d.rules])).toEqual([["ifp-ifp-operator-namespaces", [{ apiGroups: [""], resources: ["namespaces"], resourceNames: [NS, "rbac-team"], verbs: ["get"] }]]]);
     expect(scoped.filter((d) => d.kind === "Role" && d.metadata.name === "ifp-ifp-operator").map((d) => d.metadata.namespace)).toEqual([NS, "rbac-team"]);
     expect(find(scoped, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args).toContain(`--watch-namespaces=${NS},rbac-team`);
     const wide = docs(render("clusterWide=true", "watchNamespaces={rbac-team}"));
@@ -392,7 +396,7 @@ describe("Helm chart", () => {
     const WIDE_SA = "ifp-wide-operator";
     const rbacOf = (objects: Obj[]) => objects.filter((d) => ["ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"].includes(d.kind));
     const wideRbac = rbacOf(wide)
-      .filter((d) => d.kind === "ClusterRole" || d.kind === "ClusterRoleBinding")
+      .filter((d) => (d.kind === "ClusterRole" || d.kind === "ClusterRoleBinding") && !d.metadata.name.endsWith("-namespaces"))
       .map((d) => ({ ...d, metadata: { ...d.metadata, name: `${d.metadata.name}-wide` }, ...(d.roleRef ? { roleRef: { ...d.roleRef, name: `${d.roleRef.name}-wide` }, subjects: [{ kind: "ServiceAccount", name: WIDE_SA, namespace: NS }] } : {}) }));
     const applied = [...rbacOf(scoped), ...wideRbac].map((d) => JSON.stringify(d)).join("\n");
     for (const ns of [NS, "rbac-team", "rbac-other"]) cp.kubectl(["apply", "-f", "-"], `apiVersion: v1\nkind: Namespace\nmetadata: {name: ${ns}}\n`);
@@ -436,8 +440,8 @@ describe("Helm chart", () => {
     expect(team.secrets).not.toContain("delete");
     expect(Object.keys(team).some((r) => r.startsWith("*"))).toBe(false);
     expect(Object.values(team).some((verbs) => verbs.includes("*"))).toBe(false);
-    // A namespace not listed: nothing at all.
-    expect(own(canList("ifp-ifp-operator", "-n", "rbac-other"))).toEqual({});
+    // A namespace not listed: nothing at all but reading the watched namespaces' labels (cluster-scoped).
+    expect(own(canList("ifp-ifp-operator", "-n", "rbac-other"))).toEqual({ [`namespaces [${NS}]`]: ["get"], "namespaces [rbac-team]": ["get"] });
     // Its own namespace: the same, plus its CA Secret, its Deployment by name, and the leader Lease.
     const home = own(canList("ifp-ifp-operator", "-n", NS));
     expect(home).toMatchObject(watched);
@@ -446,7 +450,7 @@ describe("Helm chart", () => {
     expect(home["leases.coordination.k8s.io"]).toEqual(["create", "get", "list", "patch", "update", "watch"]);
     // clusterWide: the same rules in a namespace nobody listed.
     expect(own(canList(WIDE_SA, "-n", "rbac-other"))).toMatchObject(watched);
-    expect(own(canList("ifp-ifp-operator", "-n", "rbac-other"))).toEqual({});
+    expect(own(canList("ifp-ifp-operator", "-n", "rbac-other"))).toEqual({ [`namespaces [${NS}]`]: ["get"], "namespaces [rbac-team]": ["get"] });
   });
 
   it("tells the operator which images, issuers and DNS names a resource may name beyond its own, and refuses malformed ones", async () => {

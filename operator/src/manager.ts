@@ -9,6 +9,7 @@ import { Nats, type NatsOptions } from "../../runtime/src/nats/connection.ts";
 import { OPERATOR_INBOX_PREFIX, operatorPermissions } from "../../runtime/src/contract/nats-permissions.ts";
 import { loadNatsIssuer } from "./controllers/nats-creds.ts";
 import { reconcileAgent } from "./controllers/agent/reconcile.ts";
+import { NamespaceLabels } from "./controllers/agent/directory.ts";
 import { reconcileRelay, type RelayContext } from "./controllers/relay/reconcile.ts";
 import { ownerOf, type OperatorSettings } from "./controllers/runtime.ts";
 import { InstallTrust, type TrustLifetimes } from "./controllers/trust.ts";
@@ -85,6 +86,13 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   const enqueue = (kind: CachedKind, obj: KubernetesObject) => {
     const ns = obj.metadata?.namespace;
     if (!ns) return;
+    if (kind === "Agent") {
+      // The Agents that may select this one (spec.peerSelector) look again: its keys or endpoint
+      // may have changed, or it may match now or no more.
+      for (const o of caches.list<KubernetesObject & { spec?: { peerSelector?: unknown } }>("Agent")) {
+        if (o.spec?.peerSelector && o.metadata?.uid !== obj.metadata?.uid) controllers.Agent.enqueue(o.metadata!.namespace!, o.metadata!.name!);
+      }
+    }
     if (kind === "Agent" || kind === "Relay") return controllers[kind].enqueue(ns, obj.metadata!.name!);
     const owner = ownerOf(obj);
     if (owner) controllers[owner.kind].enqueue(ns, owner.name);
@@ -118,6 +126,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   const ctx: RelayContext = { kube, caches, settings, log, nats, trust, natsIssuer, deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
     rollouts: new RolloutGate(opts.rolloutLimit ?? parseRolloutLimit(DEFAULT_ROLLOUT_LIMIT)),
     agentIds: new Map(),
+    namespaceLabels: new NamespaceLabels(kube, log),
     summaries,
   };
   const controller = (kind: Kind, reconcile: Reconcile) =>

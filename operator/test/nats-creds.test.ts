@@ -184,7 +184,10 @@ describe("on a real API server", () => {
     cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name: "alice", namespace: NS }, spec: { agentId: "alice-id" } }));
     cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: { name: "hub", namespace: NS }, spec: { url: "https://relay.example" } }));
     const agentCreds = await until("alice-nats", () => credsOf("alice"));
-    expect(credsClaims(agentCreds)!.pub).toEqual(agentPermissions("alice-id").pub);
+    // Its streams and buckets by its namespace/name, its reply inbox by its agent id.
+    const alicePermissions = agentPermissions("alice-id", `${NS}/alice`);
+    expect(credsClaims(agentCreds)!.pub).toEqual(alicePermissions.pub);
+    expect(credsClaims(agentCreds)!.pub).toContain(`$JS.API.*.*.IFP_INBOX_${NS}_2Falice`);
     const relayCreds = await until("hub-nats", () => credsOf("hub"));
     expect(credsClaims(relayCreds)!.pub).toEqual(relayPermissions({ metadata: { name: "hub", namespace: NS }, spec: { url: "https://relay.example" } } as never).pub);
     const secret = get("secret", "alice-nats");
@@ -200,14 +203,14 @@ describe("on a real API server", () => {
     const account = getOrAbsent(cp, ["-n", "ifp-system", "get", "secret", "ifp-nats-account"]).data;
     const field = (k: string) => Buffer.from(account[k], "base64").toString();
     const issuer = new CredentialIssuer(field("account.pub"), field("account-signing.seed"));
-    const old = await issuer.issue("old", agentPermissions("alice-id"), Date.now() - CREDENTIAL_LIFETIME_MS * 0.75);
+    const old = await issuer.issue("old", alicePermissions, Date.now() - CREDENTIAL_LIFETIME_MS * 0.75);
     cp.kubectl(["-n", NS, "patch", "secret", "alice-nats", "--type=merge", "-p", JSON.stringify({ data: { "nats.creds": Buffer.from(old).toString("base64") } })]);
     const renewed = await until("the renewal", () => {
       const c = credsOf("alice");
       return c && c !== old && c !== agentCreds ? c : undefined;
     });
     expect(credsClaims(renewed)!.exp!).toBeGreaterThan(credsClaims(old)!.exp!);
-    expect(renewalDue(renewed, agentPermissions("alice-id"), issuer.accountKey)).toBeGreaterThan(Date.now());
+    expect(renewalDue(renewed, alicePermissions, issuer.accountKey)).toBeGreaterThan(Date.now());
   });
 
   it("never overwrites a Secret of that name it does not control", async () => {

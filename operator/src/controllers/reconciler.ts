@@ -14,6 +14,7 @@ import { isSubset } from "../kube/subset.ts";
 import { mergeConditions, type Condition, type ConditionInput } from "./conditions.ts";
 import type { OperatorSettings } from "./runtime.ts";
 import type { InstallTrust } from "./trust.ts";
+import type { NamespaceLabels } from "./agent/directory.ts";
 
 /** What a reconcile needs around it; the controllers are the pure parts plus this shell. */
 export interface ReconcileContext {
@@ -36,6 +37,8 @@ export interface ReconcileContext {
    * moment, before its status (which a restarted operator goes by) reaches the cache.
    */
   agentIds?: Map<string, string>;
+  /** Namespaces' labels, for spec.peerSelector.namespaceSelector. */
+  namespaceLabels?: NamespaceLabels;
   /** The traffic summaries read from NATS (summary.ts); absent without NATS. */
   summaries?: Pick<SummaryCollector, "get">;
 }

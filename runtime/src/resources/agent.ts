@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { AgentId, cel, DeploymentSettings, Duration, LogLevel, ExposeSpec, NetworkSpec, HttpsUrl, HttpUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
+import { AgentId, cel, DeploymentSettings, Duration, LogLevel, ExposeSpec, NetworkSpec, HttpsUrl, HttpUrl, KnownAgent, LabelSelector, resource, TlsSpec } from "./common.ts";
 
 export const CAPABILITY_NAME_RE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 
@@ -73,6 +73,17 @@ export const AgentSpec = z.object({
     )
     .default([])
     .describe("Agents this agent knows, with their keys trusted out of band (authentication level 2)"),
+  peerSelector: z
+    .object({
+      agentSelector: LabelSelector.describe("Labels of the Agents to trust ({} selects every Agent of the namespaces below)"),
+      namespaceSelector: LabelSelector.optional().describe(
+        "Labels of the namespaces they may be in, among those the operator watches ({} all of them); absent: this Agent's own namespace",
+      ),
+    })
+    .optional()
+    .describe(
+      "Agents of this install to trust as peers without copying their keys: the operator adds each match's agent id, endpoint and current public keys (across rotation) to spec.peers as the runtime reads it; an entry of spec.peers with the same agent id wins",
+    ),
   inbox: z
     .object({
       maxMessageBytes: z.number().int().min(1024).max(16 * 1024 * 1024).default(1048576).describe("Largest message body accepted, in bytes; larger ones are answered 413"),

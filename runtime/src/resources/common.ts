@@ -75,6 +75,38 @@ export const TrustedKey = z.object({
 });
 export type TrustedKey = z.infer<typeof TrustedKey>;
 
+/** A Kubernetes label selector (metav1.LabelSelector): every matchLabels pair and every expression must hold. */
+export const LabelSelector = z.object({
+  matchLabels: z.record(z.string().max(317), z.string().max(63)).optional().describe("Labels that must be present with these values"),
+  matchExpressions: z
+    .array(
+      z.object({
+        key: z.string().min(1).max(317).describe("The label's key"),
+        operator: z.enum(["In", "NotIn", "Exists", "DoesNotExist"]).describe("In, NotIn, Exists or DoesNotExist"),
+        values: z.array(z.string().max(63)).max(64).optional().describe("The values for In and NotIn"),
+      }),
+    )
+    .max(16)
+    .optional()
+    .describe("Expressions on labels, all of which must hold"),
+});
+export type LabelSelector = z.infer<typeof LabelSelector>;
+
+/** Whether `labels` satisfy `selector` ({} selects everything). */
+export function selectorMatches(selector: LabelSelector, labels: Record<string, string> | undefined): boolean {
+  const l = labels ?? {};
+  for (const [k, v] of Object.entries(selector.matchLabels ?? {})) if (l[k] !== v) return false;
+  for (const e of selector.matchExpressions ?? []) {
+    const has = Object.hasOwn(l, e.key);
+    const inValues = has && (e.values ?? []).includes(l[e.key]!);
+    if (e.operator === "In" && !inValues) return false;
+    if (e.operator === "NotIn" && inValues) return false;
+    if (e.operator === "Exists" && !has) return false;
+    if (e.operator === "DoesNotExist" && has) return false;
+  }
+  return true;
+}
+
 export const AgentId = z.string().min(1).max(512).regex(/^\S+$/, "must not contain white space");
 
 /** spec.logLevel: the runtime's log level (its IFP_LOG_LEVEL). */

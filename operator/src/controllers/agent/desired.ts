@@ -10,6 +10,7 @@ import { childMeta, childNames, renderManifest, runtimeDeployment, runtimeServic
 import { withIntroductionTokens } from "./introduction.ts";
 import { localApiChildren, localApiServicePort, withLocalApi } from "./local-api.ts";
 import { withHandoffSecret } from "./handoff.ts";
+import { withDirectoryPeers } from "./directory.ts";
 
 export type AgentResource = Agent & { metadata: Owner["metadata"] };
 
@@ -20,6 +21,8 @@ export interface AgentInputs {
   tlsSecret: string;
   /** The exposure children to render and the Gateway API versions served (default: all of spec.expose, newest versions). */
   exposure?: ExposurePlanInput;
+  /** The peers spec.peerSelector selects (directory.ts), added to spec.peers in the manifest. */
+  directory?: AgentResource["spec"]["peers"];
 }
 
 export function agentOwner(agent: { metadata: Owner["metadata"] }): Owner {
@@ -27,10 +30,12 @@ export function agentOwner(agent: { metadata: Owner["metadata"] }): Owner {
 }
 
 /** The manifest the runtime reads, with the signing key's creation time for the identity document. */
-export function agentManifest(agent: AgentResource, signingCreated: string): string {
-  // spec.baseUrl defaulted from spec.expose, so that the identity document advertises it.
+export function agentManifest(agent: AgentResource, signingCreated: string, directory: AgentResource["spec"]["peers"] = []): string {
+  // spec.baseUrl defaulted from spec.expose, so that the identity document advertises it; the
+  // directory's peers after the Agent's own.
   const baseUrl = defaultBaseUrl(agent.spec.baseUrl, agent.spec.expose);
-  const rendered = baseUrl && !agent.spec.baseUrl ? { ...agent, spec: { ...agent.spec, baseUrl } } : agent;
+  const peers = withDirectoryPeers(agent.spec.peers, directory);
+  const rendered = (baseUrl && !agent.spec.baseUrl) || peers.length !== agent.spec.peers.length ? { ...agent, spec: { ...agent.spec, peers, ...(baseUrl ? { baseUrl } : {}) } } : agent;
   return renderManifest(rendered, signingCreated ? { [ANNOTATIONS.signingKeyCreated]: signingCreated } : {});
 }
 
@@ -38,7 +43,7 @@ export function agentManifest(agent: AgentResource, signingCreated: string): str
 export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs): KubernetesObject[] {
   const owner = agentOwner(agent);
   const n = childNames(agent.metadata.name);
-  const manifest = agentManifest(agent, inputs.signing.created);
+  const manifest = agentManifest(agent, inputs.signing.created, inputs.directory);
   const configMap: V1ConfigMap = { apiVersion: "v1", kind: "ConfigMap", metadata: childMeta(owner, n.configMap), data: { "manifest.yaml": manifest } };
   // The runtime records Events on its Agent (undeliverable messages, dead letters).
   const role: V1Role = {

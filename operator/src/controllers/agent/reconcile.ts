@@ -20,6 +20,7 @@ import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.
 import { ensureLocalApi, localApiDnsNames } from "./local-api.ts";
 import { ensureHandoffSecret } from "./handoff.ts";
 import { ensureSigningKey } from "./signing.ts";
+import { selectedPeers } from "./directory.ts";
 import { imageRefusal, secretUsableBy, tlsRefusal } from "../references.ts";
 import { agentStatus } from "./status.ts";
 import { errorMessage } from "../../kube/client.ts";
@@ -77,7 +78,8 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     if (!("blocker" in signing) && !localApi.blocker && !handoff.blocker && !refused && !tlsHeld) {
       const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
       if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
-      let children = desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName, exposure });
+      const directory = await directoryPeers(ctx, obj, agent);
+      let children = desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName, exposure, directory });
       queued = holdRollout(ctx, obj, children);
       if (queued) children = children.filter((c) => c.kind !== "Deployment");
       const changed = await applyChildren(ctx.kube, ctx.caches, owner, children);
@@ -101,6 +103,15 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
   } catch (err) {
     return await reportFailure(ctx, "agents", obj, err);
   }
+}
+
+/** The peers spec.peerSelector selects among the Agents the operator watches (directory.ts). */
+async function directoryPeers(ctx: ReconcileContext, obj: CustomObject, agent: AgentResource): Promise<AgentResource["spec"]["peers"]> {
+  const selector = agent.spec.peerSelector;
+  if (!selector) return [];
+  const agents = ctx.caches.list<CustomObject>("Agent");
+  const labels = selector.namespaceSelector && ctx.namespaceLabels ? await ctx.namespaceLabels.load(agents.map((a) => a.metadata?.namespace ?? "").filter(Boolean)) : () => undefined;
+  return selectedPeers(obj, selector, agents, labels);
 }
 
 /** How often an Agent whose rollout is queued looks again for a free place. */
