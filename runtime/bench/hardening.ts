@@ -38,7 +38,7 @@ export interface HardeningResult {
   durationS: number;
 }
 
-function rssMiB(pid: number): number {
+export function rssMiB(pid: number): number {
   try {
     const m = /VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
     return m ? Math.round(Number(m[1]) / 1024) : 0;
@@ -47,7 +47,7 @@ function rssMiB(pid: number): number {
   }
 }
 
-function send(agent: HttpsAgent, ca: string, url: string, method: string, headers: Record<string, string>, body?: Buffer | string): Promise<number> {
+export function send(agent: HttpsAgent, ca: string, url: string, method: string, headers: Record<string, string>, body?: Buffer | string): Promise<number> {
   return new Promise((resolve) => {
     const req = httpsRequestRaw(url, { method, headers, agent, ca, timeout: 30_000 }, (res) => {
       res.resume();
@@ -60,7 +60,7 @@ function send(agent: HttpsAgent, ca: string, url: string, method: string, header
   });
 }
 
-async function startRuntime(args: string[], readyUrl: string, ca: string): Promise<ChildProcess> {
+export async function startRuntime(args: string[], readyUrl: string, ca: string): Promise<ChildProcess> {
   const child = spawn(process.execPath, [here("../bin/ifp-runtime.ts"), ...args], { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, IFP_LOG_LEVEL: "error" } });
   const agent = new HttpsAgent();
   await waitFor(`${args[0]} ready`, async () => (await send(agent, ca, readyUrl, "GET", {})) === 200, 60_000, 200);

@@ -54,6 +54,38 @@ export interface EndpointDeps {
   now?: () => number;
 }
 
+/** The whole of a request — headers and body — must arrive within this. */
+export const REQUEST_TIMEOUT_MS = 30_000;
+
+/**
+ * Slow clients are cut off: headers must arrive within 10 s, checked every second (Node checks
+ * every 30 s by default). The body's deadline is `cutOffUnfinishedBodies`.
+ */
+export const SLOW_CLIENT_LIMITS = { headersTimeout: 10_000, connectionsCheckingInterval: 1_000 } as const;
+
+/**
+ * A request whose body has not fully arrived REQUEST_TIMEOUT_MS after it began loses its
+ * connection: Node's own request timeout lets a client that sent its headers and then stopped
+ * sending the body hold the connection indefinitely.
+ */
+export function cutOffUnfinishedBodies(app: FastifyInstance, timeoutMs = REQUEST_TIMEOUT_MS): void {
+  app.addHook("onRequest", (req, _reply, done) => {
+    const raw = req.raw;
+    // Only requests with a body (never an upgrade to WebSocket, whose request never completes).
+    const hasBody = raw.headers["transfer-encoding"] !== undefined || Number(raw.headers["content-length"] ?? 0) > 0;
+    if (hasBody && !raw.headers.upgrade && !raw.complete) {
+      const timer = setTimeout(() => {
+        if (!raw.complete) raw.socket.destroy();
+      }, timeoutMs);
+      timer.unref();
+      const clear = () => clearTimeout(timer);
+      raw.once("end", clear);
+      raw.once("close", clear);
+    }
+    done();
+  });
+}
+
 /**
  * A fastify instance for an IFP endpoint: HTTPS only (TLS 1.2+), JSON in and out, and one
  * error handler that maps every failure to the spec's error body {status, code, message}.
@@ -65,11 +97,12 @@ export function createServer(opts: ServerOptions): FastifyInstance {
     bodyLimit: opts.bodyLimit ?? 1024 * 1024,
     return503OnClosing: true,
     forceCloseConnections: "idle",
-    requestTimeout: 30_000,
+    requestTimeout: REQUEST_TIMEOUT_MS,
     // Never `true`: a client's own X-Forwarded-For would pick its rate-limit bucket.
     trustProxy: opts.trustedProxies?.length ? [...opts.trustedProxies] : false,
-    ...(opts.tls ? { https: { cert: opts.tls.cert, key: opts.tls.key, minVersion: "TLSv1.2" as const } } : {}),
+    ...(opts.tls ? { https: { cert: opts.tls.cert, key: opts.tls.key, minVersion: "TLSv1.2" as const, ...SLOW_CLIENT_LIMITS } } : {}),
   }) as unknown as FastifyInstance;
+  cutOffUnfinishedBodies(app);
   jsonApi(app);
   return app;
 }

@@ -1,0 +1,388 @@
+// Faults, slow clients and a soak against the real runtimes, as users run them (the
+// `ifp-runtime` command) on a real nats-server: kill -9 of nats-server, of the agent runtime and
+// of the relay runtime in the middle of sustained traffic, each restarted, with every message
+// answered 202 counted until it reached the handler or was pulled from the mailbox (lost = 0);
+// slow clients (slow headers, slow body, unfinished body) cut off without starving the others;
+// and a fixed-length run at ~70% of the measured capacity with p99 and RSS at its start and end.
+// `npm run test:faults` prints a table and writes faults-results.json; IFP_FAULTS_LOAD_SECONDS,
+// IFP_SOAK_SECONDS and IFP_SLOW_CLIENTS size it. Loopback only; every loop ends by itself.
+import type { ChildProcess } from "node:child_process";
+import { writeFileSync } from "node:fs";
+import { Agent as HttpsAgent } from "node:https";
+import { connect as tlsConnect, type TLSSocket } from "node:tls";
+import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import { localhostTls } from "../../e2e/support/tls.ts";
+import { freePort, waitFor } from "../../e2e/support/ports.ts";
+import { startHandler } from "../test/agent-harness.ts";
+import { identity, message, peerOf, signed, tempDir, writeAgentManifest, writeKey, writeRelayManifest } from "../test/fixtures.ts";
+import { HttpClient } from "../src/net/http-client.ts";
+import { RelayClient } from "../src/relay/client.ts";
+import { signMessage } from "../src/protocol/signing.ts";
+import { rssMiB, send, startRuntime } from "./hardening.ts";
+
+export interface FaultResult {
+  fault: string;
+  sent: number;
+  accepted: number;
+  /** Answered 202 and never handed to the application (or pulled from the mailbox). */
+  lost: number;
+  /** Answers to requests sent while the component was down, by status (0: no connection), whenever they came. */
+  duringOutage: Record<string, number>;
+  /** 202 answers given while the component was down: must be 0 (202 means durable). */
+  acceptedDuringOutage: number;
+  /** From the kill until the first 202 after the restart. */
+  recoveryS: number;
+}
+
+export interface SlowClientResult {
+  kind: string;
+  connections: number;
+  /** Cut off by the server, and the longest it took. */
+  closed: number;
+  longestS: number;
+}
+
+export interface FaultsResult {
+  faults: FaultResult[];
+  slowClients: { results: SlowClientResult[]; others: { sent: number; ok: number; p99Ms: number } };
+  soak: { seconds: number; capacityPerS: number; targetPerS: number; sent: number; errors: number; statuses: Record<string, number>; p99Ms: { start: number; end: number }; rssMiB: { start: number; end: number } };
+  durationS: number;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** kill -9, and wait until the process is gone. */
+async function killed(child: ChildProcess): Promise<void> {
+  const exited = new Promise<void>((r) => (child.exitCode !== null || child.signalCode !== null ? r() : child.once("exit", () => r())));
+  child.kill("SIGKILL");
+  await exited;
+}
+const p99 = (xs: number[]) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * 0.99))]! : 0);
+
+interface Stack {
+  nats: NatsServer;
+  ca: string;
+  inbox: string;
+  relayUrl: string;
+  agent: () => ChildProcess;
+  relay: () => ChildProcess;
+  restartAgent(): Promise<void>;
+  restartRelay(): Promise<void>;
+  handled: Set<string>;
+  stop(): Promise<void>;
+}
+
+async function startStack(): Promise<Stack & { sender: ReturnType<typeof identity>; self: ReturnType<typeof identity> }> {
+  const nats = await startNats();
+  const tls = await localhostTls();
+  const dir = tempDir("ifp-faults-");
+  const sender = identity("faults-sender");
+  const self = identity("faults-agent");
+  const handler = await startHandler();
+  const handled = new Set<string>();
+  const [agentPort, relayPort] = await Promise.all([freePort(), freePort()]);
+  const limits = { perSenderPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perSenderBytesPerHour: 1 << 30 };
+  const agentManifest = writeAgentManifest(dir, { agentId: self.agentId, peers: [peerOf(sender)], handler: { url: handler.url }, inbox: { rateLimit: limits } }, "agent");
+  const relayUrl = `https://localhost:${relayPort}`;
+  const relayManifest = writeRelayManifest(dir, { url: relayUrl, agents: [peerOf(sender), peerOf(self)], limits: { perAgentPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perAgentBytesPerHour: 1 << 30 } }, "relay");
+  const common = ["--host", "127.0.0.1", "--metrics-port", "0", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url];
+  const agentArgs = ["agent", "--manifest", agentManifest, "--port", String(agentPort), "--signing-key", writeKey(dir, self), "--local-api-port", "0", ...common];
+  const relayArgs = ["relay", "--manifest", relayManifest, "--port", String(relayPort), ...common];
+  const agentBase = `https://localhost:${agentPort}`;
+  let agentProc = await startRuntime(agentArgs, `${agentBase}/readyz`, tls.ca);
+  let relayProc = await startRuntime(relayArgs, `${relayUrl}/readyz`, tls.ca);
+  // What reached the application, by message_id (the hand-off is at least once: a set).
+  const seen = setInterval(() => {
+    for (const r of handler.received.splice(0)) handled.add(r.body.headers.message_id);
+  }, 50);
+  return {
+    nats,
+    ca: tls.ca,
+    inbox: `${agentBase}/.well-known/agent/inbox`,
+    relayUrl,
+    sender,
+    self,
+    handled,
+    agent: () => agentProc,
+    relay: () => relayProc,
+    async restartAgent() {
+      agentProc = await startRuntime(agentArgs, `${agentBase}/readyz`, tls.ca);
+    },
+    async restartRelay() {
+      relayProc = await startRuntime(relayArgs, `${relayUrl}/readyz`, tls.ca);
+    },
+    async stop() {
+      clearInterval(seen);
+      for (const p of [agentProc, relayProc]) p.kill("SIGTERM");
+      await handler.close();
+      await nats.close();
+    },
+  };
+}
+
+/** Sustained load for `seconds` from `concurrency` workers; `fault` runs once, a third of the way in. */
+async function underLoad(
+  name: string,
+  seconds: number,
+  concurrency: number,
+  request: (agent: HttpsAgent) => Promise<{ id: string; status: number }>,
+  fault: (outage: { down(): void; up(): void }) => Promise<void>,
+): Promise<{ result: Omit<FaultResult, "lost">; accepted: Set<string> }> {
+  const agent = new HttpsAgent({ keepAlive: true, maxSockets: concurrency });
+  const accepted = new Set<string>();
+  const duringOutage: Record<string, number> = {};
+  let sent = 0;
+  let down = false;
+  let killedAt = 0;
+  let recoveredAt = 0;
+  let acceptedDuringOutage = 0;
+  const end = Date.now() + seconds * 1000;
+  const workers = Array.from({ length: concurrency }, async () => {
+    while (Date.now() < end) {
+      const startedDown = down;
+      const { id, status } = await request(agent);
+      sent++;
+      if (status === 202) accepted.add(id);
+      // Answers to what was sent during the outage, whenever they came; a 202 while the
+      // component is still down would be a lie (202 means durable).
+      if (startedDown) duringOutage[status] = (duringOutage[status] ?? 0) + 1;
+      if (status === 202 && down) acceptedDuringOutage++;
+      if (status === 202 && restarted && !recoveredAt) recoveredAt = Date.now();
+      // No connection (the runtime killed): do not spin.
+      if (status === 0) await sleep(50);
+    }
+  });
+  let restarted = false;
+  const faulted = (async () => {
+    await sleep((seconds * 1000) / 3);
+    await fault({
+      down: () => {
+        down = true;
+        killedAt = Date.now();
+      },
+      up: () => {
+        down = false;
+        restarted = true;
+      },
+    });
+  })();
+  await Promise.all([...workers, faulted]);
+  agent.destroy();
+  return { result: { fault: name, sent, accepted: accepted.size, duringOutage, acceptedDuringOutage, recoveryS: recoveredAt ? Math.round((recoveredAt - killedAt) / 100) / 10 : -1 }, accepted };
+}
+
+/** Until every accepted id is in `arrived` (or `timeoutMs` passed): how many never arrived. */
+async function missing(accepted: Set<string>, arrived: () => Set<string>, timeoutMs: number): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const got = arrived();
+    const lost = [...accepted].filter((id) => !got.has(id)).length;
+    if (lost === 0 || Date.now() > deadline) return lost;
+    await sleep(250);
+  }
+}
+
+async function slowClients(stack: Stack & { sender: ReturnType<typeof identity>; self: ReturnType<typeof identity> }, count: number): Promise<FaultsResult["slowClients"]> {
+  const url = new URL(stack.inbox);
+  const kinds = ["slow headers", "slow body", "unfinished body"] as const;
+  const results: SlowClientResult[] = [];
+  const sockets: { kind: string; socket: TLSSocket; opened: number; closed?: number }[] = [];
+  const head = `POST ${url.pathname} HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\n`;
+  for (const kind of kinds) {
+    for (let i = 0; i < count; i++) {
+      const socket = tlsConnect({ host: "127.0.0.1", port: Number(url.port), servername: "localhost", ca: stack.ca });
+      const entry = { kind, socket, opened: Date.now() } as { kind: string; socket: TLSSocket; opened: number; closed?: number };
+      socket.on("close", () => (entry.closed ??= Date.now()));
+      socket.on("error", () => {});
+      socket.once("secureConnect", () => socket.write(kind === "slow headers" ? head : `${head}Content-Length: 100000\r\n\r\n{"ifp":4,`));
+      sockets.push(entry);
+    }
+  }
+  // A byte every 2 s from the slow ones; nothing more from the unfinished ones.
+  const drip = setInterval(() => {
+    for (const s of sockets) if (!s.closed && s.kind !== "unfinished body" && s.socket.writable) s.socket.write(s.kind === "slow headers" ? "X" : " ");
+  }, 2000);
+  // Meanwhile the others: signed messages, one at a time per worker, for as long as any slow one is open (at most 90 s).
+  const agent = new HttpsAgent({ keepAlive: true, maxSockets: 4 });
+  const latencies: number[] = [];
+  let ok = 0;
+  const until = Date.now() + 90_000;
+  await Promise.all(
+    Array.from({ length: 4 }, async () => {
+      while (Date.now() < until && sockets.some((s) => !s.closed)) {
+        const t = performance.now();
+        const status = await send(agent, stack.ca, stack.inbox, "POST", { "content-type": "application/json" }, JSON.stringify(signed(stack.sender, stack.self.agentId)));
+        latencies.push(performance.now() - t);
+        if (status === 202) ok++;
+        await sleep(20);
+      }
+    }),
+  );
+  clearInterval(drip);
+  agent.destroy();
+  for (const kind of kinds) {
+    const mine = sockets.filter((s) => s.kind === kind);
+    const closed = mine.filter((s) => s.closed);
+    results.push({ kind, connections: mine.length, closed: closed.length, longestS: Math.round(Math.max(0, ...closed.map((s) => s.closed! - s.opened)) / 100) / 10 });
+  }
+  for (const s of sockets) s.socket.destroy();
+  return { results, others: { sent: latencies.length, ok, p99Ms: Math.round(p99(latencies) * 10) / 10 } };
+}
+
+async function soak(stack: Stack & { sender: ReturnType<typeof identity>; self: ReturnType<typeof identity> }, seconds: number): Promise<FaultsResult["soak"]> {
+  const agent = new HttpsAgent({ keepAlive: true, maxSockets: 16 });
+  const post = async () => {
+    const t = performance.now();
+    const status = await send(agent, stack.ca, stack.inbox, "POST", { "content-type": "application/json" }, JSON.stringify(signed(stack.sender, stack.self.agentId)));
+    return { status, ms: performance.now() - t };
+  };
+  // Capacity: 16 workers as fast as they go for 5 s.
+  let probed = 0;
+  const probeEnd = Date.now() + 5000;
+  await Promise.all(Array.from({ length: 16 }, async () => {
+    while (Date.now() < probeEnd) if ((await post()).status === 202) probed++;
+  }));
+  const capacityPerS = probed / 5;
+  const targetPerS = Math.max(1, Math.round(capacityPerS * 0.7));
+  await sleep(1000);
+  const rssStart = rssMiB(stack.agent().pid!);
+  const started = Date.now();
+  const end = started + seconds * 1000;
+  const window = Math.max(1000, (seconds * 1000) / 10);
+  const first: number[] = [];
+  const last: number[] = [];
+  let sent = 0;
+  let errors = 0;
+  const statuses: Record<string, number> = {};
+  const inFlight = new Set<Promise<void>>();
+  // Paced: one request every 1/target s, whatever the answers take (open model), at most 64 in flight.
+  for (let i = 0; Date.now() < end; i++) {
+    const due = started + (i * 1000) / targetPerS;
+    if (due > Date.now()) await sleep(due - Date.now());
+    if (inFlight.size >= 64) await Promise.race(inFlight);
+    const at = Date.now();
+    const p = post().then(({ status, ms }) => {
+      sent++;
+      statuses[status] = (statuses[status] ?? 0) + 1;
+      if (status !== 202) errors++;
+      if (at - started < window) first.push(ms);
+      else if (end - at < window) last.push(ms);
+    });
+    inFlight.add(p);
+    void p.finally(() => inFlight.delete(p));
+  }
+  await Promise.all(inFlight);
+  agent.destroy();
+  return { seconds, capacityPerS: Math.round(capacityPerS), targetPerS, sent, errors, statuses, p99Ms: { start: Math.round(p99(first) * 10) / 10, end: Math.round(p99(last) * 10) / 10 }, rssMiB: { start: rssStart, end: rssMiB(stack.agent().pid!) } };
+}
+
+export async function runFaults(opts: { loadSeconds?: number; concurrency?: number; slowClients?: number; soakSeconds?: number } = {}): Promise<FaultsResult> {
+  const seconds = opts.loadSeconds ?? 20;
+  const concurrency = opts.concurrency ?? 8;
+  const started = Date.now();
+  const stack = await startStack();
+  try {
+    const inboxPost = async (agent: HttpsAgent) => {
+      const m = signed(stack.sender, stack.self.agentId);
+      return { id: m.headers.message_id, status: await send(agent, stack.ca, stack.inbox, "POST", { "content-type": "application/json" }, JSON.stringify(m)) };
+    };
+    const faults: FaultResult[] = [];
+
+    // 1. nats-server killed (kill -9) and started again on the same port and store.
+    const natsRun = await underLoad("kill -9 nats-server", seconds, concurrency, inboxPost, async (o) => {
+      const pid = stack.nats.pid!;
+      process.kill(pid, "SIGKILL");
+      await waitFor("nats-server gone", async () => !alive(pid), 10_000, 20);
+      // The outage: from the moment the process is gone until it is started again.
+      o.down();
+      await sleep(3000);
+      o.up();
+      await stack.nats.restart();
+    });
+    faults.push({ ...natsRun.result, lost: await missing(natsRun.accepted, () => stack.handled, 60_000) });
+
+    // 2. The agent runtime killed and started again.
+    const agentRun = await underLoad("kill -9 agent runtime", seconds, concurrency, inboxPost, async (o) => {
+      await killed(stack.agent());
+      o.down();
+      await sleep(2000);
+      o.up();
+      await stack.restartAgent();
+    });
+    faults.push({ ...agentRun.result, lost: await missing(agentRun.accepted, () => stack.handled, 60_000) });
+
+    // 3. The relay runtime killed under publishes; then the mailbox pulled and acknowledged.
+    const http = new HttpClient({ extraCa: stack.ca });
+    const publisher = new RelayClient(stack.relayUrl, stack.sender.signing, http);
+    const recipient = new RelayClient(stack.relayUrl, stack.self.signing, http);
+    const relayRun = await underLoad(
+      "kill -9 relay runtime",
+      seconds,
+      concurrency,
+      async () => {
+        const m = signMessage(message(stack.sender.agentId, stack.self.agentId), stack.sender.signing);
+        const r = await publisher.publish(m).catch(() => ({ status: 0 }));
+        return { id: m.headers.message_id, status: r.status };
+      },
+      async (o) => {
+        await killed(stack.relay());
+        o.down();
+        await sleep(2000);
+        o.up();
+        await stack.restartRelay();
+      },
+    );
+    // Pull and acknowledge until the mailbox is empty, then count.
+    const pulled = new Set<string>();
+    for (let i = 0; i < 10_000; i++) {
+      const page = await recipient.pull({ limit: 100 });
+      if (!page.messages.length) break;
+      for (const m of page.messages) pulled.add(m.headers.message_id);
+      await recipient.ackMany(page.messages.map((m) => m.headers.message_id));
+    }
+    await http.close();
+    faults.push({ ...relayRun.result, lost: [...relayRun.accepted].filter((id) => !pulled.has(id)).length });
+
+    const slow = await slowClients(stack, opts.slowClients ?? 10);
+    const soaked = await soak(stack, opts.soakSeconds ?? 60);
+    return { faults, slowClients: slow, soak: soaked, durationS: Math.round((Date.now() - started) / 100) / 10 };
+  } finally {
+    await stack.stop();
+  }
+}
+
+export function table(r: FaultsResult): string {
+  return [
+    "fault                    | sent  | 202   | lost | answers to what was sent while down | 202 while down | recovery s",
+    "-------------------------|-------|-------|------|-------------------------------------|----------------|-----------",
+    ...r.faults.map((f) => `${f.fault.padEnd(24)} | ${String(f.sent).padStart(5)} | ${String(f.accepted).padStart(5)} | ${String(f.lost).padStart(4)} | ${JSON.stringify(f.duringOutage).padEnd(35)} | ${String(f.acceptedDuringOutage).padStart(14)} | ${f.recoveryS}`),
+    "",
+    "slow client       | connections | cut off | longest s",
+    "------------------|-------------|---------|----------",
+    ...r.slowClients.results.map((s) => `${s.kind.padEnd(17)} | ${String(s.connections).padStart(11)} | ${String(s.closed).padStart(7)} | ${s.longestS}`),
+    `meanwhile others: ${r.slowClients.others.ok}/${r.slowClients.others.sent} accepted, p99 ${r.slowClients.others.p99Ms} ms`,
+    "",
+    `soak ${r.soak.seconds} s at ${r.soak.targetPerS}/s (70% of ${r.soak.capacityPerS}/s measured): ${r.soak.sent} sent, ${r.soak.errors} not 202 ${JSON.stringify(r.soak.statuses)}, ` +
+      `p99 ${r.soak.p99Ms.start} → ${r.soak.p99Ms.end} ms, agent RSS ${r.soak.rssMiB.start} → ${r.soak.rssMiB.end} MiB`,
+    `duration ${r.durationS} s`,
+  ].join("\n");
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const num = (name: string) => (process.env[name] ? Number(process.env[name]) : undefined);
+  const result = await runFaults({ loadSeconds: num("IFP_FAULTS_LOAD_SECONDS"), soakSeconds: num("IFP_SOAK_SECONDS"), slowClients: num("IFP_SLOW_CLIENTS") });
+  process.stdout.write(`${table(result)}\n`);
+  writeFileSync("faults-results.json", `${JSON.stringify(result, null, 2)}\n`);
+  process.stdout.write("wrote faults-results.json\n");
+  const slowOk = result.slowClients.results.every((s) => s.closed === s.connections);
+  process.exitCode = result.faults.some((f) => f.lost !== 0 || f.acceptedDuringOutage !== 0) || !slowOk || result.soak.errors > 0 ? 1 : 0;
+}
