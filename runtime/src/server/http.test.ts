@@ -43,3 +43,41 @@ describe("error mapping", () => {
     expect(toProtocolError(new ProtocolError(401, "invalid_signature", "x")).statusCode).toBe(401);
   });
 });
+
+describe("an unfinished body", () => {
+  it("loses its connection once the deadline passed, while a finished request and a bodiless one on long-lived connections do not", async () => {
+    const { default: Fastify } = await import("fastify");
+    const { connect } = await import("node:net");
+    const { cutOffUnfinishedBodies } = await import("./http.ts");
+    const app = Fastify();
+    cutOffUnfinishedBodies(app, 300);
+    app.post("/in", async (req) => ({ got: req.body }));
+    app.get("/slow", async () => new Promise((r) => setTimeout(() => r({ ok: true }), 800)));
+    await app.listen({ port: 0, host: "127.0.0.1" });
+    const port = (app.server.address() as { port: number }).port;
+    try {
+      const open = (request: string) => {
+        const socket = connect(port, "127.0.0.1", () => socket.write(request));
+        let data = "";
+        socket.on("data", (d) => (data += d.toString()));
+        const closed = new Promise<number>((r) => socket.on("close", () => r(Date.now())));
+        return { socket, closed, data: () => data };
+      };
+      const t0 = Date.now();
+      // Headers and the start of a 1000-byte body, then nothing.
+      const stalled = open("POST /in HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{");
+      // A GET whose answer takes longer than the deadline: its request was complete.
+      const slow = open("GET /slow HTTP/1.1\r\nHost: a\r\n\r\n");
+      expect((await stalled.closed) - t0).toBeLessThan(3_000);
+      await new Promise((r) => setTimeout(r, 900));
+      expect(slow.data()).toMatch(/^HTTP\/1.1 200[^]*"ok":true/);
+      slow.socket.destroy();
+      // A complete POST is answered.
+      const done = open('POST /in HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: 7\r\nConnection: close\r\n\r\n{"a":1}');
+      await done.closed;
+      expect(done.data()).toMatch(/^HTTP\/1.1 200[^]*"got":\{"a":1\}/);
+    } finally {
+      await app.close();
+    }
+  });
+});
