@@ -26,7 +26,7 @@ export interface FaultResult {
   accepted: number;
   /** Answered 202 and never handed to the application (or pulled from the mailbox). */
   lost: number;
-  /** Answers to requests sent while the component was down, by status (0: no connection), whenever they came. */
+  /** Answers that came while the component was down, or to requests sent then (whenever they came), by status (0: no connection). */
   duringOutage: Record<string, number>;
   /** 202 answers given while the component was down: must be 0 (202 means durable). */
   acceptedDuringOutage: number;
@@ -45,7 +45,7 @@ export interface SlowClientResult {
 export interface FaultsResult {
   faults: FaultResult[];
   slowClients: { results: SlowClientResult[]; others: { sent: number; ok: number; p99Ms: number } };
-  soak: { seconds: number; capacityPerS: number; targetPerS: number; sent: number; errors: number; statuses: Record<string, number>; p99Ms: { start: number; end: number }; rssMiB: { start: number; end: number } };
+  soak: { seconds: number; capacityPerS: number; targetPerS: number; sent: number; errors: number; statuses: Record<string, number>; errorSamples: string[]; p99Ms: { start: number; end: number }; rssMiB: { start: number; end: number } };
   durationS: number;
 }
 
@@ -154,7 +154,7 @@ async function underLoad(
       if (status === 202) accepted.add(id);
       // Answers to what was sent during the outage, whenever they came; a 202 while the
       // component is still down would be a lie (202 means durable).
-      if (startedDown) duringOutage[status] = (duringOutage[status] ?? 0) + 1;
+      if (startedDown || down) duringOutage[status] = (duringOutage[status] ?? 0) + 1;
       if (status === 202 && down) acceptedDuringOutage++;
       if (status === 202 && restarted && !recoveredAt) recoveredAt = Date.now();
       // No connection (the runtime killed): do not spin.
@@ -240,9 +240,12 @@ async function slowClients(stack: Stack & { sender: ReturnType<typeof identity>;
 
 async function soak(stack: Stack & { sender: ReturnType<typeof identity>; self: ReturnType<typeof identity> }, seconds: number): Promise<FaultsResult["soak"]> {
   const agent = new HttpsAgent({ keepAlive: true, maxSockets: 16 });
+  const samples: string[] = [];
   const post = async () => {
     const t = performance.now();
-    const status = await send(agent, stack.ca, stack.inbox, "POST", { "content-type": "application/json" }, JSON.stringify(signed(stack.sender, stack.self.agentId)));
+    const status = await send(agent, stack.ca, stack.inbox, "POST", { "content-type": "application/json" }, JSON.stringify(signed(stack.sender, stack.self.agentId)), (body) => {
+      if (samples.length < 5) samples.push(`${new Date().toISOString()} ${body.slice(0, 200)}`);
+    });
     return { status, ms: performance.now() - t };
   };
   // Capacity: 16 workers as fast as they go for 5 s.
@@ -282,7 +285,7 @@ async function soak(stack: Stack & { sender: ReturnType<typeof identity>; self: 
   }
   await Promise.all(inFlight);
   agent.destroy();
-  return { seconds, capacityPerS: Math.round(capacityPerS), targetPerS, sent, errors, statuses, p99Ms: { start: Math.round(p99(first) * 10) / 10, end: Math.round(p99(last) * 10) / 10 }, rssMiB: { start: rssStart, end: rssMiB(stack.agent().pid!) } };
+  return { seconds, capacityPerS: Math.round(capacityPerS), targetPerS, sent, errors, statuses, errorSamples: samples, p99Ms: { start: Math.round(p99(first) * 10) / 10, end: Math.round(p99(last) * 10) / 10 }, rssMiB: { start: rssStart, end: rssMiB(stack.agent().pid!) } };
 }
 
 export async function runFaults(opts: { loadSeconds?: number; concurrency?: number; slowClients?: number; soakSeconds?: number } = {}): Promise<FaultsResult> {
@@ -362,7 +365,7 @@ export async function runFaults(opts: { loadSeconds?: number; concurrency?: numb
 
 export function table(r: FaultsResult): string {
   return [
-    "fault                    | sent  | 202   | lost | answers to what was sent while down | 202 while down | recovery s",
+    "fault                    | sent  | 202   | lost | answers during the outage           | 202 while down | recovery s",
     "-------------------------|-------|-------|------|-------------------------------------|----------------|-----------",
     ...r.faults.map((f) => `${f.fault.padEnd(24)} | ${String(f.sent).padStart(5)} | ${String(f.accepted).padStart(5)} | ${String(f.lost).padStart(4)} | ${JSON.stringify(f.duringOutage).padEnd(35)} | ${String(f.acceptedDuringOutage).padStart(14)} | ${f.recoveryS}`),
     "",
@@ -373,6 +376,7 @@ export function table(r: FaultsResult): string {
     "",
     `soak ${r.soak.seconds} s at ${r.soak.targetPerS}/s (70% of ${r.soak.capacityPerS}/s measured): ${r.soak.sent} sent, ${r.soak.errors} not 202 ${JSON.stringify(r.soak.statuses)}, ` +
       `p99 ${r.soak.p99Ms.start} → ${r.soak.p99Ms.end} ms, agent RSS ${r.soak.rssMiB.start} → ${r.soak.rssMiB.end} MiB`,
+    ...r.soak.errorSamples.map((e) => `  not 202: ${e}`),
     `duration ${r.durationS} s`,
   ].join("\n");
 }

@@ -47,11 +47,16 @@ export function rssMiB(pid: number): number {
   }
 }
 
-export function send(agent: HttpsAgent, ca: string, url: string, method: string, headers: Record<string, string>, body?: Buffer | string): Promise<number> {
+export function send(agent: HttpsAgent, ca: string, url: string, method: string, headers: Record<string, string>, body?: Buffer | string, onErrorBody?: (body: string) => void): Promise<number> {
   return new Promise((resolve) => {
     const req = httpsRequestRaw(url, { method, headers, agent, ca, timeout: 30_000 }, (res) => {
-      res.resume();
-      res.on("end", () => resolve(res.statusCode ?? 0));
+      let text = "";
+      if (onErrorBody && (res.statusCode ?? 0) >= 300) res.on("data", (d: Buffer) => (text += d.toString()));
+      else res.resume();
+      res.on("end", () => {
+        if (onErrorBody && (res.statusCode ?? 0) >= 300) onErrorBody(text);
+        resolve(res.statusCode ?? 0);
+      });
       res.on("error", () => resolve(0));
     });
     req.on("error", () => resolve(0));

@@ -98,6 +98,20 @@ describe("conversations", () => {
     expect((await conversation(a.localApiUrl, "x".repeat(300))).status).toBe(400);
   });
 
+  it("takes many messages of one conversation arriving together, each counted, none answered 503", async () => {
+    const conv = `conv:burst-${Date.now()}`;
+    const statuses = await Promise.all(Array.from({ length: 40 }, (_, i) => a.post(signed(bob, "alice-conv", { conversation_id: conv }, `burst ${i}`)).then((r) => r.status)));
+    expect(statuses.filter((s) => s !== 202)).toEqual([]);
+    const record = await conversation(a.localApiUrl, conv);
+    expect(record.status).toBe(200);
+    expect(record.body.peers).toHaveLength(1);
+    expect(record.body.peers[0]).toMatchObject({ conversation_id: conv, peer: "bob-conv" });
+    // Every one of them went through the record (the most recent ones are listed).
+    const listed = record.body.peers[0].recent.map((m: { direction: string }) => m.direction);
+    expect(listed.length).toBeGreaterThan(0);
+    expect(listed.every((d: string) => d === "in")).toBe(true);
+  });
+
   it("notes a sequence number a sender reuses, and with sequenceCheck strict refuses it with 409; a repeat is no reuse", async () => {
     const conv = `conv:seq-${Date.now()}`;
     const one = signed(alice, "strict-conv", { conversation_id: conv, sequence: 1 });

@@ -79,6 +79,8 @@ export class Conversations {
   private readonly temperatures: ReadonlyMap<string, string>;
   private readonly deliveries: Pick<DeliveryStateStore, "get" | "put"> | undefined;
   private readonly strict: boolean;
+  /** The update of each record this process is making, for the next to wait on. */
+  private readonly updating = new Map<string, Promise<void>>();
 
   constructor(
     nats: Pick<Nats, "js" | "isConnected">,
@@ -275,9 +277,24 @@ export class Conversations {
     }
   }
 
-  /** Compare-and-set: `change` returns the new state, or undefined for no write; it may throw to refuse. */
+  /**
+   * Compare-and-set: `change` returns the new state, or undefined for no write; it may throw to
+   * refuse. Updates of one record by this process run one after another, so that messages of one
+   * conversation arriving together do not make each other retry: only another replica's write
+   * can come in between.
+   */
   private async update(peer: string, conversationId: string, change: (state: ConversationState | undefined) => ConversationState | undefined): Promise<void> {
     const key = Conversations.key(peer, conversationId);
+    const run = (this.updating.get(key) ?? Promise.resolve()).catch(() => {}).then(() => this.compareAndSet(key, change));
+    this.updating.set(key, run);
+    try {
+      await run;
+    } finally {
+      if (this.updating.get(key) === run) this.updating.delete(key);
+    }
+  }
+
+  private async compareAndSet(key: string, change: (state: ConversationState | undefined) => ConversationState | undefined): Promise<void> {
     const kv = this.store();
     for (let attempt = 0; attempt < 5; attempt++) {
       const current = await this.read(key);
