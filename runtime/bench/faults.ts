@@ -203,6 +203,9 @@ async function slowClients(stack: Stack & { sender: ReturnType<typeof identity>;
       const entry = { kind, socket, opened: Date.now() } as { kind: string; socket: TLSSocket; opened: number; closed?: number };
       socket.on("close", () => (entry.closed ??= Date.now()));
       socket.on("error", () => {});
+      // Read whatever the server answers (a 408, say) before it closes: a paused socket that
+      // was written to never sees the close that follows.
+      socket.resume();
       socket.once("secureConnect", () => socket.write(kind === "slow headers" ? head : `${head}Content-Length: 100000\r\n\r\n{"ifp":4,`));
       sockets.push(entry);
     }
