@@ -64,6 +64,24 @@ const OPENSHIFT_EXPLAINED: Record<string, string> = {
   "container-security-context-user-group-id": "OpenShift's restricted SCC assigns the user and group from the namespace's range at admission; the pods ask only to run as non-root",
 };
 
+/** kube-score over rendered manifests: it ran, scored the operator's Deployment and NATS's StatefulSet, and found nothing not explained. */
+function expectKubeScoreClean(yaml: string, explained: Record<string, string>): void {
+  const file = join(tempDir("ifp-chart-"), "chart.yaml");
+  writeFileSync(file, yaml);
+  const ignored = Object.keys({ ...KUBE_SCORE_EXPLAINED, ...explained });
+  const r = spawnSync(toolPath("kube-score"), ["score", "--output-format", "ci", ...ignored.flatMap((t) => ["--ignore-test", t]), file], { encoding: "utf8", timeout: 45_000 });
+  // kube-score ran, scored the chart's objects, and exited 0 (it exits 1 on a critical finding).
+  expect(r.error, "kube-score could not run").toBeUndefined();
+  const lines = r.stdout.split("\n").filter(Boolean);
+  expect(lines.filter((l) => !/^\[(OK|SKIPPED|WARNING|CRITICAL)\] \S/.test(l)), `kube-score printed lines it should not:\n${r.stderr}`).toEqual([]);
+  expect(lines.filter((l) => l.startsWith("[OK]")).length, r.stdout + r.stderr).toBeGreaterThan(10);
+  expect(lines.some((l) => / apps\/v1\/Deployment/.test(l)), "the operator's Deployment was scored").toBe(true);
+  expect(lines.some((l) => / apps\/v1\/StatefulSet/.test(l)), "NATS's StatefulSet was scored").toBe(true);
+  const findings = lines.filter((l) => /^\[(CRITICAL|WARNING)\]/.test(l));
+  expect(findings).toEqual([]);
+  expect(r.status, r.stderr).toBe(0);
+}
+
 const OPENSHIFT_POD = { runAsUser: null, runAsGroup: null, fsGroup: null };
 /** Value sets every test below renders: lint, the API server's dry run, kube-score. */
 const VALUE_SETS: Record<string, { values: object; explained: Record<string, string> }> = {
@@ -280,6 +298,9 @@ describe("Helm chart", () => {
     expect(operator.spec.template.spec.containers[0].args).toContain("--runtime-image-pull-secrets=ifp-registry,platform-registry");
     expect(find(objects, "PodDisruptionBudget", "platform-ifp-operator-nats").spec.maxUnavailable).toBe(1);
     expect(dryRun(yaml)).toMatch(/deployment.apps\/platform-ifp-operator created \(server dry run\)/);
+    // kube-score, as for the value sets above: one operator replica, and a 3-node NATS that must have its budget.
+    const { "statefulset-has-poddisruptionbudget": _clustered, ...explained } = SINGLE_REPLICA_EXPLAINED;
+    expectKubeScoreClean(ok(helm("template", "platform", parent, "--namespace", NS, "--set", "ifp-operator.tests.enabled=false")), explained);
 
     // The parent's condition turns the chart off; its schema still checks what the parent sets.
     writeFileSync(join(parent, "values.yaml"), stringify({ ...values, "ifp-operator": { enabled: false } }));
@@ -538,6 +559,25 @@ describe("Helm chart", () => {
     expect(() => render("trust.caOverlap=30d")).toThrow(/caOverlap/);
   });
 
+  it("passes trust.certManager to the operator as the flags of its cert-manager mode, off by default", () => {
+    const cmArgs = (values: object) =>
+      (find(docs(renderValues(values)), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args as string[]).filter((a) => a.startsWith("--cert-manager-"));
+    expect(cmArgs({})).toEqual([]);
+    expect(parseFlags([], {}).options.trust?.certManager).toBeUndefined();
+    const on = cmArgs({ trust: { certManager: { issuerRef: { name: "ifp-ca" }, bundle: { configMapName: "ifp-ca-bundle", key: "trust-bundle.pem" } } } });
+    expect(on).toEqual(["--cert-manager-issuer=ClusterIssuer/ifp-ca", "--cert-manager-bundle=ifp-ca-bundle", "--cert-manager-bundle-key=trust-bundle.pem"]);
+    expect(parseFlags(on, {}).options.trust?.certManager).toEqual({ issuerRef: { name: "ifp-ca", kind: "ClusterIssuer", group: "cert-manager.io" }, bundle: { configMapName: "ifp-ca-bundle", key: "trust-bundle.pem" } });
+    // An issuer of another API group, and a bundle under its default key.
+    const external = cmArgs({ trust: { certManager: { issuerRef: { name: "pca", kind: "AWSPCAClusterIssuer", group: "awspca.cert-manager.io" }, bundle: { configMapName: "ifp-ca-bundle" } } } });
+    expect(external).toEqual(["--cert-manager-issuer=AWSPCAClusterIssuer.awspca.cert-manager.io/pca", "--cert-manager-bundle=ifp-ca-bundle", "--cert-manager-bundle-key=ca.crt"]);
+    expect(parseFlags(external, {}).options.trust?.certManager).toEqual({ issuerRef: { name: "pca", kind: "AWSPCAClusterIssuer", group: "awspca.cert-manager.io" }, bundle: { configMapName: "ifp-ca-bundle", key: "ca.crt" } });
+    expect(() => render("trust.certManager.issuerRef.name=Our_CA")).toThrow(/certManager/);
+    expect(() => render("trust.certManager.bundle.key=a/b")).toThrow(/certManager/);
+    // The operator refuses what the chart would not render.
+    expect(() => parseFlags(["--cert-manager-issuer=ifp-ca"], {})).toThrow(/--cert-manager-issuer takes Kind\[.group\]\/name/);
+    expect(() => parseFlags(["--cert-manager-bundle-key=ca.crt"], {})).toThrow(/--cert-manager-bundle-key needs --cert-manager-bundle/);
+  });
+
   it("configures an installed NATS that nats-server itself accepts, with the operator's auth.conf where the pod mounts it", async () => {
     // The pod mounts the ConfigMap at /etc/nats and the auth.conf the operator writes at /etc/nats-auth.
     const authConf = await serverConfig(generateKeys());
@@ -595,21 +635,6 @@ describe("Helm chart", () => {
   });
 
   it.each(Object.entries(VALUE_SETS))("has no kube-score findings left unexplained (%s)", (_name, { values, explained }) => {
-    const yaml = renderValues({ ...values, tests: { enabled: false } });
-    const dir = tempDir("ifp-chart-");
-    const file = join(dir, "chart.yaml");
-    writeFileSync(file, yaml);
-    const ignored = Object.keys({ ...KUBE_SCORE_EXPLAINED, ...explained });
-    const r = spawnSync(toolPath("kube-score"), ["score", "--output-format", "ci", ...ignored.flatMap((t) => ["--ignore-test", t]), file], { encoding: "utf8", timeout: 45_000 });
-    // kube-score ran, scored the chart's objects, and exited 0 (it exits 1 on a critical finding).
-    expect(r.error, "kube-score could not run").toBeUndefined();
-    const lines = r.stdout.split("\n").filter(Boolean);
-    expect(lines.filter((l) => !/^\[(OK|SKIPPED|WARNING|CRITICAL)\] \S/.test(l)), `kube-score printed lines it should not:\n${r.stderr}`).toEqual([]);
-    expect(lines.filter((l) => l.startsWith("[OK]")).length, r.stdout + r.stderr).toBeGreaterThan(10);
-    expect(lines.some((l) => / apps\/v1\/Deployment/.test(l)), "the operator's Deployment was scored").toBe(true);
-    expect(lines.some((l) => / apps\/v1\/StatefulSet/.test(l)), "NATS's StatefulSet was scored").toBe(true);
-    const findings = lines.filter((l) => /^\[(CRITICAL|WARNING)\]/.test(l));
-    expect(findings).toEqual([]);
-    expect(r.status, r.stderr).toBe(0);
+    expectKubeScoreClean(renderValues({ ...values, tests: { enabled: false } }), explained);
   });
 });

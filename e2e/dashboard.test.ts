@@ -13,6 +13,8 @@ import { capturedLog } from "../operator/test/support.ts";
 import { identity, peerOf, signed } from "../runtime/test/fixtures.ts";
 import { runAgent, scrapeMetrics, startHandler, type Tls, withNatsAndTls } from "../runtime/test/agent-harness.ts";
 import { alice, clientOf, relayEnv, runRelay, type RelayEnv } from "../runtime/test/relay-harness.ts";
+import { Histogram, type Registry } from "prom-client";
+import { createRuntimeMetrics } from "../runtime/src/server/metrics.ts";
 import type { NatsServer } from "./support/nats.ts";
 import type { RunningRelay } from "../runtime/src/relay/main.ts";
 
@@ -63,6 +65,69 @@ function exported(text: string): Set<string> {
   for (const m of text.matchAll(/^# TYPE (\S+) (\S+)$/gm)) {
     out.add(m[1]!);
     if (m[2] === "histogram") for (const s of ["_bucket", "_sum", "_count"]) out.add(`${m[1]}${s}`);
+  }
+  return out;
+}
+
+/** The label names a PromQL expression reads: its matchers, grouping lists and label_values' label. */
+export function labelNames(expr: string): string[] {
+  const stripped = expr.replace(/"(?:[^"\\]|\\.)*"/g, '""');
+  const names = new Set<string>();
+  for (const [, inside] of stripped.matchAll(/\{([^}]*)\}/g)) for (const m of inside!.matchAll(/([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)/g)) names.add(m[1]!);
+  for (const [, , list] of stripped.matchAll(/\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)/g)) {
+    for (const l of list!.split(",").map((x) => x.trim()).filter(Boolean)) names.add(l);
+  }
+  for (const m of stripped.matchAll(/label_values\(.*,\s*(\w+)\s*\)/g)) names.add(m[1]!);
+  return [...names];
+}
+
+/** The label names each series of an exposition carries in its samples (the histograms' `le`, the default labels among them). */
+function carried(text: string): Map<string, Set<string>> {
+  const out = new Map<string, Set<string>>();
+  for (const m of text.matchAll(/^([a-zA-Z_:][\w:]*)\{(.*)\} \S+$/gm)) {
+    const set = out.get(m[1]!) ?? out.set(m[1]!, new Set()).get(m[1]!)!;
+    for (const l of m[2]!.matchAll(/(\w+)="/g)) set.add(l[1]!);
+  }
+  return out;
+}
+
+/** The label names each metric of a registry declares, by the series names it exports: those of metrics no traffic has touched yet too. */
+function declared(registry: Registry): Map<string, Set<string>> {
+  const out = new Map<string, Set<string>>();
+  for (const m of registry.getMetricsAsArray()) {
+    // prom-client keeps the labelNames a metric was created with on the metric.
+    const names = new Set((m as unknown as { labelNames?: string[] }).labelNames ?? []);
+    if (!(m instanceof Histogram)) {
+      out.set(m.name, names);
+      continue;
+    }
+    for (const series of [`${m.name}_sum`, `${m.name}_count`]) out.set(series, names);
+    out.set(`${m.name}_bucket`, new Set([...names, "le"]));
+  }
+  return out;
+}
+
+/**
+ * Labels the Prometheus Operator gives every target it scrapes: a PodMonitor's pods get these,
+ * a ServiceMonitor's endpoints `service` as well.
+ */
+const TARGET_LABELS = ["job", "instance", "namespace", "pod", "container", "endpoint"];
+
+/** Prometheus' name for a Kubernetes label in __meta_kubernetes_pod_label_<name>. */
+const metaName = (label: string) => label.replace(/[^a-zA-Z0-9_]/g, "_");
+
+/**
+ * The labels a monitor's targets get: the Prometheus Operator's own, and each relabeling's
+ * target label whose source labels the scraped pods carry.
+ */
+function monitorLabels(endpoints: Obj[], podLabels: Record<string, string>, extra: string[] = []): Set<string> {
+  const out = new Set([...TARGET_LABELS, ...extra]);
+  const pod = new Set(Object.keys(podLabels).map((k) => `__meta_kubernetes_pod_label_${metaName(k)}`));
+  for (const e of endpoints) {
+    for (const r of e.relabelings ?? []) {
+      const sources: string[] = r.sourceLabels ?? [];
+      if (r.targetLabel && sources.every((l) => !l.startsWith("__meta_kubernetes_pod_label_") || pod.has(l))) out.add(r.targetLabel);
+    }
   }
   return out;
 }
@@ -144,29 +209,71 @@ describe("the Grafana dashboard", () => {
     await cp?.stop();
   });
 
+  /** The expositions of a real agent, relay and operator after a little traffic (an accepted message, a publish), scraped once for the tests below. */
+  let scraped: Promise<{ agent: string; relay: string; operator: string }> | undefined;
+  const scrapeAll = () =>
+    (scraped ??= (async () => {
+      const handler = await startHandler();
+      const pete = identity("pete-agent");
+      const agent = await runAgent({ self: identity("dash-agent"), natsUrl: nats.url, tls, spec: { peers: [peerOf(pete)], handler: { url: handler.url } } });
+      try {
+        expect((await agent.post(signed(pete, "dash-agent"))).status).toBe(202);
+        expect((await clientOf(env, relay, alice).publish(signed(alice, "bob-agent"))).status).toBe(202);
+        return { agent: await agent.scrape(), relay: await scrapeMetrics(relay.metricsUrl), operator: await (await fetch(`${operator.metricsUrl}/metrics`)).text() };
+      } finally {
+        await agent.close();
+        await handler.close();
+      }
+    })());
+
   it("parses, and every metric its queries use is exported by a real agent, relay or operator", async () => {
     const dashboard = JSON.parse(readFileSync(DASHBOARD, "utf8"));
     expect(dashboard.uid).toBe("ifp-overview");
-    const handler = await startHandler();
-    const pete = identity("pete-agent");
-    const agent = await runAgent({ self: identity("dash-agent"), natsUrl: nats.url, tls, spec: { peers: [peerOf(pete)], handler: { url: handler.url } } });
-    try {
-      expect((await agent.post(signed(pete, "dash-agent"))).status).toBe(202);
-      expect((await clientOf(env, relay, alice).publish(signed(alice, "bob-agent"))).status).toBe(202);
-      const names = new Set([
-        ...exported(await agent.scrape()),
-        ...exported(await scrapeMetrics(relay.metricsUrl)),
-        ...exported(await (await fetch(`${operator.metricsUrl}/metrics`)).text()),
-      ]);
-      const used = [...new Set(queries(dashboard).flatMap(metricNames))].sort();
-      expect(used.length).toBeGreaterThan(20);
-      // Each family the issue asks a panel for is there.
-      for (const n of ["ifp_inbox_messages_accepted_total", "ifp_relay_mailbox_depth", "ifp_outbox_oldest_age_seconds", "controller_runtime_reconcile_total", "workqueue_depth"]) expect(used).toContain(n);
-      expect(used.filter((n) => !names.has(n))).toEqual([]);
-    } finally {
-      await agent.close();
-      await handler.close();
+    const texts = await scrapeAll();
+    const names = new Set([...exported(texts.agent), ...exported(texts.relay), ...exported(texts.operator)]);
+    const used = [...new Set(queries(dashboard).flatMap(metricNames))].sort();
+    expect(used.length).toBeGreaterThan(20);
+    // Each family the issue asks a panel for is there.
+    for (const n of ["ifp_inbox_messages_accepted_total", "ifp_relay_mailbox_depth", "ifp_outbox_oldest_age_seconds", "controller_runtime_reconcile_total", "workqueue_depth"]) expect(used).toContain(n);
+    expect(used.filter((n) => !names.has(n))).toEqual([]);
+  });
+
+  it("queries only labels its metrics carry or the chart's PodMonitor and ServiceMonitor give them", async () => {
+    const dashboard = JSON.parse(readFileSync(DASHBOARD, "utf8"));
+    const r = helm("--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true");
+    expect(r.status, r.out).toBe(0);
+    const podMonitor = r.objects.find((o) => o.kind === "PodMonitor")!;
+    const serviceMonitor = r.objects.find((o) => o.kind === "ServiceMonitor")!;
+    // The runtimes' pods as the operator renders them (what the PodMonitor's relabelings read); the operator's own pod.
+    const runtimePod = (kind: "Agent" | "Relay") => labels({ apiVersion: "ifp.dev/v1alpha1", kind, metadata: { name: "x", namespace: "n", uid: "u" } } as never);
+    const operatorPod = r.objects.find((o) => o.kind === "Deployment" && o.metadata.labels["app.kubernetes.io/component"] === "operator")!.spec.template.metadata.labels;
+    const texts = await scrapeAll();
+    // Per source: what it exports, the labels of each of its metrics (carried by the samples or
+    // declared by the code that makes them), and what its monitor adds to every series.
+    const source = (text: string, registry: Registry, monitor: Set<string>) => ({ metrics: exported(text), carried: carried(text), declared: declared(registry), monitor });
+    const sources = [
+      source(texts.agent, createRuntimeMetrics("agent").registry, monitorLabels(podMonitor.spec.podMetricsEndpoints, runtimePod("Agent"))),
+      source(texts.relay, createRuntimeMetrics("relay").registry, monitorLabels(podMonitor.spec.podMetricsEndpoints, runtimePod("Relay"))),
+      source(texts.operator, operator.metrics.registry, monitorLabels(serviceMonitor.spec.endpoints, operatorPod, ["service"])),
+    ];
+    const missing: string[] = [];
+    for (const expr of queries(dashboard)) {
+      for (const metric of metricNames(expr)) {
+        const available = new Set(sources.filter((src) => src.metrics.has(metric)).flatMap((src) => [...src.monitor, ...(src.carried.get(metric) ?? []), ...(src.declared.get(metric) ?? [])]));
+        for (const label of labelNames(expr)) if (!available.has(label)) missing.push(`${label} on ${metric} in ${expr}`);
+      }
     }
+    expect(missing).toEqual([]);
+    // The labels the dashboard's variables and panels select by are among them.
+    const used = new Set(queries(dashboard).flatMap(labelNames));
+    for (const l of ["namespace", "ifp_name", "le", "transport", "controller"]) expect(used).toContain(l);
+  });
+
+  it("finds the labels a query reads", () => {
+    expect(labelNames('sum by (ifp_name, result) (rate(ifp_x_total{namespace=~"$namespace",ifp_name=~"a,b=c"}[5m]))').sort()).toEqual(["ifp_name", "namespace", "result"]);
+    expect(labelNames("histogram_quantile(0.99, sum by (le, controller) (rate(x_bucket[5m])))").sort()).toEqual(["controller", "le"]);
+    expect(labelNames('label_values(process_start_time_seconds{mode=~"agent|relay"}, ifp_name)').sort()).toEqual(["ifp_name", "mode"]);
+    expect(labelNames("a / on (pod) group_left (node) b").sort()).toEqual(["node", "pod"]);
   });
 
   it("finds a metric name the exports lack", () => {

@@ -114,6 +114,23 @@ export const Values = z.strictObject({
       caOverlap: HOURS.default("720h"),
       certValidity: HOURS.default("8760h"),
       certRenewBefore: HOURS.default("720h"),
+      certManager: z
+        .strictObject({
+          issuerRef: z
+            .strictObject({
+              name: z.string().regex(/^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/).max(253).default(""),
+              kind: z.string().regex(/^[A-Za-z][A-Za-z0-9]*$/).default("ClusterIssuer"),
+              group: z.string().regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/).max(253).default("cert-manager.io"),
+            })
+            .prefault({}),
+          bundle: z
+            .strictObject({
+              configMapName: z.string().regex(/^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/).max(253).default(""),
+              key: z.string().regex(/^[-._a-zA-Z0-9]+$/).max(253).default("ca.crt"),
+            })
+            .prefault({}),
+        })
+        .prefault({}),
     })
     .prefault({}),
   tracing: z

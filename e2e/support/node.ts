@@ -16,6 +16,7 @@ import { installDebianPackages, isAlive, NODE_PACKAGES, toolPath } from "../tool
 import { SERVICE_CIDR, type ControlPlane } from "./controlplane.ts";
 import { startScheduler } from "./nodes.ts";
 import { freePort, waitFor } from "./ports.ts";
+import { stopChild } from "./process.ts";
 
 /** The pods' subnet: a bridge made here; pods get no route beyond it and the Service range. */
 const POD_SUBNET = { cidr: "10.85.0.0/24", gateway: "10.85.0.1", prefix: 24 };
@@ -405,15 +406,17 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
     procs.push({ name, proc });
     return proc;
   };
+  /** A process has ended when it has an exit code or was killed by a signal (exitCode is then null). */
+  const ended = (proc: ChildProcess) => proc.exitCode !== null || proc.signalCode !== null;
   const logTail = (chars = 3000) =>
     procs.map(({ name, proc }) => {
       let text = "";
       try {
         text = readFileSync(join(logs, `${name}.log`), "utf8").slice(-chars);
       } catch {}
-      return `--- ${name} (${proc.exitCode === null ? "running" : `exited ${proc.exitCode}`})\n${text}`;
+      return `--- ${name} (${!ended(proc) ? "running" : proc.signalCode ? `killed by ${proc.signalCode}` : `exited ${proc.exitCode}`})\n${text}`;
     }).join("\n");
-  const died = () => procs.find((p) => p.proc.exitCode !== null || p.proc.signalCode !== null);
+  const died = () => procs.find((p) => ended(p.proc));
   /** waitFor that gives up at once when a component exits. */
   const whileAlive = async (what: string, probe: () => Promise<boolean> | boolean, timeoutMs: number) => {
     let dead: (typeof procs)[number] | undefined;
@@ -423,14 +426,8 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
   const ctrArgs = (args: string[]) => ["--address", sock, "--namespace", "k8s.io", ...args];
   const ctr = (args: string[]) => sh("ctr", ctrArgs(args));
 
-  const stopProc = async (p: { proc: ChildProcess }) => {
-    if (p.proc.exitCode !== null || p.proc.signalCode !== null) return;
-    await new Promise<void>((resolve) => {
-      p.proc.once("exit", () => resolve());
-      p.proc.kill("SIGTERM");
-      setTimeout(() => p.proc.kill("SIGKILL"), 10_000).unref();
-    });
-  };
+  // SIGTERM, SIGKILL after 10 s, then at most 5 s more: a process that will not die does not hold the teardown.
+  const stopProc = (p: { proc: ChildProcess }) => stopChild(p.proc, 10_000);
 
   const stop = async () => {
     if (stopped) return;
@@ -440,7 +437,7 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
     // 1. Drain while the kubelet runs, so that it tears the pods down properly (CNI DEL,
     //    volume unmounts); cordoned, so that their controllers' replacements stay Pending.
     //    Within kubectl's own time limit (controlplane.ts): what is left is killed below.
-    if (joined && kubeletProc && kubeletProc.proc.exitCode === null) {
+    if (joined && kubeletProc && !ended(kubeletProc.proc)) {
       const cp = joined;
       attempt("cordon", () => cp.kubectl(["cordon", NODE_NAME]), problems);
       attempt("delete pods", () => cp.kubectl(["delete", "pods", "--all-namespaces", "--field-selector", `spec.nodeName=${NODE_NAME}`, "--grace-period=2", "--timeout=40s", "--wait=true"]), problems);
@@ -451,7 +448,7 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
     }
     // 2. Whatever is left in containerd: kill its tasks, then containerd and its shims.
     const containerd = procs.find((p) => p.name === "containerd");
-    if (containerd && containerd.proc.exitCode === null) {
+    if (containerd && !ended(containerd.proc)) {
       try {
         for (const id of ctr(["tasks", "ls", "-q"]).split("\n").filter(Boolean)) spawnSync("ctr", ctrArgs(["tasks", "kill", "-s", "SIGKILL", id]), { stdio: "ignore" });
       } catch {}

@@ -1,6 +1,7 @@
 // The example application as it runs in a pod: `node examples/app/main.ts` configured by its
 // environment, next to a real agent runtime (real NATS, real TLS between the agents).
 import { request } from "node:http";
+import { createServer } from "node:https";
 import { describe, expect, it, onTestFinished } from "vitest";
 import type { NatsServer } from "../../e2e/support/nats.ts";
 import { consistently, freePort, waitFor } from "../../e2e/support/ports.ts";
@@ -43,6 +44,27 @@ async function agentWithApp(self: TestIdentity, port: number, appPort: number, p
   });
   onTestFinished(() => agent.close());
   return agent;
+}
+
+/** A peer still starting, on `port` of loopback: HTTPS that answers 503 to everything, counting the asks for its capability document. */
+async function stillStarting(port: number) {
+  let asked = 0;
+  const server = createServer({ cert: tls.cert, key: tls.key }, (req, res) => {
+    if (req.url === "/.well-known/agent/capabilities") asked++;
+    res.writeHead(503, { "content-type": "application/json" }).end('{"status":"error","code":"unavailable","message":"starting"}');
+  });
+  await new Promise<void>((r, j) => server.once("error", j).listen(port, "127.0.0.1", () => r()));
+  let closed: Promise<void> | undefined;
+  return {
+    get asked() {
+      return asked;
+    },
+    close: () =>
+      (closed ??= new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      })),
+  };
 }
 
 /** Two agents, each with the app as its handler, that know each other's address and key. */
@@ -210,14 +232,19 @@ describe("the example application", () => {
   it("waits for a peer that is still starting before it greets, so the greeting does not wait out the first retry pause", async () => {
     const ids = { alice: identity("alice-late"), bob: identity("bob-late") };
     const [aPort, bPort, aApp, bApp] = [await freePort(), await freePort(), await freePort(), await freePort()];
+    // Until bob starts, his address answers 503 to every request, and counts the asks for his capability document.
+    const starting = await stillStarting(bPort);
+    onTestFinished(() => starting.close());
     const alice = await agentWithApp(ids.alice, aPort, aApp, [{ id: ids.bob, port: bPort }]);
     const aliceApp = startApp("alice's app", { IFP_APP_PORT: String(aApp), IFP_LOCAL_API: alice.localApiUrl, IFP_APP_GREET: "bob-late", IFP_APP_GREET_TEXT: "Hello late Bob" });
     await listening(aliceApp);
     await waitFor("alice's app to wait for bob", () => lines(aliceApp, "waiting for bob-late to answer").length === 1, 30_000, 100);
     // bob comes up a while later; the greeting's first attempt would otherwise have failed and
     // waited IFP-6's first pause (one minute), longer than this test waits.
-    await new Promise((r) => setTimeout(r, 3_000));
-    expect(lines(aliceApp, "greeted ")).toEqual([]);
+    const asks = starting.asked;
+    await waitFor("alice's app to look for bob again (and be told he is not there)", () => starting.asked > asks, 30_000, 100);
+    await consistently("no greeting while bob is not up", () => lines(aliceApp, "greeted ").length === 0, 1_000, 100);
+    await starting.close();
     const bob = await agentWithApp(ids.bob, bPort, bApp, [{ id: ids.alice, port: aPort }]);
     const bobApp = startApp("bob's app", { IFP_APP_PORT: String(bApp), IFP_LOCAL_API: bob.localApiUrl });
     await listening(bobApp);

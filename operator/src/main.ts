@@ -4,7 +4,7 @@ import { basename } from "node:path";
 import { parseArgs } from "node:util";
 import pino from "pino";
 import { parseCaBundle } from "./certs.ts";
-import { checkLifetimes, DEFAULT_LIFETIMES } from "./controllers/trust.ts";
+import { checkLifetimes, DEFAULT_LIFETIMES, type CertManagerMode } from "./controllers/trust.ts";
 import type { RuntimeTracing } from "./controllers/runtime.ts";
 import { startManager, type ManagerOptions } from "./manager.ts";
 import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./controllers/rollout.ts";
@@ -65,6 +65,13 @@ account). Every flag also reads the environment variable in brackets.
   --cert-validity DURATION        validity of a default serving certificate (default 8760h)
   --cert-renew-before DURATION    re-issue it this long before it expires (default 720h)
   --extra-ca-file FILE            PEM CA certificates added to every trust bundle [IFP_EXTRA_CA_FILE]
+  --cert-manager-issuer KIND[.GROUP]/NAME  cert-manager mode: this issuer (e.g. ClusterIssuer/ifp-ca)
+                                  issues the serving certificate of every resource that names none
+                                  (spec.tls.secretName, spec.tls.issuerRef), instead of the install
+                                  CA; spec.tls.issuerRef may name it too (default: none)
+  --cert-manager-bundle NAME      cert-manager mode: a ConfigMap in each resource's namespace (a
+                                  trust-manager Bundle's target) whose key joins every trust bundle
+  --cert-manager-bundle-key KEY   its key (default ca.crt)
   --max-rolling-agents N|P%       at most this many Agents (or this share of all Agents) have
                                   their pods changed by the operator at once, e.g. for a new
                                   runtime image; the next wait until those are available
@@ -118,6 +125,9 @@ const OPTIONS = {
   "cert-validity": { type: "string" },
   "cert-renew-before": { type: "string" },
   "extra-ca-file": { type: "string", env: "IFP_EXTRA_CA_FILE" },
+  "cert-manager-issuer": { type: "string" },
+  "cert-manager-bundle": { type: "string" },
+  "cert-manager-bundle-key": { type: "string" },
   "finalizer-timeout": { type: "string" },
   "max-rolling-agents": { type: "string", env: "IFP_MAX_ROLLING_AGENTS" },
   "operator-deployment": { type: "string", env: "IFP_OPERATOR_DEPLOYMENT" },
@@ -189,6 +199,24 @@ function issuerList(text: string | undefined): string[] {
   const entries = list(text);
   for (const e of entries) if (!/^[A-Za-z][A-Za-z0-9]*(\.[a-z0-9]([-a-z0-9.]*[a-z0-9])?)?\/(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/.test(e)) throw new UsageError(`--allowed-issuers takes Kind[.group]/name entries such as ClusterIssuer/letsencrypt, not ${JSON.stringify(e)}`);
   return entries;
+}
+
+/** The cert-manager mode from --cert-manager-issuer (Kind[.group]/name) and --cert-manager-bundle[-key]; undefined when off. */
+export function certManagerMode(issuer: string | undefined, bundle: string | undefined, bundleKey: string | undefined): CertManagerMode | undefined {
+  const mode: CertManagerMode = {};
+  if (issuer !== undefined) {
+    const m = /^([A-Za-z][A-Za-z0-9]*)(?:\.([a-z0-9](?:[-a-z0-9.]*[a-z0-9])?))?\/([a-z0-9](?:[-a-z0-9.]*[a-z0-9])?)$/.exec(issuer);
+    if (!m) throw new UsageError(`--cert-manager-issuer takes Kind[.group]/name such as ClusterIssuer/ifp-ca, not ${JSON.stringify(issuer)}`);
+    mode.issuerRef = { name: m[3]!, kind: m[1]!, group: m[2] ?? "cert-manager.io" };
+  }
+  if (bundleKey !== undefined && bundle === undefined) throw new UsageError("--cert-manager-bundle-key needs --cert-manager-bundle");
+  if (bundle !== undefined) {
+    if (bundle.length > 253 || !/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(bundle)) throw new UsageError(`--cert-manager-bundle takes a ConfigMap name, not ${JSON.stringify(bundle)}`);
+    const key = bundleKey ?? "ca.crt";
+    if (key.length > 253 || !/^[-._a-zA-Z0-9]+$/.test(key)) throw new UsageError(`--cert-manager-bundle-key takes a ConfigMap key, not ${JSON.stringify(key)}`);
+    mode.bundle = { configMapName: bundle, key };
+  }
+  return mode.issuerRef || mode.bundle ? mode : undefined;
 }
 
 /** --allowed-dns-names: each entry a DNS name, `*.` and a domain, or `*`. */
@@ -302,7 +330,13 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
       rolloutLimit,
       finalizerTimeoutMs: duration(str("finalizer-timeout") ?? "5m", "finalizer-timeout"),
       operatorDeployment: depMatch ? { namespace: depMatch[1]!, name: depMatch[3]! } : undefined,
-      trust: { namespace: str("ca-namespace") ?? env.POD_NAMESPACE ?? "default", secretName: str("ca-secret") ?? "ifp-operator-ca", lifetimes, extraCas },
+      trust: {
+        namespace: str("ca-namespace") ?? env.POD_NAMESPACE ?? "default",
+        secretName: str("ca-secret") ?? "ifp-operator-ca",
+        lifetimes,
+        extraCas,
+        certManager: certManagerMode(str("cert-manager-issuer"), str("cert-manager-bundle"), str("cert-manager-bundle-key")),
+      },
     },
   };
 }

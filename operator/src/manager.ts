@@ -12,7 +12,8 @@ import { reconcileAgent } from "./controllers/agent/reconcile.ts";
 import { NamespaceLabels } from "./controllers/agent/directory.ts";
 import { reconcileRelay, type RelayContext } from "./controllers/relay/reconcile.ts";
 import { ownerOf, type OperatorSettings } from "./controllers/runtime.ts";
-import { InstallTrust, type TrustLifetimes } from "./controllers/trust.ts";
+import { InstallTrust, type CertManagerMode, type TrustLifetimes } from "./controllers/trust.ts";
+import { issuerEntry } from "./controllers/references.ts";
 import { serveHealth } from "./health.ts";
 import { Caches, type CachedKind } from "./kube/caches.ts";
 import { errorMessage, Kube } from "./kube/client.ts";
@@ -46,8 +47,12 @@ export interface ManagerOptions {
   resyncMs?: number;
   /** Reconciles in flight per kind (never two for one key). */
   workers?: number;
-  /** The install CA: its Secret (default ifp-operator-ca in POD_NAMESPACE, else default), lifetimes, extra CAs (PEM). */
-  trust?: { namespace?: string; secretName?: string; lifetimes?: Partial<TrustLifetimes>; extraCas?: string };
+  /**
+   * The install CA: its Secret (default ifp-operator-ca in POD_NAMESPACE, else default), lifetimes,
+   * extra CAs (PEM); and the cert-manager mode (an issuer of the default certificates, a bundle
+   * ConfigMap in each namespace), off when absent.
+   */
+  trust?: { namespace?: string; secretName?: string; lifetimes?: Partial<TrustLifetimes>; extraCas?: string; certManager?: CertManagerMode };
   /** How many Agents may have their Deployment changed by the operator at once (default 25%). */
   rolloutLimit?: RolloutLimit;
   /** How long a finalizer waits for NATS before it lets its resource go (default 5 minutes). */
@@ -119,9 +124,13 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
     secretName: opts.trust?.secretName ?? "ifp-operator-ca",
     lifetimes: opts.trust?.lifetimes,
     extraCas: opts.trust?.extraCas,
+    certManager: opts.trust?.certManager,
     log,
   });
-  const settings = natsIssuer ? { ...opts.settings, natsPerResourceCreds: true } : opts.settings;
+  // The install's own issuer may also be named in spec.tls.issuerRef (with spec.tls.dnsNames, say).
+  const installIssuer = opts.trust?.certManager?.issuerRef;
+  const allowed = installIssuer ? { ...opts.settings, allowedIssuers: [...new Set([...(opts.settings.allowedIssuers ?? []), issuerEntry(installIssuer)])] } : opts.settings;
+  const settings = natsIssuer ? { ...allowed, natsPerResourceCreds: true } : allowed;
   const summaries = nats ? new SummaryCollector({ nats, caches, enqueue, log, intervalMs: opts.summaryIntervalMs }) : undefined;
   const ctx: RelayContext = { kube, caches, settings, log, nats, trust, natsIssuer, deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
     rollouts: new RolloutGate(opts.rolloutLimit ?? parseRolloutLimit(DEFAULT_ROLLOUT_LIMIT)),

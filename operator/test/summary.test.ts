@@ -79,7 +79,10 @@ describe("status.summary", () => {
       }, 30_000);
       const s = summaryOf("agent", "counted");
       expect(Date.parse(s.lastErrorTime)).toBeGreaterThan(Date.now() - 60_000);
-      expect(cp.kubectl(["-n", NS, "get", "agent", "counted", "-o", "wide"])).toMatch(/LAST ERROR[\s\S]*Undeliverable: message/);
+      // The default view, not only -o wide.
+      const shown = cp.kubectl(["-n", NS, "get", "agent", "counted"]).split("\n");
+      expect(shown[0]).toMatch(/BACKLOG\s+LAST ERROR\s+AGE/);
+      expect(shown[1]).toMatch(/\s0\s+Undeliverable: message \S+ to gone-peer: /);
 
       // Nothing changes: the operator samples every 300 ms and writes nothing.
       const rv = resourceVersion("agent", "counted");
@@ -109,6 +112,8 @@ describe("status.summary", () => {
       const s = summaryOf("relay", "hub");
       return s?.acceptedLastHour === 2 && s.backlog === 2 && s.lastError === "PushGivenUp: message m0 to bob-agent: webhook answered 410";
     }, 30_000);
-    expect(cp.kubectl(["-n", NS, "get", "relay", "hub"]).split("\n")[1]).toMatch(/\s2\s+2\s/);
+    const shown = cp.kubectl(["-n", NS, "get", "relay", "hub"]).split("\n");
+    expect(shown[0]).toMatch(/ACCEPTED 1H\s+BACKLOG\s+LAST ERROR\s+AGE/);
+    expect(shown[1]).toMatch(/\s2\s+2\s+PushGivenUp: message m0 to bob-agent: webhook answered 410\s/);
   });
 });

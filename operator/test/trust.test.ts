@@ -1,7 +1,7 @@
 // One trust domain per install, on a real control plane: the install CA kept in a Secret of the
 // operator's namespace, the serving certificates it issues, the trust bundle of every Agent and
-// Relay (install CAs, the chart's extra CAs, spec.tls.trust), and the CA's rotation with its
-// overlap, driven in seconds.
+// Relay (install CAs, the chart's extra CAs, spec.tls.trust), the CA's rotation with its
+// overlap, driven in seconds, and the cert-manager mode (an install-wide issuer and bundle).
 import { X509Certificate } from "node:crypto";
 import { once } from "node:events";
 import { createServer } from "node:https";
@@ -252,3 +252,67 @@ describe("install CA rotation", () => {
     }
   });
 });
+
+describe("cert-manager mode", () => {
+  // cert-manager's Certificate API is its CRD alone (nothing issues here), and the bundle ConfigMap
+  // is made by the test where trust-manager would write it.
+  it("asks the install's issuer for every certificate a resource names none for, and adds the bundle ConfigMap to every trust bundle", { timeout: 120_000 }, async () => {
+    const CM = "ifp-cm";
+    cp.kubectl(["create", "namespace", CM]);
+    cp.kubectl(["apply", "-f", "-"], CERTIFICATE_CRD);
+    await until("the Certificate CRD established", () => getOrAbsent(cp, ["get", "crd", "certificates.cert-manager.io"])?.status?.conditions?.some((c: any) => c.type === "Established" && c.status === "True"));
+    const issuerCa = await createCA("cert-manager CA issuer");
+    cp.kubectl(["-n", CM, "create", "configmap", "ifp-ca-bundle", `--from-literal=trust-bundle.pem=${issuerCa.cert}`]);
+    cp.kubectl(["-n", CM, "create", "configmap", "corp-ca", `--from-literal=ca.crt=${corp.cert}`]);
+    const certManager = { issuerRef: { name: "ifp-ca", kind: "ClusterIssuer", group: "cert-manager.io" }, bundle: { configMapName: "ifp-ca-bundle", key: "trust-bundle.pem" } };
+    const cm = await start({ watchNamespaces: [CM], trust: { namespace: SYSTEM, secretName: "cm-ca", extraCas: extra.cert, certManager } });
+    try {
+      const ca = decode(get(SYSTEM, "secret", "cm-ca").data["ca.crt"]);
+      cp.kubectl(["apply", "-f", "-"], agentYaml(CM, "cora"));
+      cp.kubectl(["apply", "-f", "-"], `apiVersion: ifp.dev/v1alpha1\nkind: Relay\nmetadata: {name: hub, namespace: ${CM}}\nspec: {url: "https://hub.example"}\n`);
+      for (const name of ["cora", "hub"]) {
+        // No spec.tls: a Certificate of the install's issuer, and no certificate of the install CA.
+        const cert = await until(`Certificate ${name}-tls`, () => get(CM, "certificates.cert-manager.io", `${name}-tls`));
+        expect(cert.spec).toMatchObject({ secretName: `${name}-tls`, issuerRef: certManager.issuerRef });
+        expect(cert.metadata.ownerReferences[0]).toMatchObject({ name, controller: true });
+        expect(get(CM, "secret", `${name}-tls`)).toBeUndefined();
+        // The bundle: the install's CAs, the extra CAs, then the bundle ConfigMap's.
+        expect(certsIn(await until(`${name}-trust`, () => bundleOf(CM, name)))).toEqual([ca, extra.cert, issuerCa.cert]);
+      }
+      const cora = await untilReason(CM, "agent", "cora", "CertificateNotReady");
+      expect(cora.status.tlsSecretName).toBe("cora-tls");
+      // spec.tls.issuerRef may name the install's issuer though --allowed-issuers does not list it; no other.
+      cp.kubectl(["apply", "-f", "-"], agentYaml(CM, "cody", "  tls:\n    issuerRef: {name: ifp-ca, kind: ClusterIssuer}\n    trust: [{configMapRef: {name: corp-ca}}]\n"));
+      await untilReason(CM, "agent", "cody", "CertificateNotReady");
+      expect(certsIn(bundleOf(CM, "cody"))).toEqual([ca, extra.cert, issuerCa.cert, corp.cert]);
+      cp.kubectl(["apply", "-f", "-"], agentYaml(CM, "otto", "  tls:\n    issuerRef: {name: other-ca, kind: ClusterIssuer}\n"));
+      expect(condition(await untilReason(CM, "agent", "otto", "IssuerNotAllowed"), "Ready").message).toMatch(/^spec.tls.issuerRef: ClusterIssuer\/other-ca is not among the issuers this install allows \(an Issuer of the resource's namespace, ClusterIssuer\/ifp-ca\)/);
+      // Without the bundle ConfigMap the runtime keeps the rest, and the resource says what is missing.
+      cp.kubectl(["-n", CM, "delete", "configmap", "ifp-ca-bundle"]);
+      cp.kubectl(["-n", CM, "patch", "certificates.cert-manager.io", "cora-tls", "--subresource=status", "--type=merge", "-p", JSON.stringify({ status: { conditions: [{ type: "Ready", status: "True", reason: "Ready", message: "issued" }] } })]);
+      poke(CM, "agent", "cora");
+      const missing = await untilReason(CM, "agent", "cora", "TrustSourceMissing");
+      expect(condition(missing, "Ready").message).toBe(`ConfigMap ifp-ca-bundle named in the install's trust.certManager.bundle (--cert-manager-bundle) does not exist in namespace ${CM}`);
+      expect(certsIn(bundleOf(CM, "cora"))).toEqual([ca, extra.cert]);
+    } finally {
+      await cm.stop();
+    }
+  });
+});
+
+/** cert-manager's Certificate API as far as the operator uses it (the CRD alone: nothing issues). */
+const CERTIFICATE_CRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: certificates.cert-manager.io}
+spec:
+  group: cert-manager.io
+  names: {kind: Certificate, listKind: CertificateList, plural: certificates, singular: certificate}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: {status: {}}
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`;

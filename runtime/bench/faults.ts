@@ -1,9 +1,12 @@
 // Faults, slow clients and a soak against the real runtimes, as users run them (the
 // `ifp-runtime` command) on a real nats-server: kill -9 of nats-server, of the agent runtime and
 // of the relay runtime in the middle of sustained traffic, each restarted, with every message
-// answered 202 counted until it reached the handler or was pulled from the mailbox (lost = 0);
+// answered 202 counted until it reached the handler or was pulled from the mailbox (lost = 0),
+// the requests under way at the kill counted apart from those sent while the component was down
+// (each refused at once: 503 or no connection, never 202);
 // slow clients (slow headers, slow body, unfinished body) cut off without starving the others;
-// and a fixed-length run at ~70% of the measured capacity with p99 and RSS at its start and end.
+// and a fixed-length run at ~70% of the measured capacity with p99 and RSS at its start and end,
+// held to SOAK_BOUND.
 // `npm run test:faults` prints a table and writes faults-results.json; IFP_FAULTS_LOAD_SECONDS,
 // IFP_SOAK_SECONDS and IFP_SLOW_CLIENTS size it. Loopback only; every loop ends by itself.
 import type { ChildProcess } from "node:child_process";
@@ -26,8 +29,15 @@ export interface FaultResult {
   accepted: number;
   /** Answered 202 and never handed to the application (or pulled from the mailbox). */
   lost: number;
-  /** Answers that came while the component was down, or to requests sent then (whenever they came), by status (0: no connection). */
+  /**
+   * Requests under way when the component was killed (sent before it was known gone, answered
+   * after the kill), by status (0: no connection), and the longest any of them was answered after the kill.
+   */
+  inFlightAtKill: Record<string, number>;
+  inFlightLongestS: number;
+  /** Requests sent while the component was down (whenever answered), by status, and the longest any of them waited. */
   duringOutage: Record<string, number>;
+  outageLongestS: number;
   /** 202 answers given while the component was down: must be 0 (202 means durable). */
   acceptedDuringOutage: number;
   /** From the kill until the first 202 after the restart. */
@@ -45,9 +55,37 @@ export interface SlowClientResult {
 export interface FaultsResult {
   faults: FaultResult[];
   slowClients: { results: SlowClientResult[]; others: { sent: number; ok: number; p99Ms: number } };
-  soak: { seconds: number; capacityPerS: number; targetPerS: number; sent: number; errors: number; statuses: Record<string, number>; errorSamples: string[]; p99Ms: { start: number; end: number }; rssMiB: { start: number; end: number } };
+  soak: {
+    seconds: number;
+    capacityPerS: number;
+    targetPerS: number;
+    sent: number;
+    errors: number;
+    statuses: Record<string, number>;
+    errorSamples: string[];
+    p99Ms: { start: number; end: number };
+    rssMiB: { start: number; end: number };
+    /** SOAK_BOUND applied to this run: the p99 and RSS the end may reach, and whether it stayed within. */
+    bound: { p99Ms: number; rssMiB: number; within: boolean };
+  };
   durationS: number;
 }
+
+/**
+ * The growth a soak may show between its first and its last tenth: p99 at the end at most
+ * 3 times that at the start plus 500 ms (the slack absorbs a stall of a loaded machine in a
+ * short window), and the agent's RSS at most 64 MiB above its start.
+ */
+export const SOAK_BOUND = { p99Factor: 3, p99SlackMs: 500, rssGrowthMiB: 64 } as const;
+
+export function soakBound(p99Ms: { start: number; end: number }, rss: { start: number; end: number }): { p99Ms: number; rssMiB: number; within: boolean } {
+  const maxP99 = Math.round((p99Ms.start * SOAK_BOUND.p99Factor + SOAK_BOUND.p99SlackMs) * 10) / 10;
+  const maxRss = rss.start + SOAK_BOUND.rssGrowthMiB;
+  return { p99Ms: maxP99, rssMiB: maxRss, within: p99Ms.end <= maxP99 && rss.end <= maxRss };
+}
+
+/** How long a request sent during an outage, or under way at the kill, may wait for its answer. */
+export const OUTAGE_ANSWER_S = 3;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -129,32 +167,50 @@ async function startStack(): Promise<Stack & { sender: ReturnType<typeof identit
   };
 }
 
-/** Sustained load for `seconds` from `concurrency` workers; `fault` runs once, a third of the way in. */
+/**
+ * Sustained load for `seconds` from `concurrency` workers; `fault` runs once, a third of the way
+ * in. Should the restart take longer than the rest (a loaded machine), the load goes on until
+ * the first 202 after it, for at most 60 s more.
+ */
 async function underLoad(
   name: string,
   seconds: number,
   concurrency: number,
   request: (agent: HttpsAgent) => Promise<{ id: string; status: number }>,
-  fault: (outage: { down(): void; up(): void }) => Promise<void>,
+  fault: (outage: { killing(): void; down(): void; up(): void }) => Promise<void>,
 ): Promise<{ result: Omit<FaultResult, "lost">; accepted: Set<string> }> {
   const agent = new HttpsAgent({ keepAlive: true, maxSockets: concurrency });
   const accepted = new Set<string>();
+  const inFlightAtKill: Record<string, number> = {};
   const duringOutage: Record<string, number> = {};
+  let inFlightLongest = 0;
+  let outageLongest = 0;
   let sent = 0;
   let down = false;
+  let outageOver = false;
   let killedAt = 0;
   let recoveredAt = 0;
   let acceptedDuringOutage = 0;
   const end = Date.now() + seconds * 1000;
+  const going = () => Date.now() < end || (!recoveredAt && Date.now() < end + 60_000);
   const workers = Array.from({ length: concurrency }, async () => {
-    while (Date.now() < end) {
+    while (going()) {
       const startedDown = down;
+      const beforeOutage = !down && !outageOver;
+      const t = Date.now();
       const { id, status } = await request(agent);
+      const answered = Date.now();
       sent++;
       if (status === 202) accepted.add(id);
-      // Answers to what was sent during the outage, whenever they came; a 202 while the
-      // component is still down would be a lie (202 means durable).
-      if (startedDown || down) duringOutage[status] = (duringOutage[status] ?? 0) + 1;
+      if (startedDown) {
+        // Sent during the outage: refused at once, never a 202 (202 means durable).
+        duringOutage[status] = (duringOutage[status] ?? 0) + 1;
+        outageLongest = Math.max(outageLongest, answered - t);
+      } else if (beforeOutage && killedAt && answered >= killedAt) {
+        // Under way at the kill: answered (202 if it was stored before, 503 or no connection otherwise) without waiting for the component to come back.
+        inFlightAtKill[status] = (inFlightAtKill[status] ?? 0) + 1;
+        inFlightLongest = Math.max(inFlightLongest, answered - killedAt);
+      }
       if (status === 202 && down) acceptedDuringOutage++;
       if (status === 202 && restarted && !recoveredAt) recoveredAt = Date.now();
       // No connection (the runtime killed): do not spin.
@@ -165,19 +221,26 @@ async function underLoad(
   const faulted = (async () => {
     await sleep((seconds * 1000) / 3);
     await fault({
+      killing: () => {
+        killedAt = Date.now();
+      },
       down: () => {
         down = true;
-        killedAt = Date.now();
       },
       up: () => {
         down = false;
+        outageOver = true;
         restarted = true;
       },
     });
   })();
   await Promise.all([...workers, faulted]);
   agent.destroy();
-  return { result: { fault: name, sent, accepted: accepted.size, duringOutage, acceptedDuringOutage, recoveryS: recoveredAt ? Math.round((recoveredAt - killedAt) / 100) / 10 : -1 }, accepted };
+  const s = (ms: number) => Math.round(ms / 100) / 10;
+  return {
+    result: { fault: name, sent, accepted: accepted.size, inFlightAtKill, inFlightLongestS: s(inFlightLongest), duringOutage, outageLongestS: s(outageLongest), acceptedDuringOutage, recoveryS: recoveredAt ? s(recoveredAt - killedAt) : -1 },
+    accepted,
+  };
 }
 
 /** Until every accepted id is in `arrived` (or `timeoutMs` passed): how many never arrived. */
@@ -288,7 +351,9 @@ async function soak(stack: Stack & { sender: ReturnType<typeof identity>; self: 
   }
   await Promise.all(inFlight);
   agent.destroy();
-  return { seconds, capacityPerS: Math.round(capacityPerS), targetPerS, sent, errors, statuses, errorSamples: samples, p99Ms: { start: Math.round(p99(first) * 10) / 10, end: Math.round(p99(last) * 10) / 10 }, rssMiB: { start: rssStart, end: rssMiB(stack.agent().pid!) } };
+  const p99Ms = { start: Math.round(p99(first) * 10) / 10, end: Math.round(p99(last) * 10) / 10 };
+  const rss = { start: rssStart, end: rssMiB(stack.agent().pid!) };
+  return { seconds, capacityPerS: Math.round(capacityPerS), targetPerS, sent, errors, statuses, errorSamples: samples, p99Ms, rssMiB: rss, bound: soakBound(p99Ms, rss) };
 }
 
 export async function runFaults(opts: { loadSeconds?: number; concurrency?: number; slowClients?: number; soakSeconds?: number } = {}): Promise<FaultsResult> {
@@ -306,6 +371,7 @@ export async function runFaults(opts: { loadSeconds?: number; concurrency?: numb
     // 1. nats-server killed (kill -9) and started again on the same port and store.
     const natsRun = await underLoad("kill -9 nats-server", seconds, concurrency, inboxPost, async (o) => {
       const pid = stack.nats.pid!;
+      o.killing();
       process.kill(pid, "SIGKILL");
       await waitFor("nats-server gone", async () => !alive(pid), 10_000, 20);
       // The outage: from the moment the process is gone until it is started again.
@@ -318,6 +384,7 @@ export async function runFaults(opts: { loadSeconds?: number; concurrency?: numb
 
     // 2. The agent runtime killed and started again.
     const agentRun = await underLoad("kill -9 agent runtime", seconds, concurrency, inboxPost, async (o) => {
+      o.killing();
       await killed(stack.agent());
       o.down();
       await sleep(2000);
@@ -340,6 +407,7 @@ export async function runFaults(opts: { loadSeconds?: number; concurrency?: numb
         return { id: m.headers.message_id, status: r.status };
       },
       async (o) => {
+        o.killing();
         await killed(stack.relay());
         o.down();
         await sleep(2000);
@@ -368,9 +436,13 @@ export async function runFaults(opts: { loadSeconds?: number; concurrency?: numb
 
 export function table(r: FaultsResult): string {
   return [
-    "fault                    | sent  | 202   | lost | answers during the outage           | 202 while down | recovery s",
-    "-------------------------|-------|-------|------|-------------------------------------|----------------|-----------",
-    ...r.faults.map((f) => `${f.fault.padEnd(24)} | ${String(f.sent).padStart(5)} | ${String(f.accepted).padStart(5)} | ${String(f.lost).padStart(4)} | ${JSON.stringify(f.duringOutage).padEnd(35)} | ${String(f.acceptedDuringOutage).padStart(14)} | ${f.recoveryS}`),
+    "fault                    | sent  | 202   | lost | in flight at the kill: answers, longest | sent while down: answers, longest | 202 while down | recovery s",
+    "-------------------------|-------|-------|------|-----------------------------------------|-----------------------------------|----------------|-----------",
+    ...r.faults.map(
+      (f) =>
+        `${f.fault.padEnd(24)} | ${String(f.sent).padStart(5)} | ${String(f.accepted).padStart(5)} | ${String(f.lost).padStart(4)} | ` +
+        `${`${JSON.stringify(f.inFlightAtKill)} ${f.inFlightLongestS} s`.padEnd(39)} | ${`${JSON.stringify(f.duringOutage)} ${f.outageLongestS} s`.padEnd(33)} | ${String(f.acceptedDuringOutage).padStart(14)} | ${f.recoveryS}`,
+    ),
     "",
     "slow client       | connections | cut off | longest s",
     "------------------|-------------|---------|----------",
@@ -379,6 +451,8 @@ export function table(r: FaultsResult): string {
     "",
     `soak ${r.soak.seconds} s at ${r.soak.targetPerS}/s (70% of ${r.soak.capacityPerS}/s measured): ${r.soak.sent} sent, ${r.soak.errors} not 202 ${JSON.stringify(r.soak.statuses)}, ` +
       `p99 ${r.soak.p99Ms.start} → ${r.soak.p99Ms.end} ms, agent RSS ${r.soak.rssMiB.start} → ${r.soak.rssMiB.end} MiB`,
+    `soak bound (end ≤ ${SOAK_BOUND.p99Factor} × start p99 + ${SOAK_BOUND.p99SlackMs} ms, RSS ≤ start + ${SOAK_BOUND.rssGrowthMiB} MiB): ` +
+      `p99 ≤ ${r.soak.bound.p99Ms} ms, RSS ≤ ${r.soak.bound.rssMiB} MiB: ${r.soak.bound.within ? "within" : "EXCEEDED"}`,
     ...r.soak.errorSamples.map((e) => `  not 202: ${e}`),
     `duration ${r.durationS} s`,
   ].join("\n");
@@ -391,5 +465,10 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   writeFileSync("faults-results.json", `${JSON.stringify(result, null, 2)}\n`);
   process.stdout.write("wrote faults-results.json\n");
   const slowOk = result.slowClients.results.every((s) => s.closed === s.connections);
-  process.exitCode = result.faults.some((f) => f.lost !== 0 || f.acceptedDuringOutage !== 0) || !slowOk || result.soak.errors > 0 ? 1 : 0;
+  // What was sent while a component was down is refused at once (503, or no connection), and
+  // what was under way at the kill is answered without waiting for the component to return.
+  const refusedAtOnce = result.faults.every(
+    (f) => Object.keys(f.duringOutage).every((s) => s === "503" || s === "0") && f.outageLongestS <= OUTAGE_ANSWER_S && f.inFlightLongestS <= OUTAGE_ANSWER_S,
+  );
+  process.exitCode = result.faults.some((f) => f.lost !== 0 || f.acceptedDuringOutage !== 0) || !refusedAtOnce || !slowOk || result.soak.errors > 0 || !result.soak.bound.within ? 1 : 0;
 }

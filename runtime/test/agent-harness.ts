@@ -1,7 +1,6 @@
 import { writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import { join } from "node:path";
-import pino from "pino";
 import { afterAll, beforeAll } from "vitest";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
@@ -10,6 +9,7 @@ import { waitFor } from "../../e2e/support/ports.ts";
 import { startAgent, type RunningAgent } from "../src/agent/main.ts";
 import type { AgentSpecInput } from "../src/resources/agent.ts";
 import { tempDir, writeAgentManifest, writeKey, type TestIdentity } from "./fixtures.ts";
+import { withRuntimeLog, type LogLine } from "./runtime-log.ts";
 
 export type Tls = Awaited<ReturnType<typeof localhostTls>>;
 
@@ -32,7 +32,10 @@ function writeFile(dir: string, name: string, content: string): string {
   return path;
 }
 
-/** Start the agent mode in-process over real TLS on a free loopback port. */
+/**
+ * Start the agent mode in-process over real TLS on a free loopback port. Its log (debug and up)
+ * is kept, printed when a test fails, and read by `logLines()`.
+ */
 export async function runAgent(opts: {
   self: TestIdentity;
   spec: Omit<AgentSpecInput, "agentId">;
@@ -49,26 +52,38 @@ export async function runAgent(opts: {
   handoffSecret?: string;
   /** The Agent resource it runs for, as the operator renders it: its JetStream data is then named from namespace/name. */
   resource?: { name: string; namespace: string };
-}): Promise<RunningAgent & { post(body: unknown, headers?: Record<string, string>): Promise<HttpsResponse>; get(path: string, headers?: Record<string, string>): Promise<HttpsResponse>; scrape(): Promise<string> }> {
+}): Promise<
+  RunningAgent & {
+    post(body: unknown, headers?: Record<string, string>): Promise<HttpsResponse>;
+    get(path: string, headers?: Record<string, string>): Promise<HttpsResponse>;
+    scrape(): Promise<string>;
+    logLines(): LogLine[];
+  }
+> {
   const dir = opts.dir ?? tempDir();
   const manifest = writeAgentManifest(dir, { agentId: opts.self.agentId, ...opts.spec }, opts.resource?.name, opts.resource?.namespace);
-  const running = await startAgent({
-    manifest,
-    port: opts.port ?? 0,
-    host: "127.0.0.1",
-    tlsCert: opts.tls.files.cert,
-    tlsKey: opts.tls.files.key,
-    signingKey: opts.signingKeyFile ?? writeKey(dir, opts.self),
-    encryptionKey: opts.encryptionKey ? writeFile(dir, "encryption.key", opts.encryptionKey) : undefined,
-    nats: { url: opts.natsUrl },
-    localApiPort: 0,
-    metricsPort: 0,
-    introductionSecretFile: opts.introductionSecretFile,
-    handoffSecretFile: opts.handoffSecret ? writeFile(dir, "handoff.key", opts.handoffSecret) : undefined,
-    caFile: opts.tls.files.ca,
-    logger: pino({ level: process.env.IFP_TEST_LOG ?? "silent" }),
+  const running = await withRuntimeLog(`agent ${opts.self.agentId} (in-process)`, (logger) =>
+    startAgent({
+      manifest,
+      port: opts.port ?? 0,
+      host: "127.0.0.1",
+      tlsCert: opts.tls.files.cert,
+      tlsKey: opts.tls.files.key,
+      signingKey: opts.signingKeyFile ?? writeKey(dir, opts.self),
+      encryptionKey: opts.encryptionKey ? writeFile(dir, "encryption.key", opts.encryptionKey) : undefined,
+      nats: { url: opts.natsUrl },
+      localApiPort: 0,
+      metricsPort: 0,
+      introductionSecretFile: opts.introductionSecretFile,
+      handoffSecretFile: opts.handoffSecret ? writeFile(dir, "handoff.key", opts.handoffSecret) : undefined,
+      caFile: opts.tls.files.ca,
+      logger,
+    }),
+  );
+  await waitFor("agent ready", async () => (await httpsRequest(`${running.url}/readyz`, { ca: opts.tls.ca })).status === 200, 30_000).catch(async (err: unknown) => {
+    await running.close().catch(() => {});
+    throw err;
   });
-  await waitFor("agent ready", async () => (await httpsRequest(`${running.url}/readyz`, { ca: opts.tls.ca })).status === 200, 30_000);
   return Object.assign(running, {
     post: (body: unknown, headers: Record<string, string> = {}) =>
       httpsRequest(`${running.url}/.well-known/agent/inbox`, {

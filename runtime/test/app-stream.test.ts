@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../e2e/support/nats.ts";
-import { waitFor } from "../../e2e/support/ports.ts";
+import { consistently, waitFor } from "../../e2e/support/wait.ts";
 import { get as httpGet } from "node:http";
+import { agentNames } from "../src/agent/names.ts";
 import type { InboundDelivery, LocalApiClient } from "../src/client/local.ts";
 import { startHandler, type Tls, withNatsAndTls } from "./agent-harness.ts";
 import { identity, peerOf, signed } from "./fixtures.ts";
@@ -162,6 +163,69 @@ describe("the application's message stream (no spec.handler)", () => {
     const odd = await b.request("/messages?limit=abc&wait=-3", { headers: auth() });
     expect(odd.status).toBe(200);
     expect(odd.json()).toEqual({ messages: [] });
+  });
+});
+
+/** The message_id and Ifp-Dead-Reason of every message on the agent's dead-letter subject, in order. */
+async function deadLetters(agent: LocalApiAgent, agentId: string): Promise<{ id: string; reason: string }[]> {
+  const names = agentNames(agentId);
+  const info = await agent.nats.jsm.streams.info(names.inboxStream, { subjects_filter: names.dead });
+  const out: { id: string; reason: string }[] = [];
+  for (let seq = info.state.first_seq; seq <= info.state.last_seq && out.length < 50; seq++) {
+    const m = await agent.nats.jsm.streams.getMessage(names.inboxStream, { seq }).catch(() => undefined);
+    if (m?.subject === names.dead) out.push({ id: m.header.get("Ifp-Message-Id"), reason: m.header.get("Ifp-Dead-Reason") });
+  }
+  return out;
+}
+
+describe("ttl_seconds on the message stream", () => {
+  it("never hands out a message whose ttl_seconds passed, streamed or pulled: dead-lettered with its reason, as with a handler", async () => {
+    const erin = identity("erin-agent");
+    const e = await runLocalApiAgent({ self: erin, natsUrl: nats.url, tls, spec: { peers: [peerOf(alice)] } });
+    try {
+      const toErin = (text: string, headers: { date?: string; ttl_seconds?: number } = {}) => signed(alice, "erin-agent", { phase: "context", ...headers }, text);
+      const tenSecondsAgo = () => new Date(Date.now() - 10_000).toISOString();
+      // Expired on arrival (dated 10 s ago, 5 s to live), expiring while handed out and not acknowledged, lasting, and without a TTL.
+      const stale = toErin("stale", { date: tenSecondsAgo(), ttl_seconds: 5 });
+      const short = toErin("short", { ttl_seconds: 5 });
+      const lasting = toErin("lasting", { ttl_seconds: 3600 });
+      const plain = toErin("plain");
+      for (const m of [stale, short, lasting, plain]) expect((await e.deliver(m)).status).toBe(202);
+
+      // The stale one, first in the inbox, is skipped; the short-lived one is still in time.
+      const r1 = openReader(e, e.local());
+      await r1.until(3);
+      expect(r1.texts()).toEqual(["short", "lasting", "plain"]);
+      expect(await deadLetters(e, "erin-agent")).toEqual([{ id: stale.headers.message_id, reason: expect.stringMatching(/^expired: ttl_seconds 5 from /) }]);
+      await r1.close();
+
+      // Handed back unacknowledged; when it comes round again its ttl_seconds has passed.
+      await waitFor("the short one's ttl_seconds to pass", () => Date.now() > Date.parse(short.headers.date) + 5_000, 15_000);
+      const r2 = openReader(e, e.local());
+      await r2.until(2);
+      expect(r2.texts()).toEqual(["lasting", "plain"]);
+      expect(r2.got.map((d) => d.delivery_attempt)).toEqual([2, 2]);
+      await waitFor("the short one dead-lettered", async () => (await deadLetters(e, "erin-agent")).length === 2);
+      await consistently("no expired message streamed", () => !r2.got.some((d) => ["stale", "short"].includes(d.message.body.text ?? "")));
+      expect(await e.local().ackMany([lasting.headers.message_id, plain.headers.message_id])).toMatchObject({ not_found: [] });
+      await r2.close();
+      // Not held for anyone: acknowledging an expired one finds nothing.
+      await expect(e.local().ack(short.headers.message_id)).rejects.toMatchObject({ status: 404 });
+
+      // The pull variant checks the same.
+      const stalePulled = toErin("stale, pulled", { date: tenSecondsAgo(), ttl_seconds: 5 });
+      const fresh = toErin("fresh, pulled", { ttl_seconds: 3600 });
+      for (const m of [stalePulled, fresh]) expect((await e.deliver(m)).status).toBe(202);
+      const pulled = await e.local().pull(10);
+      expect(pulled.map((d) => d.message.body.text)).toEqual(["fresh, pulled"]);
+      await e.local().ack(fresh.headers.message_id);
+      const dead = await deadLetters(e, "erin-agent");
+      expect(dead.map((d) => d.id)).toEqual([stale, short, stalePulled].map((m) => m.headers.message_id));
+      expect(dead.every((d) => /^expired: ttl_seconds/.test(d.reason))).toBe(true);
+      expect(await e.unacked()).toBe(0);
+    } finally {
+      await e.close();
+    }
   });
 });
 

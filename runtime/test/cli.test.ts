@@ -1,4 +1,4 @@
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -6,6 +6,7 @@ import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
+import { describeExit, spawnProcess } from "../../e2e/support/process.ts";
 import { HttpClient } from "../src/net/http-client.ts";
 import { RelayClient } from "../src/relay/client.ts";
 import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey, writeRelayManifest } from "./fixtures.ts";
@@ -22,26 +23,27 @@ afterAll(async () => {
   await nats?.close();
 });
 
-/** ifp-runtime MODE with `args`, listening on a free port; stop() sends SIGTERM and expects exit 0. */
+/**
+ * ifp-runtime MODE with `args`, listening on a free port, its output kept (and printed when a
+ * test fails). stop() is SIGTERM, bounded, and a no-op once it ended; stopCleanly() also
+ * expects exit code 0.
+ */
 async function spawnRuntime(mode: "agent" | "relay", args: string[], env: NodeJS.ProcessEnv = process.env) {
   const port = await freePort();
-  const child = spawn(
+  const child = spawnProcess(
+    `ifp-runtime ${mode}`,
     process.execPath,
     [BIN, mode, "--metrics-port", "0", ...args, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url],
-    { stdio: ["ignore", "pipe", "pipe"], env: { ...env, IFP_LOG_LEVEL: "warn" } },
+    { env: { ...env, IFP_LOG_LEVEL: "warn" } },
   );
-  let output = "";
-  child.stdout.on("data", (d) => (output += d));
-  child.stderr.on("data", (d) => (output += d));
   const base = `https://localhost:${port}`;
   return {
     base,
-    output: () => output,
+    output: () => child.log(),
     ready: () => waitFor(`the ${mode} to be ready`, async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200, 30_000, 200),
-    async stop() {
-      const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
-      child.kill("SIGTERM");
-      expect(await exited).toBe(0);
+    stop: () => child.stop(),
+    async stopCleanly() {
+      expect(describeExit(await child.stop()), child.log()).toBe("exited with code 0");
     },
   };
 }
@@ -65,6 +67,7 @@ describe("ifp-runtime command line", () => {
         body: JSON.stringify(signed(pete, "cli-agent")),
       });
       expect(res.status).toBe(202);
+      await runtime.stopCleanly();
     } finally {
       await runtime.stop();
     }
@@ -90,6 +93,7 @@ describe("ifp-runtime command line", () => {
       expect((await new RelayClient(base, alice.signing, http).publish(m)).status).toBe(202);
       await waitFor("the push to the webhook", () => hook.calls.length > 0, 30_000, 100);
       expect(hook.calls[0]!.body.headers.message_id).toBe(m.headers.message_id);
+      await runtime.stopCleanly();
     } finally {
       await runtime.stop();
       await hook.close();
@@ -110,6 +114,7 @@ describe("ifp-runtime command line", () => {
       expect(res.headers.get("content-type")).toMatch(/^text\/plain/);
       expect(await res.text()).toMatch(/^# TYPE ifp_relay_operations_total counter$/m);
       expect((await httpsRequest(`${runtime.base}/metrics`, { ca: tls.ca })).status).toBe(404);
+      await runtime.stopCleanly();
     } finally {
       await runtime.stop();
     }

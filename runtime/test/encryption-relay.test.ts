@@ -1,12 +1,13 @@
 // End-to-end encryption through a real relay on a real nats-server: the relay's stored copy
 // holds no plaintext, the recipients' handlers get the plaintext, what was altered on the way is
-// refused and answered, a missing encryption key is a clear error at send time, and plaintext
-// through an untrusted relay is refused when the recipient requires encryption.
+// refused and answered, a missing encryption key is a clear error at send time, plaintext
+// through an untrusted relay is refused when the recipient requires encryption, mode always
+// encrypts on a direct route too, and a clear message never falls back to an untrusted relay.
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../e2e/support/nats.ts";
-import { waitFor } from "../../e2e/support/ports.ts";
+import { consistently, waitFor } from "../../e2e/support/wait.ts";
 import { AgentEncryption } from "../src/agent/encryption.ts";
 import { LocalApiClient } from "../src/client/local.ts";
 import { DiscoveryClient } from "../src/discovery/client.ts";
@@ -217,6 +218,91 @@ describe("end-to-end encryption through an untrusted relay", () => {
       expect(r.json.encrypted).toBe(false);
     } finally {
       await n.close();
+    }
+  });
+
+  it("mode always encrypts on a direct https route too, with the key from the recipient's identity document, and refuses a recipient without one", async () => {
+    const handler = await startHandler();
+    const b = await runAgent({ self: bob, natsUrl: nats.url, tls, encryptionKey: bobKey.privateKeyPem, spec: { peers: [peerOf(alice)], handler: { url: handler.url } } });
+    const d = await runAgent({ self: dave, natsUrl: nats.url, tls, spec: { peers: [peerOf(alice)] } });
+    const base = (r: { url: string }) => r.url.replace("127.0.0.1", "localhost");
+    // No relay anywhere: under auto both would go in the clear.
+    const a = await runAgent({
+      self: alice,
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [{ ...peerOf(bob), url: base(b) }, { ...peerOf(dave), url: base(d) }], outbound: { backoff: ["300ms"], retryFor: "30s" }, encryption: { mode: "always" } },
+    });
+    try {
+      const sent = await postOutbox(a.localApiUrl, { to: "bob-agent", text: "sealed even on a direct route" });
+      expect(sent.status).toBe(202);
+      expect(sent.json.encrypted).toBe(true);
+      expect(sent.json.message.body).toEqual({ ciphertext: expect.any(String) });
+      expect(sent.json.message.security.encryption.recipients).toEqual([expect.objectContaining({ agent: "bob-agent", key_id: bobKey.keyId })]);
+      const record = await waitFor("delivered", async () => {
+        const r = await new LocalApiClient(a.localApiUrl).status(sent.json.message_id);
+        return r.state === "delivered" ? r : undefined;
+      });
+      // Straight to bob's inbox, no relay on the way.
+      expect(record.recipients[0]!.via).toBe(`${base(b)}/.well-known/agent/inbox`);
+      const got = await waitFor("bob's handler", () => handler.received.find((x) => x.body.headers.message_id === sent.json.message_id));
+      expect(got.headers["ifp-encrypted"]).toBe(SCHEME);
+      expect(got.body.body).toEqual({ text: "sealed even on a direct route" });
+      // Dave publishes no encryption key: nothing is sent, in the clear or otherwise.
+      const r = await postOutbox(a.localApiUrl, { to: "dave-agent", text: "must not go in the clear" });
+      expect(r.status).toBe(422);
+      expect(r.json).toMatchObject({ code: "encryption_key_unavailable", message: expect.stringMatching(/spec\.encryption\.mode is always.*dave-agent publishes no active encryption key/) });
+    } finally {
+      await Promise.all([a.close(), b.close(), d.close()]);
+      await handler.close();
+    }
+  });
+
+  it("never lets a clear message fall back to an untrusted relay when the direct route fails; a trusted relay takes it", async () => {
+    // Bob has an https route (nothing listens there) and a relay; under auto a message to him goes in the clear.
+    const bobUnreachable = { ...peerOf(bob), url: "https://localhost:1", relay: { urls: [relayUrl] } };
+    const a = await runAgent({ self: alice, natsUrl: nats.url, tls, spec: { peers: [bobUnreachable], outbound: { backoff: ["300ms"], retryFor: "30s" } } });
+    try {
+      const local = new LocalApiClient(a.localApiUrl);
+      const sent = await postOutbox(a.localApiUrl, { to: "bob-agent", text: "clear, for the direct route only" });
+      expect([sent.status, sent.json.encrypted]).toEqual([202, false]);
+      const id: string = sent.json.message_id;
+      // Each attempt fails on the direct route and looks at the relay: three of them.
+      const after3 = await waitFor("three attempts, or a delivery", async () => {
+        const r = (await local.status(id)).recipients[0]!;
+        return r.attempts >= 3 || r.state === "delivered" ? r : undefined;
+      });
+      expect(after3).toMatchObject({ state: "retrying", via: "https://localhost:1/.well-known/agent/inbox", last_error: expect.stringMatching(/^network error/) });
+      await consistently(
+        "the clear message kept off the untrusted relay",
+        async () => {
+          const r = (await local.status(id)).recipients[0]!;
+          return r.state === "retrying" && !r.via?.startsWith("relay:") && !(await relayStoredCopies()).some((c) => c.includes(id));
+        },
+        1_500,
+        250,
+      );
+    } finally {
+      await a.close();
+    }
+    // The same route with the relay marked trusted: the fallback takes it (another sender, so alice's queued message stays out of it).
+    const c = await runAgent({
+      self: carol,
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [bobUnreachable], outbound: { backoff: ["300ms"], retryFor: "30s" }, encryption: { relayTrust: [{ url: relayUrl, level: "trusted" }] } },
+    });
+    try {
+      const sent = await postOutbox(c.localApiUrl, { to: "bob-agent", text: "clear, trusted relay" });
+      expect([sent.status, sent.json.encrypted]).toEqual([202, false]);
+      const record = await waitFor("delivered through the relay", async () => {
+        const r = await new LocalApiClient(c.localApiUrl).status(sent.json.message_id);
+        return r.state === "delivered" ? r : undefined;
+      });
+      expect(record.recipients[0]!.via).toBe(`relay:${relayUrl}`);
+      expect((await relayStoredCopies()).some((x) => x.includes("clear, trusted relay"))).toBe(true);
+    } finally {
+      await c.close();
     }
   });
 

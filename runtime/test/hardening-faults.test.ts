@@ -1,10 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { runFaults, table } from "../bench/faults.ts";
+import { OUTAGE_ANSWER_S, runFaults, SOAK_BOUND, table } from "../bench/faults.ts";
 
 // The part of `npm run test:faults` that fits in CI: each kill -9 under a shorter load, fewer
 // slow clients and a short soak.
 describe("hardening: faults, slow clients and a soak against the real runtimes", () => {
-  it("loses no message answered 202 when nats-server, the agent or the relay is killed under load, never answers 202 while NATS is down, cuts slow clients off without starving others", async () => {
+  it("loses no message answered 202 when nats-server, the agent or the relay is killed under load, answers 503 at once while NATS is down, cuts slow clients off without starving others, soaks within its bound", async () => {
     const r = await runFaults({ loadSeconds: 9, concurrency: 6, slowClients: 2, soakSeconds: 8 });
     const report = table(r);
     expect(r.faults.map((f) => f.fault), report).toEqual(["kill -9 nats-server", "kill -9 agent runtime", "kill -9 relay runtime"]);
@@ -15,13 +15,29 @@ describe("hardening: faults, slow clients and a soak against the real runtimes",
       // Back to accepting after the restart.
       expect(f.recoveryS, `${f.fault}\n${report}`).toBeGreaterThan(0);
     }
-    // While NATS was down, what was sent got 503 or waited for NATS to come back: never a lie.
-    expect(Object.keys(r.faults[0]!.duringOutage).every((s) => s === "503" || s === "202"), report).toBe(true);
+    for (const f of r.faults) {
+      // Every request sent while the component was down was refused (503, or no connection when
+      // the runtime itself was killed), none waiting past a few seconds for the component to return.
+      expect(Object.keys(f.duringOutage).every((s) => s === "503" || s === "0"), `${f.fault}\n${report}`).toBe(true);
+      expect(f.outageLongestS, `${f.fault}\n${report}`).toBeLessThanOrEqual(OUTAGE_ANSWER_S);
+      // Those under way at the kill were answered (stored before it: 202; otherwise 503 or no
+      // connection) without waiting for the component to return either.
+      expect(f.inFlightLongestS, `${f.fault}\n${report}`).toBeLessThanOrEqual(OUTAGE_ANSWER_S);
+    }
+    // NATS away for 3 s under 6 workers: requests were both under way at the kill and sent during the outage.
+    const nats = r.faults[0]!;
+    expect(Object.values(nats.inFlightAtKill).reduce((a, b) => a + b, 0), report).toBeGreaterThan(0);
+    expect(nats.duringOutage["503"] ?? 0, report).toBeGreaterThan(0);
     for (const s of r.slowClients.results) {
       expect(s.closed, `${s.kind}\n${report}`).toBe(s.connections);
       expect(s.longestS, `${s.kind}\n${report}`).toBeLessThan(40);
     }
     expect(r.slowClients.others.ok, report).toBe(r.slowClients.others.sent);
     expect(r.soak.errors, report).toBe(0);
+    // No growth beyond the stated bound between the soak's first and last tenth.
+    expect(r.soak.p99Ms.end, report).toBeLessThanOrEqual(r.soak.p99Ms.start * SOAK_BOUND.p99Factor + SOAK_BOUND.p99SlackMs);
+    expect(r.soak.rssMiB.end, report).toBeLessThanOrEqual(r.soak.rssMiB.start + SOAK_BOUND.rssGrowthMiB);
+    expect(r.soak.rssMiB.start, report).toBeGreaterThan(0);
+    expect(r.soak.bound.within, report).toBe(true);
   }, 300_000);
 });

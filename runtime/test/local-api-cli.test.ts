@@ -1,9 +1,10 @@
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../e2e/support/nats.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
+import { describeExit, spawnProcess } from "../../e2e/support/process.ts";
 import type { localhostTls } from "../../e2e/support/tls.ts";
 import { identity, tempDir, writeAgentManifest, writeKey } from "./fixtures.ts";
 import { writeToken } from "./local-api-harness.ts";
@@ -38,21 +39,19 @@ describe("ifp-runtime agent --local-api-tls-port --local-api-token-file", () => 
     const [port, apiPort] = await Promise.all([freePort(), freePort()]);
     const tokenFile = join(dir, "token");
     writeToken(tokenFile, "z".repeat(43));
-    const child = spawn(process.execPath, [BIN, ...base(port), `--local-api-tls-port=${apiPort}`, `--local-api-token-file=${tokenFile}`], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, IFP_LOG_LEVEL: "warn" } });
-    let output = "";
-    child.stdout.on("data", (d) => (output += d));
-    child.stderr.on("data", (d) => (output += d));
+    const child = spawnProcess("ifp-runtime agent", process.execPath, [BIN, ...base(port), `--local-api-tls-port=${apiPort}`, `--local-api-token-file=${tokenFile}`], { env: { ...process.env, IFP_LOG_LEVEL: "warn" } });
     try {
       await waitFor("the agent ready", async () => (await httpsRequest(`https://localhost:${port}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }))).status === 200, 30_000, 200);
       const url = `https://localhost:${apiPort}/dead-letters`;
       expect((await httpsRequest(url, { ca: tls.ca })).status).toBe(401);
       const ok = await httpsRequest(url, { ca: tls.ca, headers: { authorization: `Bearer ${"z".repeat(43)}` } });
-      expect(ok.status, output).toBe(200);
+      expect(ok.status, child.log()).toBe(200);
       expect(ok.json()).toEqual({ dead_letters: [] });
+      // SIGTERM is a clean stop.
+      expect(describeExit(await child.stop()), child.log()).toBe("exited with code 0");
     } finally {
-      const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
-      child.kill("SIGTERM");
-      expect(await exited).toBe(0);
+      // Only cleanup here (bounded, and a no-op once it ended), so that a failure above is the one reported.
+      await child.stop();
     }
   });
 });

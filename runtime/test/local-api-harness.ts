@@ -1,6 +1,5 @@
 import { writeFileSync, renameSync } from "node:fs";
 import { join } from "node:path";
-import pino from "pino";
 import { httpsRequest, type HttpsResponse } from "../../e2e/support/https.ts";
 import { waitFor } from "../../e2e/support/ports.ts";
 import { startAgent, type RunningAgent } from "../src/agent/main.ts";
@@ -10,6 +9,7 @@ import { LocalApiClient } from "../src/client/local.ts";
 import type { AgentSpecInput } from "../src/resources/agent.ts";
 import type { Tls } from "./agent-harness.ts";
 import { tempDir, writeAgentManifest, writeKey, type TestIdentity } from "./fixtures.ts";
+import { withRuntimeLog, type LogLine } from "./runtime-log.ts";
 
 /** Write a token file the way a Secret volume changes: a new file renamed over the old one. */
 export function writeToken(path: string, token: string): void {
@@ -32,6 +32,8 @@ export type LocalApiAgent = RunningAgent & {
   unacked(): Promise<number>;
   /** Rotate the token: write it into the token file; remote() uses it from now on. */
   setToken(token: string): void;
+  /** Its log lines (debug and up), as kept in memory; printed when a test fails. */
+  logLines(): LogLine[];
 };
 
 /** Start the agent mode in-process with the local API's TLS listener, as the operator renders it. */
@@ -40,21 +42,26 @@ export async function runLocalApiAgent(opts: { self: TestIdentity; spec: Omit<Ag
   const tokenFile = join(dir, "token");
   let token = opts.token ?? "t".repeat(43);
   writeToken(tokenFile, token);
-  const running = await startAgent({
-    manifest: writeAgentManifest(dir, { agentId: opts.self.agentId, ...opts.spec }),
-    port: opts.port ?? 0,
-    host: "127.0.0.1",
-    tlsCert: opts.tls.files.cert,
-    tlsKey: opts.tls.files.key,
-    signingKey: writeKey(dir, opts.self),
-    nats: { url: opts.natsUrl },
-    localApiPort: 0,
-    localApiTlsPort: 0,
-    localApiTokenFile: tokenFile,
-    caFile: opts.tls.files.ca,
-    logger: pino({ level: process.env.IFP_TEST_LOG ?? "silent" }),
+  const running = await withRuntimeLog(`agent ${opts.self.agentId} (in-process)`, (logger) =>
+    startAgent({
+      manifest: writeAgentManifest(dir, { agentId: opts.self.agentId, ...opts.spec }),
+      port: opts.port ?? 0,
+      host: "127.0.0.1",
+      tlsCert: opts.tls.files.cert,
+      tlsKey: opts.tls.files.key,
+      signingKey: writeKey(dir, opts.self),
+      nats: { url: opts.natsUrl },
+      localApiPort: 0,
+      localApiTlsPort: 0,
+      localApiTokenFile: tokenFile,
+      caFile: opts.tls.files.ca,
+      logger,
+    }),
+  );
+  await waitFor("agent ready", async () => (await httpsRequest(`${running.url}/readyz`, { ca: opts.tls.ca })).status === 200, 30_000).catch(async (err: unknown) => {
+    await running.close().catch(() => {});
+    throw err;
   });
-  await waitFor("agent ready", async () => (await httpsRequest(`${running.url}/readyz`, { ca: opts.tls.ca })).status === 200, 30_000);
   const names = agentNames(opts.self.agentId);
   return Object.assign(running, {
     dir,

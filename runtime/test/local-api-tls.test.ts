@@ -80,8 +80,16 @@ describe("the local API's TLS listener for applications in other pods", () => {
     await waitFor("the new token accepted", async () => (await a.request("/healthz", { headers: { authorization: `Bearer ${fresh}` } })).status === 200);
     expect((await a.request("/healthz", { headers: { authorization: `Bearer ${old}` } })).status).toBe(401);
     // A token file made unusable keeps the last good token in force.
+    const changed = Date.now();
     writeFileSync(a.tokenFile, "short\n");
-    await new Promise((r) => setTimeout(r, 1_200));
+    // The file is looked at on a request, at most once a second: requests with the token in
+    // force go on being answered until the runtime has read the new file and refused it.
+    const statuses: number[] = [];
+    await waitFor("the unusable token file read and refused", async () => {
+      statuses.push((await a.request("/healthz", { headers: { authorization: `Bearer ${fresh}` } })).status);
+      return a.logLines().some((l) => (l.time as number) >= changed && l.msg === "could not reload the local API token; the previous one stays in force");
+    }, 10_000, 200);
+    expect(new Set(statuses)).toEqual(new Set([200]));
     expect((await a.request("/healthz", { headers: { authorization: `Bearer ${fresh}` } })).status).toBe(200);
     expect((await a.request("/healthz", { headers: { authorization: "Bearer short" } })).status).toBe(401);
     a.setToken(old);

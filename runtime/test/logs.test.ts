@@ -7,9 +7,13 @@ import { waitFor } from "../../e2e/support/ports.ts";
 import type { NatsServer } from "../../e2e/support/nats.ts";
 import { startAgent } from "../src/agent/main.ts";
 import { LocalApiClient } from "../src/client/local.ts";
+import { HttpClient } from "../src/net/http-client.ts";
+import { startRelay } from "../src/relay/main.ts";
 import type { AgentSpecInput } from "../src/resources/agent.ts";
-import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey, type TestIdentity } from "./fixtures.ts";
+import type { RelaySpecInput } from "../src/resources/relay.ts";
+import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey, writeRelayManifest, type TestIdentity } from "./fixtures.ts";
 import { startHandler, withNatsAndTls, type Tls } from "./agent-harness.ts";
+import { clientOf, randomName, webhook, type RelayEnv } from "./relay-harness.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -18,8 +22,8 @@ withNatsAndTls((n, t) => {
   tls = t;
 });
 
-/** An agent whose log lines (JSON, debug level) are collected. */
-async function loggedAgent(self: TestIdentity, spec: Omit<AgentSpecInput, "agentId">) {
+/** A debug-level JSON logger whose lines are collected, raw and parsed. */
+function collectedLog() {
   const lines: Record<string, unknown>[] = [];
   const raw: string[] = [];
   const sink = new Writable({
@@ -31,6 +35,12 @@ async function loggedAgent(self: TestIdentity, spec: Omit<AgentSpecInput, "agent
       done();
     },
   });
+  return { lines, raw, logger: pino({ level: "debug" }, sink) };
+}
+
+/** An agent whose log lines (JSON, debug level) are collected. */
+async function loggedAgent(self: TestIdentity, spec: Omit<AgentSpecInput, "agentId">) {
+  const { lines, raw, logger } = collectedLog();
   const dir = tempDir();
   const running = await startAgent({
     manifest: writeAgentManifest(dir, { agentId: self.agentId, ...spec }),
@@ -42,9 +52,26 @@ async function loggedAgent(self: TestIdentity, spec: Omit<AgentSpecInput, "agent
     nats: { url: nats.url },
     localApiPort: 0,
     caFile: tls.files.ca,
-    logger: pino({ level: "debug" }, sink),
+    logger,
   });
   await waitFor("agent ready", async () => (await httpsRequest(`${running.url}/readyz`, { ca: tls.ca })).status === 200, 30_000);
+  return Object.assign(running, { lines, raw });
+}
+
+/** A relay serving `agents`, whose log lines (JSON, debug level) are collected. */
+async function loggedRelay(agents: TestIdentity[], spec: Partial<RelaySpecInput> = {}) {
+  const { lines, raw, logger } = collectedLog();
+  const running = await startRelay({
+    manifest: writeRelayManifest(tempDir(), { url: "https://localhost", agents: agents.map(peerOf), ...spec }, randomName()),
+    port: 0,
+    host: "127.0.0.1",
+    tlsCert: tls.files.cert,
+    tlsKey: tls.files.key,
+    nats: { url: nats.url },
+    caFile: tls.files.ca,
+    logger,
+  });
+  await waitFor("relay ready", async () => (await httpsRequest(`${running.url}/readyz`, { ca: tls.ca })).status === 200, 30_000);
   return Object.assign(running, { lines, raw });
 }
 
@@ -99,6 +126,53 @@ describe("structured logs", () => {
       await a.close();
       await b.close();
       await handler.close();
+    }
+  });
+
+  it("name the message on a relay's lines about it, publish and refusal with the request id, push with the recipient, and never carry bodies or keys", async () => {
+    const alice = identity("alice-agent");
+    const bob = identity("bob-agent");
+    const http = new HttpClient({ extraCa: tls.ca });
+    const env: RelayEnv = { nats, tls, http, close: () => http.close() };
+    // bob's webhook never takes it: one retry, then the push is given up.
+    const hook = await webhook(env, () => 503);
+    const relay = await loggedRelay([alice, bob], { delivery: { retries: 1, backoffDelay: "100ms", timeout: "2s" } });
+    try {
+      await clientOf(env, relay, bob).registerWebhook(hook.url);
+      const secret = "the launch code is 0000-SECRET-BODY";
+      const m = signed(alice, "bob-agent", { conversation_id: "conv:launch" }, secret);
+      expect((await clientOf(env, relay, alice).publish(m)).status).toBe(202);
+      // A message from bob, published by alice: refused, and its line names it too.
+      const forged = signed(bob, "alice-agent", { conversation_id: "conv:forged" }, "innocent");
+      expect((await clientOf(env, relay, alice).publish(forged)).status).toBe(401);
+      await waitFor("the push given up", async () => relay.lines.some((l) => l.msg === "push given up; moved to dead letters"), 30_000);
+
+      const about = { message_id: m.headers.message_id, conversation_id: m.headers.conversation_id, sender: "alice-agent" };
+      const published = relay.lines.find((l) => l.msg === "message published");
+      expect(published).toMatchObject({ ...about, recipients: 1, level: 20 });
+      expect(published?.reqId).toEqual(expect.any(String));
+      const refusal = relay.lines.find((l) => l.message_id === forged.headers.message_id);
+      expect(refusal).toMatchObject({ message_id: forged.headers.message_id, conversation_id: forged.headers.conversation_id, sender: "alice-agent", code: "invalid_signature" });
+      expect(refusal?.reqId).toEqual(expect.any(String));
+      expect(refusal?.reqId).not.toBe(published?.reqId);
+      // Push runs apart from any request: its lines name the message and the recipient.
+      expect(relay.lines.find((l) => l.msg === "webhook answered 503")).toMatchObject({ ...about, agent: "bob-agent", attempt: 1, level: 40 });
+      expect(relay.lines.find((l) => l.msg === "push given up; moved to dead letters")).toMatchObject({ ...about, agent: "bob-agent", level: 50 });
+      // Every line that mentions either message carries its fields.
+      for (const [line, parsed] of relay.raw.map((r, i) => [r, relay.lines[i]!] as const)) {
+        for (const x of [m, forged]) if (line.includes(x.headers.message_id)) expect(parsed, line).toMatchObject({ message_id: x.headers.message_id, conversation_id: x.headers.conversation_id, sender: expect.any(String) });
+      }
+
+      // Nothing of a body, a signature or a key, on any line.
+      const everything = relay.raw.join("\n");
+      expect(everything).not.toContain("SECRET-BODY");
+      expect(everything).not.toContain("innocent");
+      for (const sig of [m.security!.signatures![0]!.sig, forged.security!.signatures![0]!.sig]) expect(everything).not.toContain(sig);
+      for (const id of [alice, bob]) for (const k of keyMaterial(id)) expect(everything).not.toContain(k);
+    } finally {
+      await relay.close();
+      await hook.close();
+      await env.close();
     }
   });
 });

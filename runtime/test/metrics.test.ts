@@ -1,12 +1,14 @@
 // The runtime's Prometheus metrics, scraped from the plain-HTTP metrics listener of real agents
 // and relays after a scripted exchange: every counter moves by exactly what was sent.
+import { request as httpsRaw } from "node:https";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { waitFor } from "../../e2e/support/ports.ts";
-import { identity, peerOf, signed } from "./fixtures.ts";
+import { identity, peerOf, signed, type TestIdentity } from "./fixtures.ts";
 import { runAgent, scrapeMetrics, startHandler, type Tls, withNatsAndTls } from "./agent-harness.ts";
 import { metricValue } from "./probes.ts";
-import { alice, bob, clientOf, openWs, randomName, relayEnv, runRelay, type RelayEnv } from "./relay-harness.ts";
+import { alice, baseUrl, bob, carol, clientOf, openWs, randomName, relayEnv, runRelay, type RelayEnv } from "./relay-harness.ts";
+import { signRequest } from "../src/protocol/http-signatures.ts";
 import { connect, headers as natsHeaders } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream";
 import { relayNames } from "../src/contract/relay-stream.ts";
@@ -18,6 +20,24 @@ const pete = identity("pete-agent");
 let nats: NatsServer;
 let tls: Tls;
 withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
+
+/** A signed GET /relay/events held open once the relay answered 200; close() drops the connection. */
+async function openEvents(env: RelayEnv, relay: RunningRelay, who: TestIdentity): Promise<{ close(): void }> {
+  const url = `${baseUrl(relay)}/relay/events`;
+  const headers = await signRequest({ method: "GET", url }, who.signing);
+  return new Promise((resolve, reject) => {
+    const req = httpsRaw(url, { headers, ca: env.tls.ca }, (res) => {
+      if (res.statusCode !== 200) {
+        res.resume();
+        return reject(new Error(`GET /relay/events answered ${res.statusCode}`));
+      }
+      res.on("data", () => {});
+      resolve({ close: () => req.destroy() });
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
 
 /** Every sample's labels: none may carry a message id or an agent id. */
 function labelValues(text: string): string[] {
@@ -150,6 +170,33 @@ describe("relay metrics", () => {
 
     ws.close();
     await waitFor("the WebSocket closed", async () => metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_connections", { transport: "websocket" }) === 0);
+  });
+
+  it("counts each open SSE and WebSocket stream by transport while it is open, and none after it closes", async () => {
+    const connections = async () => {
+      const text = await scrapeMetrics(relay.metricsUrl);
+      return { sse: metricValue(text, "ifp_relay_connections", { transport: "sse" }), websocket: metricValue(text, "ifp_relay_connections", { transport: "websocket" }) };
+    };
+    const settled = (want: { sse: number; websocket: number }) =>
+      waitFor(`connections ${JSON.stringify(want)}`, async () => {
+        const have = await connections();
+        return have.sse === want.sse && have.websocket === want.websocket;
+      });
+    await settled({ sse: 0, websocket: 0 });
+
+    const bobEvents = await openEvents(env, relay, bob);
+    const carolEvents = await openEvents(env, relay, carol);
+    await settled({ sse: 2, websocket: 0 });
+    const ws = await openWs(env, relay, alice);
+    await settled({ sse: 2, websocket: 1 });
+
+    // The client goes away: the relay sees the socket close and counts the stream no more.
+    bobEvents.close();
+    await settled({ sse: 1, websocket: 1 });
+    await ws.close();
+    await settled({ sse: 1, websocket: 0 });
+    carolEvents.close();
+    await settled({ sse: 0, websocket: 0 });
   });
 
   it("passes over a stored copy whose ttl_seconds ran out before JetStream removed it, and counts it", async () => {

@@ -2,7 +2,6 @@
 // and a .creds file (user JWT + NKey seed) of a server in operator mode. The right credentials
 // connect; wrong ones leave the runtime unready with an error line that names the refusal,
 // instead of a silent wait.
-import { spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Writable } from "node:stream";
@@ -13,6 +12,7 @@ import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort } from "../../e2e/support/ports.ts";
+import { describeExit, spawnProcess } from "../../e2e/support/process.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import type { NatsOptions } from "../src/nats/connection.ts";
 import { startRelay } from "../src/relay/main.ts";
@@ -170,24 +170,23 @@ describe.each(cases)("NATS with $kind", (c) => {
     const work = tempDir();
     const manifest = writeAgentManifest(work, { agentId: "bob-agent", peers: [peerOf(alice)] });
     const port = await freePort();
-    const child = spawn(
+    const child = spawnProcess(
+      `ifp-runtime agent (${c.kind})`,
       process.execPath,
       [BIN, "agent", "--manifest", manifest, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--signing-key", writeKey(work, bob), "--nats", server.url, "--local-api-port", "0", ...c.flags(c.good)],
-      { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
+      { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
     );
-    let output = "";
-    child.stdout.on("data", (d) => (output += d));
-    child.stderr.on("data", (d) => (output += d));
     const base = `https://localhost:${port}`;
     try {
       await waitFor("the runtime to be ready", async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200, 30_000, 200);
       const res = await httpsRequest(`${base}/.well-known/agent/inbox`, { method: "POST", ca: tls.ca, headers: { "content-type": "application/json" }, body: JSON.stringify(signed(alice, "bob-agent")) });
       expect(res.status).toBe(202);
+      expect(describeExit(await child.stop()), child.log()).toBe("exited with code 0");
     } finally {
-      const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
-      child.kill("SIGTERM");
-      expect({ code: await exited, output }).toMatchObject({ code: 0 });
+      // Only cleanup here (bounded, and a no-op once it ended), so that a failure above is the one reported.
+      await child.stop();
     }
+    const output = child.log();
     expect(output).not.toMatch(/"level":(50|60)/);
   });
 });

@@ -1,21 +1,30 @@
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { announceCapabilities } from "../src/agent/relays.ts";
 import { LocalApiClient } from "../src/client/local.ts";
+import type { CapabilityDocument } from "../src/protocol/documents.ts";
+import { signMessage } from "../src/protocol/signing.ts";
 import { RelayClient } from "../src/relay/client.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
-import { identity, peerOf, signed } from "./fixtures.ts";
+import { identity, peerOf, signed, type TestIdentity } from "./fixtures.ts";
 import { runAgent } from "./agent-harness.ts";
 import { baseUrl, relayEnv, runRelay, waitFor, type RelayEnv } from "./relay-harness.ts";
+import { runtimeLog } from "./runtime-log.ts";
 
+// Each test has the peers it speaks of to itself, and sets up what alice knows of them: bob and
+// carol run (their endpoints serve their documents); dave, erin and frank are known through
+// the relay only.
 const alice = identity("alice-agent");
 const bob = identity("bob-agent");
+const carol = identity("carol-agent");
 const dave = identity("dave-agent");
+const erin = identity("erin-agent");
+const frank = identity("frank-agent");
 
 let env: RelayEnv;
 let relay: RunningRelay;
 let a: Awaited<ReturnType<typeof runAgent>>;
 let b: Awaited<ReturnType<typeof runAgent>>;
+let carolRuntime: Awaited<ReturnType<typeof runAgent>>;
 
 const cap = (name: string) => ({ name, version: "1", description: name });
 
@@ -31,10 +40,40 @@ async function local(method: string, path: string, body?: unknown): Promise<{ st
 const capabilitiesOf = (agent: string, query = "") => local("GET", `/peers/${encodeURIComponent(agent)}/capabilities${query}`);
 const names = (view: { json: { document: { capabilities: { name: string }[] } } }) => view.json.document.capabilities.map((c) => c.name).sort();
 
+const announcements = runtimeLog("capability announcements (test)");
+/** `who` announces `document` on capabilities.update through the relay. */
+const announce = (who: TestIdentity, document: CapabilityDocument) => announceCapabilities({ urls: [baseUrl(relay)], signing: who.signing, http: env.http, document, log: announcements.logger });
+
+/** `who`'s announcement of `document` in force at alice. */
+async function announced(who: TestIdentity, document: CapabilityDocument) {
+  await announce(who, document);
+  return waitFor(`${who.agentId}'s announcement applied`, async () => {
+    const v = await capabilitiesOf(who.agentId);
+    return v.json?.source === "announcement" && JSON.stringify(names(v)) === JSON.stringify(document.capabilities.map((x) => x.name).sort()) ? v : undefined;
+  });
+}
+
+/** A greeting from `who` to alice with a capability part, posted to alice's inbox; resolves once alice has merged it. */
+async function greeted(who: TestIdentity, capabilities: { name: string; version?: string; description: string }[]) {
+  const greeting = signed(who, "alice-agent", { phase: "greeting" });
+  greeting.body.parts = [{ content_type: "application/json", name: "capabilities", content: { ifp: 7, capabilities } }];
+  delete (greeting as { security?: unknown }).security;
+  const message = signMessage(greeting, who.signing);
+  expect((await a.post(message)).status).toBe(202);
+  const view = await waitFor(`${who.agentId}'s greeting merged`, async () => {
+    const v = await capabilitiesOf(who.agentId);
+    return v.json?.source === "greeting" && v.json.message_id === message.headers.message_id ? v : undefined;
+  });
+  return { message, view };
+}
+
 beforeAll(async () => {
   env = await relayEnv();
-  relay = await runRelay(env, { agents: [peerOf(alice), peerOf(bob), peerOf(dave)] });
-  b = await runAgent({ self: bob, natsUrl: env.nats.url, tls: env.tls, spec: { capabilities: [cap("ping"), cap("calendar.availability")], peers: [peerOf(alice)] } });
+  relay = await runRelay(env, { agents: [alice, bob, carol, dave, erin, frank].map((x) => peerOf(x)) });
+  [b, carolRuntime] = await Promise.all([
+    runAgent({ self: bob, natsUrl: env.nats.url, tls: env.tls, spec: { capabilities: [cap("ping"), cap("calendar.availability")], peers: [peerOf(alice)] } }),
+    runAgent({ self: carol, natsUrl: env.nats.url, tls: env.tls, spec: { capabilities: [cap("ping")], peers: [peerOf(alice)] } }),
+  ]);
   a = await runAgent({
     self: alice,
     natsUrl: env.nats.url,
@@ -42,7 +81,8 @@ beforeAll(async () => {
     spec: {
       peers: [
         { ...peerOf(bob), url: b.url.replace("127.0.0.1", "localhost") },
-        { ...peerOf(dave), relay: { urls: [baseUrl(relay)] } },
+        { ...peerOf(carol), url: carolRuntime.url.replace("127.0.0.1", "localhost") },
+        ...[dave, erin, frank].map((x) => ({ ...peerOf(x), relay: { urls: [baseUrl(relay)] } })),
       ],
       relay: { urls: [baseUrl(relay)], pollInterval: "300ms", topics: ["capabilities.update"] },
       // The relay is this deployment's own: clear messages may go through it.
@@ -54,9 +94,10 @@ beforeAll(async () => {
   await waitFor("alice subscribed", async () => (await new RelayClient(baseUrl(relay), alice.signing, env.http).subscriptions()).topics?.includes("capabilities.update"));
 });
 afterAll(async () => {
-  await Promise.all([a?.close(), b?.close()]);
+  await Promise.all([a?.close(), b?.close(), carolRuntime?.close()]);
   await relay?.close();
   await env?.close();
+  announcements.end();
 });
 
 describe("peer capabilities feed the outbox", () => {
@@ -79,61 +120,57 @@ describe("peer capabilities feed the outbox", () => {
   });
 
   it("applies a capabilities.update announcement received on a followed topic", async () => {
-    const document = { ifp: 7 as const, agent_id: "bob-agent", capabilities: [cap("ping"), cap("teleport")], ifp_support: [3, 4, 5, 6, 7, 8], updated: new Date().toISOString() };
-    await announceCapabilities({ urls: [baseUrl(relay)], signing: bob.signing, http: env.http, document, log: pino({ level: "silent" }) });
-    const view = await waitFor("the announcement applied", async () => {
-      const v = await capabilitiesOf("bob-agent");
-      return v.json?.source === "announcement" ? v : undefined;
-    });
+    // carol's endpoint serves her document of start-up ({ping}); her announcement is newer.
+    expect(names(await capabilitiesOf("carol-agent", "?refresh=true"))).toEqual(["ping"]);
+    const document = { ifp: 7 as const, agent_id: "carol-agent", capabilities: [cap("ping"), cap("teleport")], ifp_support: [3, 4, 5, 6, 7, 8], updated: new Date().toISOString() };
+    const view = await announced(carol, document);
     expect(names(view)).toEqual(["ping", "teleport"]);
     // The endpoint still serves the older document; the newer announcement stays in force.
-    expect((await capabilitiesOf("bob-agent", "?refresh=true")).json.source).toBe("announcement");
-    expect((await local("POST", "/outbox", { to: "bob-agent", text: "now", capabilities: { request: ["teleport"] } })).status).toBe(202);
+    expect((await capabilitiesOf("carol-agent", "?refresh=true")).json.source).toBe("announcement");
+    expect((await local("POST", "/outbox", { to: "carol-agent", text: "now", capabilities: { request: ["teleport"] } })).status).toBe(202);
   });
 
   it("refuses a message in an IFP format the peer's ifp_support lacks", async () => {
-    const document = { ifp: 7 as const, agent_id: "dave-agent", capabilities: [cap("ping")], ifp_support: [3, 5, 7, 8] };
-    await announceCapabilities({ urls: [baseUrl(relay)], signing: dave.signing, http: env.http, document, log: pino({ level: "silent" }) });
-    await waitFor("dave's announcement applied", async () => (await capabilitiesOf("dave-agent")).status === 200);
+    await announced(dave, { ifp: 7 as const, agent_id: "dave-agent", capabilities: [cap("ping")], ifp_support: [3, 5, 7, 8] });
     const refused = await local("POST", "/outbox", { to: ["dave-agent"], text: "hello" });
     expect(refused.status).toBe(422);
     expect(refused.json).toMatchObject({ code: "unsupported_version", message: expect.stringContaining("ifp_support") });
   });
 
   it("ignores an announcement whose document names another agent than its signer", async () => {
-    // Dave announcing a document that names bob changes nothing, neither for bob nor for dave.
+    // erin announcing a document that names bob changes nothing, neither for bob nor for erin.
+    await announced(erin, { ifp: 7 as const, agent_id: "erin-agent", capabilities: [cap("ping")] });
     const before = names(await capabilitiesOf("bob-agent"));
-    const daveBefore = names(await capabilitiesOf("dave-agent"));
-    const forged = { ifp: 7 as const, agent_id: "bob-agent", capabilities: [cap("forged")] };
-    await announceCapabilities({ urls: [baseUrl(relay)], signing: dave.signing, http: env.http, document: forged, log: pino({ level: "silent" }) });
-    const marker = signed(dave, "alice-agent", { phase: "context" }, "after the forged one");
-    await new RelayClient(baseUrl(relay), dave.signing, env.http).publish(marker);
-    await waitFor("the relay mailbox read", async () => (await new RelayClient(baseUrl(relay), alice.signing, env.http).pull()).messages.length === 0);
+    await announce(erin, { ifp: 7 as const, agent_id: "bob-agent", capabilities: [cap("forged")] });
+    // What alice's runtime decided about it.
+    await waitFor("the forged announcement refused", () => a.logLines().some((l) => l.msg === "ignored a capabilities.update about another agent" && l.peer === "erin-agent" && l.claimed === "bob-agent"));
     expect(names(await capabilitiesOf("bob-agent"))).toEqual(before);
-    expect(names(await capabilitiesOf("dave-agent"))).toEqual(daveBefore);
+    expect(names(await capabilitiesOf("erin-agent"))).toEqual(["ping"]);
   });
 
   it("merges a greeting's capability part over the baseline", async () => {
-    const greeting = signed(bob, "alice-agent", { phase: "greeting" });
-    greeting.body.parts = [{ content_type: "application/json", name: "capabilities", content: { ifp: 7, capabilities: [{ name: "gossip.exchange", description: "from the greeting" }, { name: "ping", version: "2", description: "ping, refined" }] } }];
-    const { signMessage } = await import("../src/protocol/signing.ts");
-    delete (greeting as { security?: unknown }).security;
-    expect((await a.post(signMessage(greeting, bob.signing))).status).toBe(202);
-    const view = await waitFor("refined", async () => {
-      const v = await capabilitiesOf("bob-agent");
-      return v.json?.baseline ? v : undefined;
-    });
-    expect(view.json).toMatchObject({ source: "greeting", message_id: greeting.headers.message_id, baseline: { source: "announcement" } });
+    await announced(frank, { ifp: 7 as const, agent_id: "frank-agent", capabilities: [cap("ping"), cap("teleport")] });
+    const { message, view } = await greeted(frank, [
+      { name: "gossip.exchange", description: "from the greeting" },
+      { name: "ping", version: "2", description: "ping, refined" },
+    ]);
+    expect(view.json).toMatchObject({ source: "greeting", message_id: message.headers.message_id, baseline: { source: "announcement" } });
     expect(names(view)).toEqual(["gossip.exchange", "ping", "teleport"]);
-    expect(view.json.document.capabilities.find((c: { name: string }) => c.name === "ping")).toMatchObject({ version: "2" });
+    expect(view.json.document.capabilities.find((x: { name: string }) => x.name === "ping")).toMatchObject({ version: "2" });
   });
 
   it("keeps the endpoint document for its max-age, and asks again with ?refresh=true", async () => {
-    // Bob restarts on the same address with another capability set; his endpoint serves max-age=300.
+    // What alice knows of bob: his endpoint's document (served with max-age=300), fetched now,
+    // refined by his greeting.
+    expect(names(await capabilitiesOf("bob-agent", "?refresh=true"))).toEqual(["calendar.availability", "ping"]);
+    const { view } = await greeted(bob, [{ name: "gossip.exchange", description: "from the greeting" }]);
+    expect(view.json).toMatchObject({ baseline: { source: "endpoint" } });
+    // Bob restarts on the same address with another capability set. Its `updated` has whole
+    // seconds: the new set is stamped in a second after the greeting was learned.
     const port = Number(new URL(b.url).port);
     await b.close();
-    // `updated` has whole seconds: let the new set be stamped after the greeting of the previous test.
-    await new Promise((r) => setTimeout(r, 1_100));
+    const learned = Date.parse(view.json.learned_at as string);
+    await waitFor("a second after the greeting", () => Date.now() >= (Math.floor(learned / 1000) + 1) * 1000, 5_000, 20);
     b = await runAgent({ self: bob, port, natsUrl: env.nats.url, tls: env.tls, spec: { capabilities: [cap("ping"), cap("weather")], peers: [peerOf(alice)] } });
     expect(names(await capabilitiesOf("bob-agent"))).not.toContain("weather");
     const fresh = await capabilitiesOf("bob-agent", "?refresh=true");
@@ -143,7 +180,7 @@ describe("peer capabilities feed the outbox", () => {
     expect(names(fresh)).toEqual(["ping", "weather"]);
     expect(await new LocalApiClient(a.localApiUrl).peerCapabilities("bob-agent", { refresh: true })).toMatchObject({ source: "endpoint", agent_id: "bob-agent" });
     // The refreshed document is what the outbox checks from now on.
-    expect((await local("POST", "/outbox", { to: "bob-agent", text: "teleport?", capabilities: { request: ["teleport"] } })).status).toBe(422);
+    expect((await local("POST", "/outbox", { to: "bob-agent", text: "teleport?", capabilities: { request: ["calendar.availability"] } })).status).toBe(422);
     expect((await local("POST", "/outbox", { to: "bob-agent", text: "weather?", capabilities: { request: ["weather"] } })).status).toBe(202);
   });
 

@@ -2,7 +2,6 @@
 // in this process through startRelay, and signed clients.
 import type { IncomingHttpHeaders } from "node:http";
 import { createServer, request as httpsRaw } from "node:https";
-import pino from "pino";
 import { afterAll, beforeAll } from "vitest";
 import WebSocket from "ws";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
@@ -15,6 +14,7 @@ import { RelayClient, RelayError } from "../src/relay/client.ts";
 import { startRelay, type RunningRelay } from "../src/relay/main.ts";
 import type { RelaySpecInput } from "../src/resources/relay.ts";
 import { identity, peerOf, tempDir, writeRelayManifest, type TestIdentity } from "./fixtures.ts";
+import { withRuntimeLog, type LogLine } from "./runtime-log.ts";
 
 export const alice = identity("alice-agent");
 export const bob = identity("bob-agent");
@@ -44,20 +44,29 @@ export async function relayEnv(): Promise<RelayEnv> {
 
 export const randomName = (prefix = "relay") => `${prefix}-${Math.random().toString(36).slice(2, 8)}`;
 
-export async function runRelay(env: RelayEnv, spec: Partial<RelaySpecInput> = {}, name = randomName(), dir = tempDir()): Promise<RunningRelay> {
+/**
+ * Start a relay in-process. Its log (debug and up) is kept, printed when a test fails, and read
+ * by `logLines()`.
+ */
+export async function runRelay(env: RelayEnv, spec: Partial<RelaySpecInput> = {}, name = randomName(), dir = tempDir()): Promise<RunningRelay & { logLines(): LogLine[] }> {
   const manifest = writeRelayManifest(dir, { url: "https://localhost", agents: [peerOf(alice), peerOf(bob), peerOf(carol)], ...spec }, name);
-  const relay = await startRelay({
-    manifest,
-    port: 0,
-    host: "127.0.0.1",
-    tlsCert: env.tls.files.cert,
-    tlsKey: env.tls.files.key,
-    nats: { url: env.nats.url },
-    caFile: env.tls.files.ca,
-    metricsPort: 0,
-    logger: pino({ level: process.env.IFP_TEST_LOG ?? "silent" }),
+  const relay = await withRuntimeLog(`relay ${name} (in-process)`, (logger) =>
+    startRelay({
+      manifest,
+      port: 0,
+      host: "127.0.0.1",
+      tlsCert: env.tls.files.cert,
+      tlsKey: env.tls.files.key,
+      nats: { url: env.nats.url },
+      caFile: env.tls.files.ca,
+      metricsPort: 0,
+      logger,
+    }),
+  );
+  await waitFor("relay ready", async () => (await httpsRequest(`${relay.url}/readyz`, { ca: env.tls.ca })).status === 200).catch(async (err: unknown) => {
+    await relay.close().catch(() => {});
+    throw err;
   });
-  await waitFor("relay ready", async () => (await httpsRequest(`${relay.url}/readyz`, { ca: env.tls.ca })).status === 200);
   return relay;
 }
 

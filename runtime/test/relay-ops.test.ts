@@ -1,10 +1,10 @@
-import { spawn } from "node:child_process";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats } from "../../e2e/support/nats.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort } from "../../e2e/support/ports.ts";
+import { describeExit, spawnProcess } from "../../e2e/support/process.ts";
 import { RelayClient } from "../src/relay/client.ts";
 import { relayNames } from "../src/contract/relay-stream.ts";
 import { peerOf, signed, tempDir, writeRelayManifest } from "./fixtures.ts";
@@ -164,12 +164,13 @@ describe("relay: restarts and outages", () => {
     const dir = tempDir();
     const manifest = writeRelayManifest(dir, { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] }, randomName("cli"));
     const port = await freePort();
-    const child = spawn(
+    // Its output is kept and printed should the test fail.
+    const child = spawnProcess(
+      "ifp-runtime relay",
       process.execPath,
       [new URL("../bin/ifp-runtime.ts", import.meta.url).pathname, "relay", "--manifest", manifest, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", env.tls.files.cert, "--tls-key", env.tls.files.key, "--nats", env.nats.url],
-      { stdio: "ignore", env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
+      { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
     );
-    const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
     try {
       await waitFor("the relay process", async () => (await httpsRequest(`https://localhost:${port}/readyz`, { ca: env.tls.ca })).status === 200, 30_000, 200);
       const m = signed(alice, "bob-agent");
@@ -180,14 +181,10 @@ describe("relay: restarts and outages", () => {
       expect(await tlsHandshake(port, env.tls.ca, { minVersion: "TLSv1", maxVersion: "TLSv1.1" })).toMatchObject({ ok: false, code: "ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION" });
       expect(await tlsHandshake(port, env.tls.ca, { minVersion: "TLSv1", maxVersion: "TLSv1.2" })).toEqual({ ok: true, protocol: "TLSv1.2" });
       // SIGTERM is a clean stop: exit code 0.
-      child.kill("SIGTERM");
-      expect(await exited).toBe(0);
+      expect(describeExit(await child.stop()), child.log()).toBe("exited with code 0");
     } finally {
-      // Only cleanup here, so that a failure above is the one reported.
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill("SIGKILL");
-        await exited;
-      }
+      // Only cleanup here (bounded, and a no-op once it ended), so that a failure above is the one reported.
+      await child.stop({ signal: "SIGKILL" });
     }
   });
 });

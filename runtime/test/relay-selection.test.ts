@@ -3,7 +3,7 @@ import { LocalApiClient } from "../src/client/local.ts";
 import { relayOrder } from "../src/agent/outbound.ts";
 import { RelayClient } from "../src/relay/client.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
-import { identity, peerOf, signed } from "./fixtures.ts";
+import { identity, message, peerOf, signed } from "./fixtures.ts";
 import { runAgent, startHandler } from "./agent-harness.ts";
 import { baseUrl, relayEnv, runRelay, waitFor, type RelayEnv } from "./relay-harness.ts";
 
@@ -87,6 +87,57 @@ describe("relay selection (IFP-8 2.3)", () => {
     const ok = await relay.publish(m, ["bob-agent"]);
     expect(ok.status).toBe(202);
     expect(JSON.parse(ok.text)).toMatchObject({ recipients: 1 });
+  });
+
+  it("tries a peer's relays in the order its preference gives: as listed with any, spread by message_id with spread", async () => {
+    // r3 and r2 both serve bob and both take alice's messages; bob has no https route.
+    const r3 = await runRelay(env, { agents: [peerOf(alice), peerOf(bob)] });
+    const relays = [baseUrl(r3), baseUrl(r2)];
+    /** Send each message_id from an alice whose spec.peers gives bob the relays with this preference; the `via` of each. */
+    const sendWith = async (preference: string, ids: string[]) => {
+      const a = await runAgent({
+        self: alice,
+        natsUrl: env.nats.url,
+        tls: env.tls,
+        spec: {
+          peers: [{ ...peerOf(bob), relay: { urls: relays, preference } }],
+          outbound: { backoff: ["300ms"], retryFor: "30s" },
+          encryption: { relayTrust: relays.map((url) => ({ url, level: "self-operated" as const })) },
+        },
+      });
+      try {
+        const local = new LocalApiClient(a.localApiUrl);
+        for (const id of ids) await local.send(message("alice-agent", "bob-agent", { message_id: id, phase: "context" }, id));
+        return await Promise.all(
+          ids.map((id) =>
+            waitFor(`${id} delivered`, async () => {
+              const r = await local.status(id);
+              return r.state === "delivered" ? r.recipients[0]!.via : undefined;
+            }, 30_000),
+          ),
+        );
+      } finally {
+        await a.close();
+      }
+    };
+    /** The message_ids waiting for bob at a relay, of those given. */
+    const heldAt = async (relay: RunningRelay, ids: string[]) => (await new RelayClient(baseUrl(relay), bob.signing, env.http).pull({ limit: 100 })).messages.map((m) => m.headers.message_id).filter((id) => ids.includes(id)).sort();
+    try {
+      // any: always the first relay listed, which is up.
+      const listed = Array.from({ length: 4 }, (_, i) => `msg:preference-any-${i}`);
+      expect(await sendWith("any", listed)).toEqual(listed.map(() => `relay:${relays[0]}`));
+      // spread: each message starts at the relay its message_id picks; these ids pick both.
+      const spread = Array.from({ length: 8 }, (_, i) => `msg:preference-spread-${i}`);
+      const firsts = spread.map((id) => relayOrder({ urls: relays, preference: "spread" }, id)[0]!);
+      expect(new Set(firsts)).toEqual(new Set(relays));
+      expect(await sendWith("spread", spread)).toEqual(firsts.map((u) => `relay:${u}`));
+      // The copies are where the delivery records say, and nowhere else.
+      const all = [...listed, ...spread];
+      expect(await heldAt(r3, all)).toEqual([...listed, ...spread.filter((_, i) => firsts[i] === relays[0])].sort());
+      expect(await heldAt(r2, all)).toEqual(spread.filter((_, i) => firsts[i] === relays[1]).sort());
+    } finally {
+      await r3.close();
+    }
   });
 
   it("orders relays by preference", () => {

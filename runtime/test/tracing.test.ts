@@ -1,10 +1,10 @@
-import { spawn } from "node:child_process";
 import { createServer, type Server } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
-import { freePort, waitFor } from "../../e2e/support/ports.ts";
+import { consistently, freePort, waitFor } from "../../e2e/support/ports.ts";
+import { describeExit, spawnProcess, type ExitInfo } from "../../e2e/support/process.ts";
 import { LocalApiClient } from "../src/client/local.ts";
 import { signMessage } from "../src/protocol/signing.ts";
 import { identity, message, peerOf, tempDir, writeAgentManifest, writeKey, writeRelayManifest, type TestIdentity } from "./fixtures.ts";
@@ -65,43 +65,36 @@ async function otlpReceiver() {
 let nats: NatsServer;
 let tls: Awaited<ReturnType<typeof localhostTls>>;
 let otlp: Awaited<ReturnType<typeof otlpReceiver>>;
-const running: { stop(): Promise<void> }[] = [];
+const running: { stop(): Promise<ExitInfo | undefined> }[] = [];
 
 beforeAll(async () => {
   [nats, tls, otlp] = await Promise.all([startNats(), localhostTls(), otlpReceiver()]);
 });
 afterAll(async () => {
-  for (const r of running.reverse()) await r.stop().catch(() => {});
+  for (const r of running.reverse()) await r.stop();
   await otlp?.close();
   await nats?.close();
 });
 
-/** ifp-runtime MODE as a process, with tracing configured by the environment alone. */
+/**
+ * ifp-runtime MODE as a process, with tracing configured by the environment alone. Its output
+ * is kept (and printed when a test fails); stop() is SIGTERM, bounded, and says how it ended.
+ */
 async function spawnRuntime(mode: "agent" | "relay", args: string[], env: Record<string, string>, port?: number) {
   port ??= await freePort();
-  const child = spawn(
+  const child = spawnProcess(
+    `ifp-runtime ${mode} (${env.OTEL_SERVICE_NAME ?? "untraced"})`,
     process.execPath,
     [BIN, mode, ...args, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url],
-    { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, IFP_LOG_LEVEL: "warn", ...env } },
+    { env: { ...process.env, IFP_LOG_LEVEL: "warn", ...env } },
   );
-  let output = "";
-  child.stdout.on("data", (d) => (output += d));
-  child.stderr.on("data", (d) => (output += d));
   const base = `https://localhost:${port}`;
-  const r = {
-    base,
-    output: () => output,
-    async stop() {
-      if (child.exitCode !== null) return;
-      const exited = new Promise<number | null>((res) => child.once("exit", (code) => res(code)));
-      child.kill("SIGTERM");
-      await exited;
-    },
-  };
+  const r = { base, output: () => child.log(), stop: () => child.stop() };
   running.push(r);
-  await waitFor(`the ${mode} to be ready`, async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200, 30_000, 200).catch((err) => {
-    throw new Error(`${(err as Error).message}\n${output}`);
+  const state = await waitFor(`the ${mode} to be ready`, async () => (child.exit ? "ended" : (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200 && "ready"), 30_000, 200).catch((err) => {
+    throw new Error(`${(err as Error).message}\n${child.log()}`);
   });
+  if (state === "ended") throw new Error(`ifp-runtime ${mode} ${describeExit(child.exit)} before it was ready:\n${child.log()}`);
   return r;
 }
 
@@ -301,8 +294,10 @@ describe("tracing across agents and a relay", () => {
       const sent = await new LocalApiClient(f.localApi).send({ to: "grace-agent", text: "untraced" });
       expect(sent.message.headers.extensions).toBeUndefined();
       await waitFor("grace's application has it", async () => handler.received.some((r) => r.body.headers.message_id === sent.message_id), 30_000);
-      await new Promise((r) => setTimeout(r, 500));
-      expect(otlp.spans.filter((s) => s.service === "grace" || s.service === "frank")).toEqual([]);
+      // A clean stop ends tracing after the runtime (ifp-runtime shuts the exporter down, which
+      // flushes): whatever either would have exported has been sent by the time it exits 0.
+      for (const r of [f, g]) expect(describeExit(await r.stop())).toBe("exited with code 0");
+      await consistently("no spans of grace or frank", () => otlp.spans.every((s) => s.service !== "grace" && s.service !== "frank"), 1_000, 100);
     } finally {
       await handler.close();
     }

@@ -1,12 +1,13 @@
 // --trusted-proxies: the per-address limit (checked before any signature) keys on the real
 // client behind a trusted proxy, and on the peer's own address for everyone else. The runtime
 // runs as users run it: the ifp-runtime command with the flag.
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../e2e/support/nats.ts";
 import type { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
+import { describeExit, spawnProcess } from "../../e2e/support/process.ts";
 import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey, writeRelayManifest } from "./fixtures.ts";
 import { withNatsAndTls } from "./agent-harness.ts";
 
@@ -22,7 +23,11 @@ withNatsAndTls((n, t) => {
 const sender = identity("proxied-sender");
 const self = identity("proxied-agent");
 
-/** ifp-runtime MODE with `extra` flags on a free loopback port; stop() sends SIGTERM. */
+/**
+ * ifp-runtime MODE with `extra` flags on a free loopback port, its output kept (and printed when
+ * a test fails). stop() is SIGTERM, bounded, and a no-op once it ended; stopCleanly() also
+ * expects exit code 0.
+ */
 async function spawnRuntime(mode: "agent" | "relay", extra: string[]) {
   const dir = tempDir();
   const port = await freePort();
@@ -37,14 +42,12 @@ async function spawnRuntime(mode: "agent" | "relay", extra: string[]) {
           "0",
         ]
       : ["--manifest", writeRelayManifest(dir, { url: "https://relay.test", agents: [peerOf(sender)], limits: { perAddressPerMinute: 2 } })];
-  const child = spawn(
+  const child = spawnProcess(
+    `ifp-runtime ${mode}`,
     process.execPath,
     [BIN, mode, ...modeArgs, ...extra, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url],
-    { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
+    { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
   );
-  let output = "";
-  child.stdout.on("data", (d) => (output += d));
-  child.stderr.on("data", (d) => (output += d));
   const base = `https://localhost:${port}`;
   await waitFor(`the ${mode} to be ready`, async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }))).status === 200, 30_000, 200);
   return {
@@ -63,11 +66,10 @@ async function spawnRuntime(mode: "agent" | "relay", extra: string[]) {
           : await httpsRequest(`${base}/relay/messages`, { headers, ca: tls.ca });
       return { status: res.status, body: res.text ? (JSON.parse(res.text) as { code: string; message: string }) : undefined };
     },
-    output: () => output,
-    async stop() {
-      const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
-      child.kill("SIGTERM");
-      expect(await exited).toBe(0);
+    output: () => child.log(),
+    stop: () => child.stop(),
+    async stopCleanly() {
+      expect(describeExit(await child.stop()), child.log()).toBe("exited with code 0");
     },
   };
 }
@@ -93,6 +95,7 @@ describe.each(["agent", "relay"] as const)("--trusted-proxies (%s mode)", (mode)
       const chained = await rt.hit(["203.0.113.4", "198.51.100.7"]);
       expect(chained.status).toBe(429);
       expect(chained.body?.message).toBe("too many requests from 198.51.100.7");
+      await rt.stopCleanly();
     } finally {
       await rt.stop();
     }
@@ -106,6 +109,7 @@ describe.each(["agent", "relay"] as const)("--trusted-proxies (%s mode)", (mode)
       const limited = await rt.hit("203.0.113.3");
       expect(limited.status).toBe(429);
       expect(limited.body?.message).toBe("too many requests from 127.0.0.1");
+      await rt.stopCleanly();
     } finally {
       await rt.stop();
     }
@@ -117,6 +121,7 @@ describe.each(["agent", "relay"] as const)("--trusted-proxies (%s mode)", (mode)
       expect((await rt.hit("203.0.113.1")).status).toBe(passes[mode]);
       expect((await rt.hit("203.0.113.2")).status).toBe(passes[mode]);
       expect((await rt.hit()).status).toBe(429);
+      await rt.stopCleanly();
     } finally {
       await rt.stop();
     }
@@ -133,6 +138,7 @@ describe.each(["agent", "relay"] as const)("--trusted-proxies (%s mode)", (mode)
       expect(answers[2]!.body?.message).toBe("too many requests from 127.0.0.1");
       // A well-formed client address still has its own bucket.
       expect((await rt.hit("203.0.113.50")).status).toBe(passes[mode]);
+      await rt.stopCleanly();
     } finally {
       await rt.stop();
     }

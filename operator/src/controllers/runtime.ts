@@ -319,6 +319,8 @@ export function renderManifest(obj: { apiVersion: string; kind: string; metadata
       // scale, a HorizontalPodAutoscaler) must not change the config hash and so roll the pods.
       spec: withoutReplicas(obj.spec),
     },
-    { lineWidth: 0 },
+    // An object met twice (a key list two peers share) is written out twice: people read this
+    // ConfigMap, and anchors and aliases there would only puzzle them.
+    { lineWidth: 0, aliasDuplicateObjects: false },
   );
 }

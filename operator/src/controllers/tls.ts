@@ -1,6 +1,7 @@
 // The runtime's serving certificate: from a Secret the user names, from cert-manager when an
-// issuer is named, or else issued by the install CA (trust.ts) into a Secret the operator owns
-// (and renews: before it expires, when its names change, and when the signing CA rotates).
+// issuer is named (by the resource, or for the whole install in its cert-manager mode), or else
+// issued by the install CA (trust.ts) into a Secret the operator owns (and renews: before it
+// expires, when its names change, and when the signing CA rotates).
 import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
 import { isoSeconds } from "../../../runtime/src/util/time.ts";
 import { validity } from "../certs.ts";
@@ -94,12 +95,15 @@ export async function ensureTls(kube: Kube, caches: Caches, trust: InstallTrust,
     }
     return base;
   }
-  if (tls?.issuerRef) {
+  // The resource's own issuer, else the install's (cert-manager mode), else the install CA below.
+  const issuerRef = tls?.issuerRef ?? trust.certManager.issuerRef;
+  if (issuerRef) {
     const base = { secretName: n.tlsSecret, applied: [] as string[], events: [] as TlsOutcome["events"] };
     if (!(await kube.serves("cert-manager.io", "v1", "certificates", ns))) {
-      return { ...base, blocker: { reason: "CertManagerMissing", message: "spec.tls.issuerRef needs cert-manager, but the API server does not serve cert-manager.io/v1 Certificate; install cert-manager or use spec.tls.secretName" }, requeueAfterMs: 60_000 };
+      const who = tls?.issuerRef ? "spec.tls.issuerRef" : "the install's trust.certManager.issuerRef (--cert-manager-issuer)";
+      return { ...base, blocker: { reason: "CertManagerMissing", message: `${who} needs cert-manager, but the API server does not serve cert-manager.io/v1 Certificate; install cert-manager or use spec.tls.secretName` }, requeueAfterMs: 60_000 };
     }
-    const want = desiredCertificate(owner, tls.issuerRef, dnsNames);
+    const want = desiredCertificate(owner, issuerRef, dnsNames);
     const applied = await applyChildren(kube, caches, owner, [want]);
     const live = await kube.read(want.apiVersion!, want.kind!, ns, n.certificate);
     const waiting = certificateWaiting(live);

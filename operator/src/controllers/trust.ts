@@ -2,7 +2,9 @@
 // namespace, rotated with an overlap) issues every default serving certificate, and each Agent
 // and Relay gets a trust bundle ConfigMap `<name>-trust` (key ca.crt) that its runtime trusts in
 // addition to the system roots: the install's CAs, the chart's extra CAs and the resource's own
-// spec.tls.trust entries.
+// spec.tls.trust entries. In the install's cert-manager mode a cert-manager issuer of the user's
+// issues the default serving certificates instead (tls.ts), and a bundle ConfigMap that
+// trust-manager writes into each namespace joins every trust bundle.
 import { secretUsableBy } from "./references.ts";
 import type { KubernetesObject, V1ConfigMap, V1Secret } from "@kubernetes/client-node";
 import type { Logger } from "pino";
@@ -162,6 +164,17 @@ export function joinBundle(...sources: string[][]): string {
   return out.join("");
 }
 
+/**
+ * The install's cert-manager mode (chart value trust.certManager): an issuer of the user's (a CA
+ * ClusterIssuer, say) that issues the serving certificate of every resource that names none of its
+ * own, and a ConfigMap present in each namespace (a trust-manager Bundle's target) whose key every
+ * trust bundle includes, so that the runtimes trust that issuer's CA.
+ */
+export interface CertManagerMode {
+  issuerRef?: { name: string; kind: string; group: string };
+  bundle?: { configMapName: string; key: string };
+}
+
 export interface InstallTrustOptions {
   /** The operator's own namespace, where the CA Secret lives. */
   namespace: string;
@@ -169,6 +182,8 @@ export interface InstallTrustOptions {
   lifetimes?: Partial<TrustLifetimes>;
   /** Extra CA certificates (PEM) put in every bundle, for example the chart's trust.extraCAs. */
   extraCas?: string;
+  /** The cert-manager mode; off when absent. */
+  certManager?: CertManagerMode;
   log: Logger;
 }
 
@@ -181,6 +196,7 @@ export class InstallTrust {
   readonly lifetimes: TrustLifetimes;
   readonly namespace: string;
   readonly secretName: string;
+  readonly certManager: CertManagerMode;
   private readonly extra: string[];
   private readonly log: Logger;
   private state: CaState | undefined;
@@ -196,6 +212,7 @@ export class InstallTrust {
     this.namespace = opts.namespace;
     this.secretName = opts.secretName;
     this.extra = opts.extraCas?.trim() ? parseCaBundle(opts.extraCas) : [];
+    this.certManager = opts.certManager ?? {};
     this.log = opts.log;
   }
 
@@ -337,11 +354,17 @@ export function desiredTrustBundle(owner: Owner, pem: string): V1ConfigMap {
   return { apiVersion: "v1", kind: "ConfigMap", metadata: childMeta(owner, trustConfigMapName(owner.metadata.name)), data: { [BUNDLE_KEY]: pem } };
 }
 
-/** Pure: the CA certificates one spec.tls.trust entry's object yields, or a Blocker naming the field. */
-export function trustFromSource(index: number, ref: TrustRef, obj: KubernetesObject | undefined, namespace: string): { certs: string[] } | { blocker: Blocker } {
+/** Where the install's cert-manager bundle is named, as reports say it. */
+export const CERT_MANAGER_BUNDLE_FIELD = "the install's trust.certManager.bundle (--cert-manager-bundle)";
+
+/**
+ * Pure: the CA certificates one trust source's object yields, or a Blocker naming where the
+ * source is named: spec.tls.trust[index], or `field` (the install's cert-manager bundle).
+ */
+export function trustFromSource(index: number | string, ref: TrustRef, obj: KubernetesObject | undefined, namespace: string): { certs: string[] } | { blocker: Blocker } {
   const kind = ref.configMapRef ? "ConfigMap" : "Secret";
   const r = (ref.configMapRef ?? ref.secretRef)!;
-  const field = `spec.tls.trust[${index}].${ref.configMapRef ? "configMapRef" : "secretRef"}`;
+  const field = typeof index === "string" ? index : `spec.tls.trust[${index}].${ref.configMapRef ? "configMapRef" : "secretRef"}`;
   if (!obj) return { blocker: { reason: "TrustSourceMissing", message: `${kind} ${r.name} named in ${field} does not exist in namespace ${namespace}` } };
   let text: string | undefined;
   if (kind === "ConfigMap") {
@@ -367,16 +390,24 @@ export interface TrustOutcome {
 }
 
 /**
- * Publish a resource's trust bundle: the install's CAs, the extra CAs and its spec.tls.trust
- * entries. An entry that is missing or unusable is left out and reported (the first one as the
- * blocker); the rest is still published, so that the runtime keeps trusting the install. The
- * referenced objects are the user's, not watched: a resource with a blocker is looked at again
- * every 30 seconds, the others at each resync.
+ * Publish a resource's trust bundle: the install's CAs, the extra CAs, the install's cert-manager
+ * bundle (its ConfigMap in the resource's namespace, an implicit configMapRef entry) and the
+ * resource's spec.tls.trust entries. An entry that is missing or unusable is left out and
+ * reported (the first one as the blocker); the rest is still published, so that the runtime
+ * keeps trusting the install. The referenced objects are the user's, not watched: a resource
+ * with a blocker is looked at again every 30 seconds, the others at each resync.
  */
 export async function ensureTrust(kube: Kube, caches: Caches, trust: InstallTrust, owner: Owner, refs: TrustRef[] | undefined): Promise<TrustOutcome> {
   const ns = owner.metadata.namespace;
   const user: string[] = [];
   let blocker: Blocker | undefined;
+  const bundle = trust.certManager.bundle;
+  if (bundle) {
+    const ref = { configMapRef: { name: bundle.configMapName, key: bundle.key } };
+    const got = trustFromSource(CERT_MANAGER_BUNDLE_FIELD, ref, await kube.read("v1", "ConfigMap", ns, bundle.configMapName), ns);
+    if ("blocker" in got) blocker = got.blocker;
+    else user.push(...got.certs);
+  }
   for (const [i, ref] of (refs ?? []).entries()) {
     const r = ref.configMapRef ?? ref.secretRef;
     if (!r) continue;

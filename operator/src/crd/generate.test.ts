@@ -1,11 +1,21 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { parse } from "yaml";
+import { parse, parseDocument, visit } from "yaml";
 import { valuesComments, valuesTable } from "../../../charts/ifp-operator/values.reference.ts";
 import { Values, valuesJsonSchema } from "../../../charts/ifp-operator/values.schema.ts";
-import { agentCrd, generatedFiles, relayCrd, structural } from "./generate.ts";
+import { agentCrd, generatedFiles, relayCrd, structural, toYaml } from "./generate.ts";
 
 const root = new URL("../../../", import.meta.url);
+
+/** The anchors and aliases of a YAML text, as its parsed document holds them. */
+function anchorsAndAliases(text: string): string[] {
+  const found: string[] = [];
+  visit(parseDocument(text), {
+    Alias: (_key, node) => void found.push(`alias *${node.source}`),
+    Node: (_key, node) => void (node.anchor ? found.push(`anchor &${node.anchor}`) : undefined),
+  });
+  return found;
+}
 
 describe("generated files", () => {
   for (const [path, text] of Object.entries(generatedFiles())) {
@@ -13,6 +23,21 @@ describe("generated files", () => {
       expect(readFileSync(new URL(path, root), "utf8")).toBe(text);
     });
   }
+
+  for (const [path, text] of Object.entries(generatedFiles()).filter(([p]) => p.endsWith(".yaml"))) {
+    it(`${path} has no anchors or aliases`, () => {
+      expect(anchorsAndAliases(text)).toEqual([]);
+    });
+  }
+
+  it("writes an object that occurs twice out twice, never as an anchor and an alias", () => {
+    const shared = { type: "string", enum: ["a", "b"] };
+    const text = toYaml({ first: shared, second: { items: shared } });
+    expect(anchorsAndAliases(text)).toEqual([]);
+    expect(parse(text)).toEqual({ first: shared, second: { items: shared } });
+    // The check itself sees what the yaml library writes by default.
+    expect(anchorsAndAliases("first: &a1 {type: string}\nsecond: *a1\n")).toEqual(["anchor &a1", "alias *a1"]);
+  });
 
   it("values.yaml holds exactly the schema's defaults", () => {
     const yaml = parse(readFileSync(new URL("charts/ifp-operator/values.yaml", root), "utf8"));
@@ -98,6 +123,13 @@ describe("the CRDs' documentation (kubectl explain)", () => {
   it("finds a field without a description at any depth", () => {
     const schema = { properties: { a: { description: "a", properties: { b: { type: "string" } } }, c: { description: " ", items: { properties: { d: {} } } }, e: { description: "e", additionalProperties: { properties: { f: {} } } } } };
     expect(undescribed(schema as Node)).toEqual([".a.b", ".c", ".c[].d", ".e{}.f"]);
+  });
+
+  it("shows the status summary, the last error included, in the default kubectl get view of both kinds", () => {
+    // A column with a priority above 0 shows only with -o wide.
+    const defaultView = (crd: any) => crd.spec.versions[0].additionalPrinterColumns.filter((c: { priority?: number }) => !c.priority).map((c: { name: string }) => c.name);
+    expect(defaultView(agentCrd())).toEqual(["Agent ID", "Endpoint", "Ready", "Accepted 1h", "Backlog", "Last Error", "Age"]);
+    expect(defaultView(relayCrd())).toEqual(["URL", "Max Age", "Ready", "Accepted 1h", "Backlog", "Last Error", "Age"]);
   });
 
   it("gives the Agent a scale subresource on spec.replicas and status.selector, and addresses both kinds by short name and category", () => {

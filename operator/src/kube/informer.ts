@@ -2,6 +2,8 @@
 // and keeps its cached objects lean.
 import { makeInformer, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
+import { Backoff } from "../../../runtime/src/util/backoff.ts";
+import { errorMessage } from "./client.ts";
 
 /**
  * Drops what no controller reads from a cached object: `metadata.managedFields` (server-side
@@ -22,7 +24,7 @@ export class ResilientInformer<T extends KubernetesObject> {
   private readonly inner: ReturnType<typeof makeInformer<T>>;
   private readonly log: Logger;
   private readonly name: string;
-  private delay = 1000;
+  private readonly backoff = new Backoff({ initialMs: 1_000, maxMs: 30_000, jitter: 0.2 });
   private stopped = false;
   private listed = false;
   private synced = false;
@@ -51,9 +53,8 @@ export class ResilientInformer<T extends KubernetesObject> {
   private restartLater(err: unknown, what: string): void {
     if (this.stopped) return;
     if (this.timer) clearTimeout(this.timer);
-    const wait = this.delay * (0.8 + Math.random() * 0.4);
-    this.delay = Math.min(this.delay * 2, 30_000);
-    this.log.warn({ informer: this.name, err: (err as Error)?.message ?? String(err), retryInMs: Math.round(wait) }, `${what}; restarting`);
+    const wait = this.backoff.next();
+    this.log.warn({ informer: this.name, err: errorMessage(err), retryInMs: Math.round(wait) }, `${what}; restarting`);
     this.timer = setTimeout(() => {
       this.timer = undefined;
       this.restarts++;
@@ -70,7 +71,7 @@ export class ResilientInformer<T extends KubernetesObject> {
       // once a list has really been stored.
       if (this.listed) {
         this.synced = true;
-        this.delay = 1000;
+        this.backoff.reset();
       }
     } catch (err) {
       this.restartLater(err, "list or watch failed");

@@ -1,16 +1,21 @@
-import { setTimeout as pause } from "node:timers/promises";
 import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import { nanos } from "../contract/nats.ts";
 import type { Nats } from "../nats/connection.ts";
 import { ConsumerWorker } from "../nats/worker.ts";
 import { unavailable } from "../protocol/errors.ts";
+import type { RuntimeMetrics } from "../server/metrics.ts";
+import { Backoff } from "../util/backoff.ts";
 import { errorMessage } from "../util/errors.ts";
+import { setAsideExpired, type ExpiryDeps } from "./handoff.ts";
 import type { AgentNames } from "./names.ts";
 import { H } from "./store.ts";
 
 /** How long one reader's pull waits on the server; a closed reader hands its messages back within this. */
 const PULL_EXPIRES_MS = 2_000;
+
+/** An expired message whose dead letter could not be written is looked at again after this long. */
+const EXPIRED_RETRY_MS = 5_000;
 
 /** The durable consumer that feeds the local API's message stream (only when spec.handler is unset). */
 export const APP_CONSUMER = "application";
@@ -91,6 +96,7 @@ export class AppStream {
   private readonly log: Logger;
   private readonly opts: Required<AppStreamOptions>;
   private readonly consumer: ConsumerWorker;
+  private readonly expiry: ExpiryDeps;
   private readonly held = new Map<string, Held>();
   private readonly readers = new Set<Reader>();
   private readonly loops = new Set<Promise<void>>();
@@ -98,10 +104,11 @@ export class AppStream {
   private ensured = false;
   private floorAt = 0;
 
-  constructor(nats: Nats, names: AgentNames, log: Logger, opts: AppStreamOptions = {}) {
+  constructor(nats: Nats, names: AgentNames, log: Logger, metrics: RuntimeMetrics, opts: AppStreamOptions = {}) {
     this.nats = nats;
     this.names = names;
     this.log = log;
+    this.expiry = { nats, names, log, metrics };
     this.opts = { ackWaitMs: 60_000, maxUnacked: 100, maxReaders: 32, heartbeatMs: 15_000, ...opts };
     // Used for its consumer set-up: created, updated, and recreated from the ack floor if it went away.
     this.consumer = new ConsumerWorker(
@@ -212,12 +219,13 @@ export class AppStream {
   }
 
   private async read(reader: Reader, waitForRoom: () => Promise<void>): Promise<void> {
-    for (let delay = 500; !reader.closed && !this.stopped; delay = Math.min(delay * 2, 10_000)) {
+    const backoff = new Backoff({ initialMs: 500, maxMs: 10_000 });
+    while (!reader.closed && !this.stopped) {
       try {
         // Each new reader also refreshes the acknowledgement floor a recreated consumer starts after.
         await this.ensure();
         const c = await this.bound();
-        delay = 500;
+        backoff.reset();
         while (!reader.closed && !this.stopped) {
           if (reader.ids.size >= this.opts.maxUnacked) {
             await waitForRoom();
@@ -226,22 +234,29 @@ export class AppStream {
           const m = await c.next({ expires: PULL_EXPIRES_MS });
           if (!m) continue;
           // Closed meanwhile: held, and handed back with the rest in order when the loop ends.
-          this.take(m, reader);
+          await this.take(m, reader);
         }
       } catch (err) {
         this.ensured = false;
         if (reader.closed || this.stopped) break;
-        this.log.warn({ err: errorMessage(err), retryInMs: delay }, "application stream interrupted");
-        await pause(delay, undefined, { signal: reader.abort.signal }).catch(() => {});
+        this.log.warn({ err: errorMessage(err), retryInMs: backoff.delayMs }, "application stream interrupted");
+        await backoff.wait(reader.abort.signal);
       }
     }
   }
 
   /** Hold one delivered message for `reader` (or for the pull variant) and return what the application gets. */
-  private take(m: JsMsg, reader: Reader | undefined): AppDelivery | undefined {
+  private async take(m: JsMsg, reader: Reader | undefined): Promise<AppDelivery | undefined> {
     // Inspection at intake decided this one is answered by the runtime, not handed on.
     if (m.headers?.get(H.handoff) === "no") {
       m.ack();
+      return undefined;
+    }
+    // A message whose ttl_seconds passed is never handed on, as with spec.handler: checked on
+    // every hand-out, redeliveries included, and moved to the dead letters.
+    if (await setAsideExpired(this.expiry, m, EXPIRED_RETRY_MS)) {
+      // An earlier hand-out of it (a pull not acknowledged in time) is no longer held either.
+      this.release(m.headers?.get(H.messageId) ?? "");
       return undefined;
     }
     const d: AppDelivery = {
@@ -291,7 +306,7 @@ export class AppStream {
       const c = await this.bound();
       const batch = await c.fetch({ max_messages: limit, expires: waitMs });
       for await (const m of batch) {
-        const d = this.take(m, undefined);
+        const d = await this.take(m, undefined);
         if (d) out.push(d);
       }
     } catch (err) {

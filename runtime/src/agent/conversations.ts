@@ -6,6 +6,9 @@ import type { Message } from "../protocol/message.ts";
 import { errorMessage } from "../util/errors.ts";
 import type { DeliveryRecord } from "./delivery-state.ts";
 
+/** What whileConnected() names when the records are out of reach. */
+const WHAT = "the conversation records (NATS KV)";
+
 /** A conversation is over once it has been quiet this long; its record is forgotten then. */
 export const CONVERSATION_IDLE_MS = 7 * 24 * 3600_000;
 /** A record is written again after this long even when nothing in it changed, to keep it alive. */
@@ -73,7 +76,7 @@ export interface ThreadEntry {
  */
 export class Conversations {
   private kv: KV | undefined;
-  private readonly nats: Pick<Nats, "js" | "isConnected">;
+  private readonly nats: Pick<Nats, "js" | "isConnected" | "whileConnected">;
   readonly bucket: string;
   private readonly now: () => number;
   private readonly temperatures: ReadonlyMap<string, string>;
@@ -83,7 +86,7 @@ export class Conversations {
   private readonly updating = new Map<string, Promise<void>>();
 
   constructor(
-    nats: Pick<Nats, "js" | "isConnected">,
+    nats: Pick<Nats, "js" | "isConnected" | "whileConnected">,
     bucket: string,
     opts: {
       now?: () => number;
@@ -260,19 +263,22 @@ export class Conversations {
     await this.deliveries.put(record);
   }
 
+  /** Reads and writes are on the inbox path: abandoned (503) the moment NATS goes away. */
   private async read(key: string): Promise<KvEntry | null> {
     const kv = this.store();
     try {
-      return await kv.get(key);
+      return await this.nats.whileConnected(kv.get(key), WHAT);
     } catch (err) {
+      if (err instanceof ProtocolError) throw err;
       throw unavailable(`the conversation records cannot be read: ${errorMessage(err)}`);
     }
   }
 
   private async write(fn: () => Promise<unknown>): Promise<void> {
     try {
-      await fn();
+      await this.nats.whileConnected(fn(), WHAT);
     } catch (err) {
+      if (err instanceof ProtocolError) throw err;
       throw unavailable(`the conversation records cannot be written: ${errorMessage(err)}`);
     }
   }
@@ -302,10 +308,11 @@ export class Conversations {
       const next = change(state);
       if (!next) return;
       try {
-        if (current && current.operation === "PUT") await kv.update(key, JSON.stringify(next), current.revision);
-        else await kv.create(key, JSON.stringify(next));
+        await this.nats.whileConnected(current && current.operation === "PUT" ? kv.update(key, JSON.stringify(next), current.revision) : kv.create(key, JSON.stringify(next)), WHAT);
         return;
-      } catch {
+      } catch (err) {
+        // NATS went away: 503 now, not after four more tries.
+        if (err instanceof ProtocolError) throw err;
         // Another replica wrote in between: read again and decide on its record.
       }
     }

@@ -47,6 +47,7 @@ export class HandlerDelivery {
   private readonly hooks: HandoffHooks;
   private readonly worker: ConsumerWorker;
   private readonly http: HttpClient;
+  private readonly expiry: ExpiryDeps;
 
   constructor(nats: Nats, names: AgentNames, http: HttpClient, opts: HandlerOptions, log: Logger, metrics: RuntimeMetrics, hooks: HandoffHooks) {
     this.nats = nats;
@@ -56,6 +57,7 @@ export class HandlerDelivery {
     this.log = log;
     this.metrics = metrics;
     this.hooks = hooks;
+    this.expiry = { nats, names, log, metrics };
     this.worker = new ConsumerWorker(
       nats,
       {
@@ -93,11 +95,7 @@ export class HandlerDelivery {
       return;
     }
     // A message whose ttl_seconds passed is never handed on: dropped with its reason, counted.
-    const expired = expiredFor(m.data, Date.now());
-    if (expired) {
-      await this.deadLetter(m, messageId, expired, "expired");
-      return;
-    }
+    if (await setAsideExpired(this.expiry, m, this.backoff(m.info.deliveryCount))) return;
     const url = this.opts.url;
     const attempt = m.info.deliveryCount;
     const ended = this.metrics.handlerLatency.startTimer();
@@ -163,26 +161,17 @@ export class HandlerDelivery {
     return Math.round(base * (0.8 + Math.random() * 0.4));
   }
 
-  private async deadLetter(m: JsMsg, messageId: string, reason: string, kind: "failed" | "expired" = "failed"): Promise<void> {
-    const h = natsHeaders();
-    // Our own headers only: a copied Nats-Msg-Id would make JetStream drop the dead letter as a duplicate.
-    for (const [k, v] of m.headers ?? []) if (k.startsWith("Ifp-")) for (const value of v) h.append(k, value);
-    h.set(H.deadReason, reason);
+  private async deadLetter(m: JsMsg, messageId: string, reason: string): Promise<void> {
     try {
-      await this.nats.js.publish(this.names.dead, m.data, { headers: h, timeout: 5_000 });
-      m.term(reason);
-      if (kind === "expired") {
-        this.metrics.handler.inc({ result: "expired" });
-        this.log.warn({ ...logFields(m), reason }, "expired message not handed on");
-        return;
-      }
-      this.metrics.deadLetters.inc({ source: "handler" });
-      this.log.error({ ...logFields(m), reason }, "message dead-lettered");
-      this.hooks.onDeadLetter?.(messageId, reason);
+      await moveToDead(this.nats, this.names, m, reason);
     } catch (err) {
       this.log.warn({ ...logFields(m), err: errorMessage(err) }, "dead-lettering failed; will retry");
       m.nak(this.backoff(m.info.deliveryCount));
+      return;
     }
+    this.metrics.deadLetters.inc({ source: "handler" });
+    this.log.error({ ...logFields(m), reason }, "message dead-lettered");
+    this.hooks.onDeadLetter?.(messageId, reason);
   }
 
   async stop(): Promise<void> {
@@ -192,6 +181,51 @@ export class HandlerDelivery {
 
 /** The log fields of a stored inbound message, from the headers stored with it. */
 const logFields = (m: JsMsg) => messageLogOf(m.headers?.get(H.messageId) ?? "", m.headers?.get(H.conversationId) || undefined, m.headers?.get(H.sender) || undefined);
+
+/**
+ * Move a stored inbound message to the dead-letter subject, its reason in Ifp-Dead-Reason, and
+ * end it for its consumer. Throws when the dead letter is not written (the message is then untouched).
+ */
+async function moveToDead(nats: Nats, names: AgentNames, m: JsMsg, reason: string): Promise<void> {
+  const h = natsHeaders();
+  // Our own headers only: a copied Nats-Msg-Id would make JetStream drop the dead letter as a duplicate.
+  for (const [k, v] of m.headers ?? []) if (k.startsWith("Ifp-")) for (const value of v) h.append(k, value);
+  h.set(H.deadReason, reason);
+  await nats.js.publish(names.dead, m.data, { headers: h, timeout: 5_000 });
+  m.term(reason);
+}
+
+/** What setAsideExpired needs of the runtime. */
+export interface ExpiryDeps {
+  nats: Nats;
+  names: AgentNames;
+  log: Logger;
+  metrics: RuntimeMetrics;
+}
+
+/**
+ * The TTL check of both ways to the application, spec.handler.url and the local API's message
+ * stream, made each time before a stored message is handed out: one whose ttl_seconds passed
+ * (expiredFor) is moved to the dead-letter subject with its reason, counted as
+ * ifp_handler_deliveries_total{result="expired"} and logged, and true is returned: it is not
+ * handed on. Should the dead letter not be written, it is put back for another try after
+ * `retryMs` (and true is still returned). False for a message that may be handed on.
+ */
+export async function setAsideExpired(deps: ExpiryDeps, m: JsMsg, retryMs: number, now = Date.now()): Promise<boolean> {
+  const reason = expiredFor(m.data, now);
+  if (!reason) return false;
+  try {
+    await moveToDead(deps.nats, deps.names, m, reason);
+  } catch (err) {
+    deps.log.warn({ ...logFields(m), err: errorMessage(err) }, "dead-lettering an expired message failed; will retry");
+    m.nak(retryMs);
+    return true;
+  }
+  // Expiry is not a failure of the application: no dead-letter alarm.
+  deps.metrics.handler.inc({ result: "expired" });
+  deps.log.warn({ ...logFields(m), reason }, "expired message not handed on");
+  return true;
+}
 
 /**
  * Why a stored message may no longer be handed on: its ttl_seconds, counted from headers.date,

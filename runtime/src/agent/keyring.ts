@@ -1,12 +1,17 @@
 // The agent's signing keys as mounted from its Secret: signing.key, and beside it (after a
 // rotation) keys.json with every key's status and the retired keys still in transition.
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
+import type { Logger } from "pino";
+import { ANNOTATIONS } from "../contract/annotations.ts";
 import { parseSigningKeySet, publishedEncryptionKeys, publishedKeys, SIGNING_KEYS_FILE, type PublishedEncryptionKey, type PublishedKey } from "../contract/signing-keys.ts";
 import { encryptionKeyFromPem, type EncryptionKey } from "../protocol/encryption.ts";
 import { privateKeyFromPem, rawPublicKey } from "../protocol/keys.ts";
 import type { SigningKey } from "../protocol/signing.ts";
+import type { Agent } from "../resources/agent.ts";
+import { isoSeconds } from "../util/time.ts";
+import type { PublishedEncryptionKey as OneEncryptionKey } from "./documents.ts";
 
 export interface Keyring {
   signing: SigningKey;
@@ -57,4 +62,37 @@ export async function loadKeyring(signingKeyFile: string, agentId: string, defau
     encryption = { published: publishedEncryptionKeys(set.encryption), retired, revoked: set.encryption.filter((k) => k.status === "revoked").map((k) => k.keyId) };
   }
   return { signing: { agentId, keyId: active.keyId, privateKey, ...(transition.length ? { transition } : {}) }, published: publishedKeys(set), publicKey, ...(encryption ? { encryption } : {}) };
+}
+
+/**
+ * When the active signing key was created, for the identity document of an agent without a key
+ * set: the operator's annotation, else the Agent's creation, else the key file's modification time.
+ */
+export function signingKeyCreated(agent: Agent, signingKeyFile: string): string {
+  return agent.metadata.annotations?.[ANNOTATIONS.signingKeyCreated] ?? agent.metadata.creationTimestamp ?? isoSeconds(statSync(signingKeyFile).mtime);
+}
+
+/** The agent's own encryption keys: --encryption-key, with what the key set says of the others. */
+export interface OwnEncryptionKeys {
+  /** The active key, then the retired ones still in their transition (they decrypt only); none without --encryption-key. */
+  keys: EncryptionKey[];
+  /** What the identity document lists: after a rotation every key of the set with its status; before, the one key. */
+  published?: OneEncryptionKey | PublishedEncryptionKey[];
+  /** Ids of revoked keys (a message still encrypted for one is refused saying so). */
+  revoked?: string[];
+}
+
+/** Read --encryption-key (`file`); without it the agent publishes no encryption key, and says so. */
+export async function loadEncryptionKeys(file: string | undefined, keyring: Keyring, log: Logger): Promise<OwnEncryptionKeys> {
+  const revoked = keyring.encryption?.revoked;
+  if (!file) {
+    log.warn("no --encryption-key: this agent publishes no encryption key and cannot receive encrypted messages (docs/encryption.md)");
+    return { keys: [], revoked };
+  }
+  const key = encryptionKeyFromPem(await readFile(file));
+  return {
+    keys: [key, ...(keyring.encryption?.retired ?? [])],
+    published: keyring.encryption?.published ?? { keyId: key.keyId, publicKey: key.publicKey, created: isoSeconds(statSync(file).mtime) },
+    revoked,
+  };
 }

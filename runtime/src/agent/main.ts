@@ -1,21 +1,16 @@
-import { readFileSync, statSync } from "node:fs";
 import { LastError } from "../nats/last-error.ts";
 import { agentLastError } from "../contract/summary.ts";
 import { agentInboxPrefix } from "../contract/nats-permissions.ts";
-import { readFile } from "node:fs/promises";
 import type { FastifyInstance } from "fastify";
 import pino, { type Logger } from "pino";
 import { loadManifest } from "../config/manifest.ts";
-import { ANNOTATIONS } from "../contract/annotations.ts";
 import { DiscoveryClient } from "../discovery/client.ts";
 import { EventRecorder } from "../kube/events.ts";
 import { Nats, type NatsOptions } from "../nats/connection.ts";
 import { caFileLogger, HttpClient } from "../net/http-client.ts";
 import { TargetPolicy } from "../net/targets.ts";
-import { isoSeconds } from "../util/time.ts";
-import { encryptionKeyFromPem, type EncryptionKey } from "../protocol/encryption.ts";
 import type { SigningKey } from "../protocol/signing.ts";
-import { loadKeyring } from "./keyring.ts";
+import { loadEncryptionKeys, loadKeyring, signingKeyCreated } from "./keyring.ts";
 import { Agent } from "../resources/agent.ts";
 import { parseDuration } from "../resources/common.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
@@ -30,7 +25,7 @@ import { AgentEncryption } from "./encryption.ts";
 import { Documents } from "./documents.ts";
 import { HandlerDelivery, readHandoffSecret } from "./handoff.ts";
 import { IdentityResolver, introductionTokenFile } from "./identity.ts";
-import { Conversations, threadOriginal } from "./conversations.ts";
+import { Conversations } from "./conversations.ts";
 import { PeerCapabilityCache } from "./inbound.ts";
 import { buildLocalApi } from "./local-api.ts";
 import { TokenFile } from "./local-api-auth.ts";
@@ -40,7 +35,7 @@ import { OutboundDelivery } from "./outbound.ts";
 import { OutboxStore } from "./outbox.ts";
 import { PeerCapabilityService } from "./peer-capabilities.ts";
 import { announceCapabilities, RelayIntake, relayPublisher } from "./relays.ts";
-import { InboxStore } from "./store.ts";
+import { InboxStore, receivedLookup } from "./store.ts";
 
 export interface AgentOptions {
   manifest: string;
@@ -106,28 +101,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const spec = agent.spec;
   const keyring = await loadKeyring(opts.signingKey, spec.agentId, spec.signing.keyId);
   const signing: SigningKey = keyring.signing;
-  const keyCreated =
-    agent.metadata.annotations?.[ANNOTATIONS.signingKeyCreated] ??
-    agent.metadata.creationTimestamp ??
-    isoSeconds(statSync(opts.signingKey).mtime);
-  let encryptionKey: EncryptionKey | undefined;
-  if (opts.encryptionKey) {
-    encryptionKey = encryptionKeyFromPem(await readFile(opts.encryptionKey));
-  } else {
-    log.warn("no --encryption-key: this agent publishes no encryption key and cannot receive encrypted messages (docs/encryption.md)");
-  }
-  const documents = new Documents(
-    agent,
-    keyring.published ?? keyring.publicKey,
-    keyCreated,
-    undefined,
-    // After a rotation the key set lists every encryption key with its status; before, the one key.
-    keyring.encryption && encryptionKey
-      ? keyring.encryption.published
-      : encryptionKey
-        ? { keyId: encryptionKey.keyId, publicKey: encryptionKey.publicKey, created: isoSeconds(statSync(opts.encryptionKey!).mtime) }
-        : undefined,
-  );
+  const ownEncryption = await loadEncryptionKeys(opts.encryptionKey, keyring, log);
+  const documents = new Documents(agent, keyring.published ?? keyring.publicKey, signingKeyCreated(agent, opts.signingKey), undefined, ownEncryption.published);
   const names = agentNames(agentStoreKey(agent));
   const metrics = createRuntimeMetrics("agent");
   const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
@@ -144,14 +119,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     introductionTokens: opts.introductionSecretFile ? introductionTokenFile(opts.introductionSecretFile, log) : undefined,
     log,
   });
-  const encryption = new AgentEncryption({
-    spec,
-    discovery,
-    // The active key, and the retired ones still in their transition (they decrypt only).
-    keys: encryptionKey ? [encryptionKey, ...(keyring.encryption?.retired ?? [])] : [],
-    revoked: keyring.encryption?.revoked,
-    log,
-  });
+  const encryption = new AgentEncryption({ spec, discovery, keys: ownEncryption.keys, revoked: ownEncryption.revoked, log });
   const nats = new Nats({ inboxPrefix: agentInboxPrefix(spec.agentId), ...opts.nats, name: `ifp-agent ${spec.agentId}` }, log);
   life.defer("NATS", () => nats.close());
   // Backlog read at scrape time: what the sender still has to deliver, and (with a handler) what it has yet to take.
@@ -198,7 +166,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
       )
     : undefined;
   // Without a handler the application reads its messages from the local API's stream.
-  const appStream = spec.handler ? undefined : new AppStream(nats, names, log);
+  const appStream = spec.handler ? undefined : new AppStream(nats, names, log, metrics);
   const outbound = new OutboundDelivery({
     nats,
     names,
@@ -276,15 +244,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     ready: () => ready && nats.isConnected,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));
-  const localDeps = { agent, signing, encryption, documents, outbox: peerCapabilities.gate(outbox), states, peers: peerCapabilities, received: async (id: string, sender?: string) => {
-      // The inbox stream first; beyond its retention, the conversation's thread index.
-      const found = await inbox.received(id, sender);
-      if (found) return found;
-      const entry = await conversations.thread(id, sender);
-      return entry ? threadOriginal(entry) : undefined;
-    },
-    conversations,
-    stream: appStream, logger: log };
+  const received = receivedLookup(inbox, conversations);
+  const localDeps = { agent, signing, encryption, documents, outbox: peerCapabilities.gate(outbox), states, peers: peerCapabilities, received, conversations, stream: appStream, logger: log };
   const localApi = buildLocalApi(localDeps);
   const localApiTls = localApiToken ? buildLocalApi(localDeps, { tls: readTls(tlsFiles), token: localApiToken }) : undefined;
   if (localApiTls) life.defer("local API TLS watch", watchTls(localApiTls, tlsFiles, log));

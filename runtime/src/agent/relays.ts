@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import type { HttpClient } from "../net/http-client.ts";
 import { Message } from "../protocol/message.ts";
@@ -18,6 +17,7 @@ import { classify } from "./outbound.ts";
 import type { CapabilityDocument } from "../protocol/documents.ts";
 import { isEncrypted } from "../protocol/encryption.ts";
 import { encryptionRequired, type AgentEncryption } from "./encryption.ts";
+import { Backoff } from "../util/backoff.ts";
 
 /** Refusals of a relayed message that are answered and acknowledged like a 401 (never retried). */
 const REFUSED = new Set<string>(["encryption_required", "decryption_failed"]);
@@ -282,7 +282,7 @@ export class RelayIntake {
    * relay, the poll reads the mailbox.
    */
   private async follow(client: RelayClient): Promise<void> {
-    let pause = 1_000;
+    const backoff = new Backoff({ initialMs: 1_000, maxMs: 30_000 });
     while (!this.stopped) {
       const signal = this.abort.signal;
       try {
@@ -296,7 +296,7 @@ export class RelayIntake {
             this.log.info({ relay: client.base }, "reading the relay mailbox from its event stream");
           }
           this.streaming.add(client.base);
-          pause = 1_000;
+          backoff.reset();
           // A message that must stay at the relay is read again by the poll; the stream goes on
           // only when nothing is held back, so that the poll sees it.
           if ((await this.take(client, message, topicsAtRelay)) === "stop") {
@@ -308,14 +308,13 @@ export class RelayIntake {
         if (held) this.streaming.delete(client.base);
       } catch (err) {
         if (this.stopped) break;
-        this.log.warn({ relay: client.base, err: (err as Error).message, retryInMs: pause }, "the relay's event stream is not available; reading the mailbox by polling");
+        this.log.warn({ relay: client.base, err: (err as Error).message, retryInMs: backoff.delayMs }, "the relay's event stream is not available; reading the mailbox by polling");
       }
       this.streaming.delete(client.base);
       if (this.stopped) break;
       // Without the stream, what waits is read now rather than at the next poll.
       if (Date.now() - (this.lastPoll.get(client.base) ?? 0) >= Math.min(this.intervalMs, EVENTS_FALLBACK_POLL_MS)) await this.poll(client);
-      await sleep(pause, undefined, { signal: this.abort.signal }).catch(() => undefined);
-      pause = Math.min(pause * 2, 30_000);
+      await backoff.wait(this.abort.signal);
     }
   }
 

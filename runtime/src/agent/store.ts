@@ -8,6 +8,7 @@ import { isFull } from "../relay/mailbox.ts";
 import { refuseOverMaxPayload } from "../nats/payload.ts";
 import { Message } from "../protocol/message.ts";
 import { injectHeaders } from "../telemetry/tracing.ts";
+import { threadOriginal, type Conversations } from "./conversations.ts";
 import type { AgentNames } from "./names.ts";
 
 const WEEK_MS = 7 * 24 * 3600_000;
@@ -101,13 +102,18 @@ export class InboxStore {
     // message_id and holds every sender's message with it; received() tells them apart.
     const dedupe = `${meta.signer ? "signed" : "unsigned"}:${meta.signer ?? fromAgent} ${messageId}`;
     try {
-      const ack = await this.nats.js.publish(this.names.inbox(messageId), data, {
-        msgID: dedupe,
-        headers: h,
-        timeout: 5_000,
-      });
+      // Abandoned (503) the moment NATS goes away; a copy stored after the reconnection is a
+      // duplicate of the sender's retry, absorbed by the duplicate window.
+      const ack = await this.nats.whileConnected(
+        this.nats.js.publish(this.names.inbox(messageId), data, {
+          msgID: dedupe,
+          headers: h,
+          timeout: 5_000,
+        }),
+      );
       return { duplicate: ack.duplicate };
     } catch (err) {
+      if (err instanceof ProtocolError) throw err;
       if (isFull(err)) {
         throw new ProtocolError(503, "inbox_full", `the inbox is full (spec.inbox.maxBytes ${this.maxBytes} bytes) and takes new messages once older ones age out of the replay window`, {
           "retry-after": String(INBOX_FULL_RETRY_AFTER_S),
@@ -152,3 +158,16 @@ export class InboxStore {
   }
 }
 
+
+/**
+ * The received message a reply answers, by message_id (and `sender`, when given): from the inbox
+ * stream, and beyond its retention from the conversation's thread index.
+ */
+export function receivedLookup(inbox: InboxStore, conversations: Pick<Conversations, "thread">): (messageId: string, sender?: string) => Promise<Message | undefined> {
+  return async (messageId, sender) => {
+    const found = await inbox.received(messageId, sender);
+    if (found) return found;
+    const entry = await conversations.thread(messageId, sender);
+    return entry ? threadOriginal(entry) : undefined;
+  };
+}

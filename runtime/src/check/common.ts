@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { Message } from "../protocol/message.ts";
+import { isoSeconds } from "../util/time.ts";
 import type { Answer } from "./probe.ts";
 
 export function parseJson(text: string): unknown {
@@ -47,7 +48,7 @@ export function checkMessage(from: string, to: string, overrides: Partial<Messag
     ifp: 4,
     headers: {
       message_id: `msg:ifp-check-${randomUUID()}`,
-      date: new Date().toISOString().replace(/\.\d{3}Z$/, "Z"),
+      date: isoSeconds(new Date()),
       from: { agent: from },
       to: [{ agent: to }],
       conversation_id: `conv:ifp-check-${randomUUID()}`,

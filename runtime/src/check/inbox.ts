@@ -2,6 +2,7 @@ import { isDeepStrictEqual } from "node:util";
 import { generateSigningKey, privateKeyFromPem } from "../protocol/keys.ts";
 import type { Message } from "../protocol/message.ts";
 import { signMessage } from "../protocol/signing.ts";
+import { isoSeconds } from "../util/time.ts";
 import { checkMessage, clip, codeOf, errorBodyProblem, JSON_HEADERS, parseJson } from "./common.ts";
 import type { Answer } from "./probe.ts";
 import { rateLimitCheck } from "./tls.ts";
@@ -79,7 +80,7 @@ export async function inboxChecks(ctx: CheckContext): Promise<void> {
       ["inbox.date-future", 2 * 86_400_000, "dated 2 days ahead"],
     ] as const;
     for (const [id, offset, what] of dated) {
-      const m = signed(checkMessage(key.agentId, agentId, { date: new Date(Date.now() + offset).toISOString().replace(/\.\d{3}Z$/, "Z") }));
+      const m = signed(checkMessage(key.agentId, agentId, { date: isoSeconds(new Date(Date.now() + offset)) }));
       try {
         const res = await ctx.probe.request(url, { method: "POST", headers: JSON_HEADERS, body: JSON.stringify(m) });
         const refused = res.status === 400 || res.status === 401;

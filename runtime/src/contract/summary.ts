@@ -3,6 +3,7 @@
 import { agentNames } from "./agent-names.ts";
 import { relayNames } from "./relay-stream.ts";
 import type { Relay } from "../resources/relay.ts";
+import { isoSeconds } from "../util/time.ts";
 
 /** The KV key, its bucket and the stream behind the bucket. */
 export interface LastErrorLocation {
@@ -33,7 +34,7 @@ export function parseLastError(data: Uint8Array | undefined): LastErrorEntry | u
   try {
     const v = JSON.parse(new TextDecoder().decode(data)) as Partial<LastErrorEntry>;
     if (typeof v.at !== "string" || typeof v.reason !== "string" || Number.isNaN(Date.parse(v.at))) return undefined;
-    return { at: new Date(v.at).toISOString().replace(/\.\d{3}Z$/, "Z"), reason: v.reason.slice(0, LAST_ERROR_MAX) };
+    return { at: isoSeconds(new Date(v.at)), reason: v.reason.slice(0, LAST_ERROR_MAX) };
   } catch {
     return undefined;
   }

@@ -3,6 +3,7 @@ import { readFile } from "node:fs/promises";
 import { AuthorizationError, connect, credsAuthenticator, UserAuthenticationExpiredError, type NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import type { Logger } from "pino";
+import { unavailable } from "../protocol/errors.ts";
 import { errorMessage } from "../util/errors.ts";
 import { retry } from "../util/retry.ts";
 
@@ -35,6 +36,8 @@ export class Nats {
   js!: JetStreamClient;
   jsm!: JetStreamManager;
   private connected = false;
+  /** The calls whileConnected() is waiting on, each told when the connection is lost. */
+  private readonly waiting = new Set<() => void>();
   private readonly closing = new AbortController();
   private readonly opts: NatsOptions;
   private readonly log: Logger;
@@ -46,6 +49,34 @@ export class Nats {
 
   get isConnected(): boolean {
     return this.connected && !!this.nc && !this.nc.isClosed();
+  }
+
+  /**
+   * `call`, a NATS call already under way (a JetStream publish, a KV read or write), abandoned
+   * as soon as the connection reports a disconnect: it then rejects with 503 `unavailable`
+   * instead of waiting for its timeout or for NATS to come back, so that a request in flight
+   * when NATS goes away is answered at once like those that arrive afterwards. The same when the
+   * connection is already down. What the abandoned call does afterwards is ignored; a publish
+   * abandoned this way may still be stored once the client reconnects (docs/reliability.md).
+   */
+  whileConnected<T>(call: Promise<T>, what = "the message store (NATS JetStream)"): Promise<T> {
+    // The call's own outcome no longer matters to anyone once it is abandoned.
+    call.catch(() => {});
+    if (!this.isConnected) return Promise.reject(unavailable(`${what} is not reachable`));
+    let lost!: () => void;
+    const gone = new Promise<never>((_, reject) => {
+      lost = () => reject(unavailable(`${what} became unreachable while the request was being handled; it may be retried`));
+    });
+    this.waiting.add(lost);
+    return Promise.race([call, gone]).finally(() => this.waiting.delete(lost));
+  }
+
+  /** Tell every call whileConnected() is waiting on that the connection is lost. */
+  private lost(): void {
+    this.connected = false;
+    const waiting = [...this.waiting];
+    this.waiting.clear();
+    for (const lost of waiting) lost();
   }
 
   /** Connect, retrying with backoff until it works or close() is called. */
@@ -109,7 +140,7 @@ export class Nats {
     void (async () => {
       for await (const s of nc.status()) {
         if (s.type === "disconnect") {
-          this.connected = false;
+          this.lost();
           this.log.warn("disconnected from NATS");
         } else if (s.type === "reconnect") {
           this.connected = true;
@@ -129,7 +160,7 @@ export class Nats {
    */
   private closed(nc: NatsConnection): void {
     if (this.closing.signal.aborted || this.nc !== nc) return;
-    this.connected = false;
+    this.lost();
     void nc.closed().then((err) => {
       if (this.closing.signal.aborted) return;
       this.log.error({ err: err ? errorMessage(err) : undefined }, "the NATS connection was closed; connecting anew");

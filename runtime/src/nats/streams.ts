@@ -1,4 +1,5 @@
 import { JetStreamApiError, type JetStreamManager, type StreamConfig, type StreamInfo } from "@nats-io/jetstream";
+import { errorMessage } from "../util/errors.ts";
 
 export function isNotFound(err: unknown): boolean {
   return err instanceof JetStreamApiError && (err.code === 10059 || err.code === 10014 || err.status === 404);
@@ -55,8 +56,7 @@ export type Replicas = number | "auto";
 
 /** JetStream's refusals of more replicas than it has servers for. */
 function tooFewServers(err: unknown): boolean {
-  const text = err instanceof Error ? err.message : String(err);
-  return /replicas > 1 not supported|insufficient resources|no suitable peers|peer count/i.test(text);
+  return /replicas > 1 not supported|insufficient resources|no suitable peers|peer count/i.test(errorMessage(err));
 }
 
 /**

@@ -1,6 +1,6 @@
-import { setTimeout as pause } from "node:timers/promises";
 import { DeliverPolicy, type ConsumerConfig, type JsMsg } from "@nats-io/jetstream";
 import type { Logger } from "pino";
+import { Backoff } from "../util/backoff.ts";
 import { errorMessage } from "../util/errors.ts";
 import type { Nats } from "./connection.ts";
 import { isNotFound } from "./streams.ts";
@@ -83,7 +83,8 @@ export class ConsumerWorker {
 
   private async run(): Promise<void> {
     const { stream, consumer, concurrency } = this.opts;
-    for (let delay = 500; !this.stopped; delay = Math.min(delay * 2, 10_000)) {
+    const backoff = new Backoff({ initialMs: 500, maxMs: 10_000 });
+    while (!this.stopped) {
       let refresh: NodeJS.Timeout | undefined;
       try {
         await this.ensureConsumer();
@@ -99,7 +100,7 @@ export class ConsumerWorker {
         }
         this.bound = true;
         if (this.opts.recreateFrom === "ack-floor") refresh = this.refreshFloor();
-        delay = 500;
+        backoff.reset();
         for await (const m of messages) {
           while (this.inFlight.size >= concurrency) await Promise.race(this.inFlight);
           const p: Promise<void> = this.opts
@@ -115,15 +116,15 @@ export class ConsumerWorker {
           this.inFlight.add(p);
           if (this.stopped) break;
         }
-        if (!this.stopped) this.log.warn({ retryInMs: delay }, `${this.opts.label}: consumer ended; starting over`);
+        if (!this.stopped) this.log.warn({ retryInMs: backoff.delayMs }, `${this.opts.label}: consumer ended; starting over`);
       } catch (err) {
         if (this.stopped) break;
-        this.log.warn({ err: errorMessage(err), retryInMs: delay }, `${this.opts.label} interrupted`);
+        this.log.warn({ err: errorMessage(err), retryInMs: backoff.delayMs }, `${this.opts.label} interrupted`);
       } finally {
         clearInterval(refresh);
         this.active = undefined;
       }
-      if (!this.stopped) await this.sleep(delay);
+      if (!this.stopped) await backoff.wait(this.wake.signal);
     }
     await Promise.allSettled([...this.inFlight]);
   }
@@ -138,10 +139,6 @@ export class ConsumerWorker {
     }, ackFloorRefreshMs);
     timer.unref();
     return timer;
-  }
-
-  private async sleep(ms: number): Promise<void> {
-    await pause(ms, undefined, { signal: this.wake.signal }).catch(() => {});
   }
 
   async stop(): Promise<void> {

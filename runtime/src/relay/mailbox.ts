@@ -10,6 +10,7 @@ import type { DeadLetter } from "../protocol/relay-api.ts";
 import type { RelayNames } from "../contract/relay-stream.ts";
 import type { Context } from "@opentelemetry/api";
 import { A, headersContext, injectHeaders, SpanKind, startSpan, type Span } from "../telemetry/tracing.ts";
+import { errorMessage } from "../util/errors.ts";
 
 /** Header names on stored copies. */
 export const RH = {
@@ -59,8 +60,7 @@ export function relayFull(message: string): ProtocolError {
  */
 export function isFull(err: unknown): boolean {
   if (err instanceof JetStreamApiError && [10047, 10077, 10078].includes(err.code)) return true;
-  const text = err instanceof Error ? err.message : String(err);
-  return /maximum (messages|bytes) exceeded|insufficient resources/i.test(text);
+  return /maximum (messages|bytes) exceeded|insufficient resources/i.test(errorMessage(err));
 }
 
 /** Has a stored copy's TTL passed? (Ifp-Expires-At, set from ttl_seconds at publish.) */
@@ -115,14 +115,19 @@ export class Mailboxes {
         // The publish span: retrieval and push continue the trace from it.
         injectHeaders(h);
         try {
-          const ack = await this.together.run(() =>
-            this.nats.js.publish(this.names.copy(agent, messageId), data, {
-              // Per recipient, sender and message_id: another sender reusing an id cannot suppress the first.
-              msgID: `${agent} ${sender} ${messageId}`,
-              headers: h,
-              timeout: 5_000,
-              ...(ttlSeconds ? { ttl: `${ttlSeconds}s` } : {}),
-            }),
+          // Abandoned (503) the moment NATS goes away; a copy stored after the reconnection is a
+          // duplicate of the publisher's retry, absorbed by the duplicate window.
+          const ack = await this.nats.whileConnected(
+            this.together.run(() =>
+              this.nats.js.publish(this.names.copy(agent, messageId), data, {
+                // Per recipient, sender and message_id: another sender reusing an id cannot suppress the first.
+                msgID: `${agent} ${sender} ${messageId}`,
+                headers: h,
+                timeout: 5_000,
+                ...(ttlSeconds ? { ttl: `${ttlSeconds}s` } : {}),
+              }),
+            ),
+            "the relay's store (NATS JetStream)",
           );
           if (ack.duplicate) duplicates++;
           else stored++;
@@ -134,6 +139,7 @@ export class Mailboxes {
     const [first] = failures;
     if (first !== undefined) {
       if (failures.some(isFull)) throw relayFull(`the relay is full and refuses new messages until some are acknowledged or expire (${(failures.find(isFull) as Error).message})`);
+      if (first instanceof ProtocolError) throw first;
       throw unavailable(`the message could not be stored: ${(first as Error).message}`);
     }
     return { stored, duplicates };

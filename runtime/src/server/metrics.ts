@@ -58,7 +58,7 @@ export function createRuntimeMetrics(mode: "agent" | "relay") {
     }),
     handler: new Counter({
       name: "ifp_handler_deliveries_total",
-      help: "Deliveries of accepted messages to spec.handler.url by result",
+      help: "Deliveries of accepted messages to spec.handler.url by result (expired: also those the local API's message stream did not hand out)",
       labelNames: ["result"],
       registers,
     }),

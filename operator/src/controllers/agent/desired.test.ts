@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { parse } from "yaml";
+import { parse, parseDocument, visit } from "yaml";
 import { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { agentEndpoint, desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { agentStatus } from "./status.ts";
@@ -33,6 +33,17 @@ describe("desiredAgentChildren", () => {
     expect(m).toMatchObject({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name: "alice", namespace: "team", uid: "uid-1" }, spec: { agentId: "alice@example", localApi: { port: 8081 } } });
     expect(m.metadata.annotations).toEqual({ "ifp.dev/capabilities-updated": "2026-01-01T00:00:00Z", "ifp.dev/signing-key-created": "2026-01-01T00:00:01Z" });
     expect(Agent.safeParse(m).success).toBe(true);
+  });
+
+  it("writes the manifest without YAML anchors or aliases, an object shared by two peers written out twice", () => {
+    // Two directory peers holding the same key list (one object in memory).
+    const keys = [{ keyId: "k1", publicKey: "p".repeat(43) }];
+    const directory = [{ agentId: "bob@example", keys }, { agentId: "carol@example", keys }] as AgentResource["spec"]["peers"];
+    const text: string = byKind(desiredAgentChildren(agent(), { ...inputs, directory })).ConfigMap.data["manifest.yaml"];
+    const found: string[] = [];
+    visit(parseDocument(text), { Alias: (_k, n) => void found.push(`*${n.source}`), Node: (_k, n) => void (n.anchor && found.push(`&${n.anchor}`)) });
+    expect(found).toEqual([]);
+    expect(parse(text).spec.peers.map((p: { agentId: string; keys: unknown }) => [p.agentId, p.keys])).toEqual([["bob@example", keys], ["carol@example", keys]]);
   });
 
   it("exposes only the HTTPS port, never the local application API", () => {
