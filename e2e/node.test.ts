@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest"
 import { parseAllDocuments } from "yaml";
 import { buildImage, IMAGES, type BuiltImage } from "./images/build.ts";
 import { KUBERNETES_SERVICE_IP, startControlPlane, type ControlPlane } from "./support/controlplane.ts";
-import { EXAMPLES_NAMESPACES_FILE, exampleWatchValue } from "./support/examples.ts";
+import { EXAMPLES_NAMESPACES_FILE, exampleNamespaces } from "./support/examples.ts";
 import { createNode, nodeTestUnsupported, type RealNode } from "./support/node.ts";
 import { waitFor } from "./support/ports.ts";
 import { createCA } from "./support/tls.ts";
@@ -61,6 +61,29 @@ function exampleApp(): Obj {
   const { env: _env, ...container } = alice.doc.spec.deployment.sidecars[0];
   return container;
 }
+
+/**
+ * The namespaces of the test's own Agents (besides the examples'): created before the install and
+ * listed in watchNamespaces with the examples' ones, as a user lists the namespaces they use.
+ */
+const OWN_NAMESPACES = { ownCA: "ifp-own-ca", relayed: "ifp-relayed" } as const;
+
+/** An Ed25519 signing key of the user's own: the PEM of its Secret and its public key for peers. */
+function signingKey(name: string): { name: string; pem: string; publicKey: string } {
+  const { privateKey, publicKey } = generateKeyPairSync("ed25519");
+  return { name, pem: privateKey.export({ type: "pkcs8", format: "pem" }).toString(), publicKey: publicKey.export({ format: "jwk" }).x! };
+}
+
+/** The Secret a user makes for an Agent's signing key, labelled for that Agent. */
+const signingSecret = (k: { name: string; pem: string }, namespace: string): Obj => ({
+  apiVersion: "v1",
+  kind: "Secret",
+  metadata: { name: `${k.name}-signing-key`, namespace, labels: { "ifp.dev/agent": k.name } },
+  stringData: { "signing.key": k.pem },
+});
+
+/** The example application as a sidecar (the handler on the pod's loopback), with its settings. */
+const withApp = (env: Obj[]) => ({ handler: { url: "http://127.0.0.1:8080" }, deployment: { sidecars: [{ ...exampleApp(), env }] } });
 
 const readyCondition = (o: Obj | undefined) => o?.status?.conditions?.find((c: Obj) => c.type === "Ready")?.status === "True";
 const podReady = (p: Obj) => p.status?.phase === "Running" && readyCondition(p);
@@ -147,8 +170,10 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       helmEnv = { ...process.env, HELM_CONFIG_HOME: `${cp.dir}/helm/config`, HELM_CACHE_HOME: `${cp.dir}/helm/cache`, HELM_DATA_HOME: `${cp.dir}/helm/data` };
       // The examples' namespaces first: the operator watches them (and its own) as the README installs it.
       cp.kubectl(["apply", "-f", EXAMPLES_NAMESPACES_FILE]);
+      for (const ns of Object.values(OWN_NAMESPACES)) cp.kubectl(["create", "namespace", ns]);
+      const watched = `watchNamespaces={${[...exampleNamespaces(), ...Object.values(OWN_NAMESPACES)].join(",")}}`;
       await timed("helm install", () =>
-        withDiagnosis(helm(["install", RELEASE, CHART, "-n", SYSTEM, "--create-namespace", "--set", exampleWatchValue(), ...imageValues(), "--wait", "--timeout", "6m"], 7 * 60_000)),
+        withDiagnosis(helm(["install", RELEASE, CHART, "-n", SYSTEM, "--create-namespace", "--set", watched, ...imageValues(), "--wait", "--timeout", "6m"], 7 * 60_000)),
       );
     } catch (err) {
       failed = true;
@@ -326,22 +351,18 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     failing();
     // What a user does: a CA of their own, a kubernetes.io/tls Secret for the receiving agent
     // (spec.tls.secretName), the CA in a ConfigMap the sending agent names in spec.tls.trust.
-    const ns = "ifp-own-ca";
+    const ns = OWN_NAMESPACES.ownCA;
     const ca = await createCA("ifp node e2e user CA");
     const leaf = await ca.issue({ commonName: "carol", dnsNames: ["carol", `carol.${ns}`, `carol.${ns}.svc`, `carol.${ns}.svc.cluster.local`] });
-    const key = (name: string) => {
-      const { privateKey, publicKey } = generateKeyPairSync("ed25519");
-      return { name, pem: privateKey.export({ type: "pkcs8", format: "pem" }).toString(), publicKey: publicKey.export({ format: "jwk" }).x! };
-    };
-    const [carol, dave] = [key("carol"), key("dave")];
-    const app = (env: Obj[]) => ({ handler: { url: "http://127.0.0.1:8080" }, deployment: { sidecars: [{ ...exampleApp(), env }] } });
+    const [carol, dave] = [signingKey("carol"), signingKey("dave")];
+    const app = withApp;
     const tag = randomUUID().slice(0, 8);
     const greeting = `Hello carol, from dave (${tag})`;
     const objects: Obj[] = [
       { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } },
       { apiVersion: "v1", kind: "Secret", metadata: { name: "carol-tls", namespace: ns, labels: { "ifp.dev/agent": "carol" } }, type: "kubernetes.io/tls", stringData: { "tls.crt": leaf.cert, "tls.key": leaf.key } },
       { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "own-ca", namespace: ns }, data: { "ca.crt": ca.cert } },
-      ...[carol, dave].map((k) => ({ apiVersion: "v1", kind: "Secret", metadata: { name: `${k.name}-signing-key`, namespace: ns, labels: { "ifp.dev/agent": k.name } }, stringData: { "signing.key": k.pem } })),
+      ...[carol, dave].map((k) => signingSecret(k, ns)),
       {
         apiVersion: "ifp.dev/v1alpha1",
         kind: "Agent",
@@ -388,6 +409,59 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     // carol served the user's certificate, not one of the install CA.
     const carolPod = pods(ns, "app.kubernetes.io/instance=carol")[0]!;
     expect(carolPod.spec.volumes.find((v: Obj) => v.name === "tls")?.secret?.secretName).toBe("carol-tls");
+  }, 330_000);
+
+  it("carries messages both ways between two agents that reach each other only through a Relay", async () => {
+    failing();
+    // What a user does for agents that cannot be reached directly: a Relay that serves them, each
+    // agent reading its mailbox there (spec.relay.urls), and each knowing the other only by its
+    // key and that relay (a peer entry with relay.urls and no url). frank's application greets
+    // grace; grace's answers; both messages go through the relay's mailboxes.
+    const ns = OWN_NAMESPACES.relayed;
+    const relayUrl = `https://mailroom.${ns}.svc`;
+    const [frank, grace] = [signingKey("frank"), signingKey("grace")];
+    const served = (k: typeof frank) => ({ agentId: `${k.name}-agent`, keys: [{ keyId: "key-1", publicKey: k.publicKey }] });
+    const tag = randomUUID().slice(0, 8);
+    const greeting = `Hello grace, from frank through the relay (${tag})`;
+    const agent = (k: typeof frank, peer: typeof frank, env: Obj[]): Obj => ({
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Agent",
+      metadata: { name: k.name, namespace: ns },
+      spec: {
+        agentId: `${k.name}-agent`,
+        signing: { secretName: `${k.name}-signing-key` },
+        relay: { urls: [relayUrl] },
+        peers: [{ ...served(peer), relay: { urls: [relayUrl] } }],
+        // The user runs this relay in their own cluster: message bodies may cross it in clear.
+        encryption: { relayTrust: [{ url: relayUrl, level: "self-operated" }] },
+        ...withApp(env),
+      },
+    });
+    const relay: Obj = { apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: { name: "mailroom", namespace: ns }, spec: { url: relayUrl, agents: [served(frank), served(grace)] } };
+    const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withLocalImages(o)));
+    for (const k of [frank, grace]) apply(signingSecret(k, ns));
+    apply(relay);
+    apply(agent(grace, frank, []));
+    await withDiagnosis(
+      waitFor("Relay mailroom and Agent grace Ready", () => readyCondition(cp.tryJson(["-n", ns, "get", "relay", "mailroom"])) && readyCondition(cp.tryJson(["-n", ns, "get", "agent", "grace"])), 180_000, 1000),
+    );
+    // frank's application greets at once: grace has no endpoint to ask for its capability
+    // document, and the relay keeps the greeting until grace reads it.
+    apply(agent(frank, grace, [{ name: "IFP_APP_GREET", value: "grace-agent" }, { name: "IFP_APP_GREET_TEXT", value: greeting }, { name: "IFP_APP_GREET_WAIT_SECONDS", value: "0" }]));
+    const logs = (name: string, container: string) => pods(ns, `app.kubernetes.io/instance=${name}`).map((p) => cp.kubectl(["-n", ns, "logs", p.metadata.name, "-c", container])).join("\n");
+    await withDiagnosis(
+      waitFor(
+        "frank's greeting in grace's application log, and grace's answer in frank's",
+        () =>
+          logs("grace", "app").split("\n").some((l) => l.includes("received greeting") && l.includes("from frank-agent") && l.includes(tag)) &&
+          logs("frank", "app").split("\n").some((l) => l.includes("from grace-agent") && l.includes(tag)),
+        240_000,
+        2000,
+      ).catch((err) => {
+        const show = (name: string, container: string) => `--- ${name} ${container}\n${logs(name, container).slice(-2000)}`;
+        throw new Error(`${(err as Error).message}\n${[show("frank", "app"), show("grace", "app"), show("frank", "runtime"), show("grace", "runtime"), show("mailroom", "runtime")].join("\n")}`);
+      }),
+    );
   }, 330_000);
 
   it("passes helm test", async () => {
