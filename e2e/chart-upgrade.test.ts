@@ -1,20 +1,24 @@
 // What a chart upgrade must never take: the users' Agents and Relays and their signing Secrets.
 // A real API server on which the chart owns the CRDs; `helm upgrade` to a newer chart (a new
 // version, a CRD schema that changed), `helm rollback`, the CRDs turned off and on again, and
-// `helm uninstall`: the stored objects stay as they were, and the CRDs with them.
-import { spawnSync } from "node:child_process";
+// `helm uninstall`: the stored objects stay as they were, and the CRDs with them. And
+// `helm uninstall` with the operator running: no finalizer of its stays to block a deletion.
+import { spawn, spawnSync } from "node:child_process";
 import { cpSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse, stringify } from "yaml";
 import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
+import { Kubelet } from "./support/kubelet.ts";
 import { tempDir } from "./support/process.ts";
+import { waitFor } from "./support/wait.ts";
 
 const CHART = "charts/ifp-operator";
 const NS = "ifp-system";
 const USERS = "team";
 let cp: ControlPlane;
+let kubelet: Kubelet;
 let helmEnv: NodeJS.ProcessEnv = process.env;
 
 const helm = (...args: string[]) => {
@@ -23,6 +27,19 @@ const helm = (...args: string[]) => {
   if (r.status !== 0) throw new Error(`helm ${args.join(" ")} failed (exit ${r.status}): ${r.stdout}${r.stderr}`);
   return r.stdout;
 };
+/**
+ * `helm uninstall`, run while the test plays the Job controller and kubelet of the chart's hook
+ * Jobs (helm waits for them), and so not blocking this process as spawnSync would.
+ */
+const uninstall = (...args: string[]) =>
+  new Promise<string>((resolve, reject) => {
+    const child = spawn(toolPath("helm"), ["uninstall", ...args, "--timeout", "3m", "--kubeconfig", cp.kubeconfig], { env: helmEnv });
+    let out = "";
+    child.stdout.on("data", (d) => (out += d));
+    child.stderr.on("data", (d) => (out += d));
+    child.on("error", reject);
+    child.on("close", (code) => (code === 0 ? resolve(out) : reject(new Error(`helm uninstall ${args.join(" ")} failed (exit ${code}): ${out}`))));
+  });
 const BASE = ["--set", "nats.install=false", "--set", "nats.url=nats://nats.example:4222", "--set", "tests.enabled=false"];
 
 /** The chart as a later release would ship it: a new version, and a CRD whose schema changed. */
@@ -55,15 +72,20 @@ const crdNames = () => (cp.json(["get", "crd", "-l", "app.kubernetes.io/part-of=
 beforeAll(async () => {
   const home = tempDir("ifp-helm-home-");
   helmEnv = { ...process.env, HELM_CACHE_HOME: join(home, "cache"), HELM_CONFIG_HOME: join(home, "config"), HELM_DATA_HOME: join(home, "data") };
-  // No CRDs installed beforehand: the chart brings them, as on a new cluster.
-  cp = await startControlPlane({ controllerManager: false });
+  // No CRDs installed beforehand: the chart brings them, as on a new cluster. The controller
+  // manager makes the operator's pods and deletes them with its Deployment (garbage collection).
+  cp = await startControlPlane();
+  kubelet = new Kubelet(cp);
+  await kubelet.start();
+  kubelet.runHookJobs(NS);
 }, 300_000);
 afterAll(async () => {
+  await kubelet?.stop();
   await cp?.stop();
 });
 
 describe("chart upgrade", () => {
-  it("keeps the stored Agents, Relays and signing Secrets through upgrade, rollback, CRDs turned off and on, and uninstall", () => {
+  it("keeps the stored Agents, Relays and signing Secrets through upgrade, rollback, CRDs turned off and on, and uninstall", async () => {
     helm("install", "ifp", CHART, "-n", NS, "--create-namespace", ...BASE);
     expect(crdNames()).toEqual(["agents.ifp.dev", "relays.ifp.dev"]);
     cp.kubectl(["create", "namespace", USERS]);
@@ -111,8 +133,86 @@ spec:
     expect(stored()).toEqual(before);
     expect(JSON.parse(helm("history", "ifp", "-n", NS, "-o", "json")).map((r: { revision: number; status: string }) => `${r.revision} ${r.status}`)).toEqual(["1 superseded", "2 superseded", "3 superseded", "4 superseded", "5 deployed"]);
 
-    helm("uninstall", "ifp", "-n", NS);
+    await uninstall("ifp", "-n", NS);
     expect(crdNames()).toEqual(["agents.ifp.dev", "relays.ifp.dev"]);
     expect(stored()).toEqual(before);
+  });
+});
+
+describe("helm uninstall with the operator running", () => {
+  const CREW = "crew";
+  const finalizersOf = (kind: string) => Object.fromEntries((cp.json(["-n", CREW, "get", kind]).items as any[]).map((o) => [o.metadata.name, o.metadata.finalizers ?? []]));
+
+  it("leaves no finalizer behind: what it held is released, a deletion under way completes, and what the docs say stays stays", { timeout: 240_000 }, async () => {
+    cp.kubectl(["create", "namespace", CREW]);
+    // As installed for the examples: the operator watches its own namespace and the users'.
+    helm("install", "ifp", CHART, "-n", NS, "--create-namespace", ...BASE, "--set", `watchNamespaces={${CREW}}`);
+    // Its pod runs here, as its Deployment's container would: the rendered arguments, its
+    // ServiceAccount's token bound to the pod.
+    const operators = kubelet.runPodsOf(NS, "app.kubernetes.io/instance=ifp,app.kubernetes.io/component=operator", { extraArgs: ["--health-port=0", "--metrics-port=0"] });
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      `apiVersion: ifp.dev/v1alpha1
+kind: Agent
+metadata: {name: carol, namespace: ${CREW}}
+spec:
+  agentId: https://carol.example
+  capabilities: [{name: chat.talk, description: talks}]
+---
+apiVersion: ifp.dev/v1alpha1
+kind: Agent
+metadata: {name: dan, namespace: ${CREW}}
+spec:
+  agentId: https://dan.example
+---
+apiVersion: ifp.dev/v1alpha1
+kind: Relay
+metadata: {name: hub, namespace: ${CREW}}
+spec:
+  url: https://hub.example
+  retention: {maxAge: 24h, deleteOnRemoval: true}
+`,
+    );
+    await waitFor(
+      "the operator's finalizers on every Agent and Relay",
+      () => {
+        const agents = finalizersOf("agents");
+        const ready = agents.carol?.includes("ifp.dev/jetstream") && agents.dan?.includes("ifp.dev/jetstream") && finalizersOf("relays").hub?.includes("ifp.dev/stream");
+        return ready && cp.tryJson(["-n", CREW, "get", "secret", "carol-signing"]) !== undefined;
+      },
+      90_000,
+      500,
+    ).catch((err) => {
+      console.error("DEBUG", cp.kubectl(["-n", CREW, "get", "agents,relays,events", "-o", "yaml"]));
+      throw err;
+    });
+    const signing = cp.json(["-n", CREW, "get", "secret", "carol-signing"]);
+    const ca = cp.json(["-n", NS, "get", "secret", "ifp-ifp-operator-ca"]);
+    expect(operators).toHaveLength(1);
+    // A deletion under way when the operator goes: NATS is out of reach, so its cleanup waits
+    // (up to the finalizer timeout, 5 minutes).
+    cp.kubectl(["-n", CREW, "delete", "agent", "dan", "--wait=false"]);
+    expect(cp.json(["-n", CREW, "get", "agent", "dan"]).metadata.deletionTimestamp).toBeTruthy();
+
+    await uninstall("ifp", "-n", NS);
+
+    // The operator stopped as a pod stops (SIGTERM), and nothing is left running.
+    expect((await operators[0]!.done).code).toBe(0);
+    expect(cp.tryJson(["-n", NS, "get", "deployment", "ifp-ifp-operator"])).toBeUndefined();
+    // No finalizer of the operator's is left, and the deletion under way completed.
+    await waitFor("the Agent being deleted to be gone", () => cp.tryJson(["-n", CREW, "get", "agent", "dan"]) === undefined, 30_000, 250);
+    expect(finalizersOf("agents")).toEqual({ carol: [] });
+    expect(finalizersOf("relays")).toEqual({ hub: [] });
+    const released = (cp.json(["-n", CREW, "get", "events", "--field-selector", "reason=FinalizerReleased"]).items as any[]).map((e) => e.involvedObject.name).sort();
+    expect(released).toEqual(["carol", "dan", "hub"]);
+    // What the docs say stays: the CRDs (crds.keep), the Agents and Relays, the signing-key and
+    // install CA Secrets, untouched.
+    expect(crdNames()).toEqual(["agents.ifp.dev", "relays.ifp.dev"]);
+    expect(cp.json(["-n", CREW, "get", "secret", "carol-signing"]).data).toEqual(signing.data);
+    expect(cp.json(["-n", NS, "get", "secret", "ifp-ifp-operator-ca"]).data).toEqual(ca.data);
+    // Deleting what is left completes at once: nothing waits for the operator that is gone.
+    cp.kubectl(["-n", CREW, "delete", "agents,relays", "--all", "--timeout=20s"]);
+    expect(cp.json(["-n", CREW, "get", "agents,relays"]).items).toEqual([]);
+    cp.kubectl(["delete", "namespace", CREW, "--timeout=60s"]);
   });
 });

@@ -172,7 +172,7 @@ describe("Helm chart", () => {
   it("runs every pod as non-root on a read-only root filesystem, as user 10001 by default", () => {
     const objects = docs(render());
     const pods = podSpecs(objects);
-    expect(pods.map(([where]) => where).sort()).toEqual(["Deployment/ifp-ifp-operator", "Pod/ifp-ifp-operator-test", "StatefulSet/ifp-ifp-operator-nats"]);
+    expect(pods.map(([where]) => where).sort()).toEqual(["Deployment/ifp-ifp-operator", "Job/ifp-ifp-operator-uninstall", "Pod/ifp-ifp-operator-test", "StatefulSet/ifp-ifp-operator-nats"]);
     for (const [where, spec] of pods) {
       expect(spec.securityContext, where).toMatchObject({ runAsNonRoot: true, runAsUser: 10001, seccompProfile: { type: "RuntimeDefault" } });
       for (const c of spec.containers) expect(c.securityContext, `${where} ${c.name}`).toEqual({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } });
@@ -210,7 +210,7 @@ describe("Helm chart", () => {
   it("leaves the user and groups to the platform with OpenShift-like values, and keeps the rest", () => {
     const objects = docs(renderValues(VALUE_SETS["OpenShift-like restricted security settings"]!.values));
     const pods = podSpecs(objects);
-    expect(pods).toHaveLength(3);
+    expect(pods).toHaveLength(4);
     for (const [where, spec] of pods) {
       expect(spec.securityContext, where).toEqual({ runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } });
       for (const c of spec.containers) expect(c.securityContext, `${where} ${c.name}`).toEqual({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } });
@@ -260,9 +260,9 @@ describe("Helm chart", () => {
     expect(docs(render("replicaCount=2", "podDisruptionBudget.enabled=false")).filter((d) => d.kind === "PodDisruptionBudget")).toEqual([]);
   });
 
-  it("gives imagePullSecrets to the operator's, NATS's and the test's pods", () => {
+  it("gives imagePullSecrets to the operator's, NATS's, the test's and the uninstall hook's pods", () => {
     const pods = podSpecs(docs(renderValues(VALUE_SETS["private registry: imagePullSecrets"]!.values)));
-    expect(pods).toHaveLength(3);
+    expect(pods).toHaveLength(4);
     for (const [where, spec] of pods) expect(spec.imagePullSecrets, where).toEqual([{ name: "registry-credentials" }]);
     const args = find(docs(renderValues(VALUE_SETS["private registry: imagePullSecrets"]!.values)), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args;
     expect(args).toContain("--runtime-image-pull-secrets=registry-credentials");
@@ -293,7 +293,7 @@ describe("Helm chart", () => {
     const operator = find(objects, "Deployment", "platform-ifp-operator");
     expect(operator.spec.template.spec.containers[0].args).toContain(`--nats-url=nats://platform-ifp-operator-nats.${NS}.svc:4222`);
     const pods = podSpecs(objects);
-    expect(pods.map(([where]) => where).sort()).toEqual(["Deployment/platform-ifp-operator", "Pod/platform-ifp-operator-test", "StatefulSet/platform-ifp-operator-nats"]);
+    expect(pods.map(([where]) => where).sort()).toEqual(["Deployment/platform-ifp-operator", "Job/platform-ifp-operator-uninstall", "Pod/platform-ifp-operator-test", "StatefulSet/platform-ifp-operator-nats"]);
     for (const [where, spec] of pods) expect(spec.imagePullSecrets, where).toEqual([{ name: "ifp-registry" }, { name: "platform-registry" }]);
     expect(operator.spec.template.spec.containers[0].args).toContain("--runtime-image-pull-secrets=ifp-registry,platform-registry");
     expect(find(objects, "PodDisruptionBudget", "platform-ifp-operator-nats").spec.maxUnavailable).toBe(1);
@@ -463,10 +463,11 @@ describe("Helm chart", () => {
     expect(Object.values(team).some((verbs) => verbs.includes("*"))).toBe(false);
     // A namespace not listed: nothing at all but reading the watched namespaces' labels (cluster-scoped).
     expect(own(canList("ifp-ifp-operator", "-n", "rbac-other"))).toEqual({ [`namespaces [${NS}]`]: ["get"], "namespaces [rbac-team]": ["get"] });
-    // Its own namespace: the same, plus its CA Secret, its Deployment by name, and the leader Lease.
+    // Its own namespace: the same, plus its CA Secret, its Deployment by name (read as it stops,
+    // deleted by the uninstall hook), and the leader Lease.
     const home = own(canList("ifp-ifp-operator", "-n", NS));
     expect(home).toMatchObject(watched);
-    expect(home["deployments.apps [ifp-ifp-operator]"]).toEqual(["get"]);
+    expect(home["deployments.apps [ifp-ifp-operator]"]).toEqual(["delete", "get"]);
     expect(home["secrets [ifp-ifp-operator-ca]"]).toEqual(["get", "update"]);
     expect(home["leases.coordination.k8s.io"]).toEqual(["create", "get", "list", "patch", "update", "watch"]);
     // clusterWide: the same rules in a namespace nobody listed.
@@ -485,18 +486,38 @@ describe("Helm chart", () => {
     expect(() => render("allowedDnsNames={x.*.com}")).toThrow(/allowedDnsNames/);
   });
 
-  it("tells the operator its own Deployment, which alone it may read, and the rollout and finalizer limits", async () => {
+  it("tells the operator its own Deployment, which alone it may read and delete, and the rollout and finalizer limits", async () => {
     const objects = docs(render("runtime.maxRollingAgents=3", "runtime.finalizerTimeout=90s"));
     const args = find(objects, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args as string[];
     expect(args).toEqual(expect.arrayContaining([`--operator-deployment=${NS}/ifp-ifp-operator`, "--max-rolling-agents=3", "--finalizer-timeout=90s"]));
     const role = find(objects, "Role", "ifp-ifp-operator-self");
     expect(role.metadata.namespace).toBe(NS);
-    expect(role.rules).toEqual([{ apiGroups: ["apps"], resources: ["deployments"], resourceNames: ["ifp-ifp-operator"], verbs: ["get"] }]);
+    expect(role.rules).toEqual([{ apiGroups: ["apps"], resources: ["deployments"], resourceNames: ["ifp-ifp-operator"], verbs: ["get", "delete"] }]);
     expect(find(objects, "RoleBinding", "ifp-ifp-operator-self").subjects).toEqual([{ kind: "ServiceAccount", name: "ifp-ifp-operator", namespace: NS }]);
     expect(find(docs(render()), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args).toEqual(expect.arrayContaining(["--max-rolling-agents=25%", "--finalizer-timeout=5m"]));
     const { parseFlags } = await import("../operator/src/main.ts");
     expect(parseFlags(args.filter((a) => !a.startsWith("--extra-ca-file")), {}).options).toMatchObject({ operatorDeployment: { namespace: NS, name: "ifp-ifp-operator" }, rolloutLimit: { count: 3 }, finalizerTimeoutMs: 90_000 });
     expect(() => render("runtime.maxRollingAgents=0%")).toThrow(/maxRollingAgents/);
+  });
+
+  it("runs a pre-delete hook, with the operator's ServiceAccount, that deletes the operator's Deployment and releases its finalizers on the namespaces it watches", async () => {
+    const { parsePrepareUninstallFlags } = await import("../operator/src/main.ts");
+    for (const [set, namespaces] of [[["watchNamespaces={team-a}"], [NS, "team-a"]], [["clusterWide=true"], []]] as const) {
+      const objects = docs(render(...set));
+      const job = find(objects, "Job", "ifp-ifp-operator-uninstall");
+      // Before Helm deletes anything (the RBAC the operator and the hook need among it), and
+      // deleted once it succeeded.
+      expect(job.metadata.annotations).toEqual({ "helm.sh/hook": "pre-delete", "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded" });
+      const pod = job.spec.template.spec;
+      const operator = find(objects, "Deployment", "ifp-ifp-operator").spec.template.spec;
+      expect(pod.serviceAccountName).toBe(operator.serviceAccountName);
+      expect(pod.restartPolicy).toBe("Never");
+      expect(pod.containers[0].image).toBe(operator.containers[0].image);
+      expect(pod.containers[0].args[0]).toBe("prepare-uninstall");
+      expect(parsePrepareUninstallFlags(pod.containers[0].args.slice(1), {})).toMatchObject({ deployment: { namespace: NS, name: "ifp-ifp-operator" }, namespaces, timeoutMs: 120_000 });
+      // It runs within Helm's default hook timeout (5m).
+      expect(job.spec.activeDeadlineSeconds).toBeLessThan(300);
+    }
     expect(() => render("runtime.finalizerTimeout=forever")).toThrow(/finalizerTimeout/);
   });
 

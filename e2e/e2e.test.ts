@@ -96,7 +96,7 @@ afterAll(async () => {
 // The examples, with serving certificates that also name localhost (which the install allows,
 // allowedDnsNames), so that the local processes below can check them.
 const examplesApplied = once(async () => {
-  for (const file of ["agent-alice.yaml", "agent-bob.yaml", "relay.yaml", "signing-keys.yaml"]) {
+  for (const file of ["agent-alice.yaml", "agent-bob.yaml", "relay.yaml"]) {
     const docs = examples(file).map((d) => (d.kind === "Agent" || d.kind === "Relay" ? { ...d, spec: { ...d.spec, tls: { dnsNames: ["localhost"] } } } : d));
     cp.kubectl(["apply", "-f", "-"], docs.map((d) => stringify(d)).join("---\n"));
   }

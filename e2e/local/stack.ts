@@ -32,7 +32,7 @@ mkdirSync(stateDir, { recursive: true });
 const nats = await startNats({ storeDir: join(stateDir, "jetstream") });
 const tls = await localhostTls(join(stateDir));
 const keys = Object.fromEntries(
-  readYaml("signing-keys.yaml").map((s) => [s.metadata.name as string, s.stringData["signing.key"] as string]),
+  [...readYaml("agent-alice.yaml"), ...readYaml("agent-bob.yaml")].filter((d) => d.kind === "Secret").map((s) => [s.metadata.name as string, s.stringData["signing.key"] as string]),
 );
 
 interface Proc {

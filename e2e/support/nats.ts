@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect, type ConnectionOptions } from "@nats-io/transport-node";
 import { toolPath } from "../tools/tools.ts";
+import { freePort } from "./ports.ts";
 import { waitFor } from "./wait.ts";
 import { describeExit, releaseDir, spawnProcess, tempDir, type ManagedProcess } from "./process.ts";
 
@@ -139,6 +140,164 @@ export async function startNats(opts: StartNatsOptions = {}): Promise<NatsServer
     async close() {
       await stop();
       if (existsSync(storeDir)) releaseDir(storeDir);
+    },
+  };
+}
+
+// ---- A JetStream cluster on loopback ----
+
+const MONITOR = /Starting http monitor on [^\s]+:(\d+)/;
+
+/** The monitoring endpoint's JSON (`/healthz`, `/jsz`), or undefined when it does not answer in time. */
+async function monitorJson(port: number, path: string): Promise<{ status: number; body: any } | undefined> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}${path}`, { signal: AbortSignal.timeout(2_000) });
+    return { status: res.status, body: await res.json().catch(() => undefined) };
+  } catch {
+    return undefined;
+  }
+}
+
+export interface NatsCluster {
+  /** The nodes, each a NatsServer of its own (own store, client port, cluster port). */
+  nodes: NatsServer[];
+  /** Their `server_name`s, as JetStream reports them (stream leaders, replicas). */
+  names: string[];
+  /** Every node's client URL, comma separated (what a runtime's `--nats` takes). */
+  url: string;
+  /** The node with this `server_name`, by index; -1 when none. */
+  indexOf(serverName: string | undefined): number;
+  /** kill -9 of node `i`; resolves once the process is gone. Its store is kept. */
+  kill(i: number): Promise<void>;
+  /** Start node `i` again on its ports and store; resolves once it is healthy (JetStream caught up). */
+  restart(i: number, timeoutMs?: number): Promise<void>;
+  /**
+   * Until every running node answers `/healthz` (JetStream enabled, its streams and consumers
+   * current) and sees the same JetStream meta leader among all `size` peers.
+   */
+  ready(timeoutMs?: number): Promise<void>;
+  /** The JetStream meta leader's `server_name` as node `i` (or the first running node) sees it. */
+  metaLeader(i?: number): Promise<string | undefined>;
+  /** Every node's log, headed by its name. */
+  log(): string;
+  /** Stop every node and delete the stores (kept when a test of the file failed). */
+  close(): Promise<void>;
+}
+
+export interface StartNatsClusterOptions {
+  /** Number of nodes (default 3). */
+  size?: number;
+  graceMs?: number;
+  /** Extra nats-server configuration for every node. */
+  config?: string;
+}
+
+/**
+ * A JetStream cluster of real nats-servers on loopback (three by default): each node has its own
+ * store directory, client port (one it picks), cluster port with routes to the others, distinct
+ * `server_name` and an HTTP monitoring port (one it picks, read from its log). Resolves once the
+ * cluster has a JetStream meta leader known to every node. Each node is a `startNats` server, so
+ * its process is accounted for (bounded teardown, logs printed when a test fails).
+ */
+export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Promise<NatsCluster> {
+  const size = opts.size ?? 3;
+  const clusterName = `ifp-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
+  const names = Array.from({ length: size }, (_, i) => `n${i}`);
+  let nodes: NatsServer[] = [];
+  // A cluster port is chosen before the server binds it: should another process take one in
+  // between, start the cluster again on other ports (a few times at most).
+  for (let attempt = 1; ; attempt++) {
+    const routePorts = await Promise.all(names.map(() => freePort()));
+    const config = (i: number) =>
+      [
+        `server_name: ${names[i]}`,
+        `http: "127.0.0.1:-1"`,
+        `cluster {`,
+        `  name: ${clusterName}`,
+        `  listen: 127.0.0.1:${routePorts[i]}`,
+        `  routes: [${routePorts.filter((_, j) => j !== i).map((p) => `nats-route://127.0.0.1:${p}`).join(", ")}]`,
+        `}`,
+        opts.config ?? "",
+      ].join("\n");
+    const started = await Promise.allSettled(names.map((_, i) => startNats({ config: config(i), graceMs: opts.graceMs })));
+    nodes = started.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
+    const failure = started.find((s): s is PromiseRejectedResult => s.status === "rejected");
+    if (!failure) break;
+    await Promise.all(nodes.map((n) => n.close()));
+    if (attempt >= 3 || !/address already in use/i.test(String((failure.reason as Error)?.message))) throw failure.reason;
+  }
+
+  // The monitoring port of each node's current process, read from its log once.
+  const monitorPorts = new Map<number, { pid: number; port: number }>();
+  const monitorPort = (i: number): number | undefined => {
+    const pid = nodes[i]!.pid;
+    if (pid === undefined) return undefined;
+    const known = monitorPorts.get(i);
+    if (known?.pid === pid) return known.port;
+    const port = Number(MONITOR.exec(nodes[i]!.log())?.[1] ?? 0);
+    if (!port) return undefined;
+    monitorPorts.set(i, { pid, port });
+    return port;
+  };
+  const running = () => nodes.flatMap((n, i) => (n.pid !== undefined ? [i] : []));
+  const metaLeader = async (i = running()[0] ?? 0): Promise<string | undefined> => {
+    const port = monitorPort(i);
+    if (!port) return undefined;
+    const jsz = await monitorJson(port, "/jsz");
+    return jsz?.body?.meta_cluster?.leader || undefined;
+  };
+  /** Node `i` healthy, and the meta leader it sees, with the cluster size it sees. */
+  const nodeReady = async (i: number): Promise<string | undefined> => {
+    const port = monitorPort(i);
+    if (!port) return undefined;
+    const health = await monitorJson(port, "/healthz");
+    if (health?.status !== 200) return undefined;
+    const meta = (await monitorJson(port, "/jsz"))?.body?.meta_cluster;
+    return meta?.leader && meta.cluster_size === size ? String(meta.leader) : undefined;
+  };
+  const ready = async (timeoutMs = 60_000) => {
+    await waitFor(
+      `the NATS cluster's nodes ${running().map((i) => names[i]).join(", ")} to be healthy and agree on a JetStream meta leader`,
+      async () => {
+        const leaders = await Promise.all(running().map(nodeReady));
+        return leaders.length > 0 && leaders.every((l) => l !== undefined && l === leaders[0]);
+      },
+      timeoutMs,
+      250,
+    );
+  };
+
+  try {
+    await ready();
+  } catch (err) {
+    await Promise.all(nodes.map((n) => n.close()));
+    throw err;
+  }
+  return {
+    nodes,
+    names,
+    url: nodes.map((n) => n.url).join(","),
+    indexOf: (name) => (name === undefined ? -1 : names.indexOf(name)),
+    async kill(i) {
+      const node = nodes[i]!;
+      const pid = node.pid;
+      if (pid === undefined) return;
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // It ended in between.
+      }
+      await waitFor(`nats-server ${names[i]} to be gone after SIGKILL`, () => node.pid === undefined, 10_000, 20);
+    },
+    async restart(i, timeoutMs = 60_000) {
+      await nodes[i]!.restart();
+      await waitFor(`nats-server ${names[i]} to be healthy again`, async () => (await nodeReady(i)) !== undefined, timeoutMs, 250);
+    },
+    ready,
+    metaLeader,
+    log: () => nodes.map((n, i) => `──── ${names[i]} ────\n${n.log()}`).join("\n"),
+    async close() {
+      await Promise.all(nodes.map((n) => n.close()));
     },
   };
 }

@@ -40,7 +40,9 @@ export class LeaderElector {
   constructor(kc: KubeConfig, opts: LeaderElectorOptions) {
     this.api = kc.makeApiClient(CoordinationV1Api);
     this.log = opts.log;
-    this.opts = { leaseSeconds: 15, renewDeadlineMs: 10_000, retryMs: 2_000, now: Date.now, ...opts };
+    // Defaults for what the caller left out, an explicit `undefined` included: a Lease written
+    // without its duration never expires for the other candidates.
+    this.opts = { ...opts, leaseSeconds: opts.leaseSeconds ?? 15, renewDeadlineMs: opts.renewDeadlineMs ?? 10_000, retryMs: opts.retryMs ?? 2_000, now: opts.now ?? Date.now };
   }
 
   private now(): number {

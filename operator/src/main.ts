@@ -1,7 +1,9 @@
-// `ifp-operator`: flags → startManager, with a graceful shutdown on SIGTERM/SIGINT.
+// `ifp-operator`: flags → startManager, with a graceful shutdown on SIGTERM/SIGINT; and
+// `ifp-operator prepare-uninstall`, the chart's pre-delete hook (uninstall.ts).
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { parseArgs } from "node:util";
+import { KubeConfig } from "@kubernetes/client-node";
 import pino from "pino";
 import { parseCaBundle } from "./certs.ts";
 import { checkLifetimes, DEFAULT_LIFETIMES, type CertManagerMode } from "./controllers/trust.ts";
@@ -9,6 +11,8 @@ import type { RuntimeTracing } from "./controllers/runtime.ts";
 import { startManager, type ManagerOptions } from "./manager.ts";
 import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./controllers/rollout.ts";
 import { isCidrOrIp } from "../../runtime/src/resources/common.ts";
+import { errorMessage, Kube } from "./kube/client.ts";
+import { prepareUninstall } from "./uninstall.ts";
 
 const USAGE = `usage: ifp-operator [flags]
 
@@ -87,7 +91,30 @@ account). Every flag also reads the environment variable in brackets.
   --runtime-otel-env JSON         more OTEL_* variables of the runtimes, a JSON object of names and
                                   string values [IFP_RUNTIME_OTEL_ENV]
   --log-level LEVEL               info (default), debug, warn, error [IFP_LOG_LEVEL]
+
+usage: ifp-operator prepare-uninstall --operator-deployment NS/NAME [flags]
+
+The chart's pre-delete hook (a Job with the operator's ServiceAccount, before Helm deletes its
+RBAC): deletes the operator's Deployment and waits until its pods are gone (they release their
+finalizers as they stop), then removes every ifp.dev/jetstream and ifp.dev/stream finalizer still
+held, with a Warning Event on each. Exits 1 when one could not be removed.
+
+  --kubeconfig FILE               as above
+  --operator-deployment NS/NAME   the operator's Deployment [IFP_OPERATOR_DEPLOYMENT]
+  --watch-namespaces A,B          the namespaces the operator watches (default: all)
+                                  [IFP_WATCH_NAMESPACES]
+  --timeout DURATION              how long to wait for the Deployment to be gone before releasing
+                                  anyway (default 2m)
+  --log-level LEVEL               info (default), debug, warn, error [IFP_LOG_LEVEL]
 `;
+
+const PREPARE_UNINSTALL_OPTIONS = {
+  kubeconfig: { type: "string" },
+  "operator-deployment": { type: "string", env: "IFP_OPERATOR_DEPLOYMENT" },
+  "watch-namespaces": { type: "string", env: "IFP_WATCH_NAMESPACES" },
+  timeout: { type: "string" },
+  "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
+} as const;
 
 const OPTIONS = {
   kubeconfig: { type: "string" },
@@ -238,6 +265,66 @@ function clusterNetworks(text: string | undefined): string[] {
   return blocks;
 }
 
+/** --operator-deployment: NAMESPACE/NAME. */
+function deploymentRef(text: string | undefined): { namespace: string; name: string } | undefined {
+  if (text === undefined) return undefined;
+  const m = /^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\/([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)$/.exec(text);
+  if (!m) throw new UsageError(`--operator-deployment takes NAMESPACE/NAME, not ${JSON.stringify(text)}`);
+  return { namespace: m[1]!, name: m[3]! };
+}
+
+/** The flags of `ifp-operator prepare-uninstall` (throws UsageError on bad input). */
+export function parsePrepareUninstallFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; kubeconfig?: string; deployment: { namespace: string; name: string }; namespaces: string[]; timeoutMs: number; logLevel: string } {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    values = parseArgs({ args: argv, options: { ...Object.fromEntries(Object.entries(PREPARE_UNINSTALL_OPTIONS).map(([k, v]) => [k, { type: v.type }])), help: { type: "boolean", short: "h" } } }).values;
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const str = (k: keyof typeof PREPARE_UNINSTALL_OPTIONS): string | undefined => {
+    const v = values[k];
+    if (typeof v === "string" && v !== "") return v;
+    const spec = PREPARE_UNINSTALL_OPTIONS[k];
+    return "env" in spec && env[spec.env] ? env[spec.env] : undefined;
+  };
+  const deployment = deploymentRef(str("operator-deployment"));
+  if (!deployment && !values.help) throw new UsageError("prepare-uninstall needs --operator-deployment NAMESPACE/NAME");
+  return {
+    help: Boolean(values.help),
+    kubeconfig: str("kubeconfig"),
+    deployment: deployment ?? { namespace: "", name: "" },
+    namespaces: list(str("watch-namespaces")),
+    timeoutMs: duration(str("timeout") ?? "2m", "timeout"),
+    logLevel: str("log-level") ?? "info",
+  };
+}
+
+async function prepareUninstallMain(argv: string[]): Promise<void> {
+  let parsed: ReturnType<typeof parsePrepareUninstallFlags>;
+  try {
+    parsed = parsePrepareUninstallFlags(argv);
+  } catch (err) {
+    process.stderr.write(`ifp-operator prepare-uninstall: ${(err as Error).message}\n\n${USAGE}`);
+    process.exitCode = 2;
+    return;
+  }
+  if (parsed.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const log = pino({ level: parsed.logLevel, base: { component: "ifp-operator-prepare-uninstall" } });
+  const kc = new KubeConfig();
+  if (parsed.kubeconfig) kc.loadFromFile(parsed.kubeconfig);
+  else kc.loadFromDefault();
+  try {
+    const result = await prepareUninstall({ kube: new Kube(kc, log), deployment: parsed.deployment, namespaces: parsed.namespaces, timeoutMs: parsed.timeoutMs, log });
+    process.exitCode = result.held.length ? 1 : 0;
+  } catch (err) {
+    log.error({ err: errorMessage(err) }, "could not prepare the uninstall");
+    process.exitCode = 1;
+  }
+}
+
 /** Manager options from the command line and environment (throws UsageError on bad input). */
 export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; logLevel: string; options: Omit<ManagerOptions, "log"> } {
   let values: Record<string, string | boolean | undefined>;
@@ -283,9 +370,7 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
   } catch (err) {
     throw new UsageError(`--max-rolling-agents ${(err as Error).message}`);
   }
-  const operatorDeployment = str("operator-deployment");
-  const depMatch = operatorDeployment === undefined ? undefined : /^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\/([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)$/.exec(operatorDeployment);
-  if (operatorDeployment !== undefined && !depMatch) throw new UsageError(`--operator-deployment takes NAMESPACE/NAME, not ${JSON.stringify(operatorDeployment)}`);
+  const operatorDeployment = deploymentRef(str("operator-deployment"));
   const extraCaFile = str("extra-ca-file");
   let extraCas: string | undefined;
   if (extraCaFile) {
@@ -329,7 +414,7 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
       workers: integer("workers", str("workers") ?? "4", 1, 64),
       rolloutLimit,
       finalizerTimeoutMs: duration(str("finalizer-timeout") ?? "5m", "finalizer-timeout"),
-      operatorDeployment: depMatch ? { namespace: depMatch[1]!, name: depMatch[3]! } : undefined,
+      operatorDeployment,
       trust: {
         namespace: str("ca-namespace") ?? env.POD_NAMESPACE ?? "default",
         secretName: str("ca-secret") ?? "ifp-operator-ca",
@@ -342,6 +427,7 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
 }
 
 export async function main(argv = process.argv.slice(2)): Promise<void> {
+  if (argv[0] === "prepare-uninstall") return prepareUninstallMain(argv.slice(1));
   let parsed: ReturnType<typeof parseFlags>;
   try {
     parsed = parseFlags(argv);

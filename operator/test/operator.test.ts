@@ -375,6 +375,23 @@ describe("Agent", () => {
     expect(get("agent", "frank").status.signingKey.publicKey).toBe(key.publicKey);
   });
 
+  it("waits for a signing Secret named in spec.signing.secretName that does not exist yet, and never makes it", async () => {
+    cp.kubectl(["apply", "-f", "-"], agentYaml("hank", "  signing: {secretName: hank-key}\n"));
+    const blocked = await untilReason("agent", "hank", "SigningSecretMissing");
+    expect(condition(blocked, "Ready")).toMatchObject({ status: "False", message: "Secret hank-key named in spec.signing.secretName does not exist in namespace ifp-test; nothing is rendered until it does" });
+    expect(blocked.status.signingKey).toBeUndefined();
+    expect(get("secret", "hank-key")).toBeUndefined();
+    expect(get("deployment", "hank")).toBeUndefined();
+
+    const key = generateSigningKey();
+    cp.kubectl(["apply", "-f", "-"], secretYaml("hank-key", { "signing.key": key.privateKeyPem }, { "ifp.dev/agent": "hank" }));
+    poke("agent", "hank"); // the Secret is not watched (not ours)
+    const fixed = await untilReason("agent", "hank", "RuntimeNotReady");
+    expect(fixed.status.signingKey.publicKey).toBe(key.publicKey);
+    // The Secret stays as the user made it: no key of the operator's own was put in.
+    expect(Object.keys(get("secret", "hank-key").data)).toEqual(["signing.key"]);
+  });
+
   it("reports a signing Secret without a usable key as InvalidSigningKey, and applies nothing until it is fixed", async () => {
     cp.kubectl(["apply", "-f", "-"], secretYaml("grace-key", { "other.key": "not a key" }, { "ifp.dev/agent": "grace" }));
     const rv = get("secret", "grace-key").metadata.resourceVersion;

@@ -54,6 +54,11 @@ describe("replicas of the agent's streams", () => {
         expect(await streamReplicas(nodes[0]!.url, names.inboxStream)).toBe(3);
         expect(await streamReplicas(nodes[0]!.url, names.outboxStream)).toBe(3);
         expect((await agent.post(signed(peer, self.agentId))).status).toBe(202);
+        // Its KV buckets too (read on every message: conversation records), so no node holds
+        // one alone; the shared bucket of capability documents as well.
+        for (const bucket of [names.conversationsBucket, names.outboxStateBucket, names.peersBucket, names.kvBucket]) {
+          expect(await waitFor(`bucket ${bucket}`, () => streamReplicas(nodes[0]!.url, `KV_${bucket}`).catch(() => undefined), 30_000, 250), bucket).toBe(3);
+        }
         await nodes[2]!.stop();
         // Two of three replicas remain: still a quorum, still accepting.
         await waitFor("a 202 with one node down", async () => (await agent.post(signed(peer, self.agentId))).status === 202, 30_000, 500);

@@ -122,7 +122,8 @@ export interface FinalizerRelease {
  */
 export async function releaseAllFinalizers(opts: {
   kube: Kube;
-  caches: Caches;
+  /** Where the Agents and Relays come from: the operator's caches, or lists read just now. */
+  caches: Pick<Caches, "list">;
   jsm: JetStreamManager | undefined;
   log: import("pino").Logger;
 }): Promise<FinalizerRelease[]> {

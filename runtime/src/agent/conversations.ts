@@ -1,4 +1,4 @@
-import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
+import { type KV, type KvEntry } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
 import { encodeToken } from "../contract/nats.ts";
 import { insufficientAuthLevel, ProtocolError, unavailable } from "../protocol/errors.ts";
@@ -76,7 +76,7 @@ export interface ThreadEntry {
  */
 export class Conversations {
   private kv: KV | undefined;
-  private readonly nats: Pick<Nats, "js" | "isConnected" | "whileConnected">;
+  private readonly nats: Pick<Nats, "js" | "isConnected" | "whileConnected" | "bucket">;
   readonly bucket: string;
   private readonly now: () => number;
   private readonly temperatures: ReadonlyMap<string, string>;
@@ -86,7 +86,7 @@ export class Conversations {
   private readonly updating = new Map<string, Promise<void>>();
 
   constructor(
-    nats: Pick<Nats, "js" | "isConnected" | "whileConnected">,
+    nats: Pick<Nats, "js" | "isConnected" | "whileConnected" | "bucket">,
     bucket: string,
     opts: {
       now?: () => number;
@@ -105,7 +105,7 @@ export class Conversations {
   }
 
   async ensure(): Promise<void> {
-    this.kv = await new Kvm(this.nats.js).create(this.bucket, { history: 1, ttl: CONVERSATION_IDLE_MS });
+    this.kv = await this.nats.bucket(this.bucket, { history: 1, ttl: CONVERSATION_IDLE_MS });
   }
 
   static key(peer: string, conversationId: string): string {

@@ -1,4 +1,4 @@
-import { Kvm, type KV } from "@nats-io/kv";
+import { type KV } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
 import { encodeToken } from "../contract/nats.ts";
 
@@ -140,7 +140,7 @@ export class DeliveryStates {
   }
 
   async ensure(): Promise<void> {
-    this.kv = await new Kvm(this.nats.js).create(this.bucket, { history: 1, ttl: 7 * 24 * 3600_000 });
+    this.kv = await this.nats.bucket(this.bucket, { history: 1, ttl: 7 * 24 * 3600_000 });
   }
 
   private store(): KV {

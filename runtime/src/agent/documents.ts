@@ -1,4 +1,3 @@
-import { Kvm } from "@nats-io/kv";
 import type { Logger } from "pino";
 import { ANNOTATIONS } from "../contract/annotations.ts";
 import { capabilitiesHash, capabilityList } from "../contract/capabilities.ts";
@@ -125,7 +124,7 @@ export class Documents {
    */
   async syncUpdated(nats: Nats, names: AgentNames, log: Logger): Promise<boolean> {
     if (this.agent.metadata.annotations?.[ANNOTATIONS.capabilitiesUpdated]) return false;
-    const kv = await new Kvm(nats.js).create(names.kvBucket, { history: 1 });
+    const kv = await nats.bucket(names.kvBucket, { history: 1 });
     const key = `${names.kvKey}.capabilities`;
     for (let attempt = 0; attempt < 5; attempt++) {
       const entry = await kv.get(key);

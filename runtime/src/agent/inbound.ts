@@ -1,4 +1,4 @@
-import { Kvm, type KV } from "@nats-io/kv";
+import { type KV } from "@nats-io/kv";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
 import { encodeToken } from "../contract/nats.ts";
@@ -87,7 +87,7 @@ export class PeerCapabilityCache {
   }
 
   async ensure(): Promise<void> {
-    this.kv = await new Kvm(this.nats.js).create(this.names.peersBucket, { history: 1 });
+    this.kv = await this.nats.bucket(this.names.peersBucket, { history: 1 });
   }
 
   /**

@@ -120,7 +120,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     log,
   });
   const encryption = new AgentEncryption({ spec, discovery, keys: ownEncryption.keys, revoked: ownEncryption.revoked, log });
-  const nats = new Nats({ inboxPrefix: agentInboxPrefix(spec.agentId), ...opts.nats, name: `ifp-agent ${spec.agentId}` }, log);
+  const nats = new Nats({ inboxPrefix: agentInboxPrefix(spec.agentId), replicas: spec.durability.replicas ?? "auto", ...opts.nats, name: `ifp-agent ${spec.agentId}` }, log);
   life.defer("NATS", () => nats.close());
   // Backlog read at scrape time: what the sender still has to deliver, and (with a handler) what it has yet to take.
   backlogGauges(metrics, () => streamBacklog(nats, names.outboxStream), "outbox");

@@ -6,6 +6,8 @@ import type { Logger } from "pino";
 import { unavailable } from "../protocol/errors.ts";
 import { errorMessage } from "../util/errors.ts";
 import { retry } from "../util/retry.ts";
+import { ensureBucket, type Replicas } from "./streams.ts";
+import type { KV, KvOptions } from "@nats-io/kv";
 
 export interface NatsOptions {
   /** One or more server URLs, comma separated. */
@@ -18,6 +20,8 @@ export interface NatsOptions {
   user?: string;
   pass?: string;
   token?: string;
+  /** Replicas of the KV buckets the runtime makes (bucket()): as its streams'. Default 1. */
+  replicas?: Replicas;
   /**
    * The prefix of the subjects replies and consumer deliveries come in on (default `_INBOX`). A
    * runtime uses its own, the only one its NATS credential lets it subscribe to.
@@ -45,6 +49,11 @@ export class Nats {
   constructor(opts: NatsOptions, log: Logger) {
     this.opts = opts;
     this.log = log;
+  }
+
+  /** A KV bucket of the runtime's, made with the runtime's replicas when it does not exist yet. */
+  bucket(name: string, opts: Partial<KvOptions>): Promise<KV> {
+    return ensureBucket(this.js, name, opts, this.opts.replicas ?? 1);
   }
 
   get isConnected(): boolean {

@@ -1,4 +1,4 @@
-import { Kvm, type KV } from "@nats-io/kv";
+import { type KV } from "@nats-io/kv";
 import type { Logger } from "pino";
 import { LAST_ERROR_MAX, type LastErrorEntry, type LastErrorLocation } from "../contract/summary.ts";
 import type { Nats } from "./connection.ts";
@@ -38,7 +38,7 @@ export class LastError {
         this.next = undefined;
         if (!this.nats.isConnected) continue; // the error is in the log and the Event; the summary misses it
         try {
-          this.kv ??= new Kvm(this.nats.js).create(this.where.bucket, { history: 1 });
+          this.kv ??= this.nats.bucket(this.where.bucket, { history: 1 });
           await (await this.kv).put(this.where.key, JSON.stringify(entry));
         } catch (err) {
           this.kv = undefined;

@@ -1,4 +1,5 @@
-import { JetStreamApiError, type JetStreamManager, type StreamConfig, type StreamInfo } from "@nats-io/jetstream";
+import { JetStreamApiError, type JetStreamClient, type JetStreamManager, type StreamConfig, type StreamInfo } from "@nats-io/jetstream";
+import { Kvm, type KV, type KvOptions } from "@nats-io/kv";
 import { errorMessage } from "../util/errors.ts";
 
 export function isNotFound(err: unknown): boolean {
@@ -57,6 +58,21 @@ export type Replicas = number | "auto";
 /** JetStream's refusals of more replicas than it has servers for. */
 function tooFewServers(err: unknown): boolean {
   return /replicas > 1 not supported|insufficient resources|no suitable peers|peer count/i.test(errorMessage(err));
+}
+
+/**
+ * A KV bucket with the runtime's replicas: the number given, or with "auto" three where the
+ * JetStream cluster has the servers for them, else one. A bucket that exists is used as it is.
+ */
+export async function ensureBucket(js: JetStreamClient, bucket: string, opts: Partial<KvOptions>, replicas: Replicas): Promise<KV> {
+  const kvm = new Kvm(js);
+  if (replicas !== "auto") return kvm.create(bucket, { ...opts, replicas });
+  try {
+    return await kvm.create(bucket, { ...opts, replicas: 3 });
+  } catch (err) {
+    if (!tooFewServers(err)) throw err;
+    return kvm.create(bucket, { ...opts, replicas: 1 });
+  }
 }
 
 /**

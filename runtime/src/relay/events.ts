@@ -101,6 +101,12 @@ export function attachWebSocket(
     const extra = Object.entries(err.headers).map(([k, v]) => `${k}: ${v}\r\n`).join("");
     socket.end(`HTTP/1.1 ${err.statusCode} ${err.code}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\n${extra}connection: close\r\n\r\n${text}`);
   };
+  // A handshake the WebSocket library refuses (a bad Sec-WebSocket-Key or -Version, another
+  // method than GET): the error body, as for any refused request, instead of the library's text.
+  wss.on("wsClientError", (err: Error, socket: Duplex) => {
+    const method = /method/i.test(err.message);
+    refuse(socket, new ProtocolError(method ? 405 : 400, method ? "method_not_allowed" : "invalid_format", `the WebSocket upgrade is refused: ${err.message}`));
+  });
   app.server.on("upgrade", (raw: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on("error", () => {});
     const url = new URL(raw.url ?? "/", "https://relay.invalid");
@@ -148,6 +154,10 @@ export function attachWebSocket(
         ws.close(1011, "mailbox unavailable");
       },
     );
+    // A frame the protocol forbids (unmasked, a reserved opcode, text that is not UTF-8, over
+    // maxPayload) or a broken connection: the library closes the WebSocket (with the code RFC 6455
+    // gives: 1002, 1007, 1009) and reports it here; without a listener the report would end the process.
+    ws.on("error", (err) => deps.log.info({ err: err.message, agent }, "WebSocket closed on an error"));
     ws.on("message", (data) => {
       const frame = parseClientFrame(data);
       if ("error" in frame) return send({ type: "error", code: "invalid_format", message: frame.error });

@@ -65,7 +65,7 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   const targets = new TargetPolicy([...relay.spec.network.allowPrivateTargets, ...(opts.allowPrivateTargets ?? [])]);
   const http = new HttpClient({ caFile, onCaFileReload: caFileLogger(log), userAgent: "ifp-relay", targets });
   life.defer("HTTP client", () => http.close());
-  const nats = new Nats({ inboxPrefix: relayInboxPrefix(relay), ...opts.nats, name: `ifp-relay ${relay.metadata.name ?? relay.spec.url}` }, log);
+  const nats = new Nats({ inboxPrefix: relayInboxPrefix(relay), replicas: relay.spec.retention.replicas, ...opts.nats, name: `ifp-relay ${relay.metadata.name ?? relay.spec.url}` }, log);
   life.defer("NATS", () => nats.close());
   const mailboxes = new Mailboxes(nats, names, (path) => metrics.relayExpired.inc({ path }));
   backlogGauges(metrics, () => streamBacklog(nats, names.stream), "relay_mailbox");

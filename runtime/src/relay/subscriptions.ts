@@ -1,4 +1,4 @@
-import { Kvm, type KV, type KvWatchEntry } from "@nats-io/kv";
+import { type KV, type KvWatchEntry } from "@nats-io/kv";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
@@ -56,7 +56,7 @@ export class Subscriptions {
 
   /** Create the bucket if needed and load its content; resolves once the state is loaded. */
   async ensure(): Promise<void> {
-    this.kv = await new Kvm(this.nats.js).create(this.names.kvBucket, { history: 1 });
+    this.kv = await this.nats.bucket(this.names.kvBucket, { history: 1 });
     await this.startWatch();
   }
 

@@ -189,6 +189,11 @@ export async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject,
   const name = signing.secretName ?? childNames(owner.metadata.name).signingSecret;
   const applied: string[] = [];
   let secret = ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
+  // A Secret the user names is theirs to make: a key generated into it would be one no peer
+  // knows, replaced (and the pods rolled) once the user's Secret arrives.
+  if (!secret && signing.secretName) {
+    return { blocker: { reason: "SigningSecretMissing", message: `Secret ${name} named in spec.signing.secretName does not exist in namespace ${ns}; nothing is rendered until it does` }, applied };
+  }
   if (!secret) {
     const key = generateSigningKey();
     const created = await ctx.kube.createIfAbsent<V1Secret>({
