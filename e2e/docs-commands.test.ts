@@ -1,21 +1,35 @@
 // Every command the README and the docs tell a reader to run (the lines of their fenced shell
-// blocks) is run: here on a real API server, by the test named for it (which must hold it), or,
-// where this machine cannot, listed with the reason. A command added to the docs and not
-// accounted for here fails the first test; one removed from the docs fails it too.
-import { spawnSync } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+// blocks, and the inline code spans that are commands) is run: here on a real API server, by the
+// test named for it (which must hold it), parsed by its program, or, where this machine cannot,
+// listed with the reason; a mention of a command (`helm install`) names the documented command it
+// is part of. A command added to the docs and not accounted for here fails the first test; one
+// removed from the docs fails it too.
+import { execFile, spawn, spawnSync } from "node:child_process";
+import { copyFileSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { KubeConfig } from "@kubernetes/client-node";
+import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseFlags } from "../operator/src/main.ts";
+import { loadNatsIssuer } from "../operator/src/controllers/nats-creds.ts";
+import { Kube } from "../operator/src/kube/client.ts";
+import { CredentialIssuer, generateKeys } from "../operator/src/nats-credentials.ts";
 import { readFlags } from "../runtime/src/cli/runtime.ts";
+import { IMAGES } from "./images/build.ts";
 import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
+import { Kubelet } from "./support/kubelet.ts";
+import { freePort } from "./support/ports.ts";
 import { tempDir } from "./support/process.ts";
+import { waitFor } from "./support/wait.ts";
 
 /** Where readers find commands. */
 const SOURCES = ["README.md", "e2e/README.md", "examples/README.md", "charts/ifp-operator/README.md", ...readdirSync("docs").filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
 /** The programs a documented command starts with. */
 const PROGRAMS = /^(npm|npx|kubectl|helm|ifp-runtime|ifp-operator|ifp|node|curl|docker|kind|ctr|openssl|go|nats)\s/;
+
+/** The programs an inline code span that is a command starts with. */
+const SPAN_PROGRAMS = /^(kubectl|helm|npm|npx|node|ctr|kind|docker) /;
 
 /** The command lines of a Markdown text's fenced shell blocks: continuations joined, comments and prompts dropped. */
 export function documentedCommands(markdown: string): string[] {
@@ -32,13 +46,33 @@ export function documentedCommands(markdown: string): string[] {
   return out;
 }
 
+/**
+ * The inline code spans of a Markdown text (outside its fenced blocks) that are commands, each
+ * on one line, a table cell's `\|` read as `|`.
+ */
+export function documentedSpans(markdown: string): string[] {
+  const text = markdown.replace(/^```[^\n]*\n[\s\S]*?^```/gm, "");
+  const out: string[] = [];
+  for (const m of text.matchAll(/(`+)([^`][\s\S]*?)\1(?!`)/g)) {
+    const span = m[2]!.replace(/\s*\n\s*/g, " ").replace(/\\\|/g, "|").trim();
+    if (SPAN_PROGRAMS.test(span)) out.push(span);
+  }
+  return out;
+}
+
 type Check =
-  /** Run in this file, on its control plane (in the order of the table). */
+  /** Run in this file, on its control plane, by the walk-through below (which must run each). */
   | { here: true }
-  /** Its flags are parsed by the program's own parser: the documented form is accepted as written. */
-  | { flags: "runtime" | "operator" }
+  /**
+   * Parsed by the program's own parser: the documented form is accepted as written (`ifp`: run
+   * against a relay that is not there, it fails on the connection, not on its arguments;
+   * `images`: the image names are the ones e2e/images/build.ts builds).
+   */
+  | { flags: "runtime" | "operator" | "ifp" | "images" }
   /** Run by another test, which holds each of these strings where it runs it. */
   | { by: string; holds: string[] }
+  /** A mention of a command (its words, in order, within it) documented in full and checked as this one. */
+  | { part: string }
   /** Not run on this machine, and why. */
   | { not: string };
 
@@ -80,12 +114,89 @@ const CHECKS: Record<string, Check> = {
   "docker build -f examples/app/Dockerfile -t ghcr.io/ifp-dev/ifp-example-app:0.1.0 .": { not: "no Docker engine here; e2e/images/build.ts builds the same Dockerfile's image without one, and `npm run e2e:kind` runs this build where Docker is" },
   "IFP_APP_PORT=8080 IFP_LOCAL_API=http://127.0.0.1:8081 node examples/app/main.ts": { by: "examples/app/app.test.ts", holds: ["spawnProcess(name, process.execPath, [MAIN]", "IFP_APP_PORT"] },
   "npx ifp-operator --nats-url nats://nats:4222 --runtime-image ghcr.io/ifp-dev/ifp-runtime:0.1.0": { flags: "operator" },
+  "npx ifp-runtime agent --manifest agent.yaml --port 8443 --tls-cert tls.crt --tls-key tls.key --signing-key signing.key --nats nats://127.0.0.1:4222": { flags: "runtime" },
   "ifp-runtime agent --manifest agent.yaml --port 8443 --tls-cert tls.crt --tls-key tls.key --signing-key signing.key --nats nats://127.0.0.1:4222": { flags: "runtime" },
   "ifp-runtime relay --manifest relay.yaml --port 8443 --tls-cert tls.crt --tls-key tls.key --nats nats://127.0.0.1:4222 [--ca-file ca.pem]": { flags: "runtime" },
   "ifp-runtime agent --manifest=/etc/ifp/manifest/manifest.yaml --port=8443 --metrics-port=9090 --tls-cert=/etc/ifp/tls/tls.crt --tls-key=/etc/ifp/tls/tls.key --nats=<--nats-url> --ca-file=/etc/ifp/trust/ca.crt --signing-key=/etc/ifp/signing/signing.key --encryption-key=/etc/ifp/signing/encryption.key": { flags: "runtime" },
+
+  // Inline in the prose. On a cluster: run here, in the walk-through below.
+  "helm uninstall ifp -n ifp-system": { here: true },
+  "helm uninstall ifp -n ifp-system --no-hooks": { here: true },
+  "helm uninstall <release> -n <namespace>": { here: true },
+  "kubectl get agents": { here: true },
+  "kubectl get agents.ifp.dev": { here: true },
+  "kubectl get ifpagent": { here: true },
+  "kubectl get relays": { here: true },
+  "kubectl get ifp": { here: true },
+  "kubectl get ifp -A": { here: true },
+  "kubectl explain agents.ifp.dev.spec": { here: true },
+  "kubectl describe agents.ifp.dev/<name>": { here: true },
+  "kubectl scale agents.ifp.dev/alice --replicas=2": { here: true },
+  "kubectl scale agents.ifp.dev/<name> --replicas=3": { here: true },
+  "kubectl auth can-i --list --as=system:serviceaccount:ifp-system:ifp-ifp-operator -n <namespace>": { here: true },
+  "kubectl patch agents.ifp.dev <name> -n <ns> --type=json -p '[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]'": { here: true },
+  "kubectl delete agents.ifp.dev,relays.ifp.dev --all -A": { here: true },
+  "kubectl -n <ns> delete secret <agent>-signing": { here: true },
+  "kubectl -n ifp-system delete secret ifp-ifp-operator-ca ifp-ifp-operator-nats-account": { here: true },
+  "kubectl -n ifp-system delete pvc -l app.kubernetes.io/instance=ifp,app.kubernetes.io/component=nats": { here: true },
+  "kubectl delete crd agents.ifp.dev relays.ifp.dev": { here: true },
+  "kubectl -n ifp-system create secret generic ifp-nats-account --from-literal=account.pub=<A… account key> --from-file=account-signing.seed=<the signing key's seed file>": { here: true },
+  "npm run tools [-- NAME…]": { here: true },
+  "kubectl -n ifp-system logs job/ifp-ifp-operator-uninstall": {
+    not: "a pod's log comes from the kubelet that ran it; the uninstall Job's pod runs only in a cluster with nodes (in e2e/chart-upgrade.test.ts e2e/support/kubelet.ts runs it as a process), and its Job is kept only when it failed",
+  },
+  "kubectl port-forward deploy/<agent> 9090": {
+    not: "port-forward streams through the kubelet of a running pod; only e2e/node.test.ts has one, and it reads the runtimes' metrics through Prometheus' annotations, not this way",
+  },
+  // Inline in the prose, run by other tests.
+  "npm run tools": { by: "e2e/support/global-setup.ts", holds: ["for (const t of tools) ensureTool(t);"] },
+  "npm run gen": { by: "operator/src/crd/generate.test.ts", holds: ["is up to date (npm run gen)"] },
+  "npm run e2e": { by: "package.json", holds: ['"e2e": "vitest run e2e/e2e.test.ts"', '"test": "npm run typecheck && vitest run --project suite'] },
+  "npm run e2e:node": { by: "package.json", holds: ['"e2e:node": "vitest run --project node"', "&& vitest run --project node"] },
+  "npm run test:hardening": { by: "runtime/test/hardening-suite.test.ts", holds: ["runHardening("] },
+  "npm run test:faults": { by: "runtime/test/hardening-faults.test.ts", holds: ["runFaults("] },
+  "npm run test:cluster": { by: "runtime/test/hardening-cluster.test.ts", holds: ["runCluster("] },
+  "npm run images": { by: "e2e/node.test.ts", holds: ["for (const kind of Object.keys(IMAGES)) images[kind] = buildImage(kind);"] },
+  "npm run images -- runtime": { flags: "images" },
+  "npm run images -- app": { flags: "images" },
+  "npm run images [-- runtime|operator|app|nats|pause]": { flags: "images" },
+  "npm ci --omit=dev": { by: "e2e/images/build.ts", holds: ['sh("npm", ["ci", "--omit=dev", "--ignore-scripts"'] },
+  "npm ci --omit=dev --ignore-scripts": { by: "e2e/images/build.ts", holds: ['sh("npm", ["ci", "--omit=dev", "--ignore-scripts"'] },
+  "ctr -n k8s.io images import <archive>": { by: "e2e/support/node.ts", holds: ['"--namespace", "k8s.io"', 'ctrArgs(["images", "import", image.archive])'] },
+  "ctr containers info": { by: "e2e/node.test.ts", holds: ['node.ctr(["containers", "info", id])'] },
+  "helm install --wait": { by: "e2e/node.test.ts", holds: ['"--wait", "--timeout", "6m"'] },
+  "helm rollback": { by: "e2e/chart-upgrade.test.ts", holds: ['helm("rollback", "ifp", "1"'] },
+  "helm upgrade --set crds.enabled=true": { by: "e2e/chart-upgrade.test.ts", holds: ['"--set", "crds.enabled=true"'] },
+  "npx vitest run examples/app/app.test.ts": { by: "vitest.config.ts", holds: ['"examples/**/*.test.ts"'] },
+  "npx ifp discover https://localhost:8443 --ca-file …/ca.crt": { by: "runtime/test/ifp-cli.test.ts", holds: ['ifp("discover", url, "--ca-file"'] },
+  "npx ifp discover URL": { by: "runtime/test/ifp-cli.test.ts", holds: ['ifp("discover", url, "--ca-file"'] },
+  "npx ifp check https://localhost:8443 --ca-file …/ca.crt [--key FILE --from AGENT_ID] [--relay]": { by: "runtime/test/check.test.ts", holds: ['"--key", keyFile, "--from", checker.agentId', 'ifp("check", baseUrl(relay), "--relay"'] },
+  "npx ifp keygen --out my.key": { by: "runtime/test/ifp-cli.test.ts", holds: ['ifp("keygen", "--out", out)'] },
+  "npx ifp keygen --out FILE": { by: "runtime/test/ifp-cli.test.ts", holds: ['ifp("keygen", "--out", out)'] },
+  "npx ifp send --from-key FILE --from AGENT_ID --to URL --text \"…\"": { by: "runtime/test/ifp-cli.test.ts", holds: ['ifp("send", "--from-key", key, "--from", "pete-cli", "--to"'] },
+  "npx ifp relay pull|tail RELAY_URL --key FILE --from AGENT_ID": { flags: "ifp" },
+  // Inline in the prose, not run here.
+  "npm run e2e:kind": { not: "kind's nodes are Docker containers, and no Docker engine answers here (e2e/kind.ts says so and stops); `npm run e2e` and `npm run e2e:node` take the same path" },
+  "kind load image-archive <archive>": { not: "kind's nodes are Docker containers, and no Docker engine answers here; where one does, e2e/kind.ts loads the images it built with Docker (`kind load docker-image`)" },
+  "npm run bench:inbox": { not: "a benchmark: minutes at full load on every core, whose figures docs/benchmarks.md records; run inside the suite it would measure the tests around it" },
+  "npm run bench:relay": { not: "a benchmark: minutes at full load on every core, whose figures docs/benchmarks.md records; run inside the suite it would measure the tests around it" },
+  "npm run bench:operator": { not: "a benchmark: minutes at full load on every core, whose figures docs/benchmarks.md records; run inside the suite it would measure the tests around it" },
+  // Mentions of a command documented in full.
+  "npm run": { part: "npm run tools" },
+  "helm install": { part: "helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace" },
+  "helm upgrade": { part: "helm upgrade ifp charts/ifp-operator -n ifp-system --reuse-values" },
+  "helm test": { part: "helm test ifp -n ifp-system" },
+  "helm uninstall": { part: "helm uninstall ifp -n ifp-system" },
+  "helm uninstall --no-hooks": { part: "helm uninstall ifp -n ifp-system --no-hooks" },
+  "kubectl apply": { part: "kubectl apply -f examples/" },
+  "kubectl get": { part: "kubectl get agents" },
+  "kubectl delete": { part: "kubectl delete agents.ifp.dev,relays.ifp.dev --all -A" },
+  "kubectl logs -c app": { part: "kubectl -n ifp-bob logs deployment/bob -c app" },
+  "kubectl auth can-i --list": { part: "kubectl auth can-i --list --as=system:serviceaccount:ifp-system:ifp-ifp-operator -n <namespace>" },
+  "ctr -n k8s.io images import": { part: "ctr -n k8s.io images import <archive>" },
 };
 
-const documented = () => [...new Set(SOURCES.flatMap((f) => documentedCommands(readFileSync(f, "utf8"))))];
+const documented = () => [...new Set(SOURCES.flatMap((f) => [...documentedCommands(readFileSync(f, "utf8")), ...documentedSpans(readFileSync(f, "utf8"))]))];
 /** A documented command line as arguments: `[--optional flags]` as given, no shell. */
 const argsOf = (command: string) => command.replace(/[[\]]/g, "").split(" ").slice(1);
 
@@ -96,6 +207,19 @@ describe("documented commands", () => {
     expect(Object.keys(CHECKS).filter((c) => !docs.includes(c)), "checked but no longer documented").toEqual([]);
   });
 
+  it("that are mentions name a command documented in full and checked", () => {
+    for (const [command, check] of Object.entries(CHECKS)) {
+      if (!("part" in check)) continue;
+      const whole = CHECKS[check.part];
+      expect(whole && !("part" in whole), `${command}: ${check.part} is checked in full`).toBe(true);
+      // The mention's words, in order, within the whole command.
+      const words = check.part.split(" ");
+      let at = 0;
+      const inOrder = command.split(" ").every((w) => (at = words.indexOf(w, at) + 1) > 0);
+      expect(inOrder, `${command} is part of ${check.part}`).toBe(true);
+    }
+  });
+
   it("that other tests run are in those tests", () => {
     for (const [command, check] of Object.entries(CHECKS)) {
       if (!("by" in check)) continue;
@@ -104,12 +228,37 @@ describe("documented commands", () => {
     }
   });
 
-  it("parse as their programs take them", () => {
+  it("parse as their programs take them", async () => {
+    const dir = tempDir("ifp-docs-flags-");
+    const key = join(dir, "reader.key");
+    const ifp = (args: string[]) =>
+      new Promise<{ status: number; stderr: string }>((resolve) =>
+        execFile(process.execPath, ["runtime/bin/ifp.ts", ...args], { encoding: "utf8", timeout: 30_000 }, (err, _out, stderr) => resolve({ status: err ? Number((err as { code?: number }).code ?? 1) : 0, stderr })),
+      );
+    expect((await ifp(["keygen", "--out", key])).status).toBe(0);
+    // Nothing listens there: a command that parsed fails on the connection (1), not on its words (2).
+    const nowhere = `https://127.0.0.1:${await freePort()}`;
     for (const [command, check] of Object.entries(CHECKS)) {
       if (!("flags" in check)) continue;
-      const args = argsOf(command.replace(/^npx /, ""));
+      if (check.flags === "images") {
+        const names = command.replace(/^npm run images -- |[[\]]|-- /g, "").replace(/^npm run images /, "").split("|");
+        expect(names.filter((n) => !(n in IMAGES)), command).toEqual([]);
+        continue;
+      }
+      if (check.flags === "ifp") {
+        const words = argsOf(command.replace(/^npx /, ""));
+        for (const alternative of words.find((w) => w.includes("|"))!.split("|")) {
+          const args = words.map((w) => (w.includes("|") ? alternative : w === "FILE" ? key : w === "AGENT_ID" ? "reader-agent" : /_URL$|^URL$/.test(w) ? nowhere : w));
+          const r = await ifp(args);
+          expect(r.status, `${command} (${alternative}): ${r.stderr}`).toBe(1);
+          expect(r.stderr, command).toMatch(/fetch failed|cannot reach|ECONNREFUSED/);
+        }
+        continue;
+      }
+      const line = command.replace(/^npx /, "");
+      const args = argsOf(line);
       if (check.flags === "operator") expect(() => parseFlags(args, {}), command).not.toThrow();
-      else expect(readFlags(args).mode, command).toBe(command.split(" ")[1]);
+      else expect(readFlags(args).mode, command).toBe(line.split(" ")[1]);
     }
     // The parsers are strict: a flag the docs could misspell is refused.
     expect(() => readFlags(["agent", "--manifets", "a.yaml"])).toThrow(/Unknown option/);
@@ -117,46 +266,167 @@ describe("documented commands", () => {
   });
 
   describe("on a real API server", () => {
+    const SYSTEM = "ifp-system";
     let cp: ControlPlane;
+    let kubelet: Kubelet;
+    /** The uninstall hooks' pods run so far. */
+    let hooks: ReturnType<Kubelet["runHookJobs"]>;
     let env: NodeJS.ProcessEnv;
     beforeAll(async () => {
       const home = tempDir("ifp-helm-home-");
       env = { ...process.env, HELM_CACHE_HOME: join(home, "cache"), HELM_CONFIG_HOME: join(home, "config"), HELM_DATA_HOME: join(home, "data") };
-      // A new cluster: the chart brings the CRDs.
-      cp = await startControlPlane({ controllerManager: false });
+      // A new cluster: the chart brings the CRDs. The controller manager makes the pods of the
+      // operator's Deployment and NATS's StatefulSet (and NATS's claims); the test plays the
+      // kubelet of the operator's pod and the Job controller of the chart's uninstall hook.
+      cp = await startControlPlane();
+      kubelet = new Kubelet(cp);
+      await kubelet.start();
+      hooks = kubelet.runHookJobs(SYSTEM);
     }, 300_000);
     afterAll(async () => {
+      await kubelet?.stop();
       await cp?.stop();
     });
-    /** A documented helm or kubectl command as written, against the control plane. */
-    const run = (command: string) => {
-      // Words as the shell splits them: single quotes keep a word whole (and its braces unexpanded).
-      const [program, ...args] = (command.match(/'[^']*'|\S+/g) ?? []).map((w) => w.replace(/^'(.*)'$/, "$1"));
-      const r = spawnSync(program === "helm" ? toolPath("helm") : "kubectl", [...args, "--kubeconfig", cp.kubeconfig], { encoding: "utf8", timeout: 60_000, env });
-      if (r.status !== 0) throw new Error(`\`${command}\` failed (exit ${r.status ?? r.error?.message}): ${r.stdout}${r.stderr}`);
-      return r.stdout;
+    /** A kubeconfig whose context is in `namespace`: a reader's commands without -n act there. */
+    const kubeconfigIn = (namespace: string) => {
+      const file = join(cp.dir, `kubeconfig-${namespace}`);
+      copyFileSync(cp.kubeconfig, file);
+      cp.kubectl(["config", "set-context", "--current", `--namespace=${namespace}`, "--kubeconfig", file]);
+      return file;
     };
+    const ran = new Set<string>();
+    /**
+     * A documented command, checked `here`, as written (placeholders filled in with `fill`): helm
+     * and kubectl against the control plane (in the context's namespace `namespace`), npm in
+     * this repository. Not blocking this process, which plays the kubelet meanwhile.
+     */
+    const doc = (command: string, opts: { fill?: Record<string, string>; namespace?: string } = {}) => {
+      const check = CHECKS[command];
+      if (!check || !("here" in check)) throw new Error(`\`${command}\` is not a command checked here`);
+      ran.add(command);
+      let line = command;
+      for (const [placeholder, value] of Object.entries(opts.fill ?? {})) line = line.split(placeholder).join(value);
+      if (/<[^>]*>|…|\[/.test(line.replace(/\[\{"op".*\}\]/, ""))) throw new Error(`\`${line}\` still has a placeholder`);
+      // Words as the shell splits them: single quotes keep a word whole (and its braces unexpanded).
+      const [program, ...args] = (line.match(/'[^']*'|\S+/g) ?? []).map((w) => w.replace(/^'(.*)'$/, "$1"));
+      if (program !== "npm") args.push("--kubeconfig", opts.namespace ? kubeconfigIn(opts.namespace) : cp.kubeconfig);
+      const bin = program === "helm" ? toolPath("helm") : program!;
+      return new Promise<string>((resolve, reject) => {
+        const child = spawn(bin, args, { env });
+        let out = "";
+        let err = "";
+        child.stdout.on("data", (d) => (out += d));
+        child.stderr.on("data", (d) => (err += d));
+        const timer = setTimeout(() => child.kill("SIGKILL"), 120_000);
+        child.on("error", reject);
+        child.on("close", (code) => {
+          clearTimeout(timer);
+          if (code === 0) resolve(out);
+          else reject(new Error(`\`${line}\` failed (exit ${code}): ${out}${err}`));
+        });
+      });
+    };
+    const finalizers = (ns: string) => (cp.json(["-n", ns, "get", "agents.ifp.dev,relays.ifp.dev"]).items as any[]).flatMap((o) => (o.metadata.finalizers ?? []).map((f: string) => `${o.kind}/${o.metadata.name} ${f}`));
 
-    it("install, apply the examples, list them and upgrade as the docs say", () => {
-      const here = Object.entries(CHECKS).filter(([, c]) => "here" in c).map(([command]) => command);
-      const [imagesInstall, install, namespaces, examplesInstall, apply, list, upgrade] = here;
-      const operatorArgs = () => cp.json(["-n", "ifp-system", "get", "deployment", "ifp-ifp-operator"]).spec.template.spec.containers[0].args as string[];
+    it("install, apply the examples, run the operator, look at them, uninstall and clean up as the docs say", { timeout: 420_000 }, async () => {
+      const operatorArgs = () => cp.json(["-n", SYSTEM, "get", "deployment", "ifp-ifp-operator"]).spec.template.spec.containers[0].args as string[];
       // The three installs are alternatives: with a private registry's images, plain (the operator
       // watches its own namespace only), and for the examples; each but the last removed again.
-      run(imagesInstall!);
-      expect(cp.json(["-n", "ifp-system", "get", "deployment", "ifp-ifp-operator"]).spec.template.spec.containers[0].image).toBe("registry.example/ifp-operator:0.1.0");
-      run("helm uninstall ifp -n ifp-system");
-      run(install!);
+      await doc("helm install ifp charts/ifp-operator -n ifp-system --create-namespace --set image.repository=registry.example/ifp-operator --set image.tag=0.1.0 --set runtimeImage.repository=registry.example/ifp-runtime --set runtimeImage.tag=0.1.0");
+      expect(cp.json(["-n", SYSTEM, "get", "deployment", "ifp-ifp-operator"]).spec.template.spec.containers[0].image).toBe("registry.example/ifp-operator:0.1.0");
+      // Without the uninstall hook (nothing of the operator's holds a finalizer yet).
+      await doc("helm uninstall ifp -n ifp-system --no-hooks");
+      expect(cp.tryJson(["-n", SYSTEM, "get", "jobs"])?.items).toEqual([]);
+      await doc("helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace");
       expect(operatorArgs()).toContain("--watch-namespaces=ifp-system");
-      run("helm uninstall ifp -n ifp-system");
-      run(namespaces!);
-      run(examplesInstall!);
+      // With it: the hook's Job ran (here, as its pod would) and deleted the operator's Deployment.
+      await doc("helm uninstall ifp -n ifp-system");
+      expect(hooks).toHaveLength(1);
+      expect(cp.tryJson(["-n", SYSTEM, "get", "deployment", "ifp-ifp-operator"])).toBeUndefined();
+      await doc("kubectl apply -f examples/namespaces.yaml");
+      await doc("helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace --set 'watchNamespaces={ifp-alice,ifp-bob,ifp-relay}'");
       expect(operatorArgs()).toContain("--watch-namespaces=ifp-system,ifp-alice,ifp-bob,ifp-relay");
-      run(apply!);
-      const listed = run(list!);
+      // The operator runs, as its pod would: it sets finalizers and makes Secrets the docs name.
+      const operators = kubelet.runPodsOf(SYSTEM, "app.kubernetes.io/instance=ifp,app.kubernetes.io/component=operator", { extraArgs: ["--health-port=0", "--metrics-port=0"] });
+      await doc("kubectl apply -f examples/");
+      // An Agent with a generated signing key (the examples bring theirs).
+      cp.kubectl(["apply", "-f", "-"], "apiVersion: ifp.dev/v1alpha1\nkind: Agent\nmetadata: {name: carol, namespace: ifp-alice}\nspec: {agentId: https://carol.example}\n");
+      await waitFor(
+        "the operator's finalizers, the generated signing key, the install CA and the NATS account",
+        () =>
+          finalizers("ifp-alice").includes("Agent/alice ifp.dev/jetstream") &&
+          cp.tryJson(["-n", "ifp-alice", "get", "secret", "carol-signing"]) &&
+          cp.tryJson(["-n", SYSTEM, "get", "secret", "ifp-ifp-operator-ca"]) &&
+          cp.tryJson(["-n", SYSTEM, "get", "secret", "ifp-ifp-operator-nats-account"]),
+        120_000,
+        500,
+      );
+      const listed = await doc("kubectl get agents.ifp.dev,relays.ifp.dev -A");
       for (const name of ["agent.ifp.dev/alice", "agent.ifp.dev/bob", "relay.ifp.dev/"]) expect(listed).toContain(name);
-      run(upgrade!);
-      expect(run("helm status ifp -n ifp-system")).toMatch(/REVISION: 2/);
+      await doc("helm upgrade ifp charts/ifp-operator -n ifp-system --reuse-values");
+      expect(spawnSync(toolPath("helm"), ["status", "ifp", "-n", SYSTEM, "--kubeconfig", cp.kubeconfig], { encoding: "utf8", env }).stdout).toMatch(/REVISION: 2/);
+
+      // Looking at them, in the namespace of the example's Agent or across all.
+      for (const command of ["kubectl get agents", "kubectl get agents.ifp.dev", "kubectl get ifpagent"]) expect(await doc(command, { namespace: "ifp-alice" }), command).toMatch(/^alice\s/m);
+      expect(await doc("kubectl get relays", { namespace: "ifp-relay" })).toMatch(/^relay\s/m);
+      expect(await doc("kubectl get ifp", { namespace: "ifp-alice" })).toMatch(/^agent\.ifp\.dev\/alice\s/m);
+      const all = await doc("kubectl get ifp -A");
+      for (const name of ["agent.ifp.dev/alice", "agent.ifp.dev/bob", "agent.ifp.dev/carol", "relay.ifp.dev/relay"]) expect(all).toContain(name);
+      expect(await doc("kubectl explain agents.ifp.dev.spec")).toMatch(/agentId/);
+      expect(await doc("kubectl describe agents.ifp.dev/<name>", { fill: { "<name>": "alice" }, namespace: "ifp-alice" })).toMatch(/^Name:\s+alice$/m);
+      await doc("kubectl scale agents.ifp.dev/alice --replicas=2", { namespace: "ifp-alice" });
+      expect(cp.json(["-n", "ifp-alice", "get", "agents.ifp.dev", "alice"]).spec.replicas).toBe(2);
+      await doc("kubectl scale agents.ifp.dev/<name> --replicas=3", { fill: { "<name>": "alice" }, namespace: "ifp-alice" });
+      expect(cp.json(["-n", "ifp-alice", "get", "agents.ifp.dev", "alice"]).spec.replicas).toBe(3);
+      const rights = await doc("kubectl auth can-i --list --as=system:serviceaccount:ifp-system:ifp-ifp-operator -n <namespace>", { fill: { "<namespace>": "ifp-alice" } });
+      expect(rights).toMatch(/^agents\.ifp\.dev\s.*\bupdate\b/m);
+
+      // Uninstalled with the operator running: its pod stops, releasing every finalizer while
+      // its RBAC is still there (the pre-delete hook), and what the docs say stays stays.
+      await doc("helm uninstall <release> -n <namespace>", { fill: { "<release>": "ifp", "<namespace>": SYSTEM } });
+      expect(hooks).toHaveLength(2);
+      for (const h of hooks) expect((await h.done).code).toBe(0);
+      expect(operators.length).toBeGreaterThanOrEqual(1);
+      for (const o of operators) expect((await o.done).code).toBe(0);
+      for (const ns of ["ifp-alice", "ifp-bob", "ifp-relay"]) expect(finalizers(ns), ns).toEqual([]);
+      expect(cp.json(["get", "crd", "agents.ifp.dev"]).metadata.name).toBe("agents.ifp.dev");
+
+      // An Agent stuck Terminating with its operator gone (say it was killed): the finalizer by hand.
+      cp.kubectl(["-n", "ifp-alice", "patch", "agents.ifp.dev", "alice", "--type=merge", "-p", '{"metadata":{"finalizers":["ifp.dev/jetstream"]}}']);
+      cp.kubectl(["-n", "ifp-alice", "delete", "agents.ifp.dev", "alice", "--wait=false"]);
+      expect(cp.json(["-n", "ifp-alice", "get", "agents.ifp.dev", "alice"]).metadata.deletionTimestamp).toBeTruthy();
+      await doc("kubectl patch agents.ifp.dev <name> -n <ns> --type=json -p '[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]'", { fill: { "<name>": "alice", "<ns>": "ifp-alice" } });
+      await waitFor("the Agent to be gone", () => cp.tryJson(["-n", "ifp-alice", "get", "agents.ifp.dev", "alice"]) === undefined, 20_000, 200);
+
+      // What the release leaves, removed as the docs say.
+      await doc("kubectl delete agents.ifp.dev,relays.ifp.dev --all -A");
+      expect(cp.json(["get", "agents.ifp.dev,relays.ifp.dev", "-A"]).items).toEqual([]);
+      await doc("kubectl -n <ns> delete secret <agent>-signing", { fill: { "<ns>": "ifp-alice", "<agent>": "carol" } });
+      await doc("kubectl -n ifp-system delete secret ifp-ifp-operator-ca ifp-ifp-operator-nats-account");
+      const claims = () => cp.json(["-n", SYSTEM, "get", "pvc", "-l", "app.kubernetes.io/instance=ifp,app.kubernetes.io/component=nats"]).items as any[];
+      expect(claims().length).toBeGreaterThan(0);
+      await doc("kubectl -n ifp-system delete pvc -l app.kubernetes.io/instance=ifp,app.kubernetes.io/component=nats");
+      expect(claims()).toEqual([]);
+      await doc("kubectl delete crd agents.ifp.dev relays.ifp.dev");
+      expect(cp.tryJson(["get", "crd", "agents.ifp.dev"])).toBeUndefined();
+
+      // A NATS of one's own: the account Secret as the docs make it is one the operator uses.
+      const keys = generateKeys();
+      const seedFile = join(tempDir("ifp-docs-nats-"), "signing.seed");
+      writeFileSync(seedFile, keys.signing);
+      await doc("kubectl -n ifp-system create secret generic ifp-nats-account --from-literal=account.pub=<A… account key> --from-file=account-signing.seed=<the signing key's seed file>", {
+        fill: { "<A… account key>": CredentialIssuer.fromKeys(keys).accountKey, "<the signing key's seed file>": seedFile },
+      });
+      const kc = new KubeConfig();
+      kc.loadFromFile(cp.kubeconfig);
+      const issuer = await loadNatsIssuer(new Kube(kc, pino({ level: "silent" })), SYSTEM, "ifp-nats-account", pino({ level: "silent" }));
+      expect(issuer.accountKey).toBe(CredentialIssuer.fromKeys(keys).accountKey);
+
+      // The tool cache, for one tool.
+      expect(await doc("npm run tools [-- NAME…]", { fill: { "[-- NAME…]": "-- helm" } })).toMatch(/^helm=\/.*\/helm$/m);
+
+      const here = Object.entries(CHECKS).filter(([, c]) => "here" in c).map(([command]) => command);
+      expect(here.filter((c) => !ran.has(c)), "checked here but not run").toEqual([]);
     });
   });
 });

@@ -231,9 +231,9 @@ export async function startControlPlane(opts: {
         `--cluster-signing-cert-file=${caFile}`,
         `--cluster-signing-key-file=${caKey}`,
         // What the tests rely on: garbage collection, Deployments → ReplicaSets → Pods, StatefulSets
-        // and the binding of their claims to PersistentVolumes, namespaces, service accounts and
-        // their tokens.
-        "--controllers=garbage-collector-controller,deployment-controller,replicaset-controller,statefulset-controller,persistentvolume-binder-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,endpointslice-controller,pod-garbage-collector-controller",
+        // and the binding of their claims to PersistentVolumes, a claim's deletion once no pod uses
+        // it, namespaces, service accounts and their tokens.
+        "--controllers=garbage-collector-controller,deployment-controller,replicaset-controller,statefulset-controller,persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,endpointslice-controller,pod-garbage-collector-controller",
         "--concurrent-gc-syncs=5",
         "--v=0",
       ]);

@@ -16,9 +16,12 @@ import { spawnProcess, type ExitInfo, type ManagedProcess } from "./process.ts";
 
 const run = promisify(execFile);
 
-/** What the images' entrypoints start, by repository: the operator's image runs `node operator/bin/ifp-operator.ts`. */
+/**
+ * What the images' entrypoints start, by the image's name without registry and tag (the same
+ * image pushed to a registry of one's own): the operator's image runs `node operator/bin/ifp-operator.ts`.
+ */
 const ENTRYPOINTS: Record<string, string[]> = {
-  "ghcr.io/ifp-dev/ifp-operator": [process.execPath, "operator/bin/ifp-operator.ts"],
+  "ifp-operator": [process.execPath, "operator/bin/ifp-operator.ts"],
 };
 
 type Obj = Record<string, any>;
@@ -37,6 +40,8 @@ export class Kubelet {
   private stopped = false;
   private readonly pods: RunningPod[] = [];
   private readonly loops: Promise<void>[] = [];
+  /** What went wrong in the watch loops: thrown by stop(). */
+  private readonly errors: string[] = [];
 
   constructor(cp: ControlPlane, node = "test-node") {
     this.cp = cp;
@@ -74,8 +79,8 @@ export class Kubelet {
     if (!pod) throw new Error(`no pod ${namespace}/${name} to run`);
     if (pod.spec.containers.length !== 1) throw new Error(`pod ${namespace}/${name} has ${pod.spec.containers.length} containers; this kubelet runs one`);
     const c = pod.spec.containers[0];
-    const repository = String(c.image).replace(/:[^/:]+$/, "");
-    const entrypoint = c.command ?? ENTRYPOINTS[repository];
+    const image = String(c.image).replace(/:[^/:]+$/, "").split("/").pop()!;
+    const entrypoint = c.command ?? ENTRYPOINTS[image];
     if (!entrypoint) throw new Error(`no entrypoint known for image ${c.image}`);
     await this.kubectl(
       ["create", "--raw", `/api/v1/namespaces/${namespace}/pods/${name}/binding`, "-f", "-"],
@@ -144,7 +149,13 @@ export class Kubelet {
           for (const p of list?.items ?? []) {
             if (seen.has(p.metadata.uid) || p.metadata.deletionTimestamp || p.spec.nodeName) continue;
             seen.add(p.metadata.uid);
-            started.push(await this.runPod(namespace, p.metadata.name, opts));
+            await this.runPod(namespace, p.metadata.name, opts).then(
+              (pod) => started.push(pod),
+              // A pod deleted before it was bound never runs.
+              async (err) => {
+                if ((await this.tryJson(["-n", namespace, "get", "pod", p.metadata.name]).catch(() => p))?.metadata.uid === p.metadata.uid) this.errors.push(`pod ${namespace}/${p.metadata.name}: ${(err as Error).message}`);
+              },
+            );
           }
           await new Promise((r) => setTimeout(r, 200));
         }
@@ -168,7 +179,10 @@ export class Kubelet {
           for (const job of list?.items ?? []) {
             if (!job.metadata.annotations?.["helm.sh/hook"] || seen.has(job.metadata.uid) || job.status?.conditions?.length) continue;
             seen.add(job.metadata.uid);
-            started.push(await this.runJob(job));
+            await this.runJob(job).then(
+              (pod) => started.push(pod),
+              (err) => this.errors.push(`job ${namespace}/${job.metadata.name}: ${(err as Error).message}`),
+            );
           }
           await new Promise((r) => setTimeout(r, 200));
         }
@@ -211,10 +225,11 @@ export class Kubelet {
     });
   }
 
-  /** Stop watching, and stop every container still running (SIGTERM, then SIGKILL). */
+  /** Stop watching, and stop every container still running (SIGTERM, then SIGKILL); throws what went wrong on the way. */
   async stop(): Promise<void> {
     this.stopped = true;
     await Promise.all(this.loops);
     await Promise.all(this.pods.map((p) => p.done.catch(() => undefined)));
+    if (this.errors.length) throw new Error(`the test's kubelet failed:\n${this.errors.join("\n")}`);
   }
 }

@@ -10,7 +10,7 @@ import { consistently, waitFor } from "../../e2e/support/wait.ts";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../runtime/src/protocol/keys.ts";
 import { encryptionKeyFromPem } from "../../runtime/src/protocol/encryption.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
-import { capturedLog, getOrAbsent, kubectlOrError, perTest, streamOrAbsent, until } from "./support.ts";
+import { CERTIFICATE_CRD, capturedLog, getOrAbsent, kubectlOrError, perTest, streamOrAbsent, until } from "./support.ts";
 
 let cp: ControlPlane;
 let nats: NatsServer;
@@ -752,19 +752,3 @@ async function tmpFile(name: string, text: string): Promise<string> {
   return p;
 }
 
-/** cert-manager's Certificate API as far as the operator uses it (the CRD alone: nothing issues). */
-const CERTIFICATE_CRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: certificates.cert-manager.io}
-spec:
-  group: cert-manager.io
-  names: {kind: Certificate, listKind: CertificateList, plural: certificates, singular: certificate}
-  scope: Namespaced
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      subresources: {status: {}}
-      schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-`;

@@ -94,3 +94,20 @@ export function until<T>(what: string, probe: () => Promise<T | undefined | fals
   const left = testDeadline - Date.now() - MARGIN_MS;
   return waitFor(what, probe, Math.max(1_000, Math.min(timeoutMs, left)), intervalMs);
 }
+
+/** cert-manager's Certificate API as far as the operator uses it (the CRD alone: nothing issues). */
+export const CERTIFICATE_CRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: certificates.cert-manager.io}
+spec:
+  group: cert-manager.io
+  names: {kind: Certificate, listKind: CertificateList, plural: certificates, singular: certificate}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: {status: {}}
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`;

@@ -14,7 +14,7 @@ import { ISSUER } from "../src/controllers/tls.ts";
 import { InstallTrust } from "../src/controllers/trust.ts";
 import { Kube } from "../src/kube/client.ts";
 import { startManager, type ManagerOptions, type RunningManager } from "../src/manager.ts";
-import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
+import { CERTIFICATE_CRD, capturedLog, getOrAbsent, perTest, until } from "./support.ts";
 
 let cp: ControlPlane;
 let manager: RunningManager | undefined;
@@ -300,19 +300,3 @@ describe("cert-manager mode", () => {
   });
 });
 
-/** cert-manager's Certificate API as far as the operator uses it (the CRD alone: nothing issues). */
-const CERTIFICATE_CRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: certificates.cert-manager.io}
-spec:
-  group: cert-manager.io
-  names: {kind: Certificate, listKind: CertificateList, plural: certificates, singular: certificate}
-  scope: Namespaced
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      subresources: {status: {}}
-      schema:
-        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-`;

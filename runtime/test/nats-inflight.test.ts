@@ -2,6 +2,7 @@
 // (Nats.whileConnected) on the inbox path — the conversation record, the inbox stream — and on
 // the relay's publish path, instead of waiting for its 5 s timeout or for NATS to come back.
 // nats-server is frozen (SIGSTOP) so that the call is surely under way, then killed.
+import { readFileSync } from "node:fs";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
@@ -50,6 +51,8 @@ afterAll(async () => {
 async function killedUnder(call: () => Promise<unknown>): Promise<{ err: unknown; pendingAtKill: boolean; afterKillMs: number }> {
   const pid = server.pid!;
   process.kill(pid, "SIGSTOP");
+  // A signal is delivered when the process is next scheduled: wait until it is stopped for sure.
+  await waitFor("nats-server to be stopped", () => / T /.test(readFileSync(`/proc/${pid}/stat`, "utf8").replace(/^.*\)/, ")")) || undefined, 10_000, 10);
   let settledAt = 0;
   let err: unknown;
   const done = call().then(
