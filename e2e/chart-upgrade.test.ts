@@ -93,7 +93,7 @@ function onNewControlPlane(): void {
 describe("chart upgrade", () => {
   onNewControlPlane();
 
-  it("keeps the stored Agents, Relays and signing Secrets through upgrade, rollback, CRDs turned off and on, and uninstall", async () => {
+  it("keeps the stored Agents, Relays and signing Secrets through upgrade, rollback, CRDs turned off and on, and uninstall, whose hook releases the finalizers a killed operator left", async () => {
     // The users' namespace is watched (so it exists first).
     cp.kubectl(["create", "namespace", USERS]);
     const VALUES = [...BASE, "--set", `watchNamespaces={${USERS}}`];
