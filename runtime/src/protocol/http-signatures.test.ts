@@ -1,4 +1,5 @@
 import { createPrivateKey, createPublicKey, sign as edSign, verify as edVerify } from "node:crypto";
+import { httpbis } from "http-message-signatures";
 import { parseDictionary, type InnerList } from "structured-headers";
 import { describe, expect, it } from "vitest";
 import { identity } from "../../test/fixtures.ts";
@@ -95,6 +96,36 @@ describe("the relay's request-signature profile", () => {
     expect(await verifyRequest(r, keyFor)).toEqual({ agentId: "pete-agent", keyId: "key-1" });
   });
 
+
+  it("writes exactly what the http-message-signatures library writes, and the library verifies it", async () => {
+    const created = new Date(1_700_000_000_500);
+    for (const [method, url, body] of [
+      ["POST", "https://relay.example:8443/relay/publish?recipient=a%20b", '{"x":"é"}'],
+      ["DELETE", "https://relay.example/relay/messages/m-1", undefined],
+      ["GET", "https://relay.example/relay/messages?limit=5&after=7", undefined],
+    ] as const) {
+      const extra = { Accept: "application/json", ...(body ? { "Content-Type": "application/json" } : {}) };
+      const ours = await signRequest({ method, url, body, headers: extra }, pete.signing, created);
+      const lower = Object.fromEntries(Object.entries(extra).map(([k, v]) => [k.toLowerCase(), v]));
+      const fields = ["@method", "@authority", "@path", "@query", ...(body ? ["content-digest"] : [])];
+      const theirs = await httpbis.signMessage(
+        {
+          key: { id: "pete-agent#key-1", alg: "ed25519", sign: async (data: Buffer) => edSign(null, data, pete.signing.privateKey) },
+          name: "sig1",
+          fields,
+          params: ["created", "expires", "keyid", "alg"],
+          paramValues: { created, expires: new Date(created.getTime() + 60_000) },
+        },
+        { method, url, headers: { ...lower, ...(body ? { "content-digest": contentDigest(body) } : {}) } },
+      );
+      expect(ours).toEqual(Object.fromEntries(Object.entries(theirs.headers).map(([k, v]) => [k.toLowerCase(), v])));
+      const verified = await httpbis.verifyMessage(
+        { keyLookup: async () => ({ id: "pete-agent#key-1", algs: ["ed25519"], verify: async (data: Buffer, sig: Buffer) => edVerify(null, data, publicKeyFromRaw(pete.publicKey), sig) }) },
+        { method, url, headers: ours },
+      );
+      expect(verified).toBe(true);
+    }
+  });
   it("covers the query", async () => {
     const r = await signed("GET", "https://relay.example/relay/messages?limit=5");
     expect(await reason(verifyRequest({ ...r, url: "https://relay.example/relay/messages?limit=500" }, keyFor))).toMatch(/^401 invalid_signature: the request signature does not verify/);

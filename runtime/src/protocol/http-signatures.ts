@@ -1,6 +1,6 @@
 import { createHash, sign as edSign, verify as edVerify, type KeyObject } from "node:crypto";
 import { httpbis } from "http-message-signatures";
-import { isInnerList, parseDictionary, serializeInnerList, serializeItem, type InnerList } from "structured-headers";
+import { isInnerList, parseDictionary, serializeDictionary, serializeInnerList, serializeItem, type InnerList } from "structured-headers";
 import { invalidSignature } from "./errors.ts";
 import { parseKeyId, type SigningKey } from "./signing.ts";
 
@@ -12,9 +12,9 @@ import { parseKeyId, type SigningKey } from "./signing.ts";
  * created), keyid="<agent_id>#<keyId>" and alg="ed25519". Covering @authority binds a request
  * to the one relay it was sent to; the short life bounds a replay to that relay.
  *
- * Signing uses the http-message-signatures library. Verification parses the fields with
- * structured-headers, picks exactly the `sig1` signature, applies this profile (covered
- * components, age, algorithm, key) and builds the signature base with the library.
+ * Both sides build the signature base with the http-message-signatures library (signatureBase
+ * below) and write or parse the fields with structured-headers. Verification picks exactly the
+ * `sig1` signature and applies this profile (covered components, age, algorithm, key).
  */
 export const SIGNATURE_LABEL = "sig1";
 /** A signature whose `created` is more than this many seconds ago is refused. */
@@ -45,7 +45,12 @@ export interface RequestToSign {
 
 /**
  * The request's headers with Signature-Input, Signature and, when there is a body,
- * Content-Digest added (header names in lower case).
+ * Content-Digest added (header names in lower case). The signature base is built by
+ * signatureBase(), the very function verification uses (the library's RFC 9421 base); the
+ * fields are written with structured-headers, and the output is byte for byte what the
+ * library's signMessage() writes for the same request (a test holds them to it). Building it
+ * here skips the library's re-parsing of every component name and parameter, about a third of
+ * the cost of a signed request on the sending side.
  */
 export async function signRequest(req: RequestToSign, key: SigningKey, created = new Date()): Promise<Record<string, string>> {
   const headers: Record<string, string> = {};
@@ -55,19 +60,22 @@ export async function signRequest(req: RequestToSign, key: SigningKey, created =
     headers["content-digest"] = contentDigest(req.body);
     fields.push("content-digest");
   }
-  const signed = await httpbis.signMessage(
-    {
-      key: { id: `${key.agentId}#${key.keyId}`, alg: SIGNATURE_ALG, sign: async (data: Buffer) => edSign(null, data, key.privateKey) },
-      name: SIGNATURE_LABEL,
-      fields,
-      params: ["created", "expires", "keyid", "alg"],
-      paramValues: { created, expires: new Date(created.getTime() + SIGNATURE_LIFETIME_S * 1000) },
-    },
-    { method: req.method.toUpperCase(), url: req.url, headers },
-  );
-  const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(signed.headers)) out[k.toLowerCase()] = Array.isArray(v) ? v.join(", ") : v;
-  return out;
+  const createdS = Math.floor(created.getTime() / 1000);
+  const input: InnerList = [
+    fields.map((name) => [name, new Map()]),
+    new Map<string, string | number>([
+      ["created", createdS],
+      ["expires", createdS + SIGNATURE_LIFETIME_S],
+      ["keyid", `${key.agentId}#${key.keyId}`],
+      ["alg", SIGNATURE_ALG],
+    ]),
+  ];
+  const base = signatureBase({ method: req.method, url: req.url, headers }, input);
+  const signature = edSign(null, Buffer.from(base), key.privateKey);
+  const bytes = signature.buffer.slice(signature.byteOffset, signature.byteOffset + signature.byteLength) as ArrayBuffer;
+  headers["signature-input"] = serializeDictionary(new Map([[SIGNATURE_LABEL, input]]));
+  headers.signature = serializeDictionary(new Map([[SIGNATURE_LABEL, [bytes, new Map()]]]));
+  return headers;
 }
 
 export interface IncomingRequest {
