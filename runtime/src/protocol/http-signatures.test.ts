@@ -121,7 +121,7 @@ describe("the relay's request-signature profile", () => {
       expect(ours).toEqual(Object.fromEntries(Object.entries(theirs.headers).map(([k, v]) => [k.toLowerCase(), v])));
       const verified = await httpbis.verifyMessage(
         { keyLookup: async () => ({ id: "pete-agent#key-1", algs: ["ed25519"], verify: async (data: Buffer, sig: Buffer) => edVerify(null, data, publicKeyFromRaw(pete.publicKey), sig) }) },
-        { method, url, headers: ours },
+        { method, url, headers: await signRequest({ method, url, body, headers: extra }, pete.signing) },
       );
       expect(verified).toBe(true);
     }

@@ -49,8 +49,18 @@ export function relayAuthenticator(opts: {
   // The authority every signature covers: spec.url's, or (a replica reached directly, as in a
   // port-forward) spec.url's host name with the port the connection came in on. Never any
   // other host, whatever the Host header says.
+  // The direct authority is worked out once per local port (the relay listens on one or two),
+  // not parsed again for every request.
+  const directAuthority = new Map<number, string>();
   const authorityOf = (req: RequestToAuthenticate): string => {
-    const direct = req.localPort ? new URL(`https://${publicUrl.hostname}:${req.localPort}`).host : undefined;
+    let direct: string | undefined;
+    if (req.localPort) {
+      direct = directAuthority.get(req.localPort);
+      if (direct === undefined) {
+        direct = new URL(`https://${publicUrl.hostname}:${req.localPort}`).host;
+        if (directAuthority.size < 16) directAuthority.set(req.localPort, direct);
+      }
+    }
     return direct && req.host?.toLowerCase() === direct ? direct : publicUrl.host;
   };
   const perAddress = new RateLimiter(opts.perAddressPerMinute, { now });
