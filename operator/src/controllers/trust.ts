@@ -315,12 +315,16 @@ export class InstallTrust {
     const tick = async () => {
       let wait = HOUR;
       try {
-        if (await this.ensure(now())) onChange();
+        // A call that never answers must not stop the rotation for good: past the deadline the
+        // check is tried again (a second check alongside a stuck one is safe: every write is
+        // conditional on the Secret's resourceVersion).
+        if (await withDeadline(this.ensure(now()), ENSURE_DEADLINE_MS, "checking the install CA")) onChange();
         const step = caRotationStep(this.state, now(), this.lifetimes);
         if (step.action === "keep") wait = Math.max(1000, Math.min(HOUR, step.nextCheckAt - now()));
+        this.log.debug({ secret: `${this.namespace}/${this.secretName}`, step: step.action, nextCheckInMs: wait }, "checked the install CA");
       } catch (err) {
         this.log.error({ err: errorMessage(err) }, "could not check the install CA");
-        wait = 30_000;
+        wait = err instanceof DeadlineExceeded ? 1000 : 30_000;
       }
       schedule(wait);
     };
@@ -332,6 +336,21 @@ export class InstallTrust {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
   }
+}
+
+/** How long one check of the install CA (a read, perhaps a write) may take before it is tried again. */
+const ENSURE_DEADLINE_MS = 20_000;
+
+class DeadlineExceeded extends Error {}
+
+/** `p`, or a DeadlineExceeded once `ms` passed; `p`'s own later outcome is ignored. */
+function withDeadline<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  p.catch(() => {});
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new DeadlineExceeded(`${what} took more than ${ms / 1000} s`)), ms);
+  });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
 
 // ---- Per-resource trust bundles ------------------------------------------------------------
