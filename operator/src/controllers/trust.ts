@@ -319,8 +319,9 @@ export class InstallTrust {
         // check is tried again (a second check alongside a stuck one is safe: every write is
         // conditional on the Secret's resourceVersion).
         if (await withDeadline(this.ensure(now()), ENSURE_DEADLINE_MS, "checking the install CA")) onChange();
+        // A step may have come due since the check (its time fell in between): then at once.
         const step = caRotationStep(this.state, now(), this.lifetimes);
-        if (step.action === "keep") wait = Math.max(1000, Math.min(HOUR, step.nextCheckAt - now()));
+        wait = step.action === "keep" ? Math.max(1000, Math.min(HOUR, step.nextCheckAt - now())) : 1000;
         this.log.debug({ secret: `${this.namespace}/${this.secretName}`, step: step.action, nextCheckInMs: wait }, "checked the install CA");
       } catch (err) {
         this.log.error({ err: errorMessage(err) }, "could not check the install CA");
