@@ -61,17 +61,24 @@ function tooFewServers(err: unknown): boolean {
 }
 
 /**
- * A KV bucket with the runtime's replicas: the number given, or with "auto" three where the
- * JetStream cluster has the servers for them, else one. A bucket that exists is used as it is.
+ * A KV bucket with the runtime's replicas (withReplicas). A bucket that exists is used as it is.
  */
 export async function ensureBucket(js: JetStreamClient, bucket: string, opts: Partial<KvOptions>, replicas: Replicas): Promise<KV> {
   const kvm = new Kvm(js);
-  if (replicas !== "auto") return kvm.create(bucket, { ...opts, replicas });
+  return withReplicas(replicas, (n) => kvm.create(bucket, { ...opts, replicas: n }));
+}
+
+/**
+ * `make` with the number of replicas given, or with "auto" three where the JetStream cluster has
+ * the servers for them, else one.
+ */
+async function withReplicas<T>(replicas: Replicas, make: (n: number) => Promise<T>): Promise<T> {
+  if (replicas !== "auto") return make(replicas);
   try {
-    return await kvm.create(bucket, { ...opts, replicas: 3 });
+    return await make(3);
   } catch (err) {
     if (!tooFewServers(err)) throw err;
-    return kvm.create(bucket, { ...opts, replicas: 1 });
+    return make(1);
   }
 }
 
@@ -85,11 +92,5 @@ export async function ensureReplicatedStream(
   want: Partial<StreamConfig> & { name: string },
   replicas: Replicas,
 ): Promise<{ info: StreamInfo; action: "created" | "updated" | "unchanged" }> {
-  if (replicas !== "auto") return ensureStream(jsm, { ...want, num_replicas: replicas });
-  try {
-    return await ensureStream(jsm, { ...want, num_replicas: 3 });
-  } catch (err) {
-    if (!tooFewServers(err)) throw err;
-    return ensureStream(jsm, { ...want, num_replicas: 1 });
-  }
+  return withReplicas(replicas, (n) => ensureStream(jsm, { ...want, num_replicas: n }));
 }
