@@ -273,20 +273,29 @@ function deploymentRef(text: string | undefined): { namespace: string; name: str
   return { namespace: m[1]!, name: m[3]! };
 }
 
-/** The flags of `ifp-operator prepare-uninstall` (throws UsageError on bad input). */
-export function parsePrepareUninstallFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; kubeconfig?: string; deployment: { namespace: string; name: string }; namespaces: string[]; timeoutMs: number; logLevel: string } {
+/**
+ * The flags of a table (plus -h/--help) read from `args`; str() gives a flag's non-empty value,
+ * else its environment variable's. Throws UsageError on bad input.
+ */
+function readFlags<T extends Record<string, { type: "string" | "boolean"; env?: string }>>(table: T, args: string[], env: NodeJS.ProcessEnv) {
   let values: Record<string, string | boolean | undefined>;
   try {
-    values = parseArgs({ args: argv, options: { ...Object.fromEntries(Object.entries(PREPARE_UNINSTALL_OPTIONS).map(([k, v]) => [k, { type: v.type }])), help: { type: "boolean", short: "h" } } }).values;
+    values = parseArgs({ args, options: { ...Object.fromEntries(Object.entries(table).map(([k, v]) => [k, { type: v.type }])), help: { type: "boolean", short: "h" } } }).values;
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
-  const str = (k: keyof typeof PREPARE_UNINSTALL_OPTIONS): string | undefined => {
+  const str = (k: keyof T & string): string | undefined => {
     const v = values[k];
     if (typeof v === "string" && v !== "") return v;
-    const spec = PREPARE_UNINSTALL_OPTIONS[k];
-    return "env" in spec && env[spec.env] ? env[spec.env] : undefined;
+    const name = table[k]!.env;
+    return name && env[name] ? env[name] : undefined;
   };
+  return { values, str };
+}
+
+/** The flags of `ifp-operator prepare-uninstall` (throws UsageError on bad input). */
+export function parsePrepareUninstallFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; kubeconfig?: string; deployment: { namespace: string; name: string }; namespaces: string[]; timeoutMs: number; logLevel: string } {
+  const { values, str } = readFlags(PREPARE_UNINSTALL_OPTIONS, argv, env);
   const deployment = deploymentRef(str("operator-deployment"));
   if (!deployment && !values.help) throw new UsageError("prepare-uninstall needs --operator-deployment NAMESPACE/NAME");
   return {
@@ -327,20 +336,8 @@ async function prepareUninstallMain(argv: string[]): Promise<void> {
 
 /** Manager options from the command line and environment (throws UsageError on bad input). */
 export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; logLevel: string; options: Omit<ManagerOptions, "log"> } {
-  let values: Record<string, string | boolean | undefined>;
-  try {
-    // A bare --leader-elect means true.
-    const args = argv.map((a) => (a === "--leader-elect" ? "--leader-elect=true" : a));
-    values = parseArgs({ args, options: { ...Object.fromEntries(Object.entries(OPTIONS).map(([k, v]) => [k, { type: v.type }])), help: { type: "boolean", short: "h" } } }).values;
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
-  const str = (k: keyof typeof OPTIONS): string | undefined => {
-    const v = values[k];
-    if (typeof v === "string" && v !== "") return v;
-    const spec = OPTIONS[k];
-    return "env" in spec && env[spec.env] ? env[spec.env] : undefined;
-  };
+  // A bare --leader-elect means true.
+  const { values, str } = readFlags(OPTIONS, argv.map((a) => (a === "--leader-elect" ? "--leader-elect=true" : a)), env);
   const leaderElect = str("leader-elect") ?? "false";
   if (!["true", "false"].includes(leaderElect)) throw new UsageError(`--leader-elect is true or false, not ${JSON.stringify(leaderElect)}`);
   const pullPolicy = str("runtime-image-pull-policy") ?? "IfNotPresent";
