@@ -7,6 +7,7 @@ import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { tempDir } from "./support/process.ts";
 import { generateKeys, serverConfig } from "../operator/src/nats-credentials.ts";
+import { createCA } from "../operator/src/certs.ts";
 import { parseFlags } from "../operator/src/main.ts";
 
 const CHART = "charts/ifp-operator";
@@ -166,7 +167,7 @@ describe("Helm chart", () => {
   it("is refused by the restricted namespace when a security context breaks the standard (the dry runs above can fail)", () => {
     // The test pod is refused (enforce); without it, the Deployment is warned of (warn).
     expect(() => dryRun(renderValues({ securityContext: { allowPrivilegeEscalation: true } }))).toThrow(/pods "ifp-ifp-operator-test" is forbidden: violates PodSecurity "restricted/);
-    expect(() => dryRun(renderValues({ nats: { podSecurityContext: { runAsNonRoot: null } }, tests: { enabled: false } }))).toThrow(/would violate PodSecurity "restricted:latest": runAsNonRoot != true \(pod or container "nats"/);
+    expect(() => dryRun(renderValues({ nats: { podSecurityContext: { runAsNonRoot: null } }, tests: { enabled: false } }))).toThrow(/would violate PodSecurity "restricted:latest": runAsNonRoot != true \(pod or containers? "nats"/);
   });
 
   it("runs every pod as non-root on a read-only root filesystem, as user 10001 by default", () => {
@@ -527,16 +528,18 @@ describe("Helm chart", () => {
     const args = find(objects, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args as string[];
     expect(args).toEqual(expect.arrayContaining(["--ca-secret=ifp-ifp-operator-ca", `--ca-namespace=${NS}`, "--ca-validity=43800h", "--ca-rotate-before=8760h", "--ca-overlap=720h", "--cert-validity=8760h", "--cert-renew-before=720h"]));
     expect(args.some((a) => a.startsWith("--extra-ca-file"))).toBe(false);
-    // The CA Secret: get and update of that one Secret, create (which no name can limit), in the release's namespace.
+    // The CA Secret and the NATS server certificate: get and update of those two Secrets, create
+    // (which no name can limit), in the release's namespace.
     const role = find(objects, "Role", "ifp-ifp-operator-ca");
     expect(role.metadata.namespace).toBe(NS);
     expect(role.rules).toEqual([
-      { apiGroups: [""], resources: ["secrets"], resourceNames: ["ifp-ifp-operator-ca"], verbs: ["get", "update"] },
+      { apiGroups: [""], resources: ["secrets"], resourceNames: ["ifp-ifp-operator-ca", "ifp-ifp-operator-nats-tls"], verbs: ["get", "update"] },
       { apiGroups: [""], resources: ["secrets"], verbs: ["create"] },
     ]);
     expect(find(objects, "RoleBinding", "ifp-ifp-operator-ca").subjects).toEqual([{ kind: "ServiceAccount", name: "ifp-ifp-operator", namespace: NS }]);
     const scoped = docs(render("watchNamespaces={trust-team}", "trust.caSecretName=our-ca"));
-    expect(find(scoped, "Role", "ifp-ifp-operator-ca").rules[0].resourceNames).toEqual(["our-ca"]);
+    expect(find(scoped, "Role", "ifp-ifp-operator-ca").rules[0].resourceNames).toEqual(["our-ca", "ifp-ifp-operator-nats-tls"]);
+    expect(find(docs(render("nats.tls.enabled=false")), "Role", "ifp-ifp-operator-ca").rules[0].resourceNames).toEqual(["ifp-ifp-operator-ca"]);
     // On the real API server, namespace-scoped: the operator may make and rotate its CA Secret.
     cp.kubectl(["create", "namespace", "trust-team"]);
     const rbac = scoped.filter((d) => ["ServiceAccount", "Role", "RoleBinding"].includes(d.kind));
@@ -602,8 +605,11 @@ describe("Helm chart", () => {
   it("configures an installed NATS that nats-server itself accepts, with the operator's auth.conf where the pod mounts it", async () => {
     // The pod mounts the ConfigMap at /etc/nats and the auth.conf the operator writes at /etc/nats-auth.
     const authConf = await serverConfig(generateKeys());
-    for (const [replicas, auth] of [["1", true], ["3", true], ["1", false]] as const) {
-      const objects = docs(render(`nats.replicas=${replicas}`, `nats.auth.enabled=${auth}`));
+    // The certificate the operator writes into <fullname>-nats-tls, mounted at /etc/nats-tls.
+    const ca = await createCA("chart test CA");
+    const leaf = await ca.issue({ commonName: "ifp-ifp-operator-nats", dnsNames: ["ifp-ifp-operator-nats"], bothEnds: true });
+    for (const [replicas, auth, tls] of [["1", true, true], ["3", true, true], ["1", false, true], ["3", true, false]] as const) {
+      const objects = docs(render(`nats.replicas=${replicas}`, `nats.auth.enabled=${auth}`, `nats.tls.enabled=${tls}`));
       const cm = objects.find((d) => d.kind === "ConfigMap" && d.metadata.name.endsWith("-nats"))!;
       const sts = find(objects, "StatefulSet", "ifp-ifp-operator-nats");
       const mounts = sts.spec.template.spec.containers[0].volumeMounts.map((m: { mountPath: string }) => m.mountPath);
@@ -615,10 +621,42 @@ describe("Helm chart", () => {
       mkdirSync(join(base, "nats-auth"));
       writeFileSync(join(base, "nats-auth", "auth.conf"), authConf);
       const conf = join(base, "nats", "nats.conf");
-      writeFileSync(conf, cm.data["nats.conf"].replace("$POD_NAME", "test").replace("/data/jetstream", join(base, "js")));
+      expect(mounts.includes("/etc/nats-tls")).toBe(tls);
+      expect(/^\s*tls \{/m.test(cm.data["nats.conf"])).toBe(tls);
+      mkdirSync(join(base, "nats-tls"));
+      writeFileSync(join(base, "nats-tls", "tls.crt"), leaf.cert);
+      writeFileSync(join(base, "nats-tls", "tls.key"), leaf.key);
+      writeFileSync(join(base, "nats-tls", "ca.crt"), ca.cert);
+      writeFileSync(conf, cm.data["nats.conf"].replace("$POD_NAME", "test").replace("/data/jetstream", join(base, "js")).replaceAll("/etc/nats-tls", join(base, "nats-tls")));
       const r = spawnSync(toolPath("nats-server"), ["-c", conf, "-t"], { encoding: "utf8", timeout: 30_000 });
       expect(r.status, r.stderr || r.error?.message).toBe(0);
     }
+  });
+
+  it("serves the installed NATS over TLS by default: the operator's certificate, a reloader beside each server, runtimes verifying with the install's trust", () => {
+    const objects = docs(render());
+    const args: string[] = find(objects, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args;
+    expect(args).toContain("--nats-tls-secret=ifp-ifp-operator-nats-tls");
+    const names = args.find((a) => a.startsWith("--nats-tls-dns-names="))!.split("=")[1]!.split(",");
+    expect(names).toEqual(expect.arrayContaining([`ifp-ifp-operator-nats.${NS}.svc`, `*.ifp-ifp-operator-nats-headless.${NS}.svc`]));
+    // The operator's own parser takes them as the chart renders them.
+    expect(parseFlags(args).options).toMatchObject({ natsTlsVerifyWithTrust: true, natsServerTls: { secretName: "ifp-ifp-operator-nats-tls", dnsNames: names } });
+    const pod = find(objects, "StatefulSet", "ifp-ifp-operator-nats").spec.template.spec;
+    expect(pod.shareProcessNamespace).toBe(true);
+    expect(pod.volumes.find((v: { name: string }) => v.name === "tls").secret).toEqual({ secretName: "ifp-ifp-operator-nats-tls" });
+    const reloader = pod.containers.find((c: { name: string }) => c.name === "reloader");
+    expect(reloader.image).toBe(find(objects, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].image);
+    expect(reloader.args).toEqual(["reload-nats", "--watch=/etc/nats-tls", "--pid-file=/var/run/nats/nats.pid"]);
+    expect(find(objects, "ConfigMap", "ifp-ifp-operator-nats").data["nats.conf"]).toMatch(/pid_file: \/var\/run\/nats\/nats.pid/);
+    // A NATS of one's own: verified with the install's trust, no certificate issued, no reloader.
+    const own = docs(render("nats.install=false", "nats.url=nats://nats.example:4222"));
+    const ownArgs: string[] = find(own, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args;
+    expect(ownArgs).toContain("--nats-tls=trust");
+    expect(ownArgs.some((a) => a.startsWith("--nats-tls-secret"))).toBe(false);
+    // Off: neither.
+    const off: string[] = find(docs(render("nats.tls.enabled=false")), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args;
+    expect(off.some((a) => a.startsWith("--nats-tls"))).toBe(false);
+    expect(find(docs(render("nats.tls.enabled=false")), "StatefulSet", "ifp-ifp-operator-nats").spec.template.spec.containers.map((c: { name: string }) => c.name)).toEqual(["nats"]);
   });
 
   it("runs NATS with authentication by default: the operator holds the account key, NATS reads only auth.conf", () => {

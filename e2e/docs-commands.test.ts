@@ -137,7 +137,7 @@ const CHECKS: Record<string, Check> = {
   "kubectl patch agents.ifp.dev <name> -n <ns> --type=json -p '[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]'": { here: true },
   "kubectl delete agents.ifp.dev,relays.ifp.dev --all -A": { here: true },
   "kubectl -n <ns> delete secret <agent>-signing": { here: true },
-  "kubectl -n ifp-system delete secret ifp-ifp-operator-ca ifp-ifp-operator-nats-account": { here: true },
+  "kubectl -n ifp-system delete secret ifp-ifp-operator-ca ifp-ifp-operator-nats-account ifp-ifp-operator-nats-tls": { here: true },
   "kubectl -n ifp-system delete pvc -l app.kubernetes.io/instance=ifp,app.kubernetes.io/component=nats": { here: true },
   "kubectl delete crd agents.ifp.dev relays.ifp.dev": { here: true },
   "kubectl -n ifp-system create secret generic ifp-nats-account --from-literal=account.pub=<A… account key> --from-file=account-signing.seed=<the signing key's seed file>": { here: true },
@@ -357,7 +357,8 @@ describe("documented commands", () => {
           finalizers("ifp-alice").includes("Agent/alice ifp.dev/jetstream") &&
           cp.tryJson(["-n", "ifp-alice", "get", "secret", "carol-signing"]) &&
           cp.tryJson(["-n", SYSTEM, "get", "secret", "ifp-ifp-operator-ca"]) &&
-          cp.tryJson(["-n", SYSTEM, "get", "secret", "ifp-ifp-operator-nats-account"]),
+          cp.tryJson(["-n", SYSTEM, "get", "secret", "ifp-ifp-operator-nats-account"]) &&
+          cp.tryJson(["-n", SYSTEM, "get", "secret", "ifp-ifp-operator-nats-tls"]),
         120_000,
         500,
       );
@@ -402,7 +403,7 @@ describe("documented commands", () => {
       await doc("kubectl delete agents.ifp.dev,relays.ifp.dev --all -A");
       expect(cp.json(["get", "agents.ifp.dev,relays.ifp.dev", "-A"]).items).toEqual([]);
       await doc("kubectl -n <ns> delete secret <agent>-signing", { fill: { "<ns>": "ifp-alice", "<agent>": "carol" } });
-      await doc("kubectl -n ifp-system delete secret ifp-ifp-operator-ca ifp-ifp-operator-nats-account");
+      await doc("kubectl -n ifp-system delete secret ifp-ifp-operator-ca ifp-ifp-operator-nats-account ifp-ifp-operator-nats-tls");
       const claims = () => cp.json(["-n", SYSTEM, "get", "pvc", "-l", "app.kubernetes.io/instance=ifp,app.kubernetes.io/component=nats"]).items as any[];
       expect(claims().length).toBeGreaterThan(0);
       await doc("kubectl -n ifp-system delete pvc -l app.kubernetes.io/instance=ifp,app.kubernetes.io/component=nats");

@@ -145,6 +145,12 @@ export const Values = z.strictObject({
       url: z.string().default(""),
       credentialsSecret: z.strictObject({ name: z.string().default(""), key: z.string().min(1).default("nats.creds") }).prefault({}),
       auth: z.strictObject({ enabled: z.boolean().default(true), accountSecret: z.string().default("") }).prefault({}),
+      tls: z
+        .strictObject({
+          enabled: z.boolean().default(true),
+          reloader: z.strictObject({ resources: Resources({ cpu: "5m", memory: "48Mi", "ephemeral-storage": "16Mi" }, { memory: "128Mi", "ephemeral-storage": "64Mi" }) }).prefault({}),
+        })
+        .prefault({}),
       networkPolicy: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
       install: z.boolean().default(true),
       replicas: z.literal([1, 3]).default(1),

@@ -22,6 +22,8 @@ export interface IssueOptions {
   dnsNames?: string[];
   ips?: string[];
   client?: boolean;
+  /** Valid for both ends (serverAuth and clientAuth): a NATS server's, used for routes too. */
+  bothEnds?: boolean;
   organization?: string;
   /** How long the certificate is valid (default a year); never past the CA's own expiry. */
   validityMs?: number;
@@ -61,7 +63,7 @@ export async function loadCA(pem: Pem): Promise<CertificateAuthority> {
     cert: pem.cert,
     key: pem.key,
     notAfter: caCert.notAfter,
-    async issue({ commonName: cn, dnsNames = [], ips = [], client = false, organization, validityMs = YEAR_MS }) {
+    async issue({ commonName: cn, dnsNames = [], ips = [], client = false, bothEnds = false, organization, validityMs = YEAR_MS }) {
       const now = Date.now();
       const leafKeys = (await webcrypto.subtle.generateKey(ALG, true, ["sign", "verify"])) as CryptoKeyPair;
       const names = [...dnsNames.map((value) => ({ type: "dns" as const, value })), ...ips.map((value) => ({ type: "ip" as const, value }))];
@@ -78,7 +80,7 @@ export async function loadCA(pem: Pem): Promise<CertificateAuthority> {
         extensions: [
           new x509.BasicConstraintsExtension(false, undefined, true),
           new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment, true),
-          new x509.ExtendedKeyUsageExtension([client ? x509.ExtendedKeyUsage.clientAuth : x509.ExtendedKeyUsage.serverAuth], false),
+          new x509.ExtendedKeyUsageExtension(bothEnds ? [x509.ExtendedKeyUsage.serverAuth, x509.ExtendedKeyUsage.clientAuth] : [client ? x509.ExtendedKeyUsage.clientAuth : x509.ExtendedKeyUsage.serverAuth], false),
           ...(names.length ? [new x509.SubjectAlternativeNameExtension(names)] : []),
           await x509.AuthorityKeyIdentifierExtension.create(caCert, false),
         ],

@@ -1,5 +1,6 @@
 // `ifp-operator`: flags → startManager, with a graceful shutdown on SIGTERM/SIGINT; and
 // `ifp-operator prepare-uninstall`, the chart's pre-delete hook (uninstall.ts).
+// `ifp-operator reload-nats`, the sidecar of the chart's NATS servers (nats-reloader.ts).
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { parseArgs } from "node:util";
@@ -13,6 +14,7 @@ import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./c
 import { isCidrOrIp } from "../../runtime/src/resources/common.ts";
 import { errorMessage, Kube } from "./kube/client.ts";
 import { prepareUninstall } from "./uninstall.ts";
+import { runReloader } from "./nats-reloader.ts";
 
 const USAGE = `usage: ifp-operator [flags]
 
@@ -34,6 +36,15 @@ account). Every flag also reads the environment variable in brackets.
   --nats-creds-secret-key KEY     its key (default: the file name of --nats-creds, else nats.creds)
   --nats-auth-secret NAME         Secret in each resource's namespace with optional keys user,
                                   password, token, given to the runtime pods as IFP_NATS_USER …
+  --nats-tls MODE                 off (default: TLS as the server offers it, verified with the system
+                                  roots) or trust: TLS required, the server's certificate verified with
+                                  the install CAs and --extra-cas (the operator) and each runtime's
+                                  trust bundle (--nats-ca) [IFP_NATS_TLS]
+  --nats-tls-secret NAME          issue the installed NATS's server certificate from the install CA
+                                  into this Secret (operator's namespace) and keep it current; implies
+                                  --nats-tls=trust [IFP_NATS_TLS_SECRET]
+  --nats-tls-dns-names A,B        the names in that certificate: the NATS Services' names
+                                  [IFP_NATS_TLS_DNS_NAMES]
   --runtime-image IMAGE           image of the runtime pods [IFP_RUNTIME_IMAGE]
   --runtime-image-pull-policy P   IfNotPresent (default), Always or Never
   --allowed-images A,B            images an Agent's or Relay's spec.image may name: exact references, or
@@ -106,7 +117,53 @@ held, with a Warning Event on each. Exits 1 when one could not be removed.
   --timeout DURATION              how long to wait for the Deployment to be gone before releasing
                                   anyway (default 2m)
   --log-level LEVEL               info (default), debug, warn, error [IFP_LOG_LEVEL]
+
+usage: ifp-operator reload-nats --watch DIR --pid-file FILE [flags]
+
+The sidecar of the chart's NATS servers (the pod shares one process namespace): when a file in
+the watched directories changes (the kubelet brought a renewed certificate), tells the server to
+reload (SIGHUP to the pid in its pid file).
+
+  --watch DIR,DIR                 the directories to watch (the mounted certificate Secret)
+  --pid-file FILE                 nats-server's pid_file
+  --interval DURATION             how often the files are compared (default 10s)
+  --log-level LEVEL               info (default), debug, warn, error [IFP_LOG_LEVEL]
 `;
+
+const RELOAD_NATS_OPTIONS = {
+  watch: { type: "string" },
+  "pid-file": { type: "string" },
+  interval: { type: "string" },
+  "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
+} as const;
+
+/** The flags of `ifp-operator reload-nats` (throws UsageError on bad input). */
+export function parseReloadNatsFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; watch: string[]; pidFile: string; intervalMs: number; logLevel: string } {
+  const { values, str } = readFlags(RELOAD_NATS_OPTIONS, argv, env);
+  const watch = list(str("watch"));
+  const pidFile = str("pid-file");
+  if (!values.help && (!watch.length || !pidFile)) throw new UsageError("reload-nats needs --watch and --pid-file");
+  return { help: Boolean(values.help), watch, pidFile: pidFile ?? "", intervalMs: duration(str("interval") ?? "10s", "interval"), logLevel: str("log-level") ?? "info" };
+}
+
+async function reloadNatsMain(argv: string[]): Promise<void> {
+  let parsed: ReturnType<typeof parseReloadNatsFlags>;
+  try {
+    parsed = parseReloadNatsFlags(argv);
+  } catch (err) {
+    process.stderr.write(`ifp-operator reload-nats: ${(err as Error).message}\n\n${USAGE}`);
+    process.exitCode = 2;
+    return;
+  }
+  if (parsed.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const log = pino({ level: parsed.logLevel, base: { component: "ifp-operator-reload-nats" } });
+  const stop = new AbortController();
+  for (const sig of ["SIGTERM", "SIGINT"] as const) process.once(sig, () => stop.abort());
+  await runReloader({ watch: parsed.watch, pidFile: parsed.pidFile, intervalMs: parsed.intervalMs, log }, stop.signal);
+}
 
 const PREPARE_UNINSTALL_OPTIONS = {
   kubeconfig: { type: "string" },
@@ -128,6 +185,9 @@ const OPTIONS = {
   "nats-account-secret-namespace": { type: "string" },
   "nats-creds-secret-key": { type: "string" },
   "nats-auth-secret": { type: "string" },
+  "nats-tls": { type: "string", env: "IFP_NATS_TLS" },
+  "nats-tls-secret": { type: "string", env: "IFP_NATS_TLS_SECRET" },
+  "nats-tls-dns-names": { type: "string", env: "IFP_NATS_TLS_DNS_NAMES" },
   "runtime-image": { type: "string", env: "IFP_RUNTIME_IMAGE" },
   "runtime-image-pull-policy": { type: "string" },
   "allowed-images": { type: "string" },
@@ -343,6 +403,12 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
   const pullPolicy = str("runtime-image-pull-policy") ?? "IfNotPresent";
   if (!["IfNotPresent", "Always", "Never"].includes(pullPolicy)) throw new UsageError(`--runtime-image-pull-policy is IfNotPresent, Always or Never, not ${JSON.stringify(pullPolicy)}`);
   const natsUrl = str("nats-url");
+  const natsTlsSecret = str("nats-tls-secret");
+  const natsTls = str("nats-tls") ?? (natsTlsSecret ? "trust" : "off");
+  if (!["off", "trust"].includes(natsTls)) throw new UsageError(`--nats-tls is off or trust, not ${JSON.stringify(natsTls)}`);
+  if (natsTlsSecret && natsTls !== "trust") throw new UsageError("--nats-tls-secret issues a certificate of the install CA: it needs --nats-tls=trust (or no --nats-tls)");
+  const natsTlsDnsNames = list(str("nats-tls-dns-names"));
+  if (natsTlsSecret && !natsTlsDnsNames.length) throw new UsageError("--nats-tls-secret needs --nats-tls-dns-names: the names clients reach the NATS servers by");
   const credsSecret = str("nats-creds-secret");
   const credsFile = str("nats-creds");
   const lifetime = (name: string, fallback: number) => {
@@ -403,6 +469,8 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
         ? { name: str("nats-account-secret")!, namespace: str("nats-account-secret-namespace") ?? env.POD_NAMESPACE ?? "default" }
         : undefined,
       nats: natsUrl ? { url: natsUrl, credsFile, user: str("nats-user"), pass: str("nats-password"), token: str("nats-token") } : undefined,
+      natsTlsVerifyWithTrust: natsTls === "trust" || undefined,
+      natsServerTls: natsTlsSecret ? { secretName: natsTlsSecret, dnsNames: natsTlsDnsNames, namespace: str("ca-namespace") ?? env.POD_NAMESPACE ?? "default" } : undefined,
       watchNamespaces: list(str("watch-namespaces")),
       leaderElection: leaderElect === "true" ? { namespace: str("leader-election-namespace") ?? env.POD_NAMESPACE ?? "default", identity: env.POD_NAME } : undefined,
       healthPort: integer("health-port", str("health-port") ?? "8081", 0, 65535),
@@ -425,6 +493,7 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
 
 export async function main(argv = process.argv.slice(2)): Promise<void> {
   if (argv[0] === "prepare-uninstall") return prepareUninstallMain(argv.slice(1));
+  if (argv[0] === "reload-nats") return reloadNatsMain(argv.slice(1));
   let parsed: ReturnType<typeof parseFlags>;
   try {
     parsed = parseFlags(argv);

@@ -12,7 +12,8 @@ import { reconcileAgent } from "./controllers/agent/reconcile.ts";
 import { NamespaceLabels } from "./controllers/agent/directory.ts";
 import { reconcileRelay, type RelayContext } from "./controllers/relay/reconcile.ts";
 import { ownerOf, type OperatorSettings } from "./controllers/runtime.ts";
-import { InstallTrust, type CertManagerMode, type TrustLifetimes } from "./controllers/trust.ts";
+import { InstallTrust, joinBundle, type CertManagerMode, type TrustLifetimes } from "./controllers/trust.ts";
+import { NatsServerTls } from "./controllers/nats-tls.ts";
 import { issuerEntry } from "./controllers/references.ts";
 import { serveHealth } from "./health.ts";
 import { Caches, type CachedKind } from "./kube/caches.ts";
@@ -36,6 +37,17 @@ export interface ManagerOptions {
    * operator then issues each runtime its own credential, and itself one for relay streams.
    */
   natsAccount?: { namespace: string; name: string };
+  /**
+   * The installed NATS's server certificate: issued by the install CA into this Secret for these
+   * names and kept current (controllers/nats-tls.ts).
+   */
+  natsServerTls?: { namespace: string; secretName: string; dnsNames: string[] };
+  /**
+   * NATS serves TLS with a certificate of the install's trust (the install CA, or a CA of
+   * trust.extraCas): the operator verifies it with the install CAs and the extra CAs, and each
+   * runtime with its trust bundle (`--nats-ca`).
+   */
+  natsTlsVerifyWithTrust?: boolean;
   /** Namespaces to watch; empty: all. */
   watchNamespaces: string[];
   leaderElection?: { namespace: string; name?: string; identity?: string; leaseSeconds?: number };
@@ -115,10 +127,6 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   if (selfIssued) await issueOwn();
   const renewOwn = selfIssued ? setInterval(() => void issueOwn().catch((err) => log.error({ err: String(err) }, "renewing the operator's NATS credential failed")), 24 * 3600_000) : undefined;
   renewOwn?.unref();
-  const nats = opts.nats
-    ? new Nats({ inboxPrefix: OPERATOR_INBOX_PREFIX, ...opts.nats, ...(selfIssued ? { creds: () => ownCreds! } : {}), name: "ifp-operator" }, log)
-    : undefined;
-  void nats?.start(abort.signal).catch(() => {});
   const trust = new InstallTrust(kube, {
     namespace: opts.trust?.namespace ?? opts.leaderElection?.namespace ?? process.env.POD_NAMESPACE ?? "default",
     secretName: opts.trust?.secretName ?? "ifp-operator-ca",
@@ -127,10 +135,27 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
     certManager: opts.trust?.certManager,
     log,
   });
+  // With NATS behind the install's trust, the operator connects once it holds the install CAs
+  // (as leader, below); otherwise at once.
+  const natsTlsFromTrust = !!opts.natsTlsVerifyWithTrust;
+  const nats = opts.nats
+    ? new Nats(
+        {
+          inboxPrefix: OPERATOR_INBOX_PREFIX,
+          ...opts.nats,
+          ...(selfIssued ? { creds: () => ownCreds! } : {}),
+          ...(natsTlsFromTrust ? { tls: { ca: () => joinBundle(trust.bundleCerts()) } } : {}),
+          name: "ifp-operator",
+        },
+        log,
+      )
+    : undefined;
+  if (!natsTlsFromTrust) void nats?.start(abort.signal).catch(() => {});
+  const natsServerTls = opts.natsServerTls ? new NatsServerTls(kube, trust, { ...opts.natsServerTls, log }) : undefined;
   // The install's own issuer may also be named in spec.tls.issuerRef (with spec.tls.dnsNames, say).
   const installIssuer = opts.trust?.certManager?.issuerRef;
   const allowed = installIssuer ? { ...opts.settings, allowedIssuers: [...new Set([...(opts.settings.allowedIssuers ?? []), issuerEntry(installIssuer)])] } : opts.settings;
-  const settings = natsIssuer ? { ...allowed, natsPerResourceCreds: true } : allowed;
+  const settings = { ...allowed, ...(natsIssuer ? { natsPerResourceCreds: true } : {}), ...(natsTlsFromTrust ? { natsTlsVerifyWithTrust: true } : {}) };
   const summaries = nats ? new SummaryCollector({ nats, caches, enqueue, log, intervalMs: opts.summaryIntervalMs }) : undefined;
   const ctx: RelayContext = { kube, caches, settings, log, nats, trust, natsIssuer, deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
     rollouts: new RolloutGate(opts.rolloutLimit ?? parseRolloutLimit(DEFAULT_ROLLOUT_LIMIT)),
@@ -195,6 +220,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
     for (let attempt = 1; !stopping; attempt++) {
       try {
         await trust.start(() => {
+          natsServerTls?.changed();
           for (const kind of ["Agent", "Relay"] as const) for (const o of caches.list(kind)) enqueue(kind, o);
         });
         trustLoaded = true;
@@ -205,6 +231,8 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       }
     }
     if (stopping) return;
+    natsServerTls?.start();
+    if (natsTlsFromTrust) void nats?.start(abort.signal).catch(() => {});
     await caches.start(abort.signal);
     if (stopping) return;
     loops = Object.values(controllers).map((c) => c.run(opts.workers ?? 4));
@@ -234,6 +262,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       if (resync) clearInterval(resync);
       await summaries?.stop();
       trust.stop();
+      natsServerTls?.stop();
       abort.abort();
       // Finish the reconciles in flight, then let go of everything else.
       for (const c of Object.values(controllers)) c.shutDown();

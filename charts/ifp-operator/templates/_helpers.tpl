@@ -49,6 +49,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- .Values.nats.auth.accountSecret | default (printf "%s-nats-account" (include "ifp-operator.fullname" .)) }}
 {{- end }}
 
+{{/* The Secret with the installed NATS's server certificate (issued by the operator from the install CA). */}}
+{{- define "ifp-operator.natsTlsSecret" -}}
+{{- printf "%s-nats-tls" (include "ifp-operator.fullname" .) }}
+{{- end }}
+
+{{/* The names in that certificate: the client Service's, and each server's under the headless Service (routes). */}}
+{{- define "ifp-operator.natsTlsDnsNames" -}}
+{{- $n := printf "%s-nats" (include "ifp-operator.fullname" .) }}
+{{- $ns := .Release.Namespace }}
+{{- list (printf "%s.%s.svc" $n $ns) $n (printf "%s.%s" $n $ns) (printf "%s.%s.svc.cluster.local" $n $ns) (printf "*.%s-headless.%s.svc" $n $ns) (printf "*.%s-headless.%s.svc.cluster.local" $n $ns) | join "," }}
+{{- end }}
+
 {{- define "ifp-operator.natsUrl" -}}
 {{- if .Values.nats.install }}
 {{- printf "nats://%s-nats.%s.svc:4222" (include "ifp-operator.fullname" .) .Release.Namespace }}

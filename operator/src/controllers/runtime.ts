@@ -25,6 +25,8 @@ export interface OperatorSettings {
   natsAuthSecret?: string;
   /** Each runtime mounts its own credential, the Secret `<name>-nats` the operator issues (nats-creds.ts). */
   natsPerResourceCreds?: boolean;
+  /** NATS serves TLS with a certificate of the install's trust: each runtime verifies it with its trust bundle. */
+  natsTlsVerifyWithTrust?: boolean;
   /** UID/GID of the runtime pods: a number, null to leave it unset (OpenShift's restricted SCC), absent means 10001. */
   runtimeRunAsUser?: number | null;
   runtimeRunAsGroup?: number | null;
@@ -209,6 +211,7 @@ export function runtimeDeployment(opts: {
     // The trust bundle (trust.ts), added to the system roots; the runtime reloads it when it changes.
     `--ca-file=${TRUST_DIR}/ca.crt`,
   ];
+  if (settings.natsTlsVerifyWithTrust) args.push(`--nats-ca=${TRUST_DIR}/ca.crt`);
   if (opts.signingSecret) args.push("--signing-key=/etc/ifp/signing/signing.key");
   if (opts.signingSecret && opts.encryptionKey) args.push("--encryption-key=/etc/ifp/signing/encryption.key");
   if (opts.trustedProxies?.length) args.push(`--trusted-proxies=${opts.trustedProxies.join(",")}`);

@@ -32,6 +32,8 @@ without them it is off (docs/tracing.md).
                       the agent cannot receive encrypted messages, docs/encryption.md)
   --nats URL          NATS server URL(s), comma separated
   --nats-creds FILE   NATS credentials file
+  --nats-ca FILE      CA certificates (PEM) the NATS server's certificate is verified with,
+                      instead of the system roots; re-read at every (re)connect
   --ca-file FILE      extra CA certificates (PEM) trusted for outbound HTTPS besides the system
                       roots, re-read when the file changes: peers, relays, the handler and
                       notify webhooks (agent mode); push webhooks (relay mode)
@@ -70,6 +72,7 @@ const OPTIONS = {
   "nats-user": { type: "string", env: "IFP_NATS_USER" },
   "nats-password": { type: "string", env: "IFP_NATS_PASSWORD" },
   "nats-token": { type: "string", env: "IFP_NATS_TOKEN" },
+  "nats-ca": { type: "string", env: "IFP_NATS_CA" },
   "ca-file": { type: "string", env: "IFP_CA_FILE" },
   kubeconfig: { type: "string", env: "IFP_KUBECONFIG" },
   "local-api-port": { type: "string", env: "IFP_LOCAL_API_PORT" },
@@ -181,6 +184,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
         user: flags["nats-user"],
         pass: flags["nats-password"],
         token: flags["nats-token"],
+        ...(flags["nats-ca"] ? { tls: { caFile: flags["nats-ca"] } } : {}),
       },
       trustedProxies: trustedProxies(flags),
       allowPrivateTargets: allowPrivateTargets(flags),

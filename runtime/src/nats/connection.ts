@@ -27,6 +27,13 @@ export interface NatsOptions {
    * runtime uses its own, the only one its NATS credential lets it subscribe to.
    */
   inboxPrefix?: string;
+  /**
+   * Verify the server's TLS certificate with these CA certificates instead of the system roots:
+   * a PEM file, re-read at every (re)connect (the runtime's trust bundle, which the kubelet keeps
+   * current), or a function asked at every (re)connect (the operator's install CAs). Without it a
+   * server that requires TLS is verified with the system roots.
+   */
+  tls?: { caFile: string } | { ca: () => string };
 }
 
 /**
@@ -106,6 +113,7 @@ export class Nats {
             pass: this.opts.pass,
             token: this.opts.token,
             inboxPrefix: this.opts.inboxPrefix,
+            tls: tlsOptions(this.opts.tls),
             authenticator: this.opts.credsFile
               ? credsAuthenticator(rereading(this.opts.credsFile, await readFile(this.opts.credsFile)))
               : this.opts.creds
@@ -222,4 +230,19 @@ function configurationProblem(err: unknown): string | undefined {
   if (code === "ENOENT" || code === "EACCES" || code === "EISDIR") return "cannot read the NATS credentials file (--nats-creds)";
   if (/unable to parse credentials/i.test((err as Error).message)) return "the NATS credentials file (--nats-creds) is not a NATS .creds file";
   return undefined;
+}
+
+/**
+ * The client's TLS options: the CA is read when a connection is made (the client re-reads a
+ * `caFile` itself, and reads `ca` at each connect, so a getter keeps it current).
+ */
+function tlsOptions(tls: NatsOptions["tls"]): { caFile: string } | { readonly ca: string } | undefined {
+  if (!tls) return undefined;
+  if ("caFile" in tls) return { caFile: tls.caFile };
+  const ca = tls.ca;
+  return {
+    get ca() {
+      return ca();
+    },
+  };
 }
