@@ -165,7 +165,8 @@ describe("spec.expose.ingress", () => {
 
     await settled("ing", "");
     await until("the Ingress deleted", () => get("ingress", "ing") === undefined);
-    expect(events("ing").some((e) => e.reason === "Deleted" && /Ingress\/ing/.test(e.message))).toBe(true);
+    // One Normal Event per pass: the deletion is one of the things that pass says it did.
+    expect(events("ing").some((e) => e.type === "Normal" && /(^|; )deleted [^;]*Ingress\/ing/.test(e.message))).toBe(true);
     expect(get("agent", "ing").status.endpoint).toBe(`https://ing.${NS}.svc`);
     expect(get("service", "ing").metadata.annotations?.["ifp.dev/exposed"]).toBeUndefined();
   });

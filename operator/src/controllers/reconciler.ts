@@ -41,6 +41,36 @@ export interface ReconcileContext {
   namespaceLabels?: NamespaceLabels;
   /** The traffic summaries read from NATS (summary.ts); absent without NATS. */
   summaries?: Pick<SummaryCollector, "get">;
+  /** What this pass did, recorded as one Normal Event at its end (withNotes); absent: each at once. */
+  notes?: Note[];
+}
+
+/** One thing a pass did (generated a key, issued a certificate, applied children), for its Event. */
+export interface Note {
+  reason: string;
+  message: string;
+}
+
+/** The context of one pass: its Normal Events are collected and recorded by recordNotes. */
+export function withNotes(ctx: ReconcileContext): ReconcileContext & { notes: Note[] } {
+  return { ...ctx, notes: [] };
+}
+
+/** Note what the pass did: kept for the pass's one Event, or recorded at once outside a pass. */
+export async function note(ctx: ReconcileContext, obj: CustomObject, reason: string, message: string): Promise<void> {
+  if (ctx.notes) ctx.notes.push({ reason, message });
+  else await ctx.kube.event(obj, "Normal", reason, message);
+}
+
+/**
+ * The pass's notes as one Normal Event: the reason of the first (a pass generates keys, then
+ * issues certificates, then applies children, so the first is the weightiest), the messages of
+ * all joined by "; ". Nothing when the pass did nothing; the notes are cleared.
+ */
+export async function recordNotes(ctx: ReconcileContext, obj: CustomObject): Promise<void> {
+  const notes = ctx.notes?.splice(0) ?? [];
+  if (!notes.length) return;
+  await ctx.kube.event(obj, "Normal", notes[0]!.reason, notes.map((n) => n.message).join("; "));
 }
 
 export type CustomObject = KubernetesObject & { spec?: unknown; status?: Record<string, unknown> };

@@ -1,12 +1,13 @@
 // Pure building blocks shared by the Agent and Relay controllers: deterministic child names,
 // labels, owner references, and the runtime Deployment that runs the start contract.
-import type { V1Deployment, V1EnvVar, V1ObjectMeta, V1OwnerReference, V1Service, V1ServiceAccount, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
+import type { V1Deployment, V1EnvVar, V1ObjectMeta, V1OwnerReference, V1Service, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
 import { stringify } from "yaml";
 import { ANNOTATION_PREFIX } from "../../../runtime/src/contract/annotations.ts";
 import { API_VERSION } from "../../../runtime/src/resources/common.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../kube/metadata.ts";
 import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
 import { withPodSettings } from "./pod.ts";
+import { runtimeAccountName } from "./shared.ts";
 
 /** Everything the operator was told at start that shapes the children. */
 export interface OperatorSettings {
@@ -103,8 +104,6 @@ export function childNames(name: string) {
     configMap: `${name}-manifest`,
     service: name,
     deployment: name,
-    serviceAccount: `${name}-runtime`,
-    role: `${name}-runtime`,
     signingSecret: `${name}-signing`,
     tlsSecret: `${name}-tls`,
     certificate: `${name}-tls`,
@@ -170,10 +169,6 @@ export function runtimeService(owner: Owner): V1Service {
     metadata: childMeta(owner, childNames(owner.metadata.name).service),
     spec: { selector: selectorLabels(owner), ports: [{ name: "https", port: 443, targetPort: "https", protocol: "TCP" }] },
   };
-}
-
-export function runtimeServiceAccount(owner: Owner, automount: boolean): V1ServiceAccount {
-  return { apiVersion: "v1", kind: "ServiceAccount", metadata: childMeta(owner, childNames(owner.metadata.name).serviceAccount), automountServiceAccountToken: automount };
 }
 
 /**
@@ -262,7 +257,8 @@ export function runtimeDeployment(opts: {
       template: {
         metadata: { labels: labels(owner), annotations: { [CONFIG_HASH]: opts.configHash } },
         spec: {
-          serviceAccountName: n.serviceAccount,
+          // The namespace's shared ServiceAccount of this kind of runtime (shared.ts).
+          serviceAccountName: runtimeAccountName(owner.kind),
           securityContext: {
             runAsNonRoot: true,
             ...(runAsUser === null ? {} : { runAsUser }),

@@ -20,12 +20,18 @@ describe("desiredAgentChildren", () => {
 
   it("names, labels and owns every child, the Deployment last", () => {
     const children = desiredAgentChildren(agent(), inputs);
-    expect(children.map((c) => `${c.kind}/${c.metadata!.name}`)).toEqual(["ConfigMap/alice-manifest", "ServiceAccount/alice-runtime", "Role/alice-runtime", "RoleBinding/alice-runtime", "Service/alice", "Deployment/alice"]);
+    expect(children.map((c) => `${c.kind}/${c.metadata!.name}`)).toEqual(["ConfigMap/alice-manifest", "Service/alice", "Deployment/alice"]);
     for (const c of children) {
       expect(c.metadata!.namespace).toBe("team");
       expect(c.metadata!.ownerReferences).toEqual([{ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", name: "alice", uid: "uid-1", controller: true, blockOwnerDeletion: true }]);
       expect(c.metadata!.labels).toMatchObject({ "app.kubernetes.io/managed-by": "ifp-operator", "app.kubernetes.io/instance": "alice", "app.kubernetes.io/component": "agent" });
     }
+  });
+
+  it("runs the pods under the namespace's shared agent ServiceAccount, none of the Agent's own", () => {
+    const children = desiredAgentChildren(agent(), inputs);
+    expect(children.filter((c) => ["ServiceAccount", "Role", "RoleBinding"].includes(c.kind!))).toEqual([]);
+    expect(byKind(children).Deployment.spec.template.spec.serviceAccountName).toBe("ifp-agent-runtimes");
   });
 
   it("renders the manifest the runtime reads, with the project's annotations only", () => {

@@ -1,12 +1,12 @@
 // Pure: the children of an Agent, from the Agent and what the shell found (the signing key's
 // Secret, the TLS Secret's name). Table-tested in desired.test.ts.
-import type { KubernetesObject, V1ConfigMap, V1Deployment, V1Role, V1RoleBinding } from "@kubernetes/client-node";
+import type { KubernetesObject, V1ConfigMap, V1Deployment } from "@kubernetes/client-node";
 import { ANNOTATIONS } from "../../../../runtime/src/contract/annotations.ts";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { defaultBaseUrl, type ExposeSpec } from "../../../../runtime/src/resources/common.ts";
 import { hashOf } from "../../kube/metadata.ts";
 import { exposureChildren, type ExposurePlanInput } from "../expose.ts";
-import { childMeta, childNames, renderManifest, runtimeDeployment, runtimeServiceAccount, type OperatorSettings, type Owner } from "../runtime.ts";
+import { childMeta, childNames, renderManifest, runtimeDeployment, type OperatorSettings, type Owner } from "../runtime.ts";
 import { withIntroductionTokens } from "./introduction.ts";
 import { localApiChildren, localApiServicePort, withLocalApi } from "./local-api.ts";
 import { withHandoffSecret } from "./handoff.ts";
@@ -39,26 +39,15 @@ export function agentManifest(agent: AgentResource, signingCreated: string, dire
   return renderManifest(rendered, signingCreated ? { [ANNOTATIONS.signingKeyCreated]: signingCreated } : {});
 }
 
-/** The children of an Agent, in the order they are applied (the Deployment last). */
+/**
+ * The children of an Agent, in the order they are applied (the Deployment last). The runtime's
+ * ServiceAccount, Role and RoleBinding are the namespace's shared ones (shared.ts), not children.
+ */
 export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs): KubernetesObject[] {
   const owner = agentOwner(agent);
   const n = childNames(agent.metadata.name);
   const manifest = agentManifest(agent, inputs.signing.created, inputs.directory);
   const configMap: V1ConfigMap = { apiVersion: "v1", kind: "ConfigMap", metadata: childMeta(owner, n.configMap), data: { "manifest.yaml": manifest } };
-  // The runtime records Events on its Agent (undeliverable messages, dead letters).
-  const role: V1Role = {
-    apiVersion: "rbac.authorization.k8s.io/v1",
-    kind: "Role",
-    metadata: childMeta(owner, n.role),
-    rules: [{ apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] }],
-  };
-  const binding: V1RoleBinding = {
-    apiVersion: "rbac.authorization.k8s.io/v1",
-    kind: "RoleBinding",
-    metadata: childMeta(owner, n.role),
-    roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: n.role },
-    subjects: [{ kind: "ServiceAccount", name: n.serviceAccount, namespace: agent.metadata.namespace }],
-  };
   const deployment = runtimeDeployment({
     owner,
     mode: "agent",
@@ -84,9 +73,6 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
   const localApiPort = localApiServicePort(agent);
   return [
     configMap,
-    runtimeServiceAccount(owner, true),
-    role,
-    binding,
     ...exposure,
     ...localApiChildren(owner, agent),
     withHandoff(withIntroductionTokens(localApiPort === undefined ? deployment : withLocalApi(deployment, owner, localApiPort), agent), owner, agent),

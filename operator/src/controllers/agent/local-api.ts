@@ -7,7 +7,7 @@ import type { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { controlledBy } from "../../kube/apply.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
 import type { Blocker } from "../conditions.ts";
-import type { CustomObject, ReconcileContext } from "../reconciler.ts";
+import { note, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { childMeta, selectorLabels, type Owner } from "../runtime.ts";
 
 export const LOCAL_API_TOKEN_DIR = "/etc/ifp/local-api";
@@ -112,7 +112,7 @@ export async function ensureGeneratedSecret(
     const created = await ctx.kube.createIfAbsent<V1Secret>(generatedSecret(owner, s.name, s.key, newLocalApiToken()));
     if (created) {
       applied.push(`Secret/${s.name}`);
-      await ctx.kube.event(obj, "Normal", s.reason, `generated the ${s.what} into Secret ${s.name} (key ${s.key})`);
+      await note(ctx, obj, s.reason, `generated the ${s.what} into Secret ${s.name} (key ${s.key})`);
     }
     secret = created ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, s.name));
     if (!secret) throw new Error(`Secret ${s.name} vanished right after it was created`);

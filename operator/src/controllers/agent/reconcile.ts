@@ -8,7 +8,8 @@ import { defaultBaseUrl } from "../../../../runtime/src/resources/common.ts";
 import { applyChildren } from "../../kube/apply.ts";
 import type { ReconcileResult } from "../../kube/controller.ts";
 import { invalidSpecConditions, type Blocker } from "../conditions.ts";
-import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
+import { earliest, note, previousFields, recordNotes, reportFailure, withNotes, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
+import { AGENT_RUNTIME_ACCOUNT, ensureSharedRuntimeAccess, releaseSharedRuntimeAccess, removeLegacyRuntimeAccess } from "../shared.ts";
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { exposedHosts } from "../expose.ts";
 import { planExposure, pruneExposure } from "../expose-reconcile.ts";
@@ -26,9 +27,24 @@ import { agentStatus } from "./status.ts";
 import { errorMessage } from "../../kube/client.ts";
 import { AGENT_FINALIZER, agentKeyOf, agentLeftovers, deleteAgentJetStream, hasFinalizer, setFinalizer } from "../finalizers.ts";
 
-export async function reconcileAgent(ctx: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
-  const obj = ctx.caches.get<CustomObject>("Agent", namespace, name);
-  if (!obj) return {};
+export async function reconcileAgent(shared: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
+  const obj = shared.caches.get<CustomObject>("Agent", namespace, name);
+  // Gone: the namespace's shared runtime ServiceAccount goes with its last Agent (shared.ts).
+  if (!obj) {
+    const released = await releaseSharedRuntimeAccess(shared, "Agent", namespace);
+    if (released.length) shared.log.info({ namespace, deleted: released }, "Deleted the namespace's shared agent runtime ServiceAccount, Role and RoleBinding: no Agent is left");
+    return {};
+  }
+  // One Normal Event per pass, listing what it did (recordNotes); Warnings at once.
+  const ctx = withNotes(shared);
+  try {
+    return await reconcilePass(ctx, obj, namespace, name);
+  } finally {
+    await recordNotes(ctx, obj);
+  }
+}
+
+async function reconcilePass(ctx: ReconcileContext, obj: CustomObject, namespace: string, name: string): Promise<ReconcileResult> {
   // Children go by garbage collection; JetStream by the finalizer.
   if (obj.metadata?.deletionTimestamp) return finalizeAgent(ctx, obj);
   const parsed = Agent.safeParse(obj);
@@ -66,7 +82,7 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     const handoff = await ensureHandoffSecret(ctx, obj, owner, agent);
     const dnsNames = certificateDnsNames(owner, defaultBaseUrl(agent.spec.baseUrl, expose), [...localApiDnsNames(owner, agent), ...(agent.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]);
     const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls, dnsNames);
-    for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
+    for (const e of tls.events) await (e.type === "Normal" ? note(ctx, obj, e.reason, e.message) : ctx.kube.event(obj, e.type, e.reason, e.message));
     const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls?.trust);
     const refused = imageRefusal(agent.spec.image, ctx.settings) ?? (await checkIntroductionSecret(ctx, owner, agent));
     const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, agentPermissions(agent.spec.agentId, agentKeyOf(agent))) : undefined;
@@ -77,14 +93,17 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
     const tlsHeld = tls.blocker && ["TLSSecretMissing", "InvalidTLSSecret", "ForeignSecret"].includes(tls.blocker.reason);
     if (!("blocker" in signing) && !localApi.blocker && !handoff.blocker && !refused && !tlsHeld) {
       const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
-      if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
+      if (pruned.length) await note(ctx, obj, "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
       const directory = await directoryPeers(ctx, obj, agent);
       let children = desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName, exposure, directory });
       queued = holdRollout(ctx, obj, children);
       if (queued) children = children.filter((c) => c.kind !== "Deployment");
-      const changed = await applyChildren(ctx.kube, ctx.caches, owner, children);
-      if (changed.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.join(", ")}`);
-      applied = [...applied, ...pruned, ...changed];
+      // The namespace's shared ServiceAccount, Role and RoleBinding first: the pods run under them.
+      const changed = [...(await ensureSharedRuntimeAccess(ctx, "Agent", namespace)), ...(await applyChildren(ctx.kube, ctx.caches, owner, children))];
+      if (changed.length) await note(ctx, obj, "Applied", `applied ${changed.join(", ")}`);
+      const legacy = await removeLegacyRuntimeAccess(ctx, owner, ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment));
+      if (legacy.length) await note(ctx, obj, "Deleted", `deleted ${legacy.join(", ")}, replaced by the namespace's shared ${AGENT_RUNTIME_ACCOUNT}`);
+      applied = [...applied, ...pruned, ...changed, ...legacy];
     }
     const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (localApi.blocker ?? handoff.blocker ?? refused ?? tls.blocker ?? trust.blocker ?? exposure.blocker);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
@@ -97,9 +116,15 @@ export async function reconcileAgent(ctx: ReconcileContext, namespace: string, n
       signing: "blocker" in signing ? undefined : signing,
       tlsSecret: tls.secretName,
     });
+    const requeueAfterMs = earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined, natsCreds?.requeueAfterMs, queued ? ROLLOUT_RETRY_MS : undefined, "blocker" in signing ? undefined : signing.requeueAfterMs);
+    // A pass that wrote children leaves the status to the pass their watch events bring, which
+    // sees them in the cache: written now it would say only that they were applied, and be
+    // replaced at once. Blocked or held passes write theirs now; a later pass is due regardless.
+    if (applied.length && !blocker && !queued) return { requeueAfterMs: earliest(requeueAfterMs, STATUS_FOLLOW_UP_MS) };
+    await recordNotes(ctx, obj);
     const wrote = await writeStatus(ctx, "agents", obj, status, conditions);
     if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
-    return { requeueAfterMs: earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined, natsCreds?.requeueAfterMs, queued ? ROLLOUT_RETRY_MS : undefined, "blocker" in signing ? undefined : signing.requeueAfterMs) };
+    return { requeueAfterMs };
   } catch (err) {
     return await reportFailure(ctx, "agents", obj, err);
   }
@@ -113,6 +138,9 @@ async function directoryPeers(ctx: ReconcileContext, obj: CustomObject, agent: A
   const labels = selector.namespaceSelector && ctx.namespaceLabels ? await ctx.namespaceLabels.load(agents.map((a) => a.metadata?.namespace ?? "").filter(Boolean)) : () => undefined;
   return selectedPeers(obj, selector, agents, labels);
 }
+
+/** When a pass that wrote children and left the status to the next pass looks again at the latest (watch events usually come first). */
+const STATUS_FOLLOW_UP_MS = 2_000;
 
 /** How often an Agent whose rollout is queued looks again for a free place. */
 const ROLLOUT_RETRY_MS = 5_000;

@@ -8,7 +8,7 @@ import type { AgentSpec } from "../../../../runtime/src/resources/agent.ts";
 import { parseDuration } from "../../../../runtime/src/resources/common.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
 import { isoSeconds, type Blocker } from "../conditions.ts";
-import type { CustomObject, ReconcileContext } from "../reconciler.ts";
+import { note, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { childNames, type Owner } from "../runtime.ts";
 import { secretUsableBy } from "../references.ts";
 
@@ -210,7 +210,7 @@ export async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject,
     });
     if (created) {
       applied.push(`Secret/${name}`);
-      await ctx.kube.event(obj, "Normal", "GeneratedSigningKey", `generated an Ed25519 signing key into Secret ${name}; public key ${key.publicKey}`);
+      await note(ctx, obj, "GeneratedSigningKey", `generated an Ed25519 signing key into Secret ${name}; public key ${key.publicKey}`);
     }
     secret = created ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
     if (!secret) throw new Error(`Secret ${name} vanished right after it was created`);
@@ -230,7 +230,7 @@ export async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject,
       data: plan.data,
     });
     applied.push(`Secret/${name}`);
-    for (const e of plan.events) await ctx.kube.event(obj, "Normal", e.startsWith("revoked") ? "RevokedSigningKey" : "RotatedSigningKey", e);
+    for (const e of plan.events) await note(ctx, obj, e.startsWith("revoked") ? "RevokedSigningKey" : "RotatedSigningKey", e);
   }
   const active = plan.set.keys.find((k) => k.status === "active")!;
   const encryption = await ensureEncryptionKey(ctx, obj, secret, name, applied);
@@ -261,7 +261,7 @@ async function ensureEncryptionKey(ctx: ReconcileContext, obj: CustomObject, sec
       await ctx.kube.replace<V1Secret>({ ...secret, apiVersion: "v1", kind: "Secret", data: { ...secret.data, "encryption.key": added } });
       pem = added;
       applied.push(`Secret/${name}`);
-      await ctx.kube.event(obj, "Normal", "GeneratedEncryptionKey", `added an X25519 encryption key to Secret ${name}`);
+      await note(ctx, obj, "GeneratedEncryptionKey", `added an X25519 encryption key to Secret ${name}`);
     } catch (err) {
       ctx.log.warn({ secret: name, err: (err as Error).message }, "could not add the encryption key; trying again on the next reconcile");
       return undefined;

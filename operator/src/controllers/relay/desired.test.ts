@@ -13,10 +13,11 @@ const H = 3600e9;
 describe("desiredRelayChildren", () => {
   it("runs the relay mode without a signing key or an API token", () => {
     const children = desiredRelayChildren(relay(), { settings, tlsSecret: "hub-tls" });
-    expect(children.map((c) => `${c.kind}/${c.metadata!.name}`)).toEqual(["ConfigMap/hub-manifest", "ServiceAccount/hub-runtime", "Service/hub", "Deployment/hub"]);
-    const d = children[3] as any;
+    expect(children.map((c) => `${c.kind}/${c.metadata!.name}`)).toEqual(["ConfigMap/hub-manifest", "Service/hub", "Deployment/hub"]);
+    const d = children[2] as any;
     expect(d.spec.template.spec.containers[0].args).toEqual(["relay", "--manifest=/etc/ifp/manifest/manifest.yaml", "--port=8443", "--metrics-port=9090", "--tls-cert=/etc/ifp/tls/tls.crt", "--tls-key=/etc/ifp/tls/tls.key", "--nats=nats://n:4222", "--ca-file=/etc/ifp/trust/ca.crt"]);
-    expect((children[1] as any).automountServiceAccountToken).toBe(false);
+    // The namespace's shared relay ServiceAccount, which mounts no token (shared.ts).
+    expect(d.spec.template.spec.serviceAccountName).toBe("ifp-relay-runtimes");
     expect(Relay.safeParse(parse((children[0] as any).data["manifest.yaml"])).success).toBe(true);
   });
 
@@ -24,7 +25,7 @@ describe("desiredRelayChildren", () => {
     { name: "default", extra: {}, sc: { runAsNonRoot: true, runAsUser: 10001, runAsGroup: 10001, seccompProfile: { type: "RuntimeDefault" } }, pull: undefined },
     { name: "none and pull secrets", extra: { runtimeRunAsUser: null, runtimeRunAsGroup: null, runtimeImagePullSecrets: ["regcred"] }, sc: { runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } }, pull: [{ name: "regcred" }] },
   ])("runs the relay pod with the install's security and pull secrets: $name", ({ extra, sc, pull }) => {
-    const spec = (desiredRelayChildren(relay(), { settings: { ...settings, ...extra }, tlsSecret: "hub-tls" })[3] as any).spec.template.spec;
+    const spec = (desiredRelayChildren(relay(), { settings: { ...settings, ...extra }, tlsSecret: "hub-tls" })[2] as any).spec.template.spec;
     expect(spec.securityContext).toEqual(sc);
     expect(spec.imagePullSecrets).toEqual(pull);
     expect(spec.containers[0].securityContext).toEqual({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } });

@@ -13,7 +13,8 @@ import type { ReconcileResult } from "../../kube/controller.ts";
 import { errorMessage } from "../../kube/client.ts";
 import type { RelayStatus } from "../../crd/status.ts";
 import { invalidSpecConditions } from "../conditions.ts";
-import { earliest, previousFields, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
+import { earliest, note, previousFields, recordNotes, reportFailure, withNotes, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
+import { ensureSharedRuntimeAccess, releaseSharedRuntimeAccess, removeLegacyRuntimeAccess, RELAY_RUNTIME_ACCOUNT } from "../shared.ts";
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { ensureTls, type TlsOutcome } from "../tls.ts";
 import { imageRefusal, tlsRefusal } from "../references.ts";
@@ -25,9 +26,24 @@ import { relayStatus, type StreamObservation } from "./status.ts";
 
 export type RelayContext = ReconcileContext;
 
-export async function reconcileRelay(ctx: RelayContext, namespace: string, name: string): Promise<ReconcileResult> {
-  const obj = ctx.caches.get<CustomObject>("Relay", namespace, name);
-  if (!obj) return {};
+export async function reconcileRelay(shared: RelayContext, namespace: string, name: string): Promise<ReconcileResult> {
+  const obj = shared.caches.get<CustomObject>("Relay", namespace, name);
+  // Gone: the namespace's shared relay ServiceAccount goes with its last Relay (shared.ts).
+  if (!obj) {
+    const released = await releaseSharedRuntimeAccess(shared, "Relay", namespace);
+    if (released.length) shared.log.info({ namespace, deleted: released }, "Deleted the namespace's shared relay runtime ServiceAccount: no Relay is left");
+    return {};
+  }
+  // One Normal Event per pass, listing what it did (recordNotes); Warnings at once.
+  const ctx = withNotes(shared);
+  try {
+    return await reconcilePass(ctx, obj, namespace, name);
+  } finally {
+    await recordNotes(ctx, obj);
+  }
+}
+
+async function reconcilePass(ctx: RelayContext, obj: CustomObject, namespace: string, name: string): Promise<ReconcileResult> {
   const finalizers = obj.metadata?.finalizers ?? [];
   if (obj.metadata?.deletionTimestamp) return finalize(ctx, obj, finalizers);
   const parsed = Relay.safeParse(obj);
@@ -52,17 +68,21 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
     const tls: TlsOutcome = tlsRefused
       ? { secretName: childNames(name).tlsSecret, blocker: tlsRefused, applied: [], events: [] }
       : await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, relay.spec.tls, certificateDnsNames(owner, relay.spec.url, [...(relay.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]));
-    for (const e of tls.events) await ctx.kube.event(obj, e.type, e.reason, e.message);
+    for (const e of tls.events) await (e.type === "Normal" ? note(ctx, obj, e.reason, e.message) : ctx.kube.event(obj, e.type, e.reason, e.message));
     const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, relay.spec.tls?.trust);
     const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, relayPermissions(relay)) : undefined;
     const exposure = await planExposure(ctx.kube, namespace, expose);
     const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
-    if (pruned.length) await ctx.kube.event(obj, "Normal", "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
+    if (pruned.length) await note(ctx, obj, "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
     // A Secret the relay may not use (or that does not exist yet) is never mounted.
     const imageBlocker = imageRefusal(relay.spec.image, ctx.settings);
     const tlsHeld = imageBlocker || tlsRefused || (tls.blocker && ["TLSSecretMissing", "InvalidTLSSecret", "ForeignSecret"].includes(tls.blocker.reason));
-    const changed = [...pruned, ...(tlsHeld ? [] : await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName, exposure })))];
-    if (changed.length > pruned.length) await ctx.kube.event(obj, "Normal", "Applied", `applied ${changed.slice(pruned.length).join(", ")}`);
+    // The namespace's shared relay ServiceAccount first: the pods run under it.
+    const written = tlsHeld ? [] : [...(await ensureSharedRuntimeAccess(ctx, "Relay", namespace)), ...(await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName, exposure })))];
+    if (written.length) await note(ctx, obj, "Applied", `applied ${written.join(", ")}`);
+    const legacy = tlsHeld ? [] : await removeLegacyRuntimeAccess(ctx, owner, ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment));
+    if (legacy.length) await note(ctx, obj, "Deleted", `deleted ${legacy.join(", ")}, replaced by the namespace's shared ${RELAY_RUNTIME_ACCOUNT}`);
+    const changed = [...pruned, ...written, ...legacy];
     const blocker = imageBlocker ?? tls.blocker ?? trust.blocker ?? exposure.blocker;
     const stream = await reconcileStream(ctx, obj, relay);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
@@ -71,16 +91,23 @@ export async function reconcileRelay(ctx: RelayContext, namespace: string, name:
       { applied: [...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? []), ...changed], deployment, blocker, waiting: tls.waiting, stream, tlsSecret: tls.secretName },
       obj.status as RelayStatus | undefined,
     );
+    const requeueAfterMs = earliest(tls.requeueAfterMs, tls.blocker || trust.blocker ? 30_000 : undefined, exposure.blocker ? 60_000 : undefined, stream.ok ? undefined : stream.reason === "NatsUnavailable" ? 10_000 : 30_000, natsCreds?.requeueAfterMs);
+    // As for agents: a pass that wrote children leaves the status to the pass their watch events bring.
+    const passWrites = [...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? []), ...changed];
+    if (passWrites.length && !blocker && stream.ok) return { requeueAfterMs: earliest(requeueAfterMs, STATUS_FOLLOW_UP_MS) };
+    await recordNotes(ctx, obj);
     const wrote = await writeStatus(ctx, "relays", obj, status, conditions);
     // Warnings once per change of status, not once per retry.
     if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
     if (wrote && !stream.ok) await ctx.kube.event(obj, "Warning", stream.reason, stream.message);
-    const streamRetry = stream.ok ? undefined : stream.reason === "NatsUnavailable" ? 10_000 : 30_000;
-    return { requeueAfterMs: earliest(tls.requeueAfterMs, tls.blocker || trust.blocker ? 30_000 : undefined, exposure.blocker ? 60_000 : undefined, streamRetry, natsCreds?.requeueAfterMs) };
+    return { requeueAfterMs };
   } catch (err) {
     return await reportFailure(ctx, "relays", obj, err);
   }
 }
+
+/** When a pass that wrote children and left the status to the next pass looks again. */
+const STATUS_FOLLOW_UP_MS = 2_000;
 
 /**
  * A Relay being deleted: delete its stream if asked to, then let it go. While NATS cannot be
@@ -147,7 +174,7 @@ async function reconcileStream(ctx: RelayContext, obj: CustomObject, relay: Rela
     if (action !== "unchanged") {
       const verb = action === "created" ? "Created" : "Updated";
       ctx.log.info({ stream: want.name, relay: `${relay.metadata.namespace}/${relay.metadata.name}` }, `${verb} JetStream stream`);
-      await ctx.kube.event(obj, "Normal", `Stream${verb}`, `${verb.toLowerCase()} JetStream stream ${want.name} (maxAge ${relay.spec.retention.maxAge}, maxBytes ${relay.spec.retention.maxBytes}, maxMessages ${relay.spec.retention.maxMessages}, replicas ${relay.spec.retention.replicas})`);
+      await note(ctx, obj, `Stream${verb}`, `${verb.toLowerCase()} JetStream stream ${want.name} (maxAge ${relay.spec.retention.maxAge}, maxBytes ${relay.spec.retention.maxBytes}, maxMessages ${relay.spec.retention.maxMessages}, replicas ${relay.spec.retention.replicas})`);
     }
     return { ok: true, config: info.config, action };
   } catch (err) {
