@@ -214,6 +214,11 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     const [nats] = pods(SYSTEM, "app.kubernetes.io/component=nats");
     expect(podReady(nats!), diagnose()).toBe(true);
     expect(nats!.status.containerStatuses[0].image).toBe(images.nats.ref);
+    // TLS only, with the operator's certificate, and the reloader beside the server.
+    const reloader = nats!.status.containerStatuses.find((c: Obj) => c.name === "reloader");
+    expect(reloader?.ready, diagnose()).toBe(true);
+    expect(reloader.image).toBe(images.operator.ref);
+    expect(cp.json(["-n", SYSTEM, "get", "secret", `${FULL}-nats-tls`]).data["tls.crt"]).toBeTruthy();
     const claim = cp.json(["-n", SYSTEM, "get", "pvc", `data-${nats!.metadata.name}`]);
     expect(claim.status.phase).toBe("Bound");
     expect(claim.spec.storageClassName).toBe("ifp-node-local");

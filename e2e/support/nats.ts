@@ -190,6 +190,8 @@ export interface StartNatsClusterOptions {
   graceMs?: number;
   /** Extra nats-server configuration for every node. */
   config?: string;
+  /** Extra configuration inside every node's `cluster` block (e.g. a `tls` block for the routes). */
+  clusterConfig?: string;
 }
 
 /**
@@ -216,6 +218,7 @@ export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Prom
         `  name: ${clusterName}`,
         `  listen: 127.0.0.1:${routePorts[i]}`,
         `  routes: [${routePorts.filter((_, j) => j !== i).map((p) => `nats-route://127.0.0.1:${p}`).join(", ")}]`,
+        opts.clusterConfig ?? "",
         `}`,
         opts.config ?? "",
       ].join("\n");

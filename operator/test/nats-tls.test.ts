@@ -10,7 +10,7 @@ import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KubeConfig } from "@kubernetes/client-node";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import { startNats, startNatsCluster, type NatsServer } from "../../e2e/support/nats.ts";
 import { freePort } from "../../e2e/support/ports.ts";
 import { releaseDir, tempDir } from "../../e2e/support/process.ts";
 import { Nats } from "../../runtime/src/nats/connection.ts";
@@ -184,6 +184,44 @@ describe("the installed NATS behind TLS", () => {
     } finally {
       stop.abort();
       await reloader;
+    }
+  });
+});
+
+describe("the routes of a clustered NATS over mutual TLS, as the chart configures them", () => {
+  const dir = tempDir("ifp-nats-routes-");
+  afterAll(() => releaseDir(dir));
+  // The chart's cluster block: each server presents the certificate and verifies the others' with ca.crt.
+  const routeTls = async (name: string, bothEnds: boolean, trusted?: string) => {
+    const ca = await createCA(`route test CA ${name}`);
+    const leaf = await ca.issue({ commonName: "localhost", dnsNames: ["localhost"], ips: ["127.0.0.1"], bothEnds });
+    const d = join(dir, name);
+    mkdirSync(d, { recursive: true });
+    writeFileSync(join(d, "tls.crt"), leaf.cert);
+    writeFileSync(join(d, "tls.key"), leaf.key);
+    writeFileSync(join(d, "ca.crt"), trusted ?? ca.cert);
+    return [`tls {`, `  cert_file: "${join(d, "tls.crt")}"`, `  key_file: "${join(d, "tls.key")}"`, `  ca_file: "${join(d, "ca.crt")}"`, `  timeout: 2`, `}`].join("\n");
+  };
+
+  it("forms the cluster with the operator's certificate (valid for both ends of a route)", { timeout: 120_000 }, async () => {
+    const cluster = await startNatsCluster({ clusterConfig: await routeTls("both", true) });
+    try {
+      await cluster.ready(60_000);
+      expect(cluster.log()).toMatch(/Route connection created/);
+    } finally {
+      await cluster.close();
+    }
+  });
+
+  it("does not form it when a server's certificate is not of the CA the others trust: the routes verify each other", { timeout: 120_000 }, async () => {
+    const stranger = await createCA("a CA nobody trusts");
+    const cluster = await startNatsCluster({ clusterConfig: await routeTls("untrusted", true, stranger.cert) }).catch((err: Error) => err);
+    if (cluster instanceof Error) return expect(cluster.message).toMatch(/certificate|tls|meta leader|timed out/i);
+    try {
+      await expect(cluster.ready(15_000)).rejects.toThrow();
+      expect(cluster.log()).toMatch(/certificate/i);
+    } finally {
+      await cluster.close();
     }
   });
 });
