@@ -648,11 +648,12 @@ describe("Helm chart", () => {
     expect(reloader.image).toBe(find(objects, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].image);
     expect(reloader.args).toEqual(["reload-nats", "--watch=/etc/nats-tls", "--pid-file=/var/run/nats/nats.pid"]);
     expect(find(objects, "ConfigMap", "ifp-ifp-operator-nats").data["nats.conf"]).toMatch(/pid_file: \/var\/run\/nats\/nats.pid/);
-    // A NATS of one's own: verified with the install's trust, no certificate issued, no reloader.
-    const own = docs(render("nats.install=false", "nats.url=nats://nats.example:4222"));
-    const ownArgs: string[] = find(own, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args;
-    expect(ownArgs).toContain("--nats-tls=trust");
-    expect(ownArgs.some((a) => a.startsWith("--nats-tls-secret"))).toBe(false);
+    // A NATS of one's own: as it offers TLS, unless it is to be verified with the install's trust;
+    // no certificate issued either way.
+    const ownArgs = (...set: string[]): string[] => find(docs(render("nats.install=false", "nats.url=nats://nats.example:4222", ...set)), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args;
+    expect(ownArgs().some((a) => a.startsWith("--nats-tls"))).toBe(false);
+    expect(ownArgs("nats.tls.verifyOwnServer=true")).toContain("--nats-tls=trust");
+    expect(ownArgs("nats.tls.verifyOwnServer=true").some((a) => a.startsWith("--nats-tls-secret"))).toBe(false);
     // Off: neither.
     const off: string[] = find(docs(render("nats.tls.enabled=false")), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args;
     expect(off.some((a) => a.startsWith("--nats-tls"))).toBe(false);

@@ -148,6 +148,7 @@ export const Values = z.strictObject({
       tls: z
         .strictObject({
           enabled: z.boolean().default(true),
+          verifyOwnServer: z.boolean().default(false),
           reloader: z.strictObject({ resources: Resources({ cpu: "5m", memory: "48Mi", "ephemeral-storage": "16Mi" }, { memory: "128Mi", "ephemeral-storage": "64Mi" }) }).prefault({}),
         })
         .prefault({}),

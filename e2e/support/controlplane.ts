@@ -73,6 +73,11 @@ export interface ControlPlane {
 export async function startControlPlane(opts: {
   crds?: string[];
   controllerManager?: boolean;
+  /**
+   * kube-controller-manager's client rate limit (`--kube-api-qps`, burst twice that); default its
+   * own (20). A benchmark raises it to see past the Deployment controller's writes.
+   */
+  controllerManagerQps?: number;
   graceMs?: number;
   /**
    * The address the API server binds, advertises (the `kubernetes` Service's endpoint) and names
@@ -235,6 +240,7 @@ export async function startControlPlane(opts: {
         // it, namespaces, service accounts and their tokens.
         "--controllers=garbage-collector-controller,deployment-controller,replicaset-controller,statefulset-controller,persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,endpointslice-controller,pod-garbage-collector-controller",
         "--concurrent-gc-syncs=5",
+        ...(opts.controllerManagerQps ? [`--kube-api-qps=${opts.controllerManagerQps}`, `--kube-api-burst=${opts.controllerManagerQps * 2}`] : []),
         "--v=0",
       ]);
     }

@@ -10,7 +10,9 @@
 // BENCH_AGENTS is a list (default 100,500,1000): each count runs on a fresh control plane and
 // operator, and the table shows how time, writes and memory grow (slope per 100 Agents between
 // the smallest and the largest count). Other settings: BENCH_RESYNC_SECONDS (10),
-// BENCH_RESYNCS (3), BENCH_WORKERS (4).
+// BENCH_RESYNCS (3), BENCH_WORKERS (4), BENCH_KCM_QPS (kube-controller-manager's client rate
+// limit, default its own 20 writes/s: the Deployment and ReplicaSet controllers' writes, about
+// five per Deployment before WaitingForRuntime, are bounded by it, not by the operator).
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { stringify } from "yaml";
@@ -21,6 +23,7 @@ const COUNTS = (process.env.BENCH_AGENTS ?? "100,500,1000").split(",").map(Numbe
 const RESYNC_S = Number(process.env.BENCH_RESYNC_SECONDS ?? 10);
 const RESYNCS = Number(process.env.BENCH_RESYNCS ?? 3);
 const WORKERS = Number(process.env.BENCH_WORKERS ?? 4);
+const KCM_QPS = process.env.BENCH_KCM_QPS ? Number(process.env.BENCH_KCM_QPS) : undefined;
 const NS = "bench";
 const round = (x: number, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
 
@@ -42,7 +45,7 @@ function metricSum(text: string, name: string, filter?: string): number {
 
 async function run(COUNT: number): Promise<Record<string, number | string>> {
 process.stderr.write(`bench:operator: ${COUNT} Agents: starting a control plane\n`);
-const cp = await startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"] });
+const cp = await startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManagerQps: KCM_QPS });
 cp.kubectl(["create", "namespace", NS]);
 const health = await freePort();
 let log = "";
@@ -114,6 +117,7 @@ try {
     date: new Date().toISOString(),
     agents: COUNT,
     workers: WORKERS,
+    controllerManagerQps: KCM_QPS ?? 20,
     kubectlApplySeconds: round(applySeconds),
     secondsToReadyable: round(secondsToReadyable),
     agentsPerSecond: round(COUNT / secondsToReadyable, 1),
