@@ -1,8 +1,25 @@
 import { describe, expect, it } from "vitest";
 import { microTime } from "./leader.ts";
-import { parseFlags } from "./main.ts";
+import { parseFlags, parseReloadNatsFlags } from "./main.ts";
 
 describe("ifp-operator flags", () => {
+  it("takes NATS TLS: the installed server's certificate (which implies verifying with the install's trust), or verification only", () => {
+    const issued = parseFlags(["--nats-tls-secret=n-tls", "--nats-tls-dns-names=n.sys.svc, *.n-headless.sys.svc", "--ca-namespace=sys"], {}).options;
+    expect(issued).toMatchObject({ natsTlsVerifyWithTrust: true, natsServerTls: { namespace: "sys", secretName: "n-tls", dnsNames: ["n.sys.svc", "*.n-headless.sys.svc"] } });
+    expect(parseFlags(["--nats-tls=trust"], {}).options).toMatchObject({ natsTlsVerifyWithTrust: true, natsServerTls: undefined });
+    expect(parseFlags([], {}).options).toMatchObject({ natsTlsVerifyWithTrust: undefined, natsServerTls: undefined });
+    expect(() => parseFlags(["--nats-tls=yes"], {})).toThrow(/--nats-tls is off or trust/);
+    expect(() => parseFlags(["--nats-tls-secret=n-tls"], {})).toThrow(/needs --nats-tls-dns-names/);
+    expect(() => parseFlags(["--nats-tls=off", "--nats-tls-secret=n-tls", "--nats-tls-dns-names=n"], {})).toThrow(/needs --nats-tls=trust/);
+  });
+
+  it("takes reload-nats's flags, and refuses it without what it watches and whom it signals", () => {
+    expect(parseReloadNatsFlags(["--watch=/etc/nats-tls", "--pid-file=/var/run/nats/nats.pid", "--interval=2s"], {})).toEqual({ help: false, watch: ["/etc/nats-tls"], pidFile: "/var/run/nats/nats.pid", intervalMs: 2_000, logLevel: "info" });
+    expect(() => parseReloadNatsFlags(["--watch=/etc/nats-tls"], {})).toThrow(/needs --watch and --pid-file/);
+    expect(() => parseReloadNatsFlags(["--pid-file=/p"], {})).toThrow(/needs --watch and --pid-file/);
+    expect(parseReloadNatsFlags(["--help"], {}).help).toBe(true);
+  });
+
   it("takes the chart's flags", () => {
     const { options, logLevel } = parseFlags(
       ["--nats-url=nats://nats:4222", "--runtime-image=img:1", "--runtime-image-pull-policy=Always", "--watch-namespaces=a, b", "--leader-elect=true", "--leader-election-namespace=ops", "--metrics-port=8080", "--health-port=8081", "--log-level=debug", "--nats-creds=/etc/ifp/nats/user.creds", "--nats-creds-secret=nats-creds"],

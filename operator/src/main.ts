@@ -146,12 +146,16 @@ export function parseReloadNatsFlags(argv: string[], env: NodeJS.ProcessEnv = pr
   return { help: Boolean(values.help), watch, pidFile: pidFile ?? "", intervalMs: duration(str("interval") ?? "10s", "interval"), logLevel: str("log-level") ?? "info" };
 }
 
-async function reloadNatsMain(argv: string[]): Promise<void> {
-  let parsed: ReturnType<typeof parseReloadNatsFlags>;
+/**
+ * A subcommand: its flags parsed (a usage error exits 2 with the usage), --help printed, else
+ * `body` run with a logger of the subcommand's name.
+ */
+async function subcommand<T extends { help: boolean; logLevel: string }>(name: string, argv: string[], parse: (argv: string[]) => T, body: (parsed: T, log: pino.Logger) => Promise<void>): Promise<void> {
+  let parsed: T;
   try {
-    parsed = parseReloadNatsFlags(argv);
+    parsed = parse(argv);
   } catch (err) {
-    process.stderr.write(`ifp-operator reload-nats: ${(err as Error).message}\n\n${USAGE}`);
+    process.stderr.write(`ifp-operator ${name}: ${(err as Error).message}\n\n${USAGE}`);
     process.exitCode = 2;
     return;
   }
@@ -159,10 +163,15 @@ async function reloadNatsMain(argv: string[]): Promise<void> {
     process.stdout.write(USAGE);
     return;
   }
-  const log = pino({ level: parsed.logLevel, base: { component: "ifp-operator-reload-nats" } });
-  const stop = new AbortController();
-  for (const sig of ["SIGTERM", "SIGINT"] as const) process.once(sig, () => stop.abort());
-  await runReloader({ watch: parsed.watch, pidFile: parsed.pidFile, intervalMs: parsed.intervalMs, log }, stop.signal);
+  await body(parsed, pino({ level: parsed.logLevel, base: { component: `ifp-operator-${name}` } }));
+}
+
+function reloadNatsMain(argv: string[]): Promise<void> {
+  return subcommand("reload-nats", argv, parseReloadNatsFlags, async (parsed, log) => {
+    const stop = new AbortController();
+    for (const sig of ["SIGTERM", "SIGINT"] as const) process.once(sig, () => stop.abort());
+    await runReloader({ watch: parsed.watch, pidFile: parsed.pidFile, intervalMs: parsed.intervalMs, log }, stop.signal);
+  });
 }
 
 const PREPARE_UNINSTALL_OPTIONS = {
@@ -368,30 +377,19 @@ export function parsePrepareUninstallFlags(argv: string[], env: NodeJS.ProcessEn
   };
 }
 
-async function prepareUninstallMain(argv: string[]): Promise<void> {
-  let parsed: ReturnType<typeof parsePrepareUninstallFlags>;
-  try {
-    parsed = parsePrepareUninstallFlags(argv);
-  } catch (err) {
-    process.stderr.write(`ifp-operator prepare-uninstall: ${(err as Error).message}\n\n${USAGE}`);
-    process.exitCode = 2;
-    return;
-  }
-  if (parsed.help) {
-    process.stdout.write(USAGE);
-    return;
-  }
-  const log = pino({ level: parsed.logLevel, base: { component: "ifp-operator-prepare-uninstall" } });
-  const kc = new KubeConfig();
-  if (parsed.kubeconfig) kc.loadFromFile(parsed.kubeconfig);
-  else kc.loadFromDefault();
-  try {
-    const result = await prepareUninstall({ kube: new Kube(kc, log), deployment: parsed.deployment, namespaces: parsed.namespaces, timeoutMs: parsed.timeoutMs, log });
-    process.exitCode = result.held.length ? 1 : 0;
-  } catch (err) {
-    log.error({ err: errorMessage(err) }, "could not prepare the uninstall");
-    process.exitCode = 1;
-  }
+function prepareUninstallMain(argv: string[]): Promise<void> {
+  return subcommand("prepare-uninstall", argv, parsePrepareUninstallFlags, async (parsed, log) => {
+    const kc = new KubeConfig();
+    if (parsed.kubeconfig) kc.loadFromFile(parsed.kubeconfig);
+    else kc.loadFromDefault();
+    try {
+      const result = await prepareUninstall({ kube: new Kube(kc, log), deployment: parsed.deployment, namespaces: parsed.namespaces, timeoutMs: parsed.timeoutMs, log });
+      process.exitCode = result.held.length ? 1 : 0;
+    } catch (err) {
+      log.error({ err: errorMessage(err) }, "could not prepare the uninstall");
+      process.exitCode = 1;
+    }
+  });
 }
 
 /** Manager options from the command line and environment (throws UsageError on bad input). */

@@ -10,6 +10,7 @@ import { ChildConflictError } from "../kube/apply.ts";
 import type { Caches } from "../kube/caches.ts";
 import { errorMessage, isStatus, type Kube } from "../kube/client.ts";
 import type { ReconcileResult } from "../kube/controller.ts";
+import { releaseSharedRuntimeAccess } from "./shared.ts";
 import { isSubset } from "../kube/subset.ts";
 import { mergeConditions, type Condition, type ConditionInput } from "./conditions.ts";
 import type { OperatorSettings } from "./runtime.ts";
@@ -132,4 +133,24 @@ export async function reportFailure(ctx: ReconcileContext, plural: string, obj: 
     ctx.log.debug({ err: errorMessage(statusErr) }, "could not report the failure in status");
   }
   throw err;
+}
+
+/**
+ * One reconcile of an Agent or Relay: gone, the namespace's shared runtime access goes with the
+ * last of its kind (shared.ts); there, `pass` runs with its Normal Events collected into one
+ * (recordNotes), Warnings recorded at once.
+ */
+export async function reconcileResource(kind: "Agent" | "Relay", shared: ReconcileContext, namespace: string, name: string, pass: (ctx: ReconcileContext, obj: CustomObject) => Promise<ReconcileResult>): Promise<ReconcileResult> {
+  const obj = shared.caches.get<CustomObject>(kind, namespace, name);
+  if (!obj) {
+    const released = await releaseSharedRuntimeAccess(shared, kind, namespace);
+    if (released.length) shared.log.info({ namespace, deleted: released }, `Deleted the namespace's shared ${kind.toLowerCase()} runtime access (${released.join(", ")}): no ${kind} is left`);
+    return {};
+  }
+  const ctx = withNotes(shared);
+  try {
+    return await pass(ctx, obj);
+  } finally {
+    await recordNotes(ctx, obj);
+  }
 }

@@ -8,8 +8,8 @@ import { defaultBaseUrl } from "../../../../runtime/src/resources/common.ts";
 import { applyChildren } from "../../kube/apply.ts";
 import type { ReconcileResult } from "../../kube/controller.ts";
 import { invalidSpecConditions, type Blocker } from "../conditions.ts";
-import { earliest, note, previousFields, recordNotes, reportFailure, withNotes, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
-import { AGENT_RUNTIME_ACCOUNT, ensureSharedRuntimeAccess, releaseSharedRuntimeAccess, removeLegacyRuntimeAccess } from "../shared.ts";
+import { earliest, note, previousFields, reconcileResource, recordNotes, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
+import { AGENT_RUNTIME_ACCOUNT, ensureSharedRuntimeAccess, removeLegacyRuntimeAccess } from "../shared.ts";
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { exposedHosts } from "../expose.ts";
 import { planExposure, pruneExposure } from "../expose-reconcile.ts";
@@ -27,21 +27,8 @@ import { agentStatus } from "./status.ts";
 import { errorMessage } from "../../kube/client.ts";
 import { AGENT_FINALIZER, agentKeyOf, agentLeftovers, deleteAgentJetStream, hasFinalizer, setFinalizer } from "../finalizers.ts";
 
-export async function reconcileAgent(shared: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
-  const obj = shared.caches.get<CustomObject>("Agent", namespace, name);
-  // Gone: the namespace's shared runtime ServiceAccount goes with its last Agent (shared.ts).
-  if (!obj) {
-    const released = await releaseSharedRuntimeAccess(shared, "Agent", namespace);
-    if (released.length) shared.log.info({ namespace, deleted: released }, "Deleted the namespace's shared agent runtime ServiceAccount, Role and RoleBinding: no Agent is left");
-    return {};
-  }
-  // One Normal Event per pass, listing what it did (recordNotes); Warnings at once.
-  const ctx = withNotes(shared);
-  try {
-    return await reconcilePass(ctx, obj, namespace, name);
-  } finally {
-    await recordNotes(ctx, obj);
-  }
+export function reconcileAgent(shared: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
+  return reconcileResource("Agent", shared, namespace, name, (ctx, obj) => reconcilePass(ctx, obj, namespace, name));
 }
 
 async function reconcilePass(ctx: ReconcileContext, obj: CustomObject, namespace: string, name: string): Promise<ReconcileResult> {

@@ -13,8 +13,8 @@ import type { ReconcileResult } from "../../kube/controller.ts";
 import { errorMessage } from "../../kube/client.ts";
 import type { RelayStatus } from "../../crd/status.ts";
 import { invalidSpecConditions } from "../conditions.ts";
-import { earliest, note, previousFields, recordNotes, reportFailure, withNotes, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
-import { ensureSharedRuntimeAccess, releaseSharedRuntimeAccess, removeLegacyRuntimeAccess, RELAY_RUNTIME_ACCOUNT } from "../shared.ts";
+import { earliest, note, previousFields, reconcileResource, recordNotes, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
+import { ensureSharedRuntimeAccess, removeLegacyRuntimeAccess, RELAY_RUNTIME_ACCOUNT } from "../shared.ts";
 import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
 import { ensureTls, type TlsOutcome } from "../tls.ts";
 import { imageRefusal, tlsRefusal } from "../references.ts";
@@ -26,21 +26,8 @@ import { relayStatus, type StreamObservation } from "./status.ts";
 
 export type RelayContext = ReconcileContext;
 
-export async function reconcileRelay(shared: RelayContext, namespace: string, name: string): Promise<ReconcileResult> {
-  const obj = shared.caches.get<CustomObject>("Relay", namespace, name);
-  // Gone: the namespace's shared relay ServiceAccount goes with its last Relay (shared.ts).
-  if (!obj) {
-    const released = await releaseSharedRuntimeAccess(shared, "Relay", namespace);
-    if (released.length) shared.log.info({ namespace, deleted: released }, "Deleted the namespace's shared relay runtime ServiceAccount: no Relay is left");
-    return {};
-  }
-  // One Normal Event per pass, listing what it did (recordNotes); Warnings at once.
-  const ctx = withNotes(shared);
-  try {
-    return await reconcilePass(ctx, obj, namespace, name);
-  } finally {
-    await recordNotes(ctx, obj);
-  }
+export function reconcileRelay(shared: RelayContext, namespace: string, name: string): Promise<ReconcileResult> {
+  return reconcileResource("Relay", shared, namespace, name, (ctx, obj) => reconcilePass(ctx, obj, namespace, name));
 }
 
 async function reconcilePass(ctx: RelayContext, obj: CustomObject, namespace: string, name: string): Promise<ReconcileResult> {
