@@ -188,6 +188,13 @@ describe("Helm chart", () => {
     expect(args).toContain("--cluster-networks=10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fd00::/8");
   });
 
+  it("bounds the operator's V8 heap through NODE_OPTIONS, as the user sets it", () => {
+    const envOf = (...set: string[]) => find(docs(render(...set)), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].env as { name: string; value?: string }[];
+    expect(envOf().find((e) => e.name === "NODE_OPTIONS")?.value).toBe("--max-old-space-size=192 --max-semi-space-size=8");
+    expect(envOf("nodeOptions=--max-old-space-size=1024").find((e) => e.name === "NODE_OPTIONS")?.value).toBe("--max-old-space-size=1024");
+    expect(envOf("nodeOptions=").some((e) => e.name === "NODE_OPTIONS")).toBe(false);
+  });
+
   it("passes runtime.clusterNetworks to the operator, none when empty", () => {
     const argsOf = (values: object): string[] => find(docs(renderValues(values)), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args;
     expect(argsOf({ runtime: { clusterNetworks: ["10.96.0.0/12", "10.244.0.0/16"] } })).toContain("--cluster-networks=10.96.0.0/12,10.244.0.0/16");

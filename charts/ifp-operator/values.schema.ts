@@ -103,6 +103,7 @@ export const Values = z.strictObject({
   watchNamespaces: z.array(z.string().min(1)).default([]),
   clusterWide: z.boolean().default(false),
   logLevel: z.enum(["fatal", "error", "warn", "info", "debug", "trace"]).default("info"),
+  nodeOptions: z.string().default("--max-old-space-size=192 --max-semi-space-size=8"),
   crds: z.strictObject({ enabled: z.boolean().default(true), keep: z.boolean().default(true) }).prefault({}),
   rbac: z.strictObject({ create: z.boolean().default(true) }).prefault({}),
   trust: z
@@ -149,7 +150,7 @@ export const Values = z.strictObject({
         .strictObject({
           enabled: z.boolean().default(true),
           verifyOwnServer: z.boolean().default(false),
-          reloader: z.strictObject({ resources: Resources({ cpu: "5m", memory: "48Mi", "ephemeral-storage": "16Mi" }, { memory: "128Mi", "ephemeral-storage": "64Mi" }) }).prefault({}),
+          reloader: z.strictObject({ resources: Resources({ cpu: "5m", memory: "96Mi", "ephemeral-storage": "16Mi" }, { memory: "160Mi", "ephemeral-storage": "64Mi" }) }).prefault({}),
         })
         .prefault({}),
       networkPolicy: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),

@@ -16,8 +16,8 @@ import { createCA } from "./tls.ts";
  */
 const KUBECTL_TIMEOUT_MS = 45_000;
 
-/** The API server's --service-cluster-ip-range, and the `kubernetes` Service's address in it. */
-export const SERVICE_CIDR = "10.0.0.0/24";
+/** The API server's --service-cluster-ip-range (room for a Service per Agent of bench:operator's 1,000), and the `kubernetes` Service's address in it. */
+export const SERVICE_CIDR = "10.0.0.0/20";
 export const KUBERNETES_SERVICE_IP = "10.0.0.1";
 
 /** A kubectl failure: its arguments, exit status and output. */

@@ -15,7 +15,7 @@
 // five per Deployment before WaitingForRuntime, are bounded by it, not by the operator).
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { stringify } from "yaml";
+import { parse, stringify } from "yaml";
 import { startControlPlane } from "../../e2e/support/controlplane.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 
@@ -23,6 +23,8 @@ const COUNTS = (process.env.BENCH_AGENTS ?? "100,500,1000").split(",").map(Numbe
 const RESYNC_S = Number(process.env.BENCH_RESYNC_SECONDS ?? 10);
 const RESYNCS = Number(process.env.BENCH_RESYNCS ?? 3);
 const WORKERS = Number(process.env.BENCH_WORKERS ?? 4);
+// The operator runs with the chart's default NODE_OPTIONS (its bounded heap), as installed.
+const CHART_NODE_OPTIONS: string = parse(readFileSync("charts/ifp-operator/values.yaml", "utf8")).nodeOptions ?? "";
 const KCM_QPS = process.env.BENCH_KCM_QPS ? Number(process.env.BENCH_KCM_QPS) : undefined;
 const NS = "bench";
 const round = (x: number, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
@@ -52,7 +54,7 @@ let log = "";
 const operator = spawn(
   process.execPath,
   ["operator/bin/ifp-operator.ts", `--kubeconfig=${cp.kubeconfig}`, `--health-port=${health}`, `--metrics-port=${health}`, `--resync=${RESYNC_S}s`, `--workers=${WORKERS}`, "--runtime-image=ghcr.io/ifp-dev/ifp-runtime:bench", "--log-level=warn"],
-  { stdio: ["ignore", "pipe", "pipe"] },
+  { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NODE_OPTIONS: CHART_NODE_OPTIONS } },
 );
 operator.stdout!.on("data", (d) => (log = (log + d).slice(-20_000)));
 operator.stderr!.on("data", (d) => (log = (log + d).slice(-20_000)));
@@ -118,6 +120,7 @@ try {
     agents: COUNT,
     workers: WORKERS,
     controllerManagerQps: KCM_QPS ?? 20,
+    operatorNodeOptions: CHART_NODE_OPTIONS,
     kubectlApplySeconds: round(applySeconds),
     secondsToReadyable: round(secondsToReadyable),
     agentsPerSecond: round(COUNT / secondsToReadyable, 1),

@@ -1,4 +1,6 @@
 #!/usr/bin/env node
-import { main } from "../src/main.ts";
-
-await main();
+// `reload-nats`, the NATS pods' sidecar, loads only its own module (no Kubernetes or NATS
+// client): it runs beside every NATS server and should cost little memory.
+const [command, ...rest] = process.argv.slice(2);
+if (command === "reload-nats") await (await import("../src/nats-reloader.ts")).reloadNatsMain(rest);
+else await (await import("../src/main.ts")).main();

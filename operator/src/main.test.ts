@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { microTime } from "./leader.ts";
-import { parseFlags, parseReloadNatsFlags } from "./main.ts";
+import { parseFlags } from "./main.ts";
+import { parseReloadNatsFlags } from "./nats-reloader.ts";
 
 describe("ifp-operator flags", () => {
   it("takes NATS TLS: the installed server's certificate (which implies verifying with the install's trust), or verification only", () => {

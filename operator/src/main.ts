@@ -3,7 +3,6 @@
 // `ifp-operator reload-nats`, the sidecar of the chart's NATS servers (nats-reloader.ts).
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
-import { parseArgs } from "node:util";
 import { KubeConfig } from "@kubernetes/client-node";
 import pino from "pino";
 import { parseCaBundle } from "./certs.ts";
@@ -14,7 +13,8 @@ import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./c
 import { isCidrOrIp } from "../../runtime/src/resources/common.ts";
 import { errorMessage, Kube } from "./kube/client.ts";
 import { prepareUninstall } from "./uninstall.ts";
-import { runReloader } from "./nats-reloader.ts";
+import { RELOAD_NATS_USAGE } from "./nats-reloader.ts";
+import { duration, list, readFlags, subcommand, UsageError } from "./flags.ts";
 
 const USAGE = `usage: ifp-operator [flags]
 
@@ -117,62 +117,7 @@ held, with a Warning Event on each. Exits 1 when one could not be removed.
   --timeout DURATION              how long to wait for the Deployment to be gone before releasing
                                   anyway (default 2m)
   --log-level LEVEL               info (default), debug, warn, error [IFP_LOG_LEVEL]
-
-usage: ifp-operator reload-nats --watch DIR --pid-file FILE [flags]
-
-The sidecar of the chart's NATS servers (the pod shares one process namespace): when a file in
-the watched directories changes (the kubelet brought a renewed certificate), tells the server to
-reload (SIGHUP to the pid in its pid file).
-
-  --watch DIR,DIR                 the directories to watch (the mounted certificate Secret)
-  --pid-file FILE                 nats-server's pid_file
-  --interval DURATION             how often the files are compared (default 10s)
-  --log-level LEVEL               info (default), debug, warn, error [IFP_LOG_LEVEL]
-`;
-
-const RELOAD_NATS_OPTIONS = {
-  watch: { type: "string" },
-  "pid-file": { type: "string" },
-  interval: { type: "string" },
-  "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
-} as const;
-
-/** The flags of `ifp-operator reload-nats` (throws UsageError on bad input). */
-export function parseReloadNatsFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; watch: string[]; pidFile: string; intervalMs: number; logLevel: string } {
-  const { values, str } = readFlags(RELOAD_NATS_OPTIONS, argv, env);
-  const watch = list(str("watch"));
-  const pidFile = str("pid-file");
-  if (!values.help && (!watch.length || !pidFile)) throw new UsageError("reload-nats needs --watch and --pid-file");
-  return { help: Boolean(values.help), watch, pidFile: pidFile ?? "", intervalMs: duration(str("interval") ?? "10s", "interval"), logLevel: str("log-level") ?? "info" };
-}
-
-/**
- * A subcommand: its flags parsed (a usage error exits 2 with the usage), --help printed, else
- * `body` run with a logger of the subcommand's name.
- */
-async function subcommand<T extends { help: boolean; logLevel: string }>(name: string, argv: string[], parse: (argv: string[]) => T, body: (parsed: T, log: pino.Logger) => Promise<void>): Promise<void> {
-  let parsed: T;
-  try {
-    parsed = parse(argv);
-  } catch (err) {
-    process.stderr.write(`ifp-operator ${name}: ${(err as Error).message}\n\n${USAGE}`);
-    process.exitCode = 2;
-    return;
-  }
-  if (parsed.help) {
-    process.stdout.write(USAGE);
-    return;
-  }
-  await body(parsed, pino({ level: parsed.logLevel, base: { component: `ifp-operator-${name}` } }));
-}
-
-function reloadNatsMain(argv: string[]): Promise<void> {
-  return subcommand("reload-nats", argv, parseReloadNatsFlags, async (parsed, log) => {
-    const stop = new AbortController();
-    for (const sig of ["SIGTERM", "SIGINT"] as const) process.once(sig, () => stop.abort());
-    await runReloader({ watch: parsed.watch, pidFile: parsed.pidFile, intervalMs: parsed.intervalMs, log }, stop.signal);
-  });
-}
+${RELOAD_NATS_USAGE}`;
 
 const PREPARE_UNINSTALL_OPTIONS = {
   kubeconfig: { type: "string" },
@@ -232,15 +177,6 @@ const OPTIONS = {
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
 } as const;
 
-class UsageError extends Error {}
-
-const DURATION = /^(\d+)(ms|s|m|h)$/;
-function duration(text: string, name = "resync"): number {
-  const m = DURATION.exec(text);
-  if (!m || Number(m[1]) <= 0) throw new UsageError(`--${name} takes a duration such as 30s, 5m or 1h, not ${JSON.stringify(text)}`);
-  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] as "ms" | "s" | "m" | "h"];
-}
-
 function integer(name: string, text: string, min: number, max: number): number {
   const n = Number(text);
   if (!Number.isInteger(n) || n < min || n > max) throw new UsageError(`--${name} must be a whole number from ${min} to ${max}, not ${JSON.stringify(text)}`);
@@ -284,10 +220,6 @@ export function runtimeTracing(endpoint: string | undefined, envJson: string | u
   }
   if (endpoint === undefined && !env) return undefined;
   return { ...(endpoint !== undefined ? { otlpEndpoint: endpoint } : {}), ...(env ? { env } : {}) };
-}
-
-function list(text: string | undefined): string[] {
-  return (text ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 }
 
 /** --allowed-issuers: each entry Kind[.group]/name, the name possibly `*`. */
@@ -342,26 +274,6 @@ function deploymentRef(text: string | undefined): { namespace: string; name: str
   return { namespace: m[1]!, name: m[3]! };
 }
 
-/**
- * The flags of a table (plus -h/--help) read from `args`; str() gives a flag's non-empty value,
- * else its environment variable's. Throws UsageError on bad input.
- */
-function readFlags<T extends Record<string, { type: "string" | "boolean"; env?: string }>>(table: T, args: string[], env: NodeJS.ProcessEnv) {
-  let values: Record<string, string | boolean | undefined>;
-  try {
-    values = parseArgs({ args, options: { ...Object.fromEntries(Object.entries(table).map(([k, v]) => [k, { type: v.type }])), help: { type: "boolean", short: "h" } } }).values;
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
-  const str = (k: keyof T & string): string | undefined => {
-    const v = values[k];
-    if (typeof v === "string" && v !== "") return v;
-    const name = table[k]!.env;
-    return name && env[name] ? env[name] : undefined;
-  };
-  return { values, str };
-}
-
 /** The flags of `ifp-operator prepare-uninstall` (throws UsageError on bad input). */
 export function parsePrepareUninstallFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; kubeconfig?: string; deployment: { namespace: string; name: string }; namespaces: string[]; timeoutMs: number; logLevel: string } {
   const { values, str } = readFlags(PREPARE_UNINSTALL_OPTIONS, argv, env);
@@ -378,7 +290,7 @@ export function parsePrepareUninstallFlags(argv: string[], env: NodeJS.ProcessEn
 }
 
 function prepareUninstallMain(argv: string[]): Promise<void> {
-  return subcommand("prepare-uninstall", argv, parsePrepareUninstallFlags, async (parsed, log) => {
+  return subcommand("prepare-uninstall", USAGE, argv, parsePrepareUninstallFlags, async (parsed, log) => {
     const kc = new KubeConfig();
     if (parsed.kubeconfig) kc.loadFromFile(parsed.kubeconfig);
     else kc.loadFromDefault();
@@ -491,7 +403,6 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
 
 export async function main(argv = process.argv.slice(2)): Promise<void> {
   if (argv[0] === "prepare-uninstall") return prepareUninstallMain(argv.slice(1));
-  if (argv[0] === "reload-nats") return reloadNatsMain(argv.slice(1));
   let parsed: ReturnType<typeof parseFlags>;
   try {
     parsed = parseFlags(argv);

@@ -8,6 +8,7 @@ import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { errorMessage } from "../../runtime/src/util/errors.ts";
+import { duration, list, readFlags, subcommand, UsageError } from "./flags.ts";
 
 export interface ReloaderOptions {
   /** The directories whose files are watched (the mounted certificate Secret). */
@@ -72,4 +73,42 @@ export async function runReloader(opts: ReloaderOptions, stop: AbortSignal): Pro
       opts.log.warn({ err: errorMessage(err) }, "the certificate changed, but the NATS server could not be told yet; trying again");
     }
   }
+}
+
+export const RELOAD_NATS_USAGE = `
+usage: ifp-operator reload-nats --watch DIR --pid-file FILE [flags]
+
+The sidecar of the chart's NATS servers (the pod shares one process namespace): when a file in
+the watched directories changes (the kubelet brought a renewed certificate), tells the server to
+reload (SIGHUP to the pid in its pid file).
+
+  --watch DIR,DIR                 the directories to watch (the mounted certificate Secret)
+  --pid-file FILE                 nats-server's pid_file
+  --interval DURATION             how often the files are compared (default 10s)
+  --log-level LEVEL               info (default), debug, warn, error [IFP_LOG_LEVEL]
+`;
+
+const RELOAD_NATS_OPTIONS = {
+  watch: { type: "string" },
+  "pid-file": { type: "string" },
+  interval: { type: "string" },
+  "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
+} as const;
+
+/** The flags of `ifp-operator reload-nats` (throws UsageError on bad input). */
+export function parseReloadNatsFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; watch: string[]; pidFile: string; intervalMs: number; logLevel: string } {
+  const { values, str } = readFlags(RELOAD_NATS_OPTIONS, argv, env);
+  const watch = list(str("watch"));
+  const pidFile = str("pid-file");
+  if (!values.help && (!watch.length || !pidFile)) throw new UsageError("reload-nats needs --watch and --pid-file");
+  return { help: Boolean(values.help), watch, pidFile: pidFile ?? "", intervalMs: duration(str("interval") ?? "10s", "interval"), logLevel: str("log-level") ?? "info" };
+}
+
+/** `ifp-operator reload-nats`: runs until SIGTERM or SIGINT. */
+export function reloadNatsMain(argv: string[]): Promise<void> {
+  return subcommand("reload-nats", RELOAD_NATS_USAGE, argv, parseReloadNatsFlags, async (parsed, log) => {
+    const stop = new AbortController();
+    for (const sig of ["SIGTERM", "SIGINT"] as const) process.once(sig, () => stop.abort());
+    await runReloader({ watch: parsed.watch, pidFile: parsed.pidFile, intervalMs: parsed.intervalMs, log }, stop.signal);
+  });
 }
