@@ -3,7 +3,7 @@
 // labelled it for this object (ifp.dev/agent: <Agent name>, ifp.dev/relay: <Relay name>).
 import type { KubernetesObject } from "@kubernetes/client-node";
 import type { Blocker } from "./conditions.ts";
-import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../kube/metadata.ts";
+import { COMPONENT_LABEL, INSTANCE_LABEL, managedByOperator } from "../kube/metadata.ts";
 import type { Owner } from "./runtime.ts";
 
 /** The label by which a Secret's owner lets one Agent (or Relay) use it. */
@@ -14,8 +14,7 @@ export function grantLabel(kind: string): string {
 /** Whether the operator created this object for `owner` (its labels name it). */
 export function createdFor(obj: KubernetesObject, owner: Owner): boolean {
   const labels = obj.metadata?.labels ?? {};
-  const managed = labels["app.kubernetes.io/managed-by"] === MANAGED_BY["app.kubernetes.io/managed-by"];
-  return managed && labels[INSTANCE_LABEL] === owner.metadata.name && labels[COMPONENT_LABEL] === owner.kind.toLowerCase();
+  return managedByOperator(obj) && labels[INSTANCE_LABEL] === owner.metadata.name && labels[COMPONENT_LABEL] === owner.kind.toLowerCase();
 }
 
 /** Undefined when `owner` may use the Secret named by `field`, else the refusal to report. */

@@ -4,7 +4,7 @@ import type { V1Deployment, V1EnvVar, V1ObjectMeta, V1OwnerReference, V1Service,
 import { stringify } from "yaml";
 import { ANNOTATION_PREFIX } from "../../../runtime/src/contract/annotations.ts";
 import { API_VERSION } from "../../../runtime/src/resources/common.ts";
-import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../kube/metadata.ts";
+import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY, managedByOperator } from "../kube/metadata.ts";
 import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
 import { withPodSettings } from "./pod.ts";
 import { runtimeAccountName } from "./shared.ts";
@@ -131,7 +131,7 @@ export function ownerOf(obj: { metadata?: { ownerReferences?: V1OwnerReference[]
   if (ref && (ref.kind === "Agent" || ref.kind === "Relay")) return { kind: ref.kind, name: ref.name };
   const l = obj.metadata?.labels ?? {};
   const name = l[INSTANCE_LABEL];
-  if (name && l["app.kubernetes.io/managed-by"] === MANAGED_BY["app.kubernetes.io/managed-by"]) {
+  if (name && managedByOperator(obj)) {
     if (l[COMPONENT_LABEL] === "agent") return { kind: "Agent", name };
     if (l[COMPONENT_LABEL] === "relay") return { kind: "Relay", name };
   }

@@ -11,7 +11,7 @@
 import type { KubernetesObject, V1Deployment, V1Role, V1RoleBinding, V1ServiceAccount } from "@kubernetes/client-node";
 import { ChildConflictError, controlledBy, withAppliedHash } from "../kube/apply.ts";
 import type { Caches, CachedKind } from "../kube/caches.ts";
-import { COMPONENT_LABEL, MANAGED_BY } from "../kube/metadata.ts";
+import { COMPONENT_LABEL, MANAGED_BY, managedByOperator } from "../kube/metadata.ts";
 import { isSubset } from "../kube/subset.ts";
 import type { ReconcileContext } from "./reconciler.ts";
 import type { Owner } from "./runtime.ts";
@@ -94,7 +94,6 @@ async function locked<T>(state: SharedState, namespace: string, fn: () => Promis
 }
 
 const keyOf = (o: KubernetesObject) => `${o.metadata!.namespace}/${o.kind}/${o.metadata!.name}`;
-const isOurs = (o: KubernetesObject) => o.metadata?.labels?.["app.kubernetes.io/managed-by"] === MANAGED_BY["app.kubernetes.io/managed-by"];
 
 /**
  * Apply the shared objects a runtime of `kind` needs in `namespace` where missing or different;
@@ -116,7 +115,7 @@ export async function ensureSharedRuntimeAccess(ctx: Pick<ReconcileContext, "kub
       if (settled(o)) continue;
       // The cache may lag (a write of another pass, a deletion of this process): ask the server.
       const live = await ctx.kube.read(o.apiVersion!, o.kind!, namespace, o.metadata!.name!);
-      if (live && !isOurs(live)) throw new ChildConflictError(`${o.kind} ${o.metadata!.name} already exists in namespace ${namespace} and is not managed by ifp-operator; the runtimes of the namespace need that name: delete or rename it`);
+      if (live && !managedByOperator(live)) throw new ChildConflictError(`${o.kind} ${o.metadata!.name} already exists in namespace ${namespace} and is not managed by ifp-operator; the runtimes of the namespace need that name: delete or rename it`);
       if (!live || live.metadata?.deletionTimestamp || !isSubset(o, live)) {
         await ctx.kube.apply(o, !!live);
         applied.push(`${o.kind}/${o.metadata!.name}`);
@@ -140,7 +139,7 @@ export async function releaseSharedRuntimeAccess(ctx: Pick<ReconcileContext, "ku
     ctx.caches.list<V1Deployment>("Deployment").some((d) => d.metadata?.namespace === namespace && d.spec?.template?.spec?.serviceAccountName === account);
   const present = sharedRuntimeAccess(kind, namespace).filter((o) => {
     const cached = ctx.caches.get(o.kind as CachedKind, namespace, o.metadata!.name!);
-    return cached && isOurs(cached) && !state.deleted.has(keyOf(o));
+    return cached && managedByOperator(cached) && !state.deleted.has(keyOf(o));
   });
   if (!present.length || inUse()) return [];
   return locked(state, namespace, async () => {

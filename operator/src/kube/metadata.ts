@@ -9,6 +9,11 @@ export const MANAGED_SELECTOR = "app.kubernetes.io/managed-by=ifp-operator";
 export const INSTANCE_LABEL = "app.kubernetes.io/instance";
 export const COMPONENT_LABEL = "app.kubernetes.io/component";
 
+/** Whether the object carries the operator's managed-by label. */
+export function managedByOperator(obj: { metadata?: { labels?: Record<string, string> } }): boolean {
+  return obj.metadata?.labels?.["app.kubernetes.io/managed-by"] === MANAGED_BY["app.kubernetes.io/managed-by"];
+}
+
 /** A short SHA-256 of the canonical JSON of `value`: equal for equal content, whatever the key order. */
 export function hashOf(value: unknown): string {
   return createHash("sha256").update(canonicalize(value) ?? "").digest("hex").slice(0, 16);

@@ -6,7 +6,7 @@ import { encryptionKeyFromPem, generateEncryptionKey } from "../../../../runtime
 import { ENCRYPTION_KEY_FILE, parseSigningKeySet, SIGNING_KEY_FILE, SIGNING_KEYS_FILE, type EncryptionKeyRecord, type SigningKeyRecord, type SigningKeySet } from "../../../../runtime/src/contract/signing-keys.ts";
 import type { AgentSpec } from "../../../../runtime/src/resources/agent.ts";
 import { parseDuration } from "../../../../runtime/src/resources/common.ts";
-import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
+import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY, managedByOperator } from "../../kube/metadata.ts";
 import { isoSeconds, type Blocker } from "../conditions.ts";
 import { note, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { childNames, type Owner } from "../runtime.ts";
@@ -253,7 +253,7 @@ export async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject,
  */
 async function ensureEncryptionKey(ctx: ReconcileContext, obj: CustomObject, secret: V1Secret, name: string, applied: string[]): Promise<{ keyId: string; publicKey: string } | undefined> {
   let pem = secret.data?.["encryption.key"];
-  const ours = secret.metadata?.labels?.["app.kubernetes.io/managed-by"] === MANAGED_BY["app.kubernetes.io/managed-by"];
+  const ours = managedByOperator(secret);
   if (!pem && ours) {
     const added = b64(generateEncryptionKey().privateKeyPem);
     try {
