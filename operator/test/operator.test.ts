@@ -296,6 +296,25 @@ describe("Agent", () => {
     expect(canRecord()).toBe(false);
   });
 
+  it("never runs a runtime under a shared ServiceAccount someone else made in the namespace", { timeout: 120_000 }, async () => {
+    const ns = "ifp-squat";
+    cp.kubectl(["create", "namespace", ns]);
+    const inNs = (kind: string, name: string) => getOrAbsent(cp, ["-n", ns, "get", kind, name]);
+    // Whoever may create ServiceAccounts there makes one of the shared name first, not labelled as the operator's.
+    cp.kubectl(["-n", ns, "create", "serviceaccount", "ifp-agent-runtimes"]);
+    cp.kubectl(["apply", "-f", "-"], agentYaml("eve").replace(`namespace: ${NS}`, `namespace: ${ns}`));
+    const reconciling = () => condition(inNs("agent", "eve"), "Ready");
+    await until("eve refused with ChildConflict", () => reconciling()?.reason === "ChildConflict" || undefined, 30_000, 250);
+    expect(reconciling().message).toMatch(/ServiceAccount ifp-agent-runtimes already exists in namespace ifp-squat and is not managed by ifp-operator/);
+    expect(inNs("deployment", "eve")).toBeUndefined();
+    expect(inNs("serviceaccount", "ifp-agent-runtimes").metadata.labels?.["app.kubernetes.io/managed-by"]).toBeUndefined();
+    // Once it is gone, the operator makes its own and renders the Agent.
+    cp.kubectl(["-n", ns, "delete", "serviceaccount", "ifp-agent-runtimes"]);
+    await until("eve's Deployment under the operator's own shared ServiceAccount", () => inNs("deployment", "eve")?.spec.template.spec.serviceAccountName === "ifp-agent-runtimes" || undefined, 60_000, 500);
+    expect(inNs("serviceaccount", "ifp-agent-runtimes").metadata.labels?.["app.kubernetes.io/managed-by"]).toBe("ifp-operator");
+    cp.kubectl(["-n", ns, "delete", "agent", "eve", "--wait=false"]);
+  });
+
   it("replaces an Agent's own ServiceAccount, Role and RoleBinding of an earlier version by the shared ones once its pods have rolled", { timeout: 120_000 }, async () => {
     const agent = await readyAgent("legacy");
     const owner = { apiVersion: "ifp.dev/v1alpha1", kind: "Agent", name: "legacy", uid: agent.metadata.uid, controller: true, blockOwnerDeletion: true };
