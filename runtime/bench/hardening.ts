@@ -212,10 +212,13 @@ function bodyProblem(doc: Documented, a: Answer): string | undefined {
   }
   const b = (parsed ?? {}) as Record<string, unknown>;
   const keys = Object.keys(b).sort().join(",");
-  const [code, shape] = "frame" in doc ? [doc.frame, { type: "error" }] : [doc.body, { status: "error" }];
-  const [field, value] = Object.entries(shape)[0]!;
-  if (b[field] !== value || b.code !== code || typeof b.message !== "string" || !b.message || keys !== ["code", "message", field].sort().join(",")) {
-    return `not {${field}: "${value}", code: "${code}", message}: ${a.body.slice(0, 160)}`;
+  // An error body is {status: "error", code, message}; an error frame {type: "error", status: 400, code, message}.
+  const frame = "frame" in doc;
+  const code = frame ? doc.frame : doc.body;
+  const [field, value] = frame ? ["type", "error"] : ["status", "error"];
+  const fields = frame ? ["code", "message", "status", "type"] : ["code", "message", "status"];
+  if (b[field] !== value || b.code !== code || typeof b.message !== "string" || !b.message || keys !== fields.join(",") || (frame && b.status !== 400)) {
+    return `not {${field}: "${value}",${frame ? " status: 400," : ""} code: "${code}", message}: ${a.body.slice(0, 160)}`;
   }
   if ("body" in doc && !/^application\/json\b/.test(a.contentType ?? "")) return `content-type ${a.contentType ?? "(none)"}`;
   return undefined;
@@ -343,7 +346,7 @@ export async function runHardening(opts: { requests?: number; concurrency?: numb
     { target: "relay ws", kind: "unmasked frame", expected: 101, code: "close 1002", doc: { close: 1002 }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [clientFrame(0x1, Buffer.from('{"type":"ack","message_id":"m"}'), false)]) },
     { target: "relay ws", kind: "reserved opcode", expected: 101, code: "close 1002", doc: { close: 1002 }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [clientFrame(0x3, Buffer.from("x"))]) },
     { target: "relay ws", kind: "text not UTF-8", expected: 101, code: "close 1007", doc: { close: 1007 }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [clientFrame(0x1, Buffer.from([0x7b, 0xc3, 0x28, 0xff, 0x7d]))]) },
-    { target: "relay ws", kind: "frame over 64 KiB", expected: 101, code: "close 1009", doc: { close: 1009 }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [text(`{"type":"ack","message_id":"${"x".repeat(70_000)}"}`)]) },
+    { target: "relay ws", kind: "frame over maxMessageBytes + 64 KiB", expected: 101, code: "close 1009", doc: { close: 1009 }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [text(`{"type":"ack","message_id":"${"x".repeat(80_000)}"}`)]) },
   ];
   const cases: Case[] = [
     ...httpCases.map((c) => ({ ...c, doc: { body: c.code }, run: async (agent: HttpsAgent) => { const r = await c.gen(); return answer(agent, tls.ca, r.url, r.method, r.headers, r.body); } })),

@@ -4,8 +4,9 @@
 //
 // Each run has `concurrency` publishers and one consumer that works each page it retrieves with
 // `concurrency` acknowledgements in flight. Latency is publish start → acknowledged. Relay
-// consumers: pull + DELETE per message (the spec's flow), pull + one batch acknowledgement per
-// page, and WebSocket push with ack frames. CPU is counted per process (relay, nats-server,
+// paths: one signed publish per message, pull + DELETE per message (the spec's flow); batches
+// of BENCH_BATCH (default 25) messages per signed publish, pull + one batch acknowledgement per
+// page; WebSocket sessions at both ends, publish frames and pushed copies with ack frames. CPU is counted per process (relay, nats-server,
 // this benchmark process with its clients), so the cost of each path shows.
 //
 // BENCH_MESSAGES (default 2000) and BENCH_CONCURRENCY (default 1,8,32) bound the load. NATS
@@ -69,16 +70,17 @@ function cpuMs(pid?: number): number {
 }
 
 /**
- * Publishers and one consumer at once. `publish(i)` sends message i (id `ids[i]`); the
- * consumer calls `onAcked(id)` for each acknowledged message until `done()`.
+ * Publishers and one consumer at once. `publish(is)` sends messages `is` (ids `ids[i]`), `chunk`
+ * of them at a time; the consumer calls `onAcked(id)` for each acknowledged message until `done()`.
  */
 async function pipeline(
   mode: Mode,
   concurrency: number,
   ids: string[],
   pids: { relay: number; nats: number },
-  publish: (i: number) => Promise<void>,
+  publish: (is: number[]) => Promise<void>,
   consume: (onAcked: (id: string) => void, done: () => boolean) => Promise<void>,
+  chunk = 1,
 ): Promise<Result> {
   const count = ids.length;
   const startedAt = new Map<string, number>();
@@ -97,9 +99,10 @@ async function pipeline(
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
       while (next < count) {
-        const i = next++;
-        startedAt.set(ids[i]!, performance.now());
-        await publish(i);
+        const is = Array.from({ length: Math.min(chunk, count - next) }, () => next++);
+        const t = performance.now();
+        for (const i of is) startedAt.set(ids[i]!, t);
+        await publish(is);
       }
     }),
   );
@@ -200,8 +203,8 @@ async function rawRun(c: number, count: number): Promise<Result> {
     c,
     msgs.map((m) => m.headers.message_id),
     pids,
-    async (i) => {
-      const m = msgs[i]!;
+    async ([i]) => {
+      const m = msgs[i!]!;
       await js.publish(`raw.${rawRuns}.bob`, JSON.stringify(m), { msgID: m.headers.message_id });
     },
     async (onAcked, done) => {
@@ -218,51 +221,104 @@ async function rawRun(c: number, count: number): Promise<Result> {
   );
 }
 
+/** A WebSocket session of `agent` at /relay/ws (signed upgrade), open. */
+async function session(key: typeof alice, query = ""): Promise<WebSocket> {
+  const path = `/relay/ws${query}`;
+  const ws = new WebSocket(`${base.replace("https", "wss")}${path}`, { headers: await signRequest({ method: "GET", url: `${base}${path}` }, key.signing), ca: tls.ca });
+  await new Promise((r, j) => ws.once("open", r).once("error", j));
+  return ws;
+}
+
+/**
+ * Publish frames on one WebSocket session: `publish(m)` resolves when the relay answers
+ * `published` for its message_id, and throws on an `error` frame.
+ */
+function framePublisher(ws: WebSocket): (m: Message) => Promise<void> {
+  const waiting = new Map<string, { resolve: () => void; reject: (e: Error) => void }>();
+  ws.on("message", (d) => {
+    const f = JSON.parse(d.toString()) as { type: string; message_id?: string; code?: string; message?: string };
+    const w = f.message_id === undefined ? undefined : waiting.get(f.message_id);
+    if (!w) return;
+    waiting.delete(f.message_id!);
+    if (f.type === "published") w.resolve();
+    else w.reject(new Error(`publish frame answered ${f.code}: ${f.message}`));
+  });
+  return (m) =>
+    new Promise<void>((resolve, reject) => {
+      waiting.set(m.headers.message_id, { resolve, reject });
+      ws.send(JSON.stringify({ type: "publish", message: m }));
+    });
+}
+
+const BATCH = Number(process.env.BENCH_BATCH ?? 25);
+
 async function relayRun(mode: Exclude<Mode, "jetstream">, c: number, count: number): Promise<Result> {
   const msgs = bodies(count);
-  const publish = async (i: number) => {
-    const m = msgs[i]!;
-    const res = await pub.publish(m);
-    if (res.status !== 202) throw new Error(`publish answered ${res.status}: ${res.text}`);
-  };
   const ids = msgs.map((m) => m.headers.message_id);
   if (mode === "relay-ws") {
-    return pipeline(mode, c, ids, pids, publish, async (onAcked, done) => {
-      const url = `${base.replace("https", "wss")}/relay/ws`;
-      const ws = new WebSocket(url, { headers: await signRequest({ method: "GET", url: `${base}/relay/ws` }, bob.signing), ca: tls.ca });
-      await new Promise((r, j) => ws.once("open", r).once("error", j));
-      await new Promise<void>((resolve) => {
-        ws.on("message", (d) => {
-          const f = JSON.parse(d.toString()) as { type: string; message_id?: string; message?: Message; ok?: boolean };
-          if (f.type === "message") ws.send(JSON.stringify({ type: "ack", message_id: f.message!.headers.message_id }));
-          else if (f.type === "acked" && f.ok) {
-            onAcked(f.message_id!);
-            if (done()) resolve();
-          }
+    // Both ends on WebSocket sessions: alice publishes with frames (a session that only sends),
+    // bob takes pushed copies and acknowledges each with a frame.
+    const sender = await session(alice, "?push=off");
+    const send = framePublisher(sender);
+    try {
+      return await pipeline(mode, c, ids, pids, ([i]) => send(msgs[i!]!), async (onAcked, done) => {
+        const ws = await session(bob);
+        await new Promise<void>((resolve) => {
+          ws.on("message", (d) => {
+            const f = JSON.parse(d.toString()) as { type: string; message_id?: string; message?: Message; ok?: boolean };
+            if (f.type === "message") ws.send(JSON.stringify({ type: "ack", message_id: f.message!.headers.message_id }));
+            else if (f.type === "acked" && f.ok) {
+              onAcked(f.message_id!);
+              if (done()) resolve();
+            }
+          });
         });
+        ws.close();
       });
-      ws.close();
-    });
-  }
-  return pipeline(mode, c, ids, pids, publish, async (onAcked, done) => {
-    let after = 0;
-    while (!done()) {
-      const { messages, next } = await sub.pull({ limit: PAGE, after });
-      if (!messages.length) {
-        await new Promise((r) => setTimeout(r, 2));
-        continue;
-      }
-      after = next ?? after;
-      if (mode === "relay-batch") {
-        const { acknowledged } = await sub.ackMany(messages.map((m) => m.headers.message_id));
-        for (const id of acknowledged) onAcked(id);
-      } else {
-        await ackAll(messages, c, async (m) => {
-          if (await sub.ack(m.headers.message_id)) onAcked(m.headers.message_id);
-        });
-      }
+    } finally {
+      sender.close();
     }
-  });
+  }
+  // Pull + DELETE publishes one signed request per message (the spec's flow); batch mode
+  // publishes BATCH messages per signed request (POST /relay/publish/batch).
+  const publish =
+    mode === "relay-batch"
+      ? async (is: number[]) => {
+          const { results } = await pub.publishMany(is.map((i) => msgs[i]!));
+          const refused = results.find((r) => r.status !== 202);
+          if (refused) throw new Error(`batch item answered ${JSON.stringify(refused)}`);
+        }
+      : async ([i]: number[]) => {
+          const res = await pub.publish(msgs[i!]!);
+          if (res.status !== 202) throw new Error(`publish answered ${res.status}: ${res.text}`);
+        };
+  return pipeline(
+    mode,
+    c,
+    ids,
+    pids,
+    publish,
+    async (onAcked, done) => {
+      let after = 0;
+      while (!done()) {
+        const { messages, next } = await sub.pull({ limit: PAGE, after });
+        if (!messages.length) {
+          await new Promise((r) => setTimeout(r, 2));
+          continue;
+        }
+        after = next ?? after;
+        if (mode === "relay-batch") {
+          const { acknowledged } = await sub.ackMany(messages.map((m) => m.headers.message_id));
+          for (const id of acknowledged) onAcked(id);
+        } else {
+          await ackAll(messages, c, async (m) => {
+            if (await sub.ack(m.headers.message_id)) onAcked(m.headers.message_id);
+          });
+        }
+      }
+    },
+    mode === "relay-batch" ? BATCH : 1,
+  );
 }
 
 /** Rows of the cost-growth runs. */

@@ -166,9 +166,12 @@ export async function readSse(env: RelayEnv, relay: RunningRelay, who: TestIdent
   });
 }
 
-/** A signed WebSocket to /relay/ws that records the frames it receives. */
-export async function openWs(env: RelayEnv, relay: RunningRelay, who: TestIdentity, after?: number) {
-  const url = `${baseUrl(relay).replace("https", "wss")}/relay/ws${after ? `?after=${after}` : ""}`;
+/** A signed WebSocket to /relay/ws that records the frames it receives (`push: "off"` for a session that only sends). */
+export async function openWs(env: RelayEnv, relay: RunningRelay, who: TestIdentity, after?: number, opts: { push?: "off" } = {}) {
+  const q = new URLSearchParams();
+  if (after) q.set("after", String(after));
+  if (opts.push) q.set("push", opts.push);
+  const url = `${baseUrl(relay).replace("https", "wss")}/relay/ws${q.size ? `?${q}` : ""}`;
   const headers = await signRequest({ method: "GET", url: url.replace("wss", "https") }, who.signing);
   const ws = new WebSocket(url, { headers, ca: env.tls.ca });
   const frames: any[] = [];
@@ -178,6 +181,8 @@ export async function openWs(env: RelayEnv, relay: RunningRelay, who: TestIdenti
     ws,
     frames,
     messages: () => frames.filter((f) => f.type === "message"),
+    /** The answer frame (published or error) about `messageId`, once it came. */
+    answerTo: (messageId: string) => frames.find((f) => (f.type === "published" || f.type === "error") && f.message_id === messageId),
     send: (frame: unknown) => ws.send(typeof frame === "string" ? frame : JSON.stringify(frame)),
     close: () => new Promise<void>((r) => (ws.readyState === ws.CLOSED ? r() : (ws.once("close", () => r()), ws.close()))),
   };

@@ -58,6 +58,26 @@ export const PublishResponse = z.object({
 });
 export type PublishResponse = z.infer<typeof PublishResponse>;
 
+/** The largest batch of POST /relay/publish/batch. */
+export const MAX_BATCH = 100;
+
+/** POST /relay/publish/batch: up to MAX_BATCH messages, each checked and stored as a lone publish would be. */
+export const PublishBatchRequest = z.object({ messages: z.array(z.unknown()).min(1).max(MAX_BATCH) });
+
+/**
+ * The outcome of one message of a batch or of a WebSocket publish frame: its 202 answer, or the
+ * status and error body a lone publish would have got (with `retry_after`, seconds, for 429 and 503).
+ */
+export const ItemResult = z.union([
+  PublishResponse.omit({ status: true }).extend({ status: z.literal(202) }),
+  z.object({ status: z.number().int().min(400).max(599), code: z.string(), message: z.string(), message_id: z.string().optional(), retry_after: z.number().optional() }),
+]);
+export type ItemResult = z.infer<typeof ItemResult>;
+
+/** The answer of POST /relay/publish/batch: one result per message, in the order sent. */
+export const PublishBatchResponse = z.object({ results: z.array(ItemResult) });
+export type PublishBatchResponse = z.infer<typeof PublishBatchResponse>;
+
 /** GET /relay/messages: waiting messages, oldest first, each as stored (the relay's trace entry included). */
 export const MessageList = z.array(Message);
 

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from "fastify";
+import { MAX_BATCH } from "../protocol/relay-api.ts";
 import type { Verifier } from "../protocol/verify.ts";
 import type { Relay } from "../resources/relay.ts";
 import { createServer, type EndpointDeps } from "../server/http.ts";
@@ -6,6 +7,7 @@ import { TargetPolicy } from "../net/targets.ts";
 import { StreamSlots } from "../server/stream-slots.ts";
 import { registerProbes } from "../server/probes.ts";
 import { relayAuthenticator, requireSignedRequests } from "./auth.ts";
+import { relayIntake } from "./intake.ts";
 import type { Mailboxes } from "./mailbox.ts";
 import { deadLetterRoutes } from "./routes/dead-letters.ts";
 import { eventRoutes } from "./routes/events.ts";
@@ -30,6 +32,17 @@ export interface RelayAppDeps extends EndpointDeps {
   targets?: TargetPolicy;
 }
 
+/** What a WebSocket frame may carry beyond its message: the envelope and `recipients`. */
+const FRAME_ROOM = 64 * 1024;
+
+/**
+ * The body limit of POST /relay/publish/batch: room for a full batch of messages of this
+ * relay's largest size, up to 8 MiB, and never less than one largest message.
+ */
+export function batchBodyLimit(maxMessageBytes: number): number {
+  return Math.max(maxMessageBytes + FRAME_ROOM, Math.min(8 * 1024 * 1024, MAX_BATCH * maxMessageBytes));
+}
+
 /**
  * The relay's HTTPS endpoints (spec 4.2, IFP-8): every /relay/ request is signed by one of
  * the agents it serves (RFC 9421), and touches only that agent's mailbox. Never listens.
@@ -48,17 +61,20 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
     now,
   });
 
+  const maxMessageBytes = spec.limits.maxMessageBytes;
+  const intake = relayIntake({ relayUrl: spec.url, verifier: deps.verifier, subs, mailboxes, now, maxMessageBytes, bytesPerHour: spec.limits.perAgentBytesPerHour });
+
   app.register(async (api) => {
     requireSignedRequests(api, authenticate);
     api.addHook("onResponse", async (req, reply) => {
       const operation = req.routeOptions.config.operation;
       if (operation) metrics.relay.inc({ operation, result: reply.statusCode < 400 ? "ok" : (reply.outcome ?? "internal_error") });
     });
-    await api.register(publishRoutes, { relayUrl: spec.url, verifier: deps.verifier, subs, mailboxes, now, bytesPerHour: spec.limits.perAgentBytesPerHour });
+    await api.register(publishRoutes, { intake, limitAgent: authenticate.limitAgent, batchBodyLimit: batchBodyLimit(maxMessageBytes) });
     await api.register(messageRoutes, { mailboxes });
     await api.register(subscriptionRoutes, { subs, targets: deps.targets ?? new TargetPolicy(spec.network.allowPrivateTargets) });
     await api.register(deadLetterRoutes, { mailboxes });
-    await api.register(eventRoutes, { mailboxes, metrics, log: deps.logger, authenticate, slots: new StreamSlots(spec.limits.maxStreamsPerAgent, spec.limits.maxStreams) });
+    await api.register(eventRoutes, { mailboxes, metrics, log: deps.logger, authenticate, slots: new StreamSlots(spec.limits.maxStreamsPerAgent, spec.limits.maxStreams), intake, maxPayload: maxMessageBytes + FRAME_ROOM });
   });
   return app;
 }

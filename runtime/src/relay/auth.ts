@@ -71,6 +71,11 @@ export function relayAuthenticator(opts: {
     const byAddress = perAddress.take(address);
     if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${address}`);
   };
+  /** `cost` more requests of a verified agent (a batch's messages, a WebSocket's frames); 429 past the limit. */
+  const limitAgent = (agentId: string, cost = 1): void => {
+    const byAgent = perAgent.take(agentId, cost);
+    if (!byAgent.ok) throw rateLimited(byAgent.retryAfterSeconds, `rate limit of ${opts.perAgentPerMinute} requests per minute exceeded for ${agentId}`);
+  };
   const authenticate = async (req: RequestToAuthenticate, how: { addressLimited?: boolean } = {}): Promise<string> => {
     if (!how.addressLimited) limitAddress(req);
     const { agentId } = await verifyRequest(
@@ -78,11 +83,10 @@ export function relayAuthenticator(opts: {
       (agent, keyId) => opts.verifier.key(agent, keyId),
       now(),
     );
-    const byAgent = perAgent.take(agentId);
-    if (!byAgent.ok) throw rateLimited(byAgent.retryAfterSeconds, `rate limit of ${opts.perAgentPerMinute} requests per minute exceeded for ${agentId}`);
+    limitAgent(agentId);
     return agentId;
   };
-  return Object.assign(authenticate, { limitAddress });
+  return Object.assign(authenticate, { limitAddress, limitAgent });
 }
 
 /**

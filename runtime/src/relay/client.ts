@@ -1,7 +1,7 @@
 import type { HttpClient, HttpResult } from "../net/http-client.ts";
 import { signRequest } from "../protocol/http-signatures.ts";
 import type { Message } from "../protocol/message.ts";
-import type { AckResponse, DeadLetter, PageQuery, SubscribeRequest, SubscribeResponse } from "../protocol/relay-api.ts";
+import type { AckResponse, DeadLetter, PageQuery, PublishBatchResponse, SubscribeRequest, SubscribeResponse } from "../protocol/relay-api.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 import { ResponseTooLarge } from "../net/http-client.ts";
 import { sseEvents } from "../net/sse.ts";
@@ -88,9 +88,16 @@ export class RelayClient {
 
   /** Publish a message; `recipients` narrows it to those of its direct recipients (`?recipient=`). */
   async publish(message: Message, recipients?: string[]): Promise<{ status: number; text: string; retryAfter: string | null }> {
-    const query = recipients?.length ? `?${recipients.map((r) => `recipient=${encodeURIComponent(r)}`).join("&")}` : "";
-    const res = await this.request("POST", `/relay/publish${query}`, message);
+    const res = await this.request("POST", `/relay/publish${recipientQuery(recipients)}`, message);
     return { status: res.status, text: res.text, retryAfter: res.headers.get("retry-after") };
+  }
+
+  /**
+   * Publish up to 100 messages in one signed request (POST /relay/publish/batch): one result per
+   * message, in order, each the 202 answer or the refusal a lone publish would have got.
+   */
+  async publishMany(messages: Message[], recipients?: string[]): Promise<PublishBatchResponse> {
+    return this.json(await this.request("POST", `/relay/publish/batch${recipientQuery(recipients)}`, { messages }));
   }
 
   /** Waiting messages, oldest first; `next` is the cursor of the following page. */
@@ -176,6 +183,11 @@ export class RelayClient {
 
 /** Paging of the list endpoints, as numbers. */
 export type Page = { [K in keyof PageQuery]?: number };
+
+/** `?recipient=` once per recipient, or nothing. */
+function recipientQuery(recipients: string[] | undefined): string {
+  return recipients?.length ? `?${recipients.map((r) => `recipient=${encodeURIComponent(r)}`).join("&")}` : "";
+}
 
 function pageQuery(opts: Page): string {
   const q = new URLSearchParams();

@@ -20,4 +20,16 @@ describe("SSE and WebSocket framing", () => {
       expect(parseClientFrame(Buffer.from(f)), f).toHaveProperty("error");
     }
   });
+
+  it("reads a publish frame: one message object, and recipients only as 1 to 100 agent ids", () => {
+    expect(parseClientFrame(Buffer.from('{"type":"publish","message":{"ifp":4}}'))).toEqual({ publish: { ifp: 4 } });
+    expect(parseClientFrame(Buffer.from('{"type":"publish","message":{"ifp":4},"recipients":["bob"]}'))).toEqual({ publish: { ifp: 4 }, recipients: ["bob"] });
+    const tooMany = JSON.stringify({ type: "publish", message: {}, recipients: Array.from({ length: 101 }, (_, i) => `a${i}`) });
+    for (const f of ['{"type":"publish"}', '{"type":"publish","message":null}', '{"type":"publish","message":[1]}', '{"type":"publish","message":"m"}', '{"type":"publish","message":{},"recipients":[]}', '{"type":"publish","message":{},"recipients":"bob"}', '{"type":"publish","message":{},"recipients":[""]}', '{"type":"publish","message":{},"recipients":[7]}', tooMany]) {
+      expect(parseClientFrame(Buffer.from(f)), f).toHaveProperty("error");
+    }
+    // Prototype poisoning is refused as the HTTP routes refuse it, not parsed into the message.
+    expect(parseClientFrame(Buffer.from('{"type":"publish","message":{"__proto__":{"x":1}}}'))).toEqual({ error: expect.stringMatching(/prototype/) });
+    expect(parseClientFrame(Buffer.from('{"type":"publish","message":{"constructor":{"prototype":{"x":1}}}}'))).toHaveProperty("error");
+  });
 });

@@ -8,7 +8,9 @@ import type { Message } from "../protocol/message.ts";
 import { toProtocolError } from "../server/http.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { copySpan, type Mailboxes } from "./mailbox.ts";
-import type { RequestToAuthenticate } from "./auth.ts";
+import type { RelayAuthenticator } from "./auth.ts";
+import { itemError, parseJson, type RelayIntake } from "./intake.ts";
+import type { ItemResult } from "../protocol/relay-api.ts";
 import type { StreamSlots } from "../server/stream-slots.ts";
 
 export const WEBSOCKET_PATH = "/relay/ws";
@@ -70,32 +72,59 @@ export function serveEvents(res: ServerResponse, req: IncomingMessage, agent: st
 export type WsFrame =
   | { type: "message"; id: number; message: Message }
   | { type: "acked"; message_id: string; ok: boolean }
-  | { type: "error"; code: string; message: string };
+  | ({ type: "published" } & Extract<ItemResult, { status: 202 }>)
+  | ({ type: "error" } & Omit<Extract<ItemResult, { code: string }>, "status"> & { status?: number });
 
-/** A client frame: only {type: "ack", message_id} is understood. */
-export function parseClientFrame(data: RawData): { ack: string } | { error: string } {
+/** A client frame: {type: "ack", message_id} or {type: "publish", message, recipients?}. */
+export type ClientFrame = { ack: string } | { publish: unknown; recipients?: string[] } | { error: string };
+
+const FRAMES = 'send {"type": "ack", "message_id": "…"} or {"type": "publish", "message": {…}}';
+
+export function parseClientFrame(data: RawData): ClientFrame {
   let frame: unknown;
   try {
-    frame = JSON.parse(data.toString());
-  } catch {
-    return { error: "frames are JSON objects" };
+    frame = parseJson(data.toString());
+  } catch (err) {
+    return { error: err instanceof SyntaxError && /prototype/i.test(err.message) ? `frames may not set ${err.message}` : "frames are JSON objects" };
   }
-  const f = frame as { type?: unknown; message_id?: unknown };
-  if (f?.type !== "ack" || typeof f.message_id !== "string" || !f.message_id) return { error: 'send {"type": "ack", "message_id": "…"}' };
-  return { ack: f.message_id };
+  const f = frame as { type?: unknown; message_id?: unknown; message?: unknown; recipients?: unknown };
+  if (f?.type === "ack" && typeof f.message_id === "string" && f.message_id) return { ack: f.message_id };
+  if (f?.type !== "publish") return { error: FRAMES };
+  if (typeof f.message !== "object" || f.message === null || Array.isArray(f.message)) return { error: "a publish frame carries one IFP-4 message as its \"message\" object" };
+  const r = f.recipients;
+  if (r === undefined) return { publish: f.message };
+  if (!Array.isArray(r) || r.length < 1 || r.length > 100 || !r.every((x) => typeof x === "string" && x.length >= 1 && x.length <= 256)) {
+    return { error: "recipients, when sent, are 1 to 100 agent ids" };
+  }
+  return { publish: f.message, recipients: r as string[] };
 }
 
+/** Publish frames of one connection being stored at once; past this the relay reads no more frames until some are answered. */
+export const MAX_PUBLISHING = 256;
+
 /**
- * WebSocket push at /relay/ws. The upgrade request is signed like any relay request; resume
- * with ?after=<cursor>. The relay sends {type: "message", id, message} for each waiting and
- * each new copy and removes one when the client sends {type: "ack", message_id}, answering
- * {type: "acked", message_id, ok}.
+ * The WebSocket at /relay/ws: a session of one agent, authenticated once by its signed upgrade
+ * request (resume with ?after=<cursor>; ?push=off for a session that only sends). The relay
+ * sends {type: "message", id, message} for each waiting and each new copy and removes one when
+ * the client sends {type: "ack", message_id}, answering {type: "acked", message_id, ok}. A
+ * {type: "publish", message, recipients?} frame is checked and stored as POST /relay/publish
+ * would (from the session's agent, counted against its per-agent limit) and answered
+ * {type: "published", ...} once stored, or {type: "error", status, code, message, message_id}.
  */
 export function attachWebSocket(
   app: FastifyInstance,
-  deps: { mailboxes: Mailboxes; metrics: RuntimeMetrics; log: Logger; authenticate: (req: RequestToAuthenticate) => Promise<string>; slots: StreamSlots },
+  deps: {
+    mailboxes: Mailboxes;
+    metrics: RuntimeMetrics;
+    log: Logger;
+    authenticate: RelayAuthenticator;
+    slots: StreamSlots;
+    intake: RelayIntake;
+    /** The largest frame: a publish frame carries a message of up to spec.limits.maxMessageBytes. */
+    maxPayload: number;
+  },
 ): void {
-  const wss = new WebSocketServer({ noServer: true, maxPayload: 64 * 1024 });
+  const wss = new WebSocketServer({ noServer: true, maxPayload: deps.maxPayload });
   const refuse = (socket: Duplex, err: ProtocolError) => {
     const text = JSON.stringify(err.body());
     const extra = Object.entries(err.headers).map(([k, v]) => `${k}: ${v}\r\n`).join("");
@@ -124,19 +153,35 @@ export function attachWebSocket(
           socket.once("close", release);
           wss.handleUpgrade(raw, socket, head, (ws) => {
             ws.once("close", release);
-            serve(ws, agent, cursor(url.searchParams.get("after")));
+            serve(ws, agent, cursor(url.searchParams.get("after")), url.searchParams.get("push") !== "off");
           });
         },
         (err) => refuse(socket, toProtocolError(err)),
       );
   });
-  const serve = (ws: WebSocket, agent: string, after: number) => {
+  const serve = (ws: WebSocket, agent: string, after: number, push: boolean) => {
     deps.metrics.relay.inc({ operation: "websocket", result: "ok" });
     deps.metrics.relayConnections.inc({ transport: "websocket" });
     const send = (frame: WsFrame) => {
       if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(frame));
     };
-    const stop = deps.mailboxes.follow(
+    const log = deps.log.child({ agent });
+    let publishing = 0;
+    const publish = (message: unknown, recipients: string[] | undefined) => {
+      let limited: ItemResult | undefined;
+      try {
+        deps.authenticate.limitAgent(agent);
+      } catch (err) {
+        limited = itemError(toProtocolError(err), message);
+      }
+      if (++publishing >= MAX_PUBLISHING) ws.pause();
+      (limited ? Promise.resolve(limited) : deps.intake.publishCarried(message, agent, { recipients, log })).then((result) => {
+        if (--publishing < MAX_PUBLISHING && ws.isPaused) ws.resume();
+        deps.metrics.relay.inc({ operation: "publish", result: "code" in result ? result.code : "ok" });
+        send("code" in result ? { type: "error", ...result } : { type: "published", ...result });
+      });
+    };
+    const stop = !push ? () => {} : deps.mailboxes.follow(
       agent,
       after,
       async (copy) => {
@@ -160,7 +205,8 @@ export function attachWebSocket(
     ws.on("error", (err) => deps.log.info({ err: err.message, agent }, "WebSocket closed on an error"));
     ws.on("message", (data) => {
       const frame = parseClientFrame(data);
-      if ("error" in frame) return send({ type: "error", code: "invalid_format", message: frame.error });
+      if ("error" in frame) return send({ type: "error", status: 400, code: "invalid_format", message: frame.error });
+      if ("publish" in frame) return publish(frame.publish, frame.recipients);
       deps.mailboxes.ack(agent, frame.ack).then(
         (ok) => {
           deps.metrics.relay.inc({ operation: "ack", result: ok ? "ok" : "not_found" });
@@ -168,7 +214,7 @@ export function attachWebSocket(
         },
         (err: unknown) => {
           const e = toProtocolError(err);
-          send({ type: "error", code: e.code, message: e.message });
+          send({ type: "error", status: e.statusCode, code: e.code, message: e.message, message_id: frame.ack });
         },
       );
     });

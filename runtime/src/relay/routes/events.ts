@@ -3,6 +3,7 @@ import type { Logger } from "pino";
 import type { RuntimeMetrics } from "../../server/metrics.ts";
 import type { RelayAuthenticator } from "../auth.ts";
 import { attachWebSocket, serveEvents } from "../events.ts";
+import type { RelayIntake } from "../intake.ts";
 import type { Mailboxes } from "../mailbox.ts";
 import type { StreamSlots } from "../../server/stream-slots.ts";
 
@@ -14,6 +15,10 @@ export interface EventRouteDeps {
   authenticate: RelayAuthenticator;
   /** Open SSE and WebSocket streams, per agent and overall (spec.limits). */
   slots: StreamSlots;
+  /** Publish frames on the WebSocket go where POST /relay/publish goes. */
+  intake: RelayIntake;
+  /** The largest WebSocket frame. */
+  maxPayload: number;
 }
 
 /**
@@ -42,5 +47,5 @@ export const eventRoutes: FastifyPluginAsyncZod<EventRouteDeps> = async (app, de
     });
   });
 
-  attachWebSocket(app, { mailboxes: deps.mailboxes, metrics: deps.metrics, log: deps.log, authenticate: deps.authenticate, slots: deps.slots });
+  attachWebSocket(app, deps);
 };
