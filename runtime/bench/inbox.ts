@@ -3,7 +3,9 @@
 // two baselines measured in the same run: a bare fastify HTTPS POST handler, and a minimal agent
 // on the official A2A JavaScript SDK (SendMessage over HTTPS, no signature check, no storage).
 // Then the inbox again at one concurrency with 1, 10 and 100 distinct signed senders (key
-// lookup and per-sender rate-limit buckets). Results: .bench/inbox.json.
+// lookup and per-sender rate-limit buckets). Messages come in conversations of four (each
+// conversation's record is read, checked and written as for real traffic). Results:
+// .bench/inbox.json.
 //
 //   BENCH_CONCURRENCY=1,8,32,64  BENCH_MESSAGES=3000  BENCH_SENDERS=1,10,100
 //   BENCH_SENDER_CONCURRENCY=32  BENCH_PROFILE=dir (the runtime writes a --cpu-prof profile there)
@@ -56,10 +58,18 @@ const manifest = writeAgentManifest(dir, {
   inbox: { rateLimit: { perSenderPerMinute: 10_000_000, perAddressPerMinute: 10_000_000 } },
 });
 
-/** Signed messages of about 2 KB each, made before the clock starts, from `from` distinct senders. */
+/**
+ * Signed messages of about 2 KB each, made before the clock starts, from `from` distinct
+ * senders: conversations of four messages each (sequence 1–4, one sender each), so that the
+ * inbox keeps each conversation's record as real traffic makes it do.
+ */
 function messages(n: number, from = 16): Buffer[] {
   const text = "x".repeat(1500);
-  return Array.from({ length: n }, (_, i) => Buffer.from(JSON.stringify(signed(senders[i % from]!, "bench-agent", {}, text))));
+  const run = Date.now().toString(36);
+  return Array.from({ length: n }, (_, i) => {
+    const k = Math.floor(i / 4);
+    return Buffer.from(JSON.stringify(signed(senders[k % from]!, "bench-agent", { conversation_id: `conv:${run}-${k}`, sequence: (i % 4) + 1 }, text)));
+  });
 }
 
 /** A2A SendMessage requests (JSON-RPC) of the same size, with distinct message ids. */

@@ -9,7 +9,8 @@
 // page; WebSocket sessions at both ends, publish frames and pushed copies with ack frames. CPU is counted per process (relay, nats-server,
 // this benchmark process with its clients), so the cost of each path shows.
 //
-// BENCH_MESSAGES (default 2000) and BENCH_CONCURRENCY (default 1,8,32) bound the load. NATS
+// BENCH_MESSAGES (default 2000) and BENCH_CONCURRENCY (default 1,8,32) bound the load;
+// BENCH_MODES (relay-delete,relay-batch,relay-ws) picks the relay paths. NATS
 // messages the relay sends per message (its round trips) are counted from the server's
 // monitoring endpoint.
 //
@@ -251,6 +252,8 @@ function framePublisher(ws: WebSocket): (m: Message) => Promise<void> {
 }
 
 const BATCH = Number(process.env.BENCH_BATCH ?? 25);
+/** The relay paths measured (BENCH_MODES, comma-separated; all three by default). */
+const MODES = (process.env.BENCH_MODES ?? "relay-delete,relay-batch,relay-ws").split(",") as Exclude<Mode, "jetstream">[];
 
 async function relayRun(mode: Exclude<Mode, "jetstream">, c: number, count: number): Promise<Result> {
   const msgs = bodies(count);
@@ -398,10 +401,10 @@ let relayPeakRssMiB: number | undefined;
 try {
   // Warm up both paths (JIT, connection pools), then measure, alternating per level.
   await rawRun(8, 300);
-  for (const mode of ["relay-delete", "relay-batch", "relay-ws"] as const) await relayRun(mode, 8, 300);
+  for (const mode of MODES) await relayRun(mode, 8, 300);
   for (const c of LEVELS) {
     results.push(await rawRun(c, N));
-    for (const mode of ["relay-delete", "relay-batch", "relay-ws"] as const) results.push(await relayRun(mode, c, N));
+    for (const mode of MODES) results.push(await relayRun(mode, c, N));
   }
   if (SCALE) await scaleRuns();
   relayPeakRssMiB = peakRssMiB(child.pid!);

@@ -65,7 +65,7 @@ export type OnAccepted = (message: Message, meta: InboundMeta, inspection: Inspe
  * durable; a failure after storing throws 503 so that the message comes again.
  */
 export async function acceptVerified(
-  deps: { agent: Agent; store: AcceptStore; onAccepted?: OnAccepted; conversations?: Pick<Conversations, "inbound">; encryption?: Pick<AgentEncryption, "decrypt"> },
+  deps: { agent: Agent; store: AcceptStore; onAccepted?: OnAccepted; conversations?: Pick<Conversations, "admit">; encryption?: Pick<AgentEncryption, "decrypt"> },
   raw: unknown,
   message: Message,
   verified: Verified,
@@ -80,8 +80,9 @@ export async function acceptVerified(
   }
   const h = message.headers;
   const meta = { sender: verified.signer ?? h.from.agent, authLevel: verified.authLevel };
+  let index: (() => Promise<void>) | undefined;
   try {
-    await deps.conversations?.inbound(meta.sender, message, verified.authLevel);
+    index = await deps.conversations?.admit(meta.sender, message, verified.authLevel);
   } catch (err) {
     // A retry of a message accepted before the conversation's level rose is a repeat, not a downgrade.
     const earlier = err instanceof ProtocolError && err.code === "insufficient_auth_level" ? await deps.store.received?.(h.message_id, meta.sender).catch(() => undefined) : undefined;
@@ -89,7 +90,11 @@ export async function acceptVerified(
     throw err;
   }
   const inspection = inspect(message, meta, deps.agent);
-  const result = await deps.store.accept(raw, h.message_id, { ...verified, handoff: inspection.deliver, conversationId: h.conversation_id, ...(scheme !== undefined ? { encrypted: scheme } : {}) }, h.from.agent);
+  // The message and its thread entry are stored at once; both before the answer.
+  const [result] = await Promise.all([
+    deps.store.accept(raw, h.message_id, { ...verified, handoff: inspection.deliver, conversationId: h.conversation_id, ...(scheme !== undefined ? { encrypted: scheme } : {}) }, h.from.agent),
+    index?.(),
+  ]);
   if (deps.onAccepted && (inspection.error || inspection.capabilities)) {
     try {
       await deps.onAccepted(message, meta, inspection);

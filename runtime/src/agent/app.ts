@@ -16,7 +16,7 @@ export interface AgentAppDeps extends EndpointDeps {
   verifier: MessageVerifier;
   store: AcceptStore;
   /** No downgrade within a conversation (IFP-5 section 2). */
-  conversations?: Pick<Conversations, "inbound">;
+  conversations?: Pick<Conversations, "admit">;
   /**
    * Side effects of the inspection (error-phase replies, learned capabilities), run after the
    * message is stored — also for a repeat, so a retried POST completes what a crash cut short.

@@ -15,6 +15,10 @@ export const CONVERSATION_IDLE_MS = 7 * 24 * 3600_000;
 const RENEW_MS = 24 * 3600_000;
 /** Messages of a conversation remembered in its record (either way), oldest dropped first. */
 export const RECENT_MESSAGES = 64;
+/** Writes of one record tried before the inbox answers 503 (each after a random pause of up to 2^attempt ms). */
+const CAS_ATTEMPTS = 8;
+/** Conversation records a process remembers with their revisions, to write the next update without a read. */
+const KNOWN_RECORDS = 1024;
 /** Participants remembered per conversation. */
 const MAX_PARTICIPANTS = 32;
 /** The peer's text of an error-phase answer kept in a delivery record. */
@@ -84,6 +88,14 @@ export class Conversations {
   private readonly strict: boolean;
   /** The update of each record this process is making, for the next to wait on. */
   private readonly updating = new Map<string, Promise<void>>();
+  /**
+   * The records this process last wrote, with their revisions (the most recently used
+   * KNOWN_RECORDS): the next update of one is written against that revision without reading it
+   * first. The compare-and-set makes that safe: if another replica wrote in between, the write
+   * fails and the record is read and decided on again; a refusal is never made on a remembered
+   * record alone.
+   */
+  private readonly known = new Map<string, { revision: number; state: ConversationState; at: number }>();
 
   constructor(
     nats: Pick<Nats, "js" | "isConnected" | "whileConnected" | "bucket">,
@@ -129,9 +141,20 @@ export class Conversations {
 
   /**
    * A verified inbound message, before it is stored: checked against its conversation's record
-   * and recorded (see the class). `sender` is the verified signer.
+   * and recorded (see the class), then indexed for replies. `sender` is the verified signer.
    */
   async inbound(sender: string, message: Message, level: number): Promise<void> {
+    const index = await this.admit(sender, message, level);
+    await index();
+  }
+
+  /**
+   * The check and the record of inbound(), which must be done before the message is stored;
+   * resolves to its indexing (the thread entry, an error answer's link), which may run while
+   * the message is being stored: the sender's retry of a message whose indexing failed (503)
+   * indexes it again.
+   */
+  async admit(sender: string, message: Message, level: number): Promise<() => Promise<void>> {
     const h = message.headers;
     await this.update(sender, h.conversation_id, (state) => {
       if (state?.auth_level !== undefined && level < state.auth_level) {
@@ -159,15 +182,17 @@ export class Conversations {
       if (taken) next.sequence_reused = (state?.sequence_reused ?? 0) + 1;
       return next;
     });
-    const thread: ThreadEntry = {
-      message_id: h.message_id,
-      from: h.from.agent,
-      conversation_id: h.conversation_id,
-      sequence: h.sequence,
-      references: (h.thread?.references ?? []).slice(-16),
+    return async () => {
+      const thread: ThreadEntry = {
+        message_id: h.message_id,
+        from: h.from.agent,
+        conversation_id: h.conversation_id,
+        sequence: h.sequence,
+        references: (h.thread?.references ?? []).slice(-16),
+      };
+      await this.write(() => this.store().put(Conversations.threadKey(sender, h.message_id), JSON.stringify(thread)));
+      if (h.phase === "error" && h.thread?.in_reply_to) await this.linkError(sender, message);
     };
-    await this.write(() => this.store().put(Conversations.threadKey(sender, h.message_id), JSON.stringify(thread)));
-    if (h.phase === "error" && h.thread?.in_reply_to) await this.linkError(sender, message);
   }
 
   /** An outbound message, once queued: recorded in its conversation with each recipient. */
@@ -302,21 +327,62 @@ export class Conversations {
 
   private async compareAndSet(key: string, change: (state: ConversationState | undefined) => ConversationState | undefined): Promise<void> {
     const kv = this.store();
-    for (let attempt = 0; attempt < 5; attempt++) {
-      const current = await this.read(key);
-      const state = current?.value.length ? (current.json() as ConversationState) : undefined;
-      const next = change(state);
-      if (!next) return;
+    let remembered = this.remembered(key);
+    for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
+      let state: ConversationState | undefined;
+      let revision: number | undefined;
+      if (remembered) {
+        ({ state, revision } = remembered);
+      } else {
+        const current = await this.read(key);
+        state = current?.value.length ? (current.json() as ConversationState) : undefined;
+        revision = current && current.operation === "PUT" ? current.revision : undefined;
+      }
+      let next: ConversationState | undefined;
       try {
-        await this.nats.whileConnected(current && current.operation === "PUT" ? kv.update(key, JSON.stringify(next), current.revision) : kv.create(key, JSON.stringify(next)), WHAT);
+        next = change(state);
+      } catch (err) {
+        // Refused on a remembered record: decide again on the record as it is now.
+        if (!remembered) throw err;
+        this.known.delete(key);
+        remembered = undefined;
+        attempt--;
+        continue;
+      }
+      if (!next) return;
+      const data = JSON.stringify(next);
+      try {
+        const written = await this.nats.whileConnected(revision !== undefined ? kv.update(key, data, revision) : kv.create(key, data), WHAT);
+        this.remember(key, written, next);
         return;
       } catch (err) {
+        this.known.delete(key);
+        remembered = undefined;
         // NATS went away: 503 now, not after four more tries.
         if (err instanceof ProtocolError) throw err;
-        // Another replica wrote in between: read again and decide on its record.
+        // Another replica wrote in between: read again and decide on its record, after a short
+        // random pause so that two replicas taking one conversation at once do not collide again.
+        await new Promise((r) => setTimeout(r, Math.random() * 2 ** attempt));
       }
     }
     throw unavailable("the conversation record is changing too fast; try again");
+  }
+
+  /** A record this process wrote, unless it is old enough to have expired or been renewed elsewhere. */
+  private remembered(key: string): { revision: number; state: ConversationState } | undefined {
+    const k = this.known.get(key);
+    if (!k) return undefined;
+    if (this.now() - k.at >= RENEW_MS) {
+      this.known.delete(key);
+      return undefined;
+    }
+    return k;
+  }
+
+  private remember(key: string, revision: number, state: ConversationState): void {
+    this.known.delete(key);
+    this.known.set(key, { revision, state, at: this.now() });
+    if (this.known.size > KNOWN_RECORDS) this.known.delete(this.known.keys().next().value!);
   }
 }
 

@@ -20,7 +20,7 @@ export interface InboxRouteDeps {
   agent: Agent;
   verifier: MessageVerifier;
   store: AcceptStore;
-  conversations?: Pick<Conversations, "inbound">;
+  conversations?: Pick<Conversations, "admit">;
   onAccepted?: OnAccepted;
   encryption?: Pick<AgentEncryption, "decrypt">;
   metrics: RuntimeMetrics;
