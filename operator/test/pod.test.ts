@@ -84,7 +84,9 @@ describe("spec.deployment on the API server", () => {
     expect(runtime.args[0]).toBe("agent");
     expect(runtime.securityContext).toMatchObject({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false });
     expect(runtime.resources).toEqual({ requests: { cpu: "1", memory: "256Mi" }, limits: { cpu: "2", memory: "1Gi" } });
-    expect(runtime.env.map((e: any) => e.name)).toEqual(["IFP_LOG_LEVEL", "HTTPS_PROXY", "FROM_SECRET"]);
+    expect(runtime.env.map((e: any) => e.name)).toEqual(["IFP_LOG_LEVEL", "HTTPS_PROXY", "FROM_SECRET", "NODE_OPTIONS"]);
+    // The heap follows the 1Gi limit: a quarter of it for the old generation.
+    expect(runtime.env.at(-1)).toEqual({ name: "NODE_OPTIONS", value: "--max-old-space-size=256 --max-semi-space-size=4" });
     expect(runtime.volumeMounts.map((m: any) => m.mountPath)).toEqual(["/etc/ifp/manifest", "/etc/ifp/tls", "/tmp", "/etc/ifp/trust", "/etc/ifp/signing", "/extra"]);
     expect(app).toMatchObject({
       image: "example.com/app:1",

@@ -9,6 +9,7 @@
 //
 //   BENCH_CONCURRENCY=1,8,32,64  BENCH_MESSAGES=3000  BENCH_SENDERS=1,10,100
 //   BENCH_SENDER_CONCURRENCY=32  BENCH_PROFILE=dir (the runtime writes a --cpu-prof profile there)
+//   BENCH_RUNTIME_NODE_OPTIONS (default: the heap bound the operator renders for a runtime pod)
 //   BENCH_BASELINE=<another checkout> (its runtime measured too, as "before")
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -17,6 +18,7 @@ import { startNats } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
+import { DEFAULT_RUNTIME_NODE_OPTIONS } from "../src/contract/node-options.ts";
 import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey } from "../test/fixtures.ts";
 import { natsMessagesIn, peakRssMiB, postLoad, round, type LoadResult } from "./load.ts";
 
@@ -26,10 +28,12 @@ const SENDER_COUNTS = (process.env.BENCH_SENDERS ?? "1,10,100").split(",").map(N
 const SENDER_CONCURRENCY = Number(process.env.BENCH_SENDER_CONCURRENCY ?? 32);
 const SENDERS = Math.max(16, ...SENDER_COUNTS);
 const PROFILE = process.env.BENCH_PROFILE;
+/** NODE_OPTIONS of the runtimes: what the operator renders for the default resources, or BENCH_RUNTIME_NODE_OPTIONS. */
+const RUNTIME_NODE_OPTIONS = process.env.BENCH_RUNTIME_NODE_OPTIONS ?? DEFAULT_RUNTIME_NODE_OPTIONS;
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 
-async function startProcess(args: string[], readyUrl: string, ca: string, nodeArgs: string[] = []): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [...nodeArgs, ...args], { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, IFP_LOG_LEVEL: "warn", IFP_METRICS_PORT: "0" } });
+async function startProcess(args: string[], readyUrl: string, ca: string, nodeArgs: string[] = [], env: Record<string, string> = {}): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [...nodeArgs, ...args], { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, IFP_LOG_LEVEL: "warn", IFP_METRICS_PORT: "0", ...env } });
   await waitFor(`${args[0]} to listen`, async () => {
     const res = await httpsRequest(readyUrl, { ca, method: /inbox|jsonrpc/.test(readyUrl) ? "POST" : "GET", headers: { "content-type": "application/json" }, body: "{}" });
     return res.status > 0 && res.status !== 503;
@@ -127,6 +131,8 @@ for (const [name, bin] of runtimes) {
     `${base}/readyz`,
     tls.ca,
     PROFILE && name === "inbox" ? ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`] : [],
+    // The V8 heap the operator gives a runtime pod with the default resources.
+    { NODE_OPTIONS: RUNTIME_NODE_OPTIONS },
   );
   targets.push({ name, url: `${base}/.well-known/agent/inbox`, bodies: messages, okStatus: 202, child });
 }

@@ -10,7 +10,8 @@
 // this benchmark process with its clients), so the cost of each path shows.
 //
 // BENCH_MESSAGES (default 2000) and BENCH_CONCURRENCY (default 1,8,32) bound the load;
-// BENCH_MODES (relay-delete,relay-batch,relay-ws) picks the relay paths. NATS
+// BENCH_MODES (relay-delete,relay-batch,relay-ws) picks the relay paths. The relay runs with the
+// V8 heap bound the operator renders for a runtime pod (BENCH_RUNTIME_NODE_OPTIONS to change it). NATS
 // messages the relay sends per message (its round trips) are counted from the server's
 // monitoring endpoint.
 //
@@ -35,6 +36,7 @@ import { RelayClient, type RelayHttp } from "../src/relay/client.ts";
 import { identity, peerOf, signed, tempDir, writeRelayManifest } from "../test/fixtures.ts";
 import { natsMessagesIn, peakRssMiB, percentile, round } from "./load.ts";
 import { relayNames } from "../src/contract/relay-stream.ts";
+import { DEFAULT_RUNTIME_NODE_OPTIONS } from "../src/contract/node-options.ts";
 
 const N = Number(process.env.BENCH_MESSAGES ?? 2000);
 const LEVELS = (process.env.BENCH_CONCURRENCY ?? "1,8,32").split(",").map(Number);
@@ -165,7 +167,8 @@ const manifest = writeRelayManifest(
 );
 const child = spawn(process.execPath, [...(process.env.BENCH_RELAY_NODE_OPTIONS ?? "").split(" ").filter(Boolean), here("../bin/ifp-runtime.ts"), "relay", "--manifest", manifest, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url], {
   stdio: ["ignore", "ignore", "inherit"],
-  env: { ...process.env, IFP_LOG_LEVEL: "warn" },
+  // The V8 heap the operator gives a runtime pod with the default resources.
+  env: { ...process.env, IFP_LOG_LEVEL: "warn", NODE_OPTIONS: process.env.BENCH_RUNTIME_NODE_OPTIONS ?? DEFAULT_RUNTIME_NODE_OPTIONS },
 });
 const base = `https://localhost:${port}`;
 await waitFor("relay", async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200, 30_000, 200);

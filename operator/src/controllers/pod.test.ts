@@ -76,9 +76,21 @@ describe("withPodSettings", () => {
     const plain = runtimeOf();
     const c = runtimeOf({ env: [{ name: "HTTP_PROXY", value: "http://proxy:3128" }], volumes: [{ name: "extra", configMap: { name: "x" } }], volumeMounts: [{ name: "extra", mountPath: "/extra", readOnly: true }] });
     for (const key of ["name", "image", "imagePullPolicy", "args", "ports", "readinessProbe", "livenessProbe", "securityContext", "resources"]) expect(c[key], key).toEqual(plain[key]);
-    expect(c.env).toEqual([...plain.env, { name: "HTTP_PROXY", value: "http://proxy:3128" }]);
+    // NODE_OPTIONS comes last: it is worked out from the container's final memory limit.
+    const own = plain.env.filter((e: { name: string }) => e.name !== "NODE_OPTIONS");
+    expect(c.env).toEqual([...own, { name: "HTTP_PROXY", value: "http://proxy:3128" }, { name: "NODE_OPTIONS", value: "--max-old-space-size=128 --max-semi-space-size=4" }]);
     expect(c.volumeMounts).toEqual([...plain.volumeMounts, { name: "extra", mountPath: "/extra", readOnly: true }]);
     expect(podOf({ volumes: [{ name: "extra", configMap: { name: "x" } }] }).volumes).toEqual([...podOf().volumes, { name: "extra", configMap: { name: "x" } }]);
+  });
+
+  it("bounds V8's heap by the runtime container's memory limit, unless the user sets NODE_OPTIONS or no limit", () => {
+    const nodeOptions = (c: { env: { name: string; value?: string }[] }) => c.env.find((e) => e.name === "NODE_OPTIONS")?.value;
+    expect(nodeOptions(runtimeOf())).toBe("--max-old-space-size=128 --max-semi-space-size=4");
+    expect(nodeOptions(runtimeOf({ resources: { limits: { memory: "2Gi" } } }))).toBe("--max-old-space-size=512 --max-semi-space-size=4");
+    expect(nodeOptions(runtimeOf({ resources: { limits: { memory: "128Mi" } } }))).toBe("--max-old-space-size=64 --max-semi-space-size=4");
+    expect(nodeOptions(runtimeOf({ resources: { requests: { memory: "256Mi" } } }))).toBeUndefined();
+    const own = runtimeOf({ env: [{ name: "NODE_OPTIONS", value: "--max-old-space-size=900" }] });
+    expect(own.env.filter((e: { name: string }) => e.name === "NODE_OPTIONS")).toEqual([{ name: "NODE_OPTIONS", value: "--max-old-space-size=900" }]);
   });
 
   it("replaces the runtime's default resources, in canonical quantities", () => {

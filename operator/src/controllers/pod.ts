@@ -4,6 +4,7 @@
 // Table-tested in pod.test.ts.
 import type { V1Affinity, V1Container, V1Deployment, V1LocalObjectReference, V1PodSecurityContext, V1SecurityContext, V1Toleration, V1TopologySpreadConstraint, V1Volume } from "@kubernetes/client-node";
 import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
+import { memoryBytes, runtimeNodeOptions } from "../../../runtime/src/contract/node-options.ts";
 
 /** What a sidecar or init container gets unless it says otherwise (the "restricted" Pod Security level). */
 export const CONTAINER_SECURITY_DEFAULT: V1SecurityContext = { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] } };
@@ -71,6 +72,21 @@ export function canonicalQuantity(q: string | number): string {
 }
 
 type Loose = Record<string, unknown>;
+
+/**
+ * NODE_OPTIONS of the runtime container from its memory limit (runtimeNodeOptions): V8's heap
+ * bounded to fit the container wherever it runs. Left out when the container has no memory
+ * limit, or when NODE_OPTIONS is already set (by the user's spec.pod.env, which wins).
+ */
+export function withNodeHeap(deployment: V1Deployment): V1Deployment {
+  const pod = deployment.spec!.template.spec!;
+  const [runtime, ...others] = pod.containers;
+  if (!runtime || runtime.env?.some((e) => e.name === "NODE_OPTIONS")) return deployment;
+  const options = runtimeNodeOptions(memoryBytes(runtime.resources?.limits?.memory));
+  if (!options) return deployment;
+  const env = [...(runtime.env ?? []), { name: "NODE_OPTIONS", value: options }];
+  return { ...deployment, spec: { ...deployment.spec!, template: { ...deployment.spec!.template, spec: { ...pod, containers: [{ ...runtime, env }, ...others] } } } };
+}
 
 /**
  * The user's Kubernetes objects without what the API server would not store: nulls and empty

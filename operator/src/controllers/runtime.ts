@@ -6,7 +6,8 @@ import { ANNOTATION_PREFIX } from "../../../runtime/src/contract/annotations.ts"
 import { API_VERSION } from "../../../runtime/src/resources/common.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY, managedByOperator } from "../kube/metadata.ts";
 import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
-import { withPodSettings } from "./pod.ts";
+import { DEFAULT_RUNTIME_MEMORY_LIMIT } from "../../../runtime/src/contract/node-options.ts";
+import { withNodeHeap, withPodSettings } from "./pod.ts";
 import { runtimeAccountName } from "./shared.ts";
 
 /** Everything the operator was told at start that shapes the children. */
@@ -247,7 +248,7 @@ export function runtimeDeployment(opts: {
   const runAsGroup = settings.runtimeRunAsGroup === undefined ? RUNTIME_DEFAULT_ID : settings.runtimeRunAsGroup;
   const pullSecrets = settings.runtimeImagePullSecrets ?? [];
   const probe = (path: string) => ({ httpGet: { path, port: "https", scheme: "HTTPS" }, periodSeconds: 10, timeoutSeconds: 3 });
-  return withPodSettings({
+  return withNodeHeap(withPodSettings({
     apiVersion: "apps/v1",
     kind: "Deployment",
     metadata: childMeta(owner, n.deployment),
@@ -279,7 +280,7 @@ export function runtimeDeployment(opts: {
               ],
               readinessProbe: probe("/readyz"),
               livenessProbe: probe("/healthz"),
-              resources: { requests: { cpu: "50m", memory: "128Mi" }, limits: { memory: "512Mi" } },
+              resources: { requests: { cpu: "50m", memory: "128Mi" }, limits: { memory: DEFAULT_RUNTIME_MEMORY_LIMIT } },
               securityContext: { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } },
               volumeMounts: mounts,
             },
@@ -288,7 +289,7 @@ export function runtimeDeployment(opts: {
         },
       },
     },
-  }, opts.pod);
+  }, opts.pod));
 }
 
 function withoutReplicas(spec: unknown): unknown {
