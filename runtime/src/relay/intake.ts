@@ -31,6 +31,8 @@ export interface PublishOptions {
   /** Narrows the message to some of its direct recipients (`?recipient=`, a frame's `recipients`). */
   recipients?: string[];
   log: FastifyBaseLogger;
+  /** `log` names the message already (the lone publish's request logger); otherwise a line about it adds its fields. */
+  named?: boolean;
   /** When the request began (ms since the epoch), for the span; now when left out. */
   startTime?: number;
 }
@@ -71,6 +73,8 @@ function narrowed<T extends { agent: string }>(to: T[], recipients: string[] | u
 
 export type RelayIntake = ReturnType<typeof relayIntake>;
 
+const DEBUG_LEVELS = new Set(["debug", "trace"]);
+
 /**
  * What every way of publishing shares (POST /relay/publish, its batch, the WebSocket's publish
  * frames): the message is the sender's own, its TTL has not passed, every direct recipient is
@@ -85,7 +89,6 @@ export function relayIntake(deps: IntakeDeps) {
       "ifp.relay.publish",
       { kind: SpanKind.SERVER, parent: messageContext(message), startTime: opts.startTime, attributes: () => ({ ...messageAttributes(message), [A.relay]: deps.relayUrl }) },
       async (span) => {
-        const log = opts.log.child(messageLog(message, sender));
         const h = message.headers;
         if (h.from.agent !== sender) throw invalidSignature(`the request is signed by ${sender} but the message is from ${h.from.agent}`);
         const ttl = remainingTtlSeconds(h, deps.now());
@@ -98,7 +101,8 @@ export function relayIntake(deps: IntakeDeps) {
         const taken = quota && cost ? quota.take(sender, cost) : { ok: true as const };
         if (!taken.ok) throw rateLimited(taken.retryAfterSeconds, `byte quota of ${deps.bytesPerHour} bytes per hour exceeded for ${sender} (this message: ${agents.length} copies of ${Buffer.byteLength(data)} bytes)`);
         const result = await deps.mailboxes.store(data, h.message_id, agents, ttl, sender, h.conversation_id);
-        log.debug({ recipients: agents.length, stored: result.stored, duplicates: result.duplicates }, "message published");
+        // A child logger only when its line is written: making one costs as much as the rest of a frame's bookkeeping.
+        if (DEBUG_LEVELS.has(opts.log.level)) (opts.named ? opts.log : opts.log.child(messageLog(message, sender))).debug({ recipients: agents.length, stored: result.stored, duplicates: result.duplicates }, "message published");
         span.setAttributes({ [A.recipients]: agents, [A.status]: 202, [A.duplicate]: result.stored === 0 && result.duplicates > 0 });
         return { status: "accepted" as const, message_id: h.message_id, recipients: agents.length, ...result };
       },
