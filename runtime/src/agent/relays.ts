@@ -18,25 +18,37 @@ import type { CapabilityDocument } from "../protocol/documents.ts";
 import { isEncrypted } from "../protocol/encryption.ts";
 import { encryptionRequired, type AgentEncryption } from "./encryption.ts";
 import { Backoff } from "../util/backoff.ts";
+import { RelayBatcher, type RelayAnswer } from "./relay-batch.ts";
 
 /** Refusals of a relayed message that are answered and acknowledged like a 401 (never retried). */
 const REFUSED = new Set<string>(["encryption_required", "decryption_failed"]);
 import { targetRefusedMessage } from "../net/targets.ts";
 
-/** Relay fallback of the outbound delivery: publish through a relay, classified like an inbox answer. */
+/**
+ * What a relay's answer about one message means for its delivery — the answer to a lone
+ * publish, the message's item of a batch, or a batch refused as a whole — classified like an
+ * inbox answer; `answer` rejects when the request got no answer.
+ */
+export async function relayOutcome(relayUrl: string, answer: Promise<RelayAnswer>): Promise<Outcome> {
+  const via = `relay:${relayUrl}`;
+  try {
+    const res = await answer;
+    return classify(res.status, res.retryAfter, via, res.text);
+  } catch (err) {
+    const refused = targetRefusedMessage(err);
+    if (refused) return { kind: "failed", via, error: `relay refused as a target: ${refused}` };
+    return { kind: "retry", via, error: `relay unreachable: ${(err as Error).message}` };
+  }
+}
+
+/**
+ * Relay fallback of the outbound delivery: publish through a relay, classified like an inbox
+ * answer. Concurrent publishes to one relay go in batches (RelayBatcher, relay-batch.ts).
+ */
 export function relayPublisher(signing: SigningKey, http: HttpClient): RelayPublisher {
+  const batcher = new RelayBatcher(signing, http);
   return {
-    async publish(relayUrl: string, message: Message, recipients: string[]): Promise<Outcome> {
-      const via = `relay:${relayUrl}`;
-      try {
-        const res = await new RelayClient(relayUrl, signing, http).publish(message, recipients);
-        return classify(res.status, res.retryAfter, via, res.text);
-      } catch (err) {
-        const refused = targetRefusedMessage(err);
-        if (refused) return { kind: "failed", via, error: `relay refused as a target: ${refused}` };
-        return { kind: "retry", via, error: `relay unreachable: ${(err as Error).message}` };
-      }
-    },
+    publish: (relayUrl: string, message: Message, recipients: string[]): Promise<Outcome> => relayOutcome(relayUrl, batcher.publish(relayUrl, message, recipients)),
   };
 }
 

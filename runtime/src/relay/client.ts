@@ -185,7 +185,7 @@ export class RelayClient {
 export type Page = { [K in keyof PageQuery]?: number };
 
 /** `?recipient=` once per recipient, or nothing. */
-function recipientQuery(recipients: string[] | undefined): string {
+export function recipientQuery(recipients: string[] | undefined): string {
   return recipients?.length ? `?${recipients.map((r) => `recipient=${encodeURIComponent(r)}`).join("&")}` : "";
 }
 
