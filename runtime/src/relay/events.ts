@@ -69,6 +69,21 @@ export function serveEvents(res: ServerResponse, req: IncomingMessage, agent: st
   return () => res.end();
 }
 
+/** What the relay's event streams (SSE and the WebSocket) work with. */
+export interface StreamDeps {
+  mailboxes: Mailboxes;
+  metrics: RuntimeMetrics;
+  log: Logger;
+  /** The WebSocket upgrade bypasses the routes' hooks and authenticates itself. */
+  authenticate: RelayAuthenticator;
+  /** Open SSE and WebSocket streams, per agent and overall (spec.limits). */
+  slots: StreamSlots;
+  /** Publish frames on the WebSocket go where POST /relay/publish goes. */
+  intake: RelayIntake;
+  /** The largest WebSocket frame: a publish frame carries a message of up to spec.limits.maxMessageBytes. */
+  maxPayload: number;
+}
+
 export type WsFrame =
   | { type: "message"; id: number; message: Message }
   | { type: "acked"; message_id: string; ok: boolean }
@@ -111,19 +126,7 @@ export const MAX_PUBLISHING = 256;
  * would (from the session's agent, counted against its per-agent limit) and answered
  * {type: "published", ...} once stored, or {type: "error", status, code, message, message_id}.
  */
-export function attachWebSocket(
-  app: FastifyInstance,
-  deps: {
-    mailboxes: Mailboxes;
-    metrics: RuntimeMetrics;
-    log: Logger;
-    authenticate: RelayAuthenticator;
-    slots: StreamSlots;
-    intake: RelayIntake;
-    /** The largest frame: a publish frame carries a message of up to spec.limits.maxMessageBytes. */
-    maxPayload: number;
-  },
-): void {
+export function attachWebSocket(app: FastifyInstance, deps: StreamDeps): void {
   const wss = new WebSocketServer({ noServer: true, maxPayload: deps.maxPayload });
   const refuse = (socket: Duplex, err: ProtocolError) => {
     const text = JSON.stringify(err.body());

@@ -1,25 +1,7 @@
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
-import type { Logger } from "pino";
-import type { RuntimeMetrics } from "../../server/metrics.ts";
-import type { RelayAuthenticator } from "../auth.ts";
-import { attachWebSocket, serveEvents } from "../events.ts";
-import type { RelayIntake } from "../intake.ts";
-import type { Mailboxes } from "../mailbox.ts";
-import type { StreamSlots } from "../../server/stream-slots.ts";
+import { attachWebSocket, serveEvents, type StreamDeps } from "../events.ts";
 
-export interface EventRouteDeps {
-  mailboxes: Mailboxes;
-  metrics: RuntimeMetrics;
-  log: Logger;
-  /** The WebSocket upgrade bypasses the routes' hooks and authenticates itself. */
-  authenticate: RelayAuthenticator;
-  /** Open SSE and WebSocket streams, per agent and overall (spec.limits). */
-  slots: StreamSlots;
-  /** Publish frames on the WebSocket go where POST /relay/publish goes. */
-  intake: RelayIntake;
-  /** The largest WebSocket frame. */
-  maxPayload: number;
-}
+export type EventRouteDeps = StreamDeps;
 
 /**
  * The caller's mailbox as it fills: GET /relay/events (Server-Sent Events) and the WebSocket
