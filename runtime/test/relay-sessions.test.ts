@@ -6,7 +6,10 @@ import WebSocket from "ws";
 import { signRequest } from "../src/protocol/http-signatures.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
 import { signed } from "./fixtures.ts";
-import { alice, baseUrl, bob, carol, clientOf, failure, ids, openWs, raw, relayEnv, runRelay, stranger, waitFor, type RelayEnv } from "./relay-harness.ts";
+import { jetstream } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import { relayNames } from "../src/contract/relay-stream.ts";
+import { alice, baseUrl, bob, carol, clientOf, failure, ids, openWs, raw, readSse, relayEnv, runRelay, stranger, waitFor, type RelayEnv } from "./relay-harness.ts";
 
 let env: RelayEnv;
 let relay: RunningRelay;
@@ -228,5 +231,37 @@ describe("relay: publishing on a WebSocket session", () => {
     expect(await statusOf(new WebSocket(url, { headers, ca: env.tls.ca }))).toBe(401);
     const strangers = await signRequest({ method: "GET", url: url.replace("wss", "https") }, stranger.signing);
     expect(await statusOf(new WebSocket(url, { headers: strangers, ca: env.tls.ca }))).toBe(401);
+  });
+});
+
+describe("relay: copies handed out as stored", () => {
+  it("hands out a page, an SSE event and a WebSocket frame with each copy's text as stored, and skips what is not a copy of the relay's", async () => {
+    const named = await runRelay(env, {}, "as-stored");
+    const nc = await connect({ servers: env.nats.url });
+    try {
+      const names = relayNames({ metadata: { name: "as-stored" }, spec: { url: "https://localhost" } } as Parameters<typeof relayNames>[0]);
+      const cl = (who: typeof alice) => clientOf(env, named, who);
+      const first = signed(alice, "bob-agent");
+      expect((await cl(alice).publish(first)).status).toBe(202);
+      // What another writer could leave on bob's mailbox subjects: not JSON, a JSON array, a line break inside, broken UTF-8.
+      const js = jetstream(nc);
+      for (const [i, junk] of [["1", "not json"], ["2", "[1,2]"], ["3", '{"a":\n1}'], ["4", Buffer.from([0x7b, 0xff, 0x7d])]] as const) await js.publish(names.copy("bob-agent", `junk-${i}`), junk);
+      const last = signed(alice, "bob-agent");
+      expect((await cl(alice).publish(last)).status).toBe(202);
+
+      const res = await cl(bob).request("GET", "/relay/messages");
+      expect(res.status).toBe(200);
+      expect(ids(JSON.parse(res.text))).toEqual(ids([first, last]));
+      const s = await openWs(env, named, bob);
+      await waitFor("the pushed copies", () => s.messages().length === 2);
+      expect(s.messages().map((f) => f.message.headers.message_id)).toEqual(ids([first, last]));
+      expect(s.messages()[0].message.trace.received).toHaveLength(1);
+      await s.close();
+      const events = await readSse(env, named, bob, { count: 2 });
+      expect(events.map((e) => e.data.headers.message_id)).toEqual(ids([first, last]));
+    } finally {
+      await nc.close();
+      await named.close();
+    }
   });
 });

@@ -1,9 +1,11 @@
 import { describe, expect, it } from "vitest";
-import { cursor, parseClientFrame, sseFrame } from "./events.ts";
+import { cursor, messageFrame, parseClientFrame, sseFrame } from "./events.ts";
 
 describe("SSE and WebSocket framing", () => {
   it("writes one SSE event per copy, its id the resume cursor", () => {
-    expect(sseFrame({ seq: 42, message: { body: { text: "two\nlines" } } })).toBe('id: 42\nevent: message\ndata: {"body":{"text":"two\\nlines"}}\n\n');
+    const text = JSON.stringify({ body: { text: "two\nlines" } });
+    expect(sseFrame({ seq: 42, text })).toBe('id: 42\nevent: message\ndata: {"body":{"text":"two\\nlines"}}\n\n');
+    expect(JSON.parse(messageFrame({ seq: 42, text }))).toEqual({ type: "message", id: 42, message: { body: { text: "two\nlines" } } });
   });
 
   it("reads a resume cursor leniently: anything but a sequence starts from the beginning", () => {

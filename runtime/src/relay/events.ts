@@ -18,9 +18,14 @@ const HEARTBEAT_MS = 15_000;
 /** Unsent bytes a slow client may hold before the relay waits for it to read. */
 const HIGH_WATER = 1 << 20;
 
-/** The SSE frame of one copy: the event id is its stream sequence, the resume cursor. */
-export function sseFrame(copy: { seq: number; message: unknown }): string {
-  return `id: ${copy.seq}\nevent: message\ndata: ${JSON.stringify(copy.message)}\n\n`;
+/** The SSE frame of one copy (its JSON text has no line break): the event id is its stream sequence, the resume cursor. */
+export function sseFrame(copy: { seq: number; text: string }): string {
+  return `id: ${copy.seq}\nevent: message\ndata: ${copy.text}\n\n`;
+}
+
+/** The WebSocket frame of one copy, {type: "message", id, message}, with the copy's text as stored. */
+export function messageFrame(copy: { seq: number; text: string }): string {
+  return `{"type":"message","id":${copy.seq},"message":${copy.text}}`;
 }
 
 /** A resume cursor from Last-Event-ID or ?after= (a stream sequence); 0 from the start. */
@@ -190,7 +195,7 @@ export function attachWebSocket(app: FastifyInstance, deps: StreamDeps): void {
       async (copy) => {
         const span = copySpan("ifp.relay.push", copy, "websocket");
         try {
-          send({ type: "message", id: copy.seq, message: copy.message });
+          if (ws.readyState === ws.OPEN) ws.send(messageFrame(copy));
           deps.metrics.relayDeliveries.inc({ transport: "websocket", result: "sent" });
           while (ws.readyState === ws.OPEN && ws.bufferedAmount > HIGH_WATER) await new Promise((r) => setTimeout(r, 50));
         } finally {

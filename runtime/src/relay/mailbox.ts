@@ -5,7 +5,6 @@ import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
 import type { Nats } from "../nats/connection.ts";
 import { isNotFound } from "../nats/streams.ts";
 import { ProtocolError, unavailable } from "../protocol/errors.ts";
-import type { Message } from "../protocol/message.ts";
 import type { DeadLetter } from "../protocol/relay-api.ts";
 import type { RelayNames } from "../contract/relay-stream.ts";
 import type { Context } from "@opentelemetry/api";
@@ -30,8 +29,12 @@ export interface StoredCopy {
   seq: number;
   messageId: string;
   recipient: string;
-  /** As stored: validated at publish, with the relay's trace entry. */
-  message: Message;
+  /**
+   * The message as stored, JSON text: validated at publish, with the relay's trace entry. Handed
+   * out as it is, never parsed and serialised again (only the relay writes its stream).
+   */
+  text: string;
+  conversationId?: string;
   storedAt: Date;
   /** The publish span's trace context, stored with the copy (docs/tracing.md); undefined when tracing is off. */
   trace?: Context;
@@ -46,7 +49,7 @@ export function copySpan(name: string, copy: StoredCopy, transport: string, opts
     kind: opts.kind ?? SpanKind.PRODUCER,
     parent: copy.trace,
     startTime: opts.startTime,
-    attributes: () => ({ [A.messageId]: copy.messageId, [A.recipient]: copy.recipient, [A.transport]: transport, ...(copy.message.headers?.conversation_id ? { [A.conversationId]: copy.message.headers.conversation_id } : {}) }),
+    attributes: () => ({ [A.messageId]: copy.messageId, [A.recipient]: copy.recipient, [A.transport]: transport, ...(copy.conversationId ? { [A.conversationId]: copy.conversationId } : {}) }),
   });
 }
 
@@ -200,13 +203,17 @@ export class Mailboxes {
             this.onExpired("stream");
             continue;
           }
-          let message: Message;
-          try {
-            message = m.json();
-          } catch {
-            continue; // an unreadable copy is skipped
-          }
-          await onCopy({ seq: m.seq, messageId: m.headers?.get(RH.messageId) ?? "", recipient: agent, message, storedAt: new Date(Number(m.info.timestampNanos) / 1e6), trace: headersContext(m.headers) });
+          const text = storedText(m.data);
+          if (text === undefined) continue; // not a stored message: skipped
+          await onCopy({
+            seq: m.seq,
+            messageId: m.headers?.get(RH.messageId) ?? "",
+            recipient: agent,
+            text,
+            conversationId: m.headers?.get(RH.conversationId) || undefined,
+            storedAt: new Date(Number(m.info.timestampNanos) / 1e6),
+            trace: headersContext(m.headers),
+          });
         }
         if (!stopped) onEnd();
       } catch (err) {
@@ -299,15 +306,32 @@ function noMessage(err: unknown): boolean {
 }
 
 function toCopy(m: StoredMsg): StoredCopy | undefined {
+  const text = storedText(m.data);
+  if (text === undefined) return undefined;
+  return {
+    seq: m.seq,
+    messageId: m.header.get(RH.messageId),
+    recipient: m.header.get(RH.recipient),
+    text,
+    conversationId: m.header.get(RH.conversationId) || undefined,
+    storedAt: m.time,
+    trace: headersContext(m.header),
+  };
+}
+
+const decoder = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * A stored copy's JSON text. The relay stores each copy as JSON.stringify made it (one object,
+ * no line breaks); what does not look like that (a JSON object's braces, valid UTF-8) is not a
+ * copy of the relay's and is skipped rather than handed out inside a page or a frame.
+ */
+function storedText(data: Uint8Array): string | undefined {
+  if (data.length < 2 || data[0] !== 0x7b || data[data.length - 1] !== 0x7d) return undefined;
   try {
-    return {
-      seq: m.seq,
-      messageId: m.header.get(RH.messageId),
-      recipient: m.header.get(RH.recipient),
-      message: m.json<Message>(),
-      storedAt: m.time,
-      trace: headersContext(m.header),
-    };
+    const text = decoder.decode(data);
+    // A raw line break would end an SSE event early; JSON.stringify never writes one.
+    return /[\n\r]/.test(text) ? undefined : text;
   } catch {
     return undefined;
   }

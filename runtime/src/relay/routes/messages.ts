@@ -20,7 +20,9 @@ export const messageRoutes: FastifyPluginAsyncZod<{ mailboxes: Pick<Mailboxes, "
     const last = copies.at(-1);
     if (last) reply.header("ifp-next-after", String(last.seq));
     if (last && copies.length === limit) reply.header("link", `</relay/messages?limit=${limit}&after=${last.seq}>; rel="next"`);
-    return copies.map((c) => c.message);
+    // The copies' texts as stored, joined: no message is parsed or serialised again on the way out.
+    // (A string is sent as it is: the schema above describes it, nothing serialises it.)
+    return reply.type("application/json; charset=utf-8").send(`[${copies.map((c) => c.text).join(",")}]` as never);
   });
 
   app.delete("/relay/messages/*", { schema: { params: MessageIdPath }, config: { operation: "ack" } }, async (req, reply) => {
