@@ -160,10 +160,10 @@ describe("sending through a relay in batches", () => {
     expect((await drain(small, bob)).sort()).toEqual(ids(fits).sort());
   });
 
-  it("sends a batch refused as a whole for its size again as lone publishes, so the messages that fit still arrive", async () => {
+  it("fails a message over the relay's limit alone, and the others of its batch arrive", async () => {
     const publisher = relayPublisher(alice.signing, env.http);
-    // Two messages far over the relay's 16 KiB make the batch heavier than its batch body limit
-    // (100 × 16 KiB): 413 for the request, which says nothing about the two that fit.
+    // Two messages far over the relay's 16 KiB: each is refused with 413 (one in its batch's
+    // results, one alone past the batch's 1 MiB), which says nothing about the two that fit.
     const smallUrl = baseUrl(small);
     const fits = [signed(alice, "bob-agent"), signed(alice, "bob-agent")];
     const huge = [signed(alice, "bob-agent", {}, "y".repeat(1_000_000)), signed(alice, "bob-agent", {}, "z".repeat(1_000_000))];
@@ -216,6 +216,27 @@ describe("sending through a relay in batches", () => {
     expect((await drain(quota, bob)).sort()).toEqual(ids(heavy.slice(0, 2)).sort());
   });
 
+  it("sends a batch refused as a whole for its body (413) again as lone publishes, and tries batches again after", async () => {
+    // A relay whose batch body limit is lower than this sender's batches: 413 for the request,
+    // which says nothing about any one message of it.
+    const fake = await relayWithoutBatches({ batchStatus: 413 });
+    const batchTries = () => fake.requests.filter((r) => r.path === "/relay/publish/batch").length;
+    try {
+      const publisher = relayPublisher(alice.signing, env.http);
+      const first = Array.from({ length: 4 }, () => signed(alice, "bob-agent"));
+      expect(await atOnce(publisher, fake.url, first)).toEqual(first.map(() => ({ kind: "delivered", via: `relay:${fake.url}`, status: 202 })));
+      expect(batchTries()).toBe(1);
+      expect(fake.published.sort()).toEqual(ids(first).sort());
+      // Not taken for a relay without batches: the next burst asks for a batch again.
+      const second = Array.from({ length: 3 }, () => signed(alice, "bob-agent"));
+      expect(await atOnce(publisher, fake.url, second)).toEqual(second.map(() => ({ kind: "delivered", via: `relay:${fake.url}`, status: 202 })));
+      expect(batchTries()).toBe(2);
+      expect(fake.published.sort()).toEqual(ids([...first, ...second]).sort());
+    } finally {
+      await fake.close();
+    }
+  });
+
   it("falls back to lone publishes for a relay without the batch endpoint, and loses nothing", async () => {
     const fake = await relayWithoutBatches();
     const batchTries = () => fake.requests.filter((r) => r.path === "/relay/publish/batch").length;
@@ -247,9 +268,10 @@ describe("sending through a relay in batches", () => {
 
 /**
  * A relay of an older kind over real TLS: POST /relay/publish only (fastify answers 404 for
- * any other route), each publish answered 202 and recorded.
+ * any other route), each publish answered 202 and recorded; with `batchStatus`, a relay that
+ * has the batch endpoint but refuses every batch as a whole with that status.
  */
-async function relayWithoutBatches() {
+async function relayWithoutBatches(opts: { batchStatus?: number } = {}) {
   const requests: { path: string; query: string }[] = [];
   const published: string[] = [];
   const app: FastifyInstance = Fastify({ https: { cert: env.tls.cert, key: env.tls.key } });
@@ -257,6 +279,10 @@ async function relayWithoutBatches() {
     const [path, query = ""] = req.url.split("?");
     requests.push({ path: path!, query });
   });
+  if (opts.batchStatus) {
+    const status = opts.batchStatus;
+    app.post("/relay/publish/batch", async (_req, reply) => reply.code(status).send({ status: "error", code: "payload_too_large", message: "the request body exceeds the size limit" }));
+  }
   app.post("/relay/publish", async (req, reply) => {
     const id = (req.body as Message).headers.message_id;
     published.push(id);

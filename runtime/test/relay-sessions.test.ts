@@ -97,7 +97,7 @@ describe("relay: batch publish", () => {
     await expectError(a.request("POST", "/relay/publish/batch", { messages: Array.from({ length: 101 }, () => signed(alice, "bob-agent")) }), 400, "invalid_format");
     await expectError(a.request("POST", "/relay/publish/batch", [signed(alice, "bob-agent")]), 400, "invalid_format");
     await expectError(a.request("POST", "/relay/publish/batch", { message: signed(alice, "bob-agent") }), 400, "invalid_format");
-    // The body limit of a batch: 100 messages of this relay's largest size.
+    // The body limit of a batch: this relay's largest message, at least 1 MiB, and the envelope.
     await expectError(a.request("POST", "/relay/publish/batch", { messages: [signed(alice, "bob-agent", {}, "y".repeat(1_700_000))] }), 413, "payload_too_large");
     // ?recipient= narrows every message; a name that is not a direct recipient refuses that message.
     const both = signed(alice, ["bob-agent", "carol.agent*>"]);

@@ -14,8 +14,8 @@ export interface RelayAnswer {
   retryAfter: string | null;
 }
 
-/** The most a batch may weigh: the relay's batch body limit is at most 8 MiB; room is left for the envelope. */
-export const MAX_BATCH_BYTES = 8 * 1024 * 1024 - 64 * 1024;
+/** The most the messages of a batch may weigh: every relay takes a batch body of 1 MiB and its envelope. */
+export const MAX_BATCH_BYTES = 1024 * 1024;
 
 /** How many relays without the batch endpoint are remembered, and for how long (one may be upgraded). */
 const MAX_UNSUPPORTED = 1_000;

@@ -1,5 +1,4 @@
 import type { FastifyInstance } from "fastify";
-import { MAX_BATCH } from "../protocol/relay-api.ts";
 import type { Verifier } from "../protocol/verify.ts";
 import type { Relay } from "../resources/relay.ts";
 import { createServer, type EndpointDeps } from "../server/http.ts";
@@ -36,11 +35,13 @@ export interface RelayAppDeps extends EndpointDeps {
 const FRAME_ROOM = 64 * 1024;
 
 /**
- * The body limit of POST /relay/publish/batch: room for a full batch of messages of this
- * relay's largest size, up to 8 MiB, and never less than one largest message.
+ * The body limit of POST /relay/publish/batch: one largest message, and never less than 1 MiB,
+ * with room for the envelope. The body is read and parsed before its signature is checked (as
+ * for a lone publish), so a batch may cost an unsigned sender no more than a lone publish does;
+ * 100 messages of a few KiB fit, larger ones go in smaller batches.
  */
 export function batchBodyLimit(maxMessageBytes: number): number {
-  return Math.max(maxMessageBytes + FRAME_ROOM, Math.min(8 * 1024 * 1024, MAX_BATCH * maxMessageBytes));
+  return Math.max(maxMessageBytes, 1024 * 1024) + FRAME_ROOM;
 }
 
 /**
