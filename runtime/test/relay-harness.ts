@@ -2,7 +2,7 @@
 // in this process through startRelay, and signed clients.
 import type { IncomingHttpHeaders } from "node:http";
 import { createServer, request as httpsRaw } from "node:https";
-import { afterAll, beforeAll } from "vitest";
+import { afterAll, beforeAll, expect } from "vitest";
 import WebSocket from "ws";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
@@ -109,6 +109,13 @@ export async function failure(p: Promise<unknown>): Promise<{ status: number; co
     return { status: e.status, code: e.code, message: e.message };
   }
   throw new Error("expected a failure");
+}
+
+/** An answer that is the documented error: its status, and the error body with its code. */
+export async function expectError(p: Promise<{ status: number; text: string }>, status: number, code: string): Promise<void> {
+  const res = await p;
+  expect(res.status, res.text).toBe(status);
+  expect(JSON.parse(res.text)).toMatchObject({ status: "error", code, message: expect.any(String) });
 }
 
 /** A signed request with a hand-made body or signature, answered as status and JSON. */

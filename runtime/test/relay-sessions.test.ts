@@ -9,7 +9,7 @@ import { signed } from "./fixtures.ts";
 import { jetstream } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { relayNames } from "../src/contract/relay-stream.ts";
-import { alice, baseUrl, bob, carol, clientOf, failure, ids, openWs, raw, readSse, relayEnv, runRelay, stranger, waitFor, type RelayEnv } from "./relay-harness.ts";
+import { alice, baseUrl, bob, carol, clientOf, expectError, failure, ids, openWs, raw, readSse, relayEnv, runRelay, stranger, waitFor, type RelayEnv } from "./relay-harness.ts";
 
 let env: RelayEnv;
 let relay: RunningRelay;
@@ -87,11 +87,6 @@ describe("relay: batch publish", () => {
   });
 
   it("answers a malformed, empty, oversized, unsigned or poisoned batch with one 4xx and stores nothing", async () => {
-    const expectError = async (p: Promise<{ status: number; text: string }>, status: number, code: string) => {
-      const res = await p;
-      expect(res.status, res.text).toBe(status);
-      expect(JSON.parse(res.text)).toMatchObject({ status: "error", code, message: expect.any(String) });
-    };
     const a = c(alice);
     await expectError(a.request("POST", "/relay/publish/batch", { messages: [] }), 400, "invalid_format");
     await expectError(a.request("POST", "/relay/publish/batch", { messages: Array.from({ length: 101 }, () => signed(alice, "bob-agent")) }), 400, "invalid_format");

@@ -4,7 +4,7 @@ import { contentDigest, signRequest } from "../src/protocol/http-signatures.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { signed } from "./fixtures.ts";
-import { alice, baseUrl, bob, carol, clientOf, failure, ids, raw, relayEnv, runRelay, stranger, type RelayEnv } from "./relay-harness.ts";
+import { alice, baseUrl, bob, carol, clientOf, expectError, failure, ids, raw, relayEnv, runRelay, stranger, type RelayEnv } from "./relay-harness.ts";
 
 let env: RelayEnv;
 let relay: RunningRelay;
@@ -123,11 +123,6 @@ describe("relay: store and forward", () => {
   });
 
   it("answers bad input with the documented 4xx and never a 5xx", async () => {
-    const expectError = async (p: Promise<{ status: number; text: string }>, status: number, code: string) => {
-      const res = await p;
-      expect(res.status, res.text).toBe(status);
-      expect(JSON.parse(res.text)).toMatchObject({ status: "error", code, message: expect.any(String) });
-    };
     const a = c(alice);
     // The signer must be the message's sender.
     await expectError(c(bob).publish(signed(alice, "bob-agent")), 401, "invalid_signature");
