@@ -5,15 +5,12 @@
 import type { V1Affinity, V1Container, V1Deployment, V1LocalObjectReference, V1PodSecurityContext, V1SecurityContext, V1Toleration, V1TopologySpreadConstraint, V1Volume } from "@kubernetes/client-node";
 import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
 import { memoryBytes, runtimeNodeOptions } from "../../../runtime/src/contract/node-options.ts";
+import { BINARY_SUFFIXES, NANO, parseQuantity } from "../../../runtime/src/resources/quantity.ts";
 
 /** What a sidecar or init container gets unless it says otherwise (the "restricted" Pod Security level). */
 export const CONTAINER_SECURITY_DEFAULT: V1SecurityContext = { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] } };
 
-const BINARY = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
 const DECIMAL: Record<number, string> = { [-9]: "n", [-6]: "u", [-3]: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E" };
-const DECIMAL_EXP: Record<string, number> = { n: -9, u: -6, m: -3, "": 0, k: 3, M: 6, G: 9, T: 12, P: 15, E: 18 };
-const QUANTITY = /^([+-]?)(\d*)(?:\.(\d*))?(?:([KMGTPE]i)|([numkMGTPE])|[eE]([+-]?\d+))?$/;
-const NANO = 10n ** 9n;
 
 /**
  * A resource quantity in the canonical form the API server stores ("1000m" → "1", "0.5" →
@@ -23,35 +20,20 @@ const NANO = 10n ** 9n;
  * Anything it cannot read is returned as it is (the API server then says what is wrong).
  */
 export function canonicalQuantity(q: string | number): string {
-  const text = typeof q === "number" ? (Number.isInteger(q) ? BigInt(q).toString() : String(q)) : q.trim();
-  const m = QUANTITY.exec(text);
-  if (!m || (!m[2] && !m[3])) return String(q);
-  const [, sign, whole = "", frac = "", bin, dec, exp] = m;
-  // value = digits × 10^-frac.length × (1024^k or 10^e); kept as a count of nano units, rounded up.
-  let num = BigInt(`${whole}${frac}` || "0");
-  let den = 10n ** BigInt(frac.length);
-  let format: "binary" | "decimal" | "exponent" = "decimal";
-  if (bin) {
-    num *= 1024n ** BigInt(BINARY.indexOf(bin));
-    format = "binary";
-  } else {
-    const e = exp !== undefined ? Number(exp) : DECIMAL_EXP[dec ?? ""]!;
-    if (exp !== undefined) format = "exponent";
-    if (Math.abs(e) > 64) return String(q);
-    if (e >= 0) num *= 10n ** BigInt(e);
-    else den *= 10n ** BigInt(-e);
-  }
-  let nanos = (num * NANO + den - 1n) / den;
+  const parsed = parseQuantity(q);
+  if (!parsed) return String(q);
+  const { format } = parsed;
+  let { nanos } = parsed;
   if (nanos === 0n) return "0";
-  const minus = sign === "-" ? "-" : "";
+  const minus = parsed.negative ? "-" : "";
   if (format === "binary" && nanos >= 1024n * NANO && nanos % NANO === 0n) {
     let v = nanos / NANO;
     let k = 0;
-    while (v % 1024n === 0n && k < BINARY.length - 1) {
+    while (v % 1024n === 0n && k < BINARY_SUFFIXES.length - 1) {
       v /= 1024n;
       k++;
     }
-    return `${minus}${v}${BINARY[k]}`;
+    return `${minus}${v}${BINARY_SUFFIXES[k]}`;
   }
   let e = -9;
   while (nanos % 10n === 0n) {

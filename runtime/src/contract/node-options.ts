@@ -1,3 +1,5 @@
+import { NANO, parseQuantity } from "../resources/quantity.ts";
+
 /**
  * The V8 heap of a runtime container, as the operator renders it (NODE_OPTIONS) and as the
  * benchmarks start the runtime. Left to itself, V8 sizes its heap from the memory it sees; in a
@@ -26,15 +28,11 @@ export function runtimeNodeOptions(limitBytes: number | undefined): string | und
   return `--max-old-space-size=${oldSpace} --max-semi-space-size=${SEMI_SPACE_MIB}`;
 }
 
-const UNITS: Record<string, number> = { "": 1, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, E: 1e18, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, Pi: 2 ** 50, Ei: 2 ** 60 };
-
-/** Bytes of a Kubernetes memory quantity ("512Mi", "1G", "1e9", 536870912); undefined for what it cannot read. */
+/** Bytes of a Kubernetes memory quantity ("512Mi", "1G", "1e9", 536870912), rounded up; undefined for what is not a positive quantity. */
 export function memoryBytes(q: string | number | undefined): number | undefined {
-  if (typeof q === "number") return Number.isFinite(q) && q > 0 ? q : undefined;
-  const m = /^\s*(\d+(?:\.\d+)?)(?:(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)|[eE](\d+))?\s*$/.exec(q ?? "");
-  if (!m) return undefined;
-  const bytes = Number(m[1]) * (m[3] !== undefined ? 10 ** Number(m[3]) : UNITS[m[2] ?? ""]!);
-  return Number.isFinite(bytes) && bytes > 0 ? bytes : undefined;
+  const parsed = q === undefined ? undefined : parseQuantity(q);
+  if (!parsed || parsed.negative || parsed.nanos === 0n) return undefined;
+  return Number((parsed.nanos + NANO - 1n) / NANO);
 }
 
 /** NODE_OPTIONS of a runtime container with the default resources. */
