@@ -51,6 +51,9 @@ afterAll(async () => {
   await server?.close();
 });
 
+/** A message taken by a replica: admitted to its conversation, then indexed, as the inbox does. */
+const inbound = async (c: Conversations, ...args: Parameters<Conversations["admit"]>) => (await c.admit(...args))();
+
 const refusal = async (p: Promise<unknown>) => {
   try {
     await p;
@@ -63,9 +66,9 @@ const refusal = async (p: Promise<unknown>) => {
 describe("conversation records of two replicas", () => {
   it("writes the next message of a conversation it recorded without reading the record again", async () => {
     const conv = { conversation_id: "conv:quiet" };
-    await one.inbound(alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 1 }), 1);
+    await inbound(one, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 1 }), 1);
     const before = kvReads;
-    for (let s = 2; s <= 5; s++) await one.inbound(alice.agentId, signed(alice, self.agentId, { ...conv, sequence: s }), 1);
+    for (let s = 2; s <= 5; s++) await inbound(one, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: s }), 1);
     expect(kvReads - before).toBe(0);
     const rec = await two.get(alice.agentId, "conv:quiet");
     expect(rec?.recent.map((m) => m.sequence)).toEqual([1, 2, 3, 4, 5]);
@@ -74,13 +77,13 @@ describe("conversation records of two replicas", () => {
 
   it("refuses a lower level on a replica whose remembered record the other replica has raised since", async () => {
     const conv = { conversation_id: "conv:raised" };
-    await one.inbound(alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 1 }), 1);
+    await inbound(one, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 1 }), 1);
     // The other replica takes a message at level 2: the conversation is at 2 from now on.
-    await two.inbound(alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 2 }), 2);
+    await inbound(two, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 2 }), 2);
     // Replica one still remembers level 1; its write against the old revision fails, it reads
     // the record again and refuses.
     const before = kvReads;
-    const err = await refusal(one.inbound(alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 3 }), 1));
+    const err = await refusal(inbound(one, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 3 }), 1));
     expect(err).toBeInstanceOf(ProtocolError);
     expect(err).toMatchObject({ statusCode: 401, code: "insufficient_auth_level" });
     expect(kvReads - before).toBeGreaterThanOrEqual(1);
@@ -88,17 +91,17 @@ describe("conversation records of two replicas", () => {
     expect(rec?.auth_level).toBe(2);
     expect(rec?.recent.map((m) => m.sequence)).toEqual([1, 2]);
     // At level 2 replica one takes the next message, on the record as the other replica left it.
-    await one.inbound(alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 3 }), 2);
+    await inbound(one, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 3 }), 2);
     expect((await two.get(alice.agentId, "conv:raised"))?.recent.map((m) => m.sequence)).toEqual([1, 2, 3]);
   });
 
   it("does not refuse on a remembered record alone: a record removed since is read again", async () => {
     const conv = { conversation_id: "conv:forgotten" };
-    await one.inbound(alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 1 }), 2);
+    await inbound(one, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 1 }), 2);
     // The record goes (its idle TTL, or removed by hand); replica one still remembers level 2.
     const kv = (two as unknown as { kv: { purge: (k: string) => Promise<void> } }).kv;
     await kv.purge(Conversations.key(alice.agentId, "conv:forgotten"));
-    await one.inbound(alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 2 }), 1);
+    await inbound(one, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 2 }), 1);
     const rec = await two.get(alice.agentId, "conv:forgotten");
     expect(rec?.auth_level).toBe(1);
     expect(rec?.recent.map((m) => m.sequence)).toEqual([2]);
@@ -107,7 +110,7 @@ describe("conversation records of two replicas", () => {
   it("keeps every message of one conversation taken by both replicas at once", async () => {
     const conv = { conversation_id: "conv:both" };
     const ms = Array.from({ length: 24 }, (_, i) => signed(alice, self.agentId, { ...conv, sequence: i + 1 }));
-    await Promise.all(ms.map((m, i) => (i % 2 ? one : two).inbound(alice.agentId, m, 1)));
+    await Promise.all(ms.map((m, i) => inbound(i % 2 ? one : two, alice.agentId, m, 1)));
     const rec = await two.get(alice.agentId, "conv:both");
     expect(rec?.recent.map((m) => m.sequence).sort((a, b) => a - b)).toEqual(ms.map((_, i) => i + 1));
     expect(rec?.last_sequence_in).toBe(24);

@@ -90,7 +90,7 @@ function expectAbandoned(r: Awaited<ReturnType<typeof killedUnder>>): void {
 describe("a NATS call under way when nats-server dies", () => {
   it("inbox: the conversation record's read is abandoned with 503 at once", async () => {
     const m = signed(alice, self.agentId);
-    expectAbandoned(await killedUnder(() => conversations.inbound(alice.agentId, m, 2)));
+    expectAbandoned(await killedUnder(async () => (await conversations.admit(alice.agentId, m, 2))()));
   }, 60_000);
 
   it("inbox: the store's publish is abandoned with 503 at once", async () => {
@@ -105,7 +105,7 @@ describe("a NATS call under way when nats-server dies", () => {
 
   it("after the reconnection, the same calls work again", async () => {
     const m = signed(alice, self.agentId);
-    await conversations.inbound(alice.agentId, m, 2);
+    await (await conversations.admit(alice.agentId, m, 2))();
     expect(await inbox.accept(m, m.headers.message_id, { signer: alice.agentId, authLevel: 2, handoff: true }, alice.agentId)).toEqual({ duplicate: false });
     expect(await mailboxes.store(JSON.stringify(m), m.headers.message_id, [self.agentId], undefined, alice.agentId)).toEqual({ stored: 1, duplicates: 0 });
   }, 60_000);

@@ -72,7 +72,7 @@ export interface ThreadEntry {
  * Per-conversation state in a NATS KV bucket shared by the replicas (`c.<peer>.<conversation>`),
  * and an index of received messages for threading replies (`m.<sender>.<message_id>`); entries
  * expire once a conversation has been quiet for CONVERSATION_IDLE_MS. Every inbound message
- * passes inbound() before it is stored: it refuses a lower authentication level than the
+ * passes admit() before it is stored: it refuses a lower authentication level than the
  * conversation had (401 insufficient_auth_level), notes (or with sequenceCheck "strict" refuses,
  * 409 sequence_conflict) a sequence number the peer already used for another message of the
  * conversation, and links an error-phase
@@ -141,18 +141,9 @@ export class Conversations {
 
   /**
    * A verified inbound message, before it is stored: checked against its conversation's record
-   * and recorded (see the class), then indexed for replies. `sender` is the verified signer.
-   */
-  async inbound(sender: string, message: Message, level: number): Promise<void> {
-    const index = await this.admit(sender, message, level);
-    await index();
-  }
-
-  /**
-   * The check and the record of inbound(), which must be done before the message is stored;
-   * resolves to its indexing (the thread entry, an error answer's link), which may run while
-   * the message is being stored: the sender's retry of a message whose indexing failed (503)
-   * indexes it again.
+   * and recorded (see the class); `sender` is the verified signer. Resolves to its indexing for
+   * replies (the thread entry, an error answer's link), which may run while the message is being
+   * stored: the sender's retry of a message whose indexing failed (503) indexes it again.
    */
   async admit(sender: string, message: Message, level: number): Promise<() => Promise<void>> {
     const h = message.headers;
