@@ -37,7 +37,6 @@ export interface PublishOptions {
   startTime?: number;
 }
 
-
 const itemSchema = asSent(PublishRequest);
 
 /**

@@ -203,17 +203,8 @@ export class Mailboxes {
             this.onExpired("stream");
             continue;
           }
-          const text = storedText(m.data);
-          if (text === undefined) continue; // not a stored message: skipped
-          await onCopy({
-            seq: m.seq,
-            messageId: m.headers?.get(RH.messageId) ?? "",
-            recipient: agent,
-            text,
-            conversationId: m.headers?.get(RH.conversationId) || undefined,
-            storedAt: new Date(Number(m.info.timestampNanos) / 1e6),
-            trace: headersContext(m.headers),
-          });
+          const copy = copyOf(m.seq, m.headers, m.data, new Date(Number(m.info.timestampNanos) / 1e6), agent);
+          if (copy) await onCopy(copy); // else not a stored message: skipped
         }
         if (!stopped) onEnd();
       } catch (err) {
@@ -306,17 +297,14 @@ function noMessage(err: unknown): boolean {
 }
 
 function toCopy(m: StoredMsg): StoredCopy | undefined {
-  const text = storedText(m.data);
+  return copyOf(m.seq, m.header, m.data, m.time, m.header.get(RH.recipient));
+}
+
+/** A stored copy from what JetStream hands out (a direct get, a consumer's message); undefined when it is not one. */
+function copyOf(seq: number, h: MsgHdrs | undefined, data: Uint8Array, storedAt: Date, recipient: string): StoredCopy | undefined {
+  const text = storedText(data);
   if (text === undefined) return undefined;
-  return {
-    seq: m.seq,
-    messageId: m.header.get(RH.messageId),
-    recipient: m.header.get(RH.recipient),
-    text,
-    conversationId: m.header.get(RH.conversationId) || undefined,
-    storedAt: m.time,
-    trace: headersContext(m.header),
-  };
+  return { seq, messageId: h?.get(RH.messageId) ?? "", recipient, text, conversationId: h?.get(RH.conversationId) || undefined, storedAt, trace: headersContext(h) };
 }
 
 const decoder = new TextDecoder("utf-8", { fatal: true });
