@@ -34,6 +34,8 @@ let relay: RunningRelay;
 let relayUrl: string;
 let http: HttpClient;
 
+/** Changes one base64url character, always to another one. */
+const flip = (s: string, i: number) => s.slice(0, i) + (s[i] === "A" ? "B" : "A") + s.slice(i + 1);
 const encryptionPeer = (id: typeof bob, key: typeof bobKey) => ({ ...peerOf(id), relay: { urls: [relayUrl] }, encryptionKeys: [{ keyId: key.keyId, publicKey: key.publicKey }] });
 
 withRelay([alice, bob, carol, dave], (f) => ({ nats, tls, http, relay, relayUrl } = f));
@@ -112,7 +114,6 @@ describe("end-to-end encryption through an untrusted relay", () => {
     const b = await runAgent({ self: bob, natsUrl: nats.url, tls, encryptionKey: bobKey.privateKeyPem, spec: { peers: [peerOf(alice)], relay: { urls: [relayUrl], pollInterval: "300ms" }, handler: { url: handler.url } } });
     try {
       const recipients = [{ agent: "bob-agent", keyId: bobKey.keyId, publicKey: bobKey.publicKey }];
-      const flip = (s: string, i: number) => s.slice(0, i) + (s[i] === "A" ? "B" : "A") + s.slice(i + 1);
       const enc = (text: string) => encryptMessage(message("alice-agent", "bob-agent", {}, text), recipients);
 
       // The wrapped key is outside the signature, so an altered one passes the signature check: decryption catches it.
@@ -319,7 +320,7 @@ describe("end-to-end encryption through an untrusted relay", () => {
       expect(got.headers["ifp-encrypted"]).toBe(SCHEME);
 
       const bad = forBob("wrapped key altered") as Message & { security: any };
-      bad.security.encryption.recipients[0].wrapped_key = "A" + bad.security.encryption.recipients[0].wrapped_key.slice(1);
+      bad.security.encryption.recipients[0].wrapped_key = flip(bad.security.encryption.recipients[0].wrapped_key, 0);
       const r1 = await b.post(signMessage(bad, alice.signing));
       expect(r1.status).toBe(400);
       expect(JSON.parse(r1.text)).toMatchObject({ status: "error", code: "decryption_failed", message: expect.stringMatching(/does not authenticate/) });
