@@ -35,7 +35,7 @@ const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 async function startProcess(args: string[], readyUrl: string, ca: string, nodeArgs: string[] = [], env: Record<string, string> = {}): Promise<ChildProcess> {
   const child = spawn(process.execPath, [...nodeArgs, ...args], { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, IFP_LOG_LEVEL: "warn", IFP_METRICS_PORT: "0", ...env } });
   await waitFor(`${args[0]} to listen`, async () => {
-    const res = await httpsRequest(readyUrl, { ca, method: /inbox|jsonrpc/.test(readyUrl) ? "POST" : "GET", headers: { "content-type": "application/json" }, body: "{}" });
+    const res = await httpsRequest(readyUrl, { ca, method: /inbox|jsonrpc/.test(readyUrl) ? "POST" : "GET", headers: { "content-type": "application/json", "a2a-version": "1.0" }, body: "{}" });
     return res.status > 0 && res.status !== 503;
   }, 30_000, 200);
   return child;
