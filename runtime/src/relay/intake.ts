@@ -8,7 +8,7 @@ import type { Verifier } from "../protocol/verify.ts";
 import { toProtocolError } from "../server/http.ts";
 import { RateLimiter } from "../server/ratelimit.ts";
 import { asSent } from "../server/validation.ts";
-import { messageLog } from "../telemetry/logs.ts";
+import { debugEnabled, messageLog } from "../telemetry/logs.ts";
 import { A, inSpan, messageAttributes, messageContext, SpanKind } from "../telemetry/tracing.ts";
 import type { Mailboxes } from "./mailbox.ts";
 import { remainingTtlSeconds, resolveRecipients, traceEntry, withTraceEntry } from "./publish.ts";
@@ -72,8 +72,6 @@ function narrowed<T extends { agent: string }>(to: T[], recipients: string[] | u
 
 export type RelayIntake = ReturnType<typeof relayIntake>;
 
-const DEBUG_LEVELS = new Set(["debug", "trace"]);
-
 /**
  * What every way of publishing shares (POST /relay/publish, its batch, the WebSocket's publish
  * frames): the message is the sender's own, its TTL has not passed, every direct recipient is
@@ -101,7 +99,7 @@ export function relayIntake(deps: IntakeDeps) {
         if (!taken.ok) throw rateLimited(taken.retryAfterSeconds, `byte quota of ${deps.bytesPerHour} bytes per hour exceeded for ${sender} (this message: ${agents.length} copies of ${Buffer.byteLength(data)} bytes)`);
         const result = await deps.mailboxes.store(data, h.message_id, agents, ttl, sender, h.conversation_id);
         // A child logger only when its line is written: making one costs as much as the rest of a frame's bookkeeping.
-        if (DEBUG_LEVELS.has(opts.log.level)) (opts.named ? opts.log : opts.log.child(messageLog(message, sender))).debug({ recipients: agents.length, stored: result.stored, duplicates: result.duplicates }, "message published");
+        if (debugEnabled(opts.log)) (opts.named ? opts.log : opts.log.child(messageLog(message, sender))).debug({ recipients: agents.length, stored: result.stored, duplicates: result.duplicates }, "message published");
         span.setAttributes({ [A.recipients]: agents, [A.status]: 202, [A.duplicate]: result.stored === 0 && result.duplicates > 0 });
         return { status: "accepted" as const, message_id: h.message_id, recipients: agents.length, ...result };
       },

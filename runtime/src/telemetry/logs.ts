@@ -18,6 +18,11 @@ export function messageLog(message: { headers: { message_id: string; conversatio
   return withTrace({ message_id: h.message_id, conversation_id: h.conversation_id, sender: sender ?? h.from?.agent });
 }
 
+/** Whether debug lines are written: a line's child logger is made only then, on the hot paths. */
+export function debugEnabled(log: { level: string }): boolean {
+  return log.level === "debug" || log.level === "trace";
+}
+
 /** The same fields from what is known without the message (a stored copy's headers). */
 export function messageLogOf(messageId: string, conversationId: string | undefined, sender: string | undefined): MessageLogFields {
   return withTrace({ message_id: messageId, ...(conversationId ? { conversation_id: conversationId } : {}), ...(sender ? { sender } : {}) });

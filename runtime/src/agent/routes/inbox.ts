@@ -9,7 +9,7 @@ import { parseDuration } from "../../resources/common.ts";
 import type { RuntimeMetrics } from "../../server/metrics.ts";
 import { clientAddress, RateLimiter } from "../../server/ratelimit.ts";
 import { asSent } from "../../server/validation.ts";
-import { messageLog } from "../../telemetry/logs.ts";
+import { debugEnabled, messageLog } from "../../telemetry/logs.ts";
 import { A, failSpan, inSpan, messageAttributes, messageContext, SpanKind, startSpan, tracingEnabled } from "../../telemetry/tracing.ts";
 import { acceptVerified, admit, type AcceptStore, type Admission, type OnAccepted } from "../accept.ts";
 import { WELL_KNOWN, WELL_KNOWN_IFP } from "../documents.ts";
@@ -89,28 +89,33 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         const attributes = () => ({ ...messageAttributes(message), [A.agent]: spec.agentId });
         const startTime = tracingEnabled() ? Date.now() - reply.elapsedTime : undefined;
         return inSpan("ifp.inbox.receive", { kind: SpanKind.SERVER, parent, attributes, startTime }, async (span) => {
-          // Every later line of this request (errors included) names the message; reqId is fastify's.
-          req.log = req.log.child(messageLog(message));
-          // Addressing and date window: the same checks as for a message pulled from a relay.
-          // Idempotency-Key is optional and only recommended to be the message_id (IFP-6): any
-          // value is accepted, and repeats are recognised by headers.message_id alone.
-          admit(message, admission);
-          const verified = await verifier.verify(message, spec.inbox.requireSignature, { address: clientAddress(req) });
-          const bySender = perSender.take(verified.signer ?? `unsigned:${h.from.agent}`);
-          if (!bySender.ok) {
-            metrics.inboxRateLimited.inc({ limit: "sender" });
-            throw rateLimited(bySender.retryAfterSeconds, `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`);
+          try {
+            // Addressing and date window: the same checks as for a message pulled from a relay.
+            // Idempotency-Key is optional and only recommended to be the message_id (IFP-6): any
+            // value is accepted, and repeats are recognised by headers.message_id alone.
+            admit(message, admission);
+            const verified = await verifier.verify(message, spec.inbox.requireSignature, { address: clientAddress(req) });
+            const bySender = perSender.take(verified.signer ?? `unsigned:${h.from.agent}`);
+            if (!bySender.ok) {
+              metrics.inboxRateLimited.inc({ limit: "sender" });
+              throw rateLimited(bySender.retryAfterSeconds, `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`);
+            }
+            // The byte quota: one trusted peer cannot fill the store every agent shares.
+            const bytes = perSenderBytes.take(verified.signer ?? `unsigned:${h.from.agent}`, Buffer.byteLength(JSON.stringify(message)));
+            if (!bytes.ok) {
+              throw rateLimited(bytes.retryAfterSeconds, `byte quota of ${spec.inbox.rateLimit.perSenderBytesPerHour} bytes per hour exceeded for ${h.from.agent}`);
+            }
+            const { duplicate } = await acceptVerified({ agent, store: deps.store, onAccepted: deps.onAccepted, conversations: deps.conversations, encryption: deps.encryption }, message, message, verified);
+            reply.outcome = duplicate ? "duplicate" : "accepted";
+            if (debugEnabled(req.log)) req.log.child(messageLog(message)).debug({ duplicate, auth_level: verified.authLevel }, duplicate ? "duplicate message absorbed" : "message accepted");
+            span.setAttributes({ [A.duplicate]: duplicate, [A.status]: 202, [A.sender]: verified.signer ?? h.from.agent });
+            return reply.code(202).type("application/json; charset=utf-8").send({ status: "accepted", message_id: h.message_id });
+          } catch (err) {
+            // The lines about a refused or failed message (the error handler's) name it; reqId is
+            // fastify's. The child logger is made only then (or for a debug line), not per message.
+            req.log = req.log.child(messageLog(message));
+            throw err;
           }
-          // The byte quota: one trusted peer cannot fill the store every agent shares.
-          const bytes = perSenderBytes.take(verified.signer ?? `unsigned:${h.from.agent}`, Buffer.byteLength(JSON.stringify(message)));
-          if (!bytes.ok) {
-            throw rateLimited(bytes.retryAfterSeconds, `byte quota of ${spec.inbox.rateLimit.perSenderBytesPerHour} bytes per hour exceeded for ${h.from.agent}`);
-          }
-          const { duplicate } = await acceptVerified({ agent, store: deps.store, onAccepted: deps.onAccepted, conversations: deps.conversations, encryption: deps.encryption }, message, message, verified);
-          reply.outcome = duplicate ? "duplicate" : "accepted";
-          req.log.debug({ duplicate, auth_level: verified.authLevel }, duplicate ? "duplicate message absorbed" : "message accepted");
-          span.setAttributes({ [A.duplicate]: duplicate, [A.status]: 202, [A.sender]: verified.signer ?? h.from.agent });
-          return reply.code(202).type("application/json; charset=utf-8").send({ status: "accepted", message_id: h.message_id });
         });
       },
     );
