@@ -31,8 +31,6 @@ export interface PublishOptions {
   /** Narrows the message to some of its direct recipients (`?recipient=`, a frame's `recipients`). */
   recipients?: string[];
   log: FastifyBaseLogger;
-  /** `log` names the message already (the lone publish's request logger); otherwise a line about it adds its fields. */
-  named?: boolean;
   /** When the request began (ms since the epoch), for the span; now when left out. */
   startTime?: number;
 }
@@ -99,7 +97,7 @@ export function relayIntake(deps: IntakeDeps) {
         if (!taken.ok) throw rateLimited(taken.retryAfterSeconds, `byte quota of ${deps.bytesPerHour} bytes per hour exceeded for ${sender} (this message: ${agents.length} copies of ${Buffer.byteLength(data)} bytes)`);
         const result = await deps.mailboxes.store(data, h.message_id, agents, ttl, sender, h.conversation_id);
         // A child logger only when its line is written: making one costs as much as the rest of a frame's bookkeeping.
-        if (debugEnabled(opts.log)) (opts.named ? opts.log : opts.log.child(messageLog(message, sender))).debug({ recipients: agents.length, stored: result.stored, duplicates: result.duplicates }, "message published");
+        if (debugEnabled(opts.log)) opts.log.child(messageLog(message, sender)).debug({ recipients: agents.length, stored: result.stored, duplicates: result.duplicates }, "message published");
         span.setAttributes({ [A.recipients]: agents, [A.status]: 202, [A.duplicate]: result.stored === 0 && result.duplicates > 0 });
         return { status: "accepted" as const, message_id: h.message_id, recipients: agents.length, ...result };
       },

@@ -23,6 +23,20 @@ export function debugEnabled(log: { level: string }): boolean {
   return log.level === "debug" || log.level === "trace";
 }
 
+/**
+ * Runs a request's work on one message. When it fails, the request's logger is first made to
+ * name the message, so that the error handler's line about the failure does; a child logger is
+ * made only then, not for every message (reqId stays fastify's).
+ */
+export async function namedOnFailure<T, L extends { child(fields: MessageLogFields): L }>(req: { log: L }, fields: () => MessageLogFields, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    req.log = req.log.child(fields());
+    throw err;
+  }
+}
+
 /** The same fields from what is known without the message (a stored copy's headers). */
 export function messageLogOf(messageId: string, conversationId: string | undefined, sender: string | undefined): MessageLogFields {
   return withTrace({ message_id: messageId, ...(conversationId ? { conversation_id: conversationId } : {}), ...(sender ? { sender } : {}) });

@@ -9,7 +9,7 @@ import { parseDuration } from "../../resources/common.ts";
 import type { RuntimeMetrics } from "../../server/metrics.ts";
 import { clientAddress, RateLimiter } from "../../server/ratelimit.ts";
 import { asSent } from "../../server/validation.ts";
-import { debugEnabled, messageLog } from "../../telemetry/logs.ts";
+import { debugEnabled, messageLog, namedOnFailure } from "../../telemetry/logs.ts";
 import { A, failSpan, inSpan, messageAttributes, messageContext, SpanKind, startSpan, tracingEnabled } from "../../telemetry/tracing.ts";
 import { acceptVerified, admit, type AcceptStore, type Admission, type OnAccepted } from "../accept.ts";
 import { WELL_KNOWN, WELL_KNOWN_IFP } from "../documents.ts";
@@ -88,8 +88,8 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         const parent = messageContext(message);
         const attributes = () => ({ ...messageAttributes(message), [A.agent]: spec.agentId });
         const startTime = tracingEnabled() ? Date.now() - reply.elapsedTime : undefined;
-        return inSpan("ifp.inbox.receive", { kind: SpanKind.SERVER, parent, attributes, startTime }, async (span) => {
-          try {
+        return inSpan("ifp.inbox.receive", { kind: SpanKind.SERVER, parent, attributes, startTime }, (span) =>
+          namedOnFailure(req, () => messageLog(message), async () => {
             // Addressing and date window: the same checks as for a message pulled from a relay.
             // Idempotency-Key is optional and only recommended to be the message_id (IFP-6): any
             // value is accepted, and repeats are recognised by headers.message_id alone.
@@ -110,13 +110,8 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
             if (debugEnabled(req.log)) req.log.child(messageLog(message)).debug({ duplicate, auth_level: verified.authLevel }, duplicate ? "duplicate message absorbed" : "message accepted");
             span.setAttributes({ [A.duplicate]: duplicate, [A.status]: 202, [A.sender]: verified.signer ?? h.from.agent });
             return reply.code(202).type("application/json; charset=utf-8").send({ status: "accepted", message_id: h.message_id });
-          } catch (err) {
-            // The lines about a refused or failed message (the error handler's) name it; reqId is
-            // fastify's. The child logger is made only then (or for a debug line), not per message.
-            req.log = req.log.child(messageLog(message));
-            throw err;
-          }
-        });
+          }),
+        );
       },
     );
   }

@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { z } from "zod";
 import { PublishBatchRequest, PublishBatchResponse, PublishRequest, PublishResponse } from "../../protocol/relay-api.ts";
 import { asSent } from "../../server/validation.ts";
-import { messageLog } from "../../telemetry/logs.ts";
+import { messageLog, namedOnFailure } from "../../telemetry/logs.ts";
 import { tracingEnabled } from "../../telemetry/tracing.ts";
 import type { RelayAuthenticator } from "../auth.ts";
 import type { RelayIntake } from "../intake.ts";
@@ -29,9 +29,9 @@ export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app
       config: { operation: "publish", invalid: "the message does not follow IFP-4" },
     },
     async (req, reply) => {
-      // Every later line of this request (errors included) names the message.
-      req.log = req.log.child(messageLog(req.body, req.agent));
-      const answer = await deps.intake.publish(req.body, req.agent, { recipients: recipientsOf(req.query), log: req.log, named: true, startTime: startOf(reply.elapsedTime) });
+      const answer = await namedOnFailure(req, () => messageLog(req.body, req.agent), () =>
+        deps.intake.publish(req.body, req.agent, { recipients: recipientsOf(req.query), log: req.log, startTime: startOf(reply.elapsedTime) }),
+      );
       return reply.code(202).send(answer);
     },
   );
