@@ -58,7 +58,7 @@ type Loose = Record<string, unknown>;
 /**
  * NODE_OPTIONS of the runtime container from its memory limit (runtimeNodeOptions): V8's heap
  * bounded to fit the container wherever it runs. Left out when the container has no memory
- * limit, or when NODE_OPTIONS is already set (by the user's spec.pod.env, which wins).
+ * limit, or when NODE_OPTIONS is already set (by the user's spec.deployment.env, which wins).
  */
 export function withNodeHeap(deployment: V1Deployment): V1Deployment {
   const pod = deployment.spec!.template.spec!;

@@ -96,7 +96,7 @@ export class RelayBatcher {
 
   private async send(batch: Batch): Promise<void> {
     const { relayUrl, recipients, items } = batch;
-    if (items.length === 1) return this.settle(items[0]!, this.lone(relayUrl, items[0]!.message, recipients));
+    if (items.length === 1) return settle(items[0]!, this.lone(relayUrl, items[0]!.message, recipients));
     let res;
     try {
       res = await new RelayClient(relayUrl, this.signing, this.http).request("POST", `/relay/publish/batch${recipientQuery(recipients)}`, {
@@ -127,15 +127,7 @@ export class RelayBatcher {
   }
 
   private async eachAlone(batch: Batch): Promise<void> {
-    await Promise.all(batch.items.map((i) => this.settle(i, this.lone(batch.relayUrl, i.message, batch.recipients))));
-  }
-
-  private async settle(item: Waiting, answer: Promise<RelayAnswer>): Promise<void> {
-    try {
-      item.resolve(await answer);
-    } catch (err) {
-      item.reject(err);
-    }
+    await Promise.all(batch.items.map((i) => settle(i, this.lone(batch.relayUrl, i.message, batch.recipients))));
   }
 
   /** Whether the relay may have the batch endpoint: not found without it within the last hour. */
@@ -152,6 +144,11 @@ export class RelayBatcher {
     this.unsupported.set(relayUrl, this.now());
     while (this.unsupported.size > MAX_UNSUPPORTED) this.unsupported.delete(this.unsupported.keys().next().value!);
   }
+}
+
+/** A waiting caller gets what `answer` comes to, its answer or its error. */
+function settle(item: Waiting, answer: Promise<RelayAnswer>): Promise<void> {
+  return answer.then(item.resolve, item.reject);
 }
 
 /** One message's item of a batch answer as the answer a lone publish of it gets. */
