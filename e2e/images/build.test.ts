@@ -2,28 +2,38 @@
 // e2e/images/build.ts does (no build, no root needed).
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { dockerignore, IMAGES, ignoreFilePath, imageContextFiles, parseDockerfile, readDockerfile } from "./build.ts";
+import { builderKind, dockerignore, IMAGES, ignoreFilePath, imageContextFiles, parseDockerfile, readDockerfile, stageContextFiles } from "./build.ts";
 
 const ignored = dockerignore(readFileSync(".dockerignore", "utf8"));
 
 describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
-  it("runtime: Node 24, production dependencies, the runtime's code without tests, user node, the ifp-runtime entrypoint", () => {
+  it("runtime: Node 24, production dependencies, the runtime compiled to JavaScript without tests, user node, the ifp-runtime entrypoint", () => {
     const plan = readDockerfile("runtime/Dockerfile");
-    expect(plan).toMatchObject({ base: "node:24-slim", nodeMajor: 24, workdir: "/app", user: "node", expose: ["8443"], entrypoint: ["node", "runtime/bin/ifp-runtime.ts"], env: { NODE_ENV: "production" } });
-    expect(plan.copies.filter((c) => c.from === "deps")).toEqual([{ from: "deps", sources: ["/app/node_modules"], dest: "/app/node_modules", destIsDir: false }]);
-    const dests = imageContextFiles(plan, ignored, "runtime/Dockerfile").map((f) => f.dest);
-    expect(dests).toContain("/app/package.json");
-    expect(dests).toContain("/app/runtime/bin/ifp-runtime.ts");
-    expect(dests.some((d) => d.startsWith("/app/runtime/src/agent/"))).toBe(true);
-    expect(dests.filter((d) => /\.test\.ts$|\/test\/|\/bench\/|^\/app\/operator\//.test(d))).toEqual([]);
+    expect(plan).toMatchObject({ base: "node:24-slim", nodeMajor: 24, workdir: "/app", user: "node", expose: ["8443"], entrypoint: ["node", "runtime/bin/ifp-runtime.js"], env: { NODE_ENV: "production" } });
+    expect(plan.copies.filter((c) => c.from !== undefined)).toEqual([
+      { from: "deps", sources: ["/app/node_modules"], dest: "/app/node_modules", destIsDir: false },
+      { from: "build", sources: ["/app/dist/runtime"], dest: "/app/runtime", destIsDir: false },
+    ]);
+    expect(builderKind(plan.stages.deps, plan.base)).toBe("deps");
+    expect(builderKind(plan.stages.build, plan.base)).toBe("build");
+    expect(imageContextFiles(plan, ignored, "runtime/Dockerfile").map((f) => f.dest)).toEqual(["/app/package.json"]);
+    // What the build stage compiles: the configs and the sources, never tests or benchmarks.
+    const compiled = stageContextFiles(plan.stages.build!, ignored, "runtime/Dockerfile").map((f) => f.dest);
+    for (const d of ["/app/tsconfig.json", "/app/tsconfig.build.json", "/app/runtime/bin/ifp-runtime.ts", "/app/operator/src/main.ts"]) expect(compiled).toContain(d);
+    expect(compiled.some((d) => d.startsWith("/app/runtime/src/agent/"))).toBe(true);
+    expect(compiled.filter((d) => /\.test\.ts$|\/test\/|\/bench\//.test(d))).toEqual([]);
   });
 
-  it("operator: its own code, the CRDs and the runtime's sources it imports", () => {
+  it("operator: its own code compiled, the CRDs and the runtime's code it imports", () => {
     const plan = readDockerfile("operator/Dockerfile");
-    expect(plan).toMatchObject({ user: "node", expose: ["8080"], entrypoint: ["node", "operator/bin/ifp-operator.ts"] });
+    expect(plan).toMatchObject({ user: "node", expose: ["8080"], entrypoint: ["node", "operator/bin/ifp-operator.js"] });
+    expect(plan.copies.filter((c) => c.from === "build").map((c) => [c.sources, c.dest])).toEqual([
+      [["/app/dist/operator"], "/app/operator"],
+      [["/app/dist/runtime"], "/app/runtime"],
+    ]);
     const dests = imageContextFiles(plan, ignored, "operator/Dockerfile").map((f) => f.dest);
-    for (const d of ["/app/operator/bin/ifp-operator.ts", "/app/crds/agents.ifp.dev.yaml", "/app/runtime/src/resources/agent.ts"]) expect(dests).toContain(d);
-    expect(dests.filter((d) => /\.test\.ts$/.test(d))).toEqual([]);
+    expect(dests).toContain("/app/crds/agents.ifp.dev.yaml");
+    expect(dests.filter((d) => /\.ts$/.test(d))).toEqual([]);
   });
 
   it("example app: Node's built-ins and the typed client only, no dependencies, its own ignore file, user node", () => {
@@ -50,6 +60,9 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     expect(() => parseDockerfile(base.replace("USER node", "RUN apt-get install -y curl\nUSER node"), "x")).toThrow(/does not know how to build "RUN apt-get/);
     expect(() => parseDockerfile(base.replaceAll("node:24-slim", "debian:12"), "x")).toThrow(/FROM debian:12/);
     expect(() => parseDockerfile(base.replace("npm ci --omit=dev", "npm ci"), "x")).toThrow(/COPY --from=deps/);
+    expect(() => parseDockerfile(base.replace("npx tsc -p tsconfig.build.json", "npx tsc -p tsconfig.build.json && curl x"), "x")).toThrow(/COPY --from=build/);
+    expect(() => parseDockerfile(base.replace("RUN npm ci --ignore-scripts", "RUN npm ci --omit=dev --ignore-scripts"), "x")).toThrow(/COPY --from=build/);
+    expect(() => parseDockerfile(base.replace("/app/dist/runtime", "/app/node_modules"), "x")).toThrow(/COPY --from=build/);
     expect(() => parseDockerfile(base.replace("ENTRYPOINT", "HEALTHCHECK CMD true\nENTRYPOINT"), "x")).toThrow(/HEALTHCHECK/);
   });
 

@@ -9,14 +9,15 @@
 // registries. This file reads them and carries out their final stage itself: the `node:24-slim`
 // base becomes a root filesystem holding Node 24 from the npm `node` package and the shared
 // libraries it links (found with ldd), the `deps` stage becomes `npm ci --omit=dev` in a staging
-// directory, and COPY, ENV, WORKDIR, USER, EXPOSE and ENTRYPOINT are applied as written. The build
+// directory, the `build` stage compiles its sources with this repository's TypeScript (`npx tsc
+// -p tsconfig.build.json`), and COPY, ENV, WORKDIR, USER, EXPOSE and ENTRYPOINT are applied as written. The build
 // context leaves out what the Dockerfile's ignore file names (`<Dockerfile>.dockerignore` next to
 // it, else the root `.dockerignore`, as BuildKit picks them). An instruction it does not know fails
 // the build, so the Dockerfiles and these images cannot drift apart silently. buildah commits the
 // tree into an OCI archive, cached by a hash of every input.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, posix, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -24,7 +25,7 @@ import { cacheRoot, installDebianPackages, toolPath } from "../tools/tools.ts";
 
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
 /** Bumped when the way images are assembled changes, so that cached archives are rebuilt. */
-const RECIPE = "ifp-images-1";
+const RECIPE = "ifp-images-2";
 const NODE_BASE = /^node:(\d+)-slim$/;
 /** What `node:24-slim` gives an image besides Node itself. */
 const BASE_ENV = { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" };
@@ -42,7 +43,7 @@ export interface DockerfilePlan {
   base: string;
   /** Node's major version the base names. */
   nodeMajor: number;
-  /** Stage name → the RUN lines of that stage (only `npm ci --omit=dev` is understood). */
+  /** Stage name → its COPY lines (sources, then destination) and RUN lines (builderKind says which are understood). */
   stages: Record<string, { from: string; workdir: string; copies: string[][]; runs: string[] }>;
   /** `destIsDir`: the destination ends with "/" or there are several sources, as Docker reads it. */
   copies: { from?: string; sources: string[]; dest: string; destIsDir: boolean }[];
@@ -74,6 +75,23 @@ function jsonOrWords(rest: string): string[] {
   const t = rest.trim();
   if (t.startsWith("[")) return JSON.parse(t) as string[];
   return t.split(/\s+/);
+}
+
+type Stage = DockerfilePlan["stages"][string];
+const LOCK_FILES = "package-lock.json,package.json";
+/** The config the build stage compiles with: `RUN npx tsc -p <it>`. */
+const TSC_RUN = /^npx tsc -p (\S+)$/;
+
+/**
+ * The two builder stages these images have, from the same base as the final stage: `deps`,
+ * production dependencies from the lock file (`npm ci --omit=dev`); `build`, every dependency
+ * from the lock file, then sources copied from the context, compiled by `npx tsc -p <config>`.
+ */
+export function builderKind(s: Stage | undefined, base: string): "deps" | "build" | undefined {
+  if (!s || s.from !== base || s.copies[0]?.slice(0, -1).sort().join(",") !== LOCK_FILES) return undefined;
+  if (s.runs.length === 1 && /^npm ci --omit=dev\b/.test(s.runs[0]!) && s.copies.length === 1) return "deps";
+  if (s.runs.length === 2 && /^npm ci\b/.test(s.runs[0]!) && !/--omit/.test(s.runs[0]!) && TSC_RUN.test(s.runs[1]!) && s.copies.length > 1) return "build";
+  return undefined;
 }
 
 /** Parse a Dockerfile; any instruction outside the small set these images use is an error. */
@@ -124,7 +142,8 @@ export function parseDockerfile(text: string, path: string): DockerfilePlan {
         const rawDest = words.pop()!;
         const dest = posix.resolve(stage!.workdir, rawDest);
         if (inFinal) final.copies.push({ from, sources: words, dest, destIsDir: rawDest.endsWith("/") || words.length > 1 });
-        else stage!.copies.push([...words, dest]);
+        // A builder stage keeps the trailing "/" of a directory destination, as Docker reads it.
+        else stage!.copies.push([...words, rawDest.endsWith("/") && dest !== "/" ? `${dest}/` : dest]);
         break;
       }
       case "RUN":
@@ -159,17 +178,12 @@ export function parseDockerfile(text: string, path: string): DockerfilePlan {
   if (!base) fail(`FROM ${stage.from}`);
   for (const c of final.copies) {
     if (c.from === undefined) continue;
-    const s = stages[c.from];
-    // The one builder stage these images have: production dependencies from the lock file.
+    const kind = builderKind(stages[c.from], stage.from);
+    // What each builder stage these images have hands on: its node_modules, or its compiled dist/.
+    const s = stages[c.from]!;
     const known =
-      s &&
-      s.from === stage.from &&
-      s.runs.length === 1 &&
-      /^npm ci --omit=dev\b/.test(s.runs[0]!) &&
-      s.copies.length === 1 &&
-      s.copies[0]!.slice(0, -1).sort().join(",") === "package-lock.json,package.json" &&
-      c.sources.length === 1 &&
-      c.sources[0] === posix.join(s.workdir, "node_modules");
+      (kind === "deps" && c.sources.length === 1 && c.sources[0] === posix.join(s.workdir, "node_modules")) ||
+      (kind === "build" && c.sources.length === 1 && c.sources[0]!.startsWith(posix.join(s.workdir, "dist") + "/"));
     if (!known) fail(`COPY --from=${c.from} ${c.sources.join(" ")}`);
   }
   return { base: stage.from, nodeMajor: Number(base![1]), stages, copies: final.copies, env: final.env, workdir: final.workdir, user: final.user, expose: final.expose, entrypoint: final.entrypoint };
@@ -234,7 +248,7 @@ function fileHash(h: ReturnType<typeof createHash>, path: string, label = path):
 }
 
 /** The repository files an image's COPY instructions take (after .dockerignore) and where they land. */
-export function imageContextFiles(plan: DockerfilePlan, ignored: (path: string) => boolean, dockerfilePath: string): { src: string; dest: string }[] {
+export function imageContextFiles(plan: Pick<DockerfilePlan, "copies">, ignored: (path: string) => boolean, dockerfilePath: string): { src: string; dest: string }[] {
   const files: { src: string; dest: string }[] = [];
   for (const c of plan.copies) {
     if (c.from !== undefined) continue;
@@ -292,6 +306,14 @@ function imageRecipe(name: string, dockerfilePath: string): Recipe {
   }
   const contextFiles = imageContextFiles(plan, ignored, dockerfilePath);
   for (const f of contextFiles) fileHash(h, join(REPO, f.src), `${f.src}->${f.dest}`);
+  // The sources a build stage compiles, by stage.
+  const builds = new Map<string, { src: string; dest: string }[]>();
+  for (const c of plan.copies) {
+    if (c.from === undefined || builderKind(plan.stages[c.from], plan.base) !== "build" || builds.has(c.from)) continue;
+    const files = stageContextFiles(plan.stages[c.from]!, ignored, dockerfilePath);
+    for (const f of files) fileHash(h, join(REPO, f.src), `${c.from}:${f.src}->${f.dest}`);
+    builds.set(c.from, files);
+  }
 
   return {
     name,
@@ -306,10 +328,21 @@ function imageRecipe(name: string, dockerfilePath: string): Recipe {
         copyFileSync(join(REPO, f.src), to);
         chmodSync(to, statSync(join(REPO, f.src)).mode & 0o755);
       }
-      for (const c of plan.copies) {
-        if (c.from === undefined) continue;
-        const deps = productionDependencies();
-        sh("cp", ["-a", join(deps, "node_modules"), join(rootfs, c.dest)]);
+      const compiled = new Map<string, string>();
+      try {
+        for (const c of plan.copies) {
+          if (c.from === undefined) continue;
+          const stage = plan.stages[c.from]!;
+          if (builderKind(stage, plan.base) === "deps") {
+            sh("cp", ["-a", join(productionDependencies(), "node_modules"), join(rootfs, c.dest)]);
+            continue;
+          }
+          if (!compiled.has(c.from)) compiled.set(c.from, compileStage(stage, builds.get(c.from)!));
+          mkdirSync(join(rootfs, c.dest), { recursive: true });
+          sh("cp", ["-a", `${join(compiled.get(c.from)!, posix.relative(stage.workdir, c.sources[0]!))}/.`, join(rootfs, c.dest)]);
+        }
+      } finally {
+        for (const dir of compiled.values()) rmSync(dir, { recursive: true, force: true });
       }
     },
   };
@@ -334,6 +367,33 @@ function baseFilesystem(rootfs: string, runtime: ReturnType<typeof nodeRuntimeFi
 }
 
 /** The `deps` stage: `npm ci --omit=dev --ignore-scripts` of this repository's lock file, cached by its hash. */
+/** A build stage's COPY instructions from the context, as the files they take and where they land. */
+export function stageContextFiles(stage: Stage, ignored: (path: string) => boolean, dockerfilePath: string): { src: string; dest: string }[] {
+  const copies = stage.copies.slice(1).map((c) => {
+    const sources = c.slice(0, -1);
+    const dest = c.at(-1)!;
+    return { sources, dest: dest.replace(/(.)\/$/, "$1"), destIsDir: dest.endsWith("/") || sources.length > 1 };
+  });
+  return imageContextFiles({ copies }, ignored, dockerfilePath);
+}
+
+/**
+ * A build stage carried out here: its sources in a staging directory that stands for the
+ * stage's WORKDIR, this repository's node_modules (installed from the same lock file) beside
+ * them, and its `npx tsc -p <config>` run there. Returns the directory; the caller removes it.
+ */
+function compileStage(stage: Stage, files: { src: string; dest: string }[]): string {
+  const root = mkdtempSync(join(tmpdir(), "ifp-image-build-"));
+  for (const f of files) {
+    const to = join(root, posix.relative(stage.workdir, f.dest));
+    mkdirSync(dirname(to), { recursive: true });
+    copyFileSync(join(REPO, f.src), to);
+  }
+  symlinkSync(join(REPO, "node_modules"), join(root, "node_modules"));
+  sh(process.execPath, [join(REPO, "node_modules", "typescript", "bin", "tsc"), "-p", TSC_RUN.exec(stage.runs[1]!)![1]!], { cwd: root });
+  return root;
+}
+
 function productionDependencies(): string {
   const lock = readFileSync(join(REPO, "package-lock.json"));
   const pkg = readFileSync(join(REPO, "package.json"));

@@ -16,6 +16,7 @@
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { parse, stringify } from "yaml";
+import { compiledEntry } from "../../e2e/support/compiled.ts";
 import { startControlPlane } from "../../e2e/support/controlplane.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 
@@ -53,7 +54,7 @@ const health = await freePort();
 let log = "";
 const operator = spawn(
   process.execPath,
-  ["operator/bin/ifp-operator.ts", `--kubeconfig=${cp.kubeconfig}`, `--health-port=${health}`, `--metrics-port=${health}`, `--resync=${RESYNC_S}s`, `--workers=${WORKERS}`, "--runtime-image=ghcr.io/ifp-dev/ifp-runtime:bench", "--log-level=warn"],
+  [compiledEntry("operator/bin/ifp-operator.ts"), `--kubeconfig=${cp.kubeconfig}`, `--health-port=${health}`, `--metrics-port=${health}`, `--resync=${RESYNC_S}s`, `--workers=${WORKERS}`, "--runtime-image=ghcr.io/ifp-dev/ifp-runtime:bench", "--log-level=warn"],
   { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NODE_OPTIONS: CHART_NODE_OPTIONS } },
 );
 operator.stdout!.on("data", (d) => (log = (log + d).slice(-20_000)));

@@ -17,6 +17,7 @@ import { fileURLToPath } from "node:url";
 import { startNats } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
+import { compiledEntry } from "../../e2e/support/compiled.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { DEFAULT_RUNTIME_NODE_OPTIONS } from "../src/contract/node-options.ts";
 import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey } from "../test/fixtures.ts";
@@ -121,7 +122,7 @@ const targets: Target[] = [];
 }
 // The full inbox: schema, signature verification, rate limits, JetStream persistence. With
 // BENCH_BASELINE=<checkout>, that checkout's runtime too ("before"), as a replica of the same agent.
-const runtimes: [Target["name"], string][] = [["inbox", here("../bin/ifp-runtime.ts")]];
+const runtimes: [Target["name"], string][] = [["inbox", compiledEntry("runtime/bin/ifp-runtime.ts")]];
 if (process.env.BENCH_BASELINE) runtimes.push(["before", `${process.env.BENCH_BASELINE}/runtime/bin/ifp-runtime.ts`]);
 for (const [name, bin] of runtimes) {
   const port = await freePort();

@@ -29,6 +29,7 @@ import WebSocket from "ws";
 import { startNats } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
+import { compiledEntry } from "../../e2e/support/compiled.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { signRequest } from "../src/protocol/http-signatures.ts";
 import type { Message } from "../src/protocol/message.ts";
@@ -165,7 +166,7 @@ const manifest = writeRelayManifest(
   { url: "https://localhost", agents: [peerOf(alice), peerOf(bob), ...others.map(peerOf)], limits: { perAgentPerMinute: 100_000_000, perAddressPerMinute: 100_000_000 } },
   "bench-relay",
 );
-const child = spawn(process.execPath, [...(process.env.BENCH_RELAY_NODE_OPTIONS ?? "").split(" ").filter(Boolean), here("../bin/ifp-runtime.ts"), "relay", "--manifest", manifest, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url], {
+const child = spawn(process.execPath, [...(process.env.BENCH_RELAY_NODE_OPTIONS ?? "").split(" ").filter(Boolean), compiledEntry("runtime/bin/ifp-runtime.ts"), "relay", "--manifest", manifest, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url], {
   stdio: ["ignore", "ignore", "inherit"],
   // The V8 heap the operator gives a runtime pod with the default resources.
   env: { ...process.env, IFP_LOG_LEVEL: "warn", NODE_OPTIONS: process.env.BENCH_RUNTIME_NODE_OPTIONS ?? DEFAULT_RUNTIME_NODE_OPTIONS },
