@@ -9,12 +9,17 @@ import { fileURLToPath } from "node:url";
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
 let outDir: string | undefined;
 
+/** Compile the sources with tsconfig.build.json into `dir` (an absolute path), as `npm run build` does into dist/. */
+export function compileTo(dir: string): void {
+  const r = spawnSync(process.execPath, [join(REPO, "node_modules", "typescript", "bin", "tsc"), "-p", join(REPO, "tsconfig.build.json"), "--outDir", dir], { cwd: REPO, encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`tsc -p tsconfig.build.json failed: ${(r.stdout + r.stderr).slice(-3000)}`);
+}
+
 /** `entry` (a path under the repository, e.g. runtime/bin/ifp-runtime.ts) compiled; compiles once per process. */
 export function compiledEntry(entry: string): string {
   if (!outDir) {
     const dir = join(REPO, ".bench", "dist");
-    const r = spawnSync(process.execPath, [join(REPO, "node_modules", "typescript", "bin", "tsc"), "-p", join(REPO, "tsconfig.build.json"), "--outDir", dir], { cwd: REPO, encoding: "utf8" });
-    if (r.status !== 0) throw new Error(`tsc -p tsconfig.build.json failed: ${(r.stdout + r.stderr).slice(-3000)}`);
+    compileTo(dir);
     outDir = dir;
   }
   return join(outDir, entry.replace(/\.ts$/, ".js"));
