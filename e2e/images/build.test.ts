@@ -19,7 +19,7 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     expect(imageContextFiles(plan, ignored, "runtime/Dockerfile").map((f) => f.dest)).toEqual(["/app/package.json"]);
     // What the build stage compiles: the configs and the sources, never tests or benchmarks.
     const compiled = stageContextFiles(plan.stages.build!, ignored, "runtime/Dockerfile").map((f) => f.dest);
-    for (const d of ["/app/tsconfig.json", "/app/tsconfig.build.json", "/app/runtime/bin/ifp-runtime.ts", "/app/operator/src/main.ts"]) expect(compiled).toContain(d);
+    for (const d of ["/app/package.json", "/app/tsconfig.json", "/app/tsconfig.build.json", "/app/runtime/bin/ifp-runtime.ts", "/app/operator/src/main.ts"]) expect(compiled).toContain(d);
     expect(compiled.some((d) => d.startsWith("/app/runtime/src/agent/"))).toBe(true);
     expect(compiled.filter((d) => /\.test\.ts$|\/test\/|\/bench\//.test(d))).toEqual([]);
   });

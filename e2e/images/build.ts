@@ -366,15 +366,32 @@ function baseFilesystem(rootfs: string, runtime: ReturnType<typeof nodeRuntimeFi
   sh("chown", ["1000:1000", join(rootfs, "home/node")]);
 }
 
-/** The `deps` stage: `npm ci --omit=dev --ignore-scripts` of this repository's lock file, cached by its hash. */
-/** A build stage's COPY instructions from the context, as the files they take and where they land. */
+/**
+ * A build stage's COPY instructions from the context, as the files they take and where they
+ * land: package.json and the lock file first (package.json's `"type": "module"` is what makes
+ * the compiler emit ES modules), then the configs and sources it compiles.
+ */
 export function stageContextFiles(stage: Stage, ignored: (path: string) => boolean, dockerfilePath: string): { src: string; dest: string }[] {
-  const copies = stage.copies.slice(1).map((c) => {
+  const copies = stage.copies.map((c) => {
     const sources = c.slice(0, -1);
     const dest = c.at(-1)!;
     return { sources, dest: dest.replace(/(.)\/$/, "$1"), destIsDir: dest.endsWith("/") || sources.length > 1 };
   });
   return imageContextFiles({ copies }, ignored, dockerfilePath);
+}
+
+/**
+ * The build stage of a Dockerfile (`runtime/Dockerfile`, `operator/Dockerfile`) carried out as
+ * an image build carries it out: only the files its COPY lines take, compiled. Returns the
+ * stage's WORKDIR as a directory here (its compiled output under the config's outDir, the
+ * repository's node_modules beside it); the caller removes it.
+ */
+export function compileBuildStage(dockerfilePath: string): string {
+  const plan = readDockerfile(join(REPO, dockerfilePath));
+  const name = Object.keys(plan.stages).find((n) => builderKind(plan.stages[n], plan.base) === "build");
+  if (!name) throw new Error(`${dockerfilePath} has no build stage`);
+  const stage = plan.stages[name]!;
+  return compileStage(stage, stageContextFiles(stage, dockerignore(ignoreFileText(dockerfilePath)), dockerfilePath));
 }
 
 /**
@@ -394,6 +411,7 @@ function compileStage(stage: Stage, files: { src: string; dest: string }[]): str
   return root;
 }
 
+/** The `deps` stage: `npm ci --omit=dev --ignore-scripts` of this repository's lock file, cached by its hash. */
 function productionDependencies(): string {
   const lock = readFileSync(join(REPO, "package-lock.json"));
   const pkg = readFileSync(join(REPO, "package.json"));
