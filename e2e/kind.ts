@@ -61,7 +61,7 @@ try {
               name: "send",
               image: "ifp-runtime:e2e",
               imagePullPolicy: "Never",
-              command: ["node", "runtime/bin/ifp.ts", "send", "--from-key", "/keys/signing.key", "--from", "bob-agent", "--to", "https://alice.ifp-alice.svc", "--text", "Hello through the cluster", "--ca-file", "/etc/ifp/trust/ca.crt"],
+              command: ["node", "runtime/bin/ifp.js", "send", "--from-key", "/keys/signing.key", "--from", "bob-agent", "--to", "https://alice.ifp-alice.svc", "--text", "Hello through the cluster", "--ca-file", "/etc/ifp/trust/ca.crt"],
               volumeMounts: [{ name: "key", mountPath: "/keys" }, { name: "trust", mountPath: "/etc/ifp/trust" }],
             },
           ],

@@ -586,11 +586,11 @@ process.exitCode = result.record?.state === "delivered" && result.refused?.every
 
 const RELAY_SCRIPT = `
 import { readFileSync, writeFileSync } from "node:fs";
-import { composeMessage } from "/app/runtime/src/agent/compose.ts";
-import { HttpClient } from "/app/runtime/src/net/http-client.ts";
-import { privateKeyFromPem } from "/app/runtime/src/protocol/keys.ts";
-import { signMessage } from "/app/runtime/src/protocol/signing.ts";
-import { RelayClient } from "/app/runtime/src/relay/client.ts";
+import { composeMessage } from "/app/runtime/src/agent/compose.js";
+import { HttpClient } from "/app/runtime/src/net/http-client.js";
+import { privateKeyFromPem } from "/app/runtime/src/protocol/keys.js";
+import { signMessage } from "/app/runtime/src/protocol/signing.js";
+import { RelayClient } from "/app/runtime/src/relay/client.js";
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const key = { agentId: process.env.AGENT_ID, keyId: process.env.KEY_ID, privateKey: privateKeyFromPem(readFileSync("/etc/ifp/signing/signing.key")) };
 const http = new HttpClient({ extraCa: readFileSync("/etc/ifp/trust/ca.crt", "utf8") });

@@ -18,7 +18,8 @@ const run = promisify(execFile);
 
 /**
  * What the images' entrypoints start, by the image's name without registry and tag (the same
- * image pushed to a registry of one's own): the operator's image runs `node operator/bin/ifp-operator.ts`.
+ * image pushed to a registry of one's own): the operator's image runs `node operator/bin/ifp-operator.js`,
+ * compiled from the source started here.
  */
 const ENTRYPOINTS: Record<string, string[]> = {
   "ifp-operator": [process.execPath, "operator/bin/ifp-operator.ts"],
