@@ -15,8 +15,12 @@ export function compileTo(dir: string): void {
   if (r.status !== 0) throw new Error(`tsc -p tsconfig.build.json failed: ${(r.stdout + r.stderr).slice(-3000)}`);
 }
 
-/** `entry` (a path under the repository, e.g. runtime/bin/ifp-runtime.ts) compiled; compiles once per process. */
+/**
+ * `entry` (a path under the repository, e.g. runtime/bin/ifp-runtime.ts) compiled; compiles once
+ * per process. BENCH_SOURCE=1 returns the TypeScript source itself, to measure the two side by side.
+ */
 export function compiledEntry(entry: string): string {
+  if (process.env.BENCH_SOURCE === "1") return join(REPO, entry);
   if (!outDir) {
     const dir = join(REPO, ".bench", "dist");
     compileTo(dir);

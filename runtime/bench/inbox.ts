@@ -30,7 +30,7 @@ const SENDER_CONCURRENCY = Number(process.env.BENCH_SENDER_CONCURRENCY ?? 32);
 const SENDERS = Math.max(16, ...SENDER_COUNTS);
 const PROFILE = process.env.BENCH_PROFILE;
 /** NODE_OPTIONS of the runtimes: what the operator renders for the default resources, or BENCH_RUNTIME_NODE_OPTIONS. */
-const RUNTIME_NODE_OPTIONS = process.env.BENCH_RUNTIME_NODE_OPTIONS ?? DEFAULT_RUNTIME_NODE_OPTIONS;
+const RUNTIME_NODE_OPTIONS = process.env.BENCH_RUNTIME_NODE_OPTIONS ?? DEFAULT_RUNTIME_NODE_OPTIONS.agent;
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 
 async function startProcess(args: string[], readyUrl: string, ca: string, nodeArgs: string[] = [], env: Record<string, string> = {}): Promise<ChildProcess> {

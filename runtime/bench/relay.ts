@@ -169,7 +169,7 @@ const manifest = writeRelayManifest(
 const child = spawn(process.execPath, [...(process.env.BENCH_RELAY_NODE_OPTIONS ?? "").split(" ").filter(Boolean), compiledEntry("runtime/bin/ifp-runtime.ts"), "relay", "--manifest", manifest, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url], {
   stdio: ["ignore", "ignore", "inherit"],
   // The V8 heap the operator gives a runtime pod with the default resources.
-  env: { ...process.env, IFP_LOG_LEVEL: "warn", NODE_OPTIONS: process.env.BENCH_RUNTIME_NODE_OPTIONS ?? DEFAULT_RUNTIME_NODE_OPTIONS },
+  env: { ...process.env, IFP_LOG_LEVEL: "warn", NODE_OPTIONS: process.env.BENCH_RUNTIME_NODE_OPTIONS ?? DEFAULT_RUNTIME_NODE_OPTIONS.relay },
 });
 const base = `https://localhost:${port}`;
 await waitFor("relay", async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200, 30_000, 200);

@@ -89,6 +89,14 @@ describe("withPodSettings", () => {
     expect(nodeOptions(runtimeOf({ resources: { limits: { memory: "2Gi" } } }))).toBe("--max-old-space-size=512 --max-semi-space-size=4");
     expect(nodeOptions(runtimeOf({ resources: { limits: { memory: "128Mi" } } }))).toBe("--max-old-space-size=64 --max-semi-space-size=4");
     expect(nodeOptions(runtimeOf({ resources: { requests: { memory: "256Mi" } } }))).toBeUndefined();
+    // A relay's young generation is larger (runtime/src/contract/node-options.ts).
+    const relay = (deployment?: unknown): any => {
+      const r = Relay.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: meta, spec: { url: "https://r.example", ...(deployment ? { deployment } : {}) } });
+      const d: any = desiredRelayChildren({ ...r, metadata: meta }, { settings, tlsSecret: "alice-tls" }).find((c) => c.kind === "Deployment");
+      return d.spec.template.spec.containers[0];
+    };
+    expect(nodeOptions(relay())).toBe("--max-old-space-size=128 --max-semi-space-size=16");
+    expect(nodeOptions(relay({ resources: { limits: { memory: "128Mi" } } }))).toBe("--max-old-space-size=64 --max-semi-space-size=8");
     const own = runtimeOf({ env: [{ name: "NODE_OPTIONS", value: "--max-old-space-size=900" }] });
     expect(own.env.filter((e: { name: string }) => e.name === "NODE_OPTIONS")).toEqual([{ name: "NODE_OPTIONS", value: "--max-old-space-size=900" }]);
   });

@@ -4,7 +4,7 @@
 // Table-tested in pod.test.ts.
 import type { V1Affinity, V1Container, V1Deployment, V1LocalObjectReference, V1PodSecurityContext, V1SecurityContext, V1Toleration, V1TopologySpreadConstraint, V1Volume } from "@kubernetes/client-node";
 import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
-import { memoryBytes, runtimeNodeOptions } from "../../../runtime/src/contract/node-options.ts";
+import { memoryBytes, runtimeNodeOptions, type RuntimeMode } from "../../../runtime/src/contract/node-options.ts";
 import { BINARY_SUFFIXES, NANO, parseQuantity } from "../../../runtime/src/resources/quantity.ts";
 
 /** What a sidecar or init container gets unless it says otherwise (the "restricted" Pod Security level). */
@@ -60,11 +60,11 @@ type Loose = Record<string, unknown>;
  * bounded to fit the container wherever it runs. Left out when the container has no memory
  * limit, or when NODE_OPTIONS is already set (by the user's spec.deployment.env, which wins).
  */
-export function withNodeHeap(deployment: V1Deployment): V1Deployment {
+export function withNodeHeap(deployment: V1Deployment, mode: RuntimeMode): V1Deployment {
   const pod = deployment.spec!.template.spec!;
   const [runtime, ...others] = pod.containers;
   if (!runtime || runtime.env?.some((e) => e.name === "NODE_OPTIONS")) return deployment;
-  const options = runtimeNodeOptions(memoryBytes(runtime.resources?.limits?.memory));
+  const options = runtimeNodeOptions(memoryBytes(runtime.resources?.limits?.memory), mode);
   if (!options) return deployment;
   const env = [...(runtime.env ?? []), { name: "NODE_OPTIONS", value: options }];
   return { ...deployment, spec: { ...deployment.spec!, template: { ...deployment.spec!.template, spec: { ...pod, containers: [{ ...runtime, env }, ...others] } } } };

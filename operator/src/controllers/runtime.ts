@@ -289,7 +289,7 @@ export function runtimeDeployment(opts: {
         },
       },
     },
-  }, opts.pod));
+  }, opts.pod), opts.mode);
 }
 
 function withoutReplicas(spec: unknown): unknown {

@@ -14,8 +14,12 @@ describe("the runtime's V8 heap", () => {
     for (const bad of ["", "lots", "-1Gi", "1Xi", "0", "Mi", undefined]) expect(memoryBytes(bad), String(bad)).toBeUndefined();
   });
 
-  it("gives the old generation a quarter of the limit (at least 64 MiB) and semi-spaces of 4 MiB", () => {
-    expect(DEFAULT_RUNTIME_NODE_OPTIONS).toBe("--max-old-space-size=128 --max-semi-space-size=4");
+  it("gives the old generation a quarter of the limit (at least 64 MiB), an agent semi-spaces of 4 MiB and a relay of 16 MiB, each at most a sixteenth of the limit", () => {
+    expect(DEFAULT_RUNTIME_NODE_OPTIONS).toEqual({ agent: "--max-old-space-size=128 --max-semi-space-size=4", relay: "--max-old-space-size=128 --max-semi-space-size=16" });
+    expect(runtimeNodeOptions(4 * 2 ** 30, "relay")).toBe("--max-old-space-size=1024 --max-semi-space-size=16");
+    expect(runtimeNodeOptions(128 * 2 ** 20, "relay")).toBe("--max-old-space-size=64 --max-semi-space-size=8");
+    expect(runtimeNodeOptions(16 * 2 ** 20, "relay")).toBe("--max-old-space-size=64 --max-semi-space-size=1");
+    expect(runtimeNodeOptions(undefined, "relay")).toBeUndefined();
     expect(runtimeNodeOptions(4 * 2 ** 30)).toBe("--max-old-space-size=1024 --max-semi-space-size=4");
     expect(runtimeNodeOptions(64 * 2 ** 20)).toBe("--max-old-space-size=64 --max-semi-space-size=4");
     expect(runtimeNodeOptions(undefined)).toBeUndefined();
