@@ -150,6 +150,7 @@ const CHECKS: Record<string, Check> = {
   },
   // Inline in the prose, run by other tests.
   "npm run tools": { by: "e2e/support/global-setup.ts", holds: ["for (const t of tools) ensureTool(t);"] },
+  "npx tsc -p tsconfig.build.json": { by: "e2e/images/build.ts", holds: ["/^npx tsc -p (\\S+)$/", "compileStage(stage, stageContextFiles("] },
   "npm run build": { by: "e2e/compiled.test.ts", holds: ["compileTo(out);", "describe(\"npm run build\""] },
   "npm run gen": { by: "operator/src/crd/generate.test.ts", holds: ["is up to date (npm run gen)"] },
   "npm run e2e": { by: "package.json", holds: ['"e2e": "vitest run e2e/e2e.test.ts"', '"test": "npm run typecheck && vitest run --project suite'] },
