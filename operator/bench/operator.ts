@@ -55,7 +55,7 @@ let log = "";
 const operator = spawn(
   process.execPath,
   [compiledEntry("operator/bin/ifp-operator.ts"), `--kubeconfig=${cp.kubeconfig}`, `--health-port=${health}`, `--metrics-port=${health}`, `--resync=${RESYNC_S}s`, `--workers=${WORKERS}`, "--runtime-image=ghcr.io/ifp-dev/ifp-runtime:bench", "--log-level=warn"],
-  { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NODE_OPTIONS: CHART_NODE_OPTIONS } },
+  { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NODE_OPTIONS: `${CHART_NODE_OPTIONS} ${process.env.BENCH_OPERATOR_NODE_OPTIONS ?? ""}`.trim() } },
 );
 operator.stdout!.on("data", (d) => (log = (log + d).slice(-20_000)));
 operator.stderr!.on("data", (d) => (log = (log + d).slice(-20_000)));

@@ -1,4 +1,4 @@
-import { createHash, webcrypto } from "node:crypto";
+import { createHash, webcrypto, X509Certificate } from "node:crypto";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -123,7 +123,7 @@ export function parseCaBundle(text: string): string[] {
   if (!blocks.length) throw new Error("holds no PEM certificate (-----BEGIN CERTIFICATE-----)");
   blocks.forEach((b, i) => {
     try {
-      new x509.X509Certificate(b);
+      new X509Certificate(b);
     } catch {
       throw new Error(`certificate ${i + 1} of ${blocks.length} is not a valid X.509 certificate`);
     }
@@ -131,20 +131,25 @@ export function parseCaBundle(text: string): string[] {
   return blocks;
 }
 
+// Reading certificates (every reconcile pass reads the install CA's and each leaf's dates and
+// fingerprint) uses Node's own X.509 parser, the OpenSSL that the runtimes' TLS uses too, which
+// is native and a fraction of the cost of parsing the ASN.1 in JavaScript; @peculiar/x509 makes
+// the certificates.
+
 /** A certificate's SHA-256 fingerprint (hex), to name which CA issued what. */
 export function fingerprint(pem: string): string {
-  return createHash("sha256").update(Buffer.from(new x509.X509Certificate(pem).rawData)).digest("hex");
+  return createHash("sha256").update(new X509Certificate(pem).raw).digest("hex");
 }
 
 /** When a PEM certificate starts and stops being valid. */
 export function validity(pem: string): { notBefore: Date; notAfter: Date } {
-  const c = new x509.X509Certificate(pem);
-  return { notBefore: c.notBefore, notAfter: c.notAfter };
+  const c = new X509Certificate(pem);
+  return { notBefore: c.validFromDate, notAfter: c.validToDate };
 }
 
 /** Whether `leaf` (PEM) was signed by `ca` (PEM). */
 export async function issuedBy(leaf: string, ca: string): Promise<boolean> {
-  return new x509.X509Certificate(leaf).verify({ publicKey: new x509.X509Certificate(ca), signatureOnly: true });
+  return new X509Certificate(leaf).verify(new X509Certificate(ca).publicKey);
 }
 
 /**

@@ -1,4 +1,4 @@
-import { createHash, createPrivateKey, generateKeyPairSync, randomBytes as nodeRandomBytes, type KeyObject } from "node:crypto";
+import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes as nodeRandomBytes, type KeyObject } from "node:crypto";
 import { xchacha20poly1305 } from "@noble/ciphers/chacha.js";
 import { x25519 } from "@noble/curves/ed25519.js";
 import { hkdf } from "@noble/hashes/hkdf.js";
@@ -163,7 +163,7 @@ export function decryptMessage<M extends Pick<Message, "headers" | "body" | "sec
     const wrapped = fromB64u(r.wrapped_key, 48);
     if (!E || !wrapped) continue;
     try {
-      const R = x25519.getPublicKey(key.privateKey);
+      const R = fromB64u(key.publicKey, 32)!;
       const w = wrapKey(x25519.getSharedSecret(key.privateKey, E), E, R, message.headers.message_id);
       cek = xchacha20poly1305(w.key, w.nonce).decrypt(wrapped);
       break;
@@ -211,7 +211,8 @@ export function encryptionKeyFromPem(pem: string | Buffer): EncryptionKey {
   if (key.asymmetricKeyType !== "x25519") throw new Error(`the encryption key is ${key.asymmetricKeyType ?? "unknown"}; an X25519 key is required`);
   const jwk = key.export({ format: "jwk" });
   const privateKey = new Uint8Array(Buffer.from(jwk.d!, "base64url"));
-  const publicKey = b64u(x25519.getPublicKey(privateKey));
+  // The public half from Node's own X25519 (native), which the JWK names `x`: base64url, unpadded.
+  const publicKey = createPublicKey(key).export({ format: "jwk" }).x!;
   return { keyId: encryptionKeyId(publicKey), privateKey, publicKey };
 }
 
