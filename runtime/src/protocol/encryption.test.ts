@@ -1,7 +1,7 @@
 import { createPrivateKey, createPublicKey, diffieHellman } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { decryptMessage, EncryptionError, encryptMessage, encryptionKeyFromPem, generateEncryptionKey, SCHEME, type EncryptionKey } from "./encryption.ts";
+import { decryptMessage, EncryptionError, encryptMessage, encryptionKeyFromPem, encryptionKeyId, generateEncryptionKey, SCHEME, type EncryptionKey } from "./encryption.ts";
 import { Message } from "./message.ts";
 
 const vectors = JSON.parse(readFileSync(new URL("../../vectors/encryption.json", import.meta.url), "utf8"));
@@ -69,6 +69,16 @@ describe("the encryption scheme's vectors (runtime/vectors/encryption.json)", ()
 
 describe("encryptMessage / decryptMessage", () => {
   const msg: { headers: any; body: any; security?: any } = { headers: { message_id: "msg:1", date: "2026-03-04T23:58:12Z", from: { agent: "pete-agent" }, to: [{ agent: "alice-agent" }], conversation_id: "c", sequence: 1, phase: "context" }, body: { text: "secret" } };
+
+  it("reads a PKCS#8 key to the public half the vectors give, its id derived from it", () => {
+    for (const k of Object.values(vectors.keys) as { private_key: string; public_key: string; key_id: string }[]) {
+      const der = Buffer.concat([Buffer.from("302e020100300506032b656e04220420", "hex"), Buffer.from(k.private_key, "base64url")]);
+      const read = encryptionKeyFromPem(`-----BEGIN PRIVATE KEY-----\n${der.toString("base64")}\n-----END PRIVATE KEY-----\n`);
+      expect(read.publicKey).toBe(k.public_key);
+      expect(read.keyId).toBe(encryptionKeyId(k.public_key));
+      expect(Buffer.from(read.privateKey).toString("base64url")).toBe(k.private_key);
+    }
+  });
 
   it("round-trips with generated keys, and the output is a valid message", () => {
     const k = encryptionKeyFromPem(generateEncryptionKey().privateKeyPem);
