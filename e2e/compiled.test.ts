@@ -41,7 +41,7 @@ describe.each(IMAGES)("the build stage of $dockerfile", ({ dockerfile, copied, c
     const modules = filesUnder(dist).filter((f) => !relative(dist, f).includes("/bin/"));
     const script = `for (const m of ${JSON.stringify(modules.map((m) => pathToFileURL(m).href))}) await import(m); console.log("loaded");`;
     // The dependencies resolve from the stage's node_modules, one level up, as /app/node_modules does in the image.
-    const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { cwd: dist, encoding: "utf8", timeout: 60_000 });
+    const r = node(["--input-type=module", "-e", script]);
     expect(r.stderr).toBe("");
     expect(r.stdout.trim()).toBe("loaded");
   });

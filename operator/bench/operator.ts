@@ -12,7 +12,9 @@
 // the smallest and the largest count). Other settings: BENCH_RESYNC_SECONDS (10),
 // BENCH_RESYNCS (3), BENCH_WORKERS (4), BENCH_KCM_QPS (kube-controller-manager's client rate
 // limit, default its own 20 writes/s: the Deployment and ReplicaSet controllers' writes, about
-// five per Deployment before WaitingForRuntime, are bounded by it, not by the operator).
+// five per Deployment before WaitingForRuntime, are bounded by it, not by the operator),
+// BENCH_OPERATOR_NODE_OPTIONS (added to the chart's nodeOptions, e.g. "--cpu-prof
+// --cpu-prof-dir=DIR" for a profile of the operator).
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { parse, stringify } from "yaml";

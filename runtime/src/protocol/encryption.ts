@@ -1,4 +1,4 @@
-import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes as nodeRandomBytes, type KeyObject } from "node:crypto";
+import { createHash, createPrivateKey, generateKeyPairSync, randomBytes as nodeRandomBytes, type KeyObject } from "node:crypto";
 import { xchacha20poly1305 } from "@noble/ciphers/chacha.js";
 import { x25519 } from "@noble/curves/ed25519.js";
 import { hkdf } from "@noble/hashes/hkdf.js";
@@ -209,10 +209,10 @@ export function encryptionKeyFromPem(pem: string | Buffer): EncryptionKey {
     throw new Error(`the encryption key is not a PKCS#8 PEM private key: ${(err as Error).message}`);
   }
   if (key.asymmetricKeyType !== "x25519") throw new Error(`the encryption key is ${key.asymmetricKeyType ?? "unknown"}; an X25519 key is required`);
+  // A private key's JWK carries its public half too (`x`, base64url unpadded), worked out by Node's own X25519.
   const jwk = key.export({ format: "jwk" });
   const privateKey = new Uint8Array(Buffer.from(jwk.d!, "base64url"));
-  // The public half from Node's own X25519 (native), which the JWK names `x`: base64url, unpadded.
-  const publicKey = createPublicKey(key).export({ format: "jwk" }).x!;
+  const publicKey = jwk.x!;
   return { keyId: encryptionKeyId(publicKey), privateKey, publicKey };
 }
 
