@@ -18,15 +18,18 @@ let tls: Tls;
 withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
 
 const alice = identity("alice-agent");
-const didSender = (() => {
+/** A fresh did:key identity: anyone can make one, so nobody but its maker vouches for it. */
+const didIdentity = () => {
   const id = identity("placeholder");
   const did = didKeyFromPublicKey(id.publicKey);
   return { ...id, agentId: did, signing: { ...id.signing, agentId: did } };
-})();
+};
+const didSender = didIdentity();
 const TOKEN = "introduction-token-shared-by-the-humans";
 
 const capabilities = [
   { name: "gossip.exchange", description: "gossip" },
+  { name: "calendar.share", description: "for verified senders", conditions: { minAuthLevel: 2 } },
   { name: "secrets.share", description: "sensitive", conditions: { minAuthLevel: 3 } },
 ];
 
@@ -95,13 +98,22 @@ describe("identity: lookup and levels", () => {
     expect(got.headers["ifp-auth-level"]).toBe("1");
   });
 
-  it("resolves a did:key sender locally (level 3), which meets min_auth_level 3", async () => {
-    const m = signed(didSender, "alice-agent", { capabilities: { request: ["secrets.share"] } } as never);
+  it("resolves a stranger's did:key locally at level 1 (signed, self-asserted)", async () => {
+    const m = signed(didSender, "alice-agent");
     const r = await receiver.post(m);
     expect(r.status, r.text).toBe(202);
     const got = await handed(m.headers.message_id);
-    expect(got.headers["ifp-auth-level"]).toBe("3");
+    expect(got.headers["ifp-auth-level"]).toBe("1");
     expect(got.headers["ifp-auth-source"]).toBe("did:key");
+  });
+
+  it("does not hand on a stranger's did:key request for a capability that needs level 2", async () => {
+    const m = signed(didSender, "alice-agent", { capabilities: { request: ["calendar.share"] } } as never);
+    expect((await receiver.post(m)).status).toBe(202);
+    const next = signed(didSender, "alice-agent");
+    expect((await receiver.post(next)).status).toBe(202);
+    await handed(next.headers.message_id);
+    expect(handler.received.some((x) => x.body.headers.message_id === m.headers.message_id)).toBe(false);
   });
 
   it("does not hand on a level-2 request for a capability that needs level 3", async () => {
@@ -135,10 +147,10 @@ describe("identity: lookup and levels", () => {
     const lower = signIntroduction(message(didSender.agentId, "alice-agent", { ...conv, sequence: 2 }), TOKEN, `${didSender.agentId}#intro`);
     const r = await receiver.post(lower);
     expect(r.status).toBe(401);
-    expect(await body(r)).toMatchObject({ code: "insufficient_auth_level", message: expect.stringMatching(/level 3.*level 0/) });
+    expect(await body(r)).toMatchObject({ code: "insufficient_auth_level", message: expect.stringMatching(/level 1.*level 0/) });
     const elsewhere = signIntroduction(message(didSender.agentId, "alice-agent", { conversation_id: "conv:other" }), TOKEN, `${didSender.agentId}#intro`);
     expect((await receiver.post(elsewhere)).status).toBe(202);
-    // Raised to 3 there too: a retry of the level-0 message already taken is a repeat (202), a new one is refused.
+    // Raised to 1 there too: a retry of the level-0 message already taken is a repeat (202), a new one is refused.
     expect((await receiver.post(signed(didSender, "alice-agent", { conversation_id: "conv:other", sequence: 2 }))).status).toBe(202);
     expect((await receiver.post(elsewhere)).status).toBe(202);
     const newLow = signIntroduction(message(didSender.agentId, "alice-agent", { conversation_id: "conv:other", sequence: 3 }), TOKEN, `${didSender.agentId}#intro`);
@@ -170,14 +182,70 @@ describe("identity: lookup and levels", () => {
 });
 
 describe("identity: spec.inbox.minAuthLevel", () => {
-  it("refuses a signed message below the minimum with 401 insufficient_auth_level", async () => {
+  it("at 2, refuses a stranger's did:key and accepts a did:key the humans listed, peers and https ids", async () => {
     const stranger = await httpsAgent("stranger-2");
-    const strict = await runAgent({ self: identity("strict-agent"), natsUrl: nats.url, tls, spec: { inbox: { minAuthLevel: 3 } } });
+    const listed = didIdentity();
+    const revoked = didIdentity();
+    const bob = identity("bob-agent");
+    const handler = await startHandler();
+    const strict = await runAgent({
+      self: identity("strict-agent"),
+      natsUrl: nats.url,
+      tls,
+      spec: {
+        inbox: { minAuthLevel: 2 },
+        handler: { url: handler.url },
+        peers: [
+          // The key id the humans wrote need not be the one the signature names: the did:key is its key.
+          { agentId: listed.agentId, keys: [{ keyId: "as-exchanged", publicKey: listed.publicKey }] },
+          { agentId: revoked.agentId, keys: [{ keyId: "old", publicKey: revoked.publicKey, status: "revoked" }] },
+          { agentId: bob.agentId, keys: [{ keyId: bob.keyId, publicKey: bob.publicKey }] },
+        ],
+      },
+    });
+    const handed = (id: string) => waitFor(`hand-off of ${id}`, () => handler.received.find((r) => r.body.headers.message_id === id));
     try {
-      const r = await strict.post(signed(stranger.id, "strict-agent"));
+      const r = await strict.post(signed(didIdentity(), "strict-agent"));
       expect(r.status).toBe(401);
-      expect(await body(r)).toMatchObject({ code: "insufficient_auth_level", message: expect.stringMatching(/level 3 or above; yours is at level 2/) });
-      expect((await strict.post(signed(didSender, "strict-agent"))).status).toBe(202);
+      expect(await body(r)).toMatchObject({
+        code: "insufficient_auth_level",
+        message: expect.stringMatching(/level 2 or above; yours is at level 1 \(did:key\)\. .*add your key to its peers/),
+      });
+
+      const fromListed = signed(listed, "strict-agent");
+      const ok = await strict.post(fromListed);
+      expect(ok.status, ok.text).toBe(202);
+      const got = await handed(fromListed.headers.message_id);
+      expect(got.headers["ifp-auth-level"]).toBe("2");
+      expect(got.headers["ifp-auth-source"]).toBe("peers");
+
+      const gone = await strict.post(signed(revoked, "strict-agent"));
+      expect(gone.status).toBe(401);
+      expect(await body(gone)).toMatchObject({ code: "invalid_signature", message: expect.stringMatching(/has been revoked/) });
+
+      expect((await strict.post(signed(bob, "strict-agent"))).status).toBe(202);
+      expect((await strict.post(signed(stranger.id, "strict-agent"))).status).toBe(202);
+    } finally {
+      await Promise.all([strict.close(), stranger.running.close()]);
+      await handler.close();
+    }
+  });
+
+  it("at 3, refuses every sender, since no key source gives level 3", async () => {
+    const stranger = await httpsAgent("stranger-3");
+    const bob = identity("bob-agent");
+    const strict = await runAgent({
+      self: identity("strict-agent"),
+      natsUrl: nats.url,
+      tls,
+      spec: { inbox: { minAuthLevel: 3 }, peers: [{ agentId: bob.agentId, keys: [{ keyId: bob.keyId, publicKey: bob.publicKey }] }] },
+    });
+    try {
+      for (const [who, level] of [[stranger.id, "2 \\(identity-document\\)"], [bob, "2 \\(peers\\)"], [didIdentity(), "1 \\(did:key\\)"]] as const) {
+        const r = await strict.post(signed(who, "strict-agent"));
+        expect(r.status).toBe(401);
+        expect(await body(r)).toMatchObject({ code: "insufficient_auth_level", message: expect.stringMatching(new RegExp(`level 3 or above; yours is at level ${level}`)) });
+      }
     } finally {
       await Promise.all([strict.close(), stranger.running.close()]);
     }

@@ -2,7 +2,7 @@ import type { KeyObject } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import type { Logger } from "pino";
 import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
-import { didKeyKeyObject, DidKeyError, isDidKey } from "../protocol/did-key.ts";
+import { DidKeyError, didKeyPublicKey, isDidKey } from "../protocol/did-key.ts";
 import type { IdentityDocument } from "../protocol/documents.ts";
 import { insufficientAuthLevel, invalidSignature, ProtocolError, rateLimited, unavailable, unknownSender } from "../protocol/errors.ts";
 import { publicKeyFromRaw } from "../protocol/keys.ts";
@@ -55,11 +55,15 @@ interface DocumentKeys {
  *
  *  1. spec.peers — keys the humans exchanged out of band: level 2 (a revoked key there is refused
  *     whatever else says);
- *  2. did:key — the key is the identifier, resolved locally: level 3;
+ *  2. did:key — the key is the identifier, resolved locally: level 1, since anyone can make one
+ *     and nobody but the sender vouches for it; level 2 (source peers) when spec.peers names it;
  *  3. the sender's identity document, over verified TLS: from the agent id itself when it is an
  *     https URL (level 2: TLS binds the key to the id), else from its spec.peers url (level 1:
  *     a key found by lookup). Documents are cached by the discovery client (ETag, max-age), which
  *     is the "cached keys" step.
+ *
+ * No self-asserted key outranks one the humans or a verified https identity vouch for; no key
+ * source gives level 3 (docs/identity.md#authentication-levels).
  *
  * An hmac-sha256 signature made with an introduction token is level 0. An unsigned message (only
  * with requireSignature: false) is unauthenticated (-1). A lookup that fails answers 401
@@ -132,9 +136,11 @@ export class IdentityResolver implements MessageVerifier {
     if (best.authLevel < min) {
       throw insufficientAuthLevel(
         `this agent accepts messages at authentication level ${min} or above; yours is at level ${best.authLevel} (${best.source}). ` +
-          (best.authLevel === AuthLevel.signed
-            ? "Publish your identity document at your https agent id, or ask this agent's humans to add your key to its peers."
-            : "Sign with an Ed25519 key this agent can find (its peers, your identity document, or a did:key identifier)."),
+          (best.authLevel >= AuthLevel.verified
+            ? "No key source of this runtime establishes a higher level."
+            : best.authLevel === AuthLevel.signed
+              ? "Publish your identity document at your https agent id, or ask this agent's humans to add your key to its peers."
+              : "Sign with an Ed25519 key this agent can find (its peers, your identity document, or a did:key identifier)."),
       );
     }
     return best;
@@ -159,15 +165,8 @@ export class IdentityResolver implements MessageVerifier {
     const peer = this.spec.peers.find((p) => p.agentId === sender);
     const trusted = peer?.keys.find((k) => k.keyId === keyId);
     if (trusted?.status === "revoked") throw invalidSignature(`key ${sender}#${keyId} has been revoked`);
+    if (isDidKey(sender)) return didKeyLookup(sender, peer);
     if (trusted) return { key: publicKeyFromRaw(trusted.publicKey), level: AuthLevel.verified, source: "peers" };
-    if (isDidKey(sender)) {
-      try {
-        return { key: didKeyKeyObject(sender), level: AuthLevel.bound, source: "did:key" };
-      } catch (err) {
-        if (err instanceof DidKeyError) throw unknownSender(`${sender} cannot be resolved: ${err.message}`);
-        throw err;
-      }
-    }
     let url: string;
     let level: number;
     if (isHttpsUrl(sender)) [url, level] = [sender, AuthLevel.verified];
@@ -257,6 +256,27 @@ export class IdentityResolver implements MessageVerifier {
     this.known.delete(key);
     return unknownSender(reason);
   }
+}
+
+/**
+ * The key of a did:key sender: always the identifier's own key (a did:key is its key, so no
+ * other key may sign for it). Anyone can make a did:key, so on its own it proves only that the
+ * message is signed (level 1, source did:key); named in spec.peers by the humans it has the
+ * peers' level (2, source peers), unless they marked its key revoked there.
+ */
+function didKeyLookup(sender: string, peer: AgentSpec["peers"][number] | undefined): FoundKey {
+  let raw: string;
+  try {
+    raw = didKeyPublicKey(sender);
+  } catch (err) {
+    if (err instanceof DidKeyError) throw unknownSender(`${sender} cannot be resolved: ${err.message}`);
+    throw err;
+  }
+  const key = publicKeyFromRaw(raw);
+  if (!peer) return { key, level: AuthLevel.signed, source: "did:key" };
+  const revoked = peer.keys.find((k) => k.publicKey === raw && k.status === "revoked");
+  if (revoked) throw invalidSignature(`key ${sender}#${revoked.keyId} has been revoked`);
+  return { key, level: AuthLevel.verified, source: "peers" };
 }
 
 /** spec.inbox.minAuthLevel, or its default: 1, and 0 when introduction tokens are configured. */
