@@ -160,6 +160,43 @@ describe("the HTTP client's target policy", () => {
   });
 });
 
+/**
+ * The IPv6 forms that carry an IPv4 address, each written for loopback, a private address and
+ * the cloud metadata service: IPv4-mapped, IPv4-translated, IPv4-compatible, NAT64 (well-known
+ * and local-use), 6to4 and Teredo (server; client with its bits inverted).
+ */
+const EMBEDDED_FORMS = ["7f00:1", "a01:203", "a9fe:a9fe"].flatMap((h) => {
+  const inverted = h.split(":").map((g) => (~parseInt(g, 16) & 0xffff).toString(16)).join(":");
+  return [`::ffff:${h}`, `::ffff:0:${h}`, `::${h}`, `64:ff9b::${h}`, `64:ff9b:1::${h}`, `2002:${h}::1`, `2001:0:${h}::f7f7:f7f7`, `2001:0:4136:e378:8000:63bf:${inverted}`];
+});
+
+describe("the HTTP client and IPv6 forms of special addresses", () => {
+  it("refuses each form before connecting, also where the IPv6 block is allowed", async () => {
+    const server = createHttpsServer({ cert: tls.cert, key: tls.key }, (_req, res) => res.writeHead(200).end("ok"));
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const port = (server.address() as AddressInfo).port;
+    let connections = 0;
+    server.on("connection", () => connections++);
+    const policies = [new TargetPolicy(), new TargetPolicy(["::/0"])];
+    const clients = policies.map((targets) => new HttpClient({ extraCa: tls.ca, targets }));
+    try {
+      for (const [i, client] of clients.entries()) {
+        for (const address of EMBEDDED_FORMS) {
+          // The policy is asked first: a policy that let the address through would send this
+          // test's request off the machine, so the test stops there instead.
+          expect(policies[i]!.refusal(address), address).toMatch(/special address/);
+          const err = await client.request(`https://[${address}]:${port}/`).then(() => undefined, (e: unknown) => e);
+          expect(isTargetRefused(err), address).toBe(true);
+        }
+      }
+      expect(connections).toBe(0);
+    } finally {
+      await Promise.all(clients.map((c) => c.close()));
+      await new Promise<void>((r) => server.close(() => r()));
+    }
+  });
+});
+
 describe("relay webhook registrations", () => {
   let env: RelayEnv;
   beforeAll(async () => {
@@ -182,6 +219,23 @@ describe("relay webhook registrations", () => {
       expect(await clientOf(env, allowing, alice).registerWebhook("https://localhost:9/hook")).toMatchObject({ push: { webhook: "https://localhost:9/hook" } });
     } finally {
       await Promise.all([strict.close(), allowing.close()]);
+    }
+  });
+
+  it("refuses a webhook on any IPv6 form of a special IPv4 address (400), also where the IPv6 block is allowed", async () => {
+    const strict = await runRelay(env, { network: { allowPrivateTargets: [] } });
+    const wide = await runRelay(env, { network: { allowPrivateTargets: ["::/0"] } });
+    try {
+      for (const relay of [strict, wide]) {
+        for (const address of EMBEDDED_FORMS) {
+          const f = await failure(clientOf(env, relay, alice).registerWebhook(`https://[${address}]:9/hook`));
+          expect(f, address).toMatchObject({ status: 400, code: "invalid_format" });
+          expect(f.message, address).toMatch(/webhook refused: .*special address/);
+        }
+        expect((await clientOf(env, relay, alice).subscriptions()).push).toBeNull();
+      }
+    } finally {
+      await Promise.all([strict.close(), wide.close()]);
     }
   });
 });

@@ -1,73 +1,66 @@
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
-import { BlockList, isIP, type LookupFunction } from "node:net";
+import { isIP, type LookupFunction } from "node:net";
+import ipaddr from "ipaddr.js";
+
+type Address = ipaddr.IPv4 | ipaddr.IPv6;
 
 /**
- * Addresses that are not the public Internet: loopback, "this network", private (RFC 1918, IPv6
- * unique local), shared (carrier-grade NAT), link-local (cloud metadata services live at
- * 169.254.169.254), documentation, benchmarking, IETF protocol assignments, 6to4 relays,
- * multicast and reserved. An outbound request to a peer, a peer's relay or a registered webhook
- * never goes there unless the resource allows the block (`spec.network.allowPrivateTargets`).
+ * An IP address as the connection would use it. IPv6 text goes through the URL parser first:
+ * it writes every form in hexadecimal (`::127.0.0.1` is `::7f00:1`, IPv4-compatible, not the
+ * IPv4-mapped address the address library would read). A zone (`fe80::1%eth0`) is dropped:
+ * the address without it is what is checked. Undefined when the text is no IP address.
  */
-const SPECIAL_V4 = [
-  ["0.0.0.0", 8],
-  ["10.0.0.0", 8],
-  ["100.64.0.0", 10],
-  ["127.0.0.0", 8],
-  ["169.254.0.0", 16],
-  ["172.16.0.0", 12],
-  ["192.0.0.0", 24],
-  ["192.0.2.0", 24],
-  ["192.88.99.0", 24],
-  ["192.168.0.0", 16],
-  ["198.18.0.0", 15],
-  ["198.51.100.0", 24],
-  ["203.0.113.0", 24],
-  ["224.0.0.0", 4],
-  ["240.0.0.0", 4],
-] as const;
-
-const SPECIAL_V6 = [
-  ["::", 128],
-  ["::1", 128],
-  ["100::", 64],
-  ["2001::", 23],
-  ["2001:db8::", 32],
-  ["2002::", 16],
-  ["fc00::", 7],
-  ["fe80::", 10],
-  ["fec0::", 10],
-  ["ff00::", 8],
-] as const;
-
-const special = new BlockList();
-for (const [a, bits] of SPECIAL_V4) special.addSubnet(a, bits, "ipv4");
-for (const [a, bits] of SPECIAL_V6) special.addSubnet(a, bits, "ipv6");
-
-/** The eight 16-bit groups of an IPv6 address (no zone). */
-function groups(v6: string): number[] {
-  let text = v6.toLowerCase().split("%")[0]!;
-  const tail = /(\d+\.\d+\.\d+\.\d+)$/.exec(text);
-  if (tail) {
-    const [a, b, c, d] = tail[1]!.split(".").map(Number) as [number, number, number, number];
-    text = text.slice(0, -tail[1]!.length) + `${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+function parseAddress(text: string): Address | undefined {
+  const bare = text.replace(/^\[|\]$/g, "").split("%")[0]!;
+  const family = isIP(bare);
+  if (family === 4) return ipaddr.IPv4.isValidFourPartDecimal(bare) ? ipaddr.IPv4.parse(bare) : undefined;
+  if (family !== 6) return undefined;
+  try {
+    return ipaddr.IPv6.parse(new URL(`https://[${bare}]/`).hostname.slice(1, -1));
+  } catch {
+    return undefined;
   }
-  const [head, rest] = text.split("::") as [string, string | undefined];
-  const h = head ? head.split(":") : [];
-  const t = rest !== undefined && rest ? rest.split(":") : [];
-  const fill = rest !== undefined ? new Array(8 - h.length - t.length).fill("0") : [];
-  return [...h, ...fill, ...t].map((g) => parseInt(g, 16));
 }
 
-/** The IPv4 address an IPv6 one carries (IPv4-mapped ::ffff:0:0/96, IPv4-compatible, NAT64 64:ff9b::/96), if any. */
-function embeddedV4(v6: string): string | undefined {
-  const g = groups(v6);
-  if (g.length !== 8 || g.some((x) => Number.isNaN(x))) return undefined;
-  const zeros = (n: number) => g.slice(0, n).every((x) => x === 0);
-  const mapped = zeros(5) && g[5] === 0xffff;
-  const nat64 = g[0] === 0x64 && g[1] === 0xff9b && g.slice(2, 6).every((x) => x === 0);
-  const compatible = zeros(6) && (g[6]! !== 0 || g[7]! > 1);
-  if (!mapped && !nat64 && !compatible) return undefined;
-  return `${g[6]! >> 8}.${g[6]! & 255}.${g[7]! >> 8}.${g[7]! & 255}`;
+const v4 = (hi: number, lo: number) => new ipaddr.IPv4([hi >> 8, hi & 255, lo >> 8, lo & 255]);
+
+/**
+ * The IPv4 addresses an IPv6 address stands for or carries, each with the name of its form:
+ * IPv4-mapped ::ffff:a.b.c.d and IPv4-translated ::ffff:0:a.b.c.d (RFC 6145), IPv4-compatible
+ * ::a.b.c.d, NAT64 in the well-known 64:ff9b::/96 and in the local-use 64:ff9b:1::/48 (RFC 8215;
+ * the IPv4 address in the last 32 bits, the /96 layout), 6to4 2002:a.b.c.d::/48 (RFC 3056) and
+ * Teredo 2001:0::/32 (RFC 4380: its server, and its client stored with every bit inverted).
+ */
+function embedded(a: ipaddr.IPv6): { form: string; address: ipaddr.IPv4 }[] {
+  const p = a.parts;
+  switch (a.range()) {
+    case "ipv4Mapped":
+      return [{ form: "IPv4-mapped", address: v4(p[6]!, p[7]!) }];
+    case "rfc6145":
+      return [{ form: "IPv4-translated", address: v4(p[6]!, p[7]!) }];
+    case "rfc6052":
+      return [{ form: p[2] === 0 ? "NAT64" : "local-use NAT64", address: v4(p[6]!, p[7]!) }];
+    case "6to4":
+      return [{ form: "6to4", address: v4(p[1]!, p[2]!) }];
+    case "teredo":
+      return [
+        { form: "Teredo server", address: v4(p[2]!, p[3]!) },
+        { form: "Teredo client", address: v4(~p[6]! & 0xffff, ~p[7]! & 0xffff) },
+      ];
+  }
+  if (p.slice(0, 6).every((x) => x === 0) && (p[6] !== 0 || p[7]! > 1)) return [{ form: "IPv4-compatible", address: v4(p[6]!, p[7]!) }];
+  return [];
+}
+
+/**
+ * Whether an IPv6 address is only another way of writing the IPv4 address it carries: a
+ * connection to it reaches that IPv4 address (through the host's own stack or a translator), so
+ * the IPv4 address alone decides. Local-use NAT64, 6to4, Teredo and IPv4-compatible addresses
+ * are special in their own right and must also be allowed themselves.
+ */
+function isTranslation(a: ipaddr.IPv6): boolean {
+  const range = a.range();
+  return range === "ipv4Mapped" || range === "rfc6145" || (range === "rfc6052" && a.parts[2] === 0);
 }
 
 /** Why an outbound request was not made: the target is not one this runtime may reach. */
@@ -78,35 +71,57 @@ export class TargetRefused extends Error {
 /**
  * Which addresses outbound requests to untrusted targets may reach: every public address, and
  * of the special ones only those inside an allowed block.
+ *
+ * Special is every address that the ipaddr.js library does not name plain `unicast`: loopback,
+ * "this network", private (RFC 1918, IPv6 unique local), shared (carrier-grade NAT), link-local
+ * (cloud metadata services live at 169.254.169.254), documentation, benchmarking, IETF protocol
+ * assignments, multicast, broadcast and reserved, and the IPv6 forms that carry an IPv4 address.
+ * An IPv6 address that carries IPv4 addresses (see `embedded`) is refused when any of them is
+ * special and not allowed, whatever the IPv6 address itself is allowed by: a NAT64, translated or
+ * 6to4 form of 127.0.0.1 or 169.254.169.254 is refused unless that IPv4 address is allowed.
  */
 export class TargetPolicy {
-  private readonly allowed = new BlockList();
+  private readonly allowed: [Address, number][] = [];
   readonly allowedBlocks: readonly string[];
 
   /** `allow`: IP addresses or CIDR blocks ("127.0.0.0/8", "10.96.0.0/12", "fd00::/8"). */
   constructor(allow: readonly string[] = []) {
     this.allowedBlocks = [...allow];
     for (const block of allow) {
-      const [addr, bits] = block.split("/") as [string, string | undefined];
-      const family = isIP(addr);
-      if (!family) throw new Error(`${block} is not an IP address or a CIDR block`);
-      const type = family === 4 ? "ipv4" : "ipv6";
-      if (bits === undefined) this.allowed.addAddress(addr, type);
-      else this.allowed.addSubnet(addr, Number(bits), type);
+      const [addr, bits, ...rest] = block.split("/") as [string, string | undefined];
+      const a = parseAddress(addr);
+      const max = a?.kind() === "ipv4" ? 32 : 128;
+      const n = bits === undefined ? max : /^\d{1,3}$/.test(bits) ? Number(bits) : NaN;
+      if (!a || rest.length || !(n >= 0 && n <= max)) throw new Error(`${block} is not an IP address or a CIDR block`);
+      // An IPv4-mapped block is the IPv4 block it maps.
+      if (a.kind() === "ipv6" && (a as ipaddr.IPv6).isIPv4MappedAddress() && n >= 96) this.allowed.push([(a as ipaddr.IPv6).toIPv4Address(), n - 96]);
+      else this.allowed.push([a, n]);
     }
+  }
+
+  private isAllowed(a: Address): boolean {
+    return this.allowed.some(([block, bits]) => block.kind() === a.kind() && a.match(block as never, bits));
   }
 
   /** Undefined when the address may be reached, else why not. */
   refusal(address: string): string | undefined {
-    const family = isIP(address);
-    if (!family) return `${address} is not an IP address`;
-    const v4 = family === 6 ? embeddedV4(address) : address;
-    const candidates: [string, "ipv4" | "ipv6"][] = family === 4 ? [[address, "ipv4"]] : [[address, "ipv6"], ...(v4 ? [[v4, "ipv4"] as [string, "ipv4"]] : [])];
-    if (candidates.some(([a, t]) => this.allowed.check(a, t))) return undefined;
-    if (candidates.some(([a, t]) => special.check(a, t))) {
-      return `${address} is a loopback, private, link-local or otherwise special address, not allowed by spec.network.allowPrivateTargets`;
+    const a = parseAddress(address);
+    if (!a) return `${address} is not an IP address`;
+    const why = "not allowed by spec.network.allowPrivateTargets";
+    if (a.kind() === "ipv6") {
+      const v6 = a as ipaddr.IPv6;
+      for (const e of embedded(v6)) {
+        const range = e.address.range();
+        if (range !== "unicast" && !this.isAllowed(e.address)) {
+          return `${address} is the ${e.form} form of ${e.address.toString()}, a loopback, private, link-local or otherwise special address, ${why} (${range})`;
+        }
+      }
+      if (isTranslation(v6)) return undefined;
     }
-    return undefined;
+    const range = a.range();
+    if (range === "unicast" && !(a.kind() === "ipv6" && embedded(a as ipaddr.IPv6).length)) return undefined;
+    if (this.isAllowed(a)) return undefined;
+    return `${address} is a loopback, private, link-local or otherwise special address, ${why} (${range === "unicast" ? "IPv4-compatible" : range})`;
   }
 
   /** Throws TargetRefused when a URL may not be reached: not https, or an IP literal that is refused. */
