@@ -178,7 +178,8 @@ describe("helm uninstall with the operator running", () => {
   it("leaves no finalizer behind: what it held is released, a deletion under way completes, and what the docs say stays stays", { timeout: 240_000 }, async () => {
     cp.kubectl(["create", "namespace", CREW]);
     // As installed for the examples: the operator watches its own namespace and the users'.
-    helm("install", "ifp", CHART, "-n", NS, "--create-namespace", ...BASE, "--set", `watchNamespaces={${CREW}}`);
+    // The Relay's public host is the crew's, as its values allow (allowedHosts).
+    helm("install", "ifp", CHART, "-n", NS, "--create-namespace", ...BASE, "--set", `watchNamespaces={${CREW}}`, "--set", `allowedHosts.${CREW}={hub.example}`);
     // Its pod runs here, as its Deployment's container would: the rendered arguments, its
     // ServiceAccount's token bound to the pod.
     const operators = kubelet.runPodsOf(NS, "app.kubernetes.io/instance=ifp,app.kubernetes.io/component=operator", { extraArgs: ["--health-port=0", "--metrics-port=0"] });

@@ -492,6 +492,12 @@ describe("Helm chart", () => {
     expect(parseFlags(listed.filter((a) => /^--allowed-/.test(a)), {}).options.settings).toMatchObject({ allowedIssuers: ["ClusterIssuer/letsencrypt", "Issuer.awspca.cert-manager.io/*"], allowedDnsNames: ["localhost", "*.agents.example.com"] });
     expect(() => render("allowedIssuers={letsencrypt}")).toThrow(/allowedIssuers/);
     expect(() => render("allowedDnsNames={x.*.com}")).toThrow(/allowedDnsNames/);
+    // Per namespace: one flag of namespace/host entries.
+    const hosts = args("allowedHosts.shop={shop.example.com,*.shop.example.net}", "allowedHosts.blog={blog.example.org}");
+    expect(hosts.filter((a) => /^--allowed-hosts/.test(a))).toEqual(["--allowed-hosts=blog/blog.example.org,shop/shop.example.com,shop/*.shop.example.net"]);
+    expect(parseFlags(hosts.filter((a) => /^--allowed-hosts/.test(a)), {}).options.settings.allowedHosts).toEqual({ blog: ["blog.example.org"], shop: ["shop.example.com", "*.shop.example.net"] });
+    expect(() => render("allowedHosts.shop={x.*.com}")).toThrow(/allowedHosts/);
+    expect(() => render("allowedHosts.Shop={shop.example.com}")).toThrow(/Shop/);
   });
 
   it("tells the operator its own Deployment, which alone it may read and delete, and the rollout and finalizer limits", async () => {

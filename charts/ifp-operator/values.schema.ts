@@ -76,7 +76,14 @@ export const Values = z.strictObject({
     .array(z.string().regex(/^(\*|(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*)$/))
     .max(256)
     .default([])
-    .describe("DNS names spec.tls.dnsNames may list besides the resource's own Service names and public hosts: exact, *.domain, or * (empty: only its own)"),
+    .describe("DNS names a certificate of the install CA may carry besides the resource's own Service names (spec.tls.dnsNames, the host of spec.baseUrl or spec.url, exposure hosts), and the hosts an https spec.agentId may name: exact, *.domain, or * (empty: only its own)"),
+  allowedHosts: z
+    .record(
+      z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/),
+      z.array(z.string().regex(/^(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$/)).max(256),
+    )
+    .default({})
+    .describe("By namespace, the hosts (exact or *.domain) its Agents and Relays may name like allowedDnsNames: in a certificate of the install CA and as the host of an https spec.agentId the directory publishes (empty: none)"),
   imagePullSecrets: PullSecrets.default([]),
   runtime: z
     .strictObject({

@@ -73,6 +73,12 @@ describe("ifp-operator flags", () => {
     for (const bad of ["a..b", "*example.com", "x.*.com", "-a.com", "a b"]) expect(() => parseFlags([`--allowed-dns-names=${bad}`], {}), bad).toThrow(/--allowed-dns-names takes DNS names/);
   });
 
+  it("takes the hosts each namespace's resources may name, gathered by namespace, and refuses malformed entries", () => {
+    expect(parseFlags(["--allowed-hosts=team/shop.example.com, team/*.team.example.com,other/api.example.org"], {}).options.settings.allowedHosts).toEqual({ team: ["shop.example.com", "*.team.example.com"], other: ["api.example.org"] });
+    expect(parseFlags([], {}).options.settings.allowedHosts).toEqual({});
+    for (const bad of ["shop.example.com", "team/", "/shop.example.com", "Team/x.com", "team/*", "team/x.*.com", "a/b/c", "team/a b"]) expect(() => parseFlags([`--allowed-hosts=${bad}`], {}), bad).toThrow(/--allowed-hosts takes namespace\/host entries/);
+  });
+
   it("refuses bad input with a clear message", () => {
     expect(() => parseFlags(["--health-port=http"], {})).toThrow(/--health-port must be a whole number from 0 to 65535, not "http"/);
     expect(() => parseFlags(["--resync=often"], {})).toThrow(/--resync takes a duration/);

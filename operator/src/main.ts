@@ -52,8 +52,12 @@ account). Every flag also reads the environment variable in brackets.
   --allowed-issuers A,B           cert-manager issuers spec.tls.issuerRef may name besides an Issuer
                                   of the resource's namespace: Kind[.group]/name or Kind[.group]/*
                                   (e.g. ClusterIssuer/letsencrypt; default: none)
-  --allowed-dns-names A,B         names spec.tls.dnsNames may list besides the resource's own:
-                                  exact, *.domain, or * (default: none)
+  --allowed-dns-names A,B         names a certificate of the install CA may carry besides the
+                                  resource's own Service names (spec.tls.dnsNames, the host of
+                                  spec.baseUrl or spec.url, exposure hosts), and hosts an https
+                                  spec.agentId may name: exact, *.domain, or * (default: none)
+  --allowed-hosts NS/HOST,...     the same, for the resources of one namespace: NS/host or
+                                  NS/*.domain, repeated per host (default: none)
   --runtime-run-as-user N|none    UID of the runtime pods (default 10001; none leaves it to the
                                   cluster, e.g. OpenShift's restricted SCC)
   --runtime-run-as-group N|none   GID of the runtime pods (default 10001; none leaves it unset)
@@ -147,6 +151,7 @@ const OPTIONS = {
   "allowed-images": { type: "string" },
   "allowed-issuers": { type: "string" },
   "allowed-dns-names": { type: "string" },
+  "allowed-hosts": { type: "string" },
   "runtime-run-as-user": { type: "string" },
   "runtime-run-as-group": { type: "string" },
   "runtime-image-pull-secrets": { type: "string" },
@@ -252,6 +257,18 @@ function dnsNameList(text: string | undefined): string[] {
   const entries = list(text);
   for (const e of entries) if (!/^(\*|(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*)$/.test(e)) throw new UsageError(`--allowed-dns-names takes DNS names, *.domain or *, not ${JSON.stringify(e)}`);
   return entries;
+}
+
+/** --allowed-hosts: NS/host entries (host exact or `*.<domain>`), gathered by namespace. */
+function namespaceHosts(text: string | undefined): Record<string, string[]> {
+  const hosts: Record<string, string[]> = {};
+  for (const e of list(text)) {
+    const m = /^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\/((\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*)$/.exec(e);
+    if (!m) throw new UsageError(`--allowed-hosts takes namespace/host entries (the host exact or *.domain), such as team/shop.example.com, not ${JSON.stringify(e)}`);
+    const ns = m[1]!;
+    hosts[ns] = [...(Object.hasOwn(hosts, ns) ? hosts[ns]! : []), m[3]!];
+  }
+  return hosts;
 }
 
 /** The networks runtimes may reach inside the cluster: private ranges unless told which. */
@@ -365,6 +382,7 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
         allowedImages: list(str("allowed-images")),
         allowedIssuers: issuerList(str("allowed-issuers")),
         allowedDnsNames: dnsNameList(str("allowed-dns-names")),
+        allowedHosts: namespaceHosts(str("allowed-hosts")),
         natsUrl: natsUrl ?? "nats://nats:4222",
         natsCredsSecret: credsSecret ? { name: credsSecret, key: str("nats-creds-secret-key") ?? (credsFile ? basename(credsFile) : "nats.creds") } : undefined,
         natsAuthSecret: str("nats-auth-secret"),

@@ -13,7 +13,8 @@ let cp: ControlPlane;
 let manager: RunningManager;
 const NS = "ifp-expose";
 const operatorLog = capturedLog(600);
-const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222" };
+// The public hosts below are the namespace's, as a user's chart values would allow them (allowedHosts).
+const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222", allowedHosts: { [NS]: ["*.example.com"] } };
 
 const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);
 const condition = (obj: any, type: string) => obj?.status?.conditions?.find((c: any) => c.type === type);

@@ -56,7 +56,7 @@ const relayYaml = (name: string) => `apiVersion: ifp.dev/v1alpha1
 kind: Relay
 metadata: {name: ${name}, namespace: ${NS}}
 spec:
-  url: https://${name}.example
+  url: https://${name}.${NS}.svc
   retention: {maxAge: 24h, deleteOnRemoval: true}
 `;
 

@@ -3,6 +3,7 @@
 // it looks at, so that each runs alone (`-t`) as well as in the file.
 import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
+import { X509Certificate } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
 import { startNats, withNatsDown, type NatsServer } from "../../e2e/support/nats.ts";
@@ -19,7 +20,7 @@ const NS = "ifp-test";
 const RESYNC_MS = 2_000;
 const operatorLog = capturedLog(600);
 
-const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222", allowedImages: ["registry.example/ifp/*"], allowedIssuers: ["ClusterIssuer/letsencrypt"], allowedDnsNames: ["*.agents.example.net"] };
+const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222", allowedImages: ["registry.example/ifp/*"], allowedIssuers: ["ClusterIssuer/letsencrypt"], allowedDnsNames: ["*.agents.example.net"], allowedHosts: { [NS]: ["erin.example.org", "*.relays.example"] } };
 const start = async () => {
   const m = await startManager({
     kubeconfig: cp.kubeconfig,
@@ -635,7 +636,7 @@ describe("Agent", () => {
     // The API server's own name, which every runtime would believe from a certificate of the install CA.
     cp.kubectl(["apply", "-f", "-"], agentYaml("mitm", "  tls: {dnsNames: [kubernetes.default.svc]}\n"));
     const refused = await untilReason("agent", "mitm", "DNSNameNotAllowed");
-    expect(condition(refused, "Ready").message).toMatch(/^spec.tls.dnsNames: kubernetes.default.svc is neither a name of this resource \(mitm, mitm\.[^)]*\) nor on the install's allow-list \(\*\.agents\.example\.net\)/);
+    expect(condition(refused, "Ready").message).toMatch(/^spec.tls.dnsNames: kubernetes.default.svc is neither a name of this resource's Services \(mitm, mitm\.[^)]*\) nor allowed for namespace ifp-test \(\*\.agents\.example\.net, erin.example.org, \*\.relays\.example\)/);
     expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "DNSNameNotAllowed" });
     await until("the Warning/DNSNameNotAllowed Event", () => events("mitm").some((e) => `${e.type}/${e.reason}` === "Warning/DNSNameNotAllowed"));
     expect(get("secret", "mitm-tls")).toBeUndefined();
@@ -653,6 +654,37 @@ describe("Agent", () => {
     await untilReason("agent", "mitm", "RuntimeNotReady");
     expect(get("secret", "mitm-tls")).toBeDefined();
     expect(get("deployment", "mitm")).toBeDefined();
+  });
+
+  it("issues no certificate for the host of spec.baseUrl or an exposure host that is not the Agent's own or allowed", { timeout: 120_000 }, async () => {
+    // The API server's name, another tenant's Service and the installed NATS's, each as a public host.
+    const attempts = [
+      ["  baseUrl: https://kubernetes.default.svc\n", "spec.baseUrl: kubernetes.default.svc"],
+      ["  baseUrl: https://victim.other-team.svc\n", "spec.baseUrl: victim.other-team.svc"],
+      ["  expose:\n    ingress: {host: nats.ifp-system.svc}\n", "spec.expose.ingress.host: nats.ifp-system.svc"],
+      ["  expose:\n    gateway: {parentRefs: [{name: gw}], hostname: kubernetes.default.svc, mode: passthrough}\n", "spec.expose.gateway.hostname: kubernetes.default.svc"],
+    ] as const;
+    for (const [extra, named] of attempts) {
+      cp.kubectl(["apply", "-f", "-"], agentYaml("hostile", extra));
+      const refused = await until(`hostile refused for ${named}`, () => {
+        const a = get("agent", "hostile");
+        return condition(a, "Ready")?.reason === "DNSNameNotAllowed" && condition(a, "Ready").message.startsWith(named) ? a : undefined;
+      });
+      expect(condition(refused, "Ready").message).toMatch(/nor allowed for namespace ifp-test .*--allowed-hosts ifp-test\/.* \(chart value allowedHosts: \{ifp-test: \[.*\]\}\) or --allowed-dns-names/);
+      expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "DNSNameNotAllowed" });
+      expect(get("secret", "hostile-tls")).toBeUndefined();
+      expect(get("deployment", "hostile")).toBeUndefined();
+    }
+    await until("the Warning/DNSNameNotAllowed Event", () => events("hostile").some((e) => `${e.type}/${e.reason}` === "Warning/DNSNameNotAllowed"));
+    // Its own Service's name as the public host, and a host the install allows its namespace: issued for it.
+    cp.kubectl(["apply", "-f", "-"], agentYaml("hostile", `  baseUrl: https://hostile.${NS}.svc\n`));
+    await untilReason("agent", "hostile", "RuntimeNotReady");
+    cp.kubectl(["apply", "-f", "-"], agentYaml("hostile", "  baseUrl: https://erin.example.org\n"));
+    const cert = await until("a certificate naming erin.example.org", () => {
+      const tls = get("secret", "hostile-tls");
+      return tls && new X509Certificate(Buffer.from(tls.data["tls.crt"], "base64")).subjectAltName?.includes("DNS:erin.example.org") ? tls : undefined;
+    });
+    expect(cert).toBeDefined();
   });
 
   it("refuses a second Agent claiming an agentId already in use, and renders it once the first is gone", { timeout: 120_000 }, async () => {
@@ -691,7 +723,7 @@ describe("Relay", () => {
 kind: Relay
 metadata: {name: ${name}, namespace: ${NS}}
 spec:
-  url: https://${name}.example
+  url: https://${name}.relays.example
   retention: ${retention}
 `;
   /** Apply a Relay and wait until its stream is in sync with the spec (and return the Relay). */
@@ -703,11 +735,17 @@ spec:
   it("issues a Relay no certificate for a name that is not its own or allowed, and still keeps its stream", async () => {
     cp.kubectl(["apply", "-f", "-"], relayYaml("spoof", "{maxAge: 1h}") + "  tls: {dnsNames: [relay.other-team.svc]}\n");
     const refused = await untilReason("relay", "spoof", "DNSNameNotAllowed");
-    expect(condition(refused, "Ready").message).toMatch(/^spec.tls.dnsNames: relay.other-team.svc is neither a name of this resource \(spoof, [^)]*spoof.example\)/);
+    expect(condition(refused, "Ready").message).toMatch(/^spec.tls.dnsNames: relay.other-team.svc is neither a name of this resource's Services \(spoof, [^)]*spoof.ifp-test.svc.cluster.local\) nor allowed/);
     expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "DNSNameNotAllowed" });
     expect(get("secret", "spoof-tls")).toBeUndefined();
     expect(get("deployment", "spoof")).toBeUndefined();
     await until("its stream, all the same", () => stream(streamName("spoof")));
+    // The host of spec.url is held to the same list: the installed NATS's name is refused.
+    cp.kubectl(["apply", "-f", "-"], relayYaml("spoof", "{maxAge: 1h}").replace("url: https://spoof.relays.example", "url: https://nats.ifp-system.svc"));
+    await until("spoof refused for spec.url", () => condition(get("relay", "spoof"), "Ready")?.message?.startsWith("spec.url: nats.ifp-system.svc is neither"));
+    expect(get("secret", "spoof-tls")).toBeUndefined();
+    expect(get("deployment", "spoof")).toBeUndefined();
+    // A host the install allows the namespace (*.relays.example): issued.
     cp.kubectl(["apply", "-f", "-"], relayYaml("spoof", "{maxAge: 1h}"));
     await untilReason("relay", "spoof", "RuntimeNotReady");
     expect(get("secret", "spoof-tls")).toBeDefined();

@@ -2,6 +2,8 @@
 // client behind a trusted proxy, and on the peer's own address for everyone else. The runtime
 // runs as users run it: the ifp-runtime command with the flag.
 import { spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { request as rawHttpsRequest } from "node:https";
 import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../e2e/support/nats.ts";
 import type { localhostTls } from "../../e2e/support/tls.ts";
@@ -66,6 +68,32 @@ async function spawnRuntime(mode: "agent" | "relay", extra: string[]) {
           : await httpsRequest(`${base}/relay/messages`, { headers, ca: tls.ca });
       return { status: res.status, body: res.text ? (JSON.parse(res.text) as { code: string; message: string }) : undefined };
     },
+    /**
+     * One WebSocket upgrade to the relay's /relay/ws, unsigned (401 unless limited first), with
+     * the given X-Forwarded-For: the status and error body it is refused with.
+     */
+    upgrade(xff?: string | string[]) {
+      const headers: Record<string, string> = { connection: "Upgrade", upgrade: "websocket", "sec-websocket-key": randomBytes(16).toString("base64"), "sec-websocket-version": "13" };
+      if (xff !== undefined) headers["x-forwarded-for"] = Array.isArray(xff) ? xff.join(", ") : xff;
+      return new Promise<{ status: number; retryAfter?: string; body?: { code: string; message: string } }>((resolve, reject) => {
+        const req = rawHttpsRequest(`${base}/relay/ws`, { headers, ca: tls.ca, timeout: 15_000 });
+        req.on("response", (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (c: Buffer) => chunks.push(c));
+          res.on("end", () => {
+            const text = Buffer.concat(chunks).toString("utf8");
+            resolve({ status: res.statusCode ?? 0, retryAfter: res.headers["retry-after"] as string | undefined, body: text ? JSON.parse(text) : undefined });
+          });
+        });
+        req.on("upgrade", (res, socket) => {
+          socket.destroy();
+          resolve({ status: res.statusCode ?? 101 });
+        });
+        req.on("timeout", () => req.destroy(new Error("upgrade timed out")));
+        req.on("error", reject);
+        req.end();
+      });
+    },
     output: () => child.log(),
     stop: () => child.stop(),
     async stopCleanly() {
@@ -95,6 +123,24 @@ describe.each(["agent", "relay"] as const)("--trusted-proxies (%s mode)", (mode)
       const chained = await rt.hit(["203.0.113.4", "198.51.100.7"]);
       expect(chained.status).toBe(429);
       expect(chained.body?.message).toBe("too many requests from 198.51.100.7");
+      await rt.stopCleanly();
+    } finally {
+      await rt.stop();
+    }
+  });
+
+  it("the client is the first untrusted address from the right: entries to its left never pick the bucket, however broad the trusted block", async () => {
+    // A broad block (all of loopback, as a pod network would be): the peer and 127.0.0.2 are proxies.
+    const rt = await spawnRuntime(mode, ["--trusted-proxies=127.0.0.0/8"]);
+    try {
+      // The entries a client writes itself stand left of the address its proxy saw: changing them changes nothing.
+      expect((await rt.hit(["203.0.113.10", "198.51.100.9", "127.0.0.2"])).status).toBe(passes[mode]);
+      expect((await rt.hit(["203.0.113.11", "198.51.100.9", "127.0.0.2"])).status).toBe(passes[mode]);
+      const spoofed = await rt.hit(["203.0.113.12", "10.9.9.9", "198.51.100.9", "127.0.0.2"]);
+      expect(spoofed.status).toBe(429);
+      expect(spoofed.body?.message).toBe("too many requests from 198.51.100.9");
+      // Another client behind the same proxies keeps its own bucket.
+      expect((await rt.hit(["198.51.100.10", "127.0.0.2"])).status).toBe(passes[mode]);
       await rt.stopCleanly();
     } finally {
       await rt.stop();
@@ -138,6 +184,42 @@ describe.each(["agent", "relay"] as const)("--trusted-proxies (%s mode)", (mode)
       expect(answers[2]!.body?.message).toBe("too many requests from 127.0.0.1");
       // A well-formed client address still has its own bucket.
       expect((await rt.hit("203.0.113.50")).status).toBe(passes[mode]);
+      await rt.stopCleanly();
+    } finally {
+      await rt.stop();
+    }
+  });
+});
+
+describe("--trusted-proxies and the relay's WebSocket upgrade", () => {
+  it("behind a trusted proxy, bad upgrades limit their own client only, the bucket its HTTP requests share", async () => {
+    const rt = await spawnRuntime("relay", ["--trusted-proxies=127.0.0.1"]);
+    try {
+      for (let i = 0; i < 2; i++) expect((await rt.upgrade("203.0.113.1")).status).toBe(401);
+      const limited = await rt.upgrade("203.0.113.1");
+      expect(limited.status).toBe(429);
+      expect(limited.body).toMatchObject({ code: "rate_limited", message: "too many requests from 203.0.113.1" });
+      expect(Number(limited.retryAfter)).toBeGreaterThan(0);
+      // The other clients behind the same proxy are not locked out, by upgrades or by requests.
+      expect((await rt.upgrade("203.0.113.2")).status).toBe(401);
+      expect((await rt.upgrade(["203.0.113.66", "203.0.113.3"])).status).toBe(401);
+      expect((await rt.hit("203.0.113.4")).status).toBe(401);
+      // One client, one bucket: its HTTP requests are limited by its upgrades.
+      expect((await rt.hit("203.0.113.1")).status).toBe(429);
+      await rt.stopCleanly();
+    } finally {
+      await rt.stop();
+    }
+  });
+
+  it("from a peer that is not a trusted proxy, the upgrade's X-Forwarded-For is ignored: one bucket", async () => {
+    const rt = await spawnRuntime("relay", ["--trusted-proxies=10.0.0.0/8"]);
+    try {
+      expect((await rt.upgrade("203.0.113.1")).status).toBe(401);
+      expect((await rt.upgrade("203.0.113.2")).status).toBe(401);
+      const limited = await rt.upgrade("203.0.113.3");
+      expect(limited.status).toBe(429);
+      expect(limited.body?.message).toBe("too many requests from 127.0.0.1");
       await rt.stopCleanly();
     } finally {
       await rt.stop();

@@ -40,7 +40,7 @@ export function imageRefusal(image: string | undefined, settings: { runtimeImage
 }
 
 /** Whether `name` matches an allow-list entry: the name itself, `*.<domain>` for any name under it, or `*`. */
-function dnsNameAllowed(name: string, allowed: string[]): boolean {
+export function dnsNameAllowed(name: string, allowed: string[]): boolean {
   const n = name.toLowerCase();
   return allowed.some((a) => {
     const e = a.toLowerCase();
@@ -48,19 +48,69 @@ function dnsNameAllowed(name: string, allowed: string[]): boolean {
   });
 }
 
+/** The install's allow-lists of host names: for every namespace, and per namespace. */
+export interface HostAllowLists {
+  /** --allowed-dns-names: exact names, `*.<domain>`, or `*`, for resources of every namespace. */
+  allowedDnsNames?: string[];
+  /** --allowed-hosts: by namespace, the hosts (exact or `*.<domain>`) its resources may name. */
+  allowedHosts?: Record<string, string[]>;
+}
+
+/** The hosts the install allows the resources of `namespace` beyond their own names. */
+export function allowedHostsFor(namespace: string, lists: HostAllowLists): string[] {
+  const own = lists.allowedHosts && Object.hasOwn(lists.allowedHosts, namespace) ? lists.allowedHosts[namespace]! : [];
+  return [...(lists.allowedDnsNames ?? []), ...own];
+}
+
+/** How to allow `host` for `namespace`, for a refusal's message. */
+export function hostAllowHint(namespace: string, host: string): string {
+  return `the operator's --allowed-hosts ${namespace}/${host} (chart value allowedHosts: {${namespace}: [${host}]}) or --allowed-dns-names (chart value allowedDnsNames) allows it`;
+}
+
+/** The host of an https URL, or undefined when it does not parse (the schema refuses that first). */
+export function urlHost(url: string | undefined): string | undefined {
+  if (!url) return undefined;
+  try {
+    return new URL(url).hostname || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Names a certificate would carry, by the field that asks for them. */
+export interface RequestedNames {
+  field: string;
+  names: (string | undefined)[];
+}
+
+/** The hosts a resource's public URL (`field`) and its exposure ask a certificate to name. */
+export function requestedHosts(field: string, url: string | undefined, expose: { ingress?: { host: string }; gateway?: { hostname: string } } | undefined): RequestedNames[] {
+  return [
+    { field, names: [urlHost(url)] },
+    { field: "spec.expose.ingress.host", names: [expose?.ingress?.host] },
+    { field: "spec.expose.gateway.hostname", names: [expose?.gateway?.hostname] },
+  ];
+}
+
 /**
- * Undefined when the serving certificate may name each of spec.tls.dnsNames: the resource's own
- * names (its Service's, its public URL's host, its exposure hosts) or one on the install's
- * allow-list. Every runtime of the install trusts the install CA, so a certificate for a name
- * another service answers to would let this resource's pods pass for it.
+ * Undefined when the install CA may certify every requested name: the resource's own Service
+ * names (`own`), or a name the install allows the namespace (--allowed-dns-names, the namespace's
+ * --allowed-hosts). Every runtime of the install trusts the install CA, so a certificate for a
+ * name another service answers to — whether asked for in spec.tls.dnsNames, as the host of the
+ * public URL or as an exposure host — would let this resource's pods pass for it.
  */
-export function dnsNameRefusal(requested: string[] | undefined, own: string[], allowed: string[] = []): Blocker | undefined {
+export function dnsNameRefusal(requested: RequestedNames[], own: string[], namespace: string, lists: HostAllowLists = {}): Blocker | undefined {
   const mine = new Set(own.map((n) => n.toLowerCase()));
-  const foreign = (requested ?? []).filter((n) => !mine.has(n.toLowerCase()) && !dnsNameAllowed(n, allowed));
-  if (!foreign.length) return undefined;
+  const allowed = allowedHostsFor(namespace, lists);
+  const refused = requested
+    .map((r) => ({ field: r.field, foreign: [...new Set(r.names.filter((n): n is string => !!n && !mine.has(n.toLowerCase()) && !dnsNameAllowed(n, allowed)))] }))
+    .filter((r) => r.foreign.length);
+  if (!refused.length) return undefined;
+  const parts = refused.map((r) => `${r.field}: ${r.foreign.join(", ")} ${r.foreign.length === 1 ? "is" : "are"} neither a name of this resource's Services (${[...mine].join(", ")}) nor allowed for namespace ${namespace}${allowed.length ? ` (${allowed.join(", ")})` : ""}`);
+  const first = refused[0]!.foreign[0]!;
   return {
     reason: "DNSNameNotAllowed",
-    message: `spec.tls.dnsNames: ${foreign.join(", ")} ${foreign.length === 1 ? "is" : "are"} neither a name of this resource (${[...mine].join(", ")}) nor on the install's allow-list${allowed.length ? ` (${allowed.join(", ")})` : ""}; the operator's --allowed-dns-names (chart value allowedDnsNames) lists them`,
+    message: `${parts.join("; ")}; the install CA certifies no other name: ${hostAllowHint(namespace, first)}`,
   };
 }
 
@@ -87,11 +137,17 @@ export function issuerRefusal(ref: { name: string; kind: string; group: string }
 }
 
 /**
- * The refusal of spec.tls, if any: its issuer first, then its DNS names (`own`: the names the
- * resource has anyway). A certificate of the user's own (spec.tls.secretName) is issued by nobody
- * here; its Secret is checked where it is read.
+ * The refusal of the names a certificate of the install would carry, if any: spec.tls's issuer
+ * first, then every name (`requested`: spec.tls.dnsNames, the public URL's host, the exposure
+ * hosts) against the resource's own Service names (`own`) and the install's allow-lists. A
+ * certificate of the user's own (spec.tls.secretName) is issued by nobody here; its Secret is
+ * checked where it is read.
  */
-export function tlsRefusal(tls: { secretName?: string; issuerRef?: { name: string; kind: string; group: string }; dnsNames?: string[] } | undefined, own: string[], settings: { allowedIssuers?: string[]; allowedDnsNames?: string[] }): Blocker | undefined {
+export function tlsRefusal(
+  tls: { secretName?: string; issuerRef?: { name: string; kind: string; group: string }; dnsNames?: string[] } | undefined,
+  names: { namespace: string; own: string[]; requested: RequestedNames[] },
+  settings: { allowedIssuers?: string[] } & HostAllowLists,
+): Blocker | undefined {
   if (tls?.secretName) return undefined;
-  return issuerRefusal(tls?.issuerRef, settings.allowedIssuers) ?? dnsNameRefusal(tls?.dnsNames, own, settings.allowedDnsNames);
+  return issuerRefusal(tls?.issuerRef, settings.allowedIssuers) ?? dnsNameRefusal([{ field: "spec.tls.dnsNames", names: tls?.dnsNames ?? [] }, ...names.requested], names.own, names.namespace, settings);
 }

@@ -20,6 +20,8 @@ export interface OperatorSettings {
   allowedIssuers?: string[];
   /** DNS names spec.tls.dnsNames may list besides the resource's own: exact, `*.<domain>`, or `*`. */
   allowedDnsNames?: string[];
+  /** By namespace, the hosts (exact or `*.<domain>`) its resources may name in a certificate and as an https agent id. */
+  allowedHosts?: Record<string, string[]>;
   natsUrl: string;
   /** A Secret (in each resource's namespace) holding a NATS credentials file under `key`. */
   natsCredsSecret?: { name: string; key: string };

@@ -10,7 +10,7 @@ type Address = ipaddr.IPv4 | ipaddr.IPv6;
  * IPv4-mapped address the address library would read). A zone (`fe80::1%eth0`) is dropped:
  * the address without it is what is checked. Undefined when the text is no IP address.
  */
-function parseAddress(text: string): Address | undefined {
+export function parseAddress(text: string): Address | undefined {
   const bare = text.replace(/^\[|\]$/g, "").split("%")[0]!;
   const family = isIP(bare);
   if (family === 4) return ipaddr.IPv4.isValidFourPartDecimal(bare) ? ipaddr.IPv4.parse(bare) : undefined;

@@ -10,7 +10,7 @@ const verifier = new Verifier([peerOf(bob)]);
 
 async function request(path: string, ip = "10.0.0.1") {
   const headers = await signRequest({ method: "GET", url: `https://relay.example${path}` }, bob.signing);
-  return { ip, method: "GET", url: path, host: "relay.example", headers };
+  return { clientAddress: ip, method: "GET", url: path, host: "relay.example", headers };
 }
 
 const outcome = (p: Promise<string>) =>
@@ -27,7 +27,7 @@ describe("relay request authentication", () => {
 
   it("limits per address before verifying, and per verified agent after", async () => {
     const auth = relayAuthenticator({ verifier, publicUrl: "https://relay.example", perAddressPerMinute: 2, perAgentPerMinute: 3 });
-    const unsigned = { ip: "10.0.0.9", method: "GET", url: "/relay/messages", host: "relay.example", headers: {} };
+    const unsigned = { clientAddress: "10.0.0.9", method: "GET", url: "/relay/messages", host: "relay.example", headers: {} };
     expect(await outcome(auth(unsigned))).toBe("401 invalid_signature");
     expect(await outcome(auth(unsigned))).toBe("401 invalid_signature");
     // The address has spent its budget on bad signatures: refused before any verification.

@@ -1,15 +1,13 @@
 import type { IncomingHttpHeaders } from "node:http";
 import type { FastifyInstance } from "fastify";
-import { clientAddress, RateLimiter } from "../server/ratelimit.ts";
+import { RateLimiter } from "../server/ratelimit.ts";
 import { rateLimited } from "../protocol/errors.ts";
 import { verifyRequest } from "../protocol/http-signatures.ts";
 import type { Verifier } from "../protocol/verify.ts";
 
 export interface RequestToAuthenticate {
-  /** Client address, for the limit checked before the signature (through trusted proxies only). */
-  ip: string;
-  /** The peer's own address, when `ip` is not an address. */
-  socket?: { remoteAddress?: string };
+  /** Client address, for the limit checked before the signature: the server's `clientAddress` (through trusted proxies only). */
+  clientAddress: string;
   method: string;
   /** The request target as received (path and query). */
   url: string;
@@ -66,8 +64,8 @@ export function relayAuthenticator(opts: {
   const perAddress = new RateLimiter(opts.perAddressPerMinute, { now });
   const perAgent = new RateLimiter(opts.perAgentPerMinute, { now });
   /** The per-address limit alone: taken when the request arrives, before its body is read. */
-  const limitAddress = (req: { ip: string; socket?: { remoteAddress?: string } }): void => {
-    const address = clientAddress(req);
+  const limitAddress = (req: { clientAddress: string }): void => {
+    const address = req.clientAddress;
     const byAddress = perAddress.take(address);
     if (!byAddress.ok) throw rateLimited(byAddress.retryAfterSeconds, `too many requests from ${address}`);
   };
@@ -120,7 +118,7 @@ export function requireSignedRequests(scope: FastifyInstance, authenticate: Rela
   scope.addHook("onRequest", async (req) => authenticate.limitAddress(req));
   scope.addHook("preValidation", async (req) => {
     req.agent = await authenticate(
-      { ip: req.ip, socket: req.socket, method: req.method, url: req.url, host: req.host, localPort: req.socket.localPort, headers: req.headers, body: req.rawBody ?? undefined },
+      { clientAddress: req.clientAddress, method: req.method, url: req.url, host: req.host, localPort: req.socket.localPort, headers: req.headers, body: req.rawBody ?? undefined },
       { addressLimited: true },
     );
   });

@@ -149,7 +149,7 @@ export function attachWebSocket(app: FastifyInstance, deps: StreamDeps): void {
     const url = new URL(raw.url ?? "/", "https://relay.invalid");
     if (url.pathname !== WEBSOCKET_PATH) return refuse(socket, new ProtocolError(404, "not_found", `no WebSocket endpoint ${url.pathname}; use ${WEBSOCKET_PATH}`));
     deps
-      .authenticate({ ip: raw.socket.remoteAddress ?? "", method: raw.method ?? "GET", url: raw.url ?? "/", host: raw.headers.host, localPort: raw.socket.localPort, headers: raw.headers })
+      .authenticate({ clientAddress: app.clientAddressOf(raw), method: raw.method ?? "GET", url: raw.url ?? "/", host: raw.headers.host, localPort: raw.socket.localPort, headers: raw.headers })
       .then(
         (agent) => {
           let release: () => void;

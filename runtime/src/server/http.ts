@@ -1,12 +1,22 @@
+import type { IncomingMessage } from "node:http";
 import { validatorCompiler } from "@fastify/type-provider-zod";
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import type { Logger } from "pino";
 import { ProtocolError, type ErrorCode } from "../protocol/errors.ts";
 import { isCidrOrIp } from "../resources/common.ts";
+import { TrustedProxies } from "./ratelimit.ts";
 import { invalidRequest } from "./validation.ts";
 import type { RuntimeMetrics } from "./metrics.ts";
 
 declare module "fastify" {
+  interface FastifyInstance {
+    /** The client address of a raw request (a WebSocket upgrade), by the same rule as `request.clientAddress`. */
+    clientAddressOf(req: IncomingMessage): string;
+  }
+  interface FastifyRequest {
+    /** The address per-address limits key on: the peer, or behind trusted proxies the client (TrustedProxies.clientAddress). */
+    readonly clientAddress: string;
+  }
   interface FastifyReply {
     /** The answer's result for metrics: the error code once sendError has run, or what the route sets. */
     outcome: string | null;
@@ -27,8 +37,8 @@ export interface ServerOptions {
   /**
    * Addresses (IPs or CIDR blocks) of the proxies in front of the runtime. Only a request whose
    * peer is one of them has its X-Forwarded-For (and X-Forwarded-Host, -Proto) believed:
-   * request.ip is then the nearest address in the chain that is not a trusted proxy. Empty or
-   * absent: the peer's address, whatever the headers say.
+   * request.clientAddress is then the nearest address in the chain that is not a trusted proxy
+   * (TrustedProxies). Empty or absent: the peer's address, whatever the headers say.
    */
   trustedProxies?: string[];
 }
@@ -91,6 +101,7 @@ export function cutOffUnfinishedBodies(app: FastifyInstance, timeoutMs = REQUEST
  * error handler that maps every failure to the spec's error body {status, code, message}.
  */
 export function createServer(opts: ServerOptions): FastifyInstance {
+  const proxies = new TrustedProxies(opts.trustedProxies);
   const app = Fastify({
     loggerInstance: opts.logger,
     logController: new LogController({ disableRequestLogging: true }),
@@ -98,10 +109,18 @@ export function createServer(opts: ServerOptions): FastifyInstance {
     return503OnClosing: true,
     forceCloseConnections: "idle",
     requestTimeout: REQUEST_TIMEOUT_MS,
-    // Never `true`: a client's own X-Forwarded-For would pick its rate-limit bucket.
-    trustProxy: opts.trustedProxies?.length ? [...opts.trustedProxies] : false,
+    // Never `true`: a client's own X-Forwarded-For would pick its rate-limit bucket. The same
+    // proxies as the client address's rule (X-Forwarded-Host, -Proto); limits use clientAddress.
+    trustProxy: proxies.empty ? false : (address: string) => proxies.trusts(address),
     ...(opts.tls ? { https: { cert: opts.tls.cert, key: opts.tls.key, minVersion: "TLSv1.2" as const, ...SLOW_CLIENT_LIMITS } } : {}),
   }) as unknown as FastifyInstance;
+  // The one place a client address is worked out, for HTTP requests and WebSocket upgrades alike.
+  app.decorate("clientAddressOf", (req: IncomingMessage) => proxies.clientAddress(req));
+  app.decorateRequest("clientAddress", {
+    getter(this: FastifyRequest) {
+      return proxies.clientAddress(this.raw);
+    },
+  });
   cutOffUnfinishedBodies(app);
   jsonApi(app);
   return app;

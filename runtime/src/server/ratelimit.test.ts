@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { RateLimiter } from "./ratelimit.ts";
+import { RateLimiter, TrustedProxies } from "./ratelimit.ts";
 
 const size = (rl: RateLimiter) => (rl as unknown as { buckets: Map<string, unknown> }).buckets.size;
 
@@ -68,5 +68,35 @@ describe("RateLimiter", () => {
     // "idle" has refilled and makes room; "busy" has not, and stays limited.
     expect(rl.take("new").ok).toBe(true);
     expect(rl.take("busy").ok).toBe(false);
+  });
+});
+
+describe("TrustedProxies.clientAddress", () => {
+  const req = (peer: string, xff?: string | string[]) => ({ socket: { remoteAddress: peer }, headers: xff === undefined ? {} : { "x-forwarded-for": xff } });
+  const proxies = new TrustedProxies(["10.0.0.0/8", "::ffff:192.168.0.0/112", "fd00::/8"]);
+
+  it("walks X-Forwarded-For from the right past trusted proxies only, to the first untrusted address", () => {
+    expect(proxies.clientAddress(req("10.0.0.1", "203.0.113.1"))).toBe("203.0.113.1");
+    expect(proxies.clientAddress(req("::ffff:10.0.0.1", "1.1.1.1, 203.0.113.9, 10.2.2.2, 192.168.5.5"))).toBe("203.0.113.9");
+    expect(proxies.clientAddress(req("10.0.0.1", ["1.1.1.1, 203.0.113.9", "10.2.2.2"]))).toBe("203.0.113.9");
+    // Every hop a trusted proxy: the farthest of them.
+    expect(proxies.clientAddress(req("10.0.0.1", "10.3.3.3, 10.2.2.2"))).toBe("10.3.3.3");
+    expect(proxies.clientAddress(req("fd00::1", "2001:DB8:0:0::1"))).toBe("2001:db8::1");
+    expect(proxies.clientAddress(req("10.0.0.1", "::ffff:203.0.113.1"))).toBe("203.0.113.1");
+  });
+
+  it("believes no X-Forwarded-For from a peer that is not a trusted proxy, nor with no proxies", () => {
+    expect(proxies.clientAddress(req("203.0.113.7", "198.51.100.1"))).toBe("203.0.113.7");
+    expect(new TrustedProxies().clientAddress(req("::ffff:10.0.0.1", "198.51.100.1"))).toBe("10.0.0.1");
+  });
+
+  it("uses the peer's own address when the entry reached is no address, and says unknown without a peer", () => {
+    for (const junk of ["not-an-ip", "203.0.113.1:5555", "203.0.113.1, <script>", "999.1.1.1"]) expect(proxies.clientAddress(req("10.0.0.1", junk)), junk).toBe("10.0.0.1");
+    for (const empty of ["", " , ,"]) expect(proxies.clientAddress(req("10.0.0.1", empty))).toBe("10.0.0.1");
+    expect(proxies.clientAddress({ socket: {}, headers: {} })).toBe("unknown");
+  });
+
+  it("refuses what is not an address or a block", () => {
+    for (const bad of ["10.0.0.0/33", "example.com", "::1/129", "10.0.0.0/x"]) expect(() => new TrustedProxies([bad]), bad).toThrow(/not an IP address or a CIDR block/);
   });
 });

@@ -1,4 +1,6 @@
-import { isIP } from "node:net";
+import type { IncomingHttpHeaders } from "node:http";
+import ipaddr from "ipaddr.js";
+import { parseAddress } from "../net/targets.ts";
 
 /**
  * Token buckets keyed by sender (or client address): `perMinute` tokens, refilled evenly.
@@ -78,15 +80,79 @@ export class RateLimiter {
   }
 }
 
+type Address = ipaddr.IPv4 | ipaddr.IPv6;
+
+/** An IP address, IPv4-mapped IPv6 read as IPv4; undefined when the text is none. */
+function parseIp(text: string | undefined): Address | undefined {
+  if (!text) return undefined;
+  const a = parseAddress(text);
+  return a?.kind() === "ipv6" && (a as ipaddr.IPv6).isIPv4MappedAddress() ? (a as ipaddr.IPv6).toIPv4Address() : a;
+}
+
+/** One spelling per address, the key of its bucket: IPv4 dotted, IPv6 as RFC 5952 writes it. */
+function spell(a: Address): string {
+  return a.kind() === "ipv4" ? a.toString() : (a as ipaddr.IPv6).toRFC5952String();
+}
+
 /**
- * The key of a per-address limit: the address fastify resolved for the request (through
- * trusted proxies only, see createServer's trustedProxies), IPv4-mapped IPv6 written as IPv4.
- * When that is no address at all — a malformed X-Forwarded-For entry a trusted proxy passed
- * on — the peer's own address is used, so that made-up values cannot open fresh buckets.
+ * The proxies in front of a runtime (--trusted-proxies: IP addresses or CIDR blocks) and the one
+ * rule that finds a request's client address, used for every per-address limit: HTTP requests
+ * and the relay's WebSocket upgrade alike.
+ *
+ * X-Forwarded-For is read only from a peer that is a trusted proxy, and from the right: each
+ * proxy appends the address it received the request from, so the entries nearest the right were
+ * written by proxies of ours and the leftmost by whoever sent the request first. The walk skips
+ * only addresses that are themselves trusted proxies and stops at the first one that is not: that
+ * is the client. What lies to its left was written by the client and is never believed. When the
+ * entry reached is no address at all (a malformed value a proxy passed on), the peer's own address
+ * is used, so that made-up values cannot open fresh buckets.
+ *
+ * A trusted block is trusted as a whole: every host inside it can say what it likes in
+ * X-Forwarded-For. Name the proxies (the ingress controller's pods or its Service's addresses),
+ * not the whole pod network.
  */
-export function clientAddress(req: { ip: string; socket?: { remoteAddress?: string } }): string {
-  const fold = (a: string) => (a.toLowerCase().startsWith("::ffff:") && isIP(a.slice(7)) === 4 ? a.slice(7) : a);
-  if (isIP(req.ip)) return fold(req.ip);
-  const peer = req.socket?.remoteAddress;
-  return peer && isIP(peer) ? fold(peer) : "unknown";
+export class TrustedProxies {
+  private readonly blocks: [Address, number][] = [];
+
+  constructor(list: readonly string[] = []) {
+    for (const entry of list) {
+      const [addr, bits, ...rest] = entry.split("/") as [string, string | undefined];
+      const a = parseAddress(addr);
+      const max = a?.kind() === "ipv4" ? 32 : 128;
+      const n = bits === undefined ? max : /^\d{1,3}$/.test(bits) ? Number(bits) : NaN;
+      if (!a || rest.length || !(n >= 0 && n <= max)) throw new Error(`${entry} is not an IP address or a CIDR block`);
+      if (a.kind() === "ipv6" && (a as ipaddr.IPv6).isIPv4MappedAddress() && n >= 96) this.blocks.push([(a as ipaddr.IPv6).toIPv4Address(), n - 96]);
+      else this.blocks.push([a, n]);
+    }
+  }
+
+  get empty(): boolean {
+    return this.blocks.length === 0;
+  }
+
+  /** Whether an address (text, or parsed) is a trusted proxy's. */
+  trusts(address: string | Address | undefined): boolean {
+    const a = typeof address === "string" || address === undefined ? parseIp(address) : address;
+    return !!a && this.blocks.some(([block, bits]) => block.kind() === a.kind() && a.match(block as never, bits));
+  }
+
+  /** The client address of a request (see the class): the key of its per-address limit, "unknown" without a peer address. */
+  clientAddress(req: { headers: IncomingHttpHeaders; socket: { remoteAddress?: string } }): string {
+    const peer = parseIp(req.socket.remoteAddress);
+    if (!peer) return "unknown";
+    if (this.blocks.length === 0 || !this.trusts(peer)) return spell(peer);
+    const header = req.headers["x-forwarded-for"];
+    // The nearest 64 entries at most: a chain of proxies is never that long.
+    const hops = (Array.isArray(header) ? header.join(",") : (header ?? "")).split(",").slice(-64);
+    let client = peer;
+    for (let i = hops.length - 1; i >= 0; i--) {
+      const hop = hops[i]!.trim();
+      if (!hop) continue;
+      const a = parseIp(hop);
+      if (!a) return spell(peer);
+      client = a;
+      if (!this.trusts(a)) break;
+    }
+    return spell(client);
+  }
 }

@@ -10,7 +10,7 @@ import type { ReconcileResult } from "../../kube/controller.ts";
 import { invalidSpecConditions, type Blocker } from "../conditions.ts";
 import { earliest, note, previousFields, reconcileResource, recordNotes, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { AGENT_RUNTIME_ACCOUNT, ensureSharedRuntimeAccess, removeLegacyRuntimeAccess } from "../shared.ts";
-import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
+import { certificateDnsNames, childNames, serviceDnsNames, type Owner } from "../runtime.ts";
 import { exposedHosts } from "../expose.ts";
 import { planExposure, pruneExposure } from "../expose-reconcile.ts";
 import { ensureTls } from "../tls.ts";
@@ -22,7 +22,7 @@ import { ensureLocalApi, localApiDnsNames } from "./local-api.ts";
 import { ensureHandoffSecret } from "./handoff.ts";
 import { ensureSigningKey } from "./signing.ts";
 import { selectedPeers } from "./directory.ts";
-import { imageRefusal, secretUsableBy, tlsRefusal } from "../references.ts";
+import { imageRefusal, requestedHosts, secretUsableBy, tlsRefusal } from "../references.ts";
 import { agentStatus } from "./status.ts";
 import { errorMessage } from "../../kube/client.ts";
 import { AGENT_FINALIZER, agentKeyOf, agentLeftovers, deleteAgentJetStream, hasFinalizer, setFinalizer } from "../finalizers.ts";
@@ -57,9 +57,8 @@ async function reconcilePass(ctx: ReconcileContext, obj: CustomObject, namespace
     });
   }
   const expose = agent.spec.expose;
-  // The certificate's names: the Agent's own, then what spec.tls.dnsNames adds if the install allows it.
-  const ownNames = certificateDnsNames(owner, defaultBaseUrl(agent.spec.baseUrl, expose), [...localApiDnsNames(owner, agent), ...exposedHosts(expose)]);
-  const tlsRefused = tlsRefusal(agent.spec.tls, ownNames, ctx.settings);
+  // Every name the certificate would carry: the Agent's own Services' names, else one the install allows.
+  const tlsRefused = tlsRefusal(agent.spec.tls, { namespace, own: [...serviceDnsNames(owner), ...localApiDnsNames(owner, agent)], requested: requestedHosts("spec.baseUrl", agent.spec.baseUrl, expose) }, ctx.settings);
   if (tlsRefused) return refuse(tlsRefused);
   try {
     // The agent's streams and buckets go with it unless it keeps them; the finalizer says so.

@@ -15,9 +15,9 @@ import type { RelayStatus } from "../../crd/status.ts";
 import { invalidSpecConditions } from "../conditions.ts";
 import { earliest, note, previousFields, reconcileResource, recordNotes, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
 import { ensureSharedRuntimeAccess, removeLegacyRuntimeAccess, RELAY_RUNTIME_ACCOUNT } from "../shared.ts";
-import { certificateDnsNames, childNames, type Owner } from "../runtime.ts";
+import { certificateDnsNames, childNames, serviceDnsNames, type Owner } from "../runtime.ts";
 import { ensureTls, type TlsOutcome } from "../tls.ts";
-import { imageRefusal, tlsRefusal } from "../references.ts";
+import { imageRefusal, requestedHosts, tlsRefusal } from "../references.ts";
 import { ensureTrust } from "../trust.ts";
 import { relayPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
 import { ensureNatsCreds } from "../nats-creds.ts";
@@ -51,7 +51,7 @@ async function reconcilePass(ctx: RelayContext, obj: CustomObject, namespace: st
     }
     const expose = relay.spec.expose;
     // A refused spec.tls gets no certificate and holds the Deployment; the stream is still kept.
-    const tlsRefused = tlsRefusal(relay.spec.tls, certificateDnsNames(owner, relay.spec.url, exposedHosts(expose)), ctx.settings);
+    const tlsRefused = tlsRefusal(relay.spec.tls, { namespace, own: serviceDnsNames(owner), requested: requestedHosts("spec.url", relay.spec.url, expose) }, ctx.settings);
     const tls: TlsOutcome = tlsRefused
       ? { secretName: childNames(name).tlsSecret, blocker: tlsRefused, applied: [], events: [] }
       : await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, relay.spec.tls, certificateDnsNames(owner, relay.spec.url, [...(relay.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]));

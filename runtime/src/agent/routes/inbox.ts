@@ -7,7 +7,7 @@ import type { MessageVerifier } from "../../protocol/verify.ts";
 import type { Agent } from "../../resources/agent.ts";
 import { parseDuration } from "../../resources/common.ts";
 import type { RuntimeMetrics } from "../../server/metrics.ts";
-import { clientAddress, RateLimiter } from "../../server/ratelimit.ts";
+import { RateLimiter } from "../../server/ratelimit.ts";
 import { asSent } from "../../server/validation.ts";
 import { debugEnabled, messageLog, namedOnFailure } from "../../telemetry/logs.ts";
 import { A, failSpan, inSpan, messageAttributes, messageContext, SpanKind, startSpan, tracingEnabled } from "../../telemetry/tracing.ts";
@@ -73,7 +73,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         onResponse: count,
         // The per-address limit comes first, before the body is even read or parsed.
         onRequest: async (req) => {
-          const address = clientAddress(req);
+          const address = req.clientAddress;
           const byAddress = perAddress.take(address);
           if (!byAddress.ok) {
             metrics.inboxRateLimited.inc({ limit: "address" });
@@ -94,7 +94,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
             // Idempotency-Key is optional and only recommended to be the message_id (IFP-6): any
             // value is accepted, and repeats are recognised by headers.message_id alone.
             admit(message, admission);
-            const verified = await verifier.verify(message, spec.inbox.requireSignature, { address: clientAddress(req) });
+            const verified = await verifier.verify(message, spec.inbox.requireSignature, { address: req.clientAddress });
             const bySender = perSender.take(verified.signer ?? `unsigned:${h.from.agent}`);
             if (!bySender.ok) {
               metrics.inboxRateLimited.inc({ limit: "sender" });
