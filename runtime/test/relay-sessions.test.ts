@@ -260,3 +260,59 @@ describe("relay: copies handed out as stored", () => {
     }
   });
 });
+
+describe("relay: acknowledgements count against the per-agent limit", () => {
+  const LIMIT = 20;
+
+  it("answers WebSocket ack frames past the limit with the error frame and Retry-After's seconds, removing nothing more", async () => {
+    const limited = await runRelay(env, { limits: { perAgentPerMinute: LIMIT } });
+    try {
+      // One copy waiting for bob, whose ack comes after the burst.
+      const kept = signed(alice, "bob-agent");
+      expect((await clientOf(env, limited, alice).publish(kept)).status).toBe(202);
+      const s = await openWs(env, limited, bob, undefined, { push: "off" });
+      // A bounded burst: the upgrade took one, 19 acks fit, the rest are refused.
+      const burst = Array.from({ length: 60 }, (_, i) => `missing-${i}`);
+      for (const id of burst) s.send({ type: "ack", message_id: id });
+      s.send({ type: "ack", message_id: kept.headers.message_id });
+      await waitFor("an answer to every ack", () => s.frames.length === burst.length + 1);
+      const acked = s.frames.filter((f) => f.type === "acked");
+      const refused = s.frames.filter((f) => f.type === "error");
+      expect(acked).toHaveLength(LIMIT - 1);
+      expect(refused).toHaveLength(burst.length + 1 - (LIMIT - 1));
+      for (const f of refused) expect(f).toMatchObject({ status: 429, code: "rate_limited", retry_after: expect.any(Number) });
+      expect(refused.map((f) => f.message_id)).toContain(kept.headers.message_id);
+      await s.close();
+      // The copy whose ack was refused is still there (read from another relay process of the same stream: this one's limit is spent).
+      const other = await runRelay(env, { limits: { perAgentPerMinute: LIMIT } }, limited.relay.metadata.name);
+      try {
+        expect((await clientOf(env, other, bob).pull()).messages.map((m) => m.headers.message_id)).toContain(kept.headers.message_id);
+      } finally {
+        await other.close();
+      }
+    } finally {
+      await limited.close();
+    }
+  });
+
+  it("counts each id of POST /relay/messages/ack and each DELETE, 429 with Retry-After past the limit", async () => {
+    const limited = await runRelay(env, { limits: { perAgentPerMinute: LIMIT } });
+    try {
+      const c = clientOf(env, limited, carol);
+      // The request takes one, its 25 ids 24 more: refused whole, before anything is removed.
+      const batch = await c.request("POST", "/relay/messages/ack", { message_ids: Array.from({ length: 25 }, (_, i) => `missing-${i}`) });
+      expect(batch.status, batch.text).toBe(429);
+      expect(Number(batch.headers.get("retry-after"))).toBeGreaterThan(0);
+      expect(JSON.parse(batch.text)).toMatchObject({ status: "error", code: "rate_limited" });
+      // Five ids cost five: what is left after the refused request (one) and this one fits.
+      expect(await c.ackMany(["a", "b", "c", "d", "e"])).toEqual({ acknowledged: [], not_found: ["a", "b", "c", "d", "e"] });
+      // 20 - 1 - 5 = 14 DELETEs, then 429.
+      for (let i = 0; i < LIMIT - 6; i++) expect(await c.ack(`missing-${i}`)).toBe(false);
+      const refused = await c.request("DELETE", "/relay/messages/missing-x");
+      expect(refused.status).toBe(429);
+      expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(0);
+    } finally {
+      await limited.close();
+    }
+  });
+});

@@ -72,7 +72,7 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
       if (operation) metrics.relay.inc({ operation, result: reply.statusCode < 400 ? "ok" : (reply.outcome ?? "internal_error") });
     });
     await api.register(publishRoutes, { intake, limitAgent: authenticate.limitAgent, batchBodyLimit: batchBodyLimit(maxMessageBytes) });
-    await api.register(messageRoutes, { mailboxes });
+    await api.register(messageRoutes, { mailboxes, limitAgent: authenticate.limitAgent });
     await api.register(subscriptionRoutes, { subs, targets: deps.targets ?? new TargetPolicy(spec.network.allowPrivateTargets) });
     await api.register(deadLetterRoutes, { mailboxes });
     await api.register(eventRoutes, { mailboxes, metrics, log: deps.logger, authenticate, slots: new StreamSlots(spec.limits.maxStreamsPerAgent, spec.limits.maxStreams), intake, maxPayload: maxMessageBytes + FRAME_ROOM });

@@ -126,7 +126,8 @@ export const MAX_PUBLISHING = 256;
  * The WebSocket at /relay/ws: a session of one agent, authenticated once by its signed upgrade
  * request (resume with ?after=<cursor>; ?push=off for a session that only sends). The relay
  * sends {type: "message", id, message} for each waiting and each new copy and removes one when
- * the client sends {type: "ack", message_id}, answering {type: "acked", message_id, ok}. A
+ * the client sends {type: "ack", message_id}, answering {type: "acked", message_id, ok} (each ack
+ * counts one request against the per-agent limit; past it {type: "error", status: 429, ...}). A
  * {type: "publish", message, recipients?} frame is checked and stored as POST /relay/publish
  * would (from the session's agent, counted against its per-agent limit) and answered
  * {type: "published", ...} once stored, or {type: "error", status, code, message, message_id}.
@@ -215,6 +216,15 @@ export function attachWebSocket(app: FastifyInstance, deps: StreamDeps): void {
       const frame = parseClientFrame(data);
       if ("error" in frame) return send({ type: "error", status: 400, code: "invalid_format", message: frame.error });
       if ("publish" in frame) return publish(frame.publish, frame.recipients);
+      // An acknowledgement counts one request against the per-agent limit, as a DELETE does.
+      try {
+        deps.authenticate.limitAgent(agent);
+      } catch (err) {
+        const e = toProtocolError(err);
+        const retry = Number(e.headers["retry-after"]);
+        deps.metrics.relay.inc({ operation: "ack", result: e.code });
+        return send({ type: "error", status: e.statusCode, code: e.code, message: e.message, message_id: frame.ack, ...(retry > 0 ? { retry_after: retry } : {}) });
+      }
       deps.mailboxes.ack(agent, frame.ack).then(
         (ok) => {
           deps.metrics.relay.inc({ operation: "ack", result: ok ? "ok" : "not_found" });

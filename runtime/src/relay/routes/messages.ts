@@ -1,14 +1,17 @@
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { notFound } from "../../protocol/errors.ts";
 import { AckRequest, AckResponse, MessageIdPath, MessageList, PageQuery } from "../../protocol/relay-api.ts";
+import type { RelayAuthenticator } from "../auth.ts";
 import { copySpan, type Mailboxes } from "../mailbox.ts";
 import { A, tracingEnabled } from "../../telemetry/tracing.ts";
 
 /**
  * The caller's mailbox: GET /relay/messages pages through the waiting copies (reading removes
- * nothing); DELETE /relay/messages/{id} and POST /relay/messages/ack acknowledge them.
+ * nothing); DELETE /relay/messages/{id} and POST /relay/messages/ack acknowledge them. Each
+ * acknowledgement counts one request against the per-agent limit: a DELETE is one signed
+ * request, a batch of n ids costs what n DELETEs cost.
  */
-export const messageRoutes: FastifyPluginAsyncZod<{ mailboxes: Pick<Mailboxes, "list" | "ack"> }> = async (app, { mailboxes }) => {
+export const messageRoutes: FastifyPluginAsyncZod<{ mailboxes: Pick<Mailboxes, "list" | "ack">; limitAgent: RelayAuthenticator["limitAgent"] }> = async (app, { mailboxes, limitAgent }) => {
   app.get("/relay/messages", { schema: { querystring: PageQuery, response: { 200: MessageList } }, config: { operation: "retrieve" } }, async (req, reply) => {
     const { limit, after } = req.query;
     const copies = await mailboxes.list(req.agent, after, limit);
@@ -37,6 +40,8 @@ export const messageRoutes: FastifyPluginAsyncZod<{ mailboxes: Pick<Mailboxes, "
     { schema: { body: AckRequest, response: { 200: AckResponse } }, config: { operation: "ack", invalid: "invalid acknowledgement" } },
     async (req) => {
       const ids = [...new Set(req.body.message_ids)];
+      // The signed request took one; each further id one more, before anything is removed (429 past the limit).
+      if (ids.length > 1) limitAgent(req.agent, ids.length - 1);
       const removed = await Promise.all(ids.map((id) => mailboxes.ack(req.agent, id)));
       return { acknowledged: ids.filter((_, i) => removed[i]), not_found: ids.filter((_, i) => !removed[i]) };
     },
