@@ -1,6 +1,6 @@
 // The example application as it runs in a pod: `node examples/app/main.ts` configured by its
 // environment, next to a real agent runtime (real NATS, real TLS between the agents).
-import { request } from "node:http";
+import { createServer as createHttpServer, request } from "node:http";
 import { createServer } from "node:https";
 import { describe, expect, it, onTestFinished } from "vitest";
 import type { NatsServer } from "../../e2e/support/nats.ts";
@@ -178,27 +178,51 @@ describe("the example application", () => {
     expect(lines(app, "refused a hand-off (400)").length).toBe(12);
   });
 
-  it("with IFP_HANDOFF_SECRET, takes its runtime's signed hand-offs and refuses anyone else's with 401", async () => {
+  it("with IFP_HANDOFF_SECRET, takes its runtime's signed hand-offs and refuses anyone else's, or one altered on the way, with 401", async () => {
     const secret = "hand-off-secret-for-the-app-test";
     const self = identity("signed-app-agent");
     const sender = identity("signed-app-sender");
     const appPort = await freePort();
-    const agent = await runAgent({ self, natsUrl: nats.url, tls, handoffSecret: secret, spec: { peers: [peerOf(sender)], handler: { url: `http://127.0.0.1:${appPort}` } } });
+    // Between the runtime and the app: a hop that changes Ifp-Sender on the first attempt only.
+    let alter = true;
+    const hop = createHttpServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("end", () => {
+        const headers = { ...req.headers, host: `127.0.0.1:${appPort}`, ...(alter ? { "ifp-sender": "someone-else-agent" } : {}) };
+        alter = false;
+        const out = request(`http://127.0.0.1:${appPort}/`, { method: "POST", headers }, (answer) => {
+          res.writeHead(answer.statusCode ?? 502).end();
+          answer.resume();
+        });
+        out.on("error", () => res.writeHead(502).end());
+        out.end(Buffer.concat(chunks));
+      });
+    });
+    await new Promise<void>((r) => hop.listen(0, "127.0.0.1", r));
+    onTestFinished(() => new Promise<void>((r) => (hop.closeAllConnections(), hop.close(() => r()))));
+    const hopPort = (hop.address() as { port: number }).port;
+    const agent = await runAgent({ self, natsUrl: nats.url, tls, handoffSecret: secret, spec: { peers: [peerOf(sender)], handler: { url: `http://127.0.0.1:${hopPort}` } } });
     onTestFinished(() => agent.close());
     const app = startApp("app", { IFP_APP_PORT: String(appPort), IFP_LOCAL_API: agent.localApiUrl, IFP_HANDOFF_SECRET: secret, IFP_APP_MAX_REPLIES: "0" });
     await listening(app);
     // Someone else on the pod's network hands it a message, unsigned or signed with another secret.
     const forged = JSON.stringify(signed(sender, self.agentId));
-    for (const headers of [{}, { "ifp-handoff-signature": signHandoff("a-secret-someone-guessed", forged) }]) {
-      const res = await fetch(`http://127.0.0.1:${appPort}/`, { method: "POST", headers: { "content-type": "application/json", "ifp-sender": sender.agentId, ...headers }, body: forged });
+    const forgedHeaders = { "ifp-sender": sender.agentId, "ifp-auth-level": "2" };
+    for (const headers of [{}, { "ifp-handoff-signature": signHandoff("a-secret-someone-guessed", forgedHeaders, forged) }]) {
+      const res = await fetch(`http://127.0.0.1:${appPort}/`, { method: "POST", headers: { "content-type": "application/json", ...forgedHeaders, ...headers }, body: forged });
       expect(res.status).toBe(401);
       expect(await res.json()).toMatchObject({ code: "unauthorized", message: expect.stringMatching(/^not a hand-off from this agent's runtime: /) });
     }
-    // The runtime's own hand-off is taken.
+    // The runtime's own hand-off, its Ifp-Sender changed on the way, is refused; its next attempt, untouched, is taken.
     const m = signed(sender, self.agentId);
     expect((await agent.post(m)).status).toBe(202);
     await waitFor("the hand-off logged", () => lines(app, "received ").some((l) => l.includes(m.headers.message_id.slice(0, 8))), 30_000, 100);
     expect(lines(app, "received ")).toHaveLength(1);
+    expect(lines(app, "received ")[0]).toContain(`from ${sender.agentId}`);
+    expect(lines(app, "refused a hand-off (401)")).toHaveLength(3);
+    expect(lines(app, "refused a hand-off (401)")[2]).toMatch(/the hand-off signature does not match/);
+    expect(app.log()).not.toContain("someone-else-agent thread");
   });
 
   it("refuses a wrong configuration with exit code 2 and names the variable", async () => {

@@ -3,7 +3,7 @@
 // Only Node's built-ins and the package's typed client; see examples/README.md.
 import { createHash } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import { HANDOFF_SIGNATURE_HEADER, handoffSignatureProblem, LocalApiClient, LocalApiError, type Message, type OutboxRequest, type Queued } from "ifp-operator/client";
+import { handoffSignatureProblem, LocalApiClient, LocalApiError, type Message, type OutboxRequest, type Queued } from "ifp-operator/client";
 
 export interface AppConfig {
   /** Address and port the hand-off endpoint listens on (spec.handler.url points here). */
@@ -299,7 +299,8 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
     const raw = await readBody(req, config.maxBodyBytes);
     // Only the runtime holds the secret: anything else reaching this port is not believed.
     if (config.handoffSecret) {
-      const problem = handoffSignatureProblem(config.handoffSecret, req.headers[HANDOFF_SIGNATURE_HEADER], raw);
+      // The signature covers the body and the Ifp- headers read below (scheme v2): all headers go in.
+      const problem = handoffSignatureProblem(config.handoffSecret, req.headers, raw);
       if (problem) throw new HttpError(401, "unauthorized", `not a hand-off from this agent's runtime: ${problem}`);
     }
     let body: unknown;

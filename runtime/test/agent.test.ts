@@ -387,8 +387,9 @@ describe("agent mode when things fail", () => {
       expect((await agent.post(signed(pete, self.agentId))).status).toBe(202);
       await waitFor("the hand-off", () => handler.received.length === 1);
       const got = handler.received[0]!;
-      expect(handoffSignatureProblem(secret, got.headers[HANDOFF_SIGNATURE_HEADER], got.raw)).toBeUndefined();
-      expect(handoffSignatureProblem("another-secret-0123456789", got.headers[HANDOFF_SIGNATURE_HEADER], got.raw)).toMatch(/does not match/);
+      expect(got.headers[HANDOFF_SIGNATURE_HEADER]).toMatch(/^t=\d+,v2=[0-9a-f]{64}$/);
+      expect(handoffSignatureProblem(secret, got.headers, got.raw)).toBeUndefined();
+      expect(handoffSignatureProblem("another-secret-0123456789", got.headers, got.raw)).toMatch(/does not match/);
     } finally {
       await agent.close();
       await handler.close();

@@ -27,8 +27,10 @@ export interface AppDelivery {
   message_id: string;
   /** The verified signer (or the claimed sender of an accepted unsigned message). */
   sender: string;
-  /** The verification result, the IFP-5 authentication level (0 unsigned, 2 verified against a known key), as the handler's Ifp-Auth-Level. */
+  /** The verification result, the IFP-5 authentication level (-1 unsigned, docs/identity.md), as the handler's Ifp-Auth-Level. */
   auth_level: number;
+  /** Where the key came from, as the handler's Ifp-Auth-Source. */
+  auth_source: string;
   /** The scheme the body was encrypted under end to end (the runtime decrypted it); absent for a clear message. */
   encrypted?: string;
   /** 1 on the first delivery, more on redeliveries. */
@@ -68,9 +70,20 @@ export function appEventFrame(d: AppDelivery): string {
   return `id: ${d.seq}\nevent: message\ndata: ${deliveryJson(d)}\n\n`;
 }
 
-/** {message_id, sender, auth_level, delivery_attempt, seq, message} with the message as stored. */
+/**
+ * {seq, message_id, sender, auth_level, auth_source, encrypted?, delivery_attempt, message} with
+ * the message as stored: the fields a hand-off to spec.handler.url carries in its headers.
+ */
 export function deliveryJson(d: AppDelivery): string {
-  const meta = JSON.stringify({ seq: d.seq, message_id: d.message_id, sender: d.sender, auth_level: d.auth_level, delivery_attempt: d.delivery_attempt });
+  const meta = JSON.stringify({
+    seq: d.seq,
+    message_id: d.message_id,
+    sender: d.sender,
+    auth_level: d.auth_level,
+    auth_source: d.auth_source,
+    ...(d.encrypted ? { encrypted: d.encrypted } : {}),
+    delivery_attempt: d.delivery_attempt,
+  });
   return `${meta.slice(0, -1)},"message":${d.raw.replace(/[\r\n]/g, "")}}`;
 }
 
@@ -264,6 +277,7 @@ export class AppStream {
       message_id: m.headers?.get(H.messageId) ?? "",
       sender: m.headers?.get(H.sender) ?? "",
       auth_level: Number(m.headers?.get(H.authLevel) ?? 0) || 0,
+      auth_source: m.headers?.get(H.authSource) || "none",
       ...(m.headers?.get(H.encrypted) ? { encrypted: m.headers.get(H.encrypted) } : {}),
       delivery_attempt: m.info.deliveryCount,
       raw: m.string(),

@@ -1,6 +1,6 @@
 import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
 import { readFileSync } from "node:fs";
-import { HANDOFF_SIGNATURE_HEADER, signHandoff } from "../client/handoff-signature.ts";
+import { HANDOFF_SIGNATURE_HEADER, signHandoff, type HandoffHeaders } from "../client/handoff-signature.ts";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
@@ -106,22 +106,16 @@ export class HandlerDelivery {
     });
     let failure: string;
     try {
+      const handed = handoffHeaders(m, messageId, attempt);
       const res = await this.http.request(url, {
         // spec.handler.url: the owner's own application, typically on the pod's loopback.
         trusted: true,
         method: "POST",
         headers: {
           "content-type": "application/json; charset=utf-8",
-          // message_id is unique per sender only: the key names both.
-          "idempotency-key": idempotencyKey(m.headers?.get(H.sender) ?? "", messageId, m.headers?.get(H.signed) !== "no"),
-          "ifp-message-id": messageId,
-          "ifp-sender": m.headers?.get(H.sender) ?? "",
-          "ifp-auth-level": m.headers?.get(H.authLevel) ?? "",
-          "ifp-auth-source": m.headers?.get(H.authSource) ?? "",
-          // The scheme the body was encrypted under end to end; absent for a clear message.
-          ...(m.headers?.get(H.encrypted) ? { "ifp-encrypted": m.headers.get(H.encrypted) } : {}),
-          "ifp-delivery-attempt": String(attempt),
-          ...(this.opts.secret ? { [HANDOFF_SIGNATURE_HEADER]: signHandoff(this.opts.secret, m.data) } : {}),
+          ...handed,
+          // Covers every header above but the content type, and the body (scheme v2).
+          ...(this.opts.secret ? { [HANDOFF_SIGNATURE_HEADER]: signHandoff(this.opts.secret, handed, m.data) } : {}),
         },
         body: m.data,
         timeoutMs: this.opts.timeoutMs,
@@ -177,6 +171,23 @@ export class HandlerDelivery {
   async stop(): Promise<void> {
     await this.worker.stop();
   }
+}
+
+/** The headers a hand-off carries about its message, each of them covered by the hand-off signature. */
+function handoffHeaders(m: JsMsg, messageId: string, attempt: number): HandoffHeaders {
+  const sender = m.headers?.get(H.sender) ?? "";
+  const encrypted = m.headers?.get(H.encrypted);
+  return {
+    // message_id is unique per sender only: the key names both.
+    "idempotency-key": idempotencyKey(sender, messageId, m.headers?.get(H.signed) !== "no"),
+    "ifp-message-id": messageId,
+    "ifp-sender": sender,
+    "ifp-auth-level": m.headers?.get(H.authLevel) ?? "",
+    "ifp-auth-source": m.headers?.get(H.authSource) ?? "",
+    // The scheme the body was encrypted under end to end; absent for a clear message.
+    ...(encrypted ? { "ifp-encrypted": encrypted } : {}),
+    "ifp-delivery-attempt": String(attempt),
+  };
 }
 
 /** The log fields of a stored inbound message, from the headers stored with it. */

@@ -25,7 +25,17 @@ import type { ErrorBody } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 
 export type { ConversationState, DeliveryRecord, OutboxRequest, PeerCapabilities, PeerCapabilitiesView, Message };
-export { HANDOFF_SIGNATURE_HEADER, HANDOFF_TOLERANCE_S, handoffSignatureProblem, signHandoff } from "./handoff-signature.ts";
+export {
+  HANDOFF_SCHEME_V2,
+  HANDOFF_SIGNATURE_HEADER,
+  HANDOFF_SIGNED_HEADERS,
+  HANDOFF_TOLERANCE_S,
+  handoffSignatureProblem,
+  handoffSigningBase,
+  signHandoff,
+  type HandoffHeaders,
+  type RequestHeaders,
+} from "./handoff-signature.ts";
 
 export interface Queued {
   status: "queued";
@@ -36,18 +46,25 @@ export interface Queued {
   message: Message;
 }
 
-/** What the runtime POSTs to spec.handler.url for each accepted message. */
+/**
+ * What the runtime POSTs to spec.handler.url for each accepted message. Believe the headers only
+ * after handoffSignatureProblem() found the request signed: the signature covers all of them.
+ */
 export interface HandlerDelivery {
   body: Message;
   headers: {
     "idempotency-key": string;
     "ifp-message-id": string;
     "ifp-sender": string;
-    /** IFP-5 authentication level, "-1" (unsigned) to "3" (docs/identity.md). */
+    /** IFP-5 authentication level, "-1" (unsigned) to "2" (docs/identity.md). */
     "ifp-auth-level": string;
     /** Where the key came from: none, introduction, identity-document, peers or did:key. */
     "ifp-auth-source": string;
+    /** The scheme the body was encrypted under end to end; absent for a clear message. */
+    "ifp-encrypted"?: string;
     "ifp-delivery-attempt": string;
+    /** `t=<unix seconds>,v2=<hex>` (docs/agent.md#hand-off-signature); absent when the runtime has no hand-off secret. */
+    "ifp-handoff-signature"?: string;
   };
 }
 
@@ -58,8 +75,12 @@ export interface InboundDelivery {
   message_id: string;
   /** The verified signer (or, for an accepted unsigned message, its claimed sender). */
   sender: string;
-  /** The IFP-5 authentication level: 2 when the signature was verified against a known key, 0 for an accepted unsigned message. */
+  /** The IFP-5 authentication level, as the hand-off's Ifp-Auth-Level (docs/identity.md): -1 for an accepted unsigned message. */
   auth_level: number;
+  /** Where the key came from, as the hand-off's Ifp-Auth-Source: none, introduction, identity-document, peers or did:key. */
+  auth_source: string;
+  /** The scheme the body was encrypted under end to end (the runtime decrypted it); absent for a clear message. */
+  encrypted?: string;
   delivery_attempt: number;
   message: Message;
 }
