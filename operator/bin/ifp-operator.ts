@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// `reload-nats`, the NATS pods' sidecar, loads only its own module (no Kubernetes or NATS
-// client): it runs beside every NATS server and should cost little memory.
+// `reload-nats` and `repair-nats-store`, run beside and before the NATS servers, load only their
+// own modules (no Kubernetes or NATS client): they should cost little memory and start fast.
 const [command, ...rest] = process.argv.slice(2);
 if (command === "reload-nats") await (await import("../src/nats-reloader.ts")).reloadNatsMain(rest);
+else if (command === "repair-nats-store") await (await import("../src/nats-store-repair.ts")).repairNatsStoreMain(rest);
 else await (await import("../src/main.ts")).main();

@@ -52,6 +52,8 @@ export async function runAgent(opts: {
   handoffSecret?: string;
   /** The Agent resource it runs for, as the operator renders it: its JetStream data is then named from namespace/name. */
   resource?: { name: string; namespace: string };
+  /** Wait for /readyz to answer 200 before returning (default true). */
+  waitReady?: boolean;
 }): Promise<
   RunningAgent & {
     post(body: unknown, headers?: Record<string, string>): Promise<HttpsResponse>;
@@ -80,7 +82,7 @@ export async function runAgent(opts: {
       logger,
     }),
   );
-  await waitFor("agent ready", async () => (await httpsRequest(`${running.url}/readyz`, { ca: opts.tls.ca })).status === 200, 30_000).catch(async (err: unknown) => {
+  if (opts.waitReady !== false) await waitFor("agent ready", async () => (await httpsRequest(`${running.url}/readyz`, { ca: opts.tls.ca })).status === 200, 30_000).catch(async (err: unknown) => {
     await running.close().catch(() => {});
     throw err;
   });

@@ -14,7 +14,8 @@ import { loadEncryptionKeys, loadKeyring, signingKeyCreated } from "./keyring.ts
 import { Agent } from "../resources/agent.ts";
 import { parseDuration } from "../resources/common.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
-import { backlogGauges, buildMetricsApp, createRuntimeMetrics } from "../server/metrics.ts";
+import { backlogGauges, buildMetricsApp, createRuntimeMetrics, streamKeeperGauges } from "../server/metrics.ts";
+import { StreamKeeper, StreamMissingError } from "../nats/stream-keeper.ts";
 import { consumerBacklog, streamBacklog } from "../nats/backlog.ts";
 import { readTls, watchTls } from "../server/tls.ts";
 import { acceptVerified, inspectionEffects, MAX_FUTURE_SKEW_MS } from "./accept.ts";
@@ -67,6 +68,11 @@ export interface AgentOptions {
   localApiTokenFile?: string;
   /** Port of the plain-HTTP /metrics listener (0 picks a free port); none when omitted. */
   metricsPort?: number;
+  /**
+   * Make the agent's streams again, empty, when they have gone missing from NATS (default: the
+   * environment's IFP_RECREATE_MISSING_STREAMS=true; otherwise the agent waits, not ready, for them).
+   */
+  recreateMissingStreams?: boolean;
   logger?: Logger;
 }
 
@@ -142,6 +148,13 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const lastError = new LastError(nats, agentLastError(agentStoreKey(agent)), log);
   life.defer("last error", () => lastError.flush());
   const notifier = new Notifier(agent, events, http, log, lastError);
+  const streams = new StreamKeeper(nats, log, {
+    ledger: { bucket: names.kvBucket, key: `${names.kvKey}.jetstream` },
+    recreateMissing: opts.recreateMissingStreams ?? process.env.IFP_RECREATE_MISSING_STREAMS === "true",
+    report: (reason, message) => notifier.trouble(reason, message),
+  });
+  life.defer("stream checks", () => streams.stop());
+  streamKeeperGauges(metrics, streams);
   const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));
   const peerCapabilities = new PeerCapabilityService({ store: peerCaps, discovery, peerUrls, log });
   const onAccepted = inspectionEffects({ self: { agentId: spec.agentId, displayName: spec.displayName }, signing, outbox, peers: peerCaps });
@@ -210,8 +223,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     await nats.start(signal);
     await retry(
       async () => {
-        await inbox.ensure();
-        await outbox.ensure();
+        await inbox.ensure(streams);
+        await outbox.ensure(streams);
         await states.ensure();
         await peerCaps.ensure();
         await conversations.ensure();
@@ -220,9 +233,14 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
           void announceCapabilities({ urls: spec.relay.urls, signing, http, document: documents.capabilityDocument.doc, displayName: spec.displayName, log });
         }
       },
-      { signal, onError: (err, retryInMs) => log.warn({ err: err.message, retryInMs }, "JetStream streams not ready yet") },
+      {
+        signal,
+        // A missing stream was logged as an error by the keeper; it is looked for again.
+        onError: (err, retryInMs) => (err instanceof StreamMissingError ? undefined : log.warn({ err: err.message, retryInMs }, "JetStream streams not ready yet")),
+      },
     );
     ready = true;
+    streams.start();
     handoff?.start();
     outbound.start();
     intake?.start();
@@ -241,7 +259,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     logger: log,
     tls: readTls(tlsFiles),
     trustedProxies: opts.trustedProxies,
-    ready: () => ready && nats.isConnected,
+    ready: () => ready && nats.isConnected && streams.missing().length === 0,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));
   const received = receivedLookup(inbox, conversations);

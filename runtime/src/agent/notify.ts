@@ -41,6 +41,11 @@ export class Notifier {
     this.lastError = lastError;
   }
 
+  /** A problem of the runtime's own (a stream gone missing, replicas not applied): status summary and a Warning Event. */
+  trouble(reason: string, message: string): void {
+    void this.warn(reason, message).catch((err: unknown) => this.log.debug({ err: String(err) }, "could not record a Warning Event"));
+  }
+
   private async warn(reason: string, message: string): Promise<void> {
     this.lastError?.record(`${reason}: ${message}`);
     await this.events?.record(this.agent, "Warning", reason, message);

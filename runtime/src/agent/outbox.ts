@@ -1,5 +1,6 @@
 import { headers } from "@nats-io/transport-node";
-import { DiscardPolicy, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import { DiscardPolicy, RetentionPolicy, StorageType, type StreamConfig } from "@nats-io/jetstream";
+import type { StreamKeeper } from "../nats/stream-keeper.ts";
 import type { Nats } from "../nats/connection.ts";
 import { ensureReplicatedStream, type Replicas } from "../nats/streams.ts";
 import { nanos } from "../contract/nats.ts";
@@ -25,8 +26,14 @@ export class OutboxStore {
     this.replicas = replicas;
   }
 
-  async ensure(): Promise<void> {
-    await ensureReplicatedStream(this.nats.jsm, {
+  /** Create or update the stream, as InboxStore.ensure. */
+  async ensure(keeper?: StreamKeeper): Promise<void> {
+    const want = this.streamConfig();
+    await (keeper ? keeper.ensure(want, this.replicas) : ensureReplicatedStream(this.nats.jsm, want, this.replicas, this.nats.placement));
+  }
+
+  streamConfig(): Partial<StreamConfig> & { name: string } {
+    return {
       name: this.names.outboxStream,
       subjects: [this.names.outboxSubjects],
       retention: RetentionPolicy.Workqueue,
@@ -34,7 +41,7 @@ export class OutboxStore {
       discard: DiscardPolicy.New,
       max_age: nanos(OUTBOX_MAX_AGE_MS),
       duplicate_window: nanos(24 * 3600_000),
-    }, this.replicas);
+    };
   }
 
   /** Queue a signed message; a repeated message_id is queued once. */

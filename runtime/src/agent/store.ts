@@ -1,5 +1,6 @@
 import { headers } from "@nats-io/transport-node";
-import { DiscardPolicy, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import { DiscardPolicy, RetentionPolicy, StorageType, type StreamConfig } from "@nats-io/jetstream";
+import type { StreamKeeper } from "../nats/stream-keeper.ts";
 import type { Nats } from "../nats/connection.ts";
 import { ensureReplicatedStream, isNotFound, type Replicas } from "../nats/streams.ts";
 import { nanos } from "../contract/nats.ts";
@@ -67,8 +68,17 @@ export class InboxStore {
     this.maxBytes = maxBytes;
   }
 
-  async ensure(): Promise<void> {
-    await ensureReplicatedStream(this.nats.jsm, {
+  /**
+   * Create or update the stream: through the runtime's StreamKeeper, which refuses to make it
+   * again empty once it has gone missing, or directly (tests of the store alone).
+   */
+  async ensure(keeper?: StreamKeeper): Promise<void> {
+    const want = this.streamConfig();
+    await (keeper ? keeper.ensure(want, this.replicas) : ensureReplicatedStream(this.nats.jsm, want, this.replicas, this.nats.placement));
+  }
+
+  streamConfig(): Partial<StreamConfig> & { name: string } {
+    return {
       name: this.names.inboxStream,
       subjects: [this.names.inboxSubjects],
       retention: RetentionPolicy.Limits,
@@ -79,7 +89,7 @@ export class InboxStore {
       max_age: nanos(Math.max(WEEK_MS, this.windowMs)),
       duplicate_window: nanos(this.windowMs),
       allow_direct: true,
-    }, this.replicas);
+    };
   }
 
   /** Durably store one message; resolves only after the JetStream ack. */

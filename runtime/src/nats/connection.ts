@@ -6,7 +6,7 @@ import type { Logger } from "pino";
 import { unavailable } from "../protocol/errors.ts";
 import { errorMessage } from "../util/errors.ts";
 import { retry } from "../util/retry.ts";
-import { ensureBucket, type Replicas } from "./streams.ts";
+import { ensureBucket, placementOf, type JetStreamPlacement, type Replicas } from "./streams.ts";
 import type { KV, KvOptions } from "@nats-io/kv";
 
 export interface NatsOptions {
@@ -60,7 +60,12 @@ export class Nats {
 
   /** A KV bucket of the runtime's, made with the runtime's replicas when it does not exist yet. */
   bucket(name: string, opts: Partial<KvOptions>): Promise<KV> {
-    return ensureBucket(this.js, name, opts, this.opts.replicas ?? 1);
+    return ensureBucket(this.js, name, opts, this.opts.replicas ?? 1, this.placement);
+  }
+
+  /** What the JetStream deployment behind the connection can hold (its server's INFO). */
+  get placement(): JetStreamPlacement {
+    return placementOf(this.nc ?? {});
   }
 
   get isConnected(): boolean {

@@ -55,42 +55,128 @@ export async function ensureStream(
 /** How many replicas a runtime's own streams get: a number, or "auto" (3 on a JetStream cluster, else 1). */
 export type Replicas = number | "auto";
 
+/**
+ * What the JetStream deployment can hold, as the server the client is connected to says of
+ * itself: a server that belongs to a cluster names it in its INFO (`cluster`); a server without
+ * one runs JetStream standalone and holds exactly one replica of anything. A standalone server
+ * refuses to *create* a stream with more, but accepts an *update* to more and then cannot load
+ * that stream at its next start (the stream and its messages are gone from its view), so the
+ * replicas asked of it are resolved here, never left to the server to refuse.
+ */
+export interface JetStreamPlacement {
+  clustered: boolean;
+}
+
+/** The placement of the server behind a connection (its INFO, read at every (re)connect). */
+export function placementOf(nc: { info?: { cluster?: string } | undefined }): JetStreamPlacement {
+  return { clustered: !!nc.info?.cluster };
+}
+
+/** Where a replica count that was asked for is not what a stream or bucket has: for logs, metrics and status. */
+export interface ReplicasUnmet {
+  object: string;
+  asked: Replicas;
+  actual: number;
+  reason: string;
+}
+
 /** JetStream's refusals of more replicas than it has servers for. */
 function tooFewServers(err: unknown): boolean {
   return /replicas > 1 not supported|insufficient resources|no suitable peers|peer count/i.test(errorMessage(err));
 }
 
 /**
- * A KV bucket with the runtime's replicas (withReplicas). A bucket that exists is used as it is.
+ * The replicas to make a new stream or bucket with: one on a standalone server whatever was
+ * asked, "auto" three on a cluster (one where the cluster refuses three), a number as given.
  */
-export async function ensureBucket(js: JetStreamClient, bucket: string, opts: Partial<KvOptions>, replicas: Replicas): Promise<KV> {
-  const kvm = new Kvm(js);
-  return withReplicas(replicas, (n) => kvm.create(bucket, { ...opts, replicas: n }));
+function replicasToCreate(asked: Replicas, placement: JetStreamPlacement): number {
+  if (!placement.clustered) return 1;
+  return asked === "auto" ? 3 : asked;
+}
+
+function standaloneUnmet(object: string, asked: Replicas): ReplicasUnmet | undefined {
+  if (asked === "auto" || asked <= 1) return undefined;
+  return { object, asked, actual: 1, reason: `${asked} replicas were asked for ${object}; the JetStream server is not clustered and holds one` };
 }
 
 /**
- * `make` with the number of replicas given, or with "auto" three where the JetStream cluster has
- * the servers for them, else one.
+ * Make `make(n)` with the replicas to create; on a cluster that refuses them, with one. The
+ * second element says where what was asked is not what was made.
  */
-async function withReplicas<T>(replicas: Replicas, make: (n: number) => Promise<T>): Promise<T> {
-  if (replicas !== "auto") return make(replicas);
+async function createReplicated<T>(object: string, asked: Replicas, placement: JetStreamPlacement, make: (n: number) => Promise<T>): Promise<[T, ReplicasUnmet | undefined]> {
+  const n = replicasToCreate(asked, placement);
   try {
-    return await make(3);
+    return [await make(n), placement.clustered ? undefined : standaloneUnmet(object, asked)];
   } catch (err) {
-    if (!tooFewServers(err)) throw err;
-    return make(1);
+    if (n === 1 || !tooFewServers(err)) throw err;
+    const made = await make(1);
+    // "auto" asks for what the cluster can hold: one is that, and nothing is unmet.
+    return [made, asked === "auto" ? undefined : { object, asked, actual: 1, reason: `${asked} replicas were asked for ${object}; the JetStream cluster refused them (${errorMessage(err)}) and it has one` }];
   }
 }
 
 /**
- * ensureStream with `num_replicas`: the number given, or with "auto" three replicas where the
- * JetStream cluster has the servers for them, else one. A stream stays at the replicas it has
- * when "auto" cannot raise them.
+ * A KV bucket made with the replicas resolved for the placement (createReplicated). A bucket
+ * that exists is used as it is: its replicas never change here.
+ */
+export async function ensureBucket(js: JetStreamClient, bucket: string, opts: Partial<KvOptions>, replicas: Replicas, placement: JetStreamPlacement): Promise<KV> {
+  const kvm = new Kvm(js);
+  const [kv] = await createReplicated(`KV bucket ${bucket}`, replicas, placement, (n) => kvm.create(bucket, { ...opts, replicas: n }));
+  return kv;
+}
+
+export interface EnsuredStream {
+  info: StreamInfo;
+  action: "created" | "updated" | "unchanged";
+  /** Set where the stream's replicas are not those asked for (and why). */
+  unmet?: ReplicasUnmet;
+}
+
+/**
+ * ensureStream with the replicas resolved for the placement, by one rule for every stream the
+ * product makes (an agent's inbox and outbox, a relay's mailbox stream, by the runtime and by the
+ * operator):
+ * - a new stream gets one replica on a standalone server, else "auto" three (one where the
+ *   cluster has too few servers) or the number asked;
+ * - an existing stream keeps its replicas under "auto": they never change implicitly;
+ * - a number asked for is applied to an existing stream only on a cluster, and only if the
+ *   cluster accepts it; otherwise the stream keeps its replicas and `unmet` says why (the rest of
+ *   the config is still applied);
+ * - on a standalone server a stream that has more than one replica (written by an update the
+ *   server accepted but cannot load after a restart) is set back to one while the server still
+ *   holds it.
  */
 export async function ensureReplicatedStream(
   jsm: JetStreamManager,
   want: Partial<StreamConfig> & { name: string },
   replicas: Replicas,
-): Promise<{ info: StreamInfo; action: "created" | "updated" | "unchanged" }> {
-  return withReplicas(replicas, (n) => ensureStream(jsm, { ...want, num_replicas: n }));
+  placement: JetStreamPlacement,
+): Promise<EnsuredStream> {
+  const object = `stream ${want.name}`;
+  let current: StreamInfo | undefined;
+  try {
+    current = await jsm.streams.info(want.name);
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+  }
+  if (!current) {
+    const [r, unmet] = await createReplicated(object, replicas, placement, (n) => ensureStream(jsm, { ...want, num_replicas: n }));
+    return { ...r, ...(unmet ? { unmet } : {}) };
+  }
+  const has = current.config.num_replicas || 1;
+  if (!placement.clustered) {
+    return { ...(await ensureStream(jsm, { ...want, num_replicas: 1 })), ...withUnmet(standaloneUnmet(object, replicas)) };
+  }
+  if (replicas === "auto" || replicas === has) return ensureStream(jsm, { ...want, num_replicas: has });
+  try {
+    return await ensureStream(jsm, { ...want, num_replicas: replicas });
+  } catch (err) {
+    if (!tooFewServers(err)) throw err;
+    const r = await ensureStream(jsm, { ...want, num_replicas: has });
+    return { ...r, unmet: { object, asked: replicas, actual: has, reason: `${replicas} replicas were asked for ${object}; the JetStream cluster refused them (${errorMessage(err)}) and it keeps ${has}` } };
+  }
+}
+
+function withUnmet(unmet: ReplicasUnmet | undefined): { unmet?: ReplicasUnmet } {
+  return unmet ? { unmet } : {};
 }

@@ -6,13 +6,13 @@ import type { FastifyInstance } from "fastify";
 import pino, { type Logger } from "pino";
 import { loadManifest } from "../config/manifest.ts";
 import { Nats, type NatsOptions } from "../nats/connection.ts";
-import { ensureStream } from "../nats/streams.ts";
+import { StreamKeeper, StreamMissingError } from "../nats/stream-keeper.ts";
 import { caFileLogger, HttpClient } from "../net/http-client.ts";
 import { TargetPolicy } from "../net/targets.ts";
 import { Verifier } from "../protocol/verify.ts";
 import { Relay } from "../resources/relay.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
-import { backlogGauges, buildMetricsApp, createRuntimeMetrics } from "../server/metrics.ts";
+import { backlogGauges, buildMetricsApp, createRuntimeMetrics, streamKeeperGauges } from "../server/metrics.ts";
 import { streamBacklog } from "../nats/backlog.ts";
 import { readTls, watchTls } from "../server/tls.ts";
 import { buildRelayApp } from "./app.ts";
@@ -71,6 +71,13 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   backlogGauges(metrics, () => streamBacklog(nats, names.stream), "relay_mailbox");
   const subs = new Subscriptions(nats, names, log);
   const lastError = new LastError(nats, relayLastError(relay), log);
+  const streams = new StreamKeeper(nats, log, {
+    ledger: { bucket: names.kvBucket, key: "jetstream" },
+    recreateMissing: process.env.IFP_RECREATE_MISSING_STREAMS === "true",
+    report: (reason, message) => lastError.record(`${reason}: ${message}`),
+  });
+  life.defer("stream checks", () => streams.stop());
+  streamKeeperGauges(metrics, streams);
   const push = new WebhookPush({ nats, names, mailboxes, subs, delivery: relay.spec.delivery, http, relayUrl: relay.spec.url, log, metrics, lastError });
   life.defer("webhook push", async () => {
     await push.stop();
@@ -84,13 +91,14 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
     await retry(
       async () => {
         // The operator keeps the stream in line with the Relay too; both apply the same config.
-        const { action } = await ensureStream(nats.jsm, relayStreamConfig(relay));
+        const { action } = await streams.ensure(relayStreamConfig(relay), relay.spec.retention.replicas);
         if (action !== "unchanged") log.info({ stream: names.stream, action }, "relay stream applied");
         await subs.ensure();
       },
-      { signal, onError: (err, retryInMs) => log.warn({ err: err.message, retryInMs }, "relay stream not ready yet") },
+      { signal, onError: (err, retryInMs) => (err instanceof StreamMissingError ? undefined : log.warn({ err: err.message, retryInMs }, "relay stream not ready yet")) },
     );
     ready = true;
+    streams.start();
     push.start();
     log.info({ stream: names.stream, url: relay.spec.url }, "relay ready");
   });
@@ -105,7 +113,7 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
     tls: readTls(tlsFiles),
     trustedProxies: opts.trustedProxies,
     targets,
-    ready: () => ready && nats.isConnected,
+    ready: () => ready && nats.isConnected && streams.missing().length === 0,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));
 

@@ -154,6 +154,34 @@ export function backlogGauges(metrics: RuntimeMetrics, read: () => Promise<{ dep
 }
 
 /**
+ * Gauges of the streams a runtime keeps (StreamKeeper): each stream it made that NATS no longer
+ * has (1 while missing; the runtime is not ready then), and each stream whose replicas are not
+ * those asked for (`durability.replicas`, `retention.replicas`) with the replicas it has.
+ */
+export function streamKeeperGauges(metrics: RuntimeMetrics, keeper: { missing(): string[]; unmet(): { object: string; asked: number | "auto"; actual: number }[] }): void {
+  new Gauge({
+    name: "ifp_jetstream_stream_missing",
+    help: "1 for each JetStream stream this runtime made that NATS no longer has (the runtime is not ready while any is missing)",
+    labelNames: ["stream"],
+    registers: [metrics.registry],
+    collect() {
+      this.reset();
+      for (const stream of keeper.missing()) this.set({ stream }, 1);
+    },
+  });
+  new Gauge({
+    name: "ifp_jetstream_replicas_unmet",
+    help: "Replicas a stream has where they are not those asked for (the JetStream deployment cannot hold them), by stream and replicas asked",
+    labelNames: ["stream", "asked"],
+    registers: [metrics.registry],
+    collect() {
+      this.reset();
+      for (const u of keeper.unmet()) this.set({ stream: u.object.replace(/^stream /, ""), asked: String(u.asked) }, u.actual);
+    },
+  });
+}
+
+/**
  * The metrics listener: plain HTTP, GET /metrics only, on its own port so that nothing reaching
  * the TLS protocol port (peers, relays' clients) can read it.
  */

@@ -2,7 +2,7 @@
 // and the finalizer that deletes the stream with the Relay when (only when) the user asks.
 import type { V1Deployment } from "@kubernetes/client-node";
 import type { StreamInfo } from "@nats-io/jetstream";
-import { ensureStream, isNotFound, streamDrift } from "../../../../runtime/src/nats/streams.ts";
+import { ensureReplicatedStream, isNotFound, streamDrift } from "../../../../runtime/src/nats/streams.ts";
 import { describeIssues } from "../../../../runtime/src/contract/issues.ts";
 import { relayStreamConfig } from "../../../../runtime/src/contract/relay-stream.ts";
 import { Relay } from "../../../../runtime/src/resources/relay.ts";
@@ -139,12 +139,22 @@ async function finalize(ctx: RelayContext, obj: CustomObject, finalizers: string
  */
 async function reconcileStream(ctx: RelayContext, obj: CustomObject, relay: RelayResource): Promise<StreamObservation> {
   const want = relayStreamConfig(relay);
+  const previous = (obj.status as RelayStatus | undefined)?.stream;
   if (!ctx.nats?.isConnected) return { ok: false, reason: "NatsUnavailable", message: "the operator is not connected to NATS; retrying" };
   let current: StreamInfo | undefined;
   try {
     current = await ctx.nats.jsm.streams.info(want.name);
   } catch (err) {
     if (!isNotFound(err)) return { ok: false, reason: "StreamFailed", message: `reading stream ${want.name}: ${errorMessage(err)}` };
+  }
+  // A stream this Relay's status shows was there is not made again empty: NATS may not have
+  // loaded it at its last start, and its messages may still be on the server's disk.
+  if (!current && previous?.name === want.name && !recreateMissing(obj)) {
+    return {
+      ok: false,
+      reason: "StreamMissing",
+      message: `stream ${want.name}, which this Relay had, is missing from NATS: the server did not load it at its last start (its data may still be in the store directory) or it was deleted; it is not made again empty (docs/reliability.md#a-stream-nats-did-not-load; annotate the Relay ${RECREATE_ANNOTATION}=true to start it over empty)`,
+    };
   }
   if (current) {
     const drift = streamDrift(current.config, want);
@@ -157,14 +167,22 @@ async function reconcileStream(ctx: RelayContext, obj: CustomObject, relay: Rela
     }
   }
   try {
-    const { info, action } = await ensureStream(ctx.nats.jsm, want);
+    const { info, action, unmet } = await ensureReplicatedStream(ctx.nats.jsm, want, relay.spec.retention.replicas, ctx.nats.placement);
+    if (unmet) await ctx.kube.event(obj, "Warning", "ReplicasNotApplied", unmet.reason);
     if (action !== "unchanged") {
       const verb = action === "created" ? "Created" : "Updated";
       ctx.log.info({ stream: want.name, relay: `${relay.metadata.namespace}/${relay.metadata.name}` }, `${verb} JetStream stream`);
       await note(ctx, obj, `Stream${verb}`, `${verb.toLowerCase()} JetStream stream ${want.name} (maxAge ${relay.spec.retention.maxAge}, maxBytes ${relay.spec.retention.maxBytes}, maxMessages ${relay.spec.retention.maxMessages}, replicas ${relay.spec.retention.replicas})`);
     }
-    return { ok: true, config: info.config, action };
+    return { ok: true, config: info.config, action, ...(unmet ? { unmet: unmet.reason } : {}) };
   } catch (err) {
     return { ok: false, reason: "StreamFailed", message: `stream ${want.name}: ${errorMessage(err)}` };
   }
+}
+
+/** The annotation with which a user asks for a Relay's missing stream to be made again, empty. */
+export const RECREATE_ANNOTATION = "ifp.dev/recreate-missing-stream";
+
+function recreateMissing(obj: CustomObject): boolean {
+  return obj.metadata?.annotations?.[RECREATE_ANNOTATION] === "true";
 }

@@ -6,8 +6,8 @@ import type { RelayResource } from "./desired.ts";
 
 /** What became of the relay's JetStream stream in this pass. */
 export type StreamObservation =
-  | { ok: true; config: StreamConfig; action: "created" | "updated" | "unchanged" }
-  | { ok: false; reason: "NatsUnavailable" | "StreamFailed" | "StreamConflict"; message: string };
+  | { ok: true; config: StreamConfig; action: "created" | "updated" | "unchanged"; /** Why the replicas asked for are not the stream's. */ unmet?: string }
+  | { ok: false; reason: "NatsUnavailable" | "StreamFailed" | "StreamConflict" | "StreamMissing"; message: string };
 
 export interface RelayObservation extends RuntimeObservation {
   stream: StreamObservation;
@@ -38,7 +38,7 @@ export function relayStatus(relay: RelayResource, o: RelayObservation, previous?
   const s = o.stream;
   let conditions = runtimeConditions(o);
   if (!s.ok) {
-    const stalled = s.reason === "StreamConflict";
+    const stalled = s.reason === "StreamConflict" || s.reason === "StreamMissing";
     const blocked = conditions.find((c) => c.type === "Stalled")?.status === "True";
     if (!blocked) {
       conditions = [
@@ -51,7 +51,9 @@ export function relayStatus(relay: RelayResource, o: RelayObservation, previous?
   // A healthy stream has one reason whatever this pass did (created/updated go to Events), so
   // that the next pass, finding it unchanged, writes no status.
   const streamCondition: ConditionInput = s.ok
-    ? { type: "StreamReady", status: "True", reason: "StreamInSync", message: `stream ${s.config.name} matches spec.retention` }
+    ? s.unmet
+      ? { type: "StreamReady", status: "True", reason: "ReplicasNotApplied", message: s.unmet }
+      : { type: "StreamReady", status: "True", reason: "StreamInSync", message: `stream ${s.config.name} matches spec.retention` }
     : { type: "StreamReady", status: "False", reason: s.reason, message: s.message };
   return {
     status: {

@@ -1,0 +1,190 @@
+import type { StreamConfig } from "@nats-io/jetstream";
+import type { KV } from "@nats-io/kv";
+import type { Logger } from "pino";
+import { errorMessage } from "../util/errors.ts";
+import type { Nats } from "./connection.ts";
+import { ensureReplicatedStream, isNotFound, type EnsuredStream, type Replicas, type ReplicasUnmet } from "./streams.ts";
+
+/** Where a runtime records the streams it has made: a key of a KV bucket it owns. */
+export interface LedgerLocation {
+  bucket: string;
+  key: string;
+}
+
+/** A stream this runtime made before and that the server no longer has. */
+export class StreamMissingError extends Error {
+  readonly stream: string;
+  readonly since: string;
+  constructor(stream: string, since: string) {
+    super(
+      `JetStream stream ${stream}, made by this runtime on ${since}, is missing from NATS: the server did not load it at its last start (its data may still be in the server's store directory) or it was deleted. ` +
+        `It is not made again empty over that data; see docs/reliability.md#a-stream-nats-did-not-load (IFP_RECREATE_MISSING_STREAMS=true starts it over empty)`,
+    );
+    this.name = "StreamMissingError";
+    this.stream = stream;
+    this.since = since;
+  }
+}
+
+/** What the keeper tells the runtime's human: the status summary's last error and an Event. */
+export type TroubleReport = (reason: "StreamMissing" | "ReplicasNotApplied", message: string) => void;
+
+export interface StreamKeeperOptions {
+  ledger: LedgerLocation;
+  /** Make a stream the ledger names again even though it went missing (the user's explicit choice). */
+  recreateMissing?: boolean;
+  report?: TroubleReport;
+  /** How often the streams made are checked to still be there. */
+  checkEveryMs?: number;
+}
+
+interface Ledger {
+  /** Stream name → when this runtime (any replica) first made or found it. */
+  streams: Record<string, string>;
+}
+
+/**
+ * Keeps a runtime's own streams: makes each with the replicas the JetStream deployment can hold
+ * (ensureReplicatedStream), records in a KV bucket of the runtime's that it did, and from then
+ * on refuses to make it again empty when it has gone missing — the server could not load it at
+ * its start, and its messages may still be on its disk. A missing stream is said loudly: the
+ * runtime is not ready (missing()), an error log line, the status summary and an Event, and a
+ * metric; it is found again by itself once the stream is restored.
+ */
+export class StreamKeeper {
+  private readonly nats: Nats;
+  private readonly log: Logger;
+  private readonly opts: StreamKeeperOptions;
+  private readonly kept = new Map<string, { want: Partial<StreamConfig> & { name: string }; replicas: Replicas }>();
+  private readonly missingSince = new Map<string, string>();
+  private readonly unmetBy = new Map<string, ReplicasUnmet>();
+  private timer: NodeJS.Timeout | undefined;
+  private checking = false;
+
+  constructor(nats: Nats, log: Logger, opts: StreamKeeperOptions) {
+    this.nats = nats;
+    this.log = log;
+    this.opts = opts;
+  }
+
+  /** The streams made before and missing now: while there are any, the runtime is not ready. */
+  missing(): string[] {
+    return [...this.missingSince.keys()];
+  }
+
+  /** Where the replicas asked for are not those the streams have. */
+  unmet(): ReplicasUnmet[] {
+    return [...this.unmetBy.values()];
+  }
+
+  private bucket(): Promise<KV> {
+    return this.nats.bucket(this.opts.ledger.bucket, { history: 1 });
+  }
+
+  private async readLedger(kv: KV): Promise<Ledger> {
+    const e = await kv.get(this.opts.ledger.key);
+    if (!e || e.operation !== "PUT" || e.length === 0) return { streams: {} };
+    try {
+      const parsed = e.json<Partial<Ledger>>();
+      return { streams: typeof parsed.streams === "object" && parsed.streams ? parsed.streams : {} };
+    } catch {
+      return { streams: {} };
+    }
+  }
+
+  /**
+   * The stream as `want` says, with `replicas` resolved for the deployment. Throws
+   * StreamMissingError for a stream made before and missing now (unless recreateMissing).
+   */
+  async ensure(want: Partial<StreamConfig> & { name: string }, replicas: Replicas): Promise<EnsuredStream> {
+    this.kept.set(want.name, { want, replicas });
+    const kv = await this.bucket();
+    const ledger = await this.readLedger(kv);
+    const since = ledger.streams[want.name];
+    if (since && !this.opts.recreateMissing && !(await this.exists(want.name))) {
+      this.markMissing(want.name, since);
+      throw new StreamMissingError(want.name, since);
+    }
+    const r = await ensureReplicatedStream(this.nats.jsm, want, replicas, this.nats.placement);
+    this.found(want.name);
+    if (since && this.opts.recreateMissing && r.action === "created") this.log.warn({ stream: want.name, since }, "a stream that had gone missing was made again empty (IFP_RECREATE_MISSING_STREAMS)");
+    if (!since) {
+      // Two replicas may write at once: each writes what it read plus its stream, and a stream
+      // either misses is recorded at its next start.
+      await kv.put(this.opts.ledger.key, JSON.stringify({ streams: { ...ledger.streams, [want.name]: new Date().toISOString() } } satisfies Ledger));
+    }
+    this.noteUnmet(want.name, r.unmet);
+    return r;
+  }
+
+  private async exists(name: string): Promise<boolean> {
+    try {
+      await this.nats.jsm.streams.info(name);
+      return true;
+    } catch (err) {
+      if (isNotFound(err)) return false;
+      throw err;
+    }
+  }
+
+  private markMissing(name: string, since: string): void {
+    if (this.missingSince.has(name)) return;
+    this.missingSince.set(name, since);
+    const err = new StreamMissingError(name, since);
+    this.log.error({ stream: name, since }, err.message);
+    this.opts.report?.("StreamMissing", err.message);
+  }
+
+  private found(name: string): void {
+    if (!this.missingSince.delete(name)) return;
+    this.log.info({ stream: name }, "JetStream stream found again");
+  }
+
+  private noteUnmet(name: string, unmet: ReplicasUnmet | undefined): void {
+    const before = this.unmetBy.get(name);
+    if (!unmet) {
+      this.unmetBy.delete(name);
+      return;
+    }
+    this.unmetBy.set(name, unmet);
+    if (before?.reason === unmet.reason) return;
+    this.log.warn({ stream: name, asked: unmet.asked, actual: unmet.actual }, unmet.reason);
+    this.opts.report?.("ReplicasNotApplied", unmet.reason);
+  }
+
+  /**
+   * Check the streams made, every `checkEveryMs` (10 s by default) while connected: one gone
+   * missing makes the runtime not ready until it is there again.
+   */
+  start(): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => void this.check(), this.opts.checkEveryMs ?? 10_000);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  /** One check of every stream kept (also for tests). */
+  async check(): Promise<void> {
+    if (this.checking || !this.nats.isConnected) return;
+    this.checking = true;
+    try {
+      for (const name of this.kept.keys()) {
+        try {
+          if (await this.exists(name)) this.found(name);
+          else if (this.opts.recreateMissing) {
+            const k = this.kept.get(name)!;
+            await this.ensure(k.want, k.replicas);
+          } else this.markMissing(name, (await this.readLedger(await this.bucket()))?.streams[name] ?? "an earlier start");
+        } catch (err) {
+          this.log.debug({ stream: name, err: errorMessage(err) }, "stream check failed");
+        }
+      }
+    } finally {
+      this.checking = false;
+    }
+  }
+}
