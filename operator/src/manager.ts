@@ -106,8 +106,10 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
     if (kind === "Agent") {
       // The Agents that may select this one (spec.peerSelector) look again: its keys or endpoint
       // may have changed, or it may match now or no more.
-      for (const o of caches.list<KubernetesObject & { spec?: { peerSelector?: unknown } }>("Agent")) {
-        if (o.spec?.peerSelector && o.metadata?.uid !== obj.metadata?.uid) controllers.Agent.enqueue(o.metadata!.namespace!, o.metadata!.name!);
+      // So do those claiming its agent id: the one the install vouches for takes it from one it does not.
+      const agentId = (obj as { spec?: { agentId?: unknown } }).spec?.agentId;
+      for (const o of caches.list<KubernetesObject & { spec?: { peerSelector?: unknown; agentId?: unknown } }>("Agent")) {
+        if ((o.spec?.peerSelector || o.spec?.agentId === agentId) && o.metadata?.uid !== obj.metadata?.uid) controllers.Agent.enqueue(o.metadata!.namespace!, o.metadata!.name!);
       }
     }
     if (kind === "Agent" || kind === "Relay") return controllers[kind].enqueue(ns, obj.metadata!.name!);

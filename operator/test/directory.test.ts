@@ -6,12 +6,15 @@ import { parse } from "yaml";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "./support.ts";
+import { didKeyFromPublicKey } from "../../runtime/src/protocol/did-key.ts";
+import { generateSigningKey } from "../../runtime/src/protocol/keys.ts";
 
 let cp: ControlPlane;
 let manager: RunningManager;
 const NAMESPACES = { home: "dir-home", blue: "dir-blue", red: "dir-red" } as const;
 const operatorLog = capturedLog(400);
-const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222" };
+// The blue team may name hosts under blue.example (as chart value allowedHosts would allow them).
+const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222", allowedHosts: { [NAMESPACES.blue]: ["*.blue.example"] } };
 
 beforeAll(async () => {
   cp = await startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false });
@@ -96,5 +99,52 @@ describe("spec.peerSelector", () => {
     apply(agentYaml(NAMESPACES.red, "pinner", {}, `  peers: [{agentId: solo-id, keys: [{keyId: pinned, publicKey: ${key}}]}]\n  peerSelector: {agentSelector: {matchLabels: {pin: "yes"}}}\n`));
     await until("the pinned key in pinner's peers", () => renderedPeers(NAMESPACES.red, "pinner")?.[0]?.keys[0]?.keyId === "pinned");
     expect(peerIds(NAMESPACES.red, "pinner")).toEqual(["solo-id"]);
+  });
+
+  it("lists no Agent under an agent id the install does not vouch for: an https host not allowed its namespace, a did:key of another key", { timeout: 120_000 }, async () => {
+    const labels = { vouch: "test" };
+    const withId = (ns: string, name: string, agentId: string, extra = "") => agentYaml(ns, name, labels, extra).replace(`agentId: ${name}-id`, `agentId: "${agentId}"`);
+    const condition = (ns: string, name: string) => agent(ns, name)?.status?.conditions?.find((c: { type: string }) => c.type === "DirectoryListed");
+    // Tenants of the red namespace pass for others: a partner's https id, a blue host, another's did:key.
+    const partnerKey = generateSigningKey();
+    apply(withId(NAMESPACES.red, "mallory", "https://partner.example.com"));
+    apply(withId(NAMESPACES.red, "trudy", "https://shop.blue.example"));
+    apply(withId(NAMESPACES.red, "eve", didKeyFromPublicKey(partnerKey.publicKey)));
+    for (const name of ["mallory", "trudy", "eve"]) {
+      const c = await until(`${name} not vouched for`, () => (condition(NAMESPACES.red, name)?.status === "False" ? condition(NAMESPACES.red, name) : undefined));
+      expect(c.reason).toBe("AgentIdNotVouched");
+      expect(c.message).toMatch(/^spec.agentId /);
+      // It runs for itself: its keys published in its status, its Deployment rendered, not Stalled.
+      await published(NAMESPACES.red, name);
+      expect(getOrAbsent(cp, ["-n", NAMESPACES.red, "get", "deployment", name])).toBeDefined();
+      expect(agent(NAMESPACES.red, name).status.conditions.find((x: { type: string }) => x.type === "Stalled").status).toBe("False");
+    }
+    expect(condition(NAMESPACES.red, "mallory").message).toMatch(new RegExp(`names the host partner.example.com, which is neither .* nor allowed for namespace ${NAMESPACES.red}: the directory lists this Agent for no other Agent .*--allowed-hosts ${NAMESPACES.red}/partner.example.com \\(chart value allowedHosts: \\{${NAMESPACES.red}: \\[partner.example.com\\]\\}\\)`));
+    expect(condition(NAMESPACES.red, "eve").message).toMatch(new RegExp(`is the Ed25519 key ${partnerKey.publicKey}, not this Agent's active signing key`));
+    const warning = await until("the Warning/AgentIdNotVouched Event", () =>
+      cp.json<{ items: { type: string; reason: string; message: string; involvedObject: { name: string } }[] }>(["-n", NAMESPACES.red, "get", "events", "-o", "json"]).items.find((e) => e.involvedObject.name === "mallory" && e.reason === "AgentIdNotVouched"),
+    );
+    expect(warning.type).toBe("Warning");
+    // Claims the install backs: a blue host in the blue namespace, an Agent's own Service name,
+    // and a did:key whose private key is the Agent's signing key.
+    const ownKey = generateSigningKey();
+    cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "Secret", metadata: { name: "keyed-signing", namespace: NAMESPACES.blue, labels: { "ifp.dev/agent": "keyed" } }, stringData: { "signing.key": ownKey.privateKeyPem } }));
+    apply(withId(NAMESPACES.blue, "shop", "https://shop.blue.example"));
+    apply(withId(NAMESPACES.blue, "svc", `https://svc.${NAMESPACES.blue}.svc`));
+    apply(withId(NAMESPACES.blue, "keyed", didKeyFromPublicKey(ownKey.publicKey), "  signing: {secretName: keyed-signing}\n"));
+    for (const name of ["shop", "svc", "keyed"]) await until(`${name} vouched for`, () => condition(NAMESPACES.blue, name)?.reason === "AgentIdVouched");
+    // The tenant who claimed the blue host first does not keep it from the Agent the install vouches for.
+    await until("trudy refused for shop's id", () => agent(NAMESPACES.red, "trudy")?.status?.conditions?.find((c: { type: string }) => c.type === "Ready")?.message?.includes(`is already the id of Agent ${NAMESPACES.blue}/shop`));
+    // A victim selecting every Agent so labelled, in both namespaces: the vouched ones only.
+    apply(agentYaml(NAMESPACES.home, "victim", {}, `  peerSelector: {agentSelector: {matchLabels: {vouch: test}}, namespaceSelector: {matchExpressions: [{key: team, operator: In, values: [blue, red]}]}}\n`));
+    const want = [didKeyFromPublicKey(ownKey.publicKey), "https://shop.blue.example", `https://svc.${NAMESPACES.blue}.svc`].sort();
+    await until("the vouched Agents in victim's peers", () => peerIds(NAMESPACES.home, "victim")?.join() === want.join());
+    const peers = renderedPeers(NAMESPACES.home, "victim")!;
+    expect(peers.find((p) => p.agentId === "https://shop.blue.example")!.url).toBe(`https://shop.${NAMESPACES.blue}.svc`);
+    expect(peers.flatMap((p) => p.keys.map((k) => k.publicKey))).not.toContain(agent(NAMESPACES.red, "mallory").status.signingKey.publicKey);
+    // Still none of them after the tenants change (a label, a resync): the check is the directory's own.
+    cp.kubectl(["-n", NAMESPACES.red, "label", "agent", "mallory", "touched=yes"]);
+    await new Promise((r) => setTimeout(r, 3_000));
+    expect(peerIds(NAMESPACES.home, "victim")).toEqual(want);
   });
 });

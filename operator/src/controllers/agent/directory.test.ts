@@ -1,6 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { selectorMatches } from "../../../../runtime/src/resources/common.ts";
-import { directoryEntry, selectedPeers, withDirectoryPeers } from "./directory.ts";
+import { agentIdClaim, directoryEntry, selectedPeers, withDirectoryPeers } from "./directory.ts";
+import { didKeyFromPublicKey } from "../../../../runtime/src/protocol/did-key.ts";
+import { generateSigningKey } from "../../../../runtime/src/protocol/keys.ts";
 import type { CustomObject } from "../reconciler.ts";
 
 const KEY = "B".repeat(43);
@@ -69,5 +71,65 @@ describe("the directory", () => {
 
   it("adds to spec.peers only agent ids it does not name", () => {
     expect(withDirectoryPeers([{ agentId: "a", n: 1 }], [{ agentId: "a", n: 2 }, { agentId: "b", n: 3 }])).toEqual([{ agentId: "a", n: 1 }, { agentId: "b", n: 3 }]);
+  });
+});
+
+describe("the agent ids the directory vouches for", () => {
+  const at = { namespace: "team", name: "shop" };
+  const own = generateSigningKey().publicKey;
+  const other = generateSigningKey().publicKey;
+
+  it("an https id only for one of the Agent's own Service names or a host the install allows its namespace", () => {
+    expect(agentIdClaim("https://shop.team.svc", at, own, {}).vouched).toBe(true);
+    expect(agentIdClaim("https://SHOP.team.svc.cluster.local:8443/x", at, own, {}).vouched).toBe(true);
+    const refused = agentIdClaim("https://partner.example.com", at, own, {});
+    expect(refused).toEqual({
+      vouched: false,
+      message:
+        "spec.agentId https://partner.example.com names the host partner.example.com, which is neither a name of this Agent's Service (shop, shop.team, shop.team.svc, shop.team.svc.cluster.local) nor allowed for namespace team: the directory lists this Agent for no other Agent (spec.peerSelector); it runs for itself; the operator's --allowed-hosts team/partner.example.com (chart value allowedHosts: {team: [partner.example.com]}) or --allowed-dns-names (chart value allowedDnsNames) allows it",
+    });
+    // Another Agent's Service, and the host of a baseUrl the Agent chose, are not its own.
+    expect(agentIdClaim("https://bob.team.svc", at, own, {}).vouched).toBe(false);
+    expect(agentIdClaim("HTTPS://partner.example.com", at, own, {}).vouched).toBe(false);
+    expect(agentIdClaim("https://partner.example.com", at, own, { allowedHosts: { team: ["partner.example.com"] } }).vouched).toBe(true);
+    expect(agentIdClaim("https://a.partner.example.com", at, own, { allowedHosts: { team: ["*.partner.example.com"] } }).vouched).toBe(true);
+    expect(agentIdClaim("https://partner.example.com", at, own, { allowedHosts: { elsewhere: ["partner.example.com"] } }).vouched).toBe(false);
+    expect(agentIdClaim("https://partner.example.com", at, own, { allowedDnsNames: ["*.example.com"] }).vouched).toBe(true);
+  });
+
+  it("a did:key only when it is the Agent's active signing key", () => {
+    expect(agentIdClaim(didKeyFromPublicKey(own), at, own, {}).vouched).toBe(true);
+    const foreign = agentIdClaim(didKeyFromPublicKey(other), at, own, {});
+    expect(foreign.vouched).toBe(false);
+    expect(foreign.message).toMatch(new RegExp(`is the Ed25519 key ${other}, not this Agent's active signing key ${own}: the directory lists this Agent for no other Agent`));
+    expect(agentIdClaim(didKeyFromPublicKey(own), at, undefined, {}).message).toMatch(/signing key is not known yet/);
+    expect(agentIdClaim("did:key:zNotBase58!", at, own, {}).vouched).toBe(false);
+    // Allow-lists say nothing about a did:key.
+    expect(agentIdClaim(didKeyFromPublicKey(other), at, own, { allowedDnsNames: ["*"] }).vouched).toBe(false);
+  });
+
+  it("any other id: a name of the install, which one Agent holds", () => {
+    expect(agentIdClaim("shop-agent", at, own, {}).vouched).toBe(true);
+    expect(agentIdClaim("http://partner.example.com", at, own, {}).vouched).toBe(true);
+  });
+
+  it("leaves out of every directory an Agent whose id it does not vouch for, whatever its own status says", () => {
+    const self = agent("home", "hub", { mesh: "on" });
+    const claimant = (agentId: string, publicKey = KEY, ns = "home", name = "tenant") => {
+      const a = agent(ns, name, { mesh: "on" }, { endpoint: `https://${name}.${ns}.svc`, signingKey: { keyId: "k", publicKey, secretName: "s" }, conditions: [{ type: "DirectoryListed", status: "True", reason: "AgentIdVouched" }] });
+      a.spec = { agentId };
+      return a;
+    };
+    const sel = { agentSelector: { matchLabels: { mesh: "on" } } };
+    const ids = (agents: CustomObject[], lists = {}) => selectedPeers(self, sel, [self, ...agents], () => undefined, lists).map((p) => p.agentId);
+    expect(ids([claimant("https://partner.example.com")])).toEqual([]);
+    expect(ids([claimant("https://partner.example.com")], { allowedHosts: { home: ["partner.example.com"] } })).toEqual(["https://partner.example.com"]);
+    expect(ids([claimant("https://tenant.home.svc")])).toEqual(["https://tenant.home.svc"]);
+    expect(ids([claimant(didKeyFromPublicKey(other), own)])).toEqual([]);
+    expect(ids([claimant(didKeyFromPublicKey(own), own)])).toEqual([didKeyFromPublicKey(own)]);
+    // During a rotation the id must be the active key, not a retired one the status lists beside it.
+    const rotated = claimant(didKeyFromPublicKey(own), own);
+    rotated.status = { ...rotated.status, signingKeys: [{ keyId: "k", publicKey: own, status: "retired" }, { keyId: "k2", publicKey: other, status: "active" }] };
+    expect(ids([rotated])).toEqual([]);
   });
 });

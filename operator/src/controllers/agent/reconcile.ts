@@ -21,7 +21,11 @@ import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.
 import { ensureLocalApi, localApiDnsNames } from "./local-api.ts";
 import { ensureHandoffSecret } from "./handoff.ts";
 import { ensureSigningKey } from "./signing.ts";
-import { selectedPeers } from "./directory.ts";
+import { activeSigningKey, agentIdClaim, selectedPeers } from "./directory.ts";
+import { isDidKey } from "../../../../runtime/src/protocol/did-key.ts";
+import { privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
+import { SIGNING_KEY_FILE } from "../../../../runtime/src/contract/signing-keys.ts";
+import type { AgentStatus } from "../../crd/status.ts";
 import { imageRefusal, requestedHosts, secretUsableBy, tlsRefusal } from "../references.ts";
 import { agentStatus } from "./status.ts";
 import { errorMessage } from "../../kube/client.ts";
@@ -49,7 +53,7 @@ async function reconcilePass(ctx: ReconcileContext, obj: CustomObject, namespace
     if (await writeStatus(ctx, "agents", obj, status, conditions)) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
     return { requeueAfterMs: 30_000 };
   };
-  const claimed = agentIdClaimedBy(ctx, obj, agent.spec.agentId);
+  const claimed = agentIdClaimedBy(ctx, obj, agent.spec.agentId, await signingKeyOf(ctx, owner, agent));
   if (claimed) {
     return refuse({
       reason: "DuplicateAgentId",
@@ -93,6 +97,8 @@ async function reconcilePass(ctx: ReconcileContext, obj: CustomObject, namespace
     }
     const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (localApi.blocker ?? handoff.blocker ?? refused ?? tls.blocker ?? trust.blocker ?? exposure.blocker);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
+    // Whether the directory may list it under its agent id: it runs either way.
+    const claim = agentIdClaim(agent.spec.agentId, { namespace, name }, "blocker" in signing ? undefined : signing.publicKey, ctx.settings);
     const { status, conditions } = agentStatus(agent, {
       applied,
       deployment,
@@ -101,6 +107,7 @@ async function reconcilePass(ctx: ReconcileContext, obj: CustomObject, namespace
       queued,
       signing: "blocker" in signing ? undefined : signing,
       tlsSecret: tls.secretName,
+      claim,
     });
     const requeueAfterMs = earliest(tls.requeueAfterMs, blocker ? 30_000 : undefined, natsCreds?.requeueAfterMs, queued ? ROLLOUT_RETRY_MS : undefined, "blocker" in signing ? undefined : signing.requeueAfterMs);
     // A pass that wrote children leaves the status to the pass their watch events bring, which
@@ -108,8 +115,10 @@ async function reconcilePass(ctx: ReconcileContext, obj: CustomObject, namespace
     // replaced at once. Blocked or held passes write theirs now; a later pass is due regardless.
     if (applied.length && !blocker && !queued) return { requeueAfterMs: earliest(requeueAfterMs, STATUS_FOLLOW_UP_MS) };
     await recordNotes(ctx, obj);
+    const listedBefore = ((obj.status?.conditions as { type: string; status: string; message?: string }[] | undefined) ?? []).find((c) => c.type === "DirectoryListed");
     const wrote = await writeStatus(ctx, "agents", obj, status, conditions);
     if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
+    if (wrote && !claim.vouched && (listedBefore?.status !== "False" || listedBefore.message !== claim.message)) await ctx.kube.event(obj, "Warning", "AgentIdNotVouched", claim.message);
     return { requeueAfterMs };
   } catch (err) {
     return await reportFailure(ctx, "agents", obj, err);
@@ -122,7 +131,7 @@ async function directoryPeers(ctx: ReconcileContext, obj: CustomObject, agent: A
   if (!selector) return [];
   const agents = ctx.caches.list<CustomObject>("Agent");
   const labels = selector.namespaceSelector && ctx.namespaceLabels ? await ctx.namespaceLabels.load(agents.map((a) => a.metadata?.namespace ?? "").filter(Boolean)) : () => undefined;
-  return selectedPeers(obj, selector, agents, labels);
+  return selectedPeers(obj, selector, agents, labels, ctx.settings);
 }
 
 /** When a pass that wrote children and left the status to the next pass looks again at the latest (watch events usually come first). */
@@ -209,11 +218,31 @@ async function checkIntroductionSecret(ctx: ReconcileContext, owner: Owner, agen
 }
 
 /**
- * The Agent (namespace/name) that holds `agentId` when it is not this one: one already running
- * under it, else the oldest Agent of the install with that id (then by namespace/name); any other
- * is refused.
+ * The public key in the signing Secret this Agent may use, read only for a did:key agent id (whose
+ * claim it backs); undefined when there is none yet or it is not usable.
  */
-function agentIdClaimedBy(ctx: ReconcileContext, self: CustomObject, agentId: string): string | undefined {
+async function signingKeyOf(ctx: ReconcileContext, owner: Owner, agent: AgentResource): Promise<string | undefined> {
+  if (!isDidKey(agent.spec.agentId)) return undefined;
+  const ns = owner.metadata.namespace;
+  const name = agent.spec.signing.secretName ?? childNames(owner.metadata.name).signingSecret;
+  const secret = ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
+  const pem = secret?.data?.[SIGNING_KEY_FILE];
+  if (!secret || !pem || secretUsableBy(secret, owner, "spec.signing.secretName")) return undefined;
+  try {
+    return rawPublicKey(privateKeyFromPem(Buffer.from(pem, "base64").toString()));
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The Agent (namespace/name) that holds `agentId` when it is not this one: one whose claim the
+ * install vouches for (directory.ts agentIdClaim) before one whose claim it does not, so that a
+ * tenant claiming another's id never keeps that one from it; then one already running under it,
+ * else the oldest Agent of the install with that id (then by namespace/name); any other is
+ * refused. `selfKey`: this Agent's signing key, for a did:key id.
+ */
+function agentIdClaimedBy(ctx: ReconcileContext, self: CustomObject, agentId: string, selfKey: string | undefined): string | undefined {
   // An Agent already running under the id keeps it; between two that both do (or neither),
   // the older, then the first by namespace/name. So a newcomer never displaces a running Agent,
   // even one created in the same second.
@@ -222,14 +251,16 @@ function agentIdClaimedBy(ctx: ReconcileContext, self: CustomObject, agentId: st
   const holds = (o: CustomObject) =>
     ctx.agentIds?.get(agentId) === o.metadata?.uid ||
     (o.status?.observedGeneration !== undefined && !((o.status?.conditions as { type: string; reason?: string }[] | undefined) ?? []).some((c) => c.type === "Ready" && c.reason === "DuplicateAgentId"));
-  const key = (o: CustomObject) => [holds(o) ? 0 : 1, o.metadata?.creationTimestamp ? new Date(o.metadata.creationTimestamp).getTime() : 0, `${o.metadata?.namespace}/${o.metadata?.name}`] as const;
-  const before = (a: ReturnType<typeof key>, b: ReturnType<typeof key>) => a[0] !== b[0] ? a[0] < b[0] : a[1] !== b[1] ? a[1] < b[1] : a[2] < b[2];
-  const mine = key(self);
+  const vouched = (o: CustomObject, signingKey: string | undefined) => agentIdClaim(agentId, { namespace: o.metadata?.namespace ?? "", name: o.metadata?.name ?? "" }, signingKey, ctx.settings).vouched;
+  const key = (o: CustomObject, signingKey: string | undefined) =>
+    [vouched(o, signingKey) ? 0 : 1, holds(o) ? 0 : 1, o.metadata?.creationTimestamp ? new Date(o.metadata.creationTimestamp).getTime() : 0, `${o.metadata?.namespace}/${o.metadata?.name}`] as const;
+  const before = (a: ReturnType<typeof key>, b: ReturnType<typeof key>) => a[0] !== b[0] ? a[0] < b[0] : a[1] !== b[1] ? a[1] < b[1] : a[2] !== b[2] ? a[2] < b[2] : a[3] < b[3];
+  const mine = key(self, selfKey);
   for (const other of ctx.caches.list<CustomObject>("Agent")) {
     if (other === self || other.metadata?.uid === self.metadata?.uid || other.metadata?.deletionTimestamp) continue;
     if ((other as { spec?: { agentId?: unknown } }).spec?.agentId !== agentId) continue;
-    const theirs = key(other);
-    if (before(theirs, mine)) return theirs[2];
+    const theirs = key(other, activeSigningKey(other.status as AgentStatus | undefined));
+    if (before(theirs, mine)) return theirs[3];
   }
   if (self.metadata?.uid) ctx.agentIds?.set(agentId, self.metadata.uid);
   return undefined;

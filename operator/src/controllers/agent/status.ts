@@ -8,6 +8,8 @@ import { agentEndpoint, agentOwner, type AgentResource } from "./desired.ts";
 export interface AgentObservation extends RuntimeObservation {
   signing?: { secretName: string; publicKey: string; created: string; keyId?: string; keys?: NonNullable<AgentStatus["signingKeys"]>; encryption?: { keyId: string; publicKey: string } };
   tlsSecret?: string;
+  /** Whether the install vouches for spec.agentId (directory.ts agentIdClaim): the DirectoryListed condition. */
+  claim?: { vouched: boolean; message: string };
 }
 
 /** Status fields (besides conditions and observedGeneration) and the conditions. */
@@ -25,7 +27,10 @@ export function agentStatus(agent: AgentResource, o: AgentObservation): { status
       readyReplicas: dep?.status?.readyReplicas ?? 0,
       selector: labelSelector(selectorLabels(agentOwner(agent))),
     },
-    conditions: runtimeConditions(o),
+    conditions: [
+      ...runtimeConditions(o),
+      ...(o.claim ? [{ type: "DirectoryListed", status: o.claim.vouched ? ("True" as const) : ("False" as const), reason: o.claim.vouched ? "AgentIdVouched" : "AgentIdNotVouched", message: o.claim.message }] : []),
+    ],
   };
 }
 
