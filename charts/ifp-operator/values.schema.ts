@@ -84,6 +84,21 @@ export const Values = z.strictObject({
     )
     .default({})
     .describe("By namespace, the hosts (exact or *.domain) its Agents and Relays may name like allowedDnsNames: in a certificate of the install CA and as the host of an https spec.agentId the directory publishes (empty: none)"),
+  allowedNodeLabels: z
+    .array(z.string().regex(/^(\*|([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$/))
+    .max(64)
+    .default([])
+    .describe("Node label keys an Agent's or Relay's spec.deployment may place its pods by (nodeSelector, nodeAffinity, podAffinity's topologyKey), or * for any (empty: none)"),
+  allowedTolerations: z
+    .array(z.string().regex(/^(\*|[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?(=[-A-Za-z0-9_.]*)?(:(NoSchedule|PreferNoSchedule|NoExecute))?)$/))
+    .max(64)
+    .default([])
+    .describe("Tolerations spec.deployment.tolerations may list: key, key=value, either with :effect, or * for any (empty: none)"),
+  allowedPriorityClasses: z
+    .array(z.string().regex(/^(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/))
+    .max(64)
+    .default([])
+    .describe("PriorityClasses spec.deployment.priorityClassName may name, or * for any (empty: none)"),
   imagePullSecrets: PullSecrets.default([]),
   runtime: z
     .strictObject({

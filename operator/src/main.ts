@@ -15,6 +15,7 @@ import { errorMessage, Kube } from "./kube/client.ts";
 import { prepareUninstall } from "./uninstall.ts";
 import { RELOAD_NATS_USAGE } from "./nats-reloader.ts";
 import { duration, list, readFlags, subcommand, UsageError } from "./flags.ts";
+import { parseTolerationEntry, type TolerationEntry } from "./controllers/pod-policy.ts";
 
 const USAGE = `usage: ifp-operator [flags]
 
@@ -58,6 +59,12 @@ account). Every flag also reads the environment variable in brackets.
                                   spec.agentId may name: exact, *.domain, or * (default: none)
   --allowed-hosts NS/HOST,...     the same, for the resources of one namespace: NS/host or
                                   NS/*.domain, repeated per host (default: none)
+  --allowed-node-labels A,B       node label keys spec.deployment may place pods by (nodeSelector,
+                                  nodeAffinity, podAffinity's topologyKey), or * (default: none)
+  --allowed-tolerations A,B       tolerations spec.deployment may list: key, key=value, either with
+                                  :effect (e.g. dedicated=ifp:NoSchedule), or * (default: none)
+  --allowed-priority-classes A,B  PriorityClasses spec.deployment.priorityClassName may name, or *
+                                  (default: none)
   --runtime-run-as-user N|none    UID of the runtime pods (default 10001; none leaves it to the
                                   cluster, e.g. OpenShift's restricted SCC)
   --runtime-run-as-group N|none   GID of the runtime pods (default 10001; none leaves it unset)
@@ -152,6 +159,9 @@ const OPTIONS = {
   "allowed-issuers": { type: "string" },
   "allowed-dns-names": { type: "string" },
   "allowed-hosts": { type: "string" },
+  "allowed-node-labels": { type: "string" },
+  "allowed-tolerations": { type: "string" },
+  "allowed-priority-classes": { type: "string" },
   "runtime-run-as-user": { type: "string" },
   "runtime-run-as-group": { type: "string" },
   "runtime-image-pull-secrets": { type: "string" },
@@ -256,6 +266,29 @@ export function certManagerMode(issuer: string | undefined, bundle: string | und
 function dnsNameList(text: string | undefined): string[] {
   const entries = list(text);
   for (const e of entries) if (!/^(\*|(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*)$/.test(e)) throw new UsageError(`--allowed-dns-names takes DNS names, *.domain or *, not ${JSON.stringify(e)}`);
+  return entries;
+}
+
+/** --allowed-node-labels: label keys, or `*`. */
+function nodeLabelList(text: string | undefined): string[] {
+  const entries = list(text);
+  for (const e of entries) if (!/^(\*|([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$/.test(e)) throw new UsageError(`--allowed-node-labels takes node label keys such as topology.kubernetes.io/zone, or *, not ${JSON.stringify(e)}`);
+  return entries;
+}
+
+/** --allowed-tolerations: key[=value][:effect], or `*`. */
+function tolerationList(text: string | undefined): TolerationEntry[] {
+  return list(text).map((e) => {
+    const entry = parseTolerationEntry(e);
+    if (!entry) throw new UsageError(`--allowed-tolerations takes key, key=value, either with :NoSchedule, :PreferNoSchedule or :NoExecute, or *, not ${JSON.stringify(e)}`);
+    return entry;
+  });
+}
+
+/** --allowed-priority-classes: PriorityClass names, or `*`. */
+function priorityClassList(text: string | undefined): string[] {
+  const entries = list(text);
+  for (const e of entries) if (!/^(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/.test(e) || e.length > 253) throw new UsageError(`--allowed-priority-classes takes PriorityClass names, or *, not ${JSON.stringify(e)}`);
   return entries;
 }
 
@@ -383,6 +416,9 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
         allowedIssuers: issuerList(str("allowed-issuers")),
         allowedDnsNames: dnsNameList(str("allowed-dns-names")),
         allowedHosts: namespaceHosts(str("allowed-hosts")),
+        allowedNodeLabels: nodeLabelList(str("allowed-node-labels")),
+        allowedTolerations: tolerationList(str("allowed-tolerations")),
+        allowedPriorityClasses: priorityClassList(str("allowed-priority-classes")),
         natsUrl: natsUrl ?? "nats://nats:4222",
         natsCredsSecret: credsSecret ? { name: credsSecret, key: str("nats-creds-secret-key") ?? (credsFile ? basename(credsFile) : "nats.creds") } : undefined,
         natsAuthSecret: str("nats-auth-secret"),

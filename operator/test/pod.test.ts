@@ -13,7 +13,16 @@ let manager: RunningManager;
 const NS = "pods";
 const RESYNC_MS = 1_000;
 const operatorLog = capturedLog(600);
-const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222", runtimeImagePullSecrets: ["operator-cred"] };
+const settings = {
+  runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test",
+  runtimeImagePullPolicy: "IfNotPresent",
+  natsUrl: "nats://nats.test:4222",
+  runtimeImagePullSecrets: ["operator-cred"],
+  // The placements the pod settings below use, allowed by the install (pod-policy.ts).
+  allowedNodeLabels: ["kubernetes.io/os", "disk"],
+  allowedTolerations: [{ key: "dedicated", value: "ifp", effect: "NoSchedule" }],
+  allowedPriorityClasses: ["ifp-high"],
+};
 
 const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);
 const apply = (obj: object) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(obj));
@@ -30,6 +39,8 @@ beforeAll(async () => {
   // No controller manager: the API server's validation of the Deployment is what is tested.
   cp = await startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false });
   cp.kubectl(["create", "namespace", NS]);
+  // The Secret each Agent's FROM_SECRET reads, labelled for that Agent.
+  for (const name of ["full", "settled"]) cp.kubectl(["-n", NS, "create", "secret", "generic", `${name}-app`, "--from-literal=k=v"]), cp.kubectl(["-n", NS, "label", "secret", `${name}-app`, `ifp.dev/agent=${name}`]);
   manager = await startManager({ kubeconfig: cp.kubeconfig, settings, watchNamespaces: [NS], resyncMs: RESYNC_MS, log: operatorLog.log });
   await manager.started;
 }, 300_000);
@@ -38,8 +49,8 @@ afterAll(async () => {
   await cp?.stop();
 });
 
-/** Every pod setting at once, quantities written as people write them. */
-const everything = {
+/** Every pod setting at once, quantities written as people write them; FROM_SECRET reads the Agent's own Secret. */
+const everything = (name: string) => ({
   sidecars: [
     {
       name: "app",
@@ -58,7 +69,7 @@ const everything = {
   ],
   initContainers: [{ name: "prepare", image: "example.com/app:1", command: ["prepare"], volumeMounts: [{ name: "shared", mountPath: "/shared" }] }],
   resources: { requests: { cpu: "1000m", memory: "256Mi" }, limits: { cpu: 2, memory: "1024Mi" } },
-  env: [{ name: "HTTPS_PROXY", value: "http://proxy:3128" }, { name: "FROM_SECRET", valueFrom: { secretKeyRef: { name: "app-secret", key: "k", optional: true } } }],
+  env: [{ name: "HTTPS_PROXY", value: "http://proxy:3128" }, { name: "FROM_SECRET", valueFrom: { secretKeyRef: { name: `${name}-app`, key: "k", optional: true } } }],
   volumes: [{ name: "shared", emptyDir: { sizeLimit: "1.5Gi" } }, { name: "extra", configMap: { name: "extra", optional: true } }],
   volumeMounts: [{ name: "extra", mountPath: "/extra", readOnly: true }],
   imagePullSecrets: [{ name: "app-cred" }],
@@ -70,11 +81,12 @@ const everything = {
   priorityClassName: "ifp-high",
   podAnnotations: { "example.com/scrape": "true" },
   podLabels: { team: "payments" },
-};
+});
 
 describe("spec.deployment on the API server", () => {
   it("renders sidecars and every pod setting into a Deployment the API server accepts", async () => {
-    apply(agent("full", everything));
+    const all = everything("full");
+    apply(agent("full", all));
     await applied("agent", "full");
     const dep = get("deployment", "full");
     const tpl = dep.spec.template;
@@ -90,20 +102,20 @@ describe("spec.deployment on the API server", () => {
     expect(runtime.volumeMounts.map((m: any) => m.mountPath)).toEqual(["/etc/ifp/manifest", "/etc/ifp/tls", "/tmp", "/etc/ifp/trust", "/etc/ifp/signing", "/extra"]);
     expect(app).toMatchObject({
       image: "example.com/app:1",
-      args: everything.sidecars[0]!.args,
+      args: all.sidecars[0]!.args,
       ports: [{ name: "app", containerPort: 8080, protocol: "TCP" }],
       resources: { requests: { cpu: "250m", memory: "64Mi" }, limits: { memory: "512Mi" } },
-      securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] }, readOnlyRootFilesystem: true },
+      securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] }, readOnlyRootFilesystem: true, runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } },
     });
-    expect(pod.initContainers).toEqual([expect.objectContaining({ name: "prepare", command: ["prepare"], securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] } } })]);
+    expect(pod.initContainers).toEqual([expect.objectContaining({ name: "prepare", command: ["prepare"], securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] }, runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } } })]);
     expect(pod.volumes.map((v: any) => v.name)).toEqual(["manifest", "tls", "tmp", "trust", "signing", "shared", "extra"]);
     expect(pod.volumes.find((v: any) => v.name === "shared").emptyDir).toEqual({ sizeLimit: "1536Mi" });
     expect(pod.imagePullSecrets).toEqual([{ name: "operator-cred" }, { name: "app-cred" }]);
     expect(pod).toMatchObject({
-      nodeSelector: everything.nodeSelector,
-      tolerations: everything.tolerations,
-      affinity: everything.affinity,
-      topologySpreadConstraints: everything.topologySpreadConstraints,
+      nodeSelector: all.nodeSelector,
+      tolerations: all.tolerations,
+      affinity: all.affinity,
+      topologySpreadConstraints: all.topologySpreadConstraints,
       priorityClassName: "ifp-high",
       securityContext: { runAsNonRoot: true, runAsUser: 10001, runAsGroup: 10001, fsGroup: 2000, seccompProfile: { type: "RuntimeDefault" } },
     });
@@ -113,7 +125,7 @@ describe("spec.deployment on the API server", () => {
   });
 
   it("settles: what it applied is what the API server stored, so later passes write nothing", { timeout: 60_000 }, async () => {
-    apply(agent("settled", everything));
+    apply(agent("settled", everything("settled")));
     await applied("agent", "settled");
     const rv = get("deployment", "settled").metadata.resourceVersion;
     const writes = await deploymentWrites();

@@ -50,26 +50,24 @@ describe("withPodSettings", () => {
     expect(podOf({})).toEqual(podOf());
   });
 
-  it("adds sidecars after the runtime container, with the restricted defaults under their own security context", () => {
+  const restricted = { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] }, runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } };
+  it("adds sidecars after the runtime container, with what the restricted standard requires under their own security context", () => {
     const pod = podOf({ sidecars: [{ name: "app", image: "app:1", ports: [{ containerPort: 8080 }] }, { name: "ro", image: "ro:1", securityContext: { readOnlyRootFilesystem: true, capabilities: { add: ["NET_BIND_SERVICE"] } } }] });
     expect(pod.containers.map((c: any) => c.name)).toEqual(["runtime", "app", "ro"]);
-    expect(pod.containers[1]).toEqual({ name: "app", image: "app:1", ports: [{ containerPort: 8080 }], securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] } } });
-    // The container's own keys win, whole: its capabilities replace the default's.
-    expect(pod.containers[2].securityContext).toEqual({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { add: ["NET_BIND_SERVICE"] } });
+    expect(pod.containers[1]).toEqual({ name: "app", image: "app:1", ports: [{ containerPort: 8080 }], securityContext: restricted });
+    // The container's own keys win; capabilities it adds keep ALL dropped.
+    expect(pod.containers[2].securityContext).toEqual({ ...restricted, readOnlyRootFilesystem: true, capabilities: { add: ["NET_BIND_SERVICE"], drop: ["ALL"] } });
   });
 
-  it.each([
-    ["privileged", { privileged: true }],
-    ["CAP_SYS_ADMIN", { capabilities: { add: ["SYS_ADMIN"] } }],
-  ])("leaves allowPrivilegeEscalation unset for a %s container (the API server refuses both together)", (_n, sc) => {
+  it("keeps a container's own drop list and profile (the schema has them as strict as restricted)", () => {
+    const sc = { capabilities: { drop: ["ALL", "NET_RAW"] }, seccompProfile: { type: "Localhost", localhostProfile: "p.json" }, runAsUser: 2000 };
     const c = podOf({ initContainers: [{ name: "i", image: "i", securityContext: sc }] }).initContainers[0];
-    expect(c.securityContext).not.toHaveProperty("allowPrivilegeEscalation");
-    expect(c.securityContext).toMatchObject(sc);
+    expect(c.securityContext).toEqual({ ...restricted, ...sc });
   });
 
   it("adds init containers with the same defaults", () => {
     const pod = podOf({ initContainers: [{ name: "wait", image: "busybox", command: ["true"], restartPolicy: "Always" }] });
-    expect(pod.initContainers).toEqual([{ name: "wait", image: "busybox", command: ["true"], restartPolicy: "Always", securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] } } }]);
+    expect(pod.initContainers).toEqual([{ name: "wait", image: "busybox", command: ["true"], restartPolicy: "Always", securityContext: restricted }]);
   });
 
   it("keeps the runtime container's own settings and appends the user's env and mounts after its own", () => {

@@ -7,8 +7,13 @@ import type { DeploymentSettings } from "../../../runtime/src/resources/common.t
 import { memoryBytes, runtimeNodeOptions, type RuntimeMode } from "../../../runtime/src/contract/node-options.ts";
 import { BINARY_SUFFIXES, NANO, parseQuantity } from "../../../runtime/src/resources/quantity.ts";
 
-/** What a sidecar or init container gets unless it says otherwise (the "restricted" Pod Security level). */
-export const CONTAINER_SECURITY_DEFAULT: V1SecurityContext = { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] } };
+/**
+ * What a sidecar or init container gets unless it says otherwise: what the "restricted" Pod
+ * Security Standard requires of every container. The schema refuses a container that asks for
+ * less (allowPrivilegeEscalation true, a drop list without ALL, runAsNonRoot false, an Unconfined
+ * profile); the runtime container has its own, with runAsNonRoot and seccomp from the pod.
+ */
+export const CONTAINER_SECURITY_DEFAULT: V1SecurityContext = { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] }, runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } };
 
 const DECIMAL: Record<number, string> = { [-9]: "n", [-6]: "u", [-3]: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E" };
 
@@ -101,17 +106,18 @@ function canonicalResources<T>(resources: T): T {
   return r as T;
 }
 
-/** A user's container: canonical quantities, and the restricted defaults under its own security context. */
+/**
+ * A user's container: canonical quantities, and the restricted defaults under its own security
+ * context; its capabilities keep what it adds, and drop ALL unless it says what it drops (the
+ * schema has that include ALL).
+ */
 function userContainer(c: DeploymentSettings["sidecars"] & {}): V1Container[] {
   return c.map((container) => {
     const own = (container.securityContext ?? {}) as V1SecurityContext;
-    // Kubernetes refuses allowPrivilegeEscalation false beside privileged or CAP_SYS_ADMIN.
-    const escalates = own.privileged === true || (own.capabilities?.add ?? []).some((cap) => cap === "SYS_ADMIN" || cap === "CAP_SYS_ADMIN");
-    const defaults: V1SecurityContext = escalates ? { capabilities: CONTAINER_SECURITY_DEFAULT.capabilities } : CONTAINER_SECURITY_DEFAULT;
     return {
       ...(container as V1Container),
       ...(container.resources ? { resources: canonicalResources(container.resources) } : {}),
-      securityContext: { ...defaults, ...own },
+      securityContext: { ...CONTAINER_SECURITY_DEFAULT, ...own, capabilities: { ...own.capabilities, drop: own.capabilities?.drop ?? ["ALL"] } },
     };
   });
 }

@@ -8,6 +8,7 @@ import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY, managedByOperator } from "
 import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
 import { DEFAULT_RUNTIME_MEMORY_LIMIT } from "../../../runtime/src/contract/node-options.ts";
 import { withNodeHeap, withPodSettings } from "./pod.ts";
+import type { TolerationEntry } from "./pod-policy.ts";
 import { runtimeAccountName } from "./shared.ts";
 
 /** Everything the operator was told at start that shapes the children. */
@@ -22,6 +23,12 @@ export interface OperatorSettings {
   allowedDnsNames?: string[];
   /** By namespace, the hosts (exact or `*.<domain>`) its resources may name in a certificate and as an https agent id. */
   allowedHosts?: Record<string, string[]>;
+  /** Node label keys spec.deployment may place pods by (nodeSelector, nodeAffinity, podAffinity's topologyKey); `*` any. */
+  allowedNodeLabels?: string[];
+  /** Tolerations spec.deployment may list (pod-policy.ts); none by default. */
+  allowedTolerations?: TolerationEntry[];
+  /** PriorityClasses spec.deployment.priorityClassName may name; `*` any. */
+  allowedPriorityClasses?: string[];
   natsUrl: string;
   /** A Secret (in each resource's namespace) holding a NATS credentials file under `key`. */
   natsCredsSecret?: { name: string; key: string };

@@ -158,39 +158,236 @@ export const Resources = passThrough(
   "Compute resources (Kubernetes ResourceRequirements)",
 );
 
-/** A security context as far as the operator checks it: never root. */
-const NonRootSecurityContext = (description: string) =>
+/**
+ * A rule of the "restricted" Pod Security Standard on one node of spec.deployment: the same check
+ * as CEL in the API server (the CRD) and in zod (the operator's own parse), with one message.
+ */
+interface Guard<T> {
+  rule: string;
+  ok: (v: T) => boolean;
+  path: (string | number)[];
+  message: string;
+}
+function guarded<S extends z.ZodType>(schema: S, guards: Guard<z.output<S>>[]): S {
+  return schema.meta(cel(...guards.map(({ rule, message }) => ({ rule, message })))).superRefine((v, ctx) => {
+    for (const g of guards) if (!g.ok(v as z.output<S>)) ctx.addIssue({ code: "custom", path: g.path, message: g.message });
+  }) as unknown as S;
+}
+
+const RESTRICTED = "the restricted Pod Security Standard";
+/** Profiles (seccomp, AppArmor) restricted allows. */
+export const ALLOWED_PROFILE_TYPES = ["RuntimeDefault", "Localhost"] as const;
+/** The one capability restricted lets a container add. */
+export const ALLOWED_CAPABILITY = "NET_BIND_SERVICE";
+/** SELinux types baseline allows (user and role must stay unset). */
+export const ALLOWED_SELINUX_TYPES = ["", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"] as const;
+/** The sysctls baseline calls safe (namespaced, isolated from the node and other pods). */
+export const SAFE_SYSCTLS = [
+  "kernel.shm_rmid_forced",
+  "net.ipv4.ip_local_port_range",
+  "net.ipv4.ip_unprivileged_port_start",
+  "net.ipv4.tcp_syncookies",
+  "net.ipv4.ping_group_range",
+  "net.ipv4.ip_local_reserved_ports",
+  "net.ipv4.tcp_keepalive_time",
+  "net.ipv4.tcp_fin_timeout",
+  "net.ipv4.tcp_keepalive_intvl",
+  "net.ipv4.tcp_keepalive_probes",
+] as const;
+/** The volume types restricted allows; any other reaches the node or its network storage. */
+export const ALLOWED_VOLUME_TYPES = ["configMap", "secret", "emptyDir", "projected", "downwardAPI", "persistentVolumeClaim", "ephemeral", "csi"] as const;
+/** The other volume types of Kubernetes (named in the schema so that the API server's CEL sees and refuses them). */
+export const FORBIDDEN_VOLUME_TYPES = [
+  "hostPath", "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "nfs", "iscsi", "glusterfs", "rbd", "flexVolume", "cinder", "cephfs", "flocker",
+  "fc", "azureFile", "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk", "portworxVolume", "scaleIO", "storageos", "image",
+] as const;
+const celList = (items: readonly string[]) => `[${items.map((i) => `'${i}'`).join(", ")}]`;
+
+const ProfileType = (what: string) => passThrough({ type: z.string().describe(`${ALLOWED_PROFILE_TYPES.join(" or ")}`) }, `${what} profile: ${ALLOWED_PROFILE_TYPES.join(" or ")} (${RESTRICTED})`);
+const SeLinuxOptions = passThrough(
+  {
+    type: z.string().optional().describe(`One of ${ALLOWED_SELINUX_TYPES.filter(Boolean).join(", ")}`),
+    user: z.string().optional().describe("Must stay unset"),
+    role: z.string().optional().describe("Must stay unset"),
+  },
+  "SELinux options: a container type, no user or role",
+);
+const WindowsOptions = passThrough({ hostProcess: z.boolean().optional().describe("Must not be true") }, "Windows options; never a host process");
+
+type SecurityContextIn = {
+  runAsNonRoot?: boolean;
+  runAsUser?: number;
+  seccompProfile?: { type: string };
+  appArmorProfile?: { type: string };
+  seLinuxOptions?: { type?: string; user?: string; role?: string };
+  windowsOptions?: { hostProcess?: boolean };
+};
+const profileOk = (p: { type: string } | undefined) => !p || (ALLOWED_PROFILE_TYPES as readonly string[]).includes(p.type);
+const seLinuxOk = (o: SecurityContextIn["seLinuxOptions"]) => !o || ((!o.type || (ALLOWED_SELINUX_TYPES as readonly string[]).includes(o.type)) && !o.user && !o.role);
+
+/** What the pod's and a container's security context share: never root, no weaker profile, no host process. */
+function commonGuards<T extends SecurityContextIn>(): Guard<T>[] {
+  return [
+    { rule: "!has(self.runAsNonRoot) || self.runAsNonRoot", ok: (s) => s.runAsNonRoot !== false, path: ["runAsNonRoot"], message: "runAsNonRoot cannot be false: the runtime's pod runs as non-root" },
+    { rule: "!has(self.runAsUser) || self.runAsUser != 0", ok: (s) => s.runAsUser !== 0, path: ["runAsUser"], message: "runAsUser cannot be 0 (root): the runtime's pod runs as non-root" },
+    {
+      rule: `!has(self.seccompProfile) || self.seccompProfile.type in ${celList(ALLOWED_PROFILE_TYPES)}`,
+      ok: (s) => profileOk(s.seccompProfile),
+      path: ["seccompProfile", "type"],
+      message: `seccompProfile.type must be ${ALLOWED_PROFILE_TYPES.join(" or ")} (${RESTRICTED}); Unconfined is refused`,
+    },
+    {
+      rule: `!has(self.appArmorProfile) || self.appArmorProfile.type in ${celList(ALLOWED_PROFILE_TYPES)}`,
+      ok: (s) => profileOk(s.appArmorProfile),
+      path: ["appArmorProfile", "type"],
+      message: `appArmorProfile.type must be ${ALLOWED_PROFILE_TYPES.join(" or ")} (${RESTRICTED}); Unconfined is refused`,
+    },
+    {
+      rule: `!has(self.seLinuxOptions) || ((!has(self.seLinuxOptions.type) || self.seLinuxOptions.type in ${celList(ALLOWED_SELINUX_TYPES)}) && (!has(self.seLinuxOptions.user) || self.seLinuxOptions.user == '') && (!has(self.seLinuxOptions.role) || self.seLinuxOptions.role == ''))`,
+      ok: (s) => seLinuxOk(s.seLinuxOptions),
+      path: ["seLinuxOptions"],
+      message: `seLinuxOptions may set only a type of ${ALLOWED_SELINUX_TYPES.filter(Boolean).join(", ")} and no user or role (${RESTRICTED})`,
+    },
+    {
+      rule: "!has(self.windowsOptions) || !has(self.windowsOptions.hostProcess) || !self.windowsOptions.hostProcess",
+      ok: (s) => s.windowsOptions?.hostProcess !== true,
+      path: ["windowsOptions", "hostProcess"],
+      message: `windowsOptions.hostProcess cannot be true (${RESTRICTED})`,
+    },
+  ];
+}
+
+const securityContextShape = {
+  runAsNonRoot: z.boolean().optional().describe("Must not be false: the pod runs as non-root"),
+  runAsUser: z.number().int().min(0).optional().describe("The UID to run as; never 0"),
+  seccompProfile: ProfileType("Seccomp").optional(),
+  appArmorProfile: ProfileType("AppArmor").optional(),
+  seLinuxOptions: SeLinuxOptions.optional(),
+  windowsOptions: WindowsOptions.optional(),
+};
+
+/** A container's security context as restricted allows it; the operator adds what restricted requires (pod.ts). */
+const ContainerSecurityContext = guarded(
   passThrough(
     {
-      runAsNonRoot: z.boolean().optional().describe("Must not be false: the pod runs as non-root"),
-      runAsUser: z.number().int().min(0).optional().describe("The UID to run as; never 0"),
+      ...securityContextShape,
+      privileged: z.boolean().optional().describe("Must not be true"),
+      allowPrivilegeEscalation: z.boolean().optional().describe("Must not be true; defaults to false"),
+      capabilities: passThrough(
+        {
+          add: z.array(z.string()).max(64).optional().describe(`Only ${ALLOWED_CAPABILITY}`),
+          drop: z.array(z.string()).max(64).optional().describe("Must include ALL; defaults to [ALL]"),
+        },
+        "Capabilities: all dropped, at most NET_BIND_SERVICE added",
+      ).optional(),
+      procMount: z.string().optional().describe("Default only"),
     },
-    description,
-  ).meta(
-    cel(
-      { rule: "!has(self.runAsNonRoot) || self.runAsNonRoot", message: "runAsNonRoot cannot be false: the runtime's pod runs as non-root" },
-      { rule: "!has(self.runAsUser) || self.runAsUser != 0", message: "runAsUser cannot be 0 (root): the runtime's pod runs as non-root" },
-    ),
-  ).superRefine((sc, ctx) => {
-    if (sc.runAsNonRoot === false) ctx.addIssue({ code: "custom", path: ["runAsNonRoot"], message: "runAsNonRoot cannot be false: the runtime's pod runs as non-root" });
-    if (sc.runAsUser === 0) ctx.addIssue({ code: "custom", path: ["runAsUser"], message: "runAsUser cannot be 0 (root): the runtime's pod runs as non-root" });
-  });
+    `Container security context (${RESTRICTED}); defaults to runAsNonRoot, seccomp RuntimeDefault, allowPrivilegeEscalation false and all capabilities dropped`,
+  ),
+  [
+    ...commonGuards(),
+    { rule: "!has(self.privileged) || !self.privileged", ok: (s) => s.privileged !== true, path: ["privileged"], message: `privileged cannot be true (${RESTRICTED})` },
+    {
+      rule: "!has(self.allowPrivilegeEscalation) || !self.allowPrivilegeEscalation",
+      ok: (s) => s.allowPrivilegeEscalation !== true,
+      path: ["allowPrivilegeEscalation"],
+      message: `allowPrivilegeEscalation cannot be true (${RESTRICTED})`,
+    },
+    {
+      rule: `!has(self.capabilities) || !has(self.capabilities.add) || self.capabilities.add.all(c, c == '${ALLOWED_CAPABILITY}')`,
+      ok: (s) => (s.capabilities?.add ?? []).every((c) => c === ALLOWED_CAPABILITY),
+      path: ["capabilities", "add"],
+      message: `capabilities.add may hold only ${ALLOWED_CAPABILITY} (${RESTRICTED})`,
+    },
+    {
+      rule: "!has(self.capabilities) || !has(self.capabilities.drop) || self.capabilities.drop.exists(c, c == 'ALL')",
+      ok: (s) => !s.capabilities?.drop || s.capabilities.drop.includes("ALL"),
+      path: ["capabilities", "drop"],
+      message: `capabilities.drop must include ALL (${RESTRICTED}); leave it out to get [ALL]`,
+    },
+    { rule: "!has(self.procMount) || self.procMount == 'Default'", ok: (s) => s.procMount === undefined || s.procMount === "Default", path: ["procMount"], message: `procMount must be Default (${RESTRICTED})` },
+  ],
+);
+
+/** The pod's security context as restricted allows it, merged over the operator's default. */
+const PodSecurityContext = guarded(
+  passThrough(
+    {
+      ...securityContextShape,
+      sysctls: z.array(passThrough({ name: z.string().describe("A safe sysctl") }, "A sysctl")).max(32).optional().describe(`Only the safe sysctls: ${SAFE_SYSCTLS.join(", ")}`),
+    },
+    `Pod security context (${RESTRICTED}), merged over the default (runAsNonRoot, the operator's UID and GID, seccomp RuntimeDefault)`,
+  ),
+  [
+    ...commonGuards(),
+    {
+      rule: `!has(self.sysctls) || self.sysctls.all(s, s.name in ${celList(SAFE_SYSCTLS)})`,
+      ok: (s) => (s.sysctls ?? []).every((x) => (SAFE_SYSCTLS as readonly string[]).includes(x.name)),
+      path: ["sysctls"],
+      message: `sysctls may set only the safe ones (${SAFE_SYSCTLS.join(", ")})`,
+    },
+  ],
+);
+
+/** A probe's or lifecycle handler's target: never another host (the kubelet would reach it for the pod). */
+type Handler = { httpGet?: { host?: unknown }; tcpSocket?: { host?: unknown } } | undefined;
+const HANDLERS = ["livenessProbe", "readinessProbe", "startupProbe"] as const;
+const handlerHosts = (c: Record<string, unknown>): string[] => {
+  const out: string[] = [];
+  const check = (h: Handler, path: string) => {
+    for (const kind of ["httpGet", "tcpSocket"] as const) {
+      const host = h?.[kind]?.host;
+      if (host !== undefined && host !== "") out.push(`${path}.${kind}.host`);
+    }
+  };
+  for (const p of HANDLERS) check(c[p] as Handler, p);
+  const lifecycle = c.lifecycle as Record<string, Handler> | undefined;
+  for (const h of ["postStart", "preStop"]) check(lifecycle?.[h], `lifecycle.${h}`);
+  return out;
+};
 
 const RUNTIME_CONTAINER_MESSAGE = `container name '${RUNTIME_CONTAINER}' is the runtime's own; choose another`;
+const HOST_PORT_MESSAGE = `ports[].hostPort cannot be set (${RESTRICTED}): a container is reached through the pod's address`;
 export const Container = passThrough(
   {
     name: DnsLabel("a container's name").describe("The container's name, unique in the pod and never runtime"),
-    image: z.string().min(1).describe("The container's image"),
+    image: z.string().min(1).describe("The container's image; on the install's allow-list (--allowed-images) when it has one"),
     resources: Resources.optional().describe("The container's compute resources"),
-    securityContext: NonRootSecurityContext("Container security context; defaults to allowPrivilegeEscalation false and all capabilities dropped").optional(),
+    ports: z.array(passThrough({ hostPort: z.number().int().optional().describe("Must stay unset (or 0)") }, "A Kubernetes ContainerPort")).max(64).optional().describe("The container's ports; no hostPort"),
+    securityContext: ContainerSecurityContext.optional(),
   },
   "A Kubernetes Container",
-).meta(cel({ rule: `self.name != '${RUNTIME_CONTAINER}'`, message: RUNTIME_CONTAINER_MESSAGE }));
+)
+  .meta(
+    cel(
+      { rule: `self.name != '${RUNTIME_CONTAINER}'`, message: RUNTIME_CONTAINER_MESSAGE },
+      { rule: "!has(self.ports) || self.ports.all(p, !has(p.hostPort) || p.hostPort == 0)", message: HOST_PORT_MESSAGE },
+    ),
+  )
+  .superRefine((c, ctx) => {
+    c.ports?.forEach((p, i) => p.hostPort !== undefined && p.hostPort !== 0 && ctx.addIssue({ code: "custom", path: ["ports", i, "hostPort"], message: HOST_PORT_MESSAGE }));
+    for (const path of handlerHosts(c)) ctx.addIssue({ code: "custom", path: path.split("."), message: `${path} cannot name a host (${RESTRICTED}): probes and hooks reach the pod itself` });
+  });
 
 const RUNTIME_VOLUME_MESSAGE = `volume name is one of the runtime's own (${RUNTIME_VOLUMES.join(", ")}); choose another`;
-export const Volume = passThrough({ name: DnsLabel("a volume's name").describe("The volume's name, unique in the pod and not one of the runtime's own") }, "A Kubernetes Volume").meta(
-  cel({ rule: `!(self.name in [${RUNTIME_VOLUMES.map((v) => `'${v}'`).join(", ")}])`, message: RUNTIME_VOLUME_MESSAGE }),
-);
+const VOLUME_TYPE_MESSAGE = `a volume's type must be one of ${ALLOWED_VOLUME_TYPES.join(", ")} (${RESTRICTED}): hostPath and the others reach the node or storage outside the namespace's claims`;
+export const Volume = passThrough(
+  {
+    name: DnsLabel("a volume's name").describe("The volume's name, unique in the pod and not one of the runtime's own"),
+    ...Object.fromEntries(FORBIDDEN_VOLUME_TYPES.map((t) => [t, z.looseObject({}).meta({ ...PASS_THROUGH, description: "Refused" }).optional()])),
+  },
+  `A Kubernetes Volume of a type restricted allows (${ALLOWED_VOLUME_TYPES.join(", ")})`,
+)
+  .meta(
+    cel(
+      { rule: `!(self.name in [${RUNTIME_VOLUMES.map((v) => `'${v}'`).join(", ")}])`, message: RUNTIME_VOLUME_MESSAGE },
+      { rule: FORBIDDEN_VOLUME_TYPES.map((t) => `!has(self.${t})`).join(" && "), message: VOLUME_TYPE_MESSAGE },
+    ),
+  )
+  .superRefine((v, ctx) => {
+    // Every key but the name is the volume's source: only the allowed types pass, whatever Kubernetes adds later.
+    for (const k of Object.keys(v)) if (k !== "name" && !(ALLOWED_VOLUME_TYPES as readonly string[]).includes(k)) ctx.addIssue({ code: "custom", path: [k], message: VOLUME_TYPE_MESSAGE });
+  });
 
 const RUNTIME_PATH_MESSAGE = "mountPath cannot be /tmp or under /etc/ifp: the runtime mounts its own files there";
 export const VolumeMount = passThrough(
@@ -222,6 +419,13 @@ const LabelMap = (what: string, forbidden: string) =>
 const POD_LABELS_RULE = `self.all(k, !(k in [${RUNTIME_POD_LABELS.map((l) => `'${l}'`).join(", ")}]))`;
 const POD_ANNOTATIONS_MESSAGE = `podAnnotations cannot use the prefix ${RUNTIME_ANNOTATION_PREFIX}: the operator's own (such as ${RUNTIME_ANNOTATION_PREFIX}config-hash)`;
 
+/** The annotations that once set seccomp and AppArmor profiles: only what restricted allows (the fields say the same). */
+const SECCOMP_ANNOTATION_PREFIXES = ["seccomp.security.alpha.kubernetes.io/", "container.seccomp.security.alpha.kubernetes.io/"];
+const APPARMOR_ANNOTATION_PREFIX = "container.apparmor.security.beta.kubernetes.io/";
+const POD_PROFILE_ANNOTATIONS_RULE = `self.all(k, ${SECCOMP_ANNOTATION_PREFIXES.map((p) => `!k.startsWith('${p}')`).join(" && ")} && (!k.startsWith('${APPARMOR_ANNOTATION_PREFIX}') || self[k] == 'runtime/default' || self[k].startsWith('localhost/')))`;
+const POD_PROFILE_ANNOTATIONS_MESSAGE = `podAnnotations cannot set a seccomp profile (${SECCOMP_ANNOTATION_PREFIXES.join(", ")}) or an AppArmor profile other than runtime/default or localhost/* (${APPARMOR_ANNOTATION_PREFIX}); use the securityContext fields`;
+const profileAnnotationOk = (k: string, v: string) => !SECCOMP_ANNOTATION_PREFIXES.some((p) => k.startsWith(p)) && (!k.startsWith(APPARMOR_ANNOTATION_PREFIX) || v === "runtime/default" || v.startsWith("localhost/"));
+
 const names = (items: { name: string }[] | undefined) => (items ?? []).map((i) => i.name);
 const dupes = (list: string[]) => [...new Set(list.filter((n, i) => list.indexOf(n) !== i))];
 
@@ -240,13 +444,14 @@ export const DeploymentSettings = z
     tolerations: z.array(z.looseObject({}).meta(PASS_THROUGH)).max(64).optional().describe("Taints the runtime's pods tolerate (Kubernetes Tolerations)"),
     affinity: z.looseObject({}).meta(PASS_THROUGH).optional().describe("Scheduling affinity of the runtime's pods (a Kubernetes Affinity)"),
     topologySpreadConstraints: z.array(z.looseObject({}).meta(PASS_THROUGH)).max(16).optional().describe("The runtime's pods carry app.kubernetes.io/name: ifp-runtime and app.kubernetes.io/instance: <name>"),
-    securityContext: NonRootSecurityContext("Pod security context, merged over the default (runAsNonRoot, the operator's UID and GID, seccomp RuntimeDefault)").optional(),
+    securityContext: PodSecurityContext.optional(),
     priorityClassName: z.string().min(1).max(253).optional().describe("PriorityClass of the runtime's pods"),
     podAnnotations: z.record(z.string(), z.string()).meta({
       maxProperties: 64,
       ...cel(
         { rule: META_KEY_RULE, message: "podAnnotations keys must be Kubernetes annotation keys" },
         { rule: `self.all(k, !k.startsWith('${RUNTIME_ANNOTATION_PREFIX}'))`, message: POD_ANNOTATIONS_MESSAGE },
+        { rule: POD_PROFILE_ANNOTATIONS_RULE, message: POD_PROFILE_ANNOTATIONS_MESSAGE },
       ),
     }).optional().describe(`Annotations added to the runtime's pods; not under ${RUNTIME_ANNOTATION_PREFIX}`),
     podLabels: LabelMap("podLabels", POD_LABELS_RULE).optional().describe("Labels added to the runtime's pods; not the ones the operator selects them by"),
@@ -286,6 +491,7 @@ export const DeploymentSettings = z
     for (const k of Object.keys(d.podAnnotations ?? {})) {
       if (!metaKeyOk(k)) issue(["podAnnotations", k], "podAnnotations keys must be Kubernetes annotation keys");
       if (k.startsWith(RUNTIME_ANNOTATION_PREFIX)) issue(["podAnnotations", k], POD_ANNOTATIONS_MESSAGE);
+      if (!profileAnnotationOk(k, d.podAnnotations![k]!)) issue(["podAnnotations", k], POD_PROFILE_ANNOTATIONS_MESSAGE);
     }
   })
   .describe("Pod settings of the runtime's Deployment: the application's containers beside the runtime, and the pod's placement and security");

@@ -84,7 +84,37 @@ describe("spec.deployment", () => {
     ["a podAnnotation key that is not a key", { podAnnotations: { "/x": "y" } }, /podAnnotations keys must be Kubernetes annotation keys/],
     ["two pull secrets of a name", { imagePullSecrets: [{ name: "r" }, { name: "r" }] }, /imagePullSecret 'r' is named twice/],
     ["too many sidecars", { sidecars: Array.from({ length: 17 }, (_, i) => sidecar(`c${i}`)) }, /sidecars/],
+    // The restricted Pod Security Standard (the same rules run as CEL: operator/test/pod-security.test.ts).
+    ["a privileged sidecar", { sidecars: [sidecar("app", { securityContext: { privileged: true } })] }, /sidecars.0.securityContext.privileged: privileged cannot be true/],
+    ["privilege escalation", { initContainers: [sidecar("i", { securityContext: { allowPrivilegeEscalation: true } })] }, /initContainers.0.securityContext.allowPrivilegeEscalation: allowPrivilegeEscalation cannot be true/],
+    ["an added capability", { sidecars: [sidecar("app", { securityContext: { capabilities: { add: ["NET_BIND_SERVICE", "SYS_ADMIN"] } } })] }, /sidecars.0.securityContext.capabilities.add: capabilities.add may hold only NET_BIND_SERVICE/],
+    ["a drop list without ALL", { sidecars: [sidecar("app", { securityContext: { capabilities: { drop: ["NET_RAW"] } } })] }, /capabilities.drop must include ALL/],
+    ["an Unconfined seccomp profile of a container", { sidecars: [sidecar("app", { securityContext: { seccompProfile: { type: "Unconfined" } } })] }, /sidecars.0.securityContext.seccompProfile.type: seccompProfile.type must be RuntimeDefault or Localhost/],
+    ["an Unconfined seccomp profile of the pod", { securityContext: { seccompProfile: { type: "Unconfined" } } }, /securityContext.seccompProfile.type: seccompProfile.type must be/],
+    ["an Unconfined AppArmor profile", { securityContext: { appArmorProfile: { type: "Unconfined" } } }, /appArmorProfile.type must be/],
+    ["an SELinux user", { sidecars: [sidecar("app", { securityContext: { seLinuxOptions: { user: "system_u" } } })] }, /seLinuxOptions may set only a type/],
+    ["an SELinux type of the host", { securityContext: { seLinuxOptions: { type: "spc_t" } } }, /seLinuxOptions may set only a type/],
+    ["an unmasked /proc", { sidecars: [sidecar("app", { securityContext: { procMount: "Unmasked" } })] }, /procMount must be Default/],
+    ["a Windows host process", { securityContext: { windowsOptions: { hostProcess: true } } }, /windowsOptions.hostProcess cannot be true/],
+    ["an unsafe sysctl", { securityContext: { sysctls: [{ name: "kernel.msgmax", value: "1" }] } }, /securityContext.sysctls: sysctls may set only the safe ones/],
+    ["a host port", { sidecars: [sidecar("app", { ports: [{ containerPort: 80, hostPort: 80 }] })] }, /sidecars.0.ports.0.hostPort: ports\[\].hostPort cannot be set/],
+    ["a probe of another host", { sidecars: [sidecar("app", { readinessProbe: { httpGet: { host: "10.0.0.1", port: 80 } } })] }, /sidecars.0.readinessProbe.httpGet.host: readinessProbe.httpGet.host cannot name a host/],
+    ["a hook of another host", { sidecars: [sidecar("app", { lifecycle: { preStop: { tcpSocket: { host: "169.254.169.254", port: 80 } } } })] }, /lifecycle.preStop.tcpSocket.host cannot name a host/],
+    ["a hostPath volume", { volumes: [{ name: "root", hostPath: { path: "/" } }] }, /volumes.0.hostPath: a volume's type must be one of configMap, secret, emptyDir/],
+    ["an nfs volume", { volumes: [{ name: "n", nfs: { server: "s", path: "/" } }] }, /volumes.0.nfs: a volume's type must be one of/],
+    ["a volume type the schema does not know", { volumes: [{ name: "n", futureHostThing: {} }] }, /volumes.0.futureHostThing: a volume's type must be one of/],
+    ["an AppArmor annotation that unconfines", { podAnnotations: { "container.apparmor.security.beta.kubernetes.io/app": "unconfined" } }, /podAnnotations cannot set a seccomp profile .* or an AppArmor profile other than/],
+    ["a seccomp annotation", { podAnnotations: { "seccomp.security.alpha.kubernetes.io/pod": "unconfined" } }, /podAnnotations cannot set a seccomp profile/],
   ];
+  it("accepts what the restricted standard allows: NET_BIND_SERVICE, Localhost profiles, container SELinux types, safe sysctls, the allowed volume types", () => {
+    expect(issues({
+      sidecars: [sidecar("app", { ports: [{ containerPort: 80, hostPort: 0 }], readinessProbe: { httpGet: { port: 80, host: "" } }, securityContext: { capabilities: { add: ["NET_BIND_SERVICE"], drop: ["ALL"] }, seccompProfile: { type: "Localhost", localhostProfile: "p.json" }, seLinuxOptions: { type: "container_t", level: "s0:c1" }, procMount: "Default", allowPrivilegeEscalation: false, privileged: false } })],
+      securityContext: { appArmorProfile: { type: "RuntimeDefault" }, sysctls: [{ name: "net.ipv4.ip_unprivileged_port_start", value: "0" }] },
+      volumes: [{ name: "a", emptyDir: {} }, { name: "b", configMap: { name: "c" } }, { name: "c", secret: { secretName: "s" } }, { name: "d", projected: { sources: [] } }, { name: "e", downwardAPI: {} }, { name: "f", persistentVolumeClaim: { claimName: "p" } }, { name: "g", ephemeral: {} }, { name: "h", csi: { driver: "d" } }],
+      podAnnotations: { "container.apparmor.security.beta.kubernetes.io/app": "runtime/default" },
+    })).toEqual([]);
+  });
+
   it.each(refusals)("refuses %s", (_name, input, message) => {
     const found = issues(input);
     expect(found.join("\n")).toMatch(message);

@@ -28,6 +28,7 @@ import { SIGNING_KEY_FILE } from "../../../../runtime/src/contract/signing-keys.
 import type { AgentStatus } from "../../crd/status.ts";
 import { imageRefusal, requestedHosts, secretUsableBy, tlsRefusal } from "../references.ts";
 import { agentStatus } from "./status.ts";
+import { podSettingsRefusal, readSecret } from "../pod-policy.ts";
 import { errorMessage } from "../../kube/client.ts";
 import { AGENT_FINALIZER, agentKeyOf, agentLeftovers, deleteAgentJetStream, hasFinalizer, setFinalizer } from "../finalizers.ts";
 
@@ -74,7 +75,7 @@ async function reconcilePass(ctx: ReconcileContext, obj: CustomObject, namespace
     const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls, dnsNames);
     for (const e of tls.events) await (e.type === "Normal" ? note(ctx, obj, e.reason, e.message) : ctx.kube.event(obj, e.type, e.reason, e.message));
     const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls?.trust);
-    const refused = imageRefusal(agent.spec.image, ctx.settings) ?? (await checkIntroductionSecret(ctx, owner, agent));
+    const refused = imageRefusal(agent.spec.image, ctx.settings) ?? (await checkIntroductionSecret(ctx, owner, agent)) ?? (await podSettingsRefusal(readSecret(ctx), owner, agent.spec.deployment, ctx.settings));
     const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, agentPermissions(agent.spec.agentId, agentKeyOf(agent))) : undefined;
     let applied: string[] = [...signing.applied, ...localApi.applied, ...handoff.applied, ...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? [])];
     const exposure = await planExposure(ctx.kube, namespace, expose);

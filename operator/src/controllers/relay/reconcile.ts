@@ -19,6 +19,7 @@ import { certificateDnsNames, childNames, serviceDnsNames, type Owner } from "..
 import { ensureTls, type TlsOutcome } from "../tls.ts";
 import { imageRefusal, requestedHosts, tlsRefusal } from "../references.ts";
 import { ensureTrust } from "../trust.ts";
+import { podSettingsRefusal, readSecret } from "../pod-policy.ts";
 import { relayPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
 import { ensureNatsCreds } from "../nats-creds.ts";
 import { desiredRelayChildren, relayOwner, retentionLoss, STREAM_FINALIZER, type RelayResource } from "./desired.ts";
@@ -62,7 +63,7 @@ async function reconcilePass(ctx: RelayContext, obj: CustomObject, namespace: st
     const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
     if (pruned.length) await note(ctx, obj, "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
     // A Secret the relay may not use (or that does not exist yet) is never mounted.
-    const imageBlocker = imageRefusal(relay.spec.image, ctx.settings);
+    const imageBlocker = imageRefusal(relay.spec.image, ctx.settings) ?? (await podSettingsRefusal(readSecret(ctx), owner, relay.spec.deployment, ctx.settings));
     const tlsHeld = imageBlocker || tlsRefused || (tls.blocker && ["TLSSecretMissing", "InvalidTLSSecret", "ForeignSecret"].includes(tls.blocker.reason));
     // The namespace's shared relay ServiceAccount first: the pods run under it.
     const written = tlsHeld ? [] : [...(await ensureSharedRuntimeAccess(ctx, "Relay", namespace)), ...(await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName, exposure })))];
