@@ -1,5 +1,6 @@
 // The local API's token Secret and Service on a real API server: made once, kept across
-// reconciles and across an Agent deleted and created again, like the signing key.
+// reconciles, owned by the Agent; a token or hand-off Secret someone else made under the name is
+// refused, never used or overwritten.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
@@ -50,7 +51,7 @@ describe("spec.localApi.service on a real API server", () => {
     await untilReason("alice", "RuntimeNotReady");
     const secret = get("secret", "alice-local-api");
     expect(token("alice")).toMatch(/^[A-Za-z0-9_-]{43}$/);
-    expect(secret.metadata.ownerReferences).toBeUndefined();
+    expect(secret.metadata.ownerReferences).toEqual([{ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", name: "alice", uid: get("agent", "alice").metadata.uid, controller: true, blockOwnerDeletion: true }]);
     expect(secret.metadata.labels).toMatchObject({ "app.kubernetes.io/managed-by": "ifp-operator", "app.kubernetes.io/instance": "alice" });
     const svc = get("service", "alice-local-api");
     expect(svc.spec).toMatchObject({ type: "ClusterIP", sessionAffinity: "ClientIP", ports: [{ name: "local-api", port: 9443, targetPort: "local-api", protocol: "TCP" }] });
@@ -98,20 +99,52 @@ describe("spec.localApi.service on a real API server", () => {
     await until("the Service back", () => get("service", "alice-local-api"));
   });
 
-  it("keeps the token for an Agent deleted and created again under the same name, as it keeps the signing key", { timeout: 150_000 }, async () => {
+  it("deletes the token with its Agent: one created again under the name gets a new token, and keeps its signing key", { timeout: 150_000 }, async () => {
     cp.kubectl(["apply", "-f", "-"], agentYaml("doomed", "{service: {enabled: true}}"));
     await untilReason("doomed", "RuntimeNotReady");
     const first = token("doomed");
     const uid = get("agent", "doomed").metadata.uid;
+    const signing = get("secret", "doomed-signing").metadata.uid;
     cp.kubectl(["-n", NS, "delete", "agent", "doomed", "--wait=false"]);
-    await until("garbage collection", () => !get("service", "doomed-local-api") && !get("deployment", "doomed"), 60_000, 500);
-    expect(get("secret", "doomed-signing")).toBeDefined();
-    expect(token("doomed")).toBe(first);
+    await until("garbage collection", () => !get("service", "doomed-local-api") && !get("deployment", "doomed") && !get("secret", "doomed-local-api"), 60_000, 500);
+    expect(get("secret", "doomed-signing").metadata.uid).toBe(signing);
     cp.kubectl(["apply", "-f", "-"], agentYaml("doomed", "{service: {enabled: true}}"));
     const again = await untilReason("doomed", "RuntimeNotReady");
     expect(again.metadata.uid).not.toBe(uid);
-    expect(token("doomed")).toBe(first);
-    expect(get("service", "doomed-local-api")).toBeDefined();
+    expect(token("doomed")).not.toBe(first);
+    expect(get("secret", "doomed-signing").metadata.uid).toBe(signing);
+  });
+
+  it("refuses a token or hand-off Secret planted under the name before the Agent, even with the operator's labels: never used, never overwritten", { timeout: 120_000 }, async () => {
+    // Whoever may only create Secrets makes them first, with a value they know.
+    const known = "k".repeat(43);
+    const labels = { "app.kubernetes.io/managed-by": "ifp-operator", "app.kubernetes.io/instance": "mallory", "app.kubernetes.io/component": "agent", "app.kubernetes.io/part-of": "ifp-operator" };
+    const plant = (name: string, key: string) =>
+      cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "Secret", metadata: { name, namespace: NS, labels }, stringData: { [key]: known } }));
+    plant("mallory-local-api", "token");
+    plant("mallory-handoff", "handoff.key");
+    const planted = { api: get("secret", "mallory-local-api").metadata.resourceVersion, handoff: get("secret", "mallory-handoff").metadata.resourceVersion };
+    cp.kubectl(["apply", "-f", "-"], agentYaml("mallory", "{service: {enabled: true}}"));
+    const refused = await untilReason("mallory", "ForeignSecret");
+    expect(condition(refused, "Ready").message).toBe(
+      "Secret mallory-local-api, where the operator keeps this Agent's local API token, was not made by the operator for Agent mallory (it lacks the owner reference to it or the operator's labels); it is neither used nor overwritten: delete Secret mallory-local-api and the operator makes a new one",
+    );
+    expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "ForeignSecret" });
+    await until("the Warning/ForeignSecret Event", () => (cp.json(["-n", NS, "get", "events", "--field-selector", "involvedObject.name=mallory"]).items as any[]).some((e) => e.type === "Warning" && e.reason === "ForeignSecret"));
+    await consistently("nothing rendered, the planted Secret untouched", () => !get("deployment", "mallory") && get("secret", "mallory-local-api").metadata.resourceVersion === planted.api, 5_000);
+    // Deleted: the operator makes its own, with a token nobody chose, and renders the Agent.
+    cp.kubectl(["-n", NS, "delete", "secret", "mallory-local-api"]);
+    await untilReason("mallory", "RuntimeNotReady");
+    expect(token("mallory")).not.toBe(known);
+    expect(get("secret", "mallory-local-api").metadata.ownerReferences[0].uid).toBe(get("agent", "mallory").metadata.uid);
+    // The hand-off secret, once the Agent has a handler.
+    cp.kubectl(["apply", "-f", "-"], agentYaml("mallory", "{service: {enabled: true}}") + "  handler: {url: http://127.0.0.1:8080}\n");
+    const handoff = await untilReason("mallory", "ForeignSecret");
+    expect(condition(handoff, "Ready").message).toMatch(/^Secret mallory-handoff, where the operator keeps this Agent's hand-off signing secret, was not made by the operator for Agent mallory/);
+    await consistently("no hand-off secret mounted, the planted Secret untouched", () => {
+      const d = get("deployment", "mallory");
+      return !d?.spec.template.spec.volumes?.some((v: any) => v.secret?.secretName === "mallory-handoff") && get("secret", "mallory-handoff").metadata.resourceVersion === planted.handoff;
+    }, 5_000);
   });
 
   it("has colliding ports refused by the API server", () => {

@@ -30,7 +30,10 @@ export function withHandoffSecret(deployment: V1Deployment, owner: Owner): V1Dep
   return d;
 }
 
-/** With spec.handler: the secret, made once and kept (rotate it by writing a new value and restarting the pods). */
+/**
+ * With spec.handler: the secret, made once and kept while the Agent is (rotate it by writing a new
+ * value and restarting the pods); one the operator did not make for this Agent is refused.
+ */
 export async function ensureHandoffSecret(ctx: ReconcileContext, obj: CustomObject, owner: Owner, agent: Pick<Agent, "spec">): Promise<LocalApiOutcome> {
   if (!agent.spec.handler) return { applied: [] };
   return ensureGeneratedSecret(ctx, obj, owner, {

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { certificateDnsNames } from "../runtime.ts";
 import { desiredAgentChildren, type AgentResource } from "./desired.ts";
-import { localApiDnsNames, localApiTokenSecret, newLocalApiToken } from "./local-api.ts";
+import { generatedSecretRefusal, localApiDnsNames, localApiTokenSecret, newLocalApiToken } from "./local-api.ts";
 
 const meta = { name: "alice", namespace: "team", uid: "uid-1", generation: 1 };
 const agent = (localApi?: Record<string, unknown>): AgentResource => {
@@ -79,13 +79,32 @@ describe("spec.localApi.service rendered", () => {
     expect(Agent.safeParse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: meta, spec: { agentId: "a", localApi: { service: { enabled: true, port: 0 } } } }).success).toBe(false);
   });
 
-  it("makes a token of 32 random bytes, base64url, into a Secret without an owner", () => {
+  it("makes a token of 32 random bytes, base64url, into a Secret the Agent owns", () => {
     const t = newLocalApiToken();
     expect(t).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(newLocalApiToken()).not.toBe(t);
     const s = localApiTokenSecret(owner, t);
     expect(s.metadata).toMatchObject({ name: "alice-local-api", namespace: "team" });
-    expect(s.metadata!.ownerReferences).toBeUndefined();
+    expect(s.metadata!.ownerReferences).toEqual([{ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", name: "alice", uid: "uid-1", controller: true, blockOwnerDeletion: true }]);
+    expect(generatedSecretRefusal(s, owner, "local API token")).toBeUndefined();
     expect(Buffer.from(s.data!.token!, "base64").toString()).toBe(t);
+  });
+});
+
+describe("a generated Secret someone else made", () => {
+  it("is refused unless it has both the owner reference to this Agent and the operator's labels, naming the Secret", () => {
+    const made = localApiTokenSecret(owner, newLocalApiToken());
+    const { ownerReferences: _o, ...noOwner } = made.metadata!;
+    const planted = { ...made, metadata: noOwner };
+    expect(generatedSecretRefusal(planted, owner, "local API token")).toEqual({
+      reason: "ForeignSecret",
+      message: "Secret alice-local-api, where the operator keeps this Agent's local API token, was not made by the operator for Agent alice (it lacks the owner reference to it or the operator's labels); it is neither used nor overwritten: delete Secret alice-local-api and the operator makes a new one",
+    });
+    const unlabelled = { ...made, metadata: { ...made.metadata!, labels: { "ifp.dev/agent": "alice" } } };
+    expect(generatedSecretRefusal(unlabelled, owner, "local API token")?.reason).toBe("ForeignSecret");
+    const otherOwner = { ...made, metadata: { ...made.metadata!, ownerReferences: [{ ...made.metadata!.ownerReferences![0]!, uid: "uid-of-bob", name: "bob" }] } };
+    expect(generatedSecretRefusal(otherOwner, owner, "local API token")?.message).toMatch(/was not made by the operator for Agent alice/);
+    const earlier = { ...made, metadata: { ...made.metadata!, ownerReferences: [{ ...made.metadata!.ownerReferences![0]!, uid: "uid-0" }] } };
+    expect(generatedSecretRefusal(earlier, owner, "local API token")?.message).toMatch(/belongs to an earlier Agent alice \(uid uid-0\)/);
   });
 });

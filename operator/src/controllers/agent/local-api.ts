@@ -5,10 +5,11 @@ import { randomBytes } from "node:crypto";
 import type { KubernetesObject, V1Deployment, V1Secret, V1Service } from "@kubernetes/client-node";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { controlledBy } from "../../kube/apply.ts";
+import { createdFor } from "../references.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
 import type { Blocker } from "../conditions.ts";
 import { note, type CustomObject, type ReconcileContext } from "../reconciler.ts";
-import { childMeta, selectorLabels, type Owner } from "../runtime.ts";
+import { childMeta, ownerReference, selectorLabels, type Owner } from "../runtime.ts";
 
 export const LOCAL_API_TOKEN_DIR = "/etc/ifp/local-api";
 export const LOCAL_API_TOKEN_PATH = `${LOCAL_API_TOKEN_DIR}/token`;
@@ -74,7 +75,11 @@ export function newLocalApiToken(): string {
   return randomBytes(32).toString("base64url");
 }
 
-/** A Secret holding one generated value, as first created. No owner reference: like the signing key, it outlives the Agent. */
+/**
+ * A Secret holding one generated value, as first created: the operator's labels and a controller
+ * owner reference to the Agent, by which it is known as the operator's own (and deleted with the
+ * Agent).
+ */
 export function generatedSecret(owner: Owner, name: string, key: string, value: string): V1Secret {
   return {
     apiVersion: "v1",
@@ -84,8 +89,30 @@ export function generatedSecret(owner: Owner, name: string, key: string, value: 
       name,
       namespace: owner.metadata.namespace,
       labels: { ...MANAGED_BY, [INSTANCE_LABEL]: owner.metadata.name, [COMPONENT_LABEL]: "agent", "app.kubernetes.io/part-of": "ifp-operator" },
+      ownerReferences: [ownerReference(owner)],
     },
     data: { [key]: Buffer.from(value).toString("base64") },
+  };
+}
+
+/**
+ * Undefined when the operator made this Secret for `owner`: a controller owner reference to it
+ * and the operator's labels naming it. Anyone who may create Secrets in the namespace could
+ * otherwise make one under the name before the operator does and know the value it holds.
+ */
+export function generatedSecretRefusal(secret: V1Secret, owner: Owner, what: string): Blocker | undefined {
+  if (controlledBy(secret, owner.metadata.uid) && createdFor(secret, owner)) return undefined;
+  const name = secret.metadata?.name;
+  const earlier = secret.metadata?.ownerReferences?.find((r) => r.controller && r.kind === owner.kind && r.name === owner.metadata.name && r.uid !== owner.metadata.uid);
+  if (earlier && createdFor(secret, owner)) {
+    return {
+      reason: "ForeignSecret",
+      message: `Secret ${name}, where the operator keeps this ${owner.kind}'s ${what}, belongs to an earlier ${owner.kind} ${owner.metadata.name} (uid ${earlier.uid}); it is neither used nor overwritten, and goes with that one, after which the operator makes a new one`,
+    };
+  }
+  return {
+    reason: "ForeignSecret",
+    message: `Secret ${name}, where the operator keeps this ${owner.kind}'s ${what}, was not made by the operator for ${owner.kind} ${owner.metadata.name} (it lacks the owner reference to it or the operator's labels); it is neither used nor overwritten: delete Secret ${name} and the operator makes a new one`,
   };
 }
 
@@ -96,7 +123,8 @@ export function localApiTokenSecret(owner: Owner, token: string): V1Secret {
 
 /**
  * A Secret with one generated value (a token, a key): created once with a random 32-byte value
- * and never overwritten; a Secret the user made under that name is used as it is. Its value must
+ * and never overwritten. A Secret under that name is used only when the operator made it for this
+ * Agent (generatedSecretRefusal); any other is refused, never overwritten. Its value must
  * have MIN_TOKEN_LENGTH characters or more, else the blocker names the Secret and key.
  */
 export async function ensureGeneratedSecret(
@@ -117,6 +145,8 @@ export async function ensureGeneratedSecret(
     secret = created ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, s.name));
     if (!secret) throw new Error(`Secret ${s.name} vanished right after it was created`);
   }
+  const refused = generatedSecretRefusal(secret, owner, s.what);
+  if (refused) return { applied, blocker: refused };
   const b64 = secret.data?.[s.key];
   const value = b64 ? Buffer.from(b64, "base64").toString().trim() : "";
   if (value.length < MIN_TOKEN_LENGTH) {
@@ -128,10 +158,10 @@ export async function ensureGeneratedSecret(
 export type LocalApiOutcome = { applied: string[]; blocker?: Blocker };
 
 /**
- * When enabled: the token Secret, created once and never overwritten (a Secret the user made
- * under that name is used as it is; rotate by writing a new token into it). It has no owner
- * reference, so a deleted and re-created Agent keeps its token, as it keeps its signing key.
- * When disabled: a Service left from an earlier enabled spec is deleted (the Secret stays).
+ * When enabled: the token Secret, created once and never overwritten (rotate by writing a new
+ * token into it); one the operator did not make for this Agent is refused. It is owned by the
+ * Agent and goes with it. When disabled: a Service left from an earlier enabled spec is deleted
+ * (the Secret stays).
  */
 export async function ensureLocalApi(ctx: ReconcileContext, obj: CustomObject, owner: Owner, agent: Pick<Agent, "spec">): Promise<LocalApiOutcome> {
   const ns = owner.metadata.namespace;
