@@ -9,6 +9,7 @@ import { tempDir } from "./support/process.ts";
 import { generateKeys, serverConfig } from "../operator/src/nats-credentials.ts";
 import { createCA } from "../operator/src/certs.ts";
 import { parseFlags } from "../operator/src/main.ts";
+import { parseRepairFlags } from "../operator/src/nats-store-repair.ts";
 
 const CHART = "charts/ifp-operator";
 const NS = "ifp-system";
@@ -167,7 +168,7 @@ describe("Helm chart", () => {
   it("is refused by the restricted namespace when a security context breaks the standard (the dry runs above can fail)", () => {
     // The test pod is refused (enforce); without it, the Deployment is warned of (warn).
     expect(() => dryRun(renderValues({ securityContext: { allowPrivilegeEscalation: true } }))).toThrow(/pods "ifp-ifp-operator-test" is forbidden: violates PodSecurity "restricted/);
-    expect(() => dryRun(renderValues({ nats: { podSecurityContext: { runAsNonRoot: null } }, tests: { enabled: false } }))).toThrow(/would violate PodSecurity "restricted:latest": runAsNonRoot != true \(pod or containers? "nats"/);
+    expect(() => dryRun(renderValues({ nats: { podSecurityContext: { runAsNonRoot: null } }, tests: { enabled: false } }))).toThrow(/would violate PodSecurity "restricted:latest": runAsNonRoot != true \(pod or containers? (\S+, )*"nats"/);
   });
 
   it("runs every pod as non-root on a read-only root filesystem, as user 10001 by default", () => {
@@ -671,6 +672,22 @@ describe("Helm chart", () => {
     const off: string[] = find(docs(render("nats.tls.enabled=false")), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args;
     expect(off.some((a) => a.startsWith("--nats-tls"))).toBe(false);
     expect(find(docs(render("nats.tls.enabled=false")), "StatefulSet", "ifp-ifp-operator-nats").spec.template.spec.containers.map((c: { name: string }) => c.name)).toEqual(["nats"]);
+  });
+
+  it("repairs a single NATS server's store before it starts, and starts it without waiting for a stream it cannot load", () => {
+    const single = find(docs(render()), "StatefulSet", "ifp-ifp-operator-nats").spec.template.spec;
+    const [repair] = single.initContainers;
+    expect(repair.name).toBe("repair-store");
+    expect(repair.image).toBe(find(docs(render()), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].image);
+    expect(repair.args).toEqual(["repair-nats-store", "--store-dir=/data/jetstream"]);
+    expect(repair.volumeMounts).toEqual([{ name: "data", mountPath: "/data" }]);
+    // The operator's own parser takes the arguments as the chart renders them.
+    expect(parseRepairFlags(repair.args.slice(1))).toMatchObject({ storeDir: "/data/jetstream" });
+    expect(single.containers[0].startupProbe.httpGet.path).toBe("/healthz?js-server-only=true");
+    // A cluster holds streams of more replicas, and a restarted server catches up before it counts as started.
+    const cluster = find(docs(render("nats.replicas=3")), "StatefulSet", "ifp-ifp-operator-nats").spec.template.spec;
+    expect(cluster.initContainers).toBeUndefined();
+    expect(cluster.containers[0].startupProbe.httpGet.path).toBe("/healthz");
   });
 
   it("runs NATS with authentication by default: the operator holds the account key, NATS reads only auth.conf", () => {

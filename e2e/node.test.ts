@@ -352,6 +352,56 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     );
   }, 540_000);
 
+  it("comes back whole after an agent's pod and then the NATS pod are deleted: every stream loaded, every Agent and Relay Ready, messages flowing", async () => {
+    failing();
+    const docs = exampleDocs();
+    const resources = docs.filter((d) => d.doc.kind === "Agent" || d.doc.kind === "Relay");
+    const agents = docs.filter((d) => d.doc.kind === "Agent");
+    const served = agents.find((x) => x.doc.spec.localApi?.service?.enabled)!;
+    const other = agents.find((x) => x !== served && served.doc.spec.peers?.some((p: Obj) => p.agentId === x.doc.spec.agentId))!;
+    expect(other, "a peer of the Agent whose local API is a Service").toBeDefined();
+    const allReady = (what: string) =>
+      withDiagnosis(
+        waitFor(
+          `${what}: ${resources.map((r) => `${r.doc.kind} ${r.namespace}/${r.doc.metadata.name}`).join(", ")} Ready`,
+          () => resources.every((r) => readyCondition(cp.tryJson(["-n", r.namespace, "get", r.doc.kind.toLowerCase(), r.doc.metadata.name]))),
+          300_000,
+          2000,
+        ),
+      );
+    const send = async (tag: string) => {
+      const pod = localApiSender(`restart-${tag}`, served.namespace, served.doc.metadata.name, served.doc.spec.localApi.service.port ?? 9443, images.runtime.ref, { to: other.doc.spec.agentId, phase: "greeting", text: `across restarts (${tag})` });
+      cp.kubectl(["apply", "-f", "-"], JSON.stringify(pod));
+      const done = await withDiagnosis(
+        waitFor(`pod ${pod.metadata.name} to finish`, () => {
+          const p = cp.tryJson(["-n", served.namespace, "get", "pod", pod.metadata.name]);
+          return ["Succeeded", "Failed"].includes(p?.status?.phase) ? p : undefined;
+        }, 300_000, 2000),
+      );
+      const message = done.status.containerStatuses[0].state.terminated?.message ?? "";
+      expect(done.status.phase, `${pod.metadata.name}: ${message}`).toBe("Succeeded");
+      return JSON.parse(message).message_id as string;
+    };
+    const tag = randomUUID().slice(0, 8);
+    // A routine restart of the receiving agent (a rollout, a drain, an OOM kill): its runtime
+    // starts a second time against the streams it made.
+    cp.kubectl(["-n", other.namespace, "delete", "pod", "-l", `app.kubernetes.io/instance=${other.doc.metadata.name}`, "--wait=true"]);
+    await allReady(`after ${other.doc.metadata.name}'s pod was deleted`);
+    const before = await send(`${tag}-before`);
+    // Then the NATS pod: the server starts again on its volume.
+    const [nats] = pods(SYSTEM, "app.kubernetes.io/component=nats");
+    cp.kubectl(["-n", SYSTEM, "delete", "pod", nats!.metadata.name, "--wait=true"]);
+    await withDiagnosis(waitFor("the NATS pod Ready again", () => pods(SYSTEM, "app.kubernetes.io/component=nats").some((p) => podReady(p) && p.metadata.uid !== nats!.metadata.uid), 300_000, 2000));
+    const [again] = pods(SYSTEM, "app.kubernetes.io/component=nats").filter(podReady);
+    const natsLog = cp.kubectl(["-n", SYSTEM, "logs", again!.metadata.name, "-c", "nats"]);
+    expect(natsLog).toMatch(/Restored \d+ messages for stream/);
+    expect(natsLog).not.toMatch(/Error recreating stream|could not be recovered/);
+    await allReady("after the NATS pod was deleted");
+    const after = await send(`${tag}-after`);
+    const appLog = () => pods(other.namespace, `app.kubernetes.io/instance=${other.doc.metadata.name}`).map((p) => cp.kubectl(["-n", other.namespace, "logs", p.metadata.name, "-c", "app"])).join("\n");
+    await withDiagnosis(waitFor("both messages in the recipient application's log", () => [before, after].every((id) => appLog().includes(id) || appLog().includes(`across restarts (${id === before ? `${tag}-before` : `${tag}-after`})`)), 120_000, 2000));
+  }, 900_000);
+
   it("trusts an Agent whose certificate a user's own CA issued, given to the sender in spec.tls.trust", async () => {
     failing();
     // What a user does: a CA of their own, a kubernetes.io/tls Secret for the receiving agent

@@ -176,6 +176,7 @@ export const Values = z.strictObject({
         })
         .prefault({}),
       networkPolicy: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
+      repairStore: z.strictObject({ resources: Resources({ cpu: "10m", memory: "64Mi", "ephemeral-storage": "16Mi" }, { memory: "160Mi", "ephemeral-storage": "64Mi" }) }).prefault({}),
       install: z.boolean().default(true),
       replicas: z.literal([1, 3]).default(1),
       image: Image("nats", "2.12-alpine"),

@@ -1,6 +1,7 @@
 // Faults, slow clients and a soak against the real runtimes, as users run them (the
-// `ifp-runtime` command) on a real nats-server: kill -9 of nats-server, of the agent runtime and
-// of the relay runtime in the middle of sustained traffic, each restarted, with every message
+// `ifp-runtime` command) on a real nats-server: kill -9 of nats-server, of the agent runtime,
+// of nats-server again after the agent's second start, and of the relay runtime in the middle
+// of sustained traffic, each restarted, with every message
 // answered 202 counted until it reached the handler or was pulled from the mailbox (lost = 0),
 // the requests under way at the kill counted apart from those sent while the component was down
 // (each refused at once: 503 or no connection, never 202);
@@ -380,7 +381,7 @@ export async function runFaults(opts: { loadSeconds?: number; concurrency?: numb
     const faults: FaultResult[] = [];
 
     // 1. nats-server killed (kill -9) and started again on the same port and store.
-    const natsRun = await underLoad("kill -9 nats-server", seconds, concurrency, inboxPost, async (o) => {
+    const killNats = async (o: { killing(): void; down(): void; up(): void }) => {
       const pid = stack.nats.pid!;
       o.killing();
       process.kill(pid, "SIGKILL");
@@ -390,7 +391,8 @@ export async function runFaults(opts: { loadSeconds?: number; concurrency?: numb
       await sleep(3000);
       o.up();
       await stack.nats.restart();
-    });
+    };
+    const natsRun = await underLoad("kill -9 nats-server", seconds, concurrency, inboxPost, killNats);
     faults.push({ ...natsRun.result, lost: await missing(natsRun.accepted, () => stack.handled, 60_000) });
 
     // 2. The agent runtime killed and started again.
@@ -403,6 +405,11 @@ export async function runFaults(opts: { loadSeconds?: number; concurrency?: numb
       await stack.restartAgent();
     });
     faults.push({ ...agentRun.result, lost: await missing(agentRun.accepted, () => stack.handled, 60_000) });
+
+    // 2b. nats-server killed again, now that the agent has started a second time against its
+    // streams (a routine pod restart, then a NATS restart): every stream must load again.
+    const secondStartRun = await underLoad("kill -9 nats (2nd start)", seconds, concurrency, inboxPost, killNats);
+    faults.push({ ...secondStartRun.result, lost: await missing(secondStartRun.accepted, () => stack.handled, 90_000) });
 
     // 3. The relay runtime killed under publishes; then the mailbox pulled and acknowledged.
     const http = new HttpClient({ extraCa: stack.ca });

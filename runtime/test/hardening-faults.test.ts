@@ -7,7 +7,7 @@ describe("hardening: faults, slow clients and a soak against the real runtimes",
   it("loses no message answered 202 when nats-server, the agent or the relay is killed under load, answers 503 at once while NATS is down, cuts slow clients off without starving others, soaks within its bound", async () => {
     const r = await runFaults({ loadSeconds: 9, concurrency: 6, slowClients: 2, soakSeconds: 8 });
     const report = table(r);
-    expect(r.faults.map((f) => f.fault), report).toEqual(["kill -9 nats-server", "kill -9 agent runtime", "kill -9 relay runtime"]);
+    expect(r.faults.map((f) => f.fault), report).toEqual(["kill -9 nats-server", "kill -9 agent runtime", "kill -9 nats (2nd start)", "kill -9 relay runtime"]);
     for (const f of r.faults) {
       expect(f.accepted, `${f.fault}\n${report}`).toBeGreaterThan(0);
       expect(f.lost, `${f.fault}\n${report}`).toBe(0);

@@ -122,7 +122,7 @@ export const AgentSpec = z.object({
         .max(3)
         .optional()
         .describe(
-          "Lowest IFP-5 authentication level accepted (0 introduction token, 1 key found by lookup, 2 key from spec.peers or an https agent id's identity document, 3 did:key); default 1, or 0 when introductionTokens is set",
+          "Lowest IFP-5 authentication level accepted (0 introduction token, 1 key found by lookup or a did:key no spec.peers entry names, 2 key from spec.peers, a did:key spec.peers names, or an https agent id's identity document; no key source reaches 3); default 1, or 0 when introductionTokens is set",
         ),
       introductionTokens: z
         .object({
