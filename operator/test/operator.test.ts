@@ -914,7 +914,7 @@ describe("steady state", () => {
     };
     // Objects of its own, so that the test means something when it runs alone.
     await readyAgent("calm");
-    cp.kubectl(["apply", "-f", "-"], `apiVersion: ifp.dev/v1alpha1\nkind: Relay\nmetadata: {name: still, namespace: ${NS}}\nspec: {url: 'https://still.example'}\n`);
+    cp.kubectl(["apply", "-f", "-"], `apiVersion: ifp.dev/v1alpha1\nkind: Relay\nmetadata: {name: still, namespace: ${NS}}\nspec: {url: 'https://still.relays.example'}\n`);
     await untilReason("relay", "still", "StreamInSync", "StreamReady");
     const objects = (json(["-n", NS, "get", "agents,relays"]).items as any[]).length;
     /** Resolves once the reconcile counter moved by `n` (the resync enqueues every object every RESYNC_MS). */
