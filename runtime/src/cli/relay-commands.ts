@@ -5,7 +5,8 @@ import { defaultCaCertificates, HttpClient } from "../net/http-client.ts";
 import { signRequest } from "../protocol/http-signatures.ts";
 import { privateKeyFromPem } from "../protocol/keys.ts";
 import type { SigningKey } from "../protocol/signing.ts";
-import { RelayClient } from "../relay/client.ts";
+import { MAX_PAGE_BYTES, RelayClient } from "../relay/client.ts";
+import { sseEvents } from "../net/sse.ts";
 
 const say = (line: string) => process.stderr.write(`${line}\n`);
 
@@ -58,15 +59,15 @@ async function tail(base: string, key: SigningKey, extraCa: string | undefined):
         });
         return;
       }
-      let buf = "";
-      res.on("data", (c: Buffer) => {
-        buf += c.toString();
-        for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
-          const data = /^data: (.*)$/m.exec(buf.slice(0, i))?.[1];
-          buf = buf.slice(i + 2);
-          if (data) process.stdout.write(`${data}\n`);
+      // Framed as the SSE standard allows (LF, CRLF or CR line ends): one message per line out.
+      void (async () => {
+        try {
+          for await (const event of sseEvents(res, MAX_PAGE_BYTES)) if (event.event === "message") process.stdout.write(`${event.data}\n`);
+        } catch (err) {
+          say(`the stream from ${base} broke off: ${(err as Error).message}`);
+          resolve(1);
         }
-      });
+      })();
       res.on("end", () => resolve(0));
     });
     req.on("error", (err) => {

@@ -1,3 +1,5 @@
+import { createParser, type EventSourceMessage } from "eventsource-parser";
+
 /** One Server-Sent Event: its id, its event type ("message" when unnamed) and its data lines joined. */
 export interface SseEvent {
   id?: string;
@@ -9,33 +11,28 @@ export interface SseEvent {
 export class SseEventTooLarge extends Error {}
 
 /**
- * The Server-Sent Events of a response body; comments are skipped. Bytes are decoded as one
- * UTF-8 stream (a character split between chunks stays whole), and an event may not grow past
- * `maxEventBytes` (a stream that never ends its event would otherwise hold ever more memory).
+ * The Server-Sent Events of a response body, parsed by eventsource-parser as the HTML standard
+ * says: lines end in LF, CRLF or CR, comments are skipped, an event without data is not
+ * dispatched. Bytes are decoded as one UTF-8 stream (a character split between chunks stays
+ * whole), and an event may not grow past `maxEventBytes` characters (a stream that never ends
+ * its event would otherwise hold ever more memory).
  */
 export async function* sseEvents(body: AsyncIterable<Uint8Array | string>, maxEventBytes = 32 * 1024 * 1024): AsyncGenerator<SseEvent> {
   const decoder = new TextDecoder();
-  let buf = "";
+  const ready: SseEvent[] = [];
+  let tooLarge: SseEventTooLarge | undefined;
+  const parser = createParser({
+    maxBufferSize: maxEventBytes,
+    onEvent: (e: EventSourceMessage) => {
+      ready.push({ ...(e.id !== undefined ? { id: e.id } : {}), event: e.event || "message", data: e.data });
+    },
+    onError: (err) => {
+      if (err.type === "max-buffer-size-exceeded") tooLarge = new SseEventTooLarge(`an event of the stream is larger than ${maxEventBytes} bytes`);
+    },
+  });
   for await (const chunk of body) {
-    buf += typeof chunk === "string" ? chunk : decoder.decode(chunk, { stream: true });
-    let i: number;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      const block = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      let id: string | undefined;
-      let event = "message";
-      const data: string[] = [];
-      for (const line of block.split("\n")) {
-        if (line.startsWith(":")) continue;
-        const c = line.indexOf(":");
-        const field = c < 0 ? line : line.slice(0, c);
-        const value = c < 0 ? "" : line.slice(c + 1).replace(/^ /, "");
-        if (field === "id") id = value;
-        else if (field === "event") event = value;
-        else if (field === "data") data.push(value);
-      }
-      if (data.length) yield { id, event, data: data.join("\n") };
-    }
-    if (buf.length > maxEventBytes) throw new SseEventTooLarge(`an event of the stream is larger than ${maxEventBytes} bytes`);
+    parser.feed(typeof chunk === "string" ? chunk : decoder.decode(chunk, { stream: true }));
+    while (ready.length) yield ready.shift()!;
+    if (tooLarge) throw tooLarge;
   }
 }
