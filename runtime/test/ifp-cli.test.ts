@@ -87,4 +87,25 @@ describe("the ifp command", () => {
     expect(again.status).toBe(1);
     expect(again.stderr).toMatch(/never overwritten/);
   });
+
+  it("answers --help of every command with its usage and exit 0, and --version with the package's version", async () => {
+    for (const command of ["discover", "send", "check", "keygen", "relay"]) {
+      for (const flag of ["--help", "-h"]) {
+        const r = await ifp(command, flag);
+        expect(r.status, `${command} ${flag}: ${r.stderr}`).toBe(0);
+        expect(r.stdout).toContain(`ifp ${command} `);
+        expect(r.stderr).toBe("");
+      }
+    }
+    // After other arguments too, and before a missing required option is complained about.
+    expect((await ifp("relay", "pull", "--help")).status).toBe(0);
+    const { version } = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
+    for (const flag of ["--version", "-V"]) {
+      const v = await ifp(flag);
+      expect(v.status).toBe(0);
+      expect(v.stdout).toBe(`ifp ${version}\n`);
+    }
+    // An unknown command is still a usage mistake.
+    expect((await ifp("nonsense", "--help")).status).toBe(2);
+  });
 });

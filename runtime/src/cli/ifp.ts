@@ -1,4 +1,5 @@
 import { readFile, writeFile } from "node:fs/promises";
+import { createRequire } from "node:module";
 import { parseArgs } from "node:util";
 import { composeMessage } from "../agent/compose.ts";
 import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
@@ -6,25 +7,44 @@ import { HttpClient } from "../net/http-client.ts";
 import { generateSigningKey, privateKeyFromPem } from "../protocol/keys.ts";
 import { signMessage } from "../protocol/signing.ts";
 
-const USAGE = `usage: ifp <command> [options]
-
-  ifp discover URL [--ca-file F] [--json]
+/** Each command's usage, as `ifp COMMAND --help` prints it. */
+const COMMANDS: Record<string, string> = {
+  discover: `  ifp discover URL [--ca-file F] [--json]
       fetch, validate and show a peer's identity and capability documents
-  ifp send --from-key FILE --from AGENT_ID --to URL --text "…" [--phase P] [--key-id K] [--ca-file F]
+`,
+  send: `  ifp send --from-key FILE --from AGENT_ID --to URL --text "…" [--phase P] [--key-id K] [--ca-file F]
       sign one message with your key and POST it to the peer's inbox
-  ifp check URL [--relay] [--key FILE --from AGENT_ID [--key-id K]] [--ca-file F] [--json] [--only GROUP] [--timeout S]
+`,
+  check: `  ifp check URL [--relay] [--key FILE --from AGENT_ID [--key-id K]] [--ca-file F] [--json] [--only GROUP] [--timeout S]
       run the conformance checks against any IFP agent (or, with --relay, relay) and report
       each as pass, fail or skip; GROUP is discovery, tls or inbox (agent), tls or relay (relay).
       Without a key the target trusts, the checks that need one are skipped. Exit 0 when
       nothing fails, 1 when a check fails, 2 for a usage mistake. At most 40 requests, https only.
-  ifp keygen --out FILE
+`,
+  keygen: `  ifp keygen --out FILE
       write a new Ed25519 signing key (PKCS#8 PEM) and print its public half
-  ifp relay pull|tail RELAY_URL --key FILE --from AGENT_ID [--ca-file F]
-      read your mailbox on a relay (pull lists waiting messages, tail follows new ones)
+`,
+  relay: `  ifp relay pull|tail RELAY_URL --key FILE --from AGENT_ID [--key-id K] [--ca-file F] [--ack] [--limit N]
+      read your mailbox on a relay (pull lists waiting messages, --ack removes them;
+      tail follows new ones)
+`,
+};
 
+const FOOTER = `
 --ca-file trusts extra CA certificates (self-signed peers both humans agreed on).
 IFP_AGENT_ID may stand in for --from.
 `;
+
+const USAGE = `usage: ifp <command> [options]
+
+${Object.values(COMMANDS).join("")}  ifp --version
+      print the version of the ifp command
+${FOOTER}`;
+
+/** The package's version, from the package.json beside runtime/ (source and compiled layout alike). */
+export function packageVersion(): string {
+  return (createRequire(import.meta.url)("../../../package.json") as { version: string }).version;
+}
 
 class UsageError extends Error {}
 
@@ -33,6 +53,10 @@ const say = (line: string) => process.stderr.write(`${line}\n`);
 export async function main(argv = process.argv.slice(2)): Promise<number> {
   const [command, ...rest] = argv;
   try {
+    if (command !== undefined && Object.hasOwn(COMMANDS, command) && rest.some((a) => a === "--help" || a === "-h")) {
+      process.stdout.write(`usage:\n${COMMANDS[command]}${FOOTER}`);
+      return 0;
+    }
     switch (command) {
       case "discover":
         return await discover(rest);
@@ -51,6 +75,11 @@ export async function main(argv = process.argv.slice(2)): Promise<number> {
         const { relayCommand } = await import("./relay-commands.ts");
         return await relayCommand(rest);
       }
+      case "--version":
+      case "-V":
+      case "version":
+        process.stdout.write(`ifp ${packageVersion()}\n`);
+        return 0;
       case undefined:
       case "help":
       case "--help":
