@@ -1,3 +1,5 @@
+import { createHash } from "node:crypto";
+import canonicalize from "canonicalize";
 import type { Logger } from "pino";
 import { ANNOTATIONS } from "../contract/annotations.ts";
 import { capabilitiesHash, capabilityList } from "../contract/capabilities.ts";
@@ -28,6 +30,16 @@ export function buildCapabilityDocument(agent: Agent, updated: string): Capabili
     updated,
     ...(agent.spec.relay ? { relay: { urls: agent.spec.relay.urls, preference: agent.spec.relay.preference } } : {}),
   };
+}
+
+/**
+ * Hash of everything a capability document says but its `updated` (SHA-256 of the canonical
+ * JSON): the capabilities, the relays and their preference, ifp_support, the agent id. Any
+ * change of it moves `updated`.
+ */
+export function capabilityDocumentHash(doc: CapabilityDocument): string {
+  const { updated: _updated, ...said } = doc;
+  return createHash("sha256").update(canonicalize(said) ?? "").digest("hex");
 }
 
 /** The agent's encryption key as its identity document publishes it (docs/encryption.md). */
@@ -73,9 +85,10 @@ export function buildIdentityDocument(
 }
 
 /**
- * The agent's published documents. `updated` is the time the capability set last changed:
- * taken from the manifest's annotation when the operator set it, otherwise remembered in a
- * NATS KV bucket by capability hash, so every replica and every restart agree on it.
+ * The agent's published documents. `updated` is the time the capability document last changed
+ * (any of what it says, not only its capability list): taken from the manifest's annotation
+ * when the operator set it, otherwise remembered in a NATS KV bucket by the document's hash, so
+ * every replica and every restart agree on it.
  */
 export class Documents {
   private readonly agent: Agent;
@@ -84,7 +97,10 @@ export class Documents {
   private readonly encryptionKey: PublishedEncryptionKey | readonly ContractEncryptionKey[] | undefined;
   private capabilities: Served<CapabilityDocument>;
   private readonly identities = new Map<string, Served<IdentityDocument>>();
+  /** capabilityDocumentHash() of the document: what moves `updated`. */
   readonly hash: string;
+  /** The capability list's hash alone, which earlier releases kept in the bucket. */
+  private readonly listHash: string;
 
   /** `publicKey`: the one active key, or every key of a rotated key set. */
   constructor(agent: Agent, publicKey: string | readonly PublishedKey[], keyCreated: string, started = new Date(), encryptionKey?: PublishedEncryptionKey | readonly ContractEncryptionKey[]) {
@@ -92,9 +108,10 @@ export class Documents {
     this.encryptionKey = encryptionKey;
     this.publicKey = publicKey;
     this.keyCreated = keyCreated;
-    this.hash = capabilitiesHash(agent);
+    this.listHash = capabilitiesHash(agent);
     const annotated = agent.metadata.annotations?.[ANNOTATIONS.capabilitiesUpdated];
     this.capabilities = this.serve(buildCapabilityDocument(agent, annotated ?? isoSeconds(started)));
+    this.hash = capabilityDocumentHash(this.capabilities.doc);
   }
 
   get capabilityDocument(): Served<CapabilityDocument> {
@@ -120,7 +137,7 @@ export class Documents {
 
   /**
    * Agree with the other replicas on `updated` through the KV bucket. True when this runtime
-   * found the capability set changed (and so should announce it).
+   * found the capability document changed (and so should announce it).
    */
   async syncUpdated(nats: Nats, names: AgentNames, log: Logger): Promise<boolean> {
     if (this.agent.metadata.annotations?.[ANNOTATIONS.capabilitiesUpdated]) return false;
@@ -128,16 +145,23 @@ export class Documents {
     const key = `${names.kvKey}.capabilities`;
     for (let attempt = 0; attempt < 5; attempt++) {
       const entry = await kv.get(key);
-      const stored = entry?.value.length ? (entry.json() as { hash: string; updated: string }) : undefined;
-      if (stored?.hash === this.hash) {
+      const stored = entry?.value.length ? (entry.json() as { hash: string; updated: string; document_hash?: string }) : undefined;
+      if (stored?.document_hash === this.hash) {
         this.setUpdated(stored.updated);
         return false;
       }
-      const value = JSON.stringify({ hash: this.hash, updated: this.capabilities.doc.updated });
+      // Written by a release that hashed the capability list alone: the same list keeps its
+      // `updated` (nothing is known of the rest of what that document said), and the document's
+      // hash is recorded from now on.
+      const adopt = stored !== undefined && stored.document_hash === undefined && stored.hash === this.listHash;
+      const updated = (adopt ? stored.updated : this.capabilities.doc.updated) ?? isoSeconds(new Date());
+      const value = JSON.stringify({ hash: this.listHash, document_hash: this.hash, updated });
       try {
         if (entry) await kv.update(key, value, entry.revision);
         else await kv.create(key, value);
-        log.info({ updated: this.capabilities.doc.updated }, "capability set changed");
+        this.setUpdated(updated);
+        if (adopt) return false;
+        log.info({ updated }, "capability document changed");
         return entry !== null && entry !== undefined;
       } catch {
         // Another replica wrote first; read its value.
