@@ -633,7 +633,8 @@ describe("Helm chart", () => {
       const base = tempDir("ifp-nats-conf-");
       mkdirSync(join(base, "nats"));
       mkdirSync(join(base, "nats-auth"));
-      writeFileSync(join(base, "nats-auth", "auth.conf"), authConf);
+      // The account JWTs the operator pushes go to the NATS volume (/data/jwt), here under base.
+      writeFileSync(join(base, "nats-auth", "auth.conf"), authConf.replace('dir: "/data/jwt"', `dir: "${join(base, "jwt")}"`));
       const conf = join(base, "nats", "nats.conf");
       expect(mounts.includes("/etc/nats-tls")).toBe(tls);
       expect(/^\s*tls \{/m.test(cm.data["nats.conf"])).toBe(tls);
@@ -697,7 +698,7 @@ describe("Helm chart", () => {
     const volumes = find(objects, "StatefulSet", "ifp-ifp-operator-nats").spec.template.spec.volumes;
     expect(volumes.find((v: { name: string }) => v.name === "auth").secret).toEqual({ secretName: "ifp-ifp-operator-nats-account", items: [{ key: "auth.conf", path: "auth.conf" }] });
     const role = find(objects, "Role", "ifp-ifp-operator-nats-account");
-    expect(role.rules[0]).toEqual({ apiGroups: [""], resources: ["secrets"], resourceNames: ["ifp-ifp-operator-nats-account"], verbs: ["get"] });
+    expect(role.rules[0]).toEqual({ apiGroups: [""], resources: ["secrets"], resourceNames: ["ifp-ifp-operator-nats-account"], verbs: ["get", "update"] });
     // A Secret of one's own; or no authentication at all.
     expect(find(docs(render("nats.auth.accountSecret=mine")), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args).toContain("--nats-account-secret=mine");
     const off = docs(render("nats.auth.enabled=false"));

@@ -8,6 +8,8 @@ import type { Logger } from "pino";
 import { Nats, type NatsOptions } from "../../runtime/src/nats/connection.ts";
 import { OPERATOR_INBOX_PREFIX, operatorPermissions } from "../../runtime/src/contract/nats-permissions.ts";
 import { loadNatsIssuer } from "./controllers/nats-creds.ts";
+import { deleteRuntimeData, inRuntimeAccount } from "./controllers/runtime-account.ts";
+import { NatsAccounts } from "./nats-accounts.ts";
 import { reconcileAgent } from "./controllers/agent/reconcile.ts";
 import { NamespaceLabels } from "./controllers/agent/directory.ts";
 import { reconcileRelay, type RelayContext } from "./controllers/relay/reconcile.ts";
@@ -37,6 +39,8 @@ export interface ManagerOptions {
    * operator then issues each runtime its own credential, and itself one for relay streams.
    */
   natsAccount?: { namespace: string; name: string };
+  /** The pool of connections into the runtimes' accounts (defaults: 8 connections, closed after 30 s unused). */
+  natsAccountPool?: { maxConnections?: number; idleMs?: number };
   /**
    * The installed NATS's server certificate: issued by the install CA into this Secret for these
    * names and kept current (controllers/nats-tls.ts).
@@ -153,13 +157,21 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       )
     : undefined;
   if (!natsTlsFromTrust) void nats?.start(abort.signal).catch(() => {});
+  // One NATS account per runtime, when the operator holds the operator and system keys: it makes
+  // each, and reaches each through a small pool of connections of its own user there.
+  const natsAccounts =
+    natsIssuer?.accountPerRuntime && opts.nats
+      ? new NatsAccounts({ url: opts.nats.url, tls: natsTlsFromTrust ? { ca: () => joinBundle(trust.bundleCerts()) } : opts.nats.tls, issuer: natsIssuer, log, ...opts.natsAccountPool })
+      : undefined;
   const natsServerTls = opts.natsServerTls ? new NatsServerTls(kube, trust, { ...opts.natsServerTls, log }) : undefined;
   // The install's own issuer may also be named in spec.tls.issuerRef (with spec.tls.dnsNames, say).
   const installIssuer = opts.trust?.certManager?.issuerRef;
   const allowed = installIssuer ? { ...opts.settings, allowedIssuers: [...new Set([...(opts.settings.allowedIssuers ?? []), issuerEntry(installIssuer)])] } : opts.settings;
   const settings = { ...allowed, ...(natsIssuer ? { natsPerResourceCreds: true } : {}), ...(natsTlsFromTrust ? { natsTlsVerifyWithTrust: true } : {}) };
-  const summaries = nats ? new SummaryCollector({ nats, caches, enqueue, log, intervalMs: opts.summaryIntervalMs }) : undefined;
-  const ctx: RelayContext = { kube, caches, settings, log, nats, trust, natsIssuer, deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
+  const summaries = nats
+    ? new SummaryCollector({ nats, caches, enqueue, log, intervalMs: opts.summaryIntervalMs, ...(natsAccounts ? { inAccount: (obj, read) => inRuntimeAccount(ctx, obj, read) } : {}) })
+    : undefined;
+  const ctx: RelayContext = { kube, caches, settings, log, nats, trust, natsIssuer, natsAccounts, deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
     rollouts: new RolloutGate(opts.rolloutLimit ?? parseRolloutLimit(DEFAULT_ROLLOUT_LIMIT)),
     agentIds: new Map(),
     namespaceLabels: new NamespaceLabels(kube, log),
@@ -270,10 +282,11 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       for (const c of Object.values(controllers)) c.shutDown();
       await Promise.all(loops);
       if (leading && opts.operatorDeployment && (await beingUninstalled(kube, opts.operatorDeployment, log))) {
-        await releaseAllFinalizers({ kube, caches, jsm: nats?.isConnected ? nats.jsm : undefined, log });
+        await releaseAllFinalizers({ kube, caches, jsm: nats?.isConnected ? nats.jsm : undefined, ...(natsAccounts ? { deleteData: (obj, named) => deleteRuntimeData(ctx, obj, named) } : {}), log });
       }
       await caches.stop();
       await elector?.stop();
+      await natsAccounts?.close();
       await nats?.close();
       if (renewOwn) clearInterval(renewOwn);
       await health.close();

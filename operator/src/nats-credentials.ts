@@ -1,10 +1,20 @@
-// NATS credentials per runtime. NATS runs in operator mode (decentralized JWT authentication):
-// one NATS operator, one account for everything ifp-operator runs, and a signing key of that
-// account with which this operator issues a user JWT per Agent and Relay, carrying exactly the
-// permissions of runtime/src/contract/nats-permissions.ts. Issuing needs no change to the NATS
-// server's configuration: the server trusts any user the account's signing key signed.
-import { decode, encodeAccount, encodeOperator, encodeUser, fmtCreds, type Account, type User } from "@nats-io/jwt";
-import { createAccount, createOperator, createUser, fromSeed, type KeyPair } from "@nats-io/nkeys";
+// NATS credentials per runtime. NATS runs in operator mode (decentralized JWT authentication)
+// with ONE NATS ACCOUNT PER RUNTIME: each Agent and Relay gets an account of its own (its key
+// derived from the install's signing seed and the resource's uid), whose JWT the operator signs
+// with the operator key and pushes to the server's `full` resolver with a system-account user
+// ($SYS.REQ.CLAIMS.UPDATE; $SYS.REQ.CLAIMS.DELETE with the resource). Streams, consumers, KV
+// buckets and subjects of one account cannot name those of another: nothing a runtime configures
+// (stream sources, mirrors, republish, subjects, a consumer's deliver subject) reaches outside its
+// account, and the install never grants a runtime an export or import. Every runtime account lists
+// the install's one account signing key, so the operator issues the user JWTs of all of them with
+// that key, each carrying the permissions of runtime/src/contract/nats-permissions.ts.
+// The shared account of the one-account model stays preloaded: a NATS of one's own configured with
+// only its key and signing seed keeps every runtime there (docs/security.md).
+import { hmac } from "@noble/hashes/hmac.js";
+import { sha256 } from "@noble/hashes/sha2.js";
+import { decode, encodeAccount, encodeGeneric, encodeOperator, encodeUser, fmtCreds, type Account, type User } from "@nats-io/jwt";
+import { createAccount, createOperator, createUser, fromSeed, Prefix, type KeyPair } from "@nats-io/nkeys";
+import { Codec } from "@nats-io/nkeys/lib/codec.js";
 import type { NatsPermissions } from "../../runtime/src/contract/nats-permissions.ts";
 
 /** How long an issued user credential is valid, and when (fraction of that) it is re-issued. */
@@ -42,32 +52,38 @@ function keyPair(seed: string, prefix: "O" | "A"): KeyPair {
   return kp;
 }
 
+/** Where the chart's NATS keeps the account JWTs the operator pushes: on its data volume, beside the JetStream store. */
+export const RESOLVER_DIR = "/data/jwt";
+
+const UNLIMITED = { subs: -1, data: -1, payload: -1, imports: -1, exports: -1, wildcards: true, conn: -1, leaf: -1 };
+/** JetStream enabled without limits (a per-tenant quota would go here). */
+const JETSTREAM = { mem_storage: -1, disk_storage: -1, streams: -1, consumer: -1 };
+
 /**
- * The nats-server configuration that trusts the operator key, with the two account JWTs
- * preloaded into the memory resolver: the system account, and the account of the runtimes with
- * JetStream enabled and the signing key listed.
+ * The nats-server configuration that trusts the operator key, with a `full` resolver keeping the
+ * account JWTs the operator pushes in `resolverDir` (deletes allowed), and two account JWTs
+ * preloaded: the system account, and the shared account of the one-account model (JetStream
+ * enabled, the signing key listed), kept so that what it holds stays reachable.
  */
-export async function serverConfig(keys: NatsKeys): Promise<string> {
+export async function serverConfig(keys: NatsKeys, opts: { resolverDir?: string } = {}): Promise<string> {
   const operator = keyPair(keys.operator, "O");
   const system = keyPair(keys.system, "A");
   const account = keyPair(keys.account, "A");
   const signing = keyPair(keys.signing, "A");
-  const unlimited = { subs: -1, data: -1, payload: -1, imports: -1, exports: -1, wildcards: true, conn: -1, leaf: -1 };
-  const opts = { signer: operator };
+  const signer = { signer: operator };
   const operatorJwt = await encodeOperator("ifp-operator", operator, { system_account: system.getPublicKey() });
-  const systemJwt = await encodeAccount("SYS", system, { limits: unlimited }, opts);
-  const accountJwt = await encodeAccount(
-    "ifp",
-    account,
-    { limits: { ...unlimited, mem_storage: -1, disk_storage: -1, streams: -1, consumer: -1 }, signing_keys: [signing.getPublicKey()] } as Partial<Account>,
-    opts,
-  );
+  const systemJwt = await encodeAccount("SYS", system, { limits: UNLIMITED }, signer);
+  const accountJwt = await encodeAccount("ifp", account, { limits: { ...UNLIMITED, ...JETSTREAM }, signing_keys: [signing.getPublicKey()] } as Partial<Account>, signer);
+  const dir = opts.resolverDir ?? RESOLVER_DIR;
+  if (/["\\\n]/.test(dir)) throw new Error("the resolver directory must not contain quotes, backslashes or line breaks");
   return [
     // A user JWT with a runtime's allow-lists is longer than the default 4 KB CONNECT line.
     `max_control_line: ${MAX_CONTROL_LINE}`,
     `operator: ${operatorJwt}`,
     `system_account: ${system.getPublicKey()}`,
-    "resolver: MEMORY",
+    // One account per runtime, pushed by the operator with a system-account user; a cluster's
+    // servers share them with each other.
+    `resolver: { type: full, dir: "${dir}", allow_delete: true, interval: "2m" }`,
     "resolver_preload: {",
     `  ${system.getPublicKey()}: ${systemJwt}`,
     `  ${account.getPublicKey()}: ${accountJwt}`,
@@ -76,32 +92,95 @@ export async function serverConfig(keys: NatsKeys): Promise<string> {
   ].join("\n");
 }
 
-/** Issues user credentials of the account, signed by its signing key. */
+/** What the operator needs to give each runtime an account of its own: the operator and system account keys. */
+export interface AccountKeys {
+  operator: KeyPair;
+  system: KeyPair;
+}
+
+/**
+ * Issues user credentials, signed by the install's account signing key: in the shared account,
+ * or (with the operator and system keys) in the account of one runtime, which it also makes.
+ */
 export class CredentialIssuer {
-  /** The account's public key. */
+  /** The shared account's public key (the one-account model; the operator's leftovers there). */
   readonly accountKey: string;
   private readonly signing: KeyPair;
+  private readonly signingSeed: string;
+  private readonly keys: AccountKeys | undefined;
 
-  /** `account` is the account's public key (A...), `signingSeed` the seed of its signing key. */
-  constructor(account: string, signingSeed: string) {
+  /**
+   * `account` is the shared account's public key (A...), `signingSeed` the seed of its signing
+   * key; `accountKeys` (the operator and system keys) turn on one account per runtime.
+   */
+  constructor(account: string, signingSeed: string, accountKeys?: { operator: string; system: string }) {
     if (!/^A[A-Z2-7]{55}$/.test(account)) throw new Error("the NATS account must be an account public key (A…, 56 characters)");
     this.accountKey = account;
     this.signing = keyPair(signingSeed, "A");
+    this.signingSeed = signingSeed.trim();
+    this.keys = accountKeys ? { operator: keyPair(accountKeys.operator, "O"), system: keyPair(accountKeys.system, "A") } : undefined;
   }
 
-  static fromKeys(keys: NatsKeys): CredentialIssuer {
-    return new CredentialIssuer(keyPair(keys.account, "A").getPublicKey(), keys.signing);
+  static fromKeys(keys: NatsKeys, opts: { accountPerRuntime?: boolean } = {}): CredentialIssuer {
+    return new CredentialIssuer(keyPair(keys.account, "A").getPublicKey(), keys.signing, opts.accountPerRuntime === false ? undefined : keys);
   }
 
-  /** A `.creds` file (user JWT and a fresh user seed) allowing exactly `permissions`. */
-  async issue(name: string, permissions: NatsPermissions, now = Date.now(), lifetimeMs = CREDENTIAL_LIFETIME_MS): Promise<string> {
+  /** Whether each runtime gets an account of its own (the operator and system keys are known). */
+  get accountPerRuntime(): boolean {
+    return !!this.keys;
+  }
+
+  /** The operator key's public key, when known. */
+  get operatorKey(): string | undefined {
+    return this.keys?.operator.getPublicKey();
+  }
+
+  /**
+   * The account of the runtime of the resource with this uid: derived from the signing seed and
+   * the uid, so the same resource always has the same account (a lost Secret loses nothing) and a
+   * resource made again under the same name a new, empty one. The shared account without the
+   * operator and system keys.
+   */
+  accountOf(uid: string): string {
+    if (!this.keys) return this.accountKey;
+    const raw = hmac(sha256, new TextEncoder().encode(this.signingSeed), new TextEncoder().encode(`ifp-operator NATS account\0${uid}`));
+    return fromSeed(Codec.encodeSeed(Prefix.Account, raw)).getPublicKey();
+  }
+
+  /** The JWT of a runtime's account: signed by the operator key, JetStream enabled, the install's signing key listed, no exports or imports. */
+  async runtimeAccountJwt(account: string, name: string): Promise<string> {
+    const keys = this.need();
+    return encodeAccount(name, account, { limits: { ...UNLIMITED, ...JETSTREAM }, signing_keys: [this.signing.getPublicKey()] } as Partial<Account>, { signer: keys.operator });
+  }
+
+  /** The request that deletes accounts from a full resolver (allow_delete): a generic JWT the operator key signs for itself. */
+  async deleteAccountsJwt(accounts: string[]): Promise<string> {
+    const keys = this.need();
+    return encodeGeneric("delete accounts", keys.operator, "generic", { accounts } as never);
+  }
+
+  /** A user of the system account (pushes and deletes account JWTs), valid for `lifetimeMs`. */
+  async systemCreds(now = Date.now(), lifetimeMs = 24 * 3600_000): Promise<Uint8Array> {
+    const keys = this.need();
+    const user = createUser();
+    const jwt = await encodeUser("ifp-operator-system", user, keys.system, { bearer_token: false }, { exp: Math.floor((now + lifetimeMs) / 1000) });
+    return fmtCreds(jwt, user);
+  }
+
+  private need(): AccountKeys {
+    if (!this.keys) throw new Error("one account per runtime needs the NATS operator and system account keys");
+    return this.keys;
+  }
+
+  /** A `.creds` file (user JWT and a fresh user seed) of `account` (default the shared one) allowing exactly `permissions`. */
+  async issue(name: string, permissions: NatsPermissions, now = Date.now(), lifetimeMs = CREDENTIAL_LIFETIME_MS, account = this.accountKey): Promise<string> {
     const user = createUser();
     const claims: Partial<User> = {
       pub: { allow: permissions.pub, deny: [] },
       sub: { allow: permissions.sub, deny: [] },
       bearer_token: false,
     };
-    const jwt = await encodeUser(name, user, this.accountKey, claims, { signer: this.signing, exp: Math.floor((now + lifetimeMs) / 1000) });
+    const jwt = await encodeUser(name, user, account, claims, { signer: this.signing, exp: Math.floor((now + lifetimeMs) / 1000) });
     return text(fmtCreds(jwt, user));
   }
 }

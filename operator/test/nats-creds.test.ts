@@ -133,10 +133,12 @@ describe("issuing and renewal", () => {
     expect(() => CredentialIssuer.fromKeys({ ...keys, account: keys.operator })).toThrow(/account/);
   });
 
-  it("writes a server configuration with the operator, the memory resolver and both accounts", async () => {
+  it("writes a server configuration with the operator, the full resolver on the NATS volume and both preloaded accounts", async () => {
     const conf = await serverConfig(keys);
     expect(conf).toMatch(/^max_control_line: 64KB$/m);
-    expect(conf).toMatch(/^resolver: MEMORY$/m);
+    expect(conf).toMatch(/^resolver: \{ type: full, dir: "\/data\/jwt", allow_delete: true, interval: "2m" \}$/m);
+    expect(conf).toMatch(/^resolver_preload: \{$/m);
+    await expect(serverConfig(keys, { resolverDir: 'x"y' })).rejects.toThrow(/resolver directory/);
     expect(conf).toContain(issuer.accountKey);
     expect(conf).not.toMatch(/\bS[A-Z]{2}[A-Z2-7]{50,}/); // no seed
   });
@@ -177,7 +179,7 @@ describe("on a real API server", () => {
   it("generates the account keys and the server configuration once", () => {
     const s = getOrAbsent(cp, ["-n", "ifp-system", "get", "secret", "ifp-nats-account"]);
     expect(Object.keys(s.data).sort()).toEqual(["account-signing.seed", "account.pub", "account.seed", "auth.conf", "operator.seed", "system.seed"]);
-    expect(Buffer.from(s.data["auth.conf"], "base64").toString()).toMatch(/resolver: MEMORY/);
+    expect(Buffer.from(s.data["auth.conf"], "base64").toString()).toMatch(/^resolver: \{ type: full\b/m);
   });
 
   it("issues an Agent's and a Relay's own credential, mounts it, and renews one that is due", async () => {

@@ -59,7 +59,7 @@ beforeAll(async () => {
   issuer = CredentialIssuer.fromKeys(keys);
   const operatorCreds = new TextEncoder().encode(await issuer.issue("ifp-operator", operatorPermissions()));
   [nats, tls] = await Promise.all([
-    startNats({ config: await serverConfig(keys), connect: { authenticator: credsAuthenticator(operatorCreds), inboxPrefix: "_INBOX_OPERATOR" } }),
+    startNats({ config: await serverConfig(keys, { resolverDir: join(dir, "jwt") }), connect: { authenticator: credsAuthenticator(operatorCreds), inboxPrefix: "_INBOX_OPERATOR" } }),
     localhostTls(),
   ]);
 });

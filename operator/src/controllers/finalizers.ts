@@ -125,9 +125,14 @@ export async function releaseAllFinalizers(opts: {
   /** Where the Agents and Relays come from: the operator's caches, or lists read just now. */
   caches: Pick<Caches, "list">;
   jsm: JetStreamManager | undefined;
+  /**
+   * With one NATS account per runtime: deletes a resource's data in its account (and the
+   * account), `named` being what to delete under its names in the shared account.
+   */
+  deleteData?: (obj: KubernetesObject, named: (jsm: JetStreamManager) => Promise<string[]>) => Promise<string[]>;
   log: import("pino").Logger;
 }): Promise<FinalizerRelease[]> {
-  const { kube, caches, jsm, log } = opts;
+  const { kube, caches, jsm, log, deleteData } = opts;
   const released: FinalizerRelease[] = [];
   for (const kind of ["Agent", "Relay"] as const) {
     const finalizer = kind === "Agent" ? AGENT_FINALIZER : STREAM_FINALIZER;
@@ -137,10 +142,12 @@ export async function releaseAllFinalizers(opts: {
       const name = obj.metadata!.name!;
       let left = kind === "Agent" ? agentLeftovers(agentKeyOf(obj)) : [relayNames(obj as never).stream];
       try {
-        if (obj.metadata?.deletionTimestamp && jsm) {
+        if (obj.metadata?.deletionTimestamp && (jsm || deleteData)) {
           try {
-            if (kind === "Agent") await deleteAgentJetStream(jsm, agentKeyOf(obj));
-            if (kind === "Relay") await jsm.streams.delete(left[0]!).catch((err) => { if (!isNotFound(err)) throw err; });
+            const stream = left[0]!;
+            const named = (j: JetStreamManager): Promise<string[]> =>
+              kind === "Agent" ? deleteAgentJetStream(j, agentKeyOf(obj)) : j.streams.delete(stream).then(() => [stream], (err) => { if (!isNotFound(err)) throw err; return []; });
+            await (deleteData ? deleteData(obj, named) : named(jsm!));
             left = [];
           } catch (err) {
             log.warn({ kind, namespace: ns, name, err: errorMessage(err) }, "could not clean JetStream up on the way out");

@@ -1,13 +1,16 @@
 // The NATS credential of each Agent and Relay: a Secret `<name>-nats` with a `.creds` file whose
-// user JWT allows only that runtime's own subjects (runtime/src/contract/nats-permissions.ts),
-// re-issued at 2/3 of its lifetime or when the permissions it should carry change. The runtime
-// re-reads the mounted file on every reconnect, so a renewal needs no restart.
+// user JWT belongs to the runtime's own NATS account (made and pushed by the operator,
+// nats-accounts.ts) and allows only that runtime's own subjects
+// (runtime/src/contract/nats-permissions.ts), re-issued at 2/3 of its lifetime or when the account
+// or the permissions it should carry change. The runtime re-reads the mounted file on every
+// reconnect, so a renewal needs no restart.
 import type { V1Secret } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import type { NatsPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
 import { ChildConflictError, controlledBy } from "../kube/apply.ts";
 import type { Kube } from "../kube/client.ts";
-import { CredentialIssuer, generateKeys, KEY_FIELDS, renewalDue, SERVER_CONFIG_FIELD, serverConfig, type NatsKeys } from "../nats-credentials.ts";
+import { CredentialIssuer, credsClaims, generateKeys, KEY_FIELDS, renewalDue, SERVER_CONFIG_FIELD, serverConfig, type NatsKeys } from "../nats-credentials.ts";
+import type { NatsAccounts } from "../nats-accounts.ts";
 import type { ReconcileContext } from "./reconciler.ts";
 import { childMeta, type Owner } from "./runtime.ts";
 
@@ -15,20 +18,45 @@ import { childMeta, type Owner } from "./runtime.ts";
 export const CREDS_KEY = "nats.creds";
 /** The Secret key of the account's public key (with the signing seed, all a bring-your-own setup needs). */
 export const ACCOUNT_FIELD = "account.pub";
+/**
+ * On a `<name>-nats` Secret whose credential is of the shared account (issued before accounts per
+ * runtime): the generation of the resource when the operator first saw it so. The runtime stays
+ * in the shared account, where its data is, until its resource's spec changes.
+ */
+export const SHARED_ACCOUNT_ANNOTATION = "ifp.dev/nats-shared-account-generation";
 
 export const natsCredsSecretName = (name: string): string => `${name}-nats`;
 
+const credsIn = (secret: V1Secret | undefined): string | undefined =>
+  secret?.data?.[CREDS_KEY] ? Buffer.from(secret.data[CREDS_KEY], "base64").toString("utf8") : undefined;
+
 /**
- * Make sure `<name>-nats` holds a valid credential with exactly `permissions`. Returns what was
- * written and when to look again (just after the renewal is due).
+ * Which account a resource's runtime belongs in, from its `<name>-nats` Secret: the shared one
+ * while a credential of the shared account is kept there for the resource's generation it was
+ * first seen at (an install from before accounts per runtime), else its own.
+ */
+export function accountOfSecret(owner: { metadata?: { uid?: string; generation?: number } }, secret: V1Secret | undefined, issuer: CredentialIssuer, perRuntime: boolean): { account: string; sharedSince?: string } {
+  if (!perRuntime) return { account: issuer.accountKey };
+  const generation = String(owner.metadata?.generation ?? "");
+  if (credsClaims(credsIn(secret))?.issuerAccount === issuer.accountKey) {
+    const since = secret?.metadata?.annotations?.[SHARED_ACCOUNT_ANNOTATION];
+    if (since === undefined || since === generation) return { account: issuer.accountKey, sharedSince: generation };
+  }
+  return { account: issuer.accountOf(owner.metadata?.uid ?? "") };
+}
+
+/**
+ * Make sure `<name>-nats` holds a valid credential of the runtime's account with exactly
+ * `permissions`, the account made on the server first. Returns what was written, the account,
+ * and when to look again (just after the renewal is due).
  */
 export async function ensureNatsCreds(
-  ctx: ReconcileContext,
+  ctx: ReconcileContext & { natsAccounts?: NatsAccounts },
   owner: Owner,
   issuer: CredentialIssuer,
   permissions: NatsPermissions,
   now = Date.now(),
-): Promise<{ applied: string[]; requeueAfterMs: number }> {
+): Promise<{ applied: string[]; requeueAfterMs: number; account: string }> {
   const ns = owner.metadata.namespace;
   const name = natsCredsSecretName(owner.metadata.name);
   const current = ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
@@ -36,27 +64,38 @@ export async function ensureNatsCreds(
   if (current && !controlledBy(current, owner.metadata.uid)) {
     throw new ChildConflictError(`Secret ${name} exists and is not controlled by this ${owner.kind}; rename or delete it to let the operator issue the NATS credential`);
   }
-  const existing = current?.data?.[CREDS_KEY] ? Buffer.from(current.data[CREDS_KEY], "base64").toString("utf8") : undefined;
-  const due = renewalDue(existing, permissions, issuer.accountKey);
-  if (due > now) return { applied: [], requeueAfterMs: due - now + 1_000 };
-  const creds = await issuer.issue(`${owner.kind.toLowerCase()}:${ns}/${owner.metadata.name}`, permissions, now);
+  const existing = credsIn(current);
+  const { account, sharedSince } = accountOfSecret(owner, current, issuer, !!ctx.natsAccounts);
+  const label = `${owner.kind.toLowerCase()}:${ns}/${owner.metadata.name}`;
+  // The account exists on the server before a credential of it is handed out (pushed once per operator process).
+  if (ctx.natsAccounts && account !== issuer.accountKey) await ctx.natsAccounts.ensureAccount(owner.metadata.uid, label);
+  const annotated = sharedSince === undefined || current?.metadata?.annotations?.[SHARED_ACCOUNT_ANNOTATION] === sharedSince;
+  const due = renewalDue(existing, permissions, account);
+  if (due > now && annotated) return { applied: [], requeueAfterMs: due - now + 1_000, account };
+  const creds = due > now && existing ? existing : await issuer.issue(label, permissions, now, undefined, account);
   const secret: V1Secret = {
     apiVersion: "v1",
     kind: "Secret",
     type: "Opaque",
-    metadata: childMeta(owner, name, current?.metadata?.resourceVersion ? { resourceVersion: current.metadata.resourceVersion } : {}),
+    metadata: childMeta(owner, name, {
+      ...(current?.metadata?.resourceVersion ? { resourceVersion: current.metadata.resourceVersion } : {}),
+      ...(sharedSince !== undefined ? { annotations: { [SHARED_ACCOUNT_ANNOTATION]: sharedSince } } : {}),
+    }),
     data: { [CREDS_KEY]: Buffer.from(creds).toString("base64") },
   };
   if (current) await ctx.kube.replace(secret);
   else await ctx.kube.createIfAbsent(secret);
-  return { applied: [`Secret/${name}`], requeueAfterMs: renewalDue(creds, permissions, issuer.accountKey) - now + 1_000 };
+  return { applied: [`Secret/${name}`], requeueAfterMs: renewalDue(creds, permissions, account) - now + 1_000, account };
 }
 
 /**
  * The account signing key, from the Secret `name` in the operator's namespace. A missing Secret
  * is created at first start with new keys and the nats-server configuration that trusts them
- * (`auth.conf`, read by the chart's NATS). A Secret with only `account.pub` and
- * `account-signing.seed` (a NATS of one's own) is used as it is.
+ * (`auth.conf`, read by the chart's NATS). With the operator and system account seeds there, each
+ * runtime gets an account of its own; an `auth.conf` of the one-account model (memory resolver)
+ * is then rewritten for the full resolver, which the chart's NATS reads at its next start. A
+ * Secret with only `account.pub` and `account-signing.seed` (a NATS of one's own) keeps every
+ * runtime in that one account.
  */
 export async function loadNatsIssuer(kube: Kube, namespace: string, name: string, log: Logger): Promise<CredentialIssuer> {
   let secret = await kube.read<V1Secret>("v1", "Secret", namespace, name);
@@ -79,5 +118,20 @@ export async function loadNatsIssuer(kube: Kube, namespace: string, name: string
   const account = field(ACCOUNT_FIELD);
   const signing = field(KEY_FIELDS.signing);
   if (!account || !signing) throw new Error(`Secret ${namespace}/${name} needs the keys ${ACCOUNT_FIELD} and ${KEY_FIELDS.signing}`);
-  return new CredentialIssuer(account, signing);
+  const operator = field(KEY_FIELDS.operator);
+  const system = field(KEY_FIELDS.system);
+  const issuer = new CredentialIssuer(account, signing, operator && system ? { operator, system } : undefined);
+  const conf = field(SERVER_CONFIG_FIELD);
+  const accountSeed = field(KEY_FIELDS.account);
+  if (issuer.accountPerRuntime && conf !== undefined && accountSeed && !/^resolver: \{ type: full\b/m.test(conf)) {
+    // Written by an operator of the one-account model: the same keys, the full resolver.
+    const keys: NatsKeys = { operator: operator!, system: system!, account: accountSeed, signing };
+    try {
+      await kube.replace<V1Secret>({ ...secret!, apiVersion: "v1", kind: "Secret", data: { ...secret!.data, [SERVER_CONFIG_FIELD]: Buffer.from(await serverConfig(keys)).toString("base64") } });
+      log.warn({ secret: `${namespace}/${name}` }, "rewrote the NATS server configuration for one account per runtime (full resolver); NATS takes it at its next start: restart its pods");
+    } catch (err) {
+      log.error({ secret: `${namespace}/${name}`, err: String(err) }, "could not rewrite the NATS server configuration for one account per runtime");
+    }
+  }
+  return issuer;
 }

@@ -1,6 +1,7 @@
 // The I/O shell shared by the Agent and Relay controllers: context, status writes, errors.
 import type { KubernetesObject } from "@kubernetes/client-node";
 import type { CredentialIssuer } from "../nats-credentials.ts";
+import type { NatsAccounts } from "../nats-accounts.ts";
 import type { Logger } from "pino";
 import type { Nats } from "../../../runtime/src/nats/connection.ts";
 import type { Deletions } from "./finalizers.ts";
@@ -29,6 +30,11 @@ export interface ReconcileContext {
   natsIssuer?: CredentialIssuer;
   /** The operator's own NATS connection (relay streams, a deleted Agent's streams); absent without --nats-url. */
   nats?: Nats;
+  /**
+   * One NATS account per runtime: made, deleted and reached through this (nats-accounts.ts);
+   * absent in the one-account model (no operator and system keys, or no --nats-url).
+   */
+  natsAccounts?: NatsAccounts;
   /** When each resource was first seen being deleted, and how long a finalizer waits for NATS. */
   deletions: Deletions;
   /** How many Agents may have their Deployment changed by the operator at once. */

@@ -92,6 +92,9 @@ export async function readRelay(jsm: JetStreamManager, relay: Pick<Relay, "metad
   return { lastSeq: stream.state.last_seq, backlog: stream.state.messages, ...(lastError ? { lastError } : {}) };
 }
 
+/** Runs a read with the JetStream manager of the account holding a resource's data. */
+export type InAccount = <T>(obj: KubernetesObject, read: (jsm: JetStreamManager) => Promise<T>) => Promise<T>;
+
 /**
  * Samples every Agent and Relay in the caches each `intervalMs` while started, and keeps their
  * summaries for the reconciles (`get`). Only the leader runs it; a new leader starts its window
@@ -107,9 +110,15 @@ export class SummaryCollector {
   private readonly enqueue: (kind: SummaryKind, obj: KubernetesObject) => void;
   private readonly log: Logger;
   private readonly intervalMs: number;
+  private readonly inAccount: InAccount;
 
-  constructor(opts: { nats: Nats; caches: Caches; enqueue: (kind: SummaryKind, obj: KubernetesObject) => void; log: Logger; intervalMs?: number }) {
+  /**
+   * `inAccount` runs a read in the NATS account of a resource's runtime (one account per
+   * runtime); without it every read goes through `nats`.
+   */
+  constructor(opts: { nats: Nats; caches: Caches; enqueue: (kind: SummaryKind, obj: KubernetesObject) => void; log: Logger; intervalMs?: number; inAccount?: InAccount }) {
     this.nats = opts.nats;
+    this.inAccount = opts.inAccount ?? ((_obj, read) => read(this.nats.jsm));
     this.caches = opts.caches;
     this.enqueue = opts.enqueue;
     this.log = opts.log;
@@ -154,10 +163,10 @@ export class SummaryCollector {
           reading =
             kind === "Agent"
               ? typeof obj.spec?.agentId === "string"
-                ? await readAgent(this.nats.jsm, agentKeyOf(obj))
+                ? await this.inAccount(obj, (jsm) => readAgent(jsm, agentKeyOf(obj)))
                 : undefined
               : typeof obj.spec?.url === "string"
-                ? await readRelay(this.nats.jsm, obj as unknown as Relay)
+                ? await this.inAccount(obj, (jsm) => readRelay(jsm, obj as unknown as Relay))
                 : undefined;
         } catch (err) {
           this.log.debug({ resource: key, err: errorMessage(err) }, "could not read the traffic summary");

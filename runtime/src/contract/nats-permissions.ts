@@ -1,7 +1,12 @@
 // What each runtime may do on NATS: the subjects of its own streams, consumers and KV buckets,
 // and nothing of any other agent's or relay's. The operator writes these permissions into the
 // NATS user credential it issues per Agent and Relay; the runtime uses the inbox prefix below so
-// that the replies it waits for arrive on subjects no other runtime may subscribe to.
+// that the replies it waits for arrive on subjects no other runtime may subscribe to. Each
+// runtime has a NATS account of its own (operator/src/nats-credentials.ts), which is what keeps
+// runtimes apart: JetStream does not check these lists against what a stream or consumer
+// configuration pulls in or pushes out (sources, mirrors, republish, deliver subjects). Within its
+// own account the lists still keep a runtime to the names it uses and off the operator's inbox;
+// in the one-account model (a NATS of one's own given only the shared account) they are all there is.
 import { agentNames } from "./agent-names.ts";
 import { encodeToken } from "./nats.ts";
 import { relayNames } from "./relay-stream.ts";
@@ -114,4 +119,14 @@ export function operatorPermissions(): NatsPermissions {
     ],
     sub: [`${OPERATOR_INBOX_PREFIX}.>`],
   });
+}
+
+/**
+ * The operator's user in the account of one runtime: the same as in the shared account, and the
+ * list of the account's stream names, so that a deleted runtime's account is emptied of every
+ * stream, whatever it was named, before the account itself is deleted.
+ */
+export function operatorAccountPermissions(): NatsPermissions {
+  const p = operatorPermissions();
+  return sorted({ pub: [...p.pub, "$JS.API.STREAM.NAMES"], sub: p.sub });
 }

@@ -17,6 +17,7 @@ import { ensureTls } from "../tls.ts";
 import { ensureTrust } from "../trust.ts";
 import { agentPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
 import { ensureNatsCreds } from "../nats-creds.ts";
+import { deleteRuntimeData } from "../runtime-account.ts";
 import { agentOwner, desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { ensureLocalApi, localApiDnsNames } from "./local-api.ts";
 import { ensureHandoffSecret } from "./handoff.ts";
@@ -184,7 +185,8 @@ async function finalizeAgent(ctx: ReconcileContext, obj: CustomObject): Promise<
     if (!ctx.nats?.isConnected) failure = "the operator is not connected to NATS";
     else {
       try {
-        const deleted = await deleteAgentJetStream(ctx.nats.jsm, key);
+        // In the agent's own account: every stream there, then the account itself.
+        const deleted = await deleteRuntimeData(ctx, obj, (jsm) => deleteAgentJetStream(jsm, key));
         if (deleted.length) ctx.log.info({ agent: ref, deleted }, "Deleted the agent's JetStream streams and buckets");
       } catch (err) {
         failure = errorMessage(err);

@@ -1,7 +1,7 @@
 // The Relay controller's shell: as for agents, plus the JetStream stream from spec.retention
 // and the finalizer that deletes the stream with the Relay when (only when) the user asks.
 import type { V1Deployment } from "@kubernetes/client-node";
-import type { StreamInfo } from "@nats-io/jetstream";
+import type { JetStreamManager, StreamInfo } from "@nats-io/jetstream";
 import { ensureReplicatedStream, isNotFound, streamDrift } from "../../../../runtime/src/nats/streams.ts";
 import { describeIssues } from "../../../../runtime/src/contract/issues.ts";
 import { relayStreamConfig } from "../../../../runtime/src/contract/relay-stream.ts";
@@ -22,6 +22,7 @@ import { ensureTrust } from "../trust.ts";
 import { podSettingsRefusal, readSecret } from "../pod-policy.ts";
 import { relayPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
 import { ensureNatsCreds } from "../nats-creds.ts";
+import { deleteRuntimeData, inRuntimeAccount } from "../runtime-account.ts";
 import { desiredRelayChildren, relayOwner, retentionLoss, STREAM_FINALIZER, type RelayResource } from "./desired.ts";
 import { relayStatus, type StreamObservation } from "./status.ts";
 
@@ -72,7 +73,7 @@ async function reconcilePass(ctx: RelayContext, obj: CustomObject, namespace: st
     if (legacy.length) await note(ctx, obj, "Deleted", `deleted ${legacy.join(", ")}, replaced by the namespace's shared ${RELAY_RUNTIME_ACCOUNT}`);
     const changed = [...pruned, ...written, ...legacy];
     const blocker = imageBlocker ?? tls.blocker ?? trust.blocker ?? exposure.blocker;
-    const stream = await reconcileStream(ctx, obj, relay);
+    const stream = await reconcileStream(ctx, obj, relay, natsCreds?.account);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = relayStatus(
       relay,
@@ -112,10 +113,19 @@ async function finalize(ctx: RelayContext, obj: CustomObject, finalizers: string
     if (!ctx.nats?.isConnected) failure = "the operator is not connected to NATS";
     else {
       try {
-        await ctx.nats.jsm.streams.delete(stream);
-        ctx.log.info({ stream, relay }, "Deleted JetStream stream");
+        // In the relay's own account: that stream, every other, and the account itself.
+        const deleted = await deleteRuntimeData(ctx, obj, async (jsm) => {
+          try {
+            await jsm.streams.delete(stream);
+            return [stream];
+          } catch (err) {
+            if (isNotFound(err)) return [];
+            throw err;
+          }
+        });
+        if (deleted.length) ctx.log.info({ stream, relay, deleted }, "Deleted JetStream stream");
       } catch (err) {
-        if (!isNotFound(err)) failure = errorMessage(err);
+        failure = errorMessage(err);
       }
     }
     if (failure) {
@@ -138,13 +148,22 @@ async function finalize(ctx: RelayContext, obj: CustomObject, finalizers: string
  * Warning Event precedes a change that will drop or refuse data; the stream is never deleted
  * and recreated (a storage change is refused by the CRD and reported here as a conflict).
  */
-async function reconcileStream(ctx: RelayContext, obj: CustomObject, relay: RelayResource): Promise<StreamObservation> {
+async function reconcileStream(ctx: RelayContext, obj: CustomObject, relay: RelayResource, account: string | undefined): Promise<StreamObservation> {
+  if (!ctx.nats?.isConnected) return { ok: false, reason: "NatsUnavailable", message: "the operator is not connected to NATS; retrying" };
+  try {
+    // The relay's stream lives in the relay's own NATS account (or the shared one).
+    return await inRuntimeAccount(ctx, obj, (jsm) => reconcileStreamIn(ctx, jsm, obj, relay), account);
+  } catch (err) {
+    return { ok: false, reason: "NatsUnavailable", message: `the operator cannot reach the relay's NATS account: ${errorMessage(err)}; retrying` };
+  }
+}
+
+async function reconcileStreamIn(ctx: RelayContext, jsm: JetStreamManager, obj: CustomObject, relay: RelayResource): Promise<StreamObservation> {
   const want = relayStreamConfig(relay);
   const previous = (obj.status as RelayStatus | undefined)?.stream;
-  if (!ctx.nats?.isConnected) return { ok: false, reason: "NatsUnavailable", message: "the operator is not connected to NATS; retrying" };
   let current: StreamInfo | undefined;
   try {
-    current = await ctx.nats.jsm.streams.info(want.name);
+    current = await jsm.streams.info(want.name);
   } catch (err) {
     if (!isNotFound(err)) return { ok: false, reason: "StreamFailed", message: `reading stream ${want.name}: ${errorMessage(err)}` };
   }
@@ -168,7 +187,7 @@ async function reconcileStream(ctx: RelayContext, obj: CustomObject, relay: Rela
     }
   }
   try {
-    const { info, action, unmet } = await ensureReplicatedStream(ctx.nats.jsm, want, relay.spec.retention.replicas, ctx.nats.placement);
+    const { info, action, unmet } = await ensureReplicatedStream(jsm, want, relay.spec.retention.replicas, ctx.nats!.placement);
     if (unmet) await ctx.kube.event(obj, "Warning", "ReplicasNotApplied", unmet.reason);
     if (action !== "unchanged") {
       const verb = action === "created" ? "Created" : "Updated";

@@ -1,0 +1,59 @@
+// Which NATS account holds the data of an Agent's or Relay's runtime, and the operator's way into
+// it: its user there from the pool of account connections (nats-accounts.ts), or the operator's
+// own connection in the shared account (the one-account model, and runtimes still kept there).
+import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
+import type { JetStreamManager } from "@nats-io/jetstream";
+import { isNotFound } from "../../../runtime/src/nats/streams.ts";
+import { accountOfSecret, natsCredsSecretName } from "./nats-creds.ts";
+import type { ReconcileContext } from "./reconciler.ts";
+
+type AccountContext = Pick<ReconcileContext, "caches" | "nats" | "natsIssuer" | "natsAccounts">;
+
+/** The account of a resource's runtime (from its `<name>-nats` Secret and uid); undefined without an issuer. */
+export function runtimeAccountOf(ctx: AccountContext, obj: KubernetesObject): string | undefined {
+  if (!ctx.natsIssuer) return undefined;
+  const { namespace, name } = obj.metadata ?? {};
+  const secret = namespace && name ? ctx.caches.get<V1Secret>("Secret", namespace, natsCredsSecretName(name)) : undefined;
+  return accountOfSecret(obj, secret, ctx.natsIssuer, !!ctx.natsAccounts).account;
+}
+
+const ownAccount = (ctx: AccountContext, account: string | undefined): account is string =>
+  !!ctx.natsAccounts && !!account && account !== ctx.natsIssuer?.accountKey;
+
+/** `fn` with a JetStream manager of the account of the resource's runtime. */
+export async function inRuntimeAccount<T>(ctx: AccountContext, obj: KubernetesObject, fn: (jsm: JetStreamManager) => Promise<T>, account = runtimeAccountOf(ctx, obj)): Promise<T> {
+  if (ownAccount(ctx, account)) return ctx.natsAccounts!.withAccount(account, fn);
+  if (!ctx.nats?.isConnected) throw new Error("the operator is not connected to NATS");
+  return fn(ctx.nats.jsm);
+}
+
+/**
+ * Delete what a deleted resource's runtime kept. In an account of its own: every stream there
+ * (whatever it was named; KV buckets are streams too), then the account itself, and what the
+ * one-account model kept under its names in the shared account (`named`). In the shared
+ * account: `named` only. Returns what was deleted.
+ */
+export async function deleteRuntimeData(ctx: AccountContext, obj: KubernetesObject, named: (jsm: JetStreamManager) => Promise<string[]>): Promise<string[]> {
+  const account = runtimeAccountOf(ctx, obj);
+  if (!ownAccount(ctx, account)) return inRuntimeAccount(ctx, obj, named, account);
+  const accounts = ctx.natsAccounts!;
+  const label = `${obj.kind?.toLowerCase()}:${obj.metadata?.namespace}/${obj.metadata?.name}`;
+  // The account is there to connect to even when this process never pushed it.
+  await accounts.ensureAccount(obj.metadata?.uid ?? "", label);
+  const deleted = await accounts.withAccount(account, async (jsm) => {
+    const gone: string[] = [];
+    for await (const stream of jsm.streams.names()) {
+      try {
+        await jsm.streams.delete(stream);
+        gone.push(stream);
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+      }
+    }
+    return gone;
+  });
+  await accounts.deleteAccount(account, label);
+  deleted.push(`the NATS account ${account}`);
+  deleted.push(...(await accounts.withAccount(ctx.natsIssuer!.accountKey, named)));
+  return deleted;
+}

@@ -1,0 +1,192 @@
+// The operator's reach into the NATS account of each runtime. Every Agent and Relay has an account
+// of its own (nats-credentials.ts); the operator makes it (an account JWT pushed to the server's
+// full resolver with a user of the system account), deletes it with its resource, and works on
+// its streams (a Relay's stream, a deleted runtime's streams and buckets, the status summary)
+// through a user of its own in that account. Those connections are a small pool: opened when
+// needed, the least recently used idle one closed when the pool is full, and every one closed
+// after a while without use.
+import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
+import type { Logger } from "pino";
+import { OPERATOR_INBOX_PREFIX, operatorAccountPermissions, operatorPermissions } from "../../runtime/src/contract/nats-permissions.ts";
+import type { NatsOptions } from "../../runtime/src/nats/connection.ts";
+import { errorMessage } from "./kube/client.ts";
+import type { CredentialIssuer } from "./nats-credentials.ts";
+
+/** The pool key of the system account's connection (account keys start with A). */
+const SYSTEM = "$SYS";
+const ACCOUNT_KEY = /^A[A-Z2-7]{55}$/;
+
+export interface NatsAccountsOptions {
+  /** Server URLs, comma separated (the operator's --nats-url). */
+  url: string;
+  /** The operator's TLS settings for NATS (as its own connection's). */
+  tls?: NatsOptions["tls"];
+  issuer: CredentialIssuer;
+  log: Logger;
+  /** Connections kept open at most, idle ones beyond it closed (default 8). */
+  maxConnections?: number;
+  /** How long an unused connection stays open (default 30 s). */
+  idleMs?: number;
+  /** Timeout of one request (default 5 s). */
+  timeoutMs?: number;
+}
+
+interface Entry {
+  open: Promise<{ nc: NatsConnection; jsm: JetStreamManager }>;
+  users: number;
+  lastUsed: number;
+}
+
+/** What a push or delete of account JWTs answered ($SYS.REQ.CLAIMS.UPDATE / .DELETE). */
+interface ClaimsReply {
+  data?: { account?: string; code?: number; message?: string };
+  error?: { account?: string; code?: number; description?: string };
+}
+
+export class NatsAccounts {
+  private readonly pool = new Map<string, Entry>();
+  /** Accounts pushed by this process (their JWTs do not change while it runs). */
+  private readonly pushed = new Set<string>();
+  private readonly opts: Required<Omit<NatsAccountsOptions, "tls">> & Pick<NatsAccountsOptions, "tls">;
+  private readonly sweeper: NodeJS.Timeout;
+  private closed = false;
+  /** Connections opened so far (for the benchmark and tests). */
+  opened = 0;
+
+  constructor(opts: NatsAccountsOptions) {
+    this.opts = { maxConnections: 8, idleMs: 30_000, timeoutMs: 5_000, ...opts };
+    this.sweeper = setInterval(() => this.sweep(Date.now()), Math.max(1_000, this.opts.idleMs / 2));
+    this.sweeper.unref();
+  }
+
+  get issuer(): CredentialIssuer {
+    return this.opts.issuer;
+  }
+
+  /** Connections open now. */
+  get size(): number {
+    return this.pool.size;
+  }
+
+  /**
+   * The account of the runtime of the resource `uid`, made on the server if this process has not
+   * pushed it yet: its JWT (operator-signed, JetStream, the install's signing key) sent to the
+   * full resolver. Fails when the server does not take it (a NATS without a full resolver).
+   */
+  async ensureAccount(uid: string, name: string): Promise<string> {
+    const account = this.opts.issuer.accountOf(uid);
+    if (this.pushed.has(account)) return account;
+    const jwt = await this.opts.issuer.runtimeAccountJwt(account, name);
+    await this.claims("$SYS.REQ.CLAIMS.UPDATE", jwt, `pushing the NATS account of ${name}`);
+    this.pushed.add(account);
+    return account;
+  }
+
+  /** Delete a runtime's account from the resolver: its clients are disconnected and nothing can connect to it any more. */
+  async deleteAccount(account: string, name: string): Promise<void> {
+    if (!ACCOUNT_KEY.test(account) || account === this.opts.issuer.accountKey) throw new Error(`not a runtime's account: ${account}`);
+    this.drop(account);
+    await this.claims("$SYS.REQ.CLAIMS.DELETE", await this.opts.issuer.deleteAccountsJwt([account]), `deleting the NATS account of ${name}`);
+    this.pushed.delete(account);
+  }
+
+  /** `fn` with a JetStream manager of `account` (the operator's user there), from the pool. */
+  async withAccount<T>(account: string, fn: (jsm: JetStreamManager) => Promise<T>): Promise<T> {
+    if (!ACCOUNT_KEY.test(account)) throw new Error(`not a NATS account key: ${account}`);
+    return this.use(account, ({ jsm }) => fn(jsm));
+  }
+
+  private async claims(subject: string, jwt: string, what: string): Promise<void> {
+    const reply = await this.use(SYSTEM, async ({ nc }) => {
+      const m = await nc.request(subject, jwt, { timeout: this.opts.timeoutMs }).catch((err: unknown) => {
+        throw new Error(`${what}: ${errorMessage(err)} (the NATS server must run in operator mode with a full resolver, docs/security.md)`);
+      });
+      return m.json<ClaimsReply>();
+    });
+    if (reply.error) throw new Error(`${what}: ${reply.error.description ?? "refused"} (code ${reply.error.code ?? "?"})`);
+  }
+
+  private async use<T>(key: string, fn: (c: { nc: NatsConnection; jsm: JetStreamManager }) => Promise<T>): Promise<T> {
+    if (this.closed) throw new Error("the operator's NATS account connections are closed");
+    let entry = this.pool.get(key);
+    if (entry) this.pool.delete(key); // re-inserted below: the map's order is the order of last use
+    else {
+      entry = { open: this.open(key), users: 0, lastUsed: Date.now() };
+      entry.open.catch(() => this.forget(key, entry!));
+      this.evict();
+    }
+    this.pool.set(key, entry);
+    entry.users++;
+    try {
+      return await fn(await entry.open);
+    } finally {
+      entry.users--;
+      entry.lastUsed = Date.now();
+    }
+  }
+
+  private async open(key: string): Promise<{ nc: NatsConnection; jsm: JetStreamManager }> {
+    const issuer = this.opts.issuer;
+    const creds =
+      key === SYSTEM
+        ? await issuer.systemCreds()
+        : new TextEncoder().encode(
+            await issuer.issue("ifp-operator", key === issuer.accountKey ? operatorPermissions() : operatorAccountPermissions(), Date.now(), 24 * 3600_000, key),
+          );
+    const tls = this.opts.tls;
+    const nc = await connect({
+      servers: this.opts.url.split(",").map((s) => s.trim()),
+      name: "ifp-operator",
+      authenticator: credsAuthenticator(creds),
+      ...(key === SYSTEM ? {} : { inboxPrefix: OPERATOR_INBOX_PREFIX }),
+      ...(tls ? { tls: "caFile" in tls ? { caFile: tls.caFile } : { ca: tls.ca() } } : {}),
+      reconnect: false,
+      timeout: this.opts.timeoutMs,
+      noAsyncTraces: true,
+    });
+    this.opened++;
+    const entry = this.pool.get(key);
+    // A connection the server closes (its credential expired, the account deleted) leaves the pool.
+    void nc.closed().then(() => entry && this.forget(key, entry));
+    try {
+      const jsm = await jetstreamManager(nc, { timeout: this.opts.timeoutMs, checkAPI: false });
+      return { nc, jsm };
+    } catch (err) {
+      await nc.close().catch(() => {});
+      throw err;
+    }
+  }
+
+  private forget(key: string, entry: Entry): void {
+    if (this.pool.get(key) === entry) this.pool.delete(key);
+  }
+
+  /** Close `key`'s connection now (idle or not). */
+  private drop(key: string): void {
+    const entry = this.pool.get(key);
+    if (!entry) return;
+    this.pool.delete(key);
+    void entry.open.then(({ nc }) => nc.close()).catch(() => {});
+  }
+
+  /** Over the bound: close the least recently used idle connections. */
+  private evict(): void {
+    for (const [key, entry] of this.pool) {
+      if (this.pool.size < this.opts.maxConnections) return;
+      if (entry.users === 0) this.drop(key);
+    }
+  }
+
+  private sweep(now: number): void {
+    for (const [key, entry] of this.pool) if (entry.users === 0 && now - entry.lastUsed >= this.opts.idleMs) this.drop(key);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.sweeper);
+    const entries = [...this.pool.values()];
+    this.pool.clear();
+    await Promise.all(entries.map((e) => e.open.then(({ nc }) => nc.close()).catch(() => {})));
+  }
+}

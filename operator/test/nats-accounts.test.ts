@@ -1,0 +1,154 @@
+// One NATS account per runtime, against a real nats-server configured by serverConfig() and
+// credentials the operator's code issues: what JetStream does not check against a user's
+// permissions (a stream's sources, mirror and republish, a stream on another's reply inbox, a push
+// consumer's deliver subject) cannot reach another runtime's account. Each attack is also run with
+// both runtimes in one shared account (the model this replaced), where it succeeds: the check
+// detects it. Then the operator's side: accounts pushed and deleted, its pool of connections
+// bounded and closed when idle, a deleted runtime's streams deleted with its account.
+import { join } from "node:path";
+import { AckPolicy, DeliverPolicy, jetstreamManager, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
+import { connect, credsAuthenticator, headers, type NatsConnection } from "@nats-io/transport-node";
+import pino from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import { tempDir } from "../../e2e/support/process.ts";
+import { agentNames } from "../../runtime/src/contract/agent-names.ts";
+import { agentInboxPrefix, agentPermissions } from "../../runtime/src/contract/nats-permissions.ts";
+import { CredentialIssuer, generateKeys, serverConfig } from "../src/nats-credentials.ts";
+import { NatsAccounts } from "../src/nats-accounts.ts";
+
+const silent = pino({ level: "silent" });
+let nats: NatsServer;
+let issuer: CredentialIssuer;
+let accounts: NatsAccounts;
+const open: NatsConnection[] = [];
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A runtime's connection with the credential the operator issues it, in `account`. */
+async function runtime(agentId: string, key: string, account: string): Promise<{ nc: NatsConnection; jsm: JetStreamManager }> {
+  const creds = await issuer.issue(`agent:${key}`, agentPermissions(agentId, key), Date.now(), undefined, account);
+  const nc = await connect({ servers: nats.url, authenticator: credsAuthenticator(new TextEncoder().encode(creds)), inboxPrefix: agentInboxPrefix(agentId), reconnect: false });
+  open.push(nc);
+  return { nc, jsm: await jetstreamManager(nc, { timeout: 3_000 }) };
+}
+
+const attempt = (p: Promise<unknown>) => p.then(() => true, () => false);
+const count = async (jsm: JetStreamManager, stream: string) => (await jsm.streams.info(stream).catch(() => undefined))?.state.messages ?? 0;
+const lastOn = (jsm: JetStreamManager, stream: string, subject: string) => jsm.streams.getMessage(stream, { last_by_subj: subject }).catch(() => undefined);
+
+type Outcome = Record<"sources" | "mirror" | "republish" | "replyInbox" | "deliverSubject", boolean>;
+
+/**
+ * Alice, with nothing but her own credential, tries each attack on bob's inbox; what reached bob
+ * (or what of bob's reached her). `alice` and `bob` are the accounts their credentials are of.
+ */
+async function attacks(tag: string, aliceAccount: string, bobAccount: string): Promise<Outcome> {
+  const a = agentNames(`${tag}/alice`);
+  const b = agentNames(`${tag}/bob`);
+  const alice = await runtime(`alice-${tag}`, `${tag}/alice`, aliceAccount);
+  const bob = await runtime(`bob-${tag}`, `${tag}/bob`, bobAccount);
+  // Bob's inbox, with a message in it.
+  await bob.jsm.streams.add({ name: b.inboxStream, subjects: [b.inboxSubjects] });
+  await (await import("@nats-io/jetstream")).jetstream(bob.nc).publish(b.inbox("secret"), "bob's message");
+  const js = (await import("@nats-io/jetstream")).jetstream(alice.nc);
+  const own = (config: Partial<StreamConfig> & { name: string }) => attempt(alice.jsm.streams.add(config));
+
+  // 1. Her inbox stream sourcing bob's, 2. a bucket's stream of hers mirroring it.
+  await own({ name: a.inboxStream, subjects: [a.inboxSubjects], sources: [{ name: b.inboxStream }] });
+  await own({ name: `KV_${a.peersBucket}`, mirror: { name: b.inboxStream } });
+  // 3. Her outbox republishing onto bob's inbox subjects, with the headers she likes.
+  await own({ name: a.outboxStream, subjects: [a.outboxSubjects], republish: { src: a.outboxSubjects, dest: `ifp.inbox.${b.kvKey}.msg.republished.>` } });
+  const forged = headers();
+  forged.set("Ifp-Sender", "https://bank.example/agent");
+  forged.set("Ifp-Auth-Level", "3");
+  await attempt(js.publish(a.outbox, "forged by republish", { headers: forged }));
+  // 4. A stream of hers on bob's reply inbox; bob then makes a request whose reply comes there.
+  await own({ name: `KV_${a.conversationsBucket}`, subjects: [`${agentInboxPrefix(`bob-${tag}`)}.>`] });
+  await bob.jsm.streams.info(b.inboxStream);
+  // 5. A push consumer on a stream of hers delivering onto bob's inbox subjects. A push consumer
+  // delivers only while someone listens on its deliver subject: the worst case is granted, a
+  // listener in alice's account.
+  const pushed = `ifp.inbox.${b.kvKey}.msg.pushed`;
+  const listener = await connect({ servers: nats.url, authenticator: credsAuthenticator(new TextEncoder().encode(await issuer.issue("listener", { pub: [], sub: [pushed] }, Date.now(), undefined, aliceAccount))), reconnect: false });
+  open.push(listener);
+  listener.subscribe(pushed);
+  await listener.flush();
+  const bucket = `KV_${a.outboxStateBucket}`;
+  await own({ name: bucket, subjects: [`$KV.${a.outboxStateBucket}.>`] });
+  await attempt(js.publish(`$KV.${a.outboxStateBucket}.x`, "forged by a push consumer", { headers: forged }));
+  await attempt(alice.jsm.consumers.add(bucket, { name: "push", deliver_subject: pushed, ack_policy: AckPolicy.None, deliver_policy: DeliverPolicy.All }));
+
+  const outcome = async (): Promise<Outcome> => ({
+    sources: (await count(alice.jsm, a.inboxStream)) > 0,
+    mirror: (await count(alice.jsm, `KV_${a.peersBucket}`)) > 0,
+    republish: (await lastOn(bob.jsm, b.inboxStream, `ifp.inbox.${b.kvKey}.msg.republished.msg`))?.header?.get("Ifp-Auth-Level") === "3",
+    replyInbox: (await count(alice.jsm, `KV_${a.conversationsBucket}`)) > 0,
+    // A push delivery keeps the stored message's subject: it would land in bob's stream under alice's.
+    deliverSubject: (await lastOn(bob.jsm, b.inboxStream, `$KV.${a.outboxStateBucket}.x`))?.header?.get("Ifp-Sender") === "https://bank.example/agent",
+  });
+  // Everything that flows does within a moment on one server; give it a few.
+  let result = await outcome();
+  for (let i = 0; i < 15 && !Object.values(result).every(Boolean); i++) {
+    await sleep(200);
+    result = await outcome();
+  }
+  return result;
+}
+
+beforeAll(async () => {
+  const keys = generateKeys();
+  issuer = CredentialIssuer.fromKeys(keys);
+  const dir = tempDir("ifp-nats-accounts-");
+  nats = await startNats({
+    storeDir: join(dir, "store"),
+    config: await serverConfig(keys, { resolverDir: join(dir, "jwt") }),
+    connect: { authenticator: credsAuthenticator(await issuer.systemCreds()) },
+  });
+  accounts = new NatsAccounts({ url: nats.url, issuer, log: silent, maxConnections: 3, idleMs: 1_000 });
+}, 60_000);
+afterAll(async () => {
+  for (const nc of open) await nc.close().catch(() => {});
+  await accounts?.close();
+  await nats?.close();
+});
+
+describe("one account per runtime", () => {
+  it("stops every attack JetStream does not check permissions for; in one shared account each succeeds", async () => {
+    const alice = await accounts.ensureAccount("uid-alice", "agent:iso/alice");
+    const bob = await accounts.ensureAccount("uid-bob", "agent:iso/bob");
+    expect(alice).not.toBe(bob);
+    expect(alice).not.toBe(issuer.accountKey);
+    const none: Outcome = { sources: false, mirror: false, republish: false, replyInbox: false, deliverSubject: false };
+    expect(await attacks("iso", alice, bob)).toEqual(none);
+    // The model this replaced: the same credentials, both runtimes in the one shared account.
+    expect(await attacks("shared", issuer.accountKey, issuer.accountKey)).toEqual({ sources: true, mirror: true, republish: true, replyInbox: true, deliverSubject: true });
+  }, 60_000);
+
+  it("derives one stable account per resource uid; a runtime's credential is refused before its account is pushed and after it is deleted", async () => {
+    expect(issuer.accountOf("uid-carol")).toBe(issuer.accountOf("uid-carol"));
+    expect(issuer.accountOf("uid-carol")).not.toBe(issuer.accountOf("uid-carol2"));
+    const carol = issuer.accountOf("uid-carol");
+    await expect(runtime("carol", "ns/carol", carol)).rejects.toThrow();
+    expect(await accounts.ensureAccount("uid-carol", "agent:ns/carol")).toBe(carol);
+    const { jsm } = await runtime("carol", "ns/carol", carol);
+    await jsm.streams.add({ name: agentNames("ns/carol").inboxStream, subjects: [agentNames("ns/carol").inboxSubjects] });
+    // The operator's user in carol's account sees her stream; deleting the account disconnects her.
+    expect(await accounts.withAccount(carol, async (j) => (await j.streams.info(agentNames("ns/carol").inboxStream)).config.name)).toBe(agentNames("ns/carol").inboxStream);
+    const closed = open.at(-1)!.closed();
+    await accounts.deleteAccount(carol, "agent:ns/carol");
+    await expect(Promise.race([closed.then(() => "closed"), sleep(10_000).then(() => "open")])).resolves.toBe("closed");
+    await expect(runtime("carol", "ns/carol", carol)).rejects.toThrow();
+    // Neither the shared account nor a key that is not an account is deleted.
+    await expect(accounts.deleteAccount(issuer.accountKey, "x")).rejects.toThrow(/not a runtime's account/);
+    await expect(accounts.deleteAccount("nonsense", "x")).rejects.toThrow(/not a runtime's account/);
+  }, 60_000);
+
+  it("keeps its connections into the accounts bounded and closes them when idle", async () => {
+    const keys = await Promise.all(["p1", "p2", "p3", "p4", "p5"].map((u) => accounts.ensureAccount(u, `agent:pool/${u}`)));
+    for (const k of keys) await accounts.withAccount(k, (jsm) => jsm.getAccountInfo());
+    expect(accounts.size).toBeLessThanOrEqual(3);
+    await sleep(2_500);
+    expect(accounts.size).toBe(0);
+  }, 30_000);
+});
