@@ -13,14 +13,19 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { tempDir } from "../../e2e/support/process.ts";
 import { agentNames } from "../../runtime/src/contract/agent-names.ts";
-import { agentInboxPrefix, agentPermissions } from "../../runtime/src/contract/nats-permissions.ts";
-import { CredentialIssuer, generateKeys, serverConfig } from "../src/nats-credentials.ts";
+import { agentInboxPrefix, agentPermissions, relayInboxPrefix } from "../../runtime/src/contract/nats-permissions.ts";
+import { CredentialIssuer, credsClaims, generateKeys, KEY_FIELDS, serverConfig, type NatsKeys } from "../src/nats-credentials.ts";
 import { NatsAccounts } from "../src/nats-accounts.ts";
+import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
+import { relayNames } from "../../runtime/src/contract/relay-stream.ts";
+import { startManager, type RunningManager } from "../src/manager.ts";
+import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
 
 const silent = pino({ level: "silent" });
 let nats: NatsServer;
 let issuer: CredentialIssuer;
 let accounts: NatsAccounts;
+let keys: NatsKeys;
 const open: NatsConnection[] = [];
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -97,7 +102,7 @@ async function attacks(tag: string, aliceAccount: string, bobAccount: string): P
 }
 
 beforeAll(async () => {
-  const keys = generateKeys();
+  keys = generateKeys();
   issuer = CredentialIssuer.fromKeys(keys);
   const dir = tempDir("ifp-nats-accounts-");
   nats = await startNats({
@@ -151,4 +156,73 @@ describe("one account per runtime", () => {
     await sleep(2_500);
     expect(accounts.size).toBe(0);
   }, 30_000);
+});
+
+describe("the operator with one account per runtime, on a real API server", () => {
+  let cp: ControlPlane;
+  let manager: RunningManager;
+  const NS = "natsaccounts";
+  const operatorLog = capturedLog(400);
+  const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222" };
+  const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);
+  const credsOf = (name: string) => {
+    const s = get("secret", `${name}-nats`);
+    return s ? Buffer.from(s.data["nats.creds"], "base64").toString("utf8") : undefined;
+  };
+  perTest(() => [`operator log (last 100 lines):`, ...operatorLog.lines().slice(-100)].join("\n"));
+
+  beforeAll(async () => {
+    cp = await startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false });
+    cp.kubectl(["create", "namespace", NS]);
+    cp.kubectl(["create", "namespace", "ifp-system"]);
+    // The keys of the server started above, as the operator keeps them.
+    const fields = Object.entries(KEY_FIELDS).map(([k, f]) => `--from-literal=${f}=${keys[k as keyof NatsKeys]}`);
+    cp.kubectl(["-n", "ifp-system", "create", "secret", "generic", "ifp-nats-account", `--from-literal=account.pub=${issuer.accountKey}`, ...fields]);
+    manager = await startManager({
+      kubeconfig: cp.kubeconfig,
+      settings,
+      nats: { url: nats.url },
+      natsAccount: { namespace: "ifp-system", name: "ifp-nats-account" },
+      watchNamespaces: [NS],
+      resyncMs: 1_000,
+      summaryIntervalMs: 300,
+      log: operatorLog.log,
+    });
+    await manager.started;
+  }, 300_000);
+  afterAll(async () => {
+    await manager?.stop();
+    await cp?.stop();
+  });
+
+  it("makes a Relay's stream in the relay's own account and reads its summary there; deletes an Agent's account with its data", async () => {
+    const relay = { apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: { name: "hub", namespace: NS }, spec: { url: "https://relay.example" } };
+    cp.kubectl(["apply", "-f", "-"], JSON.stringify(relay));
+    const hubCreds = await until("hub-nats", () => credsOf("hub"));
+    const uid = get("relay", "hub").metadata.uid;
+    expect(credsClaims(hubCreds)!.issuerAccount).toBe(issuer.accountOf(uid));
+    const stream = relayNames(relay as never).stream;
+    await until("the relay's stream", () => get("relay", "hub")?.status?.stream?.name === stream);
+    expect(await accounts.withAccount(issuer.accountOf(uid), async (jsm) => (await jsm.streams.info(stream)).config.name)).toBe(stream);
+    // Not in the shared account.
+    await expect(accounts.withAccount(issuer.accountKey, (jsm) => jsm.streams.info(stream))).rejects.toThrow(/not found/);
+    // The summary is read in the relay's account: a copy its runtime stores shows.
+    const hub = await connect({ servers: nats.url, authenticator: credsAuthenticator(new TextEncoder().encode(hubCreds)), inboxPrefix: relayInboxPrefix(relay as never), reconnect: false });
+    open.push(hub);
+    await (await import("@nats-io/jetstream")).jetstream(hub).publish(`${relayNames(relay as never).subjects.slice(0, -1)}mbox.alice.m1`, "copy");
+    await until("the relay's summary", () => (get("relay", "hub")?.status?.summary?.acceptedLastHour ?? 0) >= 1);
+
+    cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name: "alice", namespace: NS }, spec: { agentId: "alice-id" } }));
+    const aliceCreds = await until("alice-nats", () => credsOf("alice"));
+    const aliceAccount = issuer.accountOf(get("agent", "alice").metadata.uid);
+    expect(credsClaims(aliceCreds)!.issuerAccount).toBe(aliceAccount);
+    const alice = await connect({ servers: nats.url, authenticator: credsAuthenticator(new TextEncoder().encode(aliceCreds)), inboxPrefix: agentInboxPrefix("alice-id"), reconnect: false });
+    const n = agentNames(`${NS}/alice`);
+    await (await jetstreamManager(alice)).streams.add({ name: n.inboxStream, subjects: [n.inboxSubjects] });
+    const closed = alice.closed();
+    cp.kubectl(["-n", NS, "delete", "agent", "alice", "--wait=false"]);
+    await until("alice gone", () => !get("agent", "alice"));
+    await expect(Promise.race([closed.then(() => "closed"), sleep(10_000).then(() => "open")])).resolves.toBe("closed");
+    await expect(connect({ servers: nats.url, authenticator: credsAuthenticator(new TextEncoder().encode(aliceCreds)), reconnect: false })).rejects.toThrow();
+  }, 120_000);
 });
