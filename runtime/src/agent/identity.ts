@@ -1,52 +1,25 @@
 import type { KeyObject } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import type { Logger } from "pino";
-import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
-import { DidKeyError, didKeyPublicKey, isDidKey } from "../protocol/did-key.ts";
-import type { IdentityDocument } from "../protocol/documents.ts";
-import { insufficientAuthLevel, invalidSignature, ProtocolError, rateLimited, unavailable, unknownSender } from "../protocol/errors.ts";
+import type { DiscoveryClient } from "../discovery/client.ts";
+import { didKeyRaw, isHttpsUrl, KeyLookup, LOOKUP_DEFAULTS, type LookupLimits } from "../discovery/keys.ts";
+import { isDidKey } from "../protocol/did-key.ts";
+import { insufficientAuthLevel, invalidSignature, ProtocolError, unknownSender } from "../protocol/errors.ts";
 import { publicKeyFromRaw } from "../protocol/keys.ts";
 import type { Message, Signature } from "../protocol/message.ts";
 import { verifyIntroduction, verifySignature } from "../protocol/signing.ts";
 import { AuthLevel, checkProfile, signatureCandidates, type KeySource, type MessageVerifier, type Verified } from "../protocol/verify.ts";
 import type { AgentSpec } from "../resources/agent.ts";
-import { RateLimiter } from "../server/ratelimit.ts";
 
-/** Bounds on what a sender can make the agent do to look its key up (docs/identity.md). */
-export interface IdentityLimits {
-  /** How long a failed lookup is remembered and answered from memory. */
-  negativeTtlMs: number;
-  /** Failed lookups remembered at most (the oldest is forgotten first). */
-  maxNegative: number;
-  /** Lookups of senders never seen before, per client address (or relay) per minute. */
-  perAddressPerMinute: number;
-  /** Lookups in flight at once per client address (or relay). */
-  perAddressConcurrent: number;
-  /** Lookups in flight at once in this process. */
-  concurrent: number;
-}
+/** Bounds on what a sender can make the agent do to look its key up (docs/identity.md); shared with the relay. */
+export type IdentityLimits = LookupLimits;
 
-export const IDENTITY_DEFAULTS: IdentityLimits = {
-  negativeTtlMs: 60_000,
-  maxNegative: 10_000,
-  perAddressPerMinute: 30,
-  perAddressConcurrent: 2,
-  concurrent: 16,
-};
-
-/** Senders whose lookup succeeded, remembered so they never spend the newcomers' budget. */
-const MAX_KNOWN = 10_000;
+export const IDENTITY_DEFAULTS: IdentityLimits = LOOKUP_DEFAULTS;
 
 interface FoundKey {
   key: KeyObject;
   level: number;
   source: KeySource;
-}
-
-interface DocumentKeys {
-  doc: IdentityDocument;
-  level: number;
-  url: string;
 }
 
 /**
@@ -72,17 +45,8 @@ interface DocumentKeys {
  */
 export class IdentityResolver implements MessageVerifier {
   private readonly spec: AgentSpec;
-  private readonly discovery: DiscoveryClient;
   private readonly tokens: () => readonly string[];
-  private readonly limits: IdentityLimits;
-  private readonly log: Logger | undefined;
-  private readonly now: () => number;
-  private readonly negative = new Map<string, { reason: string; until: number }>();
-  private readonly known = new Map<string, number>();
-  private readonly inFlight = new Map<string, Promise<DocumentKeys>>();
-  private readonly perAddress = new Map<string, number>();
-  private readonly newcomers: RateLimiter;
-  private running = 0;
+  private readonly keys: KeyLookup;
 
   constructor(deps: {
     spec: AgentSpec;
@@ -94,12 +58,8 @@ export class IdentityResolver implements MessageVerifier {
     now?: () => number;
   }) {
     this.spec = deps.spec;
-    this.discovery = deps.discovery;
     this.tokens = deps.introductionTokens ?? (() => []);
-    this.limits = { ...IDENTITY_DEFAULTS, ...deps.limits };
-    this.log = deps.log;
-    this.now = deps.now ?? Date.now;
-    this.newcomers = new RateLimiter(this.limits.perAddressPerMinute, { now: this.now });
+    this.keys = new KeyLookup({ discovery: deps.discovery, limits: deps.limits, log: deps.log, now: deps.now });
   }
 
   async verify(message: Message, requireSignature: boolean, context: { address: string } = { address: "unknown" }): Promise<Verified> {
@@ -178,83 +138,8 @@ export class IdentityResolver implements MessageVerifier {
           : `${sender} is not known here: it is not among this agent's peers, and its id is neither an https URL (with an identity document) nor a did:key`,
       );
     }
-    const docKeys = await this.document(sender, url, level, address);
-    const entry = docKeys.doc.keys.find((k) => k.key_id === keyId || k.key_id === `${sender}#${keyId}`);
-    if (!entry) throw unknownSender(`the identity document of ${sender} (${docKeys.url}) lists no key ${keyId}`);
-    if (entry.type.toLowerCase() !== "ed25519") throw invalidSignature(`key ${sender}#${keyId} is of type ${entry.type}; only ed25519 is accepted`);
-    if (entry.status === "revoked") throw invalidSignature(`key ${sender}#${keyId} has been revoked (identity document ${docKeys.url})`);
-    let key: KeyObject;
-    try {
-      key = publicKeyFromRaw(entry.public_key);
-    } catch (err) {
-      throw unknownSender(`key ${keyId} in the identity document of ${sender} is not usable: ${(err as Error).message}`);
-    }
-    return { key, level: docKeys.level, source: "identity-document" };
-  }
-
-  private async document(sender: string, url: string, level: number, address: string): Promise<DocumentKeys> {
-    let docUrl: string;
-    try {
-      docUrl = `${DiscoveryClient.wellKnownBase(url)}/identity`;
-    } catch (err) {
-      throw unknownSender(`the identity of ${sender} cannot be looked up: ${(err as Error).message}`);
-    }
-    const key = `${sender}\n${docUrl}`;
-    const neg = this.negative.get(key);
-    if (neg && neg.until > this.now()) throw unknownSender(neg.reason);
-    if (neg) this.negative.delete(key);
-    const pending = this.inFlight.get(key);
-    if (pending) return pending;
-
-    const isNew = !this.known.has(key);
-    if (isNew) {
-      const budget = this.newcomers.take(address);
-      if (!budget.ok) throw rateLimited(budget.retryAfterSeconds, `too many identity lookups of new senders from ${address}`);
-    }
-    if ((this.perAddress.get(address) ?? 0) >= this.limits.perAddressConcurrent) {
-      throw rateLimited(1, `too many identity lookups in progress for ${address}`);
-    }
-    if (this.running >= this.limits.concurrent) throw unavailable("too many identity lookups in progress; try again shortly", 1);
-
-    this.running++;
-    this.perAddress.set(address, (this.perAddress.get(address) ?? 0) + 1);
-    const p = this.fetchDocument(sender, url, docUrl, level, key).finally(() => {
-      this.running--;
-      const n = (this.perAddress.get(address) ?? 1) - 1;
-      if (n > 0) this.perAddress.set(address, n);
-      else this.perAddress.delete(address);
-      this.inFlight.delete(key);
-    });
-    this.inFlight.set(key, p);
-    return p;
-  }
-
-  private async fetchDocument(sender: string, url: string, docUrl: string, level: number, key: string): Promise<DocumentKeys> {
-    let doc: IdentityDocument;
-    try {
-      doc = await this.discovery.identity(url);
-    } catch (err) {
-      if (!(err instanceof DiscoveryError)) throw err;
-      // The reason in detail goes to the log only: the answer must not turn the agent into a
-      // probe of networks only it can reach.
-      this.log?.warn({ sender, url: docUrl, err: err.message }, "identity lookup failed");
-      throw this.fail(key, `the identity document of ${sender} could not be obtained from ${docUrl}; not looked up again for ${Math.round(this.limits.negativeTtlMs / 1000)} s`);
-    }
-    if (doc.agent_id !== sender) {
-      throw this.fail(key, `the identity document at ${docUrl} is for ${doc.agent_id}, not for ${sender}`);
-    }
-    this.known.delete(key);
-    this.known.set(key, this.now());
-    if (this.known.size > MAX_KNOWN) this.known.delete(this.known.keys().next().value!);
-    return { doc, level, url: docUrl };
-  }
-
-  private fail(key: string, reason: string): ProtocolError {
-    this.negative.delete(key);
-    while (this.negative.size >= this.limits.maxNegative) this.negative.delete(this.negative.keys().next().value!);
-    this.negative.set(key, { reason, until: this.now() + this.limits.negativeTtlMs });
-    this.known.delete(key);
-    return unknownSender(reason);
+    const key = await this.keys.documentKey(sender, url, keyId, address);
+    return { key, level, source: "identity-document" };
   }
 }
 
@@ -265,13 +150,7 @@ export class IdentityResolver implements MessageVerifier {
  * peers' level (2, source peers), unless they marked its key revoked there.
  */
 function didKeyLookup(sender: string, peer: AgentSpec["peers"][number] | undefined): FoundKey {
-  let raw: string;
-  try {
-    raw = didKeyPublicKey(sender);
-  } catch (err) {
-    if (err instanceof DidKeyError) throw unknownSender(`${sender} cannot be resolved: ${err.message}`);
-    throw err;
-  }
+  const raw = didKeyRaw(sender);
   const key = publicKeyFromRaw(raw);
   if (!peer) return { key, level: AuthLevel.signed, source: "did:key" };
   const revoked = peer.keys.find((k) => k.publicKey === raw && k.status === "revoked");
@@ -316,12 +195,4 @@ export function introductionTokenFile(path: string, log?: Logger, now: () => num
     if (now() - checked > 5_000) load();
     return tokens;
   };
-}
-
-function isHttpsUrl(id: string): boolean {
-  try {
-    return new URL(id).protocol === "https:";
-  } catch {
-    return false;
-  }
 }

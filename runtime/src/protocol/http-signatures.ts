@@ -103,12 +103,14 @@ export function signatureBase(req: Pick<IncomingRequest, "method" | "url" | "hea
 
 /**
  * Verify a request signed as above and return the signing agent. `keyFor` looks a key up by
- * agent id and key id and throws a 401 ProtocolError for an unknown agent or key. Every
+ * agent id and key id (at once, or by a lookup it bounds itself: it is asked only once the
+ * request is well-formed, fresh and its body matches its digest) and throws a 401 ProtocolError
+ * for an unknown agent or key. Every
  * other failure is a 401 `invalid_signature` with the reason.
  */
 export async function verifyRequest(
   req: IncomingRequest,
-  keyFor: (agentId: string, keyId: string) => KeyObject,
+  keyFor: (agentId: string, keyId: string) => KeyObject | Promise<KeyObject>,
   now = Date.now(),
 ): Promise<{ agentId: string; keyId: string }> {
   const inputField = field(req.headers["signature-input"]);
@@ -156,7 +158,7 @@ export async function verifyRequest(
     if (!digest) throw invalidSignature("a request with a body needs a Content-Digest (RFC 9530, sha-256)");
     if (!digestMatches(digest, req.body!)) throw invalidSignature("Content-Digest does not match the body (sha-256)");
   }
-  const key = keyFor(ref.agentId, ref.keyId);
+  const key = await keyFor(ref.agentId, ref.keyId);
   let base: string;
   try {
     base = signatureBase(req, input);

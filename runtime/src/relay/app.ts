@@ -7,6 +7,8 @@ import { StreamSlots } from "../server/stream-slots.ts";
 import { registerProbes } from "../server/probes.ts";
 import { relayAuthenticator, requireSignedRequests } from "./auth.ts";
 import { relayIntake } from "./intake.ts";
+import { Publishers } from "./publishers.ts";
+import type { KeyLookup } from "../discovery/keys.ts";
 import type { Mailboxes } from "./mailbox.ts";
 import { deadLetterRoutes } from "./routes/dead-letters.ts";
 import { eventRoutes } from "./routes/events.ts";
@@ -29,6 +31,8 @@ export interface RelayAppDeps extends EndpointDeps {
   subs: Subscriptions;
   /** Where webhooks may point (default: spec.network.allowPrivateTargets alone). */
   targets?: TargetPolicy;
+  /** How keys of senders not in spec.agents are looked up (none: only did:key senders can be strangers). */
+  keyLookup?: KeyLookup;
 }
 
 /** What a WebSocket frame may carry beyond its message: the envelope and `recipients`. */
@@ -45,8 +49,9 @@ export function batchBodyLimit(maxMessageBytes: number): number {
 }
 
 /**
- * The relay's HTTPS endpoints (spec 4.2, IFP-8): every /relay/ request is signed by one of
- * the agents it serves (RFC 9421), and touches only that agent's mailbox. Never listens.
+ * The relay's HTTPS endpoints (spec 4.2, IFP-8): every /relay/ request is signed (RFC 9421) by
+ * one of the agents it serves, and touches only that agent's mailbox; a publish may also be
+ * signed by a sender spec.publishers lets in, whose key is looked up. Never listens.
  */
 export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
   const { relay, mailboxes, subs, metrics } = deps;
@@ -54,8 +59,9 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
   const now = deps.now ?? Date.now;
   const app = createServer({ tls: deps.tls, logger: deps.logger, bodyLimit: spec.limits.maxMessageBytes, trustedProxies: deps.trustedProxies });
   registerProbes(app, deps.ready);
+  const publishers = new Publishers({ spec, verifier: deps.verifier, lookup: deps.keyLookup, now });
   const authenticate = relayAuthenticator({
-    verifier: deps.verifier,
+    publishers,
     publicUrl: spec.url,
     perAddressPerMinute: spec.limits.perAddressPerMinute,
     perAgentPerMinute: spec.limits.perAgentPerMinute,
@@ -63,7 +69,7 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
   });
 
   const maxMessageBytes = spec.limits.maxMessageBytes;
-  const intake = relayIntake({ relayUrl: spec.url, verifier: deps.verifier, subs, mailboxes, now, maxMessageBytes, bytesPerHour: spec.limits.perAgentBytesPerHour });
+  const intake = relayIntake({ relayUrl: spec.url, verifier: deps.verifier, subs, mailboxes, now, maxMessageBytes, bytesPerHour: spec.limits.perAgentBytesPerHour, publishers });
 
   app.register(async (api) => {
     requireSignedRequests(api, authenticate);

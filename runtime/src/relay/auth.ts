@@ -3,7 +3,7 @@ import type { FastifyInstance } from "fastify";
 import { RateLimiter } from "../server/ratelimit.ts";
 import { rateLimited } from "../protocol/errors.ts";
 import { verifyRequest } from "../protocol/http-signatures.ts";
-import type { Verifier } from "../protocol/verify.ts";
+import type { Publishers } from "./publishers.ts";
 
 export interface RequestToAuthenticate {
   /** Client address, for the limit checked before the signature: the server's `clientAddress` (through trusted proxies only). */
@@ -16,9 +16,15 @@ export interface RequestToAuthenticate {
   localPort?: number;
   headers: IncomingHttpHeaders;
   body?: Buffer;
+  /** An endpoint senders the relay does not serve may use (publishing), as spec.publishers allows. */
+  open?: boolean;
 }
 
 declare module "fastify" {
+  interface FastifyContextConfig {
+    /** Senders not in spec.agents may call the route (publishing), as spec.publishers allows. */
+    strangers?: boolean;
+  }
   interface FastifyRequest {
     /** The agent that signed the request: set by the authentication hook, before any schema or handler. */
     agent: string;
@@ -31,11 +37,13 @@ export type RelayAuthenticator = ReturnType<typeof relayAuthenticator>;
 
 /**
  * Who is asking: the cheap per-address limit first, so that floods of bad signatures cannot
- * burn the CPU, then the RFC 9421 request signature against the keys of spec.agents (401),
- * then the per-agent limit keyed by the verified signer (429). Resolves to the agent id.
+ * burn the CPU, then the RFC 9421 request signature against the keys of spec.agents or, on an
+ * endpoint open to them, a key spec.publishers lets the relay look up (401), then the per-agent
+ * limit keyed by the verified signer (429; spec.publishers.limits for a sender the relay does
+ * not serve). Resolves to the agent id.
  */
 export function relayAuthenticator(opts: {
-  verifier: Verifier;
+  publishers: Publishers;
   /** The relay's public URL (spec.url): its authority is the one every signature must cover. */
   publicUrl: string;
   perAddressPerMinute: number;
@@ -71,6 +79,7 @@ export function relayAuthenticator(opts: {
   };
   /** `cost` more requests of a verified agent (a batch's messages, a WebSocket's frames); 429 past the limit. */
   const limitAgent = (agentId: string, cost = 1): void => {
+    if (!opts.publishers.serves(agentId)) return opts.publishers.limitRequests(agentId, cost);
     const byAgent = perAgent.take(agentId, cost);
     if (!byAgent.ok) throw rateLimited(byAgent.retryAfterSeconds, `rate limit of ${opts.perAgentPerMinute} requests per minute exceeded for ${agentId}`);
   };
@@ -78,7 +87,7 @@ export function relayAuthenticator(opts: {
     if (!how.addressLimited) limitAddress(req);
     const { agentId } = await verifyRequest(
       { method: req.method, url: absoluteUrl(req.url, authorityOf(req)), headers: req.headers, body: req.body },
-      (agent, keyId) => opts.verifier.key(agent, keyId),
+      (agent, keyId) => opts.publishers.key(agent, keyId, { address: req.clientAddress, open: req.open === true }),
       now(),
     );
     limitAgent(agentId);
@@ -118,7 +127,16 @@ export function requireSignedRequests(scope: FastifyInstance, authenticate: Rela
   scope.addHook("onRequest", async (req) => authenticate.limitAddress(req));
   scope.addHook("preValidation", async (req) => {
     req.agent = await authenticate(
-      { clientAddress: req.clientAddress, method: req.method, url: req.url, host: req.host, localPort: req.socket.localPort, headers: req.headers, body: req.rawBody ?? undefined },
+      {
+        clientAddress: req.clientAddress,
+        method: req.method,
+        url: req.url,
+        host: req.host,
+        localPort: req.socket.localPort,
+        headers: req.headers,
+        body: req.rawBody ?? undefined,
+        open: req.routeOptions.config.strangers === true,
+      },
       { addressLimited: true },
     );
   });

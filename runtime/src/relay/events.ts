@@ -10,6 +10,7 @@ import type { RuntimeMetrics } from "../server/metrics.ts";
 import { copySpan, type Mailboxes } from "./mailbox.ts";
 import type { RelayAuthenticator } from "./auth.ts";
 import { itemError, parseJson, type RelayIntake } from "./intake.ts";
+import { WEBSOCKET_TRANSPORT_LABEL } from "./publish.ts";
 import type { ItemResult } from "../protocol/relay-api.ts";
 import type { StreamSlots } from "../server/stream-slots.ts";
 
@@ -184,7 +185,7 @@ export function attachWebSocket(app: FastifyInstance, deps: StreamDeps): void {
         limited = itemError(toProtocolError(err), message);
       }
       if (++publishing >= MAX_PUBLISHING) ws.pause();
-      (limited ? Promise.resolve(limited) : deps.intake.publishCarried(message, agent, { recipients, log })).then((result) => {
+      (limited ? Promise.resolve(limited) : deps.intake.publishCarried(message, agent, { recipients, log, transport: WEBSOCKET_TRANSPORT_LABEL })).then((result) => {
         if (--publishing < MAX_PUBLISHING && ws.isPaused) ws.resume();
         deps.metrics.relay.inc({ operation: "publish", result: "code" in result ? result.code : "ok" });
         send("code" in result ? { type: "error", ...result } : { type: "published", ...result });

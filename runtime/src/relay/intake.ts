@@ -11,7 +11,8 @@ import { asSent } from "../server/validation.ts";
 import { debugEnabled, messageLog } from "../telemetry/logs.ts";
 import { A, inSpan, messageAttributes, messageContext, SpanKind } from "../telemetry/tracing.ts";
 import type { Mailboxes } from "./mailbox.ts";
-import { remainingTtlSeconds, resolveRecipients, traceEntry, withTraceEntry } from "./publish.ts";
+import { remainingTtlSeconds, resolveRecipients, traceEntry, type TransportLabel, withTraceEntry } from "./publish.ts";
+import type { Publishers } from "./publishers.ts";
 import type { Subscriptions } from "./subscriptions.ts";
 
 export interface IntakeDeps {
@@ -25,12 +26,16 @@ export interface IntakeDeps {
   maxMessageBytes: number;
   /** spec.limits.perAgentBytesPerHour: bytes of copies one publisher may have stored per hour. */
   bytesPerHour?: number;
+  /** spec.publishers: what a sender the relay does not serve may publish (none: only served agents sign requests). */
+  publishers?: Pick<Publishers, "serves" | "checkMessage">;
 }
 
 export interface PublishOptions {
   /** Narrows the message to some of its direct recipients (`?recipient=`, a frame's `recipients`). */
   recipients?: string[];
   log: FastifyBaseLogger;
+  /** The transport the message came by, named in the trace entry (default https+ifp-4). */
+  transport?: TransportLabel;
   /** When the request began (ms since the epoch), for the span; now when left out. */
   startTime?: number;
 }
@@ -87,13 +92,16 @@ export function relayIntake(deps: IntakeDeps) {
         const h = message.headers;
         if (h.from.agent !== sender) throw invalidSignature(`the request is signed by ${sender} but the message is from ${h.from.agent}`);
         const ttl = remainingTtlSeconds(h, deps.now());
-        const { agents } = resolveRecipients(narrowed(h.to, opts.recipients), sender, (a) => deps.verifier.knows(a), (t) => deps.subs.subscribers(t));
+        const { agents, topics } = resolveRecipients(narrowed(h.to, opts.recipients), sender, (a) => deps.verifier.knows(a), (t) => deps.subs.subscribers(t));
         // The accountable trace entry (spec 2.9), appended before the message is stored;
         // everything else is kept as sent, so the sender's signature still verifies.
-        const data = JSON.stringify(withTraceEntry(message, traceEntry(deps.relayUrl, sender, new Date(deps.now()))));
+        const data = JSON.stringify(withTraceEntry(message, traceEntry(deps.relayUrl, sender, new Date(deps.now()), opts.transport)));
+        // A sender the relay does not serve: its own quotas, and those of each recipient.
+        const stranger = deps.publishers && !deps.publishers.serves(sender);
+        if (stranger) deps.publishers!.checkMessage(sender, topics, agents, Buffer.byteLength(data));
         // Every copy counts against the publisher: a topic's fan-out is the publisher's doing.
         const cost = Buffer.byteLength(data) * agents.length;
-        const taken = quota && cost ? quota.take(sender, cost) : { ok: true as const };
+        const taken = quota && cost && !stranger ? quota.take(sender, cost) : { ok: true as const };
         if (!taken.ok) throw rateLimited(taken.retryAfterSeconds, `byte quota of ${deps.bytesPerHour} bytes per hour exceeded for ${sender} (this message: ${agents.length} copies of ${Buffer.byteLength(data)} bytes)`);
         const result = await deps.mailboxes.store(data, h.message_id, agents, ttl, sender, h.conversation_id);
         // A child logger only when its line is written: making one costs as much as the rest of a frame's bookkeeping.

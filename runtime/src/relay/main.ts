@@ -8,6 +8,8 @@ import { loadManifest } from "../config/manifest.ts";
 import { Nats, type NatsOptions } from "../nats/connection.ts";
 import { StreamKeeper, StreamMissingError } from "../nats/stream-keeper.ts";
 import { caFileLogger, HttpClient } from "../net/http-client.ts";
+import { DiscoveryClient } from "../discovery/client.ts";
+import { KeyLookup } from "../discovery/keys.ts";
 import { TargetPolicy } from "../net/targets.ts";
 import { Verifier } from "../protocol/verify.ts";
 import { Relay } from "../resources/relay.ts";
@@ -103,9 +105,17 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
     log.info({ stream: names.stream, url: relay.spec.url }, "relay ready");
   });
 
+  // Keys of senders the relay does not serve (spec.publishers): identity documents fetched by
+  // the same client as webhook pushes, so through the same outbound address checks.
+  const keyLookup = new KeyLookup({
+    discovery: new DiscoveryClient(http),
+    limits: { totalPerMinute: relay.spec.publishers.limits.lookupsPerMinute },
+    log,
+  });
   const app = buildRelayApp({
     relay,
     verifier: new Verifier(relay.spec.agents),
+    keyLookup,
     mailboxes,
     subs,
     metrics,

@@ -5,6 +5,9 @@ import { isTopicName, MAX_TOPIC_LENGTH, TOPIC_PREFIX } from "../protocol/relay-a
 
 /** The transport label of the trace entry (spec 2.9): IFP-4 messages over HTTPS. */
 export const TRANSPORT_LABEL = "https+ifp-4";
+/** The label for a message published in a WebSocket session (RFC 6455 over TLS, the wss scheme). */
+export const WEBSOCKET_TRANSPORT_LABEL = "wss+ifp-4";
+export type TransportLabel = typeof TRANSPORT_LABEL | typeof WEBSOCKET_TRANSPORT_LABEL;
 
 export function assertTopicName(name: string): void {
   if (!isTopicName(name)) {
@@ -51,9 +54,9 @@ export function remainingTtlSeconds(headers: Pick<MessageHeaders, "date" | "ttl_
   return left;
 }
 
-/** The relay's trace entry (spec 2.9). */
-export function traceEntry(relayUrl: string, sender: string, at: Date): TraceEntry {
-  return { by: `relay:${relayUrl.replace(/\/+$/, "")}`, with: TRANSPORT_LABEL, at: isoSeconds(at), from: sender };
+/** The relay's trace entry (spec 2.9), naming the transport the message came by. */
+export function traceEntry(relayUrl: string, sender: string, at: Date, transport: TransportLabel = TRANSPORT_LABEL): TraceEntry {
+  return { by: `relay:${relayUrl.replace(/\/+$/, "")}`, with: transport, at: isoSeconds(at), from: sender };
 }
 
 /** The message as sent, with `entry` appended to trace.received[]; nothing else changes. */

@@ -25,10 +25,52 @@ export const RelayDelivery = z.object({
     .describe("Messages whose delivery was given up"),
 });
 
+/** A host of an https agent id: `example.com` is that host, `*.example.com` any host below it. */
+const DomainPattern = z
+  .string()
+  .max(253)
+  .regex(/^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/, "a lower-case host name, or *. and a host name");
+
+export const RelaySenderSet = z.object({
+  agentIds: z.array(z.string().min(1).max(2048)).max(1000).default([]).describe("Agent ids exactly as they sign (an https agent id or a did:key)"),
+  domains: z.array(DomainPattern).max(1000).default([]).describe("Hosts of https agent ids: example.com is that host, *.example.com any host below it"),
+});
+
+export const RelayPublishers = z.object({
+  policy: z
+    .enum(["registered", "verified", "selector"])
+    .default("verified")
+    .describe("Who besides spec.agents may publish to them: registered (nobody), verified (any sender whose key is found by lookup, the default), selector (those spec.publishers.allow names)"),
+  allow: RelaySenderSet.prefault({}).describe("With policy selector: the senders besides spec.agents that may publish"),
+  deny: RelaySenderSet.prefault({}).describe("Senders never let in whatever the policy (spec.agents are not affected)"),
+  minAuthLevel: z
+    .literal([1, 2])
+    .default(1)
+    .describe("The least authentication level of a sender's key: 1 takes a did:key, 2 only an https agent id with its identity document over verified TLS"),
+  topics: z.boolean().default(false).describe("Whether senders not in spec.agents may publish to topics (default: only to the agents the relay serves)"),
+  limits: z
+    .object({
+      perSenderPerMinute: z.number().int().min(1).default(60).describe("Requests per minute of one sender not in spec.agents (a batch of n messages counts n)"),
+      perSenderBytesPerHour: z.number().int().min(16 * 1024).default(16 * 1024 * 1024).describe("Bytes one such sender may have stored per hour, each copy counted"),
+      perSenderStored: z
+        .number()
+        .int()
+        .min(1)
+        .default(1000)
+        .describe("Copies one such sender may have stored within retention.maxAge (so never more waiting at once); past it, 429 with Retry-After"),
+      perRecipientPerMinute: z.number().int().min(1).default(300).describe("Messages per minute to one served agent from all senders not in spec.agents together"),
+      perRecipientBytesPerHour: z.number().int().min(16 * 1024).default(64 * 1024 * 1024).describe("Bytes per hour stored for one served agent by all senders not in spec.agents together"),
+      lookupsPerMinute: z.number().int().min(1).default(120).describe("Identity document lookups of senders never seen before, per minute, whatever their address"),
+    })
+    .prefault({})
+    .describe("Quotas on senders not in spec.agents, on each replica; past them, 429 with Retry-After"),
+}).describe("Who may publish to the agents the relay serves besides those agents themselves; reading, acknowledging and subscribing stay theirs alone");
+
 export const RelaySpec = z.object({
   url: HttpsUrl.describe("The relay's public base URL, used in trace entries"),
   retention: RelayRetention.prefault({}).describe("How long and how much the relay's JetStream stream keeps"),
   agents: z.array(KnownAgent).default([]).describe("The agents the relay holds mail for, with their keys trusted out of band"),
+  publishers: RelayPublishers.prefault({}).describe("Who else may deliver to the agents the relay serves, and the quotas they are held to"),
   delivery: RelayDelivery.prefault({}).describe("Delivery to agents' webhooks"),
   limits: z
     .object({

@@ -62,6 +62,15 @@ export class RateLimiter {
     return { ok: false, retryAfterSeconds: this.seconds(cost - b.tokens) };
   }
 
+  /** Give back `cost` tokens taken (a request refused by a later limit after this one let it through). */
+  give(key: string, cost = 1): void {
+    const b = this.buckets.get(key);
+    if (!b) return;
+    const now = this.now();
+    b.tokens = Math.min(this.capacity, this.level(b, now) + Math.min(cost, this.capacity));
+    b.at = now;
+  }
+
   private level(b: { tokens: number; at: number }, now: number): number {
     return Math.min(this.capacity, b.tokens + (now - b.at) * this.perMs);
   }

@@ -26,7 +26,7 @@ export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app
     "/relay/publish",
     {
       schema: { body: asSent(PublishRequest), querystring: PublishQuery, response: { 202: PublishResponse } },
-      config: { operation: "publish", invalid: "the message does not follow IFP-4" },
+      config: { operation: "publish", invalid: "the message does not follow IFP-4", strangers: true },
     },
     async (req, reply) => {
       const answer = await namedOnFailure(req, () => messageLog(req.body, req.agent), () =>
@@ -43,7 +43,7 @@ export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app
     {
       bodyLimit: deps.batchBodyLimit,
       schema: { body: PublishBatchRequest, querystring: PublishQuery, response: { 200: PublishBatchResponse } },
-      config: { operation: "publish", invalid: "invalid batch" },
+      config: { operation: "publish", invalid: "invalid batch", strangers: true },
     },
     async (req, reply) => {
       const { messages } = req.body;
