@@ -16,6 +16,11 @@ export interface RecipientState {
   decision?: string;
   next_attempt_at?: string;
   delivered_at?: string;
+  /**
+   * Relays that refused this message for this recipient with a final answer (a 4xx other than
+   * 408/425/429, a redirect): never asked again for it (spec 7.2 rule 3), the others still are.
+   */
+  refused_relays?: string[];
   /** An error-phase answer of the recipient to this message (its thread.in_reply_to), linked when it arrives. */
   peer_error?: { message_id: string; code?: string; text: string; at: string };
 }
@@ -44,8 +49,10 @@ export type Outcome =
       /** The schedule's pause, but never shorter than this (Retry-After on a 5xx). */
       notBeforeMs?: number;
       decision?: string;
+      /** Relays that refused the message for good during this attempt. */
+      refused?: string[];
     }
-  | { kind: "failed"; via?: string; status?: number; error: string };
+  | { kind: "failed"; via?: string; status?: number; error: string; refused?: string[] };
 
 /** When retrying a recipient stops, and why then: the retry window's end or the message's ttl. */
 export interface Deadline {
@@ -90,11 +97,13 @@ export function nextRecipientState(
   deadline: Deadline,
   backoff: { schedule: number[]; random?: () => number },
 ): RecipientState {
+  const refused = outcome.kind === "delivered" ? [] : (outcome.refused ?? []);
   const next: RecipientState = {
     ...r,
     attempts: r.attempts + 1,
     via: outcome.via ?? r.via,
     last_status: "status" in outcome ? outcome.status : undefined,
+    ...(refused.length ? { refused_relays: [...new Set([...(r.refused_relays ?? []), ...refused])] } : {}),
   };
   if (outcome.kind === "delivered") {
     return { ...next, state: "delivered", delivered_at: new Date(now).toISOString(), last_error: undefined, next_attempt_at: undefined };

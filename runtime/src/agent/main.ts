@@ -193,6 +193,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
       retryForMs: parseDuration(spec.outbound.retryFor),
       peerUrls,
       peerRelays: new Map(spec.peers.filter((p) => p.relay?.urls.length).map((p) => [p.agentId, p.relay!])),
+      ownRelays: spec.relay?.urls ?? [],
       relayAllowed: (message, url) => encryption.plaintextRelayAllowed(message, url),
     },
     relay: relayPublisher(signing, http),

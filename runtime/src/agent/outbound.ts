@@ -58,6 +58,8 @@ export interface OutboundOptions {
   peerUrls: Map<string, string>;
   /** Relays of peers known from the Agent spec (spec.peers[].relay). */
   peerRelays?: Map<string, string[] | PeerRelays>;
+  /** This agent's own relays (spec.relay.urls), the last ones tried for any peer. */
+  ownRelays?: string[];
   concurrency?: number;
   /** Whether a message may go through this relay (spec.encryption: no plaintext through an untrusted relay); all may when absent. */
   relayAllowed?: (message: Message, relayUrl: string) => boolean;
@@ -218,7 +220,7 @@ export class OutboundDelivery {
         "ifp.outbound.attempt",
         { kind: SpanKind.CLIENT, parent: messageContext(message), attributes: () => ({ ...messageAttributes(message), [A.recipient]: r.agent, [A.attempt]: r.attempts + 1 }) },
         async (span) => {
-          const o = await this.attempt(message, r.agent);
+          const o = await this.attempt(message, r.agent, new Set(r.refused_relays));
           span.setAttributes({ [A.outcome]: o.kind, ...(o.via ? { [A.route]: o.via } : {}), ...(o.status !== undefined ? { [A.status]: o.status } : {}) });
           if (o.kind !== "delivered") failSpan(span, { name: o.kind, message: o.error }, o.status);
           return o;
@@ -254,8 +256,12 @@ export class OutboundDelivery {
       : { at: window, reason: `still failing after the ${Math.round(this.opts.retryForMs / 1000)} s retry window` };
   }
 
-  /** One delivery attempt to one recipient, direct first and through a relay when that is the way. */
-  async attempt(message: Message, agent: string): Promise<Outcome> {
+  /**
+   * One delivery attempt to one recipient, direct first and through a relay when that is the
+   * way. `refused`: relays that already refused this message for this recipient for good, which
+   * are not asked again.
+   */
+  async attempt(message: Message, agent: string, refused: ReadonlySet<string> = new Set()): Promise<Outcome> {
     let route: Route;
     try {
       route = await this.route(agent, message.headers.message_id);
@@ -264,7 +270,7 @@ export class OutboundDelivery {
         ? { kind: "failed", error: (err as Error).message }
         : { kind: "retry", error: `discovery failed: ${errorMessage(err)}` };
     }
-    if (route.kind === "relay") return this.viaRelay(route.relays, message, agent);
+    if (route.kind === "relay") return this.viaRelay(route.relays, message, agent, refused);
     const via = route.inbox;
     let res;
     try {
@@ -278,17 +284,19 @@ export class OutboundDelivery {
         body: JSON.stringify(message),
       });
     } catch (err) {
-      const refused = targetRefusedMessage(err);
-      if (refused) {
+      const notATarget = targetRefusedMessage(err);
+      if (notATarget) {
         // The peer's inbox resolves to an address this agent may not reach: final, and no
         // fallback to relays the same documents name.
-        return { kind: "failed", via, error: `inbox refused as a target: ${refused}` };
+        return { kind: "failed", via, error: `inbox refused as a target: ${notATarget}` };
       }
       const error = `network error: ${errorMessage((err as Error).cause instanceof Error ? (err as Error).cause : err)}`;
       const relays = await this.relaysOf(agent, message.headers.message_id);
       if (relays.length && this.relay) {
-        const viaRelay = await this.viaRelay(relays, message, agent);
+        const viaRelay = await this.viaRelay(relays, message, agent, refused);
         if (viaRelay.kind === "delivered") return viaRelay;
+        // The inbox may come back: a retry, remembering the relays that refused for good.
+        if (viaRelay.refused?.length) return { kind: "retry", via, error: `${error}; ${viaRelay.error}`, refused: viaRelay.refused };
       }
       return { kind: "retry", via, error };
     }
@@ -299,26 +307,35 @@ export class OutboundDelivery {
    * Publish through the recipient's relays, to each only for this recipient (so a relay that
    * does not serve the message's other recipients still takes it), moving to the next relay
    * after any failure of one — a 4xx included, since relays answer 401/404 for agents they do
-   * not serve. Delivered at the first 202; otherwise a retry when any relay may take it later,
-   * and final only when every relay refused it for good.
+   * not serve. A relay that refused for good (a final answer: a 4xx but 408/425/429, a
+   * redirect) is never asked again for this message and recipient (spec 7.2 rule 3): it is
+   * named in the outcome's `refused`, kept in the delivery record, and skipped on later passes.
+   * Delivered at the first 202; otherwise a retry when any relay may take it later, and final
+   * only when every relay refused it for good.
    */
-  private async viaRelay(relays: string[], message: Message, agent: string): Promise<Outcome> {
+  private async viaRelay(relays: string[], message: Message, agent: string, refused: ReadonlySet<string> = new Set()): Promise<Outcome> {
     if (!this.relay) return { kind: "retry", error: "the recipient is reachable only through a relay, and no relay client is configured" };
     const failures: string[] = [];
+    const newlyRefused: string[] = [];
     let retry: Extract<Outcome, { kind: "retry" }> | undefined;
     const allowed = this.opts.relayAllowed ? relays.filter((u) => this.opts.relayAllowed!(message, u)) : relays;
     if (relays.length && !allowed.length) {
       return { kind: "failed", error: `the message is not encrypted, and every relay that reaches ${agent} is untrusted (spec.encryption.relayTrust); it is not sent through them` };
     }
-    for (const url of allowed) {
+    const remaining = allowed.filter((u) => !refused.has(u));
+    for (const url of remaining) {
       const outcome = await this.relay.publish(url, message, [agent]);
       if (outcome.kind === "delivered") return outcome;
       failures.push(`${outcome.via ?? url}: ${outcome.error}`);
       if (outcome.kind === "retry" && !retry) retry = outcome;
+      if (outcome.kind === "failed") newlyRefused.push(url);
     }
-    const error = failures.length ? `no relay accepted the message (${failures.join("; ")})` : "no relay is known for the recipient";
-    if (retry) return { ...retry, error };
-    return { kind: "failed", error };
+    const skipped = allowed.length - remaining.length;
+    const earlier = skipped ? `${failures.length ? "; " : ""}${skipped} relay${skipped === 1 ? "" : "s"} that refused it for good not asked again` : "";
+    const error = allowed.length ? `no relay accepted the message (${failures.join("; ")}${earlier})` : "no relay is known for the recipient";
+    const refusedNow = newlyRefused.length ? { refused: newlyRefused } : {};
+    if (retry) return { ...retry, error, ...refusedNow };
+    return { kind: "failed", error, ...refusedNow };
   }
 
   private async route(agent: string, messageId: string): Promise<Route> {
@@ -342,8 +359,15 @@ export class OutboundDelivery {
       const relays = await this.relaysOf(agent, messageId);
       if (relays.length) return { kind: "relay", relays };
     } catch (err) {
-      if (!(err instanceof DiscoveryError) || !known) throw err;
-      // A configured base URL still gives the well-known inbox when the identity is unavailable.
+      if (!(err instanceof DiscoveryError)) throw err;
+      // A configured base URL still gives the well-known inbox when the identity is unavailable
+      // (and the relays when that POST meets a network error: attempt()).
+      if (known) return { kind: "https", inbox: `${DiscoveryClient.wellKnownBase(base)}/inbox` };
+      // An https agent id whose identity document cannot be had (unreachable, 404, bad TLS, not
+      // a document): the relays configured for it, and this agent's own, are still a way.
+      const relays = await this.relaysOf(agent, messageId, { documents: false });
+      if (relays.length) return { kind: "relay", relays };
+      throw err;
     }
     return { kind: "https", inbox: `${DiscoveryClient.wellKnownBase(base)}/inbox` };
   }
@@ -355,18 +379,21 @@ export class OutboundDelivery {
 
   /**
    * A peer's relays (IFP-8 2.3): those of spec.peers first, then those its identity document
-   * and its capability document advertise, each once; the preference is the first one stated,
-   * in that order. The order is relayOrder() of the message.
+   * and its capability document advertise (unless `documents` is false: they could not be
+   * had), then this agent's own (spec.relay.urls: a relay both use may serve the peer too),
+   * each once; the preference is the first one stated, in that order. The order is
+   * relayOrder() of the message.
    */
-  private async relaysOf(agent: string, messageId: string): Promise<string[]> {
+  private async relaysOf(agent: string, messageId: string, opts: { documents?: boolean } = {}): Promise<string[]> {
     const configured = this.configuredRelays(agent);
     const base = this.opts.peerUrls.get(agent) ?? (isHttpsUrl(agent) ? agent : undefined);
     const lists: PeerRelays[] = [configured];
-    if (base) {
+    if (base && opts.documents !== false) {
       const identity = await this.discovery.identity(base).catch(() => undefined);
       const capabilities = await this.discovery.capabilities(base).catch(() => undefined);
       for (const r of [identity?.relay, capabilities?.relay]) if (r?.urls.length) lists.push({ urls: r.urls.filter(isHttpsUrl), preference: r.preference });
     }
+    if (this.opts.ownRelays?.length) lists.push({ urls: this.opts.ownRelays });
     const preference = lists.find((l) => l.urls.length && l.preference)?.preference;
     return relayOrder({ urls: lists.flatMap((l) => l.urls), preference }, messageId);
   }
