@@ -9,8 +9,11 @@ import WebSocket from "ws";
 import { signRequest } from "../src/protocol/http-signatures.ts";
 import { didKeyFromPublicKey } from "../src/protocol/did-key.ts";
 import type { RelaySpecInput } from "../src/resources/relay.ts";
-import { identity, peerOf, signed, type TestIdentity } from "./fixtures.ts";
-import { alice, baseUrl, bob, clientOf, ids, openWs, readSse, relayEnv, runRelay, waitFor, type RelayEnv } from "./relay-harness.ts";
+import { httpsRequest } from "../../e2e/support/https.ts";
+import { startRelay } from "../src/relay/main.ts";
+import { identity, peerOf, signed, tempDir, writeRelayManifest, type TestIdentity } from "./fixtures.ts";
+import { alice, baseUrl, bob, clientOf, ids, openWs, randomName, readSse, relayEnv, runRelay, waitFor, type RelayEnv } from "./relay-harness.ts";
+import { withRuntimeLog } from "./runtime-log.ts";
 
 let env: RelayEnv;
 const relays: Awaited<ReturnType<typeof runRelay>>[] = [];
@@ -155,6 +158,26 @@ describe("relay: senders it does not serve (spec.publishers)", () => {
     // A did:key needs no request and is still taken.
     const did = didSender();
     expect((await clientOf(env, relay, did).publish(signed(did, "bob-agent"))).status).toBe(202);
+  });
+
+  it("does not look identities up in the install's cluster networks (--allow-private-targets), which webhooks may reach", async () => {
+    const dir = tempDir();
+    const manifest = writeRelayManifest(dir, { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)], network: { allowPrivateTargets: [] } }, randomName());
+    const relay = await withRuntimeLog("relay with cluster networks (in-process)", (logger) =>
+      startRelay({ manifest, port: 0, host: "127.0.0.1", tlsCert: env.tls.files.cert, tlsKey: env.tls.files.key, nats: { url: env.nats.url }, caFile: env.tls.files.ca, allowPrivateTargets: ["127.0.0.0/8", "::1/128"], logger }),
+    );
+    try {
+      await waitFor("relay ready", async () => (await httpsRequest(`${relay.url}/readyz`, { ca: env.tls.ca })).status === 200);
+      const stranger = httpsSender("agents/cluster");
+      const before = docRequests;
+      const res = await clientOf(env, relay, stranger).publish(signed(stranger, "bob-agent"));
+      expect([res.status, body(res.text).code]).toEqual([401, "unknown_sender"]);
+      expect(docRequests).toBe(before);
+      // Webhooks still reach the cluster networks: a registration on loopback is taken.
+      expect((await clientOf(env, relay, bob).registerWebhook(`${docsBase}/hook`)).push?.webhook).toBe(`${docsBase}/hook`);
+    } finally {
+      await relay.close();
+    }
   });
 
   it("refuses senders on the policy's deny side with 401, and serves its own agents whatever the policy", async () => {

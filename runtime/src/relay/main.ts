@@ -105,10 +105,14 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
     log.info({ stream: names.stream, url: relay.spec.url }, "relay ready");
   });
 
-  // Keys of senders the relay does not serve (spec.publishers): identity documents fetched by
-  // the same client as webhook pushes, so through the same outbound address checks.
+  // Keys of senders the relay does not serve (spec.publishers): identity documents fetched through
+  // the outbound address checks, stricter than for webhooks: only the special addresses the Relay
+  // itself allows (spec.network.allowPrivateTargets), not the install's cluster networks
+  // (--allow-private-targets), so that a stranger's agent id cannot reach inside the cluster.
+  const lookupHttp = new HttpClient({ caFile, userAgent: "ifp-relay", targets: new TargetPolicy(relay.spec.network.allowPrivateTargets) });
+  life.defer("identity lookups", () => lookupHttp.close());
   const keyLookup = new KeyLookup({
-    discovery: new DiscoveryClient(http),
+    discovery: new DiscoveryClient(lookupHttp),
     limits: { totalPerMinute: relay.spec.publishers.limits.lookupsPerMinute },
     log,
   });
