@@ -16,6 +16,7 @@ import type { CredentialIssuer } from "./nats-credentials.ts";
 /** The pool key of the system account's connection (account keys start with A). */
 const SYSTEM = "$SYS";
 const ACCOUNT_KEY = /^A[A-Z2-7]{55}$/;
+const CREDS_LIFETIME_MS = 24 * 3600_000;
 
 export interface NatsAccountsOptions {
   /** Server URLs, comma separated (the operator's --nats-url). */
@@ -87,6 +88,7 @@ export class NatsAccounts {
   async deleteAccount(account: string, name: string): Promise<void> {
     if (!ACCOUNT_KEY.test(account) || account === this.opts.issuer.accountKey) throw new Error(`not a runtime's account: ${account}`);
     this.drop(account);
+    this.creds.delete(account);
     await this.claims("$SYS.REQ.CLAIMS.DELETE", await this.opts.issuer.deleteAccountsJwt([account]), `deleting the NATS account of ${name}`);
     this.pushed.delete(account);
   }
@@ -126,14 +128,24 @@ export class NatsAccounts {
     }
   }
 
-  private async open(key: string): Promise<{ nc: NatsConnection; jsm: JetStreamManager }> {
+  /** The operator's credential per account, issued for a day and used for half of it (signing is most of a connect's cost). */
+  private readonly creds = new Map<string, { creds: Uint8Array; until: number }>();
+
+  private async credsFor(key: string): Promise<Uint8Array> {
+    const now = Date.now();
+    const kept = this.creds.get(key);
+    if (kept && kept.until > now) return kept.creds;
     const issuer = this.opts.issuer;
     const creds =
       key === SYSTEM
-        ? await issuer.systemCreds()
-        : new TextEncoder().encode(
-            await issuer.issue("ifp-operator", key === issuer.accountKey ? operatorPermissions() : operatorAccountPermissions(), Date.now(), 24 * 3600_000, key),
-          );
+        ? await issuer.systemCreds(now, CREDS_LIFETIME_MS)
+        : new TextEncoder().encode(await issuer.issue("ifp-operator", key === issuer.accountKey ? operatorPermissions() : operatorAccountPermissions(), now, CREDS_LIFETIME_MS, key));
+    this.creds.set(key, { creds, until: now + CREDS_LIFETIME_MS / 2 });
+    return creds;
+  }
+
+  private async open(key: string): Promise<{ nc: NatsConnection; jsm: JetStreamManager }> {
+    const creds = await this.credsFor(key);
     const tls = this.opts.tls;
     const nc = await connect({
       servers: this.opts.url.split(",").map((s) => s.trim()),
