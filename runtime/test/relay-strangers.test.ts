@@ -245,13 +245,25 @@ describe("relay: senders it does not serve (spec.publishers)", () => {
     expect((await clientOf(env, relay, alice).publish(signed(alice, "bob-agent"))).status).toBe(202);
   });
 
-  it("refuses a stranger with 503 relay_full when the relay is full, like anyone", async () => {
-    const relay = await relayWith({ retention: { maxMessages: 1 } });
+  it("refuses a stranger with 503 relay_full when the relay is full, like anyone, and counts only copies stored", async () => {
+    const relay = await relayWith({ retention: { maxMessages: 2 }, publishers: { limits: { perSenderStored: 2 } } });
     const first = didSender();
-    expect((await clientOf(env, relay, first).publish(signed(first, "bob-agent"))).status).toBe(202);
+    const m = signed(first, "bob-agent");
+    expect((await clientOf(env, relay, first).publish(m)).status).toBe(202);
+    // The sender's retry finds its copy there: nothing more stored, nothing more counted...
+    const again = await clientOf(env, relay, first).publish(m);
+    expect([again.status, body(again.text)]).toEqual([202, expect.objectContaining({ stored: 0, duplicates: 1 })]);
+    // ...so a second message of its own still fits in its two copies, and fills the relay.
+    expect((await clientOf(env, relay, first).publish(signed(first, "alice-agent"))).status).toBe(202);
     const second = didSender();
-    const res = await clientOf(env, relay, second).publish(signed(second, "bob-agent"));
-    expect([res.status, body(res.text).code, res.retryAfter]).toEqual([503, "relay_full", "30"]);
+    const n = signed(second, "bob-agent");
+    for (let i = 0; i < 2; i++) {
+      const res = await clientOf(env, relay, second).publish(n);
+      expect([res.status, body(res.text).code, res.retryAfter]).toEqual([503, "relay_full", "30"]);
+    }
+    // Once there is room, the refused message goes in: the 503s spent none of its two copies' quota.
+    expect(await clientOf(env, relay, bob).ack(m.headers.message_id)).toBe(true);
+    expect((await clientOf(env, relay, second).publish(n)).status).toBe(202);
   });
 
   it("lets strangers publish to topics when spec.publishers.topics says so", async () => {

@@ -98,12 +98,19 @@ export function relayIntake(deps: IntakeDeps) {
         const data = JSON.stringify(withTraceEntry(message, traceEntry(deps.relayUrl, sender, new Date(deps.now()), opts.transport)));
         // A sender the relay does not serve: its own quotas, and those of each recipient.
         const stranger = deps.publishers && !deps.publishers.serves(sender);
-        if (stranger) deps.publishers!.checkMessage(sender, topics, agents, Buffer.byteLength(data));
+        const quotas = stranger ? deps.publishers!.checkMessage(sender, topics, agents, Buffer.byteLength(data)) : undefined;
         // Every copy counts against the publisher: a topic's fan-out is the publisher's doing.
         const cost = Buffer.byteLength(data) * agents.length;
         const taken = quota && cost && !stranger ? quota.take(sender, cost) : { ok: true as const };
         if (!taken.ok) throw rateLimited(taken.retryAfterSeconds, `byte quota of ${deps.bytesPerHour} bytes per hour exceeded for ${sender} (this message: ${agents.length} copies of ${Buffer.byteLength(data)} bytes)`);
-        const result = await deps.mailboxes.store(data, h.message_id, agents, ttl, sender, h.conversation_id);
+        let result: Awaited<ReturnType<Mailboxes["store"]>>;
+        try {
+          result = await deps.mailboxes.store(data, h.message_id, agents, ttl, sender, h.conversation_id);
+        } catch (err) {
+          quotas?.undo();
+          throw err;
+        }
+        quotas?.duplicates(result.duplicates);
         // A child logger only when its line is written: making one costs as much as the rest of a frame's bookkeeping.
         if (debugEnabled(opts.log)) opts.log.child(messageLog(message, sender)).debug({ recipients: agents.length, stored: result.stored, duplicates: result.duplicates }, "message published");
         span.setAttributes({ [A.recipients]: agents, [A.status]: 202, [A.duplicate]: result.stored === 0 && result.duplicates > 0 });

@@ -95,13 +95,16 @@ export class Publishers {
 
   /**
    * A stranger's message about to be stored: no topic unless spec.publishers.topics (404, as for
-   * any recipient the relay does not take), then every quota at once — `copies` copies of
-   * `bytes` bytes for `recipients` — or none (429 with the longest Retry-After of those refused).
+   * any recipient the relay does not take), then every quota at once — one copy of `bytes` bytes
+   * for each of `recipients` — or none (429 with the Retry-After of the quota refused). Returns
+   * how to give back what was taken: all of it when the message could not be stored, the stored
+   * copies' count for those that were already there (a retry).
    */
-  checkMessage(sender: string, topics: readonly string[], recipients: readonly string[], bytes: number): void {
+  checkMessage(sender: string, topics: readonly string[], recipients: readonly string[], bytes: number): { undo(): void; duplicates(n: number): void } {
     if (topics.length && !this.policy.topics) throw notFound(`topic:${topics[0]} takes messages only from the agents this relay serves (spec.publishers.topics); nothing was stored`);
     const copies = recipients.length;
-    if (!copies) return;
+    const nothing = { undo() {}, duplicates() {} };
+    if (!copies) return nothing;
     const l = this.policy.limits;
     const taken: (() => void)[] = [];
     const take = (limiter: RateLimiter, key: string, cost: number, what: string) => {
@@ -118,5 +121,14 @@ export class Publishers {
       take(this.recipientMessages, r, 1, `${r} takes at most ${l.perRecipientPerMinute} messages per minute from senders this relay does not serve (spec.publishers.limits.perRecipientPerMinute)`);
       take(this.recipientBytes, r, bytes, `${r} takes at most ${l.perRecipientBytesPerHour} bytes per hour from senders this relay does not serve (spec.publishers.limits.perRecipientBytesPerHour)`);
     }
+    return {
+      undo: () => {
+        for (const undo of taken) undo();
+      },
+      // A copy already stored (the sender's retry) takes no room again.
+      duplicates: (n: number) => {
+        if (n > 0) this.senderStored.give(sender, n);
+      },
+    };
   }
 }
