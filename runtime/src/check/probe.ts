@@ -1,9 +1,11 @@
 import { connect as tlsConnect, rootCertificates } from "node:tls";
 import { request as httpRequest } from "node:http";
+import { request as httpsRequest } from "node:https";
+import WebSocket from "ws";
 import { HttpClient, ResponseTooLarge } from "../net/http-client.ts";
 
 /** At most this many requests in one run: a conformance check is polite, never a load test. */
-export const MAX_REQUESTS = 40;
+export const MAX_REQUESTS = 60;
 /** Answers are read to at most this many bytes. */
 export const MAX_ANSWER_BYTES = 256 * 1024;
 export const DEFAULT_TIMEOUT_MS = 5_000;
@@ -60,6 +62,70 @@ export class Probe {
       this.failuresInARow++;
       throw new NoAnswer(describe(err));
     }
+  }
+
+  /**
+   * A GET whose answer is a stream (Server-Sent Events): read until `done(text so far)` holds,
+   * the bound is reached or the wait ends, then the connection is closed.
+   */
+  async stream(url: string, headers: Record<string, string>, done: (text: string) => boolean, waitMs: number): Promise<{ status: number; text: string; done: boolean }> {
+    this.take(url);
+    return new Promise((resolve) => {
+      let text = "";
+      let status = 0;
+      const finish = (ok: boolean) => {
+        clearTimeout(timer);
+        req.destroy();
+        resolve({ status, text, done: ok });
+      };
+      const timer = setTimeout(() => finish(false), waitMs);
+      const req = httpsRequest(url, { method: "GET", headers, ca: this.ca(), minVersion: "TLSv1.2", agent: false }, (res) => {
+        status = res.statusCode ?? 0;
+        res.setEncoding("utf8");
+        res.on("data", (chunk: string) => {
+          text += chunk;
+          if (done(text)) finish(true);
+          else if (text.length > MAX_ANSWER_BYTES) finish(false);
+        });
+        res.on("end", () => finish(done(text)));
+      });
+      req.on("error", () => finish(false));
+      req.end();
+    });
+  }
+
+  /** A WebSocket session: frames are collected until `done(frames)` holds or the wait ends. */
+  async websocket(url: string, headers: Record<string, string>, done: (frames: unknown[]) => boolean, waitMs: number): Promise<{ status?: number; error?: string; frames: unknown[]; done: boolean }> {
+    this.take(url);
+    return new Promise((resolve) => {
+      const frames: unknown[] = [];
+      let bytes = 0;
+      const ws = new WebSocket(url.replace(/^https:/, "wss:"), { headers, ca: this.ca(), minVersion: "TLSv1.2", maxPayload: MAX_ANSWER_BYTES, followRedirects: false, handshakeTimeout: waitMs });
+      const finish = (r: { status?: number; error?: string; done: boolean }) => {
+        clearTimeout(timer);
+        ws.removeAllListeners();
+        ws.on("error", () => undefined);
+        ws.terminate();
+        resolve({ ...r, frames });
+      };
+      const timer = setTimeout(() => finish({ done: false, error: `no such frame within ${waitMs} ms` }), waitMs);
+      ws.on("unexpected-response", (_req, res) => finish({ status: res.statusCode, done: false, error: `the upgrade was answered ${res.statusCode}` }));
+      ws.on("error", (err) => finish({ done: false, error: err.message }));
+      ws.on("message", (data) => {
+        bytes += (data as Buffer).length;
+        try {
+          frames.push(JSON.parse(data.toString()));
+        } catch {
+          frames.push(undefined);
+        }
+        if (done(frames)) finish({ status: 101, done: true });
+        else if (bytes > MAX_ANSWER_BYTES) finish({ status: 101, done: false, error: "the bound on what is read was reached" });
+      });
+    });
+  }
+
+  private ca(): string[] | undefined {
+    return this.extraCa ? [...rootCertificates, this.extraCa] : undefined;
   }
 
   /** A bare TLS handshake: the negotiated protocol, or the handshake's error. */

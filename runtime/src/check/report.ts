@@ -1,17 +1,34 @@
-import type { Report } from "./types.ts";
+import { LEVELS, type Level, type Report } from "./types.ts";
 
 const MARK = { pass: "pass", fail: "FAIL", skip: "skip" } as const;
 
-/** The report for people: one line per check, then the totals. */
-export function formatReport(report: Report): string {
+/** Which levels' failures fail the run: MUST always, SHOULD with --strict, profile with --profile. */
+export interface Gate {
+  strict?: boolean;
+  profile?: boolean;
+}
+
+export const failsRun = (level: Level, gate: Gate = {}): boolean => level === "MUST" || (level === "SHOULD" && !!gate.strict) || (level === "profile" && !!gate.profile);
+
+/** The report for people: one line per check, then the totals per level. */
+export function formatReport(report: Report, gate: Gate = {}): string {
   const width = Math.max(...report.results.map((r) => r.id.length), 10);
   const lines = [`ifp check ${report.kind} ${report.target}`, ""];
-  for (const r of report.results) lines.push(`${MARK[r.result]}  ${r.id.padEnd(width)}  ${r.reason}  [${r.spec}]`);
+  for (const r of report.results) lines.push(`${MARK[r.result]}  ${r.level.padEnd(7)}  ${r.id.padEnd(width)}  ${r.reason}  [${r.section}]`);
+  lines.push("");
+  for (const level of LEVELS) {
+    const t = report.summary.levels[level];
+    if (t.pass + t.fail + t.skip) lines.push(`${level.padEnd(7)}  ${t.pass} passed, ${t.fail} failed, ${t.skip} skipped`);
+  }
   const { pass, fail, skip } = report.summary;
-  lines.push("", `${pass} passed, ${fail} failed, ${skip} skipped; ${report.requests} requests`);
-  if (fail) lines.push(`failing: ${report.results.filter((r) => r.result === "fail").map((r) => r.id).join(", ")}`);
+  lines.push(`total    ${pass} passed, ${fail} failed, ${skip} skipped; ${report.requests} requests`);
+  const failing = report.results.filter((r) => r.result === "fail");
+  const fatal = failing.filter((r) => failsRun(r.level, gate));
+  if (fatal.length) lines.push(`failing: ${fatal.map((r) => r.id).join(", ")}`);
+  const other = failing.filter((r) => !failsRun(r.level, gate));
+  if (other.length) lines.push(`missed, not failing the run: ${other.map((r) => `${r.id} (${r.level})`).join(", ")}`);
   return `${lines.join("\n")}\n`;
 }
 
-/** 0 when nothing failed, 1 otherwise. */
-export const exitCode = (report: Report): number => (report.summary.fail ? 1 : 0);
+/** 1 when a check of a level that fails the run failed (MUST; SHOULD with --strict; profile with --profile), else 0. */
+export const exitCode = (report: Report, gate: Gate = {}): number => (report.results.some((r) => r.result === "fail" && failsRun(r.level, gate)) ? 1 : 0);

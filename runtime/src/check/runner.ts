@@ -5,12 +5,30 @@ import { inboxChecks } from "./inbox.ts";
 import { Probe } from "./probe.ts";
 import { relayChecks } from "./relay.ts";
 import { redirectCheck, tlsChecks } from "./tls.ts";
-import { AGENT_GROUPS, RELAY_GROUPS, type CheckContext, type CheckResult, type Group, type Report } from "./types.ts";
+import { CHECKS, type CheckId } from "./catalog.ts";
+import { sendChecks } from "./send.ts";
+import { TestInbox } from "./test-inbox.ts";
+import { AGENT_GROUPS, LEVELS, RELAY_GROUPS, type CheckContext, type CheckResult, type Group, type Level, type Report, type SendSetup, type Tally } from "./types.ts";
 
 export interface CheckOptions {
   url: string;
   relay?: boolean;
   key?: SigningKey;
+  /** A second key the relay serves, for the topic check. */
+  peerKey?: SigningKey;
+  /**
+   * The kit's own HTTPS inbox, on 127.0.0.1: a certificate (PEM) the target trusts for `host`
+   * (default localhost), and the port (default any; fixed when the target is configured to send
+   * the key's agent's messages there). Needed by the `send` group and the checks that wait for
+   * what the target sends.
+   */
+  inbox?: { cert: string; key: string; port?: number; host?: string };
+  /** A relay's own URL (its spec.url), when the kit reaches it at another address (a port-forward): the trace entry names it. */
+  relayUrl?: string;
+  /** The target's local application API, to make it send (`POST /outbox`). */
+  localApi?: { url: string; token?: string };
+  /** How long to wait for what the target sends, in ms (default 150 s: IFP-6's first retry comes after a minute). */
+  sendWaitMs?: number;
   /** Extra trusted CA certificates (PEM). */
   extraCa?: string;
   only?: string;
@@ -19,6 +37,22 @@ export interface CheckOptions {
 }
 
 export class CheckUsageError extends Error {}
+
+export const DEFAULT_SEND_WAIT_MS = 150_000;
+
+/** The local API is the target's own control plane: https, or http to a loopback address only. */
+export function localApiBase(url: string): string {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new CheckUsageError(`--local-api ${JSON.stringify(url)} is not a URL`);
+  }
+  const loopback = ["127.0.0.1", "localhost", "[::1]"].includes(u.hostname) || /^127\./.test(u.hostname);
+  if (u.protocol !== "https:" && !(u.protocol === "http:" && loopback)) throw new CheckUsageError("--local-api takes an https URL, or http to a loopback address (the pod's own local API)");
+  if (u.search || u.hash) throw new CheckUsageError("--local-api takes the base URL, without query or fragment");
+  return `${u.origin}${u.pathname}`.replace(/\/+$/, "");
+}
 
 /** The https base URL of a target, or a usage error: the kit never talks to anything else. */
 export function targetBase(url: string): string {
@@ -42,19 +76,35 @@ export async function runChecks(opts: CheckOptions): Promise<Report> {
     throw new CheckUsageError(`--only takes one of ${groups.join(", ")} for ${opts.relay ? "a relay" : "an agent"}`);
   }
   const run = (g: Group) => opts.only === undefined || opts.only === g;
+  if (opts.localApi && !opts.inbox) throw new CheckUsageError("--local-api needs the kit's inbox: --inbox-cert and --inbox-key");
+  if (opts.relay && opts.localApi) throw new CheckUsageError("--local-api is for an agent, not a relay");
+  const localApi = opts.localApi && { ...opts.localApi, url: localApiBase(opts.localApi.url) };
   const results: CheckResult[] = [];
+  let send: SendSetup | undefined;
+  if (opts.inbox) {
+    const inbox = await TestInbox.start(opts.inbox).catch((err: Error) => {
+      throw new CheckUsageError(`the kit's inbox cannot start: ${err.message}`);
+    });
+    send = { inbox, localApi, waitMs: opts.sendWaitMs ?? DEFAULT_SEND_WAIT_MS };
+  }
   const probe = new Probe({ extraCa: opts.extraCa, timeoutMs: opts.timeoutMs, maxRequests: opts.maxRequests });
   const ctx: CheckContext = {
     base,
     probe,
     key: opts.key,
+    peerKey: opts.peerKey,
+    relayUrl: opts.relayUrl === undefined ? base : targetBase(opts.relayUrl),
+    send,
     learned: {},
+    errors: [],
     has: (id) => results.some((r) => r.id === id),
-    record: (id, spec, result, why) => {
-      const reason = clip(why, 300);
-      const i = results.findIndex((r) => r.id === id);
-      if (i >= 0) results[i] = { id, spec, result, reason }; // a later, sharper verdict replaces the first
-      else results.push({ id, spec, result, reason });
+    record: (id, result, why) => {
+      const rule = CHECKS[id as CheckId];
+      if (!rule) throw new Error(`unknown check ${id}`);
+      const r: CheckResult = { id, section: rule.section, level: rule.level, result, reason: clip(why, 300) };
+      const i = results.findIndex((x) => x.id === id);
+      if (i >= 0) results[i] = r; // a later, sharper verdict replaces the first
+      else results.push(r);
     },
   };
   try {
@@ -65,12 +115,18 @@ export async function runChecks(opts: CheckOptions): Promise<Report> {
       if (run("discovery")) await discoveryChecks(ctx);
       if (run("tls")) await tlsChecks(ctx, "/.well-known/agent/capabilities");
       if (run("inbox")) await inboxChecks(ctx);
+      if (run("send")) await sendChecks(ctx);
     }
     if (run("tls")) redirectCheck(ctx);
   } finally {
     await probe.close();
+    await send?.inbox.close();
   }
-  const summary = { pass: 0, fail: 0, skip: 0 };
-  for (const r of results) summary[r.result]++;
+  const tally = (): Tally => ({ pass: 0, fail: 0, skip: 0 });
+  const summary = { ...tally(), levels: Object.fromEntries(LEVELS.map((l) => [l, tally()])) as Record<Level, Tally> };
+  for (const r of results) {
+    summary[r.result]++;
+    summary.levels[r.level][r.result]++;
+  }
   return { target: base, kind, requests: probe.count, results, summary };
 }

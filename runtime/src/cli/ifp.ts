@@ -15,11 +15,17 @@ const COMMANDS: Record<string, string> = {
   send: `  ifp send --from-key FILE --from AGENT_ID --to URL --text "…" [--phase P] [--key-id K] [--ca-file F]
       sign one message with your key and POST it to the peer's inbox
 `,
-  check: `  ifp check URL [--relay] [--key FILE --from AGENT_ID [--key-id K]] [--ca-file F] [--json] [--only GROUP] [--timeout S]
+  check: `  ifp check URL [--relay [--relay-url URL]] [--key FILE --from AGENT_ID [--key-id K]]
+            [--peer-key FILE --peer-from AGENT_ID] [--inbox-cert F --inbox-key F [--inbox-port N]]
+            [--local-api URL [--local-api-token FILE]] [--send-wait S] [--ca-file F] [--json]
+            [--strict] [--profile] [--only GROUP] [--timeout S]
       run the conformance checks against any IFP agent (or, with --relay, relay) and report
-      each as pass, fail or skip; GROUP is discovery, tls or inbox (agent), tls or relay (relay).
-      Without a key the target trusts, the checks that need one are skipped. Exit 0 when
-      nothing fails, 1 when a check fails, 2 for a usage mistake. At most 40 requests, https only.
+      each as pass, fail or skip with its level (MUST, SHOULD, MAY, or this project's profile)
+      and section; GROUP is discovery, tls, inbox or send (agent), tls or relay (relay).
+      Without a key the target trusts, the checks that need one are skipped; with the kit's
+      inbox (a certificate the target trusts) and --local-api it also checks what the target
+      sends. Exit 1 when a MUST fails (also a SHOULD with --strict, a profile check with
+      --profile), 0 otherwise, 2 for a usage mistake. At most 60 requests, https only.
 `,
   keygen: `  ifp keygen --out FILE
       write a new Ed25519 signing key (PKCS#8 PEM) and print its public half
