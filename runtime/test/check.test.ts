@@ -267,6 +267,7 @@ describe("ifp check against our own relay", () => {
     ["relay-wrong-by", ["relay.trace.by"], []],
     ["relay-changes-body", ["relay.unchanged"], []],
     ["relay-forgets", ["relay.persistence"], []],
+    ["relay-keeps-expired", ["relay.ttl"], []],
   ] as const)("a relay with a requirement broken (%s)", async (mode, must, profile) => {
     // Signatures cover the relay's authority: the relay behind the proxy is configured with the
     // proxy's URL, as a relay behind a proxy is (docs/relay.md).
@@ -277,6 +278,8 @@ describe("ifp check against our own relay", () => {
       const report = await runChecks({ url: proxy.url, relay: true, key: checker.signing, extraCa: tls.ca, only: "relay" });
       expect(failing(report, ["MUST", "SHOULD"]), explain(report)).toEqual([...must]);
       expect(failing(report, ["profile"])).toEqual([...profile]);
+      // The proxy does not pass push streams on: not offered, so skipped (MAY), not failed.
+      expect(report.results.find((r) => r.id === "relay.push.sse")).toMatchObject({ level: "MAY", result: "skip", reason: expect.stringContaining("not offered") });
       expect(proxy.requests()).toBeLessThanOrEqual(report.requests);
     } finally {
       await proxy.close();
@@ -290,12 +293,13 @@ describe("ifp check against our own relay", () => {
   });
 });
 
-type Mode = "faithful" | "inbox-200" | "no-error-body" | "no-etag" | "redirect" | "open-inbox" | "relay-open" | "relay-no-trace" | "relay-wrong-by" | "relay-changes-body" | "relay-forgets";
+type Mode = "faithful" | "inbox-200" | "no-error-body" | "no-etag" | "redirect" | "open-inbox" | "relay-open" | "relay-no-trace" | "relay-wrong-by" | "relay-changes-body" | "relay-forgets" | "relay-keeps-expired" | "small-limit";
 
 /** A TLS proxy in front of the real agent (or relay) that breaks one requirement, counting what it gets. */
 async function brokenProxy(mode: Mode, upstream = () => agent.url) {
   let requests = 0;
   let relayReads = 0;
+  const listed = new Map<string, { headers: { message_id: string } }>();
   const app: FastifyInstance = Fastify({ https: { key: tls.key, cert: tls.cert }, bodyLimit: 8 * 1024 * 1024 });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("*", { parseAs: "buffer" }, (_req, body, done) => done(null, body));
@@ -307,6 +311,9 @@ async function brokenProxy(mode: Mode, upstream = () => agent.url) {
     for (const h of ["content-type", "accept", "idempotency-key", "signature", "signature-input", "content-digest", ...(mode === "no-etag" ? [] : ["if-none-match"])]) {
       const v = req.headers[h];
       if (typeof v === "string") forward[h] = v;
+    }
+    if (mode === "small-limit" && (req.body as Buffer | undefined)?.length && (req.body as Buffer).length > 512 * 1024) {
+      return reply.code(413).send({ status: "error", code: "payload_too_large", message: "over 512 KiB" });
     }
     // Push streams are not proxied: a relay behind this proxy does not offer them (skipped, MAY).
     if (req.url.startsWith("/relay/events") || req.url.startsWith("/relay/ws")) return reply.code(404).send({ status: "error", code: "not_found", message: "not here" });
@@ -335,6 +342,13 @@ async function brokenProxy(mode: Mode, upstream = () => agent.url) {
       text = JSON.stringify((JSON.parse(text) as { body: object }[]).map((m) => ({ ...m, body: { text: "changed on the way" } })));
     }
     if (mode === "relay-forgets" && relayList && ++relayReads > 1) text = "[]";
+    if (mode === "relay-keeps-expired" && relayList) {
+      // Everything ever listed stays listed: what expired comes back.
+      const list = JSON.parse(text) as { headers: { message_id: string } }[];
+      for (const m of list) listed.set(m.headers.message_id, m);
+      const ids = new Set(list.map((m) => m.headers.message_id));
+      text = JSON.stringify([...list, ...[...listed.values()].filter((m) => !ids.has(m.headers.message_id))]);
+    }
     for (const h of ["content-type", "cache-control", "retry-after", ...(mode === "no-etag" ? [] : ["etag"])]) {
       const v = res.headers[h];
       if (typeof v === "string") reply.header(h, v);
@@ -415,7 +429,7 @@ describe("ifp check against targets with a requirement broken", () => {
   it("a sender that breaks the sending rules: the send checks name each break", async () => {
     // A deliberately careless sender behind a local API of its own: it posts wherever the peer's
     // identity document says (http included), unsigned, without Idempotency-Key, three times
-    // whatever the answer, and never uses relays.
+    // whatever the answer, the second pause shorter than the first, and never uses relays.
     const sent: Promise<unknown>[] = [];
     const careless = httpServer((req, res) => {
       const chunks: Buffer[] = [];
@@ -432,7 +446,7 @@ describe("ifp check against targets with a requirement broken", () => {
             for (let i = 0; i < 3; i++) {
               const headers = { "content-type": "application/json", accept: "application/json" };
               await (target.startsWith("http:") ? fetch(target, { method: "POST", headers, body: message }) : httpsRequest(target, { method: "POST", headers, body: message, ca: tls.ca })).catch(() => undefined);
-              await new Promise((r) => setTimeout(r, 300));
+              await new Promise((r) => setTimeout(r, i === 0 ? 900 : 200));
             }
           })(),
         );
@@ -443,7 +457,7 @@ describe("ifp check against targets with a requirement broken", () => {
       const localApi = `http://127.0.0.1:${(careless.address() as { port: number }).port}`;
       const report = await runChecks({ url: agentUrl, extraCa: tls.ca, only: "send", inbox: { cert: tls.cert, key: tls.key }, localApi: { url: localApi }, sendWaitMs: 6_000 });
       expect(failing(report, ["MUST"]), explain(report)).toEqual(["send.https-only", "send.no-retry-4xx"]);
-      expect(failing(report, ["SHOULD"])).toEqual(["send.idempotency-key", "send.signature", "send.relay-preference"]);
+      expect(failing(report, ["SHOULD"])).toEqual(["send.idempotency-key", "send.signature", "send.backoff", "send.relay-preference"]);
       expect(failing(report, ["profile"])).toEqual(["send.signature.verifies"]);
       expect(outcome(report, "send.retry-5xx")).toBe("pass");
       expect(outcome(report, "send.request")).toBe("pass");
@@ -454,6 +468,18 @@ describe("ifp check against targets with a requirement broken", () => {
       careless.closeAllConnections();
       await new Promise((r) => careless.close(r));
     }
+  });
+
+  it("an inbox that takes only half a megabyte: the 1 MB message is a SHOULD missed", async () => {
+    const { report } = await run("small-limit");
+    expect(failing(report)).toEqual(["inbox.large-message"]);
+    expect(outcome(report, "inbox.oversize")).toBe("pass");
+  });
+
+  it("no error-phase answer reaches the kit (its inbox is not where the agent sends): the SHOULDs that wait for one fail", async () => {
+    const report = await runChecks({ url: agentUrl, key: checker.signing, extraCa: tls.ca, inbox: { cert: tls.cert, key: tls.key }, sendWaitMs: 2_000, only: "inbox" });
+    expect(failing(report)).toEqual(["inbox.protocol-problem.reply", "inbox.auth-level"]);
+    expect(report.results.find((r) => r.id === "inbox.auth-level")?.reason).toMatch(/no error-phase message answering .* within 2 s/);
   });
 
   it("a target that hangs: each request times out, the run stops asking and ends", async () => {
