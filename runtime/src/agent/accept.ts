@@ -6,7 +6,8 @@ import type { Verified } from "../protocol/verify.ts";
 import type { Conversations } from "./conversations.ts";
 import type { AgentEncryption } from "./encryption.ts";
 import { withMessageContext } from "../telemetry/tracing.ts";
-import { inspect, type InboundMeta, type Inspection, type PeerCapabilityCache } from "./inbound.ts";
+import type { CapabilityDocument } from "../protocol/documents.ts";
+import { inspect, type InboundMeta, type Inspection } from "./inbound.ts";
 import type { OutboxStore } from "./outbox.ts";
 import { errorReply } from "./replies.ts";
 import type { InboxStore } from "./store.ts";
@@ -95,7 +96,7 @@ export async function acceptVerified(
     deps.store.accept(raw, h.message_id, { ...verified, handoff: inspection.deliver, conversationId: h.conversation_id, ...(scheme !== undefined ? { encrypted: scheme } : {}) }, h.from.agent),
     index?.(),
   ]);
-  if (deps.onAccepted && (inspection.error || inspection.capabilities)) {
+  if (deps.onAccepted && (inspection.error || inspection.capabilities || inspection.announcement)) {
     try {
       await deps.onAccepted(message, meta, inspection);
     } catch (err) {
@@ -105,27 +106,29 @@ export async function acceptVerified(
   return result;
 }
 
+/** Where what a message says of its sender's capabilities goes (PeerCapabilityService). */
+export interface PeerCapabilityIntake {
+  /** A greeting's capability document, cached for its sender unless a higher level taught more. */
+  greeted(sender: string, authLevel: number, document: CapabilityDocument, messageId: string): Promise<unknown>;
+  /** A capabilities.update: the sender's new baseline, unless a higher level taught more. */
+  updated(sender: string, authLevel: number, document: CapabilityDocument, messageId: string): Promise<unknown>;
+}
+
 /**
  * What an inspection calls for, once the message is stored: a capability document from a
- * greeting is remembered for its sender, and an error-phase answer is signed and queued in
- * the outbox. Both are idempotent (the reply's id derives from the message it answers).
+ * greeting or an update is remembered for its sender (at the level it was learned at), and an
+ * error-phase answer is signed and queued in the outbox. All are idempotent (the reply's id
+ * derives from the message it answers).
  */
 export function inspectionEffects(deps: {
   self: { agentId: string; displayName?: string };
   signing: SigningKey;
   outbox: Pick<OutboxStore, "enqueue">;
-  peers: Pick<PeerCapabilityCache, "put">;
+  peers: PeerCapabilityIntake;
 }): OnAccepted {
   return async (message, meta, inspection) => {
-    if (inspection.capabilities) {
-      await deps.peers.put(meta.sender, {
-        agent_id: meta.sender,
-        document: inspection.capabilities,
-        source: "greeting",
-        message_id: message.headers.message_id,
-        learned_at: new Date().toISOString(),
-      });
-    }
+    if (inspection.capabilities) await deps.peers.greeted(meta.sender, meta.authLevel, inspection.capabilities, message.headers.message_id);
+    if (inspection.announcement) await deps.peers.updated(meta.sender, meta.authLevel, inspection.announcement, message.headers.message_id);
     if (inspection.error) {
       // The answer continues the trace of the message it answers (the active inbox or intake span).
       await deps.outbox.enqueue(signMessage(withMessageContext(errorReply(message, deps.self, inspection.error)), deps.signing));

@@ -230,6 +230,32 @@ export class Conversations {
     return 1 + Math.max(0, ...records.map((r) => Math.max(r.last_sequence_in ?? 0, r.last_sequence_out ?? 0)));
   }
 
+  /**
+   * The peers of the conversations still kept (quiet for less than CONVERSATION_IDLE_MS) that
+   * this agent sent to or whose messages were signed (level 1 or more): those told of a change
+   * of its capability document. Topics and this agent are not peers; at most `limit` peers, from
+   * at most ten times as many records.
+   */
+  async recentPeers(self: string, limit = 1000): Promise<string[]> {
+    const kv = this.store();
+    const peers = new Set<string>();
+    let read = 0;
+    try {
+      for await (const k of await kv.keys("c.>")) {
+        if (++read > limit * 10 || peers.size >= limit) break;
+        const e = await kv.get(k);
+        if (!e?.value.length) continue;
+        const state = e.json() as ConversationState;
+        if (state.peer === self || state.peer.startsWith("topic:")) continue;
+        if (state.last_sequence_out === undefined && (state.auth_level ?? -1) < 1) continue;
+        peers.add(state.peer);
+      }
+    } catch (err) {
+      throw unavailable(`the conversation records cannot be read: ${errorMessage(err)}`);
+    }
+    return [...peers].sort();
+  }
+
   /** The records of a conversation, one per peer (at most 32). */
   async list(conversationId: string): Promise<ConversationState[]> {
     const kv = this.store();

@@ -22,6 +22,11 @@ export interface Inspection {
   error?: { code: string; text: string; details?: Record<string, unknown> };
   /** A valid capability document from a greeting's body part. */
   capabilities?: CapabilityDocument;
+  /**
+   * A valid capability document from the `capabilities` part of any other message: the sender
+   * says its capabilities changed (a capabilities.update, on a topic or straight to this agent).
+   */
+  announcement?: CapabilityDocument;
 }
 
 /** Pure: protocol problems (7.2.1), capability conditions (7.2.2) and greeting discovery (4.3). */
@@ -62,6 +67,11 @@ export function inspect(message: Message, meta: InboundMeta, agent: Agent): Insp
     }
     return { deliver: true, capabilities: doc.data };
   }
+  if (part) {
+    // Not a greeting: a document that is not valid is no announcement, and the message is the application's.
+    const doc = CapabilityDocument.safeParse(part.content);
+    if (doc.success) return { deliver: true, announcement: doc.data };
+  }
   return { deliver: true };
 }
 
@@ -71,6 +81,11 @@ export interface PeerCapabilities {
   source: "greeting" | "endpoint" | "announcement";
   message_id?: string;
   learned_at: string;
+  /**
+   * The authentication level the entry was learned at (the sender's verified level; 2 for a
+   * document fetched from the peer's own https endpoint). No message below it replaces it.
+   */
+  auth_level?: number;
 }
 
 /** Capability documents learned per peer (KV), refining what endpoint discovery gives. */

@@ -35,7 +35,7 @@ import { Notifier } from "./notify.ts";
 import { OutboundDelivery } from "./outbound.ts";
 import { OutboxStore } from "./outbox.ts";
 import { PeerCapabilityService } from "./peer-capabilities.ts";
-import { announceCapabilities, RelayIntake, relayPublisher } from "./relays.ts";
+import { announceCapabilities, RelayIntake, relayPublisher, tellPeersCapabilities } from "./relays.ts";
 import { InboxStore, receivedLookup } from "./store.ts";
 
 export interface AgentOptions {
@@ -157,7 +157,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   streamKeeperGauges(metrics, streams);
   const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));
   const peerCapabilities = new PeerCapabilityService({ store: peerCaps, discovery, peerUrls, log });
-  const onAccepted = inspectionEffects({ self: { agentId: spec.agentId, displayName: spec.displayName }, signing, outbox, peers: peerCaps });
+  const onAccepted = inspectionEffects({ self: { agentId: spec.agentId, displayName: spec.displayName }, signing, outbox, peers: peerCapabilities });
 
   // Read now: a missing or short secret is a start-up error, not hand-offs nobody can check.
   const handoffSecret = opts.handoffSecretFile ? readHandoffSecret(opts.handoffSecretFile) : undefined;
@@ -212,7 +212,6 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         intervalMs: parseDuration(spec.relay.pollInterval),
         topics: spec.relay.topics,
         mode: spec.relay.receive,
-        onRelayed: (message, verified) => peerCapabilities.announced(message, verified.signer),
         log,
         metrics,
       })
@@ -220,6 +219,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   life.defer("deliveries", () => Promise.all([handoff?.stop(), outbound.stop(), intake?.stop(), appStream?.stop()]));
 
   let ready = false;
+  /** The capability document changed and the peers are still to be told. */
+  let changed = false;
   life.background("agent start-up", async (signal) => {
     await nats.start(signal);
     await retry(
@@ -230,8 +231,16 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         await peerCaps.ensure();
         await conversations.ensure();
         await appStream?.ensure();
-        if ((await documents.syncUpdated(nats, names, log)) && spec.relay?.urls.length) {
-          void announceCapabilities({ urls: spec.relay.urls, signing, http, document: documents.capabilityDocument.doc, displayName: spec.displayName, log });
+        if (await documents.syncUpdated(nats, names, log)) {
+          changed = true;
+          if (spec.relay?.urls.length) void announceCapabilities({ urls: spec.relay.urls, signing, http, document: documents.capabilityDocument.doc, displayName: spec.displayName, log });
+        }
+        // The peers of recent conversations are told through their inboxes, durably: queued in
+        // the outbox (once per change: the ids derive from it), again on this block's retry.
+        if (changed) {
+          const peers = await conversations.recentPeers(spec.agentId);
+          await tellPeersCapabilities({ peers, signing, document: documents.capabilityDocument.doc, displayName: spec.displayName, outbox, log });
+          changed = false;
         }
       },
       {

@@ -1,12 +1,11 @@
 import type { Logger } from "pino";
 import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
-import { CapabilityDocument } from "../protocol/documents.ts";
+import type { CapabilityDocument } from "../protocol/documents.ts";
 import { ProtocolError, unavailable } from "../protocol/errors.ts";
 import { TOPIC_PREFIX } from "../protocol/relay-api.ts";
 import type { Message } from "../protocol/message.ts";
 import { errorMessage } from "../util/errors.ts";
 import type { PeerCapabilities, PeerCapabilityCache } from "./inbound.ts";
-import { messageLog } from "../telemetry/logs.ts";
 
 /** The topic capability announcements are published on (spec 6). */
 export const CAPABILITIES_TOPIC = "capabilities.update";
@@ -17,7 +16,7 @@ export const CAPABILITIES_TOPIC = "capabilities.update";
  * refined the baseline); `baseline` then says where the document under it came from.
  */
 export interface PeerCapabilitiesView extends PeerCapabilities {
-  baseline?: { source: "endpoint" | "announcement"; message_id?: string; learned_at: string };
+  baseline?: { source: "endpoint" | "announcement"; message_id?: string; learned_at: string; auth_level?: number };
   /** The baseline could not be refreshed just now (the peer's endpoint failed); this is the last one kept. */
   stale?: boolean;
 }
@@ -73,7 +72,7 @@ export class PeerCapabilityService {
         // An announcement newer than the endpoint's document wins until the endpoint catches up.
         if (!(baseline?.source === "announcement" && isOlder(document.updated, baseline.document.updated))) {
           if (!baseline || baseline.source !== "endpoint" || JSON.stringify(baseline.document) !== JSON.stringify(document)) {
-            baseline = { agent_id: agent, document, source: "endpoint", learned_at: new Date().toISOString() };
+            baseline = { agent_id: agent, document, source: "endpoint", learned_at: new Date().toISOString(), auth_level: ENDPOINT_LEVEL };
             await this.store.put(agent, baseline, "baseline");
           }
         }
@@ -88,32 +87,64 @@ export class PeerCapabilityService {
   }
 
   /**
-   * A `capabilities.update` announcement received from `sender` (its verified signer): the
-   * document in its `capabilities` part becomes the peer's baseline. False when the message
-   * is not one, or its document is not valid or names another agent.
+   * A capabilities.update from `sender` at `authLevel` — on a relay topic, or a message of a
+   * conversation carrying a capability document outside a greeting: the document becomes the
+   * peer's baseline (`source: "announcement"`) and the cached endpoint document is dropped, so
+   * the next look-up asks the endpoint again. Not taken from an unsigned sender, for a document
+   * naming another agent, nor below the level the current baseline was learned at (an
+   * endpoint document counts as level 2, what an https id's own document gives).
    */
-  async announced(message: Message, sender: string | undefined): Promise<boolean> {
-    // Only a verified signer speaks for an agent's capabilities.
-    if (!sender) return false;
-    if (!message.headers.to.some((t) => t.agent === `${TOPIC_PREFIX}${CAPABILITIES_TOPIC}`)) return false;
-    const part = message.body.parts?.find((p) => p.name === "capabilities" && p.content_type.startsWith("application/json"));
-    const doc = CapabilityDocument.safeParse(part?.content);
-    if (!doc.success) {
-      this.log.warn({ ...messageLog(message, sender) }, "ignored a capabilities.update without a valid capability document");
+  async updated(sender: string, authLevel: number, document: CapabilityDocument, messageId: string): Promise<boolean> {
+    if (authLevel < 0) {
+      this.log.info({ peer: sender, message_id: messageId }, "ignored a capability document from an unsigned message");
       return false;
     }
-    if (doc.data.agent_id !== undefined && doc.data.agent_id !== sender) {
-      this.log.warn({ peer: sender, claimed: doc.data.agent_id }, "ignored a capabilities.update about another agent");
+    if (document.agent_id !== undefined && document.agent_id !== sender) {
+      this.log.warn({ peer: sender, claimed: document.agent_id }, "ignored a capabilities.update about another agent");
+      return false;
+    }
+    const current = await this.store.get(sender, "baseline");
+    if (current && levelOf(current) > authLevel) {
+      this.log.warn({ peer: sender, message_id: messageId, level: authLevel, known_level: levelOf(current) }, "ignored a capabilities.update below the level of what is known of the peer");
       return false;
     }
     const base = this.baseOf(sender);
     if (base) this.discovery.invalidate(base);
-    await this.store.put(
-      sender,
-      { agent_id: sender, document: doc.data, source: "announcement", message_id: message.headers.message_id, learned_at: new Date().toISOString() },
-      "baseline",
-    );
+    await this.store.put(sender, { agent_id: sender, document, source: "announcement", message_id: messageId, learned_at: new Date().toISOString(), auth_level: authLevel }, "baseline");
     return true;
+  }
+
+  /**
+   * A greeting's capability document from `sender` at `authLevel`: cached for the peer unless
+   * the greeting cached now was learned at a higher level (an unsigned or introduction greeting
+   * never replaces what a signed one taught). A document newer (`updated`) than the endpoint
+   * document kept says that one is stale (spec 9.2): it is fetched again.
+   */
+  async greeted(sender: string, authLevel: number, document: CapabilityDocument, messageId: string): Promise<boolean> {
+    const current = await this.store.get(sender);
+    if (current && levelOf(current) > authLevel) {
+      this.log.warn({ peer: sender, message_id: messageId, level: authLevel, known_level: levelOf(current) }, "kept the capabilities a greeting at a higher level gave; this greeting's are not cached");
+      return false;
+    }
+    await this.store.put(sender, { agent_id: sender, document, source: "greeting", message_id: messageId, learned_at: new Date().toISOString(), auth_level: authLevel });
+    await this.refreshIfStale(sender, authLevel, document.updated);
+    return true;
+  }
+
+  /**
+   * A conversation says the peer's document changed at `updated`: when that is later than the
+   * baseline kept (or nothing is kept), the endpoint document is fetched again now, whatever
+   * its cache headers said. Only at the baseline's level or above.
+   */
+  private async refreshIfStale(agent: string, authLevel: number, updated: string | undefined): Promise<void> {
+    const base = this.baseOf(agent);
+    if (!base || !updated || !Number.isFinite(Date.parse(updated))) return;
+    const baseline = await this.store.get(agent, "baseline");
+    if (baseline && (levelOf(baseline) > authLevel || !isOlder(baseline.document.updated ?? baseline.learned_at, updated))) return;
+    this.log.info({ peer: agent, updated, cached: baseline?.document.updated }, "the peer's capability document changed since it was fetched; fetching it again");
+    this.discovery.invalidate(base);
+    // In the background: the message that said so is not held up by the peer's endpoint.
+    void this.get(agent).catch((err: unknown) => this.log.debug({ peer: agent, err: errorMessage(err) }, "could not refresh the peer's capability document"));
   }
 
   /** `outbox` with check() before every enqueue: the local API's POST /outbox refuses instead of queuing. */
@@ -167,6 +198,14 @@ export interface Enqueue {
   enqueue(message: Message): Promise<{ duplicate: boolean; seq: number }>;
 }
 
+/** What an https id's own document gives (docs/identity.md): an endpoint document is learned at it. */
+const ENDPOINT_LEVEL = 2;
+
+/** The level an entry was learned at; an entry kept before levels were recorded counts as unsigned, an endpoint document as level 2. */
+function levelOf(e: PeerCapabilities): number {
+  return e.auth_level ?? (e.source === "endpoint" ? ENDPOINT_LEVEL : -1);
+}
+
 function isOlder(a: string | undefined, b: string | undefined): boolean {
   if (!a || !b) return false;
   return Date.parse(a) < Date.parse(b);
@@ -177,8 +216,9 @@ function merged(agent: string, baseline: PeerCapabilities | undefined, greeting:
   if (!baseline && !greeting) return undefined;
   if (!greeting || greeting.source !== "greeting") return { ...baseline!, ...(stale ? { stale } : {}) };
   if (!baseline) return greeting;
-  // A baseline learned after the greeting supersedes it only when the peer says it changed since.
-  if (isOlder(greeting.learned_at, baseline.document.updated)) return { ...baseline, ...(stale ? { stale } : {}) };
+  // A baseline learned after the greeting supersedes it only when the peer says it changed since;
+  // a greeting below the level the baseline was learned at does not refine it.
+  if (isOlder(greeting.learned_at, baseline.document.updated) || levelOf(greeting) < levelOf(baseline)) return { ...baseline, ...(stale ? { stale } : {}) };
   const byName = new Map(baseline.document.capabilities.map((c) => [c.name, c]));
   for (const c of greeting.document.capabilities) byName.set(c.name, c);
   const { capabilities: _b, ...baseRest } = baseline.document;
@@ -189,10 +229,12 @@ function merged(agent: string, baseline: PeerCapabilities | undefined, greeting:
     source: "greeting",
     ...(greeting.message_id ? { message_id: greeting.message_id } : {}),
     learned_at: greeting.learned_at,
+    ...(greeting.auth_level !== undefined ? { auth_level: greeting.auth_level } : {}),
     baseline: {
       source: baseline.source === "announcement" ? "announcement" : "endpoint",
       ...(baseline.message_id ? { message_id: baseline.message_id } : {}),
       learned_at: baseline.learned_at,
+      ...(baseline.auth_level !== undefined ? { auth_level: baseline.auth_level } : {}),
     },
     ...(stale ? { stale } : {}),
   };

@@ -11,7 +11,10 @@ import { A, inSpan, messageAttributes, messageContext, SpanKind, withMessageCont
 import { admit, isMisaddressed, type Admission } from "./accept.ts";
 import { RelayClient } from "../relay/client.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
+import { createHash } from "node:crypto";
 import { composeMessage } from "./compose.ts";
+import { CAPABILITIES_TOPIC } from "./peer-capabilities.ts";
+import type { OutboxStore } from "./outbox.ts";
 import type { Outcome, RelayPublisher } from "./outbound.ts";
 import { classify } from "./outbound.ts";
 import type { CapabilityDocument } from "../protocol/documents.ts";
@@ -365,20 +368,29 @@ export class RelayIntake {
   }
 }
 
+/**
+ * The capabilities.update message (spec 6, 9.2): the new document, signed, as a body part named
+ * `capabilities`, marked as sent automatically (extension `auto-submitted`, so that no
+ * application answers it), to a topic or to one peer. `messageId` makes it idempotent.
+ */
+export function capabilityUpdate(opts: { to: string; signing: SigningKey; document: CapabilityDocument; displayName?: string; messageId?: string }): Message {
+  const message = composeMessage(
+    {
+      to: opts.to,
+      phase: "context",
+      subject: CAPABILITIES_TOPIC,
+      extensions: { "auto-submitted": "auto-generated" },
+      body: { text: `${opts.signing.agentId} has updated its capabilities.`, parts: [{ content_type: "application/json", name: "capabilities", content: opts.document }] },
+    },
+    { agentId: opts.signing.agentId, displayName: opts.displayName },
+  );
+  if (opts.messageId) message.headers.message_id = opts.messageId;
+  return signMessage(message, opts.signing);
+}
+
 /** The capabilities.update announcement (spec 6): the new document, signed, to the topic on each relay. */
 export async function announceCapabilities(opts: { urls: string[]; signing: SigningKey; http: HttpClient; document: CapabilityDocument; displayName?: string; log: Logger }): Promise<void> {
-  const message = signMessage(
-    composeMessage(
-      {
-        to: "topic:capabilities.update",
-        phase: "context",
-        text: `${opts.signing.agentId} has updated its capabilities.`,
-        body: { parts: [{ content_type: "application/json", name: "capabilities", content: opts.document }] },
-      },
-      { agentId: opts.signing.agentId, displayName: opts.displayName },
-    ),
-    opts.signing,
-  );
+  const message = capabilityUpdate({ to: `topic:${CAPABILITIES_TOPIC}`, signing: opts.signing, document: opts.document, displayName: opts.displayName });
   for (const url of opts.urls) {
     try {
       const res = await new RelayClient(url, opts.signing, opts.http).publish(message);
@@ -388,4 +400,29 @@ export async function announceCapabilities(opts: { urls: string[]; signing: Sign
       opts.log.warn({ relay: url, err: (err as Error).message }, "could not announce the capability document");
     }
   }
+}
+
+/**
+ * The capabilities.update to each peer of a recent conversation (Conversations.recentPeers),
+ * straight to its inbox: queued in the outbox, so delivered and retried like any message (relay
+ * fallback included). The message_id derives from the document's `updated` and the peer, so
+ * queueing the same change again (a restart half-way) queues nothing new.
+ */
+export async function tellPeersCapabilities(opts: {
+  peers: string[];
+  signing: SigningKey;
+  document: CapabilityDocument;
+  displayName?: string;
+  outbox: Pick<OutboxStore, "enqueue">;
+  log: Logger;
+}): Promise<number> {
+  let queued = 0;
+  for (const peer of opts.peers) {
+    const digest = createHash("sha256").update(`${opts.document.updated ?? ""}\n${peer}`).digest("hex").slice(0, 32);
+    const message = capabilityUpdate({ to: peer, signing: opts.signing, document: opts.document, displayName: opts.displayName, messageId: `msg:capabilities-${digest}` });
+    const { duplicate } = await opts.outbox.enqueue(message);
+    if (!duplicate) queued++;
+  }
+  if (opts.peers.length) opts.log.info({ peers: opts.peers.length, queued }, "queued capabilities.update for the peers of recent conversations");
+  return queued;
 }
