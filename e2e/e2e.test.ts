@@ -9,7 +9,8 @@ import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vites
 import { parseAllDocuments, stringify } from "yaml";
 import { LocalApiClient } from "../runtime/src/client/local.ts";
 import { HttpClient } from "../runtime/src/net/http-client.ts";
-import { privateKeyFromPem } from "../runtime/src/protocol/keys.ts";
+import { didKeyFromPublicKey } from "../runtime/src/protocol/did-key.ts";
+import { generateSigningKey, privateKeyFromPem } from "../runtime/src/protocol/keys.ts";
 import { signMessage } from "../runtime/src/protocol/signing.ts";
 import { composeMessage } from "../runtime/src/agent/compose.ts";
 import { agentNames } from "../runtime/src/agent/names.ts";
@@ -222,6 +223,36 @@ describe("end to end on the local control plane", { timeout: 300_000 }, () => {
     const pushed = msg("push me");
     await alice.publish(pushed);
     await waitFor("the push", () => got.some((m) => m.headers.message_id === pushed.headers.message_id), 30_000, 250);
+  });
+
+  it("takes a stranger's message for bob at the example relay, by its default policy, and refuses a sender it cannot look up", async () => {
+    const { ports, bundle } = await running();
+    const http = new HttpClient({ extraCa: readFileSync(bundle, "utf8") });
+    onTestFinished(() => http.close());
+    const relayUrl = `https://localhost:${ports.relay}`;
+    const bobKey = { agentId: "bob-agent", keyId: "key-1", privateKey: privateKeyFromPem(Buffer.from(json(["-n", NS.bob, "get", "secret", "bob-signing-key"]).data["signing.key"], "base64").toString()) };
+    const bob = new RelayClient(relayUrl, bobKey, http);
+    // A sender the Relay does not list: a did:key, whose key the relay finds in its id.
+    const { privateKeyPem, publicKey } = generateSigningKey();
+    const did = didKeyFromPublicKey(publicKey);
+    const strangerKey = { agentId: did, keyId: "key-1", privateKey: privateKeyFromPem(privateKeyPem) };
+    const stranger = new RelayClient(relayUrl, strangerKey, http);
+    const m = signMessage(composeMessage({ to: "bob-agent", text: "from a stranger" }, { agentId: did }), strangerKey);
+    const res = await stranger.publish(m);
+    expect(res.status, res.text).toBe(202);
+    const { messages } = await bob.pull();
+    const got = messages.find((x) => x.headers.message_id === m.headers.message_id);
+    expect(got?.trace?.received?.[0]).toMatchObject({ by: "relay:https://localhost", with: "https+ifp-4", from: did });
+    // The stranger cannot read or acknowledge bob's mailbox.
+    const read = await stranger.request("GET", "/relay/messages");
+    expect([read.status, JSON.parse(read.text).code]).toEqual([401, "unknown_sender"]);
+    const ack = await stranger.request("DELETE", `/relay/messages/${encodeURIComponent(m.headers.message_id)}`);
+    expect([ack.status, JSON.parse(ack.text).code]).toEqual([401, "unknown_sender"]);
+    expect(await bob.ack(m.headers.message_id)).toBe(true);
+    // The deny side of the default policy: a sender whose key cannot be looked up (a simple name the Relay does not list).
+    const nobodyKey = { ...strangerKey, agentId: "nobody-agent" };
+    const refused = await new RelayClient(relayUrl, nobodyKey, http).publish(signMessage(composeMessage({ to: "bob-agent", text: "refused" }, { agentId: "nobody-agent" }), nobodyKey));
+    expect([refused.status, JSON.parse(refused.text).code]).toEqual([401, "unknown_sender"]);
   });
 
   it("follows an edit of the Relay's retention.maxAge into the JetStream stream", async () => {
