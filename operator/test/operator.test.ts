@@ -11,7 +11,7 @@ import { consistently, waitFor } from "../../e2e/support/wait.ts";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../runtime/src/protocol/keys.ts";
 import { encryptionKeyFromPem } from "../../runtime/src/protocol/encryption.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
-import { CERTIFICATE_CRD, capturedLog, getOrAbsent, kubectlOrError, perTest, streamOrAbsent, until } from "./support.ts";
+import { CERTIFICATE_CRD, capturedLog, getOrAbsent, kubectlOrError, perTest, deleteStreamAt, streamOrAbsent, until } from "./support.ts";
 
 let cp: ControlPlane;
 let nats: NatsServer;
@@ -53,6 +53,7 @@ const untilObserved = (kind: string, name: string, generation: number) =>
   });
 const events = (name: string) => json(["-n", NS, "get", "events", "--field-selector", `involvedObject.name=${name}`]).items as any[];
 const stream = (name: string) => streamOrAbsent(nats.url, name);
+const deleteStream = (name: string) => deleteStreamAt(nats.url, name);
 const streamName = (relay: string) => `IFP_RELAY_${NS}_2F${relay}`;
 /** A change that brings a reconcile at once without changing the spec. */
 const poke = (kind: string, name: string) => cp.kubectl(["-n", NS, "annotate", "--overwrite", kind, name, `example.com/poke=${Date.now()}`]);
@@ -880,23 +881,37 @@ spec:
     expect((await stream(name))?.config).toMatchObject({ storage: "file", max_age: 24 * 3600e9 });
   });
 
-  it("reports a retention NATS refuses as StreamFailed, and creates the stream once the spec is fixed", async () => {
+  it("applies no more replicas than a single server holds: the stream made with one, ReplicasNotApplied said; in sync once the spec asks for one", async () => {
     const name = streamName("strict");
-    // Three replicas on one server that is not part of a cluster: JetStream refuses the config.
+    // Three replicas on one server that is not part of a cluster: it cannot hold them (and would
+    // accept an update to three it could not load after its next start).
     cp.kubectl(["apply", "-f", "-"], relayYaml("strict", "{maxAge: 24h, replicas: 3}"));
-    const relay = await untilReason("relay", "strict", "StreamFailed", "StreamReady");
-    expect(condition(relay, "StreamReady")).toMatchObject({ status: "False", message: expect.stringMatching(new RegExp(`stream ${name}: .*replicas`)) });
-    expect(condition(relay, "Ready")).toMatchObject({ status: "False", reason: "StreamFailed" });
-    // Retried, not stalled: the cause may be NATS's as much as the spec's.
-    expect(condition(relay, "Reconciling")).toMatchObject({ status: "True", reason: "StreamFailed" });
-    expect(condition(relay, "Stalled")).toMatchObject({ status: "False" });
-    expect(await stream(name)).toBeUndefined();
-    await waitFor("the StreamFailed Warning Event", () => events("strict").some((e) => `${e.type}/${e.reason}` === "Warning/StreamFailed"));
+    const relay = await untilReason("relay", "strict", "ReplicasNotApplied", "StreamReady");
+    expect(condition(relay, "StreamReady")).toMatchObject({ status: "True", message: expect.stringMatching(new RegExp(`3 replicas were asked for stream ${name}; the JetStream server is not clustered and holds one`)) });
+    expect((await stream(name))?.config.num_replicas).toBe(1);
+    expect(relay.status.stream).toMatchObject({ name, replicas: 1 });
+    await waitFor("the ReplicasNotApplied Warning Event", () => events("strict").some((e) => `${e.type}/${e.reason}` === "Warning/ReplicasNotApplied"));
 
     cp.kubectl(["-n", NS, "patch", "relay", "strict", "--type=merge", "-p", '{"spec":{"retention":{"replicas":1}}}']);
     const synced = await untilReason("relay", "strict", "StreamInSync", "StreamReady");
     expect(synced.status.stream).toMatchObject({ name, replicas: 1 });
     expect((await stream(name))?.config.num_replicas).toBe(1);
+  });
+
+  it("never makes a Relay's stream again empty once it went missing, until the Relay is annotated to start it over", async () => {
+    const name = streamName("gone");
+    cp.kubectl(["apply", "-f", "-"], relayYaml("gone", "{maxAge: 24h}"));
+    await untilReason("relay", "gone", "StreamInSync", "StreamReady");
+    // What a server that could not load the stream at its start looks like to the operator.
+    await deleteStream(name);
+    const missing = await untilReason("relay", "gone", "StreamMissing", "StreamReady");
+    expect(condition(missing, "Ready")).toMatchObject({ status: "False", reason: "StreamMissing" });
+    expect(condition(missing, "Stalled")).toMatchObject({ status: "True", reason: "StreamMissing" });
+    expect(condition(missing, "StreamReady")?.message).toMatch(/is missing from NATS.*ifp.dev\/recreate-missing-stream=true/);
+    expect(await stream(name)).toBeUndefined();
+    cp.kubectl(["-n", NS, "annotate", "relay", "gone", "ifp.dev/recreate-missing-stream=true"]);
+    await untilReason("relay", "gone", "StreamInSync", "StreamReady");
+    expect(await stream(name)).toBeDefined();
   });
 
   it("refuses to change storage in place", () => {

@@ -37,6 +37,16 @@ export async function streamOrAbsent(url: string, name: string): Promise<StreamI
   }
 }
 
+/** Delete a stream, as a server that could not load it at its start leaves it: absent. */
+export async function deleteStreamAt(url: string, name: string): Promise<void> {
+  const nc = await connect({ servers: url, reconnect: false, timeout: 5_000 });
+  try {
+    await (await jetstreamManager(nc)).streams.delete(name);
+  } finally {
+    await nc.close();
+  }
+}
+
 /** A pino logger that keeps the operator's last lines (debug and up) to print when a test fails. */
 export function capturedLog(keep = 400): { log: Logger; lines: () => string[]; has: (pattern: RegExp) => boolean } {
   const lines: string[] = [];

@@ -89,6 +89,7 @@ async function reconcilePass(ctx: RelayContext, obj: CustomObject, namespace: st
     // Warnings once per change of status, not once per retry.
     if (wrote && blocker) await ctx.kube.event(obj, "Warning", blocker.reason, blocker.message);
     if (wrote && !stream.ok) await ctx.kube.event(obj, "Warning", stream.reason, stream.message);
+    if (wrote && stream.ok && stream.unmet) await ctx.kube.event(obj, "Warning", "ReplicasNotApplied", stream.unmet);
     return { requeueAfterMs };
   } catch (err) {
     return await reportFailure(ctx, "relays", obj, err);
@@ -188,7 +189,6 @@ async function reconcileStreamIn(ctx: RelayContext, jsm: JetStreamManager, obj: 
   }
   try {
     const { info, action, unmet } = await ensureReplicatedStream(jsm, want, relay.spec.retention.replicas, ctx.nats!.placement);
-    if (unmet) await ctx.kube.event(obj, "Warning", "ReplicasNotApplied", unmet.reason);
     if (action !== "unchanged") {
       const verb = action === "created" ? "Created" : "Updated";
       ctx.log.info({ stream: want.name, relay: `${relay.metadata.namespace}/${relay.metadata.name}` }, `${verb} JetStream stream`);
