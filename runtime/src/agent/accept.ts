@@ -23,17 +23,45 @@ export interface Admission {
   replayWindowText: string;
   /** Clock skew tolerated on headers.date in the future. */
   maxFutureSkewMs: number;
+  /**
+   * How long the inbox keeps every message it accepted (its stream's max_age, at least a week):
+   * how old a relayed message may be, since a copy of it can still be recognised that long.
+   */
+  retentionMs?: number;
   now: () => number;
+}
+
+/**
+ * When the relay a message was read from accepted it: the `at` of the last entry of
+ * trace.received[], which that relay appended before handing the message out (spec 4.2); an
+ * entry that is not a relay's (`by: relay:<url>`) or has no valid time gives none.
+ */
+export function relayAcceptedAt(message: Message): number | undefined {
+  const last = message.trace?.received?.at(-1) as { by?: unknown; at?: unknown } | undefined;
+  if (typeof last?.by !== "string" || !last.by.startsWith("relay:") || typeof last.at !== "string") return undefined;
+  const at = Date.parse(last.at);
+  return Number.isFinite(at) ? at : undefined;
 }
 
 /**
  * The checks every inbound message passes, from the inbox or from a relay, before its
  * signature: it is addressed to this agent (or, through a relay, to a topic the agent is
- * subscribed to there), and its headers.date lies within the replay window. A message older
- * than the window could be a replay the duplicate check has forgotten, so it is refused.
- * Throws 400 `invalid_format`; isMisaddressed() tells a refusal for the recipients.
+ * subscribed to there), and it is recent enough that a copy accepted before is still known.
+ *
+ * - Straight to the inbox: headers.date within the replay window (the duplicate window).
+ * - Read from a relay (`relayed`): judged by when the relay accepted it — the `at` of its trace
+ *   entry (relayAcceptedAt) — since a relay keeps messages for days (7 by default) before the
+ *   recipient reads them: that time and headers.date must both lie within the inbox's
+ *   retention (`retentionMs`, at least a week) less the clock skew. A copy accepted before is
+ *   found there after the duplicate window too (InboxStore.accept), so it is never taken twice;
+ *   a relay's `at` is only as good as the relay, so the date is held to the same bound, past
+ *   which a copy could have been forgotten. A relayed message without a relay's trace entry is
+ *   judged by its date as a direct one.
+ *
+ * Nothing ahead of the clock by more than the skew. Throws 400 `invalid_format`;
+ * isMisaddressed() tells a refusal for the recipients.
  */
-export function admit(message: Message, a: Admission, topics: ReadonlySet<string> = new Set()): void {
+export function admit(message: Message, a: Admission, topics: ReadonlySet<string> = new Set(), relayed = false): void {
   const h = message.headers;
   const problem = canonicalProblem(message);
   if (problem) throw badRequest(`the message cannot be accepted: ${problem}`);
@@ -44,8 +72,21 @@ export function admit(message: Message, a: Admission, topics: ReadonlySet<string
   }
   const date = Date.parse(h.date);
   const now = a.now();
+  const ahead = `${Math.round(a.maxFutureSkewMs / 60_000)}m ahead`;
+  const at = relayed && a.retentionMs !== undefined ? relayAcceptedAt(message) : undefined;
+  if (at !== undefined) {
+    const horizon = a.retentionMs! - a.maxFutureSkewMs;
+    const back = `${Math.round(horizon / 3_600_000)}h back`;
+    if (!(at >= now - horizon && at <= now + a.maxFutureSkewMs)) {
+      throw badRequest(`the relay accepted the message at ${new Date(at).toISOString()}, outside the accepted window for relayed messages (${back}, ${ahead})`);
+    }
+    if (!(date >= now - horizon && date <= now + a.maxFutureSkewMs)) {
+      throw badRequest(`headers.date ${h.date} is outside the accepted window for relayed messages (${back}, ${ahead})`);
+    }
+    return;
+  }
   if (!(date >= now - a.replayWindowMs && date <= now + a.maxFutureSkewMs)) {
-    throw badRequest(`headers.date ${h.date} is outside the accepted window (${a.replayWindowText} back, ${Math.round(a.maxFutureSkewMs / 60_000)}m ahead)`);
+    throw badRequest(`headers.date ${h.date} is outside the accepted window (${a.replayWindowText} back, ${ahead})`);
   }
 }
 

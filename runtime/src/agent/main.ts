@@ -36,7 +36,7 @@ import { OutboundDelivery } from "./outbound.ts";
 import { OutboxStore } from "./outbox.ts";
 import { PeerCapabilityService } from "./peer-capabilities.ts";
 import { announceCapabilities, RelayIntake, relayPublisher, tellPeersCapabilities } from "./relays.ts";
-import { InboxStore, receivedLookup } from "./store.ts";
+import { InboxStore, inboxRetentionMs, receivedLookup } from "./store.ts";
 
 export interface AgentOptions {
   manifest: string;
@@ -208,7 +208,14 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         requireSignature: spec.inbox.requireSignature,
         accept: (raw, message, verified) => acceptVerified({ agent, store: inbox, onAccepted, conversations, encryption }, raw, message, verified),
         encryption,
-        admission: { agentId: spec.agentId, replayWindowMs: parseDuration(spec.inbox.replayWindow), replayWindowText: spec.inbox.replayWindow, maxFutureSkewMs: MAX_FUTURE_SKEW_MS, now: Date.now },
+        admission: {
+          agentId: spec.agentId,
+          replayWindowMs: parseDuration(spec.inbox.replayWindow),
+          replayWindowText: spec.inbox.replayWindow,
+          maxFutureSkewMs: MAX_FUTURE_SKEW_MS,
+          retentionMs: inboxRetentionMs(parseDuration(spec.inbox.replayWindow)),
+          now: Date.now,
+        },
         intervalMs: parseDuration(spec.relay.pollInterval),
         topics: spec.relay.topics,
         mode: spec.relay.receive,

@@ -232,9 +232,10 @@ export class RelayIntake {
     let duplicate = false;
     try {
       // The inbox's own checks first: a relay must not hand this agent what was addressed to
-      // another, nor a message older than the duplicate window remembers.
+      // another, nor a message older than a copy of it can be recognised (judged by when the
+      // relay accepted it: it may have waited there for days).
       const named = parsed.data.headers.to.some((t) => t.agent.startsWith("topic:"));
-      admit(parsed.data, this.admission, named ? await topicsAtRelay() : undefined);
+      admit(parsed.data, this.admission, named ? await topicsAtRelay() : undefined, true);
     } catch (err) {
       if (isMisaddressed(err)) {
         this.metrics.relay.inc({ operation: "intake", result: "misaddressed" });

@@ -13,6 +13,13 @@ import { threadOriginal, type Conversations } from "./conversations.ts";
 import type { AgentNames } from "./names.ts";
 
 const WEEK_MS = 7 * 24 * 3600_000;
+/** Clock skew tolerated on headers.date in the future (accept.ts MAX_FUTURE_SKEW_MS). */
+const FUTURE_SKEW_MS = 5 * 60_000;
+
+/** How long the inbox keeps every accepted message: a week, or the replay window when longer. */
+export function inboxRetentionMs(replayWindowMs: number): number {
+  return Math.max(WEEK_MS, replayWindowMs);
+}
 /** Retry-After of a full inbox: room comes back only as messages age out, so not soon. */
 export const INBOX_FULL_RETRY_AFTER_S = 300;
 
@@ -86,7 +93,7 @@ export class InboxStore {
       // New, never Old: a message answered 202 is never dropped to make room for another.
       discard: DiscardPolicy.New,
       max_bytes: this.maxBytes,
-      max_age: nanos(Math.max(WEEK_MS, this.windowMs)),
+      max_age: nanos(inboxRetentionMs(this.windowMs)),
       duplicate_window: nanos(this.windowMs),
       allow_direct: true,
     };
@@ -111,6 +118,12 @@ export class InboxStore {
     // Scoped to the sender: nobody can pre-empt another agent's message_id. The subject is per
     // message_id and holds every sender's message with it; received() tells them apart.
     const dedupe = `${meta.signer ? "signed" : "unsigned"}:${meta.signer ?? fromAgent} ${messageId}`;
+    // The duplicate window covers a copy only for the replay window after it was stored, which
+    // was no earlier than its date less the clock skew. An older message (one a relay kept for
+    // days) may repeat a copy stored before that: the stream, which keeps every message for its
+    // retention, is asked by subject.
+    const date = Date.parse((raw as { headers?: { date?: string } }).headers?.date ?? "");
+    if (!(Date.now() - date < this.windowMs - FUTURE_SKEW_MS) && (await this.holds(messageId, meta.signer, fromAgent))) return { duplicate: true };
     try {
       // Abandoned (503) the moment NATS goes away; a copy stored after the reconnection is a
       // duplicate of the sender's retry, absorbed by the duplicate window.
@@ -142,6 +155,30 @@ export class InboxStore {
    */
   async received(messageId: string, sender?: string): Promise<Message | undefined> {
     let unsigned: Message | undefined;
+    for await (const m of this.copies(messageId)) {
+      if (sender === undefined) return Message.parse(m.json());
+      if (m.sender !== sender) continue;
+      if (m.signed) return Message.parse(m.json());
+      unsigned ??= Message.parse(m.json());
+    }
+    return unsigned;
+  }
+
+  /**
+   * Whether the stream holds this message_id from this sender as the duplicate check keys it
+   * (signed by `signer`, or unsigned claiming `fromAgent`), whenever it was stored.
+   */
+  async holds(messageId: string, signer: string | undefined, fromAgent: string): Promise<boolean> {
+    try {
+      for await (const m of this.copies(messageId)) if (m.sender === (signer ?? fromAgent) && m.signed === (signer !== undefined)) return true;
+    } catch (err) {
+      throw unavailable(`the inbox cannot be searched for an earlier copy: ${(err as Error).message}`);
+    }
+    return false;
+  }
+
+  /** The stored messages with this message_id, oldest first. */
+  private async *copies(messageId: string): AsyncGenerator<{ sender: string | null; signed: boolean; json: () => unknown }> {
     let seq = 1;
     // Bounded: a message_id reused more often than this is not looked at further.
     for (let round = 0; round < 4; round++) {
@@ -152,19 +189,15 @@ export class InboxStore {
           batch.push({ seq: m.seq, sender: m.header.get(H.sender) || null, signed: m.header.get(H.signed) !== "no", json: () => m.json(), pending: m.pending });
         }
       } catch (err) {
-        if (isNotFound(err) || (err as { code?: number }).code === 404 || /no message|not found/i.test((err as Error).message)) break;
+        if (isNotFound(err) || (err as { code?: number }).code === 404 || /no message|not found/i.test((err as Error).message)) return;
         throw err;
       }
       for (const m of batch) {
         seq = m.seq + 1;
-        if (sender === undefined) return Message.parse(m.json());
-        if (m.sender !== sender) continue;
-        if (m.signed) return Message.parse(m.json());
-        unsigned ??= Message.parse(m.json());
+        yield m;
       }
-      if (!batch.length || batch.at(-1)!.pending === 0) break;
+      if (!batch.length || batch.at(-1)!.pending === 0) return;
     }
-    return unsigned;
   }
 }
 
