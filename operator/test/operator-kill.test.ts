@@ -66,6 +66,9 @@ async function startOperator(podName: string): Promise<{ p: ManagedProcess; url:
         `--kubeconfig=${cp.kubeconfig}`,
         `--nats-url=${nats.url}`,
         "--runtime-image=ghcr.io/ifp-dev/ifp-runtime:test",
+        // The Relays' public hosts (https://<name>.example), allowed to their namespace as the
+        // chart's allowedHosts: {crash: ["*.example"]} renders it.
+        `--allowed-hosts=${NS}/*.example`,
         "--leader-elect=true",
         `--leader-election-namespace=${OPS}`,
         `--ca-namespace=${OPS}`,
