@@ -16,7 +16,8 @@ let manager: RunningManager;
 const NS = "restricted";
 const RESYNC_MS = 1_000;
 const operatorLog = capturedLog(600);
-const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222", allowedImages: ["example.com/*"] };
+// The Relays' public hosts (https://<name>.example) are the namespace's, as chart value allowedHosts would allow them.
+const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222", allowedImages: ["example.com/*"], allowedHosts: { [NS]: ["*.example"] } };
 
 const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);
 const apply = (obj: object, extra: string[] = []) => cp.kubectl(["apply", ...extra, "-f", "-"], JSON.stringify(obj));
@@ -110,7 +111,8 @@ describe("spec.deployment under the restricted Pod Security Standard", () => {
     const pods = await expectAdmitted("shop");
     expect(pods[0].spec.containers.map((c: any) => c.name)).toEqual(["runtime", "app"]);
     cp.kubectl(["create", "--dry-run=server", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "Pod", metadata: { name: "shop-dry-run", namespace: NS }, spec: pod }));
-    expect(condition(get("agent", "shop"), "Stalled")?.status).toBe("False");
+    // The status is written after the children, so it may follow the pods.
+    await until("shop's Stalled False", () => condition(get("agent", "shop"), "Stalled")?.status === "False" || undefined);
   });
 
   it("renders a Relay's sidecar into pods a restricted namespace admits", async () => {

@@ -22,6 +22,8 @@ const settings = {
   allowedNodeLabels: ["kubernetes.io/os", "disk"],
   allowedTolerations: [{ key: "dedicated", value: "ifp", effect: "NoSchedule" }],
   allowedPriorityClasses: ["ifp-high"],
+  // The Relay's public host, allowed its namespace (chart value allowedHosts).
+  allowedHosts: { [NS]: ["hub.example"] },
 };
 
 const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);

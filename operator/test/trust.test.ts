@@ -24,7 +24,9 @@ const NS = "ifp-trust";
 const SYSTEM = "ifp-system";
 const CA_SECRET = "ifp-test-ca";
 const operatorLog = capturedLog(600);
-const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222" };
+const CM = "ifp-cm";
+// The Relays' public host is their namespaces', as chart value allowedHosts would allow it.
+const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222", allowedHosts: { [NS]: ["hub.example"], [CM]: ["hub.example"] } };
 
 const start = async (extraOpts: Partial<ManagerOptions> = {}) => {
   const m = await startManager({
@@ -257,7 +259,6 @@ describe("cert-manager mode", () => {
   // cert-manager's Certificate API is its CRD alone (nothing issues here), and the bundle ConfigMap
   // is made by the test where trust-manager would write it.
   it("asks the install's issuer for every certificate a resource names none for, and adds the bundle ConfigMap to every trust bundle", { timeout: 120_000 }, async () => {
-    const CM = "ifp-cm";
     cp.kubectl(["create", "namespace", CM]);
     cp.kubectl(["apply", "-f", "-"], CERTIFICATE_CRD);
     await until("the Certificate CRD established", () => getOrAbsent(cp, ["get", "crd", "certificates.cert-manager.io"])?.status?.conditions?.some((c: any) => c.type === "Established" && c.status === "True"));
