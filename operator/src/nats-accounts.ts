@@ -5,6 +5,10 @@
 // through a user of its own in that account. Those connections are a small pool: opened when
 // needed, the least recently used idle one closed when the pool is full, and every one closed
 // after a while without use.
+// A server that authenticates no client (no operator mode, no resolver) isolates nothing: every
+// client, whatever credential it shows, is in its one global account. The operator asks the
+// server (its INFO's auth_required) and, on such a server, pushes no account and reaches every
+// runtime's data through its own connection: the one-account model, said loudly (isolating()).
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
@@ -17,6 +21,8 @@ import type { CredentialIssuer } from "./nats-credentials.ts";
 const SYSTEM = "$SYS";
 const ACCOUNT_KEY = /^A[A-Z2-7]{55}$/;
 const CREDS_LIFETIME_MS = 24 * 3600_000;
+/** How long the server's answer to "do you authenticate clients?" is kept. */
+const PROBE_TTL_MS = 60_000;
 
 export interface NatsAccountsOptions {
   /** Server URLs, comma separated (the operator's --nats-url). */
@@ -54,6 +60,11 @@ export class NatsAccounts {
   private closed = false;
   /** Connections opened so far (for the benchmark and tests). */
   opened = 0;
+  /** What the server last said: whether it authenticates clients, kept until `until`. */
+  private authenticates: { value: boolean; until: number } | undefined;
+  private warnedOpen = false;
+  /** Resources told (an Event) in this process that their NATS keeps nothing apart. */
+  readonly toldOpen = new Set<string>();
 
   constructor(opts: NatsAccountsOptions) {
     this.opts = { maxConnections: 8, idleMs: 30_000, timeoutMs: 5_000, ...opts };
@@ -68,6 +79,39 @@ export class NatsAccounts {
   /** Connections open now. */
   get size(): number {
     return this.pool.size;
+  }
+
+  /**
+   * Whether the server keeps runtimes apart in accounts of their own. False only when the server
+   * itself says it authenticates no client (its INFO without `auth_required`): then it runs no
+   * operator mode and no resolver, ignores every credential and holds everything in one global
+   * account, so no account is pushed and the operator reaches every runtime's data through its
+   * own connection. Logged once per process as a warning. True when the server requires
+   * authentication, and when it cannot be asked (then the push or the connection fails and says
+   * why): a server unreachable for a moment never moves anything out of its account. The answer
+   * is kept a minute, and forgotten when a push finds no resolver.
+   */
+  async isolating(now = Date.now()): Promise<boolean> {
+    if (this.authenticates && this.authenticates.until > now) return this.authenticates.value;
+    let value: boolean;
+    try {
+      value = await this.use(SYSTEM, async ({ nc }) => nc.info?.auth_required === true);
+    } catch (err) {
+      this.opts.log.debug({ err: errorMessage(err) }, "could not ask the NATS server whether it authenticates clients");
+      return this.authenticates?.value ?? true;
+    }
+    const before = this.authenticates?.value;
+    this.authenticates = { value, until: now + PROBE_TTL_MS };
+    if (!value && !this.warnedOpen) {
+      this.warnedOpen = true;
+      this.opts.log.warn(
+        { nats: this.opts.url },
+        "the NATS server authenticates no client: every runtime, and anything that reaches its port, can read and write every other runtime's messages and state. Credentials are still issued (the server ignores them), no account is pushed, and relay streams, deletions and summaries go through the operator's own connection (the one-account model). Run NATS in operator mode with a full resolver to keep runtimes apart (docs/security.md, A NATS of your own)",
+      );
+    } else if (value && before === false) {
+      this.opts.log.info({ nats: this.opts.url }, "the NATS server now authenticates clients: each runtime's account is pushed again");
+    }
+    return value;
   }
 
   /**
@@ -102,6 +146,7 @@ export class NatsAccounts {
   private async claims(subject: string, jwt: string, what: string): Promise<void> {
     const reply = await this.use(SYSTEM, async ({ nc }) => {
       const m = await nc.request(subject, jwt, { timeout: this.opts.timeoutMs }).catch((err: unknown) => {
+        this.authenticates = undefined; // asked again next time: the server may have changed
         throw new Error(`${what}: ${errorMessage(err)} (the NATS server must run in operator mode with a full resolver, docs/security.md)`);
       });
       return m.json<ClaimsReply>();

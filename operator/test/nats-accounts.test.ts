@@ -4,7 +4,9 @@
 // consumer's deliver subject) cannot reach another runtime's account. Each attack is also run with
 // both runtimes in one shared account (the model this replaced), where it succeeds: the check
 // detects it. Then the operator's side: accounts pushed and deleted, its pool of connections
-// bounded and closed when idle, a deleted runtime's streams deleted with its account.
+// bounded and closed when idle, a deleted runtime's streams deleted with its account. And a NATS
+// that authenticates no client (a NATS of one's own without authentication): the operator, holding
+// every key, pushes no account there and still makes relay streams, summaries and deletions work.
 import { join } from "node:path";
 import { AckPolicy, DeliverPolicy, jetstreamManager, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, headers, type NatsConnection } from "@nats-io/transport-node";
@@ -19,7 +21,7 @@ import { NatsAccounts } from "../src/nats-accounts.ts";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
 import { relayNames } from "../../runtime/src/contract/relay-stream.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
-import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
+import { capturedLog, getOrAbsent, kubectlOrError, perTest, streamOrAbsent, until } from "./support.ts";
 
 const silent = pino({ level: "silent" });
 let nats: NatsServer;
@@ -225,4 +227,122 @@ describe("the operator with one account per runtime, on a real API server", () =
     await expect(Promise.race([closed.then(() => "closed"), sleep(10_000).then(() => "open")])).resolves.toBe("closed");
     await expect(connect({ servers: nats.url, authenticator: credsAuthenticator(new TextEncoder().encode(aliceCreds)), reconnect: false })).rejects.toThrow();
   }, 120_000);
+});
+
+describe("the operator with a NATS that authenticates no client, on a real API server", () => {
+  let cp: ControlPlane;
+  let manager: RunningManager;
+  let open: NatsServer;
+  const NS = "natsopen";
+  const OPS = "ifp-open";
+  const operatorLog = capturedLog(400);
+  const settings = {
+    runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test",
+    runtimeImagePullPolicy: "IfNotPresent",
+    natsUrl: "nats://nats.test:4222",
+    allowedHosts: { [NS]: ["relay.example"] },
+  };
+  const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);
+  const ready = (name: string) => get("agent", name)?.status?.conditions?.find((c: any) => c.type === "Ready")?.status;
+  const warnings = () => operatorLog.lines().filter((l) => l.includes("the NATS server authenticates no client")).length;
+  perTest(() =>
+    [
+      "operator log (last 100 lines):",
+      ...operatorLog.lines().slice(-100),
+      "agents and relays:",
+      kubectlOrError(cp, ["-n", NS, "get", "agents,relays", "-o", "wide"]),
+      "events:",
+      kubectlOrError(cp, ["-n", NS, "get", "events"]),
+    ].join("\n"),
+  );
+
+  beforeAll(async () => {
+    [cp, open] = await Promise.all([startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false }), startNats()]);
+    cp.kubectl(["create", "namespace", NS]);
+    cp.kubectl(["create", "namespace", OPS]);
+    // As the chart with nats.install=false and nats.url of a server without authentication: the
+    // account Secret is absent, so the operator makes it with every key (one account per runtime).
+    manager = await startManager({
+      kubeconfig: cp.kubeconfig,
+      settings,
+      nats: { url: open.url },
+      natsAccount: { namespace: OPS, name: "ifp-nats-account" },
+      trust: { namespace: OPS },
+      watchNamespaces: [NS],
+      resyncMs: 1_000,
+      summaryIntervalMs: 300,
+      log: operatorLog.log,
+    });
+    await manager.started;
+  }, 300_000);
+  afterAll(async () => {
+    await manager?.stop();
+    await Promise.all([cp?.stop(), open?.close()]);
+  });
+
+  it("asks the server whether it authenticates clients, and warns once per process however often it asks", async () => {
+    const told = capturedLog();
+    const ask = (url: string, log = silent) => new NatsAccounts({ url, issuer: CredentialIssuer.fromKeys(generateKeys()), log, timeoutMs: 2_000 });
+    const unauthenticated = ask(open.url, told.log);
+    const authenticating = ask(nats.url);
+    const unreachable = ask("nats://127.0.0.1:1");
+    try {
+      expect(await unauthenticated.isolating()).toBe(false);
+      // Asked again once the answer is a minute old: still one warning.
+      expect(await unauthenticated.isolating(Date.now() + 120_000)).toBe(false);
+      expect(told.lines().filter((l) => l.includes("the NATS server authenticates no client")).length).toBe(1);
+      // The operator-mode server of this file requires authentication (its system user gets in).
+      expect(await authenticating.isolating()).toBe(true);
+      // A server that cannot be asked moves nothing out of its account.
+      expect(await unreachable.isolating()).toBe(true);
+    } finally {
+      await Promise.all([unauthenticated.close(), authenticating.close(), unreachable.close()]);
+    }
+  }, 60_000);
+
+  it("keeps the one-account model, says so once, and an Agent becomes Ready, a Relay's stream and summary work and both deletions complete", async () => {
+    const keys = getOrAbsent(cp, ["-n", OPS, "get", "secret", "ifp-nats-account"]);
+    expect(Object.keys(keys.data)).toEqual(expect.arrayContaining(["operator.seed", "system.seed"]));
+
+    cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name: "alice", namespace: NS }, spec: { agentId: "alice-id" } }));
+    const dep = await until("alice's Deployment", () => get("deployment", "alice"), 60_000);
+    // What the Deployment controller and the kubelet would report once its pod runs.
+    cp.kubectl(["-n", NS, "patch", "deployment", "alice", "--subresource=status", "--type=merge", "-p", JSON.stringify({ status: { observedGeneration: dep.metadata.generation, replicas: 1, updatedReplicas: 1, readyReplicas: 1, availableReplicas: 1 } })]);
+    await until("alice Ready", () => ready("alice") === "True", 60_000);
+    // A credential is still issued (the server ignores it), and the Agent is told its NATS keeps nothing apart.
+    expect(get("secret", "alice-nats")?.data?.["nats.creds"]).toBeTruthy();
+    await until("the NatsNotIsolated Event", () => cp.json<any>(["-n", NS, "get", "events", "--field-selector=involvedObject.name=alice,reason=NatsNotIsolated"]).items.length === 1);
+
+    const relay = { apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: { name: "hub", namespace: NS }, spec: { url: "https://relay.example", retention: { deleteOnRemoval: true } } };
+    cp.kubectl(["apply", "-f", "-"], JSON.stringify(relay));
+    const stream = relayNames(relay as never).stream;
+    await until("the relay's stream", () => get("relay", "hub")?.status?.stream?.name === stream, 60_000);
+    // In the server's one global account, where every client is.
+    expect(await streamOrAbsent(open.url, stream)).toBeDefined();
+    await until("a first summary of the relay", () => get("relay", "hub")?.status?.summary);
+    const nc = await connect({ servers: open.url, reconnect: false });
+    try {
+      await (await import("@nats-io/jetstream")).jetstream(nc).publish(`${relayNames(relay as never).subjects.slice(0, -1)}mbox.alice.m1`, "copy");
+    } finally {
+      await nc.close();
+    }
+    await until("the relay's summary", () => (get("relay", "hub")?.status?.summary?.acceptedLastHour ?? 0) >= 1);
+    expect(warnings()).toBe(1);
+    expect(operatorLog.has(/pushing the NATS account/)).toBe(false);
+
+    // Deletions finish: the agent's streams and the relay's stream go with them.
+    const inbox = agentNames(`${NS}/alice`).inboxStream;
+    const admin = await connect({ servers: open.url, reconnect: false });
+    try {
+      await (await jetstreamManager(admin)).streams.add({ name: inbox, subjects: [agentNames(`${NS}/alice`).inboxSubjects] });
+    } finally {
+      await admin.close();
+    }
+    cp.kubectl(["-n", NS, "delete", "agent", "alice", "--wait=false"]);
+    cp.kubectl(["-n", NS, "delete", "relay", "hub", "--wait=false"]);
+    await until("alice and hub gone", () => !get("agent", "alice") && !get("relay", "hub"), 30_000);
+    expect(await streamOrAbsent(open.url, inbox)).toBeUndefined();
+    expect(await streamOrAbsent(open.url, stream)).toBeUndefined();
+    expect(warnings()).toBe(1);
+  }, 240_000);
 });

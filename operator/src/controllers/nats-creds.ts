@@ -7,6 +7,7 @@
 import type { V1Secret } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import type { NatsPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
+import { API_VERSION } from "../../../runtime/src/resources/common.ts";
 import { ChildConflictError, controlledBy } from "../kube/apply.ts";
 import type { Kube } from "../kube/client.ts";
 import { CredentialIssuer, credsClaims, generateKeys, KEY_FIELDS, renewalDue, SERVER_CONFIG_FIELD, serverConfig, type NatsKeys } from "../nats-credentials.ts";
@@ -67,8 +68,16 @@ export async function ensureNatsCreds(
   const existing = credsIn(current);
   const { account, sharedSince } = accountOfSecret(owner, current, issuer, !!ctx.natsAccounts);
   const label = `${owner.kind.toLowerCase()}:${ns}/${owner.metadata.name}`;
-  // The account exists on the server before a credential of it is handed out (pushed once per operator process).
-  if (ctx.natsAccounts && account !== issuer.accountKey) await ctx.natsAccounts.ensureAccount(owner.metadata.uid, label);
+  // The account exists on the server before a credential of it is handed out (pushed once per
+  // operator process). A server that authenticates no client has no accounts to push to: the
+  // credential is issued all the same (it ignores it), and the resource is told once per process.
+  if (ctx.natsAccounts && account !== issuer.accountKey) {
+    if (await ctx.natsAccounts.isolating()) await ctx.natsAccounts.ensureAccount(owner.metadata.uid, label);
+    else if (!ctx.natsAccounts.toldOpen.has(owner.metadata.uid)) {
+      await ctx.kube.event({ apiVersion: API_VERSION, kind: owner.kind, metadata: { name: owner.metadata.name, namespace: ns, uid: owner.metadata.uid } }, "Warning", "NatsNotIsolated", `the NATS server at ${ctx.settings.natsUrl} authenticates no client: this ${owner.kind}'s runtime is in one account with every other, which can read and write its messages and state; run NATS in operator mode with a full resolver (docs/security.md)`);
+      ctx.natsAccounts.toldOpen.add(owner.metadata.uid);
+    }
+  }
   const annotated = sharedSince === undefined || current?.metadata?.annotations?.[SHARED_ACCOUNT_ANNOTATION] === sharedSince;
   const due = renewalDue(existing, permissions, account);
   if (due > now && annotated) return { applied: [], requeueAfterMs: due - now + 1_000, account };

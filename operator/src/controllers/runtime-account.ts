@@ -1,6 +1,7 @@
 // Which NATS account holds the data of an Agent's or Relay's runtime, and the operator's way into
 // it: its user there from the pool of account connections (nats-accounts.ts), or the operator's
-// own connection in the shared account (the one-account model, and runtimes still kept there).
+// own connection in the shared account (the one-account model, and runtimes still kept there, and
+// every runtime on a server that authenticates no client, where everything is in one account).
 import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import { isNotFound } from "../../../runtime/src/nats/streams.ts";
@@ -17,12 +18,13 @@ export function runtimeAccountOf(ctx: AccountContext, obj: KubernetesObject): st
   return accountOfSecret(obj, secret, ctx.natsIssuer, !!ctx.natsAccounts).account;
 }
 
-const ownAccount = (ctx: AccountContext, account: string | undefined): account is string =>
-  !!ctx.natsAccounts && !!account && account !== ctx.natsIssuer?.accountKey;
+/** Whether the runtime's data is in an account of its own on the server (not on one that authenticates no client). */
+const ownAccount = async (ctx: AccountContext, account: string | undefined): Promise<boolean> =>
+  !!ctx.natsAccounts && !!account && account !== ctx.natsIssuer?.accountKey && (await ctx.natsAccounts.isolating());
 
 /** `fn` with a JetStream manager of the account of the resource's runtime. */
 export async function inRuntimeAccount<T>(ctx: AccountContext, obj: KubernetesObject, fn: (jsm: JetStreamManager) => Promise<T>, account = runtimeAccountOf(ctx, obj)): Promise<T> {
-  if (ownAccount(ctx, account)) return ctx.natsAccounts!.withAccount(account, fn);
+  if (account && (await ownAccount(ctx, account))) return ctx.natsAccounts!.withAccount(account, fn);
   if (!ctx.nats?.isConnected) throw new Error("the operator is not connected to NATS");
   return fn(ctx.nats.jsm);
 }
@@ -35,7 +37,7 @@ export async function inRuntimeAccount<T>(ctx: AccountContext, obj: KubernetesOb
  */
 export async function deleteRuntimeData(ctx: AccountContext, obj: KubernetesObject, named: (jsm: JetStreamManager) => Promise<string[]>): Promise<string[]> {
   const account = runtimeAccountOf(ctx, obj);
-  if (!ownAccount(ctx, account)) return inRuntimeAccount(ctx, obj, named, account);
+  if (!account || !(await ownAccount(ctx, account))) return inRuntimeAccount(ctx, obj, named, account);
   const accounts = ctx.natsAccounts!;
   const label = `${obj.kind?.toLowerCase()}:${obj.metadata?.namespace}/${obj.metadata?.name}`;
   // The account is there to connect to even when this process never pushed it.
