@@ -1,10 +1,94 @@
 // The images built without a Docker engine follow the Dockerfiles: these read them as
 // e2e/images/build.ts does (no build, no root needed).
-import { readFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { cpSync, readFileSync, realpathSync } from "node:fs";
+import { isBuiltin } from "node:module";
+import { join, posix } from "node:path";
+import ts from "typescript";
 import { describe, expect, it } from "vitest";
-import { builderKind, dockerignore, IMAGES, ignoreFilePath, imageContextFiles, parseDockerfile, readDockerfile, stageContextFiles } from "./build.ts";
+import { releaseDir, tempDir } from "../support/process.ts";
+import { builderKind, depsSource, dockerignore, IMAGES, ignoreFilePath, imageContextFiles, parseDockerfile, readDockerfile, stageContextFiles } from "./build.ts";
 
 const ignored = dockerignore(readFileSync(".dockerignore", "utf8"));
+
+/**
+ * The modules a file loads when Node runs it with its types stripped: each import and re-export
+ * (a multi-line one too) but those marked `type` as a whole, and each import() of a literal.
+ */
+function runtimeSpecifiers(file: string): string[] {
+  const source = ts.createSourceFile(file, readFileSync(file, "utf8"), ts.ScriptTarget.Latest, true, ts.ScriptKind.TS);
+  const found: string[] = [];
+  const visit = (node: ts.Node): void => {
+    if (ts.isImportDeclaration(node) && node.importClause?.phaseModifier !== ts.SyntaxKind.TypeKeyword) found.push((node.moduleSpecifier as ts.StringLiteral).text);
+    if (ts.isExportDeclaration(node) && node.moduleSpecifier && !node.isTypeOnly) found.push((node.moduleSpecifier as ts.StringLiteral).text);
+    if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) {
+      const [arg] = node.arguments;
+      if (!arg || !ts.isStringLiteralLike(arg)) throw new Error(`${file}: import() of ${arg?.getText(source)}: a computed specifier cannot be followed`);
+      found.push(arg.text);
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(source);
+  return found;
+}
+
+/** The package a bare specifier names: `name` or `@scope/name`, without a subpath. */
+const packageOf = (specifier: string) => specifier.split("/").slice(0, specifier.startsWith("@") ? 2 : 1).join("/");
+
+/**
+ * The repository files and the packages an entry point loads: relative imports followed, this
+ * package's own name resolved through package.json's exports, Node's built-ins left out.
+ */
+function moduleGraph(entry: string): { files: string[]; packages: string[] } {
+  const self = JSON.parse(readFileSync("package.json", "utf8")) as { name: string; exports: Record<string, string> };
+  const files = new Set<string>();
+  const packages = new Set<string>();
+  const queue = [entry];
+  while (queue.length) {
+    const file = queue.shift()!;
+    if (files.has(file)) continue;
+    files.add(file);
+    for (const spec of runtimeSpecifiers(file)) {
+      if (isBuiltin(spec)) continue;
+      if (spec.startsWith("./") || spec.startsWith("../")) queue.push(posix.join(posix.dirname(file), spec));
+      else if (packageOf(spec) === self.name) {
+        const target = self.exports[`.${spec.slice(self.name.length)}`];
+        if (typeof target !== "string") throw new Error(`${file}: ${spec} is not among package.json's exports`);
+        queue.push(posix.normalize(target));
+      } else packages.add(packageOf(spec));
+    }
+  }
+  return { files: [...files].sort(), packages: [...packages].sort() };
+}
+
+/** Packages with everything they depend on, as installed under node_modules, sorted. */
+function withDependencies(names: string[]): string[] {
+  const all = new Set<string>();
+  const queue = [...names];
+  while (queue.length) {
+    const name = queue.shift()!;
+    if (all.has(name)) continue;
+    all.add(name);
+    const manifest = JSON.parse(readFileSync(join("node_modules", name, "package.json"), "utf8"));
+    const optionalPeers = Object.entries(manifest.peerDependenciesMeta ?? {}).filter(([, m]) => (m as { optional?: boolean }).optional).map(([n]) => n);
+    for (const dep of [...Object.keys(manifest.dependencies ?? {}), ...Object.keys(manifest.optionalDependencies ?? {}), ...Object.keys(manifest.peerDependencies ?? {}).filter((n) => !optionalPeers.includes(n))]) queue.push(dep);
+  }
+  return [...all].sort();
+}
+
+/** What the example application's image holds: files from the context, and directories from the deps stage (taken from this repository's node_modules). */
+function appImageFiles(): { context: { src: string; dest: string }[]; deps: { src: string; dest: string }[] } {
+  const plan = readDockerfile("examples/app/Dockerfile");
+  const own = dockerignore(readFileSync("examples/app/Dockerfile.dockerignore", "utf8"));
+  const deps = plan.copies
+    .filter((c) => c.from !== undefined)
+    .map((c) => {
+      const stage = plan.stages[c.from!]!;
+      if (builderKind(stage, plan.base) !== "deps") throw new Error(`examples/app/Dockerfile: COPY --from=${c.from} is not of the deps stage`);
+      return { src: depsSource(stage, c.sources[0]!)!, dest: c.dest };
+    });
+  return { context: imageContextFiles(plan, own, "examples/app/Dockerfile"), deps };
+}
 
 describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
   it("runtime: Node 24, production dependencies, the runtime compiled to JavaScript without tests, user node, the ifp-runtime entrypoint", () => {
@@ -36,23 +120,47 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     expect(dests.filter((d) => /\.ts$/.test(d))).toEqual([]);
   });
 
-  it("example app: Node's built-ins and the typed client only, no dependencies, its own ignore file, user node", () => {
+  it("example app: Node's built-ins, the typed client and the client's own dependencies, its own ignore file, user node", () => {
     const plan = readDockerfile("examples/app/Dockerfile");
     expect(plan).toMatchObject({ base: "node:24-slim", nodeMajor: 24, workdir: "/app", user: "node", expose: ["8080"], entrypoint: ["node", "examples/app/main.ts"] });
-    expect(plan.copies.filter((c) => c.from !== undefined)).toEqual([]);
     // The root .dockerignore leaves out examples/: this Dockerfile has its own, as BuildKit reads it.
     expect(ignoreFilePath("examples/app/Dockerfile")).toBe("examples/app/Dockerfile.dockerignore");
     expect(ignoreFilePath("runtime/Dockerfile")).toBe(".dockerignore");
-    const own = dockerignore(readFileSync("examples/app/Dockerfile.dockerignore", "utf8"));
-    const dests = imageContextFiles(plan, own, "examples/app/Dockerfile").map((f) => f.dest).sort();
+    const dests = appImageFiles().context.map((f) => f.dest).sort();
     expect(dests).toEqual(["/app/examples/app/app.ts", "/app/examples/app/main.ts", "/app/package.json", "/app/runtime/src/client/handoff-signature.ts", "/app/runtime/src/client/local.ts", "/app/runtime/src/net/sse.ts"]);
-    // What the client imports beyond itself is Node built-ins, types (which Node strips), the
-    // SSE reader and the hand-off signature, which import nothing: the image needs no more of runtime/src.
-    const code = (file: string) => (readFileSync(file, "utf8").match(/^(?:import|export) (?!type )[^;]*? from "[^"]+";$/gm) ?? []).filter((line) => !/from "node:[a-z/]+";$/.test(line));
-    expect(code("runtime/src/client/local.ts").map((line) => line.replace(/.* from /, ""))).toEqual(['"../net/sse.ts";', '"./handoff-signature.ts";']);
-    expect(code("runtime/src/net/sse.ts")).toEqual([]);
-    expect(code("runtime/src/client/handoff-signature.ts")).toEqual([]);
+    // What the application loads when Node runs it (types stripped): its own files, the client
+    // through the package's exports, and what they import in turn. Each of those files is in the
+    // image, and no other of runtime/.
+    const loaded = moduleGraph("examples/app/main.ts");
+    expect(loaded.files.map((f) => `/app/${f}`).filter((d) => !dests.includes(d))).toEqual([]);
+    expect(dests.filter((d) => d.startsWith("/app/runtime/"))).toEqual(loaded.files.filter((f) => f.startsWith("runtime/")).map((f) => `/app/${f}`).sort());
+    // Every package it imports, with the packages those depend on, is installed under
+    // /app/node_modules from the deps stage (npm ci --omit=dev of the lock file: each one a
+    // production dependency), and no other: the image carries none of the runtime's dependencies.
+    const pkg = JSON.parse(readFileSync("package.json", "utf8"));
+    expect(loaded.packages.filter((p) => !Object.hasOwn(pkg.dependencies, p))).toEqual([]);
+    const needed = withDependencies(loaded.packages);
+    expect(needed.length).toBeGreaterThan(0);
+    expect(builderKind(plan.stages.deps, plan.base)).toBe("deps");
+    expect(plan.copies.filter((c) => c.from !== undefined)).toEqual(needed.map((p) => ({ from: "deps", sources: [`/app/node_modules/${p}`], dest: `/app/node_modules/${p}`, destIsDir: false })));
     expect(Object.keys(IMAGES)).toContain("app");
+  });
+
+  it("example app: the files of its image start the application, every module it loads found", () => {
+    // The image's /app as the Dockerfile lays it out, the deps stage's packages taken from this
+    // repository's node_modules (installed from the same lock file), run by the image's Node.
+    const root = tempDir("ifp-app-image-");
+    try {
+      const { context, deps } = appImageFiles();
+      for (const f of context) cpSync(f.src, join(root, f.dest));
+      for (const d of deps) cpSync(d.src, join(root, d.dest), { recursive: true });
+      // A bad setting stops it before it listens, once every module is loaded (exit 2).
+      const r = spawnSync(realpathSync("node_modules/node/bin/node"), ["examples/app/main.ts"], { cwd: join(root, "app"), env: { NODE_ENV: "production", IFP_APP_PORT: "x" }, encoding: "utf8", timeout: 30_000 });
+      expect(r.stderr).toMatch(/^ifp example app: IFP_APP_PORT="x": expected a whole number/);
+      expect(r.status).toBe(2);
+    } finally {
+      releaseDir(root);
+    }
   });
 
   it("refuses what it does not know how to build, so that a Dockerfile cannot drift from it silently", () => {
@@ -64,6 +172,14 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     expect(() => parseDockerfile(base.replace("RUN npm ci --ignore-scripts", "RUN npm ci --omit=dev --ignore-scripts"), "x")).toThrow(/COPY --from=build/);
     expect(() => parseDockerfile(base.replace("/app/dist/runtime", "/app/node_modules"), "x")).toThrow(/COPY --from=build/);
     expect(() => parseDockerfile(base.replace("ENTRYPOINT", "HEALTHCHECK CMD true\nENTRYPOINT"), "x")).toThrow(/HEALTHCHECK/);
+    // From the deps stage: all of node_modules, or one package's directory, named from the stage's root.
+    const app = readFileSync("examples/app/Dockerfile", "utf8");
+    const pkgCopy = "COPY --from=deps /app/node_modules/eventsource-parser ";
+    expect(app).toContain(pkgCopy);
+    for (const source of ["/app/node_modules/eventsource-parser/dist", "/app/node_modules/../package-lock.json", "node_modules/eventsource-parser", "/app/node_modules/a/b"]) {
+      expect(() => parseDockerfile(app.replace(pkgCopy, `COPY --from=deps ${source} `), "x"), source).toThrow(/COPY --from=deps/);
+    }
+    expect(parseDockerfile(app.replace(pkgCopy, "COPY --from=deps /app/node_modules/@nats-io/jetstream "), "x").copies[1]!.sources).toEqual(["/app/node_modules/@nats-io/jetstream"]);
   });
 
   it(".dockerignore patterns: at the root unless they start with **, directories with everything under them", () => {

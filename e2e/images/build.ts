@@ -9,7 +9,8 @@
 // registries. This file reads them and carries out their final stage itself: the `node:24-slim`
 // base becomes a root filesystem holding Node 24 from the npm `node` package and the shared
 // libraries it links (found with ldd), the `deps` stage becomes `npm ci --omit=dev` in a staging
-// directory, the `build` stage compiles its sources with this repository's TypeScript (`npx tsc
+// directory (its node_modules, or one package of it, copied as the final stage says), the `build`
+// stage compiles its sources with this repository's TypeScript (`npx tsc
 // -p tsconfig.build.json`), and COPY, ENV, WORKDIR, USER, EXPOSE and ENTRYPOINT are applied as written. The build
 // context leaves out what the Dockerfile's ignore file names (`<Dockerfile>.dockerignore` next to
 // it, else the root `.dockerignore`, as BuildKit picks them). An instruction it does not know fails
@@ -179,14 +180,30 @@ export function parseDockerfile(text: string, path: string): DockerfilePlan {
   for (const c of final.copies) {
     if (c.from === undefined) continue;
     const kind = builderKind(stages[c.from], stage.from);
-    // What each builder stage these images have hands on: its node_modules, or its compiled dist/.
+    // What each builder stage these images have hands on: its node_modules or one package of it,
+    // or its compiled dist/.
     const s = stages[c.from]!;
     const known =
-      (kind === "deps" && c.sources.length === 1 && c.sources[0] === posix.join(s.workdir, "node_modules")) ||
+      (kind === "deps" && c.sources.length === 1 && depsSource(s, c.sources[0]!) !== undefined) ||
       (kind === "build" && c.sources.length === 1 && c.sources[0]!.startsWith(posix.join(s.workdir, "dist") + "/"));
     if (!known) fail(`COPY --from=${c.from} ${c.sources.join(" ")}`);
   }
   return { base: stage.from, nodeMajor: Number(base![1]), stages, copies: final.copies, env: final.env, workdir: final.workdir, user: final.user, expose: final.expose, entrypoint: final.entrypoint };
+}
+
+/** A package name as npm writes it under node_modules: `name` or `@scope/name`. */
+const PACKAGE_NAME = /^(?:@[a-z0-9][\w.-]*\/)?[a-z0-9][\w.-]*$/;
+
+/**
+ * What a COPY from the `deps` stage takes, relative to the stage's WORKDIR: all of `node_modules`,
+ * or one package's directory in it (`node_modules/<name>`, `node_modules/@scope/name`).
+ */
+export function depsSource(stage: Pick<Stage, "workdir">, source: string): string | undefined {
+  // A source of COPY --from is a path in the stage's filesystem, from its root.
+  const rel = posix.relative(stage.workdir, posix.resolve("/", source));
+  if (rel === "node_modules") return rel;
+  const pkg = /^node_modules\/(.+)$/.exec(rel)?.[1];
+  return pkg !== undefined && PACKAGE_NAME.test(pkg) ? rel : undefined;
 }
 
 /** `.dockerignore` patterns as a predicate on repository-relative paths. */
@@ -334,7 +351,11 @@ function imageRecipe(name: string, dockerfilePath: string): Recipe {
           if (c.from === undefined) continue;
           const stage = plan.stages[c.from]!;
           if (builderKind(stage, plan.base) === "deps") {
-            sh("cp", ["-a", join(productionDependencies(), "node_modules"), join(rootfs, c.dest)]);
+            // As Docker copies a directory: its contents into the destination.
+            const from = join(productionDependencies(), depsSource(stage, c.sources[0]!)!);
+            if (!existsSync(from)) throw new Error(`${dockerfilePath}: COPY --from=${c.from} ${c.sources[0]}: npm ci --omit=dev installs no such package (is it among package.json's dependencies?)`);
+            mkdirSync(join(rootfs, c.dest), { recursive: true });
+            sh("cp", ["-a", `${from}/.`, join(rootfs, c.dest)]);
             continue;
           }
           if (!compiled.has(c.from)) compiled.set(c.from, compileStage(stage, builds.get(c.from)!));
