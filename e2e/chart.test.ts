@@ -463,6 +463,7 @@ describe("Helm chart", () => {
       serviceaccounts: all,
       secrets: write,
       "deployments.apps": all,
+      "networkpolicies.networking.k8s.io": ["create", "delete", "get", "list", "patch", "watch"],
     };
     const team = own(canList("ifp-ifp-operator", "-n", "rbac-team"));
     expect(team).toMatchObject(watched);
@@ -721,8 +722,42 @@ describe("Helm chart", () => {
     expect([admitted(operator), admitted(runtime), admitted(stranger)]).toEqual([true, true, false]);
     expect(cluster.ports).toEqual([{ port: "cluster", protocol: "TCP" }]);
     expect(selects(cluster.from[0].podSelector, nats)).toBe(true);
-    expect(docs(render("nats.networkPolicy.enabled=false")).some((d) => d.kind === "NetworkPolicy")).toBe(false);
-    expect(docs(render("nats.install=false", "nats.url=nats://n:4222")).some((d) => d.kind === "NetworkPolicy")).toBe(false);
+    const natsPolicy = (d: Obj) => d.kind === "NetworkPolicy" && d.metadata.name === "ifp-ifp-operator-nats";
+    expect(docs(render("nats.networkPolicy.enabled=false")).some(natsPolicy)).toBe(false);
+    expect(docs(render("nats.install=false", "nats.url=nats://n:4222")).some(natsPolicy)).toBe(false);
+  });
+
+  it("admits the operator's metrics port only from the namespaces listed and its health port only from the release's namespace, and has the operator render the runtimes' NetworkPolicies", async () => {
+    const objects = docs(render("metrics.networkPolicyNamespaces={monitoring}"));
+    const np = find(objects, "NetworkPolicy", "ifp-ifp-operator");
+    const operator = find(objects, "Deployment", "ifp-ifp-operator");
+    const nats = find(objects, "StatefulSet", "ifp-ifp-operator-nats").spec.template.metadata.labels;
+    expect(selects(np.spec.podSelector, operator.spec.template.metadata.labels)).toBe(true);
+    expect(selects(np.spec.podSelector, nats)).toBe(false);
+    expect(np.metadata.namespace).toBe(NS);
+    expect(np.spec.policyTypes).toEqual(["Ingress"]);
+    const [health, metrics, ...rest] = np.spec.ingress;
+    expect(rest).toEqual([]);
+    // The health port: every pod of the policy's own namespace (no namespaceSelector), the helm test pod among them.
+    expect(health).toEqual({ from: [{ podSelector: {} }], ports: [{ port: "health", protocol: "TCP" }] });
+    expect(metrics).toEqual({ from: [{ namespaceSelector: { matchExpressions: [{ key: "kubernetes.io/metadata.name", operator: "In", values: ["monitoring"] }] } }], ports: [{ port: "metrics", protocol: "TCP" }] });
+    // The named ports are the operator container's.
+    expect(operator.spec.template.spec.containers[0].ports.map((p: { name: string }) => p.name)).toEqual(["metrics", "health"]);
+    // By default no namespace may reach the metrics port.
+    expect(find(docs(render()), "NetworkPolicy", "ifp-ifp-operator").spec.ingress.map((r: { ports: { port: string }[] }) => r.ports[0]!.port)).toEqual(["health"]);
+    expect(docs(render("networkPolicy.operator.enabled=false")).some((d) => d.kind === "NetworkPolicy" && d.metadata.name === "ifp-ifp-operator")).toBe(false);
+    expect(docs(render("networkPolicy.operator.enabled=false", "nats.networkPolicy.enabled=false")).some((d) => d.kind === "NetworkPolicy")).toBe(false);
+
+    // The runtimes' NetworkPolicies are the operator's to render: a flag, and the namespaces for their metrics port.
+    const args = (...set: string[]) => find(docs(render(...set)), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args as string[];
+    const { parseFlags } = await import("../operator/src/main.ts");
+    const on = args("metrics.networkPolicyNamespaces={monitoring,ops}").filter((a) => /^--(runtime-network-policies|metrics-namespaces)/.test(a));
+    expect(on).toEqual(["--runtime-network-policies=true", "--metrics-namespaces=monitoring,ops"]);
+    expect(parseFlags(on, {}).options.settings.runtimeNetworkPolicies).toEqual({ metricsNamespaces: ["monitoring", "ops"] });
+    const off = args("networkPolicy.runtimes.enabled=false").filter((a) => /^--(runtime-network-policies|metrics-namespaces)/.test(a));
+    expect(off).toEqual(["--runtime-network-policies=false"]);
+    expect(parseFlags(off, {}).options.settings.runtimeNetworkPolicies).toBeUndefined();
+    expect(() => render("metrics.networkPolicyNamespaces={Monitoring}")).toThrow(/networkPolicyNamespaces/);
   });
 
   it.each(Object.entries(VALUE_SETS))("has no kube-score findings left unexplained (%s)", (_name, { values, explained }) => {

@@ -188,6 +188,7 @@ export const Values = z.strictObject({
   metrics: z
     .strictObject({
       port: z.number().int().min(1).max(65535).default(8080),
+      networkPolicyNamespaces: z.array(z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, "a namespace name")).default([]),
       serviceMonitor: z
         .strictObject({
           enabled: z.boolean().default(false),
@@ -209,6 +210,12 @@ export const Values = z.strictObject({
           namespace: z.string().default(""),
         })
         .prefault({}),
+    })
+    .prefault({}),
+  networkPolicy: z
+    .strictObject({
+      runtimes: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
+      operator: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
     })
     .prefault({}),
   health: z.strictObject({ port: z.number().int().min(1).max(65535).default(8081) }).prefault({}),

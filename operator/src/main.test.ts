@@ -48,6 +48,15 @@ describe("ifp-operator flags", () => {
     expect(parseFlags([], {}).options.nats).toBeUndefined();
   });
 
+  it("renders runtime NetworkPolicies only when told, with the namespaces that may scrape metrics", () => {
+    expect(parseFlags([], {}).options.settings.runtimeNetworkPolicies).toBeUndefined();
+    expect(parseFlags(["--runtime-network-policies=false", "--metrics-namespaces=monitoring"], {}).options.settings.runtimeNetworkPolicies).toBeUndefined();
+    expect(parseFlags(["--runtime-network-policies"], {}).options.settings.runtimeNetworkPolicies).toEqual({ metricsNamespaces: [] });
+    expect(parseFlags(["--runtime-network-policies=true", "--metrics-namespaces=monitoring, ops"], {}).options.settings.runtimeNetworkPolicies).toEqual({ metricsNamespaces: ["monitoring", "ops"] });
+    expect(() => parseFlags(["--runtime-network-policies=yes"], {})).toThrow(/--runtime-network-policies is true or false/);
+    expect(() => parseFlags(["--runtime-network-policies", "--metrics-namespaces=Monitoring"], {})).toThrow(/--metrics-namespaces takes namespace names/);
+  });
+
   it("takes the runtime pods' UID, GID and pull secrets", () => {
     const defaults = parseFlags([], {}).options.settings;
     expect(defaults).toMatchObject({ runtimeRunAsUser: 10001, runtimeRunAsGroup: 10001, runtimeImagePullSecrets: [] });

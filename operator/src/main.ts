@@ -73,6 +73,11 @@ account). Every flag also reads the environment variable in brackets.
                                   runtime may reach as peers, relays and webhooks besides
                                   spec.network.allowPrivateTargets (--allow-private-targets; default
                                   10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fd00::/8)
+  --runtime-network-policies[=true|false]  a NetworkPolicy per Agent and Relay: its TLS port from
+                                  anywhere, its metrics port from --metrics-namespaces, an Agent's
+                                  local API Service port from its own namespace (default false)
+  --metrics-namespaces A,B        namespaces whose pods may reach the runtimes' metrics port under
+                                  those NetworkPolicies (default: none)
   --watch-namespaces A,B          watch only these namespaces (default: all) [IFP_WATCH_NAMESPACES]
   --leader-elect[=true|false]     hold a Lease so that one replica acts at a time (default false)
   --leader-election-namespace NS  namespace of the Lease (default: POD_NAMESPACE, else default)
@@ -133,6 +138,8 @@ ${RELOAD_NATS_USAGE}`;
 const PREPARE_UNINSTALL_OPTIONS = {
   kubeconfig: { type: "string" },
   "operator-deployment": { type: "string", env: "IFP_OPERATOR_DEPLOYMENT" },
+  "runtime-network-policies": { type: "string" },
+  "metrics-namespaces": { type: "string" },
   "watch-namespaces": { type: "string", env: "IFP_WATCH_NAMESPACES" },
   timeout: { type: "string" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
@@ -166,6 +173,8 @@ const OPTIONS = {
   "runtime-run-as-group": { type: "string" },
   "runtime-image-pull-secrets": { type: "string" },
   "cluster-networks": { type: "string" },
+  "runtime-network-policies": { type: "string" },
+  "metrics-namespaces": { type: "string" },
   "watch-namespaces": { type: "string", env: "IFP_WATCH_NAMESPACES" },
   "leader-elect": { type: "string" },
   "leader-election-namespace": { type: "string" },
@@ -304,6 +313,13 @@ function namespaceHosts(text: string | undefined): Record<string, string[]> {
   return hosts;
 }
 
+/** A list of namespace names. */
+function namespaceList(flag: string, text: string | undefined): string[] {
+  const entries = list(text);
+  for (const e of entries) if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(e)) throw new UsageError(`--${flag} takes namespace names, not ${JSON.stringify(e)}`);
+  return entries;
+}
+
 /** The networks runtimes may reach inside the cluster: private ranges unless told which. */
 export const DEFAULT_CLUSTER_NETWORKS = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fd00::/8"];
 
@@ -357,9 +373,11 @@ function prepareUninstallMain(argv: string[]): Promise<void> {
 /** Manager options from the command line and environment (throws UsageError on bad input). */
 export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; logLevel: string; options: Omit<ManagerOptions, "log"> } {
   // A bare --leader-elect means true.
-  const { values, str } = readFlags(OPTIONS, argv.map((a) => (a === "--leader-elect" ? "--leader-elect=true" : a)), env);
+  const { values, str } = readFlags(OPTIONS, argv.map((a) => (a === "--leader-elect" ? "--leader-elect=true" : a === "--runtime-network-policies" ? "--runtime-network-policies=true" : a)), env);
   const leaderElect = str("leader-elect") ?? "false";
   if (!["true", "false"].includes(leaderElect)) throw new UsageError(`--leader-elect is true or false, not ${JSON.stringify(leaderElect)}`);
+  const networkPolicies = str("runtime-network-policies") ?? "false";
+  if (!["true", "false"].includes(networkPolicies)) throw new UsageError(`--runtime-network-policies is true or false, not ${JSON.stringify(networkPolicies)}`);
   const pullPolicy = str("runtime-image-pull-policy") ?? "IfNotPresent";
   if (!["IfNotPresent", "Always", "Never"].includes(pullPolicy)) throw new UsageError(`--runtime-image-pull-policy is IfNotPresent, Always or Never, not ${JSON.stringify(pullPolicy)}`);
   const natsUrl = str("nats-url");
@@ -428,6 +446,7 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
         clusterNetworks: clusterNetworks(str("cluster-networks")),
 
         runtimeTracing: runtimeTracing(str("runtime-otlp-endpoint"), str("runtime-otel-env")),
+        runtimeNetworkPolicies: networkPolicies === "true" ? { metricsNamespaces: namespaceList("metrics-namespaces", str("metrics-namespaces")) } : undefined,
       },
       natsAccount: str("nats-account-secret")
         ? { name: str("nats-account-secret")!, namespace: str("nats-account-secret-namespace") ?? env.POD_NAMESPACE ?? "default" }

@@ -118,7 +118,8 @@ describe("Agent", () => {
     expect(c.readinessProbe.httpGet).toMatchObject({ path: "/readyz", port: "https", scheme: "HTTPS" });
     expect(c.livenessProbe.httpGet).toMatchObject({ path: "/healthz", scheme: "HTTPS" });
     expect(c.securityContext).toMatchObject({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false });
-    expect(pod.serviceAccountName).toBe("ifp-agent-runtimes");
+    expect(pod.serviceAccountName).toBe("alice-runtime");
+    expect(pod.automountServiceAccountToken).toBe(false);
     expect(pod.volumes).toEqual(expect.arrayContaining([
       expect.objectContaining({ name: "manifest", configMap: expect.objectContaining({ name: "alice-manifest" }) }),
       expect.objectContaining({ name: "tls", secret: expect.objectContaining({ secretName: "alice-tls" }) }),
@@ -133,12 +134,11 @@ describe("Agent", () => {
       const managers = json(["-n", NS, "get", kind, name, "--show-managed-fields"]).metadata.managedFields.map((f: any) => f.manager);
       expect(managers, `${kind}/${name}`).toContain("ifp-operator");
     }
-    // The runtime's ServiceAccount, Role and RoleBinding are the namespace's, owned by no Agent.
+    // The runtime's own ServiceAccount, Role and RoleBinding, owned by the Agent (runtime-identity.test.ts has the rest).
     for (const kind of ["serviceaccount", "role", "rolebinding"]) {
-      const shared = await until(`${kind}/ifp-agent-runtimes`, () => get(kind, "ifp-agent-runtimes"));
-      expect(shared.metadata.ownerReferences, kind).toBeUndefined();
-      expect(shared.metadata.labels, kind).toMatchObject({ "app.kubernetes.io/managed-by": "ifp-operator", "app.kubernetes.io/component": "shared" });
-      expect(get(kind, "alice-runtime"), kind).toBeUndefined();
+      const own = await until(`${kind}/alice-runtime`, () => get(kind, "alice-runtime"));
+      expect(own.metadata.ownerReferences, kind).toEqual([expect.objectContaining({ kind: "Agent", name: "alice", uid: agent.metadata.uid, controller: true })]);
+      expect(get(kind, "ifp-agent-runtimes"), kind).toBeUndefined();
     }
     // The local application API stays on loopback: the Service has the HTTPS port only.
     expect(get("service", "alice").spec.ports).toEqual([expect.objectContaining({ name: "https", port: 443, targetPort: "https" })]);
@@ -273,67 +273,23 @@ describe("Agent", () => {
     await until("replicas back to spec.replicas", () => get("deployment", "mend").spec.replicas === 1);
   });
 
-  it("runs every Agent of a namespace under one shared ServiceAccount, kept while one is left and deleted with the last", { timeout: 150_000 }, async () => {
-    const ns = "ifp-shared";
-    cp.kubectl(["create", "namespace", ns]);
-    const inNs = (kind: string, name: string) => getOrAbsent(cp, ["-n", ns, "get", kind, name]);
-    const yaml = (name: string) => agentYaml(name).replace(`namespace: ${NS}`, `namespace: ${ns}`);
-    const canRecord = () => kubectlOrError(cp, ["auth", "can-i", "create", "events", "-n", ns, `--as=system:serviceaccount:${ns}:ifp-agent-runtimes`]).trim() === "yes";
-    cp.kubectl(["apply", "-f", "-"], `${yaml("one")}\n---\n${yaml("two")}`);
-    for (const name of ["one", "two"]) await until(`${name} Ready-able`, () => condition(getOrAbsent(cp, ["-n", ns, "get", "agent", name]), "Reconciling")?.reason === "WaitingForRuntime" || undefined);
-    const accounts = json(["-n", ns, "get", "serviceaccounts,roles,rolebindings", "-l", "app.kubernetes.io/managed-by=ifp-operator"]).items.map((o: any) => `${o.kind}/${o.metadata.name}`);
-    expect(accounts.sort()).toEqual(["Role/ifp-agent-runtimes", "RoleBinding/ifp-agent-runtimes", "ServiceAccount/ifp-agent-runtimes"]);
-    for (const name of ["one", "two"]) expect(inNs("deployment", name).spec.template.spec.serviceAccountName).toBe("ifp-agent-runtimes");
-    expect(canRecord()).toBe(true);
-    // One Agent gone with its children: the other's pods still record Events.
-    cp.kubectl(["-n", ns, "delete", "agent", "one", "--wait=false"]);
-    await until("one's Deployment to be collected", () => !inNs("deployment", "one"), 60_000, 500);
-    await new Promise((r) => setTimeout(r, 2_000));
-    expect(inNs("serviceaccount", "ifp-agent-runtimes")).toBeDefined();
-    expect(inNs("rolebinding", "ifp-agent-runtimes")).toBeDefined();
-    expect(canRecord()).toBe(true);
-    // The last one gone: nothing is left of the operator's in the namespace.
-    cp.kubectl(["-n", ns, "delete", "agent", "two", "--wait=false"]);
-    await until("the shared objects to go with the last Agent", () => !inNs("serviceaccount", "ifp-agent-runtimes") && !inNs("role", "ifp-agent-runtimes") && !inNs("rolebinding", "ifp-agent-runtimes"), 60_000, 500);
-    expect(canRecord()).toBe(false);
-  });
-
-  it("never runs a runtime under a shared ServiceAccount someone else made in the namespace", { timeout: 120_000 }, async () => {
+  it("never runs a runtime under a ServiceAccount of its name someone else made in the namespace", { timeout: 120_000 }, async () => {
     const ns = "ifp-squat";
     cp.kubectl(["create", "namespace", ns]);
     const inNs = (kind: string, name: string) => getOrAbsent(cp, ["-n", ns, "get", kind, name]);
-    // Whoever may create ServiceAccounts there makes one of the shared name first, not labelled as the operator's.
-    cp.kubectl(["-n", ns, "create", "serviceaccount", "ifp-agent-runtimes"]);
+    // Whoever may create ServiceAccounts there makes one of the runtime's name first, not the operator's.
+    cp.kubectl(["-n", ns, "create", "serviceaccount", "eve-runtime"]);
     cp.kubectl(["apply", "-f", "-"], agentYaml("eve").replace(`namespace: ${NS}`, `namespace: ${ns}`));
     const reconciling = () => condition(inNs("agent", "eve"), "Ready");
     await until("eve refused with ChildConflict", () => reconciling()?.reason === "ChildConflict" || undefined, 30_000, 250);
-    expect(reconciling().message).toMatch(/ServiceAccount ifp-agent-runtimes already exists in namespace ifp-squat and is not managed by ifp-operator/);
+    expect(reconciling().message).toMatch(/ServiceAccount eve-runtime already exists and is not managed by this Agent/);
     expect(inNs("deployment", "eve")).toBeUndefined();
-    expect(inNs("serviceaccount", "ifp-agent-runtimes").metadata.labels?.["app.kubernetes.io/managed-by"]).toBeUndefined();
+    expect(inNs("serviceaccount", "eve-runtime").metadata.ownerReferences).toBeUndefined();
     // Once it is gone, the operator makes its own and renders the Agent.
-    cp.kubectl(["-n", ns, "delete", "serviceaccount", "ifp-agent-runtimes"]);
-    await until("eve's Deployment under the operator's own shared ServiceAccount", () => inNs("deployment", "eve")?.spec.template.spec.serviceAccountName === "ifp-agent-runtimes" || undefined, 60_000, 500);
-    expect(inNs("serviceaccount", "ifp-agent-runtimes").metadata.labels?.["app.kubernetes.io/managed-by"]).toBe("ifp-operator");
+    cp.kubectl(["-n", ns, "delete", "serviceaccount", "eve-runtime"]);
+    await until("eve's Deployment under the operator's own ServiceAccount", () => inNs("deployment", "eve")?.spec.template.spec.serviceAccountName === "eve-runtime" || undefined, 60_000, 500);
+    expect(inNs("serviceaccount", "eve-runtime").metadata.ownerReferences).toEqual([expect.objectContaining({ kind: "Agent", name: "eve" })]);
     cp.kubectl(["-n", ns, "delete", "agent", "eve", "--wait=false"]);
-  });
-
-  it("replaces an Agent's own ServiceAccount, Role and RoleBinding of an earlier version by the shared ones once its pods have rolled", { timeout: 120_000 }, async () => {
-    const agent = await readyAgent("legacy");
-    const owner = { apiVersion: "ifp.dev/v1alpha1", kind: "Agent", name: "legacy", uid: agent.metadata.uid, controller: true, blockOwnerDeletion: true };
-    const meta = () => ({ name: "legacy-runtime", namespace: NS, labels: { "app.kubernetes.io/managed-by": "ifp-operator", "app.kubernetes.io/instance": "legacy", "app.kubernetes.io/component": "agent" }, ownerReferences: [owner] });
-    const old = [
-      { apiVersion: "v1", kind: "ServiceAccount", metadata: meta() },
-      { apiVersion: "rbac.authorization.k8s.io/v1", kind: "Role", metadata: meta(), rules: [{ apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] }] },
-      { apiVersion: "rbac.authorization.k8s.io/v1", kind: "RoleBinding", metadata: meta(), roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "legacy-runtime" }, subjects: [{ kind: "ServiceAccount", name: "legacy-runtime", namespace: NS }] },
-    ];
-    cp.kubectl(["apply", "-f", "-"], old.map((o) => JSON.stringify(o)).join("\n"));
-    // Its Deployment runs under the shared ServiceAccount with every pod at the current spec
-    // (removeLegacyRuntimeAccess waits for that; shared.test.ts has the cases): they go.
-    expect(get("deployment", "legacy").spec.template.spec.serviceAccountName).toBe("ifp-agent-runtimes");
-    poke("agent", "legacy");
-    await until("the old ServiceAccount, Role and RoleBinding to go", () => !get("serviceaccount", "legacy-runtime") && !get("role", "legacy-runtime") && !get("rolebinding", "legacy-runtime"), 30_000, 500);
-    const said = events("legacy").filter((e) => e.type === "Normal" && e.reason === "Deleted").map((e) => e.message).join("\n");
-    for (const kind of ["ServiceAccount", "Role", "RoleBinding"]) expect(said).toMatch(new RegExp(`deleted (.*, )?${kind}/legacy-runtime(, .*)?, replaced by the namespace's shared ifp-agent-runtimes`));
   });
 
   it("has invalid specs rejected by the API server with a clear message", () => {
@@ -763,10 +719,10 @@ spec:
     const dep = get("deployment", "hub");
     expect(dep.spec.template.spec.containers[0].args[0]).toBe("relay");
     expect(dep.spec.template.spec.containers[0].args).not.toContainEqual(expect.stringMatching(/^--signing-key/));
-    // The namespace's shared relay ServiceAccount, which mounts no token, not the agents' one.
-    expect(dep.spec.template.spec.serviceAccountName).toBe("ifp-relay-runtimes");
-    expect(get("serviceaccount", "ifp-relay-runtimes").automountServiceAccountToken).toBe(false);
-    expect(get("serviceaccount", "hub-runtime")).toBeUndefined();
+    // The Relay's own ServiceAccount, which mounts no token, and no Role: the relay runtime does not call the API server.
+    expect(dep.spec.template.spec.serviceAccountName).toBe("hub-runtime");
+    expect(get("serviceaccount", "hub-runtime").automountServiceAccountToken).toBe(false);
+    expect(get("role", "hub-runtime")).toBeUndefined();
 
     cp.kubectl(["-n", NS, "patch", "relay", "hub", "--type=merge", "-p", '{"spec":{"retention":{"maxAge":"72h"}}}']);
     await until("max_age to follow", async () => (await stream(name))?.config.max_age === 72 * 3600e9);

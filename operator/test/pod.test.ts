@@ -101,7 +101,7 @@ describe("spec.deployment on the API server", () => {
     expect(runtime.env.map((e: any) => e.name)).toEqual(["IFP_LOG_LEVEL", "HTTPS_PROXY", "FROM_SECRET", "NODE_OPTIONS"]);
     // The heap follows the 1Gi limit: a quarter of it for the old generation.
     expect(runtime.env.at(-1)).toEqual({ name: "NODE_OPTIONS", value: "--max-old-space-size=256 --max-semi-space-size=4" });
-    expect(runtime.volumeMounts.map((m: any) => m.mountPath)).toEqual(["/etc/ifp/manifest", "/etc/ifp/tls", "/tmp", "/etc/ifp/trust", "/etc/ifp/signing", "/extra"]);
+    expect(runtime.volumeMounts.map((m: any) => m.mountPath)).toEqual(["/etc/ifp/manifest", "/etc/ifp/tls", "/tmp", "/etc/ifp/trust", "/etc/ifp/signing", "/var/run/secrets/kubernetes.io/serviceaccount", "/extra"]);
     expect(app).toMatchObject({
       image: "example.com/app:1",
       args: all.sidecars[0]!.args,
@@ -110,7 +110,7 @@ describe("spec.deployment on the API server", () => {
       securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] }, readOnlyRootFilesystem: true, runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } },
     });
     expect(pod.initContainers).toEqual([expect.objectContaining({ name: "prepare", command: ["prepare"], securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] }, runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } } })]);
-    expect(pod.volumes.map((v: any) => v.name)).toEqual(["manifest", "tls", "tmp", "trust", "signing", "shared", "extra"]);
+    expect(pod.volumes.map((v: any) => v.name)).toEqual(["manifest", "tls", "tmp", "trust", "signing", "kube-api", "shared", "extra"]);
     expect(pod.volumes.find((v: any) => v.name === "shared").emptyDir).toEqual({ sizeLimit: "1536Mi" });
     expect(pod.imagePullSecrets).toEqual([{ name: "operator-cred" }, { name: "app-cred" }]);
     expect(pod).toMatchObject({
@@ -178,8 +178,9 @@ describe("spec.deployment on the API server", () => {
     ["a sidecar and an init container of a name", { sidecars: [sidecar("app")], initContainers: [sidecar("app")] }, /a name is used by both a sidecar and an init container/],
     ...["manifest", "tls", "tmp", "signing", "nats", "trust", "local-api"].map((v): [string, unknown, RegExp] => [`the runtime's volume ${v}`, { volumes: [{ name: v, emptyDir: {} }] }, /spec.deployment.volumes\[0\].*volume name is one of the runtime's own/]),
     ["two volumes of a name", { volumes: [{ name: "d", emptyDir: {} }, { name: "d", emptyDir: {} }] }, /spec.deployment.volumes\[1\]: Duplicate value/],
-    ["a mount over /tmp", { volumes: [{ name: "d", emptyDir: {} }], volumeMounts: [{ name: "d", mountPath: "/tmp" }] }, /mountPath cannot be \/tmp or under \/etc\/ifp/],
-    ["a mount under /etc/ifp", { volumes: [{ name: "d", emptyDir: {} }], volumeMounts: [{ name: "d", mountPath: "/etc/ifp/signing" }] }, /mountPath cannot be \/tmp or under \/etc\/ifp/],
+    ["a mount over /tmp", { volumes: [{ name: "d", emptyDir: {} }], volumeMounts: [{ name: "d", mountPath: "/tmp" }] }, /mountPath cannot be \/tmp, under \/etc\/ifp or under \/var\/run\/secrets\/kubernetes.io\/serviceaccount/],
+    ["a mount under /etc/ifp", { volumes: [{ name: "d", emptyDir: {} }], volumeMounts: [{ name: "d", mountPath: "/etc/ifp/signing" }] }, /mountPath cannot be \/tmp, under \/etc\/ifp or under \/var\/run\/secrets\/kubernetes.io\/serviceaccount/],
+    ["a mount over the runtime's token", { volumes: [{ name: "d", emptyDir: {} }], volumeMounts: [{ name: "d", mountPath: "/var/run/secrets/kubernetes.io/serviceaccount" }] }, /mountPath cannot be \/tmp, under \/etc\/ifp or under \/var\/run\/secrets\/kubernetes.io\/serviceaccount/],
     ["a mount of the runtime's own volume", { volumeMounts: [{ name: "signing", mountPath: "/keys" }] }, /each of volumeMounts must name a volume of spec.deployment.volumes/],
     ["an IFP_ env name", { env: [{ name: "IFP_NATS_TOKEN", value: "x" }] }, /env names starting with IFP_ are the runtime's own/],
     ["two env vars of a name", { env: [{ name: "A", value: "1" }, { name: "A", value: "2" }] }, /spec.deployment.env\[1\]: Duplicate value/],

@@ -1,9 +1,10 @@
 {{/*
 What the operator may do, and no more: read and write its own resources and their status,
 manage the children it creates (ConfigMaps, Secrets, Services, Deployments, ServiceAccounts,
-RoleBindings for the runtimes' Events, cert-manager Certificates, the Ingresses and Gateway API
-routes of spec.expose), and record Events. The Gateway API routes are not watched (their CRDs may be
-absent): read, applied and deleted by name, and listed (one item) to learn which versions are served.
+Roles and RoleBindings for the runtimes' Events, NetworkPolicies of the runtimes' pods,
+cert-manager Certificates, the Ingresses and Gateway API routes of spec.expose), and record
+Events. The Gateway API routes are not watched (their CRDs may be absent): read, applied and
+deleted by name, and listed (one item) to learn which versions are served.
 */}}
 {{- define "ifp-operator.rules" -}}
 - apiGroups: [ifp.dev]
@@ -34,6 +35,10 @@ absent): read, applied and deleted by name, and listed (one item) to learn which
   verbs: [get, list, watch, create, update, patch, delete]
 - apiGroups: [networking.k8s.io]
   resources: [ingresses]
+  verbs: [get, list, watch, create, patch, delete]
+# The runtimes' NetworkPolicies (networkPolicy.runtimes.enabled), watched so that one deleted is made again.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [gateway.networking.k8s.io]
   resources: [tlsroutes, httproutes, backendtlspolicies]

@@ -142,15 +142,15 @@ export async function reportFailure(ctx: ReconcileContext, plural: string, obj: 
 }
 
 /**
- * One reconcile of an Agent or Relay: gone, the namespace's shared runtime access goes with the
- * last of its kind (shared.ts); there, `pass` runs with its Normal Events collected into one
+ * One reconcile of an Agent or Relay: gone, the namespace's shared runtime access of an earlier
+ * version goes once no runtime runs under it (shared.ts); there, `pass` runs with its Normal Events collected into one
  * (recordNotes), Warnings recorded at once.
  */
 export async function reconcileResource(kind: "Agent" | "Relay", shared: ReconcileContext, namespace: string, name: string, pass: (ctx: ReconcileContext, obj: CustomObject) => Promise<ReconcileResult>): Promise<ReconcileResult> {
   const obj = shared.caches.get<CustomObject>(kind, namespace, name);
   if (!obj) {
     const released = await releaseSharedRuntimeAccess(shared, kind, namespace);
-    if (released.length) shared.log.info({ namespace, deleted: released }, `Deleted the namespace's shared ${kind.toLowerCase()} runtime access (${released.join(", ")}): no ${kind} is left`);
+    if (released.length) shared.log.info({ namespace, deleted: released }, `Deleted the namespace's shared ${kind.toLowerCase()} runtime access of an earlier version (${released.join(", ")}): no runtime runs under it any more`);
     return {};
   }
   const ctx = withNotes(shared);

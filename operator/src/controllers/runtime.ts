@@ -9,7 +9,8 @@ import type { DeploymentSettings } from "../../../runtime/src/resources/common.t
 import { DEFAULT_RUNTIME_MEMORY_LIMIT } from "../../../runtime/src/contract/node-options.ts";
 import { withNodeHeap, withPodSettings } from "./pod.ts";
 import type { TolerationEntry } from "./pod-policy.ts";
-import { runtimeAccountName } from "./shared.ts";
+import { podServiceAccount, runtimeNeedsToken, runtimeTokenVolume } from "./identity.ts";
+import type { RuntimeNetworkPolicies } from "./network-policy.ts";
 
 /** Everything the operator was told at start that shapes the children. */
 export interface OperatorSettings {
@@ -47,6 +48,8 @@ export interface OperatorSettings {
   clusterNetworks?: string[];
   /** OpenTelemetry tracing of the runtimes (docs/tracing.md): rendered as their OTEL_* environment. */
   runtimeTracing?: RuntimeTracing;
+  /** A NetworkPolicy per Agent and Relay (network-policy.ts); undefined renders none. */
+  runtimeNetworkPolicies?: RuntimeNetworkPolicies;
 }
 
 export interface RuntimeTracing {
@@ -253,6 +256,12 @@ export function runtimeDeployment(opts: {
       env.push({ name, valueFrom: { secretKeyRef: { name: settings.natsAuthSecret, key, optional: true } } });
     }
   }
+  if (runtimeNeedsToken(owner.kind)) {
+    // The runtime's own token, in its container only (identity.ts).
+    const token = runtimeTokenVolume();
+    mounts.push(token.mount);
+    volumes.push(token.volume);
+  }
   const runAsUser = settings.runtimeRunAsUser === undefined ? RUNTIME_DEFAULT_ID : settings.runtimeRunAsUser;
   const runAsGroup = settings.runtimeRunAsGroup === undefined ? RUNTIME_DEFAULT_ID : settings.runtimeRunAsGroup;
   const pullSecrets = settings.runtimeImagePullSecrets ?? [];
@@ -267,8 +276,10 @@ export function runtimeDeployment(opts: {
       template: {
         metadata: { labels: labels(owner), annotations: { [CONFIG_HASH]: opts.configHash } },
         spec: {
-          // The namespace's shared ServiceAccount of this kind of runtime (shared.ts).
-          serviceAccountName: runtimeAccountName(owner.kind),
+          // The resource's own ServiceAccount, or the one it names (identity.ts); no token in
+          // the sidecars unless it asks for one.
+          serviceAccountName: podServiceAccount(owner, opts.pod),
+          automountServiceAccountToken: opts.pod?.automountServiceAccountToken ?? false,
           securityContext: {
             runAsNonRoot: true,
             ...(runAsUser === null ? {} : { runAsUser }),

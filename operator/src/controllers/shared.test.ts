@@ -1,9 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { recordNotes, withNotes, note, type ReconcileContext } from "./reconciler.ts";
-import { AGENT_RUNTIME_ACCOUNT, legacyAccountName, RELAY_RUNTIME_ACCOUNT, rolledTo, sharedRuntimeAccess } from "./shared.ts";
+import { AGENT_RUNTIME_ACCOUNT, RELAY_RUNTIME_ACCOUNT, rolledTo, sharedAccountInUse, sharedRuntimeAccess } from "./shared.ts";
+import { runtimeAccountName } from "./identity.ts";
 
 describe("sharedRuntimeAccess", () => {
-  it("gives agent runtimes one ServiceAccount, a Role to record Events and its binding, owned by no resource", () => {
+  it("names what an earlier version gave agent runtimes: one ServiceAccount, a Role to record Events and its binding, owned by no resource", () => {
     const objs = sharedRuntimeAccess("Agent", "team") as any[];
     expect(objs.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual(["ServiceAccount/ifp-agent-runtimes", "Role/ifp-agent-runtimes", "RoleBinding/ifp-agent-runtimes"]);
     for (const o of objs) {
@@ -19,15 +20,32 @@ describe("sharedRuntimeAccess", () => {
     expect(objs[2].subjects).toEqual([{ kind: "ServiceAccount", name: AGENT_RUNTIME_ACCOUNT, namespace: "team" }]);
   });
 
-  it("gives relay runtimes a ServiceAccount of their own kind that mounts no token, and no Role", () => {
+  it("names what it gave relay runtimes: a ServiceAccount of their own kind that mounts no token, and no Role", () => {
     const objs = sharedRuntimeAccess("Relay", "team") as any[];
     expect(objs.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([`ServiceAccount/${RELAY_RUNTIME_ACCOUNT}`]);
     expect(objs[0].automountServiceAccountToken).toBe(false);
   });
 
-  it("uses names no resource's own ServiceAccount of before could have had", () => {
-    for (const name of [AGENT_RUNTIME_ACCOUNT, RELAY_RUNTIME_ACCOUNT]) expect(name.endsWith(legacyAccountName(""))).toBe(false);
+  it("uses names no resource's own ServiceAccount could have", () => {
+    for (const name of [AGENT_RUNTIME_ACCOUNT, RELAY_RUNTIME_ACCOUNT]) expect(name.endsWith(runtimeAccountName(""))).toBe(false);
   });
+});
+
+describe("sharedAccountInUse", () => {
+  const labels = (component: string) => ({ "app.kubernetes.io/managed-by": "ifp-operator", "app.kubernetes.io/component": component });
+  const dep = (account: string, status: object, over: { namespace?: string; component?: string; labels?: object } = {}) =>
+    ({ metadata: { namespace: over.namespace ?? "team", generation: 2, labels: over.labels ?? labels(over.component ?? "agent") }, spec: { template: { spec: { serviceAccountName: account } } }, status }) as never;
+  const rolled = { observedGeneration: 2, replicas: 1, updatedReplicas: 1 };
+  it.each([
+    { name: "every Deployment rolled to its own account", ds: [dep("a-runtime", rolled), dep("b-runtime", rolled)], want: false },
+    { name: "one still under the shared account", ds: [dep("a-runtime", rolled), dep(AGENT_RUNTIME_ACCOUNT, rolled)], want: true },
+    { name: "one with an old pod left", ds: [dep("a-runtime", { ...rolled, replicas: 2 })], want: true },
+    { name: "its change not yet observed", ds: [dep("a-runtime", { ...rolled, observedGeneration: 1 })], want: true },
+    { name: "under it, but in another namespace", ds: [dep(AGENT_RUNTIME_ACCOUNT, rolled, { namespace: "other" })], want: false },
+    { name: "a relay's Deployment mid-rollout", ds: [dep("r-runtime", { ...rolled, replicas: 2 }, { component: "relay" })], want: false },
+    { name: "not the operator's", ds: [dep(AGENT_RUNTIME_ACCOUNT, rolled, { labels: { "app.kubernetes.io/component": "agent" } })], want: false },
+    { name: "no Deployment", ds: [], want: false },
+  ])("$name: $want", ({ ds, want }) => expect(sharedAccountInUse(ds, "Agent", "team")).toBe(want));
 });
 
 describe("rolledTo", () => {

@@ -3,7 +3,7 @@ import type { Logger } from "pino";
 import { ResilientInformer } from "./informer.ts";
 import { MANAGED_SELECTOR } from "./metadata.ts";
 
-export type CachedKind = "Agent" | "Relay" | "Deployment" | "Service" | "ConfigMap" | "Secret" | "ServiceAccount" | "Role" | "RoleBinding" | "Ingress";
+export type CachedKind = "Agent" | "Relay" | "Deployment" | "Service" | "ConfigMap" | "Secret" | "ServiceAccount" | "Role" | "RoleBinding" | "Ingress" | "NetworkPolicy";
 
 type Lister = (ns: string | undefined, labelSelector: string | undefined) => Promise<KubernetesListObject<KubernetesObject>>;
 
@@ -12,6 +12,8 @@ interface KindInfo {
   list: Lister;
   /** Only the children we manage, by label. */
   managedOnly: boolean;
+  /** Make an object from a watch event look as one from a list (client-node's typed field names). */
+  normalize?: (obj: KubernetesObject) => void;
 }
 
 function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
@@ -56,6 +58,19 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
     RoleBinding: native("/apis/rbac.authorization.k8s.io/v1", "rolebindings", (l) => rbac.listRoleBindingForAllNamespaces({ labelSelector: l }), (n, l) => rbac.listNamespacedRoleBinding({ namespace: n, labelSelector: l })),
     // spec.expose.ingress; the Gateway API's routes are not watched (their CRDs may be absent).
     Ingress: native("/apis/networking.k8s.io/v1", "ingresses", (l) => networking.listIngressForAllNamespaces({ labelSelector: l }), (n, l) => networking.listNamespacedIngress({ namespace: n, labelSelector: l })),
+    // The runtimes' NetworkPolicies (--runtime-network-policies).
+    NetworkPolicy: {
+      ...native("/apis/networking.k8s.io/v1", "networkpolicies", (l) => networking.listNetworkPolicyForAllNamespaces({ labelSelector: l }), (n, l) => networking.listNamespacedNetworkPolicy({ namespace: n, labelSelector: l })),
+      // A list gives the typed `_from` of each ingress rule, a watch event the API's `from`.
+      normalize: (obj) => {
+        for (const rule of ((obj as { spec?: { ingress?: Record<string, unknown>[] } }).spec?.ingress ?? [])) {
+          if ("from" in rule) {
+            rule._from = rule.from;
+            delete rule.from;
+          }
+        }
+      },
+    },
   };
 }
 
@@ -79,7 +94,10 @@ export class Caches {
           name: `${kind}${ns ? `/${ns}` : ""}`,
           labelSelector: selector,
           log,
-          onChange: (obj) => onChange(kind, obj),
+          onChange: (obj) => {
+            k.normalize?.(obj);
+            onChange(kind, obj);
+          },
         });
         this.informers.set(`${kind}/${ns ?? ""}`, informer);
       }

@@ -120,7 +120,7 @@ export const LogLevel = z
 
 /** Names the runtime's own pod uses: refused for the user's containers and volumes. */
 export const RUNTIME_CONTAINER = "runtime";
-export const RUNTIME_VOLUMES = ["manifest", "tls", "tmp", "signing", "nats", "trust", "local-api", "introduction"] as const;
+export const RUNTIME_VOLUMES = ["manifest", "tls", "tmp", "signing", "nats", "trust", "local-api", "introduction", "kube-api"] as const;
 /** Pod labels the operator sets (the first two select the pods): a user's podLabels may not set them. */
 export const RUNTIME_POD_LABELS = ["app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component", "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by"] as const;
 /** Pod annotations under this prefix (the config hash among them) are the operator's. */
@@ -135,7 +135,7 @@ const LABEL_VALUE_RE = /^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$/;
 const metaKeyOk = (k: string) => k.length <= 316 && META_KEY_RE.test(k) && (k.split("/").pop() ?? "").length <= 63 && (!k.includes("/") || k.indexOf("/") <= 253);
 const META_KEY_RULE = "self.all(k, k.matches('" + META_KEY_CEL + "') && k.split('/')[k.split('/').size() - 1].size() <= 63)";
 /** A path the runtime container mounts itself, or under one. */
-const RUNTIME_PATH_RE = /^\/(tmp|etc\/ifp)(\/|$)/;
+const RUNTIME_PATH_RE = /^\/(tmp|etc\/ifp|var\/run\/secrets\/kubernetes\.io\/serviceaccount)(\/|$)/;
 
 const DnsLabel = (what: string) => z.string().min(1).max(63).regex(DNS_LABEL_RE, `${what} must be a DNS-1123 label (lower-case letters, digits and '-')`);
 /** Preserve the fields the schema does not name: the object is a Kubernetes core type. */
@@ -389,15 +389,15 @@ export const Volume = passThrough(
     for (const k of Object.keys(v)) if (k !== "name" && !(ALLOWED_VOLUME_TYPES as readonly string[]).includes(k)) ctx.addIssue({ code: "custom", path: [k], message: VOLUME_TYPE_MESSAGE });
   });
 
-const RUNTIME_PATH_MESSAGE = "mountPath cannot be /tmp or under /etc/ifp: the runtime mounts its own files there";
+const RUNTIME_PATH_MESSAGE = "mountPath cannot be /tmp, under /etc/ifp or under /var/run/secrets/kubernetes.io/serviceaccount: the runtime mounts its own files there";
 export const VolumeMount = passThrough(
   {
     name: z.string().min(1).max(63).describe("A volume of spec.deployment.volumes"),
-    mountPath: z.string().min(1).max(4096).regex(/^\//, "mountPath must be absolute").describe("Where it is mounted in the runtime container; not /tmp or under /etc/ifp"),
+    mountPath: z.string().min(1).max(4096).regex(/^\//, "mountPath must be absolute").describe("Where it is mounted in the runtime container; not /tmp, under /etc/ifp or under /var/run/secrets/kubernetes.io/serviceaccount"),
   },
   "A Kubernetes VolumeMount of the runtime container",
 ).meta(
-  cel({ rule: "!self.mountPath.matches('^/(tmp|etc/ifp)(/|$)')", message: RUNTIME_PATH_MESSAGE }),
+  cel({ rule: "!self.mountPath.matches('^/(tmp|etc/ifp|var/run/secrets/kubernetes\\\\.io/serviceaccount)(/|$)')", message: RUNTIME_PATH_MESSAGE }),
 );
 
 const IFP_ENV_MESSAGE = "env names starting with IFP_ are the runtime's own settings; the operator sets them";
@@ -438,7 +438,7 @@ export const DeploymentSettings = z
     resources: Resources.optional().describe("The runtime container's resources; replace the default (requests cpu 50m, memory 128Mi; limits memory 512Mi)"),
     env: z.array(EnvVar).max(128).meta(byName).optional().describe("More environment variables of the runtime container, after its own; names beginning IFP_ are the runtime's and refused"),
     volumes: z.array(Volume).max(64).meta(byName).optional().describe(`More volumes of the pod, for the sidecars and the runtime container; not named ${RUNTIME_VOLUMES.join(", ")}`),
-    volumeMounts: z.array(VolumeMount).max(64).optional().describe("More volume mounts of the runtime container, of volumes in spec.deployment.volumes; not at /tmp or under /etc/ifp"),
+    volumeMounts: z.array(VolumeMount).max(64).optional().describe("More volume mounts of the runtime container, of volumes in spec.deployment.volumes; not at /tmp, under /etc/ifp or under /var/run/secrets/kubernetes.io/serviceaccount"),
     imagePullSecrets: z.array(z.object({ name: z.string().min(1).max(253).describe("A Secret of the resource's namespace") })).max(16).meta(byName).optional().describe("More Secrets to pull the images with, after the operator's"),
     nodeSelector: z.record(z.string(), z.string()).optional().describe("Node labels the runtime's pods must be scheduled on"),
     tolerations: z.array(z.looseObject({}).meta(PASS_THROUGH)).max(64).optional().describe("Taints the runtime's pods tolerate (Kubernetes Tolerations)"),
@@ -446,6 +446,17 @@ export const DeploymentSettings = z
     topologySpreadConstraints: z.array(z.looseObject({}).meta(PASS_THROUGH)).max(16).optional().describe("The runtime's pods carry app.kubernetes.io/name: ifp-runtime and app.kubernetes.io/instance: <name>"),
     securityContext: PodSecurityContext.optional(),
     priorityClassName: z.string().min(1).max(253).optional().describe("PriorityClass of the runtime's pods"),
+    serviceAccountName: z
+      .string()
+      .min(1)
+      .max(253)
+      .regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, "serviceAccountName must be a DNS-1123 subdomain")
+      .optional()
+      .describe("A ServiceAccount of the resource's namespace to run the pods under instead of the operator's <name>-runtime; it must carry the label ifp.dev/agent: <name> (ifp.dev/relay: <name>)"),
+    automountServiceAccountToken: z
+      .boolean()
+      .optional()
+      .describe("Mount the ServiceAccount's token into every container (the sidecars and init containers too); default false: only the agent runtime's container gets a token, its own projected one"),
     podAnnotations: z.record(z.string(), z.string()).meta({
       maxProperties: 64,
       ...cel(

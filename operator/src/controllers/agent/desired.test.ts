@@ -28,10 +28,11 @@ describe("desiredAgentChildren", () => {
     }
   });
 
-  it("runs the pods under the namespace's shared agent ServiceAccount, none of the Agent's own", () => {
-    const children = desiredAgentChildren(agent(), inputs);
-    expect(children.filter((c) => ["ServiceAccount", "Role", "RoleBinding"].includes(c.kind!))).toEqual([]);
-    expect(byKind(children).Deployment.spec.template.spec.serviceAccountName).toBe("ifp-agent-runtimes");
+  it("runs the pods under the Agent's own ServiceAccount with no token but the runtime container's (identity.ts)", () => {
+    const pod = byKind(desiredAgentChildren(agent(), inputs)).Deployment.spec.template.spec;
+    expect(pod.serviceAccountName).toBe("alice-runtime");
+    expect(pod.automountServiceAccountToken).toBe(false);
+    expect(pod.containers[0].volumeMounts).toContainEqual({ name: "kube-api", mountPath: "/var/run/secrets/kubernetes.io/serviceaccount", readOnly: true });
   });
 
   it("renders the manifest the runtime reads, with the project's annotations only", () => {

@@ -11,6 +11,7 @@ import { withIntroductionTokens } from "./introduction.ts";
 import { localApiChildren, localApiServicePort, withLocalApi } from "./local-api.ts";
 import { withHandoffSecret } from "./handoff.ts";
 import { withDirectoryPeers } from "./directory.ts";
+import { networkPolicyChildren } from "../network-policy.ts";
 
 export type AgentResource = Agent & { metadata: Owner["metadata"] };
 
@@ -41,7 +42,7 @@ export function agentManifest(agent: AgentResource, signingCreated: string, dire
 
 /**
  * The children of an Agent, in the order they are applied (the Deployment last). The runtime's
- * ServiceAccount, Role and RoleBinding are the namespace's shared ones (shared.ts), not children.
+ * ServiceAccount, Role and RoleBinding are applied before them (identity.ts).
  */
 export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs): KubernetesObject[] {
   const owner = agentOwner(agent);
@@ -75,6 +76,7 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
     configMap,
     ...exposure,
     ...localApiChildren(owner, agent),
+    ...networkPolicyChildren(owner, inputs.settings.runtimeNetworkPolicies, { localApiPort, pod: agent.spec.deployment }),
     withHandoff(withIntroductionTokens(localApiPort === undefined ? deployment : withLocalApi(deployment, owner, localApiPort), agent), owner, agent),
   ];
 }

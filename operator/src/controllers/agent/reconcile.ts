@@ -9,7 +9,9 @@ import { applyChildren } from "../../kube/apply.ts";
 import type { ReconcileResult } from "../../kube/controller.ts";
 import { invalidSpecConditions, type Blocker } from "../conditions.ts";
 import { earliest, note, previousFields, reconcileResource, recordNotes, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
-import { AGENT_RUNTIME_ACCOUNT, ensureSharedRuntimeAccess, removeLegacyRuntimeAccess } from "../shared.ts";
+import { AGENT_RUNTIME_ACCOUNT, releaseSharedRuntimeAccess } from "../shared.ts";
+import { applyRuntimeIdentity, serviceAccountRefusal } from "../identity.ts";
+import { pruneNetworkPolicy } from "../network-policy.ts";
 import { certificateDnsNames, childNames, serviceDnsNames, type Owner } from "../runtime.ts";
 import { exposedHosts } from "../expose.ts";
 import { planExposure, pruneExposure } from "../expose-reconcile.ts";
@@ -76,7 +78,7 @@ async function reconcilePass(ctx: ReconcileContext, obj: CustomObject, namespace
     const tls = await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls, dnsNames);
     for (const e of tls.events) await (e.type === "Normal" ? note(ctx, obj, e.reason, e.message) : ctx.kube.event(obj, e.type, e.reason, e.message));
     const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, agent.spec.tls?.trust);
-    const refused = imageRefusal(agent.spec.image, ctx.settings) ?? (await checkIntroductionSecret(ctx, owner, agent)) ?? (await podSettingsRefusal(readSecret(ctx), owner, agent.spec.deployment, ctx.settings));
+    const refused = imageRefusal(agent.spec.image, ctx.settings) ?? (await checkIntroductionSecret(ctx, owner, agent)) ?? (await podSettingsRefusal(readSecret(ctx), owner, agent.spec.deployment, ctx.settings)) ?? (await serviceAccountRefusal(ctx, owner, agent.spec.deployment));
     const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, agentPermissions(agent.spec.agentId, agentKeyOf(agent))) : undefined;
     let applied: string[] = [...signing.applied, ...localApi.applied, ...handoff.applied, ...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? [])];
     const exposure = await planExposure(ctx.kube, namespace, expose);
@@ -86,15 +88,18 @@ async function reconcilePass(ctx: ReconcileContext, obj: CustomObject, namespace
     if (!("blocker" in signing) && !localApi.blocker && !handoff.blocker && !refused && !tlsHeld) {
       const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
       if (pruned.length) await note(ctx, obj, "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
+      const unpoliced = await pruneNetworkPolicy(ctx, owner);
+      if (unpoliced.length) await note(ctx, obj, "Deleted", `deleted ${unpoliced.join(", ")}, the install renders no runtime NetworkPolicies`);
+      pruned.push(...unpoliced);
       const directory = await directoryPeers(ctx, obj, agent);
       let children = desiredAgentChildren(agent, { settings: ctx.settings, signing, tlsSecret: tls.secretName, exposure, directory });
       queued = holdRollout(ctx, obj, children);
       if (queued) children = children.filter((c) => c.kind !== "Deployment");
-      // The namespace's shared ServiceAccount, Role and RoleBinding first: the pods run under them.
-      const changed = [...(await ensureSharedRuntimeAccess(ctx, "Agent", namespace)), ...(await applyChildren(ctx.kube, ctx.caches, owner, children))];
+      // The runtime's ServiceAccount, Role and RoleBinding first: the pods run under them.
+      const changed = [...(await applyRuntimeIdentity(ctx, owner, agent.spec.deployment)), ...(await applyChildren(ctx.kube, ctx.caches, owner, children))];
       if (changed.length) await note(ctx, obj, "Applied", `applied ${changed.join(", ")}`);
-      const legacy = await removeLegacyRuntimeAccess(ctx, owner, ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment));
-      if (legacy.length) await note(ctx, obj, "Deleted", `deleted ${legacy.join(", ")}, replaced by the namespace's shared ${AGENT_RUNTIME_ACCOUNT}`);
+      const legacy = await releaseSharedRuntimeAccess(ctx, "Agent", namespace);
+      if (legacy.length) await note(ctx, obj, "Deleted", `deleted ${legacy.join(", ")}, the namespace's ${AGENT_RUNTIME_ACCOUNT} no runtime runs under any more`);
       applied = [...applied, ...pruned, ...changed, ...legacy];
     }
     const blocker: Blocker | undefined = "blocker" in signing ? signing.blocker : (localApi.blocker ?? handoff.blocker ?? refused ?? tls.blocker ?? trust.blocker ?? exposure.blocker);

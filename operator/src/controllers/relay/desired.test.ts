@@ -16,8 +16,10 @@ describe("desiredRelayChildren", () => {
     expect(children.map((c) => `${c.kind}/${c.metadata!.name}`)).toEqual(["ConfigMap/hub-manifest", "Service/hub", "Deployment/hub"]);
     const d = children[2] as any;
     expect(d.spec.template.spec.containers[0].args).toEqual(["relay", "--manifest=/etc/ifp/manifest/manifest.yaml", "--port=8443", "--metrics-port=9090", "--tls-cert=/etc/ifp/tls/tls.crt", "--tls-key=/etc/ifp/tls/tls.key", "--nats=nats://n:4222", "--ca-file=/etc/ifp/trust/ca.crt"]);
-    // The namespace's shared relay ServiceAccount, which mounts no token (shared.ts).
-    expect(d.spec.template.spec.serviceAccountName).toBe("ifp-relay-runtimes");
+    // The Relay's own ServiceAccount, and no token anywhere: the relay runtime does not call the API server (identity.ts).
+    expect(d.spec.template.spec.serviceAccountName).toBe("hub-runtime");
+    expect(d.spec.template.spec.automountServiceAccountToken).toBe(false);
+    expect(d.spec.template.spec.volumes.map((v: any) => v.name)).not.toContain("kube-api");
     expect(Relay.safeParse(parse((children[0] as any).data["manifest.yaml"])).success).toBe(true);
   });
 

@@ -7,6 +7,7 @@ import type { Relay } from "../../../../runtime/src/resources/relay.ts";
 import { hashOf } from "../../kube/metadata.ts";
 import { exposureChildren, type ExposurePlanInput } from "../expose.ts";
 import { childMeta, childNames, renderManifest, runtimeDeployment, type OperatorSettings, type Owner } from "../runtime.ts";
+import { networkPolicyChildren } from "../network-policy.ts";
 
 export type RelayResource = Relay & { metadata: Owner["metadata"] };
 
@@ -35,8 +36,8 @@ export function desiredRelayChildren(relay: RelayResource, inputs: { settings: O
     trustedProxies: relay.spec.expose?.trustedProxies,
     logLevel: relay.spec.logLevel,
   });
-  // The pods run under the namespace's shared relay ServiceAccount (shared.ts), which mounts no token.
-  return [configMap, ...exposureChildren(owner, relay.spec.expose, inputs.exposure), deployment];
+  // The pods run under the Relay's own ServiceAccount (identity.ts), which mounts no token.
+  return [configMap, ...exposureChildren(owner, relay.spec.expose, inputs.exposure), ...networkPolicyChildren(owner, inputs.settings.runtimeNetworkPolicies, { pod: relay.spec.deployment }), deployment];
 }
 
 const hours = (ns: number) => `${Math.round((ns / 3.6e12) * 10) / 10}h`;

@@ -14,7 +14,9 @@ import { errorMessage } from "../../kube/client.ts";
 import type { RelayStatus } from "../../crd/status.ts";
 import { invalidSpecConditions } from "../conditions.ts";
 import { earliest, note, previousFields, reconcileResource, recordNotes, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
-import { ensureSharedRuntimeAccess, removeLegacyRuntimeAccess, RELAY_RUNTIME_ACCOUNT } from "../shared.ts";
+import { releaseSharedRuntimeAccess, RELAY_RUNTIME_ACCOUNT } from "../shared.ts";
+import { applyRuntimeIdentity, serviceAccountRefusal } from "../identity.ts";
+import { pruneNetworkPolicy } from "../network-policy.ts";
 import { certificateDnsNames, childNames, serviceDnsNames, type Owner } from "../runtime.ts";
 import { ensureTls, type TlsOutcome } from "../tls.ts";
 import { imageRefusal, requestedHosts, tlsRefusal } from "../references.ts";
@@ -63,14 +65,17 @@ async function reconcilePass(ctx: RelayContext, obj: CustomObject, namespace: st
     const exposure = await planExposure(ctx.kube, namespace, expose);
     const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
     if (pruned.length) await note(ctx, obj, "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
+    const unpoliced = await pruneNetworkPolicy(ctx, owner);
+    if (unpoliced.length) await note(ctx, obj, "Deleted", `deleted ${unpoliced.join(", ")}, the install renders no runtime NetworkPolicies`);
+    pruned.push(...unpoliced);
     // A Secret the relay may not use (or that does not exist yet) is never mounted.
-    const imageBlocker = imageRefusal(relay.spec.image, ctx.settings) ?? (await podSettingsRefusal(readSecret(ctx), owner, relay.spec.deployment, ctx.settings));
+    const imageBlocker = imageRefusal(relay.spec.image, ctx.settings) ?? (await podSettingsRefusal(readSecret(ctx), owner, relay.spec.deployment, ctx.settings)) ?? (await serviceAccountRefusal(ctx, owner, relay.spec.deployment));
     const tlsHeld = imageBlocker || tlsRefused || (tls.blocker && ["TLSSecretMissing", "InvalidTLSSecret", "ForeignSecret"].includes(tls.blocker.reason));
-    // The namespace's shared relay ServiceAccount first: the pods run under it.
-    const written = tlsHeld ? [] : [...(await ensureSharedRuntimeAccess(ctx, "Relay", namespace)), ...(await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName, exposure })))];
+    // The runtime's ServiceAccount first: the pods run under it.
+    const written = tlsHeld ? [] : [...(await applyRuntimeIdentity(ctx, owner, relay.spec.deployment)), ...(await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName, exposure })))];
     if (written.length) await note(ctx, obj, "Applied", `applied ${written.join(", ")}`);
-    const legacy = tlsHeld ? [] : await removeLegacyRuntimeAccess(ctx, owner, ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment));
-    if (legacy.length) await note(ctx, obj, "Deleted", `deleted ${legacy.join(", ")}, replaced by the namespace's shared ${RELAY_RUNTIME_ACCOUNT}`);
+    const legacy = tlsHeld ? [] : await releaseSharedRuntimeAccess(ctx, "Relay", namespace);
+    if (legacy.length) await note(ctx, obj, "Deleted", `deleted ${legacy.join(", ")}, the namespace's ${RELAY_RUNTIME_ACCOUNT} no runtime runs under any more`);
     const changed = [...pruned, ...written, ...legacy];
     const blocker = imageBlocker ?? tls.blocker ?? trust.blocker ?? exposure.blocker;
     const stream = await reconcileStream(ctx, obj, relay, natsCreds?.account);
