@@ -113,7 +113,7 @@ export const AgentSpec = z.object({
         .describe("Rate limits of the inbox"),
       requireSignature: z.boolean().default(true).describe("Refuse unsigned messages; false lets them in below every authentication level"),
       replayWindow: Duration.default("48h").describe(
-        "Messages are deduplicated for this long and older ones are refused; must cover the senders' 24h retry window",
+        "Messages are deduplicated for this long and direct ones dated earlier are refused (a relayed one is judged by when its relay accepted it, within the inbox's retention); must cover the senders' 24h retry window",
       ),
       minAuthLevel: z
         .number()
