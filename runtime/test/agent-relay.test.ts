@@ -147,7 +147,7 @@ describe("ifp relay", () => {
     expect((await new RelayClient(relayUrl, bob.signing, http).pull()).messages).toHaveLength(0);
     const bad = await run("pull", relayUrl, "--key", writeKey(dir, identity("stranger")), "--from", "stranger", "--ca-file", tls.files.ca);
     expect(bad.code).toBe(1);
-    expect(bad.stderr).toMatch(/unknown_sender|not known|not serve/);
+    expect(bad.stderr).toMatch(/unknown_sender|not known|not an agent this relay serves/);
     expect((await run("pull")).code).toBe(2);
   });
 });
