@@ -15,7 +15,7 @@ import { signMessage } from "../runtime/src/protocol/signing.ts";
 import { composeMessage } from "../runtime/src/agent/compose.ts";
 import { agentNames } from "../runtime/src/agent/names.ts";
 import { EXAMPLES_NAMESPACES_FILE, exampleWatchValue } from "./support/examples.ts";
-import { RelayClient } from "../runtime/src/relay/client.ts";
+import { RelayClient } from "../runtime/src/net/relay-client.ts";
 import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { httpsRequest } from "./support/https.ts";

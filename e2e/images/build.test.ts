@@ -127,7 +127,7 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     expect(ignoreFilePath("examples/app/Dockerfile")).toBe("examples/app/Dockerfile.dockerignore");
     expect(ignoreFilePath("runtime/Dockerfile")).toBe(".dockerignore");
     const dests = appImageFiles().context.map((f) => f.dest).sort();
-    expect(dests).toEqual(["/app/examples/app/app.ts", "/app/examples/app/main.ts", "/app/package.json", "/app/runtime/src/client/handoff-signature.ts", "/app/runtime/src/client/local.ts", "/app/runtime/src/net/sse.ts"]);
+    expect(dests).toEqual(["/app/examples/app/app.ts", "/app/examples/app/main.ts", "/app/package.json", "/app/runtime/src/client/local.ts", "/app/runtime/src/net/sse.ts", "/app/runtime/src/protocol/handoff-signature.ts"]);
     // What the application loads when Node runs it (types stripped): its own files, the client
     // through the package's exports, and what they import in turn. Each of those files is in the
     // image, and no other of runtime/.

@@ -8,7 +8,7 @@ import { consistently, freePort, waitFor } from "../../e2e/support/ports.ts";
 import { spawnProcess, type ManagedProcess } from "../../e2e/support/process.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../../runtime/test/agent-harness.ts";
 import { identity, peerOf, signed, type TestIdentity } from "../../runtime/test/fixtures.ts";
-import { signHandoff } from "../../runtime/src/client/handoff-signature.ts";
+import { signHandoff } from "../../runtime/src/protocol/handoff-signature.ts";
 
 let nats: NatsServer;
 let tls: Tls;

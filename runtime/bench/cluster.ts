@@ -25,7 +25,7 @@ import { localhostTls } from "../../e2e/support/tls.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { identity, message, peerOf, signed, writeAgentManifest, writeKey, writeRelayManifest, type TestIdentity } from "../test/fixtures.ts";
 import { HttpClient } from "../src/net/http-client.ts";
-import { RelayClient } from "../src/relay/client.ts";
+import { RelayClient } from "../src/net/relay-client.ts";
 import { signMessage } from "../src/protocol/signing.ts";
 import { send } from "./hardening.ts";
 

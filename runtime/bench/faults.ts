@@ -20,7 +20,7 @@ import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { startHandler } from "../test/agent-harness.ts";
 import { identity, message, peerOf, signed, tempDir, writeAgentManifest, writeKey, writeRelayManifest } from "../test/fixtures.ts";
 import { HttpClient } from "../src/net/http-client.ts";
-import { RelayClient } from "../src/relay/client.ts";
+import { RelayClient } from "../src/net/relay-client.ts";
 import { signMessage } from "../src/protocol/signing.ts";
 import { rssMiB, send, startRuntime } from "./hardening.ts";
 

@@ -33,7 +33,7 @@ import { compiledEntry } from "../../e2e/support/compiled.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { signRequest } from "../src/protocol/http-signatures.ts";
 import type { Message } from "../src/protocol/message.ts";
-import { RelayClient, type RelayHttp } from "../src/relay/client.ts";
+import { RelayClient, type RelayHttp } from "../src/net/relay-client.ts";
 import { identity, peerOf, signed, tempDir, writeRelayManifest } from "../test/fixtures.ts";
 import { natsMessagesIn, peakRssMiB, percentile, round } from "./load.ts";
 import { relayNames } from "../src/contract/relay-stream.ts";

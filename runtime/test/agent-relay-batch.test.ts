@@ -13,7 +13,7 @@ import { relayOutcome, relayPublisher } from "../src/agent/relays.ts";
 import { DiscoveryClient } from "../src/discovery/client.ts";
 import { Nats } from "../src/nats/connection.ts";
 import type { Message } from "../src/protocol/message.ts";
-import { RelayClient } from "../src/relay/client.ts";
+import { RelayClient } from "../src/net/relay-client.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
 import { createRuntimeMetrics } from "../src/server/metrics.ts";
 import { scrapeMetrics } from "./agent-harness.ts";

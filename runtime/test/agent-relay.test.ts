@@ -6,7 +6,7 @@ import { waitFor } from "../../e2e/support/ports.ts";
 import { agentNames } from "../src/agent/names.ts";
 import { LocalApiClient } from "../src/client/local.ts";
 import { HttpClient } from "../src/net/http-client.ts";
-import { RelayClient } from "../src/relay/client.ts";
+import { RelayClient } from "../src/net/relay-client.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
 import { identity, peerOf, signed, tempDir } from "./fixtures.ts";
 import { runAgent, startHandler, type Tls } from "./agent-harness.ts";

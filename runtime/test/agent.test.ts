@@ -1,5 +1,5 @@
 import { request as httpRequest } from "node:http";
-import { HANDOFF_SIGNATURE_HEADER, handoffSignatureProblem } from "../src/client/handoff-signature.ts";
+import { HANDOFF_SIGNATURE_HEADER, handoffSignatureProblem } from "../src/protocol/handoff-signature.ts";
 import { request as httpsRaw } from "node:https";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";

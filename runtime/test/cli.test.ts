@@ -8,7 +8,7 @@ import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { describeExit, spawnProcess } from "../../e2e/support/process.ts";
 import { HttpClient } from "../src/net/http-client.ts";
-import { RelayClient } from "../src/relay/client.ts";
+import { RelayClient } from "../src/net/relay-client.ts";
 import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey, writeRelayManifest } from "./fixtures.ts";
 import { webhook, type RelayEnv } from "./relay-harness.ts";
 

@@ -15,7 +15,7 @@ import { HttpClient } from "../src/net/http-client.ts";
 import { encryptMessage, generateEncryptionKey, SCHEME } from "../src/protocol/encryption.ts";
 import type { Message } from "../src/protocol/message.ts";
 import { signMessage } from "../src/protocol/signing.ts";
-import { RelayClient } from "../src/relay/client.ts";
+import { RelayClient } from "../src/net/relay-client.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
 import { AgentSpec } from "../src/resources/agent.ts";
 import { identity, message, peerOf, signed } from "./fixtures.ts";

@@ -8,7 +8,7 @@ import { createServer, request, type IncomingHttpHeaders, type Server } from "no
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../e2e/support/nats.ts";
 import { waitFor } from "../../e2e/support/ports.ts";
-import { handoffSignatureProblem } from "../src/client/handoff-signature.ts";
+import { handoffSignatureProblem } from "../src/protocol/handoff-signature.ts";
 import { LocalApiClient } from "../src/client/local.ts";
 import { didKeyFromPublicKey } from "../src/protocol/did-key.ts";
 import { runAgent, type Tls, withNatsAndTls } from "./agent-harness.ts";

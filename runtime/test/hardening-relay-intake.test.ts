@@ -8,7 +8,7 @@ import { agentNames } from "../src/agent/names.ts";
 import { encodeToken } from "../src/contract/nats.ts";
 import { relayNames } from "../src/contract/relay-stream.ts";
 import type { Message } from "../src/protocol/message.ts";
-import { RelayClient } from "../src/relay/client.ts";
+import { RelayClient } from "../src/net/relay-client.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
 import { runAgent, startHandler } from "./agent-harness.ts";
 import { peerOf, signed } from "./fixtures.ts";

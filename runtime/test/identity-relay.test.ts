@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../e2e/support/nats.ts";
 import { waitFor } from "../../e2e/support/ports.ts";
 import { HttpClient } from "../src/net/http-client.ts";
-import { RelayClient } from "../src/relay/client.ts";
+import { RelayClient } from "../src/net/relay-client.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
 import { identity, signed } from "./fixtures.ts";
 import { runAgent, startHandler, type Tls } from "./agent-harness.ts";

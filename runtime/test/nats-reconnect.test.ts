@@ -9,7 +9,7 @@ import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import { HttpClient } from "../src/net/http-client.ts";
-import { RelayClient } from "../src/relay/client.ts";
+import { RelayClient } from "../src/net/relay-client.ts";
 import { startRelay, type RunningRelay } from "../src/relay/main.ts";
 import { identity, peerOf, signed, tempDir, writeRelayManifest } from "./fixtures.ts";
 

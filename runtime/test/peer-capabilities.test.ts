@@ -3,7 +3,7 @@ import { announceCapabilities } from "../src/agent/relays.ts";
 import { LocalApiClient } from "../src/client/local.ts";
 import type { CapabilityDocument } from "../src/protocol/documents.ts";
 import { signMessage } from "../src/protocol/signing.ts";
-import { RelayClient } from "../src/relay/client.ts";
+import { RelayClient } from "../src/net/relay-client.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
 import { identity, peerOf, signed, type TestIdentity } from "./fixtures.ts";
 import { runAgent } from "./agent-harness.ts";

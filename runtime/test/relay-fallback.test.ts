@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LocalApiClient } from "../src/client/local.ts";
-import { RelayClient } from "../src/relay/client.ts";
+import { RelayClient } from "../src/net/relay-client.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
 import { identity, peerOf } from "./fixtures.ts";
 import { runAgent, scrapeMetrics } from "./agent-harness.ts";

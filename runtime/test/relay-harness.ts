@@ -10,7 +10,7 @@ import { httpsRequest } from "../../e2e/support/https.ts";
 import { waitFor } from "../../e2e/support/ports.ts";
 import { HttpClient } from "../src/net/http-client.ts";
 import { signRequest } from "../src/protocol/http-signatures.ts";
-import { RelayClient, RelayError } from "../src/relay/client.ts";
+import { RelayClient, RelayError } from "../src/net/relay-client.ts";
 import { startRelay, type RunningRelay } from "../src/relay/main.ts";
 import type { RelaySpecInput } from "../src/resources/relay.ts";
 import { identity, peerOf, tempDir, writeRelayManifest, type TestIdentity } from "./fixtures.ts";

@@ -5,7 +5,7 @@ import { startNats } from "../../e2e/support/nats.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { freePort } from "../../e2e/support/ports.ts";
 import { describeExit, spawnProcess } from "../../e2e/support/process.ts";
-import { RelayClient } from "../src/relay/client.ts";
+import { RelayClient } from "../src/net/relay-client.ts";
 import { relayNames } from "../src/contract/relay-stream.ts";
 import { peerOf, signed, tempDir, writeRelayManifest } from "./fixtures.ts";
 import { tlsHandshake } from "./probes.ts";

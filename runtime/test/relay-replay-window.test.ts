@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { RelayClient } from "../src/relay/client.ts";
+import { RelayClient } from "../src/net/relay-client.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
 import type { NatsServer } from "../../e2e/support/nats.ts";
 import type { HttpClient } from "../src/net/http-client.ts";

@@ -1,6 +1,6 @@
 import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
 import { readFileSync } from "node:fs";
-import { HANDOFF_SIGNATURE_HEADER, signHandoff, type HandoffHeaders } from "../client/handoff-signature.ts";
+import { HANDOFF_SIGNATURE_HEADER, signHandoff, type HandoffHeaders } from "../protocol/handoff-signature.ts";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";

@@ -1,7 +1,7 @@
 import type { Message } from "../protocol/message.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 import { MAX_BATCH, PublishBatchResponse, type ItemResult } from "../protocol/relay-api.ts";
-import { RelayClient, recipientQuery, type RelayHttp } from "../relay/client.ts";
+import { RelayClient, recipientQuery, type RelayHttp } from "../net/relay-client.ts";
 
 /**
  * A relay's answer about one message, as a lone `POST /relay/publish` gives it: its status,

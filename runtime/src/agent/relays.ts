@@ -9,7 +9,7 @@ import { errorReply } from "./replies.ts";
 import { messageLog } from "../telemetry/logs.ts";
 import { A, inSpan, messageAttributes, messageContext, SpanKind, withMessageContext } from "../telemetry/tracing.ts";
 import { admit, isMisaddressed, type Admission } from "./accept.ts";
-import { RelayClient } from "../relay/client.ts";
+import { RelayClient } from "../net/relay-client.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { createHash } from "node:crypto";
 import { composeMessage } from "./compose.ts";

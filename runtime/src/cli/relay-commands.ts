@@ -5,7 +5,7 @@ import { defaultCaCertificates, HttpClient } from "../net/http-client.ts";
 import { signRequest } from "../protocol/http-signatures.ts";
 import { privateKeyFromPem } from "../protocol/keys.ts";
 import type { SigningKey } from "../protocol/signing.ts";
-import { MAX_PAGE_BYTES, RelayClient } from "../relay/client.ts";
+import { MAX_PAGE_BYTES, RelayClient } from "../net/relay-client.ts";
 import { sseEvents } from "../net/sse.ts";
 
 const say = (line: string) => process.stderr.write(`${line}\n`);

@@ -35,7 +35,7 @@ export {
   signHandoff,
   type HandoffHeaders,
   type RequestHeaders,
-} from "./handoff-signature.ts";
+} from "../protocol/handoff-signature.ts";
 
 export interface Queued {
   status: "queued";

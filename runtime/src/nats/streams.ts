@@ -6,6 +6,15 @@ export function isNotFound(err: unknown): boolean {
   return err instanceof JetStreamApiError && (err.code === 10059 || err.code === 10014 || err.status === 404);
 }
 
+/**
+ * JetStream's refusals of a full stream under `discard: new` (maximum messages or bytes
+ * exceeded, 10077/10078) and of storage it cannot get (insufficient resources, 10047).
+ */
+export function isFull(err: unknown): boolean {
+  if (err instanceof JetStreamApiError && [10047, 10077, 10078].includes(err.code)) return true;
+  return /maximum (messages|bytes) exceeded|insufficient resources/i.test(errorMessage(err));
+}
+
 const COMPARED: (keyof StreamConfig)[] = [
   "subjects",
   "max_age",

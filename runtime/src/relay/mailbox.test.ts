@@ -1,7 +1,8 @@
 import { JetStreamApiError } from "@nats-io/jetstream";
 import { headers } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
-import { isExpired, isFull, relayFull, RH } from "./mailbox.ts";
+import { isFull } from "../nats/streams.ts";
+import { isExpired, relayFull, RH } from "./mailbox.ts";
 
 describe("a full relay", () => {
   it("is recognised from JetStream's refusals under discard new", () => {

@@ -1,15 +1,14 @@
 import { refuseOverMaxPayload } from "../nats/payload.ts";
 import { Coalescer } from "../nats/coalesce.ts";
-import { DeliverPolicy, JetStreamApiError, type StoredMsg } from "@nats-io/jetstream";
+import { DeliverPolicy, type StoredMsg } from "@nats-io/jetstream";
 import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
 import type { Nats } from "../nats/connection.ts";
-import { isNotFound } from "../nats/streams.ts";
+import { isFull, isNotFound } from "../nats/streams.ts";
 import { ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { DeadLetter } from "../protocol/relay-api.ts";
 import type { RelayNames } from "../contract/relay-stream.ts";
 import type { Context } from "@opentelemetry/api";
 import { A, headersContext, injectHeaders, SpanKind, startSpan, type Span } from "../telemetry/tracing.ts";
-import { errorMessage } from "../util/errors.ts";
 
 /** Header names on stored copies. */
 export const RH = {
@@ -55,15 +54,6 @@ export function copySpan(name: string, copy: StoredCopy, transport: string, opts
 
 export function relayFull(message: string): ProtocolError {
   return new ProtocolError(503, "relay_full", message, { "retry-after": String(RELAY_FULL_RETRY_AFTER_S) });
-}
-
-/**
- * JetStream's refusals of a full stream under `discard: new` (maximum messages or bytes
- * exceeded, 10077/10078) and of storage it cannot get (insufficient resources, 10047).
- */
-export function isFull(err: unknown): boolean {
-  if (err instanceof JetStreamApiError && [10047, 10077, 10078].includes(err.code)) return true;
-  return /maximum (messages|bytes) exceeded|insufficient resources/i.test(errorMessage(err));
 }
 
 /** Has a stored copy's TTL passed? (Ifp-Expires-At, set from ttl_seconds at publish.) */

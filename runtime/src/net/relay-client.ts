@@ -1,10 +1,10 @@
-import type { HttpClient, HttpResult } from "../net/http-client.ts";
+import type { HttpClient, HttpResult } from "./http-client.ts";
 import { signRequest } from "../protocol/http-signatures.ts";
 import type { Message } from "../protocol/message.ts";
 import type { AckResponse, DeadLetter, PageQuery, PublishBatchResponse, SubscribeRequest, SubscribeResponse } from "../protocol/relay-api.ts";
 import type { SigningKey } from "../protocol/signing.ts";
-import { ResponseTooLarge } from "../net/http-client.ts";
-import { sseEvents } from "../net/sse.ts";
+import { ResponseTooLarge } from "./http-client.ts";
+import { sseEvents } from "./sse.ts";
 
 /**
  * The most a page of messages or dead letters may weigh: above the largest message a relay
