@@ -14,7 +14,14 @@ export default defineConfig({
     reporters: ["default", "./e2e/support/summary-reporter.ts"],
     projects: [
       // Everything but the real node.
-      { extends: true, test: { name: "suite", include: ["runtime/**/*.test.ts", "operator/**/*.test.ts", "e2e/**/*.test.ts", "examples/**/*.test.ts"], exclude: [...configDefaults.exclude, NODE_TEST] } },
+      {
+        extends: true,
+        test: {
+          name: "suite",
+          include: ["runtime/**/*.test.ts", "operator/**/*.test.ts", "e2e/**/*.test.ts", "examples/**/*.test.ts"],
+          exclude: [...configDefaults.exclude, NODE_TEST],
+        },
+      },
       // e2e/node.test.ts (a real node, minutes long) runs on its own after the suite (`npm test`
       // runs the two projects one after the other), so that its pods do not compete with the
       // suite's servers for the two cores; a lock in /run/lock keeps a second real node on the

@@ -22,7 +22,11 @@ let kubelet: Kubelet;
 let helmEnv: NodeJS.ProcessEnv = process.env;
 
 const helm = (...args: string[]) => {
-  const r = spawnSync(toolPath("helm"), [...args, "--kubeconfig", cp.kubeconfig], { encoding: "utf8", timeout: 60_000, env: helmEnv });
+  const r = spawnSync(toolPath("helm"), [...args, "--kubeconfig", cp.kubeconfig], {
+    encoding: "utf8",
+    timeout: 60_000,
+    env: helmEnv,
+  });
   if (r.error) throw new Error(`helm ${args.join(" ")} could not run: ${r.error.message}`);
   if (r.status !== 0) throw new Error(`helm ${args.join(" ")} failed (exit ${r.status}): ${r.stdout}${r.stderr}`);
   return r.stdout;
@@ -33,14 +37,25 @@ const helm = (...args: string[]) => {
  */
 const uninstall = (...args: string[]) =>
   new Promise<string>((resolve, reject) => {
-    const child = spawn(toolPath("helm"), ["uninstall", ...args, "--timeout", "3m", "--kubeconfig", cp.kubeconfig], { env: helmEnv });
+    const child = spawn(toolPath("helm"), ["uninstall", ...args, "--timeout", "3m", "--kubeconfig", cp.kubeconfig], {
+      env: helmEnv,
+    });
     let out = "";
     child.stdout.on("data", (d) => (out += d));
     child.stderr.on("data", (d) => (out += d));
     child.on("error", reject);
-    child.on("close", (code) => (code === 0 ? resolve(out) : reject(new Error(`helm uninstall ${args.join(" ")} failed (exit ${code}): ${out}`))));
+    child.on("close", (code) =>
+      code === 0 ? resolve(out) : reject(new Error(`helm uninstall ${args.join(" ")} failed (exit ${code}): ${out}`)),
+    );
   });
-const BASE = ["--set", "nats.install=false", "--set", "nats.url=nats://nats.example:4222", "--set", "tests.enabled=false"];
+const BASE = [
+  "--set",
+  "nats.install=false",
+  "--set",
+  "nats.url=nats://nats.example:4222",
+  "--set",
+  "tests.enabled=false",
+];
 
 /** The chart as a later release would ship it: a new version, and a CRD whose schema changed. */
 function nextChart(): string {
@@ -51,7 +66,10 @@ function nextChart(): string {
   writeFileSync(chartFile, stringify({ ...chart, version: `${chart.version}-next.1` }));
   const crdFile = join(dir, "files/crds/agents.ifp.dev.yaml");
   const crd = parse(readFileSync(crdFile, "utf8"));
-  crd.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.note = { type: "string", description: "A field a later version adds" };
+  crd.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.note = {
+    type: "string",
+    description: "A field a later version adds",
+  };
   writeFileSync(crdFile, stringify(crd));
   return dir;
 }
@@ -62,12 +80,20 @@ function stored() {
   const relays = cp.json(["-n", USERS, "get", "relays"]).items as any[];
   const secret = cp.json(["-n", USERS, "get", "secret", "alice-signing"]);
   return {
-    agents: agents.map((a) => ({ name: a.metadata.name, uid: a.metadata.uid, generation: a.metadata.generation, spec: a.spec })),
+    agents: agents.map((a) => ({
+      name: a.metadata.name,
+      uid: a.metadata.uid,
+      generation: a.metadata.generation,
+      spec: a.spec,
+    })),
     relays: relays.map((r) => ({ name: r.metadata.name, uid: r.metadata.uid, spec: r.spec })),
     secret: { uid: secret.metadata.uid, data: secret.data },
   };
 }
-const crdNames = () => (cp.json(["get", "crd", "-l", "app.kubernetes.io/part-of=ifp-operator"]).items as any[]).map((c) => c.metadata.name).sort();
+const crdNames = () =>
+  (cp.json(["get", "crd", "-l", "app.kubernetes.io/part-of=ifp-operator"]).items as any[])
+    .map((c) => c.metadata.name)
+    .sort();
 
 /**
  * A new control plane for the tests of a describe block, so that each starts from a cluster
@@ -78,7 +104,12 @@ const crdNames = () => (cp.json(["get", "crd", "-l", "app.kubernetes.io/part-of=
 function onNewControlPlane(): void {
   beforeAll(async () => {
     const home = tempDir("ifp-helm-home-");
-    helmEnv = { ...process.env, HELM_CACHE_HOME: join(home, "cache"), HELM_CONFIG_HOME: join(home, "config"), HELM_DATA_HOME: join(home, "data") };
+    helmEnv = {
+      ...process.env,
+      HELM_CACHE_HOME: join(home, "cache"),
+      HELM_CONFIG_HOME: join(home, "config"),
+      HELM_DATA_HOME: join(home, "data"),
+    };
     cp = await startControlPlane();
     kubelet = new Kubelet(cp);
     await kubelet.start();
@@ -129,7 +160,12 @@ spec:
     helm("upgrade", "ifp", nextChart(), "-n", NS, ...VALUES, "--set", "logLevel=debug");
     expect(stored()).toEqual(before);
     // The API server publishes a CRD's new schema a moment after the change.
-    await waitFor("the new field in kubectl explain", () => /A field a later version adds/.test(cp.kubectl(["explain", "agents.spec.note"])), 30_000, 250);
+    await waitFor(
+      "the new field in kubectl explain",
+      () => /A field a later version adds/.test(cp.kubectl(["explain", "agents.spec.note"])),
+      30_000,
+      250,
+    );
 
     helm("rollback", "ifp", "1", "-n", NS);
     expect(stored()).toEqual(before);
@@ -155,17 +191,48 @@ spec:
     expect(stored()).toEqual(before);
     helm("upgrade", "ifp", CHART, "-n", NS, ...VALUES, "--set", "crds.enabled=true");
     expect(stored()).toEqual(before);
-    expect(JSON.parse(helm("history", "ifp", "-n", NS, "-o", "json")).map((r: { revision: number; status: string }) => `${r.revision} ${r.status}`)).toEqual(["1 superseded", "2 superseded", "3 superseded", "4 superseded", "5 deployed"]);
+    expect(
+      JSON.parse(helm("history", "ifp", "-n", NS, "-o", "json")).map(
+        (r: { revision: number; status: string }) => `${r.revision} ${r.status}`,
+      ),
+    ).toEqual(["1 superseded", "2 superseded", "3 superseded", "4 superseded", "5 deployed"]);
 
     // Finalizers an operator that was killed left behind (none runs here): the uninstall hook
     // removes them itself, with an Event on each.
-    cp.kubectl(["-n", USERS, "patch", "agent", "alice", "--type=merge", "-p", '{"metadata":{"finalizers":["ifp.dev/jetstream"]}}']);
-    cp.kubectl(["-n", USERS, "patch", "relay", "hub", "--type=merge", "-p", '{"metadata":{"finalizers":["ifp.dev/stream"]}}']);
+    cp.kubectl([
+      "-n",
+      USERS,
+      "patch",
+      "agent",
+      "alice",
+      "--type=merge",
+      "-p",
+      '{"metadata":{"finalizers":["ifp.dev/jetstream"]}}',
+    ]);
+    cp.kubectl([
+      "-n",
+      USERS,
+      "patch",
+      "relay",
+      "hub",
+      "--type=merge",
+      "-p",
+      '{"metadata":{"finalizers":["ifp.dev/stream"]}}',
+    ]);
     await uninstall("ifp", "-n", NS);
     expect(crdNames()).toEqual(["agents.ifp.dev", "relays.ifp.dev"]);
     expect(stored()).toEqual(before);
-    expect([...(cp.json(["-n", USERS, "get", "agents"]).items as any[]), ...(cp.json(["-n", USERS, "get", "relays"]).items as any[])].map((o) => o.metadata.finalizers ?? [])).toEqual([[], []]);
-    const released = (cp.json(["-n", USERS, "get", "events", "--field-selector", "reason=FinalizerReleased"]).items as any[]).map((e) => `${e.involvedObject.kind}/${e.involvedObject.name}`).sort();
+    expect(
+      [
+        ...(cp.json(["-n", USERS, "get", "agents"]).items as any[]),
+        ...(cp.json(["-n", USERS, "get", "relays"]).items as any[]),
+      ].map((o) => o.metadata.finalizers ?? []),
+    ).toEqual([[], []]);
+    const released = (
+      cp.json(["-n", USERS, "get", "events", "--field-selector", "reason=FinalizerReleased"]).items as any[]
+    )
+      .map((e) => `${e.involvedObject.kind}/${e.involvedObject.name}`)
+      .sort();
     expect(released).toEqual(["Agent/alice", "Relay/hub"]);
   });
 });
@@ -173,16 +240,35 @@ spec:
 describe("helm uninstall with the operator running", () => {
   onNewControlPlane();
   const CREW = "crew";
-  const finalizersOf = (kind: string) => Object.fromEntries((cp.json(["-n", CREW, "get", kind]).items as any[]).map((o) => [o.metadata.name, o.metadata.finalizers ?? []]));
+  const finalizersOf = (kind: string) =>
+    Object.fromEntries(
+      (cp.json(["-n", CREW, "get", kind]).items as any[]).map((o) => [o.metadata.name, o.metadata.finalizers ?? []]),
+    );
 
-  it("leaves no finalizer behind: what it held is released, a deletion under way completes, and what the docs say stays stays", { timeout: 240_000 }, async () => {
+  it("leaves no finalizer behind: what it held is released, a deletion under way completes, and what the docs say stays stays", {
+    timeout: 240_000,
+  }, async () => {
     cp.kubectl(["create", "namespace", CREW]);
     // As installed for the examples: the operator watches its own namespace and the users'.
     // The Relay's public host is the crew's, as its values allow (allowedHosts).
-    helm("install", "ifp", CHART, "-n", NS, "--create-namespace", ...BASE, "--set", `watchNamespaces={${CREW}}`, "--set", `allowedHosts.${CREW}={hub.example}`);
+    helm(
+      "install",
+      "ifp",
+      CHART,
+      "-n",
+      NS,
+      "--create-namespace",
+      ...BASE,
+      "--set",
+      `watchNamespaces={${CREW}}`,
+      "--set",
+      `allowedHosts.${CREW}={hub.example}`,
+    );
     // Its pod runs here, as its Deployment's container would: the rendered arguments, its
     // ServiceAccount's token bound to the pod.
-    const operators = kubelet.runPodsOf(NS, "app.kubernetes.io/instance=ifp,app.kubernetes.io/component=operator", { extraArgs: ["--health-port=0", "--metrics-port=0"] });
+    const operators = kubelet.runPodsOf(NS, "app.kubernetes.io/instance=ifp,app.kubernetes.io/component=operator", {
+      extraArgs: ["--health-port=0", "--metrics-port=0"],
+    });
     cp.kubectl(
       ["apply", "-f", "-"],
       `apiVersion: ifp.dev/v1alpha1
@@ -210,13 +296,18 @@ spec:
       "the operator's finalizers on every Agent and Relay",
       () => {
         const agents = finalizersOf("agents");
-        const ready = agents.carol?.includes("ifp.dev/jetstream") && agents.dan?.includes("ifp.dev/jetstream") && finalizersOf("relays").hub?.includes("ifp.dev/stream");
+        const ready =
+          agents.carol?.includes("ifp.dev/jetstream") &&
+          agents.dan?.includes("ifp.dev/jetstream") &&
+          finalizersOf("relays").hub?.includes("ifp.dev/stream");
         return ready && cp.tryJson(["-n", CREW, "get", "secret", "carol-signing"]) !== undefined;
       },
       90_000,
       500,
     ).catch((err) => {
-      throw new Error(`${(err as Error).message}\n${cp.kubectl(["-n", CREW, "get", "agents,relays,events", "-o", "yaml"])}`);
+      throw new Error(
+        `${(err as Error).message}\n${cp.kubectl(["-n", CREW, "get", "agents,relays,events", "-o", "yaml"])}`,
+      );
     });
     const signing = cp.json(["-n", CREW, "get", "secret", "carol-signing"]);
     const ca = cp.json(["-n", NS, "get", "secret", "ifp-ifp-operator-ca"]);
@@ -232,10 +323,19 @@ spec:
     expect((await operators[0]!.done).code).toBe(0);
     expect(cp.tryJson(["-n", NS, "get", "deployment", "ifp-ifp-operator"])).toBeUndefined();
     // No finalizer of the operator's is left, and the deletion under way completed.
-    await waitFor("the Agent being deleted to be gone", () => cp.tryJson(["-n", CREW, "get", "agent", "dan"]) === undefined, 30_000, 250);
+    await waitFor(
+      "the Agent being deleted to be gone",
+      () => cp.tryJson(["-n", CREW, "get", "agent", "dan"]) === undefined,
+      30_000,
+      250,
+    );
     expect(finalizersOf("agents")).toEqual({ carol: [] });
     expect(finalizersOf("relays")).toEqual({ hub: [] });
-    const released = (cp.json(["-n", CREW, "get", "events", "--field-selector", "reason=FinalizerReleased"]).items as any[]).map((e) => e.involvedObject.name).sort();
+    const released = (
+      cp.json(["-n", CREW, "get", "events", "--field-selector", "reason=FinalizerReleased"]).items as any[]
+    )
+      .map((e) => e.involvedObject.name)
+      .sort();
     expect(released).toEqual(["carol", "dan", "hub"]);
     expect(operators[0]!.process.log()).toMatch(/Released finalizer/);
     // What the docs say stays: the CRDs (crds.keep), the Agents and Relays, the signing-key and

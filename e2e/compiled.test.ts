@@ -14,11 +14,24 @@ import { compileTo } from "./support/compiled.ts";
 import { tempDir } from "./support/process.ts";
 
 const filesUnder = (dir: string): string[] =>
-  readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? filesUnder(join(dir, e.name)) : [join(dir, e.name)]));
+  readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? filesUnder(join(dir, e.name)) : [join(dir, e.name)],
+  );
 
 const IMAGES = [
-  { dockerfile: "runtime/Dockerfile", copied: ["runtime"], commands: [["runtime/bin/ifp-runtime.js", /ifp-runtime agent/], ["runtime/bin/ifp.js", /ifp send/]] },
-  { dockerfile: "operator/Dockerfile", copied: ["operator", "runtime"], commands: [["operator/bin/ifp-operator.js", /--runtime-image/]] },
+  {
+    dockerfile: "runtime/Dockerfile",
+    copied: ["runtime"],
+    commands: [
+      ["runtime/bin/ifp-runtime.js", /ifp-runtime agent/],
+      ["runtime/bin/ifp.js", /ifp send/],
+    ],
+  },
+  {
+    dockerfile: "operator/Dockerfile",
+    copied: ["operator", "runtime"],
+    commands: [["operator/bin/ifp-operator.js", /--runtime-image/]],
+  },
 ] as const;
 
 describe.each(IMAGES)("the build stage of $dockerfile", ({ dockerfile, copied, commands }) => {

@@ -23,9 +23,21 @@ const DASHBOARD = `${CHART}/dashboards/ifp.json`;
 type Obj = Record<string, any>;
 
 const helm = (...args: string[]) => {
-  const r = spawnSync(toolPath("helm"), ["template", "ifp", CHART, "--namespace", "ifp-system", ...args], { encoding: "utf8", timeout: 30_000 });
+  const r = spawnSync(toolPath("helm"), ["template", "ifp", CHART, "--namespace", "ifp-system", ...args], {
+    encoding: "utf8",
+    timeout: 30_000,
+  });
   if (r.error) throw r.error;
-  return { status: r.status, out: r.stdout + r.stderr, objects: r.status === 0 ? (parseAllDocuments(r.stdout).map((d) => d.toJSON()).filter(Boolean) as Obj[]) : [] };
+  return {
+    status: r.status,
+    out: r.stdout + r.stderr,
+    objects:
+      r.status === 0
+        ? (parseAllDocuments(r.stdout)
+            .map((d) => d.toJSON())
+            .filter(Boolean) as Obj[])
+        : [],
+  };
 };
 
 /** Every expr of every panel and template variable in the dashboard. */
@@ -38,15 +50,37 @@ function queries(dashboard: Obj): string[] {
     }
   };
   walk(dashboard.panels);
-  for (const v of dashboard.templating.list) if (v.type === "query") out.push(typeof v.query === "string" ? v.query : v.query.query);
+  for (const v of dashboard.templating.list)
+    if (v.type === "query") out.push(typeof v.query === "string" ? v.query : v.query.query);
   return out;
 }
 
-const PROMQL_WORDS = new Set(["sum", "max", "min", "avg", "count", "rate", "irate", "increase", "histogram_quantile", "by", "without", "on", "ignoring", "label_values", "and", "or", "unless", "le"]);
+const PROMQL_WORDS = new Set([
+  "sum",
+  "max",
+  "min",
+  "avg",
+  "count",
+  "rate",
+  "irate",
+  "increase",
+  "histogram_quantile",
+  "by",
+  "without",
+  "on",
+  "ignoring",
+  "label_values",
+  "and",
+  "or",
+  "unless",
+  "le",
+]);
 
 /** The metric names a PromQL expression reads: identifiers followed by `{`, `[` or `)` that are not functions, keywords or labels. */
 export function metricNames(expr: string): string[] {
-  const stripped = expr.replace(/"(?:[^"\\]|\\.)*"/g, '""').replace(/\b(by|without)\s*\([^)]*\)/g, "")
+  const stripped = expr
+    .replace(/"(?:[^"\\]|\\.)*"/g, '""')
+    .replace(/\b(by|without)\s*\([^)]*\)/g, "")
     // label_values(metric, label): the label is not a metric.
     .replace(/(label_values\(.*),\s*\w+\s*\)/g, "$1)");
   const names = new Set<string>();
@@ -73,9 +107,14 @@ function exported(text: string): Set<string> {
 export function labelNames(expr: string): string[] {
   const stripped = expr.replace(/"(?:[^"\\]|\\.)*"/g, '""');
   const names = new Set<string>();
-  for (const [, inside] of stripped.matchAll(/\{([^}]*)\}/g)) for (const m of inside!.matchAll(/([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)/g)) names.add(m[1]!);
+  for (const [, inside] of stripped.matchAll(/\{([^}]*)\}/g))
+    for (const m of inside!.matchAll(/([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)/g)) names.add(m[1]!);
   for (const [, , list] of stripped.matchAll(/\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)/g)) {
-    for (const l of list!.split(",").map((x) => x.trim()).filter(Boolean)) names.add(l);
+    for (const l of list!
+      .split(",")
+      .map((x) => x.trim())
+      .filter(Boolean))
+      names.add(l);
   }
   for (const m of stripped.matchAll(/label_values\(.*,\s*(\w+)\s*\)/g)) names.add(m[1]!);
   return [...names];
@@ -126,7 +165,8 @@ function monitorLabels(endpoints: Obj[], podLabels: Record<string, string>, extr
   for (const e of endpoints) {
     for (const r of e.relabelings ?? []) {
       const sources: string[] = r.sourceLabels ?? [];
-      if (r.targetLabel && sources.every((l) => !l.startsWith("__meta_kubernetes_pod_label_") || pod.has(l))) out.add(r.targetLabel);
+      if (r.targetLabel && sources.every((l) => !l.startsWith("__meta_kubernetes_pod_label_") || pod.has(l)))
+        out.add(r.targetLabel);
     }
   }
   return out;
@@ -141,10 +181,21 @@ describe("chart monitoring objects", () => {
   });
 
   it("renders a ServiceMonitor for the operator, a PodMonitor for the runtimes and the dashboard ConfigMap", () => {
-    const r = helm("--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true", "--set", "metrics.dashboard.enabled=true", "--set", "metrics.podMonitor.labels.release=prom");
+    const r = helm(
+      "--set",
+      "metrics.serviceMonitor.enabled=true",
+      "--set",
+      "metrics.podMonitor.enabled=true",
+      "--set",
+      "metrics.dashboard.enabled=true",
+      "--set",
+      "metrics.podMonitor.labels.release=prom",
+    );
     expect(r.status, r.out).toBe(0);
     const sm = r.objects.find((o) => o.kind === "ServiceMonitor")!;
-    const svc = r.objects.find((o) => o.kind === "Service" && o.metadata.labels["app.kubernetes.io/component"] === "operator")!;
+    const svc = r.objects.find(
+      (o) => o.kind === "Service" && o.metadata.labels["app.kubernetes.io/component"] === "operator",
+    )!;
     // The ServiceMonitor selects the operator's Service by labels it carries, and scrapes a port it has.
     for (const [k, v] of Object.entries(sm.spec.selector.matchLabels)) expect(svc.metadata.labels[k], k).toBe(v);
     expect(svc.spec.ports.map((p: Obj) => p.name)).toContain(sm.spec.endpoints[0].port);
@@ -157,7 +208,15 @@ describe("chart monitoring objects", () => {
       const owner = { apiVersion: "ifp.dev/v1alpha1", kind, metadata: { name: "x", namespace: "n", uid: "u" } };
       const podLabels = labels(owner as never);
       for (const [k, v] of Object.entries(pm.spec.selector.matchLabels)) expect(podLabels[k], k).toBe(v);
-      const d = runtimeDeployment({ owner: owner as never, mode: kind === "Agent" ? "agent" : "relay", replicas: 1, image: "i", settings: { runtimeImage: "i", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n:4222" } as never, tlsSecret: "t", configHash: "h" });
+      const d = runtimeDeployment({
+        owner: owner as never,
+        mode: kind === "Agent" ? "agent" : "relay",
+        replicas: 1,
+        image: "i",
+        settings: { runtimeImage: "i", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n:4222" } as never,
+        tlsSecret: "t",
+        configHash: "h",
+      });
       const c = d.spec!.template.spec!.containers[0]!;
       const port = c.ports!.find((p) => p.name === pm.spec.podMetricsEndpoints[0].port);
       expect(port?.containerPort).toBe(9090);
@@ -188,10 +247,17 @@ describe("the Grafana dashboard", () => {
   let env: RelayEnv;
   let relay: RunningRelay;
   beforeAll(async () => {
-    cp = await startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false });
+    cp = await startControlPlane({
+      crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"],
+      controllerManager: false,
+    });
     operator = await startManager({
       kubeconfig: cp.kubeconfig,
-      settings: { runtimeImage: "img:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats:4222" } as never,
+      settings: {
+        runtimeImage: "img:test",
+        runtimeImagePullPolicy: "IfNotPresent",
+        natsUrl: "nats://nats:4222",
+      } as never,
       watchNamespaces: [],
       resyncMs: 60_000,
       log: capturedLog().log,
@@ -215,11 +281,20 @@ describe("the Grafana dashboard", () => {
     (scraped ??= (async () => {
       const handler = await startHandler();
       const pete = identity("pete-agent");
-      const agent = await runAgent({ self: identity("dash-agent"), natsUrl: nats.url, tls, spec: { peers: [peerOf(pete)], handler: { url: handler.url } } });
+      const agent = await runAgent({
+        self: identity("dash-agent"),
+        natsUrl: nats.url,
+        tls,
+        spec: { peers: [peerOf(pete)], handler: { url: handler.url } },
+      });
       try {
         expect((await agent.post(signed(pete, "dash-agent"))).status).toBe(202);
         expect((await clientOf(env, relay, alice).publish(signed(alice, "bob-agent"))).status).toBe(202);
-        return { agent: await agent.scrape(), relay: await scrapeMetrics(relay.metricsUrl), operator: await (await fetch(`${operator.metricsUrl}/metrics`)).text() };
+        return {
+          agent: await agent.scrape(),
+          relay: await scrapeMetrics(relay.metricsUrl),
+          operator: await (await fetch(`${operator.metricsUrl}/metrics`)).text(),
+        };
       } finally {
         await agent.close();
         await handler.close();
@@ -234,7 +309,14 @@ describe("the Grafana dashboard", () => {
     const used = [...new Set(queries(dashboard).flatMap(metricNames))].sort();
     expect(used.length).toBeGreaterThan(20);
     // Each family the issue asks a panel for is there.
-    for (const n of ["ifp_inbox_messages_accepted_total", "ifp_relay_mailbox_depth", "ifp_outbox_oldest_age_seconds", "controller_runtime_reconcile_total", "workqueue_depth"]) expect(used).toContain(n);
+    for (const n of [
+      "ifp_inbox_messages_accepted_total",
+      "ifp_relay_mailbox_depth",
+      "ifp_outbox_oldest_age_seconds",
+      "controller_runtime_reconcile_total",
+      "workqueue_depth",
+    ])
+      expect(used).toContain(n);
     expect(used.filter((n) => !names.has(n))).toEqual([]);
   });
 
@@ -245,22 +327,51 @@ describe("the Grafana dashboard", () => {
     const podMonitor = r.objects.find((o) => o.kind === "PodMonitor")!;
     const serviceMonitor = r.objects.find((o) => o.kind === "ServiceMonitor")!;
     // The runtimes' pods as the operator renders them (what the PodMonitor's relabelings read); the operator's own pod.
-    const runtimePod = (kind: "Agent" | "Relay") => labels({ apiVersion: "ifp.dev/v1alpha1", kind, metadata: { name: "x", namespace: "n", uid: "u" } } as never);
-    const operatorPod = r.objects.find((o) => o.kind === "Deployment" && o.metadata.labels["app.kubernetes.io/component"] === "operator")!.spec.template.metadata.labels;
+    const runtimePod = (kind: "Agent" | "Relay") =>
+      labels({ apiVersion: "ifp.dev/v1alpha1", kind, metadata: { name: "x", namespace: "n", uid: "u" } } as never);
+    const operatorPod = r.objects.find(
+      (o) => o.kind === "Deployment" && o.metadata.labels["app.kubernetes.io/component"] === "operator",
+    )!.spec.template.metadata.labels;
     const texts = await scrapeAll();
     // Per source: what it exports, the labels of each of its metrics (carried by the samples or
     // declared by the code that makes them), and what its monitor adds to every series.
-    const source = (text: string, registry: Registry, monitor: Set<string>) => ({ metrics: exported(text), carried: carried(text), declared: declared(registry), monitor });
+    const source = (text: string, registry: Registry, monitor: Set<string>) => ({
+      metrics: exported(text),
+      carried: carried(text),
+      declared: declared(registry),
+      monitor,
+    });
     const sources = [
-      source(texts.agent, createRuntimeMetrics("agent").registry, monitorLabels(podMonitor.spec.podMetricsEndpoints, runtimePod("Agent"))),
-      source(texts.relay, createRuntimeMetrics("relay").registry, monitorLabels(podMonitor.spec.podMetricsEndpoints, runtimePod("Relay"))),
-      source(texts.operator, operator.metrics.registry, monitorLabels(serviceMonitor.spec.endpoints, operatorPod, ["service"])),
+      source(
+        texts.agent,
+        createRuntimeMetrics("agent").registry,
+        monitorLabels(podMonitor.spec.podMetricsEndpoints, runtimePod("Agent")),
+      ),
+      source(
+        texts.relay,
+        createRuntimeMetrics("relay").registry,
+        monitorLabels(podMonitor.spec.podMetricsEndpoints, runtimePod("Relay")),
+      ),
+      source(
+        texts.operator,
+        operator.metrics.registry,
+        monitorLabels(serviceMonitor.spec.endpoints, operatorPod, ["service"]),
+      ),
     ];
     const missing: string[] = [];
     for (const expr of queries(dashboard)) {
       for (const metric of metricNames(expr)) {
-        const available = new Set(sources.filter((src) => src.metrics.has(metric)).flatMap((src) => [...src.monitor, ...(src.carried.get(metric) ?? []), ...(src.declared.get(metric) ?? [])]));
-        for (const label of labelNames(expr)) if (!available.has(label)) missing.push(`${label} on ${metric} in ${expr}`);
+        const available = new Set(
+          sources
+            .filter((src) => src.metrics.has(metric))
+            .flatMap((src) => [
+              ...src.monitor,
+              ...(src.carried.get(metric) ?? []),
+              ...(src.declared.get(metric) ?? []),
+            ]),
+        );
+        for (const label of labelNames(expr))
+          if (!available.has(label)) missing.push(`${label} on ${metric} in ${expr}`);
       }
     }
     expect(missing).toEqual([]);
@@ -270,15 +381,31 @@ describe("the Grafana dashboard", () => {
   });
 
   it("finds the labels a query reads", () => {
-    expect(labelNames('sum by (ifp_name, result) (rate(ifp_x_total{namespace=~"$namespace",ifp_name=~"a,b=c"}[5m]))').sort()).toEqual(["ifp_name", "namespace", "result"]);
-    expect(labelNames("histogram_quantile(0.99, sum by (le, controller) (rate(x_bucket[5m])))").sort()).toEqual(["controller", "le"]);
-    expect(labelNames('label_values(process_start_time_seconds{mode=~"agent|relay"}, ifp_name)').sort()).toEqual(["ifp_name", "mode"]);
+    expect(
+      labelNames('sum by (ifp_name, result) (rate(ifp_x_total{namespace=~"$namespace",ifp_name=~"a,b=c"}[5m]))').sort(),
+    ).toEqual(["ifp_name", "namespace", "result"]);
+    expect(labelNames("histogram_quantile(0.99, sum by (le, controller) (rate(x_bucket[5m])))").sort()).toEqual([
+      "controller",
+      "le",
+    ]);
+    expect(labelNames('label_values(process_start_time_seconds{mode=~"agent|relay"}, ifp_name)').sort()).toEqual([
+      "ifp_name",
+      "mode",
+    ]);
     expect(labelNames("a / on (pod) group_left (node) b").sort()).toEqual(["node", "pod"]);
   });
 
   it("finds a metric name the exports lack", () => {
-    expect(metricNames('sum by (ifp_name) (rate(ifp_not_a_metric_total{namespace=~"$namespace"}[5m]))')).toEqual(["ifp_not_a_metric_total"]);
-    expect(metricNames("histogram_quantile(0.99, sum by (le, controller) (rate(controller_runtime_reconcile_time_seconds_bucket[5m])))")).toEqual(["controller_runtime_reconcile_time_seconds_bucket"]);
-    expect(metricNames('label_values(process_start_time_seconds{mode=~"agent|relay"}, ifp_name)')).toEqual(["process_start_time_seconds"]);
+    expect(metricNames('sum by (ifp_name) (rate(ifp_not_a_metric_total{namespace=~"$namespace"}[5m]))')).toEqual([
+      "ifp_not_a_metric_total",
+    ]);
+    expect(
+      metricNames(
+        "histogram_quantile(0.99, sum by (le, controller) (rate(controller_runtime_reconcile_time_seconds_bucket[5m])))",
+      ),
+    ).toEqual(["controller_runtime_reconcile_time_seconds_bucket"]);
+    expect(metricNames('label_values(process_start_time_seconds{mode=~"agent|relay"}, ifp_name)')).toEqual([
+      "process_start_time_seconds",
+    ]);
   });
 });

@@ -24,7 +24,15 @@ import { tempDir } from "./support/process.ts";
 import { waitFor } from "./support/wait.ts";
 
 /** Where readers find commands. */
-const SOURCES = ["README.md", "e2e/README.md", "examples/README.md", "charts/ifp-operator/README.md", ...readdirSync("docs").filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
+const SOURCES = [
+  "README.md",
+  "e2e/README.md",
+  "examples/README.md",
+  "charts/ifp-operator/README.md",
+  ...readdirSync("docs")
+    .filter((f) => f.endsWith(".md"))
+    .map((f) => `docs/${f}`),
+];
 /** The programs a documented command starts with. */
 const PROGRAMS = /^(npm|npx|kubectl|helm|ifp-runtime|ifp-operator|ifp|node|curl|docker|kind|ctr|openssl|go|nats)\s/;
 
@@ -38,7 +46,10 @@ export function documentedCommands(markdown: string): string[] {
     if (!["", "sh", "bash", "shell", "console"].includes(m[1]!)) continue;
     const joined = m[2]!.replace(/\\\n\s*/g, "");
     for (const raw of joined.split("\n")) {
-      const line = raw.replace(/^\s*\$\s+/, "").replace(/\s+#\s.*$/, "").trim();
+      const line = raw
+        .replace(/^\s*\$\s+/, "")
+        .replace(/\s+#\s.*$/, "")
+        .trim();
       // Environment assignments before the program (NAME=value …) belong to the command.
       if (PROGRAMS.test(line.replace(/^([A-Z_][A-Z0-9_]*=\S*\s+)+/, ""))) out.push(line.replace(/\s+/g, " "));
     }
@@ -54,7 +65,10 @@ export function documentedSpans(markdown: string): string[] {
   const text = markdown.replace(/^```[^\n]*\n[\s\S]*?^```/gm, "");
   const out: string[] = [];
   for (const m of text.matchAll(/(`+)([^`][\s\S]*?)\1(?!`)/g)) {
-    const span = m[2]!.replace(/\s*\n\s*/g, " ").replace(/\\\|/g, "|").trim();
+    const span = m[2]!
+      .replace(/\s*\n\s*/g, " ")
+      .replace(/\\\|/g, "|")
+      .trim();
     if (SPAN_PROGRAMS.test(span)) out.push(span);
   }
   return out;
@@ -80,44 +94,95 @@ const CHECKS: Record<string, Check> = {
   "npm ci": { by: ".ci/run", holds: ["npm ci"] },
   "npm test": { by: ".ci/run", holds: ["npm test"] },
   "npm start": { by: "e2e/local-stack.test.ts", holds: ['spawnProcess("npm start", "npm", ["start"'] },
-  "npx ifp send --from-key ~/.local/state/ifp-operator/stack/bob.key --from bob-agent --to https://localhost:8443 --text \"Hello from Bob's agent\" --ca-file ~/.local/state/ifp-operator/stack/ca.crt": {
-    by: "e2e/local-stack.test.ts",
-    holds: ["npx ifp send", "the ready-to-paste command"],
-  },
+  'npx ifp send --from-key ~/.local/state/ifp-operator/stack/bob.key --from bob-agent --to https://localhost:8443 --text "Hello from Bob\'s agent" --ca-file ~/.local/state/ifp-operator/stack/ca.crt':
+    {
+      by: "e2e/local-stack.test.ts",
+      holds: ["npx ifp send", "the ready-to-paste command"],
+    },
   // The path a user takes on a cluster: run here up to what needs running pods.
-  "helm install ifp charts/ifp-operator -n ifp-system --create-namespace --set image.repository=registry.example/ifp-operator --set image.tag=0.1.0 --set runtimeImage.repository=registry.example/ifp-runtime --set runtimeImage.tag=0.1.0": { here: true },
+  "helm install ifp charts/ifp-operator -n ifp-system --create-namespace --set image.repository=registry.example/ifp-operator --set image.tag=0.1.0 --set runtimeImage.repository=registry.example/ifp-runtime --set runtimeImage.tag=0.1.0":
+    { here: true },
   "helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace": { here: true },
   "kubectl apply -f examples/namespaces.yaml": { here: true },
-  "helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace --set 'watchNamespaces={ifp-alice,ifp-bob,ifp-relay}'": { here: true },
+  "helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace --set 'watchNamespaces={ifp-alice,ifp-bob,ifp-relay}'":
+    { here: true },
   "kubectl apply -f examples/": { here: true },
   "kubectl get agents.ifp.dev,relays.ifp.dev -A": { here: true },
   "helm upgrade ifp charts/ifp-operator -n ifp-system --reuse-values": { here: true },
   "kubectl -n ifp-system rollout status deployment/ifp-ifp-operator": { by: "e2e/node.test.ts", holds: ['"--wait"'] },
-  "kubectl -n ifp-system rollout status statefulset/ifp-ifp-operator-nats": { by: "e2e/node.test.ts", holds: ['"--wait"'] },
-  "helm test ifp -n ifp-system": { by: "e2e/node.test.ts", holds: ['helm(["test", RELEASE, "-n", SYSTEM'] },
-  "kubectl -n ifp-bob logs deployment/bob -c app": { by: "e2e/node.test.ts", holds: ['"logs", p.metadata.name, "-c", "app"'] },
-  "kubectl -n team get configmap alice-trust -o jsonpath='{.data.ca\\.crt}' > install-ca.crt": { by: "e2e/node.test.ts", holds: ['"get", "configmap", "dave-trust"', '?.data?.["ca.crt"]'] },
-  "npx ifp discover https://alice.team.svc --ca-file install-ca.crt": { by: "runtime/test/ifp-cli.test.ts", holds: ['ifp("discover", url, "--ca-file"'] },
-  "npx ifp check https://agent.example": { by: "runtime/test/check.test.ts", holds: ['ifp("check", `https://localhost:${port}`'] },
-  "npx ifp check https://agent.example --key my.key --from my-agent": { by: "runtime/test/check.test.ts", holds: ['"--key", keyFile, "--from", checker.agentId'] },
-  "npx ifp check https://relay.example --relay --key my.key --from my-agent": { by: "runtime/test/check.test.ts", holds: ['ifp("check", baseUrl(relay), "--relay", "--key", keyFile, "--from"'] },
-  "npx ifp check https://localhost:8443 --ca-file ca.crt --only inbox --json": { by: "runtime/test/check.test.ts", holds: ['"--json", "--only"'] },
-  // examples/README.md
-  "kubectl -n ifp-alice wait --for=condition=Ready agent/alice --timeout=5m": { by: "e2e/node.test.ts", holds: ["the operator makes every Agent and Relay Ready", 'c.type === "Ready")?.status === "True"'] },
-  "kubectl -n ifp-bob wait --for=condition=Ready agent/bob --timeout=5m": { by: "e2e/node.test.ts", holds: ["the operator makes every Agent and Relay Ready"] },
-  "kubectl -n ifp-relay wait --for=condition=Ready relay/relay --timeout=5m": { by: "e2e/node.test.ts", holds: ["the operator makes every Agent and Relay Ready"] },
-  "kubectl -n ifp-alice logs deployment/alice -c app": { by: "e2e/node.test.ts", holds: ['"logs", p.metadata.name, "-c", "app"'] },
-  "curl --cacert /etc/ifp/trust/ca.crt -H \"Authorization: Bearer $(cat /etc/ifp/local-api/token)\" -H 'content-type: application/json' -d '{\"to\":\"alice-agent\",\"text\":\"Hello from another pod\"}' https://bob-local-api.ifp-bob.svc:9443/outbox": {
+  "kubectl -n ifp-system rollout status statefulset/ifp-ifp-operator-nats": {
     by: "e2e/node.test.ts",
-    holds: ['authorization: "Bearer " + process.env.TOKEN', 'process.env.LOCAL_API + "/outbox"'],
+    holds: ['"--wait"'],
   },
-  "docker build -f examples/app/Dockerfile -t ghcr.io/ifp-dev/ifp-example-app:0.1.0 .": { not: "no Docker engine here; e2e/images/build.ts builds the same Dockerfile's image without one, and `npm run e2e:kind` runs this build where Docker is" },
-  "IFP_APP_PORT=8080 IFP_LOCAL_API=http://127.0.0.1:8081 node examples/app/main.ts": { by: "examples/app/app.test.ts", holds: ["spawnProcess(name, process.execPath, [MAIN]", "IFP_APP_PORT"] },
-  "npx ifp-operator --nats-url nats://nats:4222 --runtime-image ghcr.io/ifp-dev/ifp-runtime:0.1.0": { flags: "operator" },
-  "npx ifp-runtime agent --manifest agent.yaml --port 8443 --tls-cert tls.crt --tls-key tls.key --signing-key signing.key --nats nats://127.0.0.1:4222": { flags: "runtime" },
-  "ifp-runtime agent --manifest agent.yaml --port 8443 --tls-cert tls.crt --tls-key tls.key --signing-key signing.key --nats nats://127.0.0.1:4222": { flags: "runtime" },
-  "ifp-runtime relay --manifest relay.yaml --port 8443 --tls-cert tls.crt --tls-key tls.key --nats nats://127.0.0.1:4222 [--ca-file ca.pem]": { flags: "runtime" },
-  "ifp-runtime agent --manifest=/etc/ifp/manifest/manifest.yaml --port=8443 --metrics-port=9090 --tls-cert=/etc/ifp/tls/tls.crt --tls-key=/etc/ifp/tls/tls.key --nats=<--nats-url> --ca-file=/etc/ifp/trust/ca.crt --signing-key=/etc/ifp/signing/signing.key --encryption-key=/etc/ifp/signing/encryption.key": { flags: "runtime" },
+  "helm test ifp -n ifp-system": { by: "e2e/node.test.ts", holds: ['helm(["test", RELEASE, "-n", SYSTEM'] },
+  "kubectl -n ifp-bob logs deployment/bob -c app": {
+    by: "e2e/node.test.ts",
+    holds: ['"logs", p.metadata.name, "-c", "app"'],
+  },
+  "kubectl -n team get configmap alice-trust -o jsonpath='{.data.ca\\.crt}' > install-ca.crt": {
+    by: "e2e/node.test.ts",
+    holds: ['"get", "configmap", "dave-trust"', '?.data?.["ca.crt"]'],
+  },
+  "npx ifp discover https://alice.team.svc --ca-file install-ca.crt": {
+    by: "runtime/test/ifp-cli.test.ts",
+    holds: ['ifp("discover", url, "--ca-file"'],
+  },
+  "npx ifp check https://agent.example": {
+    by: "runtime/test/check.test.ts",
+    holds: ['ifp("check", `https://localhost:${port}`'],
+  },
+  "npx ifp check https://agent.example --key my.key --from my-agent": {
+    by: "runtime/test/check.test.ts",
+    holds: ['"--key", keyFile, "--from", checker.agentId'],
+  },
+  "npx ifp check https://relay.example --relay --key my.key --from my-agent": {
+    by: "runtime/test/check.test.ts",
+    holds: ['ifp("check", baseUrl(relay), "--relay", "--key", keyFile, "--from"'],
+  },
+  "npx ifp check https://localhost:8443 --ca-file ca.crt --only inbox --json": {
+    by: "runtime/test/check.test.ts",
+    holds: ['"--json", "--only"'],
+  },
+  // examples/README.md
+  "kubectl -n ifp-alice wait --for=condition=Ready agent/alice --timeout=5m": {
+    by: "e2e/node.test.ts",
+    holds: ["the operator makes every Agent and Relay Ready", 'c.type === "Ready")?.status === "True"'],
+  },
+  "kubectl -n ifp-bob wait --for=condition=Ready agent/bob --timeout=5m": {
+    by: "e2e/node.test.ts",
+    holds: ["the operator makes every Agent and Relay Ready"],
+  },
+  "kubectl -n ifp-relay wait --for=condition=Ready relay/relay --timeout=5m": {
+    by: "e2e/node.test.ts",
+    holds: ["the operator makes every Agent and Relay Ready"],
+  },
+  "kubectl -n ifp-alice logs deployment/alice -c app": {
+    by: "e2e/node.test.ts",
+    holds: ['"logs", p.metadata.name, "-c", "app"'],
+  },
+  'curl --cacert /etc/ifp/trust/ca.crt -H "Authorization: Bearer $(cat /etc/ifp/local-api/token)" -H \'content-type: application/json\' -d \'{"to":"alice-agent","text":"Hello from another pod"}\' https://bob-local-api.ifp-bob.svc:9443/outbox':
+    {
+      by: "e2e/node.test.ts",
+      holds: ['authorization: "Bearer " + process.env.TOKEN', 'process.env.LOCAL_API + "/outbox"'],
+    },
+  "docker build -f examples/app/Dockerfile -t ghcr.io/ifp-dev/ifp-example-app:0.1.0 .": {
+    not: "no Docker engine here; e2e/images/build.ts builds the same Dockerfile's image without one, and `npm run e2e:kind` runs this build where Docker is",
+  },
+  "IFP_APP_PORT=8080 IFP_LOCAL_API=http://127.0.0.1:8081 node examples/app/main.ts": {
+    by: "examples/app/app.test.ts",
+    holds: ["spawnProcess(name, process.execPath, [MAIN]", "IFP_APP_PORT"],
+  },
+  "npx ifp-operator --nats-url nats://nats:4222 --runtime-image ghcr.io/ifp-dev/ifp-runtime:0.1.0": {
+    flags: "operator",
+  },
+  "npx ifp-runtime agent --manifest agent.yaml --port 8443 --tls-cert tls.crt --tls-key tls.key --signing-key signing.key --nats nats://127.0.0.1:4222":
+    { flags: "runtime" },
+  "ifp-runtime agent --manifest agent.yaml --port 8443 --tls-cert tls.crt --tls-key tls.key --signing-key signing.key --nats nats://127.0.0.1:4222":
+    { flags: "runtime" },
+  "ifp-runtime relay --manifest relay.yaml --port 8443 --tls-cert tls.crt --tls-key tls.key --nats nats://127.0.0.1:4222 [--ca-file ca.pem]":
+    { flags: "runtime" },
+  "ifp-runtime agent --manifest=/etc/ifp/manifest/manifest.yaml --port=8443 --metrics-port=9090 --tls-cert=/etc/ifp/tls/tls.crt --tls-key=/etc/ifp/tls/tls.key --nats=<--nats-url> --ca-file=/etc/ifp/trust/ca.crt --signing-key=/etc/ifp/signing/signing.key --encryption-key=/etc/ifp/signing/encryption.key":
+    { flags: "runtime" },
 
   // Inline in the prose. On a cluster: run here, in the walk-through below.
   "helm uninstall ifp -n ifp-system": { here: true },
@@ -134,13 +199,18 @@ const CHECKS: Record<string, Check> = {
   "kubectl scale agents.ifp.dev/alice --replicas=2": { here: true },
   "kubectl scale agents.ifp.dev/<name> --replicas=3": { here: true },
   "kubectl auth can-i --list --as=system:serviceaccount:ifp-system:ifp-ifp-operator -n <namespace>": { here: true },
-  "kubectl patch agents.ifp.dev <name> -n <ns> --type=json -p '[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]'": { here: true },
+  'kubectl patch agents.ifp.dev <name> -n <ns> --type=json -p \'[{"op":"remove","path":"/metadata/finalizers"}]\'': {
+    here: true,
+  },
   "kubectl delete agents.ifp.dev,relays.ifp.dev --all -A": { here: true },
   "kubectl -n <ns> delete secret <agent>-signing": { here: true },
-  "kubectl -n ifp-system delete secret ifp-ifp-operator-ca ifp-ifp-operator-nats-account ifp-ifp-operator-nats-tls": { here: true },
+  "kubectl -n ifp-system delete secret ifp-ifp-operator-ca ifp-ifp-operator-nats-account ifp-ifp-operator-nats-tls": {
+    here: true,
+  },
   "kubectl -n ifp-system delete pvc -l app.kubernetes.io/instance=ifp,app.kubernetes.io/component=nats": { here: true },
   "kubectl delete crd agents.ifp.dev relays.ifp.dev": { here: true },
-  "kubectl -n ifp-system create secret generic ifp-nats-account --from-literal=account.pub=<A… account key> --from-file=account-signing.seed=<the signing key's seed file>": { here: true },
+  "kubectl -n ifp-system create secret generic ifp-nats-account --from-literal=account.pub=<A… account key> --from-file=account-signing.seed=<the signing key's seed file>":
+    { here: true },
   "npm run tools [-- NAME…]": { here: true },
   "kubectl -n ifp-system logs job/ifp-ifp-operator-uninstall": {
     not: "a pod's log comes from the kubelet that ran it; the uninstall Job's pod runs only in a cluster with nodes (in e2e/chart-upgrade.test.ts e2e/support/kubelet.ts runs it as a process), and its Job is kept only when it failed",
@@ -150,39 +220,76 @@ const CHECKS: Record<string, Check> = {
   },
   // Inline in the prose, run by other tests.
   "npm run tools": { by: "e2e/support/global-setup.ts", holds: ["for (const t of tools) ensureTool(t);"] },
-  "npx tsc -p tsconfig.build.json": { by: "e2e/images/build.ts", holds: ["/^npx tsc -p (\\S+)$/", "compileStage(stage, stageContextFiles("] },
-  "npm run build": { by: "e2e/compiled.test.ts", holds: ["compileTo(out);", "describe(\"npm run build\""] },
+  "npx tsc -p tsconfig.build.json": {
+    by: "e2e/images/build.ts",
+    holds: ["/^npx tsc -p (\\S+)$/", "compileStage(stage, stageContextFiles("],
+  },
+  "npm run build": { by: "e2e/compiled.test.ts", holds: ["compileTo(out);", 'describe("npm run build"'] },
   "npm run gen": { by: "operator/src/crd/generate.test.ts", holds: ["is up to date (npm run gen)"] },
-  "npm run e2e": { by: "package.json", holds: ['"e2e": "vitest run e2e/e2e.test.ts"', '"test": "npm run typecheck && vitest run --project suite'] },
-  "npm run e2e:node": { by: "package.json", holds: ['"e2e:node": "vitest run --project node"', "&& vitest run --project node"] },
+  "npm run e2e": {
+    by: "package.json",
+    holds: ['"e2e": "vitest run e2e/e2e.test.ts"', '"test": "npm run typecheck && vitest run --project suite'],
+  },
+  "npm run e2e:node": {
+    by: "package.json",
+    holds: ['"e2e:node": "vitest run --project node"', "&& vitest run --project node"],
+  },
   "npm run test:hardening": { by: "runtime/test/hardening-suite.test.ts", holds: ["runHardening("] },
   "npm run test:faults": { by: "runtime/test/hardening-faults.test.ts", holds: ["runFaults("] },
   "npm run test:cluster": { by: "runtime/test/hardening-cluster.test.ts", holds: ["runCluster("] },
-  "npm run images": { by: "e2e/node.test.ts", holds: ["for (const kind of Object.keys(IMAGES)) images[kind] = buildImage(kind);"] },
+  "npm run images": {
+    by: "e2e/node.test.ts",
+    holds: ["for (const kind of Object.keys(IMAGES)) images[kind] = buildImage(kind);"],
+  },
   "npm run images -- runtime": { flags: "images" },
   "npm run images -- app": { flags: "images" },
   "npm run images [-- runtime|operator|app|nats|pause]": { flags: "images" },
   "npm ci --omit=dev": { by: "e2e/images/build.ts", holds: ['sh("npm", ["ci", "--omit=dev", "--ignore-scripts"'] },
-  "npm ci --omit=dev --ignore-scripts": { by: "e2e/images/build.ts", holds: ['sh("npm", ["ci", "--omit=dev", "--ignore-scripts"'] },
-  "ctr -n k8s.io images import <archive>": { by: "e2e/support/node.ts", holds: ['"--namespace", "k8s.io"', 'ctrArgs(["images", "import", image.archive])'] },
+  "npm ci --omit=dev --ignore-scripts": {
+    by: "e2e/images/build.ts",
+    holds: ['sh("npm", ["ci", "--omit=dev", "--ignore-scripts"'],
+  },
+  "ctr -n k8s.io images import <archive>": {
+    by: "e2e/support/node.ts",
+    holds: ['"--namespace", "k8s.io"', 'ctrArgs(["images", "import", image.archive])'],
+  },
   "ctr containers info": { by: "e2e/node.test.ts", holds: ['node.ctr(["containers", "info", id])'] },
   "helm install --wait": { by: "e2e/node.test.ts", holds: ['"--wait", "--timeout", "6m"'] },
   "helm rollback": { by: "e2e/chart-upgrade.test.ts", holds: ['helm("rollback", "ifp", "1"'] },
   "helm upgrade --set crds.enabled=true": { by: "e2e/chart-upgrade.test.ts", holds: ['"--set", "crds.enabled=true"'] },
   "npx vitest run examples/app/app.test.ts": { by: "vitest.config.ts", holds: ['"examples/**/*.test.ts"'] },
-  "npx ifp discover https://localhost:8443 --ca-file …/ca.crt": { by: "runtime/test/ifp-cli.test.ts", holds: ['ifp("discover", url, "--ca-file"'] },
+  "npx ifp discover https://localhost:8443 --ca-file …/ca.crt": {
+    by: "runtime/test/ifp-cli.test.ts",
+    holds: ['ifp("discover", url, "--ca-file"'],
+  },
   "npx ifp discover URL": { by: "runtime/test/ifp-cli.test.ts", holds: ['ifp("discover", url, "--ca-file"'] },
-  "npx ifp check https://localhost:8443 --ca-file …/ca.crt [--key FILE --from AGENT_ID] [--relay]": { by: "runtime/test/check.test.ts", holds: ['"--key", keyFile, "--from", checker.agentId', 'ifp("check", baseUrl(relay), "--relay"'] },
+  "npx ifp check https://localhost:8443 --ca-file …/ca.crt [--key FILE --from AGENT_ID] [--relay]": {
+    by: "runtime/test/check.test.ts",
+    holds: ['"--key", keyFile, "--from", checker.agentId', 'ifp("check", baseUrl(relay), "--relay"'],
+  },
   "npx ifp keygen --out my.key": { by: "runtime/test/ifp-cli.test.ts", holds: ['ifp("keygen", "--out", out)'] },
   "npx ifp keygen --out FILE": { by: "runtime/test/ifp-cli.test.ts", holds: ['ifp("keygen", "--out", out)'] },
-  "npx ifp send --from-key FILE --from AGENT_ID --to URL --text \"…\"": { by: "runtime/test/ifp-cli.test.ts", holds: ['ifp("send", "--from-key", key, "--from", "pete-cli", "--to"'] },
+  'npx ifp send --from-key FILE --from AGENT_ID --to URL --text "…"': {
+    by: "runtime/test/ifp-cli.test.ts",
+    holds: ['ifp("send", "--from-key", key, "--from", "pete-cli", "--to"'],
+  },
   "npx ifp relay pull|tail RELAY_URL --key FILE --from AGENT_ID": { flags: "ifp" },
   // Inline in the prose, not run here.
-  "npm run e2e:kind": { not: "kind's nodes are Docker containers, and no Docker engine answers here (e2e/kind.ts says so and stops); `npm run e2e` and `npm run e2e:node` take the same path" },
-  "kind load image-archive <archive>": { not: "kind's nodes are Docker containers, and no Docker engine answers here; where one does, e2e/kind.ts loads the images it built with Docker (`kind load docker-image`)" },
-  "npm run bench:inbox": { not: "a benchmark: minutes at full load on every core, whose figures docs/benchmarks.md records; run inside the suite it would measure the tests around it" },
-  "npm run bench:relay": { not: "a benchmark: minutes at full load on every core, whose figures docs/benchmarks.md records; run inside the suite it would measure the tests around it" },
-  "npm run bench:operator": { not: "a benchmark: minutes at full load on every core, whose figures docs/benchmarks.md records; run inside the suite it would measure the tests around it" },
+  "npm run e2e:kind": {
+    not: "kind's nodes are Docker containers, and no Docker engine answers here (e2e/kind.ts says so and stops); `npm run e2e` and `npm run e2e:node` take the same path",
+  },
+  "kind load image-archive <archive>": {
+    not: "kind's nodes are Docker containers, and no Docker engine answers here; where one does, e2e/kind.ts loads the images it built with Docker (`kind load docker-image`)",
+  },
+  "npm run bench:inbox": {
+    not: "a benchmark: minutes at full load on every core, whose figures docs/benchmarks.md records; run inside the suite it would measure the tests around it",
+  },
+  "npm run bench:relay": {
+    not: "a benchmark: minutes at full load on every core, whose figures docs/benchmarks.md records; run inside the suite it would measure the tests around it",
+  },
+  "npm run bench:operator": {
+    not: "a benchmark: minutes at full load on every core, whose figures docs/benchmarks.md records; run inside the suite it would measure the tests around it",
+  },
   // Mentions of a command documented in full.
   "npm run": { part: "npm run tools" },
   "helm install": { part: "helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace" },
@@ -194,19 +301,35 @@ const CHECKS: Record<string, Check> = {
   "kubectl get": { part: "kubectl get agents" },
   "kubectl delete": { part: "kubectl delete agents.ifp.dev,relays.ifp.dev --all -A" },
   "kubectl logs -c app": { part: "kubectl -n ifp-bob logs deployment/bob -c app" },
-  "kubectl auth can-i --list": { part: "kubectl auth can-i --list --as=system:serviceaccount:ifp-system:ifp-ifp-operator -n <namespace>" },
+  "kubectl auth can-i --list": {
+    part: "kubectl auth can-i --list --as=system:serviceaccount:ifp-system:ifp-ifp-operator -n <namespace>",
+  },
   "ctr -n k8s.io images import": { part: "ctr -n k8s.io images import <archive>" },
 };
 
-const documented = () => [...new Set(SOURCES.flatMap((f) => [...documentedCommands(readFileSync(f, "utf8")), ...documentedSpans(readFileSync(f, "utf8"))]))];
+const documented = () => [
+  ...new Set(
+    SOURCES.flatMap((f) => [
+      ...documentedCommands(readFileSync(f, "utf8")),
+      ...documentedSpans(readFileSync(f, "utf8")),
+    ]),
+  ),
+];
+const squeeze = (s: string) => s.replace(/\s+/g, "");
 /** A documented command line as arguments: `[--optional flags]` as given, no shell. */
 const argsOf = (command: string) => command.replace(/[[\]]/g, "").split(" ").slice(1);
 
 describe("documented commands", () => {
   it("are each accounted for, and nothing else is", () => {
     const docs = documented();
-    expect(docs.filter((c) => !(c in CHECKS)), "documented but not checked: add them to CHECKS").toEqual([]);
-    expect(Object.keys(CHECKS).filter((c) => !docs.includes(c)), "checked but no longer documented").toEqual([]);
+    expect(
+      docs.filter((c) => !(c in CHECKS)),
+      "documented but not checked: add them to CHECKS",
+    ).toEqual([]);
+    expect(
+      Object.keys(CHECKS).filter((c) => !docs.includes(c)),
+      "checked but no longer documented",
+    ).toEqual([]);
   });
 
   it("that are mentions name a command documented in full and checked", () => {
@@ -217,7 +340,10 @@ describe("documented commands", () => {
       // The mention's words, in order, within the whole command.
       const words = check.part.split(" ");
       let at = 0;
-      const inOrder = command.split(" ").every((w) => (at = words.indexOf(w, at) + 1) > 0);
+      const inOrder = command.split(" ").every((w) => {
+        at = words.indexOf(w, at) + 1;
+        return at > 0;
+      });
       expect(inOrder, `${command} is part of ${check.part}`).toBe(true);
     }
   });
@@ -225,8 +351,10 @@ describe("documented commands", () => {
   it("that other tests run are in those tests", () => {
     for (const [command, check] of Object.entries(CHECKS)) {
       if (!("by" in check)) continue;
-      const text = readFileSync(check.by, "utf8");
-      for (const s of check.holds) expect(text.includes(s), `${check.by} runs \`${command}\` (holds ${s})`).toBe(true);
+      // Compared without white space, so that the formatter's line breaks do not matter.
+      const text = squeeze(readFileSync(check.by, "utf8"));
+      for (const s of check.holds)
+        expect(text.includes(squeeze(s)), `${check.by} runs \`${command}\` (holds ${s})`).toBe(true);
     }
   });
 
@@ -235,7 +363,12 @@ describe("documented commands", () => {
     const key = join(dir, "reader.key");
     const ifp = (args: string[]) =>
       new Promise<{ status: number; stderr: string }>((resolve) =>
-        execFile(process.execPath, ["runtime/bin/ifp.ts", ...args], { encoding: "utf8", timeout: 30_000 }, (err, _out, stderr) => resolve({ status: err ? Number((err as { code?: number }).code ?? 1) : 0, stderr })),
+        execFile(
+          process.execPath,
+          ["runtime/bin/ifp.ts", ...args],
+          { encoding: "utf8", timeout: 30_000 },
+          (err, _out, stderr) => resolve({ status: err ? Number((err as { code?: number }).code ?? 1) : 0, stderr }),
+        ),
       );
     expect((await ifp(["keygen", "--out", key])).status).toBe(0);
     // Nothing listens there: a command that parsed fails on the connection (1), not on its words (2).
@@ -243,14 +376,30 @@ describe("documented commands", () => {
     for (const [command, check] of Object.entries(CHECKS)) {
       if (!("flags" in check)) continue;
       if (check.flags === "images") {
-        const names = command.replace(/^npm run images -- |[[\]]|-- /g, "").replace(/^npm run images /, "").split("|");
-        expect(names.filter((n) => !(n in IMAGES)), command).toEqual([]);
+        const names = command
+          .replace(/^npm run images -- |[[\]]|-- /g, "")
+          .replace(/^npm run images /, "")
+          .split("|");
+        expect(
+          names.filter((n) => !(n in IMAGES)),
+          command,
+        ).toEqual([]);
         continue;
       }
       if (check.flags === "ifp") {
         const words = argsOf(command.replace(/^npx /, ""));
         for (const alternative of words.find((w) => w.includes("|"))!.split("|")) {
-          const args = words.map((w) => (w.includes("|") ? alternative : w === "FILE" ? key : w === "AGENT_ID" ? "reader-agent" : /_URL$|^URL$/.test(w) ? nowhere : w));
+          const args = words.map((w) =>
+            w.includes("|")
+              ? alternative
+              : w === "FILE"
+                ? key
+                : w === "AGENT_ID"
+                  ? "reader-agent"
+                  : /_URL$|^URL$/.test(w)
+                    ? nowhere
+                    : w,
+          );
           const r = await ifp(args);
           expect(r.status, `${command} (${alternative}): ${r.stderr}`).toBe(1);
           expect(r.stderr, command).toMatch(/fetch failed|cannot reach|ECONNREFUSED/);
@@ -276,7 +425,12 @@ describe("documented commands", () => {
     let env: NodeJS.ProcessEnv;
     beforeAll(async () => {
       const home = tempDir("ifp-helm-home-");
-      env = { ...process.env, HELM_CACHE_HOME: join(home, "cache"), HELM_CONFIG_HOME: join(home, "config"), HELM_DATA_HOME: join(home, "data") };
+      env = {
+        ...process.env,
+        HELM_CACHE_HOME: join(home, "cache"),
+        HELM_CONFIG_HOME: join(home, "config"),
+        HELM_DATA_HOME: join(home, "data"),
+      };
       // A new cluster: the chart brings the CRDs. The controller manager makes the pods of the
       // operator's Deployment and NATS's StatefulSet (and NATS's claims); the test plays the
       // kubelet of the operator's pod and the Job controller of the chart's uninstall hook.
@@ -308,7 +462,8 @@ describe("documented commands", () => {
       ran.add(command);
       let line = command;
       for (const [placeholder, value] of Object.entries(opts.fill ?? {})) line = line.split(placeholder).join(value);
-      if (/<[^>]*>|…|\[/.test(line.replace(/\[\{"op".*\}\]/, ""))) throw new Error(`\`${line}\` still has a placeholder`);
+      if (/<[^>]*>|…|\[/.test(line.replace(/\[\{"op".*\}\]/, "")))
+        throw new Error(`\`${line}\` still has a placeholder`);
       // Words as the shell splits them: single quotes keep a word whole (and its braces unexpanded).
       const [program, ...args] = (line.match(/'[^']*'|\S+/g) ?? []).map((w) => w.replace(/^'(.*)'$/, "$1"));
       if (program !== "npm") args.push("--kubeconfig", opts.namespace ? kubeconfigIn(opts.namespace) : cp.kubeconfig);
@@ -328,14 +483,25 @@ describe("documented commands", () => {
         });
       });
     };
-    const finalizers = (ns: string) => (cp.json(["-n", ns, "get", "agents.ifp.dev,relays.ifp.dev"]).items as any[]).flatMap((o) => (o.metadata.finalizers ?? []).map((f: string) => `${o.kind}/${o.metadata.name} ${f}`));
+    const finalizers = (ns: string) =>
+      (cp.json(["-n", ns, "get", "agents.ifp.dev,relays.ifp.dev"]).items as any[]).flatMap((o) =>
+        (o.metadata.finalizers ?? []).map((f: string) => `${o.kind}/${o.metadata.name} ${f}`),
+      );
 
-    it("install, apply the examples, run the operator, look at them, uninstall and clean up as the docs say", { timeout: 420_000 }, async () => {
-      const operatorArgs = () => cp.json(["-n", SYSTEM, "get", "deployment", "ifp-ifp-operator"]).spec.template.spec.containers[0].args as string[];
+    it("install, apply the examples, run the operator, look at them, uninstall and clean up as the docs say", {
+      timeout: 420_000,
+    }, async () => {
+      const operatorArgs = () =>
+        cp.json(["-n", SYSTEM, "get", "deployment", "ifp-ifp-operator"]).spec.template.spec.containers[0]
+          .args as string[];
       // The three installs are alternatives: with a private registry's images, plain (the operator
       // watches its own namespace only), and for the examples; each but the last removed again.
-      await doc("helm install ifp charts/ifp-operator -n ifp-system --create-namespace --set image.repository=registry.example/ifp-operator --set image.tag=0.1.0 --set runtimeImage.repository=registry.example/ifp-runtime --set runtimeImage.tag=0.1.0");
-      expect(cp.json(["-n", SYSTEM, "get", "deployment", "ifp-ifp-operator"]).spec.template.spec.containers[0].image).toBe("registry.example/ifp-operator:0.1.0");
+      await doc(
+        "helm install ifp charts/ifp-operator -n ifp-system --create-namespace --set image.repository=registry.example/ifp-operator --set image.tag=0.1.0 --set runtimeImage.repository=registry.example/ifp-runtime --set runtimeImage.tag=0.1.0",
+      );
+      expect(
+        cp.json(["-n", SYSTEM, "get", "deployment", "ifp-ifp-operator"]).spec.template.spec.containers[0].image,
+      ).toBe("registry.example/ifp-operator:0.1.0");
       // Without the uninstall hook (nothing of the operator's holds a finalizer yet).
       await doc("helm uninstall ifp -n ifp-system --no-hooks");
       expect(cp.tryJson(["-n", SYSTEM, "get", "jobs"])?.items).toEqual([]);
@@ -346,13 +512,22 @@ describe("documented commands", () => {
       expect(hooks).toHaveLength(1);
       expect(cp.tryJson(["-n", SYSTEM, "get", "deployment", "ifp-ifp-operator"])).toBeUndefined();
       await doc("kubectl apply -f examples/namespaces.yaml");
-      await doc("helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace --set 'watchNamespaces={ifp-alice,ifp-bob,ifp-relay}'");
+      await doc(
+        "helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace --set 'watchNamespaces={ifp-alice,ifp-bob,ifp-relay}'",
+      );
       expect(operatorArgs()).toContain("--watch-namespaces=ifp-system,ifp-alice,ifp-bob,ifp-relay");
       // The operator runs, as its pod would: it sets finalizers and makes Secrets the docs name.
-      const operators = kubelet.runPodsOf(SYSTEM, "app.kubernetes.io/instance=ifp,app.kubernetes.io/component=operator", { extraArgs: ["--health-port=0", "--metrics-port=0"] });
+      const operators = kubelet.runPodsOf(
+        SYSTEM,
+        "app.kubernetes.io/instance=ifp,app.kubernetes.io/component=operator",
+        { extraArgs: ["--health-port=0", "--metrics-port=0"] },
+      );
       await doc("kubectl apply -f examples/");
       // An Agent with a generated signing key (the examples bring theirs).
-      cp.kubectl(["apply", "-f", "-"], "apiVersion: ifp.dev/v1alpha1\nkind: Agent\nmetadata: {name: carol, namespace: ifp-alice}\nspec: {agentId: https://carol.example}\n");
+      cp.kubectl(
+        ["apply", "-f", "-"],
+        "apiVersion: ifp.dev/v1alpha1\nkind: Agent\nmetadata: {name: carol, namespace: ifp-alice}\nspec: {agentId: https://carol.example}\n",
+      );
       await waitFor(
         "the operator's finalizers, the generated signing key, the install CA and the NATS account",
         () =>
@@ -367,21 +542,36 @@ describe("documented commands", () => {
       const listed = await doc("kubectl get agents.ifp.dev,relays.ifp.dev -A");
       for (const name of ["agent.ifp.dev/alice", "agent.ifp.dev/bob", "relay.ifp.dev/"]) expect(listed).toContain(name);
       await doc("helm upgrade ifp charts/ifp-operator -n ifp-system --reuse-values");
-      expect(spawnSync(toolPath("helm"), ["status", "ifp", "-n", SYSTEM, "--kubeconfig", cp.kubeconfig], { encoding: "utf8", env }).stdout).toMatch(/REVISION: 2/);
+      expect(
+        spawnSync(toolPath("helm"), ["status", "ifp", "-n", SYSTEM, "--kubeconfig", cp.kubeconfig], {
+          encoding: "utf8",
+          env,
+        }).stdout,
+      ).toMatch(/REVISION: 2/);
 
       // Looking at them, in the namespace of the example's Agent or across all.
-      for (const command of ["kubectl get agents", "kubectl get agents.ifp.dev", "kubectl get ifpagent"]) expect(await doc(command, { namespace: "ifp-alice" }), command).toMatch(/^alice\s/m);
+      for (const command of ["kubectl get agents", "kubectl get agents.ifp.dev", "kubectl get ifpagent"])
+        expect(await doc(command, { namespace: "ifp-alice" }), command).toMatch(/^alice\s/m);
       expect(await doc("kubectl get relays", { namespace: "ifp-relay" })).toMatch(/^relay\s/m);
       expect(await doc("kubectl get ifp", { namespace: "ifp-alice" })).toMatch(/^agent\.ifp\.dev\/alice\s/m);
       const all = await doc("kubectl get ifp -A");
-      for (const name of ["agent.ifp.dev/alice", "agent.ifp.dev/bob", "agent.ifp.dev/carol", "relay.ifp.dev/relay"]) expect(all).toContain(name);
+      for (const name of ["agent.ifp.dev/alice", "agent.ifp.dev/bob", "agent.ifp.dev/carol", "relay.ifp.dev/relay"])
+        expect(all).toContain(name);
       expect(await doc("kubectl explain agents.ifp.dev.spec")).toMatch(/agentId/);
-      expect(await doc("kubectl describe agents.ifp.dev/<name>", { fill: { "<name>": "alice" }, namespace: "ifp-alice" })).toMatch(/^Name:\s+alice$/m);
+      expect(
+        await doc("kubectl describe agents.ifp.dev/<name>", { fill: { "<name>": "alice" }, namespace: "ifp-alice" }),
+      ).toMatch(/^Name:\s+alice$/m);
       await doc("kubectl scale agents.ifp.dev/alice --replicas=2", { namespace: "ifp-alice" });
       expect(cp.json(["-n", "ifp-alice", "get", "agents.ifp.dev", "alice"]).spec.replicas).toBe(2);
-      await doc("kubectl scale agents.ifp.dev/<name> --replicas=3", { fill: { "<name>": "alice" }, namespace: "ifp-alice" });
+      await doc("kubectl scale agents.ifp.dev/<name> --replicas=3", {
+        fill: { "<name>": "alice" },
+        namespace: "ifp-alice",
+      });
       expect(cp.json(["-n", "ifp-alice", "get", "agents.ifp.dev", "alice"]).spec.replicas).toBe(3);
-      const rights = await doc("kubectl auth can-i --list --as=system:serviceaccount:ifp-system:ifp-ifp-operator -n <namespace>", { fill: { "<namespace>": "ifp-alice" } });
+      const rights = await doc(
+        "kubectl auth can-i --list --as=system:serviceaccount:ifp-system:ifp-ifp-operator -n <namespace>",
+        { fill: { "<namespace>": "ifp-alice" } },
+      );
       expect(rights).toMatch(/^agents\.ifp\.dev\s.*\bupdate\b/m);
 
       // Uninstalled with the operator running: its pod stops, releasing every finalizer while
@@ -395,18 +585,39 @@ describe("documented commands", () => {
       expect(cp.json(["get", "crd", "agents.ifp.dev"]).metadata.name).toBe("agents.ifp.dev");
 
       // An Agent stuck Terminating with its operator gone (say it was killed): the finalizer by hand.
-      cp.kubectl(["-n", "ifp-alice", "patch", "agents.ifp.dev", "alice", "--type=merge", "-p", '{"metadata":{"finalizers":["ifp.dev/jetstream"]}}']);
+      cp.kubectl([
+        "-n",
+        "ifp-alice",
+        "patch",
+        "agents.ifp.dev",
+        "alice",
+        "--type=merge",
+        "-p",
+        '{"metadata":{"finalizers":["ifp.dev/jetstream"]}}',
+      ]);
       cp.kubectl(["-n", "ifp-alice", "delete", "agents.ifp.dev", "alice", "--wait=false"]);
       expect(cp.json(["-n", "ifp-alice", "get", "agents.ifp.dev", "alice"]).metadata.deletionTimestamp).toBeTruthy();
-      await doc("kubectl patch agents.ifp.dev <name> -n <ns> --type=json -p '[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]'", { fill: { "<name>": "alice", "<ns>": "ifp-alice" } });
-      await waitFor("the Agent to be gone", () => cp.tryJson(["-n", "ifp-alice", "get", "agents.ifp.dev", "alice"]) === undefined, 20_000, 200);
+      await doc(
+        'kubectl patch agents.ifp.dev <name> -n <ns> --type=json -p \'[{"op":"remove","path":"/metadata/finalizers"}]\'',
+        { fill: { "<name>": "alice", "<ns>": "ifp-alice" } },
+      );
+      await waitFor(
+        "the Agent to be gone",
+        () => cp.tryJson(["-n", "ifp-alice", "get", "agents.ifp.dev", "alice"]) === undefined,
+        20_000,
+        200,
+      );
 
       // What the release leaves, removed as the docs say.
       await doc("kubectl delete agents.ifp.dev,relays.ifp.dev --all -A");
       expect(cp.json(["get", "agents.ifp.dev,relays.ifp.dev", "-A"]).items).toEqual([]);
       await doc("kubectl -n <ns> delete secret <agent>-signing", { fill: { "<ns>": "ifp-alice", "<agent>": "carol" } });
-      await doc("kubectl -n ifp-system delete secret ifp-ifp-operator-ca ifp-ifp-operator-nats-account ifp-ifp-operator-nats-tls");
-      const claims = () => cp.json(["-n", SYSTEM, "get", "pvc", "-l", "app.kubernetes.io/instance=ifp,app.kubernetes.io/component=nats"]).items as any[];
+      await doc(
+        "kubectl -n ifp-system delete secret ifp-ifp-operator-ca ifp-ifp-operator-nats-account ifp-ifp-operator-nats-tls",
+      );
+      const claims = () =>
+        cp.json(["-n", SYSTEM, "get", "pvc", "-l", "app.kubernetes.io/instance=ifp,app.kubernetes.io/component=nats"])
+          .items as any[];
       expect(claims().length).toBeGreaterThan(0);
       await doc("kubectl -n ifp-system delete pvc -l app.kubernetes.io/instance=ifp,app.kubernetes.io/component=nats");
       expect(claims()).toEqual([]);
@@ -417,19 +628,37 @@ describe("documented commands", () => {
       const keys = generateKeys();
       const seedFile = join(tempDir("ifp-docs-nats-"), "signing.seed");
       writeFileSync(seedFile, keys.signing);
-      await doc("kubectl -n ifp-system create secret generic ifp-nats-account --from-literal=account.pub=<A… account key> --from-file=account-signing.seed=<the signing key's seed file>", {
-        fill: { "<A… account key>": CredentialIssuer.fromKeys(keys).accountKey, "<the signing key's seed file>": seedFile },
-      });
+      await doc(
+        "kubectl -n ifp-system create secret generic ifp-nats-account --from-literal=account.pub=<A… account key> --from-file=account-signing.seed=<the signing key's seed file>",
+        {
+          fill: {
+            "<A… account key>": CredentialIssuer.fromKeys(keys).accountKey,
+            "<the signing key's seed file>": seedFile,
+          },
+        },
+      );
       const kc = new KubeConfig();
       kc.loadFromFile(cp.kubeconfig);
-      const issuer = await loadNatsIssuer(new Kube(kc, pino({ level: "silent" })), SYSTEM, "ifp-nats-account", pino({ level: "silent" }));
+      const issuer = await loadNatsIssuer(
+        new Kube(kc, pino({ level: "silent" })),
+        SYSTEM,
+        "ifp-nats-account",
+        pino({ level: "silent" }),
+      );
       expect(issuer.accountKey).toBe(CredentialIssuer.fromKeys(keys).accountKey);
 
       // The tool cache, for one tool.
-      expect(await doc("npm run tools [-- NAME…]", { fill: { "[-- NAME…]": "-- helm" } })).toMatch(/^helm=\/.*\/helm$/m);
+      expect(await doc("npm run tools [-- NAME…]", { fill: { "[-- NAME…]": "-- helm" } })).toMatch(
+        /^helm=\/.*\/helm$/m,
+      );
 
-      const here = Object.entries(CHECKS).filter(([, c]) => "here" in c).map(([command]) => command);
-      expect(here.filter((c) => !ran.has(c)), "checked here but not run").toEqual([]);
+      const here = Object.entries(CHECKS)
+        .filter(([, c]) => "here" in c)
+        .map(([command]) => command);
+      expect(
+        here.filter((c) => !ran.has(c)),
+        "checked here but not run",
+      ).toEqual([]);
     });
   });
 });

@@ -23,11 +23,15 @@ describe("examples/", () => {
 
   it("trust exactly the public halves of the demo signing keys", () => {
     const publicOf = Object.fromEntries(
-      docs.filter((d) => d.doc.kind === "Secret").map((d) => [d.doc.metadata.name, rawPublicKey(privateKeyFromPem(d.doc.stringData["signing.key"]))]),
+      docs
+        .filter((d) => d.doc.kind === "Secret")
+        .map((d) => [d.doc.metadata.name, rawPublicKey(privateKeyFromPem(d.doc.stringData["signing.key"]))]),
     );
     const agents = docs.filter((d) => d.doc.kind === "Agent").map((d) => Agent.parse(d.doc));
     const keyOf = Object.fromEntries(agents.map((a) => [a.spec.agentId, publicOf[a.spec.signing.secretName!]]));
-    for (const a of agents) for (const p of a.spec.peers) expect(p.keys[0]!.publicKey, `${a.spec.agentId} trusts ${p.agentId}`).toBe(keyOf[p.agentId]);
+    for (const a of agents)
+      for (const p of a.spec.peers)
+        expect(p.keys[0]!.publicKey, `${a.spec.agentId} trusts ${p.agentId}`).toBe(keyOf[p.agentId]);
     const relay = Relay.parse(docs.find((d) => d.doc.kind === "Relay")!.doc);
     for (const a of relay.spec.agents) expect(a.keys[0]!.publicKey).toBe(keyOf[a.agentId]);
   });
@@ -42,12 +46,16 @@ describe("examples/", () => {
       expect(creator.file <= file, `${file} comes after ${creator.file}`).toBe(true);
     }
     const serviceUrl = (kind: string, agentOrName: string) => {
-      const d = docs.find((x) => x.doc.kind === kind && (x.doc.spec?.agentId === agentOrName || x.doc.metadata.name === agentOrName))!.doc;
+      const d = docs.find(
+        (x) => x.doc.kind === kind && (x.doc.spec?.agentId === agentOrName || x.doc.metadata.name === agentOrName),
+      )!.doc;
       return `https://${d.metadata.name}.${d.metadata.namespace}.svc`;
     };
     const agents = docs.filter((d) => d.doc.kind === "Agent").map((d) => d.doc);
     expect(new Set(agents.map((a) => a.metadata.namespace)).size).toBe(agents.length);
-    for (const a of agents) for (const p of a.spec.peers) expect(p.url, `${a.spec.agentId}'s peer ${p.agentId}`).toBe(serviceUrl("Agent", p.agentId));
+    for (const a of agents)
+      for (const p of a.spec.peers)
+        expect(p.url, `${a.spec.agentId}'s peer ${p.agentId}`).toBe(serviceUrl("Agent", p.agentId));
     const relay = docs.find((d) => d.doc.kind === "Relay")!.doc;
     expect(relay.spec.url).toBe(serviceUrl("Relay", relay.metadata.name));
     for (const a of agents) for (const u of a.spec.relay?.urls ?? []) expect(u).toBe(relay.spec.url);

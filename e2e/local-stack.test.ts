@@ -18,7 +18,9 @@ const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
  * the example applications' lines show the message arriving at alice and alice's reply arriving
  * at bob, and the greeting alice's application sends at start answered by bob's.
  */
-it("npm start brings up the local stack, its printed command sends a signed message, and the message and the reply are seen arriving", { timeout: 200_000 }, async () => {
+it("npm start brings up the local stack, its printed command sends a signed message, and the message and the reply are seen arriving", {
+  timeout: 200_000,
+}, async () => {
   const dir = tempDir("ifp-stack-");
   let stack: ManagedProcess | undefined;
   let base = 0;
@@ -27,31 +29,90 @@ it("npm start brings up the local stack, its printed command sends a signed mess
     // The stack's ports are fixed by its environment; should one be taken, start again elsewhere.
     for (let attempt = 1; !command; attempt++) {
       base = basePort();
-      stack = spawnProcess("npm start", "npm", ["start", "--silent"], { env: { ...process.env, IFP_STACK_DIR: `${dir}/${attempt}`, IFP_STACK_PORT: String(base) }, group: true });
+      stack = spawnProcess("npm start", "npm", ["start", "--silent"], {
+        env: { ...process.env, IFP_STACK_DIR: `${dir}/${attempt}`, IFP_STACK_PORT: String(base) },
+        group: true,
+      });
       const s = stack;
-      command = await waitFor("the ready-to-paste command", () => /Send alice a signed message from bob:\n\s+(npx ifp send .*)\n/.exec(s.log())?.[1] ?? (s.exit ? "" : undefined), 120_000, 250);
+      command = await waitFor(
+        "the ready-to-paste command",
+        () =>
+          /Send alice a signed message from bob:\n\s+(npx ifp send .*)\n/.exec(s.log())?.[1] ??
+          (s.exit ? "" : undefined),
+        120_000,
+        250,
+      );
       if (!command) {
-        if (!/EADDRINUSE/.test(s.log()) || attempt >= 3) throw new Error(`npm start ended before it was ready:\n${s.log()}`);
+        if (!/EADDRINUSE/.test(s.log()) || attempt >= 3)
+          throw new Error(`npm start ended before it was ready:\n${s.log()}`);
         await s.stop();
       }
     }
     expect(stack!.log()).toContain(`alice     https://localhost:${base}/.well-known/agent/capabilities`);
     const result = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
-      execFile("sh", ["-c", command!], { encoding: "utf8", timeout: 45_000 }, (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr })),
+      execFile("sh", ["-c", command!], { encoding: "utf8", timeout: 45_000 }, (err, stdout, stderr) =>
+        resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      ),
     );
     expect(result.stdout, result.stderr).toMatch(/^202 \{"status":"accepted"/);
     expect(result.code).toBe(0);
     const sent = JSON.parse(result.stdout.slice(4)).message_id as string;
     const s = stack!;
     // alice's application logs the message as it arrives and replies in its thread …
-    const arrived = await waitFor("alice's application to log the message", () => new RegExp(`^alice \\| received context ${escapeRe(sent)} from bob-agent thread (\\S+): "Hello from Bob's agent"$`, "m").exec(s.log())?.[1], 30_000, 250);
-    const reply = await waitFor("alice's application to reply", () => new RegExp(`^alice \\| replied (msg:\\S+) to bob-agent thread ${escapeRe(arrived)}: `, "m").exec(s.log())?.[1], 30_000, 250);
+    const arrived = await waitFor(
+      "alice's application to log the message",
+      () =>
+        new RegExp(
+          `^alice \\| received context ${escapeRe(sent)} from bob-agent thread (\\S+): "Hello from Bob's agent"$`,
+          "m",
+        ).exec(s.log())?.[1],
+      30_000,
+      250,
+    );
+    const reply = await waitFor(
+      "alice's application to reply",
+      () =>
+        new RegExp(`^alice \\| replied (msg:\\S+) to bob-agent thread ${escapeRe(arrived)}: `, "m").exec(s.log())?.[1],
+      30_000,
+      250,
+    );
     // … and bob's application logs the reply as it arrives, and does not answer it.
-    await waitFor("bob's application to log the reply", () => new RegExp(`^bob   \\| received context ${escapeRe(reply)} from alice-agent thread ${escapeRe(arrived)} in reply to ${escapeRe(sent)}: "Got your context message: “Hello from Bob's agent”"$`, "m").test(s.log()), 30_000, 250);
-    await waitFor("bob's application to leave the reply unanswered", () => s.log().includes(`bob   | no reply to ${reply}: it is an automatic reply`), 30_000, 250);
+    await waitFor(
+      "bob's application to log the reply",
+      () =>
+        new RegExp(
+          `^bob   \\| received context ${escapeRe(reply)} from alice-agent thread ${escapeRe(arrived)} in reply to ${escapeRe(sent)}: "Got your context message: “Hello from Bob's agent”"$`,
+          "m",
+        ).test(s.log()),
+      30_000,
+      250,
+    );
+    await waitFor(
+      "bob's application to leave the reply unanswered",
+      () => s.log().includes(`bob   | no reply to ${reply}: it is an automatic reply`),
+      30_000,
+      250,
+    );
     // The greeting of alice's application at start (IFP_APP_GREET in the example), answered by bob's.
-    const greeting = await waitFor("bob's application to log alice's greeting", () => /^bob {3}\| received greeting (msg:\S+) from alice-agent thread \S+: "Hello Bob, this is Alice's agent"$/m.exec(s.log())?.[1], 30_000, 250);
-    await waitFor("the answer to the greeting at alice", () => new RegExp(`^alice \\| received greeting \\S+ from bob-agent thread \\S+ in reply to ${escapeRe(greeting)}: `, "m").test(s.log()), 30_000, 250);
+    const greeting = await waitFor(
+      "bob's application to log alice's greeting",
+      () =>
+        /^bob {3}\| received greeting (msg:\S+) from alice-agent thread \S+: "Hello Bob, this is Alice's agent"$/m.exec(
+          s.log(),
+        )?.[1],
+      30_000,
+      250,
+    );
+    await waitFor(
+      "the answer to the greeting at alice",
+      () =>
+        new RegExp(
+          `^alice \\| received greeting \\S+ from bob-agent thread \\S+ in reply to ${escapeRe(greeting)}: `,
+          "m",
+        ).test(s.log()),
+      30_000,
+      250,
+    );
   } finally {
     // Ctrl-C, as a person would; bounded, and it cannot replace the test's own error.
     await stack?.stop({ signal: "SIGINT", graceMs: 20_000 });

@@ -38,8 +38,14 @@ type Obj = Record<string, any>;
 /** Run a program without blocking the event loop; rejects with its output on failure. */
 function run(cmd: string, args: string[], timeoutMs: number, env?: NodeJS.ProcessEnv): Promise<string> {
   return new Promise((resolve, reject) =>
-    execFile(cmd, args, { timeout: timeoutMs, maxBuffer: 64 * 1024 * 1024, env: env ?? process.env }, (err, stdout, stderr) =>
-      err ? reject(new Error(`${cmd} ${args.join(" ")} failed (${err.code ?? err.signal}): ${stderr || stdout}`)) : resolve(stdout),
+    execFile(
+      cmd,
+      args,
+      { timeout: timeoutMs, maxBuffer: 64 * 1024 * 1024, env: env ?? process.env },
+      (err, stdout, stderr) =>
+        err
+          ? reject(new Error(`${cmd} ${args.join(" ")} failed (${err.code ?? err.signal}): ${stderr || stdout}`))
+          : resolve(stdout),
     ),
   );
 }
@@ -50,7 +56,9 @@ function exampleDocs(): { file: string; doc: Obj; namespace: string }[] {
   return readdirSync(dir)
     .filter((f) => f.endsWith(".yaml"))
     .sort()
-    .flatMap((file) => parseAllDocuments(readFileSync(new URL(file, dir), "utf8")).map((d) => ({ file, doc: d.toJSON() as Obj })))
+    .flatMap((file) =>
+      parseAllDocuments(readFileSync(new URL(file, dir), "utf8")).map((d) => ({ file, doc: d.toJSON() as Obj })),
+    )
     .filter(({ doc }) => doc?.kind)
     .map((d) => ({ ...d, namespace: d.doc.kind === "Namespace" ? "" : (d.doc.metadata?.namespace ?? EXAMPLES_NS) }));
 }
@@ -71,7 +79,11 @@ const OWN_NAMESPACES = { ownCA: "ifp-own-ca", relayed: "ifp-relayed" } as const;
 /** An Ed25519 signing key of the user's own: the PEM of its Secret and its public key for peers. */
 function signingKey(name: string): { name: string; pem: string; publicKey: string } {
   const { privateKey, publicKey } = generateKeyPairSync("ed25519");
-  return { name, pem: privateKey.export({ type: "pkcs8", format: "pem" }).toString(), publicKey: publicKey.export({ format: "jwk" }).x! };
+  return {
+    name,
+    pem: privateKey.export({ type: "pkcs8", format: "pem" }).toString(),
+    publicKey: publicKey.export({ format: "jwk" }).x!,
+  };
 }
 
 /** The Secret a user makes for an Agent's signing key, labelled for that Agent. */
@@ -83,9 +95,13 @@ const signingSecret = (k: { name: string; pem: string }, namespace: string): Obj
 });
 
 /** The example application as a sidecar (the handler on the pod's loopback), with its settings. */
-const withApp = (env: Obj[]) => ({ handler: { url: "http://127.0.0.1:8080" }, deployment: { sidecars: [{ ...exampleApp(), env }] } });
+const withApp = (env: Obj[]) => ({
+  handler: { url: "http://127.0.0.1:8080" },
+  deployment: { sidecars: [{ ...exampleApp(), env }] },
+});
 
-const readyCondition = (o: Obj | undefined) => o?.status?.conditions?.find((c: Obj) => c.type === "Ready")?.status === "True";
+const readyCondition = (o: Obj | undefined) =>
+  o?.status?.conditions?.find((c: Obj) => c.type === "Ready")?.status === "True";
 const podReady = (p: Obj) => p.status?.phase === "Running" && readyCondition(p);
 
 describe.skipIf(unsupported !== undefined)("the chart and the examples on a real node", () => {
@@ -97,7 +113,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
   let failed = false;
   const started = Date.now();
   const timings: Record<string, number> = {};
-  const timed = async <T,>(what: string, fn: () => Promise<T> | T): Promise<T> => {
+  const timed = async <T>(what: string, fn: () => Promise<T> | T): Promise<T> => {
     const t = Date.now();
     try {
       return await fn();
@@ -105,14 +121,19 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       timings[what] = Math.round((Date.now() - t) / 100) / 10;
     }
   };
-  const helm = (args: string[], timeoutMs: number) => run(toolPath("helm"), [...args, "--kubeconfig", cp.kubeconfig], timeoutMs, helmEnv);
+  const helm = (args: string[], timeoutMs: number) =>
+    run(toolPath("helm"), [...args, "--kubeconfig", cp.kubeconfig], timeoutMs, helmEnv);
   /** The chart's values a user sets to run images of their own registry: repository, tag, pull policy. */
   const imageValues = () => {
     const set = (key: string, img: BuiltImage) => {
       const [repository, tag] = img.ref.split(/:(?=[^:]+$)/) as [string, string];
       return [`${key}.repository=${repository}`, `${key}.tag=${tag}`, `${key}.pullPolicy=Never`];
     };
-    return [...set("image", images.operator), ...set("runtimeImage", images.runtime), ...set("nats.image", images.nats)].flatMap((s) => ["--set", s]);
+    return [
+      ...set("image", images.operator),
+      ...set("runtimeImage", images.runtime),
+      ...set("nats.image", images.nats),
+    ].flatMap((s) => ["--set", s]);
   };
   /**
    * An example as a user applies it on a cluster without access to the public registry: each
@@ -120,8 +141,14 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
    * names the image imported into the node instead, pulled Never. Nothing else changes.
    */
   const withLocalImages = (doc: Obj): Obj =>
-    JSON.parse(JSON.stringify(doc), (key, value) => {
-      if (value && typeof value === "object" && !Array.isArray(value) && typeof value.image === "string" && typeof value.name === "string") {
+    JSON.parse(JSON.stringify(doc), (_key, value) => {
+      if (
+        value &&
+        typeof value === "object" &&
+        !Array.isArray(value) &&
+        typeof value.image === "string" &&
+        typeof value.name === "string"
+      ) {
         const name = /([^/:@]+)(?:[:@][^/]*)?$/.exec(value.image)?.[1];
         const local = Object.values(images).find((img) => img.ref.split("/").pop()!.split(":")[0] === name);
         if (local) return { ...value, image: local.ref, imagePullPolicy: "Never" };
@@ -144,12 +171,13 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
   };
   // The failure is said again after the diagnosis: a report that keeps only the tail of a long
   // output still shows what went wrong.
-  const withDiagnosis = <T,>(p: Promise<T>) =>
+  const withDiagnosis = <T>(p: Promise<T>) =>
     p.catch((err) => {
       const message = (err as Error).message;
       throw new Error(`${message}\n${diagnose()}\n--- the failure, again:\n${message}`);
     });
-  const pods = (ns: string, selector?: string): Obj[] => cp.json(["-n", ns, "get", "pods", ...(selector ? ["-l", selector] : [])]).items;
+  const pods = (ns: string, selector?: string): Obj[] =>
+    cp.json(["-n", ns, "get", "pods", ...(selector ? ["-l", selector] : [])]).items;
 
   beforeAll(async () => {
     // The images (cached by their inputs' hash), the node's network and containerd, then the
@@ -162,18 +190,43 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       [cp] = await timed("control plane and image imports", () =>
         Promise.all([
           startControlPlane({ address: node.hostIP, serviceAccounts: true }),
-          ...Object.entries(images).filter(([kind]) => kind !== "pause").map(([, img]) => node.importImage(img)),
+          ...Object.entries(images)
+            .filter(([kind]) => kind !== "pause")
+            .map(([, img]) => node.importImage(img)),
         ]),
       );
       await timed("join", () => node.join(cp));
       // helm's configuration and cache in the control plane's directory, not the user's.
-      helmEnv = { ...process.env, HELM_CONFIG_HOME: `${cp.dir}/helm/config`, HELM_CACHE_HOME: `${cp.dir}/helm/cache`, HELM_DATA_HOME: `${cp.dir}/helm/data` };
+      helmEnv = {
+        ...process.env,
+        HELM_CONFIG_HOME: `${cp.dir}/helm/config`,
+        HELM_CACHE_HOME: `${cp.dir}/helm/cache`,
+        HELM_DATA_HOME: `${cp.dir}/helm/data`,
+      };
       // The examples' namespaces first: the operator watches them (and its own) as the README installs it.
       cp.kubectl(["apply", "-f", EXAMPLES_NAMESPACES_FILE]);
       for (const ns of Object.values(OWN_NAMESPACES)) cp.kubectl(["create", "namespace", ns]);
       const watched = `watchNamespaces={${[...exampleNamespaces(), ...Object.values(OWN_NAMESPACES)].join(",")}}`;
       await timed("helm install", () =>
-        withDiagnosis(helm(["install", RELEASE, CHART, "-n", SYSTEM, "--create-namespace", "--set", watched, ...imageValues(), "--wait", "--timeout", "6m"], 7 * 60_000)),
+        withDiagnosis(
+          helm(
+            [
+              "install",
+              RELEASE,
+              CHART,
+              "-n",
+              SYSTEM,
+              "--create-namespace",
+              "--set",
+              watched,
+              ...imageValues(),
+              "--wait",
+              "--timeout",
+              "6m",
+            ],
+            7 * 60_000,
+          ),
+        ),
       );
     } catch (err) {
       failed = true;
@@ -197,7 +250,14 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
   it("installs the chart: the operator runs from its image and reaches the API server in-cluster; NATS runs on a claimed volume", async () => {
     failing();
     // The `kubernetes` Service leads to the API server at the node's address, through kube-proxy.
-    const slices = cp.json(["-n", "default", "get", "endpointslices", "-l", "kubernetes.io/service-name=kubernetes"]).items;
+    const slices = cp.json([
+      "-n",
+      "default",
+      "get",
+      "endpointslices",
+      "-l",
+      "kubernetes.io/service-name=kubernetes",
+    ]).items;
     expect(slices.flatMap((s: Obj) => s.endpoints.flatMap((e: Obj) => e.addresses))).toEqual([node.hostIP]);
     expect(cp.json(["-n", "default", "get", "service", "kubernetes"]).spec.clusterIP).toBe(KUBERNETES_SERVICE_IP);
 
@@ -209,7 +269,9 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     // In-cluster: the service account's token, no kubeconfig; the chart's args only.
     const container = operator!.spec.containers[0];
     expect(container.args.some((a: string) => a.startsWith("--kubeconfig"))).toBe(false);
-    expect(operator!.spec.volumes.some((v: Obj) => v.projected?.sources?.some((s: Obj) => s.serviceAccountToken))).toBe(true);
+    expect(operator!.spec.volumes.some((v: Obj) => v.projected?.sources?.some((s: Obj) => s.serviceAccountToken))).toBe(
+      true,
+    );
 
     const [nats] = pods(SYSTEM, "app.kubernetes.io/component=nats");
     expect(podReady(nats!), diagnose()).toBe(true);
@@ -228,10 +290,13 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     failing();
     const docs = exampleDocs();
     for (const ns of new Set(docs.map((d) => d.namespace).filter(Boolean))) {
-      if (!docs.some((d) => d.doc.kind === "Namespace" && d.doc.metadata.name === ns)) cp.kubectl(["create", "namespace", ns]);
+      if (!docs.some((d) => d.doc.kind === "Namespace" && d.doc.metadata.name === ns))
+        cp.kubectl(["create", "namespace", ns]);
     }
     // Namespaces first, then the rest, as `kubectl apply -f examples/` would order them.
-    for (const { doc, namespace } of [...docs].sort((a, b) => Number(b.doc.kind === "Namespace") - Number(a.doc.kind === "Namespace"))) {
+    for (const { doc, namespace } of [...docs].sort(
+      (a, b) => Number(b.doc.kind === "Namespace") - Number(a.doc.kind === "Namespace"),
+    )) {
       cp.kubectl(["apply", ...(namespace ? ["-n", namespace] : []), "-f", "-"], JSON.stringify(withLocalImages(doc)));
     }
     const resources = docs.filter((d) => d.doc.kind === "Agent" || d.doc.kind === "Relay");
@@ -239,7 +304,10 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     await withDiagnosis(
       waitFor(
         `${resources.map((r) => `${r.doc.kind} ${r.namespace}/${r.doc.metadata.name}`).join(", ")} Ready`,
-        () => resources.every((r) => readyCondition(cp.tryJson(["-n", r.namespace, "get", r.doc.kind.toLowerCase(), r.doc.metadata.name]))),
+        () =>
+          resources.every((r) =>
+            readyCondition(cp.tryJson(["-n", r.namespace, "get", r.doc.kind.toLowerCase(), r.doc.metadata.name])),
+          ),
         300_000,
         2000,
       ),
@@ -253,7 +321,14 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
 
   it("runs every container of the operator, NATS and the runtimes as non-root with a read-only root filesystem", async () => {
     failing();
-    const namespaces = [SYSTEM, ...new Set(exampleDocs().map((d) => d.namespace).filter(Boolean))];
+    const namespaces = [
+      SYSTEM,
+      ...new Set(
+        exampleDocs()
+          .map((d) => d.namespace)
+          .filter(Boolean),
+      ),
+    ];
     const checked: string[] = [];
     for (const ns of namespaces) {
       for (const p of pods(ns).filter((x) => x.status?.phase === "Running")) {
@@ -281,10 +356,28 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     const docs = exampleDocs();
     const agents = docs.filter((d) => d.doc.kind === "Agent");
     // Two agents that know each other as peers, in different namespaces.
-    const pair = agents.flatMap((a) => agents.filter((b) => b !== a && a.doc.spec.peers?.some((p: Obj) => p.agentId === b.doc.spec.agentId) && b.doc.spec.peers?.some((p: Obj) => p.agentId === a.doc.spec.agentId)).map((b) => [a, b] as const))[0];
+    const pair = agents.flatMap((a) =>
+      agents
+        .filter(
+          (b) =>
+            b !== a &&
+            a.doc.spec.peers?.some((p: Obj) => p.agentId === b.doc.spec.agentId) &&
+            b.doc.spec.peers?.some((p: Obj) => p.agentId === a.doc.spec.agentId),
+        )
+        .map((b) => [a, b] as const),
+    )[0];
     expect(pair, "two example Agents that are each other's peers").toBeDefined();
     // a: the agent whose application greets the other at start (IFP_APP_GREET).
-    const greets = (x: Obj) => (x.doc.spec.deployment?.sidecars ?? []).some((c: Obj) => (c.env ?? []).some((e: Obj) => e.name === "IFP_APP_GREET" && String(e.value).split(",").includes(pair![x === pair![0] ? 1 : 0].doc.spec.agentId)));
+    const greets = (x: Obj) =>
+      (x.doc.spec.deployment?.sidecars ?? []).some((c: Obj) =>
+        (c.env ?? []).some(
+          (e: Obj) =>
+            e.name === "IFP_APP_GREET" &&
+            String(e.value)
+              .split(",")
+              .includes(pair![x === pair![0] ? 1 : 0].doc.spec.agentId),
+        ),
+      );
     const [a, b] = greets(pair![0]) ? pair! : [pair![1], pair![0]];
     expect(greets(a), "an example application greets its agent's peer").toBe(true);
     expect(a.namespace, "the two agents live in different namespaces").not.toBe(b.namespace);
@@ -297,58 +390,125 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     // Through the relay: an agent that reads its mailbox there (spec.relay.urls), and another
     // agent the relay serves, which publishes to it with its signing key.
     const reader = agents.find((x) => x.doc.spec.relay?.urls?.includes(relayDoc.doc.spec.url))!;
-    const publisher = agents.find((x) => x !== reader && relayDoc.doc.spec.agents.some((g: Obj) => g.agentId === x.doc.spec.agentId) && x.doc.spec.signing?.secretName)!;
+    const publisher = agents.find(
+      (x) =>
+        x !== reader &&
+        relayDoc.doc.spec.agents.some((g: Obj) => g.agentId === x.doc.spec.agentId) &&
+        x.doc.spec.signing?.secretName,
+    )!;
     expect(reader, "an example Agent reading its mailbox on the example Relay").toBeDefined();
     expect(publisher, "an example Agent the example Relay serves, with a signing Secret").toBeDefined();
     const servedByRelay = relayDoc.doc.spec.agents.find((g: Obj) => g.agentId === publisher.doc.spec.agentId);
-    const publisherKeyId = { agentId: publisher.doc.spec.agentId as string, keyId: servedByRelay.keys[0].keyId as string };
+    const publisherKeyId = {
+      agentId: publisher.doc.spec.agentId as string,
+      keyId: servedByRelay.keys[0].keyId as string,
+    };
 
     const tag = randomUUID().slice(0, 8);
-    const texts = { api: `from an application in another pod, through ${served!.doc.spec.agentId}'s local API Service (${tag})`, relay: `via the relay to ${reader.doc.spec.agentId} (${tag})` };
+    const texts = {
+      api: `from an application in another pod, through ${served!.doc.spec.agentId}'s local API Service (${tag})`,
+      relay: `via the relay to ${reader.doc.spec.agentId} (${tag})`,
+    };
     const senders = [
-      localApiSender(`send-${tag}`, served!.namespace, served!.doc.metadata.name, served!.doc.spec.localApi.service.port ?? 9443, images.runtime.ref, { to: other.doc.spec.agentId, phase: "greeting", text: texts.api }),
-      relayPublisher(`relay-${tag}`, publisher.namespace, publisher.doc.metadata.name, publisher.doc.spec.signing.secretName, publisherKeyId, relayDoc.doc.spec.url, images.runtime.ref, { to: reader.doc.spec.agentId, text: texts.relay }),
+      localApiSender(
+        `send-${tag}`,
+        served!.namespace,
+        served!.doc.metadata.name,
+        served!.doc.spec.localApi.service.port ?? 9443,
+        images.runtime.ref,
+        { to: other.doc.spec.agentId, phase: "greeting", text: texts.api },
+      ),
+      relayPublisher(
+        `relay-${tag}`,
+        publisher.namespace,
+        publisher.doc.metadata.name,
+        publisher.doc.spec.signing.secretName,
+        publisherKeyId,
+        relayDoc.doc.spec.url,
+        images.runtime.ref,
+        { to: reader.doc.spec.agentId, text: texts.relay },
+      ),
     ];
     for (const s of senders) cp.kubectl(["apply", "-f", "-"], JSON.stringify(s));
     const results = await withDiagnosis(
       Promise.all(
         senders.map((s) =>
-          waitFor(`pod ${s.metadata.namespace}/${s.metadata.name} to finish`, () => {
-            const p = cp.tryJson(["-n", s.metadata.namespace, "get", "pod", s.metadata.name]);
-            return ["Succeeded", "Failed"].includes(p?.status?.phase) ? p : undefined;
-          }, 300_000, 2000),
+          waitFor(
+            `pod ${s.metadata.namespace}/${s.metadata.name} to finish`,
+            () => {
+              const p = cp.tryJson(["-n", s.metadata.namespace, "get", "pod", s.metadata.name]);
+              return ["Succeeded", "Failed"].includes(p?.status?.phase) ? p : undefined;
+            },
+            300_000,
+            2000,
+          ),
         ),
       ),
     );
     const ids: string[] = [];
     for (const p of results) {
       const message = p.status.containerStatuses[0].state.terminated?.message ?? "";
-      expect(p.status.phase, `${p.metadata.name}: ${message}\n${cp.kubectl(["-n", p.metadata.namespace, "logs", p.metadata.name]).slice(-2000)}`).toBe("Succeeded");
+      expect(
+        p.status.phase,
+        `${p.metadata.name}: ${message}\n${cp.kubectl(["-n", p.metadata.namespace, "logs", p.metadata.name]).slice(-2000)}`,
+      ).toBe("Succeeded");
       ids.push(JSON.parse(message).message_id);
     }
 
     // The receiving side: what each recipient's application (the sidecar) logged, read through
     // the API server. The greeting of a's application and b's application's answer are the
     // exchange both ways; the others carry the test's text.
-    const greeting = a.doc.spec.deployment.sidecars.flatMap((c: Obj) => c.env ?? []).find((e: Obj) => e.name === "IFP_APP_GREET_TEXT")?.value as string;
+    const greeting = a.doc.spec.deployment.sidecars
+      .flatMap((c: Obj) => c.env ?? [])
+      .find((e: Obj) => e.name === "IFP_APP_GREET_TEXT")?.value as string;
     const expected = [
-      { to: b, what: `the greeting of ${a.doc.spec.agentId}'s application`, line: (l: string) => l.includes(`received greeting`) && l.includes(`from ${a.doc.spec.agentId}`) && l.includes(greeting) },
-      { to: a, what: `${b.doc.spec.agentId}'s answer`, line: (l: string) => l.includes(`from ${b.doc.spec.agentId}`) && l.includes(`Got your greeting message`) && l.includes(greeting) },
-      { to: other, what: "the message sent through the local API Service", line: (l: string) => l.includes(`from ${served!.doc.spec.agentId}`) && (l.includes(texts.api) || l.includes(ids[0]!)) },
-      { to: reader, what: "the message through the relay", line: (l: string) => l.includes(`from ${publisher.doc.spec.agentId}`) && (l.includes(texts.relay) || l.includes(ids[1]!)) },
+      {
+        to: b,
+        what: `the greeting of ${a.doc.spec.agentId}'s application`,
+        line: (l: string) =>
+          l.includes(`received greeting`) && l.includes(`from ${a.doc.spec.agentId}`) && l.includes(greeting),
+      },
+      {
+        to: a,
+        what: `${b.doc.spec.agentId}'s answer`,
+        line: (l: string) =>
+          l.includes(`from ${b.doc.spec.agentId}`) && l.includes(`Got your greeting message`) && l.includes(greeting),
+      },
+      {
+        to: other,
+        what: "the message sent through the local API Service",
+        line: (l: string) =>
+          l.includes(`from ${served!.doc.spec.agentId}`) && (l.includes(texts.api) || l.includes(ids[0]!)),
+      },
+      {
+        to: reader,
+        what: "the message through the relay",
+        line: (l: string) =>
+          l.includes(`from ${publisher.doc.spec.agentId}`) && (l.includes(texts.relay) || l.includes(ids[1]!)),
+      },
     ];
-    const appLogs = (x: typeof a) => pods(x.namespace, `app.kubernetes.io/instance=${x.doc.metadata.name}`).map((p) => cp.kubectl(["-n", x.namespace, "logs", p.metadata.name, "-c", "app"])).join("\n");
+    const appLogs = (x: typeof a) =>
+      pods(x.namespace, `app.kubernetes.io/instance=${x.doc.metadata.name}`)
+        .map((p) => cp.kubectl(["-n", x.namespace, "logs", p.metadata.name, "-c", "app"]))
+        .join("\n");
     const found = (e: (typeof expected)[number]) => appLogs(e.to).split("\n").some(e.line);
     await withDiagnosis(
-      waitFor("each message in its recipient application's log", () => expected.every(found), 150_000, 2000).catch((err) => {
-        const runtimeLogs = (x: { namespace: string; doc: Obj }) =>
-          pods(x.namespace, `app.kubernetes.io/instance=${x.doc.metadata.name}`)
-            .map((p) => cp.kubectl(["-n", x.namespace, "logs", p.metadata.name, "-c", "runtime", "--tail=25"]))
-            .join("\n");
-        const missing = expected.filter((e) => !found(e)).map((e) => `${e.what} in ${e.to.doc.metadata.name}'s log:\n${appLogs(e.to).slice(-1500)}`);
-        const runtimes = [...agents, relayDoc].map((x) => `--- runtime log of ${x.doc.kind} ${x.namespace}/${x.doc.metadata.name}\n${runtimeLogs(x).slice(-2500)}`);
-        throw new Error(`${(err as Error).message}; not found: ${missing.join("\n")}\n${runtimes.join("\n")}`);
-      }),
+      waitFor("each message in its recipient application's log", () => expected.every(found), 150_000, 2000).catch(
+        (err) => {
+          const runtimeLogs = (x: { namespace: string; doc: Obj }) =>
+            pods(x.namespace, `app.kubernetes.io/instance=${x.doc.metadata.name}`)
+              .map((p) => cp.kubectl(["-n", x.namespace, "logs", p.metadata.name, "-c", "runtime", "--tail=25"]))
+              .join("\n");
+          const missing = expected
+            .filter((e) => !found(e))
+            .map((e) => `${e.what} in ${e.to.doc.metadata.name}'s log:\n${appLogs(e.to).slice(-1500)}`);
+          const runtimes = [...agents, relayDoc].map(
+            (x) =>
+              `--- runtime log of ${x.doc.kind} ${x.namespace}/${x.doc.metadata.name}\n${runtimeLogs(x).slice(-2500)}`,
+          );
+          throw new Error(`${(err as Error).message}; not found: ${missing.join("\n")}\n${runtimes.join("\n")}`);
+        },
+      ),
     );
   }, 540_000);
 
@@ -358,25 +518,42 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     const resources = docs.filter((d) => d.doc.kind === "Agent" || d.doc.kind === "Relay");
     const agents = docs.filter((d) => d.doc.kind === "Agent");
     const served = agents.find((x) => x.doc.spec.localApi?.service?.enabled)!;
-    const other = agents.find((x) => x !== served && served.doc.spec.peers?.some((p: Obj) => p.agentId === x.doc.spec.agentId))!;
+    const other = agents.find(
+      (x) => x !== served && served.doc.spec.peers?.some((p: Obj) => p.agentId === x.doc.spec.agentId),
+    )!;
     expect(other, "a peer of the Agent whose local API is a Service").toBeDefined();
     const allReady = (what: string) =>
       withDiagnosis(
         waitFor(
           `${what}: ${resources.map((r) => `${r.doc.kind} ${r.namespace}/${r.doc.metadata.name}`).join(", ")} Ready`,
-          () => resources.every((r) => readyCondition(cp.tryJson(["-n", r.namespace, "get", r.doc.kind.toLowerCase(), r.doc.metadata.name]))),
+          () =>
+            resources.every((r) =>
+              readyCondition(cp.tryJson(["-n", r.namespace, "get", r.doc.kind.toLowerCase(), r.doc.metadata.name])),
+            ),
           300_000,
           2000,
         ),
       );
     const send = async (tag: string) => {
-      const pod = localApiSender(`restart-${tag}`, served.namespace, served.doc.metadata.name, served.doc.spec.localApi.service.port ?? 9443, images.runtime.ref, { to: other.doc.spec.agentId, phase: "greeting", text: `across restarts (${tag})` });
+      const pod = localApiSender(
+        `restart-${tag}`,
+        served.namespace,
+        served.doc.metadata.name,
+        served.doc.spec.localApi.service.port ?? 9443,
+        images.runtime.ref,
+        { to: other.doc.spec.agentId, phase: "greeting", text: `across restarts (${tag})` },
+      );
       cp.kubectl(["apply", "-f", "-"], JSON.stringify(pod));
       const done = await withDiagnosis(
-        waitFor(`pod ${pod.metadata.name} to finish`, () => {
-          const p = cp.tryJson(["-n", served.namespace, "get", "pod", pod.metadata.name]);
-          return ["Succeeded", "Failed"].includes(p?.status?.phase) ? p : undefined;
-        }, 300_000, 2000),
+        waitFor(
+          `pod ${pod.metadata.name} to finish`,
+          () => {
+            const p = cp.tryJson(["-n", served.namespace, "get", "pod", pod.metadata.name]);
+            return ["Succeeded", "Failed"].includes(p?.status?.phase) ? p : undefined;
+          },
+          300_000,
+          2000,
+        ),
       );
       const message = done.status.containerStatuses[0].state.terminated?.message ?? "";
       expect(done.status.phase, `${pod.metadata.name}: ${message}`).toBe("Succeeded");
@@ -385,21 +562,54 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     const tag = randomUUID().slice(0, 8);
     // A routine restart of the receiving agent (a rollout, a drain, an OOM kill): its runtime
     // starts a second time against the streams it made.
-    cp.kubectl(["-n", other.namespace, "delete", "pod", "-l", `app.kubernetes.io/instance=${other.doc.metadata.name}`, "--wait=true"]);
+    cp.kubectl([
+      "-n",
+      other.namespace,
+      "delete",
+      "pod",
+      "-l",
+      `app.kubernetes.io/instance=${other.doc.metadata.name}`,
+      "--wait=true",
+    ]);
     await allReady(`after ${other.doc.metadata.name}'s pod was deleted`);
     const before = await send(`${tag}-before`);
     // Then the NATS pod: the server starts again on its volume.
     const [nats] = pods(SYSTEM, "app.kubernetes.io/component=nats");
     cp.kubectl(["-n", SYSTEM, "delete", "pod", nats!.metadata.name, "--wait=true"]);
-    await withDiagnosis(waitFor("the NATS pod Ready again", () => pods(SYSTEM, "app.kubernetes.io/component=nats").some((p) => podReady(p) && p.metadata.uid !== nats!.metadata.uid), 300_000, 2000));
+    await withDiagnosis(
+      waitFor(
+        "the NATS pod Ready again",
+        () =>
+          pods(SYSTEM, "app.kubernetes.io/component=nats").some(
+            (p) => podReady(p) && p.metadata.uid !== nats!.metadata.uid,
+          ),
+        300_000,
+        2000,
+      ),
+    );
     const [again] = pods(SYSTEM, "app.kubernetes.io/component=nats").filter(podReady);
     const natsLog = cp.kubectl(["-n", SYSTEM, "logs", again!.metadata.name, "-c", "nats"]);
     expect(natsLog).toMatch(/Restored \d+ messages for stream/);
     expect(natsLog).not.toMatch(/Error recreating stream|could not be recovered/);
     await allReady("after the NATS pod was deleted");
     const after = await send(`${tag}-after`);
-    const appLog = () => pods(other.namespace, `app.kubernetes.io/instance=${other.doc.metadata.name}`).map((p) => cp.kubectl(["-n", other.namespace, "logs", p.metadata.name, "-c", "app"])).join("\n");
-    await withDiagnosis(waitFor("both messages in the recipient application's log", () => [before, after].every((id) => appLog().includes(id) || appLog().includes(`across restarts (${id === before ? `${tag}-before` : `${tag}-after`})`)), 120_000, 2000));
+    const appLog = () =>
+      pods(other.namespace, `app.kubernetes.io/instance=${other.doc.metadata.name}`)
+        .map((p) => cp.kubectl(["-n", other.namespace, "logs", p.metadata.name, "-c", "app"]))
+        .join("\n");
+    await withDiagnosis(
+      waitFor(
+        "both messages in the recipient application's log",
+        () =>
+          [before, after].every(
+            (id) =>
+              appLog().includes(id) ||
+              appLog().includes(`across restarts (${id === before ? `${tag}-before` : `${tag}-after`})`),
+          ),
+        120_000,
+        2000,
+      ),
+    );
   }, 900_000);
 
   it("trusts an Agent whose certificate a user's own CA issued, given to the sender in spec.tls.trust", async () => {
@@ -408,14 +618,23 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     // (spec.tls.secretName), the CA in a ConfigMap the sending agent names in spec.tls.trust.
     const ns = OWN_NAMESPACES.ownCA;
     const ca = await createCA("ifp node e2e user CA");
-    const leaf = await ca.issue({ commonName: "carol", dnsNames: ["carol", `carol.${ns}`, `carol.${ns}.svc`, `carol.${ns}.svc.cluster.local`] });
+    const leaf = await ca.issue({
+      commonName: "carol",
+      dnsNames: ["carol", `carol.${ns}`, `carol.${ns}.svc`, `carol.${ns}.svc.cluster.local`],
+    });
     const [carol, dave] = [signingKey("carol"), signingKey("dave")];
     const app = withApp;
     const tag = randomUUID().slice(0, 8);
     const greeting = `Hello carol, from dave (${tag})`;
     const objects: Obj[] = [
       { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } },
-      { apiVersion: "v1", kind: "Secret", metadata: { name: "carol-tls", namespace: ns, labels: { "ifp.dev/agent": "carol" } }, type: "kubernetes.io/tls", stringData: { "tls.crt": leaf.cert, "tls.key": leaf.key } },
+      {
+        apiVersion: "v1",
+        kind: "Secret",
+        metadata: { name: "carol-tls", namespace: ns, labels: { "ifp.dev/agent": "carol" } },
+        type: "kubernetes.io/tls",
+        stringData: { "tls.crt": leaf.cert, "tls.key": leaf.key },
+      },
       { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "own-ca", namespace: ns }, data: { "ca.crt": ca.cert } },
       ...[carol, dave].map((k) => signingSecret(k, ns)),
       {
@@ -426,7 +645,13 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
           agentId: "carol-agent",
           tls: { secretName: "carol-tls" },
           signing: { secretName: "carol-signing-key" },
-          peers: [{ agentId: "dave-agent", url: `https://dave.${ns}.svc`, keys: [{ keyId: "key-1", publicKey: dave.publicKey }] }],
+          peers: [
+            {
+              agentId: "dave-agent",
+              url: `https://dave.${ns}.svc`,
+              keys: [{ keyId: "key-1", publicKey: dave.publicKey }],
+            },
+          ],
           ...app([]),
         },
       },
@@ -438,27 +663,59 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
           agentId: "dave-agent",
           tls: { trust: [{ configMapRef: { name: "own-ca" } }] },
           signing: { secretName: "dave-signing-key" },
-          peers: [{ agentId: "carol-agent", url: `https://carol.${ns}.svc`, keys: [{ keyId: "key-1", publicKey: carol.publicKey }] }],
-          ...app([{ name: "IFP_APP_GREET", value: "carol-agent" }, { name: "IFP_APP_GREET_TEXT", value: greeting }]),
+          peers: [
+            {
+              agentId: "carol-agent",
+              url: `https://carol.${ns}.svc`,
+              keys: [{ keyId: "key-1", publicKey: carol.publicKey }],
+            },
+          ],
+          ...app([
+            { name: "IFP_APP_GREET", value: "carol-agent" },
+            { name: "IFP_APP_GREET_TEXT", value: greeting },
+          ]),
         },
       },
     ];
     // carol first, Ready before dave greets her (else the greeting waits for dave's next attempt, a minute later).
     const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withLocalImages(o)));
     for (const o of objects.slice(0, -1)) apply(o);
-    await withDiagnosis(waitFor("Agent carol Ready", () => readyCondition(cp.tryJson(["-n", ns, "get", "agent", "carol"])), 180_000, 1000));
+    await withDiagnosis(
+      waitFor(
+        "Agent carol Ready",
+        () => readyCondition(cp.tryJson(["-n", ns, "get", "agent", "carol"])),
+        180_000,
+        1000,
+      ),
+    );
     apply(objects.at(-1)!);
     // dave's trust bundle holds the user's CA beside the install's.
-    await waitFor("dave-trust with the user's CA", () => (cp.tryJson(["-n", ns, "get", "configmap", "dave-trust"])?.data?.["ca.crt"] ?? "").includes(ca.cert.trim()), 60_000, 1000);
-    const appLog = (name: string) => pods(ns, `app.kubernetes.io/instance=${name}`).map((p) => cp.kubectl(["-n", ns, "logs", p.metadata.name, "-c", "app"])).join("\n");
+    await waitFor(
+      "dave-trust with the user's CA",
+      () => (cp.tryJson(["-n", ns, "get", "configmap", "dave-trust"])?.data?.["ca.crt"] ?? "").includes(ca.cert.trim()),
+      60_000,
+      1000,
+    );
+    const appLog = (name: string) =>
+      pods(ns, `app.kubernetes.io/instance=${name}`)
+        .map((p) => cp.kubectl(["-n", ns, "logs", p.metadata.name, "-c", "app"]))
+        .join("\n");
     await withDiagnosis(
       waitFor(
         "dave's greeting in carol's application log, and carol's answer in dave's",
-        () => appLog("carol").split("\n").some((l) => l.includes("received greeting") && l.includes("from dave-agent") && l.includes(tag)) && appLog("dave").split("\n").some((l) => l.includes("from carol-agent") && l.includes(tag)),
+        () =>
+          appLog("carol")
+            .split("\n")
+            .some((l) => l.includes("received greeting") && l.includes("from dave-agent") && l.includes(tag)) &&
+          appLog("dave")
+            .split("\n")
+            .some((l) => l.includes("from carol-agent") && l.includes(tag)),
         240_000,
         2000,
       ).catch((err) => {
-        throw new Error(`${(err as Error).message}\n--- carol\n${appLog("carol").slice(-1500)}\n--- dave\n${appLog("dave").slice(-1500)}`);
+        throw new Error(
+          `${(err as Error).message}\n--- carol\n${appLog("carol").slice(-1500)}\n--- dave\n${appLog("dave").slice(-1500)}`,
+        );
       }),
     );
     // carol served the user's certificate, not one of the install CA.
@@ -475,7 +732,10 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     const ns = OWN_NAMESPACES.relayed;
     const relayUrl = `https://mailroom.${ns}.svc`;
     const [frank, grace] = [signingKey("frank"), signingKey("grace")];
-    const served = (k: typeof frank) => ({ agentId: `${k.name}-agent`, keys: [{ keyId: "key-1", publicKey: k.publicKey }] });
+    const served = (k: typeof frank) => ({
+      agentId: `${k.name}-agent`,
+      keys: [{ keyId: "key-1", publicKey: k.publicKey }],
+    });
     const tag = randomUUID().slice(0, 8);
     const greeting = `Hello grace, from frank through the relay (${tag})`;
     const agent = (k: typeof frank, peer: typeof frank, env: Obj[]): Obj => ({
@@ -492,29 +752,57 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
         ...withApp(env),
       },
     });
-    const relay: Obj = { apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: { name: "mailroom", namespace: ns }, spec: { url: relayUrl, agents: [served(frank), served(grace)] } };
+    const relay: Obj = {
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Relay",
+      metadata: { name: "mailroom", namespace: ns },
+      spec: { url: relayUrl, agents: [served(frank), served(grace)] },
+    };
     const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withLocalImages(o)));
     for (const k of [frank, grace]) apply(signingSecret(k, ns));
     apply(relay);
     apply(agent(grace, frank, []));
     await withDiagnosis(
-      waitFor("Relay mailroom and Agent grace Ready", () => readyCondition(cp.tryJson(["-n", ns, "get", "relay", "mailroom"])) && readyCondition(cp.tryJson(["-n", ns, "get", "agent", "grace"])), 180_000, 1000),
+      waitFor(
+        "Relay mailroom and Agent grace Ready",
+        () =>
+          readyCondition(cp.tryJson(["-n", ns, "get", "relay", "mailroom"])) &&
+          readyCondition(cp.tryJson(["-n", ns, "get", "agent", "grace"])),
+        180_000,
+        1000,
+      ),
     );
     // frank's application greets at once: grace has no endpoint to ask for its capability
     // document, and the relay keeps the greeting until grace reads it.
-    apply(agent(frank, grace, [{ name: "IFP_APP_GREET", value: "grace-agent" }, { name: "IFP_APP_GREET_TEXT", value: greeting }, { name: "IFP_APP_GREET_WAIT_SECONDS", value: "0" }]));
-    const logs = (name: string, container: string) => pods(ns, `app.kubernetes.io/instance=${name}`).map((p) => cp.kubectl(["-n", ns, "logs", p.metadata.name, "-c", container])).join("\n");
+    apply(
+      agent(frank, grace, [
+        { name: "IFP_APP_GREET", value: "grace-agent" },
+        { name: "IFP_APP_GREET_TEXT", value: greeting },
+        { name: "IFP_APP_GREET_WAIT_SECONDS", value: "0" },
+      ]),
+    );
+    const logs = (name: string, container: string) =>
+      pods(ns, `app.kubernetes.io/instance=${name}`)
+        .map((p) => cp.kubectl(["-n", ns, "logs", p.metadata.name, "-c", container]))
+        .join("\n");
     await withDiagnosis(
       waitFor(
         "frank's greeting in grace's application log, and grace's answer in frank's",
         () =>
-          logs("grace", "app").split("\n").some((l) => l.includes("received greeting") && l.includes("from frank-agent") && l.includes(tag)) &&
-          logs("frank", "app").split("\n").some((l) => l.includes("from grace-agent") && l.includes(tag)),
+          logs("grace", "app")
+            .split("\n")
+            .some((l) => l.includes("received greeting") && l.includes("from frank-agent") && l.includes(tag)) &&
+          logs("frank", "app")
+            .split("\n")
+            .some((l) => l.includes("from grace-agent") && l.includes(tag)),
         240_000,
         2000,
       ).catch((err) => {
-        const show = (name: string, container: string) => `--- ${name} ${container}\n${logs(name, container).slice(-2000)}`;
-        throw new Error(`${(err as Error).message}\n${[show("frank", "app"), show("grace", "app"), show("frank", "runtime"), show("grace", "runtime"), show("mailroom", "runtime")].join("\n")}`);
+        const show = (name: string, container: string) =>
+          `--- ${name} ${container}\n${logs(name, container).slice(-2000)}`;
+        throw new Error(
+          `${(err as Error).message}\n${[show("frank", "app"), show("grace", "app"), show("frank", "runtime"), show("grace", "runtime"), show("mailroom", "runtime")].join("\n")}`,
+        );
       }),
     );
   }, 330_000);
@@ -530,26 +818,59 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     const agents = docs.filter((d) => d.doc.kind === "Agent");
     const reader = agents.find((x) => x.doc.spec.relay?.urls?.includes(relayDoc.doc.spec.url))!;
     expect(reader, "an example Agent reading its mailbox on the example Relay").toBeDefined();
-    expect(relayDoc.doc.spec.publishers?.policy ?? "verified", "the example Relay keeps the default policy").toBe("verified");
+    expect(relayDoc.doc.spec.publishers?.policy ?? "verified", "the example Relay keeps the default policy").toBe(
+      "verified",
+    );
     const tag = randomUUID().slice(0, 8);
     const text = `from a stranger through the relay to ${reader.doc.spec.agentId} (${tag})`;
-    const pod = strangerPublisher(`stranger-${tag}`, reader.namespace, reader.doc.metadata.name, relayDoc.doc.spec.url, images.runtime.ref, { to: reader.doc.spec.agentId, text });
+    const pod = strangerPublisher(
+      `stranger-${tag}`,
+      reader.namespace,
+      reader.doc.metadata.name,
+      relayDoc.doc.spec.url,
+      images.runtime.ref,
+      { to: reader.doc.spec.agentId, text },
+    );
     cp.kubectl(["apply", "-f", "-"], JSON.stringify(pod));
     const done = await withDiagnosis(
-      waitFor(`pod ${reader.namespace}/${pod.metadata.name} to finish`, () => {
-        const p = cp.tryJson(["-n", reader.namespace, "get", "pod", pod.metadata.name]);
-        return ["Succeeded", "Failed"].includes(p?.status?.phase) ? p : undefined;
-      }, 300_000, 2000),
+      waitFor(
+        `pod ${reader.namespace}/${pod.metadata.name} to finish`,
+        () => {
+          const p = cp.tryJson(["-n", reader.namespace, "get", "pod", pod.metadata.name]);
+          return ["Succeeded", "Failed"].includes(p?.status?.phase) ? p : undefined;
+        },
+        300_000,
+        2000,
+      ),
     );
     const message = done.status.containerStatuses[0].state.terminated?.message ?? "";
-    expect(done.status.phase, `${message}\n${cp.kubectl(["-n", reader.namespace, "logs", pod.metadata.name]).slice(-2000)}`).toBe("Succeeded");
+    expect(
+      done.status.phase,
+      `${message}\n${cp.kubectl(["-n", reader.namespace, "logs", pod.metadata.name]).slice(-2000)}`,
+    ).toBe("Succeeded");
     const result = JSON.parse(message);
     expect(result).toMatchObject({ status: 202, read: "401 unknown_sender", unknown: "401 unknown_sender" });
-    const appLog = () => pods(reader.namespace, `app.kubernetes.io/instance=${reader.doc.metadata.name}`).map((p) => cp.kubectl(["-n", reader.namespace, "logs", p.metadata.name, "-c", "app"])).join("\n");
+    const appLog = () =>
+      pods(reader.namespace, `app.kubernetes.io/instance=${reader.doc.metadata.name}`)
+        .map((p) => cp.kubectl(["-n", reader.namespace, "logs", p.metadata.name, "-c", "app"]))
+        .join("\n");
     await withDiagnosis(
-      waitFor("the stranger's message in the reader's application log", () => appLog().split("\n").some((l) => l.includes(`from ${result.agent_id}`) && (l.includes(tag) || l.includes(result.message_id))), 150_000, 2000).catch((err) => {
-        const runtime = (x: { namespace: string; doc: Obj }) => pods(x.namespace, `app.kubernetes.io/instance=${x.doc.metadata.name}`).map((p) => cp.kubectl(["-n", x.namespace, "logs", p.metadata.name, "-c", "runtime", "--tail=25"])).join("\n");
-        throw new Error(`${(err as Error).message}\n--- app\n${appLog().slice(-1500)}\n--- reader runtime\n${runtime(reader).slice(-2500)}\n--- relay runtime\n${runtime(relayDoc).slice(-2500)}`);
+      waitFor(
+        "the stranger's message in the reader's application log",
+        () =>
+          appLog()
+            .split("\n")
+            .some((l) => l.includes(`from ${result.agent_id}`) && (l.includes(tag) || l.includes(result.message_id))),
+        150_000,
+        2000,
+      ).catch((err) => {
+        const runtime = (x: { namespace: string; doc: Obj }) =>
+          pods(x.namespace, `app.kubernetes.io/instance=${x.doc.metadata.name}`)
+            .map((p) => cp.kubectl(["-n", x.namespace, "logs", p.metadata.name, "-c", "runtime", "--tail=25"]))
+            .join("\n");
+        throw new Error(
+          `${(err as Error).message}\n--- app\n${appLog().slice(-1500)}\n--- reader runtime\n${runtime(reader).slice(-2500)}\n--- relay runtime\n${runtime(relayDoc).slice(-2500)}`,
+        );
       }),
     );
   }, 540_000);
@@ -567,7 +888,14 @@ const RESTRICTED = {
   container: { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } },
 };
 
-function scriptPod(name: string, namespace: string, image: string, script: string, env: Obj[], mounts: { name: string; path: string; source: Obj }[]): Obj {
+function scriptPod(
+  name: string,
+  namespace: string,
+  image: string,
+  script: string,
+  env: Obj[],
+  mounts: { name: string; path: string; source: Obj }[],
+): Obj {
   return {
     apiVersion: "v1",
     kind: "Pod",
@@ -597,7 +925,14 @@ function scriptPod(name: string, namespace: string, image: string, script: strin
  * follows it until delivered, and checks that a request without the token or with another is
  * refused (401); the outcome goes to the termination message.
  */
-function localApiSender(name: string, namespace: string, agent: string, port: number, image: string, message: Obj): Obj {
+function localApiSender(
+  name: string,
+  namespace: string,
+  agent: string,
+  port: number,
+  image: string,
+  message: Obj,
+): Obj {
   return scriptPod(
     name,
     namespace,
@@ -614,7 +949,16 @@ function localApiSender(name: string, namespace: string, agent: string, port: nu
 }
 
 /** A pod that publishes one message to the relay, signed with the sending agent's key. */
-function relayPublisher(name: string, namespace: string, agent: string, signingSecret: string, key: { agentId: string; keyId: string }, relayUrl: string, image: string, message: Obj): Obj {
+function relayPublisher(
+  name: string,
+  namespace: string,
+  agent: string,
+  signingSecret: string,
+  key: { agentId: string; keyId: string },
+  relayUrl: string,
+  image: string,
+  message: Obj,
+): Obj {
   return scriptPod(
     name,
     namespace,
@@ -634,7 +978,14 @@ function relayPublisher(name: string, namespace: string, agent: string, signingS
 }
 
 /** A pod that publishes one message to the relay as a stranger: signed with a did:key it makes itself. */
-function strangerPublisher(name: string, namespace: string, trustOf: string, relayUrl: string, image: string, message: Obj): Obj {
+function strangerPublisher(
+  name: string,
+  namespace: string,
+  trustOf: string,
+  relayUrl: string,
+  image: string,
+  message: Obj,
+): Obj {
   return scriptPod(
     name,
     namespace,

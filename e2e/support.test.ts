@@ -13,7 +13,10 @@ import { waitFor } from "./support/wait.ts";
 async function within<T>(what: string, ms: number, p: Promise<T>): Promise<number> {
   const t0 = Date.now();
   let timer: NodeJS.Timeout | undefined;
-  await Promise.race([p, new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms)))]).finally(() => clearTimeout(timer));
+  await Promise.race([
+    p,
+    new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms))),
+  ]).finally(() => clearTimeout(timer));
   return Date.now() - t0;
 }
 
@@ -52,7 +55,10 @@ describe("the test support's processes", () => {
   });
 
   it("stops a process that ignores SIGTERM with SIGKILL after the grace period", async () => {
-    const p = spawnProcess("stubborn", process.execPath, ["-e", 'process.on("SIGTERM", () => console.log("ignoring SIGTERM")); console.log("up"); setInterval(() => {}, 1000)']);
+    const p = spawnProcess("stubborn", process.execPath, [
+      "-e",
+      'process.on("SIGTERM", () => console.log("ignoring SIGTERM")); console.log("up"); setInterval(() => {}, 1000)',
+    ]);
     await waitFor("the process to start", () => p.log().includes("up"), 10_000, 20);
     const took = await within("stop() of a process that ignores SIGTERM", 8_000, p.stop({ graceMs: 500 }));
     expect(took).toBeGreaterThanOrEqual(400);
@@ -63,7 +69,12 @@ describe("the test support's processes", () => {
   });
 
   it("keeps the last part of a process's output, bounded, for the failure report", async () => {
-    const p = spawnProcess("chatty", process.execPath, ["-e", 'for (let i = 0; i < 5000; i++) console.log("line " + i + " " + "x".repeat(40))'], { logBytes: 4096 });
+    const p = spawnProcess(
+      "chatty",
+      process.execPath,
+      ["-e", 'for (let i = 0; i < 5000; i++) console.log("line " + i + " " + "x".repeat(40))'],
+      { logBytes: 4096 },
+    );
     await p.exited;
     expect(p.log().length).toBeLessThanOrEqual(4096);
     expect(p.log()).toContain("line 4999");
@@ -80,7 +91,10 @@ describe("the test support's processes", () => {
     process.env.IFP_TEST_RUN_DIR = runDir;
     let p;
     try {
-      p = spawnProcess("left behind", process.execPath, ["-e", 'process.on("SIGTERM", () => {}); setInterval(() => {}, 1000)']);
+      p = spawnProcess("left behind", process.execPath, [
+        "-e",
+        'process.on("SIGTERM", () => {}); setInterval(() => {}, 1000)',
+      ]);
     } finally {
       process.env.IFP_TEST_RUN_DIR = saved;
     }
@@ -98,7 +112,9 @@ describe("the test support's processes", () => {
 });
 
 describe("the test support's control plane", () => {
-  it("stops at once after a component was killed, and reads a broken connection as an error, not as absent", { timeout: 120_000 }, async () => {
+  it("stops at once after a component was killed, and reads a broken connection as an error, not as absent", {
+    timeout: 120_000,
+  }, async () => {
     const cp = await startControlPlane({ controllerManager: false, graceMs: 20_000 });
     try {
       expect(cp.tryJson(["get", "deployment", "nothing-here"])).toBeUndefined();
@@ -106,7 +122,9 @@ describe("the test support's control plane", () => {
       const apiserver = cp.processes().find((p) => p.name === "kube-apiserver")!;
       process.kill(apiserver.pid!, "SIGKILL");
       await apiserver.exited;
-      expect(() => cp.tryJson(["get", "deployment", "nothing-here", "--request-timeout=5s"])).toThrow(/was refused|connection refused|Unable to connect/);
+      expect(() => cp.tryJson(["get", "deployment", "nothing-here", "--request-timeout=5s"])).toThrow(
+        /was refused|connection refused|Unable to connect/,
+      );
     } finally {
       // etcd stops within its grace period; the killed API server must not hold stop() up.
       await within("stop() of a control plane whose API server was killed", 15_000, cp.stop());

@@ -18,7 +18,10 @@ const Kube = (title: string) => z.record(z.string(), z.unknown()).meta({ title }
 
 const Quantities = z.record(z.string(), z.union([z.string(), z.number()]));
 const Resources = (requests: Record<string, string>, limits: Record<string, string>) =>
-  z.strictObject({ requests: Quantities.optional(), limits: Quantities.optional() }).meta({ title: "ResourceRequirements" }).default({ requests, limits });
+  z
+    .strictObject({ requests: Quantities.optional(), limits: Quantities.optional() })
+    .meta({ title: "ResourceRequirements" })
+    .default({ requests, limits });
 
 /** A duration in whole seconds, minutes or hours, as the operator's flags take it. */
 const HOURS = z.string().regex(/^[1-9][0-9]*(s|m|h)$/);
@@ -32,8 +35,18 @@ const PullSecrets = z.array(z.strictObject({ name: z.string().min(1) }));
  * filesystem, no capabilities. OpenShift's restricted SCC assigns the user itself and refuses
  * a fixed one: set runAsUser, runAsGroup and fsGroup to null there.
  */
-const POD_SECURITY_CONTEXT = { runAsNonRoot: true, runAsUser: 10001, runAsGroup: 10001, fsGroup: 10001, seccompProfile: { type: "RuntimeDefault" } };
-const SECURITY_CONTEXT = { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } };
+const POD_SECURITY_CONTEXT = {
+  runAsNonRoot: true,
+  runAsUser: 10001,
+  runAsGroup: 10001,
+  fsGroup: 10001,
+  seccompProfile: { type: "RuntimeDefault" },
+};
+const SECURITY_CONTEXT = {
+  allowPrivilegeEscalation: false,
+  readOnlyRootFilesystem: true,
+  capabilities: { drop: ["ALL"] },
+};
 
 /** Where a pod runs and how it is scheduled: the same values for the operator and for NATS. */
 const scheduling = {
@@ -57,7 +70,9 @@ export const Values = z.strictObject({
   enabled: z
     .boolean()
     .optional()
-    .describe("enabled is for a parent chart's dependency condition (`condition: ifp-operator.enabled`); this chart itself ignores it."),
+    .describe(
+      "enabled is for a parent chart's dependency condition (`condition: ifp-operator.enabled`); this chart itself ignores it.",
+    ),
   nameOverride: z.string().default(""),
   fullnameOverride: z.string().default(""),
   image: Image("ghcr.io/ifp-dev/ifp-operator", ""),
@@ -66,34 +81,66 @@ export const Values = z.strictObject({
     .array(z.string().min(1).max(512))
     .max(64)
     .default([])
-    .describe("Images an Agent's or Relay's spec.image may name besides runtimeImage: exact references, or prefixes ending in * (empty: only runtimeImage)"),
+    .describe(
+      "Images an Agent's or Relay's spec.image may name besides runtimeImage: exact references, or prefixes ending in * (empty: only runtimeImage)",
+    ),
   allowedIssuers: z
-    .array(z.string().regex(/^[A-Za-z][A-Za-z0-9]*(\.[a-z0-9]([-a-z0-9.]*[a-z0-9])?)?\/(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/))
+    .array(
+      z
+        .string()
+        .regex(/^[A-Za-z][A-Za-z0-9]*(\.[a-z0-9]([-a-z0-9.]*[a-z0-9])?)?\/(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/),
+    )
     .max(64)
     .default([])
-    .describe("cert-manager issuers spec.tls.issuerRef may name besides an Issuer of the resource's own namespace: Kind[.group]/name or Kind[.group]/* (e.g. ClusterIssuer/letsencrypt)"),
+    .describe(
+      "cert-manager issuers spec.tls.issuerRef may name besides an Issuer of the resource's own namespace: Kind[.group]/name or Kind[.group]/* (e.g. ClusterIssuer/letsencrypt)",
+    ),
   allowedDnsNames: z
-    .array(z.string().regex(/^(\*|(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*)$/))
+    .array(
+      z
+        .string()
+        .regex(/^(\*|(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*)$/),
+    )
     .max(256)
     .default([])
-    .describe("DNS names a certificate of the install CA may carry besides the resource's own Service names (spec.tls.dnsNames, the host of spec.baseUrl or spec.url, exposure hosts), and the hosts an https spec.agentId may name: exact, *.domain, or * (empty: only its own)"),
+    .describe(
+      "DNS names a certificate of the install CA may carry besides the resource's own Service names (spec.tls.dnsNames, the host of spec.baseUrl or spec.url, exposure hosts), and the hosts an https spec.agentId may name: exact, *.domain, or * (empty: only its own)",
+    ),
   allowedHosts: z
     .record(
       z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/),
-      z.array(z.string().regex(/^(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$/)).max(256),
+      z
+        .array(
+          z
+            .string()
+            .regex(/^(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$/),
+        )
+        .max(256),
     )
     .default({})
-    .describe("By namespace, the hosts (exact or *.domain) its Agents and Relays may name like allowedDnsNames: in a certificate of the install CA and as the host of an https spec.agentId the directory publishes (empty: none)"),
+    .describe(
+      "By namespace, the hosts (exact or *.domain) its Agents and Relays may name like allowedDnsNames: in a certificate of the install CA and as the host of an https spec.agentId the directory publishes (empty: none)",
+    ),
   allowedNodeLabels: z
     .array(z.string().regex(/^(\*|([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$/))
     .max(64)
     .default([])
-    .describe("Node label keys an Agent's or Relay's spec.deployment may place its pods by (nodeSelector, nodeAffinity, podAffinity's topologyKey), or * for any (empty: none)"),
+    .describe(
+      "Node label keys an Agent's or Relay's spec.deployment may place its pods by (nodeSelector, nodeAffinity, podAffinity's topologyKey), or * for any (empty: none)",
+    ),
   allowedTolerations: z
-    .array(z.string().regex(/^(\*|[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?(=[-A-Za-z0-9_.]*)?(:(NoSchedule|PreferNoSchedule|NoExecute))?)$/))
+    .array(
+      z
+        .string()
+        .regex(
+          /^(\*|[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?(=[-A-Za-z0-9_.]*)?(:(NoSchedule|PreferNoSchedule|NoExecute))?)$/,
+        ),
+    )
     .max(64)
     .default([])
-    .describe("Tolerations spec.deployment.tolerations may list: key, key=value, either with :effect, or * for any (empty: none)"),
+    .describe(
+      "Tolerations spec.deployment.tolerations may list: key, key=value, either with :effect, or * for any (empty: none)",
+    ),
   allowedPriorityClasses: z
     .array(z.string().regex(/^(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/))
     .max(64)
@@ -104,8 +151,13 @@ export const Values = z.strictObject({
     .strictObject({
       runAsUser: z.number().int().min(0).max(2147483647).nullable().default(10001),
       runAsGroup: z.number().int().min(0).max(2147483647).nullable().default(10001),
-      maxRollingAgents: z.union([z.number().int().min(1), z.string().regex(/^([1-9][0-9]{0,5}|[1-9][0-9]?%|100%)$/)]).default("25%"),
-      finalizerTimeout: z.string().regex(/^[1-9][0-9]*(s|m|h)$/).default("5m"),
+      maxRollingAgents: z
+        .union([z.number().int().min(1), z.string().regex(/^([1-9][0-9]{0,5}|[1-9][0-9]?%|100%)$/)])
+        .default("25%"),
+      finalizerTimeout: z
+        .string()
+        .regex(/^[1-9][0-9]*(s|m|h)$/)
+        .default("5m"),
       clusterNetworks: z
         .array(z.string().min(1).max(64))
         .default(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fd00::/8"])
@@ -130,7 +182,11 @@ export const Values = z.strictObject({
   rbac: z.strictObject({ create: z.boolean().default(true) }).prefault({}),
   trust: z
     .strictObject({
-      caSecretName: z.string().regex(/^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/).max(253).default(""),
+      caSecretName: z
+        .string()
+        .regex(/^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/)
+        .max(253)
+        .default(""),
       extraCAs: z.string().default(""),
       caValidity: HOURS.default("43800h"),
       caRotateBefore: HOURS.default("8760h"),
@@ -141,15 +197,34 @@ export const Values = z.strictObject({
         .strictObject({
           issuerRef: z
             .strictObject({
-              name: z.string().regex(/^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/).max(253).default(""),
-              kind: z.string().regex(/^[A-Za-z][A-Za-z0-9]*$/).default("ClusterIssuer"),
-              group: z.string().regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/).max(253).default("cert-manager.io"),
+              name: z
+                .string()
+                .regex(/^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/)
+                .max(253)
+                .default(""),
+              kind: z
+                .string()
+                .regex(/^[A-Za-z][A-Za-z0-9]*$/)
+                .default("ClusterIssuer"),
+              group: z
+                .string()
+                .regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/)
+                .max(253)
+                .default("cert-manager.io"),
             })
             .prefault({}),
           bundle: z
             .strictObject({
-              configMapName: z.string().regex(/^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/).max(253).default(""),
-              key: z.string().regex(/^[-._a-zA-Z0-9]+$/).max(253).default("ca.crt"),
+              configMapName: z
+                .string()
+                .regex(/^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/)
+                .max(253)
+                .default(""),
+              key: z
+                .string()
+                .regex(/^[-._a-zA-Z0-9]+$/)
+                .max(253)
+                .default("ca.crt"),
             })
             .prefault({}),
         })
@@ -158,48 +233,82 @@ export const Values = z.strictObject({
     .prefault({}),
   tracing: z
     .strictObject({
-      otlpEndpoint: z.string().regex(/^$|^https?:\/\/\S+$/).default(""),
+      otlpEndpoint: z
+        .string()
+        .regex(/^$|^https?:\/\/\S+$/)
+        .default(""),
       env: z.record(z.string().regex(/^OTEL_[A-Z0-9_]{1,100}$/), z.string().max(4096)).default({}),
     })
     .prefault({}),
-  serviceAccount: z.strictObject({ create: z.boolean().default(true), name: z.string().default(""), annotations: StringMap }).prefault({}),
+  serviceAccount: z
+    .strictObject({ create: z.boolean().default(true), name: z.string().default(""), annotations: StringMap })
+    .prefault({}),
   nats: z
     .strictObject({
       url: z.string().default(""),
-      credentialsSecret: z.strictObject({ name: z.string().default(""), key: z.string().min(1).default("nats.creds") }).prefault({}),
+      credentialsSecret: z
+        .strictObject({ name: z.string().default(""), key: z.string().min(1).default("nats.creds") })
+        .prefault({}),
       auth: z.strictObject({ enabled: z.boolean().default(true), accountSecret: z.string().default("") }).prefault({}),
       tls: z
         .strictObject({
           enabled: z.boolean().default(true),
           verifyOwnServer: z.boolean().default(false),
-          reloader: z.strictObject({ resources: Resources({ cpu: "5m", memory: "96Mi", "ephemeral-storage": "16Mi" }, { memory: "160Mi", "ephemeral-storage": "64Mi" }) }).prefault({}),
+          reloader: z
+            .strictObject({
+              resources: Resources(
+                { cpu: "5m", memory: "96Mi", "ephemeral-storage": "16Mi" },
+                { memory: "160Mi", "ephemeral-storage": "64Mi" },
+              ),
+            })
+            .prefault({}),
         })
         .prefault({}),
       networkPolicy: z.strictObject({ enabled: z.boolean().default(true) }).prefault({}),
-      repairStore: z.strictObject({ resources: Resources({ cpu: "10m", memory: "64Mi", "ephemeral-storage": "16Mi" }, { memory: "160Mi", "ephemeral-storage": "64Mi" }) }).prefault({}),
+      repairStore: z
+        .strictObject({
+          resources: Resources(
+            { cpu: "10m", memory: "64Mi", "ephemeral-storage": "16Mi" },
+            { memory: "160Mi", "ephemeral-storage": "64Mi" },
+          ),
+        })
+        .prefault({}),
       install: z.boolean().default(true),
       replicas: z.literal([1, 3]).default(1),
       image: Image("nats", "2.12-alpine"),
-      storage: z.strictObject({ size: z.string().min(1).default("10Gi"), storageClassName: z.string().default("") }).prefault({}),
-      resources: Resources({ cpu: "100m", memory: "256Mi", "ephemeral-storage": "64Mi" }, { memory: "1Gi", "ephemeral-storage": "256Mi" }),
+      storage: z
+        .strictObject({ size: z.string().min(1).default("10Gi"), storageClassName: z.string().default("") })
+        .prefault({}),
+      resources: Resources(
+        { cpu: "100m", memory: "256Mi", "ephemeral-storage": "64Mi" },
+        { memory: "1Gi", "ephemeral-storage": "256Mi" },
+      ),
       ...scheduling,
     })
     .prefault({}),
   metrics: z
     .strictObject({
       port: z.number().int().min(1).max(65535).default(8080),
-      networkPolicyNamespaces: z.array(z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, "a namespace name")).default([]),
+      networkPolicyNamespaces: z
+        .array(z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, "a namespace name"))
+        .default([]),
       serviceMonitor: z
         .strictObject({
           enabled: z.boolean().default(false),
-          interval: z.string().regex(/^[0-9]+(ms|s|m)$/).default("30s"),
+          interval: z
+            .string()
+            .regex(/^[0-9]+(ms|s|m)$/)
+            .default("30s"),
           labels: StringMap,
         })
         .prefault({}),
       podMonitor: z
         .strictObject({
           enabled: z.boolean().default(false),
-          interval: z.string().regex(/^[0-9]+(ms|s|m)$/).default("30s"),
+          interval: z
+            .string()
+            .regex(/^[0-9]+(ms|s|m)$/)
+            .default("30s"),
           labels: StringMap,
         })
         .prefault({}),
@@ -219,7 +328,10 @@ export const Values = z.strictObject({
     })
     .prefault({}),
   health: z.strictObject({ port: z.number().int().min(1).max(65535).default(8081) }).prefault({}),
-  resources: Resources({ cpu: "50m", memory: "128Mi", "ephemeral-storage": "64Mi" }, { memory: "512Mi", "ephemeral-storage": "256Mi" }),
+  resources: Resources(
+    { cpu: "50m", memory: "128Mi", "ephemeral-storage": "64Mi" },
+    { memory: "512Mi", "ephemeral-storage": "256Mi" },
+  ),
   podAnnotations: StringMap,
   podLabels: StringMap,
   ...scheduling,
@@ -230,5 +342,9 @@ export type Values = z.infer<typeof Values>;
 /** values.schema.json: the JSON Schema Helm checks values against (install, upgrade, lint, template). */
 export function valuesJsonSchema(): Record<string, unknown> {
   const schema = z.toJSONSchema(Values, { io: "input", target: "draft-7" }) as Record<string, unknown>;
-  return { ...schema, title: "ifp-operator chart values", $comment: "Generated from charts/ifp-operator/values.schema.ts by npm run gen; do not edit." };
+  return {
+    ...schema,
+    title: "ifp-operator chart values",
+    $comment: "Generated from charts/ifp-operator/values.schema.ts by npm run gen; do not edit.",
+  };
 }

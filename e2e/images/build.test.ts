@@ -7,7 +7,17 @@ import { join, posix } from "node:path";
 import ts from "typescript";
 import { describe, expect, it } from "vitest";
 import { releaseDir, tempDir } from "../support/process.ts";
-import { builderKind, depsSource, dockerignore, IMAGES, ignoreFilePath, imageContextFiles, parseDockerfile, readDockerfile, stageContextFiles } from "./build.ts";
+import {
+  builderKind,
+  depsSource,
+  dockerignore,
+  IMAGES,
+  ignoreFilePath,
+  imageContextFiles,
+  parseDockerfile,
+  readDockerfile,
+  stageContextFiles,
+} from "./build.ts";
 
 const ignored = dockerignore(readFileSync(".dockerignore", "utf8"));
 
@@ -19,11 +29,14 @@ function runtimeSpecifiers(file: string): string[] {
   const source = ts.createSourceFile(file, readFileSync(file, "utf8"), ts.ScriptTarget.Latest, true, ts.ScriptKind.TS);
   const found: string[] = [];
   const visit = (node: ts.Node): void => {
-    if (ts.isImportDeclaration(node) && node.importClause?.phaseModifier !== ts.SyntaxKind.TypeKeyword) found.push((node.moduleSpecifier as ts.StringLiteral).text);
-    if (ts.isExportDeclaration(node) && node.moduleSpecifier && !node.isTypeOnly) found.push((node.moduleSpecifier as ts.StringLiteral).text);
+    if (ts.isImportDeclaration(node) && node.importClause?.phaseModifier !== ts.SyntaxKind.TypeKeyword)
+      found.push((node.moduleSpecifier as ts.StringLiteral).text);
+    if (ts.isExportDeclaration(node) && node.moduleSpecifier && !node.isTypeOnly)
+      found.push((node.moduleSpecifier as ts.StringLiteral).text);
     if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) {
       const [arg] = node.arguments;
-      if (!arg || !ts.isStringLiteralLike(arg)) throw new Error(`${file}: import() of ${arg?.getText(source)}: a computed specifier cannot be followed`);
+      if (!arg || !ts.isStringLiteralLike(arg))
+        throw new Error(`${file}: import() of ${arg?.getText(source)}: a computed specifier cannot be followed`);
       found.push(arg.text);
     }
     ts.forEachChild(node, visit);
@@ -33,7 +46,11 @@ function runtimeSpecifiers(file: string): string[] {
 }
 
 /** The package a bare specifier names: `name` or `@scope/name`, without a subpath. */
-const packageOf = (specifier: string) => specifier.split("/").slice(0, specifier.startsWith("@") ? 2 : 1).join("/");
+const packageOf = (specifier: string) =>
+  specifier
+    .split("/")
+    .slice(0, specifier.startsWith("@") ? 2 : 1)
+    .join("/");
 
 /**
  * The repository files and the packages an entry point loads: relative imports followed, this
@@ -70,8 +87,15 @@ function withDependencies(names: string[]): string[] {
     if (all.has(name)) continue;
     all.add(name);
     const manifest = JSON.parse(readFileSync(join("node_modules", name, "package.json"), "utf8"));
-    const optionalPeers = Object.entries(manifest.peerDependenciesMeta ?? {}).filter(([, m]) => (m as { optional?: boolean }).optional).map(([n]) => n);
-    for (const dep of [...Object.keys(manifest.dependencies ?? {}), ...Object.keys(manifest.optionalDependencies ?? {}), ...Object.keys(manifest.peerDependencies ?? {}).filter((n) => !optionalPeers.includes(n))]) queue.push(dep);
+    const optionalPeers = Object.entries(manifest.peerDependenciesMeta ?? {})
+      .filter(([, m]) => (m as { optional?: boolean }).optional)
+      .map(([n]) => n);
+    for (const dep of [
+      ...Object.keys(manifest.dependencies ?? {}),
+      ...Object.keys(manifest.optionalDependencies ?? {}),
+      ...Object.keys(manifest.peerDependencies ?? {}).filter((n) => !optionalPeers.includes(n)),
+    ])
+      queue.push(dep);
   }
   return [...all].sort();
 }
@@ -84,7 +108,8 @@ function appImageFiles(): { context: { src: string; dest: string }[]; deps: { sr
     .filter((c) => c.from !== undefined)
     .map((c) => {
       const stage = plan.stages[c.from!]!;
-      if (builderKind(stage, plan.base) !== "deps") throw new Error(`examples/app/Dockerfile: COPY --from=${c.from} is not of the deps stage`);
+      if (builderKind(stage, plan.base) !== "deps")
+        throw new Error(`examples/app/Dockerfile: COPY --from=${c.from} is not of the deps stage`);
       return { src: depsSource(stage, c.sources[0]!)!, dest: c.dest };
     });
   return { context: imageContextFiles(plan, own, "examples/app/Dockerfile"), deps };
@@ -93,7 +118,15 @@ function appImageFiles(): { context: { src: string; dest: string }[]; deps: { sr
 describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
   it("runtime: Node 24, production dependencies, the runtime compiled to JavaScript without tests, user node, the ifp-runtime entrypoint", () => {
     const plan = readDockerfile("runtime/Dockerfile");
-    expect(plan).toMatchObject({ base: "node:24-slim", nodeMajor: 24, workdir: "/app", user: "node", expose: ["8443"], entrypoint: ["node", "runtime/bin/ifp-runtime.js"], env: { NODE_ENV: "production" } });
+    expect(plan).toMatchObject({
+      base: "node:24-slim",
+      nodeMajor: 24,
+      workdir: "/app",
+      user: "node",
+      expose: ["8443"],
+      entrypoint: ["node", "runtime/bin/ifp-runtime.js"],
+      env: { NODE_ENV: "production" },
+    });
     expect(plan.copies.filter((c) => c.from !== undefined)).toEqual([
       { from: "deps", sources: ["/app/node_modules"], dest: "/app/node_modules", destIsDir: false },
       { from: "build", sources: ["/app/dist/runtime"], dest: "/app/runtime", destIsDir: false },
@@ -103,14 +136,25 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     expect(imageContextFiles(plan, ignored, "runtime/Dockerfile").map((f) => f.dest)).toEqual(["/app/package.json"]);
     // What the build stage compiles: the configs and the sources, never tests or benchmarks.
     const compiled = stageContextFiles(plan.stages.build!, ignored, "runtime/Dockerfile").map((f) => f.dest);
-    for (const d of ["/app/package.json", "/app/tsconfig.json", "/app/tsconfig.build.json", "/app/runtime/bin/ifp-runtime.ts", "/app/operator/src/main.ts"]) expect(compiled).toContain(d);
+    for (const d of [
+      "/app/package.json",
+      "/app/tsconfig.json",
+      "/app/tsconfig.build.json",
+      "/app/runtime/bin/ifp-runtime.ts",
+      "/app/operator/src/main.ts",
+    ])
+      expect(compiled).toContain(d);
     expect(compiled.some((d) => d.startsWith("/app/runtime/src/agent/"))).toBe(true);
     expect(compiled.filter((d) => /\.test\.ts$|\/test\/|\/bench\//.test(d))).toEqual([]);
   });
 
   it("operator: its own code compiled, the CRDs and the runtime's code it imports", () => {
     const plan = readDockerfile("operator/Dockerfile");
-    expect(plan).toMatchObject({ user: "node", expose: ["8080"], entrypoint: ["node", "operator/bin/ifp-operator.js"] });
+    expect(plan).toMatchObject({
+      user: "node",
+      expose: ["8080"],
+      entrypoint: ["node", "operator/bin/ifp-operator.js"],
+    });
     expect(plan.copies.filter((c) => c.from === "build").map((c) => [c.sources, c.dest])).toEqual([
       [["/app/dist/operator"], "/app/operator"],
       [["/app/dist/runtime"], "/app/runtime"],
@@ -122,18 +166,39 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
 
   it("example app: Node's built-ins, the typed client and the client's own dependencies, its own ignore file, user node", () => {
     const plan = readDockerfile("examples/app/Dockerfile");
-    expect(plan).toMatchObject({ base: "node:24-slim", nodeMajor: 24, workdir: "/app", user: "node", expose: ["8080"], entrypoint: ["node", "examples/app/main.ts"] });
+    expect(plan).toMatchObject({
+      base: "node:24-slim",
+      nodeMajor: 24,
+      workdir: "/app",
+      user: "node",
+      expose: ["8080"],
+      entrypoint: ["node", "examples/app/main.ts"],
+    });
     // The root .dockerignore leaves out examples/: this Dockerfile has its own, as BuildKit reads it.
     expect(ignoreFilePath("examples/app/Dockerfile")).toBe("examples/app/Dockerfile.dockerignore");
     expect(ignoreFilePath("runtime/Dockerfile")).toBe(".dockerignore");
-    const dests = appImageFiles().context.map((f) => f.dest).sort();
-    expect(dests).toEqual(["/app/examples/app/app.ts", "/app/examples/app/main.ts", "/app/package.json", "/app/runtime/src/client/local.ts", "/app/runtime/src/net/sse.ts", "/app/runtime/src/protocol/handoff-signature.ts"]);
+    const dests = appImageFiles()
+      .context.map((f) => f.dest)
+      .sort();
+    expect(dests).toEqual([
+      "/app/examples/app/app.ts",
+      "/app/examples/app/main.ts",
+      "/app/package.json",
+      "/app/runtime/src/client/local.ts",
+      "/app/runtime/src/net/sse.ts",
+      "/app/runtime/src/protocol/handoff-signature.ts",
+    ]);
     // What the application loads when Node runs it (types stripped): its own files, the client
     // through the package's exports, and what they import in turn. Each of those files is in the
     // image, and no other of runtime/.
     const loaded = moduleGraph("examples/app/main.ts");
     expect(loaded.files.map((f) => `/app/${f}`).filter((d) => !dests.includes(d))).toEqual([]);
-    expect(dests.filter((d) => d.startsWith("/app/runtime/"))).toEqual(loaded.files.filter((f) => f.startsWith("runtime/")).map((f) => `/app/${f}`).sort());
+    expect(dests.filter((d) => d.startsWith("/app/runtime/"))).toEqual(
+      loaded.files
+        .filter((f) => f.startsWith("runtime/"))
+        .map((f) => `/app/${f}`)
+        .sort(),
+    );
     // Every package it imports, with the packages those depend on, is installed under
     // /app/node_modules from the deps stage (npm ci --omit=dev of the lock file: each one a
     // production dependency), and no other: the image carries none of the runtime's dependencies.
@@ -142,7 +207,14 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     const needed = withDependencies(loaded.packages);
     expect(needed.length).toBeGreaterThan(0);
     expect(builderKind(plan.stages.deps, plan.base)).toBe("deps");
-    expect(plan.copies.filter((c) => c.from !== undefined)).toEqual(needed.map((p) => ({ from: "deps", sources: [`/app/node_modules/${p}`], dest: `/app/node_modules/${p}`, destIsDir: false })));
+    expect(plan.copies.filter((c) => c.from !== undefined)).toEqual(
+      needed.map((p) => ({
+        from: "deps",
+        sources: [`/app/node_modules/${p}`],
+        dest: `/app/node_modules/${p}`,
+        destIsDir: false,
+      })),
+    );
     expect(Object.keys(IMAGES)).toContain("app");
   });
 
@@ -155,7 +227,12 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
       for (const f of context) cpSync(f.src, join(root, f.dest));
       for (const d of deps) cpSync(d.src, join(root, d.dest), { recursive: true });
       // A bad setting stops it before it listens, once every module is loaded (exit 2).
-      const r = spawnSync(realpathSync("node_modules/node/bin/node"), ["examples/app/main.ts"], { cwd: join(root, "app"), env: { NODE_ENV: "production", IFP_APP_PORT: "x" }, encoding: "utf8", timeout: 30_000 });
+      const r = spawnSync(realpathSync("node_modules/node/bin/node"), ["examples/app/main.ts"], {
+        cwd: join(root, "app"),
+        env: { NODE_ENV: "production", IFP_APP_PORT: "x" },
+        encoding: "utf8",
+        timeout: 30_000,
+      });
       expect(r.stderr).toMatch(/^ifp example app: IFP_APP_PORT="x": expected a whole number/);
       expect(r.status).toBe(2);
     } finally {
@@ -165,21 +242,41 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
 
   it("refuses what it does not know how to build, so that a Dockerfile cannot drift from it silently", () => {
     const base = readFileSync("runtime/Dockerfile", "utf8");
-    expect(() => parseDockerfile(base.replace("USER node", "RUN apt-get install -y curl\nUSER node"), "x")).toThrow(/does not know how to build "RUN apt-get/);
+    expect(() => parseDockerfile(base.replace("USER node", "RUN apt-get install -y curl\nUSER node"), "x")).toThrow(
+      /does not know how to build "RUN apt-get/,
+    );
     expect(() => parseDockerfile(base.replaceAll("node:24-slim", "debian:12"), "x")).toThrow(/FROM debian:12/);
     expect(() => parseDockerfile(base.replace("npm ci --omit=dev", "npm ci"), "x")).toThrow(/COPY --from=deps/);
-    expect(() => parseDockerfile(base.replace("npx tsc -p tsconfig.build.json", "npx tsc -p tsconfig.build.json && curl x"), "x")).toThrow(/COPY --from=build/);
-    expect(() => parseDockerfile(base.replace("RUN npm ci --ignore-scripts", "RUN npm ci --omit=dev --ignore-scripts"), "x")).toThrow(/COPY --from=build/);
-    expect(() => parseDockerfile(base.replace("/app/dist/runtime", "/app/node_modules"), "x")).toThrow(/COPY --from=build/);
-    expect(() => parseDockerfile(base.replace("ENTRYPOINT", "HEALTHCHECK CMD true\nENTRYPOINT"), "x")).toThrow(/HEALTHCHECK/);
+    expect(() =>
+      parseDockerfile(base.replace("npx tsc -p tsconfig.build.json", "npx tsc -p tsconfig.build.json && curl x"), "x"),
+    ).toThrow(/COPY --from=build/);
+    expect(() =>
+      parseDockerfile(base.replace("RUN npm ci --ignore-scripts", "RUN npm ci --omit=dev --ignore-scripts"), "x"),
+    ).toThrow(/COPY --from=build/);
+    expect(() => parseDockerfile(base.replace("/app/dist/runtime", "/app/node_modules"), "x")).toThrow(
+      /COPY --from=build/,
+    );
+    expect(() => parseDockerfile(base.replace("ENTRYPOINT", "HEALTHCHECK CMD true\nENTRYPOINT"), "x")).toThrow(
+      /HEALTHCHECK/,
+    );
     // From the deps stage: all of node_modules, or one package's directory, named from the stage's root.
     const app = readFileSync("examples/app/Dockerfile", "utf8");
     const pkgCopy = "COPY --from=deps /app/node_modules/eventsource-parser ";
     expect(app).toContain(pkgCopy);
-    for (const source of ["/app/node_modules/eventsource-parser/dist", "/app/node_modules/../package-lock.json", "node_modules/eventsource-parser", "/app/node_modules/a/b"]) {
-      expect(() => parseDockerfile(app.replace(pkgCopy, `COPY --from=deps ${source} `), "x"), source).toThrow(/COPY --from=deps/);
+    for (const source of [
+      "/app/node_modules/eventsource-parser/dist",
+      "/app/node_modules/../package-lock.json",
+      "node_modules/eventsource-parser",
+      "/app/node_modules/a/b",
+    ]) {
+      expect(() => parseDockerfile(app.replace(pkgCopy, `COPY --from=deps ${source} `), "x"), source).toThrow(
+        /COPY --from=deps/,
+      );
     }
-    expect(parseDockerfile(app.replace(pkgCopy, "COPY --from=deps /app/node_modules/@nats-io/jetstream "), "x").copies[1]!.sources).toEqual(["/app/node_modules/@nats-io/jetstream"]);
+    expect(
+      parseDockerfile(app.replace(pkgCopy, "COPY --from=deps /app/node_modules/@nats-io/jetstream "), "x").copies[1]!
+        .sources,
+    ).toEqual(["/app/node_modules/@nats-io/jetstream"]);
   });
 
   it(".dockerignore patterns: at the root unless they start with **, directories with everything under them", () => {

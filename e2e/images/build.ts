@@ -18,7 +18,21 @@
 // tree into an OCI archive, cached by a hash of every input.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, posix, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -30,7 +44,10 @@ const RECIPE = "ifp-images-2";
 const NODE_BASE = /^node:(\d+)-slim$/;
 /** What `node:24-slim` gives an image besides Node itself. */
 const BASE_ENV = { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" };
-const BASE_USERS = { passwd: "root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/sh\n", group: "root:x:0:\nnode:x:1000:\n" };
+const BASE_USERS = {
+  passwd: "root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/sh\n",
+  group: "root:x:0:\nnode:x:1000:\n",
+};
 
 export interface BuiltImage {
   /** The image's name in containerd, e.g. ifp.local/ifp-runtime:0123456789ab. */
@@ -62,7 +79,7 @@ function logicalLines(text: string): string[] {
     if (!current && /^\s*#/.test(raw)) continue;
     const line = raw.replace(/\s+$/, "");
     if (line.endsWith("\\")) {
-      current += line.slice(0, -1) + " ";
+      current += `${line.slice(0, -1)} `;
       continue;
     }
     current += line;
@@ -91,7 +108,14 @@ const TSC_RUN = /^npx tsc -p (\S+)$/;
 export function builderKind(s: Stage | undefined, base: string): "deps" | "build" | undefined {
   if (!s || s.from !== base || s.copies[0]?.slice(0, -1).sort().join(",") !== LOCK_FILES) return undefined;
   if (s.runs.length === 1 && /^npm ci --omit=dev\b/.test(s.runs[0]!) && s.copies.length === 1) return "deps";
-  if (s.runs.length === 2 && /^npm ci\b/.test(s.runs[0]!) && !/--omit/.test(s.runs[0]!) && TSC_RUN.test(s.runs[1]!) && s.copies.length > 1) return "build";
+  if (
+    s.runs.length === 2 &&
+    /^npm ci\b/.test(s.runs[0]!) &&
+    !/--omit/.test(s.runs[0]!) &&
+    TSC_RUN.test(s.runs[1]!) &&
+    s.copies.length > 1
+  )
+    return "build";
   return undefined;
 }
 
@@ -103,10 +127,19 @@ export function readDockerfile(path: string): DockerfilePlan {
 export function parseDockerfile(text: string, path: string): DockerfilePlan {
   const stages: DockerfilePlan["stages"] = {};
   let stage: { name: string; from: string; workdir: string; copies: string[][]; runs: string[] } | undefined;
-  const final = { copies: [] as DockerfilePlan["copies"], env: {} as Record<string, string>, workdir: "/", user: "root", expose: [] as string[], entrypoint: [] as string[] };
+  const final = {
+    copies: [] as DockerfilePlan["copies"],
+    env: {} as Record<string, string>,
+    workdir: "/",
+    user: "root",
+    expose: [] as string[],
+    entrypoint: [] as string[],
+  };
   let inFinal = false;
   const fail = (line: string) => {
-    throw new Error(`${path}: e2e/images/build.ts does not know how to build "${line}"; teach it, or keep the Dockerfile within what it knows`);
+    throw new Error(
+      `${path}: e2e/images/build.ts does not know how to build "${line}"; teach it, or keep the Dockerfile within what it knows`,
+    );
   };
   for (const line of logicalLines(text)) {
     const [, instr, rest = ""] = /^(\w+)\s*(.*)$/.exec(line) ?? [];
@@ -142,7 +175,8 @@ export function parseDockerfile(text: string, path: string): DockerfilePlan {
         if (words.length < 2) fail(line);
         const rawDest = words.pop()!;
         const dest = posix.resolve(stage!.workdir, rawDest);
-        if (inFinal) final.copies.push({ from, sources: words, dest, destIsDir: rawDest.endsWith("/") || words.length > 1 });
+        if (inFinal)
+          final.copies.push({ from, sources: words, dest, destIsDir: rawDest.endsWith("/") || words.length > 1 });
         // A builder stage keeps the trailing "/" of a directory destination, as Docker reads it.
         else stage!.copies.push([...words, rawDest.endsWith("/") && dest !== "/" ? `${dest}/` : dest]);
         break;
@@ -185,10 +219,20 @@ export function parseDockerfile(text: string, path: string): DockerfilePlan {
     const s = stages[c.from]!;
     const known =
       (kind === "deps" && c.sources.length === 1 && depsSource(s, c.sources[0]!) !== undefined) ||
-      (kind === "build" && c.sources.length === 1 && c.sources[0]!.startsWith(posix.join(s.workdir, "dist") + "/"));
+      (kind === "build" && c.sources.length === 1 && c.sources[0]!.startsWith(`${posix.join(s.workdir, "dist")}/`));
     if (!known) fail(`COPY --from=${c.from} ${c.sources.join(" ")}`);
   }
-  return { base: stage.from, nodeMajor: Number(base![1]), stages, copies: final.copies, env: final.env, workdir: final.workdir, user: final.user, expose: final.expose, entrypoint: final.entrypoint };
+  return {
+    base: stage.from,
+    nodeMajor: Number(base![1]),
+    stages,
+    copies: final.copies,
+    env: final.env,
+    workdir: final.workdir,
+    user: final.user,
+    expose: final.expose,
+    entrypoint: final.entrypoint,
+  };
 }
 
 /** A package name as npm writes it under node_modules: `name` or `@scope/name`. */
@@ -213,12 +257,20 @@ export function dockerignore(text: string): (path: string) => boolean {
     .map((l) => l.trim())
     .filter((l) => l && !l.startsWith("#"))
     .map((p) => {
-      if (p.startsWith("!")) throw new Error(`.dockerignore: exceptions (${p}) are not supported by e2e/images/build.ts`);
+      if (p.startsWith("!"))
+        throw new Error(`.dockerignore: exceptions (${p}) are not supported by e2e/images/build.ts`);
       const dirOnly = p.endsWith("/");
       const body = p.replace(/^\/+|\/+$/g, "");
       const re = body
         .split("/")
-        .map((seg) => (seg === "**" ? "(?:.*/)?" : seg.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, "[^/]*").replace(/\?/g, "[^/]") + "/"))
+        .map((seg) =>
+          seg === "**"
+            ? "(?:.*/)?"
+            : `${seg
+                .replace(/[.+^${}()|[\]\\]/g, "\\$&")
+                .replace(/\*/g, "[^/]*")
+                .replace(/\?/g, "[^/]")}/`,
+        )
         .join("")
         .replace(/\/$/, "");
       // A pattern matches the path itself or any directory above it.
@@ -229,7 +281,7 @@ export function dockerignore(text: string): (path: string) => boolean {
 
 function walk(root: string, rel: string, ignored: (p: string) => boolean, out: string[]): void {
   const abs = join(root, rel);
-  if (ignored(rel) || ignored(rel + "/")) return;
+  if (ignored(rel) || ignored(`${rel}/`)) return;
   if (statSync(abs).isDirectory()) {
     for (const e of readdirSync(abs).sort()) walk(root, rel ? `${rel}/${e}` : e, ignored, out);
   } else {
@@ -238,9 +290,15 @@ function walk(root: string, rel: string, ignored: (p: string) => boolean, out: s
 }
 
 function sh(cmd: string, args: string[], opts: { cwd?: string; env?: Record<string, string> } = {}): string {
-  const r = spawnSync(cmd, args, { cwd: opts.cwd, encoding: "utf8", maxBuffer: 64 * 1024 * 1024, env: { ...process.env, ...opts.env } });
+  const r = spawnSync(cmd, args, {
+    cwd: opts.cwd,
+    encoding: "utf8",
+    maxBuffer: 64 * 1024 * 1024,
+    env: { ...process.env, ...opts.env },
+  });
   if (r.error) throw new Error(`${cmd} could not start: ${r.error.message}`);
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${(r.stderr || r.stdout).slice(-3000)}`);
+  if (r.status !== 0)
+    throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${(r.stderr || r.stdout).slice(-3000)}`);
   return r.stdout;
 }
 
@@ -265,7 +323,11 @@ function fileHash(h: ReturnType<typeof createHash>, path: string, label = path):
 }
 
 /** The repository files an image's COPY instructions take (after .dockerignore) and where they land. */
-export function imageContextFiles(plan: Pick<DockerfilePlan, "copies">, ignored: (path: string) => boolean, dockerfilePath: string): { src: string; dest: string }[] {
+export function imageContextFiles(
+  plan: Pick<DockerfilePlan, "copies">,
+  ignored: (path: string) => boolean,
+  dockerfilePath: string,
+): { src: string; dest: string }[] {
   const files: { src: string; dest: string }[] = [];
   for (const c of plan.copies) {
     if (c.from !== undefined) continue;
@@ -312,14 +374,18 @@ function imageRecipe(name: string, dockerfilePath: string): Recipe {
   const ignored = dockerignore(ignoreText);
   const runtime = nodeRuntimeFiles();
   const major = Number(/^v(\d+)/.exec(runtime.version)?.[1]);
-  if (major !== plan.nodeMajor) throw new Error(`${dockerfilePath} is FROM ${plan.base}, but node_modules/node is ${runtime.version}`);
+  if (major !== plan.nodeMajor)
+    throw new Error(`${dockerfilePath} is FROM ${plan.base}, but node_modules/node is ${runtime.version}`);
 
   const h = createHash("sha256");
-  h.update(`${RECIPE}\0${name}\0${readFileSync(join(REPO, dockerfilePath), "utf8")}\0${ignoreText}\0${runtime.version}\0`);
+  h.update(
+    `${RECIPE}\0${name}\0${readFileSync(join(REPO, dockerfilePath), "utf8")}\0${ignoreText}\0${runtime.version}\0`,
+  );
   fileHash(h, runtime.node, "node");
   for (const l of runtime.libs) fileHash(h, l.source, l.path);
   for (const c of plan.copies) {
-    if (c.from !== undefined) for (const f of ["package.json", "package-lock.json"]) fileHash(h, join(REPO, f), `deps:${f}`);
+    if (c.from !== undefined)
+      for (const f of ["package.json", "package-lock.json"]) fileHash(h, join(REPO, f), `deps:${f}`);
   }
   const contextFiles = imageContextFiles(plan, ignored, dockerfilePath);
   for (const f of contextFiles) fileHash(h, join(REPO, f.src), `${f.src}->${f.dest}`);
@@ -335,7 +401,13 @@ function imageRecipe(name: string, dockerfilePath: string): Recipe {
   return {
     name,
     hash: h.digest("hex").slice(0, 16),
-    config: { env: { ...BASE_ENV, ...plan.env }, workdir: plan.workdir, user: plan.user, expose: plan.expose, entrypoint: plan.entrypoint },
+    config: {
+      env: { ...BASE_ENV, ...plan.env },
+      workdir: plan.workdir,
+      user: plan.user,
+      expose: plan.expose,
+      entrypoint: plan.entrypoint,
+    },
     populate(rootfs) {
       baseFilesystem(rootfs, runtime);
       mkdirSync(join(rootfs, plan.workdir), { recursive: true });
@@ -353,14 +425,21 @@ function imageRecipe(name: string, dockerfilePath: string): Recipe {
           if (builderKind(stage, plan.base) === "deps") {
             // As Docker copies a directory: its contents into the destination.
             const from = join(productionDependencies(), depsSource(stage, c.sources[0]!)!);
-            if (!existsSync(from)) throw new Error(`${dockerfilePath}: COPY --from=${c.from} ${c.sources[0]}: npm ci --omit=dev installs no such package (is it among package.json's dependencies?)`);
+            if (!existsSync(from))
+              throw new Error(
+                `${dockerfilePath}: COPY --from=${c.from} ${c.sources[0]}: npm ci --omit=dev installs no such package (is it among package.json's dependencies?)`,
+              );
             mkdirSync(join(rootfs, c.dest), { recursive: true });
             sh("cp", ["-a", `${from}/.`, join(rootfs, c.dest)]);
             continue;
           }
           if (!compiled.has(c.from)) compiled.set(c.from, compileStage(stage, builds.get(c.from)!));
           mkdirSync(join(rootfs, c.dest), { recursive: true });
-          sh("cp", ["-a", `${join(compiled.get(c.from)!, posix.relative(stage.workdir, c.sources[0]!))}/.`, join(rootfs, c.dest)]);
+          sh("cp", [
+            "-a",
+            `${join(compiled.get(c.from)!, posix.relative(stage.workdir, c.sources[0]!))}/.`,
+            join(rootfs, c.dest),
+          ]);
         }
       } finally {
         for (const dir of compiled.values()) rmSync(dir, { recursive: true, force: true });
@@ -392,7 +471,11 @@ function baseFilesystem(rootfs: string, runtime: ReturnType<typeof nodeRuntimeFi
  * land: package.json and the lock file first (package.json's `"type": "module"` is what makes
  * the compiler emit ES modules), then the configs and sources it compiles.
  */
-export function stageContextFiles(stage: Stage, ignored: (path: string) => boolean, dockerfilePath: string): { src: string; dest: string }[] {
+export function stageContextFiles(
+  stage: Stage,
+  ignored: (path: string) => boolean,
+  dockerfilePath: string,
+): { src: string; dest: string }[] {
   const copies = stage.copies.map((c) => {
     const sources = c.slice(0, -1);
     const dest = c.at(-1)!;
@@ -428,7 +511,11 @@ function compileStage(stage: Stage, files: { src: string; dest: string }[]): str
     copyFileSync(join(REPO, f.src), to);
   }
   symlinkSync(join(REPO, "node_modules"), join(root, "node_modules"));
-  sh(process.execPath, [join(REPO, "node_modules", "typescript", "bin", "tsc"), "-p", TSC_RUN.exec(stage.runs[1]!)![1]!], { cwd: root });
+  sh(
+    process.execPath,
+    [join(REPO, "node_modules", "typescript", "bin", "tsc"), "-p", TSC_RUN.exec(stage.runs[1]!)![1]!],
+    { cwd: root },
+  );
   return root;
 }
 
@@ -443,10 +530,14 @@ function productionDependencies(): string {
   try {
     writeFileSync(join(staging, "package.json"), pkg);
     writeFileSync(join(staging, "package-lock.json"), lock);
-    sh("npm", ["ci", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline"], { cwd: staging });
+    sh("npm", ["ci", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline"], {
+      cwd: staging,
+    });
     rmSync(dir, { recursive: true, force: true });
     renameSync(staging, dir);
-    for (const e of readdirSync(imagesCache())) if (e.startsWith("deps-") && join(imagesCache(), e) !== dir) rmSync(join(imagesCache(), e), { recursive: true, force: true });
+    for (const e of readdirSync(imagesCache()))
+      if (e.startsWith("deps-") && join(imagesCache(), e) !== dir)
+        rmSync(join(imagesCache(), e), { recursive: true, force: true });
   } finally {
     rmSync(staging, { recursive: true, force: true });
   }
@@ -484,7 +575,13 @@ function natsRecipe(): Recipe {
   return {
     name: "nats",
     hash: h.digest("hex").slice(0, 16),
-    config: { env: { PATH: BASE_ENV.PATH }, workdir: "/", user: "65534:65534", expose: ["4222", "6222", "8222"], entrypoint: ["/usr/local/bin/nats-server"] },
+    config: {
+      env: { PATH: BASE_ENV.PATH },
+      workdir: "/",
+      user: "65534:65534",
+      expose: ["4222", "6222", "8222"],
+      entrypoint: ["/usr/local/bin/nats-server"],
+    },
     populate(rootfs) {
       mkdirSync(join(rootfs, "usr/local/bin"), { recursive: true });
       mkdirSync(join(rootfs, "tmp"));
@@ -531,7 +628,20 @@ export function buildImage(kind: string): BuiltImage {
     container = sh("buildah", [...store, "from", "--quiet", "scratch"]).trim();
     sh("buildah", [...store, "copy", "--quiet", container, `${rootfs}/.`, "/"]);
     const c = recipe.config;
-    const cfg = ["--workingdir", c.workdir, "--user", c.user, "--entrypoint", JSON.stringify(c.entrypoint), "--cmd", "", "--os", "linux", "--arch", "amd64"];
+    const cfg = [
+      "--workingdir",
+      c.workdir,
+      "--user",
+      c.user,
+      "--entrypoint",
+      JSON.stringify(c.entrypoint),
+      "--cmd",
+      "",
+      "--os",
+      "linux",
+      "--arch",
+      "amd64",
+    ];
     for (const [k, v] of Object.entries(c.env)) cfg.push("--env", `${k}=${v}`);
     for (const p of c.expose) cfg.push("--port", p);
     sh("buildah", [...store, "config", ...cfg, container]);
@@ -541,13 +651,16 @@ export function buildImage(kind: string): BuiltImage {
     renameSync(partial, archive);
     // Older builds of the same image are of no further use.
     for (const e of readdirSync(imagesCache())) {
-      if (e.startsWith(`${recipe.name}-`) && e.endsWith(".oci.tar") && join(imagesCache(), e) !== archive) rmSync(join(imagesCache(), e), { force: true });
+      if (e.startsWith(`${recipe.name}-`) && e.endsWith(".oci.tar") && join(imagesCache(), e) !== archive)
+        rmSync(join(imagesCache(), e), { force: true });
     }
   } finally {
     if (container) spawnSync("buildah", [...store, "rm", container], { stdio: "ignore" });
     spawnSync("buildah", [...store, "rmi", "--all", "--force"], { stdio: "ignore" });
     // vfs layers may be mounted read-only by buildah's store; unmount before removing.
-    spawnSync("sh", ["-c", `grep -o ' ${work}[^ ]*' /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l`], { stdio: "ignore" });
+    spawnSync("sh", ["-c", `grep -o ' ${work}[^ ]*' /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l`], {
+      stdio: "ignore",
+    });
     rmSync(work, { recursive: true, force: true });
   }
   process.stderr.write(`images: built ${ref} in ${Math.round((Date.now() - started) / 1000)} s\n`);

@@ -21,18 +21,24 @@ import { stopChild } from "../support/process.ts";
 const root = fileURLToPath(new URL("../../", import.meta.url));
 const runtime = join(root, "runtime/bin/ifp-runtime.ts");
 const exampleApp = join(root, "examples/app/main.ts");
-const stateDir = process.env.IFP_STACK_DIR ?? join(process.env.XDG_STATE_HOME ?? join(homedir(), ".local", "state"), "ifp-operator", "stack");
+const stateDir =
+  process.env.IFP_STACK_DIR ??
+  join(process.env.XDG_STATE_HOME ?? join(homedir(), ".local", "state"), "ifp-operator", "stack");
 const basePort = Number(process.env.IFP_STACK_PORT ?? 8443);
 
 function readYaml(file: string): any[] {
-  return parseAllDocuments(readFileSync(join(root, "examples", file), "utf8")).map((d) => d.toJSON()).filter(Boolean);
+  return parseAllDocuments(readFileSync(join(root, "examples", file), "utf8"))
+    .map((d) => d.toJSON())
+    .filter(Boolean);
 }
 
 mkdirSync(stateDir, { recursive: true });
 const nats = await startNats({ storeDir: join(stateDir, "jetstream") });
 const tls = await localhostTls(join(stateDir));
 const keys = Object.fromEntries(
-  [...readYaml("agent-alice.yaml"), ...readYaml("agent-bob.yaml")].filter((d) => d.kind === "Secret").map((s) => [s.metadata.name as string, s.stringData["signing.key"] as string]),
+  [...readYaml("agent-alice.yaml"), ...readYaml("agent-bob.yaml")]
+    .filter((d) => d.kind === "Secret")
+    .map((s) => [s.metadata.name as string, s.stringData["signing.key"] as string]),
 );
 
 interface Proc {
@@ -47,8 +53,29 @@ function start(name: string, mode: "agent" | "relay", manifest: object, port: nu
   writeFileSync(file, stringify(manifest));
   const child = spawn(
     process.execPath,
-    [runtime, mode, "--manifest", file, "--port", String(port), "--metrics-port", String(port + 300), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url, ...extra],
-    { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, IFP_LOG_LEVEL: process.env.IFP_LOG_LEVEL ?? "warn" } },
+    [
+      runtime,
+      mode,
+      "--manifest",
+      file,
+      "--port",
+      String(port),
+      "--metrics-port",
+      String(port + 300),
+      "--host",
+      "127.0.0.1",
+      "--tls-cert",
+      tls.files.cert,
+      "--tls-key",
+      tls.files.key,
+      "--nats",
+      nats.url,
+      ...extra,
+    ],
+    {
+      stdio: ["ignore", "inherit", "inherit"],
+      env: { ...process.env, IFP_LOG_LEVEL: process.env.IFP_LOG_LEVEL ?? "warn" },
+    },
   );
   const p = { name, url: `https://localhost:${port}`, child };
   procs.push(p);
@@ -59,7 +86,8 @@ const [alice, bob] = ["agent-alice.yaml", "agent-bob.yaml"].map((f) => readYaml(
 const relay = readYaml("relay.yaml").find((d) => d.kind === "Relay");
 // Each agent's local API is on its port + 100, its application on its port + 200.
 const ports = { alice: basePort, bob: basePort + 1, relay: basePort + 2 };
-const local = (url: string) => url.replace(/^https:\/\/(alice|bob|relay)\.[^/]+/, (_m, n: keyof typeof ports) => `https://localhost:${ports[n]}`);
+const local = (url: string) =>
+  url.replace(/^https:\/\/(alice|bob|relay)\.[^/]+/, (_m, n: keyof typeof ports) => `https://localhost:${ports[n]}`);
 interface EnvVar {
   name: string;
   value?: string;
@@ -67,11 +95,17 @@ interface EnvVar {
 /** The application sidecar's plain environment variables (those with a value) from the Agent. */
 const appEnv: Record<"alice" | "bob", Record<string, string>> = { alice: {}, bob: {} };
 // On loopback the example's cluster addresses become localhost ports, and the sidecar a process.
-for (const [name, agent] of [["alice", alice], ["bob", bob]] as const) {
+for (const [name, agent] of [
+  ["alice", alice],
+  ["bob", bob],
+] as const) {
   agent.spec.peers = agent.spec.peers.map((p: { url?: string }) => ({ ...p, url: p.url && local(p.url) }));
   if (agent.spec.relay) agent.spec.relay.urls = agent.spec.relay.urls.map(local);
-  const sidecar = (agent.spec.deployment?.sidecars ?? []).find((c: { image?: string }) => /ifp-example-app/.test(c.image ?? ""));
-  if (!sidecar || !agent.spec.handler) throw new Error(`examples/agent-${name}.yaml: expected the example application as a sidecar and spec.handler`);
+  const sidecar = (agent.spec.deployment?.sidecars ?? []).find((c: { image?: string }) =>
+    /ifp-example-app/.test(c.image ?? ""),
+  );
+  if (!sidecar || !agent.spec.handler)
+    throw new Error(`examples/agent-${name}.yaml: expected the example application as a sidecar and spec.handler`);
   for (const e of (sidecar.env ?? []) as EnvVar[]) if (e.value !== undefined) appEnv[name][e.name] = e.value;
   agent.spec.handler = { ...agent.spec.handler, url: `http://127.0.0.1:${ports[name] + 200}` };
   // Pod settings are the operator's, not the runtime's.
@@ -82,10 +116,20 @@ for (const [name, agent] of [["alice", alice], ["bob", bob]] as const) {
 relay.spec.url = local(relay.spec.url);
 relay.spec.network = { allowPrivateTargets: ["127.0.0.0/8", "::1/128"] };
 
-for (const [name, manifest] of [["alice", alice], ["bob", bob]] as const) {
+for (const [name, manifest] of [
+  ["alice", alice],
+  ["bob", bob],
+] as const) {
   const keyFile = join(stateDir, `${name}.key`);
   writeFileSync(keyFile, keys[`${name}-signing-key`]!, { mode: 0o600 });
-  start(name, "agent", manifest, ports[name], ["--signing-key", keyFile, "--ca-file", tls.files.ca, "--local-api-port", String(ports[name] + 100)]);
+  start(name, "agent", manifest, ports[name], [
+    "--signing-key",
+    keyFile,
+    "--ca-file",
+    tls.files.ca,
+    "--local-api-port",
+    String(ports[name] + 100),
+  ]);
 }
 start("relay", "relay", relay, ports.relay, []);
 
@@ -93,10 +137,18 @@ start("relay", "relay", relay, ports.relay, []);
 function startApp(name: "alice" | "bob"): ChildProcess {
   const child = spawn(process.execPath, [exampleApp], {
     stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, ...appEnv[name], IFP_APP_HOST: "127.0.0.1", IFP_APP_PORT: String(ports[name] + 200), IFP_LOCAL_API: `http://127.0.0.1:${ports[name] + 100}` },
+    env: {
+      ...process.env,
+      ...appEnv[name],
+      IFP_APP_HOST: "127.0.0.1",
+      IFP_APP_PORT: String(ports[name] + 200),
+      IFP_LOCAL_API: `http://127.0.0.1:${ports[name] + 100}`,
+    },
   });
   for (const stream of [child.stdout!, child.stderr!]) {
-    createInterface({ input: stream, crlfDelay: Infinity }).on("line", (line) => process.stdout.write(`${name.padEnd(5)} | ${line}\n`));
+    createInterface({ input: stream, crlfDelay: Infinity }).on("line", (line) =>
+      process.stdout.write(`${name.padEnd(5)} | ${line}\n`),
+    );
   }
   procs.push({ name: `${name}'s application`, url: `http://127.0.0.1:${ports[name] + 200}`, child });
   watch(procs.at(-1)!);
@@ -121,7 +173,16 @@ function watch(p: Proc): void {
 }
 procs.forEach(watch);
 
-await Promise.all(procs.map((p) => waitFor(`${p.name} to be ready`, async () => (await httpsRequest(`${p.url}/readyz`, { ca: tls.ca })).status === 200, 60_000, 250)));
+await Promise.all(
+  procs.map((p) =>
+    waitFor(
+      `${p.name} to be ready`,
+      async () => (await httpsRequest(`${p.url}/readyz`, { ca: tls.ca })).status === 200,
+      60_000,
+      250,
+    ),
+  ),
+);
 
 const send = `npx ifp send --from-key ${join(stateDir, "bob.key")} --from bob-agent --to ${procs[0]!.url} --text "Hello from Bob's agent" --ca-file ${tls.files.ca}`;
 process.stdout.write(`

@@ -11,7 +11,11 @@ let outDir: string | undefined;
 
 /** Compile the sources with tsconfig.build.json into `dir` (an absolute path), as `npm run build` does into dist/. */
 export function compileTo(dir: string): void {
-  const r = spawnSync(process.execPath, [join(REPO, "node_modules", "typescript", "bin", "tsc"), "-p", join(REPO, "tsconfig.build.json"), "--outDir", dir], { cwd: REPO, encoding: "utf8" });
+  const r = spawnSync(
+    process.execPath,
+    [join(REPO, "node_modules", "typescript", "bin", "tsc"), "-p", join(REPO, "tsconfig.build.json"), "--outDir", dir],
+    { cwd: REPO, encoding: "utf8" },
+  );
   if (r.status !== 0) throw new Error(`tsc -p tsconfig.build.json failed: ${(r.stdout + r.stderr).slice(-3000)}`);
 }
 

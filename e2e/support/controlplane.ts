@@ -70,29 +70,31 @@ export interface ControlPlane {
  * etcd and kube-apiserver cannot be told to pick their own ports and report them, so a start
  * that loses a port to another process (address already in use) is retried on new ports.
  */
-export async function startControlPlane(opts: {
-  crds?: string[];
-  controllerManager?: boolean;
-  /**
-   * kube-controller-manager's client rate limit (`--kube-api-qps`, burst twice that); default its
-   * own (20). A benchmark raises it to see past the Deployment controller's writes.
-   */
-  controllerManagerQps?: number;
-  graceMs?: number;
-  /**
-   * The address the API server binds, advertises (the `kubernetes` Service's endpoint) and names
-   * in its certificate; default 127.0.0.1. A real node's pods reach the API server through the
-   * `kubernetes` Service only at an address of the host they can route to (its bridge address),
-   * never at loopback.
-   */
-  address?: string;
-  /**
-   * The ServiceAccount admission plugin: pods get their service account's token, the cluster CA
-   * and the namespace mounted, as in any cluster (a real node's pods talk to the API server
-   * in-cluster). Off by default: on fake nodes nothing reads them.
-   */
-  serviceAccounts?: boolean;
-} = {}): Promise<ControlPlane> {
+export async function startControlPlane(
+  opts: {
+    crds?: string[];
+    controllerManager?: boolean;
+    /**
+     * kube-controller-manager's client rate limit (`--kube-api-qps`, burst twice that); default its
+     * own (20). A benchmark raises it to see past the Deployment controller's writes.
+     */
+    controllerManagerQps?: number;
+    graceMs?: number;
+    /**
+     * The address the API server binds, advertises (the `kubernetes` Service's endpoint) and names
+     * in its certificate; default 127.0.0.1. A real node's pods reach the API server through the
+     * `kubernetes` Service only at an address of the host they can route to (its bridge address),
+     * never at loopback.
+     */
+    address?: string;
+    /**
+     * The ServiceAccount admission plugin: pods get their service account's token, the cluster CA
+     * and the namespace mounted, as in any cluster (a real node's pods talk to the API server
+     * in-cluster). Off by default: on fake nodes nothing reads them.
+     */
+    serviceAccounts?: boolean;
+  } = {},
+): Promise<ControlPlane> {
   const address = opts.address ?? "127.0.0.1";
   const dir = tempDir("ifp-kube-");
   const etcd = toolPath("etcd");
@@ -127,7 +129,12 @@ export async function startControlPlane(opts: {
   let kubeconfig = "";
   let caCert = "";
   const kubectl = (args: string[], input?: string) => {
-    const r = spawnSync("kubectl", ["--kubeconfig", kubeconfig, ...args], { input, encoding: "utf8", maxBuffer: 256 * 1024 * 1024, timeout: KUBECTL_TIMEOUT_MS });
+    const r = spawnSync("kubectl", ["--kubeconfig", kubeconfig, ...args], {
+      input,
+      encoding: "utf8",
+      maxBuffer: 256 * 1024 * 1024,
+      timeout: KUBECTL_TIMEOUT_MS,
+    });
     if (r.status !== 0) throw new KubectlError(args, r.status, r.error ? r.error.message : r.stderr || r.stdout);
     return r.stdout;
   };
@@ -135,7 +142,17 @@ export async function startControlPlane(opts: {
   try {
     const ca = await createCA("ifp-operator test cluster CA");
     caCert = ca.cert;
-    const serving = await ca.issue({ commonName: "kube-apiserver", dnsNames: ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"], ips: [...new Set(["127.0.0.1", address, KUBERNETES_SERVICE_IP])] });
+    const serving = await ca.issue({
+      commonName: "kube-apiserver",
+      dnsNames: [
+        "localhost",
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+      ],
+      ips: [...new Set(["127.0.0.1", address, KUBERNETES_SERVICE_IP])],
+    });
     const admin = await ca.issue({ commonName: "admin", organization: "system:masters", client: true });
     const sa = generateKeyPairSync("rsa", { modulusLength: 2048 });
     const file = (name: string, text: string) => {
@@ -158,21 +175,41 @@ export async function startControlPlane(opts: {
         stringify({
           apiVersion: "v1",
           kind: "Config",
-          clusters: [{ name: "local", cluster: { server, "certificate-authority-data": Buffer.from(ca.cert).toString("base64") } }],
-          users: [{ name: "admin", user: { "client-certificate-data": Buffer.from(admin.cert).toString("base64"), "client-key-data": Buffer.from(admin.key).toString("base64") } }],
+          clusters: [
+            {
+              name: "local",
+              cluster: { server, "certificate-authority-data": Buffer.from(ca.cert).toString("base64") },
+            },
+          ],
+          users: [
+            {
+              name: "admin",
+              user: {
+                "client-certificate-data": Buffer.from(admin.cert).toString("base64"),
+                "client-key-data": Buffer.from(admin.key).toString("base64"),
+              },
+            },
+          ],
           contexts: [{ name: "local", context: { cluster: "local", user: "admin", namespace: "default" } }],
           "current-context": "local",
         }),
       );
       startProcess("etcd", etcd, [
-        "--data-dir", join(dir, `etcd-${attempt}`),
-        "--listen-client-urls", `http://127.0.0.1:${etcdPort}`,
-        "--advertise-client-urls", `http://127.0.0.1:${etcdPort}`,
-        "--listen-peer-urls", `http://127.0.0.1:${etcdPeer}`,
-        "--initial-advertise-peer-urls", `http://127.0.0.1:${etcdPeer}`,
-        "--initial-cluster", `default=http://127.0.0.1:${etcdPeer}`,
+        "--data-dir",
+        join(dir, `etcd-${attempt}`),
+        "--listen-client-urls",
+        `http://127.0.0.1:${etcdPort}`,
+        "--advertise-client-urls",
+        `http://127.0.0.1:${etcdPort}`,
+        "--listen-peer-urls",
+        `http://127.0.0.1:${etcdPeer}`,
+        "--initial-advertise-peer-urls",
+        `http://127.0.0.1:${etcdPeer}`,
+        "--initial-cluster",
+        `default=http://127.0.0.1:${etcdPeer}`,
         "--unsafe-no-fsync",
-        "--log-level", "warn",
+        "--log-level",
+        "warn",
       ]);
       startProcess("kube-apiserver", apiserver, [
         `--etcd-servers=http://127.0.0.1:${etcdPort}`,
@@ -211,10 +248,15 @@ export async function startControlPlane(opts: {
       }
     }
 
-    await waitFor("the default namespace and RBAC bootstrap", () => {
-      kubectl(["get", "namespace", "default", "-o", "name"]);
-      return true;
-    }, 60_000, 250);
+    await waitFor(
+      "the default namespace and RBAC bootstrap",
+      () => {
+        kubectl(["get", "namespace", "default", "-o", "name"]);
+        return true;
+      },
+      60_000,
+      250,
+    );
 
     // CRDs before the controller manager, so that its garbage collector discovers them at start
     // rather than at its next discovery resync (30 s later).
@@ -240,21 +282,28 @@ export async function startControlPlane(opts: {
         // it, namespaces, service accounts and their tokens.
         "--controllers=garbage-collector-controller,deployment-controller,replicaset-controller,statefulset-controller,persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,endpointslice-controller,pod-garbage-collector-controller",
         "--concurrent-gc-syncs=5",
-        ...(opts.controllerManagerQps ? [`--kube-api-qps=${opts.controllerManagerQps}`, `--kube-api-burst=${opts.controllerManagerQps * 2}`] : []),
+        ...(opts.controllerManagerQps
+          ? [`--kube-api-qps=${opts.controllerManagerQps}`, `--kube-api-burst=${opts.controllerManagerQps * 2}`]
+          : []),
         "--v=0",
       ]);
     }
     // A component that fails on its flags or certificates exits within a moment of starting.
-    await consistently("every control-plane process to keep running", () => {
-      const d = died();
-      if (d) throw new Error(deathOf(d));
-      return true;
-    }, 1000, 100);
+    await consistently(
+      "every control-plane process to keep running",
+      () => {
+        const d = died();
+        if (d) throw new Error(deathOf(d));
+        return true;
+      },
+      1000,
+      100,
+    );
   } catch (err) {
     return fail(err);
   }
 
-  const json = <T,>(args: string[]): T => JSON.parse(kubectl([...args, "-o", "json"])) as T;
+  const json = <T>(args: string[]): T => JSON.parse(kubectl([...args, "-o", "json"])) as T;
   return {
     server,
     kubeconfig,

@@ -15,7 +15,16 @@ import { processStartTime } from "./process.ts";
  */
 export default function setup(): () => void {
   // The real node's tools only where e2e/node.test.ts runs (Linux, root, …).
-  const defaults = ["nats-server", "etcd", "kubernetes", "helm", "kube-score", "kwok", "gateway-api", ...(nodeTestUnsupported() ? [] : ["kubernetes-node", "coredns", "pause"])];
+  const defaults = [
+    "nats-server",
+    "etcd",
+    "kubernetes",
+    "helm",
+    "kube-score",
+    "kwok",
+    "gateway-api",
+    ...(nodeTestUnsupported() ? [] : ["kubernetes-node", "coredns", "pause"]),
+  ];
   const tools = (process.env.IFP_TEST_TOOLS ?? defaults.join(",")).split(",").filter(Boolean);
   for (const t of tools) ensureTool(t);
   const runDir = mkdtempSync(join(tmpdir(), "ifp-test-run-"));
@@ -51,6 +60,10 @@ export function teardown(runDir: string): void {
     }
   }
   rmSync(runDir, { recursive: true, force: true });
-  if (killed.length) process.stderr.write(`\ntest teardown: killed processes a test worker left running: ${killed.join(", ")}\n`);
-  if (left.length) process.stderr.write(`test teardown: directories a test worker left (kept for inspection):\n${left.map((p) => `  ${p}`).join("\n")}\n`);
+  if (killed.length)
+    process.stderr.write(`\ntest teardown: killed processes a test worker left running: ${killed.join(", ")}\n`);
+  if (left.length)
+    process.stderr.write(
+      `test teardown: directories a test worker left (kept for inspection):\n${left.map((p) => `  ${p}`).join("\n")}\n`,
+    );
 }

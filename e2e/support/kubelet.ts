@@ -50,7 +50,11 @@ export class Kubelet {
   }
 
   private async kubectl(args: string[], input?: string): Promise<string> {
-    const child = run("kubectl", ["--kubeconfig", this.cp.kubeconfig, ...args], { encoding: "utf8", timeout: 30_000, maxBuffer: 64 * 1024 * 1024 });
+    const child = run("kubectl", ["--kubeconfig", this.cp.kubeconfig, ...args], {
+      encoding: "utf8",
+      timeout: 30_000,
+      maxBuffer: 64 * 1024 * 1024,
+    });
     if (input !== undefined) child.child.stdin!.end(input);
     return (await child).stdout;
   }
@@ -66,7 +70,14 @@ export class Kubelet {
 
   /** The Node object pods are bound to (no kubelet reports on it; nothing needs it to). */
   async start(): Promise<void> {
-    await this.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "Node", metadata: { name: this.node, labels: { "kubernetes.io/hostname": this.node } } }));
+    await this.kubectl(
+      ["apply", "-f", "-"],
+      JSON.stringify({
+        apiVersion: "v1",
+        kind: "Node",
+        metadata: { name: this.node, labels: { "kubernetes.io/hostname": this.node } },
+      }),
+    );
   }
 
   /**
@@ -75,28 +86,61 @@ export class Kubelet {
    * (the pod's phase becomes Succeeded or Failed). `extraArgs` are appended to the container's
    * (ports of its own on this shared host).
    */
-  async runPod(namespace: string, name: string, opts: { extraArgs?: string[]; onExit?: (exit: ExitInfo) => Promise<void> } = {}): Promise<RunningPod> {
+  async runPod(
+    namespace: string,
+    name: string,
+    opts: { extraArgs?: string[]; onExit?: (exit: ExitInfo) => Promise<void> } = {},
+  ): Promise<RunningPod> {
     const pod = (await this.tryJson(["-n", namespace, "get", "pod", name]))!;
     if (!pod) throw new Error(`no pod ${namespace}/${name} to run`);
-    if (pod.spec.containers.length !== 1) throw new Error(`pod ${namespace}/${name} has ${pod.spec.containers.length} containers; this kubelet runs one`);
+    if (pod.spec.containers.length !== 1)
+      throw new Error(`pod ${namespace}/${name} has ${pod.spec.containers.length} containers; this kubelet runs one`);
     const c = pod.spec.containers[0];
-    const image = String(c.image).replace(/:[^/:]+$/, "").split("/").pop()!;
+    const image = String(c.image)
+      .replace(/:[^/:]+$/, "")
+      .split("/")
+      .pop()!;
     const entrypoint = c.command ?? ENTRYPOINTS[image];
     if (!entrypoint) throw new Error(`no entrypoint known for image ${c.image}`);
     await this.kubectl(
       ["create", "--raw", `/api/v1/namespaces/${namespace}/pods/${name}/binding`, "-f", "-"],
-      JSON.stringify({ apiVersion: "v1", kind: "Binding", metadata: { name, namespace }, target: { apiVersion: "v1", kind: "Node", name: this.node } }),
+      JSON.stringify({
+        apiVersion: "v1",
+        kind: "Binding",
+        metadata: { name, namespace },
+        target: { apiVersion: "v1", kind: "Node", name: this.node },
+      }),
     );
     // The ServiceAccount token the kubelet would project: bound to this pod.
     const sa = pod.spec.serviceAccountName ?? "default";
-    const token = (await this.kubectl(["-n", namespace, "create", "token", sa, "--bound-object-kind=Pod", `--bound-object-name=${name}`, `--bound-object-uid=${pod.metadata.uid}`, "--duration=1h"])).trim();
+    const token = (
+      await this.kubectl([
+        "-n",
+        namespace,
+        "create",
+        "token",
+        sa,
+        "--bound-object-kind=Pod",
+        `--bound-object-name=${name}`,
+        `--bound-object-uid=${pod.metadata.uid}`,
+        "--duration=1h",
+      ])
+    ).trim();
     const kubeconfig = join(this.cp.dir, `pod-${namespace}-${name}.kubeconfig`);
     writeFileSync(
       kubeconfig,
       stringify({
         apiVersion: "v1",
         kind: "Config",
-        clusters: [{ name: "in-cluster", cluster: { server: this.cp.server, "certificate-authority-data": Buffer.from(this.cp.ca).toString("base64") } }],
+        clusters: [
+          {
+            name: "in-cluster",
+            cluster: {
+              server: this.cp.server,
+              "certificate-authority-data": Buffer.from(this.cp.ca).toString("base64"),
+            },
+          },
+        ],
         users: [{ name: sa, user: { token } }],
         contexts: [{ name: "in-cluster", context: { cluster: "in-cluster", user: sa, namespace } }],
         "current-context": "in-cluster",
@@ -111,7 +155,12 @@ export class Kubelet {
       else throw new Error(`pod ${namespace}/${name}: env ${e.name} is not one this kubelet fills in`);
     }
     const [bin, ...pre] = entrypoint as string[];
-    const proc = spawnProcess(`pod ${namespace}/${name}`, bin!, [...pre, ...(c.args ?? []), ...(opts.extraArgs ?? [])], { env, logFile: join(this.cp.dir, `pod-${namespace}-${name}.log`) });
+    const proc = spawnProcess(
+      `pod ${namespace}/${name}`,
+      bin!,
+      [...pre, ...(c.args ?? []), ...(opts.extraArgs ?? [])],
+      { env, logFile: join(this.cp.dir, `pod-${namespace}-${name}.log`) },
+    );
 
     const done = (async (): Promise<ExitInfo> => {
       for (;;) {
@@ -119,15 +168,39 @@ export class Kubelet {
           // The container ended on its own: the pod's phase says how.
           const exit = await proc.exited;
           const phase = exit.code === 0 ? "Succeeded" : "Failed";
-          await this.kubectl(["-n", namespace, "patch", "pod", name, "--subresource=status", "--type=merge", "-p", JSON.stringify({ status: { phase } })]).catch(() => {});
+          await this.kubectl([
+            "-n",
+            namespace,
+            "patch",
+            "pod",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            JSON.stringify({ status: { phase } }),
+          ]).catch(() => {});
           await opts.onExit?.(exit);
           return exit;
         }
-        const now = this.stopped ? undefined : await this.tryJson(["-n", namespace, "get", "pod", name]).catch(() => pod);
+        const now = this.stopped
+          ? undefined
+          : await this.tryJson(["-n", namespace, "get", "pod", name]).catch(() => pod);
         if (!now || now.metadata.uid !== pod.metadata.uid || now.metadata.deletionTimestamp) {
-          const graceMs = Math.max(1, now?.metadata.deletionGracePeriodSeconds ?? pod.spec.terminationGracePeriodSeconds ?? 30) * 1000;
+          const graceMs =
+            Math.max(1, now?.metadata.deletionGracePeriodSeconds ?? pod.spec.terminationGracePeriodSeconds ?? 30) *
+            1000;
           const exit = (await proc.stop({ signal: "SIGTERM", graceMs })) ?? (await proc.exited);
-          if (now?.metadata.uid === pod.metadata.uid) await this.kubectl(["-n", namespace, "delete", "pod", name, "--grace-period=0", "--force", "--ignore-not-found"]).catch(() => {});
+          if (now?.metadata.uid === pod.metadata.uid)
+            await this.kubectl([
+              "-n",
+              namespace,
+              "delete",
+              "pod",
+              name,
+              "--grace-period=0",
+              "--force",
+              "--ignore-not-found",
+            ]).catch(() => {});
           await opts.onExit?.(exit);
           return exit;
         }
@@ -154,7 +227,11 @@ export class Kubelet {
               (pod) => started.push(pod),
               // A pod deleted before it was bound never runs.
               async (err) => {
-                if ((await this.tryJson(["-n", namespace, "get", "pod", p.metadata.name]).catch(() => p))?.metadata.uid === p.metadata.uid) this.errors.push(`pod ${namespace}/${p.metadata.name}: ${(err as Error).message}`);
+                if (
+                  (await this.tryJson(["-n", namespace, "get", "pod", p.metadata.name]).catch(() => p))?.metadata
+                    .uid === p.metadata.uid
+                )
+                  this.errors.push(`pod ${namespace}/${p.metadata.name}: ${(err as Error).message}`);
               },
             );
           }
@@ -178,7 +255,12 @@ export class Kubelet {
         while (!this.stopped) {
           const list = await this.tryJson(["-n", namespace, "get", "jobs"]).catch(() => undefined);
           for (const job of list?.items ?? []) {
-            if (!job.metadata.annotations?.["helm.sh/hook"] || seen.has(job.metadata.uid) || job.status?.conditions?.length) continue;
+            if (
+              !job.metadata.annotations?.["helm.sh/hook"] ||
+              seen.has(job.metadata.uid) ||
+              job.status?.conditions?.length
+            )
+              continue;
             seen.add(job.metadata.uid);
             await this.runJob(job).then(
               (pod) => started.push(pod),
@@ -204,24 +286,81 @@ export class Kubelet {
         metadata: {
           name,
           namespace: ns,
-          labels: { ...template.metadata?.labels, "batch.kubernetes.io/job-name": job.metadata.name, "job-name": job.metadata.name },
+          labels: {
+            ...template.metadata?.labels,
+            "batch.kubernetes.io/job-name": job.metadata.name,
+            "job-name": job.metadata.name,
+          },
           annotations: template.metadata?.annotations,
-          ownerReferences: [{ apiVersion: "batch/v1", kind: "Job", name: job.metadata.name, uid: job.metadata.uid, controller: true, blockOwnerDeletion: true }],
+          ownerReferences: [
+            {
+              apiVersion: "batch/v1",
+              kind: "Job",
+              name: job.metadata.name,
+              uid: job.metadata.uid,
+              controller: true,
+              blockOwnerDeletion: true,
+            },
+          ],
         },
         spec: template.spec,
       }),
     );
     const startTime = new Date().toISOString().replace(/\.\d+Z$/, "Z");
-    await this.kubectl(["-n", ns, "patch", "job", job.metadata.name, "--subresource=status", "--type=merge", "-p", JSON.stringify({ status: { startTime, active: 1 } })]);
+    await this.kubectl([
+      "-n",
+      ns,
+      "patch",
+      "job",
+      job.metadata.name,
+      "--subresource=status",
+      "--type=merge",
+      "-p",
+      JSON.stringify({ status: { startTime, active: 1 } }),
+    ]);
     return this.runPod(ns, name, {
       onExit: async (exit) => {
         const now = new Date(Math.max(Date.now(), Date.parse(startTime) + 1000)).toISOString().replace(/\.\d+Z$/, "Z");
-        const condition = (type: string, reason: string) => ({ type, status: "True", reason, message: reason, lastProbeTime: now, lastTransitionTime: now });
+        const condition = (type: string, reason: string) => ({
+          type,
+          status: "True",
+          reason,
+          message: reason,
+          lastProbeTime: now,
+          lastTransitionTime: now,
+        });
         const status =
           exit.code === 0
-            ? { active: 0, ready: 0, succeeded: 1, completionTime: now, conditions: [condition("SuccessCriteriaMet", "CompletionsReached"), condition("Complete", "CompletionsReached")] }
-            : { active: 0, ready: 0, failed: 1, conditions: [condition("FailureTarget", "BackoffLimitExceeded"), condition("Failed", "BackoffLimitExceeded")] };
-        await this.kubectl(["-n", ns, "patch", "job", job.metadata.name, "--subresource=status", "--type=merge", "-p", JSON.stringify({ status })]);
+            ? {
+                active: 0,
+                ready: 0,
+                succeeded: 1,
+                completionTime: now,
+                conditions: [
+                  condition("SuccessCriteriaMet", "CompletionsReached"),
+                  condition("Complete", "CompletionsReached"),
+                ],
+              }
+            : {
+                active: 0,
+                ready: 0,
+                failed: 1,
+                conditions: [
+                  condition("FailureTarget", "BackoffLimitExceeded"),
+                  condition("Failed", "BackoffLimitExceeded"),
+                ],
+              };
+        await this.kubectl([
+          "-n",
+          ns,
+          "patch",
+          "job",
+          job.metadata.name,
+          "--subresource=status",
+          "--type=merge",
+          "-p",
+          JSON.stringify({ status }),
+        ]);
       },
     });
   }

@@ -24,7 +24,7 @@ export interface LocalRuntime {
 /** The `url` and `localApiUrl` of a runtime's "… listening" JSON log line in `log`, if there is one. */
 export function listeningUrls(log: string): { url: string; localApiUrl?: string } | undefined {
   for (const line of log.split("\n")) {
-    if (!line.includes("listening\"")) continue;
+    if (!line.includes('listening"')) continue;
     try {
       const entry = JSON.parse(line) as { msg?: string; url?: string; localApiUrl?: string };
       if (entry.url && /listening$/.test(entry.msg ?? "")) return { url: entry.url, localApiUrl: entry.localApiUrl };
@@ -46,7 +46,12 @@ export function runDeploymentLocally(
   namespace: string,
   deployment: string,
   dir: string,
-  opts: { rewriteFile?: (path: string, text: string) => string; rewriteArg?: (arg: string) => string; extraArgs?: string[]; env?: Record<string, string> },
+  opts: {
+    rewriteFile?: (path: string, text: string) => string;
+    rewriteArg?: (arg: string) => string;
+    extraArgs?: string[];
+    env?: Record<string, string>;
+  },
 ): LocalRuntime {
   const dep = JSON.parse(cp.kubectl(["-n", namespace, "get", "deployment", deployment, "-o", "json"]));
   const pod = dep.spec.template.spec;
@@ -58,10 +63,14 @@ export function runDeploymentLocally(
     mkdirSync(target, { recursive: true });
     let files: Record<string, string> = {};
     if (volume.configMap) {
-      files = JSON.parse(cp.kubectl(["-n", namespace, "get", "configmap", volume.configMap.name, "-o", "json"])).data ?? {};
+      files =
+        JSON.parse(cp.kubectl(["-n", namespace, "get", "configmap", volume.configMap.name, "-o", "json"])).data ?? {};
     } else if (volume.secret) {
-      const data = JSON.parse(cp.kubectl(["-n", namespace, "get", "secret", volume.secret.secretName, "-o", "json"])).data ?? {};
-      files = Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v as string, "base64").toString()]));
+      const data =
+        JSON.parse(cp.kubectl(["-n", namespace, "get", "secret", volume.secret.secretName, "-o", "json"])).data ?? {};
+      files = Object.fromEntries(
+        Object.entries(data).map(([k, v]) => [k, Buffer.from(v as string, "base64").toString()]),
+      );
     }
     const items: { key: string; path: string }[] | undefined = (volume.configMap ?? volume.secret)?.items;
     for (const [key, text] of Object.entries(files)) {
@@ -75,11 +84,20 @@ export function runDeploymentLocally(
     .map((a) => a.replace(/=(\/etc\/ifp\/)/, `=${root}$1`))
     .map((a) => (opts.rewriteArg ? opts.rewriteArg(a) : a))
     .concat(opts.extraArgs ?? []);
-  const env = Object.fromEntries((container.env ?? []).filter((e: { value?: string }) => e.value !== undefined).map((e: { name: string; value: string }) => [e.name, e.value.replace(/^\/etc\/ifp\//, `${root}/etc/ifp/`)]));
-  const p = spawnProcess(deployment, process.execPath, [new URL("../../runtime/bin/ifp-runtime.ts", import.meta.url).pathname, ...args], {
-    env: { ...process.env, ...env, ...opts.env },
-    logFile: join(root, "runtime.log"),
-  });
+  const env = Object.fromEntries(
+    (container.env ?? [])
+      .filter((e: { value?: string }) => e.value !== undefined)
+      .map((e: { name: string; value: string }) => [e.name, e.value.replace(/^\/etc\/ifp\//, `${root}/etc/ifp/`)]),
+  );
+  const p = spawnProcess(
+    deployment,
+    process.execPath,
+    [new URL("../../runtime/bin/ifp-runtime.ts", import.meta.url).pathname, ...args],
+    {
+      env: { ...process.env, ...env, ...opts.env },
+      logFile: join(root, "runtime.log"),
+    },
+  );
   return {
     name: deployment,
     proc: p.proc,
@@ -88,7 +106,9 @@ export function runDeploymentLocally(
     dir: root,
     output: () => p.log(),
     async listening(timeoutMs = 30_000) {
-      const died = p.exited.then((e) => Promise.reject(new Error(`${deployment} ${describeExit(e)}:\n${p.log().slice(-4000)}`)));
+      const died = p.exited.then((e) =>
+        Promise.reject(new Error(`${deployment} ${describeExit(e)}:\n${p.log().slice(-4000)}`)),
+      );
       died.catch(() => {});
       const found = waitFor(`${deployment} to log its URL`, () => listeningUrls(p.log()), timeoutMs, 50);
       found.catch(() => {});

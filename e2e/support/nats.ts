@@ -69,23 +69,38 @@ export async function startNats(opts: StartNatsOptions = {}): Promise<NatsServer
   let server: ManagedProcess | undefined;
 
   const startOnce = async (): Promise<ManagedProcess> => {
-    const p = spawnProcess("nats-server", bin, ["-a", host, "-p", String(port), "-js", "-sd", storeDir, "--no_advertise", ...configArgs], {
-      logFile: join(storeDir, "nats-server.log"),
-    });
+    const p = spawnProcess(
+      "nats-server",
+      bin,
+      ["-a", host, "-p", String(port), "-js", "-sd", storeDir, "--no_advertise", ...configArgs],
+      {
+        logFile: join(storeDir, "nats-server.log"),
+      },
+    );
     server = p;
     const failed = p.exited.then((e) => {
       throw new Error(`nats-server ${describeExit(e)}:\n${p.log().slice(-4000)}`);
     });
     failed.catch(() => {});
     try {
-      const listening = waitFor("nats-server to report its port", () => Number(LISTENING.exec(p.log())?.[1] ?? 0) || undefined, 20_000, 25);
+      const listening = waitFor(
+        "nats-server to report its port",
+        () => Number(LISTENING.exec(p.log())?.[1] ?? 0) || undefined,
+        20_000,
+        25,
+      );
       listening.catch(() => {});
       const bound = await Promise.race([failed, listening]);
-      const accepting = waitFor("nats-server to accept connections", async () => {
-        const nc = await connect({ servers: `${host}:${bound}`, timeout: 500, reconnect: false, ...opts.connect });
-        await nc.close();
-        return true;
-      }, 20_000, 50);
+      const accepting = waitFor(
+        "nats-server to accept connections",
+        async () => {
+          const nc = await connect({ servers: `${host}:${bound}`, timeout: 500, reconnect: false, ...opts.connect });
+          await nc.close();
+          return true;
+        },
+        20_000,
+        50,
+      );
       accepting.catch(() => {});
       await Promise.race([failed, accepting]);
       if (p.exit) await failed;
@@ -217,17 +232,23 @@ export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Prom
         `cluster {`,
         `  name: ${clusterName}`,
         `  listen: 127.0.0.1:${routePorts[i]}`,
-        `  routes: [${routePorts.filter((_, j) => j !== i).map((p) => `nats-route://127.0.0.1:${p}`).join(", ")}]`,
+        `  routes: [${routePorts
+          .filter((_, j) => j !== i)
+          .map((p) => `nats-route://127.0.0.1:${p}`)
+          .join(", ")}]`,
         opts.clusterConfig ?? "",
         `}`,
         opts.config ?? "",
       ].join("\n");
-    const started = await Promise.allSettled(names.map((_, i) => startNats({ config: config(i), graceMs: opts.graceMs })));
+    const started = await Promise.allSettled(
+      names.map((_, i) => startNats({ config: config(i), graceMs: opts.graceMs })),
+    );
     nodes = started.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
     const failure = started.find((s): s is PromiseRejectedResult => s.status === "rejected");
     if (!failure) break;
     await Promise.all(nodes.map((n) => n.close()));
-    if (attempt >= 3 || !/address already in use/i.test(String((failure.reason as Error)?.message))) throw failure.reason;
+    if (attempt >= 3 || !/address already in use/i.test(String((failure.reason as Error)?.message)))
+      throw failure.reason;
   }
 
   // The monitoring port of each node's current process, read from its log once.
@@ -260,7 +281,9 @@ export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Prom
   };
   const ready = async (timeoutMs = 60_000) => {
     await waitFor(
-      `the NATS cluster's nodes ${running().map((i) => names[i]).join(", ")} to be healthy and agree on a JetStream meta leader`,
+      `the NATS cluster's nodes ${running()
+        .map((i) => names[i])
+        .join(", ")} to be healthy and agree on a JetStream meta leader`,
       async () => {
         const leaders = await Promise.all(running().map(nodeReady));
         return leaders.length > 0 && leaders.every((l) => l !== undefined && l === leaders[0]);
@@ -294,7 +317,12 @@ export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Prom
     },
     async restart(i, timeoutMs = 60_000) {
       await nodes[i]!.restart();
-      await waitFor(`nats-server ${names[i]} to be healthy again`, async () => (await nodeReady(i)) !== undefined, timeoutMs, 250);
+      await waitFor(
+        `nats-server ${names[i]} to be healthy again`,
+        async () => (await nodeReady(i)) !== undefined,
+        timeoutMs,
+        250,
+      );
     },
     ready,
     metaLeader,

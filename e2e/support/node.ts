@@ -7,7 +7,19 @@
 // One real node runs on a machine at a time (a lock in /run/lock): the bridge, its addresses,
 // kube-proxy's iptables chains and the kubelet's port are the host's.
 import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { chmodSync, closeSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  closeSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
@@ -72,19 +84,24 @@ export function nodeTestUnsupported(): string | undefined {
 export function realNodeUnsupported(): string | undefined {
   if (process.platform !== "linux") return `a real node needs Linux (this is ${process.platform})`;
   if (process.getuid?.() !== 0) return "a real node needs root (containerd, the kubelet, iptables)";
-  if (!existsSync("/sys/fs/cgroup/cgroup.controllers") && !existsSync("/sys/fs/cgroup/memory")) return "no cgroup file system at /sys/fs/cgroup";
+  if (!existsSync("/sys/fs/cgroup/cgroup.controllers") && !existsSync("/sys/fs/cgroup/memory"))
+    return "no cgroup file system at /sys/fs/cgroup";
   if (!existsSync("/proc/sys/net/bridge")) return "the kernel has no bridge netfilter (/proc/sys/net/bridge)";
   const have = (cmd: string) => spawnSync("sh", ["-c", `command -v ${cmd}`], { stdio: "ignore" }).status === 0;
   if (!have("ip")) return "no ip command (iproute2)";
-  const missing = NODE_PACKAGES.filter((p) => spawnSync("dpkg-query", ["-W", "-f=${Status}", p], { encoding: "utf8" }).stdout !== "install ok installed");
-  if (missing.length && !have("apt-get")) return `Debian packages ${missing.join(" ")} are missing and there is no apt-get`;
+  const missing = NODE_PACKAGES.filter(
+    (p) => spawnSync("dpkg-query", ["-W", "-f=${Status}", p], { encoding: "utf8" }).stdout !== "install ok installed",
+  );
+  if (missing.length && !have("apt-get"))
+    return `Debian packages ${missing.join(" ")} are missing and there is no apt-get`;
   return undefined;
 }
 
 function sh(cmd: string, args: string[], input?: string): string {
   const r = spawnSync(cmd, args, { input, encoding: "utf8", maxBuffer: 64 * 1024 * 1024 });
   if (r.error) throw new Error(`${cmd} could not start: ${r.error.message}`);
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${(r.stderr || r.stdout).slice(-2000)}`);
+  if (r.status !== 0)
+    throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${(r.stderr || r.stdout).slice(-2000)}`);
   return r.stdout;
 }
 
@@ -99,20 +116,25 @@ function attempt(what: string, fn: () => void, problems: string[]): void {
 
 async function acquireLock(): Promise<void> {
   mkdirSync("/run/lock", { recursive: true });
-  await waitFor("the real-node lock (another real node runs on this machine)", () => {
-    try {
-      mkdirSync(LOCK);
-      writeFileSync(join(LOCK, "pid"), String(process.pid));
-      return true;
-    } catch {
-      let holder = 0;
+  await waitFor(
+    "the real-node lock (another real node runs on this machine)",
+    () => {
       try {
-        holder = Number(readFileSync(join(LOCK, "pid"), "utf8"));
-      } catch {}
-      if (holder && !isAlive(holder)) rmSync(LOCK, { recursive: true, force: true });
-      return false;
-    }
-  }, 20 * 60_000, 1000);
+        mkdirSync(LOCK);
+        writeFileSync(join(LOCK, "pid"), String(process.pid));
+        return true;
+      } catch {
+        let holder = 0;
+        try {
+          holder = Number(readFileSync(join(LOCK, "pid"), "utf8"));
+        } catch {}
+        if (holder && !isAlive(holder)) rmSync(LOCK, { recursive: true, force: true });
+        return false;
+      }
+    },
+    20 * 60_000,
+    1000,
+  );
 }
 
 /** Mount points at or under `dir`, deepest first. */
@@ -131,7 +153,8 @@ function unmountAll(dir: string, problems: string[]): void {
     const points = mountsUnder(dir);
     if (!points.length) return;
     for (const p of points) {
-      if (spawnSync("umount", [p], { stdio: "ignore" }).status !== 0) spawnSync("umount", ["-l", p], { stdio: "ignore" });
+      if (spawnSync("umount", [p], { stdio: "ignore" }).status !== 0)
+        spawnSync("umount", ["-l", p], { stdio: "ignore" });
     }
   }
   const left = mountsUnder(dir);
@@ -177,10 +200,20 @@ function removeIptables(chains: Set<string>, problems: string[]): void {
   for (const line of save.stdout.split("\n")) {
     if (line.startsWith("*")) table = line.slice(1);
     if (!line.startsWith("-A ")) continue;
-    const rule = line.slice(3).match(/(?:[^\s"]+|"[^"]*")+/g)!.map((w) => w.replace(/^"(.*)"$/, "$1"));
+    const rule = line
+      .slice(3)
+      .match(/(?:[^\s"]+|"[^"]*")+/g)!
+      .map((w) => w.replace(/^"(.*)"$/, "$1"));
     const target = rule[rule.indexOf("-j") + 1];
-    const ours = line.includes(`--comment ${RULE_COMMENT}`) || (target !== undefined && chains.has(`${table} ${target}`) && !chains.has(`${table} ${rule[0]}`));
-    if (ours) attempt(`iptables -t ${table} -D ${rule.join(" ")}`, () => sh("iptables", ["-t", table, "-D", ...rule]), problems);
+    const ours =
+      line.includes(`--comment ${RULE_COMMENT}`) ||
+      (target !== undefined && chains.has(`${table} ${target}`) && !chains.has(`${table} ${rule[0]}`));
+    if (ours)
+      attempt(
+        `iptables -t ${table} -D ${rule.join(" ")}`,
+        () => sh("iptables", ["-t", table, "-D", ...rule]),
+        problems,
+      );
   }
   for (const tc of chains) {
     const [t, chain] = tc.split(" ") as [string, string];
@@ -216,7 +249,12 @@ async function killProcessesUnder(dir: string, problems: string[]): Promise<void
   };
   for (const r of roots) visit(r);
   for (const pid of doomed) attempt(`kill ${pid}`, () => process.kill(pid, "SIGKILL"), problems);
-  await waitFor("the node's processes to exit", () => doomed.every((pid) => !isAlive(pid) || isZombie(pid)), 10_000, 100).catch((err) => problems.push((err as Error).message));
+  await waitFor(
+    "the node's processes to exit",
+    () => doomed.every((pid) => !isAlive(pid) || isZombie(pid)),
+    10_000,
+    100,
+  ).catch((err) => problems.push((err as Error).message));
 }
 
 function isZombie(pid: number): boolean {
@@ -244,7 +282,9 @@ function shimsRunning(): boolean {
  */
 async function cleanLeftovers(): Promise<void> {
   const problems: string[] = [];
-  const dirs = readdirSync(tmpdir()).filter((e) => e.startsWith("ifp-node-") && existsSync(join(tmpdir(), e, "containerd.toml")));
+  const dirs = readdirSync(tmpdir()).filter(
+    (e) => e.startsWith("ifp-node-") && existsSync(join(tmpdir(), e, "containerd.toml")),
+  );
   for (const e of dirs) {
     const dir = join(tmpdir(), e);
     await killProcessesUnder(dir, problems);
@@ -260,18 +300,58 @@ async function cleanLeftovers(): Promise<void> {
     removeIptables(new Set(), problems);
   }
   spawnSync("ip", ["link", "del", BRIDGE], { stdio: "ignore" });
-  if (problems.length) process.stderr.write(`real node: leftovers of an earlier run not removed: ${problems.join("; ")}\n`);
+  if (problems.length)
+    process.stderr.write(`real node: leftovers of an earlier run not removed: ${problems.join("; ")}\n`);
 }
 
 /** A client certificate signed by the control plane's CA (openssl; the CA key is in cp.dir). */
-function clientCertificate(cp: ControlPlane, dir: string, name: string, subject: string): { cert: string; key: string } {
+function clientCertificate(
+  cp: ControlPlane,
+  dir: string,
+  name: string,
+  subject: string,
+): { cert: string; key: string } {
   const key = join(dir, `${name}.key`);
   const csr = join(dir, `${name}.csr`);
   const cert = join(dir, `${name}.crt`);
   const ext = join(dir, `${name}.ext`);
-  writeFileSync(ext, "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n");
-  sh("openssl", ["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-subj", subject, "-out", csr]);
-  sh("openssl", ["x509", "-req", "-in", csr, "-CA", join(cp.dir, "ca.crt"), "-CAkey", join(cp.dir, "ca.key"), "-set_serial", `0x${Date.now().toString(16)}${name.length}`, "-days", "2", "-extfile", ext, "-out", cert]);
+  writeFileSync(
+    ext,
+    "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
+  );
+  sh("openssl", [
+    "req",
+    "-new",
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+    "-keyout",
+    key,
+    "-subj",
+    subject,
+    "-out",
+    csr,
+  ]);
+  sh("openssl", [
+    "x509",
+    "-req",
+    "-in",
+    csr,
+    "-CA",
+    join(cp.dir, "ca.crt"),
+    "-CAkey",
+    join(cp.dir, "ca.key"),
+    "-set_serial",
+    `0x${Date.now().toString(16)}${name.length}`,
+    "-days",
+    "2",
+    "-extfile",
+    ext,
+    "-out",
+    cert,
+  ]);
   return { cert, key };
 }
 
@@ -281,7 +361,12 @@ function kubeconfig(cp: ControlPlane, file: string, creds: { cert: string; key: 
     stringify({
       apiVersion: "v1",
       kind: "Config",
-      clusters: [{ name: "local", cluster: { server: cp.server, "certificate-authority-data": Buffer.from(cp.ca).toString("base64") } }],
+      clusters: [
+        {
+          name: "local",
+          cluster: { server: cp.server, "certificate-authority-data": Buffer.from(cp.ca).toString("base64") },
+        },
+      ],
       users: [{ name: "u", user: { "client-certificate": creds.cert, "client-key": creds.key } }],
       contexts: [{ name: "local", context: { cluster: "local", user: "u" } }],
       "current-context": "local",
@@ -389,7 +474,15 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
     throw err;
   }
   const logs = join(dir, "logs");
-  for (const d of [logs, join(dir, "cni", "net.d"), join(dir, "kubelet"), join(dir, "pod-logs"), join(dir, "certs"), join(dir, "volumes")]) mkdirSync(d, { recursive: true });
+  for (const d of [
+    logs,
+    join(dir, "cni", "net.d"),
+    join(dir, "kubelet"),
+    join(dir, "pod-logs"),
+    join(dir, "certs"),
+    join(dir, "volumes"),
+  ])
+    mkdirSync(d, { recursive: true });
   const sock = join(dir, "containerd.sock");
   const procs: { name: string; proc: ChildProcess }[] = [];
   const sysctlsBefore = new Map(SYSCTLS.map((s) => [s, readFileSync(`/proc/sys/${s}`, "utf8").trim()]));
@@ -409,19 +502,22 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
   /** A process has ended when it has an exit code or was killed by a signal (exitCode is then null). */
   const ended = (proc: ChildProcess) => proc.exitCode !== null || proc.signalCode !== null;
   const logTail = (chars = 3000) =>
-    procs.map(({ name, proc }) => {
-      let text = "";
-      try {
-        text = readFileSync(join(logs, `${name}.log`), "utf8").slice(-chars);
-      } catch {}
-      return `--- ${name} (${!ended(proc) ? "running" : proc.signalCode ? `killed by ${proc.signalCode}` : `exited ${proc.exitCode}`})\n${text}`;
-    }).join("\n");
+    procs
+      .map(({ name, proc }) => {
+        let text = "";
+        try {
+          text = readFileSync(join(logs, `${name}.log`), "utf8").slice(-chars);
+        } catch {}
+        return `--- ${name} (${!ended(proc) ? "running" : proc.signalCode ? `killed by ${proc.signalCode}` : `exited ${proc.exitCode}`})\n${text}`;
+      })
+      .join("\n");
   const died = () => procs.find((p) => ended(p.proc));
   /** waitFor that gives up at once when a component exits. */
   const whileAlive = async (what: string, probe: () => Promise<boolean> | boolean, timeoutMs: number) => {
     let dead: (typeof procs)[number] | undefined;
     await waitFor(what, async () => (dead = died()) !== undefined || (await probe()), timeoutMs, 250);
-    if (dead) throw new Error(`${dead.name} exited (${dead.proc.exitCode ?? dead.proc.signalCode}) while waiting for ${what}`);
+    if (dead)
+      throw new Error(`${dead.name} exited (${dead.proc.exitCode ?? dead.proc.signalCode}) while waiting for ${what}`);
   };
   const ctrArgs = (args: string[]) => ["--address", sock, "--namespace", "k8s.io", ...args];
   const ctr = (args: string[]) => sh("ctr", ctrArgs(args));
@@ -440,7 +536,21 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
     if (joined && kubeletProc && !ended(kubeletProc.proc)) {
       const cp = joined;
       attempt("cordon", () => cp.kubectl(["cordon", NODE_NAME]), problems);
-      attempt("delete pods", () => cp.kubectl(["delete", "pods", "--all-namespaces", "--field-selector", `spec.nodeName=${NODE_NAME}`, "--grace-period=2", "--timeout=40s", "--wait=true"]), problems);
+      attempt(
+        "delete pods",
+        () =>
+          cp.kubectl([
+            "delete",
+            "pods",
+            "--all-namespaces",
+            "--field-selector",
+            `spec.nodeName=${NODE_NAME}`,
+            "--grace-period=2",
+            "--timeout=40s",
+            "--wait=true",
+          ]),
+        problems,
+      );
     }
     for (const name of ["kubelet", "kube-proxy", "coredns"]) {
       const p = procs.find((x) => x.name === name);
@@ -450,7 +560,8 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
     const containerd = procs.find((p) => p.name === "containerd");
     if (containerd && !ended(containerd.proc)) {
       try {
-        for (const id of ctr(["tasks", "ls", "-q"]).split("\n").filter(Boolean)) spawnSync("ctr", ctrArgs(["tasks", "kill", "-s", "SIGKILL", id]), { stdio: "ignore" });
+        for (const id of ctr(["tasks", "ls", "-q"]).split("\n").filter(Boolean))
+          spawnSync("ctr", ctrArgs(["tasks", "kill", "-s", "SIGKILL", id]), { stdio: "ignore" });
       } catch {}
       await stopProc(containerd);
     }
@@ -462,7 +573,8 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
     spawnSync("ip", ["link", "del", BRIDGE], { stdio: "ignore" });
     for (const [s, v] of sysctlsBefore) attempt(`restore ${s}`, () => writeFileSync(`/proc/sys/${s}`, v), problems);
     if (!mountsUnder(dir).length) rmSync(dir, { recursive: true, force: true });
-    if (!shimDirExisted) spawnSync("find", ["/run/containerd", "-depth", "-type", "d", "-empty", "-delete"], { stdio: "ignore" });
+    if (!shimDirExisted)
+      spawnSync("find", ["/run/containerd", "-depth", "-type", "d", "-empty", "-delete"], { stdio: "ignore" });
     rmSync(LOCK, { recursive: true, force: true });
     if (problems.length) process.stderr.write(`real node: clean-up problems: ${problems.join("; ")}\n`);
   };
@@ -477,11 +589,16 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
 
   const importImage = async (image: BuiltImage) => {
     await new Promise<void>((resolve, reject) =>
-      execFile("ctr", ctrArgs(["images", "import", image.archive]), { maxBuffer: 16 * 1024 * 1024 }, (err, _out, stderr) =>
-        err ? reject(new Error(`ctr images import ${image.archive}: ${stderr || err.message}`)) : resolve(),
+      execFile(
+        "ctr",
+        ctrArgs(["images", "import", image.archive]),
+        { maxBuffer: 16 * 1024 * 1024 },
+        (err, _out, stderr) =>
+          err ? reject(new Error(`ctr images import ${image.archive}: ${stderr || err.message}`)) : resolve(),
       ),
     );
-    if (!ctr(["images", "ls", "-q"]).split("\n").includes(image.ref)) throw new Error(`${image.archive} did not import as ${image.ref}`);
+    if (!ctr(["images", "ls", "-q"]).split("\n").includes(image.ref))
+      throw new Error(`${image.archive} did not import as ${image.ref}`);
   };
 
   const join_ = async (cp: ControlPlane, joinOpts: { volumes?: number } = {}) => {
@@ -493,7 +610,13 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
       const certs = join(dir, "certs");
       const kubeletCreds = clientCertificate(cp, certs, "kubelet", `/O=system:nodes/CN=system:node:${NODE_NAME}`);
       const proxyCreds = clientCertificate(cp, certs, "kube-proxy", "/CN=system:kube-proxy");
-      cp.kubectl(["create", "clusterrolebinding", "ifp-e2e-system-nodes", "--clusterrole=system:node", "--group=system:nodes"]);
+      cp.kubectl([
+        "create",
+        "clusterrolebinding",
+        "ifp-e2e-system-nodes",
+        "--clusterrole=system:node",
+        "--group=system:nodes",
+      ]);
       const kubeletKubeconfig = kubeconfig(cp, join(dir, "kubelet.kubeconfig"), kubeletCreds);
       const proxyKubeconfig = kubeconfig(cp, join(dir, "kube-proxy.kubeconfig"), proxyCreds);
 
@@ -550,7 +673,11 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
           readOnlyPort: 0,
           healthzBindAddress: "127.0.0.1",
           healthzPort: kubeletHealth,
-          authentication: { anonymous: { enabled: true }, webhook: { enabled: false }, x509: { clientCAFile: join(cp.dir, "ca.crt") } },
+          authentication: {
+            anonymous: { enabled: true },
+            webhook: { enabled: false },
+            x509: { clientCAFile: join(cp.dir, "ca.crt") },
+          },
           authorization: { mode: "AlwaysAllow" },
           containerRuntimeEndpoint: `unix://${sock}`,
           cgroupDriver: "cgroupfs",
@@ -566,7 +693,12 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
           serializeImagePulls: false,
           imageGCHighThresholdPercent: 100,
           imageGCLowThresholdPercent: 99,
-          evictionHard: { "memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%", "nodefs.inodesFree": "1%" },
+          evictionHard: {
+            "memory.available": "50Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+          },
           volumePluginDir: join(dir, "volume-plugins"),
           nodeStatusUpdateFrequency: "4s",
           syncFrequency: "10s",
@@ -599,7 +731,13 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
             accessModes: ["ReadWriteOnce"],
             persistentVolumeReclaimPolicy: "Retain",
             hostPath: { path, type: "Directory" },
-            nodeAffinity: { required: { nodeSelectorTerms: [{ matchExpressions: [{ key: "kubernetes.io/hostname", operator: "In", values: [NODE_NAME] }] }] } },
+            nodeAffinity: {
+              required: {
+                nodeSelectorTerms: [
+                  { matchExpressions: [{ key: "kubernetes.io/hostname", operator: "In", values: [NODE_NAME] }] },
+                ],
+              },
+            },
           },
         };
       });
@@ -611,16 +749,34 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
         volumeBindingMode: "WaitForFirstConsumer",
         reclaimPolicy: "Retain",
       };
-      cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "List", items: [storageClass, ...volumes] }));
+      cp.kubectl(
+        ["apply", "-f", "-"],
+        JSON.stringify({ apiVersion: "v1", kind: "List", items: [storageClass, ...volumes] }),
+      );
 
-      await whileAlive(`node ${NODE_NAME} to be Ready`, () => {
-        const n = cp.tryJson(["get", "node", NODE_NAME]);
-        return n?.status?.conditions?.find((c: { type: string }) => c.type === "Ready")?.status === "True";
-      }, 180_000);
+      await whileAlive(
+        `node ${NODE_NAME} to be Ready`,
+        () => {
+          const n = cp.tryJson(["get", "node", NODE_NAME]);
+          return n?.status?.conditions?.find((c: { type: string }) => c.type === "Ready")?.status === "True";
+        },
+        180_000,
+      );
       // The kubelet registers with the not-ready taint; the node lifecycle controller that lifts
       // it is not part of this control plane.
-      cp.kubectl(["patch", "node", NODE_NAME, "--type=json", "-p", '[{"op":"replace","path":"/spec/taints","value":[]}]']);
-      await whileAlive("CoreDNS to be ready", async () => (await fetch(`http://127.0.0.1:${dnsReady}/ready`).catch(() => undefined))?.status === 200, 60_000);
+      cp.kubectl([
+        "patch",
+        "node",
+        NODE_NAME,
+        "--type=json",
+        "-p",
+        '[{"op":"replace","path":"/spec/taints","value":[]}]',
+      ]);
+      await whileAlive(
+        "CoreDNS to be ready",
+        async () => (await fetch(`http://127.0.0.1:${dnsReady}/ready`).catch(() => undefined))?.status === 200,
+        60_000,
+      );
     } catch (err) {
       return failed("the real node did not join the control plane", err);
     }
@@ -651,13 +807,32 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
     sh("ip", ["link", "add", BRIDGE, "type", "bridge"]);
     sh("ip", ["addr", "add", `${POD_SUBNET.gateway}/${POD_SUBNET.prefix}`, "dev", BRIDGE]);
     sh("ip", ["link", "set", BRIDGE, "up"]);
-    sh("iptables", ["-I", "FORWARD", "1", "-s", POD_SUBNET.cidr, "!", "-d", POD_SUBNET.cidr, "-m", "comment", "--comment", RULE_COMMENT, "-j", "DROP"]);
+    sh("iptables", [
+      "-I",
+      "FORWARD",
+      "1",
+      "-s",
+      POD_SUBNET.cidr,
+      "!",
+      "-d",
+      POD_SUBNET.cidr,
+      "-m",
+      "comment",
+      "--comment",
+      RULE_COMMENT,
+      "-j",
+      "DROP",
+    ]);
     writeFileSync(join(dir, "cni", "net.d", "10-ifp-e2e.conflist"), cniConfig(dir));
 
     // containerd
     writeFileSync(join(dir, "containerd.toml"), containerdConfig(dir, opts.sandboxImage.ref));
     start("containerd", "containerd", ["--config", join(dir, "containerd.toml"), "--log-level", "info"]);
-    await whileAlive("containerd to answer", () => spawnSync("ctr", ["--address", sock, "version"], { stdio: "ignore" }).status === 0, 60_000);
+    await whileAlive(
+      "containerd to answer",
+      () => spawnSync("ctr", ["--address", sock, "version"], { stdio: "ignore" }).status === 0,
+      60_000,
+    );
     await importImage(opts.sandboxImage);
     return node;
   } catch (err) {

@@ -103,14 +103,18 @@ const MAX_ENDED_SOURCES = 30;
 function addSource(s: LogSource): void {
   sources.push(s);
   const ended = sources.filter((x) => x.endedAt !== undefined);
-  for (const old of ended.slice(0, Math.max(0, ended.length - MAX_ENDED_SOURCES))) sources.splice(sources.indexOf(old), 1);
+  for (const old of ended.slice(0, Math.max(0, ended.length - MAX_ENDED_SOURCES)))
+    sources.splice(sources.indexOf(old), 1);
 }
 
 /**
  * A log sink for in-process code (e.g. `pino(opts, logSink("relay"))`): kept in a ring buffer
  * and printed with the process logs when a test fails.
  */
-export function logSink(name: string, logBytes = 64 * 1024): { write(text: string): boolean; text(): string; end(): void } {
+export function logSink(
+  name: string,
+  logBytes = 64 * 1024,
+): { write(text: string): boolean; text(): string; end(): void } {
   const ring = new LogRing(logBytes);
   const source: LogSource = { name, text: () => ring.text(), startedAt: Date.now() };
   addSource(source);
@@ -162,14 +166,28 @@ export function processStartTime(pid: number): string | undefined {
 }
 
 /** Start `bin args` with its output captured; see `ManagedProcess`. */
-export function spawnProcess(name: string, bin: string, args: string[], opts: SpawnProcessOptions = {}): ManagedProcess {
+export function spawnProcess(
+  name: string,
+  bin: string,
+  args: string[],
+  opts: SpawnProcessOptions = {},
+): ManagedProcess {
   const ring = new LogRing(opts.logBytes);
-  const spawnOpts: SpawnOptions = { stdio: ["ignore", "pipe", "pipe"], env: opts.env ?? process.env, cwd: opts.cwd, detached: opts.group ?? false };
+  const spawnOpts: SpawnOptions = {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: opts.env ?? process.env,
+    cwd: opts.cwd,
+    detached: opts.group ?? false,
+  };
   const proc = spawn(bin, args, spawnOpts);
   let exit: ExitInfo | undefined;
   let resolveExited!: (e: ExitInfo) => void;
   const exited = new Promise<ExitInfo>((r) => (resolveExited = r));
-  const source: LogSource = { name: proc.pid ? `${name} (pid ${proc.pid})` : name, text: () => ring.text(), startedAt: Date.now() };
+  const source: LogSource = {
+    name: proc.pid ? `${name} (pid ${proc.pid})` : name,
+    text: () => ring.text(),
+    startedAt: Date.now(),
+  };
   const onData = (d: Buffer) => {
     const text = d.toString();
     ring.push(text);
@@ -213,7 +231,8 @@ export function spawnProcess(name: string, bin: string, args: string[], opts: Sp
       // It ended in between.
     }
   };
-  const within = (ms: number) => Promise.race([exited, new Promise<undefined>((r) => setTimeout(() => r(undefined), ms).unref())]);
+  const within = (ms: number) =>
+    Promise.race([exited, new Promise<undefined>((r) => setTimeout(() => r(undefined), ms).unref())]);
 
   const managed: ManagedProcess = {
     name,
@@ -240,7 +259,13 @@ export function spawnProcess(name: string, bin: string, args: string[], opts: Sp
   if (proc.pid) {
     live.set(managed, signal);
     addSource(source);
-    record("proc", String(proc.pid), { pid: proc.pid, group: opts.group ?? false, bin, name, start: processStartTime(proc.pid) });
+    record("proc", String(proc.pid), {
+      pid: proc.pid,
+      group: opts.group ?? false,
+      bin,
+      name,
+      start: processStartTime(proc.pid),
+    });
   }
   return managed;
 }
@@ -253,7 +278,8 @@ export async function stopChild(proc: ChildProcess, graceMs = 10_000): Promise<v
   const done = () => proc.exitCode !== null || proc.signalCode !== null;
   if (done() || proc.pid === undefined) return;
   const exited = new Promise<void>((r) => proc.once("exit", () => r()));
-  const within = (ms: number) => Promise.race([exited.then(() => true), new Promise<false>((r) => setTimeout(() => r(false), ms).unref())]);
+  const within = (ms: number) =>
+    Promise.race([exited.then(() => true), new Promise<false>((r) => setTimeout(() => r(false), ms).unref())]);
   proc.kill("SIGTERM");
   if (done() || (await within(graceMs))) return;
   proc.kill("SIGKILL");
@@ -276,7 +302,10 @@ export function logsSince(since = 0, bytesEach = 8 * 1024): string {
   for (const s of sources) {
     if (s.endedAt !== undefined && s.endedAt < since) continue;
     const text = s.text();
-    const tail = text.length > bytesEach ? `[… ${text.length - bytesEach} earlier characters not shown]\n${text.slice(-bytesEach)}` : text;
+    const tail =
+      text.length > bytesEach
+        ? `[… ${text.length - bytesEach} earlier characters not shown]\n${text.slice(-bytesEach)}`
+        : text;
     parts.push(`──── ${s.name}${s.endedAt !== undefined ? " (ended)" : ""} ────\n${tail.trimEnd() || "(no output)"}`);
   }
   return parts.join("\n");

@@ -14,7 +14,10 @@ beforeEach(({ onTestFailed, task }) => {
   onTestFailed(() => {
     markFailed();
     const logs = logsSince(since);
-    if (logs) process.stderr.write(`\n════ logs of the processes of the failed test "${task.name}" ════\n${logs}\n════ end of logs ════\n`);
+    if (logs)
+      process.stderr.write(
+        `\n════ logs of the processes of the failed test "${task.name}" ════\n${logs}\n════ end of logs ════\n`,
+      );
   });
 });
 
@@ -22,7 +25,8 @@ interface TaskLike {
   result?: { state?: string; errors?: unknown[] };
   tasks?: TaskLike[];
 }
-const anyFailed = (t: TaskLike): boolean => t.result?.state === "fail" || (t.result?.errors?.length ?? 0) > 0 || (t.tasks ?? []).some(anyFailed);
+const anyFailed = (t: TaskLike): boolean =>
+  t.result?.state === "fail" || (t.result?.errors?.length ?? 0) > 0 || (t.tasks ?? []).some(anyFailed);
 const testFailed = (t: TaskLike): boolean => (t.tasks ? t.tasks.some(testFailed) : t.result?.state === "fail");
 
 afterAll(async ({}, suite) => {
@@ -30,10 +34,16 @@ afterAll(async ({}, suite) => {
   // A failed hook (beforeAll) fails no test, so onTestFailed never printed these.
   if (anyFailed(suite as TaskLike) && !testFailed(suite as TaskLike)) {
     const logs = logsSince(0);
-    if (logs) process.stderr.write(`\n════ logs of the processes of ${suite.name} (a hook failed) ════\n${logs}\n════ end of logs ════\n`);
+    if (logs)
+      process.stderr.write(
+        `\n════ logs of the processes of ${suite.name} (a hook failed) ════\n${logs}\n════ end of logs ════\n`,
+      );
   }
   const keep = anyFailed(suite as TaskLike);
   if (keep) markFailed();
   const kept = settleDirs(keep);
-  if (kept.length) process.stderr.write(`\n${suite.name} failed; its temporary directories are kept for inspection:\n${kept.map((p) => `  ${p}`).join("\n")}\n`);
+  if (kept.length)
+    process.stderr.write(
+      `\n${suite.name} failed; its temporary directories are kept for inspection:\n${kept.map((p) => `  ${p}`).join("\n")}\n`,
+    );
 }, 60_000);

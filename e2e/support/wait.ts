@@ -19,7 +19,9 @@ export async function waitFor<T>(
       lastError = err;
     }
     if (Date.now() > deadline) {
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ""}`);
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ""}`,
+      );
     }
     await new Promise((r) => setTimeout(r, intervalMs));
   }
@@ -42,7 +44,9 @@ export async function consistently(
     try {
       ok = await check();
     } catch (err) {
-      throw new Error(`expected ${what} to hold for ${forMs} ms, but the check failed after ${polls} polls: ${(err as Error).message}`);
+      throw new Error(
+        `expected ${what} to hold for ${forMs} ms, but the check failed after ${polls} polls: ${(err as Error).message}`,
+      );
     }
     polls++;
     if (!ok) throw new Error(`expected ${what} to hold for ${forMs} ms, but it stopped holding after ${polls} polls`);

@@ -6,7 +6,16 @@
 //   npm run tools -- nats-server  only the named tools
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -72,7 +81,9 @@ function wrapperBuild(opts: {
     const escaped = opts.module.replace(/[A-Z]/g, (c) => `!${c.toLowerCase()}`);
     const modFile = readFileSync(join(modCache, "cache", "download", escaped, "@v", `${opts.version}.mod`), "utf8");
     const replaces = opts.replaces ? opts.replaces(modFile) : [];
-    const imports = Object.values(opts.packages).map((p) => `\t_ "${p}"`).join("\n");
+    const imports = Object.values(opts.packages)
+      .map((p) => `\t_ "${p}"`)
+      .join("\n");
     writeFileSync(join(workDir, "tools.go"), `//go:build tools\n\npackage tools\n\nimport (\n${imports}\n)\n`);
     let goMod = readFileSync(join(workDir, "go.mod"), "utf8");
     goMod += `\nrequire ${opts.module} ${opts.version}\n`;
@@ -92,7 +103,13 @@ function wrapperBuild(opts: {
  * given module at one version: for programs assembled from a library's packages (CoreDNS with
  * only the plugins the tests use, rather than every cloud provider's SDK).
  */
-function wrapperMain(opts: { module: string; version: string; binary: string; main: string; ldflags?: string }): ToolSpec["build"] {
+function wrapperMain(opts: {
+  module: string;
+  version: string;
+  binary: string;
+  main: string;
+  ldflags?: string;
+}): ToolSpec["build"] {
   return (outDir, workDir) => {
     run("go", ["mod", "init", "ifp.dev/tools-wrapper"], workDir);
     writeFileSync(join(workDir, "main.go"), opts.main);
@@ -124,7 +141,9 @@ func main() { coremain.Run() }
 
 /** Kubernetes' staging modules are replaced with their published v0.N.x twins. */
 function kubernetesReplaces(modFile: string): string[] {
-  const staging = [...modFile.matchAll(/^\s*(k8s\.io\/[\w.-]+) => \.\/staging\/src\/k8s\.io\/[\w.-]+$/gm)].map((m) => m[1]!);
+  const staging = [...modFile.matchAll(/^\s*(k8s\.io\/[\w.-]+) => \.\/staging\/src\/k8s\.io\/[\w.-]+$/gm)].map(
+    (m) => m[1]!,
+  );
   const v0 = KUBERNETES_VERSION.replace(/^v1\./, "v0.");
   return staging.map((m) => `${m} => ${m} ${v0}`);
 }
@@ -177,12 +196,18 @@ function gatewayApiCrds(version: string): ToolSpec["build"] {
     });
     if (res.error) throw new Error(`go could not start: ${res.error.message}`);
     const info = JSON.parse(res.stdout || "{}") as { Dir?: string; Error?: string };
-    if (res.status !== 0 || !info.Dir) throw new Error(`go mod download sigs.k8s.io/gateway-api@${version} failed: ${info.Error ?? res.stderr}`);
+    if (res.status !== 0 || !info.Dir)
+      throw new Error(`go mod download sigs.k8s.io/gateway-api@${version} failed: ${info.Error ?? res.stderr}`);
     for (const channel of ["standard", "experimental"]) {
       const dir = join(info.Dir, "config", "crd", channel);
-      const files = readdirSync(dir).filter((f) => f.startsWith("gateway.networking.k8s.io_") && f.endsWith(".yaml") && !f.includes("_vap_")).sort();
+      const files = readdirSync(dir)
+        .filter((f) => f.startsWith("gateway.networking.k8s.io_") && f.endsWith(".yaml") && !f.includes("_vap_"))
+        .sort();
       if (!files.length) throw new Error(`no CRDs in ${dir}`);
-      writeFileSync(join(outDir, `${channel}-install.yaml`), files.map((f) => readFileSync(join(dir, f), "utf8").replace(/^---\n/, "")).join("\n---\n"));
+      writeFileSync(
+        join(outDir, `${channel}-install.yaml`),
+        files.map((f) => readFileSync(join(dir, f), "utf8").replace(/^---\n/, "")).join("\n---\n"),
+      );
     }
   };
 }
@@ -238,7 +263,13 @@ export const TOOLS: Record<string, ToolSpec> = {
   coredns: {
     key: `coredns-${COREDNS_VERSION}`,
     binaries: ["coredns"],
-    build: wrapperMain({ module: "github.com/coredns/coredns", version: COREDNS_VERSION, binary: "coredns", main: COREDNS_MAIN, ldflags: "-s -w" }),
+    build: wrapperMain({
+      module: "github.com/coredns/coredns",
+      version: COREDNS_VERSION,
+      binary: "coredns",
+      main: COREDNS_MAIN,
+      ldflags: "-s -w",
+    }),
   },
   // The sandbox ("pause") process of every pod on the real test node: e2e/node/pause, built
   // from this repository's source, keyed by its content.
@@ -290,10 +321,12 @@ export const NODE_PACKAGES = ["containerd", "runc", "containernetworking-plugins
 
 /** `apt-get install` of the Debian packages that are missing (after `apt-get update`); needs root. */
 export function installDebianPackages(packages: string[]): void {
-  const installed = (p: string) => spawnSync("dpkg-query", ["-W", "-f=${Status}", p], { encoding: "utf8" }).stdout === "install ok installed";
+  const installed = (p: string) =>
+    spawnSync("dpkg-query", ["-W", "-f=${Status}", p], { encoding: "utf8" }).stdout === "install ok installed";
   const missing = packages.filter((p) => !installed(p));
   if (!missing.length) return;
-  if (process.getuid?.() !== 0) throw new Error(`missing Debian packages; as root: apt-get install -y ${missing.join(" ")}`);
+  if (process.getuid?.() !== 0)
+    throw new Error(`missing Debian packages; as root: apt-get install -y ${missing.join(" ")}`);
   process.stderr.write(`tools: installing Debian packages ${missing.join(" ")}\n`);
   const env = { DEBIAN_FRONTEND: "noninteractive" };
   run("apt-get", ["update", "-q"], "/", env);

@@ -3,7 +3,14 @@
 // Only Node's built-ins and the package's typed client; see examples/README.md.
 import { createHash } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import { handoffSignatureProblem, LocalApiClient, LocalApiError, type Message, type OutboxRequest, type Queued } from "ifp-operator/client";
+import {
+  handoffSignatureProblem,
+  LocalApiClient,
+  LocalApiError,
+  type Message,
+  type OutboxRequest,
+  type Queued,
+} from "ifp-operator/client";
 
 export interface AppConfig {
   /** Address and port the hand-off endpoint listens on (spec.handler.url points here). */
@@ -52,12 +59,14 @@ export function configFromEnv(env: NodeJS.ProcessEnv): AppConfig {
   const int = (k: keyof typeof DEFAULTS, min: number, max: number) => {
     const v = get(k);
     const n = Number(v);
-    if (!/^\d+$/.test(v) || n < min || n > max) throw new ConfigError(`${k}=${JSON.stringify(v)}: expected a whole number from ${min} to ${max}`);
+    if (!/^\d+$/.test(v) || n < min || n > max)
+      throw new ConfigError(`${k}=${JSON.stringify(v)}: expected a whole number from ${min} to ${max}`);
     return n;
   };
   const bool = (k: keyof typeof DEFAULTS) => {
     const v = get(k).toLowerCase();
-    if (!["true", "false", "1", "0", "yes", "no"].includes(v)) throw new ConfigError(`${k}=${JSON.stringify(v)}: expected true or false`);
+    if (!["true", "false", "1", "0", "yes", "no"].includes(v))
+      throw new ConfigError(`${k}=${JSON.stringify(v)}: expected true or false`);
     return ["true", "1", "yes"].includes(v);
   };
   const localApi = get("IFP_LOCAL_API");
@@ -67,9 +76,14 @@ export function configFromEnv(env: NodeJS.ProcessEnv): AppConfig {
   } catch {
     throw new ConfigError(`IFP_LOCAL_API=${JSON.stringify(localApi)}: not a URL`);
   }
-  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new ConfigError(`IFP_LOCAL_API=${JSON.stringify(localApi)}: expected an http(s) URL`);
-  const greet = get("IFP_APP_GREET").split(",").map((s) => s.trim()).filter(Boolean);
-  for (const g of greet) if (g.length > 512) throw new ConfigError("IFP_APP_GREET: an agent id is at most 512 characters");
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:")
+    throw new ConfigError(`IFP_LOCAL_API=${JSON.stringify(localApi)}: expected an http(s) URL`);
+  const greet = get("IFP_APP_GREET")
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+  for (const g of greet)
+    if (g.length > 512) throw new ConfigError("IFP_APP_GREET: an agent id is at most 512 characters");
   return {
     host: get("IFP_APP_HOST"),
     port: int("IFP_APP_PORT", 0, 65535),
@@ -140,17 +154,28 @@ export function readHandoff(body: unknown, senderHeader: string | undefined): Re
   const h = body.headers;
   if (!isObject(h)) throw bad("headers is not an object");
   if (!str(h.message_id, 256)) throw bad("headers.message_id is not a string of 1 to 256 characters");
-  if (!isObject(h.from) || !str(h.from.agent, 512)) throw bad("headers.from.agent is not a string of 1 to 512 characters");
-  if (!Array.isArray(h.to) || h.to.length === 0 || h.to.length > 100 || !h.to.every((t) => isObject(t) && str(t.agent, 512))) {
+  if (!isObject(h.from) || !str(h.from.agent, 512))
+    throw bad("headers.from.agent is not a string of 1 to 512 characters");
+  if (
+    !Array.isArray(h.to) ||
+    h.to.length === 0 ||
+    h.to.length > 100 ||
+    !h.to.every((t) => isObject(t) && str(t.agent, 512))
+  ) {
     throw bad("headers.to is not a list of 1 to 100 {agent}");
   }
   if (!str(h.conversation_id, 256)) throw bad("headers.conversation_id is not a string of 1 to 256 characters");
-  if (!Number.isSafeInteger(h.sequence) || (h.sequence as number) < 0) throw bad("headers.sequence is not a whole number");
+  if (!Number.isSafeInteger(h.sequence) || (h.sequence as number) < 0)
+    throw bad("headers.sequence is not a whole number");
   if (!str(h.phase, 64)) throw bad("headers.phase is not a string of 1 to 64 characters");
   if (h.thread !== undefined && !isObject(h.thread)) throw bad("headers.thread is not an object");
   const thread = (h.thread ?? {}) as Record<string, unknown>;
-  if (thread.in_reply_to !== undefined && typeof thread.in_reply_to !== "string") throw bad("headers.thread.in_reply_to is not a string");
-  if (thread.references !== undefined && !(Array.isArray(thread.references) && thread.references.every((r) => typeof r === "string"))) {
+  if (thread.in_reply_to !== undefined && typeof thread.in_reply_to !== "string")
+    throw bad("headers.thread.in_reply_to is not a string");
+  if (
+    thread.references !== undefined &&
+    !(Array.isArray(thread.references) && thread.references.every((r) => typeof r === "string"))
+  ) {
     throw bad("headers.thread.references is not a list of strings");
   }
   if (h.extensions !== undefined && !isObject(h.extensions)) throw bad("headers.extensions is not an object");
@@ -176,7 +201,8 @@ export function readHandoff(body: unknown, senderHeader: string | undefined): Re
 /** Characters that would break a log line or a terminal (controls, line and direction marks), escaped. */
 const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069"\\]/g;
 const NAMED: Record<string, string> = { '"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t" };
-const escape = (s: string) => s.replace(UNSAFE, (c) => NAMED[c] ?? `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+const escape = (s: string) =>
+  s.replace(UNSAFE, (c) => NAMED[c] ?? `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 /** An id as is when plain, else quoted and escaped. */
 export const showId = (s: string) => (/^[\w.:@/#+~=-]{1,256}$/.test(s) ? s : `"${escape(s.slice(0, 256))}"`);
 /** A text quoted, escaped, and cut at `max` characters. */
@@ -213,8 +239,16 @@ interface Handled {
 }
 
 /** An answer of the local API that a later attempt may not meet: no answer at all, a 5xx, 408, 425 or 429. */
-const transient = (err: unknown) => !(err instanceof LocalApiError) || err.status >= 500 || [408, 425, 429].includes(err.status);
-const describe = (err: unknown) => (err instanceof LocalApiError ? `${err.status} ${err.code}: ${err.message}` : err instanceof Error ? (err.cause instanceof Error ? `${err.message} (${err.cause.message})` : err.message) : String(err));
+const transient = (err: unknown) =>
+  !(err instanceof LocalApiError) || err.status >= 500 || [408, 425, 429].includes(err.status);
+const describe = (err: unknown) =>
+  err instanceof LocalApiError
+    ? `${err.status} ${err.code}: ${err.message}`
+    : err instanceof Error
+      ? err.cause instanceof Error
+        ? `${err.message} (${err.cause.message})`
+        : err.message
+      : String(err);
 const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve) => {
     if (signal.aborted) return resolve();
@@ -277,11 +311,15 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
       .send(state.reply)
       .then((q: Queued) => {
         state.reply = undefined;
-        log.info(`replied ${showId(q.message_id)} to ${showId(m.sender)} thread ${showId(m.conversationId)}${q.duplicate ? " (already queued)" : ""}: ${showText(q.message.body.text ?? "")}`);
+        log.info(
+          `replied ${showId(q.message_id)} to ${showId(m.sender)} thread ${showId(m.conversationId)}${q.duplicate ? " (already queued)" : ""}: ${showText(q.message.body.text ?? "")}`,
+        );
       })
       .catch((err: unknown) => {
         if (transient(err)) {
-          log.warn(`could not queue the reply to ${showId(m.messageId)} (the hand-off will be retried): ${describe(err)}`);
+          log.warn(
+            `could not queue the reply to ${showId(m.messageId)} (the hand-off will be retried): ${describe(err)}`,
+          );
           throw err;
         }
         state.reply = undefined;
@@ -295,7 +333,8 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
 
   async function handoff(req: IncomingMessage): Promise<object> {
     const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
-    if (type !== "application/json") throw new HttpError(415, "unsupported_media_type", "the hand-off body must be application/json");
+    if (type !== "application/json")
+      throw new HttpError(415, "unsupported_media_type", "the hand-off body must be application/json");
     const raw = await readBody(req, config.maxBodyBytes);
     // Only the runtime holds the secret: anything else reaching this port is not believed.
     if (config.handoffSecret) {
@@ -316,7 +355,9 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
     if (!state) {
       state = {};
       handled.set(key, state);
-      log.info(`received ${m.phase} ${showId(m.messageId)} from ${showId(m.sender)} thread ${showId(m.conversationId)}${m.inReplyTo ? ` in reply to ${showId(m.inReplyTo)}` : ""}: ${m.text === undefined ? "(no text)" : showText(m.text)}`);
+      log.info(
+        `received ${m.phase} ${showId(m.messageId)} from ${showId(m.sender)} thread ${showId(m.conversationId)}${m.inReplyTo ? ` in reply to ${showId(m.inReplyTo)}` : ""}: ${m.text === undefined ? "(no text)" : showText(m.text)}`,
+      );
       const notReplying = config.maxReplies === 0 ? undefined : decide(m);
       if (config.maxReplies > 0 && !notReplying) state.reply = reply(m);
       else if (notReplying) log.info(`no reply to ${showId(m.messageId)}: ${notReplying}`);
@@ -326,7 +367,8 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
       const late = new Promise<"late">((r) => (timer = setTimeout(() => r("late"), SEND_WAIT_MS)));
       try {
         const outcome = await Promise.race([send(m, state), late]);
-        if (outcome === "late") throw new HttpError(503, "unavailable", "the local API did not answer in time; try again");
+        if (outcome === "late")
+          throw new HttpError(503, "unavailable", "the local API did not answer in time; try again");
       } catch (err) {
         if (err instanceof HttpError) throw err;
         throw new HttpError(503, "unavailable", `the reply could not be queued yet: ${describe(err)}`);
@@ -346,14 +388,20 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
       else if ((req.method === "GET" || req.method === "HEAD") && path === "/healthz") body = { status: "ok" };
       else throw new HttpError(404, "not_found", `no endpoint ${req.method} ${path}; hand-offs are POSTed`);
     } catch (err) {
-      const e = err instanceof HttpError ? err : new HttpError(500, "internal_error", "the hand-off could not be handled");
+      const e =
+        err instanceof HttpError ? err : new HttpError(500, "internal_error", "the hand-off could not be handled");
       if (!(err instanceof HttpError)) log.warn(`internal error: ${describe(err)}`);
       else if (e.status !== 404 && e.status !== 503) log.warn(`refused a hand-off (${e.status}): ${e.message}`);
       status = e.status;
       body = { status: "error", code: e.code, message: e.message };
     }
     const text = JSON.stringify(body);
-    res.writeHead(status, { "content-type": "application/json; charset=utf-8", "content-length": Buffer.byteLength(text) }).end(req.method === "HEAD" ? undefined : text);
+    res
+      .writeHead(status, {
+        "content-type": "application/json; charset=utf-8",
+        "content-length": Buffer.byteLength(text),
+      })
+      .end(req.method === "HEAD" ? undefined : text);
   }
 
   /**
@@ -367,7 +415,10 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
     while (!stopping.signal.aborted && Date.now() < until) {
       const known = await ifp.peerCapabilities(peer, { refresh: true }).catch(() => undefined);
       if (known && !known.stale) return;
-      if (!said) log.info(`waiting for ${showId(peer)} to answer (its capability document) before greeting it, at most ${Math.round(config.greetWaitMs / 1000)} s`);
+      if (!said)
+        log.info(
+          `waiting for ${showId(peer)} to answer (its capability document) before greeting it, at most ${Math.round(config.greetWaitMs / 1000)} s`,
+        );
       said = true;
       await sleep(2_000, stopping.signal);
     }
@@ -380,13 +431,19 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
     for (let attempt = 1, wait = 500; !stopping.signal.aborted; attempt++, wait = Math.min(wait * 2, 10_000)) {
       try {
         const q = await ifp.send(request);
-        log.info(`greeted ${showId(peer)}: ${showId(q.message_id)} queued, thread ${showId(q.message.headers.conversation_id)}: ${showText(config.greetText)}`);
+        log.info(
+          `greeted ${showId(peer)}: ${showId(q.message_id)} queued, thread ${showId(q.message.headers.conversation_id)}: ${showText(config.greetText)}`,
+        );
         await follow(q.message_id, peer);
         return;
       } catch (err) {
         if (!transient(err)) return log.warn(`the local API refused the greeting to ${showId(peer)}: ${describe(err)}`);
-        if (Date.now() + wait > deadline) return log.warn(`gave up greeting ${showId(peer)} after ${attempt} attempts: ${describe(err)}`);
-        if (attempt === 1 || attempt % 10 === 0) log.info(`the local API at ${config.localApi} does not answer yet (${describe(err)}); retrying the greeting to ${showId(peer)}`);
+        if (Date.now() + wait > deadline)
+          return log.warn(`gave up greeting ${showId(peer)} after ${attempt} attempts: ${describe(err)}`);
+        if (attempt === 1 || attempt % 10 === 0)
+          log.info(
+            `the local API at ${config.localApi} does not answer yet (${describe(err)}); retrying the greeting to ${showId(peer)}`,
+          );
         await sleep(wait, stopping.signal);
       }
     }
@@ -402,7 +459,9 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
       if (!record || record.state === last) continue;
       last = record.state;
       const r = record.recipients[0];
-      const why = r?.last_error ? ` (${r.last_error}${r.next_attempt_at ? `; next attempt at ${r.next_attempt_at}` : ""})` : "";
+      const why = r?.last_error
+        ? ` (${r.last_error}${r.next_attempt_at ? `; next attempt at ${r.next_attempt_at}` : ""})`
+        : "";
       log.info(`greeting ${showId(messageId)} to ${showId(peer)}: ${record.state}${why}`);
       if (["delivered", "failed", "undeliverable"].includes(record.state)) return;
     }
@@ -421,7 +480,9 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
   const addr = server.address();
   const port = typeof addr === "object" && addr ? addr.port : config.port;
   const url = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`;
-  log.info(`listening for hand-offs on ${url}; local API ${config.localApi}; replies at most ${config.maxReplies} per conversation${config.answerReplies ? ", automatic replies answered too" : ""}`);
+  log.info(
+    `listening for hand-offs on ${url}; local API ${config.localApi}; replies at most ${config.maxReplies} per conversation${config.answerReplies ? ", automatic replies answered too" : ""}`,
+  );
   const greeted = Promise.all(config.greet.map((p) => greet(p))).then(() => undefined);
 
   return {
@@ -431,7 +492,10 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
     async close() {
       stopping.abort();
       server.closeIdleConnections();
-      await Promise.race([new Promise<void>((r) => server.close(() => r())), new Promise((r) => setTimeout(r, 5_000).unref())]);
+      await Promise.race([
+        new Promise<void>((r) => server.close(() => r())),
+        new Promise((r) => setTimeout(r, 5_000).unref()),
+      ]);
       server.closeAllConnections();
     },
   };
@@ -440,7 +504,8 @@ export async function startApp(config: AppConfig, log: AppLog = consoleLog): Pro
 /** Read a request body of at most `limit` bytes; 413 when a declared or counted length is over it. */
 function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = Number(req.headers["content-length"]);
-  const tooLarge = () => new HttpError(413, "payload_too_large", `the hand-off body is over ${limit} bytes (IFP_APP_MAX_BODY_BYTES)`);
+  const tooLarge = () =>
+    new HttpError(413, "payload_too_large", `the hand-off body is over ${limit} bytes (IFP_APP_MAX_BODY_BYTES)`);
   if (Number.isFinite(declared) && declared > limit) return Promise.reject(tooLarge());
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -464,7 +529,8 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
       chunks.push(c);
     };
     const onEnd = () => done();
-    const onError = (err: Error) => done(new HttpError(400, "invalid_format", `the body could not be read: ${err.message}`));
+    const onError = (err: Error) =>
+      done(new HttpError(400, "invalid_format", `the body could not be read: ${err.message}`));
     req.on("data", onData);
     req.on("end", onEnd);
     req.on("error", onError);

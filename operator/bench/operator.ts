@@ -49,109 +49,154 @@ function metricSum(text: string, name: string, filter?: string): number {
 }
 
 async function run(COUNT: number): Promise<Record<string, number | string>> {
-process.stderr.write(`bench:operator: ${COUNT} Agents: starting a control plane\n`);
-const cp = await startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManagerQps: KCM_QPS });
-cp.kubectl(["create", "namespace", NS]);
-const health = await freePort();
-let log = "";
-const operator = spawn(
-  process.execPath,
-  [compiledEntry("operator/bin/ifp-operator.ts"), `--kubeconfig=${cp.kubeconfig}`, `--health-port=${health}`, `--metrics-port=${health}`, `--resync=${RESYNC_S}s`, `--workers=${WORKERS}`, "--runtime-image=ghcr.io/ifp-dev/ifp-runtime:bench", "--log-level=warn"],
-  { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NODE_OPTIONS: `${CHART_NODE_OPTIONS} ${process.env.BENCH_OPERATOR_NODE_OPTIONS ?? ""}`.trim() } },
-);
-operator.stdout!.on("data", (d) => (log = (log + d).slice(-20_000)));
-operator.stderr!.on("data", (d) => (log = (log + d).slice(-20_000)));
-const metrics = async () => (await fetch(`http://127.0.0.1:${health}/metrics`)).text();
-
-try {
-  await waitFor("the operator to be ready", async () => (await fetch(`http://127.0.0.1:${health}/readyz`).catch(() => undefined))?.status === 200, 60_000, 200);
-  const idleRss = procMiB(operator.pid!, "VmRSS");
-
-  const docs = Array.from({ length: COUNT }, (_, i) =>
-    stringify({
-      apiVersion: "ifp.dev/v1alpha1",
-      kind: "Agent",
-      metadata: { name: `agent-${i}`, namespace: NS },
-      spec: { agentId: `agent-${i}@bench.example`, capabilities: [{ name: "bench.ping", description: "Answers pings" }] },
-    }),
-  ).join("---\n");
-  const t0 = performance.now();
-  cp.kubectl(["apply", "--server-side", "-f", "-"], docs);
-  const applySeconds = (performance.now() - t0) / 1000;
-  let readyable = 0;
-  await waitFor(`${COUNT} Agents Ready-able`, () => {
-    // generation, observedGeneration and the Reconciling reason of each Agent, one per line.
-    const lines = cp.kubectl(["-n", NS, "get", "agents", "-o", 'jsonpath={range .items[*]}{.metadata.generation} {.status.observedGeneration} {.status.conditions[?(@.type=="Reconciling")].reason}{"\\n"}{end}']).trim().split("\n");
-    readyable = lines.filter((l) => {
-      const [generation, observed, reason] = l.split(" ");
-      return generation === observed && reason === "WaitingForRuntime";
-    }).length;
-    return readyable === COUNT;
-  }, 900_000, 500).catch((err) => {
-    throw new Error(`${(err as Error).message} (${readyable}/${COUNT})\n${log.slice(-4000)}`);
+  process.stderr.write(`bench:operator: ${COUNT} Agents: starting a control plane\n`);
+  const cp = await startControlPlane({
+    crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"],
+    controllerManagerQps: KCM_QPS,
   });
-  const secondsToReadyable = (performance.now() - t0) / 1000;
-  const afterCreate = await metrics();
-  const writesToReadyable = metricSum(afterCreate, "ifp_operator_api_writes_total");
-  // Where the writes went: "verb kind=writes per Agent", most first.
-  const writesByKind = [...afterCreate.matchAll(/^ifp_operator_api_writes_total\{([^}]*)\} (\S+)$/gm)]
-    .map((m) => {
-      const label = (k: string) => new RegExp(`${k}="([^"]*)"`).exec(m[1]!)?.[1] ?? "?";
-      return { what: `${label("verb")} ${label("kind")}`, perAgent: round(Number(m[2]) / COUNT, 2) };
-    })
-    .sort((a, b) => b.perAgent - a.perAgent)
-    .map((w) => `${w.what}=${w.perAgent}`)
-    .join(", ");
-  const count = (kind: string) => cp.kubectl(["-n", NS, "get", kind, "-o", "name"]).trim().split("\n").filter(Boolean).length;
-  const deployments = count("deployments");
-  const pods = count("pods");
+  cp.kubectl(["create", "namespace", NS]);
+  const health = await freePort();
+  let log = "";
+  const operator = spawn(
+    process.execPath,
+    [
+      compiledEntry("operator/bin/ifp-operator.ts"),
+      `--kubeconfig=${cp.kubeconfig}`,
+      `--health-port=${health}`,
+      `--metrics-port=${health}`,
+      `--resync=${RESYNC_S}s`,
+      `--workers=${WORKERS}`,
+      "--runtime-image=ghcr.io/ifp-dev/ifp-runtime:bench",
+      "--log-level=warn",
+    ],
+    {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: {
+        ...process.env,
+        NODE_OPTIONS: `${CHART_NODE_OPTIONS} ${process.env.BENCH_OPERATOR_NODE_OPTIONS ?? ""}`.trim(),
+      },
+    },
+  );
+  operator.stdout!.on("data", (d) => (log = (log + d).slice(-20_000)));
+  operator.stderr!.on("data", (d) => (log = (log + d).slice(-20_000)));
+  const metrics = async () => (await fetch(`http://127.0.0.1:${health}/metrics`)).text();
 
-  // Steady state: let the last status writes and events settle, then watch several resyncs.
-  await new Promise((r) => setTimeout(r, RESYNC_S * 1000 + 2000));
-  const before = await metrics();
-  await new Promise((r) => setTimeout(r, RESYNCS * RESYNC_S * 1000 + 1000));
-  const after = await metrics();
-  const steadyWrites = metricSum(after, "ifp_operator_api_writes_total") - metricSum(before, "ifp_operator_api_writes_total");
-  const steadyReconciles = metricSum(after, "ifp_operator_reconciles_total", 'kind="Agent"') - metricSum(before, "ifp_operator_reconciles_total", 'kind="Agent"');
-  const resyncsObserved = steadyReconciles / COUNT;
-  const durationSum = metricSum(after, "ifp_operator_reconcile_duration_seconds_sum", 'kind="Agent"');
-  const durationCount = metricSum(after, "ifp_operator_reconcile_duration_seconds_count", 'kind="Agent"');
+  try {
+    await waitFor(
+      "the operator to be ready",
+      async () => (await fetch(`http://127.0.0.1:${health}/readyz`).catch(() => undefined))?.status === 200,
+      60_000,
+      200,
+    );
+    const idleRss = procMiB(operator.pid!, "VmRSS");
 
-  const result = {
-    benchmark: "operator",
-    date: new Date().toISOString(),
-    agents: COUNT,
-    workers: WORKERS,
-    controllerManagerQps: KCM_QPS ?? 20,
-    operatorNodeOptions: CHART_NODE_OPTIONS,
-    kubectlApplySeconds: round(applySeconds),
-    secondsToReadyable: round(secondsToReadyable),
-    agentsPerSecond: round(COUNT / secondsToReadyable, 1),
-    deployments,
-    pods,
-    apiWritesToReadyable: writesToReadyable,
-    apiWritesPerAgentToReadyable: round(writesToReadyable / COUNT, 1),
-    apiWritesPerAgentByVerbAndKind: writesByKind,
-    resyncPeriodSeconds: RESYNC_S,
-    steadyStateResyncs: round(resyncsObserved, 1),
-    apiWritesPerSteadyStateResync: resyncsObserved > 0 ? round(steadyWrites / resyncsObserved, 2) : NaN,
-    meanReconcileMs: round((durationSum / durationCount) * 1000, 1),
-    informerRestarts: metricSum(after, "ifp_operator_informer_restarts"),
-    reconcileErrors: metricSum(after, "ifp_operator_reconcile_errors_total"),
-    operatorIdleRssMiB: idleRss,
-    operatorPeakRssMiB: procMiB(operator.pid!, "VmHWM"),
-    operatorRssAtEndMiB: procMiB(operator.pid!, "VmRSS"),
-    operatorHeapUsedAtEndMiB: round(metricSum(after, "ifp_operator_nodejs_heap_size_used_bytes") / 1048576, 1),
-    operatorHeapTotalAtEndMiB: round(metricSum(after, "ifp_operator_nodejs_heap_size_total_bytes") / 1048576, 1),
-    operatorExternalAtEndMiB: round(metricSum(after, "ifp_operator_nodejs_external_memory_bytes") / 1048576, 1),
-  };
-  if (resyncsObserved < 1) process.stderr.write("bench:operator: warning: fewer than one full resync observed\n");
-  return result;
-} finally {
-  operator.kill("SIGTERM");
-  await new Promise((r) => operator.once("exit", r));
-  await cp.stop();
-}
+    const docs = Array.from({ length: COUNT }, (_, i) =>
+      stringify({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name: `agent-${i}`, namespace: NS },
+        spec: {
+          agentId: `agent-${i}@bench.example`,
+          capabilities: [{ name: "bench.ping", description: "Answers pings" }],
+        },
+      }),
+    ).join("---\n");
+    const t0 = performance.now();
+    cp.kubectl(["apply", "--server-side", "-f", "-"], docs);
+    const applySeconds = (performance.now() - t0) / 1000;
+    let readyable = 0;
+    await waitFor(
+      `${COUNT} Agents Ready-able`,
+      () => {
+        // generation, observedGeneration and the Reconciling reason of each Agent, one per line.
+        const lines = cp
+          .kubectl([
+            "-n",
+            NS,
+            "get",
+            "agents",
+            "-o",
+            'jsonpath={range .items[*]}{.metadata.generation} {.status.observedGeneration} {.status.conditions[?(@.type=="Reconciling")].reason}{"\\n"}{end}',
+          ])
+          .trim()
+          .split("\n");
+        readyable = lines.filter((l) => {
+          const [generation, observed, reason] = l.split(" ");
+          return generation === observed && reason === "WaitingForRuntime";
+        }).length;
+        return readyable === COUNT;
+      },
+      900_000,
+      500,
+    ).catch((err) => {
+      throw new Error(`${(err as Error).message} (${readyable}/${COUNT})\n${log.slice(-4000)}`);
+    });
+    const secondsToReadyable = (performance.now() - t0) / 1000;
+    const afterCreate = await metrics();
+    const writesToReadyable = metricSum(afterCreate, "ifp_operator_api_writes_total");
+    // Where the writes went: "verb kind=writes per Agent", most first.
+    const writesByKind = [...afterCreate.matchAll(/^ifp_operator_api_writes_total\{([^}]*)\} (\S+)$/gm)]
+      .map((m) => {
+        const label = (k: string) => new RegExp(`${k}="([^"]*)"`).exec(m[1]!)?.[1] ?? "?";
+        return { what: `${label("verb")} ${label("kind")}`, perAgent: round(Number(m[2]) / COUNT, 2) };
+      })
+      .sort((a, b) => b.perAgent - a.perAgent)
+      .map((w) => `${w.what}=${w.perAgent}`)
+      .join(", ");
+    const count = (kind: string) =>
+      cp.kubectl(["-n", NS, "get", kind, "-o", "name"]).trim().split("\n").filter(Boolean).length;
+    const deployments = count("deployments");
+    const pods = count("pods");
+
+    // Steady state: let the last status writes and events settle, then watch several resyncs.
+    await new Promise((r) => setTimeout(r, RESYNC_S * 1000 + 2000));
+    const before = await metrics();
+    await new Promise((r) => setTimeout(r, RESYNCS * RESYNC_S * 1000 + 1000));
+    const after = await metrics();
+    const steadyWrites =
+      metricSum(after, "ifp_operator_api_writes_total") - metricSum(before, "ifp_operator_api_writes_total");
+    const steadyReconciles =
+      metricSum(after, "ifp_operator_reconciles_total", 'kind="Agent"') -
+      metricSum(before, "ifp_operator_reconciles_total", 'kind="Agent"');
+    const resyncsObserved = steadyReconciles / COUNT;
+    const durationSum = metricSum(after, "ifp_operator_reconcile_duration_seconds_sum", 'kind="Agent"');
+    const durationCount = metricSum(after, "ifp_operator_reconcile_duration_seconds_count", 'kind="Agent"');
+
+    const result = {
+      benchmark: "operator",
+      date: new Date().toISOString(),
+      agents: COUNT,
+      workers: WORKERS,
+      controllerManagerQps: KCM_QPS ?? 20,
+      operatorNodeOptions: CHART_NODE_OPTIONS,
+      kubectlApplySeconds: round(applySeconds),
+      secondsToReadyable: round(secondsToReadyable),
+      agentsPerSecond: round(COUNT / secondsToReadyable, 1),
+      deployments,
+      pods,
+      apiWritesToReadyable: writesToReadyable,
+      apiWritesPerAgentToReadyable: round(writesToReadyable / COUNT, 1),
+      apiWritesPerAgentByVerbAndKind: writesByKind,
+      resyncPeriodSeconds: RESYNC_S,
+      steadyStateResyncs: round(resyncsObserved, 1),
+      apiWritesPerSteadyStateResync: resyncsObserved > 0 ? round(steadyWrites / resyncsObserved, 2) : NaN,
+      meanReconcileMs: round((durationSum / durationCount) * 1000, 1),
+      informerRestarts: metricSum(after, "ifp_operator_informer_restarts"),
+      reconcileErrors: metricSum(after, "ifp_operator_reconcile_errors_total"),
+      operatorIdleRssMiB: idleRss,
+      operatorPeakRssMiB: procMiB(operator.pid!, "VmHWM"),
+      operatorRssAtEndMiB: procMiB(operator.pid!, "VmRSS"),
+      operatorHeapUsedAtEndMiB: round(metricSum(after, "ifp_operator_nodejs_heap_size_used_bytes") / 1048576, 1),
+      operatorHeapTotalAtEndMiB: round(metricSum(after, "ifp_operator_nodejs_heap_size_total_bytes") / 1048576, 1),
+      operatorExternalAtEndMiB: round(metricSum(after, "ifp_operator_nodejs_external_memory_bytes") / 1048576, 1),
+    };
+    if (resyncsObserved < 1) process.stderr.write("bench:operator: warning: fewer than one full resync observed\n");
+    return result;
+  } finally {
+    operator.kill("SIGTERM");
+    await new Promise((r) => operator.once("exit", r));
+    await cp.stop();
+  }
 }
 
 const runs: Record<string, number | string>[] = [];
@@ -160,7 +205,10 @@ for (const n of COUNTS) {
   runs.push(await run(n));
   // Each count as it finishes, so that a long run cut short keeps what it measured.
   process.stdout.write(`${JSON.stringify(runs.at(-1))}\n`);
-  writeFileSync(".bench/operator.json", `${JSON.stringify({ benchmark: "operator", date: new Date().toISOString(), node: process.version, runs, partial: runs.length < COUNTS.length }, null, 2)}\n`);
+  writeFileSync(
+    ".bench/operator.json",
+    `${JSON.stringify({ benchmark: "operator", date: new Date().toISOString(), node: process.version, runs, partial: runs.length < COUNTS.length }, null, 2)}\n`,
+  );
 }
 console.table(
   runs.map((r) => ({
@@ -177,10 +225,22 @@ console.table(
 for (const r of runs) console.log(`writes per Agent (${r.agents} Agents): ${r.apiWritesPerAgentByVerbAndKind}`);
 const first = runs[0]!;
 const last = runs.at(-1)!;
-const per100 = (k: string) => (runs.length > 1 ? round(((Number(last[k]) - Number(first[k])) / (Number(last.agents) - Number(first.agents))) * 100) : NaN);
-const slopePer100Agents = { secondsToReadyable: per100("secondsToReadyable"), operatorPeakRssMiB: per100("operatorPeakRssMiB"), apiWritesToReadyable: per100("apiWritesToReadyable") };
-console.log(`slope per 100 Agents (${first.agents} → ${last.agents}): ${slopePer100Agents.secondsToReadyable} s, ${slopePer100Agents.operatorPeakRssMiB} MiB peak RSS, ${slopePer100Agents.apiWritesToReadyable} writes`);
+const per100 = (k: string) =>
+  runs.length > 1
+    ? round(((Number(last[k]) - Number(first[k])) / (Number(last.agents) - Number(first.agents))) * 100)
+    : NaN;
+const slopePer100Agents = {
+  secondsToReadyable: per100("secondsToReadyable"),
+  operatorPeakRssMiB: per100("operatorPeakRssMiB"),
+  apiWritesToReadyable: per100("apiWritesToReadyable"),
+};
+console.log(
+  `slope per 100 Agents (${first.agents} → ${last.agents}): ${slopePer100Agents.secondsToReadyable} s, ${slopePer100Agents.operatorPeakRssMiB} MiB peak RSS, ${slopePer100Agents.apiWritesToReadyable} writes`,
+);
 mkdirSync(".bench", { recursive: true });
-writeFileSync(".bench/operator.json", `${JSON.stringify({ benchmark: "operator", date: new Date().toISOString(), node: process.version, runs, slopePer100Agents }, null, 2)}\n`);
+writeFileSync(
+  ".bench/operator.json",
+  `${JSON.stringify({ benchmark: "operator", date: new Date().toISOString(), node: process.version, runs, slopePer100Agents }, null, 2)}\n`,
+);
 console.log(JSON.stringify({ benchmark: "operator", runs: runs.length, slopePer100Agents }));
 console.log("written .bench/operator.json");

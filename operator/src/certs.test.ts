@@ -12,14 +12,22 @@ describe("reading certificates", async () => {
   const then = Date.parse("2026-06-01T12:00:00Z");
   const dated = await createCA("a CA of a given day", 30 * 24 * 3600_000, then);
   const other = await createCA("another CA");
-  const leaf = await ca.issue({ commonName: "alice.team.svc", dnsNames: ["alice.team.svc"], validityMs: 24 * 3600_000 });
+  const leaf = await ca.issue({
+    commonName: "alice.team.svc",
+    dnsNames: ["alice.team.svc"],
+    validityMs: 24 * 3600_000,
+  });
 
   it("names a certificate by the SHA-256 of its DER", () => {
     const der = Buffer.from(new x509.X509Certificate(ca.cert).rawData);
     expect(fingerprint(ca.cert)).toBe(createHash("sha256").update(der).digest("hex"));
     expect(fingerprint(leaf.cert)).not.toBe(fingerprint(ca.cert));
-    const openssl = spawnSync("openssl", ["x509", "-noout", "-fingerprint", "-sha256"], { input: ca.cert, encoding: "utf8" });
-    if (openssl.status === 0) expect(openssl.stdout.split("=")[1]!.trim().replaceAll(":", "").toLowerCase()).toBe(fingerprint(ca.cert));
+    const openssl = spawnSync("openssl", ["x509", "-noout", "-fingerprint", "-sha256"], {
+      input: ca.cert,
+      encoding: "utf8",
+    });
+    if (openssl.status === 0)
+      expect(openssl.stdout.split("=")[1]!.trim().replaceAll(":", "").toLowerCase()).toBe(fingerprint(ca.cert));
   });
 
   it("reads the validity the certificate was made with", () => {
@@ -40,7 +48,9 @@ describe("reading certificates", async () => {
     expect(parseCaBundle(`${ca.cert}\n${other.cert}`)).toHaveLength(2);
     expect(() => parseCaBundle("no certificate here")).toThrow(/holds no PEM certificate/);
     const broken = ca.cert.replace(/\n([A-Za-z0-9+/]{20})/, "\n!!!!!!!!!!!!!!!!!!!!");
-    expect(() => parseCaBundle(`${other.cert}${broken}`)).toThrow("certificate 2 of 2 is not a valid X.509 certificate");
+    expect(() => parseCaBundle(`${other.cert}${broken}`)).toThrow(
+      "certificate 2 of 2 is not a valid X.509 certificate",
+    );
     const truncated = `-----BEGIN CERTIFICATE-----\n${ca.cert.split("\n").slice(1, 4).join("\n")}\n-----END CERTIFICATE-----\n`;
     expect(() => parseCaBundle(truncated)).toThrow("certificate 1 of 1 is not a valid X.509 certificate");
   });

@@ -48,7 +48,9 @@ async function importKey(pem: string): Promise<CryptoKey> {
 }
 
 function serial(): string {
-  return Buffer.from(webcrypto.getRandomValues(new Uint8Array(16))).toString("hex").replace(/^[89a-f]/, "1");
+  return Buffer.from(webcrypto.getRandomValues(new Uint8Array(16)))
+    .toString("hex")
+    .replace(/^[89a-f]/, "1");
 }
 
 const YEAR_MS = 365 * 24 * 3600_000;
@@ -63,10 +65,21 @@ export async function loadCA(pem: Pem): Promise<CertificateAuthority> {
     cert: pem.cert,
     key: pem.key,
     notAfter: caCert.notAfter,
-    async issue({ commonName: cn, dnsNames = [], ips = [], client = false, bothEnds = false, organization, validityMs = YEAR_MS }) {
+    async issue({
+      commonName: cn,
+      dnsNames = [],
+      ips = [],
+      client = false,
+      bothEnds = false,
+      organization,
+      validityMs = YEAR_MS,
+    }) {
       const now = Date.now();
       const leafKeys = (await webcrypto.subtle.generateKey(ALG, true, ["sign", "verify"])) as CryptoKeyPair;
-      const names = [...dnsNames.map((value) => ({ type: "dns" as const, value })), ...ips.map((value) => ({ type: "ip" as const, value }))];
+      const names = [
+        ...dnsNames.map((value) => ({ type: "dns" as const, value })),
+        ...ips.map((value) => ({ type: "ip" as const, value })),
+      ];
       const notAfter = new Date(Math.min(now + validityMs, caCert.notAfter.getTime()));
       const cert = await x509.X509CertificateGenerator.create({
         serialNumber: serial(),
@@ -80,18 +93,27 @@ export async function loadCA(pem: Pem): Promise<CertificateAuthority> {
         extensions: [
           new x509.BasicConstraintsExtension(false, undefined, true),
           new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment, true),
-          new x509.ExtendedKeyUsageExtension(bothEnds ? [x509.ExtendedKeyUsage.serverAuth, x509.ExtendedKeyUsage.clientAuth] : [client ? x509.ExtendedKeyUsage.clientAuth : x509.ExtendedKeyUsage.serverAuth], false),
+          new x509.ExtendedKeyUsageExtension(
+            bothEnds
+              ? [x509.ExtendedKeyUsage.serverAuth, x509.ExtendedKeyUsage.clientAuth]
+              : [client ? x509.ExtendedKeyUsage.clientAuth : x509.ExtendedKeyUsage.serverAuth],
+            false,
+          ),
           ...(names.length ? [new x509.SubjectAlternativeNameExtension(names)] : []),
           await x509.AuthorityKeyIdentifierExtension.create(caCert, false),
         ],
       });
-      return { cert: cert.toString("pem") + "\n", key: await exportKey(leafKeys.privateKey), notAfter: cert.notAfter };
+      return { cert: `${cert.toString("pem")}\n`, key: await exportKey(leafKeys.privateKey), notAfter: cert.notAfter };
     },
   };
 }
 
 /** A certificate authority (ECDSA P-256): the operator's install CA, and the tests' CA. */
-export async function createCA(commonName = "ifp-operator test CA", validityMs = YEAR_MS, now = Date.now()): Promise<CertificateAuthority> {
+export async function createCA(
+  commonName = "ifp-operator test CA",
+  validityMs = YEAR_MS,
+  now = Date.now(),
+): Promise<CertificateAuthority> {
   const keys = (await webcrypto.subtle.generateKey(ALG, true, ["sign", "verify"])) as CryptoKeyPair;
   const caCert = await x509.X509CertificateGenerator.createSelfSigned({
     serialNumber: serial(),
@@ -106,12 +128,12 @@ export async function createCA(commonName = "ifp-operator test CA", validityMs =
       await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
     ],
   });
-  return loadCA({ cert: caCert.toString("pem") + "\n", key: await exportKey(keys.privateKey) });
+  return loadCA({ cert: `${caCert.toString("pem")}\n`, key: await exportKey(keys.privateKey) });
 }
 
 /** The PEM CERTIFICATE blocks of a text, in order (anything between them is ignored). */
 export function pemBlocks(text: string): string[] {
-  return text.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g)?.map((b) => b + "\n") ?? [];
+  return text.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g)?.map((b) => `${b}\n`) ?? [];
 }
 
 /**
@@ -156,7 +178,10 @@ export async function issuedBy(leaf: string, ca: string): Promise<boolean> {
  * A serving certificate from a one-off CA of its own, outside any install's trust: for tests
  * and for Secrets made by hand (the operator issues default certificates from the install CA).
  */
-export async function selfSignedServing(commonName: string, dnsNames: string[]): Promise<Pem & { ca: string; notAfter: string }> {
+export async function selfSignedServing(
+  commonName: string,
+  dnsNames: string[],
+): Promise<Pem & { ca: string; notAfter: string }> {
   const ca = await createCA(`${commonName} (self-signed by ifp-operator)`);
   const leaf = await ca.issue({ commonName, dnsNames });
   return { cert: leaf.cert, key: leaf.key, ca: ca.cert, notAfter: isoSeconds(leaf.notAfter) };

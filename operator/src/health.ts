@@ -13,7 +13,11 @@ export interface HealthServer {
  * Serve health and metrics, on one port when both ports are equal. `ready` says why not, or
  * undefined when ready.
  */
-export async function serveHealth(opts: { healthPort?: number; metricsPort?: number; host?: string }, notReady: () => string | undefined, registry: Registry): Promise<HealthServer> {
+export async function serveHealth(
+  opts: { healthPort?: number; metricsPort?: number; host?: string },
+  notReady: () => string | undefined,
+  registry: Registry,
+): Promise<HealthServer> {
   const servers: FastifyInstance[] = [];
   const host = opts.host ?? "0.0.0.0";
   const listen = async (app: FastifyInstance, port: number) => {
@@ -22,10 +26,12 @@ export async function serveHealth(opts: { healthPort?: number; metricsPort?: num
     const a = app.server.address();
     return `http://127.0.0.1:${typeof a === "object" && a ? a.port : port}`;
   };
-  const metrics = (app: FastifyInstance) => app.get("/metrics", async (_req, reply) => reply.type(registry.contentType).send(await registry.metrics()));
+  const metrics = (app: FastifyInstance) =>
+    app.get("/metrics", async (_req, reply) => reply.type(registry.contentType).send(await registry.metrics()));
   let url: string | undefined;
   let metricsUrl: string | undefined;
-  const shared = opts.healthPort !== undefined && (opts.metricsPort === undefined || opts.metricsPort === opts.healthPort);
+  const shared =
+    opts.healthPort !== undefined && (opts.metricsPort === undefined || opts.metricsPort === opts.healthPort);
   if (opts.healthPort !== undefined) {
     const app = Fastify({ logger: false });
     app.get("/healthz", async () => ({ status: "ok" }));

@@ -42,7 +42,13 @@ export class LeaderElector {
     this.log = opts.log;
     // Defaults for what the caller left out, an explicit `undefined` included: a Lease written
     // without its duration never expires for the other candidates.
-    this.opts = { ...opts, leaseSeconds: opts.leaseSeconds ?? 15, renewDeadlineMs: opts.renewDeadlineMs ?? 10_000, retryMs: opts.retryMs ?? 2_000, now: opts.now ?? Date.now };
+    this.opts = {
+      ...opts,
+      leaseSeconds: opts.leaseSeconds ?? 15,
+      renewDeadlineMs: opts.renewDeadlineMs ?? 10_000,
+      retryMs: opts.retryMs ?? 2_000,
+      now: opts.now ?? Date.now,
+    };
   }
 
   private now(): number {
@@ -51,7 +57,12 @@ export class LeaderElector {
 
   /** Remember the record; the observation time moves only when the record differs. */
   private observe(spec: V1Lease["spec"], at: number): void {
-    const rec = JSON.stringify([spec?.holderIdentity ?? "", spec?.renewTime ? new Date(spec.renewTime).getTime() : 0, spec?.leaseTransitions ?? 0, spec?.leaseDurationSeconds ?? 0]);
+    const rec = JSON.stringify([
+      spec?.holderIdentity ?? "",
+      spec?.renewTime ? new Date(spec.renewTime).getTime() : 0,
+      spec?.leaseTransitions ?? 0,
+      spec?.leaseDurationSeconds ?? 0,
+    ]);
     if (rec !== this.observedRecord) {
       this.observedRecord = rec;
       this.observedTime = at;
@@ -77,7 +88,10 @@ export class LeaderElector {
         if (this.stopped) return;
         if (held && !this.leading) {
           this.leading = true;
-          this.log.info({ lease: `${this.opts.namespace}/${this.opts.name}`, identity: this.opts.identity }, "became leader");
+          this.log.info(
+            { lease: `${this.opts.namespace}/${this.opts.name}`, identity: this.opts.identity },
+            "became leader",
+          );
           resolve();
         } else if (!held && this.leading) {
           this.leading = false;
@@ -105,10 +119,22 @@ export class LeaderElector {
       try {
         await this.api.createNamespacedLease({
           namespace,
-          body: { metadata: { name, namespace }, spec: { holderIdentity: identity, leaseDurationSeconds: leaseSeconds, acquireTime: renewTime, renewTime, leaseTransitions: 0 } },
+          body: {
+            metadata: { name, namespace },
+            spec: {
+              holderIdentity: identity,
+              leaseDurationSeconds: leaseSeconds,
+              acquireTime: renewTime,
+              renewTime,
+              leaseTransitions: 0,
+            },
+          },
         });
         this.lastRenew = now.getTime();
-        this.observe({ holderIdentity: identity, renewTime, leaseTransitions: 0, leaseDurationSeconds: leaseSeconds }, now.getTime());
+        this.observe(
+          { holderIdentity: identity, renewTime, leaseTransitions: 0, leaseDurationSeconds: leaseSeconds },
+          now.getTime(),
+        );
         return true;
       } catch (err) {
         if (isStatus(err, 409)) return false;
@@ -125,7 +151,8 @@ export class LeaderElector {
       holderIdentity: identity,
       leaseDurationSeconds: leaseSeconds,
       renewTime,
-      acquireTime: mine && lease.spec?.acquireTime ? (microTime(new Date(lease.spec.acquireTime)) as unknown as Date) : renewTime,
+      acquireTime:
+        mine && lease.spec?.acquireTime ? (microTime(new Date(lease.spec.acquireTime)) as unknown as Date) : renewTime,
       leaseTransitions: (lease.spec?.leaseTransitions ?? 0) + (mine ? 0 : 1),
     };
     try {
@@ -151,7 +178,15 @@ export class LeaderElector {
         await this.api.replaceNamespacedLease({
           name: this.opts.name,
           namespace: this.opts.namespace,
-          body: { ...lease, spec: { ...lease.spec, holderIdentity: undefined, leaseDurationSeconds: 1, renewTime: microTime(new Date(this.now())) as unknown as Date } },
+          body: {
+            ...lease,
+            spec: {
+              ...lease.spec,
+              holderIdentity: undefined,
+              leaseDurationSeconds: 1,
+              renewTime: microTime(new Date(this.now())) as unknown as Date,
+            },
+          },
         });
       }
     } catch {

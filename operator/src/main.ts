@@ -203,7 +203,8 @@ const OPTIONS = {
 
 function integer(name: string, text: string, min: number, max: number): number {
   const n = Number(text);
-  if (!Number.isInteger(n) || n < min || n > max) throw new UsageError(`--${name} must be a whole number from ${min} to ${max}, not ${JSON.stringify(text)}`);
+  if (!Number.isInteger(n) || n < min || n > max)
+    throw new UsageError(`--${name} must be a whole number from ${min} to ${max}, not ${JSON.stringify(text)}`);
   return n;
 }
 
@@ -211,7 +212,8 @@ function integer(name: string, text: string, min: number, max: number): number {
 function podId(name: string, text: string): number | null {
   if (text === "none") return null;
   const n = Number(text);
-  if (!/^\d+$/.test(text) || n > 2_147_483_647) throw new UsageError(`--${name} is a whole number from 0 to 2147483647 or none, not ${JSON.stringify(text)}`);
+  if (!/^\d+$/.test(text) || n > 2_147_483_647)
+    throw new UsageError(`--${name} is a whole number from 0 to 2147483647 or none, not ${JSON.stringify(text)}`);
   return n;
 }
 
@@ -224,7 +226,8 @@ export function runtimeTracing(endpoint: string | undefined, envJson: string | u
     } catch {
       throw new UsageError(`--runtime-otlp-endpoint is an http or https URL, not ${JSON.stringify(endpoint)}`);
     }
-    if (url.protocol !== "http:" && url.protocol !== "https:") throw new UsageError(`--runtime-otlp-endpoint is an http or https URL, not ${JSON.stringify(endpoint)}`);
+    if (url.protocol !== "http:" && url.protocol !== "https:")
+      throw new UsageError(`--runtime-otlp-endpoint is an http or https URL, not ${JSON.stringify(endpoint)}`);
   }
   let env: Record<string, string> | undefined;
   if (envJson !== undefined) {
@@ -234,11 +237,16 @@ export function runtimeTracing(endpoint: string | undefined, envJson: string | u
     } catch {
       throw new UsageError("--runtime-otel-env is a JSON object of OTEL_* names and string values");
     }
-    if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) throw new UsageError("--runtime-otel-env is a JSON object of OTEL_* names and string values");
+    if (!parsed || typeof parsed !== "object" || Array.isArray(parsed))
+      throw new UsageError("--runtime-otel-env is a JSON object of OTEL_* names and string values");
     env = {};
     for (const [name, value] of Object.entries(parsed)) {
-      if (!/^OTEL_[A-Z0-9_]{1,100}$/.test(name)) throw new UsageError(`--runtime-otel-env sets only OTEL_* variables (upper case, digits, _), not ${JSON.stringify(name)}`);
-      if (typeof value !== "string" || value.length > 4096) throw new UsageError(`--runtime-otel-env: ${name} is a string of at most 4096 characters`);
+      if (!/^OTEL_[A-Z0-9_]{1,100}$/.test(name))
+        throw new UsageError(
+          `--runtime-otel-env sets only OTEL_* variables (upper case, digits, _), not ${JSON.stringify(name)}`,
+        );
+      if (typeof value !== "string" || value.length > 4096)
+        throw new UsageError(`--runtime-otel-env: ${name} is a string of at most 4096 characters`);
       env[name] = value;
     }
   }
@@ -249,23 +257,40 @@ export function runtimeTracing(endpoint: string | undefined, envJson: string | u
 /** --allowed-issuers: each entry Kind[.group]/name, the name possibly `*`. */
 function issuerList(text: string | undefined): string[] {
   const entries = list(text);
-  for (const e of entries) if (!/^[A-Za-z][A-Za-z0-9]*(\.[a-z0-9]([-a-z0-9.]*[a-z0-9])?)?\/(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/.test(e)) throw new UsageError(`--allowed-issuers takes Kind[.group]/name entries such as ClusterIssuer/letsencrypt, not ${JSON.stringify(e)}`);
+  for (const e of entries)
+    if (!/^[A-Za-z][A-Za-z0-9]*(\.[a-z0-9]([-a-z0-9.]*[a-z0-9])?)?\/(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/.test(e))
+      throw new UsageError(
+        `--allowed-issuers takes Kind[.group]/name entries such as ClusterIssuer/letsencrypt, not ${JSON.stringify(e)}`,
+      );
   return entries;
 }
 
 /** The cert-manager mode from --cert-manager-issuer (Kind[.group]/name) and --cert-manager-bundle[-key]; undefined when off. */
-export function certManagerMode(issuer: string | undefined, bundle: string | undefined, bundleKey: string | undefined): CertManagerMode | undefined {
+export function certManagerMode(
+  issuer: string | undefined,
+  bundle: string | undefined,
+  bundleKey: string | undefined,
+): CertManagerMode | undefined {
   const mode: CertManagerMode = {};
   if (issuer !== undefined) {
-    const m = /^([A-Za-z][A-Za-z0-9]*)(?:\.([a-z0-9](?:[-a-z0-9.]*[a-z0-9])?))?\/([a-z0-9](?:[-a-z0-9.]*[a-z0-9])?)$/.exec(issuer);
-    if (!m) throw new UsageError(`--cert-manager-issuer takes Kind[.group]/name such as ClusterIssuer/ifp-ca, not ${JSON.stringify(issuer)}`);
+    const m =
+      /^([A-Za-z][A-Za-z0-9]*)(?:\.([a-z0-9](?:[-a-z0-9.]*[a-z0-9])?))?\/([a-z0-9](?:[-a-z0-9.]*[a-z0-9])?)$/.exec(
+        issuer,
+      );
+    if (!m)
+      throw new UsageError(
+        `--cert-manager-issuer takes Kind[.group]/name such as ClusterIssuer/ifp-ca, not ${JSON.stringify(issuer)}`,
+      );
     mode.issuerRef = { name: m[3]!, kind: m[1]!, group: m[2] ?? "cert-manager.io" };
   }
-  if (bundleKey !== undefined && bundle === undefined) throw new UsageError("--cert-manager-bundle-key needs --cert-manager-bundle");
+  if (bundleKey !== undefined && bundle === undefined)
+    throw new UsageError("--cert-manager-bundle-key needs --cert-manager-bundle");
   if (bundle !== undefined) {
-    if (bundle.length > 253 || !/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(bundle)) throw new UsageError(`--cert-manager-bundle takes a ConfigMap name, not ${JSON.stringify(bundle)}`);
+    if (bundle.length > 253 || !/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(bundle))
+      throw new UsageError(`--cert-manager-bundle takes a ConfigMap name, not ${JSON.stringify(bundle)}`);
     const key = bundleKey ?? "ca.crt";
-    if (key.length > 253 || !/^[-._a-zA-Z0-9]+$/.test(key)) throw new UsageError(`--cert-manager-bundle-key takes a ConfigMap key, not ${JSON.stringify(key)}`);
+    if (key.length > 253 || !/^[-._a-zA-Z0-9]+$/.test(key))
+      throw new UsageError(`--cert-manager-bundle-key takes a ConfigMap key, not ${JSON.stringify(key)}`);
     mode.bundle = { configMapName: bundle, key };
   }
   return mode.issuerRef || mode.bundle ? mode : undefined;
@@ -274,14 +299,20 @@ export function certManagerMode(issuer: string | undefined, bundle: string | und
 /** --allowed-dns-names: each entry a DNS name, `*.` and a domain, or `*`. */
 function dnsNameList(text: string | undefined): string[] {
   const entries = list(text);
-  for (const e of entries) if (!/^(\*|(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*)$/.test(e)) throw new UsageError(`--allowed-dns-names takes DNS names, *.domain or *, not ${JSON.stringify(e)}`);
+  for (const e of entries)
+    if (!/^(\*|(\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*)$/.test(e))
+      throw new UsageError(`--allowed-dns-names takes DNS names, *.domain or *, not ${JSON.stringify(e)}`);
   return entries;
 }
 
 /** --allowed-node-labels: label keys, or `*`. */
 function nodeLabelList(text: string | undefined): string[] {
   const entries = list(text);
-  for (const e of entries) if (!/^(\*|([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$/.test(e)) throw new UsageError(`--allowed-node-labels takes node label keys such as topology.kubernetes.io/zone, or *, not ${JSON.stringify(e)}`);
+  for (const e of entries)
+    if (!/^(\*|([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$/.test(e))
+      throw new UsageError(
+        `--allowed-node-labels takes node label keys such as topology.kubernetes.io/zone, or *, not ${JSON.stringify(e)}`,
+      );
   return entries;
 }
 
@@ -289,7 +320,10 @@ function nodeLabelList(text: string | undefined): string[] {
 function tolerationList(text: string | undefined): TolerationEntry[] {
   return list(text).map((e) => {
     const entry = parseTolerationEntry(e);
-    if (!entry) throw new UsageError(`--allowed-tolerations takes key, key=value, either with :NoSchedule, :PreferNoSchedule or :NoExecute, or *, not ${JSON.stringify(e)}`);
+    if (!entry)
+      throw new UsageError(
+        `--allowed-tolerations takes key, key=value, either with :NoSchedule, :PreferNoSchedule or :NoExecute, or *, not ${JSON.stringify(e)}`,
+      );
     return entry;
   });
 }
@@ -297,7 +331,9 @@ function tolerationList(text: string | undefined): TolerationEntry[] {
 /** --allowed-priority-classes: PriorityClass names, or `*`. */
 function priorityClassList(text: string | undefined): string[] {
   const entries = list(text);
-  for (const e of entries) if (!/^(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/.test(e) || e.length > 253) throw new UsageError(`--allowed-priority-classes takes PriorityClass names, or *, not ${JSON.stringify(e)}`);
+  for (const e of entries)
+    if (!/^(\*|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$/.test(e) || e.length > 253)
+      throw new UsageError(`--allowed-priority-classes takes PriorityClass names, or *, not ${JSON.stringify(e)}`);
   return entries;
 }
 
@@ -305,8 +341,14 @@ function priorityClassList(text: string | undefined): string[] {
 function namespaceHosts(text: string | undefined): Record<string, string[]> {
   const hosts: Record<string, string[]> = {};
   for (const e of list(text)) {
-    const m = /^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\/((\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*)$/.exec(e);
-    if (!m) throw new UsageError(`--allowed-hosts takes namespace/host entries (the host exact or *.domain), such as team/shop.example.com, not ${JSON.stringify(e)}`);
+    const m =
+      /^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\/((\*\.)?[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*)$/.exec(
+        e,
+      );
+    if (!m)
+      throw new UsageError(
+        `--allowed-hosts takes namespace/host entries (the host exact or *.domain), such as team/shop.example.com, not ${JSON.stringify(e)}`,
+      );
     const ns = m[1]!;
     hosts[ns] = [...(Object.hasOwn(hosts, ns) ? hosts[ns]! : []), m[3]!];
   }
@@ -316,7 +358,9 @@ function namespaceHosts(text: string | undefined): Record<string, string[]> {
 /** A list of namespace names. */
 function namespaceList(flag: string, text: string | undefined): string[] {
   const entries = list(text);
-  for (const e of entries) if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(e)) throw new UsageError(`--${flag} takes namespace names, not ${JSON.stringify(e)}`);
+  for (const e of entries)
+    if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(e))
+      throw new UsageError(`--${flag} takes namespace names, not ${JSON.stringify(e)}`);
   return entries;
 }
 
@@ -328,7 +372,10 @@ function clusterNetworks(text: string | undefined): string[] {
   if (text.trim() === "none") return [];
   const blocks = list(text);
   const bad = blocks.filter((b) => !isCidrOrIp(b));
-  if (bad.length) throw new UsageError(`--cluster-networks takes IP addresses or CIDR blocks such as 10.96.0.0/12, or none, not ${bad.map((b) => JSON.stringify(b)).join(", ")}`);
+  if (bad.length)
+    throw new UsageError(
+      `--cluster-networks takes IP addresses or CIDR blocks such as 10.96.0.0/12, or none, not ${bad.map((b) => JSON.stringify(b)).join(", ")}`,
+    );
   return blocks;
 }
 
@@ -341,7 +388,17 @@ function deploymentRef(text: string | undefined): { namespace: string; name: str
 }
 
 /** The flags of `ifp-operator prepare-uninstall` (throws UsageError on bad input). */
-export function parsePrepareUninstallFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; kubeconfig?: string; deployment: { namespace: string; name: string }; namespaces: string[]; timeoutMs: number; logLevel: string } {
+export function parsePrepareUninstallFlags(
+  argv: string[],
+  env: NodeJS.ProcessEnv = process.env,
+): {
+  help: boolean;
+  kubeconfig?: string;
+  deployment: { namespace: string; name: string };
+  namespaces: string[];
+  timeoutMs: number;
+  logLevel: string;
+} {
   const { values, str } = readFlags(PREPARE_UNINSTALL_OPTIONS, argv, env);
   const deployment = deploymentRef(str("operator-deployment"));
   if (!deployment && !values.help) throw new UsageError("prepare-uninstall needs --operator-deployment NAMESPACE/NAME");
@@ -361,7 +418,13 @@ function prepareUninstallMain(argv: string[]): Promise<void> {
     if (parsed.kubeconfig) kc.loadFromFile(parsed.kubeconfig);
     else kc.loadFromDefault();
     try {
-      const result = await prepareUninstall({ kube: new Kube(kc, log), deployment: parsed.deployment, namespaces: parsed.namespaces, timeoutMs: parsed.timeoutMs, log });
+      const result = await prepareUninstall({
+        kube: new Kube(kc, log),
+        deployment: parsed.deployment,
+        namespaces: parsed.namespaces,
+        timeoutMs: parsed.timeoutMs,
+        log,
+      });
       process.exitCode = result.held.length ? 1 : 0;
     } catch (err) {
       log.error({ err: errorMessage(err) }, "could not prepare the uninstall");
@@ -371,22 +434,45 @@ function prepareUninstallMain(argv: string[]): Promise<void> {
 }
 
 /** Manager options from the command line and environment (throws UsageError on bad input). */
-export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; logLevel: string; options: Omit<ManagerOptions, "log"> } {
+export function parseFlags(
+  argv: string[],
+  env: NodeJS.ProcessEnv = process.env,
+): { help: boolean; logLevel: string; options: Omit<ManagerOptions, "log"> } {
   // A bare --leader-elect means true.
-  const { values, str } = readFlags(OPTIONS, argv.map((a) => (a === "--leader-elect" ? "--leader-elect=true" : a === "--runtime-network-policies" ? "--runtime-network-policies=true" : a)), env);
+  const { values, str } = readFlags(
+    OPTIONS,
+    argv.map((a) =>
+      a === "--leader-elect"
+        ? "--leader-elect=true"
+        : a === "--runtime-network-policies"
+          ? "--runtime-network-policies=true"
+          : a,
+    ),
+    env,
+  );
   const leaderElect = str("leader-elect") ?? "false";
-  if (!["true", "false"].includes(leaderElect)) throw new UsageError(`--leader-elect is true or false, not ${JSON.stringify(leaderElect)}`);
+  if (!["true", "false"].includes(leaderElect))
+    throw new UsageError(`--leader-elect is true or false, not ${JSON.stringify(leaderElect)}`);
   const networkPolicies = str("runtime-network-policies") ?? "false";
-  if (!["true", "false"].includes(networkPolicies)) throw new UsageError(`--runtime-network-policies is true or false, not ${JSON.stringify(networkPolicies)}`);
+  if (!["true", "false"].includes(networkPolicies))
+    throw new UsageError(`--runtime-network-policies is true or false, not ${JSON.stringify(networkPolicies)}`);
   const pullPolicy = str("runtime-image-pull-policy") ?? "IfNotPresent";
-  if (!["IfNotPresent", "Always", "Never"].includes(pullPolicy)) throw new UsageError(`--runtime-image-pull-policy is IfNotPresent, Always or Never, not ${JSON.stringify(pullPolicy)}`);
+  if (!["IfNotPresent", "Always", "Never"].includes(pullPolicy))
+    throw new UsageError(
+      `--runtime-image-pull-policy is IfNotPresent, Always or Never, not ${JSON.stringify(pullPolicy)}`,
+    );
   const natsUrl = str("nats-url");
   const natsTlsSecret = str("nats-tls-secret");
   const natsTls = str("nats-tls") ?? (natsTlsSecret ? "trust" : "off");
-  if (!["off", "trust"].includes(natsTls)) throw new UsageError(`--nats-tls is off or trust, not ${JSON.stringify(natsTls)}`);
-  if (natsTlsSecret && natsTls !== "trust") throw new UsageError("--nats-tls-secret issues a certificate of the install CA: it needs --nats-tls=trust (or no --nats-tls)");
+  if (!["off", "trust"].includes(natsTls))
+    throw new UsageError(`--nats-tls is off or trust, not ${JSON.stringify(natsTls)}`);
+  if (natsTlsSecret && natsTls !== "trust")
+    throw new UsageError(
+      "--nats-tls-secret issues a certificate of the install CA: it needs --nats-tls=trust (or no --nats-tls)",
+    );
   const natsTlsDnsNames = list(str("nats-tls-dns-names"));
-  if (natsTlsSecret && !natsTlsDnsNames.length) throw new UsageError("--nats-tls-secret needs --nats-tls-dns-names: the names clients reach the NATS servers by");
+  if (natsTlsSecret && !natsTlsDnsNames.length)
+    throw new UsageError("--nats-tls-secret needs --nats-tls-dns-names: the names clients reach the NATS servers by");
   const credsSecret = str("nats-creds-secret");
   const credsFile = str("nats-creds");
   const lifetime = (name: string, fallback: number) => {
@@ -438,7 +524,9 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
         allowedTolerations: tolerationList(str("allowed-tolerations")),
         allowedPriorityClasses: priorityClassList(str("allowed-priority-classes")),
         natsUrl: natsUrl ?? "nats://nats:4222",
-        natsCredsSecret: credsSecret ? { name: credsSecret, key: str("nats-creds-secret-key") ?? (credsFile ? basename(credsFile) : "nats.creds") } : undefined,
+        natsCredsSecret: credsSecret
+          ? { name: credsSecret, key: str("nats-creds-secret-key") ?? (credsFile ? basename(credsFile) : "nats.creds") }
+          : undefined,
         natsAuthSecret: str("nats-auth-secret"),
         runtimeRunAsUser: podId("runtime-run-as-user", str("runtime-run-as-user") ?? "10001"),
         runtimeRunAsGroup: podId("runtime-run-as-group", str("runtime-run-as-group") ?? "10001"),
@@ -446,16 +534,33 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
         clusterNetworks: clusterNetworks(str("cluster-networks")),
 
         runtimeTracing: runtimeTracing(str("runtime-otlp-endpoint"), str("runtime-otel-env")),
-        runtimeNetworkPolicies: networkPolicies === "true" ? { metricsNamespaces: namespaceList("metrics-namespaces", str("metrics-namespaces")) } : undefined,
+        runtimeNetworkPolicies:
+          networkPolicies === "true"
+            ? { metricsNamespaces: namespaceList("metrics-namespaces", str("metrics-namespaces")) }
+            : undefined,
       },
       natsAccount: str("nats-account-secret")
-        ? { name: str("nats-account-secret")!, namespace: str("nats-account-secret-namespace") ?? env.POD_NAMESPACE ?? "default" }
+        ? {
+            name: str("nats-account-secret")!,
+            namespace: str("nats-account-secret-namespace") ?? env.POD_NAMESPACE ?? "default",
+          }
         : undefined,
-      nats: natsUrl ? { url: natsUrl, credsFile, user: str("nats-user"), pass: str("nats-password"), token: str("nats-token") } : undefined,
+      nats: natsUrl
+        ? { url: natsUrl, credsFile, user: str("nats-user"), pass: str("nats-password"), token: str("nats-token") }
+        : undefined,
       natsTlsVerifyWithTrust: natsTls === "trust" || undefined,
-      natsServerTls: natsTlsSecret ? { secretName: natsTlsSecret, dnsNames: natsTlsDnsNames, namespace: str("ca-namespace") ?? env.POD_NAMESPACE ?? "default" } : undefined,
+      natsServerTls: natsTlsSecret
+        ? {
+            secretName: natsTlsSecret,
+            dnsNames: natsTlsDnsNames,
+            namespace: str("ca-namespace") ?? env.POD_NAMESPACE ?? "default",
+          }
+        : undefined,
       watchNamespaces: list(str("watch-namespaces")),
-      leaderElection: leaderElect === "true" ? { namespace: str("leader-election-namespace") ?? env.POD_NAMESPACE ?? "default", identity: env.POD_NAME } : undefined,
+      leaderElection:
+        leaderElect === "true"
+          ? { namespace: str("leader-election-namespace") ?? env.POD_NAMESPACE ?? "default", identity: env.POD_NAME }
+          : undefined,
       healthPort: integer("health-port", str("health-port") ?? "8081", 0, 65535),
       metricsPort: integer("metrics-port", str("metrics-port") ?? "8080", 0, 65535),
       resyncMs: duration(str("resync") ?? "5m"),
@@ -468,7 +573,11 @@ export function parseFlags(argv: string[], env: NodeJS.ProcessEnv = process.env)
         secretName: str("ca-secret") ?? "ifp-operator-ca",
         lifetimes,
         extraCas,
-        certManager: certManagerMode(str("cert-manager-issuer"), str("cert-manager-bundle"), str("cert-manager-bundle-key")),
+        certManager: certManagerMode(
+          str("cert-manager-issuer"),
+          str("cert-manager-bundle"),
+          str("cert-manager-bundle-key"),
+        ),
       },
     },
   };
@@ -489,7 +598,8 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
     return;
   }
   const log = pino({ level: parsed.logLevel, base: { component: "ifp-operator" } });
-  if (!parsed.options.nats) log.warn("no --nats-url: relays report StreamReady=False NatsUnavailable and runtimes get nats://nats:4222");
+  if (!parsed.options.nats)
+    log.warn("no --nats-url: relays report StreamReady=False NatsUnavailable and runtimes get nats://nats:4222");
   let manager: Awaited<ReturnType<typeof startManager>>;
   try {
     manager = await startManager({ ...parsed.options, log });

@@ -68,7 +68,13 @@ export interface ManagerOptions {
    * extra CAs (PEM); and the cert-manager mode (an issuer of the default certificates, a bundle
    * ConfigMap in each namespace), off when absent.
    */
-  trust?: { namespace?: string; secretName?: string; lifetimes?: Partial<TrustLifetimes>; extraCas?: string; certManager?: CertManagerMode };
+  trust?: {
+    namespace?: string;
+    secretName?: string;
+    lifetimes?: Partial<TrustLifetimes>;
+    extraCas?: string;
+    certManager?: CertManagerMode;
+  };
   /** How many Agents may have their Deployment changed by the operator at once (default 25%). */
   rolloutLimit?: RolloutLimit;
   /** How long a finalizer waits for NATS before it lets its resource go (default 5 minutes). */
@@ -112,8 +118,11 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       // may have changed, or it may match now or no more.
       // So do those claiming its agent id: the one the install vouches for takes it from one it does not.
       const agentId = (obj as { spec?: { agentId?: unknown } }).spec?.agentId;
-      for (const o of caches.list<KubernetesObject & { spec?: { peerSelector?: unknown; agentId?: unknown } }>("Agent")) {
-        if ((o.spec?.peerSelector || o.spec?.agentId === agentId) && o.metadata?.uid !== obj.metadata?.uid) controllers.Agent.enqueue(o.metadata!.namespace!, o.metadata!.name!);
+      for (const o of caches.list<KubernetesObject & { spec?: { peerSelector?: unknown; agentId?: unknown } }>(
+        "Agent",
+      )) {
+        if ((o.spec?.peerSelector || o.spec?.agentId === agentId) && o.metadata?.uid !== obj.metadata?.uid)
+          controllers.Agent.enqueue(o.metadata!.namespace!, o.metadata!.name!);
       }
     }
     if (kind === "Agent" || kind === "Relay") return controllers[kind].enqueue(ns, obj.metadata!.name!);
@@ -122,7 +131,9 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   };
   const caches = new Caches(kc, opts.watchNamespaces, log, enqueue);
   const abort = new AbortController();
-  const natsIssuer = opts.natsAccount ? await loadNatsIssuer(kube, opts.natsAccount.namespace, opts.natsAccount.name, log) : undefined;
+  const natsIssuer = opts.natsAccount
+    ? await loadNatsIssuer(kube, opts.natsAccount.namespace, opts.natsAccount.name, log)
+    : undefined;
   // With the signing key and no credential of its own, the operator issues itself one (relay
   // streams only), renewed daily and read at each (re)connect.
   let ownCreds: Uint8Array | undefined;
@@ -131,7 +142,15 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   };
   const selfIssued = natsIssuer && opts.nats && !opts.nats.credsFile && !opts.nats.user && !opts.nats.token;
   if (selfIssued) await issueOwn();
-  const renewOwn = selfIssued ? setInterval(() => void issueOwn().catch((err) => log.error({ err: String(err) }, "renewing the operator's NATS credential failed")), 24 * 3600_000) : undefined;
+  const renewOwn = selfIssued
+    ? setInterval(
+        () =>
+          void issueOwn().catch((err) =>
+            log.error({ err: String(err) }, "renewing the operator's NATS credential failed"),
+          ),
+        24 * 3600_000,
+      )
+    : undefined;
   renewOwn?.unref();
   const trust = new InstallTrust(kube, {
     namespace: opts.trust?.namespace ?? opts.leaderElection?.namespace ?? process.env.POD_NAMESPACE ?? "default",
@@ -161,17 +180,48 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   // each, and reaches each through a small pool of connections of its own user there.
   const natsAccounts =
     natsIssuer?.accountPerRuntime && opts.nats
-      ? new NatsAccounts({ url: opts.nats.url, tls: natsTlsFromTrust ? { ca: () => joinBundle(trust.bundleCerts()) } : opts.nats.tls, issuer: natsIssuer, log, ...opts.natsAccountPool })
+      ? new NatsAccounts({
+          url: opts.nats.url,
+          tls: natsTlsFromTrust ? { ca: () => joinBundle(trust.bundleCerts()) } : opts.nats.tls,
+          issuer: natsIssuer,
+          log,
+          ...opts.natsAccountPool,
+        })
       : undefined;
   const natsServerTls = opts.natsServerTls ? new NatsServerTls(kube, trust, { ...opts.natsServerTls, log }) : undefined;
   // The install's own issuer may also be named in spec.tls.issuerRef (with spec.tls.dnsNames, say).
   const installIssuer = opts.trust?.certManager?.issuerRef;
-  const allowed = installIssuer ? { ...opts.settings, allowedIssuers: [...new Set([...(opts.settings.allowedIssuers ?? []), issuerEntry(installIssuer)])] } : opts.settings;
-  const settings = { ...allowed, ...(natsIssuer ? { natsPerResourceCreds: true } : {}), ...(natsTlsFromTrust ? { natsTlsVerifyWithTrust: true } : {}) };
+  const allowed = installIssuer
+    ? {
+        ...opts.settings,
+        allowedIssuers: [...new Set([...(opts.settings.allowedIssuers ?? []), issuerEntry(installIssuer)])],
+      }
+    : opts.settings;
+  const settings = {
+    ...allowed,
+    ...(natsIssuer ? { natsPerResourceCreds: true } : {}),
+    ...(natsTlsFromTrust ? { natsTlsVerifyWithTrust: true } : {}),
+  };
   const summaries = nats
-    ? new SummaryCollector({ nats, caches, enqueue, log, intervalMs: opts.summaryIntervalMs, ...(natsAccounts ? { inAccount: (obj, read) => inRuntimeAccount(ctx, obj, read) } : {}) })
+    ? new SummaryCollector({
+        nats,
+        caches,
+        enqueue,
+        log,
+        intervalMs: opts.summaryIntervalMs,
+        ...(natsAccounts ? { inAccount: (obj, read) => inRuntimeAccount(ctx, obj, read) } : {}),
+      })
     : undefined;
-  const ctx: RelayContext = { kube, caches, settings, log, nats, trust, natsIssuer, natsAccounts, deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
+  const ctx: RelayContext = {
+    kube,
+    caches,
+    settings,
+    log,
+    nats,
+    trust,
+    natsIssuer,
+    natsAccounts,
+    deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
     rollouts: new RolloutGate(opts.rolloutLimit ?? parseRolloutLimit(DEFAULT_ROLLOUT_LIMIT)),
     agentIds: new Map(),
     namespaceLabels: new NamespaceLabels(kube, log),
@@ -199,7 +249,14 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   // Ready: a standby is ready (it waits for the lease); a leader once its caches hold a first list.
   const health = await serveHealth(
     { healthPort: opts.healthPort, metricsPort: opts.metricsPort },
-    () => (stopping ? "shutting down" : leading && !trustLoaded ? "install CA not loaded yet" : leading && !caches.synced ? "caches not synced yet" : undefined),
+    () =>
+      stopping
+        ? "shutting down"
+        : leading && !trustLoaded
+          ? "install CA not loaded yet"
+          : leading && !caches.synced
+            ? "caches not synced yet"
+            : undefined,
     metrics.registry,
   );
   const depth = setInterval(() => {
@@ -250,9 +307,12 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
     await caches.start(abort.signal);
     if (stopping) return;
     loops = Object.values(controllers).map((c) => c.run(opts.workers ?? 4));
-    resync = setInterval(() => {
-      for (const kind of ["Agent", "Relay"] as const) for (const o of caches.list(kind)) enqueue(kind, o);
-    }, opts.resyncMs ?? 5 * 60_000);
+    resync = setInterval(
+      () => {
+        for (const kind of ["Agent", "Relay"] as const) for (const o of caches.list(kind)) enqueue(kind, o);
+      },
+      opts.resyncMs ?? 5 * 60_000,
+    );
     resync.unref();
     summaries?.start();
     log.info({ namespaces: opts.watchNamespaces.length ? opts.watchNamespaces : "all" }, "operator started");
@@ -282,7 +342,13 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       for (const c of Object.values(controllers)) c.shutDown();
       await Promise.all(loops);
       if (leading && opts.operatorDeployment && (await beingUninstalled(kube, opts.operatorDeployment, log))) {
-        await releaseAllFinalizers({ kube, caches, jsm: nats?.isConnected ? nats.jsm : undefined, ...(natsAccounts ? { deleteData: (obj, named) => deleteRuntimeData(ctx, obj, named) } : {}), log });
+        await releaseAllFinalizers({
+          kube,
+          caches,
+          jsm: nats?.isConnected ? nats.jsm : undefined,
+          ...(natsAccounts ? { deleteData: (obj, named) => deleteRuntimeData(ctx, obj, named) } : {}),
+          log,
+        });
       }
       await caches.stop();
       await elector?.stop();
@@ -301,11 +367,19 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
  * crash, and nothing will come back to finalize the resources. When the API server cannot be
  * asked, the answer is no: the finalizers stay, as for any other stop.
  */
-export async function beingUninstalled(kube: Kube, dep: { namespace: string; name: string }, log: Logger): Promise<boolean> {
+export async function beingUninstalled(
+  kube: Kube,
+  dep: { namespace: string; name: string },
+  log: Logger,
+): Promise<boolean> {
   try {
     const d = await kube.read<KubernetesObject>("apps/v1", "Deployment", dep.namespace, dep.name);
     const gone = !d || !!d.metadata?.deletionTimestamp;
-    if (gone) log.warn({ deployment: `${dep.namespace}/${dep.name}` }, "the operator's Deployment is gone: releasing every finalizer");
+    if (gone)
+      log.warn(
+        { deployment: `${dep.namespace}/${dep.name}` },
+        "the operator's Deployment is gone: releasing every finalizer",
+      );
     return gone;
   } catch (err) {
     log.warn({ err: errorMessage(err) }, "could not read the operator's Deployment; finalizers stay");

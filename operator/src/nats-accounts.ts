@@ -12,7 +12,11 @@
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
-import { OPERATOR_INBOX_PREFIX, operatorAccountPermissions, operatorPermissions } from "../../runtime/src/contract/nats-permissions.ts";
+import {
+  OPERATOR_INBOX_PREFIX,
+  operatorAccountPermissions,
+  operatorPermissions,
+} from "../../runtime/src/contract/nats-permissions.ts";
 import type { NatsOptions } from "../../runtime/src/nats/connection.ts";
 import { errorMessage } from "./kube/client.ts";
 import type { CredentialIssuer } from "./nats-credentials.ts";
@@ -109,7 +113,10 @@ export class NatsAccounts {
         "the NATS server authenticates no client: every runtime, and anything that reaches its port, can read and write every other runtime's messages and state. Credentials are still issued (the server ignores them), no account is pushed, and relay streams, deletions and summaries go through the operator's own connection (the one-account model). Run NATS in operator mode with a full resolver to keep runtimes apart (docs/security.md, A NATS of your own)",
       );
     } else if (value && before === false) {
-      this.opts.log.info({ nats: this.opts.url }, "the NATS server now authenticates clients: each runtime's account is pushed again");
+      this.opts.log.info(
+        { nats: this.opts.url },
+        "the NATS server now authenticates clients: each runtime's account is pushed again",
+      );
     }
     return value;
   }
@@ -130,10 +137,15 @@ export class NatsAccounts {
 
   /** Delete a runtime's account from the resolver: its clients are disconnected and nothing can connect to it any more. */
   async deleteAccount(account: string, name: string): Promise<void> {
-    if (!ACCOUNT_KEY.test(account) || account === this.opts.issuer.accountKey) throw new Error(`not a runtime's account: ${account}`);
+    if (!ACCOUNT_KEY.test(account) || account === this.opts.issuer.accountKey)
+      throw new Error(`not a runtime's account: ${account}`);
     this.drop(account);
     this.creds.delete(account);
-    await this.claims("$SYS.REQ.CLAIMS.DELETE", await this.opts.issuer.deleteAccountsJwt([account]), `deleting the NATS account of ${name}`);
+    await this.claims(
+      "$SYS.REQ.CLAIMS.DELETE",
+      await this.opts.issuer.deleteAccountsJwt([account]),
+      `deleting the NATS account of ${name}`,
+    );
     this.pushed.delete(account);
   }
 
@@ -147,17 +159,21 @@ export class NatsAccounts {
     const reply = await this.use(SYSTEM, async ({ nc }) => {
       const m = await nc.request(subject, jwt, { timeout: this.opts.timeoutMs }).catch((err: unknown) => {
         this.authenticates = undefined; // asked again next time: the server may have changed
-        throw new Error(`${what}: ${errorMessage(err)} (the NATS server must run in operator mode with a full resolver, docs/security.md)`);
+        throw new Error(
+          `${what}: ${errorMessage(err)} (the NATS server must run in operator mode with a full resolver, docs/security.md)`,
+        );
       });
       return m.json<ClaimsReply>();
     });
-    if (reply.error) throw new Error(`${what}: ${reply.error.description ?? "refused"} (code ${reply.error.code ?? "?"})`);
+    if (reply.error)
+      throw new Error(`${what}: ${reply.error.description ?? "refused"} (code ${reply.error.code ?? "?"})`);
   }
 
   private async use<T>(key: string, fn: (c: { nc: NatsConnection; jsm: JetStreamManager }) => Promise<T>): Promise<T> {
     if (this.closed) throw new Error("the operator's NATS account connections are closed");
     let entry = this.pool.get(key);
-    if (entry) this.pool.delete(key); // re-inserted below: the map's order is the order of last use
+    if (entry)
+      this.pool.delete(key); // re-inserted below: the map's order is the order of last use
     else {
       entry = { open: this.open(key), users: 0, lastUsed: Date.now() };
       entry.open.catch(() => this.forget(key, entry!));
@@ -184,7 +200,15 @@ export class NatsAccounts {
     const creds =
       key === SYSTEM
         ? await issuer.systemCreds(now, CREDS_LIFETIME_MS)
-        : new TextEncoder().encode(await issuer.issue("ifp-operator", key === issuer.accountKey ? operatorPermissions() : operatorAccountPermissions(), now, CREDS_LIFETIME_MS, key));
+        : new TextEncoder().encode(
+            await issuer.issue(
+              "ifp-operator",
+              key === issuer.accountKey ? operatorPermissions() : operatorAccountPermissions(),
+              now,
+              CREDS_LIFETIME_MS,
+              key,
+            ),
+          );
     this.creds.set(key, { creds, until: now + CREDS_LIFETIME_MS / 2 });
     return creds;
   }
@@ -236,7 +260,8 @@ export class NatsAccounts {
   }
 
   private sweep(now: number): void {
-    for (const [key, entry] of this.pool) if (entry.users === 0 && now - entry.lastUsed >= this.opts.idleMs) this.drop(key);
+    for (const [key, entry] of this.pool)
+      if (entry.users === 0 && now - entry.lastUsed >= this.opts.idleMs) this.drop(key);
   }
 
   async close(): Promise<void> {

@@ -12,7 +12,16 @@
 // only its key and signing seed keeps every runtime there (docs/security.md).
 import { hmac } from "@noble/hashes/hmac.js";
 import { sha256 } from "@noble/hashes/sha2.js";
-import { decode, encodeAccount, encodeGeneric, encodeOperator, encodeUser, fmtCreds, type Account, type User } from "@nats-io/jwt";
+import {
+  decode,
+  encodeAccount,
+  encodeGeneric,
+  encodeOperator,
+  encodeUser,
+  fmtCreds,
+  type Account,
+  type User,
+} from "@nats-io/jwt";
 import { createAccount, createOperator, createUser, fromSeed, Prefix, type KeyPair } from "@nats-io/nkeys";
 import { Codec } from "@nats-io/nkeys/lib/codec.js";
 import type { NatsPermissions } from "../../runtime/src/contract/nats-permissions.ts";
@@ -34,7 +43,12 @@ export interface NatsKeys {
 export const MAX_CONTROL_LINE = "64KB";
 
 /** Secret data keys of the bootstrap Secret. */
-export const KEY_FIELDS = { operator: "operator.seed", system: "system.seed", account: "account.seed", signing: "account-signing.seed" } as const;
+export const KEY_FIELDS = {
+  operator: "operator.seed",
+  system: "system.seed",
+  account: "account.seed",
+  signing: "account-signing.seed",
+} as const;
 /** The Secret key of the nats-server configuration fragment (JWTs only; no seeds). */
 export const SERVER_CONFIG_FIELD = "auth.conf";
 
@@ -43,12 +57,18 @@ const seedOf = (kp: KeyPair) => text(kp.getSeed());
 
 /** New keys for a fresh install. */
 export function generateKeys(): NatsKeys {
-  return { operator: seedOf(createOperator()), system: seedOf(createAccount()), account: seedOf(createAccount()), signing: seedOf(createAccount()) };
+  return {
+    operator: seedOf(createOperator()),
+    system: seedOf(createAccount()),
+    account: seedOf(createAccount()),
+    signing: seedOf(createAccount()),
+  };
 }
 
 function keyPair(seed: string, prefix: "O" | "A"): KeyPair {
   const kp = fromSeed(new TextEncoder().encode(seed.trim()));
-  if (!kp.getPublicKey().startsWith(prefix)) throw new Error(`not an NKey seed of ${prefix === "O" ? "an operator" : "an account"}`);
+  if (!kp.getPublicKey().startsWith(prefix))
+    throw new Error(`not an NKey seed of ${prefix === "O" ? "an operator" : "an account"}`);
   return kp;
 }
 
@@ -73,9 +93,15 @@ export async function serverConfig(keys: NatsKeys, opts: { resolverDir?: string 
   const signer = { signer: operator };
   const operatorJwt = await encodeOperator("ifp-operator", operator, { system_account: system.getPublicKey() });
   const systemJwt = await encodeAccount("SYS", system, { limits: UNLIMITED }, signer);
-  const accountJwt = await encodeAccount("ifp", account, { limits: { ...UNLIMITED, ...JETSTREAM }, signing_keys: [signing.getPublicKey()] } as Partial<Account>, signer);
+  const accountJwt = await encodeAccount(
+    "ifp",
+    account,
+    { limits: { ...UNLIMITED, ...JETSTREAM }, signing_keys: [signing.getPublicKey()] } as Partial<Account>,
+    signer,
+  );
   const dir = opts.resolverDir ?? RESOLVER_DIR;
-  if (/["\\\n]/.test(dir)) throw new Error("the resolver directory must not contain quotes, backslashes or line breaks");
+  if (/["\\\n]/.test(dir))
+    throw new Error("the resolver directory must not contain quotes, backslashes or line breaks");
   return [
     // A user JWT with a runtime's allow-lists is longer than the default 4 KB CONNECT line.
     `max_control_line: ${MAX_CONTROL_LINE}`,
@@ -114,15 +140,22 @@ export class CredentialIssuer {
    * key; `accountKeys` (the operator and system keys) turn on one account per runtime.
    */
   constructor(account: string, signingSeed: string, accountKeys?: { operator: string; system: string }) {
-    if (!/^A[A-Z2-7]{55}$/.test(account)) throw new Error("the NATS account must be an account public key (A…, 56 characters)");
+    if (!/^A[A-Z2-7]{55}$/.test(account))
+      throw new Error("the NATS account must be an account public key (A…, 56 characters)");
     this.accountKey = account;
     this.signing = keyPair(signingSeed, "A");
     this.signingSeed = signingSeed.trim();
-    this.keys = accountKeys ? { operator: keyPair(accountKeys.operator, "O"), system: keyPair(accountKeys.system, "A") } : undefined;
+    this.keys = accountKeys
+      ? { operator: keyPair(accountKeys.operator, "O"), system: keyPair(accountKeys.system, "A") }
+      : undefined;
   }
 
   static fromKeys(keys: NatsKeys, opts: { accountPerRuntime?: boolean } = {}): CredentialIssuer {
-    return new CredentialIssuer(keyPair(keys.account, "A").getPublicKey(), keys.signing, opts.accountPerRuntime === false ? undefined : keys);
+    return new CredentialIssuer(
+      keyPair(keys.account, "A").getPublicKey(),
+      keys.signing,
+      opts.accountPerRuntime === false ? undefined : keys,
+    );
   }
 
   /** Whether each runtime gets an account of its own (the operator and system keys are known). */
@@ -143,14 +176,23 @@ export class CredentialIssuer {
    */
   accountOf(uid: string): string {
     if (!this.keys) return this.accountKey;
-    const raw = hmac(sha256, new TextEncoder().encode(this.signingSeed), new TextEncoder().encode(`ifp-operator NATS account\0${uid}`));
+    const raw = hmac(
+      sha256,
+      new TextEncoder().encode(this.signingSeed),
+      new TextEncoder().encode(`ifp-operator NATS account\0${uid}`),
+    );
     return fromSeed(Codec.encodeSeed(Prefix.Account, raw)).getPublicKey();
   }
 
   /** The JWT of a runtime's account: signed by the operator key, JetStream enabled, the install's signing key listed, no exports or imports. */
   async runtimeAccountJwt(account: string, name: string): Promise<string> {
     const keys = this.need();
-    return encodeAccount(name, account, { limits: { ...UNLIMITED, ...JETSTREAM }, signing_keys: [this.signing.getPublicKey()] } as Partial<Account>, { signer: keys.operator });
+    return encodeAccount(
+      name,
+      account,
+      { limits: { ...UNLIMITED, ...JETSTREAM }, signing_keys: [this.signing.getPublicKey()] } as Partial<Account>,
+      { signer: keys.operator },
+    );
   }
 
   /** The request that deletes accounts from a full resolver (allow_delete): a generic JWT the operator key signs for itself. */
@@ -163,7 +205,13 @@ export class CredentialIssuer {
   async systemCreds(now = Date.now(), lifetimeMs = 24 * 3600_000): Promise<Uint8Array> {
     const keys = this.need();
     const user = createUser();
-    const jwt = await encodeUser("ifp-operator-system", user, keys.system, { bearer_token: false }, { exp: Math.floor((now + lifetimeMs) / 1000) });
+    const jwt = await encodeUser(
+      "ifp-operator-system",
+      user,
+      keys.system,
+      { bearer_token: false },
+      { exp: Math.floor((now + lifetimeMs) / 1000) },
+    );
     return fmtCreds(jwt, user);
   }
 
@@ -173,25 +221,42 @@ export class CredentialIssuer {
   }
 
   /** A `.creds` file (user JWT and a fresh user seed) of `account` (default the shared one) allowing exactly `permissions`. */
-  async issue(name: string, permissions: NatsPermissions, now = Date.now(), lifetimeMs = CREDENTIAL_LIFETIME_MS, account = this.accountKey): Promise<string> {
+  async issue(
+    name: string,
+    permissions: NatsPermissions,
+    now = Date.now(),
+    lifetimeMs = CREDENTIAL_LIFETIME_MS,
+    account = this.accountKey,
+  ): Promise<string> {
     const user = createUser();
     const claims: Partial<User> = {
       pub: { allow: permissions.pub, deny: [] },
       sub: { allow: permissions.sub, deny: [] },
       bearer_token: false,
     };
-    const jwt = await encodeUser(name, user, account, claims, { signer: this.signing, exp: Math.floor((now + lifetimeMs) / 1000) });
+    const jwt = await encodeUser(name, user, account, claims, {
+      signer: this.signing,
+      exp: Math.floor((now + lifetimeMs) / 1000),
+    });
     return text(fmtCreds(jwt, user));
   }
 }
 
 /** The claims of the user JWT in a `.creds` file, or undefined when it is not one. */
-export function credsClaims(creds: string | undefined): { iat: number; exp?: number; pub: string[]; sub: string[]; issuerAccount?: string } | undefined {
+export function credsClaims(
+  creds: string | undefined,
+): { iat: number; exp?: number; pub: string[]; sub: string[]; issuerAccount?: string } | undefined {
   const m = creds && /-----BEGIN NATS USER JWT-----\s*([A-Za-z0-9_.-]+)\s*------END NATS USER JWT------/.exec(creds);
   if (!m) return undefined;
   try {
     const c = decode<User & { issuer_account?: string }>(m[1]!);
-    return { iat: c.iat, exp: c.exp, pub: c.nats.pub?.allow ?? [], sub: c.nats.sub?.allow ?? [], issuerAccount: c.nats.issuer_account };
+    return {
+      iat: c.iat,
+      exp: c.exp,
+      pub: c.nats.pub?.allow ?? [],
+      sub: c.nats.sub?.allow ?? [],
+      issuerAccount: c.nats.issuer_account,
+    };
   } catch {
     return undefined;
   }
@@ -205,7 +270,8 @@ export function credsClaims(creds: string | undefined): { iat: number; exp?: num
 export function renewalDue(creds: string | undefined, want: NatsPermissions, account: string): number {
   const c = credsClaims(creds);
   if (!c || c.exp === undefined || c.issuerAccount !== account) return 0;
-  const same = (a: string[], b: string[]) => a.length === b.length && [...a].sort().every((x, i) => x === [...b].sort()[i]);
+  const same = (a: string[], b: string[]) =>
+    a.length === b.length && [...a].sort().every((x, i) => x === [...b].sort()[i]);
   if (!same(c.pub, want.pub) || !same(c.sub, want.sub)) return 0;
   return c.exp * 1000 - CREDENTIAL_LIFETIME_MS * (1 - RENEW_AT);
 }

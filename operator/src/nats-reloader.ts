@@ -70,7 +70,10 @@ export async function runReloader(opts: ReloaderOptions, stop: AbortSignal): Pro
       pending = false;
       opts.log.info({ pid }, "the certificate changed: told the NATS server to reload");
     } catch (err) {
-      opts.log.warn({ err: errorMessage(err) }, "the certificate changed, but the NATS server could not be told yet; trying again");
+      opts.log.warn(
+        { err: errorMessage(err) },
+        "the certificate changed, but the NATS server could not be told yet; trying again",
+      );
     }
   }
 }
@@ -96,12 +99,21 @@ const RELOAD_NATS_OPTIONS = {
 } as const;
 
 /** The flags of `ifp-operator reload-nats` (throws UsageError on bad input). */
-export function parseReloadNatsFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; watch: string[]; pidFile: string; intervalMs: number; logLevel: string } {
+export function parseReloadNatsFlags(
+  argv: string[],
+  env: NodeJS.ProcessEnv = process.env,
+): { help: boolean; watch: string[]; pidFile: string; intervalMs: number; logLevel: string } {
   const { values, str } = readFlags(RELOAD_NATS_OPTIONS, argv, env);
   const watch = list(str("watch"));
   const pidFile = str("pid-file");
   if (!values.help && (!watch.length || !pidFile)) throw new UsageError("reload-nats needs --watch and --pid-file");
-  return { help: Boolean(values.help), watch, pidFile: pidFile ?? "", intervalMs: duration(str("interval") ?? "10s", "interval"), logLevel: str("log-level") ?? "info" };
+  return {
+    help: Boolean(values.help),
+    watch,
+    pidFile: pidFile ?? "",
+    intervalMs: duration(str("interval") ?? "10s", "interval"),
+    logLevel: str("log-level") ?? "info",
+  };
 }
 
 /** `ifp-operator reload-nats`: runs until SIGTERM or SIGINT. */
@@ -109,6 +121,9 @@ export function reloadNatsMain(argv: string[]): Promise<void> {
   return subcommand("reload-nats", RELOAD_NATS_USAGE, argv, parseReloadNatsFlags, async (parsed, log) => {
     const stop = new AbortController();
     for (const sig of ["SIGTERM", "SIGINT"] as const) process.once(sig, () => stop.abort());
-    await runReloader({ watch: parsed.watch, pidFile: parsed.pidFile, intervalMs: parsed.intervalMs, log }, stop.signal);
+    await runReloader(
+      { watch: parsed.watch, pidFile: parsed.pidFile, intervalMs: parsed.intervalMs, log },
+      stop.signal,
+    );
   });
 }

@@ -42,7 +42,11 @@ describe("repair-nats-store", () => {
     try {
       const jsm = await jetstreamManager(nc);
       const info = await jsm.streams.info(name);
-      return { messages: info.state.messages, replicas: info.config.num_replicas, consumers: info.state.consumer_count };
+      return {
+        messages: info.state.messages,
+        replicas: info.config.num_replicas,
+        consumers: info.state.consumer_count,
+      };
     } catch (err) {
       return (err as Error).message;
     } finally {
@@ -89,11 +93,15 @@ describe("repair-nats-store", () => {
 
   it("computes the checksum nats-server writes", async () => {
     const dir = join(nats.storeDir, "jetstream", "$G", "streams", "KEPT");
-    expect(await metaChecksum("KEPT", readFileSync(join(dir, "meta.inf")))).toBe(readFileSync(join(dir, "meta.sum"), "utf8"));
+    expect(await metaChecksum("KEPT", readFileSync(join(dir, "meta.inf")))).toBe(
+      readFileSync(join(dir, "meta.sum"), "utf8"),
+    );
   });
 
   it("runs as the chart's init container runs it, and refuses to run without a store", () => {
-    const ok = spawnSync(process.execPath, [BIN, "repair-nats-store", `--store-dir=${join(nats.storeDir, "none")}`], { encoding: "utf8" });
+    const ok = spawnSync(process.execPath, [BIN, "repair-nats-store", `--store-dir=${join(nats.storeDir, "none")}`], {
+      encoding: "utf8",
+    });
     expect(ok.status, ok.stderr).toBe(0);
     expect(ok.stdout).toMatch(/NATS store checked/);
     const bad = spawnSync(process.execPath, [BIN, "repair-nats-store"], { encoding: "utf8" });

@@ -56,7 +56,10 @@ export async function repairStore(dir: string, log?: Logger): Promise<RepairOutc
         const r = await repairStream(sdir, stream.name);
         if (r === "repaired") {
           outcome.repaired.push(what);
-          log?.warn({ stream: what }, "stream had more than one replica on a standalone NATS (it could not be loaded): set back to one");
+          log?.warn(
+            { stream: what },
+            "stream had more than one replica on a standalone NATS (it could not be loaded): set back to one",
+          );
         } else if (r !== "fine") {
           outcome.skipped.push(`${what}: ${r}`);
           log?.error({ stream: what, reason: r }, "stream has more than one replica and was left as it is");
@@ -112,7 +115,10 @@ const OPTIONS = {
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
 } as const;
 
-export function parseRepairFlags(argv: string[], env: NodeJS.ProcessEnv = process.env): { help: boolean; storeDir: string; logLevel: string } {
+export function parseRepairFlags(
+  argv: string[],
+  env: NodeJS.ProcessEnv = process.env,
+): { help: boolean; storeDir: string; logLevel: string } {
   const { values, str } = readFlags(OPTIONS, argv, env);
   const storeDir = str("store-dir");
   if (!values.help && !storeDir) throw new UsageError("repair-nats-store needs --store-dir");

@@ -9,7 +9,13 @@
 // killed), and only then does Helm delete the rest.
 import type { KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
-import { AGENT_FINALIZER, hasFinalizer, releaseAllFinalizers, STREAM_FINALIZER, type FinalizerRelease } from "./controllers/finalizers.ts";
+import {
+  AGENT_FINALIZER,
+  hasFinalizer,
+  releaseAllFinalizers,
+  STREAM_FINALIZER,
+  type FinalizerRelease,
+} from "./controllers/finalizers.ts";
 import { ApiException } from "@kubernetes/client-node";
 import { errorMessage, isStatus, type Kube } from "./kube/client.ts";
 
@@ -41,7 +47,13 @@ const FINALIZER = { Agent: AGENT_FINALIZER, Relay: STREAM_FINALIZER } as const;
  * `call`, again after a second while the API server answers for now (429: a CRD's storage still
  * initializing, say; 5xx; no answer), until `deadline`; a refusal (403, 404, 409, 422) at once.
  */
-async function retrying<T>(what: string, call: () => Promise<T>, deadline: number, log: Logger, pollMs: number): Promise<T> {
+async function retrying<T>(
+  what: string,
+  call: () => Promise<T>,
+  deadline: number,
+  log: Logger,
+  pollMs: number,
+): Promise<T> {
   for (;;) {
     try {
       return await call();
@@ -59,7 +71,8 @@ async function listAll(kube: Kube, kind: (typeof KINDS)[number], namespaces: str
   const out: KubernetesObject[] = [];
   for (const ns of namespaces.length ? namespaces : [undefined]) {
     const list = await kube.objects.list<KubernetesObject>("ifp.dev/v1alpha1", kind, ns);
-    for (const item of list.items) out.push({ ...item, apiVersion: item.apiVersion ?? "ifp.dev/v1alpha1", kind: item.kind ?? kind });
+    for (const item of list.items)
+      out.push({ ...item, apiVersion: item.apiVersion ?? "ifp.dev/v1alpha1", kind: item.kind ?? kind });
   }
   return out;
 }
@@ -71,32 +84,55 @@ export async function prepareUninstall(opts: PrepareUninstallOptions): Promise<P
   const deadline = Date.now() + opts.timeoutMs;
   const retry = <T>(what: string, call: () => Promise<T>) => retrying(what, call, deadline, log, pollMs);
   try {
-    await retry("deleting the operator's Deployment", () => kube.objects.delete({ apiVersion: "apps/v1", kind: "Deployment", metadata: deployment }, undefined, undefined, undefined, undefined, "Foreground"));
+    await retry("deleting the operator's Deployment", () =>
+      kube.objects.delete(
+        { apiVersion: "apps/v1", kind: "Deployment", metadata: deployment },
+        undefined,
+        undefined,
+        undefined,
+        undefined,
+        "Foreground",
+      ),
+    );
     log.info({ deployment: ref }, "deleting the operator's Deployment; its pods release their finalizers as they stop");
   } catch (err) {
     if (!isStatus(err, 404)) throw err;
   }
   let deploymentGone = false;
   for (;;) {
-    if (!(await retry("reading the operator's Deployment", () => kube.read("apps/v1", "Deployment", deployment.namespace, deployment.name)))) {
+    if (
+      !(await retry("reading the operator's Deployment", () =>
+        kube.read("apps/v1", "Deployment", deployment.namespace, deployment.name),
+      ))
+    ) {
       deploymentGone = true;
       break;
     }
     if (Date.now() >= deadline) {
-      log.warn({ deployment: ref, timeoutMs: opts.timeoutMs }, "the operator's Deployment is still there; releasing the finalizers anyway");
+      log.warn(
+        { deployment: ref, timeoutMs: opts.timeoutMs },
+        "the operator's Deployment is still there; releasing the finalizers anyway",
+      );
       break;
     }
     await new Promise((r) => setTimeout(r, pollMs));
   }
   // Listing gets a bound of its own: the wait above may have used the whole timeout.
   const listDeadline = Date.now() + Math.max(30_000, deadline - Date.now());
-  const list = (kind: (typeof KINDS)[number]) => retrying(`listing ${kind}s`, () => listAll(kube, kind, opts.namespaces), listDeadline, log, pollMs);
+  const list = (kind: (typeof KINDS)[number]) =>
+    retrying(`listing ${kind}s`, () => listAll(kube, kind, opts.namespaces), listDeadline, log, pollMs);
   const lists = { Agent: await list("Agent"), Relay: await list("Relay") };
   // No NATS here: what was not cleaned up stays in JetStream, and each Event says what.
-  const released = await releaseAllFinalizers({ kube, caches: { list: <T extends KubernetesObject>(kind: string) => lists[kind as keyof typeof lists] as T[] }, jsm: undefined, log });
+  const released = await releaseAllFinalizers({
+    kube,
+    caches: { list: <T extends KubernetesObject>(kind: string) => lists[kind as keyof typeof lists] as T[] },
+    jsm: undefined,
+    log,
+  });
   const held: string[] = [];
   for (const kind of KINDS) {
-    for (const obj of await list(kind)) if (hasFinalizer(obj, FINALIZER[kind])) held.push(`${kind} ${obj.metadata?.namespace}/${obj.metadata?.name}`);
+    for (const obj of await list(kind))
+      if (hasFinalizer(obj, FINALIZER[kind])) held.push(`${kind} ${obj.metadata?.namespace}/${obj.metadata?.name}`);
   }
   if (held.length) log.error({ held }, "finalizers still held");
   else log.info({ released: released.length, deploymentGone }, "no finalizer of the operator's is left");

@@ -37,12 +37,28 @@ const running = new Map<string, LocalRuntime>();
 const ports = new Map<string, number>();
 
 beforeAll(async () => {
-  [cp, nats] = await Promise.all([startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false }), startNats()]);
+  [cp, nats] = await Promise.all([
+    startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false }),
+    startNats(),
+  ]);
   cp.kubectl(["create", "namespace", NS]);
   // The runtimes run on loopback: their certificates may name localhost, and loopback is the
   // cluster's network they may reach (--allow-private-targets), as e2e/e2e.test.ts sets it up.
-  const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: nats.url, allowedDnsNames: ["localhost"], clusterNetworks: ["127.0.0.0/8"] };
-  manager = await startManager({ kubeconfig: cp.kubeconfig, settings, nats: { url: nats.url }, watchNamespaces: [NS], resyncMs: 60_000, log: operatorLog.log });
+  const settings = {
+    runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test",
+    runtimeImagePullPolicy: "IfNotPresent",
+    natsUrl: nats.url,
+    allowedDnsNames: ["localhost"],
+    clusterNetworks: ["127.0.0.0/8"],
+  };
+  manager = await startManager({
+    kubeconfig: cp.kubeconfig,
+    settings,
+    nats: { url: nats.url },
+    watchNamespaces: [NS],
+    resyncMs: 60_000,
+    log: operatorLog.log,
+  });
   await manager.started;
 }, 300_000);
 afterAll(async () => {
@@ -95,8 +111,12 @@ async function run(name: string): Promise<{ url: string; localApi: LocalApiClien
   rmSync(join(dir, name), { recursive: true, force: true });
   const metricsPort = await freePort();
   const r = runDeploymentLocally(cp, NS, name, dir, {
-    rewriteFile: (_p, text) => text.replace(new RegExp(`https://([a-z]+)\\.${NS}\\.svc`, "g"), (m, other: string) => (ports.has(other) ? `https://localhost:${ports.get(other)}` : m)),
-    rewriteArg: (a) => (a.startsWith("--port=") ? "--port=0" : a.startsWith("--metrics-port=") ? `--metrics-port=${metricsPort}` : a),
+    rewriteFile: (_p, text) =>
+      text.replace(new RegExp(`https://([a-z]+)\\.${NS}\\.svc`, "g"), (m, other: string) =>
+        ports.has(other) ? `https://localhost:${ports.get(other)}` : m,
+      ),
+    rewriteArg: (a) =>
+      a.startsWith("--port=") ? "--port=0" : a.startsWith("--metrics-port=") ? `--metrics-port=${metricsPort}` : a,
     extraArgs: ["--host=127.0.0.1", "--local-api-port=0"],
   });
   running.set(name, r);
@@ -104,7 +124,12 @@ async function run(name: string): Promise<{ url: string; localApi: LocalApiClien
   ports.set(name, Number(new URL(urls.url).port));
   const ca = get("configmap", `${name}-trust`).data["ca.crt"] as string;
   const url = `https://localhost:${ports.get(name)}`;
-  await until(`${name}'s runtime ready`, async () => (await httpsRequest(`${url}/readyz`, { ca }).catch(() => undefined))?.status === 200, 60_000, 250);
+  await until(
+    `${name}'s runtime ready`,
+    async () => (await httpsRequest(`${url}/readyz`, { ca }).catch(() => undefined))?.status === 200,
+    60_000,
+    250,
+  );
   return { url, localApi: new LocalApiClient(urls.localApiUrl!), ca };
 }
 
@@ -113,31 +138,51 @@ async function stored(receiver: string, messageId: string) {
   const nc = await connect({ servers: nats.url });
   try {
     const names = agentNames(`${NS}/${receiver}`);
-    const m = await (await jetstreamManager(nc)).streams.getMessage(names.inboxStream, { last_by_subj: names.inbox(messageId) });
-    return { level: m?.header?.get("Ifp-Auth-Level"), source: m?.header?.get("Ifp-Auth-Source"), sender: m?.header?.get("Ifp-Sender"), body: m?.json<any>() };
+    const m = await (await jetstreamManager(nc)).streams.getMessage(names.inboxStream, {
+      last_by_subj: names.inbox(messageId),
+    });
+    return {
+      level: m?.header?.get("Ifp-Auth-Level"),
+      source: m?.header?.get("Ifp-Auth-Source"),
+      sender: m?.header?.get("Ifp-Sender"),
+      body: m?.json<any>(),
+    };
   } finally {
     await nc.close();
   }
 }
 
 const post = (to: { url: string; ca: string }, body: unknown) =>
-  httpsRequest(`${to.url}/.well-known/agent/inbox`, { method: "POST", headers: { "content-type": "application/json; charset=utf-8", accept: "application/json" }, body: JSON.stringify(body), ca: to.ca });
+  httpsRequest(`${to.url}/.well-known/agent/inbox`, {
+    method: "POST",
+    headers: { "content-type": "application/json; charset=utf-8", accept: "application/json" },
+    body: JSON.stringify(body),
+    ca: to.ca,
+  });
 let conversations = 0;
 /** A message from sender-id to receiver-id in a conversation of its own, signed with `key` only. */
 const signedBy = (keyId: string, privateKeyPem: string) =>
-  signMessage(message("sender-id", "receiver-id", { conversation_id: `conv:directory-${++conversations}` }), { agentId: "sender-id", keyId, privateKey: privateKeyFromPem(privateKeyPem) });
+  signMessage(message("sender-id", "receiver-id", { conversation_id: `conv:directory-${++conversations}` }), {
+    agentId: "sender-id",
+    keyId,
+    privateKey: privateKeyFromPem(privateKeyPem),
+  });
 
 describe("spec.peerSelector end to end", () => {
-  it("lets two runtimes of the install exchange messages verified at level 2 on the keys the directory wrote, across a rotation, and refuses a key it does not list", { timeout: 300_000 }, async () => {
+  it("lets two runtimes of the install exchange messages verified at level 2 on the keys the directory wrote, across a rotation, and refuses a key it does not list", {
+    timeout: 300_000,
+  }, async () => {
     // The receiver takes nothing below level 2: only keys confirmed out of band.
     cp.kubectl(["apply", "-f", "-"], agentYaml("receiver", "  inbox: {minAuthLevel: 2}\n"));
     cp.kubectl(["apply", "-f", "-"], agentYaml("sender"));
     // No key was copied: each finds the other in its rendered manifest, with the key its status publishes.
     const senderKey = await until("the sender's key in status", () => get("agent", "sender")?.status?.signingKey);
     const receiverKey = await until("the receiver's key in status", () => get("agent", "receiver")?.status?.signingKey);
-    await until("each in the other's rendered peers", () =>
-      renderedPeers("receiver")?.find((p) => p.agentId === "sender-id")?.keys[0]?.publicKey === senderKey.publicKey &&
-      renderedPeers("sender")?.find((p) => p.agentId === "receiver-id")?.keys[0]?.publicKey === receiverKey.publicKey,
+    await until(
+      "each in the other's rendered peers",
+      () =>
+        renderedPeers("receiver")?.find((p) => p.agentId === "sender-id")?.keys[0]?.publicKey === senderKey.publicKey &&
+        renderedPeers("sender")?.find((p) => p.agentId === "receiver-id")?.keys[0]?.publicKey === receiverKey.publicKey,
     );
     expect(get("agent", "sender").spec.peers ?? []).toEqual([]);
     expect(get("agent", "receiver").spec.peers ?? []).toEqual([]);
@@ -149,27 +194,65 @@ describe("spec.peerSelector end to end", () => {
     });
 
     // 1. The sender's runtime signs and delivers; the receiver verifies at level 2 from its peers.
-    const first = await sender.localApi.send({ to: "receiver-id", phase: "greeting", text: "hello through the directory" });
-    await until("the first message delivered", async () => (await sender.localApi.status(first.message_id)).state === "delivered", 30_000, 250);
-    expect(await stored("receiver", first.message_id)).toMatchObject({ level: "2", source: "peers", sender: "sender-id", body: { body: { text: "hello through the directory" } } });
+    const first = await sender.localApi.send({
+      to: "receiver-id",
+      phase: "greeting",
+      text: "hello through the directory",
+    });
+    await until(
+      "the first message delivered",
+      async () => (await sender.localApi.status(first.message_id)).state === "delivered",
+      30_000,
+      250,
+    );
+    expect(await stored("receiver", first.message_id)).toMatchObject({
+      level: "2",
+      source: "peers",
+      sender: "sender-id",
+      body: { body: { text: "hello through the directory" } },
+    });
     expect(first.message.security!.signatures!.map((s) => s.key_id)).toEqual([`sender-id#${senderKey.keyId}`]);
 
     // 2. The sender's key is rotated; the directory follows it into the receiver's manifest, and
     // both runtimes roll onto what was rendered (the receiver first: the sender's file names its port).
-    cp.kubectl(["-n", NS, "patch", "agent", "sender", "--type=merge", "-p", '{"spec":{"signing":{"rotate":"2026-11","transition":"168h"}}}']);
+    cp.kubectl([
+      "-n",
+      NS,
+      "patch",
+      "agent",
+      "sender",
+      "--type=merge",
+      "-p",
+      '{"spec":{"signing":{"rotate":"2026-11","transition":"168h"}}}',
+    ]);
     const keys = await until("both of the sender's keys in the receiver's manifest", () => {
       const k = renderedPeers("receiver")?.find((p) => p.agentId === "sender-id")?.keys;
       return k?.length === 2 ? k : undefined;
     });
-    expect(keys.map((k) => [k.keyId, k.status, k.publicKey === senderKey.publicKey])).toEqual([[senderKey.keyId, "retired", true], [`${senderKey.keyId}-r2`, "active", false]]);
+    expect(keys.map((k) => [k.keyId, k.status, k.publicKey === senderKey.publicKey])).toEqual([
+      [senderKey.keyId, "retired", true],
+      [`${senderKey.keyId}-r2`, "active", false],
+    ]);
     await until("the rotated key in the sender's Secret", () => signingSecret("sender")["keys.json"]);
     const rotatedSecret = signingSecret("sender");
     receiver = await run("receiver");
     sender = await run("sender");
     const second = await sender.localApi.send({ to: "receiver-id", phase: "greeting", text: "after the rotation" });
-    await until("the message after the rotation delivered", async () => (await sender.localApi.status(second.message_id)).state === "delivered", 30_000, 250);
-    expect(second.message.security!.signatures!.map((s) => s.key_id)).toEqual([`sender-id#${senderKey.keyId}-r2`, `sender-id#${senderKey.keyId}`]);
-    expect(await stored("receiver", second.message_id)).toMatchObject({ level: "2", source: "peers", sender: "sender-id" });
+    await until(
+      "the message after the rotation delivered",
+      async () => (await sender.localApi.status(second.message_id)).state === "delivered",
+      30_000,
+      250,
+    );
+    expect(second.message.security!.signatures!.map((s) => s.key_id)).toEqual([
+      `sender-id#${senderKey.keyId}-r2`,
+      `sender-id#${senderKey.keyId}`,
+    ]);
+    expect(await stored("receiver", second.message_id)).toMatchObject({
+      level: "2",
+      source: "peers",
+      sender: "sender-id",
+    });
     // The receiver knows the new key from the directory alone: a message signed by it only is accepted at level 2.
     const newOnly = signedBy(`${senderKey.keyId}-r2`, rotatedSecret["signing.key"]!);
     const accepted = await post(receiver, newOnly);
@@ -186,12 +269,27 @@ describe("spec.peerSelector end to end", () => {
     expect(forged.json()).toMatchObject({ code: "invalid_signature" });
 
     // 4. The old key revoked at once: the directory says so, and the receiver, rolled, refuses it with the reason.
-    cp.kubectl(["-n", NS, "patch", "agent", "sender", "--type=merge", "-p", JSON.stringify({ spec: { signing: { revoke: [senderKey.keyId] } } })]);
-    await until("the old key revoked in the receiver's manifest", () => renderedPeers("receiver")?.find((p) => p.agentId === "sender-id")?.keys[0]?.status === "revoked");
+    cp.kubectl([
+      "-n",
+      NS,
+      "patch",
+      "agent",
+      "sender",
+      "--type=merge",
+      "-p",
+      JSON.stringify({ spec: { signing: { revoke: [senderKey.keyId] } } }),
+    ]);
+    await until(
+      "the old key revoked in the receiver's manifest",
+      () => renderedPeers("receiver")?.find((p) => p.agentId === "sender-id")?.keys[0]?.status === "revoked",
+    );
     receiver = await run("receiver");
     const revoked = await post(receiver, signedBy(senderKey.keyId, rotatedSecret["retired-1.key"]!));
     expect(revoked.status, revoked.text).toBe(401);
-    expect(revoked.json()).toMatchObject({ code: "invalid_signature", message: expect.stringMatching(/has been revoked/) });
+    expect(revoked.json()).toMatchObject({
+      code: "invalid_signature",
+      message: expect.stringMatching(/has been revoked/),
+    });
     const still = await post(receiver, signedBy(`${senderKey.keyId}-r2`, rotatedSecret["signing.key"]!));
     expect(still.status, still.text).toBe(202);
   });

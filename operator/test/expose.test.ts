@@ -14,17 +14,28 @@ let manager: RunningManager;
 const NS = "ifp-expose";
 const operatorLog = capturedLog(600);
 // The public hosts below are the namespace's, as a user's chart values would allow them (allowedHosts).
-const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222", allowedHosts: { [NS]: ["*.example.com"] } };
+const settings = {
+  runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test",
+  runtimeImagePullPolicy: "IfNotPresent",
+  natsUrl: "nats://nats.test:4222",
+  allowedHosts: { [NS]: ["*.example.com"] },
+};
 
 const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);
 const condition = (obj: any, type: string) => obj?.status?.conditions?.find((c: any) => c.type === type);
 const untilReason = (kind: string, name: string, reason: string, timeoutMs = 30_000) =>
-  until(`${kind}/${name} Ready reason ${reason}`, () => {
-    const o = get(kind, name);
-    return condition(o, "Ready")?.reason === reason ? o : undefined;
-  }, timeoutMs);
-const events = (name: string) => cp.json(["-n", NS, "get", "events", "--field-selector", `involvedObject.name=${name}`]).items as any[];
-const poke = (kind: string, name: string) => cp.kubectl(["-n", NS, "annotate", "--overwrite", kind, name, `example.com/poke=${Date.now()}`]);
+  until(
+    `${kind}/${name} Ready reason ${reason}`,
+    () => {
+      const o = get(kind, name);
+      return condition(o, "Ready")?.reason === reason ? o : undefined;
+    },
+    timeoutMs,
+  );
+const events = (name: string) =>
+  cp.json(["-n", NS, "get", "events", "--field-selector", `involvedObject.name=${name}`]).items as any[];
+const poke = (kind: string, name: string) =>
+  cp.kubectl(["-n", NS, "annotate", "--overwrite", kind, name, `example.com/poke=${Date.now()}`]);
 const writes = async () => (await manager.metrics.writes.get()).values.reduce((a, v) => a + v.value, 0);
 
 const agentYaml = (name: string, extra = "") => `apiVersion: ifp.dev/v1alpha1
@@ -43,7 +54,10 @@ const settled = async (name: string, extra = "") => {
   return await until(`agent ${name} settled at its generation`, () => {
     const o = get("agent", name);
     const ready = condition(o, "Ready");
-    return ["RuntimeNotReady", "RolloutInProgress"].includes(ready?.reason) && ready.observedGeneration === o.metadata.generation ? o : undefined;
+    return ["RuntimeNotReady", "RolloutInProgress"].includes(ready?.reason) &&
+      ready.observedGeneration === o.metadata.generation
+      ? o
+      : undefined;
   });
 };
 
@@ -59,7 +73,13 @@ perTest(() => {
 beforeAll(async () => {
   cp = await startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"] });
   cp.kubectl(["create", "namespace", NS]);
-  manager = await startManager({ kubeconfig: cp.kubeconfig, settings, watchNamespaces: [], resyncMs: 2_000, log: operatorLog.log });
+  manager = await startManager({
+    kubeconfig: cp.kubeconfig,
+    settings,
+    watchNamespaces: [],
+    resyncMs: 2_000,
+    log: operatorLog.log,
+  });
   await manager.started;
 }, 300_000);
 afterAll(async () => {
@@ -69,15 +89,22 @@ afterAll(async () => {
 
 describe("spec.expose.service", () => {
   it("renders LoadBalancer and NodePort Services the API server accepts, and goes back to ClusterIP", async () => {
-    await settled("lb", `  expose:
+    await settled(
+      "lb",
+      `  expose:
     service:
       type: LoadBalancer
       loadBalancerClass: example.com/lb
       externalTrafficPolicy: Local
       annotations: {service.beta.kubernetes.io/aws-load-balancer-type: nlb}
-`);
+`,
+    );
     let svc = get("service", "lb");
-    expect(svc.spec).toMatchObject({ type: "LoadBalancer", loadBalancerClass: "example.com/lb", externalTrafficPolicy: "Local" });
+    expect(svc.spec).toMatchObject({
+      type: "LoadBalancer",
+      loadBalancerClass: "example.com/lb",
+      externalTrafficPolicy: "Local",
+    });
     expect(svc.spec.ports[0]).toMatchObject({ name: "https", port: 443, targetPort: "https" });
     expect(svc.spec.ports[0].nodePort).toBeGreaterThan(0);
     expect(svc.metadata.annotations["service.beta.kubernetes.io/aws-load-balancer-type"]).toBe("nlb");
@@ -94,8 +121,21 @@ describe("spec.expose.service", () => {
       return s?.spec.type === "ClusterIP" ? s : undefined;
     });
     expect(svc.spec.ports[0].nodePort).toBeUndefined();
-    cp.kubectl(["-n", NS, "patch", "agent", "lb", "--type=json", "-p", JSON.stringify([{ op: "remove", path: "/spec/expose/service/annotations" }])]);
-    await until("the annotation removed from the Service", () => get("service", "lb")?.metadata.annotations?.["service.beta.kubernetes.io/aws-load-balancer-type"] === undefined);
+    cp.kubectl([
+      "-n",
+      NS,
+      "patch",
+      "agent",
+      "lb",
+      "--type=json",
+      "-p",
+      JSON.stringify([{ op: "remove", path: "/spec/expose/service/annotations" }]),
+    ]);
+    await until(
+      "the annotation removed from the Service",
+      () =>
+        get("service", "lb")?.metadata.annotations?.["service.beta.kubernetes.io/aws-load-balancer-type"] === undefined,
+    );
   });
 
   it("has bad input refused by the API server with the schema's message", () => {
@@ -111,17 +151,27 @@ describe("spec.expose.service", () => {
     expect(refused("  expose:\n    ingress: {host: 'bad.example.com:8443'}\n")).toMatch(/must be a DNS name/);
     expect(refused("  expose:\n    trustedProxies: ['10.0.0.0/33']\n")).toMatch(/IP address or a CIDR block/);
     expect(refused("  expose:\n    trustedProxies: [proxy.example.com]\n")).toMatch(/IP address or a CIDR block/);
-    expect(refused("  expose:\n    service: {loadBalancerClass: example.com/lb}\n")).toMatch(/loadBalancerClass needs type LoadBalancer/);
-    expect(refused("  expose:\n    service: {externalTrafficPolicy: Local}\n")).toMatch(/externalTrafficPolicy needs type NodePort or LoadBalancer/);
+    expect(refused("  expose:\n    service: {loadBalancerClass: example.com/lb}\n")).toMatch(
+      /loadBalancerClass needs type LoadBalancer/,
+    );
+    expect(refused("  expose:\n    service: {externalTrafficPolicy: Local}\n")).toMatch(
+      /externalTrafficPolicy needs type NodePort or LoadBalancer/,
+    );
     expect(refused("  expose:\n    service: {type: ExternalName}\n")).toMatch(/Unsupported value: "ExternalName"/);
-    expect(refused("  expose:\n    ingress: {host: a.example.com, annotations: {ifp.dev/applied-hash: x}}\n")).toMatch(/belong to the operator/);
-    expect(refused("  expose:\n    gateway: {parentRefs: [{name: gw}], hostname: a.example.com, mode: reencrypt}\n")).toMatch(/Unsupported value: "reencrypt"/);
+    expect(refused("  expose:\n    ingress: {host: a.example.com, annotations: {ifp.dev/applied-hash: x}}\n")).toMatch(
+      /belong to the operator/,
+    );
+    expect(
+      refused("  expose:\n    gateway: {parentRefs: [{name: gw}], hostname: a.example.com, mode: reencrypt}\n"),
+    ).toMatch(/Unsupported value: "reencrypt"/);
     expect(get("agent", "bad")).toBeUndefined();
   });
 
   it("passes spec.expose.trustedProxies to the runtime as --trusted-proxies", async () => {
     await settled("proxied", "  expose:\n    trustedProxies: [10.0.0.0/8, 'fd00::/8', 192.0.2.7]\n");
-    expect(get("deployment", "proxied").spec.template.spec.containers[0].args).toContain("--trusted-proxies=10.0.0.0/8,fd00::/8,192.0.2.7");
+    expect(get("deployment", "proxied").spec.template.spec.containers[0].args).toContain(
+      "--trusted-proxies=10.0.0.0/8,fd00::/8,192.0.2.7",
+    );
   });
 });
 
@@ -142,7 +192,14 @@ describe("spec.expose.ingress", () => {
     expect(ing.spec).toMatchObject({
       ingressClassName: "nginx",
       tls: [{ hosts: ["ing.example.com"], secretName: "public-tls" }],
-      rules: [{ host: "ing.example.com", http: { paths: [{ path: "/", pathType: "Prefix", backend: { service: { name: "ing", port: { name: "https" } } } }] } }],
+      rules: [
+        {
+          host: "ing.example.com",
+          http: {
+            paths: [{ path: "/", pathType: "Prefix", backend: { service: { name: "ing", port: { name: "https" } } } }],
+          },
+        },
+      ],
     });
     // The runtime advertises the host, and its certificate covers it.
     const manifest = get("configmap", "ing-manifest").data["manifest.yaml"] as string;
@@ -156,29 +213,61 @@ describe("spec.expose.ingress", () => {
     expect(ing.metadata.annotations["nginx.ingress.kubernetes.io/backend-protocol"]).toBe("GRPCS");
     expect(get("agent", "ing").status.endpoint).toBe("https://www.example.com");
     await until("the certificate re-issued for the new host", () =>
-      new X509Certificate(Buffer.from(get("secret", "ing-tls").data["tls.crt"], "base64")).subjectAltName?.includes("DNS:www.example.com"),
+      new X509Certificate(Buffer.from(get("secret", "ing-tls").data["tls.crt"], "base64")).subjectAltName?.includes(
+        "DNS:www.example.com",
+      ),
     );
 
     // The Ingress is watched (in the operator's cache), and a hand edit of a field it owns is undone.
-    await until("the Ingress in the operator's cache", () => manager.caches.get("Ingress", NS, "ing")?.metadata?.resourceVersion === get("ingress", "ing").metadata.resourceVersion);
-    cp.kubectl(["-n", NS, "patch", "ingress", "ing", "--type=merge", "-p", JSON.stringify({ spec: { rules: [{ host: "evil.example.com", http: ing.spec.rules[0].http }] } })]);
+    await until(
+      "the Ingress in the operator's cache",
+      () =>
+        manager.caches.get("Ingress", NS, "ing")?.metadata?.resourceVersion ===
+        get("ingress", "ing").metadata.resourceVersion,
+    );
+    cp.kubectl([
+      "-n",
+      NS,
+      "patch",
+      "ingress",
+      "ing",
+      "--type=merge",
+      "-p",
+      JSON.stringify({ spec: { rules: [{ host: "evil.example.com", http: ing.spec.rules[0].http }] } }),
+    ]);
     await until("the hand edit undone", () => get("ingress", "ing")?.spec.rules[0].host === "www.example.com", 10_000);
 
     await settled("ing", "");
     await until("the Ingress deleted", () => get("ingress", "ing") === undefined);
     // One Normal Event per pass: the deletion is one of the things that pass says it did.
-    expect(events("ing").some((e) => e.type === "Normal" && /(^|; )deleted [^;]*Ingress\/ing/.test(e.message))).toBe(true);
+    expect(events("ing").some((e) => e.type === "Normal" && /(^|; )deleted [^;]*Ingress\/ing/.test(e.message))).toBe(
+      true,
+    );
     expect(get("agent", "ing").status.endpoint).toBe(`https://ing.${NS}.svc`);
     expect(get("service", "ing").metadata.annotations?.["ifp.dev/exposed"]).toBeUndefined();
   });
 
   it("leaves an Ingress of the name that is not its own alone", async () => {
-    cp.kubectl(["apply", "-f", "-"], JSON.stringify({
-      apiVersion: "networking.k8s.io/v1",
-      kind: "Ingress",
-      metadata: { name: "taken", namespace: NS },
-      spec: { rules: [{ host: "other.example.com", http: { paths: [{ path: "/", pathType: "Prefix", backend: { service: { name: "other", port: { number: 80 } } } }] } }] },
-    }));
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      JSON.stringify({
+        apiVersion: "networking.k8s.io/v1",
+        kind: "Ingress",
+        metadata: { name: "taken", namespace: NS },
+        spec: {
+          rules: [
+            {
+              host: "other.example.com",
+              http: {
+                paths: [
+                  { path: "/", pathType: "Prefix", backend: { service: { name: "other", port: { number: 80 } } } },
+                ],
+              },
+            },
+          ],
+        },
+      }),
+    );
     apply("taken", "  expose:\n    ingress: {host: taken.example.com}\n");
     const o = await untilReason("agent", "taken", "ChildConflict");
     expect(condition(o, "Ready").message).toMatch(/Ingress taken already exists/);
@@ -186,7 +275,9 @@ describe("spec.expose.ingress", () => {
   });
 
   it("exposes a Relay the same way", async () => {
-    cp.kubectl(["apply", "-f", "-"], `apiVersion: ifp.dev/v1alpha1
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      `apiVersion: ifp.dev/v1alpha1
 kind: Relay
 metadata: {name: rel, namespace: ${NS}}
 spec:
@@ -194,27 +285,42 @@ spec:
   expose:
     service: {type: LoadBalancer}
     ingress: {host: relay.example.com}
-`);
+`,
+    );
     const ing = await until("the relay's Ingress", () => get("ingress", "rel"));
     expect(ing.metadata.ownerReferences[0]).toMatchObject({ kind: "Relay", name: "rel" });
-    expect(ing.spec.rules[0].backend ?? ing.spec.rules[0].http.paths[0].backend).toEqual({ service: { name: "rel", port: { name: "https" } } });
+    expect(ing.spec.rules[0].backend ?? ing.spec.rules[0].http.paths[0].backend).toEqual({
+      service: { name: "rel", port: { name: "https" } },
+    });
     await until("the relay's LoadBalancer Service", () => get("service", "rel")?.spec.type === "LoadBalancer");
   });
 });
 
 describe("spec.expose.gateway", () => {
-  it("says why while the Gateway API is missing, then routes once its CRDs are installed", { timeout: 180_000 }, async () => {
-    apply("gw", "  expose:\n    gateway:\n      parentRefs: [{name: public, namespace: infra, sectionName: tls}]\n      hostname: gw.example.com\n      mode: passthrough\n");
+  it("says why while the Gateway API is missing, then routes once its CRDs are installed", {
+    timeout: 180_000,
+  }, async () => {
+    apply(
+      "gw",
+      "  expose:\n    gateway:\n      parentRefs: [{name: public, namespace: infra, sectionName: tls}]\n      hostname: gw.example.com\n      mode: passthrough\n",
+    );
     const missing = await untilReason("agent", "gw", "GatewayAPIMissing");
     expect(condition(missing, "Ready")).toMatchObject({ status: "False" });
-    expect(condition(missing, "Ready").message).toMatch(/spec\.expose\.gateway \(mode passthrough\) needs the Gateway API.*TLSRoute/);
+    expect(condition(missing, "Ready").message).toMatch(
+      /spec\.expose\.gateway \(mode passthrough\) needs the Gateway API.*TLSRoute/,
+    );
     expect(condition(missing, "Stalled")).toMatchObject({ status: "True" });
     // Everything else is in place, and the host is advertised all the same.
     expect(get("service", "gw")).toBeDefined();
     expect(missing.status.endpoint).toBe("https://gw.example.com");
-    await until("a Warning Event naming the cause", () => events("gw").some((e) => e.type === "Warning" && e.reason === "GatewayAPIMissing"));
+    await until("a Warning Event naming the cause", () =>
+      events("gw").some((e) => e.type === "Warning" && e.reason === "GatewayAPIMissing"),
+    );
     // No hot loop: once the status says so, resyncs every 2 s write nothing, not even Events.
-    const warnings = () => events("gw").filter((e) => e.reason === "GatewayAPIMissing").reduce((n, e) => n + (e.count ?? 1), 0);
+    const warnings = () =>
+      events("gw")
+        .filter((e) => e.reason === "GatewayAPIMissing")
+        .reduce((n, e) => n + (e.count ?? 1), 0);
     await consistently("the status settled", async () => true, 3_000);
     const [before, warned] = [await writes(), warnings()];
     await consistently("no writes while the Gateway API is missing", async () => (await writes()) === before, 6_000);
@@ -223,10 +329,16 @@ describe("spec.expose.gateway", () => {
     // The real Gateway API CRDs (standard channel) arrive.
     cp.kubectl(["apply", "--server-side", "-f", toolPath("gateway-api", "standard-install.yaml")]);
     for (const crd of ["tlsroutes", "httproutes", "backendtlspolicies"]) {
-      await until(`the ${crd} CRD established`, () => getOrAbsent(cp, ["get", "crd", `${crd}.gateway.networking.k8s.io`])?.status?.conditions?.some((c: any) => c.type === "Established" && c.status === "True"));
+      await until(`the ${crd} CRD established`, () =>
+        getOrAbsent(cp, ["get", "crd", `${crd}.gateway.networking.k8s.io`])?.status?.conditions?.some(
+          (c: any) => c.type === "Established" && c.status === "True",
+        ),
+      );
     }
     poke("agent", "gw");
-    await until("the agent no longer blocked", () => ["RuntimeNotReady", "RolloutInProgress"].includes(condition(get("agent", "gw"), "Ready")?.reason));
+    await until("the agent no longer blocked", () =>
+      ["RuntimeNotReady", "RolloutInProgress"].includes(condition(get("agent", "gw"), "Ready")?.reason),
+    );
     const route = get("tlsroutes.gateway.networking.k8s.io", "gw");
     expect(route.apiVersion).toBe("gateway.networking.k8s.io/v1");
     expect(route.metadata.ownerReferences[0]).toMatchObject({ kind: "Agent", name: "gw", controller: true });
@@ -237,7 +349,10 @@ describe("spec.expose.gateway", () => {
     });
 
     // terminate: the Gateway re-encrypts; the passthrough route goes.
-    await settled("gw", "  expose:\n    gateway:\n      parentRefs: [{name: public, namespace: infra}]\n      hostname: gw.example.com\n      mode: terminate\n");
+    await settled(
+      "gw",
+      "  expose:\n    gateway:\n      parentRefs: [{name: public, namespace: infra}]\n      hostname: gw.example.com\n      mode: terminate\n",
+    );
     const http = await until("the HTTPRoute", () => get("httproutes.gateway.networking.k8s.io", "gw"));
     expect(http.spec.rules[0].backendRefs[0]).toMatchObject({ kind: "Service", name: "gw", port: 443 });
     const policy = get("backendtlspolicies.gateway.networking.k8s.io", "gw");
@@ -250,6 +365,9 @@ describe("spec.expose.gateway", () => {
     // Removed from the spec: the routes go too.
     await settled("gw", "");
     await until("the HTTPRoute deleted", () => get("httproutes.gateway.networking.k8s.io", "gw") === undefined);
-    await until("the BackendTLSPolicy deleted", () => get("backendtlspolicies.gateway.networking.k8s.io", "gw") === undefined);
+    await until(
+      "the BackendTLSPolicy deleted",
+      () => get("backendtlspolicies.gateway.networking.k8s.io", "gw") === undefined,
+    );
   });
 });

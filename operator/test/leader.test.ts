@@ -19,18 +19,35 @@ afterAll(async () => {
 const HOUR = 3_600_000;
 /** A Lease held by "other", stamped with the given renewTime (the other node's clock). */
 const holdAs = (name: string, renewTime: Date) =>
-  cp.kubectl(["apply", "-f", "-"], JSON.stringify({
-    apiVersion: "coordination.k8s.io/v1",
-    kind: "Lease",
-    metadata: { name, namespace: "ops" },
-    spec: { holderIdentity: "other", leaseDurationSeconds: 3, renewTime: microTime(renewTime), acquireTime: microTime(renewTime), leaseTransitions: 0 },
-  }));
+  cp.kubectl(
+    ["apply", "-f", "-"],
+    JSON.stringify({
+      apiVersion: "coordination.k8s.io/v1",
+      kind: "Lease",
+      metadata: { name, namespace: "ops" },
+      spec: {
+        holderIdentity: "other",
+        leaseDurationSeconds: 3,
+        renewTime: microTime(renewTime),
+        acquireTime: microTime(renewTime),
+        leaseTransitions: 0,
+      },
+    }),
+  );
 const holder = (name: string) => cp.json(["-n", "ops", "get", "lease", name]).spec.holderIdentity;
 /** A candidate "me" whose clock runs skewMs off the real one. */
 const candidate = (name: string, skewMs = 0) => {
   const kc = new KubeConfig();
   kc.loadFromFile(cp.kubeconfig);
-  const e = new LeaderElector(kc, { namespace: "ops", name, identity: "me", log: capturedLog().log, leaseSeconds: 3, retryMs: 250, now: () => Date.now() + skewMs });
+  const e = new LeaderElector(kc, {
+    namespace: "ops",
+    name,
+    identity: "me",
+    log: capturedLog().log,
+    leaseSeconds: 3,
+    retryMs: 250,
+    now: () => Date.now() + skewMs,
+  });
   onTestFinished(() => e.stop());
   let leadingSince = 0;
   void e.run(() => {}).then(() => (leadingSince = Date.now()));
@@ -38,7 +55,9 @@ const candidate = (name: string, skewMs = 0) => {
 };
 
 describe("leader election with skewed clocks", () => {
-  it("leaves a lease alone while its holder, whose clock is an hour behind, keeps renewing; takes it once renewals stop", { timeout: 60_000 }, async () => {
+  it("leaves a lease alone while its holder, whose clock is an hour behind, keeps renewing; takes it once renewals stop", {
+    timeout: 60_000,
+  }, async () => {
     let stamp = new Date(Date.now() - HOUR);
     holdAs("behind", stamp);
     let renewing = true;
@@ -50,7 +69,12 @@ describe("leader election with skewed clocks", () => {
     onTestFinished(() => clearInterval(renewer));
     const c = candidate("behind");
     // Twice the lease duration of renewals: an hour-old renewTime must not count as expired.
-    await consistently("the candidate to stay a standby", () => !c.e.isLeader && holder("behind") === "other", 6_000, 250);
+    await consistently(
+      "the candidate to stay a standby",
+      () => !c.e.isLeader && holder("behind") === "other",
+      6_000,
+      250,
+    );
     renewing = false;
     const stopped = Date.now();
     await until("the candidate to take the lease", () => c.e.isLeader && holder("behind") === "me", 30_000);
@@ -60,7 +84,9 @@ describe("leader election with skewed clocks", () => {
     expect(c.since() - stopped).toBeGreaterThanOrEqual(1_500);
   });
 
-  it("takes a lease whose holder, an hour ahead, stopped renewing after the lease duration, not an hour later", { timeout: 60_000 }, async () => {
+  it("takes a lease whose holder, an hour ahead, stopped renewing after the lease duration, not an hour later", {
+    timeout: 60_000,
+  }, async () => {
     holdAs("ahead", new Date(Date.now() + HOUR));
     const begun = Date.now();
     // The candidate's own clock is off too (10 min behind): only its differences count.

@@ -13,15 +13,23 @@ let nats: NatsServer;
 let manager: RunningManager;
 const NS = "ifp-local-api";
 const operatorLog = capturedLog(400);
-const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222" };
+const settings = {
+  runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test",
+  runtimeImagePullPolicy: "IfNotPresent",
+  natsUrl: "nats://nats.test:4222",
+};
 
 const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);
 const condition = (obj: any, type: string) => obj?.status?.conditions?.find((c: any) => c.type === type);
 const untilReason = (name: string, reason: string, timeoutMs = 30_000) =>
-  until(`agent/${name} Ready reason ${reason}`, () => {
-    const o = get("agent", name);
-    return condition(o, "Ready")?.reason === reason ? o : undefined;
-  }, timeoutMs);
+  until(
+    `agent/${name} Ready reason ${reason}`,
+    () => {
+      const o = get("agent", name);
+      return condition(o, "Ready")?.reason === reason ? o : undefined;
+    },
+    timeoutMs,
+  );
 const agentYaml = (name: string, localApi: string) => `apiVersion: ifp.dev/v1alpha1
 kind: Agent
 metadata: {name: ${name}, namespace: ${NS}}
@@ -30,14 +38,24 @@ spec:
   localApi: ${localApi}
 `;
 const token = (name: string) => Buffer.from(get("secret", `${name}-local-api`).data.token, "base64").toString();
-const certNames = (name: string) => get("secret", `${name}-tls`).metadata.annotations;
+const _certNames = (name: string) => get("secret", `${name}-tls`).metadata.annotations;
 
 perTest(() => [`operator log:`, ...operatorLog.lines().slice(-120)].join("\n"));
 
 beforeAll(async () => {
-  [cp, nats] = await Promise.all([startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"] }), startNats()]);
+  [cp, nats] = await Promise.all([
+    startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"] }),
+    startNats(),
+  ]);
   cp.kubectl(["create", "namespace", NS]);
-  manager = await startManager({ kubeconfig: cp.kubeconfig, settings, nats: { url: nats.url }, watchNamespaces: [], resyncMs: 2_000, log: operatorLog.log });
+  manager = await startManager({
+    kubeconfig: cp.kubeconfig,
+    settings,
+    nats: { url: nats.url },
+    watchNamespaces: [],
+    resyncMs: 2_000,
+    log: operatorLog.log,
+  });
   await manager.started;
 }, 300_000);
 afterAll(async () => {
@@ -51,14 +69,35 @@ describe("spec.localApi.service on a real API server", () => {
     await untilReason("alice", "RuntimeNotReady");
     const secret = get("secret", "alice-local-api");
     expect(token("alice")).toMatch(/^[A-Za-z0-9_-]{43}$/);
-    expect(secret.metadata.ownerReferences).toEqual([{ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", name: "alice", uid: get("agent", "alice").metadata.uid, controller: true, blockOwnerDeletion: true }]);
-    expect(secret.metadata.labels).toMatchObject({ "app.kubernetes.io/managed-by": "ifp-operator", "app.kubernetes.io/instance": "alice" });
+    expect(secret.metadata.ownerReferences).toEqual([
+      {
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        name: "alice",
+        uid: get("agent", "alice").metadata.uid,
+        controller: true,
+        blockOwnerDeletion: true,
+      },
+    ]);
+    expect(secret.metadata.labels).toMatchObject({
+      "app.kubernetes.io/managed-by": "ifp-operator",
+      "app.kubernetes.io/instance": "alice",
+    });
     const svc = get("service", "alice-local-api");
-    expect(svc.spec).toMatchObject({ type: "ClusterIP", sessionAffinity: "ClientIP", ports: [{ name: "local-api", port: 9443, targetPort: "local-api", protocol: "TCP" }] });
+    expect(svc.spec).toMatchObject({
+      type: "ClusterIP",
+      sessionAffinity: "ClientIP",
+      ports: [{ name: "local-api", port: 9443, targetPort: "local-api", protocol: "TCP" }],
+    });
     const pod = get("deployment", "alice").spec.template.spec;
-    expect(pod.containers[0].args).toEqual(expect.arrayContaining(["--local-api-tls-port=9443", "--local-api-token-file=/etc/ifp/local-api/token"]));
+    expect(pod.containers[0].args).toEqual(
+      expect.arrayContaining(["--local-api-tls-port=9443", "--local-api-token-file=/etc/ifp/local-api/token"]),
+    );
     expect(pod.containers[0].ports).toContainEqual({ name: "local-api", containerPort: 9443, protocol: "TCP" });
-    expect(pod.volumes).toContainEqual({ name: "local-api", secret: { secretName: "alice-local-api", items: [{ key: "token", path: "token" }], defaultMode: 420 } });
+    expect(pod.volumes).toContainEqual({
+      name: "local-api",
+      secret: { secretName: "alice-local-api", items: [{ key: "token", path: "token" }], defaultMode: 420 },
+    });
     // The self-signed serving certificate covers the Service's names.
     const { X509Certificate } = await import("node:crypto");
     const cert = new X509Certificate(Buffer.from(get("secret", "alice-tls").data["tls.crt"], "base64"));
@@ -66,7 +105,13 @@ describe("spec.localApi.service on a real API server", () => {
     expect(cert.subjectAltName).toContain("DNS:alice-local-api.ifp-local-api.svc.cluster.local");
     const events = cp.json(["-n", NS, "get", "events", "--field-selector", "involvedObject.name=alice"]).items as any[];
     // Recorded in the one Event of the pass that made it (after the signing key's, whose reason it bears).
-    expect(events.filter((e) => e.involvedObject.kind === "Agent" && /generated the local API token into Secret alice-local-api/.test(e.message))).toHaveLength(1);
+    expect(
+      events.filter(
+        (e) =>
+          e.involvedObject.kind === "Agent" &&
+          /generated the local API token into Secret alice-local-api/.test(e.message),
+      ),
+    ).toHaveLength(1);
   });
 
   it("never overwrites the token: not on re-reconcile, not on a spec change, not after a rotation by hand", async () => {
@@ -75,11 +120,24 @@ describe("spec.localApi.service on a real API server", () => {
     cp.kubectl(["-n", NS, "annotate", "--overwrite", "agent", "alice", `example.com/poke=${Date.now()}`]);
     cp.kubectl(["apply", "-f", "-"], agentYaml("alice", "{service: {enabled: true, port: 9444}}"));
     await until("the new port rendered", () => get("service", "alice-local-api")?.spec.ports[0].port === 9444);
-    await consistently("the token Secret untouched", () => get("secret", "alice-local-api").metadata.resourceVersion === rv, 5_000);
+    await consistently(
+      "the token Secret untouched",
+      () => get("secret", "alice-local-api").metadata.resourceVersion === rv,
+      5_000,
+    );
     expect(token("alice")).toBe(first);
     // Rotated by hand: kept as written.
     const rotated = "r".repeat(43);
-    cp.kubectl(["-n", NS, "patch", "secret", "alice-local-api", "--type=merge", "-p", JSON.stringify({ data: { token: Buffer.from(rotated).toString("base64") } })]);
+    cp.kubectl([
+      "-n",
+      NS,
+      "patch",
+      "secret",
+      "alice-local-api",
+      "--type=merge",
+      "-p",
+      JSON.stringify({ data: { token: Buffer.from(rotated).toString("base64") } }),
+    ]);
     cp.kubectl(["-n", NS, "annotate", "--overwrite", "agent", "alice", `example.com/poke=${Date.now()}`]);
     await consistently("the rotated token kept", () => token("alice") === rotated, 5_000);
   });
@@ -87,26 +145,60 @@ describe("spec.localApi.service on a real API server", () => {
   it("removes the Service when disabled, keeping the Secret; an unusable token blocks the rollout", async () => {
     cp.kubectl(["apply", "-f", "-"], agentYaml("alice", "{service: {enabled: false}}"));
     await until("the Service gone", () => !get("service", "alice-local-api"));
-    await until("the flags gone", () => !get("deployment", "alice").spec.template.spec.containers[0].args.some((a: string) => a.startsWith("--local-api-")));
+    await until(
+      "the flags gone",
+      () =>
+        !get("deployment", "alice").spec.template.spec.containers[0].args.some((a: string) =>
+          a.startsWith("--local-api-"),
+        ),
+    );
     expect(get("secret", "alice-local-api")).toBeDefined();
-    cp.kubectl(["-n", NS, "patch", "secret", "alice-local-api", "--type=merge", "-p", JSON.stringify({ data: { token: Buffer.from("short").toString("base64") } })]);
+    cp.kubectl([
+      "-n",
+      NS,
+      "patch",
+      "secret",
+      "alice-local-api",
+      "--type=merge",
+      "-p",
+      JSON.stringify({ data: { token: Buffer.from("short").toString("base64") } }),
+    ]);
     cp.kubectl(["apply", "-f", "-"], agentYaml("alice", "{service: {enabled: true}}"));
     const blocked = await untilReason("alice", "InvalidLocalApiToken");
     expect(condition(blocked, "Ready").message).toMatch(/alice-local-api needs a key token/);
     // Fixed by hand: the rollout goes on.
-    cp.kubectl(["-n", NS, "patch", "secret", "alice-local-api", "--type=merge", "-p", JSON.stringify({ data: { token: Buffer.from("f".repeat(43)).toString("base64") } })]);
-    await until("no longer blocked", () => condition(get("agent", "alice"), "Ready")?.reason !== "InvalidLocalApiToken");
+    cp.kubectl([
+      "-n",
+      NS,
+      "patch",
+      "secret",
+      "alice-local-api",
+      "--type=merge",
+      "-p",
+      JSON.stringify({ data: { token: Buffer.from("f".repeat(43)).toString("base64") } }),
+    ]);
+    await until(
+      "no longer blocked",
+      () => condition(get("agent", "alice"), "Ready")?.reason !== "InvalidLocalApiToken",
+    );
     await until("the Service back", () => get("service", "alice-local-api"));
   });
 
-  it("deletes the token with its Agent: one created again under the name gets a new token, and keeps its signing key", { timeout: 150_000 }, async () => {
+  it("deletes the token with its Agent: one created again under the name gets a new token, and keeps its signing key", {
+    timeout: 150_000,
+  }, async () => {
     cp.kubectl(["apply", "-f", "-"], agentYaml("doomed", "{service: {enabled: true}}"));
     await untilReason("doomed", "RuntimeNotReady");
     const first = token("doomed");
     const uid = get("agent", "doomed").metadata.uid;
     const signing = get("secret", "doomed-signing").metadata.uid;
     cp.kubectl(["-n", NS, "delete", "agent", "doomed", "--wait=false"]);
-    await until("garbage collection", () => !get("service", "doomed-local-api") && !get("deployment", "doomed") && !get("secret", "doomed-local-api"), 60_000, 500);
+    await until(
+      "garbage collection",
+      () => !get("service", "doomed-local-api") && !get("deployment", "doomed") && !get("secret", "doomed-local-api"),
+      60_000,
+      500,
+    );
     expect(get("secret", "doomed-signing").metadata.uid).toBe(signing);
     cp.kubectl(["apply", "-f", "-"], agentYaml("doomed", "{service: {enabled: true}}"));
     const again = await untilReason("doomed", "RuntimeNotReady");
@@ -115,40 +207,85 @@ describe("spec.localApi.service on a real API server", () => {
     expect(get("secret", "doomed-signing").metadata.uid).toBe(signing);
   });
 
-  it("refuses a token or hand-off Secret planted under the name before the Agent, even with the operator's labels: never used, never overwritten", { timeout: 120_000 }, async () => {
+  it("refuses a token or hand-off Secret planted under the name before the Agent, even with the operator's labels: never used, never overwritten", {
+    timeout: 120_000,
+  }, async () => {
     // Whoever may only create Secrets makes them first, with a value they know.
     const known = "k".repeat(43);
-    const labels = { "app.kubernetes.io/managed-by": "ifp-operator", "app.kubernetes.io/instance": "mallory", "app.kubernetes.io/component": "agent", "app.kubernetes.io/part-of": "ifp-operator" };
+    const labels = {
+      "app.kubernetes.io/managed-by": "ifp-operator",
+      "app.kubernetes.io/instance": "mallory",
+      "app.kubernetes.io/component": "agent",
+      "app.kubernetes.io/part-of": "ifp-operator",
+    };
     const plant = (name: string, key: string) =>
-      cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "Secret", metadata: { name, namespace: NS, labels }, stringData: { [key]: known } }));
+      cp.kubectl(
+        ["apply", "-f", "-"],
+        JSON.stringify({
+          apiVersion: "v1",
+          kind: "Secret",
+          metadata: { name, namespace: NS, labels },
+          stringData: { [key]: known },
+        }),
+      );
     plant("mallory-local-api", "token");
     plant("mallory-handoff", "handoff.key");
-    const planted = { api: get("secret", "mallory-local-api").metadata.resourceVersion, handoff: get("secret", "mallory-handoff").metadata.resourceVersion };
+    const planted = {
+      api: get("secret", "mallory-local-api").metadata.resourceVersion,
+      handoff: get("secret", "mallory-handoff").metadata.resourceVersion,
+    };
     cp.kubectl(["apply", "-f", "-"], agentYaml("mallory", "{service: {enabled: true}}"));
     const refused = await untilReason("mallory", "ForeignSecret");
     expect(condition(refused, "Ready").message).toBe(
       "Secret mallory-local-api, where the operator keeps this Agent's local API token, was not made by the operator for Agent mallory (it lacks the owner reference to it or the operator's labels); it is neither used nor overwritten: delete Secret mallory-local-api and the operator makes a new one",
     );
     expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "ForeignSecret" });
-    await until("the Warning/ForeignSecret Event", () => (cp.json(["-n", NS, "get", "events", "--field-selector", "involvedObject.name=mallory"]).items as any[]).some((e) => e.type === "Warning" && e.reason === "ForeignSecret"));
-    await consistently("nothing rendered, the planted Secret untouched", () => !get("deployment", "mallory") && get("secret", "mallory-local-api").metadata.resourceVersion === planted.api, 5_000);
+    await until("the Warning/ForeignSecret Event", () =>
+      (cp.json(["-n", NS, "get", "events", "--field-selector", "involvedObject.name=mallory"]).items as any[]).some(
+        (e) => e.type === "Warning" && e.reason === "ForeignSecret",
+      ),
+    );
+    await consistently(
+      "nothing rendered, the planted Secret untouched",
+      () =>
+        !get("deployment", "mallory") && get("secret", "mallory-local-api").metadata.resourceVersion === planted.api,
+      5_000,
+    );
     // Deleted: the operator makes its own, with a token nobody chose, and renders the Agent.
     cp.kubectl(["-n", NS, "delete", "secret", "mallory-local-api"]);
     await untilReason("mallory", "RuntimeNotReady");
     expect(token("mallory")).not.toBe(known);
-    expect(get("secret", "mallory-local-api").metadata.ownerReferences[0].uid).toBe(get("agent", "mallory").metadata.uid);
+    expect(get("secret", "mallory-local-api").metadata.ownerReferences[0].uid).toBe(
+      get("agent", "mallory").metadata.uid,
+    );
     // The hand-off secret, once the Agent has a handler.
-    cp.kubectl(["apply", "-f", "-"], agentYaml("mallory", "{service: {enabled: true}}") + "  handler: {url: http://127.0.0.1:8080}\n");
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      `${agentYaml("mallory", "{service: {enabled: true}}")}  handler: {url: http://127.0.0.1:8080}\n`,
+    );
     const handoff = await untilReason("mallory", "ForeignSecret");
-    expect(condition(handoff, "Ready").message).toMatch(/^Secret mallory-handoff, where the operator keeps this Agent's hand-off signing secret, was not made by the operator for Agent mallory/);
-    await consistently("no hand-off secret mounted, the planted Secret untouched", () => {
-      const d = get("deployment", "mallory");
-      return !d?.spec.template.spec.volumes?.some((v: any) => v.secret?.secretName === "mallory-handoff") && get("secret", "mallory-handoff").metadata.resourceVersion === planted.handoff;
-    }, 5_000);
+    expect(condition(handoff, "Ready").message).toMatch(
+      /^Secret mallory-handoff, where the operator keeps this Agent's hand-off signing secret, was not made by the operator for Agent mallory/,
+    );
+    await consistently(
+      "no hand-off secret mounted, the planted Secret untouched",
+      () => {
+        const d = get("deployment", "mallory");
+        return (
+          !d?.spec.template.spec.volumes?.some((v: any) => v.secret?.secretName === "mallory-handoff") &&
+          get("secret", "mallory-handoff").metadata.resourceVersion === planted.handoff
+        );
+      },
+      5_000,
+    );
   });
 
   it("has colliding ports refused by the API server", () => {
-    expect(() => cp.kubectl(["apply", "-f", "-"], agentYaml("bad", "{service: {enabled: true, port: 8443}}"))).toThrow(/8443 is the runtime's HTTPS port/);
-    expect(() => cp.kubectl(["apply", "-f", "-"], agentYaml("bad", "{port: 9443, service: {enabled: true}}"))).toThrow(/must differ from localApi.port/);
+    expect(() => cp.kubectl(["apply", "-f", "-"], agentYaml("bad", "{service: {enabled: true, port: 8443}}"))).toThrow(
+      /8443 is the runtime's HTTPS port/,
+    );
+    expect(() => cp.kubectl(["apply", "-f", "-"], agentYaml("bad", "{port: 9443, service: {enabled: true}}"))).toThrow(
+      /must differ from localApi.port/,
+    );
   });
 });

@@ -8,7 +8,13 @@
 // that authenticates no client (a NATS of one's own without authentication): the operator, holding
 // every key, pushes no account there and still makes relay streams, summaries and deletions work.
 import { join } from "node:path";
-import { AckPolicy, DeliverPolicy, jetstreamManager, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
+import {
+  AckPolicy,
+  DeliverPolicy,
+  jetstreamManager,
+  type JetStreamManager,
+  type StreamConfig,
+} from "@nats-io/jetstream";
 import { connect, credsAuthenticator, headers, type NatsConnection } from "@nats-io/transport-node";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -16,7 +22,14 @@ import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { tempDir } from "../../e2e/support/process.ts";
 import { agentNames } from "../../runtime/src/contract/agent-names.ts";
 import { agentInboxPrefix, agentPermissions, relayInboxPrefix } from "../../runtime/src/contract/nats-permissions.ts";
-import { CredentialIssuer, credsClaims, generateKeys, KEY_FIELDS, serverConfig, type NatsKeys } from "../src/nats-credentials.ts";
+import {
+  CredentialIssuer,
+  credsClaims,
+  generateKeys,
+  KEY_FIELDS,
+  serverConfig,
+  type NatsKeys,
+} from "../src/nats-credentials.ts";
 import { NatsAccounts } from "../src/nats-accounts.ts";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
 import { relayNames } from "../../runtime/src/contract/relay-stream.ts";
@@ -33,16 +46,31 @@ const open: NatsConnection[] = [];
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A runtime's connection with the credential the operator issues it, in `account`. */
-async function runtime(agentId: string, key: string, account: string): Promise<{ nc: NatsConnection; jsm: JetStreamManager }> {
+async function runtime(
+  agentId: string,
+  key: string,
+  account: string,
+): Promise<{ nc: NatsConnection; jsm: JetStreamManager }> {
   const creds = await issuer.issue(`agent:${key}`, agentPermissions(agentId, key), Date.now(), undefined, account);
-  const nc = await connect({ servers: nats.url, authenticator: credsAuthenticator(new TextEncoder().encode(creds)), inboxPrefix: agentInboxPrefix(agentId), reconnect: false });
+  const nc = await connect({
+    servers: nats.url,
+    authenticator: credsAuthenticator(new TextEncoder().encode(creds)),
+    inboxPrefix: agentInboxPrefix(agentId),
+    reconnect: false,
+  });
   open.push(nc);
   return { nc, jsm: await jetstreamManager(nc, { timeout: 3_000 }) };
 }
 
-const attempt = (p: Promise<unknown>) => p.then(() => true, () => false);
-const count = async (jsm: JetStreamManager, stream: string) => (await jsm.streams.info(stream).catch(() => undefined))?.state.messages ?? 0;
-const lastOn = (jsm: JetStreamManager, stream: string, subject: string) => jsm.streams.getMessage(stream, { last_by_subj: subject }).catch(() => undefined);
+const attempt = (p: Promise<unknown>) =>
+  p.then(
+    () => true,
+    () => false,
+  );
+const count = async (jsm: JetStreamManager, stream: string) =>
+  (await jsm.streams.info(stream).catch(() => undefined))?.state.messages ?? 0;
+const lastOn = (jsm: JetStreamManager, stream: string, subject: string) =>
+  jsm.streams.getMessage(stream, { last_by_subj: subject }).catch(() => undefined);
 
 type Outcome = Record<"sources" | "mirror" | "republish" | "replyInbox" | "deliverSubject", boolean>;
 
@@ -65,7 +93,11 @@ async function attacks(tag: string, aliceAccount: string, bobAccount: string): P
   await own({ name: a.inboxStream, subjects: [a.inboxSubjects], sources: [{ name: b.inboxStream }] });
   await own({ name: `KV_${a.peersBucket}`, mirror: { name: b.inboxStream } });
   // 3. Her outbox republishing onto bob's inbox subjects, with the headers she likes.
-  await own({ name: a.outboxStream, subjects: [a.outboxSubjects], republish: { src: a.outboxSubjects, dest: `ifp.inbox.${b.kvKey}.msg.republished.>` } });
+  await own({
+    name: a.outboxStream,
+    subjects: [a.outboxSubjects],
+    republish: { src: a.outboxSubjects, dest: `ifp.inbox.${b.kvKey}.msg.republished.>` },
+  });
   const forged = headers();
   forged.set("Ifp-Sender", "https://bank.example/agent");
   forged.set("Ifp-Auth-Level", "3");
@@ -77,22 +109,42 @@ async function attacks(tag: string, aliceAccount: string, bobAccount: string): P
   // delivers only while someone listens on its deliver subject: the worst case is granted, a
   // listener in alice's account.
   const pushed = `ifp.inbox.${b.kvKey}.msg.pushed`;
-  const listener = await connect({ servers: nats.url, authenticator: credsAuthenticator(new TextEncoder().encode(await issuer.issue("listener", { pub: [], sub: [pushed] }, Date.now(), undefined, aliceAccount))), reconnect: false });
+  const listener = await connect({
+    servers: nats.url,
+    authenticator: credsAuthenticator(
+      new TextEncoder().encode(
+        await issuer.issue("listener", { pub: [], sub: [pushed] }, Date.now(), undefined, aliceAccount),
+      ),
+    ),
+    reconnect: false,
+  });
   open.push(listener);
   listener.subscribe(pushed);
   await listener.flush();
   const bucket = `KV_${a.outboxStateBucket}`;
   await own({ name: bucket, subjects: [`$KV.${a.outboxStateBucket}.>`] });
   await attempt(js.publish(`$KV.${a.outboxStateBucket}.x`, "forged by a push consumer", { headers: forged }));
-  await attempt(alice.jsm.consumers.add(bucket, { name: "push", deliver_subject: pushed, ack_policy: AckPolicy.None, deliver_policy: DeliverPolicy.All }));
+  await attempt(
+    alice.jsm.consumers.add(bucket, {
+      name: "push",
+      deliver_subject: pushed,
+      ack_policy: AckPolicy.None,
+      deliver_policy: DeliverPolicy.All,
+    }),
+  );
 
   const outcome = async (): Promise<Outcome> => ({
     sources: (await count(alice.jsm, a.inboxStream)) > 0,
     mirror: (await count(alice.jsm, `KV_${a.peersBucket}`)) > 0,
-    republish: (await lastOn(bob.jsm, b.inboxStream, `ifp.inbox.${b.kvKey}.msg.republished.msg`))?.header?.get("Ifp-Auth-Level") === "3",
+    republish:
+      (await lastOn(bob.jsm, b.inboxStream, `ifp.inbox.${b.kvKey}.msg.republished.msg`))?.header?.get(
+        "Ifp-Auth-Level",
+      ) === "3",
     replyInbox: (await count(alice.jsm, `KV_${a.conversationsBucket}`)) > 0,
     // A push delivery keeps the stored message's subject: it would land in bob's stream under alice's.
-    deliverSubject: (await lastOn(bob.jsm, b.inboxStream, `$KV.${a.outboxStateBucket}.x`))?.header?.get("Ifp-Sender") === "https://bank.example/agent",
+    deliverSubject:
+      (await lastOn(bob.jsm, b.inboxStream, `$KV.${a.outboxStateBucket}.x`))?.header?.get("Ifp-Sender") ===
+      "https://bank.example/agent",
   });
   // Everything that flows does within a moment on one server; give it a few.
   let result = await outcome();
@@ -129,7 +181,13 @@ describe("one account per runtime", () => {
     const none: Outcome = { sources: false, mirror: false, republish: false, replyInbox: false, deliverSubject: false };
     expect(await attacks("iso", alice, bob)).toEqual(none);
     // The model this replaced: the same credentials, both runtimes in the one shared account.
-    expect(await attacks("shared", issuer.accountKey, issuer.accountKey)).toEqual({ sources: true, mirror: true, republish: true, replyInbox: true, deliverSubject: true });
+    expect(await attacks("shared", issuer.accountKey, issuer.accountKey)).toEqual({
+      sources: true,
+      mirror: true,
+      republish: true,
+      replyInbox: true,
+      deliverSubject: true,
+    });
   }, 60_000);
 
   it("derives one stable account per resource uid; a runtime's credential is refused before its account is pushed and after it is deleted", async () => {
@@ -139,9 +197,17 @@ describe("one account per runtime", () => {
     await expect(runtime("carol", "ns/carol", carol)).rejects.toThrow();
     expect(await accounts.ensureAccount("uid-carol", "agent:ns/carol")).toBe(carol);
     const { jsm } = await runtime("carol", "ns/carol", carol);
-    await jsm.streams.add({ name: agentNames("ns/carol").inboxStream, subjects: [agentNames("ns/carol").inboxSubjects] });
+    await jsm.streams.add({
+      name: agentNames("ns/carol").inboxStream,
+      subjects: [agentNames("ns/carol").inboxSubjects],
+    });
     // The operator's user in carol's account sees her stream; deleting the account disconnects her.
-    expect(await accounts.withAccount(carol, async (j) => (await j.streams.info(agentNames("ns/carol").inboxStream)).config.name)).toBe(agentNames("ns/carol").inboxStream);
+    expect(
+      await accounts.withAccount(
+        carol,
+        async (j) => (await j.streams.info(agentNames("ns/carol").inboxStream)).config.name,
+      ),
+    ).toBe(agentNames("ns/carol").inboxStream);
     const closed = open.at(-1)!.closed();
     await accounts.deleteAccount(carol, "agent:ns/carol");
     await expect(Promise.race([closed.then(() => "closed"), sleep(10_000).then(() => "open")])).resolves.toBe("closed");
@@ -152,7 +218,9 @@ describe("one account per runtime", () => {
   }, 60_000);
 
   it("keeps its connections into the accounts bounded and closes them when idle", async () => {
-    const keys = await Promise.all(["p1", "p2", "p3", "p4", "p5"].map((u) => accounts.ensureAccount(u, `agent:pool/${u}`)));
+    const keys = await Promise.all(
+      ["p1", "p2", "p3", "p4", "p5"].map((u) => accounts.ensureAccount(u, `agent:pool/${u}`)),
+    );
     for (const k of keys) await accounts.withAccount(k, (jsm) => jsm.getAccountInfo());
     expect(accounts.size).toBeLessThanOrEqual(3);
     // Idle for a second, swept every second.
@@ -165,7 +233,11 @@ describe("the operator with one account per runtime, on a real API server", () =
   let manager: RunningManager;
   const NS = "natsaccounts";
   const operatorLog = capturedLog(400);
-  const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222" };
+  const settings = {
+    runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test",
+    runtimeImagePullPolicy: "IfNotPresent",
+    natsUrl: "nats://nats.test:4222",
+  };
   const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);
   const credsOf = (name: string) => {
     const s = get("secret", `${name}-nats`);
@@ -174,12 +246,24 @@ describe("the operator with one account per runtime, on a real API server", () =
   perTest(() => [`operator log (last 100 lines):`, ...operatorLog.lines().slice(-100)].join("\n"));
 
   beforeAll(async () => {
-    cp = await startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false });
+    cp = await startControlPlane({
+      crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"],
+      controllerManager: false,
+    });
     cp.kubectl(["create", "namespace", NS]);
     cp.kubectl(["create", "namespace", "ifp-system"]);
     // The keys of the server started above, as the operator keeps them.
     const fields = Object.entries(KEY_FIELDS).map(([k, f]) => `--from-literal=${f}=${keys[k as keyof NatsKeys]}`);
-    cp.kubectl(["-n", "ifp-system", "create", "secret", "generic", "ifp-nats-account", `--from-literal=account.pub=${issuer.accountKey}`, ...fields]);
+    cp.kubectl([
+      "-n",
+      "ifp-system",
+      "create",
+      "secret",
+      "generic",
+      "ifp-nats-account",
+      `--from-literal=account.pub=${issuer.accountKey}`,
+      ...fields,
+    ]);
     manager = await startManager({
       kubeconfig: cp.kubeconfig,
       settings,
@@ -198,34 +282,69 @@ describe("the operator with one account per runtime, on a real API server", () =
   });
 
   it("makes a Relay's stream in the relay's own account and reads its summary there; deletes an Agent's account with its data", async () => {
-    const relay = { apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: { name: "hub", namespace: NS }, spec: { url: "https://relay.example" } };
+    const relay = {
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Relay",
+      metadata: { name: "hub", namespace: NS },
+      spec: { url: "https://relay.example" },
+    };
     cp.kubectl(["apply", "-f", "-"], JSON.stringify(relay));
     const hubCreds = await until("hub-nats", () => credsOf("hub"));
     const uid = get("relay", "hub").metadata.uid;
     expect(credsClaims(hubCreds)!.issuerAccount).toBe(issuer.accountOf(uid));
     const stream = relayNames(relay as never).stream;
     await until("the relay's stream", () => get("relay", "hub")?.status?.stream?.name === stream);
-    expect(await accounts.withAccount(issuer.accountOf(uid), async (jsm) => (await jsm.streams.info(stream)).config.name)).toBe(stream);
+    expect(
+      await accounts.withAccount(issuer.accountOf(uid), async (jsm) => (await jsm.streams.info(stream)).config.name),
+    ).toBe(stream);
     // Not in the shared account.
-    await expect(accounts.withAccount(issuer.accountKey, (jsm) => jsm.streams.info(stream))).rejects.toThrow(/not found/);
+    await expect(accounts.withAccount(issuer.accountKey, (jsm) => jsm.streams.info(stream))).rejects.toThrow(
+      /not found/,
+    );
     // The summary is read in the relay's account: a copy its runtime stores shows.
-    const hub = await connect({ servers: nats.url, authenticator: credsAuthenticator(new TextEncoder().encode(hubCreds)), inboxPrefix: relayInboxPrefix(relay as never), reconnect: false });
+    const hub = await connect({
+      servers: nats.url,
+      authenticator: credsAuthenticator(new TextEncoder().encode(hubCreds)),
+      inboxPrefix: relayInboxPrefix(relay as never),
+      reconnect: false,
+    });
     open.push(hub);
-    await (await import("@nats-io/jetstream")).jetstream(hub).publish(`${relayNames(relay as never).subjects.slice(0, -1)}mbox.alice.m1`, "copy");
+    await (await import("@nats-io/jetstream"))
+      .jetstream(hub)
+      .publish(`${relayNames(relay as never).subjects.slice(0, -1)}mbox.alice.m1`, "copy");
     await until("the relay's summary", () => (get("relay", "hub")?.status?.summary?.acceptedLastHour ?? 0) >= 1);
 
-    cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name: "alice", namespace: NS }, spec: { agentId: "alice-id" } }));
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      JSON.stringify({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name: "alice", namespace: NS },
+        spec: { agentId: "alice-id" },
+      }),
+    );
     const aliceCreds = await until("alice-nats", () => credsOf("alice"));
     const aliceAccount = issuer.accountOf(get("agent", "alice").metadata.uid);
     expect(credsClaims(aliceCreds)!.issuerAccount).toBe(aliceAccount);
-    const alice = await connect({ servers: nats.url, authenticator: credsAuthenticator(new TextEncoder().encode(aliceCreds)), inboxPrefix: agentInboxPrefix("alice-id"), reconnect: false });
+    const alice = await connect({
+      servers: nats.url,
+      authenticator: credsAuthenticator(new TextEncoder().encode(aliceCreds)),
+      inboxPrefix: agentInboxPrefix("alice-id"),
+      reconnect: false,
+    });
     const n = agentNames(`${NS}/alice`);
     await (await jetstreamManager(alice)).streams.add({ name: n.inboxStream, subjects: [n.inboxSubjects] });
     const closed = alice.closed();
     cp.kubectl(["-n", NS, "delete", "agent", "alice", "--wait=false"]);
     await until("alice gone", () => !get("agent", "alice"));
     await expect(Promise.race([closed.then(() => "closed"), sleep(10_000).then(() => "open")])).resolves.toBe("closed");
-    await expect(connect({ servers: nats.url, authenticator: credsAuthenticator(new TextEncoder().encode(aliceCreds)), reconnect: false })).rejects.toThrow();
+    await expect(
+      connect({
+        servers: nats.url,
+        authenticator: credsAuthenticator(new TextEncoder().encode(aliceCreds)),
+        reconnect: false,
+      }),
+    ).rejects.toThrow();
   }, 120_000);
 });
 
@@ -244,7 +363,8 @@ describe("the operator with a NATS that authenticates no client, on a real API s
   };
   const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);
   const ready = (name: string) => get("agent", name)?.status?.conditions?.find((c: any) => c.type === "Ready")?.status;
-  const warnings = () => operatorLog.lines().filter((l) => l.includes("the NATS server authenticates no client")).length;
+  const warnings = () =>
+    operatorLog.lines().filter((l) => l.includes("the NATS server authenticates no client")).length;
   perTest(() =>
     [
       "operator log (last 100 lines):",
@@ -257,7 +377,10 @@ describe("the operator with a NATS that authenticates no client, on a real API s
   );
 
   beforeAll(async () => {
-    [cp, open] = await Promise.all([startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false }), startNats()]);
+    [cp, open] = await Promise.all([
+      startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false }),
+      startNats(),
+    ]);
     cp.kubectl(["create", "namespace", NS]);
     cp.kubectl(["create", "namespace", OPS]);
     // As the chart with nats.install=false and nats.url of a server without authentication: the
@@ -282,7 +405,8 @@ describe("the operator with a NATS that authenticates no client, on a real API s
 
   it("asks the server whether it authenticates clients, and warns once per process however often it asks", async () => {
     const told = capturedLog();
-    const ask = (url: string, log = silent) => new NatsAccounts({ url, issuer: CredentialIssuer.fromKeys(generateKeys()), log, timeoutMs: 2_000 });
+    const ask = (url: string, log = silent) =>
+      new NatsAccounts({ url, issuer: CredentialIssuer.fromKeys(generateKeys()), log, timeoutMs: 2_000 });
     const unauthenticated = ask(open.url, told.log);
     const authenticating = ask(nats.url);
     const unreachable = ask("nats://127.0.0.1:1");
@@ -304,16 +428,52 @@ describe("the operator with a NATS that authenticates no client, on a real API s
     const keys = getOrAbsent(cp, ["-n", OPS, "get", "secret", "ifp-nats-account"]);
     expect(Object.keys(keys.data)).toEqual(expect.arrayContaining(["operator.seed", "system.seed"]));
 
-    cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name: "alice", namespace: NS }, spec: { agentId: "alice-id" } }));
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      JSON.stringify({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name: "alice", namespace: NS },
+        spec: { agentId: "alice-id" },
+      }),
+    );
     const dep = await until("alice's Deployment", () => get("deployment", "alice"), 60_000);
     // What the Deployment controller and the kubelet would report once its pod runs.
-    cp.kubectl(["-n", NS, "patch", "deployment", "alice", "--subresource=status", "--type=merge", "-p", JSON.stringify({ status: { observedGeneration: dep.metadata.generation, replicas: 1, updatedReplicas: 1, readyReplicas: 1, availableReplicas: 1 } })]);
+    cp.kubectl([
+      "-n",
+      NS,
+      "patch",
+      "deployment",
+      "alice",
+      "--subresource=status",
+      "--type=merge",
+      "-p",
+      JSON.stringify({
+        status: {
+          observedGeneration: dep.metadata.generation,
+          replicas: 1,
+          updatedReplicas: 1,
+          readyReplicas: 1,
+          availableReplicas: 1,
+        },
+      }),
+    ]);
     await until("alice Ready", () => ready("alice") === "True", 60_000);
     // A credential is still issued (the server ignores it), and the Agent is told its NATS keeps nothing apart.
     expect(get("secret", "alice-nats")?.data?.["nats.creds"]).toBeTruthy();
-    await until("the NatsNotIsolated Event", () => cp.json<any>(["-n", NS, "get", "events", "--field-selector=involvedObject.name=alice,reason=NatsNotIsolated"]).items.length === 1);
+    await until(
+      "the NatsNotIsolated Event",
+      () =>
+        cp.json<any>(["-n", NS, "get", "events", "--field-selector=involvedObject.name=alice,reason=NatsNotIsolated"])
+          .items.length === 1,
+    );
 
-    const relay = { apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: { name: "hub", namespace: NS }, spec: { url: "https://relay.example", retention: { deleteOnRemoval: true } } };
+    const relay = {
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Relay",
+      metadata: { name: "hub", namespace: NS },
+      spec: { url: "https://relay.example", retention: { deleteOnRemoval: true } },
+    };
     cp.kubectl(["apply", "-f", "-"], JSON.stringify(relay));
     const stream = relayNames(relay as never).stream;
     await until("the relay's stream", () => get("relay", "hub")?.status?.stream?.name === stream, 60_000);
@@ -322,7 +482,9 @@ describe("the operator with a NATS that authenticates no client, on a real API s
     await until("a first summary of the relay", () => get("relay", "hub")?.status?.summary);
     const nc = await connect({ servers: open.url, reconnect: false });
     try {
-      await (await import("@nats-io/jetstream")).jetstream(nc).publish(`${relayNames(relay as never).subjects.slice(0, -1)}mbox.alice.m1`, "copy");
+      await (await import("@nats-io/jetstream"))
+        .jetstream(nc)
+        .publish(`${relayNames(relay as never).subjects.slice(0, -1)}mbox.alice.m1`, "copy");
     } finally {
       await nc.close();
     }
@@ -334,7 +496,10 @@ describe("the operator with a NATS that authenticates no client, on a real API s
     const inbox = agentNames(`${NS}/alice`).inboxStream;
     const admin = await connect({ servers: open.url, reconnect: false });
     try {
-      await (await jetstreamManager(admin)).streams.add({ name: inbox, subjects: [agentNames(`${NS}/alice`).inboxSubjects] });
+      await (await jetstreamManager(admin)).streams.add({
+        name: inbox,
+        subjects: [agentNames(`${NS}/alice`).inboxSubjects],
+      });
     } finally {
       await admin.close();
     }

@@ -4,8 +4,20 @@
 // mount in the Deployment, and the renewal of a credential that is due.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
-import { agentPermissions, operatorPermissions, relayPermissions, type NatsPermissions } from "../../runtime/src/contract/nats-permissions.ts";
-import { CredentialIssuer, credsClaims, generateKeys, renewalDue, serverConfig, CREDENTIAL_LIFETIME_MS } from "../src/nats-credentials.ts";
+import {
+  agentPermissions,
+  operatorPermissions,
+  relayPermissions,
+  type NatsPermissions,
+} from "../../runtime/src/contract/nats-permissions.ts";
+import {
+  CredentialIssuer,
+  credsClaims,
+  generateKeys,
+  renewalDue,
+  serverConfig,
+  CREDENTIAL_LIFETIME_MS,
+} from "../src/nats-credentials.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
 import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
 
@@ -21,7 +33,9 @@ function matches(pattern: string, subject: string): boolean {
 }
 const allows = (list: string[], subject: string) => list.some((p) => matches(p, subject));
 
-const hub = { metadata: { name: "hub", namespace: "team" }, spec: { url: "https://relay.example" } } as Parameters<typeof relayPermissions>[0];
+const hub = { metadata: { name: "hub", namespace: "team" }, spec: { url: "https://relay.example" } } as Parameters<
+  typeof relayPermissions
+>[0];
 
 describe("permissions per resource", () => {
   const alice = agentPermissions("alice");
@@ -32,32 +46,80 @@ describe("permissions per resource", () => {
     ["agent: own inbox stream info", alice, "pub", "$JS.API.STREAM.INFO.IFP_INBOX_alice", true],
     ["agent: create own inbox stream", alice, "pub", "$JS.API.STREAM.CREATE.IFP_INBOX_alice", true],
     ["agent: own handler consumer", alice, "pub", "$JS.API.CONSUMER.MSG.NEXT.IFP_INBOX_alice.handler", true],
-    ["agent: own durable consumer create", alice, "pub", "$JS.API.CONSUMER.CREATE.IFP_INBOX_alice.handler.ifp.inbox.alice.msg.>", true],
+    [
+      "agent: own durable consumer create",
+      alice,
+      "pub",
+      "$JS.API.CONSUMER.CREATE.IFP_INBOX_alice.handler.ifp.inbox.alice.msg.>",
+      true,
+    ],
     ["agent: ack own messages", alice, "pub", "$JS.ACK.IFP_INBOX_alice.handler.1.2.3.4.0", true],
     ["agent: store an inbound message", alice, "pub", "ifp.inbox.alice.msg.m1", true],
     ["agent: own outbox", alice, "pub", "ifp.outbox.alice.msg", true],
     ["agent: own peers bucket", alice, "pub", "$KV.ifp_peers_alice.bob", true],
     ["agent: own conversations bucket", alice, "pub", "$KV.ifp_conv_alice.c.conv", true],
     ["agent: own key of the shared bucket", alice, "pub", "$KV.ifp_agents.alice.capabilities", true],
-    ["agent: read own key of the shared bucket", alice, "pub", "$JS.API.DIRECT.GET.KV_ifp_agents.$KV.ifp_agents.alice.capabilities", true],
+    [
+      "agent: read own key of the shared bucket",
+      alice,
+      "pub",
+      "$JS.API.DIRECT.GET.KV_ifp_agents.$KV.ifp_agents.alice.capabilities",
+      true,
+    ],
     ["agent: own replies", alice, "sub", "_INBOX_A_alice.abc.1", true],
     // Nothing of another agent, of a relay, or of the whole account.
     ["agent: another's stream", alice, "pub", "$JS.API.STREAM.INFO.IFP_INBOX_bob", false],
     ["agent: another's stream whose id starts alike", alice, "pub", "$JS.API.STREAM.INFO.IFP_INBOX_alice2", false],
     ["agent: another's messages", alice, "pub", "$JS.API.STREAM.MSG.GET.IFP_INBOX_bob", false],
     ["agent: another's consumer", alice, "pub", "$JS.API.CONSUMER.MSG.NEXT.IFP_INBOX_bob.handler", false],
-    ["agent: a consumer named like its own stream on another's", alice, "pub", "$JS.API.CONSUMER.CREATE.IFP_INBOX_bob.IFP_INBOX_alice", false],
+    [
+      "agent: a consumer named like its own stream on another's",
+      alice,
+      "pub",
+      "$JS.API.CONSUMER.CREATE.IFP_INBOX_bob.IFP_INBOX_alice",
+      false,
+    ],
     ["agent: another's durable", alice, "pub", "$JS.API.CONSUMER.DURABLE.CREATE.IFP_INBOX_bob.IFP_INBOX_alice", false],
     ["agent: another's bucket", alice, "pub", "$KV.ifp_peers_bob.x", false],
     ["agent: another's key of the shared bucket", alice, "pub", "$KV.ifp_agents.bob.capabilities", false],
-    ["agent: read another's key of the shared bucket", alice, "pub", "$JS.API.DIRECT.GET.KV_ifp_agents.$KV.ifp_agents.bob.capabilities", false],
+    [
+      "agent: read another's key of the shared bucket",
+      alice,
+      "pub",
+      "$JS.API.DIRECT.GET.KV_ifp_agents.$KV.ifp_agents.bob.capabilities",
+      false,
+    ],
     ["agent: read the shared bucket by sequence", alice, "pub", "$JS.API.DIRECT.GET.KV_ifp_agents", false],
     ["agent: another's inbox subjects", alice, "pub", "ifp.inbox.bob.msg.m1", false],
     ["agent: a relay's stream", alice, "pub", "$JS.API.STREAM.INFO.IFP_RELAY_team_2Fhub", false],
-    ["agent: delete its own stream (no more than the purge it needs)", alice, "pub", "$JS.API.STREAM.DELETE.IFP_INBOX_alice", true],
-    ["agent: a consumer with a filter named like its own stream on another's", alice, "pub", "$JS.API.CONSUMER.CREATE.IFP_INBOX_bob.IFP_INBOX_alice.ifp.inbox.bob.>", false],
-    ["agent: another's consumer info named like its stream", alice, "pub", "$JS.API.CONSUMER.INFO.IFP_INBOX_bob.IFP_INBOX_alice", false],
-    ["agent: another's messages by a consumer named like its stream", alice, "pub", "$JS.API.CONSUMER.MSG.NEXT.IFP_INBOX_bob.IFP_INBOX_alice", false],
+    [
+      "agent: delete its own stream (no more than the purge it needs)",
+      alice,
+      "pub",
+      "$JS.API.STREAM.DELETE.IFP_INBOX_alice",
+      true,
+    ],
+    [
+      "agent: a consumer with a filter named like its own stream on another's",
+      alice,
+      "pub",
+      "$JS.API.CONSUMER.CREATE.IFP_INBOX_bob.IFP_INBOX_alice.ifp.inbox.bob.>",
+      false,
+    ],
+    [
+      "agent: another's consumer info named like its stream",
+      alice,
+      "pub",
+      "$JS.API.CONSUMER.INFO.IFP_INBOX_bob.IFP_INBOX_alice",
+      false,
+    ],
+    [
+      "agent: another's messages by a consumer named like its stream",
+      alice,
+      "pub",
+      "$JS.API.CONSUMER.MSG.NEXT.IFP_INBOX_bob.IFP_INBOX_alice",
+      false,
+    ],
     ["agent: list every stream", alice, "pub", "$JS.API.STREAM.LIST", false],
     ["agent: the default inbox", alice, "sub", "_INBOX.abc", false],
     ["agent: another's replies", alice, "sub", "_INBOX_A_bob.abc", false],
@@ -67,7 +129,13 @@ describe("permissions per resource", () => {
     ["relay: own mailbox copy", relay, "pub", "ifp.relay.team_2Fhub.mbox.alice.m1", true],
     ["relay: own bucket", relay, "pub", "$KV.ifp_relay_team_2Fhub.subs", true],
     ["relay: own replies", relay, "sub", "_INBOX_R_team_2Fhub.x", true],
-    ["relay: another relay's consumer", relay, "pub", "$JS.API.CONSUMER.CREATE.IFP_RELAY_team_2Fother.IFP_RELAY_team_2Fhub", false],
+    [
+      "relay: another relay's consumer",
+      relay,
+      "pub",
+      "$JS.API.CONSUMER.CREATE.IFP_RELAY_team_2Fother.IFP_RELAY_team_2Fhub",
+      false,
+    ],
     ["relay: another relay's stream", relay, "pub", "$JS.API.STREAM.MSG.GET.IFP_RELAY_team_2Fother", false],
     ["relay: an agent's inbox", relay, "pub", "$JS.API.STREAM.INFO.IFP_INBOX_alice", false],
     ["relay: another relay's subjects", relay, "pub", "ifp.relay.team_2Fother.mbox.alice.m1", false],
@@ -81,10 +149,34 @@ describe("permissions per resource", () => {
     ["operator: KV", op, "pub", "$KV.ifp_agents.alice.capabilities", false],
     ["operator: an agent's handler backlog", op, "pub", "$JS.API.CONSUMER.INFO.IFP_INBOX_alice.handler", true],
     ["operator: another consumer's info", op, "pub", "$JS.API.CONSUMER.INFO.IFP_INBOX_alice.sender", false],
-    ["operator: an agent's last error", op, "pub", "$JS.API.DIRECT.GET.KV_ifp_agents.$KV.ifp_agents.alice.last_error", true],
-    ["operator: a relay's last error", op, "pub", "$JS.API.DIRECT.GET.KV_ifp_relay_team_2Fhub.$KV.ifp_relay_team_2Fhub.last_error", true],
-    ["operator: an agent's capabilities key", op, "pub", "$JS.API.DIRECT.GET.KV_ifp_agents.$KV.ifp_agents.alice.capabilities", false],
-    ["operator: a relay's subscriptions", op, "pub", "$JS.API.DIRECT.GET.KV_ifp_relay_team_2Fhub.$KV.ifp_relay_team_2Fhub.subs.alice", false],
+    [
+      "operator: an agent's last error",
+      op,
+      "pub",
+      "$JS.API.DIRECT.GET.KV_ifp_agents.$KV.ifp_agents.alice.last_error",
+      true,
+    ],
+    [
+      "operator: a relay's last error",
+      op,
+      "pub",
+      "$JS.API.DIRECT.GET.KV_ifp_relay_team_2Fhub.$KV.ifp_relay_team_2Fhub.last_error",
+      true,
+    ],
+    [
+      "operator: an agent's capabilities key",
+      op,
+      "pub",
+      "$JS.API.DIRECT.GET.KV_ifp_agents.$KV.ifp_agents.alice.capabilities",
+      false,
+    ],
+    [
+      "operator: a relay's subscriptions",
+      op,
+      "pub",
+      "$JS.API.DIRECT.GET.KV_ifp_relay_team_2Fhub.$KV.ifp_relay_team_2Fhub.subs.alice",
+      false,
+    ],
     ["operator: the default inbox", op, "sub", "_INBOX.x", false],
   ];
   it.each(cases)("%s", (_what, perms, dir, subject, allowed) => {
@@ -112,18 +204,26 @@ describe("issuing and renewal", () => {
     expect(c.pub).toEqual(perms.pub);
     expect(c.sub).toEqual(perms.sub);
     expect(c.exp).toBe(Math.floor((now + CREDENTIAL_LIFETIME_MS) / 1000));
-    expect(Math.abs(renewalDue(creds, perms, issuer.accountKey) - (now + CREDENTIAL_LIFETIME_MS * (2 / 3)))).toBeLessThan(1_000);
+    expect(
+      Math.abs(renewalDue(creds, perms, issuer.accountKey) - (now + CREDENTIAL_LIFETIME_MS * (2 / 3))),
+    ).toBeLessThan(1_000);
     // One with a short life left is due now.
-    expect(renewalDue(await issuer.issue("x", perms, now - CREDENTIAL_LIFETIME_MS * 0.75), perms, issuer.accountKey)).toBeLessThan(now);
+    expect(
+      renewalDue(await issuer.issue("x", perms, now - CREDENTIAL_LIFETIME_MS * 0.75), perms, issuer.accountKey),
+    ).toBeLessThan(now);
   });
 
   it("renews at once what is missing, unreadable, of another account or with other permissions", async () => {
     const creds = await issuer.issue("x", perms);
     expect(renewalDue(undefined, perms, issuer.accountKey)).toBe(0);
     expect(renewalDue("not a creds file", perms, issuer.accountKey)).toBe(0);
-    expect(renewalDue("-----BEGIN NATS USER JWT-----\nabc.def.ghi\n------END NATS USER JWT------", perms, issuer.accountKey)).toBe(0);
+    expect(
+      renewalDue("-----BEGIN NATS USER JWT-----\nabc.def.ghi\n------END NATS USER JWT------", perms, issuer.accountKey),
+    ).toBe(0);
     expect(renewalDue(creds, agentPermissions("bob"), issuer.accountKey)).toBe(0);
-    expect(renewalDue(await CredentialIssuer.fromKeys(generateKeys()).issue("x", perms), perms, issuer.accountKey)).toBe(0);
+    expect(
+      renewalDue(await CredentialIssuer.fromKeys(generateKeys()).issue("x", perms), perms, issuer.accountKey),
+    ).toBe(0);
   });
 
   it("refuses keys of the wrong kind", () => {
@@ -149,7 +249,11 @@ describe("on a real API server", () => {
   let manager: RunningManager;
   const NS = "natscreds";
   const operatorLog = capturedLog(400);
-  const settings = { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://nats.test:4222" };
+  const settings = {
+    runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test",
+    runtimeImagePullPolicy: "IfNotPresent",
+    natsUrl: "nats://nats.test:4222",
+  };
   const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);
   const credsOf = (name: string) => {
     const s = get("secret", `${name}-nats`);
@@ -158,7 +262,10 @@ describe("on a real API server", () => {
   perTest(() => [`operator log (last 100 lines):`, ...operatorLog.lines().slice(-100)].join("\n"));
 
   beforeAll(async () => {
-    cp = await startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false });
+    cp = await startControlPlane({
+      crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"],
+      controllerManager: false,
+    });
     cp.kubectl(["create", "namespace", NS]);
     cp.kubectl(["create", "namespace", "ifp-system"]);
     manager = await startManager({
@@ -178,26 +285,56 @@ describe("on a real API server", () => {
 
   it("generates the account keys and the server configuration once", () => {
     const s = getOrAbsent(cp, ["-n", "ifp-system", "get", "secret", "ifp-nats-account"]);
-    expect(Object.keys(s.data).sort()).toEqual(["account-signing.seed", "account.pub", "account.seed", "auth.conf", "operator.seed", "system.seed"]);
+    expect(Object.keys(s.data).sort()).toEqual([
+      "account-signing.seed",
+      "account.pub",
+      "account.seed",
+      "auth.conf",
+      "operator.seed",
+      "system.seed",
+    ]);
     expect(Buffer.from(s.data["auth.conf"], "base64").toString()).toMatch(/^resolver: \{ type: full\b/m);
   });
 
   it("issues an Agent's and a Relay's own credential, mounts it, and renews one that is due", async () => {
-    cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name: "alice", namespace: NS }, spec: { agentId: "alice-id" } }));
-    cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: { name: "hub", namespace: NS }, spec: { url: "https://relay.example" } }));
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      JSON.stringify({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name: "alice", namespace: NS },
+        spec: { agentId: "alice-id" },
+      }),
+    );
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      JSON.stringify({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Relay",
+        metadata: { name: "hub", namespace: NS },
+        spec: { url: "https://relay.example" },
+      }),
+    );
     const agentCreds = await until("alice-nats", () => credsOf("alice"));
     // Its streams and buckets by its namespace/name, its reply inbox by its agent id.
     const alicePermissions = agentPermissions("alice-id", `${NS}/alice`);
     expect(credsClaims(agentCreds)!.pub).toEqual(alicePermissions.pub);
     expect(credsClaims(agentCreds)!.pub).toContain(`$JS.API.*.*.IFP_INBOX_${NS}_2Falice`);
     const relayCreds = await until("hub-nats", () => credsOf("hub"));
-    expect(credsClaims(relayCreds)!.pub).toEqual(relayPermissions({ metadata: { name: "hub", namespace: NS }, spec: { url: "https://relay.example" } } as never).pub);
+    expect(credsClaims(relayCreds)!.pub).toEqual(
+      relayPermissions({ metadata: { name: "hub", namespace: NS }, spec: { url: "https://relay.example" } } as never)
+        .pub,
+    );
     const secret = get("secret", "alice-nats");
     expect(secret.metadata.ownerReferences[0]).toMatchObject({ kind: "Agent", name: "alice" });
 
     const dep = await until("alice's Deployment", () => get("deployment", "alice"));
     const pod = dep.spec.template.spec;
-    expect(pod.volumes.find((v: any) => v.name === "nats").secret).toEqual({ secretName: "alice-nats", items: [{ key: "nats.creds", path: "nats.creds" }], defaultMode: 420 });
+    expect(pod.volumes.find((v: any) => v.name === "nats").secret).toEqual({
+      secretName: "alice-nats",
+      items: [{ key: "nats.creds", path: "nats.creds" }],
+      defaultMode: 420,
+    });
     const runtime = pod.containers.find((c: any) => c.name === "runtime") ?? pod.containers[0];
     expect(runtime.env).toContainEqual({ name: "IFP_NATS_CREDS", value: "/etc/ifp/nats/nats.creds" });
 
@@ -206,7 +343,16 @@ describe("on a real API server", () => {
     const field = (k: string) => Buffer.from(account[k], "base64").toString();
     const issuer = new CredentialIssuer(field("account.pub"), field("account-signing.seed"));
     const old = await issuer.issue("old", alicePermissions, Date.now() - CREDENTIAL_LIFETIME_MS * 0.75);
-    cp.kubectl(["-n", NS, "patch", "secret", "alice-nats", "--type=merge", "-p", JSON.stringify({ data: { "nats.creds": Buffer.from(old).toString("base64") } })]);
+    cp.kubectl([
+      "-n",
+      NS,
+      "patch",
+      "secret",
+      "alice-nats",
+      "--type=merge",
+      "-p",
+      JSON.stringify({ data: { "nats.creds": Buffer.from(old).toString("base64") } }),
+    ]);
     const renewed = await until("the renewal", () => {
       const c = credsOf("alice");
       return c && c !== old && c !== agentCreds ? c : undefined;
@@ -217,8 +363,18 @@ describe("on a real API server", () => {
 
   it("never overwrites a Secret of that name it does not control", async () => {
     cp.kubectl(["-n", NS, "create", "secret", "generic", "bob-nats", "--from-literal=nats.creds=mine"]);
-    cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name: "bob", namespace: NS }, spec: { agentId: "bob-id" } }));
-    const ready = await until("bob's conflict", () => get("agent", "bob")?.status?.conditions?.find((c: any) => c.type === "Ready" && c.reason === "ChildConflict"));
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      JSON.stringify({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name: "bob", namespace: NS },
+        spec: { agentId: "bob-id" },
+      }),
+    );
+    const ready = await until("bob's conflict", () =>
+      get("agent", "bob")?.status?.conditions?.find((c: any) => c.type === "Ready" && c.reason === "ChildConflict"),
+    );
     expect(ready.message).toMatch(/Secret bob-nats exists and is not controlled by this Agent/);
     expect(credsOf("bob")).toBe("mine");
   });

@@ -34,10 +34,22 @@ describe("the installed NATS behind TLS", () => {
   const dir = tempDir("ifp-nats-tls-");
   const tlsDir = join(dir, "tls");
   const operatorLog = capturedLog(400);
-  perTest(() => [`operator log (last 100 lines):`, ...operatorLog.lines().slice(-100), "nats-server log:", nats?.log().slice(-3000) ?? ""].join("\n"));
+  perTest(() =>
+    [
+      `operator log (last 100 lines):`,
+      ...operatorLog.lines().slice(-100),
+      "nats-server log:",
+      nats?.log().slice(-3000) ?? "",
+    ].join("\n"),
+  );
   const secretData = () => {
     const s = getOrAbsent(cp, ["-n", SYSTEM, "get", "secret", SECRET]);
-    return s && (Object.fromEntries(Object.entries(s.data as Record<string, string>).map(([k, v]) => [k, Buffer.from(v, "base64").toString()])) as Record<string, string>);
+    return (
+      s &&
+      (Object.fromEntries(
+        Object.entries(s.data as Record<string, string>).map(([k, v]) => [k, Buffer.from(v, "base64").toString()]),
+      ) as Record<string, string>)
+    );
   };
   const writeTlsFiles = (data: Record<string, string>) => {
     mkdirSync(tlsDir, { recursive: true });
@@ -45,13 +57,20 @@ describe("the installed NATS behind TLS", () => {
   };
 
   beforeAll(async () => {
-    cp = await startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false });
+    cp = await startControlPlane({
+      crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"],
+      controllerManager: false,
+    });
     cp.kubectl(["create", "namespace", NS]);
     cp.kubectl(["create", "namespace", SYSTEM]);
     port = await freePort();
     manager = await startManager({
       kubeconfig: cp.kubeconfig,
-      settings: { runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test", runtimeImagePullPolicy: "IfNotPresent", natsUrl: `nats://localhost:${port}` },
+      settings: {
+        runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test",
+        runtimeImagePullPolicy: "IfNotPresent",
+        natsUrl: `nats://localhost:${port}`,
+      },
       nats: { url: `nats://localhost:${port}` },
       natsServerTls: { namespace: SYSTEM, secretName: SECRET, dnsNames: ["localhost"] },
       natsTlsVerifyWithTrust: true,
@@ -64,7 +83,14 @@ describe("the installed NATS behind TLS", () => {
     writeTlsFiles(await until("the NATS server certificate", () => secretData(), 60_000));
     nats = await startNats({
       port,
-      config: [`pid_file: "${join(dir, "nats.pid")}"`, `tls {`, `  cert_file: "${join(tlsDir, "tls.crt")}"`, `  key_file: "${join(tlsDir, "tls.key")}"`, `  timeout: 2`, `}`].join("\n"),
+      config: [
+        `pid_file: "${join(dir, "nats.pid")}"`,
+        `tls {`,
+        `  cert_file: "${join(tlsDir, "tls.crt")}"`,
+        `  key_file: "${join(tlsDir, "tls.key")}"`,
+        `  timeout: 2`,
+        `}`,
+      ].join("\n"),
       connect: { servers: `localhost:${port}`, tls: { ca: readFileSync(join(tlsDir, "ca.crt"), "utf8") } },
     });
   }, 300_000);
@@ -85,12 +111,32 @@ describe("the installed NATS behind TLS", () => {
   });
 
   it("the operator connects with verified TLS: a Relay's stream is made, and runtimes are told to verify NATS with their trust bundle", async () => {
-    cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: { name: "hub", namespace: NS }, spec: { url: "https://relay.example" } }));
-    cp.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name: "alice", namespace: NS }, spec: { agentId: "alice" } }));
-    const relay = await until("the Relay's stream", () => {
-      const r = getOrAbsent(cp, ["-n", NS, "get", "relay", "hub"]);
-      return r?.status?.conditions?.find((c: any) => c.type === "StreamReady" && c.status === "True") ? r : undefined;
-    }, 45_000);
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      JSON.stringify({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Relay",
+        metadata: { name: "hub", namespace: NS },
+        spec: { url: "https://relay.example" },
+      }),
+    );
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      JSON.stringify({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name: "alice", namespace: NS },
+        spec: { agentId: "alice" },
+      }),
+    );
+    const relay = await until(
+      "the Relay's stream",
+      () => {
+        const r = getOrAbsent(cp, ["-n", NS, "get", "relay", "hub"]);
+        return r?.status?.conditions?.find((c: any) => c.type === "StreamReady" && c.status === "True") ? r : undefined;
+      },
+      45_000,
+    );
     expect(relay).toBeDefined();
     const dep: any = await until("alice's Deployment", () => getOrAbsent(cp, ["-n", NS, "get", "deployment", "alice"]));
     expect(dep.spec.template.spec.containers[0].args).toContain("--nats-ca=/etc/ifp/trust/ca.crt");
@@ -100,16 +146,24 @@ describe("the installed NATS behind TLS", () => {
     // The trust bundle the runtime pod mounts, wherever the Deployment says it is.
     const dep: any = getOrAbsent(cp, ["-n", NS, "get", "deployment", "alice"]);
     const configMap = dep.spec.template.spec.volumes.find((v: any) => v.name === "trust").configMap.name;
-    const bundle = await until("alice's trust bundle", () => getOrAbsent(cp, ["-n", NS, "get", "configmap", configMap])?.data?.["ca.crt"]);
+    const bundle = await until(
+      "alice's trust bundle",
+      () => getOrAbsent(cp, ["-n", NS, "get", "configmap", configMap])?.data?.["ca.crt"],
+    );
     const bundleFile = join(dir, "runtime-ca.crt");
     writeFileSync(bundleFile, bundle);
-    const runtime = new Nats({ url: nats.url.replace("127.0.0.1", "localhost"), name: "runtime-test", tls: { caFile: bundleFile } }, operatorLog.log);
+    const runtime = new Nats(
+      { url: nats.url.replace("127.0.0.1", "localhost"), name: "runtime-test", tls: { caFile: bundleFile } },
+      operatorLog.log,
+    );
     await runtime.start(AbortSignal.timeout(20_000));
     expect(runtime.isConnected).toBe(true);
     await runtime.close();
 
     // The system roots do not know the install CA.
-    await expect(connect({ servers: `localhost:${port}`, reconnect: false, timeout: 3_000 })).rejects.toThrow(/certificate/i);
+    await expect(connect({ servers: `localhost:${port}`, reconnect: false, timeout: 3_000 })).rejects.toThrow(
+      /certificate/i,
+    );
     // A client that does not speak TLS gets nowhere: the server requires it before CONNECT.
     const answer = await new Promise<string>((resolve) => {
       let text = "";
@@ -130,7 +184,12 @@ describe("the installed NATS behind TLS", () => {
     const kc = new KubeConfig();
     kc.loadFromFile(cp.kubeconfig);
     const kube = new Kube(kc, operatorLog.log);
-    const keeper = new NatsServerTls(kube, manager.trust, { namespace: SYSTEM, secretName: SECRET, dnsNames: ["localhost"], log: operatorLog.log });
+    const keeper = new NatsServerTls(kube, manager.trust, {
+      namespace: SYSTEM,
+      secretName: SECRET,
+      dnsNames: ["localhost"],
+      log: operatorLog.log,
+    });
     const serial = () => new X509Certificate(secretData()!["tls.crt"]!).serialNumber;
     const first = serial();
     // Nothing due: kept, and the next look is before its renewal time.
@@ -144,7 +203,12 @@ describe("the installed NATS behind TLS", () => {
     const second = serial();
     expect(second).not.toBe(first);
     // Other names: a new certificate with them.
-    const renamed = new NatsServerTls(kube, manager.trust, { namespace: SYSTEM, secretName: SECRET, dnsNames: ["localhost", "nats.example"], log: operatorLog.log });
+    const renamed = new NatsServerTls(kube, manager.trust, {
+      namespace: SYSTEM,
+      secretName: SECRET,
+      dnsNames: ["localhost", "nats.example"],
+      log: operatorLog.log,
+    });
     await renamed.ensure();
     expect(new X509Certificate(secretData()!["tls.crt"]!).subjectAltName).toBe("DNS:localhost, DNS:nats.example");
     await keeper.ensure();
@@ -163,22 +227,31 @@ describe("the installed NATS behind TLS", () => {
     // A certificate of another CA, which only a client trusting that CA accepts.
     const other = await createCA("nats reload test CA");
     const leaf = await other.issue({ commonName: "localhost", dnsNames: ["localhost"], bothEnds: true });
-    const trustsOther = () => connect({ servers: `localhost:${port}`, reconnect: false, timeout: 3_000, tls: { ca: other.cert } });
+    const trustsOther = () =>
+      connect({ servers: `localhost:${port}`, reconnect: false, timeout: 3_000, tls: { ca: other.cert } });
     await expect(trustsOther()).rejects.toThrow(/certificate/i);
     const stop = new AbortController();
-    const reloader = runReloader({ watch: [tlsDir], pidFile: join(dir, "nats.pid"), intervalMs: 200, log: operatorLog.log }, stop.signal);
+    const reloader = runReloader(
+      { watch: [tlsDir], pidFile: join(dir, "nats.pid"), intervalMs: 200, log: operatorLog.log },
+      stop.signal,
+    );
     try {
       // Let the reloader take its first digest before the files change.
       await new Promise((r) => setTimeout(r, 300));
       writeFileSync(join(tlsDir, "tls.key"), leaf.key);
       writeFileSync(join(tlsDir, "tls.crt"), leaf.cert);
-      const nc = await until("a client trusting the new CA connected", async () => {
-        try {
-          return await trustsOther();
-        } catch {
-          return undefined;
-        }
-      }, 15_000, 250);
+      const nc = await until(
+        "a client trusting the new CA connected",
+        async () => {
+          try {
+            return await trustsOther();
+          } catch {
+            return undefined;
+          }
+        },
+        15_000,
+        250,
+      );
       await nc.close();
       expect(nats.log()).toMatch(/Reloaded server configuration/i);
     } finally {
@@ -200,10 +273,19 @@ describe("the routes of a clustered NATS over mutual TLS, as the chart configure
     writeFileSync(join(d, "tls.crt"), leaf.cert);
     writeFileSync(join(d, "tls.key"), leaf.key);
     writeFileSync(join(d, "ca.crt"), trusted ?? ca.cert);
-    return [`tls {`, `  cert_file: "${join(d, "tls.crt")}"`, `  key_file: "${join(d, "tls.key")}"`, `  ca_file: "${join(d, "ca.crt")}"`, `  timeout: 2`, `}`].join("\n");
+    return [
+      `tls {`,
+      `  cert_file: "${join(d, "tls.crt")}"`,
+      `  key_file: "${join(d, "tls.key")}"`,
+      `  ca_file: "${join(d, "ca.crt")}"`,
+      `  timeout: 2`,
+      `}`,
+    ].join("\n");
   };
 
-  it("forms the cluster with the operator's certificate (valid for both ends of a route)", { timeout: 120_000 }, async () => {
+  it("forms the cluster with the operator's certificate (valid for both ends of a route)", {
+    timeout: 120_000,
+  }, async () => {
     const cluster = await startNatsCluster({ clusterConfig: await routeTls("both", true) });
     try {
       await cluster.ready(60_000);
@@ -213,9 +295,13 @@ describe("the routes of a clustered NATS over mutual TLS, as the chart configure
     }
   });
 
-  it("does not form it when a server's certificate is not of the CA the others trust: the routes verify each other", { timeout: 120_000 }, async () => {
+  it("does not form it when a server's certificate is not of the CA the others trust: the routes verify each other", {
+    timeout: 120_000,
+  }, async () => {
     const stranger = await createCA("a CA nobody trusts");
-    const cluster = await startNatsCluster({ clusterConfig: await routeTls("untrusted", true, stranger.cert) }).catch((err: Error) => err);
+    const cluster = await startNatsCluster({ clusterConfig: await routeTls("untrusted", true, stranger.cert) }).catch(
+      (err: Error) => err,
+    );
     if (cluster instanceof Error) return expect(cluster.message).toMatch(/certificate|tls|meta leader|timed out/i);
     try {
       await expect(cluster.ready(15_000)).rejects.toThrow();

@@ -60,7 +60,14 @@ describe("signing key rotation", () => {
 
   async function startSender() {
     await sender?.close();
-    sender = await runAgent({ self: identity(agentId), natsUrl: nats.url, tls, port, signingKeyFile: mount(keyDir, data), spec: {} });
+    sender = await runAgent({
+      self: identity(agentId),
+      natsUrl: nats.url,
+      tls,
+      port,
+      signingKeyFile: mount(keyDir, data),
+      spec: {},
+    });
   }
   async function receiver(peers: object[] = []) {
     const self = identity(`receiver-${others.length}`);
@@ -83,14 +90,25 @@ describe("signing key rotation", () => {
     for (const r of [knowsOld, cached]) expect((await r.post(await fromSender(r.agentId))).status).toBe(202);
 
     // Rotation requested: a new active key, the old one retired and still signing.
-    const rotated = planSigningKeys(data, signingSpec({ rotate: "2026-11", transition: "1h" }), "", new Date(t0.getTime() + 1000));
+    const rotated = planSigningKeys(
+      data,
+      signingSpec({ rotate: "2026-11", transition: "1h" }),
+      "",
+      new Date(t0.getTime() + 1000),
+    );
     data = rotated.data!;
-    expect(rotated.set.keys.map((k) => [k.keyId, k.status])).toEqual([["key-1", "retired"], ["key-1-r2", "active"]]);
+    expect(rotated.set.keys.map((k) => [k.keyId, k.status])).toEqual([
+      ["key-1", "retired"],
+      ["key-1-r2", "active"],
+    ]);
     expect(data["retired-1.key"]).toBeDefined();
     expect(data["encryption.key"]).toBe("b3RoZXI=");
     await startSender();
     const doc = JSON.parse((await sender!.get("/.well-known/agent/identity")).text);
-    expect(doc.keys.map((k: any) => [k.key_id, k.status])).toEqual([["key-1", "retired"], ["key-1-r2", "active"]]);
+    expect(doc.keys.map((k: any) => [k.key_id, k.status])).toEqual([
+      ["key-1", "retired"],
+      ["key-1-r2", "active"],
+    ]);
     expect(doc.keys[0].retired_date).toBeDefined();
     const during = await fromSender("x");
     expect(during.security!.signatures!.map((s) => s.key_id)).toEqual([`${agentId}#key-1-r2`, `${agentId}#key-1`]);
@@ -100,31 +118,44 @@ describe("signing key rotation", () => {
       expect(res.status, res.text).toBe(202);
     }
     // The same request again changes nothing.
-    expect(planSigningKeys(data, signingSpec({ rotate: "2026-11", transition: "1h" }), "", new Date(t0.getTime() + 2000)).data).toBeUndefined();
+    expect(
+      planSigningKeys(data, signingSpec({ rotate: "2026-11", transition: "1h" }), "", new Date(t0.getTime() + 2000))
+        .data,
+    ).toBeUndefined();
 
     // The transition ends: the old key is revoked, its private half gone.
-    const after = planSigningKeys(data, signingSpec({ rotate: "2026-11", transition: "1h" }), "", new Date(t0.getTime() + 2 * 3600_000));
+    const after = planSigningKeys(
+      data,
+      signingSpec({ rotate: "2026-11", transition: "1h" }),
+      "",
+      new Date(t0.getTime() + 2 * 3600_000),
+    );
     data = after.data!;
-    expect(after.set.keys.map((k) => [k.keyId, k.status])).toEqual([["key-1", "revoked"], ["key-1-r2", "active"]]);
+    expect(after.set.keys.map((k) => [k.keyId, k.status])).toEqual([
+      ["key-1", "revoked"],
+      ["key-1-r2", "active"],
+    ]);
     expect(data["retired-1.key"]).toBeUndefined();
     await startSender();
     const only = await fromSender("x");
     expect(only.security!.signatures!.map((s) => s.key_id)).toEqual([`${agentId}#key-1-r2`]);
     // Whoever still holds the old key cannot sign with it any more.
     const fresh = await receiver();
-    const withOld = (to: string) => signMessage(message(agentId, to), { agentId, keyId: "key-1", privateKey: privateKeyFromPem(firstPem) });
+    const withOld = (to: string) =>
+      signMessage(message(agentId, to), { agentId, keyId: "key-1", privateKey: privateKeyFromPem(firstPem) });
     const refused = await fresh.post(withOld(fresh.agentId));
     expect(refused.status).toBe(401);
     expect(body(refused).message).toMatch(/key-1 has been revoked/);
     // A peer whose directory entry now lists the key as revoked refuses it too, and takes the new one.
-    const directory = await receiver([{ agentId, keys: after.set.keys.map((k) => ({ keyId: k.keyId, publicKey: k.publicKey, status: k.status })) }]);
+    const directory = await receiver([
+      { agentId, keys: after.set.keys.map((k) => ({ keyId: k.keyId, publicKey: k.publicKey, status: k.status })) },
+    ]);
     const refused2 = await directory.post(withOld(directory.agentId));
     expect(refused2.status).toBe(401);
     expect(body(refused2).message).toMatch(/has been revoked/);
     const ok = await directory.post(await fromSender(directory.agentId));
     expect(ok.status, ok.text).toBe(202);
   });
-
 });
 
 describe("encryption key rotation", () => {
@@ -132,20 +163,39 @@ describe("encryption key rotation", () => {
     const peer = identity("encrypting-peer");
     const self = identity("rotating-recipient");
     const first = generateEncryptionKey();
-    let data: Data = { "signing.key": Buffer.from(self.privateKeyPem).toString("base64"), "encryption.key": Buffer.from(first.privateKeyPem).toString("base64") };
+    let data: Data = {
+      "signing.key": Buffer.from(self.privateKeyPem).toString("base64"),
+      "encryption.key": Buffer.from(first.privateKeyPem).toString("base64"),
+    };
     const dir = join(tempDir(), "signing");
     let running: Awaited<ReturnType<typeof runAgent>> | undefined;
     /** The recipient's runtime on the Secret as mounted now. */
     const start = async () => {
       await running?.close();
       const keyFile = mount(dir, data);
-      running = await runAgent({ self, natsUrl: nats.url, tls, dir: join(dir, ".."), signingKeyFile: keyFile, encryptionKey: Buffer.from(data["encryption.key"]!, "base64").toString(), spec: { peers: [peerOf(peer)] } });
+      running = await runAgent({
+        self,
+        natsUrl: nats.url,
+        tls,
+        dir: join(dir, ".."),
+        signingKeyFile: keyFile,
+        encryptionKey: Buffer.from(data["encryption.key"]!, "base64").toString(),
+        spec: { peers: [peerOf(peer)] },
+      });
       return running;
     };
     /** A message from the peer, encrypted for one of the recipient's keys and signed over the ciphertext. */
     const encryptedFor = (key: { keyId: string; publicKey: string }) =>
-      signMessage(encryptMessage(message(peer.agentId, self.agentId, {}, "for your eyes only"), [{ agent: self.agentId, keyId: key.keyId, publicKey: key.publicKey }]), peer.signing);
-    const encryptionKeys = async () => JSON.parse((await running!.get("/.well-known/agent/identity")).text).keys.filter((k: { use?: string }) => k.use === "encryption").map((k: { key_id: string; status: string }) => [k.key_id, k.status]);
+      signMessage(
+        encryptMessage(message(peer.agentId, self.agentId, {}, "for your eyes only"), [
+          { agent: self.agentId, keyId: key.keyId, publicKey: key.publicKey },
+        ]),
+        peer.signing,
+      );
+    const encryptionKeys = async () =>
+      JSON.parse((await running!.get("/.well-known/agent/identity")).text)
+        .keys.filter((k: { use?: string }) => k.use === "encryption")
+        .map((k: { key_id: string; status: string }) => [k.key_id, k.status]);
     try {
       await start();
       expect(await encryptionKeys()).toEqual([[first.keyId, "active"]]);
@@ -156,19 +206,33 @@ describe("encryption key rotation", () => {
       data = rotated.data!;
       const next = rotated.set.encryption!.find((k) => k.status === "active")!;
       await start();
-      expect(await encryptionKeys()).toEqual([[first.keyId, "retired"], [next.keyId, "active"]]);
+      expect(await encryptionKeys()).toEqual([
+        [first.keyId, "retired"],
+        [next.keyId, "active"],
+      ]);
       const during = await running!.post(held);
       expect(during.status, during.text).toBe(202);
       expect((await running!.post(encryptedFor(next))).status).toBe(202);
 
       // The transition ends: the old key is revoked, and a message still encrypted for it is refused, saying so.
-      data = planSigningKeys(data, signingSpec({ rotate: "enc-1", transition: "1h" }), "", new Date(Date.now() + 2 * 3600_000)).data!;
+      data = planSigningKeys(
+        data,
+        signingSpec({ rotate: "enc-1", transition: "1h" }),
+        "",
+        new Date(Date.now() + 2 * 3600_000),
+      ).data!;
       expect(data["retired-encryption-1.key"]).toBeUndefined();
       await start();
-      expect(await encryptionKeys()).toEqual([[first.keyId, "revoked"], [next.keyId, "active"]]);
+      expect(await encryptionKeys()).toEqual([
+        [first.keyId, "revoked"],
+        [next.keyId, "active"],
+      ]);
       const late = await running!.post(encryptedFor(first));
       expect(late.status).toBe(400);
-      expect(body(late)).toMatchObject({ code: "decryption_failed", message: expect.stringMatching(new RegExp(`key ${first.keyId}, which is revoked`)) });
+      expect(body(late)).toMatchObject({
+        code: "decryption_failed",
+        message: expect.stringMatching(new RegExp(`key ${first.keyId}, which is revoked`)),
+      });
       expect((await running!.post(encryptedFor(next))).status).toBe(202);
     } finally {
       await running?.close();

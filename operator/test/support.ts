@@ -100,7 +100,12 @@ export function kubectlOrError(cp: ControlPlane, args: string[]): string {
  * waitFor, polling every 200 ms, with its deadline cut to end before the test's own timeout,
  * so that a wait that runs out fails with what it waited for and the failure report runs.
  */
-export function until<T>(what: string, probe: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 30_000, intervalMs = 200): Promise<T> {
+export function until<T>(
+  what: string,
+  probe: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 30_000,
+  intervalMs = 200,
+): Promise<T> {
   const left = testDeadline - Date.now() - MARGIN_MS;
   return waitFor(what, probe, Math.max(1_000, Math.min(timeoutMs, left)), intervalMs);
 }

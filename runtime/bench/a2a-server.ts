@@ -50,6 +50,10 @@ const handler = new DefaultRequestHandler(card, new InMemoryTaskStore(), executo
 const app = express();
 app.use(express.json({ limit: "1mb" }));
 app.use("/a2a/jsonrpc", jsonRpcHandler({ requestHandler: handler, userBuilder: UserBuilder.noAuthentication }));
-createServer({ cert: readFileSync(certFile!), key: readFileSync(keyFile!), minVersion: "TLSv1.2" }, app).listen(Number(port), "127.0.0.1", () => {
-  process.stdout.write("listening\n");
-});
+createServer({ cert: readFileSync(certFile!), key: readFileSync(keyFile!), minVersion: "TLSv1.2" }, app).listen(
+  Number(port),
+  "127.0.0.1",
+  () => {
+    process.stdout.write("listening\n");
+  },
+);

@@ -4,7 +4,10 @@ import { readFileSync } from "node:fs";
 import Fastify from "fastify";
 
 const [certFile, keyFile, port] = process.argv.slice(2);
-const app = Fastify({ https: { cert: readFileSync(certFile!), key: readFileSync(keyFile!), minVersion: "TLSv1.2" }, bodyLimit: 1024 * 1024 });
+const app = Fastify({
+  https: { cert: readFileSync(certFile!), key: readFileSync(keyFile!), minVersion: "TLSv1.2" },
+  bodyLimit: 1024 * 1024,
+});
 app.post("/.well-known/agent/inbox", async (req, reply) => {
   const body = req.body as { headers?: { message_id?: string } };
   return reply.code(202).send({ status: "accepted", message_id: body.headers?.message_id });

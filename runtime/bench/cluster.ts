@@ -23,7 +23,16 @@ import { startNatsCluster, type NatsCluster } from "../../e2e/support/nats.ts";
 import { releaseDir, spawnProcess, tempDir, type ManagedProcess } from "../../e2e/support/process.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
-import { identity, message, peerOf, signed, writeAgentManifest, writeKey, writeRelayManifest, type TestIdentity } from "../test/fixtures.ts";
+import {
+  identity,
+  message,
+  peerOf,
+  signed,
+  writeAgentManifest,
+  writeKey,
+  writeRelayManifest,
+  type TestIdentity,
+} from "../test/fixtures.ts";
 import { HttpClient } from "../src/net/http-client.ts";
 import { RelayClient } from "../src/net/relay-client.ts";
 import { signMessage } from "../src/protocol/signing.ts";
@@ -102,13 +111,20 @@ const bump = (m: Record<string, number>, k: string | number) => (m[k] = (m[k] ??
 
 /** A runtime process (the `ifp-runtime` command), its output kept and printed when a test fails. */
 async function startRuntime(name: string, args: string[], readyUrl: string, ca: string): Promise<ManagedProcess> {
-  const p = spawnProcess(name, process.execPath, [RUNTIME_BIN, ...args], { env: { ...process.env, IFP_LOG_LEVEL: "warn" } });
+  const p = spawnProcess(name, process.execPath, [RUNTIME_BIN, ...args], {
+    env: { ...process.env, IFP_LOG_LEVEL: "warn" },
+  });
   const agent = new HttpsAgent();
   try {
-    await waitFor(`${name} ready`, async () => {
-      if (p.exit) throw new Error(`${name} exited:\n${p.log().slice(-2000)}`);
-      return (await send(agent, ca, readyUrl, "GET", {})) === 200;
-    }, 120_000, 250);
+    await waitFor(
+      `${name} ready`,
+      async () => {
+        if (p.exit) throw new Error(`${name} exited:\n${p.log().slice(-2000)}`);
+        return (await send(agent, ca, readyUrl, "GET", {})) === 200;
+      },
+      120_000,
+      250,
+    );
   } catch (err) {
     await p.stop({ graceMs: 2_000 });
     throw err;
@@ -139,10 +155,11 @@ async function sharedHandler() {
   return {
     base,
     got,
-    close: () => new Promise<void>((r) => {
-      server.closeAllConnections();
-      server.close(() => r());
-    }),
+    close: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
   };
 }
 
@@ -181,7 +198,8 @@ export function withinNotDurable(samples: Sample[], from: number, to: number): b
 
 function notDurableMs(samples: Sample[]): number {
   let total = 0;
-  for (let i = 1; i < samples.length; i++) if (!samples[i - 1]!.durable && !samples[i]!.durable) total += samples[i]!.start - samples[i - 1]!.start;
+  for (let i = 1; i < samples.length; i++)
+    if (!samples[i - 1]!.durable && !samples[i]!.durable) total += samples[i]!.start - samples[i - 1]!.start;
   return total;
 }
 
@@ -219,35 +237,77 @@ async function startStack(replicas: number): Promise<Stack> {
     const agentPorts = await Promise.all([freePort(), freePort()]);
     const relayPorts = await Promise.all([freePort(), freePort()]);
     const limits = { perSenderPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perSenderBytesPerHour: 1 << 30 };
-    const common = ["--host", "127.0.0.1", "--metrics-port", "0", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", cluster.url];
+    const common = [
+      "--host",
+      "127.0.0.1",
+      "--metrics-port",
+      "0",
+      "--tls-cert",
+      tls.files.cert,
+      "--tls-key",
+      tls.files.key,
+      "--nats",
+      cluster.url,
+    ];
     // The same Agent (same name, same streams) twice; only the handler's path differs.
     const agentArgs = agentPorts.map((port, i) => {
       const sub = join(dir, `r${i + 1}`);
       mkdirSync(sub);
-      const manifest = writeAgentManifest(sub, {
-        agentId: self.agentId,
-        peers: [peerOf(sender)],
-        handler: { url: `${handler.base}/r${i + 1}` },
-        inbox: { rateLimit: limits },
-        durability: { replicas: replicas as 1 | 3 },
-      }, "agent");
-      return ["agent", "--manifest", manifest, "--port", String(port), "--signing-key", writeKey(sub, self), "--local-api-port", "0", ...common];
+      const manifest = writeAgentManifest(
+        sub,
+        {
+          agentId: self.agentId,
+          peers: [peerOf(sender)],
+          handler: { url: `${handler.base}/r${i + 1}` },
+          inbox: { rateLimit: limits },
+          durability: { replicas: replicas as 1 | 3 },
+        },
+        "agent",
+      );
+      return [
+        "agent",
+        "--manifest",
+        manifest,
+        "--port",
+        String(port),
+        "--signing-key",
+        writeKey(sub, self),
+        "--local-api-port",
+        "0",
+        ...common,
+      ];
     });
     const relayUrls = relayPorts.map((p) => `https://localhost:${p}`);
-    const relayManifest = writeRelayManifest(dir, {
-      url: relayUrls[0]!,
-      agents: [peerOf(sender), peerOf(self)],
-      limits: { perAgentPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perAgentBytesPerHour: 1 << 30 },
-      retention: { replicas: replicas as 1 | 3 },
-    }, "relay");
+    const relayManifest = writeRelayManifest(
+      dir,
+      {
+        url: relayUrls[0]!,
+        agents: [peerOf(sender), peerOf(self)],
+        limits: { perAgentPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perAgentBytesPerHour: 1 << 30 },
+        retention: { replicas: replicas as 1 | 3 },
+      },
+      "relay",
+    );
     const agentBase = agentPorts.map((p) => `https://localhost:${p}`);
     // The first of each creates the streams; the second joins them.
     runtimes.push(await startRuntime("agent r1", agentArgs[0]!, `${agentBase[0]}/readyz`, tls.ca));
-    runtimes.push(await startRuntime("relay r1", ["relay", "--manifest", relayManifest, "--port", String(relayPorts[0]), ...common], `${relayUrls[0]}/readyz`, tls.ca));
+    runtimes.push(
+      await startRuntime(
+        "relay r1",
+        ["relay", "--manifest", relayManifest, "--port", String(relayPorts[0]), ...common],
+        `${relayUrls[0]}/readyz`,
+        tls.ca,
+      ),
+    );
     runtimes.push(
       ...(await Promise.all([
         startRuntime("agent r2", agentArgs[1]!, `${agentBase[1]}/readyz`, tls.ca),
-        startRuntime("relay r2", ["relay", "--manifest", relayManifest, "--port", String(relayPorts[1]), ...common], `${relayUrls[1]}/readyz`, tls.ca),
+        startRuntime(
+          "relay r2",
+          ["relay", "--manifest", relayManifest, "--port", String(relayPorts[1]), ...common],
+          `${relayUrls[1]}/readyz`,
+          tls.ca,
+        ),
       ])),
     );
     return {
@@ -281,8 +341,17 @@ async function streamNamed(jsm: JetStreamManager, prefix: string): Promise<Strea
 async function leadOn(nc: NatsConnection, jsm: JetStreamManager, stream: string, node: string): Promise<boolean> {
   for (let i = 0; i < 5; i++) {
     if ((await jsm.streams.info(stream)).cluster?.leader === node) return true;
-    await nc.request(`$JS.API.STREAM.LEADER.STEPDOWN.${stream}`, JSON.stringify({ placement: { preferred: node } }), { timeout: 5_000 }).catch(() => undefined);
-    await waitFor(`a leader of ${stream}`, async () => (await jsm.streams.info(stream)).cluster?.leader, 20_000, 200).catch(() => undefined);
+    await nc
+      .request(`$JS.API.STREAM.LEADER.STEPDOWN.${stream}`, JSON.stringify({ placement: { preferred: node } }), {
+        timeout: 5_000,
+      })
+      .catch(() => undefined);
+    await waitFor(
+      `a leader of ${stream}`,
+      async () => (await jsm.streams.info(stream)).cluster?.leader,
+      20_000,
+      200,
+    ).catch(() => undefined);
   }
   return (await jsm.streams.info(stream)).cluster?.leader === node;
 }
@@ -291,7 +360,9 @@ async function leadOn(nc: NatsConnection, jsm: JetStreamManager, stream: string,
  * `maxDownS`: the longest the killed node stays down waiting for every runtime replica to answer
  * 202 without it (default 45 s).
  */
-export async function runCluster(opts: { seconds?: number; concurrency?: number; replicas?: number; maxDownS?: number } = {}): Promise<ClusterResult> {
+export async function runCluster(
+  opts: { seconds?: number; concurrency?: number; replicas?: number; maxDownS?: number } = {},
+): Promise<ClusterResult> {
   const seconds = opts.seconds ?? 30;
   const maxDownMs = (opts.maxDownS ?? 45) * 1000;
   const concurrency = opts.concurrency ?? 4;
@@ -317,7 +388,13 @@ export async function runCluster(opts: { seconds?: number; concurrency?: number;
     const allStreams: StreamInfo[] = [];
     for await (const s of observer.jsm.streams.list()) allStreams.push(s);
     const led = allStreams.filter((s) => s.cluster?.leader === cluster.names[target]).map((s) => s.config.name);
-    const held = allStreams.filter((s) => s.cluster?.leader === cluster.names[target] || s.cluster?.replicas?.some((r) => r.name === cluster.names[target])).map((s) => s.config.name);
+    const held = allStreams
+      .filter(
+        (s) =>
+          s.cluster?.leader === cluster.names[target] ||
+          s.cluster?.replicas?.some((r) => r.name === cluster.names[target]),
+      )
+      .map((s) => s.config.name);
 
     // Durability of the two streams, sampled all along.
     const samples: Record<string, Sample[]> = { [inboxStream]: [], [relayStream]: [] };
@@ -343,9 +420,15 @@ export async function runCluster(opts: { seconds?: number; concurrency?: number;
     const end = Date.now() + seconds * 1000;
     const answers: { inbox: Answer[]; publish: Answer[] } = { inbox: [], publish: [] };
     const recoveredAll = () =>
-      killedAt > 0 && [answers.inbox, answers.publish].every((list) => [0, 1].every((r) => list.some((a) => a.replica === r && a.status === 202 && a.sentAt > killedAt)));
+      killedAt > 0 &&
+      [answers.inbox, answers.publish].every((list) =>
+        [0, 1].every((r) => list.some((a) => a.replica === r && a.status === 202 && a.sentAt > killedAt)),
+      );
     const servedAfterRestart = () =>
-      upAt > 0 && [answers.inbox, answers.publish].every((list) => [0, 1].every((r) => list.some((a) => a.replica === r && a.status === 202 && a.sentAt > upAt)));
+      upAt > 0 &&
+      [answers.inbox, answers.publish].every((list) =>
+        [0, 1].every((r) => list.some((a) => a.replica === r && a.status === 202 && a.sentAt > upAt)),
+      );
     // Past the planned end, the load goes on until every replica served after the restart (at most 60 s more).
     const going = () => Date.now() < end || (!servedAfterRestart() && Date.now() < Math.max(end, upAt) + 60_000);
 
@@ -353,10 +436,12 @@ export async function runCluster(opts: { seconds?: number; concurrency?: number;
     const publishers = stack.relayUrls.map((u) => new RelayClient(u, stack.sender.signing, http));
     const recipients = stack.relayUrls.map((u) => new RelayClient(u, stack.self.signing, http));
     const refusals: Record<"inbox" | "publish", Map<string, string>> = { inbox: new Map(), publish: new Map() };
-    const phase = () => (!killedAt ? "before the kill" : !restartedAt ? "while down" : !upAt ? "during the restart" : "after the restart");
+    const phase = () =>
+      !killedAt ? "before the kill" : !restartedAt ? "while down" : !upAt ? "during the restart" : "after the restart";
     const refused = (flow: "inbox" | "publish", status: number, body: string) => {
       const key = `${phase()} ${status} ${body.replace(/msg:[\w-]+/g, "msg:…").slice(0, 120)}`;
-      if (refusals[flow].size < 8 && !refusals[flow].has(key)) refusals[flow].set(key, `${key}${body.length > 120 ? "…" : ""}`);
+      if (refusals[flow].size < 8 && !refusals[flow].has(key))
+        refusals[flow].set(key, `${key}${body.length > 120 ? "…" : ""}`);
     };
     const pulled = new Map<string, number>();
     const pulledBy = [0, 0];
@@ -373,10 +458,21 @@ export async function runCluster(opts: { seconds?: number; concurrency?: number;
           const m = signed(stack.sender, stack.self.agentId, { conversation_id: conversation, sequence: seq });
           id = m.headers.message_id;
           let body = "";
-          status = await send(inboxAgents[r]!, stack.ca, stack.inboxes[r]!, "POST", { "content-type": "application/json" }, JSON.stringify(m), (b) => (body = b));
+          status = await send(
+            inboxAgents[r]!,
+            stack.ca,
+            stack.inboxes[r]!,
+            "POST",
+            { "content-type": "application/json" },
+            JSON.stringify(m),
+            (b) => (body = b),
+          );
           if (status !== 202) refused(flow, status, body);
         } else {
-          const m = signMessage(message(stack.sender.agentId, stack.self.agentId, { conversation_id: conversation, sequence: seq }), stack.sender.signing);
+          const m = signMessage(
+            message(stack.sender.agentId, stack.self.agentId, { conversation_id: conversation, sequence: seq }),
+            stack.sender.signing,
+          );
           id = m.headers.message_id;
           const res = await publishers[r]!.publish(m).catch((err: Error) => ({ status: 0, text: err.message }));
           status = res.status;
@@ -397,7 +493,10 @@ export async function runCluster(opts: { seconds?: number; concurrency?: number;
             if (!pulled.has(m.headers.message_id)) pulledBy[r]!++;
             pulled.set(m.headers.message_id, r);
           }
-          if (page.messages.length) await recipients[r]!.ackMany(page.messages.map((m) => m.headers.message_id)).catch(() => bump(pullStatuses, "ack failed"));
+          if (page.messages.length)
+            await recipients[r]!.ackMany(page.messages.map((m) => m.headers.message_id)).catch(() =>
+              bump(pullStatuses, "ack failed"),
+            );
           else await sleep(100);
         } catch (err) {
           bump(pullStatuses, (err as { status?: number }).status ?? 0);
@@ -414,7 +513,12 @@ export async function runCluster(opts: { seconds?: number; concurrency?: number;
       killedAt = Date.now();
       await cluster.kill(target);
       const minDown = killedAt + (seconds * 1000) / 3;
-      await waitFor("every runtime replica to answer 202 without the killed node", () => Date.now() >= minDown && recoveredAll(), maxDownMs, 100).catch(() => undefined);
+      await waitFor(
+        "every runtime replica to answer 202 without the killed node",
+        () => Date.now() >= minDown && recoveredAll(),
+        maxDownMs,
+        100,
+      ).catch(() => undefined);
       restartedAt = Date.now();
       downMs = restartedAt - killedAt;
       await cluster.restart(target, 120_000);
@@ -441,16 +545,33 @@ export async function runCluster(opts: { seconds?: number; concurrency?: number;
     const drainUntil = Date.now() + 60_000;
     const drained = () => [...publishAccepted].every((id) => pulled.has(id));
     await Promise.all([
-      waitFor("every accepted message handed on", () => [...inboxAccepted].every((id) => handed().has(id)), 60_000, 250).catch(() => undefined),
+      waitFor(
+        "every accepted message handed on",
+        () => [...inboxAccepted].every((id) => handed().has(id)),
+        60_000,
+        250,
+      ).catch(() => undefined),
       ...[0, 1].map((r) => puller(r, () => !drained() && Date.now() < drainUntil)()),
     ]);
     sampling = false;
     await sampler;
-    const clusterHealthyAtEnd = await cluster.ready(30_000).then(() => true, () => false);
+    const clusterHealthyAtEnd = await cluster.ready(30_000).then(
+      () => true,
+      () => false,
+    );
 
     const got = handed();
-    const deliveredBy = (r: number) => new Set(stack.handler.got.filter((g) => g.path === `/r${r + 1}`).map((g) => g.id)).size;
-    const flow = (name: string, list: Answer[], refusalSamples: Map<string, string>, accepted: Set<string>, arrived: (id: string) => boolean, stream: string, delivered: (r: number) => number): FlowResult => {
+    const deliveredBy = (r: number) =>
+      new Set(stack.handler.got.filter((g) => g.path === `/r${r + 1}`).map((g) => g.id)).size;
+    const flow = (
+      name: string,
+      list: Answer[],
+      refusalSamples: Map<string, string>,
+      accepted: Set<string>,
+      arrived: (id: string) => boolean,
+      stream: string,
+      delivered: (r: number) => number,
+    ): FlowResult => {
       const whileDown: Record<string, number> = {};
       const statuses: Record<string, number> = {};
       for (const a of list) {
@@ -458,7 +579,9 @@ export async function runCluster(opts: { seconds?: number; concurrency?: number;
         if (a.sentAt >= killedAt && a.sentAt < restartedAt) bump(whileDown, a.status);
       }
       const firstAfterKill = (r?: number) => {
-        const a = list.filter((x) => x.status === 202 && x.sentAt > killedAt && (r === undefined || x.replica === r)).sort((x, y) => x.answeredAt - y.answeredAt)[0];
+        const a = list
+          .filter((x) => x.status === 202 && x.sentAt > killedAt && (r === undefined || x.replica === r))
+          .sort((x, y) => x.answeredAt - y.answeredAt)[0];
         return a ? secs(a.answeredAt - killedAt) : -1;
       };
       return {
@@ -468,7 +591,9 @@ export async function runCluster(opts: { seconds?: number; concurrency?: number;
         lost: [...accepted].filter((id) => !arrived(id)).length,
         whileDown,
         acceptedWhileDown: whileDown["202"] ?? 0,
-        acceptedNotDurable: list.filter((a) => a.status === 202 && withinNotDurable(samples[stream]!, a.sentAt, a.answeredAt)).length,
+        acceptedNotDurable: list.filter(
+          (a) => a.status === 202 && withinNotDurable(samples[stream]!, a.sentAt, a.answeredAt),
+        ).length,
         notDurableS: secs(notDurableMs(samples[stream]!)),
         recoveryS: firstAfterKill(),
         statuses,
@@ -479,8 +604,11 @@ export async function runCluster(opts: { seconds?: number; concurrency?: number;
           accepted: list.filter((a) => a.replica === r && a.status === 202).length,
           delivered: delivered(r),
           recoveryS: firstAfterKill(r),
-          acceptedWhileDown: list.filter((a) => a.replica === r && a.status === 202 && a.sentAt >= killedAt && a.sentAt < restartedAt).length,
-          acceptedAfterRestart: list.filter((a) => a.replica === r && a.status === 202 && upAt > 0 && a.sentAt > upAt).length,
+          acceptedWhileDown: list.filter(
+            (a) => a.replica === r && a.status === 202 && a.sentAt >= killedAt && a.sentAt < restartedAt,
+          ).length,
+          acceptedAfterRestart: list.filter((a) => a.replica === r && a.status === 202 && upAt > 0 && a.sentAt > upAt)
+            .length,
         })),
       };
     };
@@ -492,8 +620,24 @@ export async function runCluster(opts: { seconds?: number; concurrency?: number;
       concurrency,
       killed: { node: cluster.names[target]!, led, held, downS: secs(downMs), rejoinS: secs(rejoinMs) },
       flows: [
-        flow("agent inbox", answers.inbox, refusals.inbox, inboxAccepted, (id) => got.has(id), inboxStream, deliveredBy),
-        flow("relay publish/pull/ack", answers.publish, refusals.publish, publishAccepted, (id) => pulled.has(id), relayStream, (r) => pulledBy[r]!),
+        flow(
+          "agent inbox",
+          answers.inbox,
+          refusals.inbox,
+          inboxAccepted,
+          (id) => got.has(id),
+          inboxStream,
+          deliveredBy,
+        ),
+        flow(
+          "relay publish/pull/ack",
+          answers.publish,
+          refusals.publish,
+          publishAccepted,
+          (id) => pulled.has(id),
+          relayStream,
+          (r) => pulledBy[r]!,
+        ),
       ],
       clusterHealthyAtEnd,
       durationS: secs(Date.now() - started),
@@ -535,7 +679,8 @@ export function failures(r: ClusterResult): string[] {
     if (f.lost !== 0) out.push(`${f.flow}: ${f.lost} lost`);
     if (f.acceptedNotDurable !== 0) out.push(`${f.flow}: ${f.acceptedNotDurable} answered 202 without a quorum`);
     for (const x of f.replicas) {
-      if (x.accepted === 0 || x.delivered === 0) out.push(`${x.replica}: took no traffic (202 ${x.accepted}, handed on / pulled ${x.delivered})`);
+      if (x.accepted === 0 || x.delivered === 0)
+        out.push(`${x.replica}: took no traffic (202 ${x.accepted}, handed on / pulled ${x.delivered})`);
       if (x.recoveryS < 0) out.push(`${x.replica}: no 202 after the kill`);
       if (x.acceptedAfterRestart === 0) out.push(`${x.replica}: no 202 after the node's restart`);
     }
@@ -546,7 +691,12 @@ export function failures(r: ClusterResult): string[] {
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const num = (name: string) => (process.env[name] ? Number(process.env[name]) : undefined);
-  const result = await runCluster({ seconds: num("IFP_CLUSTER_LOAD_SECONDS"), concurrency: num("IFP_CLUSTER_CONCURRENCY"), replicas: num("IFP_CLUSTER_REPLICAS"), maxDownS: num("IFP_CLUSTER_MAX_DOWN_SECONDS") });
+  const result = await runCluster({
+    seconds: num("IFP_CLUSTER_LOAD_SECONDS"),
+    concurrency: num("IFP_CLUSTER_CONCURRENCY"),
+    replicas: num("IFP_CLUSTER_REPLICAS"),
+    maxDownS: num("IFP_CLUSTER_MAX_DOWN_SECONDS"),
+  });
   process.stdout.write(`${table(result)}\n`);
   writeFileSync("cluster-results.json", `${JSON.stringify(result, null, 2)}\n`);
   process.stdout.write("wrote cluster-results.json\n");

@@ -18,7 +18,16 @@ import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { startHandler } from "../test/agent-harness.ts";
-import { identity, message, peerOf, signed, tempDir, writeAgentManifest, writeKey, writeRelayManifest } from "../test/fixtures.ts";
+import {
+  identity,
+  message,
+  peerOf,
+  signed,
+  tempDir,
+  writeAgentManifest,
+  writeKey,
+  writeRelayManifest,
+} from "../test/fixtures.ts";
 import { HttpClient } from "../src/net/http-client.ts";
 import { RelayClient } from "../src/net/relay-client.ts";
 import { signMessage } from "../src/protocol/signing.ts";
@@ -87,7 +96,10 @@ export interface FaultsResult {
  */
 export const SOAK_BOUND = { p99Factor: 3, p99SlackMs: 1000, rssGrowthMiB: 48 } as const;
 
-export function soakBound(p99Ms: { start: number; end: number }, rss: { start: number; end: number }): { p99Ms: number; rssMiB: number; within: boolean } {
+export function soakBound(
+  p99Ms: { start: number; end: number },
+  rss: { start: number; end: number },
+): { p99Ms: number; rssMiB: number; within: boolean } {
   const maxP99 = Math.round((p99Ms.start * SOAK_BOUND.p99Factor + SOAK_BOUND.p99SlackMs) * 10) / 10;
   const maxRss = rss.start + SOAK_BOUND.rssGrowthMiB;
   return { p99Ms: maxP99, rssMiB: maxRss, within: p99Ms.end <= maxP99 && rss.end <= maxRss };
@@ -109,11 +121,14 @@ function alive(pid: number): boolean {
 
 /** kill -9, and wait until the process is gone. */
 async function killed(child: ChildProcess): Promise<void> {
-  const exited = new Promise<void>((r) => (child.exitCode !== null || child.signalCode !== null ? r() : child.once("exit", () => r())));
+  const exited = new Promise<void>((r) =>
+    child.exitCode !== null || child.signalCode !== null ? r() : child.once("exit", () => r()),
+  );
   child.kill("SIGKILL");
   await exited;
 }
-const p99 = (xs: number[]) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * 0.99))]! : 0);
+const p99 = (xs: number[]) =>
+  xs.length ? [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * 0.99))]! : 0;
 
 interface Stack {
   nats: NatsServer;
@@ -128,7 +143,9 @@ interface Stack {
   stop(): Promise<void>;
 }
 
-async function startStack(): Promise<Stack & { sender: ReturnType<typeof identity>; self: ReturnType<typeof identity> }> {
+async function startStack(): Promise<
+  Stack & { sender: ReturnType<typeof identity>; self: ReturnType<typeof identity> }
+> {
   const nats = await startNats();
   const tls = await localhostTls();
   const dir = tempDir("ifp-faults-");
@@ -138,11 +155,45 @@ async function startStack(): Promise<Stack & { sender: ReturnType<typeof identit
   const handled = new Set<string>();
   const [agentPort, relayPort] = await Promise.all([freePort(), freePort()]);
   const limits = { perSenderPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perSenderBytesPerHour: 1 << 30 };
-  const agentManifest = writeAgentManifest(dir, { agentId: self.agentId, peers: [peerOf(sender)], handler: { url: handler.url }, inbox: { rateLimit: limits } }, "agent");
+  const agentManifest = writeAgentManifest(
+    dir,
+    { agentId: self.agentId, peers: [peerOf(sender)], handler: { url: handler.url }, inbox: { rateLimit: limits } },
+    "agent",
+  );
   const relayUrl = `https://localhost:${relayPort}`;
-  const relayManifest = writeRelayManifest(dir, { url: relayUrl, agents: [peerOf(sender), peerOf(self)], limits: { perAgentPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perAgentBytesPerHour: 1 << 30 } }, "relay");
-  const common = ["--host", "127.0.0.1", "--metrics-port", "0", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url];
-  const agentArgs = ["agent", "--manifest", agentManifest, "--port", String(agentPort), "--signing-key", writeKey(dir, self), "--local-api-port", "0", ...common];
+  const relayManifest = writeRelayManifest(
+    dir,
+    {
+      url: relayUrl,
+      agents: [peerOf(sender), peerOf(self)],
+      limits: { perAgentPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perAgentBytesPerHour: 1 << 30 },
+    },
+    "relay",
+  );
+  const common = [
+    "--host",
+    "127.0.0.1",
+    "--metrics-port",
+    "0",
+    "--tls-cert",
+    tls.files.cert,
+    "--tls-key",
+    tls.files.key,
+    "--nats",
+    nats.url,
+  ];
+  const agentArgs = [
+    "agent",
+    "--manifest",
+    agentManifest,
+    "--port",
+    String(agentPort),
+    "--signing-key",
+    writeKey(dir, self),
+    "--local-api-port",
+    "0",
+    ...common,
+  ];
   const relayArgs = ["relay", "--manifest", relayManifest, "--port", String(relayPort), ...common];
   const agentBase = `https://localhost:${agentPort}`;
   let agentProc = await startRuntime(agentArgs, `${agentBase}/readyz`, tls.ca);
@@ -247,7 +298,17 @@ async function underLoad(
   agent.destroy();
   const s = (ms: number) => Math.round(ms / 100) / 10;
   return {
-    result: { fault: name, sent, accepted: accepted.size, inFlightAtKill, inFlightLongestS: s(inFlightLongest), duringOutage, outageLongestS: s(outageLongest), acceptedDuringOutage, recoveryS: recoveredAt ? s(recoveredAt - killedAt) : -1 },
+    result: {
+      fault: name,
+      sent,
+      accepted: accepted.size,
+      inFlightAtKill,
+      inFlightLongestS: s(inFlightLongest),
+      duringOutage,
+      outageLongestS: s(outageLongest),
+      acceptedDuringOutage,
+      recoveryS: recoveredAt ? s(recoveredAt - killedAt) : -1,
+    },
     accepted,
   };
 }
@@ -263,7 +324,10 @@ async function missing(accepted: Set<string>, arrived: () => Set<string>, timeou
   }
 }
 
-async function slowClients(stack: Stack & { sender: ReturnType<typeof identity>; self: ReturnType<typeof identity> }, count: number): Promise<FaultsResult["slowClients"]> {
+async function slowClients(
+  stack: Stack & { sender: ReturnType<typeof identity>; self: ReturnType<typeof identity> },
+  count: number,
+): Promise<FaultsResult["slowClients"]> {
   const url = new URL(stack.inbox);
   const kinds = ["slow headers", "slow body", "unfinished body"] as const;
   const results: SlowClientResult[] = [];
@@ -272,19 +336,28 @@ async function slowClients(stack: Stack & { sender: ReturnType<typeof identity>;
   for (const kind of kinds) {
     for (let i = 0; i < count; i++) {
       const socket = tlsConnect({ host: "127.0.0.1", port: Number(url.port), servername: "localhost", ca: stack.ca });
-      const entry = { kind, socket, opened: Date.now() } as { kind: string; socket: TLSSocket; opened: number; closed?: number };
+      const entry = { kind, socket, opened: Date.now() } as {
+        kind: string;
+        socket: TLSSocket;
+        opened: number;
+        closed?: number;
+      };
       socket.on("close", () => (entry.closed ??= Date.now()));
       socket.on("error", () => {});
       // Read whatever the server answers (a 408, say) before it closes: a paused socket that
       // was written to never sees the close that follows.
       socket.resume();
-      socket.once("secureConnect", () => socket.write(kind === "slow headers" ? head : `${head}Content-Length: 100000\r\n\r\n{"ifp":4,`));
+      socket.once("secureConnect", () =>
+        socket.write(kind === "slow headers" ? head : `${head}Content-Length: 100000\r\n\r\n{"ifp":4,`),
+      );
       sockets.push(entry);
     }
   }
   // A byte every 2 s from the slow ones; nothing more from the unfinished ones.
   const drip = setInterval(() => {
-    for (const s of sockets) if (!s.closed && s.kind !== "unfinished body" && s.socket.writable) s.socket.write(s.kind === "slow headers" ? "X" : " ");
+    for (const s of sockets)
+      if (!s.closed && s.kind !== "unfinished body" && s.socket.writable)
+        s.socket.write(s.kind === "slow headers" ? "X" : " ");
   }, 2000);
   // Meanwhile the others: signed messages, one at a time per worker, for as long as any slow one is open (at most 90 s).
   const agent = new HttpsAgent({ keepAlive: true, maxSockets: 4 });
@@ -295,7 +368,14 @@ async function slowClients(stack: Stack & { sender: ReturnType<typeof identity>;
     Array.from({ length: 4 }, async () => {
       while (Date.now() < until && sockets.some((s) => !s.closed)) {
         const t = performance.now();
-        const status = await send(agent, stack.ca, stack.inbox, "POST", { "content-type": "application/json" }, JSON.stringify(signed(stack.sender, stack.self.agentId)));
+        const status = await send(
+          agent,
+          stack.ca,
+          stack.inbox,
+          "POST",
+          { "content-type": "application/json" },
+          JSON.stringify(signed(stack.sender, stack.self.agentId)),
+        );
         latencies.push(performance.now() - t);
         if (status === 202) ok++;
         await sleep(20);
@@ -307,28 +387,46 @@ async function slowClients(stack: Stack & { sender: ReturnType<typeof identity>;
   for (const kind of kinds) {
     const mine = sockets.filter((s) => s.kind === kind);
     const closed = mine.filter((s) => s.closed);
-    results.push({ kind, connections: mine.length, closed: closed.length, longestS: Math.round(Math.max(0, ...closed.map((s) => s.closed! - s.opened)) / 100) / 10 });
+    results.push({
+      kind,
+      connections: mine.length,
+      closed: closed.length,
+      longestS: Math.round(Math.max(0, ...closed.map((s) => s.closed! - s.opened)) / 100) / 10,
+    });
   }
   for (const s of sockets) s.socket.destroy();
   return { results, others: { sent: latencies.length, ok, p99Ms: Math.round(p99(latencies) * 10) / 10 } };
 }
 
-async function soak(stack: Stack & { sender: ReturnType<typeof identity>; self: ReturnType<typeof identity> }, seconds: number): Promise<FaultsResult["soak"]> {
+async function soak(
+  stack: Stack & { sender: ReturnType<typeof identity>; self: ReturnType<typeof identity> },
+  seconds: number,
+): Promise<FaultsResult["soak"]> {
   const agent = new HttpsAgent({ keepAlive: true, maxSockets: 16 });
   const samples: string[] = [];
   const post = async () => {
     const t = performance.now();
-    const status = await send(agent, stack.ca, stack.inbox, "POST", { "content-type": "application/json" }, JSON.stringify(signed(stack.sender, stack.self.agentId)), (body) => {
-      if (samples.length < 5) samples.push(`${new Date().toISOString()} ${body.slice(0, 200)}`);
-    });
+    const status = await send(
+      agent,
+      stack.ca,
+      stack.inbox,
+      "POST",
+      { "content-type": "application/json" },
+      JSON.stringify(signed(stack.sender, stack.self.agentId)),
+      (body) => {
+        if (samples.length < 5) samples.push(`${new Date().toISOString()} ${body.slice(0, 200)}`);
+      },
+    );
     return { status, ms: performance.now() - t };
   };
   // Capacity: 16 workers as fast as they go for 5 s.
   let probed = 0;
   const probeEnd = Date.now() + 5000;
-  await Promise.all(Array.from({ length: 16 }, async () => {
-    while (Date.now() < probeEnd) if ((await post()).status === 202) probed++;
-  }));
+  await Promise.all(
+    Array.from({ length: 16 }, async () => {
+      while (Date.now() < probeEnd) if ((await post()).status === 202) probed++;
+    }),
+  );
   const capacityPerS = probed / 5;
   const targetPerS = Math.max(1, Math.round(capacityPerS * 0.7));
   await sleep(1000);
@@ -365,10 +463,24 @@ async function soak(stack: Stack & { sender: ReturnType<typeof identity>; self: 
   const p99Ms = { start: Math.round(p99(first) * 10) / 10, end: Math.round(p99(last) * 10) / 10 };
   clearInterval(sampling);
   const rss = { before: rssBefore, start: rssTenths[0] ?? rssBefore, end: rssMiB(stack.agent().pid!) };
-  return { seconds, capacityPerS: Math.round(capacityPerS), targetPerS, sent, errors, statuses, errorSamples: samples, p99Ms, rssMiB: rss, rssTenthsMiB: rssTenths.slice(0, 10), bound: soakBound(p99Ms, rss) };
+  return {
+    seconds,
+    capacityPerS: Math.round(capacityPerS),
+    targetPerS,
+    sent,
+    errors,
+    statuses,
+    errorSamples: samples,
+    p99Ms,
+    rssMiB: rss,
+    rssTenthsMiB: rssTenths.slice(0, 10),
+    bound: soakBound(p99Ms, rss),
+  };
 }
 
-export async function runFaults(opts: { loadSeconds?: number; concurrency?: number; slowClients?: number; soakSeconds?: number } = {}): Promise<FaultsResult> {
+export async function runFaults(
+  opts: { loadSeconds?: number; concurrency?: number; slowClients?: number; soakSeconds?: number } = {},
+): Promise<FaultsResult> {
   const seconds = opts.loadSeconds ?? 20;
   const concurrency = opts.concurrency ?? 8;
   const started = Date.now();
@@ -376,7 +488,17 @@ export async function runFaults(opts: { loadSeconds?: number; concurrency?: numb
   try {
     const inboxPost = async (agent: HttpsAgent) => {
       const m = signed(stack.sender, stack.self.agentId);
-      return { id: m.headers.message_id, status: await send(agent, stack.ca, stack.inbox, "POST", { "content-type": "application/json" }, JSON.stringify(m)) };
+      return {
+        id: m.headers.message_id,
+        status: await send(
+          agent,
+          stack.ca,
+          stack.inbox,
+          "POST",
+          { "content-type": "application/json" },
+          JSON.stringify(m),
+        ),
+      };
     };
     const faults: FaultResult[] = [];
 
@@ -409,7 +531,10 @@ export async function runFaults(opts: { loadSeconds?: number; concurrency?: numb
     // 2b. nats-server killed again, now that the agent has started a second time against its
     // streams (a routine pod restart, then a NATS restart): every stream must load again.
     const secondStartRun = await underLoad("kill -9 nats (2nd start)", seconds, concurrency, inboxPost, killNats);
-    faults.push({ ...secondStartRun.result, lost: await missing(secondStartRun.accepted, () => stack.handled, 90_000) });
+    faults.push({
+      ...secondStartRun.result,
+      lost: await missing(secondStartRun.accepted, () => stack.handled, 90_000),
+    });
 
     // 3. The relay runtime killed under publishes; then the mailbox pulled and acknowledged.
     const http = new HttpClient({ extraCa: stack.ca });
@@ -464,7 +589,10 @@ export function table(r: FaultsResult): string {
     "",
     "slow client       | connections | cut off | longest s",
     "------------------|-------------|---------|----------",
-    ...r.slowClients.results.map((s) => `${s.kind.padEnd(17)} | ${String(s.connections).padStart(11)} | ${String(s.closed).padStart(7)} | ${s.longestS}`),
+    ...r.slowClients.results.map(
+      (s) =>
+        `${s.kind.padEnd(17)} | ${String(s.connections).padStart(11)} | ${String(s.closed).padStart(7)} | ${s.longestS}`,
+    ),
     `meanwhile others: ${r.slowClients.others.ok}/${r.slowClients.others.sent} accepted, p99 ${r.slowClients.others.p99Ms} ms`,
     "",
     `soak ${r.soak.seconds} s at ${r.soak.targetPerS}/s (70% of ${r.soak.capacityPerS}/s measured): ${r.soak.sent} sent, ${r.soak.errors} not 202 ${JSON.stringify(r.soak.statuses)}, ` +
@@ -479,7 +607,11 @@ export function table(r: FaultsResult): string {
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const num = (name: string) => (process.env[name] ? Number(process.env[name]) : undefined);
-  const result = await runFaults({ loadSeconds: num("IFP_FAULTS_LOAD_SECONDS"), soakSeconds: num("IFP_SOAK_SECONDS"), slowClients: num("IFP_SLOW_CLIENTS") });
+  const result = await runFaults({
+    loadSeconds: num("IFP_FAULTS_LOAD_SECONDS"),
+    soakSeconds: num("IFP_SOAK_SECONDS"),
+    slowClients: num("IFP_SLOW_CLIENTS"),
+  });
   process.stdout.write(`${table(result)}\n`);
   writeFileSync("faults-results.json", `${JSON.stringify(result, null, 2)}\n`);
   process.stdout.write("wrote faults-results.json\n");
@@ -488,6 +620,15 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   // down, at once, and what was under way at its kill is answered without waiting for it to return.
   const nats = result.faults[0]!;
   const refusedAtOnce =
-    result.faults.every((f) => Object.keys(f.duringOutage).every((s) => s === "503" || s === "0")) && nats.outageLongestS <= OUTAGE_ANSWER_S && nats.inFlightLongestS <= OUTAGE_ANSWER_S;
-  process.exitCode = result.faults.some((f) => f.lost !== 0 || f.acceptedDuringOutage !== 0) || !refusedAtOnce || !slowOk || result.soak.errors > 0 || !result.soak.bound.within ? 1 : 0;
+    result.faults.every((f) => Object.keys(f.duringOutage).every((s) => s === "503" || s === "0")) &&
+    nats.outageLongestS <= OUTAGE_ANSWER_S &&
+    nats.inFlightLongestS <= OUTAGE_ANSWER_S;
+  process.exitCode =
+    result.faults.some((f) => f.lost !== 0 || f.acceptedDuringOutage !== 0) ||
+    !refusedAtOnce ||
+    !slowOk ||
+    result.soak.errors > 0 ||
+    !result.soak.bound.within
+      ? 1
+      : 0;
 }

@@ -16,7 +16,16 @@ import { fileURLToPath } from "node:url";
 import { startNats } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
-import { identity, message, peerOf, signed, tempDir, writeAgentManifest, writeKey, writeRelayManifest } from "../test/fixtures.ts";
+import {
+  identity,
+  message,
+  peerOf,
+  signed,
+  tempDir,
+  writeAgentManifest,
+  writeKey,
+  writeRelayManifest,
+} from "../test/fixtures.ts";
 import { signRequest } from "../src/protocol/http-signatures.ts";
 
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
@@ -57,7 +66,15 @@ export function rssMiB(pid: number): number {
   }
 }
 
-export function send(agent: HttpsAgent, ca: string, url: string, method: string, headers: Record<string, string>, body?: Buffer | string, onErrorBody?: (body: string) => void): Promise<number> {
+export function send(
+  agent: HttpsAgent,
+  ca: string,
+  url: string,
+  method: string,
+  headers: Record<string, string>,
+  body?: Buffer | string,
+  onErrorBody?: (body: string) => void,
+): Promise<number> {
   return new Promise((resolve) => {
     const req = httpsRequestRaw(url, { method, headers, agent, ca, timeout: 30_000 }, (res) => {
       let text = "";
@@ -88,14 +105,23 @@ export interface Answer {
 const MAX_KEPT = 64 * 1024;
 
 /** One HTTPS request, with the answer's body. */
-export function answer(agent: HttpsAgent, ca: string, url: string, method: string, headers: Record<string, string>, body?: Buffer | string): Promise<Answer> {
+export function answer(
+  agent: HttpsAgent,
+  ca: string,
+  url: string,
+  method: string,
+  headers: Record<string, string>,
+  body?: Buffer | string,
+): Promise<Answer> {
   return new Promise((resolve) => {
     const req = httpsRequestRaw(url, { method, headers, agent, ca, timeout: 30_000 }, (res) => {
       let text = "";
       res.on("data", (d: Buffer) => {
         if (text.length < MAX_KEPT) text += d.toString();
       });
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, contentType: res.headers["content-type"], body: text }));
+      res.on("end", () =>
+        resolve({ status: res.statusCode ?? 0, contentType: res.headers["content-type"], body: text }),
+      );
       res.on("error", () => resolve({ status: 0, body: "" }));
     });
     req.on("error", () => resolve({ status: 0, body: "" }));
@@ -148,7 +174,13 @@ function serverFrame(b: Buffer): { opcode: number; payload: Buffer; size: number
  * status and body; or 101 and the first frame the relay answered with (a message copy aside),
  * or the code it closed the WebSocket with.
  */
-export function wsExchange(url: string, ca: string, headers: Record<string, string>, frames: Buffer[], handshake: Record<string, string> = {}): Promise<Answer> {
+export function wsExchange(
+  url: string,
+  ca: string,
+  headers: Record<string, string>,
+  frames: Buffer[],
+  handshake: Record<string, string> = {},
+): Promise<Answer> {
   return new Promise((resolve) => {
     const u = new URL(url);
     const socket = tlsConnect({ host: "127.0.0.1", port: Number(u.port), servername: u.hostname, ca });
@@ -170,10 +202,28 @@ export function wsExchange(url: string, ca: string, headers: Record<string, stri
     };
     const timer = setTimeout(() => done({ status, contentType, body: "(no answer within 30 s)" }), 30_000);
     socket.on("error", () => {});
-    socket.on("close", () => done({ status, contentType, body: head === undefined || status === 101 ? "" : buf.subarray(0, MAX_KEPT).toString() }));
+    socket.on("close", () =>
+      done({
+        status,
+        contentType,
+        body: head === undefined || status === 101 ? "" : buf.subarray(0, MAX_KEPT).toString(),
+      }),
+    );
     socket.once("secureConnect", () => {
-      const fields: Record<string, string> = { host: u.host, upgrade: "websocket", connection: "Upgrade", "sec-websocket-key": randomBytes(16).toString("base64"), "sec-websocket-version": "13", ...headers, ...handshake };
-      socket.write(`GET ${u.pathname}${u.search} HTTP/1.1\r\n${Object.entries(fields).map(([k, v]) => `${k}: ${v}\r\n`).join("")}\r\n`);
+      const fields: Record<string, string> = {
+        host: u.host,
+        upgrade: "websocket",
+        connection: "Upgrade",
+        "sec-websocket-key": randomBytes(16).toString("base64"),
+        "sec-websocket-version": "13",
+        ...headers,
+        ...handshake,
+      };
+      socket.write(
+        `GET ${u.pathname}${u.search} HTTP/1.1\r\n${Object.entries(fields)
+          .map(([k, v]) => `${k}: ${v}\r\n`)
+          .join("")}\r\n`,
+      );
     });
     socket.on("data", (d: Buffer) => {
       buf = Buffer.concat([buf, d]);
@@ -190,7 +240,8 @@ export function wsExchange(url: string, ca: string, headers: Record<string, stri
       if (status !== 101) return;
       for (let f = serverFrame(buf); f; f = serverFrame(buf)) {
         buf = buf.subarray(f.size);
-        if (f.opcode === 0x8) return done({ status, body: "", closeCode: f.payload.length >= 2 ? f.payload.readUInt16BE(0) : 1005 });
+        if (f.opcode === 0x8)
+          return done({ status, body: "", closeCode: f.payload.length >= 2 ? f.payload.readUInt16BE(0) : 1005 });
         const text = f.payload.toString();
         if (f.opcode === 0x1 && !text.startsWith('{"type":"message"')) return done({ status, body: text });
       }
@@ -203,7 +254,8 @@ type Documented = { body: string } | { frame: string } | { close: number };
 
 /** Why `a` is not the documented answer `doc` (undefined when it is). */
 function bodyProblem(doc: Documented, a: Answer): string | undefined {
-  if ("close" in doc) return a.closeCode === doc.close ? undefined : `closed with ${a.closeCode ?? "no close frame"}, not ${doc.close}`;
+  if ("close" in doc)
+    return a.closeCode === doc.close ? undefined : `closed with ${a.closeCode ?? "no close frame"}, not ${doc.close}`;
   let parsed: unknown;
   try {
     parsed = JSON.parse(a.body);
@@ -217,15 +269,26 @@ function bodyProblem(doc: Documented, a: Answer): string | undefined {
   const code = frame ? doc.frame : doc.body;
   const [field, value] = frame ? ["type", "error"] : ["status", "error"];
   const fields = frame ? ["code", "message", "status", "type"] : ["code", "message", "status"];
-  if (b[field] !== value || b.code !== code || typeof b.message !== "string" || !b.message || keys !== fields.join(",") || (frame && b.status !== 400)) {
+  if (
+    b[field] !== value ||
+    b.code !== code ||
+    typeof b.message !== "string" ||
+    !b.message ||
+    keys !== fields.join(",") ||
+    (frame && b.status !== 400)
+  ) {
     return `not {${field}: "${value}",${frame ? " status: 400," : ""} code: "${code}", message}: ${a.body.slice(0, 160)}`;
   }
-  if ("body" in doc && !/^application\/json\b/.test(a.contentType ?? "")) return `content-type ${a.contentType ?? "(none)"}`;
+  if ("body" in doc && !/^application\/json\b/.test(a.contentType ?? ""))
+    return `content-type ${a.contentType ?? "(none)"}`;
   return undefined;
 }
 
 export async function startRuntime(args: string[], readyUrl: string, ca: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [here("../bin/ifp-runtime.ts"), ...args], { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, IFP_LOG_LEVEL: "error" } });
+  const child = spawn(process.execPath, [here("../bin/ifp-runtime.ts"), ...args], {
+    stdio: ["ignore", "ignore", "inherit"],
+    env: { ...process.env, IFP_LOG_LEVEL: "error" },
+  });
   const agent = new HttpsAgent();
   await waitFor(`${args[0]} ready`, async () => (await send(agent, ca, readyUrl, "GET", {})) === 200, 60_000, 200);
   agent.destroy();
@@ -235,7 +298,18 @@ export async function startRuntime(args: string[], readyUrl: string, ca: string)
 /** Whether a TLS handshake limited to `version` is refused by the server at host:port. */
 function tlsRefused(port: number, version: "TLSv1" | "TLSv1.1"): Promise<{ refused: boolean; how: string }> {
   // openssl s_client when the machine has it (Debian's refuses these versions itself at its default level; -tls1 asks anyway).
-  const openssl = spawnSync("openssl", ["s_client", "-connect", `127.0.0.1:${port}`, version === "TLSv1" ? "-tls1" : "-tls1_1", "-cipher", "DEFAULT:@SECLEVEL=0"], { input: "", timeout: 10_000, encoding: "utf8" });
+  const openssl = spawnSync(
+    "openssl",
+    [
+      "s_client",
+      "-connect",
+      `127.0.0.1:${port}`,
+      version === "TLSv1" ? "-tls1" : "-tls1_1",
+      "-cipher",
+      "DEFAULT:@SECLEVEL=0",
+    ],
+    { input: "", timeout: 10_000, encoding: "utf8" },
+  );
   const viaOpenssl = openssl.error ? undefined : !/Cipher is (?!\(NONE\))/.test(openssl.stdout);
   // And Node's client, offering only that version: both must fail to complete a handshake.
   return new Promise((resolve) => {
@@ -244,7 +318,14 @@ function tlsRefused(port: number, version: "TLSv1" | "TLSv1.1"): Promise<{ refus
         refused: nodeRefused && viaOpenssl !== false,
         how: `${viaOpenssl === undefined ? "openssl absent" : `openssl s_client ${viaOpenssl ? "refused" : "HANDSHAKE DONE"}`}; node tls ${detail}`,
       });
-    const s = tlsConnect({ host: "127.0.0.1", port, minVersion: version, maxVersion: version, rejectUnauthorized: false, ciphers: "DEFAULT:@SECLEVEL=0" });
+    const s = tlsConnect({
+      host: "127.0.0.1",
+      port,
+      minVersion: version,
+      maxVersion: version,
+      rejectUnauthorized: false,
+      ciphers: "DEFAULT:@SECLEVEL=0",
+    });
     s.once("secureConnect", () => {
       s.destroy();
       done(false, "HANDSHAKE DONE");
@@ -281,14 +362,62 @@ export async function runHardening(opts: { requests?: number; concurrency?: numb
   const self = identity("hardening-agent");
   const [agentPort, relayPort] = await Promise.all([freePort(), freePort()]);
   const limits = { perSenderPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perSenderBytesPerHour: 1 << 30 };
-  const agentManifest = writeAgentManifest(dir, { agentId: self.agentId, peers: [peerOf(sender)], inbox: { maxMessageBytes: 8192, rateLimit: limits } }, "agent");
+  const agentManifest = writeAgentManifest(
+    dir,
+    { agentId: self.agentId, peers: [peerOf(sender)], inbox: { maxMessageBytes: 8192, rateLimit: limits } },
+    "agent",
+  );
   const relayUrl = `https://localhost:${relayPort}`;
   // Streams per agent raised: WebSocket cases of one signer run side by side.
-  const relayManifest = writeRelayManifest(dir, { url: relayUrl, agents: [peerOf(sender), peerOf(self)], limits: { maxMessageBytes: 8192, perAgentPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perAgentBytesPerHour: 1 << 30, maxStreamsPerAgent: 100 } }, "relay");
-  const common = ["--host", "127.0.0.1", "--metrics-port", "0", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url];
+  const relayManifest = writeRelayManifest(
+    dir,
+    {
+      url: relayUrl,
+      agents: [peerOf(sender), peerOf(self)],
+      limits: {
+        maxMessageBytes: 8192,
+        perAgentPerMinute: 10_000_000,
+        perAddressPerMinute: 10_000_000,
+        perAgentBytesPerHour: 1 << 30,
+        maxStreamsPerAgent: 100,
+      },
+    },
+    "relay",
+  );
+  const common = [
+    "--host",
+    "127.0.0.1",
+    "--metrics-port",
+    "0",
+    "--tls-cert",
+    tls.files.cert,
+    "--tls-key",
+    tls.files.key,
+    "--nats",
+    nats.url,
+  ];
   const agentBase = `https://localhost:${agentPort}`;
-  const agentProc = await startRuntime(["agent", "--manifest", agentManifest, "--port", String(agentPort), "--signing-key", writeKey(dir, self), "--local-api-port", "0", ...common], `${agentBase}/readyz`, tls.ca);
-  const relayProc = await startRuntime(["relay", "--manifest", relayManifest, "--port", String(relayPort), ...common], `${relayUrl}/readyz`, tls.ca);
+  const agentProc = await startRuntime(
+    [
+      "agent",
+      "--manifest",
+      agentManifest,
+      "--port",
+      String(agentPort),
+      "--signing-key",
+      writeKey(dir, self),
+      "--local-api-port",
+      "0",
+      ...common,
+    ],
+    `${agentBase}/readyz`,
+    tls.ca,
+  );
+  const relayProc = await startRuntime(
+    ["relay", "--manifest", relayManifest, "--port", String(relayPort), ...common],
+    `${relayUrl}/readyz`,
+    tls.ca,
+  );
   const crashes = () => [agentProc, relayProc].filter((p) => p.exitCode !== null || p.signalCode !== null).length;
   const rss = { agent: { start: rssMiB(agentProc.pid!), end: 0 }, relay: { start: rssMiB(relayProc.pid!), end: 0 } };
 
@@ -304,60 +433,408 @@ export async function runHardening(opts: { requests?: number; concurrency?: numb
 
   type Gen = () => Promise<{ url: string; method: string; headers: Record<string, string>; body?: string | Buffer }>;
   const httpCases: { target: string; kind: string; expected: number; code: string; gen: Gen }[] = [
-    { target: "inbox", kind: "malformed JSON", expected: 400, code: "invalid_format", gen: async () => ({ url: inbox, method: "POST", headers: json, body: valid().slice(0, 40 + Math.floor(Math.random() * 40)) }) },
-    { target: "inbox", kind: "wrong media type", expected: 415, code: "unsupported_media_type", gen: async () => ({ url: inbox, method: "POST", headers: { "content-type": "text/plain" }, body: valid() }) },
-    { target: "inbox", kind: "oversize", expected: 413, code: "payload_too_large", gen: async () => ({ url: inbox, method: "POST", headers: json, body: JSON.stringify(message(sender.agentId, self.agentId, {}, "x".repeat(9000))) }) },
-    { target: "inbox", kind: "deeply nested", expected: 400, code: "invalid_format", gen: async () => ({ url: inbox, method: "POST", headers: json, body: `{"ifp":4,"headers":${deep(3000)}}` }) },
-    { target: "inbox", kind: "wrong type", expected: 400, code: "invalid_format", gen: async () => ({ url: inbox, method: "POST", headers: json, body: JSON.stringify({ ...JSON.parse(valid()), headers: 42 }) }) },
-    { target: "inbox", kind: "wrong encoding (lone surrogate)", expected: 400, code: "invalid_format", gen: async () => ({ url: inbox, method: "POST", headers: json, body: valid().replace('"hi"', '"\\ud800"') }) },
-    { target: "inbox", kind: "wrong encoding (invalid UTF-8)", expected: 400, code: "invalid_format", gen: async () => ({ url: inbox, method: "POST", headers: json, body: Buffer.concat([Buffer.from('{"ifp":4,"x":"'), Buffer.from([0xc3, 0x28, 0xff]), Buffer.from('"}')]) }) },
-    { target: "inbox", kind: "duplicate key (changes a signed value)", expected: 401, code: "invalid_signature", gen: async () => ({ url: inbox, method: "POST", headers: json, body: valid().replace('"date":', '"message_id":"msg:duplicate-key","date":') }) },
-    { target: "inbox", kind: "tampered body", expected: 401, code: "invalid_signature", gen: async () => ({ url: inbox, method: "POST", headers: json, body: valid().replace('"hi"', '"hj"') }) },
-    { target: "inbox", kind: "unknown sender", expected: 401, code: "unknown_sender", gen: async () => ({ url: inbox, method: "POST", headers: json, body: JSON.stringify(signed(stranger, self.agentId)) }) },
-    { target: "relay publish", kind: "unsigned", expected: 401, code: "invalid_signature", gen: async () => ({ url: `${relayUrl}/relay/publish`, method: "POST", headers: json, body: valid() }) },
-    { target: "relay publish", kind: "malformed JSON (signed)", expected: 400, code: "invalid_format", gen: async () => ({ method: "POST", ...(await signedRelay("POST", "/relay/publish", '{"ifp":4,')) }) },
-    { target: "relay publish", kind: "deeply nested (signed)", expected: 400, code: "invalid_format", gen: async () => ({ method: "POST", ...(await signedRelay("POST", "/relay/publish", `{"ifp":4,"headers":${deep(3000)}}`)) }) },
-    { target: "relay publish", kind: "oversize", expected: 413, code: "payload_too_large", gen: async () => ({ method: "POST", ...(await signedRelay("POST", "/relay/publish", JSON.stringify(message(sender.agentId, self.agentId, {}, "x".repeat(9000))))) }) },
-    { target: "relay publish", kind: "tampered (body after signing)", expected: 401, code: "invalid_signature", gen: async () => { const r = await signedRelay("POST", "/relay/publish", valid()); return { ...r, method: "POST", body: r.body!.replace('"hi"', '"hj"') }; } },
-    { target: "relay publish batch", kind: "unsigned", expected: 401, code: "invalid_signature", gen: async () => ({ url: `${relayUrl}/relay/publish/batch`, method: "POST", headers: json, body: `{"messages":[${valid()}]}` }) },
-    { target: "relay publish batch", kind: "malformed JSON (signed)", expected: 400, code: "invalid_format", gen: async () => ({ method: "POST", ...(await signedRelay("POST", "/relay/publish/batch", '{"messages":[{"ifp":4,')) }) },
-    { target: "relay publish batch", kind: "wrong type (signed)", expected: 400, code: "invalid_format", gen: async () => ({ method: "POST", ...(await signedRelay("POST", "/relay/publish/batch", '{"messages":7}')) }) },
-    { target: "relay publish batch", kind: "empty (signed)", expected: 400, code: "invalid_format", gen: async () => ({ method: "POST", ...(await signedRelay("POST", "/relay/publish/batch", '{"messages":[]}')) }) },
-    { target: "relay publish batch", kind: "tampered (body after signing)", expected: 401, code: "invalid_signature", gen: async () => { const r = await signedRelay("POST", "/relay/publish/batch", `{"messages":[${valid()}]}`); return { ...r, method: "POST", body: r.body!.replace('"hi"', '"hj"') }; } },
-    { target: "relay messages", kind: "unsigned", expected: 401, code: "invalid_signature", gen: async () => ({ url: `${relayUrl}/relay/messages`, method: "GET", headers: {} }) },
-    { target: "relay messages", kind: "signature for another relay", expected: 401, code: "invalid_signature", gen: async () => { const h = await signRequest({ method: "GET", url: "https://other-relay.example/relay/messages" }, sender.signing); return { url: `${relayUrl}/relay/messages`, method: "GET", headers: h }; } },
-    { target: "relay ack", kind: "wrong type (signed)", expected: 400, code: "invalid_format", gen: async () => ({ method: "POST", ...(await signedRelay("POST", "/relay/messages/ack", '{"message_ids":7}')) }) },
-    { target: "relay subscribe", kind: "wrong type (signed)", expected: 400, code: "invalid_format", gen: async () => ({ method: "POST", ...(await signedRelay("POST", "/relay/subscribe", '{"subscribe":{"topics":"x"}}')) }) },
-    { target: "relay subscribe", kind: "webhook on link-local (signed)", expected: 400, code: "invalid_format", gen: async () => ({ method: "POST", ...(await signedRelay("POST", "/relay/subscribe", '{"push":{"webhook":"https://169.254.169.254/x"}}')) }) },
-    { target: "relay events", kind: "unsigned", expected: 401, code: "invalid_signature", gen: async () => ({ url: `${relayUrl}/relay/events`, method: "GET", headers: {} }) },
-    { target: "relay dead-letters", kind: "unsigned", expected: 401, code: "invalid_signature", gen: async () => ({ url: `${relayUrl}/relay/dead-letters`, method: "GET", headers: {} }) },
+    {
+      target: "inbox",
+      kind: "malformed JSON",
+      expected: 400,
+      code: "invalid_format",
+      gen: async () => ({
+        url: inbox,
+        method: "POST",
+        headers: json,
+        body: valid().slice(0, 40 + Math.floor(Math.random() * 40)),
+      }),
+    },
+    {
+      target: "inbox",
+      kind: "wrong media type",
+      expected: 415,
+      code: "unsupported_media_type",
+      gen: async () => ({ url: inbox, method: "POST", headers: { "content-type": "text/plain" }, body: valid() }),
+    },
+    {
+      target: "inbox",
+      kind: "oversize",
+      expected: 413,
+      code: "payload_too_large",
+      gen: async () => ({
+        url: inbox,
+        method: "POST",
+        headers: json,
+        body: JSON.stringify(message(sender.agentId, self.agentId, {}, "x".repeat(9000))),
+      }),
+    },
+    {
+      target: "inbox",
+      kind: "deeply nested",
+      expected: 400,
+      code: "invalid_format",
+      gen: async () => ({ url: inbox, method: "POST", headers: json, body: `{"ifp":4,"headers":${deep(3000)}}` }),
+    },
+    {
+      target: "inbox",
+      kind: "wrong type",
+      expected: 400,
+      code: "invalid_format",
+      gen: async () => ({
+        url: inbox,
+        method: "POST",
+        headers: json,
+        body: JSON.stringify({ ...JSON.parse(valid()), headers: 42 }),
+      }),
+    },
+    {
+      target: "inbox",
+      kind: "wrong encoding (lone surrogate)",
+      expected: 400,
+      code: "invalid_format",
+      gen: async () => ({ url: inbox, method: "POST", headers: json, body: valid().replace('"hi"', '"\\ud800"') }),
+    },
+    {
+      target: "inbox",
+      kind: "wrong encoding (invalid UTF-8)",
+      expected: 400,
+      code: "invalid_format",
+      gen: async () => ({
+        url: inbox,
+        method: "POST",
+        headers: json,
+        body: Buffer.concat([Buffer.from('{"ifp":4,"x":"'), Buffer.from([0xc3, 0x28, 0xff]), Buffer.from('"}')]),
+      }),
+    },
+    {
+      target: "inbox",
+      kind: "duplicate key (changes a signed value)",
+      expected: 401,
+      code: "invalid_signature",
+      gen: async () => ({
+        url: inbox,
+        method: "POST",
+        headers: json,
+        body: valid().replace('"date":', '"message_id":"msg:duplicate-key","date":'),
+      }),
+    },
+    {
+      target: "inbox",
+      kind: "tampered body",
+      expected: 401,
+      code: "invalid_signature",
+      gen: async () => ({ url: inbox, method: "POST", headers: json, body: valid().replace('"hi"', '"hj"') }),
+    },
+    {
+      target: "inbox",
+      kind: "unknown sender",
+      expected: 401,
+      code: "unknown_sender",
+      gen: async () => ({
+        url: inbox,
+        method: "POST",
+        headers: json,
+        body: JSON.stringify(signed(stranger, self.agentId)),
+      }),
+    },
+    {
+      target: "relay publish",
+      kind: "unsigned",
+      expected: 401,
+      code: "invalid_signature",
+      gen: async () => ({ url: `${relayUrl}/relay/publish`, method: "POST", headers: json, body: valid() }),
+    },
+    {
+      target: "relay publish",
+      kind: "malformed JSON (signed)",
+      expected: 400,
+      code: "invalid_format",
+      gen: async () => ({ method: "POST", ...(await signedRelay("POST", "/relay/publish", '{"ifp":4,')) }),
+    },
+    {
+      target: "relay publish",
+      kind: "deeply nested (signed)",
+      expected: 400,
+      code: "invalid_format",
+      gen: async () => ({
+        method: "POST",
+        ...(await signedRelay("POST", "/relay/publish", `{"ifp":4,"headers":${deep(3000)}}`)),
+      }),
+    },
+    {
+      target: "relay publish",
+      kind: "oversize",
+      expected: 413,
+      code: "payload_too_large",
+      gen: async () => ({
+        method: "POST",
+        ...(await signedRelay(
+          "POST",
+          "/relay/publish",
+          JSON.stringify(message(sender.agentId, self.agentId, {}, "x".repeat(9000))),
+        )),
+      }),
+    },
+    {
+      target: "relay publish",
+      kind: "tampered (body after signing)",
+      expected: 401,
+      code: "invalid_signature",
+      gen: async () => {
+        const r = await signedRelay("POST", "/relay/publish", valid());
+        return { ...r, method: "POST", body: r.body!.replace('"hi"', '"hj"') };
+      },
+    },
+    {
+      target: "relay publish batch",
+      kind: "unsigned",
+      expected: 401,
+      code: "invalid_signature",
+      gen: async () => ({
+        url: `${relayUrl}/relay/publish/batch`,
+        method: "POST",
+        headers: json,
+        body: `{"messages":[${valid()}]}`,
+      }),
+    },
+    {
+      target: "relay publish batch",
+      kind: "malformed JSON (signed)",
+      expected: 400,
+      code: "invalid_format",
+      gen: async () => ({
+        method: "POST",
+        ...(await signedRelay("POST", "/relay/publish/batch", '{"messages":[{"ifp":4,')),
+      }),
+    },
+    {
+      target: "relay publish batch",
+      kind: "wrong type (signed)",
+      expected: 400,
+      code: "invalid_format",
+      gen: async () => ({ method: "POST", ...(await signedRelay("POST", "/relay/publish/batch", '{"messages":7}')) }),
+    },
+    {
+      target: "relay publish batch",
+      kind: "empty (signed)",
+      expected: 400,
+      code: "invalid_format",
+      gen: async () => ({ method: "POST", ...(await signedRelay("POST", "/relay/publish/batch", '{"messages":[]}')) }),
+    },
+    {
+      target: "relay publish batch",
+      kind: "tampered (body after signing)",
+      expected: 401,
+      code: "invalid_signature",
+      gen: async () => {
+        const r = await signedRelay("POST", "/relay/publish/batch", `{"messages":[${valid()}]}`);
+        return { ...r, method: "POST", body: r.body!.replace('"hi"', '"hj"') };
+      },
+    },
+    {
+      target: "relay messages",
+      kind: "unsigned",
+      expected: 401,
+      code: "invalid_signature",
+      gen: async () => ({ url: `${relayUrl}/relay/messages`, method: "GET", headers: {} }),
+    },
+    {
+      target: "relay messages",
+      kind: "signature for another relay",
+      expected: 401,
+      code: "invalid_signature",
+      gen: async () => {
+        const h = await signRequest(
+          { method: "GET", url: "https://other-relay.example/relay/messages" },
+          sender.signing,
+        );
+        return { url: `${relayUrl}/relay/messages`, method: "GET", headers: h };
+      },
+    },
+    {
+      target: "relay ack",
+      kind: "wrong type (signed)",
+      expected: 400,
+      code: "invalid_format",
+      gen: async () => ({ method: "POST", ...(await signedRelay("POST", "/relay/messages/ack", '{"message_ids":7}')) }),
+    },
+    {
+      target: "relay subscribe",
+      kind: "wrong type (signed)",
+      expected: 400,
+      code: "invalid_format",
+      gen: async () => ({
+        method: "POST",
+        ...(await signedRelay("POST", "/relay/subscribe", '{"subscribe":{"topics":"x"}}')),
+      }),
+    },
+    {
+      target: "relay subscribe",
+      kind: "webhook on link-local (signed)",
+      expected: 400,
+      code: "invalid_format",
+      gen: async () => ({
+        method: "POST",
+        ...(await signedRelay("POST", "/relay/subscribe", '{"push":{"webhook":"https://169.254.169.254/x"}}')),
+      }),
+    },
+    {
+      target: "relay events",
+      kind: "unsigned",
+      expected: 401,
+      code: "invalid_signature",
+      gen: async () => ({ url: `${relayUrl}/relay/events`, method: "GET", headers: {} }),
+    },
+    {
+      target: "relay dead-letters",
+      kind: "unsigned",
+      expected: 401,
+      code: "invalid_signature",
+      gen: async () => ({ url: `${relayUrl}/relay/dead-letters`, method: "GET", headers: {} }),
+    },
   ];
   // The relay's WebSocket: bad upgrades (answered like any refused request), then malformed
   // frames on an open one (the error frame of docs/relay.md, or the close code RFC 6455 gives).
   const ws = `${relayUrl}/relay/ws`;
   const signedWs = (url = ws) => signRequest({ method: "GET", url }, sender.signing);
   const text = (s: string) => clientFrame(0x1, Buffer.from(s));
-  type Case = { target: string; kind: string; expected: number; code: string; doc: Documented; run: (agent: HttpsAgent) => Promise<Answer> };
+  type Case = {
+    target: string;
+    kind: string;
+    expected: number;
+    code: string;
+    doc: Documented;
+    run: (agent: HttpsAgent) => Promise<Answer>;
+  };
   const wsCases: Case[] = [
-    { target: "relay ws", kind: "upgrade unsigned", expected: 401, code: "invalid_signature", doc: { body: "invalid_signature" }, run: () => wsExchange(ws, tls.ca, {}, []) },
-    { target: "relay ws", kind: "upgrade signed for another relay", expected: 401, code: "invalid_signature", doc: { body: "invalid_signature" }, run: async () => wsExchange(ws, tls.ca, await signedWs("https://other-relay.example/relay/ws"), []) },
-    { target: "relay ws", kind: "upgrade on another path", expected: 404, code: "not_found", doc: { body: "not_found" }, run: async () => wsExchange(`${relayUrl}/relay/websocket`, tls.ca, {}, []) },
-    { target: "relay ws", kind: "upgrade with a bad key (signed)", expected: 400, code: "invalid_format", doc: { body: "invalid_format" }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [], { "sec-websocket-key": "not-a-key" }) },
-    { target: "relay ws", kind: "upgrade with version 12 (signed)", expected: 400, code: "invalid_format", doc: { body: "invalid_format" }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [], { "sec-websocket-version": "12" }) },
-    { target: "relay ws", kind: "frame not JSON", expected: 101, code: "invalid_format", doc: { frame: "invalid_format" }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [text('{"type":"ack",')]) },
-    { target: "relay ws", kind: "ack of wrong type", expected: 101, code: "invalid_format", doc: { frame: "invalid_format" }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [text('{"type":"ack","message_id":7}')]) },
-    { target: "relay ws", kind: "unknown frame type", expected: 101, code: "invalid_format", doc: { frame: "invalid_format" }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [text('{"type":"nack","message_id":"m"}')]) },
-    { target: "relay ws", kind: "binary frame", expected: 101, code: "invalid_format", doc: { frame: "invalid_format" }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [clientFrame(0x2, randomBytes(32))]) },
-    { target: "relay ws", kind: "unmasked frame", expected: 101, code: "close 1002", doc: { close: 1002 }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [clientFrame(0x1, Buffer.from('{"type":"ack","message_id":"m"}'), false)]) },
-    { target: "relay ws", kind: "reserved opcode", expected: 101, code: "close 1002", doc: { close: 1002 }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [clientFrame(0x3, Buffer.from("x"))]) },
-    { target: "relay ws", kind: "text not UTF-8", expected: 101, code: "close 1007", doc: { close: 1007 }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [clientFrame(0x1, Buffer.from([0x7b, 0xc3, 0x28, 0xff, 0x7d]))]) },
-    { target: "relay ws", kind: "frame over maxMessageBytes + 64 KiB", expected: 101, code: "close 1009", doc: { close: 1009 }, run: async () => wsExchange(ws, tls.ca, await signedWs(), [text(`{"type":"ack","message_id":"${"x".repeat(80_000)}"}`)]) },
+    {
+      target: "relay ws",
+      kind: "upgrade unsigned",
+      expected: 401,
+      code: "invalid_signature",
+      doc: { body: "invalid_signature" },
+      run: () => wsExchange(ws, tls.ca, {}, []),
+    },
+    {
+      target: "relay ws",
+      kind: "upgrade signed for another relay",
+      expected: 401,
+      code: "invalid_signature",
+      doc: { body: "invalid_signature" },
+      run: async () => wsExchange(ws, tls.ca, await signedWs("https://other-relay.example/relay/ws"), []),
+    },
+    {
+      target: "relay ws",
+      kind: "upgrade on another path",
+      expected: 404,
+      code: "not_found",
+      doc: { body: "not_found" },
+      run: async () => wsExchange(`${relayUrl}/relay/websocket`, tls.ca, {}, []),
+    },
+    {
+      target: "relay ws",
+      kind: "upgrade with a bad key (signed)",
+      expected: 400,
+      code: "invalid_format",
+      doc: { body: "invalid_format" },
+      run: async () => wsExchange(ws, tls.ca, await signedWs(), [], { "sec-websocket-key": "not-a-key" }),
+    },
+    {
+      target: "relay ws",
+      kind: "upgrade with version 12 (signed)",
+      expected: 400,
+      code: "invalid_format",
+      doc: { body: "invalid_format" },
+      run: async () => wsExchange(ws, tls.ca, await signedWs(), [], { "sec-websocket-version": "12" }),
+    },
+    {
+      target: "relay ws",
+      kind: "frame not JSON",
+      expected: 101,
+      code: "invalid_format",
+      doc: { frame: "invalid_format" },
+      run: async () => wsExchange(ws, tls.ca, await signedWs(), [text('{"type":"ack",')]),
+    },
+    {
+      target: "relay ws",
+      kind: "ack of wrong type",
+      expected: 101,
+      code: "invalid_format",
+      doc: { frame: "invalid_format" },
+      run: async () => wsExchange(ws, tls.ca, await signedWs(), [text('{"type":"ack","message_id":7}')]),
+    },
+    {
+      target: "relay ws",
+      kind: "unknown frame type",
+      expected: 101,
+      code: "invalid_format",
+      doc: { frame: "invalid_format" },
+      run: async () => wsExchange(ws, tls.ca, await signedWs(), [text('{"type":"nack","message_id":"m"}')]),
+    },
+    {
+      target: "relay ws",
+      kind: "binary frame",
+      expected: 101,
+      code: "invalid_format",
+      doc: { frame: "invalid_format" },
+      run: async () => wsExchange(ws, tls.ca, await signedWs(), [clientFrame(0x2, randomBytes(32))]),
+    },
+    {
+      target: "relay ws",
+      kind: "unmasked frame",
+      expected: 101,
+      code: "close 1002",
+      doc: { close: 1002 },
+      run: async () =>
+        wsExchange(ws, tls.ca, await signedWs(), [
+          clientFrame(0x1, Buffer.from('{"type":"ack","message_id":"m"}'), false),
+        ]),
+    },
+    {
+      target: "relay ws",
+      kind: "reserved opcode",
+      expected: 101,
+      code: "close 1002",
+      doc: { close: 1002 },
+      run: async () => wsExchange(ws, tls.ca, await signedWs(), [clientFrame(0x3, Buffer.from("x"))]),
+    },
+    {
+      target: "relay ws",
+      kind: "text not UTF-8",
+      expected: 101,
+      code: "close 1007",
+      doc: { close: 1007 },
+      run: async () =>
+        wsExchange(ws, tls.ca, await signedWs(), [clientFrame(0x1, Buffer.from([0x7b, 0xc3, 0x28, 0xff, 0x7d]))]),
+    },
+    {
+      target: "relay ws",
+      kind: "frame over maxMessageBytes + 64 KiB",
+      expected: 101,
+      code: "close 1009",
+      doc: { close: 1009 },
+      run: async () =>
+        wsExchange(ws, tls.ca, await signedWs(), [text(`{"type":"ack","message_id":"${"x".repeat(80_000)}"}`)]),
+    },
   ];
   const cases: Case[] = [
-    ...httpCases.map((c) => ({ ...c, doc: { body: c.code }, run: async (agent: HttpsAgent) => { const r = await c.gen(); return answer(agent, tls.ca, r.url, r.method, r.headers, r.body); } })),
+    ...httpCases.map((c) => ({
+      ...c,
+      doc: { body: c.code },
+      run: async (agent: HttpsAgent) => {
+        const r = await c.gen();
+        return answer(agent, tls.ca, r.url, r.method, r.headers, r.body);
+      },
+    })),
     ...wsCases,
   ];
-  const results: CaseResult[] = cases.map((c) => ({ target: c.target, kind: c.kind, expected: c.expected, code: c.code, sent: 0, statuses: {}, unexpected: 0, wrongBody: 0, wrongBodySamples: [] }));
+  const results: CaseResult[] = cases.map((c) => ({
+    target: c.target,
+    kind: c.kind,
+    expected: c.expected,
+    code: c.code,
+    sent: 0,
+    statuses: {},
+    unexpected: 0,
+    wrongBody: 0,
+    wrongBodySamples: [],
+  }));
   const agent = new HttpsAgent({ keepAlive: true, maxSockets: concurrency });
   let next = 0;
   await Promise.all(
@@ -385,8 +862,12 @@ export async function runHardening(opts: { requests?: number; concurrency?: numb
   rss.agent.end = rssMiB(agentProc.pid!);
   rss.relay.end = rssMiB(relayProc.pid!);
   const tlsResults = [];
-  for (const [name, port] of [["inbox", agentPort], ["relay", relayPort]] as const) {
-    for (const v of ["TLSv1", "TLSv1.1"] as const) tlsResults.push({ protocol: `${name} ${v}`, ...(await tlsRefused(port, v)) });
+  for (const [name, port] of [
+    ["inbox", agentPort],
+    ["relay", relayPort],
+  ] as const) {
+    for (const v of ["TLSv1", "TLSv1.1"] as const)
+      tlsResults.push({ protocol: `${name} ${v}`, ...(await tlsRefused(port, v)) });
     tlsResults.push({ protocol: `${name} plain HTTP`, ...(await plainHttpRefused(port)) });
   }
   const crashed = crashes();
@@ -395,7 +876,11 @@ export async function runHardening(opts: { requests?: number; concurrency?: numb
   const sum = (f: (r: CaseResult) => number) => results.reduce((a, r) => a + f(r), 0);
   return {
     requests: sum((r) => r.sent),
-    fiveXx: sum((r) => Object.entries(r.statuses).filter(([s]) => Number(s) >= 500).reduce((a, [, n]) => a + n, 0)),
+    fiveXx: sum((r) =>
+      Object.entries(r.statuses)
+        .filter(([s]) => Number(s) >= 500)
+        .reduce((a, [, n]) => a + n, 0),
+    ),
     networkErrors: sum((r) => r.statuses["0"] ?? 0),
     unexpected: sum((r) => r.unexpected),
     wrongBodies: sum((r) => r.wrongBody),
@@ -430,5 +915,8 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   process.stdout.write(`${table(result)}\n`);
   writeFileSync("hardening-results.json", `${JSON.stringify(result, null, 2)}\n`);
   process.stdout.write("wrote hardening-results.json\n");
-  process.exitCode = result.fiveXx || result.crashes || result.unexpected || result.wrongBodies || result.tls.some((t) => !t.refused) ? 1 : 0;
+  process.exitCode =
+    result.fiveXx || result.crashes || result.unexpected || result.wrongBodies || result.tls.some((t) => !t.refused)
+      ? 1
+      : 0;
 }

@@ -33,12 +33,31 @@ const PROFILE = process.env.BENCH_PROFILE;
 const RUNTIME_NODE_OPTIONS = process.env.BENCH_RUNTIME_NODE_OPTIONS ?? DEFAULT_RUNTIME_NODE_OPTIONS.agent;
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 
-async function startProcess(args: string[], readyUrl: string, ca: string, nodeArgs: string[] = [], env: Record<string, string> = {}): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [...nodeArgs, ...args], { stdio: ["ignore", "ignore", "inherit"], env: { ...process.env, IFP_LOG_LEVEL: "warn", IFP_METRICS_PORT: "0", ...env } });
-  await waitFor(`${args[0]} to listen`, async () => {
-    const res = await httpsRequest(readyUrl, { ca, method: /inbox|jsonrpc/.test(readyUrl) ? "POST" : "GET", headers: { "content-type": "application/json", "a2a-version": "1.0" }, body: "{}" });
-    return res.status > 0 && res.status !== 503;
-  }, 30_000, 200);
+async function startProcess(
+  args: string[],
+  readyUrl: string,
+  ca: string,
+  nodeArgs: string[] = [],
+  env: Record<string, string> = {},
+): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [...nodeArgs, ...args], {
+    stdio: ["ignore", "ignore", "inherit"],
+    env: { ...process.env, IFP_LOG_LEVEL: "warn", IFP_METRICS_PORT: "0", ...env },
+  });
+  await waitFor(
+    `${args[0]} to listen`,
+    async () => {
+      const res = await httpsRequest(readyUrl, {
+        ca,
+        method: /inbox|jsonrpc/.test(readyUrl) ? "POST" : "GET",
+        headers: { "content-type": "application/json", "a2a-version": "1.0" },
+        body: "{}",
+      });
+      return res.status > 0 && res.status !== 503;
+    },
+    30_000,
+    200,
+  );
   return child;
 }
 
@@ -73,7 +92,11 @@ function messages(n: number, from = 16): Buffer[] {
   const run = Date.now().toString(36);
   return Array.from({ length: n }, (_, i) => {
     const k = Math.floor(i / 4);
-    return Buffer.from(JSON.stringify(signed(senders[k % from]!, "bench-agent", { conversation_id: `conv:${run}-${k}`, sequence: (i % 4) + 1 }, text)));
+    return Buffer.from(
+      JSON.stringify(
+        signed(senders[k % from]!, "bench-agent", { conversation_id: `conv:${run}-${k}`, sequence: (i % 4) + 1 }, text),
+      ),
+    );
   });
 }
 
@@ -81,12 +104,21 @@ function messages(n: number, from = 16): Buffer[] {
 function a2aMessages(n: number): Buffer[] {
   const text = "x".repeat(1800);
   return Array.from({ length: n }, (_, i) =>
-    Buffer.from(JSON.stringify({ jsonrpc: "2.0", id: i, method: "SendMessage", params: { message: { messageId: `m-${i}-${Date.now()}`, role: "ROLE_USER", parts: [{ text }] } } })),
+    Buffer.from(
+      JSON.stringify({
+        jsonrpc: "2.0",
+        id: i,
+        method: "SendMessage",
+        params: { message: { messageId: `m-${i}-${Date.now()}`, role: "ROLE_USER", parts: [{ text }] } },
+      }),
+    ),
   );
 }
 
 const sample = messages(1)[0]!;
-process.stderr.write(`message size ${sample.length} bytes; ${PER_LEVEL} messages per level; concurrency ${CONCURRENCY.join(", ")}\n`);
+process.stderr.write(
+  `message size ${sample.length} bytes; ${PER_LEVEL} messages per level; concurrency ${CONCURRENCY.join(", ")}\n`,
+);
 
 const results: {
   bare: LoadResult[];
@@ -112,13 +144,26 @@ const targets: Target[] = [];
 {
   const port = await freePort();
   const url = `https://localhost:${port}/.well-known/agent/inbox`;
-  targets.push({ name: "bare", url, bodies: messages, okStatus: 202, child: await startProcess([here("./bare-server.ts"), tls.files.cert, tls.files.key, String(port)], url, tls.ca) });
+  targets.push({
+    name: "bare",
+    url,
+    bodies: messages,
+    okStatus: 202,
+    child: await startProcess([here("./bare-server.ts"), tls.files.cert, tls.files.key, String(port)], url, tls.ca),
+  });
 }
 {
   // The official A2A JavaScript SDK server (Express JSON-RPC): accepts without verifying or storing.
   const port = await freePort();
   const url = `https://localhost:${port}/a2a/jsonrpc`;
-  targets.push({ name: "a2a", url, bodies: a2aMessages, okStatus: 200, headers: { "a2a-version": "1.0" }, child: await startProcess([here("./a2a-server.ts"), tls.files.cert, tls.files.key, String(port)], url, tls.ca) });
+  targets.push({
+    name: "a2a",
+    url,
+    bodies: a2aMessages,
+    okStatus: 200,
+    headers: { "a2a-version": "1.0" },
+    child: await startProcess([here("./a2a-server.ts"), tls.files.cert, tls.files.key, String(port)], url, tls.ca),
+  });
 }
 // The full inbox: schema, signature verification, rate limits, JetStream persistence. With
 // BENCH_BASELINE=<checkout>, that checkout's runtime too ("before"), as a replica of the same agent.
@@ -128,7 +173,26 @@ for (const [name, bin] of runtimes) {
   const port = await freePort();
   const base = `https://localhost:${port}`;
   const child = await startProcess(
-    [bin, "agent", "--manifest", manifest, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--signing-key", writeKey(dir, self), "--nats", nats.url, "--local-api-port", "0"],
+    [
+      bin,
+      "agent",
+      "--manifest",
+      manifest,
+      "--port",
+      String(port),
+      "--host",
+      "127.0.0.1",
+      "--tls-cert",
+      tls.files.cert,
+      "--tls-key",
+      tls.files.key,
+      "--signing-key",
+      writeKey(dir, self),
+      "--nats",
+      nats.url,
+      "--local-api-port",
+      "0",
+    ],
     `${base}/readyz`,
     tls.ca,
     PROFILE && name === "inbox" ? ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`] : [],
@@ -144,14 +208,25 @@ for (const [i, c] of CONCURRENCY.entries()) {
   const order = [...targets.slice(i % targets.length), ...targets.slice(0, i % targets.length)];
   for (const t of order) {
     const natsBefore = await natsMessagesIn(monitorPort, "ifp-agent ");
-    const r: LoadResult & { natsMsgsPerMessage?: number } = await postLoad(t.url, t.bodies(PER_LEVEL), c, tls.ca, t.okStatus, t.headers);
+    const r: LoadResult & { natsMsgsPerMessage?: number } = await postLoad(
+      t.url,
+      t.bodies(PER_LEVEL),
+      c,
+      tls.ca,
+      t.okStatus,
+      t.headers,
+    );
     // Publishes and requests to NATS per accepted message (the runtimes only; the others have none).
-    if (t.name === "inbox" || t.name === "before") r.natsMsgsPerMessage = round(((await natsMessagesIn(monitorPort, "ifp-agent ")) - natsBefore) / PER_LEVEL);
+    if (t.name === "inbox" || t.name === "before")
+      r.natsMsgsPerMessage = round(((await natsMessagesIn(monitorPort, "ifp-agent ")) - natsBefore) / PER_LEVEL);
     (results[t.name] ??= []).push(r);
   }
 }
 for (const n of SENDER_COUNTS) {
-  results.senders.push({ senders: n, ...(await postLoad(inboxUrl, messages(PER_LEVEL, n), SENDER_CONCURRENCY, tls.ca)) });
+  results.senders.push({
+    senders: n,
+    ...(await postLoad(inboxUrl, messages(PER_LEVEL, n), SENDER_CONCURRENCY, tls.ca)),
+  });
 }
 for (const t of targets) {
   results.rssMiB[t.name] = peakRssMiB(t.child.pid!);
@@ -174,14 +249,27 @@ const rows = CONCURRENCY.map((c, i) => {
     "a2a p50/p99 ms": `${a.p50ms} / ${a.p99ms}`,
     "inbox p50/p99 ms": `${f.p50ms} / ${f.p99ms}`,
     "inbox NATS msgs/msg": (f as LoadResult & { natsMsgsPerMessage?: number }).natsMsgsPerMessage,
-    ...(results.before ? { "before msgs/s": results.before[i]!.perSecond, "before p50/p99 ms": `${results.before[i]!.p50ms} / ${results.before[i]!.p99ms}` } : {}),
+    ...(results.before
+      ? {
+          "before msgs/s": results.before[i]!.perSecond,
+          "before p50/p99 ms": `${results.before[i]!.p50ms} / ${results.before[i]!.p99ms}`,
+        }
+      : {}),
     errors: b.errors + a.errors + f.errors,
   };
 });
 console.table(rows);
-const senderRows = results.senders.map((r) => ({ senders: r.senders, concurrency: r.concurrency, "inbox msgs/s": r.perSecond, "p50/p99 ms": `${r.p50ms} / ${r.p99ms}`, errors: r.errors }));
+const senderRows = results.senders.map((r) => ({
+  senders: r.senders,
+  concurrency: r.concurrency,
+  "inbox msgs/s": r.perSecond,
+  "p50/p99 ms": `${r.p50ms} / ${r.p99ms}`,
+  errors: r.errors,
+}));
 console.table(senderRows);
-console.log(`peak RSS: runtime ${results.rssMiB.inbox} MiB${results.rssMiB.before ? ` (before: ${results.rssMiB.before} MiB)` : ""}, bare fastify ${results.rssMiB.bare} MiB, A2A SDK ${results.rssMiB.a2a} MiB`);
+console.log(
+  `peak RSS: runtime ${results.rssMiB.inbox} MiB${results.rssMiB.before ? ` (before: ${results.rssMiB.before} MiB)` : ""}, bare fastify ${results.rssMiB.bare} MiB, A2A SDK ${results.rssMiB.a2a} MiB`,
+);
 const out = {
   benchmark: "inbox",
   date: new Date().toISOString(),
@@ -193,6 +281,6 @@ const out = {
   senders: senderRows,
 };
 mkdirSync(".bench", { recursive: true });
-writeFileSync(".bench/inbox.json", JSON.stringify(out, null, 2) + "\n");
+writeFileSync(".bench/inbox.json", `${JSON.stringify(out, null, 2)}\n`);
 console.log(JSON.stringify({ benchmark: "inbox", summary: rows, senders: senderRows, peakRssMiB: results.rssMiB }));
 console.log("written .bench/inbox.json");

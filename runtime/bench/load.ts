@@ -21,7 +21,14 @@ export function percentile(sorted: number[], p: number): number {
  * POST `bodies` to `url` with `concurrency` requests in flight over keep-alive TLS
  * connections; counts answers with `okStatus` and measures latency per request.
  */
-export async function postLoad(url: string, bodies: Buffer[], concurrency: number, ca: string, okStatus = 202, extraHeaders: Record<string, string> = {}): Promise<LoadResult> {
+export async function postLoad(
+  url: string,
+  bodies: Buffer[],
+  concurrency: number,
+  ca: string,
+  okStatus = 202,
+  extraHeaders: Record<string, string> = {},
+): Promise<LoadResult> {
   const agent = new Agent({ keepAlive: true, maxSockets: concurrency, ca });
   const latencies: number[] = [];
   let next = 0;
@@ -31,7 +38,14 @@ export async function postLoad(url: string, bodies: Buffer[], concurrency: numbe
   const one = (body: Buffer) =>
     new Promise<number>((resolve) => {
       const req = request(
-        { host: u.hostname, port: u.port, path: u.pathname, method: "POST", agent, headers: { ...extraHeaders, "content-type": "application/json", "content-length": body.length } },
+        {
+          host: u.hostname,
+          port: u.port,
+          path: u.pathname,
+          method: "POST",
+          agent,
+          headers: { ...extraHeaders, "content-type": "application/json", "content-length": body.length },
+        },
         (res) => {
           res.resume();
           res.on("end", () => resolve(res.statusCode ?? 0));

@@ -42,7 +42,7 @@ import { DEFAULT_RUNTIME_NODE_OPTIONS } from "../src/contract/node-options.ts";
 const N = Number(process.env.BENCH_MESSAGES ?? 2000);
 const LEVELS = (process.env.BENCH_CONCURRENCY ?? "1,8,32").split(",").map(Number);
 const PAGE = 100;
-const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
+const _here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 
 type Mode = "jetstream" | "relay-delete" | "relay-batch" | "relay-ws";
 interface Result {
@@ -114,7 +114,13 @@ async function pipeline(
   await Promise.race([
     consumer,
     new Promise((_, reject) => {
-      stalled = setTimeout(() => reject(new Error(`${mode} at concurrency ${concurrency} stalled: ${latencies.length} of ${count} acknowledged`)), 120_000);
+      stalled = setTimeout(
+        () =>
+          reject(
+            new Error(`${mode} at concurrency ${concurrency} stalled: ${latencies.length} of ${count} acknowledged`),
+          ),
+        120_000,
+      );
     }),
   ]).finally(() => clearTimeout(stalled));
   const seconds = (performance.now() - started) / 1000;
@@ -128,7 +134,11 @@ async function pipeline(
     perSecond: round(latencies.length / seconds),
     p50ms: round(percentile(latencies, 50)),
     p99ms: round(percentile(latencies, 99)),
-    cpuMsPerMessage: { relay: per(cpuMs(pids.relay), cpu0.relay), natsServer: per(cpuMs(pids.nats), cpu0.nats), client: per(cpuMs(), cpu0.client) },
+    cpuMsPerMessage: {
+      relay: per(cpuMs(pids.relay), cpu0.relay),
+      natsServer: per(cpuMs(pids.nats), cpu0.nats),
+      client: per(cpuMs(), cpu0.client),
+    },
     natsMsgsPerMessage: round(((await natsMessagesIn(monitorPort, "ifp-relay ")) - natsIn0) / count),
   };
 }
@@ -163,14 +173,44 @@ const messageBytes = Buffer.byteLength(JSON.stringify(bodies(1)[0]));
 const port = await freePort();
 const manifest = writeRelayManifest(
   tempDir("ifp-bench-"),
-  { url: "https://localhost", agents: [peerOf(alice), peerOf(bob), ...others.map(peerOf)], limits: { perAgentPerMinute: 100_000_000, perAddressPerMinute: 100_000_000 } },
+  {
+    url: "https://localhost",
+    agents: [peerOf(alice), peerOf(bob), ...others.map(peerOf)],
+    limits: { perAgentPerMinute: 100_000_000, perAddressPerMinute: 100_000_000 },
+  },
   "bench-relay",
 );
-const child = spawn(process.execPath, [...(process.env.BENCH_RELAY_NODE_OPTIONS ?? "").split(" ").filter(Boolean), compiledEntry("runtime/bin/ifp-runtime.ts"), "relay", "--manifest", manifest, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url], {
-  stdio: ["ignore", "ignore", "inherit"],
-  // The V8 heap the operator gives a runtime pod with the default resources.
-  env: { ...process.env, IFP_LOG_LEVEL: "warn", NODE_OPTIONS: process.env.BENCH_RUNTIME_NODE_OPTIONS ?? DEFAULT_RUNTIME_NODE_OPTIONS.relay },
-});
+const child = spawn(
+  process.execPath,
+  [
+    ...(process.env.BENCH_RELAY_NODE_OPTIONS ?? "").split(" ").filter(Boolean),
+    compiledEntry("runtime/bin/ifp-runtime.ts"),
+    "relay",
+    "--manifest",
+    manifest,
+    "--port",
+    String(port),
+    "--metrics-port",
+    "0",
+    "--host",
+    "127.0.0.1",
+    "--tls-cert",
+    tls.files.cert,
+    "--tls-key",
+    tls.files.key,
+    "--nats",
+    nats.url,
+  ],
+  {
+    stdio: ["ignore", "ignore", "inherit"],
+    // The V8 heap the operator gives a runtime pod with the default resources.
+    env: {
+      ...process.env,
+      IFP_LOG_LEVEL: "warn",
+      NODE_OPTIONS: process.env.BENCH_RUNTIME_NODE_OPTIONS ?? DEFAULT_RUNTIME_NODE_OPTIONS.relay,
+    },
+  },
+);
 const base = `https://localhost:${port}`;
 await waitFor("relay", async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200, 30_000, 200);
 const pids = { relay: child.pid!, nats: nats.pid! };
@@ -180,10 +220,16 @@ const pids = { relay: child.pid!, nats: nats.pid! };
 const pool = new Pool({ connect: { ca: tls.ca }, keepAliveTimeout: 30_000, connections: 64 });
 const http: RelayHttp & { close(): Promise<void> } = {
   async request(url, init = {}) {
-    const res = await undiciRequest(url, { method: (init.method ?? "GET") as Dispatcher.HttpMethod, headers: init.headers, body: init.body, dispatcher: pool });
+    const res = await undiciRequest(url, {
+      method: (init.method ?? "GET") as Dispatcher.HttpMethod,
+      headers: init.headers,
+      body: init.body,
+      dispatcher: pool,
+    });
     const text = await res.body.text();
     const headers = new Headers();
-    for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers.set(k, Array.isArray(v) ? v.join(", ") : v);
+    for (const [k, v] of Object.entries(res.headers))
+      if (v !== undefined) headers.set(k, Array.isArray(v) ? v.join(", ") : v);
     return { status: res.statusCode, headers, text };
   },
   close: () => pool.close(),
@@ -199,7 +245,14 @@ const js = jetstream(nc);
 let rawRuns = 0;
 async function rawRun(c: number, count: number): Promise<Result> {
   const stream = `RAW_${++rawRuns}`;
-  await jsm.streams.add({ name: stream, subjects: [`raw.${rawRuns}.>`], storage: StorageType.File, discard: DiscardPolicy.New, allow_msg_ttl: true, duplicate_window: 120e9 });
+  await jsm.streams.add({
+    name: stream,
+    subjects: [`raw.${rawRuns}.>`],
+    storage: StorageType.File,
+    discard: DiscardPolicy.New,
+    allow_msg_ttl: true,
+    duplicate_window: 120e9,
+  });
   await jsm.consumers.add(stream, { durable_name: "bob", ack_policy: AckPolicy.Explicit, max_ack_pending: 10_000 });
   const consumer = await js.consumers.get(stream, "bob");
   const msgs = bodies(count);
@@ -229,7 +282,10 @@ async function rawRun(c: number, count: number): Promise<Result> {
 /** A WebSocket session of `agent` at /relay/ws (signed upgrade), open. */
 async function session(key: typeof alice, query = ""): Promise<WebSocket> {
   const path = `/relay/ws${query}`;
-  const ws = new WebSocket(`${base.replace("https", "wss")}${path}`, { headers: await signRequest({ method: "GET", url: `${base}${path}` }, key.signing), ca: tls.ca });
+  const ws = new WebSocket(`${base.replace("https", "wss")}${path}`, {
+    headers: await signRequest({ method: "GET", url: `${base}${path}` }, key.signing),
+    ca: tls.ca,
+  });
   await new Promise((r, j) => ws.once("open", r).once("error", j));
   return ws;
 }
@@ -257,7 +313,10 @@ function framePublisher(ws: WebSocket): (m: Message) => Promise<void> {
 
 const BATCH = Number(process.env.BENCH_BATCH ?? 25);
 /** The relay paths measured (BENCH_MODES, comma-separated; all three by default). */
-const MODES = (process.env.BENCH_MODES ?? "relay-delete,relay-batch,relay-ws").split(",") as Exclude<Mode, "jetstream">[];
+const MODES = (process.env.BENCH_MODES ?? "relay-delete,relay-batch,relay-ws").split(",") as Exclude<
+  Mode,
+  "jetstream"
+>[];
 
 async function relayRun(mode: Exclude<Mode, "jetstream">, c: number, count: number): Promise<Result> {
   const msgs = bodies(count);
@@ -268,20 +327,33 @@ async function relayRun(mode: Exclude<Mode, "jetstream">, c: number, count: numb
     const sender = await session(alice, "?push=off");
     const send = framePublisher(sender);
     try {
-      return await pipeline(mode, c, ids, pids, ([i]) => send(msgs[i!]!), async (onAcked, done) => {
-        const ws = await session(bob);
-        await new Promise<void>((resolve) => {
-          ws.on("message", (d) => {
-            const f = JSON.parse(d.toString()) as { type: string; message_id?: string; message?: Message; ok?: boolean };
-            if (f.type === "message") ws.send(JSON.stringify({ type: "ack", message_id: f.message!.headers.message_id }));
-            else if (f.type === "acked" && f.ok) {
-              onAcked(f.message_id!);
-              if (done()) resolve();
-            }
+      return await pipeline(
+        mode,
+        c,
+        ids,
+        pids,
+        ([i]) => send(msgs[i!]!),
+        async (onAcked, done) => {
+          const ws = await session(bob);
+          await new Promise<void>((resolve) => {
+            ws.on("message", (d) => {
+              const f = JSON.parse(d.toString()) as {
+                type: string;
+                message_id?: string;
+                message?: Message;
+                ok?: boolean;
+              };
+              if (f.type === "message")
+                ws.send(JSON.stringify({ type: "ack", message_id: f.message!.headers.message_id }));
+              else if (f.type === "acked" && f.ok) {
+                onAcked(f.message_id!);
+                if (done()) resolve();
+              }
+            });
           });
-        });
-        ws.close();
-      });
+          ws.close();
+        },
+      );
     } finally {
       sender.close();
     }
@@ -330,10 +402,16 @@ async function relayRun(mode: Exclude<Mode, "jetstream">, c: number, count: numb
 
 /** Rows of the cost-growth runs. */
 const scale: Record<string, string | number>[] = [];
-const names = relayNames({ metadata: { name: "bench-relay" }, spec: { url: "https://localhost" } } as Parameters<typeof relayNames>[0]);
+const names = relayNames({ metadata: { name: "bench-relay" }, spec: { url: "https://localhost" } } as Parameters<
+  typeof relayNames
+>[0]);
 
 /** Run `count` calls of `fn` with `c` in flight; seconds taken and latencies. */
-async function timed(count: number, c: number, fn: (i: number) => Promise<void>): Promise<{ seconds: number; p50ms: number; p99ms: number }> {
+async function timed(
+  count: number,
+  c: number,
+  fn: (i: number) => Promise<void>,
+): Promise<{ seconds: number; p50ms: number; p99ms: number }> {
   let next = 0;
   const lat: number[] = [];
   const t0 = performance.now();
@@ -348,7 +426,11 @@ async function timed(count: number, c: number, fn: (i: number) => Promise<void>)
     }),
   );
   lat.sort((a, b) => a - b);
-  return { seconds: (performance.now() - t0) / 1000, p50ms: round(percentile(lat, 50)), p99ms: round(percentile(lat, 99)) };
+  return {
+    seconds: (performance.now() - t0) / 1000,
+    p50ms: round(percentile(lat, 50)),
+    p99ms: round(percentile(lat, 99)),
+  };
 }
 
 async function scaleRuns(): Promise<void> {
@@ -366,25 +448,45 @@ async function scaleRuns(): Promise<void> {
       got += messages.length;
       if (messages.length) await client.ackMany(messages.map((x) => x.headers.message_id));
     });
-    scale.push({ run: `${m} mailboxes`, "publish msgs/s": round(SCALE_N / pubT.seconds), "publish p50/p99 ms": `${pubT.p50ms} / ${pubT.p99ms}`, "pull+ack per mailbox p50/p99 ms": `${pullT.p50ms} / ${pullT.p99ms}`, "messages read": got });
+    scale.push({
+      run: `${m} mailboxes`,
+      "publish msgs/s": round(SCALE_N / pubT.seconds),
+      "publish p50/p99 ms": `${pubT.p50ms} / ${pubT.p99ms}`,
+      "pull+ack per mailbox p50/p99 ms": `${pullT.p50ms} / ${pullT.p99ms}`,
+      "messages read": got,
+    });
   }
   // Messages stored in another mailbox: publish → pull → batch ack for bob, next to the same on an empty stream.
   const empty = await relayRun("relay-batch", 8, SCALE_N);
   let stored = 0;
   for (let i = 0; i < STORED; i += 1000) {
     const chunk = Array.from({ length: Math.min(1000, STORED - i) }, (_, k) => i + k);
-    await Promise.all(chunk.map((k) => js.publish(names.copy("filler-agent", `filler-${k}`), text, { msgID: `filler ${k}` })));
+    await Promise.all(
+      chunk.map((k) => js.publish(names.copy("filler-agent", `filler-${k}`), text, { msgID: `filler ${k}` })),
+    );
     stored += chunk.length;
   }
   const full = await relayRun("relay-batch", 8, SCALE_N);
-  scale.push({ run: `batch, empty stream`, "publish msgs/s": empty.perSecond, "publish p50/p99 ms": `${empty.p50ms} / ${empty.p99ms}`, "relay NATS msgs/msg": empty.natsMsgsPerMessage ?? "" });
-  scale.push({ run: `batch, ${stored} stored`, "publish msgs/s": full.perSecond, "publish p50/p99 ms": `${full.p50ms} / ${full.p99ms}`, "relay NATS msgs/msg": full.natsMsgsPerMessage ?? "" });
+  scale.push({
+    run: `batch, empty stream`,
+    "publish msgs/s": empty.perSecond,
+    "publish p50/p99 ms": `${empty.p50ms} / ${empty.p99ms}`,
+    "relay NATS msgs/msg": empty.natsMsgsPerMessage ?? "",
+  });
+  scale.push({
+    run: `batch, ${stored} stored`,
+    "publish msgs/s": full.perSecond,
+    "publish p50/p99 ms": `${full.p50ms} / ${full.p99ms}`,
+    "relay NATS msgs/msg": full.natsMsgsPerMessage ?? "",
+  });
   await jsm.streams.purge(names.stream, { filter: names.mailbox("filler-agent") });
   // A topic publish with K subscribers: one copy each, stored before the 202.
   for (const k of FANOUT) {
     const topic = `bench.fan-${k}`;
     for (let i = 0; i < k; i++) {
-      const res = await new RelayClient(base, others[i]!.signing, http).request("POST", "/relay/subscribe", { subscribe: { topics: [topic] } });
+      const res = await new RelayClient(base, others[i]!.signing, http).request("POST", "/relay/subscribe", {
+        subscribe: { topics: [topic] },
+      });
       if (res.status !== 200) throw new Error(`subscribe answered ${res.status}: ${res.text}`);
     }
     const count = Math.max(50, Math.round(SCALE_N / k));
@@ -395,7 +497,13 @@ async function scaleRuns(): Promise<void> {
       if (res.status !== 202) throw new Error(`topic publish answered ${res.status}: ${res.text}`);
     });
     const natsIn = (await natsMessagesIn(monitorPort, "ifp-relay ")) - natsIn0;
-    scale.push({ run: `topic, ${k} subscribers`, "publish msgs/s": round(count / t.seconds), "publish p50/p99 ms": `${t.p50ms} / ${t.p99ms}`, "copies/s": round((count * k) / t.seconds), "relay NATS msgs/msg": round(natsIn / count) });
+    scale.push({
+      run: `topic, ${k} subscribers`,
+      "publish msgs/s": round(count / t.seconds),
+      "publish p50/p99 ms": `${t.p50ms} / ${t.p99ms}`,
+      "copies/s": round((count * k) / t.seconds),
+      "relay NATS msgs/msg": round(natsIn / count),
+    });
     await jsm.streams.purge(names.stream, { filter: names.mailboxes });
   }
 }
@@ -435,7 +543,12 @@ const rows = results.map((r) => ({
 }));
 console.table(rows);
 if (scale.length) console.table(scale);
-console.log(`${N} messages of ${messageBytes} bytes per run; relay peak RSS ${relayPeakRssMiB} MiB; node ${process.version}`);
+console.log(
+  `${N} messages of ${messageBytes} bytes per run; relay peak RSS ${relayPeakRssMiB} MiB; node ${process.version}`,
+);
 mkdirSync(".bench", { recursive: true });
-writeFileSync(".bench/relay.json", `${JSON.stringify({ benchmark: "relay", date: new Date().toISOString(), node: process.version, messages: N, messageBytes, page: PAGE, results, scale, relayPeakRssMiB }, null, 2)}\n`);
+writeFileSync(
+  ".bench/relay.json",
+  `${JSON.stringify({ benchmark: "relay", date: new Date().toISOString(), node: process.version, messages: N, messageBytes, page: PAGE, results, scale, relayPeakRssMiB }, null, 2)}\n`,
+);
 console.log("written .bench/relay.json");

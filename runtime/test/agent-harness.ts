@@ -63,7 +63,12 @@ export async function runAgent(opts: {
   }
 > {
   const dir = opts.dir ?? tempDir();
-  const manifest = writeAgentManifest(dir, { agentId: opts.self.agentId, ...opts.spec }, opts.resource?.name, opts.resource?.namespace);
+  const manifest = writeAgentManifest(
+    dir,
+    { agentId: opts.self.agentId, ...opts.spec },
+    opts.resource?.name,
+    opts.resource?.namespace,
+  );
   const running = await withRuntimeLog(`agent ${opts.self.agentId} (in-process)`, (logger) =>
     startAgent({
       manifest,
@@ -82,10 +87,15 @@ export async function runAgent(opts: {
       logger,
     }),
   );
-  if (opts.waitReady !== false) await waitFor("agent ready", async () => (await httpsRequest(`${running.url}/readyz`, { ca: opts.tls.ca })).status === 200, 30_000).catch(async (err: unknown) => {
-    await running.close().catch(() => {});
-    throw err;
-  });
+  if (opts.waitReady !== false)
+    await waitFor(
+      "agent ready",
+      async () => (await httpsRequest(`${running.url}/readyz`, { ca: opts.tls.ca })).status === 200,
+      30_000,
+    ).catch(async (err: unknown) => {
+      await running.close().catch(() => {});
+      throw err;
+    });
   return Object.assign(running, {
     post: (body: unknown, headers: Record<string, string> = {}) =>
       httpsRequest(`${running.url}/.well-known/agent/inbox`, {
@@ -94,7 +104,8 @@ export async function runAgent(opts: {
         body: typeof body === "string" ? body : JSON.stringify(body),
         ca: opts.tls.ca,
       }),
-    get: (path: string, headers: Record<string, string> = {}) => httpsRequest(`${running.url}${path}`, { headers, ca: opts.tls.ca }),
+    get: (path: string, headers: Record<string, string> = {}) =>
+      httpsRequest(`${running.url}${path}`, { headers, ca: opts.tls.ca }),
     /** The Prometheus exposition from the plain-HTTP metrics listener. */
     scrape: () => scrapeMetrics(running.metricsUrl),
   });

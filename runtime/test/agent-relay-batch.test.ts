@@ -46,7 +46,11 @@ afterAll(async () => {
 });
 
 /** The publish requests a relay has answered 2xx: a lone publish or a whole batch counts one. */
-const publishRequests = async (relay: RunningRelay) => metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_operations_total", { operation: "publish", result: "ok" });
+const publishRequests = async (relay: RunningRelay) =>
+  metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_operations_total", {
+    operation: "publish",
+    result: "ok",
+  });
 
 /** Everything waiting for `who` at a relay, taken (acknowledged). */
 async function drain(relay: RunningRelay, who: typeof bob): Promise<string[]> {
@@ -57,10 +61,16 @@ async function drain(relay: RunningRelay, who: typeof bob): Promise<string[]> {
 }
 
 /** Publish these at once through the agent's relay publisher: one event-loop turn, one batch. */
-const atOnce = (publisher: ReturnType<typeof relayPublisher>, url: string, messages: Message[], recipients = ["bob-agent"]) => Promise.all(messages.map((m) => publisher.publish(url, m, recipients)));
+const atOnce = (
+  publisher: ReturnType<typeof relayPublisher>,
+  url: string,
+  messages: Message[],
+  recipients = ["bob-agent"],
+) => Promise.all(messages.map((m) => publisher.publish(url, m, recipients)));
 
 /** The outcome a lone POST /relay/publish of `m` gets, through the same classification. */
-const loneOutcome = (url: string, m: Message, recipients = ["bob-agent"]) => relayOutcome(url, new RelayClient(url, alice.signing, env.http).publish(m, recipients));
+const loneOutcome = (url: string, m: Message, recipients = ["bob-agent"]) =>
+  relayOutcome(url, new RelayClient(url, alice.signing, env.http).publish(m, recipients));
 
 describe("sending through a relay in batches", () => {
   it("sends an outbox backlog for one relay as batch requests, and every message arrives", async () => {
@@ -82,20 +92,32 @@ describe("sending through a relay in batches", () => {
       log,
       metrics: createRuntimeMetrics("agent"),
       // Bob is reachable only through the hub.
-      options: { backoffMs: [60_000], retryForMs: 3600_000, peerUrls: new Map(), peerRelays: new Map([["bob-agent", [url]]]) },
+      options: {
+        backoffMs: [60_000],
+        retryForMs: 3600_000,
+        peerUrls: new Map(),
+        peerRelays: new Map([["bob-agent", [url]]]),
+      },
       relay: relayPublisher(alice.signing, env.http),
       onGiveUp: async () => {},
     });
     try {
       // A backlog: queued before the sender starts.
-      const backlog = Array.from({ length: 40 }, (_, i) => signed(alice, "bob-agent", { conversation_id: `conv:backlog-${i}` }, `backlog ${i}`));
+      const backlog = Array.from({ length: 40 }, (_, i) =>
+        signed(alice, "bob-agent", { conversation_id: `conv:backlog-${i}` }, `backlog ${i}`),
+      );
       for (const m of backlog) await outbox.enqueue(m);
       const before = await publishRequests(hub);
       delivery.start();
-      const records = await waitFor("every message delivered", async () => {
-        const rs = await Promise.all(backlog.map((m) => states.get(m.headers.message_id)));
-        return rs.every((r) => r?.state === "delivered") ? rs : undefined;
-      }, 30_000, 200);
+      const records = await waitFor(
+        "every message delivered",
+        async () => {
+          const rs = await Promise.all(backlog.map((m) => states.get(m.headers.message_id)));
+          return rs.every((r) => r?.state === "delivered") ? rs : undefined;
+        },
+        30_000,
+        200,
+      );
       expect(records.map((r) => r!.recipients[0]!.via)).toEqual(backlog.map(() => `relay:${url}`));
       expect(records.map((r) => r!.recipients[0]!.attempts)).toEqual(backlog.map(() => 1));
       // Each in bob's mailbox at the relay, once.
@@ -122,7 +144,11 @@ describe("sending through a relay in batches", () => {
     // Alone in its turn: one request too (which endpoint, the relay without batches below shows).
     before = await publishRequests(hub);
     const lone = signed(alice, "bob-agent");
-    expect(await publisher.publish(url, lone, ["bob-agent"])).toEqual({ kind: "delivered", via: `relay:${url}`, status: 202 });
+    expect(await publisher.publish(url, lone, ["bob-agent"])).toEqual({
+      kind: "delivered",
+      via: `relay:${url}`,
+      status: 202,
+    });
     expect((await publishRequests(hub)) - before).toBe(1);
     expect(await drain(hub, bob)).toEqual([lone.headers.message_id]);
   });
@@ -138,7 +164,12 @@ describe("sending through a relay in batches", () => {
     expect((await publishRequests(hub)) - before).toBe(1);
     expect(outcomes[0]).toEqual({ kind: "delivered", via: `relay:${hubUrl}`, status: 202 });
     expect(outcomes[2]).toEqual({ kind: "delivered", via: `relay:${hubUrl}`, status: 202 });
-    expect(outcomes[1]).toEqual({ kind: "failed", via: `relay:${hubUrl}`, status: 404, error: "404 not_found: this relay does not serve nobody; nothing was stored; a 4xx is never retried" });
+    expect(outcomes[1]).toEqual({
+      kind: "failed",
+      via: `relay:${hubUrl}`,
+      status: 404,
+      error: "404 not_found: this relay does not serve nobody; nothing was stored; a 4xx is never retried",
+    });
     expect(outcomes[1]).toEqual(await loneOutcome(hubUrl, unknown, []));
     expect((await drain(hub, bob)).sort()).toEqual(ids(good).sort());
 
@@ -155,8 +186,14 @@ describe("sending through a relay in batches", () => {
       ["delivered", 202],
     ]);
     // A lone publish of it is refused for its size too (by the body limit, in other words).
-    expect(await loneOutcome(smallUrl, big)).toMatchObject({ kind: "failed", status: 413, error: expect.stringMatching(/^413 payload_too_large: /) });
-    expect(sized[1]).toMatchObject({ error: expect.stringMatching(/^413 payload_too_large: the message is \d+ bytes; this relay takes at most 16384/) });
+    expect(await loneOutcome(smallUrl, big)).toMatchObject({
+      kind: "failed",
+      status: 413,
+      error: expect.stringMatching(/^413 payload_too_large: /),
+    });
+    expect(sized[1]).toMatchObject({
+      error: expect.stringMatching(/^413 payload_too_large: the message is \d+ bytes; this relay takes at most 16384/),
+    });
     expect((await drain(small, bob)).sort()).toEqual(ids(fits).sort());
   });
 
@@ -166,7 +203,10 @@ describe("sending through a relay in batches", () => {
     // results, one alone past the batch's 1 MiB), which says nothing about the two that fit.
     const smallUrl = baseUrl(small);
     const fits = [signed(alice, "bob-agent"), signed(alice, "bob-agent")];
-    const huge = [signed(alice, "bob-agent", {}, "y".repeat(1_000_000)), signed(alice, "bob-agent", {}, "z".repeat(1_000_000))];
+    const huge = [
+      signed(alice, "bob-agent", {}, "y".repeat(1_000_000)),
+      signed(alice, "bob-agent", {}, "z".repeat(1_000_000)),
+    ];
     const outcomes = await atOnce(publisher, smallUrl, [fits[0]!, huge[0]!, fits[1]!, huge[1]!]);
     expect(outcomes.map((o) => [o.kind, o.status])).toEqual([
       ["delivered", 202],
@@ -202,9 +242,16 @@ describe("sending through a relay in batches", () => {
     const before = await publishRequests(quota);
     const outcomes = await atOnce(publisher, quotaUrl, heavy);
     expect((await publishRequests(quota)) - before).toBe(1);
-    expect(outcomes.slice(0, 2)).toEqual(heavy.slice(0, 2).map(() => ({ kind: "delivered", via: `relay:${quotaUrl}`, status: 202 })));
+    expect(outcomes.slice(0, 2)).toEqual(
+      heavy.slice(0, 2).map(() => ({ kind: "delivered", via: `relay:${quotaUrl}`, status: 202 })),
+    );
     for (const o of outcomes.slice(2)) {
-      expect(o).toMatchObject({ kind: "retry", via: `relay:${quotaUrl}`, status: 429, error: expect.stringMatching(/^429 rate_limited: byte quota of 16384 bytes per hour exceeded for alice-agent/) });
+      expect(o).toMatchObject({
+        kind: "retry",
+        via: `relay:${quotaUrl}`,
+        status: 429,
+        error: expect.stringMatching(/^429 rate_limited: byte quota of 16384 bytes per hour exceeded for alice-agent/),
+      });
       const after = (o as { afterMs?: number }).afterMs!;
       expect(after % 1000).toBe(0);
       expect(after).toBeGreaterThanOrEqual(1000);
@@ -224,12 +271,16 @@ describe("sending through a relay in batches", () => {
     try {
       const publisher = relayPublisher(alice.signing, env.http);
       const first = Array.from({ length: 4 }, () => signed(alice, "bob-agent"));
-      expect(await atOnce(publisher, fake.url, first)).toEqual(first.map(() => ({ kind: "delivered", via: `relay:${fake.url}`, status: 202 })));
+      expect(await atOnce(publisher, fake.url, first)).toEqual(
+        first.map(() => ({ kind: "delivered", via: `relay:${fake.url}`, status: 202 })),
+      );
       expect(batchTries()).toBe(1);
       expect(fake.published.sort()).toEqual(ids(first).sort());
       // Not taken for a relay without batches: the next burst asks for a batch again.
       const second = Array.from({ length: 3 }, () => signed(alice, "bob-agent"));
-      expect(await atOnce(publisher, fake.url, second)).toEqual(second.map(() => ({ kind: "delivered", via: `relay:${fake.url}`, status: 202 })));
+      expect(await atOnce(publisher, fake.url, second)).toEqual(
+        second.map(() => ({ kind: "delivered", via: `relay:${fake.url}`, status: 202 })),
+      );
       expect(batchTries()).toBe(2);
       expect(fake.published.sort()).toEqual(ids([...first, ...second]).sort());
     } finally {
@@ -244,7 +295,11 @@ describe("sending through a relay in batches", () => {
       const publisher = relayPublisher(alice.signing, env.http);
       // Alone in its turn: the plain endpoint, the batch endpoint never asked.
       const alone = signed(alice, "bob-agent");
-      expect(await publisher.publish(fake.url, alone, ["bob-agent"])).toEqual({ kind: "delivered", via: `relay:${fake.url}`, status: 202 });
+      expect(await publisher.publish(fake.url, alone, ["bob-agent"])).toEqual({
+        kind: "delivered",
+        via: `relay:${fake.url}`,
+        status: 202,
+      });
       expect(fake.requests.map((r) => r.path)).toEqual(["/relay/publish"]);
 
       const first = Array.from({ length: 5 }, () => signed(alice, "bob-agent"));
@@ -253,11 +308,15 @@ describe("sending through a relay in batches", () => {
       // One try of the batch endpoint, then each message alone, narrowed as asked.
       expect(batchTries()).toBe(1);
       expect(fake.published.slice(1).sort()).toEqual(ids(first).sort());
-      expect(fake.requests.filter((r) => r.path === "/relay/publish").every((r) => r.query === "recipient=bob-agent")).toBe(true);
+      expect(
+        fake.requests.filter((r) => r.path === "/relay/publish").every((r) => r.query === "recipient=bob-agent"),
+      ).toBe(true);
 
       // Remembered: the next burst goes straight to lone publishes.
       const second = Array.from({ length: 5 }, () => signed(alice, "bob-agent"));
-      expect(await atOnce(publisher, fake.url, second)).toEqual(second.map(() => ({ kind: "delivered", via: `relay:${fake.url}`, status: 202 })));
+      expect(await atOnce(publisher, fake.url, second)).toEqual(
+        second.map(() => ({ kind: "delivered", via: `relay:${fake.url}`, status: 202 })),
+      );
       expect(batchTries()).toBe(1);
       expect(fake.published.sort()).toEqual(ids([alone, ...first, ...second]).sort());
     } finally {
@@ -281,7 +340,11 @@ async function relayWithoutBatches(opts: { batchStatus?: number } = {}) {
   });
   if (opts.batchStatus) {
     const status = opts.batchStatus;
-    app.post("/relay/publish/batch", async (_req, reply) => reply.code(status).send({ status: "error", code: "payload_too_large", message: "the request body exceeds the size limit" }));
+    app.post("/relay/publish/batch", async (_req, reply) =>
+      reply
+        .code(status)
+        .send({ status: "error", code: "payload_too_large", message: "the request body exceeds the size limit" }),
+    );
   }
   app.post("/relay/publish", async (req, reply) => {
     const id = (req.body as Message).headers.message_id;

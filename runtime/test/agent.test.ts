@@ -39,17 +39,32 @@ async function streamMessages(agentId: string, subject?: string): Promise<number
  * POST a chunked body of up to `chunks` × `chunkBytes` bytes, writing until the server answers;
  * resolves with the answer (or the error that came before any answer) and the bytes written.
  */
-function streamUntilAnswered(url: string, chunkBytes: number, chunks: number): Promise<{ status?: number; text: string; error?: string; sent: number }> {
+function streamUntilAnswered(
+  url: string,
+  chunkBytes: number,
+  chunks: number,
+): Promise<{ status?: number; text: string; error?: string; sent: number }> {
   return new Promise((resolve) => {
     let sent = 0;
     let answered = false;
-    const req = httpsRaw(url, { method: "POST", ca: tls.ca, headers: { "content-type": "application/json", "transfer-encoding": "chunked" }, timeout: 30_000 }, (res) => {
-      answered = true;
-      const body: Buffer[] = [];
-      res.on("data", (c: Buffer) => body.push(c));
-      res.on("end", () => resolve({ status: res.statusCode, text: Buffer.concat(body).toString(), sent }));
-      res.on("error", (err) => resolve({ status: res.statusCode, text: Buffer.concat(body).toString(), error: err.message, sent }));
-    });
+    const req = httpsRaw(
+      url,
+      {
+        method: "POST",
+        ca: tls.ca,
+        headers: { "content-type": "application/json", "transfer-encoding": "chunked" },
+        timeout: 30_000,
+      },
+      (res) => {
+        answered = true;
+        const body: Buffer[] = [];
+        res.on("data", (c: Buffer) => body.push(c));
+        res.on("end", () => resolve({ status: res.statusCode, text: Buffer.concat(body).toString(), sent }));
+        res.on("error", (err) =>
+          resolve({ status: res.statusCode, text: Buffer.concat(body).toString(), error: err.message, sent }),
+        );
+      },
+    );
     req.on("timeout", () => req.destroy(new Error("timed out")));
     req.on("error", (err) => {
       if (!answered) resolve({ text: "", error: err.message, sent });
@@ -66,13 +81,21 @@ function streamUntilAnswered(url: string, chunkBytes: number, chunks: number): P
 }
 
 /** ifp_handler_deliveries_total{result} of a running agent. */
-async function handlerDeliveries(agent: { scrape(): Promise<string> }, result: "delivered" | "failed"): Promise<number> {
-  return metricValue((await agent.scrape()), "ifp_handler_deliveries_total", { result });
+async function handlerDeliveries(
+  agent: { scrape(): Promise<string> },
+  result: "delivered" | "failed",
+): Promise<number> {
+  return metricValue(await agent.scrape(), "ifp_handler_deliveries_total", { result });
 }
 
 const capabilities = [
   { name: "gossip.exchange", description: "Take part in gossip exchanges" },
-  { name: "calendar.availability", version: "2", description: "Share availability", conditions: { minDisclosure: "professional", minAuthLevel: 1 } },
+  {
+    name: "calendar.availability",
+    version: "2",
+    description: "Share availability",
+    conditions: { minDisclosure: "professional", minAuthLevel: 1 },
+  },
 ];
 
 describe("agent mode over TLS with a real nats-server", () => {
@@ -110,7 +133,12 @@ describe("agent mode over TLS with a real nats-server", () => {
         agent_id: "alice-agent",
         capabilities: [
           { name: "gossip.exchange", version: "1", description: "Take part in gossip exchanges" },
-          { name: "calendar.availability", version: "2", description: "Share availability", conditions: { min_disclosure: "professional", min_auth_level: 1 } },
+          {
+            name: "calendar.availability",
+            version: "2",
+            description: "Share availability",
+            conditions: { min_disclosure: "professional", min_auth_level: 1 },
+          },
         ],
         ifp_support: [3, 4, 5, 6, 7, 8],
         updated: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/),
@@ -140,7 +168,15 @@ describe("agent mode over TLS with a real nats-server", () => {
         ifp: 5,
         agent_id: "alice-agent",
         display: "Alice's agent",
-        keys: [{ key_id: "key-1", type: "ed25519", public_key: alice.publicKey, created: expect.any(String), status: "active" }],
+        keys: [
+          {
+            key_id: "key-1",
+            type: "ed25519",
+            public_key: alice.publicKey,
+            created: expect.any(String),
+            status: "active",
+          },
+        ],
         endpoints: {
           inbox: `${agent.url.replace("localhost", "127.0.0.1")}/.well-known/agent/inbox`,
           capabilities: `${agent.url.replace("localhost", "127.0.0.1")}/.well-known/agent/capabilities`,
@@ -153,9 +189,17 @@ describe("agent mode over TLS with a real nats-server", () => {
     it("remembers when the capability set changed, across restarts", async () => {
       const before = (await agent.get("/.well-known/agent/capabilities")).json().updated;
       // Same capabilities in a fresh process: the same `updated`.
-      const twin = await runAgent({ self: alice, natsUrl: nats.url, tls, spec: { capabilities, peers: [peerOf(pete)], relay: { urls: ["https://relay.example"] } } });
+      const twin = await runAgent({
+        self: alice,
+        natsUrl: nats.url,
+        tls,
+        spec: { capabilities, peers: [peerOf(pete)], relay: { urls: ["https://relay.example"] } },
+      });
       try {
-        await waitFor("updated to sync", async () => (await twin.get("/.well-known/agent/capabilities")).json().updated === before);
+        await waitFor(
+          "updated to sync",
+          async () => (await twin.get("/.well-known/agent/capabilities")).json().updated === before,
+        );
       } finally {
         await twin.close();
       }
@@ -183,9 +227,14 @@ describe("agent mode over TLS with a real nats-server", () => {
     });
 
     it.each([
-      ["malformed JSON", "{\"ifp\": 4,", 400, "invalid_format"],
+      ["malformed JSON", '{"ifp": 4,', 400, "invalid_format"],
       ["a JSON array", "[]", 400, "invalid_format"],
-      ["missing required headers", JSON.stringify({ ifp: 4, headers: { message_id: "x" }, body: {} }), 400, "invalid_format"],
+      [
+        "missing required headers",
+        JSON.stringify({ ifp: 4, headers: { message_id: "x" }, body: {} }),
+        400,
+        "invalid_format",
+      ],
     ])("%s → %s %s", async (_name, body, status, code) => {
       const res = await agent.post(body);
       expect(res.status).toBe(status);
@@ -207,7 +256,10 @@ describe("agent mode over TLS with a real nats-server", () => {
     });
 
     it("refuses messages addressed to someone else", async () => {
-      expect((await agent.post(signed(pete, "bob-agent"))).json()).toMatchObject({ code: "invalid_format", message: expect.stringContaining("not to alice-agent") });
+      expect((await agent.post(signed(pete, "bob-agent"))).json()).toMatchObject({
+        code: "invalid_format",
+        message: expect.stringContaining("not to alice-agent"),
+      });
     });
 
     it("refuses a stale date outside the replay window", async () => {
@@ -281,7 +333,12 @@ describe("agent mode over TLS with a real nats-server", () => {
     it("accepts a protocol-level problem with 202 and answers it with an error-phase message", async () => {
       const handler = await startHandler();
       const bob = identity("bob-agent");
-      const own = await runAgent({ self: bob, natsUrl: nats.url, tls, spec: { peers: [peerOf(pete)], handler: { url: handler.url } } });
+      const own = await runAgent({
+        self: bob,
+        natsUrl: nats.url,
+        tls,
+        spec: { peers: [peerOf(pete)], handler: { url: handler.url } },
+      });
       try {
         const m = signed(pete, "bob-agent", { phase: "haggle" });
         const res = await own.post(m);
@@ -292,7 +349,13 @@ describe("agent mode over TLS with a real nats-server", () => {
           const body = r.status === 200 ? ((await r.json()) as any) : undefined;
           return body?.state === "failed" ? body : undefined;
         });
-        expect(record.recipients).toEqual([expect.objectContaining({ agent: "pete-agent", state: "failed", last_error: expect.stringMatching(/no route to pete-agent/) })]);
+        expect(record.recipients).toEqual([
+          expect.objectContaining({
+            agent: "pete-agent",
+            state: "failed",
+            last_error: expect.stringMatching(/no route to pete-agent/),
+          }),
+        ]);
         expect(handler.received).toHaveLength(0);
       } finally {
         await own.close();
@@ -303,7 +366,9 @@ describe("agent mode over TLS with a real nats-server", () => {
     it("serves no plain HTTP and refuses TLS below 1.2", async () => {
       const port = new URL(agent.url).port;
       const plain = await new Promise<string>((resolve) => {
-        const req = httpRequest({ host: "127.0.0.1", port, path: "/.well-known/agent/capabilities" }, (res) => resolve(`status ${res.statusCode}`));
+        const req = httpRequest({ host: "127.0.0.1", port, path: "/.well-known/agent/capabilities" }, (res) =>
+          resolve(`status ${res.statusCode}`),
+        );
         req.on("error", (err) => resolve(`error ${err.message}`));
         req.setTimeout(5000, () => req.destroy(new Error("timeout")));
         req.end();
@@ -312,8 +377,14 @@ describe("agent mode over TLS with a real nats-server", () => {
       expect(plain).not.toBe("status 200");
       // A client that offers TLS 1.0 and 1.1 only is refused by the server's protocol_version
       // alert; the same client allowed TLS 1.2 connects, so the refusal is the server's.
-      expect(await tlsHandshake(Number(port), tls.ca, { minVersion: "TLSv1", maxVersion: "TLSv1.1" })).toMatchObject({ ok: false, code: "ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION" });
-      expect(await tlsHandshake(Number(port), tls.ca, { minVersion: "TLSv1", maxVersion: "TLSv1.2" })).toEqual({ ok: true, protocol: "TLSv1.2" });
+      expect(await tlsHandshake(Number(port), tls.ca, { minVersion: "TLSv1", maxVersion: "TLSv1.1" })).toMatchObject({
+        ok: false,
+        code: "ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION",
+      });
+      expect(await tlsHandshake(Number(port), tls.ca, { minVersion: "TLSv1", maxVersion: "TLSv1.2" })).toEqual({
+        ok: true,
+        protocol: "TLSv1.2",
+      });
     });
   });
 });
@@ -321,18 +392,33 @@ describe("agent mode over TLS with a real nats-server", () => {
 describe("agent mode when things fail", () => {
   it("answers 503 with Retry-After while NATS is down, and 202 again once it is back", async () => {
     const server = await startNats();
-    const agent = await runAgent({ self: identity("resilient-agent"), natsUrl: server.url, tls, spec: { peers: [peerOf(pete)] } });
+    const agent = await runAgent({
+      self: identity("resilient-agent"),
+      natsUrl: server.url,
+      tls,
+      spec: { peers: [peerOf(pete)] },
+    });
     try {
       expect((await agent.post(signed(pete, "resilient-agent"))).status).toBe(202);
       await server.stop();
-      await waitFor("the runtime to notice", async () => (await agent.post(signed(pete, "resilient-agent"))).status === 503, 20_000, 200);
+      await waitFor(
+        "the runtime to notice",
+        async () => (await agent.post(signed(pete, "resilient-agent"))).status === 503,
+        20_000,
+        200,
+      );
       const res = await agent.post(signed(pete, "resilient-agent"));
       expect(res.status).toBe(503);
       expect(Number(res.headers["retry-after"])).toBeGreaterThan(0);
       expect(res.json()).toMatchObject({ status: "error", code: "unavailable" });
       expect((await agent.get("/readyz")).status).toBe(503);
       await server.restart();
-      await waitFor("202 after NATS returns", async () => (await agent.post(signed(pete, "resilient-agent"))).status === 202, 30_000, 250);
+      await waitFor(
+        "202 after NATS returns",
+        async () => (await agent.post(signed(pete, "resilient-agent"))).status === 202,
+        30_000,
+        250,
+      );
     } finally {
       await agent.close();
       await server.close();
@@ -360,7 +446,12 @@ describe("agent mode when things fail", () => {
     const handler = await startHandler();
     await handler.down();
     const self = identity("handoff-agent");
-    const agent = await runAgent({ self, natsUrl: nats.url, tls, spec: { peers: [peerOf(pete)], handler: { url: handler.url, timeout: "2s" } } });
+    const agent = await runAgent({
+      self,
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [peerOf(pete)], handler: { url: handler.url, timeout: "2s" } },
+    });
     try {
       const m = signed(pete, "handoff-agent");
       expect((await agent.post(m)).status).toBe(202);
@@ -368,10 +459,22 @@ describe("agent mode when things fail", () => {
       await waitFor("a failed hand-off", async () => handlerDeliveries(agent, "failed").then((n) => n >= 1));
       expect(await handlerDeliveries(agent, "delivered")).toBe(0);
       await handler.up();
-      await waitFor("delivery to the handler", async () => (await handlerDeliveries(agent, "delivered")) === 1 && handler.received.length > 0, 30_000, 100);
-      await consistently("exactly one delivery", async () => handler.received.length === 1 && (await handlerDeliveries(agent, "delivered")) === 1, 1500);
+      await waitFor(
+        "delivery to the handler",
+        async () => (await handlerDeliveries(agent, "delivered")) === 1 && handler.received.length > 0,
+        30_000,
+        100,
+      );
+      await consistently(
+        "exactly one delivery",
+        async () => handler.received.length === 1 && (await handlerDeliveries(agent, "delivered")) === 1,
+        1500,
+      );
       expect(handler.received[0]!.body).toEqual(m);
-      expect(handler.received[0]!.headers).toMatchObject({ "idempotency-key": `pete-agent ${m.headers.message_id}`, "ifp-sender": "pete-agent" });
+      expect(handler.received[0]!.headers).toMatchObject({
+        "idempotency-key": `pete-agent ${m.headers.message_id}`,
+        "ifp-sender": "pete-agent",
+      });
     } finally {
       await agent.close();
       await handler.close();
@@ -382,7 +485,13 @@ describe("agent mode when things fail", () => {
     const handler = await startHandler();
     const self = identity("signed-handoff-agent");
     const secret = "the-hand-off-secret-0123456789";
-    const agent = await runAgent({ self, natsUrl: nats.url, tls, handoffSecret: secret, spec: { peers: [peerOf(pete)], handler: { url: handler.url } } });
+    const agent = await runAgent({
+      self,
+      natsUrl: nats.url,
+      tls,
+      handoffSecret: secret,
+      spec: { peers: [peerOf(pete)], handler: { url: handler.url } },
+    });
     try {
       expect((await agent.post(signed(pete, self.agentId))).status).toBe(202);
       await waitFor("the hand-off", () => handler.received.length === 1);
@@ -398,25 +507,48 @@ describe("agent mode when things fail", () => {
 
   it("refuses to start with a hand-off secret file that is missing or too short", async () => {
     const dir = tempDir();
-    await expect(runAgent({ self: identity("short-secret-agent"), natsUrl: nats.url, tls, dir, handoffSecret: "short", spec: { handler: { url: "http://127.0.0.1:9/x" } } })).rejects.toThrow(/shorter than 16 characters/);
+    await expect(
+      runAgent({
+        self: identity("short-secret-agent"),
+        natsUrl: nats.url,
+        tls,
+        dir,
+        handoffSecret: "short",
+        spec: { handler: { url: "http://127.0.0.1:9/x" } },
+      }),
+    ).rejects.toThrow(/shorter than 16 characters/);
   });
 
   it("retries a handler that fails, and dead-letters after deadLetterAfter", async () => {
     let code = 500;
     const handler = await startHandler(() => code);
     const self = identity("deadletter-agent");
-    const agent = await runAgent({ self, natsUrl: nats.url, tls, spec: { peers: [peerOf(pete)], handler: { url: handler.url, deadLetterAfter: "2s" } } });
+    const agent = await runAgent({
+      self,
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [peerOf(pete)], handler: { url: handler.url, deadLetterAfter: "2s" } },
+    });
     try {
       expect((await agent.post(signed(pete, "deadletter-agent"))).status).toBe(202);
       const names = agentNames("deadletter-agent");
-      await waitFor("a dead letter", async () => (await streamMessages("deadletter-agent", names.dead)) === 1, 30_000, 250);
+      await waitFor(
+        "a dead letter",
+        async () => (await streamMessages("deadletter-agent", names.dead)) === 1,
+        30_000,
+        250,
+      );
       const metrics = await agent.scrape();
       expect(metrics).toMatch(/ifp_dead_letters_total\{[^}]*source="handler"[^}]*\} 1/);
       const attempts = await handlerDeliveries(agent, "failed");
       expect(attempts).toBeGreaterThanOrEqual(1);
       // The handler works again, but a dead letter is never handed on: no further attempt at all.
       code = 200;
-      await consistently("no hand-off after the dead letter", async () => handler.received.length === 0 && (await handlerDeliveries(agent, "failed")) === attempts, 1500);
+      await consistently(
+        "no hand-off after the dead letter",
+        async () => handler.received.length === 0 && (await handlerDeliveries(agent, "failed")) === attempts,
+        1500,
+      );
       expect(await handlerDeliveries(agent, "delivered")).toBe(0);
     } finally {
       await agent.close();

@@ -68,7 +68,10 @@ describe("the application's message stream (no spec.handler)", () => {
     expect(r2.got.map((d) => d.delivery_attempt)).toEqual([2, 2, 2]);
     // Acknowledged while the stream is open (through the TLS listener too): gone for good.
     await b.remote().ack(ids[0]!);
-    expect(await b.local().ackMany([ids[1]!, ids[1]!, "no-such-message"])).toEqual({ acknowledged: [ids[1]], not_found: ["no-such-message"] });
+    expect(await b.local().ackMany([ids[1]!, ids[1]!, "no-such-message"])).toEqual({
+      acknowledged: [ids[1]],
+      not_found: ["no-such-message"],
+    });
     expect(await b.unacked()).toBe(1);
     await r2.close();
 
@@ -83,7 +86,11 @@ describe("the application's message stream (no spec.handler)", () => {
   it("answers an acknowledgement of an unknown, already acknowledged or handed-back message with 404 and the error body", async () => {
     const unknown = await b.request("/messages/never-seen/ack", { method: "POST", headers: auth() });
     expect(unknown.status).toBe(404);
-    expect(unknown.json()).toEqual({ status: "error", code: "not_found", message: expect.stringMatching(/never-seen/) });
+    expect(unknown.json()).toEqual({
+      status: "error",
+      code: "not_found",
+      message: expect.stringMatching(/never-seen/),
+    });
     const id = await sendToBob("four");
     const r = openReader(b, b.local());
     await r.until(1);
@@ -99,7 +106,11 @@ describe("the application's message stream (no spec.handler)", () => {
     expect(tooLong.status).toBe(400);
     expect(tooLong.json()).toMatchObject({ status: "error", code: "invalid_format" });
     for (const body of ["{}", '{"message_ids": []}', '{"message_ids": [1]}', "[]", "{not json"]) {
-      const bad = await b.request("/messages/ack", { method: "POST", headers: { ...auth(), "content-type": "application/json" }, body });
+      const bad = await b.request("/messages/ack", {
+        method: "POST",
+        headers: { ...auth(), "content-type": "application/json" },
+        body,
+      });
       expect(bad.status, body).toBe(400);
       expect(bad.json()).toMatchObject({ status: "error", code: "invalid_format" });
     }
@@ -140,7 +151,10 @@ describe("the application's message stream (no spec.handler)", () => {
   it("recreates its consumer when it goes away, from the acknowledgement floor", async () => {
     const r = openReader(b, b.local());
     // The reader is pulling: it has looked at the consumer (and its acknowledgement floor) after every earlier ack.
-    await waitFor("the reader pulling", async () => (await b.nats.jsm.consumers.info("IFP_INBOX_bob-agent", "application")).num_waiting > 0);
+    await waitFor(
+      "the reader pulling",
+      async () => (await b.nats.jsm.consumers.info("IFP_INBOX_bob-agent", "application")).num_waiting > 0,
+    );
     await b.nats.jsm.consumers.delete("IFP_INBOX_bob-agent", "application");
     const id = await sendToBob("after the loss");
     await r.until(1);
@@ -173,7 +187,8 @@ async function deadLetters(agent: LocalApiAgent, agentId: string): Promise<{ id:
   const out: { id: string; reason: string }[] = [];
   for (let seq = info.state.first_seq; seq <= info.state.last_seq && out.length < 50; seq++) {
     const m = await agent.nats.jsm.streams.getMessage(names.inboxStream, { seq }).catch(() => undefined);
-    if (m?.subject === names.dead) out.push({ id: m.header.get("Ifp-Message-Id"), reason: m.header.get("Ifp-Dead-Reason") });
+    if (m?.subject === names.dead)
+      out.push({ id: m.header.get("Ifp-Message-Id"), reason: m.header.get("Ifp-Dead-Reason") });
   }
   return out;
 }
@@ -183,7 +198,8 @@ describe("ttl_seconds on the message stream", () => {
     const erin = identity("erin-agent");
     const e = await runLocalApiAgent({ self: erin, natsUrl: nats.url, tls, spec: { peers: [peerOf(alice)] } });
     try {
-      const toErin = (text: string, headers: { date?: string; ttl_seconds?: number } = {}) => signed(alice, "erin-agent", { phase: "context", ...headers }, text);
+      const toErin = (text: string, headers: { date?: string; ttl_seconds?: number } = {}) =>
+        signed(alice, "erin-agent", { phase: "context", ...headers }, text);
       const tenSecondsAgo = () => new Date(Date.now() - 10_000).toISOString();
       // Expired on arrival (dated 10 s ago, 5 s to live), expiring while handed out and not acknowledged, lasting, and without a TTL.
       const stale = toErin("stale", { date: tenSecondsAgo(), ttl_seconds: 5 });
@@ -196,18 +212,29 @@ describe("ttl_seconds on the message stream", () => {
       const r1 = openReader(e, e.local());
       await r1.until(3);
       expect(r1.texts()).toEqual(["short", "lasting", "plain"]);
-      expect(await deadLetters(e, "erin-agent")).toEqual([{ id: stale.headers.message_id, reason: expect.stringMatching(/^expired: ttl_seconds 5 from /) }]);
+      expect(await deadLetters(e, "erin-agent")).toEqual([
+        { id: stale.headers.message_id, reason: expect.stringMatching(/^expired: ttl_seconds 5 from /) },
+      ]);
       await r1.close();
 
       // Handed back unacknowledged; when it comes round again its ttl_seconds has passed.
-      await waitFor("the short one's ttl_seconds to pass", () => Date.now() > Date.parse(short.headers.date) + 5_000, 15_000);
+      await waitFor(
+        "the short one's ttl_seconds to pass",
+        () => Date.now() > Date.parse(short.headers.date) + 5_000,
+        15_000,
+      );
       const r2 = openReader(e, e.local());
       await r2.until(2);
       expect(r2.texts()).toEqual(["lasting", "plain"]);
       expect(r2.got.map((d) => d.delivery_attempt)).toEqual([2, 2]);
       await waitFor("the short one dead-lettered", async () => (await deadLetters(e, "erin-agent")).length === 2);
-      await consistently("no expired message streamed", () => !r2.got.some((d) => ["stale", "short"].includes(d.message.body.text ?? "")));
-      expect(await e.local().ackMany([lasting.headers.message_id, plain.headers.message_id])).toMatchObject({ not_found: [] });
+      await consistently(
+        "no expired message streamed",
+        () => !r2.got.some((d) => ["stale", "short"].includes(d.message.body.text ?? "")),
+      );
+      expect(await e.local().ackMany([lasting.headers.message_id, plain.headers.message_id])).toMatchObject({
+        not_found: [],
+      });
       await r2.close();
       // Not held for anyone: acknowledging an expired one finds nothing.
       await expect(e.local().ack(short.headers.message_id)).rejects.toMatchObject({ status: 404 });
@@ -243,16 +270,20 @@ describe("abuse of the message stream", () => {
       const m = signed(alice, "dave-agent", { phase: "context" }, "after garbage");
       expect((await d.deliver(m)).status).toBe(202);
       const raw = await new Promise<string>((resolve, reject) => {
-        const req = httpGet(`${d.localApiUrl}/messages/stream?after=-1`, { headers: { "last-event-id": "99999999999999999999 x" } }, (res) => {
-          let buf = "";
-          res.on("data", (c: Buffer) => {
-            buf += c.toString();
-            if (buf.includes("event: message")) {
-              req.destroy();
-              resolve(buf);
-            }
-          });
-        });
+        const req = httpGet(
+          `${d.localApiUrl}/messages/stream?after=-1`,
+          { headers: { "last-event-id": "99999999999999999999 x" } },
+          (res) => {
+            let buf = "";
+            res.on("data", (c: Buffer) => {
+              buf += c.toString();
+              if (buf.includes("event: message")) {
+                req.destroy();
+                resolve(buf);
+              }
+            });
+          },
+        );
         req.on("error", reject);
       });
       expect(raw).toContain("after garbage");
@@ -266,12 +297,21 @@ describe("an agent with spec.handler", () => {
   it("offers no message stream: its messages go to the handler", async () => {
     const handler = await startHandler();
     const carol = identity("carol-agent");
-    const c = await runLocalApiAgent({ self: carol, natsUrl: nats.url, tls, spec: { peers: [peerOf(alice)], handler: { url: handler.url } } });
+    const c = await runLocalApiAgent({
+      self: carol,
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [peerOf(alice)], handler: { url: handler.url } },
+    });
     try {
       for (const path of ["/messages/stream", "/messages"]) {
         const res = await c.request(path, { headers: { authorization: `Bearer ${"t".repeat(43)}` } });
         expect(res.status, `${path} ${res.text}`).toBe(404);
-        expect(res.json()).toEqual({ status: "error", code: "not_found", message: expect.stringMatching(/spec\.handler is set/) });
+        expect(res.json()).toEqual({
+          status: "error",
+          code: "not_found",
+          message: expect.stringMatching(/spec\.handler is set/),
+        });
       }
       await expect(c.local().ack("x")).rejects.toMatchObject({ status: 404 });
       const m = signed(alice, "carol-agent", { phase: "context" });

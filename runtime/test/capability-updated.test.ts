@@ -16,7 +16,10 @@ const capabilities = [{ name: "ping", description: "Responds to connectivity tes
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The capability document an agent with this spec serves, started afresh (the bucket remembers `updated`). */
-async function served(self: ReturnType<typeof identity>, spec: Record<string, unknown>): Promise<{ updated: string; etag: string }> {
+async function served(
+  self: ReturnType<typeof identity>,
+  spec: Record<string, unknown>,
+): Promise<{ updated: string; etag: string }> {
   const a = await runAgent({ self, natsUrl: nats.url, tls, spec: { capabilities, ...spec } });
   try {
     const res = await a.get("/.well-known/agent/capabilities");
@@ -47,11 +50,19 @@ describe("the capability document's updated", () => {
   it("keeps the updated an earlier release recorded for the same capability list", async () => {
     const self = identity("upgraded-agent");
     const names = agentNames(self.agentId);
-    const agent = Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name: "x" }, spec: { agentId: self.agentId, capabilities } });
+    const agent = Agent.parse({
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Agent",
+      metadata: { name: "x" },
+      spec: { agentId: self.agentId, capabilities },
+    });
     const nc = await connect({ servers: nats.url });
     try {
       const kv = await new Kvm(nc).create(names.kvBucket, { history: 1 });
-      await kv.put(`${names.kvKey}.capabilities`, JSON.stringify({ hash: capabilitiesHash(agent), updated: "2024-01-02T03:04:05Z" }));
+      await kv.put(
+        `${names.kvKey}.capabilities`,
+        JSON.stringify({ hash: capabilitiesHash(agent), updated: "2024-01-02T03:04:05Z" }),
+      );
     } finally {
       await nc.close();
     }

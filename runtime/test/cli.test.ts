@@ -33,14 +33,36 @@ async function spawnRuntime(mode: "agent" | "relay", args: string[], env: NodeJS
   const child = spawnProcess(
     `ifp-runtime ${mode}`,
     process.execPath,
-    [BIN, mode, "--metrics-port", "0", ...args, "--port", String(port), "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url],
+    [
+      BIN,
+      mode,
+      "--metrics-port",
+      "0",
+      ...args,
+      "--port",
+      String(port),
+      "--host",
+      "127.0.0.1",
+      "--tls-cert",
+      tls.files.cert,
+      "--tls-key",
+      tls.files.key,
+      "--nats",
+      nats.url,
+    ],
     { env: { ...env, IFP_LOG_LEVEL: "warn" } },
   );
   const base = `https://localhost:${port}`;
   return {
     base,
     output: () => child.log(),
-    ready: () => waitFor(`the ${mode} to be ready`, async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200, 30_000, 200),
+    ready: () =>
+      waitFor(
+        `the ${mode} to be ready`,
+        async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200,
+        30_000,
+        200,
+      ),
     stop: () => child.stop(),
     async stopCleanly() {
       expect(describeExit(await child.stop()), child.log()).toBe("exited with code 0");
@@ -53,13 +75,26 @@ describe("ifp-runtime command line", () => {
     const dir = tempDir();
     const self = identity("cli-agent");
     const pete = identity("pete-agent");
-    const manifest = writeAgentManifest(dir, { agentId: "cli-agent", capabilities: [{ name: "ping", description: "Responds to connectivity tests" }], peers: [peerOf(pete)] });
-    const runtime = await spawnRuntime("agent", ["--manifest", manifest, "--signing-key", writeKey(dir, self), "--local-api-port", "0"]);
+    const manifest = writeAgentManifest(dir, {
+      agentId: "cli-agent",
+      capabilities: [{ name: "ping", description: "Responds to connectivity tests" }],
+      peers: [peerOf(pete)],
+    });
+    const runtime = await spawnRuntime("agent", [
+      "--manifest",
+      manifest,
+      "--signing-key",
+      writeKey(dir, self),
+      "--local-api-port",
+      "0",
+    ]);
     const base = runtime.base;
     try {
       await runtime.ready();
       const caps = await httpsRequest(`${base}/.well-known/agent/capabilities`, { ca: tls.ca });
-      expect(caps.json().capabilities).toEqual([{ name: "ping", version: "1", description: "Responds to connectivity tests" }]);
+      expect(caps.json().capabilities).toEqual([
+        { name: "ping", version: "1", description: "Responds to connectivity tests" },
+      ]);
       const res = await httpsRequest(`${base}/.well-known/agent/inbox`, {
         method: "POST",
         ca: tls.ca,
@@ -78,7 +113,15 @@ describe("ifp-runtime command line", () => {
     const dir = tempDir();
     const alice = identity("alice-agent");
     const bob = identity("bob-agent");
-    const manifest = writeRelayManifest(dir, { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)], delivery: { retries: 20, backoffDelay: "200ms", timeout: "2s" } }, "cli-relay");
+    const manifest = writeRelayManifest(
+      dir,
+      {
+        url: "https://localhost",
+        agents: [peerOf(alice), peerOf(bob)],
+        delivery: { retries: 20, backoffDelay: "200ms", timeout: "2s" },
+      },
+      "cli-relay",
+    );
     // The webhook's certificate is signed by the test CA, which only --ca-file names.
     const hook = await webhook({ tls } as RelayEnv, () => 200);
     const http = new HttpClient({ extraCa: tls.ca });
@@ -104,7 +147,11 @@ describe("ifp-runtime command line", () => {
 
   it("serves /metrics on --metrics-port over plain HTTP only, never on the HTTPS port, and refuses a bad port", async () => {
     const dir = tempDir();
-    const manifest = writeRelayManifest(dir, { url: "https://localhost", agents: [peerOf(identity("alice-agent"))] }, "cli-metrics-relay");
+    const manifest = writeRelayManifest(
+      dir,
+      { url: "https://localhost", agents: [peerOf(identity("alice-agent"))] },
+      "cli-metrics-relay",
+    );
     const metricsPort = await freePort();
     const runtime = await spawnRuntime("relay", ["--manifest", manifest, "--metrics-port", String(metricsPort)]);
     try {
@@ -119,7 +166,23 @@ describe("ifp-runtime command line", () => {
       await runtime.stop();
     }
     for (const bad of ["abc", "70000", "-1"]) {
-      const r = spawnSync(process.execPath, [BIN, "relay", `--metrics-port=${bad}`, "--manifest", manifest, "--tls-cert", "x", "--tls-key", "y", "--nats", "nats://127.0.0.1:1"], { encoding: "utf8", timeout: 20_000 });
+      const r = spawnSync(
+        process.execPath,
+        [
+          BIN,
+          "relay",
+          `--metrics-port=${bad}`,
+          "--manifest",
+          manifest,
+          "--tls-cert",
+          "x",
+          "--tls-key",
+          "y",
+          "--nats",
+          "nats://127.0.0.1:1",
+        ],
+        { encoding: "utf8", timeout: 20_000 },
+      );
       expect(r.status, bad).toBe(2);
       expect(r.stderr).toMatch(/a port must be a number from 0 to 65535/);
     }
@@ -136,7 +199,22 @@ describe("ifp-runtime command line", () => {
     writeFileSync(bad, "apiVersion: ifp.dev/v1alpha1\nkind: Agent\nspec:\n  capabilities: nope\n");
     const invalid = spawnSync(
       process.execPath,
-      [BIN, "agent", "--manifest", bad, "--port", "0", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--signing-key", bad, "--nats", nats.url],
+      [
+        BIN,
+        "agent",
+        "--manifest",
+        bad,
+        "--port",
+        "0",
+        "--tls-cert",
+        tls.files.cert,
+        "--tls-key",
+        tls.files.key,
+        "--signing-key",
+        bad,
+        "--nats",
+        nats.url,
+      ],
       { encoding: "utf8" },
     );
     expect(invalid.status).toBe(1);

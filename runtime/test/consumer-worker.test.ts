@@ -81,11 +81,23 @@ describe("ConsumerWorker", () => {
       const before = (await consumerInfo(s.name))!;
 
       await nats.jsm.consumers.delete(s.name, "work");
-      const after = await waitFor("the consumer to be recreated", async () => {
-        const info = await consumerInfo(s.name);
-        return info && info.created !== before.created ? info : undefined;
-      }, 30_000, 100);
-      for (const k of ["filter_subject", "ack_policy", "deliver_policy", "ack_wait", "max_deliver", "max_ack_pending"] as const) {
+      const after = await waitFor(
+        "the consumer to be recreated",
+        async () => {
+          const info = await consumerInfo(s.name);
+          return info && info.created !== before.created ? info : undefined;
+        },
+        30_000,
+        100,
+      );
+      for (const k of [
+        "filter_subject",
+        "ack_policy",
+        "deliver_policy",
+        "ack_wait",
+        "max_deliver",
+        "max_ack_pending",
+      ] as const) {
         expect(after.config[k], k).toEqual(before.config[k]);
       }
 
@@ -125,12 +137,17 @@ describe("ConsumerWorker", () => {
     await w.stop();
     // And it consumed nothing after stop(): a message published now stays in the stream.
     await nats.js.publish(s.subject, "left");
-    await consistently("the message to stay unhandled", async () => (await nats.jsm.streams.info(s.name)).state.messages === 1, 1_000);
+    await consistently(
+      "the message to stay unhandled",
+      async () => (await nats.jsm.streams.info(s.name)).state.messages === 1,
+      1_000,
+    );
   });
 
   it("stops without sitting out its backoff pause", async () => {
     const { w } = worker({ name: "NO_SUCH_STREAM", subject: "nowhere.msg" });
-    const failures = () => logLines.filter((l) => l.includes("test worker interrupted") && l.includes('"retryInMs":4000')).length;
+    const failures = () =>
+      logLines.filter((l) => l.includes("test worker interrupted") && l.includes('"retryInMs":4000')).length;
     w.start();
     // Failed at 0, 0.5, 1.5 and 3.5 s: now pausing 4 s before the next try.
     await waitFor("the fourth failure", () => failures() >= 1, 30_000, 50);

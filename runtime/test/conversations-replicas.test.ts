@@ -68,7 +68,8 @@ describe("conversation records of two replicas", () => {
     const conv = { conversation_id: "conv:quiet" };
     await inbound(one, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 1 }), 1);
     const before = kvReads;
-    for (let s = 2; s <= 5; s++) await inbound(one, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: s }), 1);
+    for (let s = 2; s <= 5; s++)
+      await inbound(one, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: s }), 1);
     expect(kvReads - before).toBe(0);
     const rec = await two.get(alice.agentId, "conv:quiet");
     expect(rec?.recent.map((m) => m.sequence)).toEqual([1, 2, 3, 4, 5]);

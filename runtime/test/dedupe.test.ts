@@ -41,7 +41,10 @@ async function storedCopies(messageId: string): Promise<{ sender: string; from: 
     while (copies.length < count) {
       const m = await jsm.streams.getMessage(names.inboxStream, { seq, next_by_subj: subject } as never);
       if (!m) break;
-      copies.push({ sender: m.header?.get("Ifp-Sender") ?? "", from: m.json<{ headers: { from: { agent: string } } }>().headers.from.agent });
+      copies.push({
+        sender: m.header?.get("Ifp-Sender") ?? "",
+        from: m.json<{ headers: { from: { agent: string } } }>().headers.from.agent,
+      });
       seq = m.seq + 1;
     }
     return copies;
@@ -51,15 +54,23 @@ async function storedCopies(messageId: string): Promise<{ sender: string; from: 
 }
 
 const inboxResults = async () => {
-  const text = (await agent.scrape());
-  return { accepted: metricValue(text, "ifp_inbox_requests_total", { result: "accepted" }), duplicate: metricValue(text, "ifp_inbox_requests_total", { result: "duplicate" }) };
+  const text = await agent.scrape();
+  return {
+    accepted: metricValue(text, "ifp_inbox_requests_total", { result: "accepted" }),
+    duplicate: metricValue(text, "ifp_inbox_requests_total", { result: "duplicate" }),
+  };
 };
 
 describe("inbox deduplication is scoped to the verified sender", () => {
   it("stores the same message_id from two verified senders twice, and once for one sender sending twice", async () => {
     const before = await inboxResults();
     const fromPete = signed(pete, self.agentId, {}, "from pete");
-    const fromMallory = signed(mallory, self.agentId, { message_id: fromPete.headers.message_id }, "from mallory, same id");
+    const fromMallory = signed(
+      mallory,
+      self.agentId,
+      { message_id: fromPete.headers.message_id },
+      "from mallory, same id",
+    );
 
     for (const m of [fromPete, fromMallory, fromPete]) {
       const res = await agent.post(m, { "idempotency-key": m.headers.message_id });
@@ -86,7 +97,11 @@ describe("inbox date window: at most 5 minutes ahead", () => {
     const ahead = signed(pete, self.agentId, { date: new Date(Date.now() + 10 * 60_000).toISOString() });
     const res = await agent.post(ahead);
     expect(res.status).toBe(400);
-    expect(res.json()).toEqual({ status: "error", code: "invalid_format", message: expect.stringMatching(/^headers\.date \S+ is outside the accepted window \(48h back, 5m ahead\)$/) });
+    expect(res.json()).toEqual({
+      status: "error",
+      code: "invalid_format",
+      message: expect.stringMatching(/^headers\.date \S+ is outside the accepted window \(48h back, 5m ahead\)$/),
+    });
     expect(await storedCopies(ahead.headers.message_id)).toEqual([]);
   });
 

@@ -28,7 +28,14 @@ const record = (id: string, state: "queued" | "failed"): DeliveryRecord => ({
   state,
   queued_at: "2026-01-01T00:00:00.000Z",
   updated_at: "2026-01-01T00:00:00.000Z",
-  recipients: [{ agent: "peer", state, attempts: state === "queued" ? 0 : 1, ...(state === "failed" ? { last_error: "refused" } : {}) }],
+  recipients: [
+    {
+      agent: "peer",
+      state,
+      attempts: state === "queued" ? 0 : 1,
+      ...(state === "failed" ? { last_error: "refused" } : {}),
+    },
+  ],
 });
 
 describe("DeliveryStates.begin", () => {

@@ -27,7 +27,12 @@ let seen: Seen[];
 let clock: number;
 let client: DiscoveryClient;
 
-const identityDoc = (display: string) => ({ ifp: 5, agent_id: "peer-agent", display, keys: [{ key_id: "key-1", type: "ed25519", public_key: "AAAA", status: "active" }] });
+const identityDoc = (display: string) => ({
+  ifp: 5,
+  agent_id: "peer-agent",
+  display,
+  keys: [{ key_id: "key-1", type: "ed25519", public_key: "AAAA", status: "active" }],
+});
 
 beforeAll(async () => {
   tls = await localhostTls();
@@ -36,7 +41,8 @@ beforeAll(async () => {
     const headers: Record<string, string> = { "content-type": "application/json" };
     if (served.etag) headers.etag = served.etag;
     if (served.cacheControl) headers["cache-control"] = served.cacheControl;
-    const status = req.url !== "/.well-known/agent/identity" ? 404 : served.etag && ifNoneMatch === served.etag ? 304 : 200;
+    const status =
+      req.url !== "/.well-known/agent/identity" ? 404 : served.etag && ifNoneMatch === served.etag ? 304 : 200;
     seen.push({ path: req.url ?? "", ifNoneMatch, status });
     res.writeHead(status, headers).end(status === 200 ? JSON.stringify(served.doc) : undefined);
   });
@@ -90,7 +96,9 @@ describe("discovery cache", () => {
   it("refetches a no-store document on every call and keeps nothing to revalidate with", async () => {
     served = { doc: identityDoc("v1"), etag: '"v1"', cacheControl: "no-store" };
     for (let i = 0; i < 3; i++) expect(await client.identity(base)).toMatchObject({ display: "v1" });
-    expect(seen).toEqual(Array.from({ length: 3 }, () => ({ path: "/.well-known/agent/identity", ifNoneMatch: undefined, status: 200 })));
+    expect(seen).toEqual(
+      Array.from({ length: 3 }, () => ({ path: "/.well-known/agent/identity", ifNoneMatch: undefined, status: 200 })),
+    );
   });
 
   it("revalidates a no-cache document on every call, reusing it on 304", async () => {

@@ -25,8 +25,10 @@ const object = (name: string) => {
   cp.kubectl(["-n", NS, "create", "configmap", name]);
   return cp.json(["-n", NS, "get", "configmap", name]);
 };
-const eventsOf = (name: string) => cp.json(["-n", NS, "get", "events", "--field-selector", `involvedObject.name=${name}`]).items as any[];
-const recorder = (limits: Partial<EventLimits> = {}) => new EventRecorder(kc, "ifp-runtime", pino({ level: "silent" }), limits);
+const eventsOf = (name: string) =>
+  cp.json(["-n", NS, "get", "events", "--field-selector", `involvedObject.name=${name}`]).items as any[];
+const recorder = (limits: Partial<EventLimits> = {}) =>
+  new EventRecorder(kc, "ifp-runtime", pino({ level: "silent" }), limits);
 
 describe("the Event recorder", () => {
   it("records 100 identical warnings as one Event with count 100", { timeout: 60_000 }, async () => {
@@ -36,8 +38,16 @@ describe("the Event recorder", () => {
     await r.flush();
     const events = eventsOf("repeated");
     expect(events).toHaveLength(1);
-    expect(events[0]).toMatchObject({ type: "Warning", reason: "Undeliverable", count: 100, message: "delivery to bob failed: 503", involvedObject: { kind: "ConfigMap", name: "repeated", uid: obj.metadata.uid } });
-    expect(new Date(events[0].lastTimestamp).getTime()).toBeGreaterThanOrEqual(new Date(events[0].firstTimestamp).getTime());
+    expect(events[0]).toMatchObject({
+      type: "Warning",
+      reason: "Undeliverable",
+      count: 100,
+      message: "delivery to bob failed: 503",
+      involvedObject: { kind: "ConfigMap", name: "repeated", uid: obj.metadata.uid },
+    });
+    expect(new Date(events[0].lastTimestamp).getTime()).toBeGreaterThanOrEqual(
+      new Date(events[0].firstTimestamp).getTime(),
+    );
     expect(r.dropped).toBe(0);
     expect(r.writes).toBeLessThanOrEqual(3); // the Event, and its count
   });
@@ -54,7 +64,9 @@ describe("the Event recorder", () => {
     expect(r.writes).toBeLessThanOrEqual(10); // one count update per 200 ms at most, not one per repeat
   });
 
-  it("combines more than ten different messages of one reason into one Event, as client-go does", { timeout: 60_000 }, async () => {
+  it("combines more than ten different messages of one reason into one Event, as client-go does", {
+    timeout: 60_000,
+  }, async () => {
     const obj = object("many-messages");
     const r = recorder();
     for (let i = 0; i < 40; i++) await r.record(obj, "Warning", "Undeliverable", `message m${i} to bob: 503`);
@@ -67,7 +79,9 @@ describe("the Event recorder", () => {
     expect(events.filter((e) => !e.message.startsWith(COMBINED_PREFIX)).map((e) => e.count)).toEqual(Array(10).fill(1));
   });
 
-  it("limits each object's writes with a token bucket, and other objects keep theirs", { timeout: 60_000 }, async () => {
+  it("limits each object's writes with a token bucket, and other objects keep theirs", {
+    timeout: 60_000,
+  }, async () => {
     const noisy = object("noisy");
     const quiet = object("quiet");
     const r = recorder();
@@ -89,7 +103,12 @@ describe("the Event recorder", () => {
     // No token left: still 1 on the server ...
     expect(eventsOf("held").find((e) => e.reason === "A")?.count).toBe(1);
     // ... and the 6 once the bucket refilled.
-    await waitFor("the held count", () => eventsOf("held").find((e) => e.reason === "A")?.count === 6 || undefined, 10_000, 100);
+    await waitFor(
+      "the held count",
+      () => eventsOf("held").find((e) => e.reason === "A")?.count === 6 || undefined,
+      10_000,
+      100,
+    );
     expect(eventsOf("held")).toHaveLength(2);
   });
 

@@ -28,7 +28,10 @@ export function identity(agentId: string, keyId = "key-1"): TestIdentity {
   };
 }
 
-export const peerOf = (id: TestIdentity) => ({ agentId: id.agentId, keys: [{ keyId: id.keyId, publicKey: id.publicKey }] });
+export const peerOf = (id: TestIdentity) => ({
+  agentId: id.agentId,
+  keys: [{ keyId: id.keyId, publicKey: id.publicKey }],
+});
 
 export function tempDir(prefix = "ifp-test-"): string {
   return mkdtempSync(join(tmpdir(), prefix));
@@ -42,13 +45,29 @@ export const LOOPBACK_TARGETS = { allowPrivateTargets: ["127.0.0.0/8", "::1/128"
 
 export function writeAgentManifest(dir: string, spec: AgentSpecInput, name = "agent", namespace?: string): string {
   const path = join(dir, `${name}.yaml`);
-  writeFileSync(path, stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name, ...(namespace ? { namespace } : {}) }, spec: { network: LOOPBACK_TARGETS, ...spec } }));
+  writeFileSync(
+    path,
+    stringify({
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Agent",
+      metadata: { name, ...(namespace ? { namespace } : {}) },
+      spec: { network: LOOPBACK_TARGETS, ...spec },
+    }),
+  );
   return path;
 }
 
 export function writeRelayManifest(dir: string, spec: RelaySpecInput, name = "relay"): string {
   const path = join(dir, `${name}.yaml`);
-  writeFileSync(path, stringify({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: { name }, spec: { network: LOOPBACK_TARGETS, ...spec } }));
+  writeFileSync(
+    path,
+    stringify({
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Relay",
+      metadata: { name },
+      spec: { network: LOOPBACK_TARGETS, ...spec },
+    }),
+  );
   return path;
 }
 
@@ -59,7 +78,12 @@ export function writeKey(dir: string, id: TestIdentity): string {
 }
 
 /** An unsigned IFP-4 message from one agent to others. */
-export function message(from: string, to: string | string[], overrides: Partial<Message["headers"]> = {}, text = "hello"): Message {
+export function message(
+  from: string,
+  to: string | string[],
+  overrides: Partial<Message["headers"]> = {},
+  text = "hello",
+): Message {
   return {
     ifp: 4,
     headers: {
@@ -77,6 +101,11 @@ export function message(from: string, to: string | string[], overrides: Partial<
   };
 }
 
-export function signed(id: TestIdentity, to: string | string[], overrides: Partial<Message["headers"]> = {}, text?: string): Message {
+export function signed(
+  id: TestIdentity,
+  to: string | string[],
+  overrides: Partial<Message["headers"]> = {},
+  text?: string,
+): Message {
   return signMessage(message(id.agentId, to, overrides, text), id.signing);
 }

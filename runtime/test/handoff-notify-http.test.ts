@@ -2,7 +2,7 @@
 // TLS trusted through --ca-file, redirects never followed.
 import { createServer as createHttpServer, type RequestListener } from "node:http";
 import { createServer } from "node:https";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../e2e/support/nats.ts";
 import { waitFor } from "../../e2e/support/ports.ts";
 import { LocalApiClient } from "../src/client/local.ts";
@@ -19,7 +19,10 @@ withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
  * An HTTPS endpoint whose certificate only the test CA (given to the runtime as --ca-file)
  * vouches for; or plain HTTP, where trust is not the question.
  */
-async function endpoint(answer: () => { status: number; headers?: Record<string, string> }, opts: { plain?: boolean } = {}) {
+async function endpoint(
+  answer: () => { status: number; headers?: Record<string, string> },
+  opts: { plain?: boolean } = {},
+) {
   const calls: { path: string; method: string; body: string }[] = [];
   const listener: RequestListener = (req, res) => {
     const chunks: Buffer[] = [];
@@ -48,7 +51,12 @@ async function endpoint(answer: () => { status: number; headers?: Record<string,
 describe("outbound HTTP of the agent runtime", () => {
   it("hands off to an https handler trusted through --ca-file", async () => {
     const handler = await endpoint(() => ({ status: 200 }));
-    const agent = await runAgent({ self: identity("ca-agent"), natsUrl: nats.url, tls, spec: { peers: [peerOf(pete)], handler: { url: `${handler.base}/messages` } } });
+    const agent = await runAgent({
+      self: identity("ca-agent"),
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [peerOf(pete)], handler: { url: `${handler.base}/messages` } },
+    });
     try {
       const m = signed(pete, "ca-agent");
       expect((await agent.post(m)).status).toBe(202);
@@ -62,8 +70,15 @@ describe("outbound HTTP of the agent runtime", () => {
 
   it("does not follow a handler's redirect: the message is retried at the handler's own URL", async () => {
     const elsewhere = await endpoint(() => ({ status: 200 }), { plain: true });
-    const handler = await endpoint(() => ({ status: 307, headers: { location: `${elsewhere.base}/elsewhere` } }), { plain: true });
-    const agent = await runAgent({ self: identity("redirected-agent"), natsUrl: nats.url, tls, spec: { peers: [peerOf(pete)], handler: { url: `${handler.base}/messages` } } });
+    const handler = await endpoint(() => ({ status: 307, headers: { location: `${elsewhere.base}/elsewhere` } }), {
+      plain: true,
+    });
+    const agent = await runAgent({
+      self: identity("redirected-agent"),
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [peerOf(pete)], handler: { url: `${handler.base}/messages` } },
+    });
     try {
       expect((await agent.post(signed(pete, "redirected-agent"))).status).toBe(202);
       await waitFor("a retry at the handler", () => handler.calls.length >= 2, 30_000);
@@ -82,12 +97,20 @@ describe("outbound HTTP of the agent runtime", () => {
       self: identity("notifying-agent"),
       natsUrl: nats.url,
       tls,
-      spec: { peers: [{ ...peerOf(identity("gone")), url: "https://localhost:1" }], outbound: { backoff: ["200ms"], retryFor: "1s" }, notify: { url: `${notify.base}/notify` } },
+      spec: {
+        peers: [{ ...peerOf(identity("gone")), url: "https://localhost:1" }],
+        outbound: { backoff: ["200ms"], retryFor: "1s" },
+        notify: { url: `${notify.base}/notify` },
+      },
     });
     try {
       const sent = await new LocalApiClient(agent.localApiUrl).send({ to: "gone", text: "is anyone there?" });
       await waitFor("the notification", () => notify.calls.length > 0, 30_000);
-      expect(JSON.parse(notify.calls[0]!.body)).toMatchObject({ event: "undeliverable", message_id: sent.message_id, recipient: "gone" });
+      expect(JSON.parse(notify.calls[0]!.body)).toMatchObject({
+        event: "undeliverable",
+        message_id: sent.message_id,
+        recipient: "gone",
+      });
     } finally {
       await agent.close();
       await notify.close();

@@ -69,14 +69,20 @@ async function tamperingProxy(target: string) {
   const alter = new Map<string, (h: Record<string, string>) => void>();
   const server = createServer(async (req, res) => {
     const raw = await readAll(req);
-    const headers = Object.fromEntries(Object.entries(req.headers).filter(([k]) => k !== "host" && k !== "connection")) as Record<string, string>;
+    const headers = Object.fromEntries(
+      Object.entries(req.headers).filter(([k]) => k !== "host" && k !== "connection"),
+    ) as Record<string, string>;
     const id = JSON.parse(raw.toString()).headers.message_id as string;
     alter.get(id)?.(headers);
     alter.delete(id);
-    const out = request(target, { method: "POST", headers: { ...headers, "content-length": String(raw.length) } }, (answer) => {
-      res.writeHead(answer.statusCode ?? 502).end();
-      answer.resume();
-    });
+    const out = request(
+      target,
+      { method: "POST", headers: { ...headers, "content-length": String(raw.length) } },
+      (answer) => {
+        res.writeHead(answer.statusCode ?? 502).end();
+        answer.resume();
+      },
+    );
     out.on("error", () => res.writeHead(502).end());
     out.end(raw);
   });
@@ -110,26 +116,50 @@ describe("hand-off signature v2 on a real runtime", () => {
   it("is taken untouched, and names the v2 scheme", async () => {
     const m = signed(pete, "checked-agent");
     expect((await agent.post(m)).status).toBe(202);
-    const [got] = await waitFor("the hand-off", () => (attempts(m.headers.message_id).length ? attempts(m.headers.message_id) : undefined), 30_000);
+    const [got] = await waitFor(
+      "the hand-off",
+      () => (attempts(m.headers.message_id).length ? attempts(m.headers.message_id) : undefined),
+      30_000,
+    );
     expect(got!.problem).toBeUndefined();
     expect(got!.headers["ifp-handoff-signature"]).toMatch(/^t=\d+,v2=[0-9a-f]{64}$/);
-    expect(got!.headers).toMatchObject({ "ifp-sender": "pete-agent", "ifp-auth-level": "2", "ifp-auth-source": "peers" });
+    expect(got!.headers).toMatchObject({
+      "ifp-sender": "pete-agent",
+      "ifp-auth-level": "2",
+      "ifp-auth-source": "peers",
+    });
   });
 
   const cases: [string, () => ReturnType<typeof signed>, (h: Record<string, string>) => void][] = [
-    ["Ifp-Sender changed to a peer's id", () => signed(stranger, "checked-agent"), (h) => void (h["ifp-sender"] = "pete-agent")],
+    [
+      "Ifp-Sender changed to a peer's id",
+      () => signed(stranger, "checked-agent"),
+      (h) => void (h["ifp-sender"] = "pete-agent"),
+    ],
     ["Ifp-Auth-Level raised", () => signed(stranger, "checked-agent"), (h) => void (h["ifp-auth-level"] = "2")],
     ["Ifp-Auth-Source changed", () => signed(stranger, "checked-agent"), (h) => void (h["ifp-auth-source"] = "peers")],
-    ["Ifp-Encrypted added to a clear message", () => signed(pete, "checked-agent"), (h) => void (h["ifp-encrypted"] = "x25519-a256gcm")],
+    [
+      "Ifp-Encrypted added to a clear message",
+      () => signed(pete, "checked-agent"),
+      (h) => void (h["ifp-encrypted"] = "x25519-a256gcm"),
+    ],
     ["Ifp-Message-Id changed", () => signed(pete, "checked-agent"), (h) => void (h["ifp-message-id"] = "msg:another")],
-    ["Idempotency-Key changed", () => signed(pete, "checked-agent"), (h) => void (h["idempotency-key"] = "pete-agent msg:another")],
+    [
+      "Idempotency-Key changed",
+      () => signed(pete, "checked-agent"),
+      (h) => void (h["idempotency-key"] = "pete-agent msg:another"),
+    ],
   ];
   for (const [what, make, alteration] of cases) {
     it(`refuses a hand-off with ${what} in transit, and takes it untouched on the next attempt`, async () => {
       const m = make();
       proxy.alter.set(m.headers.message_id, alteration);
       expect((await agent.post(m)).status).toBe(202);
-      const [first, second] = await waitFor("two attempts", () => (attempts(m.headers.message_id).length >= 2 ? attempts(m.headers.message_id) : undefined), 30_000);
+      const [first, second] = await waitFor(
+        "two attempts",
+        () => (attempts(m.headers.message_id).length >= 2 ? attempts(m.headers.message_id) : undefined),
+        30_000,
+      );
       expect(first!.problem).toMatch(/does not match/);
       expect(second!.problem).toBeUndefined();
       expect(second!.headers["ifp-delivery-attempt"]).toBe("2");
@@ -139,7 +169,12 @@ describe("hand-off signature v2 on a real runtime", () => {
 
 describe("the local API's message stream", () => {
   it("hands on the fields a hand-off carries: sender, level and where the key came from", async () => {
-    const agent = await runAgent({ self: identity("pulling-agent"), natsUrl: nats.url, tls, spec: { peers: [peerOf(pete)] } });
+    const agent = await runAgent({
+      self: identity("pulling-agent"),
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [peerOf(pete)] },
+    });
     try {
       const fromPeer = signed(pete, "pulling-agent");
       const fromStranger = signed(stranger, "pulling-agent");
@@ -148,8 +183,19 @@ describe("the local API's message stream", () => {
       const got: Awaited<ReturnType<typeof local.pull>> = [];
       await waitFor("both messages", async () => got.push(...(await local.pull(10, 1))) >= 2, 30_000);
       got.sort((a, b) => a.seq - b.seq);
-      expect(got[0]).toMatchObject({ message_id: fromPeer.headers.message_id, sender: "pete-agent", auth_level: 2, auth_source: "peers", delivery_attempt: 1 });
-      expect(got[1]).toMatchObject({ message_id: fromStranger.headers.message_id, sender: stranger.agentId, auth_level: 1, auth_source: "did:key" });
+      expect(got[0]).toMatchObject({
+        message_id: fromPeer.headers.message_id,
+        sender: "pete-agent",
+        auth_level: 2,
+        auth_source: "peers",
+        delivery_attempt: 1,
+      });
+      expect(got[1]).toMatchObject({
+        message_id: fromStranger.headers.message_id,
+        sender: stranger.agentId,
+        auth_level: 1,
+        auth_source: "did:key",
+      });
       expect(got[1]).not.toHaveProperty("encrypted");
     } finally {
       await agent.close();

@@ -37,7 +37,12 @@ describe("ttl_seconds at the hand-off", () => {
   it("never hands an expired message to the application: dropped with its reason, counted", async () => {
     let up = false;
     const handler = await startHandler(() => (up ? 200 : 503));
-    const agent = await runAgent({ self: alice, natsUrl: nats.url, tls, spec: { peers: [peerOf(pete)], handler: { url: handler.url } } });
+    const agent = await runAgent({
+      self: alice,
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [peerOf(pete)], handler: { url: handler.url } },
+    });
     try {
       // Expired on arrival (dated 10 s ago, 5 s to live), expiring while the handler is down, and one without a TTL.
       const stale = signed(pete, "alice-agent", { date: new Date(Date.now() - 10_000).toISOString(), ttl_seconds: 5 });
@@ -45,18 +50,31 @@ describe("ttl_seconds at the hand-off", () => {
       const lasting = signed(pete, "alice-agent", { ttl_seconds: 3600 });
       const plain = signed(pete, "alice-agent");
       for (const m of [stale, short, lasting, plain]) expect((await agent.post(m)).status).toBe(202);
-      const expired = async () => metricValue((await agent.scrape()), "ifp_handler_deliveries_total", { result: "expired" });
+      const expired = async () =>
+        metricValue(await agent.scrape(), "ifp_handler_deliveries_total", { result: "expired" });
       await waitFor("the stale message dropped", async () => (await expired()) >= 1);
       await new Promise((r) => setTimeout(r, 2_500));
       up = true;
-      await waitFor("the live messages handed on", () => [lasting, plain].every((m) => handler.received.some((r) => r.body.headers.message_id === m.headers.message_id)), 30_000);
+      await waitFor(
+        "the live messages handed on",
+        () =>
+          [lasting, plain].every((m) =>
+            handler.received.some((r) => r.body.headers.message_id === m.headers.message_id),
+          ),
+        30_000,
+      );
       await waitFor("the short-lived message dropped", async () => (await expired()) === 2, 30_000);
-      await consistently("no expired message is handed on", () => !handler.received.some((r) => [stale, short].some((m) => m.headers.message_id === r.body.headers.message_id)), 1_000);
+      await consistently(
+        "no expired message is handed on",
+        () =>
+          !handler.received.some((r) => [stale, short].some((m) => m.headers.message_id === r.body.headers.message_id)),
+        1_000,
+      );
       const reasons = await deadReasons("alice-agent");
       expect(reasons).toHaveLength(2);
       expect(reasons.every((r) => /^expired: ttl_seconds/.test(r))).toBe(true);
       // Expiry is not a handler failure: no dead-letter alarm.
-      expect(metricValue((await agent.scrape()), "ifp_dead_letters_total", { source: "handler" })).toBe(0);
+      expect(metricValue(await agent.scrape(), "ifp_dead_letters_total", { source: "handler" })).toBe(0);
     } finally {
       await agent.close();
       await handler.close();

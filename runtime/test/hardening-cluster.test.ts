@@ -34,9 +34,13 @@ describe("scale-out: one node of a three-node JetStream cluster killed under loa
     // read for every inbound message, are replicated like its streams) answered 202 while the
     // node was still down.
     const relay = r.flows.find((f) => f.flow.startsWith("relay"))!;
-    expect(r.killed.led.some((s) => s.startsWith("IFP_RELAY_")), report).toBe(true);
+    expect(
+      r.killed.led.some((s) => s.startsWith("IFP_RELAY_")),
+      report,
+    ).toBe(true);
     expect(relay.notDurableS, report).toBeGreaterThan(0);
-    for (const f of r.flows) for (const x of f.replicas) expect(x.acceptedWhileDown, `${x.replica}\n${report}`).toBeGreaterThan(0);
+    for (const f of r.flows)
+      for (const x of f.replicas) expect(x.acceptedWhileDown, `${x.replica}\n${report}`).toBeGreaterThan(0);
     // The restarted node caught up: every node healthy, its streams current.
     expect(r.clusterHealthyAtEnd, report).toBe(true);
     expect(failures(r), report).toEqual([]);

@@ -37,7 +37,10 @@ describe("replicas of the agent's streams", () => {
     beforeAll(async () => {
       const routes = await Promise.all([freePort(), freePort(), freePort()]);
       const config = (i: number) =>
-        `server_name: n${i}\ncluster {\n  name: ifp\n  listen: 127.0.0.1:${routes[i]}\n  routes: [${routes.filter((_, j) => j !== i).map((p) => `nats-route://127.0.0.1:${p}`).join(", ")}]\n}\n`;
+        `server_name: n${i}\ncluster {\n  name: ifp\n  listen: 127.0.0.1:${routes[i]}\n  routes: [${routes
+          .filter((_, j) => j !== i)
+          .map((p) => `nats-route://127.0.0.1:${p}`)
+          .join(", ")}]\n}\n`;
       nodes.push(...(await Promise.all([0, 1, 2].map((i) => startNats({ config: config(i) })))));
     }, 60_000);
     afterAll(async () => {
@@ -57,11 +60,24 @@ describe("replicas of the agent's streams", () => {
         // Its KV buckets too (read on every message: conversation records), so no node holds
         // one alone; the shared bucket of capability documents as well.
         for (const bucket of [names.conversationsBucket, names.outboxStateBucket, names.peersBucket, names.kvBucket]) {
-          expect(await waitFor(`bucket ${bucket}`, () => streamReplicas(nodes[0]!.url, `KV_${bucket}`).catch(() => undefined), 30_000, 250), bucket).toBe(3);
+          expect(
+            await waitFor(
+              `bucket ${bucket}`,
+              () => streamReplicas(nodes[0]!.url, `KV_${bucket}`).catch(() => undefined),
+              30_000,
+              250,
+            ),
+            bucket,
+          ).toBe(3);
         }
         await nodes[2]!.stop();
         // Two of three replicas remain: still a quorum, still accepting.
-        await waitFor("a 202 with one node down", async () => (await agent.post(signed(peer, self.agentId))).status === 202, 30_000, 500);
+        await waitFor(
+          "a 202 with one node down",
+          async () => (await agent.post(signed(peer, self.agentId))).status === 202,
+          30_000,
+          500,
+        );
       } finally {
         await agent.close();
       }

@@ -32,15 +32,29 @@ afterAll(async () => {
  * POST with Node's https client, writing the whole body (chunked, without a Content-Length,
  * when asked), and report the status or the error.
  */
-function post(url: string, body: Buffer, headers: Record<string, string> = {}, chunked = false): Promise<{ status: number; text: string } | { error: string }> {
+function post(
+  url: string,
+  body: Buffer,
+  headers: Record<string, string> = {},
+  chunked = false,
+): Promise<{ status: number; text: string } | { error: string }> {
   return new Promise((resolve) => {
     const length = chunked ? {} : { "content-length": String(body.length) };
-    const req = httpsRaw(url, { method: "POST", ca: env.tls.ca, agent: false, headers: { "content-type": "application/json", ...length, ...headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString() }));
-      res.on("error", (e) => resolve({ error: e.message }));
-    });
+    const req = httpsRaw(
+      url,
+      {
+        method: "POST",
+        ca: env.tls.ca,
+        agent: false,
+        headers: { "content-type": "application/json", ...length, ...headers },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString() }));
+        res.on("error", (e) => resolve({ error: e.message }));
+      },
+    );
     req.on("error", (e) => resolve({ error: (e as NodeJS.ErrnoException).code ?? e.message }));
     req.setTimeout(20_000, () => req.destroy(new Error("timeout")));
     if (!chunked) return void req.end(body);
@@ -55,9 +69,15 @@ const big = () => Buffer.from(JSON.stringify({ ifp: 4, pad: "x".repeat(Number(pr
 describe("a refusal for size reaches the sender", () => {
   it("the inbox answers a 1.5 MB POST with 413, twenty times out of twenty", async () => {
     const outcomes = [];
-    for (let i = 0; i < 20; i++) outcomes.push(await post(`${agent.url.replace("127.0.0.1", "localhost")}/.well-known/agent/inbox`, big(), {}, i % 2 === 1));
+    for (let i = 0; i < 20; i++)
+      outcomes.push(
+        await post(`${agent.url.replace("127.0.0.1", "localhost")}/.well-known/agent/inbox`, big(), {}, i % 2 === 1),
+      );
     expect(outcomes.map((o) => ("status" in o ? o.status : o.error))).toEqual(Array(20).fill(413));
-    expect(JSON.parse((outcomes[0] as { text: string }).text)).toMatchObject({ status: "error", code: "payload_too_large" });
+    expect(JSON.parse((outcomes[0] as { text: string }).text)).toMatchObject({
+      status: "error",
+      code: "payload_too_large",
+    });
   });
 
   it("the relay's publish does the same, signed or not", async () => {
@@ -65,7 +85,13 @@ describe("a refusal for size reaches the sender", () => {
     const outcomes = [];
     for (let i = 0; i < 20; i++) {
       const body = big();
-      const headers = i % 2 ? await signRequest({ method: "POST", url, body, headers: { "content-type": "application/json" } }, alice.signing) : {};
+      const headers =
+        i % 2
+          ? await signRequest(
+              { method: "POST", url, body, headers: { "content-type": "application/json" } },
+              alice.signing,
+            )
+          : {};
       outcomes.push(await post(url, body, headers, i % 4 >= 2));
     }
     expect(outcomes.map((o) => ("status" in o ? o.status : o.error))).toEqual(Array(20).fill(413));
@@ -78,10 +104,14 @@ describe("a refused body is not read without bound", () => {
     const total = 64 * 1024 * 1024;
     const outcome = await new Promise<{ status?: number; written: number; ended: boolean }>((resolve) => {
       let status: number | undefined;
-      const req = httpsRaw(url, { method: "POST", ca: env.tls.ca, agent: false, headers: { "content-type": "application/json" } }, (res) => {
-        status = res.statusCode;
-        res.resume();
-      });
+      const req = httpsRaw(
+        url,
+        { method: "POST", ca: env.tls.ca, agent: false, headers: { "content-type": "application/json" } },
+        (res) => {
+          status = res.statusCode;
+          res.resume();
+        },
+      );
       const chunk = Buffer.alloc(256 * 1024, 0x20);
       let sent = 0;
       const finish = (ended: boolean) => resolve({ status, written: sent, ended });
@@ -106,9 +136,17 @@ describe("a refused body is not read without bound", () => {
 describe("the per-address limit is taken before the body is parsed", () => {
   it("inbox and relay answer 429, not 400, once an address has spent its budget on bad bodies", async () => {
     const limited = await runRelay(env, { limits: { perAddressPerMinute: 3 } });
-    const b = await runAgent({ self: bob, natsUrl: env.nats.url, tls: env.tls, spec: { peers: [peerOf(alice)], inbox: { rateLimit: { perAddressPerMinute: 3 } } } });
+    const b = await runAgent({
+      self: bob,
+      natsUrl: env.nats.url,
+      tls: env.tls,
+      spec: { peers: [peerOf(alice)], inbox: { rateLimit: { perAddressPerMinute: 3 } } },
+    });
     try {
-      for (const url of [`${b.url.replace("127.0.0.1", "localhost")}/.well-known/agent/inbox`, `${baseUrl(limited)}/relay/publish`]) {
+      for (const url of [
+        `${b.url.replace("127.0.0.1", "localhost")}/.well-known/agent/inbox`,
+        `${baseUrl(limited)}/relay/publish`,
+      ]) {
         const statuses = [];
         for (let i = 0; i < 4; i++) {
           const res = await post(url, Buffer.from("{not json"));
@@ -128,11 +166,17 @@ describe("inputs that cannot be canonicalized are refused with 400", () => {
 
   it("a lone surrogate in a message: inbox and relay publish", async () => {
     const m = signed(alice, "bob-agent", {}, "hello");
-    const res = await post(`${agent.url.replace("127.0.0.1", "localhost")}/.well-known/agent/inbox`, Buffer.from(loneSurrogate(m)));
+    const res = await post(
+      `${agent.url.replace("127.0.0.1", "localhost")}/.well-known/agent/inbox`,
+      Buffer.from(loneSurrogate(m)),
+    );
     expect(res).toMatchObject({ status: 400 });
     const url = `${baseUrl(relay)}/relay/publish`;
     const body = Buffer.from(loneSurrogate(signed(alice, "bob-agent", {}, "hello")));
-    const headers = await signRequest({ method: "POST", url, body, headers: { "content-type": "application/json" } }, alice.signing);
+    const headers = await signRequest(
+      { method: "POST", url, body, headers: { "content-type": "application/json" } },
+      alice.signing,
+    );
     expect(await post(url, body, headers)).toMatchObject({ status: 400 });
   });
 
@@ -140,17 +184,43 @@ describe("inputs that cannot be canonicalized are refused with 400", () => {
     const depth = 100_000;
     const deep = JSON.parse(`${"[".repeat(depth)}${"]".repeat(depth)}`) as unknown;
     // Signed as signMessage would, by hand: the runtime now refuses to sign such a document.
-    const unsigned = { ...message("alice-agent", "bob-agent", {}, "deep"), body: { text: "deep", parts: [{ content_type: "application/json", name: "deep", content: deep }] } };
+    const unsigned = {
+      ...message("alice-agent", "bob-agent", {}, "deep"),
+      body: { text: "deep", parts: [{ content_type: "application/json", name: "deep", content: deep }] },
+    };
     const signedHeaders = DEFAULT_SIGNED_HEADERS.filter((h) => h in unsigned.headers);
-    const input = canonicalize({ headers: Object.fromEntries(signedHeaders.map((h) => [h, (unsigned.headers as Record<string, unknown>)[h]])), body: unsigned.body })!;
+    const input = canonicalize({
+      headers: Object.fromEntries(signedHeaders.map((h) => [h, (unsigned.headers as Record<string, unknown>)[h]])),
+      body: unsigned.body,
+    })!;
     const sig = edSign(null, Buffer.from(input), alice.signing.privateKey).toString("base64url");
-    const m = { ...unsigned, security: { signatures: [{ alg: "ed25519", key_id: "alice-agent#key-1", created: unsigned.headers.date, signed_headers: signedHeaders, signed_body: true, sig }] } };
+    const m = {
+      ...unsigned,
+      security: {
+        signatures: [
+          {
+            alg: "ed25519",
+            key_id: "alice-agent#key-1",
+            created: unsigned.headers.date,
+            signed_headers: signedHeaders,
+            signed_body: true,
+            sig,
+          },
+        ],
+      },
+    };
     // Written by hand: JSON.stringify itself gives up on such depth.
-    const text = JSON.stringify({ ...(m as object), body: { text: "deep", parts: [{ content_type: "application/json", name: "deep", content: "__DEEP__" }] } }).replace('"__DEEP__"', `${"[".repeat(depth)}${"]".repeat(depth)}`);
+    const text = JSON.stringify({
+      ...(m as object),
+      body: { text: "deep", parts: [{ content_type: "application/json", name: "deep", content: "__DEEP__" }] },
+    }).replace('"__DEEP__"', `${"[".repeat(depth)}${"]".repeat(depth)}`);
     const res = await post(`${agent.url.replace("127.0.0.1", "localhost")}/.well-known/agent/inbox`, Buffer.from(text));
     expect(res).toMatchObject({ status: 400 });
     const url = `${baseUrl(relay)}/relay/publish`;
-    const headers = await signRequest({ method: "POST", url, body: text, headers: { "content-type": "application/json" } }, alice.signing);
+    const headers = await signRequest(
+      { method: "POST", url, body: text, headers: { "content-type": "application/json" } },
+      alice.signing,
+    );
     expect(await post(url, Buffer.from(text), headers)).toMatchObject({ status: 400 });
   });
 });

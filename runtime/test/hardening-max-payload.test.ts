@@ -44,6 +44,8 @@ describe("NATS max_payload below maxMessageBytes", () => {
     const res = await clientOf(env, relay, alice).publish(signed(alice, "bob-agent", {}, "x".repeat(400_000)));
     expect(res.status).toBe(413);
     expect(JSON.parse(res.text)).toMatchObject({ code: "payload_too_large" });
-    expect((await clientOf(env, relay, alice).publish(signed(alice, "bob-agent", {}, "x".repeat(100_000)))).status).toBe(202);
+    expect(
+      (await clientOf(env, relay, alice).publish(signed(alice, "bob-agent", {}, "x".repeat(100_000)))).status,
+    ).toBe(202);
   });
 });

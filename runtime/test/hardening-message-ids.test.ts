@@ -21,10 +21,20 @@ afterAll(async () => {
 describe("message ids are keyed by (sender, message_id)", () => {
   it("a second peer reusing alice's message_id does not hijack the reply meant for alice", async () => {
     const handler = await startHandler();
-    const b = await runAgent({ self: bob, natsUrl: env.nats.url, tls: env.tls, spec: { peers: [peerOf(alice), peerOf(mallory)], handler: { url: handler.url } } });
+    const b = await runAgent({
+      self: bob,
+      natsUrl: env.nats.url,
+      tls: env.tls,
+      spec: { peers: [peerOf(alice), peerOf(mallory)], handler: { url: handler.url } },
+    });
     try {
       const fromAlice = signed(alice, "bob-agent", { conversation_id: "conv:alice" }, "from alice");
-      const reused = signed(mallory, "bob-agent", { message_id: fromAlice.headers.message_id, conversation_id: "conv:mallory" }, "from mallory, same id");
+      const reused = signed(
+        mallory,
+        "bob-agent",
+        { message_id: fromAlice.headers.message_id, conversation_id: "conv:mallory" },
+        "from mallory, same id",
+      );
       expect((await b.post(fromAlice)).status).toBe(202);
       expect((await b.post(reused)).status).toBe(202);
 
@@ -33,14 +43,21 @@ describe("message ids are keyed by (sender, message_id)", () => {
         for (let i = 0; i < 100 && handler.received.length < 2; i++) await new Promise((r) => setTimeout(r, 100));
         return handler.received.map((r) => r.headers["idempotency-key"]).sort();
       })();
-      expect(keys).toEqual([`alice-agent ${fromAlice.headers.message_id}`, `mallory-agent ${fromAlice.headers.message_id}`]);
+      expect(keys).toEqual([
+        `alice-agent ${fromAlice.headers.message_id}`,
+        `mallory-agent ${fromAlice.headers.message_id}`,
+      ]);
 
       const api = new LocalApiClient(b.localApiUrl);
       const reply = await api.send({ in_reply_to: fromAlice.headers.message_id, text: "answer" });
       expect(reply.message.headers.to).toEqual([{ agent: "alice-agent" }]);
       expect(reply.message.headers.conversation_id).toBe("conv:alice");
       // Naming the sender picks that sender's message.
-      const toMallory = await api.send({ in_reply_to: fromAlice.headers.message_id, to: "mallory-agent", text: "answer" });
+      const toMallory = await api.send({
+        in_reply_to: fromAlice.headers.message_id,
+        to: "mallory-agent",
+        text: "answer",
+      });
       expect(toMallory.message.headers.conversation_id).toBe("conv:mallory");
     } finally {
       await b.close();
@@ -61,7 +78,10 @@ describe("message ids are keyed by (sender, message_id)", () => {
       const { messages } = await clientOf(env, relay, bob).pull();
       expect(messages.map((m) => m.body.text).sort()).toEqual(["bob to himself, same id", "from alice"]);
       // The same sender repeating itself is still a duplicate.
-      expect(JSON.parse((await clientOf(env, relay, alice).publish(fromAlice)).text)).toMatchObject({ stored: 0, duplicates: 1 });
+      expect(JSON.parse((await clientOf(env, relay, alice).publish(fromAlice)).text)).toMatchObject({
+        stored: 0,
+        duplicates: 1,
+      });
     } finally {
       await relay.close();
     }

@@ -29,14 +29,21 @@ async function slowPeers(n: number, delayMs: number) {
         req.on("end", () => {
           if (req.method !== "POST") return res.writeHead(404).end();
           posts[i]!++;
-          setTimeout(() => res.writeHead(202, { "content-type": "application/json" }).end('{"status":"accepted"}'), delayMs);
+          setTimeout(
+            () => res.writeHead(202, { "content-type": "application/json" }).end('{"status":"accepted"}'),
+            delayMs,
+          );
         });
       });
       await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
       return server;
     }),
   );
-  return { posts, urls: servers.map((s) => `https://localhost:${(s.address() as AddressInfo).port}`), close: () => Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r())))) };
+  return {
+    posts,
+    urls: servers.map((s) => `https://localhost:${(s.address() as AddressInfo).port}`),
+    close: () => Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r())))),
+  };
 }
 
 describe("outbound delivery and the acknowledgement wait", () => {
@@ -62,17 +69,27 @@ describe("outbound delivery and the acknowledgement wait", () => {
       log,
       metrics: createRuntimeMetrics("agent"),
       // Four recipients of 1.2 s each, one after the other: 4.8 s of work in a 1.5 s ack_wait.
-      options: { backoffMs: [60_000], retryForMs: 3600_000, peerUrls: new Map(recipients.map((r, i) => [r, peers.urls[i]!])), ackWaitMs: 1_500 },
+      options: {
+        backoffMs: [60_000],
+        retryForMs: 3600_000,
+        peerUrls: new Map(recipients.map((r, i) => [r, peers.urls[i]!])),
+        ackWaitMs: 1_500,
+      },
       onGiveUp: async () => {},
     });
     try {
       const m = signed(self, recipients);
       await outbox.enqueue(m);
       delivery.start();
-      const done = await waitFor("every recipient delivered", async () => {
-        const r = await states.get(m.headers.message_id);
-        return r?.recipients.every((x) => x.state === "delivered") ? r : undefined;
-      }, 30_000, 200);
+      const done = await waitFor(
+        "every recipient delivered",
+        async () => {
+          const r = await states.get(m.headers.message_id);
+          return r?.recipients.every((x) => x.state === "delivered") ? r : undefined;
+        },
+        30_000,
+        200,
+      );
       expect(done.recipients.map((r) => r.attempts)).toEqual([1, 1, 1, 1]);
       // Well past another ack_wait: nothing is sent twice.
       await consistently("one post to each recipient", () => peers.posts.every((n) => n === 1), 2_000, 100);

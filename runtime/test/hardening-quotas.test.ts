@@ -25,7 +25,10 @@ describe("inbox quotas", () => {
       self,
       natsUrl: nats.url,
       tls,
-      spec: { peers: senders.map(peerOf), inbox: { maxBytes: 1024 * KB, rateLimit: { perSenderPerMinute: 1000, perSenderBytesPerHour: 100 * 1024 * KB } } },
+      spec: {
+        peers: senders.map(peerOf),
+        inbox: { maxBytes: 1024 * KB, rateLimit: { perSenderPerMinute: 1000, perSenderBytesPerHour: 100 * 1024 * KB } },
+      },
     });
     const nc = await connect({ servers: nats.url });
     try {
@@ -54,14 +57,25 @@ describe("inbox quotas", () => {
   it("gives each sender a byte quota per hour: 429 with Retry-After past it, other senders unaffected", async () => {
     const self = identity("quota-inbox");
     const [a, b] = senders as [ReturnType<typeof identity>, ReturnType<typeof identity>];
-    const agent = await runAgent({ self, natsUrl: nats.url, tls, spec: { peers: [peerOf(a), peerOf(b)], inbox: { rateLimit: { perSenderPerMinute: 1000, perSenderBytesPerHour: 200 * KB } } } });
+    const agent = await runAgent({
+      self,
+      natsUrl: nats.url,
+      tls,
+      spec: {
+        peers: [peerOf(a), peerOf(b)],
+        inbox: { rateLimit: { perSenderPerMinute: 1000, perSenderBytesPerHour: 200 * KB } },
+      },
+    });
     try {
       const statuses: number[] = [];
       for (let i = 0; i < 4; i++) statuses.push((await agent.post(signed(a, self.agentId, {}, text(60 * KB)))).status);
       expect(statuses).toEqual([202, 202, 202, 429]);
       const refused = await agent.post(signed(a, self.agentId, {}, text(60 * KB)));
       expect(refused.status).toBe(429);
-      expect(JSON.parse(refused.text)).toMatchObject({ code: "rate_limited", message: expect.stringMatching(/byte quota/) });
+      expect(JSON.parse(refused.text)).toMatchObject({
+        code: "rate_limited",
+        message: expect.stringMatching(/byte quota/),
+      });
       expect(Number(refused.headers["retry-after"])).toBeGreaterThan(0);
       expect((await agent.post(signed(b, self.agentId, {}, text(60 * KB)))).status).toBe(202);
       // A small message from the same sender still fits what is left.
@@ -72,7 +86,12 @@ describe("inbox quotas", () => {
   });
 
   it("has sane defaults: an inbox of 1 GiB and 64 MiB per sender and hour", () => {
-    const a = Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name: "a" }, spec: { agentId: "a" } });
+    const a = Agent.parse({
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Agent",
+      metadata: { name: "a" },
+      spec: { agentId: "a" },
+    });
     expect(a.spec.inbox.maxBytes).toBe(1024 * 1024 * KB);
     expect(a.spec.inbox.rateLimit.perSenderBytesPerHour).toBe(64 * 1024 * KB);
   });
@@ -99,7 +118,10 @@ describe("relay quotas", () => {
       expect(statuses).toEqual([202, 202, 429]);
       const refused = await clientOf(env, relay, alice).publish(topicMessage());
       expect(refused.status).toBe(429);
-      expect(JSON.parse(refused.text)).toMatchObject({ code: "rate_limited", message: expect.stringMatching(/2 copies/) });
+      expect(JSON.parse(refused.text)).toMatchObject({
+        code: "rate_limited",
+        message: expect.stringMatching(/2 copies/),
+      });
       expect(Number(refused.retryAfter)).toBeGreaterThan(0);
       // Another publisher has its own quota.
       expect((await clientOf(env, relay, bob).publish(signed(bob, alice.agentId, {}, text(60 * KB)))).status).toBe(202);
@@ -109,7 +131,12 @@ describe("relay quotas", () => {
   });
 
   it("is not unlimited by default: a stream of 1 GiB, 256 MiB per agent and hour", () => {
-    const r = Relay.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: { name: "r" }, spec: { url: "https://relay.example.com" } });
+    const r = Relay.parse({
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Relay",
+      metadata: { name: "r" },
+      spec: { url: "https://relay.example.com" },
+    });
     expect(r.spec.retention.maxBytes).toBe(1024 * 1024 * KB);
     expect(r.spec.limits.perAgentBytesPerHour).toBe(256 * 1024 * KB);
   });

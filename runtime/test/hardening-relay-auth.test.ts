@@ -57,7 +57,11 @@ describe("relay request signatures are bound to one relay and live briefly", () 
     expect((await raw(env, a, { method: "GET", path, headers })).status).toBe(200);
     const replayed = await raw(env, b, { method: "GET", path, headers });
     expect(replayed).toMatchObject({ status: 401, body: { status: "error", code: "invalid_signature" } });
-    const forgedHost = await raw(env, b, { method: "GET", path, headers: { ...headers, host: new URL(baseUrl(a)).host } });
+    const forgedHost = await raw(env, b, {
+      method: "GET",
+      path,
+      headers: { ...headers, host: new URL(baseUrl(a)).host },
+    });
     expect(forgedHost).toMatchObject({ status: 401, body: { code: "invalid_signature" } });
     // Each relay still serves its own callers.
     expect(await clientOf(env, b, bob).pull()).toMatchObject({ messages: [] });
@@ -77,10 +81,19 @@ describe("relay request signatures are bound to one relay and live briefly", () 
     const url = `${baseUrl(a)}${path}`;
     const h = await signRequest({ method: "GET", url }, bob.signing);
     const noAuthority = { ...h, "signature-input": h["signature-input"]!.replace(' "@authority"', "") };
-    expect(await raw(env, a, { method: "GET", path, headers: noAuthority })).toMatchObject({ status: 401, body: { message: expect.stringMatching(/missing @authority/) } });
+    expect(await raw(env, a, { method: "GET", path, headers: noAuthority })).toMatchObject({
+      status: 401,
+      body: { message: expect.stringMatching(/missing @authority/) },
+    });
     const noExpires = { ...h, "signature-input": h["signature-input"]!.replace(/;expires=\d+/, "") };
-    expect(await raw(env, a, { method: "GET", path, headers: noExpires })).toMatchObject({ status: 401, body: { message: expect.stringMatching(/expires parameter/) } });
+    expect(await raw(env, a, { method: "GET", path, headers: noExpires })).toMatchObject({
+      status: 401,
+      body: { message: expect.stringMatching(/expires parameter/) },
+    });
     const old = await signRequest({ method: "GET", url }, bob.signing, new Date(Date.now() - 362_000));
-    expect(await raw(env, a, { method: "GET", path, headers: old })).toMatchObject({ status: 401, body: { message: expect.stringMatching(/expired|older than/) } });
+    expect(await raw(env, a, { method: "GET", path, headers: old })).toMatchObject({
+      status: 401,
+      body: { message: expect.stringMatching(/expired|older than/) },
+    });
   });
 });

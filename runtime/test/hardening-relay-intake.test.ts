@@ -36,29 +36,55 @@ async function plant(agent: string, message: Message): Promise<void> {
   const h = natsHeaders();
   h.set("Ifp-Recipient", agent);
   h.set("Ifp-Message-Id", message.headers.message_id);
-  await jetstream(nc).publish(relayNames(relay.relay).copy(agent, message.headers.message_id), JSON.stringify(message), { headers: h });
+  await jetstream(nc).publish(
+    relayNames(relay.relay).copy(agent, message.headers.message_id),
+    JSON.stringify(message),
+    { headers: h },
+  );
 }
 
 async function storedInInbox(agentId: string, messageId: string): Promise<boolean> {
   const names = agentNames(agentId);
-  const info = await (await jetstreamManager(nc)).streams.info(names.inboxStream, { subjects_filter: `${names.inboxSubjects}` });
+  const info = await (await jetstreamManager(nc)).streams.info(names.inboxStream, {
+    subjects_filter: `${names.inboxSubjects}`,
+  });
   return Object.keys(info.state.subjects ?? {}).some((s) => s.endsWith(`.${encodeToken(messageId)}`));
 }
 
 describe("a relayed message is admitted like a direct one", () => {
   it("drops what is addressed to another agent or to a topic not subscribed, and refuses a stale replay", async () => {
     const handler = await startHandler();
-    const a = await runAgent({ self: alice, natsUrl: env.nats.url, tls: env.tls, spec: { peers: [peerOf(bob)], relay: { urls: [baseUrl(relay)], pollInterval: "200ms" }, handler: { url: handler.url } } });
+    const a = await runAgent({
+      self: alice,
+      natsUrl: env.nats.url,
+      tls: env.tls,
+      spec: {
+        peers: [peerOf(bob)],
+        relay: { urls: [baseUrl(relay)], pollInterval: "200ms" },
+        handler: { url: handler.url },
+      },
+    });
     try {
       const forCarol = signed(bob, "carol-agent", {}, "meant for carol");
       const forTopic = signed(bob, "topic:gossip.secret", {}, "a topic alice never joined");
-      const stale = signed(bob, "alice-agent", { date: new Date(Date.now() - 72 * 3600_000).toISOString().replace(/\.\d+Z$/, "Z") }, "captured three days ago");
+      const stale = signed(
+        bob,
+        "alice-agent",
+        { date: new Date(Date.now() - 72 * 3600_000).toISOString().replace(/\.\d+Z$/, "Z") },
+        "captured three days ago",
+      );
       const fine = signed(bob, "alice-agent", {}, "for alice");
       for (const m of [forCarol, forTopic, stale, fine]) await plant("alice-agent", m);
 
-      const intake = async (result: string) => metricValue((await a.scrape()), "ifp_relay_operations_total", { operation: "intake", result });
-      await waitFor("the good one handed on", () => handler.received.find((r) => r.body.headers.message_id === fine.headers.message_id));
-      await waitFor("the mailbox emptied", async () => (await new RelayClient(baseUrl(relay), alice.signing, env.http).pull()).messages.length === 0);
+      const intake = async (result: string) =>
+        metricValue(await a.scrape(), "ifp_relay_operations_total", { operation: "intake", result });
+      await waitFor("the good one handed on", () =>
+        handler.received.find((r) => r.body.headers.message_id === fine.headers.message_id),
+      );
+      await waitFor(
+        "the mailbox emptied",
+        async () => (await new RelayClient(baseUrl(relay), alice.signing, env.http).pull()).messages.length === 0,
+      );
       expect(await intake("misaddressed")).toBe(2);
       expect(await intake("invalid_format")).toBe(1);
       expect(await intake("accepted")).toBe(1);
@@ -74,7 +100,9 @@ describe("a relayed message is admitted like a direct one", () => {
       await new RelayClient(baseUrl(relay), alice.signing, env.http).subscribe(["gossip.open"]);
       const onTopic = signed(bob, "topic:gossip.open", {}, "on an open topic");
       await plant("alice-agent", onTopic);
-      await waitFor("the topic copy handed on", () => handler.received.find((r) => r.body.headers.message_id === onTopic.headers.message_id));
+      await waitFor("the topic copy handed on", () =>
+        handler.received.find((r) => r.body.headers.message_id === onTopic.headers.message_id),
+      );
     } finally {
       await a.close();
       await handler.close();

@@ -20,7 +20,11 @@ beforeAll(async () => {
   server = createServer({ cert: tls.cert, key: tls.key }, (req, res) => {
     seen.push({ path: req.url ?? "", acceptEncoding: req.headers["accept-encoding"] });
     if (req.url?.includes("gzip")) {
-      res.writeHead(200, { "content-type": "application/json", "content-encoding": "gzip", "content-length": bomb.length });
+      res.writeHead(200, {
+        "content-type": "application/json",
+        "content-encoding": "gzip",
+        "content-length": bomb.length,
+      });
       res.end(bomb);
       return;
     }

@@ -14,13 +14,21 @@ describe("signed headers at a real inbox", () => {
     const peer = identity("header-peer");
     const agent = await runAgent({ self, natsUrl: nats.url, tls, spec: { peers: [peerOf(peer)] } });
     try {
-      const extra = { disclosure: "personal", thread: { in_reply_to: "msg:01J0000000000000000000000" }, ttl_seconds: 3600, capabilities: { request: ["calendar.availability"] } };
+      const extra = {
+        disclosure: "personal",
+        thread: { in_reply_to: "msg:01J0000000000000000000000" },
+        ttl_seconds: 3600,
+        capabilities: { request: ["calendar.availability"] },
+      };
       // Signed over the former default list only: the extra headers could be changed on the way.
       for (const list of [DEFAULT_SIGNED_HEADERS, REQUIRED_SIGNED_HEADERS]) {
         const m = signMessage(message(peer.agentId, self.agentId, extra), peer.signing, { signedHeaders: list });
         const res = await agent.post(m);
         expect(res.status, list.join(",")).toBe(401);
-        expect(JSON.parse(res.text)).toMatchObject({ code: "invalid_signature", message: expect.stringMatching(/not signed: .*disclosure/) });
+        expect(JSON.parse(res.text)).toMatchObject({
+          code: "invalid_signature",
+          message: expect.stringMatching(/not signed: .*disclosure/),
+        });
       }
       // A header added to a fully signed message (as a relay could) is refused too.
       const good = signed(peer, self.agentId, extra);

@@ -10,12 +10,17 @@ withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
 describe("identity documents and shared caches", () => {
   it("serves an identity document built from the Host header as private (Vary: Host), one from spec.baseUrl as public", async () => {
     const fromHost = await runAgent({ self: identity("host-doc"), natsUrl: nats.url, tls, spec: {} });
-    const fixed = await runAgent({ self: identity("base-doc"), natsUrl: nats.url, tls, spec: { baseUrl: "https://agent.example.com" } });
+    const fixed = await runAgent({
+      self: identity("base-doc"),
+      natsUrl: nats.url,
+      tls,
+      spec: { baseUrl: "https://agent.example.com" },
+    });
     try {
       const a = await fromHost.get("/.well-known/agent/identity", { host: "localhost" });
       expect(a.status).toBe(200);
       expect(a.headers["cache-control"]).toMatch(/^private\b/);
-      expect(a.headers["vary"]).toMatch(/host/i);
+      expect(a.headers.vary).toMatch(/host/i);
       expect(JSON.parse(a.text).endpoints.inbox).toBe("https://localhost/.well-known/agent/inbox");
       const b = await fixed.get("/.well-known/agent/identity", { host: "localhost" });
       expect(b.headers["cache-control"]).toMatch(/^public\b/);
@@ -32,7 +37,12 @@ describe("requireSignature: false", () => {
   it("accepts a stranger's signed message like an unsigned one, and still refuses a known peer's bad signature", async () => {
     const self = identity("open-inbox");
     const friend = identity("friend-of-open");
-    const agent = await runAgent({ self, natsUrl: nats.url, tls, spec: { peers: [peerOf(friend)], inbox: { requireSignature: false } } });
+    const agent = await runAgent({
+      self,
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [peerOf(friend)], inbox: { requireSignature: false } },
+    });
     try {
       const stranger = identity("stranger-to-open");
       expect((await agent.post(signed(stranger, self.agentId))).status).toBe(202);

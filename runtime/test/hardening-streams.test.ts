@@ -16,7 +16,10 @@ afterAll(async () => {
 });
 
 /** Open GET /relay/events and keep it open: its status, and how to close it. */
-async function openSse(relay: RunningRelay, who: TestIdentity): Promise<{ status: number; body: string; retryAfter?: string; close(): void }> {
+async function openSse(
+  relay: RunningRelay,
+  who: TestIdentity,
+): Promise<{ status: number; body: string; retryAfter?: string; close(): void }> {
   const url = `${baseUrl(relay)}/relay/events`;
   const headers = await signRequest({ method: "GET", url }, who.signing);
   return new Promise((resolve, reject) => {
@@ -24,7 +27,14 @@ async function openSse(relay: RunningRelay, who: TestIdentity): Promise<{ status
       if (res.statusCode === 200) return resolve({ status: 200, body: "", close: () => req.destroy() });
       let body = "";
       res.on("data", (c: Buffer) => (body += c));
-      res.on("end", () => resolve({ status: res.statusCode!, body, retryAfter: res.headers["retry-after"] as string | undefined, close: () => req.destroy() }));
+      res.on("end", () =>
+        resolve({
+          status: res.statusCode!,
+          body,
+          retryAfter: res.headers["retry-after"] as string | undefined,
+          close: () => req.destroy(),
+        }),
+      );
     });
     req.on("error", reject);
     req.end();
@@ -68,7 +78,10 @@ describe("relay event streams are capped per agent and overall", () => {
       expect(a1.status).toBe(200);
       const a3 = await openSse(relay, alice);
       expect(a3.status).toBe(429);
-      expect(JSON.parse(a3.body)).toMatchObject({ code: "rate_limited", message: expect.stringMatching(/maxStreamsPerAgent/) });
+      expect(JSON.parse(a3.body)).toMatchObject({
+        code: "rate_limited",
+        message: expect.stringMatching(/maxStreamsPerAgent/),
+      });
       expect(Number(a3.retryAfter)).toBeGreaterThan(0);
       expect(await wsStatus(relay, alice)).toBe(429);
       const b1 = await openSse(relay, bob);

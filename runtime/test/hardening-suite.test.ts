@@ -17,7 +17,10 @@ describe("hardening: bad input against the real runtimes", () => {
     expect(r.wrongBodies, report).toBe(0);
     for (const c of r.cases) expect(c.sent, c.kind).toBeGreaterThan(0);
     expect(r.cases.filter((c) => c.target === "relay ws").length, report).toBeGreaterThanOrEqual(10);
-    expect(r.tls.every((t) => t.refused), report).toBe(true);
+    expect(
+      r.tls.every((t) => t.refused),
+      report,
+    ).toBe(true);
     // Memory bounded: growth over the run stays under 150 MiB per runtime.
     expect(r.rssMiB.agent.end - r.rssMiB.agent.start, report).toBeLessThan(150);
     expect(r.rssMiB.relay.end - r.rssMiB.relay.start, report).toBeLessThan(150);

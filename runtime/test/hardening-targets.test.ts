@@ -23,14 +23,21 @@ async function trapPeer(agentId: string, inbox: (self: string) => string) {
     req.resume();
     req.on("end", () => {
       if (req.url?.endsWith("/identity")) {
-        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ ifp: 5, agent_id: agentId, keys: [], endpoints: { inbox: inbox(url) } }));
+        res
+          .writeHead(200, { "content-type": "application/json" })
+          .end(JSON.stringify({ ifp: 5, agent_id: agentId, keys: [], endpoints: { inbox: inbox(url) } }));
       } else if (req.url?.endsWith("/capabilities")) res.writeHead(404).end();
       else res.writeHead(202, { "content-type": "application/json" }).end(JSON.stringify({ status: "accepted" }));
     });
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const url = `https://localhost:${(server.address() as AddressInfo).port}`;
-  return { url, port: (server.address() as AddressInfo).port, requests, close: () => new Promise<void>((r) => server.close(() => r())) };
+  return {
+    url,
+    port: (server.address() as AddressInfo).port,
+    requests,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
 }
 
 /** A plain-HTTP listener that records whether anybody came. */
@@ -42,7 +49,11 @@ async function plainTrap() {
     res.writeHead(202).end("{}");
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, requests, close: () => new Promise<void>((r) => server.close(() => r())) };
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    requests,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
 }
 
 const fast = { backoff: ["300ms"], retryFor: "20s" };
@@ -59,7 +70,11 @@ describe("outbound targets: https only, no special addresses unless allowed", ()
   let o: Awaited<ReturnType<typeof runAgent>>;
 
   beforeAll(async () => {
-    [trap, plain, handler] = await Promise.all([trapPeer("loopback-peer", (self) => `${self}/.well-known/agent/inbox`), plainTrap(), startHandler()]);
+    [trap, plain, handler] = await Promise.all([
+      trapPeer("loopback-peer", (self) => `${self}/.well-known/agent/inbox`),
+      plainTrap(),
+      startHandler(),
+    ]);
     plainInboxPeer = await trapPeer("plaintext-peer", () => `${plain.url}/inbox`);
     [g, o] = await Promise.all([
       runAgent({
@@ -112,7 +127,9 @@ describe("outbound targets: https only, no special addresses unless allowed", ()
     for (const to of ["literal-peer", "metadata-peer"]) {
       const sent = await send(g.localApiUrl, { to, text: "hi" });
       const done = await untilState(g.localApiUrl, sent.body.message_id, "failed");
-      expect(done.recipients[0].last_error, to).toMatch(/special address, not allowed by spec\.network\.allowPrivateTargets/);
+      expect(done.recipients[0].last_error, to).toMatch(
+        /special address, not allowed by spec\.network\.allowPrivateTargets/,
+      );
     }
     expect(trap.requests).toEqual([]);
   });
@@ -120,7 +137,9 @@ describe("outbound targets: https only, no special addresses unless allowed", ()
   it("still hands accepted messages to the handler on the pod's loopback", async () => {
     const m = signed(friend, guarded.agentId);
     expect((await g.post(m)).status).toBe(202);
-    await waitFor("the handler on loopback", () => handler.received.some((r) => r.body.headers.message_id === m.headers.message_id));
+    await waitFor("the handler on loopback", () =>
+      handler.received.some((r) => r.body.headers.message_id === m.headers.message_id),
+    );
   });
 
   it("reaches a loopback peer when spec.network.allowPrivateTargets allows it", async () => {
@@ -146,8 +165,16 @@ describe("the HTTP client's target policy", () => {
     const strict = new HttpClient({ extraCa: tls.ca, targets: new TargetPolicy() });
     const allowing = new HttpClient({ extraCa: tls.ca, targets: new TargetPolicy(["127.0.0.1/32"]) });
     try {
-      for (const url of [`https://localhost:${port}/`, `https://127.0.0.1:${port}/`, `https://[::ffff:127.0.0.1]:${port}/`, `https://0.0.0.0:${port}/`]) {
-        const err = await strict.request(url).then(() => undefined, (e: unknown) => e);
+      for (const url of [
+        `https://localhost:${port}/`,
+        `https://127.0.0.1:${port}/`,
+        `https://[::ffff:127.0.0.1]:${port}/`,
+        `https://0.0.0.0:${port}/`,
+      ]) {
+        const err = await strict.request(url).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
         expect(isTargetRefused(err), url).toBe(true);
       }
       expect(isTargetRefused(await strict.request(`http://example.com/`).catch((e: unknown) => e))).toBe(true);
@@ -166,8 +193,20 @@ describe("the HTTP client's target policy", () => {
  * and local-use), 6to4 and Teredo (server; client with its bits inverted).
  */
 const EMBEDDED_FORMS = ["7f00:1", "a01:203", "a9fe:a9fe"].flatMap((h) => {
-  const inverted = h.split(":").map((g) => (~parseInt(g, 16) & 0xffff).toString(16)).join(":");
-  return [`::ffff:${h}`, `::ffff:0:${h}`, `::${h}`, `64:ff9b::${h}`, `64:ff9b:1::${h}`, `2002:${h}::1`, `2001:0:${h}::f7f7:f7f7`, `2001:0:4136:e378:8000:63bf:${inverted}`];
+  const inverted = h
+    .split(":")
+    .map((g) => (~parseInt(g, 16) & 0xffff).toString(16))
+    .join(":");
+  return [
+    `::ffff:${h}`,
+    `::ffff:0:${h}`,
+    `::${h}`,
+    `64:ff9b::${h}`,
+    `64:ff9b:1::${h}`,
+    `2002:${h}::1`,
+    `2001:0:${h}::f7f7:f7f7`,
+    `2001:0:4136:e378:8000:63bf:${inverted}`,
+  ];
 });
 
 describe("the HTTP client and IPv6 forms of special addresses", () => {
@@ -185,7 +224,10 @@ describe("the HTTP client and IPv6 forms of special addresses", () => {
           // The policy is asked first: a policy that let the address through would send this
           // test's request off the machine, so the test stops there instead.
           expect(policies[i]!.refusal(address), address).toMatch(/special address/);
-          const err = await client.request(`https://[${address}]:${port}/`).then(() => undefined, (e: unknown) => e);
+          const err = await client.request(`https://[${address}]:${port}/`).then(
+            () => undefined,
+            (e: unknown) => e,
+          );
           expect(isTargetRefused(err), address).toBe(true);
         }
       }
@@ -210,13 +252,21 @@ describe("relay webhook registrations", () => {
     const strict = await runRelay(env, { network: { allowPrivateTargets: [] } });
     const allowing = await runRelay(env, { network: { allowPrivateTargets: ["127.0.0.0/8"] } });
     try {
-      for (const hook of ["https://localhost:9/hook", "https://127.0.0.1:9/hook", "https://169.254.169.254/latest", "https://[::1]:9/hook", "https://10.0.0.1/hook"]) {
+      for (const hook of [
+        "https://localhost:9/hook",
+        "https://127.0.0.1:9/hook",
+        "https://169.254.169.254/latest",
+        "https://[::1]:9/hook",
+        "https://10.0.0.1/hook",
+      ]) {
         const f = await failure(clientOf(env, strict, alice).registerWebhook(hook));
         expect(f, hook).toMatchObject({ status: 400, code: "invalid_format" });
         expect(f.message, hook).toMatch(/webhook refused/);
       }
       expect((await clientOf(env, strict, alice).subscriptions()).push).toBeNull();
-      expect(await clientOf(env, allowing, alice).registerWebhook("https://localhost:9/hook")).toMatchObject({ push: { webhook: "https://localhost:9/hook" } });
+      expect(await clientOf(env, allowing, alice).registerWebhook("https://localhost:9/hook")).toMatchObject({
+        push: { webhook: "https://localhost:9/hook" },
+      });
     } finally {
       await Promise.all([strict.close(), allowing.close()]);
     }

@@ -75,7 +75,11 @@ describe("HttpClient --ca-file", () => {
       console.log(a.status, b.status);
       await http.close();`;
     // Run apart (the servers answer from this process, so it must not block).
-    const r = await promisify(execFile)(process.execPath, ["--input-type=module", "-e", script], { env: { ...process.env, NODE_EXTRA_CA_CERTS: extraFile }, encoding: "utf8", timeout: 30_000 });
+    const r = await promisify(execFile)(process.execPath, ["--input-type=module", "-e", script], {
+      env: { ...process.env, NODE_EXTRA_CA_CERTS: extraFile },
+      encoding: "utf8",
+      timeout: 30_000,
+    });
     expect(r.stdout.trim()).toBe("200 200");
   });
 

@@ -67,7 +67,13 @@ describe("identity: lookup and levels", () => {
       introductionSecretFile: tokens,
       spec: {
         capabilities,
-        peers: [{ agentId: "carol-agent", url: carolRuntime.url.replace("127.0.0.1", "localhost"), keys: [{ keyId: "old", publicKey: identity("x").publicKey }] }],
+        peers: [
+          {
+            agentId: "carol-agent",
+            url: carolRuntime.url.replace("127.0.0.1", "localhost"),
+            keys: [{ keyId: "old", publicKey: identity("x").publicKey }],
+          },
+        ],
         inbox: { introductionTokens: { secretName: "intro", key: "tokens" } },
         handler: { url: handler.url },
       },
@@ -78,7 +84,8 @@ describe("identity: lookup and levels", () => {
     await handler?.close();
   });
 
-  const handed = (id: string) => waitFor(`hand-off of ${id}`, () => handler.received.find((r) => r.body.headers.message_id === id));
+  const handed = (id: string) =>
+    waitFor(`hand-off of ${id}`, () => handler.received.find((r) => r.body.headers.message_id === id));
 
   it("accepts a stranger's first contact through the identity document at its https agent id (level 2)", async () => {
     const m = signed(stranger.id, "alice-agent");
@@ -127,7 +134,11 @@ describe("identity: lookup and levels", () => {
   });
 
   it("accepts an introduction token at level 0, and refuses a wrong or short one", async () => {
-    const m = signIntroduction(message("newcomer", "alice-agent", { conversation_id: "conv:intro" }), TOKEN, "newcomer#intro");
+    const m = signIntroduction(
+      message("newcomer", "alice-agent", { conversation_id: "conv:intro" }),
+      TOKEN,
+      "newcomer#intro",
+    );
     const r = await receiver.post(m);
     expect(r.status, r.text).toBe(202);
     const got = await handed(m.headers.message_id);
@@ -144,16 +155,33 @@ describe("identity: lookup and levels", () => {
     const conv = { conversation_id: "conv:no-downgrade" };
     const first = signed(didSender, "alice-agent", conv);
     expect((await receiver.post(first)).status).toBe(202);
-    const lower = signIntroduction(message(didSender.agentId, "alice-agent", { ...conv, sequence: 2 }), TOKEN, `${didSender.agentId}#intro`);
+    const lower = signIntroduction(
+      message(didSender.agentId, "alice-agent", { ...conv, sequence: 2 }),
+      TOKEN,
+      `${didSender.agentId}#intro`,
+    );
     const r = await receiver.post(lower);
     expect(r.status).toBe(401);
-    expect(await body(r)).toMatchObject({ code: "insufficient_auth_level", message: expect.stringMatching(/level 1.*level 0/) });
-    const elsewhere = signIntroduction(message(didSender.agentId, "alice-agent", { conversation_id: "conv:other" }), TOKEN, `${didSender.agentId}#intro`);
+    expect(await body(r)).toMatchObject({
+      code: "insufficient_auth_level",
+      message: expect.stringMatching(/level 1.*level 0/),
+    });
+    const elsewhere = signIntroduction(
+      message(didSender.agentId, "alice-agent", { conversation_id: "conv:other" }),
+      TOKEN,
+      `${didSender.agentId}#intro`,
+    );
     expect((await receiver.post(elsewhere)).status).toBe(202);
     // Raised to 1 there too: a retry of the level-0 message already taken is a repeat (202), a new one is refused.
-    expect((await receiver.post(signed(didSender, "alice-agent", { conversation_id: "conv:other", sequence: 2 }))).status).toBe(202);
+    expect(
+      (await receiver.post(signed(didSender, "alice-agent", { conversation_id: "conv:other", sequence: 2 }))).status,
+    ).toBe(202);
     expect((await receiver.post(elsewhere)).status).toBe(202);
-    const newLow = signIntroduction(message(didSender.agentId, "alice-agent", { conversation_id: "conv:other", sequence: 3 }), TOKEN, `${didSender.agentId}#intro`);
+    const newLow = signIntroduction(
+      message(didSender.agentId, "alice-agent", { conversation_id: "conv:other", sequence: 3 }),
+      TOKEN,
+      `${didSender.agentId}#intro`,
+    );
     expect((await receiver.post(newLow)).status).toBe(401);
     // The same level again, and a higher one, are fine.
     expect((await receiver.post(signed(didSender, "alice-agent", { ...conv, sequence: 3 }))).status).toBe(202);
@@ -162,11 +190,17 @@ describe("identity: lookup and levels", () => {
   it("answers a failed lookup with 401 unknown_sender that says why", async () => {
     const nobody = await receiver.post(signed(identity("nobody-agent"), "alice-agent"));
     expect(nobody.status).toBe(401);
-    expect(await body(nobody)).toMatchObject({ code: "unknown_sender", message: expect.stringMatching(/not among this agent's peers/) });
+    expect(await body(nobody)).toMatchObject({
+      code: "unknown_sender",
+      message: expect.stringMatching(/not among this agent's peers/),
+    });
     const closed = await freePort();
     const gone = await receiver.post(signed(identity(`https://localhost:${closed}`), "alice-agent"));
     expect(gone.status).toBe(401);
-    expect(await body(gone)).toMatchObject({ code: "unknown_sender", message: expect.stringMatching(/could not be obtained/) });
+    expect(await body(gone)).toMatchObject({
+      code: "unknown_sender",
+      message: expect.stringMatching(/could not be obtained/),
+    });
   });
 
   it("refuses a signature by a key the identity document does not hold, or that does not verify", async () => {
@@ -177,7 +211,10 @@ describe("identity: lookup and levels", () => {
     const otherKey = identity(stranger.id.agentId, "key-9");
     const r2 = await receiver.post(signed(otherKey, "alice-agent"));
     expect(r2.status).toBe(401);
-    expect(await body(r2)).toMatchObject({ code: "unknown_sender", message: expect.stringMatching(/lists no key key-9/) });
+    expect(await body(r2)).toMatchObject({
+      code: "unknown_sender",
+      message: expect.stringMatching(/lists no key key-9/),
+    });
   });
 });
 
@@ -203,13 +240,16 @@ describe("identity: spec.inbox.minAuthLevel", () => {
         ],
       },
     });
-    const handed = (id: string) => waitFor(`hand-off of ${id}`, () => handler.received.find((r) => r.body.headers.message_id === id));
+    const handed = (id: string) =>
+      waitFor(`hand-off of ${id}`, () => handler.received.find((r) => r.body.headers.message_id === id));
     try {
       const r = await strict.post(signed(didIdentity(), "strict-agent"));
       expect(r.status).toBe(401);
       expect(await body(r)).toMatchObject({
         code: "insufficient_auth_level",
-        message: expect.stringMatching(/level 2 or above; yours is at level 1 \(did:key\)\. .*add your key to its peers/),
+        message: expect.stringMatching(
+          /level 2 or above; yours is at level 1 \(did:key\)\. .*add your key to its peers/,
+        ),
       });
 
       const fromListed = signed(listed, "strict-agent");
@@ -221,7 +261,10 @@ describe("identity: spec.inbox.minAuthLevel", () => {
 
       const gone = await strict.post(signed(revoked, "strict-agent"));
       expect(gone.status).toBe(401);
-      expect(await body(gone)).toMatchObject({ code: "invalid_signature", message: expect.stringMatching(/has been revoked/) });
+      expect(await body(gone)).toMatchObject({
+        code: "invalid_signature",
+        message: expect.stringMatching(/has been revoked/),
+      });
 
       expect((await strict.post(signed(bob, "strict-agent"))).status).toBe(202);
       expect((await strict.post(signed(stranger.id, "strict-agent"))).status).toBe(202);
@@ -238,13 +281,23 @@ describe("identity: spec.inbox.minAuthLevel", () => {
       self: identity("strict-agent"),
       natsUrl: nats.url,
       tls,
-      spec: { inbox: { minAuthLevel: 3 }, peers: [{ agentId: bob.agentId, keys: [{ keyId: bob.keyId, publicKey: bob.publicKey }] }] },
+      spec: {
+        inbox: { minAuthLevel: 3 },
+        peers: [{ agentId: bob.agentId, keys: [{ keyId: bob.keyId, publicKey: bob.publicKey }] }],
+      },
     });
     try {
-      for (const [who, level] of [[stranger.id, "2 \\(identity-document\\)"], [bob, "2 \\(peers\\)"], [didIdentity(), "1 \\(did:key\\)"]] as const) {
+      for (const [who, level] of [
+        [stranger.id, "2 \\(identity-document\\)"],
+        [bob, "2 \\(peers\\)"],
+        [didIdentity(), "1 \\(did:key\\)"],
+      ] as const) {
         const r = await strict.post(signed(who, "strict-agent"));
         expect(r.status).toBe(401);
-        expect(await body(r)).toMatchObject({ code: "insufficient_auth_level", message: expect.stringMatching(new RegExp(`level 3 or above; yours is at level ${level}`)) });
+        expect(await body(r)).toMatchObject({
+          code: "insufficient_auth_level",
+          message: expect.stringMatching(new RegExp(`level 3 or above; yours is at level ${level}`)),
+        });
       }
     } finally {
       await Promise.all([strict.close(), stranger.running.close()]);
@@ -282,7 +335,13 @@ describe("identity: abuse", () => {
         return; // never finished
       }
       res.writeHead(200, { "content-type": "application/json" });
-      res.end(JSON.stringify({ ifp: 5, agent_id: agentId, keys: [{ key_id: "key-1", type: "ed25519", public_key: wrongKey, status: "active" }] }));
+      res.end(
+        JSON.stringify({
+          ifp: 5,
+          agent_id: agentId,
+          keys: [{ key_id: "key-1", type: "ed25519", public_key: wrongKey, status: "active" }],
+        }),
+      );
     });
     await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
     const addr = server.address();
@@ -299,7 +358,8 @@ describe("identity: abuse", () => {
       mode = "missing";
       fetches.length = 0;
       const statuses: number[] = [];
-      for (let i = 0; i < 45; i++) statuses.push((await target.post(signed(identity(`${base}/u${i}`), "flooded-agent"))).status);
+      for (let i = 0; i < 45; i++)
+        statuses.push((await target.post(signed(identity(`${base}/u${i}`), "flooded-agent"))).status);
       // 30 new senders a minute per address are looked up; the rest are told to wait.
       expect(fetches).toHaveLength(30);
       expect(statuses.slice(0, 30).every((s) => s === 401)).toBe(true);
@@ -325,7 +385,9 @@ describe("identity: abuse", () => {
       expect(fetches).toEqual(["/same/.well-known/agent/identity"]);
 
       fetches.length = 0;
-      const many = await Promise.all([1, 2, 3].map((i) => target.post(signed(identity(`${base}/busy${i}`), "busy-agent"))));
+      const many = await Promise.all(
+        [1, 2, 3].map((i) => target.post(signed(identity(`${base}/busy${i}`), "busy-agent"))),
+      );
       expect(many.map((r) => r.status).sort()).toEqual([401, 401, 429]);
       const throttled = many.find((r) => r.status === 429)!;
       expect(throttled.headers["retry-after"]).toBe("1");
@@ -344,7 +406,10 @@ describe("identity: abuse", () => {
       hugeKey = big.publicKey;
       let r = await target.post(signed(big, "probed-agent"));
       expect(r.status).toBe(401);
-      expect(await body(r)).toMatchObject({ code: "unknown_sender", message: expect.stringMatching(/could not be obtained/) });
+      expect(await body(r)).toMatchObject({
+        code: "unknown_sender",
+        message: expect.stringMatching(/could not be obtained/),
+      });
 
       // A document that never ends: the runtime gives up on it (its 5 s discovery timeout) and
       // closes the connection; the bound on the time is only a generous one for a loaded machine.
@@ -354,12 +419,19 @@ describe("identity: abuse", () => {
       expect(r.status).toBe(401);
       expect((await body(r)).code).toBe("unknown_sender");
       expect(Date.now() - started).toBeLessThan(20_000);
-      await waitFor("the endless document's connection closed by the runtime", () => abandoned.includes("/slow/.well-known/agent/identity"), 10_000);
+      await waitFor(
+        "the endless document's connection closed by the runtime",
+        () => abandoned.includes("/slow/.well-known/agent/identity"),
+        10_000,
+      );
 
       mode = "wrong-key";
       r = await target.post(signed(identity(`${base}/liar`), "probed-agent"));
       expect(r.status).toBe(401);
-      expect(await body(r)).toMatchObject({ code: "invalid_signature", message: expect.stringMatching(/verification failed/) });
+      expect(await body(r)).toMatchObject({
+        code: "invalid_signature",
+        message: expect.stringMatching(/verification failed/),
+      });
     } finally {
       await target.close();
     }

@@ -30,7 +30,12 @@ beforeAll(async () => {
     self: identity("alice-agent"),
     natsUrl: nats.url,
     tls,
-    spec: { displayName: "Alice's agent", capabilities: [{ name: "ping", description: "Responds", conditions: { temperature: "warm" } }], peers: [peerOf(person)], handler: { url: handler.url } },
+    spec: {
+      displayName: "Alice's agent",
+      capabilities: [{ name: "ping", description: "Responds", conditions: { temperature: "warm" } }],
+      peers: [peerOf(person)],
+      handler: { url: handler.url },
+    },
   });
 });
 afterAll(async () => {
@@ -63,7 +68,19 @@ describe("the ifp command", () => {
 
   it("send signs a message and delivers it to the inbox", async () => {
     const key = writeKey(dir, person);
-    const r = await ifp("send", "--from-key", key, "--from", "pete-cli", "--to", agent.url.replace("127.0.0.1", "localhost"), "--text", "hello from a person", "--ca-file", tls.files.ca);
+    const r = await ifp(
+      "send",
+      "--from-key",
+      key,
+      "--from",
+      "pete-cli",
+      "--to",
+      agent.url.replace("127.0.0.1", "localhost"),
+      "--text",
+      "hello from a person",
+      "--ca-file",
+      tls.files.ca,
+    );
     expect(r.stderr).toMatch(/sending msg:/);
     expect(r.stdout).toMatch(/^202 \{"status":"accepted","message_id":"msg:/);
     expect(r.status).toBe(0);
@@ -72,7 +89,19 @@ describe("the ifp command", () => {
 
   it("send reports the peer's refusal", async () => {
     const stranger = identity("stranger");
-    const r = await ifp("send", "--from-key", writeKey(dir, stranger), "--from", "stranger", "--to", agent.url.replace("127.0.0.1", "localhost"), "--text", "hi", "--ca-file", tls.files.ca);
+    const r = await ifp(
+      "send",
+      "--from-key",
+      writeKey(dir, stranger),
+      "--from",
+      "stranger",
+      "--to",
+      agent.url.replace("127.0.0.1", "localhost"),
+      "--text",
+      "hi",
+      "--ca-file",
+      tls.files.ca,
+    );
     expect(r.status).toBe(1);
     expect(r.stdout).toMatch(/^401 .*unknown_sender/);
   });
@@ -99,7 +128,9 @@ describe("the ifp command", () => {
     }
     // After other arguments too, and before a missing required option is complained about.
     expect((await ifp("relay", "pull", "--help")).status).toBe(0);
-    const { version } = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
+    const { version } = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as {
+      version: string;
+    };
     for (const flag of ["--version", "-V"]) {
       const v = await ifp(flag);
       expect(v.status).toBe(0);

@@ -14,7 +14,12 @@ withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
 describe("Idempotency-Key at the inbox (IFP-6: optional, message_id only recommended)", () => {
   it("accepts any Idempotency-Key and deduplicates by message_id alone", async () => {
     const handler = await startHandler();
-    const agent = await runAgent({ self: alice, natsUrl: nats.url, tls, spec: { peers: [peerOf(pete)], handler: { url: handler.url } } });
+    const agent = await runAgent({
+      self: alice,
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [peerOf(pete)], handler: { url: handler.url } },
+    });
     try {
       const m = signed(pete, "alice-agent");
       const first = await agent.post(m, { "idempotency-key": "some-other-key" });
@@ -26,7 +31,7 @@ describe("Idempotency-Key at the inbox (IFP-6: optional, message_id only recomme
       // Two messages under one key: both are new.
       const other = signed(pete, "alice-agent");
       expect((await agent.post(other, { "idempotency-key": "some-other-key" })).status).toBe(202);
-      const inbox = async (result: string) => metricValue((await agent.scrape()), "ifp_inbox_requests_total", { result });
+      const inbox = async (result: string) => metricValue(await agent.scrape(), "ifp_inbox_requests_total", { result });
       expect(await inbox("duplicate")).toBe(2);
       expect(await inbox("accepted")).toBe(2);
       await waitFor("both handed on", () => handler.received.length === 2);

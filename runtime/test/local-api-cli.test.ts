@@ -24,10 +24,33 @@ describe("ifp-runtime agent --local-api-tls-port --local-api-token-file", () => 
   const dir = tempDir();
   const manifest = writeAgentManifest(dir, { agentId: self.agentId });
   const key = writeKey(dir, self);
-  const base = (port: number) => ["agent", "--manifest", manifest, "--signing-key", key, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url, "--local-api-port", "0"];
+  const base = (port: number) => [
+    "agent",
+    "--manifest",
+    manifest,
+    "--signing-key",
+    key,
+    "--port",
+    String(port),
+    "--metrics-port",
+    "0",
+    "--host",
+    "127.0.0.1",
+    "--tls-cert",
+    tls.files.cert,
+    "--tls-key",
+    tls.files.key,
+    "--nats",
+    nats.url,
+    "--local-api-port",
+    "0",
+  ];
 
   it("refuses one flag without the other with the usage text (exit 2)", () => {
-    for (const extra of [["--local-api-tls-port", "9443"], ["--local-api-token-file", "/nowhere"]]) {
+    for (const extra of [
+      ["--local-api-tls-port", "9443"],
+      ["--local-api-token-file", "/nowhere"],
+    ]) {
       const res = spawnSync(process.execPath, [BIN, ...base(0), ...extra], { encoding: "utf8", timeout: 20_000 });
       expect(res.status, extra.join(" ")).toBe(2);
       expect(res.stderr).toMatch(/--local-api-(tls-port|token-file) needs --local-api-(tls-port|token-file)/);
@@ -39,9 +62,21 @@ describe("ifp-runtime agent --local-api-tls-port --local-api-token-file", () => 
     const [port, apiPort] = await Promise.all([freePort(), freePort()]);
     const tokenFile = join(dir, "token");
     writeToken(tokenFile, "z".repeat(43));
-    const child = spawnProcess("ifp-runtime agent", process.execPath, [BIN, ...base(port), `--local-api-tls-port=${apiPort}`, `--local-api-token-file=${tokenFile}`], { env: { ...process.env, IFP_LOG_LEVEL: "warn" } });
+    const child = spawnProcess(
+      "ifp-runtime agent",
+      process.execPath,
+      [BIN, ...base(port), `--local-api-tls-port=${apiPort}`, `--local-api-token-file=${tokenFile}`],
+      { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
+    );
     try {
-      await waitFor("the agent ready", async () => (await httpsRequest(`https://localhost:${port}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }))).status === 200, 30_000, 200);
+      await waitFor(
+        "the agent ready",
+        async () =>
+          (await httpsRequest(`https://localhost:${port}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 })))
+            .status === 200,
+        30_000,
+        200,
+      );
       const url = `https://localhost:${apiPort}/dead-letters`;
       expect((await httpsRequest(url, { ca: tls.ca })).status).toBe(401);
       const ok = await httpsRequest(url, { ca: tls.ca, headers: { authorization: `Bearer ${"z".repeat(43)}` } });

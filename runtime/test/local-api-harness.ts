@@ -25,7 +25,10 @@ export type LocalApiAgent = RunningAgent & {
   /** A client of the loopback listener. */
   local(): LocalApiClient;
   /** One raw request to the TLS listener. */
-  request(path: string, opts?: { method?: string; headers?: Record<string, string>; body?: string }): Promise<HttpsResponse>;
+  request(
+    path: string,
+    opts?: { method?: string; headers?: Record<string, string>; body?: string },
+  ): Promise<HttpsResponse>;
   /** Post a message into the agent's inbox, as a peer would. */
   deliver(message: unknown): Promise<HttpsResponse>;
   /** Messages handed out by the application stream and not yet acknowledged, as JetStream counts them. */
@@ -37,7 +40,14 @@ export type LocalApiAgent = RunningAgent & {
 };
 
 /** Start the agent mode in-process with the local API's TLS listener, as the operator renders it. */
-export async function runLocalApiAgent(opts: { self: TestIdentity; spec: Omit<AgentSpecInput, "agentId">; natsUrl: string; tls: Tls; token?: string; port?: number }): Promise<LocalApiAgent> {
+export async function runLocalApiAgent(opts: {
+  self: TestIdentity;
+  spec: Omit<AgentSpecInput, "agentId">;
+  natsUrl: string;
+  tls: Tls;
+  token?: string;
+  port?: number;
+}): Promise<LocalApiAgent> {
   const dir = tempDir();
   const tokenFile = join(dir, "token");
   let token = opts.token ?? "t".repeat(43);
@@ -58,7 +68,11 @@ export async function runLocalApiAgent(opts: { self: TestIdentity; spec: Omit<Ag
       logger,
     }),
   );
-  await waitFor("agent ready", async () => (await httpsRequest(`${running.url}/readyz`, { ca: opts.tls.ca })).status === 200, 30_000).catch(async (err: unknown) => {
+  await waitFor(
+    "agent ready",
+    async () => (await httpsRequest(`${running.url}/readyz`, { ca: opts.tls.ca })).status === 200,
+    30_000,
+  ).catch(async (err: unknown) => {
     await running.close().catch(() => {});
     throw err;
   });
@@ -69,7 +83,12 @@ export async function runLocalApiAgent(opts: { self: TestIdentity; spec: Omit<Ag
     remote: (t?: string) => new LocalApiClient(running.localApiTlsUrl!, { token: t ?? token, ca: opts.tls.ca }),
     local: () => new LocalApiClient(running.localApiUrl),
     request: (path: string, o: { method?: string; headers?: Record<string, string>; body?: string } = {}) =>
-      httpsRequest(`${running.localApiTlsUrl}${path}`, { method: o.method, headers: o.headers, body: o.body, ca: opts.tls.ca }),
+      httpsRequest(`${running.localApiTlsUrl}${path}`, {
+        method: o.method,
+        headers: o.headers,
+        body: o.body,
+        ca: opts.tls.ca,
+      }),
     deliver: (message: unknown) =>
       httpsRequest(`${running.url}/.well-known/agent/inbox`, {
         method: "POST",

@@ -25,8 +25,21 @@ describe("the local API's TLS listener for applications in other pods", () => {
   beforeAll(async () => {
     const [aPort, bPort] = await Promise.all([freePort(), freePort()]);
     [a, b] = await Promise.all([
-      runLocalApiAgent({ self: alice, port: aPort, natsUrl: nats.url, tls, spec: { peers: [{ ...peerOf(bob), url: `https://localhost:${bPort}` }], outbound: fast } }),
-      runLocalApiAgent({ self: bob, port: bPort, natsUrl: nats.url, tls, token: "b".repeat(43), spec: { peers: [{ ...peerOf(alice), url: `https://localhost:${aPort}` }], outbound: fast } }),
+      runLocalApiAgent({
+        self: alice,
+        port: aPort,
+        natsUrl: nats.url,
+        tls,
+        spec: { peers: [{ ...peerOf(bob), url: `https://localhost:${bPort}` }], outbound: fast },
+      }),
+      runLocalApiAgent({
+        self: bob,
+        port: bPort,
+        natsUrl: nats.url,
+        tls,
+        token: "b".repeat(43),
+        spec: { peers: [{ ...peerOf(alice), url: `https://localhost:${aPort}` }], outbound: fast },
+      }),
     ]);
   });
   afterAll(async () => {
@@ -34,14 +47,24 @@ describe("the local API's TLS listener for applications in other pods", () => {
   });
 
   it("refuses a request without a token, with a wrong one or another scheme: 401 and the error body", async () => {
-    for (const headers of [{} as Record<string, string>, { authorization: "Bearer wrong-token-wrong-token" }, { authorization: `Basic ${"t".repeat(43)}` }, { authorization: "Bearer" }, { authorization: `Bearer ${"t".repeat(43)} extra` }]) {
+    for (const headers of [
+      {} as Record<string, string>,
+      { authorization: "Bearer wrong-token-wrong-token" },
+      { authorization: `Basic ${"t".repeat(43)}` },
+      { authorization: "Bearer" },
+      { authorization: `Bearer ${"t".repeat(43)} extra` },
+    ]) {
       const res = await a.request("/healthz", { headers });
       expect(res.status, JSON.stringify(headers)).toBe(401);
       expect(res.json()).toEqual({ status: "error", code: "unauthorized", message: expect.any(String) });
       expect(res.headers["www-authenticate"]).toMatch(/^Bearer/);
     }
     // Also before any route or body is looked at.
-    const post = await a.request("/outbox", { method: "POST", headers: { "content-type": "application/json" }, body: "{not json" });
+    const post = await a.request("/outbox", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: "{not json",
+    });
     expect(post.status).toBe(401);
     const unknown = await a.request("/nope");
     expect(unknown.status).toBe(401);
@@ -68,16 +91,27 @@ describe("the local API's TLS listener for applications in other pods", () => {
       break;
     }
     clearTimeout(timer);
-    expect(got[0]).toMatchObject({ message_id: queued.message_id, sender: "alice-agent", auth_level: 2, message: { body: { text: "through the Service" } } });
+    expect(got[0]).toMatchObject({
+      message_id: queued.message_id,
+      sender: "alice-agent",
+      auth_level: 2,
+      message: { body: { text: "through the Service" } },
+    });
     await b.remote().ack(queued.message_id);
-    await waitFor("the delivery recorded", async () => (await a.remote().status(queued.message_id)).state === "delivered");
+    await waitFor(
+      "the delivery recorded",
+      async () => (await a.remote().status(queued.message_id)).state === "delivered",
+    );
   });
 
   it("takes a changed token file into use without a restart", async () => {
     const old = "t".repeat(43);
     const fresh = "n".repeat(43);
     a.setToken(fresh);
-    await waitFor("the new token accepted", async () => (await a.request("/healthz", { headers: { authorization: `Bearer ${fresh}` } })).status === 200);
+    await waitFor(
+      "the new token accepted",
+      async () => (await a.request("/healthz", { headers: { authorization: `Bearer ${fresh}` } })).status === 200,
+    );
     expect((await a.request("/healthz", { headers: { authorization: `Bearer ${old}` } })).status).toBe(401);
     // A token file made unusable keeps the last good token in force.
     const changed = Date.now();
@@ -85,20 +119,37 @@ describe("the local API's TLS listener for applications in other pods", () => {
     // The file is looked at on a request, at most once a second: requests with the token in
     // force go on being answered until the runtime has read the new file and refused it.
     const statuses: number[] = [];
-    await waitFor("the unusable token file read and refused", async () => {
-      statuses.push((await a.request("/healthz", { headers: { authorization: `Bearer ${fresh}` } })).status);
-      return a.logLines().some((l) => (l.time as number) >= changed && l.msg === "could not reload the local API token; the previous one stays in force");
-    }, 10_000, 200);
+    await waitFor(
+      "the unusable token file read and refused",
+      async () => {
+        statuses.push((await a.request("/healthz", { headers: { authorization: `Bearer ${fresh}` } })).status);
+        return a
+          .logLines()
+          .some(
+            (l) =>
+              (l.time as number) >= changed &&
+              l.msg === "could not reload the local API token; the previous one stays in force",
+          );
+      },
+      10_000,
+      200,
+    );
     expect(new Set(statuses)).toEqual(new Set([200]));
     expect((await a.request("/healthz", { headers: { authorization: `Bearer ${fresh}` } })).status).toBe(200);
     expect((await a.request("/healthz", { headers: { authorization: "Bearer short" } })).status).toBe(401);
     a.setToken(old);
-    await waitFor("the old token back", async () => (await a.request("/healthz", { headers: { authorization: `Bearer ${old}` } })).status === 200);
+    await waitFor(
+      "the old token back",
+      async () => (await a.request("/healthz", { headers: { authorization: `Bearer ${old}` } })).status === 200,
+    );
   });
 
   it("stops guessing: after too many wrong tokens from one address every request from it gets 429, the right token too", async () => {
     const statuses: number[] = [];
-    for (let i = 0; i < 30; i++) statuses.push((await b.request("/healthz", { headers: { authorization: `Bearer guess-${i}-xxxxxxxxxxxxxxxx` } })).status);
+    for (let i = 0; i < 30; i++)
+      statuses.push(
+        (await b.request("/healthz", { headers: { authorization: `Bearer guess-${i}-xxxxxxxxxxxxxxxx` } })).status,
+      );
     expect(statuses.slice(0, 20).every((s) => s === 401)).toBe(true);
     expect(statuses.slice(20).every((s) => s === 429)).toBe(true);
     const right = await b.request("/healthz", { headers: { authorization: `Bearer ${"b".repeat(43)}` } });
@@ -108,7 +159,13 @@ describe("the local API's TLS listener for applications in other pods", () => {
     await expect(b.remote().deadLetters()).rejects.toBeInstanceOf(LocalApiError);
     // The loopback listener is not affected, and the block ends.
     await expect(b.local().deadLetters()).resolves.toEqual([]);
-    await waitFor("the block to end", async () => (await b.request("/healthz", { headers: { authorization: `Bearer ${"b".repeat(43)}` } })).status === 200, 15_000, 500);
+    await waitFor(
+      "the block to end",
+      async () =>
+        (await b.request("/healthz", { headers: { authorization: `Bearer ${"b".repeat(43)}` } })).status === 200,
+      15_000,
+      500,
+    );
   });
 });
 
@@ -127,9 +184,13 @@ describe("starting the TLS listener", () => {
       localApiPort: 0,
       logger: pino({ level: "silent" }),
     };
-    await expect(startAgent({ ...base, localApiTlsPort: 0, localApiTokenFile: join(dir, "missing") })).rejects.toThrow(/cannot read the local API token file/);
+    await expect(startAgent({ ...base, localApiTlsPort: 0, localApiTokenFile: join(dir, "missing") })).rejects.toThrow(
+      /cannot read the local API token file/,
+    );
     writeFileSync(join(dir, "short"), "abc\n");
-    await expect(startAgent({ ...base, localApiTlsPort: 0, localApiTokenFile: join(dir, "short") })).rejects.toThrow(/shorter than 16/);
+    await expect(startAgent({ ...base, localApiTlsPort: 0, localApiTokenFile: join(dir, "short") })).rejects.toThrow(
+      /shorter than 16/,
+    );
     await expect(startAgent({ ...base, localApiTlsPort: 0 })).rejects.toThrow(/both a port and a token file/);
   });
 });

@@ -11,7 +11,16 @@ import { HttpClient } from "../src/net/http-client.ts";
 import { startRelay } from "../src/relay/main.ts";
 import type { AgentSpecInput } from "../src/resources/agent.ts";
 import type { RelaySpecInput } from "../src/resources/relay.ts";
-import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey, writeRelayManifest, type TestIdentity } from "./fixtures.ts";
+import {
+  identity,
+  peerOf,
+  signed,
+  tempDir,
+  writeAgentManifest,
+  writeKey,
+  writeRelayManifest,
+  type TestIdentity,
+} from "./fixtures.ts";
 import { startHandler, withNatsAndTls, type Tls } from "./agent-harness.ts";
 import { clientOf, randomName, webhook, type RelayEnv } from "./relay-harness.ts";
 
@@ -54,7 +63,11 @@ async function loggedAgent(self: TestIdentity, spec: Omit<AgentSpecInput, "agent
     caFile: tls.files.ca,
     logger,
   });
-  await waitFor("agent ready", async () => (await httpsRequest(`${running.url}/readyz`, { ca: tls.ca })).status === 200, 30_000);
+  await waitFor(
+    "agent ready",
+    async () => (await httpsRequest(`${running.url}/readyz`, { ca: tls.ca })).status === 200,
+    30_000,
+  );
   return Object.assign(running, { lines, raw });
 }
 
@@ -62,7 +75,11 @@ async function loggedAgent(self: TestIdentity, spec: Omit<AgentSpecInput, "agent
 async function loggedRelay(agents: TestIdentity[], spec: Partial<RelaySpecInput> = {}) {
   const { lines, raw, logger } = collectedLog();
   const running = await startRelay({
-    manifest: writeRelayManifest(tempDir(), { url: "https://localhost", agents: agents.map(peerOf), ...spec }, randomName()),
+    manifest: writeRelayManifest(
+      tempDir(),
+      { url: "https://localhost", agents: agents.map(peerOf), ...spec },
+      randomName(),
+    ),
     port: 0,
     host: "127.0.0.1",
     tlsCert: tls.files.cert,
@@ -71,14 +88,21 @@ async function loggedRelay(agents: TestIdentity[], spec: Partial<RelaySpecInput>
     caFile: tls.files.ca,
     logger,
   });
-  await waitFor("relay ready", async () => (await httpsRequest(`${running.url}/readyz`, { ca: tls.ca })).status === 200, 30_000);
+  await waitFor(
+    "relay ready",
+    async () => (await httpsRequest(`${running.url}/readyz`, { ca: tls.ca })).status === 200,
+    30_000,
+  );
   return Object.assign(running, { lines, raw });
 }
 
 /** Every form of a key that could end up in a log line. */
 function keyMaterial(id: TestIdentity): string[] {
   const jwk = createPrivateKey(id.privateKeyPem).export({ format: "jwk" });
-  const pemBody = id.privateKeyPem.split("\n").filter((l) => l && !l.startsWith("-----")).join("");
+  const pemBody = id.privateKeyPem
+    .split("\n")
+    .filter((l) => l && !l.startsWith("-----"))
+    .join("");
   return [jwk.d!, jwk.x!, id.publicKey, pemBody, pemBody.slice(0, 32)];
 }
 
@@ -93,26 +117,62 @@ describe("structured logs", () => {
     try {
       const secret = "the launch code is 0000-SECRET-BODY";
       const sent = await new LocalApiClient(a.localApiUrl).send({ to: "bob-agent", text: secret, subject: "plans" });
-      await waitFor("bob's application has it", async () => handler.received.some((r) => r.body.headers.message_id === sent.message_id), 30_000);
-      await waitFor("alice logged the delivery", async () => a.lines.some((l) => l.msg === "message delivered"), 30_000);
+      await waitFor(
+        "bob's application has it",
+        async () => handler.received.some((r) => r.body.headers.message_id === sent.message_id),
+        30_000,
+      );
+      await waitFor(
+        "alice logged the delivery",
+        async () => a.lines.some((l) => l.msg === "message delivered"),
+        30_000,
+      );
       const conversation = sent.message.headers.conversation_id;
 
       // A forged message (mallory's signature over other content) is refused; its line names it too.
       const forged = signed(mallory, "bob-agent", {}, "innocent");
       forged.body = { text: secret };
-      const refused = await httpsRequest(`${b.url}/.well-known/agent/inbox`, { method: "POST", ca: tls.ca, headers: { "content-type": "application/json" }, body: JSON.stringify(forged) });
+      const refused = await httpsRequest(`${b.url}/.well-known/agent/inbox`, {
+        method: "POST",
+        ca: tls.ca,
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(forged),
+      });
       expect(refused.status).toBe(401);
-      await waitFor("bob logged the refusal", async () => b.lines.some((l) => l.message_id === forged.headers.message_id), 10_000);
+      await waitFor(
+        "bob logged the refusal",
+        async () => b.lines.some((l) => l.message_id === forged.headers.message_id),
+        10_000,
+      );
 
       const accepted = b.lines.find((l) => l.msg === "message accepted" && l.message_id === sent.message_id);
-      expect(accepted).toMatchObject({ message_id: sent.message_id, conversation_id: conversation, sender: "alice-agent", level: 20 });
+      expect(accepted).toMatchObject({
+        message_id: sent.message_id,
+        conversation_id: conversation,
+        sender: "alice-agent",
+        level: 20,
+      });
       expect(accepted?.reqId).toEqual(expect.any(String));
       const handed = b.lines.find((l) => l.msg === "message handed to the application");
-      expect(handed).toMatchObject({ message_id: sent.message_id, conversation_id: conversation, sender: "alice-agent" });
+      expect(handed).toMatchObject({
+        message_id: sent.message_id,
+        conversation_id: conversation,
+        sender: "alice-agent",
+      });
       const delivered = a.lines.find((l) => l.msg === "message delivered");
-      expect(delivered).toMatchObject({ message_id: sent.message_id, conversation_id: conversation, sender: "alice-agent", to: "bob-agent" });
+      expect(delivered).toMatchObject({
+        message_id: sent.message_id,
+        conversation_id: conversation,
+        sender: "alice-agent",
+        to: "bob-agent",
+      });
       const refusal = b.lines.find((l) => l.message_id === forged.headers.message_id);
-      expect(refusal).toMatchObject({ message_id: forged.headers.message_id, conversation_id: forged.headers.conversation_id, sender: "mallory-agent", code: "invalid_signature" });
+      expect(refusal).toMatchObject({
+        message_id: forged.headers.message_id,
+        conversation_id: forged.headers.conversation_id,
+        sender: "mallory-agent",
+        code: "invalid_signature",
+      });
       expect(refusal?.reqId).toEqual(expect.any(String));
       expect(refusal?.reqId).not.toBe(accepted?.reqId);
 
@@ -120,7 +180,8 @@ describe("structured logs", () => {
       const everything = [...a.raw, ...b.raw].join("\n");
       expect(everything).not.toContain("SECRET-BODY");
       expect(everything).not.toContain("innocent");
-      for (const sig of [sent.message.security!.signatures![0]!.sig, forged.security!.signatures![0]!.sig]) expect(everything).not.toContain(sig);
+      for (const sig of [sent.message.security!.signatures![0]!.sig, forged.security!.signatures![0]!.sig])
+        expect(everything).not.toContain(sig);
       for (const id of [alice, bob, mallory]) for (const k of keyMaterial(id)) expect(everything).not.toContain(k);
     } finally {
       await a.close();
@@ -145,29 +206,58 @@ describe("structured logs", () => {
       // A message from bob, published by alice: refused, and its line names it too.
       const forged = signed(bob, "alice-agent", { conversation_id: "conv:forged" }, "innocent");
       expect((await clientOf(env, relay, alice).publish(forged)).status).toBe(401);
-      await waitFor("the push given up", async () => relay.lines.some((l) => l.msg === "push given up; moved to dead letters"), 30_000);
+      await waitFor(
+        "the push given up",
+        async () => relay.lines.some((l) => l.msg === "push given up; moved to dead letters"),
+        30_000,
+      );
 
-      const about = { message_id: m.headers.message_id, conversation_id: m.headers.conversation_id, sender: "alice-agent" };
+      const about = {
+        message_id: m.headers.message_id,
+        conversation_id: m.headers.conversation_id,
+        sender: "alice-agent",
+      };
       const published = relay.lines.find((l) => l.msg === "message published");
       expect(published).toMatchObject({ ...about, recipients: 1, level: 20 });
       expect(published?.reqId).toEqual(expect.any(String));
       const refusal = relay.lines.find((l) => l.message_id === forged.headers.message_id);
-      expect(refusal).toMatchObject({ message_id: forged.headers.message_id, conversation_id: forged.headers.conversation_id, sender: "alice-agent", code: "invalid_signature" });
+      expect(refusal).toMatchObject({
+        message_id: forged.headers.message_id,
+        conversation_id: forged.headers.conversation_id,
+        sender: "alice-agent",
+        code: "invalid_signature",
+      });
       expect(refusal?.reqId).toEqual(expect.any(String));
       expect(refusal?.reqId).not.toBe(published?.reqId);
       // Push runs apart from any request: its lines name the message and the recipient.
-      expect(relay.lines.find((l) => l.msg === "webhook answered 503")).toMatchObject({ ...about, agent: "bob-agent", attempt: 1, level: 40 });
-      expect(relay.lines.find((l) => l.msg === "push given up; moved to dead letters")).toMatchObject({ ...about, agent: "bob-agent", level: 50 });
+      expect(relay.lines.find((l) => l.msg === "webhook answered 503")).toMatchObject({
+        ...about,
+        agent: "bob-agent",
+        attempt: 1,
+        level: 40,
+      });
+      expect(relay.lines.find((l) => l.msg === "push given up; moved to dead letters")).toMatchObject({
+        ...about,
+        agent: "bob-agent",
+        level: 50,
+      });
       // Every line that mentions either message carries its fields.
       for (const [line, parsed] of relay.raw.map((r, i) => [r, relay.lines[i]!] as const)) {
-        for (const x of [m, forged]) if (line.includes(x.headers.message_id)) expect(parsed, line).toMatchObject({ message_id: x.headers.message_id, conversation_id: x.headers.conversation_id, sender: expect.any(String) });
+        for (const x of [m, forged])
+          if (line.includes(x.headers.message_id))
+            expect(parsed, line).toMatchObject({
+              message_id: x.headers.message_id,
+              conversation_id: x.headers.conversation_id,
+              sender: expect.any(String),
+            });
       }
 
       // Nothing of a body, a signature or a key, on any line.
       const everything = relay.raw.join("\n");
       expect(everything).not.toContain("SECRET-BODY");
       expect(everything).not.toContain("innocent");
-      for (const sig of [m.security!.signatures![0]!.sig, forged.security!.signatures![0]!.sig]) expect(everything).not.toContain(sig);
+      for (const sig of [m.security!.signatures![0]!.sig, forged.security!.signatures![0]!.sig])
+        expect(everything).not.toContain(sig);
       for (const id of [alice, bob]) for (const k of keyMaterial(id)) expect(everything).not.toContain(k);
     } finally {
       await relay.close();

@@ -7,7 +7,18 @@ import { waitFor } from "../../e2e/support/ports.ts";
 import { identity, peerOf, signed, type TestIdentity } from "./fixtures.ts";
 import { runAgent, scrapeMetrics, startHandler, type Tls, withNatsAndTls } from "./agent-harness.ts";
 import { metricValue } from "./probes.ts";
-import { alice, baseUrl, bob, carol, clientOf, openWs, randomName, relayEnv, runRelay, type RelayEnv } from "./relay-harness.ts";
+import {
+  alice,
+  baseUrl,
+  bob,
+  carol,
+  clientOf,
+  openWs,
+  randomName,
+  relayEnv,
+  runRelay,
+  type RelayEnv,
+} from "./relay-harness.ts";
 import { signRequest } from "../src/protocol/http-signatures.ts";
 import { connect, headers as natsHeaders } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream";
@@ -69,7 +80,10 @@ describe("agent metrics", () => {
       expect((await agent.post(m3)).status).toBe(429); // the fourth verified POST of this sender in a minute
 
       await waitFor("both handed on", () => handler.received.length === 2);
-      await waitFor("handler deliveries counted", async () => metricValue(await agent.scrape(), "ifp_handler_deliveries_total", { result: "delivered" }) === 2);
+      await waitFor(
+        "handler deliveries counted",
+        async () => metricValue(await agent.scrape(), "ifp_handler_deliveries_total", { result: "delivered" }) === 2,
+      );
       const text = await agent.scrape();
       const v = (name: string, labels: Record<string, string> = {}) => metricValue(text, name, labels);
       expect(v("ifp_inbox_messages_accepted_total")).toBe(2);
@@ -100,11 +114,22 @@ describe("agent metrics", () => {
   });
 
   it("answers 404 on the metrics port for anything but GET /metrics", async () => {
-    const agent = await runAgent({ self: identity("metrics-probe-agent"), natsUrl: nats.url, tls, spec: { peers: [] } });
+    const agent = await runAgent({
+      self: identity("metrics-probe-agent"),
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [] },
+    });
     try {
       const base = agent.metricsUrl!;
       expect(base).toMatch(/^http:\/\//);
-      for (const path of ["/", "/healthz", "/.well-known/agent/inbox", "/metrics/../etc/passwd", `/${"x".repeat(5000)}`]) {
+      for (const path of [
+        "/",
+        "/healthz",
+        "/.well-known/agent/inbox",
+        "/metrics/../etc/passwd",
+        `/${"x".repeat(5000)}`,
+      ]) {
         const res = await fetch(`${base}${path}`);
         expect(res.status, path).toBe(404);
         await res.text();
@@ -152,10 +177,15 @@ describe("relay metrics", () => {
     expect(await b.ack(m1.headers.message_id)).toBe(true);
     expect(await b.ack(m1.headers.message_id)).toBe(false);
     const ws = await openWs(env, relay, bob);
-    await waitFor("the WebSocket counted", async () => metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_connections", { transport: "websocket" }) === 1);
+    await waitFor(
+      "the WebSocket counted",
+      async () =>
+        metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_connections", { transport: "websocket" }) === 1,
+    );
 
     text = await scrapeMetrics(relay.metricsUrl);
-    const op = (operation: string, result: string) => metricValue(text, "ifp_relay_operations_total", { operation, result });
+    const op = (operation: string, result: string) =>
+      metricValue(text, "ifp_relay_operations_total", { operation, result });
     expect(op("publish", "ok")).toBe(2);
     expect(op("retrieve", "ok")).toBe(1);
     expect(op("ack", "ok")).toBe(1);
@@ -166,16 +196,28 @@ describe("relay metrics", () => {
 
     // The copy still waiting (m2) is pushed over the WebSocket.
     await waitFor("m2 over the WebSocket", () => ws.messages().length === 1);
-    expect(metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_deliveries_total", { transport: "websocket", result: "sent" })).toBe(1);
+    expect(
+      metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_deliveries_total", {
+        transport: "websocket",
+        result: "sent",
+      }),
+    ).toBe(1);
 
     ws.close();
-    await waitFor("the WebSocket closed", async () => metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_connections", { transport: "websocket" }) === 0);
+    await waitFor(
+      "the WebSocket closed",
+      async () =>
+        metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_connections", { transport: "websocket" }) === 0,
+    );
   });
 
   it("counts each open SSE and WebSocket stream by transport while it is open, and none after it closes", async () => {
     const connections = async () => {
       const text = await scrapeMetrics(relay.metricsUrl);
-      return { sse: metricValue(text, "ifp_relay_connections", { transport: "sse" }), websocket: metricValue(text, "ifp_relay_connections", { transport: "websocket" }) };
+      return {
+        sse: metricValue(text, "ifp_relay_connections", { transport: "sse" }),
+        websocket: metricValue(text, "ifp_relay_connections", { transport: "websocket" }),
+      };
     };
     const settled = (want: { sse: number; websocket: number }) =>
       waitFor(`connections ${JSON.stringify(want)}`, async () => {
@@ -210,13 +252,17 @@ describe("relay metrics", () => {
       h.set("Ifp-Recipient", "bob-agent");
       h.set("Ifp-Message-Id", stale.headers.message_id);
       h.set("Ifp-Expires-At", new Date(Date.now() - 1000).toISOString());
-      await jetstream(nc).publish(names.copy("bob-agent", stale.headers.message_id), JSON.stringify(stale), { headers: h });
+      await jetstream(nc).publish(names.copy("bob-agent", stale.headers.message_id), JSON.stringify(stale), {
+        headers: h,
+      });
     } finally {
       await nc.close();
     }
     const before = metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_expired_total", { path: "retrieve" });
     const pulled = await clientOf(env, relay, bob).pull();
     expect(pulled.messages.map((m) => m.headers.message_id)).not.toContain(stale.headers.message_id);
-    expect(metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_expired_total", { path: "retrieve" })).toBe(before + 1);
+    expect(metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_expired_total", { path: "retrieve" })).toBe(
+      before + 1,
+    );
   });
 });

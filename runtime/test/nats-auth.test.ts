@@ -35,7 +35,14 @@ const b64 = (b: Uint8Array | string) => Buffer.from(b).toString("base64url");
 function jwt(issuer: KeyPair, subject: string, name: string, nats: object): string {
   const header = b64(JSON.stringify({ typ: "JWT", alg: "ed25519-nkey" }));
   const claims = b64(
-    JSON.stringify({ jti: b64(crypto.getRandomValues(new Uint8Array(16))), iat: Math.floor(Date.now() / 1000), iss: issuer.getPublicKey(), sub: subject, name, nats: { ...nats, version: 2 } }),
+    JSON.stringify({
+      jti: b64(crypto.getRandomValues(new Uint8Array(16))),
+      iat: Math.floor(Date.now() / 1000),
+      iss: issuer.getPublicKey(),
+      sub: subject,
+      name,
+      nats: { ...nats, version: 2 },
+    }),
   );
   return `${header}.${claims}.${b64(issuer.sign(new TextEncoder().encode(`${header}.${claims}`)))}`;
 }
@@ -50,11 +57,21 @@ function operatorSetup(dir: string) {
   const system = nkeys.createAccount();
   const account = nkeys.createAccount();
   const limits = { subs: -1, data: -1, payload: -1, imports: -1, exports: -1, wildcards: true, conn: -1, leaf: -1 };
-  const accountJwt = jwt(operator, account.getPublicKey(), "ifp", { type: "account", limits: { ...limits, mem_storage: -1, disk_storage: -1, streams: -1, consumer: -1 } });
+  const accountJwt = jwt(operator, account.getPublicKey(), "ifp", {
+    type: "account",
+    limits: { ...limits, mem_storage: -1, disk_storage: -1, streams: -1, consumer: -1 },
+  });
   const systemJwt = jwt(operator, system.getPublicKey(), "SYS", { type: "account", limits });
   const credsFor = (issuer: KeyPair, file: string) => {
     const user = nkeys.createUser();
-    const userJwt = jwt(issuer, user.getPublicKey(), "runtime", { type: "user", pub: {}, sub: {}, subs: -1, data: -1, payload: -1 });
+    const userJwt = jwt(issuer, user.getPublicKey(), "runtime", {
+      type: "user",
+      pub: {},
+      sub: {},
+      subs: -1,
+      data: -1,
+      payload: -1,
+    });
     const text = `-----BEGIN NATS USER JWT-----\n${userJwt}\n------END NATS USER JWT------\n\n-----BEGIN USER NKEY SEED-----\n${new TextDecoder().decode(user.getSeed())}\n------END USER NKEY SEED------\n`;
     writeFileSync(join(dir, file), text, { mode: 0o600 });
     return join(dir, file);
@@ -126,8 +143,20 @@ function capturedLogger() {
 
 async function relayWith(server: NatsServer, credentials: Credentials) {
   const { logger, lines } = capturedLogger();
-  const manifest = writeRelayManifest(tempDir(), { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] }, "auth-relay");
-  const relay = await startRelay({ manifest, port: 0, host: "127.0.0.1", tlsCert: tls.files.cert, tlsKey: tls.files.key, nats: { url: server.url, ...credentials }, logger });
+  const manifest = writeRelayManifest(
+    tempDir(),
+    { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] },
+    "auth-relay",
+  );
+  const relay = await startRelay({
+    manifest,
+    port: 0,
+    host: "127.0.0.1",
+    tlsCert: tls.files.cert,
+    tlsKey: tls.files.key,
+    nats: { url: server.url, ...credentials },
+    logger,
+  });
   const url = relay.url.replace("127.0.0.1", "localhost");
   return { relay, url, lines, readyz: async () => (await httpsRequest(`${url}/readyz`, { ca: tls.ca })).status };
 }
@@ -173,13 +202,45 @@ describe.each(cases)("NATS with $kind", (c) => {
     const child = spawnProcess(
       `ifp-runtime agent (${c.kind})`,
       process.execPath,
-      [BIN, "agent", "--manifest", manifest, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--signing-key", writeKey(work, bob), "--nats", server.url, "--local-api-port", "0", ...c.flags(c.good)],
+      [
+        BIN,
+        "agent",
+        "--manifest",
+        manifest,
+        "--port",
+        String(port),
+        "--metrics-port",
+        "0",
+        "--host",
+        "127.0.0.1",
+        "--tls-cert",
+        tls.files.cert,
+        "--tls-key",
+        tls.files.key,
+        "--signing-key",
+        writeKey(work, bob),
+        "--nats",
+        server.url,
+        "--local-api-port",
+        "0",
+        ...c.flags(c.good),
+      ],
       { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
     );
     const base = `https://localhost:${port}`;
     try {
-      await waitFor("the runtime to be ready", async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200, 30_000, 200);
-      const res = await httpsRequest(`${base}/.well-known/agent/inbox`, { method: "POST", ca: tls.ca, headers: { "content-type": "application/json" }, body: JSON.stringify(signed(alice, "bob-agent")) });
+      await waitFor(
+        "the runtime to be ready",
+        async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200,
+        30_000,
+        200,
+      );
+      const res = await httpsRequest(`${base}/.well-known/agent/inbox`, {
+        method: "POST",
+        ca: tls.ca,
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(signed(alice, "bob-agent")),
+      });
       expect(res.status).toBe(202);
       expect(describeExit(await child.stop()), child.log()).toBe("exited with code 0");
     } finally {

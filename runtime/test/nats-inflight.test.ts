@@ -20,7 +20,10 @@ import { identity, signed } from "./fixtures.ts";
 const alice = identity("alice-agent");
 const self = identity("inflight-agent");
 const names = agentNames(self.agentId);
-const relay = relayNames({ metadata: { name: "inflight-relay" }, spec: { url: "https://relay.test" } } as Pick<Relay, "metadata" | "spec">);
+const relay = relayNames({ metadata: { name: "inflight-relay" }, spec: { url: "https://relay.test" } } as Pick<
+  Relay,
+  "metadata" | "spec"
+>);
 
 let server: NatsServer;
 let nats: Nats;
@@ -36,7 +39,12 @@ beforeAll(async () => {
   await inbox.ensure();
   conversations = new Conversations(nats, names.conversationsBucket);
   await conversations.ensure();
-  await nats.jsm.streams.add({ name: relay.stream, subjects: [relay.subjects], allow_msg_ttl: true, allow_direct: true });
+  await nats.jsm.streams.add({
+    name: relay.stream,
+    subjects: [relay.subjects],
+    allow_msg_ttl: true,
+    allow_direct: true,
+  });
   mailboxes = new Mailboxes(nats, relay);
 });
 afterAll(async () => {
@@ -48,11 +56,18 @@ afterAll(async () => {
  * Start `call` with nats-server frozen, kill the server once the call is under way, and return
  * how it ended and how long after the kill; then bring the server back.
  */
-async function killedUnder(call: () => Promise<unknown>): Promise<{ err: unknown; pendingAtKill: boolean; afterKillMs: number }> {
+async function killedUnder(
+  call: () => Promise<unknown>,
+): Promise<{ err: unknown; pendingAtKill: boolean; afterKillMs: number }> {
   const pid = server.pid!;
   process.kill(pid, "SIGSTOP");
   // A signal is delivered when the process is next scheduled: wait until it is stopped for sure.
-  await waitFor("nats-server to be stopped", () => / T /.test(readFileSync(`/proc/${pid}/stat`, "utf8").replace(/^.*\)/, ")")) || undefined, 10_000, 10);
+  await waitFor(
+    "nats-server to be stopped",
+    () => / T /.test(readFileSync(`/proc/${pid}/stat`, "utf8").replace(/^.*\)/, ")")) || undefined,
+    10_000,
+    10,
+  );
   let settledAt = 0;
   let err: unknown;
   const done = call().then(
@@ -95,18 +110,35 @@ describe("a NATS call under way when nats-server dies", () => {
 
   it("inbox: the store's publish is abandoned with 503 at once", async () => {
     const m = signed(alice, self.agentId);
-    expectAbandoned(await killedUnder(() => inbox.accept(m, m.headers.message_id, { signer: alice.agentId, authLevel: 2, handoff: true }, alice.agentId)));
+    expectAbandoned(
+      await killedUnder(() =>
+        inbox.accept(m, m.headers.message_id, { signer: alice.agentId, authLevel: 2, handoff: true }, alice.agentId),
+      ),
+    );
   }, 60_000);
 
   it("relay: the mailbox's publish is abandoned with 503 at once", async () => {
     const m = signed(alice, self.agentId);
-    expectAbandoned(await killedUnder(() => mailboxes.store(JSON.stringify(m), m.headers.message_id, [self.agentId], undefined, alice.agentId)));
+    expectAbandoned(
+      await killedUnder(() =>
+        mailboxes.store(JSON.stringify(m), m.headers.message_id, [self.agentId], undefined, alice.agentId),
+      ),
+    );
   }, 60_000);
 
   it("after the reconnection, the same calls work again", async () => {
     const m = signed(alice, self.agentId);
     await (await conversations.admit(alice.agentId, m, 2))();
-    expect(await inbox.accept(m, m.headers.message_id, { signer: alice.agentId, authLevel: 2, handoff: true }, alice.agentId)).toEqual({ duplicate: false });
-    expect(await mailboxes.store(JSON.stringify(m), m.headers.message_id, [self.agentId], undefined, alice.agentId)).toEqual({ stored: 1, duplicates: 0 });
+    expect(
+      await inbox.accept(
+        m,
+        m.headers.message_id,
+        { signer: alice.agentId, authLevel: 2, handoff: true },
+        alice.agentId,
+      ),
+    ).toEqual({ duplicate: false });
+    expect(
+      await mailboxes.store(JSON.stringify(m), m.headers.message_id, [self.agentId], undefined, alice.agentId),
+    ).toEqual({ stored: 1, duplicates: 0 });
   }, 60_000);
 });

@@ -17,7 +17,13 @@ import { CredentialIssuer, generateKeys, serverConfig } from "../../operator/src
 import { agentNames } from "../src/agent/names.ts";
 import { startAgent } from "../src/agent/main.ts";
 import { LocalApiClient } from "../src/client/local.ts";
-import { agentInboxPrefix, agentPermissions, operatorPermissions, relayPermissions, type NatsPermissions } from "../src/contract/nats-permissions.ts";
+import {
+  agentInboxPrefix,
+  agentPermissions,
+  operatorPermissions,
+  relayPermissions,
+  type NatsPermissions,
+} from "../src/contract/nats-permissions.ts";
 import { relayNames } from "../src/contract/relay-stream.ts";
 import { Nats } from "../src/nats/connection.ts";
 import { startRelay, type RunningRelay } from "../src/relay/main.ts";
@@ -26,7 +32,9 @@ import { startHandler, type Tls } from "./agent-harness.ts";
 
 const alice = identity("alice-agent");
 const bob = identity("bob-agent");
-const hub = { metadata: { name: "hub" }, spec: { url: "https://relay.test" } } as Parameters<typeof relayPermissions>[0];
+const hub = { metadata: { name: "hub" }, spec: { url: "https://relay.test" } } as Parameters<
+  typeof relayPermissions
+>[0];
 const silent = pino({ level: process.env.IFP_TEST_LOG ?? "silent" });
 
 let nats: NatsServer;
@@ -41,7 +49,12 @@ async function credsFile(name: string, perms: NatsPermissions, now = Date.now(),
 }
 
 async function client(perms: NatsPermissions, inboxPrefix?: string): Promise<NatsConnection> {
-  return connect({ servers: nats.url, authenticator: credsAuthenticator(new TextEncoder().encode(await issuer.issue("probe", perms))), inboxPrefix, reconnect: false });
+  return connect({
+    servers: nats.url,
+    authenticator: credsAuthenticator(new TextEncoder().encode(await issuer.issue("probe", perms))),
+    inboxPrefix,
+    reconnect: false,
+  });
 }
 
 /** The error a promise rejects with (fails the test when it resolves). */
@@ -59,7 +72,10 @@ beforeAll(async () => {
   issuer = CredentialIssuer.fromKeys(keys);
   const operatorCreds = new TextEncoder().encode(await issuer.issue("ifp-operator", operatorPermissions()));
   [nats, tls] = await Promise.all([
-    startNats({ config: await serverConfig(keys, { resolverDir: join(dir, "jwt") }), connect: { authenticator: credsAuthenticator(operatorCreds), inboxPrefix: "_INBOX_OPERATOR" } }),
+    startNats({
+      config: await serverConfig(keys, { resolverDir: join(dir, "jwt") }),
+      connect: { authenticator: credsAuthenticator(operatorCreds), inboxPrefix: "_INBOX_OPERATOR" },
+    }),
     localhostTls(),
   ]);
 });
@@ -70,7 +86,11 @@ afterAll(async () => {
 describe("runtimes with their own NATS credential", () => {
   it("an agent and a relay run a real exchange; each reaches nothing of the others", async () => {
     const handler = await startHandler();
-    const relayManifest = writeRelayManifest(tempDir(), { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] }, "hub");
+    const relayManifest = writeRelayManifest(
+      tempDir(),
+      { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] },
+      "hub",
+    );
     const relay: RunningRelay = await startRelay({
       manifest: relayManifest,
       port: 0,
@@ -95,12 +115,24 @@ describe("runtimes with their own NATS credential", () => {
         caFile: tls.files.ca,
         logger: silent,
       });
-      await waitFor(`${self.agentId} ready`, async () => (await httpsRequest(`${running.url}/readyz`, { ca: tls.ca })).status === 200, 30_000);
+      await waitFor(
+        `${self.agentId} ready`,
+        async () => (await httpsRequest(`${running.url}/readyz`, { ca: tls.ca })).status === 200,
+        30_000,
+      );
       return running;
     };
     try {
-      await waitFor("relay ready", async () => (await httpsRequest(`${relayUrl}/readyz`, { ca: tls.ca })).status === 200, 30_000);
-      const b = await agent(bob, { peers: [peerOf(alice)], relay: { urls: [relayUrl], pollInterval: "300ms" }, handler: { url: handler.url } });
+      await waitFor(
+        "relay ready",
+        async () => (await httpsRequest(`${relayUrl}/readyz`, { ca: tls.ca })).status === 200,
+        30_000,
+      );
+      const b = await agent(bob, {
+        peers: [peerOf(alice)],
+        relay: { urls: [relayUrl], pollInterval: "300ms" },
+        handler: { url: handler.url },
+      });
       const a = await agent(alice, {
         peers: [{ ...peerOf(bob), relay: { urls: [relayUrl] } }],
         outbound: { backoff: ["300ms"], retryFor: "30s" },
@@ -108,12 +140,20 @@ describe("runtimes with their own NATS credential", () => {
       });
       try {
         const sent = await new LocalApiClient(a.localApiUrl).send({ to: "bob-agent", text: "with least privilege" });
-        const record = await waitFor("delivered", async () => {
-          const r = await new LocalApiClient(a.localApiUrl).status(sent.message_id);
-          return r.state === "delivered" ? r : undefined;
-        }, 30_000);
+        const record = await waitFor(
+          "delivered",
+          async () => {
+            const r = await new LocalApiClient(a.localApiUrl).status(sent.message_id);
+            return r.state === "delivered" ? r : undefined;
+          },
+          30_000,
+        );
         expect(record.recipients[0]).toMatchObject({ via: `relay:${relayUrl}` });
-        await waitFor("bob's handler", () => handler.received.find((r) => r.body.headers.message_id === sent.message_id), 30_000);
+        await waitFor(
+          "bob's handler",
+          () => handler.received.find((r) => r.body.headers.message_id === sent.message_id),
+          30_000,
+        );
       } finally {
         await Promise.all([a.close(), b.close()]);
       }
@@ -134,19 +174,37 @@ describe("runtimes with their own NATS credential", () => {
       const mine = agentNames("alice-agent");
       // Its own: readable.
       expect((await jsm.streams.info(mine.inboxStream)).config.name).toBe(mine.inboxStream);
-      expect(await (await new Kvm(js).open(mine.kvBucket, { allow_direct: true })).get(`${mine.kvKey}.capabilities`)).toBeTruthy();
+      expect(
+        await (await new Kvm(js).open(mine.kvBucket, { allow_direct: true })).get(`${mine.kvKey}.capabilities`),
+      ).toBeTruthy();
       // Bob's streams, consumers and KV, and the relay's stream: refused.
       expect(await refusal(jsm.streams.info(bobs.inboxStream))).toMatch(/permission|timeout/i);
       expect(await refusal(jsm.streams.getMessage(bobs.inboxStream, { seq: 1 }))).toMatch(/permission|timeout/i);
       expect(await refusal(jsm.streams.info(relayNames(hub).stream))).toMatch(/permission|timeout/i);
       expect(await refusal(jsm.consumers.info(bobs.inboxStream, bobs.handlerConsumer))).toMatch(/permission|timeout/i);
-      expect(await refusal(js.consumers.get(bobs.inboxStream, bobs.handlerConsumer).then((c) => c.next({ expires: 1_000 })))).toMatch(/permission|timeout/i);
-      expect(await refusal(jsm.consumers.add(bobs.inboxStream, { name: mine.inboxStream, filter_subject: bobs.inboxMessages }))).toMatch(/permission|timeout/i);
+      expect(
+        await refusal(js.consumers.get(bobs.inboxStream, bobs.handlerConsumer).then((c) => c.next({ expires: 1_000 }))),
+      ).toMatch(/permission|timeout/i);
+      expect(
+        await refusal(
+          jsm.consumers.add(bobs.inboxStream, { name: mine.inboxStream, filter_subject: bobs.inboxMessages }),
+        ),
+      ).toMatch(/permission|timeout/i);
       const peers = await refusal(new Kvm(js).open(bobs.peersBucket).then((kv) => kv.get("x")));
       expect(peers).toMatch(/permission|timeout/i);
       // The shared agents bucket: only alice's own key.
-      expect(await refusal(new Kvm(js).open(bobs.kvBucket, { allow_direct: true }).then((kv) => kv.get(`${bobs.kvKey}.capabilities`)))).toMatch(/permission|timeout/i);
-      expect(await refusal(new Kvm(js).open(bobs.kvBucket, { allow_direct: true }).then((kv) => kv.put(`${bobs.kvKey}.capabilities`, "forged")))).toMatch(/permission|timeout/i);
+      expect(
+        await refusal(
+          new Kvm(js).open(bobs.kvBucket, { allow_direct: true }).then((kv) => kv.get(`${bobs.kvKey}.capabilities`)),
+        ),
+      ).toMatch(/permission|timeout/i);
+      expect(
+        await refusal(
+          new Kvm(js)
+            .open(bobs.kvBucket, { allow_direct: true })
+            .then((kv) => kv.put(`${bobs.kvKey}.capabilities`, "forged")),
+        ),
+      ).toMatch(/permission|timeout/i);
       // Publishing into bob's inbox subjects, or listening on another runtime's inbox: refused.
       expect(await refusal(js.publish(bobs.inbox("forged"), "{}"))).toMatch(/permission|timeout/i);
       const errors: string[] = [];
@@ -156,7 +214,11 @@ describe("runtimes with their own NATS credential", () => {
       nc.subscribe(`${agentInboxPrefix("bob-agent")}.>`);
       nc.subscribe("_INBOX.>");
       await nc.flush();
-      await waitFor("the subscription refusals", () => (errors.filter((e) => /permissions violation for subscription/i.test(e)).length >= 2 ? true : undefined), 5_000);
+      await waitFor(
+        "the subscription refusals",
+        () => (errors.filter((e) => /permissions violation for subscription/i.test(e)).length >= 2 ? true : undefined),
+        5_000,
+      );
     } finally {
       await nc.close().catch(() => {});
     }
@@ -182,12 +244,28 @@ describe("runtimes with their own NATS credential", () => {
       // The status summary: the handler's backlog and the last_error key; no other consumer or key.
       await jsm.streams.add({ name: bobs.inboxStream, subjects: [bobs.inboxSubjects] }).catch(() => {});
       // (Read, or absent when bob's runtime has not made it: either way not refused.)
-      expect(await jsm.consumers.info(bobs.inboxStream, bobs.handlerConsumer).then(() => "read", (err: Error) => err.message)).toMatch(/^read$|consumer not found/i);
+      expect(
+        await jsm.consumers.info(bobs.inboxStream, bobs.handlerConsumer).then(
+          () => "read",
+          (err: Error) => err.message,
+        ),
+      ).toMatch(/^read$|consumer not found/i);
       expect(await refusal(jsm.consumers.info(bobs.inboxStream, "sender"))).toMatch(/permission|timeout/i);
-      expect(await jsm.direct.getMessage("KV_ifp_agents", { last_by_subj: `$KV.ifp_agents.${bobs.kvKey}.last_error` }).then(() => "read", (err: Error) => err.message)).toBe("read");
-      expect(await refusal(jsm.direct.getMessage("KV_ifp_agents", { last_by_subj: `$KV.ifp_agents.${bobs.kvKey}.capabilities` }))).toMatch(/permission|timeout/i);
+      expect(
+        await jsm.direct.getMessage("KV_ifp_agents", { last_by_subj: `$KV.ifp_agents.${bobs.kvKey}.last_error` }).then(
+          () => "read",
+          (err: Error) => err.message,
+        ),
+      ).toBe("read");
+      expect(
+        await refusal(
+          jsm.direct.getMessage("KV_ifp_agents", { last_by_subj: `$KV.ifp_agents.${bobs.kvKey}.capabilities` }),
+        ),
+      ).toMatch(/permission|timeout/i);
       expect(await refusal(jsm.consumers.add(bobs.inboxStream, { name: "spy" }))).toMatch(/permission|timeout/i);
-      expect(await refusal(jetstream(nc, { timeout: 3_000 }).publish(bobs.inbox("forged"), "{}"))).toMatch(/permission|timeout/i);
+      expect(await refusal(jetstream(nc, { timeout: 3_000 }).publish(bobs.inbox("forged"), "{}"))).toMatch(
+        /permission|timeout/i,
+      );
     } finally {
       await nc.close().catch(() => {});
     }
@@ -196,7 +274,9 @@ describe("runtimes with their own NATS credential", () => {
   it("an expired credential is refused", async () => {
     const file = await credsFile("expired", agentPermissions("alice-agent"), Date.now() - 3_600_000, 60_000);
     const { readFileSync } = await import("node:fs");
-    const err = await refusal(connect({ servers: nats.url, authenticator: credsAuthenticator(readFileSync(file)), reconnect: false }));
+    const err = await refusal(
+      connect({ servers: nats.url, authenticator: credsAuthenticator(readFileSync(file)), reconnect: false }),
+    );
     expect(err).toMatch(/expired|authorization/i);
   });
 
@@ -205,7 +285,10 @@ describe("runtimes with their own NATS credential", () => {
     // reconnects with the file's new content.
     const perms = agentPermissions("alice-agent");
     const file = await credsFile("rotating", perms, Date.now(), 3_000);
-    const conn = new Nats({ url: nats.url, name: "rotation", credsFile: file, inboxPrefix: agentInboxPrefix("alice-agent") }, silent);
+    const conn = new Nats(
+      { url: nats.url, name: "rotation", credsFile: file, inboxPrefix: agentInboxPrefix("alice-agent") },
+      silent,
+    );
     try {
       await conn.start();
       expect(conn.isConnected).toBe(true);
@@ -214,9 +297,16 @@ describe("runtimes with their own NATS credential", () => {
         for await (const s of conn.nc!.status()) events.push(s.type);
       })();
       writeFileSync(file, await issuer.issue("rotating", perms));
-      await waitFor("the expiry to disconnect and the reconnect", () => (events.includes("disconnect") && events.includes("reconnect") ? true : undefined), 20_000, 50);
+      await waitFor(
+        "the expiry to disconnect and the reconnect",
+        () => (events.includes("disconnect") && events.includes("reconnect") ? true : undefined),
+        20_000,
+        50,
+      );
       await waitFor("connected", () => (conn.isConnected ? true : undefined), 10_000, 50);
-      expect((await conn.jsm.streams.info(agentNames("alice-agent").inboxStream)).config.name).toBe(agentNames("alice-agent").inboxStream);
+      expect((await conn.jsm.streams.info(agentNames("alice-agent").inboxStream)).config.name).toBe(
+        agentNames("alice-agent").inboxStream,
+      );
     } finally {
       await conn.close();
     }

@@ -15,7 +15,10 @@ import { identity, peerOf, signed, tempDir, writeRelayManifest } from "./fixture
 
 const alice = identity("alice-agent");
 const bob = identity("bob-agent");
-const auth = (pass: string) => ({ config: `authorization { user: "ifp", password: "${pass}" }`, connect: { user: "ifp", pass } });
+const auth = (pass: string) => ({
+  config: `authorization { user: "ifp", password: "${pass}" }`,
+  connect: { user: "ifp", pass },
+});
 
 let tls: Awaited<ReturnType<typeof localhostTls>>;
 let http: HttpClient;
@@ -46,10 +49,22 @@ it("connects anew after the client gave up on refused credentials", async () => 
       done();
     },
   });
-  const manifest = writeRelayManifest(tempDir(), { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] }, "reconnect-relay");
+  const manifest = writeRelayManifest(
+    tempDir(),
+    { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] },
+    "reconnect-relay",
+  );
   let relay: RunningRelay | undefined;
   try {
-    relay = await startRelay({ manifest, port: 0, host: "127.0.0.1", tlsCert: tls.files.cert, tlsKey: tls.files.key, nats: { url: server.url, user: "ifp", pass: "first pass" }, logger: pino({ level: "info" }, sink) });
+    relay = await startRelay({
+      manifest,
+      port: 0,
+      host: "127.0.0.1",
+      tlsCert: tls.files.cert,
+      tlsKey: tls.files.key,
+      nats: { url: server.url, user: "ifp", pass: "first pass" },
+      logger: pino({ level: "info" }, sink),
+    });
     const url = relay.url.replace("127.0.0.1", "localhost");
     const readyz = async () => (await httpsRequest(`${url}/readyz`, { ca: tls.ca })).status;
     await waitFor("the relay to be ready", async () => (await readyz()) === 200, 20_000, 100);
@@ -57,7 +72,12 @@ it("connects anew after the client gave up on refused credentials", async () => 
     // Same port and store, another password: each reconnect is refused, the client closes.
     await server.stop();
     const refusing = await natsWith("second pass", server);
-    await waitFor("the reconnect to be refused twice", () => (refusing.log().match(/authentication error|Authorization Violation/gi)?.length ?? 0) >= 2, 15_000, 50);
+    await waitFor(
+      "the reconnect to be refused twice",
+      () => (refusing.log().match(/authentication error|Authorization Violation/gi)?.length ?? 0) >= 2,
+      15_000,
+      50,
+    );
     await waitFor("the relay to be unready", async () => (await readyz()) === 503, 10_000, 100);
 
     // The runtime's password is accepted again: it connects without a restart.

@@ -87,13 +87,24 @@ function handedOn(handler: Handler): string[] {
 async function everyHandedOnOnce(handler: Handler, ids: string[]): Promise<{ redelivered: number }> {
   // A hand-off that was being retried when NATS was killed may have lost its delay (a nak not yet
   // written): it comes again once its acknowledgement wait is over (handler timeout 2 s + 30 s).
-  await waitFor(`all ${ids.length} accepted messages handed on`, () => ids.every((id) => handedOn(handler).includes(id)), 60_000, 100);
+  await waitFor(
+    `all ${ids.length} accepted messages handed on`,
+    () => ids.every((id) => handedOn(handler).includes(id)),
+    60_000,
+    100,
+  );
   await new Promise((r) => setTimeout(r, 1_500));
   const keys = handler.received.map((r) => String(r.headers["idempotency-key"]));
   for (const [i, r] of handler.received.entries()) expect(keys[i]).toBe(`${pete.agentId} ${r.body.headers.message_id}`);
   const once = [...new Set(keys)].map((k) => k.split(" ")[1]!);
-  expect(once.filter((id) => !ids.includes(id)), "handed on but never accepted").toEqual([]);
-  expect(ids.filter((id) => !once.includes(id)), "accepted and lost").toEqual([]);
+  expect(
+    once.filter((id) => !ids.includes(id)),
+    "handed on but never accepted",
+  ).toEqual([]);
+  expect(
+    ids.filter((id) => !once.includes(id)),
+    "accepted and lost",
+  ).toEqual([]);
   return { redelivered: keys.length - once.length };
 }
 
@@ -122,11 +133,31 @@ async function handedOnSoFar(handler: Handler, ids: string[]): Promise<void> {
 /** Every stream and KV bucket an agent makes, by the names the operator deletes with it. */
 function agentObjects(agentId: string): string[] {
   const n = agentNames(agentId);
-  return [n.inboxStream, n.outboxStream, `KV_${n.outboxStateBucket}`, `KV_${n.peersBucket}`, `KV_${n.conversationsBucket}`, `KV_${n.kvBucket}`];
+  return [
+    n.inboxStream,
+    n.outboxStream,
+    `KV_${n.outboxStateBucket}`,
+    `KV_${n.peersBucket}`,
+    `KV_${n.conversationsBucket}`,
+    `KV_${n.kvBucket}`,
+  ];
 }
 
-async function startAgent(nats: string, self: ReturnType<typeof identity>, handler: Handler, extra: Record<string, unknown> = {}, waitReady = true): Promise<Agent> {
-  const a = await runAgent({ self, dir: tempDir(), natsUrl: nats, tls, spec: { peers: [peerOf(pete)], handler: { url: handler.url, timeout: "2s" }, ...extra }, waitReady });
+async function startAgent(
+  nats: string,
+  self: ReturnType<typeof identity>,
+  handler: Handler,
+  extra: Record<string, unknown> = {},
+  waitReady = true,
+): Promise<Agent> {
+  const a = await runAgent({
+    self,
+    dir: tempDir(),
+    natsUrl: nats,
+    tls,
+    spec: { peers: [peerOf(pete)], handler: { url: handler.url, timeout: "2s" }, ...extra },
+    waitReady,
+  });
   open.push(a);
   return a;
 }
@@ -163,7 +194,8 @@ describe("a single nats-server (the chart's default)", () => {
     expect(nats.log()).not.toMatch(/Error recreating stream/);
     await handler.up();
     await everyHandedOnOnce(handler, ids);
-    for (const object of agentObjects(self.agentId)) expect(await replicasOf(jsm, object), `${object} after the restart`).toBe(1);
+    for (const object of agentObjects(self.agentId))
+      expect(await replicasOf(jsm, object), `${object} after the restart`).toBe(1);
   });
 
   it("loses nothing in the other order: NATS killed first, then the runtime started again", async () => {
@@ -196,8 +228,12 @@ describe("a single nats-server (the chart's default)", () => {
     expect(await replicasOf(jsm, names.inboxStream)).toBe(1);
     expect(await replicasOf(jsm, names.outboxStream)).toBe(1);
     const metrics = await second.scrape();
-    expect(metrics).toMatch(new RegExp(`ifp_jetstream_replicas_unmet\\{stream="${names.inboxStream}",asked="3"[^}]*\\} 1`));
-    expect(second.logLines().some((l) => /3 replicas were asked for stream .*not clustered/.test(String(l.msg)))).toBe(true);
+    expect(metrics).toMatch(
+      new RegExp(`ifp_jetstream_replicas_unmet\\{stream="${names.inboxStream}",asked="3"[^}]*\\} 1`),
+    );
+    expect(second.logLines().some((l) => /3 replicas were asked for stream .*not clustered/.test(String(l.msg)))).toBe(
+      true,
+    );
     const ids = await accepted(second, 3);
     await killAndRestart(nats);
     ids.push((await acceptsAgainWithin(second, 10_000)).id);
@@ -228,13 +264,24 @@ describe("a single nats-server (the chart's default)", () => {
     const config = (await jsm.streams.info(names.inboxStream)).config;
     // What a server that could not load the stream at its start looks like to its clients.
     await jsm.streams.delete(names.inboxStream);
-    await waitFor("the agent to stop being ready", async () => (await first.get("/readyz")).status === 503, 20_000, 200);
-    expect(await first.scrape()).toMatch(new RegExp(`ifp_jetstream_stream_missing\\{stream="${names.inboxStream}"[^}]*\\} 1`));
+    await waitFor(
+      "the agent to stop being ready",
+      async () => (await first.get("/readyz")).status === 503,
+      20_000,
+      200,
+    );
+    expect(await first.scrape()).toMatch(
+      new RegExp(`ifp_jetstream_stream_missing\\{stream="${names.inboxStream}"[^}]*\\} 1`),
+    );
     expect(first.logLines().some((l) => l.level >= 50 && /is missing from NATS/.test(String(l.msg)))).toBe(true);
     await first.close();
     // A start finds it missing too, and does not make it.
     const second = await startAgent(nats.url, self, handler, {}, false);
-    await consistently("the stream is not made again", async () => !(await jsm.streams.names().next()).includes(names.inboxStream), 3_000);
+    await consistently(
+      "the stream is not made again",
+      async () => !(await jsm.streams.names().next()).includes(names.inboxStream),
+      3_000,
+    );
     expect((await second.get("/readyz")).status).toBe(503);
     expect(second.logLines().some((l) => /is missing from NATS/.test(String(l.msg)))).toBe(true);
     // Restored (here: made again by hand, as a repaired store brings it back), the agent goes on.

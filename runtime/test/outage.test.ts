@@ -15,7 +15,18 @@ import { signRequest } from "../src/protocol/http-signatures.ts";
 import { startRelay, type RunningRelay } from "../src/relay/main.ts";
 import { startHandler } from "./agent-harness.ts";
 import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey, writeRelayManifest } from "./fixtures.ts";
-import { alice, baseUrl, bob, carol, clientOf, ids, openWs, randomName, runRelay, type RelayEnv } from "./relay-harness.ts";
+import {
+  alice,
+  baseUrl,
+  bob,
+  carol,
+  clientOf,
+  ids,
+  openWs,
+  randomName,
+  runRelay,
+  type RelayEnv,
+} from "./relay-harness.ts";
 import { HttpClient } from "../src/net/http-client.ts";
 
 let tls: Awaited<ReturnType<typeof localhostTls>>;
@@ -39,7 +50,11 @@ describe("a runtime started while NATS is unreachable", () => {
     const dir = tempDir();
     const handler = await startHandler();
     const agent = await startAgent({
-      manifest: writeAgentManifest(dir, { agentId: self.agentId, peers: [peerOf(pete)], handler: { url: handler.url } }),
+      manifest: writeAgentManifest(dir, {
+        agentId: self.agentId,
+        peers: [peerOf(pete)],
+        handler: { url: handler.url },
+      }),
       port: 0,
       host: "127.0.0.1",
       tlsCert: tls.files.cert,
@@ -51,7 +66,12 @@ describe("a runtime started while NATS is unreachable", () => {
     });
     const url = agent.url.replace("127.0.0.1", "localhost");
     const post = (body: unknown) =>
-      httpsRequest(`${url}/.well-known/agent/inbox`, { method: "POST", ca: tls.ca, headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+      httpsRequest(`${url}/.well-known/agent/inbox`, {
+        method: "POST",
+        ca: tls.ca,
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
     let nats: NatsServer | undefined;
     try {
       expect(await status(`${url}/healthz`)).toBe(200);
@@ -68,7 +88,11 @@ describe("a runtime started while NATS is unreachable", () => {
       await waitFor("the agent to become ready", async () => (await status(`${url}/readyz`)) === 200, 30_000, 100);
       // The sender's retry of the refused message is taken and handed on.
       expect((await post(early)).status).toBe(202);
-      await waitFor("the hand-off", () => handler.received.some((r) => r.body.headers.message_id === early.headers.message_id), 30_000);
+      await waitFor(
+        "the hand-off",
+        () => handler.received.some((r) => r.body.headers.message_id === early.headers.message_id),
+        30_000,
+      );
     } finally {
       await agent.close();
       await handler.close();
@@ -80,7 +104,11 @@ describe("a runtime started while NATS is unreachable", () => {
     const natsPort = await freePort();
     const env = { tls, http, nats: { url: `nats://127.0.0.1:${natsPort}` } } as RelayEnv;
     const relay = await startRelay({
-      manifest: writeRelayManifest(tempDir(), { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] }, randomName("early")),
+      manifest: writeRelayManifest(
+        tempDir(),
+        { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] },
+        randomName("early"),
+      ),
       port: 0,
       host: "127.0.0.1",
       tlsCert: tls.files.cert,
@@ -97,7 +125,12 @@ describe("a runtime started while NATS is unreachable", () => {
       expect(Number(refused.retryAfter)).toBeGreaterThan(0);
 
       nats = await startNats({ port: natsPort });
-      await waitFor("the relay to become ready", async () => (await status(`${baseUrl(relay)}/readyz`)) === 200, 30_000, 100);
+      await waitFor(
+        "the relay to become ready",
+        async () => (await status(`${baseUrl(relay)}/readyz`)) === 200,
+        30_000,
+        100,
+      );
       expect((await clientOf(env, relay, alice).publish(m)).status).toBe(202);
       expect(ids((await clientOf(env, relay, bob).pull()).messages)).toEqual([m.headers.message_id]);
     } finally {
@@ -110,7 +143,10 @@ describe("a runtime started while NATS is unreachable", () => {
 /** A signed GET /relay/events kept open; it records events and whether the stream ended. */
 async function openSse(env: RelayEnv, relay: RunningRelay, who: typeof alice, lastEventId?: string) {
   const url = `${baseUrl(relay)}/relay/events`;
-  const headers = await signRequest({ method: "GET", url, headers: lastEventId ? { "last-event-id": lastEventId } : {} }, who.signing);
+  const headers = await signRequest(
+    { method: "GET", url, headers: lastEventId ? { "last-event-id": lastEventId } : {} },
+    who.signing,
+  );
   const events: { id: string; data: any }[] = [];
   const state = { ended: false };
   const res = await new Promise<IncomingMessage>((resolve, reject) => {
@@ -161,11 +197,26 @@ describe("relay streams and subscriptions across a restart of nats-server", () =
     await waitFor("the first message on both streams", () => sse.events.length === 1 && ws.messages().length === 1);
 
     await env.nats.stop();
-    await waitFor("both replicas to notice", async () => (await status(`${baseUrl(a)}/readyz`)) === 503 && (await status(`${baseUrl(b)}/readyz`)) === 503, 20_000, 100);
+    await waitFor(
+      "both replicas to notice",
+      async () => (await status(`${baseUrl(a)}/readyz`)) === 503 && (await status(`${baseUrl(b)}/readyz`)) === 503,
+      20_000,
+      100,
+    );
     // Long enough for the client's idle heartbeats to be missed, not just a blip.
-    await consistently("both replicas to stay unready while NATS is away", async () => (await status(`${baseUrl(a)}/readyz`)) === 503 && (await status(`${baseUrl(b)}/readyz`)) === 503, 6_000, 500);
+    await consistently(
+      "both replicas to stay unready while NATS is away",
+      async () => (await status(`${baseUrl(a)}/readyz`)) === 503 && (await status(`${baseUrl(b)}/readyz`)) === 503,
+      6_000,
+      500,
+    );
     await env.nats.restart();
-    await waitFor("both replicas to be ready again", async () => (await status(`${baseUrl(a)}/readyz`)) === 200 && (await status(`${baseUrl(b)}/readyz`)) === 200, 30_000, 100);
+    await waitFor(
+      "both replicas to be ready again",
+      async () => (await status(`${baseUrl(a)}/readyz`)) === 200 && (await status(`${baseUrl(b)}/readyz`)) === 200,
+      30_000,
+      100,
+    );
 
     // Registered through one replica after the outage, used by the other: its watch resumed.
     await clientOf(env, b, carol).subscribe(["outage.news"]);
@@ -190,14 +241,16 @@ describe("relay streams and subscriptions across a restart of nats-server", () =
     await waitFor("the SSE stream to deliver or end", () => sse.events.length > 1 || sse.state.ended, 30_000);
     await waitFor("the WebSocket to deliver or close", () => ws.messages().length > 1 || wsClosed, 30_000);
 
-    const sseIds = sse.state.ended && sse.events.length === 1
-      ? [before.headers.message_id, ...(await drain(await openSse(env, a, bob, sse.events[0]!.id), 1))]
-      : sse.events.map((e) => e.data.headers.message_id);
+    const sseIds =
+      sse.state.ended && sse.events.length === 1
+        ? [before.headers.message_id, ...(await drain(await openSse(env, a, bob, sse.events[0]!.id), 1))]
+        : sse.events.map((e) => e.data.headers.message_id);
     expect(sseIds).toEqual(ids([before, after]));
 
-    const wsIds = wsClosed && ws.messages().length === 1
-      ? [before.headers.message_id, ...(await drainWs(await openWs(env, a, bob, ws.messages()[0].id), 1))]
-      : ws.messages().map((f) => f.message.headers.message_id);
+    const wsIds =
+      wsClosed && ws.messages().length === 1
+        ? [before.headers.message_id, ...(await drainWs(await openWs(env, a, bob, ws.messages()[0].id), 1))]
+        : ws.messages().map((f) => f.message.headers.message_id);
     expect(wsIds).toEqual(ids([before, after]));
     sse.close();
     await ws.close();

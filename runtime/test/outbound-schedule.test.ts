@@ -38,7 +38,10 @@ describe("a message to several recipients", () => {
       // While the flaky one waits for its next attempt, the other is already done.
       const midway = await waitFor("up-peer delivered while flaky-peer retries", async () => {
         const r = await record(sender.localApiUrl, id);
-        const [u, f] = [r?.recipients.find((x: any) => x.agent === "up-peer"), r?.recipients.find((x: any) => x.agent === "flaky-peer")];
+        const [u, f] = [
+          r?.recipients.find((x: any) => x.agent === "up-peer"),
+          r?.recipients.find((x: any) => x.agent === "flaky-peer"),
+        ];
         return u?.state === "delivered" && f?.state === "retrying" ? { r, u, f } : undefined;
       });
       expect(midway.r.state).toBe("retrying");
@@ -55,7 +58,10 @@ describe("a message to several recipients", () => {
       const at = (agent: string) => Date.parse(done.recipients.find((x: any) => x.agent === agent).delivered_at);
       expect(at("up-peer")).toBeLessThan(at("flaky-peer"));
       // The flaky one's retries never repeated the delivered recipient.
-      await consistently("one request to up-peer, three to flaky-peer", () => up.requests.length === 1 && flaky.requests.length === 3);
+      await consistently(
+        "one request to up-peer, three to flaky-peer",
+        () => up.requests.length === 1 && flaky.requests.length === 3,
+      );
       expect([...up.requests, ...flaky.requests].every((r) => r.headers["idempotency-key"] === id)).toBe(true);
       // The flaky peer's attempts kept its own backoff (700 ms ± 10 %), not the other's pace.
       const gaps = flaky.requests.slice(1).map((r, i) => r.at - flaky.requests[i]!.at);
@@ -77,22 +83,35 @@ describe("ttl_seconds on the sending side", () => {
       self: identity(`sender-ttl-${Math.random().toString(36).slice(2, 6)}`),
       natsUrl: env.nats.url,
       tls: env.tls,
-      spec: { peers: [{ ...peerOf(identity("slow-peer")), url: peer.url }], outbound: { backoff: ["5s"], retryFor: "1m" } },
+      spec: {
+        peers: [{ ...peerOf(identity("slow-peer")), url: peer.url }],
+        outbound: { backoff: ["5s"], retryFor: "1m" },
+      },
     });
     const sent = await send(sender.localApiUrl, { to: "slow-peer", text: "only for two seconds", ttl_seconds: 2 });
     expect(sent.status).toBe(202);
     const expiresAt = Date.parse(sent.body.message.headers.date) + 2_000;
-    return { peer, sender, id: sent.body.message_id as string, expiresAt, async close() {
-      await sender.close();
-      await peer.close();
-    } };
+    return {
+      peer,
+      sender,
+      id: sent.body.message_id as string,
+      expiresAt,
+      async close() {
+        await sender.close();
+        await peer.close();
+      },
+    };
   }
 
   it("gives the recipient up as undeliverable once the TTL has passed, long before retryFor, and stops trying", async () => {
     const t = await expiring();
     try {
       const r = await untilState(t.sender.localApiUrl, t.id, "undeliverable", 20_000);
-      expect(r.recipients[0]).toMatchObject({ state: "undeliverable", decision: "the message's ttl_seconds passed", last_error: expect.stringMatching(/^503.*ttl_seconds passed$/) });
+      expect(r.recipients[0]).toMatchObject({
+        state: "undeliverable",
+        decision: "the message's ttl_seconds passed",
+        last_error: expect.stringMatching(/^503.*ttl_seconds passed$/),
+      });
       expect(Date.parse(r.updated_at)).toBeLessThan(t.expiresAt + 5_000);
       const n = t.peer.requests.length;
       expect(n).toBeGreaterThanOrEqual(1);
@@ -135,7 +154,15 @@ describe("relay fallback", () => {
     try {
       const sent = await send(sender.localApiUrl, { to: "bob-agent", text: "through the relay, since bob is away" });
       const done = await untilState(sender.localApiUrl, sent.body.message_id, "delivered");
-      expect(done.recipients).toEqual([expect.objectContaining({ agent: "bob-agent", state: "delivered", attempts: 1, last_status: 202, via: `relay:${baseUrl(relay)}` })]);
+      expect(done.recipients).toEqual([
+        expect.objectContaining({
+          agent: "bob-agent",
+          state: "delivered",
+          attempts: 1,
+          last_status: 202,
+          via: `relay:${baseUrl(relay)}`,
+        }),
+      ]);
       const waiting = (await clientOf(env, relay, bob).pull()).messages;
       expect(ids(waiting)).toEqual([sent.body.message_id]);
       expect(waiting[0]!.headers.from).toEqual({ agent: "alice-agent" });

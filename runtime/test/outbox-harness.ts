@@ -30,18 +30,26 @@ export async function record(localApiUrl: string, id: string): Promise<any> {
 export async function untilState(localApiUrl: string, id: string, state: string, timeoutMs = 30_000) {
   let last: unknown;
   try {
-    return await waitFor(`${id} to be ${state}`, async () => {
-      const r = await record(localApiUrl, id);
-      last = r;
-      return r?.state === state ? r : undefined;
-    }, timeoutMs, 100);
+    return await waitFor(
+      `${id} to be ${state}`,
+      async () => {
+        const r = await record(localApiUrl, id);
+        last = r;
+        return r?.state === state ? r : undefined;
+      },
+      timeoutMs,
+      100,
+    );
   } catch (err) {
     throw new Error(`${(err as Error).message}; last record: ${JSON.stringify(last) ?? "none"}`);
   }
 }
 
 /** A peer's inbox on HTTPS whose answers the test scripts; it records every request. */
-export async function scriptedPeer(tls: Tls, answer: (n: number) => { status: number; headers?: Record<string, string> }) {
+export async function scriptedPeer(
+  tls: Tls,
+  answer: (n: number) => { status: number; headers?: Record<string, string> },
+) {
   const requests: { body: any; headers: Record<string, unknown>; at: number }[] = [];
   const server = createHttpsServer({ cert: tls.cert, key: tls.key }, (req, res) => {
     const chunks: Buffer[] = [];
@@ -52,16 +60,32 @@ export async function scriptedPeer(tls: Tls, answer: (n: number) => { status: nu
         res.writeHead(404).end();
         return;
       }
-      requests.push({ body: JSON.parse(Buffer.concat(chunks).toString() || "null"), headers: req.headers, at: Date.now() });
+      requests.push({
+        body: JSON.parse(Buffer.concat(chunks).toString() || "null"),
+        headers: req.headers,
+        at: Date.now(),
+      });
       const a = answer(requests.length);
       res.writeHead(a.status, { "content-type": "application/json", ...a.headers });
-      res.end(JSON.stringify(a.status < 300 ? { status: "accepted" } : { status: "error", code: "scripted", message: `answer ${a.status}` }));
+      res.end(
+        JSON.stringify(
+          a.status < 300
+            ? { status: "accepted" }
+            : { status: "error", code: "scripted", message: `answer ${a.status}` },
+        ),
+      );
     });
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const addr = server.address();
   const port = typeof addr === "object" && addr ? addr.port : 0;
-  return { url: `https://localhost:${port}`, port, requests, server, close: () => new Promise<void>((r) => server.close(() => r())) };
+  return {
+    url: `https://localhost:${port}`,
+    port,
+    requests,
+    server,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
 }
 
 /** Receives spec.notify.url notifications. */
@@ -77,13 +101,18 @@ export async function notifySink() {
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const addr = server.address();
-  return { url: `http://127.0.0.1:${typeof addr === "object" && addr ? addr.port : 0}/notify`, got, close: () => new Promise<void>((r) => server.close(() => r())) };
+  return {
+    url: `http://127.0.0.1:${typeof addr === "object" && addr ? addr.port : 0}/notify`,
+    got,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
 }
 
 /** ifp_outbound_deliveries_total of a running agent, by result. */
 export async function outboundResults(agent: { scrape(): Promise<string> }): Promise<Record<string, number>> {
-  const text = (await agent.scrape());
+  const text = await agent.scrape();
   const out: Record<string, number> = {};
-  for (const result of ["delivered", "retry", "failed", "refused", "undeliverable"]) out[result] = metricValue(text, "ifp_outbound_deliveries_total", { result });
+  for (const result of ["delivered", "retry", "failed", "refused", "undeliverable"])
+    out[result] = metricValue(text, "ifp_outbound_deliveries_total", { result });
   return out;
 }

@@ -4,7 +4,7 @@ import type { NatsServer } from "../../e2e/support/nats.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { LocalApiClient } from "../src/client/local.ts";
 import { signMessage } from "../src/protocol/signing.ts";
-import { identity, message, peerOf, signed } from "./fixtures.ts";
+import { identity, message, peerOf } from "./fixtures.ts";
 import { runAgent, type Tls, withNatsAndTls } from "./agent-harness.ts";
 
 let nats: NatsServer;
@@ -27,10 +27,25 @@ describe("capability changes reach the peers of recent conversations", () => {
     const bob = identity("bob-agent");
     const port = await freePort();
     const aliceUrl = `https://localhost:${port}`;
-    const b = await runAgent({ self: bob, natsUrl: nats.url, tls, spec: { peers: [{ ...peerOf(alice), url: aliceUrl }] } });
+    const b = await runAgent({
+      self: bob,
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [{ ...peerOf(alice), url: aliceUrl }] },
+    });
     /** alice, with these capabilities, always at the same address (bob's spec.peers names it). */
     const runAlice = (capabilities: { name: string; description: string }[]) =>
-      runAgent({ self: alice, natsUrl: nats.url, tls, port, spec: { capabilities, peers: [{ ...peerOf(bob), url: b.url.replace("127.0.0.1", "localhost") }], outbound: { backoff: ["300ms"], retryFor: "30s" } } });
+      runAgent({
+        self: alice,
+        natsUrl: nats.url,
+        tls,
+        port,
+        spec: {
+          capabilities,
+          peers: [{ ...peerOf(bob), url: b.url.replace("127.0.0.1", "localhost") }],
+          outbound: { backoff: ["300ms"], retryFor: "30s" },
+        },
+      });
     try {
       let a = await runAlice([cap("ping")]);
       // bob learns alice's document at her endpoint; his discovery cache keeps it for its max-age (300 s).
@@ -55,14 +70,24 @@ describe("capability changes reach the peers of recent conversations", () => {
       const v3 = (await a.get("/.well-known/agent/capabilities")).json();
       // Queued in alice's outbox and delivered like any message: its record says so.
       const updateId = `msg:capabilities-${createHash("sha256").update(`${v3.updated}\nbob-agent`).digest("hex").slice(0, 32)}`;
-      await waitFor("the update delivered", async () => (await new LocalApiClient(a.localApiUrl).status(updateId).catch(() => undefined))?.state === "delivered");
+      await waitFor(
+        "the update delivered",
+        async () =>
+          (await new LocalApiClient(a.localApiUrl).status(updateId).catch(() => undefined))?.state === "delivered",
+      );
       // bob took it: what he knows of alice is her new document, long before his cache would have let it go.
       const told = await waitFor("bob told of the change", async () => {
         const v = await view(b.localApiUrl, "alice-agent");
         return v?.document.updated === v3.updated ? v : undefined;
       });
       expect(names(told)).toEqual(["ping", "translate"]);
-      expect(b.logLines().some((l) => l.msg === "learned peer capabilities" && l.source === "announcement" && l.peer === "alice-agent")).toBe(true);
+      expect(
+        b
+          .logLines()
+          .some(
+            (l) => l.msg === "learned peer capabilities" && l.source === "announcement" && l.peer === "alice-agent",
+          ),
+      ).toBe(true);
       await a.close();
     } finally {
       await b.close();
@@ -75,12 +100,20 @@ describe("a greeting's capabilities are cached at the level they were learned at
     const alice = identity("anna-agent");
     const bob = identity("ben-agent");
     // bob runs: his endpoint serves {ping}. alice takes unsigned messages too.
-    const b = await runAgent({ self: bob, natsUrl: nats.url, tls, spec: { capabilities: [cap("ping")], peers: [peerOf(alice)] } });
+    const b = await runAgent({
+      self: bob,
+      natsUrl: nats.url,
+      tls,
+      spec: { capabilities: [cap("ping")], peers: [peerOf(alice)] },
+    });
     const a = await runAgent({
       self: alice,
       natsUrl: nats.url,
       tls,
-      spec: { peers: [{ ...peerOf(bob), url: b.url.replace("127.0.0.1", "localhost") }], inbox: { requireSignature: false } },
+      spec: {
+        peers: [{ ...peerOf(bob), url: b.url.replace("127.0.0.1", "localhost") }],
+        inbox: { requireSignature: false },
+      },
     });
     const greeting = (capabilities: { name: string; description: string }[], sign: boolean) => {
       // A conversation of its own: the forgery does not try to continue bob's (no downgrade would refuse it).
@@ -91,12 +124,17 @@ describe("a greeting's capabilities are cached at the level they were learned at
     try {
       const real = greeting([cap("ping"), cap("calendar.availability")], true);
       expect((await a.post(real)).status).toBe(202);
-      await waitFor("bob's signed greeting cached", async () => (await view(a.localApiUrl, "ben-agent"))?.message_id === real.headers.message_id);
+      await waitFor(
+        "bob's signed greeting cached",
+        async () => (await view(a.localApiUrl, "ben-agent"))?.message_id === real.headers.message_id,
+      );
       // Anyone can send an unsigned greeting that claims to be bob's: accepted (signatures are optional here), never cached over his.
       const forged = greeting([cap("wire.transfer")], false);
       const res = await a.post(forged);
       expect(res.status, res.text).toBe(202);
-      await waitFor("the forged greeting refused for the cache", () => a.logLines().some((l) => l.message_id === forged.headers.message_id && /not cached/.test(String(l.msg))));
+      await waitFor("the forged greeting refused for the cache", () =>
+        a.logLines().some((l) => l.message_id === forged.headers.message_id && /not cached/.test(String(l.msg))),
+      );
       const v = await view(a.localApiUrl, "ben-agent");
       expect(v).toMatchObject({ source: "greeting", message_id: real.headers.message_id, auth_level: 2 });
       expect(names(v)).toEqual(["calendar.availability", "ping"]);
@@ -112,15 +150,36 @@ describe("a greeting's capabilities are cached at the level they were learned at
       // An unsigned greeting about carol, whom nothing else is known of, is cached at level -1,
       // but never refines an endpoint document (level 2): shown for a peer without one only.
       const carol = identity("carol-agent");
-      const c = await runAgent({ self: carol, natsUrl: nats.url, tls, spec: { capabilities: [cap("ping")], peers: [] } });
+      const c = await runAgent({
+        self: carol,
+        natsUrl: nats.url,
+        tls,
+        spec: { capabilities: [cap("ping")], peers: [] },
+      });
       try {
         const carolUrl = c.url.replace("127.0.0.1", "localhost");
-        const a2 = await runAgent({ self: identity("dora-agent"), natsUrl: nats.url, tls, spec: { peers: [{ ...peerOf(carol), url: carolUrl }], inbox: { requireSignature: false } } });
+        const a2 = await runAgent({
+          self: identity("dora-agent"),
+          natsUrl: nats.url,
+          tls,
+          spec: { peers: [{ ...peerOf(carol), url: carolUrl }], inbox: { requireSignature: false } },
+        });
         try {
-          const m = message("carol-agent", "dora-agent", { phase: "greeting", conversation_id: `conv:${randomUUID()}` });
-          m.body.parts = [{ content_type: "application/json", name: "capabilities", content: { ifp: 7, capabilities: [cap("wire.transfer")] } }];
+          const m = message("carol-agent", "dora-agent", {
+            phase: "greeting",
+            conversation_id: `conv:${randomUUID()}`,
+          });
+          m.body.parts = [
+            {
+              content_type: "application/json",
+              name: "capabilities",
+              content: { ifp: 7, capabilities: [cap("wire.transfer")] },
+            },
+          ];
           expect((await a2.post(m)).status).toBe(202);
-          await waitFor("the unsigned greeting stored", () => a2.logLines().some((l) => l.msg === "learned peer capabilities" && l.peer === "carol-agent"));
+          await waitFor("the unsigned greeting stored", () =>
+            a2.logLines().some((l) => l.msg === "learned peer capabilities" && l.peer === "carol-agent"),
+          );
           const seen = await view(a2.localApiUrl, "carol-agent");
           expect(seen).toMatchObject({ source: "endpoint" });
           expect(names(seen)).toEqual(["ping"]);

@@ -8,9 +8,20 @@ export type Handshake = { ok: true; protocol: string | null } | { ok: false; cod
  * so that it really offers TLS 1.0/1.1 (Node 24 otherwise refuses on its own, before any byte
  * reaches the server): a failure is then the server's refusal.
  */
-export function tlsHandshake(port: number, ca: string, range: { minVersion: "TLSv1" | "TLSv1.1" | "TLSv1.2"; maxVersion: "TLSv1.1" | "TLSv1.2" | "TLSv1.3" }): Promise<Handshake> {
+export function tlsHandshake(
+  port: number,
+  ca: string,
+  range: { minVersion: "TLSv1" | "TLSv1.1" | "TLSv1.2"; maxVersion: "TLSv1.1" | "TLSv1.2" | "TLSv1.3" },
+): Promise<Handshake> {
   return new Promise((resolve) => {
-    const s = tlsConnect({ host: "127.0.0.1", port, ca, servername: "localhost", ciphers: "DEFAULT:@SECLEVEL=0", ...range });
+    const s = tlsConnect({
+      host: "127.0.0.1",
+      port,
+      ca,
+      servername: "localhost",
+      ciphers: "DEFAULT:@SECLEVEL=0",
+      ...range,
+    });
     s.setTimeout(10_000, () => s.destroy(Object.assign(new Error("handshake timed out"), { code: "ETIMEDOUT" })));
     s.once("secureConnect", () => {
       resolve({ ok: true, protocol: s.getProtocol() });

@@ -21,7 +21,8 @@ afterAll(async () => {
 });
 
 /** Publish requests a relay has answered, whatever the answer. */
-const publishes = async (relay: RunningRelay) => metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_operations_total", { operation: "publish" });
+const publishes = async (relay: RunningRelay) =>
+  metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_operations_total", { operation: "publish" });
 
 describe("relay fallback", () => {
   it("never asks a relay again for a message it refused with a 4xx, while retrying the relay that was unreachable (spec 7.2 rule 3)", async () => {
@@ -41,15 +42,22 @@ describe("relay fallback", () => {
     try {
       const local = new LocalApiClient(a.localApiUrl);
       const sent = await local.send({ to: "erin-agent", text: "to an agent r1 does not serve" });
-      const record = await waitFor("given up", async () => {
-        const r = await local.status(sent.message_id);
-        return r.state === "undeliverable" ? r : undefined;
-      }, 20_000);
+      const record = await waitFor(
+        "given up",
+        async () => {
+          const r = await local.status(sent.message_id);
+          return r.state === "undeliverable" ? r : undefined;
+        },
+        20_000,
+      );
       const erinState = record.recipients[0]!;
       // Several passes over the relay list: the unreachable relay each time, r1 only once.
       expect(erinState.attempts).toBeGreaterThanOrEqual(3);
       expect(await publishes(r1)).toBe(1);
-      expect(erinState).toMatchObject({ refused_relays: [baseUrl(r1)], last_error: expect.stringMatching(/1 relay that refused it for good not asked again/) });
+      expect(erinState).toMatchObject({
+        refused_relays: [baseUrl(r1)],
+        last_error: expect.stringMatching(/1 relay that refused it for good not asked again/),
+      });
     } finally {
       await a.close();
       await r1.close();
@@ -79,10 +87,14 @@ describe("relay fallback", () => {
       const local = new LocalApiClient(a.localApiUrl);
       for (const who of [bob, dave]) {
         const sent = await local.send({ to: who.agentId, text: `to ${who.agentId}` });
-        const record = await waitFor(`delivered to ${who.agentId}`, async () => {
-          const s = await local.status(sent.message_id);
-          return s.state === "delivered" || s.state === "failed" ? s : undefined;
-        }, 15_000);
+        const record = await waitFor(
+          `delivered to ${who.agentId}`,
+          async () => {
+            const s = await local.status(sent.message_id);
+            return s.state === "delivered" || s.state === "failed" ? s : undefined;
+          },
+          15_000,
+        );
         expect(record.recipients[0]).toMatchObject({ state: "delivered", via: `relay:${relayUrl}` });
         const waiting = (await new RelayClient(relayUrl, who.signing, env.http).pull()).messages;
         expect(waiting.map((m) => m.headers.message_id)).toEqual([sent.message_id]);

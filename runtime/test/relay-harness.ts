@@ -10,7 +10,7 @@ import { httpsRequest } from "../../e2e/support/https.ts";
 import { waitFor } from "../../e2e/support/ports.ts";
 import { HttpClient } from "../src/net/http-client.ts";
 import { signRequest } from "../src/protocol/http-signatures.ts";
-import { RelayClient, RelayError } from "../src/net/relay-client.ts";
+import { RelayClient, type RelayError } from "../src/net/relay-client.ts";
 import { startRelay, type RunningRelay } from "../src/relay/main.ts";
 import type { RelaySpecInput } from "../src/resources/relay.ts";
 import { identity, peerOf, tempDir, writeRelayManifest, type TestIdentity } from "./fixtures.ts";
@@ -48,8 +48,17 @@ export const randomName = (prefix = "relay") => `${prefix}-${Math.random().toStr
  * Start a relay in-process. Its log (debug and up) is kept, printed when a test fails, and read
  * by `logLines()`.
  */
-export async function runRelay(env: RelayEnv, spec: Partial<RelaySpecInput> = {}, name = randomName(), dir = tempDir()): Promise<RunningRelay & { logLines(): LogLine[] }> {
-  const manifest = writeRelayManifest(dir, { url: "https://localhost", agents: [peerOf(alice), peerOf(bob), peerOf(carol)], ...spec }, name);
+export async function runRelay(
+  env: RelayEnv,
+  spec: Partial<RelaySpecInput> = {},
+  name = randomName(),
+  dir = tempDir(),
+): Promise<RunningRelay & { logLines(): LogLine[] }> {
+  const manifest = writeRelayManifest(
+    dir,
+    { url: "https://localhost", agents: [peerOf(alice), peerOf(bob), peerOf(carol)], ...spec },
+    name,
+  );
   const relay = await withRuntimeLog(`relay ${name} (in-process)`, (logger) =>
     startRelay({
       manifest,
@@ -63,7 +72,10 @@ export async function runRelay(env: RelayEnv, spec: Partial<RelaySpecInput> = {}
       logger,
     }),
   );
-  await waitFor("relay ready", async () => (await httpsRequest(`${relay.url}/readyz`, { ca: env.tls.ca })).status === 200).catch(async (err: unknown) => {
+  await waitFor(
+    "relay ready",
+    async () => (await httpsRequest(`${relay.url}/readyz`, { ca: env.tls.ca })).status === 200,
+  ).catch(async (err: unknown) => {
     await relay.close().catch(() => {});
     throw err;
   });
@@ -99,7 +111,8 @@ export function withRelay(agents: TestIdentity[], set: (f: RelayFixture) => void
 /** The relay's URL under the name its certificate carries. */
 export const baseUrl = (relay: RunningRelay) => relay.url.replace("127.0.0.1", "localhost");
 
-export const clientOf = (env: RelayEnv, relay: RunningRelay, who: TestIdentity) => new RelayClient(baseUrl(relay), who.signing, env.http);
+export const clientOf = (env: RelayEnv, relay: RunningRelay, who: TestIdentity) =>
+  new RelayClient(baseUrl(relay), who.signing, env.http);
 
 export async function failure(p: Promise<unknown>): Promise<{ status: number; code: string; message: string }> {
   try {
@@ -112,16 +125,33 @@ export async function failure(p: Promise<unknown>): Promise<{ status: number; co
 }
 
 /** An answer that is the documented error: its status, and the error body with its code. */
-export async function expectError(p: Promise<{ status: number; text: string }>, status: number, code: string): Promise<void> {
+export async function expectError(
+  p: Promise<{ status: number; text: string }>,
+  status: number,
+  code: string,
+): Promise<void> {
   const res = await p;
   expect(res.status, res.text).toBe(status);
   expect(JSON.parse(res.text)).toMatchObject({ status: "error", code, message: expect.any(String) });
 }
 
 /** A signed request with a hand-made body or signature, answered as status and JSON. */
-export async function raw(env: RelayEnv, relay: RunningRelay, opts: { method: string; path: string; headers: Record<string, string>; body?: string }) {
-  const res = await httpsRequest(`${baseUrl(relay)}${opts.path}`, { method: opts.method, headers: opts.headers, body: opts.body, ca: env.tls.ca });
-  return { status: res.status, headers: res.headers, body: res.text ? (JSON.parse(res.text) as { status: string; code: string; message: string }) : undefined };
+export async function raw(
+  env: RelayEnv,
+  relay: RunningRelay,
+  opts: { method: string; path: string; headers: Record<string, string>; body?: string },
+) {
+  const res = await httpsRequest(`${baseUrl(relay)}${opts.path}`, {
+    method: opts.method,
+    headers: opts.headers,
+    body: opts.body,
+    ca: env.tls.ca,
+  });
+  return {
+    status: res.status,
+    headers: res.headers,
+    body: res.text ? (JSON.parse(res.text) as { status: string; code: string; message: string }) : undefined,
+  };
 }
 
 export interface SseEvent {
@@ -130,9 +160,17 @@ export interface SseEvent {
 }
 
 /** Open GET /relay/events and collect `count` events (or what came within `waitMs`). */
-export async function readSse(env: RelayEnv, relay: RunningRelay, who: TestIdentity, opts: { lastEventId?: string; count: number; waitMs?: number }): Promise<SseEvent[]> {
+export async function readSse(
+  env: RelayEnv,
+  relay: RunningRelay,
+  who: TestIdentity,
+  opts: { lastEventId?: string; count: number; waitMs?: number },
+): Promise<SseEvent[]> {
   const url = `${baseUrl(relay)}/relay/events`;
-  const headers = await signRequest({ method: "GET", url, headers: opts.lastEventId ? { "last-event-id": opts.lastEventId } : {} }, who.signing);
+  const headers = await signRequest(
+    { method: "GET", url, headers: opts.lastEventId ? { "last-event-id": opts.lastEventId } : {} },
+    who.signing,
+  );
   return new Promise<SseEvent[]>((resolve, reject) => {
     const events: SseEvent[] = [];
     const req = httpsRaw(url, { headers, ca: env.tls.ca }, (res) => {
@@ -174,7 +212,13 @@ export async function readSse(env: RelayEnv, relay: RunningRelay, who: TestIdent
 }
 
 /** A signed WebSocket to /relay/ws that records the frames it receives (`push: "off"` for a session that only sends). */
-export async function openWs(env: RelayEnv, relay: RunningRelay, who: TestIdentity, after?: number, opts: { push?: "off" } = {}) {
+export async function openWs(
+  env: RelayEnv,
+  relay: RunningRelay,
+  who: TestIdentity,
+  after?: number,
+  opts: { push?: "off" } = {},
+) {
   const q = new URLSearchParams();
   if (after) q.set("after", String(after));
   if (opts.push) q.set("push", opts.push);
@@ -189,9 +233,11 @@ export async function openWs(env: RelayEnv, relay: RunningRelay, who: TestIdenti
     frames,
     messages: () => frames.filter((f) => f.type === "message"),
     /** The answer frame (published or error) about `messageId`, once it came. */
-    answerTo: (messageId: string) => frames.find((f) => (f.type === "published" || f.type === "error") && f.message_id === messageId),
+    answerTo: (messageId: string) =>
+      frames.find((f) => (f.type === "published" || f.type === "error") && f.message_id === messageId),
     send: (frame: unknown) => ws.send(typeof frame === "string" ? frame : JSON.stringify(frame)),
-    close: () => new Promise<void>((r) => (ws.readyState === ws.CLOSED ? r() : (ws.once("close", () => r()), ws.close()))),
+    close: () =>
+      new Promise<void>((r) => (ws.readyState === ws.CLOSED ? r() : (ws.once("close", () => r()), ws.close()))),
   };
 }
 
@@ -202,7 +248,10 @@ export interface WebhookCall {
 }
 
 /** An HTTPS webhook on loopback that answers each POST with `answer()`. */
-export async function webhook(env: RelayEnv, answer: (call: number) => number | { status: number; headers?: Record<string, string> }) {
+export async function webhook(
+  env: RelayEnv,
+  answer: (call: number) => number | { status: number; headers?: Record<string, string> },
+) {
   const calls: WebhookCall[] = [];
   const server = createServer({ cert: env.tls.cert, key: env.tls.key }, (req, res) => {
     const chunks: Buffer[] = [];

@@ -9,7 +9,19 @@ import { RelayClient } from "../src/net/relay-client.ts";
 import { relayNames } from "../src/contract/relay-stream.ts";
 import { peerOf, signed, tempDir, writeRelayManifest } from "./fixtures.ts";
 import { tlsHandshake } from "./probes.ts";
-import { alice, bob, carol, clientOf, ids, randomName, relayEnv, runRelay, waitFor, webhook, type RelayEnv } from "./relay-harness.ts";
+import {
+  alice,
+  bob,
+  carol,
+  clientOf,
+  ids,
+  randomName,
+  relayEnv,
+  runRelay,
+  waitFor,
+  webhook,
+  type RelayEnv,
+} from "./relay-harness.ts";
 
 let env: RelayEnv;
 beforeAll(async () => {
@@ -23,7 +35,9 @@ async function streamConfig(name: string) {
   const nc = await connect({ servers: env.nats.url });
   try {
     const jsm = await jetstreamManager(nc);
-    return (await jsm.streams.info(relayNames({ metadata: { name }, spec: { url: "https://relay.test" } } as never).stream)).config;
+    return (
+      await jsm.streams.info(relayNames({ metadata: { name }, spec: { url: "https://relay.test" } } as never).stream)
+    ).config;
   } finally {
     await nc.close();
   }
@@ -32,7 +46,11 @@ async function streamConfig(name: string) {
 describe("relay: retention on JetStream", () => {
   it("creates its stream from spec.retention: file storage, discard new, per-message TTL, limits", async () => {
     const name = randomName();
-    const relay = await runRelay(env, { retention: { maxAge: "72h", maxMessages: 1000, maxBytes: 10_000_000, duplicateWindow: "24h" } }, name);
+    const relay = await runRelay(
+      env,
+      { retention: { maxAge: "72h", maxMessages: 1000, maxBytes: 10_000_000, duplicateWindow: "24h" } },
+      name,
+    );
     await relay.close();
     expect(await streamConfig(name)).toMatchObject({
       storage: "file",
@@ -77,7 +95,8 @@ describe("relay: retention on JetStream", () => {
     const c = clientOf(env, relay, alice);
     try {
       const statuses: number[] = [];
-      for (let i = 0; i < 8; i++) statuses.push((await c.publish(signed(alice, "bob-agent", {}, "y".repeat(4000)))).status);
+      for (let i = 0; i < 8; i++)
+        statuses.push((await c.publish(signed(alice, "bob-agent", {}, "y".repeat(4000)))).status);
       expect(statuses.slice(0, 3)).toEqual([202, 202, 202]);
       expect(statuses.at(-1)).toBe(503);
       const res = await c.publish(signed(alice, "bob-agent", {}, "y".repeat(4000)));
@@ -123,7 +142,9 @@ describe("relay: restarts and outages", () => {
       // Alice's webhook is still registered: a message for her is pushed.
       const forAlice = signed(bob, "alice-agent");
       await clientOf(env, second, bob).publish(forAlice);
-      await waitFor("the push after the restart", () => hook.calls.some((x) => x.body.headers.message_id === forAlice.headers.message_id));
+      await waitFor("the push after the restart", () =>
+        hook.calls.some((x) => x.body.headers.message_id === forAlice.headers.message_id),
+      );
       expect((await streamConfig(name)).max_msgs).toBe(500);
     } finally {
       await second.close();
@@ -140,18 +161,29 @@ describe("relay: restarts and outages", () => {
       const before = signed(alice, "bob-agent");
       expect((await c(alice).publish(before)).status).toBe(202);
       await nats.stop();
-      await waitFor("readiness to drop", async () => (await httpsRequest(`${relay.url}/readyz`, { ca: env.tls.ca })).status === 503);
+      await waitFor(
+        "readiness to drop",
+        async () => (await httpsRequest(`${relay.url}/readyz`, { ca: env.tls.ca })).status === 503,
+      );
       const lost = signed(alice, "bob-agent");
       const res = await c(alice).publish(lost);
       expect(res.status).toBe(503);
       expect(JSON.parse(res.text)).toMatchObject({ status: "error", code: "unavailable" });
       expect(Number(res.retryAfter)).toBeGreaterThan(0);
-      for (const r of [await c(bob).request("GET", "/relay/messages"), await c(bob).request("DELETE", `/relay/messages/${before.headers.message_id}`), await c(bob).request("POST", "/relay/subscribe", { subscribe: { topics: ["a.b"] } })]) {
+      for (const r of [
+        await c(bob).request("GET", "/relay/messages"),
+        await c(bob).request("DELETE", `/relay/messages/${before.headers.message_id}`),
+        await c(bob).request("POST", "/relay/subscribe", { subscribe: { topics: ["a.b"] } }),
+      ]) {
         expect(r.status).toBe(503);
         expect(r.headers.get("retry-after")).toBeTruthy();
       }
       await nats.restart();
-      await waitFor("readiness to return", async () => (await httpsRequest(`${relay.url}/readyz`, { ca: env.tls.ca })).status === 200, 20_000);
+      await waitFor(
+        "readiness to return",
+        async () => (await httpsRequest(`${relay.url}/readyz`, { ca: env.tls.ca })).status === 200,
+        20_000,
+      );
       expect((await c(alice).publish(lost)).status).toBe(202);
       expect(ids((await c(bob).pull()).messages)).toEqual(ids([before, lost]));
     } finally {
@@ -162,24 +194,58 @@ describe("relay: restarts and outages", () => {
 
   it("runs from the documented start contract as a child process", async () => {
     const dir = tempDir();
-    const manifest = writeRelayManifest(dir, { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] }, randomName("cli"));
+    const manifest = writeRelayManifest(
+      dir,
+      { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] },
+      randomName("cli"),
+    );
     const port = await freePort();
     // Its output is kept and printed should the test fail.
     const child = spawnProcess(
       "ifp-runtime relay",
       process.execPath,
-      [new URL("../bin/ifp-runtime.ts", import.meta.url).pathname, "relay", "--manifest", manifest, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", env.tls.files.cert, "--tls-key", env.tls.files.key, "--nats", env.nats.url],
+      [
+        new URL("../bin/ifp-runtime.ts", import.meta.url).pathname,
+        "relay",
+        "--manifest",
+        manifest,
+        "--port",
+        String(port),
+        "--metrics-port",
+        "0",
+        "--host",
+        "127.0.0.1",
+        "--tls-cert",
+        env.tls.files.cert,
+        "--tls-key",
+        env.tls.files.key,
+        "--nats",
+        env.nats.url,
+      ],
       { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
     );
     try {
-      await waitFor("the relay process", async () => (await httpsRequest(`https://localhost:${port}/readyz`, { ca: env.tls.ca })).status === 200, 30_000, 200);
+      await waitFor(
+        "the relay process",
+        async () => (await httpsRequest(`https://localhost:${port}/readyz`, { ca: env.tls.ca })).status === 200,
+        30_000,
+        200,
+      );
       const m = signed(alice, "bob-agent");
       expect((await new RelayClient(`https://localhost:${port}`, alice.signing, env.http).publish(m)).status).toBe(202);
-      expect(ids((await new RelayClient(`https://localhost:${port}`, bob.signing, env.http).pull()).messages)).toEqual([m.headers.message_id]);
+      expect(ids((await new RelayClient(`https://localhost:${port}`, bob.signing, env.http).pull()).messages)).toEqual([
+        m.headers.message_id,
+      ]);
       // TLS 1.2 or later only: the server refuses a client that offers 1.0/1.1 (protocol_version
       // alert), and the same client allowed 1.2 connects.
-      expect(await tlsHandshake(port, env.tls.ca, { minVersion: "TLSv1", maxVersion: "TLSv1.1" })).toMatchObject({ ok: false, code: "ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION" });
-      expect(await tlsHandshake(port, env.tls.ca, { minVersion: "TLSv1", maxVersion: "TLSv1.2" })).toEqual({ ok: true, protocol: "TLSv1.2" });
+      expect(await tlsHandshake(port, env.tls.ca, { minVersion: "TLSv1", maxVersion: "TLSv1.1" })).toMatchObject({
+        ok: false,
+        code: "ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION",
+      });
+      expect(await tlsHandshake(port, env.tls.ca, { minVersion: "TLSv1", maxVersion: "TLSv1.2" })).toEqual({
+        ok: true,
+        protocol: "TLSv1.2",
+      });
       // SIGTERM is a clean stop: exit code 0.
       expect(describeExit(await child.stop()), child.log()).toBe("exited with code 0");
     } finally {

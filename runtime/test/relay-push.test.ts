@@ -6,7 +6,21 @@ import type { RunningRelay } from "../src/relay/main.ts";
 import { signed } from "./fixtures.ts";
 import WebSocket from "ws";
 import { consistently } from "../../e2e/support/wait.ts";
-import { alice, baseUrl, bob, carol, clientOf, ids, openWs, readSse, relayEnv, runRelay, waitFor, webhook, type RelayEnv } from "./relay-harness.ts";
+import {
+  alice,
+  baseUrl,
+  bob,
+  carol,
+  clientOf,
+  ids,
+  openWs,
+  readSse,
+  relayEnv,
+  runRelay,
+  waitFor,
+  webhook,
+  type RelayEnv,
+} from "./relay-harness.ts";
 
 let env: RelayEnv;
 beforeAll(async () => {
@@ -56,7 +70,9 @@ describe("relay: push over SSE and WebSocket", () => {
     await c(alice).publish(m3);
     const forCarol = signed(alice, carol.agentId);
     await c(alice).publish(forCarol);
-    expect((await readSse(env, relay, carol, { count: 1 })).map((e) => e.data.headers.message_id)).toEqual([forCarol.headers.message_id]);
+    expect((await readSse(env, relay, carol, { count: 1 })).map((e) => e.data.headers.message_id)).toEqual([
+      forCarol.headers.message_id,
+    ]);
     expect(ids((await c(bob).pull()).messages)).toEqual([m3.headers.message_id]);
     await c(bob).ack(m3.headers.message_id);
     await c(carol).ack(forCarol.headers.message_id);
@@ -118,12 +134,17 @@ describe("relay: push over SSE and WebSocket", () => {
 
   it("refuses an unsigned or wrongly signed WebSocket upgrade with 401", async () => {
     const url = `${baseUrl(relay).replace("https", "wss")}/relay/ws`;
-    const statusOf = (ws: WebSocket) => new Promise<number>((r) => ws.once("unexpected-response", (_req, res) => r(res.statusCode ?? 0)).once("error", () => r(-1)));
+    const statusOf = (ws: WebSocket) =>
+      new Promise<number>((r) =>
+        ws.once("unexpected-response", (_req, res) => r(res.statusCode ?? 0)).once("error", () => r(-1)),
+      );
     expect(await statusOf(new WebSocket(url, { ca: env.tls.ca }))).toBe(401);
     // Signed for another path.
     const headers = await signRequest({ method: "GET", url: `${baseUrl(relay)}/relay/events` }, bob.signing);
     expect(await statusOf(new WebSocket(url, { headers, ca: env.tls.ca }))).toBe(401);
-    expect(await statusOf(new WebSocket(`${baseUrl(relay).replace("https", "wss")}/elsewhere`, { ca: env.tls.ca }))).toBe(404);
+    expect(
+      await statusOf(new WebSocket(`${baseUrl(relay).replace("https", "wss")}/elsewhere`, { ca: env.tls.ca })),
+    ).toBe(404);
   });
 });
 
@@ -135,7 +156,10 @@ describe("relay: webhook push", () => {
     try {
       const waiting = signed(alice, "bob-agent");
       await c(alice).publish(waiting);
-      expect(await c(bob).registerWebhook(hook.url)).toMatchObject({ status: "subscribed", push: { webhook: hook.url } });
+      expect(await c(bob).registerWebhook(hook.url)).toMatchObject({
+        status: "subscribed",
+        push: { webhook: hook.url },
+      });
       await waitFor("the waiting message", () => hook.calls.length === 1);
       const m = signed(alice, "bob-agent");
       await c(alice).publish(m);
@@ -145,13 +169,27 @@ describe("relay: webhook push", () => {
         [m.headers.message_id, 500],
         [m.headers.message_id, 200],
       ]);
-      await waitFor("the retried push counted", async () => metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_deliveries_total", { transport: "webhook", result: "delivered" }) === 2);
+      await waitFor(
+        "the retried push counted",
+        async () =>
+          metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_deliveries_total", {
+            transport: "webhook",
+            result: "delivered",
+          }) === 2,
+      );
       const pushed = await scrapeMetrics(relay.metricsUrl);
       expect(metricValue(pushed, "ifp_relay_deliveries_total", { transport: "webhook", result: "failed" })).toBe(1);
       expect(metricValue(pushed, "ifp_relay_redeliveries_total", { transport: "webhook" })).toBe(1);
       const retry = hook.calls[2]!;
-      expect(retry.headers).toMatchObject({ "idempotency-key": m.headers.message_id, "ifp-message-id": m.headers.message_id, "ifp-delivery-attempt": "2", "content-type": expect.stringMatching(/^application\/json/) });
-      expect(retry.body.trace.received).toEqual([expect.objectContaining({ by: "relay:https://localhost", from: "alice-agent" })]);
+      expect(retry.headers).toMatchObject({
+        "idempotency-key": m.headers.message_id,
+        "ifp-message-id": m.headers.message_id,
+        "ifp-delivery-attempt": "2",
+        "content-type": expect.stringMatching(/^application\/json/),
+      });
+      expect(retry.body.trace.received).toEqual([
+        expect.objectContaining({ by: "relay:https://localhost", from: "alice-agent" }),
+      ]);
       await waitFor("removal from the mailbox", async () => (await c(bob).pull()).messages.length === 0);
       // Other agents' messages are not pushed to bob's webhook: stored for carol, and the hook
       // hears nothing more.
@@ -165,7 +203,10 @@ describe("relay: webhook push", () => {
       const later = signed(alice, "bob-agent");
       await c(alice).publish(later);
       expect(ids((await c(bob).pull()).messages)).toEqual([later.headers.message_id]);
-      await consistently("no push without a webhook", async () => hook.calls.length === 3 && ids((await c(bob).pull()).messages).includes(later.headers.message_id));
+      await consistently(
+        "no push without a webhook",
+        async () => hook.calls.length === 3 && ids((await c(bob).pull()).messages).includes(later.headers.message_id),
+      );
     } finally {
       await relay.close();
       await hook.close();
@@ -180,16 +221,36 @@ describe("relay: webhook push", () => {
       await c(bob).registerWebhook(hook.url);
       const m = signed(alice, "bob-agent");
       await c(alice).publish(m);
-      const dead = await waitFor("a dead letter", async () => {
-        const d = await c(bob).deadLetters();
-        return d.length ? d : undefined;
-      }, 15_000);
-      expect(dead).toEqual([{ message_id: m.headers.message_id, reason: "webhook answered 503; gave up after 3 attempts", at: expect.any(String), message: expect.objectContaining({ headers: m.headers }) }]);
+      const dead = await waitFor(
+        "a dead letter",
+        async () => {
+          const d = await c(bob).deadLetters();
+          return d.length ? d : undefined;
+        },
+        15_000,
+      );
+      expect(dead).toEqual([
+        {
+          message_id: m.headers.message_id,
+          reason: "webhook answered 503; gave up after 3 attempts",
+          at: expect.any(String),
+          message: expect.objectContaining({ headers: m.headers }),
+        },
+      ]);
       expect(hook.calls).toHaveLength(3);
       // The move is a copy into the dead letters, then the removal from the mailbox and the count:
       // a reader may see the dead letter a moment before the rest.
-      await waitFor("the message gone from bob's mailbox", async () => (await c(bob).pull()).messages.length === 0, 15_000);
-      await waitFor("the dead letter counted", async () => /ifp_dead_letters_total\{source="relay-push",mode="relay"\} 1/.test(await scrapeMetrics(relay.metricsUrl)), 15_000);
+      await waitFor(
+        "the message gone from bob's mailbox",
+        async () => (await c(bob).pull()).messages.length === 0,
+        15_000,
+      );
+      await waitFor(
+        "the dead letter counted",
+        async () =>
+          /ifp_dead_letters_total\{source="relay-push",mode="relay"\} 1/.test(await scrapeMetrics(relay.metricsUrl)),
+        15_000,
+      );
       expect(await c(alice).deadLetters()).toEqual([]);
       expect(await c(alice).removeDeadLetter(m.headers.message_id)).toBe(false);
       expect(await c(bob).removeDeadLetter(m.headers.message_id)).toBe(true);
@@ -201,7 +262,9 @@ describe("relay: webhook push", () => {
   });
 
   it("dead-letters at once what the webhook refuses with a 4xx, and waits out a 429's Retry-After", async () => {
-    const hook = await webhook(env, (n) => (n === 0 ? { status: 429, headers: { "retry-after": "1" } } : n === 1 ? 200 : 422));
+    const hook = await webhook(env, (n) =>
+      n === 0 ? { status: 429, headers: { "retry-after": "1" } } : n === 1 ? 200 : 422,
+    );
     const relay = await runRelay(env, { delivery: { retries: 5, backoffDelay: "50ms", timeout: "2s" } });
     const c = (who: typeof alice) => clientOf(env, relay, who);
     try {
@@ -213,11 +276,18 @@ describe("relay: webhook push", () => {
       expect(Date.now() - t0).toBeGreaterThanOrEqual(900);
       const refused = signed(alice, "bob-agent");
       await c(alice).publish(refused);
-      const dead = await waitFor("a dead letter", async () => {
-        const d = await c(bob).deadLetters();
-        return d.length ? d : undefined;
-      }, 15_000);
-      expect(dead[0]).toMatchObject({ message_id: refused.headers.message_id, reason: "webhook refused the message with 422" });
+      const dead = await waitFor(
+        "a dead letter",
+        async () => {
+          const d = await c(bob).deadLetters();
+          return d.length ? d : undefined;
+        },
+        15_000,
+      );
+      expect(dead[0]).toMatchObject({
+        message_id: refused.headers.message_id,
+        reason: "webhook refused the message with 422",
+      });
       expect(hook.calls.map((x) => x.status)).toEqual([429, 200, 422]);
     } finally {
       await relay.close();
@@ -234,8 +304,12 @@ describe("relay: shutdown", () => {
     const sse = readSse(env, relay, bob, { count: 1, waitMs: 40_000 });
     const ws = await openWs(env, relay, bob);
     const closed = new Promise<number>((r) => ws.ws.once("close", (code) => r(code)));
-    const open = async (transport: string) => metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_connections", { transport });
-    await waitFor("both streams open at the relay", async () => (await open("sse")) === 1 && (await open("websocket")) === 1);
+    const open = async (transport: string) =>
+      metricValue(await scrapeMetrics(relay.metricsUrl), "ifp_relay_connections", { transport });
+    await waitFor(
+      "both streams open at the relay",
+      async () => (await open("sse")) === 1 && (await open("websocket")) === 1,
+    );
     const t0 = Date.now();
     await relay.close();
     // Far below the streams' own ends, and generous for a loaded machine.

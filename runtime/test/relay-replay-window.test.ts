@@ -28,30 +28,59 @@ describe("relayed messages and the replay window", () => {
       self: bob,
       natsUrl: nats.url,
       tls,
-      spec: { peers: [peerOf(alice)], relay: { urls: relays, receive: "poll", pollInterval: "300ms" }, inbox: { replayWindow: "3s" }, handler: { url: handler.url } },
+      spec: {
+        peers: [peerOf(alice)],
+        relay: { urls: relays, receive: "poll", pollInterval: "300ms" },
+        inbox: { replayWindow: "3s" },
+        handler: { url: handler.url },
+      },
     });
-    const intake = async (result: string) => metricValue(await b.scrape(), "ifp_relay_operations_total", { operation: "intake", result });
+    const intake = async (result: string) =>
+      metricValue(await b.scrape(), "ifp_relay_operations_total", { operation: "intake", result });
     try {
       // Written 72 hours ago (its sender queued it that long), accepted by the relay now.
-      const old = signed(alice, "bob-agent", { date: new Date(Date.now() - 72 * HOUR).toISOString() }, "written three days ago");
+      const old = signed(
+        alice,
+        "bob-agent",
+        { date: new Date(Date.now() - 72 * HOUR).toISOString() },
+        "written three days ago",
+      );
       expect((await new RelayClient(f.relayUrl, alice.signing, http).publish(old)).status).toBe(202);
-      const got = await waitFor("the old message handed on", () => handler.received.find((r) => r.body.headers.message_id === old.headers.message_id));
-      expect(got.body.trace.received).toEqual([expect.objectContaining({ by: "relay:https://localhost", from: "alice-agent" })]);
+      const got = await waitFor("the old message handed on", () =>
+        handler.received.find((r) => r.body.headers.message_id === old.headers.message_id),
+      );
+      expect(got.body.trace.received).toEqual([
+        expect.objectContaining({ by: "relay:https://localhost", from: "alice-agent" }),
+      ]);
       await sleep(3500);
       // The same message again, through the other relay, after JetStream's duplicate window: recognised in the stream.
       expect((await new RelayClient(baseUrl(other), alice.signing, http).publish(old)).status).toBe(202);
       await waitFor("the second copy read and counted as a duplicate", async () => (await intake("duplicate")) >= 1);
       await waitFor("both mailboxes emptied", async () => {
-        for (const url of relays) if ((await new RelayClient(url, bob.signing, http).pull()).messages.length) return false;
+        for (const url of relays)
+          if ((await new RelayClient(url, bob.signing, http).pull()).messages.length) return false;
         return true;
       });
       expect(handler.received.filter((r) => r.body.headers.message_id === old.headers.message_id)).toHaveLength(1);
 
       // Dated before anything the inbox still keeps (its retention, a week): refused, however recently the relay took it.
-      const ancient = signed(alice, "bob-agent", { date: new Date(Date.now() - 8 * 24 * HOUR).toISOString() }, "eight days old");
+      const ancient = signed(
+        alice,
+        "bob-agent",
+        { date: new Date(Date.now() - 8 * 24 * HOUR).toISOString() },
+        "eight days old",
+      );
       expect((await new RelayClient(f.relayUrl, alice.signing, http).publish(ancient)).status).toBe(202);
       await waitFor("the ancient message refused", async () => (await intake("invalid_format")) >= 1);
-      expect(b.logLines().some((l) => l.message_id === ancient.headers.message_id && /outside the accepted window for relayed messages/.test(String(l.err)))).toBe(true);
+      expect(
+        b
+          .logLines()
+          .some(
+            (l) =>
+              l.message_id === ancient.headers.message_id &&
+              /outside the accepted window for relayed messages/.test(String(l.err)),
+          ),
+      ).toBe(true);
       expect(handler.received.some((r) => r.body.headers.message_id === ancient.headers.message_id)).toBe(false);
     } finally {
       await b.close();

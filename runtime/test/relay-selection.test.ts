@@ -33,7 +33,12 @@ describe("relay selection (IFP-8 2.3)", () => {
       self: bob,
       natsUrl: env.nats.url,
       tls: env.tls,
-      spec: { baseUrl: "https://localhost:1", peers: [peerOf(alice)], relay: { urls: [baseUrl(r1), baseUrl(r2)], pollInterval: "300ms", receive: "poll" }, handler: { url: handler.url } },
+      spec: {
+        baseUrl: "https://localhost:1",
+        peers: [peerOf(alice)],
+        relay: { urls: [baseUrl(r1), baseUrl(r2)], pollInterval: "300ms", receive: "poll" },
+        handler: { url: handler.url },
+      },
     });
     const a = await runAgent({
       self: alice,
@@ -52,15 +57,21 @@ describe("relay selection (IFP-8 2.3)", () => {
     try {
       const local = new LocalApiClient(a.localApiUrl);
       const sent = await local.send({ to: ["bob-agent", "carol-agent"], text: "to two agents on different relays" });
-      const record = await waitFor("both delivered", async () => {
-        const r = await local.status(sent.message_id);
-        return r.recipients.every((x) => x.state === "delivered") ? r : undefined;
-      }, 30_000);
+      const record = await waitFor(
+        "both delivered",
+        async () => {
+          const r = await local.status(sent.message_id);
+          return r.recipients.every((x) => x.state === "delivered") ? r : undefined;
+        },
+        30_000,
+      );
       expect(record.recipients).toEqual([
         expect.objectContaining({ agent: "bob-agent", via: `relay:${baseUrl(r2)}` }),
         expect.objectContaining({ agent: "carol-agent", via: `relay:${baseUrl(r1)}` }),
       ]);
-      const got = await waitFor("bob's handler", () => handler.received.find((r) => r.body.headers.message_id === sent.message_id));
+      const got = await waitFor("bob's handler", () =>
+        handler.received.find((r) => r.body.headers.message_id === sent.message_id),
+      );
       expect(got.body.trace.received).toEqual([expect.objectContaining({ by: "relay:https://localhost" })]);
       // Carol's copy waits at r1, the signed headers.to unchanged; r2 stored nothing for carol.
       const atR1 = (await new RelayClient(baseUrl(r1), carol.signing, env.http).pull()).messages;
@@ -83,7 +94,14 @@ describe("relay selection (IFP-8 2.3)", () => {
     expect(await bad(["topic:gossip.exchange"])).toEqual({ status: 400, code: "invalid_format" });
     expect(await bad(Array.from({ length: 101 }, () => "bob-agent"))).toEqual({ status: 400, code: "invalid_format" });
     // Narrowed to a recipient the relay does not serve: 404, as without narrowing.
-    expect((await new RelayClient(baseUrl(r1), alice.signing, env.http).publish(signed(alice, ["bob-agent", "carol-agent"]), ["bob-agent"])).status).toBe(404);
+    expect(
+      (
+        await new RelayClient(baseUrl(r1), alice.signing, env.http).publish(
+          signed(alice, ["bob-agent", "carol-agent"]),
+          ["bob-agent"],
+        )
+      ).status,
+    ).toBe(404);
     const ok = await relay.publish(m, ["bob-agent"]);
     expect(ok.status).toBe(202);
     expect(JSON.parse(ok.text)).toMatchObject({ recipients: 1 });
@@ -107,13 +125,18 @@ describe("relay selection (IFP-8 2.3)", () => {
       });
       try {
         const local = new LocalApiClient(a.localApiUrl);
-        for (const id of ids) await local.send(message("alice-agent", "bob-agent", { message_id: id, phase: "context" }, id));
+        for (const id of ids)
+          await local.send(message("alice-agent", "bob-agent", { message_id: id, phase: "context" }, id));
         return await Promise.all(
           ids.map((id) =>
-            waitFor(`${id} delivered`, async () => {
-              const r = await local.status(id);
-              return r.state === "delivered" ? r.recipients[0]!.via : undefined;
-            }, 30_000),
+            waitFor(
+              `${id} delivered`,
+              async () => {
+                const r = await local.status(id);
+                return r.state === "delivered" ? r.recipients[0]!.via : undefined;
+              },
+              30_000,
+            ),
           ),
         );
       } finally {
@@ -121,7 +144,11 @@ describe("relay selection (IFP-8 2.3)", () => {
       }
     };
     /** The message_ids waiting for bob at a relay, of those given. */
-    const heldAt = async (relay: RunningRelay, ids: string[]) => (await new RelayClient(baseUrl(relay), bob.signing, env.http).pull({ limit: 100 })).messages.map((m) => m.headers.message_id).filter((id) => ids.includes(id)).sort();
+    const heldAt = async (relay: RunningRelay, ids: string[]) =>
+      (await new RelayClient(baseUrl(relay), bob.signing, env.http).pull({ limit: 100 })).messages
+        .map((m) => m.headers.message_id)
+        .filter((id) => ids.includes(id))
+        .sort();
     try {
       // any: always the first relay listed, which is up.
       const listed = Array.from({ length: 4 }, (_, i) => `msg:preference-any-${i}`);
@@ -146,8 +173,11 @@ describe("relay selection (IFP-8 2.3)", () => {
     expect(relayOrder({ urls }, "msg:1")).toEqual(urls);
     expect(relayOrder({ urls, preference: "something-else" }, "msg:1")).toEqual(urls);
     expect(relayOrder({ urls: [...urls, "https://a"] }, "msg:1")).toEqual(urls);
-    const starts = new Set(Array.from({ length: 30 }, (_, i) => relayOrder({ urls, preference: "spread" }, `msg:${i}`)[0]));
+    const starts = new Set(
+      Array.from({ length: 30 }, (_, i) => relayOrder({ urls, preference: "spread" }, `msg:${i}`)[0]),
+    );
     expect(starts.size).toBe(3);
-    for (let i = 0; i < 5; i++) expect([...relayOrder({ urls, preference: "spread" }, `msg:${i}`)].sort()).toEqual(urls);
+    for (let i = 0; i < 5; i++)
+      expect([...relayOrder({ urls, preference: "spread" }, `msg:${i}`)].sort()).toEqual(urls);
   });
 });

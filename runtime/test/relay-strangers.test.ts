@@ -12,7 +12,20 @@ import type { RelaySpecInput } from "../src/resources/relay.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { startRelay } from "../src/relay/main.ts";
 import { identity, peerOf, signed, tempDir, writeRelayManifest, type TestIdentity } from "./fixtures.ts";
-import { alice, baseUrl, bob, clientOf, ids, openWs, randomName, readSse, relayEnv, runRelay, waitFor, type RelayEnv } from "./relay-harness.ts";
+import {
+  alice,
+  baseUrl,
+  bob,
+  clientOf,
+  ids,
+  openWs,
+  randomName,
+  readSse,
+  relayEnv,
+  runRelay,
+  waitFor,
+  type RelayEnv,
+} from "./relay-harness.ts";
 import { withRuntimeLog } from "./runtime-log.ts";
 
 let env: RelayEnv;
@@ -45,7 +58,13 @@ beforeAll(async () => {
     const who = served.get(agentId);
     if (!who) return res.writeHead(404).end();
     res.writeHead(200, { "content-type": "application/json" });
-    res.end(JSON.stringify({ ifp: 5, agent_id: agentId, keys: [{ key_id: who.keyId, type: "ed25519", public_key: who.publicKey, status: "active" }] }));
+    res.end(
+      JSON.stringify({
+        ifp: 5,
+        agent_id: agentId,
+        keys: [{ key_id: who.keyId, type: "ed25519", public_key: who.publicKey, status: "active" }],
+      }),
+    );
   });
   await new Promise<void>((r) => docs.listen(0, "127.0.0.1", r));
   const addr = docs.address();
@@ -79,17 +98,25 @@ describe("relay: senders it does not serve (spec.publishers)", () => {
     expect(body(res.text)).toMatchObject({ status: "accepted", recipients: 1, stored: 1 });
     // A batch too.
     const batched = signed(stranger, "bob-agent");
-    expect((await s.publishMany([batched])).results).toMatchObject([{ status: 202, message_id: batched.headers.message_id }]);
+    expect((await s.publishMany([batched])).results).toMatchObject([
+      { status: 202, message_id: batched.headers.message_id },
+    ]);
 
     const { messages } = await clientOf(env, relay, bob).pull();
     expect(ids(messages)).toEqual([m.headers.message_id, batched.headers.message_id]);
-    expect(messages[0]!.trace!.received).toEqual([{ by: "relay:https://localhost", with: "https+ifp-4", at: expect.any(String), from: stranger.agentId }]);
+    expect(messages[0]!.trace!.received).toEqual([
+      { by: "relay:https://localhost", with: "https+ifp-4", at: expect.any(String), from: stranger.agentId },
+    ]);
 
     // Reading, acknowledging, deleting, subscribing, dead letters, event streams: never the stranger's.
     const refused = async (p: Promise<{ status: number; text: string }>) => {
       const r = await p;
       expect(r.status, r.text).toBe(401);
-      expect(body(r.text)).toMatchObject({ status: "error", code: "unknown_sender", message: expect.stringMatching(/only they read, acknowledge and subscribe/) });
+      expect(body(r.text)).toMatchObject({
+        status: "error",
+        code: "unknown_sender",
+        message: expect.stringMatching(/only they read, acknowledge and subscribe/),
+      });
     };
     await refused(s.request("GET", "/relay/messages"));
     await refused(s.request("DELETE", `/relay/messages/${encodeURIComponent(m.headers.message_id)}`));
@@ -108,7 +135,10 @@ describe("relay: senders it does not serve (spec.publishers)", () => {
     });
     expect(upgrade).toBe(401);
     // bob's copies are untouched by all of that.
-    expect(ids((await clientOf(env, relay, bob).pull()).messages)).toEqual([m.headers.message_id, batched.headers.message_id]);
+    expect(ids((await clientOf(env, relay, bob).pull()).messages)).toEqual([
+      m.headers.message_id,
+      batched.headers.message_id,
+    ]);
 
     // Not an agent the relay serves: nothing stored, as for any sender.
     const elsewhere = await s.publish(signed(stranger, "carol-agent"));
@@ -151,7 +181,10 @@ describe("relay: senders it does not serve (spec.publishers)", () => {
     const before = docRequests;
     const res = await clientOf(env, relay, stranger).publish(signed(stranger, "bob-agent"));
     expect(res.status, res.text).toBe(401);
-    expect(body(res.text)).toMatchObject({ code: "unknown_sender", message: expect.stringMatching(/could not be obtained/) });
+    expect(body(res.text)).toMatchObject({
+      code: "unknown_sender",
+      message: expect.stringMatching(/could not be obtained/),
+    });
     // The answer does not describe what the fetch met, and nothing reached the server.
     expect(body(res.text).message).not.toMatch(/127\.0\.0\.1|refused|loopback/i);
     expect(docRequests).toBe(before);
@@ -162,19 +195,38 @@ describe("relay: senders it does not serve (spec.publishers)", () => {
 
   it("does not look identities up in the install's cluster networks (--allow-private-targets), which webhooks may reach", async () => {
     const dir = tempDir();
-    const manifest = writeRelayManifest(dir, { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)], network: { allowPrivateTargets: [] } }, randomName());
+    const manifest = writeRelayManifest(
+      dir,
+      { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)], network: { allowPrivateTargets: [] } },
+      randomName(),
+    );
     const relay = await withRuntimeLog("relay with cluster networks (in-process)", (logger) =>
-      startRelay({ manifest, port: 0, host: "127.0.0.1", tlsCert: env.tls.files.cert, tlsKey: env.tls.files.key, nats: { url: env.nats.url }, caFile: env.tls.files.ca, allowPrivateTargets: ["127.0.0.0/8", "::1/128"], logger }),
+      startRelay({
+        manifest,
+        port: 0,
+        host: "127.0.0.1",
+        tlsCert: env.tls.files.cert,
+        tlsKey: env.tls.files.key,
+        nats: { url: env.nats.url },
+        caFile: env.tls.files.ca,
+        allowPrivateTargets: ["127.0.0.0/8", "::1/128"],
+        logger,
+      }),
     );
     try {
-      await waitFor("relay ready", async () => (await httpsRequest(`${relay.url}/readyz`, { ca: env.tls.ca })).status === 200);
+      await waitFor(
+        "relay ready",
+        async () => (await httpsRequest(`${relay.url}/readyz`, { ca: env.tls.ca })).status === 200,
+      );
       const stranger = httpsSender("agents/cluster");
       const before = docRequests;
       const res = await clientOf(env, relay, stranger).publish(signed(stranger, "bob-agent"));
       expect([res.status, body(res.text).code]).toEqual([401, "unknown_sender"]);
       expect(docRequests).toBe(before);
       // Webhooks still reach the cluster networks: a registration on loopback is taken.
-      expect((await clientOf(env, relay, bob).registerWebhook(`${docsBase}/hook`)).push?.webhook).toBe(`${docsBase}/hook`);
+      expect((await clientOf(env, relay, bob).registerWebhook(`${docsBase}/hook`)).push?.webhook).toBe(
+        `${docsBase}/hook`,
+      );
     } finally {
       await relay.close();
     }
@@ -209,9 +261,17 @@ describe("relay: senders it does not serve (spec.publishers)", () => {
   it("holds strangers to their quotas: requests per minute, bytes per hour, copies stored, and per recipient", async () => {
     const relay = await relayWith({
       limits: { maxMessageBytes: 8 * 1024 },
-      publishers: { limits: { perSenderPerMinute: 4, perSenderBytesPerHour: 16 * 1024, perSenderStored: 3, perRecipientPerMinute: 5 } },
+      publishers: {
+        limits: {
+          perSenderPerMinute: 4,
+          perSenderBytesPerHour: 16 * 1024,
+          perSenderStored: 3,
+          perRecipientPerMinute: 5,
+        },
+      },
     });
-    const publish = (who: TestIdentity, text = "hi") => clientOf(env, relay, who).publish(signed(who, "bob-agent", {}, text));
+    const publish = (who: TestIdentity, text = "hi") =>
+      clientOf(env, relay, who).publish(signed(who, "bob-agent", {}, text));
     const expect429 = async (p: ReturnType<typeof publish>, what: RegExp) => {
       const res = await p;
       expect(res.status, res.text).toBe(429);
@@ -272,7 +332,9 @@ describe("relay: senders it does not serve (spec.publishers)", () => {
     const stranger = didSender();
     const res = await clientOf(env, relay, stranger).publish(signed(stranger, "topic:gossip.exchange"));
     expect(body(res.text)).toMatchObject({ status: "accepted", recipients: 1 });
-    expect((await clientOf(env, relay, alice).pull()).messages.map((m) => m.headers.from.agent)).toEqual([stranger.agentId]);
+    expect((await clientOf(env, relay, alice).pull()).messages.map((m) => m.headers.from.agent)).toEqual([
+      stranger.agentId,
+    ]);
   });
 
   it("names the transport a message came by in its trace entry: wss+ifp-4 for a WebSocket publish", async () => {
@@ -283,6 +345,8 @@ describe("relay: senders it does not serve (spec.publishers)", () => {
     await waitFor("the answer", () => session.answerTo(m.headers.message_id));
     await session.close();
     const [got] = (await clientOf(env, relay, bob).pull()).messages;
-    expect(got!.trace!.received).toEqual([{ by: "relay:https://localhost", with: "wss+ifp-4", at: expect.any(String), from: "alice-agent" }]);
+    expect(got!.trace!.received).toEqual([
+      { by: "relay:https://localhost", with: "wss+ifp-4", at: expect.any(String), from: "alice-agent" },
+    ]);
   });
 });

@@ -2,9 +2,22 @@ import { scrapeMetrics } from "./agent-harness.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { contentDigest, signRequest } from "../src/protocol/http-signatures.ts";
 import type { RunningRelay } from "../src/relay/main.ts";
-import { httpsRequest } from "../../e2e/support/https.ts";
 import { signed } from "./fixtures.ts";
-import { alice, baseUrl, bob, carol, clientOf, expectError, failure, ids, raw, relayEnv, runRelay, stranger, type RelayEnv } from "./relay-harness.ts";
+import {
+  alice,
+  baseUrl,
+  bob,
+  carol,
+  clientOf,
+  expectError,
+  failure,
+  ids,
+  raw,
+  relayEnv,
+  runRelay,
+  stranger,
+  type RelayEnv,
+} from "./relay-harness.ts";
 
 let env: RelayEnv;
 let relay: RunningRelay;
@@ -24,12 +37,25 @@ describe("relay: store and forward", () => {
     const m = signed(alice, "bob-agent");
     const res = await c(alice).publish(m);
     expect(res.status).toBe(202);
-    expect(JSON.parse(res.text)).toEqual({ status: "accepted", message_id: m.headers.message_id, recipients: 1, stored: 1, duplicates: 0 });
+    expect(JSON.parse(res.text)).toEqual({
+      status: "accepted",
+      message_id: m.headers.message_id,
+      recipients: 1,
+      stored: 1,
+      duplicates: 0,
+    });
 
     const { messages } = await c(bob).pull();
     expect(ids(messages)).toEqual([m.headers.message_id]);
     const got = messages[0]!;
-    expect(got.trace!.received).toEqual([{ by: "relay:https://localhost", with: "https+ifp-4", at: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/), from: "alice-agent" }]);
+    expect(got.trace!.received).toEqual([
+      {
+        by: "relay:https://localhost",
+        with: "https+ifp-4",
+        at: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/),
+        from: "alice-agent",
+      },
+    ]);
     // Everything else is kept as sent: the sender's signature still covers it.
     const { trace: _t, ...rest } = got;
     expect(rest).toEqual(m);
@@ -51,28 +77,53 @@ describe("relay: store and forward", () => {
     const sent = { zz_extension: { kept: true }, body, ...rest };
     expect((await c(alice).request("POST", "/relay/publish", sent)).status).toBe(202);
     const { text } = await c(bob).request("GET", "/relay/messages");
-    expect(text.startsWith(`[${JSON.stringify(sent).slice(0, -1)},"trace":{"received":[{"by":"relay:https://localhost"`)).toBe(true);
+    expect(
+      text.startsWith(`[${JSON.stringify(sent).slice(0, -1)},"trace":{"received":[{"by":"relay:https://localhost"`),
+    ).toBe(true);
     expect(await c(bob).ack(rest.headers.message_id)).toBe(true);
   });
 
   it("authenticates before it looks at the body, and counts every answer per operation", async () => {
     // Unsigned and malformed: refused for the signature, not for the body.
-    const unsigned = await raw(env, relay, { method: "POST", path: "/relay/publish", headers: { "content-type": "application/json" }, body: "{}" });
+    const unsigned = await raw(env, relay, {
+      method: "POST",
+      path: "/relay/publish",
+      headers: { "content-type": "application/json" },
+      body: "{}",
+    });
     expect(unsigned).toMatchObject({ status: 401, body: { code: "invalid_signature" } });
     const bad = await c(alice).request("POST", "/relay/publish", { ifp: 4 });
-    expect(JSON.parse(bad.text)).toMatchObject({ code: "invalid_format", message: expect.stringMatching(/^the message does not follow IFP-4: headers: /) });
+    expect(JSON.parse(bad.text)).toMatchObject({
+      code: "invalid_format",
+      message: expect.stringMatching(/^the message does not follow IFP-4: headers: /),
+    });
     const metrics = await scrapeMetrics(relay.metricsUrl);
-    const count = (result: string) => Number(new RegExp(`ifp_relay_operations_total\\{[^}]*operation="publish",result="${result}"[^}]*\\} (\\d+)`).exec(metrics)?.[1] ?? 0);
+    const count = (result: string) =>
+      Number(
+        new RegExp(`ifp_relay_operations_total\\{[^}]*operation="publish",result="${result}"[^}]*\\} (\\d+)`).exec(
+          metrics,
+        )?.[1] ?? 0,
+      );
     expect(count("invalid_signature")).toBeGreaterThanOrEqual(1);
     expect(count("invalid_format")).toBeGreaterThanOrEqual(1);
     expect(count("ok")).toBeGreaterThanOrEqual(1);
   });
 
   it("keeps an existing trace and appends to it", async () => {
-    const m = { ...signed(alice, "bob-agent"), trace: { received: [{ by: "relay:https://earlier.example", with: "https+ifp-4", at: "2026-01-01T00:00:00Z", from: "alice-agent" }] } };
+    const m = {
+      ...signed(alice, "bob-agent"),
+      trace: {
+        received: [
+          { by: "relay:https://earlier.example", with: "https+ifp-4", at: "2026-01-01T00:00:00Z", from: "alice-agent" },
+        ],
+      },
+    };
     await c(alice).publish(m);
     const [got] = (await c(bob).pull()).messages;
-    expect(got!.trace!.received!.map((e) => e.by)).toEqual(["relay:https://earlier.example", "relay:https://localhost"]);
+    expect(got!.trace!.received!.map((e) => e.by)).toEqual([
+      "relay:https://earlier.example",
+      "relay:https://localhost",
+    ]);
     await c(bob).ack(m.headers.message_id);
   });
 
@@ -139,15 +190,30 @@ describe("relay: store and forward", () => {
     await expectError(a.request("GET", "/relay/nothing"), 404, "not_found");
     await expectError(a.request("DELETE", `/relay/messages/${"x".repeat(300)}`), 404, "not_found");
     await expectError(a.request("POST", "/relay/subscribe", { subscribe: { topics: [] } }), 400, "invalid_format");
-    await expectError(a.request("POST", "/relay/subscribe", { push: { webhook: "http://127.0.0.1:9/hook" } }), 400, "invalid_format");
+    await expectError(
+      a.request("POST", "/relay/subscribe", { push: { webhook: "http://127.0.0.1:9/hook" } }),
+      400,
+      "invalid_format",
+    );
     // Invalid JSON, signed correctly.
     const url = `${baseUrl(relay)}/relay/publish`;
     const body = '{"ifp": 4,';
-    const headers = await signRequest({ method: "POST", url, body, headers: { "content-type": "application/json" } }, alice.signing);
-    expect(await raw(env, relay, { method: "POST", path: "/relay/publish", headers, body })).toMatchObject({ status: 400, body: { code: "invalid_format" } });
+    const headers = await signRequest(
+      { method: "POST", url, body, headers: { "content-type": "application/json" } },
+      alice.signing,
+    );
+    expect(await raw(env, relay, { method: "POST", path: "/relay/publish", headers, body })).toMatchObject({
+      status: 400,
+      body: { code: "invalid_format" },
+    });
     // Another media type.
-    const textHeaders = await signRequest({ method: "POST", url, body: "hi", headers: { "content-type": "text/plain" } }, alice.signing);
-    expect(await raw(env, relay, { method: "POST", path: "/relay/publish", headers: textHeaders, body: "hi" })).toMatchObject({ status: 415 });
+    const textHeaders = await signRequest(
+      { method: "POST", url, body: "hi", headers: { "content-type": "text/plain" } },
+      alice.signing,
+    );
+    expect(
+      await raw(env, relay, { method: "POST", path: "/relay/publish", headers: textHeaders, body: "hi" }),
+    ).toMatchObject({ status: 415 });
   });
 
   it("refuses an expired message and never hands out one whose TTL passes while it waits", async () => {
@@ -190,20 +256,46 @@ describe("relay: request signatures", () => {
 
   it("accepts a fresh signature and refuses a stale, future, unknown-key, unsigned or tampered one with 401", async () => {
     const url = `${baseUrl(relay)}${path}`;
-    expect(await raw(env, relay, { method: "GET", path, headers: await signRequest({ method: "GET", url }, bob.signing, at(-50_000)) })).toMatchObject({ status: 200 });
+    expect(
+      await raw(env, relay, {
+        method: "GET",
+        path,
+        headers: await signRequest({ method: "GET", url }, bob.signing, at(-50_000)),
+      }),
+    ).toMatchObject({ status: 200 });
     // A signature lives 60 s, and the relay allows 5 minutes of clock skew either way.
-    const stale = await raw(env, relay, { method: "GET", path, headers: await signRequest({ method: "GET", url }, bob.signing, at(-362_000)) });
-    expect(stale).toMatchObject({ status: 401, body: { status: "error", code: "invalid_signature", message: expect.stringMatching(/has expired|older than/) } });
-    const future = await raw(env, relay, { method: "GET", path, headers: await signRequest({ method: "GET", url }, bob.signing, at(302_000)) });
+    const stale = await raw(env, relay, {
+      method: "GET",
+      path,
+      headers: await signRequest({ method: "GET", url }, bob.signing, at(-362_000)),
+    });
+    expect(stale).toMatchObject({
+      status: 401,
+      body: { status: "error", code: "invalid_signature", message: expect.stringMatching(/has expired|older than/) },
+    });
+    const future = await raw(env, relay, {
+      method: "GET",
+      path,
+      headers: await signRequest({ method: "GET", url }, bob.signing, at(302_000)),
+    });
     expect(future).toMatchObject({ status: 401, body: { code: "invalid_signature" } });
-    expect(await raw(env, relay, { method: "GET", path, headers: {} })).toMatchObject({ status: 401, body: { code: "invalid_signature", message: expect.stringMatching(/not signed/) } });
+    expect(await raw(env, relay, { method: "GET", path, headers: {} })).toMatchObject({
+      status: 401,
+      body: { code: "invalid_signature", message: expect.stringMatching(/not signed/) },
+    });
     // An agent the relay does not serve, and a key of bob's it does not know.
     expect(await failure(clientOf(env, relay, stranger).pull())).toMatchObject({ status: 401, code: "unknown_sender" });
     const { identity } = await import("./fixtures.ts");
     const bobsOtherKey = identity("bob-agent", "key-2");
-    expect(await failure(clientOf(env, relay, bobsOtherKey).pull())).toMatchObject({ status: 401, code: "invalid_signature" });
+    expect(await failure(clientOf(env, relay, bobsOtherKey).pull())).toMatchObject({
+      status: 401,
+      code: "invalid_signature",
+    });
     // A key that claims to be bob's key-1 but is not.
-    expect(await failure(clientOf(env, relay, identity("bob-agent")).pull())).toMatchObject({ status: 401, code: "invalid_signature" });
+    expect(await failure(clientOf(env, relay, identity("bob-agent")).pull())).toMatchObject({
+      status: 401,
+      code: "invalid_signature",
+    });
   });
 
   it("refuses a signature replayed on another path or query, and a body that does not match", async () => {
@@ -211,27 +303,45 @@ describe("relay: request signatures", () => {
     const headers = await signRequest({ method: "GET", url }, bob.signing);
     expect(await raw(env, relay, { method: "GET", path: `${path}?limit=1`, headers })).toMatchObject({ status: 200 });
     expect(await raw(env, relay, { method: "GET", path: `${path}?limit=2`, headers })).toMatchObject({ status: 401 });
-    expect(await raw(env, relay, { method: "GET", path: "/relay/dead-letters?limit=1", headers })).toMatchObject({ status: 401 });
-    expect(await raw(env, relay, { method: "DELETE", path: `${path}/x?limit=1`, headers })).toMatchObject({ status: 401 });
+    expect(await raw(env, relay, { method: "GET", path: "/relay/dead-letters?limit=1", headers })).toMatchObject({
+      status: 401,
+    });
+    expect(await raw(env, relay, { method: "DELETE", path: `${path}/x?limit=1`, headers })).toMatchObject({
+      status: 401,
+    });
 
     const m = signed(alice, "bob-agent");
     const body = JSON.stringify(m);
     const pubUrl = `${baseUrl(relay)}/relay/publish`;
-    const h = await signRequest({ method: "POST", url: pubUrl, body, headers: { "content-type": "application/json" } }, alice.signing);
+    const h = await signRequest(
+      { method: "POST", url: pubUrl, body, headers: { "content-type": "application/json" } },
+      alice.signing,
+    );
     const tampered = body.replace('"hello"', '"HELLO"');
-    expect(await raw(env, relay, { method: "POST", path: "/relay/publish", headers: h, body: tampered })).toMatchObject({ status: 401, body: { message: expect.stringMatching(/Content-Digest does not match/) } });
+    expect(await raw(env, relay, { method: "POST", path: "/relay/publish", headers: h, body: tampered })).toMatchObject(
+      { status: 401, body: { message: expect.stringMatching(/Content-Digest does not match/) } },
+    );
     // Even with a recomputed digest the signature no longer verifies.
     const redigested = { ...h, "content-digest": contentDigest(tampered) };
-    expect(await raw(env, relay, { method: "POST", path: "/relay/publish", headers: redigested, body: tampered })).toMatchObject({ status: 401, body: { message: expect.stringMatching(/does not verify/) } });
+    expect(
+      await raw(env, relay, { method: "POST", path: "/relay/publish", headers: redigested, body: tampered }),
+    ).toMatchObject({ status: 401, body: { message: expect.stringMatching(/does not verify/) } });
     expect((await c(bob).pull()).messages).toEqual([]);
-    expect(await raw(env, relay, { method: "POST", path: "/relay/publish", headers: h, body })).toMatchObject({ status: 202 });
+    expect(await raw(env, relay, { method: "POST", path: "/relay/publish", headers: h, body })).toMatchObject({
+      status: 202,
+    });
     expect(await c(bob).ack(m.headers.message_id)).toBe(true);
   });
 });
 
 describe("relay: topics", () => {
   it("fans a topic message out to each subscriber's mailbox, with its own acknowledgement", async () => {
-    expect(await c(bob).subscribe(["capabilities.update"])).toEqual({ status: "subscribed", agent: "bob-agent", topics: ["capabilities.update"], push: null });
+    expect(await c(bob).subscribe(["capabilities.update"])).toEqual({
+      status: "subscribed",
+      agent: "bob-agent",
+      topics: ["capabilities.update"],
+      push: null,
+    });
     await c(carol).subscribe(["capabilities.update", "gossip.exchange"]);
     await c(alice).subscribe(["capabilities.update"]);
     expect(await c(carol).subscriptions()).toMatchObject({ topics: ["capabilities.update", "gossip.exchange"] });
@@ -264,11 +374,17 @@ describe("relay: topics", () => {
     expect((await c(bob).pull()).messages).toEqual([]);
     await c(carol).ack(later.headers.message_id);
     const nobody = signed(alice, "topic:nobody.listens");
-    expect(JSON.parse((await c(alice).publish(nobody)).text)).toMatchObject({ status: "accepted", recipients: 0, stored: 0 });
+    expect(JSON.parse((await c(alice).publish(nobody)).text)).toMatchObject({
+      status: "accepted",
+      recipients: 0,
+      stored: 0,
+    });
   });
 
   it("lets an agent subscribe only for itself", async () => {
-    const res = await c(bob).request("POST", "/relay/subscribe", { subscribe: { topics: ["gossip.exchange"], agent: "alice-agent" } });
+    const res = await c(bob).request("POST", "/relay/subscribe", {
+      subscribe: { topics: ["gossip.exchange"], agent: "alice-agent" },
+    });
     expect(res.status).toBe(401);
     expect(JSON.parse(res.text)).toMatchObject({ status: "error", code: "invalid_signature" });
     expect((await c(alice).subscriptions()).topics).not.toContain("gossip.exchange");

@@ -7,7 +7,6 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../e2e/support/nats.ts";
-import { freePort } from "../../e2e/support/ports.ts";
 import { consistently, waitFor } from "../../e2e/support/wait.ts";
 import { agentNames } from "../src/agent/names.ts";
 import { LocalApiClient } from "../src/client/local.ts";
@@ -57,7 +56,11 @@ async function acceptingPeer() {
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const addr = server.address();
-  return { url: `https://localhost:${typeof addr === "object" && addr ? addr.port : 0}`, got, close: () => new Promise<void>((r) => server.close(() => r())) };
+  return {
+    url: `https://localhost:${typeof addr === "object" && addr ? addr.port : 0}`,
+    got,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
 }
 
 describe("two replicas of one Agent", () => {
@@ -91,7 +94,10 @@ describe("two replicas of one Agent", () => {
   });
 
   it("publishes the same capability document, `updated` included, from both", async () => {
-    const [d1, d2] = await Promise.all([r1.get("/.well-known/agent/capabilities"), r2.get("/.well-known/agent/capabilities")]);
+    const [d1, d2] = await Promise.all([
+      r1.get("/.well-known/agent/capabilities"),
+      r2.get("/.well-known/agent/capabilities"),
+    ]);
     expect(d1.json().updated).toBe(d2.json().updated);
     expect(d1.headers.etag).toBe(d2.headers.etag);
   });
@@ -102,7 +108,12 @@ describe("two replicas of one Agent", () => {
     try {
       const jsm = await jetstreamManager(nc);
       const names = agentNames(self.agentId);
-      await waitFor("both replicas to pull", async () => (await jsm.consumers.info(names.inboxStream, names.handlerConsumer)).num_waiting >= 2, 20_000, 100);
+      await waitFor(
+        "both replicas to pull",
+        async () => (await jsm.consumers.info(names.inboxStream, names.handlerConsumer)).num_waiting >= 2,
+        20_000,
+        100,
+      );
     } finally {
       await nc.close();
     }
@@ -112,7 +123,11 @@ describe("two replicas of one Agent", () => {
       sent.push(m.headers.message_id);
       expect((await (i % 2 ? r2 : r1).post(m)).status).toBe(202);
     }
-    await waitFor("every message handed on", () => sent.every((id) => handler.got.some((g) => g.messageId === id)), 30_000);
+    await waitFor(
+      "every message handed on",
+      () => sent.every((id) => handler.got.some((g) => g.messageId === id)),
+      30_000,
+    );
     await consistently("no message handed on twice", () => onlyOnce(handler.got.map((g) => g.messageId)), 1_500);
     expect(handler.got).toHaveLength(50);
     const byReplica = tally(handler.got.map((g) => g.path));
@@ -123,7 +138,11 @@ describe("two replicas of one Agent", () => {
   it("delivers each outbound message once, whichever replica queued it", async () => {
     const ids: string[] = [];
     for (let i = 0; i < 10; i++) {
-      const sent = await new LocalApiClient((i % 2 ? r2 : r1).localApiUrl).send({ to: quinn.agentId, phase: "greeting", text: `hello ${i}` });
+      const sent = await new LocalApiClient((i % 2 ? r2 : r1).localApiUrl).send({
+        to: quinn.agentId,
+        phase: "greeting",
+        text: `hello ${i}`,
+      });
       ids.push(sent.message_id);
     }
     await waitFor("every message delivered", () => ids.every((id) => peer.got.includes(id)), 30_000);
@@ -151,22 +170,38 @@ describe("two replicas of one Relay", () => {
 
   it("shares topic subscriptions: subscribed through one, used by the other", async () => {
     await clientOf(env, a, bob).subscribe(["replicas.news"]);
-    await waitFor("replica b to know the subscription", async () => (await clientOf(env, b, bob).subscriptions()).topics.includes("replicas.news"), 10_000);
+    await waitFor(
+      "replica b to know the subscription",
+      async () => (await clientOf(env, b, bob).subscriptions()).topics.includes("replicas.news"),
+      10_000,
+    );
     const m = signed(alice, "topic:replicas.news");
     expect(JSON.parse((await clientOf(env, b, alice).publish(m)).text)).toMatchObject({ recipients: 1 });
-    expect((await clientOf(env, a, bob).pull()).messages.map((x) => x.headers.message_id)).toEqual([m.headers.message_id]);
+    expect((await clientOf(env, a, bob).pull()).messages.map((x) => x.headers.message_id)).toEqual([
+      m.headers.message_id,
+    ]);
     await clientOf(env, a, bob).ack(m.headers.message_id);
 
     await clientOf(env, b, bob).unsubscribe(["replicas.news"]);
-    await waitFor("replica a to forget it", async () => (await clientOf(env, a, bob).subscriptions()).topics.length === 0, 10_000);
-    expect(JSON.parse((await clientOf(env, a, alice).publish(signed(alice, "topic:replicas.news"))).text)).toMatchObject({ recipients: 0 });
+    await waitFor(
+      "replica a to forget it",
+      async () => (await clientOf(env, a, bob).subscriptions()).topics.length === 0,
+      10_000,
+    );
+    expect(
+      JSON.parse((await clientOf(env, a, alice).publish(signed(alice, "topic:replicas.news"))).text),
+    ).toMatchObject({ recipients: 0 });
   });
 
   it("pushes each message once to a webhook registered through one replica", async () => {
     const hook = await webhook(env, () => 200);
     try {
       await clientOf(env, a, carol).registerWebhook(hook.url);
-      await waitFor("replica b to know the webhook", async () => (await clientOf(env, b, carol).subscriptions()).push?.webhook === hook.url, 10_000);
+      await waitFor(
+        "replica b to know the webhook",
+        async () => (await clientOf(env, b, carol).subscriptions()).push?.webhook === hook.url,
+        10_000,
+      );
       const sent: string[] = [];
       for (let i = 0; i < 30; i++) {
         const m = signed(i % 2 ? alice : bob, carol.agentId);

@@ -49,7 +49,10 @@ export function runtimeLog(name: string): RuntimeLog {
  * `start(logger)` (startAgent, startRelay) with its log kept as `runtimeLog` says; the log ends
  * when the runtime is closed, or at once when it could not start.
  */
-export async function withRuntimeLog<R extends { close(): Promise<void> }>(name: string, start: (logger: Logger) => Promise<R>): Promise<R & { logLines(): LogLine[] }> {
+export async function withRuntimeLog<R extends { close(): Promise<void> }>(
+  name: string,
+  start: (logger: Logger) => Promise<R>,
+): Promise<R & { logLines(): LogLine[] }> {
   const log = runtimeLog(name);
   let running: R;
   try {

@@ -20,7 +20,9 @@ let ca: CertificateAuthority;
 let certs: Pem[];
 beforeAll(async () => {
   ca = await createCA("tls reload test CA");
-  certs = await Promise.all([0, 1, 2].map(() => ca.issue({ commonName: "localhost", dnsNames: ["localhost"], ips: ["127.0.0.1"] })));
+  certs = await Promise.all(
+    [0, 1, 2].map(() => ca.issue({ commonName: "localhost", dnsNames: ["localhost"], ips: ["127.0.0.1"] })),
+  );
 });
 
 const fingerprint = (pem: string) => new X509Certificate(pem).fingerprint256;
@@ -67,7 +69,12 @@ describe("TLS certificate hot reload", () => {
 
     writeFileSync(files.keyFile, certs[1]!.key);
     writeFileSync(files.certFile, certs[1]!.cert);
-    await waitFor("the new certificate to be served", async () => (await servedFingerprint(port)) === fingerprint(certs[1]!.cert), 10_000, 50);
+    await waitFor(
+      "the new certificate to be served",
+      async () => (await servedFingerprint(port)) === fingerprint(certs[1]!.cert),
+      10_000,
+      50,
+    );
     const res = await httpsRequest(`https://localhost:${port}/hello`, { ca: ca.cert });
     expect(res.status).toBe(200);
   });
@@ -91,7 +98,12 @@ describe("TLS certificate hot reload", () => {
     symlinkSync(version(2), join(dir, "..data_tmp"));
     renameSync(join(dir, "..data_tmp"), join(dir, "..data"));
     rmSync(join(dir, "..2026_11_23_00"), { recursive: true });
-    await waitFor("the swapped certificate to be served", async () => (await servedFingerprint(port)) === fingerprint(certs[2]!.cert), 10_000, 50);
+    await waitFor(
+      "the swapped certificate to be served",
+      async () => (await servedFingerprint(port)) === fingerprint(certs[2]!.cert),
+      10_000,
+      50,
+    );
   });
 
   it("keeps serving the old certificate while the new pair is half written, and takes it once complete", async () => {
@@ -103,10 +115,25 @@ describe("TLS certificate hot reload", () => {
     const port = await serve(files, warnings);
 
     writeFileSync(files.certFile, certs[1]!.cert); // the key does not match yet
-    await waitFor("the mismatch to be noticed", () => warnings.includes("could not reload the TLS certificate"), 10_000, 20);
-    await consistently("the old certificate to be served", async () => (await servedFingerprint(port)) === fingerprint(certs[0]!.cert), 4 * POLL_MS, 50);
+    await waitFor(
+      "the mismatch to be noticed",
+      () => warnings.includes("could not reload the TLS certificate"),
+      10_000,
+      20,
+    );
+    await consistently(
+      "the old certificate to be served",
+      async () => (await servedFingerprint(port)) === fingerprint(certs[0]!.cert),
+      4 * POLL_MS,
+      50,
+    );
 
     writeFileSync(files.keyFile, certs[1]!.key);
-    await waitFor("the completed pair to be served", async () => (await servedFingerprint(port)) === fingerprint(certs[1]!.cert), 10_000, 50);
+    await waitFor(
+      "the completed pair to be served",
+      async () => (await servedFingerprint(port)) === fingerprint(certs[1]!.cert),
+      10_000,
+      50,
+    );
   });
 });

@@ -7,7 +7,16 @@ import { consistently, freePort, waitFor } from "../../e2e/support/ports.ts";
 import { describeExit, spawnProcess, type ExitInfo } from "../../e2e/support/process.ts";
 import { LocalApiClient } from "../src/client/local.ts";
 import { signMessage } from "../src/protocol/signing.ts";
-import { identity, message, peerOf, tempDir, writeAgentManifest, writeKey, writeRelayManifest, type TestIdentity } from "./fixtures.ts";
+import {
+  identity,
+  message,
+  peerOf,
+  tempDir,
+  writeAgentManifest,
+  writeKey,
+  writeRelayManifest,
+  type TestIdentity,
+} from "./fixtures.ts";
 import { startHandler } from "./agent-harness.ts";
 import type { AgentSpecInput } from "../src/resources/agent.ts";
 
@@ -46,7 +55,16 @@ async function otlpReceiver() {
             for (const s of ss.spans ?? []) {
               const attributes: Record<string, unknown> = {};
               for (const a of s.attributes ?? []) attributes[a.key] = Object.values(a.value ?? {})[0];
-              spans.push({ service, traceId: s.traceId, spanId: s.spanId, parentSpanId: s.parentSpanId || undefined, name: s.name, kind: s.kind, attributes, status: s.status });
+              spans.push({
+                service,
+                traceId: s.traceId,
+                spanId: s.spanId,
+                parentSpanId: s.parentSpanId || undefined,
+                name: s.name,
+                kind: s.kind,
+                attributes,
+                status: s.status,
+              });
             }
           }
         }
@@ -59,7 +77,12 @@ async function otlpReceiver() {
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const addr = server.address();
   const port = typeof addr === "object" && addr ? addr.port : 0;
-  return { endpoint: `http://127.0.0.1:${port}`, spans, requests, close: () => new Promise<void>((r) => server.close(() => r())) };
+  return {
+    endpoint: `http://127.0.0.1:${port}`,
+    spans,
+    requests,
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
 }
 
 let nats: NatsServer;
@@ -85,26 +108,72 @@ async function spawnRuntime(mode: "agent" | "relay", args: string[], env: Record
   const child = spawnProcess(
     `ifp-runtime ${mode} (${env.OTEL_SERVICE_NAME ?? "untraced"})`,
     process.execPath,
-    [BIN, mode, ...args, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url],
+    [
+      BIN,
+      mode,
+      ...args,
+      "--port",
+      String(port),
+      "--metrics-port",
+      "0",
+      "--host",
+      "127.0.0.1",
+      "--tls-cert",
+      tls.files.cert,
+      "--tls-key",
+      tls.files.key,
+      "--nats",
+      nats.url,
+    ],
     { env: { ...process.env, IFP_LOG_LEVEL: "warn", ...env } },
   );
   const base = `https://localhost:${port}`;
   const r = { base, output: () => child.log(), stop: () => child.stop() };
   running.push(r);
-  const state = await waitFor(`the ${mode} to be ready`, async () => (child.exit ? "ended" : (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200 && "ready"), 30_000, 200).catch((err) => {
+  const state = await waitFor(
+    `the ${mode} to be ready`,
+    async () =>
+      child.exit ? "ended" : (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200 && "ready",
+    30_000,
+    200,
+  ).catch((err) => {
     throw new Error(`${(err as Error).message}\n${child.log()}`);
   });
-  if (state === "ended") throw new Error(`ifp-runtime ${mode} ${describeExit(child.exit)} before it was ready:\n${child.log()}`);
+  if (state === "ended")
+    throw new Error(`ifp-runtime ${mode} ${describeExit(child.exit)} before it was ready:\n${child.log()}`);
   return r;
 }
 
-const tracingEnv = (service: string) => ({ OTEL_EXPORTER_OTLP_ENDPOINT: otlp.endpoint, OTEL_SERVICE_NAME: service, OTEL_BSP_SCHEDULE_DELAY: "100" });
+const tracingEnv = (service: string) => ({
+  OTEL_EXPORTER_OTLP_ENDPOINT: otlp.endpoint,
+  OTEL_SERVICE_NAME: service,
+  OTEL_BSP_SCHEDULE_DELAY: "100",
+});
 
-async function spawnAgent(self: TestIdentity, spec: Omit<AgentSpecInput, "agentId">, env: Record<string, string>, port?: number) {
+async function spawnAgent(
+  self: TestIdentity,
+  spec: Omit<AgentSpecInput, "agentId">,
+  env: Record<string, string>,
+  port?: number,
+) {
   const dir = tempDir();
   const manifest = writeAgentManifest(dir, { agentId: self.agentId, ...spec });
   const localPort = await freePort();
-  const r = await spawnRuntime("agent", ["--manifest", manifest, "--signing-key", writeKey(dir, self), "--local-api-port", String(localPort), "--ca-file", tls.files.ca], env, port);
+  const r = await spawnRuntime(
+    "agent",
+    [
+      "--manifest",
+      manifest,
+      "--signing-key",
+      writeKey(dir, self),
+      "--local-api-port",
+      String(localPort),
+      "--ca-file",
+      tls.files.ca,
+    ],
+    env,
+    port,
+  );
   return { ...r, localApi: `http://127.0.0.1:${localPort}` };
 }
 
@@ -134,15 +203,27 @@ describe("tracing across agents and a relay", () => {
   it("follows one message A → relay → B in one trace, each hop's span a child of the right one", async () => {
     const alice = identity("alice-agent");
     const bob = identity("bob-agent");
-    const relayManifest = writeRelayManifest(tempDir(), { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] }, "hub");
+    const relayManifest = writeRelayManifest(
+      tempDir(),
+      { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] },
+      "hub",
+    );
     const relay = await spawnRuntime("relay", ["--manifest", relayManifest], tracingEnv("relay-hub"));
     const handler = await startHandler();
     try {
-      await spawnAgent(bob, { peers: [peerOf(alice)], relay: { urls: [relay.base], pollInterval: "300ms" }, handler: { url: handler.url } }, tracingEnv("bob"));
+      await spawnAgent(
+        bob,
+        { peers: [peerOf(alice)], relay: { urls: [relay.base], pollInterval: "300ms" }, handler: { url: handler.url } },
+        tracingEnv("bob"),
+      );
       // The relay is the test's own: trusted, so bodies go through it unencrypted (docs/encryption.md).
       const a = await spawnAgent(
         alice,
-        { peers: [{ ...peerOf(bob), relay: { urls: [relay.base] } }], outbound: { backoff: ["300ms"], retryFor: "30s" }, encryption: { relayTrust: [{ url: relay.base, level: "self-operated" }] } },
+        {
+          peers: [{ ...peerOf(bob), relay: { urls: [relay.base] } }],
+          outbound: { backoff: ["300ms"], retryFor: "30s" },
+          encryption: { relayTrust: [{ url: relay.base, level: "self-operated" }] },
+        },
         tracingEnv("alice"),
       );
 
@@ -154,10 +235,21 @@ describe("tracing across agents and a relay", () => {
       });
       expect(res.status).toBe(202);
       const sent = (await res.json()) as { message_id: string; message: any };
-      await waitFor("handed to bob's application", async () => handler.received.some((r) => r.body.headers.message_id === sent.message_id), 30_000);
+      await waitFor(
+        "handed to bob's application",
+        async () => handler.received.some((r) => r.body.headers.message_id === sent.message_id),
+        30_000,
+      );
 
       // bob follows its mailbox on the relay's event stream: the relay's hop is a push over SSE.
-      const spans = await traceOf(APP_TRACE, ["ifp.outbox.send", "ifp.outbound.attempt", "ifp.relay.publish", "ifp.relay.push", "ifp.relay.intake", "ifp.handoff.deliver"]);
+      const spans = await traceOf(APP_TRACE, [
+        "ifp.outbox.send",
+        "ifp.outbound.attempt",
+        "ifp.relay.publish",
+        "ifp.relay.push",
+        "ifp.relay.intake",
+        "ifp.handoff.deliver",
+      ]);
       const send = one(spans, "ifp.outbox.send", "alice");
       const attempt = one(spans, "ifp.outbound.attempt", "alice");
       const publish = one(spans, "ifp.relay.publish", "relay-hub");
@@ -170,7 +262,8 @@ describe("tracing across agents and a relay", () => {
       expect(retrieve.parentSpanId).toBe(publish.spanId);
       expect(intake.parentSpanId).toBe(send.spanId);
       expect(handoff.parentSpanId).toBe(intake.spanId);
-      for (const s of [send, attempt, publish, retrieve, intake, handoff]) expect(s.attributes["ifp.message_id"]).toBe(sent.message_id);
+      for (const s of [send, attempt, publish, retrieve, intake, handoff])
+        expect(s.attributes["ifp.message_id"]).toBe(sent.message_id);
       expect(attempt.attributes["ifp.outcome"]).toBe("delivered");
       expect(attempt.attributes["ifp.recipient"]).toBe("bob-agent");
       expect(handoff.attributes["http.response.status_code"]).toBe(200);
@@ -178,11 +271,15 @@ describe("tracing across agents and a relay", () => {
 
       // The context travels in the message, signed like every header present, and arrives as sent.
       const delivered = handler.received.find((r) => r.body.headers.message_id === sent.message_id)!.body;
-      expect(delivered.headers.extensions["trace-context"]).toEqual({ traceparent: `00-${APP_TRACE}-${send.spanId}-01` });
+      expect(delivered.headers.extensions["trace-context"]).toEqual({
+        traceparent: `00-${APP_TRACE}-${send.spanId}-01`,
+      });
       expect(sent.message.headers.extensions["trace-context"]).toEqual(delivered.headers.extensions["trace-context"]);
       expect(delivered.security.signatures[0].signed_headers).toContain("extensions");
       // Exported as OTLP/HTTP JSON to the standard path.
-      expect(otlp.requests.every((r) => r.path === "/v1/traces" && r.contentType.startsWith("application/json"))).toBe(true);
+      expect(otlp.requests.every((r) => r.path === "/v1/traces" && r.contentType.startsWith("application/json"))).toBe(
+        true,
+      );
       // Spans name messages, never their content.
       expect(JSON.stringify(otlp.spans)).not.toContain("secret plans");
     } finally {
@@ -197,14 +294,33 @@ describe("tracing across agents and a relay", () => {
     const daveHandler = await startHandler();
     try {
       const [carolPort, davePort] = [await freePort(), await freePort()];
-      const c = await spawnAgent(carol, { handler: { url: handler.url }, peers: [{ ...peerOf(dave), url: `https://localhost:${davePort}` }] }, tracingEnv("carol"), carolPort);
-      const d = await spawnAgent(dave, { handler: { url: daveHandler.url }, peers: [{ ...peerOf(carol), url: c.base }] }, tracingEnv("dave"), davePort);
+      const c = await spawnAgent(
+        carol,
+        { handler: { url: handler.url }, peers: [{ ...peerOf(dave), url: `https://localhost:${davePort}` }] },
+        tracingEnv("carol"),
+        carolPort,
+      );
+      const d = await spawnAgent(
+        dave,
+        { handler: { url: daveHandler.url }, peers: [{ ...peerOf(carol), url: c.base }] },
+        tracingEnv("dave"),
+        davePort,
+      );
       const sent = await new LocalApiClient(d.localApi).send({ to: "carol-agent", text: "hello carol" });
-      await waitFor("carol's application has it", async () => handler.received.some((r) => r.body.headers.message_id === sent.message_id), 30_000);
+      await waitFor(
+        "carol's application has it",
+        async () => handler.received.some((r) => r.body.headers.message_id === sent.message_id),
+        30_000,
+      );
       const first = handler.received.find((r) => r.body.headers.message_id === sent.message_id)!.body;
       const traceId = (first.headers.extensions["trace-context"].traceparent as string).split("-")[1]!;
 
-      const spans = await traceOf(traceId, ["ifp.outbox.send", "ifp.outbound.attempt", "ifp.inbox.receive", "ifp.handoff.deliver"]);
+      const spans = await traceOf(traceId, [
+        "ifp.outbox.send",
+        "ifp.outbound.attempt",
+        "ifp.inbox.receive",
+        "ifp.handoff.deliver",
+      ]);
       const send = one(spans, "ifp.outbox.send", "dave");
       const attempt = one(spans, "ifp.outbound.attempt", "dave");
       const receive = one(spans, "ifp.inbox.receive", "carol");
@@ -213,20 +329,38 @@ describe("tracing across agents and a relay", () => {
       expect(attempt.parentSpanId).toBe(send.spanId);
       expect(receive.parentSpanId).toBe(send.spanId);
       expect(receive.kind).toBe(2); // SERVER
-      expect(receive.attributes).toMatchObject({ "ifp.message_id": sent.message_id, "ifp.sender": "dave-agent", "ifp.conversation_id": first.headers.conversation_id, "http.response.status_code": 202 });
+      expect(receive.attributes).toMatchObject({
+        "ifp.message_id": sent.message_id,
+        "ifp.sender": "dave-agent",
+        "ifp.conversation_id": first.headers.conversation_id,
+        "http.response.status_code": 202,
+      });
       expect(handoff.parentSpanId).toBe(receive.spanId);
 
       // carol's application answers: the reply goes on in the same trace, under the message it answers.
-      const reply = await fetch(`${c.localApi}/outbox`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ in_reply_to: sent.message_id, to: "dave-agent", text: "hi dave" }) });
+      const reply = await fetch(`${c.localApi}/outbox`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ in_reply_to: sent.message_id, to: "dave-agent", text: "hi dave" }),
+      });
       expect(reply.status).toBe(202);
       const replied = (await reply.json()) as { message: any };
       expect((replied.message.headers.extensions["trace-context"].traceparent as string).split("-")[1]).toBe(traceId);
-      await waitFor("dave's application has the reply", async () => daveHandler.received.some((r) => r.body.headers.thread?.in_reply_to === sent.message_id), 30_000);
-      const all = await waitFor("the reply's spans", async () => {
-        const s = otlp.spans.filter((x) => x.traceId === traceId);
-        const has = (name: string, service: string) => s.some((x) => x.name === name && x.service === service);
-        return has("ifp.handoff.deliver", "dave") && has("ifp.outbound.attempt", "carol") ? s : undefined;
-      }, 30_000, 200);
+      await waitFor(
+        "dave's application has the reply",
+        async () => daveHandler.received.some((r) => r.body.headers.thread?.in_reply_to === sent.message_id),
+        30_000,
+      );
+      const all = await waitFor(
+        "the reply's spans",
+        async () => {
+          const s = otlp.spans.filter((x) => x.traceId === traceId);
+          const has = (name: string, service: string) => s.some((x) => x.name === name && x.service === service);
+          return has("ifp.handoff.deliver", "dave") && has("ifp.outbound.attempt", "carol") ? s : undefined;
+        },
+        30_000,
+        200,
+      );
       const replySend = one(all, "ifp.outbox.send", "carol");
       expect(replySend.parentSpanId).toBe(send.spanId);
       expect(one(all, "ifp.inbox.receive", "dave").parentSpanId).toBe(replySend.spanId);
@@ -254,13 +388,26 @@ describe("tracing across agents and a relay", () => {
     ];
     const ids: string[] = [];
     for (const tc of bad) {
-      const m = signMessage(message(mallory.agentId, erin.agentId, { extensions: { "trace-context": tc } }), mallory.signing);
+      const m = signMessage(
+        message(mallory.agentId, erin.agentId, { extensions: { "trace-context": tc } }),
+        mallory.signing,
+      );
       ids.push(m.headers.message_id);
-      const res = await httpsRequest(`${e.base}/.well-known/agent/inbox`, { method: "POST", ca: tls.ca, headers: { "content-type": "application/json" }, body: JSON.stringify(m) });
+      const res = await httpsRequest(`${e.base}/.well-known/agent/inbox`, {
+        method: "POST",
+        ca: tls.ca,
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(m),
+      });
       expect(res.status, JSON.stringify(tc)).toBe(202);
     }
     // A request refused before its message is read still has its span.
-    const refused = await httpsRequest(`${e.base}/.well-known/agent/inbox`, { method: "POST", ca: tls.ca, headers: { "content-type": "application/json" }, body: "{not json" });
+    const refused = await httpsRequest(`${e.base}/.well-known/agent/inbox`, {
+      method: "POST",
+      ca: tls.ca,
+      headers: { "content-type": "application/json" },
+      body: "{not json",
+    });
     expect(refused.status).toBe(400);
     const receives = await waitFor(
       "erin's inbox spans",
@@ -289,15 +436,28 @@ describe("tracing across agents and a relay", () => {
     const grace = identity("grace-agent");
     const handler = await startHandler();
     try {
-      const g = await spawnAgent(grace, { handler: { url: handler.url }, peers: [peerOf(frank)] }, { OTEL_SERVICE_NAME: "grace" });
+      const g = await spawnAgent(
+        grace,
+        { handler: { url: handler.url }, peers: [peerOf(frank)] },
+        { OTEL_SERVICE_NAME: "grace" },
+      );
       const f = await spawnAgent(frank, { peers: [{ ...peerOf(grace), url: g.base }] }, { OTEL_SERVICE_NAME: "frank" });
       const sent = await new LocalApiClient(f.localApi).send({ to: "grace-agent", text: "untraced" });
       expect(sent.message.headers.extensions).toBeUndefined();
-      await waitFor("grace's application has it", async () => handler.received.some((r) => r.body.headers.message_id === sent.message_id), 30_000);
+      await waitFor(
+        "grace's application has it",
+        async () => handler.received.some((r) => r.body.headers.message_id === sent.message_id),
+        30_000,
+      );
       // A clean stop ends tracing after the runtime (ifp-runtime shuts the exporter down, which
       // flushes): whatever either would have exported has been sent by the time it exits 0.
       for (const r of [f, g]) expect(describeExit(await r.stop())).toBe("exited with code 0");
-      await consistently("no spans of grace or frank", () => otlp.spans.every((s) => s.service !== "grace" && s.service !== "frank"), 1_000, 100);
+      await consistently(
+        "no spans of grace or frank",
+        () => otlp.spans.every((s) => s.service !== "grace" && s.service !== "frank"),
+        1_000,
+        100,
+      );
     } finally {
       await handler.close();
     }

@@ -37,21 +37,54 @@ async function spawnRuntime(mode: "agent" | "relay", extra: string[]) {
     mode === "agent"
       ? [
           "--manifest",
-          writeAgentManifest(dir, { agentId: self.agentId, peers: [peerOf(sender)], inbox: { rateLimit: { perAddressPerMinute: 2, perSenderPerMinute: 1000 } } }),
+          writeAgentManifest(dir, {
+            agentId: self.agentId,
+            peers: [peerOf(sender)],
+            inbox: { rateLimit: { perAddressPerMinute: 2, perSenderPerMinute: 1000 } },
+          }),
           "--signing-key",
           writeKey(dir, self),
           "--local-api-port",
           "0",
         ]
-      : ["--manifest", writeRelayManifest(dir, { url: "https://relay.test", agents: [peerOf(sender)], limits: { perAddressPerMinute: 2 } })];
+      : [
+          "--manifest",
+          writeRelayManifest(dir, {
+            url: "https://relay.test",
+            agents: [peerOf(sender)],
+            limits: { perAddressPerMinute: 2 },
+          }),
+        ];
   const child = spawnProcess(
     `ifp-runtime ${mode}`,
     process.execPath,
-    [BIN, mode, ...modeArgs, ...extra, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1", "--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url],
+    [
+      BIN,
+      mode,
+      ...modeArgs,
+      ...extra,
+      "--port",
+      String(port),
+      "--metrics-port",
+      "0",
+      "--host",
+      "127.0.0.1",
+      "--tls-cert",
+      tls.files.cert,
+      "--tls-key",
+      tls.files.key,
+      "--nats",
+      nats.url,
+    ],
     { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
   );
   const base = `https://localhost:${port}`;
-  await waitFor(`the ${mode} to be ready`, async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }))).status === 200, 30_000, 200);
+  await waitFor(
+    `the ${mode} to be ready`,
+    async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }))).status === 200,
+    30_000,
+    200,
+  );
   return {
     /** One request that the per-address limit counts, with the given X-Forwarded-For. */
     async hit(xff?: string | string[]) {
@@ -66,33 +99,47 @@ async function spawnRuntime(mode: "agent" | "relay", extra: string[]) {
               ca: tls.ca,
             })
           : await httpsRequest(`${base}/relay/messages`, { headers, ca: tls.ca });
-      return { status: res.status, body: res.text ? (JSON.parse(res.text) as { code: string; message: string }) : undefined };
+      return {
+        status: res.status,
+        body: res.text ? (JSON.parse(res.text) as { code: string; message: string }) : undefined,
+      };
     },
     /**
      * One WebSocket upgrade to the relay's /relay/ws, unsigned (401 unless limited first), with
      * the given X-Forwarded-For: the status and error body it is refused with.
      */
     upgrade(xff?: string | string[]) {
-      const headers: Record<string, string> = { connection: "Upgrade", upgrade: "websocket", "sec-websocket-key": randomBytes(16).toString("base64"), "sec-websocket-version": "13" };
+      const headers: Record<string, string> = {
+        connection: "Upgrade",
+        upgrade: "websocket",
+        "sec-websocket-key": randomBytes(16).toString("base64"),
+        "sec-websocket-version": "13",
+      };
       if (xff !== undefined) headers["x-forwarded-for"] = Array.isArray(xff) ? xff.join(", ") : xff;
-      return new Promise<{ status: number; retryAfter?: string; body?: { code: string; message: string } }>((resolve, reject) => {
-        const req = rawHttpsRequest(`${base}/relay/ws`, { headers, ca: tls.ca, timeout: 15_000 });
-        req.on("response", (res) => {
-          const chunks: Buffer[] = [];
-          res.on("data", (c: Buffer) => chunks.push(c));
-          res.on("end", () => {
-            const text = Buffer.concat(chunks).toString("utf8");
-            resolve({ status: res.statusCode ?? 0, retryAfter: res.headers["retry-after"] as string | undefined, body: text ? JSON.parse(text) : undefined });
+      return new Promise<{ status: number; retryAfter?: string; body?: { code: string; message: string } }>(
+        (resolve, reject) => {
+          const req = rawHttpsRequest(`${base}/relay/ws`, { headers, ca: tls.ca, timeout: 15_000 });
+          req.on("response", (res) => {
+            const chunks: Buffer[] = [];
+            res.on("data", (c: Buffer) => chunks.push(c));
+            res.on("end", () => {
+              const text = Buffer.concat(chunks).toString("utf8");
+              resolve({
+                status: res.statusCode ?? 0,
+                retryAfter: res.headers["retry-after"] as string | undefined,
+                body: text ? JSON.parse(text) : undefined,
+              });
+            });
           });
-        });
-        req.on("upgrade", (res, socket) => {
-          socket.destroy();
-          resolve({ status: res.statusCode ?? 101 });
-        });
-        req.on("timeout", () => req.destroy(new Error("upgrade timed out")));
-        req.on("error", reject);
-        req.end();
-      });
+          req.on("upgrade", (res, socket) => {
+            socket.destroy();
+            resolve({ status: res.statusCode ?? 101 });
+          });
+          req.on("timeout", () => req.destroy(new Error("upgrade timed out")));
+          req.on("error", reject);
+          req.end();
+        },
+      );
     },
     output: () => child.log(),
     stop: () => child.stop(),
@@ -176,7 +223,15 @@ describe.each(["agent", "relay"] as const)("--trusted-proxies (%s mode)", (mode)
   it("malformed X-Forwarded-For from a trusted proxy opens no new buckets: the proxy's own address is used", async () => {
     const rt = await spawnRuntime(mode, ["--trusted-proxies=127.0.0.1"]);
     try {
-      const junk = ["not-an-ip", "203.0.113.1:5555", "", " , ,", "x".repeat(4000), "203.0.113.1, <script>", "999.1.1.1"];
+      const junk = [
+        "not-an-ip",
+        "203.0.113.1:5555",
+        "",
+        " , ,",
+        "x".repeat(4000),
+        "203.0.113.1, <script>",
+        "999.1.1.1",
+      ];
       const answers = [];
       for (const xff of junk) answers.push(await rt.hit(xff));
       // Two taken from the proxy's bucket (127.0.0.1), then limited, never a 5xx; the empty ones count as the proxy too.
@@ -229,10 +284,28 @@ describe("--trusted-proxies and the relay's WebSocket upgrade", () => {
 
 describe("--trusted-proxies refuses what is not an address", () => {
   it.each(["10.0.0.0/33", "example.com", "10.0.0.0/8,nope", "::1/129", "10.0.0.0/-1"])("exits 2 on %s", (value) => {
-    const res = spawnSync(process.execPath, [BIN, "agent", `--trusted-proxies=${value}`, "--manifest", "/nonexistent", "--tls-cert", "x", "--tls-key", "y", "--signing-key", "z", "--nats", "nats://127.0.0.1:1"], {
-      encoding: "utf8",
-      timeout: 20_000,
-    });
+    const res = spawnSync(
+      process.execPath,
+      [
+        BIN,
+        "agent",
+        `--trusted-proxies=${value}`,
+        "--manifest",
+        "/nonexistent",
+        "--tls-cert",
+        "x",
+        "--tls-key",
+        "y",
+        "--signing-key",
+        "z",
+        "--nats",
+        "nats://127.0.0.1:1",
+      ],
+      {
+        encoding: "utf8",
+        timeout: 20_000,
+      },
+    );
     expect(res.status).toBe(2);
     expect(res.stderr).toMatch(/--trusted-proxies takes IP addresses or CIDR blocks/);
   });

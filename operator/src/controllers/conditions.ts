@@ -21,7 +21,12 @@ export { isoSeconds };
  * The new conditions, keeping each one's lastTransitionTime unless its status flipped; types
  * not given again are dropped.
  */
-export function mergeConditions(previous: Condition[] | undefined, next: ConditionInput[], generation: number, now: Date): Condition[] {
+export function mergeConditions(
+  previous: Condition[] | undefined,
+  next: ConditionInput[],
+  generation: number,
+  now: Date,
+): Condition[] {
   return next.map((c) => {
     const old = previous?.find((p) => p.type === c.type);
     return {
@@ -66,7 +71,12 @@ export interface RuntimeObservation {
   queued?: Blocker;
 }
 
-const cond = (type: string, status: Condition["status"], reason: string, message: string): ConditionInput => ({ type, status, reason, message });
+const cond = (type: string, status: Condition["status"], reason: string, message: string): ConditionInput => ({
+  type,
+  status,
+  reason,
+  message,
+});
 
 /** The stage a runtime has reached, from the observation; the conditions are a view of it. */
 export type RuntimeStage =
@@ -78,17 +88,31 @@ export type RuntimeStage =
 
 export function runtimeStage(o: RuntimeObservation): RuntimeStage {
   if (o.blocker) return { stage: "blocked", ...o.blocker };
-  if (o.applied.length) return { stage: "applying", reason: "ChildrenApplied", message: `applied ${o.applied.join(", ")}` };
+  if (o.applied.length)
+    return { stage: "applying", reason: "ChildrenApplied", message: `applied ${o.applied.join(", ")}` };
   const dep = o.deployment;
-  if (!dep) return { stage: "applying", reason: "DeploymentPending", message: "the runtime Deployment is not in the cache yet" };
+  if (!dep)
+    return {
+      stage: "applying",
+      reason: "DeploymentPending",
+      message: "the runtime Deployment is not in the cache yet",
+    };
   const generation = dep.metadata?.generation ?? 0;
   const observed = dep.status?.observedGeneration ?? 0;
   if (observed < generation) {
-    return { stage: "applying", reason: "RolloutPending", message: `the Deployment controller has not yet observed generation ${generation} of the runtime Deployment` };
+    return {
+      stage: "applying",
+      reason: "RolloutPending",
+      message: `the Deployment controller has not yet observed generation ${generation} of the runtime Deployment`,
+    };
   }
   const progressing = dep.status?.conditions?.find((c) => c.type === "Progressing");
   if (progressing?.status === "False" && progressing.reason === "ProgressDeadlineExceeded") {
-    return { stage: "stalled", reason: "RolloutStalled", message: progressing.message ?? "the runtime Deployment exceeded its progress deadline" };
+    return {
+      stage: "stalled",
+      reason: "RolloutStalled",
+      message: progressing.message ?? "the runtime Deployment exceeded its progress deadline",
+    };
   }
   if (o.waiting) return { stage: "waiting", ...o.waiting };
   const want = dep.spec?.replicas ?? 1;
@@ -101,9 +125,14 @@ export function runtimeStage(o: RuntimeObservation): RuntimeStage {
       : { stage: "waiting", reason: "ScalingDown", message: `${total} runtime replicas still running, 0 wanted` };
   }
   if (updated < want || total > want) {
-    return { stage: "applying", reason: "RolloutInProgress", message: `${updated}/${want} runtime replicas at the current spec, ${total} in all` };
+    return {
+      stage: "applying",
+      reason: "RolloutInProgress",
+      message: `${updated}/${want} runtime replicas at the current spec, ${total} in all`,
+    };
   }
-  if (ready < want) return { stage: "waiting", reason: "RuntimeNotReady", message: `${ready}/${want} runtime replicas ready` };
+  if (ready < want)
+    return { stage: "waiting", reason: "RuntimeNotReady", message: `${ready}/${want} runtime replicas ready` };
   return { stage: "ready", reason: "RuntimeReady", message: `${ready}/${want} runtime replicas ready` };
 }
 
@@ -132,9 +161,17 @@ export function runtimeConditions(o: RuntimeObservation): ConditionInput[] {
   switch (s.stage) {
     case "blocked":
     case "stalled":
-      return [cond("Ready", "False", s.reason, s.message), cond("Reconciling", "False", s.reason, s.message), cond("Stalled", "True", s.reason, s.message)];
+      return [
+        cond("Ready", "False", s.reason, s.message),
+        cond("Reconciling", "False", s.reason, s.message),
+        cond("Stalled", "True", s.reason, s.message),
+      ];
     case "applying":
-      return [cond("Ready", "False", s.reason, s.message), cond("Reconciling", "True", s.reason, s.message), cond("Stalled", "False", "Progressing", "")];
+      return [
+        cond("Ready", "False", s.reason, s.message),
+        cond("Reconciling", "True", s.reason, s.message),
+        cond("Stalled", "False", "Progressing", ""),
+      ];
     case "waiting":
       return [
         cond("Ready", "False", s.reason, s.message),
@@ -142,11 +179,19 @@ export function runtimeConditions(o: RuntimeObservation): ConditionInput[] {
         cond("Stalled", "False", "Progressing", ""),
       ];
     case "ready":
-      return [cond("Ready", "True", s.reason, s.message), cond("Reconciling", "False", "Reconciled", "children match the spec"), cond("Stalled", "False", "Reconciled", "")];
+      return [
+        cond("Ready", "True", s.reason, s.message),
+        cond("Reconciling", "False", "Reconciled", "children match the spec"),
+        cond("Stalled", "False", "Reconciled", ""),
+      ];
   }
 }
 
 /** The conditions of a spec that can never succeed as written: not retried until it changes. */
 export function invalidSpecConditions(message: string): ConditionInput[] {
-  return [cond("Ready", "False", "InvalidSpec", message), cond("Reconciling", "False", "InvalidSpec", message), cond("Stalled", "True", "InvalidSpec", message)];
+  return [
+    cond("Ready", "False", "InvalidSpec", message),
+    cond("Reconciling", "False", "InvalidSpec", message),
+    cond("Stalled", "True", "InvalidSpec", message),
+  ];
 }

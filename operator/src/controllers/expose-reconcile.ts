@@ -7,7 +7,17 @@ import { controlledBy } from "../kube/apply.ts";
 import type { Caches } from "../kube/caches.ts";
 import { isStatus, type Kube } from "../kube/client.ts";
 import type { Blocker } from "./conditions.ts";
-import { exposureApiVersion, exposureToPrune, GATEWAY_GROUP, GATEWAY_KINDS, gatewayKindsFor, gatewayMissing, wantedExposureKinds, type ExposureKind, type GatewayKind } from "./expose.ts";
+import {
+  exposureApiVersion,
+  exposureToPrune,
+  GATEWAY_GROUP,
+  GATEWAY_KINDS,
+  gatewayKindsFor,
+  gatewayMissing,
+  wantedExposureKinds,
+  type ExposureKind,
+  type GatewayKind,
+} from "./expose.ts";
 import { childNames, type Owner } from "./runtime.ts";
 
 export interface ExposurePlan {
@@ -31,7 +41,11 @@ async function servedVersion(kube: Kube, kind: GatewayKind, namespace: string): 
  * is not served the others of the mode are left out too (a BackendTLSPolicy without its
  * HTTPRoute helps nobody) and the pass reports a blocker instead of failing.
  */
-export async function planExposure(kube: Kube, namespace: string, expose: ExposeSpec | undefined): Promise<ExposurePlan> {
+export async function planExposure(
+  kube: Kube,
+  namespace: string,
+  expose: ExposeSpec | undefined,
+): Promise<ExposurePlan> {
   const gatewayKinds = gatewayKindsFor(expose);
   const versions: Partial<Record<GatewayKind, string>> = {};
   const missing: GatewayKind[] = [];
@@ -59,7 +73,8 @@ export async function pruneExposure(kube: Kube, caches: Caches, owner: Owner, pl
   const service = caches.get<V1Service>("Service", namespace, childNames(name).service);
   const deleted: string[] = [];
   for (const kind of exposureToPrune(service, plan.kinds)) {
-    const apiVersion = exposureApiVersion(kind, plan.versions) ?? (await servedApiVersion(kube, kind as GatewayKind, namespace));
+    const apiVersion =
+      exposureApiVersion(kind, plan.versions) ?? (await servedApiVersion(kube, kind as GatewayKind, namespace));
     if (!apiVersion) continue;
     let live: KubernetesObject | undefined;
     try {

@@ -23,12 +23,28 @@ import type { Owner } from "./runtime.ts";
 const meta = { name: "alice", namespace: "team", uid: "uid-1", generation: 1 };
 const owner: Owner = { kind: "Agent", metadata: meta };
 const expose = (e: unknown) => ExposeSpec.parse(e);
-const gw = (mode: "passthrough" | "terminate") => ({ parentRefs: [{ name: "public", namespace: "infra", sectionName: "tls" }], hostname: "alice.example.com", mode });
+const gw = (mode: "passthrough" | "terminate") => ({
+  parentRefs: [{ name: "public", namespace: "infra", sectionName: "tls" }],
+  hostname: "alice.example.com",
+  mode,
+});
 
 describe("spec.expose schema", () => {
   it.each([
-    ["a LoadBalancer with class and policy", { service: { type: "LoadBalancer", loadBalancerClass: "lb.example/x", externalTrafficPolicy: "Local" } }],
-    ["an Ingress", { ingress: { host: "alice.example.com", className: "nginx", annotations: { "nginx.ingress.kubernetes.io/backend-protocol": "HTTPS" } } }],
+    [
+      "a LoadBalancer with class and policy",
+      { service: { type: "LoadBalancer", loadBalancerClass: "lb.example/x", externalTrafficPolicy: "Local" } },
+    ],
+    [
+      "an Ingress",
+      {
+        ingress: {
+          host: "alice.example.com",
+          className: "nginx",
+          annotations: { "nginx.ingress.kubernetes.io/backend-protocol": "HTTPS" },
+        },
+      },
+    ],
     ["both an Ingress and a Gateway route", { ingress: { host: "a.example.com" }, gateway: gw("passthrough") }],
     ["trusted proxies as CIDRs and addresses", { trustedProxies: ["10.0.0.0/8", "192.0.2.7", "2001:db8::/32", "::1"] }],
   ])("accepts %s", (_, e) => {
@@ -50,7 +66,11 @@ describe("spec.expose schema", () => {
     ["a negative prefix", { trustedProxies: ["10.0.0.0/-1"] }, "CIDR"],
     ["an IPv6 prefix too long", { trustedProxies: ["::/129"] }, "CIDR"],
     ["two slashes", { trustedProxies: ["10.0.0.0/8/8"] }, "CIDR"],
-    ["the operator's annotations", { service: { annotations: { "ifp.dev/applied-hash": "x" } } }, "belong to the operator"],
+    [
+      "the operator's annotations",
+      { service: { annotations: { "ifp.dev/applied-hash": "x" } } },
+      "belong to the operator",
+    ],
   ])("refuses %s", (_, e, message) => {
     const r = ExposeSpec.safeParse(e);
     expect(r.success).toBe(false);
@@ -71,16 +91,28 @@ describe("baseUrl defaulting", () => {
   });
 
   it("advertises the exposed host in the agent's manifest and status endpoint", () => {
-    const a = Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: meta, spec: { agentId: "alice@example", expose: { ingress: { host: "alice.example.com" } } } });
+    const a = Agent.parse({
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Agent",
+      metadata: meta,
+      spec: { agentId: "alice@example", expose: { ingress: { host: "alice.example.com" } } },
+    });
     const agent: AgentResource = { ...a, metadata: meta };
     expect(agentEndpoint(agent)).toBe("https://alice.example.com");
-    const children = desiredAgentChildren(agent, { settings: { runtimeImage: "i", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n" }, signing: { secretName: "s", created: "", publicKey: "k" }, tlsSecret: "t" });
+    const children = desiredAgentChildren(agent, {
+      settings: { runtimeImage: "i", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n" },
+      signing: { secretName: "s", created: "", publicKey: "k" },
+      tlsSecret: "t",
+    });
     const cm = children.find((c) => c.kind === "ConfigMap") as unknown as { data: Record<string, string> };
     expect(parse(cm.data["manifest.yaml"]!).spec.baseUrl).toBe("https://alice.example.com");
   });
 
   it("lists every exposed host for the serving certificate", () => {
-    expect(exposedHosts(expose({ ingress: { host: "a.example.com" }, gateway: gw("passthrough") }))).toEqual(["a.example.com", "alice.example.com"]);
+    expect(exposedHosts(expose({ ingress: { host: "a.example.com" }, gateway: gw("passthrough") }))).toEqual([
+      "a.example.com",
+      "alice.example.com",
+    ]);
     expect(exposedHosts(undefined)).toEqual([]);
   });
 });
@@ -89,33 +121,69 @@ describe("exposedService", () => {
   it.each([
     ["no spec.expose", undefined, {}, undefined],
     ["ClusterIP", { service: { type: "ClusterIP" } }, {}, undefined],
-    ["NodePort", { service: { type: "NodePort", externalTrafficPolicy: "Local" } }, { type: "NodePort", externalTrafficPolicy: "Local" }, undefined],
+    [
+      "NodePort",
+      { service: { type: "NodePort", externalTrafficPolicy: "Local" } },
+      { type: "NodePort", externalTrafficPolicy: "Local" },
+      undefined,
+    ],
     [
       "LoadBalancer with class and annotations",
-      { service: { type: "LoadBalancer", loadBalancerClass: "lb.example/x", annotations: { "service.beta.kubernetes.io/aws-load-balancer-type": "nlb" } } },
+      {
+        service: {
+          type: "LoadBalancer",
+          loadBalancerClass: "lb.example/x",
+          annotations: { "service.beta.kubernetes.io/aws-load-balancer-type": "nlb" },
+        },
+      },
       { type: "LoadBalancer", loadBalancerClass: "lb.example/x" },
       { "service.beta.kubernetes.io/aws-load-balancer-type": "nlb" },
     ],
   ])("%s", (_, e, specFields, annotations) => {
     const svc = exposedService(owner, e ? expose(e) : undefined, []);
-    expect(svc.spec).toEqual({ selector: { "app.kubernetes.io/name": "ifp-runtime", "app.kubernetes.io/instance": "alice" }, ports: [{ name: "https", port: 443, targetPort: "https", protocol: "TCP" }], ...specFields });
+    expect(svc.spec).toEqual({
+      selector: { "app.kubernetes.io/name": "ifp-runtime", "app.kubernetes.io/instance": "alice" },
+      ports: [{ name: "https", port: 443, targetPort: "https", protocol: "TCP" }],
+      ...specFields,
+    });
     expect(svc.metadata?.annotations).toEqual(annotations);
   });
 
   it("records the exposure children it goes with", () => {
-    expect(exposedService(owner, undefined, ["Ingress", "TLSRoute"]).metadata?.annotations).toEqual({ [EXPOSED_CHILDREN]: "Ingress,TLSRoute" });
+    expect(exposedService(owner, undefined, ["Ingress", "TLSRoute"]).metadata?.annotations).toEqual({
+      [EXPOSED_CHILDREN]: "Ingress,TLSRoute",
+    });
   });
 });
 
 describe("desiredIngress", () => {
   it("routes the host to the Service's https port, with the user's class, annotations and TLS Secret", () => {
-    const ing = desiredIngress(owner, { host: "alice.example.com", className: "nginx", annotations: { "nginx.ingress.kubernetes.io/backend-protocol": "HTTPS" }, tlsSecretName: "alice-public" });
+    const ing = desiredIngress(owner, {
+      host: "alice.example.com",
+      className: "nginx",
+      annotations: { "nginx.ingress.kubernetes.io/backend-protocol": "HTTPS" },
+      tlsSecretName: "alice-public",
+    });
     expect(ing.metadata?.annotations).toEqual({ "nginx.ingress.kubernetes.io/backend-protocol": "HTTPS" });
-    expect(ing.metadata?.ownerReferences?.[0]).toMatchObject({ kind: "Agent", name: "alice", uid: "uid-1", controller: true });
+    expect(ing.metadata?.ownerReferences?.[0]).toMatchObject({
+      kind: "Agent",
+      name: "alice",
+      uid: "uid-1",
+      controller: true,
+    });
     expect(ing.spec).toEqual({
       ingressClassName: "nginx",
       tls: [{ hosts: ["alice.example.com"], secretName: "alice-public" }],
-      rules: [{ host: "alice.example.com", http: { paths: [{ path: "/", pathType: "Prefix", backend: { service: { name: "alice", port: { name: "https" } } } }] } }],
+      rules: [
+        {
+          host: "alice.example.com",
+          http: {
+            paths: [
+              { path: "/", pathType: "Prefix", backend: { service: { name: "alice", port: { name: "https" } } } },
+            ],
+          },
+        },
+      ],
     });
   });
 
@@ -134,22 +202,36 @@ describe("desiredGatewayChildren", () => {
     expect(route.apiVersion).toBe("gateway.networking.k8s.io/v1alpha2");
     expect(route.kind).toBe("TLSRoute");
     expect(route.spec).toEqual({
-      parentRefs: [{ group: "gateway.networking.k8s.io", kind: "Gateway", name: "public", namespace: "infra", sectionName: "tls" }],
+      parentRefs: [
+        { group: "gateway.networking.k8s.io", kind: "Gateway", name: "public", namespace: "infra", sectionName: "tls" },
+      ],
       hostnames: ["alice.example.com"],
       rules: [{ backendRefs: [{ group: "", kind: "Service", name: "alice", port: 443 }] }],
     });
   });
 
   it("terminate: an HTTPRoute and a BackendTLSPolicy checking the runtime's certificate against <name>-trust", () => {
-    const [route, policy] = desiredGatewayChildren(owner, { ...gw("terminate"), parentRefs: [{ name: "public" }] }, {}) as any[];
+    const [route, policy] = desiredGatewayChildren(
+      owner,
+      { ...gw("terminate"), parentRefs: [{ name: "public" }] },
+      {},
+    ) as any[];
     expect(route.apiVersion).toBe("gateway.networking.k8s.io/v1");
     expect(route.kind).toBe("HTTPRoute");
     expect(route.spec.parentRefs).toEqual([{ group: "gateway.networking.k8s.io", kind: "Gateway", name: "public" }]);
-    expect(route.spec.rules).toEqual([{ matches: [{ path: { type: "PathPrefix", value: "/" } }], backendRefs: [{ group: "", kind: "Service", name: "alice", port: 443 }] }]);
+    expect(route.spec.rules).toEqual([
+      {
+        matches: [{ path: { type: "PathPrefix", value: "/" } }],
+        backendRefs: [{ group: "", kind: "Service", name: "alice", port: 443 }],
+      },
+    ]);
     expect(policy.kind).toBe("BackendTLSPolicy");
     expect(policy.spec).toEqual({
       targetRefs: [{ group: "", kind: "Service", name: "alice", sectionName: "https" }],
-      validation: { caCertificateRefs: [{ group: "", kind: "ConfigMap", name: "alice-trust" }], hostname: "alice.team.svc" },
+      validation: {
+        caCertificateRefs: [{ group: "", kind: "ConfigMap", name: "alice-trust" }],
+        hostname: "alice.team.svc",
+      },
     });
   });
 });
@@ -204,21 +286,47 @@ describe("which children, and which to delete", () => {
 
 describe("the runtime Deployment and the relay", () => {
   it("passes spec.expose.trustedProxies as --trusted-proxies", () => {
-    const r = Relay.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: meta, spec: { url: "https://relay.example.com", expose: { trustedProxies: ["10.0.0.0/8", "192.0.2.1"], service: { type: "NodePort" } } } });
+    const r = Relay.parse({
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Relay",
+      metadata: meta,
+      spec: {
+        url: "https://relay.example.com",
+        expose: { trustedProxies: ["10.0.0.0/8", "192.0.2.1"], service: { type: "NodePort" } },
+      },
+    });
     const relay: RelayResource = { ...r, metadata: meta };
-    const children = desiredRelayChildren(relay, { settings: { runtimeImage: "i", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n" }, tlsSecret: "t" }) as any[];
+    const children = desiredRelayChildren(relay, {
+      settings: { runtimeImage: "i", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n" },
+      tlsSecret: "t",
+    }) as any[];
     const dep = children.find((c) => c.kind === "Deployment");
     expect(dep.spec.template.spec.containers[0].args).toContain("--trusted-proxies=10.0.0.0/8,192.0.2.1");
     expect(children.find((c) => c.kind === "Service").spec.type).toBe("NodePort");
-    const plain = desiredRelayChildren({ ...relay, spec: { ...relay.spec, expose: undefined } }, { settings: { runtimeImage: "i", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n" }, tlsSecret: "t" }) as any[];
-    expect(plain.find((c) => c.kind === "Deployment").spec.template.spec.containers[0].args.join(" ")).not.toContain("--trusted-proxies");
+    const plain = desiredRelayChildren(
+      { ...relay, spec: { ...relay.spec, expose: undefined } },
+      { settings: { runtimeImage: "i", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n" }, tlsSecret: "t" },
+    ) as any[];
+    expect(plain.find((c) => c.kind === "Deployment").spec.template.spec.containers[0].args.join(" ")).not.toContain(
+      "--trusted-proxies",
+    );
   });
 
   it("passes the operator's cluster networks as --allow-private-targets", () => {
-    const relay: RelayResource = { ...Relay.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata: meta, spec: { url: "https://relay.example.com" } }), metadata: meta };
+    const relay: RelayResource = {
+      ...Relay.parse({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Relay",
+        metadata: meta,
+        spec: { url: "https://relay.example.com" },
+      }),
+      metadata: meta,
+    };
     const settings = { runtimeImage: "i", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n" };
     const argsOf = (clusterNetworks?: string[]) =>
-      (desiredRelayChildren(relay, { settings: { ...settings, clusterNetworks }, tlsSecret: "t" }) as any[]).find((c) => c.kind === "Deployment").spec.template.spec.containers[0].args as string[];
+      (desiredRelayChildren(relay, { settings: { ...settings, clusterNetworks }, tlsSecret: "t" }) as any[]).find(
+        (c) => c.kind === "Deployment",
+      ).spec.template.spec.containers[0].args as string[];
     expect(argsOf(["10.96.0.0/12", "10.244.0.0/16"])).toContain("--allow-private-targets=10.96.0.0/12,10.244.0.0/16");
     expect(argsOf([]).join(" ")).not.toContain("--allow-private-targets");
     expect(argsOf().join(" ")).not.toContain("--allow-private-targets");

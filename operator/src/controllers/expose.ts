@@ -51,7 +51,10 @@ export function exposedService(owner: Owner, expose: ExposeSpec | undefined, chi
   const svc = expose?.service;
   // The list of exposure children goes on the Service only when there is one, so that a
   // resource without spec.expose keeps exactly the Service it always had.
-  const annotations = { ...(svc?.annotations ?? {}), ...(children.length ? { [EXPOSED_CHILDREN]: children.join(",") } : {}) };
+  const annotations = {
+    ...(svc?.annotations ?? {}),
+    ...(children.length ? { [EXPOSED_CHILDREN]: children.join(",") } : {}),
+  };
   return {
     ...base,
     metadata: { ...base.metadata, ...(Object.keys(annotations).length ? { annotations } : {}) },
@@ -59,7 +62,9 @@ export function exposedService(owner: Owner, expose: ExposeSpec | undefined, chi
       ...base.spec,
       ...(svc && svc.type !== "ClusterIP" ? { type: svc.type } : {}),
       ...(svc?.loadBalancerClass && svc.type === "LoadBalancer" ? { loadBalancerClass: svc.loadBalancerClass } : {}),
-      ...(svc?.externalTrafficPolicy && svc.type !== "ClusterIP" ? { externalTrafficPolicy: svc.externalTrafficPolicy } : {}),
+      ...(svc?.externalTrafficPolicy && svc.type !== "ClusterIP"
+        ? { externalTrafficPolicy: svc.externalTrafficPolicy }
+        : {}),
     },
   };
 }
@@ -74,14 +79,22 @@ export function desiredIngress(owner: Owner, ingress: NonNullable<ExposeSpec["in
   return {
     apiVersion: "networking.k8s.io/v1",
     kind: "Ingress",
-    metadata: childMeta(owner, owner.metadata.name, ingress.annotations && Object.keys(ingress.annotations).length ? { annotations: { ...ingress.annotations } } : {}),
+    metadata: childMeta(
+      owner,
+      owner.metadata.name,
+      ingress.annotations && Object.keys(ingress.annotations).length ? { annotations: { ...ingress.annotations } } : {},
+    ),
     spec: {
       ...(ingress.className ? { ingressClassName: ingress.className } : {}),
       ...(ingress.tlsSecretName ? { tls: [{ hosts: [ingress.host], secretName: ingress.tlsSecretName }] } : {}),
       rules: [
         {
           host: ingress.host,
-          http: { paths: [{ path: "/", pathType: "Prefix", backend: { service: { name: service, port: { name: "https" } } } }] },
+          http: {
+            paths: [
+              { path: "/", pathType: "Prefix", backend: { service: { name: service, port: { name: "https" } } } },
+            ],
+          },
         },
       ],
     },
@@ -104,14 +117,25 @@ function parentRefs(gateway: NonNullable<ExposeSpec["gateway"]>) {
  * terminate → an HTTPRoute and a BackendTLSPolicy with which the Gateway re-encrypts to the
  * runtime and checks its certificate for the Service's name against the `<name>-trust` bundle.
  */
-export function desiredGatewayChildren(owner: Owner, gateway: NonNullable<ExposeSpec["gateway"]>, versions: Partial<Record<GatewayKind, string>>): KubernetesObject[] {
+export function desiredGatewayChildren(
+  owner: Owner,
+  gateway: NonNullable<ExposeSpec["gateway"]>,
+  versions: Partial<Record<GatewayKind, string>>,
+): KubernetesObject[] {
   const name = owner.metadata.name;
   const service = childNames(name).service;
   const backendRefs = [{ group: "", kind: "Service", name: service, port: 443 }];
   const common = { parentRefs: parentRefs(gateway), hostnames: [gateway.hostname] };
   const version = (kind: GatewayKind) => `${GATEWAY_GROUP}/${versions[kind] ?? GATEWAY_KINDS[kind].versions[0]}`;
   if (gateway.mode === "passthrough") {
-    return [{ apiVersion: version("TLSRoute"), kind: "TLSRoute", metadata: childMeta(owner, name), spec: { ...common, rules: [{ backendRefs }] } } as KubernetesObject];
+    return [
+      {
+        apiVersion: version("TLSRoute"),
+        kind: "TLSRoute",
+        metadata: childMeta(owner, name),
+        spec: { ...common, rules: [{ backendRefs }] },
+      } as KubernetesObject,
+    ];
   }
   return [
     {
@@ -142,13 +166,21 @@ export function wantedExposureKinds(expose: ExposeSpec | undefined): ExposureKin
 }
 
 /** What a pass must delete: the exposure children the Service says were made and are no longer wanted. */
-export function exposureToPrune(service: { metadata?: { annotations?: Record<string, string> } } | undefined, wanted: ExposureKind[]): ExposureKind[] {
-  const made = (service?.metadata?.annotations?.[EXPOSED_CHILDREN] ?? "").split(",").filter((k): k is ExposureKind => (EXPOSURE_KINDS as readonly string[]).includes(k));
+export function exposureToPrune(
+  service: { metadata?: { annotations?: Record<string, string> } } | undefined,
+  wanted: ExposureKind[],
+): ExposureKind[] {
+  const made = (service?.metadata?.annotations?.[EXPOSED_CHILDREN] ?? "")
+    .split(",")
+    .filter((k): k is ExposureKind => (EXPOSURE_KINDS as readonly string[]).includes(k));
   return [...new Set(made)].filter((k) => !wanted.includes(k));
 }
 
 /** The API version of an exposure kind to read or delete it with (Ingress is built in). */
-export function exposureApiVersion(kind: ExposureKind, versions: Partial<Record<GatewayKind, string>>): string | undefined {
+export function exposureApiVersion(
+  kind: ExposureKind,
+  versions: Partial<Record<GatewayKind, string>>,
+): string | undefined {
   if (kind === "Ingress") return "networking.k8s.io/v1";
   const v = versions[kind];
   return v ? `${GATEWAY_GROUP}/${v}` : undefined;
@@ -173,10 +205,19 @@ export interface ExposurePlanInput {
  * The Service with spec.expose applied, then the Ingress and Gateway API children of the plan
  * (without a plan: everything spec.expose asks for, in the newest versions).
  */
-export function exposureChildren(owner: Owner, expose: ExposeSpec | undefined, plan?: ExposurePlanInput): KubernetesObject[] {
+export function exposureChildren(
+  owner: Owner,
+  expose: ExposeSpec | undefined,
+  plan?: ExposurePlanInput,
+): KubernetesObject[] {
   const kinds = plan?.kinds ?? wantedExposureKinds(expose);
   const out: KubernetesObject[] = [exposedService(owner, expose, kinds)];
   if (expose?.ingress && kinds.includes("Ingress")) out.push(desiredIngress(owner, expose.ingress));
-  if (expose?.gateway) out.push(...desiredGatewayChildren(owner, expose.gateway, plan?.versions ?? {}).filter((c) => kinds.includes(c.kind as ExposureKind)));
+  if (expose?.gateway)
+    out.push(
+      ...desiredGatewayChildren(owner, expose.gateway, plan?.versions ?? {}).filter((c) =>
+        kinds.includes(c.kind as ExposureKind),
+      ),
+    );
   return out;
 }

@@ -47,10 +47,16 @@ export class Deletions {
   }
 }
 
-export const hasFinalizer = (obj: KubernetesObject, finalizer: string): boolean => (obj.metadata?.finalizers ?? []).includes(finalizer);
+export const hasFinalizer = (obj: KubernetesObject, finalizer: string): boolean =>
+  (obj.metadata?.finalizers ?? []).includes(finalizer);
 
 /** Add or remove the finalizer on the cached object (optimistic concurrency: a stale cache gets a 409 and a retry). */
-export async function setFinalizer(kube: Kube, obj: KubernetesObject, finalizer: string, want: boolean): Promise<boolean> {
+export async function setFinalizer(
+  kube: Kube,
+  obj: KubernetesObject,
+  finalizer: string,
+  want: boolean,
+): Promise<boolean> {
   const finalizers = obj.metadata?.finalizers ?? [];
   if (want === finalizers.includes(finalizer)) return false;
   const next = want ? [...finalizers, finalizer] : finalizers.filter((f) => f !== finalizer);
@@ -61,10 +67,18 @@ export async function setFinalizer(kube: Kube, obj: KubernetesObject, finalizer:
 /** Remove the finalizer from the object as the API server has it now (read, filter, replace; once more on a 409). */
 export async function dropFinalizerFresh(kube: Kube, obj: KubernetesObject, finalizer: string): Promise<boolean> {
   for (let attempt = 0; ; attempt++) {
-    const now = await kube.read<KubernetesObject>(obj.apiVersion!, obj.kind!, obj.metadata!.namespace!, obj.metadata!.name!);
+    const now = await kube.read<KubernetesObject>(
+      obj.apiVersion!,
+      obj.kind!,
+      obj.metadata!.namespace!,
+      obj.metadata!.name!,
+    );
     if (!now || !hasFinalizer(now, finalizer)) return false;
     try {
-      await kube.replace({ ...now, metadata: { ...now.metadata, finalizers: (now.metadata?.finalizers ?? []).filter((f) => f !== finalizer) } });
+      await kube.replace({
+        ...now,
+        metadata: { ...now.metadata, finalizers: (now.metadata?.finalizers ?? []).filter((f) => f !== finalizer) },
+      });
       return true;
     } catch (err) {
       if (attempt < 2 && isStatus(err, 409)) continue;
@@ -146,11 +160,22 @@ export async function releaseAllFinalizers(opts: {
           try {
             const stream = left[0]!;
             const named = (j: JetStreamManager): Promise<string[]> =>
-              kind === "Agent" ? deleteAgentJetStream(j, agentKeyOf(obj)) : j.streams.delete(stream).then(() => [stream], (err) => { if (!isNotFound(err)) throw err; return []; });
+              kind === "Agent"
+                ? deleteAgentJetStream(j, agentKeyOf(obj))
+                : j.streams.delete(stream).then(
+                    () => [stream],
+                    (err) => {
+                      if (!isNotFound(err)) throw err;
+                      return [];
+                    },
+                  );
             await (deleteData ? deleteData(obj, named) : named(jsm!));
             left = [];
           } catch (err) {
-            log.warn({ kind, namespace: ns, name, err: errorMessage(err) }, "could not clean JetStream up on the way out");
+            log.warn(
+              { kind, namespace: ns, name, err: errorMessage(err) },
+              "could not clean JetStream up on the way out",
+            );
           }
         }
         if (!(await dropFinalizerFresh(kube, obj, finalizer))) continue;

@@ -1,20 +1,38 @@
 import { describe, expect, it } from "vitest";
 import { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
-import { podServiceAccount, runtimeIdentityChildren, runtimeTokenVolume, serviceAccountUsableBy, SERVICE_ACCOUNT_DIR } from "./identity.ts";
+import {
+  podServiceAccount,
+  runtimeIdentityChildren,
+  runtimeTokenVolume,
+  serviceAccountUsableBy,
+  SERVICE_ACCOUNT_DIR,
+} from "./identity.ts";
 import { runtimeDeployment, type Owner } from "./runtime.ts";
 
 const agent: Owner = { kind: "Agent", metadata: { name: "alice", namespace: "team", uid: "uid-1" } };
 const relay: Owner = { kind: "Relay", metadata: { name: "hub", namespace: "team", uid: "uid-2" } };
 const settings = { runtimeImage: "img:1", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n:4222" };
 const deployment = (owner: Owner, pod?: DeploymentSettings) =>
-  runtimeDeployment({ owner, mode: owner.kind === "Agent" ? "agent" : "relay", replicas: 1, image: undefined, settings, tlsSecret: "t", configHash: "h", pod }).spec!.template.spec!;
+  runtimeDeployment({
+    owner,
+    mode: owner.kind === "Agent" ? "agent" : "relay",
+    replicas: 1,
+    image: undefined,
+    settings,
+    tlsSecret: "t",
+    configHash: "h",
+    pod,
+  }).spec!.template.spec!;
 const name = (o: { kind?: string; metadata?: { name?: string } }) => `${o.kind}/${o.metadata?.name}`;
 
 describe("runtimeIdentityChildren", () => {
   it("gives an Agent its own ServiceAccount without a token, a Role to record Events and its binding, all owned by it", () => {
     const objs = runtimeIdentityChildren(agent, undefined) as any[];
     expect(objs.map(name)).toEqual(["ServiceAccount/alice-runtime", "Role/alice-runtime", "RoleBinding/alice-runtime"]);
-    for (const o of objs) expect(o.metadata.ownerReferences).toEqual([expect.objectContaining({ kind: "Agent", name: "alice", uid: "uid-1", controller: true })]);
+    for (const o of objs)
+      expect(o.metadata.ownerReferences).toEqual([
+        expect.objectContaining({ kind: "Agent", name: "alice", uid: "uid-1", controller: true }),
+      ]);
     expect(objs[0].automountServiceAccountToken).toBe(false);
     expect(objs[1].rules).toEqual([{ apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] }]);
     expect(objs[2].roleRef).toEqual({ apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "alice-runtime" });
@@ -36,7 +54,10 @@ describe("runtimeIdentityChildren", () => {
 });
 
 describe("the runtime pod's token", () => {
-  const withSidecar = DeploymentSettings.parse({ sidecars: [{ name: "app", image: "app:1" }], initContainers: [{ name: "init", image: "app:1" }] });
+  const withSidecar = DeploymentSettings.parse({
+    sidecars: [{ name: "app", image: "app:1" }],
+    initContainers: [{ name: "init", image: "app:1" }],
+  });
 
   it("mounts a projected token into the agent runtime's container only, and none into the pod", () => {
     const pod = deployment(agent, withSidecar);
@@ -54,7 +75,11 @@ describe("the runtime pod's token", () => {
     expect(volume.projected!.sources).toEqual([
       { serviceAccountToken: { path: "token", expirationSeconds: 3607 } },
       { configMap: { name: "kube-root-ca.crt", items: [{ key: "ca.crt", path: "ca.crt" }] } },
-      { downwardAPI: { items: [{ path: "namespace", fieldRef: { apiVersion: "v1", fieldPath: "metadata.namespace" } }] } },
+      {
+        downwardAPI: {
+          items: [{ path: "namespace", fieldRef: { apiVersion: "v1", fieldPath: "metadata.namespace" } }],
+        },
+      },
     ]);
   });
 
@@ -66,7 +91,10 @@ describe("the runtime pod's token", () => {
   });
 
   it("mounts the pod's token into every container only when asked, under the ServiceAccount named", () => {
-    const pod = deployment(agent, DeploymentSettings.parse({ serviceAccountName: "alice-app", automountServiceAccountToken: true }));
+    const pod = deployment(
+      agent,
+      DeploymentSettings.parse({ serviceAccountName: "alice-app", automountServiceAccountToken: true }),
+    );
     expect(pod.serviceAccountName).toBe("alice-app");
     expect(pod.automountServiceAccountToken).toBe(true);
   });
@@ -76,14 +104,21 @@ describe("DeploymentSettings", () => {
   it("refuses a ServiceAccount name that is not one, a mount over the runtime's token and a volume of its name", () => {
     expect(DeploymentSettings.safeParse({ serviceAccountName: "Not_A_Name" }).success).toBe(false);
     expect(DeploymentSettings.safeParse({ volumes: [{ name: "kube-api", emptyDir: {} }] }).success).toBe(false);
-    const over = DeploymentSettings.safeParse({ volumes: [{ name: "v", emptyDir: {} }], volumeMounts: [{ name: "v", mountPath: `${SERVICE_ACCOUNT_DIR}/token` }] });
+    const over = DeploymentSettings.safeParse({
+      volumes: [{ name: "v", emptyDir: {} }],
+      volumeMounts: [{ name: "v", mountPath: `${SERVICE_ACCOUNT_DIR}/token` }],
+    });
     expect(over.success).toBe(false);
-    expect(DeploymentSettings.safeParse({ serviceAccountName: "alice-app", automountServiceAccountToken: true }).success).toBe(true);
+    expect(
+      DeploymentSettings.safeParse({ serviceAccountName: "alice-app", automountServiceAccountToken: true }).success,
+    ).toBe(true);
   });
 });
 
 describe("serviceAccountUsableBy", () => {
-  const sa = (labels?: Record<string, string>) => ({ metadata: { name: "alice-app", namespace: "team", ...(labels ? { labels } : {}) } });
+  const sa = (labels?: Record<string, string>) => ({
+    metadata: { name: "alice-app", namespace: "team", ...(labels ? { labels } : {}) },
+  });
   it.each([
     { name: "labelled for this Agent", owner: agent, obj: sa({ "ifp.dev/agent": "alice" }), ok: true },
     { name: "labelled for another Agent", owner: agent, obj: sa({ "ifp.dev/agent": "bob" }), ok: false },

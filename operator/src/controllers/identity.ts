@@ -6,7 +6,14 @@
 // false) unless spec.deployment.automountServiceAccountToken asks for it; the agent runtime's
 // container alone gets a projected token where the in-cluster client reads it, so the sidecars
 // (the user's application) hold none. Pure parts are table-tested in identity.test.ts.
-import type { KubernetesObject, V1Role, V1RoleBinding, V1ServiceAccount, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
+import type {
+  KubernetesObject,
+  V1Role,
+  V1RoleBinding,
+  V1ServiceAccount,
+  V1Volume,
+  V1VolumeMount,
+} from "@kubernetes/client-node";
 import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
 import { applyChildren } from "../kube/apply.ts";
 import type { Blocker } from "./conditions.ts";
@@ -44,7 +51,12 @@ export function runtimeIdentityChildren(owner: Owner, pod: DeploymentSettings | 
   const name = runtimeAccountName(owner.metadata.name);
   const out: KubernetesObject[] = [];
   if (!pod?.serviceAccountName) {
-    const sa: V1ServiceAccount = { apiVersion: "v1", kind: "ServiceAccount", metadata: childMeta(owner, name), automountServiceAccountToken: false };
+    const sa: V1ServiceAccount = {
+      apiVersion: "v1",
+      kind: "ServiceAccount",
+      metadata: childMeta(owner, name),
+      automountServiceAccountToken: false,
+    };
     out.push(sa);
   }
   if (runtimeNeedsToken(owner.kind)) {
@@ -80,7 +92,11 @@ export function runtimeTokenVolume(): { volume: V1Volume; mount: V1VolumeMount }
         sources: [
           { serviceAccountToken: { path: "token", expirationSeconds: TOKEN_EXPIRATION_SECONDS } },
           { configMap: { name: "kube-root-ca.crt", items: [{ key: "ca.crt", path: "ca.crt" }] } },
-          { downwardAPI: { items: [{ path: "namespace", fieldRef: { apiVersion: "v1", fieldPath: "metadata.namespace" } }] } },
+          {
+            downwardAPI: {
+              items: [{ path: "namespace", fieldRef: { apiVersion: "v1", fieldPath: "metadata.namespace" } }],
+            },
+          },
         ],
       },
     },
@@ -94,13 +110,21 @@ export function runtimeTokenVolume(): { volume: V1Volume; mount: V1VolumeMount }
  * may edit it. Whoever may create an Agent but not pods must not run a pod, or mount a token, of
  * a ServiceAccount with more rights than theirs.
  */
-export async function serviceAccountRefusal(ctx: Pick<ReconcileContext, "kube">, owner: Owner, pod: DeploymentSettings | undefined): Promise<Blocker | undefined> {
+export async function serviceAccountRefusal(
+  ctx: Pick<ReconcileContext, "kube">,
+  owner: Owner,
+  pod: DeploymentSettings | undefined,
+): Promise<Blocker | undefined> {
   const name = pod?.serviceAccountName;
   if (!name) return undefined;
   const field = "spec.deployment.serviceAccountName";
   const ns = owner.metadata.namespace;
   const sa = await ctx.kube.read<V1ServiceAccount>("v1", "ServiceAccount", ns, name);
-  if (!sa) return { reason: "ServiceAccountMissing", message: `${field}: ServiceAccount ${name} does not exist in namespace ${ns}` };
+  if (!sa)
+    return {
+      reason: "ServiceAccountMissing",
+      message: `${field}: ServiceAccount ${name} does not exist in namespace ${ns}`,
+    };
   return serviceAccountUsableBy(sa, owner);
 }
 
@@ -119,8 +143,13 @@ export function serviceAccountUsableBy(sa: KubernetesObject, owner: Owner): Bloc
  * the operator bind a Role only once that Role exists and grants nothing the operator lacks.
  * Returns "Kind/name" of what was written.
  */
-export async function applyRuntimeIdentity(ctx: Pick<ReconcileContext, "kube" | "caches">, owner: Owner, pod: DeploymentSettings | undefined): Promise<string[]> {
+export async function applyRuntimeIdentity(
+  ctx: Pick<ReconcileContext, "kube" | "caches">,
+  owner: Owner,
+  pod: DeploymentSettings | undefined,
+): Promise<string[]> {
   const written: string[] = [];
-  for (const child of runtimeIdentityChildren(owner, pod)) written.push(...(await applyChildren(ctx.kube, ctx.caches, owner, [child])));
+  for (const child of runtimeIdentityChildren(owner, pod))
+    written.push(...(await applyChildren(ctx.kube, ctx.caches, owner, [child])));
   return written;
 }

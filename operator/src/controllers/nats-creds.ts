@@ -10,7 +10,16 @@ import type { NatsPermissions } from "../../../runtime/src/contract/nats-permiss
 import { API_VERSION } from "../../../runtime/src/resources/common.ts";
 import { ChildConflictError, controlledBy } from "../kube/apply.ts";
 import type { Kube } from "../kube/client.ts";
-import { CredentialIssuer, credsClaims, generateKeys, KEY_FIELDS, renewalDue, SERVER_CONFIG_FIELD, serverConfig, type NatsKeys } from "../nats-credentials.ts";
+import {
+  CredentialIssuer,
+  credsClaims,
+  generateKeys,
+  KEY_FIELDS,
+  renewalDue,
+  SERVER_CONFIG_FIELD,
+  serverConfig,
+  type NatsKeys,
+} from "../nats-credentials.ts";
 import type { NatsAccounts } from "../nats-accounts.ts";
 import type { ReconcileContext } from "./reconciler.ts";
 import { childMeta, type Owner } from "./runtime.ts";
@@ -36,7 +45,12 @@ const credsIn = (secret: V1Secret | undefined): string | undefined =>
  * while a credential of the shared account is kept there for the resource's generation it was
  * first seen at (an install from before accounts per runtime), else its own.
  */
-export function accountOfSecret(owner: { metadata?: { uid?: string; generation?: number } }, secret: V1Secret | undefined, issuer: CredentialIssuer, perRuntime: boolean): { account: string; sharedSince?: string } {
+export function accountOfSecret(
+  owner: { metadata?: { uid?: string; generation?: number } },
+  secret: V1Secret | undefined,
+  issuer: CredentialIssuer,
+  perRuntime: boolean,
+): { account: string; sharedSince?: string } {
   if (!perRuntime) return { account: issuer.accountKey };
   const generation = String(owner.metadata?.generation ?? "");
   if (credsClaims(credsIn(secret))?.issuerAccount === issuer.accountKey) {
@@ -60,10 +74,13 @@ export async function ensureNatsCreds(
 ): Promise<{ applied: string[]; requeueAfterMs: number; account: string }> {
   const ns = owner.metadata.namespace;
   const name = natsCredsSecretName(owner.metadata.name);
-  const current = ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
+  const current =
+    ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
   // A Secret of that name made by someone else is never overwritten.
   if (current && !controlledBy(current, owner.metadata.uid)) {
-    throw new ChildConflictError(`Secret ${name} exists and is not controlled by this ${owner.kind}; rename or delete it to let the operator issue the NATS credential`);
+    throw new ChildConflictError(
+      `Secret ${name} exists and is not controlled by this ${owner.kind}; rename or delete it to let the operator issue the NATS credential`,
+    );
   }
   const existing = credsIn(current);
   const { account, sharedSince } = accountOfSecret(owner, current, issuer, !!ctx.natsAccounts);
@@ -74,11 +91,21 @@ export async function ensureNatsCreds(
   if (ctx.natsAccounts && account !== issuer.accountKey) {
     if (await ctx.natsAccounts.isolating()) await ctx.natsAccounts.ensureAccount(owner.metadata.uid, label);
     else if (!ctx.natsAccounts.toldOpen.has(owner.metadata.uid)) {
-      await ctx.kube.event({ apiVersion: API_VERSION, kind: owner.kind, metadata: { name: owner.metadata.name, namespace: ns, uid: owner.metadata.uid } }, "Warning", "NatsNotIsolated", `the NATS server at ${ctx.settings.natsUrl} authenticates no client: this ${owner.kind}'s runtime is in one account with every other, which can read and write its messages and state; run NATS in operator mode with a full resolver (docs/security.md)`);
+      await ctx.kube.event(
+        {
+          apiVersion: API_VERSION,
+          kind: owner.kind,
+          metadata: { name: owner.metadata.name, namespace: ns, uid: owner.metadata.uid },
+        },
+        "Warning",
+        "NatsNotIsolated",
+        `the NATS server at ${ctx.settings.natsUrl} authenticates no client: this ${owner.kind}'s runtime is in one account with every other, which can read and write its messages and state; run NATS in operator mode with a full resolver (docs/security.md)`,
+      );
       ctx.natsAccounts.toldOpen.add(owner.metadata.uid);
     }
   }
-  const annotated = sharedSince === undefined || current?.metadata?.annotations?.[SHARED_ACCOUNT_ANNOTATION] === sharedSince;
+  const annotated =
+    sharedSince === undefined || current?.metadata?.annotations?.[SHARED_ACCOUNT_ANNOTATION] === sharedSince;
   const due = renewalDue(existing, permissions, account);
   if (due > now && annotated) return { applied: [], requeueAfterMs: due - now + 1_000, account };
   const creds = due > now && existing ? existing : await issuer.issue(label, permissions, now, undefined, account);
@@ -94,7 +121,11 @@ export async function ensureNatsCreds(
   };
   if (current) await ctx.kube.replace(secret);
   else await ctx.kube.createIfAbsent(secret);
-  return { applied: [`Secret/${name}`], requeueAfterMs: renewalDue(creds, permissions, account) - now + 1_000, account };
+  return {
+    applied: [`Secret/${name}`],
+    requeueAfterMs: renewalDue(creds, permissions, account) - now + 1_000,
+    account,
+  };
 }
 
 /**
@@ -106,27 +137,41 @@ export async function ensureNatsCreds(
  * Secret with only `account.pub` and `account-signing.seed` (a NATS of one's own) keeps every
  * runtime in that one account.
  */
-export async function loadNatsIssuer(kube: Kube, namespace: string, name: string, log: Logger): Promise<CredentialIssuer> {
+export async function loadNatsIssuer(
+  kube: Kube,
+  namespace: string,
+  name: string,
+  log: Logger,
+): Promise<CredentialIssuer> {
   let secret = await kube.read<V1Secret>("v1", "Secret", namespace, name);
   if (!secret) {
     const keys = generateKeys();
-    const data: Record<string, string> = { [SERVER_CONFIG_FIELD]: await serverConfig(keys), [ACCOUNT_FIELD]: CredentialIssuer.fromKeys(keys).accountKey };
+    const data: Record<string, string> = {
+      [SERVER_CONFIG_FIELD]: await serverConfig(keys),
+      [ACCOUNT_FIELD]: CredentialIssuer.fromKeys(keys).accountKey,
+    };
     for (const [k, field] of Object.entries(KEY_FIELDS)) data[field] = keys[k as keyof NatsKeys];
     const stringData = data;
     const created = await kube.createIfAbsent<V1Secret>({
       apiVersion: "v1",
       kind: "Secret",
       type: "Opaque",
-      metadata: { name, namespace, labels: { "app.kubernetes.io/part-of": "ifp-operator", "app.kubernetes.io/component": "nats" } },
+      metadata: {
+        name,
+        namespace,
+        labels: { "app.kubernetes.io/part-of": "ifp-operator", "app.kubernetes.io/component": "nats" },
+      },
       stringData,
     });
     if (created) log.info({ secret: `${namespace}/${name}` }, "generated the NATS operator, account and signing keys");
     secret = await kube.read<V1Secret>("v1", "Secret", namespace, name);
   }
-  const field = (k: string) => (secret?.data?.[k] ? Buffer.from(secret.data[k], "base64").toString("utf8").trim() : undefined);
+  const field = (k: string) =>
+    secret?.data?.[k] ? Buffer.from(secret.data[k], "base64").toString("utf8").trim() : undefined;
   const account = field(ACCOUNT_FIELD);
   const signing = field(KEY_FIELDS.signing);
-  if (!account || !signing) throw new Error(`Secret ${namespace}/${name} needs the keys ${ACCOUNT_FIELD} and ${KEY_FIELDS.signing}`);
+  if (!account || !signing)
+    throw new Error(`Secret ${namespace}/${name} needs the keys ${ACCOUNT_FIELD} and ${KEY_FIELDS.signing}`);
   const operator = field(KEY_FIELDS.operator);
   const system = field(KEY_FIELDS.system);
   const issuer = new CredentialIssuer(account, signing, operator && system ? { operator, system } : undefined);
@@ -136,10 +181,21 @@ export async function loadNatsIssuer(kube: Kube, namespace: string, name: string
     // Written by an operator of the one-account model: the same keys, the full resolver.
     const keys: NatsKeys = { operator: operator!, system: system!, account: accountSeed, signing };
     try {
-      await kube.replace<V1Secret>({ ...secret!, apiVersion: "v1", kind: "Secret", data: { ...secret!.data, [SERVER_CONFIG_FIELD]: Buffer.from(await serverConfig(keys)).toString("base64") } });
-      log.warn({ secret: `${namespace}/${name}` }, "rewrote the NATS server configuration for one account per runtime (full resolver); NATS takes it at its next start: restart its pods");
+      await kube.replace<V1Secret>({
+        ...secret!,
+        apiVersion: "v1",
+        kind: "Secret",
+        data: { ...secret!.data, [SERVER_CONFIG_FIELD]: Buffer.from(await serverConfig(keys)).toString("base64") },
+      });
+      log.warn(
+        { secret: `${namespace}/${name}` },
+        "rewrote the NATS server configuration for one account per runtime (full resolver); NATS takes it at its next start: restart its pods",
+      );
     } catch (err) {
-      log.error({ secret: `${namespace}/${name}`, err: String(err) }, "could not rewrite the NATS server configuration for one account per runtime");
+      log.error(
+        { secret: `${namespace}/${name}`, err: String(err) },
+        "could not rewrite the NATS server configuration for one account per runtime",
+      );
     }
   }
   return issuer;

@@ -39,7 +39,8 @@ export class NatsServerTls {
   private stopped = false;
 
   constructor(kube: Kube, trust: InstallTrust, opts: NatsServerTlsOptions) {
-    if (!opts.dnsNames.length) throw new Error("the NATS server certificate needs at least one DNS name (--nats-tls-dns-names)");
+    if (!opts.dnsNames.length)
+      throw new Error("the NATS server certificate needs at least one DNS name (--nats-tls-dns-names)");
     this.kube = kube;
     this.trust = trust;
     this.opts = opts;
@@ -56,20 +57,36 @@ export class NatsServerTls {
       const secret = await this.kube.read<V1Secret>("v1", "Secret", namespace, secretName);
       const issuer = this.trust.signerId();
       const step = selfSignedAction(secret, dnsNames, now, issuer, this.trust.lifetimes.certRenewBeforeMs);
-      const caNow = secret?.data?.[NATS_TLS_KEYS.ca] ? Buffer.from(secret.data[NATS_TLS_KEYS.ca]!, "base64").toString() : undefined;
+      const caNow = secret?.data?.[NATS_TLS_KEYS.ca]
+        ? Buffer.from(secret.data[NATS_TLS_KEYS.ca]!, "base64").toString()
+        : undefined;
       if (step.action === "keep" && caNow === bundle) return Math.max(1000, Math.min(MAX_WAIT_MS, step.renewAt! - now));
       const body: V1Secret = {
         apiVersion: "v1",
         kind: "Secret",
         type: "kubernetes.io/tls",
-        metadata: { name: secretName, namespace, labels: { ...MANAGED_BY, [COMPONENT_LABEL]: "nats" }, annotations: { ...secret?.metadata?.annotations } },
+        metadata: {
+          name: secretName,
+          namespace,
+          labels: { ...MANAGED_BY, [COMPONENT_LABEL]: "nats" },
+          annotations: { ...secret?.metadata?.annotations },
+        },
         data: { ...secret?.data, [NATS_TLS_KEYS.ca]: Buffer.from(bundle).toString("base64") },
       };
       if (step.action !== "keep") {
-        const leaf = await this.trust.signer().issue({ commonName: dnsNames[0]!, dnsNames, bothEnds: true, validityMs: this.trust.lifetimes.certValidityMs });
+        const leaf = await this.trust.signer().issue({
+          commonName: dnsNames[0]!,
+          dnsNames,
+          bothEnds: true,
+          validityMs: this.trust.lifetimes.certValidityMs,
+        });
         body.data![NATS_TLS_KEYS.cert] = Buffer.from(leaf.cert).toString("base64");
         body.data![NATS_TLS_KEYS.key] = Buffer.from(leaf.key).toString("base64");
-        Object.assign(body.metadata!.annotations!, { [ISSUER]: issuer, [NOT_AFTER]: isoSeconds(leaf.notAfter), [DNS_NAMES_HASH]: hashOf(dnsNames) });
+        Object.assign(body.metadata!.annotations!, {
+          [ISSUER]: issuer,
+          [NOT_AFTER]: isoSeconds(leaf.notAfter),
+          [DNS_NAMES_HASH]: hashOf(dnsNames),
+        });
       }
       try {
         if (!secret) {
@@ -78,7 +95,14 @@ export class NatsServerTls {
           body.metadata!.resourceVersion = secret.metadata?.resourceVersion;
           await this.kube.replace(body);
         }
-        log.info({ secret: `${namespace}/${secretName}`, step: step.action === "keep" ? "bundle" : step.action, notAfter: body.metadata!.annotations![NOT_AFTER] }, "wrote the NATS server certificate");
+        log.info(
+          {
+            secret: `${namespace}/${secretName}`,
+            step: step.action === "keep" ? "bundle" : step.action,
+            notAfter: body.metadata!.annotations![NOT_AFTER],
+          },
+          "wrote the NATS server certificate",
+        );
       } catch (err) {
         // Another replica wrote it in between: look again.
         if (!isStatus(err, 409) || attempt >= 5) throw err;
@@ -117,7 +141,10 @@ export class NatsServerTls {
     try {
       wait = await this.ensure();
     } catch (err) {
-      this.opts.log.error({ err: errorMessage(err), secret: `${this.opts.namespace}/${this.opts.secretName}` }, "could not renew the NATS server certificate; retrying");
+      this.opts.log.error(
+        { err: errorMessage(err), secret: `${this.opts.namespace}/${this.opts.secretName}` },
+        "could not renew the NATS server certificate; retrying",
+      );
       wait = 30_000;
     } finally {
       this.running = false;

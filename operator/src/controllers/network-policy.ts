@@ -30,7 +30,7 @@ function sidecarPorts(pod: DeploymentSettings | undefined, runtimePorts: number[
   const out: V1NetworkPolicyPort[] = [];
   const seen = new Set<string>();
   for (const c of pod?.sidecars ?? []) {
-    for (const p of ((c as { ports?: { containerPort?: unknown; protocol?: unknown }[] }).ports ?? [])) {
+    for (const p of (c as { ports?: { containerPort?: unknown; protocol?: unknown }[] }).ports ?? []) {
       const port = p.containerPort;
       const protocol = typeof p.protocol === "string" ? p.protocol : "TCP";
       if (typeof port !== "number" || !Number.isInteger(port) || runtimePorts.includes(port)) continue;
@@ -44,14 +44,26 @@ function sidecarPorts(pod: DeploymentSettings | undefined, runtimePorts: number[
 }
 
 /** The runtime pods' NetworkPolicy (pure). `localApiPort`: spec.localApi.service's port, when enabled. */
-export function runtimeNetworkPolicy(owner: Owner, policies: RuntimeNetworkPolicies, opts: { localApiPort?: number; pod?: DeploymentSettings } = {}): V1NetworkPolicy {
+export function runtimeNetworkPolicy(
+  owner: Owner,
+  policies: RuntimeNetworkPolicies,
+  opts: { localApiPort?: number; pod?: DeploymentSettings } = {},
+): V1NetworkPolicy {
   const ingress: V1NetworkPolicyIngressRule[] = [{ ports: [{ port: "https", protocol: "TCP" }] }];
   const metricsFrom = [...new Set(policies.metricsNamespaces)].sort();
   if (metricsFrom.length) {
-    ingress.push({ _from: [{ namespaceSelector: { matchExpressions: [{ key: NAMESPACE_NAME_LABEL, operator: "In", values: metricsFrom }] } }], ports: [{ port: "metrics", protocol: "TCP" }] });
+    ingress.push({
+      _from: [
+        {
+          namespaceSelector: { matchExpressions: [{ key: NAMESPACE_NAME_LABEL, operator: "In", values: metricsFrom }] },
+        },
+      ],
+      ports: [{ port: "metrics", protocol: "TCP" }],
+    });
   }
   // An empty podSelector without a namespaceSelector: every pod of the policy's own namespace.
-  if (opts.localApiPort !== undefined) ingress.push({ _from: [{ podSelector: {} }], ports: [{ port: "local-api", protocol: "TCP" }] });
+  if (opts.localApiPort !== undefined)
+    ingress.push({ _from: [{ podSelector: {} }], ports: [{ port: "local-api", protocol: "TCP" }] });
   const own = [HTTPS_PORT, METRICS_PORT, ...(opts.localApiPort !== undefined ? [opts.localApiPort] : [])];
   const sidecars = sidecarPorts(opts.pod, own);
   if (sidecars.length) ingress.push({ ports: sidecars });
@@ -64,7 +76,11 @@ export function runtimeNetworkPolicy(owner: Owner, policies: RuntimeNetworkPolic
 }
 
 /** The NetworkPolicy as a child when the install renders them, else none. */
-export function networkPolicyChildren(owner: Owner, policies: RuntimeNetworkPolicies | undefined, opts: { localApiPort?: number; pod?: DeploymentSettings } = {}): V1NetworkPolicy[] {
+export function networkPolicyChildren(
+  owner: Owner,
+  policies: RuntimeNetworkPolicies | undefined,
+  opts: { localApiPort?: number; pod?: DeploymentSettings } = {},
+): V1NetworkPolicy[] {
   return policies ? [runtimeNetworkPolicy(owner, policies, opts)] : [];
 }
 
@@ -72,11 +88,18 @@ export function networkPolicyChildren(owner: Owner, policies: RuntimeNetworkPoli
  * With runtime NetworkPolicies turned off, the one the operator made for this resource is
  * deleted. Returns "NetworkPolicy/name" when one was.
  */
-export async function pruneNetworkPolicy(ctx: Pick<ReconcileContext, "kube" | "caches" | "settings">, owner: Owner): Promise<string[]> {
+export async function pruneNetworkPolicy(
+  ctx: Pick<ReconcileContext, "kube" | "caches" | "settings">,
+  owner: Owner,
+): Promise<string[]> {
   if (ctx.settings.runtimeNetworkPolicies) return [];
   const name = networkPolicyName(owner);
   const live = ctx.caches.get<V1NetworkPolicy>("NetworkPolicy", owner.metadata.namespace, name);
   if (!live || !controlledBy(live, owner.metadata.uid) || live.metadata?.deletionTimestamp) return [];
-  await ctx.kube.remove({ apiVersion: "networking.k8s.io/v1", kind: "NetworkPolicy", metadata: { name, namespace: owner.metadata.namespace } });
+  await ctx.kube.remove({
+    apiVersion: "networking.k8s.io/v1",
+    kind: "NetworkPolicy",
+    metadata: { name, namespace: owner.metadata.namespace },
+  });
   return [`NetworkPolicy/${name}`];
 }

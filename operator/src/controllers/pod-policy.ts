@@ -16,8 +16,10 @@ type Loose = Record<string, unknown>;
 const FIELD = "spec.deployment";
 
 /** An image on an --allowed-images list: an exact reference, or a prefix ending in `*` (as spec.image is checked). */
-const imageAllowed = (image: string, allowed: string[]) => allowed.some((a) => (a.endsWith("*") ? image.startsWith(a.slice(0, -1)) : image === a));
-const obj = (v: unknown): Loose | undefined => (v && typeof v === "object" && !Array.isArray(v) ? (v as Loose) : undefined);
+const imageAllowed = (image: string, allowed: string[]) =>
+  allowed.some((a) => (a.endsWith("*") ? image.startsWith(a.slice(0, -1)) : image === a));
+const obj = (v: unknown): Loose | undefined =>
+  v && typeof v === "object" && !Array.isArray(v) ? (v as Loose) : undefined;
 const arr = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
 const str = (v: unknown): string | undefined => (typeof v === "string" && v !== "" ? v : undefined);
 
@@ -72,7 +74,10 @@ export function secretReferences(d: DeploymentSettings | undefined): SecretRefer
  * Undefined when every sidecar and init container image may run: any image when the install has
  * no allow-list, else the runtime image or one on --allowed-images.
  */
-export function containerImageRefusal(d: DeploymentSettings | undefined, settings: Pick<OperatorSettings, "runtimeImage" | "allowedImages">): Blocker | undefined {
+export function containerImageRefusal(
+  d: DeploymentSettings | undefined,
+  settings: Pick<OperatorSettings, "runtimeImage" | "allowedImages">,
+): Blocker | undefined {
   const allowed = settings.allowedImages ?? [];
   if (!d || !allowed.length) return undefined;
   for (const key of ["sidecars", "initContainers"] as const) {
@@ -96,7 +101,10 @@ export interface TolerationEntry {
 
 /** An --allowed-tolerations entry read (undefined when it is not one). */
 export function parseTolerationEntry(text: string): TolerationEntry | undefined {
-  const m = /^([A-Za-z0-9*]([-A-Za-z0-9_./]*[A-Za-z0-9])?)(=([-A-Za-z0-9_.]*))?(:(NoSchedule|PreferNoSchedule|NoExecute))?$/.exec(text);
+  const m =
+    /^([A-Za-z0-9*]([-A-Za-z0-9_./]*[A-Za-z0-9])?)(=([-A-Za-z0-9_.]*))?(:(NoSchedule|PreferNoSchedule|NoExecute))?$/.exec(
+      text,
+    );
   if (!m || (m[1]!.includes("*") && m[1] !== "*") || (m[1] === "*" && (m[3] || m[5]))) return undefined;
   return { key: m[1]!, ...(m[3] !== undefined ? { value: m[4]! } : {}), ...(m[6] ? { effect: m[6] } : {}) };
 }
@@ -124,11 +132,21 @@ function nodeAffinityKeys(nodeAffinity: Loose | undefined): { field: string; key
   const terms = (list: unknown, at: string, inner?: string) =>
     arr(list).forEach((t, i) => {
       const term = inner ? obj(obj(t)?.[inner]) : obj(t);
-      for (const kind of ["matchExpressions", "matchFields"]) arr(term?.[kind]).forEach((e, k) => out.push({ field: `${at}[${i}]${inner ? `.${inner}` : ""}.${kind}[${k}].key`, key: obj(e)?.key }));
+      for (const kind of ["matchExpressions", "matchFields"])
+        arr(term?.[kind]).forEach((e, k) =>
+          out.push({ field: `${at}[${i}]${inner ? `.${inner}` : ""}.${kind}[${k}].key`, key: obj(e)?.key }),
+        );
     });
   const at = `${FIELD}.affinity.nodeAffinity`;
-  terms(obj(nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution)?.nodeSelectorTerms, `${at}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`);
-  terms(nodeAffinity?.preferredDuringSchedulingIgnoredDuringExecution, `${at}.preferredDuringSchedulingIgnoredDuringExecution`, "preference");
+  terms(
+    obj(nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution)?.nodeSelectorTerms,
+    `${at}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms`,
+  );
+  terms(
+    nodeAffinity?.preferredDuringSchedulingIgnoredDuringExecution,
+    `${at}.preferredDuringSchedulingIgnoredDuringExecution`,
+    "preference",
+  );
   return out;
 }
 
@@ -136,8 +154,14 @@ function nodeAffinityKeys(nodeAffinity: Loose | undefined): { field: string; key
 function podAffinityKeys(podAffinity: Loose | undefined): { field: string; key: unknown }[] {
   const at = `${FIELD}.affinity.podAffinity`;
   return [
-    ...arr(podAffinity?.requiredDuringSchedulingIgnoredDuringExecution).map((t, i) => ({ field: `${at}.requiredDuringSchedulingIgnoredDuringExecution[${i}].topologyKey`, key: obj(t)?.topologyKey })),
-    ...arr(podAffinity?.preferredDuringSchedulingIgnoredDuringExecution).map((t, i) => ({ field: `${at}.preferredDuringSchedulingIgnoredDuringExecution[${i}].podAffinityTerm.topologyKey`, key: obj(obj(t)?.podAffinityTerm)?.topologyKey })),
+    ...arr(podAffinity?.requiredDuringSchedulingIgnoredDuringExecution).map((t, i) => ({
+      field: `${at}.requiredDuringSchedulingIgnoredDuringExecution[${i}].topologyKey`,
+      key: obj(t)?.topologyKey,
+    })),
+    ...arr(podAffinity?.preferredDuringSchedulingIgnoredDuringExecution).map((t, i) => ({
+      field: `${at}.preferredDuringSchedulingIgnoredDuringExecution[${i}].podAffinityTerm.topologyKey`,
+      key: obj(obj(t)?.podAffinityTerm)?.topologyKey,
+    })),
   ];
 }
 
@@ -149,7 +173,10 @@ function podAffinityKeys(podAffinity: Loose | undefined): { field: string; key: 
  * control plane's nodes, a priority class can evict others. podAntiAffinity and
  * topologySpreadConstraints only keep pods apart, and are not restricted.
  */
-export function schedulingRefusal(d: DeploymentSettings | undefined, settings: Pick<OperatorSettings, "allowedNodeLabels" | "allowedTolerations" | "allowedPriorityClasses">): Blocker | undefined {
+export function schedulingRefusal(
+  d: DeploymentSettings | undefined,
+  settings: Pick<OperatorSettings, "allowedNodeLabels" | "allowedTolerations" | "allowedPriorityClasses">,
+): Blocker | undefined {
   if (!d) return undefined;
   const labels = settings.allowedNodeLabels ?? [];
   const labelList = labels.length ? ` (${labels.join(", ")})` : " (none)";

@@ -2,7 +2,17 @@
 // runtime container's own settings (image, args, probes, ports, security context, mounts, its
 // IFP_* environment) always win; the user adds containers, volumes, environment and placement.
 // Table-tested in pod.test.ts.
-import type { V1Affinity, V1Container, V1Deployment, V1LocalObjectReference, V1PodSecurityContext, V1SecurityContext, V1Toleration, V1TopologySpreadConstraint, V1Volume } from "@kubernetes/client-node";
+import type {
+  V1Affinity,
+  V1Container,
+  V1Deployment,
+  V1LocalObjectReference,
+  V1PodSecurityContext,
+  V1SecurityContext,
+  V1Toleration,
+  V1TopologySpreadConstraint,
+  V1Volume,
+} from "@kubernetes/client-node";
 import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
 import { memoryBytes, runtimeNodeOptions, type RuntimeMode } from "../../../runtime/src/contract/node-options.ts";
 import { BINARY_SUFFIXES, NANO, parseQuantity } from "../../../runtime/src/resources/quantity.ts";
@@ -13,9 +23,25 @@ import { BINARY_SUFFIXES, NANO, parseQuantity } from "../../../runtime/src/resou
  * less (allowPrivilegeEscalation true, a drop list without ALL, runAsNonRoot false, an Unconfined
  * profile); the runtime container has its own, with runAsNonRoot and seccomp from the pod.
  */
-export const CONTAINER_SECURITY_DEFAULT: V1SecurityContext = { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] }, runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } };
+export const CONTAINER_SECURITY_DEFAULT: V1SecurityContext = {
+  allowPrivilegeEscalation: false,
+  capabilities: { drop: ["ALL"] },
+  runAsNonRoot: true,
+  seccompProfile: { type: "RuntimeDefault" },
+};
 
-const DECIMAL: Record<number, string> = { [-9]: "n", [-6]: "u", [-3]: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E" };
+const DECIMAL: Record<number, string> = {
+  [-9]: "n",
+  [-6]: "u",
+  [-3]: "m",
+  0: "",
+  3: "k",
+  6: "M",
+  9: "G",
+  12: "T",
+  15: "P",
+  18: "E",
+};
 
 /**
  * A resource quantity in the canonical form the API server stores ("1000m" → "1", "0.5" →
@@ -72,7 +98,13 @@ export function withNodeHeap(deployment: V1Deployment, mode: RuntimeMode): V1Dep
   const options = runtimeNodeOptions(memoryBytes(runtime.resources?.limits?.memory), mode);
   if (!options) return deployment;
   const env = [...(runtime.env ?? []), { name: "NODE_OPTIONS", value: options }];
-  return { ...deployment, spec: { ...deployment.spec!, template: { ...deployment.spec!.template, spec: { ...pod, containers: [{ ...runtime, env }, ...others] } } } };
+  return {
+    ...deployment,
+    spec: {
+      ...deployment.spec!,
+      template: { ...deployment.spec!.template, spec: { ...pod, containers: [{ ...runtime, env }, ...others] } },
+    },
+  };
 }
 
 /**
@@ -90,7 +122,8 @@ export function tidy<T>(value: T): T {
     if (v === null || v === undefined || (Array.isArray(v) && v.length === 0)) continue;
     out[k] = tidy(v);
   }
-  for (const mount of (out.volumeMounts as Loose[] | undefined) ?? []) if (mount.readOnly === false) delete mount.readOnly;
+  for (const mount of (out.volumeMounts as Loose[] | undefined) ?? [])
+    if (mount.readOnly === false) delete mount.readOnly;
   for (const env of (out.env as Loose[] | undefined) ?? []) if (env.value === "") delete env.value;
   return out as T;
 }
@@ -101,7 +134,10 @@ function canonicalResources<T>(resources: T): T {
   const r = { ...(resources as Loose) };
   for (const key of ["requests", "limits"]) {
     const q = r[key];
-    if (q && typeof q === "object") r[key] = Object.fromEntries(Object.entries(q as Record<string, string | number>).map(([k, v]) => [k, canonicalQuantity(v)]));
+    if (q && typeof q === "object")
+      r[key] = Object.fromEntries(
+        Object.entries(q as Record<string, string | number>).map(([k, v]) => [k, canonicalQuantity(v)]),
+      );
   }
   return r as T;
 }
@@ -117,21 +153,30 @@ function userContainer(c: DeploymentSettings["sidecars"] & {}): V1Container[] {
     return {
       ...(container as V1Container),
       ...(container.resources ? { resources: canonicalResources(container.resources) } : {}),
-      securityContext: { ...CONTAINER_SECURITY_DEFAULT, ...own, capabilities: { ...own.capabilities, drop: own.capabilities?.drop ?? ["ALL"] } },
+      securityContext: {
+        ...CONTAINER_SECURITY_DEFAULT,
+        ...own,
+        capabilities: { ...own.capabilities, drop: own.capabilities?.drop ?? ["ALL"] },
+      },
     };
   });
 }
 
 function userVolume(v: Loose): V1Volume {
   const emptyDir = v.emptyDir as Loose | undefined;
-  if (emptyDir && typeof emptyDir === "object" && (typeof emptyDir.sizeLimit === "string" || typeof emptyDir.sizeLimit === "number")) {
+  if (
+    emptyDir &&
+    typeof emptyDir === "object" &&
+    (typeof emptyDir.sizeLimit === "string" || typeof emptyDir.sizeLimit === "number")
+  ) {
     return { ...v, emptyDir: { ...emptyDir, sizeLimit: canonicalQuantity(emptyDir.sizeLimit) } } as V1Volume;
   }
   return v as unknown as V1Volume;
 }
 
 const some = <T>(list: T[] | undefined): list is T[] => !!list && list.length > 0;
-const someKeys = (map: Record<string, string> | undefined): map is Record<string, string> => !!map && Object.keys(map).length > 0;
+const someKeys = (map: Record<string, string> | undefined): map is Record<string, string> =>
+  !!map && Object.keys(map).length > 0;
 
 /**
  * The runtime Deployment with the user's pod settings. Without settings it is returned as it is.
@@ -149,13 +194,27 @@ export function withPodSettings(deployment: V1Deployment, settings: DeploymentSe
   const runtimeContainer: V1Container = {
     ...runtime!,
     // A name the user sets (an OTEL_* variable of tracing.ts, say) replaces the operator's.
-    ...(some(s.env) ? { env: [...(runtime!.env ?? []).filter((e) => !(s.env as { name: string }[]).some((u) => u.name === e.name)), ...(s.env as V1Container["env"] & {})] } : {}),
+    ...(some(s.env)
+      ? {
+          env: [
+            ...(runtime!.env ?? []).filter((e) => !(s.env as { name: string }[]).some((u) => u.name === e.name)),
+            ...(s.env as V1Container["env"] & {}),
+          ],
+        }
+      : {}),
     ...(s.resources ? { resources: canonicalResources(s.resources) as V1Container["resources"] } : {}),
-    ...(some(s.volumeMounts) ? { volumeMounts: [...(runtime!.volumeMounts ?? []), ...(s.volumeMounts as V1Container["volumeMounts"] & {})] } : {}),
+    ...(some(s.volumeMounts)
+      ? { volumeMounts: [...(runtime!.volumeMounts ?? []), ...(s.volumeMounts as V1Container["volumeMounts"] & {})] }
+      : {}),
   };
   const pullSecrets: V1LocalObjectReference[] = [...(pod.imagePullSecrets ?? [])];
-  for (const p of s.imagePullSecrets ?? []) if (!pullSecrets.some((q) => q.name === p.name)) pullSecrets.push({ name: p.name });
-  const securityContext: V1PodSecurityContext = { ...pod.securityContext, ...(s.securityContext as V1PodSecurityContext | undefined), runAsNonRoot: true };
+  for (const p of s.imagePullSecrets ?? [])
+    if (!pullSecrets.some((q) => q.name === p.name)) pullSecrets.push({ name: p.name });
+  const securityContext: V1PodSecurityContext = {
+    ...pod.securityContext,
+    ...(s.securityContext as V1PodSecurityContext | undefined),
+    runAsNonRoot: true,
+  };
   const labels = template.metadata?.labels ?? {};
   const annotations = template.metadata?.annotations ?? {};
   return {
@@ -179,7 +238,9 @@ export function withPodSettings(deployment: V1Deployment, settings: DeploymentSe
           ...(someKeys(s.nodeSelector) ? { nodeSelector: s.nodeSelector } : {}),
           ...(some(s.tolerations) ? { tolerations: s.tolerations as V1Toleration[] } : {}),
           ...(s.affinity && Object.keys(s.affinity).length ? { affinity: s.affinity as V1Affinity } : {}),
-          ...(some(s.topologySpreadConstraints) ? { topologySpreadConstraints: s.topologySpreadConstraints as unknown as V1TopologySpreadConstraint[] } : {}),
+          ...(some(s.topologySpreadConstraints)
+            ? { topologySpreadConstraints: s.topologySpreadConstraints as unknown as V1TopologySpreadConstraint[] }
+            : {}),
           ...(s.priorityClassName ? { priorityClassName: s.priorityClassName } : {}),
         },
       },

@@ -92,13 +92,27 @@ export function earliest(...ms: (number | undefined)[]): number | undefined {
  * Write status through /status when it differs from what the object holds; conditions keep
  * their transition times unless their status flips. Returns whether it wrote.
  */
-export async function writeStatus(ctx: ReconcileContext, plural: string, obj: CustomObject, fields: Record<string, unknown>, conditions: ConditionInput[]): Promise<boolean> {
+export async function writeStatus(
+  ctx: ReconcileContext,
+  plural: string,
+  obj: CustomObject,
+  fields: Record<string, unknown>,
+  conditions: ConditionInput[],
+): Promise<boolean> {
   const generation = obj.metadata?.generation ?? 0;
   const previous = (obj.status?.conditions as Condition[] | undefined) ?? [];
   // The traffic summary as last sampled; until a first sample, what status already holds.
   const kind = plural === "agents" ? "Agent" : "Relay";
-  const summary = ctx.summaries?.get(kind, obj.metadata?.namespace ?? "", obj.metadata?.name ?? "") ?? obj.status?.summary;
-  const next = JSON.parse(JSON.stringify({ ...fields, ...(summary ? { summary } : {}), observedGeneration: generation, conditions: mergeConditions(previous, conditions, generation, new Date()) })) as Record<string, unknown>;
+  const summary =
+    ctx.summaries?.get(kind, obj.metadata?.namespace ?? "", obj.metadata?.name ?? "") ?? obj.status?.summary;
+  const next = JSON.parse(
+    JSON.stringify({
+      ...fields,
+      ...(summary ? { summary } : {}),
+      observedGeneration: generation,
+      conditions: mergeConditions(previous, conditions, generation, new Date()),
+    }),
+  ) as Record<string, unknown>;
   if (obj.status && isSubset(next, obj.status) && isSubset(obj.status, next)) return false;
   await ctx.kube.replaceStatus(plural, { ...obj, status: next });
   return true;
@@ -115,7 +129,12 @@ export function previousFields(obj: CustomObject): Record<string, unknown> {
  * a conflict (stale cache) is retried quietly by the queue; anything else is reported as
  * Ready=False ReconcileFailed (never hidden behind an old Ready=True) and backed off.
  */
-export async function reportFailure(ctx: ReconcileContext, plural: string, obj: CustomObject, err: unknown): Promise<ReconcileResult> {
+export async function reportFailure(
+  ctx: ReconcileContext,
+  plural: string,
+  obj: CustomObject,
+  err: unknown,
+): Promise<ReconcileResult> {
   if (isStatus(err, 409)) throw err;
   if (err instanceof ChildConflictError) {
     const changed = await writeStatus(ctx, plural, obj, previousFields(obj), [
@@ -146,11 +165,21 @@ export async function reportFailure(ctx: ReconcileContext, plural: string, obj: 
  * version goes once no runtime runs under it (shared.ts); there, `pass` runs with its Normal Events collected into one
  * (recordNotes), Warnings recorded at once.
  */
-export async function reconcileResource(kind: "Agent" | "Relay", shared: ReconcileContext, namespace: string, name: string, pass: (ctx: ReconcileContext, obj: CustomObject) => Promise<ReconcileResult>): Promise<ReconcileResult> {
+export async function reconcileResource(
+  kind: "Agent" | "Relay",
+  shared: ReconcileContext,
+  namespace: string,
+  name: string,
+  pass: (ctx: ReconcileContext, obj: CustomObject) => Promise<ReconcileResult>,
+): Promise<ReconcileResult> {
   const obj = shared.caches.get<CustomObject>(kind, namespace, name);
   if (!obj) {
     const released = await releaseSharedRuntimeAccess(shared, kind, namespace);
-    if (released.length) shared.log.info({ namespace, deleted: released }, `Deleted the namespace's shared ${kind.toLowerCase()} runtime access of an earlier version (${released.join(", ")}): no runtime runs under it any more`);
+    if (released.length)
+      shared.log.info(
+        { namespace, deleted: released },
+        `Deleted the namespace's shared ${kind.toLowerCase()} runtime access of an earlier version (${released.join(", ")}): no runtime runs under it any more`,
+      );
     return {};
   }
   const ctx = withNotes(shared);

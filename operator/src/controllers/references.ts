@@ -14,7 +14,11 @@ export function grantLabel(kind: string): string {
 /** Whether the operator created this object for `owner` (its labels name it). */
 export function createdFor(obj: KubernetesObject, owner: Owner): boolean {
   const labels = obj.metadata?.labels ?? {};
-  return managedByOperator(obj) && labels[INSTANCE_LABEL] === owner.metadata.name && labels[COMPONENT_LABEL] === owner.kind.toLowerCase();
+  return (
+    managedByOperator(obj) &&
+    labels[INSTANCE_LABEL] === owner.metadata.name &&
+    labels[COMPONENT_LABEL] === owner.kind.toLowerCase()
+  );
 }
 
 /** Undefined when `owner` may use the Secret named by `field`, else the refusal to report. */
@@ -29,7 +33,10 @@ export function secretUsableBy(secret: KubernetesObject, owner: Owner, field: st
 }
 
 /** Undefined when spec.image may be used: it is the runtime image or on the install's allow-list. */
-export function imageRefusal(image: string | undefined, settings: { runtimeImage: string; allowedImages?: string[] }): Blocker | undefined {
+export function imageRefusal(
+  image: string | undefined,
+  settings: { runtimeImage: string; allowedImages?: string[] },
+): Blocker | undefined {
   if (image === undefined || image === settings.runtimeImage) return undefined;
   const allowed = settings.allowedImages ?? [];
   if (allowed.some((a) => (a.endsWith("*") ? image.startsWith(a.slice(0, -1)) : image === a))) return undefined;
@@ -84,7 +91,11 @@ export interface RequestedNames {
 }
 
 /** The hosts a resource's public URL (`field`) and its exposure ask a certificate to name. */
-export function requestedHosts(field: string, url: string | undefined, expose: { ingress?: { host: string }; gateway?: { hostname: string } } | undefined): RequestedNames[] {
+export function requestedHosts(
+  field: string,
+  url: string | undefined,
+  expose: { ingress?: { host: string }; gateway?: { hostname: string } } | undefined,
+): RequestedNames[] {
   return [
     { field, names: [urlHost(url)] },
     { field: "spec.expose.ingress.host", names: [expose?.ingress?.host] },
@@ -99,14 +110,29 @@ export function requestedHosts(field: string, url: string | undefined, expose: {
  * name another service answers to — whether asked for in spec.tls.dnsNames, as the host of the
  * public URL or as an exposure host — would let this resource's pods pass for it.
  */
-export function dnsNameRefusal(requested: RequestedNames[], own: string[], namespace: string, lists: HostAllowLists = {}): Blocker | undefined {
+export function dnsNameRefusal(
+  requested: RequestedNames[],
+  own: string[],
+  namespace: string,
+  lists: HostAllowLists = {},
+): Blocker | undefined {
   const mine = new Set(own.map((n) => n.toLowerCase()));
   const allowed = allowedHostsFor(namespace, lists);
   const refused = requested
-    .map((r) => ({ field: r.field, foreign: [...new Set(r.names.filter((n): n is string => !!n && !mine.has(n.toLowerCase()) && !dnsNameAllowed(n, allowed)))] }))
+    .map((r) => ({
+      field: r.field,
+      foreign: [
+        ...new Set(
+          r.names.filter((n): n is string => !!n && !mine.has(n.toLowerCase()) && !dnsNameAllowed(n, allowed)),
+        ),
+      ],
+    }))
     .filter((r) => r.foreign.length);
   if (!refused.length) return undefined;
-  const parts = refused.map((r) => `${r.field}: ${r.foreign.join(", ")} ${r.foreign.length === 1 ? "is" : "are"} neither a name of this resource's Services (${[...mine].join(", ")}) nor allowed for namespace ${namespace}${allowed.length ? ` (${allowed.join(", ")})` : ""}`);
+  const parts = refused.map(
+    (r) =>
+      `${r.field}: ${r.foreign.join(", ")} ${r.foreign.length === 1 ? "is" : "are"} neither a name of this resource's Services (${[...mine].join(", ")}) nor allowed for namespace ${namespace}${allowed.length ? ` (${allowed.join(", ")})` : ""}`,
+  );
   const first = refused[0]!.foreign[0]!;
   return {
     reason: "DNSNameNotAllowed",
@@ -124,7 +150,10 @@ export function issuerEntry(ref: { name: string; kind: string; group: string }):
  * namespace (whoever may create the resource there works with that namespace's issuers anyway),
  * or an issuer on the install's allow-list (`ClusterIssuer/letsencrypt`, `ClusterIssuer/*`).
  */
-export function issuerRefusal(ref: { name: string; kind: string; group: string } | undefined, allowed: string[] = []): Blocker | undefined {
+export function issuerRefusal(
+  ref: { name: string; kind: string; group: string } | undefined,
+  allowed: string[] = [],
+): Blocker | undefined {
   if (!ref) return undefined;
   if (ref.kind === "Issuer" && ref.group === "cert-manager.io") return undefined;
   const entry = issuerEntry(ref);
@@ -144,10 +173,20 @@ export function issuerRefusal(ref: { name: string; kind: string; group: string }
  * checked where it is read.
  */
 export function tlsRefusal(
-  tls: { secretName?: string; issuerRef?: { name: string; kind: string; group: string }; dnsNames?: string[] } | undefined,
+  tls:
+    | { secretName?: string; issuerRef?: { name: string; kind: string; group: string }; dnsNames?: string[] }
+    | undefined,
   names: { namespace: string; own: string[]; requested: RequestedNames[] },
   settings: { allowedIssuers?: string[] } & HostAllowLists,
 ): Blocker | undefined {
   if (tls?.secretName) return undefined;
-  return issuerRefusal(tls?.issuerRef, settings.allowedIssuers) ?? dnsNameRefusal([{ field: "spec.tls.dnsNames", names: tls?.dnsNames ?? [] }, ...names.requested], names.own, names.namespace, settings);
+  return (
+    issuerRefusal(tls?.issuerRef, settings.allowedIssuers) ??
+    dnsNameRefusal(
+      [{ field: "spec.tls.dnsNames", names: tls?.dnsNames ?? [] }, ...names.requested],
+      names.own,
+      names.namespace,
+      settings,
+    )
+  );
 }

@@ -2,10 +2,21 @@ import { describe, expect, it } from "vitest";
 import { parseRolloutLimit, resolveRolloutLimit, RolloutGate, rolloutSettled } from "./rollout.ts";
 import type { DeploymentLike } from "./conditions.ts";
 
-const dep = (generation: number, status: Partial<NonNullable<DeploymentLike["status"]>> = {}, replicas = 1): DeploymentLike => ({
+const dep = (
+  generation: number,
+  status: Partial<NonNullable<DeploymentLike["status"]>> = {},
+  replicas = 1,
+): DeploymentLike => ({
   metadata: { generation },
   spec: { replicas },
-  status: { observedGeneration: generation, replicas, updatedReplicas: replicas, readyReplicas: replicas, availableReplicas: replicas, ...status },
+  status: {
+    observedGeneration: generation,
+    replicas,
+    updatedReplicas: replicas,
+    readyReplicas: replicas,
+    availableReplicas: replicas,
+    ...status,
+  },
 });
 
 describe("rollout limits", () => {
@@ -31,9 +42,14 @@ describe("rollout limits", () => {
 
 describe("RolloutGate", () => {
   it("admits at most max Agents until their Deployments settle at a newer generation", () => {
-    const deps = new Map<string, DeploymentLike>([["a", dep(1)], ["b", dep(1)], ["c", dep(1)]]);
+    const deps = new Map<string, DeploymentLike>([
+      ["a", dep(1)],
+      ["b", dep(1)],
+      ["c", dep(1)],
+    ]);
     const gate = new RolloutGate({ count: 2 });
-    const admit = (k: string, forced = false) => gate.admit(k, deps.get(k)!, { agents: 3, forced, deploymentOf: (x) => deps.get(x) });
+    const admit = (k: string, forced = false) =>
+      gate.admit(k, deps.get(k)!, { agents: 3, forced, deploymentOf: (x) => deps.get(x) });
     expect(admit("a").ok).toBe(true);
     expect(admit("b").ok).toBe(true);
     expect(admit("c")).toEqual({ ok: false, rolling: 2, max: 2 });
@@ -47,7 +63,10 @@ describe("RolloutGate", () => {
   });
 
   it("never holds back a change the Agent's own spec asked for, but counts it", () => {
-    const deps = new Map<string, DeploymentLike>([["a", dep(1)], ["b", dep(1)]]);
+    const deps = new Map<string, DeploymentLike>([
+      ["a", dep(1)],
+      ["b", dep(1)],
+    ]);
     const gate = new RolloutGate({ count: 1 });
     expect(gate.admit("a", dep(1), { agents: 2, forced: true, deploymentOf: (x) => deps.get(x) }).ok).toBe(true);
     expect(gate.admit("b", dep(1), { agents: 2, forced: false, deploymentOf: (x) => deps.get(x) }).ok).toBe(false);

@@ -12,7 +12,10 @@ export const DEFAULT_ROLLOUT_LIMIT = "25%";
 export function parseRolloutLimit(text: string): RolloutLimit {
   const m = /^(\d{1,6})(%?)$/.exec(text.trim());
   const n = m ? Number(m[1]) : NaN;
-  if (!m || n < 1 || (m[2] && n > 100)) throw new Error(`takes a number of Agents (at least 1) or a percentage from 1% to 100%, not ${JSON.stringify(text)}`);
+  if (!m || n < 1 || (m[2] && n > 100))
+    throw new Error(
+      `takes a number of Agents (at least 1) or a percentage from 1% to 100%, not ${JSON.stringify(text)}`,
+    );
   return m[2] ? { percent: n } : { count: n };
 }
 
@@ -28,7 +31,12 @@ export function rolloutSettled(dep: DeploymentLike | undefined): boolean {
   if (!dep) return true;
   const want = dep.spec?.replicas ?? 1;
   const s = dep.status ?? {};
-  return (s.observedGeneration ?? 0) >= (dep.metadata?.generation ?? 0) && (s.updatedReplicas ?? 0) >= want && (s.availableReplicas ?? 0) >= want && (s.replicas ?? 0) <= want;
+  return (
+    (s.observedGeneration ?? 0) >= (dep.metadata?.generation ?? 0) &&
+    (s.updatedReplicas ?? 0) >= want &&
+    (s.availableReplicas ?? 0) >= want &&
+    (s.replicas ?? 0) <= want
+  );
 }
 
 export type Admission = { ok: true } | { ok: false; rolling: number; max: number };
@@ -61,7 +69,11 @@ export class RolloutGate {
    * May `key` change its Deployment (now at `current`) now? `forced`: the change comes from the
    * Agent's own spec, and goes ahead whatever the count (but takes a place until it settles).
    */
-  admit(key: string, current: DeploymentLike, opts: { agents: number; forced: boolean; deploymentOf: (key: string) => DeploymentLike | undefined }): Admission {
+  admit(
+    key: string,
+    current: DeploymentLike,
+    opts: { agents: number; forced: boolean; deploymentOf: (key: string) => DeploymentLike | undefined },
+  ): Admission {
     this.prune(opts.deploymentOf);
     const max = resolveRolloutLimit(this.limit, opts.agents);
     if (this.rolling.has(key) || opts.forced || this.rolling.size < max) {

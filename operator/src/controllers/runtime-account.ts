@@ -14,7 +14,8 @@ type AccountContext = Pick<ReconcileContext, "caches" | "nats" | "natsIssuer" | 
 export function runtimeAccountOf(ctx: AccountContext, obj: KubernetesObject): string | undefined {
   if (!ctx.natsIssuer) return undefined;
   const { namespace, name } = obj.metadata ?? {};
-  const secret = namespace && name ? ctx.caches.get<V1Secret>("Secret", namespace, natsCredsSecretName(name)) : undefined;
+  const secret =
+    namespace && name ? ctx.caches.get<V1Secret>("Secret", namespace, natsCredsSecretName(name)) : undefined;
   return accountOfSecret(obj, secret, ctx.natsIssuer, !!ctx.natsAccounts).account;
 }
 
@@ -23,7 +24,12 @@ const ownAccount = async (ctx: AccountContext, account: string | undefined): Pro
   !!ctx.natsAccounts && !!account && account !== ctx.natsIssuer?.accountKey && (await ctx.natsAccounts.isolating());
 
 /** `fn` with a JetStream manager of the account of the resource's runtime. */
-export async function inRuntimeAccount<T>(ctx: AccountContext, obj: KubernetesObject, fn: (jsm: JetStreamManager) => Promise<T>, account = runtimeAccountOf(ctx, obj)): Promise<T> {
+export async function inRuntimeAccount<T>(
+  ctx: AccountContext,
+  obj: KubernetesObject,
+  fn: (jsm: JetStreamManager) => Promise<T>,
+  account = runtimeAccountOf(ctx, obj),
+): Promise<T> {
   if (account && (await ownAccount(ctx, account))) return ctx.natsAccounts!.withAccount(account, fn);
   if (!ctx.nats?.isConnected) throw new Error("the operator is not connected to NATS");
   return fn(ctx.nats.jsm);
@@ -35,7 +41,11 @@ export async function inRuntimeAccount<T>(ctx: AccountContext, obj: KubernetesOb
  * one-account model kept under its names in the shared account (`named`). In the shared
  * account: `named` only. Returns what was deleted.
  */
-export async function deleteRuntimeData(ctx: AccountContext, obj: KubernetesObject, named: (jsm: JetStreamManager) => Promise<string[]>): Promise<string[]> {
+export async function deleteRuntimeData(
+  ctx: AccountContext,
+  obj: KubernetesObject,
+  named: (jsm: JetStreamManager) => Promise<string[]>,
+): Promise<string[]> {
   const account = runtimeAccountOf(ctx, obj);
   if (!account || !(await ownAccount(ctx, account))) return inRuntimeAccount(ctx, obj, named, account);
   const accounts = ctx.natsAccounts!;

@@ -1,6 +1,14 @@
 // Pure building blocks shared by the Agent and Relay controllers: deterministic child names,
 // labels, owner references, and the runtime Deployment that runs the start contract.
-import type { V1Deployment, V1EnvVar, V1ObjectMeta, V1OwnerReference, V1Service, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
+import type {
+  V1Deployment,
+  V1EnvVar,
+  V1ObjectMeta,
+  V1OwnerReference,
+  V1Service,
+  V1Volume,
+  V1VolumeMount,
+} from "@kubernetes/client-node";
 import { stringify } from "yaml";
 import { ANNOTATION_PREFIX } from "../../../runtime/src/contract/annotations.ts";
 import { API_VERSION } from "../../../runtime/src/resources/common.ts";
@@ -139,7 +147,9 @@ export function selectorLabels(owner: Owner): Record<string, string> {
 }
 
 /** The Agent or Relay a managed object belongs to, by its controller reference or its labels. */
-export function ownerOf(obj: { metadata?: { ownerReferences?: V1OwnerReference[]; labels?: Record<string, string> } }): { kind: "Agent" | "Relay"; name: string } | undefined {
+export function ownerOf(obj: {
+  metadata?: { ownerReferences?: V1OwnerReference[]; labels?: Record<string, string> };
+}): { kind: "Agent" | "Relay"; name: string } | undefined {
   const ref = obj.metadata?.ownerReferences?.find((r) => r.controller && r.apiVersion === API_VERSION);
   if (ref && (ref.kind === "Agent" || ref.kind === "Relay")) return { kind: ref.kind, name: ref.name };
   const l = obj.metadata?.labels ?? {};
@@ -152,12 +162,25 @@ export function ownerOf(obj: { metadata?: { ownerReferences?: V1OwnerReference[]
 }
 
 export function ownerReference(owner: Owner): V1OwnerReference {
-  return { apiVersion: API_VERSION, kind: owner.kind, name: owner.metadata.name, uid: owner.metadata.uid, controller: true, blockOwnerDeletion: true };
+  return {
+    apiVersion: API_VERSION,
+    kind: owner.kind,
+    name: owner.metadata.name,
+    uid: owner.metadata.uid,
+    controller: true,
+    blockOwnerDeletion: true,
+  };
 }
 
 /** Metadata of a child: labels and a controller owner reference (garbage-collected with the owner). */
 export function childMeta(owner: Owner, name: string, extra: Partial<V1ObjectMeta> = {}): V1ObjectMeta {
-  return { name, namespace: owner.metadata.namespace, labels: labels(owner), ownerReferences: [ownerReference(owner)], ...extra };
+  return {
+    name,
+    namespace: owner.metadata.namespace,
+    labels: labels(owner),
+    ownerReferences: [ownerReference(owner)],
+    ...extra,
+  };
 }
 
 /** The in-cluster DNS names of a resource's Service. */
@@ -167,7 +190,11 @@ export function serviceDnsNames(owner: Owner): string[] {
 }
 
 /** The names a serving certificate must cover: the Service's, the public URL's host, and any extra. */
-export function certificateDnsNames(owner: Owner, publicUrl: string | undefined, extra: string[] | undefined): string[] {
+export function certificateDnsNames(
+  owner: Owner,
+  publicUrl: string | undefined,
+  extra: string[] | undefined,
+): string[] {
   const names = [...serviceDnsNames(owner)];
   if (publicUrl) names.push(new URL(publicUrl).hostname);
   names.push(...(extra ?? []));
@@ -180,7 +207,10 @@ export function runtimeService(owner: Owner): V1Service {
     apiVersion: "v1",
     kind: "Service",
     metadata: childMeta(owner, childNames(owner.metadata.name).service),
-    spec: { selector: selectorLabels(owner), ports: [{ name: "https", port: 443, targetPort: "https", protocol: "TCP" }] },
+    spec: {
+      selector: selectorLabels(owner),
+      ports: [{ name: "https", port: 443, targetPort: "https", protocol: "TCP" }],
+    },
   };
 }
 
@@ -224,7 +254,10 @@ export function runtimeDeployment(opts: {
   if (opts.signingSecret && opts.encryptionKey) args.push("--encryption-key=/etc/ifp/signing/encryption.key");
   if (opts.trustedProxies?.length) args.push(`--trusted-proxies=${opts.trustedProxies.join(",")}`);
   if (settings.clusterNetworks?.length) args.push(`--allow-private-targets=${settings.clusterNetworks.join(",")}`);
-  const env: V1EnvVar[] = [{ name: "IFP_LOG_LEVEL", value: opts.logLevel ?? "info" }, ...tracingEnv(owner, settings.runtimeTracing)];
+  const env: V1EnvVar[] = [
+    { name: "IFP_LOG_LEVEL", value: opts.logLevel ?? "info" },
+    ...tracingEnv(owner, settings.runtimeTracing),
+  ];
   const mounts: V1VolumeMount[] = [
     { name: "manifest", mountPath: "/etc/ifp/manifest", readOnly: true },
     { name: "tls", mountPath: "/etc/ifp/tls", readOnly: true },
@@ -233,7 +266,16 @@ export function runtimeDeployment(opts: {
   ];
   const volumes: V1Volume[] = [
     { name: "manifest", configMap: { name: n.configMap } },
-    { name: "tls", secret: { secretName: opts.tlsSecret, items: [{ key: "tls.crt", path: "tls.crt" }, { key: "tls.key", path: "tls.key" }] } },
+    {
+      name: "tls",
+      secret: {
+        secretName: opts.tlsSecret,
+        items: [
+          { key: "tls.crt", path: "tls.crt" },
+          { key: "tls.key", path: "tls.key" },
+        ],
+      },
+    },
     { name: "tmp", emptyDir: {} },
     // Mounted whole (no subPath), so that the kubelet brings a changed bundle into the pod.
     { name: "trust", configMap: { name: n.trust, items: [{ key: "ca.crt", path: "ca.crt" }] } },
@@ -245,14 +287,27 @@ export function runtimeDeployment(opts: {
   if (settings.natsPerResourceCreds) {
     env.push({ name: "IFP_NATS_CREDS", value: "/etc/ifp/nats/nats.creds" });
     mounts.push({ name: "nats", mountPath: "/etc/ifp/nats", readOnly: true });
-    volumes.push({ name: "nats", secret: { secretName: `${owner.metadata.name}-nats`, items: [{ key: "nats.creds", path: "nats.creds" }] } });
+    volumes.push({
+      name: "nats",
+      secret: { secretName: `${owner.metadata.name}-nats`, items: [{ key: "nats.creds", path: "nats.creds" }] },
+    });
   } else if (settings.natsCredsSecret) {
     env.push({ name: "IFP_NATS_CREDS", value: "/etc/ifp/nats/nats.creds" });
     mounts.push({ name: "nats", mountPath: "/etc/ifp/nats", readOnly: true });
-    volumes.push({ name: "nats", secret: { secretName: settings.natsCredsSecret.name, items: [{ key: settings.natsCredsSecret.key, path: "nats.creds" }] } });
+    volumes.push({
+      name: "nats",
+      secret: {
+        secretName: settings.natsCredsSecret.name,
+        items: [{ key: settings.natsCredsSecret.key, path: "nats.creds" }],
+      },
+    });
   }
   if (settings.natsAuthSecret) {
-    for (const [name, key] of [["IFP_NATS_USER", "user"], ["IFP_NATS_PASSWORD", "password"], ["IFP_NATS_TOKEN", "token"]] as const) {
+    for (const [name, key] of [
+      ["IFP_NATS_USER", "user"],
+      ["IFP_NATS_PASSWORD", "password"],
+      ["IFP_NATS_TOKEN", "token"],
+    ] as const) {
       env.push({ name, valueFrom: { secretKeyRef: { name: settings.natsAuthSecret, key, optional: true } } });
     }
   }
@@ -265,51 +320,68 @@ export function runtimeDeployment(opts: {
   const runAsUser = settings.runtimeRunAsUser === undefined ? RUNTIME_DEFAULT_ID : settings.runtimeRunAsUser;
   const runAsGroup = settings.runtimeRunAsGroup === undefined ? RUNTIME_DEFAULT_ID : settings.runtimeRunAsGroup;
   const pullSecrets = settings.runtimeImagePullSecrets ?? [];
-  const probe = (path: string) => ({ httpGet: { path, port: "https", scheme: "HTTPS" }, periodSeconds: 10, timeoutSeconds: 3 });
-  return withNodeHeap(withPodSettings({
-    apiVersion: "apps/v1",
-    kind: "Deployment",
-    metadata: childMeta(owner, n.deployment),
-    spec: {
-      replicas: opts.replicas,
-      selector: { matchLabels: selectorLabels(owner) },
-      template: {
-        metadata: { labels: labels(owner), annotations: { [CONFIG_HASH]: opts.configHash } },
+  const probe = (path: string) => ({
+    httpGet: { path, port: "https", scheme: "HTTPS" },
+    periodSeconds: 10,
+    timeoutSeconds: 3,
+  });
+  return withNodeHeap(
+    withPodSettings(
+      {
+        apiVersion: "apps/v1",
+        kind: "Deployment",
+        metadata: childMeta(owner, n.deployment),
         spec: {
-          // The resource's own ServiceAccount, or the one it names (identity.ts); no token in
-          // the sidecars unless it asks for one.
-          serviceAccountName: podServiceAccount(owner, opts.pod),
-          automountServiceAccountToken: opts.pod?.automountServiceAccountToken ?? false,
-          securityContext: {
-            runAsNonRoot: true,
-            ...(runAsUser === null ? {} : { runAsUser }),
-            ...(runAsGroup === null ? {} : { runAsGroup }),
-            seccompProfile: { type: "RuntimeDefault" },
-          },
-          ...(pullSecrets.length ? { imagePullSecrets: pullSecrets.map((name) => ({ name })) } : {}),
-          containers: [
-            {
-              name: "runtime",
-              image: opts.image ?? settings.runtimeImage,
-              imagePullPolicy: settings.runtimeImagePullPolicy,
-              args,
-              env,
-              ports: [
-                { name: "https", containerPort: HTTPS_PORT, protocol: "TCP" },
-                { name: "metrics", containerPort: METRICS_PORT, protocol: "TCP" },
+          replicas: opts.replicas,
+          selector: { matchLabels: selectorLabels(owner) },
+          template: {
+            metadata: { labels: labels(owner), annotations: { [CONFIG_HASH]: opts.configHash } },
+            spec: {
+              // The resource's own ServiceAccount, or the one it names (identity.ts); no token in
+              // the sidecars unless it asks for one.
+              serviceAccountName: podServiceAccount(owner, opts.pod),
+              automountServiceAccountToken: opts.pod?.automountServiceAccountToken ?? false,
+              securityContext: {
+                runAsNonRoot: true,
+                ...(runAsUser === null ? {} : { runAsUser }),
+                ...(runAsGroup === null ? {} : { runAsGroup }),
+                seccompProfile: { type: "RuntimeDefault" },
+              },
+              ...(pullSecrets.length ? { imagePullSecrets: pullSecrets.map((name) => ({ name })) } : {}),
+              containers: [
+                {
+                  name: "runtime",
+                  image: opts.image ?? settings.runtimeImage,
+                  imagePullPolicy: settings.runtimeImagePullPolicy,
+                  args,
+                  env,
+                  ports: [
+                    { name: "https", containerPort: HTTPS_PORT, protocol: "TCP" },
+                    { name: "metrics", containerPort: METRICS_PORT, protocol: "TCP" },
+                  ],
+                  readinessProbe: probe("/readyz"),
+                  livenessProbe: probe("/healthz"),
+                  resources: {
+                    requests: { cpu: "50m", memory: "128Mi" },
+                    limits: { memory: DEFAULT_RUNTIME_MEMORY_LIMIT },
+                  },
+                  securityContext: {
+                    allowPrivilegeEscalation: false,
+                    readOnlyRootFilesystem: true,
+                    capabilities: { drop: ["ALL"] },
+                  },
+                  volumeMounts: mounts,
+                },
               ],
-              readinessProbe: probe("/readyz"),
-              livenessProbe: probe("/healthz"),
-              resources: { requests: { cpu: "50m", memory: "128Mi" }, limits: { memory: DEFAULT_RUNTIME_MEMORY_LIMIT } },
-              securityContext: { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ["ALL"] } },
-              volumeMounts: mounts,
+              volumes,
             },
-          ],
-          volumes,
+          },
         },
       },
-    },
-  }, opts.pod), opts.mode);
+      opts.pod,
+    ),
+    opts.mode,
+  );
 }
 
 function withoutReplicas(spec: unknown): unknown {
@@ -319,7 +391,10 @@ function withoutReplicas(spec: unknown): unknown {
 }
 
 /** The manifest the runtime reads: the resource as the API server holds it, minus server bookkeeping and spec.replicas. */
-export function renderManifest(obj: { apiVersion: string; kind: string; metadata: OwnerMeta; spec: unknown }, annotations: Record<string, string> = {}): string {
+export function renderManifest(
+  obj: { apiVersion: string; kind: string; metadata: OwnerMeta; spec: unknown },
+  annotations: Record<string, string> = {},
+): string {
   const m = obj.metadata;
   // Only the project's own annotations: the runtime reads nothing else, and others (kubectl's
   // last-applied-configuration, tooling's) must not roll the pods.

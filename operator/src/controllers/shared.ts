@@ -27,7 +27,12 @@ function sharedMeta(namespace: string, name: string) {
   return {
     name,
     namespace,
-    labels: { "app.kubernetes.io/name": "ifp-runtime", [COMPONENT_LABEL]: SHARED_COMPONENT, "app.kubernetes.io/part-of": "ifp-operator", ...MANAGED_BY },
+    labels: {
+      "app.kubernetes.io/name": "ifp-runtime",
+      [COMPONENT_LABEL]: SHARED_COMPONENT,
+      "app.kubernetes.io/part-of": "ifp-operator",
+      ...MANAGED_BY,
+    },
   };
 }
 
@@ -35,10 +40,20 @@ function sharedMeta(namespace: string, name: string) {
 export function sharedRuntimeAccess(kind: Owner["kind"], namespace: string): KubernetesObject[] {
   const name = sharedAccountName(kind);
   if (kind === "Relay") {
-    const sa: V1ServiceAccount = { apiVersion: "v1", kind: "ServiceAccount", metadata: sharedMeta(namespace, name), automountServiceAccountToken: false };
+    const sa: V1ServiceAccount = {
+      apiVersion: "v1",
+      kind: "ServiceAccount",
+      metadata: sharedMeta(namespace, name),
+      automountServiceAccountToken: false,
+    };
     return [sa];
   }
-  const sa: V1ServiceAccount = { apiVersion: "v1", kind: "ServiceAccount", metadata: sharedMeta(namespace, name), automountServiceAccountToken: true };
+  const sa: V1ServiceAccount = {
+    apiVersion: "v1",
+    kind: "ServiceAccount",
+    metadata: sharedMeta(namespace, name),
+    automountServiceAccountToken: true,
+  };
   const role: V1Role = {
     apiVersion: "rbac.authorization.k8s.io/v1",
     kind: "Role",
@@ -71,7 +86,8 @@ export function sharedAccountInUse(deployments: V1Deployment[], kind: Owner["kin
       d.metadata?.namespace === namespace &&
       managedByOperator(d) &&
       d.metadata?.labels?.[COMPONENT_LABEL] === kind.toLowerCase() &&
-      (d.spec?.template?.spec?.serviceAccountName === account || !rolledTo(d, d.spec?.template?.spec?.serviceAccountName ?? "")),
+      (d.spec?.template?.spec?.serviceAccountName === account ||
+        !rolledTo(d, d.spec?.template?.spec?.serviceAccountName ?? "")),
   );
 }
 
@@ -79,7 +95,11 @@ export function sharedAccountInUse(deployments: V1Deployment[], kind: Owner["kin
  * Delete the shared objects of `kind` in `namespace` once nothing needs them (sharedAccountInUse).
  * A namespace without them asks the API server nothing. Returns "Kind/name" of what was deleted.
  */
-export async function releaseSharedRuntimeAccess(ctx: Pick<ReconcileContext, "kube" | "caches">, kind: Owner["kind"], namespace: string): Promise<string[]> {
+export async function releaseSharedRuntimeAccess(
+  ctx: Pick<ReconcileContext, "kube" | "caches">,
+  kind: Owner["kind"],
+  namespace: string,
+): Promise<string[]> {
   let deleted = deletedBy.get(ctx.caches);
   if (!deleted) deletedBy.set(ctx.caches, (deleted = new Set()));
   const gone = deleted;

@@ -30,7 +30,13 @@ describe("summarize", () => {
   });
 
   it("carries the last error with its time", () => {
-    expect(summarize([], { lastSeq: 1, backlog: 0, lastError: { at: "2026-01-02T03:04:05Z", reason: "Undeliverable: x" } }, 0).summary).toEqual({
+    expect(
+      summarize(
+        [],
+        { lastSeq: 1, backlog: 0, lastError: { at: "2026-01-02T03:04:05Z", reason: "Undeliverable: x" } },
+        0,
+      ).summary,
+    ).toEqual({
       acceptedLastHour: 0,
       backlog: 0,
       lastError: "Undeliverable: x",
@@ -42,10 +48,22 @@ describe("summarize", () => {
 describe("parseLastError", () => {
   const enc = (v: unknown) => new TextEncoder().encode(typeof v === "string" ? v : JSON.stringify(v));
   it("reads what the runtime stores, cutting long reasons", () => {
-    expect(parseLastError(enc({ at: "2026-01-02T03:04:05.678Z", reason: "x".repeat(1000) }))).toEqual({ at: "2026-01-02T03:04:05Z", reason: "x".repeat(256) });
+    expect(parseLastError(enc({ at: "2026-01-02T03:04:05.678Z", reason: "x".repeat(1000) }))).toEqual({
+      at: "2026-01-02T03:04:05Z",
+      reason: "x".repeat(256),
+    });
   });
   it("takes anything else for nothing", () => {
-    for (const bad of ["", "not json", "[]", "null", { at: "yesterday", reason: "x" }, { at: "2026-01-02T03:04:05Z" }, { at: 5, reason: "x" }]) expect(parseLastError(enc(bad))).toBeUndefined();
+    for (const bad of [
+      "",
+      "not json",
+      "[]",
+      "null",
+      { at: "yesterday", reason: "x" },
+      { at: "2026-01-02T03:04:05Z" },
+      { at: 5, reason: "x" },
+    ])
+      expect(parseLastError(enc(bad))).toBeUndefined();
     expect(parseLastError(undefined)).toBeUndefined();
   });
 });

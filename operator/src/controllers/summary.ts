@@ -7,7 +7,12 @@ import { RequestError } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { agentNames } from "../../../runtime/src/contract/agent-names.ts";
 import { relayNames } from "../../../runtime/src/contract/relay-stream.ts";
-import { agentLastError, parseLastError, relayLastError, type LastErrorLocation } from "../../../runtime/src/contract/summary.ts";
+import {
+  agentLastError,
+  parseLastError,
+  relayLastError,
+  type LastErrorLocation,
+} from "../../../runtime/src/contract/summary.ts";
 import type { Nats } from "../../../runtime/src/nats/connection.ts";
 import { isNotFound } from "../../../runtime/src/nats/streams.ts";
 import type { Relay } from "../../../runtime/src/resources/relay.ts";
@@ -41,7 +46,12 @@ export const SUMMARY_WINDOW_MS = 3600_000;
  * at least a window old (or the oldest kept), so it covers the last hour once the operator has
  * watched that long; a stream that went back (recreated) starts the samples again.
  */
-export function summarize(samples: Sample[], reading: Reading, now: number, windowMs = SUMMARY_WINDOW_MS): { summary: Summary; samples: Sample[] } {
+export function summarize(
+  samples: Sample[],
+  reading: Reading,
+  now: number,
+  windowMs = SUMMARY_WINDOW_MS,
+): { summary: Summary; samples: Sample[] } {
   let kept = samples.length && samples.at(-1)!.seq > reading.lastSeq ? [] : samples;
   // Keep one sample at or beyond the window's start as the base, and everything after it.
   while (kept.length > 1 && kept[1]!.at <= now - windowMs) kept = kept.slice(1);
@@ -63,7 +73,9 @@ const orUndefined = <T>(p: Promise<T>): Promise<T | undefined> =>
 
 async function readLastError(jsm: JetStreamManager, where: LastErrorLocation) {
   // A direct get from a bucket not made yet has nobody to answer it.
-  const m = await orUndefined(jsm.direct.getMessage(`KV_${where.bucket}`, { last_by_subj: `$KV.${where.bucket}.${where.key}` })).catch((err: unknown) => {
+  const m = await orUndefined(
+    jsm.direct.getMessage(`KV_${where.bucket}`, { last_by_subj: `$KV.${where.bucket}.${where.key}` }),
+  ).catch((err: unknown) => {
     if (err instanceof RequestError && err.isNoResponders()) return undefined;
     throw err;
   });
@@ -85,7 +97,10 @@ export async function readAgent(jsm: JetStreamManager, key: string): Promise<Rea
 }
 
 /** A Relay's reading: the copies its stream ever stored and holds now (mailboxes and dead letters). */
-export async function readRelay(jsm: JetStreamManager, relay: Pick<Relay, "metadata" | "spec">): Promise<Reading | undefined> {
+export async function readRelay(
+  jsm: JetStreamManager,
+  relay: Pick<Relay, "metadata" | "spec">,
+): Promise<Reading | undefined> {
   const stream = await orUndefined(jsm.streams.info(relayNames(relay).stream));
   if (!stream) return undefined;
   const lastError = await readLastError(jsm, relayLastError(relay));
@@ -116,7 +131,14 @@ export class SummaryCollector {
    * `inAccount` runs a read in the NATS account of a resource's runtime (one account per
    * runtime); without it every read goes through `nats`.
    */
-  constructor(opts: { nats: Nats; caches: Caches; enqueue: (kind: SummaryKind, obj: KubernetesObject) => void; log: Logger; intervalMs?: number; inAccount?: InAccount }) {
+  constructor(opts: {
+    nats: Nats;
+    caches: Caches;
+    enqueue: (kind: SummaryKind, obj: KubernetesObject) => void;
+    log: Logger;
+    intervalMs?: number;
+    inAccount?: InAccount;
+  }) {
     this.nats = opts.nats;
     this.inAccount = opts.inAccount ?? ((_obj, read) => read(this.nats.jsm));
     this.caches = opts.caches;

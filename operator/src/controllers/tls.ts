@@ -40,7 +40,11 @@ export const RENEW_BEFORE_MS = DEFAULT_LIFETIMES.certRenewBeforeMs;
 const MAX_TIMER_MS = 24 * 3600_000;
 
 /** Pure: the cert-manager Certificate for a runtime's Service names and public host. */
-export function desiredCertificate(owner: Owner, issuerRef: NonNullable<TlsSpecInput["issuerRef"]>, dnsNames: string[]): KubernetesObject {
+export function desiredCertificate(
+  owner: Owner,
+  issuerRef: NonNullable<TlsSpecInput["issuerRef"]>,
+  dnsNames: string[],
+): KubernetesObject {
   const n = childNames(owner.metadata.name);
   return {
     apiVersion: "cert-manager.io/v1",
@@ -53,7 +57,9 @@ export function desiredCertificate(owner: Owner, issuerRef: NonNullable<TlsSpecI
       issuerRef: { name: issuerRef.name, kind: issuerRef.kind, group: issuerRef.group },
       privateKey: { algorithm: "ECDSA", size: 256, rotationPolicy: "Always" },
       // The Secret carries our labels so that the operator's informer sees it.
-      secretTemplate: { labels: { ...MANAGED_BY, [INSTANCE_LABEL]: owner.metadata.name, [COMPONENT_LABEL]: owner.kind.toLowerCase() } },
+      secretTemplate: {
+        labels: { ...MANAGED_BY, [INSTANCE_LABEL]: owner.metadata.name, [COMPONENT_LABEL]: owner.kind.toLowerCase() },
+      },
     },
   } as KubernetesObject;
 }
@@ -62,7 +68,13 @@ export function desiredCertificate(owner: Owner, issuerRef: NonNullable<TlsSpecI
  * Pure: what a default certificate's Secret needs now: created, re-issued (close to expiry, names
  * changed, or issued by another CA than the install's signing CA), or kept until `renewAt`.
  */
-export function selfSignedAction(secret: V1Secret | undefined, dnsNames: string[], now: number, issuer?: string, renewBeforeMs = RENEW_BEFORE_MS): { action: "create" | "renew" | "keep"; renewAt?: number } {
+export function selfSignedAction(
+  secret: V1Secret | undefined,
+  dnsNames: string[],
+  now: number,
+  issuer?: string,
+  renewBeforeMs = RENEW_BEFORE_MS,
+): { action: "create" | "renew" | "keep"; renewAt?: number } {
   if (!secret) return { action: "create" };
   const notAfter = Date.parse(secret.metadata?.annotations?.[NOT_AFTER] ?? "");
   if (!Number.isFinite(notAfter) || !secret.data?.["tls.crt"] || !secret.data?.["tls.key"]) return { action: "renew" };
@@ -74,24 +86,53 @@ export function selfSignedAction(secret: V1Secret | undefined, dnsNames: string[
 
 /** The certificate's Ready condition, as cert-manager reports it. */
 export function certificateWaiting(cert: KubernetesObject | undefined): Blocker | undefined {
-  const conditions = (cert as { status?: { conditions?: { type: string; status: string; reason?: string; message?: string }[] } } | undefined)?.status?.conditions;
+  const conditions = (
+    cert as
+      | { status?: { conditions?: { type: string; status: string; reason?: string; message?: string }[] } }
+      | undefined
+  )?.status?.conditions;
   const ready = conditions?.find((c) => c.type === "Ready");
   if (ready?.status === "True") return undefined;
-  return { reason: "CertificateNotReady", message: ready?.message ? `Certificate: ${ready.message}` : "cert-manager has not issued the serving certificate yet" };
+  return {
+    reason: "CertificateNotReady",
+    message: ready?.message
+      ? `Certificate: ${ready.message}`
+      : "cert-manager has not issued the serving certificate yet",
+  };
 }
 
-export async function ensureTls(kube: Kube, caches: Caches, trust: InstallTrust, owner: Owner, tls: TlsSpecInput | undefined, dnsNames: string[], now = Date.now()): Promise<TlsOutcome> {
+export async function ensureTls(
+  kube: Kube,
+  caches: Caches,
+  trust: InstallTrust,
+  owner: Owner,
+  tls: TlsSpecInput | undefined,
+  dnsNames: string[],
+  now = Date.now(),
+): Promise<TlsOutcome> {
   const ns = owner.metadata.namespace;
   const n = childNames(owner.metadata.name);
   if (tls?.secretName) {
     // A user's Secret is not labelled, so not cached: read it (reads are cheap, writes are not).
     const secret = await kube.read<V1Secret>("v1", "Secret", ns, tls.secretName);
     const base = { secretName: tls.secretName, applied: [], events: [] };
-    if (!secret) return { ...base, blocker: { reason: "TLSSecretMissing", message: `Secret ${tls.secretName} named in spec.tls.secretName does not exist in namespace ${ns}` }, requeueAfterMs: 30_000 };
+    if (!secret)
+      return {
+        ...base,
+        blocker: {
+          reason: "TLSSecretMissing",
+          message: `Secret ${tls.secretName} named in spec.tls.secretName does not exist in namespace ${ns}`,
+        },
+        requeueAfterMs: 30_000,
+      };
     const refusal = secretUsableBy(secret, owner, "spec.tls.secretName");
     if (refusal) return { ...base, blocker: refusal, requeueAfterMs: 30_000 };
     if (!secret.data?.["tls.crt"] || !secret.data?.["tls.key"]) {
-      return { ...base, blocker: { reason: "InvalidTLSSecret", message: `Secret ${tls.secretName} has no tls.crt and tls.key` }, requeueAfterMs: 30_000 };
+      return {
+        ...base,
+        blocker: { reason: "InvalidTLSSecret", message: `Secret ${tls.secretName} has no tls.crt and tls.key` },
+        requeueAfterMs: 30_000,
+      };
     }
     return base;
   }
@@ -100,8 +141,17 @@ export async function ensureTls(kube: Kube, caches: Caches, trust: InstallTrust,
   if (issuerRef) {
     const base = { secretName: n.tlsSecret, applied: [] as string[], events: [] as TlsOutcome["events"] };
     if (!(await kube.serves("cert-manager.io", "v1", "certificates", ns))) {
-      const who = tls?.issuerRef ? "spec.tls.issuerRef" : "the install's trust.certManager.issuerRef (--cert-manager-issuer)";
-      return { ...base, blocker: { reason: "CertManagerMissing", message: `${who} needs cert-manager, but the API server does not serve cert-manager.io/v1 Certificate; install cert-manager or use spec.tls.secretName` }, requeueAfterMs: 60_000 };
+      const who = tls?.issuerRef
+        ? "spec.tls.issuerRef"
+        : "the install's trust.certManager.issuerRef (--cert-manager-issuer)";
+      return {
+        ...base,
+        blocker: {
+          reason: "CertManagerMissing",
+          message: `${who} needs cert-manager, but the API server does not serve cert-manager.io/v1 Certificate; install cert-manager or use spec.tls.secretName`,
+        },
+        requeueAfterMs: 60_000,
+      };
     }
     const want = desiredCertificate(owner, issuerRef, dnsNames);
     const applied = await applyChildren(kube, caches, owner, [want]);
@@ -111,9 +161,12 @@ export async function ensureTls(kube: Kube, caches: Caches, trust: InstallTrust,
   }
   // Neither: a certificate of the install CA for the Service names, in a Secret the operator owns.
   const events: TlsOutcome["events"] = [];
-  let secret = caches.get<V1Secret>("Secret", ns, n.tlsSecret) ?? (await kube.read<V1Secret>("v1", "Secret", ns, n.tlsSecret));
+  let secret =
+    caches.get<V1Secret>("Secret", ns, n.tlsSecret) ?? (await kube.read<V1Secret>("v1", "Secret", ns, n.tlsSecret));
   if (secret && !controlledBy(secret, owner.metadata.uid)) {
-    throw new ChildConflictError(`Secret ${n.tlsSecret} already exists and is not managed by this ${owner.kind}; delete or rename it, or name it in spec.tls.secretName`);
+    throw new ChildConflictError(
+      `Secret ${n.tlsSecret} already exists and is not managed by this ${owner.kind}; delete or rename it, or name it in spec.tls.secretName`,
+    );
   }
   const issuer = trust.signerId();
   let step = selfSignedAction(secret, dnsNames, now, issuer, trust.lifetimes.certRenewBeforeMs);
@@ -121,32 +174,59 @@ export async function ensureTls(kube: Kube, caches: Caches, trust: InstallTrust,
   // once that CA has expired): keep it rather than re-issue it on every pass, and look again
   // shortly — the rotation loop makes the next CA the signer (it is published long before).
   const leafEnd = Date.parse(secret?.metadata?.annotations?.[NOT_AFTER] ?? "");
-  if (step.action === "renew" && secret?.metadata?.annotations?.[ISSUER] === issuer && secret?.metadata?.annotations?.[DNS_NAMES_HASH] === hashOf(dnsNames)) {
+  if (
+    step.action === "renew" &&
+    secret?.metadata?.annotations?.[ISSUER] === issuer &&
+    secret?.metadata?.annotations?.[DNS_NAMES_HASH] === hashOf(dnsNames)
+  ) {
     const caEnd = validity(trust.signer().cert).notAfter.getTime();
     if (Number.isFinite(leafEnd) && leafEnd >= caEnd - 1000) step = { action: "keep", renewAt: now + 2_000 };
   }
   const applied: string[] = [];
   if (step.action !== "keep") {
     const ca = trust.signer();
-    const leaf = await ca.issue({ commonName: dnsNames[2] ?? dnsNames[0]!, dnsNames, validityMs: trust.lifetimes.certValidityMs });
+    const leaf = await ca.issue({
+      commonName: dnsNames[2] ?? dnsNames[0]!,
+      dnsNames,
+      validityMs: trust.lifetimes.certValidityMs,
+    });
     const pem = { ...leaf, ca: ca.cert, notAfter: isoSeconds(leaf.notAfter) };
     const body: V1Secret = {
       apiVersion: "v1",
       kind: "Secret",
       type: "kubernetes.io/tls",
-      metadata: childMeta(owner, n.tlsSecret, { annotations: { "ifp.dev/issued-by": "install-ca", [ISSUER]: issuer, [NOT_AFTER]: pem.notAfter, [DNS_NAMES_HASH]: hashOf(dnsNames) } }),
-      data: { "tls.crt": Buffer.from(pem.cert).toString("base64"), "tls.key": Buffer.from(pem.key).toString("base64"), "ca.crt": Buffer.from(pem.ca).toString("base64") },
+      metadata: childMeta(owner, n.tlsSecret, {
+        annotations: {
+          "ifp.dev/issued-by": "install-ca",
+          [ISSUER]: issuer,
+          [NOT_AFTER]: pem.notAfter,
+          [DNS_NAMES_HASH]: hashOf(dnsNames),
+        },
+      }),
+      data: {
+        "tls.crt": Buffer.from(pem.cert).toString("base64"),
+        "tls.key": Buffer.from(pem.key).toString("base64"),
+        "ca.crt": Buffer.from(pem.ca).toString("base64"),
+      },
     };
     if (step.action === "create") {
       if (await kube.createIfAbsent(body)) {
         applied.push(`Secret/${n.tlsSecret}`);
-        events.push({ type: "Normal", reason: "IssuedCertificate", message: `issued a serving certificate of the install CA into Secret ${n.tlsSecret}, valid until ${pem.notAfter}` });
+        events.push({
+          type: "Normal",
+          reason: "IssuedCertificate",
+          message: `issued a serving certificate of the install CA into Secret ${n.tlsSecret}, valid until ${pem.notAfter}`,
+        });
       }
     } else {
       body.metadata!.resourceVersion = secret!.metadata?.resourceVersion;
       secret = await kube.replace(body);
       applied.push(`Secret/${n.tlsSecret}`);
-      events.push({ type: "Normal", reason: "RenewedCertificate", message: `re-issued the serving certificate (install CA) in Secret ${n.tlsSecret}, valid until ${pem.notAfter}` });
+      events.push({
+        type: "Normal",
+        reason: "RenewedCertificate",
+        message: `re-issued the serving certificate (install CA) in Secret ${n.tlsSecret}, valid until ${pem.notAfter}`,
+      });
     }
   }
   const renewIn = step.renewAt ? Math.max(1000, Math.min(step.renewAt - now, MAX_TIMER_MS)) : MAX_TIMER_MS;

@@ -42,17 +42,29 @@ export const DEFAULT_LIFETIMES: TrustLifetimes = {
 
 /** Lifetimes that make sense together, or an Error naming the one that does not. */
 export function checkLifetimes(l: TrustLifetimes): TrustLifetimes {
-  for (const [k, v] of Object.entries(l)) if (!Number.isFinite(v) || v <= 0) throw new Error(`${k} must be a positive duration`);
-  if (l.caRotateBeforeMs >= l.caValidityMs) throw new Error("the CA rotation lead (--ca-rotate-before) must be shorter than the CA validity (--ca-validity)");
-  if (l.caOverlapMs >= l.caRotateBeforeMs) throw new Error("the CA overlap (--ca-overlap) must be shorter than the CA rotation lead (--ca-rotate-before)");
-  if (l.certRenewBeforeMs >= l.certValidityMs) throw new Error("the certificate renewal lead (--cert-renew-before) must be shorter than the certificate validity (--cert-validity)");
+  for (const [k, v] of Object.entries(l))
+    if (!Number.isFinite(v) || v <= 0) throw new Error(`${k} must be a positive duration`);
+  if (l.caRotateBeforeMs >= l.caValidityMs)
+    throw new Error("the CA rotation lead (--ca-rotate-before) must be shorter than the CA validity (--ca-validity)");
+  if (l.caOverlapMs >= l.caRotateBeforeMs)
+    throw new Error("the CA overlap (--ca-overlap) must be shorter than the CA rotation lead (--ca-rotate-before)");
+  if (l.certRenewBeforeMs >= l.certValidityMs)
+    throw new Error(
+      "the certificate renewal lead (--cert-renew-before) must be shorter than the certificate validity (--cert-validity)",
+    );
   return l;
 }
 
 // ---- The install CA's Secret -------------------------------------------------------------
 
 /** Keys of the CA Secret: the current CA signs; the next is published only; the previous is still trusted. */
-export const CA_KEYS = { cert: "ca.crt", key: "ca.key", nextCert: "next.crt", nextKey: "next.key", previousCert: "previous.crt" } as const;
+export const CA_KEYS = {
+  cert: "ca.crt",
+  key: "ca.key",
+  nextCert: "next.crt",
+  nextKey: "next.key",
+  previousCert: "previous.crt",
+} as const;
 /** When the next CA was first published (ISO time), on the CA Secret. */
 export const NEXT_PUBLISHED = "ifp.dev/next-ca-published";
 /** The trust bundle's key in each `<name>-trust` ConfigMap, and where the runtime pods find it. */
@@ -79,7 +91,11 @@ export function caStateOf(secret: V1Secret): CaState {
   if (nextCert && nextKey) {
     parseCaBundle(nextCert);
     const published = Date.parse(secret.metadata?.annotations?.[NEXT_PUBLISHED] ?? "");
-    state.next = { cert: nextCert, key: nextKey, publishedAt: Number.isFinite(published) ? published : validity(nextCert).notBefore.getTime() };
+    state.next = {
+      cert: nextCert,
+      key: nextKey,
+      publishedAt: Number.isFinite(published) ? published : validity(nextCert).notBefore.getTime(),
+    };
   }
   const previous = decode(d[CA_KEYS.previousCert]);
   if (previous && pemOk(previous)) state.previous = { cert: previous };
@@ -129,8 +145,12 @@ export function caRotationStep(state: CaState | undefined, now: number, l: Trust
 /** Pure: the CA Secret's body for a state. */
 export function caSecret(namespace: string, name: string, state: CaState): V1Secret {
   const enc = (s: string) => Buffer.from(s).toString("base64");
-  const data: Record<string, string> = { [CA_KEYS.cert]: enc(state.current.cert), [CA_KEYS.key]: enc(state.current.key) };
-  if (state.next) Object.assign(data, { [CA_KEYS.nextCert]: enc(state.next.cert), [CA_KEYS.nextKey]: enc(state.next.key) });
+  const data: Record<string, string> = {
+    [CA_KEYS.cert]: enc(state.current.cert),
+    [CA_KEYS.key]: enc(state.current.key),
+  };
+  if (state.next)
+    Object.assign(data, { [CA_KEYS.nextCert]: enc(state.next.cert), [CA_KEYS.nextKey]: enc(state.next.key) });
   if (state.previous) data[CA_KEYS.previousCert] = enc(state.previous.cert);
   return {
     apiVersion: "v1",
@@ -139,7 +159,11 @@ export function caSecret(namespace: string, name: string, state: CaState): V1Sec
     metadata: {
       name,
       namespace,
-      labels: { "app.kubernetes.io/name": "ifp-operator", "app.kubernetes.io/component": "install-ca", "app.kubernetes.io/part-of": "ifp-operator" },
+      labels: {
+        "app.kubernetes.io/name": "ifp-operator",
+        "app.kubernetes.io/component": "install-ca",
+        "app.kubernetes.io/part-of": "ifp-operator",
+      },
       annotations: state.next ? { [NEXT_PUBLISHED]: new Date(state.next.publishedAt).toISOString() } : {},
     },
     data,
@@ -156,7 +180,7 @@ export function joinBundle(...sources: string[][]): string {
   const seen = new Set<string>();
   const out: string[] = [];
   for (const pem of sources.flat()) {
-    const norm = pem.trim().replace(/\r\n/g, "\n") + "\n";
+    const norm = `${pem.trim().replace(/\r\n/g, "\n")}\n`;
     if (seen.has(norm)) continue;
     seen.add(norm);
     out.push(norm);
@@ -248,7 +272,9 @@ export class InstallTrust {
         try {
           state = caStateOf(secret);
         } catch (err) {
-          throw new Error(`the install CA Secret ${this.namespace}/${this.secretName} ${errorMessage(err)}; fix it or delete it to make a new CA (every default serving certificate is then re-issued)`);
+          throw new Error(
+            `the install CA Secret ${this.namespace}/${this.secretName} ${errorMessage(err)}; fix it or delete it to make a new CA (every default serving certificate is then re-issued)`,
+          );
         }
       }
       const step = caRotationStep(state, now, this.lifetimes);
@@ -256,17 +282,25 @@ export class InstallTrust {
         await this.load(state!);
         return before !== "" && before !== published(state!);
       }
-      if (attempt > 5) throw new Error(`the install CA Secret ${this.namespace}/${this.secretName} kept changing under this replica`);
+      if (attempt > 5)
+        throw new Error(`the install CA Secret ${this.namespace}/${this.secretName} kept changing under this replica`);
       const next = await this.apply(step, state, now);
       const body = caSecret(this.namespace, this.secretName, next);
       try {
         if (!secret) {
           // Another replica may have made it first: then read theirs.
-          if (await this.kube.createIfAbsent(body)) this.log.info({ secret: `${this.namespace}/${this.secretName}`, notAfter: validity(next.current.cert).notAfter }, "Created the install CA");
+          if (await this.kube.createIfAbsent(body))
+            this.log.info(
+              { secret: `${this.namespace}/${this.secretName}`, notAfter: validity(next.current.cert).notAfter },
+              "Created the install CA",
+            );
         } else {
           body.metadata!.resourceVersion = secret.metadata?.resourceVersion;
           await this.kube.replace(body);
-          this.log.info({ secret: `${this.namespace}/${this.secretName}`, step: step.action }, "Rotated the install CA");
+          this.log.info(
+            { secret: `${this.namespace}/${this.secretName}`, step: step.action },
+            "Rotated the install CA",
+          );
         }
       } catch (err) {
         if (!isStatus(err, 409)) throw err;
@@ -274,15 +308,26 @@ export class InstallTrust {
     }
   }
 
-  private async apply(step: Exclude<CaStep, { action: "keep" }>, state: CaState | undefined, now: number): Promise<CaState> {
+  private async apply(
+    step: Exclude<CaStep, { action: "keep" }>,
+    state: CaState | undefined,
+    now: number,
+  ): Promise<CaState> {
     const fresh = async () => {
-      const ca = await createCA(`ifp-operator install CA ${this.namespace}/${this.secretName} ${new Date(now).toISOString().slice(0, 10)}`, this.lifetimes.caValidityMs, now);
+      const ca = await createCA(
+        `ifp-operator install CA ${this.namespace}/${this.secretName} ${new Date(now).toISOString().slice(0, 10)}`,
+        this.lifetimes.caValidityMs,
+        now,
+      );
       return { cert: ca.cert, key: ca.key };
     };
     switch (step.action) {
       case "create":
       case "replace":
-        return { current: await fresh(), ...(state && step.action === "replace" ? { previous: { cert: state.current.cert } } : {}) };
+        return {
+          current: await fresh(),
+          ...(state && step.action === "replace" ? { previous: { cert: state.current.cert } } : {}),
+        };
       case "add-next":
         return { ...state!, next: { ...(await fresh()), publishedAt: now } };
       case "promote":
@@ -322,7 +367,10 @@ export class InstallTrust {
         // A step may have come due since the check (its time fell in between): then at once.
         const step = caRotationStep(this.state, now(), this.lifetimes);
         wait = step.action === "keep" ? Math.max(1000, Math.min(HOUR, step.nextCheckAt - now())) : 1000;
-        this.log.debug({ secret: `${this.namespace}/${this.secretName}`, step: step.action, nextCheckInMs: wait }, "checked the install CA");
+        this.log.debug(
+          { secret: `${this.namespace}/${this.secretName}`, step: step.action, nextCheckInMs: wait },
+          "checked the install CA",
+        );
       } catch (err) {
         this.log.error({ err: errorMessage(err) }, "could not check the install CA");
         wait = err instanceof DeadlineExceeded ? 1000 : 30_000;
@@ -371,7 +419,12 @@ export function trustConfigMapName(name: string): string {
 
 /** Pure: the trust bundle ConfigMap of a resource. */
 export function desiredTrustBundle(owner: Owner, pem: string): V1ConfigMap {
-  return { apiVersion: "v1", kind: "ConfigMap", metadata: childMeta(owner, trustConfigMapName(owner.metadata.name)), data: { [BUNDLE_KEY]: pem } };
+  return {
+    apiVersion: "v1",
+    kind: "ConfigMap",
+    metadata: childMeta(owner, trustConfigMapName(owner.metadata.name)),
+    data: { [BUNDLE_KEY]: pem },
+  };
 }
 
 /** Where the install's cert-manager bundle is named, as reports say it. */
@@ -381,11 +434,23 @@ export const CERT_MANAGER_BUNDLE_FIELD = "the install's trust.certManager.bundle
  * Pure: the CA certificates one trust source's object yields, or a Blocker naming where the
  * source is named: spec.tls.trust[index], or `field` (the install's cert-manager bundle).
  */
-export function trustFromSource(index: number | string, ref: TrustRef, obj: KubernetesObject | undefined, namespace: string): { certs: string[] } | { blocker: Blocker } {
+export function trustFromSource(
+  index: number | string,
+  ref: TrustRef,
+  obj: KubernetesObject | undefined,
+  namespace: string,
+): { certs: string[] } | { blocker: Blocker } {
   const kind = ref.configMapRef ? "ConfigMap" : "Secret";
   const r = (ref.configMapRef ?? ref.secretRef)!;
-  const field = typeof index === "string" ? index : `spec.tls.trust[${index}].${ref.configMapRef ? "configMapRef" : "secretRef"}`;
-  if (!obj) return { blocker: { reason: "TrustSourceMissing", message: `${kind} ${r.name} named in ${field} does not exist in namespace ${namespace}` } };
+  const field =
+    typeof index === "string" ? index : `spec.tls.trust[${index}].${ref.configMapRef ? "configMapRef" : "secretRef"}`;
+  if (!obj)
+    return {
+      blocker: {
+        reason: "TrustSourceMissing",
+        message: `${kind} ${r.name} named in ${field} does not exist in namespace ${namespace}`,
+      },
+    };
   let text: string | undefined;
   if (kind === "ConfigMap") {
     const cm = obj as V1ConfigMap;
@@ -393,12 +458,24 @@ export function trustFromSource(index: number | string, ref: TrustRef, obj: Kube
   } else {
     text = decode((obj as V1Secret).data?.[r.key]);
   }
-  if (text === undefined) return { blocker: { reason: "InvalidTrust", message: `${kind} ${r.name} named in ${field} has no key ${r.key}` } };
-  if (Buffer.byteLength(text) > MAX_TRUST_SOURCE_BYTES) return { blocker: { reason: "InvalidTrust", message: `${kind} ${r.name} key ${r.key} named in ${field} is larger than ${MAX_TRUST_SOURCE_BYTES} bytes` } };
+  if (text === undefined)
+    return { blocker: { reason: "InvalidTrust", message: `${kind} ${r.name} named in ${field} has no key ${r.key}` } };
+  if (Buffer.byteLength(text) > MAX_TRUST_SOURCE_BYTES)
+    return {
+      blocker: {
+        reason: "InvalidTrust",
+        message: `${kind} ${r.name} key ${r.key} named in ${field} is larger than ${MAX_TRUST_SOURCE_BYTES} bytes`,
+      },
+    };
   try {
     return { certs: parseCaBundle(text) };
   } catch (err) {
-    return { blocker: { reason: "InvalidTrust", message: `${kind} ${r.name} key ${r.key} named in ${field} ${errorMessage(err)}` } };
+    return {
+      blocker: {
+        reason: "InvalidTrust",
+        message: `${kind} ${r.name} key ${r.key} named in ${field} ${errorMessage(err)}`,
+      },
+    };
   }
 }
 
@@ -417,14 +494,25 @@ export interface TrustOutcome {
  * keeps trusting the install. The referenced objects are the user's, not watched: a resource
  * with a blocker is looked at again every 30 seconds, the others at each resync.
  */
-export async function ensureTrust(kube: Kube, caches: Caches, trust: InstallTrust, owner: Owner, refs: TrustRef[] | undefined): Promise<TrustOutcome> {
+export async function ensureTrust(
+  kube: Kube,
+  caches: Caches,
+  trust: InstallTrust,
+  owner: Owner,
+  refs: TrustRef[] | undefined,
+): Promise<TrustOutcome> {
   const ns = owner.metadata.namespace;
   const user: string[] = [];
   let blocker: Blocker | undefined;
   const bundle = trust.certManager.bundle;
   if (bundle) {
     const ref = { configMapRef: { name: bundle.configMapName, key: bundle.key } };
-    const got = trustFromSource(CERT_MANAGER_BUNDLE_FIELD, ref, await kube.read("v1", "ConfigMap", ns, bundle.configMapName), ns);
+    const got = trustFromSource(
+      CERT_MANAGER_BUNDLE_FIELD,
+      ref,
+      await kube.read("v1", "ConfigMap", ns, bundle.configMapName),
+      ns,
+    );
     if ("blocker" in got) blocker = got.blocker;
     else user.push(...got.certs);
   }

@@ -46,35 +46,67 @@ describe("generated files", () => {
 });
 
 describe("the chart's values reference", () => {
-  const yaml = "# A header.\n\n# a is first.\na:\n  # a.b is nested,\n  # over two lines.\n  b: 1\n  # a.c too.\n  c: 2\n# d is last.\nd: x\n";
+  const yaml =
+    "# A header.\n\n# a is first.\na:\n  # a.b is nested,\n  # over two lines.\n  b: 1\n  # a.c too.\n  c: 2\n# d is last.\nd: x\n";
 
   it("documents each value by the comment paragraph before it, the first key of a map included", () => {
-    expect(Object.fromEntries(valuesComments(yaml))).toEqual({ a: "a is first.", "a.b": "a.b is nested, over two lines.", "a.c": "a.c too.", d: "d is last." });
+    expect(Object.fromEntries(valuesComments(yaml))).toEqual({
+      a: "a is first.",
+      "a.b": "a.b is nested, over two lines.",
+      "a.c": "a.c too.",
+      d: "d is last.",
+    });
   });
 
   it("lists every value of the chart with its type and default", () => {
     const chart = readFileSync(new URL("charts/ifp-operator/values.yaml", root), "utf8");
     const table = valuesTable(valuesJsonSchema(), valuesComments(chart));
     expect(table).toContain("| `nats.replicas` | `1`, `3` | `1` | nats.replicas of the installed server");
-    expect(table).toContain("| `podSecurityContext` | PodSecurityContext | `{\"runAsNonRoot\":true,\"runAsUser\":10001,");
-    expect(table).toMatch(/\| `global.imagePullSecrets` \| list of objects \|  \| global.imagePullSecrets, set by a parent chart/);
+    expect(table).toContain('| `podSecurityContext` | PodSecurityContext | `{"runAsNonRoot":true,"runAsUser":10001,');
+    expect(table).toMatch(
+      /\| `global.imagePullSecrets` \| list of objects \| {2}\| global.imagePullSecrets, set by a parent chart/,
+    );
   });
 
   it("refuses a value whose comment is missing or does not begin with its name", () => {
-    const schema = { type: "object", properties: { a: { type: "object", properties: { b: { type: "number" }, c: { type: "number" } } }, d: { type: "string" } } };
+    const schema = {
+      type: "object",
+      properties: {
+        a: { type: "object", properties: { b: { type: "number" }, c: { type: "number" } } },
+        d: { type: "string" },
+      },
+    };
     expect(() => valuesTable(schema, valuesComments(yaml))).not.toThrow();
-    expect(() => valuesTable(schema, valuesComments(yaml.replace("# a.c too.", "# c too.")))).toThrow(/not so for a\.c$/);
+    expect(() => valuesTable(schema, valuesComments(yaml.replace("# a.c too.", "# c too.")))).toThrow(
+      /not so for a\.c$/,
+    );
     expect(() => valuesTable(schema, valuesComments(yaml.replace("# d is last.\n", "")))).toThrow(/not so for d$/);
-    expect(() => valuesTable({ ...schema, properties: { ...schema.properties, e: { type: "string", description: "e, described in the schema" } } }, valuesComments(yaml))).not.toThrow();
+    expect(() =>
+      valuesTable(
+        {
+          ...schema,
+          properties: { ...schema.properties, e: { type: "string", description: "e, described in the schema" } },
+        },
+        valuesComments(yaml),
+      ),
+    ).not.toThrow();
   });
 });
 
 describe("structural schemas", () => {
   it("turn free-form objects into preserved unknown fields and drop JSON-Schema-only keys", () => {
-    expect(structural({ type: "object", additionalProperties: {} })).toEqual({ type: "object", "x-kubernetes-preserve-unknown-fields": true });
-    expect(structural({ type: "object", additionalProperties: { type: "string" } })).toEqual({ type: "object", additionalProperties: { type: "string" } });
+    expect(structural({ type: "object", additionalProperties: {} })).toEqual({
+      type: "object",
+      "x-kubernetes-preserve-unknown-fields": true,
+    });
+    expect(structural({ type: "object", additionalProperties: { type: "string" } })).toEqual({
+      type: "object",
+      additionalProperties: { type: "string" },
+    });
     expect(structural({ type: "number", enum: [1, 3, 5] })).toEqual({ type: "integer", enum: [1, 3, 5] });
-    expect(structural({ type: "integer", maximum: Number.MAX_SAFE_INTEGER, $schema: "x" })).toEqual({ type: "integer" });
+    expect(structural({ type: "integer", maximum: Number.MAX_SAFE_INTEGER, $schema: "x" })).toEqual({
+      type: "integer",
+    });
   });
 
   it("contain no $ref, anyOf or oneOf anywhere", () => {
@@ -83,7 +115,12 @@ describe("structural schemas", () => {
   });
 });
 
-type Node = { description?: string; properties?: Record<string, Node>; items?: Node; additionalProperties?: Node | boolean };
+type Node = {
+  description?: string;
+  properties?: Record<string, Node>;
+  items?: Node;
+  additionalProperties?: Node | boolean;
+};
 
 /** Every property of a schema (nested objects, list items, map values) that has no description. */
 function undescribed(schema: Node, path = ""): string[] {
@@ -93,7 +130,8 @@ function undescribed(schema: Node, path = ""): string[] {
     out.push(...undescribed(child, `${path}.${name}`));
   }
   if (schema.items) out.push(...undescribed(schema.items, `${path}[]`));
-  if (schema.additionalProperties && typeof schema.additionalProperties === "object") out.push(...undescribed(schema.additionalProperties, `${path}{}`));
+  if (schema.additionalProperties && typeof schema.additionalProperties === "object")
+    out.push(...undescribed(schema.additionalProperties, `${path}{}`));
   return out;
 }
 
@@ -112,7 +150,7 @@ describe("the CRDs' documentation (kubectl explain)", () => {
     it(`${crd.metadata.name} names every field in camelCase`, () => {
       const names: string[] = [];
       const walk = (n: Node) => {
-        for (const [k, c] of Object.entries(n.properties ?? {})) (names.push(k), walk(c));
+        for (const [k, c] of Object.entries(n.properties ?? {})) names.push(k), walk(c);
         if (n.items) walk(n.items);
       };
       walk(root);
@@ -121,19 +159,52 @@ describe("the CRDs' documentation (kubectl explain)", () => {
   }
 
   it("finds a field without a description at any depth", () => {
-    const schema = { properties: { a: { description: "a", properties: { b: { type: "string" } } }, c: { description: " ", items: { properties: { d: {} } } }, e: { description: "e", additionalProperties: { properties: { f: {} } } } } };
+    const schema = {
+      properties: {
+        a: { description: "a", properties: { b: { type: "string" } } },
+        c: { description: " ", items: { properties: { d: {} } } },
+        e: { description: "e", additionalProperties: { properties: { f: {} } } },
+      },
+    };
     expect(undescribed(schema as Node)).toEqual([".a.b", ".c", ".c[].d", ".e{}.f"]);
   });
 
   it("shows the status summary, the last error included, in the default kubectl get view of both kinds", () => {
     // A column with a priority above 0 shows only with -o wide.
-    const defaultView = (crd: any) => crd.spec.versions[0].additionalPrinterColumns.filter((c: { priority?: number }) => !c.priority).map((c: { name: string }) => c.name);
-    expect(defaultView(agentCrd())).toEqual(["Agent ID", "Endpoint", "Ready", "Accepted 1h", "Backlog", "Last Error", "Age"]);
+    const defaultView = (crd: any) =>
+      crd.spec.versions[0].additionalPrinterColumns
+        .filter((c: { priority?: number }) => !c.priority)
+        .map((c: { name: string }) => c.name);
+    expect(defaultView(agentCrd())).toEqual([
+      "Agent ID",
+      "Endpoint",
+      "Ready",
+      "Accepted 1h",
+      "Backlog",
+      "Last Error",
+      "Age",
+    ]);
     expect(defaultView(relayCrd())).toEqual(["URL", "Max Age", "Ready", "Accepted 1h", "Backlog", "Last Error", "Age"]);
   });
 
   it("gives the Agent a scale subresource on spec.replicas and status.selector, and addresses both kinds by short name and category", () => {
-    expect(agentCrd()).toMatchObject({ spec: { names: { shortNames: ["ifpagent"], categories: ["ifp"] }, versions: [{ subresources: { status: {}, scale: { specReplicasPath: ".spec.replicas", statusReplicasPath: ".status.replicas", labelSelectorPath: ".status.selector" } } }] } });
+    expect(agentCrd()).toMatchObject({
+      spec: {
+        names: { shortNames: ["ifpagent"], categories: ["ifp"] },
+        versions: [
+          {
+            subresources: {
+              status: {},
+              scale: {
+                specReplicasPath: ".spec.replicas",
+                statusReplicasPath: ".status.replicas",
+                labelSelectorPath: ".status.selector",
+              },
+            },
+          },
+        ],
+      },
+    });
     expect(relayCrd()).toMatchObject({ spec: { names: { shortNames: ["ifprelay"], categories: ["ifp"] } } });
   });
 });

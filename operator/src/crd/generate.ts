@@ -27,7 +27,9 @@ export function structural(schema: Schema): Schema {
     if (k === "maximum" && v === Number.MAX_SAFE_INTEGER) continue;
     if (k === "minimum" && v === Number.MIN_SAFE_INTEGER) continue;
     if (k === "properties") {
-      out.properties = Object.fromEntries(Object.entries(v as Record<string, Schema>).map(([p, s]) => [p, structural(s)]));
+      out.properties = Object.fromEntries(
+        Object.entries(v as Record<string, Schema>).map(([p, s]) => [p, structural(s)]),
+      );
     } else if (k === "items") {
       out.items = structural(v as Schema);
     } else {
@@ -39,7 +41,8 @@ export function structural(schema: Schema): Schema {
     if (ap && typeof ap === "object" && Object.keys(ap).length) out.additionalProperties = structural(ap as Schema);
     else out["x-kubernetes-preserve-unknown-fields"] = true;
   }
-  if (schema.type === "number" && Array.isArray(schema.enum) && schema.enum.every(Number.isInteger)) out.type = "integer";
+  if (schema.type === "number" && Array.isArray(schema.enum) && schema.enum.every(Number.isInteger))
+    out.type = "integer";
   if (Array.isArray(schema[VALIDATIONS])) {
     delete out[VALIDATIONS];
     out[VALIDATIONS] = [...(schema[VALIDATIONS] as unknown[])];
@@ -68,9 +71,19 @@ const conditionsColumn = (name: string, type: string, field = "status", priority
 
 /** status.summary: traffic at a glance, the last error included, in the default `kubectl get` view. */
 const summaryColumns = [
-  { name: "Accepted 1h", type: "integer", jsonPath: ".status.summary.acceptedLastHour", description: "Messages stored in the last hour" },
+  {
+    name: "Accepted 1h",
+    type: "integer",
+    jsonPath: ".status.summary.acceptedLastHour",
+    description: "Messages stored in the last hour",
+  },
   { name: "Backlog", type: "integer", jsonPath: ".status.summary.backlog", description: "Messages waiting" },
-  { name: "Last Error", type: "string", jsonPath: ".status.summary.lastError", description: "The runtime's newest delivery problem" },
+  {
+    name: "Last Error",
+    type: "string",
+    jsonPath: ".status.summary.lastError",
+    description: "The runtime's newest delivery problem",
+  },
 ];
 
 /** The CEL rules on a resource's root (its zod object's `.meta()`). */
@@ -80,7 +93,10 @@ function rootValidations(resource: z.ZodType): unknown[] {
 
 /** The standard fields of every resource, described as Kubernetes' own CRDs describe them. */
 const STANDARD_FIELDS = {
-  apiVersion: { type: "string", description: "APIVersion defines the versioned schema of this representation of an object: ifp.dev/v1alpha1" },
+  apiVersion: {
+    type: "string",
+    description: "APIVersion defines the versioned schema of this representation of an object: ifp.dev/v1alpha1",
+  },
   kind: { type: "string", description: "Kind is the type of this object" },
   // The API server refuses anything but the type on metadata (kubectl explain has its own text for it).
   metadata: { type: "object" },
@@ -114,9 +130,20 @@ function crd({ kind, plural, shortNames, description, resource, status, columns,
           storage: true,
           subresources: {
             status: {},
-            ...(scale ? { scale: { specReplicasPath: ".spec.replicas", statusReplicasPath: ".status.replicas", labelSelectorPath: ".status.selector" } } : {}),
+            ...(scale
+              ? {
+                  scale: {
+                    specReplicasPath: ".spec.replicas",
+                    statusReplicasPath: ".status.replicas",
+                    labelSelectorPath: ".status.selector",
+                  },
+                }
+              : {}),
           },
-          additionalPrinterColumns: [...columns, { name: "Age", type: "date", jsonPath: ".metadata.creationTimestamp" }],
+          additionalPrinterColumns: [
+            ...columns,
+            { name: "Age", type: "date", jsonPath: ".metadata.creationTimestamp" },
+          ],
           schema: {
             openAPIV3Schema: {
               type: "object",
@@ -147,12 +174,12 @@ export function agentCrd(): Schema {
     status: statusSchema(AgentStatus),
     scale: true,
     columns: [
-    { name: "Agent ID", type: "string", jsonPath: ".spec.agentId" },
-    { name: "Endpoint", type: "string", jsonPath: ".status.endpoint" },
-    conditionsColumn("Ready", "Ready"),
-    conditionsColumn("Reason", "Ready", "reason", 1),
-    ...summaryColumns,
-    { name: "Public Key", type: "string", jsonPath: ".status.signingKey.publicKey", priority: 1 },
+      { name: "Agent ID", type: "string", jsonPath: ".spec.agentId" },
+      { name: "Endpoint", type: "string", jsonPath: ".status.endpoint" },
+      conditionsColumn("Ready", "Ready"),
+      conditionsColumn("Reason", "Ready", "reason", 1),
+      ...summaryColumns,
+      { name: "Public Key", type: "string", jsonPath: ".status.signingKey.publicKey", priority: 1 },
     ],
   });
 }
@@ -167,12 +194,12 @@ export function relayCrd(): Schema {
     resource: Relay,
     status: statusSchema(RelayStatus),
     columns: [
-    { name: "URL", type: "string", jsonPath: ".spec.url" },
-    { name: "Max Age", type: "string", jsonPath: ".spec.retention.maxAge" },
-    conditionsColumn("Ready", "Ready"),
-    conditionsColumn("Reason", "Ready", "reason", 1),
-    ...summaryColumns,
-    { name: "Stream", type: "string", jsonPath: ".status.stream.name", priority: 1 },
+      { name: "URL", type: "string", jsonPath: ".spec.url" },
+      { name: "Max Age", type: "string", jsonPath: ".spec.retention.maxAge" },
+      conditionsColumn("Ready", "Ready"),
+      conditionsColumn("Reason", "Ready", "reason", 1),
+      ...summaryColumns,
+      { name: "Stream", type: "string", jsonPath: ".status.stream.name", priority: 1 },
     ],
   });
 }
@@ -196,7 +223,7 @@ export function generatedFiles(): Record<string, string> {
     files[`crds/${name}`] = text;
     files[`charts/ifp-operator/files/crds/${name}`] = text;
   }
-  files["docs/operator-crds.md"] = crdReference([agentCrd(), relayCrd()]) + "\n";
+  files["docs/operator-crds.md"] = `${crdReference([agentCrd(), relayCrd()])}\n`;
   return { ...files, ...chartFiles() };
 }
 
@@ -206,7 +233,11 @@ export function chartFiles(): Record<string, string> {
   const schema = valuesJsonSchema();
   return {
     "charts/ifp-operator/values.schema.json": `${JSON.stringify(schema, null, 2)}\n`,
-    "charts/ifp-operator/README.md": valuesReadme(readFileSync(new URL("README.md", chart), "utf8"), schema, readFileSync(new URL("values.yaml", chart), "utf8")),
+    "charts/ifp-operator/README.md": valuesReadme(
+      readFileSync(new URL("README.md", chart), "utf8"),
+      schema,
+      readFileSync(new URL("values.yaml", chart), "utf8"),
+    ),
   };
 }
 

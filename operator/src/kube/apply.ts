@@ -27,19 +27,29 @@ export function controlledBy(obj: KubernetesObject, uid: string): boolean {
 /** The child with its applied-hash annotation (pure). */
 export function withAppliedHash<T extends KubernetesObject>(child: T): T {
   const h = hashOf(child);
-  return { ...child, metadata: { ...child.metadata, annotations: { ...(child.metadata?.annotations ?? {}), [APPLIED_HASH]: h } } };
+  return {
+    ...child,
+    metadata: { ...child.metadata, annotations: { ...(child.metadata?.annotations ?? {}), [APPLIED_HASH]: h } },
+  };
 }
 
 /**
  * Apply each child unless the live object (from the cache, else read once) already holds every
  * field we own with the same applied hash. Returns "Kind/name" of what was written.
  */
-export async function applyChildren(kube: Kube, caches: Caches, owner: ChildOwner, children: KubernetesObject[]): Promise<string[]> {
+export async function applyChildren(
+  kube: Kube,
+  caches: Caches,
+  owner: ChildOwner,
+  children: KubernetesObject[],
+): Promise<string[]> {
   // Everything but the Deployment is independent: apply it concurrently, then the Deployment,
   // whose pods mount the others.
   const last = children.filter((c) => c.kind === "Deployment");
   const first = children.filter((c) => c.kind !== "Deployment");
-  const changed = (await Promise.all(first.map((c) => applyChild(kube, caches, owner, c)))).filter((x): x is string => !!x);
+  const changed = (await Promise.all(first.map((c) => applyChild(kube, caches, owner, c)))).filter(
+    (x): x is string => !!x,
+  );
   for (const c of last) {
     const done = await applyChild(kube, caches, owner, c);
     if (done) changed.push(done);
@@ -47,16 +57,24 @@ export async function applyChildren(kube: Kube, caches: Caches, owner: ChildOwne
   return changed;
 }
 
-async function applyChild(kube: Kube, caches: Caches, owner: ChildOwner, raw: KubernetesObject): Promise<string | undefined> {
+async function applyChild(
+  kube: Kube,
+  caches: Caches,
+  owner: ChildOwner,
+  raw: KubernetesObject,
+): Promise<string | undefined> {
   const child = withAppliedHash(raw);
   const { namespace, name } = child.metadata as { namespace: string; name: string };
   const kind = child.kind!;
   // A cache miss is either a new child, a cache that lags our own write, or an object of the
   // same name that is not ours (the informers only see labelled objects): ask the server.
-  const live = caches.get(kind as CachedKind, namespace, name) ?? (await kube.read(child.apiVersion!, kind, namespace, name));
+  const live =
+    caches.get(kind as CachedKind, namespace, name) ?? (await kube.read(child.apiVersion!, kind, namespace, name));
   if (live && !controlledBy(live, owner.metadata.uid)) {
     const holder = live.metadata?.ownerReferences?.find((r) => r.controller);
-    throw new ChildConflictError(`${kind} ${name} already exists and is ${holder ? `controlled by ${holder.kind} ${holder.name}` : "not managed by this " + owner.kind}; delete or rename it`);
+    throw new ChildConflictError(
+      `${kind} ${name} already exists and is ${holder ? `controlled by ${holder.kind} ${holder.name}` : `not managed by this ${owner.kind}`}; delete or rename it`,
+    );
   }
   if (live && isSubset(child, live)) return undefined;
   await kube.apply(child, !!live, live ? firstDifference(child, live) : undefined);

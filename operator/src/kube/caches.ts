@@ -1,11 +1,34 @@
-import { AppsV1Api, CoreV1Api, CustomObjectsApi, NetworkingV1Api, RbacAuthorizationV1Api, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
+import {
+  AppsV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  NetworkingV1Api,
+  RbacAuthorizationV1Api,
+  type KubeConfig,
+  type KubernetesListObject,
+  type KubernetesObject,
+} from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { ResilientInformer } from "./informer.ts";
 import { MANAGED_SELECTOR } from "./metadata.ts";
 
-export type CachedKind = "Agent" | "Relay" | "Deployment" | "Service" | "ConfigMap" | "Secret" | "ServiceAccount" | "Role" | "RoleBinding" | "Ingress" | "NetworkPolicy";
+export type CachedKind =
+  | "Agent"
+  | "Relay"
+  | "Deployment"
+  | "Service"
+  | "ConfigMap"
+  | "Secret"
+  | "ServiceAccount"
+  | "Role"
+  | "RoleBinding"
+  | "Ingress"
+  | "NetworkPolicy";
 
-type Lister = (ns: string | undefined, labelSelector: string | undefined) => Promise<KubernetesListObject<KubernetesObject>>;
+type Lister = (
+  ns: string | undefined,
+  labelSelector: string | undefined,
+) => Promise<KubernetesListObject<KubernetesObject>>;
 
 interface KindInfo {
   path: (ns: string | undefined) => string;
@@ -27,13 +50,24 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
     list: async (ns) =>
       (ns
         ? await custom.listNamespacedCustomObject({ group: "ifp.dev", version: "v1alpha1", namespace: ns, plural })
-        : await custom.listClusterCustomObject({ group: "ifp.dev", version: "v1alpha1", plural })) as KubernetesListObject<KubernetesObject>,
+        : await custom.listClusterCustomObject({
+            group: "ifp.dev",
+            version: "v1alpha1",
+            plural,
+          })) as KubernetesListObject<KubernetesObject>,
     managedOnly: false,
   });
-  const native = (group: string, plural: string, all: (labelSelector?: string) => Promise<unknown>, namespaced: (namespace: string, labelSelector?: string) => Promise<unknown>): KindInfo => ({
+  const native = (
+    group: string,
+    plural: string,
+    all: (labelSelector?: string) => Promise<unknown>,
+    namespaced: (namespace: string, labelSelector?: string) => Promise<unknown>,
+  ): KindInfo => ({
     path: (ns) => `${group}${ns ? `/namespaces/${ns}` : ""}/${plural}`,
     list: async (ns, labelSelector) => {
-      const list = (ns ? await namespaced(ns, labelSelector) : await all(labelSelector)) as KubernetesListObject<KubernetesObject>;
+      const list = (
+        ns ? await namespaced(ns, labelSelector) : await all(labelSelector)
+      ) as KubernetesListObject<KubernetesObject>;
       // Items of a list carry no apiVersion and kind; watch events do. Make them alike, so that
       // comparing a desired child with its cached self does not depend on how it was cached.
       const apiVersion = group === "/api/v1" ? "v1" : group.replace(/^\/apis\//, "");
@@ -49,21 +83,66 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
   return {
     Agent: crd("agents"),
     Relay: crd("relays"),
-    Deployment: native("/apis/apps/v1", "deployments", (l) => apps.listDeploymentForAllNamespaces({ labelSelector: l }), (n, l) => apps.listNamespacedDeployment({ namespace: n, labelSelector: l })),
-    Service: native("/api/v1", "services", (l) => core.listServiceForAllNamespaces({ labelSelector: l }), (n, l) => core.listNamespacedService({ namespace: n, labelSelector: l })),
-    ConfigMap: native("/api/v1", "configmaps", (l) => core.listConfigMapForAllNamespaces({ labelSelector: l }), (n, l) => core.listNamespacedConfigMap({ namespace: n, labelSelector: l })),
-    Secret: native("/api/v1", "secrets", (l) => core.listSecretForAllNamespaces({ labelSelector: l }), (n, l) => core.listNamespacedSecret({ namespace: n, labelSelector: l })),
-    ServiceAccount: native("/api/v1", "serviceaccounts", (l) => core.listServiceAccountForAllNamespaces({ labelSelector: l }), (n, l) => core.listNamespacedServiceAccount({ namespace: n, labelSelector: l })),
-    Role: native("/apis/rbac.authorization.k8s.io/v1", "roles", (l) => rbac.listRoleForAllNamespaces({ labelSelector: l }), (n, l) => rbac.listNamespacedRole({ namespace: n, labelSelector: l })),
-    RoleBinding: native("/apis/rbac.authorization.k8s.io/v1", "rolebindings", (l) => rbac.listRoleBindingForAllNamespaces({ labelSelector: l }), (n, l) => rbac.listNamespacedRoleBinding({ namespace: n, labelSelector: l })),
+    Deployment: native(
+      "/apis/apps/v1",
+      "deployments",
+      (l) => apps.listDeploymentForAllNamespaces({ labelSelector: l }),
+      (n, l) => apps.listNamespacedDeployment({ namespace: n, labelSelector: l }),
+    ),
+    Service: native(
+      "/api/v1",
+      "services",
+      (l) => core.listServiceForAllNamespaces({ labelSelector: l }),
+      (n, l) => core.listNamespacedService({ namespace: n, labelSelector: l }),
+    ),
+    ConfigMap: native(
+      "/api/v1",
+      "configmaps",
+      (l) => core.listConfigMapForAllNamespaces({ labelSelector: l }),
+      (n, l) => core.listNamespacedConfigMap({ namespace: n, labelSelector: l }),
+    ),
+    Secret: native(
+      "/api/v1",
+      "secrets",
+      (l) => core.listSecretForAllNamespaces({ labelSelector: l }),
+      (n, l) => core.listNamespacedSecret({ namespace: n, labelSelector: l }),
+    ),
+    ServiceAccount: native(
+      "/api/v1",
+      "serviceaccounts",
+      (l) => core.listServiceAccountForAllNamespaces({ labelSelector: l }),
+      (n, l) => core.listNamespacedServiceAccount({ namespace: n, labelSelector: l }),
+    ),
+    Role: native(
+      "/apis/rbac.authorization.k8s.io/v1",
+      "roles",
+      (l) => rbac.listRoleForAllNamespaces({ labelSelector: l }),
+      (n, l) => rbac.listNamespacedRole({ namespace: n, labelSelector: l }),
+    ),
+    RoleBinding: native(
+      "/apis/rbac.authorization.k8s.io/v1",
+      "rolebindings",
+      (l) => rbac.listRoleBindingForAllNamespaces({ labelSelector: l }),
+      (n, l) => rbac.listNamespacedRoleBinding({ namespace: n, labelSelector: l }),
+    ),
     // spec.expose.ingress; the Gateway API's routes are not watched (their CRDs may be absent).
-    Ingress: native("/apis/networking.k8s.io/v1", "ingresses", (l) => networking.listIngressForAllNamespaces({ labelSelector: l }), (n, l) => networking.listNamespacedIngress({ namespace: n, labelSelector: l })),
+    Ingress: native(
+      "/apis/networking.k8s.io/v1",
+      "ingresses",
+      (l) => networking.listIngressForAllNamespaces({ labelSelector: l }),
+      (n, l) => networking.listNamespacedIngress({ namespace: n, labelSelector: l }),
+    ),
     // The runtimes' NetworkPolicies (--runtime-network-policies).
     NetworkPolicy: {
-      ...native("/apis/networking.k8s.io/v1", "networkpolicies", (l) => networking.listNetworkPolicyForAllNamespaces({ labelSelector: l }), (n, l) => networking.listNamespacedNetworkPolicy({ namespace: n, labelSelector: l })),
+      ...native(
+        "/apis/networking.k8s.io/v1",
+        "networkpolicies",
+        (l) => networking.listNetworkPolicyForAllNamespaces({ labelSelector: l }),
+        (n, l) => networking.listNamespacedNetworkPolicy({ namespace: n, labelSelector: l }),
+      ),
       // A list gives the typed `_from` of each ingress rule, a watch event the API's `from`.
       normalize: (obj) => {
-        for (const rule of ((obj as { spec?: { ingress?: Record<string, unknown>[] } }).spec?.ingress ?? [])) {
+        for (const rule of (obj as { spec?: { ingress?: Record<string, unknown>[] } }).spec?.ingress ?? []) {
           if ("from" in rule) {
             rule._from = rule.from;
             delete rule.from;
@@ -83,7 +162,12 @@ export class Caches {
   private readonly informers = new Map<string, ResilientInformer<KubernetesObject>>();
   private readonly namespaces: string[];
 
-  constructor(kc: KubeConfig, namespaces: string[], log: Logger, onChange: (kind: CachedKind, obj: KubernetesObject) => void) {
+  constructor(
+    kc: KubeConfig,
+    namespaces: string[],
+    log: Logger,
+    onChange: (kind: CachedKind, obj: KubernetesObject) => void,
+  ) {
     this.namespaces = namespaces;
     const info = kinds(kc);
     for (const kind of Object.keys(info) as CachedKind[]) {

@@ -1,6 +1,14 @@
 // The operator's calls to the API server. Every write goes through here and is counted, so that
 // a steady state can be shown to make none.
-import { ApiException, CoreV1Api, CustomObjectsApi, KubernetesObjectApi, PatchStrategy, type KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
+import {
+  ApiException,
+  CoreV1Api,
+  CustomObjectsApi,
+  KubernetesObjectApi,
+  PatchStrategy,
+  type KubeConfig,
+  type KubernetesObject,
+} from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { EventRecorder, type EventType } from "../../../runtime/src/kube/events.ts";
 import { FIELD_MANAGER } from "./metadata.ts";
@@ -11,7 +19,11 @@ export function isStatus(err: unknown, code: number): boolean {
 
 export { errorMessage } from "../../../runtime/src/util/errors.ts";
 
-const ref = (obj: KubernetesObject) => ({ kind: obj.kind, namespace: obj.metadata?.namespace, name: obj.metadata?.name });
+const ref = (obj: KubernetesObject) => ({
+  kind: obj.kind,
+  namespace: obj.metadata?.namespace,
+  name: obj.metadata?.name,
+});
 
 export class Kube {
   readonly objects: KubernetesObjectApi;
@@ -34,12 +46,20 @@ export class Kube {
   async apply<T extends KubernetesObject>(obj: T, existed: boolean, differs?: string): Promise<T> {
     this.onWrite("apply", obj.kind ?? "?");
     const out = await this.objects.patch(obj, undefined, undefined, FIELD_MANAGER, true, PatchStrategy.ServerSideApply);
-    this.log.info({ ...ref(obj), ...(differs ? { field: differs } : {}) }, `${existed ? "Updated" : "Created"} ${obj.kind}`);
+    this.log.info(
+      { ...ref(obj), ...(differs ? { field: differs } : {}) },
+      `${existed ? "Updated" : "Created"} ${obj.kind}`,
+    );
     return out as T;
   }
 
   /** The object as the API server has it now, or undefined. */
-  async read<T extends KubernetesObject>(apiVersion: string, kind: string, namespace: string, name: string): Promise<T | undefined> {
+  async read<T extends KubernetesObject>(
+    apiVersion: string,
+    kind: string,
+    namespace: string,
+    name: string,
+  ): Promise<T | undefined> {
     try {
       return (await this.objects.read({ apiVersion, kind, metadata: { name, namespace } })) as T;
     } catch (err) {
@@ -73,7 +93,11 @@ export class Kube {
   async remove(obj: KubernetesObject): Promise<void> {
     this.onWrite("delete", obj.kind ?? "?");
     try {
-      await this.objects.delete({ apiVersion: obj.apiVersion, kind: obj.kind, metadata: { name: obj.metadata?.name, namespace: obj.metadata?.namespace } });
+      await this.objects.delete({
+        apiVersion: obj.apiVersion,
+        kind: obj.kind,
+        metadata: { name: obj.metadata?.name, namespace: obj.metadata?.namespace },
+      });
       this.log.info(ref(obj), `Deleted ${obj.kind}`);
     } catch (err) {
       if (!isStatus(err, 404)) throw err;

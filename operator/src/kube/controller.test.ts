@@ -30,7 +30,8 @@ function controllerOf(outcomes: (() => Promise<{ requeueAfterMs?: number }>)[], 
     return outcomes[Math.min(calls.length - 1, outcomes.length - 1)]!();
   };
   const c = new Controller({ kind: "Agent", reconcile, exists, metrics, log, queue });
-  const count = async (result: string) => (await metrics.reconciles.get()).values.find((v) => v.labels.result === result)?.value ?? 0;
+  const count = async (result: string) =>
+    (await metrics.reconciles.get()).values.find((v) => v.labels.result === result)?.value ?? 0;
   const errors = async () => (await metrics.errors.get()).values[0]?.value ?? 0;
   return { c, queue, calls, metrics, count, errors };
 }
@@ -95,7 +96,7 @@ describe("Controller.process", () => {
     const { c, queue, count, errors } = controllerOf(
       [
         async () => {
-          throw new Error("deployments.apps \"a\" not found");
+          throw new Error('deployments.apps "a" not found');
         },
       ],
       () => false,

@@ -6,12 +6,25 @@ describe("lean cached objects", () => {
     const obj = {
       apiVersion: "v1",
       kind: "ConfigMap",
-      metadata: { name: "a", namespace: "n", resourceVersion: "7", labels: { x: "y" }, annotations: { k: "v" }, managedFields: [{ manager: "ifp-operator", operation: "Apply" }] },
+      metadata: {
+        name: "a",
+        namespace: "n",
+        resourceVersion: "7",
+        labels: { x: "y" },
+        annotations: { k: "v" },
+        managedFields: [{ manager: "ifp-operator", operation: "Apply" }],
+      },
       data: { key: "value" },
     };
     const out = lean(obj);
     expect(out).toBe(obj);
-    expect(out.metadata).toEqual({ name: "a", namespace: "n", resourceVersion: "7", labels: { x: "y" }, annotations: { k: "v" } });
+    expect(out.metadata).toEqual({
+      name: "a",
+      namespace: "n",
+      resourceVersion: "7",
+      labels: { x: "y" },
+      annotations: { k: "v" },
+    });
     expect(out.data).toEqual({ key: "value" });
   });
 

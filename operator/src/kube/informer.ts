@@ -1,6 +1,11 @@
 // client-node's informers stop for good on an unexpected error; this one restarts with backoff
 // and keeps its cached objects lean.
-import { makeInformer, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
+import {
+  makeInformer,
+  type KubeConfig,
+  type KubernetesListObject,
+  type KubernetesObject,
+} from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { Backoff } from "../../../runtime/src/util/backoff.ts";
 import { errorMessage } from "./client.ts";
@@ -32,7 +37,12 @@ export class ResilientInformer<T extends KubernetesObject> {
   /** Restarts so far (for tests and metrics). */
   restarts = 0;
 
-  constructor(kc: KubeConfig, path: string, list: () => Promise<KubernetesListObject<T>>, opts: { name: string; labelSelector?: string; log: Logger; onChange: (obj: T) => void }) {
+  constructor(
+    kc: KubeConfig,
+    path: string,
+    list: () => Promise<KubernetesListObject<T>>,
+    opts: { name: string; labelSelector?: string; log: Logger; onChange: (obj: T) => void },
+  ) {
     const listOnce = async () => {
       const l = await list();
       for (const item of l.items) lean(item);

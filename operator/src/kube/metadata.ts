@@ -16,5 +16,8 @@ export function managedByOperator(obj: { metadata?: { labels?: Record<string, st
 
 /** A short SHA-256 of the canonical JSON of `value`: equal for equal content, whatever the key order. */
 export function hashOf(value: unknown): string {
-  return createHash("sha256").update(canonicalize(value) ?? "").digest("hex").slice(0, 16);
+  return createHash("sha256")
+    .update(canonicalize(value) ?? "")
+    .digest("hex")
+    .slice(0, 16);
 }

@@ -31,7 +31,18 @@ export class ObservedKubeConfig extends KubeConfig {
     const cluster = this.getCurrentCluster();
     const user = this.getCurrentUser();
     // What the TLS connection depends on; the credentials sent as headers (tokens) are per request.
-    const key = JSON.stringify([cluster?.server, cluster?.caData, cluster?.caFile, cluster?.skipTLSVerify, cluster?.tlsServerName, cluster?.proxyUrl, user?.certData, user?.certFile, user?.keyData, user?.keyFile]);
+    const key = JSON.stringify([
+      cluster?.server,
+      cluster?.caData,
+      cluster?.caFile,
+      cluster?.skipTLSVerify,
+      cluster?.tlsServerName,
+      cluster?.proxyUrl,
+      user?.certData,
+      user?.certFile,
+      user?.keyData,
+      user?.keyFile,
+    ]);
     let pool = this.pools.get(key);
     if (!pool) {
       pool = (context.getDispatcher() ?? new Agent()).compose(observing(this.observe));

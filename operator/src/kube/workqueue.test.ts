@@ -20,7 +20,12 @@ describe("WorkQueue", () => {
       concurrent--;
     });
     // Processed: "a" twice (the add during its run), "b" once; then no third run of either.
-    await waitFor("both keys processed", () => seen.filter((k) => k === "a").length === 2 && seen.includes("b"), 10_000, 5);
+    await waitFor(
+      "both keys processed",
+      () => seen.filter((k) => k === "a").length === 2 && seen.includes("b"),
+      10_000,
+      5,
+    );
     await consistently("no further runs", () => seen.length === 3, 300, 20);
     q.shutDown();
     await run;

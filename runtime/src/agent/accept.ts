@@ -65,7 +65,11 @@ export function admit(message: Message, a: Admission, topics: ReadonlySet<string
   const h = message.headers;
   const problem = canonicalProblem(message);
   if (problem) throw badRequest(`the message cannot be accepted: ${problem}`);
-  if (!h.to.some((t) => t.agent === a.agentId || (t.agent.startsWith("topic:") && topics.has(t.agent.slice("topic:".length))))) {
+  if (
+    !h.to.some(
+      (t) => t.agent === a.agentId || (t.agent.startsWith("topic:") && topics.has(t.agent.slice("topic:".length))),
+    )
+  ) {
     const err = badRequest(`the message is addressed to ${h.to.map((t) => t.agent).join(", ")}, not to ${a.agentId}`);
     misaddressed.add(err);
     throw err;
@@ -78,10 +82,14 @@ export function admit(message: Message, a: Admission, topics: ReadonlySet<string
     const horizon = a.retentionMs! - a.maxFutureSkewMs;
     const back = `${Math.round(horizon / 3_600_000)}h back`;
     if (!(at >= now - horizon && at <= now + a.maxFutureSkewMs)) {
-      throw badRequest(`the relay accepted the message at ${new Date(at).toISOString()}, outside the accepted window for relayed messages (${back}, ${ahead})`);
+      throw badRequest(
+        `the relay accepted the message at ${new Date(at).toISOString()}, outside the accepted window for relayed messages (${back}, ${ahead})`,
+      );
     }
     if (!(date >= now - horizon && date <= now + a.maxFutureSkewMs)) {
-      throw badRequest(`headers.date ${h.date} is outside the accepted window for relayed messages (${back}, ${ahead})`);
+      throw badRequest(
+        `headers.date ${h.date} is outside the accepted window for relayed messages (${back}, ${ahead})`,
+      );
     }
     return;
   }
@@ -92,7 +100,8 @@ export function admit(message: Message, a: Admission, topics: ReadonlySet<string
 
 const misaddressed = new WeakSet<object>();
 /** Whether admit() refused the message for its recipients (rather than its date). */
-export const isMisaddressed = (err: unknown): boolean => typeof err === "object" && err !== null && misaddressed.has(err);
+export const isMisaddressed = (err: unknown): boolean =>
+  typeof err === "object" && err !== null && misaddressed.has(err);
 
 /** Where accepted messages go; `received` lets a repeat be told from a downgrade. */
 export type AcceptStore = Pick<InboxStore, "accept"> & Partial<Pick<InboxStore, "received">>;
@@ -107,7 +116,13 @@ export type OnAccepted = (message: Message, meta: InboundMeta, inspection: Inspe
  * durable; a failure after storing throws 503 so that the message comes again.
  */
 export async function acceptVerified(
-  deps: { agent: Agent; store: AcceptStore; onAccepted?: OnAccepted; conversations?: Pick<Conversations, "admit">; encryption?: Pick<AgentEncryption, "decrypt"> },
+  deps: {
+    agent: Agent;
+    store: AcceptStore;
+    onAccepted?: OnAccepted;
+    conversations?: Pick<Conversations, "admit">;
+    encryption?: Pick<AgentEncryption, "decrypt">;
+  },
   raw: unknown,
   message: Message,
   verified: Verified,
@@ -116,7 +131,12 @@ export async function acceptVerified(
   // stored decrypted in the agent's own inbox (docs/encryption.md). 400 decryption_failed otherwise.
   const scheme = message.security?.encryption?.scheme;
   if (scheme !== undefined) {
-    if (!deps.encryption) throw new ProtocolError(400, "decryption_failed", "the message is encrypted, but this agent does not decrypt messages");
+    if (!deps.encryption)
+      throw new ProtocolError(
+        400,
+        "decryption_failed",
+        "the message is encrypted, but this agent does not decrypt messages",
+      );
     message = deps.encryption.decrypt(message);
     raw = message;
   }
@@ -127,14 +147,27 @@ export async function acceptVerified(
     index = await deps.conversations?.admit(meta.sender, message, verified.authLevel);
   } catch (err) {
     // A retry of a message accepted before the conversation's level rose is a repeat, not a downgrade.
-    const earlier = err instanceof ProtocolError && err.code === "insufficient_auth_level" ? await deps.store.received?.(h.message_id, meta.sender).catch(() => undefined) : undefined;
+    const earlier =
+      err instanceof ProtocolError && err.code === "insufficient_auth_level"
+        ? await deps.store.received?.(h.message_id, meta.sender).catch(() => undefined)
+        : undefined;
     if (earlier && earlier.headers.from.agent === h.from.agent) return { duplicate: true };
     throw err;
   }
   const inspection = inspect(message, meta, deps.agent);
   // The message and its thread entry are stored at once; both before the answer.
   const [result] = await Promise.all([
-    deps.store.accept(raw, h.message_id, { ...verified, handoff: inspection.deliver, conversationId: h.conversation_id, ...(scheme !== undefined ? { encrypted: scheme } : {}) }, h.from.agent),
+    deps.store.accept(
+      raw,
+      h.message_id,
+      {
+        ...verified,
+        handoff: inspection.deliver,
+        conversationId: h.conversation_id,
+        ...(scheme !== undefined ? { encrypted: scheme } : {}),
+      },
+      h.from.agent,
+    ),
     index?.(),
   ]);
   if (deps.onAccepted && (inspection.error || inspection.capabilities || inspection.announcement)) {
@@ -168,11 +201,15 @@ export function inspectionEffects(deps: {
   peers: PeerCapabilityIntake;
 }): OnAccepted {
   return async (message, meta, inspection) => {
-    if (inspection.capabilities) await deps.peers.greeted(meta.sender, meta.authLevel, inspection.capabilities, message.headers.message_id);
-    if (inspection.announcement) await deps.peers.updated(meta.sender, meta.authLevel, inspection.announcement, message.headers.message_id);
+    if (inspection.capabilities)
+      await deps.peers.greeted(meta.sender, meta.authLevel, inspection.capabilities, message.headers.message_id);
+    if (inspection.announcement)
+      await deps.peers.updated(meta.sender, meta.authLevel, inspection.announcement, message.headers.message_id);
     if (inspection.error) {
       // The answer continues the trace of the message it answers (the active inbox or intake span).
-      await deps.outbox.enqueue(signMessage(withMessageContext(errorReply(message, deps.self, inspection.error)), deps.signing));
+      await deps.outbox.enqueue(
+        signMessage(withMessageContext(errorReply(message, deps.self, inspection.error)), deps.signing),
+      );
     }
   };
 }

@@ -288,7 +288,10 @@ export class AppStream {
       reader.ids.add(d.message_id);
     } else {
       // Pull: JetStream hands it out again after ack_wait; forget it then.
-      held.timer = setTimeout(() => this.held.get(d.message_id) === held && this.held.delete(d.message_id), this.opts.ackWaitMs);
+      held.timer = setTimeout(
+        () => this.held.get(d.message_id) === held && this.held.delete(d.message_id),
+        this.opts.ackWaitMs,
+      );
       held.timer.unref();
     }
     this.held.set(d.message_id, held);

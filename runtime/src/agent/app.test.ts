@@ -13,7 +13,11 @@ const self = identity("alice-agent");
 const pete = identity("pete-agent");
 
 function inbox(maxMessageBytes = 4096) {
-  const agent = Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", spec: { agentId: "alice-agent", peers: [peerOf(pete)], inbox: { maxMessageBytes } } });
+  const agent = Agent.parse({
+    apiVersion: "ifp.dev/v1alpha1",
+    kind: "Agent",
+    spec: { agentId: "alice-agent", peers: [peerOf(pete)], inbox: { maxMessageBytes } },
+  });
   const stored: string[] = [];
   const metrics = createRuntimeMetrics("agent");
   const app = buildAgentApp({
@@ -33,8 +37,14 @@ function inbox(maxMessageBytes = 4096) {
     ready: () => true,
   });
   const post = (payload: string, headers: Record<string, string> = {}) =>
-    app.inject({ method: "POST", url: "/.well-known/agent/inbox", headers: { "content-type": "application/json", ...headers }, payload });
-  const counted = async (result: string) => (await metrics.inbox.get()).values.find((v) => v.labels.result === result)?.value ?? 0;
+    app.inject({
+      method: "POST",
+      url: "/.well-known/agent/inbox",
+      headers: { "content-type": "application/json", ...headers },
+      payload,
+    });
+  const counted = async (result: string) =>
+    (await metrics.inbox.get()).values.find((v) => v.labels.result === result)?.value ?? 0;
   return { app, stored, post, counted };
 }
 
@@ -59,7 +69,11 @@ describe("agent inbox", () => {
     expect(await status(post("{}", { "content-type": "text/plain" }))).toBe("415 unsupported_media_type");
     expect(await status(post("{"))).toBe("400 invalid_format");
     const schema = await post(JSON.stringify({ ifp: 4, headers: { message_id: "x" }, body: {} }));
-    expect(schema.json()).toMatchObject({ status: "error", code: "invalid_format", message: expect.stringMatching(/^the message does not follow IFP-4: headers\.date: /) });
+    expect(schema.json()).toMatchObject({
+      status: "error",
+      code: "invalid_format",
+      message: expect.stringMatching(/^the message does not follow IFP-4: headers\.date: /),
+    });
     // Well formed but unsigned: only now the signature.
     const { post: roomy } = inbox();
     expect(await status(roomy(JSON.stringify(message("pete-agent", "alice-agent"))))).toBe("401 invalid_signature");

@@ -32,7 +32,12 @@ export interface AgentAppDeps extends EndpointDeps {
 /** The agent's HTTPS endpoints (spec 4.1); buildAgentApp never listens. */
 export function buildAgentApp(deps: AgentAppDeps): FastifyInstance {
   const { agent, metrics } = deps;
-  const app = createServer({ tls: deps.tls, logger: deps.logger, bodyLimit: agent.spec.inbox.maxMessageBytes, trustedProxies: deps.trustedProxies });
+  const app = createServer({
+    tls: deps.tls,
+    logger: deps.logger,
+    bodyLimit: agent.spec.inbox.maxMessageBytes,
+    trustedProxies: deps.trustedProxies,
+  });
   registerProbes(app, deps.ready);
   app.register(documentRoutes, { documents: deps.documents });
   app.register(inboxRoutes, {

@@ -24,7 +24,11 @@ describe("composeMessage", () => {
   });
 
   it("threads a reply to the received message", () => {
-    const original = message("bob-agent", "alice-agent", { sequence: 4, conversation_id: "conv:x", thread: { references: ["msg:1"] } });
+    const original = message("bob-agent", "alice-agent", {
+      sequence: 4,
+      conversation_id: "conv:x",
+      thread: { references: ["msg:1"] },
+    });
     const m = composeMessage({ in_reply_to: original.headers.message_id, text: "yes" }, { ...ctx, original });
     expect(m.headers).toMatchObject({
       to: [{ agent: "bob-agent" }],
@@ -35,16 +39,40 @@ describe("composeMessage", () => {
   });
 
   it("completes a whole message without overriding what the application set, but always signs as itself", () => {
-    const given = { headers: { to: [{ agent: "bob-agent" }], phase: "close", message_id: "msg:mine", from: { agent: "someone-else" } }, body: { text: "bye" } };
+    const given = {
+      headers: {
+        to: [{ agent: "bob-agent" }],
+        phase: "close",
+        message_id: "msg:mine",
+        from: { agent: "someone-else" },
+      },
+      body: { text: "bye" },
+    };
     const m = composeMessage(given, ctx);
-    expect(m.headers).toMatchObject({ message_id: "msg:mine", phase: "close", from: { agent: "alice-agent" }, sequence: 1 });
+    expect(m.headers).toMatchObject({
+      message_id: "msg:mine",
+      phase: "close",
+      from: { agent: "alice-agent" },
+      sequence: 1,
+    });
   });
 
   it("adds the capability document to a greeting once", () => {
-    const doc = { ifp: 7 as const, agent_id: "alice-agent", capabilities: [{ name: "ping", version: "1", description: "p" }] };
+    const doc = {
+      ifp: 7 as const,
+      agent_id: "alice-agent",
+      capabilities: [{ name: "ping", version: "1", description: "p" }],
+    };
     const g = composeMessage({ to: "bob-agent", phase: "greeting", text: "hello" }, { ...ctx, capabilities: doc });
     expect(g.body.parts).toEqual([{ content_type: "application/json", name: "capabilities", content: doc }]);
-    const own = composeMessage({ to: "bob-agent", phase: "greeting", body: { parts: [{ content_type: "application/json", name: "capabilities", content: {} }] } }, { ...ctx, capabilities: doc });
+    const own = composeMessage(
+      {
+        to: "bob-agent",
+        phase: "greeting",
+        body: { parts: [{ content_type: "application/json", name: "capabilities", content: {} }] },
+      },
+      { ...ctx, capabilities: doc },
+    );
     expect(own.body.parts).toHaveLength(1);
     expect(composeMessage({ to: "bob-agent", text: "x" }, { ...ctx, capabilities: doc }).body.parts).toBeUndefined();
   });

@@ -29,7 +29,9 @@ export const OutboxRequest = z.object({
   ttl_seconds: z.number().int().positive().optional(),
   priority: z.enum(["low", "normal", "urgent"]).optional(),
   disclosure: z.string().optional(),
-  capabilities: z.looseObject({ request: z.array(z.string()).optional(), offer: z.array(z.string()).optional() }).optional(),
+  capabilities: z
+    .looseObject({ request: z.array(z.string()).optional(), offer: z.array(z.string()).optional() })
+    .optional(),
   extensions: z.record(z.string(), z.unknown()).optional(),
   content_type: z.string().optional(),
 });
@@ -106,6 +108,9 @@ export function withCapabilitiesPart(message: Message, doc: CapabilityDocument |
   if (parts.some((p) => p.name === "capabilities")) return message;
   return {
     ...message,
-    body: { ...message.body, parts: [...parts, { content_type: "application/json", name: "capabilities", content: doc }] },
+    body: {
+      ...message.body,
+      parts: [...parts, { content_type: "application/json", name: "capabilities", content: doc }],
+    },
   };
 }

@@ -51,6 +51,9 @@ function disclosureMeets(actual: string | null, required: string, tiers: string[
 
 export function describeMismatches(m: ConditionMismatch[]): string {
   return m
-    .map((x) => `${x.capability} needs ${x.condition} ${JSON.stringify(x.required)} but this conversation has ${JSON.stringify(x.actual)}`)
+    .map(
+      (x) =>
+        `${x.capability} needs ${x.condition} ${JSON.stringify(x.required)} but this conversation has ${JSON.stringify(x.actual)}`,
+    )
     .join("; ");
 }

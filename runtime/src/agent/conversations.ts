@@ -1,4 +1,4 @@
-import { type KV, type KvEntry } from "@nats-io/kv";
+import type { KV, KvEntry } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
 import { encodeToken } from "../contract/nats.ts";
 import { insufficientAuthLevel, ProtocolError, unavailable } from "../protocol/errors.ts";
@@ -272,17 +272,27 @@ export class Conversations {
     return out.sort((a, b) => a.peer.localeCompare(b.peer));
   }
 
-  private record(state: ConversationState | undefined, peer: string, message: Message, direction: "in" | "out"): ConversationState {
+  private record(
+    state: ConversationState | undefined,
+    peer: string,
+    message: Message,
+    direction: "in" | "out",
+  ): ConversationState {
     const h = message.headers;
     const at = new Date(this.now()).toISOString();
-    const participants = [...new Set([...(state?.participants ?? []), h.from.agent, ...h.to.map((t) => t.agent)])].slice(0, MAX_PARTICIPANTS);
+    const participants = [
+      ...new Set([...(state?.participants ?? []), h.from.agent, ...h.to.map((t) => t.agent)]),
+    ].slice(0, MAX_PARTICIPANTS);
     const temperature = this.temperatures.get(peer);
     return {
       ...(state ?? { conversation_id: h.conversation_id, peer, started_at: at }),
       participants,
       phase: h.phase,
       ...(temperature ? { temperature } : {}),
-      recent: [...(state?.recent ?? []), { message_id: h.message_id, sequence: h.sequence, direction, phase: h.phase, at }].slice(-RECENT_MESSAGES),
+      recent: [
+        ...(state?.recent ?? []),
+        { message_id: h.message_id, sequence: h.sequence, direction, phase: h.phase, at },
+      ].slice(-RECENT_MESSAGES),
       updated_at: at,
     } as ConversationState;
   }
@@ -331,9 +341,15 @@ export class Conversations {
    * conversation arriving together do not make each other retry: only another replica's write
    * can come in between.
    */
-  private async update(peer: string, conversationId: string, change: (state: ConversationState | undefined) => ConversationState | undefined): Promise<void> {
+  private async update(
+    peer: string,
+    conversationId: string,
+    change: (state: ConversationState | undefined) => ConversationState | undefined,
+  ): Promise<void> {
     const key = Conversations.key(peer, conversationId);
-    const run = (this.updating.get(key) ?? Promise.resolve()).catch(() => {}).then(() => this.compareAndSet(key, change));
+    const run = (this.updating.get(key) ?? Promise.resolve())
+      .catch(() => {})
+      .then(() => this.compareAndSet(key, change));
     this.updating.set(key, run);
     try {
       await run;
@@ -342,7 +358,10 @@ export class Conversations {
     }
   }
 
-  private async compareAndSet(key: string, change: (state: ConversationState | undefined) => ConversationState | undefined): Promise<void> {
+  private async compareAndSet(
+    key: string,
+    change: (state: ConversationState | undefined) => ConversationState | undefined,
+  ): Promise<void> {
     const kv = this.store();
     let remembered = this.remembered(key);
     for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
@@ -369,7 +388,10 @@ export class Conversations {
       if (!next) return;
       const data = JSON.stringify(next);
       try {
-        const written = await this.nats.whileConnected(revision !== undefined ? kv.update(key, data, revision) : kv.create(key, data), WHAT);
+        const written = await this.nats.whileConnected(
+          revision !== undefined ? kv.update(key, data, revision) : kv.create(key, data),
+          WHAT,
+        );
         this.remember(key, written, next);
         return;
       } catch (err) {

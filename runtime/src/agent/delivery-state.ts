@@ -1,4 +1,4 @@
-import { type KV } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
 import { encodeToken } from "../contract/nats.ts";
 
@@ -106,15 +106,29 @@ export function nextRecipientState(
     ...(refused.length ? { refused_relays: [...new Set([...(r.refused_relays ?? []), ...refused])] } : {}),
   };
   if (outcome.kind === "delivered") {
-    return { ...next, state: "delivered", delivered_at: new Date(now).toISOString(), last_error: undefined, next_attempt_at: undefined };
+    return {
+      ...next,
+      state: "delivered",
+      delivered_at: new Date(now).toISOString(),
+      last_error: undefined,
+      next_attempt_at: undefined,
+    };
   }
   if (outcome.kind === "failed") {
     return { ...next, state: "failed", last_error: outcome.error, next_attempt_at: undefined, decision: "not retried" };
   }
   if (now >= deadline.at) {
-    return { ...next, state: "undeliverable", last_error: `${outcome.error}; ${deadline.reason}`, next_attempt_at: undefined, decision: deadline.reason };
+    return {
+      ...next,
+      state: "undeliverable",
+      last_error: `${outcome.error}; ${deadline.reason}`,
+      next_attempt_at: undefined,
+      decision: deadline.reason,
+    };
   }
-  const asked = outcome.afterMs ?? Math.max(backoffDelay(backoff.schedule, next.attempts, backoff.random), outcome.notBeforeMs ?? 0);
+  const asked =
+    outcome.afterMs ??
+    Math.max(backoffDelay(backoff.schedule, next.attempts, backoff.random), outcome.notBeforeMs ?? 0);
   const wait = Math.max(0, Math.min(asked, deadline.at - now));
   return {
     ...next,
@@ -159,7 +173,7 @@ export class DeliveryStates {
 
   async get(messageId: string): Promise<DeliveryRecord | undefined> {
     const e = await this.store().get(`msg.${encodeToken(messageId)}`);
-    return e && e.value.length ? (e.json() as DeliveryRecord) : undefined;
+    return e?.value.length ? (e.json() as DeliveryRecord) : undefined;
   }
 
   /**

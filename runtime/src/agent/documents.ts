@@ -39,7 +39,9 @@ export function buildCapabilityDocument(agent: Agent, updated: string): Capabili
  */
 export function capabilityDocumentHash(doc: CapabilityDocument): string {
   const { updated: _updated, ...said } = doc;
-  return createHash("sha256").update(canonicalize(said) ?? "").digest("hex");
+  return createHash("sha256")
+    .update(canonicalize(said) ?? "")
+    .digest("hex");
 }
 
 /** The agent's encryption key as its identity document publishes it (docs/encryption.md). */
@@ -63,12 +65,29 @@ export function buildIdentityDocument(
     ...(agent.spec.displayName ? { display: agent.spec.displayName } : {}),
     keys: [
       ...(typeof publicKey === "string"
-        ? [{ key_id: agent.spec.signing.keyId, type: "ed25519", public_key: publicKey, created: keyCreated, status: "active" as const }]
+        ? [
+            {
+              key_id: agent.spec.signing.keyId,
+              type: "ed25519",
+              public_key: publicKey,
+              created: keyCreated,
+              status: "active" as const,
+            },
+          ]
         : publicKey.map((k) => ({ ...k }))),
       ...(encryptionKey === undefined
         ? []
         : "keyId" in encryptionKey
-          ? [{ key_id: encryptionKey.keyId, type: "x25519", use: "encryption", public_key: encryptionKey.publicKey, created: encryptionKey.created, status: "active" as const }]
+          ? [
+              {
+                key_id: encryptionKey.keyId,
+                type: "x25519",
+                use: "encryption",
+                public_key: encryptionKey.publicKey,
+                created: encryptionKey.created,
+                status: "active" as const,
+              },
+            ]
           : encryptionKey.map((k) => ({ ...k }))),
     ],
     ...(base
@@ -103,7 +122,13 @@ export class Documents {
   private readonly listHash: string;
 
   /** `publicKey`: the one active key, or every key of a rotated key set. */
-  constructor(agent: Agent, publicKey: string | readonly PublishedKey[], keyCreated: string, started = new Date(), encryptionKey?: PublishedEncryptionKey | readonly ContractEncryptionKey[]) {
+  constructor(
+    agent: Agent,
+    publicKey: string | readonly PublishedKey[],
+    keyCreated: string,
+    started = new Date(),
+    encryptionKey?: PublishedEncryptionKey | readonly ContractEncryptionKey[],
+  ) {
     this.agent = agent;
     this.encryptionKey = encryptionKey;
     this.publicKey = publicKey;
@@ -129,7 +154,9 @@ export class Documents {
     let served = this.identities.get(key);
     if (!served) {
       if (this.identities.size > 64) this.identities.clear();
-      served = this.serve(buildIdentityDocument(this.agent, this.publicKey, this.keyCreated, requestBase, this.encryptionKey));
+      served = this.serve(
+        buildIdentityDocument(this.agent, this.publicKey, this.keyCreated, requestBase, this.encryptionKey),
+      );
       this.identities.set(key, served);
     }
     return served;
@@ -145,7 +172,9 @@ export class Documents {
     const key = `${names.kvKey}.capabilities`;
     for (let attempt = 0; attempt < 5; attempt++) {
       const entry = await kv.get(key);
-      const stored = entry?.value.length ? (entry.json() as { hash: string; updated: string; document_hash?: string }) : undefined;
+      const stored = entry?.value.length
+        ? (entry.json() as { hash: string; updated: string; document_hash?: string })
+        : undefined;
       if (stored?.document_hash === this.hash) {
         this.setUpdated(stored.updated);
         return false;

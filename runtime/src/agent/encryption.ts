@@ -1,6 +1,13 @@
 import type { Logger } from "pino";
-import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
-import { decryptMessage, encryptMessage, EncryptionError, isEncrypted, type EncryptionKey, type RecipientKey } from "../protocol/encryption.ts";
+import { type DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
+import {
+  decryptMessage,
+  encryptMessage,
+  EncryptionError,
+  isEncrypted,
+  type EncryptionKey,
+  type RecipientKey,
+} from "../protocol/encryption.ts";
 import { ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 import type { AgentSpec } from "../resources/agent.ts";
@@ -14,7 +21,8 @@ const TOPIC_PREFIX = "topic:";
 const normalize = (url: string) => url.replace(/\/+$/, "");
 
 /** 422 for a message that must be encrypted but cannot be, at send time. */
-export const encryptionKeyUnavailable = (message: string) => new ProtocolError(422, "encryption_key_unavailable", message);
+export const encryptionKeyUnavailable = (message: string) =>
+  new ProtocolError(422, "encryption_key_unavailable", message);
 /** A plaintext message through a relay that this agent requires encryption through. */
 export const encryptionRequired = (message: string) => new ProtocolError(403, "encryption_required", message);
 /** An encrypted message this agent cannot decrypt. */
@@ -37,7 +45,13 @@ export class AgentEncryption {
   /** Ids of this agent's revoked encryption keys: a message still encrypted for one is refused saying so. */
   private readonly revoked: ReadonlySet<string>;
 
-  constructor(deps: { spec: AgentSpec; discovery: DiscoveryClient; keys: readonly EncryptionKey[]; revoked?: readonly string[]; log?: Logger }) {
+  constructor(deps: {
+    spec: AgentSpec;
+    discovery: DiscoveryClient;
+    keys: readonly EncryptionKey[];
+    revoked?: readonly string[];
+    log?: Logger;
+  }) {
     this.revoked = new Set(deps.revoked ?? []);
     this.spec = deps.spec;
     this.discovery = deps.discovery;
@@ -73,13 +87,16 @@ export class AgentEncryption {
     const agents = [...new Set(message.headers.to.map((t) => t.agent))];
     const topics = agents.filter((a) => a.startsWith(TOPIC_PREFIX));
     if (topics.length) {
-      throw encryptionKeyUnavailable(`the message must be encrypted (${why}), but ${topics.join(", ")} is a topic: a body for unknown subscribers cannot be encrypted`);
+      throw encryptionKeyUnavailable(
+        `the message must be encrypted (${why}), but ${topics.join(", ")} is a topic: a body for unknown subscribers cannot be encrypted`,
+      );
     }
     const keys = (await Promise.all(agents.map((a) => this.recipientKeys(a, why)))).flat();
     try {
       return encryptMessage(message, keys);
     } catch (err) {
-      if (err instanceof EncryptionError) throw encryptionKeyUnavailable(`the message cannot be encrypted: ${err.message}`);
+      if (err instanceof EncryptionError)
+        throw encryptionKeyUnavailable(`the message cannot be encrypted: ${err.message}`);
       throw err;
     }
   }
@@ -94,8 +111,11 @@ export class AgentEncryption {
     // to an untrusted relay (plaintextRelayAllowed).
     for (const t of message.headers.to) {
       if (t.agent.startsWith(TOPIC_PREFIX) || this.baseOf(t.agent)) continue;
-      const untrusted = (this.spec.peers.find((p) => p.agentId === t.agent)?.relay?.urls ?? []).find((u) => this.relayTrust(u) === "untrusted");
-      if (untrusted) return `${t.agent} is reached through the relay ${untrusted}, which is not marked trusted or self-operated`;
+      const untrusted = (this.spec.peers.find((p) => p.agentId === t.agent)?.relay?.urls ?? []).find(
+        (u) => this.relayTrust(u) === "untrusted",
+      );
+      if (untrusted)
+        return `${t.agent} is reached through the relay ${untrusted}, which is not marked trusted or self-operated`;
     }
     return undefined;
   }
@@ -106,7 +126,12 @@ export class AgentEncryption {
    * never. Error-phase messages the runtime writes itself (they carry only its reason) pass.
    */
   plaintextRelayAllowed(message: Message, relayUrl: string): boolean {
-    return isEncrypted(message) || this.spec.encryption.mode === "never" || message.headers.phase === "error" || this.relayTrust(relayUrl) !== "untrusted";
+    return (
+      isEncrypted(message) ||
+      this.spec.encryption.mode === "never" ||
+      message.headers.phase === "error" ||
+      this.relayTrust(relayUrl) !== "untrusted"
+    );
   }
 
   private baseOf(agent: string): string | undefined {
@@ -122,7 +147,10 @@ export class AgentEncryption {
     const configured = peer?.encryptionKeys ?? [];
     if (configured.length) {
       const active = configured.filter((k) => k.status === "active").slice(0, MAX_KEYS_PER_AGENT);
-      if (!active.length) throw encryptionKeyUnavailable(`the message must be encrypted (${why}), but every encryption key of ${agent} in spec.peers is retired or revoked`);
+      if (!active.length)
+        throw encryptionKeyUnavailable(
+          `the message must be encrypted (${why}), but every encryption key of ${agent} in spec.peers is retired or revoked`,
+        );
       return active.map((k) => ({ agent, keyId: k.keyId, publicKey: k.publicKey }));
     }
     const base = this.baseOf(agent);
@@ -137,25 +165,41 @@ export class AgentEncryption {
     } catch (err) {
       if (!(err instanceof DiscoveryError)) throw err;
       this.log?.warn({ agent, err: err.message }, "could not look up a recipient's encryption key");
-      throw unavailable(`the message must be encrypted (${why}), but the identity document of ${agent} with its encryption key could not be obtained; try again later`);
+      throw unavailable(
+        `the message must be encrypted (${why}), but the identity document of ${agent} with its encryption key could not be obtained; try again later`,
+      );
     }
-    if (doc.agent_id !== agent) throw encryptionKeyUnavailable(`the identity document at ${base} is for ${doc.agent_id}, not for ${agent}`);
+    if (doc.agent_id !== agent)
+      throw encryptionKeyUnavailable(`the identity document at ${base} is for ${doc.agent_id}, not for ${agent}`);
     const keys = doc.keys
-      .filter((k) => k.use === "encryption" && k.type.toLowerCase() === "x25519" && k.status === "active" && /^[A-Za-z0-9_-]{43}$/.test(k.public_key))
+      .filter(
+        (k) =>
+          k.use === "encryption" &&
+          k.type.toLowerCase() === "x25519" &&
+          k.status === "active" &&
+          /^[A-Za-z0-9_-]{43}$/.test(k.public_key),
+      )
       .slice(0, MAX_KEYS_PER_AGENT);
     if (!keys.length) {
-      throw encryptionKeyUnavailable(`the message must be encrypted (${why}), but ${agent} publishes no active encryption key (use "encryption", type x25519) in its identity document`);
+      throw encryptionKeyUnavailable(
+        `the message must be encrypted (${why}), but ${agent} publishes no active encryption key (use "encryption", type x25519) in its identity document`,
+      );
     }
     return keys.map((k) => ({ agent, keyId: k.key_id, publicKey: k.public_key }));
   }
 
   /** The message with its body decrypted (400 `decryption_failed` saying why when it cannot be). */
   decrypt(message: Message): Message {
-    if (!this.own.length) throw decryptionFailed(`the message is encrypted, but ${this.spec.agentId} has no encryption key`);
+    if (!this.own.length)
+      throw decryptionFailed(`the message is encrypted, but ${this.spec.agentId} has no encryption key`);
     const listed = (message.security?.encryption as { recipients?: unknown } | undefined)?.recipients;
-    const mine = (Array.isArray(listed) ? listed : []).filter((r): r is { agent: string; key_id: string } => r?.agent === this.spec.agentId && typeof r?.key_id === "string");
+    const mine = (Array.isArray(listed) ? listed : []).filter(
+      (r): r is { agent: string; key_id: string } => r?.agent === this.spec.agentId && typeof r?.key_id === "string",
+    );
     if (mine.length && mine.every((r) => this.revoked.has(r.key_id))) {
-      throw decryptionFailed(`the message is encrypted for ${this.spec.agentId}'s key ${mine.map((r) => r.key_id).join(", ")}, which is revoked; encrypt for its active key (its identity document)`);
+      throw decryptionFailed(
+        `the message is encrypted for ${this.spec.agentId}'s key ${mine.map((r) => r.key_id).join(", ")}, which is revoked; encrypt for its active key (its identity document)`,
+      );
     }
     try {
       return decryptMessage(message, this.spec.agentId, this.own);

@@ -49,7 +49,15 @@ export class HandlerDelivery {
   private readonly http: HttpClient;
   private readonly expiry: ExpiryDeps;
 
-  constructor(nats: Nats, names: AgentNames, http: HttpClient, opts: HandlerOptions, log: Logger, metrics: RuntimeMetrics, hooks: HandoffHooks) {
+  constructor(
+    nats: Nats,
+    names: AgentNames,
+    http: HttpClient,
+    opts: HandlerOptions,
+    log: Logger,
+    metrics: RuntimeMetrics,
+    hooks: HandoffHooks,
+  ) {
     this.nats = nats;
     this.names = names;
     this.http = http;
@@ -102,7 +110,12 @@ export class HandlerDelivery {
     const span = startSpan("ifp.handoff.deliver", {
       kind: SpanKind.CLIENT,
       parent: headersContext(m.headers),
-      attributes: () => ({ [A.messageId]: messageId, [A.sender]: m.headers?.get(H.sender) ?? "", [A.attempt]: attempt, [A.url]: url }),
+      attributes: () => ({
+        [A.messageId]: messageId,
+        [A.sender]: m.headers?.get(H.sender) ?? "",
+        [A.attempt]: attempt,
+        [A.url]: url,
+      }),
     });
     let failure: string;
     try {
@@ -129,7 +142,10 @@ export class HandlerDelivery {
         this.metrics.handlerLag.observe(Math.max(0, (Date.now() - Number(m.info.timestampNanos) / 1e6) / 1000));
         return;
       }
-      failure = res.status >= 300 && res.status < 400 ? `handler answered ${res.status} (redirects are not followed)` : `handler answered ${res.status}`;
+      failure =
+        res.status >= 300 && res.status < 400
+          ? `handler answered ${res.status} (redirects are not followed)`
+          : `handler answered ${res.status}`;
       failSpan(span, new Error(failure), res.status);
     } catch (err) {
       failure = `handler unreachable: ${errorMessage(err)}`;
@@ -141,7 +157,11 @@ export class HandlerDelivery {
     this.metrics.handler.inc({ result: "failed" });
     const ageMs = Date.now() - Number(m.info.timestampNanos) / 1e6;
     if (ageMs >= this.opts.deadLetterAfterMs) {
-      await this.deadLetter(m, messageId, `${failure}; gave up after ${attempt} attempts over ${Math.round(ageMs / 1000)} s`);
+      await this.deadLetter(
+        m,
+        messageId,
+        `${failure}; gave up after ${attempt} attempts over ${Math.round(ageMs / 1000)} s`,
+      );
       return;
     }
     const wait = this.backoff(attempt);
@@ -191,7 +211,12 @@ function handoffHeaders(m: JsMsg, messageId: string, attempt: number): HandoffHe
 }
 
 /** The log fields of a stored inbound message, from the headers stored with it. */
-const logFields = (m: JsMsg) => messageLogOf(m.headers?.get(H.messageId) ?? "", m.headers?.get(H.conversationId) || undefined, m.headers?.get(H.sender) || undefined);
+const logFields = (m: JsMsg) =>
+  messageLogOf(
+    m.headers?.get(H.messageId) ?? "",
+    m.headers?.get(H.conversationId) || undefined,
+    m.headers?.get(H.sender) || undefined,
+  );
 
 /**
  * Move a stored inbound message to the dead-letter subject, its reason in Ifp-Dead-Reason, and

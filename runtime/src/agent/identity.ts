@@ -8,7 +8,14 @@ import { insufficientAuthLevel, invalidSignature, ProtocolError, unknownSender }
 import { publicKeyFromRaw } from "../protocol/keys.ts";
 import type { Message, Signature } from "../protocol/message.ts";
 import { verifyIntroduction, verifySignature } from "../protocol/signing.ts";
-import { AuthLevel, checkProfile, signatureCandidates, type KeySource, type MessageVerifier, type Verified } from "../protocol/verify.ts";
+import {
+  AuthLevel,
+  checkProfile,
+  signatureCandidates,
+  type KeySource,
+  type MessageVerifier,
+  type Verified,
+} from "../protocol/verify.ts";
 import type { AgentSpec } from "../resources/agent.ts";
 
 /** Bounds on what a sender can make the agent do to look its key up (docs/identity.md); shared with the relay. */
@@ -62,7 +69,11 @@ export class IdentityResolver implements MessageVerifier {
     this.keys = new KeyLookup({ discovery: deps.discovery, limits: deps.limits, log: deps.log, now: deps.now });
   }
 
-  async verify(message: Message, requireSignature: boolean, context: { address: string } = { address: "unknown" }): Promise<Verified> {
+  async verify(
+    message: Message,
+    requireSignature: boolean,
+    context: { address: string } = { address: "unknown" },
+  ): Promise<Verified> {
     const signatures = message.security?.signatures ?? [];
     if (signatures.length === 0) {
       if (requireSignature) throw invalidSignature("the message is not signed (security.signatures[] is empty)");
@@ -106,17 +117,25 @@ export class IdentityResolver implements MessageVerifier {
     return best;
   }
 
-  private async verifyOne(message: Message, s: Signature, sender: string, keyId: string, address: string): Promise<Verified> {
+  private async verifyOne(
+    message: Message,
+    s: Signature,
+    sender: string,
+    keyId: string,
+    address: string,
+  ): Promise<Verified> {
     if (s.alg === "hmac-sha256") {
       const tokens = this.tokens();
       if (!tokens.length) throw invalidSignature("introduction tokens (hmac-sha256) are not accepted by this agent");
       checkProfile(s, "hmac-sha256", message.headers);
-      if (!verifyIntroduction(message, s, tokens)) throw invalidSignature(`the introduction token signature ${s.key_id} does not verify`);
+      if (!verifyIntroduction(message, s, tokens))
+        throw invalidSignature(`the introduction token signature ${s.key_id} does not verify`);
       return { signer: sender, keyId, authLevel: AuthLevel.introduction, source: "introduction" };
     }
     checkProfile(s, "ed25519", message.headers);
     const found = await this.lookup(sender, keyId, address);
-    if (!verifySignature(message, s, found.key)) throw invalidSignature(`signature verification failed for key_id ${s.key_id}`);
+    if (!verifySignature(message, s, found.key))
+      throw invalidSignature(`signature verification failed for key_id ${s.key_id}`);
     return { signer: sender, keyId, authLevel: found.level, source: found.source };
   }
 
@@ -168,7 +187,11 @@ export function minAuthLevel(spec: AgentSpec): number {
  * a token shorter than 16 characters is refused. Read again when the file changes, at most every
  * few seconds, so a rotated Secret takes effect without a restart.
  */
-export function introductionTokenFile(path: string, log?: Logger, now: () => number = Date.now): () => readonly string[] {
+export function introductionTokenFile(
+  path: string,
+  log?: Logger,
+  now: () => number = Date.now,
+): () => readonly string[] {
   let tokens: readonly string[] = [];
   let mtime = -1;
   let checked = -Infinity;
@@ -178,14 +201,18 @@ export function introductionTokenFile(path: string, log?: Logger, now: () => num
     try {
       stat = statSync(path);
     } catch (err) {
-      if (mtime !== -2) log?.error({ path, err: (err as Error).message }, "cannot read the introduction tokens; none is accepted");
+      if (mtime !== -2)
+        log?.error({ path, err: (err as Error).message }, "cannot read the introduction tokens; none is accepted");
       tokens = [];
       mtime = -2;
       return;
     }
     if (stat.mtimeMs === mtime) return;
     mtime = stat.mtimeMs;
-    const lines = readFileSync(path, "utf8").split(/\r?\n/).map((l) => l.trim()).filter(Boolean);
+    const lines = readFileSync(path, "utf8")
+      .split(/\r?\n/)
+      .map((l) => l.trim())
+      .filter(Boolean);
     const short = lines.filter((l) => l.length < 16).length;
     if (short) log?.error({ path, refused: short }, "introduction tokens shorter than 16 characters are refused");
     tokens = lines.filter((l) => l.length >= 16);

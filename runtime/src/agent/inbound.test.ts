@@ -9,7 +9,11 @@ const agent = Agent.parse({
   spec: {
     agentId: "alice-agent",
     capabilities: [
-      { name: "calendar.availability", description: "c", conditions: { minDisclosure: "professional", minAuthLevel: 2, temperature: "warm" } },
+      {
+        name: "calendar.availability",
+        description: "c",
+        conditions: { minDisclosure: "professional", minAuthLevel: 2, temperature: "warm" },
+      },
       { name: "ping", description: "p" },
     ],
     peers: [{ agentId: "warm-peer", temperature: "warm", keys: [{ keyId: "k", publicKey: "A".repeat(43) }] }],
@@ -29,17 +33,28 @@ describe("inspect", () => {
 
   it("checks each condition of a requested capability (7.2.2)", () => {
     const req = (over: object, meta = verified) =>
-      inspect(message(meta.sender, "alice-agent", { capabilities: { request: ["calendar.availability"] }, ...over }), meta, agent);
+      inspect(
+        message(meta.sender, "alice-agent", { capabilities: { request: ["calendar.availability"] }, ...over }),
+        meta,
+        agent,
+      );
     expect(req({ disclosure: "personal" })).toEqual({ deliver: true });
-    expect(req({ disclosure: "public" })).toMatchObject({ deliver: false, error: { code: "capability_conditions_not_met", details: { mismatches: [{ condition: "min_disclosure" }] } } });
-    expect(req({})).toMatchObject({ error: { text: expect.stringMatching(/min_disclosure "professional" but this conversation has null/) } });
+    expect(req({ disclosure: "public" })).toMatchObject({
+      deliver: false,
+      error: { code: "capability_conditions_not_met", details: { mismatches: [{ condition: "min_disclosure" }] } },
+    });
+    expect(req({})).toMatchObject({
+      error: { text: expect.stringMatching(/min_disclosure "professional" but this conversation has null/) },
+    });
     const cool = req({ disclosure: "professional" }, { sender: "cool-peer", authLevel: 0 });
     expect(cool.error?.details?.mismatches).toEqual([
       { capability: "calendar.availability", condition: "min_auth_level", required: 2, actual: 0 },
       { capability: "calendar.availability", condition: "temperature", required: "warm", actual: "cool" },
     ]);
     // Capabilities without conditions, or unknown ones, are the application's business.
-    expect(inspect(message("x", "alice-agent", { capabilities: { request: ["ping", "nope"] } }), verified, agent)).toEqual({ deliver: true });
+    expect(
+      inspect(message("x", "alice-agent", { capabilities: { request: ["ping", "nope"] } }), verified, agent),
+    ).toEqual({ deliver: true });
   });
 
   it("learns a valid capability document from a greeting and flags an invalid one", () => {

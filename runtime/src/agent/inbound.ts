@@ -1,4 +1,4 @@
-import { type KV } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
 import { encodeToken } from "../contract/nats.ts";
@@ -53,7 +53,9 @@ export function inspect(message: Message, meta: InboundMeta, agent: Agent): Insp
       },
     };
   }
-  const part = message.body.parts?.find((p) => p.name === "capabilities" && p.content_type.startsWith("application/json"));
+  const part = message.body.parts?.find(
+    (p) => p.name === "capabilities" && p.content_type.startsWith("application/json"),
+  );
   if (message.headers.phase === "greeting" && part) {
     const doc = CapabilityDocument.safeParse(part.content);
     if (!doc.success) {
@@ -111,7 +113,10 @@ export class PeerCapabilityCache {
    */
   async put(peer: string, entry: PeerCapabilities, kind: PeerEntryKind = "greeting"): Promise<void> {
     await this.kv?.put(peerKey(peer, kind), JSON.stringify(entry));
-    this.log.info({ peer, source: entry.source, capabilities: entry.document.capabilities.length }, "learned peer capabilities");
+    this.log.info(
+      { peer, source: entry.source, capabilities: entry.document.capabilities.length },
+      "learned peer capabilities",
+    );
   }
 
   async get(peer: string, kind: PeerEntryKind = "greeting"): Promise<PeerCapabilities | undefined> {

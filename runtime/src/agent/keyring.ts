@@ -5,7 +5,14 @@ import { readFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import { ANNOTATIONS } from "../contract/annotations.ts";
-import { parseSigningKeySet, publishedEncryptionKeys, publishedKeys, SIGNING_KEYS_FILE, type PublishedEncryptionKey, type PublishedKey } from "../contract/signing-keys.ts";
+import {
+  parseSigningKeySet,
+  publishedEncryptionKeys,
+  publishedKeys,
+  SIGNING_KEYS_FILE,
+  type PublishedEncryptionKey,
+  type PublishedKey,
+} from "../contract/signing-keys.ts";
 import { encryptionKeyFromPem, type EncryptionKey } from "../protocol/encryption.ts";
 import { privateKeyFromPem, rawPublicKey } from "../protocol/keys.ts";
 import type { SigningKey } from "../protocol/signing.ts";
@@ -43,25 +50,41 @@ export async function loadKeyring(signingKeyFile: string, agentId: string, defau
     throw new Error(`${setFile} is not a signing key set: ${(err as Error).message.slice(0, 300)}`);
   }
   const active = set.keys.find((k) => k.status === "active");
-  if (!active || active.publicKey !== publicKey) throw new Error(`${setFile} does not name ${signingKeyFile} as its active key`);
-  const retired = set.keys.filter((k) => k.status === "retired" && k.file && existsSync(join(dirname(signingKeyFile), k.file))).at(-1);
+  if (!active || active.publicKey !== publicKey)
+    throw new Error(`${setFile} does not name ${signingKeyFile} as its active key`);
+  const retired = set.keys
+    .filter((k) => k.status === "retired" && k.file && existsSync(join(dirname(signingKeyFile), k.file)))
+    .at(-1);
   const transition = [];
   if (retired) {
     const key = privateKeyFromPem(await readFile(join(dirname(signingKeyFile), retired.file!)));
-    if (rawPublicKey(key) !== retired.publicKey) throw new Error(`${retired.file} is not the private half of retired key ${retired.keyId}`);
+    if (rawPublicKey(key) !== retired.publicKey)
+      throw new Error(`${retired.file} is not the private half of retired key ${retired.keyId}`);
     transition.push({ keyId: retired.keyId, privateKey: key });
   }
   let encryption: Keyring["encryption"];
   if (set.encryption) {
     const retired: EncryptionKey[] = [];
-    for (const k of set.encryption.filter((r) => r.status === "retired" && r.file && existsSync(join(dirname(signingKeyFile), r.file)))) {
+    for (const k of set.encryption.filter(
+      (r) => r.status === "retired" && r.file && existsSync(join(dirname(signingKeyFile), r.file)),
+    )) {
       const key = encryptionKeyFromPem(await readFile(join(dirname(signingKeyFile), k.file!)));
-      if (key.publicKey !== k.publicKey) throw new Error(`${k.file} is not the private half of retired encryption key ${k.keyId}`);
+      if (key.publicKey !== k.publicKey)
+        throw new Error(`${k.file} is not the private half of retired encryption key ${k.keyId}`);
       retired.push(key);
     }
-    encryption = { published: publishedEncryptionKeys(set.encryption), retired, revoked: set.encryption.filter((k) => k.status === "revoked").map((k) => k.keyId) };
+    encryption = {
+      published: publishedEncryptionKeys(set.encryption),
+      retired,
+      revoked: set.encryption.filter((k) => k.status === "revoked").map((k) => k.keyId),
+    };
   }
-  return { signing: { agentId, keyId: active.keyId, privateKey, ...(transition.length ? { transition } : {}) }, published: publishedKeys(set), publicKey, ...(encryption ? { encryption } : {}) };
+  return {
+    signing: { agentId, keyId: active.keyId, privateKey, ...(transition.length ? { transition } : {}) },
+    published: publishedKeys(set),
+    publicKey,
+    ...(encryption ? { encryption } : {}),
+  };
 }
 
 /**
@@ -69,7 +92,11 @@ export async function loadKeyring(signingKeyFile: string, agentId: string, defau
  * set: the operator's annotation, else the Agent's creation, else the key file's modification time.
  */
 export function signingKeyCreated(agent: Agent, signingKeyFile: string): string {
-  return agent.metadata.annotations?.[ANNOTATIONS.signingKeyCreated] ?? agent.metadata.creationTimestamp ?? isoSeconds(statSync(signingKeyFile).mtime);
+  return (
+    agent.metadata.annotations?.[ANNOTATIONS.signingKeyCreated] ??
+    agent.metadata.creationTimestamp ??
+    isoSeconds(statSync(signingKeyFile).mtime)
+  );
 }
 
 /** The agent's own encryption keys: --encryption-key, with what the key set says of the others. */
@@ -83,16 +110,26 @@ export interface OwnEncryptionKeys {
 }
 
 /** Read --encryption-key (`file`); without it the agent publishes no encryption key, and says so. */
-export async function loadEncryptionKeys(file: string | undefined, keyring: Keyring, log: Logger): Promise<OwnEncryptionKeys> {
+export async function loadEncryptionKeys(
+  file: string | undefined,
+  keyring: Keyring,
+  log: Logger,
+): Promise<OwnEncryptionKeys> {
   const revoked = keyring.encryption?.revoked;
   if (!file) {
-    log.warn("no --encryption-key: this agent publishes no encryption key and cannot receive encrypted messages (docs/encryption.md)");
+    log.warn(
+      "no --encryption-key: this agent publishes no encryption key and cannot receive encrypted messages (docs/encryption.md)",
+    );
     return { keys: [], revoked };
   }
   const key = encryptionKeyFromPem(await readFile(file));
   return {
     keys: [key, ...(keyring.encryption?.retired ?? [])],
-    published: keyring.encryption?.published ?? { keyId: key.keyId, publicKey: key.publicKey, created: isoSeconds(statSync(file).mtime) },
+    published: keyring.encryption?.published ?? {
+      keyId: key.keyId,
+      publicKey: key.publicKey,
+      created: isoSeconds(statSync(file).mtime),
+    },
     revoked,
   };
 }

@@ -51,7 +51,8 @@ export class TokenFile {
     } catch (err) {
       throw new Error(`cannot read the local API token file: ${(err as Error).message}`);
     }
-    if (text.length < MIN_TOKEN_LENGTH) throw new Error(`the local API token in ${this.path} is shorter than ${MIN_TOKEN_LENGTH} characters`);
+    if (text.length < MIN_TOKEN_LENGTH)
+      throw new Error(`the local API token in ${this.path} is shorter than ${MIN_TOKEN_LENGTH} characters`);
     return text;
   }
 
@@ -66,7 +67,10 @@ export class TokenFile {
       this.stamp = stamp;
       this.log.info("reloaded the local API token");
     } catch (err) {
-      this.log.warn({ err: (err as Error).message }, "could not reload the local API token; the previous one stays in force");
+      this.log.warn(
+        { err: (err as Error).message },
+        "could not reload the local API token; the previous one stays in force",
+      );
     }
   }
 
@@ -92,13 +96,15 @@ export function requireBearer(app: FastifyInstance, token: TokenFile, opts: Bear
   const now = opts.now ?? Date.now;
   const failures = new RateLimiter(opts.failuresPerMinute ?? 20, { now });
   const blocked = new Map<string, number>();
-  const unauthorized = (message: string) => new ProtocolError(401, "unauthorized", message, { "www-authenticate": 'Bearer realm="ifp-local-api"' });
+  const unauthorized = (message: string) =>
+    new ProtocolError(401, "unauthorized", message, { "www-authenticate": 'Bearer realm="ifp-local-api"' });
 
   app.addHook("onRequest", async (req: FastifyRequest) => {
     const t = now();
     const until = blocked.get(req.ip);
     if (until !== undefined) {
-      if (until > t) throw rateLimited(Math.max(1, Math.ceil((until - t) / 1000)), `too many failed attempts from ${req.ip}`);
+      if (until > t)
+        throw rateLimited(Math.max(1, Math.ceil((until - t) / 1000)), `too many failed attempts from ${req.ip}`);
       blocked.delete(req.ip);
     }
     const header = req.headers.authorization;
@@ -110,6 +116,10 @@ export function requireBearer(app: FastifyInstance, token: TokenFile, opts: Bear
       blocked.set(req.ip, t + taken.retryAfterSeconds * 1000);
       throw rateLimited(taken.retryAfterSeconds, `too many failed attempts from ${req.ip}`);
     }
-    throw unauthorized(m ? "the bearer token is not valid" : "Authorization: Bearer <token> is required (the token is in the agent's <name>-local-api Secret)");
+    throw unauthorized(
+      m
+        ? "the bearer token is not valid"
+        : "Authorization: Bearer <token> is required (the token is in the agent's <name>-local-api Secret)",
+    );
   });
 }

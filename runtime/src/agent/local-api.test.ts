@@ -27,7 +27,16 @@ describe("local application API", () => {
     await app.ready();
     for (const [path, ops] of Object.entries(spec.paths as Record<string, Record<string, unknown>>)) {
       for (const method of Object.keys(ops)) {
-        expect(app.hasRoute({ method: method.toUpperCase() as "GET", url: path.replace(/\{(\w+)\}/g, ":$1").replace(":message_id", ":id").replace(":agent_id", ":agent") }), `${method} ${path}`).toBe(true);
+        expect(
+          app.hasRoute({
+            method: method.toUpperCase() as "GET",
+            url: path
+              .replace(/\{(\w+)\}/g, ":$1")
+              .replace(":message_id", ":id")
+              .replace(":agent_id", ":agent"),
+          }),
+          `${method} ${path}`,
+        ).toBe(true);
       }
     }
   });
@@ -35,7 +44,11 @@ describe("local application API", () => {
   it("answers errors with the spec's error body", async () => {
     const res = await app.inject({ method: "POST", url: "/outbox", payload: { phase: "context" } });
     expect(res.statusCode).toBe(400);
-    expect(res.json()).toEqual({ status: "error", code: "invalid_format", message: expect.stringMatching(/`to` is required/) });
+    expect(res.json()).toEqual({
+      status: "error",
+      code: "invalid_format",
+      message: expect.stringMatching(/`to` is required/),
+    });
     const missing = await app.inject({ method: "GET", url: "/nope" });
     expect(missing.json()).toMatchObject({ status: "error", code: "not_found" });
   });
@@ -43,6 +56,10 @@ describe("local application API", () => {
   it("signs what it queues", async () => {
     const res = await app.inject({ method: "POST", url: "/outbox", payload: { to: "bob-agent", text: "hi" } });
     expect(res.statusCode).toBe(202);
-    expect(res.json().message.security.signatures[0]).toMatchObject({ alg: "ed25519", key_id: "alice-agent#key-1", signed_body: true });
+    expect(res.json().message.security.signatures[0]).toMatchObject({
+      alg: "ed25519",
+      key_id: "alice-agent#key-1",
+      signed_body: true,
+    });
   });
 });

@@ -7,7 +7,15 @@ import type { Message } from "../protocol/message.ts";
 import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
 import { jsonApi, type TlsMaterial } from "../server/http.ts";
-import { A, extractCarrier, inSpan, messageAttributes, messageContext, SpanKind, withMessageContext } from "../telemetry/tracing.ts";
+import {
+  A,
+  extractCarrier,
+  inSpan,
+  messageAttributes,
+  messageContext,
+  SpanKind,
+  withMessageContext,
+} from "../telemetry/tracing.ts";
 import type { AppStream } from "./app-stream.ts";
 import { appStreamRoutes } from "./app-stream-routes.ts";
 import { requireBearer, type BearerAuthOptions, type TokenFile } from "./local-api-auth.ts";
@@ -58,7 +66,12 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     bodyLimit: deps.agent.spec.inbox.maxMessageBytes,
     // Agent ids (URLs, percent-encoded) and message ids are path segments of up to 512 characters.
     routerOptions: { maxParamLength: 2048 },
-    ...(secure ? { https: { cert: secure.tls.cert, key: secure.tls.key, minVersion: "TLSv1.2" as const }, requestTimeout: 30_000 } : {}),
+    ...(secure
+      ? {
+          https: { cert: secure.tls.cert, key: secure.tls.key, minVersion: "TLSv1.2" as const },
+          requestTimeout: 30_000,
+        }
+      : {}),
   }) as unknown as FastifyInstance;
   jsonApi(app);
   if (secure) requireBearer(app, secure.token, secure.limits);
@@ -75,7 +88,9 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     const original = inReplyTo ? await deps.received(inReplyTo, sender) : undefined;
     // The short form without a sequence: the next one of the conversation, as far as its records
     // know it (a reply comes after what it answers in any case).
-    const conversationId = original?.headers.conversation_id ?? (typeof body.conversation_id === "string" ? body.conversation_id : undefined);
+    const conversationId =
+      original?.headers.conversation_id ??
+      (typeof body.conversation_id === "string" ? body.conversation_id : undefined);
     if (!("headers" in body) && body.sequence === undefined && conversationId && deps.conversations) {
       const next = await deps.conversations.nextSequence(conversationId);
       body.sequence = Math.max(next, original ? original.headers.sequence + 1 : 1);
@@ -88,15 +103,26 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
     });
     // The trace goes on from the application's own (a W3C traceparent header on this request),
     // else from the message it answers, else from what the application put in the extension.
-    const parent = extractCarrier({ traceparent: req.headers.traceparent, tracestate: req.headers.tracestate }) ?? (original && messageContext(original)) ?? messageContext(composed);
-    const { message, duplicate, encrypted } = await inSpan("ifp.outbox.send", { kind: SpanKind.PRODUCER, parent, attributes: () => ({ ...messageAttributes(composed), [A.recipients]: composed.headers.to.map((t) => t.agent) }) }, async () => {
-      // The trace context (this span) goes into the message first; then it is encrypted (422
-      // encryption_key_unavailable rather than plaintext), then signed: the signature covers the ciphertext.
-      const unsigned = withMessageContext(composed);
-      const prepared = deps.encryption ? await deps.encryption.prepare(unsigned) : unsigned;
-      const message = signMessage(prepared, deps.signing);
-      return { message, encrypted: prepared !== unsigned, ...(await deps.outbox.enqueue(message)) };
-    });
+    const parent =
+      extractCarrier({ traceparent: req.headers.traceparent, tracestate: req.headers.tracestate }) ??
+      (original && messageContext(original)) ??
+      messageContext(composed);
+    const { message, duplicate, encrypted } = await inSpan(
+      "ifp.outbox.send",
+      {
+        kind: SpanKind.PRODUCER,
+        parent,
+        attributes: () => ({ ...messageAttributes(composed), [A.recipients]: composed.headers.to.map((t) => t.agent) }),
+      },
+      async () => {
+        // The trace context (this span) goes into the message first; then it is encrypted (422
+        // encryption_key_unavailable rather than plaintext), then signed: the signature covers the ciphertext.
+        const unsigned = withMessageContext(composed);
+        const prepared = deps.encryption ? await deps.encryption.prepare(unsigned) : unsigned;
+        const message = signMessage(prepared, deps.signing);
+        return { message, encrypted: prepared !== unsigned, ...(await deps.outbox.enqueue(message)) };
+      },
+    );
     await deps.conversations?.outbound(message);
     const id = message.headers.message_id;
     if (!duplicate) {
@@ -123,7 +149,10 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
   });
 
   // A limit out of range is brought into it rather than refused.
-  const Limit = z.string().optional().transform((v) => Math.min(1000, Math.max(1, Number(v ?? 100) || 100)));
+  const Limit = z
+    .string()
+    .optional()
+    .transform((v) => Math.min(1000, Math.max(1, Number(v ?? 100) || 100)));
   api.get("/dead-letters", { schema: { querystring: z.object({ limit: Limit }) } }, async (req) => ({
     dead_letters: await deps.states.deadLetters(req.query.limit),
   }));

@@ -108,7 +108,13 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const keyring = await loadKeyring(opts.signingKey, spec.agentId, spec.signing.keyId);
   const signing: SigningKey = keyring.signing;
   const ownEncryption = await loadEncryptionKeys(opts.encryptionKey, keyring, log);
-  const documents = new Documents(agent, keyring.published ?? keyring.publicKey, signingKeyCreated(agent, opts.signingKey), undefined, ownEncryption.published);
+  const documents = new Documents(
+    agent,
+    keyring.published ?? keyring.publicKey,
+    signingKeyCreated(agent, opts.signingKey),
+    undefined,
+    ownEncryption.published,
+  );
   const names = agentNames(agentStoreKey(agent));
   const metrics = createRuntimeMetrics("agent");
   const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
@@ -118,19 +124,39 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const http = new HttpClient({ caFile: opts.caFile, onCaFileReload: caFileLogger(log), targets });
   life.defer("HTTP client", () => http.close());
   const discovery = new DiscoveryClient(http);
-  if (spec.inbox.introductionTokens && !opts.introductionSecretFile) log.warn("spec.inbox.introductionTokens is set but no --introduction-secret-file was given; no introduction token is accepted");
+  if (spec.inbox.introductionTokens && !opts.introductionSecretFile)
+    log.warn(
+      "spec.inbox.introductionTokens is set but no --introduction-secret-file was given; no introduction token is accepted",
+    );
   const verifier = new IdentityResolver({
     spec,
     discovery,
-    introductionTokens: opts.introductionSecretFile ? introductionTokenFile(opts.introductionSecretFile, log) : undefined,
+    introductionTokens: opts.introductionSecretFile
+      ? introductionTokenFile(opts.introductionSecretFile, log)
+      : undefined,
     log,
   });
-  const encryption = new AgentEncryption({ spec, discovery, keys: ownEncryption.keys, revoked: ownEncryption.revoked, log });
-  const nats = new Nats({ inboxPrefix: agentInboxPrefix(spec.agentId), replicas: spec.durability.replicas ?? "auto", ...opts.nats, name: `ifp-agent ${spec.agentId}` }, log);
+  const encryption = new AgentEncryption({
+    spec,
+    discovery,
+    keys: ownEncryption.keys,
+    revoked: ownEncryption.revoked,
+    log,
+  });
+  const nats = new Nats(
+    {
+      inboxPrefix: agentInboxPrefix(spec.agentId),
+      replicas: spec.durability.replicas ?? "auto",
+      ...opts.nats,
+      name: `ifp-agent ${spec.agentId}`,
+    },
+    log,
+  );
   life.defer("NATS", () => nats.close());
   // Backlog read at scrape time: what the sender still has to deliver, and (with a handler) what it has yet to take.
   backlogGauges(metrics, () => streamBacklog(nats, names.outboxStream), "outbox");
-  if (spec.handler) backlogGauges(metrics, () => consumerBacklog(nats, names.inboxStream, names.handlerConsumer), "inbox");
+  if (spec.handler)
+    backlogGauges(metrics, () => consumerBacklog(nats, names.inboxStream, names.handlerConsumer), "inbox");
 
   const replicas = spec.durability.replicas ?? "auto";
   const inbox = new InboxStore(nats, names, parseDuration(spec.inbox.replayWindow), spec.inbox.maxBytes, replicas);
@@ -157,11 +183,19 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   streamKeeperGauges(metrics, streams);
   const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));
   const peerCapabilities = new PeerCapabilityService({ store: peerCaps, discovery, peerUrls, log });
-  const onAccepted = inspectionEffects({ self: { agentId: spec.agentId, displayName: spec.displayName }, signing, outbox, peers: peerCapabilities });
+  const onAccepted = inspectionEffects({
+    self: { agentId: spec.agentId, displayName: spec.displayName },
+    signing,
+    outbox,
+    peers: peerCapabilities,
+  });
 
   // Read now: a missing or short secret is a start-up error, not hand-offs nobody can check.
   const handoffSecret = opts.handoffSecretFile ? readHandoffSecret(opts.handoffSecretFile) : undefined;
-  if (spec.handler && !handoffSecret) log.warn("no --handoff-secret-file: hand-offs to spec.handler.url are not signed, and the application cannot tell them from anyone else's requests (docs/agent.md#hand-off-signature)");
+  if (spec.handler && !handoffSecret)
+    log.warn(
+      "no --handoff-secret-file: hand-offs to spec.handler.url are not signed, and the application cannot tell them from anyone else's requests (docs/agent.md#hand-off-signature)",
+    );
   const handoff = spec.handler
     ? new HandlerDelivery(
         nats,
@@ -206,7 +240,8 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         http,
         verifier,
         requireSignature: spec.inbox.requireSignature,
-        accept: (raw, message, verified) => acceptVerified({ agent, store: inbox, onAccepted, conversations, encryption }, raw, message, verified),
+        accept: (raw, message, verified) =>
+          acceptVerified({ agent, store: inbox, onAccepted, conversations, encryption }, raw, message, verified),
         encryption,
         admission: {
           agentId: spec.agentId,
@@ -240,20 +275,38 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         await appStream?.ensure();
         if (await documents.syncUpdated(nats, names, log)) {
           changed = true;
-          if (spec.relay?.urls.length) void announceCapabilities({ urls: spec.relay.urls, signing, http, document: documents.capabilityDocument.doc, displayName: spec.displayName, log });
+          if (spec.relay?.urls.length)
+            void announceCapabilities({
+              urls: spec.relay.urls,
+              signing,
+              http,
+              document: documents.capabilityDocument.doc,
+              displayName: spec.displayName,
+              log,
+            });
         }
         // The peers of recent conversations are told through their inboxes, durably: queued in
         // the outbox (once per change: the ids derive from it), again on this block's retry.
         if (changed) {
           const peers = await conversations.recentPeers(spec.agentId);
-          await tellPeersCapabilities({ peers, signing, document: documents.capabilityDocument.doc, displayName: spec.displayName, outbox, log });
+          await tellPeersCapabilities({
+            peers,
+            signing,
+            document: documents.capabilityDocument.doc,
+            displayName: spec.displayName,
+            outbox,
+            log,
+          });
           changed = false;
         }
       },
       {
         signal,
         // A missing stream was logged as an error by the keeper; it is looked for again.
-        onError: (err, retryInMs) => (err instanceof StreamMissingError ? undefined : log.warn({ err: err.message, retryInMs }, "JetStream streams not ready yet")),
+        onError: (err, retryInMs) =>
+          err instanceof StreamMissingError
+            ? undefined
+            : log.warn({ err: err.message, retryInMs }, "JetStream streams not ready yet"),
       },
     );
     ready = true;
@@ -280,18 +333,55 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));
   const received = receivedLookup(inbox, conversations);
-  const localDeps = { agent, signing, encryption, documents, outbox: peerCapabilities.gate(outbox), states, peers: peerCapabilities, received, conversations, stream: appStream, logger: log };
+  const localDeps = {
+    agent,
+    signing,
+    encryption,
+    documents,
+    outbox: peerCapabilities.gate(outbox),
+    states,
+    peers: peerCapabilities,
+    received,
+    conversations,
+    stream: appStream,
+    logger: log,
+  };
   const localApi = buildLocalApi(localDeps);
-  const localApiTls = localApiToken ? buildLocalApi(localDeps, { tls: readTls(tlsFiles), token: localApiToken }) : undefined;
+  const localApiTls = localApiToken
+    ? buildLocalApi(localDeps, { tls: readTls(tlsFiles), token: localApiToken })
+    : undefined;
   if (localApiTls) life.defer("local API TLS watch", watchTls(localApiTls, tlsFiles, log));
 
   try {
-    const url = await life.listen(app, { name: "HTTPS server", scheme: "https", port: opts.port, host: opts.host ?? "0.0.0.0" });
-    const localApiUrl = await life.listen(localApi, { name: "local API", scheme: "http", port: opts.localApiPort ?? spec.localApi.port, host: "127.0.0.1" });
+    const url = await life.listen(app, {
+      name: "HTTPS server",
+      scheme: "https",
+      port: opts.port,
+      host: opts.host ?? "0.0.0.0",
+    });
+    const localApiUrl = await life.listen(localApi, {
+      name: "local API",
+      scheme: "http",
+      port: opts.localApiPort ?? spec.localApi.port,
+      host: "127.0.0.1",
+    });
     const localApiTlsUrl = localApiTls
-      ? await life.listen(localApiTls, { name: "local API (TLS)", scheme: "https", port: opts.localApiTlsPort!, host: opts.host ?? "0.0.0.0" })
+      ? await life.listen(localApiTls, {
+          name: "local API (TLS)",
+          scheme: "https",
+          port: opts.localApiTlsPort!,
+          host: opts.host ?? "0.0.0.0",
+        })
       : undefined;
-    const metricsUrl = opts.metricsPort === undefined ? undefined : await life.listen(buildMetricsApp(metrics), { name: "metrics", scheme: "http", port: opts.metricsPort, host: opts.host ?? "0.0.0.0" });
+    const metricsUrl =
+      opts.metricsPort === undefined
+        ? undefined
+        : await life.listen(buildMetricsApp(metrics), {
+            name: "metrics",
+            scheme: "http",
+            port: opts.metricsPort,
+            host: opts.host ?? "0.0.0.0",
+          });
     log.info({ url, localApiUrl, localApiTlsUrl, metricsUrl, agentId: spec.agentId }, "agent listening");
     return { app, url, localApiUrl, localApiTlsUrl, metricsUrl, appStream, agent, nats, close: () => life.close() };
   } catch (err) {

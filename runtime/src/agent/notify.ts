@@ -33,7 +33,13 @@ export class Notifier {
    * `events` is undefined outside a cluster (no Events then); `http` is the runtime's one client;
    * `lastError` keeps the newest warning for the status summary.
    */
-  constructor(agent: Agent, events: EventRecorder | undefined, http: HttpClient, log: Logger, lastError?: Pick<LastError, "record">) {
+  constructor(
+    agent: Agent,
+    events: EventRecorder | undefined,
+    http: HttpClient,
+    log: Logger,
+    lastError?: Pick<LastError, "record">,
+  ) {
     this.agent = agent;
     this.events = events;
     this.http = http;
@@ -43,7 +49,9 @@ export class Notifier {
 
   /** A problem of the runtime's own (a stream gone missing, replicas not applied): status summary and a Warning Event. */
   trouble(reason: string, message: string): void {
-    void this.warn(reason, message).catch((err: unknown) => this.log.debug({ err: String(err) }, "could not record a Warning Event"));
+    void this.warn(reason, message).catch((err: unknown) =>
+      this.log.debug({ err: String(err) }, "could not record a Warning Event"),
+    );
   }
 
   private async warn(reason: string, message: string): Promise<void> {
@@ -72,7 +80,13 @@ export class Notifier {
 
   async handlerDeadLetter(messageId: string, reason: string): Promise<void> {
     await this.warn("HandlerDeadLetter", `message ${messageId} was not taken by the handler: ${reason}`);
-    await this.post({ event: "dead_letter", agent_id: this.agent.spec.agentId, message_id: messageId, reason, at: new Date().toISOString() });
+    await this.post({
+      event: "dead_letter",
+      agent_id: this.agent.spec.agentId,
+      message_id: messageId,
+      reason,
+      at: new Date().toISOString(),
+    });
   }
 
   private async post(n: Notification): Promise<void> {

@@ -12,7 +12,17 @@ import type { RuntimeMetrics } from "../server/metrics.ts";
 import { messageLog } from "../telemetry/logs.ts";
 import { A, failSpan, inSpan, messageAttributes, messageContext, SpanKind } from "../telemetry/tracing.ts";
 import { errorMessage } from "../util/errors.ts";
-import { expiredRecipientState, isDue, isPending, nextRecipientState, type Deadline, type DeliveryRecord, type DeliveryStates, type Outcome, type RecipientState } from "./delivery-state.ts";
+import {
+  expiredRecipientState,
+  isDue,
+  isPending,
+  nextRecipientState,
+  type Deadline,
+  type DeliveryRecord,
+  type DeliveryStates,
+  type Outcome,
+  type RecipientState,
+} from "./delivery-state.ts";
 import type { AgentNames } from "./names.ts";
 
 export type { Outcome } from "./delivery-state.ts";
@@ -76,7 +86,13 @@ export interface OutboundOptions {
  * (net/answer.ts): 408/425/429 wait for their Retry-After; 5xx follow the schedule, never
  * sooner than a Retry-After; a redirect and any other 4xx are final.
  */
-export function classify(status: number, retryAfter: string | null, via: string, body: string, now = Date.now()): Outcome {
+export function classify(
+  status: number,
+  retryAfter: string | null,
+  via: string,
+  body: string,
+  now = Date.now(),
+): Outcome {
   const answer = classifyAnswer(status, retryAfter, now);
   const error = `${status}${errorDetail(body)}`;
   switch (answer.kind) {
@@ -94,9 +110,19 @@ export function classify(status: number, retryAfter: string | null, via: string,
       };
     }
     case "retry":
-      return { kind: "retry", via, status, error, ...(answer.retryAfterMs ? { notBeforeMs: answer.retryAfterMs } : {}) };
+      return {
+        kind: "retry",
+        via,
+        status,
+        error,
+        ...(answer.retryAfterMs ? { notBeforeMs: answer.retryAfterMs } : {}),
+      };
     case "final": {
-      const why = answer.redirect ? "redirects are not followed" : status >= 400 && status < 500 ? "a 4xx is never retried" : "not a status to retry";
+      const why = answer.redirect
+        ? "redirects are not followed"
+        : status >= 400 && status < 500
+          ? "a 4xx is never retried"
+          : "not a status to retry";
       return { kind: "failed", via, status, error: `${error}; ${why}` };
     }
   }
@@ -180,7 +206,10 @@ export class OutboundDelivery {
 
   private async handle(m: JsMsg): Promise<void> {
     // In progress for as long as this takes: never redelivered while still being worked on.
-    const beat = setInterval(() => m.working(), Math.max(500, Math.floor((this.opts.ackWaitMs ?? DEFAULT_ACK_WAIT_MS) / 3)));
+    const beat = setInterval(
+      () => m.working(),
+      Math.max(500, Math.floor((this.opts.ackWaitMs ?? DEFAULT_ACK_WAIT_MS) / 3)),
+    );
     try {
       await this.deliver(m);
     } finally {
@@ -218,10 +247,18 @@ export class OutboundDelivery {
       }
       const outcome = await inSpan(
         "ifp.outbound.attempt",
-        { kind: SpanKind.CLIENT, parent: messageContext(message), attributes: () => ({ ...messageAttributes(message), [A.recipient]: r.agent, [A.attempt]: r.attempts + 1 }) },
+        {
+          kind: SpanKind.CLIENT,
+          parent: messageContext(message),
+          attributes: () => ({ ...messageAttributes(message), [A.recipient]: r.agent, [A.attempt]: r.attempts + 1 }),
+        },
         async (span) => {
           const o = await this.attempt(message, r.agent, new Set(r.refused_relays));
-          span.setAttributes({ [A.outcome]: o.kind, ...(o.via ? { [A.route]: o.via } : {}), ...(o.status !== undefined ? { [A.status]: o.status } : {}) });
+          span.setAttributes({
+            [A.outcome]: o.kind,
+            ...(o.via ? { [A.route]: o.via } : {}),
+            ...(o.status !== undefined ? { [A.status]: o.status } : {}),
+          });
           if (o.kind !== "delivered") failSpan(span, { name: o.kind, message: o.error }, o.status);
           return o;
         },
@@ -233,9 +270,16 @@ export class OutboundDelivery {
       if (next.state === "retrying") {
         const wait = Date.parse(next.next_attempt_at!) - now;
         nextDelay = Math.min(nextDelay, wait);
-        this.log.warn({ ...messageLog(message), to: next.agent, attempt: next.attempts, retryInMs: wait }, next.last_error!);
+        this.log.warn(
+          { ...messageLog(message), to: next.agent, attempt: next.attempts, retryInMs: wait },
+          next.last_error!,
+        );
       } else if (next.state !== "delivered") gaveUp.push(next);
-      else this.log.debug({ ...messageLog(message), to: next.agent, attempt: next.attempts, via: next.via }, "message delivered");
+      else
+        this.log.debug(
+          { ...messageLog(message), to: next.agent, attempt: next.attempts, via: next.via },
+          "message delivered",
+        );
     }
     record.updated_at = new Date().toISOString();
     await this.states.put(record);
@@ -250,7 +294,9 @@ export class OutboundDelivery {
   /** When retrying this message stops: the retry window's end, or its ttl_seconds when sooner. */
   private deadline(record: DeliveryRecord, message: Message): Deadline {
     const window = Date.parse(record.queued_at) + this.opts.retryForMs;
-    const expiresAt = message.headers.ttl_seconds ? Date.parse(message.headers.date) + message.headers.ttl_seconds * 1000 : Infinity;
+    const expiresAt = message.headers.ttl_seconds
+      ? Date.parse(message.headers.date) + message.headers.ttl_seconds * 1000
+      : Infinity;
     return expiresAt <= window
       ? { at: expiresAt, reason: "the message's ttl_seconds passed", expires: true }
       : { at: window, reason: `still failing after the ${Math.round(this.opts.retryForMs / 1000)} s retry window` };
@@ -296,7 +342,8 @@ export class OutboundDelivery {
         const viaRelay = await this.viaRelay(relays, message, agent, refused);
         if (viaRelay.kind === "delivered") return viaRelay;
         // The inbox may come back: a retry, remembering the relays that refused for good.
-        if (viaRelay.refused?.length) return { kind: "retry", via, error: `${error}; ${viaRelay.error}`, refused: viaRelay.refused };
+        if (viaRelay.refused?.length)
+          return { kind: "retry", via, error: `${error}; ${viaRelay.error}`, refused: viaRelay.refused };
       }
       return { kind: "retry", via, error };
     }
@@ -313,14 +360,26 @@ export class OutboundDelivery {
    * Delivered at the first 202; otherwise a retry when any relay may take it later, and final
    * only when every relay refused it for good.
    */
-  private async viaRelay(relays: string[], message: Message, agent: string, refused: ReadonlySet<string> = new Set()): Promise<Outcome> {
-    if (!this.relay) return { kind: "retry", error: "the recipient is reachable only through a relay, and no relay client is configured" };
+  private async viaRelay(
+    relays: string[],
+    message: Message,
+    agent: string,
+    refused: ReadonlySet<string> = new Set(),
+  ): Promise<Outcome> {
+    if (!this.relay)
+      return {
+        kind: "retry",
+        error: "the recipient is reachable only through a relay, and no relay client is configured",
+      };
     const failures: string[] = [];
     const newlyRefused: string[] = [];
     let retry: Extract<Outcome, { kind: "retry" }> | undefined;
     const allowed = this.opts.relayAllowed ? relays.filter((u) => this.opts.relayAllowed!(message, u)) : relays;
     if (relays.length && !allowed.length) {
-      return { kind: "failed", error: `the message is not encrypted, and every relay that reaches ${agent} is untrusted (spec.encryption.relayTrust); it is not sent through them` };
+      return {
+        kind: "failed",
+        error: `the message is not encrypted, and every relay that reaches ${agent} is untrusted (spec.encryption.relayTrust); it is not sent through them`,
+      };
     }
     const remaining = allowed.filter((u) => !refused.has(u));
     for (const url of remaining) {
@@ -331,8 +390,12 @@ export class OutboundDelivery {
       if (outcome.kind === "failed") newlyRefused.push(url);
     }
     const skipped = allowed.length - remaining.length;
-    const earlier = skipped ? `${failures.length ? "; " : ""}${skipped} relay${skipped === 1 ? "" : "s"} that refused it for good not asked again` : "";
-    const error = allowed.length ? `no relay accepted the message (${failures.join("; ")}${earlier})` : "no relay is known for the recipient";
+    const earlier = skipped
+      ? `${failures.length ? "; " : ""}${skipped} relay${skipped === 1 ? "" : "s"} that refused it for good not asked again`
+      : "";
+    const error = allowed.length
+      ? `no relay accepted the message (${failures.join("; ")}${earlier})`
+      : "no relay is known for the recipient";
     const refusedNow = newlyRefused.length ? { refused: newlyRefused } : {};
     if (retry) return { ...retry, error, ...refusedNow };
     return { kind: "failed", error, ...refusedNow };
@@ -344,7 +407,9 @@ export class OutboundDelivery {
     if (!base) {
       const relays = relayOrder(this.configuredRelays(agent), messageId);
       if (relays.length) return { kind: "relay", relays };
-      throw new NoRoute(`no route to ${agent}: it is not an https URL and spec.peers[] gives it neither a url nor relays`);
+      throw new NoRoute(
+        `no route to ${agent}: it is not an https URL and spec.peers[] gives it neither a url nor relays`,
+      );
     }
     try {
       const identity = await this.discovery.identity(base);
@@ -391,7 +456,8 @@ export class OutboundDelivery {
     if (base && opts.documents !== false) {
       const identity = await this.discovery.identity(base).catch(() => undefined);
       const capabilities = await this.discovery.capabilities(base).catch(() => undefined);
-      for (const r of [identity?.relay, capabilities?.relay]) if (r?.urls.length) lists.push({ urls: r.urls.filter(isHttpsUrl), preference: r.preference });
+      for (const r of [identity?.relay, capabilities?.relay])
+        if (r?.urls.length) lists.push({ urls: r.urls.filter(isHttpsUrl), preference: r.preference });
     }
     if (this.opts.ownRelays?.length) lists.push({ urls: this.opts.ownRelays });
     const preference = lists.find((l) => l.urls.length && l.preference)?.preference;

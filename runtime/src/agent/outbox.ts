@@ -29,7 +29,9 @@ export class OutboxStore {
   /** Create or update the stream, as InboxStore.ensure. */
   async ensure(keeper?: StreamKeeper): Promise<void> {
     const want = this.streamConfig();
-    await (keeper ? keeper.ensure(want, this.replicas) : ensureReplicatedStream(this.nats.jsm, want, this.replicas, this.nats.placement));
+    await (keeper
+      ? keeper.ensure(want, this.replicas)
+      : ensureReplicatedStream(this.nats.jsm, want, this.replicas, this.nats.placement));
   }
 
   streamConfig(): Partial<StreamConfig> & { name: string } {

@@ -1,5 +1,5 @@
 import type { Logger } from "pino";
-import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
+import { type DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
 import type { CapabilityDocument } from "../protocol/documents.ts";
 import { ProtocolError, unavailable } from "../protocol/errors.ts";
 import { TOPIC_PREFIX } from "../protocol/relay-api.ts";
@@ -35,7 +35,12 @@ export class PeerCapabilityService {
   private readonly peerUrls: Map<string, string>;
   private readonly log: Logger;
 
-  constructor(deps: { store: Pick<PeerCapabilityCache, "get" | "put">; discovery: DiscoveryClient; peerUrls: Map<string, string>; log: Logger }) {
+  constructor(deps: {
+    store: Pick<PeerCapabilityCache, "get" | "put">;
+    discovery: DiscoveryClient;
+    peerUrls: Map<string, string>;
+    log: Logger;
+  }) {
     this.store = deps.store;
     this.discovery = deps.discovery;
     this.peerUrls = deps.peerUrls;
@@ -71,8 +76,14 @@ export class PeerCapabilityService {
         const document = await this.discovery.capabilities(base);
         // An announcement newer than the endpoint's document wins until the endpoint catches up.
         if (!(baseline?.source === "announcement" && isOlder(document.updated, baseline.document.updated))) {
-          if (!baseline || baseline.source !== "endpoint" || JSON.stringify(baseline.document) !== JSON.stringify(document)) {
-            baseline = { agent_id: agent, document, source: "endpoint", learned_at: new Date().toISOString(), auth_level: ENDPOINT_LEVEL };
+          if (baseline?.source !== "endpoint" || JSON.stringify(baseline.document) !== JSON.stringify(document)) {
+            baseline = {
+              agent_id: agent,
+              document,
+              source: "endpoint",
+              learned_at: new Date().toISOString(),
+              auth_level: ENDPOINT_LEVEL,
+            };
             await this.store.put(agent, baseline, "baseline");
           }
         }
@@ -105,12 +116,26 @@ export class PeerCapabilityService {
     }
     const current = await this.store.get(sender, "baseline");
     if (current && levelOf(current) > authLevel) {
-      this.log.warn({ peer: sender, message_id: messageId, level: authLevel, known_level: levelOf(current) }, "ignored a capabilities.update below the level of what is known of the peer");
+      this.log.warn(
+        { peer: sender, message_id: messageId, level: authLevel, known_level: levelOf(current) },
+        "ignored a capabilities.update below the level of what is known of the peer",
+      );
       return false;
     }
     const base = this.baseOf(sender);
     if (base) this.discovery.invalidate(base);
-    await this.store.put(sender, { agent_id: sender, document, source: "announcement", message_id: messageId, learned_at: new Date().toISOString(), auth_level: authLevel }, "baseline");
+    await this.store.put(
+      sender,
+      {
+        agent_id: sender,
+        document,
+        source: "announcement",
+        message_id: messageId,
+        learned_at: new Date().toISOString(),
+        auth_level: authLevel,
+      },
+      "baseline",
+    );
     return true;
   }
 
@@ -123,10 +148,20 @@ export class PeerCapabilityService {
   async greeted(sender: string, authLevel: number, document: CapabilityDocument, messageId: string): Promise<boolean> {
     const current = await this.store.get(sender);
     if (current && levelOf(current) > authLevel) {
-      this.log.warn({ peer: sender, message_id: messageId, level: authLevel, known_level: levelOf(current) }, "kept the capabilities a greeting at a higher level gave; this greeting's are not cached");
+      this.log.warn(
+        { peer: sender, message_id: messageId, level: authLevel, known_level: levelOf(current) },
+        "kept the capabilities a greeting at a higher level gave; this greeting's are not cached",
+      );
       return false;
     }
-    await this.store.put(sender, { agent_id: sender, document, source: "greeting", message_id: messageId, learned_at: new Date().toISOString(), auth_level: authLevel });
+    await this.store.put(sender, {
+      agent_id: sender,
+      document,
+      source: "greeting",
+      message_id: messageId,
+      learned_at: new Date().toISOString(),
+      auth_level: authLevel,
+    });
     await this.refreshIfStale(sender, authLevel, document.updated);
     return true;
   }
@@ -140,11 +175,20 @@ export class PeerCapabilityService {
     const base = this.baseOf(agent);
     if (!base || !updated || !Number.isFinite(Date.parse(updated))) return;
     const baseline = await this.store.get(agent, "baseline");
-    if (baseline && (levelOf(baseline) > authLevel || !isOlder(baseline.document.updated ?? baseline.learned_at, updated))) return;
-    this.log.info({ peer: agent, updated, cached: baseline?.document.updated }, "the peer's capability document changed since it was fetched; fetching it again");
+    if (
+      baseline &&
+      (levelOf(baseline) > authLevel || !isOlder(baseline.document.updated ?? baseline.learned_at, updated))
+    )
+      return;
+    this.log.info(
+      { peer: agent, updated, cached: baseline?.document.updated },
+      "the peer's capability document changed since it was fetched; fetching it again",
+    );
     this.discovery.invalidate(base);
     // In the background: the message that said so is not held up by the peer's endpoint.
-    void this.get(agent).catch((err: unknown) => this.log.debug({ peer: agent, err: errorMessage(err) }, "could not refresh the peer's capability document"));
+    void this.get(agent).catch((err: unknown) =>
+      this.log.debug({ peer: agent, err: errorMessage(err) }, "could not refresh the peer's capability document"),
+    );
   }
 
   /** `outbox` with check() before every enqueue: the local API's POST /outbox refuses instead of queuing. */
@@ -212,13 +256,19 @@ function isOlder(a: string | undefined, b: string | undefined): boolean {
 }
 
 /** The baseline with the greeting's document merged over it, capability by capability. */
-function merged(agent: string, baseline: PeerCapabilities | undefined, greeting: PeerCapabilities | undefined, stale: boolean): PeerCapabilitiesView | undefined {
+function merged(
+  agent: string,
+  baseline: PeerCapabilities | undefined,
+  greeting: PeerCapabilities | undefined,
+  stale: boolean,
+): PeerCapabilitiesView | undefined {
   if (!baseline && !greeting) return undefined;
-  if (!greeting || greeting.source !== "greeting") return { ...baseline!, ...(stale ? { stale } : {}) };
+  if (greeting?.source !== "greeting") return { ...baseline!, ...(stale ? { stale } : {}) };
   if (!baseline) return greeting;
   // A baseline learned after the greeting supersedes it only when the peer says it changed since;
   // a greeting below the level the baseline was learned at does not refine it.
-  if (isOlder(greeting.learned_at, baseline.document.updated) || levelOf(greeting) < levelOf(baseline)) return { ...baseline, ...(stale ? { stale } : {}) };
+  if (isOlder(greeting.learned_at, baseline.document.updated) || levelOf(greeting) < levelOf(baseline))
+    return { ...baseline, ...(stale ? { stale } : {}) };
   const byName = new Map(baseline.document.capabilities.map((c) => [c.name, c]));
   for (const c of greeting.document.capabilities) byName.set(c.name, c);
   const { capabilities: _b, ...baseRest } = baseline.document;

@@ -69,7 +69,7 @@ export class RelayBatcher {
     const bytes = Buffer.byteLength(JSON.stringify(message));
     const key = JSON.stringify([relayUrl, recipients]);
     let batch = this.open.get(key);
-    if (batch && batch.items.length && batch.bytes + bytes > MAX_BATCH_BYTES) {
+    if (batch?.items.length && batch.bytes + bytes > MAX_BATCH_BYTES) {
       this.close(key, batch);
       batch = undefined;
     }
@@ -99,9 +99,13 @@ export class RelayBatcher {
     if (items.length === 1) return settle(items[0]!, this.lone(relayUrl, items[0]!.message, recipients));
     let res;
     try {
-      res = await new RelayClient(relayUrl, this.signing, this.http).request("POST", `/relay/publish/batch${recipientQuery(recipients)}`, {
-        messages: items.map((i) => i.message),
-      });
+      res = await new RelayClient(relayUrl, this.signing, this.http).request(
+        "POST",
+        `/relay/publish/batch${recipientQuery(recipients)}`,
+        {
+          messages: items.map((i) => i.message),
+        },
+      );
     } catch (err) {
       for (const i of items) i.reject(err);
       return;
@@ -158,7 +162,11 @@ export function itemAnswer(item: ItemResult): RelayAnswer {
     return { status: 202, text: JSON.stringify({ status: "accepted", ...accepted }), retryAfter: null };
   }
   const { status, code, message, retry_after } = item as Exclude<ItemResult, { status: 202 }>;
-  return { status, text: JSON.stringify({ status: "error", code, message }), retryAfter: retry_after === undefined ? null : String(Math.ceil(retry_after)) };
+  return {
+    status,
+    text: JSON.stringify({ status: "error", code, message }),
+    retryAfter: retry_after === undefined ? null : String(Math.ceil(retry_after)),
+  };
 }
 
 /** The results of a batch answer, one per message sent; undefined when the body is not that. */

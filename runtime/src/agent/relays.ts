@@ -51,7 +51,8 @@ export async function relayOutcome(relayUrl: string, answer: Promise<RelayAnswer
 export function relayPublisher(signing: SigningKey, http: HttpClient): RelayPublisher {
   const batcher = new RelayBatcher(signing, http);
   return {
-    publish: (relayUrl: string, message: Message, recipients: string[]): Promise<Outcome> => relayOutcome(relayUrl, batcher.publish(relayUrl, message, recipients)),
+    publish: (relayUrl: string, message: Message, recipients: string[]): Promise<Outcome> =>
+      relayOutcome(relayUrl, batcher.publish(relayUrl, message, recipients)),
   };
 }
 
@@ -77,7 +78,11 @@ export class RelayIntake {
   private readonly signing: SigningKey;
   private readonly http: HttpClient;
   private readonly requireSignature: boolean;
-  private readonly accept: (raw: unknown, message: Message, verified: Verified) => Promise<{ duplicate?: boolean } | unknown>;
+  private readonly accept: (
+    raw: unknown,
+    message: Message,
+    verified: Verified,
+  ) => Promise<{ duplicate?: boolean } | unknown>;
   private readonly admission: Admission;
   private readonly log: Logger;
   private readonly metrics: RuntimeMetrics;
@@ -144,7 +149,8 @@ export class RelayIntake {
         this.lastPoll.set(c.base, Date.now());
       }
     }
-    if (this.mode === "events") this.following = Promise.all(this.clients.map((c) => this.follow(c))).then(() => undefined);
+    if (this.mode === "events")
+      this.following = Promise.all(this.clients.map((c) => this.follow(c))).then(() => undefined);
     const tick = () => {
       if (this.stopped) return;
       this.running = this.pollDue().finally(() => {
@@ -180,7 +186,10 @@ export class RelayIntake {
       this.subscribed.add(client.base);
       this.log.info({ relay: client.base, topics: this.topics }, "following topics on the relay");
     } catch (err) {
-      this.log.warn({ relay: client.base, topics: this.topics, err: (err as Error).message }, "could not subscribe to topics on the relay; will retry");
+      this.log.warn(
+        { relay: client.base, topics: this.topics, err: (err as Error).message },
+        "could not subscribe to topics on the relay; will retry",
+      );
     }
   }
 
@@ -220,11 +229,18 @@ export class RelayIntake {
    * and the messages behind it too (the store failed): the next read takes them again; "next"
    * otherwise (a throttled lookup leaves only its own message behind).
    */
-  private async take(client: RelayClient, raw: unknown, topicsAtRelay: () => Promise<ReadonlySet<string>>): Promise<"next" | "stop"> {
+  private async take(
+    client: RelayClient,
+    raw: unknown,
+    topicsAtRelay: () => Promise<ReadonlySet<string>>,
+  ): Promise<"next" | "stop"> {
     const parsed = Message.safeParse(raw);
     const id = (raw as { headers?: { message_id?: string } }).headers?.message_id ?? "";
     if (!parsed.success) {
-      this.log.warn({ relay: client.base, message_id: id, problem: describeIssues(parsed.error) }, "dropping an invalid message from the relay");
+      this.log.warn(
+        { relay: client.base, message_id: id, problem: describeIssues(parsed.error) },
+        "dropping an invalid message from the relay",
+      );
       await client.ack(id).catch(() => false);
       return "next";
     }
@@ -239,12 +255,18 @@ export class RelayIntake {
     } catch (err) {
       if (isMisaddressed(err)) {
         this.metrics.relay.inc({ operation: "intake", result: "misaddressed" });
-        this.log.warn({ relay: client.base, ...messageLog(parsed.data), to: parsed.data.headers.to, err: (err as Error).message }, "dropping a relayed message addressed to someone else");
+        this.log.warn(
+          { relay: client.base, ...messageLog(parsed.data), to: parsed.data.headers.to, err: (err as Error).message },
+          "dropping a relayed message addressed to someone else",
+        );
         await client.ack(id).catch(() => false);
         return "next";
       }
       if (!(err instanceof ProtocolError)) {
-        this.log.warn({ relay: client.base, err: (err as Error).message }, "could not read the subscriptions at the relay; will retry");
+        this.log.warn(
+          { relay: client.base, err: (err as Error).message },
+          "could not read the subscriptions at the relay; will retry",
+        );
         return "stop";
       }
       refusal = err;
@@ -253,9 +275,15 @@ export class RelayIntake {
       try {
         const verified = await inSpan(
           "ifp.relay.intake",
-          { kind: SpanKind.CONSUMER, parent: messageContext(parsed.data), attributes: () => ({ ...messageAttributes(parsed.data), [A.relay]: client.base }) },
+          {
+            kind: SpanKind.CONSUMER,
+            parent: messageContext(parsed.data),
+            attributes: () => ({ ...messageAttributes(parsed.data), [A.relay]: client.base }),
+          },
           async () => {
-            const verified = await this.verifier.verify(parsed.data, this.requireSignature, { address: `relay:${client.base}` });
+            const verified = await this.verifier.verify(parsed.data, this.requireSignature, {
+              address: `relay:${client.base}`,
+            });
             if (!isEncrypted(parsed.data) && this.encryption?.refusesPlaintextFrom(client.base)) {
               throw encryptionRequired(
                 `${this.signing.agentId} accepts only end-to-end encrypted messages through the relay ${client.base}, which it does not trust; encrypt the body for its encryption key (identity document, use "encryption")`,
@@ -266,11 +294,16 @@ export class RelayIntake {
             return verified;
           },
         );
-        await this.onRelayed?.(parsed.data, verified).catch((e: Error) => this.log.warn({ ...messageLog(parsed.data), err: e.message }, "could not apply a relayed announcement"));
+        await this.onRelayed?.(parsed.data, verified).catch((e: Error) =>
+          this.log.warn({ ...messageLog(parsed.data), err: e.message }, "could not apply a relayed announcement"),
+        );
       } catch (err) {
         // Refused for good and answered: a 401, a plaintext where encryption is required, a body that does not decrypt.
         if (!(err instanceof ProtocolError) || (err.statusCode !== 401 && !REFUSED.has(err.code))) {
-          this.log.warn({ relay: client.base, ...messageLog(parsed.data), err: (err as Error).message }, "could not accept a relayed message; will retry");
+          this.log.warn(
+            { relay: client.base, ...messageLog(parsed.data), err: (err as Error).message },
+            "could not accept a relayed message; will retry",
+          );
           // Throttled identity lookups hold back only their own message; a store failure holds back all.
           return err instanceof ProtocolError && err.statusCode === 429 ? "next" : "stop";
         }
@@ -279,13 +312,24 @@ export class RelayIntake {
     }
     if (refusal) {
       this.metrics.relay.inc({ operation: "intake", result: refusal.code });
-      this.log.warn({ relay: client.base, ...messageLog(parsed.data), code: refusal.code, err: refusal.message }, "refused a relayed message; answering its sender");
+      this.log.warn(
+        { relay: client.base, ...messageLog(parsed.data), code: refusal.code, err: refusal.message },
+        "refused a relayed message; answering its sender",
+      );
       // An error is never answered with an error: two agents refusing each other would echo forever.
       if (parsed.data.headers.phase !== "error" && !(await this.answer(client, parsed.data, refusal))) return "stop"; // answer again on the next read
-      await client.ack(id).catch((err: Error) => this.log.warn({ ...messageLog(parsed.data), err: err.message }, "could not acknowledge at the relay"));
+      await client
+        .ack(id)
+        .catch((err: Error) =>
+          this.log.warn({ ...messageLog(parsed.data), err: err.message }, "could not acknowledge at the relay"),
+        );
       return "next";
     }
-    await client.ack(id).catch((err: Error) => this.log.warn({ ...messageLog(parsed.data), err: err.message }, "could not acknowledge at the relay"));
+    await client
+      .ack(id)
+      .catch((err: Error) =>
+        this.log.warn({ ...messageLog(parsed.data), err: err.message }, "could not acknowledge at the relay"),
+      );
     // Read twice (the stream and a poll at once, or a copy the relay handed out again): taken once.
     this.metrics.relay.inc({ operation: "intake", result: duplicate ? "duplicate" : "accepted" });
     return "next";
@@ -324,12 +368,16 @@ export class RelayIntake {
         if (held) this.streaming.delete(client.base);
       } catch (err) {
         if (this.stopped) break;
-        this.log.warn({ relay: client.base, err: (err as Error).message, retryInMs: backoff.delayMs }, "the relay's event stream is not available; reading the mailbox by polling");
+        this.log.warn(
+          { relay: client.base, err: (err as Error).message, retryInMs: backoff.delayMs },
+          "the relay's event stream is not available; reading the mailbox by polling",
+        );
       }
       this.streaming.delete(client.base);
       if (this.stopped) break;
       // Without the stream, what waits is read now rather than at the next poll.
-      if (Date.now() - (this.lastPoll.get(client.base) ?? 0) >= Math.min(this.intervalMs, EVENTS_FALLBACK_POLL_MS)) await this.poll(client);
+      if (Date.now() - (this.lastPoll.get(client.base) ?? 0) >= Math.min(this.intervalMs, EVENTS_FALLBACK_POLL_MS))
+        await this.poll(client);
       await backoff.wait(this.abort.signal);
     }
   }
@@ -340,23 +388,31 @@ export class RelayIntake {
    * the message is let go, since no later read would do better.
    */
   private async answer(client: RelayClient, message: Message, refusal: ProtocolError): Promise<boolean> {
-    const unsigned = errorReply(message, { agentId: this.signing.agentId }, {
-      code: refusal.code,
-      text: `Your message ${message.headers.message_id} was not accepted: ${refusal.message}`,
-      details: { status: refusal.statusCode, reason: refusal.message },
-    });
+    const unsigned = errorReply(
+      message,
+      { agentId: this.signing.agentId },
+      {
+        code: refusal.code,
+        text: `Your message ${message.headers.message_id} was not accepted: ${refusal.message}`,
+        details: { status: refusal.statusCode, reason: refusal.message },
+      },
+    );
     // The answer continues the refused message's trace.
     const parent = messageContext(message);
-    const reply = signMessage(
-      parent ? withMessageContext(unsigned, parent) : unsigned,
-      this.signing,
-    );
+    const reply = signMessage(parent ? withMessageContext(unsigned, parent) : unsigned, this.signing);
     try {
       const res = await client.publish(reply);
-      if (res.status !== 202) this.log.warn({ relay: client.base, status: res.status, body: res.text }, "the relay refused the error-phase answer");
+      if (res.status !== 202)
+        this.log.warn(
+          { relay: client.base, status: res.status, body: res.text },
+          "the relay refused the error-phase answer",
+        );
       return true;
     } catch (err) {
-      this.log.warn({ relay: client.base, err: (err as Error).message }, "could not publish the error-phase answer; will retry");
+      this.log.warn(
+        { relay: client.base, err: (err as Error).message },
+        "could not publish the error-phase answer; will retry",
+      );
       return false;
     }
   }
@@ -374,14 +430,23 @@ export class RelayIntake {
  * `capabilities`, marked as sent automatically (extension `auto-submitted`, so that no
  * application answers it), to a topic or to one peer. `messageId` makes it idempotent.
  */
-export function capabilityUpdate(opts: { to: string; signing: SigningKey; document: CapabilityDocument; displayName?: string; messageId?: string }): Message {
+export function capabilityUpdate(opts: {
+  to: string;
+  signing: SigningKey;
+  document: CapabilityDocument;
+  displayName?: string;
+  messageId?: string;
+}): Message {
   const message = composeMessage(
     {
       to: opts.to,
       phase: "context",
       subject: CAPABILITIES_TOPIC,
       extensions: { "auto-submitted": "auto-generated" },
-      body: { text: `${opts.signing.agentId} has updated its capabilities.`, parts: [{ content_type: "application/json", name: "capabilities", content: opts.document }] },
+      body: {
+        text: `${opts.signing.agentId} has updated its capabilities.`,
+        parts: [{ content_type: "application/json", name: "capabilities", content: opts.document }],
+      },
     },
     { agentId: opts.signing.agentId, displayName: opts.displayName },
   );
@@ -390,12 +455,28 @@ export function capabilityUpdate(opts: { to: string; signing: SigningKey; docume
 }
 
 /** The capabilities.update announcement (spec 6): the new document, signed, to the topic on each relay. */
-export async function announceCapabilities(opts: { urls: string[]; signing: SigningKey; http: HttpClient; document: CapabilityDocument; displayName?: string; log: Logger }): Promise<void> {
-  const message = capabilityUpdate({ to: `topic:${CAPABILITIES_TOPIC}`, signing: opts.signing, document: opts.document, displayName: opts.displayName });
+export async function announceCapabilities(opts: {
+  urls: string[];
+  signing: SigningKey;
+  http: HttpClient;
+  document: CapabilityDocument;
+  displayName?: string;
+  log: Logger;
+}): Promise<void> {
+  const message = capabilityUpdate({
+    to: `topic:${CAPABILITIES_TOPIC}`,
+    signing: opts.signing,
+    document: opts.document,
+    displayName: opts.displayName,
+  });
   for (const url of opts.urls) {
     try {
       const res = await new RelayClient(url, opts.signing, opts.http).publish(message);
-      if (res.status !== 202) opts.log.warn({ relay: url, status: res.status, body: res.text }, "the capabilities.update announcement was refused");
+      if (res.status !== 202)
+        opts.log.warn(
+          { relay: url, status: res.status, body: res.text },
+          "the capabilities.update announcement was refused",
+        );
       else opts.log.info({ relay: url }, "announced the new capability document on capabilities.update");
     } catch (err) {
       opts.log.warn({ relay: url, err: (err as Error).message }, "could not announce the capability document");
@@ -419,11 +500,24 @@ export async function tellPeersCapabilities(opts: {
 }): Promise<number> {
   let queued = 0;
   for (const peer of opts.peers) {
-    const digest = createHash("sha256").update(`${opts.document.updated ?? ""}\n${peer}`).digest("hex").slice(0, 32);
-    const message = capabilityUpdate({ to: peer, signing: opts.signing, document: opts.document, displayName: opts.displayName, messageId: `msg:capabilities-${digest}` });
+    const digest = createHash("sha256")
+      .update(`${opts.document.updated ?? ""}\n${peer}`)
+      .digest("hex")
+      .slice(0, 32);
+    const message = capabilityUpdate({
+      to: peer,
+      signing: opts.signing,
+      document: opts.document,
+      displayName: opts.displayName,
+      messageId: `msg:capabilities-${digest}`,
+    });
     const { duplicate } = await opts.outbox.enqueue(message);
     if (!duplicate) queued++;
   }
-  if (opts.peers.length) opts.log.info({ peers: opts.peers.length, queued }, "queued capabilities.update for the peers of recent conversations");
+  if (opts.peers.length)
+    opts.log.info(
+      { peers: opts.peers.length, queued },
+      "queued capabilities.update for the peers of recent conversations",
+    );
   return queued;
 }

@@ -10,7 +10,9 @@ export function newMessageId(): string {
 
 /** A reply id derived from what it answers, so answering the same message twice is one message. */
 export function replyId(original: Message, code: string): string {
-  const digest = createHash("sha256").update(`${original.headers.from.agent}\n${original.headers.message_id}\n${code}`).digest("hex");
+  const digest = createHash("sha256")
+    .update(`${original.headers.from.agent}\n${original.headers.message_id}\n${code}`)
+    .digest("hex");
   return `msg:reply-${digest.slice(0, 32)}`;
 }
 

@@ -80,7 +80,9 @@ export class InboxStore {
    */
   async ensure(keeper?: StreamKeeper): Promise<void> {
     const want = this.streamConfig();
-    await (keeper ? keeper.ensure(want, this.replicas) : ensureReplicatedStream(this.nats.jsm, want, this.replicas, this.nats.placement));
+    await (keeper
+      ? keeper.ensure(want, this.replicas)
+      : ensureReplicatedStream(this.nats.jsm, want, this.replicas, this.nats.placement));
   }
 
   streamConfig(): Partial<StreamConfig> & { name: string } {
@@ -122,7 +124,8 @@ export class InboxStore {
     // days) may repeat a copy stored before that: the stream, which keeps every message for its
     // retention, is asked by subject.
     const date = Date.parse((raw as { headers?: { date?: string } }).headers?.date ?? "");
-    if (!(Date.now() - date < this.windowMs - FUTURE_SKEW_MS) && (await this.holds(messageId, meta.signer, fromAgent))) return { duplicate: true };
+    if (!(Date.now() - date < this.windowMs - FUTURE_SKEW_MS) && (await this.holds(messageId, meta.signer, fromAgent)))
+      return { duplicate: true };
     try {
       // Abandoned (503) the moment NATS goes away; a copy stored after the reconnection is a
       // duplicate of the sender's retry, absorbed by the duplicate window.
@@ -137,9 +140,14 @@ export class InboxStore {
     } catch (err) {
       if (err instanceof ProtocolError) throw err;
       if (isFull(err)) {
-        throw new ProtocolError(503, "inbox_full", `the inbox is full (spec.inbox.maxBytes ${this.maxBytes} bytes) and takes new messages once older ones age out of the replay window`, {
-          "retry-after": String(INBOX_FULL_RETRY_AFTER_S),
-        });
+        throw new ProtocolError(
+          503,
+          "inbox_full",
+          `the inbox is full (spec.inbox.maxBytes ${this.maxBytes} bytes) and takes new messages once older ones age out of the replay window`,
+          {
+            "retry-after": String(INBOX_FULL_RETRY_AFTER_S),
+          },
+        );
       }
       throw unavailable(`the message could not be stored: ${(err as Error).message}`);
     }
@@ -169,7 +177,8 @@ export class InboxStore {
    */
   async holds(messageId: string, signer: string | undefined, fromAgent: string): Promise<boolean> {
     try {
-      for await (const m of this.copies(messageId)) if (m.sender === (signer ?? fromAgent) && m.signed === (signer !== undefined)) return true;
+      for await (const m of this.copies(messageId))
+        if (m.sender === (signer ?? fromAgent) && m.signed === (signer !== undefined)) return true;
     } catch (err) {
       throw unavailable(`the inbox cannot be searched for an earlier copy: ${(err as Error).message}`);
     }
@@ -177,18 +186,35 @@ export class InboxStore {
   }
 
   /** The stored messages with this message_id, oldest first. */
-  private async *copies(messageId: string): AsyncGenerator<{ sender: string | null; signed: boolean; json: () => unknown }> {
+  private async *copies(
+    messageId: string,
+  ): AsyncGenerator<{ sender: string | null; signed: boolean; json: () => unknown }> {
     let seq = 1;
     // Bounded: a message_id reused more often than this is not looked at further.
     for (let round = 0; round < 4; round++) {
       const batch: { seq: number; sender: string | null; signed: boolean; json: () => unknown; pending: number }[] = [];
       try {
-        const it = await this.nats.jsm.direct.getBatch(this.names.inboxStream, { seq, batch: 64, next_by_subj: this.names.inbox(messageId) });
+        const it = await this.nats.jsm.direct.getBatch(this.names.inboxStream, {
+          seq,
+          batch: 64,
+          next_by_subj: this.names.inbox(messageId),
+        });
         for await (const m of it) {
-          batch.push({ seq: m.seq, sender: m.header.get(H.sender) || null, signed: m.header.get(H.signed) !== "no", json: () => m.json(), pending: m.pending });
+          batch.push({
+            seq: m.seq,
+            sender: m.header.get(H.sender) || null,
+            signed: m.header.get(H.signed) !== "no",
+            json: () => m.json(),
+            pending: m.pending,
+          });
         }
       } catch (err) {
-        if (isNotFound(err) || (err as { code?: number }).code === 404 || /no message|not found/i.test((err as Error).message)) return;
+        if (
+          isNotFound(err) ||
+          (err as { code?: number }).code === 404 ||
+          /no message|not found/i.test((err as Error).message)
+        )
+          return;
         throw err;
       }
       for (const m of batch) {
@@ -200,12 +226,14 @@ export class InboxStore {
   }
 }
 
-
 /**
  * The received message a reply answers, by message_id (and `sender`, when given): from the inbox
  * stream, and beyond its retention from the conversation's thread index.
  */
-export function receivedLookup(inbox: InboxStore, conversations: Pick<Conversations, "thread">): (messageId: string, sender?: string) => Promise<Message | undefined> {
+export function receivedLookup(
+  inbox: InboxStore,
+  conversations: Pick<Conversations, "thread">,
+): (messageId: string, sender?: string) => Promise<Message | undefined> {
   return async (messageId, sender) => {
     const found = await inbox.received(messageId, sender);
     if (found) return found;

@@ -54,14 +54,21 @@ export async function checkCommand(args: string[]): Promise<number> {
   });
   if (positionals.length !== 1) throw new CheckUsageError("check needs exactly one https URL");
   const from = values.from ?? process.env.IFP_AGENT_ID;
-  if (values.key && !from) throw new CheckUsageError("--key needs --from AGENT_ID (or IFP_AGENT_ID): the agent the key belongs to");
+  if (values.key && !from)
+    throw new CheckUsageError("--key needs --from AGENT_ID (or IFP_AGENT_ID): the agent the key belongs to");
   if (values.from && !values.key) throw new CheckUsageError("--from needs --key FILE");
-  if (!values["peer-key"] !== !values["peer-from"]) throw new CheckUsageError("--peer-key and --peer-from go together: a second agent the relay serves");
-  if (!values["inbox-cert"] !== !values["inbox-key"]) throw new CheckUsageError("--inbox-cert and --inbox-key go together: the certificate of the kit's inbox, which the target trusts");
+  if (!values["peer-key"] !== !values["peer-from"])
+    throw new CheckUsageError("--peer-key and --peer-from go together: a second agent the relay serves");
+  if (!values["inbox-cert"] !== !values["inbox-key"])
+    throw new CheckUsageError(
+      "--inbox-cert and --inbox-key go together: the certificate of the kit's inbox, which the target trusts",
+    );
   if (values["relay-url"] && !values.relay) throw new CheckUsageError("--relay-url is for a relay (--relay)");
-  if (values["local-api-token"] && !values["local-api"]) throw new CheckUsageError("--local-api-token needs --local-api URL");
+  if (values["local-api-token"] && !values["local-api"])
+    throw new CheckUsageError("--local-api-token needs --local-api URL");
   const port = values["inbox-port"] === undefined ? undefined : Number(values["inbox-port"]);
-  if (port !== undefined && !(Number.isInteger(port) && port >= 0 && port < 65536)) throw new CheckUsageError("--inbox-port takes a port number");
+  if (port !== undefined && !(Number.isInteger(port) && port >= 0 && port < 65536))
+    throw new CheckUsageError("--inbox-port takes a port number");
   const timeoutMs = seconds("--timeout", values.timeout, 60);
   const sendWaitMs = seconds("--send-wait", values["send-wait"], 3600);
   const read = (file: string) =>
@@ -69,7 +76,9 @@ export async function checkCommand(args: string[]): Promise<number> {
       throw new CheckUsageError(`cannot read ${file}: ${err.message}`);
     });
   const key = values.key ? await signingKey(values.key, from!, values["key-id"]!) : undefined;
-  const peerKey = values["peer-key"] ? await signingKey(values["peer-key"], values["peer-from"]!, values["peer-key-id"]!) : undefined;
+  const peerKey = values["peer-key"]
+    ? await signingKey(values["peer-key"], values["peer-from"]!, values["peer-key-id"]!)
+    : undefined;
   const report = await runChecks({
     url: positionals[0]!,
     relay: values.relay,
@@ -77,13 +86,29 @@ export async function checkCommand(args: string[]): Promise<number> {
     key,
     peerKey,
     extraCa: values["ca-file"] ? await read(values["ca-file"]) : undefined,
-    inbox: values["inbox-cert"] ? { cert: await read(values["inbox-cert"]), key: await read(values["inbox-key"]!), port, host: values["inbox-host"] } : undefined,
-    localApi: values["local-api"] ? { url: values["local-api"], token: values["local-api-token"] ? (await read(values["local-api-token"])).trim() : undefined } : undefined,
+    inbox: values["inbox-cert"]
+      ? {
+          cert: await read(values["inbox-cert"]),
+          key: await read(values["inbox-key"]!),
+          port,
+          host: values["inbox-host"],
+        }
+      : undefined,
+    localApi: values["local-api"]
+      ? {
+          url: values["local-api"],
+          token: values["local-api-token"] ? (await read(values["local-api-token"])).trim() : undefined,
+        }
+      : undefined,
     sendWaitMs,
     only: values.only,
     timeoutMs,
   });
   const gate = { strict: values.strict, profile: values.profile };
-  process.stdout.write(values.json ? `${JSON.stringify({ ...report, gate: { fails: ["MUST", ...(gate.strict ? ["SHOULD"] : []), ...(gate.profile ? ["profile"] : [])] } }, null, 2)}\n` : formatReport(report, gate));
+  process.stdout.write(
+    values.json
+      ? `${JSON.stringify({ ...report, gate: { fails: ["MUST", ...(gate.strict ? ["SHOULD"] : []), ...(gate.profile ? ["profile"] : [])] } }, null, 2)}\n`
+      : formatReport(report, gate),
+  );
   return exitCode(report, gate);
 }

@@ -27,7 +27,8 @@ export function errorBodyProblem(answer: Answer, code?: string | readonly string
     return `the ${answer.status}'s body is not {status: "error", code, message} (spec 2.7): ${clip(answer.text)}`;
   }
   const codes = code === undefined ? undefined : typeof code === "string" ? [code] : code;
-  if (codes && !codes.includes(body.code)) return `the ${answer.status}'s error code is ${JSON.stringify(body.code)}, expected ${codes.join(" or ")}`;
+  if (codes && !codes.includes(body.code))
+    return `the ${answer.status}'s error code is ${JSON.stringify(body.code)}, expected ${codes.join(" or ")}`;
   return undefined;
 }
 
@@ -43,7 +44,12 @@ export function clip(text: string, n = 120): string {
 }
 
 /** An unsigned IFP-4 message from `from` to `to`, marked as coming from the conformance kit. */
-export function checkMessage(from: string, to: string, overrides: Partial<Message["headers"]> = {}, text = "ifp check: conformance probe"): Message {
+export function checkMessage(
+  from: string,
+  to: string,
+  overrides: Partial<Message["headers"]> = {},
+  text = "ifp check: conformance probe",
+): Message {
   return {
     ifp: 4,
     headers: {

@@ -2,7 +2,7 @@ import type { z } from "zod";
 import { CapabilityDocument, IdentityDocument } from "../protocol/documents.ts";
 import { publicKeyFromRaw } from "../protocol/keys.ts";
 import { clip, mediaType, parseJson } from "./common.ts";
-import { NoAnswer, type Answer } from "./probe.ts";
+import type { NoAnswer, Answer } from "./probe.ts";
 import type { CheckContext } from "./types.ts";
 
 const WELL_KNOWN = "/.well-known/agent";
@@ -14,13 +14,27 @@ const WELL_KNOWN = "/.well-known/agent";
 export async function discoveryChecks(ctx: CheckContext): Promise<void> {
   const caps = await documentChecks(ctx, "capabilities", CapabilityDocument);
   if (caps) {
-    const required = ["ifp", "agent_id", "capabilities", "ifp_support", "updated"].filter((f) => !(f in (caps as object)));
-    ctx.record("discovery.capabilities.required-fields", required.length ? "fail" : "pass", required.length ? `the endpoint document lacks ${required.join(", ")}` : "ifp, agent_id, capabilities, ifp_support and updated are present");
+    const required = ["ifp", "agent_id", "capabilities", "ifp_support", "updated"].filter(
+      (f) => !(f in (caps as object)),
+    );
+    ctx.record(
+      "discovery.capabilities.required-fields",
+      required.length ? "fail" : "pass",
+      required.length
+        ? `the endpoint document lacks ${required.join(", ")}`
+        : "ifp, agent_id, capabilities, ifp_support and updated are present",
+    );
     const support = caps.ifp_support;
     if (!Array.isArray(support)) ctx.record("discovery.capabilities.ifp-support", "fail", "no ifp_support list");
     else {
       const missing = [6, 7].filter((n) => !support.includes(n));
-      ctx.record("discovery.capabilities.ifp-support", missing.length ? "fail" : "pass", missing.length ? `ifp_support [${support.join(", ")}] does not list ${missing.join(" and ")}, which an agent serving this document and an inbox implements` : `ifp_support [${support.join(", ")}]`);
+      ctx.record(
+        "discovery.capabilities.ifp-support",
+        missing.length ? "fail" : "pass",
+        missing.length
+          ? `ifp_support [${support.join(", ")}] does not list ${missing.join(" and ")}, which an agent serving this document and an inbox implements`
+          : `ifp_support [${support.join(", ")}]`,
+      );
     }
     if (caps.agent_id) ctx.learned.agentId = caps.agent_id;
     ctx.learned.capabilities = caps as NonNullable<CheckContext["learned"]["capabilities"]>;
@@ -42,11 +56,21 @@ export async function discoveryChecks(ctx: CheckContext): Promise<void> {
     ctx.record(
       "discovery.identity.keys",
       bad.length || !active.length ? "fail" : "pass",
-      bad.length ? `key ${bad[0]!.key_id}: public_key is not base64url of 32 raw Ed25519 bytes` : active.length ? `${active.length} active key(s)` : "no active key",
+      bad.length
+        ? `key ${bad[0]!.key_id}: public_key is not base64url of 32 raw Ed25519 bytes`
+        : active.length
+          ? `${active.length} active key(s)`
+          : "no active key",
     );
     if (caps?.agent_id) {
       const same = caps.agent_id === identity.agent_id;
-      ctx.record("discovery.agent-id-consistent", same ? "pass" : "fail", same ? `both documents name ${identity.agent_id}` : `capabilities say ${caps.agent_id}, identity says ${identity.agent_id}`);
+      ctx.record(
+        "discovery.agent-id-consistent",
+        same ? "pass" : "fail",
+        same
+          ? `both documents name ${identity.agent_id}`
+          : `capabilities say ${caps.agent_id}, identity says ${identity.agent_id}`,
+      );
     }
     ctx.learned.agentId ??= identity.agent_id;
     ctx.learned.identity = identity;
@@ -56,11 +80,19 @@ export async function discoveryChecks(ctx: CheckContext): Promise<void> {
 /** A size limit the capability document advertises, if any (no field for it is standard). */
 function advertisedLimit(doc: CapabilityDocument): number | undefined {
   const d = doc as Record<string, any>;
-  const candidates = [d.limits?.max_message_bytes, d.max_message_bytes, doc.capabilities.find((c) => c.name === "message.receive")?.parameters?.max_message_bytes];
+  const candidates = [
+    d.limits?.max_message_bytes,
+    d.max_message_bytes,
+    doc.capabilities.find((c) => c.name === "message.receive")?.parameters?.max_message_bytes,
+  ];
   return candidates.find((v): v is number => typeof v === "number" && Number.isInteger(v) && v > 0);
 }
 
-async function documentChecks<S extends z.ZodType>(ctx: CheckContext, name: "capabilities" | "identity", schema: S): Promise<z.infer<S> | undefined> {
+async function documentChecks<S extends z.ZodType>(
+  ctx: CheckContext,
+  name: "capabilities" | "identity",
+  schema: S,
+): Promise<z.infer<S> | undefined> {
   const id = `discovery.${name}`;
   const url = `${ctx.base}${WELL_KNOWN}/${name}`;
   const later = ["media-type", "schema", "etag", "cache-control", "not-modified"];
@@ -79,31 +111,71 @@ async function documentChecks<S extends z.ZodType>(ctx: CheckContext, name: "cap
     return undefined;
   }
   if (res.status !== 200) {
-    ctx.record(`${id}.status`, "fail", `GET answered ${res.status}, expected 200 or 404 (not served): ${clip(res.text)}`);
+    ctx.record(
+      `${id}.status`,
+      "fail",
+      `GET answered ${res.status}, expected 200 or 404 (not served): ${clip(res.text)}`,
+    );
     skipRest(`GET answered ${res.status}`);
     return undefined;
   }
   ctx.record(`${id}.status`, "pass", "200");
   const type = mediaType(res);
-  ctx.record(`${id}.media-type`, type === "application/json" ? "pass" : "fail", type === "application/json" ? "application/json" : `Content-Type is ${JSON.stringify(res.headers.get("content-type"))}, expected application/json`);
+  ctx.record(
+    `${id}.media-type`,
+    type === "application/json" ? "pass" : "fail",
+    type === "application/json"
+      ? "application/json"
+      : `Content-Type is ${JSON.stringify(res.headers.get("content-type"))}, expected application/json`,
+  );
   const json = parseJson(res.text);
   const parsed = schema.safeParse(json);
   if (json === undefined) ctx.record(`${id}.schema`, "fail", `the body is not JSON: ${clip(res.text)}`);
   else if (parsed.success) ctx.record(`${id}.schema`, "pass", "the document validates");
-  else ctx.record(`${id}.schema`, "fail", `not a valid ${name} document: ${parsed.error.issues.slice(0, 3).map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; ")}`);
+  else
+    ctx.record(
+      `${id}.schema`,
+      "fail",
+      `not a valid ${name} document: ${parsed.error.issues
+        .slice(0, 3)
+        .map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`)
+        .join("; ")}`,
+    );
 
   // Caching aids: nothing requires them (spec 9.2 asks peers to cache, not servers to help).
   const etag = res.headers.get("etag");
   const etagOk = !!etag && /^(W\/)?"[\x21\x23-\x7e\x80-\xff]*"$/.test(etag);
-  ctx.record(`${id}.etag`, etagOk ? "pass" : etag ? "fail" : "skip", etagOk ? `ETag ${etag}` : etag ? `ETag ${JSON.stringify(etag)} is not an entity tag (RFC 9110 8.8.3)` : "no ETag (optional: peers cannot revalidate, only refetch)");
+  ctx.record(
+    `${id}.etag`,
+    etagOk ? "pass" : etag ? "fail" : "skip",
+    etagOk
+      ? `ETag ${etag}`
+      : etag
+        ? `ETag ${JSON.stringify(etag)} is not an entity tag (RFC 9110 8.8.3)`
+        : "no ETag (optional: peers cannot revalidate, only refetch)",
+  );
   const cc = res.headers.get("cache-control");
   const ccOk = !!cc && /max-age=\d+|no-cache/.test(cc) && !/no-store/.test(cc);
-  ctx.record(`${id}.cache-control`, ccOk ? "pass" : cc ? "fail" : "skip", ccOk ? `Cache-Control: ${cc}` : cc ? `Cache-Control: ${cc} does not let peers cache and revalidate (max-age or no-cache, no no-store), which spec 9.2 asks them to do` : "no Cache-Control (optional)");
+  ctx.record(
+    `${id}.cache-control`,
+    ccOk ? "pass" : cc ? "fail" : "skip",
+    ccOk
+      ? `Cache-Control: ${cc}`
+      : cc
+        ? `Cache-Control: ${cc} does not let peers cache and revalidate (max-age or no-cache, no no-store), which spec 9.2 asks them to do`
+        : "no Cache-Control (optional)",
+  );
   if (!etagOk) ctx.record(`${id}.not-modified`, "skip", "no usable ETag to revalidate with");
   else {
     try {
       const again = await ctx.probe.request(url, { headers: { accept: "application/json", "if-none-match": etag! } });
-      ctx.record(`${id}.not-modified`, again.status === 304 ? "pass" : "fail", again.status === 304 ? "304 on a matching If-None-Match" : `If-None-Match with the ETag answered ${again.status}, expected 304`);
+      ctx.record(
+        `${id}.not-modified`,
+        again.status === 304 ? "pass" : "fail",
+        again.status === 304
+          ? "304 on a matching If-None-Match"
+          : `If-None-Match with the ETag answered ${again.status}, expected 304`,
+      );
     } catch (err) {
       ctx.record(`${id}.not-modified`, "fail", (err as Error).message);
     }

@@ -45,12 +45,17 @@ export class Probe {
 
   private take(url: string): void {
     if (!url.startsWith("https://")) throw new NoAnswer(`refused to send to ${url}: the kit speaks https only`);
-    if (this.failuresInARow >= MAX_CONSECUTIVE_FAILURES) throw new NoAnswer("not sent: the target stopped answering (earlier requests timed out or failed)");
-    if (this.count >= this.maxRequests) throw new NoAnswer(`not sent: the run's budget of ${this.maxRequests} requests is spent`);
+    if (this.failuresInARow >= MAX_CONSECUTIVE_FAILURES)
+      throw new NoAnswer("not sent: the target stopped answering (earlier requests timed out or failed)");
+    if (this.count >= this.maxRequests)
+      throw new NoAnswer(`not sent: the run's budget of ${this.maxRequests} requests is spent`);
     this.count++;
   }
 
-  async request(url: string, init: { method?: string; headers?: Record<string, string>; body?: string | Uint8Array } = {}): Promise<Answer> {
+  async request(
+    url: string,
+    init: { method?: string; headers?: Record<string, string>; body?: string | Uint8Array } = {},
+  ): Promise<Answer> {
     this.take(url);
     try {
       const res = await this.http.request(url, { ...init, timeoutMs: this.timeoutMs, maxBytes: MAX_ANSWER_BYTES });
@@ -68,7 +73,12 @@ export class Probe {
    * A GET whose answer is a stream (Server-Sent Events): read until `done(text so far)` holds,
    * the bound is reached or the wait ends, then the connection is closed.
    */
-  async stream(url: string, headers: Record<string, string>, done: (text: string) => boolean, waitMs: number): Promise<{ status: number; text: string; done: boolean }> {
+  async stream(
+    url: string,
+    headers: Record<string, string>,
+    done: (text: string) => boolean,
+    waitMs: number,
+  ): Promise<{ status: number; text: string; done: boolean }> {
     this.take(url);
     return new Promise((resolve) => {
       let text = "";
@@ -79,28 +89,44 @@ export class Probe {
         resolve({ status, text, done: ok });
       };
       const timer = setTimeout(() => finish(false), waitMs);
-      const req = httpsRequest(url, { method: "GET", headers, ca: this.ca(), minVersion: "TLSv1.2", agent: false }, (res) => {
-        status = res.statusCode ?? 0;
-        res.setEncoding("utf8");
-        res.on("data", (chunk: string) => {
-          text += chunk;
-          if (done(text)) finish(true);
-          else if (text.length > MAX_ANSWER_BYTES) finish(false);
-        });
-        res.on("end", () => finish(done(text)));
-      });
+      const req = httpsRequest(
+        url,
+        { method: "GET", headers, ca: this.ca(), minVersion: "TLSv1.2", agent: false },
+        (res) => {
+          status = res.statusCode ?? 0;
+          res.setEncoding("utf8");
+          res.on("data", (chunk: string) => {
+            text += chunk;
+            if (done(text)) finish(true);
+            else if (text.length > MAX_ANSWER_BYTES) finish(false);
+          });
+          res.on("end", () => finish(done(text)));
+        },
+      );
       req.on("error", () => finish(false));
       req.end();
     });
   }
 
   /** A WebSocket session: frames are collected until `done(frames)` holds or the wait ends. */
-  async websocket(url: string, headers: Record<string, string>, done: (frames: unknown[]) => boolean, waitMs: number): Promise<{ status?: number; error?: string; frames: unknown[]; done: boolean }> {
+  async websocket(
+    url: string,
+    headers: Record<string, string>,
+    done: (frames: unknown[]) => boolean,
+    waitMs: number,
+  ): Promise<{ status?: number; error?: string; frames: unknown[]; done: boolean }> {
     this.take(url);
     return new Promise((resolve) => {
       const frames: unknown[] = [];
       let bytes = 0;
-      const ws = new WebSocket(url.replace(/^https:/, "wss:"), { headers, ca: this.ca(), minVersion: "TLSv1.2", maxPayload: MAX_ANSWER_BYTES, followRedirects: false, handshakeTimeout: waitMs });
+      const ws = new WebSocket(url.replace(/^https:/, "wss:"), {
+        headers,
+        ca: this.ca(),
+        minVersion: "TLSv1.2",
+        maxPayload: MAX_ANSWER_BYTES,
+        followRedirects: false,
+        handshakeTimeout: waitMs,
+      });
       const finish = (r: { status?: number; error?: string; done: boolean }) => {
         clearTimeout(timer);
         ws.removeAllListeners();
@@ -109,7 +135,9 @@ export class Probe {
         resolve({ ...r, frames });
       };
       const timer = setTimeout(() => finish({ done: false, error: `no such frame within ${waitMs} ms` }), waitMs);
-      ws.on("unexpected-response", (_req, res) => finish({ status: res.statusCode, done: false, error: `the upgrade was answered ${res.statusCode}` }));
+      ws.on("unexpected-response", (_req, res) =>
+        finish({ status: res.statusCode, done: false, error: `the upgrade was answered ${res.statusCode}` }),
+      );
       ws.on("error", (err) => finish({ done: false, error: err.message }));
       ws.on("message", (data) => {
         bytes += (data as Buffer).length;
@@ -119,7 +147,8 @@ export class Probe {
           frames.push(undefined);
         }
         if (done(frames)) finish({ status: 101, done: true });
-        else if (bytes > MAX_ANSWER_BYTES) finish({ status: 101, done: false, error: "the bound on what is read was reached" });
+        else if (bytes > MAX_ANSWER_BYTES)
+          finish({ status: 101, done: false, error: "the bound on what is read was reached" });
       });
     });
   }
@@ -129,7 +158,10 @@ export class Probe {
   }
 
   /** A bare TLS handshake: the negotiated protocol, or the handshake's error. */
-  async handshake(url: string, opts: { old?: boolean } = {}): Promise<{ protocol: string | null } | { error: string; code?: string }> {
+  async handshake(
+    url: string,
+    opts: { old?: boolean } = {},
+  ): Promise<{ protocol: string | null } | { error: string; code?: string }> {
     this.take(url);
     const { hostname, port } = new URL(url);
     return new Promise((resolve) => {
@@ -139,7 +171,14 @@ export class Probe {
         servername: /^[\d.]+$|:/.test(hostname) ? undefined : hostname,
         ca: this.extraCa ? [...rootCertificates, this.extraCa] : undefined,
         // Offering TLS 1.0/1.1 needs OpenSSL's security level 0; only the version is looked at.
-        ...(opts.old ? { minVersion: "TLSv1" as const, maxVersion: "TLSv1.1" as const, ciphers: "DEFAULT:@SECLEVEL=0", rejectUnauthorized: false } : {}),
+        ...(opts.old
+          ? {
+              minVersion: "TLSv1" as const,
+              maxVersion: "TLSv1.1" as const,
+              ciphers: "DEFAULT:@SECLEVEL=0",
+              rejectUnauthorized: false,
+            }
+          : {}),
       });
       const timer = setTimeout(() => done({ error: `no handshake within ${this.timeoutMs} ms` }), this.timeoutMs);
       const done = (r: { protocol: string | null } | { error: string; code?: string }) => {
@@ -149,7 +188,9 @@ export class Probe {
         resolve(r);
       };
       socket.once("secureConnect", () => done({ protocol: socket.getProtocol() }));
-      socket.once("error", (err: Error & { code?: string }) => done({ error: err.message.split("\n")[0]!, code: err.code }));
+      socket.once("error", (err: Error & { code?: string }) =>
+        done({ error: err.message.split("\n")[0]!, code: err.code }),
+      );
     });
   }
 
@@ -162,10 +203,13 @@ export class Probe {
     const url = httpsUrl.replace(/^https:/, "http:");
     const { hostname, port, pathname } = new URL(httpsUrl);
     return new Promise((resolve) => {
-      const req = httpRequest({ host: bare(hostname), port: Number(port || 443), path: pathname, method: "GET", timeout: this.timeoutMs }, (res) => {
-        req.destroy();
-        resolve({ status: res.statusCode ?? 0, location: res.headers.location });
-      });
+      const req = httpRequest(
+        { host: bare(hostname), port: Number(port || 443), path: pathname, method: "GET", timeout: this.timeoutMs },
+        (res) => {
+          req.destroy();
+          resolve({ status: res.statusCode ?? 0, location: res.headers.location });
+        },
+      );
       req.on("timeout", () => req.destroy(new Error(`no answer within ${this.timeoutMs} ms`)));
       req.on("error", (err) => resolve({ error: `${url}: ${err.message}` }));
       req.end();

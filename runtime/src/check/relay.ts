@@ -15,9 +15,34 @@ const TTL_S = 2;
 /** How long a push (SSE, WebSocket, webhook) may take to bring a waiting message. */
 const PUSH_WAIT_MS = 8_000;
 
-const randomKey = (agentId: string, keyId = "key-1"): SigningKey => ({ agentId, keyId, privateKey: privateKeyFromPem(generateSigningKey().privateKeyPem) });
+const randomKey = (agentId: string, keyId = "key-1"): SigningKey => ({
+  agentId,
+  keyId,
+  privateKey: privateKeyFromPem(generateSigningKey().privateKeyPem),
+});
 
-const KEYED = ["relay.auth.wrong-key", "relay.auth.stale", "relay.auth.digest", "relay.publish.media-type", "relay.publish.not-json", "relay.publish.oversize", "relay.publish.accepted", "relay.retrieve", "relay.trace", "relay.trace.by", "relay.unchanged", "relay.persistence", "relay.ttl", "relay.push.sse", "relay.push.websocket", "relay.push.webhook", "relay.topics", "relay.ack", "relay.ack.repeat", "relay.isolation.foreign-ack"] as const;
+const KEYED = [
+  "relay.auth.wrong-key",
+  "relay.auth.stale",
+  "relay.auth.digest",
+  "relay.publish.media-type",
+  "relay.publish.not-json",
+  "relay.publish.oversize",
+  "relay.publish.accepted",
+  "relay.retrieve",
+  "relay.trace",
+  "relay.trace.by",
+  "relay.unchanged",
+  "relay.persistence",
+  "relay.ttl",
+  "relay.push.sse",
+  "relay.push.websocket",
+  "relay.push.webhook",
+  "relay.topics",
+  "relay.ack",
+  "relay.ack.repeat",
+  "relay.isolation.foreign-ack",
+] as const;
 const ROUND_TRIP = KEYED.slice(KEYED.indexOf("relay.retrieve"));
 
 /**
@@ -31,16 +56,36 @@ const ROUND_TRIP = KEYED.slice(KEYED.indexOf("relay.retrieve"));
 export async function relayChecks(ctx: CheckContext): Promise<void> {
   const base = ctx.base;
   /** One request, signed with `key` (or unsigned), optionally changed after signing. */
-  const send = async (method: string, path: string, opts: { key?: SigningKey; body?: string; contentType?: string; created?: Date; tamper?: (h: Record<string, string>) => void } = {}): Promise<Answer> => {
+  const send = async (
+    method: string,
+    path: string,
+    opts: {
+      key?: SigningKey;
+      body?: string;
+      contentType?: string;
+      created?: Date;
+      tamper?: (h: Record<string, string>) => void;
+    } = {},
+  ): Promise<Answer> => {
     const url = `${base}${path}`;
-    let headers: Record<string, string> = { accept: "application/json", ...(opts.body !== undefined ? { "content-type": opts.contentType ?? "application/json" } : {}) };
+    let headers: Record<string, string> = {
+      accept: "application/json",
+      ...(opts.body !== undefined ? { "content-type": opts.contentType ?? "application/json" } : {}),
+    };
     if (opts.key) headers = await signRequest({ method, url, headers, body: opts.body }, opts.key, opts.created);
     opts.tamper?.(headers);
     const res = await ctx.probe.request(url, { method, headers, body: opts.body });
-    if (res.status >= 400) ctx.errors.push({ id: `${method} ${path.split("?")[0]}`, status: res.status, text: res.text });
+    if (res.status >= 400)
+      ctx.errors.push({ id: `${method} ${path.split("?")[0]}`, status: res.status, text: res.text });
     return res;
   };
-  const expect = async (id: string, what: string, status: number, code: string | undefined, run: () => Promise<Answer>) => {
+  const expect = async (
+    id: string,
+    what: string,
+    status: number,
+    code: string | undefined,
+    run: () => Promise<Answer>,
+  ) => {
     let res: Answer;
     try {
       res = await run();
@@ -48,7 +93,12 @@ export async function relayChecks(ctx: CheckContext): Promise<void> {
       ctx.record(id, "fail", `${what}: ${(err as Error).message}`);
       return undefined;
     }
-    if (res.status !== status) ctx.record(id, "fail", `${what} was answered ${res.status}${codeOf(res)}, expected ${status}${code ? ` ${code}` : ""}: ${clip(res.text)}`);
+    if (res.status !== status)
+      ctx.record(
+        id,
+        "fail",
+        `${what} was answered ${res.status}${codeOf(res)}, expected ${status}${code ? ` ${code}` : ""}: ${clip(res.text)}`,
+      );
     else {
       const problem = code ? errorBodyProblem(res, code) : undefined;
       ctx.record(id, problem ? "fail" : "pass", problem ?? `${what} → ${res.status}${codeOf(res)}`);
@@ -56,9 +106,17 @@ export async function relayChecks(ctx: CheckContext): Promise<void> {
     return res;
   };
 
-  await expect("relay.auth.unsigned", "an unsigned GET /relay/messages", 401, "invalid_signature", () => send("GET", "/relay/messages"));
+  await expect("relay.auth.unsigned", "an unsigned GET /relay/messages", 401, "invalid_signature", () =>
+    send("GET", "/relay/messages"),
+  );
   const stranger = randomKey(`ifp-check-stranger-${randomUUID().slice(0, 8)}`);
-  await expect("relay.isolation.unknown-agent", "GET /relay/messages signed by an agent the relay does not serve", 401, "unknown_sender", () => send("GET", "/relay/messages", { key: stranger }));
+  await expect(
+    "relay.isolation.unknown-agent",
+    "GET /relay/messages signed by an agent the relay does not serve",
+    401,
+    "unknown_sender",
+    () => send("GET", "/relay/messages", { key: stranger }),
+  );
 
   if (!ctx.key) {
     for (const id of KEYED) ctx.record(id, "skip", NEEDS_KEY);
@@ -67,22 +125,43 @@ export async function relayChecks(ctx: CheckContext): Promise<void> {
   }
   const key = ctx.key;
   const impostor = randomKey(key.agentId, key.keyId);
-  await expect("relay.auth.wrong-key", "a request signed with another key under your keyid", 401, "invalid_signature", () => send("GET", "/relay/messages", { key: impostor }));
-  await expect("relay.auth.stale", "a request signed 10 minutes ago", 401, "invalid_signature", () => send("GET", "/relay/messages", { key, created: new Date(Date.now() - 600_000) }));
+  await expect(
+    "relay.auth.wrong-key",
+    "a request signed with another key under your keyid",
+    401,
+    "invalid_signature",
+    () => send("GET", "/relay/messages", { key: impostor }),
+  );
+  await expect("relay.auth.stale", "a request signed 10 minutes ago", 401, "invalid_signature", () =>
+    send("GET", "/relay/messages", { key, created: new Date(Date.now() - 600_000) }),
+  );
   const probeMsg = JSON.stringify(signMessage(checkMessage(key.agentId, key.agentId), key));
   await expect("relay.auth.digest", "a publish whose body was changed after signing", 401, "invalid_signature", () =>
-    send("POST", "/relay/publish", { key, body: probeMsg, tamper: (h) => (h["content-digest"] = `sha-256=:${Buffer.alloc(32).toString("base64")}:`) }),
+    send("POST", "/relay/publish", {
+      key,
+      body: probeMsg,
+      tamper: (h) => (h["content-digest"] = `sha-256=:${Buffer.alloc(32).toString("base64")}:`),
+    }),
   );
-  await expect("relay.publish.media-type", "a signed text/plain publish", 415, undefined, () => send("POST", "/relay/publish", { key, body: "ifp check", contentType: "text/plain" }));
-  await expect("relay.publish.not-json", "a signed publish that is not JSON", 400, "invalid_format", () => send("POST", "/relay/publish", { key, body: '{"ifp": 4, ' }));
+  await expect("relay.publish.media-type", "a signed text/plain publish", 415, undefined, () =>
+    send("POST", "/relay/publish", { key, body: "ifp check", contentType: "text/plain" }),
+  );
+  await expect("relay.publish.not-json", "a signed publish that is not JSON", 400, "invalid_format", () =>
+    send("POST", "/relay/publish", { key, body: '{"ifp": 4, ' }),
+  );
   await oversize(ctx, send, key);
 
   // The round trip, to oneself: publish, retrieve (trace), push, persistence and TTL, acknowledge.
   const message = signMessage(checkMessage(key.agentId, key.agentId), key);
   const id = message.headers.message_id;
-  const published = await expect("relay.publish.accepted", "a signed publish to yourself", 202, undefined, () => send("POST", "/relay/publish", { key, body: JSON.stringify(message) }));
+  const published = await expect("relay.publish.accepted", "a signed publish to yourself", 202, undefined, () =>
+    send("POST", "/relay/publish", { key, body: JSON.stringify(message) }),
+  );
   if (published?.status !== 202) {
-    const why = published?.status === 401 ? "the relay refused this project's request signature (a profile); the round trip cannot be run" : "the publish was not accepted";
+    const why =
+      published?.status === 401
+        ? "the relay refused this project's request signature (a profile); the round trip cannot be run"
+        : "the publish was not accepted";
     for (const c of ROUND_TRIP) ctx.record(c, "skip", why);
     finish(ctx);
     return;
@@ -106,19 +185,57 @@ export async function relayChecks(ctx: CheckContext): Promise<void> {
   const first = await pull(key);
   const mine = first.list && find(first.list, id);
   if (!mine) {
-    const problem = first.problem ?? (first.list!.length >= 100 ? "the mailbox holds 100 or more messages; the one published is not on the first page" : "the message just published is not in the mailbox");
+    const problem =
+      first.problem ??
+      (first.list!.length >= 100
+        ? "the mailbox holds 100 or more messages; the one published is not on the first page"
+        : "the message just published is not in the mailbox");
     ctx.record("relay.retrieve", first.list && first.list.length >= 100 ? "skip" : "fail", problem);
-    for (const c of ["relay.trace", "relay.trace.by", "relay.unchanged"] as const) ctx.record(c, "skip", "the message was not retrieved");
+    for (const c of ["relay.trace", "relay.trace.by", "relay.unchanged"] as const)
+      ctx.record(c, "skip", "the message was not retrieved");
   } else {
     ctx.record("relay.retrieve", "pass", `GET /relay/messages lists it (${first.list!.length} waiting)`);
     const parsed = Message.safeParse(mine);
     const trace = parsed.success ? parsed.data.trace?.received?.at(-1) : undefined;
-    const entryOk = !!trace && typeof trace.by === "string" && trace.by.startsWith("relay:") && trace.from === key.agentId && !Number.isNaN(Date.parse(trace.at)) && typeof trace.with === "string" && !!trace.with;
-    ctx.record("relay.trace", entryOk ? "pass" : "fail", !trace ? "the message has no trace.received[] entry (a relay MUST append one)" : entryOk ? `last trace entry ${JSON.stringify(trace)}` : `the trace entry ${JSON.stringify(trace)} is not {by: "relay:<url>", with, at, from: "${key.agentId}"}`);
+    const entryOk =
+      !!trace &&
+      typeof trace.by === "string" &&
+      trace.by.startsWith("relay:") &&
+      trace.from === key.agentId &&
+      !Number.isNaN(Date.parse(trace.at)) &&
+      typeof trace.with === "string" &&
+      !!trace.with;
+    ctx.record(
+      "relay.trace",
+      entryOk ? "pass" : "fail",
+      !trace
+        ? "the message has no trace.received[] entry (a relay MUST append one)"
+        : entryOk
+          ? `last trace entry ${JSON.stringify(trace)}`
+          : `the trace entry ${JSON.stringify(trace)} is not {by: "relay:<url>", with, at, from: "${key.agentId}"}`,
+    );
     const by = `relay:${ctx.relayUrl}`;
-    ctx.record("relay.trace.by", !trace ? "fail" : trace.by === by ? "pass" : "fail", !trace ? "no trace entry" : trace.by === by ? `by is ${by}, the relay's own URL` : `by is ${JSON.stringify(trace.by)}, not ${JSON.stringify(by)} (relay:<relay_url>, the relay's own URL)`);
-    const same = parsed.success && JSON.stringify(parsed.data.body) === JSON.stringify(message.body) && JSON.stringify(parsed.data.security) === JSON.stringify(message.security) && JSON.stringify(parsed.data.headers) === JSON.stringify(message.headers);
-    ctx.record("relay.unchanged", same ? "pass" : "fail", same ? "headers, body and signature came back as published" : "the message came back changed beyond its trace (headers, body or signature)");
+    ctx.record(
+      "relay.trace.by",
+      !trace ? "fail" : trace.by === by ? "pass" : "fail",
+      !trace
+        ? "no trace entry"
+        : trace.by === by
+          ? `by is ${by}, the relay's own URL`
+          : `by is ${JSON.stringify(trace.by)}, not ${JSON.stringify(by)} (relay:<relay_url>, the relay's own URL)`,
+    );
+    const same =
+      parsed.success &&
+      JSON.stringify(parsed.data.body) === JSON.stringify(message.body) &&
+      JSON.stringify(parsed.data.security) === JSON.stringify(message.security) &&
+      JSON.stringify(parsed.data.headers) === JSON.stringify(message.headers);
+    ctx.record(
+      "relay.unchanged",
+      same ? "pass" : "fail",
+      same
+        ? "headers, body and signature came back as published"
+        : "the message came back changed beyond its trace (headers, body or signature)",
+    );
   }
 
   await pushChecks(ctx, key, id);
@@ -132,32 +249,73 @@ export async function relayChecks(ctx: CheckContext): Promise<void> {
     ctx.record("relay.persistence", "fail", later.problem!);
     ctx.record("relay.ttl", "fail", later.problem!);
   } else {
-    ctx.record("relay.persistence", find(later.list, id) ? "pass" : mine ? "fail" : "skip", find(later.list, id) ? "the message published at the start is still held at the end of the run, unacknowledged" : mine ? "the message published at the start, never acknowledged, is gone by the end of the run" : "the message was never retrieved");
-    if (ttlRes instanceof Error || ttlRes.status !== 202) ctx.record("relay.ttl", "skip", `the message with ttl_seconds ${TTL_S} was not accepted (${ttlRes instanceof Error ? ttlRes.message : ttlRes.status})`);
+    ctx.record(
+      "relay.persistence",
+      find(later.list, id) ? "pass" : mine ? "fail" : "skip",
+      find(later.list, id)
+        ? "the message published at the start is still held at the end of the run, unacknowledged"
+        : mine
+          ? "the message published at the start, never acknowledged, is gone by the end of the run"
+          : "the message was never retrieved",
+    );
+    if (ttlRes instanceof Error || ttlRes.status !== 202)
+      ctx.record(
+        "relay.ttl",
+        "skip",
+        `the message with ttl_seconds ${TTL_S} was not accepted (${ttlRes instanceof Error ? ttlRes.message : ttlRes.status})`,
+      );
     else {
       const gone = !find(later.list, expiring.headers.message_id);
-      ctx.record("relay.ttl", gone ? "pass" : "fail", gone ? `a message with ttl_seconds ${TTL_S} is no longer handed out after it expired` : `a message with ttl_seconds ${TTL_S} is still handed out ${Math.round((Date.now() - expiringAt) / 1000) + TTL_S} s after it was published`);
+      ctx.record(
+        "relay.ttl",
+        gone ? "pass" : "fail",
+        gone
+          ? `a message with ttl_seconds ${TTL_S} is no longer handed out after it expired`
+          : `a message with ttl_seconds ${TTL_S} is still handed out ${Math.round((Date.now() - expiringAt) / 1000) + TTL_S} s after it was published`,
+      );
     }
   }
 
   const path = `/relay/messages/${encodeURIComponent(id)}`;
   const acked = await send("DELETE", path, { key }).catch((e: Error) => e);
   if (acked instanceof Error) ctx.record("relay.ack", "fail", acked.message);
-  else ctx.record("relay.ack", acked.status >= 200 && acked.status < 300 ? "pass" : "fail", `DELETE ${path} → ${acked.status}${codeOf(acked)}`);
-  await expect("relay.ack.repeat", "acknowledging the same message again", 404, "not_found", () => send("DELETE", path, { key }));
-  await expect("relay.isolation.foreign-ack", "acknowledging a message id that is not yours", 404, "not_found", () => send("DELETE", `/relay/messages/${encodeURIComponent(`msg:ifp-check-${randomUUID()}`)}`, { key }));
+  else
+    ctx.record(
+      "relay.ack",
+      acked.status >= 200 && acked.status < 300 ? "pass" : "fail",
+      `DELETE ${path} → ${acked.status}${codeOf(acked)}`,
+    );
+  await expect("relay.ack.repeat", "acknowledging the same message again", 404, "not_found", () =>
+    send("DELETE", path, { key }),
+  );
+  await expect("relay.isolation.foreign-ack", "acknowledging a message id that is not yours", 404, "not_found", () =>
+    send("DELETE", `/relay/messages/${encodeURIComponent(`msg:ifp-check-${randomUUID()}`)}`, { key }),
+  );
   await webhook(ctx, send, key);
   finish(ctx);
 }
 
 function finish(ctx: CheckContext): void {
-  const bad = ctx.errors.map((e) => ({ e, problem: errorBodyProblem({ status: e.status, text: e.text, headers: new Headers() }) })).filter((x) => x.problem);
+  const bad = ctx.errors
+    .map((e) => ({ e, problem: errorBodyProblem({ status: e.status, text: e.text, headers: new Headers() }) }))
+    .filter((x) => x.problem);
   if (!ctx.errors.length) ctx.record("relay.error-body", "skip", "no error answer seen");
-  else ctx.record("relay.error-body", bad.length ? "fail" : "pass", bad.length ? `${bad[0]!.e.id}: ${bad[0]!.problem}` : `all ${ctx.errors.length} error answers carry {status: "error", code, message}`);
+  else
+    ctx.record(
+      "relay.error-body",
+      bad.length ? "fail" : "pass",
+      bad.length
+        ? `${bad[0]!.e.id}: ${bad[0]!.problem}`
+        : `all ${ctx.errors.length} error answers carry {status: "error", code, message}`,
+    );
   rateLimitCheck(ctx, "relay.rate-limit-headers");
 }
 
-type Send = (method: string, path: string, opts?: { key?: SigningKey; body?: string; contentType?: string }) => Promise<Answer>;
+type Send = (
+  method: string,
+  path: string,
+  opts?: { key?: SigningKey; body?: string; contentType?: string },
+) => Promise<Answer>;
 
 async function oversize(ctx: CheckContext, send: Send, key: SigningKey): Promise<void> {
   const big = Buffer.alloc(ONE_MB + 1024, 0x20);
@@ -166,9 +324,24 @@ async function oversize(ctx: CheckContext, send: Send, key: SigningKey): Promise
   try {
     const res = await send("POST", "/relay/publish", { key, body: big.toString("latin1") });
     const problem = res.status === 413 ? errorBodyProblem(res, "payload_too_large") : undefined;
-    if (res.status === 413) ctx.record("relay.publish.oversize", problem ? "fail" : "pass", problem ?? `a ${big.length}-byte publish → 413 payload_too_large`);
-    else if (res.status === 400) ctx.record("relay.publish.oversize", "pass", `a ${big.length}-byte publish was read and refused as a message (400); this relay takes more than 1 MiB`);
-    else ctx.record("relay.publish.oversize", "fail", `a ${big.length}-byte signed publish that is no message was answered ${res.status}${codeOf(res)}, expected 413`);
+    if (res.status === 413)
+      ctx.record(
+        "relay.publish.oversize",
+        problem ? "fail" : "pass",
+        problem ?? `a ${big.length}-byte publish → 413 payload_too_large`,
+      );
+    else if (res.status === 400)
+      ctx.record(
+        "relay.publish.oversize",
+        "pass",
+        `a ${big.length}-byte publish was read and refused as a message (400); this relay takes more than 1 MiB`,
+      );
+    else
+      ctx.record(
+        "relay.publish.oversize",
+        "fail",
+        `a ${big.length}-byte signed publish that is no message was answered ${res.status}${codeOf(res)}, expected 413`,
+      );
   } catch (err) {
     ctx.record("relay.publish.oversize", "fail", `a ${big.length}-byte publish: ${(err as Error).message}`);
   }
@@ -179,19 +352,46 @@ async function pushChecks(ctx: CheckContext, key: SigningKey, id: string): Promi
   const events = `${ctx.base}/relay/events`;
   try {
     const headers = await signRequest({ method: "GET", url: events, headers: { accept: "text/event-stream" } }, key);
-    const has = (text: string) => text.split(/\n\n/).some((ev) => /^event: message$/m.test(ev) && ev.includes(JSON.stringify(id)));
+    const has = (text: string) =>
+      text.split(/\n\n/).some((ev) => /^event: message$/m.test(ev) && ev.includes(JSON.stringify(id)));
     const r = await ctx.probe.stream(events, headers, has, PUSH_WAIT_MS);
-    if (r.status === 404 || r.status === 405) ctx.record("relay.push.sse", "skip", `GET /relay/events answered ${r.status}: not offered`);
-    else ctx.record("relay.push.sse", r.done ? "pass" : "fail", r.done ? "GET /relay/events streamed the waiting message as an SSE message event" : `GET /relay/events (${r.status || "no answer"}) did not bring the waiting message within ${PUSH_WAIT_MS / 1000} s: ${clip(r.text)}`);
+    if (r.status === 404 || r.status === 405)
+      ctx.record("relay.push.sse", "skip", `GET /relay/events answered ${r.status}: not offered`);
+    else
+      ctx.record(
+        "relay.push.sse",
+        r.done ? "pass" : "fail",
+        r.done
+          ? "GET /relay/events streamed the waiting message as an SSE message event"
+          : `GET /relay/events (${r.status || "no answer"}) did not bring the waiting message within ${PUSH_WAIT_MS / 1000} s: ${clip(r.text)}`,
+      );
   } catch (err) {
     ctx.record("relay.push.sse", "fail", (err as Error).message);
   }
   const ws = `${ctx.base}/relay/ws`;
   try {
     const headers = await signRequest({ method: "GET", url: ws }, key);
-    const r = await ctx.probe.websocket(ws, headers, (frames) => frames.some((f) => (f as { type?: unknown; message?: Message })?.type === "message" && (f as { message?: Message }).message?.headers?.message_id === id), PUSH_WAIT_MS);
-    if (r.status === 404 || r.status === 405) ctx.record("relay.push.websocket", "skip", `GET /relay/ws answered ${r.status}: not offered`);
-    else ctx.record("relay.push.websocket", r.done ? "pass" : "fail", r.done ? "the WebSocket session brought the waiting message as a message frame" : `the WebSocket session did not bring the waiting message: ${r.error ?? "no frame"}`);
+    const r = await ctx.probe.websocket(
+      ws,
+      headers,
+      (frames) =>
+        frames.some(
+          (f) =>
+            (f as { type?: unknown; message?: Message })?.type === "message" &&
+            (f as { message?: Message }).message?.headers?.message_id === id,
+        ),
+      PUSH_WAIT_MS,
+    );
+    if (r.status === 404 || r.status === 405)
+      ctx.record("relay.push.websocket", "skip", `GET /relay/ws answered ${r.status}: not offered`);
+    else
+      ctx.record(
+        "relay.push.websocket",
+        r.done ? "pass" : "fail",
+        r.done
+          ? "the WebSocket session brought the waiting message as a message frame"
+          : `the WebSocket session did not bring the waiting message: ${r.error ?? "no frame"}`,
+      );
   } catch (err) {
     ctx.record("relay.push.websocket", "fail", (err as Error).message);
   }
@@ -200,21 +400,52 @@ async function pushChecks(ctx: CheckContext, key: SigningKey, id: string): Promi
 /** Topics (2.10, MAY): the second key subscribes, the first publishes to `topic:<name>`, the second finds it. */
 async function topics(ctx: CheckContext, send: Send, key: SigningKey): Promise<void> {
   const peer = ctx.peerKey;
-  if (!peer) return ctx.record("relay.topics", "skip", "needs --peer-key and --peer-from: a second agent the relay serves (a topic copy never goes back to its sender)");
+  if (!peer)
+    return ctx.record(
+      "relay.topics",
+      "skip",
+      "needs --peer-key and --peer-from: a second agent the relay serves (a topic copy never goes back to its sender)",
+    );
   const topic = `ifp-check.t${randomUUID().slice(0, 8)}`;
   try {
-    const sub = await send("POST", "/relay/subscribe", { key: peer, body: JSON.stringify({ subscribe: { topics: [topic], agent: peer.agentId } }) });
-    if (sub.status === 404 || sub.status === 405) return ctx.record("relay.topics", "skip", `POST /relay/subscribe answered ${sub.status}: topics are not offered`);
-    if (sub.status !== 200 && sub.status !== 201 && sub.status !== 202) return ctx.record("relay.topics", "fail", `subscribing ${peer.agentId} to ${topic} was answered ${sub.status}${codeOf(sub)}: ${clip(sub.text)}`);
+    const sub = await send("POST", "/relay/subscribe", {
+      key: peer,
+      body: JSON.stringify({ subscribe: { topics: [topic], agent: peer.agentId } }),
+    });
+    if (sub.status === 404 || sub.status === 405)
+      return ctx.record("relay.topics", "skip", `POST /relay/subscribe answered ${sub.status}: topics are not offered`);
+    if (sub.status !== 200 && sub.status !== 201 && sub.status !== 202)
+      return ctx.record(
+        "relay.topics",
+        "fail",
+        `subscribing ${peer.agentId} to ${topic} was answered ${sub.status}${codeOf(sub)}: ${clip(sub.text)}`,
+      );
     const m = signMessage(checkMessage(key.agentId, `topic:${topic}`), key);
     const pub = await send("POST", "/relay/publish", { key, body: JSON.stringify(m) });
-    if (pub.status !== 202) return ctx.record("relay.topics", "fail", `publishing to topic:${topic} was answered ${pub.status}${codeOf(pub)}`);
+    if (pub.status !== 202)
+      return ctx.record(
+        "relay.topics",
+        "fail",
+        `publishing to topic:${topic} was answered ${pub.status}${codeOf(pub)}`,
+      );
     const res = await send("GET", "/relay/messages?limit=100", { key: peer });
     const list = parseJson(res.text);
     const got = Array.isArray(list) && list.some((x) => (x as Message)?.headers?.message_id === m.headers.message_id);
-    ctx.record("relay.topics", got ? "pass" : "fail", got ? `a message to topic:${topic} reached the subscriber's mailbox` : `the subscriber's mailbox (${res.status}) does not hold the message published to topic:${topic}`);
-    if (got) await send("DELETE", `/relay/messages/${encodeURIComponent(m.headers.message_id)}`, { key: peer }).catch(() => undefined);
-    await send("POST", "/relay/subscribe", { key: peer, body: JSON.stringify({ unsubscribe: { topics: [topic], agent: peer.agentId } }) }).catch(() => undefined);
+    ctx.record(
+      "relay.topics",
+      got ? "pass" : "fail",
+      got
+        ? `a message to topic:${topic} reached the subscriber's mailbox`
+        : `the subscriber's mailbox (${res.status}) does not hold the message published to topic:${topic}`,
+    );
+    if (got)
+      await send("DELETE", `/relay/messages/${encodeURIComponent(m.headers.message_id)}`, { key: peer }).catch(
+        () => undefined,
+      );
+    await send("POST", "/relay/subscribe", {
+      key: peer,
+      body: JSON.stringify({ unsubscribe: { topics: [topic], agent: peer.agentId } }),
+    }).catch(() => undefined);
   } catch (err) {
     ctx.record("relay.topics", "fail", (err as Error).message);
   }
@@ -223,22 +454,54 @@ async function topics(ctx: CheckContext, send: Send, key: SigningKey): Promise<v
 /** Webhook push (MAY; the profile's `push.webhook`): a message published to yourself is POSTed to the kit's inbox. */
 async function webhook(ctx: CheckContext, send: Send, key: SigningKey): Promise<void> {
   const inbox = ctx.send?.inbox;
-  if (!inbox) return ctx.record("relay.push.webhook", "skip", "needs the kit's inbox (--inbox-cert, --inbox-key) with a certificate the relay trusts");
+  if (!inbox)
+    return ctx.record(
+      "relay.push.webhook",
+      "skip",
+      "needs the kit's inbox (--inbox-cert, --inbox-key) with a certificate the relay trusts",
+    );
   const hook = inbox.hook(`relay-${randomUUID().slice(0, 8)}`);
   const box = `hook:${hook.split("/hook/")[1]}`;
   const m = signMessage(checkMessage(key.agentId, key.agentId), key);
   try {
-    const sub = await send("POST", "/relay/subscribe", { key, body: JSON.stringify({ push: { webhook: hook, agent: key.agentId } }) });
-    if (sub.status === 404 || sub.status === 405) return ctx.record("relay.push.webhook", "skip", `POST /relay/subscribe answered ${sub.status}: webhooks are not offered`);
-    if (sub.status >= 300) return ctx.record("relay.push.webhook", "fail", `registering the webhook ${hook} was answered ${sub.status}${codeOf(sub)}: ${clip(sub.text)}`);
+    const sub = await send("POST", "/relay/subscribe", {
+      key,
+      body: JSON.stringify({ push: { webhook: hook, agent: key.agentId } }),
+    });
+    if (sub.status === 404 || sub.status === 405)
+      return ctx.record(
+        "relay.push.webhook",
+        "skip",
+        `POST /relay/subscribe answered ${sub.status}: webhooks are not offered`,
+      );
+    if (sub.status >= 300)
+      return ctx.record(
+        "relay.push.webhook",
+        "fail",
+        `registering the webhook ${hook} was answered ${sub.status}${codeOf(sub)}: ${clip(sub.text)}`,
+      );
     const pub = await send("POST", "/relay/publish", { key, body: JSON.stringify(m) });
-    if (pub.status !== 202) return ctx.record("relay.push.webhook", "fail", `the publish to push was answered ${pub.status}${codeOf(pub)}`);
-    const came = await inbox.until(() => inbox.mailbox(box).some((d) => (d.json as Message | undefined)?.headers?.message_id === m.headers.message_id), Date.now() + PUSH_WAIT_MS);
-    ctx.record("relay.push.webhook", came ? "pass" : "fail", came ? `the message was POSTed to the webhook ${hook}` : `the webhook ${hook} got nothing within ${PUSH_WAIT_MS / 1000} s`);
+    if (pub.status !== 202)
+      return ctx.record("relay.push.webhook", "fail", `the publish to push was answered ${pub.status}${codeOf(pub)}`);
+    const came = await inbox.until(
+      () =>
+        inbox.mailbox(box).some((d) => (d.json as Message | undefined)?.headers?.message_id === m.headers.message_id),
+      Date.now() + PUSH_WAIT_MS,
+    );
+    ctx.record(
+      "relay.push.webhook",
+      came ? "pass" : "fail",
+      came
+        ? `the message was POSTed to the webhook ${hook}`
+        : `the webhook ${hook} got nothing within ${PUSH_WAIT_MS / 1000} s`,
+    );
   } catch (err) {
     ctx.record("relay.push.webhook", "fail", (err as Error).message);
   } finally {
-    await send("POST", "/relay/subscribe", { key, body: JSON.stringify({ push: { webhook: null, agent: key.agentId } }) }).catch(() => undefined);
+    await send("POST", "/relay/subscribe", {
+      key,
+      body: JSON.stringify({ push: { webhook: null, agent: key.agentId } }),
+    }).catch(() => undefined);
     await send("DELETE", `/relay/messages/${encodeURIComponent(m.headers.message_id)}`, { key }).catch(() => undefined);
   }
 }

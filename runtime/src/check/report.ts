@@ -8,17 +8,20 @@ export interface Gate {
   profile?: boolean;
 }
 
-export const failsRun = (level: Level, gate: Gate = {}): boolean => level === "MUST" || (level === "SHOULD" && !!gate.strict) || (level === "profile" && !!gate.profile);
+export const failsRun = (level: Level, gate: Gate = {}): boolean =>
+  level === "MUST" || (level === "SHOULD" && !!gate.strict) || (level === "profile" && !!gate.profile);
 
 /** The report for people: one line per check, then the totals per level. */
 export function formatReport(report: Report, gate: Gate = {}): string {
   const width = Math.max(...report.results.map((r) => r.id.length), 10);
   const lines = [`ifp check ${report.kind} ${report.target}`, ""];
-  for (const r of report.results) lines.push(`${MARK[r.result]}  ${r.level.padEnd(7)}  ${r.id.padEnd(width)}  ${r.reason}  [${r.section}]`);
+  for (const r of report.results)
+    lines.push(`${MARK[r.result]}  ${r.level.padEnd(7)}  ${r.id.padEnd(width)}  ${r.reason}  [${r.section}]`);
   lines.push("");
   for (const level of LEVELS) {
     const t = report.summary.levels[level];
-    if (t.pass + t.fail + t.skip) lines.push(`${level.padEnd(7)}  ${t.pass} passed, ${t.fail} failed, ${t.skip} skipped`);
+    if (t.pass + t.fail + t.skip)
+      lines.push(`${level.padEnd(7)}  ${t.pass} passed, ${t.fail} failed, ${t.skip} skipped`);
   }
   const { pass, fail, skip } = report.summary;
   lines.push(`total    ${pass} passed, ${fail} failed, ${skip} skipped; ${report.requests} requests`);
@@ -31,4 +34,5 @@ export function formatReport(report: Report, gate: Gate = {}): string {
 }
 
 /** 1 when a check of a level that fails the run failed (MUST; SHOULD with --strict; profile with --profile), else 0. */
-export const exitCode = (report: Report, gate: Gate = {}): number => (report.results.some((r) => r.result === "fail" && failsRun(r.level, gate)) ? 1 : 0);
+export const exitCode = (report: Report, gate: Gate = {}): number =>
+  report.results.some((r) => r.result === "fail" && failsRun(r.level, gate)) ? 1 : 0;

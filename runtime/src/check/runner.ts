@@ -8,7 +8,18 @@ import { redirectCheck, tlsChecks } from "./tls.ts";
 import { CHECKS, type CheckId } from "./catalog.ts";
 import { sendChecks } from "./send.ts";
 import { TestInbox } from "./test-inbox.ts";
-import { AGENT_GROUPS, LEVELS, RELAY_GROUPS, type CheckContext, type CheckResult, type Group, type Level, type Report, type SendSetup, type Tally } from "./types.ts";
+import {
+  AGENT_GROUPS,
+  LEVELS,
+  RELAY_GROUPS,
+  type CheckContext,
+  type CheckResult,
+  type Group,
+  type Level,
+  type Report,
+  type SendSetup,
+  type Tally,
+} from "./types.ts";
 
 export interface CheckOptions {
   url: string;
@@ -49,7 +60,10 @@ export function localApiBase(url: string): string {
     throw new CheckUsageError(`--local-api ${JSON.stringify(url)} is not a URL`);
   }
   const loopback = ["127.0.0.1", "localhost", "[::1]"].includes(u.hostname) || /^127\./.test(u.hostname);
-  if (u.protocol !== "https:" && !(u.protocol === "http:" && loopback)) throw new CheckUsageError("--local-api takes an https URL, or http to a loopback address (the pod's own local API)");
+  if (u.protocol !== "https:" && !(u.protocol === "http:" && loopback))
+    throw new CheckUsageError(
+      "--local-api takes an https URL, or http to a loopback address (the pod's own local API)",
+    );
   if (u.search || u.hash) throw new CheckUsageError("--local-api takes the base URL, without query or fragment");
   return `${u.origin}${u.pathname}`.replace(/\/+$/, "");
 }
@@ -62,7 +76,10 @@ export function targetBase(url: string): string {
   } catch {
     throw new CheckUsageError(`${JSON.stringify(url)} is not a URL`);
   }
-  if (u.protocol !== "https:") throw new CheckUsageError(`${url} is not https: IFP transport is TLS only (spec 5.2), and the kit checks nothing else`);
+  if (u.protocol !== "https:")
+    throw new CheckUsageError(
+      `${url} is not https: IFP transport is TLS only (spec 5.2), and the kit checks nothing else`,
+    );
   if (u.search || u.hash) throw new CheckUsageError("give the base URL, without query or fragment");
   return `${u.origin}${u.pathname}`.replace(/\/+$/, "");
 }
@@ -76,7 +93,8 @@ export async function runChecks(opts: CheckOptions): Promise<Report> {
     throw new CheckUsageError(`--only takes one of ${groups.join(", ")} for ${opts.relay ? "a relay" : "an agent"}`);
   }
   const run = (g: Group) => opts.only === undefined || opts.only === g;
-  if (opts.localApi && !opts.inbox) throw new CheckUsageError("--local-api needs the kit's inbox: --inbox-cert and --inbox-key");
+  if (opts.localApi && !opts.inbox)
+    throw new CheckUsageError("--local-api needs the kit's inbox: --inbox-cert and --inbox-key");
   if (opts.relay && opts.localApi) throw new CheckUsageError("--local-api is for an agent, not a relay");
   const localApi = opts.localApi && { ...opts.localApi, url: localApiBase(opts.localApi.url) };
   const results: CheckResult[] = [];
@@ -103,7 +121,8 @@ export async function runChecks(opts: CheckOptions): Promise<Report> {
       if (!rule) throw new Error(`unknown check ${id}`);
       const r: CheckResult = { id, section: rule.section, level: rule.level, result, reason: clip(why, 300) };
       const i = results.findIndex((x) => x.id === id);
-      if (i >= 0) results[i] = r; // a later, sharper verdict replaces the first
+      if (i >= 0)
+        results[i] = r; // a later, sharper verdict replaces the first
       else results.push(r);
     },
   };

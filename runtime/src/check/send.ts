@@ -4,7 +4,7 @@ import { publicKeyFromRaw } from "../protocol/keys.ts";
 import { Message } from "../protocol/message.ts";
 import { DEFAULT_SIGNED_HEADERS, parseKeyId, verifySignature } from "../protocol/signing.ts";
 import { clip, parseJson } from "./common.ts";
-import { accept, failThenAccept, messageIdOf, refuse, type Behaviour, type Delivery } from "./test-inbox.ts";
+import { accept, failThenAccept, messageIdOf, refuse, type Behaviour } from "./test-inbox.ts";
 import type { CheckContext } from "./types.ts";
 
 const SEND_CHECKS = [
@@ -25,9 +25,13 @@ const SEND_CHECKS = [
 /** At most this many messages the kit asks the target's local API to send. */
 const MAX_LOCAL_API_CALLS = 8;
 
-const identityOf =
-  (inbox: string | undefined, relays?: string[]) =>
-  (agentId: string) => ({ ifp: 5, agent_id: agentId, keys: [], ...(inbox ? { endpoints: { inbox } } : {}), ...(relays ? { relay: { urls: relays, preference: "any" } } : {}) });
+const identityOf = (inbox: string | undefined, relays?: string[]) => (agentId: string) => ({
+  ifp: 5,
+  agent_id: agentId,
+  keys: [],
+  ...(inbox ? { endpoints: { inbox } } : {}),
+  ...(relays ? { relay: { urls: relays, preference: "any" } } : {}),
+});
 
 /**
  * What the target sends (spec 3, 4.1, 5.2, 7.2.3, 8; IFP-5 3; IFP-8 2.3), seen by the kit's own
@@ -39,11 +43,21 @@ const identityOf =
 export async function sendChecks(ctx: CheckContext): Promise<void> {
   const send = ctx.send;
   if (!send || (!send.localApi && !ctx.key)) {
-    for (const id of SEND_CHECKS) ctx.record(id, "skip", "needs the kit's inbox (--inbox-cert, --inbox-key) and a way to make the target send: --local-api, or --key with the target sending the key's agent's messages to the kit's inbox");
+    for (const id of SEND_CHECKS)
+      ctx.record(
+        id,
+        "skip",
+        "needs the kit's inbox (--inbox-cert, --inbox-key) and a way to make the target send: --local-api, or --key with the target sending the key's agent's messages to the kit's inbox",
+      );
     return;
   }
   if (!send.localApi && !ctx.has("inbox.protocol-problem")) {
-    for (const id of SEND_CHECKS) ctx.record(id, "skip", "without --local-api the target is made to send by the inbox group's probes: run it too (not --only send)");
+    for (const id of SEND_CHECKS)
+      ctx.record(
+        id,
+        "skip",
+        "without --local-api the target is made to send by the inbox group's probes: run it too (not --only send)",
+      );
     return;
   }
   const inbox = send.inbox;
@@ -58,7 +72,14 @@ export async function sendChecks(ctx: CheckContext): Promise<void> {
       ["retry", { identity: (id) => identityOf(`${id}/.well-known/agent/inbox`)(id), inbox: failThenAccept(2) }],
       ["refuse", { identity: (id) => identityOf(`${id}/.well-known/agent/inbox`)(id), inbox: refuse }],
       ["plain", { identity: identityOf(plainInbox), inbox: accept }],
-      ["relays", { identity: (id) => identityOf(undefined, [`${id}/r/one`, `${id}/r/two`])(id), inbox: accept, relays: { one: unavailable, two: accept } }],
+      [
+        "relays",
+        {
+          identity: (id) => identityOf(undefined, [`${id}/r/one`, `${id}/r/two`])(id),
+          inbox: accept,
+          relays: { one: unavailable, two: accept },
+        },
+      ],
     ];
     retryBox = "retry";
     refuseBox = "refuse";
@@ -69,7 +90,8 @@ export async function sendChecks(ctx: CheckContext): Promise<void> {
       if (++calls > MAX_LOCAL_API_CALLS) break;
       const problem = await outbox(send.localApi, to, name);
       if (problem) {
-        for (const id of SEND_CHECKS) ctx.record(id, "fail", `the local API did not take a message to ${to}: ${problem}`);
+        for (const id of SEND_CHECKS)
+          ctx.record(id, "fail", `the local API did not take a message to ${to}: ${problem}`);
         return;
       }
     }
@@ -81,32 +103,88 @@ export async function sendChecks(ctx: CheckContext): Promise<void> {
   const retries = inbox.mailbox(retryBox);
   const firstInterval = retries.length > 1 ? retries[1]!.at - retries[0]!.at : send.waitMs;
   const refusedAt = inbox.mailbox(refuseBox)[0]?.at;
-  if (refusedAt !== undefined) await inbox.until(() => inbox.mailbox(refuseBox).length > 1, Math.min(deadline, refusedAt + Math.max(2 * firstInterval, 5000)));
+  if (refusedAt !== undefined)
+    await inbox.until(
+      () => inbox.mailbox(refuseBox).length > 1,
+      Math.min(deadline, refusedAt + Math.max(2 * firstInterval, 5000)),
+    );
   const waited = Math.round((Date.now() - started) / 1000);
 
   const plain = inbox.plain;
-  ctx.record("send.https-only", plain.length ? "fail" : "pass", plain.length ? `the target sent ${plain[0]!.method} ${plain[0]!.path} over plain HTTP to the inbox a peer advertised as http://` : "nothing reached the kit over plain HTTP, though a peer advertised an http:// inbox");
+  ctx.record(
+    "send.https-only",
+    plain.length ? "fail" : "pass",
+    plain.length
+      ? `the target sent ${plain[0]!.method} ${plain[0]!.path} over plain HTTP to the inbox a peer advertised as http://`
+      : "nothing reached the kit over plain HTTP, though a peer advertised an http:// inbox",
+  );
 
-  const posts = inbox.deliveries.filter((d) => d.method === "POST" && d.mailbox && !d.mailbox.includes("/r/") && !d.mailbox.startsWith("hook:"));
+  const posts = inbox.deliveries.filter(
+    (d) => d.method === "POST" && d.mailbox && !d.mailbox.includes("/r/") && !d.mailbox.startsWith("hook:"),
+  );
   if (!posts.length) {
-    for (const id of ["send.request", "send.message", "send.idempotency-key", "send.signature", "send.signature.verifies"] as const) ctx.record(id, "skip", `the target delivered nothing to the kit's inbox within ${waited} s`);
+    for (const id of [
+      "send.request",
+      "send.message",
+      "send.idempotency-key",
+      "send.signature",
+      "send.signature.verifies",
+    ] as const)
+      ctx.record(id, "skip", `the target delivered nothing to the kit's inbox within ${waited} s`);
   } else {
-    const badRequest = posts.find((d) => mediaType(d.headers["content-type"]) !== "application/json" || !accepts(d.headers.accept));
-    ctx.record("send.request", badRequest ? "fail" : "pass", badRequest ? `a delivery had Content-Type ${JSON.stringify(badRequest.headers["content-type"])} and Accept ${JSON.stringify(badRequest.headers.accept)}; both must be application/json` : `${posts.length} deliveries with Content-Type ${posts[0]!.headers["content-type"]} and Accept ${posts[0]!.headers.accept}`);
+    const badRequest = posts.find(
+      (d) => mediaType(d.headers["content-type"]) !== "application/json" || !accepts(d.headers.accept),
+    );
+    ctx.record(
+      "send.request",
+      badRequest ? "fail" : "pass",
+      badRequest
+        ? `a delivery had Content-Type ${JSON.stringify(badRequest.headers["content-type"])} and Accept ${JSON.stringify(badRequest.headers.accept)}; both must be application/json`
+        : `${posts.length} deliveries with Content-Type ${posts[0]!.headers["content-type"]} and Accept ${posts[0]!.headers.accept}`,
+    );
     const parsed = posts.map((d) => ({ d, m: Message.safeParse(d.json) }));
     const notMessage = parsed.find((p) => !p.m.success);
-    ctx.record("send.message", notMessage ? "fail" : "pass", notMessage ? `a delivery is not an IFP-4 message: ${notMessage.m.error!.issues.slice(0, 2).map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")} — ${clip(notMessage.d.body.toString("utf8"))}` : `${posts.length} deliveries, each one IFP-4 message`);
+    ctx.record(
+      "send.message",
+      notMessage ? "fail" : "pass",
+      notMessage
+        ? `a delivery is not an IFP-4 message: ${notMessage.m
+            .error!.issues.slice(0, 2)
+            .map((i) => `${i.path.join(".")}: ${i.message}`)
+            .join("; ")} — ${clip(notMessage.d.body.toString("utf8"))}`
+        : `${posts.length} deliveries, each one IFP-4 message`,
+    );
     const noKey = posts.find((d) => d.headers["idempotency-key"] !== messageIdOf(d));
-    ctx.record("send.idempotency-key", noKey ? "fail" : "pass", noKey ? `a delivery of ${messageIdOf(noKey)} carried Idempotency-Key ${JSON.stringify(noKey.headers["idempotency-key"])}, not its message_id` : "every delivery carried Idempotency-Key = its message_id");
+    ctx.record(
+      "send.idempotency-key",
+      noKey ? "fail" : "pass",
+      noKey
+        ? `a delivery of ${messageIdOf(noKey)} carried Idempotency-Key ${JSON.stringify(noKey.headers["idempotency-key"])}, not its message_id`
+        : "every delivery carried Idempotency-Key = its message_id",
+    );
     const messages = parsed.filter((p) => p.m.success).map((p) => p.m.data!);
     const shape = messages.map(signatureShape).find((x) => x);
-    ctx.record("send.signature", !messages.length ? "skip" : shape ? "fail" : "pass", !messages.length ? "no message to look at" : shape ?? "every message carries an ed25519 signature of its sender over the recommended headers and the body");
+    ctx.record(
+      "send.signature",
+      !messages.length ? "skip" : shape ? "fail" : "pass",
+      !messages.length
+        ? "no message to look at"
+        : (shape ??
+            "every message carries an ed25519 signature of its sender over the recommended headers and the body"),
+    );
     const keys = await targetKeys(ctx);
     if (!messages.length) ctx.record("send.signature.verifies", "skip", "no message to look at");
-    else if (!keys) ctx.record("send.signature.verifies", "skip", "the target's identity document (its keys) could not be read");
+    else if (!keys)
+      ctx.record("send.signature.verifies", "skip", "the target's identity document (its keys) could not be read");
     else {
       const bad = messages.find((m) => !verifiesWith(m, keys));
-      ctx.record("send.signature.verifies", bad ? "fail" : "pass", bad ? `${bad.headers.message_id}'s signature does not verify with the target's identity-document key under this project's signing input (JCS of {headers, body})` : `${messages.length} messages verify with the target's published key`);
+      ctx.record(
+        "send.signature.verifies",
+        bad ? "fail" : "pass",
+        bad
+          ? `${bad.headers.message_id}'s signature does not verify with the target's identity-document key under this project's signing input (JCS of {headers, body})`
+          : `${messages.length} messages verify with the target's published key`,
+      );
     }
   }
 
@@ -116,47 +194,110 @@ export async function sendChecks(ctx: CheckContext): Promise<void> {
     ctx.record("send.backoff", "skip", "no retry to time");
   } else {
     const same = retries.every((d) => messageIdOf(d) === messageIdOf(retries[0]!));
-    ctx.record("send.retry-5xx", retries.length > 1 && same ? "pass" : "fail", retries.length > 1 ? (same ? `answered 500, retried after ${secs(firstInterval)}` : "the retry carried another message_id") : `answered 500, not retried within ${waited} s (IFP-6 7 retries first after 1 minute: give --send-wait more time)`);
-    if (retries.length < 3) ctx.record("send.backoff", "skip", `${retries.length} deliveries within ${waited} s; the second retry, whose interval shows the backoff, did not come`);
+    ctx.record(
+      "send.retry-5xx",
+      retries.length > 1 && same ? "pass" : "fail",
+      retries.length > 1
+        ? same
+          ? `answered 500, retried after ${secs(firstInterval)}`
+          : "the retry carried another message_id"
+        : `answered 500, not retried within ${waited} s (IFP-6 7 retries first after 1 minute: give --send-wait more time)`,
+    );
+    if (retries.length < 3)
+      ctx.record(
+        "send.backoff",
+        "skip",
+        `${retries.length} deliveries within ${waited} s; the second retry, whose interval shows the backoff, did not come`,
+      );
     else {
       const second = retries[2]!.at - retries[1]!.at;
       // Jitter is allowed: the second interval must not be clearly shorter than the first.
-      ctx.record("send.backoff", second >= firstInterval * 0.8 ? "pass" : "fail", `intervals ${secs(firstInterval)}, then ${secs(second)}${second >= firstInterval * 0.8 ? "" : ": the pause shrank"}`);
+      ctx.record(
+        "send.backoff",
+        second >= firstInterval * 0.8 ? "pass" : "fail",
+        `intervals ${secs(firstInterval)}, then ${secs(second)}${second >= firstInterval * 0.8 ? "" : ": the pause shrank"}`,
+      );
     }
   }
   const refused = inbox.mailbox(refuseBox);
-  if (!refused.length) ctx.record("send.no-retry-4xx", "skip", `the message the kit refuses with 400 never arrived within ${waited} s`);
-  else ctx.record("send.no-retry-4xx", refused.length > 1 ? "fail" : "pass", refused.length > 1 ? `answered 400, and sent again ${secs(refused[1]!.at - refused[0]!.at)} later: a sender MUST NOT retry after a 4xx` : `answered 400, not sent again within ${secs(Date.now() - refused[0]!.at)}`);
+  if (!refused.length)
+    ctx.record("send.no-retry-4xx", "skip", `the message the kit refuses with 400 never arrived within ${waited} s`);
+  else
+    ctx.record(
+      "send.no-retry-4xx",
+      refused.length > 1 ? "fail" : "pass",
+      refused.length > 1
+        ? `answered 400, and sent again ${secs(refused[1]!.at - refused[0]!.at)} later: a sender MUST NOT retry after a 4xx`
+        : `answered 400, not sent again within ${secs(Date.now() - refused[0]!.at)}`,
+    );
 
   // Relays: the peer offers two (no inbox); the first answers 503.
   if (!relayBoxes) {
-    for (const id of ["send.relay-preference", "send.relay-fallback", "send.relay-signature"] as const) ctx.record(id, "skip", "needs --local-api: the kit asks the target to send to a peer that has relays");
+    for (const id of ["send.relay-preference", "send.relay-fallback", "send.relay-signature"] as const)
+      ctx.record(id, "skip", "needs --local-api: the kit asks the target to send to a peer that has relays");
     return;
   }
   const publishes = inbox.deliveries.filter((d) => relayBoxes.includes(d.mailbox));
   if (!publishes.length) {
-    ctx.record("send.relay-preference", "fail", `the peer reachable only through its relays got nothing at either within ${waited} s`);
+    ctx.record(
+      "send.relay-preference",
+      "fail",
+      `the peer reachable only through its relays got nothing at either within ${waited} s`,
+    );
     ctx.record("send.relay-fallback", "skip", "no publish seen");
     ctx.record("send.relay-signature", "skip", "no publish seen");
     return;
   }
-  ctx.record("send.relay-preference", "pass", `published at ${publishes[0]!.mailbox.split("/r/")[1]}, one of the peer's relays (preference any)`);
+  ctx.record(
+    "send.relay-preference",
+    "pass",
+    `published at ${publishes[0]!.mailbox.split("/r/")[1]}, one of the peer's relays (preference any)`,
+  );
   const firstBox = publishes[0]!.mailbox;
-  if (firstBox !== relayBoxes[0]) ctx.record("send.relay-fallback", "skip", "the first relay tried was the one that accepts; the fallback was not exercised");
+  if (firstBox !== relayBoxes[0])
+    ctx.record(
+      "send.relay-fallback",
+      "skip",
+      "the first relay tried was the one that accepts; the fallback was not exercised",
+    );
   else {
     const next = publishes.find((d) => d.mailbox === relayBoxes[1]);
-    ctx.record("send.relay-fallback", next ? "pass" : "fail", next ? `after the first relay's 503 the second was tried ${secs(next.at - publishes[0]!.at)} later` : `after the first relay's 503 the second was not tried within ${waited} s`);
+    ctx.record(
+      "send.relay-fallback",
+      next ? "pass" : "fail",
+      next
+        ? `after the first relay's 503 the second was tried ${secs(next.at - publishes[0]!.at)} later`
+        : `after the first relay's 503 the second was not tried within ${waited} s`,
+    );
   }
   const keys = await targetKeys(ctx);
   if (!keys) ctx.record("send.relay-signature", "skip", "the target's identity document (its keys) could not be read");
   else {
-    const results = await Promise.all(publishes.map((d) => verifyRequest({ method: d.method, url: d.url, headers: d.headers, body: d.body }, (agent, keyId) => keyFor(keys, agent, keyId)).then(() => undefined, (err: Error) => err.message)));
+    const results = await Promise.all(
+      publishes.map((d) =>
+        verifyRequest({ method: d.method, url: d.url, headers: d.headers, body: d.body }, (agent, keyId) =>
+          keyFor(keys, agent, keyId),
+        ).then(
+          () => undefined,
+          (err: Error) => err.message,
+        ),
+      ),
+    );
     const problem = results.find((r) => r);
-    ctx.record("send.relay-signature", problem ? "fail" : "pass", problem ? `a publish's request signature: ${problem}` : `${publishes.length} publishes carry an RFC 9421 signature by the target's key`);
+    ctx.record(
+      "send.relay-signature",
+      problem ? "fail" : "pass",
+      problem
+        ? `a publish's request signature: ${problem}`
+        : `${publishes.length} publishes carry an RFC 9421 signature by the target's key`,
+    );
   }
 }
 
-const unavailable: Behaviour = () => ({ status: 503, body: { status: "error", code: "unavailable", message: "ifp check: this relay is down on purpose; try the next" } });
+const unavailable: Behaviour = () => ({
+  status: 503,
+  body: { status: "error", code: "unavailable", message: "ifp check: this relay is down on purpose; try the next" },
+});
 
 async function outbox(api: { url: string; token?: string }, to: string, scenario: string): Promise<string | undefined> {
   try {
@@ -182,8 +323,10 @@ function signatureShape(m: Message): string | undefined {
   const sigs = m.security?.signatures ?? [];
   if (!sigs.length) return `${m.headers.message_id} carries no signature (security.signatures)`;
   const own = sigs.find((s) => parseKeyId(s.key_id)?.agentId === m.headers.from.agent);
-  if (!own) return `${m.headers.message_id}: no signature's key_id names the sender ${m.headers.from.agent} (<agent_id>#<key>)`;
-  if (own.alg !== "ed25519") return `${m.headers.message_id}: alg ${own.alg}, not ed25519 (IFP-5 3.4: SHOULD support Ed25519)`;
+  if (!own)
+    return `${m.headers.message_id}: no signature's key_id names the sender ${m.headers.from.agent} (<agent_id>#<key>)`;
+  if (own.alg !== "ed25519")
+    return `${m.headers.message_id}: alg ${own.alg}, not ed25519 (IFP-5 3.4: SHOULD support Ed25519)`;
   const missing = DEFAULT_SIGNED_HEADERS.filter((h) => h in m.headers && !own.signed_headers.includes(h));
   if (missing.length) return `${m.headers.message_id}: signed_headers leave out ${missing.join(", ")} (IFP-5 3.1)`;
   if (own.signed_body !== true) return `${m.headers.message_id}: signed_body is not true`;
@@ -197,7 +340,9 @@ async function targetKeys(ctx: CheckContext): Promise<Keys | undefined> {
   let identity = ctx.learned.identity;
   if (!identity) {
     try {
-      const res = await ctx.probe.request(`${ctx.base}/.well-known/agent/identity`, { headers: { accept: "application/json" } });
+      const res = await ctx.probe.request(`${ctx.base}/.well-known/agent/identity`, {
+        headers: { accept: "application/json" },
+      });
       const doc = parseJson(res.text) as CheckContext["learned"]["identity"];
       if (res.status === 200 && doc && Array.isArray(doc.keys)) identity = ctx.learned.identity = doc;
     } catch {
@@ -235,5 +380,6 @@ function verifiesWith(m: Message, keys: Keys): boolean {
 }
 
 const mediaType = (v: string | undefined) => (v ?? "").split(";")[0]!.trim().toLowerCase();
-const accepts = (v: string | undefined) => !!v && v.split(",").some((t) => ["application/json", "application/*", "*/*"].includes(mediaType(t)));
+const accepts = (v: string | undefined) =>
+  !!v && v.split(",").some((t) => ["application/json", "application/*", "*/*"].includes(mediaType(t)));
 const secs = (ms: number) => `${(ms / 1000).toFixed(1)} s`;

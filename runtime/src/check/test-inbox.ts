@@ -35,12 +35,28 @@ export interface Answer {
 export type Behaviour = (nth: number, d: Delivery) => Answer;
 
 export const accept: Behaviour = (_n, d) => ({ status: 202, body: { status: "accepted", message_id: messageIdOf(d) } });
-export const refuse: Behaviour = () => ({ status: 400, body: { status: "error", code: "invalid_format", message: "ifp check: refused on purpose; a sender must not retry a 4xx" } });
+export const refuse: Behaviour = () => ({
+  status: 400,
+  body: {
+    status: "error",
+    code: "invalid_format",
+    message: "ifp check: refused on purpose; a sender must not retry a 4xx",
+  },
+});
 /** 500 for the first `failures` deliveries of a message, then 202. */
 export const failThenAccept =
   (failures: number): Behaviour =>
   (n, d) =>
-    n <= failures ? { status: 500, body: { status: "error", code: "internal_error", message: "ifp check: failing on purpose; a sender should retry" } } : accept(n, d);
+    n <= failures
+      ? {
+          status: 500,
+          body: {
+            status: "error",
+            code: "internal_error",
+            message: "ifp check: failing on purpose; a sender should retry",
+          },
+        }
+      : accept(n, d);
 
 export function messageIdOf(d: Pick<Delivery, "json">): string | undefined {
   const id = (d.json as { headers?: { message_id?: unknown } } | undefined)?.headers?.message_id;
@@ -89,11 +105,15 @@ export class TestInbox {
   static async start(opts: { cert: string; key: string; port?: number; host?: string }): Promise<TestInbox> {
     const host = opts.host ?? "localhost";
     let inbox: TestInbox | undefined;
-    const server = httpsServer({ cert: opts.cert, key: opts.key, minVersion: "TLSv1.2" }, (req, res) => inbox!.handle(req, res, false));
+    const server = httpsServer({ cert: opts.cert, key: opts.key, minVersion: "TLSv1.2" }, (req, res) =>
+      inbox!.handle(req, res, false),
+    );
     const plainServer = httpServer((req, res) => inbox!.handle(req, res, true));
     server.headersTimeout = plainServer.headersTimeout = 10_000;
     server.requestTimeout = plainServer.requestTimeout = 30_000;
-    await new Promise<void>((resolve, reject) => server.once("error", reject).listen(opts.port ?? 0, "127.0.0.1", resolve));
+    await new Promise<void>((resolve, reject) =>
+      server.once("error", reject).listen(opts.port ?? 0, "127.0.0.1", resolve),
+    );
     await new Promise<void>((resolve, reject) => plainServer.once("error", reject).listen(0, "127.0.0.1", resolve));
     const port = (server.address() as { port: number }).port;
     const plainPort = (plainServer.address() as { port: number }).port;
@@ -145,7 +165,11 @@ export class TestInbox {
     return true;
   }
 
-  private handle(req: import("node:http").IncomingMessage, res: import("node:http").ServerResponse, plain: boolean): void {
+  private handle(
+    req: import("node:http").IncomingMessage,
+    res: import("node:http").ServerResponse,
+    plain: boolean,
+  ): void {
     const chunks: Buffer[] = [];
     let size = 0;
     req.on("data", (c: Buffer) => {
@@ -168,7 +192,9 @@ export class TestInbox {
         status: 404,
         tls: plain ? undefined : ((req.socket as TLSSocket).getProtocol?.() ?? undefined),
       };
-      const answer = plain ? { status: 404, body: { status: "error", code: "not_found", message: "plain HTTP is not IFP" } } : this.route(d);
+      const answer = plain
+        ? { status: 404, body: { status: "error", code: "not_found", message: "plain HTTP is not IFP" } }
+        : this.route(d);
       d.status = answer.status;
       const list = plain ? this.plain : this.deliveries;
       if (list.length < MAX_KEPT) list.push(d);
@@ -200,8 +226,10 @@ export class TestInbox {
   }
 
   private serveAgent(d: Delivery, name: string, agentId: string, agent: VirtualAgent, rest: string): Answer {
-    if (d.method === "GET" && rest === "/.well-known/agent/identity") return { status: 200, body: agent.identity(agentId) };
-    if (d.method === "GET" && rest === "/.well-known/agent/capabilities") return { status: 200, body: agent.capabilities ?? capabilityDocument(agentId) };
+    if (d.method === "GET" && rest === "/.well-known/agent/identity")
+      return { status: 200, body: agent.identity(agentId) };
+    if (d.method === "GET" && rest === "/.well-known/agent/capabilities")
+      return { status: 200, body: agent.capabilities ?? capabilityDocument(agentId) };
     if (d.method === "POST" && rest === "/.well-known/agent/inbox") {
       d.mailbox = name;
       return agent.inbox(this.nth(d), d);
@@ -217,10 +245,14 @@ export class TestInbox {
   private serveRoot(d: Delivery, path: string): Answer {
     const root = this.root!;
     if (d.method === "GET" && path === "/.well-known/agent/identity") return { status: 200, body: root.identity };
-    if (d.method === "GET" && path === "/.well-known/agent/capabilities") return { status: 200, body: capabilityDocument(root.agentId) };
+    if (d.method === "GET" && path === "/.well-known/agent/capabilities")
+      return { status: 200, body: capabilityDocument(root.agentId) };
     if (d.method !== "POST" || path !== "/.well-known/agent/inbox") return notFound;
-    const h = (d.json as { headers?: { thread?: { in_reply_to?: unknown }; conversation_id?: unknown } } | undefined)?.headers;
-    const key = [h?.thread?.in_reply_to, h?.conversation_id].find((k): k is string => typeof k === "string" && this.replies.has(k));
+    const h = (d.json as { headers?: { thread?: { in_reply_to?: unknown }; conversation_id?: unknown } } | undefined)
+      ?.headers;
+    const key = [h?.thread?.in_reply_to, h?.conversation_id].find(
+      (k): k is string => typeof k === "string" && this.replies.has(k),
+    );
     const route = key ? this.replies.get(key)! : { mailbox: "root", behaviour: accept };
     d.mailbox = route.mailbox;
     return route.behaviour(this.nth(d), d);
@@ -243,5 +275,11 @@ export class TestInbox {
 const notFound: Answer = { status: 404, body: { status: "error", code: "not_found", message: "no such endpoint" } };
 
 function capabilityDocument(agentId: string) {
-  return { ifp: 7, agent_id: agentId, capabilities: [{ name: "message.receive", description: "The conformance kit's inbox" }], ifp_support: [3, 4, 5, 6, 7, 8], updated: "2026-01-01T00:00:00Z" };
+  return {
+    ifp: 7,
+    agent_id: agentId,
+    capabilities: [{ name: "message.receive", description: "The conformance kit's inbox" }],
+    ifp_support: [3, 4, 5, 6, 7, 8],
+    updated: "2026-01-01T00:00:00Z",
+  };
 }

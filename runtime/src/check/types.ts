@@ -67,7 +67,12 @@ export interface CheckContext {
   /** Whether a check has a verdict already. */
   has(id: string): boolean;
   /** What discovery learned, for later groups. */
-  learned: { agentId?: string; maxMessageBytes?: number; identity?: { agent_id: string; keys: { key_id: string; type: string; public_key: string; status?: string }[] }; capabilities?: { capabilities: { name: string; conditions?: Record<string, unknown> }[] } };
+  learned: {
+    agentId?: string;
+    maxMessageBytes?: number;
+    identity?: { agent_id: string; keys: { key_id: string; type: string; public_key: string; status?: string }[] };
+    capabilities?: { capabilities: { name: string; conditions?: Record<string, unknown> }[] };
+  };
   /** Error answers the run saw, for the error-body and error-code checks: the check, the answer, the standard code IFP-6 names for the case. */
   errors: { id: string; status: number; text: string; code?: readonly string[] }[];
 }

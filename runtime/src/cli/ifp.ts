@@ -110,7 +110,11 @@ async function httpFor(caFile: string | undefined): Promise<HttpClient> {
 }
 
 async function discover(args: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { "ca-file": { type: "string" }, json: { type: "boolean" } } });
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { "ca-file": { type: "string" }, json: { type: "boolean" } },
+  });
   const url = positionals[0];
   if (!url) throw new UsageError("discover needs the peer's https URL");
   const http = await httpFor(values["ca-file"]);
@@ -121,7 +125,8 @@ async function discover(args: string[]): Promise<number> {
     if (identity.status === "rejected" && capabilities.status === "rejected") throw identity.reason;
     const out = {
       identity: identity.status === "fulfilled" ? identity.value : { error: (identity.reason as Error).message },
-      capabilities: capabilities.status === "fulfilled" ? capabilities.value : { error: (capabilities.reason as Error).message },
+      capabilities:
+        capabilities.status === "fulfilled" ? capabilities.value : { error: (capabilities.reason as Error).message },
     };
     if (values.json) {
       process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
@@ -131,7 +136,8 @@ async function discover(args: string[]): Promise<number> {
         process.stdout.write(`agent     ${d.agent_id}${d.display ? ` (${d.display})` : ""}\n`);
         for (const k of d.keys) process.stdout.write(`key       ${k.key_id} ${k.type} ${k.status} ${k.public_key}\n`);
         if (d.endpoints?.inbox) process.stdout.write(`inbox     ${d.endpoints.inbox}\n`);
-        if (d.relay?.urls.length) process.stdout.write(`relays    ${d.relay.urls.join(", ")} (${d.relay.preference ?? "any"})\n`);
+        if (d.relay?.urls.length)
+          process.stdout.write(`relays    ${d.relay.urls.join(", ")} (${d.relay.preference ?? "any"})\n`);
       } else {
         process.stdout.write(`identity  unavailable: ${(identity.reason as Error).message}\n`);
       }
@@ -139,7 +145,11 @@ async function discover(args: string[]): Promise<number> {
         const c = capabilities.value;
         process.stdout.write(`supports  IFP ${(c.ifp_support ?? []).join(", ")}; updated ${c.updated ?? "?"}\n`);
         for (const cap of c.capabilities) {
-          const cond = cap.conditions ? ` [${Object.entries(cap.conditions).map(([k, v]) => `${k}=${v}`).join(", ")}]` : "";
+          const cond = cap.conditions
+            ? ` [${Object.entries(cap.conditions)
+                .map(([k, v]) => `${k}=${v}`)
+                .join(", ")}]`
+            : "";
           process.stdout.write(`  ${cap.name} v${cap.version} — ${cap.description}${cond}\n`);
         }
       } else {
@@ -194,7 +204,11 @@ async function send(args: string[]): Promise<number> {
     say(`sending ${message.headers.message_id} to ${to} at ${inbox} …`);
     const res = await http.request(inbox, {
       method: "POST",
-      headers: { "content-type": "application/json; charset=utf-8", accept: "application/json", "idempotency-key": message.headers.message_id },
+      headers: {
+        "content-type": "application/json; charset=utf-8",
+        accept: "application/json",
+        "idempotency-key": message.headers.message_id,
+      },
       body: JSON.stringify(message),
     });
     process.stdout.write(`${res.status} ${res.text}\n`);

@@ -15,14 +15,25 @@ export async function relayCommand(args: string[]): Promise<number> {
   const { values, positionals } = parseArgs({
     args,
     allowPositionals: true,
-    options: { key: { type: "string" }, from: { type: "string" }, "key-id": { type: "string", default: "key-1" }, "ca-file": { type: "string" }, ack: { type: "boolean" }, limit: { type: "string" } },
+    options: {
+      key: { type: "string" },
+      from: { type: "string" },
+      "key-id": { type: "string", default: "key-1" },
+      "ca-file": { type: "string" },
+      ack: { type: "boolean" },
+      limit: { type: "string" },
+    },
   });
   const [verb, url] = positionals;
   const from = values.from ?? process.env.IFP_AGENT_ID;
   if ((verb !== "pull" && verb !== "tail") || !url) throw usage("relay needs pull or tail and the relay's https URL");
   if (!values.key) throw usage("relay needs --key FILE (your Ed25519 key, PKCS#8 PEM)");
   if (!from) throw usage("relay needs --from AGENT_ID (or IFP_AGENT_ID)");
-  const key: SigningKey = { agentId: from, keyId: values["key-id"]!, privateKey: privateKeyFromPem(await readFile(values.key)) };
+  const key: SigningKey = {
+    agentId: from,
+    keyId: values["key-id"]!,
+    privateKey: privateKeyFromPem(await readFile(values.key)),
+  };
   const extraCa = values["ca-file"] ? await readFile(values["ca-file"], "utf8") : undefined;
   if (verb === "pull") {
     const http = new HttpClient({ extraCa, userAgent: "ifp-cli" });
@@ -34,7 +45,9 @@ export async function relayCommand(args: string[]): Promise<number> {
         process.stdout.write(`${JSON.stringify(m)}\n`);
         if (values.ack) await client.ack(m.headers.message_id);
       }
-      say(`${messages.length} message${messages.length === 1 ? "" : "s"}${values.ack ? ", acknowledged" : " (still waiting; --ack removes them)"}`);
+      say(
+        `${messages.length} message${messages.length === 1 ? "" : "s"}${values.ack ? ", acknowledged" : " (still waiting; --ack removes them)"}`,
+      );
       return 0;
     } finally {
       await http.close();
@@ -62,7 +75,8 @@ async function tail(base: string, key: SigningKey, extraCa: string | undefined):
       // Framed as the SSE standard allows (LF, CRLF or CR line ends): one message per line out.
       void (async () => {
         try {
-          for await (const event of sseEvents(res, MAX_PAGE_BYTES)) if (event.event === "message") process.stdout.write(`${event.data}\n`);
+          for await (const event of sseEvents(res, MAX_PAGE_BYTES))
+            if (event.event === "message") process.stdout.write(`${event.data}\n`);
         } catch (err) {
           say(`the stream from ${base} broke off: ${(err as Error).message}`);
           resolve(1);

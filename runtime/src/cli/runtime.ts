@@ -111,14 +111,18 @@ export function readFlags(argv: string[]): { mode: string | undefined; flags: Fl
 
 function required(flags: Flags, name: keyof Flags): string {
   const v = flags[name];
-  if (!v) throw new UsageError(`--${name} is required (or ${OPTIONS[name] && "env" in OPTIONS[name] ? OPTIONS[name].env : ""})`);
+  if (!v)
+    throw new UsageError(
+      `--${name} is required (or ${OPTIONS[name] && "env" in OPTIONS[name] ? OPTIONS[name].env : ""})`,
+    );
   return v;
 }
 
 function port(flags: Flags): number {
   const text = flags.port ?? "8443";
   const n = Number(text);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`a port must be a number from 0 to 65535, not ${text}`);
+  if (!Number.isInteger(n) || n < 0 || n > 65535)
+    throw new UsageError(`a port must be a number from 0 to 65535, not ${text}`);
   return n;
 }
 
@@ -149,7 +153,10 @@ function localApiTls(flags: Flags): { localApiTlsPort?: number; localApiTokenFil
   const tokenFile = flags["local-api-token-file"];
   if (tlsPort === undefined && tokenFile === undefined) return {};
   if (tlsPort === undefined) throw new UsageError("--local-api-token-file needs --local-api-tls-port");
-  if (tokenFile === undefined) throw new UsageError("--local-api-tls-port needs --local-api-token-file: that listener never serves without a token");
+  if (tokenFile === undefined)
+    throw new UsageError(
+      "--local-api-tls-port needs --local-api-token-file: that listener never serves without a token",
+    );
   return { localApiTlsPort: port({ port: tlsPort }), localApiTokenFile: tokenFile };
 }
 

@@ -144,7 +144,8 @@ export class LocalApiClient {
 
   /** Up to `limit` inbound messages (waiting up to `waitSeconds` when fewer are there); acknowledge each within 60 s. */
   async pull(limit = 10, waitSeconds = 1): Promise<InboundDelivery[]> {
-    return (await this.call<{ messages: InboundDelivery[] }>("GET", `/messages?limit=${limit}&wait=${waitSeconds}`)).messages;
+    return (await this.call<{ messages: InboundDelivery[] }>("GET", `/messages?limit=${limit}&wait=${waitSeconds}`))
+      .messages;
   }
 
   /** Acknowledge one inbound message: it is not handed out again. */
@@ -163,10 +164,18 @@ export class LocalApiClient {
    * what this reader already got and has not acknowledged is not sent twice; acknowledge each
    * message with ack() once it is handled. Errors other than a dropped connection are thrown.
    */
-  async *messages(opts: { signal?: AbortSignal; lastEventId?: number; retryMs?: number } = {}): AsyncGenerator<InboundDelivery> {
+  async *messages(
+    opts: { signal?: AbortSignal; lastEventId?: number; retryMs?: number } = {},
+  ): AsyncGenerator<InboundDelivery> {
     let last = opts.lastEventId;
     while (!opts.signal?.aborted) {
-      const res = await this.open("GET", "/messages/stream", undefined, last ? { "last-event-id": String(last) } : {}, opts.signal).catch((err: unknown) => {
+      const res = await this.open(
+        "GET",
+        "/messages/stream",
+        undefined,
+        last ? { "last-event-id": String(last) } : {},
+        opts.signal,
+      ).catch((err: unknown) => {
         if (opts.signal?.aborted) return undefined;
         if (err instanceof LocalApiError) throw err;
         return null;
@@ -200,16 +209,30 @@ export class LocalApiClient {
     return json;
   }
 
-  private open(method: string, path: string, body: unknown, extra: Record<string, string>, signal?: AbortSignal): Promise<IncomingMessage> {
+  private open(
+    method: string,
+    path: string,
+    body: unknown,
+    extra: Record<string, string>,
+    signal?: AbortSignal,
+  ): Promise<IncomingMessage> {
     const url = new URL(`${this.base}${path}`);
     const payload = body === undefined ? undefined : JSON.stringify(body);
-    const headers: Record<string, string> = { accept: path.endsWith("/stream") ? "text/event-stream" : "application/json", ...extra };
+    const headers: Record<string, string> = {
+      accept: path.endsWith("/stream") ? "text/event-stream" : "application/json",
+      ...extra,
+    };
     if (payload !== undefined) headers["content-type"] = "application/json";
     if (this.opts.token) headers.authorization = `Bearer ${this.opts.token}`;
     const send = url.protocol === "https:" ? httpsRequest : httpRequest;
     return new Promise((resolve, reject) => {
-      const req = send(url, { method, headers, ...(url.protocol === "https:" && this.opts.ca ? { ca: this.opts.ca } : {}), signal }, resolve);
-      if (!path.endsWith("/stream")) req.setTimeout(this.opts.timeoutMs ?? 30_000, () => req.destroy(new Error(`${method} ${path} timed out`)));
+      const req = send(
+        url,
+        { method, headers, ...(url.protocol === "https:" && this.opts.ca ? { ca: this.opts.ca } : {}), signal },
+        resolve,
+      );
+      if (!path.endsWith("/stream"))
+        req.setTimeout(this.opts.timeoutMs ?? 30_000, () => req.destroy(new Error(`${method} ${path} timed out`)));
       req.on("error", reject);
       req.end(payload);
     });

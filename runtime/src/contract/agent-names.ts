@@ -5,7 +5,10 @@ import { encodeToken } from "./nats.ts";
  * (unique there, whatever agentId it claims, as a Relay's stream is named), and the agentId for
  * a runtime started from a manifest without a namespace.
  */
-export function agentStoreKey(agent: { metadata?: { name?: string; namespace?: string }; spec: { agentId: string } }): string {
+export function agentStoreKey(agent: {
+  metadata?: { name?: string; namespace?: string };
+  spec: { agentId: string };
+}): string {
   const { name, namespace } = agent.metadata ?? {};
   return name && namespace ? `${namespace}/${name}` : agent.spec.agentId;
 }
@@ -47,7 +50,11 @@ export type AgentNames = ReturnType<typeof agentNames>;
  * bucket every agent shares. Everything the agent runtime creates under its names is listed
  * here; a new stream or bucket must be added, or a deleted Agent leaves it behind.
  */
-export function agentJetStream(key: string): { streams: string[]; buckets: string[]; sharedKeys: { stream: string; subject: string } } {
+export function agentJetStream(key: string): {
+  streams: string[];
+  buckets: string[];
+  sharedKeys: { stream: string; subject: string };
+} {
   const n = agentNames(key);
   return {
     streams: [n.inboxStream, n.outboxStream],

@@ -23,7 +23,9 @@ export function capabilityList(agent: Pick<Agent, "spec">): CapabilityDocument["
 }
 
 /** An Agent's capability conditions in the capability document's names; undefined when none is set. */
-export function documentConditions(c: CapabilityConditions | undefined): NonNullable<Capability["conditions"]> | undefined {
+export function documentConditions(
+  c: CapabilityConditions | undefined,
+): NonNullable<Capability["conditions"]> | undefined {
   if (!c) return undefined;
   const out: NonNullable<Capability["conditions"]> = {
     ...(c.minDisclosure !== undefined ? { min_disclosure: c.minDisclosure } : {}),
@@ -35,5 +37,7 @@ export function documentConditions(c: CapabilityConditions | undefined): NonNull
 
 /** Hash of the capability set (SHA-256 of its canonical JSON), the thing whose change moves `updated`. */
 export function capabilitiesHash(agent: Pick<Agent, "spec">): string {
-  return createHash("sha256").update(canonicalize(capabilityList(agent)) ?? "").digest("hex");
+  return createHash("sha256")
+    .update(canonicalize(capabilityList(agent)) ?? "")
+    .digest("hex");
 }

@@ -3,7 +3,14 @@ import { z } from "zod";
 import { describeIssues } from "./issues.ts";
 
 describe("describeIssues", () => {
-  const schema = z.object({ a: z.object({ b: z.number() }), c: z.string(), d: z.boolean(), e: z.string(), f: z.string(), g: z.string() });
+  const schema = z.object({
+    a: z.object({ b: z.number() }),
+    c: z.string(),
+    d: z.boolean(),
+    e: z.string(),
+    f: z.string(),
+    g: z.string(),
+  });
 
   it("names each problem by its path, (root) for the document itself", () => {
     const r = schema.safeParse({ a: { b: "x" }, c: "ok", d: true, e: "", f: "", g: "" });

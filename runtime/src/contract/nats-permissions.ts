@@ -23,7 +23,8 @@ const SHARED_AGENT_BUCKET = "ifp_agents";
 
 /** The inbox prefix of a runtime: request replies and consumer deliveries come in below it. */
 export const agentInboxPrefix = (agentId: string): string => `_INBOX_A_${encodeToken(agentId)}`;
-export const relayInboxPrefix = (relay: Pick<Relay, "metadata" | "spec">): string => `_INBOX_R_${relayNames(relay).stream.slice("IFP_RELAY_".length)}`;
+export const relayInboxPrefix = (relay: Pick<Relay, "metadata" | "spec">): string =>
+  `_INBOX_R_${relayNames(relay).stream.slice("IFP_RELAY_".length)}`;
 export const OPERATOR_INBOX_PREFIX = "_INBOX_OPERATOR";
 
 /**

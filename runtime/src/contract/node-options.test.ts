@@ -11,11 +11,15 @@ describe("the runtime's V8 heap", () => {
     expect(memoryBytes("1e9")).toBe(1e9);
     expect(memoryBytes("536870912")).toBe(536870912);
     expect(memoryBytes(1024)).toBe(1024);
-    for (const bad of ["", "lots", "-1Gi", "1Xi", "0", "Mi", undefined]) expect(memoryBytes(bad), String(bad)).toBeUndefined();
+    for (const bad of ["", "lots", "-1Gi", "1Xi", "0", "Mi", undefined])
+      expect(memoryBytes(bad), String(bad)).toBeUndefined();
   });
 
   it("gives the old generation a quarter of the limit (at least 64 MiB), an agent semi-spaces of 4 MiB and a relay of 16 MiB, each at most a sixteenth of the limit", () => {
-    expect(DEFAULT_RUNTIME_NODE_OPTIONS).toEqual({ agent: "--max-old-space-size=128 --max-semi-space-size=4", relay: "--max-old-space-size=128 --max-semi-space-size=16" });
+    expect(DEFAULT_RUNTIME_NODE_OPTIONS).toEqual({
+      agent: "--max-old-space-size=128 --max-semi-space-size=4",
+      relay: "--max-old-space-size=128 --max-semi-space-size=16",
+    });
     expect(runtimeNodeOptions(4 * 2 ** 30, "relay")).toBe("--max-old-space-size=1024 --max-semi-space-size=16");
     expect(runtimeNodeOptions(128 * 2 ** 20, "relay")).toBe("--max-old-space-size=64 --max-semi-space-size=8");
     expect(runtimeNodeOptions(16 * 2 ** 20, "relay")).toBe("--max-old-space-size=64 --max-semi-space-size=1");

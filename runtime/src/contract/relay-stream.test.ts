@@ -2,8 +2,16 @@ import { describe, expect, it } from "vitest";
 import { Relay } from "../resources/relay.ts";
 import { relayNames, relayStreamConfig } from "./relay-stream.ts";
 
-const relay = (spec: Record<string, unknown> = {}, metadata: Record<string, unknown> = { name: "edge", namespace: "team-a" }) =>
-  Relay.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", metadata, spec: { url: "https://relay.example", ...spec } });
+const relay = (
+  spec: Record<string, unknown> = {},
+  metadata: Record<string, unknown> = { name: "edge", namespace: "team-a" },
+) =>
+  Relay.parse({
+    apiVersion: "ifp.dev/v1alpha1",
+    kind: "Relay",
+    metadata,
+    spec: { url: "https://relay.example", ...spec },
+  });
 
 describe("JetStream names of a Relay", () => {
   it("derive from namespace/name, with every token safe in subjects", () => {
@@ -39,7 +47,16 @@ describe("the stream a Relay asks for", () => {
   });
 
   it("takes spec.retention, and keeps the duplicate window within max_age", () => {
-    const c = relayStreamConfig(relay({ retention: { maxAge: "24h", maxBytes: 1_000_000, maxMessages: 5000, storage: "memory", replicas: 3 } }));
-    expect(c).toMatchObject({ storage: "memory", max_age: 24 * 3600 * 1e9, max_bytes: 1_000_000, max_msgs: 5000, num_replicas: 3, duplicate_window: 24 * 3600 * 1e9 });
+    const c = relayStreamConfig(
+      relay({ retention: { maxAge: "24h", maxBytes: 1_000_000, maxMessages: 5000, storage: "memory", replicas: 3 } }),
+    );
+    expect(c).toMatchObject({
+      storage: "memory",
+      max_age: 24 * 3600 * 1e9,
+      max_bytes: 1_000_000,
+      max_msgs: 5000,
+      num_replicas: 3,
+      duplicate_window: 24 * 3600 * 1e9,
+    });
   });
 });

@@ -24,7 +24,11 @@ export const RETIRED_ENCRYPTION_KEY_RE = /^retired-encryption-[0-9]{1,4}\.key$/;
 const Iso = z.iso.datetime({ offset: true });
 
 export const SigningKeyRecord = z.object({
-  keyId: z.string().min(1).max(128).regex(/^[^#\s]+$/),
+  keyId: z
+    .string()
+    .min(1)
+    .max(128)
+    .regex(/^[^#\s]+$/),
   publicKey: z.string().min(1),
   status: z.enum(["active", "retired", "revoked"]),
   created: Iso.optional(),
@@ -38,7 +42,9 @@ export const SigningKeyRecord = z.object({
 export type SigningKeyRecord = z.infer<typeof SigningKeyRecord>;
 
 /** An encryption key's record: the same life as a signing key's. */
-export const EncryptionKeyRecord = SigningKeyRecord.extend({ file: z.string().regex(RETIRED_ENCRYPTION_KEY_RE).optional() });
+export const EncryptionKeyRecord = SigningKeyRecord.extend({
+  file: z.string().regex(RETIRED_ENCRYPTION_KEY_RE).optional(),
+});
 export type EncryptionKeyRecord = z.infer<typeof EncryptionKeyRecord>;
 
 export const SigningKeySet = z.object({

@@ -27,7 +27,13 @@ export interface DiscoveryLimits {
   keepStaleMs?: number;
 }
 
-export const DISCOVERY_DEFAULTS = { maxDocumentBytes: 64 * 1024, timeoutMs: 5_000, maxEntries: 10_000, maxFreshMs: 24 * 3600_000, keepStaleMs: 3600_000 } as const;
+export const DISCOVERY_DEFAULTS = {
+  maxDocumentBytes: 64 * 1024,
+  timeoutMs: 5_000,
+  maxEntries: 10_000,
+  maxFreshMs: 24 * 3600_000,
+  keepStaleMs: 3600_000,
+} as const;
 
 /**
  * Endpoint discovery (spec 4.3): fetches a peer's identity and capability documents, validates
@@ -97,7 +103,10 @@ export class DiscoveryClient {
       });
     } catch (err) {
       const refused = targetRefusedMessage(err);
-      throw new DiscoveryError(refused ? `${url} refused as a target: ${refused}` : `cannot reach ${url}: ${(err as Error).message}`, { cause: err });
+      throw new DiscoveryError(
+        refused ? `${url} refused as a target: ${refused}` : `cannot reach ${url}: ${(err as Error).message}`,
+        { cause: err },
+      );
     }
     if (res.status === 304 && cached) {
       cached.freshUntil = this.now() + Math.min(this.limits.maxFreshMs, maxAgeMs(res.headers.get("cache-control")));
@@ -111,11 +120,17 @@ export class DiscoveryClient {
       throw new DiscoveryError(`${url} did not return JSON`);
     }
     const parsed = schema.safeParse(json);
-    if (!parsed.success) throw new DiscoveryError(`${url} returned an invalid document: ${describeIssues(parsed.error)}`);
+    if (!parsed.success)
+      throw new DiscoveryError(`${url} returned an invalid document: ${describeIssues(parsed.error)}`);
     const cacheControl = res.headers.get("cache-control");
     // no-store: nothing is kept, not even an ETag to revalidate with (RFC 9111 section 5.2.2.5).
     if (/(^|[\s,])no-store($|[\s,])/i.test(cacheControl ?? "")) this.cache.delete(url);
-    else this.remember(url, { doc: parsed.data, etag: res.headers.get("etag") ?? undefined, freshUntil: this.now() + Math.min(this.limits.maxFreshMs, maxAgeMs(cacheControl)) });
+    else
+      this.remember(url, {
+        doc: parsed.data,
+        etag: res.headers.get("etag") ?? undefined,
+        freshUntil: this.now() + Math.min(this.limits.maxFreshMs, maxAgeMs(cacheControl)),
+      });
     return parsed.data;
   }
 

@@ -89,7 +89,9 @@ export class KeyLookup {
     this.log = deps.log;
     this.now = deps.now ?? Date.now;
     this.newcomers = new RateLimiter(this.limits.perAddressPerMinute, { now: this.now });
-    this.allNewcomers = this.limits.totalPerMinute ? new RateLimiter(this.limits.totalPerMinute, { now: this.now }) : undefined;
+    this.allNewcomers = this.limits.totalPerMinute
+      ? new RateLimiter(this.limits.totalPerMinute, { now: this.now })
+      : undefined;
   }
 
   /**
@@ -101,12 +103,16 @@ export class KeyLookup {
     const found = await this.document(sender, url, address);
     const entry = found.doc.keys.find((k) => k.key_id === keyId || k.key_id === `${sender}#${keyId}`);
     if (!entry) throw unknownSender(`the identity document of ${sender} (${found.url}) lists no key ${keyId}`);
-    if (entry.type.toLowerCase() !== "ed25519") throw invalidSignature(`key ${sender}#${keyId} is of type ${entry.type}; only ed25519 is accepted`);
-    if (entry.status === "revoked") throw invalidSignature(`key ${sender}#${keyId} has been revoked (identity document ${found.url})`);
+    if (entry.type.toLowerCase() !== "ed25519")
+      throw invalidSignature(`key ${sender}#${keyId} is of type ${entry.type}; only ed25519 is accepted`);
+    if (entry.status === "revoked")
+      throw invalidSignature(`key ${sender}#${keyId} has been revoked (identity document ${found.url})`);
     try {
       return publicKeyFromRaw(entry.public_key);
     } catch (err) {
-      throw unknownSender(`key ${keyId} in the identity document of ${sender} is not usable: ${(err as Error).message}`);
+      throw unknownSender(
+        `key ${keyId} in the identity document of ${sender} is not usable: ${(err as Error).message}`,
+      );
     }
   }
 
@@ -128,14 +134,17 @@ export class KeyLookup {
     const isNew = !this.known.has(key);
     if (isNew) {
       const budget = this.newcomers.take(address);
-      if (!budget.ok) throw rateLimited(budget.retryAfterSeconds, `too many identity lookups of new senders from ${address}`);
+      if (!budget.ok)
+        throw rateLimited(budget.retryAfterSeconds, `too many identity lookups of new senders from ${address}`);
       const total = this.allNewcomers?.take("all");
-      if (total && !total.ok) throw rateLimited(total.retryAfterSeconds, "too many identity lookups of new senders; try again later");
+      if (total && !total.ok)
+        throw rateLimited(total.retryAfterSeconds, "too many identity lookups of new senders; try again later");
     }
     if ((this.perAddress.get(address) ?? 0) >= this.limits.perAddressConcurrent) {
       throw rateLimited(1, `too many identity lookups in progress for ${address}`);
     }
-    if (this.running >= this.limits.concurrent) throw unavailable("too many identity lookups in progress; try again shortly", 1);
+    if (this.running >= this.limits.concurrent)
+      throw unavailable("too many identity lookups in progress; try again shortly", 1);
 
     this.running++;
     this.perAddress.set(address, (this.perAddress.get(address) ?? 0) + 1);
@@ -159,7 +168,10 @@ export class KeyLookup {
       // The reason in detail goes to the log only: the answer must not turn the runtime into a
       // probe of networks only it can reach.
       this.log?.warn({ sender, url: docUrl, err: err.message }, "identity lookup failed");
-      throw this.fail(key, `the identity document of ${sender} could not be obtained from ${docUrl}; not looked up again for ${Math.round(this.limits.negativeTtlMs / 1000)} s`);
+      throw this.fail(
+        key,
+        `the identity document of ${sender} could not be obtained from ${docUrl}; not looked up again for ${Math.round(this.limits.negativeTtlMs / 1000)} s`,
+      );
     }
     if (doc.agent_id !== sender) {
       throw this.fail(key, `the identity document at ${docUrl} is for ${doc.agent_id}, not for ${sender}`);

@@ -20,7 +20,10 @@ describe("EventCorrelator", () => {
     const c = new EventCorrelator({ maxSimilar: 2 }, () => 0);
     expect(c.correlate(obj("a"), "Warning", "R", "m1")).toMatchObject({ action: "create", message: "m1" });
     expect(c.correlate(obj("a"), "Warning", "R", "m2")).toMatchObject({ action: "create", message: "m2" });
-    expect(c.correlate(obj("a"), "Warning", "R", "m3")).toMatchObject({ action: "create", message: `${COMBINED_PREFIX}m3` });
+    expect(c.correlate(obj("a"), "Warning", "R", "m3")).toMatchObject({
+      action: "create",
+      message: `${COMBINED_PREFIX}m3`,
+    });
     // A message already seen keeps its own Event; another reason is another group.
     expect(c.correlate(obj("a"), "Warning", "R", "m1")).toMatchObject({ message: "m1" });
     expect(c.correlate(obj("a"), "Warning", "S", "m3")).toMatchObject({ message: "m3" });
@@ -43,7 +46,9 @@ describe("EventCorrelator", () => {
   it("keeps its tables bounded", () => {
     const c = new EventCorrelator({ maxTracked: 3 }, () => 0);
     for (let i = 0; i < 50; i++) c.correlate(obj(`o${i}`), "Normal", "R", "m");
+    // biome-ignore lint/complexity/useLiteralKeys: private tables, read by the test only
     expect(c["buckets"].size).toBeLessThanOrEqual(3);
+    // biome-ignore lint/complexity/useLiteralKeys: private tables, read by the test only
     expect(c["similar"].size).toBeLessThanOrEqual(3);
   });
 });

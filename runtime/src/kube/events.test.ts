@@ -2,7 +2,11 @@ import { describe, expect, it } from "vitest";
 import { buildEvent } from "./events.ts";
 
 describe("buildEvent", () => {
-  const agent = { apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: { name: "pete", namespace: "team", uid: "u-1" } };
+  const agent = {
+    apiVersion: "ifp.dev/v1alpha1",
+    kind: "Agent",
+    metadata: { name: "pete", namespace: "team", uid: "u-1" },
+  };
   const now = new Date("2026-03-04T12:00:00Z");
   const source = { component: "ifp-runtime", host: "pod-1" };
 

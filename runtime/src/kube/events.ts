@@ -26,11 +26,30 @@ export interface EventSource {
  * The core/v1 Event about `obj`: a name unique per call (`<object>.<ms hex><random>`), the
  * message cut at 1 KiB, first and last seen now, count 1.
  */
-export function buildEvent(obj: InvolvedObject, type: EventType, reason: string, message: string, source: EventSource, now: Date, random = Math.random): CoreV1Event {
+export function buildEvent(
+  obj: InvolvedObject,
+  type: EventType,
+  reason: string,
+  message: string,
+  source: EventSource,
+  now: Date,
+  random = Math.random,
+): CoreV1Event {
   const meta = obj.metadata ?? {};
   return {
-    metadata: { name: `${meta.name}.${now.getTime().toString(16)}${Math.floor(random() * 0xffff).toString(16).padStart(4, "0")}`, namespace: meta.namespace },
-    involvedObject: { apiVersion: obj.apiVersion, kind: obj.kind, name: meta.name, namespace: meta.namespace, uid: meta.uid },
+    metadata: {
+      name: `${meta.name}.${now.getTime().toString(16)}${Math.floor(random() * 0xffff)
+        .toString(16)
+        .padStart(4, "0")}`,
+      namespace: meta.namespace,
+    },
+    involvedObject: {
+      apiVersion: obj.apiVersion,
+      kind: obj.kind,
+      name: meta.name,
+      namespace: meta.namespace,
+      uid: meta.uid,
+    },
     type,
     reason,
     message: message.slice(0, 1024),
@@ -61,7 +80,14 @@ export interface EventLimits {
   maxTracked: number;
 }
 
-export const DEFAULT_EVENT_LIMITS: EventLimits = { windowMs: 10 * 60_000, maxSimilar: 10, burst: 25, refillMs: 5 * 60_000, flushMs: 1_000, maxTracked: 4096 };
+export const DEFAULT_EVENT_LIMITS: EventLimits = {
+  windowMs: 10 * 60_000,
+  maxSimilar: 10,
+  burst: 25,
+  refillMs: 5 * 60_000,
+  flushMs: 1_000,
+  maxTracked: 4096,
+};
 
 /** What the recorder does with one call, decided without I/O (see EventCorrelator). */
 export type Correlation =
@@ -177,7 +203,13 @@ export class EventRecorder {
   dropped = 0;
   writes = 0;
 
-  constructor(kc: KubeConfig | (() => Promise<KubeConfig>), component: string, log: Logger, limits: Partial<EventLimits> = {}, now: () => number = Date.now) {
+  constructor(
+    kc: KubeConfig | (() => Promise<KubeConfig>),
+    component: string,
+    log: Logger,
+    limits: Partial<EventLimits> = {},
+    now: () => number = Date.now,
+  ) {
     this.kc = kc;
     this.source = { component, host: hostname() };
     this.log = log;
@@ -231,7 +263,14 @@ export class EventRecorder {
       return;
     }
     const event = buildEvent(obj, type, reason, c.message, this.source, now);
-    const t: Tracked = { namespace, event, count: 1, written: 0, last: now.getTime(), objectKey: EventCorrelator.objectKey(obj) };
+    const t: Tracked = {
+      namespace,
+      event,
+      count: 1,
+      written: 0,
+      last: now.getTime(),
+      objectKey: EventCorrelator.objectKey(obj),
+    };
     this.correlator.tracked.set(c.key, t);
     const max = this.correlator.config.maxTracked;
     while (this.correlator.tracked.size > max) {
@@ -287,7 +326,11 @@ export class EventRecorder {
       const api = await this.client();
       const { PatchStrategy, setHeaderOptions } = await import("@kubernetes/client-node");
       await api.patchNamespacedEvent(
-        { name: t.name, namespace: t.namespace, body: { count, lastTimestamp: t.event.lastTimestamp, message: t.event.message } },
+        {
+          name: t.name,
+          namespace: t.namespace,
+          body: { count, lastTimestamp: t.event.lastTimestamp, message: t.event.message },
+        },
         setHeaderOptions("Content-Type", PatchStrategy.MergePatch),
       );
       t.written = Math.max(t.written, count);

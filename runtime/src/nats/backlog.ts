@@ -26,7 +26,12 @@ export async function streamBacklog(nats: Nats, stream: string, now = Date.now()
  * the inbox keeps handed-off messages for its replay window, so the stream's own count is not the
  * backlog. The oldest age is that of the first message above the consumer's acknowledgement floor.
  */
-export async function consumerBacklog(nats: Nats, stream: string, consumer: string, now = Date.now()): Promise<Backlog | undefined> {
+export async function consumerBacklog(
+  nats: Nats,
+  stream: string,
+  consumer: string,
+  now = Date.now(),
+): Promise<Backlog | undefined> {
   if (!nats.isConnected) return undefined;
   const info = await nats.jsm.consumers.info(stream, consumer);
   const depth = info.num_pending + info.num_ack_pending;

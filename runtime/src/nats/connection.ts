@@ -1,6 +1,12 @@
 import { readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
-import { AuthorizationError, connect, credsAuthenticator, UserAuthenticationExpiredError, type NatsConnection } from "@nats-io/transport-node";
+import {
+  AuthorizationError,
+  connect,
+  credsAuthenticator,
+  UserAuthenticationExpiredError,
+  type NatsConnection,
+} from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import { unavailable } from "../protocol/errors.ts";
@@ -86,7 +92,8 @@ export class Nats {
     if (!this.isConnected) return Promise.reject(unavailable(`${what} is not reachable`));
     let lost!: () => void;
     const gone = new Promise<never>((_, reject) => {
-      lost = () => reject(unavailable(`${what} became unreachable while the request was being handled; it may be retried`));
+      lost = () =>
+        reject(unavailable(`${what} became unreachable while the request was being handled; it may be retried`));
     });
     this.waiting.add(lost);
     return Promise.race([call, gone]).finally(() => this.waiting.delete(lost));
@@ -232,8 +239,10 @@ function configurationProblem(err: unknown): string | undefined {
     return "NATS refused the credentials (--nats-creds, --nats-user and --nats-password, or --nats-token)";
   }
   const code = (err as NodeJS.ErrnoException).code;
-  if (code === "ENOENT" || code === "EACCES" || code === "EISDIR") return "cannot read the NATS credentials file (--nats-creds)";
-  if (/unable to parse credentials/i.test((err as Error).message)) return "the NATS credentials file (--nats-creds) is not a NATS .creds file";
+  if (code === "ENOENT" || code === "EACCES" || code === "EISDIR")
+    return "cannot read the NATS credentials file (--nats-creds)";
+  if (/unable to parse credentials/i.test((err as Error).message))
+    return "the NATS credentials file (--nats-creds) is not a NATS .creds file";
   return undefined;
 }
 

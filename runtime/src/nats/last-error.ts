@@ -1,4 +1,4 @@
-import { type KV } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
 import type { Logger } from "pino";
 import { LAST_ERROR_MAX, type LastErrorEntry, type LastErrorLocation } from "../contract/summary.ts";
 import type { Nats } from "./connection.ts";

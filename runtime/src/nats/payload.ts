@@ -13,6 +13,10 @@ export function refuseOverMaxPayload(nats: Nats, data: string): void {
   if (!max) return;
   const size = Buffer.byteLength(data);
   if (size + MAX_PAYLOAD_HEADROOM > max) {
-    throw new ProtocolError(413, "payload_too_large", `the message (${size} bytes as stored) exceeds what the message store accepts (NATS max_payload ${max} bytes, less ${MAX_PAYLOAD_HEADROOM} for headers)`);
+    throw new ProtocolError(
+      413,
+      "payload_too_large",
+      `the message (${size} bytes as stored) exceeds what the message store accepts (NATS max_payload ${max} bytes, less ${MAX_PAYLOAD_HEADROOM} for headers)`,
+    );
   }
 }

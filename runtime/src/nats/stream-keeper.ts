@@ -3,7 +3,13 @@ import type { KV } from "@nats-io/kv";
 import type { Logger } from "pino";
 import { errorMessage } from "../util/errors.ts";
 import type { Nats } from "./connection.ts";
-import { ensureReplicatedStream, isNotFound, type EnsuredStream, type Replicas, type ReplicasUnmet } from "./streams.ts";
+import {
+  ensureReplicatedStream,
+  isNotFound,
+  type EnsuredStream,
+  type Replicas,
+  type ReplicasUnmet,
+} from "./streams.ts";
 
 /** Where a runtime records the streams it has made: a key of a KV bucket it owns. */
 export interface LedgerLocation {
@@ -83,7 +89,7 @@ export class StreamKeeper {
 
   private async readLedger(kv: KV): Promise<Ledger> {
     const e = await kv.get(this.opts.ledger.key);
-    if (!e || e.operation !== "PUT" || e.length === 0) return { streams: {} };
+    if (e?.operation !== "PUT" || e.length === 0) return { streams: {} };
     try {
       const parsed = e.json<Partial<Ledger>>();
       return { streams: typeof parsed.streams === "object" && parsed.streams ? parsed.streams : {} };
@@ -107,11 +113,18 @@ export class StreamKeeper {
     }
     const r = await ensureReplicatedStream(this.nats.jsm, want, replicas, this.nats.placement);
     this.found(want.name);
-    if (since && this.opts.recreateMissing && r.action === "created") this.log.warn({ stream: want.name, since }, "a stream that had gone missing was made again empty (IFP_RECREATE_MISSING_STREAMS)");
+    if (since && this.opts.recreateMissing && r.action === "created")
+      this.log.warn(
+        { stream: want.name, since },
+        "a stream that had gone missing was made again empty (IFP_RECREATE_MISSING_STREAMS)",
+      );
     if (!since) {
       // Two replicas may write at once: each writes what it read plus its stream, and a stream
       // either misses is recorded at its next start.
-      await kv.put(this.opts.ledger.key, JSON.stringify({ streams: { ...ledger.streams, [want.name]: new Date().toISOString() } } satisfies Ledger));
+      await kv.put(
+        this.opts.ledger.key,
+        JSON.stringify({ streams: { ...ledger.streams, [want.name]: new Date().toISOString() } } satisfies Ledger),
+      );
     }
     this.noteUnmet(want.name, r.unmet);
     return r;
@@ -178,7 +191,8 @@ export class StreamKeeper {
           else if (this.opts.recreateMissing) {
             const k = this.kept.get(name)!;
             await this.ensure(k.want, k.replicas);
-          } else this.markMissing(name, (await this.readLedger(await this.bucket()))?.streams[name] ?? "an earlier start");
+          } else
+            this.markMissing(name, (await this.readLedger(await this.bucket()))?.streams[name] ?? "an earlier start");
         } catch (err) {
           this.log.debug({ stream: name, err: errorMessage(err) }, "stream check failed");
         }

@@ -1,4 +1,10 @@
-import { JetStreamApiError, type JetStreamClient, type JetStreamManager, type StreamConfig, type StreamInfo } from "@nats-io/jetstream";
+import {
+  JetStreamApiError,
+  type JetStreamClient,
+  type JetStreamManager,
+  type StreamConfig,
+  type StreamInfo,
+} from "@nats-io/jetstream";
 import { Kvm, type KV, type KvOptions } from "@nats-io/kv";
 import { errorMessage } from "../util/errors.ts";
 
@@ -105,14 +111,24 @@ function replicasToCreate(asked: Replicas, placement: JetStreamPlacement): numbe
 
 function standaloneUnmet(object: string, asked: Replicas): ReplicasUnmet | undefined {
   if (asked === "auto" || asked <= 1) return undefined;
-  return { object, asked, actual: 1, reason: `${asked} replicas were asked for ${object}; the JetStream server is not clustered and holds one` };
+  return {
+    object,
+    asked,
+    actual: 1,
+    reason: `${asked} replicas were asked for ${object}; the JetStream server is not clustered and holds one`,
+  };
 }
 
 /**
  * Make `make(n)` with the replicas to create; on a cluster that refuses them, with one. The
  * second element says where what was asked is not what was made.
  */
-async function createReplicated<T>(object: string, asked: Replicas, placement: JetStreamPlacement, make: (n: number) => Promise<T>): Promise<[T, ReplicasUnmet | undefined]> {
+async function createReplicated<T>(
+  object: string,
+  asked: Replicas,
+  placement: JetStreamPlacement,
+  make: (n: number) => Promise<T>,
+): Promise<[T, ReplicasUnmet | undefined]> {
   const n = replicasToCreate(asked, placement);
   try {
     return [await make(n), placement.clustered ? undefined : standaloneUnmet(object, asked)];
@@ -120,7 +136,17 @@ async function createReplicated<T>(object: string, asked: Replicas, placement: J
     if (n === 1 || !tooFewServers(err)) throw err;
     const made = await make(1);
     // "auto" asks for what the cluster can hold: one is that, and nothing is unmet.
-    return [made, asked === "auto" ? undefined : { object, asked, actual: 1, reason: `${asked} replicas were asked for ${object}; the JetStream cluster refused them (${errorMessage(err)}) and it has one` }];
+    return [
+      made,
+      asked === "auto"
+        ? undefined
+        : {
+            object,
+            asked,
+            actual: 1,
+            reason: `${asked} replicas were asked for ${object}; the JetStream cluster refused them (${errorMessage(err)}) and it has one`,
+          },
+    ];
   }
 }
 
@@ -128,9 +154,17 @@ async function createReplicated<T>(object: string, asked: Replicas, placement: J
  * A KV bucket made with the replicas resolved for the placement (createReplicated). A bucket
  * that exists is used as it is: its replicas never change here.
  */
-export async function ensureBucket(js: JetStreamClient, bucket: string, opts: Partial<KvOptions>, replicas: Replicas, placement: JetStreamPlacement): Promise<KV> {
+export async function ensureBucket(
+  js: JetStreamClient,
+  bucket: string,
+  opts: Partial<KvOptions>,
+  replicas: Replicas,
+  placement: JetStreamPlacement,
+): Promise<KV> {
   const kvm = new Kvm(js);
-  const [kv] = await createReplicated(`KV bucket ${bucket}`, replicas, placement, (n) => kvm.create(bucket, { ...opts, replicas: n }));
+  const [kv] = await createReplicated(`KV bucket ${bucket}`, replicas, placement, (n) =>
+    kvm.create(bucket, { ...opts, replicas: n }),
+  );
   return kv;
 }
 
@@ -169,12 +203,17 @@ export async function ensureReplicatedStream(
     if (!isNotFound(err)) throw err;
   }
   if (!current) {
-    const [r, unmet] = await createReplicated(object, replicas, placement, (n) => ensureStream(jsm, { ...want, num_replicas: n }));
+    const [r, unmet] = await createReplicated(object, replicas, placement, (n) =>
+      ensureStream(jsm, { ...want, num_replicas: n }),
+    );
     return { ...r, ...(unmet ? { unmet } : {}) };
   }
   const has = current.config.num_replicas || 1;
   if (!placement.clustered) {
-    return { ...(await ensureStream(jsm, { ...want, num_replicas: 1 })), ...withUnmet(standaloneUnmet(object, replicas)) };
+    return {
+      ...(await ensureStream(jsm, { ...want, num_replicas: 1 })),
+      ...withUnmet(standaloneUnmet(object, replicas)),
+    };
   }
   if (replicas === "auto" || replicas === has) return ensureStream(jsm, { ...want, num_replicas: has });
   try {
@@ -182,7 +221,15 @@ export async function ensureReplicatedStream(
   } catch (err) {
     if (!tooFewServers(err)) throw err;
     const r = await ensureStream(jsm, { ...want, num_replicas: has });
-    return { ...r, unmet: { object, asked: replicas, actual: has, reason: `${replicas} replicas were asked for ${object}; the JetStream cluster refused them (${errorMessage(err)}) and it keeps ${has}` } };
+    return {
+      ...r,
+      unmet: {
+        object,
+        asked: replicas,
+        actual: has,
+        reason: `${replicas} replicas were asked for ${object}; the JetStream cluster refused them (${errorMessage(err)}) and it keeps ${has}`,
+      },
+    };
   }
 }
 

@@ -71,8 +71,15 @@ export class ConsumerWorker {
       }
     } catch (err) {
       if (!isNotFound(err)) throw err;
-      const resume = this.opts.recreateFrom === "ack-floor" && this.floor ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: this.floor + 1 } : {};
-      if (this.bound) this.log.warn({ consumer: consumer.durable_name, ...resume }, `${this.opts.label}: consumer missing; creating it`);
+      const resume =
+        this.opts.recreateFrom === "ack-floor" && this.floor
+          ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: this.floor + 1 }
+          : {};
+      if (this.bound)
+        this.log.warn(
+          { consumer: consumer.durable_name, ...resume },
+          `${this.opts.label}: consumer missing; creating it`,
+        );
       await jsm.consumers.add(stream, { ...consumer, ...resume });
     }
   }
@@ -116,7 +123,8 @@ export class ConsumerWorker {
           this.inFlight.add(p);
           if (this.stopped) break;
         }
-        if (!this.stopped) this.log.warn({ retryInMs: backoff.delayMs }, `${this.opts.label}: consumer ended; starting over`);
+        if (!this.stopped)
+          this.log.warn({ retryInMs: backoff.delayMs }, `${this.opts.label}: consumer ended; starting over`);
       } catch (err) {
         if (this.stopped) break;
         this.log.warn({ err: errorMessage(err), retryInMs: backoff.delayMs }, `${this.opts.label} interrupted`);

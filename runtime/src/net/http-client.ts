@@ -3,7 +3,7 @@ import { readFileSync, statSync } from "node:fs";
 import { readFile, stat } from "node:fs/promises";
 import * as tls from "node:tls";
 import { Agent, fetch, type Dispatcher } from "undici";
-import { TargetPolicy, TargetRefused } from "./targets.ts";
+import { type TargetPolicy, TargetRefused } from "./targets.ts";
 
 export interface HttpClientOptions {
   /** Extra PEM CA certificates trusted besides the system's (self-signed peers both humans agreed on). */
@@ -55,7 +55,7 @@ export function parsePemCertificates(text: string): string[] {
       throw new Error(`certificate ${i + 1} of ${blocks.length} is not a valid X.509 certificate`);
     }
   });
-  return blocks.map((b) => b + "\n");
+  return blocks.map((b) => `${b}\n`);
 }
 
 /**
@@ -129,7 +129,10 @@ export class HttpClient {
   }
 
   private makeDispatcher(targets?: TargetPolicy): Dispatcher {
-    return new Agent({ connect: { ca: this.trustedCas(), minVersion: "TLSv1.2", ...(targets ? { lookup: targets.lookup } : {}) }, keepAliveTimeout: 10_000 });
+    return new Agent({
+      connect: { ca: this.trustedCas(), minVersion: "TLSv1.2", ...(targets ? { lookup: targets.lookup } : {}) },
+      keepAliveTimeout: 10_000,
+    });
   }
 
   /** Read the CA file again if it changed (at most every caFileCheckMs); an unusable new version keeps the old trust. */
@@ -185,7 +188,11 @@ export class HttpClient {
       signal: AbortSignal.timeout(init.timeoutMs ?? this.timeoutMs),
     });
     try {
-      return { status: res.status, headers: res.headers as unknown as Headers, text: await readAtMost(res, init.maxBytes ?? this.maxResponseBytes) };
+      return {
+        status: res.status,
+        headers: res.headers as unknown as Headers,
+        text: await readAtMost(res, init.maxBytes ?? this.maxResponseBytes),
+      };
     } catch (err) {
       if (err instanceof ResponseTooLarge) err.status = res.status;
       throw err;
@@ -220,7 +227,11 @@ export class HttpClient {
       head.removeEventListener("abort", abort);
       if (res.status < 200 || res.status >= 300 || !res.body) {
         init.signal.removeEventListener("abort", abort);
-        return { status: res.status, headers: res.headers as unknown as Headers, text: await readAtMost(res, this.maxResponseBytes).catch(() => "") };
+        return {
+          status: res.status,
+          headers: res.headers as unknown as Headers,
+          text: await readAtMost(res, this.maxResponseBytes).catch(() => ""),
+        };
       }
       const stream = res.body as unknown as AsyncIterable<Uint8Array>;
       async function* body(): AsyncGenerator<Uint8Array> {
@@ -288,6 +299,12 @@ export function retryAfterSeconds(value: string | null | undefined, now = Date.n
 }
 
 /** A reload report for the runtime's log: a rotated bundle at info, a refused one at warn. */
-export function caFileLogger(log: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void }): NonNullable<HttpClientOptions["onCaFileReload"]> {
-  return (r) => ("error" in r ? log.warn({ file: r.file, err: r.error }, "kept the previous CA certificates: the CA file could not be used") : log.info({ file: r.file, certificates: r.certificates }, "read the CA file again"));
+export function caFileLogger(log: {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+}): NonNullable<HttpClientOptions["onCaFileReload"]> {
+  return (r) =>
+    "error" in r
+      ? log.warn({ file: r.file, err: r.error }, "kept the previous CA certificates: the CA file could not be used")
+      : log.info({ file: r.file, certificates: r.certificates }, "read the CA file again");
 }

@@ -1,7 +1,14 @@
 import type { HttpClient, HttpResult } from "./http-client.ts";
 import { signRequest } from "../protocol/http-signatures.ts";
 import type { Message } from "../protocol/message.ts";
-import type { AckResponse, DeadLetter, PageQuery, PublishBatchResponse, SubscribeRequest, SubscribeResponse } from "../protocol/relay-api.ts";
+import type {
+  AckResponse,
+  DeadLetter,
+  PageQuery,
+  PublishBatchResponse,
+  SubscribeRequest,
+  SubscribeResponse,
+} from "../protocol/relay-api.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 import { ResponseTooLarge } from "./http-client.ts";
 import { sseEvents } from "./sse.ts";
@@ -43,11 +50,22 @@ export class RelayClient {
     this.http = http;
   }
 
-  async request(method: string, path: string, body?: unknown, extra: Record<string, string> = {}, maxBytes?: number): Promise<HttpResult> {
+  async request(
+    method: string,
+    path: string,
+    body?: unknown,
+    extra: Record<string, string> = {},
+    maxBytes?: number,
+  ): Promise<HttpResult> {
     const url = `${this.base}${path}`;
     const text = body === undefined ? undefined : JSON.stringify(body);
     const headers = await signRequest(
-      { method, url, body: text, headers: { accept: "application/json", ...(text ? { "content-type": "application/json" } : {}), ...extra } },
+      {
+        method,
+        url,
+        body: text,
+        headers: { accept: "application/json", ...(text ? { "content-type": "application/json" } : {}), ...extra },
+      },
       this.key,
     );
     return this.http.request(url, { method, headers, body: text, ...(maxBytes ? { maxBytes } : {}) });
@@ -63,7 +81,10 @@ export class RelayClient {
     if (!this.http.stream) throw new Error("this HTTP client cannot read a stream");
     const url = `${this.base}/relay/events`;
     const extra: Record<string, string> = opts.after ? { "last-event-id": String(opts.after) } : {};
-    const headers = await signRequest({ method: "GET", url, headers: { accept: "text/event-stream", ...extra } }, this.key);
+    const headers = await signRequest(
+      { method: "GET", url, headers: { accept: "text/event-stream", ...extra } },
+      this.key,
+    );
     const res = await this.http.stream(url, { method: "GET", headers, signal: opts.signal });
     if (!res.body) {
       let body: { code?: string; message?: string } = {};
@@ -72,7 +93,11 @@ export class RelayClient {
       } catch {
         // not JSON: the status says it
       }
-      throw new RelayError(res.status, body.code ?? "unexpected_status", body.message ?? `the relay answered ${res.status} to GET /relay/events`);
+      throw new RelayError(
+        res.status,
+        body.code ?? "unexpected_status",
+        body.message ?? `the relay answered ${res.status} to GET /relay/events`,
+      );
     }
     for await (const event of sseEvents(res.body, MAX_PAGE_BYTES)) {
       if (event.event !== "message" || !event.id || !/^\d{1,15}$/.test(event.id)) continue;
@@ -87,7 +112,10 @@ export class RelayClient {
   }
 
   /** Publish a message; `recipients` narrows it to those of its direct recipients (`?recipient=`). */
-  async publish(message: Message, recipients?: string[]): Promise<{ status: number; text: string; retryAfter: string | null }> {
+  async publish(
+    message: Message,
+    recipients?: string[],
+  ): Promise<{ status: number; text: string; retryAfter: string | null }> {
     const res = await this.request("POST", `/relay/publish${recipientQuery(recipients)}`, message);
     return { status: res.status, text: res.text, retryAfter: res.headers.get("retry-after") };
   }

@@ -23,7 +23,22 @@ describe("sseEvents", () => {
     ["CR", "\r"],
   ] as const) {
     it(`reads a stream framed with ${name}`, async () => {
-      const text = [": keep-alive", "", "id: 1", "event: message", 'data: {"a":1}', "", "id: 2", "data: two", "data: lines", "", "event: ping", "data", "", ""].join(eol);
+      const text = [
+        ": keep-alive",
+        "",
+        "id: 1",
+        "event: message",
+        'data: {"a":1}',
+        "",
+        "id: 2",
+        "data: two",
+        "data: lines",
+        "",
+        "event: ping",
+        "data",
+        "",
+        "",
+      ].join(eol);
       expect(await read([text])).toEqual(expected);
       // Split anywhere, a CRLF between two chunks included: the same events.
       const bytes = new TextEncoder().encode(text);

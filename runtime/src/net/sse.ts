@@ -17,7 +17,10 @@ export class SseEventTooLarge extends Error {}
  * whole), and an event may not grow past `maxEventBytes` characters (a stream that never ends
  * its event would otherwise hold ever more memory).
  */
-export async function* sseEvents(body: AsyncIterable<Uint8Array | string>, maxEventBytes = 32 * 1024 * 1024): AsyncGenerator<SseEvent> {
+export async function* sseEvents(
+  body: AsyncIterable<Uint8Array | string>,
+  maxEventBytes = 32 * 1024 * 1024,
+): AsyncGenerator<SseEvent> {
   const decoder = new TextDecoder();
   const ready: SseEvent[] = [];
   let tooLarge: SseEventTooLarge | undefined;
@@ -27,7 +30,8 @@ export async function* sseEvents(body: AsyncIterable<Uint8Array | string>, maxEv
       ready.push({ ...(e.id !== undefined ? { id: e.id } : {}), event: e.event || "message", data: e.data });
     },
     onError: (err) => {
-      if (err.type === "max-buffer-size-exceeded") tooLarge = new SseEventTooLarge(`an event of the stream is larger than ${maxEventBytes} bytes`);
+      if (err.type === "max-buffer-size-exceeded")
+        tooLarge = new SseEventTooLarge(`an event of the stream is larger than ${maxEventBytes} bytes`);
     },
   });
   for await (const chunk of body) {

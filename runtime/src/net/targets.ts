@@ -48,7 +48,8 @@ function embedded(a: ipaddr.IPv6): { form: string; address: ipaddr.IPv4 }[] {
         { form: "Teredo client", address: v4(~p[6]! & 0xffff, ~p[7]! & 0xffff) },
       ];
   }
-  if (p.slice(0, 6).every((x) => x === 0) && (p[6] !== 0 || p[7]! > 1)) return [{ form: "IPv4-compatible", address: v4(p[6]!, p[7]!) }];
+  if (p.slice(0, 6).every((x) => x === 0) && (p[6] !== 0 || p[7]! > 1))
+    return [{ form: "IPv4-compatible", address: v4(p[6]!, p[7]!) }];
   return [];
 }
 
@@ -94,7 +95,8 @@ export class TargetPolicy {
       const n = bits === undefined ? max : /^\d{1,3}$/.test(bits) ? Number(bits) : NaN;
       if (!a || rest.length || !(n >= 0 && n <= max)) throw new Error(`${block} is not an IP address or a CIDR block`);
       // An IPv4-mapped block is the IPv4 block it maps.
-      if (a.kind() === "ipv6" && (a as ipaddr.IPv6).isIPv4MappedAddress() && n >= 96) this.allowed.push([(a as ipaddr.IPv6).toIPv4Address(), n - 96]);
+      if (a.kind() === "ipv6" && (a as ipaddr.IPv6).isIPv4MappedAddress() && n >= 96)
+        this.allowed.push([(a as ipaddr.IPv6).toIPv4Address(), n - 96]);
       else this.allowed.push([a, n]);
     }
   }
@@ -148,9 +150,14 @@ export class TargetPolicy {
       if (why) throw new TargetRefused(why);
       return [host];
     }
-    const addrs = await new Promise<LookupAddress[]>((resolve, reject) => dnsLookup(host, { all: true }, (err, a) => (err ? reject(err) : resolve(a))));
+    const addrs = await new Promise<LookupAddress[]>((resolve, reject) =>
+      dnsLookup(host, { all: true }, (err, a) => (err ? reject(err) : resolve(a))),
+    );
     const ok = addrs.filter((a) => !this.refusal(a.address));
-    if (!ok.length) throw new TargetRefused(`${host} resolves to ${addrs.map((a) => a.address).join(", ")}: ${this.refusal(addrs[0]!.address) ?? "refused"}`);
+    if (!ok.length)
+      throw new TargetRefused(
+        `${host} resolves to ${addrs.map((a) => a.address).join(", ")}: ${this.refusal(addrs[0]!.address) ?? "refused"}`,
+      );
     return ok.map((a) => a.address);
   }
 
@@ -160,13 +167,18 @@ export class TargetPolicy {
    * refused one. Addresses that are refused are dropped; none left is an error.
    */
   readonly lookup: LookupFunction = (hostname, options, callback) => {
-    const opts = (typeof options === "number" ? { family: options } : (options ?? {})) as { all?: boolean; family?: number | string };
+    const opts = (typeof options === "number" ? { family: options } : (options ?? {})) as {
+      all?: boolean;
+      family?: number | string;
+    };
     const family = opts.family === "IPv4" ? 4 : opts.family === "IPv6" ? 6 : Number(opts.family ?? 0);
     dnsLookup(hostname, { all: true, family: family as 0 | 4 | 6 }, (err, addrs) => {
       if (err) return callback(err, "");
       const ok = addrs.filter((a) => !this.refusal(a.address));
       if (!ok.length) {
-        const e = new TargetRefused(`${hostname} resolves to ${addrs.map((a) => a.address).join(", ")}: ${this.refusal(addrs[0]?.address ?? "") ?? "refused"}`) as TargetRefused & NodeJS.ErrnoException;
+        const e = new TargetRefused(
+          `${hostname} resolves to ${addrs.map((a) => a.address).join(", ")}: ${this.refusal(addrs[0]?.address ?? "") ?? "refused"}`,
+        ) as TargetRefused & NodeJS.ErrnoException;
         return callback(e, "");
       }
       if (opts.all) callback(null, ok);
@@ -177,12 +189,14 @@ export class TargetPolicy {
 
 /** Whether an error (or its cause, as fetch wraps it) is a refused target. */
 export function isTargetRefused(err: unknown): err is TargetRefused {
-  for (let e = err, i = 0; e && i < 5; e = (e as { cause?: unknown }).cause, i++) if (e instanceof TargetRefused) return true;
+  for (let e = err, i = 0; e && i < 5; e = (e as { cause?: unknown }).cause, i++)
+    if (e instanceof TargetRefused) return true;
   return false;
 }
 
 /** The refused target's reason, from an error or its cause. */
 export function targetRefusedMessage(err: unknown): string | undefined {
-  for (let e = err, i = 0; e && i < 5; e = (e as { cause?: unknown }).cause, i++) if (e instanceof TargetRefused) return e.message;
+  for (let e = err, i = 0; e && i < 5; e = (e as { cause?: unknown }).cause, i++)
+    if (e instanceof TargetRefused) return e.message;
   return undefined;
 }

@@ -17,7 +17,9 @@ describe("did:key (Ed25519)", () => {
       const { publicKey } = generateSigningKey();
       expect(didKeyPublicKey(didKeyFromPublicKey(publicKey))).toBe(publicKey);
     }
-    expect(Buffer.from(base58btcDecode(base58btcEncode(Buffer.from("0000ff01", "hex")))).toString("hex")).toBe("0000ff01");
+    expect(Buffer.from(base58btcDecode(base58btcEncode(Buffer.from("0000ff01", "hex")))).toString("hex")).toBe(
+      "0000ff01",
+    );
     expect(base58btcEncode(Buffer.alloc(0))).toBe("");
   });
 

@@ -53,7 +53,13 @@ export function base58btcEncode(data: Uint8Array): string {
       carry = Math.floor(carry / 58);
     }
   }
-  return "1".repeat(zeros) + digits.reverse().map((d) => ALPHABET[d]).join("");
+  return (
+    "1".repeat(zeros) +
+    digits
+      .reverse()
+      .map((d) => ALPHABET[d])
+      .join("")
+  );
 }
 
 export function isDidKey(agentId: string): boolean {

@@ -57,7 +57,10 @@ export type IdentityDocument = z.infer<typeof IdentityDocument>;
 
 /** A strong ETag over the document's canonical JSON, so equal documents share a tag across replicas. */
 export function etagOf(doc: unknown): string {
-  return `"${createHash("sha256").update(canonicalize(doc) ?? "").digest("base64url").slice(0, 32)}"`;
+  return `"${createHash("sha256")
+    .update(canonicalize(doc) ?? "")
+    .digest("base64url")
+    .slice(0, 32)}"`;
 }
 
 /** Whether an If-None-Match header matches the ETag (weak comparison, as RFC 9110 wants for GET). */

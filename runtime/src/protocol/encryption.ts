@@ -1,4 +1,10 @@
-import { createHash, createPrivateKey, generateKeyPairSync, randomBytes as nodeRandomBytes, type KeyObject } from "node:crypto";
+import {
+  createHash,
+  createPrivateKey,
+  generateKeyPairSync,
+  randomBytes as nodeRandomBytes,
+  type KeyObject,
+} from "node:crypto";
 import { xchacha20poly1305 } from "@noble/ciphers/chacha.js";
 import { x25519 } from "@noble/curves/ed25519.js";
 import { hkdf } from "@noble/hashes/hkdf.js";
@@ -92,8 +98,14 @@ export function isEncrypted(message: { security?: { encryption?: unknown } }): b
   return message.security?.encryption !== undefined;
 }
 
-function wrapKey(Z: Uint8Array, E: Uint8Array, R: Uint8Array, messageId: string): { key: Uint8Array; nonce: Uint8Array } {
-  if (Z.every((b) => b === 0)) throw new EncryptionError("the X25519 shared secret is all zero (a low-order public key)");
+function wrapKey(
+  Z: Uint8Array,
+  E: Uint8Array,
+  R: Uint8Array,
+  messageId: string,
+): { key: Uint8Array; nonce: Uint8Array } {
+  if (Z.every((b) => b === 0))
+    throw new EncryptionError("the X25519 shared secret is all zero (a low-order public key)");
   const salt = new Uint8Array(64);
   salt.set(E, 0);
   salt.set(R, 32);
@@ -102,7 +114,12 @@ function wrapKey(Z: Uint8Array, E: Uint8Array, R: Uint8Array, messageId: string)
 }
 
 function contentAad(scheme: string, message: Pick<Message, "headers">, recipients: unknown): Uint8Array {
-  const text = canonicalize({ scheme, message_id: message.headers.message_id, from: message.headers.from.agent, recipients });
+  const text = canonicalize({
+    scheme,
+    message_id: message.headers.message_id,
+    from: message.headers.from.agent,
+    recipients,
+  });
   return new TextEncoder().encode(text!);
 }
 
@@ -113,7 +130,11 @@ export class EncryptionError extends Error {}
  * A copy of the (unsigned) message with its body encrypted for `recipients`; sign it
  * afterwards. Throws EncryptionError for an unusable key.
  */
-export function encryptMessage<M extends Pick<Message, "headers" | "body" | "security">>(message: M, recipients: readonly RecipientKey[], random: EncryptionRandom = {}): M {
+export function encryptMessage<M extends Pick<Message, "headers" | "body" | "security">>(
+  message: M,
+  recipients: readonly RecipientKey[],
+  random: EncryptionRandom = {},
+): M {
   if (!recipients.length) throw new EncryptionError("no recipient to encrypt for");
   if (recipients.length > MAX_RECIPIENTS) throw new EncryptionError(`at most ${MAX_RECIPIENTS} recipient keys`);
   const cek = random.contentKey ?? new Uint8Array(nodeRandomBytes(32));
@@ -124,7 +145,12 @@ export function encryptMessage<M extends Pick<Message, "headers" | "body" | "sec
     const e = random.ephemeral?.[i] ?? x25519.utils.randomSecretKey();
     const E = x25519.getPublicKey(e);
     const w = wrapKey(x25519.getSharedSecret(e, R), E, R, message.headers.message_id);
-    return { agent: r.agent, key_id: r.keyId, epk: b64u(E), wrapped_key: b64u(xchacha20poly1305(w.key, w.nonce).encrypt(cek)) };
+    return {
+      agent: r.agent,
+      key_id: r.keyId,
+      epk: b64u(E),
+      wrapped_key: b64u(xchacha20poly1305(w.key, w.nonce).encrypt(cek)),
+    };
   });
   const plaintext = new TextEncoder().encode(canonicalize(message.body)!);
   const sealed = xchacha20poly1305(cek, nonce, contentAad(SCHEME, message, entries)).encrypt(plaintext);
@@ -140,19 +166,33 @@ export function encryptMessage<M extends Pick<Message, "headers" | "body" | "sec
  * EncryptionError saying why not: unknown scheme, not a recipient, no matching key, or a
  * ciphertext or wrapped key that does not authenticate. security.encryption stays as it came.
  */
-export function decryptMessage<M extends Pick<Message, "headers" | "body" | "security">>(message: M, self: string, keys: readonly EncryptionKey[]): M {
+export function decryptMessage<M extends Pick<Message, "headers" | "body" | "security">>(
+  message: M,
+  self: string,
+  keys: readonly EncryptionKey[],
+): M {
   const raw = message.security?.encryption as { scheme?: unknown } | undefined;
   if (!raw || typeof raw !== "object") throw new EncryptionError("the message is not encrypted");
-  if (raw.scheme !== SCHEME) throw new EncryptionError(`encryption scheme ${JSON.stringify(raw.scheme)} is not supported; this agent supports ${SCHEME}`);
+  if (raw.scheme !== SCHEME)
+    throw new EncryptionError(
+      `encryption scheme ${JSON.stringify(raw.scheme)} is not supported; this agent supports ${SCHEME}`,
+    );
   const enc = Encryption.safeParse(raw);
-  if (!enc.success) throw new EncryptionError(`security.encryption is not valid for ${SCHEME}: ${enc.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
+  if (!enc.success)
+    throw new EncryptionError(
+      `security.encryption is not valid for ${SCHEME}: ${enc.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`,
+    );
   const body = EncryptedBody.safeParse(message.body);
   if (!body.success) throw new EncryptionError("an encrypted message's body must be exactly {ciphertext: <base64url>}");
   const ct = fromB64u(body.data.ciphertext);
-  if (!ct || ct.length < 24 + 16) throw new EncryptionError("body.ciphertext is not base64url of a nonce and a sealed body");
+  if (!ct || ct.length < 24 + 16)
+    throw new EncryptionError("body.ciphertext is not base64url of a nonce and a sealed body");
   // At most a few entries are tried (a sender could list this agent a hundred times): each costs an X25519.
   const mine = enc.data.recipients.filter((r) => r.agent === self).slice(0, MAX_ENTRIES_TRIED);
-  if (!mine.length) throw new EncryptionError(`the message is not encrypted for ${self} (recipients: ${enc.data.recipients.map((r) => r.agent).join(", ")})`);
+  if (!mine.length)
+    throw new EncryptionError(
+      `the message is not encrypted for ${self} (recipients: ${enc.data.recipients.map((r) => r.agent).join(", ")})`,
+    );
   let cek: Uint8Array | undefined;
   let tried = false;
   for (const r of mine) {
@@ -180,9 +220,13 @@ export function decryptMessage<M extends Pick<Message, "headers" | "body" | "sec
   }
   let plaintext: Uint8Array;
   try {
-    plaintext = xchacha20poly1305(cek, ct.subarray(0, 24), contentAad(SCHEME, message, enc.data.recipients)).decrypt(ct.subarray(24));
+    plaintext = xchacha20poly1305(cek, ct.subarray(0, 24), contentAad(SCHEME, message, enc.data.recipients)).decrypt(
+      ct.subarray(24),
+    );
   } catch {
-    throw new EncryptionError("the ciphertext does not authenticate: the body, the recipients or the message id were altered after encryption");
+    throw new EncryptionError(
+      "the ciphertext does not authenticate: the body, the recipients or the message id were altered after encryption",
+    );
   }
   let parsed: unknown;
   try {
@@ -191,7 +235,8 @@ export function decryptMessage<M extends Pick<Message, "headers" | "body" | "sec
     throw new EncryptionError("the decrypted body is not JSON");
   }
   const clear = MessageBody.safeParse(parsed);
-  if (!clear.success || parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) throw new EncryptionError("the decrypted body is not an IFP-4 body object");
+  if (!clear.success || parsed === null || typeof parsed !== "object" || Array.isArray(parsed))
+    throw new EncryptionError("the decrypted body is not an IFP-4 body object");
   return { ...message, body: parsed as M["body"] };
 }
 
@@ -208,7 +253,8 @@ export function encryptionKeyFromPem(pem: string | Buffer): EncryptionKey {
   } catch (err) {
     throw new Error(`the encryption key is not a PKCS#8 PEM private key: ${(err as Error).message}`);
   }
-  if (key.asymmetricKeyType !== "x25519") throw new Error(`the encryption key is ${key.asymmetricKeyType ?? "unknown"}; an X25519 key is required`);
+  if (key.asymmetricKeyType !== "x25519")
+    throw new Error(`the encryption key is ${key.asymmetricKeyType ?? "unknown"}; an X25519 key is required`);
   // A private key's JWK carries its public half too (`x`, base64url unpadded), worked out by Node's own X25519.
   const jwk = key.export({ format: "jwk" });
   const privateKey = new Uint8Array(Buffer.from(jwk.d!, "base64url"));

@@ -38,7 +38,9 @@ export type HandoffHeaders = Partial<Record<HandoffSignedHeader, string>>;
  * header sent twice arrives joined with ", " or as an array), any object of names to values,
  * or a Fetch API `Headers`.
  */
-export type RequestHeaders = { get(name: string): string | null } | Readonly<Record<string, string | readonly string[] | undefined>>;
+export type RequestHeaders =
+  | { get(name: string): string | null }
+  | Readonly<Record<string, string | readonly string[] | undefined>>;
 
 /**
  * The v2 signing base, without the body that follows it:
@@ -64,7 +66,12 @@ const mac = (secret: string, t: number, headers: HandoffHeaders, body: string | 
   createHmac("sha256", secret).update(handoffSigningBase(t, headers)).update(body).digest();
 
 /** The header value for a hand-off of `body` with `headers`, signed with `secret` (the Secret's `handoff.key`, as text) at `now`. */
-export function signHandoff(secret: string, headers: HandoffHeaders, body: string | Uint8Array, now = Date.now()): string {
+export function signHandoff(
+  secret: string,
+  headers: HandoffHeaders,
+  body: string | Uint8Array,
+  now = Date.now(),
+): string {
   const t = Math.floor(now / 1000);
   return `t=${t},v2=${mac(secret, t, headers, body).toString("hex")}`;
 }
@@ -73,7 +80,9 @@ export function signHandoff(secret: string, headers: HandoffHeaders, body: strin
  * The signed headers of a request, or why they cannot be read: a header sent more than once is
  * refused, since an application could act on either copy.
  */
-function readHeaders(source: RequestHeaders): { signature: string | undefined; signed: HandoffHeaders } | { problem: string } {
+function readHeaders(
+  source: RequestHeaders,
+): { signature: string | undefined; signed: HandoffHeaders } | { problem: string } {
   const wanted = [HANDOFF_SIGNATURE_HEADER, ...HANDOFF_SIGNED_HEADERS];
   const out: Record<string, string> = {};
   if (typeof (source as { get?: unknown }).get === "function") {
@@ -105,7 +114,12 @@ function readHeaders(source: RequestHeaders): { signature: string | undefined; s
  * answer and its log). Only after undefined may the application believe Ifp-Sender,
  * Ifp-Auth-Level, Ifp-Auth-Source, Ifp-Encrypted and the message id.
  */
-export function handoffSignatureProblem(secret: string, headers: RequestHeaders, body: string | Uint8Array, now = Date.now()): string | undefined {
+export function handoffSignatureProblem(
+  secret: string,
+  headers: RequestHeaders,
+  body: string | Uint8Array,
+  now = Date.now(),
+): string | undefined {
   if (typeof headers !== "object" || headers === null) {
     return `pass all of the request's headers: the signature covers ${HANDOFF_SIGNED_HEADERS.join(", ")} as well as the body`;
   }
@@ -125,7 +139,8 @@ export function handoffSignatureProblem(secret: string, headers: RequestHeaders,
   if (v2 === undefined && parts.has("v1")) {
     return `${HANDOFF_SIGNATURE_HEADER} is of scheme v1, which does not cover the headers; only v2 is accepted`;
   }
-  if (!/^\d{1,12}$/.test(t) || !/^[0-9a-f]{64}$/.test(v2 ?? "")) return `${HANDOFF_SIGNATURE_HEADER} is not t=<seconds>,v2=<64 hex digits>`;
+  if (!/^\d{1,12}$/.test(t) || !/^[0-9a-f]{64}$/.test(v2 ?? ""))
+    return `${HANDOFF_SIGNATURE_HEADER} is not t=<seconds>,v2=<64 hex digits>`;
   if (Math.abs(now / 1000 - Number(t)) > HANDOFF_TOLERANCE_S) {
     return `the hand-off was signed at ${new Date(Number(t) * 1000).toISOString()}, more than ${HANDOFF_TOLERANCE_S} s from now`;
   }

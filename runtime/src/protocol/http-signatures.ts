@@ -1,6 +1,13 @@
 import { createHash, sign as edSign, verify as edVerify, type KeyObject } from "node:crypto";
 import { httpbis } from "http-message-signatures";
-import { isInnerList, parseDictionary, serializeDictionary, serializeInnerList, serializeItem, type InnerList } from "structured-headers";
+import {
+  isInnerList,
+  parseDictionary,
+  serializeDictionary,
+  serializeInnerList,
+  serializeItem,
+  type InnerList,
+} from "structured-headers";
 import { invalidSignature } from "./errors.ts";
 import { parseKeyId, type SigningKey } from "./signing.ts";
 
@@ -52,7 +59,11 @@ export interface RequestToSign {
  * here skips the library's re-parsing of every component name and parameter, about a third of
  * the cost of a signed request on the sending side.
  */
-export async function signRequest(req: RequestToSign, key: SigningKey, created = new Date()): Promise<Record<string, string>> {
+export async function signRequest(
+  req: RequestToSign,
+  key: SigningKey,
+  created = new Date(),
+): Promise<Record<string, string>> {
   const headers: Record<string, string> = {};
   for (const [k, v] of Object.entries(req.headers ?? {})) headers[k.toLowerCase()] = v;
   const fields: string[] = [...BASE_COMPONENTS];
@@ -72,7 +83,10 @@ export async function signRequest(req: RequestToSign, key: SigningKey, created =
   ];
   const base = signatureBase({ method: req.method, url: req.url, headers }, input);
   const signature = edSign(null, Buffer.from(base), key.privateKey);
-  const bytes = signature.buffer.slice(signature.byteOffset, signature.byteOffset + signature.byteLength) as ArrayBuffer;
+  const bytes = signature.buffer.slice(
+    signature.byteOffset,
+    signature.byteOffset + signature.byteLength,
+  ) as ArrayBuffer;
   headers["signature-input"] = serializeDictionary(new Map([[SIGNATURE_LABEL, input]]));
   headers.signature = serializeDictionary(new Map([[SIGNATURE_LABEL, [bytes, new Map()]]]));
   return headers;
@@ -96,7 +110,10 @@ export interface IncomingRequest {
  */
 export function signatureBase(req: Pick<IncomingRequest, "method" | "url" | "headers">, input: InnerList): string {
   const fields = input[0].map((item) => serializeItem(item));
-  const base = httpbis.createSignatureBase({ fields }, { method: req.method.toUpperCase(), url: req.url, headers: definedHeaders(req.headers) });
+  const base = httpbis.createSignatureBase(
+    { fields },
+    { method: req.method.toUpperCase(), url: req.url, headers: definedHeaders(req.headers) },
+  );
   base.push(['"@signature-params"', [serializeInnerList(input)]]);
   return httpbis.formatSignatureBase(base);
 }
@@ -115,42 +132,60 @@ export async function verifyRequest(
 ): Promise<{ agentId: string; keyId: string }> {
   const inputField = field(req.headers["signature-input"]);
   const signatureField = field(req.headers.signature);
-  if (!inputField || !signatureField) throw invalidSignature("the request is not signed (Signature-Input and Signature are required)");
+  if (!inputField || !signatureField)
+    throw invalidSignature("the request is not signed (Signature-Input and Signature are required)");
   let inputs: ReturnType<typeof parseDictionary>;
   let signatures: ReturnType<typeof parseDictionary>;
   try {
     inputs = parseDictionary(inputField);
     signatures = parseDictionary(signatureField);
   } catch (err) {
-    throw invalidSignature(`Signature-Input or Signature is not a structured-field dictionary: ${(err as Error).message}`);
+    throw invalidSignature(
+      `Signature-Input or Signature is not a structured-field dictionary: ${(err as Error).message}`,
+    );
   }
   const input = inputs.get(SIGNATURE_LABEL);
   const signature = signatures.get(SIGNATURE_LABEL);
-  if (!input || !signature) throw invalidSignature(`the request needs a signature labelled ${SIGNATURE_LABEL} in both Signature-Input and Signature`);
-  if (!isInnerList(input)) throw invalidSignature(`Signature-Input ${SIGNATURE_LABEL} must be an inner list of covered components`);
-  if (isInnerList(signature) || !(signature[0] instanceof ArrayBuffer)) throw invalidSignature(`Signature ${SIGNATURE_LABEL} must be a byte sequence`);
+  if (!input || !signature)
+    throw invalidSignature(
+      `the request needs a signature labelled ${SIGNATURE_LABEL} in both Signature-Input and Signature`,
+    );
+  if (!isInnerList(input))
+    throw invalidSignature(`Signature-Input ${SIGNATURE_LABEL} must be an inner list of covered components`);
+  if (isInnerList(signature) || !(signature[0] instanceof ArrayBuffer))
+    throw invalidSignature(`Signature ${SIGNATURE_LABEL} must be a byte sequence`);
 
   // The profile: covered components, parameters, age.
   const covered = coveredComponents(input);
   const hasBody = req.body !== undefined && req.body.length > 0;
   const required: string[] = [...BASE_COMPONENTS, ...(hasBody ? ["content-digest"] : [])];
   const missing = required.filter((c) => !covered.includes(c));
-  if (missing.length) throw invalidSignature(`the signature must cover ${required.map((c) => `"${c}"`).join(" ")} (missing ${missing.join(", ")})`);
+  if (missing.length)
+    throw invalidSignature(
+      `the signature must cover ${required.map((c) => `"${c}"`).join(" ")} (missing ${missing.join(", ")})`,
+    );
   const params = input[1];
   const alg = params.get("alg");
   if (alg !== SIGNATURE_ALG) throw invalidSignature(`the signature needs alg="${SIGNATURE_ALG}"`);
   const created = params.get("created");
-  if (typeof created !== "number" || !Number.isInteger(created)) throw invalidSignature("the signature needs a created parameter (whole seconds since the epoch)");
+  if (typeof created !== "number" || !Number.isInteger(created))
+    throw invalidSignature("the signature needs a created parameter (whole seconds since the epoch)");
   const age = now / 1000 - created;
-  if (age > MAX_SIGNATURE_AGE_S) throw invalidSignature(`the request signature is older than ${MAX_SIGNATURE_AGE_S} s (created ${created})`);
-  if (age < -CLOCK_SKEW_S) throw invalidSignature(`the request signature is created in the future (${created}); check the clock`);
+  if (age > MAX_SIGNATURE_AGE_S)
+    throw invalidSignature(`the request signature is older than ${MAX_SIGNATURE_AGE_S} s (created ${created})`);
+  if (age < -CLOCK_SKEW_S)
+    throw invalidSignature(`the request signature is created in the future (${created}); check the clock`);
   const expires = params.get("expires");
-  if (typeof expires !== "number" || !Number.isInteger(expires)) throw invalidSignature("the signature needs an expires parameter (whole seconds since the epoch)");
-  if (expires <= created || expires - created > SIGNATURE_LIFETIME_S) throw invalidSignature(`the signature's expires must be after created and at most ${SIGNATURE_LIFETIME_S} s later`);
-  if (now / 1000 > expires + CLOCK_SKEW_S) throw invalidSignature(`the request signature has expired (expires ${expires})`);
+  if (typeof expires !== "number" || !Number.isInteger(expires))
+    throw invalidSignature("the signature needs an expires parameter (whole seconds since the epoch)");
+  if (expires <= created || expires - created > SIGNATURE_LIFETIME_S)
+    throw invalidSignature(`the signature's expires must be after created and at most ${SIGNATURE_LIFETIME_S} s later`);
+  if (now / 1000 > expires + CLOCK_SKEW_S)
+    throw invalidSignature(`the request signature has expired (expires ${expires})`);
   const keyid = params.get("keyid");
   const ref = typeof keyid === "string" ? parseKeyId(keyid) : undefined;
-  if (!ref) throw invalidSignature(`the signature needs keyid="<agent_id>#<keyId>", not ${JSON.stringify(keyid ?? null)}`);
+  if (!ref)
+    throw invalidSignature(`the signature needs keyid="<agent_id>#<keyId>", not ${JSON.stringify(keyid ?? null)}`);
 
   // The body against its digest, then the key, then the signature itself (the costly part).
   if (hasBody) {
@@ -165,7 +200,8 @@ export async function verifyRequest(
   } catch (err) {
     throw invalidSignature(`the signature base cannot be built: ${(err as Error).message}`);
   }
-  if (!edVerify(null, Buffer.from(base), key, new Uint8Array(signature[0]))) throw invalidSignature("the request signature does not verify");
+  if (!edVerify(null, Buffer.from(base), key, new Uint8Array(signature[0])))
+    throw invalidSignature("the request signature does not verify");
   return ref;
 }
 
@@ -173,7 +209,7 @@ export async function verifyRequest(
 function coveredComponents(input: InnerList): string[] {
   const names: string[] = [];
   for (const [name, params] of input[0]) {
-    if (typeof name !== "string") throw invalidSignature("covered components must be strings such as \"@method\"");
+    if (typeof name !== "string") throw invalidSignature('covered components must be strings such as "@method"');
     if (params.size) throw invalidSignature(`covered component "${name}" must not carry parameters in this profile`);
     if (names.includes(name)) throw invalidSignature(`covered component "${name}" appears twice`);
     names.push(name);

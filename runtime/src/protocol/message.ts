@@ -82,12 +82,20 @@ export const Message = z
   .superRefine((m, ctx) => {
     const encrypted = m.security?.encryption !== undefined;
     if ("ciphertext" in m.body && !encrypted) {
-      ctx.addIssue({ code: "custom", path: ["body", "ciphertext"], message: "a ciphertext body needs security.encryption naming the scheme and recipients" });
+      ctx.addIssue({
+        code: "custom",
+        path: ["body", "ciphertext"],
+        message: "a ciphertext body needs security.encryption naming the scheme and recipients",
+      });
     }
     if (encrypted) {
       const keys = Object.keys(m.body);
       if (keys.length !== 1 || keys[0] !== "ciphertext" || typeof m.body.ciphertext !== "string") {
-        ctx.addIssue({ code: "custom", path: ["body"], message: "an encrypted message's body is exactly {ciphertext: <string>}" });
+        ctx.addIssue({
+          code: "custom",
+          path: ["body"],
+          message: "an encrypted message's body is exactly {ciphertext: <string>}",
+        });
       }
     }
   });

@@ -70,7 +70,13 @@ export const PublishBatchRequest = z.object({ messages: z.array(z.unknown()).min
  */
 export const ItemResult = z.union([
   PublishResponse.omit({ status: true }).extend({ status: z.literal(202) }),
-  z.object({ status: z.number().int().min(400).max(599), code: z.string(), message: z.string(), message_id: z.string().optional(), retry_after: z.number().optional() }),
+  z.object({
+    status: z.number().int().min(400).max(599),
+    code: z.string(),
+    message: z.string(),
+    message_id: z.string().optional(),
+    retry_after: z.number().optional(),
+  }),
 ]);
 export type ItemResult = z.infer<typeof ItemResult>;
 
@@ -91,7 +97,15 @@ export const SubscribeRequest = z
   .object({
     subscribe: z.object({ topics: Topics, agent: AgentId.optional() }).optional(),
     unsubscribe: z.object({ topics: Topics, agent: AgentId.optional() }).optional(),
-    push: z.object({ webhook: z.url({ protocol: /^https$/, error: "webhook must be an https URL" }).max(2048).nullable(), agent: AgentId.optional() }).optional(),
+    push: z
+      .object({
+        webhook: z
+          .url({ protocol: /^https$/, error: "webhook must be an https URL" })
+          .max(2048)
+          .nullable(),
+        agent: AgentId.optional(),
+      })
+      .optional(),
   })
   .refine((b) => b.subscribe || b.unsubscribe || b.push, "send subscribe, unsubscribe and/or push");
 export type SubscribeRequest = z.input<typeof SubscribeRequest>;
@@ -109,7 +123,12 @@ export const SubscribeResponse = SubscriptionState.extend({ status: z.literal("s
 export type SubscribeResponse = z.infer<typeof SubscribeResponse>;
 
 /** A copy whose webhook push was given up, kept for its recipient. */
-export const DeadLetter = z.object({ message_id: z.string(), reason: z.string(), at: z.string(), message: z.unknown() });
+export const DeadLetter = z.object({
+  message_id: z.string(),
+  reason: z.string(),
+  at: z.string(),
+  message: z.unknown(),
+});
 export type DeadLetter = z.infer<typeof DeadLetter>;
 
 /** GET /relay/dead-letters. */

@@ -34,10 +34,14 @@ describe("signing profile test vectors", () => {
         expect(signingInput(msg, sig.signed_headers, sig.signed_body).toString("utf8")).toBe(v.signing_input);
         // Ed25519 is deterministic: signing the same input again gives the published signature.
         const { security: _s, ...unsigned } = v.message;
-        const again = signMessage(unsigned, { agentId: "pete-agent", keyId: "key-1", privateKey }, {
-          signedHeaders: sig.signed_headers,
-          created: new Date(sig.created!),
-        });
+        const again = signMessage(
+          unsigned,
+          { agentId: "pete-agent", keyId: "key-1", privateKey },
+          {
+            signedHeaders: sig.signed_headers,
+            created: new Date(sig.created!),
+          },
+        );
         expect(again.security!.signatures![0]!.sig).toBe(sig.sig);
       }
     });
@@ -48,7 +52,11 @@ describe("signingInput", () => {
   const msg = Message.parse(file.vectors[0].message);
 
   it("is JCS: sorted keys, no white space, ES number forms", () => {
-    const input = signingInput({ headers: { ...msg.headers, sequence: 1.0 }, body: { text: "x", n: 1e21, f: 0.1 } as never }, ["sequence"], true).toString();
+    const input = signingInput(
+      { headers: { ...msg.headers, sequence: 1.0 }, body: { text: "x", n: 1e21, f: 0.1 } as never },
+      ["sequence"],
+      true,
+    ).toString();
     expect(input).toBe('{"body":{"f":0.1,"n":1e+21,"text":"x"},"headers":{"sequence":1}}');
   });
 
@@ -92,7 +100,18 @@ describe("every header present is signed", () => {
   const base: Message = rest;
 
   it("signMessage covers each header the message carries, unknown ones included", () => {
-    const m = { ...base, headers: { ...base.headers, disclosure: "personal", thread: { in_reply_to: "msg:x" }, ttl_seconds: 60, capabilities: { request: ["a.b"] }, subject: "s", x_future: 1 } };
+    const m = {
+      ...base,
+      headers: {
+        ...base.headers,
+        disclosure: "personal",
+        thread: { in_reply_to: "msg:x" },
+        ttl_seconds: 60,
+        capabilities: { request: ["a.b"] },
+        subject: "s",
+        x_future: 1,
+      },
+    };
     const sig = signMessage(m, { agentId: "pete-agent", keyId: "key-1", privateKey }).security!.signatures![0]!;
     expect([...sig.signed_headers].sort()).toEqual(Object.keys(m.headers).sort());
     expect(headersToSign(m.headers).slice(0, 4)).toEqual(["message_id", "date", "from", "to"]);

@@ -75,11 +75,13 @@ export function canonicalProblem(value: unknown): string | undefined {
   while (stack.length) {
     const [v, depth] = stack.pop()!;
     if (typeof v === "string") {
-      if (!v.isWellFormed()) return "a string holds a lone surrogate (not valid Unicode), so the message has no canonical form";
+      if (!v.isWellFormed())
+        return "a string holds a lone surrogate (not valid Unicode), so the message has no canonical form";
     } else if (v !== null && typeof v === "object") {
       if (depth >= MAX_JSON_DEPTH) return `the document is nested deeper than ${MAX_JSON_DEPTH} levels`;
       for (const [k, child] of Object.entries(v)) {
-        if (!k.isWellFormed()) return "a key holds a lone surrogate (not valid Unicode), so the message has no canonical form";
+        if (!k.isWellFormed())
+          return "a key holds a lone surrogate (not valid Unicode), so the message has no canonical form";
         stack.push([child, depth + 1]);
       }
     }
@@ -91,7 +93,9 @@ export function signingInput(message: Signable, signedHeaders: readonly string[]
   const headers: Record<string, unknown> = {};
   const source = message.headers as Record<string, unknown>;
   for (const h of signedHeaders) headers[h] = source[h] ?? null;
-  const problem = canonicalChecked.has(message) ? undefined : canonicalProblem({ headers, body: signedBody ? message.body : null });
+  const problem = canonicalChecked.has(message)
+    ? undefined
+    : canonicalProblem({ headers, body: signedBody ? message.body : null });
   if (problem) throw badRequest(`the message cannot be canonicalized: ${problem}`);
   const text = canonicalize({ headers, body: signedBody ? message.body : null });
   if (text === undefined) throw badRequest("the message cannot be canonicalized");
@@ -167,7 +171,9 @@ export function signIntroduction<M extends Signable & { security?: Message["secu
     created: isoSeconds(opts.created ?? new Date()),
     signed_headers: signedHeaders,
     signed_body: true,
-    sig: createHmac("sha256", token).update(signingInput(message, signedHeaders, true)).digest("base64url"),
+    sig: createHmac("sha256", token)
+      .update(signingInput(message, signedHeaders, true))
+      .digest("base64url"),
   };
   const security = { ...(message.security ?? {}) };
   security.signatures = [...(security.signatures ?? []), signature];

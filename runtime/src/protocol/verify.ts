@@ -40,7 +40,12 @@ const MAX_CANDIDATES = 2;
 export class Verifier implements MessageVerifier {
   private readonly agents = new Map<string, Map<string, KeyEntry>>();
 
-  constructor(known: ReadonlyArray<{ agentId: string; keys: ReadonlyArray<Omit<TrustedKey, "status"> & { status?: TrustedKey["status"] }> }>) {
+  constructor(
+    known: ReadonlyArray<{
+      agentId: string;
+      keys: ReadonlyArray<Omit<TrustedKey, "status"> & { status?: TrustedKey["status"] }>;
+    }>,
+  ) {
     for (const a of known) {
       const keys = this.agents.get(a.agentId) ?? new Map<string, KeyEntry>();
       for (const k of a.keys) keys.set(k.keyId, { key: publicKeyFromRaw(k.publicKey), status: k.status ?? "active" });
@@ -98,7 +103,10 @@ export class Verifier implements MessageVerifier {
  * headers.from.agent), at most MAX_CANDIDATES of them; `failure` is why the first one passed
  * over was, for the answer when none verifies.
  */
-export function signatureCandidates(message: Message): { candidates: { signature: Signature; keyId: string }[]; failure?: Error } {
+export function signatureCandidates(message: Message): {
+  candidates: { signature: Signature; keyId: string }[];
+  failure?: Error;
+} {
   const sender = message.headers.from.agent;
   const candidates: { signature: Signature; keyId: string }[] = [];
   let failure: Error | undefined;
@@ -119,11 +127,18 @@ export function signatureCandidates(message: Message): { candidates: { signature
 }
 
 /** What every accepted signature must cover (docs/agent.md, signing profile). */
-export function checkProfile(s: { alg: string; signed_headers: string[]; signed_body: boolean; key_id: string }, alg = "ed25519", headers?: object): void {
+export function checkProfile(
+  s: { alg: string; signed_headers: string[]; signed_body: boolean; key_id: string },
+  alg = "ed25519",
+  headers?: object,
+): void {
   if (s.alg !== alg) throw invalidSignature(`algorithm ${JSON.stringify(s.alg)} is not accepted; use ${alg}`);
   const missing = REQUIRED_SIGNED_HEADERS.filter((h) => !s.signed_headers.includes(h));
   if (missing.length) throw invalidSignature(`the signature must cover ${missing.join(", ")} (signed_headers)`);
   const unsigned = headers ? unsignedHeaders(headers, s.signed_headers) : [];
-  if (unsigned.length) throw invalidSignature(`the signature must cover every header present; not signed: ${unsigned.join(", ")} (signed_headers)`);
+  if (unsigned.length)
+    throw invalidSignature(
+      `the signature must cover every header present; not signed: ${unsigned.join(", ")} (signed_headers)`,
+    );
   if (!s.signed_body) throw invalidSignature("the signature must cover the body (signed_body: true)");
 }

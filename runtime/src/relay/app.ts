@@ -57,7 +57,12 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
   const { relay, mailboxes, subs, metrics } = deps;
   const spec = relay.spec;
   const now = deps.now ?? Date.now;
-  const app = createServer({ tls: deps.tls, logger: deps.logger, bodyLimit: spec.limits.maxMessageBytes, trustedProxies: deps.trustedProxies });
+  const app = createServer({
+    tls: deps.tls,
+    logger: deps.logger,
+    bodyLimit: spec.limits.maxMessageBytes,
+    trustedProxies: deps.trustedProxies,
+  });
   registerProbes(app, deps.ready);
   const publishers = new Publishers({ spec, verifier: deps.verifier, lookup: deps.keyLookup, now });
   const authenticate = relayAuthenticator({
@@ -69,19 +74,44 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
   });
 
   const maxMessageBytes = spec.limits.maxMessageBytes;
-  const intake = relayIntake({ relayUrl: spec.url, verifier: deps.verifier, subs, mailboxes, now, maxMessageBytes, bytesPerHour: spec.limits.perAgentBytesPerHour, publishers });
+  const intake = relayIntake({
+    relayUrl: spec.url,
+    verifier: deps.verifier,
+    subs,
+    mailboxes,
+    now,
+    maxMessageBytes,
+    bytesPerHour: spec.limits.perAgentBytesPerHour,
+    publishers,
+  });
 
   app.register(async (api) => {
     requireSignedRequests(api, authenticate);
     api.addHook("onResponse", async (req, reply) => {
       const operation = req.routeOptions.config.operation;
-      if (operation) metrics.relay.inc({ operation, result: reply.statusCode < 400 ? "ok" : (reply.outcome ?? "internal_error") });
+      if (operation)
+        metrics.relay.inc({ operation, result: reply.statusCode < 400 ? "ok" : (reply.outcome ?? "internal_error") });
     });
-    await api.register(publishRoutes, { intake, limitAgent: authenticate.limitAgent, batchBodyLimit: batchBodyLimit(maxMessageBytes) });
+    await api.register(publishRoutes, {
+      intake,
+      limitAgent: authenticate.limitAgent,
+      batchBodyLimit: batchBodyLimit(maxMessageBytes),
+    });
     await api.register(messageRoutes, { mailboxes, limitAgent: authenticate.limitAgent });
-    await api.register(subscriptionRoutes, { subs, targets: deps.targets ?? new TargetPolicy(spec.network.allowPrivateTargets) });
+    await api.register(subscriptionRoutes, {
+      subs,
+      targets: deps.targets ?? new TargetPolicy(spec.network.allowPrivateTargets),
+    });
     await api.register(deadLetterRoutes, { mailboxes });
-    await api.register(eventRoutes, { mailboxes, metrics, log: deps.logger, authenticate, slots: new StreamSlots(spec.limits.maxStreamsPerAgent, spec.limits.maxStreams), intake, maxPayload: maxMessageBytes + FRAME_ROOM });
+    await api.register(eventRoutes, {
+      mailboxes,
+      metrics,
+      log: deps.logger,
+      authenticate,
+      slots: new StreamSlots(spec.limits.maxStreamsPerAgent, spec.limits.maxStreams),
+      intake,
+      maxPayload: maxMessageBytes + FRAME_ROOM,
+    });
   });
   return app;
 }

@@ -11,7 +11,10 @@ import { inSenderSet, Publishers } from "./publishers.ts";
 const bob = identity("bob-agent");
 const verifier = new Verifier([peerOf(bob)]);
 const publishersOf = (publishers: RelaySpecInput["publishers"] = {}) =>
-  new Publishers({ spec: RelaySpec.parse({ url: "https://relay.example", agents: [peerOf(bob)], publishers }), verifier });
+  new Publishers({
+    spec: RelaySpec.parse({ url: "https://relay.example", agents: [peerOf(bob)], publishers }),
+    verifier,
+  });
 const publishers = publishersOf();
 
 /** A fresh did:key sender: its key is its id, found without any request. */
@@ -34,13 +37,29 @@ const outcome = (p: Promise<string>) =>
 
 describe("relay request authentication", () => {
   it("names the signing agent", async () => {
-    const auth = relayAuthenticator({ publishers, publicUrl: "https://relay.example", perAddressPerMinute: 100, perAgentPerMinute: 100 });
+    const auth = relayAuthenticator({
+      publishers,
+      publicUrl: "https://relay.example",
+      perAddressPerMinute: 100,
+      perAgentPerMinute: 100,
+    });
     expect(await auth(await request("/relay/messages?limit=5"))).toBe("bob-agent");
   });
 
   it("limits per address before verifying, and per verified agent after", async () => {
-    const auth = relayAuthenticator({ publishers, publicUrl: "https://relay.example", perAddressPerMinute: 2, perAgentPerMinute: 3 });
-    const unsigned = { clientAddress: "10.0.0.9", method: "GET", url: "/relay/messages", host: "relay.example", headers: {} };
+    const auth = relayAuthenticator({
+      publishers,
+      publicUrl: "https://relay.example",
+      perAddressPerMinute: 2,
+      perAgentPerMinute: 3,
+    });
+    const unsigned = {
+      clientAddress: "10.0.0.9",
+      method: "GET",
+      url: "/relay/messages",
+      host: "relay.example",
+      headers: {},
+    };
     expect(await outcome(auth(unsigned))).toBe("401 invalid_signature");
     expect(await outcome(auth(unsigned))).toBe("401 invalid_signature");
     // The address has spent its budget on bad signatures: refused before any verification.
@@ -54,16 +73,27 @@ describe("relay request authentication", () => {
 
   it("lets a stranger's did:key sign only where strangers are let in, as spec.publishers says", async () => {
     const stranger = didSender();
-    const auth = relayAuthenticator({ publishers, publicUrl: "https://relay.example", perAddressPerMinute: 100, perAgentPerMinute: 100 });
+    const auth = relayAuthenticator({
+      publishers,
+      publicUrl: "https://relay.example",
+      perAddressPerMinute: 100,
+      perAgentPerMinute: 100,
+    });
     // Publishing (an open endpoint) under the default policy, verified: found by its id alone.
     expect(await outcome(auth(await request("/relay/publish", "10.0.0.1", stranger, true)))).toBe(stranger.agentId);
     // Reading, acknowledging, subscribing: the served agents' alone.
-    expect(await outcome(auth(await request("/relay/messages", "10.0.0.1", stranger, false)))).toBe("401 unknown_sender");
+    expect(await outcome(auth(await request("/relay/messages", "10.0.0.1", stranger, false)))).toBe(
+      "401 unknown_sender",
+    );
     // A name nobody can look up.
-    expect(await outcome(auth(await request("/relay/publish", "10.0.0.1", identity("nobody-agent"), true)))).toBe("401 unknown_sender");
+    expect(await outcome(auth(await request("/relay/publish", "10.0.0.1", identity("nobody-agent"), true)))).toBe(
+      "401 unknown_sender",
+    );
     // Another key signing for the did:key does not verify.
     const impostor = { ...identity("x"), signing: { ...identity("x").signing, agentId: stranger.agentId } };
-    expect(await outcome(auth(await request("/relay/publish", "10.0.0.1", impostor, true)))).toBe("401 invalid_signature");
+    expect(await outcome(auth(await request("/relay/publish", "10.0.0.1", impostor, true)))).toBe(
+      "401 invalid_signature",
+    );
 
     const policies: [RelaySpecInput["publishers"], string][] = [
       [{ policy: "registered" }, "401 unknown_sender"],
@@ -73,8 +103,16 @@ describe("relay request authentication", () => {
       [{ minAuthLevel: 2 }, "401 insufficient_auth_level"],
     ];
     for (const [policy, expected] of policies) {
-      const a = relayAuthenticator({ publishers: publishersOf(policy), publicUrl: "https://relay.example", perAddressPerMinute: 100, perAgentPerMinute: 100 });
-      expect(await outcome(a(await request("/relay/publish", "10.0.0.1", stranger, true))), JSON.stringify(policy)).toBe(expected);
+      const a = relayAuthenticator({
+        publishers: publishersOf(policy),
+        publicUrl: "https://relay.example",
+        perAddressPerMinute: 100,
+        perAgentPerMinute: 100,
+      });
+      expect(
+        await outcome(a(await request("/relay/publish", "10.0.0.1", stranger, true))),
+        JSON.stringify(policy),
+      ).toBe(expected);
       // A served agent is let in whatever the policy.
       expect(await outcome(a(await request("/relay/publish", "10.0.0.1", bob, true)))).toBe("bob-agent");
     }
@@ -82,10 +120,17 @@ describe("relay request authentication", () => {
 
   it("holds a stranger to spec.publishers.limits.perSenderPerMinute, a served agent to perAgentPerMinute", async () => {
     const stranger = didSender();
-    const auth = relayAuthenticator({ publishers: publishersOf({ limits: { perSenderPerMinute: 2 } }), publicUrl: "https://relay.example", perAddressPerMinute: 100, perAgentPerMinute: 5 });
-    for (let i = 0; i < 2; i++) expect(await outcome(auth(await request("/relay/publish", "10.0.0.1", stranger, true)))).toBe(stranger.agentId);
+    const auth = relayAuthenticator({
+      publishers: publishersOf({ limits: { perSenderPerMinute: 2 } }),
+      publicUrl: "https://relay.example",
+      perAddressPerMinute: 100,
+      perAgentPerMinute: 5,
+    });
+    for (let i = 0; i < 2; i++)
+      expect(await outcome(auth(await request("/relay/publish", "10.0.0.1", stranger, true)))).toBe(stranger.agentId);
     expect(await outcome(auth(await request("/relay/publish", "10.0.0.2", stranger, true)))).toBe("429 rate_limited");
-    for (let i = 0; i < 5; i++) expect(await outcome(auth(await request("/relay/publish", "10.0.0.1", bob, true)))).toBe("bob-agent");
+    for (let i = 0; i < 5; i++)
+      expect(await outcome(auth(await request("/relay/publish", "10.0.0.1", bob, true)))).toBe("bob-agent");
     expect(await outcome(auth(await request("/relay/publish", "10.0.0.1", bob, true)))).toBe("429 rate_limited");
   });
 
@@ -105,7 +150,9 @@ describe("relay request authentication", () => {
   });
 
   it("builds the URL whose path and query are signed, whatever the Host header", () => {
-    expect(absoluteUrl("/relay/messages?limit=5", "relay.example:8443")).toBe("https://relay.example:8443/relay/messages?limit=5");
+    expect(absoluteUrl("/relay/messages?limit=5", "relay.example:8443")).toBe(
+      "https://relay.example:8443/relay/messages?limit=5",
+    );
     expect(absoluteUrl("/relay/messages", "bad host/")).toBe("https://relay.invalid/relay/messages");
     expect(absoluteUrl("/relay/messages", undefined)).toBe("https://relay.invalid/relay/messages");
   });

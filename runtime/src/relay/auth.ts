@@ -81,7 +81,11 @@ export function relayAuthenticator(opts: {
   const limitAgent = (agentId: string, cost = 1): void => {
     if (!opts.publishers.serves(agentId)) return opts.publishers.limitRequests(agentId, cost);
     const byAgent = perAgent.take(agentId, cost);
-    if (!byAgent.ok) throw rateLimited(byAgent.retryAfterSeconds, `rate limit of ${opts.perAgentPerMinute} requests per minute exceeded for ${agentId}`);
+    if (!byAgent.ok)
+      throw rateLimited(
+        byAgent.retryAfterSeconds,
+        `rate limit of ${opts.perAgentPerMinute} requests per minute exceeded for ${agentId}`,
+      );
   };
   const authenticate = async (req: RequestToAuthenticate, how: { addressLimited?: boolean } = {}): Promise<string> => {
     if (!how.addressLimited) limitAddress(req);

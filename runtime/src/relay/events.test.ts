@@ -5,7 +5,11 @@ describe("SSE and WebSocket framing", () => {
   it("writes one SSE event per copy, its id the resume cursor", () => {
     const text = JSON.stringify({ body: { text: "two\nlines" } });
     expect(sseFrame({ seq: 42, text })).toBe('id: 42\nevent: message\ndata: {"body":{"text":"two\\nlines"}}\n\n');
-    expect(JSON.parse(messageFrame({ seq: 42, text }))).toEqual({ type: "message", id: 42, message: { body: { text: "two\nlines" } } });
+    expect(JSON.parse(messageFrame({ seq: 42, text }))).toEqual({
+      type: "message",
+      id: 42,
+      message: { body: { text: "two\nlines" } },
+    });
   });
 
   it("reads a resume cursor leniently: anything but a sequence starts from the beginning", () => {
@@ -18,20 +22,47 @@ describe("SSE and WebSocket framing", () => {
   it("understands only ack frames from the client", () => {
     expect(parseClientFrame(Buffer.from('{"type":"ack","message_id":"m1"}'))).toEqual({ ack: "m1" });
     expect(parseClientFrame(Buffer.from("nope"))).toEqual({ error: "frames are JSON objects" });
-    for (const f of ['{"type":"ack"}', '{"type":"ack","message_id":""}', '{"type":"nack","message_id":"m"}', "null", "[]"]) {
+    for (const f of [
+      '{"type":"ack"}',
+      '{"type":"ack","message_id":""}',
+      '{"type":"nack","message_id":"m"}',
+      "null",
+      "[]",
+    ]) {
       expect(parseClientFrame(Buffer.from(f)), f).toHaveProperty("error");
     }
   });
 
   it("reads a publish frame: one message object, and recipients only as 1 to 100 agent ids", () => {
     expect(parseClientFrame(Buffer.from('{"type":"publish","message":{"ifp":4}}'))).toEqual({ publish: { ifp: 4 } });
-    expect(parseClientFrame(Buffer.from('{"type":"publish","message":{"ifp":4},"recipients":["bob"]}'))).toEqual({ publish: { ifp: 4 }, recipients: ["bob"] });
-    const tooMany = JSON.stringify({ type: "publish", message: {}, recipients: Array.from({ length: 101 }, (_, i) => `a${i}`) });
-    for (const f of ['{"type":"publish"}', '{"type":"publish","message":null}', '{"type":"publish","message":[1]}', '{"type":"publish","message":"m"}', '{"type":"publish","message":{},"recipients":[]}', '{"type":"publish","message":{},"recipients":"bob"}', '{"type":"publish","message":{},"recipients":[""]}', '{"type":"publish","message":{},"recipients":[7]}', tooMany]) {
+    expect(parseClientFrame(Buffer.from('{"type":"publish","message":{"ifp":4},"recipients":["bob"]}'))).toEqual({
+      publish: { ifp: 4 },
+      recipients: ["bob"],
+    });
+    const tooMany = JSON.stringify({
+      type: "publish",
+      message: {},
+      recipients: Array.from({ length: 101 }, (_, i) => `a${i}`),
+    });
+    for (const f of [
+      '{"type":"publish"}',
+      '{"type":"publish","message":null}',
+      '{"type":"publish","message":[1]}',
+      '{"type":"publish","message":"m"}',
+      '{"type":"publish","message":{},"recipients":[]}',
+      '{"type":"publish","message":{},"recipients":"bob"}',
+      '{"type":"publish","message":{},"recipients":[""]}',
+      '{"type":"publish","message":{},"recipients":[7]}',
+      tooMany,
+    ]) {
       expect(parseClientFrame(Buffer.from(f)), f).toHaveProperty("error");
     }
     // Prototype poisoning is refused as the HTTP routes refuse it, not parsed into the message.
-    expect(parseClientFrame(Buffer.from('{"type":"publish","message":{"__proto__":{"x":1}}}'))).toEqual({ error: expect.stringMatching(/prototype/) });
-    expect(parseClientFrame(Buffer.from('{"type":"publish","message":{"constructor":{"prototype":{"x":1}}}}'))).toHaveProperty("error");
+    expect(parseClientFrame(Buffer.from('{"type":"publish","message":{"__proto__":{"x":1}}}'))).toEqual({
+      error: expect.stringMatching(/prototype/),
+    });
+    expect(
+      parseClientFrame(Buffer.from('{"type":"publish","message":{"constructor":{"prototype":{"x":1}}}}')),
+    ).toHaveProperty("error");
   });
 });

@@ -40,7 +40,14 @@ export function cursor(value: string | string[] | null | undefined): number {
  * ones. Nothing is removed until the agent acknowledges (DELETE /relay/messages/{id}); a
  * reconnect with Last-Event-ID resumes after the last event seen.
  */
-export function serveEvents(res: ServerResponse, req: IncomingMessage, agent: string, mailboxes: Mailboxes, metrics: RuntimeMetrics, log: Logger): () => void {
+export function serveEvents(
+  res: ServerResponse,
+  req: IncomingMessage,
+  agent: string,
+  mailboxes: Mailboxes,
+  metrics: RuntimeMetrics,
+  log: Logger,
+): () => void {
   res.writeHead(200, {
     "content-type": "text/event-stream; charset=utf-8",
     "cache-control": "no-store",
@@ -106,15 +113,26 @@ export function parseClientFrame(data: RawData): ClientFrame {
   try {
     frame = parseJson(data.toString());
   } catch (err) {
-    return { error: err instanceof SyntaxError && /prototype/i.test(err.message) ? `frames may not set ${err.message}` : "frames are JSON objects" };
+    return {
+      error:
+        err instanceof SyntaxError && /prototype/i.test(err.message)
+          ? `frames may not set ${err.message}`
+          : "frames are JSON objects",
+    };
   }
   const f = frame as { type?: unknown; message_id?: unknown; message?: unknown; recipients?: unknown };
   if (f?.type === "ack" && typeof f.message_id === "string" && f.message_id) return { ack: f.message_id };
   if (f?.type !== "publish") return { error: FRAMES };
-  if (typeof f.message !== "object" || f.message === null || Array.isArray(f.message)) return { error: "a publish frame carries one IFP-4 message as its \"message\" object" };
+  if (typeof f.message !== "object" || f.message === null || Array.isArray(f.message))
+    return { error: 'a publish frame carries one IFP-4 message as its "message" object' };
   const r = f.recipients;
   if (r === undefined) return { publish: f.message };
-  if (!Array.isArray(r) || r.length < 1 || r.length > 100 || !r.every((x) => typeof x === "string" && x.length >= 1 && x.length <= 256)) {
+  if (
+    !Array.isArray(r) ||
+    r.length < 1 ||
+    r.length > 100 ||
+    !r.every((x) => typeof x === "string" && x.length >= 1 && x.length <= 256)
+  ) {
     return { error: "recipients, when sent, are 1 to 100 agent ids" };
   }
   return { publish: f.message, recipients: r as string[] };
@@ -137,21 +155,43 @@ export function attachWebSocket(app: FastifyInstance, deps: StreamDeps): void {
   const wss = new WebSocketServer({ noServer: true, maxPayload: deps.maxPayload });
   const refuse = (socket: Duplex, err: ProtocolError) => {
     const text = JSON.stringify(err.body());
-    const extra = Object.entries(err.headers).map(([k, v]) => `${k}: ${v}\r\n`).join("");
-    socket.end(`HTTP/1.1 ${err.statusCode} ${err.code}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\n${extra}connection: close\r\n\r\n${text}`);
+    const extra = Object.entries(err.headers)
+      .map(([k, v]) => `${k}: ${v}\r\n`)
+      .join("");
+    socket.end(
+      `HTTP/1.1 ${err.statusCode} ${err.code}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\n${extra}connection: close\r\n\r\n${text}`,
+    );
   };
   // A handshake the WebSocket library refuses (a bad Sec-WebSocket-Key or -Version, another
   // method than GET): the error body, as for any refused request, instead of the library's text.
   wss.on("wsClientError", (err: Error, socket: Duplex) => {
     const method = /method/i.test(err.message);
-    refuse(socket, new ProtocolError(method ? 405 : 400, method ? "method_not_allowed" : "invalid_format", `the WebSocket upgrade is refused: ${err.message}`));
+    refuse(
+      socket,
+      new ProtocolError(
+        method ? 405 : 400,
+        method ? "method_not_allowed" : "invalid_format",
+        `the WebSocket upgrade is refused: ${err.message}`,
+      ),
+    );
   });
   app.server.on("upgrade", (raw: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on("error", () => {});
     const url = new URL(raw.url ?? "/", "https://relay.invalid");
-    if (url.pathname !== WEBSOCKET_PATH) return refuse(socket, new ProtocolError(404, "not_found", `no WebSocket endpoint ${url.pathname}; use ${WEBSOCKET_PATH}`));
+    if (url.pathname !== WEBSOCKET_PATH)
+      return refuse(
+        socket,
+        new ProtocolError(404, "not_found", `no WebSocket endpoint ${url.pathname}; use ${WEBSOCKET_PATH}`),
+      );
     deps
-      .authenticate({ clientAddress: app.clientAddressOf(raw), method: raw.method ?? "GET", url: raw.url ?? "/", host: raw.headers.host, localPort: raw.socket.localPort, headers: raw.headers })
+      .authenticate({
+        clientAddress: app.clientAddressOf(raw),
+        method: raw.method ?? "GET",
+        url: raw.url ?? "/",
+        host: raw.headers.host,
+        localPort: raw.socket.localPort,
+        headers: raw.headers,
+      })
       .then(
         (agent) => {
           let release: () => void;
@@ -185,30 +225,36 @@ export function attachWebSocket(app: FastifyInstance, deps: StreamDeps): void {
         limited = itemError(toProtocolError(err), message);
       }
       if (++publishing >= MAX_PUBLISHING) ws.pause();
-      (limited ? Promise.resolve(limited) : deps.intake.publishCarried(message, agent, { recipients, log, transport: WEBSOCKET_TRANSPORT_LABEL })).then((result) => {
+      (limited
+        ? Promise.resolve(limited)
+        : deps.intake.publishCarried(message, agent, { recipients, log, transport: WEBSOCKET_TRANSPORT_LABEL })
+      ).then((result) => {
         if (--publishing < MAX_PUBLISHING && ws.isPaused) ws.resume();
         deps.metrics.relay.inc({ operation: "publish", result: "code" in result ? result.code : "ok" });
         send("code" in result ? { type: "error", ...result } : { type: "published", ...result });
       });
     };
-    const stop = !push ? () => {} : deps.mailboxes.follow(
-      agent,
-      after,
-      async (copy) => {
-        const span = copySpan("ifp.relay.push", copy, "websocket");
-        try {
-          if (ws.readyState === ws.OPEN) ws.send(messageFrame(copy));
-          deps.metrics.relayDeliveries.inc({ transport: "websocket", result: "sent" });
-          while (ws.readyState === ws.OPEN && ws.bufferedAmount > HIGH_WATER) await new Promise((r) => setTimeout(r, 50));
-        } finally {
-          span.end();
-        }
-      },
-      (err) => {
-        if (err) deps.log.warn({ err: err.message, agent }, "WebSocket stream ended");
-        ws.close(1011, "mailbox unavailable");
-      },
-    );
+    const stop = !push
+      ? () => {}
+      : deps.mailboxes.follow(
+          agent,
+          after,
+          async (copy) => {
+            const span = copySpan("ifp.relay.push", copy, "websocket");
+            try {
+              if (ws.readyState === ws.OPEN) ws.send(messageFrame(copy));
+              deps.metrics.relayDeliveries.inc({ transport: "websocket", result: "sent" });
+              while (ws.readyState === ws.OPEN && ws.bufferedAmount > HIGH_WATER)
+                await new Promise((r) => setTimeout(r, 50));
+            } finally {
+              span.end();
+            }
+          },
+          (err) => {
+            if (err) deps.log.warn({ err: err.message, agent }, "WebSocket stream ended");
+            ws.close(1011, "mailbox unavailable");
+          },
+        );
     // A frame the protocol forbids (unmasked, a reserved opcode, text that is not UTF-8, over
     // maxPayload) or a broken connection: the library closes the WebSocket (with the code RFC 6455
     // gives: 1002, 1007, 1009) and reports it here; without a listener the report would end the process.
@@ -224,7 +270,14 @@ export function attachWebSocket(app: FastifyInstance, deps: StreamDeps): void {
         const e = toProtocolError(err);
         const retry = Number(e.headers["retry-after"]);
         deps.metrics.relay.inc({ operation: "ack", result: e.code });
-        return send({ type: "error", status: e.statusCode, code: e.code, message: e.message, message_id: frame.ack, ...(retry > 0 ? { retry_after: retry } : {}) });
+        return send({
+          type: "error",
+          status: e.statusCode,
+          code: e.code,
+          message: e.message,
+          message_id: frame.ack,
+          ...(retry > 0 ? { retry_after: retry } : {}),
+        });
       }
       deps.mailboxes.ack(agent, frame.ack).then(
         (ok) => {

@@ -51,7 +51,12 @@ export function parseCarried(value: unknown, maxBytes: number): Message {
   const parsed = itemSchema.safeParse(value);
   if (!parsed.success) throw badRequest(`the message does not follow IFP-4: ${describeIssues(parsed.error)}`);
   const size = Buffer.byteLength(JSON.stringify(value));
-  if (size > maxBytes) throw new ProtocolError(413, "payload_too_large", `the message is ${size} bytes; this relay takes at most ${maxBytes} (spec.limits.maxMessageBytes)`);
+  if (size > maxBytes)
+    throw new ProtocolError(
+      413,
+      "payload_too_large",
+      `the message is ${size} bytes; this relay takes at most ${maxBytes} (spec.limits.maxMessageBytes)`,
+    );
   return parsed.data;
 }
 
@@ -69,7 +74,8 @@ function narrowed<T extends { agent: string }>(to: T[], recipients: string[] | u
   if (recipients === undefined) return to;
   const wanted = new Set(recipients);
   const direct = new Set(to.map((t) => t.agent).filter((a) => !a.startsWith("topic:")));
-  for (const w of wanted) if (!direct.has(w)) throw badRequest(`recipient ${JSON.stringify(w)} is not a direct recipient in headers.to`);
+  for (const w of wanted)
+    if (!direct.has(w)) throw badRequest(`recipient ${JSON.stringify(w)} is not a direct recipient in headers.to`);
   return to.filter((t) => wanted.has(t.agent));
 }
 
@@ -82,27 +88,48 @@ export type RelayIntake = ReturnType<typeof relayIntake>;
  * and topic subscriber, stored before it resolves. Throws a ProtocolError for a refusal.
  */
 export function relayIntake(deps: IntakeDeps) {
-  const quota = deps.bytesPerHour ? new RateLimiter(deps.bytesPerHour, { now: deps.now, windowMs: 3_600_000 }) : undefined;
+  const quota = deps.bytesPerHour
+    ? new RateLimiter(deps.bytesPerHour, { now: deps.now, windowMs: 3_600_000 })
+    : undefined;
   const publish = (message: Message, sender: string, opts: PublishOptions): Promise<PublishResponse> =>
     // A child of the sender's span named in the message, which the relay never changes.
     inSpan(
       "ifp.relay.publish",
-      { kind: SpanKind.SERVER, parent: messageContext(message), startTime: opts.startTime, attributes: () => ({ ...messageAttributes(message), [A.relay]: deps.relayUrl }) },
+      {
+        kind: SpanKind.SERVER,
+        parent: messageContext(message),
+        startTime: opts.startTime,
+        attributes: () => ({ ...messageAttributes(message), [A.relay]: deps.relayUrl }),
+      },
       async (span) => {
         const h = message.headers;
-        if (h.from.agent !== sender) throw invalidSignature(`the request is signed by ${sender} but the message is from ${h.from.agent}`);
+        if (h.from.agent !== sender)
+          throw invalidSignature(`the request is signed by ${sender} but the message is from ${h.from.agent}`);
         const ttl = remainingTtlSeconds(h, deps.now());
-        const { agents, topics } = resolveRecipients(narrowed(h.to, opts.recipients), sender, (a) => deps.verifier.knows(a), (t) => deps.subs.subscribers(t));
+        const { agents, topics } = resolveRecipients(
+          narrowed(h.to, opts.recipients),
+          sender,
+          (a) => deps.verifier.knows(a),
+          (t) => deps.subs.subscribers(t),
+        );
         // The accountable trace entry (spec 2.9), appended before the message is stored;
         // everything else is kept as sent, so the sender's signature still verifies.
-        const data = JSON.stringify(withTraceEntry(message, traceEntry(deps.relayUrl, sender, new Date(deps.now()), opts.transport)));
+        const data = JSON.stringify(
+          withTraceEntry(message, traceEntry(deps.relayUrl, sender, new Date(deps.now()), opts.transport)),
+        );
         // A sender the relay does not serve: its own quotas, and those of each recipient.
         const stranger = deps.publishers && !deps.publishers.serves(sender);
-        const quotas = stranger ? deps.publishers!.checkMessage(sender, topics, agents, Buffer.byteLength(data)) : undefined;
+        const quotas = stranger
+          ? deps.publishers!.checkMessage(sender, topics, agents, Buffer.byteLength(data))
+          : undefined;
         // Every copy counts against the publisher: a topic's fan-out is the publisher's doing.
         const cost = Buffer.byteLength(data) * agents.length;
         const taken = quota && cost && !stranger ? quota.take(sender, cost) : { ok: true as const };
-        if (!taken.ok) throw rateLimited(taken.retryAfterSeconds, `byte quota of ${deps.bytesPerHour} bytes per hour exceeded for ${sender} (this message: ${agents.length} copies of ${Buffer.byteLength(data)} bytes)`);
+        if (!taken.ok)
+          throw rateLimited(
+            taken.retryAfterSeconds,
+            `byte quota of ${deps.bytesPerHour} bytes per hour exceeded for ${sender} (this message: ${agents.length} copies of ${Buffer.byteLength(data)} bytes)`,
+          );
         let result: Awaited<ReturnType<Mailboxes["store"]>>;
         try {
           result = await deps.mailboxes.store(data, h.message_id, agents, ttl, sender, h.conversation_id);
@@ -112,8 +139,18 @@ export function relayIntake(deps: IntakeDeps) {
         }
         quotas?.duplicates(result.duplicates);
         // A child logger only when its line is written: making one costs as much as the rest of a frame's bookkeeping.
-        if (debugEnabled(opts.log)) opts.log.child(messageLog(message, sender)).debug({ recipients: agents.length, stored: result.stored, duplicates: result.duplicates }, "message published");
-        span.setAttributes({ [A.recipients]: agents, [A.status]: 202, [A.duplicate]: result.stored === 0 && result.duplicates > 0 });
+        if (debugEnabled(opts.log))
+          opts.log
+            .child(messageLog(message, sender))
+            .debug(
+              { recipients: agents.length, stored: result.stored, duplicates: result.duplicates },
+              "message published",
+            );
+        span.setAttributes({
+          [A.recipients]: agents,
+          [A.status]: 202,
+          [A.duplicate]: result.stored === 0 && result.duplicates > 0,
+        });
         return { status: "accepted" as const, message_id: h.message_id, recipients: agents.length, ...result };
       },
     );

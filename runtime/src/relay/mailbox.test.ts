@@ -6,12 +6,20 @@ import { isExpired, relayFull, RH } from "./mailbox.ts";
 
 describe("a full relay", () => {
   it("is recognised from JetStream's refusals under discard new", () => {
-    expect(isFull(new JetStreamApiError({ code: 503, err_code: 10077, description: "maximum messages exceeded" }))).toBe(true);
-    expect(isFull(new JetStreamApiError({ code: 503, err_code: 10078, description: "maximum bytes exceeded" }))).toBe(true);
-    expect(isFull(new JetStreamApiError({ code: 503, err_code: 10047, description: "insufficient resources" }))).toBe(true);
+    expect(
+      isFull(new JetStreamApiError({ code: 503, err_code: 10077, description: "maximum messages exceeded" })),
+    ).toBe(true);
+    expect(isFull(new JetStreamApiError({ code: 503, err_code: 10078, description: "maximum bytes exceeded" }))).toBe(
+      true,
+    );
+    expect(isFull(new JetStreamApiError({ code: 503, err_code: 10047, description: "insufficient resources" }))).toBe(
+      true,
+    );
     expect(isFull(new Error("maximum messages exceeded"))).toBe(true);
     expect(isFull(new Error("TIMEOUT"))).toBe(false);
-    expect(isFull(new JetStreamApiError({ code: 503, err_code: 10039, description: "jetstream not enabled" }))).toBe(false);
+    expect(isFull(new JetStreamApiError({ code: 503, err_code: 10039, description: "jetstream not enabled" }))).toBe(
+      false,
+    );
   });
 
   it("answers 503 relay_full with Retry-After", () => {

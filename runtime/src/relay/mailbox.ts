@@ -43,12 +43,22 @@ export interface StoredCopy {
  * A span about one stored copy handed out (`ifp.relay.retrieve`, `ifp.relay.push`): a child of
  * the span that published it. The caller ends it.
  */
-export function copySpan(name: string, copy: StoredCopy, transport: string, opts: { kind?: SpanKind; startTime?: number } = {}): Span {
+export function copySpan(
+  name: string,
+  copy: StoredCopy,
+  transport: string,
+  opts: { kind?: SpanKind; startTime?: number } = {},
+): Span {
   return startSpan(name, {
     kind: opts.kind ?? SpanKind.PRODUCER,
     parent: copy.trace,
     startTime: opts.startTime,
-    attributes: () => ({ [A.messageId]: copy.messageId, [A.recipient]: copy.recipient, [A.transport]: transport, ...(copy.conversationId ? { [A.conversationId]: copy.conversationId } : {}) }),
+    attributes: () => ({
+      [A.messageId]: copy.messageId,
+      [A.recipient]: copy.recipient,
+      [A.transport]: transport,
+      ...(copy.conversationId ? { [A.conversationId]: copy.conversationId } : {}),
+    }),
   });
 }
 
@@ -89,7 +99,14 @@ export class Mailboxes {
    * Store one copy for each recipient; resolves once JetStream has acknowledged them all.
    * A failure leaves the copies already stored in place: a retry stores only the missing ones.
    */
-  async store(data: string, messageId: string, recipients: string[], ttlSeconds?: number, sender = "", conversationId?: string): Promise<{ stored: number; duplicates: number }> {
+  async store(
+    data: string,
+    messageId: string,
+    recipients: string[],
+    ttlSeconds?: number,
+    sender = "",
+    conversationId?: string,
+  ): Promise<{ stored: number; duplicates: number }> {
     this.ensureConnected();
     refuseOverMaxPayload(this.nats, data);
     let stored = 0;
@@ -131,7 +148,10 @@ export class Mailboxes {
     );
     const [first] = failures;
     if (first !== undefined) {
-      if (failures.some(isFull)) throw relayFull(`the relay is full and refuses new messages until some are acknowledged or expire (${(failures.find(isFull) as Error).message})`);
+      if (failures.some(isFull))
+        throw relayFull(
+          `the relay is full and refuses new messages until some are acknowledged or expire (${(failures.find(isFull) as Error).message})`,
+        );
       if (first instanceof ProtocolError) throw first;
       throw unavailable(`the message could not be stored: ${(first as Error).message}`);
     }
@@ -147,7 +167,11 @@ export class Mailboxes {
     while (out.length < limit) {
       const batch: StoredMsg[] = [];
       try {
-        const it = await this.nats.jsm.direct.getBatch(this.names.stream, { seq, batch: limit - out.length, next_by_subj: this.names.mailbox(agent) });
+        const it = await this.nats.jsm.direct.getBatch(this.names.stream, {
+          seq,
+          batch: limit - out.length,
+          next_by_subj: this.names.mailbox(agent),
+        });
         for await (const m of it) batch.push(m);
       } catch (err) {
         if (!noMessage(err)) throw unavailable(`the mailbox could not be read: ${(err as Error).message}`);
@@ -173,7 +197,12 @@ export class Mailboxes {
    * ones as they arrive (an ordered consumer), skipping expired ones. `onCopy` may return a
    * promise to hold the stream back (a slow client). Returns a stop function.
    */
-  follow(agent: string, after: number, onCopy: (copy: StoredCopy) => void | Promise<void>, onEnd: (err?: Error) => void): () => void {
+  follow(
+    agent: string,
+    after: number,
+    onCopy: (copy: StoredCopy) => void | Promise<void>,
+    onEnd: (err?: Error) => void,
+  ): () => void {
     let stopped = false;
     let messages: { stop(): void } | undefined;
     void (async () => {
@@ -181,7 +210,9 @@ export class Mailboxes {
         this.ensureConnected();
         const consumer = await this.nats.js.consumers.get(this.names.stream, {
           filter_subjects: [this.names.mailbox(agent)],
-          ...(after > 0 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: after + 1 } : { deliver_policy: DeliverPolicy.All }),
+          ...(after > 0
+            ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: after + 1 }
+            : { deliver_policy: DeliverPolicy.All }),
         });
         if (stopped) return;
         const it = await consumer.consume({ max_messages: 64 });
@@ -229,7 +260,8 @@ export class Mailboxes {
   private async purge(subject: string): Promise<number> {
     this.ensureConnected();
     try {
-      return (await this.together.run(() => this.nats.jsm.streams.purge(this.names.stream, { filter: subject }))).purged;
+      return (await this.together.run(() => this.nats.jsm.streams.purge(this.names.stream, { filter: subject })))
+        .purged;
     } catch (err) {
       throw unavailable(`the message could not be removed: ${(err as Error).message}`);
     }
@@ -239,7 +271,11 @@ export class Mailboxes {
    * Move a copy whose push delivery was given up to its recipient's dead letters (kept for
    * `ttlSeconds`), then remove the copy. Idempotent: a retry after a crash stores it once.
    */
-  async deadLetter(copy: { seq: number; recipient: string; messageId: string; data: Uint8Array }, reason: string, ttlSeconds: number): Promise<void> {
+  async deadLetter(
+    copy: { seq: number; recipient: string; messageId: string; data: Uint8Array },
+    reason: string,
+    ttlSeconds: number,
+  ): Promise<void> {
     this.ensureConnected();
     const h = natsHeaders();
     h.set(RH.recipient, copy.recipient);
@@ -259,7 +295,11 @@ export class Mailboxes {
     this.ensureConnected();
     const out: (DeadLetter & { seq: number })[] = [];
     try {
-      const it = await this.nats.jsm.direct.getBatch(this.names.stream, { seq: after + 1, batch: limit, next_by_subj: this.names.deadLetters(agent) });
+      const it = await this.nats.jsm.direct.getBatch(this.names.stream, {
+        seq: after + 1,
+        batch: limit,
+        next_by_subj: this.names.deadLetters(agent),
+      });
       for await (const m of it) {
         let message: unknown;
         try {
@@ -267,7 +307,13 @@ export class Mailboxes {
         } catch {
           message = null;
         }
-        out.push({ seq: m.seq, message_id: m.header.get(RH.messageId), reason: m.header.get(RH.deadReason), at: m.time.toISOString(), message });
+        out.push({
+          seq: m.seq,
+          message_id: m.header.get(RH.messageId),
+          reason: m.header.get(RH.deadReason),
+          at: m.time.toISOString(),
+          message,
+        });
       }
     } catch (err) {
       if (!noMessage(err)) throw unavailable(`dead letters could not be read: ${(err as Error).message}`);
@@ -291,10 +337,24 @@ function toCopy(m: StoredMsg): StoredCopy | undefined {
 }
 
 /** A stored copy from what JetStream hands out (a direct get, a consumer's message); undefined when it is not one. */
-function copyOf(seq: number, h: MsgHdrs | undefined, data: Uint8Array, storedAt: Date, recipient: string): StoredCopy | undefined {
+function copyOf(
+  seq: number,
+  h: MsgHdrs | undefined,
+  data: Uint8Array,
+  storedAt: Date,
+  recipient: string,
+): StoredCopy | undefined {
   const text = storedText(data);
   if (text === undefined) return undefined;
-  return { seq, messageId: h?.get(RH.messageId) ?? "", recipient, text, conversationId: h?.get(RH.conversationId) || undefined, storedAt, trace: headersContext(h) };
+  return {
+    seq,
+    messageId: h?.get(RH.messageId) ?? "",
+    recipient,
+    text,
+    conversationId: h?.get(RH.conversationId) || undefined,
+    storedAt,
+    trace: headersContext(h),
+  };
 }
 
 const decoder = new TextDecoder("utf-8", { fatal: true });

@@ -1,4 +1,3 @@
-import { readFileSync } from "node:fs";
 import { LastError } from "../nats/last-error.ts";
 import { relayLastError } from "../contract/summary.ts";
 import { relayInboxPrefix } from "../contract/nats-permissions.ts";
@@ -67,7 +66,15 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   const targets = new TargetPolicy([...relay.spec.network.allowPrivateTargets, ...(opts.allowPrivateTargets ?? [])]);
   const http = new HttpClient({ caFile, onCaFileReload: caFileLogger(log), userAgent: "ifp-relay", targets });
   life.defer("HTTP client", () => http.close());
-  const nats = new Nats({ inboxPrefix: relayInboxPrefix(relay), replicas: relay.spec.retention.replicas, ...opts.nats, name: `ifp-relay ${relay.metadata.name ?? relay.spec.url}` }, log);
+  const nats = new Nats(
+    {
+      inboxPrefix: relayInboxPrefix(relay),
+      replicas: relay.spec.retention.replicas,
+      ...opts.nats,
+      name: `ifp-relay ${relay.metadata.name ?? relay.spec.url}`,
+    },
+    log,
+  );
   life.defer("NATS", () => nats.close());
   const mailboxes = new Mailboxes(nats, names, (path) => metrics.relayExpired.inc({ path }));
   backlogGauges(metrics, () => streamBacklog(nats, names.stream), "relay_mailbox");
@@ -80,7 +87,18 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   });
   life.defer("stream checks", () => streams.stop());
   streamKeeperGauges(metrics, streams);
-  const push = new WebhookPush({ nats, names, mailboxes, subs, delivery: relay.spec.delivery, http, relayUrl: relay.spec.url, log, metrics, lastError });
+  const push = new WebhookPush({
+    nats,
+    names,
+    mailboxes,
+    subs,
+    delivery: relay.spec.delivery,
+    http,
+    relayUrl: relay.spec.url,
+    log,
+    metrics,
+    lastError,
+  });
   life.defer("webhook push", async () => {
     await push.stop();
     await lastError.flush();
@@ -97,7 +115,13 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
         if (action !== "unchanged") log.info({ stream: names.stream, action }, "relay stream applied");
         await subs.ensure();
       },
-      { signal, onError: (err, retryInMs) => (err instanceof StreamMissingError ? undefined : log.warn({ err: err.message, retryInMs }, "relay stream not ready yet")) },
+      {
+        signal,
+        onError: (err, retryInMs) =>
+          err instanceof StreamMissingError
+            ? undefined
+            : log.warn({ err: err.message, retryInMs }, "relay stream not ready yet"),
+      },
     );
     ready = true;
     streams.start();
@@ -109,7 +133,11 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   // the outbound address checks, stricter than for webhooks: only the special addresses the Relay
   // itself allows (spec.network.allowPrivateTargets), not the install's cluster networks
   // (--allow-private-targets), so that a stranger's agent id cannot reach inside the cluster.
-  const lookupHttp = new HttpClient({ caFile, userAgent: "ifp-relay", targets: new TargetPolicy(relay.spec.network.allowPrivateTargets) });
+  const lookupHttp = new HttpClient({
+    caFile,
+    userAgent: "ifp-relay",
+    targets: new TargetPolicy(relay.spec.network.allowPrivateTargets),
+  });
   life.defer("identity lookups", () => lookupHttp.close());
   const keyLookup = new KeyLookup({
     discovery: new DiscoveryClient(lookupHttp),
@@ -132,8 +160,21 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   life.defer("TLS watch", watchTls(app, tlsFiles, log));
 
   try {
-    const url = await life.listen(app, { name: "HTTPS server", scheme: "https", port: opts.port, host: opts.host ?? "0.0.0.0" });
-    const metricsUrl = opts.metricsPort === undefined ? undefined : await life.listen(buildMetricsApp(metrics), { name: "metrics", scheme: "http", port: opts.metricsPort, host: opts.host ?? "0.0.0.0" });
+    const url = await life.listen(app, {
+      name: "HTTPS server",
+      scheme: "https",
+      port: opts.port,
+      host: opts.host ?? "0.0.0.0",
+    });
+    const metricsUrl =
+      opts.metricsPort === undefined
+        ? undefined
+        : await life.listen(buildMetricsApp(metrics), {
+            name: "metrics",
+            scheme: "http",
+            port: opts.metricsPort,
+            host: opts.host ?? "0.0.0.0",
+          });
     log.info({ url, metricsUrl }, "relay listening");
     return { app, url, metricsUrl, relay, nats, close: () => life.close() };
   } catch (err) {

@@ -11,7 +11,9 @@ export type TransportLabel = typeof TRANSPORT_LABEL | typeof WEBSOCKET_TRANSPORT
 
 export function assertTopicName(name: string): void {
   if (!isTopicName(name)) {
-    throw badRequest(`topic ${JSON.stringify(name)} is not a dot-notation name such as capabilities.update (letters, digits, _ and -, at most ${MAX_TOPIC_LENGTH} characters)`);
+    throw badRequest(
+      `topic ${JSON.stringify(name)} is not a dot-notation name such as capabilities.update (letters, digits, _ and -, at most ${MAX_TOPIC_LENGTH} characters)`,
+    );
   }
 }
 
@@ -45,17 +47,26 @@ export function resolveRecipients(
  * more than ttl_seconds, even when the date is ahead of this clock); undefined without a TTL.
  * A message whose TTL has passed is refused: the relay never stores what it may not hand out.
  */
-export function remainingTtlSeconds(headers: Pick<MessageHeaders, "date" | "ttl_seconds">, now: number): number | undefined {
+export function remainingTtlSeconds(
+  headers: Pick<MessageHeaders, "date" | "ttl_seconds">,
+  now: number,
+): number | undefined {
   const ttl = headers.ttl_seconds;
   if (ttl === undefined) return undefined;
   const expiresAt = Date.parse(headers.date) + ttl * 1000;
   const left = Math.min(ttl, Math.ceil((expiresAt - now) / 1000));
-  if (left <= 0) throw badRequest(`the message's ttl_seconds (${ttl}) has already passed since its date ${headers.date}`);
+  if (left <= 0)
+    throw badRequest(`the message's ttl_seconds (${ttl}) has already passed since its date ${headers.date}`);
   return left;
 }
 
 /** The relay's trace entry (spec 2.9), naming the transport the message came by. */
-export function traceEntry(relayUrl: string, sender: string, at: Date, transport: TransportLabel = TRANSPORT_LABEL): TraceEntry {
+export function traceEntry(
+  relayUrl: string,
+  sender: string,
+  at: Date,
+  transport: TransportLabel = TRANSPORT_LABEL,
+): TraceEntry {
   return { by: `relay:${relayUrl.replace(/\/+$/, "")}`, with: transport, at: isoSeconds(at), from: sender };
 }
 

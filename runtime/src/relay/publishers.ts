@@ -36,7 +36,12 @@ export class Publishers {
   private readonly recipientMessages: RateLimiter;
   private readonly recipientBytes: RateLimiter;
 
-  constructor(deps: { spec: Pick<RelaySpec, "publishers" | "retention">; verifier: Pick<Verifier, "knows" | "key">; lookup?: KeyLookup; now?: () => number }) {
+  constructor(deps: {
+    spec: Pick<RelaySpec, "publishers" | "retention">;
+    verifier: Pick<Verifier, "knows" | "key">;
+    lookup?: KeyLookup;
+    now?: () => number;
+  }) {
     this.policy = deps.spec.publishers;
     this.verifier = deps.verifier;
     this.lookup = deps.lookup;
@@ -45,7 +50,10 @@ export class Publishers {
     this.perSender = new RateLimiter(l.perSenderPerMinute, { now });
     this.senderBytes = new RateLimiter(l.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
     // A copy lives at most retention.maxAge: n copies per maxAge is never more than n waiting.
-    this.senderStored = new RateLimiter(l.perSenderStored, { now, windowMs: parseDuration(deps.spec.retention.maxAge) });
+    this.senderStored = new RateLimiter(l.perSenderStored, {
+      now,
+      windowMs: parseDuration(deps.spec.retention.maxAge),
+    });
     this.recipientMessages = new RateLimiter(l.perRecipientPerMinute, { now });
     this.recipientBytes = new RateLimiter(l.perRecipientBytesPerHour, { now, windowMs: 3_600_000 });
   }
@@ -62,7 +70,10 @@ export class Publishers {
    */
   key(agentId: string, keyId: string, ctx: { address: string; open: boolean }): KeyObject | Promise<KeyObject> {
     if (this.serves(agentId)) return this.verifier.key(agentId, keyId);
-    if (!ctx.open) throw unknownSender(`${agentId} is not an agent this relay serves: only they read, acknowledge and subscribe here; others may only publish to them`);
+    if (!ctx.open)
+      throw unknownSender(
+        `${agentId} is not an agent this relay serves: only they read, acknowledge and subscribe here; others may only publish to them`,
+      );
     this.admit(agentId);
     if (isDidKey(agentId)) {
       // The fragment is not interpreted: a did:key is its one key.
@@ -75,22 +86,34 @@ export class Publishers {
       return key;
     }
     if (isHttpsUrl(agentId) && this.lookup) return this.lookup.documentKey(agentId, agentId, keyId, ctx.address);
-    throw unknownSender(`${agentId} is not an agent this relay serves, and its key cannot be looked up: its id is neither an https URL (with an identity document) nor a did:key`);
+    throw unknownSender(
+      `${agentId} is not an agent this relay serves, and its key cannot be looked up: its id is neither an https URL (with an identity document) nor a did:key`,
+    );
   }
 
   /** The policy's verdict on a sender not in spec.agents, from its id alone (401 unknown_sender). */
   private admit(agentId: string): void {
-    if (inSenderSet(this.policy.deny, agentId)) throw unknownSender(`${agentId} may not publish here (spec.publishers.deny)`);
-    if (this.policy.policy === "registered") throw unknownSender(`${agentId} is not an agent this relay serves, and it takes messages only from those (spec.publishers.policy: registered)`);
+    if (inSenderSet(this.policy.deny, agentId))
+      throw unknownSender(`${agentId} may not publish here (spec.publishers.deny)`);
+    if (this.policy.policy === "registered")
+      throw unknownSender(
+        `${agentId} is not an agent this relay serves, and it takes messages only from those (spec.publishers.policy: registered)`,
+      );
     if (this.policy.policy === "selector" && !inSenderSet(this.policy.allow, agentId)) {
-      throw unknownSender(`${agentId} is not an agent this relay serves, nor among the senders spec.publishers.allow names`);
+      throw unknownSender(
+        `${agentId} is not an agent this relay serves, nor among the senders spec.publishers.allow names`,
+      );
     }
   }
 
   /** `cost` more requests of a sender not in spec.agents (429 past spec.publishers.limits.perSenderPerMinute). */
   limitRequests(agentId: string, cost: number): void {
     const taken = this.perSender.take(agentId, cost);
-    if (!taken.ok) throw rateLimited(taken.retryAfterSeconds, `rate limit of ${this.policy.limits.perSenderPerMinute} requests per minute exceeded for ${agentId}, which this relay does not serve`);
+    if (!taken.ok)
+      throw rateLimited(
+        taken.retryAfterSeconds,
+        `rate limit of ${this.policy.limits.perSenderPerMinute} requests per minute exceeded for ${agentId}, which this relay does not serve`,
+      );
   }
 
   /**
@@ -100,8 +123,16 @@ export class Publishers {
    * how to give back what was taken: all of it when the message could not be stored, the stored
    * copies' count for those that were already there (a retry).
    */
-  checkMessage(sender: string, topics: readonly string[], recipients: readonly string[], bytes: number): { undo(): void; duplicates(n: number): void } {
-    if (topics.length && !this.policy.topics) throw notFound(`topic:${topics[0]} takes messages only from the agents this relay serves (spec.publishers.topics); nothing was stored`);
+  checkMessage(
+    sender: string,
+    topics: readonly string[],
+    recipients: readonly string[],
+    bytes: number,
+  ): { undo(): void; duplicates(n: number): void } {
+    if (topics.length && !this.policy.topics)
+      throw notFound(
+        `topic:${topics[0]} takes messages only from the agents this relay serves (spec.publishers.topics); nothing was stored`,
+      );
     const copies = recipients.length;
     const nothing = { undo() {}, duplicates() {} };
     if (!copies) return nothing;
@@ -115,11 +146,31 @@ export class Publishers {
       }
       taken.push(() => limiter.give(key, cost));
     };
-    take(this.senderStored, sender, copies, `${sender} has had ${l.perSenderStored} copies stored here within the relay's retention (spec.publishers.limits.perSenderStored)`);
-    take(this.senderBytes, sender, bytes * copies, `byte quota of ${l.perSenderBytesPerHour} bytes per hour exceeded for ${sender} (spec.publishers.limits.perSenderBytesPerHour)`);
+    take(
+      this.senderStored,
+      sender,
+      copies,
+      `${sender} has had ${l.perSenderStored} copies stored here within the relay's retention (spec.publishers.limits.perSenderStored)`,
+    );
+    take(
+      this.senderBytes,
+      sender,
+      bytes * copies,
+      `byte quota of ${l.perSenderBytesPerHour} bytes per hour exceeded for ${sender} (spec.publishers.limits.perSenderBytesPerHour)`,
+    );
     for (const r of recipients) {
-      take(this.recipientMessages, r, 1, `${r} takes at most ${l.perRecipientPerMinute} messages per minute from senders this relay does not serve (spec.publishers.limits.perRecipientPerMinute)`);
-      take(this.recipientBytes, r, bytes, `${r} takes at most ${l.perRecipientBytesPerHour} bytes per hour from senders this relay does not serve (spec.publishers.limits.perRecipientBytesPerHour)`);
+      take(
+        this.recipientMessages,
+        r,
+        1,
+        `${r} takes at most ${l.perRecipientPerMinute} messages per minute from senders this relay does not serve (spec.publishers.limits.perRecipientPerMinute)`,
+      );
+      take(
+        this.recipientBytes,
+        r,
+        bytes,
+        `${r} takes at most ${l.perRecipientBytesPerHour} bytes per hour from senders this relay does not serve (spec.publishers.limits.perRecipientBytesPerHour)`,
+      );
     }
     return {
       undo: () => {

@@ -43,9 +43,18 @@ export function classifyWebhookAnswer(status: number, retryAfter: string | null,
       return { kind: "delivered" };
     case "later":
     case "retry":
-      return { kind: "retry", reason: `webhook answered ${status}`, ...(answer.retryAfterMs !== undefined ? { minDelayMs: Math.min(answer.retryAfterMs, 3_600_000) } : {}) };
+      return {
+        kind: "retry",
+        reason: `webhook answered ${status}`,
+        ...(answer.retryAfterMs !== undefined ? { minDelayMs: Math.min(answer.retryAfterMs, 3_600_000) } : {}),
+      };
     case "final":
-      return { kind: "refused", reason: answer.redirect ? `webhook answered ${status} (redirects are not followed)` : `webhook refused the message with ${status}` };
+      return {
+        kind: "refused",
+        reason: answer.redirect
+          ? `webhook answered ${status} (redirects are not followed)`
+          : `webhook refused the message with ${status}`,
+      };
   }
 }
 
@@ -152,7 +161,13 @@ export class WebhookPush {
     const span = startSpan("ifp.relay.push", {
       kind: SpanKind.CLIENT,
       parent: headersContext(m.headers),
-      attributes: () => ({ [A.messageId]: messageId, [A.recipient]: agent, [A.transport]: "webhook", [A.attempt]: attempt, [A.relay]: this.deps.relayUrl }),
+      attributes: () => ({
+        [A.messageId]: messageId,
+        [A.recipient]: agent,
+        [A.transport]: "webhook",
+        [A.attempt]: attempt,
+        [A.relay]: this.deps.relayUrl,
+      }),
     });
     let outcome: WebhookOutcome;
     try {
@@ -173,7 +188,9 @@ export class WebhookPush {
     } catch (err) {
       const refused = targetRefusedMessage(err);
       // A webhook whose name now resolves to a refused address: given up, never retried.
-      outcome = refused ? { kind: "refused", reason: `webhook refused as a target: ${refused}` } : { kind: "retry", reason: `webhook unreachable: ${errorMessage(err)}` };
+      outcome = refused
+        ? { kind: "refused", reason: `webhook refused as a target: ${refused}` }
+        : { kind: "retry", reason: `webhook unreachable: ${errorMessage(err)}` };
     }
     span.setAttribute(A.outcome, outcome.kind);
     if (outcome.kind !== "delivered") failSpan(span, { name: outcome.kind, message: outcome.reason });
@@ -188,8 +205,13 @@ export class WebhookPush {
     metrics.relay.inc({ operation: "push", result: outcome.kind === "refused" ? "refused" : "failed" });
     metrics.relayDeliveries.inc({ transport: "webhook", result: outcome.kind === "refused" ? "refused" : "failed" });
     if (outcome.kind === "refused" || attempt > delivery.retries) {
-      const reason = outcome.kind === "refused" ? outcome.reason : `${outcome.reason}; gave up after ${attempt} attempts`;
-      await mailboxes.deadLetter({ seq: m.seq, recipient: agent, messageId, data: m.data }, reason, parseDuration(delivery.deadLetter.maxAge) / 1000);
+      const reason =
+        outcome.kind === "refused" ? outcome.reason : `${outcome.reason}; gave up after ${attempt} attempts`;
+      await mailboxes.deadLetter(
+        { seq: m.seq, recipient: agent, messageId, data: m.data },
+        reason,
+        parseDuration(delivery.deadLetter.maxAge) / 1000,
+      );
       m.ack();
       metrics.deadLetters.inc({ source: "relay-push" });
       log.error({ agent, ...logFields(m), reason }, "push given up; moved to dead letters");
@@ -204,5 +226,9 @@ export class WebhookPush {
 
 /** The log fields of a stored copy, from the headers stored with it. */
 function logFields(m: JsMsg) {
-  return messageLogOf(m.headers?.get(RH.messageId) ?? "", m.headers?.get(RH.conversationId) || undefined, m.headers?.get(RH.sender) || undefined);
+  return messageLogOf(
+    m.headers?.get(RH.messageId) ?? "",
+    m.headers?.get(RH.conversationId) || undefined,
+    m.headers?.get(RH.sender) || undefined,
+  );
 }

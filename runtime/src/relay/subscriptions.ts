@@ -1,4 +1,4 @@
-import { type KV, type KvWatchEntry } from "@nats-io/kv";
+import type { KV, KvWatchEntry } from "@nats-io/kv";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
@@ -41,7 +41,10 @@ export class Subscriptions {
   private readonly topics = new Map<string, Set<string>>();
   private readonly pushes = new Map<string, PushRegistration>();
   /** KV key → what it holds, to apply deletions. */
-  private readonly byKey = new Map<string, { kind: "topic"; topic: string; agent: string } | { kind: "push"; agent: string }>();
+  private readonly byKey = new Map<
+    string,
+    { kind: "topic"; topic: string; agent: string } | { kind: "push"; agent: string }
+  >();
   private readonly pushListeners: ((agent: string, reg: PushRegistration | undefined) => void)[] = [];
   private watch: { stop(): void } | undefined;
   private readonly closed = new AbortController();
@@ -80,7 +83,8 @@ export class Subscriptions {
       await retry(() => this.startWatch(), {
         signal: this.stopped,
         initialMs: 1_000,
-        onError: (err, retryInMs) => this.log?.warn({ err: err.message, retryInMs }, "subscription watch not resumed yet"),
+        onError: (err, retryInMs) =>
+          this.log?.warn({ err: err.message, retryInMs }, "subscription watch not resumed yet"),
       });
     })().catch((err) => {
       if (!this.stopped.aborted) this.log?.error({ err }, "subscription watch failed");
@@ -103,7 +107,8 @@ export class Subscriptions {
         return;
       }
       if (e.key.startsWith("topic.") && v.topic && v.agent) this.addTopic(e.key, v.topic, v.agent);
-      else if (e.key.startsWith("push.") && v.agent && v.webhook) this.setPushLocal(e.key, { agent: v.agent, webhook: v.webhook, since: v.since ?? "" });
+      else if (e.key.startsWith("push.") && v.agent && v.webhook)
+        this.setPushLocal(e.key, { agent: v.agent, webhook: v.webhook, since: v.since ?? "" });
     } else {
       this.forget(e.key);
     }
@@ -147,7 +152,8 @@ export class Subscriptions {
   }
 
   private async write(what: string, op: (kv: KV) => Promise<unknown>): Promise<void> {
-    if (!this.kv || !this.nats.isConnected) throw unavailable(`the relay cannot ${what} now: NATS JetStream is not reachable`);
+    if (!this.kv || !this.nats.isConnected)
+      throw unavailable(`the relay cannot ${what} now: NATS JetStream is not reachable`);
     try {
       await op(this.kv);
     } catch (err) {
@@ -200,7 +206,10 @@ export class Subscriptions {
   }
 
   state(agent: string): SubscriptionState {
-    const topics = [...this.topics].filter(([, set]) => set.has(agent)).map(([t]) => t).sort();
+    const topics = [...this.topics]
+      .filter(([, set]) => set.has(agent))
+      .map(([t]) => t)
+      .sort();
     const reg = this.pushes.get(agent);
     return { agent, topics, push: reg ? { webhook: reg.webhook, since: reg.since } : null };
   }

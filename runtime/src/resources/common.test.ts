@@ -17,7 +17,11 @@ describe("parseDuration", () => {
 
 describe("resource schemas", () => {
   it("fill the documented defaults of an Agent", () => {
-    const a = Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", spec: { agentId: "a", capabilities: [{ name: "ping", description: "p" }] } });
+    const a = Agent.parse({
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Agent",
+      spec: { agentId: "a", capabilities: [{ name: "ping", description: "p" }] },
+    });
     expect(a.spec.inbox).toEqual({
       maxMessageBytes: 1048576,
       maxBytes: 1024 * 1024 * 1024,
@@ -32,7 +36,13 @@ describe("resource schemas", () => {
 
   it("fill the documented defaults of a Relay", () => {
     const r = Relay.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", spec: { url: "https://relay.example" } });
-    expect(r.spec.retention).toMatchObject({ maxAge: "168h", storage: "file", replicas: 1, maxBytes: 1024 * 1024 * 1024, maxMessages: -1 });
+    expect(r.spec.retention).toMatchObject({
+      maxAge: "168h",
+      storage: "file",
+      replicas: 1,
+      maxBytes: 1024 * 1024 * 1024,
+      maxMessages: -1,
+    });
     expect(r.spec.delivery).toMatchObject({ retries: 10, backoff: "exponential", backoffDelay: "1s", timeout: "10s" });
   });
 
@@ -40,11 +50,23 @@ describe("resource schemas", () => {
     const r = Agent.safeParse({
       apiVersion: "ifp.dev/v1alpha1",
       kind: "Agent",
-      spec: { agentId: "a", capabilities: [{ name: "bad name", description: "x", conditions: { temperature: "tepid" } }], peers: [{ agentId: "p", keys: [{ keyId: "k", publicKey: "short" }] }] },
+      spec: {
+        agentId: "a",
+        capabilities: [{ name: "bad name", description: "x", conditions: { temperature: "tepid" } }],
+        peers: [{ agentId: "p", keys: [{ keyId: "k", publicKey: "short" }] }],
+      },
     });
     expect(r.success).toBe(false);
     const paths = r.error!.issues.map((i) => i.path.join("."));
-    expect(paths).toEqual(expect.arrayContaining(["spec.capabilities.0.name", "spec.capabilities.0.conditions.temperature", "spec.peers.0.keys.0.publicKey"]));
-    expect(Relay.safeParse({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", spec: { url: "http://plain.example" } }).success).toBe(false);
+    expect(paths).toEqual(
+      expect.arrayContaining([
+        "spec.capabilities.0.name",
+        "spec.capabilities.0.conditions.temperature",
+        "spec.peers.0.keys.0.publicKey",
+      ]),
+    );
+    expect(
+      Relay.safeParse({ apiVersion: "ifp.dev/v1alpha1", kind: "Relay", spec: { url: "http://plain.example" } }).success,
+    ).toBe(false);
   });
 });

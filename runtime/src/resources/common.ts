@@ -8,7 +8,7 @@ export const API_VERSION = `${GROUP}/${VERSION}`;
 const DURATION_UNITS: Record<string, number> = {
   ns: 1e-6,
   us: 1e-3,
-  "µs": 1e-3,
+  µs: 1e-3,
   ms: 1,
   s: 1000,
   m: 60_000,
@@ -34,32 +34,37 @@ export function cel(...rules: CelRule[]): { "x-kubernetes-validations": CelRule[
 /** The name becomes the Service's name and a label value: a DNS-1035 label. On the resource's root. */
 const RESOURCE_NAME_RULE: CelRule = {
   rule: "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
-  message: "metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, at most 63 characters): it names the runtime's Service",
+  message:
+    "metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, at most 63 characters): it names the runtime's Service",
 };
 
 /**
  * An https URL. zod's protocol check becomes only `format: uri` in the JSON schema; the
  * scheme is checked by CEL.
  */
-export const HttpsUrl = z.url({ protocol: /^https$/ }).meta(cel({ rule: "self.startsWith('https://')", message: "must be an https:// URL" }));
+export const HttpsUrl = z
+  .url({ protocol: /^https$/ })
+  .meta(cel({ rule: "self.startsWith('https://')", message: "must be an https:// URL" }));
 
 /** An http or https URL (the agent's own handler and notification endpoints). */
-export const HttpUrl = z
-  .url({ protocol: /^https?$/ })
-  .meta(cel({ rule: "self.startsWith('https://') || self.startsWith('http://')", message: "must be an http:// or https:// URL" }));
+export const HttpUrl = z.url({ protocol: /^https?$/ }).meta(
+  cel({
+    rule: "self.startsWith('https://') || self.startsWith('http://')",
+    message: "must be an http:// or https:// URL",
+  }),
+);
 
 /** Milliseconds of a Go-style duration string ("168h", "1m30s", "250ms"), the form Kubernetes and CEL use. */
 export function parseDuration(text: string): number {
-  if (!DURATION_RE.test(text)) throw new Error(`invalid duration ${JSON.stringify(text)} (use forms like 30s, 5m, 168h)`);
+  if (!DURATION_RE.test(text))
+    throw new Error(`invalid duration ${JSON.stringify(text)} (use forms like 30s, 5m, 168h)`);
   let ms = 0;
   for (const [, value, unit] of text.matchAll(DURATION_PART_RE)) ms += Number(value) * DURATION_UNITS[unit!]!;
   return ms;
 }
 
 /** A Go-style duration string, e.g. `168h` or `1m30s`. */
-export const Duration = z
-  .string()
-  .regex(DURATION_RE, "must be a duration such as 30s, 5m or 168h");
+export const Duration = z.string().regex(DURATION_RE, "must be a duration such as 30s, 5m or 168h");
 
 /** base64url (no padding) of a raw 32-byte Ed25519 public key. */
 export const Ed25519PublicKey = z
@@ -67,17 +72,26 @@ export const Ed25519PublicKey = z
   .regex(/^[A-Za-z0-9_-]{43}$/, "must be the base64url (no padding) encoding of a raw 32-byte Ed25519 public key");
 
 export const TrustedKey = z.object({
-  keyId: z.string().min(1).max(128).regex(/^[^#\s]+$/, "must not contain '#' or white space").describe("The key's id, as the agent's signatures name it"),
+  keyId: z
+    .string()
+    .min(1)
+    .max(128)
+    .regex(/^[^#\s]+$/, "must not contain '#' or white space")
+    .describe("The key's id, as the agent's signatures name it"),
   publicKey: Ed25519PublicKey.describe("base64url (no padding) of the raw 32-byte Ed25519 public key"),
-  status: z.enum(["active", "retired", "revoked"]).default("active").describe(
-    "active and retired keys are accepted; revoked keys are refused",
-  ),
+  status: z
+    .enum(["active", "retired", "revoked"])
+    .default("active")
+    .describe("active and retired keys are accepted; revoked keys are refused"),
 });
 export type TrustedKey = z.infer<typeof TrustedKey>;
 
 /** A Kubernetes label selector (metav1.LabelSelector): every matchLabels pair and every expression must hold. */
 export const LabelSelector = z.object({
-  matchLabels: z.record(z.string().max(317), z.string().max(63)).optional().describe("Labels that must be present with these values"),
+  matchLabels: z
+    .record(z.string().max(317), z.string().max(63))
+    .optional()
+    .describe("Labels that must be present with these values"),
   matchExpressions: z
     .array(
       z.object({
@@ -112,7 +126,9 @@ export const AgentId = z.string().min(1).max(512).regex(/^\S+$/, "must not conta
 /** spec.logLevel: the runtime's log level (its IFP_LOG_LEVEL). */
 export const LogLevel = z
   .enum(["fatal", "error", "warn", "info", "debug", "trace"])
-  .describe("Log level of the runtime's JSON logs (default info); debug adds a line per message, naming it and never its body");
+  .describe(
+    "Log level of the runtime's JSON logs (default info); debug adds a line per message, naming it and never its body",
+  );
 
 // ---- spec.deployment: pod settings of the runtime's Deployment ----------------------------
 // Kubernetes core types (Container, Volume, ...) pass through as objects that keep unknown
@@ -120,27 +136,55 @@ export const LogLevel = z
 
 /** Names the runtime's own pod uses: refused for the user's containers and volumes. */
 export const RUNTIME_CONTAINER = "runtime";
-export const RUNTIME_VOLUMES = ["manifest", "tls", "tmp", "signing", "nats", "trust", "local-api", "introduction", "kube-api"] as const;
+export const RUNTIME_VOLUMES = [
+  "manifest",
+  "tls",
+  "tmp",
+  "signing",
+  "nats",
+  "trust",
+  "local-api",
+  "introduction",
+  "kube-api",
+] as const;
 /** Pod labels the operator sets (the first two select the pods): a user's podLabels may not set them. */
-export const RUNTIME_POD_LABELS = ["app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component", "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by"] as const;
+export const RUNTIME_POD_LABELS = [
+  "app.kubernetes.io/name",
+  "app.kubernetes.io/instance",
+  "app.kubernetes.io/component",
+  "app.kubernetes.io/part-of",
+  "app.kubernetes.io/managed-by",
+] as const;
 /** Pod annotations under this prefix (the config hash among them) are the operator's. */
 export const RUNTIME_ANNOTATION_PREFIX = "ifp.dev/";
 
 const DNS_LABEL_RE = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const DNS_LABEL_CEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+const _DNS_LABEL_CEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 /** A label or annotation key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters. */
-const META_KEY_RE = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
-const META_KEY_CEL = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
+const META_KEY_RE =
+  /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
+const META_KEY_CEL =
+  "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
 const LABEL_VALUE_RE = /^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$/;
-const metaKeyOk = (k: string) => k.length <= 316 && META_KEY_RE.test(k) && (k.split("/").pop() ?? "").length <= 63 && (!k.includes("/") || k.indexOf("/") <= 253);
-const META_KEY_RULE = "self.all(k, k.matches('" + META_KEY_CEL + "') && k.split('/')[k.split('/').size() - 1].size() <= 63)";
+const metaKeyOk = (k: string) =>
+  k.length <= 316 &&
+  META_KEY_RE.test(k) &&
+  (k.split("/").pop() ?? "").length <= 63 &&
+  (!k.includes("/") || k.indexOf("/") <= 253);
+const META_KEY_RULE = `self.all(k, k.matches('${META_KEY_CEL}') && k.split('/')[k.split('/').size() - 1].size() <= 63)`;
 /** A path the runtime container mounts itself, or under one. */
 const RUNTIME_PATH_RE = /^\/(tmp|etc\/ifp|var\/run\/secrets\/kubernetes\.io\/serviceaccount)(\/|$)/;
 
-const DnsLabel = (what: string) => z.string().min(1).max(63).regex(DNS_LABEL_RE, `${what} must be a DNS-1123 label (lower-case letters, digits and '-')`);
+const DnsLabel = (what: string) =>
+  z
+    .string()
+    .min(1)
+    .max(63)
+    .regex(DNS_LABEL_RE, `${what} must be a DNS-1123 label (lower-case letters, digits and '-')`);
 /** Preserve the fields the schema does not name: the object is a Kubernetes core type. */
 const PASS_THROUGH = { "x-kubernetes-preserve-unknown-fields": true } as const;
-const passThrough = <T extends z.core.$ZodLooseShape>(shape: T, description: string) => z.looseObject(shape).meta({ ...PASS_THROUGH, description });
+const passThrough = <T extends z.core.$ZodLooseShape>(shape: T, description: string) =>
+  z.looseObject(shape).meta({ ...PASS_THROUGH, description });
 /** A list whose items are told apart by `name`: the API server refuses two of a name. */
 const byName = { "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"] } as const;
 
@@ -148,12 +192,21 @@ const byName = { "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": 
 export const QUANTITY_RE = /^[+-]?(\d+(\.\d*)?|\.\d+)(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(\d+(\.\d*)?|\.\d+)))?$/;
 export const Quantity = z
   .any()
-  .refine((v) => (typeof v === "string" && QUANTITY_RE.test(v)) || (typeof v === "number" && Number.isInteger(v)), "must be a quantity such as 500m, 128Mi or 2 (a string, or a whole number)")
+  .refine(
+    (v) => (typeof v === "string" && QUANTITY_RE.test(v)) || (typeof v === "number" && Number.isInteger(v)),
+    "must be a quantity such as 500m, 128Mi or 2 (a string, or a whole number)",
+  )
   .meta({ "x-kubernetes-int-or-string": true, pattern: QUANTITY_RE.source });
 export const Resources = passThrough(
   {
-    requests: z.record(z.string(), Quantity).optional().describe("Resources the scheduler reserves, e.g. cpu: 50m, memory: 128Mi"),
-    limits: z.record(z.string(), Quantity).optional().describe("Most resources the container may use, e.g. memory: 512Mi"),
+    requests: z
+      .record(z.string(), Quantity)
+      .optional()
+      .describe("Resources the scheduler reserves, e.g. cpu: 50m, memory: 128Mi"),
+    limits: z
+      .record(z.string(), Quantity)
+      .optional()
+      .describe("Most resources the container may use, e.g. memory: 512Mi"),
   },
   "Compute resources (Kubernetes ResourceRequirements)",
 );
@@ -170,7 +223,8 @@ interface Guard<T> {
 }
 function guarded<S extends z.ZodType>(schema: S, guards: Guard<z.output<S>>[]): S {
   return schema.meta(cel(...guards.map(({ rule, message }) => ({ rule, message })))).superRefine((v, ctx) => {
-    for (const g of guards) if (!g.ok(v as z.output<S>)) ctx.addIssue({ code: "custom", path: g.path, message: g.message });
+    for (const g of guards)
+      if (!g.ok(v as z.output<S>)) ctx.addIssue({ code: "custom", path: g.path, message: g.message });
   }) as unknown as S;
 }
 
@@ -180,7 +234,13 @@ export const ALLOWED_PROFILE_TYPES = ["RuntimeDefault", "Localhost"] as const;
 /** The one capability restricted lets a container add. */
 export const ALLOWED_CAPABILITY = "NET_BIND_SERVICE";
 /** SELinux types baseline allows (user and role must stay unset). */
-export const ALLOWED_SELINUX_TYPES = ["", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"] as const;
+export const ALLOWED_SELINUX_TYPES = [
+  "",
+  "container_t",
+  "container_init_t",
+  "container_kvm_t",
+  "container_engine_t",
+] as const;
 /** The sysctls baseline calls safe (namespaced, isolated from the node and other pods). */
 export const SAFE_SYSCTLS = [
   "kernel.shm_rmid_forced",
@@ -195,24 +255,63 @@ export const SAFE_SYSCTLS = [
   "net.ipv4.tcp_keepalive_probes",
 ] as const;
 /** The volume types restricted allows; any other reaches the node or its network storage. */
-export const ALLOWED_VOLUME_TYPES = ["configMap", "secret", "emptyDir", "projected", "downwardAPI", "persistentVolumeClaim", "ephemeral", "csi"] as const;
+export const ALLOWED_VOLUME_TYPES = [
+  "configMap",
+  "secret",
+  "emptyDir",
+  "projected",
+  "downwardAPI",
+  "persistentVolumeClaim",
+  "ephemeral",
+  "csi",
+] as const;
 /** The other volume types of Kubernetes (named in the schema so that the API server's CEL sees and refuses them). */
 export const FORBIDDEN_VOLUME_TYPES = [
-  "hostPath", "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "nfs", "iscsi", "glusterfs", "rbd", "flexVolume", "cinder", "cephfs", "flocker",
-  "fc", "azureFile", "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk", "portworxVolume", "scaleIO", "storageos", "image",
+  "hostPath",
+  "gcePersistentDisk",
+  "awsElasticBlockStore",
+  "gitRepo",
+  "nfs",
+  "iscsi",
+  "glusterfs",
+  "rbd",
+  "flexVolume",
+  "cinder",
+  "cephfs",
+  "flocker",
+  "fc",
+  "azureFile",
+  "vsphereVolume",
+  "quobyte",
+  "azureDisk",
+  "photonPersistentDisk",
+  "portworxVolume",
+  "scaleIO",
+  "storageos",
+  "image",
 ] as const;
 const celList = (items: readonly string[]) => `[${items.map((i) => `'${i}'`).join(", ")}]`;
 
-const ProfileType = (what: string) => passThrough({ type: z.string().describe(`${ALLOWED_PROFILE_TYPES.join(" or ")}`) }, `${what} profile: ${ALLOWED_PROFILE_TYPES.join(" or ")} (${RESTRICTED})`);
+const ProfileType = (what: string) =>
+  passThrough(
+    { type: z.string().describe(`${ALLOWED_PROFILE_TYPES.join(" or ")}`) },
+    `${what} profile: ${ALLOWED_PROFILE_TYPES.join(" or ")} (${RESTRICTED})`,
+  );
 const SeLinuxOptions = passThrough(
   {
-    type: z.string().optional().describe(`One of ${ALLOWED_SELINUX_TYPES.filter(Boolean).join(", ")}`),
+    type: z
+      .string()
+      .optional()
+      .describe(`One of ${ALLOWED_SELINUX_TYPES.filter(Boolean).join(", ")}`),
     user: z.string().optional().describe("Must stay unset"),
     role: z.string().optional().describe("Must stay unset"),
   },
   "SELinux options: a container type, no user or role",
 );
-const WindowsOptions = passThrough({ hostProcess: z.boolean().optional().describe("Must not be true") }, "Windows options; never a host process");
+const WindowsOptions = passThrough(
+  { hostProcess: z.boolean().optional().describe("Must not be true") },
+  "Windows options; never a host process",
+);
 
 type SecurityContextIn = {
   runAsNonRoot?: boolean;
@@ -222,14 +321,26 @@ type SecurityContextIn = {
   seLinuxOptions?: { type?: string; user?: string; role?: string };
   windowsOptions?: { hostProcess?: boolean };
 };
-const profileOk = (p: { type: string } | undefined) => !p || (ALLOWED_PROFILE_TYPES as readonly string[]).includes(p.type);
-const seLinuxOk = (o: SecurityContextIn["seLinuxOptions"]) => !o || ((!o.type || (ALLOWED_SELINUX_TYPES as readonly string[]).includes(o.type)) && !o.user && !o.role);
+const profileOk = (p: { type: string } | undefined) =>
+  !p || (ALLOWED_PROFILE_TYPES as readonly string[]).includes(p.type);
+const seLinuxOk = (o: SecurityContextIn["seLinuxOptions"]) =>
+  !o || ((!o.type || (ALLOWED_SELINUX_TYPES as readonly string[]).includes(o.type)) && !o.user && !o.role);
 
 /** What the pod's and a container's security context share: never root, no weaker profile, no host process. */
 function commonGuards<T extends SecurityContextIn>(): Guard<T>[] {
   return [
-    { rule: "!has(self.runAsNonRoot) || self.runAsNonRoot", ok: (s) => s.runAsNonRoot !== false, path: ["runAsNonRoot"], message: "runAsNonRoot cannot be false: the runtime's pod runs as non-root" },
-    { rule: "!has(self.runAsUser) || self.runAsUser != 0", ok: (s) => s.runAsUser !== 0, path: ["runAsUser"], message: "runAsUser cannot be 0 (root): the runtime's pod runs as non-root" },
+    {
+      rule: "!has(self.runAsNonRoot) || self.runAsNonRoot",
+      ok: (s) => s.runAsNonRoot !== false,
+      path: ["runAsNonRoot"],
+      message: "runAsNonRoot cannot be false: the runtime's pod runs as non-root",
+    },
+    {
+      rule: "!has(self.runAsUser) || self.runAsUser != 0",
+      ok: (s) => s.runAsUser !== 0,
+      path: ["runAsUser"],
+      message: "runAsUser cannot be 0 (root): the runtime's pod runs as non-root",
+    },
     {
       rule: `!has(self.seccompProfile) || self.seccompProfile.type in ${celList(ALLOWED_PROFILE_TYPES)}`,
       ok: (s) => profileOk(s.seccompProfile),
@@ -286,7 +397,12 @@ const ContainerSecurityContext = guarded(
   ),
   [
     ...commonGuards(),
-    { rule: "!has(self.privileged) || !self.privileged", ok: (s) => s.privileged !== true, path: ["privileged"], message: `privileged cannot be true (${RESTRICTED})` },
+    {
+      rule: "!has(self.privileged) || !self.privileged",
+      ok: (s) => s.privileged !== true,
+      path: ["privileged"],
+      message: `privileged cannot be true (${RESTRICTED})`,
+    },
     {
       rule: "!has(self.allowPrivilegeEscalation) || !self.allowPrivilegeEscalation",
       ok: (s) => s.allowPrivilegeEscalation !== true,
@@ -305,7 +421,12 @@ const ContainerSecurityContext = guarded(
       path: ["capabilities", "drop"],
       message: `capabilities.drop must include ALL (${RESTRICTED}); leave it out to get [ALL]`,
     },
-    { rule: "!has(self.procMount) || self.procMount == 'Default'", ok: (s) => s.procMount === undefined || s.procMount === "Default", path: ["procMount"], message: `procMount must be Default (${RESTRICTED})` },
+    {
+      rule: "!has(self.procMount) || self.procMount == 'Default'",
+      ok: (s) => s.procMount === undefined || s.procMount === "Default",
+      path: ["procMount"],
+      message: `procMount must be Default (${RESTRICTED})`,
+    },
   ],
 );
 
@@ -314,7 +435,11 @@ const PodSecurityContext = guarded(
   passThrough(
     {
       ...securityContextShape,
-      sysctls: z.array(passThrough({ name: z.string().describe("A safe sysctl") }, "A sysctl")).max(32).optional().describe(`Only the safe sysctls: ${SAFE_SYSCTLS.join(", ")}`),
+      sysctls: z
+        .array(passThrough({ name: z.string().describe("A safe sysctl") }, "A sysctl"))
+        .max(32)
+        .optional()
+        .describe(`Only the safe sysctls: ${SAFE_SYSCTLS.join(", ")}`),
     },
     `Pod security context (${RESTRICTED}), merged over the default (runAsNonRoot, the operator's UID and GID, seccomp RuntimeDefault)`,
   ),
@@ -351,9 +476,21 @@ const HOST_PORT_MESSAGE = `ports[].hostPort cannot be set (${RESTRICTED}): a con
 export const Container = passThrough(
   {
     name: DnsLabel("a container's name").describe("The container's name, unique in the pod and never runtime"),
-    image: z.string().min(1).describe("The container's image; on the install's allow-list (--allowed-images) when it has one"),
+    image: z
+      .string()
+      .min(1)
+      .describe("The container's image; on the install's allow-list (--allowed-images) when it has one"),
     resources: Resources.optional().describe("The container's compute resources"),
-    ports: z.array(passThrough({ hostPort: z.number().int().optional().describe("Must stay unset (or 0)") }, "A Kubernetes ContainerPort")).max(64).optional().describe("The container's ports; no hostPort"),
+    ports: z
+      .array(
+        passThrough(
+          { hostPort: z.number().int().optional().describe("Must stay unset (or 0)") },
+          "A Kubernetes ContainerPort",
+        ),
+      )
+      .max(64)
+      .optional()
+      .describe("The container's ports; no hostPort"),
     securityContext: ContainerSecurityContext.optional(),
   },
   "A Kubernetes Container",
@@ -361,12 +498,25 @@ export const Container = passThrough(
   .meta(
     cel(
       { rule: `self.name != '${RUNTIME_CONTAINER}'`, message: RUNTIME_CONTAINER_MESSAGE },
-      { rule: "!has(self.ports) || self.ports.all(p, !has(p.hostPort) || p.hostPort == 0)", message: HOST_PORT_MESSAGE },
+      {
+        rule: "!has(self.ports) || self.ports.all(p, !has(p.hostPort) || p.hostPort == 0)",
+        message: HOST_PORT_MESSAGE,
+      },
     ),
   )
   .superRefine((c, ctx) => {
-    c.ports?.forEach((p, i) => p.hostPort !== undefined && p.hostPort !== 0 && ctx.addIssue({ code: "custom", path: ["ports", i, "hostPort"], message: HOST_PORT_MESSAGE }));
-    for (const path of handlerHosts(c)) ctx.addIssue({ code: "custom", path: path.split("."), message: `${path} cannot name a host (${RESTRICTED}): probes and hooks reach the pod itself` });
+    c.ports?.forEach(
+      (p, i) =>
+        p.hostPort !== undefined &&
+        p.hostPort !== 0 &&
+        ctx.addIssue({ code: "custom", path: ["ports", i, "hostPort"], message: HOST_PORT_MESSAGE }),
+    );
+    for (const path of handlerHosts(c))
+      ctx.addIssue({
+        code: "custom",
+        path: path.split("."),
+        message: `${path} cannot name a host (${RESTRICTED}): probes and hooks reach the pod itself`,
+      });
   });
 
 const RUNTIME_VOLUME_MESSAGE = `volume name is one of the runtime's own (${RUNTIME_VOLUMES.join(", ")}); choose another`;
@@ -374,7 +524,15 @@ const VOLUME_TYPE_MESSAGE = `a volume's type must be one of ${ALLOWED_VOLUME_TYP
 export const Volume = passThrough(
   {
     name: DnsLabel("a volume's name").describe("The volume's name, unique in the pod and not one of the runtime's own"),
-    ...Object.fromEntries(FORBIDDEN_VOLUME_TYPES.map((t) => [t, z.looseObject({}).meta({ ...PASS_THROUGH, description: "Refused" }).optional()])),
+    ...Object.fromEntries(
+      FORBIDDEN_VOLUME_TYPES.map((t) => [
+        t,
+        z
+          .looseObject({})
+          .meta({ ...PASS_THROUGH, description: "Refused" })
+          .optional(),
+      ]),
+    ),
   },
   `A Kubernetes Volume of a type restricted allows (${ALLOWED_VOLUME_TYPES.join(", ")})`,
 )
@@ -386,18 +544,31 @@ export const Volume = passThrough(
   )
   .superRefine((v, ctx) => {
     // Every key but the name is the volume's source: only the allowed types pass, whatever Kubernetes adds later.
-    for (const k of Object.keys(v)) if (k !== "name" && !(ALLOWED_VOLUME_TYPES as readonly string[]).includes(k)) ctx.addIssue({ code: "custom", path: [k], message: VOLUME_TYPE_MESSAGE });
+    for (const k of Object.keys(v))
+      if (k !== "name" && !(ALLOWED_VOLUME_TYPES as readonly string[]).includes(k))
+        ctx.addIssue({ code: "custom", path: [k], message: VOLUME_TYPE_MESSAGE });
   });
 
-const RUNTIME_PATH_MESSAGE = "mountPath cannot be /tmp, under /etc/ifp or under /var/run/secrets/kubernetes.io/serviceaccount: the runtime mounts its own files there";
+const RUNTIME_PATH_MESSAGE =
+  "mountPath cannot be /tmp, under /etc/ifp or under /var/run/secrets/kubernetes.io/serviceaccount: the runtime mounts its own files there";
 export const VolumeMount = passThrough(
   {
     name: z.string().min(1).max(63).describe("A volume of spec.deployment.volumes"),
-    mountPath: z.string().min(1).max(4096).regex(/^\//, "mountPath must be absolute").describe("Where it is mounted in the runtime container; not /tmp, under /etc/ifp or under /var/run/secrets/kubernetes.io/serviceaccount"),
+    mountPath: z
+      .string()
+      .min(1)
+      .max(4096)
+      .regex(/^\//, "mountPath must be absolute")
+      .describe(
+        "Where it is mounted in the runtime container; not /tmp, under /etc/ifp or under /var/run/secrets/kubernetes.io/serviceaccount",
+      ),
   },
   "A Kubernetes VolumeMount of the runtime container",
 ).meta(
-  cel({ rule: "!self.mountPath.matches('^/(tmp|etc/ifp|var/run/secrets/kubernetes\\\\.io/serviceaccount)(/|$)')", message: RUNTIME_PATH_MESSAGE }),
+  cel({
+    rule: "!self.mountPath.matches('^/(tmp|etc/ifp|var/run/secrets/kubernetes\\\\.io/serviceaccount)(/|$)')",
+    message: RUNTIME_PATH_MESSAGE,
+  }),
 );
 
 const IFP_ENV_MESSAGE = "env names starting with IFP_ are the runtime's own settings; the operator sets them";
@@ -405,45 +576,125 @@ export const EnvVar = passThrough(
   {
     name: z.string().min(1).max(4096).describe("The variable's name; not beginning IFP_"),
     value: z.string().optional().describe("The variable's value"),
-    valueFrom: z.looseObject({}).meta(PASS_THROUGH).optional().describe("Where the value comes from (a Kubernetes EnvVarSource)"),
+    valueFrom: z
+      .looseObject({})
+      .meta(PASS_THROUGH)
+      .optional()
+      .describe("Where the value comes from (a Kubernetes EnvVarSource)"),
   },
   "A Kubernetes EnvVar of the runtime container",
 ).meta(cel({ rule: "!self.name.startsWith('IFP_')", message: IFP_ENV_MESSAGE }));
 
 const LabelMap = (what: string, forbidden: string) =>
-  z.record(z.string(), z.string().max(63).regex(LABEL_VALUE_RE, "a label value has at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit")).meta({
-    maxProperties: 64,
-    ...cel({ rule: META_KEY_RULE, message: `${what} keys must be Kubernetes label keys` }, { rule: forbidden, message: `${what} cannot set the labels the operator sets (${RUNTIME_POD_LABELS.join(", ")}): they select the runtime's pods` }),
-  });
+  z
+    .record(
+      z.string(),
+      z
+        .string()
+        .max(63)
+        .regex(
+          LABEL_VALUE_RE,
+          "a label value has at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit",
+        ),
+    )
+    .meta({
+      maxProperties: 64,
+      ...cel(
+        { rule: META_KEY_RULE, message: `${what} keys must be Kubernetes label keys` },
+        {
+          rule: forbidden,
+          message: `${what} cannot set the labels the operator sets (${RUNTIME_POD_LABELS.join(", ")}): they select the runtime's pods`,
+        },
+      ),
+    });
 
 const POD_LABELS_RULE = `self.all(k, !(k in [${RUNTIME_POD_LABELS.map((l) => `'${l}'`).join(", ")}]))`;
 const POD_ANNOTATIONS_MESSAGE = `podAnnotations cannot use the prefix ${RUNTIME_ANNOTATION_PREFIX}: the operator's own (such as ${RUNTIME_ANNOTATION_PREFIX}config-hash)`;
 
 /** The annotations that once set seccomp and AppArmor profiles: only what restricted allows (the fields say the same). */
-const SECCOMP_ANNOTATION_PREFIXES = ["seccomp.security.alpha.kubernetes.io/", "container.seccomp.security.alpha.kubernetes.io/"];
+const SECCOMP_ANNOTATION_PREFIXES = [
+  "seccomp.security.alpha.kubernetes.io/",
+  "container.seccomp.security.alpha.kubernetes.io/",
+];
 const APPARMOR_ANNOTATION_PREFIX = "container.apparmor.security.beta.kubernetes.io/";
 const POD_PROFILE_ANNOTATIONS_RULE = `self.all(k, ${SECCOMP_ANNOTATION_PREFIXES.map((p) => `!k.startsWith('${p}')`).join(" && ")} && (!k.startsWith('${APPARMOR_ANNOTATION_PREFIX}') || self[k] == 'runtime/default' || self[k].startsWith('localhost/')))`;
 const POD_PROFILE_ANNOTATIONS_MESSAGE = `podAnnotations cannot set a seccomp profile (${SECCOMP_ANNOTATION_PREFIXES.join(", ")}) or an AppArmor profile other than runtime/default or localhost/* (${APPARMOR_ANNOTATION_PREFIX}); use the securityContext fields`;
-const profileAnnotationOk = (k: string, v: string) => !SECCOMP_ANNOTATION_PREFIXES.some((p) => k.startsWith(p)) && (!k.startsWith(APPARMOR_ANNOTATION_PREFIX) || v === "runtime/default" || v.startsWith("localhost/"));
+const profileAnnotationOk = (k: string, v: string) =>
+  !SECCOMP_ANNOTATION_PREFIXES.some((p) => k.startsWith(p)) &&
+  (!k.startsWith(APPARMOR_ANNOTATION_PREFIX) || v === "runtime/default" || v.startsWith("localhost/"));
 
 const names = (items: { name: string }[] | undefined) => (items ?? []).map((i) => i.name);
 const dupes = (list: string[]) => [...new Set(list.filter((n, i) => list.indexOf(n) !== i))];
 
 export const DeploymentSettings = z
   .object({
-    sidecars: z.array(Container).max(16).meta(byName).optional().describe(
-      "Containers beside the runtime in its pod (the application): they reach the agent's local API and serve its handler on 127.0.0.1. Names are unique in the pod and never runtime",
+    sidecars: z
+      .array(Container)
+      .max(16)
+      .meta(byName)
+      .optional()
+      .describe(
+        "Containers beside the runtime in its pod (the application): they reach the agent's local API and serve its handler on 127.0.0.1. Names are unique in the pod and never runtime",
+      ),
+    initContainers: z
+      .array(Container)
+      .max(16)
+      .meta(byName)
+      .optional()
+      .describe(
+        "Init containers of the runtime's pod (restartPolicy Always makes a native sidecar). Names are unique in the pod and never runtime",
+      ),
+    resources: Resources.optional().describe(
+      "The runtime container's resources; replace the default (requests cpu 50m, memory 128Mi; limits memory 512Mi)",
     ),
-    initContainers: z.array(Container).max(16).meta(byName).optional().describe("Init containers of the runtime's pod (restartPolicy Always makes a native sidecar). Names are unique in the pod and never runtime"),
-    resources: Resources.optional().describe("The runtime container's resources; replace the default (requests cpu 50m, memory 128Mi; limits memory 512Mi)"),
-    env: z.array(EnvVar).max(128).meta(byName).optional().describe("More environment variables of the runtime container, after its own; names beginning IFP_ are the runtime's and refused"),
-    volumes: z.array(Volume).max(64).meta(byName).optional().describe(`More volumes of the pod, for the sidecars and the runtime container; not named ${RUNTIME_VOLUMES.join(", ")}`),
-    volumeMounts: z.array(VolumeMount).max(64).optional().describe("More volume mounts of the runtime container, of volumes in spec.deployment.volumes; not at /tmp, under /etc/ifp or under /var/run/secrets/kubernetes.io/serviceaccount"),
-    imagePullSecrets: z.array(z.object({ name: z.string().min(1).max(253).describe("A Secret of the resource's namespace") })).max(16).meta(byName).optional().describe("More Secrets to pull the images with, after the operator's"),
-    nodeSelector: z.record(z.string(), z.string()).optional().describe("Node labels the runtime's pods must be scheduled on"),
-    tolerations: z.array(z.looseObject({}).meta(PASS_THROUGH)).max(64).optional().describe("Taints the runtime's pods tolerate (Kubernetes Tolerations)"),
-    affinity: z.looseObject({}).meta(PASS_THROUGH).optional().describe("Scheduling affinity of the runtime's pods (a Kubernetes Affinity)"),
-    topologySpreadConstraints: z.array(z.looseObject({}).meta(PASS_THROUGH)).max(16).optional().describe("The runtime's pods carry app.kubernetes.io/name: ifp-runtime and app.kubernetes.io/instance: <name>"),
+    env: z
+      .array(EnvVar)
+      .max(128)
+      .meta(byName)
+      .optional()
+      .describe(
+        "More environment variables of the runtime container, after its own; names beginning IFP_ are the runtime's and refused",
+      ),
+    volumes: z
+      .array(Volume)
+      .max(64)
+      .meta(byName)
+      .optional()
+      .describe(
+        `More volumes of the pod, for the sidecars and the runtime container; not named ${RUNTIME_VOLUMES.join(", ")}`,
+      ),
+    volumeMounts: z
+      .array(VolumeMount)
+      .max(64)
+      .optional()
+      .describe(
+        "More volume mounts of the runtime container, of volumes in spec.deployment.volumes; not at /tmp, under /etc/ifp or under /var/run/secrets/kubernetes.io/serviceaccount",
+      ),
+    imagePullSecrets: z
+      .array(z.object({ name: z.string().min(1).max(253).describe("A Secret of the resource's namespace") }))
+      .max(16)
+      .meta(byName)
+      .optional()
+      .describe("More Secrets to pull the images with, after the operator's"),
+    nodeSelector: z
+      .record(z.string(), z.string())
+      .optional()
+      .describe("Node labels the runtime's pods must be scheduled on"),
+    tolerations: z
+      .array(z.looseObject({}).meta(PASS_THROUGH))
+      .max(64)
+      .optional()
+      .describe("Taints the runtime's pods tolerate (Kubernetes Tolerations)"),
+    affinity: z
+      .looseObject({})
+      .meta(PASS_THROUGH)
+      .optional()
+      .describe("Scheduling affinity of the runtime's pods (a Kubernetes Affinity)"),
+    topologySpreadConstraints: z
+      .array(z.looseObject({}).meta(PASS_THROUGH))
+      .max(16)
+      .optional()
+      .describe("The runtime's pods carry app.kubernetes.io/name: ifp-runtime and app.kubernetes.io/instance: <name>"),
     securityContext: PodSecurityContext.optional(),
     priorityClassName: z.string().min(1).max(253).optional().describe("PriorityClass of the runtime's pods"),
     serviceAccountName: z
@@ -452,20 +703,30 @@ export const DeploymentSettings = z
       .max(253)
       .regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, "serviceAccountName must be a DNS-1123 subdomain")
       .optional()
-      .describe("A ServiceAccount of the resource's namespace to run the pods under instead of the operator's <name>-runtime; it must carry the label ifp.dev/agent: <name> (ifp.dev/relay: <name>)"),
+      .describe(
+        "A ServiceAccount of the resource's namespace to run the pods under instead of the operator's <name>-runtime; it must carry the label ifp.dev/agent: <name> (ifp.dev/relay: <name>)",
+      ),
     automountServiceAccountToken: z
       .boolean()
       .optional()
-      .describe("Mount the ServiceAccount's token into every container (the sidecars and init containers too); default false: only the agent runtime's container gets a token, its own projected one"),
-    podAnnotations: z.record(z.string(), z.string()).meta({
-      maxProperties: 64,
-      ...cel(
-        { rule: META_KEY_RULE, message: "podAnnotations keys must be Kubernetes annotation keys" },
-        { rule: `self.all(k, !k.startsWith('${RUNTIME_ANNOTATION_PREFIX}'))`, message: POD_ANNOTATIONS_MESSAGE },
-        { rule: POD_PROFILE_ANNOTATIONS_RULE, message: POD_PROFILE_ANNOTATIONS_MESSAGE },
+      .describe(
+        "Mount the ServiceAccount's token into every container (the sidecars and init containers too); default false: only the agent runtime's container gets a token, its own projected one",
       ),
-    }).optional().describe(`Annotations added to the runtime's pods; not under ${RUNTIME_ANNOTATION_PREFIX}`),
-    podLabels: LabelMap("podLabels", POD_LABELS_RULE).optional().describe("Labels added to the runtime's pods; not the ones the operator selects them by"),
+    podAnnotations: z
+      .record(z.string(), z.string())
+      .meta({
+        maxProperties: 64,
+        ...cel(
+          { rule: META_KEY_RULE, message: "podAnnotations keys must be Kubernetes annotation keys" },
+          { rule: `self.all(k, !k.startsWith('${RUNTIME_ANNOTATION_PREFIX}'))`, message: POD_ANNOTATIONS_MESSAGE },
+          { rule: POD_PROFILE_ANNOTATIONS_RULE, message: POD_PROFILE_ANNOTATIONS_MESSAGE },
+        ),
+      })
+      .optional()
+      .describe(`Annotations added to the runtime's pods; not under ${RUNTIME_ANNOTATION_PREFIX}`),
+    podLabels: LabelMap("podLabels", POD_LABELS_RULE)
+      .optional()
+      .describe("Labels added to the runtime's pods; not the ones the operator selects them by"),
   })
   .meta(
     cel(
@@ -485,19 +746,33 @@ export const DeploymentSettings = z
       d[key]?.forEach((c, i) => c.name === RUNTIME_CONTAINER && issue([key, i, "name"], RUNTIME_CONTAINER_MESSAGE));
       for (const n of dupes(names(d[key]))) issue([key], `container name '${n}' is used twice`);
     }
-    for (const n of names(d.sidecars).filter((n) => names(d.initContainers).includes(n))) issue(["initContainers"], `container name '${n}' is used by both a sidecar and an init container; container names are unique in a pod`);
-    d.volumes?.forEach((v, i) => (RUNTIME_VOLUMES as readonly string[]).includes(v.name) && issue(["volumes", i, "name"], RUNTIME_VOLUME_MESSAGE));
+    for (const n of names(d.sidecars).filter((n) => names(d.initContainers).includes(n)))
+      issue(
+        ["initContainers"],
+        `container name '${n}' is used by both a sidecar and an init container; container names are unique in a pod`,
+      );
+    d.volumes?.forEach(
+      (v, i) =>
+        (RUNTIME_VOLUMES as readonly string[]).includes(v.name) &&
+        issue(["volumes", i, "name"], RUNTIME_VOLUME_MESSAGE),
+    );
     for (const n of dupes(names(d.volumes))) issue(["volumes"], `volume name '${n}' is used twice`);
     d.volumeMounts?.forEach((m, i) => {
       if (RUNTIME_PATH_RE.test(m.mountPath)) issue(["volumeMounts", i, "mountPath"], RUNTIME_PATH_MESSAGE);
-      if (!names(d.volumes).includes(m.name)) issue(["volumeMounts", i, "name"], "each of volumeMounts must name a volume of spec.deployment.volumes");
+      if (!names(d.volumes).includes(m.name))
+        issue(["volumeMounts", i, "name"], "each of volumeMounts must name a volume of spec.deployment.volumes");
     });
     d.env?.forEach((e, i) => e.name.startsWith("IFP_") && issue(["env", i, "name"], IFP_ENV_MESSAGE));
     for (const n of dupes(names(d.env))) issue(["env"], `env name '${n}' is used twice`);
-    for (const n of dupes(names(d.imagePullSecrets))) issue(["imagePullSecrets"], `imagePullSecret '${n}' is named twice`);
+    for (const n of dupes(names(d.imagePullSecrets)))
+      issue(["imagePullSecrets"], `imagePullSecret '${n}' is named twice`);
     for (const k of Object.keys(d.podLabels ?? {})) {
       if (!metaKeyOk(k)) issue(["podLabels", k], "podLabels keys must be Kubernetes label keys");
-      if ((RUNTIME_POD_LABELS as readonly string[]).includes(k)) issue(["podLabels", k], `podLabels cannot set the labels the operator sets (${RUNTIME_POD_LABELS.join(", ")}): they select the runtime's pods`);
+      if ((RUNTIME_POD_LABELS as readonly string[]).includes(k))
+        issue(
+          ["podLabels", k],
+          `podLabels cannot set the labels the operator sets (${RUNTIME_POD_LABELS.join(", ")}): they select the runtime's pods`,
+        );
     }
     for (const k of Object.keys(d.podAnnotations ?? {})) {
       if (!metaKeyOk(k)) issue(["podAnnotations", k], "podAnnotations keys must be Kubernetes annotation keys");
@@ -505,7 +780,9 @@ export const DeploymentSettings = z
       if (!profileAnnotationOk(k, d.podAnnotations![k]!)) issue(["podAnnotations", k], POD_PROFILE_ANNOTATIONS_MESSAGE);
     }
   })
-  .describe("Pod settings of the runtime's Deployment: the application's containers beside the runtime, and the pod's placement and security");
+  .describe(
+    "Pod settings of the runtime's Deployment: the application's containers beside the runtime, and the pod's placement and security",
+  );
 export type DeploymentSettings = z.infer<typeof DeploymentSettings>;
 
 /** The agents a relay serves or an agent trusts, with keys trusted out of band. */
@@ -516,8 +793,19 @@ export const KnownAgent = z.object({
 
 /** A key of a ConfigMap or Secret in the resource's namespace holding PEM CA certificates. */
 const TrustKeyRef = z.object({
-  name: z.string().min(1).max(253).regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, "must be the name of an object in the resource's namespace").describe("The object's name, in the resource's namespace"),
-  key: z.string().min(1).max(253).regex(/^[-._a-zA-Z0-9]+$/, "must be a ConfigMap or Secret key").default("ca.crt").describe("The key holding the PEM certificates"),
+  name: z
+    .string()
+    .min(1)
+    .max(253)
+    .regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, "must be the name of an object in the resource's namespace")
+    .describe("The object's name, in the resource's namespace"),
+  key: z
+    .string()
+    .min(1)
+    .max(253)
+    .regex(/^[-._a-zA-Z0-9]+$/, "must be a ConfigMap or Secret key")
+    .default("ca.crt")
+    .describe("The key holding the PEM certificates"),
 });
 
 /** One entry of spec.tls.trust: a ConfigMap's or a Secret's key with PEM CA certificates. */
@@ -526,24 +814,46 @@ export const TrustSource = z
     configMapRef: TrustKeyRef.optional().describe("A ConfigMap's key with PEM CA certificates"),
     secretRef: TrustKeyRef.optional().describe("A Secret's key with PEM CA certificates"),
   })
-  .refine((t) => !!t.configMapRef !== !!t.secretRef, "each spec.tls.trust entry takes exactly one of configMapRef and secretRef")
-  .meta(cel({ rule: "has(self.configMapRef) != has(self.secretRef)", message: "each spec.tls.trust entry takes exactly one of configMapRef and secretRef" }));
+  .refine(
+    (t) => !!t.configMapRef !== !!t.secretRef,
+    "each spec.tls.trust entry takes exactly one of configMapRef and secretRef",
+  )
+  .meta(
+    cel({
+      rule: "has(self.configMapRef) != has(self.secretRef)",
+      message: "each spec.tls.trust entry takes exactly one of configMapRef and secretRef",
+    }),
+  );
 
-export const TlsSpec = z.object({
-  secretName: z.string().min(1).optional().describe("Secret of type kubernetes.io/tls with tls.crt and tls.key"),
-  issuerRef: z
-    .object({
-      name: z.string().min(1).describe("The issuer's name"),
-      kind: z.string().default("Issuer").describe("Issuer (in the resource's namespace) or ClusterIssuer"),
-      group: z.string().default("cert-manager.io").describe("The issuer's API group"),
-    })
-    .optional()
-    .describe("cert-manager issuer that signs the serving certificate"),
-  dnsNames: z.array(z.string().min(1)).optional().describe("DNS names of the serving certificate, besides the Service's own"),
-  trust: z.array(TrustSource).max(16).optional().describe(
-    "extra CAs this runtime trusts for its outbound calls, besides the system roots and the install's CA bundle",
-  ),
-}).meta(cel({ rule: "!(has(self.secretName) && has(self.issuerRef))", message: "spec.tls takes secretName or issuerRef, not both" }));
+export const TlsSpec = z
+  .object({
+    secretName: z.string().min(1).optional().describe("Secret of type kubernetes.io/tls with tls.crt and tls.key"),
+    issuerRef: z
+      .object({
+        name: z.string().min(1).describe("The issuer's name"),
+        kind: z.string().default("Issuer").describe("Issuer (in the resource's namespace) or ClusterIssuer"),
+        group: z.string().default("cert-manager.io").describe("The issuer's API group"),
+      })
+      .optional()
+      .describe("cert-manager issuer that signs the serving certificate"),
+    dnsNames: z
+      .array(z.string().min(1))
+      .optional()
+      .describe("DNS names of the serving certificate, besides the Service's own"),
+    trust: z
+      .array(TrustSource)
+      .max(16)
+      .optional()
+      .describe(
+        "extra CAs this runtime trusts for its outbound calls, besides the system roots and the install's CA bundle",
+      ),
+  })
+  .meta(
+    cel({
+      rule: "!(has(self.secretName) && has(self.issuerRef))",
+      message: "spec.tls takes secretName or issuerRef, not both",
+    }),
+  );
 
 /** Object metadata as far as the runtime reads it from a rendered manifest. */
 export const ObjectMeta = z.looseObject({
@@ -596,7 +906,9 @@ const Cidr = z
   .string()
   .max(64)
   .refine(isCidrOrIp, "must be an IP address or a CIDR block such as 10.0.0.0/8")
-  .meta(cel({ rule: "isCIDR(self) || isIP(self)", message: "must be an IP address or a CIDR block such as 10.0.0.0/8" }));
+  .meta(
+    cel({ rule: "isCIDR(self) || isIP(self)", message: "must be an IP address or a CIDR block such as 10.0.0.0/8" }),
+  );
 
 /**
  * spec.network: which special addresses outbound requests to peers may reach. Peer discovery,
@@ -617,8 +929,16 @@ export type NetworkSpec = z.infer<typeof NetworkSpec>;
 /** Annotations the user adds to a child; the project's own prefix is kept for the operator. */
 const ChildAnnotations = z
   .record(z.string().max(317), z.string())
-  .refine((a) => Object.keys(a).every((k) => !k.startsWith("ifp.dev/")), "annotations under ifp.dev/ belong to the operator")
-  .meta(cel({ rule: "self.all(k, !k.startsWith('ifp.dev/'))", message: "annotations under ifp.dev/ belong to the operator" }));
+  .refine(
+    (a) => Object.keys(a).every((k) => !k.startsWith("ifp.dev/")),
+    "annotations under ifp.dev/ belong to the operator",
+  )
+  .meta(
+    cel({
+      rule: "self.all(k, !k.startsWith('ifp.dev/'))",
+      message: "annotations under ifp.dev/ belong to the operator",
+    }),
+  );
 
 /** spec.expose: how the runtime is reached from outside the cluster (docs/exposure.md). */
 export const ExposeSpec = z.object({
@@ -626,39 +946,75 @@ export const ExposeSpec = z.object({
     .object({
       type: z.enum(["ClusterIP", "NodePort", "LoadBalancer"]).default("ClusterIP").describe("The Service's type"),
       annotations: ChildAnnotations.optional().describe("Added to the Service, e.g. a cloud load balancer's settings"),
-      loadBalancerClass: z.string().min(1).max(253).optional().describe("Only with type LoadBalancer; cannot change once set"),
-      externalTrafficPolicy: z.enum(["Cluster", "Local"]).optional().describe("Local keeps the client's source address (NodePort and LoadBalancer)"),
+      loadBalancerClass: z
+        .string()
+        .min(1)
+        .max(253)
+        .optional()
+        .describe("Only with type LoadBalancer; cannot change once set"),
+      externalTrafficPolicy: z
+        .enum(["Cluster", "Local"])
+        .optional()
+        .describe("Local keeps the client's source address (NodePort and LoadBalancer)"),
     })
-    .meta(cel(
-      { rule: "!has(self.loadBalancerClass) || self.type == 'LoadBalancer'", message: "spec.expose.service.loadBalancerClass needs type LoadBalancer" },
-      { rule: "!has(self.externalTrafficPolicy) || self.type != 'ClusterIP'", message: "spec.expose.service.externalTrafficPolicy needs type NodePort or LoadBalancer" },
-    ))
+    .meta(
+      cel(
+        {
+          rule: "!has(self.loadBalancerClass) || self.type == 'LoadBalancer'",
+          message: "spec.expose.service.loadBalancerClass needs type LoadBalancer",
+        },
+        {
+          rule: "!has(self.externalTrafficPolicy) || self.type != 'ClusterIP'",
+          message: "spec.expose.service.externalTrafficPolicy needs type NodePort or LoadBalancer",
+        },
+      ),
+    )
     .optional()
     .describe("The runtime's Service (always created, port https 443)"),
   ingress: z
     .object({
       className: z.string().min(1).max(253).optional().describe("spec.ingressClassName of the Ingress"),
       host: DnsName.describe("The public host name; spec.baseUrl defaults to https://<host>"),
-      annotations: ChildAnnotations.optional().describe("Added to the Ingress: the controller's settings, e.g. that the backend speaks HTTPS"),
-      tlsSecretName: z.string().min(1).max(253).optional().describe("Secret the ingress controller terminates TLS with for host; omit for passthrough or the controller's default certificate"),
+      annotations: ChildAnnotations.optional().describe(
+        "Added to the Ingress: the controller's settings, e.g. that the backend speaks HTTPS",
+      ),
+      tlsSecretName: z
+        .string()
+        .min(1)
+        .max(253)
+        .optional()
+        .describe(
+          "Secret the ingress controller terminates TLS with for host; omit for passthrough or the controller's default certificate",
+        ),
     })
     .optional()
     .describe("An Ingress (networking.k8s.io/v1) to the Service's https port"),
   gateway: z
     .object({
       parentRefs: z
-        .array(z.object({
-          name: z.string().min(1).max(253).describe("The Gateway's name"),
-          namespace: z.string().min(1).max(63).optional().describe("The Gateway's namespace; defaults to the resource's"),
-          sectionName: z.string().min(1).max(253).optional().describe("The Gateway listener to attach to"),
-        }))
+        .array(
+          z.object({
+            name: z.string().min(1).max(253).describe("The Gateway's name"),
+            namespace: z
+              .string()
+              .min(1)
+              .max(63)
+              .optional()
+              .describe("The Gateway's namespace; defaults to the resource's"),
+            sectionName: z.string().min(1).max(253).optional().describe("The Gateway listener to attach to"),
+          }),
+        )
         .min(1)
         .max(32)
         .describe("The Gateways (and listeners) the route attaches to"),
-      hostname: DnsName.describe("The public host name; spec.baseUrl defaults to https://<hostname> unless ingress.host is set"),
-      mode: z.enum(["passthrough", "terminate"]).describe(
-        "passthrough: a TLSRoute, the runtime terminates TLS; terminate: an HTTPRoute and a BackendTLSPolicy, the Gateway re-encrypts to the runtime",
+      hostname: DnsName.describe(
+        "The public host name; spec.baseUrl defaults to https://<hostname> unless ingress.host is set",
       ),
+      mode: z
+        .enum(["passthrough", "terminate"])
+        .describe(
+          "passthrough: a TLSRoute, the runtime terminates TLS; terminate: an HTTPRoute and a BackendTLSPolicy, the Gateway re-encrypts to the runtime",
+        ),
     })
     .optional()
     .describe("A Gateway API route (needs the Gateway API CRDs)"),
@@ -666,17 +1022,24 @@ export const ExposeSpec = z.object({
     .array(Cidr)
     .max(64)
     .optional()
-    .describe("Addresses (CIDR blocks) of proxies in front of the runtime whose X-Forwarded-For is believed for per-address limits"),
+    .describe(
+      "Addresses (CIDR blocks) of proxies in front of the runtime whose X-Forwarded-For is believed for per-address limits",
+    ),
 });
 export type ExposeSpec = z.infer<typeof ExposeSpec>;
 
 /** The public host spec.expose gives the runtime: the Ingress's, else the Gateway route's. */
-export function exposedHost(expose: { ingress?: { host: string }; gateway?: { hostname: string } } | undefined): string | undefined {
+export function exposedHost(
+  expose: { ingress?: { host: string }; gateway?: { hostname: string } } | undefined,
+): string | undefined {
   return expose?.ingress?.host ?? expose?.gateway?.hostname;
 }
 
 /** The https base URL: the one given, else https://<exposed host>, else undefined. */
-export function defaultBaseUrl(given: string | undefined, expose: Parameters<typeof exposedHost>[0]): string | undefined {
+export function defaultBaseUrl(
+  given: string | undefined,
+  expose: Parameters<typeof exposedHost>[0],
+): string | undefined {
   if (given) return given;
   const host = exposedHost(expose);
   return host ? `https://${host}` : undefined;

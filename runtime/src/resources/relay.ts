@@ -1,18 +1,56 @@
 import { z } from "zod";
-import { cel, DeploymentSettings, Duration, LogLevel, ExposeSpec, NetworkSpec, HttpsUrl, KnownAgent, resource, TlsSpec } from "./common.ts";
+import {
+  cel,
+  DeploymentSettings,
+  Duration,
+  LogLevel,
+  ExposeSpec,
+  NetworkSpec,
+  HttpsUrl,
+  KnownAgent,
+  resource,
+  TlsSpec,
+} from "./common.ts";
 
-export const RelayRetention = z.object({
-  maxAge: Duration.default("168h").describe("How long a message is kept when nobody acknowledges it (default 7 days)"),
-  maxBytes: z.number().int().min(-1).default(1024 * 1024 * 1024).describe("Stream size limit in bytes (default 1 GiB), -1 for none; when full, publish answers 503 relay_full"),
-  maxMessages: z.number().int().min(-1).default(-1).describe("Message count limit, -1 for none"),
-  storage: z.enum(["file", "memory"]).default("file").describe("JetStream storage of the relay's stream: file survives a NATS restart, memory does not; cannot change in place"),
-  replicas: z.literal([1, 3, 5]).default(1).describe("Copies of the stream on a clustered JetStream: 1, 3 or 5"),
-  duplicateWindow: Duration.default("48h").describe("A message_id is stored once per recipient within this window (at most maxAge)"),
-  deleteOnRemoval: z.boolean().default(false).describe("Delete the JetStream stream when the Relay is deleted"),
-}).meta(cel({ rule: "!has(oldSelf.storage) || self.storage == oldSelf.storage", message: "retention.storage cannot change in place; create a new Relay" }));
+export const RelayRetention = z
+  .object({
+    maxAge: Duration.default("168h").describe(
+      "How long a message is kept when nobody acknowledges it (default 7 days)",
+    ),
+    maxBytes: z
+      .number()
+      .int()
+      .min(-1)
+      .default(1024 * 1024 * 1024)
+      .describe("Stream size limit in bytes (default 1 GiB), -1 for none; when full, publish answers 503 relay_full"),
+    maxMessages: z.number().int().min(-1).default(-1).describe("Message count limit, -1 for none"),
+    storage: z
+      .enum(["file", "memory"])
+      .default("file")
+      .describe(
+        "JetStream storage of the relay's stream: file survives a NATS restart, memory does not; cannot change in place",
+      ),
+    replicas: z.literal([1, 3, 5]).default(1).describe("Copies of the stream on a clustered JetStream: 1, 3 or 5"),
+    duplicateWindow: Duration.default("48h").describe(
+      "A message_id is stored once per recipient within this window (at most maxAge)",
+    ),
+    deleteOnRemoval: z.boolean().default(false).describe("Delete the JetStream stream when the Relay is deleted"),
+  })
+  .meta(
+    cel({
+      rule: "!has(oldSelf.storage) || self.storage == oldSelf.storage",
+      message: "retention.storage cannot change in place; create a new Relay",
+    }),
+  );
 
 export const RelayDelivery = z.object({
-  retries: z.number().int().min(0).max(1000).default(10).describe("Webhook delivery attempts after the first before a message is dead-lettered"),
+  retries: z
+    .number()
+    .int()
+    .min(0)
+    .max(1000)
+    .default(10)
+    .describe("Webhook delivery attempts after the first before a message is dead-lettered"),
   backoff: z.enum(["exponential", "linear"]).default("exponential").describe("How the pause between attempts grows"),
   backoffDelay: Duration.default("1s").describe("The first pause between attempts"),
   timeout: Duration.default("10s").describe("How long one webhook POST may take"),
@@ -29,90 +67,172 @@ export const RelayDelivery = z.object({
 const DomainPattern = z
   .string()
   .max(253)
-  .regex(/^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/, "a lower-case host name, or *. and a host name");
+  .regex(
+    /^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/,
+    "a lower-case host name, or *. and a host name",
+  );
 
 export const RelaySenderSet = z.object({
-  agentIds: z.array(z.string().min(1).max(2048)).max(1000).default([]).describe("Agent ids exactly as they sign (an https agent id or a did:key)"),
-  domains: z.array(DomainPattern).max(1000).default([]).describe("Hosts of https agent ids: example.com is that host, *.example.com any host below it"),
+  agentIds: z
+    .array(z.string().min(1).max(2048))
+    .max(1000)
+    .default([])
+    .describe("Agent ids exactly as they sign (an https agent id or a did:key)"),
+  domains: z
+    .array(DomainPattern)
+    .max(1000)
+    .default([])
+    .describe("Hosts of https agent ids: example.com is that host, *.example.com any host below it"),
 });
 
-export const RelayPublishers = z.object({
-  policy: z
-    .enum(["registered", "verified", "selector"])
-    .default("verified")
-    .describe("Who besides spec.agents may publish to them: registered (nobody), verified (any sender whose key is found by lookup, the default), selector (those spec.publishers.allow names)"),
-  allow: RelaySenderSet.prefault({}).describe("With policy selector: the senders besides spec.agents that may publish"),
-  deny: RelaySenderSet.prefault({}).describe("Senders never let in whatever the policy (spec.agents are not affected)"),
-  minAuthLevel: z
-    .literal([1, 2])
-    .default(1)
-    .describe("The least authentication level of a sender's key: 1 takes a did:key, 2 only an https agent id with its identity document over verified TLS"),
-  topics: z.boolean().default(false).describe("Whether senders not in spec.agents may publish to topics (default: only to the agents the relay serves)"),
-  limits: z
-    .object({
-      perSenderPerMinute: z.number().int().min(1).default(60).describe("Requests per minute of one sender not in spec.agents (a batch of n messages counts n)"),
-      perSenderBytesPerHour: z.number().int().min(16 * 1024).default(16 * 1024 * 1024).describe("Bytes one such sender may have stored per hour, each copy counted"),
-      perSenderStored: z
-        .number()
-        .int()
-        .min(1)
-        .default(1000)
-        .describe("Copies one such sender may have stored within retention.maxAge (so never more waiting at once); past it, 429 with Retry-After"),
-      perRecipientPerMinute: z.number().int().min(1).default(300).describe("Messages per minute to one served agent from all senders not in spec.agents together"),
-      perRecipientBytesPerHour: z.number().int().min(16 * 1024).default(64 * 1024 * 1024).describe("Bytes per hour stored for one served agent by all senders not in spec.agents together"),
-      lookupsPerMinute: z.number().int().min(1).default(120).describe("Identity document lookups of senders never seen before, per minute, whatever their address"),
-    })
-    .prefault({})
-    .describe("Quotas on senders not in spec.agents, on each replica; past them, 429 with Retry-After"),
-}).describe("Who may publish to the agents the relay serves besides those agents themselves; reading, acknowledging and subscribing stay theirs alone");
+export const RelayPublishers = z
+  .object({
+    policy: z
+      .enum(["registered", "verified", "selector"])
+      .default("verified")
+      .describe(
+        "Who besides spec.agents may publish to them: registered (nobody), verified (any sender whose key is found by lookup, the default), selector (those spec.publishers.allow names)",
+      ),
+    allow: RelaySenderSet.prefault({}).describe(
+      "With policy selector: the senders besides spec.agents that may publish",
+    ),
+    deny: RelaySenderSet.prefault({}).describe(
+      "Senders never let in whatever the policy (spec.agents are not affected)",
+    ),
+    minAuthLevel: z
+      .literal([1, 2])
+      .default(1)
+      .describe(
+        "The least authentication level of a sender's key: 1 takes a did:key, 2 only an https agent id with its identity document over verified TLS",
+      ),
+    topics: z
+      .boolean()
+      .default(false)
+      .describe(
+        "Whether senders not in spec.agents may publish to topics (default: only to the agents the relay serves)",
+      ),
+    limits: z
+      .object({
+        perSenderPerMinute: z
+          .number()
+          .int()
+          .min(1)
+          .default(60)
+          .describe("Requests per minute of one sender not in spec.agents (a batch of n messages counts n)"),
+        perSenderBytesPerHour: z
+          .number()
+          .int()
+          .min(16 * 1024)
+          .default(16 * 1024 * 1024)
+          .describe("Bytes one such sender may have stored per hour, each copy counted"),
+        perSenderStored: z
+          .number()
+          .int()
+          .min(1)
+          .default(1000)
+          .describe(
+            "Copies one such sender may have stored within retention.maxAge (so never more waiting at once); past it, 429 with Retry-After",
+          ),
+        perRecipientPerMinute: z
+          .number()
+          .int()
+          .min(1)
+          .default(300)
+          .describe("Messages per minute to one served agent from all senders not in spec.agents together"),
+        perRecipientBytesPerHour: z
+          .number()
+          .int()
+          .min(16 * 1024)
+          .default(64 * 1024 * 1024)
+          .describe("Bytes per hour stored for one served agent by all senders not in spec.agents together"),
+        lookupsPerMinute: z
+          .number()
+          .int()
+          .min(1)
+          .default(120)
+          .describe("Identity document lookups of senders never seen before, per minute, whatever their address"),
+      })
+      .prefault({})
+      .describe("Quotas on senders not in spec.agents, on each replica; past them, 429 with Retry-After"),
+  })
+  .describe(
+    "Who may publish to the agents the relay serves besides those agents themselves; reading, acknowledging and subscribing stay theirs alone",
+  );
 
-export const RelaySpec = z.object({
-  url: HttpsUrl.describe("The relay's public base URL, used in trace entries"),
-  retention: RelayRetention.prefault({}).describe("How long and how much the relay's JetStream stream keeps"),
-  agents: z.array(KnownAgent).default([]).describe("The agents the relay holds mail for, with their keys trusted out of band"),
-  publishers: RelayPublishers.prefault({}).describe("Who else may deliver to the agents the relay serves, and the quotas they are held to"),
-  delivery: RelayDelivery.prefault({}).describe("Delivery to agents' webhooks"),
-  limits: z
-    .object({
-      maxMessageBytes: z.number().int().min(1024).max(16 * 1024 * 1024).default(1048576).describe("Largest message accepted, in bytes; larger ones are answered 413"),
-      perAgentPerMinute: z.number().int().min(1).default(600).describe("Requests per minute of one agent"),
-      perAgentBytesPerHour: z
-        .number()
-        .int()
-        .min(16 * 1024)
-        .default(256 * 1024 * 1024)
-        .describe("Bytes one agent may have stored per hour by its publishes, each copy counted (a message to a topic with 10 subscribers counts 10 times); past it, 429 with Retry-After"),
-      maxStreamsPerAgent: z
-        .number()
-        .int()
-        .min(1)
-        .max(100)
-        .default(4)
-        .describe("Event streams (GET /relay/events and WebSockets together) one agent may hold open on each replica; past it, 429 with Retry-After"),
-      maxStreams: z
-        .number()
-        .int()
-        .min(1)
-        .max(100000)
-        .default(1000)
-        .describe("Event streams all agents together may hold open on each replica; past it, 503 with Retry-After"),
-      perAddressPerMinute: z
-        .number()
-        .int()
-        .min(1)
-        .default(6000)
-        .describe("Requests per minute from one client address, checked before the costly signature verification"),
-    })
-    .prefault({})
-    .describe("Limits on what the relay accepts"),
-  tls: TlsSpec.optional().describe("The runtime's serving certificate and the extra CAs it trusts"),
-  deployment: DeploymentSettings.optional(),
-  logLevel: LogLevel.optional().describe("Log level of the runtime's JSON logs (default info); debug adds a line per message, naming it and never its body"),
-  expose: ExposeSpec.optional().describe("How the relay is reached from outside the cluster"),
-  network: NetworkSpec.prefault({}).describe("Where the relay's webhook pushes may go (https only; special addresses only when allowed)"),
-  replicas: z.number().int().min(0).max(100).default(1).describe("Runtime pods of the relay"),
-  image: z.string().min(1).optional().describe("The runtime's container image; defaults to the operator's runtime image"),
-}).describe("The desired state of the relay: its URL, the agents it serves, its stream's retention and delivery, and how its runtime is deployed");
+export const RelaySpec = z
+  .object({
+    url: HttpsUrl.describe("The relay's public base URL, used in trace entries"),
+    retention: RelayRetention.prefault({}).describe("How long and how much the relay's JetStream stream keeps"),
+    agents: z
+      .array(KnownAgent)
+      .default([])
+      .describe("The agents the relay holds mail for, with their keys trusted out of band"),
+    publishers: RelayPublishers.prefault({}).describe(
+      "Who else may deliver to the agents the relay serves, and the quotas they are held to",
+    ),
+    delivery: RelayDelivery.prefault({}).describe("Delivery to agents' webhooks"),
+    limits: z
+      .object({
+        maxMessageBytes: z
+          .number()
+          .int()
+          .min(1024)
+          .max(16 * 1024 * 1024)
+          .default(1048576)
+          .describe("Largest message accepted, in bytes; larger ones are answered 413"),
+        perAgentPerMinute: z.number().int().min(1).default(600).describe("Requests per minute of one agent"),
+        perAgentBytesPerHour: z
+          .number()
+          .int()
+          .min(16 * 1024)
+          .default(256 * 1024 * 1024)
+          .describe(
+            "Bytes one agent may have stored per hour by its publishes, each copy counted (a message to a topic with 10 subscribers counts 10 times); past it, 429 with Retry-After",
+          ),
+        maxStreamsPerAgent: z
+          .number()
+          .int()
+          .min(1)
+          .max(100)
+          .default(4)
+          .describe(
+            "Event streams (GET /relay/events and WebSockets together) one agent may hold open on each replica; past it, 429 with Retry-After",
+          ),
+        maxStreams: z
+          .number()
+          .int()
+          .min(1)
+          .max(100000)
+          .default(1000)
+          .describe("Event streams all agents together may hold open on each replica; past it, 503 with Retry-After"),
+        perAddressPerMinute: z
+          .number()
+          .int()
+          .min(1)
+          .default(6000)
+          .describe("Requests per minute from one client address, checked before the costly signature verification"),
+      })
+      .prefault({})
+      .describe("Limits on what the relay accepts"),
+    tls: TlsSpec.optional().describe("The runtime's serving certificate and the extra CAs it trusts"),
+    deployment: DeploymentSettings.optional(),
+    logLevel: LogLevel.optional().describe(
+      "Log level of the runtime's JSON logs (default info); debug adds a line per message, naming it and never its body",
+    ),
+    expose: ExposeSpec.optional().describe("How the relay is reached from outside the cluster"),
+    network: NetworkSpec.prefault({}).describe(
+      "Where the relay's webhook pushes may go (https only; special addresses only when allowed)",
+    ),
+    replicas: z.number().int().min(0).max(100).default(1).describe("Runtime pods of the relay"),
+    image: z
+      .string()
+      .min(1)
+      .optional()
+      .describe("The runtime's container image; defaults to the operator's runtime image"),
+  })
+  .describe(
+    "The desired state of the relay: its URL, the agents it serves, its stream's retention and delivery, and how its runtime is deployed",
+  );
 export type RelaySpec = z.infer<typeof RelaySpec>;
 export type RelaySpecInput = z.input<typeof RelaySpec>;
 

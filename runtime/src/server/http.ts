@@ -1,6 +1,12 @@
 import type { IncomingMessage } from "node:http";
 import { validatorCompiler } from "@fastify/type-provider-zod";
-import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
+import Fastify, {
+  LogController,
+  type FastifyError,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+} from "fastify";
 import type { Logger } from "pino";
 import { ProtocolError, type ErrorCode } from "../protocol/errors.ts";
 import { isCidrOrIp } from "../resources/common.ts";
@@ -46,9 +52,15 @@ export interface ServerOptions {
 /** The --trusted-proxies flag: comma separated IPs or CIDR blocks; throws on anything else. */
 export function parseTrustedProxies(text: string | undefined): string[] {
   if (text === undefined) return [];
-  const list = text.split(",").map((s) => s.trim()).filter(Boolean);
+  const list = text
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
   const bad = list.filter((s) => !isCidrOrIp(s));
-  if (bad.length) throw new Error(`--trusted-proxies takes IP addresses or CIDR blocks such as 10.0.0.0/8, not ${bad.map((b) => JSON.stringify(b)).join(", ")}`);
+  if (bad.length)
+    throw new Error(
+      `--trusted-proxies takes IP addresses or CIDR blocks such as 10.0.0.0/8, not ${bad.map((b) => JSON.stringify(b)).join(", ")}`,
+    );
   return list;
 }
 
@@ -112,7 +124,9 @@ export function createServer(opts: ServerOptions): FastifyInstance {
     // Never `true`: a client's own X-Forwarded-For would pick its rate-limit bucket. The same
     // proxies as the client address's rule (X-Forwarded-Host, -Proto); limits use clientAddress.
     trustProxy: proxies.empty ? false : (address: string) => proxies.trusts(address),
-    ...(opts.tls ? { https: { cert: opts.tls.cert, key: opts.tls.key, minVersion: "TLSv1.2" as const, ...SLOW_CLIENT_LIMITS } } : {}),
+    ...(opts.tls
+      ? { https: { cert: opts.tls.cert, key: opts.tls.key, minVersion: "TLSv1.2" as const, ...SLOW_CLIENT_LIMITS } }
+      : {}),
   }) as unknown as FastifyInstance;
   // The one place a client address is worked out, for HTTP requests and WebSocket upgrades alike.
   app.decorate("clientAddressOf", (req: IncomingMessage) => proxies.clientAddress(req));
@@ -170,7 +184,8 @@ export function toProtocolError(err: unknown): ProtocolError {
     if (e.code === "FST_ERR_CTP_BODY_TOO_LARGE") message = "the request body exceeds the size limit";
     if (e.code === "FST_ERR_CTP_INVALID_MEDIA_TYPE") message = "Content-Type must be application/json";
     if (e.code === "FST_ERR_CTP_EMPTY_JSON_BODY") message = "the request body is empty; a JSON document is required";
-    if (e instanceof SyntaxError || e.code === "FST_ERR_CTP_INVALID_JSON_BODY") message = `the body is not valid JSON: ${e.message}`;
+    if (e instanceof SyntaxError || e.code === "FST_ERR_CTP_INVALID_JSON_BODY")
+      message = `the body is not valid JSON: ${e.message}`;
     return new ProtocolError(status, code, message);
   }
   if (status === 503) return new ProtocolError(503, "unavailable", e.message, { "retry-after": "5" });

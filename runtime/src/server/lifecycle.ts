@@ -40,7 +40,10 @@ export class Lifecycle {
   }
 
   /** Listen (and close the server on the way out); resolves to the URL it serves. */
-  async listen(app: FastifyInstance, opts: { name: string; scheme: "https" | "http"; port: number; host: string }): Promise<string> {
+  async listen(
+    app: FastifyInstance,
+    opts: { name: string; scheme: "https" | "http"; port: number; host: string },
+  ): Promise<string> {
     await app.listen({ port: opts.port, host: opts.host });
     this.defer(opts.name, () => app.close());
     const address = app.server.address();

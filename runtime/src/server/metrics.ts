@@ -124,7 +124,11 @@ export type RuntimeMetrics = ReturnType<typeof createRuntimeMetrics>;
  * A gauge read from NATS at scrape time (stream depth, oldest message age). A failing read
  * leaves the gauge unset for that scrape rather than failing the whole scrape.
  */
-export function backlogGauges(metrics: RuntimeMetrics, read: () => Promise<{ depth: number; oldestAgeSeconds: number } | undefined>, prefix: "inbox" | "outbox" | "relay_mailbox"): void {
+export function backlogGauges(
+  metrics: RuntimeMetrics,
+  read: () => Promise<{ depth: number; oldestAgeSeconds: number } | undefined>,
+  prefix: "inbox" | "outbox" | "relay_mailbox",
+): void {
   let last: Promise<{ depth: number; oldestAgeSeconds: number } | undefined> | undefined;
   // Both gauges are collected in the same scrape: one read serves them.
   const sample = () =>
@@ -158,7 +162,10 @@ export function backlogGauges(metrics: RuntimeMetrics, read: () => Promise<{ dep
  * has (1 while missing; the runtime is not ready then), and each stream whose replicas are not
  * those asked for (`durability.replicas`, `retention.replicas`) with the replicas it has.
  */
-export function streamKeeperGauges(metrics: RuntimeMetrics, keeper: { missing(): string[]; unmet(): { object: string; asked: number | "auto"; actual: number }[] }): void {
+export function streamKeeperGauges(
+  metrics: RuntimeMetrics,
+  keeper: { missing(): string[]; unmet(): { object: string; asked: number | "auto"; actual: number }[] },
+): void {
   new Gauge({
     name: "ifp_jetstream_stream_missing",
     help: "1 for each JetStream stream this runtime made that NATS no longer has (the runtime is not ready while any is missing)",
@@ -176,7 +183,8 @@ export function streamKeeperGauges(metrics: RuntimeMetrics, keeper: { missing():
     registers: [metrics.registry],
     collect() {
       this.reset();
-      for (const u of keeper.unmet()) this.set({ stream: u.object.replace(/^stream /, ""), asked: String(u.asked) }, u.actual);
+      for (const u of keeper.unmet())
+        this.set({ stream: u.object.replace(/^stream /, ""), asked: String(u.asked) }, u.actual);
     },
   });
 }
@@ -186,11 +194,17 @@ export function streamKeeperGauges(metrics: RuntimeMetrics, keeper: { missing():
  * the TLS protocol port (peers, relays' clients) can read it.
  */
 export function buildMetricsApp(metrics: RuntimeMetrics): FastifyInstance {
-  const app = Fastify({ logger: false, forceCloseConnections: true, requestTimeout: 10_000 }) as unknown as FastifyInstance;
+  const app = Fastify({
+    logger: false,
+    forceCloseConnections: true,
+    requestTimeout: 10_000,
+  }) as unknown as FastifyInstance;
   app.get("/metrics", async (_req, reply) => {
     reply.type(metrics.registry.contentType);
     return metrics.registry.metrics();
   });
-  app.setNotFoundHandler((_req, reply) => reply.code(404).type("text/plain; charset=utf-8").send("not found; the metrics are at /metrics\n"));
+  app.setNotFoundHandler((_req, reply) =>
+    reply.code(404).type("text/plain; charset=utf-8").send("not found; the metrics are at /metrics\n"),
+  );
   return app;
 }

@@ -72,12 +72,17 @@ describe("RateLimiter", () => {
 });
 
 describe("TrustedProxies.clientAddress", () => {
-  const req = (peer: string, xff?: string | string[]) => ({ socket: { remoteAddress: peer }, headers: xff === undefined ? {} : { "x-forwarded-for": xff } });
+  const req = (peer: string, xff?: string | string[]) => ({
+    socket: { remoteAddress: peer },
+    headers: xff === undefined ? {} : { "x-forwarded-for": xff },
+  });
   const proxies = new TrustedProxies(["10.0.0.0/8", "::ffff:192.168.0.0/112", "fd00::/8"]);
 
   it("walks X-Forwarded-For from the right past trusted proxies only, to the first untrusted address", () => {
     expect(proxies.clientAddress(req("10.0.0.1", "203.0.113.1"))).toBe("203.0.113.1");
-    expect(proxies.clientAddress(req("::ffff:10.0.0.1", "1.1.1.1, 203.0.113.9, 10.2.2.2, 192.168.5.5"))).toBe("203.0.113.9");
+    expect(proxies.clientAddress(req("::ffff:10.0.0.1", "1.1.1.1, 203.0.113.9, 10.2.2.2, 192.168.5.5"))).toBe(
+      "203.0.113.9",
+    );
     expect(proxies.clientAddress(req("10.0.0.1", ["1.1.1.1, 203.0.113.9", "10.2.2.2"]))).toBe("203.0.113.9");
     // Every hop a trusted proxy: the farthest of them.
     expect(proxies.clientAddress(req("10.0.0.1", "10.3.3.3, 10.2.2.2"))).toBe("10.3.3.3");
@@ -91,12 +96,14 @@ describe("TrustedProxies.clientAddress", () => {
   });
 
   it("uses the peer's own address when the entry reached is no address, and says unknown without a peer", () => {
-    for (const junk of ["not-an-ip", "203.0.113.1:5555", "203.0.113.1, <script>", "999.1.1.1"]) expect(proxies.clientAddress(req("10.0.0.1", junk)), junk).toBe("10.0.0.1");
+    for (const junk of ["not-an-ip", "203.0.113.1:5555", "203.0.113.1, <script>", "999.1.1.1"])
+      expect(proxies.clientAddress(req("10.0.0.1", junk)), junk).toBe("10.0.0.1");
     for (const empty of ["", " , ,"]) expect(proxies.clientAddress(req("10.0.0.1", empty))).toBe("10.0.0.1");
     expect(proxies.clientAddress({ socket: {}, headers: {} })).toBe("unknown");
   });
 
   it("refuses what is not an address or a block", () => {
-    for (const bad of ["10.0.0.0/33", "example.com", "::1/129", "10.0.0.0/x"]) expect(() => new TrustedProxies([bad]), bad).toThrow(/not an IP address or a CIDR block/);
+    for (const bad of ["10.0.0.0/33", "example.com", "::1/129", "10.0.0.0/x"])
+      expect(() => new TrustedProxies([bad]), bad).toThrow(/not an IP address or a CIDR block/);
   });
 });

@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders } from "node:http";
-import ipaddr from "ipaddr.js";
+import type ipaddr from "ipaddr.js";
 import { parseAddress } from "../net/targets.ts";
 
 /**
@@ -130,7 +130,8 @@ export class TrustedProxies {
       const max = a?.kind() === "ipv4" ? 32 : 128;
       const n = bits === undefined ? max : /^\d{1,3}$/.test(bits) ? Number(bits) : NaN;
       if (!a || rest.length || !(n >= 0 && n <= max)) throw new Error(`${entry} is not an IP address or a CIDR block`);
-      if (a.kind() === "ipv6" && (a as ipaddr.IPv6).isIPv4MappedAddress() && n >= 96) this.blocks.push([(a as ipaddr.IPv6).toIPv4Address(), n - 96]);
+      if (a.kind() === "ipv6" && (a as ipaddr.IPv6).isIPv4MappedAddress() && n >= 96)
+        this.blocks.push([(a as ipaddr.IPv6).toIPv4Address(), n - 96]);
       else this.blocks.push([a, n]);
     }
   }

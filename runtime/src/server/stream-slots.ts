@@ -22,9 +22,18 @@ export class StreamSlots {
 
   acquire(key: string): () => void {
     const mine = this.open.get(key) ?? 0;
-    if (mine >= this.perKey) throw rateLimited(STREAM_RETRY_AFTER_S, `${key} already has ${mine} open event streams, the most allowed (spec.limits.maxStreamsPerAgent); close one first`);
+    if (mine >= this.perKey)
+      throw rateLimited(
+        STREAM_RETRY_AFTER_S,
+        `${key} already has ${mine} open event streams, the most allowed (spec.limits.maxStreamsPerAgent); close one first`,
+      );
     if (this.count >= this.total) {
-      throw new ProtocolError(503, "unavailable", `the relay serves ${this.count} open event streams, the most allowed (spec.limits.maxStreams)`, { "retry-after": String(STREAM_RETRY_AFTER_S) });
+      throw new ProtocolError(
+        503,
+        "unavailable",
+        `the relay serves ${this.count} open event streams, the most allowed (spec.limits.maxStreams)`,
+        { "retry-after": String(STREAM_RETRY_AFTER_S) },
+      );
     }
     this.open.set(key, mine + 1);
     this.count++;

@@ -34,7 +34,11 @@ export function watchTls(app: FastifyInstance, files: TlsFiles, log: Logger, int
     if (!now || now === last) return;
     try {
       const { cert, key } = readTls(files);
-      (app.server as unknown as { setSecureContext(o: object): void }).setSecureContext({ cert, key, minVersion: "TLSv1.2" });
+      (app.server as unknown as { setSecureContext(o: object): void }).setSecureContext({
+        cert,
+        key,
+        minVersion: "TLSv1.2",
+      });
       last = now;
       log.info("reloaded the TLS certificate");
     } catch (err) {

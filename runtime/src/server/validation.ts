@@ -41,6 +41,11 @@ const PARTS: Record<string, string> = { body: "body", querystring: "query", para
 export function invalidRequest(err: unknown, title: string | undefined): ProtocolError | undefined {
   if (!hasZodFastifySchemaValidationErrors(err)) return undefined;
   const part = (err as FastifyError).validationContext ?? "request";
-  const issues = err.validation.map((v) => ({ path: v.instancePath.split("/").filter(Boolean), message: v.message ?? "invalid" }));
-  return badRequest(`${title ?? `invalid ${PARTS[part] ?? part}`}: ${describeIssues({ issues } as Pick<z.ZodError, "issues"> as z.ZodError)}`);
+  const issues = err.validation.map((v) => ({
+    path: v.instancePath.split("/").filter(Boolean),
+    message: v.message ?? "invalid",
+  }));
+  return badRequest(
+    `${title ?? `invalid ${PARTS[part] ?? part}`}: ${describeIssues({ issues } as Pick<z.ZodError, "issues"> as z.ZodError)}`,
+  );
 }

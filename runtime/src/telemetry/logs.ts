@@ -13,7 +13,10 @@ export interface MessageLogFields {
   trace_id?: string;
 }
 
-export function messageLog(message: { headers: { message_id: string; conversation_id?: string; from?: { agent: string } } }, sender?: string): MessageLogFields {
+export function messageLog(
+  message: { headers: { message_id: string; conversation_id?: string; from?: { agent: string } } },
+  sender?: string,
+): MessageLogFields {
   const h = message.headers;
   return withTrace({ message_id: h.message_id, conversation_id: h.conversation_id, sender: sender ?? h.from?.agent });
 }
@@ -28,7 +31,11 @@ export function debugEnabled(log: { level: string }): boolean {
  * name the message, so that the error handler's line about the failure does; a child logger is
  * made only then, not for every message (reqId stays fastify's).
  */
-export async function namedOnFailure<T, L extends { child(fields: MessageLogFields): L }>(req: { log: L }, fields: () => MessageLogFields, work: () => Promise<T>): Promise<T> {
+export async function namedOnFailure<T, L extends { child(fields: MessageLogFields): L }>(
+  req: { log: L },
+  fields: () => MessageLogFields,
+  work: () => Promise<T>,
+): Promise<T> {
   try {
     return await work();
   } catch (err) {
@@ -38,8 +45,16 @@ export async function namedOnFailure<T, L extends { child(fields: MessageLogFiel
 }
 
 /** The same fields from what is known without the message (a stored copy's headers). */
-export function messageLogOf(messageId: string, conversationId: string | undefined, sender: string | undefined): MessageLogFields {
-  return withTrace({ message_id: messageId, ...(conversationId ? { conversation_id: conversationId } : {}), ...(sender ? { sender } : {}) });
+export function messageLogOf(
+  messageId: string,
+  conversationId: string | undefined,
+  sender: string | undefined,
+): MessageLogFields {
+  return withTrace({
+    message_id: messageId,
+    ...(conversationId ? { conversation_id: conversationId } : {}),
+    ...(sender ? { sender } : {}),
+  });
 }
 
 function withTrace(fields: MessageLogFields): MessageLogFields {

@@ -1,5 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { carrierOf, extractCarrier, messageContext, startSpan, tracesExportersFromEnv, tracingEnabled, withMessageContext } from "./tracing.ts";
+import {
+  carrierOf,
+  extractCarrier,
+  messageContext,
+  startSpan,
+  tracesExportersFromEnv,
+  tracingEnabled,
+  withMessageContext,
+} from "./tracing.ts";
 
 describe("tracesExportersFromEnv: what the OTEL_* variables ask for", () => {
   it.each([
@@ -20,18 +28,27 @@ describe("tracesExportersFromEnv: what the OTEL_* variables ask for", () => {
   });
 
   it("names exporters it does not have", () => {
-    expect(tracesExportersFromEnv({ OTEL_TRACES_EXPORTER: "zipkin,otlp,jaeger" })).toEqual({ exporters: ["otlp"], unknown: ["zipkin", "jaeger"] });
+    expect(tracesExportersFromEnv({ OTEL_TRACES_EXPORTER: "zipkin,otlp,jaeger" })).toEqual({
+      exporters: ["otlp"],
+      unknown: ["zipkin", "jaeger"],
+    });
   });
 });
 
 describe("with tracing off (no configuration)", () => {
   it("reads and writes no trace context, and makes only non-recording spans", () => {
     expect(tracingEnabled()).toBe(false);
-    const message = { headers: { extensions: { "trace-context": { traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" } } } };
+    const message = {
+      headers: {
+        extensions: { "trace-context": { traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" } },
+      },
+    };
     expect(messageContext(message)).toBeUndefined();
     expect(extractCarrier(message.headers.extensions["trace-context"])).toBeUndefined();
     expect(carrierOf()).toBeUndefined();
-    const untouched: { headers: { message_id: string; extensions?: Record<string, unknown> } } = { headers: { message_id: "m" } };
+    const untouched: { headers: { message_id: string; extensions?: Record<string, unknown> } } = {
+      headers: { message_id: "m" },
+    };
     expect(withMessageContext(untouched)).toBe(untouched);
     expect(startSpan("x").isRecording()).toBe(false);
   });

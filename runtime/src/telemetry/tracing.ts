@@ -1,9 +1,27 @@
-import { context, diag, DiagLogLevel, INVALID_SPAN_CONTEXT, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span, type TimeInput } from "@opentelemetry/api";
+import {
+  context,
+  diag,
+  DiagLogLevel,
+  INVALID_SPAN_CONTEXT,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Context,
+  type Span,
+  type TimeInput,
+} from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { defaultResource, detectResources, envDetector, resourceFromAttributes } from "@opentelemetry/resources";
-import { BasicTracerProvider, BatchSpanProcessor, ConsoleSpanExporter, type SpanExporter } from "@opentelemetry/sdk-trace-base";
+import {
+  BasicTracerProvider,
+  BatchSpanProcessor,
+  ConsoleSpanExporter,
+  type SpanExporter,
+} from "@opentelemetry/sdk-trace-base";
 import { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION } from "@opentelemetry/semantic-conventions";
 import type { Logger } from "pino";
 
@@ -60,7 +78,10 @@ export type TracesExporter = "otlp" | "console";
  */
 export function tracesExportersFromEnv(env: NodeJS.ProcessEnv): { exporters: TracesExporter[]; unknown: string[] } {
   if ((env.OTEL_SDK_DISABLED ?? "").trim().toLowerCase() === "true") return { exporters: [], unknown: [] };
-  const listed = (env.OTEL_TRACES_EXPORTER ?? "").split(",").map((s) => s.trim().toLowerCase()).filter(Boolean);
+  const listed = (env.OTEL_TRACES_EXPORTER ?? "")
+    .split(",")
+    .map((s) => s.trim().toLowerCase())
+    .filter(Boolean);
   if (!listed.length) {
     const endpoint = (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? env.OTEL_EXPORTER_OTLP_ENDPOINT ?? "").trim();
     return { exporters: endpoint ? ["otlp"] : [], unknown: [] };
@@ -83,14 +104,27 @@ export interface Tracing {
  * OTEL_RESOURCE_ATTRIBUTES override it. Sampling follows OTEL_TRACES_SAMPLER (default
  * parentbased_always_on), batching OTEL_BSP_*, the exporter OTEL_EXPORTER_OTLP_*.
  */
-export function startTracing(opts: { mode: string; version?: string; logger: Logger; env?: NodeJS.ProcessEnv; attributes?: Attributes }): Tracing {
+export function startTracing(opts: {
+  mode: string;
+  version?: string;
+  logger: Logger;
+  env?: NodeJS.ProcessEnv;
+  attributes?: Attributes;
+}): Tracing {
   const env = opts.env ?? process.env;
   const { exporters, unknown } = tracesExportersFromEnv(env);
-  if (unknown.length) opts.logger.warn({ exporters: unknown }, "OTEL_TRACES_EXPORTER names exporters this runtime does not have (it has otlp and console); ignored");
+  if (unknown.length)
+    opts.logger.warn(
+      { exporters: unknown },
+      "OTEL_TRACES_EXPORTER names exporters this runtime does not have (it has otlp and console); ignored",
+    );
   if (!exporters.length) return { enabled: false, shutdown: async () => {} };
   const protocol = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? env.OTEL_EXPORTER_OTLP_PROTOCOL;
   if (protocol && protocol !== "http/json" && exporters.includes("otlp")) {
-    opts.logger.warn({ protocol }, "the OTLP trace exporter sends http/json; OTEL_EXPORTER_OTLP_PROTOCOL is not followed");
+    opts.logger.warn(
+      { protocol },
+      "the OTLP trace exporter sends http/json; OTEL_EXPORTER_OTLP_PROTOCOL is not followed",
+    );
   }
   // The SDK's own diagnostics (a collector that cannot be reached, ...) go to the runtime's log.
   const diagLog = opts.logger.child({ component: "opentelemetry" });
@@ -105,10 +139,22 @@ export function startTracing(opts: { mode: string; version?: string; logger: Log
     { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true },
   );
   const resource = defaultResource()
-    .merge(resourceFromAttributes({ [ATTR_SERVICE_NAME]: `ifp-runtime-${opts.mode}`, ...(opts.version ? { [ATTR_SERVICE_VERSION]: opts.version } : {}), "ifp.mode": opts.mode, ...opts.attributes }))
+    .merge(
+      resourceFromAttributes({
+        [ATTR_SERVICE_NAME]: `ifp-runtime-${opts.mode}`,
+        ...(opts.version ? { [ATTR_SERVICE_VERSION]: opts.version } : {}),
+        "ifp.mode": opts.mode,
+        ...opts.attributes,
+      }),
+    )
     .merge(detectResources({ detectors: [envDetector] }));
-  const spanExporters: SpanExporter[] = exporters.map((e) => (e === "otlp" ? new OTLPTraceExporter() : new ConsoleSpanExporter()));
-  const provider = new BasicTracerProvider({ resource, spanProcessors: spanExporters.map((e) => new BatchSpanProcessor(e)) });
+  const spanExporters: SpanExporter[] = exporters.map((e) =>
+    e === "otlp" ? new OTLPTraceExporter() : new ConsoleSpanExporter(),
+  );
+  const provider = new BasicTracerProvider({
+    resource,
+    spanProcessors: spanExporters.map((e) => new BatchSpanProcessor(e)),
+  });
   const contextManager = new AsyncLocalStorageContextManager().enable();
   context.setGlobalContextManager(contextManager);
   trace.setGlobalTracerProvider(provider);
@@ -119,7 +165,10 @@ export function startTracing(opts: { mode: string; version?: string; logger: Log
     async shutdown() {
       enabled = false;
       const bounded = new Promise<void>((resolve) => setTimeout(resolve, 5_000).unref());
-      await Promise.race([provider.shutdown().catch((err: unknown) => diagLog.warn({ err: String(err) }, "tracing shutdown failed")), bounded]);
+      await Promise.race([
+        provider.shutdown().catch((err: unknown) => diagLog.warn({ err: String(err) }, "tracing shutdown failed")),
+        bounded,
+      ]);
       trace.disable();
       context.disable();
     },
@@ -155,7 +204,9 @@ export function carrierOf(ctx: Context = context.active()): TraceCarrier | undef
   if (!enabled) return undefined;
   const c: Record<string, string> = {};
   propagator.inject(ctx, c, setter);
-  return c.traceparent ? { traceparent: c.traceparent, ...(c.tracestate ? { tracestate: c.tracestate } : {}) } : undefined;
+  return c.traceparent
+    ? { traceparent: c.traceparent, ...(c.tracestate ? { tracestate: c.tracestate } : {}) }
+    : undefined;
 }
 
 type WithExtensions = { headers: { extensions?: Record<string, unknown> } };
@@ -173,7 +224,10 @@ export function messageContext(message: WithExtensions): Context | undefined {
 export function withMessageContext<M extends WithExtensions>(message: M, ctx: Context = context.active()): M {
   const carrier = carrierOf(ctx);
   if (!carrier) return message;
-  return { ...message, headers: { ...message.headers, extensions: { ...message.headers.extensions, [TRACE_CONTEXT_EXTENSION]: carrier } } };
+  return {
+    ...message,
+    headers: { ...message.headers, extensions: { ...message.headers.extensions, [TRACE_CONTEXT_EXTENSION]: carrier } },
+  };
 }
 
 /** Sets `traceparent`/`tracestate` on a NATS header set from the active span (stored copies, the inbox). */
@@ -204,7 +258,13 @@ export interface SpanOptions {
 export function startSpan(name: string, opts: SpanOptions = {}): Span {
   if (!enabled) return NOOP_SPAN;
   const attributes = typeof opts.attributes === "function" ? opts.attributes() : opts.attributes;
-  return trace.getTracer(TRACER_NAME).startSpan(name, { kind: opts.kind ?? SpanKind.INTERNAL, attributes, startTime: opts.startTime }, opts.parent ?? context.active());
+  return trace
+    .getTracer(TRACER_NAME)
+    .startSpan(
+      name,
+      { kind: opts.kind ?? SpanKind.INTERNAL, attributes, startTime: opts.startTime },
+      opts.parent ?? context.active(),
+    );
 }
 
 /**
@@ -234,11 +294,16 @@ export function failSpan(span: Span, err: unknown, status?: number): void {
   const s = status ?? (typeof e?.statusCode === "number" ? e.statusCode : undefined);
   if (s !== undefined) span.setAttribute(A.status, s);
   span.setAttribute("error.type", code ?? (typeof e?.name === "string" ? e.name : "error"));
-  span.setStatus({ code: SpanStatusCode.ERROR, message: typeof e?.message === "string" ? e.message.slice(0, 300) : undefined });
+  span.setStatus({
+    code: SpanStatusCode.ERROR,
+    message: typeof e?.message === "string" ? e.message.slice(0, 300) : undefined,
+  });
 }
 
 /** The attributes naming a message (never its body). */
-export function messageAttributes(message: { headers: { message_id: string; conversation_id: string; from: { agent: string } } }): Attributes {
+export function messageAttributes(message: {
+  headers: { message_id: string; conversation_id: string; from: { agent: string } };
+}): Attributes {
   const h = message.headers;
   return { [A.messageId]: h.message_id, [A.conversationId]: h.conversation_id, [A.sender]: h.from.agent };
 }

@@ -12,8 +12,12 @@ describe("errorMessage", () => {
   });
 
   it("gives the API server's code and message for a Kubernetes client error", () => {
-    expect(errorMessage(new ApiException(409, "Conflict", { message: "the object has been modified" }, {}))).toBe("409: the object has been modified");
-    expect(errorMessage(new ApiException(404, "Not Found", JSON.stringify({ message: "agents.ifp.dev \"x\" not found" }), {}))).toBe('404: agents.ifp.dev "x" not found');
+    expect(errorMessage(new ApiException(409, "Conflict", { message: "the object has been modified" }, {}))).toBe(
+      "409: the object has been modified",
+    );
+    expect(
+      errorMessage(new ApiException(404, "Not Found", JSON.stringify({ message: 'agents.ifp.dev "x" not found' }), {})),
+    ).toBe('404: agents.ifp.dev "x" not found');
     expect(errorMessage(new ApiException(500, "Server Error", "not json", {}))).toBe("500: not json");
   });
 

@@ -15,7 +15,9 @@ export function errorMessage(err: unknown): string {
 
 /** The shape of @kubernetes/client-node's ApiException (an HTTP code, the body and headers), without loading the client here. */
 function isApiError(err: unknown): err is Error & { code: number; body: { message?: string } | string | undefined } {
-  return err instanceof Error && typeof (err as { code?: unknown }).code === "number" && "body" in err && "headers" in err;
+  return (
+    err instanceof Error && typeof (err as { code?: unknown }).code === "number" && "body" in err && "headers" in err
+  );
 }
 
 function messageOf(body: string): string {

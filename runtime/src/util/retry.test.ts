@@ -19,7 +19,10 @@ describe("retry with a bounded number of attempts", () => {
 
   it("returns the first success", async () => {
     let calls = 0;
-    const out = await retry(async () => (++calls < 2 ? Promise.reject(new Error("not yet")) : "ok"), { attempts: 3, initialMs: 1 });
+    const out = await retry(async () => (++calls < 2 ? Promise.reject(new Error("not yet")) : "ok"), {
+      attempts: 3,
+      initialMs: 1,
+    });
     expect([out, calls]).toEqual(["ok", 2]);
   });
 });

@@ -6,7 +6,14 @@ import type { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { defaultBaseUrl, type ExposeSpec } from "../../../../runtime/src/resources/common.ts";
 import { hashOf } from "../../kube/metadata.ts";
 import { exposureChildren, type ExposurePlanInput } from "../expose.ts";
-import { childMeta, childNames, renderManifest, runtimeDeployment, type OperatorSettings, type Owner } from "../runtime.ts";
+import {
+  childMeta,
+  childNames,
+  renderManifest,
+  runtimeDeployment,
+  type OperatorSettings,
+  type Owner,
+} from "../runtime.ts";
 import { withIntroductionTokens } from "./introduction.ts";
 import { localApiChildren, localApiServicePort, withLocalApi } from "./local-api.ts";
 import { withHandoffSecret } from "./handoff.ts";
@@ -18,7 +25,13 @@ export type AgentResource = Agent & { metadata: Owner["metadata"] };
 export interface AgentInputs {
   settings: OperatorSettings;
   /** The Secret with the signing key, when it was created, and its public half. */
-  signing: { secretName: string; created: string; publicKey: string; keysHash?: string; encryption?: { keyId: string; publicKey: string } };
+  signing: {
+    secretName: string;
+    created: string;
+    publicKey: string;
+    keysHash?: string;
+    encryption?: { keyId: string; publicKey: string };
+  };
   tlsSecret: string;
   /** The exposure children to render and the Gateway API versions served (default: all of spec.expose, newest versions). */
   exposure?: ExposurePlanInput;
@@ -31,12 +44,19 @@ export function agentOwner(agent: { metadata: Owner["metadata"] }): Owner {
 }
 
 /** The manifest the runtime reads, with the signing key's creation time for the identity document. */
-export function agentManifest(agent: AgentResource, signingCreated: string, directory: AgentResource["spec"]["peers"] = []): string {
+export function agentManifest(
+  agent: AgentResource,
+  signingCreated: string,
+  directory: AgentResource["spec"]["peers"] = [],
+): string {
   // spec.baseUrl defaulted from spec.expose, so that the identity document advertises it; the
   // directory's peers after the Agent's own.
   const baseUrl = defaultBaseUrl(agent.spec.baseUrl, agent.spec.expose);
   const peers = withDirectoryPeers(agent.spec.peers, directory);
-  const rendered = (baseUrl && !agent.spec.baseUrl) || peers.length !== agent.spec.peers.length ? { ...agent, spec: { ...agent.spec, peers, ...(baseUrl ? { baseUrl } : {}) } } : agent;
+  const rendered =
+    (baseUrl && !agent.spec.baseUrl) || peers.length !== agent.spec.peers.length
+      ? { ...agent, spec: { ...agent.spec, peers, ...(baseUrl ? { baseUrl } : {}) } }
+      : agent;
   return renderManifest(rendered, signingCreated ? { [ANNOTATIONS.signingKeyCreated]: signingCreated } : {});
 }
 
@@ -48,7 +68,12 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
   const owner = agentOwner(agent);
   const n = childNames(agent.metadata.name);
   const manifest = agentManifest(agent, inputs.signing.created, inputs.directory);
-  const configMap: V1ConfigMap = { apiVersion: "v1", kind: "ConfigMap", metadata: childMeta(owner, n.configMap), data: { "manifest.yaml": manifest } };
+  const configMap: V1ConfigMap = {
+    apiVersion: "v1",
+    kind: "ConfigMap",
+    metadata: childMeta(owner, n.configMap),
+    data: { "manifest.yaml": manifest },
+  };
   const deployment = runtimeDeployment({
     owner,
     mode: "agent",
@@ -76,8 +101,18 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
     configMap,
     ...exposure,
     ...localApiChildren(owner, agent),
-    ...networkPolicyChildren(owner, inputs.settings.runtimeNetworkPolicies, { localApiPort, pod: agent.spec.deployment }),
-    withHandoff(withIntroductionTokens(localApiPort === undefined ? deployment : withLocalApi(deployment, owner, localApiPort), agent), owner, agent),
+    ...networkPolicyChildren(owner, inputs.settings.runtimeNetworkPolicies, {
+      localApiPort,
+      pod: agent.spec.deployment,
+    }),
+    withHandoff(
+      withIntroductionTokens(
+        localApiPort === undefined ? deployment : withLocalApi(deployment, owner, localApiPort),
+        agent,
+      ),
+      owner,
+      agent,
+    ),
   ];
 }
 
@@ -87,6 +122,12 @@ function withHandoff(deployment: KubernetesObject, owner: Owner, agent: AgentRes
 }
 
 /** The URL peers reach the agent at: spec.baseUrl, else https://<spec.expose host>, else its Service inside the cluster. */
-export function agentEndpoint(agent: { metadata: Owner["metadata"]; spec: { baseUrl?: string; expose?: ExposeSpec } }): string {
-  return defaultBaseUrl(agent.spec.baseUrl, agent.spec.expose) ?? `https://${agent.metadata.name}.${agent.metadata.namespace}.svc`;
+export function agentEndpoint(agent: {
+  metadata: Owner["metadata"];
+  spec: { baseUrl?: string; expose?: ExposeSpec };
+}): string {
+  return (
+    defaultBaseUrl(agent.spec.baseUrl, agent.spec.expose) ??
+    `https://${agent.metadata.name}.${agent.metadata.namespace}.svc`
+  );
 }

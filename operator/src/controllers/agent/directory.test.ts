@@ -6,7 +6,15 @@ import { generateSigningKey } from "../../../../runtime/src/protocol/keys.ts";
 import type { CustomObject } from "../reconciler.ts";
 
 const KEY = "B".repeat(43);
-const agent = (ns: string, name: string, labels: Record<string, string>, status: Record<string, unknown> | null = { endpoint: `https://${name}.${ns}.svc`, signingKey: { keyId: "key-1", publicKey: KEY, secretName: `${name}-signing` } }): CustomObject => ({
+const agent = (
+  ns: string,
+  name: string,
+  labels: Record<string, string>,
+  status: Record<string, unknown> | null = {
+    endpoint: `https://${name}.${ns}.svc`,
+    signingKey: { keyId: "key-1", publicKey: KEY, secretName: `${name}-signing` },
+  },
+): CustomObject => ({
   apiVersion: "ifp.dev/v1alpha1",
   kind: "Agent",
   metadata: { name, namespace: ns, uid: `${ns}-${name}`, labels },
@@ -34,43 +42,96 @@ describe("label selectors", () => {
 
 describe("the directory", () => {
   const self = agent("home", "hub", { mesh: "on" });
-  const all = [self, agent("home", "one", { mesh: "on" }), agent("home", "two", { mesh: "off" }), agent("away", "far", { mesh: "on" })];
+  const all = [
+    self,
+    agent("home", "one", { mesh: "on" }),
+    agent("home", "two", { mesh: "off" }),
+    agent("away", "far", { mesh: "on" }),
+  ];
 
   it("selects by label in the Agent's own namespace, never itself; by namespace labels when asked", () => {
-    expect(selectedPeers(self, { agentSelector: { matchLabels: { mesh: "on" } } }, all, () => undefined).map((p) => p.agentId)).toEqual(["one-id"]);
+    expect(
+      selectedPeers(self, { agentSelector: { matchLabels: { mesh: "on" } } }, all, () => undefined).map(
+        (p) => p.agentId,
+      ),
+    ).toEqual(["one-id"]);
     const labels = (ns: string) => ({ "kubernetes.io/metadata.name": ns, team: "blue" });
-    expect(selectedPeers(self, { agentSelector: {}, namespaceSelector: {} }, all, labels).map((p) => p.agentId)).toEqual(["far-id", "one-id", "two-id"]);
-    expect(selectedPeers(self, { agentSelector: {}, namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "away" } } }, all, labels).map((p) => p.agentId)).toEqual(["far-id"]);
+    expect(
+      selectedPeers(self, { agentSelector: {}, namespaceSelector: {} }, all, labels).map((p) => p.agentId),
+    ).toEqual(["far-id", "one-id", "two-id"]);
+    expect(
+      selectedPeers(
+        self,
+        { agentSelector: {}, namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "away" } } },
+        all,
+        labels,
+      ).map((p) => p.agentId),
+    ).toEqual(["far-id"]);
   });
 
   it("leaves out an Agent with nothing published yet, one being deleted, and one refused for its agent id", () => {
     const pending = agent("home", "new", { mesh: "on" }, null);
     const deleting = agent("home", "old", { mesh: "on" });
     deleting.metadata!.deletionTimestamp = new Date("2026-01-01T00:00:00Z");
-    const refused = agent("home", "dup", { mesh: "on" }, { endpoint: "https://dup.home.svc", signingKey: { keyId: "k", publicKey: KEY, secretName: "s" }, conditions: [{ type: "Ready", status: "False", reason: "DuplicateAgentId" }] });
-    expect(selectedPeers(self, { agentSelector: { matchLabels: { mesh: "on" } } }, [self, pending, deleting, refused], () => undefined)).toEqual([]);
+    const refused = agent(
+      "home",
+      "dup",
+      { mesh: "on" },
+      {
+        endpoint: "https://dup.home.svc",
+        signingKey: { keyId: "k", publicKey: KEY, secretName: "s" },
+        conditions: [{ type: "Ready", status: "False", reason: "DuplicateAgentId" }],
+      },
+    );
+    expect(
+      selectedPeers(
+        self,
+        { agentSelector: { matchLabels: { mesh: "on" } } },
+        [self, pending, deleting, refused],
+        () => undefined,
+      ),
+    ).toEqual([]);
   });
 
   it("publishes every signing key with its status after a rotation, and the encryption key", () => {
-    const rotated = agent("home", "r", {}, {
-      endpoint: "https://r.example",
-      signingKeys: [
-        { keyId: "key-1", publicKey: KEY, status: "retired" },
-        { keyId: "key-1-r2", publicKey: "C".repeat(43), status: "active" },
-      ],
-      encryptionKey: { keyId: "enc-1", publicKey: "D".repeat(43) },
-    });
+    const rotated = agent(
+      "home",
+      "r",
+      {},
+      {
+        endpoint: "https://r.example",
+        signingKeys: [
+          { keyId: "key-1", publicKey: KEY, status: "retired" },
+          { keyId: "key-1-r2", publicKey: "C".repeat(43), status: "active" },
+        ],
+        encryptionKey: { keyId: "enc-1", publicKey: "D".repeat(43) },
+      },
+    );
     expect(directoryEntry(rotated)).toEqual({
       agentId: "r-id",
       url: "https://r.example",
-      keys: [{ keyId: "key-1", publicKey: KEY, status: "retired" }, { keyId: "key-1-r2", publicKey: "C".repeat(43), status: "active" }],
+      keys: [
+        { keyId: "key-1", publicKey: KEY, status: "retired" },
+        { keyId: "key-1-r2", publicKey: "C".repeat(43), status: "active" },
+      ],
       encryptionKeys: [{ keyId: "enc-1", publicKey: "D".repeat(43), status: "active" }],
       temperature: "cool",
     });
   });
 
   it("adds to spec.peers only agent ids it does not name", () => {
-    expect(withDirectoryPeers([{ agentId: "a", n: 1 }], [{ agentId: "a", n: 2 }, { agentId: "b", n: 3 }])).toEqual([{ agentId: "a", n: 1 }, { agentId: "b", n: 3 }]);
+    expect(
+      withDirectoryPeers(
+        [{ agentId: "a", n: 1 }],
+        [
+          { agentId: "a", n: 2 },
+          { agentId: "b", n: 3 },
+        ],
+      ),
+    ).toEqual([
+      { agentId: "a", n: 1 },
+      { agentId: "b", n: 3 },
+    ]);
   });
 });
 
@@ -91,17 +152,31 @@ describe("the agent ids the directory vouches for", () => {
     // Another Agent's Service, and the host of a baseUrl the Agent chose, are not its own.
     expect(agentIdClaim("https://bob.team.svc", at, own, {}).vouched).toBe(false);
     expect(agentIdClaim("HTTPS://partner.example.com", at, own, {}).vouched).toBe(false);
-    expect(agentIdClaim("https://partner.example.com", at, own, { allowedHosts: { team: ["partner.example.com"] } }).vouched).toBe(true);
-    expect(agentIdClaim("https://a.partner.example.com", at, own, { allowedHosts: { team: ["*.partner.example.com"] } }).vouched).toBe(true);
-    expect(agentIdClaim("https://partner.example.com", at, own, { allowedHosts: { elsewhere: ["partner.example.com"] } }).vouched).toBe(false);
-    expect(agentIdClaim("https://partner.example.com", at, own, { allowedDnsNames: ["*.example.com"] }).vouched).toBe(true);
+    expect(
+      agentIdClaim("https://partner.example.com", at, own, { allowedHosts: { team: ["partner.example.com"] } }).vouched,
+    ).toBe(true);
+    expect(
+      agentIdClaim("https://a.partner.example.com", at, own, { allowedHosts: { team: ["*.partner.example.com"] } })
+        .vouched,
+    ).toBe(true);
+    expect(
+      agentIdClaim("https://partner.example.com", at, own, { allowedHosts: { elsewhere: ["partner.example.com"] } })
+        .vouched,
+    ).toBe(false);
+    expect(agentIdClaim("https://partner.example.com", at, own, { allowedDnsNames: ["*.example.com"] }).vouched).toBe(
+      true,
+    );
   });
 
   it("a did:key only when it is the Agent's active signing key", () => {
     expect(agentIdClaim(didKeyFromPublicKey(own), at, own, {}).vouched).toBe(true);
     const foreign = agentIdClaim(didKeyFromPublicKey(other), at, own, {});
     expect(foreign.vouched).toBe(false);
-    expect(foreign.message).toMatch(new RegExp(`is the Ed25519 key ${other}, not this Agent's active signing key ${own}: the directory lists this Agent for no other Agent`));
+    expect(foreign.message).toMatch(
+      new RegExp(
+        `is the Ed25519 key ${other}, not this Agent's active signing key ${own}: the directory lists this Agent for no other Agent`,
+      ),
+    );
     expect(agentIdClaim(didKeyFromPublicKey(own), at, undefined, {}).message).toMatch(/signing key is not known yet/);
     expect(agentIdClaim("did:key:zNotBase58!", at, own, {}).vouched).toBe(false);
     // Allow-lists say nothing about a did:key.
@@ -116,20 +191,38 @@ describe("the agent ids the directory vouches for", () => {
   it("leaves out of every directory an Agent whose id it does not vouch for, whatever its own status says", () => {
     const self = agent("home", "hub", { mesh: "on" });
     const claimant = (agentId: string, publicKey = KEY, ns = "home", name = "tenant") => {
-      const a = agent(ns, name, { mesh: "on" }, { endpoint: `https://${name}.${ns}.svc`, signingKey: { keyId: "k", publicKey, secretName: "s" }, conditions: [{ type: "DirectoryListed", status: "True", reason: "AgentIdVouched" }] });
+      const a = agent(
+        ns,
+        name,
+        { mesh: "on" },
+        {
+          endpoint: `https://${name}.${ns}.svc`,
+          signingKey: { keyId: "k", publicKey, secretName: "s" },
+          conditions: [{ type: "DirectoryListed", status: "True", reason: "AgentIdVouched" }],
+        },
+      );
       a.spec = { agentId };
       return a;
     };
     const sel = { agentSelector: { matchLabels: { mesh: "on" } } };
-    const ids = (agents: CustomObject[], lists = {}) => selectedPeers(self, sel, [self, ...agents], () => undefined, lists).map((p) => p.agentId);
+    const ids = (agents: CustomObject[], lists = {}) =>
+      selectedPeers(self, sel, [self, ...agents], () => undefined, lists).map((p) => p.agentId);
     expect(ids([claimant("https://partner.example.com")])).toEqual([]);
-    expect(ids([claimant("https://partner.example.com")], { allowedHosts: { home: ["partner.example.com"] } })).toEqual(["https://partner.example.com"]);
+    expect(ids([claimant("https://partner.example.com")], { allowedHosts: { home: ["partner.example.com"] } })).toEqual(
+      ["https://partner.example.com"],
+    );
     expect(ids([claimant("https://tenant.home.svc")])).toEqual(["https://tenant.home.svc"]);
     expect(ids([claimant(didKeyFromPublicKey(other), own)])).toEqual([]);
     expect(ids([claimant(didKeyFromPublicKey(own), own)])).toEqual([didKeyFromPublicKey(own)]);
     // During a rotation the id must be the active key, not a retired one the status lists beside it.
     const rotated = claimant(didKeyFromPublicKey(own), own);
-    rotated.status = { ...rotated.status, signingKeys: [{ keyId: "k", publicKey: own, status: "retired" }, { keyId: "k2", publicKey: other, status: "active" }] };
+    rotated.status = {
+      ...rotated.status,
+      signingKeys: [
+        { keyId: "k", publicKey: own, status: "retired" },
+        { keyId: "k2", publicKey: other, status: "active" },
+      ],
+    };
     expect(ids([rotated])).toEqual([]);
   });
 });

@@ -44,14 +44,24 @@ function httpsHost(agentId: string): string | undefined {
  * namespace's --allowed-hosts), a did:key only when it is the Agent's signing key. Any other id
  * (a simple name) means something only inside the install, where one Agent holds it.
  */
-export function agentIdClaim(agentId: string, agent: { namespace: string; name: string }, activeKey: string | undefined, lists: HostAllowLists): AgentIdClaim {
+export function agentIdClaim(
+  agentId: string,
+  agent: { namespace: string; name: string },
+  activeKey: string | undefined,
+  lists: HostAllowLists,
+): AgentIdClaim {
   const unlisted = "the directory lists this Agent for no other Agent (spec.peerSelector); it runs for itself";
   const host = httpsHost(agentId);
   if (host !== undefined) {
     const own = serviceDnsNames({ kind: "Agent", metadata: { ...agent, uid: "" } });
-    if (own.includes(host.toLowerCase())) return { vouched: true, message: `spec.agentId ${agentId} names this Agent's own Service` };
+    if (own.includes(host.toLowerCase()))
+      return { vouched: true, message: `spec.agentId ${agentId} names this Agent's own Service` };
     const allowed = allowedHostsFor(agent.namespace, lists);
-    if (dnsNameAllowed(host, allowed)) return { vouched: true, message: `spec.agentId ${agentId} names a host the install allows namespace ${agent.namespace}` };
+    if (dnsNameAllowed(host, allowed))
+      return {
+        vouched: true,
+        message: `spec.agentId ${agentId} names a host the install allows namespace ${agent.namespace}`,
+      };
     return {
       vouched: false,
       message: `spec.agentId ${agentId} names the host ${host}, which is neither a name of this Agent's Service (${own.join(", ")}) nor allowed for namespace ${agent.namespace}${allowed.length ? ` (${allowed.join(", ")})` : ""}: ${unlisted}; ${hostAllowHint(agent.namespace, host)}`,
@@ -62,10 +72,18 @@ export function agentIdClaim(agentId: string, agent: { namespace: string; name: 
     try {
       key = didKeyPublicKey(agentId);
     } catch (err) {
-      return { vouched: false, message: `spec.agentId ${agentId} is not an Ed25519 did:key (${(err as Error).message}): ${unlisted}` };
+      return {
+        vouched: false,
+        message: `spec.agentId ${agentId} is not an Ed25519 did:key (${(err as Error).message}): ${unlisted}`,
+      };
     }
-    if (activeKey === undefined) return { vouched: false, message: `spec.agentId ${agentId} is a did:key and this Agent's signing key is not known yet: ${unlisted}` };
-    if (key === activeKey) return { vouched: true, message: `spec.agentId ${agentId} is this Agent's active signing key` };
+    if (activeKey === undefined)
+      return {
+        vouched: false,
+        message: `spec.agentId ${agentId} is a did:key and this Agent's signing key is not known yet: ${unlisted}`,
+      };
+    if (key === activeKey)
+      return { vouched: true, message: `spec.agentId ${agentId} is this Agent's active signing key` };
     return {
       vouched: false,
       message: `spec.agentId ${agentId} is the Ed25519 key ${key}, not this Agent's active signing key ${activeKey}: ${unlisted}; only an Agent whose signing Secret (spec.signing.secretName) holds that key's private key as signing.key may claim it`,
@@ -92,14 +110,17 @@ export function directoryEntry(o: CustomObject, lists: HostAllowLists = {}): Pee
   // Never an agent id the install does not vouch for: checked here, from the spec and the key
   // the operator published, whatever the claimant's own condition says.
   const { namespace, name } = o.metadata ?? {};
-  if (!namespace || !name || !agentIdClaim(agentId, { namespace, name }, activeSigningKey(status), lists).vouched) return undefined;
+  if (!namespace || !name || !agentIdClaim(agentId, { namespace, name }, activeSigningKey(status), lists).vouched)
+    return undefined;
   const keys = status.signingKeys?.length
     ? status.signingKeys.map((k) => ({ keyId: k.keyId, publicKey: k.publicKey, status: k.status }))
     : status.signingKey
       ? [{ keyId: status.signingKey.keyId, publicKey: status.signingKey.publicKey, status: "active" as const }]
       : [];
   if (!keys.length) return undefined;
-  const encryptionKeys = status.encryptionKey ? [{ keyId: status.encryptionKey.keyId, publicKey: status.encryptionKey.publicKey, status: "active" as const }] : [];
+  const encryptionKeys = status.encryptionKey
+    ? [{ keyId: status.encryptionKey.keyId, publicKey: status.encryptionKey.publicKey, status: "active" as const }]
+    : [];
   return { agentId, url: status.endpoint, keys, encryptionKeys, temperature: "cool" };
 }
 
@@ -110,7 +131,13 @@ export function directoryEntry(o: CustomObject, lists: HostAllowLists = {}): Pee
  * (agentIdClaim, with the install's allow-lists `lists`). Sorted by agent id so that the rendered
  * manifest is stable.
  */
-export function selectedPeers(self: CustomObject, selector: PeerSelector, agents: CustomObject[], namespaceLabels: (namespace: string) => Record<string, string> | undefined, lists: HostAllowLists = {}): PeerInput[] {
+export function selectedPeers(
+  self: CustomObject,
+  selector: PeerSelector,
+  agents: CustomObject[],
+  namespaceLabels: (namespace: string) => Record<string, string> | undefined,
+  lists: HostAllowLists = {},
+): PeerInput[] {
   const ownNs = self.metadata?.namespace;
   const inNamespace = (ns: string | undefined): boolean => {
     if (!ns) return false;
@@ -161,7 +188,11 @@ export class NamespaceLabels {
         if (obj) labels = { ...obj.metadata?.labels, "kubernetes.io/metadata.name": ns };
       } catch (err) {
         if (!isStatus(err, 403)) throw err;
-        if (!k) this.log.warn({ namespace: ns }, "may not read the namespace's labels; spec.peerSelector.namespaceSelector sees only kubernetes.io/metadata.name");
+        if (!k)
+          this.log.warn(
+            { namespace: ns },
+            "may not read the namespace's labels; spec.peerSelector.namespaceSelector sees only kubernetes.io/metadata.name",
+          );
       }
       this.known.set(ns, { labels, at: now });
     }

@@ -23,10 +23,16 @@ export function withHandoffSecret(deployment: V1Deployment, owner: Owner): V1Dep
       c.args = [...(c.args ?? []), `--handoff-secret-file=${HANDOFF_SECRET_DIR}/${HANDOFF_SECRET_KEY}`];
       c.volumeMounts = [...(c.volumeMounts ?? []), { name: "handoff", mountPath: HANDOFF_SECRET_DIR, readOnly: true }];
     } else if (!(c.env ?? []).some((e) => e.name === HANDOFF_SECRET_ENV)) {
-      c.env = [...(c.env ?? []), { name: HANDOFF_SECRET_ENV, valueFrom: { secretKeyRef: { name: secretName, key: HANDOFF_SECRET_KEY } } }];
+      c.env = [
+        ...(c.env ?? []),
+        { name: HANDOFF_SECRET_ENV, valueFrom: { secretKeyRef: { name: secretName, key: HANDOFF_SECRET_KEY } } },
+      ];
     }
   }
-  pod.volumes = [...(pod.volumes ?? []), { name: "handoff", secret: { secretName, items: [{ key: HANDOFF_SECRET_KEY, path: HANDOFF_SECRET_KEY }] } }];
+  pod.volumes = [
+    ...(pod.volumes ?? []),
+    { name: "handoff", secret: { secretName, items: [{ key: HANDOFF_SECRET_KEY, path: HANDOFF_SECRET_KEY }] } },
+  ];
   return d;
 }
 
@@ -34,7 +40,12 @@ export function withHandoffSecret(deployment: V1Deployment, owner: Owner): V1Dep
  * With spec.handler: the secret, made once and kept while the Agent is (rotate it by writing a new
  * value and restarting the pods); one the operator did not make for this Agent is refused.
  */
-export async function ensureHandoffSecret(ctx: ReconcileContext, obj: CustomObject, owner: Owner, agent: Pick<Agent, "spec">): Promise<LocalApiOutcome> {
+export async function ensureHandoffSecret(
+  ctx: ReconcileContext,
+  obj: CustomObject,
+  owner: Owner,
+  agent: Pick<Agent, "spec">,
+): Promise<LocalApiOutcome> {
   if (!agent.spec.handler) return { applied: [] };
   return ensureGeneratedSecret(ctx, obj, owner, {
     name: handoffSecretName(owner.metadata.name),

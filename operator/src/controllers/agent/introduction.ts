@@ -16,6 +16,9 @@ export function withIntroductionTokens(deployment: V1Deployment, agent: Pick<Age
   c.args = [...(c.args ?? []), `--introduction-secret-file=${INTRODUCTION_FILE}`];
   c.volumeMounts = [...(c.volumeMounts ?? []), { name: "introduction", mountPath: INTRODUCTION_DIR, readOnly: true }];
   // The runtime re-reads the file when the kubelet updates it: a new token needs no restart.
-  pod.volumes = [...(pod.volumes ?? []), { name: "introduction", secret: { secretName: tokens.secretName, items: [{ key: tokens.key, path: "tokens" }] } }];
+  pod.volumes = [
+    ...(pod.volumes ?? []),
+    { name: "introduction", secret: { secretName: tokens.secretName, items: [{ key: tokens.key, path: "tokens" }] } },
+  ];
   return d;
 }

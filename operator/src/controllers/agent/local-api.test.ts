@@ -6,7 +6,12 @@ import { generatedSecretRefusal, localApiDnsNames, localApiTokenSecret, newLocal
 
 const meta = { name: "alice", namespace: "team", uid: "uid-1", generation: 1 };
 const agent = (localApi?: Record<string, unknown>): AgentResource => {
-  const a = Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: meta, spec: { agentId: "alice@example", ...(localApi ? { localApi } : {}) } });
+  const a = Agent.parse({
+    apiVersion: "ifp.dev/v1alpha1",
+    kind: "Agent",
+    metadata: meta,
+    spec: { agentId: "alice@example", ...(localApi ? { localApi } : {}) },
+  });
   return { ...a, metadata: meta };
 };
 const owner = { kind: "Agent" as const, metadata: meta };
@@ -18,7 +23,12 @@ const inputs = {
 const render = (a: AgentResource) => {
   const children = desiredAgentChildren(a, inputs) as any[];
   const dep = children.find((c) => c.kind === "Deployment");
-  return { children, services: children.filter((c) => c.kind === "Service"), pod: dep.spec.template.spec, runtime: dep.spec.template.spec.containers[0] };
+  return {
+    children,
+    services: children.filter((c) => c.kind === "Service"),
+    pod: dep.spec.template.spec,
+    runtime: dep.spec.template.spec.containers[0],
+  };
 };
 
 describe("spec.localApi.service rendered", () => {
@@ -50,15 +60,36 @@ describe("spec.localApi.service rendered", () => {
         sessionAffinity: "ClientIP",
         ports: [{ name: "local-api", port: c.port, targetPort: "local-api", protocol: "TCP" }],
       });
-      expect(svc.metadata.ownerReferences).toEqual([{ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", name: "alice", uid: "uid-1", controller: true, blockOwnerDeletion: true }]);
+      expect(svc.metadata.ownerReferences).toEqual([
+        {
+          apiVersion: "ifp.dev/v1alpha1",
+          kind: "Agent",
+          name: "alice",
+          uid: "uid-1",
+          controller: true,
+          blockOwnerDeletion: true,
+        },
+      ]);
       // The Service is applied before the Deployment.
       expect(r.children.at(-1).kind).toBe("Deployment");
       expect(flags).toEqual([`--local-api-tls-port=${c.port}`, "--local-api-token-file=/etc/ifp/local-api/token"]);
       expect(r.runtime.ports).toContainEqual({ name: "local-api", containerPort: c.port, protocol: "TCP" });
-      expect(r.runtime.volumeMounts).toContainEqual({ name: "local-api", mountPath: "/etc/ifp/local-api", readOnly: true });
-      expect(r.pod.volumes).toContainEqual({ name: "local-api", secret: { secretName: "alice-local-api", items: [{ key: "token", path: "token" }] } });
+      expect(r.runtime.volumeMounts).toContainEqual({
+        name: "local-api",
+        mountPath: "/etc/ifp/local-api",
+        readOnly: true,
+      });
+      expect(r.pod.volumes).toContainEqual({
+        name: "local-api",
+        secret: { secretName: "alice-local-api", items: [{ key: "token", path: "token" }] },
+      });
       const names = localApiDnsNames(owner, agent(c.localApi));
-      expect(names).toEqual(["alice-local-api", "alice-local-api.team", "alice-local-api.team.svc", "alice-local-api.team.svc.cluster.local"]);
+      expect(names).toEqual([
+        "alice-local-api",
+        "alice-local-api.team",
+        "alice-local-api.team.svc",
+        "alice-local-api.team.svc.cluster.local",
+      ]);
       // The default certificate keeps the Service's names first (its common name) and adds these.
       const dns = certificateDnsNames(owner, undefined, [...names, "extra.example"]);
       expect(dns.slice(0, 4)).toEqual(["alice", "alice.team", "alice.team.svc", "alice.team.svc.cluster.local"]);
@@ -69,14 +100,44 @@ describe("spec.localApi.service rendered", () => {
   it("does not change the rest of the Deployment", () => {
     const off = render(agent()).pod;
     const on = render(agent({ service: { enabled: true } })).pod;
-    const strip = (pod: any) => ({ ...pod, volumes: pod.volumes.filter((v: any) => v.name !== "local-api"), containers: pod.containers.map((c: any) => ({ ...c, args: c.args.filter((a: string) => !a.startsWith("--local-api-")), ports: c.ports.filter((p: any) => p.name !== "local-api"), volumeMounts: c.volumeMounts.filter((m: any) => m.name !== "local-api") })) });
+    const strip = (pod: any) => ({
+      ...pod,
+      volumes: pod.volumes.filter((v: any) => v.name !== "local-api"),
+      containers: pod.containers.map((c: any) => ({
+        ...c,
+        args: c.args.filter((a: string) => !a.startsWith("--local-api-")),
+        ports: c.ports.filter((p: any) => p.name !== "local-api"),
+        volumeMounts: c.volumeMounts.filter((m: any) => m.name !== "local-api"),
+      })),
+    });
     expect(strip(on)).toEqual(off);
   });
 
   it("refuses ports that collide with the runtime's own", () => {
-    expect(Agent.safeParse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: meta, spec: { agentId: "a", localApi: { service: { enabled: true, port: 8443 } } } }).success).toBe(false);
-    expect(Agent.safeParse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: meta, spec: { agentId: "a", localApi: { port: 9443, service: { enabled: true } } } }).success).toBe(false);
-    expect(Agent.safeParse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", metadata: meta, spec: { agentId: "a", localApi: { service: { enabled: true, port: 0 } } } }).success).toBe(false);
+    expect(
+      Agent.safeParse({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: meta,
+        spec: { agentId: "a", localApi: { service: { enabled: true, port: 8443 } } },
+      }).success,
+    ).toBe(false);
+    expect(
+      Agent.safeParse({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: meta,
+        spec: { agentId: "a", localApi: { port: 9443, service: { enabled: true } } },
+      }).success,
+    ).toBe(false);
+    expect(
+      Agent.safeParse({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: meta,
+        spec: { agentId: "a", localApi: { service: { enabled: true, port: 0 } } },
+      }).success,
+    ).toBe(false);
   });
 
   it("makes a token of 32 random bytes, base64url, into a Secret the Agent owns", () => {
@@ -85,7 +146,16 @@ describe("spec.localApi.service rendered", () => {
     expect(newLocalApiToken()).not.toBe(t);
     const s = localApiTokenSecret(owner, t);
     expect(s.metadata).toMatchObject({ name: "alice-local-api", namespace: "team" });
-    expect(s.metadata!.ownerReferences).toEqual([{ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", name: "alice", uid: "uid-1", controller: true, blockOwnerDeletion: true }]);
+    expect(s.metadata!.ownerReferences).toEqual([
+      {
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        name: "alice",
+        uid: "uid-1",
+        controller: true,
+        blockOwnerDeletion: true,
+      },
+    ]);
     expect(generatedSecretRefusal(s, owner, "local API token")).toBeUndefined();
     expect(Buffer.from(s.data!.token!, "base64").toString()).toBe(t);
   });
@@ -98,13 +168,27 @@ describe("a generated Secret someone else made", () => {
     const planted = { ...made, metadata: noOwner };
     expect(generatedSecretRefusal(planted, owner, "local API token")).toEqual({
       reason: "ForeignSecret",
-      message: "Secret alice-local-api, where the operator keeps this Agent's local API token, was not made by the operator for Agent alice (it lacks the owner reference to it or the operator's labels); it is neither used nor overwritten: delete Secret alice-local-api and the operator makes a new one",
+      message:
+        "Secret alice-local-api, where the operator keeps this Agent's local API token, was not made by the operator for Agent alice (it lacks the owner reference to it or the operator's labels); it is neither used nor overwritten: delete Secret alice-local-api and the operator makes a new one",
     });
     const unlabelled = { ...made, metadata: { ...made.metadata!, labels: { "ifp.dev/agent": "alice" } } };
     expect(generatedSecretRefusal(unlabelled, owner, "local API token")?.reason).toBe("ForeignSecret");
-    const otherOwner = { ...made, metadata: { ...made.metadata!, ownerReferences: [{ ...made.metadata!.ownerReferences![0]!, uid: "uid-of-bob", name: "bob" }] } };
-    expect(generatedSecretRefusal(otherOwner, owner, "local API token")?.message).toMatch(/was not made by the operator for Agent alice/);
-    const earlier = { ...made, metadata: { ...made.metadata!, ownerReferences: [{ ...made.metadata!.ownerReferences![0]!, uid: "uid-0" }] } };
-    expect(generatedSecretRefusal(earlier, owner, "local API token")?.message).toMatch(/belongs to an earlier Agent alice \(uid uid-0\)/);
+    const otherOwner = {
+      ...made,
+      metadata: {
+        ...made.metadata!,
+        ownerReferences: [{ ...made.metadata!.ownerReferences![0]!, uid: "uid-of-bob", name: "bob" }],
+      },
+    };
+    expect(generatedSecretRefusal(otherOwner, owner, "local API token")?.message).toMatch(
+      /was not made by the operator for Agent alice/,
+    );
+    const earlier = {
+      ...made,
+      metadata: { ...made.metadata!, ownerReferences: [{ ...made.metadata!.ownerReferences![0]!, uid: "uid-0" }] },
+    };
+    expect(generatedSecretRefusal(earlier, owner, "local API token")?.message).toMatch(
+      /belongs to an earlier Agent alice \(uid uid-0\)/,
+    );
   });
 });

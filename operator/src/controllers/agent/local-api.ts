@@ -60,7 +60,13 @@ export function withLocalApi(deployment: V1Deployment, owner: Owner, port: numbe
   c.args = [...(c.args ?? []), `--local-api-tls-port=${port}`, `--local-api-token-file=${LOCAL_API_TOKEN_PATH}`];
   c.ports = [...(c.ports ?? []), { name: "local-api", containerPort: port, protocol: "TCP" }];
   c.volumeMounts = [...(c.volumeMounts ?? []), { name: "local-api", mountPath: LOCAL_API_TOKEN_DIR, readOnly: true }];
-  pod.volumes = [...(pod.volumes ?? []), { name: "local-api", secret: { secretName: localApiName(owner.metadata.name), items: [{ key: LOCAL_API_TOKEN_KEY, path: "token" }] } }];
+  pod.volumes = [
+    ...(pod.volumes ?? []),
+    {
+      name: "local-api",
+      secret: { secretName: localApiName(owner.metadata.name), items: [{ key: LOCAL_API_TOKEN_KEY, path: "token" }] },
+    },
+  ];
   return d;
 }
 
@@ -88,7 +94,12 @@ export function generatedSecret(owner: Owner, name: string, key: string, value: 
     metadata: {
       name,
       namespace: owner.metadata.namespace,
-      labels: { ...MANAGED_BY, [INSTANCE_LABEL]: owner.metadata.name, [COMPONENT_LABEL]: "agent", "app.kubernetes.io/part-of": "ifp-operator" },
+      labels: {
+        ...MANAGED_BY,
+        [INSTANCE_LABEL]: owner.metadata.name,
+        [COMPONENT_LABEL]: "agent",
+        "app.kubernetes.io/part-of": "ifp-operator",
+      },
       ownerReferences: [ownerReference(owner)],
     },
     data: { [key]: Buffer.from(value).toString("base64") },
@@ -103,7 +114,9 @@ export function generatedSecret(owner: Owner, name: string, key: string, value: 
 export function generatedSecretRefusal(secret: V1Secret, owner: Owner, what: string): Blocker | undefined {
   if (controlledBy(secret, owner.metadata.uid) && createdFor(secret, owner)) return undefined;
   const name = secret.metadata?.name;
-  const earlier = secret.metadata?.ownerReferences?.find((r) => r.controller && r.kind === owner.kind && r.name === owner.metadata.name && r.uid !== owner.metadata.uid);
+  const earlier = secret.metadata?.ownerReferences?.find(
+    (r) => r.controller && r.kind === owner.kind && r.name === owner.metadata.name && r.uid !== owner.metadata.uid,
+  );
   if (earlier && createdFor(secret, owner)) {
     return {
       reason: "ForeignSecret",
@@ -135,7 +148,8 @@ export async function ensureGeneratedSecret(
 ): Promise<LocalApiOutcome> {
   const ns = owner.metadata.namespace;
   const applied: string[] = [];
-  let secret = ctx.caches.get<V1Secret>("Secret", ns, s.name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, s.name));
+  let secret =
+    ctx.caches.get<V1Secret>("Secret", ns, s.name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, s.name));
   if (!secret) {
     const created = await ctx.kube.createIfAbsent<V1Secret>(generatedSecret(owner, s.name, s.key, newLocalApiToken()));
     if (created) {
@@ -150,7 +164,13 @@ export async function ensureGeneratedSecret(
   const b64 = secret.data?.[s.key];
   const value = b64 ? Buffer.from(b64, "base64").toString().trim() : "";
   if (value.length < MIN_TOKEN_LENGTH) {
-    return { applied, blocker: { reason: s.invalidReason, message: `Secret ${s.name} needs a key ${s.key} of at least ${MIN_TOKEN_LENGTH} characters` } };
+    return {
+      applied,
+      blocker: {
+        reason: s.invalidReason,
+        message: `Secret ${s.name} needs a key ${s.key} of at least ${MIN_TOKEN_LENGTH} characters`,
+      },
+    };
   }
   return { applied };
 }
@@ -163,7 +183,12 @@ export type LocalApiOutcome = { applied: string[]; blocker?: Blocker };
  * Agent and goes with it. When disabled: a Service left from an earlier enabled spec is deleted
  * (the Secret stays).
  */
-export async function ensureLocalApi(ctx: ReconcileContext, obj: CustomObject, owner: Owner, agent: Pick<Agent, "spec">): Promise<LocalApiOutcome> {
+export async function ensureLocalApi(
+  ctx: ReconcileContext,
+  obj: CustomObject,
+  owner: Owner,
+  agent: Pick<Agent, "spec">,
+): Promise<LocalApiOutcome> {
   const ns = owner.metadata.namespace;
   const name = localApiName(owner.metadata.name);
   if (localApiServicePort(agent) === undefined) {
@@ -174,5 +199,11 @@ export async function ensureLocalApi(ctx: ReconcileContext, obj: CustomObject, o
     }
     return { applied: [] };
   }
-  return ensureGeneratedSecret(ctx, obj, owner, { name, key: LOCAL_API_TOKEN_KEY, reason: "GeneratedLocalApiToken", invalidReason: "InvalidLocalApiToken", what: "local API token" });
+  return ensureGeneratedSecret(ctx, obj, owner, {
+    name,
+    key: LOCAL_API_TOKEN_KEY,
+    reason: "GeneratedLocalApiToken",
+    invalidReason: "InvalidLocalApiToken",
+    what: "local API token",
+  });
 }

@@ -16,7 +16,10 @@ const base = () => ({ "signing.key": b64(generateSigningKey().privateKeyPem), "e
 describe("planSigningKeys", () => {
   it("leaves the Secret alone without a request, and keeps other keys through a rotation", () => {
     const data = base();
-    expect(planSigningKeys(data, spec(), "", t0)).toMatchObject({ data: undefined, set: { keys: [{ keyId: "key-1", status: "active" }] } });
+    expect(planSigningKeys(data, spec(), "", t0)).toMatchObject({
+      data: undefined,
+      set: { keys: [{ keyId: "key-1", status: "active" }] },
+    });
     const r = planSigningKeys(data, spec({ rotate: "a" }), "", t0);
     expect(r.data!["encryption.key"]).toBe(data["encryption.key"]);
     expect(r.data!["retired-1.key"]).toBe(data["signing.key"]);
@@ -25,10 +28,21 @@ describe("planSigningKeys", () => {
 
   it("refuses a key set that is not one, or that does not name signing.key as active", () => {
     const data = base();
-    expect(planSigningKeys({ ...data, "keys.json": b64("{not json") }, spec(), "", t0).error).toMatch(/keys.json is not a key set/);
-    expect(planSigningKeys({ ...data, "keys.json": b64(JSON.stringify({ keys: [{ keyId: "k", publicKey: "p", status: "revoked" }] })) }, spec(), "", t0).error).toMatch(/does not name signing.key/);
+    expect(planSigningKeys({ ...data, "keys.json": b64("{not json") }, spec(), "", t0).error).toMatch(
+      /keys.json is not a key set/,
+    );
+    expect(
+      planSigningKeys(
+        { ...data, "keys.json": b64(JSON.stringify({ keys: [{ keyId: "k", publicKey: "p", status: "revoked" }] })) },
+        spec(),
+        "",
+        t0,
+      ).error,
+    ).toMatch(/does not name signing.key/);
     const other = planSigningKeys(base(), spec({ rotate: "a" }), "", t0).data!;
-    expect(planSigningKeys({ ...other, "signing.key": data["signing.key"] }, spec(), "", t0).error).toMatch(/does not name signing.key/);
+    expect(planSigningKeys({ ...other, "signing.key": data["signing.key"] }, spec(), "", t0).error).toMatch(
+      /does not name signing.key/,
+    );
     expect(planSigningKeys({ "signing.key": b64("garbage") }, spec(), "", t0).error).toMatch(/PKCS#8/);
     expect(planSigningKeys({}, spec(), "", t0).error).toMatch(/no signing.key/);
   });
@@ -38,7 +52,9 @@ describe("planSigningKeys", () => {
     const revoked = planSigningKeys(rotated, spec({ rotate: "a", revoke: ["key-1", "nope"] }), "", t0);
     expect(revoked.set.keys.map((k) => k.status)).toEqual(["revoked", "active"]);
     expect(revoked.data!["retired-1.key"]).toBeUndefined();
-    expect(planSigningKeys(revoked.data!, spec({ rotate: "a", revoke: ["key-1-r2"] }), "", t0).error).toMatch(/names the active key key-1-r2/);
+    expect(planSigningKeys(revoked.data!, spec({ rotate: "a", revoke: ["key-1-r2"] }), "", t0).error).toMatch(
+      /names the active key key-1-r2/,
+    );
   });
 
   it("gives the runtime a start-up error for a key set that does not match its key", async () => {
@@ -62,12 +78,22 @@ describe("planSigningKeys", () => {
     expect(next.keyId).not.toBe(first.keyId);
     expect(rotated.data!["retired-encryption-1.key"]).toBe(data["encryption.key"]);
     expect(rotated.set.encryption).toEqual([
-      { keyId: first.keyId, publicKey: first.publicKey, status: "retired", created: "2026-10-01T00:00:00Z", retired: "2026-11-01T00:00:00Z", revokeAt: "2026-11-08T00:00:00Z", file: "retired-encryption-1.key" },
+      {
+        keyId: first.keyId,
+        publicKey: first.publicKey,
+        status: "retired",
+        created: "2026-10-01T00:00:00Z",
+        retired: "2026-11-01T00:00:00Z",
+        revokeAt: "2026-11-08T00:00:00Z",
+        file: "retired-encryption-1.key",
+      },
       { keyId: next.keyId, publicKey: next.publicKey, status: "active", created: "2026-11-01T00:00:00Z" },
     ]);
     expect(rotated.events).toContainEqual(expect.stringMatching(/^generated encryption key /));
     // Nothing to do until the transition ends; then both retired keys are revoked and their files go.
-    expect(planSigningKeys(rotated.data!, spec({ rotate: "a" }), "", new Date("2026-11-07T00:00:00Z")).data).toBeUndefined();
+    expect(
+      planSigningKeys(rotated.data!, spec({ rotate: "a" }), "", new Date("2026-11-07T00:00:00Z")).data,
+    ).toBeUndefined();
     const due = planSigningKeys(rotated.data!, spec({ rotate: "a" }), "", new Date("2026-11-08T00:00:01Z"));
     expect(due.set.encryption!.map((k) => k.status)).toEqual(["revoked", "active"]);
     expect(due.data!["retired-encryption-1.key"]).toBeUndefined();
@@ -80,7 +106,11 @@ describe("planSigningKeys", () => {
     }
     // A second rotation retires the second key, and the first stays as it was.
     const again = planSigningKeys(due.data!, spec({ rotate: "b" }), "", new Date("2026-11-09T00:00:00Z"));
-    expect(again.set.encryption!.map((k) => `${k.keyId === next.keyId ? "next" : k.keyId === first.keyId ? "first" : "third"} ${k.status}`)).toEqual(["first revoked", "next retired", "third active"]);
+    expect(
+      again.set.encryption!.map(
+        (k) => `${k.keyId === next.keyId ? "next" : k.keyId === first.keyId ? "first" : "third"} ${k.status}`,
+      ),
+    ).toEqual(["first revoked", "next retired", "third active"]);
     expect(again.data!["retired-encryption-2.key"]).toBe(rotated.data!["encryption.key"]);
   });
 
@@ -93,12 +123,22 @@ describe("planSigningKeys", () => {
   it("gives the runtime the retired encryption keys to decrypt with, and the revoked ids", async () => {
     const dir = mkdtempSync(join(tmpdir(), "ifp-keyring-"));
     const first = generateEncryptionKey();
-    const rotated = planSigningKeys({ "signing.key": b64(generateSigningKey().privateKeyPem), "encryption.key": b64(first.privateKeyPem) }, spec({ rotate: "a" }), "", t0).data!;
+    const rotated = planSigningKeys(
+      { "signing.key": b64(generateSigningKey().privateKeyPem), "encryption.key": b64(first.privateKeyPem) },
+      spec({ rotate: "a" }),
+      "",
+      t0,
+    ).data!;
     for (const [k, v] of Object.entries(rotated)) writeFileSync(join(dir, k), Buffer.from(v, "base64"));
     const ring = await loadKeyring(join(dir, "signing.key"), "a", "key-1");
     expect(ring.encryption!.retired.map((k) => k.keyId)).toEqual([first.keyId]);
-    expect(ring.encryption!.published.map((k) => [k.status, k.type, k.use])).toEqual([["retired", "x25519", "encryption"], ["active", "x25519", "encryption"]]);
+    expect(ring.encryption!.published.map((k) => [k.status, k.type, k.use])).toEqual([
+      ["retired", "x25519", "encryption"],
+      ["active", "x25519", "encryption"],
+    ]);
     writeFileSync(join(dir, "retired-encryption-1.key"), generateEncryptionKey().privateKeyPem);
-    await expect(loadKeyring(join(dir, "signing.key"), "a", "key-1")).rejects.toThrow(/not the private half of retired encryption key/);
+    await expect(loadKeyring(join(dir, "signing.key"), "a", "key-1")).rejects.toThrow(
+      /not the private half of retired encryption key/,
+    );
   });
 });

@@ -3,7 +3,15 @@
 import type { V1Secret } from "@kubernetes/client-node";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
 import { encryptionKeyFromPem, generateEncryptionKey } from "../../../../runtime/src/protocol/encryption.ts";
-import { ENCRYPTION_KEY_FILE, parseSigningKeySet, SIGNING_KEY_FILE, SIGNING_KEYS_FILE, type EncryptionKeyRecord, type SigningKeyRecord, type SigningKeySet } from "../../../../runtime/src/contract/signing-keys.ts";
+import {
+  ENCRYPTION_KEY_FILE,
+  parseSigningKeySet,
+  SIGNING_KEY_FILE,
+  SIGNING_KEYS_FILE,
+  type EncryptionKeyRecord,
+  type SigningKeyRecord,
+  type SigningKeySet,
+} from "../../../../runtime/src/contract/signing-keys.ts";
 import type { AgentSpec } from "../../../../runtime/src/resources/agent.ts";
 import { parseDuration } from "../../../../runtime/src/resources/common.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY, managedByOperator } from "../../kube/metadata.ts";
@@ -61,14 +69,21 @@ export function planSigningKeys(data: Data, signing: AgentSpec["signing"], creat
     try {
       set = parseSigningKeySet(unb64(data[SIGNING_KEYS_FILE]));
     } catch (err) {
-      return { set: { keys: [], generation: 1 }, events: [], error: `${SIGNING_KEYS_FILE} is not a key set: ${(err as Error).message.slice(0, 200)}` };
+      return {
+        set: { keys: [], generation: 1 },
+        events: [],
+        error: `${SIGNING_KEYS_FILE} is not a key set: ${(err as Error).message.slice(0, 200)}`,
+      };
     }
     const active = set.keys.find((k) => k.status === "active");
     if (!active || active.publicKey !== activePublic) {
       return { set, events: [], error: `${SIGNING_KEYS_FILE} does not name ${SIGNING_KEY_FILE} as its active key` };
     }
   } else {
-    set = { keys: [{ keyId: signing.keyId, publicKey: activePublic, status: "active", ...(created ? { created } : {}) }], generation: 1 };
+    set = {
+      keys: [{ keyId: signing.keyId, publicKey: activePublic, status: "active", ...(created ? { created } : {}) }],
+      generation: 1,
+    };
   }
   const out: Data = { ...data };
   const events: string[] = [];
@@ -92,13 +107,21 @@ export function planSigningKeys(data: Data, signing: AgentSpec["signing"], creat
       }
     }
     if (encryptionPem && current) {
-      const records: EncryptionKeyRecord[] = encryption?.some((k) => k.status === "active" && k.publicKey === current.publicKey)
+      const records: EncryptionKeyRecord[] = encryption?.some(
+        (k) => k.status === "active" && k.publicKey === current.publicKey,
+      )
         ? encryption
-        : [...(encryption ?? []).filter((k) => k.status !== "active"), { keyId: current.keyId, publicKey: current.publicKey, status: "active", ...(created ? { created } : {}) }];
+        : [
+            ...(encryption ?? []).filter((k) => k.status !== "active"),
+            { keyId: current.keyId, publicKey: current.publicKey, status: "active", ...(created ? { created } : {}) },
+          ];
       const next = generateEncryptionKey();
       const retiredFile = `retired-encryption-${generation - 1}.key`;
       encryption = [
-        ...records.map((k): EncryptionKeyRecord => (k.status === "active" ? { ...k, status: "retired", retired: stamp, revokeAt, file: retiredFile } : k)),
+        ...records.map(
+          (k): EncryptionKeyRecord =>
+            k.status === "active" ? { ...k, status: "retired", retired: stamp, revokeAt, file: retiredFile } : k,
+        ),
         { keyId: next.keyId, publicKey: next.publicKey, status: "active", created: stamp },
       ];
       out[retiredFile] = encryptionPem;
@@ -109,14 +132,19 @@ export function planSigningKeys(data: Data, signing: AgentSpec["signing"], creat
       rotation: signing.rotate,
       generation,
       keys: [
-        ...set.keys.map((k): SigningKeyRecord => (k.status === "active" ? { ...k, status: "retired", retired: stamp, revokeAt, file } : k)),
+        ...set.keys.map(
+          (k): SigningKeyRecord =>
+            k.status === "active" ? { ...k, status: "retired", retired: stamp, revokeAt, file } : k,
+        ),
         { keyId, publicKey: fresh.publicKey, status: "active", created: stamp },
       ],
       ...(encryption ? { encryption } : {}),
     };
     out[file] = pem;
     out[SIGNING_KEY_FILE] = b64(fresh.privateKeyPem);
-    events.push(`generated signing key ${keyId} (public key ${fresh.publicKey}); the previous key is retired and revoked at ${revokeAt}`);
+    events.push(
+      `generated signing key ${keyId} (public key ${fresh.publicKey}); the previous key is retired and revoked at ${revokeAt}`,
+    );
     changed = true;
   }
 
@@ -141,14 +169,23 @@ export function planSigningKeys(data: Data, signing: AgentSpec["signing"], creat
   // A retired encryption key goes with the signing key retired beside it (same rotation), at its
   // date or when either key id is named in spec.signing.revoke.
   if (set.encryption) {
-    const revokedRotations = new Set(set.keys.filter((k) => k.status === "revoked").map((k) => k.revoked && rotationOf(set, k.keyId)).filter((n): n is number => n !== undefined));
+    const revokedRotations = new Set(
+      set.keys
+        .filter((k) => k.status === "revoked")
+        .map((k) => k.revoked && rotationOf(set, k.keyId))
+        .filter((n): n is number => n !== undefined),
+    );
     set = {
       ...set,
       encryption: set.encryption.map((k) => {
         if (k.status !== "retired") return k;
         const due = k.revokeAt ? Date.parse(k.revokeAt) : 0;
         const rotation = k.file ? Number(/(\d+)\.key$/.exec(k.file)?.[1]) : undefined;
-        if (revokeNow.has(k.keyId) || due <= now.getTime() || (rotation !== undefined && revokedRotations.has(rotation))) {
+        if (
+          revokeNow.has(k.keyId) ||
+          due <= now.getTime() ||
+          (rotation !== undefined && revokedRotations.has(rotation))
+        ) {
           if (k.file) delete out[k.file];
           events.push(`revoked encryption key ${k.keyId}`);
           changed = true;
@@ -163,7 +200,11 @@ export function planSigningKeys(data: Data, signing: AgentSpec["signing"], creat
   // A key id named in revoke that is neither retired nor revoked: the active key, or unknown.
   const active = set.keys.find((k) => k.status === "active")!;
   if (revokeNow.has(active.keyId)) {
-    return { set, events, error: `spec.signing.revoke names the active key ${active.keyId}; set spec.signing.rotate to replace it first` };
+    return {
+      set,
+      events,
+      error: `spec.signing.revoke names the active key ${active.keyId}; set spec.signing.rotate to replace it first`,
+    };
   }
   // Without a rotation the Secret is left as it is: one key, whose set is implied.
   if (changed) out[SIGNING_KEYS_FILE] = b64(JSON.stringify(set));
@@ -184,15 +225,27 @@ function rotationOf(set: SigningKeySet, keyId: string): number | undefined {
   return i < 0 ? undefined : i + 1;
 }
 
-export async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject, owner: Owner, signing: AgentSpec["signing"]): Promise<SigningOutcome> {
+export async function ensureSigningKey(
+  ctx: ReconcileContext,
+  obj: CustomObject,
+  owner: Owner,
+  signing: AgentSpec["signing"],
+): Promise<SigningOutcome> {
   const ns = owner.metadata.namespace;
   const name = signing.secretName ?? childNames(owner.metadata.name).signingSecret;
   const applied: string[] = [];
-  let secret = ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
+  let secret =
+    ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
   // A Secret the user names is theirs to make: a key generated into it would be one no peer
   // knows, replaced (and the pods rolled) once the user's Secret arrives.
   if (!secret && signing.secretName) {
-    return { blocker: { reason: "SigningSecretMissing", message: `Secret ${name} named in spec.signing.secretName does not exist in namespace ${ns}; nothing is rendered until it does` }, applied };
+    return {
+      blocker: {
+        reason: "SigningSecretMissing",
+        message: `Secret ${name} named in spec.signing.secretName does not exist in namespace ${ns}; nothing is rendered until it does`,
+      },
+      applied,
+    };
   }
   if (!secret) {
     const key = generateSigningKey();
@@ -203,14 +256,27 @@ export async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject,
       metadata: {
         name,
         namespace: ns,
-        labels: { ...MANAGED_BY, [INSTANCE_LABEL]: owner.metadata.name, [COMPONENT_LABEL]: "agent", "app.kubernetes.io/part-of": "ifp-operator" },
+        labels: {
+          ...MANAGED_BY,
+          [INSTANCE_LABEL]: owner.metadata.name,
+          [COMPONENT_LABEL]: "agent",
+          "app.kubernetes.io/part-of": "ifp-operator",
+        },
         annotations: { "ifp.dev/public-key": key.publicKey },
       },
-      data: { [SIGNING_KEY_FILE]: b64(key.privateKeyPem), "encryption.key": b64(generateEncryptionKey().privateKeyPem) },
+      data: {
+        [SIGNING_KEY_FILE]: b64(key.privateKeyPem),
+        "encryption.key": b64(generateEncryptionKey().privateKeyPem),
+      },
     });
     if (created) {
       applied.push(`Secret/${name}`);
-      await note(ctx, obj, "GeneratedSigningKey", `generated an Ed25519 signing key into Secret ${name}; public key ${key.publicKey}`);
+      await note(
+        ctx,
+        obj,
+        "GeneratedSigningKey",
+        `generated an Ed25519 signing key into Secret ${name}; public key ${key.publicKey}`,
+      );
     }
     secret = created ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
     if (!secret) throw new Error(`Secret ${name} vanished right after it was created`);
@@ -226,11 +292,15 @@ export async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject,
       ...secret,
       apiVersion: "v1",
       kind: "Secret",
-      metadata: { ...secret.metadata, annotations: { ...secret.metadata?.annotations, "ifp.dev/public-key": active.publicKey } },
+      metadata: {
+        ...secret.metadata,
+        annotations: { ...secret.metadata?.annotations, "ifp.dev/public-key": active.publicKey },
+      },
       data: plan.data,
     });
     applied.push(`Secret/${name}`);
-    for (const e of plan.events) await note(ctx, obj, e.startsWith("revoked") ? "RevokedSigningKey" : "RotatedSigningKey", e);
+    for (const e of plan.events)
+      await note(ctx, obj, e.startsWith("revoked") ? "RevokedSigningKey" : "RotatedSigningKey", e);
   }
   const active = plan.set.keys.find((k) => k.status === "active")!;
   const encryption = await ensureEncryptionKey(ctx, obj, secret, name, applied);
@@ -251,19 +321,33 @@ export async function ensureSigningKey(ctx: ReconcileContext, obj: CustomObject,
  * The encryption key of the signing Secret (docs/encryption.md): added once to a Secret the
  * operator made, never replaced; a Secret the user made is left alone. Undefined when there is none.
  */
-async function ensureEncryptionKey(ctx: ReconcileContext, obj: CustomObject, secret: V1Secret, name: string, applied: string[]): Promise<{ keyId: string; publicKey: string } | undefined> {
+async function ensureEncryptionKey(
+  ctx: ReconcileContext,
+  obj: CustomObject,
+  secret: V1Secret,
+  name: string,
+  applied: string[],
+): Promise<{ keyId: string; publicKey: string } | undefined> {
   let pem = secret.data?.["encryption.key"];
   const ours = managedByOperator(secret);
   if (!pem && ours) {
     const added = b64(generateEncryptionKey().privateKeyPem);
     try {
       // Optimistic concurrency (resourceVersion): a Secret changed meanwhile is looked at again on the next reconcile.
-      await ctx.kube.replace<V1Secret>({ ...secret, apiVersion: "v1", kind: "Secret", data: { ...secret.data, "encryption.key": added } });
+      await ctx.kube.replace<V1Secret>({
+        ...secret,
+        apiVersion: "v1",
+        kind: "Secret",
+        data: { ...secret.data, "encryption.key": added },
+      });
       pem = added;
       applied.push(`Secret/${name}`);
       await note(ctx, obj, "GeneratedEncryptionKey", `added an X25519 encryption key to Secret ${name}`);
     } catch (err) {
-      ctx.log.warn({ secret: name, err: (err as Error).message }, "could not add the encryption key; trying again on the next reconcile");
+      ctx.log.warn(
+        { secret: name, err: (err as Error).message },
+        "could not add the encryption key; trying again on the next reconcile",
+      );
       return undefined;
     }
   }
@@ -272,7 +356,12 @@ async function ensureEncryptionKey(ctx: ReconcileContext, obj: CustomObject, sec
     const k = encryptionKeyFromPem(unb64(pem));
     return { keyId: k.keyId, publicKey: k.publicKey };
   } catch (err) {
-    await ctx.kube.event(obj, "Warning", "InvalidEncryptionKey", `Secret ${name}: encryption.key is not usable (${(err as Error).message}); the agent runs without an encryption key`);
+    await ctx.kube.event(
+      obj,
+      "Warning",
+      "InvalidEncryptionKey",
+      `Secret ${name}: encryption.key is not usable (${(err as Error).message}); the agent runs without an encryption key`,
+    );
     return undefined;
   }
 }

@@ -6,22 +6,49 @@ import { selectorLabels } from "../runtime.ts";
 import { agentEndpoint, agentOwner, type AgentResource } from "./desired.ts";
 
 export interface AgentObservation extends RuntimeObservation {
-  signing?: { secretName: string; publicKey: string; created: string; keyId?: string; keys?: NonNullable<AgentStatus["signingKeys"]>; encryption?: { keyId: string; publicKey: string } };
+  signing?: {
+    secretName: string;
+    publicKey: string;
+    created: string;
+    keyId?: string;
+    keys?: NonNullable<AgentStatus["signingKeys"]>;
+    encryption?: { keyId: string; publicKey: string };
+  };
   tlsSecret?: string;
   /** Whether the install vouches for spec.agentId (directory.ts agentIdClaim): the DirectoryListed condition. */
   claim?: { vouched: boolean; message: string };
 }
 
 /** Status fields (besides conditions and observedGeneration) and the conditions. */
-export function agentStatus(agent: AgentResource, o: AgentObservation): { status: Omit<AgentStatus, "conditions" | "observedGeneration">; conditions: ConditionInput[] } {
+export function agentStatus(
+  agent: AgentResource,
+  o: AgentObservation,
+): { status: Omit<AgentStatus, "conditions" | "observedGeneration">; conditions: ConditionInput[] } {
   const dep = o.deployment;
   return {
     status: {
       endpoint: agentEndpoint(agent),
       capabilitiesHash: capabilitiesHash(agent),
-      ...(o.signing ? { signingKey: { keyId: o.signing.keyId ?? agent.spec.signing.keyId, publicKey: o.signing.publicKey, secretName: o.signing.secretName, ...(o.signing.created ? { created: o.signing.created } : {}) } } : {}),
-      ...(o.signing?.encryption ? { encryptionKey: { keyId: o.signing.encryption.keyId, publicKey: o.signing.encryption.publicKey } } : {}),
-      ...(o.signing?.keys ? { signingKeys: o.signing.keys.map(({ file: _file, ...k }: { file?: string } & NonNullable<AgentStatus["signingKeys"]>[number]) => k) } : {}),
+      ...(o.signing
+        ? {
+            signingKey: {
+              keyId: o.signing.keyId ?? agent.spec.signing.keyId,
+              publicKey: o.signing.publicKey,
+              secretName: o.signing.secretName,
+              ...(o.signing.created ? { created: o.signing.created } : {}),
+            },
+          }
+        : {}),
+      ...(o.signing?.encryption
+        ? { encryptionKey: { keyId: o.signing.encryption.keyId, publicKey: o.signing.encryption.publicKey } }
+        : {}),
+      ...(o.signing?.keys
+        ? {
+            signingKeys: o.signing.keys.map(
+              ({ file: _file, ...k }: { file?: string } & NonNullable<AgentStatus["signingKeys"]>[number]) => k,
+            ),
+          }
+        : {}),
       ...(o.tlsSecret ? { tlsSecretName: o.tlsSecret } : {}),
       replicas: dep?.status?.replicas ?? 0,
       readyReplicas: dep?.status?.readyReplicas ?? 0,
@@ -29,7 +56,16 @@ export function agentStatus(agent: AgentResource, o: AgentObservation): { status
     },
     conditions: [
       ...runtimeConditions(o),
-      ...(o.claim ? [{ type: "DirectoryListed", status: o.claim.vouched ? ("True" as const) : ("False" as const), reason: o.claim.vouched ? "AgentIdVouched" : "AgentIdNotVouched", message: o.claim.message }] : []),
+      ...(o.claim
+        ? [
+            {
+              type: "DirectoryListed",
+              status: o.claim.vouched ? ("True" as const) : ("False" as const),
+              reason: o.claim.vouched ? "AgentIdVouched" : "AgentIdNotVouched",
+              message: o.claim.message,
+            },
+          ]
+        : []),
     ],
   };
 }

@@ -13,7 +13,17 @@ import type { ReconcileResult } from "../../kube/controller.ts";
 import { errorMessage } from "../../kube/client.ts";
 import type { RelayStatus } from "../../crd/status.ts";
 import { invalidSpecConditions } from "../conditions.ts";
-import { earliest, note, previousFields, reconcileResource, recordNotes, reportFailure, writeStatus, type CustomObject, type ReconcileContext } from "../reconciler.ts";
+import {
+  earliest,
+  note,
+  previousFields,
+  reconcileResource,
+  recordNotes,
+  reportFailure,
+  writeStatus,
+  type CustomObject,
+  type ReconcileContext,
+} from "../reconciler.ts";
 import { releaseSharedRuntimeAccess, RELAY_RUNTIME_ACCOUNT } from "../shared.ts";
 import { applyRuntimeIdentity, serviceAccountRefusal } from "../identity.ts";
 import { pruneNetworkPolicy } from "../network-policy.ts";
@@ -34,13 +44,19 @@ export function reconcileRelay(shared: RelayContext, namespace: string, name: st
   return reconcileResource("Relay", shared, namespace, name, (ctx, obj) => reconcilePass(ctx, obj, namespace, name));
 }
 
-async function reconcilePass(ctx: RelayContext, obj: CustomObject, namespace: string, name: string): Promise<ReconcileResult> {
+async function reconcilePass(
+  ctx: RelayContext,
+  obj: CustomObject,
+  namespace: string,
+  name: string,
+): Promise<ReconcileResult> {
   const finalizers = obj.metadata?.finalizers ?? [];
   if (obj.metadata?.deletionTimestamp) return finalize(ctx, obj, finalizers);
   const parsed = Relay.safeParse(obj);
   if (!parsed.success) {
     const message = describeIssues(parsed.error);
-    if (await writeStatus(ctx, "relays", obj, previousFields(obj), invalidSpecConditions(message))) await ctx.kube.event(obj, "Warning", "InvalidSpec", message);
+    if (await writeStatus(ctx, "relays", obj, previousFields(obj), invalidSpecConditions(message)))
+      await ctx.kube.event(obj, "Warning", "InvalidSpec", message);
     return {};
   }
   const relay: RelayResource = { ...parsed.data, metadata: obj.metadata as unknown as Owner["metadata"] };
@@ -55,40 +71,98 @@ async function reconcilePass(ctx: RelayContext, obj: CustomObject, namespace: st
     }
     const expose = relay.spec.expose;
     // A refused spec.tls gets no certificate and holds the Deployment; the stream is still kept.
-    const tlsRefused = tlsRefusal(relay.spec.tls, { namespace, own: serviceDnsNames(owner), requested: requestedHosts("spec.url", relay.spec.url, expose) }, ctx.settings);
+    const tlsRefused = tlsRefusal(
+      relay.spec.tls,
+      { namespace, own: serviceDnsNames(owner), requested: requestedHosts("spec.url", relay.spec.url, expose) },
+      ctx.settings,
+    );
     const tls: TlsOutcome = tlsRefused
       ? { secretName: childNames(name).tlsSecret, blocker: tlsRefused, applied: [], events: [] }
-      : await ensureTls(ctx.kube, ctx.caches, ctx.trust, owner, relay.spec.tls, certificateDnsNames(owner, relay.spec.url, [...(relay.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]));
-    for (const e of tls.events) await (e.type === "Normal" ? note(ctx, obj, e.reason, e.message) : ctx.kube.event(obj, e.type, e.reason, e.message));
+      : await ensureTls(
+          ctx.kube,
+          ctx.caches,
+          ctx.trust,
+          owner,
+          relay.spec.tls,
+          certificateDnsNames(owner, relay.spec.url, [...(relay.spec.tls?.dnsNames ?? []), ...exposedHosts(expose)]),
+        );
+    for (const e of tls.events)
+      await (e.type === "Normal"
+        ? note(ctx, obj, e.reason, e.message)
+        : ctx.kube.event(obj, e.type, e.reason, e.message));
     const trust = await ensureTrust(ctx.kube, ctx.caches, ctx.trust, owner, relay.spec.tls?.trust);
-    const natsCreds = ctx.natsIssuer ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, relayPermissions(relay)) : undefined;
+    const natsCreds = ctx.natsIssuer
+      ? await ensureNatsCreds(ctx, owner, ctx.natsIssuer, relayPermissions(relay))
+      : undefined;
     const exposure = await planExposure(ctx.kube, namespace, expose);
     const pruned = await pruneExposure(ctx.kube, ctx.caches, owner, exposure);
     if (pruned.length) await note(ctx, obj, "Deleted", `deleted ${pruned.join(", ")}, no longer in spec.expose`);
     const unpoliced = await pruneNetworkPolicy(ctx, owner);
-    if (unpoliced.length) await note(ctx, obj, "Deleted", `deleted ${unpoliced.join(", ")}, the install renders no runtime NetworkPolicies`);
+    if (unpoliced.length)
+      await note(
+        ctx,
+        obj,
+        "Deleted",
+        `deleted ${unpoliced.join(", ")}, the install renders no runtime NetworkPolicies`,
+      );
     pruned.push(...unpoliced);
     // A Secret the relay may not use (or that does not exist yet) is never mounted.
-    const imageBlocker = imageRefusal(relay.spec.image, ctx.settings) ?? (await podSettingsRefusal(readSecret(ctx), owner, relay.spec.deployment, ctx.settings)) ?? (await serviceAccountRefusal(ctx, owner, relay.spec.deployment));
-    const tlsHeld = imageBlocker || tlsRefused || (tls.blocker && ["TLSSecretMissing", "InvalidTLSSecret", "ForeignSecret"].includes(tls.blocker.reason));
+    const imageBlocker =
+      imageRefusal(relay.spec.image, ctx.settings) ??
+      (await podSettingsRefusal(readSecret(ctx), owner, relay.spec.deployment, ctx.settings)) ??
+      (await serviceAccountRefusal(ctx, owner, relay.spec.deployment));
+    const tlsHeld =
+      imageBlocker ||
+      tlsRefused ||
+      (tls.blocker && ["TLSSecretMissing", "InvalidTLSSecret", "ForeignSecret"].includes(tls.blocker.reason));
     // The runtime's ServiceAccount first: the pods run under it.
-    const written = tlsHeld ? [] : [...(await applyRuntimeIdentity(ctx, owner, relay.spec.deployment)), ...(await applyChildren(ctx.kube, ctx.caches, owner, desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName, exposure })))];
+    const written = tlsHeld
+      ? []
+      : [
+          ...(await applyRuntimeIdentity(ctx, owner, relay.spec.deployment)),
+          ...(await applyChildren(
+            ctx.kube,
+            ctx.caches,
+            owner,
+            desiredRelayChildren(relay, { settings: ctx.settings, tlsSecret: tls.secretName, exposure }),
+          )),
+        ];
     if (written.length) await note(ctx, obj, "Applied", `applied ${written.join(", ")}`);
     const legacy = tlsHeld ? [] : await releaseSharedRuntimeAccess(ctx, "Relay", namespace);
-    if (legacy.length) await note(ctx, obj, "Deleted", `deleted ${legacy.join(", ")}, the namespace's ${RELAY_RUNTIME_ACCOUNT} no runtime runs under any more`);
+    if (legacy.length)
+      await note(
+        ctx,
+        obj,
+        "Deleted",
+        `deleted ${legacy.join(", ")}, the namespace's ${RELAY_RUNTIME_ACCOUNT} no runtime runs under any more`,
+      );
     const changed = [...pruned, ...written, ...legacy];
     const blocker = imageBlocker ?? tls.blocker ?? trust.blocker ?? exposure.blocker;
     const stream = await reconcileStream(ctx, obj, relay, natsCreds?.account);
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     const { status, conditions } = relayStatus(
       relay,
-      { applied: [...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? []), ...changed], deployment, blocker, waiting: tls.waiting, stream, tlsSecret: tls.secretName },
+      {
+        applied: [...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? []), ...changed],
+        deployment,
+        blocker,
+        waiting: tls.waiting,
+        stream,
+        tlsSecret: tls.secretName,
+      },
       obj.status as RelayStatus | undefined,
     );
-    const requeueAfterMs = earliest(tls.requeueAfterMs, tls.blocker || trust.blocker ? 30_000 : undefined, exposure.blocker ? 60_000 : undefined, stream.ok ? undefined : stream.reason === "NatsUnavailable" ? 10_000 : 30_000, natsCreds?.requeueAfterMs);
+    const requeueAfterMs = earliest(
+      tls.requeueAfterMs,
+      tls.blocker || trust.blocker ? 30_000 : undefined,
+      exposure.blocker ? 60_000 : undefined,
+      stream.ok ? undefined : stream.reason === "NatsUnavailable" ? 10_000 : 30_000,
+      natsCreds?.requeueAfterMs,
+    );
     // As for agents: a pass that wrote children leaves the status to the pass their watch events bring.
     const passWrites = [...tls.applied, ...trust.applied, ...(natsCreds?.applied ?? []), ...changed];
-    if (passWrites.length && !blocker && stream.ok) return { requeueAfterMs: earliest(requeueAfterMs, STATUS_FOLLOW_UP_MS) };
+    if (passWrites.length && !blocker && stream.ok)
+      return { requeueAfterMs: earliest(requeueAfterMs, STATUS_FOLLOW_UP_MS) };
     await recordNotes(ctx, obj);
     const wrote = await writeStatus(ctx, "relays", obj, status, conditions);
     // Warnings once per change of status, not once per retry.
@@ -140,11 +214,19 @@ async function finalize(ctx: RelayContext, obj: CustomObject, finalizers: string
         ctx.log.warn({ relay, err: failure, giveUpInMs: left }, "waiting for NATS to delete the relay's stream");
         return { requeueAfterMs: Math.min(10_000, left) };
       }
-      await ctx.kube.event(obj, "Warning", "CleanupAbandoned", `could not delete JetStream stream ${stream} for ${Math.round(ctx.deletions.timeoutMs / 1000)}s (${failure}); the Relay goes and the stream stays: delete it by hand`);
+      await ctx.kube.event(
+        obj,
+        "Warning",
+        "CleanupAbandoned",
+        `could not delete JetStream stream ${stream} for ${Math.round(ctx.deletions.timeoutMs / 1000)}s (${failure}); the Relay goes and the stream stays: delete it by hand`,
+      );
       ctx.log.warn({ relay, stream, err: failure }, "gave up deleting the relay's stream; letting the Relay go");
     }
   }
-  await ctx.kube.replace({ ...obj, metadata: { ...obj.metadata, finalizers: finalizers.filter((f) => f !== STREAM_FINALIZER) } });
+  await ctx.kube.replace({
+    ...obj,
+    metadata: { ...obj.metadata, finalizers: finalizers.filter((f) => f !== STREAM_FINALIZER) },
+  });
   ctx.deletions.forget(obj);
   return {};
 }
@@ -154,24 +236,40 @@ async function finalize(ctx: RelayContext, obj: CustomObject, finalizers: string
  * Warning Event precedes a change that will drop or refuse data; the stream is never deleted
  * and recreated (a storage change is refused by the CRD and reported here as a conflict).
  */
-async function reconcileStream(ctx: RelayContext, obj: CustomObject, relay: RelayResource, account: string | undefined): Promise<StreamObservation> {
-  if (!ctx.nats?.isConnected) return { ok: false, reason: "NatsUnavailable", message: "the operator is not connected to NATS; retrying" };
+async function reconcileStream(
+  ctx: RelayContext,
+  obj: CustomObject,
+  relay: RelayResource,
+  account: string | undefined,
+): Promise<StreamObservation> {
+  if (!ctx.nats?.isConnected)
+    return { ok: false, reason: "NatsUnavailable", message: "the operator is not connected to NATS; retrying" };
   try {
     // The relay's stream lives in the relay's own NATS account (or the shared one).
     return await inRuntimeAccount(ctx, obj, (jsm) => reconcileStreamIn(ctx, jsm, obj, relay), account);
   } catch (err) {
-    return { ok: false, reason: "NatsUnavailable", message: `the operator cannot reach the relay's NATS account: ${errorMessage(err)}; retrying` };
+    return {
+      ok: false,
+      reason: "NatsUnavailable",
+      message: `the operator cannot reach the relay's NATS account: ${errorMessage(err)}; retrying`,
+    };
   }
 }
 
-async function reconcileStreamIn(ctx: RelayContext, jsm: JetStreamManager, obj: CustomObject, relay: RelayResource): Promise<StreamObservation> {
+async function reconcileStreamIn(
+  ctx: RelayContext,
+  jsm: JetStreamManager,
+  obj: CustomObject,
+  relay: RelayResource,
+): Promise<StreamObservation> {
   const want = relayStreamConfig(relay);
   const previous = (obj.status as RelayStatus | undefined)?.stream;
   let current: StreamInfo | undefined;
   try {
     current = await jsm.streams.info(want.name);
   } catch (err) {
-    if (!isNotFound(err)) return { ok: false, reason: "StreamFailed", message: `reading stream ${want.name}: ${errorMessage(err)}` };
+    if (!isNotFound(err))
+      return { ok: false, reason: "StreamFailed", message: `reading stream ${want.name}: ${errorMessage(err)}` };
   }
   // A stream this Relay's status shows was there is not made again empty: NATS may not have
   // loaded it at its last start, and its messages may still be on the server's disk.
@@ -185,7 +283,11 @@ async function reconcileStreamIn(ctx: RelayContext, jsm: JetStreamManager, obj: 
   if (current) {
     const drift = streamDrift(current.config, want);
     if (drift.includes("storage") || drift.includes("retention")) {
-      return { ok: false, reason: "StreamConflict", message: `stream ${want.name} exists with storage ${current.config.storage} and retention ${current.config.retention}; it must be recreated by hand to change that (the operator never deletes a stream on its own)` };
+      return {
+        ok: false,
+        reason: "StreamConflict",
+        message: `stream ${want.name} exists with storage ${current.config.storage} and retention ${current.config.retention}; it must be recreated by hand to change that (the operator never deletes a stream on its own)`,
+      };
     }
     if (drift.length) {
       const loss = retentionLoss(current.config, current.state, want);
@@ -193,11 +295,24 @@ async function reconcileStreamIn(ctx: RelayContext, jsm: JetStreamManager, obj: 
     }
   }
   try {
-    const { info, action, unmet } = await ensureReplicatedStream(jsm, want, relay.spec.retention.replicas, ctx.nats!.placement);
+    const { info, action, unmet } = await ensureReplicatedStream(
+      jsm,
+      want,
+      relay.spec.retention.replicas,
+      ctx.nats!.placement,
+    );
     if (action !== "unchanged") {
       const verb = action === "created" ? "Created" : "Updated";
-      ctx.log.info({ stream: want.name, relay: `${relay.metadata.namespace}/${relay.metadata.name}` }, `${verb} JetStream stream`);
-      await note(ctx, obj, `Stream${verb}`, `${verb.toLowerCase()} JetStream stream ${want.name} (maxAge ${relay.spec.retention.maxAge}, maxBytes ${relay.spec.retention.maxBytes}, maxMessages ${relay.spec.retention.maxMessages}, replicas ${relay.spec.retention.replicas})`);
+      ctx.log.info(
+        { stream: want.name, relay: `${relay.metadata.namespace}/${relay.metadata.name}` },
+        `${verb} JetStream stream`,
+      );
+      await note(
+        ctx,
+        obj,
+        `Stream${verb}`,
+        `${verb.toLowerCase()} JetStream stream ${want.name} (maxAge ${relay.spec.retention.maxAge}, maxBytes ${relay.spec.retention.maxBytes}, maxMessages ${relay.spec.retention.maxMessages}, replicas ${relay.spec.retention.replicas})`,
+      );
     }
     return { ok: true, config: info.config, action, ...(unmet ? { unmet: unmet.reason } : {}) };
   } catch (err) {

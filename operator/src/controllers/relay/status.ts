@@ -6,7 +6,12 @@ import type { RelayResource } from "./desired.ts";
 
 /** What became of the relay's JetStream stream in this pass. */
 export type StreamObservation =
-  | { ok: true; config: StreamConfig; action: "created" | "updated" | "unchanged"; /** Why the replicas asked for are not the stream's. */ unmet?: string }
+  | {
+      ok: true;
+      config: StreamConfig;
+      action: "created" | "updated" | "unchanged" /** Why the replicas asked for are not the stream's. */;
+      unmet?: string;
+    }
   | { ok: false; reason: "NatsUnavailable" | "StreamFailed" | "StreamConflict" | "StreamMissing"; message: string };
 
 export interface RelayObservation extends RuntimeObservation {
@@ -33,7 +38,11 @@ export function streamStatus(c: StreamConfig): NonNullable<RelayStatus["stream"]
  * part alone. A stream that exists with a storage type the spec does not ask for (made by hand)
  * is Stalled: it is never deleted and recreated automatically.
  */
-export function relayStatus(relay: RelayResource, o: RelayObservation, previous?: RelayStatus): { status: Omit<RelayStatus, "conditions" | "observedGeneration">; conditions: ConditionInput[] } {
+export function relayStatus(
+  relay: RelayResource,
+  o: RelayObservation,
+  previous?: RelayStatus,
+): { status: Omit<RelayStatus, "conditions" | "observedGeneration">; conditions: ConditionInput[] } {
   const dep = o.deployment;
   const s = o.stream;
   let conditions = runtimeConditions(o);
@@ -43,8 +52,12 @@ export function relayStatus(relay: RelayResource, o: RelayObservation, previous?
     if (!blocked) {
       conditions = [
         { type: "Ready", status: "False", reason: s.reason, message: s.message },
-        stalled ? { type: "Reconciling", status: "False", reason: s.reason, message: s.message } : { type: "Reconciling", status: "True", reason: s.reason, message: s.message },
-        stalled ? { type: "Stalled", status: "True", reason: s.reason, message: s.message } : { type: "Stalled", status: "False", reason: "Progressing", message: "" },
+        stalled
+          ? { type: "Reconciling", status: "False", reason: s.reason, message: s.message }
+          : { type: "Reconciling", status: "True", reason: s.reason, message: s.message },
+        stalled
+          ? { type: "Stalled", status: "True", reason: s.reason, message: s.message }
+          : { type: "Stalled", status: "False", reason: "Progressing", message: "" },
       ];
     }
   }
@@ -53,7 +66,12 @@ export function relayStatus(relay: RelayResource, o: RelayObservation, previous?
   const streamCondition: ConditionInput = s.ok
     ? s.unmet
       ? { type: "StreamReady", status: "True", reason: "ReplicasNotApplied", message: s.unmet }
-      : { type: "StreamReady", status: "True", reason: "StreamInSync", message: `stream ${s.config.name} matches spec.retention` }
+      : {
+          type: "StreamReady",
+          status: "True",
+          reason: "StreamInSync",
+          message: `stream ${s.config.name} matches spec.retention`,
+        }
     : { type: "StreamReady", status: "False", reason: s.reason, message: s.message };
   return {
     status: {

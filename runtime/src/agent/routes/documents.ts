@@ -11,7 +11,12 @@ const HOST_DOC_CACHE = "private, max-age=300, must-revalidate";
 
 /** The capability and identity documents (spec 2.2, 2.3), with ETags for conditional GETs. */
 export const documentRoutes: FastifyPluginAsync<{ documents: Documents }> = async (app, { documents }) => {
-  const serve = (req: FastifyRequest, reply: FastifyReply, served: { etag: string; doc: unknown }, fromHost = false) => {
+  const serve = (
+    req: FastifyRequest,
+    reply: FastifyReply,
+    served: { etag: string; doc: unknown },
+    fromHost = false,
+  ) => {
     reply.header("etag", served.etag).header("cache-control", fromHost ? HOST_DOC_CACHE : DOC_CACHE);
     if (fromHost) reply.header("vary", "Host");
     if (etagMatches(req.headers["if-none-match"], served.etag)) return reply.code(304).send();
@@ -19,6 +24,8 @@ export const documentRoutes: FastifyPluginAsync<{ documents: Documents }> = asyn
   };
   for (const base of [WELL_KNOWN, WELL_KNOWN_IFP]) {
     app.get(`${base}/capabilities`, (req, reply) => serve(req, reply, documents.capabilityDocument));
-    app.get(`${base}/identity`, (req, reply) => serve(req, reply, documents.identity(`https://${req.host}`), documents.identityFromHost));
+    app.get(`${base}/identity`, (req, reply) =>
+      serve(req, reply, documents.identity(`https://${req.host}`), documents.identityFromHost),
+    );
   }
 };

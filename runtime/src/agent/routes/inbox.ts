@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
-import { badRequest, rateLimited } from "../../protocol/errors.ts";
+import { rateLimited } from "../../protocol/errors.ts";
 import { Message } from "../../protocol/message.ts";
 import type { MessageVerifier } from "../../protocol/verify.ts";
 import type { Agent } from "../../resources/agent.ts";
@@ -10,7 +10,16 @@ import type { RuntimeMetrics } from "../../server/metrics.ts";
 import { RateLimiter } from "../../server/ratelimit.ts";
 import { asSent } from "../../server/validation.ts";
 import { debugEnabled, messageLog, namedOnFailure } from "../../telemetry/logs.ts";
-import { A, failSpan, inSpan, messageAttributes, messageContext, SpanKind, startSpan, tracingEnabled } from "../../telemetry/tracing.ts";
+import {
+  A,
+  failSpan,
+  inSpan,
+  messageAttributes,
+  messageContext,
+  SpanKind,
+  startSpan,
+  tracingEnabled,
+} from "../../telemetry/tracing.ts";
 import { acceptVerified, admit, type AcceptStore, type Admission, type OnAccepted } from "../accept.ts";
 import { WELL_KNOWN, WELL_KNOWN_IFP } from "../documents.ts";
 import type { Conversations } from "../conversations.ts";
@@ -43,7 +52,13 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
   const perAddress = new RateLimiter(spec.inbox.rateLimit.perAddressPerMinute, { now });
   const perSender = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
   const perSenderBytes = new RateLimiter(spec.inbox.rateLimit.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
-  const admission: Admission = { agentId: spec.agentId, replayWindowMs, replayWindowText: spec.inbox.replayWindow, maxFutureSkewMs: deps.maxFutureSkewMs, now };
+  const admission: Admission = {
+    agentId: spec.agentId,
+    replayWindowMs,
+    replayWindowText: spec.inbox.replayWindow,
+    maxFutureSkewMs: deps.maxFutureSkewMs,
+    now,
+  };
   // Requests that reached the handler have their span there, parented by the message's trace context.
   const traced = new WeakSet<object>();
   // Every answer is counted: accepted, duplicate, or its error code.
@@ -58,7 +73,11 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
     else if (result === "invalid_signature") metrics.inboxSignatureFailures.inc();
     // One span per request: a request refused before its message was read gets one without a parent.
     if (tracingEnabled() && !traced.has(req)) {
-      const span = startSpan("ifp.inbox.receive", { kind: SpanKind.SERVER, startTime: Date.now() - reply.elapsedTime, attributes: { [A.agent]: spec.agentId } });
+      const span = startSpan("ifp.inbox.receive", {
+        kind: SpanKind.SERVER,
+        startTime: Date.now() - reply.elapsedTime,
+        attributes: { [A.agent]: spec.agentId },
+      });
       failSpan(span, { code: reply.outcome ?? "internal_error", name: "ProtocolError" }, reply.statusCode);
       span.end();
     }
@@ -89,28 +108,67 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         const attributes = () => ({ ...messageAttributes(message), [A.agent]: spec.agentId });
         const startTime = tracingEnabled() ? Date.now() - reply.elapsedTime : undefined;
         return inSpan("ifp.inbox.receive", { kind: SpanKind.SERVER, parent, attributes, startTime }, (span) =>
-          namedOnFailure(req, () => messageLog(message), async () => {
-            // Addressing and date window: the same checks as for a message pulled from a relay.
-            // Idempotency-Key is optional and only recommended to be the message_id (IFP-6): any
-            // value is accepted, and repeats are recognised by headers.message_id alone.
-            admit(message, admission);
-            const verified = await verifier.verify(message, spec.inbox.requireSignature, { address: req.clientAddress });
-            const bySender = perSender.take(verified.signer ?? `unsigned:${h.from.agent}`);
-            if (!bySender.ok) {
-              metrics.inboxRateLimited.inc({ limit: "sender" });
-              throw rateLimited(bySender.retryAfterSeconds, `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`);
-            }
-            // The byte quota: one trusted peer cannot fill the store every agent shares.
-            const bytes = perSenderBytes.take(verified.signer ?? `unsigned:${h.from.agent}`, Buffer.byteLength(JSON.stringify(message)));
-            if (!bytes.ok) {
-              throw rateLimited(bytes.retryAfterSeconds, `byte quota of ${spec.inbox.rateLimit.perSenderBytesPerHour} bytes per hour exceeded for ${h.from.agent}`);
-            }
-            const { duplicate } = await acceptVerified({ agent, store: deps.store, onAccepted: deps.onAccepted, conversations: deps.conversations, encryption: deps.encryption }, message, message, verified);
-            reply.outcome = duplicate ? "duplicate" : "accepted";
-            if (debugEnabled(req.log)) req.log.child(messageLog(message)).debug({ duplicate, auth_level: verified.authLevel }, duplicate ? "duplicate message absorbed" : "message accepted");
-            span.setAttributes({ [A.duplicate]: duplicate, [A.status]: 202, [A.sender]: verified.signer ?? h.from.agent });
-            return reply.code(202).type("application/json; charset=utf-8").send({ status: "accepted", message_id: h.message_id });
-          }),
+          namedOnFailure(
+            req,
+            () => messageLog(message),
+            async () => {
+              // Addressing and date window: the same checks as for a message pulled from a relay.
+              // Idempotency-Key is optional and only recommended to be the message_id (IFP-6): any
+              // value is accepted, and repeats are recognised by headers.message_id alone.
+              admit(message, admission);
+              const verified = await verifier.verify(message, spec.inbox.requireSignature, {
+                address: req.clientAddress,
+              });
+              const bySender = perSender.take(verified.signer ?? `unsigned:${h.from.agent}`);
+              if (!bySender.ok) {
+                metrics.inboxRateLimited.inc({ limit: "sender" });
+                throw rateLimited(
+                  bySender.retryAfterSeconds,
+                  `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`,
+                );
+              }
+              // The byte quota: one trusted peer cannot fill the store every agent shares.
+              const bytes = perSenderBytes.take(
+                verified.signer ?? `unsigned:${h.from.agent}`,
+                Buffer.byteLength(JSON.stringify(message)),
+              );
+              if (!bytes.ok) {
+                throw rateLimited(
+                  bytes.retryAfterSeconds,
+                  `byte quota of ${spec.inbox.rateLimit.perSenderBytesPerHour} bytes per hour exceeded for ${h.from.agent}`,
+                );
+              }
+              const { duplicate } = await acceptVerified(
+                {
+                  agent,
+                  store: deps.store,
+                  onAccepted: deps.onAccepted,
+                  conversations: deps.conversations,
+                  encryption: deps.encryption,
+                },
+                message,
+                message,
+                verified,
+              );
+              reply.outcome = duplicate ? "duplicate" : "accepted";
+              if (debugEnabled(req.log))
+                req.log
+                  .child(messageLog(message))
+                  .debug(
+                    { duplicate, auth_level: verified.authLevel },
+                    duplicate ? "duplicate message absorbed" : "message accepted",
+                  );
+              span.setAttributes({
+                [A.duplicate]: duplicate,
+                [A.status]: 202,
+                [A.sender]: verified.signer ?? h.from.agent,
+              });
+              return reply
+                .code(202)
+                .type("application/json; charset=utf-8")
+                .send({ status: "accepted", message_id: h.message_id });
+            },
+          ),
         );
       },
     );

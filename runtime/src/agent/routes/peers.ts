@@ -25,7 +25,10 @@ export const peerRoutes: FastifyPluginAsyncZod<PeerRouteDeps> = async (app, { pe
     { schema: { params: z.object({ agent: z.string().min(1).max(512) }), querystring: Query } },
     async (req) => {
       const entry = await peers.get(req.params.agent, { refresh: req.query.refresh });
-      if (!entry) throw notFound(`no capability document known for ${req.params.agent}: none at its endpoint, and none from a greeting or an announcement`);
+      if (!entry)
+        throw notFound(
+          `no capability document known for ${req.params.agent}: none at its endpoint, and none from a greeting or an announcement`,
+        );
       return entry;
     },
   );

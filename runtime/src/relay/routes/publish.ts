@@ -1,6 +1,11 @@
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { z } from "zod";
-import { PublishBatchRequest, PublishBatchResponse, PublishRequest, PublishResponse } from "../../protocol/relay-api.ts";
+import {
+  PublishBatchRequest,
+  PublishBatchResponse,
+  PublishRequest,
+  PublishResponse,
+} from "../../protocol/relay-api.ts";
 import { asSent } from "../../server/validation.ts";
 import { messageLog, namedOnFailure } from "../../telemetry/logs.ts";
 import { tracingEnabled } from "../../telemetry/tracing.ts";
@@ -17,7 +22,8 @@ export interface PublishRouteDeps {
 
 /** `?recipient=` (repeatable): narrows a publish to some of the message's direct recipients. */
 const PublishQuery = z.object({ recipient: z.union([z.string(), z.array(z.string()).max(100)]).optional() });
-const recipientsOf = (q: { recipient?: string | string[] }): string[] | undefined => (q.recipient === undefined ? undefined : [q.recipient].flat());
+const recipientsOf = (q: { recipient?: string | string[] }): string[] | undefined =>
+  q.recipient === undefined ? undefined : [q.recipient].flat();
 
 /** POST /relay/publish: one copy per recipient and topic subscriber, stored before the 202; and its batch. */
 export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app, deps) => {
@@ -29,8 +35,15 @@ export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app
       config: { operation: "publish", invalid: "the message does not follow IFP-4", strangers: true },
     },
     async (req, reply) => {
-      const answer = await namedOnFailure(req, () => messageLog(req.body, req.agent), () =>
-        deps.intake.publish(req.body, req.agent, { recipients: recipientsOf(req.query), log: req.log, startTime: startOf(reply.elapsedTime) }),
+      const answer = await namedOnFailure(
+        req,
+        () => messageLog(req.body, req.agent),
+        () =>
+          deps.intake.publish(req.body, req.agent, {
+            recipients: recipientsOf(req.query),
+            log: req.log,
+            startTime: startOf(reply.elapsedTime),
+          }),
       );
       return reply.code(202).send(answer);
     },

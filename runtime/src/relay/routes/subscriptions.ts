@@ -5,20 +5,24 @@ import { SubscribeRequest, SubscribeResponse } from "../../protocol/relay-api.ts
 import type { Subscriptions } from "../subscriptions.ts";
 
 /** POST /relay/subscribe changes the caller's topics and webhook; GET /relay/subscribe shows them. */
-export const subscriptionRoutes: FastifyPluginAsyncZod<{ subs: Pick<Subscriptions, "subscribe" | "unsubscribe" | "setPush" | "state">; targets: TargetPolicy }> = async (
-  app,
-  { subs, targets },
-) => {
+export const subscriptionRoutes: FastifyPluginAsyncZod<{
+  subs: Pick<Subscriptions, "subscribe" | "unsubscribe" | "setPush" | "state">;
+  targets: TargetPolicy;
+}> = async (app, { subs, targets }) => {
   const state = (agent: string): SubscribeResponse => ({ status: "subscribed", ...subs.state(agent) });
 
   app.post(
     "/relay/subscribe",
-    { schema: { body: SubscribeRequest, response: { 200: SubscribeResponse } }, config: { operation: "subscribe", invalid: "invalid subscription" } },
+    {
+      schema: { body: SubscribeRequest, response: { 200: SubscribeResponse } },
+      config: { operation: "subscribe", invalid: "invalid subscription" },
+    },
     async (req) => {
       const { agent, body } = req;
       // One agent can never subscribe for another.
       for (const named of [body.subscribe?.agent, body.unsubscribe?.agent, body.push?.agent]) {
-        if (named !== undefined && named !== agent) throw invalidSignature(`the request is signed by ${agent} but names agent ${named}`);
+        if (named !== undefined && named !== agent)
+          throw invalidSignature(`the request is signed by ${agent} but names agent ${named}`);
       }
       // A webhook must resolve to an address pushes may reach (each push checks again, on the
       // address it connects to); a name that does not resolve now is refused too.
@@ -39,6 +43,8 @@ async function checkWebhook(targets: TargetPolicy, webhook: string): Promise<voi
     await targets.resolve(new URL(webhook).hostname);
   } catch (err) {
     if (isTargetRefused(err)) throw badRequest(`webhook refused: ${(err as Error).message}`);
-    throw badRequest(`webhook host ${new URL(webhook).hostname} does not resolve: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    throw badRequest(
+      `webhook host ${new URL(webhook).hostname} does not resolve: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+    );
   }
 }
