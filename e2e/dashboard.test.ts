@@ -10,9 +10,15 @@ import { startControlPlane, type ControlPlane } from "./support/controlplane.ts"
 import { labels, runtimeDeployment } from "../operator/src/controllers/runtime.ts";
 import { startManager, type RunningManager } from "../operator/src/manager.ts";
 import { capturedLog } from "../operator/test/support.ts";
-import { identity, peerOf, signed } from "../runtime/test/fixtures.ts";
-import { runAgent, scrapeMetrics, startHandler, type Tls, withNatsAndTls } from "../runtime/test/agent-harness.ts";
-import { alice, clientOf, relayEnv, runRelay, type RelayEnv } from "../runtime/test/relay-harness.ts";
+import { identity, peerOf, signed } from "../runtime/test/support/fixtures.ts";
+import {
+  runAgent,
+  scrapeMetrics,
+  startHandler,
+  type Tls,
+  withNatsAndTls,
+} from "../runtime/test/support/agent-harness.ts";
+import { alice, clientOf, relayEnv, runRelay, type RelayEnv } from "../runtime/test/support/relay-harness.ts";
 import { Histogram, type Registry } from "prom-client";
 import { createRuntimeMetrics } from "../runtime/src/server/metrics.ts";
 import type { NatsServer } from "./support/nats.ts";

@@ -124,23 +124,23 @@ const CHECKS: Record<string, Check> = {
     holds: ['"get", "configmap", "dave-trust"', '?.data?.["ca.crt"]'],
   },
   "npx ifp discover https://alice.team.svc --ca-file install-ca.crt": {
-    by: "runtime/test/ifp-cli.test.ts",
+    by: "runtime/test/cli/ifp.test.ts",
     holds: ['ifp("discover", url, "--ca-file"'],
   },
   "npx ifp check https://agent.example": {
-    by: "runtime/test/check.test.ts",
+    by: "runtime/test/cli/check.test.ts",
     holds: ['ifp("check", `https://localhost:${port}`'],
   },
   "npx ifp check https://agent.example --key my.key --from my-agent": {
-    by: "runtime/test/check.test.ts",
+    by: "runtime/test/cli/check.test.ts",
     holds: ['"--key", keyFile, "--from", checker.agentId'],
   },
   "npx ifp check https://relay.example --relay --key my.key --from my-agent": {
-    by: "runtime/test/check.test.ts",
+    by: "runtime/test/cli/check.test.ts",
     holds: ['ifp("check", baseUrl(relay), "--relay", "--key", keyFile, "--from"'],
   },
   "npx ifp check https://localhost:8443 --ca-file ca.crt --only inbox --json": {
-    by: "runtime/test/check.test.ts",
+    by: "runtime/test/cli/check.test.ts",
     holds: ['"--json", "--only"'],
   },
   // examples/README.md
@@ -234,9 +234,9 @@ const CHECKS: Record<string, Check> = {
     by: "package.json",
     holds: ['"e2e:node": "vitest run --project node"', "&& vitest run --project node"],
   },
-  "npm run test:hardening": { by: "runtime/test/hardening-suite.test.ts", holds: ["runHardening("] },
-  "npm run test:faults": { by: "runtime/test/hardening-faults.test.ts", holds: ["runFaults("] },
-  "npm run test:cluster": { by: "runtime/test/hardening-cluster.test.ts", holds: ["runCluster("] },
+  "npm run test:hardening": { by: "runtime/test/system/bad-input.test.ts", holds: ["runHardening("] },
+  "npm run test:faults": { by: "runtime/test/system/faults-soak.test.ts", holds: ["runFaults("] },
+  "npm run test:cluster": { by: "runtime/test/nats/cluster-node-loss.test.ts", holds: ["runCluster("] },
   "npm run images": {
     by: "e2e/node.test.ts",
     holds: ["for (const kind of Object.keys(IMAGES)) images[kind] = buildImage(kind);"],
@@ -259,18 +259,18 @@ const CHECKS: Record<string, Check> = {
   "helm upgrade --set crds.enabled=true": { by: "e2e/chart-upgrade.test.ts", holds: ['"--set", "crds.enabled=true"'] },
   "npx vitest run examples/app/app.test.ts": { by: "vitest.config.ts", holds: ['"examples/**/*.test.ts"'] },
   "npx ifp discover https://localhost:8443 --ca-file …/ca.crt": {
-    by: "runtime/test/ifp-cli.test.ts",
+    by: "runtime/test/cli/ifp.test.ts",
     holds: ['ifp("discover", url, "--ca-file"'],
   },
-  "npx ifp discover URL": { by: "runtime/test/ifp-cli.test.ts", holds: ['ifp("discover", url, "--ca-file"'] },
+  "npx ifp discover URL": { by: "runtime/test/cli/ifp.test.ts", holds: ['ifp("discover", url, "--ca-file"'] },
   "npx ifp check https://localhost:8443 --ca-file …/ca.crt [--key FILE --from AGENT_ID] [--relay]": {
-    by: "runtime/test/check.test.ts",
+    by: "runtime/test/cli/check.test.ts",
     holds: ['"--key", keyFile, "--from", checker.agentId', 'ifp("check", baseUrl(relay), "--relay"'],
   },
-  "npx ifp keygen --out my.key": { by: "runtime/test/ifp-cli.test.ts", holds: ['ifp("keygen", "--out", out)'] },
-  "npx ifp keygen --out FILE": { by: "runtime/test/ifp-cli.test.ts", holds: ['ifp("keygen", "--out", out)'] },
+  "npx ifp keygen --out my.key": { by: "runtime/test/cli/ifp.test.ts", holds: ['ifp("keygen", "--out", out)'] },
+  "npx ifp keygen --out FILE": { by: "runtime/test/cli/ifp.test.ts", holds: ['ifp("keygen", "--out", out)'] },
   'npx ifp send --from-key FILE --from AGENT_ID --to URL --text "…"': {
-    by: "runtime/test/ifp-cli.test.ts",
+    by: "runtime/test/cli/ifp.test.ts",
     holds: ['ifp("send", "--from-key", key, "--from", "pete-cli", "--to"'],
   },
   "npx ifp relay pull|tail RELAY_URL --key FILE --from AGENT_ID": { flags: "ifp" },

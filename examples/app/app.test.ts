@@ -6,8 +6,8 @@ import { describe, expect, it, onTestFinished } from "vitest";
 import type { NatsServer } from "../../e2e/support/nats.ts";
 import { consistently, freePort, waitFor } from "../../e2e/support/ports.ts";
 import { spawnProcess, type ManagedProcess } from "../../e2e/support/process.ts";
-import { runAgent, startHandler, type Tls, withNatsAndTls } from "../../runtime/test/agent-harness.ts";
-import { identity, peerOf, signed, type TestIdentity } from "../../runtime/test/fixtures.ts";
+import { runAgent, startHandler, type Tls, withNatsAndTls } from "../../runtime/test/support/agent-harness.ts";
+import { identity, peerOf, signed, type TestIdentity } from "../../runtime/test/support/fixtures.ts";
 import { signHandoff } from "../../runtime/src/protocol/handoff-signature.ts";
 
 let nats: NatsServer;

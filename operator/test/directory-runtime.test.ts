@@ -22,7 +22,7 @@ import { LocalApiClient } from "../../runtime/src/client/local.ts";
 import { agentNames } from "../../runtime/src/agent/names.ts";
 import { generateSigningKey, privateKeyFromPem } from "../../runtime/src/protocol/keys.ts";
 import { signMessage } from "../../runtime/src/protocol/signing.ts";
-import { message } from "../../runtime/test/fixtures.ts";
+import { message } from "../../runtime/test/support/fixtures.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "./support.ts";
 

@@ -13,8 +13,8 @@ import { generateSigningKey, privateKeyFromPem } from "../../runtime/src/protoco
 import { encryptMessage, generateEncryptionKey } from "../../runtime/src/protocol/encryption.ts";
 import { signMessage } from "../../runtime/src/protocol/signing.ts";
 import { AgentSpec } from "../../runtime/src/resources/agent.ts";
-import { message, peerOf, tempDir, identity } from "../../runtime/test/fixtures.ts";
-import { runAgent, type Tls, withNatsAndTls } from "../../runtime/test/agent-harness.ts";
+import { message, peerOf, tempDir, identity } from "../../runtime/test/support/fixtures.ts";
+import { runAgent, type Tls, withNatsAndTls } from "../../runtime/test/support/agent-harness.ts";
 import { planSigningKeys } from "../src/controllers/agent/signing.ts";
 
 let nats: NatsServer;

@@ -10,8 +10,8 @@ import { localhostTls } from "../../e2e/support/tls.ts";
 import { consistently } from "../../e2e/support/wait.ts";
 import { relayNames } from "../../runtime/src/contract/relay-stream.ts";
 import { LocalApiClient } from "../../runtime/src/client/local.ts";
-import { runAgent, startHandler, type Tls } from "../../runtime/test/agent-harness.ts";
-import { identity, peerOf, signed } from "../../runtime/test/fixtures.ts";
+import { runAgent, startHandler, type Tls } from "../../runtime/test/support/agent-harness.ts";
+import { identity, peerOf, signed } from "../../runtime/test/support/fixtures.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "./support.ts";
 

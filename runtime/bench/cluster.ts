@@ -32,7 +32,7 @@ import {
   writeKey,
   writeRelayManifest,
   type TestIdentity,
-} from "../test/fixtures.ts";
+} from "../test/support/fixtures.ts";
 import { HttpClient } from "../src/net/http-client.ts";
 import { RelayClient } from "../src/net/relay-client.ts";
 import { signMessage } from "../src/protocol/signing.ts";

@@ -17,7 +17,7 @@ import { connect as tlsConnect, type TLSSocket } from "node:tls";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
-import { startHandler } from "../test/agent-harness.ts";
+import { startHandler } from "../test/support/agent-harness.ts";
 import {
   identity,
   message,
@@ -27,7 +27,7 @@ import {
   writeAgentManifest,
   writeKey,
   writeRelayManifest,
-} from "../test/fixtures.ts";
+} from "../test/support/fixtures.ts";
 import { HttpClient } from "../src/net/http-client.ts";
 import { RelayClient } from "../src/net/relay-client.ts";
 import { signMessage } from "../src/protocol/signing.ts";

@@ -25,7 +25,7 @@ import {
   writeAgentManifest,
   writeKey,
   writeRelayManifest,
-} from "../test/fixtures.ts";
+} from "../test/support/fixtures.ts";
 import { signRequest } from "../src/protocol/http-signatures.ts";
 
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));

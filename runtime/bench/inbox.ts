@@ -20,7 +20,7 @@ import { httpsRequest } from "../../e2e/support/https.ts";
 import { compiledEntry } from "../../e2e/support/compiled.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { DEFAULT_RUNTIME_NODE_OPTIONS } from "../src/contract/node-options.ts";
-import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey } from "../test/fixtures.ts";
+import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey } from "../test/support/fixtures.ts";
 import { natsMessagesIn, peakRssMiB, postLoad, round, type LoadResult } from "./load.ts";
 
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,8,32,64").split(",").map(Number);

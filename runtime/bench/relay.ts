@@ -34,7 +34,7 @@ import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { signRequest } from "../src/protocol/http-signatures.ts";
 import type { Message } from "../src/protocol/message.ts";
 import { RelayClient, type RelayHttp } from "../src/net/relay-client.ts";
-import { identity, peerOf, signed, tempDir, writeRelayManifest } from "../test/fixtures.ts";
+import { identity, peerOf, signed, tempDir, writeRelayManifest } from "../test/support/fixtures.ts";
 import { natsMessagesIn, peakRssMiB, percentile, round } from "./load.ts";
 import { relayNames } from "../src/contract/relay-stream.ts";
 import { DEFAULT_RUNTIME_NODE_OPTIONS } from "../src/contract/node-options.ts";

@@ -1,6 +1,6 @@
 import pino from "pino";
 import { describe, expect, it } from "vitest";
-import { identity, message, peerOf, signed } from "../../test/fixtures.ts";
+import { identity, message, peerOf, signed } from "../../test/support/fixtures.ts";
 import { Verifier } from "../protocol/verify.ts";
 import { Agent } from "../resources/agent.ts";
 import { createRuntimeMetrics } from "../server/metrics.ts";
@@ -8,7 +8,7 @@ import { buildAgentApp } from "./app.ts";
 import { Documents } from "./documents.ts";
 
 // The inbox's routing and check order, through app.inject(); storing in JetStream is covered
-// by runtime/test/agent.test.ts against a real nats-server.
+// by runtime/test/agent/agent.test.ts against a real nats-server.
 const self = identity("alice-agent");
 const pete = identity("pete-agent");
 

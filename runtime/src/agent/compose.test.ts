@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { message } from "../../test/fixtures.ts";
+import { message } from "../../test/support/fixtures.ts";
 import { composeMessage } from "./compose.ts";
 
 const ctx = { agentId: "alice-agent", displayName: "Alice", now: new Date("2026-11-22T10:00:00Z") };

@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import pino from "pino";
 import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
-import { identity } from "../../test/fixtures.ts";
+import { identity } from "../../test/support/fixtures.ts";
 import { Agent } from "../resources/agent.ts";
 import { Documents } from "./documents.ts";
 import { buildLocalApi } from "./local-api.ts";

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { base58btcDecode, base58btcEncode, didKeyFromPublicKey, didKeyPublicKey } from "./did-key.ts";
 import { generateSigningKey } from "./keys.ts";
-import { message } from "../../test/fixtures.ts";
+import { message } from "../../test/support/fixtures.ts";
 import { signIntroduction, verifyIntroduction } from "./signing.ts";
 
 describe("did:key (Ed25519)", () => {

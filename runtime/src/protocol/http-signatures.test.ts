@@ -2,7 +2,7 @@ import { createPrivateKey, createPublicKey, sign as edSign, verify as edVerify }
 import { httpbis } from "http-message-signatures";
 import { parseDictionary, type InnerList } from "structured-headers";
 import { describe, expect, it } from "vitest";
-import { identity } from "../../test/fixtures.ts";
+import { identity } from "../../test/support/fixtures.ts";
 import { ProtocolError } from "./errors.ts";
 import { contentDigest, digestMatches, signatureBase, signRequest, verifyRequest } from "./http-signatures.ts";
 import { publicKeyFromRaw } from "./keys.ts";

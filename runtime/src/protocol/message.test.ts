@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { message } from "../../test/fixtures.ts";
+import { message } from "../../test/support/fixtures.ts";
 import { Message, protocolProblem } from "./message.ts";
 
 describe("Message schema (IFP-4)", () => {

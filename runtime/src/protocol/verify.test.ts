@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { identity, message, peerOf, signed } from "../../test/fixtures.ts";
+import { identity, message, peerOf, signed } from "../../test/support/fixtures.ts";
 import type { ProtocolError } from "./errors.ts";
 import { signMessage } from "./signing.ts";
 import { Verifier } from "./verify.ts";

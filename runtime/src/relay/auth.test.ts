@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { identity, peerOf } from "../../test/fixtures.ts";
+import { identity, peerOf } from "../../test/support/fixtures.ts";
 import type { ProtocolError } from "../protocol/errors.ts";
 import { signRequest } from "../protocol/http-signatures.ts";
 import { didKeyFromPublicKey } from "../protocol/did-key.ts";

@@ -1,0 +1,142 @@
+import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
+import { localhostTls } from "../../../e2e/support/tls.ts";
+import { waitFor } from "../../../e2e/support/ports.ts";
+import { identity, peerOf, tempDir, writeKey } from "../support/fixtures.ts";
+import { runAgent, startHandler, type Tls } from "../support/agent-harness.ts";
+
+const BIN = new URL("../../bin/ifp.ts", import.meta.url).pathname;
+/** Run the command without blocking this process, which serves the agent under test. */
+const ifp = (...args: string[]) =>
+  new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+    execFile(process.execPath, [BIN, ...args], { encoding: "utf8", timeout: 30_000 }, (err, stdout, stderr) => {
+      resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+    });
+  });
+
+let nats: NatsServer;
+let tls: Tls;
+let agent: Awaited<ReturnType<typeof runAgent>>;
+let handler: Awaited<ReturnType<typeof startHandler>>;
+const person = identity("pete-cli");
+const dir = tempDir();
+
+beforeAll(async () => {
+  [nats, tls, handler] = await Promise.all([startNats(), localhostTls(), startHandler()]);
+  agent = await runAgent({
+    self: identity("alice-agent"),
+    natsUrl: nats.url,
+    tls,
+    spec: {
+      displayName: "Alice's agent",
+      capabilities: [{ name: "ping", description: "Responds", conditions: { temperature: "warm" } }],
+      peers: [peerOf(person)],
+      handler: { url: handler.url },
+    },
+  });
+});
+afterAll(async () => {
+  await agent?.close();
+  await handler?.close();
+  await nats?.close();
+});
+
+describe("the ifp command", () => {
+  it("discover prints and validates a peer's documents", async () => {
+    const url = agent.url.replace("127.0.0.1", "localhost");
+    const r = await ifp("discover", url, "--ca-file", tls.files.ca);
+    expect(r.status).toBe(0);
+    expect(r.stdout).toContain("agent     alice-agent (Alice's agent)");
+    expect(r.stdout).toMatch(/ping v1 — Responds \[temperature=warm\]/);
+    expect(r.stderr).toMatch(/discovering/);
+    const json = JSON.parse((await ifp("discover", url, "--ca-file", tls.files.ca, "--json")).stdout);
+    expect(json.capabilities.agent_id).toBe("alice-agent");
+  });
+
+  it("discover fails clearly without trust, on plain http, and on garbage", async () => {
+    const url = agent.url.replace("127.0.0.1", "localhost");
+    const untrusted = await ifp("discover", url);
+    expect(untrusted.status).toBe(1);
+    expect(untrusted.stdout + untrusted.stderr).toMatch(/unavailable|cannot reach/);
+    expect((await ifp("discover", "http://localhost:1")).stderr).toMatch(/only https/);
+    expect((await ifp("discover", "not a url")).stderr).toMatch(/not a URL/);
+    expect((await ifp("discover")).status).toBe(2);
+  });
+
+  it("send signs a message and delivers it to the inbox", async () => {
+    const key = writeKey(dir, person);
+    const r = await ifp(
+      "send",
+      "--from-key",
+      key,
+      "--from",
+      "pete-cli",
+      "--to",
+      agent.url.replace("127.0.0.1", "localhost"),
+      "--text",
+      "hello from a person",
+      "--ca-file",
+      tls.files.ca,
+    );
+    expect(r.stderr).toMatch(/sending msg:/);
+    expect(r.stdout).toMatch(/^202 \{"status":"accepted","message_id":"msg:/);
+    expect(r.status).toBe(0);
+    await waitFor("the handler", () => handler.received.some((m) => m.body.body.text === "hello from a person"));
+  });
+
+  it("send reports the peer's refusal", async () => {
+    const stranger = identity("stranger");
+    const r = await ifp(
+      "send",
+      "--from-key",
+      writeKey(dir, stranger),
+      "--from",
+      "stranger",
+      "--to",
+      agent.url.replace("127.0.0.1", "localhost"),
+      "--text",
+      "hi",
+      "--ca-file",
+      tls.files.ca,
+    );
+    expect(r.status).toBe(1);
+    expect(r.stdout).toMatch(/^401 .*unknown_sender/);
+  });
+
+  it("keygen writes a key once and prints its public half", async () => {
+    const out = join(dir, "new.key");
+    const r = await ifp("keygen", "--out", out);
+    expect(r.status).toBe(0);
+    expect(r.stdout.trim()).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(readFileSync(out, "utf8")).toMatch(/BEGIN PRIVATE KEY/);
+    const again = await ifp("keygen", "--out", out);
+    expect(again.status).toBe(1);
+    expect(again.stderr).toMatch(/never overwritten/);
+  });
+
+  it("answers --help of every command with its usage and exit 0, and --version with the package's version", async () => {
+    for (const command of ["discover", "send", "check", "keygen", "relay"]) {
+      for (const flag of ["--help", "-h"]) {
+        const r = await ifp(command, flag);
+        expect(r.status, `${command} ${flag}: ${r.stderr}`).toBe(0);
+        expect(r.stdout).toContain(`ifp ${command} `);
+        expect(r.stderr).toBe("");
+      }
+    }
+    // After other arguments too, and before a missing required option is complained about.
+    expect((await ifp("relay", "pull", "--help")).status).toBe(0);
+    const { version } = JSON.parse(readFileSync(new URL("../../../package.json", import.meta.url), "utf8")) as {
+      version: string;
+    };
+    for (const flag of ["--version", "-V"]) {
+      const v = await ifp(flag);
+      expect(v.status).toBe(0);
+      expect(v.stdout).toBe(`ifp ${version}\n`);
+    }
+    // An unknown command is still a usage mistake.
+    expect((await ifp("nonsense", "--help")).status).toBe(2);
+  });
+});
