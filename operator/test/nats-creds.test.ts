@@ -221,6 +221,14 @@ describe("issuing and renewal", () => {
       renewalDue("-----BEGIN NATS USER JWT-----\nabc.def.ghi\n------END NATS USER JWT------", perms, issuer.accountKey),
     ).toBe(0);
     expect(renewalDue(creds, agentPermissions("bob"), issuer.accountKey)).toBe(0);
+    // One list changed and the other not: publish alone (a subject granted or withdrawn), subscribe alone.
+    expect(renewalDue(creds, { ...perms, pub: [...perms.pub, "ifp.extra.subject"] }, issuer.accountKey)).toBe(0);
+    expect(renewalDue(creds, { ...perms, pub: perms.pub.slice(1) }, issuer.accountKey)).toBe(0);
+    expect(renewalDue(creds, { ...perms, sub: [...perms.sub, "ifp.extra.>"] }, issuer.accountKey)).toBe(0);
+    // Unchanged, in another order: not due.
+    expect(renewalDue(creds, { pub: [...perms.pub].reverse(), sub: perms.sub }, issuer.accountKey)).toBeGreaterThan(
+      Date.now(),
+    );
     expect(
       renewalDue(await CredentialIssuer.fromKeys(generateKeys()).issue("x", perms), perms, issuer.accountKey),
     ).toBe(0);

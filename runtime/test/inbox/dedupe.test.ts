@@ -112,3 +112,34 @@ describe("inbox date window: at most 5 minutes ahead", () => {
     expect(await storedCopies(ahead.headers.message_id)).toEqual([{ sender: "pete-agent", from: "pete-agent" }]);
   });
 });
+
+describe("inbox duplicate window: the replay window, held by the inbox stream", () => {
+  const streamConfig = async (agentId: string) => {
+    const nc = await connect({ servers: nats.url });
+    try {
+      return (await (await jetstreamManager(nc)).streams.info(agentNames(agentId).inboxStream)).config;
+    } finally {
+      await nc.close();
+    }
+  };
+
+  it("deduplicates for 48 hours by default, and for spec.inbox.replayWindow when it is set", async () => {
+    // A window any shorter lets a sender's retry (24 h of them) be stored twice.
+    expect((await streamConfig(self.agentId)).duplicate_window).toBe(48 * 3600e9);
+    const longer = identity("long-window-agent");
+    const other = await runAgent({
+      self: longer,
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [peerOf(pete)], inbox: { replayWindow: "72h" } },
+    });
+    try {
+      const config = await streamConfig(longer.agentId);
+      expect(config.duplicate_window).toBe(72 * 3600e9);
+      // Kept at least as long as the window, so that the window outlives no message.
+      expect(config.max_age).toBeGreaterThanOrEqual(72 * 3600e9);
+    } finally {
+      await other.close();
+    }
+  });
+});
