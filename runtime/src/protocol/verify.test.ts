@@ -83,7 +83,7 @@ describe("Verifier", () => {
     expect(reason(() => verifier.verify(partial, true)).message).toMatch(/must cover to/);
     const m = signed(pete, "alice-agent");
     m.security!.signatures![0]!.signed_body = false;
-    expect(reason(() => verifier.verify(m, true)).message).toMatch(/body/);
+    expect(reason(() => verifier.verify(m, true)).message).toMatch(/must cover the body \(signed_body: true\)/);
   });
 
   it("a signature that is present must verify even when signatures are optional", () => {
