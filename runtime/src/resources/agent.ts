@@ -92,6 +92,62 @@ export const AgentRelay = RelayPreference.extend({
     ),
 });
 
+/** spec.a2a: the Agent2Agent (A2A v1.0) face of the agent, served beside the IFP inbox (docs/a2a.md). */
+export const A2aSpec = z
+  .object({
+    enabled: z
+      .boolean()
+      .default(false)
+      .describe(
+        "Serve A2A v1.0 (agent card, JSON-RPC and HTTP+JSON bindings) on the runtime's HTTPS port, beside the IFP inbox",
+      ),
+    authentication: z
+      .object({
+        bearerTokenSecret: z
+          .object({
+            name: z.string().min(1).describe("Secret holding the accepted bearer tokens, one per line"),
+            key: z.string().min(1).default("tokens").describe("Key of the Secret that holds them"),
+          })
+          .optional()
+          .describe(
+            "Bearer tokens A2A clients may present (Authorization: Bearer); a caller with one is authenticated at level 0. IFP HTTP message signatures (RFC 9421) are always accepted",
+          ),
+        minAuthLevel: z
+          .number()
+          .int()
+          .min(0)
+          .max(3)
+          .default(0)
+          .describe(
+            "Lowest authentication level an A2A caller must reach (0 bearer token, 1-2 IFP signatures as for the inbox)",
+          ),
+      })
+      .prefault({})
+      .describe("Who may call the A2A endpoints; unauthenticated calls are refused with 401"),
+    skills: z
+      .array(
+        z.object({
+          id: z
+            .string()
+            .min(1)
+            .max(256)
+            .describe("The skill's id; one equal to a capability's name replaces that capability's skill"),
+          name: z.string().min(1).max(256).optional().describe("Human-readable name"),
+          description: z.string().min(1).optional().describe("What the skill does"),
+          tags: z.array(z.string().min(1)).max(32).default([]).describe("Keywords"),
+          examples: z.array(z.string().min(1)).max(32).default([]).describe("Example prompts"),
+        }),
+      )
+      .max(64)
+      .default([])
+      .describe("Skills of the agent card: by default one per capability; entries here replace or add to them"),
+    waitFor: Duration.default("30s").describe(
+      "How long a blocking SendMessage waits for the application to bring the task to a terminal or interrupted state before it answers with the task as it stands",
+    ),
+  })
+  .prefault({})
+  .describe("The A2A (Agent2Agent v1.0) face of the agent");
+
 export const AgentSpec = z
   .object({
     agentId: AgentId.describe("Stable identifier of the agent (IFP-5)").meta(
@@ -409,6 +465,7 @@ export const AgentSpec = z
     network: NetworkSpec.prefault({}).describe(
       "Where the agent's outbound requests to peers and relays may go (spec 5.2: https only; special addresses only when allowed)",
     ),
+    a2a: A2aSpec,
     replicas: z
       .number()
       .int()
