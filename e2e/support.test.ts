@@ -89,7 +89,7 @@ describe("the test support's processes", () => {
     const runDir = mkdtempSync(join(tmpdir(), "ifp-test-run-"));
     const saved = process.env.IFP_TEST_RUN_DIR;
     process.env.IFP_TEST_RUN_DIR = runDir;
-    let p;
+    let p: ReturnType<typeof spawnProcess>;
     try {
       p = spawnProcess("left behind", process.execPath, [
         "-e",

@@ -29,6 +29,7 @@ const anyFailed = (t: TaskLike): boolean =>
   t.result?.state === "fail" || (t.result?.errors?.length ?? 0) > 0 || (t.tasks ?? []).some(anyFailed);
 const testFailed = (t: TaskLike): boolean => (t.tasks ? t.tasks.some(testFailed) : t.result?.state === "fail");
 
+// biome-ignore lint/correctness/noEmptyPattern: vitest passes the suite second, after the (unused) fixtures
 afterAll(async ({}, suite) => {
   await stopAllProcesses();
   // A failed hook (beforeAll) fails no test, so onTestFailed never printed these.

@@ -199,14 +199,15 @@ export function readHandoff(body: unknown, senderHeader: string | undefined): Re
 }
 
 /** Characters that would break a log line or a terminal (controls, line and direction marks), escaped. */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: the control characters are what it matches
 const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069"\\]/g;
 const NAMED: Record<string, string> = { '"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t" };
-const escape = (s: string) =>
+const escapeText = (s: string) =>
   s.replace(UNSAFE, (c) => NAMED[c] ?? `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 /** An id as is when plain, else quoted and escaped. */
-export const showId = (s: string) => (/^[\w.:@/#+~=-]{1,256}$/.test(s) ? s : `"${escape(s.slice(0, 256))}"`);
+export const showId = (s: string) => (/^[\w.:@/#+~=-]{1,256}$/.test(s) ? s : `"${escapeText(s.slice(0, 256))}"`);
 /** A text quoted, escaped, and cut at `max` characters. */
-export const showText = (s: string, max = 500) => `"${escape(s.length > max ? `${s.slice(0, max)}…` : s)}"`;
+export const showText = (s: string, max = 500) => `"${escapeText(s.length > max ? `${s.slice(0, max)}…` : s)}"`;
 
 /** A reply's message_id, derived from what it answers: answering the same message twice queues one reply. */
 export function replyId(m: Received): string {

@@ -3,7 +3,7 @@
 // (examples/README.md). Exits 2 on a configuration mistake, 1 when it cannot listen.
 import { ConfigError, configFromEnv, consoleLog, startApp } from "./app.ts";
 
-let config;
+let config: ReturnType<typeof configFromEnv>;
 try {
   config = configFromEnv(process.env);
 } catch (err) {
@@ -12,7 +12,7 @@ try {
   process.exit(2);
 }
 
-let app;
+let app: Awaited<ReturnType<typeof startApp>>;
 try {
   app = await startApp(config, consoleLog);
 } catch (err) {

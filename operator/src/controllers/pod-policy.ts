@@ -133,9 +133,8 @@ function nodeAffinityKeys(nodeAffinity: Loose | undefined): { field: string; key
     arr(list).forEach((t, i) => {
       const term = inner ? obj(obj(t)?.[inner]) : obj(t);
       for (const kind of ["matchExpressions", "matchFields"])
-        arr(term?.[kind]).forEach((e, k) =>
-          out.push({ field: `${at}[${i}]${inner ? `.${inner}` : ""}.${kind}[${k}].key`, key: obj(e)?.key }),
-        );
+        for (const [k, e] of arr(term?.[kind]).entries())
+          out.push({ field: `${at}[${i}]${inner ? `.${inner}` : ""}.${kind}[${k}].key`, key: obj(e)?.key });
     });
   const at = `${FIELD}.affinity.nodeAffinity`;
   terms(

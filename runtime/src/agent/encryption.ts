@@ -159,7 +159,7 @@ export class AgentEncryption {
         `the message must be encrypted (${why}), but no encryption key of ${agent} is known: add its encryptionKeys to spec.peers, or a url where its identity document publishes one`,
       );
     }
-    let doc;
+    let doc: Awaited<ReturnType<DiscoveryClient["identity"]>>;
     try {
       doc = await this.discovery.identity(base);
     } catch (err) {

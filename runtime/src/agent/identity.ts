@@ -197,7 +197,7 @@ export function introductionTokenFile(
   let checked = -Infinity;
   const load = () => {
     checked = now();
-    let stat;
+    let stat: ReturnType<typeof statSync>;
     try {
       stat = statSync(path);
     } catch (err) {

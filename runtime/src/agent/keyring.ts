@@ -43,7 +43,7 @@ export async function loadKeyring(signingKeyFile: string, agentId: string, defau
   const publicKey = rawPublicKey(privateKey);
   const setFile = join(dirname(signingKeyFile), SIGNING_KEYS_FILE);
   if (!existsSync(setFile)) return { signing: { agentId, keyId: defaultKeyId, privateKey }, publicKey };
-  let set;
+  let set: ReturnType<typeof parseSigningKeySet>;
   try {
     set = parseSigningKeySet(await readFile(setFile, "utf8"));
   } catch (err) {

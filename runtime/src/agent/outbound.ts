@@ -318,7 +318,7 @@ export class OutboundDelivery {
     }
     if (route.kind === "relay") return this.viaRelay(route.relays, message, agent, refused);
     const via = route.inbox;
-    let res;
+    let res: Awaited<ReturnType<HttpClient["request"]>>;
     try {
       res = await this.http.request(route.inbox, {
         method: "POST",

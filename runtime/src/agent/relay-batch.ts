@@ -97,7 +97,7 @@ export class RelayBatcher {
   private async send(batch: Batch): Promise<void> {
     const { relayUrl, recipients, items } = batch;
     if (items.length === 1) return settle(items[0]!, this.lone(relayUrl, items[0]!.message, recipients));
-    let res;
+    let res: Awaited<ReturnType<RelayClient["request"]>>;
     try {
       res = await new RelayClient(relayUrl, this.signing, this.http).request(
         "POST",
@@ -123,7 +123,7 @@ export class RelayBatcher {
     }
     const results = readResults(res.text, items.length);
     if (!results) return this.eachAlone(batch);
-    items.forEach((i, n) => i.resolve(itemAnswer(results[n]!)));
+    for (const [n, i] of items.entries()) i.resolve(itemAnswer(results[n]!));
   }
 
   private lone(relayUrl: string, message: Message, recipients: string[]): Promise<RelayAnswer> {

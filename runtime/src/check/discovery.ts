@@ -79,7 +79,7 @@ export async function discoveryChecks(ctx: CheckContext): Promise<void> {
 
 /** A size limit the capability document advertises, if any (no field for it is standard). */
 function advertisedLimit(doc: CapabilityDocument): number | undefined {
-  const d = doc as Record<string, any>;
+  const d = doc as { limits?: { max_message_bytes?: unknown }; max_message_bytes?: unknown };
   const candidates = [
     d.limits?.max_message_bytes,
     d.max_message_bytes,
@@ -96,7 +96,9 @@ async function documentChecks<S extends z.ZodType>(
   const id = `discovery.${name}`;
   const url = `${ctx.base}${WELL_KNOWN}/${name}`;
   const later = ["media-type", "schema", "etag", "cache-control", "not-modified"];
-  const skipRest = (why: string) => later.forEach((c) => ctx.record(`${id}.${c}`, "skip", why));
+  const skipRest = (why: string) => {
+    for (const c of later) ctx.record(`${id}.${c}`, "skip", why);
+  };
   let res: Answer;
   try {
     res = await ctx.probe.request(url, { headers: { accept: "application/json" } });

@@ -94,7 +94,7 @@ export class DiscoveryClient {
       cached = undefined;
     }
     if (cached && cached.freshUntil > this.now()) return cached.doc;
-    let res;
+    let res: Awaited<ReturnType<HttpClient["request"]>>;
     try {
       res = await this.http.request(url, {
         headers: { accept: "application/json", ...(cached?.etag ? { "if-none-match": cached.etag } : {}) },

@@ -79,7 +79,10 @@ export function relayAuthenticator(opts: {
   };
   /** `cost` more requests of a verified agent (a batch's messages, a WebSocket's frames); 429 past the limit. */
   const limitAgent = (agentId: string, cost = 1): void => {
-    if (!opts.publishers.serves(agentId)) return opts.publishers.limitRequests(agentId, cost);
+    if (!opts.publishers.serves(agentId)) {
+      opts.publishers.limitRequests(agentId, cost);
+      return;
+    }
     const byAgent = perAgent.take(agentId, cost);
     if (!byAgent.ok)
       throw rateLimited(

@@ -505,12 +505,9 @@ export const Container = passThrough(
     ),
   )
   .superRefine((c, ctx) => {
-    c.ports?.forEach(
-      (p, i) =>
-        p.hostPort !== undefined &&
-        p.hostPort !== 0 &&
-        ctx.addIssue({ code: "custom", path: ["ports", i, "hostPort"], message: HOST_PORT_MESSAGE }),
-    );
+    for (const [i, p] of (c.ports ?? []).entries())
+      if (p.hostPort !== undefined && p.hostPort !== 0)
+        ctx.addIssue({ code: "custom", path: ["ports", i, "hostPort"], message: HOST_PORT_MESSAGE });
     for (const path of handlerHosts(c))
       ctx.addIssue({
         code: "custom",
@@ -743,7 +740,8 @@ export const DeploymentSettings = z
   .superRefine((d, ctx) => {
     const issue = (path: (string | number)[], message: string) => ctx.addIssue({ code: "custom", path, message });
     for (const key of ["sidecars", "initContainers"] as const) {
-      d[key]?.forEach((c, i) => c.name === RUNTIME_CONTAINER && issue([key, i, "name"], RUNTIME_CONTAINER_MESSAGE));
+      for (const [i, c] of (d[key] ?? []).entries())
+        if (c.name === RUNTIME_CONTAINER) issue([key, i, "name"], RUNTIME_CONTAINER_MESSAGE);
       for (const n of dupes(names(d[key]))) issue([key], `container name '${n}' is used twice`);
     }
     for (const n of names(d.sidecars).filter((n) => names(d.initContainers).includes(n)))
@@ -751,18 +749,17 @@ export const DeploymentSettings = z
         ["initContainers"],
         `container name '${n}' is used by both a sidecar and an init container; container names are unique in a pod`,
       );
-    d.volumes?.forEach(
-      (v, i) =>
-        (RUNTIME_VOLUMES as readonly string[]).includes(v.name) &&
-        issue(["volumes", i, "name"], RUNTIME_VOLUME_MESSAGE),
-    );
+    for (const [i, v] of (d.volumes ?? []).entries())
+      if ((RUNTIME_VOLUMES as readonly string[]).includes(v.name))
+        issue(["volumes", i, "name"], RUNTIME_VOLUME_MESSAGE);
     for (const n of dupes(names(d.volumes))) issue(["volumes"], `volume name '${n}' is used twice`);
     d.volumeMounts?.forEach((m, i) => {
       if (RUNTIME_PATH_RE.test(m.mountPath)) issue(["volumeMounts", i, "mountPath"], RUNTIME_PATH_MESSAGE);
       if (!names(d.volumes).includes(m.name))
         issue(["volumeMounts", i, "name"], "each of volumeMounts must name a volume of spec.deployment.volumes");
     });
-    d.env?.forEach((e, i) => e.name.startsWith("IFP_") && issue(["env", i, "name"], IFP_ENV_MESSAGE));
+    for (const [i, e] of (d.env ?? []).entries())
+      if (e.name.startsWith("IFP_")) issue(["env", i, "name"], IFP_ENV_MESSAGE);
     for (const n of dupes(names(d.env))) issue(["env"], `env name '${n}' is used twice`);
     for (const n of dupes(names(d.imagePullSecrets)))
       issue(["imagePullSecrets"], `imagePullSecret '${n}' is named twice`);

@@ -166,7 +166,7 @@ async function openSse(env: RelayEnv, relay: RunningRelay, who: typeof alice, la
   let buf = "";
   res.on("data", (c: Buffer) => {
     buf += c.toString();
-    for (let i; (i = buf.indexOf("\n\n")) >= 0; ) {
+    for (let i: number; (i = buf.indexOf("\n\n")) >= 0; ) {
       const block = buf.slice(0, i);
       buf = buf.slice(i + 2);
       const id = /^id: (.*)$/m.exec(block)?.[1];
