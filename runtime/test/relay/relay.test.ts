@@ -2,6 +2,9 @@ import { scrapeMetrics } from "../support/agent-harness.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { contentDigest, signRequest } from "../../src/protocol/http-signatures.ts";
 import type { RunningRelay } from "../../src/relay/main.ts";
+import { headers as natsHeaders } from "@nats-io/transport-node";
+import { relayNames } from "../../src/contract/relay-stream.ts";
+import { RH } from "../../src/relay/mailbox.ts";
 import { signed } from "../support/fixtures.ts";
 import {
   alice,
@@ -13,6 +16,7 @@ import {
   failure,
   ids,
   raw,
+  readSse,
   relayEnv,
   runRelay,
   stranger,
@@ -230,6 +234,36 @@ describe("relay: store and forward", () => {
     await new Promise((r) => setTimeout(r, 1600));
     expect(ids((await c(bob).pull()).messages)).toEqual([long.headers.message_id]);
     await c(bob).ack(long.headers.message_id);
+  });
+
+  it("hides a copy whose Ifp-Expires-At has passed from a pull and from the event stream, while JetStream still holds it", async () => {
+    // A copy as the relay stores it, its TTL passed a minute ago, but without JetStream's
+    // per-message TTL: the stream keeps it, so only the relay's own check at read time hides it.
+    const names = relayNames(relay.relay);
+    const stale = signed(alice, "bob-agent", { ttl_seconds: 60, date: new Date(Date.now() - 120_000).toISOString() });
+    const h = natsHeaders();
+    h.set(RH.recipient, "bob-agent");
+    h.set(RH.messageId, stale.headers.message_id);
+    h.set(RH.expiresAt, new Date(Date.now() - 60_000).toISOString());
+    h.set(RH.sender, "alice-agent");
+    await relay.nats.js.publish(names.copy("bob-agent", stale.headers.message_id), JSON.stringify(stale), {
+      headers: h,
+    });
+    const fresh = signed(alice, "bob-agent");
+    expect((await c(alice).publish(fresh)).status).toBe(202);
+
+    expect(ids((await c(bob).pull()).messages)).toEqual([fresh.headers.message_id]);
+    // The stream's first event is the fresh copy, stored after the expired one.
+    expect((await readSse(env, relay, bob, { count: 1 })).map((e) => e.data.headers.message_id)).toEqual([
+      fresh.headers.message_id,
+    ]);
+    // Still in the stream: nothing but the relay's check kept it from bob.
+    const held = await relay.nats.jsm.streams.getMessage(names.stream, {
+      last_by_subj: names.copy("bob-agent", stale.headers.message_id),
+    });
+    expect(held?.header.get(RH.messageId)).toBe(stale.headers.message_id);
+    await c(bob).ack(fresh.headers.message_id);
+    await relay.nats.jsm.streams.purge(names.stream, { filter: names.copy("bob-agent", stale.headers.message_id) });
   });
 
   it("limits requests per agent with 429 and Retry-After", async () => {
