@@ -4,14 +4,59 @@
 // here); `npm run gen` turns both into the chart's README.
 import { z } from "zod";
 
+/** An image digest: the image's content address, which wins over its tag. */
+const DIGEST = z
+  .string()
+  .regex(/^$|^sha256:[a-f0-9]{64}$/, "a digest: sha256: and 64 lowercase hexadecimal digits, or empty")
+  .default("");
+
 const Image = (repository: string, tag: string) =>
   z
     .strictObject({
-      repository: z.string().min(1).default(repository),
-      tag: z.string().default(tag),
+      repository: z
+        .string()
+        .min(1)
+        .regex(/^[a-z0-9]([-a-z0-9._:/]*[a-z0-9])?$/, "an image repository without a tag or digest")
+        .default(repository),
+      tag: z
+        .string()
+        .regex(/^$|^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/, "an image tag")
+        .default(tag),
+      digest: DIGEST,
       pullPolicy: z.enum(["Always", "IfNotPresent", "Never"]).default("IfNotPresent"),
     })
     .prefault({});
+
+/** A command-line flag of the operator or of NATS: --name or --name=value. */
+const EXTRA_ARG = z.string().regex(/^--?[A-Za-z][-A-Za-z0-9_.]*(=.*)?$/s, "a flag: --name or --name=value");
+/** Pod-level additions the chart has no value of its own for, checked by the API server. */
+const extras = {
+  extraArgs: z.array(EXTRA_ARG).max(64).default([]),
+  extraEnv: z
+    .array(
+      z.looseObject({
+        name: z.string().regex(/^[-._a-zA-Z][-._a-zA-Z0-9]*$/, "an environment variable's name"),
+      }),
+    )
+    .max(64)
+    .meta({ title: "[]EnvVar" })
+    .default([]),
+  extraVolumes: z
+    .array(z.looseObject({ name: z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, "a volume name") }))
+    .max(64)
+    .meta({ title: "[]Volume" })
+    .default([]),
+  extraVolumeMounts: z
+    .array(
+      z.looseObject({
+        name: z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, "a volume name"),
+        mountPath: z.string().regex(/^\//, "an absolute path"),
+      }),
+    )
+    .max(64)
+    .meta({ title: "[]VolumeMount" })
+    .default([]),
+};
 
 /** A Kubernetes API object, checked by the API server; its title names its type in the values reference. */
 const Kube = (title: string) => z.record(z.string(), z.unknown()).meta({ title });
@@ -65,6 +110,13 @@ export const Values = z.strictObject({
       imagePullSecrets: PullSecrets.optional().describe(
         "global.imagePullSecrets, set by a parent chart, are added to imagePullSecrets for every pod of this chart.",
       ),
+      imageRegistry: z
+        .string()
+        .regex(/^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]+)?(\/[a-z0-9]([-a-z0-9._/]*[a-z0-9])?)?$/, "a registry host[:port][/path]")
+        .optional()
+        .describe(
+          "global.imageRegistry replaces the registry of every image of this chart and of the runtimes (ghcr.io in ghcr.io/ifp-dev/ifp-runtime; an image without one, such as nats, gets it prepended), e.g. registry.example:5000/mirror.",
+        ),
     })
     .default({}),
   enabled: z
@@ -250,6 +302,11 @@ export const Values = z.strictObject({
         .strictObject({ name: z.string().default(""), key: z.string().min(1).default("nats.creds") })
         .prefault({}),
       auth: z.strictObject({ enabled: z.boolean().default(true), accountSecret: z.string().default("") }).prefault({}),
+      authSecret: z
+        .string()
+        .regex(/^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, "a Secret's name")
+        .max(253)
+        .default(""),
       tls: z
         .strictObject({
           enabled: z.boolean().default(true),
@@ -275,7 +332,8 @@ export const Values = z.strictObject({
         .prefault({}),
       install: z.boolean().default(true),
       replicas: z.literal([1, 3]).default(1),
-      image: Image("nats", "2.12-alpine"),
+      image: Image("nats", "2.12.15-alpine"),
+      ...extras,
       storage: z
         .strictObject({ size: z.string().min(1).default("10Gi"), storageClassName: z.string().default("") })
         .prefault({}),
@@ -332,6 +390,12 @@ export const Values = z.strictObject({
     { cpu: "50m", memory: "128Mi", "ephemeral-storage": "64Mi" },
     { memory: "512Mi", "ephemeral-storage": "256Mi" },
   ),
+  ...extras,
+  workers: z.number().int().min(1).max(64).default(4),
+  resync: z
+    .string()
+    .regex(/^[1-9][0-9]*(s|m|h)$/)
+    .default("5m"),
   podAnnotations: StringMap,
   podLabels: StringMap,
   ...scheduling,

@@ -40,8 +40,26 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/*
+An image reference from an image value (.image) of the chart (.root): global.imageRegistry in
+place of the repository's registry (prepended to one without a registry, such as nats), then
+@digest when the digest is set, else :tag (the chart's appVersion when empty).
+*/}}
 {{- define "ifp-operator.image" -}}
-{{- printf "%s:%s" .image.repository (default .chart.AppVersion .image.tag) }}
+{{- $repo := .image.repository }}
+{{- with dig "imageRegistry" "" (default (dict) .root.Values.global) }}
+{{- $parts := splitList "/" $repo }}
+{{- $first := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- $repo = join "/" (rest $parts) }}
+{{- end }}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}
+{{- end }}
+{{- if .image.digest }}
+{{- printf "%s@%s" $repo .image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo (default .root.Chart.AppVersion .image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* The NATS URL the operator and the runtimes use. */}}
