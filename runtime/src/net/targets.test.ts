@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { TargetPolicy } from "./targets.ts";
+import { TargetPolicy, TargetRefused } from "./targets.ts";
 
 /**
  * Every IPv6 form that carries an IPv4 address, written for loopback (127.0.0.1), a private
@@ -60,9 +60,25 @@ describe("TargetPolicy: IPv6 forms of special IPv4 addresses", () => {
     for (const a of ["::ffff:127.0.0.1", "::ffff:0:7f00:1", "64:ff9b::a01:203", "::ffff:10.9.9.9"])
       expect(policy.refusal(a), a).toBeUndefined();
     // Local-use NAT64, 6to4, Teredo and IPv4-compatible addresses are special themselves.
-    for (const a of ["64:ff9b:1::7f00:1", "2002:7f00:1::1", "::7f00:1"])
+    // Written in hexadecimal or dotted: `::127.0.0.1` is the IPv4-compatible ::7f00:1, not IPv4-mapped.
+    for (const a of ["64:ff9b:1::7f00:1", "2002:7f00:1::1", "::7f00:1", "::127.0.0.1", "::10.9.9.9"])
       expect(policy.refusal(a), a).toMatch(/special address/);
   });
+
+  it.each(cases)(
+    "the connection's lookup drops the %s form of %s (%s), also where the IPv6 block is allowed",
+    async (_form, _name, address) => {
+      // A name that resolves to the form: the lookup is given the address itself, which the
+      // resolver hands back as it is.
+      for (const policy of [new TargetPolicy(), new TargetPolicy(["::/0"])]) {
+        const err = await new Promise<unknown>((resolve) =>
+          policy.lookup(address, { all: true }, (e, addrs) => resolve(e ?? addrs)),
+        );
+        expect(err, address).toBeInstanceOf(TargetRefused);
+        expect((err as Error).message, address).toMatch(/special address/);
+      }
+    },
+  );
 
   it("lets the forms of public IPv4 addresses through where the form itself is public", () => {
     const policy = new TargetPolicy();

@@ -229,6 +229,14 @@ describe("the HTTP client and IPv6 forms of special addresses", () => {
             (e: unknown) => e,
           );
           expect(isTargetRefused(err), address).toBe(true);
+          // The streaming request (a relay's event stream) is checked the same way.
+          const streamed = await client
+            .stream(`https://[${address}]:${port}/relay/events`, { signal: AbortSignal.timeout(10_000) })
+            .then(
+              () => undefined,
+              (e: unknown) => e,
+            );
+          expect(isTargetRefused(streamed), `stream ${address}`).toBe(true);
         }
       }
       expect(connections).toBe(0);
