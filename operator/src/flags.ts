@@ -2,7 +2,8 @@
 // `reload-nats`): option tables read with their environment fallbacks, the shared value parsers,
 // and the frame of a subcommand. Light on purpose: the NATS pods' reloader loads only this.
 import { parseArgs } from "node:util";
-import pino from "pino";
+import type pino from "pino";
+import { createLogger } from "../../runtime/src/telemetry/log-format.ts";
 
 /** Bad input on the command line: the command prints it with its usage and exits 2. */
 export class UsageError extends Error {}
@@ -78,5 +79,5 @@ export async function subcommand<T extends { help: boolean; logLevel: string }>(
     process.stdout.write(usage);
     return;
   }
-  await body(parsed, pino({ level: parsed.logLevel, base: { component: `ifp-operator-${name}` } }));
+  await body(parsed, createLogger({ level: parsed.logLevel, component: `ifp-operator-${name}` }));
 }

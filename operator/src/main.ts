@@ -4,13 +4,13 @@
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { KubeConfig } from "@kubernetes/client-node";
-import pino from "pino";
 import { parseCaBundle } from "./certs.ts";
 import { checkLifetimes, DEFAULT_LIFETIMES, type CertManagerMode } from "./controllers/trust.ts";
 import type { RuntimeTracing } from "./controllers/runtime.ts";
 import { startManager, type ManagerOptions } from "./manager.ts";
 import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./controllers/rollout.ts";
 import { isCidrOrIp } from "../../runtime/src/resources/common.ts";
+import { createLogger } from "../../runtime/src/telemetry/log-format.ts";
 import { errorMessage, Kube } from "./kube/client.ts";
 import { prepareUninstall } from "./uninstall.ts";
 import { RELOAD_NATS_USAGE } from "./nats-reloader.ts";
@@ -597,7 +597,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
     process.stdout.write(USAGE);
     return;
   }
-  const log = pino({ level: parsed.logLevel, base: { component: "ifp-operator" } });
+  const log = createLogger({ level: parsed.logLevel, component: "ifp-operator" });
   if (!parsed.options.nats)
     log.warn("no --nats-url: relays report StreamReady=False NatsUnavailable and runtimes get nats://nats:4222");
   let manager: Awaited<ReturnType<typeof startManager>>;

@@ -6,6 +6,7 @@ import pino, { type Logger } from "pino";
 import { beforeEach } from "vitest";
 import type { ControlPlane } from "../../e2e/support/controlplane.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
+import { LOG_FORMAT } from "../../runtime/src/telemetry/log-format.ts";
 
 /**
  * `kubectl get … -o json`, parsed; undefined only when the API server answers NotFound. Any
@@ -52,7 +53,7 @@ export function capturedLog(keep = 400): { log: Logger; lines: () => string[]; h
   const lines: string[] = [];
   const echo = !!process.env.IFP_TEST_LOG;
   const log = pino(
-    { level: process.env.IFP_TEST_LOG ?? "debug" },
+    { ...LOG_FORMAT, level: process.env.IFP_TEST_LOG ?? "debug", base: { component: "ifp-operator" } },
     {
       write(line: string) {
         lines.push(line.trimEnd());

@@ -2,7 +2,8 @@ import { LastError } from "../nats/last-error.ts";
 import { agentLastError } from "../contract/summary.ts";
 import { agentInboxPrefix } from "../contract/nats-permissions.ts";
 import type { FastifyInstance } from "fastify";
-import pino, { type Logger } from "pino";
+import type { Logger } from "pino";
+import { createLogger } from "../telemetry/log-format.ts";
 import { loadManifest } from "../config/manifest.ts";
 import { DiscoveryClient } from "../discovery/client.ts";
 import { EventRecorder } from "../kube/events.ts";
@@ -97,7 +98,8 @@ export interface RunningAgent {
  * create the agent's streams and buckets, and start handing messages on.
  */
 export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
-  const log = opts.logger ?? pino({ level: process.env.IFP_LOG_LEVEL ?? "info" });
+  const log =
+    opts.logger ?? createLogger({ level: process.env.IFP_LOG_LEVEL ?? "info", component: "ifp-runtime-agent" });
   if ((opts.localApiTlsPort === undefined) !== (opts.localApiTokenFile === undefined)) {
     throw new Error("the local API's TLS listener needs both a port and a token file");
   }

@@ -1,7 +1,7 @@
 import { parseArgs } from "node:util";
-import pino from "pino";
 import { startAgent } from "../agent/main.ts";
 import { parseTrustedProxies } from "../server/http.ts";
+import { createLogger } from "../telemetry/log-format.ts";
 import { startTracing } from "../telemetry/tracing.ts";
 import { METRICS_PORT } from "../server/metrics.ts";
 import { errorMessage } from "../util/errors.ts";
@@ -175,7 +175,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
     process.exitCode = help ? 0 : 2;
     return;
   }
-  const logger = pino({ level: flags["log-level"] ?? "info", base: { mode } });
+  const logger = createLogger({ level: flags["log-level"] ?? "info", component: `ifp-runtime-${mode}` });
   let tracing: ReturnType<typeof startTracing> | undefined;
   try {
     tracing = mode === "agent" || mode === "relay" ? startTracing({ mode, logger }) : undefined;

@@ -2,7 +2,8 @@ import { LastError } from "../nats/last-error.ts";
 import { relayLastError } from "../contract/summary.ts";
 import { relayInboxPrefix } from "../contract/nats-permissions.ts";
 import type { FastifyInstance } from "fastify";
-import pino, { type Logger } from "pino";
+import type { Logger } from "pino";
+import { createLogger } from "../telemetry/log-format.ts";
 import { loadManifest } from "../config/manifest.ts";
 import { Nats, type NatsOptions } from "../nats/connection.ts";
 import { StreamKeeper, StreamMissingError } from "../nats/stream-keeper.ts";
@@ -55,7 +56,8 @@ export interface RunningRelay {
  * the Relay's stream as the manifest says, load subscriptions and start webhook push.
  */
 export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
-  const log = opts.logger ?? pino({ level: process.env.IFP_LOG_LEVEL ?? "info" });
+  const log =
+    opts.logger ?? createLogger({ level: process.env.IFP_LOG_LEVEL ?? "info", component: "ifp-runtime-relay" });
   const relay = await loadManifest(opts.manifest, Relay);
   const names = relayNames(relay);
   const metrics = createRuntimeMetrics("relay");

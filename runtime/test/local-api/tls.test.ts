@@ -127,7 +127,7 @@ describe("the local API's TLS listener for applications in other pods", () => {
           .logLines()
           .some(
             (l) =>
-              (l.time as number) >= changed &&
+              Date.parse(l.time) >= changed &&
               l.msg === "could not reload the local API token; the previous one stays in force",
           );
       },

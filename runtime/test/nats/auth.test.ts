@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { Writable } from "node:stream";
 import { credsAuthenticator, nkeys, type ConnectionOptions } from "@nats-io/transport-node";
 import pino from "pino";
+import { LOG_FORMAT } from "../../src/telemetry/log-format.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { localhostTls } from "../../../e2e/support/tls.ts";
@@ -139,14 +140,14 @@ const cases: AuthCase[] = [
 
 /** A pino logger whose lines the test reads. */
 function capturedLogger() {
-  const lines: { level: number; msg: string; err?: string }[] = [];
+  const lines: { level: string; msg: string; err?: string }[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _enc, done) {
       for (const l of chunk.toString().split("\n").filter(Boolean)) lines.push(JSON.parse(l));
       done();
     },
   });
-  return { logger: pino({ level: "info" }, sink), lines };
+  return { logger: pino({ ...LOG_FORMAT, level: "info" }, sink), lines };
 }
 
 async function relayWith(server: NatsServer, credentials: Credentials) {
@@ -182,7 +183,7 @@ describe.each(cases)("NATS with $kind", (c) => {
     const r = await relayWith(server, c.good);
     try {
       await waitFor("the relay to be ready", async () => (await r.readyz()) === 200, 30_000, 100);
-      expect(r.lines.filter((l) => l.level >= 50)).toEqual([]);
+      expect(r.lines.filter((l) => l.level === "error" || l.level === "fatal")).toEqual([]);
     } finally {
       await r.relay.close();
     }
@@ -191,7 +192,7 @@ describe.each(cases)("NATS with $kind", (c) => {
   it("stays unready with wrong credentials and says why, at error level", async () => {
     const r = await relayWith(server, c.wrong);
     try {
-      const line = await waitFor("the refusal in the log", () => r.lines.find((l) => l.level === 50), 20_000, 50);
+      const line = await waitFor("the refusal in the log", () => r.lines.find((l) => l.level === "error"), 20_000, 50);
       expect(line.msg).toMatch(/NATS refused the credentials/);
       expect(line.err).toMatch(/Authorization Violation/i);
       expect(r.lines.some((l) => /^connected to NATS/.test(l.msg))).toBe(false);
@@ -256,6 +257,6 @@ describe.each(cases)("NATS with $kind", (c) => {
       await child.stop();
     }
     const output = child.log();
-    expect(output).not.toMatch(/"level":(50|60)/);
+    expect(output).not.toMatch(/"level":"(error|fatal)"/);
   });
 });

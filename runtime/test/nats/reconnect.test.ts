@@ -3,6 +3,7 @@
 // server takes the runtime's credentials again, the runtime connects anew, without a restart.
 import { Writable } from "node:stream";
 import pino from "pino";
+import { LOG_FORMAT } from "../../src/telemetry/log-format.ts";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { localhostTls } from "../../../e2e/support/tls.ts";
@@ -42,7 +43,7 @@ async function natsWith(pass: string, again?: NatsServer): Promise<NatsServer> {
 
 it("connects anew after the client gave up on refused credentials", async () => {
   server = await natsWith("first pass");
-  const lines: { level: number; msg: string }[] = [];
+  const lines: { level: string; msg: string }[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _enc, done) {
       for (const l of chunk.toString().split("\n").filter(Boolean)) lines.push(JSON.parse(l));
@@ -63,7 +64,7 @@ it("connects anew after the client gave up on refused credentials", async () => 
       tlsCert: tls.files.cert,
       tlsKey: tls.files.key,
       nats: { url: server.url, user: "ifp", pass: "first pass" },
-      logger: pino({ level: "info" }, sink),
+      logger: pino({ ...LOG_FORMAT, level: "info" }, sink),
     });
     const url = relay.url.replace("127.0.0.1", "localhost");
     const readyz = async () => (await httpsRequest(`${url}/readyz`, { ca: tls.ca })).status;
@@ -86,7 +87,7 @@ it("connects anew after the client gave up on refused credentials", async () => 
     await waitFor("the relay to be ready again", async () => (await readyz()) === 200, 15_000, 100);
     const client = new RelayClient(url, alice.signing, http);
     expect((await client.request("POST", "/relay/publish", signed(alice, "bob-agent"))).status).toBe(202);
-    expect(lines.some((l) => l.level === 50 && /NATS connection was closed/.test(l.msg))).toBe(true);
+    expect(lines.some((l) => l.level === "error" && /NATS connection was closed/.test(l.msg))).toBe(true);
   } finally {
     await relay?.close();
   }

@@ -2,9 +2,11 @@
 // bounded, and printed with the process logs when a test fails (e2e/support/test-hooks.ts).
 import pino, { type Logger } from "pino";
 import { logSink } from "../../../e2e/support/process.ts";
+import { LOG_FORMAT } from "../../src/telemetry/log-format.ts";
 
 export interface LogLine {
-  level: number;
+  level: string;
+  time: string;
   msg: string;
   [field: string]: unknown;
 }
@@ -26,7 +28,10 @@ export function runtimeLog(name: string): RuntimeLog {
   const echo = process.env.IFP_TEST_LOG;
   const streams: pino.StreamEntry[] = [{ level: "debug", stream: sink }];
   if (echo && echo !== "silent") streams.push({ level: echo as pino.Level, stream: process.stdout });
-  const logger = pino({ level: echo === "trace" ? "trace" : "debug" }, pino.multistream(streams));
+  const logger = pino(
+    { ...LOG_FORMAT, level: echo === "trace" ? "trace" : "debug", base: { component: name } },
+    pino.multistream(streams),
+  );
   return {
     logger,
     lines() {

@@ -1,6 +1,7 @@
 import { createPrivateKey } from "node:crypto";
 import { Writable } from "node:stream";
 import pino from "pino";
+import { LOG_FORMAT } from "../../src/telemetry/log-format.ts";
 import { describe, expect, it } from "vitest";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { waitFor } from "../../../e2e/support/ports.ts";
@@ -44,7 +45,7 @@ function collectedLog() {
       done();
     },
   });
-  return { lines, raw, logger: pino({ level: "debug" }, sink) };
+  return { lines, raw, logger: pino({ ...LOG_FORMAT, level: "debug", base: { component: "test" } }, sink) };
 }
 
 /** An agent whose log lines (JSON, debug level) are collected. */
@@ -150,7 +151,7 @@ describe("structured logs", () => {
         message_id: sent.message_id,
         conversation_id: conversation,
         sender: "alice-agent",
-        level: 20,
+        level: "debug",
       });
       expect(accepted?.reqId).toEqual(expect.any(String));
       const handed = b.lines.find((l) => l.msg === "message handed to the application");
@@ -218,7 +219,7 @@ describe("structured logs", () => {
         sender: "alice-agent",
       };
       const published = relay.lines.find((l) => l.msg === "message published");
-      expect(published).toMatchObject({ ...about, recipients: 1, level: 20 });
+      expect(published).toMatchObject({ ...about, recipients: 1, level: "debug" });
       expect(published?.reqId).toEqual(expect.any(String));
       const refusal = relay.lines.find((l) => l.message_id === forged.headers.message_id);
       expect(refusal).toMatchObject({
@@ -234,12 +235,12 @@ describe("structured logs", () => {
         ...about,
         agent: "bob-agent",
         attempt: 1,
-        level: 40,
+        level: "warn",
       });
       expect(relay.lines.find((l) => l.msg === "push given up; moved to dead letters")).toMatchObject({
         ...about,
         agent: "bob-agent",
-        level: 50,
+        level: "error",
       });
       // Every line that mentions either message carries its fields.
       for (const [line, parsed] of relay.raw.map((r, i) => [r, relay.lines[i]!] as const)) {
