@@ -41,6 +41,17 @@ afterAll(async () => {
   await env?.close();
 });
 
+/** The consumers of the relay's stream that follow one agent's mailbox (a session or event stream each). */
+async function mailboxFollowers(agent: string): Promise<number> {
+  const names = relayNames(relay.relay);
+  let n = 0;
+  for await (const ci of relay.nats.jsm.consumers.list(names.stream)) {
+    const filters = [ci.config.filter_subject, ...(ci.config.filter_subjects ?? [])];
+    if (filters.includes(names.mailbox(agent))) n++;
+  }
+  return n;
+}
+
 async function drain(who: typeof alice): Promise<string[]> {
   const { messages } = await c(who).pull({ limit: 1000 });
   if (messages.length) await c(who).ackMany(ids(messages));
@@ -232,12 +243,20 @@ describe("relay: publishing on a WebSocket session", () => {
           .sort(),
       ).toEqual(ids(ms).sort());
       expect(receiver.messages()[0].message.trace.received).toEqual([expect.objectContaining({ from: "alice-agent" })]);
-      // A session with push off is not handed its own mailbox.
-      const toAlice = signed(bob, "alice-agent");
-      await c(bob).publish(toAlice);
-      await new Promise((r) => setTimeout(r, 300));
-      expect(sender.messages()).toEqual([]);
-      expect(await drain(alice)).toEqual([toAlice.headers.message_id]);
+      // A session with push off is not handed its own mailbox: another session of alice's, with
+      // push on, is handed the message, and the one with push off follows no mailbox at all.
+      const watcher = await openWs(env, relay, alice);
+      try {
+        const toAlice = signed(bob, "alice-agent");
+        await c(bob).publish(toAlice);
+        await waitFor("the message pushed to alice's other session", () => watcher.messages().length === 1);
+        expect(watcher.messages()[0].message.headers.message_id).toBe(toAlice.headers.message_id);
+        expect(sender.messages()).toEqual([]);
+        expect(await mailboxFollowers("alice-agent")).toBe(1);
+        expect(await drain(alice)).toEqual([toAlice.headers.message_id]);
+      } finally {
+        await watcher.close();
+      }
     } finally {
       await sender.close();
       await receiver.close();
