@@ -1,41 +1,13 @@
 import { ulid } from "ulid";
-import { z } from "zod";
 import type { CapabilityDocument } from "../protocol/documents.ts";
 import { isoSeconds } from "../util/time.ts";
 import { badRequest } from "../protocol/errors.ts";
-import { BodyPart, Message, MessageHeaders } from "../protocol/message.ts";
+import { OutboxRequest } from "../protocol/local-api.ts";
+import { Message, MessageHeaders } from "../protocol/message.ts";
 import { describeIssues } from "../contract/issues.ts";
 import { newMessageId } from "./replies.ts";
 
-const Recipients = z.union([
-  z.string().min(1),
-  z.array(z.string().min(1)).min(1),
-  z.array(z.looseObject({ agent: z.string().min(1) })).min(1),
-]);
-
-/**
- * What an application POSTs to /outbox: either a whole unsigned IFP-4 message (headers it
- * leaves out are filled in), or the short form below.
- */
-export const OutboxRequest = z.object({
-  to: Recipients.optional().describe("Recipient agent id(s); defaults to the sender of in_reply_to"),
-  phase: z.string().min(1).default("context"),
-  text: z.string().optional(),
-  body: z.looseObject({ text: z.string().optional(), parts: z.array(BodyPart).optional() }).optional(),
-  in_reply_to: z.string().min(1).optional().describe("message_id of a received message this answers"),
-  conversation_id: z.string().min(1).optional(),
-  sequence: z.number().int().min(0).optional(),
-  subject: z.string().optional(),
-  ttl_seconds: z.number().int().positive().optional(),
-  priority: z.enum(["low", "normal", "urgent"]).optional(),
-  disclosure: z.string().optional(),
-  capabilities: z
-    .looseObject({ request: z.array(z.string()).optional(), offer: z.array(z.string()).optional() })
-    .optional(),
-  extensions: z.record(z.string(), z.unknown()).optional(),
-  content_type: z.string().optional(),
-});
-export type OutboxRequest = z.input<typeof OutboxRequest>;
+export { OutboxRequest };
 
 export interface ComposeContext {
   agentId: string;

@@ -5,6 +5,7 @@ import { insufficientAuthLevel, ProtocolError, unavailable } from "../protocol/e
 import type { Message } from "../protocol/message.ts";
 import { errorMessage } from "../util/errors.ts";
 import type { DeliveryRecord } from "./delivery-state.ts";
+import type { ConversationMessage, ConversationState } from "../protocol/local-api.ts";
 
 /** What whileConnected() names when the records are out of reach. */
 const WHAT = "the conversation records (NATS KV)";
@@ -24,40 +25,7 @@ const MAX_PARTICIPANTS = 32;
 /** The peer's text of an error-phase answer kept in a delivery record. */
 const MAX_ERROR_TEXT = 500;
 
-export interface ConversationMessage {
-  message_id: string;
-  sequence: number;
-  direction: "in" | "out";
-  phase: string;
-  at: string;
-}
-
-/**
- * What the runtime knows of one conversation with one peer. Keyed by (peer, conversation_id):
- * a conversation_id is the initiator's to choose, so a stranger reusing one gets a record of
- * its own and cannot touch another peer's.
- */
-export interface ConversationState {
-  conversation_id: string;
-  /** The verified sender of its inbound messages, or the recipient of its outbound ones. */
-  peer: string;
-  /** Agent ids seen in from/to (at most 32). */
-  participants: string[];
-  /** The phase of the last message, either way. */
-  phase: string;
-  /** The peer's temperature as the Agent spec names it (spec.peers[].temperature). */
-  temperature?: string;
-  /** The highest authentication level the peer's messages reached: none lower is taken (IFP-5 section 2). */
-  auth_level?: number;
-  last_sequence_in?: number;
-  last_sequence_out?: number;
-  /** Messages of the peer that reused a sequence number of one of its earlier messages (IFP-5 4.2). */
-  sequence_reused?: number;
-  /** The last messages, newest last. */
-  recent: ConversationMessage[];
-  started_at: string;
-  updated_at: string;
-}
+export type { ConversationMessage, ConversationState };
 
 /** What a reply needs of the message it answers, kept beyond the inbox stream's retention. */
 export interface ThreadEntry {

@@ -1,37 +1,9 @@
 import type { KV } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
 import { encodeToken } from "../contract/nats.ts";
+import type { DeliveryRecord, RecipientState, RecipientStatus } from "../protocol/local-api.ts";
 
-export type RecipientStatus = "queued" | "retrying" | "delivered" | "failed" | "undeliverable";
-
-export interface RecipientState {
-  agent: string;
-  state: RecipientStatus;
-  attempts: number;
-  /** The inbox URL, or "relay:<relay url>", of the last attempt. */
-  via?: string;
-  last_status?: number;
-  last_error?: string;
-  /** Why the next step was chosen, e.g. "429: retry after Retry-After 30 s". */
-  decision?: string;
-  next_attempt_at?: string;
-  delivered_at?: string;
-  /**
-   * Relays that refused this message for this recipient with a final answer (a 4xx other than
-   * 408/425/429, a redirect): never asked again for it (spec 7.2 rule 3), the others still are.
-   */
-  refused_relays?: string[];
-  /** An error-phase answer of the recipient to this message (its thread.in_reply_to), linked when it arrives. */
-  peer_error?: { message_id: string; code?: string; text: string; at: string };
-}
-
-export interface DeliveryRecord {
-  message_id: string;
-  state: RecipientStatus;
-  queued_at: string;
-  updated_at: string;
-  recipients: RecipientState[];
-}
+export type { DeliveryRecord, RecipientState, RecipientStatus };
 
 const PENDING: RecipientStatus[] = ["queued", "retrying"];
 export const isPending = (r: RecipientState) => PENDING.includes(r.state);

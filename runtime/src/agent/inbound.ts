@@ -5,6 +5,7 @@ import { encodeToken } from "../contract/nats.ts";
 import { CapabilityDocument } from "../protocol/documents.ts";
 import { PHASES, protocolProblem, type Message } from "../protocol/message.ts";
 import { describeIssues } from "../contract/issues.ts";
+import type { PeerCapabilities } from "../protocol/local-api.ts";
 import type { Agent } from "../resources/agent.ts";
 import { describeMismatches, unmetConditions } from "./conditions.ts";
 import type { AgentNames } from "./names.ts";
@@ -77,18 +78,7 @@ export function inspect(message: Message, meta: InboundMeta, agent: Agent): Insp
   return { deliver: true };
 }
 
-export interface PeerCapabilities {
-  agent_id: string;
-  document: CapabilityDocument;
-  source: "greeting" | "endpoint" | "announcement";
-  message_id?: string;
-  learned_at: string;
-  /**
-   * The authentication level the entry was learned at (the sender's verified level; 2 for a
-   * document fetched from the peer's own https endpoint). No message below it replaces it.
-   */
-  auth_level?: number;
-}
+export type { PeerCapabilities };
 
 /** Capability documents learned per peer (KV), refining what endpoint discovery gives. */
 export class PeerCapabilityCache {

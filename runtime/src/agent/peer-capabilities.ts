@@ -5,21 +5,13 @@ import { ProtocolError, unavailable } from "../protocol/errors.ts";
 import { TOPIC_PREFIX } from "../protocol/relay-api.ts";
 import type { Message } from "../protocol/message.ts";
 import { errorMessage } from "../util/errors.ts";
-import type { PeerCapabilities, PeerCapabilityCache } from "./inbound.ts";
+import type { PeerCapabilities, PeerCapabilitiesView } from "../protocol/local-api.ts";
+import type { PeerCapabilityCache } from "./inbound.ts";
 
 /** The topic capability announcements are published on (spec 6). */
 export const CAPABILITIES_TOPIC = "capabilities.update";
 
-/**
- * What the application sees of a peer: the baseline document with the greeting's merged over
- * it. source, message_id and learned_at are the most specific source's (the greeting when it
- * refined the baseline); `baseline` then says where the document under it came from.
- */
-export interface PeerCapabilitiesView extends PeerCapabilities {
-  baseline?: { source: "endpoint" | "announcement"; message_id?: string; learned_at: string; auth_level?: number };
-  /** The baseline could not be refreshed just now (the peer's endpoint failed); this is the last one kept. */
-  stale?: boolean;
-}
+export type { PeerCapabilitiesView };
 
 /**
  * A peer's capabilities, from the three sources of spec 4.3 and 6: the capability document at

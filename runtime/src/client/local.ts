@@ -15,16 +15,31 @@
  */
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { request as httpsRequest } from "node:https";
-import type { ConversationState } from "../agent/conversations.ts";
 import { sseEvents } from "../net/sse.ts";
-import type { DeliveryRecord } from "../agent/delivery-state.ts";
-import type { OutboxRequest } from "../agent/compose.ts";
-import type { PeerCapabilities } from "../agent/inbound.ts";
-import type { PeerCapabilitiesView } from "../agent/peer-capabilities.ts";
 import type { ErrorBody } from "../protocol/errors.ts";
+import type {
+  AckResult,
+  ConversationState,
+  DeliveryRecord,
+  InboundDelivery,
+  OutboxRequest,
+  PeerCapabilities,
+  PeerCapabilitiesView,
+  Queued,
+} from "../protocol/local-api.ts";
 import type { Message } from "../protocol/message.ts";
 
-export type { ConversationState, DeliveryRecord, OutboxRequest, PeerCapabilities, PeerCapabilitiesView, Message };
+export type {
+  AckResult,
+  ConversationState,
+  DeliveryRecord,
+  InboundDelivery,
+  OutboxRequest,
+  PeerCapabilities,
+  PeerCapabilitiesView,
+  Message,
+  Queued,
+};
 export {
   HANDOFF_SCHEME_V2,
   HANDOFF_SIGNATURE_HEADER,
@@ -36,15 +51,6 @@ export {
   type HandoffHeaders,
   type RequestHeaders,
 } from "../protocol/handoff-signature.ts";
-
-export interface Queued {
-  status: "queued";
-  message_id: string;
-  /** True when this message_id had been queued before (nothing new was queued). */
-  duplicate: boolean;
-  /** The message as signed and queued. */
-  message: Message;
-}
 
 /**
  * What the runtime POSTs to spec.handler.url for each accepted message. Believe the headers only
@@ -66,28 +72,6 @@ export interface HandlerDelivery {
     /** `t=<unix seconds>,v2=<hex>` (docs/agent.md#hand-off-signature); absent when the runtime has no hand-off secret. */
     "ifp-handoff-signature"?: string;
   };
-}
-
-/** One inbound message from the stream or the pull (no spec.handler): what a handler would get. */
-export interface InboundDelivery {
-  /** The inbox sequence: the SSE event id and the resume cursor. */
-  seq: number;
-  message_id: string;
-  /** The verified signer (or, for an accepted unsigned message, its claimed sender). */
-  sender: string;
-  /** The IFP-5 authentication level, as the hand-off's Ifp-Auth-Level (docs/identity.md): -1 for an accepted unsigned message. */
-  auth_level: number;
-  /** Where the key came from, as the hand-off's Ifp-Auth-Source: none, introduction, identity-document, peers or did:key. */
-  auth_source: string;
-  /** The scheme the body was encrypted under end to end (the runtime decrypted it); absent for a clear message. */
-  encrypted?: string;
-  delivery_attempt: number;
-  message: Message;
-}
-
-export interface AckResult {
-  acknowledged: string[];
-  not_found: string[];
 }
 
 export interface LocalApiClientOptions {

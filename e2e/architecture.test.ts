@@ -1,0 +1,223 @@
+// The layers of docs/architecture.md, checked on the imports themselves: no import cycle in
+// runtime/src or operator/src, and no import in runtime/src that points up the layer order.
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
+import ts from "typescript";
+import { describe, expect, it } from "vitest";
+
+const ROOT = resolve(import.meta.dirname, "..");
+
+interface Edge {
+  from: string;
+  to: string;
+  /** `import type`, `export type`, or named imports that are all `type`: erased when compiled. */
+  typeOnly: boolean;
+}
+
+function tsFiles(dir: string): string[] {
+  return readdirSync(dir).flatMap((e) => {
+    const p = join(dir, e);
+    return statSync(p).isDirectory() ? tsFiles(p) : p.endsWith(".ts") ? [p] : [];
+  });
+}
+
+function isTypeOnly(node: ts.ImportDeclaration | ts.ExportDeclaration): boolean {
+  if (ts.isExportDeclaration(node)) {
+    if (node.isTypeOnly) return true;
+    const c = node.exportClause;
+    return !!c && ts.isNamedExports(c) && c.elements.length > 0 && c.elements.every((e) => e.isTypeOnly);
+  }
+  const clause = node.importClause;
+  if (!clause) return false; // a side-effect import runs the module
+  if (clause.isTypeOnly) return true;
+  if (clause.name) return false;
+  const b = clause.namedBindings;
+  return !!b && ts.isNamedImports(b) && b.elements.length > 0 && b.elements.every((e) => e.isTypeOnly);
+}
+
+/** Every relative import of every .ts file under `dir` (paths relative to the repository). */
+export function importEdges(dir: string): Edge[] {
+  const edges: Edge[] = [];
+  for (const file of tsFiles(join(ROOT, dir))) {
+    const src = ts.createSourceFile(file, readFileSync(file, "utf8"), ts.ScriptTarget.Latest, false);
+    const add = (spec: string, typeOnly: boolean) => {
+      if (!spec.startsWith(".")) return;
+      edges.push({ from: relative(ROOT, file), to: relative(ROOT, resolve(dirname(file), spec)), typeOnly });
+    };
+    const visit = (node: ts.Node) => {
+      if ((ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) && node.moduleSpecifier) {
+        if (ts.isStringLiteral(node.moduleSpecifier)) add(node.moduleSpecifier.text, isTypeOnly(node));
+      } else if (
+        ts.isCallExpression(node) &&
+        node.expression.kind === ts.SyntaxKind.ImportKeyword &&
+        node.arguments[0] &&
+        ts.isStringLiteral(node.arguments[0])
+      ) {
+        add(node.arguments[0].text, false);
+      }
+      ts.forEachChild(node, visit);
+    };
+    visit(src);
+  }
+  return edges;
+}
+
+/** The strongly connected components of more than one file (Tarjan), each as its edges inside it. */
+export function cycles(edges: Edge[]): Edge[][] {
+  const next = new Map<string, string[]>();
+  for (const e of edges) next.set(e.from, [...(next.get(e.from) ?? []), e.to]);
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const components: string[][] = [];
+  let counter = 0;
+  const connect = (v: string) => {
+    index.set(v, counter);
+    low.set(v, counter++);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of next.get(v) ?? []) {
+      if (!index.has(w)) {
+        connect(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
+    }
+    if (low.get(v) === index.get(v)) {
+      const component: string[] = [];
+      let w: string;
+      do {
+        w = stack.pop()!;
+        onStack.delete(w);
+        component.push(w);
+      } while (w !== v);
+      if (component.length > 1) components.push(component);
+    }
+  };
+  for (const v of new Set(edges.flatMap((e) => [e.from, e.to]))) if (!index.has(v)) connect(v);
+  return components.map((c) => {
+    const members = new Set(c);
+    return edges.filter((e) => members.has(e.from) && members.has(e.to));
+  });
+}
+
+const show = (e: Edge) => `${e.from} -> ${e.to}${e.typeOnly ? " (type)" : ""}`;
+
+/**
+ * runtime/src by folder, lowest first: a folder may import its own files and the folders of the
+ * layers below it. Within the I/O plumbing and within the runtime modes the folders may import
+ * each other (cycles between files are caught on their own) except where FORBIDDEN says.
+ */
+const LAYERS: string[][] = [
+  ["util"],
+  ["protocol", "resources"],
+  ["contract"],
+  ["config"],
+  // I/O plumbing both modes (and the operator) share.
+  ["telemetry", "kube", "net", "nats", "server", "discovery"],
+  // The application SDK and the conformance checks: clients of the runtime's wire formats only.
+  ["client", "check"],
+  // The runtime modes; a2a/ is a face of the agent.
+  ["agent", "relay", "a2a"],
+  // Entry points.
+  ["cli"],
+];
+
+/** Pairs of one layer that must not import each other (docs/architecture.md). */
+const FORBIDDEN: [string, string][] = [
+  ["agent", "relay"],
+  ["relay", "agent"],
+  ["relay", "a2a"],
+  ["a2a", "relay"],
+  ["client", "check"],
+  ["check", "client"],
+];
+
+/** Within utilities and schemas the rule is stricter than the layer: util/ imports nothing of the project's. */
+const LAYER_OF = new Map(LAYERS.flatMap((folders, i) => folders.map((f) => [f, i] as const)));
+
+function folderOf(path: string): string | undefined {
+  const rest = path.startsWith("runtime/src/") ? path.slice("runtime/src/".length) : undefined;
+  if (!rest?.includes("/")) return undefined;
+  return rest.split("/")[0];
+}
+
+/** The imports in runtime/src that break the layer order, type-only imports included. */
+export function upwardImports(edges: Edge[]): Edge[] {
+  return edges.filter((e) => {
+    const from = folderOf(e.from);
+    if (!from || e.from.endsWith(".test.ts")) return false;
+    const to = folderOf(e.to);
+    if (!to) return e.to.startsWith("runtime/") || e.to.startsWith("operator/") || e.to.startsWith("e2e/");
+    if (from === to) return false;
+    const a = LAYER_OF.get(from);
+    const b = LAYER_OF.get(to);
+    if (a === undefined || b === undefined) return true; // a folder the layers do not name yet
+    if (b > a) return true;
+    return FORBIDDEN.some(([x, y]) => x === from && y === to);
+  });
+}
+
+/**
+ * Import cycles of operator/src known today, each edge once as `from -> to`: the list only
+ * shrinks. An edge on it that is no longer part of a cycle fails the test too, so that it is
+ * taken off.
+ */
+const KNOWN_OPERATOR_CYCLE_EDGES: string[] = [];
+
+describe("imports follow docs/architecture.md", () => {
+  const runtime = importEdges("runtime/src");
+  const operator = importEdges("operator/src");
+
+  it("sees the imports it checks", () => {
+    // A parser that found nothing would pass every rule.
+    expect(runtime.length).toBeGreaterThan(300);
+    expect(operator.length).toBeGreaterThan(50);
+    expect(runtime.some((e) => e.typeOnly)).toBe(true);
+    expect(
+      runtime.some((e) => e.from === "runtime/src/agent/main.ts" && e.to === "runtime/src/server/lifecycle.ts"),
+    ).toBe(true);
+  });
+
+  it("runtime/src has no import cycle", () => {
+    const found = cycles(runtime.filter((e) => !e.typeOnly));
+    expect(
+      found.map((c) => c.map(show)),
+      `import cycles in runtime/src:\n${found.flat().map(show).join("\n")}`,
+    ).toEqual([]);
+  });
+
+  it("runtime/src imports only down its layers", () => {
+    const up = upwardImports(runtime);
+    expect(
+      up.map(show),
+      `imports against the layer order of docs/architecture.md:\n${up.map(show).join("\n")}`,
+    ).toEqual([]);
+  });
+
+  it("operator/src has no import cycle but the known ones, which only go", () => {
+    const found = cycles(operator.filter((e) => !e.typeOnly))
+      .flat()
+      .map((e) => `${e.from} -> ${e.to}`);
+    const known = new Set(KNOWN_OPERATOR_CYCLE_EDGES);
+    const fresh = found.filter((e) => !known.has(e));
+    const gone = KNOWN_OPERATOR_CYCLE_EDGES.filter((e) => !found.includes(e));
+    expect(fresh, `new import cycle edges in operator/src:\n${fresh.join("\n")}`).toEqual([]);
+    expect(gone, `no longer in a cycle, take them off KNOWN_OPERATOR_CYCLE_EDGES:\n${gone.join("\n")}`).toEqual([]);
+  });
+
+  it("finds a planted cycle and a planted upward import", () => {
+    const planted: Edge[] = [
+      { from: "runtime/src/util/a.ts", to: "runtime/src/util/b.ts", typeOnly: false },
+      { from: "runtime/src/util/b.ts", to: "runtime/src/util/a.ts", typeOnly: false },
+      { from: "runtime/src/util/c.ts", to: "runtime/src/agent/main.ts", typeOnly: true },
+      { from: "runtime/src/relay/x.ts", to: "runtime/src/agent/y.ts", typeOnly: false },
+      { from: "runtime/src/agent/x.ts", to: "runtime/src/util/y.ts", typeOnly: false },
+    ];
+    expect(cycles(planted).map((c) => c.length)).toEqual([2]);
+    expect(upwardImports(planted).map(show)).toEqual([
+      "runtime/src/util/c.ts -> runtime/src/agent/main.ts (type)",
+      "runtime/src/relay/x.ts -> runtime/src/agent/y.ts",
+    ]);
+  });
+});
