@@ -768,8 +768,12 @@ describe("Agent", () => {
       events("ivy").find((e) => `${e.type}/${e.reason}` === "Warning/ForeignSecret"),
     );
     expect(warning.message).toContain(`${field}: Secret ivy-tokens`);
-    // Nothing mounts it: no Deployment, in this pass nor in the resyncs after it.
-    await consistently("no Deployment for ivy", () => get("deployment", "ivy") === undefined, RESYNC_MS + 500, 250);
+    // Nothing mounts it: no Deployment after this pass, nor after a later one (a spec change
+    // the status shows observed, still refusing the Secret).
+    expect(get("deployment", "ivy")).toBeUndefined();
+    cp.kubectl(["-n", NS, "patch", "agent", "ivy", "--type=merge", "-p", '{"spec":{"replicas":2}}']);
+    expect(condition(await untilObserved("agent", "ivy", 2), "Ready")).toMatchObject({ reason: "ForeignSecret" });
+    expect(get("deployment", "ivy")).toBeUndefined();
 
     // Labelled for ivy by its owner: mounted, and the runtime told where.
     cp.kubectl(["-n", NS, "label", "secret", "ivy-tokens", "ifp.dev/agent=ivy"]);
