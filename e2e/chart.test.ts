@@ -176,6 +176,27 @@ const VALUE_SETS: Record<string, { values: object; explained: Record<string, str
     values: { imagePullSecrets: [{ name: "registry-credentials" }] },
     explained: SINGLE_REPLICA_EXPLAINED,
   },
+  "pass-through: digests, a mirror registry, extra flags, environment and volumes": {
+    values: {
+      global: { imageRegistry: "mirror.example:5000/ifp" },
+      image: { digest: `sha256:${"ab".repeat(32)}` },
+      runtimeImage: { digest: `sha256:${"cd".repeat(32)}` },
+      extraArgs: ["--log-level=debug"],
+      extraEnv: [{ name: "IFP_NATS_USER", valueFrom: { secretKeyRef: { name: "nats-user", key: "user" } } }],
+      extraVolumes: [{ name: "extra", configMap: { name: "extra-config" } }],
+      extraVolumeMounts: [{ name: "extra", mountPath: "/etc/extra", readOnly: true }],
+      workers: 8,
+      resync: "10m",
+      nats: {
+        image: { digest: `sha256:${"ef".repeat(32)}` },
+        extraArgs: ["--debug"],
+        extraEnv: [{ name: "GOMEMLIMIT", value: "900MiB" }],
+        extraVolumes: [{ name: "extra", configMap: { name: "extra-config" } }],
+        extraVolumeMounts: [{ name: "extra", mountPath: "/etc/extra", readOnly: true }],
+      },
+    },
+    explained: SINGLE_REPLICA_EXPLAINED,
+  },
 };
 
 describe("Helm chart", () => {
@@ -786,6 +807,7 @@ describe("Helm chart", () => {
       secrets: write,
       "deployments.apps": all,
       "networkpolicies.networking.k8s.io": ["create", "delete", "get", "list", "patch", "watch"],
+      "poddisruptionbudgets.policy": ["create", "delete", "get", "list", "patch", "watch"],
     };
     const team = own(canList("ifp-ifp-operator", "-n", "rbac-team"));
     expect(team).toMatchObject(watched);

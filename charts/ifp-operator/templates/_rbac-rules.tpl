@@ -1,7 +1,8 @@
 {{/*
 What the operator may do, and no more: read and write its own resources and their status,
 manage the children it creates (ConfigMaps, Secrets, Services, Deployments, ServiceAccounts,
-Roles and RoleBindings for the runtimes' Events, NetworkPolicies of the runtimes' pods,
+Roles and RoleBindings for the runtimes' Events, NetworkPolicies and PodDisruptionBudgets of
+the runtimes' pods,
 cert-manager Certificates, the Ingresses and Gateway API routes of spec.expose), and record
 Events. The Gateway API routes are not watched (their CRDs may be absent): read, applied and
 deleted by name, and listed (one item) to learn which versions are served.
@@ -39,6 +40,10 @@ deleted by name, and listed (one item) to learn which versions are served.
 # The runtimes' NetworkPolicies (networkPolicy.runtimes.enabled), watched so that one deleted is made again.
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
+  verbs: [get, list, watch, create, patch, delete]
+# The PodDisruptionBudgets of runtimes of more than one replica (spec.disruption), watched so that one deleted is made again.
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [gateway.networking.k8s.io]
   resources: [tlsroutes, httproutes, backendtlspolicies]

@@ -3,6 +3,7 @@ import {
   CoreV1Api,
   CustomObjectsApi,
   NetworkingV1Api,
+  PolicyV1Api,
   RbacAuthorizationV1Api,
   type KubeConfig,
   type KubernetesListObject,
@@ -23,7 +24,8 @@ export type CachedKind =
   | "Role"
   | "RoleBinding"
   | "Ingress"
-  | "NetworkPolicy";
+  | "NetworkPolicy"
+  | "PodDisruptionBudget";
 
 type Lister = (
   ns: string | undefined,
@@ -44,6 +46,7 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
   const apps = kc.makeApiClient(AppsV1Api);
   const rbac = kc.makeApiClient(RbacAuthorizationV1Api);
   const networking = kc.makeApiClient(NetworkingV1Api);
+  const policy = kc.makeApiClient(PolicyV1Api);
   const custom = kc.makeApiClient(CustomObjectsApi);
   const crd = (plural: string): KindInfo => ({
     path: (ns) => (ns ? `/apis/ifp.dev/v1alpha1/namespaces/${ns}/${plural}` : `/apis/ifp.dev/v1alpha1/${plural}`),
@@ -150,6 +153,13 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
         }
       },
     },
+    // The runtimes' PodDisruptionBudgets (spec.disruption), watched so that one deleted is made again.
+    PodDisruptionBudget: native(
+      "/apis/policy/v1",
+      "poddisruptionbudgets",
+      (l) => policy.listPodDisruptionBudgetForAllNamespaces({ labelSelector: l }),
+      (n, l) => policy.listNamespacedPodDisruptionBudget({ namespace: n, labelSelector: l }),
+    ),
   };
 }
 

@@ -14,6 +14,7 @@ import {
   resource,
   TlsSpec,
 } from "./common.ts";
+import { DisruptionSpec } from "./disruption.ts";
 
 export const CAPABILITY_NAME_RE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 
@@ -478,6 +479,7 @@ export const AgentSpec = z
       .min(1)
       .optional()
       .describe("The runtime's container image; defaults to the operator's runtime image"),
+    disruption: DisruptionSpec.prefault({}),
     retention: z
       .object({
         keepOnDelete: z

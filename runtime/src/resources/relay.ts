@@ -11,6 +11,7 @@ import {
   resource,
   TlsSpec,
 } from "./common.ts";
+import { DisruptionSpec } from "./disruption.ts";
 
 export const RelayRetention = z
   .object({
@@ -224,6 +225,7 @@ export const RelaySpec = z
       "Where the relay's webhook pushes may go (https only; special addresses only when allowed)",
     ),
     replicas: z.number().int().min(0).max(100).default(1).describe("Runtime pods of the relay"),
+    disruption: DisruptionSpec.prefault({}),
     image: z
       .string()
       .min(1)
