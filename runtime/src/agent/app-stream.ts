@@ -9,7 +9,7 @@ import { Backoff } from "../util/backoff.ts";
 import { errorMessage } from "../util/errors.ts";
 import { setAsideExpired, type ExpiryDeps } from "./handoff.ts";
 import type { AgentNames } from "./names.ts";
-import { H } from "./store.ts";
+import { INBOX_HEADERS } from "./store.ts";
 
 /** How long one reader's pull waits on the server; a closed reader hands its messages back within this. */
 const PULL_EXPIRES_MS = 2_000;
@@ -261,7 +261,7 @@ export class AppStream {
   /** Hold one delivered message for `reader` (or for the pull variant) and return what the application gets. */
   private async take(m: JsMsg, reader: Reader | undefined): Promise<AppDelivery | undefined> {
     // Inspection at intake decided this one is answered by the runtime, not handed on.
-    if (m.headers?.get(H.handoff) === "no") {
+    if (m.headers?.get(INBOX_HEADERS.handoff) === "no") {
       m.ack();
       return undefined;
     }
@@ -269,16 +269,16 @@ export class AppStream {
     // every hand-out, redeliveries included, and moved to the dead letters.
     if (await setAsideExpired(this.expiry, m, EXPIRED_RETRY_MS)) {
       // An earlier hand-out of it (a pull not acknowledged in time) is no longer held either.
-      this.release(m.headers?.get(H.messageId) ?? "");
+      this.release(m.headers?.get(INBOX_HEADERS.messageId) ?? "");
       return undefined;
     }
     const d: AppDelivery = {
       seq: m.seq,
-      message_id: m.headers?.get(H.messageId) ?? "",
-      sender: m.headers?.get(H.sender) ?? "",
-      auth_level: Number(m.headers?.get(H.authLevel) ?? 0) || 0,
-      auth_source: m.headers?.get(H.authSource) || "none",
-      ...(m.headers?.get(H.encrypted) ? { encrypted: m.headers.get(H.encrypted) } : {}),
+      message_id: m.headers?.get(INBOX_HEADERS.messageId) ?? "",
+      sender: m.headers?.get(INBOX_HEADERS.sender) ?? "",
+      auth_level: Number(m.headers?.get(INBOX_HEADERS.authLevel) ?? 0) || 0,
+      auth_source: m.headers?.get(INBOX_HEADERS.authSource) || "none",
+      ...(m.headers?.get(INBOX_HEADERS.encrypted) ? { encrypted: m.headers.get(INBOX_HEADERS.encrypted) } : {}),
       delivery_attempt: m.info.deliveryCount,
       raw: m.string(),
     };

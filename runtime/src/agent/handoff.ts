@@ -10,9 +10,9 @@ import type { HttpClient } from "../net/http-client.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { errorMessage } from "../util/errors.ts";
 import { messageLogOf } from "../telemetry/logs.ts";
-import { A, failSpan, headersContext, SpanKind, startSpan } from "../telemetry/tracing.ts";
+import { SPAN_ATTRIBUTES, failSpan, headersContext, SpanKind, startSpan } from "../telemetry/tracing.ts";
 import type { AgentNames } from "./names.ts";
-import { H } from "./store.ts";
+import { INBOX_HEADERS } from "./store.ts";
 
 export interface HandlerOptions {
   url: string;
@@ -38,7 +38,7 @@ export interface HandoffHooks {
  * failing for `deadLetterAfter`. The POST goes through the runtime's one HTTP client (its CAs,
  * no redirects followed: a 3xx is a failure like any other non-2xx).
  */
-export class HandlerDelivery {
+export class HandlerHandoff {
   private readonly nats: Nats;
   private readonly names: AgentNames;
   private readonly opts: Required<HandlerOptions>;
@@ -96,9 +96,9 @@ export class HandlerDelivery {
   }
 
   private async handle(m: JsMsg): Promise<void> {
-    const messageId = m.headers?.get(H.messageId) ?? "";
+    const messageId = m.headers?.get(INBOX_HEADERS.messageId) ?? "";
     // Inspection at intake decided this one is answered by the runtime, not handed on.
-    if (m.headers?.get(H.handoff) === "no") {
+    if (m.headers?.get(INBOX_HEADERS.handoff) === "no") {
       m.ack();
       return;
     }
@@ -111,10 +111,10 @@ export class HandlerDelivery {
       kind: SpanKind.CLIENT,
       parent: headersContext(m.headers),
       attributes: () => ({
-        [A.messageId]: messageId,
-        [A.sender]: m.headers?.get(H.sender) ?? "",
-        [A.attempt]: attempt,
-        [A.url]: url,
+        [SPAN_ATTRIBUTES.messageId]: messageId,
+        [SPAN_ATTRIBUTES.sender]: m.headers?.get(INBOX_HEADERS.sender) ?? "",
+        [SPAN_ATTRIBUTES.attempt]: attempt,
+        [SPAN_ATTRIBUTES.url]: url,
       }),
     });
     let failure: string;
@@ -133,11 +133,11 @@ export class HandlerDelivery {
         body: m.data,
         timeoutMs: this.opts.timeoutMs,
       });
-      span.setAttribute(A.status, res.status);
+      span.setAttribute(SPAN_ATTRIBUTES.status, res.status);
       if (res.status >= 200 && res.status < 300) {
         m.ack();
         this.metrics.handler.inc({ result: "delivered" });
-        span.setAttribute(A.outcome, "delivered");
+        span.setAttribute(SPAN_ATTRIBUTES.outcome, "delivered");
         this.log.debug({ ...logFields(m), attempt }, "message handed to the application");
         this.metrics.handlerLag.observe(Math.max(0, (Date.now() - Number(m.info.timestampNanos) / 1e6) / 1000));
         return;
@@ -195,15 +195,15 @@ export class HandlerDelivery {
 
 /** The headers a hand-off carries about its message, each of them covered by the hand-off signature. */
 function handoffHeaders(m: JsMsg, messageId: string, attempt: number): HandoffHeaders {
-  const sender = m.headers?.get(H.sender) ?? "";
-  const encrypted = m.headers?.get(H.encrypted);
+  const sender = m.headers?.get(INBOX_HEADERS.sender) ?? "";
+  const encrypted = m.headers?.get(INBOX_HEADERS.encrypted);
   return {
     // message_id is unique per sender only: the key names both.
-    "idempotency-key": idempotencyKey(sender, messageId, m.headers?.get(H.signed) !== "no"),
+    "idempotency-key": idempotencyKey(sender, messageId, m.headers?.get(INBOX_HEADERS.signed) !== "no"),
     "ifp-message-id": messageId,
     "ifp-sender": sender,
-    "ifp-auth-level": m.headers?.get(H.authLevel) ?? "",
-    "ifp-auth-source": m.headers?.get(H.authSource) ?? "",
+    "ifp-auth-level": m.headers?.get(INBOX_HEADERS.authLevel) ?? "",
+    "ifp-auth-source": m.headers?.get(INBOX_HEADERS.authSource) ?? "",
     // The scheme the body was encrypted under end to end; absent for a clear message.
     ...(encrypted ? { "ifp-encrypted": encrypted } : {}),
     "ifp-delivery-attempt": String(attempt),
@@ -213,9 +213,9 @@ function handoffHeaders(m: JsMsg, messageId: string, attempt: number): HandoffHe
 /** The log fields of a stored inbound message, from the headers stored with it. */
 const logFields = (m: JsMsg) =>
   messageLogOf(
-    m.headers?.get(H.messageId) ?? "",
-    m.headers?.get(H.conversationId) || undefined,
-    m.headers?.get(H.sender) || undefined,
+    m.headers?.get(INBOX_HEADERS.messageId) ?? "",
+    m.headers?.get(INBOX_HEADERS.conversationId) || undefined,
+    m.headers?.get(INBOX_HEADERS.sender) || undefined,
   );
 
 /**
@@ -226,7 +226,7 @@ async function moveToDead(nats: Nats, names: AgentNames, m: JsMsg, reason: strin
   const h = natsHeaders();
   // Our own headers only: a copied Nats-Msg-Id would make JetStream drop the dead letter as a duplicate.
   for (const [k, v] of m.headers ?? []) if (k.startsWith("Ifp-")) for (const value of v) h.append(k, value);
-  h.set(H.deadReason, reason);
+  h.set(INBOX_HEADERS.deadReason, reason);
   await nats.js.publish(names.dead, m.data, { headers: h, timeout: 5_000 });
   m.term(reason);
 }

@@ -8,7 +8,7 @@ import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
 import { jsonApi, type TlsMaterial } from "../server/http.ts";
 import {
-  A,
+  SPAN_ATTRIBUTES,
   extractCarrier,
   inSpan,
   messageAttributes,
@@ -112,7 +112,10 @@ export function buildLocalApi(deps: LocalApiDeps, secure?: LocalApiTls): Fastify
       {
         kind: SpanKind.PRODUCER,
         parent,
-        attributes: () => ({ ...messageAttributes(composed), [A.recipients]: composed.headers.to.map((t) => t.agent) }),
+        attributes: () => ({
+          ...messageAttributes(composed),
+          [SPAN_ATTRIBUTES.recipients]: composed.headers.to.map((t) => t.agent),
+        }),
       },
       async () => {
         // The trace context (this span) goes into the message first; then it is encrypted (422

@@ -25,7 +25,7 @@ import { buildAgentApp } from "./app.ts";
 import { DeliveryStates } from "./delivery-state.ts";
 import { AgentEncryption } from "./encryption.ts";
 import { Documents } from "./documents.ts";
-import { HandlerDelivery, readHandoffSecret } from "./handoff.ts";
+import { HandlerHandoff, readHandoffSecret } from "./handoff.ts";
 import { IdentityResolver, introductionTokenFile } from "./identity.ts";
 import { Conversations } from "./conversations.ts";
 import { PeerCapabilityCache } from "./inbound.ts";
@@ -36,7 +36,7 @@ import { Notifier } from "./notify.ts";
 import { OutboundDelivery } from "./outbound.ts";
 import { OutboxStore } from "./outbox.ts";
 import { PeerCapabilityService } from "./peer-capabilities.ts";
-import { announceCapabilities, RelayIntake, relayPublisher, tellPeersCapabilities } from "./relays.ts";
+import { announceCapabilities, RelayMailboxReader, relayPublisher, tellPeersCapabilities } from "./relays.ts";
 import { InboxStore, inboxRetentionMs, receivedLookup } from "./store.ts";
 
 export interface AgentOptions {
@@ -199,7 +199,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
       "no --handoff-secret-file: hand-offs to spec.handler.url are not signed, and the application cannot tell them from anyone else's requests (docs/agent.md#hand-off-signature)",
     );
   const handoff = spec.handler
-    ? new HandlerDelivery(
+    ? new HandlerHandoff(
         nats,
         names,
         http,
@@ -236,7 +236,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     onGiveUp: (record, r) => notifier.undeliverable(record, r),
   });
   const intake = spec.relay?.urls.length
-    ? new RelayIntake({
+    ? new RelayMailboxReader({
         urls: spec.relay.urls,
         signing,
         http,

@@ -10,7 +10,14 @@ import { targetRefusedMessage } from "../net/targets.ts";
 import { Message } from "../protocol/message.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { messageLog } from "../telemetry/logs.ts";
-import { A, failSpan, inSpan, messageAttributes, messageContext, SpanKind } from "../telemetry/tracing.ts";
+import {
+  SPAN_ATTRIBUTES,
+  failSpan,
+  inSpan,
+  messageAttributes,
+  messageContext,
+  SpanKind,
+} from "../telemetry/tracing.ts";
 import { errorMessage } from "../util/errors.ts";
 import {
   expiredRecipientState,
@@ -250,14 +257,18 @@ export class OutboundDelivery {
         {
           kind: SpanKind.CLIENT,
           parent: messageContext(message),
-          attributes: () => ({ ...messageAttributes(message), [A.recipient]: r.agent, [A.attempt]: r.attempts + 1 }),
+          attributes: () => ({
+            ...messageAttributes(message),
+            [SPAN_ATTRIBUTES.recipient]: r.agent,
+            [SPAN_ATTRIBUTES.attempt]: r.attempts + 1,
+          }),
         },
         async (span) => {
           const o = await this.attempt(message, r.agent, new Set(r.refused_relays));
           span.setAttributes({
-            [A.outcome]: o.kind,
-            ...(o.via ? { [A.route]: o.via } : {}),
-            ...(o.status !== undefined ? { [A.status]: o.status } : {}),
+            [SPAN_ATTRIBUTES.outcome]: o.kind,
+            ...(o.via ? { [SPAN_ATTRIBUTES.route]: o.via } : {}),
+            ...(o.status !== undefined ? { [SPAN_ATTRIBUTES.status]: o.status } : {}),
           });
           if (o.kind !== "delivered") failSpan(span, { name: o.kind, message: o.error }, o.status);
           return o;

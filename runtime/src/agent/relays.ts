@@ -7,7 +7,14 @@ import type { MessageVerifier, Verified } from "../protocol/verify.ts";
 import { ProtocolError } from "../protocol/errors.ts";
 import { errorReply } from "./replies.ts";
 import { messageLog } from "../telemetry/logs.ts";
-import { A, inSpan, messageAttributes, messageContext, SpanKind, withMessageContext } from "../telemetry/tracing.ts";
+import {
+  SPAN_ATTRIBUTES,
+  inSpan,
+  messageAttributes,
+  messageContext,
+  SpanKind,
+  withMessageContext,
+} from "../telemetry/tracing.ts";
 import { admit, isMisaddressed, type Admission } from "./accept.ts";
 import { RelayClient } from "../net/relay-client.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
@@ -72,7 +79,7 @@ export const EVENTS_FALLBACK_POLL_MS = 60_000;
  * acknowledged. Throttled lookups and storage
  * failures leave the message at the relay for the next read.
  */
-export class RelayIntake {
+export class RelayMailboxReader {
   private readonly clients: RelayClient[];
   private readonly verifier: MessageVerifier;
   private readonly signing: SigningKey;
@@ -278,7 +285,7 @@ export class RelayIntake {
           {
             kind: SpanKind.CONSUMER,
             parent: messageContext(parsed.data),
-            attributes: () => ({ ...messageAttributes(parsed.data), [A.relay]: client.base }),
+            attributes: () => ({ ...messageAttributes(parsed.data), [SPAN_ATTRIBUTES.relay]: client.base }),
           },
           async () => {
             const verified = await this.verifier.verify(parsed.data, this.requireSignature, {

@@ -37,7 +37,7 @@ export interface AcceptMeta {
 }
 
 /** Header names on stored inbound messages. */
-export const H = {
+export const INBOX_HEADERS = {
   messageId: "Ifp-Message-Id",
   sender: "Ifp-Sender",
   authLevel: "Ifp-Auth-Level",
@@ -106,14 +106,14 @@ export class InboxStore {
     const data = JSON.stringify(raw);
     refuseOverMaxPayload(this.nats, data);
     const h = headers();
-    h.set(H.messageId, messageId);
-    h.set(H.sender, meta.signer ?? fromAgent);
-    h.set(H.authLevel, String(meta.authLevel));
-    if (meta.source) h.set(H.authSource, meta.source);
-    if (!meta.handoff) h.set(H.handoff, "no");
-    if (!meta.signer) h.set(H.signed, "no");
-    if (meta.encrypted) h.set(H.encrypted, meta.encrypted);
-    if (meta.conversationId) h.set(H.conversationId, meta.conversationId);
+    h.set(INBOX_HEADERS.messageId, messageId);
+    h.set(INBOX_HEADERS.sender, meta.signer ?? fromAgent);
+    h.set(INBOX_HEADERS.authLevel, String(meta.authLevel));
+    if (meta.source) h.set(INBOX_HEADERS.authSource, meta.source);
+    if (!meta.handoff) h.set(INBOX_HEADERS.handoff, "no");
+    if (!meta.signer) h.set(INBOX_HEADERS.signed, "no");
+    if (meta.encrypted) h.set(INBOX_HEADERS.encrypted, meta.encrypted);
+    if (meta.conversationId) h.set(INBOX_HEADERS.conversationId, meta.conversationId);
     // The inbox span, so that the hand-off continues the trace from it (docs/tracing.md).
     injectHeaders(h);
     // Scoped to the sender: nobody can pre-empt another agent's message_id. The subject is per
@@ -202,8 +202,8 @@ export class InboxStore {
         for await (const m of it) {
           batch.push({
             seq: m.seq,
-            sender: m.header.get(H.sender) || null,
-            signed: m.header.get(H.signed) !== "no",
+            sender: m.header.get(INBOX_HEADERS.sender) || null,
+            signed: m.header.get(INBOX_HEADERS.signed) !== "no",
             json: () => m.json(),
             pending: m.pending,
           });

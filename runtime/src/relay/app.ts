@@ -6,7 +6,7 @@ import { TargetPolicy } from "../net/targets.ts";
 import { StreamSlots } from "../server/stream-slots.ts";
 import { registerProbes } from "../server/probes.ts";
 import { relayAuthenticator, requireSignedRequests } from "./auth.ts";
-import { relayIntake } from "./intake.ts";
+import { publishIntake } from "./intake.ts";
 import { Publishers } from "./publishers.ts";
 import type { KeyLookup } from "../discovery/keys.ts";
 import type { Mailboxes } from "./mailbox.ts";
@@ -74,7 +74,7 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
   });
 
   const maxMessageBytes = spec.limits.maxMessageBytes;
-  const intake = relayIntake({
+  const intake = publishIntake({
     relayUrl: spec.url,
     verifier: deps.verifier,
     subs,

@@ -9,7 +9,7 @@ import { toProtocolError } from "../server/http.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { copySpan, type Mailboxes } from "./mailbox.ts";
 import type { RelayAuthenticator } from "./auth.ts";
-import { itemError, parseJson, type RelayIntake } from "./intake.ts";
+import { itemError, parseJson, type PublishIntake } from "./intake.ts";
 import { WEBSOCKET_TRANSPORT_LABEL } from "./publish.ts";
 import type { ItemResult } from "../protocol/relay-api.ts";
 import type { StreamSlots } from "../server/stream-slots.ts";
@@ -92,7 +92,7 @@ export interface StreamDeps {
   /** Open SSE and WebSocket streams, per agent and overall (spec.limits). */
   slots: StreamSlots;
   /** Publish frames on the WebSocket go where POST /relay/publish goes. */
-  intake: RelayIntake;
+  intake: PublishIntake;
   /** The largest WebSocket frame: a publish frame carries a message of up to spec.limits.maxMessageBytes. */
   maxPayload: number;
 }

@@ -9,13 +9,13 @@ import { toProtocolError } from "../server/http.ts";
 import { RateLimiter } from "../server/ratelimit.ts";
 import { asSent } from "../server/validation.ts";
 import { debugEnabled, messageLog } from "../telemetry/logs.ts";
-import { A, inSpan, messageAttributes, messageContext, SpanKind } from "../telemetry/tracing.ts";
+import { SPAN_ATTRIBUTES, inSpan, messageAttributes, messageContext, SpanKind } from "../telemetry/tracing.ts";
 import type { Mailboxes } from "./mailbox.ts";
 import { remainingTtlSeconds, resolveRecipients, traceEntry, type TransportLabel, withTraceEntry } from "./publish.ts";
 import type { Publishers } from "./publishers.ts";
 import type { Subscriptions } from "./subscriptions.ts";
 
-export interface IntakeDeps {
+export interface PublishIntakeDeps {
   /** spec.url, named in the trace entry. */
   relayUrl: string;
   verifier: Pick<Verifier, "knows">;
@@ -79,7 +79,7 @@ function narrowed<T extends { agent: string }>(to: T[], recipients: string[] | u
   return to.filter((t) => wanted.has(t.agent));
 }
 
-export type RelayIntake = ReturnType<typeof relayIntake>;
+export type PublishIntake = ReturnType<typeof publishIntake>;
 
 /**
  * What every way of publishing shares (POST /relay/publish, its batch, the WebSocket's publish
@@ -87,7 +87,7 @@ export type RelayIntake = ReturnType<typeof relayIntake>;
  * served here, the byte quota holds; then the trace entry (spec 2.9) and one copy per recipient
  * and topic subscriber, stored before it resolves. Throws a ProtocolError for a refusal.
  */
-export function relayIntake(deps: IntakeDeps) {
+export function publishIntake(deps: PublishIntakeDeps) {
   const quota = deps.bytesPerHour
     ? new RateLimiter(deps.bytesPerHour, { now: deps.now, windowMs: 3_600_000 })
     : undefined;
@@ -99,7 +99,7 @@ export function relayIntake(deps: IntakeDeps) {
         kind: SpanKind.SERVER,
         parent: messageContext(message),
         startTime: opts.startTime,
-        attributes: () => ({ ...messageAttributes(message), [A.relay]: deps.relayUrl }),
+        attributes: () => ({ ...messageAttributes(message), [SPAN_ATTRIBUTES.relay]: deps.relayUrl }),
       },
       async (span) => {
         const h = message.headers;
@@ -147,9 +147,9 @@ export function relayIntake(deps: IntakeDeps) {
               "message published",
             );
         span.setAttributes({
-          [A.recipients]: agents,
-          [A.status]: 202,
-          [A.duplicate]: result.stored === 0 && result.duplicates > 0,
+          [SPAN_ATTRIBUTES.recipients]: agents,
+          [SPAN_ATTRIBUTES.status]: 202,
+          [SPAN_ATTRIBUTES.duplicate]: result.stored === 0 && result.duplicates > 0,
         });
         return { status: "accepted" as const, message_id: h.message_id, recipients: agents.length, ...result };
       },

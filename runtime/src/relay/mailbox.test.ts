@@ -2,7 +2,7 @@ import { JetStreamApiError } from "@nats-io/jetstream";
 import { headers } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
 import { isFull } from "../nats/streams.ts";
-import { isExpired, relayFull, RH } from "./mailbox.ts";
+import { isExpired, relayFull, COPY_HEADERS } from "./mailbox.ts";
 
 describe("a full relay", () => {
   it("is recognised from JetStream's refusals under discard new", () => {
@@ -31,7 +31,7 @@ describe("a full relay", () => {
 describe("expiry", () => {
   it("follows Ifp-Expires-At, and a copy without it does not expire", () => {
     const h = headers();
-    h.set(RH.expiresAt, "2026-03-04T12:00:00.000Z");
+    h.set(COPY_HEADERS.expiresAt, "2026-03-04T12:00:00.000Z");
     expect(isExpired(h, Date.parse("2026-03-04T11:59:59Z"))).toBe(false);
     expect(isExpired(h, Date.parse("2026-03-04T12:00:00Z"))).toBe(true);
     expect(isExpired(headers(), Date.now())).toBe(false);

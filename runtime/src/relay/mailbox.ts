@@ -8,10 +8,17 @@ import { ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { DeadLetter } from "../protocol/relay-api.ts";
 import type { RelayNames } from "../contract/relay-stream.ts";
 import type { Context } from "@opentelemetry/api";
-import { A, headersContext, injectHeaders, SpanKind, startSpan, type Span } from "../telemetry/tracing.ts";
+import {
+  SPAN_ATTRIBUTES,
+  headersContext,
+  injectHeaders,
+  SpanKind,
+  startSpan,
+  type Span,
+} from "../telemetry/tracing.ts";
 
 /** Header names on stored copies. */
-export const RH = {
+export const COPY_HEADERS = {
   recipient: "Ifp-Recipient",
   messageId: "Ifp-Message-Id",
   expiresAt: "Ifp-Expires-At",
@@ -54,10 +61,10 @@ export function copySpan(
     parent: copy.trace,
     startTime: opts.startTime,
     attributes: () => ({
-      [A.messageId]: copy.messageId,
-      [A.recipient]: copy.recipient,
-      [A.transport]: transport,
-      ...(copy.conversationId ? { [A.conversationId]: copy.conversationId } : {}),
+      [SPAN_ATTRIBUTES.messageId]: copy.messageId,
+      [SPAN_ATTRIBUTES.recipient]: copy.recipient,
+      [SPAN_ATTRIBUTES.transport]: transport,
+      ...(copy.conversationId ? { [SPAN_ATTRIBUTES.conversationId]: copy.conversationId } : {}),
     }),
   });
 }
@@ -68,7 +75,7 @@ export function relayFull(message: string): ProtocolError {
 
 /** Has a stored copy's TTL passed? (Ifp-Expires-At, set from ttl_seconds at publish.) */
 export function isExpired(h: Pick<MsgHdrs, "get"> | undefined, now: number): boolean {
-  const at = h?.get(RH.expiresAt);
+  const at = h?.get(COPY_HEADERS.expiresAt);
   return !!at && Date.parse(at) <= now;
 }
 
@@ -116,12 +123,12 @@ export class Mailboxes {
     await Promise.all(
       recipients.map(async (agent) => {
         const h = natsHeaders();
-        h.set(RH.recipient, agent);
-        h.set(RH.messageId, messageId);
-        if (expiresAt) h.set(RH.expiresAt, expiresAt);
+        h.set(COPY_HEADERS.recipient, agent);
+        h.set(COPY_HEADERS.messageId, messageId);
+        if (expiresAt) h.set(COPY_HEADERS.expiresAt, expiresAt);
         // For the log lines of push and dead letters.
-        if (sender) h.set(RH.sender, sender);
-        if (conversationId) h.set(RH.conversationId, conversationId);
+        if (sender) h.set(COPY_HEADERS.sender, sender);
+        if (conversationId) h.set(COPY_HEADERS.conversationId, conversationId);
         // The publish span: retrieval and push continue the trace from it.
         injectHeaders(h);
         try {
@@ -278,9 +285,9 @@ export class Mailboxes {
   ): Promise<void> {
     this.ensureConnected();
     const h = natsHeaders();
-    h.set(RH.recipient, copy.recipient);
-    h.set(RH.messageId, copy.messageId);
-    h.set(RH.deadReason, reason.slice(0, 1000));
+    h.set(COPY_HEADERS.recipient, copy.recipient);
+    h.set(COPY_HEADERS.messageId, copy.messageId);
+    h.set(COPY_HEADERS.deadReason, reason.slice(0, 1000));
     await this.nats.js.publish(this.names.dead(copy.recipient, copy.messageId), copy.data, {
       headers: h,
       msgID: `dead ${copy.recipient} ${copy.messageId} ${copy.seq}`,
@@ -309,8 +316,8 @@ export class Mailboxes {
         }
         out.push({
           seq: m.seq,
-          message_id: m.header.get(RH.messageId),
-          reason: m.header.get(RH.deadReason),
+          message_id: m.header.get(COPY_HEADERS.messageId),
+          reason: m.header.get(COPY_HEADERS.deadReason),
           at: m.time.toISOString(),
           message,
         });
@@ -333,7 +340,7 @@ function noMessage(err: unknown): boolean {
 }
 
 function toCopy(m: StoredMsg): StoredCopy | undefined {
-  return copyOf(m.seq, m.header, m.data, m.time, m.header.get(RH.recipient));
+  return copyOf(m.seq, m.header, m.data, m.time, m.header.get(COPY_HEADERS.recipient));
 }
 
 /** A stored copy from what JetStream hands out (a direct get, a consumer's message); undefined when it is not one. */
@@ -348,10 +355,10 @@ function copyOf(
   if (text === undefined) return undefined;
   return {
     seq,
-    messageId: h?.get(RH.messageId) ?? "",
+    messageId: h?.get(COPY_HEADERS.messageId) ?? "",
     recipient,
     text,
-    conversationId: h?.get(RH.conversationId) || undefined,
+    conversationId: h?.get(COPY_HEADERS.conversationId) || undefined,
     storedAt,
     trace: headersContext(h),
   };

@@ -12,8 +12,8 @@ import type { RelaySpec } from "../resources/relay.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { errorMessage } from "../util/errors.ts";
 import { messageLogOf } from "../telemetry/logs.ts";
-import { A, failSpan, headersContext, SpanKind, startSpan } from "../telemetry/tracing.ts";
-import { isExpired, RH, type Mailboxes } from "./mailbox.ts";
+import { SPAN_ATTRIBUTES, failSpan, headersContext, SpanKind, startSpan } from "../telemetry/tracing.ts";
+import { isExpired, COPY_HEADERS, type Mailboxes } from "./mailbox.ts";
 import type { RelayNames } from "../contract/relay-stream.ts";
 import type { PushRegistration, Subscriptions } from "./subscriptions.ts";
 
@@ -145,7 +145,7 @@ export class WebhookPush {
 
   private async handle(agent: string, m: JsMsg): Promise<void> {
     const { mailboxes, subs, delivery, http, metrics, log } = this.deps;
-    const messageId = m.headers?.get(RH.messageId) ?? "";
+    const messageId = m.headers?.get(COPY_HEADERS.messageId) ?? "";
     if (isExpired(m.headers, Date.now())) {
       metrics.relayExpired.inc({ path: "push" });
       m.ack(); // never handed out; JetStream removes it at its TTL
@@ -162,11 +162,11 @@ export class WebhookPush {
       kind: SpanKind.CLIENT,
       parent: headersContext(m.headers),
       attributes: () => ({
-        [A.messageId]: messageId,
-        [A.recipient]: agent,
-        [A.transport]: "webhook",
-        [A.attempt]: attempt,
-        [A.relay]: this.deps.relayUrl,
+        [SPAN_ATTRIBUTES.messageId]: messageId,
+        [SPAN_ATTRIBUTES.recipient]: agent,
+        [SPAN_ATTRIBUTES.transport]: "webhook",
+        [SPAN_ATTRIBUTES.attempt]: attempt,
+        [SPAN_ATTRIBUTES.relay]: this.deps.relayUrl,
       }),
     });
     let outcome: WebhookOutcome;
@@ -184,7 +184,7 @@ export class WebhookPush {
         timeoutMs: parseDuration(delivery.timeout),
       });
       outcome = classifyWebhookAnswer(res.status, res.headers.get("retry-after"));
-      span.setAttribute(A.status, res.status);
+      span.setAttribute(SPAN_ATTRIBUTES.status, res.status);
     } catch (err) {
       const refused = targetRefusedMessage(err);
       // A webhook whose name now resolves to a refused address: given up, never retried.
@@ -192,7 +192,7 @@ export class WebhookPush {
         ? { kind: "refused", reason: `webhook refused as a target: ${refused}` }
         : { kind: "retry", reason: `webhook unreachable: ${errorMessage(err)}` };
     }
-    span.setAttribute(A.outcome, outcome.kind);
+    span.setAttribute(SPAN_ATTRIBUTES.outcome, outcome.kind);
     if (outcome.kind !== "delivered") failSpan(span, { name: outcome.kind, message: outcome.reason });
     span.end();
     if (outcome.kind === "delivered") {
@@ -227,8 +227,8 @@ export class WebhookPush {
 /** The log fields of a stored copy, from the headers stored with it. */
 function logFields(m: JsMsg) {
   return messageLogOf(
-    m.headers?.get(RH.messageId) ?? "",
-    m.headers?.get(RH.conversationId) || undefined,
-    m.headers?.get(RH.sender) || undefined,
+    m.headers?.get(COPY_HEADERS.messageId) ?? "",
+    m.headers?.get(COPY_HEADERS.conversationId) || undefined,
+    m.headers?.get(COPY_HEADERS.sender) || undefined,
   );
 }

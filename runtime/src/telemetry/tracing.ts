@@ -41,7 +41,7 @@ export const TRACE_CONTEXT_EXTENSION = "trace-context";
 export const TRACER_NAME = "ifp-runtime";
 
 /** Span attribute names (docs/tracing.md). */
-export const A = {
+export const SPAN_ATTRIBUTES = {
   messageId: "ifp.message_id",
   conversationId: "ifp.conversation_id",
   sender: "ifp.sender",
@@ -290,9 +290,9 @@ export function failSpan(span: Span, err: unknown, status?: number): void {
   if (!enabled) return;
   const e = err as { code?: unknown; statusCode?: unknown; message?: unknown; name?: unknown };
   const code = typeof e?.code === "string" ? e.code : undefined;
-  if (code) span.setAttribute(A.errorCode, code);
+  if (code) span.setAttribute(SPAN_ATTRIBUTES.errorCode, code);
   const s = status ?? (typeof e?.statusCode === "number" ? e.statusCode : undefined);
-  if (s !== undefined) span.setAttribute(A.status, s);
+  if (s !== undefined) span.setAttribute(SPAN_ATTRIBUTES.status, s);
   span.setAttribute("error.type", code ?? (typeof e?.name === "string" ? e.name : "error"));
   span.setStatus({
     code: SpanStatusCode.ERROR,
@@ -305,5 +305,9 @@ export function messageAttributes(message: {
   headers: { message_id: string; conversation_id: string; from: { agent: string } };
 }): Attributes {
   const h = message.headers;
-  return { [A.messageId]: h.message_id, [A.conversationId]: h.conversation_id, [A.sender]: h.from.agent };
+  return {
+    [SPAN_ATTRIBUTES.messageId]: h.message_id,
+    [SPAN_ATTRIBUTES.conversationId]: h.conversation_id,
+    [SPAN_ATTRIBUTES.sender]: h.from.agent,
+  };
 }

@@ -4,7 +4,7 @@ import { contentDigest, signRequest } from "../../src/protocol/http-signatures.t
 import type { RunningRelay } from "../../src/relay/main.ts";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { relayNames } from "../../src/contract/relay-stream.ts";
-import { RH } from "../../src/relay/mailbox.ts";
+import { COPY_HEADERS } from "../../src/relay/mailbox.ts";
 import { signed } from "../support/fixtures.ts";
 import { metricValue } from "../support/probes.ts";
 import {
@@ -256,10 +256,10 @@ describe("relay: store and forward", () => {
     const names = relayNames(relay.relay);
     const stale = signed(alice, "bob-agent", { ttl_seconds: 60, date: new Date(Date.now() - 120_000).toISOString() });
     const h = natsHeaders();
-    h.set(RH.recipient, "bob-agent");
-    h.set(RH.messageId, stale.headers.message_id);
-    h.set(RH.expiresAt, new Date(Date.now() - 60_000).toISOString());
-    h.set(RH.sender, "alice-agent");
+    h.set(COPY_HEADERS.recipient, "bob-agent");
+    h.set(COPY_HEADERS.messageId, stale.headers.message_id);
+    h.set(COPY_HEADERS.expiresAt, new Date(Date.now() - 60_000).toISOString());
+    h.set(COPY_HEADERS.sender, "alice-agent");
     await relay.nats.js.publish(names.copy("bob-agent", stale.headers.message_id), JSON.stringify(stale), {
       headers: h,
     });
@@ -275,7 +275,7 @@ describe("relay: store and forward", () => {
     const held = await relay.nats.jsm.streams.getMessage(names.stream, {
       last_by_subj: names.copy("bob-agent", stale.headers.message_id),
     });
-    expect(held?.header.get(RH.messageId)).toBe(stale.headers.message_id);
+    expect(held?.header.get(COPY_HEADERS.messageId)).toBe(stale.headers.message_id);
     await c(bob).ack(fresh.headers.message_id);
     await relay.nats.jsm.streams.purge(names.stream, { filter: names.copy("bob-agent", stale.headers.message_id) });
   });

@@ -11,7 +11,7 @@ import { RateLimiter } from "../../server/ratelimit.ts";
 import { asSent } from "../../server/validation.ts";
 import { debugEnabled, messageLog, namedOnFailure } from "../../telemetry/logs.ts";
 import {
-  A,
+  SPAN_ATTRIBUTES,
   failSpan,
   inSpan,
   messageAttributes,
@@ -76,7 +76,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
       const span = startSpan("ifp.inbox.receive", {
         kind: SpanKind.SERVER,
         startTime: Date.now() - reply.elapsedTime,
-        attributes: { [A.agent]: spec.agentId },
+        attributes: { [SPAN_ATTRIBUTES.agent]: spec.agentId },
       });
       failSpan(span, { code: reply.outcome ?? "internal_error", name: "ProtocolError" }, reply.statusCode);
       span.end();
@@ -105,7 +105,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
         const h = message.headers;
         if (tracingEnabled()) traced.add(req);
         const parent = messageContext(message);
-        const attributes = () => ({ ...messageAttributes(message), [A.agent]: spec.agentId });
+        const attributes = () => ({ ...messageAttributes(message), [SPAN_ATTRIBUTES.agent]: spec.agentId });
         const startTime = tracingEnabled() ? Date.now() - reply.elapsedTime : undefined;
         return inSpan("ifp.inbox.receive", { kind: SpanKind.SERVER, parent, attributes, startTime }, (span) =>
           namedOnFailure(
@@ -159,9 +159,9 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
                     duplicate ? "duplicate message absorbed" : "message accepted",
                   );
               span.setAttributes({
-                [A.duplicate]: duplicate,
-                [A.status]: 202,
-                [A.sender]: verified.signer ?? h.from.agent,
+                [SPAN_ATTRIBUTES.duplicate]: duplicate,
+                [SPAN_ATTRIBUTES.status]: 202,
+                [SPAN_ATTRIBUTES.sender]: verified.signer ?? h.from.agent,
               });
               return reply
                 .code(202)

@@ -3,7 +3,7 @@ import { notFound } from "../../protocol/errors.ts";
 import { AckRequest, AckResponse, MessageIdPath, MessageList, PageQuery } from "../../protocol/relay-api.ts";
 import type { RelayAuthenticator } from "../auth.ts";
 import { copySpan, type Mailboxes } from "../mailbox.ts";
-import { A, tracingEnabled } from "../../telemetry/tracing.ts";
+import { SPAN_ATTRIBUTES, tracingEnabled } from "../../telemetry/tracing.ts";
 
 /**
  * The caller's mailbox: GET /relay/messages pages through the waiting copies (reading removes
@@ -25,7 +25,7 @@ export const messageRoutes: FastifyPluginAsyncZod<{
       if (tracingEnabled()) {
         const startTime = Date.now() - reply.elapsedTime;
         for (const c of copies)
-          copySpan("ifp.relay.retrieve", c, "pull", { startTime }).setAttribute(A.status, 200).end();
+          copySpan("ifp.relay.retrieve", c, "pull", { startTime }).setAttribute(SPAN_ATTRIBUTES.status, 200).end();
       }
       const last = copies.at(-1);
       if (last) reply.header("ifp-next-after", String(last.seq));

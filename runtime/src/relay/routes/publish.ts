@@ -10,10 +10,10 @@ import { asSent } from "../../server/validation.ts";
 import { messageLog, namedOnFailure } from "../../telemetry/logs.ts";
 import { tracingEnabled } from "../../telemetry/tracing.ts";
 import type { RelayAuthenticator } from "../auth.ts";
-import type { RelayIntake } from "../intake.ts";
+import type { PublishIntake } from "../intake.ts";
 
 export interface PublishRouteDeps {
-  intake: RelayIntake;
+  intake: PublishIntake;
   /** The per-agent limit: a batch of n messages counts n requests (its signed request already took one). */
   limitAgent: RelayAuthenticator["limitAgent"];
   /** The body limit of a batch (a lone publish has the server's, spec.limits.maxMessageBytes). */
