@@ -14,6 +14,7 @@ import {
   IMAGES,
   ignoreFilePath,
   imageContextFiles,
+  PRUNE_RUN,
   parseDockerfile,
   readDockerfile,
   stageContextFiles,
@@ -116,17 +117,21 @@ function appImageFiles(): { context: { src: string; dest: string }[]; deps: { sr
 }
 
 describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
-  it("runtime: Node 24, production dependencies, the runtime compiled to JavaScript without tests, user node, the ifp-runtime entrypoint", () => {
+  it("runtime: Node 24 without a shell, pruned production dependencies, the runtime compiled to JavaScript without tests, user 65532, the ifp-runtime entrypoint", () => {
     const plan = readDockerfile("runtime/Dockerfile");
     expect(plan).toMatchObject({
-      base: "node:24-slim",
+      base: "gcr.io/distroless/nodejs24-debian12:nonroot",
       nodeMajor: 24,
       workdir: "/app",
-      user: "node",
+      user: "65532:65532",
       expose: ["8443"],
-      entrypoint: ["node", "runtime/bin/ifp-runtime.js"],
+      entrypoint: ["/nodejs/bin/node", "runtime/bin/ifp-runtime.js"],
       env: { NODE_ENV: "production" },
     });
+    // The builder stages have npm and a shell; the final stage has neither.
+    expect(plan.stages.deps!.from).toBe("node:24-slim");
+    expect(plan.stages.deps!.runs).toEqual([expect.stringMatching(/^npm ci --omit=dev /), PRUNE_RUN]);
+    expect(plan.env.PATH?.split(":")[0]).toBe("/nodejs/bin");
     expect(plan.copies.filter((c) => c.from !== undefined)).toEqual([
       { from: "deps", sources: ["/app/node_modules"], dest: "/app/node_modules", destIsDir: false },
       { from: "build", sources: ["/app/dist/runtime"], dest: "/app/runtime", destIsDir: false },
@@ -151,9 +156,10 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
   it("operator: its own code compiled, the CRDs and the runtime's code it imports", () => {
     const plan = readDockerfile("operator/Dockerfile");
     expect(plan).toMatchObject({
-      user: "node",
+      base: "gcr.io/distroless/nodejs24-debian12:nonroot",
+      user: "65532:65532",
       expose: ["8080"],
-      entrypoint: ["node", "operator/bin/ifp-operator.js"],
+      entrypoint: ["/nodejs/bin/node", "operator/bin/ifp-operator.js"],
     });
     expect(plan.copies.filter((c) => c.from === "build").map((c) => [c.sources, c.dest])).toEqual([
       [["/app/dist/operator"], "/app/operator"],
@@ -164,15 +170,15 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     expect(dests.filter((d) => /\.ts$/.test(d))).toEqual([]);
   });
 
-  it("example app: Node's built-ins, the typed client and the client's own dependencies, its own ignore file, user node", () => {
+  it("example app: Node's built-ins, the typed client and the client's own dependencies, its own ignore file, user 65532", () => {
     const plan = readDockerfile("examples/app/Dockerfile");
     expect(plan).toMatchObject({
-      base: "node:24-slim",
+      base: "gcr.io/distroless/nodejs24-debian12:nonroot",
       nodeMajor: 24,
       workdir: "/app",
-      user: "node",
+      user: "65532:65532",
       expose: ["8080"],
-      entrypoint: ["node", "examples/app/main.ts"],
+      entrypoint: ["/nodejs/bin/node", "examples/app/main.ts"],
     });
     // The root .dockerignore leaves out examples/: this Dockerfile has its own, as BuildKit reads it.
     expect(ignoreFilePath("examples/app/Dockerfile")).toBe("examples/app/Dockerfile.dockerignore");
@@ -242,10 +248,19 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
 
   it("refuses what it does not know how to build, so that a Dockerfile cannot drift from it silently", () => {
     const base = readFileSync("runtime/Dockerfile", "utf8");
-    expect(() => parseDockerfile(base.replace("USER node", "RUN apt-get install -y curl\nUSER node"), "x")).toThrow(
+    expect(() => parseDockerfile(base.replace("USER 65532", "RUN apt-get install -y curl\nUSER 65532"), "x")).toThrow(
       /does not know how to build "RUN apt-get/,
     );
-    expect(() => parseDockerfile(base.replaceAll("node:24-slim", "debian:12"), "x")).toThrow(/FROM debian:12/);
+    expect(() =>
+      parseDockerfile(base.replaceAll("gcr.io/distroless/nodejs24-debian12:nonroot", "debian:12"), "x"),
+    ).toThrow(/FROM debian:12/);
+    // Builder stages of another Node than the final stage's, or a prune step other than the known one.
+    expect(() => parseDockerfile(base.replaceAll("node:24-slim", "node:22-slim"), "x")).toThrow(/COPY --from=deps/);
+    expect(() => parseDockerfile(base.replace('-name "*.md"', '-name "*.js"'), "x")).toThrow(/COPY --from=deps/);
+    // The old final stage, Node with a shell and npm, still reads (as builders have it).
+    expect(
+      parseDockerfile(base.replaceAll("gcr.io/distroless/nodejs24-debian12:nonroot", "node:24-slim"), "x").nodeMajor,
+    ).toBe(24);
     expect(() => parseDockerfile(base.replace("npm ci --omit=dev", "npm ci"), "x")).toThrow(/COPY --from=deps/);
     expect(() =>
       parseDockerfile(base.replace("npx tsc -p tsconfig.build.json", "npx tsc -p tsconfig.build.json && curl x"), "x"),

@@ -6,10 +6,12 @@
 //   npm run images -- runtime            only the named ones; prints REF=archive lines
 //
 // `runtime/Dockerfile`, `operator/Dockerfile` and `examples/app/Dockerfile` stay the recipe for
-// registries. This file reads them and carries out their final stage itself: the `node:24-slim`
-// base becomes a root filesystem holding Node 24 from the npm `node` package and the shared
-// libraries it links (found with ldd), the `deps` stage becomes `npm ci --omit=dev` in a staging
-// directory (its node_modules, or one package of it, copied as the final stage says), the `build`
+// registries. This file reads them and carries out their final stage itself: the base
+// (`gcr.io/distroless/nodejs24-debian12:nonroot`: Node, no shell, no package manager, user 65532;
+// or `node:24-slim`) becomes a root filesystem holding Node 24 from the npm `node` package where
+// the base has it, the shared libraries it links (found with ldd) and the base's users; the `deps`
+// stage becomes `npm ci --omit=dev` in a staging directory, pruned by its PRUNE_RUN line as written
+// (its node_modules, or one package of it, copied as the final stage says), the `build`
 // stage compiles its sources with this repository's TypeScript (`npx tsc
 // -p tsconfig.build.json`), and COPY, ENV, WORKDIR, USER, EXPOSE and ENTRYPOINT are applied as written. The build
 // context leaves out what the Dockerfile's ignore file names (`<Dockerfile>.dockerignore` next to
@@ -40,14 +42,51 @@ import { cacheRoot, installDebianPackages, toolPath } from "../tools/tools.ts";
 
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
 /** Bumped when the way images are assembled changes, so that cached archives are rebuilt. */
-const RECIPE = "ifp-images-2";
+const RECIPE = "ifp-images-3";
+/** The builder stages' base: Node with npm and a shell. */
 const NODE_BASE = /^node:(\d+)-slim$/;
-/** What `node:24-slim` gives an image besides Node itself. */
-const BASE_ENV = { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" };
-const BASE_USERS = {
-  passwd: "root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/sh\n",
-  group: "root:x:0:\nnode:x:1000:\n",
-};
+/** The final stage's base: Node alone, no shell, no package manager, user nonroot (65532). */
+const DISTROLESS_BASE = /^gcr\.io\/distroless\/nodejs(\d+)-debian\d+(?::nonroot)?$/;
+/** What each base gives an image besides Node itself: where Node is, its environment, its users. */
+interface BaseImage {
+  node: string;
+  env: Record<string, string>;
+  passwd: string;
+  group: string;
+  home: { path: string; owner: string };
+}
+const BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const BASES: { match: RegExp; image: BaseImage }[] = [
+  {
+    match: NODE_BASE,
+    image: {
+      node: "/usr/local/bin/node",
+      env: { PATH: BASE_PATH },
+      passwd: "root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/sh\n",
+      group: "root:x:0:\nnode:x:1000:\n",
+      home: { path: "/home/node", owner: "1000:1000" },
+    },
+  },
+  {
+    match: DISTROLESS_BASE,
+    image: {
+      node: "/nodejs/bin/node",
+      env: { PATH: BASE_PATH, SSL_CERT_FILE: "/etc/ssl/certs/ca-certificates.crt" },
+      passwd:
+        "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
+      group: "root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n",
+      home: { path: "/home/nonroot", owner: "65532:65532" },
+    },
+  },
+];
+/** The base image a FROM names, and Node's major version in it; undefined for another. */
+export function baseImage(from: string): { image: BaseImage; nodeMajor: number } | undefined {
+  for (const b of BASES) {
+    const m = b.match.exec(from);
+    if (m) return { image: b.image, nodeMajor: Number(m[1]) };
+  }
+  return undefined;
+}
 
 export interface BuiltImage {
   /** The image's name in containerd, e.g. ifp.local/ifp-runtime:0123456789ab. */
@@ -99,6 +138,19 @@ type Stage = DockerfilePlan["stages"][string];
 const LOCK_FILES = "package-lock.json,package.json";
 /** The config the build stage compiles with: `RUN npx tsc -p <it>`. */
 const TSC_RUN = /^npx tsc -p (\S+)$/;
+/**
+ * The one RUN a `deps` stage may add after `npm ci --omit=dev`: what Node never loads from
+ * node_modules goes (TypeScript sources and declarations, which Node does not strip under
+ * node_modules; source maps; Markdown but licences). build.ts runs it as written.
+ */
+export const PRUNE_RUN = String.raw`find node_modules -type f \( -name "*.ts" -o -name "*.mts" -o -name "*.cts" -o -name "*.map" -o -name "*.md" \) ! -iname "licen[cs]e*" -delete`;
+
+/** A builder stage's base: node:<major>-slim, of the final stage's Node (the same image when that is one too). */
+function builderBase(from: string, base: string): boolean {
+  const final = baseImage(base);
+  const m = NODE_BASE.exec(from);
+  return final !== undefined && m !== null && Number(m[1]) === final.nodeMajor;
+}
 
 /**
  * The two builder stages these images have, from the same base as the final stage: `deps`,
@@ -106,8 +158,13 @@ const TSC_RUN = /^npx tsc -p (\S+)$/;
  * from the lock file, then sources copied from the context, compiled by `npx tsc -p <config>`.
  */
 export function builderKind(s: Stage | undefined, base: string): "deps" | "build" | undefined {
-  if (!s || s.from !== base || s.copies[0]?.slice(0, -1).sort().join(",") !== LOCK_FILES) return undefined;
-  if (s.runs.length === 1 && /^npm ci --omit=dev\b/.test(s.runs[0]!) && s.copies.length === 1) return "deps";
+  if (!s || !builderBase(s.from, base) || s.copies[0]?.slice(0, -1).sort().join(",") !== LOCK_FILES) return undefined;
+  if (
+    (s.runs.length === 1 || (s.runs.length === 2 && s.runs[1] === PRUNE_RUN)) &&
+    /^npm ci --omit=dev\b/.test(s.runs[0]!) &&
+    s.copies.length === 1
+  )
+    return "deps";
   if (
     s.runs.length === 2 &&
     /^npm ci\b/.test(s.runs[0]!) &&
@@ -209,7 +266,7 @@ export function parseDockerfile(text: string, path: string): DockerfilePlan {
     }
   }
   if (!stage || !inFinal) throw new Error(`${path}: no final stage`);
-  const base = NODE_BASE.exec(stage.from);
+  const base = baseImage(stage.from);
   if (!base) fail(`FROM ${stage.from}`);
   for (const c of final.copies) {
     if (c.from === undefined) continue;
@@ -224,7 +281,7 @@ export function parseDockerfile(text: string, path: string): DockerfilePlan {
   }
   return {
     base: stage.from,
-    nodeMajor: Number(base![1]),
+    nodeMajor: base!.nodeMajor,
     stages,
     copies: final.copies,
     env: final.env,
@@ -373,6 +430,7 @@ function imageRecipe(name: string, dockerfilePath: string): Recipe {
   const ignoreText = ignoreFileText(dockerfilePath);
   const ignored = dockerignore(ignoreText);
   const runtime = nodeRuntimeFiles();
+  const base = baseImage(plan.base)!.image;
   const major = Number(/^v(\d+)/.exec(runtime.version)?.[1]);
   if (major !== plan.nodeMajor)
     throw new Error(`${dockerfilePath} is FROM ${plan.base}, but node_modules/node is ${runtime.version}`);
@@ -402,14 +460,14 @@ function imageRecipe(name: string, dockerfilePath: string): Recipe {
     name,
     hash: h.digest("hex").slice(0, 16),
     config: {
-      env: { ...BASE_ENV, ...plan.env },
+      env: { ...base.env, ...plan.env },
       workdir: plan.workdir,
       user: plan.user,
       expose: plan.expose,
       entrypoint: plan.entrypoint,
     },
     populate(rootfs) {
-      baseFilesystem(rootfs, runtime);
+      baseFilesystem(rootfs, runtime, base);
       mkdirSync(join(rootfs, plan.workdir), { recursive: true });
       for (const f of contextFiles) {
         const to = join(rootfs, f.dest);
@@ -424,7 +482,10 @@ function imageRecipe(name: string, dockerfilePath: string): Recipe {
           const stage = plan.stages[c.from]!;
           if (builderKind(stage, plan.base) === "deps") {
             // As Docker copies a directory: its contents into the destination.
-            const from = join(productionDependencies(), depsSource(stage, c.sources[0]!)!);
+            const from = join(
+              productionDependencies(stage.runs.includes(PRUNE_RUN)),
+              depsSource(stage, c.sources[0]!)!,
+            );
             if (!existsSync(from))
               throw new Error(
                 `${dockerfilePath}: COPY --from=${c.from} ${c.sources[0]}: npm ci --omit=dev installs no such package (is it among package.json's dependencies?)`,
@@ -448,22 +509,25 @@ function imageRecipe(name: string, dockerfilePath: string): Recipe {
   };
 }
 
-/** The base: Node at /usr/local/bin/node (as in node:24-slim), its libraries, users, /tmp. */
-function baseFilesystem(rootfs: string, runtime: ReturnType<typeof nodeRuntimeFiles>): void {
-  for (const d of ["usr/local/bin", "etc", "tmp", "home/node"]) mkdirSync(join(rootfs, d), { recursive: true });
+/**
+ * The base: Node where the base has it (/usr/local/bin/node in node:24-slim, /nodejs/bin/node in
+ * distroless), its libraries, the base's users and home, /tmp. No shell, no package manager.
+ */
+function baseFilesystem(rootfs: string, runtime: ReturnType<typeof nodeRuntimeFiles>, base: BaseImage): void {
+  for (const d of [dirname(base.node), "etc", "tmp", base.home.path]) mkdirSync(join(rootfs, d), { recursive: true });
   chmodSync(join(rootfs, "tmp"), 0o1777);
-  copyFileSync(runtime.node, join(rootfs, "usr/local/bin/node"));
-  chmodSync(join(rootfs, "usr/local/bin/node"), 0o755);
+  copyFileSync(runtime.node, join(rootfs, base.node));
+  chmodSync(join(rootfs, base.node), 0o755);
   for (const l of runtime.libs) {
     const to = join(rootfs, l.path);
     mkdirSync(dirname(to), { recursive: true });
     copyFileSync(l.source, to);
     chmodSync(to, 0o755);
   }
-  writeFileSync(join(rootfs, "etc/passwd"), BASE_USERS.passwd);
-  writeFileSync(join(rootfs, "etc/group"), BASE_USERS.group);
+  writeFileSync(join(rootfs, "etc/passwd"), base.passwd);
+  writeFileSync(join(rootfs, "etc/group"), base.group);
   writeFileSync(join(rootfs, "etc/nsswitch.conf"), "passwd: files\ngroup: files\nhosts: files dns\n");
-  sh("chown", ["1000:1000", join(rootfs, "home/node")]);
+  sh("chown", [base.home.owner, join(rootfs, base.home.path)]);
 }
 
 /**
@@ -519,12 +583,22 @@ function compileStage(stage: Stage, files: { src: string; dest: string }[]): str
   return root;
 }
 
-/** The `deps` stage: `npm ci --omit=dev --ignore-scripts` of this repository's lock file, cached by its hash. */
-function productionDependencies(): string {
+/**
+ * The `deps` stage: `npm ci --omit=dev --ignore-scripts` of this repository's lock file, then,
+ * when `pruned`, PRUNE_RUN as written; cached by their hash. Returns the stage's WORKDIR here.
+ */
+export function productionDependencies(pruned: boolean): string {
   const lock = readFileSync(join(REPO, "package-lock.json"));
   const pkg = readFileSync(join(REPO, "package.json"));
-  const key = createHash("sha256").update(lock).update("\0").update(pkg).digest("hex").slice(0, 16);
-  const dir = join(imagesCache(), `deps-${key}`);
+  const key = createHash("sha256")
+    .update(lock)
+    .update("\0")
+    .update(pkg)
+    .update(pruned ? `\0${PRUNE_RUN}` : "")
+    .digest("hex")
+    .slice(0, 16);
+  const variant = pruned ? "deps-pruned-" : "deps-full-";
+  const dir = join(imagesCache(), `${variant}${key}`);
   if (existsSync(join(dir, "node_modules"))) return dir;
   const staging = mkdtempSync(join(imagesCache(), ".deps-"));
   try {
@@ -533,10 +607,11 @@ function productionDependencies(): string {
     sh("npm", ["ci", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline"], {
       cwd: staging,
     });
+    if (pruned) sh("sh", ["-c", PRUNE_RUN], { cwd: staging });
     rmSync(dir, { recursive: true, force: true });
     renameSync(staging, dir);
     for (const e of readdirSync(imagesCache()))
-      if (e.startsWith("deps-") && join(imagesCache(), e) !== dir)
+      if ((e.startsWith(variant) || /^deps-[0-9a-f]{16}$/.test(e)) && join(imagesCache(), e) !== dir)
         rmSync(join(imagesCache(), e), { recursive: true, force: true });
   } finally {
     rmSync(staging, { recursive: true, force: true });
@@ -576,7 +651,7 @@ function natsRecipe(): Recipe {
     name: "nats",
     hash: h.digest("hex").slice(0, 16),
     config: {
-      env: { PATH: BASE_ENV.PATH },
+      env: { PATH: BASE_PATH },
       workdir: "/",
       user: "65534:65534",
       expose: ["4222", "6222", "8222"],
