@@ -5,6 +5,8 @@ import { valuesComments, valuesTable } from "../../../charts/ifp-operator/values
 import { Values, valuesJsonSchema } from "../../../charts/ifp-operator/values.schema.ts";
 import { agentCrd, generatedFiles, relayCrd, structural, toYaml } from "./generate.ts";
 
+type Schema = Record<string, unknown>;
+
 const root = new URL("../../../", import.meta.url);
 
 /** The anchors and aliases of a YAML text, as its parsed document holds them. */
@@ -187,24 +189,32 @@ describe("the CRDs' documentation (kubectl explain)", () => {
     expect(defaultView(relayCrd())).toEqual(["URL", "Max Age", "Ready", "Accepted 1h", "Backlog", "Last Error", "Age"]);
   });
 
-  it("gives the Agent a scale subresource on spec.replicas and status.selector, and addresses both kinds by short name and category", () => {
-    expect(agentCrd()).toMatchObject({
-      spec: {
-        names: { shortNames: ["ifpagent"], categories: ["ifp"] },
-        versions: [
-          {
-            subresources: {
-              status: {},
-              scale: {
-                specReplicasPath: ".spec.replicas",
-                statusReplicasPath: ".status.replicas",
-                labelSelectorPath: ".status.selector",
+  it("gives the Agent and the Relay a scale subresource on spec.replicas and status.selector, and addresses both kinds by short name and category", () => {
+    for (const [crd, shortName] of [
+      [agentCrd(), "ifpagent"],
+      [relayCrd(), "ifprelay"],
+    ] as const) {
+      expect(crd).toMatchObject({
+        spec: {
+          names: { shortNames: [shortName], categories: ["ifp"] },
+          versions: [
+            {
+              subresources: {
+                status: {},
+                scale: {
+                  specReplicasPath: ".spec.replicas",
+                  statusReplicasPath: ".status.replicas",
+                  labelSelectorPath: ".status.selector",
+                },
               },
             },
-          },
-        ],
-      },
-    });
-    expect(relayCrd()).toMatchObject({ spec: { names: { shortNames: ["ifprelay"], categories: ["ifp"] } } });
+          ],
+        },
+      });
+      const version = (crd.spec as { versions: { schema: { openAPIV3Schema: Schema } }[] }).versions[0]!;
+      const props = version.schema.openAPIV3Schema.properties as Record<string, Schema>;
+      expect((props.spec!.properties as Record<string, Schema>).replicas).toMatchObject({ type: "integer" });
+      expect((props.status!.properties as Record<string, Schema>).selector).toMatchObject({ type: "string" });
+    }
   });
 });

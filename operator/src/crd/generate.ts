@@ -193,6 +193,7 @@ export function relayCrd(): Schema {
       "An Inter-Face Protocol relay: the operator runs its runtime, which holds signed messages for the agents it serves in a JetStream stream until they fetch them or it delivers them to their webhooks. Address it as relays.ifp.dev or ifprelay.",
     resource: Relay,
     status: statusSchema(RelayStatus),
+    scale: true,
     columns: [
       { name: "URL", type: "string", jsonPath: ".spec.url" },
       { name: "Max Age", type: "string", jsonPath: ".spec.retention.maxAge" },

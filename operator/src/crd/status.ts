@@ -109,6 +109,7 @@ export const RelayStatus = z
     ...common,
     url: z.string().optional().describe("The relay's public base URL"),
     stream: StreamStatus.optional().describe("The JetStream stream's applied configuration"),
+    selector: z.string().optional().describe("Label selector of the relay's runtime pods, for the scale subresource"),
   })
   .describe("The observed state of the relay, written by the operator");
 export type RelayStatus = z.infer<typeof RelayStatus>;

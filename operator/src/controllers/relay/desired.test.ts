@@ -165,6 +165,12 @@ describe("relayStatus", () => {
       "StreamReady=True/StreamInSync",
     ]);
     expect(ok.status.stream).toMatchObject({ name: "IFP_RELAY_team_2Fhub", maxAge: "604800s", storage: "file" });
+    // What the scale subresource reads: pods that exist and the selector they are found by.
+    expect(ok.status).toMatchObject({
+      replicas: 1,
+      readyReplicas: 1,
+      selector: `app.kubernetes.io/instance=${relay().metadata.name},app.kubernetes.io/name=ifp-runtime`,
+    });
     const away = relayStatus(
       relay(),
       { applied: [], deployment: ready, stream: { ok: false, reason: "NatsUnavailable", message: "m" } },

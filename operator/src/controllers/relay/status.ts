@@ -2,7 +2,9 @@
 import type { StreamConfig } from "@nats-io/jetstream";
 import type { RelayStatus } from "../../crd/status.ts";
 import { runtimeConditions, type ConditionInput, type RuntimeObservation } from "../conditions.ts";
-import type { RelayResource } from "./desired.ts";
+import { selectorLabels } from "../names.ts";
+import { scaleStatus } from "../scale.ts";
+import { relayOwner, type RelayResource } from "./desired.ts";
 
 /** What became of the relay's JetStream stream in this pass. */
 export type StreamObservation =
@@ -79,8 +81,7 @@ export function relayStatus(
       ...(o.tlsSecret ? { tlsSecretName: o.tlsSecret } : {}),
       // While NATS is away, keep showing the config last applied.
       ...(s.ok ? { stream: streamStatus(s.config) } : previous?.stream ? { stream: previous.stream } : {}),
-      replicas: dep?.status?.replicas ?? 0,
-      readyReplicas: dep?.status?.readyReplicas ?? 0,
+      ...scaleStatus(selectorLabels(relayOwner(relay)), dep),
     },
     conditions: [...conditions, streamCondition],
   };
