@@ -6,7 +6,7 @@ import { parse, parseAllDocuments, stringify } from "yaml";
 import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { tempDir } from "./support/process.ts";
-import { generateKeys, serverConfig } from "../operator/src/nats-credentials.ts";
+import { generateKeys, serverConfig } from "../operator/src/nats-credential-issuer.ts";
 import { createCA } from "../operator/src/certs.ts";
 import { parseFlags } from "../operator/src/main.ts";
 import { parseRepairFlags } from "../operator/src/nats-store-repair.ts";

@@ -6,7 +6,7 @@ import { basename } from "node:path";
 import { KubeConfig } from "@kubernetes/client-node";
 import { parseCaBundle } from "./certs.ts";
 import { checkLifetimes, DEFAULT_LIFETIMES, type CertManagerMode } from "./controllers/trust.ts";
-import type { RuntimeTracing } from "./controllers/runtime.ts";
+import type { RuntimeTracing, TolerationEntry } from "./controllers/settings.ts";
 import { startManager, type ManagerOptions } from "./manager.ts";
 import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./controllers/rollout.ts";
 import { isCidrOrIp } from "../../runtime/src/resources/common.ts";
@@ -15,7 +15,7 @@ import { errorMessage, Kube } from "./kube/client.ts";
 import { prepareUninstall } from "./uninstall.ts";
 import { RELOAD_NATS_USAGE } from "./nats-reloader.ts";
 import { duration, list, readFlags, subcommand, UsageError } from "./flags.ts";
-import { parseTolerationEntry, type TolerationEntry } from "./controllers/pod-policy.ts";
+import { parseTolerationEntry } from "./controllers/pod-policy.ts";
 
 const USAGE = `usage: ifp-operator [flags]
 

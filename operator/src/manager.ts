@@ -7,13 +7,15 @@ import type { KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { Nats, type NatsOptions } from "../../runtime/src/nats/connection.ts";
 import { OPERATOR_INBOX_PREFIX, operatorPermissions } from "../../runtime/src/contract/nats-permissions.ts";
-import { loadNatsIssuer } from "./controllers/nats-creds.ts";
+import { loadNatsIssuer } from "./controllers/runtime-nats-credential.ts";
 import { deleteRuntimeData, inRuntimeAccount } from "./controllers/runtime-account.ts";
 import { NatsAccounts } from "./nats-accounts.ts";
-import { reconcileAgent } from "./controllers/agent/reconcile.ts";
-import { NamespaceLabels } from "./controllers/agent/directory.ts";
-import { reconcileRelay, type RelayContext } from "./controllers/relay/reconcile.ts";
-import { ownerOf, type OperatorSettings } from "./controllers/runtime.ts";
+import { reconcileAgent } from "./controllers/agent-controller.ts";
+import { NamespaceLabels } from "./controllers/namespace-labels.ts";
+import { reconcileRelay } from "./controllers/relay-controller.ts";
+import type { ReconcileContext } from "./controllers/context.ts";
+import { ownerOf } from "./controllers/names.ts";
+import type { OperatorSettings } from "./controllers/settings.ts";
 import { InstallTrust, joinBundle, type CertManagerMode, type TrustLifetimes } from "./controllers/trust.ts";
 import { NatsServerTls } from "./controllers/nats-tls.ts";
 import { issuerEntry } from "./controllers/references.ts";
@@ -212,7 +214,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
         ...(natsAccounts ? { inAccount: (obj, read) => inRuntimeAccount(ctx, obj, read) } : {}),
       })
     : undefined;
-  const ctx: RelayContext = {
+  const ctx: ReconcileContext = {
     kube,
     caches,
     settings,

@@ -1,5 +1,5 @@
 // The operator's reach into the NATS account of each runtime. Every Agent and Relay has an account
-// of its own (nats-credentials.ts); the operator makes it (an account JWT pushed to the server's
+// of its own (nats-credential-issuer.ts); the operator makes it (an account JWT pushed to the server's
 // full resolver with a user of the system account), deletes it with its resource, and works on
 // its streams (a Relay's stream, a deleted runtime's streams and buckets, the status summary)
 // through a user of its own in that account. Those connections are a small pool: opened when
@@ -19,7 +19,7 @@ import {
 } from "../../runtime/src/contract/nats-permissions.ts";
 import type { NatsOptions } from "../../runtime/src/nats/connection.ts";
 import { errorMessage } from "./kube/client.ts";
-import type { CredentialIssuer } from "./nats-credentials.ts";
+import type { CredentialIssuer } from "./nats-credential-issuer.ts";
 
 /** The pool key of the system account's connection (account keys start with A). */
 const SYSTEM = "$SYS";

@@ -29,7 +29,7 @@ import {
   KEY_FIELDS,
   serverConfig,
   type NatsKeys,
-} from "../src/nats-credentials.ts";
+} from "../src/nats-credential-issuer.ts";
 import { NatsAccounts } from "../src/nats-accounts.ts";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
 import { relayNames } from "../../runtime/src/contract/relay-stream.ts";

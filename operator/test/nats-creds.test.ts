@@ -17,7 +17,7 @@ import {
   renewalDue,
   serverConfig,
   CREDENTIAL_LIFETIME_MS,
-} from "../src/nats-credentials.ts";
+} from "../src/nats-credential-issuer.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
 import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
 

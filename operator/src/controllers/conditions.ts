@@ -195,3 +195,17 @@ export function invalidSpecConditions(message: string): ConditionInput[] {
     cond("Stalled", "True", "InvalidSpec", message),
   ];
 }
+
+/**
+ * The conditions of a resource being deleted while its finalizer waits for a cleanup this
+ * operator does (its JetStream data): not Ready, reconciling, with what it waits for and when
+ * the wait ends whatever happens.
+ */
+export function cleanupPendingConditions(what: string, failure: string, until: string): ConditionInput[] {
+  const message = `deleting: waiting to delete ${what} (${failure}); the finalizer goes at ${until} at the latest`;
+  return [
+    cond("Ready", "False", "CleanupPending", message),
+    cond("Reconciling", "True", "CleanupPending", message),
+    cond("Stalled", "False", "CleanupPending", ""),
+  ];
+}

@@ -18,7 +18,8 @@ import {
   type ExposureKind,
   type GatewayKind,
 } from "./expose.ts";
-import { childNames, type Owner } from "./runtime.ts";
+import { childNames } from "./names.ts";
+import type { Owner } from "./settings.ts";
 
 export interface ExposurePlan {
   /** The exposure children to render (the Gateway kinds only when they are served). */

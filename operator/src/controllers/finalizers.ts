@@ -10,9 +10,9 @@ import { relayNames } from "../../../runtime/src/contract/relay-stream.ts";
 import { isNotFound } from "../../../runtime/src/nats/streams.ts";
 import type { Caches } from "../kube/caches.ts";
 import { errorMessage, isStatus, type Kube } from "../kube/client.ts";
-import { STREAM_FINALIZER } from "./relay/desired.ts";
 
-export { STREAM_FINALIZER };
+/** On a Relay while its stream is to be deleted with it (spec.retention.deleteOnRemoval). */
+export const STREAM_FINALIZER = "ifp.dev/stream";
 
 /** On an Agent: the operator deletes the agent's JetStream streams and KV buckets before the Agent goes. */
 export const AGENT_FINALIZER = "ifp.dev/jetstream";
@@ -40,6 +40,11 @@ export class Deletions {
     let first = this.seen.get(uid);
     if (first === undefined) this.seen.set(uid, (first = this.now()));
     return this.timeoutMs - (this.now() - first);
+  }
+
+  /** When, on this process's clock (ms since the epoch), the cleanup of this resource is given up. */
+  deadline(obj: KubernetesObject): number {
+    return this.now() + this.left(obj);
   }
 
   forget(obj: KubernetesObject): void {

@@ -17,9 +17,10 @@ import type {
 import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
 import { applyChildren } from "../kube/apply.ts";
 import type { Blocker } from "./conditions.ts";
-import type { ReconcileContext } from "./reconciler.ts";
+import type { ReconcileContext } from "./context.ts";
 import { grantLabel } from "./references.ts";
-import { childMeta, type Owner } from "./runtime.ts";
+import { childMeta } from "./names.ts";
+import type { Owner } from "./settings.ts";
 
 /** Where client libraries look for the in-cluster token, CA and namespace (`loadFromCluster`). */
 export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";

@@ -1,52 +1,72 @@
 import { describe, expect, it } from "vitest";
-import { recordNotes, withNotes, note, type ReconcileContext } from "./reconciler.ts";
+import type { ReconcileContext } from "./context.ts";
+import { recordNotes, withNotes, note } from "./pipeline.ts";
 import {
   AGENT_RUNTIME_ACCOUNT,
+  isLegacyAccess,
+  legacyRuntimeAccess,
   RELAY_RUNTIME_ACCOUNT,
   rolledTo,
   sharedAccountInUse,
-  sharedRuntimeAccess,
-} from "./shared.ts";
+} from "./legacy-runtime-access.ts";
 import { runtimeAccountName } from "./identity.ts";
 
-describe("sharedRuntimeAccess", () => {
-  it("names what an earlier version gave agent runtimes: one ServiceAccount, a Role to record Events and its binding, owned by no resource", () => {
-    const objs = sharedRuntimeAccess("Agent", "team") as any[];
-    expect(objs.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([
-      "ServiceAccount/ifp-agent-runtimes",
-      "Role/ifp-agent-runtimes",
-      "RoleBinding/ifp-agent-runtimes",
+describe("legacyRuntimeAccess", () => {
+  it("names what an earlier version gave agent runtimes: one ServiceAccount, a Role to record Events and its binding", () => {
+    expect(legacyRuntimeAccess("Agent", "team")).toEqual([
+      { apiVersion: "v1", kind: "ServiceAccount", namespace: "team", name: "ifp-agent-runtimes" },
+      { apiVersion: "rbac.authorization.k8s.io/v1", kind: "Role", namespace: "team", name: "ifp-agent-runtimes" },
+      {
+        apiVersion: "rbac.authorization.k8s.io/v1",
+        kind: "RoleBinding",
+        namespace: "team",
+        name: "ifp-agent-runtimes",
+      },
     ]);
-    for (const o of objs) {
-      expect(o.metadata.namespace).toBe("team");
-      expect(o.metadata.ownerReferences).toBeUndefined();
-      expect(o.metadata.labels).toMatchObject({
-        "app.kubernetes.io/managed-by": "ifp-operator",
-        "app.kubernetes.io/component": "shared",
-      });
-      // Not mapped to any one Agent by the manager's label lookup.
-      expect(o.metadata.labels["app.kubernetes.io/instance"]).toBeUndefined();
-    }
-    expect(objs[0].automountServiceAccountToken).toBe(true);
-    expect(objs[1].rules).toEqual([{ apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] }]);
-    expect(objs[2].roleRef).toEqual({
-      apiGroup: "rbac.authorization.k8s.io",
-      kind: "Role",
-      name: AGENT_RUNTIME_ACCOUNT,
-    });
-    expect(objs[2].subjects).toEqual([{ kind: "ServiceAccount", name: AGENT_RUNTIME_ACCOUNT, namespace: "team" }]);
+    expect(AGENT_RUNTIME_ACCOUNT).toBe("ifp-agent-runtimes");
   });
 
-  it("names what it gave relay runtimes: a ServiceAccount of their own kind that mounts no token, and no Role", () => {
-    const objs = sharedRuntimeAccess("Relay", "team") as any[];
-    expect(objs.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([`ServiceAccount/${RELAY_RUNTIME_ACCOUNT}`]);
-    expect(objs[0].automountServiceAccountToken).toBe(false);
+  it("names what it gave relay runtimes: a ServiceAccount of their own kind, and no Role", () => {
+    expect(legacyRuntimeAccess("Relay", "team").map((o) => `${o.kind}/${o.name}`)).toEqual([
+      `ServiceAccount/${RELAY_RUNTIME_ACCOUNT}`,
+    ]);
   });
 
   it("uses names no resource's own ServiceAccount could have", () => {
     for (const name of [AGENT_RUNTIME_ACCOUNT, RELAY_RUNTIME_ACCOUNT])
       expect(name.endsWith(runtimeAccountName(""))).toBe(false);
   });
+});
+
+describe("isLegacyAccess", () => {
+  const made = (over: object = {}) => ({
+    kind: "ServiceAccount",
+    metadata: {
+      name: AGENT_RUNTIME_ACCOUNT,
+      namespace: "team",
+      labels: { "app.kubernetes.io/managed-by": "ifp-operator", "app.kubernetes.io/component": "shared" },
+      ...over,
+    },
+  });
+  it.each([
+    { name: "what an earlier version made: managed, shared, owned by no resource", o: made(), want: true },
+    { name: "absent", o: undefined, want: false },
+    {
+      name: "the user's, of the same name",
+      o: made({ labels: { "app.kubernetes.io/component": "shared" } }),
+      want: false,
+    },
+    {
+      name: "a runtime's own (component agent)",
+      o: made({ labels: { "app.kubernetes.io/managed-by": "ifp-operator", "app.kubernetes.io/component": "agent" } }),
+      want: false,
+    },
+    {
+      name: "owned by a resource",
+      o: made({ ownerReferences: [{ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", name: "a", uid: "u" }] }),
+      want: false,
+    },
+  ])("$name: $want", ({ o, want }) => expect(isLegacyAccess(o as never)).toBe(want));
 });
 
 describe("sharedAccountInUse", () => {

@@ -5,11 +5,12 @@
 // objects belong to no single resource (no owner reference) and are deleted once no Deployment
 // of the operator's in the namespace runs under them or still has pods of an older spec (which
 // may be of the shared account and hold its token).
-import type { KubernetesObject, V1Deployment, V1Role, V1RoleBinding, V1ServiceAccount } from "@kubernetes/client-node";
+import type { KubernetesObject, V1Deployment } from "@kubernetes/client-node";
 import type { Caches, CachedKind } from "../kube/caches.ts";
-import { COMPONENT_LABEL, MANAGED_BY, managedByOperator } from "../kube/metadata.ts";
-import type { ReconcileContext } from "./reconciler.ts";
-import type { Owner } from "./runtime.ts";
+import { COMPONENT_LABEL, managedByOperator } from "../kube/metadata.ts";
+import type { ReconcileContext } from "./context.ts";
+import { runtimeNeedsToken } from "./identity.ts";
+import type { Owner } from "./settings.ts";
 
 /** The ServiceAccount (and Role and RoleBinding) the agent runtimes of a namespace shared. */
 export const AGENT_RUNTIME_ACCOUNT = "ifp-agent-runtimes";
@@ -23,57 +24,49 @@ export function sharedAccountName(kind: Owner["kind"]): string {
   return kind === "Agent" ? AGENT_RUNTIME_ACCOUNT : RELAY_RUNTIME_ACCOUNT;
 }
 
-function sharedMeta(namespace: string, name: string) {
-  return {
-    name,
-    namespace,
-    labels: {
-      "app.kubernetes.io/name": "ifp-runtime",
-      [COMPONENT_LABEL]: SHARED_COMPONENT,
-      "app.kubernetes.io/part-of": "ifp-operator",
-      ...MANAGED_BY,
-    },
-  };
+/** One object an earlier version made, by kind and name. */
+export interface LegacyRef {
+  apiVersion: string;
+  kind: "ServiceAccount" | "Role" | "RoleBinding";
+  namespace: string;
+  name: string;
 }
 
-/** Pure: the shared objects an earlier version made for the runtimes of `kind` in a namespace. */
-export function sharedRuntimeAccess(kind: Owner["kind"], namespace: string): KubernetesObject[] {
+/**
+ * Pure: what an earlier version made for the runtimes of `kind` in a namespace, by kind and name
+ * (all named after the shared account): a ServiceAccount, and for agent runtimes the Role and
+ * RoleBinding that let it record Events — the same access each runtime now has of its own
+ * (identity.ts runtimeIdentityChildren).
+ */
+export function legacyRuntimeAccess(kind: Owner["kind"], namespace: string): LegacyRef[] {
   const name = sharedAccountName(kind);
-  if (kind === "Relay") {
-    const sa: V1ServiceAccount = {
-      apiVersion: "v1",
-      kind: "ServiceAccount",
-      metadata: sharedMeta(namespace, name),
-      automountServiceAccountToken: false,
-    };
-    return [sa];
-  }
-  const sa: V1ServiceAccount = {
-    apiVersion: "v1",
-    kind: "ServiceAccount",
-    metadata: sharedMeta(namespace, name),
-    automountServiceAccountToken: true,
-  };
-  const role: V1Role = {
-    apiVersion: "rbac.authorization.k8s.io/v1",
-    kind: "Role",
-    metadata: sharedMeta(namespace, name),
-    rules: [{ apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] }],
-  };
-  const binding: V1RoleBinding = {
-    apiVersion: "rbac.authorization.k8s.io/v1",
-    kind: "RoleBinding",
-    metadata: sharedMeta(namespace, name),
-    roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name },
-    subjects: [{ kind: "ServiceAccount", name, namespace }],
-  };
-  return [sa, role, binding];
+  const sa: LegacyRef = { apiVersion: "v1", kind: "ServiceAccount", namespace, name };
+  if (!runtimeNeedsToken(kind)) return [sa];
+  const rbac = "rbac.authorization.k8s.io/v1";
+  return [
+    sa,
+    { apiVersion: rbac, kind: "Role", namespace, name },
+    { apiVersion: rbac, kind: "RoleBinding", namespace, name },
+  ];
+}
+
+/**
+ * Pure: whether a live object is one an earlier version made for the runtimes of a namespace:
+ * managed by the operator, labelled as shared, owned by no resource.
+ */
+export function isLegacyAccess(obj: KubernetesObject | undefined): boolean {
+  return (
+    !!obj &&
+    managedByOperator(obj) &&
+    obj.metadata?.labels?.[COMPONENT_LABEL] === SHARED_COMPONENT &&
+    !obj.metadata?.ownerReferences?.length
+  );
 }
 
 /** Per cache (one per operator process): the shared objects this process deleted and perhaps still in the cache. */
 const deletedBy = new WeakMap<Caches, Set<string>>();
 
-const keyOf = (o: KubernetesObject) => `${o.metadata!.namespace}/${o.kind}/${o.metadata!.name}`;
+const keyOf = (o: LegacyRef) => `${o.namespace}/${o.kind}/${o.name}`;
 
 /**
  * Whether a Deployment of the operator's for runtimes of `kind` in `namespace` may still need the
@@ -95,7 +88,7 @@ export function sharedAccountInUse(deployments: V1Deployment[], kind: Owner["kin
  * Delete the shared objects of `kind` in `namespace` once nothing needs them (sharedAccountInUse).
  * A namespace without them asks the API server nothing. Returns "Kind/name" of what was deleted.
  */
-export async function releaseSharedRuntimeAccess(
+export async function releaseLegacyRuntimeAccess(
   ctx: Pick<ReconcileContext, "kube" | "caches">,
   kind: Owner["kind"],
   namespace: string,
@@ -103,17 +96,17 @@ export async function releaseSharedRuntimeAccess(
   let deleted = deletedBy.get(ctx.caches);
   if (!deleted) deletedBy.set(ctx.caches, (deleted = new Set()));
   const gone = deleted;
-  const present = sharedRuntimeAccess(kind, namespace).filter((o) => {
-    const cached = ctx.caches.get(o.kind as CachedKind, namespace, o.metadata!.name!);
-    return cached && managedByOperator(cached) && !gone.has(`${keyOf(o)}/${cached.metadata?.uid}`);
-  });
+  const uidOf = (o: LegacyRef) => ctx.caches.get(o.kind as CachedKind, namespace, o.name)?.metadata?.uid;
+  const present = legacyRuntimeAccess(kind, namespace).filter(
+    (o) =>
+      isLegacyAccess(ctx.caches.get(o.kind as CachedKind, namespace, o.name)) && !gone.has(`${keyOf(o)}/${uidOf(o)}`),
+  );
   if (!present.length || sharedAccountInUse(ctx.caches.list<V1Deployment>("Deployment"), kind, namespace)) return [];
   const out: string[] = [];
   for (const o of present) {
-    const uid = ctx.caches.get(o.kind as CachedKind, namespace, o.metadata!.name!)?.metadata?.uid;
-    gone.add(`${keyOf(o)}/${uid}`);
-    await ctx.kube.remove(o);
-    out.push(`${o.kind}/${o.metadata!.name}`);
+    gone.add(`${keyOf(o)}/${uidOf(o)}`);
+    await ctx.kube.remove({ apiVersion: o.apiVersion, kind: o.kind, metadata: { namespace, name: o.name } });
+    out.push(`${o.kind}/${o.name}`);
   }
   return out;
 }

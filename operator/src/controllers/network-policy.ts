@@ -9,14 +9,9 @@
 import type { V1NetworkPolicy, V1NetworkPolicyIngressRule, V1NetworkPolicyPort } from "@kubernetes/client-node";
 import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
 import { controlledBy } from "../kube/apply.ts";
-import type { ReconcileContext } from "./reconciler.ts";
-import { childMeta, childNames, HTTPS_PORT, METRICS_PORT, selectorLabels, type Owner } from "./runtime.ts";
-
-/** The install's runtime NetworkPolicies: undefined renders none. */
-export interface RuntimeNetworkPolicies {
-  /** Namespaces whose pods may reach the runtimes' metrics port (Prometheus's); none when empty. */
-  metricsNamespaces: string[];
-}
+import type { ReconcileContext } from "./context.ts";
+import { childMeta, childNames, HTTPS_PORT, METRICS_PORT, selectorLabels } from "./names.ts";
+import type { Owner, RuntimeNetworkPolicies } from "./settings.ts";
 
 /** The label the API server gives every namespace: its name. */
 export const NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name";

@@ -10,7 +10,7 @@ import type { Kube } from "../kube/client.ts";
 import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
 import type { Blocker } from "./conditions.ts";
 import { grantLabel, secretUsableBy } from "./references.ts";
-import type { OperatorSettings, Owner } from "./runtime.ts";
+import type { OperatorSettings, Owner, TolerationEntry } from "./settings.ts";
 
 type Loose = Record<string, unknown>;
 const FIELD = "spec.deployment";
@@ -90,13 +90,6 @@ export function containerImageRefusal(
     }
   }
   return undefined;
-}
-
-/** A toleration the install allows: `key`, `key=value`, each optionally `:effect`, or `*` for any. */
-export interface TolerationEntry {
-  key: string;
-  value?: string;
-  effect?: string;
 }
 
 /** An --allowed-tolerations entry read (undefined when it is not one). */

@@ -4,7 +4,7 @@
 import type { KubernetesObject } from "@kubernetes/client-node";
 import type { Blocker } from "./conditions.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, managedByOperator } from "../kube/metadata.ts";
-import type { Owner } from "./runtime.ts";
+import type { Owner } from "./settings.ts";
 
 /** The label by which a Secret's owner lets one Agent (or Relay) use it. */
 export function grantLabel(kind: string): string {

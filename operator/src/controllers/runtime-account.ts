@@ -5,8 +5,8 @@
 import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import { isNotFound } from "../../../runtime/src/nats/streams.ts";
-import { accountOfSecret, natsCredsSecretName } from "./nats-creds.ts";
-import type { ReconcileContext } from "./reconciler.ts";
+import { accountOfSecret, natsCredsSecretName } from "./runtime-nats-credential.ts";
+import type { ReconcileContext } from "./context.ts";
 
 type AccountContext = Pick<ReconcileContext, "caches" | "nats" | "natsIssuer" | "natsAccounts">;
 

@@ -19,10 +19,11 @@ import {
   SERVER_CONFIG_FIELD,
   serverConfig,
   type NatsKeys,
-} from "../nats-credentials.ts";
+} from "../nats-credential-issuer.ts";
 import type { NatsAccounts } from "../nats-accounts.ts";
-import type { ReconcileContext } from "./reconciler.ts";
-import { childMeta, type Owner } from "./runtime.ts";
+import type { ReconcileContext } from "./context.ts";
+import { childMeta } from "./names.ts";
+import type { Owner } from "./settings.ts";
 
 /** The Secret key of the credentials file. */
 export const CREDS_KEY = "nats.creds";

@@ -10,7 +10,8 @@ import type { Caches } from "../kube/caches.ts";
 import type { Kube } from "../kube/client.ts";
 import type { Blocker } from "./conditions.ts";
 import { COMPONENT_LABEL, hashOf, INSTANCE_LABEL, MANAGED_BY } from "../kube/metadata.ts";
-import { childMeta, childNames, type Owner } from "./runtime.ts";
+import { childMeta, childNames } from "./names.ts";
+import type { Owner } from "./settings.ts";
 import { secretUsableBy } from "./references.ts";
 import { DEFAULT_LIFETIMES, type InstallTrust } from "./trust.ts";
 

@@ -13,7 +13,8 @@ import { applyChildren } from "../kube/apply.ts";
 import type { Caches } from "../kube/caches.ts";
 import { errorMessage, isStatus, type Kube } from "../kube/client.ts";
 import type { Blocker } from "./conditions.ts";
-import { childMeta, type Owner } from "./runtime.ts";
+import { childMeta } from "./names.ts";
+import type { Owner } from "./settings.ts";
 
 const HOUR = 3600_000;
 const DAY = 24 * HOUR;

@@ -2,7 +2,7 @@
 // and nothing of any other agent's or relay's. The operator writes these permissions into the
 // NATS user credential it issues per Agent and Relay; the runtime uses the inbox prefix below so
 // that the replies it waits for arrive on subjects no other runtime may subscribe to. Each
-// runtime has a NATS account of its own (operator/src/nats-credentials.ts), which is what keeps
+// runtime has a NATS account of its own (operator/src/nats-credential-issuer.ts), which is what keeps
 // runtimes apart: JetStream does not check these lists against what a stream or consumer
 // configuration pulls in or pushes out (sources, mirrors, republish, deliver subjects). Within its
 // own account the lists still keep a runtime to the names it uses and off the operator's inbox;

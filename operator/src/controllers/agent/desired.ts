@@ -6,14 +6,9 @@ import type { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { defaultBaseUrl, type ExposeSpec } from "../../../../runtime/src/resources/common.ts";
 import { hashOf } from "../../kube/metadata.ts";
 import { exposureChildren, type ExposurePlanInput } from "../expose.ts";
-import {
-  childMeta,
-  childNames,
-  renderManifest,
-  runtimeDeployment,
-  type OperatorSettings,
-  type Owner,
-} from "../runtime.ts";
+import { childMeta, childNames } from "../names.ts";
+import { renderManifest, runtimeDeployment } from "../workload.ts";
+import type { OperatorSettings, Owner } from "../settings.ts";
 import { withIntroductionTokens } from "./introduction.ts";
 import { localApiChildren, localApiServicePort, withLocalApi } from "./local-api.ts";
 import { withHandoffSecret } from "./handoff.ts";

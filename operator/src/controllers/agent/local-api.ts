@@ -8,8 +8,10 @@ import { controlledBy } from "../../kube/apply.ts";
 import { createdFor } from "../references.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
 import type { Blocker } from "../conditions.ts";
-import { note, type CustomObject, type ReconcileContext } from "../reconciler.ts";
-import { childMeta, ownerReference, selectorLabels, type Owner } from "../runtime.ts";
+import { note } from "../pipeline.ts";
+import type { CustomObject, ReconcileContext } from "../context.ts";
+import { childMeta, ownerReference, selectorLabels } from "../names.ts";
+import type { Owner } from "../settings.ts";
 
 export const LOCAL_API_TOKEN_DIR = "/etc/ifp/local-api";
 export const LOCAL_API_TOKEN_PATH = `${LOCAL_API_TOKEN_DIR}/token`;

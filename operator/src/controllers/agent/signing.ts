@@ -16,8 +16,10 @@ import type { AgentSpec } from "../../../../runtime/src/resources/agent.ts";
 import { parseDuration } from "../../../../runtime/src/resources/common.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY, managedByOperator } from "../../kube/metadata.ts";
 import { isoSeconds, type Blocker } from "../conditions.ts";
-import { note, type CustomObject, type ReconcileContext } from "../reconciler.ts";
-import { childNames, type Owner } from "../runtime.ts";
+import { note } from "../pipeline.ts";
+import type { CustomObject, ReconcileContext } from "../context.ts";
+import { childNames } from "../names.ts";
+import type { Owner } from "../settings.ts";
 import { secretUsableBy } from "../references.ts";
 
 export type SigningOutcome =

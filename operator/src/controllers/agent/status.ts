@@ -2,7 +2,7 @@
 import { capabilitiesHash } from "../../../../runtime/src/contract/capabilities.ts";
 import type { AgentStatus } from "../../crd/status.ts";
 import { runtimeConditions, type ConditionInput, type RuntimeObservation } from "../conditions.ts";
-import { selectorLabels } from "../runtime.ts";
+import { selectorLabels } from "../names.ts";
 import { agentEndpoint, agentOwner, type AgentResource } from "./desired.ts";
 
 export interface AgentObservation extends RuntimeObservation {

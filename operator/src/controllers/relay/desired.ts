@@ -6,20 +6,12 @@ import type { StreamConfig, StreamState } from "@nats-io/jetstream";
 import type { Relay } from "../../../../runtime/src/resources/relay.ts";
 import { hashOf } from "../../kube/metadata.ts";
 import { exposureChildren, type ExposurePlanInput } from "../expose.ts";
-import {
-  childMeta,
-  childNames,
-  renderManifest,
-  runtimeDeployment,
-  type OperatorSettings,
-  type Owner,
-} from "../runtime.ts";
+import { childMeta, childNames } from "../names.ts";
+import { renderManifest, runtimeDeployment } from "../workload.ts";
+import type { OperatorSettings, Owner } from "../settings.ts";
 import { networkPolicyChildren } from "../network-policy.ts";
 
 export type RelayResource = Relay & { metadata: Owner["metadata"] };
-
-/** On a Relay while its stream is to be deleted with it (spec.retention.deleteOnRemoval). */
-export const STREAM_FINALIZER = "ifp.dev/stream";
 
 export function relayOwner(relay: { metadata: Owner["metadata"] }): Owner {
   return { kind: "Relay", metadata: relay.metadata };

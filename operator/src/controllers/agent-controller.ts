@@ -1,0 +1,144 @@
+// The Agent controller: its parts in the order they run, what its finalizer cleans up and its
+// status. Level-triggered: it gets only namespace/name (pipeline.ts runs the pass).
+import type { V1Deployment } from "@kubernetes/client-node";
+import { agentPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
+import { Agent } from "../../../runtime/src/resources/agent.ts";
+import { defaultBaseUrl } from "../../../runtime/src/resources/common.ts";
+import type { ReconcileResult } from "../kube/controller.ts";
+import { desiredAgentChildren, type AgentResource } from "./agent/desired.ts";
+import { agentIdClaim, selectedPeers } from "./agent/directory.ts";
+import { localApiDnsNames } from "./agent/local-api.ts";
+import { agentStatus } from "./agent/status.ts";
+import type { CustomObject, ReconcileContext } from "./context.ts";
+import { ensureDisruptionBudget } from "./disruption.ts";
+import { exposedHosts } from "./expose.ts";
+import { AGENT_FINALIZER, agentKeyOf, agentLeftovers, deleteAgentJetStream } from "./finalizers.ts";
+import { certificateDnsNames, childNames, serviceDnsNames } from "./names.ts";
+import { finalizerPart, reconcile, type Cleanup, type Controller } from "./pipeline.ts";
+import { requestedHosts } from "./references.ts";
+import { deleteRuntimeData } from "./runtime-account.ts";
+import { agentIdPart } from "./parts/agent-id.ts";
+import { handoffPart, localApiPart, signingKeyPart } from "./parts/agent-secrets.ts";
+import { exposurePart, exposurePrunePart } from "./parts/exposure.ts";
+import { legacyAccessPart } from "./parts/legacy-access.ts";
+import { natsCredentialPart } from "./parts/nats-credential.ts";
+import { networkPolicyPrunePart } from "./parts/network-policy.ts";
+import type { Found, RuntimePass } from "./parts/pass.ts";
+import { policyPart } from "./parts/policy.ts";
+import { tlsPart, tlsRefusalGate, type TlsNames } from "./parts/tls.ts";
+import { trustPart } from "./parts/trust.ts";
+import { workloadPart } from "./parts/workload.ts";
+
+type AgentPass = RuntimePass<AgentResource>;
+
+/** Every name the certificate may carry: the Agent's own Services' names, else one the install allows. */
+const tlsNames: TlsNames<AgentPass> = {
+  own: ({ owner, resource }) => [...serviceDnsNames(owner), ...localApiDnsNames(owner, resource)],
+  requested: ({ resource }) => requestedHosts("spec.baseUrl", resource.spec.baseUrl, resource.spec.expose),
+  dnsNames: ({ owner, resource: { spec } }) =>
+    certificateDnsNames(owner, defaultBaseUrl(spec.baseUrl, spec.expose), [
+      ...localApiDnsNames(owner, { spec }),
+      ...(spec.tls?.dnsNames ?? []),
+      ...exposedHosts(spec.expose),
+    ]),
+};
+
+/** The agent's streams and buckets go with it unless spec.retention.keepOnDelete. */
+const cleanup: Cleanup = {
+  finalizer: AGENT_FINALIZER,
+  wanted: (obj) =>
+    (obj.spec as { retention?: { keepOnDelete?: unknown } } | undefined)?.retention?.keepOnDelete !== true,
+  what: "the agent's streams and buckets",
+  // In the agent's own account: every stream there, then the account itself; its keys of the shared bucket purged.
+  run: (ctx, obj) => deleteRuntimeData(ctx, obj, (jsm) => deleteAgentJetStream(jsm, agentKeyOf(obj))),
+  leftovers: (obj) => agentLeftovers(agentKeyOf(obj)),
+  forget(ctx, obj) {
+    for (const [id, uid] of ctx.agentIds ?? []) if (uid === obj.metadata?.uid) ctx.agentIds!.delete(id);
+    ctx.rollouts?.forget(`${obj.metadata?.namespace}/${obj.metadata?.name}`);
+  },
+};
+
+export const agentController: Controller<Agent, Found> = {
+  kind: "Agent",
+  plural: "agents",
+  schema: Agent,
+  found: () => ({}),
+  cleanup,
+  blockedRetryMs: 30_000,
+  parts: [
+    // Refused before anything is made for it.
+    agentIdPart,
+    tlsRefusalGate(tlsNames),
+    finalizerPart(cleanup),
+    signingKeyPart,
+    localApiPart,
+    handoffPart,
+    policyPart(),
+    tlsPart(tlsNames),
+    trustPart(),
+    natsCredentialPart(({ resource }) => agentPermissions(resource.spec.agentId, agentKeyOf(resource))),
+    exposurePart(),
+    exposurePrunePart({ needsUnheld: true }),
+    networkPolicyPrunePart({ needsUnheld: true }),
+    workloadPart<AgentResource>({
+      read: async (ctx, pass) => ({ directory: await directoryPeers(ctx, pass.obj, pass.resource) }),
+      children: (ctx, { resource, found }, { directory }) =>
+        desiredAgentChildren(resource, {
+          settings: ctx.settings,
+          signing: found.signing!,
+          tlsSecret: found.tlsSecret!,
+          exposure: found.exposure,
+          directory: directory as AgentResource["spec"]["peers"] | undefined,
+        }),
+      gated: true,
+      extras: [(ctx, { owner, resource }) => ensureDisruptionBudget(ctx, owner, resource.spec)],
+    }),
+    legacyAccessPart(),
+  ],
+  status(ctx, { obj, owner, resource, found }, summary) {
+    const { namespace, name } = owner.metadata;
+    const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
+    // Refused: nothing was made for it, and the status says only why.
+    if (summary.ended) return agentStatus(resource, { applied: [], deployment, blocker: summary.blocker });
+    // Whether the directory may list it under its agent id: it runs either way.
+    const claim = agentIdClaim(resource.spec.agentId, { namespace, name }, found.signing?.publicKey, ctx.settings);
+    const { status, conditions } = agentStatus(resource, {
+      applied: summary.applied,
+      deployment,
+      blocker: summary.blocker,
+      waiting: found.tlsWaiting,
+      queued: summary.queued,
+      signing: found.signing,
+      tlsSecret: found.tlsSecret,
+      claim,
+    });
+    const listedBefore = (
+      (obj.status?.conditions as { type: string; status: string; message?: string }[] | undefined) ?? []
+    ).find((c) => c.type === "DirectoryListed");
+    const notVouched =
+      !claim.vouched && (listedBefore?.status !== "False" || listedBefore.message !== claim.message)
+        ? [{ reason: "AgentIdNotVouched", message: claim.message }]
+        : [];
+    return { status, conditions, warnings: notVouched };
+  },
+};
+
+export function reconcileAgent(ctx: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
+  return reconcile(agentController, ctx, namespace, name);
+}
+
+/** The peers spec.peerSelector selects among the Agents the operator watches (directory.ts). */
+async function directoryPeers(
+  ctx: ReconcileContext,
+  obj: CustomObject,
+  agent: AgentResource,
+): Promise<AgentResource["spec"]["peers"]> {
+  const selector = agent.spec.peerSelector;
+  if (!selector) return [];
+  const agents = ctx.caches.list<CustomObject>("Agent");
+  const labels =
+    selector.namespaceSelector && ctx.namespaceLabels
+      ? await ctx.namespaceLabels.load(agents.map((a) => a.metadata?.namespace ?? "").filter(Boolean))
+      : () => undefined;
+  return selectedPeers(obj, selector, agents, labels, ctx.settings);
+}

@@ -1,0 +1,35 @@
+// The Secrets an Agent's pods mount that the operator generates: its signing (and encryption)
+// keys (agent/signing.ts), its local API token (agent/local-api.ts), its hand-off secret
+// (agent/handoff.ts). Each holds the workload until it is there and the Agent's own.
+import type { AgentResource } from "../agent/desired.ts";
+import { ensureHandoffSecret } from "../agent/handoff.ts";
+import { ensureLocalApi, localApiChildren } from "../agent/local-api.ts";
+import { ensureSigningKey } from "../agent/signing.ts";
+import type { Outcome, Part } from "../pipeline.ts";
+import type { RuntimePass } from "./pass.ts";
+
+type AgentPass = RuntimePass<AgentResource>;
+
+const secretOutcome = (o: { applied: string[]; blocker?: Outcome["blocked"] }): Outcome =>
+  o.blocker ? { applied: o.applied, blocked: o.blocker, holds: true } : { applied: o.applied };
+
+export const signingKeyPart: Part<AgentPass> = {
+  name: "signing-key",
+  async ensure(ctx, { obj, owner, resource, found }) {
+    const signing = await ensureSigningKey(ctx, obj, owner, resource.spec.signing);
+    if ("blocker" in signing) return secretOutcome(signing);
+    found.signing = signing;
+    return { applied: signing.applied, requeueAfterMs: signing.requeueAfterMs };
+  },
+};
+
+export const localApiPart: Part<AgentPass> = {
+  name: "local-api",
+  desired: (_ctx, { owner, resource }) => localApiChildren(owner, resource),
+  ensure: async (ctx, { obj, owner, resource }) => secretOutcome(await ensureLocalApi(ctx, obj, owner, resource)),
+};
+
+export const handoffPart: Part<AgentPass> = {
+  name: "handoff",
+  ensure: async (ctx, { obj, owner, resource }) => secretOutcome(await ensureHandoffSecret(ctx, obj, owner, resource)),
+};

@@ -1,0 +1,20 @@
+// The runtime's own NATS credential, when the operator issues them (runtime-nats-credential.ts):
+// the Secret `<name>-nats` with the permissions of its kind, in its own account.
+import type { NatsPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
+import type { Part } from "../pipeline.ts";
+import { ensureNatsCreds } from "../runtime-nats-credential.ts";
+import type { RuntimePass, RuntimeSpec } from "./pass.ts";
+
+export function natsCredentialPart<R extends RuntimeSpec>(
+  permissions: (pass: RuntimePass<R>) => NatsPermissions,
+): Part<RuntimePass<R>> {
+  return {
+    name: "nats-credential",
+    async ensure(ctx, pass) {
+      if (!ctx.natsIssuer) return {};
+      const creds = await ensureNatsCreds(ctx, pass.owner, ctx.natsIssuer, permissions(pass));
+      pass.found.natsAccount = creds.account;
+      return { applied: creds.applied, requeueAfterMs: creds.requeueAfterMs };
+    },
+  };
+}

@@ -1,0 +1,406 @@
+// The one reconcile pipeline of the Agent and Relay controllers. A controller is a list of parts
+// (parts/*.ts), each one concern — a signing key, the local API, TLS, the trust bundle, the NATS
+// credential, the exposure, the workload, the relay's stream — with an ensure() that returns one
+// outcome: what it applied, what blocks the resource, what it waits for, when to look again.
+// The pipeline runs a kind's parts in order, lets the first blocked part's reason win, writes the
+// status through the pure conditions module (only when it differs: a pass that changes nothing
+// writes nothing), and owns the one finalizer that cleans a resource's JetStream data up and
+// gives up after a bound.
+import type { ZodType } from "zod";
+import { describeIssues } from "../../../runtime/src/contract/issues.ts";
+import { ChildConflictError } from "../kube/apply.ts";
+import { errorMessage, isStatus } from "../kube/client.ts";
+import type { ReconcileResult } from "../kube/controller.ts";
+import { isSubset } from "../kube/subset.ts";
+import {
+  cleanupPendingConditions,
+  invalidSpecConditions,
+  isoSeconds,
+  mergeConditions,
+  type Blocker,
+  type Condition,
+  type ConditionInput,
+} from "./conditions.ts";
+import type { CustomObject, Note, ReconcileContext } from "./context.ts";
+import { setFinalizer } from "./finalizers.ts";
+import { releaseLegacyRuntimeAccess } from "./legacy-runtime-access.ts";
+import type { Owner } from "./settings.ts";
+
+/** What one part did in a pass. Every field is optional: an empty outcome is "in place, nothing to do". */
+export interface Outcome {
+  /** What it created, changed or deleted ("Kind/name"), for the status and the pass's Event. */
+  applied?: string[];
+  /** Why the resource cannot be Ready until the user acts; the first blocked part's reason wins. */
+  blocked?: Blocker;
+  /** While blocked, nothing that mounts what this part makes is rendered (the workload waits). */
+  holds?: boolean;
+  /** The pass ends at this part: it refused the resource (with `blocked`), or it wrote the resource itself and the update brings the next pass. */
+  ends?: boolean;
+  /** Something still settling that is not the Deployment (a certificate being issued). */
+  waiting?: Blocker;
+  /** A change of the Deployment held back until other rollouts are over (rollout.ts). */
+  queued?: Blocker;
+  /** The part has not reached what it wants (the relay's stream): the status is written at once. */
+  unsettled?: boolean;
+  /** When to look again. */
+  requeueAfterMs?: number;
+}
+
+/** One reconcile pass of one resource: the object, its parsed form, and what the parts found so far. */
+export interface Pass<R, F> {
+  obj: CustomObject;
+  resource: R & { metadata: Owner["metadata"] };
+  owner: Owner;
+  found: F;
+}
+
+/** One concern of a controller. */
+export interface Part<P> {
+  readonly name: string;
+  /** Skipped while an earlier part holds the workload (it would render or mount what is not there). */
+  readonly needsUnheld?: boolean;
+  /** Pure: the objects this part renders for the pass as found so far, where it renders any. */
+  desired?(ctx: ReconcileContext, pass: P): import("@kubernetes/client-node").KubernetesObject[];
+  ensure(ctx: ReconcileContext, pass: P): Promise<Outcome>;
+}
+
+/** The parts' outcomes folded: what the status is computed from. */
+export interface PassSummary {
+  applied: string[];
+  blocker?: Blocker;
+  held: boolean;
+  waiting?: Blocker;
+  queued?: Blocker;
+  unsettled: boolean;
+  ended: boolean;
+  requeueAfterMs?: number;
+}
+
+/** Run the parts in order; the first blocked part's reason wins, held parts are skipped. */
+export async function runParts<P>(ctx: ReconcileContext, pass: P, parts: Part<P>[]): Promise<PassSummary> {
+  const out: PassSummary = { applied: [], held: false, unsettled: false, ended: false };
+  const requeues: (number | undefined)[] = [];
+  for (const part of parts) {
+    if (part.needsUnheld && out.held) continue;
+    const o = await part.ensure(ctx, pass);
+    out.applied.push(...(o.applied ?? []));
+    if (o.blocked) {
+      out.blocker ??= o.blocked;
+      if (o.holds) out.held = true;
+    }
+    out.waiting ??= o.waiting;
+    out.queued ??= o.queued;
+    out.unsettled ||= !!o.unsettled;
+    requeues.push(o.requeueAfterMs);
+    if (o.ends) {
+      out.ended = true;
+      break;
+    }
+  }
+  out.requeueAfterMs = earliest(...requeues);
+  return out;
+}
+
+/** What a kind of resource brings to the pipeline besides its parts. */
+export interface Controller<R, F> {
+  kind: Owner["kind"];
+  plural: "agents" | "relays";
+  schema: ZodType<R>;
+  /** What the parts start from: nothing found yet. */
+  found: () => F;
+  parts: Part<Pass<R, F>>[];
+  /** While being deleted: the cleanup its finalizer stands for. */
+  cleanup: Cleanup;
+  /** When any part is blocked, look again after this at the latest (none: each part's own). */
+  blockedRetryMs?: number;
+  /** Pure: the status from the pass, and any Warnings of its own to record when it is written. */
+  status(
+    ctx: ReconcileContext,
+    pass: Pass<R, F>,
+    summary: PassSummary,
+  ): { status: Record<string, unknown>; conditions: ConditionInput[]; warnings?: Blocker[] };
+}
+
+/** When a pass that wrote children and left the status to the next pass looks again at the latest (watch events usually come first). */
+export const STATUS_FOLLOW_UP_MS = 2_000;
+
+/**
+ * One reconcile of an Agent or Relay: gone, the namespace's shared runtime access of an earlier
+ * version goes once no runtime runs under it (legacy-runtime-access.ts); being deleted, its
+ * finalizer; otherwise the pass, with its Normal Events collected into one (recordNotes) and
+ * Warnings recorded at once.
+ */
+export async function reconcile<R, F>(
+  c: Controller<R, F>,
+  shared: ReconcileContext,
+  namespace: string,
+  name: string,
+): Promise<ReconcileResult> {
+  const obj = shared.caches.get<CustomObject>(c.kind, namespace, name);
+  if (!obj) {
+    const released = await releaseLegacyRuntimeAccess(shared, c.kind, namespace);
+    if (released.length)
+      shared.log.info(
+        { namespace, deleted: released },
+        `Deleted the namespace's shared ${c.kind.toLowerCase()} runtime access of an earlier version (${released.join(", ")}): no runtime runs under it any more`,
+      );
+    return {};
+  }
+  const ctx = withNotes(shared);
+  try {
+    if (obj.metadata?.deletionTimestamp) return await finalize(ctx, c.plural, obj, c.cleanup);
+    return await runPass(ctx, c, obj);
+  } finally {
+    await recordNotes(ctx, obj);
+  }
+}
+
+async function runPass<R, F>(ctx: ReconcileContext, c: Controller<R, F>, obj: CustomObject): Promise<ReconcileResult> {
+  const parsed = c.schema.safeParse(obj);
+  if (!parsed.success) {
+    const message = describeIssues(parsed.error);
+    if (await writeStatus(ctx, c.plural, obj, previousFields(obj), invalidSpecConditions(message)))
+      await ctx.kube.event(obj, "Warning", "InvalidSpec", message);
+    return {};
+  }
+  const metadata = obj.metadata as unknown as Owner["metadata"];
+  const pass: Pass<R, F> = {
+    obj,
+    resource: { ...parsed.data, metadata },
+    owner: { kind: c.kind, metadata },
+    found: c.found(),
+  };
+  try {
+    const summary = await runParts(ctx, pass, c.parts);
+    if (summary.ended && !summary.blocker) return {};
+    const requeueAfterMs = earliest(summary.requeueAfterMs, summary.blocker ? c.blockedRetryMs : undefined);
+    // A pass that wrote children leaves the status to the pass their watch events bring, which
+    // sees them in the cache: written now it would say only that they were applied, and be
+    // replaced at once. Blocked, held or unsettled passes write theirs now; a later pass is due regardless.
+    if (summary.applied.length && !summary.blocker && !summary.queued && !summary.unsettled)
+      return { requeueAfterMs: earliest(requeueAfterMs, STATUS_FOLLOW_UP_MS) };
+    const { status, conditions, warnings } = c.status(ctx, pass, summary);
+    await recordNotes(ctx, obj);
+    const wrote = await writeStatus(ctx, c.plural, obj, status, conditions);
+    // Warnings once per change of status, not once per retry.
+    if (wrote)
+      for (const w of [...(summary.blocker ? [summary.blocker] : []), ...(warnings ?? [])])
+        await ctx.kube.event(obj, "Warning", w.reason, w.message);
+    return { requeueAfterMs };
+  } catch (err) {
+    return await reportFailure(ctx, c.plural, obj, err);
+  }
+}
+
+/** What a finalizer stands for: a cleanup of the resource's JetStream data through the operator's NATS connection. */
+export interface Cleanup {
+  finalizer: string;
+  /** Whether the resource's spec asks for its data to go with it (spec.retention). */
+  wanted(obj: CustomObject): boolean;
+  /** What it deletes, in words ("the agent's streams and buckets"). */
+  what: string;
+  /** Delete the data; returns what was deleted. */
+  run(ctx: ReconcileContext, obj: CustomObject): Promise<string[]>;
+  /** What stays when nothing cleans up, for the Warning. */
+  leftovers(obj: CustomObject): string[];
+  /** Forget what the process kept about the resource once it is let go. */
+  forget?(ctx: ReconcileContext, obj: CustomObject): void;
+}
+
+/**
+ * Whether this operator cleans the resource's data up: its spec asks for it, and the operator
+ * has a NATS connection to do it with (without --nats-url it manages no streams, so a finalizer
+ * would only hold the deletion for nothing).
+ */
+export function cleansUp(ctx: ReconcileContext, cleanup: Cleanup, obj: CustomObject): boolean {
+  return !!ctx.nats && cleanup.wanted(obj);
+}
+
+/** The part that puts the finalizer on while this operator cleans up and takes it off otherwise. */
+export function finalizerPart<P extends { obj: CustomObject }>(cleanup: Cleanup): Part<P> {
+  return {
+    name: "finalizer",
+    async ensure(ctx, { obj }) {
+      // The update brings the next pass.
+      return (await setFinalizer(ctx.kube, obj, cleanup.finalizer, cleansUp(ctx, cleanup, obj))) ? { ends: true } : {};
+    },
+  };
+}
+
+/**
+ * A resource being deleted: its data is deleted when it asks for that and this operator can,
+ * then the finalizer goes. While NATS cannot be reached the resource waits, its status saying
+ * what for and until when, at most the finalizer timeout of this process's clock; then the
+ * finalizer goes anyway, with a Warning Event naming what was left behind. An operator without
+ * NATS lets it go at once.
+ */
+export async function finalize(
+  ctx: ReconcileContext,
+  plural: string,
+  obj: CustomObject,
+  cleanup: Cleanup,
+): Promise<ReconcileResult> {
+  if (!(obj.metadata?.finalizers ?? []).includes(cleanup.finalizer)) return {};
+  const ref = `${obj.metadata?.namespace}/${obj.metadata?.name}`;
+  if (cleanup.wanted(obj) && !ctx.nats) {
+    const left = cleanup.leftovers(obj).join(", ");
+    await ctx.kube.event(
+      obj,
+      "Warning",
+      "CleanupSkipped",
+      `the operator has no NATS connection (--nats-url), so it deletes nothing in JetStream; the ${obj.kind} goes and these stay, if they exist: ${left}`,
+    );
+    ctx.log.warn(
+      { resource: ref, left },
+      `no NATS connection: letting the ${obj.kind} go without deleting ${cleanup.what}`,
+    );
+  } else if (cleanup.wanted(obj)) {
+    const failure = await tryCleanup(ctx, obj, cleanup);
+    if (failure) {
+      const left = ctx.deletions.left(obj);
+      if (left > 0) {
+        ctx.log.warn({ resource: ref, err: failure, giveUpInMs: left }, `waiting for NATS to delete ${cleanup.what}`);
+        const until = isoSeconds(new Date(ctx.deletions.deadline(obj)));
+        await writeStatus(
+          ctx,
+          plural,
+          obj,
+          previousFields(obj),
+          cleanupPendingConditions(cleanup.what, failure, until),
+        );
+        return { requeueAfterMs: Math.min(10_000, left) };
+      }
+      const leftovers = cleanup.leftovers(obj).join(", ");
+      await ctx.kube.event(
+        obj,
+        "Warning",
+        "CleanupAbandoned",
+        `could not delete ${cleanup.what} for ${Math.round(ctx.deletions.timeoutMs / 1000)}s (${failure}); the ${obj.kind} goes and these stay: ${leftovers}; delete them by hand`,
+      );
+      ctx.log.warn(
+        { resource: ref, left: leftovers, err: failure },
+        `gave up deleting ${cleanup.what}; letting the ${obj.kind} go`,
+      );
+    }
+  }
+  await setFinalizer(ctx.kube, obj, cleanup.finalizer, false);
+  ctx.deletions.forget(obj);
+  cleanup.forget?.(ctx, obj);
+  return {};
+}
+
+/** The cleanup once; what kept it from succeeding, if anything. */
+async function tryCleanup(ctx: ReconcileContext, obj: CustomObject, cleanup: Cleanup): Promise<string | undefined> {
+  if (!ctx.nats?.isConnected) return "the operator is not connected to NATS";
+  try {
+    const deleted = await cleanup.run(ctx, obj);
+    if (deleted.length)
+      ctx.log.info(
+        { resource: `${obj.metadata?.namespace}/${obj.metadata?.name}`, deleted },
+        `Deleted ${cleanup.what}`,
+      );
+    return undefined;
+  } catch (err) {
+    return errorMessage(err);
+  }
+}
+
+/** The context of one pass: its Normal Events are collected and recorded by recordNotes. */
+export function withNotes(ctx: ReconcileContext): ReconcileContext & { notes: Note[] } {
+  return { ...ctx, notes: [] };
+}
+
+/** Note what the pass did: kept for the pass's one Event, or recorded at once outside a pass. */
+export async function note(ctx: ReconcileContext, obj: CustomObject, reason: string, message: string): Promise<void> {
+  if (ctx.notes) ctx.notes.push({ reason, message });
+  else await ctx.kube.event(obj, "Normal", reason, message);
+}
+
+/**
+ * The pass's notes as one Normal Event: the reason of the first (a pass generates keys, then
+ * issues certificates, then applies children, so the first is the weightiest), the messages of
+ * all joined by "; ". Nothing when the pass did nothing; the notes are cleared.
+ */
+export async function recordNotes(ctx: ReconcileContext, obj: CustomObject): Promise<void> {
+  const notes = ctx.notes?.splice(0) ?? [];
+  if (!notes.length) return;
+  await ctx.kube.event(obj, "Normal", notes[0]!.reason, notes.map((n) => n.message).join("; "));
+}
+
+/** The earliest of several requeue times. */
+export function earliest(...ms: (number | undefined)[]): number | undefined {
+  const xs = ms.filter((m): m is number => typeof m === "number" && m > 0);
+  return xs.length ? Math.min(...xs) : undefined;
+}
+
+/**
+ * Write status through /status when it differs from what the object holds; conditions keep
+ * their transition times unless their status flips. Returns whether it wrote.
+ */
+export async function writeStatus(
+  ctx: ReconcileContext,
+  plural: string,
+  obj: CustomObject,
+  fields: Record<string, unknown>,
+  conditions: ConditionInput[],
+): Promise<boolean> {
+  const generation = obj.metadata?.generation ?? 0;
+  const previous = (obj.status?.conditions as Condition[] | undefined) ?? [];
+  // The traffic summary as last sampled; until a first sample, what status already holds.
+  const kind = plural === "agents" ? "Agent" : "Relay";
+  const summary =
+    ctx.summaries?.get(kind, obj.metadata?.namespace ?? "", obj.metadata?.name ?? "") ?? obj.status?.summary;
+  const next = JSON.parse(
+    JSON.stringify({
+      ...fields,
+      ...(summary ? { summary } : {}),
+      observedGeneration: generation,
+      conditions: mergeConditions(previous, conditions, generation, new Date()),
+    }),
+  ) as Record<string, unknown>;
+  if (obj.status && isSubset(next, obj.status) && isSubset(obj.status, next)) return false;
+  await ctx.kube.replaceStatus(plural, { ...obj, status: next });
+  return true;
+}
+
+/** The status fields other than conditions, to keep when only the conditions change. */
+export function previousFields(obj: CustomObject): Record<string, unknown> {
+  const { conditions: _c, observedGeneration: _g, ...rest } = obj.status ?? {};
+  return rest;
+}
+
+/**
+ * Errors by kind: a child name taken by someone else is reported and looked at again later;
+ * a conflict (stale cache) is retried quietly by the queue; anything else is reported as
+ * Ready=False ReconcileFailed (never hidden behind an old Ready=True) and backed off.
+ */
+export async function reportFailure(
+  ctx: ReconcileContext,
+  plural: string,
+  obj: CustomObject,
+  err: unknown,
+): Promise<ReconcileResult> {
+  if (isStatus(err, 409)) throw err;
+  if (err instanceof ChildConflictError) {
+    const changed = await writeStatus(ctx, plural, obj, previousFields(obj), [
+      { type: "Ready", status: "False", reason: err.reason, message: err.message },
+      { type: "Reconciling", status: "False", reason: err.reason, message: err.message },
+      { type: "Stalled", status: "True", reason: err.reason, message: err.message },
+    ]);
+    if (changed) await ctx.kube.event(obj, "Warning", err.reason, err.message);
+    // The other object is not watched (not ours): look again soon.
+    return { requeueAfterMs: 10_000 };
+  }
+  const message = errorMessage(err);
+  try {
+    const changed = await writeStatus(ctx, plural, obj, previousFields(obj), [
+      { type: "Ready", status: "False", reason: "ReconcileFailed", message },
+      { type: "Reconciling", status: "True", reason: "ReconcileFailed", message: `retrying: ${message}` },
+      { type: "Stalled", status: "False", reason: "Retrying", message: "" },
+    ]);
+    if (changed) await ctx.kube.event(obj, "Warning", "ReconcileFailed", message);
+  } catch (statusErr) {
+    ctx.log.debug({ err: errorMessage(statusErr) }, "could not report the failure in status");
+  }
+  throw err;
+}

@@ -1,0 +1,123 @@
+// The Relay controller: as for agents, plus the JetStream stream from spec.retention, whose
+// finalizer deletes the stream with the Relay when (only when) the user asks.
+import type { V1Deployment } from "@kubernetes/client-node";
+import { relayPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
+import { relayStreamConfig } from "../../../runtime/src/contract/relay-stream.ts";
+import { isNotFound } from "../../../runtime/src/nats/streams.ts";
+import { Relay } from "../../../runtime/src/resources/relay.ts";
+import type { RelayStatus } from "../crd/status.ts";
+import type { ReconcileResult } from "../kube/controller.ts";
+import type { CustomObject, ReconcileContext } from "./context.ts";
+import { ensureDisruptionBudget } from "./disruption.ts";
+import { exposedHosts } from "./expose.ts";
+import { STREAM_FINALIZER } from "./finalizers.ts";
+import { certificateDnsNames, childNames, serviceDnsNames } from "./names.ts";
+import { finalizerPart, reconcile, type Cleanup, type Controller } from "./pipeline.ts";
+import { requestedHosts } from "./references.ts";
+import { desiredRelayChildren, type RelayResource } from "./relay/desired.ts";
+import { relayStatus } from "./relay/status.ts";
+import { deleteRuntimeData } from "./runtime-account.ts";
+import { exposurePart, exposurePrunePart } from "./parts/exposure.ts";
+import { legacyAccessPart } from "./parts/legacy-access.ts";
+import { natsCredentialPart } from "./parts/nats-credential.ts";
+import { networkPolicyPrunePart } from "./parts/network-policy.ts";
+import type { Found, RuntimePass } from "./parts/pass.ts";
+import { policyPart } from "./parts/policy.ts";
+import { relayStreamPart } from "./parts/relay-stream.ts";
+import { tlsPart, type TlsNames } from "./parts/tls.ts";
+import { trustPart } from "./parts/trust.ts";
+import { workloadPart } from "./parts/workload.ts";
+
+type RelayPass = RuntimePass<RelayResource>;
+
+const tlsNames: TlsNames<RelayPass> = {
+  own: ({ owner }) => serviceDnsNames(owner),
+  requested: ({ resource }) => requestedHosts("spec.url", resource.spec.url, resource.spec.expose),
+  dnsNames: ({ owner, resource: { spec } }) =>
+    certificateDnsNames(owner, spec.url, [...(spec.tls?.dnsNames ?? []), ...exposedHosts(spec.expose)]),
+};
+
+/** The stream of a Relay as its spec names it, when it asks for the stream to go with it. */
+function streamToDelete(obj: CustomObject): string | undefined {
+  const parsed = Relay.safeParse(obj);
+  if (!parsed.success || !parsed.data.spec.retention.deleteOnRemoval) return undefined;
+  return relayStreamConfig({ ...parsed.data, metadata: obj.metadata as RelayResource["metadata"] }).name;
+}
+
+/** The stream outlives the Relay unless spec.retention.deleteOnRemoval. */
+const cleanup: Cleanup = {
+  finalizer: STREAM_FINALIZER,
+  wanted: (obj) => streamToDelete(obj) !== undefined,
+  what: "the relay's stream",
+  // In the relay's own account: that stream, every other, and the account itself.
+  run: (ctx, obj) =>
+    deleteRuntimeData(ctx, obj, async (jsm) => {
+      const stream = streamToDelete(obj)!;
+      try {
+        await jsm.streams.delete(stream);
+        return [stream];
+      } catch (err) {
+        if (isNotFound(err)) return [];
+        throw err;
+      }
+    }),
+  leftovers: (obj) => [streamToDelete(obj)!],
+};
+
+export const relayController: Controller<Relay, Found> = {
+  kind: "Relay",
+  plural: "relays",
+  schema: Relay,
+  found: () => ({}),
+  cleanup,
+  parts: [
+    finalizerPart(cleanup),
+    // A Secret the relay may not use (or that does not exist yet) is never mounted.
+    policyPart(),
+    // A refused spec.tls gets no certificate and holds the Deployment; the stream is still kept.
+    tlsPart(tlsNames),
+    trustPart(),
+    natsCredentialPart(({ resource }) => relayPermissions(resource)),
+    exposurePart(),
+    exposurePrunePart({ needsUnheld: false }),
+    networkPolicyPrunePart({ needsUnheld: false }),
+    workloadPart<RelayResource>({
+      children: (ctx, { resource, found }) =>
+        desiredRelayChildren(resource, {
+          settings: ctx.settings,
+          tlsSecret: found.tlsSecret!,
+          exposure: found.exposure,
+        }),
+      extras: [(ctx, { owner, resource }) => ensureDisruptionBudget(ctx, owner, resource.spec)],
+    }),
+    legacyAccessPart(),
+    relayStreamPart,
+  ],
+  status(ctx, { obj, owner, resource, found }, summary) {
+    const { namespace, name } = owner.metadata;
+    const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
+    const stream = found.stream!;
+    const { status, conditions } = relayStatus(
+      resource,
+      {
+        applied: summary.applied,
+        deployment,
+        blocker: summary.blocker,
+        waiting: found.tlsWaiting,
+        stream,
+        tlsSecret: found.tlsSecret,
+      },
+      obj.status as RelayStatus | undefined,
+    );
+    const warnings = !stream.ok
+      ? [{ reason: stream.reason, message: stream.message }]
+      : stream.unmet
+        ? [{ reason: "ReplicasNotApplied", message: stream.unmet }]
+        : [];
+    return { status, conditions, warnings };
+  },
+};
+
+export function reconcileRelay(ctx: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
+  return reconcile(relayController, ctx, namespace, name);
+}
