@@ -21,6 +21,7 @@ import { consumerBacklog, streamBacklog } from "../nats/backlog.ts";
 import { readTls, watchTls } from "../server/tls.ts";
 import { acceptVerified, inspectionEffects, MAX_FUTURE_SKEW_MS } from "./accept.ts";
 import { AppStream } from "./app-stream.ts";
+import { a2aFace } from "../a2a/face.ts";
 import { buildAgentApp } from "./app.ts";
 import { DeliveryStates } from "./delivery-state.ts";
 import { AgentEncryption } from "./encryption.ts";
@@ -55,6 +56,8 @@ export interface AgentOptions {
   kubeconfig?: string;
   /** Introduction tokens (IFP-5 level 0), one per line: the mounted spec.inbox.introductionTokens Secret. */
   introductionSecretFile?: string;
+  /** Bearer tokens A2A callers may present, one per line: the mounted spec.a2a.authentication.bearerTokenSecret. */
+  a2aTokenFile?: string;
   /** The hand-off secret (the Secret <name>-handoff): each hand-off to spec.handler.url is signed with it. */
   handoffSecretFile?: string;
   /** Overrides spec.localApi.port (0 picks a free port). */
@@ -262,6 +265,23 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     : undefined;
   life.defer("deliveries", () => Promise.all([handoff?.stop(), outbound.stop(), intake?.stop(), appStream?.stop()]));
 
+  // The A2A face (spec.a2a): its messages go through the same inbox stream and hand-off.
+  const a2a = spec.a2a.enabled
+    ? a2aFace({
+        agent,
+        signing,
+        nats,
+        bucket: names.a2aTasksBucket,
+        tokenFile: opts.a2aTokenFile,
+        lookupKey: (agentId, keyId, address) => verifier.lookup(agentId, keyId, address),
+        handOff: async (message, m) => {
+          const meta = { signer: m.sender, authLevel: m.authLevel, source: m.source, handoff: true };
+          await inbox.accept(message, m.messageId, { ...meta, conversationId: m.conversationId }, m.sender);
+        },
+        log,
+      })
+    : undefined;
+
   let ready = false;
   /** The capability document changed and the peers are still to be told. */
   let changed = false;
@@ -275,6 +295,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
         await peerCaps.ensure();
         await conversations.ensure();
         await appStream?.ensure();
+        await a2a?.ensure();
         if (await documents.syncUpdated(nats, names, log)) {
           changed = true;
           if (spec.relay?.urls.length)
@@ -334,13 +355,14 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     ready: () => ready && nats.isConnected && streams.missing().length === 0,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));
+  a2a?.register(app);
   const received = receivedLookup(inbox, conversations);
   const localDeps = {
     agent,
     signing,
     encryption,
     documents,
-    outbox: peerCapabilities.gate(outbox),
+    outbox: a2a ? a2a.replies(peerCapabilities.gate(outbox)) : peerCapabilities.gate(outbox),
     states,
     peers: peerCapabilities,
     received,
@@ -353,6 +375,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     ? buildLocalApi(localDeps, { tls: readTls(tlsFiles), token: localApiToken })
     : undefined;
   if (localApiTls) life.defer("local API TLS watch", watchTls(localApiTls, tlsFiles, log));
+  for (const api of [localApi, localApiTls]) if (api) a2a?.registerLocal(api);
 
   try {
     const url = await life.listen(app, {

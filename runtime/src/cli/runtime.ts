@@ -42,6 +42,9 @@ without them it is off (docs/tracing.md).
   --introduction-secret-file FILE
                       introduction tokens accepted at IFP-5 level 0, one per line: the mounted
                       spec.inbox.introductionTokens Secret key (agent mode)
+  --a2a-token-file FILE
+                      bearer tokens A2A callers may present, one per line: the mounted
+                      spec.a2a.authentication.bearerTokenSecret key (agent mode)
   --handoff-secret-file FILE
                       the secret each hand-off to spec.handler.url is signed with
                       (Ifp-Handoff-Signature; agent mode)
@@ -78,6 +81,7 @@ const OPTIONS = {
   "local-api-port": { type: "string", env: "IFP_LOCAL_API_PORT" },
   "introduction-secret-file": { type: "string", env: "IFP_INTRODUCTION_SECRET_FILE" },
   "handoff-secret-file": { type: "string", env: "IFP_HANDOFF_SECRET_FILE" },
+  "a2a-token-file": { type: "string", env: "IFP_A2A_TOKEN_FILE" },
   "trusted-proxies": { type: "string", env: "IFP_TRUSTED_PROXIES" },
   "allow-private-targets": { type: "string", env: "IFP_ALLOW_PRIVATE_TARGETS" },
   "local-api-tls-port": { type: "string", env: "IFP_LOCAL_API_TLS_PORT" },
@@ -208,6 +212,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
         kubeconfig: flags.kubeconfig,
         introductionSecretFile: flags["introduction-secret-file"],
         handoffSecretFile: flags["handoff-secret-file"],
+        a2aTokenFile: flags["a2a-token-file"],
         localApiPort: flags["local-api-port"] === undefined ? undefined : port({ port: flags["local-api-port"] }),
         ...localApiTls(flags),
       });

@@ -38,6 +38,8 @@ export function agentNames(key: string) {
     peersBucket: `ifp_peers_${t}`,
     /** Conversation records (participants, sequences, the authentication level reached) and the thread index (KV; agent/conversations.ts). */
     conversationsBucket: `ifp_conv_${t}`,
+    /** A2A tasks of the agent's A2A face, by caller (KV; a2a/tasks.ts). */
+    a2aTasksBucket: `ifp_a2a_${t}`,
     kvBucket: "ifp_agents",
     kvKey: t,
   };
@@ -58,7 +60,7 @@ export function agentJetStream(key: string): {
   const n = agentNames(key);
   return {
     streams: [n.inboxStream, n.outboxStream],
-    buckets: [n.outboxStateBucket, n.peersBucket, n.conversationsBucket],
+    buckets: [n.outboxStateBucket, n.peersBucket, n.conversationsBucket, n.a2aTasksBucket],
     sharedKeys: { stream: `KV_${n.kvBucket}`, subject: `$KV.${n.kvBucket}.${n.kvKey}.>` },
   };
 }

@@ -75,6 +75,7 @@ export function agentPermissions(agentId: string, key: string = agentId): NatsPe
       ...ownBucket(n.outboxStateBucket),
       ...ownBucket(n.peersBucket),
       ...ownBucket(n.conversationsBucket),
+      ...ownBucket(n.a2aTasksBucket),
       // The shared bucket: its stream may be looked up (and created by the first agent), but
       // only this agent's own keys read and written.
       `$JS.API.STREAM.INFO.${shared}`,

@@ -1,0 +1,153 @@
+// Who calls the A2A endpoints (docs/a2a.md#authentication): a bearer token from the Secret
+// spec.a2a.authentication.bearerTokenSecret names (level 0, like an IFP introduction token: a
+// shared secret that names its holder, not an agent), or an IFP HTTP message signature (RFC
+// 9421) by an agent whose key the agent looks up as for its inbox (levels 1 and 2).
+import { createHash, type KeyObject, timingSafeEqual } from "node:crypto";
+import { readFileSync, statSync } from "node:fs";
+import type { IncomingHttpHeaders } from "node:http";
+import type { Logger } from "pino";
+import { ProtocolError } from "../protocol/errors.ts";
+import { verifyRequest } from "../protocol/http-signatures.ts";
+import { A2aError } from "./wire.ts";
+
+export interface Caller {
+  /** The caller's identity: the signing agent's id, or `a2a-token:<hash>` for a bearer token. */
+  id: string;
+  /** Its authentication level: 0 for a bearer token, the IFP-5 level of the signing key otherwise. */
+  level: number;
+  /** How it was established: a2a-bearer, or a2a-signature:<key source>. */
+  source: string;
+}
+
+export interface KeyFound {
+  key: KeyObject;
+  level: number;
+  source: string;
+}
+
+export interface CallerDeps {
+  /** The bearer tokens accepted now (none: no bearer token is). */
+  tokens: () => readonly string[];
+  /** The key of an agent, as the inbox looks it up; throws a 401/429 ProtocolError. */
+  lookupKey(agentId: string, keyId: string, address: string): Promise<KeyFound>;
+  /** The public base URL (spec.baseUrl) whose authority signatures must cover; else the request's Host. */
+  baseUrl?: string;
+  minLevel: number;
+  now?: () => number;
+}
+
+export interface RequestToAuthenticate {
+  method: string;
+  url: string;
+  host: string | undefined;
+  headers: IncomingHttpHeaders;
+  body?: Buffer;
+  clientAddress: string;
+}
+
+const digest = (s: string) => createHash("sha256").update(s).digest();
+
+/** The identity a bearer token gives its holder: the hash of the token, never the token. */
+export const tokenCaller = (token: string): string => `a2a-token:${digest(token).toString("hex").slice(0, 16)}`;
+
+const CHALLENGE = 'Bearer realm="a2a", Signature';
+
+export class A2aCallers {
+  private readonly deps: CallerDeps;
+  private readonly authority: string | undefined;
+
+  constructor(deps: CallerDeps) {
+    this.deps = deps;
+    this.authority = deps.baseUrl ? new URL(deps.baseUrl).host : undefined;
+  }
+
+  async authenticate(req: RequestToAuthenticate): Promise<Caller> {
+    const caller = await this.identify(req);
+    if (caller.level < this.deps.minLevel)
+      throw new A2aError(
+        "Forbidden",
+        `this agent's A2A endpoints accept callers at authentication level ${this.deps.minLevel} or above; yours is at level ${caller.level} (${caller.source})`,
+      );
+    return caller;
+  }
+
+  private async identify(req: RequestToAuthenticate): Promise<Caller> {
+    const authorization = req.headers.authorization;
+    if (typeof authorization === "string" && /^bearer\s/i.test(authorization)) {
+      const presented = digest(authorization.slice(7).trim());
+      let match: string | undefined;
+      // Every token is compared, in constant time over equal-length digests, whichever matches.
+      for (const token of this.deps.tokens()) if (timingSafeEqual(presented, digest(token))) match ??= token;
+      if (!match) throw unauthenticated("the bearer token is not accepted");
+      return { id: tokenCaller(match), level: 0, source: "a2a-bearer" };
+    }
+    if (req.headers["signature-input"] !== undefined || req.headers.signature !== undefined) {
+      let found: KeyFound | undefined;
+      try {
+        const host = this.authority ?? req.host ?? "agent.invalid";
+        const { agentId } = await verifyRequest(
+          { method: req.method, url: new URL(req.url, `https://${host}`).href, headers: req.headers, body: req.body },
+          async (agent, keyId) => {
+            found = await this.deps.lookupKey(agent, keyId, req.clientAddress);
+            return found.key;
+          },
+          (this.deps.now ?? Date.now)(),
+        );
+        return { id: agentId, level: found!.level, source: `a2a-signature:${found!.source}` };
+      } catch (err) {
+        if (err instanceof ProtocolError) {
+          if (err.statusCode === 429)
+            throw new A2aError("RateLimited", err.message, { "retry-after": err.headers["retry-after"] ?? "60" });
+          if (err.statusCode === 503) throw new A2aError("Unavailable", err.message, { "retry-after": "5" });
+          throw unauthenticated(err.message);
+        }
+        throw err;
+      }
+    }
+    throw unauthenticated(
+      "authentication is required: a bearer token (Authorization: Bearer) or an IFP HTTP message signature (RFC 9421)",
+    );
+  }
+}
+
+const unauthenticated = (message: string) =>
+  new A2aError("Unauthenticated", message, { "www-authenticate": CHALLENGE });
+
+/**
+ * Bearer tokens from a file (the mounted Secret key): one per line, blank lines ignored, a token
+ * shorter than 16 characters refused. Read again when the file changes (at most every few
+ * seconds), so that a rotated Secret takes effect without a restart. Without a file, none.
+ */
+export function bearerTokenFile(path: string | undefined, log?: Logger, now = Date.now): () => readonly string[] {
+  if (!path) return () => [];
+  let tokens: readonly string[] = [];
+  let mtime = -1;
+  let checked = -Infinity;
+  const load = () => {
+    checked = now();
+    let stat: ReturnType<typeof statSync>;
+    try {
+      stat = statSync(path);
+    } catch (err) {
+      if (mtime !== -2)
+        log?.error({ path, err: (err as Error).message }, "cannot read the A2A bearer tokens; none is accepted");
+      tokens = [];
+      mtime = -2;
+      return;
+    }
+    if (stat.mtimeMs === mtime) return;
+    mtime = stat.mtimeMs;
+    const lines = readFileSync(path, "utf8")
+      .split(/\r?\n/)
+      .map((l) => l.trim())
+      .filter(Boolean);
+    const short = lines.filter((l) => l.length < 16).length;
+    if (short) log?.error({ path, refused: short }, "A2A bearer tokens shorter than 16 characters are refused");
+    tokens = lines.filter((l) => l.length >= 16);
+  };
+  load();
+  return () => {
+    if (now() - checked > 5_000) load();
+    return tokens;
+  };
+}

@@ -1,0 +1,73 @@
+// The A2A face of one agent (spec.a2a), put together for the agent runtime, which hands it what
+// it needs of the agent: the inbox stream (the hand-off), the key lookup of its inbox, the
+// signing key. a2a/ imports nothing of agent/ or relay/ (docs/architecture.md#layers).
+import type { FastifyInstance } from "fastify";
+import type { Logger } from "pino";
+import type { Nats } from "../nats/connection.ts";
+import type { SigningKey } from "../protocol/signing.ts";
+import type { Agent } from "../resources/agent.ts";
+import { parseDuration } from "../resources/common.ts";
+import { A2aCallers, bearerTokenFile, type KeyFound } from "./callers.ts";
+import { CardCache } from "./card.ts";
+import { a2aLocalRoutes, a2aRoutes } from "./routes.ts";
+import { A2aService, a2aReplies, type Enqueue, type HandOffMeta, type OutboundMessage } from "./service.ts";
+import { TaskStore } from "./tasks.ts";
+
+export interface A2aFaceDeps {
+  agent: Agent;
+  signing: SigningKey;
+  nats: Pick<Nats, "bucket" | "isConnected">;
+  /** The agent's A2A task bucket (agentNames().a2aTasksBucket). */
+  bucket: string;
+  /** The file of accepted bearer tokens (the mounted spec.a2a.authentication.bearerTokenSecret). */
+  tokenFile?: string;
+  lookupKey(agentId: string, keyId: string, address: string): Promise<KeyFound>;
+  handOff(message: Record<string, unknown>, meta: HandOffMeta): Promise<void>;
+  log: Logger;
+}
+
+export interface A2aFace {
+  /** Make the task bucket (at start-up, with the agent's other buckets). */
+  ensure(): Promise<void>;
+  /** The A2A routes on the agent's HTTPS app. */
+  register(app: FastifyInstance): void;
+  /** POST /a2a/tasks/{id} on a local API app. */
+  registerLocal(app: FastifyInstance): void;
+  /** The local API's outbox, with replies to A2A hand-offs turned into task updates. */
+  replies<M extends OutboundMessage, R extends { duplicate: boolean }>(outbox: Enqueue<M, R>): Enqueue<M, R>;
+}
+
+export function a2aFace(deps: A2aFaceDeps): A2aFace {
+  const spec = deps.agent.spec;
+  if (spec.a2a.authentication.bearerTokenSecret && !deps.tokenFile)
+    deps.log.warn(
+      "spec.a2a.authentication.bearerTokenSecret is set but no --a2a-token-file was given; no bearer token is accepted",
+    );
+  const tasks = new TaskStore(deps.nats, deps.bucket);
+  const service = new A2aService({
+    agent: deps.agent,
+    tasks,
+    handOff: deps.handOff,
+    waitForMs: parseDuration(spec.a2a.waitFor),
+    log: deps.log,
+  });
+  const tokens = bearerTokenFile(deps.tokenFile, deps.log);
+  const callers = new A2aCallers({
+    tokens,
+    lookupKey: deps.lookupKey,
+    baseUrl: spec.baseUrl,
+    minLevel: spec.a2a.authentication.minAuthLevel,
+  });
+  const cards = new CardCache({
+    agent: deps.agent,
+    signing: deps.signing,
+    bearer: spec.a2a.authentication.bearerTokenSecret !== undefined || deps.tokenFile !== undefined,
+  });
+  return {
+    ensure: () => tasks.ensure(),
+    register: (app) =>
+      void app.register(a2aRoutes, { agent: deps.agent, service, callers, cards, signing: deps.signing }),
+    registerLocal: (app) => void app.register(a2aLocalRoutes, { service }),
+    replies: (outbox) => a2aReplies(service, outbox),
+  };
+}

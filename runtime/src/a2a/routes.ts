@@ -1,0 +1,389 @@
+// The A2A endpoints on the agent's HTTPS listener (docs/a2a.md): the signed agent card and the
+// JWKS it points at, the JSON-RPC binding (POST /a2a/v1) and the HTTP+JSON binding (/a2a/rest/…).
+// Cheapest checks first, as for the IFP inbox: the per-address limit when the request arrives,
+// the body's size (the agent's maxMessageBytes), media type and JSON, then the caller (bearer
+// token or RFC 9421 signature, 401), the per-caller limits (429), then the method.
+import type { FastifyError, FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
+import type { ZodType } from "zod";
+import { ProtocolError } from "../protocol/errors.ts";
+import type { SigningKey } from "../protocol/signing.ts";
+import type { Agent } from "../resources/agent.ts";
+import { RateLimiter } from "../server/ratelimit.ts";
+import type { A2aCallers, Caller } from "./callers.ts";
+import { AGENT_CARD_PATH, type CardCache, JSONRPC_PATH, JWKS_PATH, jwks, REST_PATH } from "./card.ts";
+import type { A2aService, StreamEvent } from "./service.ts";
+import {
+  A2aError,
+  Artifact,
+  GetTaskRequest,
+  issues,
+  ListTasksRequest,
+  Part,
+  SendMessageRequest,
+  TaskIdRequest,
+  TaskStateSchema,
+} from "./wire.ts";
+import { z } from "zod";
+
+export interface A2aRouteDeps {
+  agent: Agent;
+  service: A2aService;
+  callers: A2aCallers;
+  cards: CardCache;
+  signing: SigningKey;
+  now?: () => number;
+}
+
+type Binding = "jsonrpc" | "rest";
+
+declare module "fastify" {
+  interface FastifyContextConfig {
+    /** The A2A binding of the route, for the shape of its errors. */
+    a2a?: Binding;
+  }
+}
+
+interface A2aState {
+  caller?: Caller;
+  rawBody?: Buffer;
+  rpcId?: string | number | null;
+}
+const state = new WeakMap<FastifyRequest, A2aState>();
+const of = (req: FastifyRequest): A2aState => {
+  let s = state.get(req);
+  if (!s) state.set(req, (s = {}));
+  return s;
+};
+
+/** The A2A routes; registered on the agent's app when spec.a2a.enabled. */
+export const a2aRoutes: FastifyPluginAsync<A2aRouteDeps> = async (app, deps) => {
+  const spec = deps.agent.spec;
+  const jwksText = JSON.stringify(jwks(deps.signing));
+  const base = (req: FastifyRequest) => spec.baseUrl ?? `https://${req.host}`;
+
+  app.get(AGENT_CARD_PATH, async (req, reply) =>
+    reply
+      .type("application/json; charset=utf-8")
+      .header("cache-control", "public, max-age=300")
+      .header("vary", spec.baseUrl ? "" : "host")
+      .send(deps.cards.get(base(req))),
+  );
+  app.get(JWKS_PATH, async (_req, reply) =>
+    reply.type("application/jwk-set+json").header("cache-control", "public, max-age=300").send(jwksText),
+  );
+
+  await app.register(async (scope) => protectedRoutes(scope, deps));
+};
+
+async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promise<void> {
+  const spec = deps.agent.spec;
+  const now = deps.now ?? Date.now;
+  const perAddress = new RateLimiter(spec.inbox.rateLimit.perAddressPerMinute, { now });
+  const perCaller = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
+  const perCallerBytes = new RateLimiter(spec.inbox.rateLimit.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
+  const service = deps.service;
+
+  // The body's bytes are kept for the signature's Content-Digest; an empty body is no body.
+  const parse = (req: FastifyRequest, body: Buffer, done: (err: Error | null, value?: unknown) => void) => {
+    of(req).rawBody = body;
+    if (body.length === 0) return done(null, undefined);
+    try {
+      done(null, JSON.parse(body.toString("utf8")));
+    } catch (err) {
+      done(new A2aError("ParseError", `the body is not valid JSON: ${(err as Error).message}`));
+    }
+  };
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser(["application/json", "application/a2a+json"], { parseAs: "buffer" }, parse);
+  app.addContentTypeParser("*", { parseAs: "buffer" }, (_req, body, done) => {
+    if ((body as Buffer).length === 0) return done(null, undefined);
+    done(new A2aError("ContentTypeNotSupported", "Content-Type must be application/json"));
+  });
+
+  app.setErrorHandler((err: FastifyError | A2aError, req, reply) => {
+    const e = toA2aError(err);
+    if (e.kind === "Internal") req.log.error({ err, url: req.url }, "A2A request failed");
+    sendError(req, reply, e);
+  });
+
+  app.addHook("onRequest", async (req) => {
+    const byAddress = perAddress.take(req.clientAddress);
+    if (!byAddress.ok)
+      throw new A2aError("RateLimited", `too many requests from ${req.clientAddress}`, {
+        "retry-after": String(byAddress.retryAfterSeconds),
+      });
+  });
+  app.addHook("preHandler", async (req) => {
+    const s = of(req);
+    const body = req.body as { id?: unknown } | undefined;
+    if (req.routeOptions.config.a2a === "jsonrpc" && body && typeof body === "object") {
+      const id = body.id;
+      s.rpcId = typeof id === "string" || typeof id === "number" ? id : null;
+    }
+    const caller = await deps.callers.authenticate({
+      method: req.method,
+      url: req.url,
+      host: req.host,
+      headers: req.headers,
+      body: s.rawBody,
+      clientAddress: req.clientAddress,
+    });
+    const byCaller = perCaller.take(caller.id);
+    if (!byCaller.ok)
+      throw new A2aError(
+        "RateLimited",
+        `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} requests per minute exceeded for ${caller.id}`,
+        { "retry-after": String(byCaller.retryAfterSeconds) },
+      );
+    const size = s.rawBody?.length ?? 0;
+    if (size > 0) {
+      const bytes = perCallerBytes.take(caller.id, size);
+      if (!bytes.ok)
+        throw new A2aError(
+          "RateLimited",
+          `byte quota of ${spec.inbox.rateLimit.perSenderBytesPerHour} bytes per hour exceeded for ${caller.id}`,
+          { "retry-after": String(bytes.retryAfterSeconds) },
+        );
+    }
+    s.caller = caller;
+  });
+
+  // JSON-RPC 2.0 (section 9): one request per POST, no batches.
+  app.post(JSONRPC_PATH, { config: { a2a: "jsonrpc" } }, async (req, reply) => {
+    const caller = of(req).caller!;
+    const body = req.body as Record<string, unknown> | undefined;
+    if (Array.isArray(body)) throw new A2aError("InvalidRequest", "batch requests are not supported");
+    if (
+      !body ||
+      typeof body !== "object" ||
+      body.jsonrpc !== "2.0" ||
+      typeof body.method !== "string" ||
+      ("id" in body && body.id !== null && typeof body.id !== "string" && typeof body.id !== "number")
+    )
+      throw new A2aError(
+        "InvalidRequest",
+        'a JSON-RPC 2.0 request object is required: {"jsonrpc": "2.0", "method", "params", "id"}',
+      );
+    const params = body.params ?? {};
+    const ok = (result: unknown) =>
+      reply.type("application/json").send({ jsonrpc: "2.0", id: of(req).rpcId ?? null, result });
+    switch (body.method) {
+      case "SendMessage":
+        return ok({ task: await service.send(caller, check(SendMessageRequest, params)) });
+      case "SendStreamingMessage": {
+        const stored = await service.accept(caller, check(SendMessageRequest, params));
+        return stream(req, reply, "jsonrpc", service.follow(caller, stored.task.id, abortOn(req), stored.task));
+      }
+      case "GetTask": {
+        const p = check(GetTaskRequest, params);
+        return ok(await service.get(caller, p.id, p.historyLength));
+      }
+      case "ListTasks":
+        return ok(await service.list(caller, check(ListTasksRequest, params)));
+      case "CancelTask":
+        return ok(await service.cancel(caller, check(TaskIdRequest, params).id));
+      case "SubscribeToTask": {
+        const id = check(TaskIdRequest, params).id;
+        await service.subscribable(caller, id);
+        return stream(req, reply, "jsonrpc", service.follow(caller, id, abortOn(req)));
+      }
+      case "CreateTaskPushNotificationConfig":
+      case "GetTaskPushNotificationConfig":
+      case "ListTaskPushNotificationConfigs":
+      case "DeleteTaskPushNotificationConfig":
+        throw new A2aError("PushNotificationNotSupported", "push notifications are not supported by this agent yet");
+      case "GetExtendedAgentCard":
+        throw new A2aError("ExtendedAgentCardNotConfigured", "this agent has no extended agent card");
+      default:
+        throw new A2aError("MethodNotFound", `no method ${String(body.method).slice(0, 64)}`);
+    }
+  });
+
+  // HTTP+JSON (section 11): the paths of a2a.proto's google.api.http options under REST_PATH.
+  app.route({
+    method: ["GET", "POST", "DELETE"],
+    url: `${REST_PATH}/*`,
+    config: { a2a: "rest" },
+    handler: async (req, reply) => {
+      const caller = of(req).caller!;
+      const path = (req.params as { "*": string })["*"].split("?")[0] ?? "";
+      const query = req.query as Record<string, unknown>;
+      const body = (req.body ?? {}) as Record<string, unknown>;
+      const json = (value: unknown) => reply.type("application/json").send(value);
+      const m = req.method;
+      let match: RegExpExecArray | null;
+      if (path === "message:send" && m === "POST")
+        return json({ task: await service.send(caller, check(SendMessageRequest, body)) });
+      if (path === "message:stream" && m === "POST") {
+        const stored = await service.accept(caller, check(SendMessageRequest, body));
+        return stream(req, reply, "rest", service.follow(caller, stored.task.id, abortOn(req), stored.task));
+      }
+      if (path === "tasks" && m === "GET") return json(await service.list(caller, check(ListTasksRequest, query)));
+      if ((match = /^tasks\/([^/:]+)$/.exec(path)) && m === "GET") {
+        const p = check(GetTaskRequest, { ...query, id: decodeURIComponent(match[1] ?? "") });
+        return json(await service.get(caller, p.id, p.historyLength));
+      }
+      if ((match = /^tasks\/([^/:]+):cancel$/.exec(path)) && m === "POST")
+        return json(await service.cancel(caller, decodeURIComponent(match[1] ?? "")));
+      if ((match = /^tasks\/([^/:]+):subscribe$/.exec(path)) && (m === "GET" || m === "POST")) {
+        const id = decodeURIComponent(match[1] ?? "");
+        await service.subscribable(caller, id);
+        return stream(req, reply, "rest", service.follow(caller, id, abortOn(req)));
+      }
+      if (/^tasks\/[^/:]+\/pushNotificationConfigs(\/[^/]+)?$/.test(path))
+        throw new A2aError("PushNotificationNotSupported", "push notifications are not supported by this agent yet");
+      if (path === "extendedAgentCard")
+        throw new A2aError("ExtendedAgentCardNotConfigured", "this agent has no extended agent card");
+      throw new A2aError("MethodNotFound", `no A2A operation ${m} ${REST_PATH}/${path.slice(0, 128)}`);
+    },
+  });
+}
+
+function check<T>(schema: ZodType<T>, value: unknown): T {
+  const r = schema.safeParse(value);
+  if (!r.success) throw new A2aError("InvalidParams", `invalid params: ${issues(r.error)}`);
+  return r.data;
+}
+
+function abortOn(req: FastifyRequest): AbortSignal {
+  const ac = new AbortController();
+  req.raw.socket.once("close", () => ac.abort());
+  return ac.signal;
+}
+
+/** Server-Sent Events of a task: JSON-RPC responses (same id) or, for HTTP+JSON, StreamResponse objects. */
+async function stream(
+  req: FastifyRequest,
+  reply: FastifyReply,
+  binding: Binding,
+  events: AsyncGenerator<StreamEvent>,
+): Promise<void> {
+  reply.hijack();
+  const raw = reply.raw;
+  raw.writeHead(200, {
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-cache",
+    "x-accel-buffering": "no",
+  });
+  const id = of(req).rpcId ?? null;
+  const write = (data: unknown, event?: string) =>
+    raw.write(`${event ? `event: ${event}\n` : ""}data: ${JSON.stringify(data)}\n\n`);
+  try {
+    for await (const ev of events) {
+      if (raw.destroyed) break;
+      write(binding === "jsonrpc" ? { jsonrpc: "2.0", id, result: ev } : ev);
+    }
+  } catch (err) {
+    const e = toA2aError(err);
+    if (e.kind === "Internal") req.log.error({ err }, "A2A stream failed");
+    if (!raw.destroyed)
+      write(
+        binding === "jsonrpc" ? { jsonrpc: "2.0", id, error: e.rpcError() } : e.restBody(),
+        binding === "rest" ? "error" : undefined,
+      );
+  } finally {
+    raw.end();
+  }
+}
+
+/** Refusals before a method runs keep their HTTP status; a JSON-RPC method's errors are answered 200. */
+const TRANSPORT_KINDS = new Set(["Unauthenticated", "Forbidden", "TooLarge", "RateLimited", "Unavailable", "Internal"]);
+
+function sendError(req: FastifyRequest, reply: FastifyReply, e: A2aError): void {
+  for (const [k, v] of Object.entries(e.headers)) reply.header(k, v);
+  if (req.routeOptions.config.a2a === "jsonrpc") {
+    reply
+      .code(TRANSPORT_KINDS.has(e.kind) || e.kind === "ContentTypeNotSupported" ? e.http : 200)
+      .type("application/json")
+      .send({ jsonrpc: "2.0", id: state.get(req)?.rpcId ?? null, error: e.rpcError() });
+    return;
+  }
+  reply.code(e.http).type("application/json").send(e.restBody());
+}
+
+export function toA2aError(err: unknown): A2aError {
+  if (err instanceof A2aError) return err;
+  if (err instanceof ProtocolError) {
+    if (err.statusCode === 401) return new A2aError("Unauthenticated", err.message);
+    if (err.statusCode === 413) return new A2aError("TooLarge", err.message);
+    if (err.statusCode === 429) return new A2aError("RateLimited", err.message, err.headers);
+    if (err.statusCode === 503) return new A2aError("Unavailable", err.message, err.headers);
+    if (err.statusCode === 404) return new A2aError("TaskNotFound", err.message);
+    if (err.statusCode < 500) return new A2aError("InvalidRequest", err.message);
+    return new A2aError("Internal", "unexpected failure; see the runtime's log");
+  }
+  const e = err as FastifyError;
+  if (e?.code === "FST_ERR_CTP_BODY_TOO_LARGE" || e?.statusCode === 413)
+    return new A2aError("TooLarge", "the request body exceeds the size limit (spec.inbox.maxMessageBytes)");
+  if (e?.code === "FST_ERR_CTP_INVALID_MEDIA_TYPE" || e?.statusCode === 415)
+    return new A2aError("ContentTypeNotSupported", "Content-Type must be application/json");
+  if (e instanceof SyntaxError) return new A2aError("ParseError", `the body is not valid JSON: ${e.message}`);
+  if (typeof e?.statusCode === "number" && e.statusCode >= 400 && e.statusCode < 500)
+    return new A2aError("InvalidRequest", e.message);
+  return new A2aError("Internal", "unexpected failure; see the runtime's log");
+}
+
+const LocalUpdate = z.object({
+  state: TaskStateSchema.optional(),
+  message: z
+    .object({
+      messageId: z.string().min(1).max(256).optional(),
+      text: z.string().optional(),
+      parts: z.array(Part).min(1).max(256).optional(),
+      metadata: z.record(z.string(), z.unknown()).optional(),
+    })
+    .refine((m) => m.text !== undefined || m.parts !== undefined, { message: "a message needs text or parts" })
+    .optional(),
+  artifact: Artifact.extend({
+    artifactId: z.string().min(1).max(256).optional(),
+    parts: z.array(Part).min(1).max(256).optional(),
+    text: z.string().optional(),
+    append: z.boolean().optional(),
+    lastChunk: z.boolean().optional(),
+  })
+    .refine((a) => a.text !== undefined || a.parts !== undefined, { message: "an artifact needs text or parts" })
+    .optional(),
+});
+
+/**
+ * The application's side (local API): POST /a2a/tasks/{id} with a state, a message, an
+ * artifact, any of them; the task's caller sees each as the task's status, history and artifacts.
+ */
+export const a2aLocalRoutes: FastifyPluginAsync<{ service: A2aService }> = async (app, deps) => {
+  app.post("/a2a/tasks/:id", async (req, reply) => {
+    const id = (req.params as { id: string }).id;
+    const r = LocalUpdate.safeParse(req.body ?? {});
+    if (!r.success) throw new ProtocolError(400, "invalid_format", `invalid task update: ${issues(r.error)}`);
+    const u = r.data;
+    if (!u.state && !u.message && !u.artifact)
+      throw new ProtocolError(400, "invalid_format", "a task update needs a state, a message or an artifact");
+    try {
+      const task = await deps.service.update(id, {
+        state: u.state,
+        message: u.message
+          ? {
+              messageId: u.message.messageId ?? crypto.randomUUID(),
+              role: "ROLE_AGENT",
+              parts: u.message.parts ?? [{ text: u.message.text! }],
+              ...(u.message.metadata ? { metadata: u.message.metadata } : {}),
+            }
+          : undefined,
+        artifact: u.artifact
+          ? (({ text, ...a }) => ({
+              ...a,
+              artifactId: a.artifactId ?? crypto.randomUUID(),
+              parts: a.parts ?? [{ text: text! }],
+            }))(u.artifact)
+          : undefined,
+      });
+      if (!task) throw new ProtocolError(404, "not_found", `no A2A task ${id}`);
+      return reply.send({ task });
+    } catch (err) {
+      if (err instanceof A2aError) {
+        if (err.kind === "UnsupportedOperation") throw new ProtocolError(409, "invalid_format", err.message);
+        if (err.kind === "Unavailable") throw new ProtocolError(503, "unavailable", err.message, err.headers);
+      }
+      throw err;
+    }
+  });
+};

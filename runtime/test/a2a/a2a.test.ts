@@ -1,0 +1,493 @@
+// The A2A face of an agent (docs/a2a.md) as A2A clients meet it: the ifp-runtime command with
+// spec.a2a enabled over real TLS, a real nats-server, the official A2A JS SDK's client, the
+// card's signature checked with jose, and the test's application answering through the local API.
+import { randomUUID } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import {
+  ClientFactory,
+  ClientFactoryOptions,
+  DefaultAgentCardResolver,
+  JsonRpcTransportFactory,
+  RestTransportFactory,
+} from "@a2a-js/sdk/client";
+import canonicalize from "canonicalize";
+import { flattenedVerify, importJWK } from "jose";
+import { Agent as Dispatcher, fetch as undiciFetch } from "undici";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { NatsServer } from "../../../e2e/support/nats.ts";
+import { httpsRequest } from "../../../e2e/support/https.ts";
+import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { describeExit, spawnProcess, type ManagedProcess } from "../../../e2e/support/process.ts";
+import { signRequest } from "../../src/protocol/http-signatures.ts";
+import { type Tls, startHandler, withNatsAndTls } from "../support/agent-harness.ts";
+import { identity, peerOf, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
+
+const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
+
+let nats: NatsServer;
+let tls: Tls;
+withNatsAndTls((n, t) => {
+  nats = n;
+  tls = t;
+});
+
+const self = identity("a2a-agent");
+const signer = identity("a2a-signer");
+const TOKEN = "a2a-test-token-0123456789abcdef";
+const OTHER_TOKEN = "a2a-other-token-0123456789abcdef";
+
+let runtime: ManagedProcess;
+let handler: Awaited<ReturnType<typeof startHandler>>;
+let base: string;
+let localApi: string;
+let dir: string;
+let port: number;
+let localPort: number;
+let keyFile: string;
+
+async function start(): Promise<void> {
+  runtime = spawnProcess(
+    "ifp-runtime agent (a2a)",
+    process.execPath,
+    [
+      BIN,
+      "agent",
+      "--manifest",
+      join(dir, "agent.yaml"),
+      "--signing-key",
+      keyFile,
+      "--a2a-token-file",
+      join(dir, "a2a-tokens"),
+      "--port",
+      String(port),
+      "--local-api-port",
+      String(localPort),
+      "--host",
+      "127.0.0.1",
+      "--tls-cert",
+      tls.files.cert,
+      "--tls-key",
+      tls.files.key,
+      "--ca-file",
+      tls.files.ca,
+      "--nats",
+      nats.url,
+    ],
+    { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
+  );
+  await waitFor(
+    "the agent to be ready",
+    async () => {
+      if (runtime.exit) throw new Error(`the runtime ${describeExit(runtime.exit)}:\n${runtime.log()}`);
+      return (await httpsRequest(`${base}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }))).status === 200;
+    },
+    30_000,
+    200,
+  );
+}
+
+beforeAll(async () => {
+  handler = await startHandler();
+  dir = tempDir("ifp-a2a-");
+  [port, localPort] = [await freePort(), await freePort()];
+  base = `https://localhost:${port}`;
+  localApi = `http://127.0.0.1:${localPort}`;
+  writeAgentManifest(dir, {
+    agentId: self.agentId,
+    displayName: "A2A test agent",
+    capabilities: [{ name: "calendar.availability", description: "Tells when its owner is free" }],
+    peers: [peerOf(signer)],
+    handler: { url: handler.url },
+    inbox: { maxMessageBytes: 16 * 1024 },
+    a2a: {
+      enabled: true,
+      authentication: { bearerTokenSecret: { name: "a2a-tokens" } },
+      skills: [{ id: "smalltalk", name: "Small talk", description: "Talks", examples: ["hello"] }],
+      waitFor: "5s",
+    },
+  });
+  keyFile = writeKey(dir, self);
+  writeFileSync(join(dir, "a2a-tokens"), `${TOKEN}\n${OTHER_TOKEN}\n`);
+  await start();
+}, 60_000);
+
+afterAll(async () => {
+  await runtime?.stop();
+  await handler?.close();
+});
+
+const dispatcher = () => new Dispatcher({ connect: { ca: tls.ca } });
+/** fetch trusting the test CA, with the bearer token (or none). */
+function fetchWith(token: string | undefined): typeof fetch {
+  const d = dispatcher();
+  return ((input: string | URL | Request, init?: RequestInit) => {
+    const headers = new Headers(init?.headers);
+    if (token) headers.set("authorization", `Bearer ${token}`);
+    return undiciFetch(input as string, { ...(init as object), headers, dispatcher: d } as never);
+  }) as unknown as typeof fetch;
+}
+
+function factory(token: string | undefined, preferred?: "JSONRPC" | "HTTP+JSON") {
+  const fetchImpl = fetchWith(token);
+  return new ClientFactory(
+    ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
+      transports: [new JsonRpcTransportFactory({ fetchImpl }), new RestTransportFactory({ fetchImpl })],
+      cardResolver: new DefaultAgentCardResolver({ fetchImpl }),
+      ...(preferred ? { preferredTransports: [preferred] } : {}),
+    }),
+  );
+}
+
+const userMessage = (text: string, extra: { messageId?: string; taskId?: string } = {}) => ({
+  message: {
+    messageId: extra.messageId ?? randomUUID(),
+    contextId: "",
+    taskId: extra.taskId ?? "",
+    role: 1 as const,
+    parts: [{ content: { $case: "text" as const, value: text }, metadata: undefined, filename: "", mediaType: "" }],
+    metadata: undefined,
+    extensions: [],
+    referenceTaskIds: [],
+  },
+  configuration: {
+    acceptedOutputModes: [],
+    historyLength: undefined,
+    returnImmediately: true,
+    taskPushNotificationConfig: undefined,
+  },
+  metadata: undefined,
+  tenant: "",
+});
+
+/** The hand-off of the A2A task `taskId`, once the application got it. */
+async function handedOff(taskId: string, timeoutMs = 15_000) {
+  let found: (typeof handler.received)[number] | undefined;
+  await waitFor(
+    `the hand-off of task ${taskId}`,
+    async () => {
+      found = handler.received.find((r) => r.body.headers.extensions?.a2a?.task_id === taskId);
+      return found !== undefined;
+    },
+    timeoutMs,
+  );
+  return found!;
+}
+
+async function localPost(path: string, body: unknown) {
+  const res = await fetch(`${localApi}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, body: (await res.json()) as any };
+}
+
+/** A raw JSON-RPC call over TLS. */
+async function rpc(body: unknown, headers: Record<string, string> = { authorization: `Bearer ${TOKEN}` }) {
+  const res = await httpsRequest(`${base}/a2a/v1`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+    ca: tls.ca,
+  });
+  return { status: res.status, headers: res.headers, body: res.text ? res.json() : undefined };
+}
+
+const rawMessage = (text: string, messageId = randomUUID()) => ({
+  message: { messageId, role: "ROLE_USER", parts: [{ text }] },
+  configuration: { returnImmediately: true },
+});
+
+describe("the agent card", () => {
+  it("is read by the SDK's resolver and its JWS verifies with jose against the agent's JWKS", async () => {
+    const card = (await new DefaultAgentCardResolver({ fetchImpl: fetchWith(undefined) }).resolve(base)) as any;
+    expect(card.name).toBe("A2A test agent");
+    expect(card.supportedInterfaces.map((i: any) => [i.protocolBinding, i.url, i.protocolVersion])).toEqual([
+      ["JSONRPC", `${base}/a2a/v1`, "1.0"],
+      ["HTTP+JSON", `${base}/a2a/rest`, "1.0"],
+    ]);
+    expect(card.skills.map((s: any) => s.id)).toEqual(["calendar.availability", "smalltalk"]);
+    expect(Object.keys(card.securitySchemes).sort()).toEqual(["bearer", "ifpHttpSignature"]);
+
+    const raw = (await httpsRequest(`${base}/.well-known/agent-card.json`, { ca: tls.ca })).json();
+    const [sig] = raw.signatures;
+    const header = JSON.parse(Buffer.from(sig.protected, "base64url").toString());
+    expect(header).toMatchObject({
+      alg: "EdDSA",
+      kid: `${self.agentId}#key-1`,
+      jku: `${base}/.well-known/a2a/jwks.json`,
+    });
+    const jwks = (await httpsRequest(header.jku, { ca: tls.ca })).json();
+    const jwk = jwks.keys.find((k: any) => k.kid === header.kid);
+    const key = await importJWK(jwk, "EdDSA");
+    const { signatures: _, ...unsigned } = raw;
+    const payload = Buffer.from(canonicalize(unsigned)!).toString("base64url");
+    const verified = await flattenedVerify({ protected: sig.protected, signature: sig.signature, payload }, key);
+    expect(JSON.parse(Buffer.from(verified.payload).toString())).toEqual(unsigned);
+    // A card changed after signing does not verify.
+    const forged = Buffer.from(canonicalize({ ...unsigned, name: "someone else" })!).toString("base64url");
+    await expect(
+      flattenedVerify({ protected: sig.protected, signature: sig.signature, payload: forged }, key),
+    ).rejects.toThrow();
+  });
+});
+
+describe("A2A clients through the official SDK", () => {
+  it("JSON-RPC: a message is answered as a submitted task, handed on once, read back, and its updates streamed", async () => {
+    const client = await factory(TOKEN).createFromUrl(base);
+    const sent = (await client.sendMessage(userMessage("hello over JSON-RPC"))) as any;
+    expect(sent.id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(sent.status.state).toBe(1); // TASK_STATE_SUBMITTED
+    const handed = await handedOff(sent.id);
+    expect(handed.headers["ifp-auth-source"]).toBe("a2a-bearer");
+    expect(handed.headers["ifp-auth-level"]).toBe("0");
+    expect(handed.body.body.text).toBe("hello over JSON-RPC");
+    expect(handed.body.headers.conversation_id).toBe(sent.contextId);
+
+    const got = (await client.getTask({ id: sent.id, historyLength: undefined, tenant: "" })) as any;
+    expect(got.history[0].parts[0].content.value).toBe("hello over JSON-RPC");
+
+    const events: any[] = [];
+    const following = (async () => {
+      for await (const e of client.resubscribeTask({ id: sent.id, tenant: "" })) events.push(e.payload);
+    })();
+    await waitFor("the subscription's first event", async () => events.length > 0, 10_000);
+    // The application: an artifact through the task route, then a reply to the hand-off.
+    expect(
+      (
+        await localPost(`/a2a/tasks/${sent.id}`, {
+          state: "TASK_STATE_WORKING",
+          artifact: { name: "notes", text: "a draft" },
+        })
+      ).status,
+    ).toBe(200);
+    const reply = await localPost("/outbox", {
+      in_reply_to: handed.body.headers.message_id,
+      to: handed.body.headers.from.agent,
+      phase: "response",
+      text: "hello back",
+    });
+    expect(reply.status).toBe(202);
+    await following;
+    expect(events[0].$case).toBe("task");
+    const artifact = events.find((e) => e.$case === "artifactUpdate");
+    expect(artifact.value.artifact.parts[0].content.value).toBe("a draft");
+    const last = events.at(-1);
+    expect(last.$case).toBe("statusUpdate");
+    expect(last.value.status.state).toBe(3); // TASK_STATE_COMPLETED
+    expect(last.value.status.message.parts[0].content.value).toBe("hello back");
+    const done = (await client.getTask({ id: sent.id, historyLength: undefined, tenant: "" })) as any;
+    expect(done.status.state).toBe(3);
+    expect(done.artifacts).toHaveLength(1);
+    const listed = (await client.listTasks({
+      tenant: "",
+      contextId: sent.contextId,
+      status: 0,
+      pageToken: "",
+    } as any)) as any;
+    expect(listed.tasks.map((t: any) => t.id)).toEqual([sent.id]);
+  });
+
+  it("HTTP+JSON: a streamed message gives the task, then the application's updates, and ends when it completes", async () => {
+    const client = await factory(TOKEN, "HTTP+JSON").createFromUrl(base);
+    const events: any[] = [];
+    const m = userMessage("hello over REST");
+    for await (const e of client.sendMessageStream(m)) {
+      events.push(e.payload);
+      if (events.length === 1) {
+        const taskId = (e.payload!.value as { id: string }).id;
+        await handedOff(taskId);
+        await localPost(`/a2a/tasks/${taskId}`, { state: "TASK_STATE_WORKING" });
+        await localPost(`/a2a/tasks/${taskId}`, { state: "TASK_STATE_COMPLETED", message: { text: "done" } });
+      }
+    }
+    expect(events.map((e) => e.$case)).toEqual(["task", "statusUpdate", "statusUpdate"]);
+    expect(events.map((e) => e.value.status?.state)).toEqual([1, 2, 3]);
+  });
+
+  it("a blocking send waits for the application's answer", async () => {
+    const client = await factory(TOKEN).createFromUrl(base);
+    const m = userMessage("answer me");
+    m.configuration.returnImmediately = false;
+    const answering = (async () => {
+      const handed = await waitFor(
+        "the blocking message's hand-off",
+        async () => handler.received.some((r) => r.body.body.text === "answer me"),
+        10_000,
+      ).then(() => handler.received.find((r) => r.body.body.text === "answer me")!);
+      await localPost("/outbox", { in_reply_to: handed.body.headers.message_id, phase: "response", text: "answered" });
+    })();
+    const task = (await client.sendMessage(m)) as any;
+    await answering;
+    expect(task.status.state).toBe(3);
+    expect(task.status.message.parts[0].content.value).toBe("answered");
+  });
+});
+
+describe("callers signing with IFP keys (RFC 9421)", () => {
+  it("are taken at their IFP level, and see only their own tasks", async () => {
+    const body = JSON.stringify({ jsonrpc: "2.0", id: 7, method: "SendMessage", params: rawMessage("signed hello") });
+    const url = `${base}/a2a/v1`;
+    const headers = await signRequest(
+      { method: "POST", url, headers: { "content-type": "application/json" }, body },
+      signer.signing,
+    );
+    const res = await httpsRequest(url, { method: "POST", headers, body, ca: tls.ca });
+    expect(res.status).toBe(200);
+    const task = res.json().result.task;
+    expect(res.json().id).toBe(7);
+    const handed = await handedOff(task.id);
+    expect(handed.body.headers.from.agent).toBe(signer.agentId);
+    expect(handed.headers["ifp-auth-level"]).toBe("2");
+    expect(handed.headers["ifp-auth-source"]).toBe("a2a-signature:peers");
+    // The bearer caller asks for the signer's task: there is none for it.
+    const other = await rpc({ jsonrpc: "2.0", id: 8, method: "GetTask", params: { id: task.id } });
+    expect(other.status).toBe(200);
+    expect(other.body.error.code).toBe(-32001);
+    const rest = await httpsRequest(`${base}/a2a/rest/tasks/${task.id}`, {
+      headers: { authorization: `Bearer ${OTHER_TOKEN}` },
+      ca: tls.ca,
+    });
+    expect(rest.status).toBe(404);
+    expect(rest.json().error.details[0].reason).toBe("TASK_NOT_FOUND");
+  });
+
+  it("a signature over another body is refused with 401", async () => {
+    const body = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ListTasks", params: {} });
+    const url = `${base}/a2a/v1`;
+    const headers = await signRequest({ method: "POST", url, body }, signer.signing);
+    const res = await httpsRequest(url, {
+      method: "POST",
+      headers: { ...headers, "content-type": "application/json" },
+      body: body.replace("ListTasks", "GetTask"),
+      ca: tls.ca,
+    });
+    expect(res.status).toBe(401);
+    expect(res.json().error.data.reason).toBe("UNAUTHENTICATED");
+  });
+});
+
+describe("abuse", () => {
+  it("refuses unauthenticated calls and wrong tokens with 401 in each binding's error shape", async () => {
+    const none = await rpc({ jsonrpc: "2.0", id: 1, method: "ListTasks", params: {} }, {});
+    expect(none.status).toBe(401);
+    expect(none.headers["www-authenticate"]).toContain("Bearer");
+    expect(none.body).toMatchObject({
+      jsonrpc: "2.0",
+      id: 1,
+      error: { code: -32600, data: { reason: "UNAUTHENTICATED" } },
+    });
+    const wrong = await rpc(
+      { jsonrpc: "2.0", id: 2, method: "ListTasks", params: {} },
+      { authorization: "Bearer nope-nope-nope-nope" },
+    );
+    expect(wrong.status).toBe(401);
+    const rest = await httpsRequest(`${base}/a2a/rest/tasks`, { ca: tls.ca });
+    expect(rest.status).toBe(401);
+    expect(rest.json().error).toMatchObject({ code: 401, status: "UNAUTHENTICATED" });
+    // The SDK's client surfaces it as an error, never a task.
+    const client = await factory("wrong-token-wrong-token").createFromUrl(base);
+    await expect(client.sendMessage(userMessage("let me in"))).rejects.toThrow(/401|authentication|not accepted/i);
+  });
+
+  it("refuses a body over spec.inbox.maxMessageBytes with 413 and hands nothing on", async () => {
+    const before = handler.received.length;
+    const big = await rpc({ jsonrpc: "2.0", id: 3, method: "SendMessage", params: rawMessage("x".repeat(20_000)) });
+    expect(big.status).toBe(413);
+    expect(big.body.error.data.reason).toBe("PAYLOAD_TOO_LARGE");
+    const restBig = await httpsRequest(`${base}/a2a/rest/message:send`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      body: JSON.stringify(rawMessage("y".repeat(20_000))),
+      ca: tls.ca,
+    });
+    expect(restBig.status).toBe(413);
+    expect(handler.received.length).toBe(before);
+  });
+
+  it("a repeated messageId is the same task and one hand-off", async () => {
+    const messageId = randomUUID();
+    const first = await rpc({ jsonrpc: "2.0", id: 4, method: "SendMessage", params: rawMessage("once", messageId) });
+    const again = await rpc({ jsonrpc: "2.0", id: 5, method: "SendMessage", params: rawMessage("once", messageId) });
+    expect(again.body.result.task.id).toBe(first.body.result.task.id);
+    await handedOff(first.body.result.task.id);
+    // Another caller's message with the same messageId is its own.
+    const other = await rpc(
+      { jsonrpc: "2.0", id: 6, method: "SendMessage", params: rawMessage("once", messageId) },
+      { authorization: `Bearer ${OTHER_TOKEN}` },
+    );
+    expect(other.body.result.task.id).not.toBe(first.body.result.task.id);
+    await handedOff(other.body.result.task.id);
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect(
+      handler.received.filter((r) => r.body.headers.extensions?.a2a?.task_id === first.body.result.task.id),
+    ).toHaveLength(1);
+  });
+
+  it("answers malformed JSON-RPC with its error codes", async () => {
+    const parse = await rpc("{not json");
+    expect(parse.status).toBe(200);
+    expect(parse.body).toMatchObject({ jsonrpc: "2.0", id: null, error: { code: -32700 } });
+    expect((await rpc({ id: 1, method: "SendMessage" })).body.error.code).toBe(-32600);
+    expect((await rpc([{ jsonrpc: "2.0", id: 1, method: "ListTasks" }])).body.error.code).toBe(-32600);
+    const unknown = await rpc({ jsonrpc: "2.0", id: "u", method: "message/send", params: {} });
+    expect(unknown.body).toMatchObject({ id: "u", error: { code: -32601 } });
+    const params = await rpc({
+      jsonrpc: "2.0",
+      id: 9,
+      method: "SendMessage",
+      params: { message: { role: "ROLE_USER" } },
+    });
+    expect(params.body.error.code).toBe(-32602);
+    const push = await rpc({ jsonrpc: "2.0", id: 10, method: "CreateTaskPushNotificationConfig", params: {} });
+    expect(push.body.error.code).toBe(-32003);
+    const media = await rpc("<x/>", { authorization: `Bearer ${TOKEN}`, "content-type": "application/xml" });
+    expect(media.status).toBe(415);
+    const restUnknown = await httpsRequest(`${base}/a2a/rest/nothing:here`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      body: "{}",
+      ca: tls.ca,
+    });
+    expect(restUnknown.status).toBe(404);
+    expect(restUnknown.json().error.status).toBe("NOT_FOUND");
+  });
+
+  it("refuses to cancel a finished task, and to add to it", async () => {
+    const sent = await rpc({ jsonrpc: "2.0", id: 11, method: "SendMessage", params: rawMessage("cancel me") });
+    const id = sent.body.result.task.id;
+    const canceled = await rpc({ jsonrpc: "2.0", id: 12, method: "CancelTask", params: { id } });
+    expect(canceled.body.result.status.state).toBe("TASK_STATE_CANCELED");
+    const again = await rpc({ jsonrpc: "2.0", id: 13, method: "CancelTask", params: { id } });
+    expect(again.body.error.code).toBe(-32002);
+    const more = await rpc({
+      jsonrpc: "2.0",
+      id: 14,
+      method: "SendMessage",
+      params: { message: { messageId: randomUUID(), taskId: id, role: "ROLE_USER", parts: [{ text: "more" }] } },
+    });
+    expect(more.body.error.code).toBe(-32004);
+    const late = await localPost(`/a2a/tasks/${id}`, { state: "TASK_STATE_COMPLETED" });
+    expect(late.status).toBe(409);
+    expect((await localPost("/a2a/tasks/no-such-task", { state: "TASK_STATE_COMPLETED" })).status).toBe(404);
+    expect((await localPost(`/a2a/tasks/${id}`, { state: "TASK_STATE_NOPE" })).status).toBe(400);
+  });
+});
+
+describe("restarts", () => {
+  it("a runtime killed after answering loses neither the task nor its hand-off", async () => {
+    handler.received.length = 0;
+    await handler.down();
+    const sent = await rpc({ jsonrpc: "2.0", id: 20, method: "SendMessage", params: rawMessage("survive") });
+    const id = sent.body.result.task.id;
+    await runtime.stop({ signal: "SIGKILL" });
+    await handler.up();
+    await start();
+    const got = await rpc({ jsonrpc: "2.0", id: 21, method: "GetTask", params: { id } });
+    expect(got.body.result.status.state).toBe("TASK_STATE_SUBMITTED");
+    // The killed runtime held the hand-off: it comes again once its consumer's ack wait (the
+    // handler's timeout and 30 s) has passed.
+    await handedOff(id, 60_000);
+  }, 120_000);
+});
