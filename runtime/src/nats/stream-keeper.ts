@@ -5,7 +5,7 @@ import { errorMessage } from "../util/errors.ts";
 import type { Nats } from "./connection.ts";
 import {
   ensureReplicatedStream,
-  isNotFound,
+  readStreamInfo,
   type EnsuredStream,
   type Replicas,
   type ReplicasUnmet,
@@ -107,11 +107,13 @@ export class StreamKeeper {
     const kv = await this.bucket();
     const ledger = await this.readLedger(kv);
     const since = ledger.streams[want.name];
-    if (since && !this.opts.recreateMissing && !(await this.exists(want.name))) {
+    // Read once here and passed down: ensureReplicatedStream and ensureStream do not read it again.
+    const current = await readStreamInfo(this.nats.jsm, want.name);
+    if (since && !this.opts.recreateMissing && !current) {
       this.markMissing(want.name, since);
       throw new StreamMissingError(want.name, since);
     }
-    const r = await ensureReplicatedStream(this.nats.jsm, want, replicas, this.nats.placement);
+    const r = await ensureReplicatedStream(this.nats.jsm, want, replicas, this.nats.placement, { current });
     this.found(want.name);
     if (since && this.opts.recreateMissing && r.action === "created")
       this.log.warn(
@@ -131,13 +133,7 @@ export class StreamKeeper {
   }
 
   private async exists(name: string): Promise<boolean> {
-    try {
-      await this.nats.jsm.streams.info(name);
-      return true;
-    } catch (err) {
-      if (isNotFound(err)) return false;
-      throw err;
-    }
+    return (await readStreamInfo(this.nats.jsm, name)) !== undefined;
   }
 
   private markMissing(name: string, since: string): void {

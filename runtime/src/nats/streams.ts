@@ -40,27 +40,42 @@ export function streamDrift(current: StreamConfig, want: Partial<StreamConfig>):
   return COMPARED.filter((k) => k in want && JSON.stringify(current[k]) !== JSON.stringify(want[k]));
 }
 
+/** The stream's info (one STREAM.INFO request), or undefined when the server has no such stream. */
+export async function readStreamInfo(jsm: JetStreamManager, name: string): Promise<StreamInfo | undefined> {
+  try {
+    return await jsm.streams.info(name);
+  } catch (err) {
+    if (isNotFound(err)) return undefined;
+    throw err;
+  }
+}
+
+/**
+ * What a caller already read of a stream (readStreamInfo): `current` undefined when it does
+ * not exist. Passed down so that one start reads STREAM.INFO once.
+ */
+export interface KnownStream {
+  current: StreamInfo | undefined;
+}
+
 /**
  * Create the stream, or update it when its config differs from `want`. Never deletes it:
- * storage and retention policy cannot change in place and are reported instead.
+ * storage and retention policy cannot change in place and are reported instead. The stream is
+ * read unless `known` says what it is.
  */
 export async function ensureStream(
   jsm: JetStreamManager,
   want: Partial<StreamConfig> & { name: string },
+  known?: KnownStream,
 ): Promise<{ info: StreamInfo; action: "created" | "updated" | "unchanged" }> {
-  let current: StreamInfo | undefined;
-  try {
-    current = await jsm.streams.info(want.name);
-  } catch (err) {
-    if (!isNotFound(err)) throw err;
-  }
+  const current = known ? known.current : await readStreamInfo(jsm, want.name);
   if (!current) return { info: await jsm.streams.add(want), action: "created" };
   const drift = streamDrift(current.config, want);
   if (drift.length === 0) return { info: current, action: "unchanged" };
   const immutable = drift.filter((k) => k === "storage" || k === "retention");
   if (immutable.length) {
     throw new Error(
-      `stream ${want.name} has ${immutable.map((k) => `${k}=${current!.config[k]}`).join(", ")}; changing ${immutable.join(", ")} needs the stream to be recreated by hand`,
+      `stream ${want.name} has ${immutable.map((k) => `${k}=${current.config[k]}`).join(", ")}; changing ${immutable.join(", ")} needs the stream to be recreated by hand`,
     );
   }
   const { storage: _s, retention: _r, ...mutable } = want;
@@ -188,39 +203,37 @@ export interface EnsuredStream {
  * - on a standalone server a stream that has more than one replica (written by an update the
  *   server accepted but cannot load after a restart) is set back to one while the server still
  *   holds it.
+ * STREAM.INFO is read once (or not at all when `known` says what the stream is).
  */
 export async function ensureReplicatedStream(
   jsm: JetStreamManager,
   want: Partial<StreamConfig> & { name: string },
   replicas: Replicas,
   placement: JetStreamPlacement,
+  known?: KnownStream,
 ): Promise<EnsuredStream> {
   const object = `stream ${want.name}`;
-  let current: StreamInfo | undefined;
-  try {
-    current = await jsm.streams.info(want.name);
-  } catch (err) {
-    if (!isNotFound(err)) throw err;
-  }
+  const current = known ? known.current : await readStreamInfo(jsm, want.name);
+  const as = { current };
   if (!current) {
     const [r, unmet] = await createReplicated(object, replicas, placement, (n) =>
-      ensureStream(jsm, { ...want, num_replicas: n }),
+      ensureStream(jsm, { ...want, num_replicas: n }, as),
     );
     return { ...r, ...(unmet ? { unmet } : {}) };
   }
   const has = current.config.num_replicas || 1;
   if (!placement.clustered) {
     return {
-      ...(await ensureStream(jsm, { ...want, num_replicas: 1 })),
+      ...(await ensureStream(jsm, { ...want, num_replicas: 1 }, as)),
       ...withUnmet(standaloneUnmet(object, replicas)),
     };
   }
-  if (replicas === "auto" || replicas === has) return ensureStream(jsm, { ...want, num_replicas: has });
+  if (replicas === "auto" || replicas === has) return ensureStream(jsm, { ...want, num_replicas: has }, as);
   try {
-    return await ensureStream(jsm, { ...want, num_replicas: replicas });
+    return await ensureStream(jsm, { ...want, num_replicas: replicas }, as);
   } catch (err) {
     if (!tooFewServers(err)) throw err;
-    const r = await ensureStream(jsm, { ...want, num_replicas: has });
+    const r = await ensureStream(jsm, { ...want, num_replicas: has }, as);
     return {
       ...r,
       unmet: {
