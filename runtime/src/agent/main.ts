@@ -15,7 +15,13 @@ import { loadEncryptionKeys, loadKeyring, signingKeyCreated } from "./keyring.ts
 import { Agent } from "../resources/agent.ts";
 import { parseDuration } from "../resources/common.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
-import { backlogGauges, buildMetricsApp, createRuntimeMetrics, streamKeeperGauges } from "../server/metrics.ts";
+import {
+  backlogGauges,
+  buildMetricsApp,
+  createRuntimeMetrics,
+  dependencyGauges,
+  streamKeeperGauges,
+} from "../server/metrics.ts";
 import { StreamKeeper, StreamMissingError } from "../nats/stream-keeper.ts";
 import { consumerBacklog, streamBacklog } from "../nats/backlog.ts";
 import { readTls, watchTls } from "../server/tls.ts";
@@ -186,6 +192,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   });
   life.defer("stream checks", () => streams.stop());
   streamKeeperGauges(metrics, streams);
+  dependencyGauges(metrics, { natsConnected: () => nats.isConnected, certFile: opts.tlsCert });
   const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));
   const peerCapabilities = new PeerCapabilityService({ store: peerCaps, discovery, peerUrls, log });
   const onAccepted = inspectionEffects({

@@ -14,7 +14,13 @@ import { TargetPolicy } from "../net/targets.ts";
 import { Verifier } from "../protocol/verify.ts";
 import { Relay } from "../resources/relay.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
-import { backlogGauges, buildMetricsApp, createRuntimeMetrics, streamKeeperGauges } from "../server/metrics.ts";
+import {
+  backlogGauges,
+  buildMetricsApp,
+  createRuntimeMetrics,
+  dependencyGauges,
+  streamKeeperGauges,
+} from "../server/metrics.ts";
 import { streamBacklog } from "../nats/backlog.ts";
 import { readTls, watchTls } from "../server/tls.ts";
 import { buildRelayApp } from "./app.ts";
@@ -89,6 +95,7 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   });
   life.defer("stream checks", () => streams.stop());
   streamKeeperGauges(metrics, streams);
+  dependencyGauges(metrics, { natsConnected: () => nats.isConnected, certFile: opts.tlsCert });
   const push = new WebhookPush({
     nats,
     names,

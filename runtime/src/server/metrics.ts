@@ -1,3 +1,5 @@
+import { X509Certificate } from "node:crypto";
+import { readFileSync } from "node:fs";
 import Fastify, { type FastifyInstance } from "fastify";
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 
@@ -185,6 +187,37 @@ export function streamKeeperGauges(
       this.reset();
       for (const u of keeper.unmet())
         this.set({ stream: u.object.replace(/^stream /, ""), asked: String(u.asked) }, u.actual);
+    },
+  });
+}
+
+/**
+ * Gauges of what a runtime depends on, read at scrape time: whether its NATS connection is up
+ * (0 while it is down or reconnecting), and when the serving certificate in its certificate
+ * file expires (the file it reloads; a scrape that cannot read it keeps the last value).
+ */
+export function dependencyGauges(
+  metrics: RuntimeMetrics,
+  deps: { natsConnected: () => boolean; certFile: string },
+): void {
+  new Gauge({
+    name: "ifp_nats_connected",
+    help: "1 while the runtime's NATS connection is up, 0 while it is down or reconnecting",
+    registers: [metrics.registry],
+    collect() {
+      this.set(deps.natsConnected() ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: "ifp_tls_certificate_expiry_timestamp_seconds",
+    help: "When the runtime's serving certificate expires, in seconds since the epoch (its certificate file, read at each scrape)",
+    registers: [metrics.registry],
+    collect() {
+      try {
+        this.set(Date.parse(new X509Certificate(readFileSync(deps.certFile)).validTo) / 1000);
+      } catch {
+        // The value of the last scrape that could read it stays.
+      }
     },
   });
 }
