@@ -162,6 +162,26 @@ describe("desiredAgentChildren", () => {
     });
   });
 
+  it("mounts the A2A bearer tokens of spec.a2a and hands them to the runtime; nothing while A2A is off", () => {
+    const tokens = { bearerTokenSecret: { name: "a2a-clients", key: "list" } };
+    const off = byKind(desiredAgentChildren(agent({ a2a: { authentication: tokens } }), inputs)).Deployment.spec
+      .template.spec;
+    expect(off.containers[0].args.some((a: string) => a.startsWith("--a2a-token-file"))).toBe(false);
+    expect(off.volumes.map((v: { name: string }) => v.name)).not.toContain("a2a-tokens");
+    const pod = byKind(desiredAgentChildren(agent({ a2a: { enabled: true, authentication: tokens } }), inputs))
+      .Deployment.spec.template.spec;
+    expect(pod.containers[0].args).toContain("--a2a-token-file=/etc/ifp/a2a/tokens");
+    expect(pod.containers[0].volumeMounts).toContainEqual({
+      name: "a2a-tokens",
+      mountPath: "/etc/ifp/a2a",
+      readOnly: true,
+    });
+    expect(pod.volumes).toContainEqual({
+      name: "a2a-tokens",
+      secret: { secretName: "a2a-clients", items: [{ key: "list", path: "tokens" }] },
+    });
+  });
+
   it("with a handler, mounts the hand-off secret into the runtime and gives it to the sidecars that do not set it themselves", () => {
     const plain = byKind(desiredAgentChildren(agent(), inputs)).Deployment.spec.template.spec;
     expect(plain.containers[0].args.some((a: string) => a.startsWith("--handoff-secret-file"))).toBe(false);

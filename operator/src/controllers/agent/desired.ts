@@ -10,6 +10,7 @@ import { childMeta, childNames } from "../names.ts";
 import { renderManifest, runtimeDeployment } from "../workload.ts";
 import type { OperatorSettings, Owner } from "../settings.ts";
 import { withIntroductionTokens } from "./introduction.ts";
+import { withA2aTokens } from "./a2a.ts";
 import { localApiChildren, localApiServicePort, withLocalApi } from "./local-api.ts";
 import { withHandoffSecret } from "./handoff.ts";
 import { withDirectoryPeers } from "./directory.ts";
@@ -101,8 +102,11 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
       pod: agent.spec.deployment,
     }),
     withHandoff(
-      withIntroductionTokens(
-        localApiPort === undefined ? deployment : withLocalApi(deployment, owner, localApiPort),
+      withA2aTokens(
+        withIntroductionTokens(
+          localApiPort === undefined ? deployment : withLocalApi(deployment, owner, localApiPort),
+          agent,
+        ),
         agent,
       ),
       owner,

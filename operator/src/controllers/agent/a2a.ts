@@ -1,0 +1,27 @@
+// Pure: the bearer tokens of spec.a2a.authentication.bearerTokenSecret, mounted from the Secret
+// the Agent names and handed to the runtime as --a2a-token-file (docs/a2a.md). The A2A endpoints
+// themselves need nothing more: they are served on the runtime's HTTPS port, which the Service
+// exposes already.
+import type { V1Deployment } from "@kubernetes/client-node";
+import type { Agent } from "../../../../runtime/src/resources/agent.ts";
+
+export const A2A_TOKENS_DIR = "/etc/ifp/a2a";
+export const A2A_TOKENS_FILE = `${A2A_TOKENS_DIR}/tokens`;
+
+/** The Deployment with the A2A bearer tokens mounted, or unchanged when spec.a2a names none (or is off). */
+export function withA2aTokens(deployment: V1Deployment, agent: Pick<Agent, "spec">): V1Deployment {
+  const a2a = agent.spec.a2a;
+  const ref = a2a?.enabled ? a2a.authentication.bearerTokenSecret : undefined;
+  if (!ref) return deployment;
+  const d = structuredClone(deployment);
+  const pod = d.spec!.template.spec!;
+  const c = pod.containers.find((x) => x.name === "runtime")!;
+  c.args = [...(c.args ?? []), `--a2a-token-file=${A2A_TOKENS_FILE}`];
+  c.volumeMounts = [...(c.volumeMounts ?? []), { name: "a2a-tokens", mountPath: A2A_TOKENS_DIR, readOnly: true }];
+  // The runtime re-reads the file when the kubelet updates it: a new token needs no restart.
+  pod.volumes = [
+    ...(pod.volumes ?? []),
+    { name: "a2a-tokens", secret: { secretName: ref.name, items: [{ key: ref.key, path: "tokens" }] } },
+  ];
+  return d;
+}
