@@ -61,13 +61,14 @@ export const a2aRoutes: FastifyPluginAsync<A2aRouteDeps> = async (app, deps) => 
   const jwksText = JSON.stringify(jwks(deps.signing));
   const base = (req: FastifyRequest) => spec.baseUrl ?? `https://${req.host}`;
 
-  app.get(AGENT_CARD_PATH, async (req, reply) =>
-    reply
+  app.get(AGENT_CARD_PATH, async (req, reply) => {
+    // Without spec.baseUrl the card's URLs come from the request's Host.
+    if (!spec.baseUrl) reply.header("vary", "host");
+    return reply
       .type("application/json; charset=utf-8")
       .header("cache-control", "public, max-age=300")
-      .header("vary", spec.baseUrl ? "" : "host")
-      .send(deps.cards.get(base(req))),
-  );
+      .send(deps.cards.get(base(req)));
+  });
   app.get(JWKS_PATH, async (_req, reply) =>
     reply.type("application/jwk-set+json").header("cache-control", "public, max-age=300").send(jwksText),
   );
@@ -120,6 +121,13 @@ async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promis
       const id = body.id;
       s.rpcId = typeof id === "string" || typeof id === "number" ? id : null;
     }
+    // The A2A-Version header: absent, or a 1.x this agent speaks.
+    const version = req.headers["a2a-version"];
+    if (typeof version === "string" && version.trim() !== "" && !/^1(\.\d+)?$/.test(version.trim()))
+      throw new A2aError(
+        "VersionNotSupported",
+        `A2A-Version ${version.slice(0, 32)} is not supported; this agent speaks 1.0`,
+      );
     const caller = await deps.callers.authenticate({
       method: req.method,
       url: req.url,

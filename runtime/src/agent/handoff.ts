@@ -8,6 +8,7 @@ import { nanos } from "../contract/nats.ts";
 import { ConsumerWorker } from "../nats/worker.ts";
 import type { HttpClient } from "../net/http-client.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
+import { exponentialDelay } from "../util/backoff.ts";
 import { errorMessage } from "../util/errors.ts";
 import { messageLogOf } from "../telemetry/logs.ts";
 import { SPAN_ATTRIBUTES, failSpan, headersContext, SpanKind, startSpan } from "../telemetry/tracing.ts";
@@ -171,8 +172,7 @@ export class HandlerHandoff {
 
   private backoff(attempt: number): number {
     const { initial, max } = this.opts.backoffMs;
-    const base = Math.min(max, initial * 2 ** Math.min(30, attempt - 1));
-    return Math.round(base * (0.8 + Math.random() * 0.4));
+    return Math.round(exponentialDelay(attempt, { initialMs: initial, maxMs: max, jitter: 0.2 }));
   }
 
   private async deadLetter(m: JsMsg, messageId: string, reason: string): Promise<void> {

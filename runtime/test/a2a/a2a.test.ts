@@ -20,7 +20,7 @@ import { httpsRequest } from "../../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import { describeExit, spawnProcess, type ManagedProcess } from "../../../e2e/support/process.ts";
 import { signRequest } from "../../src/protocol/http-signatures.ts";
-import { type Tls, startHandler, withNatsAndTls } from "../support/agent-harness.ts";
+import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, peerOf, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
 
 const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
@@ -472,6 +472,42 @@ describe("abuse", () => {
     expect(late.status).toBe(409);
     expect((await localPost("/a2a/tasks/no-such-task", { state: "TASK_STATE_COMPLETED" })).status).toBe(404);
     expect((await localPost(`/a2a/tasks/${id}`, { state: "TASK_STATE_NOPE" })).status).toBe(400);
+  });
+});
+
+describe("limits", () => {
+  it("a caller past spec.inbox.rateLimit.perSenderPerMinute is answered 429 with Retry-After; a newer A2A-Version is refused", async () => {
+    const limited = await runAgent({
+      self: identity("a2a-limited"),
+      spec: { peers: [peerOf(signer)], inbox: { rateLimit: { perSenderPerMinute: 2 } }, a2a: { enabled: true } },
+      natsUrl: nats.url,
+      tls,
+    });
+    try {
+      const url = `${limited.url.replace("127.0.0.1", "localhost")}/a2a/v1`;
+      const call = async (id: number, headers: Record<string, string> = {}) => {
+        const body = JSON.stringify({ jsonrpc: "2.0", id, method: "ListTasks", params: {} });
+        const signedHeaders = await signRequest(
+          { method: "POST", url, headers: { "content-type": "application/json", ...headers }, body },
+          signer.signing,
+        );
+        return httpsRequest(url, { method: "POST", headers: signedHeaders, body, ca: tls.ca });
+      };
+      const version = await call(0, { "a2a-version": "2.0" });
+      expect(version.json().error).toMatchObject({ code: -32009 });
+      // Refused before the caller was counted: two calls of the minute are left.
+      expect((await call(1)).status).toBe(200);
+      expect((await call(2)).status).toBe(200);
+      const third = await call(3);
+      expect(third.status).toBe(429);
+      expect(Number(third.headers["retry-after"])).toBeGreaterThan(0);
+      expect(third.json()).toMatchObject({ id: 3, error: { data: { reason: "RATE_LIMITED" } } });
+      // Without bearer tokens configured, the card offers the signature scheme only.
+      const card = (await httpsRequest(url.replace("/a2a/v1", "/.well-known/agent-card.json"), { ca: tls.ca })).json();
+      expect(Object.keys(card.securitySchemes)).toEqual(["ifpHttpSignature"]);
+    } finally {
+      await limited.close();
+    }
   });
 });
 
