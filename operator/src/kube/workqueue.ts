@@ -1,3 +1,5 @@
+import { exponentialDelay } from "../../../runtime/src/util/backoff.ts";
+
 /**
  * A keyed work queue in the manner of client-go's: adds of a queued key collapse, a key is
  * never processed by two workers at once (an add during processing requeues it once after),
@@ -72,7 +74,7 @@ export class WorkQueue {
     const n = (this.failures.get(key) ?? 0) + 1;
     this.failures.set(key, n);
     this.observer?.retried();
-    const delay = Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** (n - 1)) * (0.8 + Math.random() * 0.4);
+    const delay = exponentialDelay(n, { initialMs: this.baseDelayMs, maxMs: this.maxDelayMs, jitter: 0.2 });
     this.addAfter(key, delay);
     return delay;
   }

@@ -4,6 +4,7 @@ import { encodeToken } from "../contract/nats.ts";
 import { insufficientAuthLevel, ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
 import { errorMessage } from "../util/errors.ts";
+import { exponentialDelay } from "../util/backoff.ts";
 import type { DeliveryRecord } from "./delivery-state.ts";
 import type { ConversationMessage, ConversationState } from "../protocol/local-api.ts";
 
@@ -369,7 +370,7 @@ export class Conversations {
         if (err instanceof ProtocolError) throw err;
         // Another replica wrote in between: read again and decide on its record, after a short
         // random pause so that two replicas taking one conversation at once do not collide again.
-        await new Promise((r) => setTimeout(r, Math.random() * 2 ** attempt));
+        await new Promise((r) => setTimeout(r, Math.random() * exponentialDelay(attempt + 1, { initialMs: 1 })));
       }
     }
     throw unavailable("the conversation record is changing too fast; try again");

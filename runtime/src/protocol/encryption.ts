@@ -1,16 +1,11 @@
-import {
-  createHash,
-  createPrivateKey,
-  generateKeyPairSync,
-  randomBytes as nodeRandomBytes,
-  type KeyObject,
-} from "node:crypto";
+import { createHash, generateKeyPairSync, randomBytes as nodeRandomBytes } from "node:crypto";
 import { xchacha20poly1305 } from "@noble/ciphers/chacha.js";
 import { x25519 } from "@noble/curves/ed25519.js";
 import { hkdf } from "@noble/hashes/hkdf.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 import canonicalize from "canonicalize";
 import { z } from "zod";
+import { privateKeyOfType } from "./keys.ts";
 import { MessageBody, type Message } from "./message.ts";
 
 /**
@@ -247,14 +242,7 @@ export function encryptionKeyId(publicKey: string): string {
 
 /** An X25519 private key from PKCS#8 PEM (the `encryption.key` of the signing Secret). */
 export function encryptionKeyFromPem(pem: string | Buffer): EncryptionKey {
-  let key: KeyObject;
-  try {
-    key = createPrivateKey({ key: pem, format: "pem" });
-  } catch (err) {
-    throw new Error(`the encryption key is not a PKCS#8 PEM private key: ${(err as Error).message}`);
-  }
-  if (key.asymmetricKeyType !== "x25519")
-    throw new Error(`the encryption key is ${key.asymmetricKeyType ?? "unknown"}; an X25519 key is required`);
+  const key = privateKeyOfType(pem, "x25519", "the encryption key");
   // A private key's JWK carries its public half too (`x`, base64url unpadded), worked out by Node's own X25519.
   const jwk = key.export({ format: "jwk" });
   const privateKey = new Uint8Array(Buffer.from(jwk.d!, "base64url"));

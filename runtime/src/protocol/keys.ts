@@ -30,18 +30,28 @@ export function rawPublicKey(key: KeyObject): string {
   return jwk.x;
 }
 
-/** An Ed25519 private key from PKCS#8 PEM. */
-export function privateKeyFromPem(pem: string | Buffer): KeyObject {
+/**
+ * A private key of the given type from PKCS#8 PEM, the one parser of the runtime's private keys
+ * (signing and encryption). `what` names the key in the errors, which never quote the text.
+ */
+export function privateKeyOfType(pem: string | Buffer, type: "ed25519" | "x25519", what: string): KeyObject {
   let key: KeyObject;
   try {
     key = createPrivateKey({ key: pem, format: "pem" });
   } catch (err) {
-    throw new Error(`the signing key is not a PKCS#8 PEM private key: ${(err as Error).message}`);
+    throw new Error(`${what} is not a PKCS#8 PEM private key: ${(err as Error).message}`);
   }
-  if (key.asymmetricKeyType !== "ed25519") {
-    throw new Error(`the signing key is ${key.asymmetricKeyType ?? "unknown"}; an Ed25519 key is required`);
+  if (key.asymmetricKeyType !== type) {
+    throw new Error(
+      `${what} is ${key.asymmetricKeyType ?? "unknown"}; an ${type === "ed25519" ? "Ed25519" : "X25519"} key is required`,
+    );
   }
   return key;
+}
+
+/** An Ed25519 private key from PKCS#8 PEM. */
+export function privateKeyFromPem(pem: string | Buffer): KeyObject {
+  return privateKeyOfType(pem, "ed25519", "the signing key");
 }
 
 /** A new Ed25519 key pair, the private half as PKCS#8 PEM. */

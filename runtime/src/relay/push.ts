@@ -10,6 +10,7 @@ import { targetRefusedMessage } from "../net/targets.ts";
 import { parseDuration } from "../resources/common.ts";
 import type { RelaySpec } from "../resources/relay.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
+import { exponentialDelay } from "../util/backoff.ts";
 import { errorMessage } from "../util/errors.ts";
 import { messageLogOf } from "../telemetry/logs.ts";
 import { SPAN_ATTRIBUTES, failSpan, headersContext, SpanKind, startSpan } from "../telemetry/tracing.ts";
@@ -22,8 +23,10 @@ type Delivery = RelaySpec["delivery"];
 /** The pause before retry n (n ≥ 1) of a push, per spec.delivery; at most an hour. */
 export function pushBackoff(delivery: Pick<Delivery, "backoff" | "backoffDelay">, retry: number): number {
   const base = parseDuration(delivery.backoffDelay);
-  const ms = delivery.backoff === "linear" ? base * retry : base * 2 ** (retry - 1);
-  return Math.min(ms, 3_600_000);
+  const hour = 3_600_000;
+  return delivery.backoff === "linear"
+    ? Math.min(base * retry, hour)
+    : exponentialDelay(retry, { initialMs: base, maxMs: hour });
 }
 
 export type WebhookOutcome =

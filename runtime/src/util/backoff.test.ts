@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { Backoff } from "./backoff.ts";
+import { Backoff, exponentialDelay } from "./backoff.ts";
 
 describe("Backoff", () => {
   it("doubles each wait up to the maximum, and starts again from the first after reset()", () => {
@@ -40,5 +40,21 @@ describe("Backoff", () => {
     abort.abort();
     await expect(waiting).resolves.toBeUndefined();
     expect(Date.now() - started).toBeLessThan(30_000);
+  });
+});
+
+describe("exponentialDelay", () => {
+  it("doubles from the first delay up to the maximum, whatever the attempt", () => {
+    const d = (n: number) => exponentialDelay(n, { initialMs: 250, maxMs: 3_000 });
+    expect([0, 1, 2, 3, 4, 5, 1_000, 1e9].map(d)).toEqual([250, 250, 500, 1_000, 2_000, 3_000, 3_000, 3_000]);
+    expect(exponentialDelay(11, { initialMs: 1 })).toBe(1_024);
+  });
+
+  it("spreads by the jitter either way and never past it", () => {
+    for (let i = 0; i < 200; i++) {
+      const v = exponentialDelay(3, { initialMs: 100, maxMs: 10_000, jitter: 0.2 });
+      expect(v).toBeGreaterThanOrEqual(320);
+      expect(v).toBeLessThanOrEqual(480);
+    }
   });
 });
