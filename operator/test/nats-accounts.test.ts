@@ -31,10 +31,17 @@ import {
   type NatsKeys,
 } from "../src/nats-credential-issuer.ts";
 import { NatsAccounts } from "../src/nats-accounts.ts";
-import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
+import type { ControlPlane } from "../../e2e/support/controlplane.ts";
 import { relayNames } from "../../runtime/src/contract/relay-stream.ts";
-import { startManager, type RunningManager } from "../src/manager.ts";
-import { capturedLog, getOrAbsent, kubectlOrError, perTest, streamOrAbsent, until } from "./support.ts";
+import {
+  capturedLog,
+  getOrAbsent,
+  kubectlOrError,
+  natsAccountOperator,
+  perTest,
+  streamOrAbsent,
+  until,
+} from "./support.ts";
 
 const silent = pino({ level: "silent" });
 let nats: NatsServer;
@@ -229,57 +236,24 @@ describe("one account per runtime", () => {
 });
 
 describe("the operator with one account per runtime, on a real API server", () => {
-  let cp: ControlPlane;
-  let manager: RunningManager;
   const NS = "natsaccounts";
-  const operatorLog = capturedLog(400);
-  const settings = {
-    runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test",
-    runtimeImagePullPolicy: "IfNotPresent",
-    natsUrl: "nats://nats.test:4222",
-  };
-  const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);
-  const credsOf = (name: string) => {
-    const s = get("secret", `${name}-nats`);
-    return s ? Buffer.from(s.data["nats.creds"], "base64").toString("utf8") : undefined;
-  };
-  perTest(() => [`operator log (last 100 lines):`, ...operatorLog.lines().slice(-100)].join("\n"));
-
-  beforeAll(async () => {
-    cp = await startControlPlane({
-      crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"],
-      controllerManager: false,
-    });
-    cp.kubectl(["create", "namespace", NS]);
-    cp.kubectl(["create", "namespace", "ifp-system"]);
-    // The keys of the server started above, as the operator keeps them.
-    const fields = Object.entries(KEY_FIELDS).map(([k, f]) => `--from-literal=${f}=${keys[k as keyof NatsKeys]}`);
-    cp.kubectl([
-      "-n",
-      "ifp-system",
-      "create",
-      "secret",
-      "generic",
-      "ifp-nats-account",
-      `--from-literal=account.pub=${issuer.accountKey}`,
-      ...fields,
-    ]);
-    manager = await startManager({
-      kubeconfig: cp.kubeconfig,
-      settings,
-      nats: { url: nats.url },
-      natsAccount: { namespace: "ifp-system", name: "ifp-nats-account" },
-      watchNamespaces: [NS],
-      resyncMs: 1_000,
-      summaryIntervalMs: 300,
-      log: operatorLog.log,
-    });
-    await manager.started;
-  }, 300_000);
-  afterAll(async () => {
-    await manager?.stop();
-    await cp?.stop();
+  // The keys of the server started above, as the operator keeps them.
+  const operator = natsAccountOperator({
+    namespace: NS,
+    keys: () => ({
+      accountKey: issuer.accountKey,
+      fields: Object.fromEntries(Object.entries(KEY_FIELDS).map(([k, f]) => [f, keys[k as keyof NatsKeys]])),
+    }),
+    natsUrl: () => nats.url,
+    manager: { summaryIntervalMs: 300 },
   });
+  const { get, credsOf } = operator;
+  const operatorLog = operator.log;
+  let cp: ControlPlane;
+  beforeAll(() => {
+    cp = operator.cp();
+  });
+  perTest(() => [`operator log (last 100 lines):`, ...operatorLog.lines().slice(-100)].join("\n"));
 
   it("makes a Relay's stream in the relay's own account and reads its summary there; deletes an Agent's account with its data", async () => {
     const relay = {
@@ -349,19 +323,30 @@ describe("the operator with one account per runtime, on a real API server", () =
 });
 
 describe("the operator with a NATS that authenticates no client, on a real API server", () => {
-  let cp: ControlPlane;
-  let manager: RunningManager;
   let open: NatsServer;
   const NS = "natsopen";
   const OPS = "ifp-open";
-  const operatorLog = capturedLog(400);
-  const settings = {
-    runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test",
-    runtimeImagePullPolicy: "IfNotPresent",
-    natsUrl: "nats://nats.test:4222",
-    allowedHosts: { [NS]: ["relay.example"] },
-  };
-  const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);
+  // As the chart with nats.install=false and nats.url of a server without authentication: the
+  // account Secret is absent, so the operator makes it with every key (one account per runtime).
+  const operator = natsAccountOperator({
+    namespace: NS,
+    ops: OPS,
+    alongside: {
+      start: async () => {
+        open = await startNats();
+      },
+      stop: async () => open?.close(),
+    },
+    natsUrl: () => open.url,
+    settings: { allowedHosts: { [NS]: ["relay.example"] } },
+    manager: { trust: { namespace: OPS }, summaryIntervalMs: 300 },
+  });
+  const { get } = operator;
+  const operatorLog = operator.log;
+  let cp: ControlPlane;
+  beforeAll(() => {
+    cp = operator.cp();
+  });
   const ready = (name: string) => get("agent", name)?.status?.conditions?.find((c: any) => c.type === "Ready")?.status;
   const warnings = () =>
     operatorLog.lines().filter((l) => l.includes("the NATS server authenticates no client")).length;
@@ -375,33 +360,6 @@ describe("the operator with a NATS that authenticates no client, on a real API s
       kubectlOrError(cp, ["-n", NS, "get", "events"]),
     ].join("\n"),
   );
-
-  beforeAll(async () => {
-    [cp, open] = await Promise.all([
-      startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false }),
-      startNats(),
-    ]);
-    cp.kubectl(["create", "namespace", NS]);
-    cp.kubectl(["create", "namespace", OPS]);
-    // As the chart with nats.install=false and nats.url of a server without authentication: the
-    // account Secret is absent, so the operator makes it with every key (one account per runtime).
-    manager = await startManager({
-      kubeconfig: cp.kubeconfig,
-      settings,
-      nats: { url: open.url },
-      natsAccount: { namespace: OPS, name: "ifp-nats-account" },
-      trust: { namespace: OPS },
-      watchNamespaces: [NS],
-      resyncMs: 1_000,
-      summaryIntervalMs: 300,
-      log: operatorLog.log,
-    });
-    await manager.started;
-  }, 300_000);
-  afterAll(async () => {
-    await manager?.stop();
-    await Promise.all([cp?.stop(), open?.close()]);
-  });
 
   it("asks the server whether it authenticates clients, and warns once per process however often it asks", async () => {
     const told = capturedLog();

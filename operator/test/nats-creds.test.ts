@@ -2,8 +2,8 @@
 // matched as nats-server matches them), when a credential is renewed, bad keys refused; and on a
 // real API server the bootstrap Secret, the `<name>-nats` Secrets of an Agent and a Relay, their
 // mount in the Deployment, and the renewal of a credential that is due.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
+import { beforeAll, describe, expect, it } from "vitest";
+import type { ControlPlane } from "../../e2e/support/controlplane.ts";
 import {
   agentPermissions,
   operatorPermissions,
@@ -18,8 +18,7 @@ import {
   serverConfig,
   CREDENTIAL_LIFETIME_MS,
 } from "../src/nats-credential-issuer.ts";
-import { startManager, type RunningManager } from "../src/manager.ts";
-import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
+import { getOrAbsent, natsAccountOperator, perTest, until } from "./support.ts";
 
 /** nats-server's subject matching: `*` one token, `>` one or more trailing tokens. */
 function matches(pattern: string, subject: string): boolean {
@@ -253,43 +252,14 @@ describe("issuing and renewal", () => {
 });
 
 describe("on a real API server", () => {
-  let cp: ControlPlane;
-  let manager: RunningManager;
   const NS = "natscreds";
-  const operatorLog = capturedLog(400);
-  const settings = {
-    runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test",
-    runtimeImagePullPolicy: "IfNotPresent",
-    natsUrl: "nats://nats.test:4222",
-  };
-  const get = (kind: string, name: string) => getOrAbsent(cp, ["-n", NS, "get", kind, name]);
-  const credsOf = (name: string) => {
-    const s = get("secret", `${name}-nats`);
-    return s ? Buffer.from(s.data["nats.creds"], "base64").toString("utf8") : undefined;
-  };
-  perTest(() => [`operator log (last 100 lines):`, ...operatorLog.lines().slice(-100)].join("\n"));
-
-  beforeAll(async () => {
-    cp = await startControlPlane({
-      crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"],
-      controllerManager: false,
-    });
-    cp.kubectl(["create", "namespace", NS]);
-    cp.kubectl(["create", "namespace", "ifp-system"]);
-    manager = await startManager({
-      kubeconfig: cp.kubeconfig,
-      settings,
-      natsAccount: { namespace: "ifp-system", name: "ifp-nats-account" },
-      watchNamespaces: [NS],
-      resyncMs: 1_000,
-      log: operatorLog.log,
-    });
-    await manager.started;
-  }, 300_000);
-  afterAll(async () => {
-    await manager?.stop();
-    await cp?.stop();
+  const operator = natsAccountOperator({ namespace: NS });
+  const { get, credsOf } = operator;
+  let cp: ControlPlane;
+  beforeAll(() => {
+    cp = operator.cp();
   });
+  perTest(() => [`operator log (last 100 lines):`, ...operator.log.lines().slice(-100)].join("\n"));
 
   it("generates the account keys and the server configuration once", () => {
     const s = getOrAbsent(cp, ["-n", "ifp-system", "get", "secret", "ifp-nats-account"]);
