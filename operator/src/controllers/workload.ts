@@ -1,6 +1,6 @@
 // Pure: the runtime's workload — the Deployment that runs the start contract, its Service, the
 // manifest it reads and its tracing environment.
-import type { V1Deployment, V1EnvVar, V1Service, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
+import type { V1Container, V1Deployment, V1EnvVar, V1Service, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
 import { stringify } from "yaml";
 import { ANNOTATION_PREFIX } from "../../../runtime/src/contract/annotations.ts";
 import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
@@ -52,11 +52,8 @@ export function runtimeService(owner: Owner): V1Service {
   };
 }
 
-/**
- * The runtime Deployment: exactly the start contract a person uses outside Kubernetes, with the
- * manifest, TLS and (agents) signing key mounted from the ConfigMap and Secrets.
- */
-export function runtimeDeployment(opts: {
+/** What the runtime Deployment is rendered from. */
+export interface RuntimeDeploymentInput {
   owner: Owner;
   mode: "agent" | "relay";
   replicas: number;
@@ -73,9 +70,97 @@ export function runtimeDeployment(opts: {
   trustedProxies?: string[];
   /** spec.logLevel. */
   logLevel?: string;
-}): V1Deployment {
-  const { owner, settings } = opts;
+}
+
+/**
+ * The runtime Deployment: exactly the start contract a person uses outside Kubernetes, with the
+ * manifest, TLS and (agents) signing key mounted from the ConfigMap and Secrets; then the user's
+ * pod settings (pod.ts) and the Node.js heap from the memory limit.
+ */
+export function runtimeDeployment(opts: RuntimeDeploymentInput): V1Deployment {
+  const { owner } = opts;
   const n = childNames(owner.metadata.name);
+  const deployment: V1Deployment = {
+    apiVersion: "apps/v1",
+    kind: "Deployment",
+    metadata: childMeta(owner, n.deployment),
+    spec: {
+      replicas: opts.replicas,
+      selector: { matchLabels: selectorLabels(owner) },
+      template: {
+        metadata: { labels: labels(owner), annotations: { [CONFIG_HASH]: opts.configHash } },
+        spec: {
+          // The resource's own ServiceAccount, or the one it names (identity.ts); no token in
+          // the sidecars unless it asks for one.
+          serviceAccountName: podServiceAccount(owner, opts.pod),
+          automountServiceAccountToken: opts.pod?.automountServiceAccountToken ?? false,
+          ...podSecurity(opts.settings),
+          containers: [runtimeContainer(opts)],
+          volumes: runtimeFiles(opts).volumes,
+        },
+      },
+    },
+  };
+  return withNodeHeap(withPodSettings(deployment, opts.pod), opts.mode);
+}
+
+/** The pod's security context and image pull Secrets from the operator's settings. */
+function podSecurity(settings: OperatorSettings) {
+  const runAsUser = settings.runtimeRunAsUser === undefined ? RUNTIME_DEFAULT_ID : settings.runtimeRunAsUser;
+  const runAsGroup = settings.runtimeRunAsGroup === undefined ? RUNTIME_DEFAULT_ID : settings.runtimeRunAsGroup;
+  const pullSecrets = settings.runtimeImagePullSecrets ?? [];
+  return {
+    securityContext: {
+      runAsNonRoot: true,
+      ...(runAsUser === null ? {} : { runAsUser }),
+      ...(runAsGroup === null ? {} : { runAsGroup }),
+      seccompProfile: { type: "RuntimeDefault" },
+    },
+    ...(pullSecrets.length ? { imagePullSecrets: pullSecrets.map((name) => ({ name })) } : {}),
+  };
+}
+
+/** The runtime's container: its arguments, environment, ports, probes, resources and mounts. */
+function runtimeContainer(opts: RuntimeDeploymentInput): V1Container {
+  const { settings } = opts;
+  const files = runtimeFiles(opts);
+  const probe = (path: string) => ({
+    httpGet: { path, port: "https", scheme: "HTTPS" },
+    periodSeconds: 10,
+    timeoutSeconds: 3,
+  });
+  return {
+    name: "runtime",
+    image: opts.image ?? settings.runtimeImage,
+    imagePullPolicy: settings.runtimeImagePullPolicy,
+    args: runtimeArgs(opts),
+    env: [
+      { name: "IFP_LOG_LEVEL", value: opts.logLevel ?? "info" },
+      ...tracingEnv(opts.owner, settings.runtimeTracing),
+      ...files.env,
+    ],
+    ports: [
+      { name: "https", containerPort: HTTPS_PORT, protocol: "TCP" },
+      { name: "metrics", containerPort: METRICS_PORT, protocol: "TCP" },
+    ],
+    readinessProbe: probe("/readyz"),
+    livenessProbe: probe("/healthz"),
+    resources: {
+      requests: { cpu: "50m", memory: "128Mi" },
+      limits: { memory: DEFAULT_RUNTIME_MEMORY_LIMIT },
+    },
+    securityContext: {
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ["ALL"] },
+    },
+    volumeMounts: files.mounts,
+  };
+}
+
+/** The start contract's command line. */
+function runtimeArgs(opts: RuntimeDeploymentInput): string[] {
+  const { settings } = opts;
   const args = [
     opts.mode,
     "--manifest=/etc/ifp/manifest/manifest.yaml",
@@ -92,10 +177,13 @@ export function runtimeDeployment(opts: {
   if (opts.signingSecret && opts.encryptionKey) args.push("--encryption-key=/etc/ifp/signing/encryption.key");
   if (opts.trustedProxies?.length) args.push(`--trusted-proxies=${opts.trustedProxies.join(",")}`);
   if (settings.clusterNetworks?.length) args.push(`--allow-private-targets=${settings.clusterNetworks.join(",")}`);
-  const env: V1EnvVar[] = [
-    { name: "IFP_LOG_LEVEL", value: opts.logLevel ?? "info" },
-    ...tracingEnv(owner, settings.runtimeTracing),
-  ];
+  return args;
+}
+
+/** The files the runtime reads (volumes and their mounts) and the environment that points at them. */
+function runtimeFiles(opts: RuntimeDeploymentInput): { env: V1EnvVar[]; mounts: V1VolumeMount[]; volumes: V1Volume[] } {
+  const { owner, settings } = opts;
+  const n = childNames(owner.metadata.name);
   const mounts: V1VolumeMount[] = [
     { name: "manifest", mountPath: "/etc/ifp/manifest", readOnly: true },
     { name: "tls", mountPath: "/etc/ifp/tls", readOnly: true },
@@ -122,22 +210,35 @@ export function runtimeDeployment(opts: {
     mounts.push({ name: "signing", mountPath: "/etc/ifp/signing", readOnly: true });
     volumes.push({ name: "signing", secret: { secretName: opts.signingSecret } }); // signing.key, keys.json and retired keys of a rotation
   }
-  if (settings.natsPerResourceCreds) {
+  const nats = natsCredentialFiles(owner, settings);
+  if (runtimeNeedsToken(owner.kind)) {
+    // The runtime's own token, in its container only (identity.ts).
+    const token = runtimeTokenVolume();
+    nats.mounts.push(token.mount);
+    nats.volumes.push(token.volume);
+  }
+  return { env: nats.env, mounts: [...mounts, ...nats.mounts], volumes: [...volumes, ...nats.volumes] };
+}
+
+/** How the runtime authenticates to NATS: its own credential, a shared one, or a user and password or token. */
+function natsCredentialFiles(
+  owner: Owner,
+  settings: OperatorSettings,
+): { env: V1EnvVar[]; mounts: V1VolumeMount[]; volumes: V1Volume[] } {
+  const env: V1EnvVar[] = [];
+  const mounts: V1VolumeMount[] = [];
+  const volumes: V1Volume[] = [];
+  const creds = settings.natsPerResourceCreds
+    ? { secretName: `${owner.metadata.name}-nats`, key: "nats.creds" }
+    : settings.natsCredsSecret
+      ? { secretName: settings.natsCredsSecret.name, key: settings.natsCredsSecret.key }
+      : undefined;
+  if (creds) {
     env.push({ name: "IFP_NATS_CREDS", value: "/etc/ifp/nats/nats.creds" });
     mounts.push({ name: "nats", mountPath: "/etc/ifp/nats", readOnly: true });
     volumes.push({
       name: "nats",
-      secret: { secretName: `${owner.metadata.name}-nats`, items: [{ key: "nats.creds", path: "nats.creds" }] },
-    });
-  } else if (settings.natsCredsSecret) {
-    env.push({ name: "IFP_NATS_CREDS", value: "/etc/ifp/nats/nats.creds" });
-    mounts.push({ name: "nats", mountPath: "/etc/ifp/nats", readOnly: true });
-    volumes.push({
-      name: "nats",
-      secret: {
-        secretName: settings.natsCredsSecret.name,
-        items: [{ key: settings.natsCredsSecret.key, path: "nats.creds" }],
-      },
+      secret: { secretName: creds.secretName, items: [{ key: creds.key, path: "nats.creds" }] },
     });
   }
   if (settings.natsAuthSecret) {
@@ -149,77 +250,7 @@ export function runtimeDeployment(opts: {
       env.push({ name, valueFrom: { secretKeyRef: { name: settings.natsAuthSecret, key, optional: true } } });
     }
   }
-  if (runtimeNeedsToken(owner.kind)) {
-    // The runtime's own token, in its container only (identity.ts).
-    const token = runtimeTokenVolume();
-    mounts.push(token.mount);
-    volumes.push(token.volume);
-  }
-  const runAsUser = settings.runtimeRunAsUser === undefined ? RUNTIME_DEFAULT_ID : settings.runtimeRunAsUser;
-  const runAsGroup = settings.runtimeRunAsGroup === undefined ? RUNTIME_DEFAULT_ID : settings.runtimeRunAsGroup;
-  const pullSecrets = settings.runtimeImagePullSecrets ?? [];
-  const probe = (path: string) => ({
-    httpGet: { path, port: "https", scheme: "HTTPS" },
-    periodSeconds: 10,
-    timeoutSeconds: 3,
-  });
-  return withNodeHeap(
-    withPodSettings(
-      {
-        apiVersion: "apps/v1",
-        kind: "Deployment",
-        metadata: childMeta(owner, n.deployment),
-        spec: {
-          replicas: opts.replicas,
-          selector: { matchLabels: selectorLabels(owner) },
-          template: {
-            metadata: { labels: labels(owner), annotations: { [CONFIG_HASH]: opts.configHash } },
-            spec: {
-              // The resource's own ServiceAccount, or the one it names (identity.ts); no token in
-              // the sidecars unless it asks for one.
-              serviceAccountName: podServiceAccount(owner, opts.pod),
-              automountServiceAccountToken: opts.pod?.automountServiceAccountToken ?? false,
-              securityContext: {
-                runAsNonRoot: true,
-                ...(runAsUser === null ? {} : { runAsUser }),
-                ...(runAsGroup === null ? {} : { runAsGroup }),
-                seccompProfile: { type: "RuntimeDefault" },
-              },
-              ...(pullSecrets.length ? { imagePullSecrets: pullSecrets.map((name) => ({ name })) } : {}),
-              containers: [
-                {
-                  name: "runtime",
-                  image: opts.image ?? settings.runtimeImage,
-                  imagePullPolicy: settings.runtimeImagePullPolicy,
-                  args,
-                  env,
-                  ports: [
-                    { name: "https", containerPort: HTTPS_PORT, protocol: "TCP" },
-                    { name: "metrics", containerPort: METRICS_PORT, protocol: "TCP" },
-                  ],
-                  readinessProbe: probe("/readyz"),
-                  livenessProbe: probe("/healthz"),
-                  resources: {
-                    requests: { cpu: "50m", memory: "128Mi" },
-                    limits: { memory: DEFAULT_RUNTIME_MEMORY_LIMIT },
-                  },
-                  securityContext: {
-                    allowPrivilegeEscalation: false,
-                    readOnlyRootFilesystem: true,
-                    capabilities: { drop: ["ALL"] },
-                  },
-                  volumeMounts: mounts,
-                },
-              ],
-              volumes,
-            },
-          },
-        },
-      },
-      opts.pod,
-    ),
-    opts.mode,
-  );
+  return { env, mounts, volumes };
 }
 
 function withoutReplicas(spec: unknown): unknown {

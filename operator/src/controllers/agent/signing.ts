@@ -52,165 +52,213 @@ export interface SigningPlan {
 const b64 = (s: string) => Buffer.from(s).toString("base64");
 const unb64 = (s: string) => Buffer.from(s, "base64").toString();
 
+/** What a plan changes as it goes: the Secret's data, what it did, whether anything changed, the next due revocation. */
+interface PlanState {
+  out: Data;
+  events: string[];
+  changed: boolean;
+  nextDue?: number;
+  stamp: string;
+  now: Date;
+}
+
 /**
  * Pure: the key set from the Secret's data and spec.signing at `now`. Other data keys (such
  * as encryption.key) are kept as they are.
  */
 export function planSigningKeys(data: Data, signing: AgentSpec["signing"], created: string, now: Date): SigningPlan {
-  const pem = data[SIGNING_KEY_FILE];
-  if (!pem) return { set: { keys: [], generation: 1 }, events: [], error: `has no ${SIGNING_KEY_FILE}` };
-  let activePublic: string;
-  try {
-    activePublic = rawPublicKey(privateKeyFromPem(unb64(pem)));
-  } catch (err) {
-    return { set: { keys: [], generation: 1 }, events: [], error: (err as Error).message };
-  }
-  let set: SigningKeySet;
-  let changed = false;
-  if (data[SIGNING_KEYS_FILE]) {
-    try {
-      set = parseSigningKeySet(unb64(data[SIGNING_KEYS_FILE]));
-    } catch (err) {
-      return {
-        set: { keys: [], generation: 1 },
-        events: [],
-        error: `${SIGNING_KEYS_FILE} is not a key set: ${(err as Error).message.slice(0, 200)}`,
-      };
-    }
-    const active = set.keys.find((k) => k.status === "active");
-    if (!active || active.publicKey !== activePublic) {
-      return { set, events: [], error: `${SIGNING_KEYS_FILE} does not name ${SIGNING_KEY_FILE} as its active key` };
-    }
-  } else {
-    set = {
-      keys: [{ keyId: signing.keyId, publicKey: activePublic, status: "active", ...(created ? { created } : {}) }],
-      generation: 1,
-    };
-  }
-  const out: Data = { ...data };
-  const events: string[] = [];
-  const stamp = isoSeconds(now);
-
-  if (signing.rotate !== undefined && signing.rotate !== set.rotation) {
-    const generation = set.generation + 1;
-    const fresh = generateSigningKey();
-    const keyId = `${signing.keyId}-r${generation}`;
-    const file = `retired-${generation - 1}.key`;
-    const revokeAt = isoSeconds(new Date(now.getTime() + parseDuration(signing.transition)));
-    // The encryption key is replaced with it, and its predecessor retired alongside.
-    let encryption = set.encryption;
-    const encryptionPem = data[ENCRYPTION_KEY_FILE];
-    let current: { keyId: string; publicKey: string } | undefined;
-    if (encryptionPem) {
-      try {
-        current = encryptionKeyFromPem(unb64(encryptionPem));
-      } catch {
-        current = undefined; // left as it is (and reported by ensureEncryptionKey)
-      }
-    }
-    if (encryptionPem && current) {
-      const records: EncryptionKeyRecord[] = encryption?.some(
-        (k) => k.status === "active" && k.publicKey === current.publicKey,
-      )
-        ? encryption
-        : [
-            ...(encryption ?? []).filter((k) => k.status !== "active"),
-            { keyId: current.keyId, publicKey: current.publicKey, status: "active", ...(created ? { created } : {}) },
-          ];
-      const next = generateEncryptionKey();
-      const retiredFile = `retired-encryption-${generation - 1}.key`;
-      encryption = [
-        ...records.map(
-          (k): EncryptionKeyRecord =>
-            k.status === "active" ? { ...k, status: "retired", retired: stamp, revokeAt, file: retiredFile } : k,
-        ),
-        { keyId: next.keyId, publicKey: next.publicKey, status: "active", created: stamp },
-      ];
-      out[retiredFile] = encryptionPem;
-      out[ENCRYPTION_KEY_FILE] = b64(next.privateKeyPem);
-      events.push(`generated encryption key ${next.keyId}; the previous one is retired and revoked at ${revokeAt}`);
-    }
-    set = {
-      rotation: signing.rotate,
-      generation,
-      keys: [
-        ...set.keys.map(
-          (k): SigningKeyRecord =>
-            k.status === "active" ? { ...k, status: "retired", retired: stamp, revokeAt, file } : k,
-        ),
-        { keyId, publicKey: fresh.publicKey, status: "active", created: stamp },
-      ],
-      ...(encryption ? { encryption } : {}),
-    };
-    out[file] = pem;
-    out[SIGNING_KEY_FILE] = b64(fresh.privateKeyPem);
-    events.push(
-      `generated signing key ${keyId} (public key ${fresh.publicKey}); the previous key is retired and revoked at ${revokeAt}`,
-    );
-    changed = true;
-  }
-
+  const read = readKeySet(data, signing, created);
+  if ("error" in read) return { set: read.set ?? { keys: [], generation: 1 }, events: [], error: read.error };
+  const st: PlanState = { out: { ...data }, events: [], changed: false, stamp: isoSeconds(now), now };
+  let set = read.set;
+  if (signing.rotate !== undefined && signing.rotate !== set.rotation) set = rotate(st, set, data, signing, created);
   const revokeNow = new Set(signing.revoke);
-  let nextDue: number | undefined;
-  set = {
-    ...set,
-    keys: set.keys.map((k) => {
-      if (k.status !== "retired") return k;
-      const due = k.revokeAt ? Date.parse(k.revokeAt) : 0;
-      if (revokeNow.has(k.keyId) || due <= now.getTime()) {
-        if (k.file) delete out[k.file];
-        events.push(`revoked signing key ${k.keyId}`);
-        changed = true;
-        const { file: _file, revokeAt: _at, ...rest } = k;
-        return { ...rest, status: "revoked", revoked: stamp };
-      }
-      nextDue = Math.min(nextDue ?? due, due);
-      return k;
-    }),
-  };
-  // A retired encryption key goes with the signing key retired beside it (same rotation), at its
-  // date or when either key id is named in spec.signing.revoke.
-  if (set.encryption) {
-    const revokedRotations = new Set(
-      set.keys
-        .filter((k) => k.status === "revoked")
-        .map((k) => k.revoked && rotationOf(set, k.keyId))
-        .filter((n): n is number => n !== undefined),
-    );
-    set = {
-      ...set,
-      encryption: set.encryption.map((k) => {
-        if (k.status !== "retired") return k;
-        const due = k.revokeAt ? Date.parse(k.revokeAt) : 0;
-        const rotation = k.file ? Number(/(\d+)\.key$/.exec(k.file)?.[1]) : undefined;
-        if (
-          revokeNow.has(k.keyId) ||
-          due <= now.getTime() ||
-          (rotation !== undefined && revokedRotations.has(rotation))
-        ) {
-          if (k.file) delete out[k.file];
-          events.push(`revoked encryption key ${k.keyId}`);
-          changed = true;
-          const { file: _file, revokeAt: _at, ...rest } = k;
-          return { ...rest, status: "revoked", revoked: stamp };
-        }
-        nextDue = Math.min(nextDue ?? due, due);
-        return k;
-      }),
-    };
-  }
+  set = revokeDueSigningKeys(st, set, revokeNow);
+  set = revokeDueEncryptionKeys(st, set, revokeNow);
   // A key id named in revoke that is neither retired nor revoked: the active key, or unknown.
   const active = set.keys.find((k) => k.status === "active")!;
   if (revokeNow.has(active.keyId)) {
     return {
       set,
-      events,
+      events: st.events,
       error: `spec.signing.revoke names the active key ${active.keyId}; set spec.signing.rotate to replace it first`,
     };
   }
   // Without a rotation the Secret is left as it is: one key, whose set is implied.
-  if (changed) out[SIGNING_KEYS_FILE] = b64(JSON.stringify(set));
-  return { data: changed ? out : undefined, set, events, nextDue };
+  if (st.changed) st.out[SIGNING_KEYS_FILE] = b64(JSON.stringify(set));
+  return { data: st.changed ? st.out : undefined, set, events: st.events, nextDue: st.nextDue };
+}
+
+/** The key set the Secret holds (keys.json), or the one key it implies; an error when they do not agree. */
+function readKeySet(
+  data: Data,
+  signing: AgentSpec["signing"],
+  created: string,
+): { set: SigningKeySet } | { error: string; set?: SigningKeySet } {
+  const pem = data[SIGNING_KEY_FILE];
+  if (!pem) return { error: `has no ${SIGNING_KEY_FILE}` };
+  let activePublic: string;
+  try {
+    activePublic = rawPublicKey(privateKeyFromPem(unb64(pem)));
+  } catch (err) {
+    return { error: (err as Error).message };
+  }
+  if (!data[SIGNING_KEYS_FILE])
+    return {
+      set: {
+        keys: [{ keyId: signing.keyId, publicKey: activePublic, status: "active", ...(created ? { created } : {}) }],
+        generation: 1,
+      },
+    };
+  let set: SigningKeySet;
+  try {
+    set = parseSigningKeySet(unb64(data[SIGNING_KEYS_FILE]));
+  } catch (err) {
+    return { error: `${SIGNING_KEYS_FILE} is not a key set: ${(err as Error).message.slice(0, 200)}` };
+  }
+  const active = set.keys.find((k) => k.status === "active");
+  if (!active || active.publicKey !== activePublic)
+    return { set, error: `${SIGNING_KEYS_FILE} does not name ${SIGNING_KEY_FILE} as its active key` };
+  return { set };
+}
+
+/** A rotation: a fresh signing key (and encryption key), the active ones retired until the transition ends. */
+function rotate(
+  st: PlanState,
+  set: SigningKeySet,
+  data: Data,
+  signing: AgentSpec["signing"],
+  created: string,
+): SigningKeySet {
+  const generation = set.generation + 1;
+  const fresh = generateSigningKey();
+  const keyId = `${signing.keyId}-r${generation}`;
+  const file = `retired-${generation - 1}.key`;
+  const revokeAt = isoSeconds(new Date(st.now.getTime() + parseDuration(signing.transition)));
+  // The encryption key is replaced with it, and its predecessor retired alongside.
+  const encryption = rotateEncryptionKey(st, set.encryption, data, { generation, revokeAt, created });
+  st.out[file] = data[SIGNING_KEY_FILE]!;
+  st.out[SIGNING_KEY_FILE] = b64(fresh.privateKeyPem);
+  st.events.push(
+    `generated signing key ${keyId} (public key ${fresh.publicKey}); the previous key is retired and revoked at ${revokeAt}`,
+  );
+  st.changed = true;
+  return {
+    rotation: signing.rotate,
+    generation,
+    keys: [
+      ...set.keys.map(
+        (k): SigningKeyRecord =>
+          k.status === "active" ? { ...k, status: "retired", retired: st.stamp, revokeAt, file } : k,
+      ),
+      { keyId, publicKey: fresh.publicKey, status: "active", created: st.stamp },
+    ],
+    ...(encryption ? { encryption } : {}),
+  };
+}
+
+/** The encryption key's part of a rotation; its records unchanged when the Secret holds no usable encryption.key. */
+function rotateEncryptionKey(
+  st: PlanState,
+  encryption: EncryptionKeyRecord[] | undefined,
+  data: Data,
+  r: { generation: number; revokeAt: string; created: string },
+): EncryptionKeyRecord[] | undefined {
+  const encryptionPem = data[ENCRYPTION_KEY_FILE];
+  let current: { keyId: string; publicKey: string } | undefined;
+  try {
+    current = encryptionPem ? encryptionKeyFromPem(unb64(encryptionPem)) : undefined;
+  } catch {
+    current = undefined; // left as it is (and reported by ensureEncryptionKey)
+  }
+  if (!encryptionPem || !current) return encryption;
+  const records: EncryptionKeyRecord[] = encryption?.some(
+    (k) => k.status === "active" && k.publicKey === current.publicKey,
+  )
+    ? encryption
+    : [
+        ...(encryption ?? []).filter((k) => k.status !== "active"),
+        {
+          keyId: current.keyId,
+          publicKey: current.publicKey,
+          status: "active",
+          ...(r.created ? { created: r.created } : {}),
+        },
+      ];
+  const next = generateEncryptionKey();
+  const retiredFile = `retired-encryption-${r.generation - 1}.key`;
+  st.out[retiredFile] = encryptionPem;
+  st.out[ENCRYPTION_KEY_FILE] = b64(next.privateKeyPem);
+  st.events.push(`generated encryption key ${next.keyId}; the previous one is retired and revoked at ${r.revokeAt}`);
+  return [
+    ...records.map(
+      (k): EncryptionKeyRecord =>
+        k.status === "active"
+          ? { ...k, status: "retired", retired: st.stamp, revokeAt: r.revokeAt, file: retiredFile }
+          : k,
+    ),
+    { keyId: next.keyId, publicKey: next.publicKey, status: "active", created: st.stamp },
+  ];
+}
+
+/** A retired key revoked at its date or when named in spec.signing.revoke: its file goes; else it sets the next due date. */
+function revokeIfDue<K extends SigningKeyRecord | EncryptionKeyRecord>(
+  st: PlanState,
+  k: K,
+  what: string,
+  due: boolean,
+): K {
+  const at = k.revokeAt ? Date.parse(k.revokeAt) : 0;
+  if (due || at <= st.now.getTime()) {
+    if (k.file) delete st.out[k.file];
+    st.events.push(`revoked ${what} key ${k.keyId}`);
+    st.changed = true;
+    const { file: _file, revokeAt: _at, ...rest } = k;
+    return { ...rest, status: "revoked", revoked: st.stamp } as K;
+  }
+  st.nextDue = Math.min(st.nextDue ?? at, at);
+  return k;
+}
+
+function revokeDueSigningKeys(st: PlanState, set: SigningKeySet, revokeNow: Set<string>): SigningKeySet {
+  return {
+    ...set,
+    keys: set.keys.map((k) => (k.status === "retired" ? revokeIfDue(st, k, "signing", revokeNow.has(k.keyId)) : k)),
+  };
+}
+
+/**
+ * A retired encryption key goes with the signing key retired beside it (same rotation), at its
+ * date or when either key id is named in spec.signing.revoke.
+ */
+function revokeDueEncryptionKeys(st: PlanState, set: SigningKeySet, revokeNow: Set<string>): SigningKeySet {
+  if (!set.encryption) return set;
+  const revokedRotations = new Set(
+    set.keys
+      .filter((k) => k.status === "revoked")
+      .map((k) => k.revoked && rotationOf(set, k.keyId))
+      .filter((n): n is number => n !== undefined),
+  );
+  return {
+    ...set,
+    encryption: set.encryption.map((k) => {
+      if (k.status !== "retired") return k;
+      const rotation = k.file ? Number(/(\d+)\.key$/.exec(k.file)?.[1]) : undefined;
+      return revokeIfDue(
+        st,
+        k,
+        "encryption",
+        revokeNow.has(k.keyId) || (rotation !== undefined && revokedRotations.has(rotation)),
+      );
+    }),
+  };
+}
+
+/** The rotation that retired a signing key (n of its retired-<n>.key), from the plan's record of it. */
+function rotationOf(set: SigningKeySet, keyId: string): number | undefined {
+  // Keys are generated in order: the n-th key (0-based) was retired by rotation n+1 into retired-<n+1>.key.
+  const i = set.keys.findIndex((k) => k.keyId === keyId);
+  return i < 0 ? undefined : i + 1;
 }
 
 /**
@@ -220,13 +268,6 @@ export function planSigningKeys(data: Data, signing: AgentSpec["signing"], creat
  * Secret named by spec.signing.secretName is used only when the operator created it for this
  * Agent or it carries the label ifp.dev/agent: <Agent name>.
  */
-/** The rotation that retired a signing key (n of its retired-<n>.key), from the plan's record of it. */
-function rotationOf(set: SigningKeySet, keyId: string): number | undefined {
-  // Keys are generated in order: the n-th key (0-based) was retired by rotation n+1 into retired-<n+1>.key.
-  const i = set.keys.findIndex((k) => k.keyId === keyId);
-  return i < 0 ? undefined : i + 1;
-}
-
 export async function ensureSigningKey(
   ctx: ReconcileContext,
   obj: CustomObject,
