@@ -433,10 +433,18 @@ export function a2aReplies<M extends OutboundMessage, R extends { duplicate: boo
             : { data: p.content, mediaType: p.content_type, ...(p.name ? { filename: p.name } : {}) },
         ),
       ];
-      const task = await service.update(taskId, {
-        state: state.success ? state.data : "TASK_STATE_COMPLETED",
-        ...(parts.length ? { message: { messageId: message.headers.message_id, role: "ROLE_AGENT", parts } } : {}),
-      });
+      let task: Task | undefined;
+      try {
+        task = await service.update(taskId, {
+          state: state.success ? state.data : "TASK_STATE_COMPLETED",
+          ...(parts.length ? { message: { messageId: message.headers.message_id, role: "ROLE_AGENT", parts } } : {}),
+        });
+      } catch (err) {
+        if (err instanceof A2aError && err.kind === "UnsupportedOperation")
+          throw new ProtocolError(409, "invalid_format", err.message);
+        if (err instanceof A2aError) throw new ProtocolError(503, "unavailable", err.message, err.headers);
+        throw err;
+      }
       if (!task) return outbox.enqueue(message);
       return { duplicate: false } as R;
     },

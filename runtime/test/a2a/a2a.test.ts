@@ -470,6 +470,9 @@ describe("abuse", () => {
     expect(more.body.error.code).toBe(-32004);
     const late = await localPost(`/a2a/tasks/${id}`, { state: "TASK_STATE_COMPLETED" });
     expect(late.status).toBe(409);
+    const handed = await handedOff(id);
+    const lateReply = await localPost("/outbox", { in_reply_to: handed.body.headers.message_id, text: "too late" });
+    expect(lateReply.status).toBe(409);
     expect((await localPost("/a2a/tasks/no-such-task", { state: "TASK_STATE_COMPLETED" })).status).toBe(404);
     expect((await localPost(`/a2a/tasks/${id}`, { state: "TASK_STATE_NOPE" })).status).toBe(400);
   });
