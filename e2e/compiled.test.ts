@@ -5,13 +5,14 @@
 // run as the TypeScript does, with every relative import renamed to its .js file and nothing
 // left that only type stripping understands.
 import { spawnSync } from "node:child_process";
-import { readdirSync, rmSync } from "node:fs";
+import { cpSync, readdirSync, rmSync, symlinkSync } from "node:fs";
 import { join, relative } from "node:path";
-import { pathToFileURL } from "node:url";
-import { afterAll, describe, expect, it } from "vitest";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { describe, expect, it } from "vitest";
 import { compileBuildStage } from "./images/build.ts";
-import { compileTo } from "./support/compiled.ts";
-import { tempDir } from "./support/process.ts";
+import { cachedBuild, compileTo } from "./support/compiled.ts";
+
+const REPO = fileURLToPath(new URL("../", import.meta.url));
 
 const filesUnder = (dir: string): string[] =>
   readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
@@ -34,11 +35,26 @@ const IMAGES = [
   },
 ] as const;
 
+/**
+ * The build stage carried out (its WORKDIR, as /app is in the image), from the compile cache when
+ * no input changed since a run made it (e2e/support/compiled.ts); read only.
+ */
+function builtStage(dockerfile: string): string {
+  return cachedBuild(`stage-${dockerfile.replace(/\W+/g, "-")}`, (dir) => {
+    const root = compileBuildStage(dockerfile);
+    try {
+      cpSync(root, dir, { recursive: true, filter: (src) => src !== join(root, "node_modules") });
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+    // The dependencies resolve one level up from dist/, as /app/node_modules does in the image.
+    symlinkSync(join(REPO, "node_modules"), join(dir, "node_modules"));
+  });
+}
+
 describe.each(IMAGES)("the build stage of $dockerfile", ({ dockerfile, copied, commands }) => {
-  // The stage's WORKDIR, as /app is in the image's build stage.
-  const app = compileBuildStage(dockerfile);
+  const app = builtStage(dockerfile);
   const dist = join(app, "dist");
-  afterAll(() => rmSync(app, { recursive: true, force: true }));
   const node = (args: string[]) => spawnSync(process.execPath, args, { cwd: dist, encoding: "utf8", timeout: 60_000 });
 
   it("emits JavaScript only, no test and no development tool, for what the image copies", () => {
@@ -69,9 +85,16 @@ describe.each(IMAGES)("the build stage of $dockerfile", ({ dockerfile, copied, c
 });
 
 describe("npm run build", () => {
-  it("compiles the same sources into dist/ as the images' build stage does", () => {
-    const out = tempDir("ifp-compiled-");
-    compileTo(out);
+  // A compile (when the cache has none for these sources) takes a minute on a loaded two-core machine.
+  it("compiles the same sources into dist/ as the images' build stage does", { timeout: 240_000 }, () => {
+    // Compiled into an empty directory, or found in the cache for these very sources.
+    const out = join(
+      cachedBuild("build", (dir) => {
+        const out = join(dir, "out");
+        compileTo(out);
+      }),
+      "out",
+    );
     const files = filesUnder(out).map((f) => relative(out, f));
     expect(files).toContain("runtime/bin/ifp-runtime.js");
     expect(files).toContain("operator/bin/ifp-operator.js");

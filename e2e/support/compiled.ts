@@ -2,9 +2,28 @@
 // Dockerfiles' build stage compiles them. Benchmarks start these, not the TypeScript sources
 // under Node's type stripping (about 30 MiB more per process), so that they measure what a
 // cluster runs.
+//
+// A compile takes tens of seconds on a small machine, so its output is kept in the cache beside
+// the tools (~/.cache/ifp-operator/compiled), under a hash of everything that goes into it:
+// every file of runtime/ and operator/, the TypeScript configurations, the package files, the
+// build scripts, the compiler's version and this checkout's path. A source changed (or added,
+// or removed) is a new hash and a new compile.
 import { spawnSync } from "node:child_process";
-import { join } from "node:path";
+import { createHash } from "node:crypto";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { cacheRoot } from "../tools/tools.ts";
 
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
 let outDir: string | undefined;
@@ -19,16 +38,117 @@ export function compileTo(dir: string): void {
   if (r.status !== 0) throw new Error(`tsc -p tsconfig.build.json failed: ${(r.stdout + r.stderr).slice(-3000)}`);
 }
 
+/** The directories and files whose content decides what a compile emits. */
+const INPUT_DIRS = ["runtime", "operator"];
+const INPUT_FILES = [
+  "tsconfig.json",
+  "tsconfig.build.json",
+  "package.json",
+  "package-lock.json",
+  ".dockerignore",
+  "e2e/images/build.ts",
+  "e2e/support/compiled.ts",
+  "node_modules/typescript/package.json",
+];
+const SKIP = new Set(["node_modules", "dist", ".bench"]);
+
+function hashTree(h: ReturnType<typeof createHash>, rel: string): void {
+  const abs = join(REPO, rel);
+  let entries: string[];
+  try {
+    entries = readdirSync(abs).sort();
+  } catch {
+    return;
+  }
+  for (const name of entries) {
+    if (SKIP.has(name)) continue;
+    const path = `${rel}/${name}`;
+    const st = statSync(join(REPO, path), { throwIfNoEntry: false });
+    if (!st) continue;
+    if (st.isDirectory()) hashTree(h, path);
+    else if (st.isFile())
+      h.update(`${path}\0`)
+        .update(readFileSync(join(REPO, path)))
+        .update("\0");
+  }
+}
+
+/** A hash of every input of a compile (see above); a few milliseconds. */
+export function sourcesKey(): string {
+  const h = createHash("sha256");
+  h.update(`${REPO}\0${process.version}\0`);
+  for (const f of INPUT_FILES) {
+    const p = join(REPO, f);
+    h.update(`${f}\0`)
+      .update(existsSync(p) ? readFileSync(p) : "(absent)")
+      .update("\0");
+  }
+  for (const d of INPUT_DIRS) hashTree(h, d);
+  for (const name of readdirSync(REPO)
+    .filter((n) => n.endsWith(".dockerignore"))
+    .sort())
+    h.update(`${name}\0`)
+      .update(readFileSync(join(REPO, name)))
+      .update("\0");
+  return h.digest("hex").slice(0, 20);
+}
+
+function compiledCache(): string {
+  const dir = join(dirname(cacheRoot()), "compiled");
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+/**
+ * The directory `build` fills for these sources: made once (into a staging directory, renamed
+ * into place when complete, so that a run that stops half way or a second run at the same time
+ * leaves no partial entry), then found by the sources' hash. Callers only read it.
+ */
+export function cachedBuild(kind: string, build: (dir: string) => void): string {
+  const cache = compiledCache();
+  const dir = join(cache, `${kind}-${sourcesKey()}`);
+  if (existsSync(join(dir, ".complete"))) return dir;
+  // Entries are renamed into place complete: one without its marker is not an entry.
+  rmSync(dir, { recursive: true, force: true });
+  const staging = mkdtempSync(join(cache, `.${kind}-`));
+  try {
+    build(staging);
+    writeFileSync(join(staging, ".complete"), "");
+    try {
+      renameSync(staging, dir);
+    } catch (err) {
+      // Another run put the same entry in place first: use that one.
+      if (!existsSync(join(dir, ".complete"))) throw err;
+    }
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+  }
+  // Older entries of this kind: beyond the three latest, those made over an hour ago (a run of
+  // other sources in this checkout may still be reading a recent one).
+  const older = readdirSync(cache)
+    .filter((n) => n.startsWith(`${kind}-`) && join(cache, n) !== dir)
+    .map((n) => ({ n, t: statSync(join(cache, n)).mtimeMs }))
+    .sort((a, b) => b.t - a.t)
+    .slice(2)
+    .filter(({ t }) => Date.now() - t > 3600_000);
+  for (const { n } of older) rmSync(join(cache, n), { recursive: true, force: true });
+  return dir;
+}
+
+/** `npm run build`'s output (tsconfig.build.json compiled into an empty directory), from the cache when the sources are unchanged. */
+export function compiledBuild(): string {
+  return join(
+    cachedBuild("build", (dir) => compileTo(join(dir, "out"))),
+    "out",
+  );
+}
+
 /**
  * `entry` (a path under the repository, e.g. runtime/bin/ifp-runtime.ts) compiled; compiles once
  * per process. BENCH_SOURCE=1 returns the TypeScript source itself, to measure the two side by side.
  */
 export function compiledEntry(entry: string): string {
   if (process.env.BENCH_SOURCE === "1") return join(REPO, entry);
-  if (!outDir) {
-    const dir = join(REPO, ".bench", "dist");
-    compileTo(dir);
-    outDir = dir;
-  }
+  outDir ??= compiledBuild();
   return join(outDir, entry.replace(/\.ts$/, ".js"));
 }
