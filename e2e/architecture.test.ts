@@ -221,3 +221,41 @@ describe("imports follow docs/architecture.md", () => {
     ]);
   });
 });
+
+describe("the operator's controllers follow docs/architecture.md", () => {
+  const operator = importEdges("operator/src").filter((e) => !e.from.endsWith(".test.ts"));
+  const C = "operator/src/controllers/";
+  const from = (file: string) => operator.filter((e) => e.from === file);
+
+  it("operator/src has no import cycle, type-only imports included", () => {
+    const found = cycles(operator);
+    expect(
+      found.map((c) => c.map(show)),
+      `import cycles in operator/src:\n${found.flat().map(show).join("\n")}`,
+    ).toEqual([]);
+  });
+
+  it("settings.ts imports nothing of the project's, context.ts only types", () => {
+    expect(from(`${C}settings.ts`).map(show)).toEqual([]);
+    expect(from(`${C}context.ts`).length).toBeGreaterThan(0);
+    expect(
+      from(`${C}context.ts`)
+        .filter((e) => !e.typeOnly)
+        .map(show),
+    ).toEqual([]);
+  });
+
+  it("the pipeline runs parts it does not know; a part knows no controller; only the controllers use the parts", () => {
+    const isPart = (p: string) => p.startsWith(`${C}parts/`);
+    const isController = (p: string) => p === `${C}agent-controller.ts` || p === `${C}relay-controller.ts`;
+    expect(from(`${C}pipeline.ts`).length).toBeGreaterThan(0);
+    const wrong = operator.filter(
+      (e) =>
+        (e.from === `${C}pipeline.ts` && (isPart(e.to) || isController(e.to))) ||
+        (isPart(e.from) && isController(e.to)) ||
+        (isPart(e.to) && !isPart(e.from) && !isController(e.from)),
+    );
+    expect(wrong.map(show)).toEqual([]);
+    expect(operator.some((e) => isController(e.from) && isPart(e.to))).toBe(true);
+  });
+});
