@@ -198,6 +198,24 @@ const CHECKS: Record<string, Check> = {
   "kubectl describe agents.ifp.dev/<name>": { here: true },
   "kubectl scale agents.ifp.dev/alice --replicas=2": { here: true },
   "kubectl scale agents.ifp.dev/<name> --replicas=3": { here: true },
+  "kubectl scale relays.ifp.dev/hub --replicas=2": {
+    by: "operator/test/relay-scale.test.ts",
+    holds: ['"scale", "relay/hub", "--replicas=2"', '"scale", "relays.ifp.dev/hub"'],
+  },
+  // The kubectl plugin (docs/kubectl-plugin.md), run as kubectl runs it against an API server.
+  "kubectl ifp status": { by: "operator/test/kubectl-ifp.test.ts", holds: ['plugin(["status"])'] },
+  "kubectl ifp describe agent NAME": {
+    by: "operator/test/kubectl-ifp.test.ts",
+    holds: ['plugin(["describe", "agent", "alice", "-n", NS])'],
+  },
+  "kubectl ifp report": { by: "operator/test/kubectl-ifp.test.ts", holds: ['plugin(["report", "-o", file])'] },
+  "npx node operator/bin/kubectl-ifp.ts status": {
+    by: "operator/test/kubectl-ifp.test.ts",
+    holds: ["spawnSync(process.execPath, [BIN, ...args]"],
+  },
+  "npm install -g .": {
+    not: "links the package's commands into the machine's global npm prefix; the tests run the same files from the checkout",
+  },
   "kubectl auth can-i --list --as=system:serviceaccount:ifp-system:ifp-ifp-operator -n <namespace>": { here: true },
   'kubectl patch agents.ifp.dev <name> -n <ns> --type=json -p \'[{"op":"remove","path":"/metadata/finalizers"}]\'': {
     here: true,
@@ -292,6 +310,8 @@ const CHECKS: Record<string, Check> = {
   },
   // Mentions of a command documented in full.
   "npm run": { part: "npm run tools" },
+  "kubectl ifp": { part: "kubectl ifp status" },
+  "npx node operator/bin/kubectl-ifp.ts": { part: "npx node operator/bin/kubectl-ifp.ts status" },
   "helm install": { part: "helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace" },
   "helm upgrade": { part: "helm upgrade ifp charts/ifp-operator -n ifp-system --reuse-values" },
   "helm test": { part: "helm test ifp -n ifp-system" },

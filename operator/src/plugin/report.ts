@@ -1,0 +1,167 @@
+// `kubectl ifp report`: a support bundle (tar.gz) of the install — the operator's and the
+// runtimes' logs, the Agents, Relays, Deployments, Pods, ConfigMaps, Events and NetworkPolicies
+// of the namespaces concerned, and the Secrets redacted to their names, types, label and
+// annotation keys and data keys: never a value. managedFields are dropped from everything.
+import { gzipSync } from "node:zlib";
+import { type Connection, checkNamespace, listResources, type Obj, PluginError } from "./kube.ts";
+import { collectStatus, findOperator, renderStatus } from "./status.ts";
+
+/** Pure: a Secret as the bundle holds it — what it is, never what it holds. */
+export function redactSecret(s: Obj): Obj {
+  const m = s.metadata ?? {};
+  return {
+    apiVersion: "v1",
+    kind: "Secret",
+    metadata: {
+      name: m.name,
+      namespace: m.namespace,
+      ...(m.creationTimestamp ? { creationTimestamp: m.creationTimestamp } : {}),
+      ...(m.labels ? { labels: m.labels } : {}),
+      // Annotations may hold the data (kubectl's last-applied-configuration): their keys only.
+      ...(m.annotations ? { annotationKeys: Object.keys(m.annotations).sort() } : {}),
+      ...(m.ownerReferences
+        ? { ownerReferences: m.ownerReferences.map((r: Obj) => ({ kind: r.kind, name: r.name })) }
+        : {}),
+    },
+    type: s.type,
+    dataKeys: Object.keys({ ...s.data, ...s.stringData }).sort(),
+  };
+}
+
+/** Drops managedFields (noise) from an object of the API server. */
+function trim(o: Obj): Obj {
+  if (o?.metadata?.managedFields) {
+    const { managedFields: _m, ...metadata } = o.metadata;
+    return { ...o, metadata };
+  }
+  return o;
+}
+
+/** Pure: a POSIX ustar archive of `files` (path → content), each a regular file of mode 0644. */
+export function tar(files: Map<string, Buffer>, mtime = Math.floor(Date.now() / 1000)): Buffer {
+  const blocks: Buffer[] = [];
+  for (const [path, content] of files) {
+    const h = Buffer.alloc(512);
+    let name = path;
+    let prefix = "";
+    if (Buffer.byteLength(name) > 100) {
+      const cut = path.lastIndexOf("/", path.length - 1);
+      prefix = path.slice(0, cut);
+      name = path.slice(cut + 1);
+      if (Buffer.byteLength(name) > 100 || Buffer.byteLength(prefix) > 155) throw new Error(`path too long: ${path}`);
+    }
+    h.write(name, 0, 100, "utf8");
+    h.write("0000644\0", 100, "ascii");
+    h.write("0000000\0", 108, "ascii");
+    h.write("0000000\0", 116, "ascii");
+    h.write(`${content.length.toString(8).padStart(11, "0")}\0`, 124, "ascii");
+    h.write(`${mtime.toString(8).padStart(11, "0")}\0`, 136, "ascii");
+    h.write("        ", 148, "ascii");
+    h.write("0", 156, "ascii");
+    h.write("ustar\0", 257, "ascii");
+    h.write("00", 263, "ascii");
+    h.write(prefix, 345, 155, "utf8");
+    let sum = 0;
+    for (const b of h) sum += b;
+    h.write(`${sum.toString(8).padStart(6, "0")}\0 `, 148, "ascii");
+    blocks.push(h, content, Buffer.alloc((512 - (content.length % 512)) % 512));
+  }
+  blocks.push(Buffer.alloc(1024));
+  return Buffer.concat(blocks);
+}
+
+const json = (o: unknown) => Buffer.from(`${JSON.stringify(o, null, 2)}\n`);
+const items = (l: unknown) => ((l as { items?: Obj[] }).items ?? []) as Obj[];
+
+/** Reads that fail (RBAC, a pod without logs) go into errors.txt instead of ending the report. */
+async function attempt<T>(errors: string[], what: string, read: () => Promise<T>): Promise<T | undefined> {
+  try {
+    return await read();
+  } catch (err) {
+    const code = (err as { code?: number }).code;
+    errors.push(`${what}: ${code ? `HTTP ${code} ` : ""}${(err as Error).message}`.slice(0, 500));
+    return undefined;
+  }
+}
+
+export interface ReportOptions {
+  namespace?: string;
+  operatorNamespace?: string;
+  /** Lines of each container's log. */
+  tailLines?: number;
+}
+
+/** The bundle's files, path → content, under `ifp-report/`. */
+export async function collectReport(c: Connection, opts: ReportOptions): Promise<Map<string, Buffer>> {
+  const files = new Map<string, Buffer>();
+  const errors: string[] = [];
+  const add = (path: string, content: Buffer) => files.set(`ifp-report/${path}`, content);
+  if (opts.namespace) await checkNamespace(c, opts.namespace);
+  const status = await collectStatus(c, { namespace: opts.namespace, operatorNamespace: opts.operatorNamespace });
+  add("status.txt", Buffer.from(renderStatus(status)));
+  add("status.json", json(status));
+  const operator = await findOperator(c, opts.operatorNamespace);
+  const namespaces = new Set<string>();
+  if (operator) namespaces.add(operator.metadata.namespace);
+  if (opts.namespace) namespaces.add(opts.namespace);
+  else for (const r of status.resources) namespaces.add(r.namespace);
+  const tailLines = opts.tailLines ?? 2000;
+  for (const ns of [...namespaces].sort()) {
+    const dir = `namespaces/${ns}`;
+    for (const kind of ["Agent", "Relay"] as const) {
+      const list = await attempt(errors, `${ns} ${kind}s`, () => listResources(c, kind, ns));
+      if (list) add(`${dir}/${kind.toLowerCase()}s.json`, json(list.map(trim)));
+    }
+    const reads: [string, () => Promise<unknown>][] = [
+      ["deployments", () => c.apps.listNamespacedDeployment({ namespace: ns })],
+      ["statefulsets", () => c.apps.listNamespacedStatefulSet({ namespace: ns })],
+      ["pods", () => c.core.listNamespacedPod({ namespace: ns })],
+      ["services", () => c.core.listNamespacedService({ namespace: ns })],
+      ["configmaps", () => c.core.listNamespacedConfigMap({ namespace: ns })],
+      ["events", () => c.core.listNamespacedEvent({ namespace: ns })],
+      ["networkpolicies", () => c.networking.listNamespacedNetworkPolicy({ namespace: ns })],
+    ];
+    let pods: Obj[] = [];
+    for (const [name, read] of reads) {
+      const list = await attempt(errors, `${ns} ${name}`, read);
+      if (!list) continue;
+      if (name === "pods") pods = items(list);
+      add(`${dir}/${name}.json`, json(items(list).map(trim)));
+    }
+    const secrets = await attempt(errors, `${ns} secrets`, () => c.core.listNamespacedSecret({ namespace: ns }));
+    if (secrets) add(`${dir}/secrets.json`, json(items(secrets).map(redactSecret)));
+    // Logs of the operator's pods, NATS's and the runtimes' (every container: the runtime and its sidecars).
+    for (const pod of pods) {
+      const labels = pod.metadata?.labels ?? {};
+      const ours =
+        labels["app.kubernetes.io/part-of"] === "ifp-operator" || labels["app.kubernetes.io/name"] === "ifp-runtime";
+      if (!ours) continue;
+      for (const container of (pod.spec?.containers ?? []) as { name: string }[]) {
+        const log = await attempt(errors, `log of ${ns}/${pod.metadata.name} ${container.name}`, () =>
+          c.core.readNamespacedPodLog({ namespace: ns, name: pod.metadata.name, container: container.name, tailLines }),
+        );
+        if (log !== undefined) add(`${dir}/logs/${pod.metadata.name}/${container.name}.log`, Buffer.from(String(log)));
+      }
+    }
+  }
+  add(
+    "README.txt",
+    Buffer.from(
+      [
+        "kubectl ifp report",
+        `made: ${new Date().toISOString()}`,
+        `namespaces: ${[...namespaces].sort().join(", ") || "(none)"}`,
+        "Secrets are listed by name, type, label and annotation keys and data keys only: no value is in this bundle.",
+        "",
+      ].join("\n"),
+    ),
+  );
+  add("errors.txt", Buffer.from(errors.length ? `${errors.join("\n")}\n` : "none\n"));
+  return files;
+}
+
+export async function writeReport(c: Connection, opts: ReportOptions): Promise<Buffer> {
+  const files = await collectReport(c, opts);
+  if (!files.size) throw new PluginError("nothing to report");
+  return gzipSync(tar(files));
+}

@@ -1,0 +1,208 @@
+// `kubectl ifp status`: the install's health at a glance — the operator, NATS, the install CA,
+// and every Agent and Relay with what the operator wrote in its status (Ready, backlog, last error).
+import { X509Certificate } from "node:crypto";
+import { type Connection, listResources, must, type Obj, orAbsent } from "./kube.ts";
+import { ago, table, until } from "./output.ts";
+
+const PART_OF = "app.kubernetes.io/part-of=ifp-operator";
+
+export interface Workload {
+  namespace: string;
+  name: string;
+  replicas: number;
+  readyReplicas: number;
+  ready: boolean;
+}
+
+export interface ResourceLine {
+  kind: "Agent" | "Relay";
+  namespace: string;
+  name: string;
+  ready: string;
+  reason?: string;
+  message?: string;
+  replicas?: number;
+  readyReplicas?: number;
+  backlog?: number;
+  acceptedLastHour?: number;
+  lastError?: string;
+  lastErrorTime?: string;
+}
+
+export interface StatusReport {
+  operator?: Workload & { leader?: { holder: string; renewed?: string }; caSecret: string };
+  nats?: Workload;
+  installCa?: { namespace: string; secret: string; notAfter?: string; next?: string; error?: string };
+  resources: ResourceLine[];
+}
+
+const condition = (o: Obj, type: string) =>
+  (o?.status?.conditions as { type: string; status: string; reason?: string; message?: string }[] | undefined)?.find(
+    (c) => c.type === type,
+  );
+
+/** Pure: one line of the table from an Agent or Relay as the API server returned it. */
+export function resourceLine(kind: "Agent" | "Relay", o: Obj): ResourceLine {
+  const ready = condition(o, "Ready");
+  const s = o.status ?? {};
+  return {
+    kind,
+    namespace: o.metadata.namespace,
+    name: o.metadata.name,
+    ready: ready?.status ?? "Unknown",
+    ...(ready?.reason ? { reason: ready.reason } : {}),
+    ...(ready?.message ? { message: ready.message } : {}),
+    ...(typeof s.replicas === "number" ? { replicas: s.replicas } : {}),
+    ...(typeof s.readyReplicas === "number" ? { readyReplicas: s.readyReplicas } : {}),
+    ...(typeof s.summary?.backlog === "number" ? { backlog: s.summary.backlog } : {}),
+    ...(typeof s.summary?.acceptedLastHour === "number" ? { acceptedLastHour: s.summary.acceptedLastHour } : {}),
+    ...(s.summary?.lastError ? { lastError: s.summary.lastError } : {}),
+    ...(s.summary?.lastErrorTime ? { lastErrorTime: s.summary.lastErrorTime } : {}),
+  };
+}
+
+function workload(d: Obj): Workload {
+  const replicas = d.spec?.replicas ?? 1;
+  const readyReplicas = d.status?.readyReplicas ?? 0;
+  return {
+    namespace: d.metadata.namespace,
+    name: d.metadata.name,
+    replicas,
+    readyReplicas,
+    ready: readyReplicas >= replicas,
+  };
+}
+
+/** The operator's Deployment: the one labelled as the chart labels it, in `namespace` or anywhere. */
+export async function findOperator(c: Connection, namespace?: string): Promise<Obj | undefined> {
+  const labelSelector = `${PART_OF},app.kubernetes.io/component=operator`;
+  const list = (await must(
+    () =>
+      namespace
+        ? c.apps.listNamespacedDeployment({ namespace, labelSelector })
+        : c.apps.listDeploymentForAllNamespaces({ labelSelector }),
+    "the operator's Deployment",
+  )) as { items: Obj[] };
+  return list.items[0];
+}
+
+/** The operator's flag `--name=value` as its Deployment passes it. */
+export function operatorFlag(deployment: Obj, name: string): string | undefined {
+  const args: string[] = deployment?.spec?.template?.spec?.containers?.[0]?.args ?? [];
+  const prefix = `--${name}=`;
+  return args.find((a) => a.startsWith(prefix))?.slice(prefix.length);
+}
+
+function certNotAfter(pem: string | undefined): string | undefined {
+  if (!pem) return undefined;
+  return new Date(new X509Certificate(pem).validTo).toISOString();
+}
+
+export async function collectStatus(
+  c: Connection,
+  opts: { namespace?: string; operatorNamespace?: string },
+): Promise<StatusReport> {
+  const report: StatusReport = { resources: [] };
+  const dep = await findOperator(c, opts.operatorNamespace);
+  if (dep) {
+    const ns = dep.metadata.namespace as string;
+    const caSecret = operatorFlag(dep, "ca-secret") ?? "ifp-operator-ca";
+    const lease = await orAbsent(
+      () => c.coordination.readNamespacedLease({ name: "ifp-operator", namespace: ns }),
+      "the leader Lease",
+    ).catch(() => undefined);
+    const holder = lease?.spec?.holderIdentity;
+    report.operator = {
+      ...workload(dep),
+      caSecret,
+      ...(holder
+        ? {
+            leader: {
+              holder,
+              ...(lease?.spec?.renewTime ? { renewed: new Date(lease.spec.renewTime).toISOString() } : {}),
+            },
+          }
+        : {}),
+    };
+    const nats = (await must(
+      () =>
+        c.apps.listNamespacedStatefulSet({
+          namespace: ns,
+          labelSelector: `${PART_OF},app.kubernetes.io/component=nats`,
+        }),
+      "NATS's StatefulSet",
+    )) as { items: Obj[] };
+    if (nats.items[0]) report.nats = workload(nats.items[0]);
+    // The CA's certificate is public (every runtime's trust bundle holds it); only its expiry is shown.
+    try {
+      const secret = await orAbsent(
+        () => c.core.readNamespacedSecret({ name: caSecret, namespace: ns }),
+        "the install CA",
+      );
+      const data = secret?.data ?? {};
+      const pem = (k: string) => (data[k] ? Buffer.from(data[k], "base64").toString("utf8") : undefined);
+      report.installCa = secret
+        ? {
+            namespace: ns,
+            secret: caSecret,
+            ...(pem("ca.crt") ? { notAfter: certNotAfter(pem("ca.crt")) } : {}),
+            ...(pem("next.crt") ? { next: certNotAfter(pem("next.crt")) } : {}),
+          }
+        : { namespace: ns, secret: caSecret, error: "not found" };
+    } catch (err) {
+      report.installCa = { namespace: ns, secret: caSecret, error: (err as Error).message };
+    }
+  }
+  for (const kind of ["Agent", "Relay"] as const)
+    for (const o of await listResources(c, kind, opts.namespace)) report.resources.push(resourceLine(kind, o));
+  report.resources.sort(
+    (a, b) => a.namespace.localeCompare(b.namespace) || a.kind.localeCompare(b.kind) || a.name.localeCompare(b.name),
+  );
+  return report;
+}
+
+/** Pure: the report as people read it. */
+export function renderStatus(r: StatusReport, now = Date.now()): string {
+  const out: string[] = [];
+  const o = r.operator;
+  if (o) {
+    const leader = o.leader
+      ? `leader ${o.leader.holder}${o.leader.renewed ? ` (renewed ${ago(o.leader.renewed, now)})` : ""}`
+      : "no leader";
+    out.push(`Operator:    ${o.namespace}/${o.name}  ${o.readyReplicas}/${o.replicas} ready  ${leader}`);
+  } else out.push("Operator:    not found (no Deployment labelled app.kubernetes.io/component=operator)");
+  if (r.nats)
+    out.push(`NATS:        ${r.nats.namespace}/${r.nats.name}  ${r.nats.readyReplicas}/${r.nats.replicas} ready`);
+  else if (o) out.push("NATS:        not installed by the chart (nats.install=false: an external server)");
+  const ca = r.installCa;
+  if (ca) {
+    const what = ca.error
+      ? `unknown (${ca.error})`
+      : ca.notAfter
+        ? `expires ${ca.notAfter} (${until(ca.notAfter, now)})${ca.next ? `; next CA published, expires ${ca.next}` : ""}`
+        : "no certificate yet";
+    out.push(`Install CA:  ${ca.namespace}/${ca.secret}  ${what}`);
+  }
+  out.push("");
+  if (!r.resources.length) {
+    out.push("No Agents or Relays.");
+    return `${out.join("\n")}\n`;
+  }
+  out.push(
+    table(
+      ["NAMESPACE", "KIND", "NAME", "READY", "REASON", "PODS", "BACKLOG", "ACCEPTED 1H", "LAST ERROR"],
+      r.resources.map((l) => [
+        l.namespace,
+        l.kind,
+        l.name,
+        l.ready,
+        l.reason ?? "",
+        l.replicas === undefined ? "" : `${l.readyReplicas ?? 0}/${l.replicas}`,
+        l.backlog === undefined ? "" : String(l.backlog),
+        l.acceptedLastHour === undefined ? "" : String(l.acceptedLastHour),
+        l.lastError ? `${l.lastError}${l.lastErrorTime ? ` (${ago(l.lastErrorTime, now)})` : ""}` : "",
+      ]),
+    ),
+  );
+  return `${out.join("\n")}\n`;
+}
