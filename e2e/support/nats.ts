@@ -193,6 +193,8 @@ export interface NatsCluster {
   ready(timeoutMs?: number): Promise<void>;
   /** The JetStream meta leader's `server_name` as node `i` (or the first running node) sees it. */
   metaLeader(i?: number): Promise<string | undefined>;
+  /** How many routes node `i` has to the others now (its monitoring port's /routez). */
+  routes(i: number): Promise<number>;
   /** Every node's log, headed by its name. */
   log(): string;
   /** Stop every node and delete the stores (kept when a test of the file failed). */
@@ -207,6 +209,11 @@ export interface StartNatsClusterOptions {
   config?: string;
   /** Extra configuration inside every node's `cluster` block (e.g. a `tls` block for the routes). */
   clusterConfig?: string;
+  /**
+   * Wait for the cluster to form before resolving (default true). False for a cluster that is
+   * meant not to form: the test waits for the event that shows why, not for a timeout.
+   */
+  waitReady?: boolean;
 }
 
 /**
@@ -294,7 +301,7 @@ export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Prom
   };
 
   try {
-    await ready();
+    if (opts.waitReady !== false) await ready();
   } catch (err) {
     await Promise.all(nodes.map((n) => n.close()));
     throw err;
@@ -326,6 +333,12 @@ export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Prom
     },
     ready,
     metaLeader,
+    async routes(i) {
+      const port = monitorPort(i);
+      const routez = port ? await monitorJson(port, "/routez") : undefined;
+      if (routez?.status !== 200) throw new Error(`nats-server ${names[i]}'s /routez did not answer`);
+      return Number(routez.body?.num_routes ?? 0);
+    },
     log: () => nodes.map((n, i) => `──── ${names[i]} ────\n${n.log()}`).join("\n"),
     async close() {
       await Promise.all(nodes.map((n) => n.close()));
