@@ -16,7 +16,7 @@ import { TaskStore } from "./tasks.ts";
 export interface A2aFaceDeps {
   agent: Agent;
   signing: SigningKey;
-  nats: Pick<Nats, "bucket" | "isConnected">;
+  nats: Pick<Nats, "bucket" | "isConnected" | "nc">;
   /** The agent's A2A task bucket (agentNames().a2aTasksBucket). */
   bucket: string;
   /** The file of accepted bearer tokens (the mounted spec.a2a.authentication.bearerTokenSecret). */

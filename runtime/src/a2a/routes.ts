@@ -389,6 +389,7 @@ export const a2aLocalRoutes: FastifyPluginAsync<{ service: A2aService }> = async
     } catch (err) {
       if (err instanceof A2aError) {
         if (err.kind === "UnsupportedOperation") throw new ProtocolError(409, "invalid_format", err.message);
+        if (err.kind === "TooLarge") throw new ProtocolError(413, "payload_too_large", err.message);
         if (err.kind === "Unavailable") throw new ProtocolError(503, "unavailable", err.message, err.headers);
       }
       throw err;

@@ -442,6 +442,8 @@ export function a2aReplies<M extends OutboundMessage, R extends { duplicate: boo
       } catch (err) {
         if (err instanceof A2aError && err.kind === "UnsupportedOperation")
           throw new ProtocolError(409, "invalid_format", err.message);
+        if (err instanceof A2aError && err.kind === "TooLarge")
+          throw new ProtocolError(413, "payload_too_large", err.message);
         if (err instanceof A2aError) throw new ProtocolError(503, "unavailable", err.message, err.headers);
         throw err;
       }

@@ -47,11 +47,11 @@ export function taskOfHandoff(messageId: string): string | undefined {
 }
 
 export class TaskStore {
-  private readonly nats: Pick<Nats, "bucket" | "isConnected">;
+  private readonly nats: Pick<Nats, "bucket" | "isConnected" | "nc">;
   private readonly bucket: string;
   private kv: KV | undefined;
 
-  constructor(nats: Pick<Nats, "bucket" | "isConnected">, bucket: string) {
+  constructor(nats: Pick<Nats, "bucket" | "isConnected" | "nc">, bucket: string) {
     this.nats = nats;
     this.bucket = bucket;
   }
@@ -64,6 +64,17 @@ export class TaskStore {
     if (!this.kv || !this.nats.isConnected)
       throw new A2aError("Unavailable", "the task store (NATS JetStream) is not reachable", { "retry-after": "5" });
     return this.kv;
+  }
+
+  /** A task NATS cannot carry (its max_payload, less room for headers) is refused: 413, not a retry for ever. */
+  private fits(data: string): string {
+    const max = this.nats.nc?.info?.max_payload;
+    if (max && Buffer.byteLength(data) + 8 * 1024 > max)
+      throw new A2aError(
+        "TooLarge",
+        `the task would grow to ${Buffer.byteLength(data)} bytes, more than the task store takes (NATS max_payload ${max} bytes)`,
+      );
+    return data;
   }
 
   static key(owner: string, taskId: string): string {
@@ -105,7 +116,7 @@ export class TaskStore {
   /** Write a new task; false when it exists already (a repeat after a crash). */
   async create(stored: StoredTask): Promise<boolean> {
     try {
-      await this.store().create(TaskStore.key(stored.owner, stored.task.id), JSON.stringify(stored));
+      await this.store().create(TaskStore.key(stored.owner, stored.task.id), this.fits(JSON.stringify(stored)));
       return true;
     } catch (err) {
       if (!(err instanceof A2aError) && /exists|wrong last sequence/i.test((err as Error).message)) return false;
@@ -128,7 +139,7 @@ export class TaskStore {
       const next = change(structuredClone(found.stored));
       if (!next) return found.stored;
       try {
-        await this.store().update(TaskStore.key(owner, taskId), JSON.stringify(next), found.revision);
+        await this.store().update(TaskStore.key(owner, taskId), this.fits(JSON.stringify(next)), found.revision);
         return next;
       } catch (err) {
         if (err instanceof A2aError || !/wrong last sequence/i.test((err as Error).message)) throw asUnavailable(err);

@@ -514,6 +514,25 @@ describe("limits", () => {
   });
 });
 
+describe("task size", () => {
+  it("a task that would outgrow what NATS carries is refused with 413 and stays as it was", async () => {
+    const sent = await rpc({ jsonrpc: "2.0", id: 30, method: "SendMessage", params: rawMessage("big results") });
+    const id = sent.body.result.task.id;
+    const chunk = "z".repeat(15_000);
+    let status = 0;
+    let appended = 0;
+    for (let i = 0; i < 120 && status !== 413; i++) {
+      status = (await localPost(`/a2a/tasks/${id}`, { artifact: { artifactId: "big", text: chunk, append: true } }))
+        .status;
+      if (status === 200) appended++;
+    }
+    expect(status).toBe(413);
+    expect(appended).toBeGreaterThan(10);
+    const got = await rpc({ jsonrpc: "2.0", id: 31, method: "GetTask", params: { id } });
+    expect(got.body.result.artifacts[0].parts).toHaveLength(appended);
+  }, 60_000);
+});
+
 describe("restarts", () => {
   it("a runtime killed after answering loses neither the task nor its hand-off", async () => {
     handler.received.length = 0;
