@@ -51,6 +51,8 @@ export interface StartNatsOptions {
   connect?: Partial<ConnectionOptions>;
   /** The address to listen on: loopback by default, or another address of this machine (the real test node's bridge). */
   host?: string;
+  /** How long a start may take until the server listens and accepts a client (default 20 s; a large store loads first). */
+  startTimeoutMs?: number;
 }
 
 export async function startNats(opts: StartNatsOptions = {}): Promise<NatsServer> {
@@ -86,7 +88,7 @@ export async function startNats(opts: StartNatsOptions = {}): Promise<NatsServer
       const listening = waitFor(
         "nats-server to report its port",
         () => Number(LISTENING.exec(p.log())?.[1] ?? 0) || undefined,
-        20_000,
+        opts.startTimeoutMs ?? 20_000,
         25,
       );
       listening.catch(() => {});
@@ -98,7 +100,7 @@ export async function startNats(opts: StartNatsOptions = {}): Promise<NatsServer
           await nc.close();
           return true;
         },
-        20_000,
+        opts.startTimeoutMs ?? 20_000,
         50,
       );
       accepting.catch(() => {});
@@ -209,6 +211,8 @@ export interface StartNatsClusterOptions {
   config?: string;
   /** Extra configuration inside every node's `cluster` block (e.g. a `tls` block for the routes). */
   clusterConfig?: string;
+  /** How long each node's start may take (startNats). */
+  startTimeoutMs?: number;
   /**
    * Wait for the cluster to form before resolving (default true). False for a cluster that is
    * meant not to form: the test waits for the event that shows why, not for a timeout.
@@ -248,7 +252,7 @@ export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Prom
         opts.config ?? "",
       ].join("\n");
     const started = await Promise.allSettled(
-      names.map((_, i) => startNats({ config: config(i), graceMs: opts.graceMs })),
+      names.map((_, i) => startNats({ config: config(i), graceMs: opts.graceMs, startTimeoutMs: opts.startTimeoutMs })),
     );
     nodes = started.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
     const failure = started.find((s): s is PromiseRejectedResult => s.status === "rejected");

@@ -92,6 +92,11 @@ export class HandlerHandoff {
     );
   }
 
+  /** Create the durable consumer (or update it) without consuming: what start() does first. */
+  ensureConsumer(): Promise<void> {
+    return this.worker.ensureConsumer();
+  }
+
   start(): void {
     this.worker.start();
   }

@@ -207,6 +207,11 @@ export class OutboundDelivery {
     );
   }
 
+  /** Create the durable consumer (or update it) without consuming: what start() does first. */
+  ensureConsumer(): Promise<void> {
+    return this.worker.ensureConsumer();
+  }
+
   start(): void {
     this.worker.start();
   }

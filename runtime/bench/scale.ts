@@ -1,0 +1,722 @@
+// What an Agent costs JetStream, up to 10,000 Agents. The JetStream objects of N Agents and M
+// Relays are made by the project's own code, as the runtimes and the operator make them:
+// - per Agent (the agent runtime's start-up, agent/main.ts, in its order): the inbox and outbox
+//   streams through a StreamKeeper (its ledger in the ifp_agents bucket of the agent's own NATS
+//   account, here one bucket per agent in one account), the
+//   delivery-state, peer-capability and conversation KV buckets, the handler's consumer on the
+//   inbox (an Agent with spec.handler, as the examples) and the sender's consumer on the outbox;
+//   replicas "auto" (three on a cluster, one on a single server);
+// - per Relay: its stream as the operator applies it (ensureReplicatedStream of
+//   relayStreamConfig), then the relay runtime's StreamKeeper and its subscriptions bucket.
+// `--layout shared` makes the same objects of the same code with shared names: one inbox stream
+// (ifp.inbox.>) and one outbox stream (ifp.outbox.>) for every agent, one bucket of each kind
+// shared by all, and per agent only its two consumers, filtered on its own subjects.
+// On one nats-server and on a three-node cluster (loopback, stores under the system's temporary
+// directory), at each size (agents added to reach it): the servers' RSS and open files, JetStream's
+// own counts, the time to create, the time to restart every server and have it ready again
+// (/healthz?js-enabled-only=true, then /healthz with every stream it had loaded), the latency of
+// a publish and its PubAck to one agent's inbox (InboxStore.accept), and every error JetStream
+// answered on the way (recorded, never fatal).
+// `npm run bench:scale -- --agents 1000,5000,10000 --relays 10 --cluster single,three
+// [--layout per-agent,shared] [--concurrency 16] [--deadline-min 20] [--out FILE]` prints a table
+// per run and writes runtime/bench/results/scale-results.json (after every size, so a run cut
+// short keeps what it measured). Every loop and wait is bounded; the servers are stopped and
+// their stores deleted at the end.
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { pino, type Logger } from "pino";
+import { startNats, startNatsCluster, type NatsServer } from "../../e2e/support/nats.ts";
+import { stopAllProcesses } from "../../e2e/support/process.ts";
+import { agentNames, type AgentNames } from "../src/agent/names.ts";
+import { Conversations } from "../src/agent/conversations.ts";
+import { DeliveryStates } from "../src/agent/delivery-state.ts";
+import { HandlerHandoff } from "../src/agent/handoff.ts";
+import { PeerCapabilityCache } from "../src/agent/inbound.ts";
+import { OutboundDelivery } from "../src/agent/outbound.ts";
+import { OutboxStore } from "../src/agent/outbox.ts";
+import { InboxStore } from "../src/agent/store.ts";
+import { relayNames, relayStreamConfig } from "../src/contract/relay-stream.ts";
+import { DiscoveryClient } from "../src/discovery/client.ts";
+import { Nats } from "../src/nats/connection.ts";
+import { StreamKeeper } from "../src/nats/stream-keeper.ts";
+import { ensureReplicatedStream } from "../src/nats/streams.ts";
+import { HttpClient } from "../src/net/http-client.ts";
+import { TargetPolicy } from "../src/net/targets.ts";
+import { Agent } from "../src/resources/agent.ts";
+import { parseDuration } from "../src/resources/common.ts";
+import { Relay } from "../src/resources/relay.ts";
+import { Subscriptions } from "../src/relay/subscriptions.ts";
+import { createRuntimeMetrics } from "../src/server/metrics.ts";
+import { errorMessage } from "../src/util/errors.ts";
+
+export type Topology = "single" | "three";
+export type Layout = "per-agent" | "shared";
+
+export interface ScaleOptions {
+  agents: number[];
+  relays: number;
+  clusters: Topology[];
+  layouts: Layout[];
+  /** Agents being made at once (runtimes starting together). */
+  concurrency: number;
+  /** Publishes timed at each size. */
+  publishes: number;
+  /** Bound on making the agents of one run (layout × topology), all sizes together. */
+  createDeadlineMs: number;
+  /** Bound on one restart until ready. */
+  restartDeadlineMs: number;
+  /** Skip the restart (the smoke test). */
+  restart: boolean;
+  /** The servers' jetstream max_file_store ("default": the server's own, three quarters of the free disk). */
+  maxFileStore: string;
+  /** Called with the results so far after every size. */
+  onProgress?: (r: ScaleResult) => void;
+  log?: (line: string) => void;
+}
+
+export interface ServerSample {
+  server: string;
+  rssMiB: number;
+  /** Peak RSS of the process (VmHWM). */
+  peakRssMiB: number;
+  fds: number;
+  /** /varz mem and cpu. */
+  varzMemMiB: number;
+  cpuPercent: number;
+  /** /jsz: what this server holds. */
+  streams: number;
+  consumers: number;
+  messages: number;
+  storeMiB: number;
+  memStoreMiB: number;
+  apiTotal: number;
+  apiErrors: number;
+  /** Raft groups this server is a member of (a cluster; /jsz?raft=true would list them). */
+  haAssets?: number;
+}
+
+export interface RestartResult {
+  /** SIGTERM of every server until all exited. */
+  stopS: number;
+  /** From starting them until every server listens for clients. */
+  listeningS: number;
+  /** … until every server answers /healthz?js-enabled-only=true. */
+  jsEnabledS: number;
+  /** … until every server answers /healthz (its streams and consumers current) and holds as many streams as before. */
+  loadedS: number;
+  /** The restart did not finish within its deadline (then loadedS is that deadline). */
+  timedOut: boolean;
+  /** From starting the servers until the bench's own client (the product's Nats) is connected again. */
+  clientReconnectS: number;
+  afterRestart: ServerSample[];
+}
+
+export interface SizeResult {
+  layout: Layout;
+  cluster: Topology;
+  /** Agents asked for at this size, and made (every object of theirs). */
+  agents: number;
+  made: number;
+  failed: number;
+  relays: number;
+  /** Seconds to make the agents added for this size, and per agent made. */
+  createS: number;
+  createMsPerAgent: number;
+  /** Streams, consumers and KV buckets of the whole install, as JetStream counts them. */
+  streams: number;
+  consumers: number;
+  servers: ServerSample[];
+  publish: { n: number; p50Ms: number; p99Ms: number; maxMs: number; errors: number };
+  restart?: RestartResult;
+  /** Errors by kind (agent names removed), with the step that met them. */
+  errors: Record<string, number>;
+  /** Why this size was not completed, when it was not. */
+  boundedBy?: string;
+}
+
+export interface ScaleResult {
+  date: string;
+  machine: { cpus: number; memGiB: number; loadAvg1: number };
+  natsServer: string;
+  options: Omit<ScaleOptions, "onProgress" | "log">;
+  /** Objects per agent in each layout, by the code that makes them. */
+  perAgent: Record<Layout, { streams: number; buckets: number; consumers: number; sharedKeys: number }>;
+  runs: SizeResult[];
+}
+
+const MIB = 1024 * 1024;
+const MONITOR = /Starting http monitor on [^\s]+:(\d+)/;
+
+const AGENT_SPEC = Agent.parse({
+  apiVersion: "ifp.dev/v1alpha1",
+  kind: "Agent",
+  metadata: { name: "bench", namespace: "bench" },
+  spec: { agentId: "https://bench.example/agent", handler: { url: "http://127.0.0.1:8080" } },
+}).spec;
+
+/** An Agent's JetStream names in a layout: its own (the product's), or the shared streams and buckets. */
+export function namesFor(layout: Layout, key: string): AgentNames {
+  const n = agentNames(key);
+  // Each runtime has a NATS account of its own (docs/security.md), so each has its own ifp_agents
+  // bucket (the stream ledger, the documents, the last error): one stream per agent, which one
+  // account of many agents would share. Its name here is the agent's, to count it as it is made.
+  if (layout === "per-agent") return { ...n, kvBucket: `ifp_agents_${n.kvKey}` };
+  return {
+    ...n,
+    inboxStream: "IFP_INBOX",
+    inboxSubjects: "ifp.inbox.>",
+    handlerConsumer: `handler_${n.kvKey}`,
+    outboxStream: "IFP_OUTBOX",
+    outboxSubjects: "ifp.outbox.>",
+    senderConsumer: `sender_${n.kvKey}`,
+    outboxStateBucket: "ifp_outbox",
+    peersBucket: "ifp_peers",
+    conversationsBucket: "ifp_conv",
+  };
+}
+
+function agentKey(i: number): string {
+  return `team-${Math.floor(i / 500)}/agent-${i}`;
+}
+
+/** The shared pieces every agent's objects are made with: one connection, as many runtimes' would make the same calls. */
+interface Maker {
+  nats: Nats;
+  http: HttpClient;
+  discovery: DiscoveryClient;
+  metrics: ReturnType<typeof createRuntimeMetrics>;
+  log: Logger;
+}
+
+/** One agent's objects, in the order agent/main.ts makes them at start-up. */
+export async function makeAgent(m: Maker, layout: Layout, key: string, step: { name: string }): Promise<void> {
+  const names = namesFor(layout, key);
+  const replicas = AGENT_SPEC.durability.replicas ?? "auto";
+  const keeper = new StreamKeeper(m.nats, m.log, {
+    ledger: { bucket: names.kvBucket, key: `${names.kvKey}.jetstream` },
+  });
+  step.name = "inbox stream";
+  await new InboxStore(
+    m.nats,
+    names,
+    parseDuration(AGENT_SPEC.inbox.replayWindow),
+    AGENT_SPEC.inbox.maxBytes,
+    replicas,
+  ).ensure(keeper);
+  step.name = "outbox stream";
+  await new OutboxStore(m.nats, names, replicas).ensure(keeper);
+  step.name = "delivery-state bucket";
+  const states = new DeliveryStates(m.nats, names.outboxStateBucket);
+  await states.ensure();
+  step.name = "peers bucket";
+  await new PeerCapabilityCache(m.nats, names, m.log).ensure();
+  step.name = "conversations bucket";
+  await new Conversations(m.nats, names.conversationsBucket, { deliveries: states }).ensure();
+  step.name = "handler consumer";
+  await new HandlerHandoff(
+    m.nats,
+    names,
+    m.http,
+    {
+      url: AGENT_SPEC.handler!.url,
+      timeoutMs: parseDuration(AGENT_SPEC.handler!.timeout),
+      deadLetterAfterMs: parseDuration(AGENT_SPEC.handler!.deadLetterAfter),
+    },
+    m.log,
+    m.metrics,
+    {},
+  ).ensureConsumer();
+  step.name = "sender consumer";
+  await new OutboundDelivery({
+    nats: m.nats,
+    names,
+    states,
+    http: m.http,
+    discovery: m.discovery,
+    log: m.log,
+    metrics: m.metrics,
+    options: {
+      backoffMs: AGENT_SPEC.outbound.backoff.map(parseDuration),
+      retryForMs: parseDuration(AGENT_SPEC.outbound.retryFor),
+      peerUrls: new Map(),
+    },
+    onGiveUp: async () => {},
+  }).ensureConsumer();
+}
+
+/** One Relay's objects: its stream as the operator applies it, then the relay runtime's start-up. */
+export async function makeRelay(m: Maker, i: number): Promise<Subscriptions> {
+  const relay = Relay.parse({
+    apiVersion: "ifp.dev/v1alpha1",
+    kind: "Relay",
+    metadata: { name: `relay-${i}`, namespace: "relays" },
+    spec: {
+      url: `https://relay-${i}.example`,
+      retention: { maxAge: "72h", maxBytes: 1073741824, maxMessages: 100000, storage: "file", duplicateWindow: "48h" },
+      agents: [],
+    },
+  });
+  const want = relayStreamConfig(relay);
+  await ensureReplicatedStream(m.nats.jsm, want, relay.spec.retention.replicas, m.nats.placement);
+  const names = relayNames(relay);
+  const keeper = new StreamKeeper(m.nats, m.log, { ledger: { bucket: names.kvBucket, key: "jetstream" } });
+  await keeper.ensure(want, relay.spec.retention.replicas);
+  const subs = new Subscriptions(m.nats, names, m.log);
+  await subs.ensure();
+  // Open for the run, as a running relay keeps it: its watch is an ephemeral consumer.
+  return subs;
+}
+
+/** An error's kind: its message without the names of agents and streams. */
+export function errorKind(step: string, err: unknown): string {
+  const msg = errorMessage(err)
+    .replace(/team-\d+_2Fagent-\d+/g, "<agent>")
+    .replace(/IFP_(INBOX|OUTBOX)_\S+/g, "IFP_$1_<agent>")
+    .replace(/ifp_(outbox|peers|conv)_\S+/g, "ifp_$1_<agent>")
+    .replace(/\d{3,}/g, "N");
+  return `${step}: ${msg}`.slice(0, 300);
+}
+
+// ---- The servers ----
+
+interface Deployment {
+  topology: Topology;
+  nodes: NatsServer[];
+  names: string[];
+  url: string;
+  close(): Promise<void>;
+}
+
+const GRACE_MS = 180_000;
+const START_TIMEOUT_MS = 600_000;
+
+/**
+ * The servers' JetStream file-store limit. Every stream with max_bytes reserves that much of it
+ * when it is placed (an agent's inbox 1 GiB by default, spec.inbox.maxBytes; a relay's its
+ * spec.retention.maxBytes), and nats-server's default is three quarters of the free disk: with
+ * that default a server holds about as many agents as it has GiB of store, and JetStream refuses
+ * the next with "insufficient storage". `--max-file-store` (default 1P) lifts it, so that the rest
+ * is measured; `--max-file-store default` keeps the server's own.
+ */
+function jetstreamConfig(maxFileStore: string): string {
+  return maxFileStore === "default" ? "" : `jetstream { max_file_store: ${maxFileStore} }\n`;
+}
+
+async function deploy(topology: Topology, maxFileStore: string): Promise<Deployment> {
+  if (topology === "single") {
+    const s = await startNats({
+      config: `http: "127.0.0.1:-1"\n${jetstreamConfig(maxFileStore)}`,
+      graceMs: GRACE_MS,
+      startTimeoutMs: START_TIMEOUT_MS,
+    });
+    return { topology, nodes: [s], names: ["n0"], url: s.url, close: () => s.close() };
+  }
+  const c = await startNatsCluster({
+    graceMs: GRACE_MS,
+    startTimeoutMs: START_TIMEOUT_MS,
+    config: jetstreamConfig(maxFileStore),
+  });
+  return { topology, nodes: c.nodes, names: c.names, url: c.url, close: () => c.close() };
+}
+
+function monitorPort(node: NatsServer): number | undefined {
+  return Number(MONITOR.exec(node.log())?.[1] ?? 0) || undefined;
+}
+
+async function monitor(node: NatsServer, path: string, timeoutMs = 10_000): Promise<{ status: number; body: any }> {
+  const port = monitorPort(node);
+  if (!port) return { status: 0, body: undefined };
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}${path}`, { signal: AbortSignal.timeout(timeoutMs) });
+    return { status: res.status, body: await res.json().catch(() => undefined) };
+  } catch {
+    return { status: 0, body: undefined };
+  }
+}
+
+function procStatus(pid: number | undefined, field: string): number {
+  if (pid === undefined) return 0;
+  try {
+    const m = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+function openFiles(pid: number | undefined): number {
+  if (pid === undefined) return 0;
+  try {
+    return readdirSync(`/proc/${pid}/fd`).length;
+  } catch {
+    return 0;
+  }
+}
+
+const round = (x: number, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
+
+async function sample(d: Deployment): Promise<ServerSample[]> {
+  return Promise.all(
+    d.nodes.map(async (node, i) => {
+      const varz = (await monitor(node, "/varz")).body ?? {};
+      const jsz = (await monitor(node, "/jsz", 60_000)).body ?? {};
+      return {
+        server: d.names[i]!,
+        rssMiB: round(procStatus(node.pid, "VmRSS") / MIB),
+        peakRssMiB: round(procStatus(node.pid, "VmHWM") / MIB),
+        fds: openFiles(node.pid),
+        varzMemMiB: round((varz.mem ?? 0) / MIB),
+        cpuPercent: round(varz.cpu ?? 0),
+        streams: jsz.streams ?? 0,
+        consumers: jsz.consumers ?? 0,
+        messages: jsz.messages ?? 0,
+        storeMiB: round((jsz.storage ?? 0) / MIB),
+        memStoreMiB: round((jsz.memory ?? 0) / MIB),
+        apiTotal: jsz.api?.total ?? 0,
+        apiErrors: jsz.api?.errors ?? 0,
+        ...(d.topology === "three" ? { haAssets: jsz.ha_assets ?? 0 } : {}),
+      };
+    }),
+  );
+}
+
+/** Until `check` holds or the deadline passes; the seconds since `t0`, and whether it held. */
+async function until(check: () => Promise<boolean>, t0: number, deadline: number): Promise<[number, boolean]> {
+  for (;;) {
+    if (await check().catch(() => false)) return [(performance.now() - t0) / 1000, true];
+    if (performance.now() > deadline) return [(performance.now() - t0) / 1000, false];
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+async function restartAll(d: Deployment, nats: Nats, deadlineMs: number): Promise<RestartResult> {
+  const before = await sample(d);
+  const t0 = performance.now();
+  await Promise.all(d.nodes.map((n) => n.stop()));
+  const stopS = (performance.now() - t0) / 1000;
+  const t1 = performance.now();
+  const deadline = t1 + deadlineMs;
+  // restart() resolves once the server listens and takes a client connection.
+  await Promise.all(d.nodes.map((n) => n.restart()));
+  const listeningS = (performance.now() - t1) / 1000;
+  const [jsEnabledS, jsOk] = await until(
+    async () =>
+      (await Promise.all(d.nodes.map((n) => monitor(n, "/healthz?js-enabled-only=true")))).every(
+        (r) => r.status === 200,
+      ),
+    t1,
+    deadline,
+  );
+  const [loadedS, loadedOk] = jsOk
+    ? await until(
+        async () => {
+          const health = await Promise.all(d.nodes.map((n) => monitor(n, "/healthz", 30_000)));
+          if (!health.every((r) => r.status === 200)) return false;
+          const jsz = await Promise.all(d.nodes.map((n) => monitor(n, "/jsz", 60_000)));
+          return jsz.every((r, i) => (r.body?.streams ?? -1) >= before[i]!.streams);
+        },
+        t1,
+        deadline,
+      )
+    : [jsEnabledS, false];
+  // The client's own reconnection (its backoff after a long outage), before the next agents are made.
+  const [clientS] = await until(async () => nats.isConnected, t1, performance.now() + 60_000);
+  return {
+    clientReconnectS: round(clientS),
+    stopS: round(stopS),
+    listeningS: round(listeningS),
+    jsEnabledS: round(jsEnabledS),
+    loadedS: round(loadedS),
+    timedOut: !(jsOk && loadedOk),
+    afterRestart: await sample(d),
+  };
+}
+
+// ---- Publish + PubAck to one agent's inbox ----
+
+function percentile(sorted: number[], p: number): number {
+  if (!sorted.length) return 0;
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
+}
+
+async function timePublishes(m: Maker, layout: Layout, n: number): Promise<SizeResult["publish"]> {
+  const names = namesFor(layout, agentKey(0));
+  const inbox = new InboxStore(m.nats, names, parseDuration(AGENT_SPEC.inbox.replayWindow), -1, "auto");
+  const body = "x".repeat(2048);
+  const times: number[] = [];
+  let errors = 0;
+  for (let i = 0; i < n; i++) {
+    const messageId = `msg:bench-${Date.now()}-${i}`;
+    const raw = {
+      ifp: 4,
+      headers: { message_id: messageId, date: new Date().toISOString(), from: { agent: "bench-sender" } },
+      body: { text: body },
+    };
+    const t = performance.now();
+    try {
+      await inbox.accept(raw, messageId, { signer: "bench-sender", authLevel: 2, handoff: true }, "bench-sender");
+      times.push(performance.now() - t);
+    } catch {
+      errors++;
+    }
+  }
+  times.sort((a, b) => a - b);
+  return {
+    n: times.length,
+    p50Ms: round(percentile(times, 50), 2),
+    p99Ms: round(percentile(times, 99), 2),
+    maxMs: round(times.at(-1) ?? 0, 2),
+    errors,
+  };
+}
+
+// ---- One run: a layout on a topology, sizes ascending ----
+
+async function run(
+  layout: Layout,
+  topology: Topology,
+  opts: ScaleOptions,
+  emit: (r: SizeResult) => void,
+  log: (line: string) => void,
+  onVersion: (v: string) => void,
+): Promise<void> {
+  const d = await deploy(topology, opts.maxFileStore);
+  onVersion((await monitor(d.nodes[0]!, "/varz")).body?.version ?? "");
+  const silent: Logger = pino({ level: "silent" });
+  const nats = new Nats({ url: d.url, name: "ifp-bench-scale", replicas: "auto" }, silent);
+  const http = new HttpClient({ targets: new TargetPolicy([]) });
+  const m: Maker = {
+    nats,
+    http,
+    discovery: new DiscoveryClient(http),
+    metrics: createRuntimeMetrics("agent"),
+    log: silent,
+  };
+  const deadline = performance.now() + opts.createDeadlineMs;
+  let made = 0;
+  let failed = 0;
+  const relaySubs: Subscriptions[] = [];
+  try {
+    await nats.start();
+    const relayErrors: Record<string, number> = {};
+    for (let i = 0; i < opts.relays; i++) {
+      await makeRelay(m, i)
+        .then((subs) => relaySubs.push(subs))
+        .catch((err) => {
+          const k = errorKind("relay", err);
+          relayErrors[k] = (relayErrors[k] ?? 0) + 1;
+        });
+    }
+    let next = 0;
+    for (const size of opts.agents) {
+      const errors: Record<string, number> = { ...relayErrors };
+      for (const k of Object.keys(relayErrors)) delete relayErrors[k];
+      const t0 = performance.now();
+      const madeBefore = made;
+      let boundedBy: string | undefined;
+      const worker = async () => {
+        for (;;) {
+          if (performance.now() > deadline) {
+            boundedBy ??= `the creation deadline (${opts.createDeadlineMs / 60_000} min for the run) passed`;
+            return;
+          }
+          if (next >= size) return;
+          const i = next++;
+          // A runtime retries its start-up until it works; here three tries, each error counted.
+          let ok = false;
+          for (let attempt = 1; attempt <= 3 && !ok; attempt++) {
+            const step = { name: "start" };
+            try {
+              await makeAgent(m, layout, agentKey(i), step);
+              ok = true;
+            } catch (err) {
+              const k = errorKind(step.name, err);
+              errors[k] = (errors[k] ?? 0) + 1;
+              await new Promise((r) => setTimeout(r, 1000 * attempt));
+            }
+          }
+          if (ok) made++;
+          else failed++;
+          if ((made + failed) % 500 === 0)
+            log(
+              `  ${layout} ${topology}: ${made} agents made, ${failed} failed, ${round((performance.now() - t0) / 1000)} s into this size`,
+            );
+        }
+      };
+      await Promise.all(Array.from({ length: opts.concurrency }, worker));
+      const createS = (performance.now() - t0) / 1000;
+      const servers = await sample(d);
+      const publish = await timePublishes(m, layout, opts.publishes);
+      const jsz = (await monitor(d.nodes[0]!, "/jsz", 60_000)).body ?? {};
+      const r: SizeResult = {
+        layout,
+        cluster: topology,
+        agents: size,
+        made,
+        failed,
+        relays: opts.relays,
+        createS: round(createS),
+        createMsPerAgent: made > madeBefore ? round((createS * 1000) / (made - madeBefore), 2) : 0,
+        streams: jsz.streams ?? 0,
+        consumers: jsz.consumers ?? 0,
+        servers,
+        publish,
+        errors,
+        ...(boundedBy ? { boundedBy } : {}),
+      };
+      log(
+        `  ${layout} ${topology} ${size}: made ${made} in ${r.createS} s; RSS ${servers.map((s) => s.rssMiB).join("/")} MiB; restarting`,
+      );
+      if (opts.restart) {
+        r.restart = await restartAll(d, nats, opts.restartDeadlineMs);
+        if (r.restart.timedOut)
+          r.boundedBy ??= `the restart did not have every stream loaded within ${opts.restartDeadlineMs / 60_000} min`;
+      }
+      emit(r);
+      log(table([r]));
+      if (r.boundedBy || failed > size / 10) {
+        if (!r.boundedBy) r.boundedBy = `${failed} agents could not be made`;
+        break;
+      }
+    }
+  } finally {
+    for (const subs of relaySubs) subs.close();
+    await nats.close().catch(() => {});
+    await http.close();
+    await d.close();
+  }
+}
+
+export async function runScale(opts: ScaleOptions): Promise<ScaleResult> {
+  const log = opts.log ?? ((line: string) => console.log(line));
+  const { onProgress: _p, log: _l, ...recorded } = opts;
+  const result: ScaleResult = {
+    date: new Date().toISOString(),
+    machine: {
+      cpus: (await import("node:os")).cpus().length,
+      memGiB: round((await import("node:os")).totalmem() / 1024 ** 3),
+      loadAvg1: round((await import("node:os")).loadavg()[0]!, 2),
+    },
+    natsServer: "",
+    options: recorded,
+    perAgent: {
+      "per-agent": { streams: 2, buckets: 4, consumers: 2, sharedKeys: 0 },
+      shared: { streams: 0, buckets: 0, consumers: 2, sharedKeys: 1 },
+    },
+    runs: [],
+  };
+  for (const layout of opts.layouts) {
+    for (const topology of opts.clusters) {
+      log(`${layout} on ${topology === "single" ? "one nats-server" : "a three-node cluster"}`);
+      await run(
+        layout,
+        topology,
+        opts,
+        (r) => {
+          result.runs.push(r);
+          opts.onProgress?.(result);
+        },
+        log,
+        (v) => (result.natsServer ||= v),
+      );
+    }
+  }
+  return result;
+}
+
+export function table(runs: SizeResult[]): string {
+  const head =
+    "layout    | servers | agents | made   | create s | ms/agent | streams | consumers | RSS MiB per server | fds per server | restart: js s · loaded s | PubAck p50 · p99 ms | errors";
+  const rows = runs.map((r) =>
+    [
+      r.layout.padEnd(9),
+      r.cluster.padEnd(7),
+      String(r.agents).padStart(6),
+      String(r.made).padStart(6),
+      String(r.createS).padStart(8),
+      String(r.createMsPerAgent).padStart(8),
+      String(r.streams).padStart(7),
+      String(r.consumers).padStart(9),
+      r.servers
+        .map((s) => s.rssMiB)
+        .join(" / ")
+        .padEnd(18),
+      r.servers
+        .map((s) => s.fds)
+        .join(" / ")
+        .padEnd(14),
+      (r.restart
+        ? `${r.restart.jsEnabledS} · ${r.restart.loadedS}${r.restart.timedOut ? " (timed out)" : ""}`
+        : "-"
+      ).padEnd(24),
+      `${r.publish.p50Ms} · ${r.publish.p99Ms}`.padEnd(19),
+      String(Object.values(r.errors).reduce((a, b) => a + b, 0)),
+    ].join(" | "),
+  );
+  return [head, ...rows].join("\n");
+}
+
+function parseArgs(argv: string[]): ScaleOptions {
+  const flag = (name: string, dflt: string) => {
+    const i = argv.indexOf(`--${name}`);
+    return i >= 0 && argv[i + 1] ? argv[i + 1]! : dflt;
+  };
+  const list = (s: string) =>
+    s
+      .split(",")
+      .map((x) => x.trim())
+      .filter(Boolean);
+  const agents = list(flag("agents", "1000,5000,10000")).map(Number);
+  if (agents.some((n) => !Number.isInteger(n) || n < 1)) throw new Error("--agents takes positive integers");
+  agents.sort((a, b) => a - b);
+  const clusters = list(flag("cluster", "single,three")) as Topology[];
+  if (clusters.some((c) => c !== "single" && c !== "three")) throw new Error("--cluster takes single and/or three");
+  const layouts = list(flag("layout", "per-agent")) as Layout[];
+  if (layouts.some((l) => l !== "per-agent" && l !== "shared"))
+    throw new Error("--layout takes per-agent and/or shared");
+  return {
+    agents,
+    relays: Number(flag("relays", "10")),
+    clusters,
+    layouts,
+    concurrency: Number(flag("concurrency", "16")),
+    publishes: Number(flag("publishes", "300")),
+    createDeadlineMs: Number(flag("deadline-min", "20")) * 60_000,
+    restartDeadlineMs: Number(flag("restart-deadline-min", "10")) * 60_000,
+    restart: !argv.includes("--no-restart"),
+    maxFileStore: flag("max-file-store", "1P"),
+  };
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const argv = process.argv.slice(2);
+  const i = argv.indexOf("--out");
+  const out = i >= 0 ? argv[i + 1]! : fileURLToPath(new URL("./results/scale-results.json", import.meta.url));
+  const opts = parseArgs(argv);
+  mkdirSync(dirname(out), { recursive: true });
+  // The results of an earlier run of other layouts or topologies are kept beside this one's.
+  let earlier: SizeResult[] = [];
+  try {
+    earlier = (JSON.parse(readFileSync(out, "utf8")) as ScaleResult).runs.filter(
+      (r) => !(opts.layouts.includes(r.layout) && opts.clusters.includes(r.cluster)),
+    );
+  } catch {
+    // none yet
+  }
+  const write = (r: ScaleResult) =>
+    writeFileSync(out, `${JSON.stringify({ ...r, runs: [...earlier, ...r.runs] }, null, 2)}\n`);
+  const stop = async () => {
+    await stopAllProcesses(10_000);
+    process.exit(130);
+  };
+  process.once("SIGINT", stop);
+  process.once("SIGTERM", stop);
+  try {
+    const r = await runScale({ ...opts, onProgress: write });
+    write(r);
+    console.log(`\n${table(r.runs)}\nwritten ${out}`);
+  } finally {
+    await stopAllProcesses(10_000);
+  }
+}
