@@ -4,7 +4,8 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseAllDocuments } from "yaml";
+import { parse, parseAllDocuments } from "yaml";
+import { INPUT_SERIES } from "./support/alert-cases.ts";
 import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { labels } from "../operator/src/controllers/names.ts";
@@ -21,7 +22,7 @@ import {
 } from "../runtime/test/support/agent-harness.ts";
 import { alice, clientOf, relayEnv, runRelay, type RelayEnv } from "../runtime/test/support/relay-harness.ts";
 import { Histogram, type Registry } from "prom-client";
-import { createRuntimeMetrics } from "../runtime/src/server/metrics.ts";
+import { createRuntimeMetrics, dependencyGauges, streamKeeperGauges } from "../runtime/src/server/metrics.ts";
 import type { NatsServer } from "./support/nats.ts";
 import type { RunningRelay } from "../runtime/src/relay/main.ts";
 
@@ -385,6 +386,80 @@ describe("the Grafana dashboard", () => {
     // The labels the dashboard's variables and panels select by are among them.
     const used = new Set(queries(dashboard).flatMap(labelNames));
     for (const l of ["namespace", "ifp_name", "le", "transport", "controller"]) expect(used).toContain(l);
+  });
+
+  it("has alerts and alert tests that read only metrics and labels a real agent, relay or operator exports", async () => {
+    const rules = parse(readFileSync(`${CHART}/alerts/ifp.rules.yaml`, "utf8")) as { groups: { rules: Obj[] }[] };
+    const exprs: string[] = rules.groups.flatMap((g) => g.rules.map((r) => r.expr));
+    const r = helm("--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true");
+    expect(r.status, r.out).toBe(0);
+    const podMonitor = r.objects.find((o) => o.kind === "PodMonitor")!;
+    const serviceMonitor = r.objects.find((o) => o.kind === "ServiceMonitor")!;
+    const runtimePod = (kind: "Agent" | "Relay") =>
+      labels({ apiVersion: "ifp.dev/v1alpha1", kind, metadata: { name: "x", namespace: "n", uid: "u" } } as never);
+    const operatorPod = r.objects.find(
+      (o) => o.kind === "Deployment" && o.metadata.labels["app.kubernetes.io/component"] === "operator",
+    )!.spec.template.metadata.labels;
+    const texts = await scrapeAll();
+    // The runtime's registry with the gauges its main adds (streams, dependencies): the labels
+    // they declare, although no stream was missing in the scrape.
+    const runtimeRegistry = (mode: "agent" | "relay") => {
+      const m = createRuntimeMetrics(mode);
+      streamKeeperGauges(m, { missing: () => [], unmet: () => [] });
+      dependencyGauges(m, { natsConnected: () => true, certFile: "/nonexistent" });
+      return m.registry;
+    };
+    const sources = [
+      [texts.agent, runtimeRegistry("agent"), monitorLabels(podMonitor.spec.podMetricsEndpoints, runtimePod("Agent"))],
+      [texts.relay, runtimeRegistry("relay"), monitorLabels(podMonitor.spec.podMetricsEndpoints, runtimePod("Relay"))],
+      [
+        texts.operator,
+        operator.metrics.registry,
+        monitorLabels(serviceMonitor.spec.endpoints, operatorPod, ["service"]),
+      ],
+    ].map(([text, registry, monitor]) => ({
+      metrics: exported(text as string),
+      carried: carried(text as string),
+      declared: declared(registry as Registry),
+      monitor: monitor as Set<string>,
+    }));
+    const available = (metric: string) =>
+      new Set(
+        sources
+          .filter((src) => src.metrics.has(metric))
+          .flatMap((src) => [...src.monitor, ...(src.carried.get(metric) ?? []), ...(src.declared.get(metric) ?? [])]),
+      );
+    const exportedAnywhere = (metric: string) => sources.some((src) => src.metrics.has(metric));
+    const used = [...new Set(exprs.flatMap(metricNames))].sort();
+    for (const n of [
+      "ifp_outbound_deliveries_total",
+      "ifp_jetstream_stream_missing",
+      "ifp_nats_connected",
+      "ifp_tls_certificate_expiry_timestamp_seconds",
+      "controller_runtime_reconcile_errors_total",
+    ])
+      expect(used).toContain(n);
+    expect(used.filter((n) => !exportedAnywhere(n))).toEqual([]);
+    const missing: string[] = [];
+    for (const expr of exprs)
+      for (const metric of metricNames(expr))
+        for (const label of labelNames(expr))
+          if (!available(metric).has(label)) missing.push(`${label} on ${metric} in ${expr}`);
+    // The series the alerts are tested with (e2e/alerts.test.ts): real names and real labels, and
+    // those the rules read.
+    for (const s of INPUT_SERIES) {
+      if (!exportedAnywhere(s.metric)) missing.push(`input series ${s.metric} is not exported`);
+      if (!used.includes(s.metric)) missing.push(`input series ${s.metric} is read by no alert`);
+      for (const label of Object.keys(s.labels))
+        if (!available(s.metric).has(label)) missing.push(`input series label ${label} on ${s.metric}`);
+    }
+    expect(missing).toEqual([]);
+    // The label values the rules and tests select by are those the runtimes give.
+    expect(texts.agent).toMatch(/^ifp_nats_connected(\{[^}]*\})? 1$/m);
+    expect(texts.relay).toMatch(/^ifp_nats_connected(\{[^}]*\})? 1$/m);
+    const expiry = Number(/^ifp_tls_certificate_expiry_timestamp_seconds(?:\{[^}]*\})? (\S+)$/m.exec(texts.agent)?.[1]);
+    expect(expiry * 1000).toBeGreaterThan(Date.now());
+    expect(runtimePod("Agent")["app.kubernetes.io/component"]).toBe("agent");
   });
 
   it("finds the labels a query reads", () => {

@@ -112,7 +112,10 @@ export const Values = z.strictObject({
       ),
       imageRegistry: z
         .string()
-        .regex(/^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]+)?(\/[a-z0-9]([-a-z0-9._/]*[a-z0-9])?)?$/, "a registry host[:port][/path]")
+        .regex(
+          /^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]+)?(\/[a-z0-9]([-a-z0-9._/]*[a-z0-9])?)?$/,
+          "a registry host[:port][/path]",
+        )
         .optional()
         .describe(
           "global.imageRegistry replaces the registry of every image of this chart and of the runtimes (ghcr.io in ghcr.io/ifp-dev/ifp-runtime; an image without one, such as nats, gets it prepended), e.g. registry.example:5000/mirror.",
@@ -377,6 +380,19 @@ export const Values = z.strictObject({
           namespace: z.string().default(""),
         })
         .prefault({}),
+    })
+    .prefault({}),
+  prometheusRule: z
+    .strictObject({
+      enabled: z.boolean().default(false),
+      labels: StringMap,
+      additionalLabels: z
+        .record(z.string().regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, "a Prometheus label name"), z.string())
+        .default({}),
+      runbookUrl: z
+        .string()
+        .regex(/^$|^https?:\/\/[^\s#]+$/, "an http(s) URL without a fragment")
+        .default(""),
     })
     .prefault({}),
   networkPolicy: z

@@ -21,6 +21,7 @@ export default function setup(): () => void {
     "kubernetes",
     "helm",
     "kube-score",
+    "promtool",
     "kwok",
     "gateway-api",
     ...(nodeTestUnsupported() ? [] : ["kubernetes-node", "coredns", "pause"]),

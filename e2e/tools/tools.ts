@@ -55,10 +55,11 @@ function run(cmd: string, args: string[], cwd: string, env: Record<string, strin
 }
 
 /** `go install module/cmd@version`, for modules whose go.mod has no replace directives. */
-function goInstall(pkg: string, version: string, ldflags = ""): ToolSpec["build"] {
+function goInstall(pkg: string, version: string, ldflags = "", tags = ""): ToolSpec["build"] {
   return (outDir, workDir) => {
     const args = ["install", "-trimpath"];
     if (ldflags) args.push(`-ldflags=${ldflags}`);
+    if (tags) args.push(`-tags=${tags}`);
     run("go", [...args, `${pkg}@${version}`], workDir, { GOBIN: outDir });
   };
 }
@@ -293,6 +294,15 @@ export const TOOLS: Record<string, ToolSpec> = {
     key: "kube-score-v1.20.0",
     binaries: ["kube-score"],
     build: goInstall("github.com/zegl/kube-score/cmd/kube-score", "v1.20.0", "-s -w"),
+  },
+  // Prometheus's rule checker and unit tester: the chart's alerts are evaluated by `promtool
+  // test rules` (e2e/alerts.test.ts). Prometheus 3.16.0 is module version v0.316.0; built
+  // without the service discovery plugins (remove_all_sd), which rule tests never use and which
+  // bring every cloud provider's SDK.
+  promtool: {
+    key: "promtool-v0.316.0-nosd",
+    binaries: ["promtool"],
+    build: goInstall("github.com/prometheus/prometheus/cmd/promtool", "v0.316.0", "-s -w", "remove_all_sd"),
   },
   // Not a binary: the Gateway API's CRD manifests, for the operator's tests of spec.expose.gateway.
   "gateway-api": {
