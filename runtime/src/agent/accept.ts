@@ -113,7 +113,8 @@ export type OnAccepted = (message: Message, meta: InboundMeta, inspection: Inspe
  * its conversation's record (no lower authentication level, 401; no sequence number used twice,
  * 409) and record it there, inspect it, store
  * it (deduplicated), and queue what the inspection calls for. Resolves only once all of that is
- * durable; a failure after storing throws 503 so that the message comes again.
+ * durable; a failure after storing throws 503 so that the message comes again. `raw` is the message
+ * as it was sent (its JSON bytes), stored as it is; a decrypted message is stored as its JSON.
  */
 export async function acceptVerified(
   deps: {
@@ -123,7 +124,7 @@ export async function acceptVerified(
     conversations?: Pick<Conversations, "admit">;
     encryption?: Pick<AgentEncryption, "decrypt">;
   },
-  raw: unknown,
+  raw: Uint8Array | string | object,
   message: Message,
   verified: Verified,
 ): Promise<{ duplicate: boolean }> {
@@ -164,6 +165,7 @@ export async function acceptVerified(
         ...verified,
         handoff: inspection.deliver,
         conversationId: h.conversation_id,
+        date: h.date,
         ...(scheme !== undefined ? { encrypted: scheme } : {}),
       },
       h.from.agent,

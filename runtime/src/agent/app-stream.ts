@@ -67,12 +67,14 @@ interface Reader {
 
 /** The SSE event of one delivery; `data` is one line (stored messages are compact JSON). */
 export function appEventFrame(d: AppDelivery): string {
-  return `id: ${d.seq}\nevent: message\ndata: ${deliveryJson(d)}\n\n`;
+  // An event's data is one line: a CR or LF of the stored JSON can only be white space between
+  // its tokens (inside a string they are escaped), and goes.
+  return `id: ${d.seq}\nevent: message\ndata: ${deliveryJson(d).replace(/[\r\n]/g, "")}\n\n`;
 }
 
 /**
  * {seq, message_id, sender, auth_level, auth_source, encrypted?, delivery_attempt, message} with
- * the message as stored: the fields a hand-off to spec.handler.url carries in its headers.
+ * the message as stored, byte for byte: the fields a hand-off to spec.handler.url carries in its headers.
  */
 export function deliveryJson(d: AppDelivery): string {
   const meta = JSON.stringify({
@@ -84,7 +86,7 @@ export function deliveryJson(d: AppDelivery): string {
     ...(d.encrypted ? { encrypted: d.encrypted } : {}),
     delivery_attempt: d.delivery_attempt,
   });
-  return `${meta.slice(0, -1)},"message":${d.raw.replace(/[\r\n]/g, "")}}`;
+  return `${meta.slice(0, -1)},"message":${d.raw}}`;
 }
 
 /** A resume cursor from Last-Event-ID or ?after= (an inbox stream sequence); 0 when absent or not a number. */

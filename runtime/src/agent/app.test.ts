@@ -26,7 +26,9 @@ function inbox(maxMessageBytes = 4096) {
     verifier: new Verifier(agent.spec.peers),
     store: {
       accept: async (raw) => {
-        const text = JSON.stringify(raw);
+        // As the inbox stores it: the bytes that were sent, a parsed message as its JSON.
+        const text =
+          typeof raw === "string" || raw instanceof Uint8Array ? Buffer.from(raw).toString() : JSON.stringify(raw);
         const duplicate = stored.includes(text);
         stored.push(text);
         return { duplicate };

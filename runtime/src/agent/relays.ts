@@ -86,7 +86,7 @@ export class RelayMailboxReader {
   private readonly http: HttpClient;
   private readonly requireSignature: boolean;
   private readonly accept: (
-    raw: unknown,
+    raw: object,
     message: Message,
     verified: Verified,
   ) => Promise<{ duplicate?: boolean } | unknown>;
@@ -117,7 +117,7 @@ export class RelayMailboxReader {
     http: HttpClient;
     verifier: MessageVerifier;
     requireSignature: boolean;
-    accept: (raw: unknown, message: Message, verified: Verified) => Promise<unknown>;
+    accept: (raw: object, message: Message, verified: Verified) => Promise<unknown>;
     /** The inbox's addressing and date-window checks, applied to every relayed message too. */
     admission: Admission;
     intervalMs: number;
@@ -296,7 +296,7 @@ export class RelayMailboxReader {
                 `${this.signing.agentId} accepts only end-to-end encrypted messages through the relay ${client.base}, which it does not trust; encrypt the body for its encryption key (identity document, use "encryption")`,
               );
             }
-            const result = await this.accept(raw, parsed.data, verified);
+            const result = await this.accept(raw as object, parsed.data, verified);
             duplicate = (result as { duplicate?: boolean } | undefined)?.duplicate === true;
             return verified;
           },

@@ -34,6 +34,8 @@ export interface AcceptMeta {
   encrypted?: string;
   /** headers.conversation_id, kept beside the message for the hand-off's log lines. */
   conversationId?: string;
+  /** headers.date; read from the message when not given. */
+  date?: string;
 }
 
 /** Header names on stored inbound messages. */
@@ -100,10 +102,19 @@ export class InboxStore {
     };
   }
 
-  /** Durably store one message; resolves only after the JetStream ack. */
-  async accept(raw: unknown, messageId: string, meta: AcceptMeta, fromAgent: string): Promise<{ duplicate: boolean }> {
+  /**
+   * Durably store one message; resolves only after the JetStream ack. `raw` is the message as it
+   * was sent, its JSON bytes or text, stored as they are (byte for byte); a parsed message (one
+   * decrypted here, one read from a relay's page) is stored as its JSON.
+   */
+  async accept(
+    raw: Uint8Array | string | object,
+    messageId: string,
+    meta: AcceptMeta,
+    fromAgent: string,
+  ): Promise<{ duplicate: boolean }> {
     if (!this.nats.isConnected) throw unavailable("the message store (NATS JetStream) is not reachable");
-    const data = JSON.stringify(raw);
+    const data = typeof raw === "string" || raw instanceof Uint8Array ? raw : JSON.stringify(raw);
     refuseOverMaxPayload(this.nats, data);
     const h = headers();
     h.set(INBOX_HEADERS.messageId, messageId);
@@ -123,7 +134,7 @@ export class InboxStore {
     // was no earlier than its date less the clock skew. An older message (one a relay kept for
     // days) may repeat a copy stored before that: the stream, which keeps every message for its
     // retention, is asked by subject.
-    const date = Date.parse((raw as { headers?: { date?: string } }).headers?.date ?? "");
+    const date = Date.parse(meta.date ?? (storedJson(data) as { headers?: { date?: string } }).headers?.date ?? "");
     if (!(Date.now() - date < this.windowMs - FUTURE_SKEW_MS) && (await this.holds(messageId, meta.signer, fromAgent)))
       return { duplicate: true };
     try {
@@ -240,4 +251,13 @@ export function receivedLookup(
     const entry = await conversations.thread(messageId, sender);
     return entry ? threadOriginal(entry) : undefined;
   };
+}
+
+/** What stored JSON says, for the fields a caller did not pass; {} when it is not JSON. */
+function storedJson(data: Uint8Array | string): unknown {
+  try {
+    return JSON.parse(typeof data === "string" ? data : Buffer.from(data).toString("utf8")) ?? {};
+  } catch {
+    return {};
+  }
 }

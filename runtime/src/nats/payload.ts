@@ -8,7 +8,7 @@ export const MAX_PAYLOAD_HEADROOM = 8 * 1024;
  * A message NATS cannot carry (the server's max_payload, lower than maxMessageBytes) is a 413
  * like one over maxMessageBytes: final, not a 503 that the sender would retry for ever.
  */
-export function refuseOverMaxPayload(nats: Nats, data: string): void {
+export function refuseOverMaxPayload(nats: Nats, data: string | Uint8Array): void {
   const max = nats.nc?.info?.max_payload;
   if (!max) return;
   const size = Buffer.byteLength(data);

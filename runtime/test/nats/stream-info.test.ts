@@ -18,7 +18,7 @@ beforeAll(async () => {
   nats = new Nats({ url: server.url, name: "stream-info test" }, pino({ level: "silent" }));
   await nats.start();
   watcher = await connect({ servers: server.url });
-  watcher.subscribe("$JS.API.STREAM.INFO.>", { callback: (_err, m) => infos.push(m.subject) });
+  watcher.subscribe("$JS.API.STREAM.INFO.>", { callback: (_err, m) => void infos.push(m.subject) });
   await watcher.flush();
 });
 

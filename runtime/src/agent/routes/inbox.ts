@@ -8,6 +8,7 @@ import type { Agent } from "../../resources/agent.ts";
 import { parseDuration } from "../../resources/common.ts";
 import type { RuntimeMetrics } from "../../server/metrics.ts";
 import { RateLimiter } from "../../server/ratelimit.ts";
+import { keepRawJson, rawJsonOf } from "../../server/raw-json.ts";
 import { asSent } from "../../server/validation.ts";
 import { debugEnabled, messageLog, namedOnFailure } from "../../telemetry/logs.ts";
 import {
@@ -59,6 +60,8 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
     maxFutureSkewMs: deps.maxFutureSkewMs,
     now,
   };
+  // The message is stored as its sender's bytes, never a re-serialized parse.
+  keepRawJson(app);
   // Requests that reached the handler have their span there, parented by the message's trace context.
   const traced = new WeakSet<object>();
   // Every answer is counted: accepted, duplicate, or its error code.
@@ -102,6 +105,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
       },
       async (req, reply) => {
         const message = req.body;
+        const sent = rawJsonOf(req) ?? Buffer.from(JSON.stringify(message));
         const h = message.headers;
         if (tracingEnabled()) traced.add(req);
         const parent = messageContext(message);
@@ -128,10 +132,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
                 );
               }
               // The byte quota: one trusted peer cannot fill the store every agent shares.
-              const bytes = perSenderBytes.take(
-                verified.signer ?? `unsigned:${h.from.agent}`,
-                Buffer.byteLength(JSON.stringify(message)),
-              );
+              const bytes = perSenderBytes.take(verified.signer ?? `unsigned:${h.from.agent}`, sent.length);
               if (!bytes.ok) {
                 throw rateLimited(
                   bytes.retryAfterSeconds,
@@ -146,7 +147,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
                   conversations: deps.conversations,
                   encryption: deps.encryption,
                 },
-                message,
+                sent,
                 message,
                 verified,
               );
