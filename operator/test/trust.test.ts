@@ -302,7 +302,7 @@ describe("install CA", () => {
 });
 
 describe("install CA rotation", () => {
-  // A rotation driven in seconds (CAs of 45 s): the promotion of the next CA must reach the
+  // A rotation driven in seconds (CAs of 20 s): the promotion of the next CA must reach the
   // controllers at once (it changes the signer, not the bundle), or the certificate follows only
   // at a later step.
   it("publishes the next CA first, issues from it only after the overlap, and drops the old one once it expired", {
@@ -310,16 +310,17 @@ describe("install CA rotation", () => {
   }, async () => {
     const ROT = "ifp-rotation";
     cp.kubectl(["create", "namespace", ROT]);
-    // CA valid 45 s; the next one 30 s before that (at ~15 s); issued from after 6 s more.
-    const overlapMs = 6_000;
+    // CA valid 20 s; the next one 15 s before that (at ~5 s); issued from after 5 s more; the old
+    // one dropped once it expired (at ~20 s).
+    const overlapMs = 5_000;
     const rot = await start({
       watchNamespaces: [ROT],
       trust: {
         namespace: SYSTEM,
         secretName: "rotation-ca",
         lifetimes: {
-          caValidityMs: 45_000,
-          caRotateBeforeMs: 30_000,
+          caValidityMs: 20_000,
+          caRotateBeforeMs: 15_000,
           caOverlapMs: overlapMs,
           certValidityMs: 60_000,
           certRenewBeforeMs: 5_000,
