@@ -10,6 +10,7 @@ import { OPERATOR_INBOX_PREFIX, operatorPermissions } from "../../runtime/src/co
 import { loadNatsIssuer } from "./controllers/runtime-nats-credential.ts";
 import { deleteRuntimeData, inRuntimeAccount } from "./controllers/runtime-account.ts";
 import { NatsAccounts } from "./nats-accounts.ts";
+import type { CredentialIssuer } from "./nats-credential-issuer.ts";
 import { reconcileAgent } from "./controllers/agent-controller.ts";
 import { NamespaceLabels } from "./controllers/namespace-labels.ts";
 import { reconcileRelay } from "./controllers/relay-controller.ts";
@@ -112,27 +113,150 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   if (opts.kubeconfig) kc.loadFromFile(opts.kubeconfig);
   else kc.loadFromDefault();
   const kube = new Kube(kc, log, (verb, kind) => metrics.writes.inc({ verb, kind }));
-  const enqueue = (kind: CachedKind, obj: KubernetesObject) => {
-    const ns = obj.metadata?.namespace;
-    if (!ns) return;
-    if (kind === "Agent") {
-      // The Agents that may select this one (spec.peerSelector) look again: its keys or endpoint
-      // may have changed, or it may match now or no more.
-      // So do those claiming its agent id: the one the install vouches for takes it from one it does not.
-      const agentId = (obj as { spec?: { agentId?: unknown } }).spec?.agentId;
-      for (const o of caches.list<KubernetesObject & { spec?: { peerSelector?: unknown; agentId?: unknown } }>(
-        "Agent",
-      )) {
-        if ((o.spec?.peerSelector || o.spec?.agentId === agentId) && o.metadata?.uid !== obj.metadata?.uid)
-          controllers.Agent.enqueue(o.metadata!.namespace!, o.metadata!.name!);
-      }
-    }
-    if (kind === "Agent" || kind === "Relay") return controllers[kind].enqueue(ns, obj.metadata!.name!);
-    const owner = ownerOf(obj);
-    if (owner) controllers[owner.kind].enqueue(ns, owner.name);
-  };
+  const controllers = {} as Record<Kind, Controller>;
+  const enqueue = (kind: CachedKind, obj: KubernetesObject) => enqueueFor(caches, controllers, kind, obj);
   const caches = new Caches(kc, opts.watchNamespaces, log, enqueue);
   const abort = new AbortController();
+  const trust = installTrust(opts, kube);
+  const natsSide = await connectNats(opts, kube, trust, abort.signal);
+  const { nats, natsIssuer, natsAccounts } = natsSide;
+  const ctx: ReconcileContext = {
+    kube,
+    caches,
+    settings: operatorSettings(opts, natsSide),
+    log,
+    nats,
+    trust,
+    natsIssuer,
+    natsAccounts,
+    deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
+    rollouts: new RolloutGate(opts.rolloutLimit ?? parseRolloutLimit(DEFAULT_ROLLOUT_LIMIT)),
+    agentIds: new Map(),
+    namespaceLabels: new NamespaceLabels(kube, log),
+  };
+  const summaries = summaryCollector(opts, ctx, enqueue);
+  ctx.summaries = summaries;
+  const controller = (kind: Kind, reconcile: Reconcile) =>
+    new Controller({ kind, reconcile, exists: (ns, name) => !!caches.get(kind, ns, name), metrics, log });
+  controllers.Agent = controller("Agent", (ns, name) => reconcileAgent(ctx, ns, name));
+  controllers.Relay = controller("Relay", (ns, name) => reconcileRelay(ctx, ns, name));
+  const run: ManagerRun = {
+    opts,
+    ctx,
+    metrics,
+    controllers,
+    enqueue,
+    abort,
+    nats: natsSide,
+    summaries,
+    natsServerTls: opts.natsServerTls ? new NatsServerTls(kube, trust, { ...opts.natsServerTls, log }) : undefined,
+    elector: opts.leaderElection ? leaderElector(opts, kc) : undefined,
+    leading: !opts.leaderElection,
+    stopping: false,
+    trustLoaded: false,
+    loops: [],
+  };
+  const health = await serveHealth(
+    { healthPort: opts.healthPort, metricsPort: opts.metricsPort },
+    () => notReady(run),
+    metrics.registry,
+  );
+  const depth = setInterval(() => {
+    for (const c of Object.values(controllers)) c.recordQueueDepth();
+    metrics.informerRestarts.set(caches.restarts);
+  }, 1000);
+  depth.unref();
+  const started = lead(run);
+  started.catch((err) => log.error({ err: errorMessage(err) }, "operator could not start"));
+  return {
+    metrics,
+    caches,
+    trust,
+    healthUrl: health.url,
+    metricsUrl: health.metricsUrl,
+    started,
+    get leading() {
+      return run.leading;
+    },
+    async stop() {
+      if (run.stopping) return;
+      clearInterval(depth);
+      await stopManager(run);
+      await health.close();
+      log.info("operator stopped");
+    },
+  };
+}
+
+/** What a running manager holds between its start and its stop. */
+interface ManagerRun {
+  opts: ManagerOptions;
+  ctx: ReconcileContext;
+  metrics: ReturnType<typeof createOperatorMetrics>;
+  controllers: Record<Kind, Controller>;
+  enqueue: (kind: CachedKind, obj: KubernetesObject) => void;
+  abort: AbortController;
+  nats: NatsSide;
+  summaries?: SummaryCollector;
+  natsServerTls?: NatsServerTls;
+  elector?: LeaderElector;
+  leading: boolean;
+  stopping: boolean;
+  trustLoaded: boolean;
+  loops: Promise<void>[];
+  resync?: NodeJS.Timeout;
+}
+
+/**
+ * A change of an object enqueues the Agent or Relay it belongs to; a change of an Agent also those
+ * that may select it (spec.peerSelector: its keys or endpoint may have changed, or it may match
+ * now or no more) and those claiming its agent id (the one the install vouches for takes it from
+ * one it does not).
+ */
+function enqueueFor(caches: Caches, controllers: Record<Kind, Controller>, kind: CachedKind, obj: KubernetesObject) {
+  const ns = obj.metadata?.namespace;
+  if (!ns) return;
+  if (kind === "Agent") {
+    const agentId = (obj as { spec?: { agentId?: unknown } }).spec?.agentId;
+    for (const o of caches.list<KubernetesObject & { spec?: { peerSelector?: unknown; agentId?: unknown } }>("Agent")) {
+      if ((o.spec?.peerSelector || o.spec?.agentId === agentId) && o.metadata?.uid !== obj.metadata?.uid)
+        controllers.Agent.enqueue(o.metadata!.namespace!, o.metadata!.name!);
+    }
+  }
+  if (kind === "Agent" || kind === "Relay") return controllers[kind].enqueue(ns, obj.metadata!.name!);
+  const owner = ownerOf(obj);
+  if (owner) controllers[owner.kind].enqueue(ns, owner.name);
+}
+
+function installTrust(opts: ManagerOptions, kube: Kube): InstallTrust {
+  return new InstallTrust(kube, {
+    namespace: opts.trust?.namespace ?? opts.leaderElection?.namespace ?? process.env.POD_NAMESPACE ?? "default",
+    secretName: opts.trust?.secretName ?? "ifp-operator-ca",
+    lifetimes: opts.trust?.lifetimes,
+    extraCas: opts.trust?.extraCas,
+    certManager: opts.trust?.certManager,
+    log: opts.log,
+  });
+}
+
+/** The operator's side of NATS: its credential issuer, its own connection, the runtimes' accounts. */
+interface NatsSide {
+  natsIssuer?: CredentialIssuer;
+  nats?: Nats;
+  natsAccounts?: NatsAccounts;
+  /** NATS is verified with the install's trust: the operator connects once it holds the install CAs. */
+  fromTrust: boolean;
+  /** The daily renewal of the credential the operator issued itself. */
+  renewOwn?: NodeJS.Timeout;
+}
+
+async function connectNats(
+  opts: ManagerOptions,
+  kube: Kube,
+  trust: InstallTrust,
+  signal: AbortSignal,
+): Promise<NatsSide> {
+  const log = opts.log;
   const natsIssuer = opts.natsAccount
     ? await loadNatsIssuer(kube, opts.natsAccount.namespace, opts.natsAccount.name, log)
     : undefined;
@@ -154,43 +278,40 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       )
     : undefined;
   renewOwn?.unref();
-  const trust = new InstallTrust(kube, {
-    namespace: opts.trust?.namespace ?? opts.leaderElection?.namespace ?? process.env.POD_NAMESPACE ?? "default",
-    secretName: opts.trust?.secretName ?? "ifp-operator-ca",
-    lifetimes: opts.trust?.lifetimes,
-    extraCas: opts.trust?.extraCas,
-    certManager: opts.trust?.certManager,
-    log,
-  });
   // With NATS behind the install's trust, the operator connects once it holds the install CAs
-  // (as leader, below); otherwise at once.
-  const natsTlsFromTrust = !!opts.natsTlsVerifyWithTrust;
+  // (as leader, lead()); otherwise at once.
+  const fromTrust = !!opts.natsTlsVerifyWithTrust;
+  const trustTls = { ca: () => joinBundle(trust.bundleCerts()) };
   const nats = opts.nats
     ? new Nats(
         {
           inboxPrefix: OPERATOR_INBOX_PREFIX,
           ...opts.nats,
           ...(selfIssued ? { creds: () => ownCreds! } : {}),
-          ...(natsTlsFromTrust ? { tls: { ca: () => joinBundle(trust.bundleCerts()) } } : {}),
+          ...(fromTrust ? { tls: trustTls } : {}),
           name: "ifp-operator",
         },
         log,
       )
     : undefined;
-  if (!natsTlsFromTrust) void nats?.start(abort.signal).catch(() => {});
+  if (!fromTrust) void nats?.start(signal).catch(() => {});
   // One NATS account per runtime, when the operator holds the operator and system keys: it makes
   // each, and reaches each through a small pool of connections of its own user there.
   const natsAccounts =
     natsIssuer?.accountPerRuntime && opts.nats
       ? new NatsAccounts({
           url: opts.nats.url,
-          tls: natsTlsFromTrust ? { ca: () => joinBundle(trust.bundleCerts()) } : opts.nats.tls,
+          tls: fromTrust ? trustTls : opts.nats.tls,
           issuer: natsIssuer,
           log,
           ...opts.natsAccountPool,
         })
       : undefined;
-  const natsServerTls = opts.natsServerTls ? new NatsServerTls(kube, trust, { ...opts.natsServerTls, log }) : undefined;
+  return { natsIssuer, nats, natsAccounts, fromTrust, renewOwn };
+}
+
+/** The settings the children are rendered with: the operator's, and what its NATS side implies. */
+function operatorSettings(opts: ManagerOptions, natsSide: NatsSide): OperatorSettings {
   // The install's own issuer may also be named in spec.tls.issuerRef (with spec.tls.dnsNames, say).
   const installIssuer = opts.trust?.certManager?.issuerRef;
   const allowed = installIssuer
@@ -199,168 +320,133 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
         allowedIssuers: [...new Set([...(opts.settings.allowedIssuers ?? []), issuerEntry(installIssuer)])],
       }
     : opts.settings;
-  const settings = {
-    ...allowed,
-    ...(natsIssuer ? { natsPerResourceCreds: true } : {}),
-    ...(natsTlsFromTrust ? { natsTlsVerifyWithTrust: true } : {}),
-  };
-  const summaries = nats
-    ? new SummaryCollector({
-        nats,
-        caches,
-        enqueue,
-        log,
-        intervalMs: opts.summaryIntervalMs,
-        ...(natsAccounts ? { inAccount: (obj, read) => inRuntimeAccount(ctx, obj, read) } : {}),
-      })
-    : undefined;
-  const ctx: ReconcileContext = {
-    kube,
-    caches,
-    settings,
-    log,
-    nats,
-    trust,
-    natsIssuer,
-    natsAccounts,
-    deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
-    rollouts: new RolloutGate(opts.rolloutLimit ?? parseRolloutLimit(DEFAULT_ROLLOUT_LIMIT)),
-    agentIds: new Map(),
-    namespaceLabels: new NamespaceLabels(kube, log),
-    summaries,
-  };
-  const controller = (kind: Kind, reconcile: Reconcile) =>
-    new Controller({ kind, reconcile, exists: (ns, name) => !!caches.get(kind, ns, name), metrics, log });
-  const controllers: Record<Kind, Controller> = {
-    Agent: controller("Agent", (ns, name) => reconcileAgent(ctx, ns, name)),
-    Relay: controller("Relay", (ns, name) => reconcileRelay(ctx, ns, name)),
-  };
-
-  const elector = opts.leaderElection
-    ? new LeaderElector(kc, {
-        namespace: opts.leaderElection.namespace,
-        name: opts.leaderElection.name ?? "ifp-operator",
-        identity: opts.leaderElection.identity ?? `${hostname()}_${process.pid}`,
-        leaseSeconds: opts.leaderElection.leaseSeconds,
-        log,
-      })
-    : undefined;
-  let leading = !elector;
-  let stopping = false;
-  let trustLoaded = false;
-  // Ready: a standby is ready (it waits for the lease); a leader once its caches hold a first list.
-  const health = await serveHealth(
-    { healthPort: opts.healthPort, metricsPort: opts.metricsPort },
-    () =>
-      stopping
-        ? "shutting down"
-        : leading && !trustLoaded
-          ? "install CA not loaded yet"
-          : leading && !caches.synced
-            ? "caches not synced yet"
-            : undefined,
-    metrics.registry,
-  );
-  const depth = setInterval(() => {
-    for (const c of Object.values(controllers)) c.recordQueueDepth();
-    metrics.informerRestarts.set(caches.restarts);
-  }, 1000);
-  depth.unref();
-
-  let loops: Promise<void>[] = [];
-  let resync: NodeJS.Timeout | undefined;
-  const started = (async () => {
-    if (elector) {
-      await elector.run(() => {
-        leading = false;
-        metrics.leader.set(0);
-        metrics.shared.leader.set({ name: "ifp-operator" }, 0);
-        if (stopping) return;
-        if (opts.onLostLeadership) opts.onLostLeadership();
-        else {
-          log.error("exiting after losing leadership");
-          process.exit(1);
-        }
-      });
-      if (stopping) return;
-      leading = true;
-    }
-    metrics.leader.set(1);
-    metrics.shared.leader.set({ name: "ifp-operator" }, 1);
-    // The install CA before any reconcile: every default certificate and bundle comes from it.
-    // A change of its CAs (a rotation step) brings every resource to its bundle and certificate.
-    // Until it loads (the API server away, an unusable Secret) the replica says why and is not ready.
-    for (let attempt = 1; !stopping; attempt++) {
-      try {
-        await trust.start(() => {
-          natsServerTls?.changed();
-          for (const kind of ["Agent", "Relay"] as const) for (const o of caches.list(kind)) enqueue(kind, o);
-        });
-        trustLoaded = true;
-        break;
-      } catch (err) {
-        log.error({ err: errorMessage(err), attempt }, "could not load the install CA; retrying");
-        await new Promise((r) => setTimeout(r, Math.min(30_000, 1000 * attempt)));
-      }
-    }
-    if (stopping) return;
-    natsServerTls?.start();
-    if (natsTlsFromTrust) void nats?.start(abort.signal).catch(() => {});
-    await caches.start(abort.signal);
-    if (stopping) return;
-    loops = Object.values(controllers).map((c) => c.run(opts.workers ?? 4));
-    resync = setInterval(
-      () => {
-        for (const kind of ["Agent", "Relay"] as const) for (const o of caches.list(kind)) enqueue(kind, o);
-      },
-      opts.resyncMs ?? 5 * 60_000,
-    );
-    resync.unref();
-    summaries?.start();
-    log.info({ namespaces: opts.watchNamespaces.length ? opts.watchNamespaces : "all" }, "operator started");
-  })();
-  started.catch((err) => log.error({ err: errorMessage(err) }, "operator could not start"));
-
   return {
-    metrics,
-    caches,
-    trust,
-    healthUrl: health.url,
-    metricsUrl: health.metricsUrl,
-    started,
-    get leading() {
-      return leading;
-    },
-    async stop() {
-      if (stopping) return;
-      stopping = true;
-      clearInterval(depth);
-      if (resync) clearInterval(resync);
-      await summaries?.stop();
-      trust.stop();
-      natsServerTls?.stop();
-      abort.abort();
-      // Finish the reconciles in flight, then let go of everything else.
-      for (const c of Object.values(controllers)) c.shutDown();
-      await Promise.all(loops);
-      if (leading && opts.operatorDeployment && (await beingUninstalled(kube, opts.operatorDeployment, log))) {
-        await releaseAllFinalizers({
-          kube,
-          caches,
-          jsm: nats?.isConnected ? nats.jsm : undefined,
-          ...(natsAccounts ? { deleteData: (obj, named) => deleteRuntimeData(ctx, obj, named) } : {}),
-          log,
-        });
-      }
-      await caches.stop();
-      await elector?.stop();
-      await natsAccounts?.close();
-      await nats?.close();
-      if (renewOwn) clearInterval(renewOwn);
-      await health.close();
-      log.info("operator stopped");
-    },
+    ...allowed,
+    ...(natsSide.natsIssuer ? { natsPerResourceCreds: true } : {}),
+    ...(natsSide.fromTrust ? { natsTlsVerifyWithTrust: true } : {}),
   };
+}
+
+function summaryCollector(
+  opts: ManagerOptions,
+  ctx: ReconcileContext,
+  enqueue: (kind: CachedKind, obj: KubernetesObject) => void,
+): SummaryCollector | undefined {
+  if (!ctx.nats) return undefined;
+  return new SummaryCollector({
+    nats: ctx.nats,
+    caches: ctx.caches,
+    enqueue,
+    log: opts.log,
+    intervalMs: opts.summaryIntervalMs,
+    ...(ctx.natsAccounts ? { inAccount: (obj, read) => inRuntimeAccount(ctx, obj, read) } : {}),
+  });
+}
+
+function leaderElector(opts: ManagerOptions, kc: ObservedKubeConfig): LeaderElector {
+  const le = opts.leaderElection!;
+  return new LeaderElector(kc, {
+    namespace: le.namespace,
+    name: le.name ?? "ifp-operator",
+    identity: le.identity ?? `${hostname()}_${process.pid}`,
+    leaseSeconds: le.leaseSeconds,
+    log: opts.log,
+  });
+}
+
+/** Ready: a standby is ready (it waits for the lease); a leader once its caches hold a first list. */
+function notReady(run: ManagerRun): string | undefined {
+  if (run.stopping) return "shutting down";
+  if (run.leading && !run.trustLoaded) return "install CA not loaded yet";
+  if (run.leading && !run.ctx.caches.synced) return "caches not synced yet";
+  return undefined;
+}
+
+function setLeader(run: ManagerRun, on: boolean): void {
+  run.leading = on;
+  run.metrics.leader.set(on ? 1 : 0);
+  run.metrics.shared.leader.set({ name: "ifp-operator" }, on ? 1 : 0);
+}
+
+/** Wait for the lease (with leader election), then load the install CA, sync the caches and run the workers. */
+async function lead(run: ManagerRun): Promise<void> {
+  const { opts, ctx } = run;
+  if (run.elector) {
+    await run.elector.run(() => {
+      setLeader(run, false);
+      if (run.stopping) return;
+      if (opts.onLostLeadership) opts.onLostLeadership();
+      else {
+        opts.log.error("exiting after losing leadership");
+        process.exit(1);
+      }
+    });
+    if (run.stopping) return;
+  }
+  setLeader(run, true);
+  await loadTrust(run);
+  if (run.stopping) return;
+  run.natsServerTls?.start();
+  if (run.nats.fromTrust) void ctx.nats?.start(run.abort.signal).catch(() => {});
+  await ctx.caches.start(run.abort.signal);
+  if (run.stopping) return;
+  run.loops = Object.values(run.controllers).map((c) => c.run(opts.workers ?? 4));
+  run.resync = setInterval(() => enqueueAll(run), opts.resyncMs ?? 5 * 60_000);
+  run.resync.unref();
+  run.summaries?.start();
+  opts.log.info({ namespaces: opts.watchNamespaces.length ? opts.watchNamespaces : "all" }, "operator started");
+}
+
+function enqueueAll(run: ManagerRun): void {
+  for (const kind of ["Agent", "Relay"] as const) for (const o of run.ctx.caches.list(kind)) run.enqueue(kind, o);
+}
+
+/**
+ * The install CA before any reconcile: every default certificate and bundle comes from it. A
+ * change of its CAs (a rotation step) brings every resource to its bundle and certificate. Until
+ * it loads (the API server away, an unusable Secret) the replica says why and is not ready.
+ */
+async function loadTrust(run: ManagerRun): Promise<void> {
+  for (let attempt = 1; !run.stopping; attempt++) {
+    try {
+      await run.ctx.trust.start(() => {
+        run.natsServerTls?.changed();
+        enqueueAll(run);
+      });
+      run.trustLoaded = true;
+      return;
+    } catch (err) {
+      run.opts.log.error({ err: errorMessage(err), attempt }, "could not load the install CA; retrying");
+      await new Promise((r) => setTimeout(r, Math.min(30_000, 1000 * attempt)));
+    }
+  }
+}
+
+/** Finish the reconciles in flight, release the finalizers when being uninstalled, then let go of everything. */
+async function stopManager(run: ManagerRun): Promise<void> {
+  const { opts, ctx } = run;
+  run.stopping = true;
+  if (run.resync) clearInterval(run.resync);
+  await run.summaries?.stop();
+  ctx.trust.stop();
+  run.natsServerTls?.stop();
+  run.abort.abort();
+  for (const c of Object.values(run.controllers)) c.shutDown();
+  await Promise.all(run.loops);
+  if (run.leading && opts.operatorDeployment && (await beingUninstalled(ctx.kube, opts.operatorDeployment, opts.log))) {
+    await releaseAllFinalizers({
+      kube: ctx.kube,
+      caches: ctx.caches,
+      jsm: ctx.nats?.isConnected ? ctx.nats.jsm : undefined,
+      ...(ctx.natsAccounts ? { deleteData: (obj, named) => deleteRuntimeData(ctx, obj, named) } : {}),
+      log: opts.log,
+    });
+  }
+  await ctx.caches.stop();
+  await run.elector?.stop();
+  await ctx.natsAccounts?.close();
+  await ctx.nats?.close();
+  if (run.nats.renewOwn) clearInterval(run.nats.renewOwn);
 }
 
 /**

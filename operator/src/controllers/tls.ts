@@ -102,6 +102,10 @@ export function certificateWaiting(cert: KubernetesObject | undefined): Blocker 
   };
 }
 
+/**
+ * The serving certificate of a runtime: the user's Secret (spec.tls.secretName), a cert-manager
+ * Certificate (spec.tls.issuerRef, else the install's issuer), or one the install CA issues.
+ */
 export async function ensureTls(
   kube: Kube,
   caches: Caches,
@@ -111,58 +115,82 @@ export async function ensureTls(
   dnsNames: string[],
   now = Date.now(),
 ): Promise<TlsOutcome> {
+  if (tls?.secretName) return userTlsSecret(kube, owner, tls.secretName);
+  // The resource's own issuer, else the install's (cert-manager mode), else the install CA.
+  const issuerRef = tls?.issuerRef ?? trust.certManager.issuerRef;
+  if (issuerRef) return certManagerTls(kube, caches, owner, issuerRef, !!tls?.issuerRef, dnsNames);
+  return installCaTls(kube, caches, trust, owner, dnsNames, now);
+}
+
+/** spec.tls.secretName: used as it is once it exists, may be used by this resource and holds a key pair. */
+async function userTlsSecret(kube: Kube, owner: Owner, secretName: string): Promise<TlsOutcome> {
+  const ns = owner.metadata.namespace;
+  // A user's Secret is not labelled, so not cached: read it (reads are cheap, writes are not).
+  const secret = await kube.read<V1Secret>("v1", "Secret", ns, secretName);
+  const base = { secretName, applied: [], events: [] };
+  if (!secret)
+    return {
+      ...base,
+      blocker: {
+        reason: "TLSSecretMissing",
+        message: `Secret ${secretName} named in spec.tls.secretName does not exist in namespace ${ns}`,
+      },
+      requeueAfterMs: 30_000,
+    };
+  const refusal = secretUsableBy(secret, owner, "spec.tls.secretName");
+  if (refusal) return { ...base, blocker: refusal, requeueAfterMs: 30_000 };
+  if (!secret.data?.["tls.crt"] || !secret.data?.["tls.key"]) {
+    return {
+      ...base,
+      blocker: { reason: "InvalidTLSSecret", message: `Secret ${secretName} has no tls.crt and tls.key` },
+      requeueAfterMs: 30_000,
+    };
+  }
+  return base;
+}
+
+/** A cert-manager Certificate into `<name>-tls`; waiting until cert-manager says it is Ready. */
+async function certManagerTls(
+  kube: Kube,
+  caches: Caches,
+  owner: Owner,
+  issuerRef: NonNullable<TlsSpecInput["issuerRef"]>,
+  own: boolean,
+  dnsNames: string[],
+): Promise<TlsOutcome> {
   const ns = owner.metadata.namespace;
   const n = childNames(owner.metadata.name);
-  if (tls?.secretName) {
-    // A user's Secret is not labelled, so not cached: read it (reads are cheap, writes are not).
-    const secret = await kube.read<V1Secret>("v1", "Secret", ns, tls.secretName);
-    const base = { secretName: tls.secretName, applied: [], events: [] };
-    if (!secret)
-      return {
-        ...base,
-        blocker: {
-          reason: "TLSSecretMissing",
-          message: `Secret ${tls.secretName} named in spec.tls.secretName does not exist in namespace ${ns}`,
-        },
-        requeueAfterMs: 30_000,
-      };
-    const refusal = secretUsableBy(secret, owner, "spec.tls.secretName");
-    if (refusal) return { ...base, blocker: refusal, requeueAfterMs: 30_000 };
-    if (!secret.data?.["tls.crt"] || !secret.data?.["tls.key"]) {
-      return {
-        ...base,
-        blocker: { reason: "InvalidTLSSecret", message: `Secret ${tls.secretName} has no tls.crt and tls.key` },
-        requeueAfterMs: 30_000,
-      };
-    }
-    return base;
+  const base = { secretName: n.tlsSecret, applied: [] as string[], events: [] as TlsOutcome["events"] };
+  if (!(await kube.serves("cert-manager.io", "v1", "certificates", ns))) {
+    const who = own ? "spec.tls.issuerRef" : "the install's trust.certManager.issuerRef (--cert-manager-issuer)";
+    return {
+      ...base,
+      blocker: {
+        reason: "CertManagerMissing",
+        message: `${who} needs cert-manager, but the API server does not serve cert-manager.io/v1 Certificate; install cert-manager or use spec.tls.secretName`,
+      },
+      requeueAfterMs: 60_000,
+    };
   }
-  // The resource's own issuer, else the install's (cert-manager mode), else the install CA below.
-  const issuerRef = tls?.issuerRef ?? trust.certManager.issuerRef;
-  if (issuerRef) {
-    const base = { secretName: n.tlsSecret, applied: [] as string[], events: [] as TlsOutcome["events"] };
-    if (!(await kube.serves("cert-manager.io", "v1", "certificates", ns))) {
-      const who = tls?.issuerRef
-        ? "spec.tls.issuerRef"
-        : "the install's trust.certManager.issuerRef (--cert-manager-issuer)";
-      return {
-        ...base,
-        blocker: {
-          reason: "CertManagerMissing",
-          message: `${who} needs cert-manager, but the API server does not serve cert-manager.io/v1 Certificate; install cert-manager or use spec.tls.secretName`,
-        },
-        requeueAfterMs: 60_000,
-      };
-    }
-    const want = desiredCertificate(owner, issuerRef, dnsNames);
-    const applied = await applyChildren(kube, caches, owner, [want]);
-    const live = await kube.read(want.apiVersion!, want.kind!, ns, n.certificate);
-    const waiting = certificateWaiting(live);
-    return { ...base, applied, waiting, requeueAfterMs: waiting ? 15_000 : undefined };
-  }
-  // Neither: a certificate of the install CA for the Service names, in a Secret the operator owns.
-  const events: TlsOutcome["events"] = [];
-  let secret =
+  const want = desiredCertificate(owner, issuerRef, dnsNames);
+  const applied = await applyChildren(kube, caches, owner, [want]);
+  const live = await kube.read(want.apiVersion!, want.kind!, ns, n.certificate);
+  const waiting = certificateWaiting(live);
+  return { ...base, applied, waiting, requeueAfterMs: waiting ? 15_000 : undefined };
+}
+
+/** A certificate of the install CA for the resource's names, in a Secret the operator owns, renewed before it ends. */
+async function installCaTls(
+  kube: Kube,
+  caches: Caches,
+  trust: InstallTrust,
+  owner: Owner,
+  dnsNames: string[],
+  now: number,
+): Promise<TlsOutcome> {
+  const ns = owner.metadata.namespace;
+  const n = childNames(owner.metadata.name);
+  const secret =
     caches.get<V1Secret>("Secret", ns, n.tlsSecret) ?? (await kube.read<V1Secret>("v1", "Secret", ns, n.tlsSecret));
   if (secret && !controlledBy(secret, owner.metadata.uid)) {
     throw new ChildConflictError(
@@ -170,10 +198,29 @@ export async function ensureTls(
     );
   }
   const issuer = trust.signerId();
-  let step = selfSignedAction(secret, dnsNames, now, issuer, trust.lifetimes.certRenewBeforeMs);
-  // A certificate already valid to the end of its CA cannot be renewed further by that CA (even
-  // once that CA has expired): keep it rather than re-issue it on every pass, and look again
-  // shortly — the rotation loop makes the next CA the signer (it is published long before).
+  const step = installCaStep(trust, issuer, secret, dnsNames, now);
+  const issued =
+    step.action === "keep"
+      ? { applied: [], events: [] }
+      : await issueInto(kube, trust, owner, secret, { dnsNames, issuer, action: step.action });
+  const renewIn = step.renewAt ? Math.max(1000, Math.min(step.renewAt - now, MAX_TIMER_MS)) : MAX_TIMER_MS;
+  return { secretName: n.tlsSecret, ...issued, requeueAfterMs: renewIn };
+}
+
+/**
+ * What to do with the install CA's certificate. One already valid to the end of its CA cannot be
+ * renewed further by that CA (even once that CA has expired): it is kept rather than re-issued on
+ * every pass, and looked at again shortly — the rotation loop makes the next CA the signer (it is
+ * published long before).
+ */
+function installCaStep(
+  trust: InstallTrust,
+  issuer: string,
+  secret: V1Secret | undefined,
+  dnsNames: string[],
+  now: number,
+) {
+  const step = selfSignedAction(secret, dnsNames, now, issuer, trust.lifetimes.certRenewBeforeMs);
   const leafEnd = Date.parse(secret?.metadata?.annotations?.[NOT_AFTER] ?? "");
   if (
     step.action === "renew" &&
@@ -181,55 +228,68 @@ export async function ensureTls(
     secret?.metadata?.annotations?.[DNS_NAMES_HASH] === hashOf(dnsNames)
   ) {
     const caEnd = validity(trust.signer().cert).notAfter.getTime();
-    if (Number.isFinite(leafEnd) && leafEnd >= caEnd - 1000) step = { action: "keep", renewAt: now + 2_000 };
+    if (Number.isFinite(leafEnd) && leafEnd >= caEnd - 1000) return { action: "keep" as const, renewAt: now + 2_000 };
   }
-  const applied: string[] = [];
-  if (step.action !== "keep") {
-    const ca = trust.signer();
-    const leaf = await ca.issue({
-      commonName: dnsNames[2] ?? dnsNames[0]!,
-      dnsNames,
-      validityMs: trust.lifetimes.certValidityMs,
-    });
-    const pem = { ...leaf, ca: ca.cert, notAfter: isoSeconds(leaf.notAfter) };
-    const body: V1Secret = {
-      apiVersion: "v1",
-      kind: "Secret",
-      type: "kubernetes.io/tls",
-      metadata: childMeta(owner, n.tlsSecret, {
-        annotations: {
-          "ifp.dev/issued-by": "install-ca",
-          [ISSUER]: issuer,
-          [NOT_AFTER]: pem.notAfter,
-          [DNS_NAMES_HASH]: hashOf(dnsNames),
-        },
-      }),
-      data: {
-        "tls.crt": Buffer.from(pem.cert).toString("base64"),
-        "tls.key": Buffer.from(pem.key).toString("base64"),
-        "ca.crt": Buffer.from(pem.ca).toString("base64"),
+  return step;
+}
+
+/** Issue a certificate of the install CA into the resource's TLS Secret: created, or replaced to renew it. */
+async function issueInto(
+  kube: Kube,
+  trust: InstallTrust,
+  owner: Owner,
+  secret: V1Secret | undefined,
+  { dnsNames, issuer, action }: { dnsNames: string[]; issuer: string; action: "create" | "renew" },
+): Promise<Pick<TlsOutcome, "applied" | "events">> {
+  const n = childNames(owner.metadata.name);
+  const ca = trust.signer();
+  const leaf = await ca.issue({
+    commonName: dnsNames[2] ?? dnsNames[0]!,
+    dnsNames,
+    validityMs: trust.lifetimes.certValidityMs,
+  });
+  const notAfter = isoSeconds(leaf.notAfter);
+  const body: V1Secret = {
+    apiVersion: "v1",
+    kind: "Secret",
+    type: "kubernetes.io/tls",
+    metadata: childMeta(owner, n.tlsSecret, {
+      annotations: {
+        "ifp.dev/issued-by": "install-ca",
+        [ISSUER]: issuer,
+        [NOT_AFTER]: notAfter,
+        [DNS_NAMES_HASH]: hashOf(dnsNames),
       },
-    };
-    if (step.action === "create") {
-      if (await kube.createIfAbsent(body)) {
-        applied.push(`Secret/${n.tlsSecret}`);
-        events.push({
+    }),
+    data: {
+      "tls.crt": Buffer.from(leaf.cert).toString("base64"),
+      "tls.key": Buffer.from(leaf.key).toString("base64"),
+      "ca.crt": Buffer.from(ca.cert).toString("base64"),
+    },
+  };
+  if (action === "create") {
+    if (!(await kube.createIfAbsent(body))) return { applied: [], events: [] };
+    return {
+      applied: [`Secret/${n.tlsSecret}`],
+      events: [
+        {
           type: "Normal",
           reason: "IssuedCertificate",
-          message: `issued a serving certificate of the install CA into Secret ${n.tlsSecret}, valid until ${pem.notAfter}`,
-        });
-      }
-    } else {
-      body.metadata!.resourceVersion = secret!.metadata?.resourceVersion;
-      secret = await kube.replace(body);
-      applied.push(`Secret/${n.tlsSecret}`);
-      events.push({
+          message: `issued a serving certificate of the install CA into Secret ${n.tlsSecret}, valid until ${notAfter}`,
+        },
+      ],
+    };
+  }
+  body.metadata!.resourceVersion = secret!.metadata?.resourceVersion;
+  await kube.replace(body);
+  return {
+    applied: [`Secret/${n.tlsSecret}`],
+    events: [
+      {
         type: "Normal",
         reason: "RenewedCertificate",
-        message: `re-issued the serving certificate (install CA) in Secret ${n.tlsSecret}, valid until ${pem.notAfter}`,
-      });
-    }
-  }
-  const renewIn = step.renewAt ? Math.max(1000, Math.min(step.renewAt - now, MAX_TIMER_MS)) : MAX_TIMER_MS;
-  return { secretName: n.tlsSecret, applied, events, requeueAfterMs: renewIn };
+        message: `re-issued the serving certificate (install CA) in Secret ${n.tlsSecret}, valid until ${notAfter}`,
+      },
+    ],
+  };
 }
