@@ -37,7 +37,7 @@ describe("the inbox's 202 waits for JetStream's acknowledgement", () => {
     // published there and never answers, as a JetStream that does not acknowledge.
     await jsm.streams.update(names.inboxStream, { ...info.config, subjects: [`detached.${names.inboxStream}.>`] });
     const seen: string[] = [];
-    const sub = nc.subscribe(names.inboxSubjects, { callback: (_err, msg) => seen.push(msg.subject) });
+    const sub = nc.subscribe(names.inboxSubjects, { callback: (_err, msg) => void seen.push(msg.subject) });
     await nc.flush();
     try {
       const m = signed(pete, self.agentId);
