@@ -2,6 +2,7 @@ import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { expect, it } from "vitest";
 import { spawnProcess, tempDir, type ManagedProcess } from "./support/process.ts";
+import { httpsRequest } from "./support/https.ts";
 import { waitFor } from "./support/wait.ts";
 
 /** A base port with room for the stack's ports (base … base+201) below the kernel's ephemeral range. */
@@ -49,6 +50,17 @@ it("npm start brings up the local stack, its printed command sends a signed mess
       }
     }
     expect(stack!.log()).toContain(`alice     https://localhost:${base}/.well-known/agent/capabilities`);
+    // The agents run as the operator runs them: hand-offs signed with a hand-off secret, an
+    // encryption key published; neither start-up warning of a runtime without them.
+    expect(stack!.log()).not.toMatch(/no --handoff-secret-file|hand-offs .* are not signed/);
+    expect(stack!.log()).not.toMatch(/no --encryption-key|cannot receive encrypted messages/);
+    expect(stack!.log()).not.toMatch(/"level":"(warn|error|fatal)"/);
+    const ca = readFileSync(/^\s+CA\s+(\S+)$/m.exec(stack!.log())![1]!, "utf8");
+    for (const port of [base, base + 1]) {
+      const identity = await httpsRequest(`https://localhost:${port}/.well-known/agent/identity`, { ca });
+      expect(identity.status).toBe(200);
+      expect(identity.text).toMatch(/"use":"encryption"/);
+    }
     const result = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
       execFile("sh", ["-c", command!], { encoding: "utf8", timeout: 45_000 }, (err, stdout, stderr) =>
         resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),

@@ -7,7 +7,8 @@
 // Ctrl-C stops everything.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -17,6 +18,8 @@ import { localhostTls } from "../support/tls.ts";
 import { httpsRequest } from "../support/https.ts";
 import { waitFor } from "../support/ports.ts";
 import { stopChild } from "../support/process.ts";
+import { cacheRoot, TOOLS } from "../tools/tools.ts";
+import { generateEncryptionKey } from "../../runtime/src/protocol/encryption.ts";
 
 const root = fileURLToPath(new URL("../../", import.meta.url));
 const runtime = join(root, "runtime/bin/ifp-runtime.ts");
@@ -33,6 +36,13 @@ function readYaml(file: string): any[] {
 }
 
 mkdirSync(stateDir, { recursive: true });
+// The first run builds nats-server from its Go module (the tools' cache, e2e/tools/tools.ts):
+// say so before the wait, and how to skip it.
+const natsTool = TOOLS["nats-server"]!;
+if (!process.env.IFP_NATS_SERVER && !existsSync(join(cacheRoot(), natsTool.key, "nats-server")))
+  process.stdout.write(
+    `npm start: building ${natsTool.key} with Go from the Go module proxy — the NATS JetStream server the agents and the relay store messages in. This happens once (a minute or two): it is cached in ${join(cacheRoot(), natsTool.key)} for every later run and for the tests. IFP_NATS_SERVER=/path/to/nats-server uses a server you already have instead.\n`,
+  );
 const nats = await startNats({ storeDir: join(stateDir, "jetstream") });
 const tls = await localhostTls(join(stateDir));
 const keys = Object.fromEntries(
@@ -116,6 +126,26 @@ for (const [name, agent] of [
 relay.spec.url = local(relay.spec.url);
 relay.spec.network = { allowPrivateTargets: ["127.0.0.0/8", "::1/128"] };
 
+/**
+ * What the operator gives an Agent's runtime beside its signing key (operator/src/controllers/agent/):
+ * an X25519 encryption key (encryption.key of the signing Secret; the agent publishes it and can
+ * receive encrypted messages) and, with spec.handler, the hand-off secret it signs each hand-off
+ * with (the Secret <name>-handoff), which the application gets as IFP_HANDOFF_SECRET. Made once
+ * and kept in the state directory, as the operator keeps its Secrets.
+ */
+function keepOnce(file: string, make: () => string): string {
+  if (!existsSync(file)) writeFileSync(file, make(), { mode: 0o600 });
+  return file;
+}
+const secrets = Object.fromEntries(
+  (["alice", "bob"] as const).map((name) => {
+    const handoff = keepOnce(join(stateDir, `${name}.handoff`), () => randomBytes(32).toString("base64url"));
+    const encryption = keepOnce(join(stateDir, `${name}.encryption.key`), () => generateEncryptionKey().privateKeyPem);
+    appEnv[name].IFP_HANDOFF_SECRET = readFileSync(handoff, "utf8").trim();
+    return [name, { handoff, encryption }];
+  }),
+) as Record<"alice" | "bob", { handoff: string; encryption: string }>;
+
 for (const [name, manifest] of [
   ["alice", alice],
   ["bob", bob],
@@ -125,6 +155,10 @@ for (const [name, manifest] of [
   start(name, "agent", manifest, ports[name], [
     "--signing-key",
     keyFile,
+    "--encryption-key",
+    secrets[name].encryption,
+    "--handoff-secret-file",
+    secrets[name].handoff,
     "--ca-file",
     tls.files.ca,
     "--local-api-port",
