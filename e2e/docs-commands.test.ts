@@ -108,7 +108,35 @@ const CHECKS: Record<string, Check> = {
     { here: true },
   "kubectl apply -f examples/": { here: true },
   "kubectl get agents.ifp.dev,relays.ifp.dev -A": { here: true },
-  "helm upgrade ifp charts/ifp-operator -n ifp-system --reuse-values": { here: true },
+  "helm upgrade ifp charts/ifp-operator -n ifp-system --reset-then-reuse-values": { here: true },
+  // A release (docs/install.md): made by the release test, installed from its file by the real-node test.
+  "npm run release -- 0.1.0": {
+    by: "e2e/release/release.test.ts",
+    holds: ["release({ version, out", 'describe("npm run release"'],
+  },
+  "npm sbom": { by: "e2e/release/release.ts", holds: ['"sbom", "--sbom-format", "cyclonedx", "--package-lock-only"'] },
+  "helm lint --strict": { by: "e2e/release/release.ts", holds: ['run(helm, ["lint", "--strict", chart]);'] },
+  "npm run release -- VERSION": { by: "package.json", holds: ['"release": "node e2e/release/release.ts"'] },
+  "npm run release -- 0.2.0 --draft-changelog": {
+    by: "e2e/release/release.test.ts",
+    holds: ['"--draft-changelog"', "withDraft("],
+  },
+  "helm install ifp ifp-operator-0.1.0.tgz -n ifp-system --create-namespace --set global.imageRegistry=registry.example":
+    {
+      by: "e2e/node.test.ts",
+      holds: ["RELEASE, join(released.dir, released.chart)", "`global.imageRegistry=${REGISTRY}`"],
+    },
+  "helm push ifp-operator-0.1.0.tgz oci://registry.example/charts": {
+    not: "no OCI registry runs here; e2e/node.test.ts installs the same packaged chart from its file, and the registry changes nothing in it",
+  },
+  "helm install ifp oci://registry.example/charts/ifp-operator --version 0.1.0 -n ifp-system --create-namespace --set global.imageRegistry=registry.example":
+    {
+      not: "no OCI registry runs here; e2e/node.test.ts installs the same packaged chart from its file with the same values",
+    },
+  "helm upgrade ifp oci://registry.example/charts/ifp-operator --version 0.2.0 -n ifp-system --reset-then-reuse-values":
+    {
+      not: "no OCI registry runs here; the same upgrade of the chart from the checkout is run here, and e2e/chart-upgrade.test.ts upgrades to a newer chart",
+    },
   "kubectl -n ifp-system rollout status deployment/ifp-ifp-operator": { by: "e2e/node.test.ts", holds: ['"--wait"'] },
   "kubectl -n ifp-system rollout status statefulset/ifp-ifp-operator-nats": {
     by: "e2e/node.test.ts",
@@ -257,7 +285,7 @@ const CHECKS: Record<string, Check> = {
   "npm run test:cluster": { by: "runtime/test/nats/cluster-node-loss.test.ts", holds: ["runCluster("] },
   "npm run images": {
     by: "e2e/node.test.ts",
-    holds: ["for (const kind of Object.keys(IMAGES)) images[kind] = buildImage(kind);"],
+    holds: ["for (const kind of Object.keys(IMAGES).filter(", "images[kind] = buildImage(kind);"],
   },
   "npm run images -- runtime": { flags: "images" },
   "npm run images -- app": { flags: "images" },
@@ -313,7 +341,7 @@ const CHECKS: Record<string, Check> = {
   "kubectl ifp": { part: "kubectl ifp status" },
   "npx node operator/bin/kubectl-ifp.ts": { part: "npx node operator/bin/kubectl-ifp.ts status" },
   "helm install": { part: "helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace" },
-  "helm upgrade": { part: "helm upgrade ifp charts/ifp-operator -n ifp-system --reuse-values" },
+  "helm upgrade": { part: "helm upgrade ifp charts/ifp-operator -n ifp-system --reset-then-reuse-values" },
   "helm test": { part: "helm test ifp -n ifp-system" },
   "helm uninstall": { part: "helm uninstall ifp -n ifp-system" },
   "helm uninstall --no-hooks": { part: "helm uninstall ifp -n ifp-system --no-hooks" },
@@ -325,6 +353,7 @@ const CHECKS: Record<string, Check> = {
     part: "kubectl auth can-i --list --as=system:serviceaccount:ifp-system:ifp-ifp-operator -n <namespace>",
   },
   "ctr -n k8s.io images import": { part: "ctr -n k8s.io images import <archive>" },
+  "helm push": { part: "helm push ifp-operator-0.1.0.tgz oci://registry.example/charts" },
 };
 
 const documented = () => [
@@ -561,7 +590,7 @@ describe("documented commands", () => {
       );
       const listed = await doc("kubectl get agents.ifp.dev,relays.ifp.dev -A");
       for (const name of ["agent.ifp.dev/alice", "agent.ifp.dev/bob", "relay.ifp.dev/"]) expect(listed).toContain(name);
-      await doc("helm upgrade ifp charts/ifp-operator -n ifp-system --reuse-values");
+      await doc("helm upgrade ifp charts/ifp-operator -n ifp-system --reset-then-reuse-values");
       expect(
         spawnSync(toolPath("helm"), ["status", "ifp", "-n", SYSTEM, "--kubeconfig", cp.kubeconfig], {
           encoding: "utf8",

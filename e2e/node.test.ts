@@ -3,29 +3,35 @@
 // CoreDNS on this machine (e2e/support/node.ts), the project's images built without a Docker
 // engine (e2e/images/build.ts) and imported into the node, and then only what users do:
 // `helm install` of the chart with the image values pointing at those images, `kubectl apply`
-// of examples/, pods that talk to the agents over the network, `helm test`. The operator runs
+// of examples/, pods that talk to the agents over the network, `helm test`. What is installed is
+// a release (`npm run release`, e2e/release/release.ts, of the commit checked out): its images
+// imported from their OCI archives and named by their digests, its packaged chart, which runs
+// them by digest, with the registry a user sets. The operator runs
 // as the chart's pod and reaches the API server in-cluster (the `kubernetes` Service through
 // kube-proxy); NATS is the chart's StatefulSet on a volume of the node's default StorageClass.
 //
 // Part of `npm test`; skipped with one line where the machine cannot run a node, or with
 // IFP_E2E_NODE=0.
-import { execFile } from "node:child_process";
+import { execFile, spawnSync } from "node:child_process";
 import { generateKeyPairSync, randomUUID } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { buildImage, IMAGES, type BuiltImage } from "./images/build.ts";
+import { RELEASED_IMAGES, type Release, release } from "./release/release.ts";
 import { KUBERNETES_SERVICE_IP, startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { EXAMPLES_NAMESPACES_FILE, exampleNamespaces } from "./support/examples.ts";
 import { createNode, nodeTestUnsupported, type RealNode } from "./support/node.ts";
 import { waitFor } from "./support/ports.ts";
 import { createCA } from "./support/tls.ts";
-import { toolPath } from "./tools/tools.ts";
+import { cacheRoot, toolPath } from "./tools/tools.ts";
 
 const unsupported = nodeTestUnsupported();
 if (unsupported) process.stderr.write(`e2e/node.test.ts skipped: ${unsupported}\n`);
 
-const CHART = "charts/ifp-operator";
+/** The registry the test's cluster pulls from, as `global.imageRegistry`: the images are imported under it. */
+const REGISTRY = "ifp.local";
 const SYSTEM = "ifp-system";
 const RELEASE = "ifp";
 /** The chart's full name for the release above (release name + chart name). */
@@ -34,6 +40,26 @@ const FULL = `${RELEASE}-ifp-operator`;
 const EXAMPLES_NS = "ifp-examples";
 
 type Obj = Record<string, any>;
+
+/**
+ * The release of the commit checked out, made once per commit and version and kept beside the
+ * image cache (its images are the cached archives; a release of another commit is removed).
+ */
+function releaseOfHead(): Release {
+  const version = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")).version as string;
+  const head = spawnSync("git", ["rev-parse", "HEAD"], { encoding: "utf8" }).stdout.trim();
+  const root = join(dirname(cacheRoot()), "releases");
+  const dir = join(root, `${version}-${head.slice(0, 12)}`);
+  const manifest = join(dir, "release.json");
+  if (existsSync(manifest)) {
+    const kept = JSON.parse(readFileSync(manifest, "utf8"));
+    if (kept.commit === head) return { ...kept, dir, checksums: "SHA256SUMS" };
+  }
+  if (existsSync(root))
+    for (const e of readdirSync(root))
+      if (join(root, e) !== dir) rmSync(join(root, e), { recursive: true, force: true });
+  return release({ version, out: dir });
+}
 
 /** Run a program without blocking the event loop; rejects with its output on failure. */
 function run(cmd: string, args: string[], timeoutMs: number, env?: NodeJS.ProcessEnv): Promise<string> {
@@ -109,6 +135,10 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
   let node: RealNode;
   /** Every image of e2e/images/build.ts, by its kind (runtime, operator, nats, pause, …). */
   const images: Record<string, BuiltImage> & Record<"pause" | "runtime" | "operator" | "nats", BuiltImage> = {} as any;
+  /** The release installed; its images are in `images` under their digest references (REGISTRY/ifp-dev/<name>@sha256:…). */
+  let released: Release;
+  /** The name each released image's archive carries (what `ctr images import` names it), by kind. */
+  const archived: Record<string, string> = {};
   let helmEnv: NodeJS.ProcessEnv;
   let failed = false;
   const started = Date.now();
@@ -123,16 +153,20 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
   };
   const helm = (args: string[], timeoutMs: number) =>
     run(toolPath("helm"), [...args, "--kubeconfig", cp.kubeconfig], timeoutMs, helmEnv);
-  /** The chart's values a user sets to run images of their own registry: repository, tag, pull policy. */
+  /**
+   * The chart's values a user sets to run the release's images from a registry of their own (the
+   * digests come with the packaged chart); NATS, which the release does not bring, by repository
+   * and tag; nothing pulled.
+   */
   const imageValues = () => {
-    const set = (key: string, img: BuiltImage) => {
-      const [repository, tag] = img.ref.split(/:(?=[^:]+$)/) as [string, string];
-      return [`${key}.repository=${repository}`, `${key}.tag=${tag}`, `${key}.pullPolicy=Never`];
-    };
+    const [natsRepository, natsTag] = images.nats.ref.split(/:(?=[^:]+$)/) as [string, string];
     return [
-      ...set("image", images.operator),
-      ...set("runtimeImage", images.runtime),
-      ...set("nats.image", images.nats),
+      `global.imageRegistry=${REGISTRY}`,
+      "image.pullPolicy=Never",
+      "runtimeImage.pullPolicy=Never",
+      `nats.image.repository=${natsRepository}`,
+      `nats.image.tag=${natsTag}`,
+      "nats.image.pullPolicy=Never",
     ].flatMap((s) => ["--set", s]);
   };
   /**
@@ -150,7 +184,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
         typeof value.name === "string"
       ) {
         const name = /([^/:@]+)(?:[:@][^/]*)?$/.exec(value.image)?.[1];
-        const local = Object.values(images).find((img) => img.ref.split("/").pop()!.split(":")[0] === name);
+        const local = Object.values(images).find((img) => img.ref.split("/").pop()!.split(/[:@]/)[0] === name);
         if (local) return { ...value, image: local.ref, imagePullPolicy: "Never" };
       }
       return value;
@@ -182,17 +216,35 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
   beforeAll(async () => {
     // The images (cached by their inputs' hash), the node's network and containerd, then the
     // control plane on the node's bridge address while the images are imported.
+    // The release of the commit checked out (its images the cached archives), and the images it
+    // does not bring (pause, NATS).
     await timed("images", () => {
-      for (const kind of Object.keys(IMAGES)) images[kind] = buildImage(kind);
+      for (const kind of Object.keys(IMAGES).filter((k) => !RELEASED_IMAGES.some((r) => r.kind === k)))
+        images[kind] = buildImage(kind);
     });
+    released = await timed("release", releaseOfHead);
+    for (const r of RELEASED_IMAGES) {
+      const img = released.images.find((i) => i.name === r.name)!;
+      images[r.kind] = {
+        ref: `${REGISTRY}/ifp-dev/${img.name}@${img.digest}`,
+        archive: join(released.dir, img.archive),
+      };
+      archived[r.kind] = img.ref;
+    }
     node = await timed("node", () => createNode({ sandboxImage: images.pause }));
     try {
       [cp] = await timed("control plane and image imports", () =>
         Promise.all([
           startControlPlane({ address: node.hostIP, serviceAccounts: true }),
+          // Each archive as `ctr -n k8s.io images import` names it, then under its digest reference,
+          // as a registry's pull by digest would name it.
           ...Object.entries(images)
             .filter(([kind]) => kind !== "pause")
-            .map(([, img]) => node.importImage(img)),
+            .map(async ([kind, img]) => {
+              if (!archived[kind]) return node.importImage(img);
+              await node.importImage({ ref: archived[kind], archive: img.archive });
+              node.ctr(["images", "tag", archived[kind], img.ref]);
+            }),
         ]),
       );
       await timed("join", () => node.join(cp));
@@ -213,7 +265,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
             [
               "install",
               RELEASE,
-              CHART,
+              join(released.dir, released.chart),
               "-n",
               SYSTEM,
               "--create-namespace",
@@ -265,7 +317,14 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     expect(operator, diagnose()).toBeDefined();
     expect(podReady(operator!), diagnose()).toBe(true);
     expect(operator!.spec.nodeName).toBe(node.name);
-    expect(operator!.status.containerStatuses[0].image).toBe(images.operator.ref);
+    // The packaged chart's operator image, by the archive's digest, under the user's registry.
+    const operatorImage = operator!.spec.containers[0].image;
+    expect(operatorImage).toBe(images.operator.ref);
+    expect(operatorImage).toMatch(new RegExp(`^${REGISTRY}/ifp-dev/ifp-operator@sha256:[0-9a-f]{64}$`));
+    expect(operator!.status.containerStatuses[0].imageID, "the image run is the one of that digest").toContain(
+      images.operator.ref.split("@")[1],
+    );
+    expect(operator!.spec.containers[0].args).toContain(`--runtime-image=${images.runtime.ref}`);
     // In-cluster: the service account's token, no kubeconfig; the chart's args only.
     const container = operator!.spec.containers[0];
     expect(container.args.some((a: string) => a.startsWith("--kubeconfig"))).toBe(false);
@@ -279,7 +338,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     // TLS only, with the operator's certificate, and the reloader beside the server.
     const reloader = nats!.status.containerStatuses.find((c: Obj) => c.name === "reloader");
     expect(reloader?.ready, diagnose()).toBe(true);
-    expect(reloader.image).toBe(images.operator.ref);
+    expect(nats!.spec.containers.find((c: Obj) => c.name === "reloader").image).toBe(images.operator.ref);
     expect(cp.json(["-n", SYSTEM, "get", "secret", `${FULL}-nats-tls`]).data["tls.crt"]).toBeTruthy();
     const claim = cp.json(["-n", SYSTEM, "get", "pvc", `data-${nats!.metadata.name}`]);
     expect(claim.status.phase).toBe("Bound");
@@ -316,6 +375,9 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       const running = pods(r.namespace, `app.kubernetes.io/instance=${r.doc.metadata.name}`).filter(podReady);
       expect(running.length, `${r.doc.kind} ${r.doc.metadata.name}`).toBeGreaterThan(0);
       for (const p of running) expect(p.spec.nodeName).toBe(node.name);
+      // The runtime by the release's digest, as the packaged chart told the operator.
+      for (const p of running)
+        expect(p.spec.containers.find((c: Obj) => c.name === "runtime")?.image).toBe(images.runtime.ref);
     }
   }, 330_000);
 
@@ -874,6 +936,10 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       }),
     );
   }, 540_000);
+
+  // The place of the kubectl plugin's run on this cluster (`kubectl ifp status`, `kubectl ifp
+  // report` with --kubeconfig cp.kubeconfig, as its own tests start it): every example Agent and
+  // Relay named Ready, before `helm test` below.
 
   it("passes helm test", async () => {
     failing();

@@ -1,0 +1,415 @@
+#!/usr/bin/env node
+// A release of the project, from one commit, into one directory:
+//
+//   npm run release -- 0.1.0                       release HEAD into dist/0.1.0/
+//   npm run release -- 0.1.0 --ref v0.1.0 --out DIR
+//   npm run release -- 0.2.0 --draft-changelog     write a draft entry into CHANGELOG.md from git log, and stop
+//
+// The commit's files (git archive, never the working tree) are built as the images are everywhere
+// (e2e/images/build.ts: the Dockerfiles' stages, buildah, OCI archives cached by their inputs'
+// hash); the output holds:
+//
+//   ifp-operator-<v>.oci.tar, ifp-runtime-<v>.oci.tar, ifp-example-app-<v>.oci.tar   the images
+//   <image>-<v>.cdx.json       a CycloneDX SBOM of each image: npm sbom of the lock file, narrowed
+//                              to the production packages the image holds, with Node
+//   ifp-operator-<v>.tgz       the chart, version and appVersion <v>, the operator's and the runtime's
+//                              images referenced by digest (image.digest, runtimeImage.digest)
+//   release-notes.md           CHANGELOG.md's entry for <v> (the release fails without one)
+//   release.json               what was built: commit, each image's digest and archive, the chart
+//   SHA256SUMS                 sha256sum -c of every file above
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import {
+  copyFileSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { isAbsolute, join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { parseDocument } from "yaml";
+import { depsSource, readDockerfile } from "../images/build.ts";
+import { toolPath } from "../tools/tools.ts";
+
+const REPO = fileURLToPath(new URL("../../", import.meta.url));
+const VERSION = /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?$/;
+
+/** The released images: e2e/images/build.ts's kind, its Dockerfile, and the chart value naming it (if any). */
+export const RELEASED_IMAGES = [
+  { kind: "operator", name: "ifp-operator", dockerfile: "operator/Dockerfile", value: "image" },
+  { kind: "runtime", name: "ifp-runtime", dockerfile: "runtime/Dockerfile", value: "runtimeImage" },
+  { kind: "app", name: "ifp-example-app", dockerfile: "examples/app/Dockerfile", value: undefined },
+] as const;
+
+export interface ReleasedImage {
+  name: string;
+  /** The archive's file name in the output directory. */
+  archive: string;
+  /** The manifest's digest: what a registry serves the image as, and what the chart references. */
+  digest: string;
+  /** The name the archive carries (org.opencontainers.image.ref.name), as `ctr images import` names it. */
+  ref: string;
+  sbom: string;
+  /** The compressed layers' bytes (what a node pulls) and the unpacked file system's. */
+  size: { compressed: number; unpacked: number };
+}
+
+export interface Release {
+  version: string;
+  commit: string;
+  dir: string;
+  images: ReleasedImage[];
+  chart: string;
+  notes: string;
+  checksums: string;
+}
+
+function run(cmd: string, args: string[], opts: { cwd?: string; input?: Buffer | string } = {}): string {
+  const r = spawnSync(cmd, args, {
+    cwd: opts.cwd ?? REPO,
+    input: opts.input,
+    encoding: "utf8",
+    maxBuffer: 256 * 1024 * 1024,
+  });
+  if (r.error) throw new Error(`${cmd} could not start: ${r.error.message}`);
+  if (r.status !== 0)
+    throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${(r.stderr || r.stdout).slice(-3000)}`);
+  return r.stdout;
+}
+
+const sha256File = (path: string) => createHash("sha256").update(readFileSync(path)).digest("hex");
+
+/** A file of an OCI archive (a tar of an OCI image layout). */
+function archiveFile(archive: string, path: string): Buffer {
+  const r = spawnSync("tar", ["-xOf", archive, path], { maxBuffer: 1024 * 1024 * 1024 });
+  if (r.status !== 0) throw new Error(`tar -xOf ${archive} ${path}: ${r.stderr}`);
+  return r.stdout;
+}
+
+/** The one image of an OCI archive: its manifest's digest, the name it carries, its manifest and config. */
+export function readArchive(archive: string): {
+  digest: string;
+  ref: string;
+  manifest: { config: { digest: string }; layers: { digest: string; size: number; mediaType: string }[] };
+  config: { config: { User?: string; Entrypoint?: string[]; Env?: string[] }; rootfs: { diff_ids: string[] } };
+} {
+  const index = JSON.parse(archiveFile(archive, "index.json").toString("utf8"));
+  if (index.manifests?.length !== 1) throw new Error(`${archive}: ${index.manifests?.length} images, not one`);
+  const [m] = index.manifests;
+  const blob = (digest: string) => archiveFile(archive, `blobs/${digest.replace(":", "/")}`);
+  const manifest = JSON.parse(blob(m.digest).toString("utf8"));
+  return {
+    digest: m.digest,
+    ref: m.annotations?.["org.opencontainers.image.ref.name"] ?? "",
+    manifest,
+    config: JSON.parse(blob(manifest.config.digest).toString("utf8")),
+  };
+}
+
+/** The files of an image's layers, as paths (`usr/bin/…`), and the unpacked bytes. */
+export function imageFiles(archive: string): { files: string[]; unpacked: number } {
+  const { manifest } = readArchive(archive);
+  const files: string[] = [];
+  let unpacked = 0;
+  for (const layer of manifest.layers) {
+    const data = archiveFile(archive, `blobs/${layer.digest.replace(":", "/")}`);
+    const gz = layer.mediaType.endsWith("+gzip");
+    const r = spawnSync("tar", [gz ? "-tvzf" : "-tvf", "-"], { input: data, encoding: "utf8", maxBuffer: 256 << 20 });
+    if (r.status !== 0) throw new Error(`listing a layer of ${archive}: ${r.stderr}`);
+    for (const line of r.stdout.split("\n").filter(Boolean)) {
+      // -rwxr-xr-x 0/0 126595440 1970-01-01 00:00 ./nodejs/bin/node
+      const m = /^\S+\s+\S+\s+(\d+)\s+\S+\s+\S+\s+(.*?)(?: -> .*| link to .*)?$/.exec(line);
+      if (!m) continue;
+      unpacked += Number(m[1]);
+      files.push(m[2]!.replace(/^\.\//, "").replace(/\/$/, ""));
+    }
+  }
+  return { files, unpacked };
+}
+
+/** The section of a Keep a Changelog file for `version`, without its heading; undefined if none. */
+export function changelogEntry(changelog: string, version: string): string | undefined {
+  const lines = changelog.split("\n");
+  const start = lines.findIndex((l) => new RegExp(`^## \\[${version.replace(/\./g, "\\.")}\\]`).test(l));
+  if (start < 0) return undefined;
+  let end = lines.findIndex((l, i) => i > start && /^## /.test(l));
+  if (end < 0) end = lines.length;
+  // The link references at the end belong to the file, not to the last entry.
+  const body = lines.slice(start + 1, end).filter((l) => !/^\[[^\]]+\]: /.test(l));
+  const text = body.join("\n").trim();
+  return text ? text : undefined;
+}
+
+/**
+ * A draft entry for `version` from the commits since the last release tag (`v*`), or since the
+ * beginning: the first sentence of each subject, newest first, under one heading to sort by hand.
+ */
+export function draftEntry(version: string, today: string): string {
+  const tags = run("git", ["tag", "--list", "v*", "--sort=-v:refname"]).split("\n").filter(Boolean);
+  const range = tags[0] ? [`${tags[0]}..HEAD`] : ["HEAD"];
+  const subjects = run("git", ["log", "--no-merges", "--format=%s", ...range])
+    .split("\n")
+    .filter(Boolean)
+    // The first sentence of each (a subject may run on through several), within 200 characters.
+    .map((s) => {
+      const first = s.split(/(?<=[a-z0-9)])[.;] /)[0]!;
+      return first.length > 200 ? `${first.slice(0, 199)}…` : first;
+    });
+  return [`## [${version}] - ${today}`, "", "### Changed", "", ...subjects.map((s) => `- ${s}`), ""].join("\n");
+}
+
+/** CHANGELOG.md with a draft entry for `version` put above the newest one. */
+export function withDraft(changelog: string, entry: string): string {
+  const at = changelog.search(/^## \[/m);
+  return at < 0 ? `${changelog.trimEnd()}\n\n${entry}` : `${changelog.slice(0, at)}${entry}\n${changelog.slice(at)}`;
+}
+
+/**
+ * The SBOM of an image: CycloneDX from `npm sbom` of the lock file, narrowed to its production
+ * packages and among them to the packages the Dockerfile copies from its deps stage, described as the image
+ * (metadata.component) holding this package and Node.
+ */
+function imageSbom(
+  source: string,
+  img: (typeof RELEASED_IMAGES)[number],
+  version: string,
+  digest: string,
+  nodeVersion: string,
+): object {
+  // Every package of the lock file: `--omit dev` leaves out production packages that dev tools
+  // also use (yaml, debug, …), so production is read from the lock file's own marks.
+  const bom = JSON.parse(
+    run("npm", ["sbom", "--sbom-format", "cyclonedx", "--package-lock-only", "--sbom-type", "application"], {
+      cwd: source,
+    }),
+  );
+  const lock = JSON.parse(readFileSync(join(source, "package-lock.json"), "utf8")) as {
+    packages: Record<string, { version?: string; dev?: boolean }>;
+  };
+  const production = new Set(
+    Object.entries(lock.packages)
+      .filter(([path, p]) => path && !p.dev)
+      .map(([path, p]) => `${path.slice(path.lastIndexOf("node_modules/") + "node_modules/".length)}@${p.version}`),
+  );
+  bom.components = (bom.components as { name: string; version: string }[]).filter((c) =>
+    production.has(`${c.name}@${c.version}`),
+  );
+  const plan = readDockerfile(join(source, img.dockerfile));
+  const copied = plan.copies
+    .filter((c) => c.from !== undefined && plan.stages[c.from]?.runs.some((r) => r.startsWith("npm ci --omit=dev")))
+    .map((c) => depsSource(plan.stages[c.from!]!, c.sources[0]!)!);
+  type Component = { "bom-ref": string; name: string };
+  const all = bom.components as Component[];
+  const graph = new Map(
+    (bom.dependencies as { ref: string; dependsOn?: string[] }[]).map((d) => [d.ref, d.dependsOn ?? []]),
+  );
+  // All of node_modules, or the packages copied one by one with what they depend on.
+  const held = new Set<string>();
+  const queue = copied.includes("node_modules")
+    ? all.map((c) => c["bom-ref"])
+    : all.filter((c) => copied.includes(`node_modules/${c.name}`)).map((c) => c["bom-ref"]);
+  while (queue.length) {
+    const ref = queue.shift()!;
+    if (held.has(ref)) continue;
+    held.add(ref);
+    queue.push(...(graph.get(ref) ?? []));
+  }
+  const components = all.filter((c) => held.has(c["bom-ref"]));
+  if (components.length < copied.length)
+    throw new Error(`${img.dockerfile}: npm sbom lists none of ${copied.join(", ")}`);
+  const refs = new Set(components.map((c) => c["bom-ref"]));
+  const pkg = JSON.parse(readFileSync(join(source, "package.json"), "utf8"));
+  const root = { ...bom.metadata.component, name: pkg.name };
+  refs.add(root["bom-ref"]);
+  const node = {
+    "bom-ref": `node@${nodeVersion}`,
+    type: "platform",
+    name: "node",
+    version: nodeVersion,
+    purl: `pkg:generic/node@${nodeVersion}`,
+    externalReferences: [{ type: "website", url: "https://nodejs.org" }],
+  };
+  return {
+    ...bom,
+    metadata: {
+      ...bom.metadata,
+      component: {
+        "bom-ref": `${img.name}@${digest}`,
+        type: "container",
+        name: img.name,
+        version,
+        hashes: [{ alg: "SHA-256", content: digest.replace(/^sha256:/, "") }],
+      },
+    },
+    components: [root, node, ...components],
+    dependencies: [
+      { ref: `${img.name}@${digest}`, dependsOn: [root["bom-ref"], node["bom-ref"]] },
+      ...(bom.dependencies as { ref: string; dependsOn?: string[] }[])
+        .filter((d) => refs.has(d.ref))
+        .map((d) => ({ ...d, dependsOn: (d.dependsOn ?? []).filter((r) => refs.has(r)) })),
+    ],
+  };
+}
+
+/** The chart of the source with `version`, and the images by digest, packaged by helm into `out`. */
+function packageChart(source: string, version: string, images: ReleasedImage[], out: string, work: string): string {
+  const chart = join(work, "ifp-operator");
+  cpSync(join(source, "charts", "ifp-operator"), chart, { recursive: true });
+  const chartYaml = parseDocument(readFileSync(join(chart, "Chart.yaml"), "utf8"));
+  chartYaml.set("version", version);
+  chartYaml.set("appVersion", version);
+  writeFileSync(join(chart, "Chart.yaml"), chartYaml.toString());
+  const values = parseDocument(readFileSync(join(chart, "values.yaml"), "utf8"));
+  for (const img of RELEASED_IMAGES) {
+    if (!img.value) continue;
+    if (!values.hasIn([img.value, "digest"]))
+      throw new Error(
+        `charts/ifp-operator/values.yaml of this commit has no ${img.value}.digest to reference the image by`,
+      );
+    const built = images.find((i) => i.name === img.name)!;
+    values.setIn([img.value, "tag"], version);
+    values.setIn([img.value, "digest"], built.digest);
+  }
+  writeFileSync(join(chart, "values.yaml"), values.toString());
+  const helm = toolPath("helm");
+  run(helm, ["lint", "--strict", chart]);
+  // The rendered chart runs the images by digest.
+  const rendered = run(helm, ["template", "ifp", chart, "--namespace", "ifp-system"]);
+  for (const img of images.filter((i) => RELEASED_IMAGES.find((r) => r.name === i.name)?.value))
+    if (!rendered.includes(`/${img.name}@${img.digest}`))
+      throw new Error(`the packaged chart does not render ${img.name}@${img.digest}`);
+  run(helm, ["package", chart, "--destination", out]);
+  const tgz = `ifp-operator-${version}.tgz`;
+  if (!existsSync(join(out, tgz))) throw new Error(`helm package wrote no ${tgz}`);
+  return tgz;
+}
+
+/** The commit's files, as `git archive` gives them, with this checkout's node_modules beside them. */
+function exportCommit(ref: string, dir: string): string {
+  const commit = run("git", ["rev-parse", "--verify", `${ref}^{commit}`]).trim();
+  const tar = spawnSync("git", ["archive", "--format=tar", commit], { cwd: REPO, maxBuffer: 1024 * 1024 * 1024 });
+  if (tar.status !== 0) throw new Error(`git archive ${commit}: ${tar.stderr}`);
+  run("tar", ["-x", "-C", dir], { input: tar.stdout });
+  symlinkSync(join(REPO, "node_modules"), join(dir, "node_modules"));
+  return commit;
+}
+
+export function release(opts: { version: string; out?: string; ref?: string; log?: (s: string) => void }): Release {
+  const { version } = opts;
+  const log = opts.log ?? ((s: string) => process.stderr.write(`release: ${s}\n`));
+  if (!VERSION.test(version)) throw new Error(`${JSON.stringify(version)} is not a version (MAJOR.MINOR.PATCH[-PRE])`);
+  const out = resolve(REPO, opts.out ?? join("dist", version));
+  const work = mkdtempSync(join(tmpdir(), "ifp-release-"));
+  try {
+    const source = join(work, "source");
+    mkdirSync(source);
+    const commit = exportCommit(opts.ref ?? "HEAD", source);
+    log(`${version} of ${commit}`);
+    const pkg = JSON.parse(readFileSync(join(source, "package.json"), "utf8"));
+    if (pkg.version !== version)
+      throw new Error(
+        `package.json of ${commit.slice(0, 12)} says version ${pkg.version}: set it to ${version} (npm version ${version} --no-git-tag-version) and commit it first`,
+      );
+    const changelog = existsSync(join(source, "CHANGELOG.md"))
+      ? readFileSync(join(source, "CHANGELOG.md"), "utf8")
+      : "";
+    const notes = changelogEntry(changelog, version);
+    if (!notes)
+      throw new Error(
+        `CHANGELOG.md of ${commit.slice(0, 12)} has no entry for ${version}: npm run release -- ${version} --draft-changelog writes a draft to edit and commit`,
+      );
+
+    rmSync(out, { recursive: true, force: true });
+    mkdirSync(out, { recursive: true });
+
+    // The images, built from the commit's Dockerfiles by the commit's build.ts.
+    const built = run(process.execPath, [join(source, "e2e/images/build.ts"), ...RELEASED_IMAGES.map((i) => i.kind)], {
+      cwd: source,
+    })
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => l.split(/=(?=\/)/) as [string, string]);
+    const nodeVersion = run(join(source, "node_modules/node/bin/node"), ["--version"]).trim().replace(/^v/, "");
+    const images: ReleasedImage[] = RELEASED_IMAGES.map((img) => {
+      const [ref, archive] = built.find(([r]) => r.startsWith(`ifp.local/${img.name}:`)) ?? [];
+      if (!archive) throw new Error(`e2e/images/build.ts built no ${img.name}`);
+      const file = `${img.name}-${version}.oci.tar`;
+      copyFileSync(archive, join(out, file));
+      const a = readArchive(join(out, file));
+      const sbom = `${img.name}-${version}.cdx.json`;
+      writeFileSync(
+        join(out, sbom),
+        `${JSON.stringify(imageSbom(source, img, version, a.digest, nodeVersion), null, 2)}\n`,
+      );
+      const compressed = a.manifest.layers.reduce((n, l) => n + l.size, 0);
+      const released = {
+        name: img.name,
+        archive: file,
+        digest: a.digest,
+        ref: ref!,
+        sbom,
+        size: { compressed, unpacked: imageFiles(join(out, file)).unpacked },
+      };
+      log(
+        `${img.name} ${a.digest} (${(compressed / 2 ** 20).toFixed(1)} MiB compressed, ${(released.size.unpacked / 2 ** 20).toFixed(1)} MiB unpacked)`,
+      );
+      return released;
+    });
+
+    const chart = packageChart(source, version, images, out, work);
+    writeFileSync(join(out, "release-notes.md"), `# ifp-operator ${version}\n\n${notes}\n`);
+    writeFileSync(
+      join(out, "release.json"),
+      `${JSON.stringify({ version, commit, chart, images, notes: "release-notes.md" }, null, 2)}\n`,
+    );
+    const files = readdirSync(out)
+      .filter((f) => f !== "SHA256SUMS")
+      .sort();
+    writeFileSync(join(out, "SHA256SUMS"), files.map((f) => `${sha256File(join(out, f))}  ${f}\n`).join(""));
+    log(`${out}: ${[...files, "SHA256SUMS"].join(", ")}`);
+    return { version, commit, dir: out, images, chart, notes: "release-notes.md", checksums: "SHA256SUMS" };
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  const args = process.argv.slice(2);
+  const flag = (name: string) => {
+    const i = args.indexOf(name);
+    if (i < 0) return undefined;
+    const v = args[i + 1];
+    if (!v || v.startsWith("--")) throw new Error(`${name} needs a value`);
+    args.splice(i, 2);
+    return v;
+  };
+  try {
+    const draft = args.includes("--draft-changelog");
+    if (draft) args.splice(args.indexOf("--draft-changelog"), 1);
+    const out = flag("--out");
+    const ref = flag("--ref");
+    const [version, ...rest] = args;
+    if (!version || rest.length)
+      throw new Error("usage: npm run release -- VERSION [--ref REV] [--out DIR] | VERSION --draft-changelog");
+    if (draft) {
+      if (!VERSION.test(version)) throw new Error(`${JSON.stringify(version)} is not a version`);
+      const file = join(REPO, "CHANGELOG.md");
+      const text = existsSync(file) ? readFileSync(file, "utf8") : "# Changelog\n";
+      if (changelogEntry(text, version)) throw new Error(`CHANGELOG.md already has an entry for ${version}`);
+      writeFileSync(file, withDraft(text, draftEntry(version, new Date().toISOString().slice(0, 10))));
+      process.stderr.write(`release: a draft entry for ${version} in CHANGELOG.md: sort it, edit it and commit it\n`);
+    } else {
+      release({ version, out: out && (isAbsolute(out) ? out : resolve(process.cwd(), out)), ref });
+    }
+  } catch (err) {
+    process.stderr.write(`release: ${(err as Error).message}\n`);
+    process.exitCode = 1;
+  }
+}
