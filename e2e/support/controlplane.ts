@@ -289,16 +289,21 @@ export async function startControlPlane(
       ]);
     }
     // A component that fails on its flags or certificates exits within a moment of starting.
-    await consistently(
-      "every control-plane process to keep running",
-      () => {
-        const d = died();
-        if (d) throw new Error(deathOf(d));
-        return true;
-      },
-      1000,
-      100,
-    );
+    // etcd and the API server have answered by now (readiness, the bootstrap namespace, the
+    // CRDs): only the controller manager, which serves nothing to ask, is given that moment.
+    const d = died();
+    if (d) throw new Error(deathOf(d));
+    if (opts.controllerManager !== false)
+      await consistently(
+        "every control-plane process to keep running",
+        () => {
+          const d = died();
+          if (d) throw new Error(deathOf(d));
+          return true;
+        },
+        1000,
+        100,
+      );
   } catch (err) {
     return fail(err);
   }
