@@ -4,6 +4,7 @@
 // the body's size (the agent's maxMessageBytes), media type and JSON, then the caller (bearer
 // token or RFC 9421 signature, 401), the per-caller limits (429), then the method.
 import type { FastifyError, FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
+import type { ServerResponse } from "node:http";
 import type { ZodType } from "zod";
 import { ProtocolError } from "../protocol/errors.ts";
 import type { SigningKey } from "../protocol/signing.ts";
@@ -83,6 +84,11 @@ async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promis
   const perCaller = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
   const perCallerBytes = new RateLimiter(spec.inbox.rateLimit.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
   const service = deps.service;
+  const openStreams = new Map<ServerResponse, () => void>();
+  // Open streams end when the server closes, rather than holding its shutdown.
+  app.addHook("preClose", async () => {
+    for (const end of openStreams.values()) end();
+  });
 
   // The body's bytes are kept for the signature's Content-Digest; an empty body is no body.
   const parse = (req: FastifyRequest, body: Buffer, done: (err: Error | null, value?: unknown) => void) => {
@@ -180,7 +186,13 @@ async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promis
         return ok({ task: await service.send(caller, check(SendMessageRequest, params)) });
       case "SendStreamingMessage": {
         const stored = await service.accept(caller, check(SendMessageRequest, params));
-        return stream(req, reply, "jsonrpc", service.follow(caller, stored.task.id, abortOn(req), stored.task));
+        return stream(
+          req,
+          reply,
+          "jsonrpc",
+          (signal) => service.follow(caller, stored.task.id, signal, stored.task),
+          openStreams,
+        );
       }
       case "GetTask": {
         const p = check(GetTaskRequest, params);
@@ -193,7 +205,7 @@ async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promis
       case "SubscribeToTask": {
         const id = check(TaskIdRequest, params).id;
         await service.subscribable(caller, id);
-        return stream(req, reply, "jsonrpc", service.follow(caller, id, abortOn(req)));
+        return stream(req, reply, "jsonrpc", (signal) => service.follow(caller, id, signal), openStreams);
       }
       case "CreateTaskPushNotificationConfig":
       case "GetTaskPushNotificationConfig":
@@ -224,7 +236,13 @@ async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promis
         return json({ task: await service.send(caller, check(SendMessageRequest, body)) });
       if (path === "message:stream" && m === "POST") {
         const stored = await service.accept(caller, check(SendMessageRequest, body));
-        return stream(req, reply, "rest", service.follow(caller, stored.task.id, abortOn(req), stored.task));
+        return stream(
+          req,
+          reply,
+          "rest",
+          (signal) => service.follow(caller, stored.task.id, signal, stored.task),
+          openStreams,
+        );
       }
       if (path === "tasks" && m === "GET") return json(await service.list(caller, check(ListTasksRequest, query)));
       if ((match = /^tasks\/([^/:]+)$/.exec(path)) && m === "GET") {
@@ -236,7 +254,7 @@ async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promis
       if ((match = /^tasks\/([^/:]+):subscribe$/.exec(path)) && (m === "GET" || m === "POST")) {
         const id = decodeURIComponent(match[1] ?? "");
         await service.subscribable(caller, id);
-        return stream(req, reply, "rest", service.follow(caller, id, abortOn(req)));
+        return stream(req, reply, "rest", (signal) => service.follow(caller, id, signal), openStreams);
       }
       if (/^tasks\/[^/:]+\/pushNotificationConfigs(\/[^/]+)?$/.test(path))
         throw new A2aError("PushNotificationNotSupported", "push notifications are not supported by this agent yet");
@@ -253,21 +271,24 @@ function check<T>(schema: ZodType<T>, value: unknown): T {
   return r.data;
 }
 
-function abortOn(req: FastifyRequest): AbortSignal {
-  const ac = new AbortController();
-  req.raw.socket.once("close", () => ac.abort());
-  return ac.signal;
-}
-
 /** Server-Sent Events of a task: JSON-RPC responses (same id) or, for HTTP+JSON, StreamResponse objects. */
 async function stream(
   req: FastifyRequest,
   reply: FastifyReply,
   binding: Binding,
-  events: AsyncGenerator<StreamEvent>,
+  follow: (signal: AbortSignal) => AsyncGenerator<StreamEvent>,
+  openStreams: Map<ServerResponse, () => void>,
 ): Promise<void> {
   reply.hijack();
   const raw = reply.raw;
+  // Ended when the client goes, or when the server closes (gracefully: the stream's last chunk is sent).
+  const ac = new AbortController();
+  req.raw.socket.once("close", () => ac.abort());
+  openStreams.set(raw, () => ac.abort());
+  const events = follow(ac.signal);
+  // A comment now and then keeps proxies from closing a quiet stream.
+  const keepAlive = setInterval(() => raw.write(": keep-alive\n\n"), 15_000);
+  keepAlive.unref();
   raw.writeHead(200, {
     "content-type": "text/event-stream; charset=utf-8",
     "cache-control": "no-cache",
@@ -290,6 +311,8 @@ async function stream(
         binding === "rest" ? "error" : undefined,
       );
   } finally {
+    clearInterval(keepAlive);
+    openStreams.delete(raw);
     raw.end();
   }
 }

@@ -291,6 +291,7 @@ export class A2aService {
     const watch = await this.deps.tasks.watch(caller.id, id);
     const stop = () => watch.stop();
     signal.addEventListener("abort", stop, { once: true });
+    if (signal.aborted) stop();
     try {
       let last = from ?? found.stored.task;
       yield { task: last };

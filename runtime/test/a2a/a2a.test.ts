@@ -514,6 +514,41 @@ describe("limits", () => {
   });
 });
 
+describe("shutdown", () => {
+  it("an open task stream ends when the runtime closes, without holding its shutdown", async () => {
+    const agent = await runAgent({
+      self: identity("a2a-closing"),
+      spec: { peers: [peerOf(signer)], a2a: { enabled: true } },
+      natsUrl: nats.url,
+      tls,
+    });
+    const base = agent.url.replace("127.0.0.1", "localhost");
+    const signedCall = async (method: string, path: string, body?: string) => {
+      const url = `${base}${path}`;
+      const headers = await signRequest(
+        { method, url, headers: body ? { "content-type": "application/json" } : {}, body },
+        signer.signing,
+      );
+      return undiciFetch(url, { method, headers, body, dispatcher: dispatcher() });
+    };
+    const sent = await signedCall("POST", "/a2a/rest/message:send", JSON.stringify(rawMessage("stay open")));
+    const id = ((await sent.json()) as any).task.id;
+    const res = await signedCall("GET", `/a2a/rest/tasks/${id}:subscribe`);
+    expect(res.headers.get("content-type")).toContain("text/event-stream");
+    const reader = res.body!.getReader();
+    const first = new TextDecoder().decode((await reader.read()).value);
+    expect(first).toContain(`"id":"${id}"`);
+    const started = Date.now();
+    await agent.close();
+    expect(Date.now() - started).toBeLessThan(5_000);
+    await expect(
+      (async () => {
+        while (!(await reader.read()).done);
+      })(),
+    ).resolves.toBeUndefined();
+  });
+});
+
 describe("task size", () => {
   it("a task that would outgrow what NATS carries is refused with 413 and stays as it was", async () => {
     const sent = await rpc({ jsonrpc: "2.0", id: 30, method: "SendMessage", params: rawMessage("big results") });
