@@ -1,4 +1,4 @@
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -173,25 +173,38 @@ describe("ifp-runtime command line", () => {
     } finally {
       await runtime.stop();
     }
-    for (const bad of ["abc", "70000", "-1"]) {
-      const r = spawnSync(
-        process.execPath,
-        [
-          BIN,
-          "relay",
-          `--metrics-port=${bad}`,
-          "--manifest",
-          manifest,
-          "--tls-cert",
-          "x",
-          "--tls-key",
-          "y",
-          "--nats",
-          "nats://127.0.0.1:1",
-        ],
-        { encoding: "utf8", timeout: 20_000 },
-      );
-      expect(r.status, bad).toBe(2);
+    // The three refusals side by side: each is a process start, the slow part.
+    const refused = await Promise.all(
+      ["abc", "70000", "-1"].map(
+        (bad) =>
+          new Promise<{ bad: string; status: number | null; stderr: string }>((resolve) => {
+            const p = spawn(
+              process.execPath,
+              [
+                BIN,
+                "relay",
+                `--metrics-port=${bad}`,
+                "--manifest",
+                manifest,
+                "--tls-cert",
+                "x",
+                "--tls-key",
+                "y",
+                "--nats",
+                "nats://127.0.0.1:1",
+              ],
+              { stdio: ["ignore", "ignore", "pipe"], timeout: 20_000 },
+            );
+            let stderr = "";
+            p.stderr.on("data", (c: Buffer) => {
+              stderr += c.toString();
+            });
+            p.on("close", (status) => resolve({ bad, status, stderr }));
+          }),
+      ),
+    );
+    for (const r of refused) {
+      expect(r.status, r.bad).toBe(2);
       expect(r.stderr).toMatch(/a port must be a number from 0 to 65535/);
     }
   });
