@@ -433,6 +433,9 @@ function prepareUninstallMain(argv: string[]): Promise<void> {
   });
 }
 
+/** One flag's value, from the command line or its environment variable. */
+type Flag = (name: keyof typeof OPTIONS) => string | undefined;
+
 /** Manager options from the command line and environment (throws UsageError on bad input). */
 export function parseFlags(
   argv: string[],
@@ -450,22 +453,95 @@ export function parseFlags(
     ),
     env,
   );
-  const leaderElect = str("leader-elect") ?? "false";
-  if (!["true", "false"].includes(leaderElect))
-    throw new UsageError(`--leader-elect is true or false, not ${JSON.stringify(leaderElect)}`);
-  const networkPolicies = str("runtime-network-policies") ?? "false";
-  if (!["true", "false"].includes(networkPolicies))
-    throw new UsageError(`--runtime-network-policies is true or false, not ${JSON.stringify(networkPolicies)}`);
-  const pullPolicy = str("runtime-image-pull-policy") ?? "IfNotPresent";
-  if (!["IfNotPresent", "Always", "Never"].includes(pullPolicy))
-    throw new UsageError(
-      `--runtime-image-pull-policy is IfNotPresent, Always or Never, not ${JSON.stringify(pullPolicy)}`,
-    );
+  const leaderElect = choice(str, "leader-elect", ["true", "false"], "true or false");
+  const settings = runtimeSettings(str);
+  const nats = natsOptions(str, env);
+  const trust = trustOptions(str, env);
+  let rolloutLimit: RolloutLimit;
+  try {
+    rolloutLimit = parseRolloutLimit(str("max-rolling-agents") ?? DEFAULT_ROLLOUT_LIMIT);
+  } catch (err) {
+    throw new UsageError(`--max-rolling-agents ${(err as Error).message}`);
+  }
+  return {
+    help: Boolean(values.help),
+    logLevel: str("log-level") ?? "info",
+    options: {
+      kubeconfig: str("kubeconfig"),
+      settings,
+      ...nats,
+      watchNamespaces: list(str("watch-namespaces")),
+      leaderElection:
+        leaderElect === "true"
+          ? { namespace: str("leader-election-namespace") ?? env.POD_NAMESPACE ?? "default", identity: env.POD_NAME }
+          : undefined,
+      healthPort: integer("health-port", str("health-port") ?? "8081", 0, 65535),
+      metricsPort: integer("metrics-port", str("metrics-port") ?? "8080", 0, 65535),
+      resyncMs: duration(str("resync") ?? "5m"),
+      workers: integer("workers", str("workers") ?? "4", 1, 64),
+      rolloutLimit,
+      finalizerTimeoutMs: duration(str("finalizer-timeout") ?? "5m", "finalizer-timeout"),
+      operatorDeployment: deploymentRef(str("operator-deployment")),
+      trust,
+    },
+  };
+}
+
+/** A flag with one of a few values (by default the last of `allowed`, unless `fallback`). */
+function choice(str: Flag, name: keyof typeof OPTIONS, allowed: string[], words: string, fallback?: string): string {
+  const value = str(name) ?? fallback ?? allowed[allowed.length - 1]!;
+  if (!allowed.includes(value)) throw new UsageError(`--${name} is ${words}, not ${JSON.stringify(value)}`);
+  return value;
+}
+
+/** What shapes the runtimes' children: image, what their specs may ask for, NATS for the pods, tracing, policies. */
+function runtimeSettings(str: Flag): ManagerOptions["settings"] {
+  const networkPolicies = choice(str, "runtime-network-policies", ["true", "false"], "true or false");
+  const pullPolicy = choice(
+    str,
+    "runtime-image-pull-policy",
+    ["IfNotPresent", "Always", "Never"],
+    "IfNotPresent, Always or Never",
+    "IfNotPresent",
+  );
+  const credsSecret = str("nats-creds-secret");
+  const credsFile = str("nats-creds");
+  return {
+    runtimeImage: str("runtime-image") ?? "ghcr.io/ifp-dev/ifp-runtime:0.1.0",
+    runtimeImagePullPolicy: pullPolicy,
+    allowedImages: list(str("allowed-images")),
+    allowedIssuers: issuerList(str("allowed-issuers")),
+    allowedDnsNames: dnsNameList(str("allowed-dns-names")),
+    allowedHosts: namespaceHosts(str("allowed-hosts")),
+    allowedNodeLabels: nodeLabelList(str("allowed-node-labels")),
+    allowedTolerations: tolerationList(str("allowed-tolerations")),
+    allowedPriorityClasses: priorityClassList(str("allowed-priority-classes")),
+    natsUrl: str("nats-url") ?? "nats://nats:4222",
+    natsCredsSecret: credsSecret
+      ? { name: credsSecret, key: str("nats-creds-secret-key") ?? (credsFile ? basename(credsFile) : "nats.creds") }
+      : undefined,
+    natsAuthSecret: str("nats-auth-secret"),
+    runtimeRunAsUser: podId("runtime-run-as-user", str("runtime-run-as-user") ?? "10001"),
+    runtimeRunAsGroup: podId("runtime-run-as-group", str("runtime-run-as-group") ?? "10001"),
+    runtimeImagePullSecrets: list(str("runtime-image-pull-secrets")),
+    clusterNetworks: clusterNetworks(str("cluster-networks")),
+
+    runtimeTracing: runtimeTracing(str("runtime-otlp-endpoint"), str("runtime-otel-env")),
+    runtimeNetworkPolicies:
+      networkPolicies === "true"
+        ? { metricsNamespaces: namespaceList("metrics-namespaces", str("metrics-namespaces")) }
+        : undefined,
+  };
+}
+
+/** The operator's own NATS: its connection, the account Secret, TLS from the install's trust, the NATS servers' certificate. */
+function natsOptions(
+  str: Flag,
+  env: NodeJS.ProcessEnv,
+): Pick<ManagerOptions, "natsAccount" | "nats" | "natsTlsVerifyWithTrust" | "natsServerTls"> {
   const natsUrl = str("nats-url");
   const natsTlsSecret = str("nats-tls-secret");
-  const natsTls = str("nats-tls") ?? (natsTlsSecret ? "trust" : "off");
-  if (!["off", "trust"].includes(natsTls))
-    throw new UsageError(`--nats-tls is off or trust, not ${JSON.stringify(natsTls)}`);
+  const natsTls = choice(str, "nats-tls", ["off", "trust"], "off or trust", natsTlsSecret ? "trust" : "off");
   if (natsTlsSecret && natsTls !== "trust")
     throw new UsageError(
       "--nats-tls-secret issues a certificate of the install CA: it needs --nats-tls=trust (or no --nats-tls)",
@@ -473,10 +549,37 @@ export function parseFlags(
   const natsTlsDnsNames = list(str("nats-tls-dns-names"));
   if (natsTlsSecret && !natsTlsDnsNames.length)
     throw new UsageError("--nats-tls-secret needs --nats-tls-dns-names: the names clients reach the NATS servers by");
-  const credsSecret = str("nats-creds-secret");
-  const credsFile = str("nats-creds");
-  const lifetime = (name: string, fallback: number) => {
-    const text = str(name as keyof typeof OPTIONS);
+  return {
+    natsAccount: str("nats-account-secret")
+      ? {
+          name: str("nats-account-secret")!,
+          namespace: str("nats-account-secret-namespace") ?? env.POD_NAMESPACE ?? "default",
+        }
+      : undefined,
+    nats: natsUrl
+      ? {
+          url: natsUrl,
+          credsFile: str("nats-creds"),
+          user: str("nats-user"),
+          pass: str("nats-password"),
+          token: str("nats-token"),
+        }
+      : undefined,
+    natsTlsVerifyWithTrust: natsTls === "trust" || undefined,
+    natsServerTls: natsTlsSecret
+      ? {
+          secretName: natsTlsSecret,
+          dnsNames: natsTlsDnsNames,
+          namespace: str("ca-namespace") ?? env.POD_NAMESPACE ?? "default",
+        }
+      : undefined,
+  };
+}
+
+/** The install CA: its Secret, lifetimes (checked together), extra CAs, and the cert-manager mode. */
+function trustOptions(str: Flag, env: NodeJS.ProcessEnv): NonNullable<ManagerOptions["trust"]> {
+  const lifetime = (name: keyof typeof OPTIONS, fallback: number) => {
+    const text = str(name);
     return text === undefined ? fallback : duration(text, name);
   };
   const lifetimes = {
@@ -491,13 +594,6 @@ export function parseFlags(
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
-  let rolloutLimit: RolloutLimit;
-  try {
-    rolloutLimit = parseRolloutLimit(str("max-rolling-agents") ?? DEFAULT_ROLLOUT_LIMIT);
-  } catch (err) {
-    throw new UsageError(`--max-rolling-agents ${(err as Error).message}`);
-  }
-  const operatorDeployment = deploymentRef(str("operator-deployment"));
   const extraCaFile = str("extra-ca-file");
   let extraCas: string | undefined;
   if (extraCaFile) {
@@ -509,77 +605,15 @@ export function parseFlags(
     }
   }
   return {
-    help: Boolean(values.help),
-    logLevel: str("log-level") ?? "info",
-    options: {
-      kubeconfig: str("kubeconfig"),
-      settings: {
-        runtimeImage: str("runtime-image") ?? "ghcr.io/ifp-dev/ifp-runtime:0.1.0",
-        runtimeImagePullPolicy: pullPolicy,
-        allowedImages: list(str("allowed-images")),
-        allowedIssuers: issuerList(str("allowed-issuers")),
-        allowedDnsNames: dnsNameList(str("allowed-dns-names")),
-        allowedHosts: namespaceHosts(str("allowed-hosts")),
-        allowedNodeLabels: nodeLabelList(str("allowed-node-labels")),
-        allowedTolerations: tolerationList(str("allowed-tolerations")),
-        allowedPriorityClasses: priorityClassList(str("allowed-priority-classes")),
-        natsUrl: natsUrl ?? "nats://nats:4222",
-        natsCredsSecret: credsSecret
-          ? { name: credsSecret, key: str("nats-creds-secret-key") ?? (credsFile ? basename(credsFile) : "nats.creds") }
-          : undefined,
-        natsAuthSecret: str("nats-auth-secret"),
-        runtimeRunAsUser: podId("runtime-run-as-user", str("runtime-run-as-user") ?? "10001"),
-        runtimeRunAsGroup: podId("runtime-run-as-group", str("runtime-run-as-group") ?? "10001"),
-        runtimeImagePullSecrets: list(str("runtime-image-pull-secrets")),
-        clusterNetworks: clusterNetworks(str("cluster-networks")),
-
-        runtimeTracing: runtimeTracing(str("runtime-otlp-endpoint"), str("runtime-otel-env")),
-        runtimeNetworkPolicies:
-          networkPolicies === "true"
-            ? { metricsNamespaces: namespaceList("metrics-namespaces", str("metrics-namespaces")) }
-            : undefined,
-      },
-      natsAccount: str("nats-account-secret")
-        ? {
-            name: str("nats-account-secret")!,
-            namespace: str("nats-account-secret-namespace") ?? env.POD_NAMESPACE ?? "default",
-          }
-        : undefined,
-      nats: natsUrl
-        ? { url: natsUrl, credsFile, user: str("nats-user"), pass: str("nats-password"), token: str("nats-token") }
-        : undefined,
-      natsTlsVerifyWithTrust: natsTls === "trust" || undefined,
-      natsServerTls: natsTlsSecret
-        ? {
-            secretName: natsTlsSecret,
-            dnsNames: natsTlsDnsNames,
-            namespace: str("ca-namespace") ?? env.POD_NAMESPACE ?? "default",
-          }
-        : undefined,
-      watchNamespaces: list(str("watch-namespaces")),
-      leaderElection:
-        leaderElect === "true"
-          ? { namespace: str("leader-election-namespace") ?? env.POD_NAMESPACE ?? "default", identity: env.POD_NAME }
-          : undefined,
-      healthPort: integer("health-port", str("health-port") ?? "8081", 0, 65535),
-      metricsPort: integer("metrics-port", str("metrics-port") ?? "8080", 0, 65535),
-      resyncMs: duration(str("resync") ?? "5m"),
-      workers: integer("workers", str("workers") ?? "4", 1, 64),
-      rolloutLimit,
-      finalizerTimeoutMs: duration(str("finalizer-timeout") ?? "5m", "finalizer-timeout"),
-      operatorDeployment,
-      trust: {
-        namespace: str("ca-namespace") ?? env.POD_NAMESPACE ?? "default",
-        secretName: str("ca-secret") ?? "ifp-operator-ca",
-        lifetimes,
-        extraCas,
-        certManager: certManagerMode(
-          str("cert-manager-issuer"),
-          str("cert-manager-bundle"),
-          str("cert-manager-bundle-key"),
-        ),
-      },
-    },
+    namespace: str("ca-namespace") ?? env.POD_NAMESPACE ?? "default",
+    secretName: str("ca-secret") ?? "ifp-operator-ca",
+    lifetimes,
+    extraCas,
+    certManager: certManagerMode(
+      str("cert-manager-issuer"),
+      str("cert-manager-bundle"),
+      str("cert-manager-bundle-key"),
+    ),
   };
 }
 

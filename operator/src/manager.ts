@@ -119,21 +119,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   const abort = new AbortController();
   const trust = installTrust(opts, kube);
   const natsSide = await connectNats(opts, kube, trust, abort.signal);
-  const { nats, natsIssuer, natsAccounts } = natsSide;
-  const ctx: ReconcileContext = {
-    kube,
-    caches,
-    settings: operatorSettings(opts, natsSide),
-    log,
-    nats,
-    trust,
-    natsIssuer,
-    natsAccounts,
-    deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
-    rollouts: new RolloutGate(opts.rolloutLimit ?? parseRolloutLimit(DEFAULT_ROLLOUT_LIMIT)),
-    agentIds: new Map(),
-    namespaceLabels: new NamespaceLabels(kube, log),
-  };
+  const ctx = reconcileContext(opts, kube, caches, trust, natsSide);
   const summaries = summaryCollector(opts, ctx, enqueue);
   ctx.summaries = summaries;
   const controller = (kind: Kind, reconcile: Reconcile) =>
@@ -161,11 +147,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
     () => notReady(run),
     metrics.registry,
   );
-  const depth = setInterval(() => {
-    for (const c of Object.values(controllers)) c.recordQueueDepth();
-    metrics.informerRestarts.set(caches.restarts);
-  }, 1000);
-  depth.unref();
+  const depth = recordQueueDepths(metrics, controllers, caches);
   const started = lead(run);
   started.catch((err) => log.error({ err: errorMessage(err) }, "operator could not start"));
   return {
@@ -186,6 +168,44 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       log.info("operator stopped");
     },
   };
+}
+
+/** What every reconcile runs in: the clients, the caches, the settings, the install trust, the NATS side, the bookkeeping. */
+function reconcileContext(
+  opts: ManagerOptions,
+  kube: Kube,
+  caches: Caches,
+  trust: InstallTrust,
+  natsSide: NatsSide,
+): ReconcileContext {
+  return {
+    kube,
+    caches,
+    settings: operatorSettings(opts, natsSide),
+    log: opts.log,
+    nats: natsSide.nats,
+    trust,
+    natsIssuer: natsSide.natsIssuer,
+    natsAccounts: natsSide.natsAccounts,
+    deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
+    rollouts: new RolloutGate(opts.rolloutLimit ?? parseRolloutLimit(DEFAULT_ROLLOUT_LIMIT)),
+    agentIds: new Map(),
+    namespaceLabels: new NamespaceLabels(kube, opts.log),
+  };
+}
+
+/** The queue depths and informer restarts, each second. */
+function recordQueueDepths(
+  metrics: ReturnType<typeof createOperatorMetrics>,
+  controllers: Record<Kind, Controller>,
+  caches: Caches,
+): NodeJS.Timeout {
+  const depth = setInterval(() => {
+    for (const c of Object.values(controllers)) c.recordQueueDepth();
+    metrics.informerRestarts.set(caches.restarts);
+  }, 1000);
+  depth.unref();
+  return depth;
 }
 
 /** What a running manager holds between its start and its stop. */

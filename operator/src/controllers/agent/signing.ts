@@ -290,61 +290,13 @@ export async function ensureSigningKey(
       applied,
     };
   }
-  if (!secret) {
-    const key = generateSigningKey();
-    const created = await ctx.kube.createIfAbsent<V1Secret>({
-      apiVersion: "v1",
-      kind: "Secret",
-      type: "Opaque",
-      metadata: {
-        name,
-        namespace: ns,
-        labels: {
-          ...MANAGED_BY,
-          [INSTANCE_LABEL]: owner.metadata.name,
-          [COMPONENT_LABEL]: "agent",
-          "app.kubernetes.io/part-of": "ifp-operator",
-        },
-        annotations: { "ifp.dev/public-key": key.publicKey },
-      },
-      data: {
-        [SIGNING_KEY_FILE]: b64(key.privateKeyPem),
-        "encryption.key": b64(generateEncryptionKey().privateKeyPem),
-      },
-    });
-    if (created) {
-      applied.push(`Secret/${name}`);
-      await note(
-        ctx,
-        obj,
-        "GeneratedSigningKey",
-        `generated an Ed25519 signing key into Secret ${name}; public key ${key.publicKey}`,
-      );
-    }
-    secret = created ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
-    if (!secret) throw new Error(`Secret ${name} vanished right after it was created`);
-  }
+  secret ??= await generateSigningSecret(ctx, obj, owner, name, applied);
   const refusal = secretUsableBy(secret, owner, "spec.signing.secretName");
   if (refusal) return { blocker: refusal, applied };
   const ts = secret.metadata?.creationTimestamp;
   const plan = planSigningKeys(secret.data ?? {}, signing, ts ? isoSeconds(new Date(ts)) : "", new Date());
   if (plan.error) return { blocker: { reason: "InvalidSigningKey", message: `Secret ${name} ${plan.error}` }, applied };
-  if (plan.data) {
-    const active = plan.set.keys.find((k) => k.status === "active")!;
-    secret = await ctx.kube.replace<V1Secret>({
-      ...secret,
-      apiVersion: "v1",
-      kind: "Secret",
-      metadata: {
-        ...secret.metadata,
-        annotations: { ...secret.metadata?.annotations, "ifp.dev/public-key": active.publicKey },
-      },
-      data: plan.data,
-    });
-    applied.push(`Secret/${name}`);
-    for (const e of plan.events)
-      await note(ctx, obj, e.startsWith("revoked") ? "RevokedSigningKey" : "RotatedSigningKey", e);
-  }
+  if (plan.data) secret = await applySigningPlan(ctx, obj, secret, plan, applied);
   const active = plan.set.keys.find((k) => k.status === "active")!;
   const encryption = await ensureEncryptionKey(ctx, obj, secret, name, applied);
   return {
@@ -358,6 +310,75 @@ export async function ensureSigningKey(
     applied,
     ...(plan.nextDue !== undefined ? { requeueAfterMs: Math.max(1000, plan.nextDue - Date.now() + 500) } : {}),
   };
+}
+
+/** A new signing Secret with a fresh signing key and encryption key (or the one another pass made meanwhile). */
+async function generateSigningSecret(
+  ctx: ReconcileContext,
+  obj: CustomObject,
+  owner: Owner,
+  name: string,
+  applied: string[],
+): Promise<V1Secret> {
+  const ns = owner.metadata.namespace;
+  const key = generateSigningKey();
+  const created = await ctx.kube.createIfAbsent<V1Secret>({
+    apiVersion: "v1",
+    kind: "Secret",
+    type: "Opaque",
+    metadata: {
+      name,
+      namespace: ns,
+      labels: {
+        ...MANAGED_BY,
+        [INSTANCE_LABEL]: owner.metadata.name,
+        [COMPONENT_LABEL]: "agent",
+        "app.kubernetes.io/part-of": "ifp-operator",
+      },
+      annotations: { "ifp.dev/public-key": key.publicKey },
+    },
+    data: {
+      [SIGNING_KEY_FILE]: b64(key.privateKeyPem),
+      "encryption.key": b64(generateEncryptionKey().privateKeyPem),
+    },
+  });
+  if (created) {
+    applied.push(`Secret/${name}`);
+    await note(
+      ctx,
+      obj,
+      "GeneratedSigningKey",
+      `generated an Ed25519 signing key into Secret ${name}; public key ${key.publicKey}`,
+    );
+  }
+  const secret = created ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
+  if (!secret) throw new Error(`Secret ${name} vanished right after it was created`);
+  return secret;
+}
+
+/** Write a plan's data into the Secret, its public-key annotation following the active key, and note what it did. */
+async function applySigningPlan(
+  ctx: ReconcileContext,
+  obj: CustomObject,
+  secret: V1Secret,
+  plan: SigningPlan,
+  applied: string[],
+): Promise<V1Secret> {
+  const active = plan.set.keys.find((k) => k.status === "active")!;
+  const replaced = await ctx.kube.replace<V1Secret>({
+    ...secret,
+    apiVersion: "v1",
+    kind: "Secret",
+    metadata: {
+      ...secret.metadata,
+      annotations: { ...secret.metadata?.annotations, "ifp.dev/public-key": active.publicKey },
+    },
+    data: plan.data,
+  });
+  applied.push(`Secret/${secret.metadata?.name}`);
+  for (const e of plan.events)
+    await note(ctx, obj, e.startsWith("revoked") ? "RevokedSigningKey" : "RotatedSigningKey", e);
+  return replaced;
 }
 
 /**
