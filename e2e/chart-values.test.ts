@@ -166,6 +166,58 @@ describe("chart values passed through", () => {
     expect(parsed.options.settings.natsAuthSecret).toBe("nats-auth");
   });
 
+  it("reaches every flag of the operator from values: rendered by the chart, or set through extraEnv or extraArgs for a reason", () => {
+    // The flags `ifp-operator --help` lists for the operator itself (not its subcommands).
+    const help = spawnSync(process.execPath, ["operator/bin/ifp-operator.ts", "--help"], {
+      encoding: "utf8",
+      timeout: 60_000,
+    });
+    expect(help.status, help.stderr).toBe(0);
+    const own = help.stdout.split(/^usage: ifp-operator \S/m)[1]!;
+    const flags = [...new Set([...own.matchAll(/^ {2}(--[a-z][-a-z]*)/gm)].map((m) => m[1]!))];
+    expect(flags.length).toBeGreaterThan(40);
+    const NOT_RENDERED: Record<string, string> = {
+      "--kubeconfig": "in a pod the operator uses its ServiceAccount",
+      "--nats-user": "the operator's own NATS user: extraEnv IFP_NATS_USER from a Secret",
+      "--nats-password": "extraEnv IFP_NATS_PASSWORD from a Secret, never a value in the release",
+      "--nats-token": "extraEnv IFP_NATS_TOKEN from a Secret, never a value in the release",
+      "--nats-creds-secret-key":
+        "the chart mounts nats.credentialsSecret.key under its own name, which the operator takes as the key",
+    };
+    const rendered = new Set(
+      [
+        {},
+        {
+          nats: {
+            install: false,
+            url: "nats://n:4222",
+            tls: { verifyOwnServer: true },
+            credentialsSecret: { name: "creds" },
+            authSecret: "auth",
+          },
+          trust: {
+            extraCAs: "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n",
+            certManager: { issuerRef: { name: "ca" }, bundle: { configMapName: "bundle" } },
+          },
+          tracing: { otlpEndpoint: "http://otel:4318", env: { OTEL_TRACES_SAMPLER: "always_on" } },
+          allowedImages: ["a/*"],
+          allowedIssuers: ["ClusterIssuer/x"],
+          allowedDnsNames: ["*.example"],
+          allowedHosts: { team: ["a.example"] },
+          allowedNodeLabels: ["kubernetes.io/os"],
+          allowedTolerations: ["*"],
+          allowedPriorityClasses: ["*"],
+          imagePullSecrets: [{ name: "pull" }],
+          metrics: { networkPolicyNamespaces: ["monitoring"] },
+          watchNamespaces: ["team"],
+        },
+      ].flatMap((values) => (operatorPod(render(values)).containers[0].args as string[]).map((a) => a.split("=")[0]!)),
+    );
+    expect(flags.filter((f) => !rendered.has(f) && !NOT_RENDERED[f])).toEqual([]);
+    // Nothing is excused that the chart renders after all.
+    expect(Object.keys(NOT_RENDERED).filter((f) => rendered.has(f))).toEqual([]);
+  });
+
   it("runs NATS under a ServiceAccount of its own that mounts no token", () => {
     const objects = render({ imagePullSecrets: [{ name: "registry-credentials" }] });
     const sa = find(objects, "ServiceAccount", "ifp-ifp-operator-nats");
