@@ -123,6 +123,10 @@ for (const [name, agent] of [
   // Peers and the relay are on this machine's loopback (in a cluster the operator allows the cluster's networks).
   agent.spec.network = { allowPrivateTargets: ["127.0.0.0/8", "::1/128"] };
 }
+// alice also speaks A2A (docs/a2a.md), to clients with the bearer token kept in the state directory.
+alice.spec.a2a = { enabled: true, authentication: { bearerTokenSecret: { name: "alice-a2a-tokens" } } };
+const a2aTokens = keepOnce(join(stateDir, "alice.a2a-tokens"), () => `${randomBytes(24).toString("base64url")}\n`);
+const a2aToken = readFileSync(a2aTokens, "utf8").split("\n")[0]!.trim();
 relay.spec.url = local(relay.spec.url);
 relay.spec.network = { allowPrivateTargets: ["127.0.0.0/8", "::1/128"] };
 
@@ -163,6 +167,7 @@ for (const [name, manifest] of [
     tls.files.ca,
     "--local-api-port",
     String(ports[name] + 100),
+    ...(name === "alice" ? ["--a2a-token-file", a2aTokens] : []),
   ]);
 }
 start("relay", "relay", relay, ports.relay, []);
@@ -219,16 +224,22 @@ await Promise.all(
 );
 
 const send = `npx ifp send --from-key ${join(stateDir, "bob.key")} --from bob-agent --to ${procs[0]!.url} --text "Hello from Bob's agent" --ca-file ${tls.files.ca}`;
+const a2aMessage = `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m-'$RANDOM'","role":"ROLE_USER","parts":[{"text":"Hello from an A2A client"}]}}}`;
+const a2aCall = `curl -s --cacert ${tls.files.ca} -H 'authorization: Bearer ${a2aToken}' -H 'content-type: application/json' ${procs[0]!.url}/a2a/v1 -d '${a2aMessage}'`;
 process.stdout.write(`
 ifp local stack is up (state in ${stateDir})
   nats      ${nats.url}
   alice     ${procs[0]!.url}/.well-known/agent/capabilities   (local API http://127.0.0.1:${ports.alice + 100})
+            ${procs[0]!.url}/.well-known/agent-card.json   (A2A)
   bob       ${procs[1]!.url}/.well-known/agent/capabilities   (local API http://127.0.0.1:${ports.bob + 100})
   relay     ${procs[2]!.url}
   CA        ${tls.files.ca}
 
 Send alice a signed message from bob:
   ${send}
+
+Or talk to alice as an A2A client (JSON-RPC SendMessage; the answer waits for her application's reply):
+  ${a2aCall}
 
 Below, what the example applications log: each message as it arrives, and the reply. At start
 alice's application greets bob (IFP_APP_GREET in examples/agent-alice.yaml) and bob's answers.
