@@ -434,6 +434,69 @@ describe("kubectl ifp report", () => {
   });
 });
 
+describe("a user of one namespace", () => {
+  it("sees that namespace with -n, the operator as unknown, and a clear refusal for every namespace", () => {
+    // A ServiceAccount that may read Agents, Relays, its namespace's Deployments and Secrets, nothing else.
+    apply(`apiVersion: v1
+kind: ServiceAccount
+metadata: {name: viewer, namespace: ${NS}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: viewer, namespace: ${NS}}
+rules:
+  - {apiGroups: [ifp.dev], resources: [agents, relays], verbs: [get, list]}
+  - {apiGroups: [apps], resources: [deployments], verbs: [list]}
+  - {apiGroups: [""], resources: [services, configmaps, secrets], verbs: [get, list]}
+  - {apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [list]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: viewer, namespace: ${NS}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: viewer}
+subjects: [{kind: ServiceAccount, name: viewer, namespace: ${NS}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: ifp-test-namespace-reader}
+rules: [{apiGroups: [""], resources: [namespaces], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: ifp-test-namespace-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: ifp-test-namespace-reader}
+subjects: [{kind: ServiceAccount, name: viewer, namespace: ${NS}}]
+`);
+    const token = cp.kubectl(["-n", NS, "create", "token", "viewer"]).trim();
+    const admin = readFileSync(cp.kubeconfig, "utf8");
+    const server = /server: (\S+)/.exec(admin)![1];
+    const caData = /certificate-authority-data: (\S+)/.exec(admin)![1];
+    const config = join(tempDir("ifp-plugin-"), "viewer");
+    writeFileSync(
+      config,
+      `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "${server}", certificate-authority-data: ${caData}}}]
+users: [{name: viewer, user: {token: "${token}"}}]
+contexts: [{name: viewer, context: {cluster: c, user: viewer, namespace: ${NS}}}]
+current-context: viewer
+`,
+    );
+    const one = plugin(["status", "-n", NS, "--kubeconfig", config]);
+    expect(one.stderr).toBe("");
+    expect(one.code).toBe(0);
+    expect(one.stdout).toMatch(/Operator: +unknown \(cannot read the operator's Deployment: .*forbidden/i);
+    expect(one.stdout).toMatch(/team +Agent +alice +True/);
+    const all = plugin(["status", "--kubeconfig", config]);
+    expect(all.code).toBe(1);
+    expect(all.stderr).toMatch(/^kubectl ifp: cannot read agents.ifp.dev .*forbidden.*\n$/i);
+    // describe in the context's namespace, with its rights.
+    expect(plugin(["describe", "agent", "alice", "--kubeconfig", config]).stdout).toMatch(
+      /Secret +alice-signing +keys:/,
+    );
+  });
+});
+
 describe("bad input", () => {
   const cases: [string, string[], number, RegExp][] = [
     ["an unknown command", ["frobnicate"], 2, /unknown command "frobnicate"/],

@@ -100,7 +100,7 @@ export async function collectReport(c: Connection, opts: ReportOptions): Promise
   const status = await collectStatus(c, { namespace: opts.namespace, operatorNamespace: opts.operatorNamespace });
   add("status.txt", Buffer.from(renderStatus(status)));
   add("status.json", json(status));
-  const operator = await findOperator(c, opts.operatorNamespace);
+  const operator = await findOperator(c, opts.operatorNamespace).catch(() => undefined);
   const namespaces = new Set<string>();
   if (operator) namespaces.add(operator.metadata.namespace);
   if (opts.namespace) namespaces.add(opts.namespace);

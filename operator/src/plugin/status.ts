@@ -31,6 +31,8 @@ export interface ResourceLine {
 
 export interface StatusReport {
   operator?: Workload & { leader?: { holder: string; renewed?: string }; caSecret: string };
+  /** Why the operator could not be looked for (RBAC: a user of one namespace may not list Deployments everywhere). */
+  operatorError?: string;
   nats?: Workload;
   installCa?: { namespace: string; secret: string; notAfter?: string; next?: string; error?: string };
   resources: ResourceLine[];
@@ -88,7 +90,9 @@ export async function findOperator(c: Connection, namespace?: string): Promise<O
 
 /** The operator's flag `--name=value` as its Deployment passes it. */
 export function operatorFlag(deployment: Obj, name: string): string | undefined {
-  const args: string[] = deployment?.spec?.template?.spec?.containers?.[0]?.args ?? [];
+  const args: string[] = (deployment?.spec?.template?.spec?.containers ?? []).flatMap(
+    (c: { args?: string[] }) => c.args ?? [],
+  );
   const prefix = `--${name}=`;
   return args.find((a) => a.startsWith(prefix))?.slice(prefix.length);
 }
@@ -103,7 +107,12 @@ export async function collectStatus(
   opts: { namespace?: string; operatorNamespace?: string },
 ): Promise<StatusReport> {
   const report: StatusReport = { resources: [] };
-  const dep = await findOperator(c, opts.operatorNamespace);
+  let dep: Obj | undefined;
+  try {
+    dep = await findOperator(c, opts.operatorNamespace);
+  } catch (err) {
+    report.operatorError = (err as Error).message;
+  }
   if (dep) {
     const ns = dep.metadata.namespace as string;
     const caSecret = operatorFlag(dep, "ca-secret") ?? "ifp-operator-ca";
@@ -170,7 +179,9 @@ export function renderStatus(r: StatusReport, now = Date.now()): string {
       ? `leader ${o.leader.holder}${o.leader.renewed ? ` (renewed ${ago(o.leader.renewed, now)})` : ""}`
       : "no leader";
     out.push(`Operator:    ${o.namespace}/${o.name}  ${o.readyReplicas}/${o.replicas} ready  ${leader}`);
-  } else out.push("Operator:    not found (no Deployment labelled app.kubernetes.io/component=operator)");
+  } else if (r.operatorError)
+    out.push(`Operator:    unknown (${r.operatorError}; --operator-namespace NS looks in one namespace)`);
+  else out.push("Operator:    not found (no Deployment labelled app.kubernetes.io/component=operator)");
   if (r.nats)
     out.push(`NATS:        ${r.nats.namespace}/${r.nats.name}  ${r.nats.readyReplicas}/${r.nats.replicas} ready`);
   else if (o) out.push("NATS:        not installed by the chart (nats.install=false: an external server)");
