@@ -7,10 +7,11 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse, parseAllDocuments, stringify } from "yaml";
 import { toolPath } from "./tools/tools.ts";
 import { tempDir } from "./support/process.ts";
+import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { ALERT_CASES, promtoolTests } from "./support/alert-cases.ts";
 
 const CHART = "charts/ifp-operator";
@@ -151,5 +152,42 @@ describe("the chart's alerts", () => {
     const r2 = promtoolTest(promtoolTests(join(dir, "ifp.rules.yaml")));
     expect(r2.status).not.toBe(0);
     expect(r2.out).toMatch(/IfpMessagesUndeliverable/);
+  });
+});
+
+describe("the chart's monitoring objects on an API server with the Prometheus Operator's CRDs", () => {
+  let cp: ControlPlane;
+  beforeAll(async () => {
+    cp = await startControlPlane({
+      crds: [toolPath("prometheus-operator-crds", "monitoring-crds.yaml")],
+      controllerManager: false,
+    });
+    cp.kubectl(["create", "namespace", "ifp-system"]);
+  }, 300_000);
+  afterAll(async () => {
+    await cp?.stop();
+  });
+
+  it("accepts the PrometheusRule, the ServiceMonitor and the PodMonitor as the chart renders them", () => {
+    const monitoring = render(
+      "prometheusRule.enabled=true",
+      "prometheusRule.additionalLabels.team=messaging",
+      "prometheusRule.runbookUrl=https://wiki.example/ifp/alerts",
+      "metrics.serviceMonitor.enabled=true",
+      "metrics.podMonitor.enabled=true",
+    ).filter((o) => o.apiVersion === "monitoring.coreos.com/v1");
+    expect(monitoring.map((o) => o.kind).sort()).toEqual(["PodMonitor", "PrometheusRule", "ServiceMonitor"]);
+    const out = cp.kubectl(
+      ["apply", "--dry-run=server", "--validate=strict", "-n", "ifp-system", "-f", "-"],
+      monitoring.map((o) => stringify(o)).join("---\n"),
+    );
+    expect(out.split("\n").filter((l) => /created \(server dry run\)$/.test(l))).toHaveLength(3);
+    // The CRD's schema is checked: a rule without an expression is refused.
+    const [rule] = monitoring.filter((o) => o.kind === "PrometheusRule");
+    const broken = structuredClone(rule!);
+    delete broken.spec.groups[0].rules[0].expr;
+    expect(() => cp.kubectl(["apply", "--dry-run=server", "-n", "ifp-system", "-f", "-"], stringify(broken))).toThrow(
+      /expr/,
+    );
   });
 });

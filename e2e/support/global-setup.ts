@@ -22,6 +22,7 @@ export default function setup(): () => void {
     "helm",
     "kube-score",
     "promtool",
+    "prometheus-operator-crds",
     "kwok",
     "gateway-api",
     ...(nodeTestUnsupported() ? [] : ["kubernetes-node", "coredns", "pause"]),

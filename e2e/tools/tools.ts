@@ -213,6 +213,33 @@ function gatewayApiCrds(version: string): ToolSpec["build"] {
   };
 }
 
+/**
+ * The Prometheus Operator's CRDs of the objects the chart renders (PrometheusRule, ServiceMonitor,
+ * PodMonitor), from the module's example/prometheus-operator-crd: the chart test applies them to
+ * its API server and dry-runs the monitoring objects against their schemas.
+ */
+function prometheusOperatorCrds(version: string): ToolSpec["build"] {
+  return (outDir, workDir) => {
+    const module = "github.com/prometheus-operator/prometheus-operator";
+    const res = spawnSync("go", ["mod", "download", "-json", `${module}@${version}`], {
+      cwd: workDir,
+      encoding: "utf8",
+      env: { ...process.env, GOFLAGS: "-mod=mod", GOTOOLCHAIN: "local" },
+    });
+    if (res.error) throw new Error(`go could not start: ${res.error.message}`);
+    const info = JSON.parse(res.stdout || "{}") as { Dir?: string; Error?: string };
+    if (res.status !== 0 || !info.Dir)
+      throw new Error(`go mod download ${module}@${version} failed: ${info.Error ?? res.stderr}`);
+    const dir = join(info.Dir, "example", "prometheus-operator-crd");
+    writeFileSync(
+      join(outDir, "monitoring-crds.yaml"),
+      ["prometheusrules", "servicemonitors", "podmonitors"]
+        .map((kind) => readFileSync(join(dir, `monitoring.coreos.com_${kind}.yaml`), "utf8").replace(/^---\n/, ""))
+        .join("\n---\n"),
+    );
+  };
+}
+
 export const TOOLS: Record<string, ToolSpec> = {
   "nats-server": {
     key: "nats-server-v2.12.15",
@@ -309,6 +336,12 @@ export const TOOLS: Record<string, ToolSpec> = {
     key: `gateway-api-${GATEWAY_API_VERSION}`,
     binaries: ["standard-install.yaml", "experimental-install.yaml"],
     build: gatewayApiCrds(GATEWAY_API_VERSION),
+  },
+  // Not a binary: the Prometheus Operator's CRDs of the chart's monitoring objects.
+  "prometheus-operator-crds": {
+    key: "prometheus-operator-crds-v0.85.0",
+    binaries: ["monitoring-crds.yaml"],
+    build: prometheusOperatorCrds("v0.85.0"),
   },
   kind: {
     key: "kind-v0.33.0",
