@@ -1,6 +1,14 @@
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
-import { z } from "zod";
 import { notFound, rateLimited } from "../protocol/errors.ts";
+import {
+  AckRequest,
+  AckResult,
+  ErrorAnswer,
+  MessageIdParam,
+  PullQuery,
+  Pulled,
+  StreamQuery,
+} from "../protocol/local-api.ts";
 import { appCursor, appEventFrame, deliveryJson, type AppStream } from "./app-stream.ts";
 
 export interface AppStreamRouteDeps {
@@ -10,17 +18,25 @@ export interface AppStreamRouteDeps {
   handlerUrl?: string;
 }
 
-const MessageIdParam = z.object({ id: z.string().min(1).max(256) });
-const AckBody = z.object({ message_ids: z.array(z.string().min(1).max(256)).min(1).max(1000) });
-// A limit or wait out of range is brought into it rather than refused, as for the dead letters.
-const Limit = z
-  .string()
-  .optional()
-  .transform((v) => Math.min(100, Math.max(1, Math.trunc(Number(v ?? 10)) || 10)));
-const WaitSeconds = z
-  .string()
-  .optional()
-  .transform((v) => Math.min(30, Math.max(1, Math.trunc(Number(v ?? 1)) || 1)));
+const STREAM = `One event per message, in the order the inbox accepted them: \`id:\` is the inbox sequence,
+\`event: message\`, \`data:\` an InboundDelivery (one line). Comments (\`: keep-alive\`) come
+every 15 s. At least once: a message stays with this reader until it is acknowledged
+(POST /messages/{message_id}/ack); when the stream closes, everything the reader holds
+unacknowledged is handed out again at once, first, to the next reader (delivery_attempt
+counts up). A reader holds at most 100 unacknowledged messages; the stream pauses there.
+A replica serves at most 32 open streams (429 past that).
+
+Resume: on reconnect send \`Last-Event-ID\` (or \`?after=\`) with the last id received. The
+messages up to it that come back unacknowledged are then held for this reader again, so
+that it can acknowledge them, but not sent twice; a reader that lost what it had received
+reconnects without Last-Event-ID and gets them all again.
+
+Several readers (several pods or processes of the application, or several replicas of
+the agent) compete: each message goes to one of them. An acknowledgement must reach the
+agent replica whose stream handed the message out; the Service keeps each client on one
+replica (ClientIP session affinity), and the loopback is always the right one. With
+spec.handler set there is no stream: 404.
+`;
 
 /**
  * The application's inbound messages when it runs no HTTP server (spec.handler unset):
@@ -42,7 +58,18 @@ export const appStreamRoutes: FastifyPluginAsyncZod<AppStreamRouteDeps> = async 
 
   app.get(
     "/messages/stream",
-    { schema: { querystring: z.object({ after: z.string().optional() }) } },
+    {
+      schema: {
+        summary: "Accepted inbound messages as Server-Sent Events (only without spec.handler)",
+        description: STREAM,
+        querystring: StreamQuery,
+        response: {
+          200: { description: "The event stream", content: { "text/event-stream": { schema: { type: "string" } } } },
+          404: ErrorAnswer,
+          429: ErrorAnswer,
+        },
+      },
+    },
     async (req, reply) => {
       const stream = need();
       if (stream.full) throw rateLimited(5, "too many open message streams");
@@ -75,16 +102,40 @@ export const appStreamRoutes: FastifyPluginAsyncZod<AppStreamRouteDeps> = async 
 
   app.get(
     "/messages",
-    { schema: { querystring: z.object({ limit: Limit, wait: WaitSeconds }) } },
+    {
+      schema: {
+        summary: "Pull up to `limit` inbound messages (only without spec.handler)",
+        description: `The same messages as the stream, for applications that poll. Waits up to \`wait\` seconds
+(1 to 30, default 1) when fewer are there; \`limit\` is 1 to 100, default 10. Each message
+returned must be acknowledged within 60 s, or it is handed out again. Out-of-range values are
+brought into range. Oldest first; each message byte for byte as it was sent.
+`,
+        querystring: PullQuery,
+        response: { 200: Pulled, 404: ErrorAnswer, 503: ErrorAnswer },
+      },
+    },
     async (req, reply) => {
       const got = await need().pull(req.query.limit, req.query.wait * 1000);
-      return reply.type("application/json; charset=utf-8").send(`{"messages":[${got.map(deliveryJson).join(",")}]}`);
+      // Pulled, written as JSON text around the stored messages (never parsed and written again).
+      const text = `{"messages":[${got.map(deliveryJson).join(",")}]}`;
+      return reply.type("application/json; charset=utf-8").send(text as never);
     },
   );
 
   app.post(
     "/messages/:id/ack",
-    { schema: { params: MessageIdParam }, config: { invalid: "invalid message id" } },
+    {
+      schema: {
+        summary: "Acknowledge one inbound message; it is not handed out again",
+        description: `204 once acknowledged. 404 when no unacknowledged message of that id was handed out by this
+replica: it was acknowledged already, never existed, or its stream closed and it was handed
+out again (acknowledge the new delivery).
+`,
+        params: MessageIdParam,
+        response: { 204: { description: "Acknowledged" }, 400: ErrorAnswer, 404: ErrorAnswer, 503: ErrorAnswer },
+      },
+      config: { invalid: "invalid message id" },
+    },
     async (req, reply) => {
       if (!(await need().ack(req.params.id)))
         throw notFound(
@@ -96,7 +147,15 @@ export const appStreamRoutes: FastifyPluginAsyncZod<AppStreamRouteDeps> = async 
 
   app.post(
     "/messages/ack",
-    { schema: { body: AckBody }, config: { invalid: 'send {"message_ids": ["…"]}' } },
+    {
+      schema: {
+        summary: "Acknowledge several inbound messages",
+        description: "Which were acknowledged and which were not held here (see the single acknowledgement's 404).",
+        body: AckRequest,
+        response: { 200: AckResult, 400: ErrorAnswer },
+      },
+      config: { invalid: 'send {"message_ids": ["…"]}' },
+    },
     async (req) => {
       const stream = need();
       const ids = [...new Set(req.body.message_ids)];

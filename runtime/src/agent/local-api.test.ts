@@ -63,3 +63,77 @@ describe("local application API", () => {
     });
   });
 });
+
+describe("POST /outbox refuses bad input with the documented 400 body, queuing nothing", () => {
+  const self = identity("alice-agent");
+  const agent = Agent.parse({
+    apiVersion: "ifp.dev/v1alpha1",
+    kind: "Agent",
+    spec: { agentId: "alice-agent", inbox: { maxMessageBytes: 4096 } },
+  });
+  const queued: unknown[] = [];
+  const app = buildLocalApi({
+    agent,
+    signing: self.signing,
+    documents: new Documents(agent, self.publicKey, "2026-01-01T00:00:00Z"),
+    outbox: {
+      enqueue: async (m) => {
+        queued.push(m);
+        return { duplicate: false, seq: queued.length };
+      },
+    },
+    states: { get: async () => undefined, begin: async () => {}, deadLetters: async () => [] },
+    peers: { get: async () => undefined },
+    received: async () => undefined,
+    logger: pino({ level: "silent" }),
+  });
+  const post = (payload: string, contentType = "application/json") =>
+    app.inject({ method: "POST", url: "/outbox", headers: { "content-type": contentType }, payload });
+  const refused = async (payload: string, status: number, code: string, message: RegExp) => {
+    const res = await post(payload);
+    expect(res.statusCode, payload.slice(0, 80)).toBe(status);
+    expect(res.headers["content-type"]).toMatch(/^application\/json/);
+    expect(res.json()).toEqual({ status: "error", code, message: expect.stringMatching(message) });
+  };
+
+  it("wrong types, field by field", async () => {
+    await refused('{"to": 5, "text": "x"}', 400, "invalid_format", /^invalid outbox request: to/);
+    await refused('{"to": "bob-agent", "text": 7}', 400, "invalid_format", /^invalid outbox request: text/);
+    await refused('{"to": "bob-agent", "sequence": "1"}', 400, "invalid_format", /^invalid outbox request: sequence/);
+    await refused('{"to": "bob-agent", "sequence": -1}', 400, "invalid_format", /^invalid outbox request: sequence/);
+    await refused('{"to": "bob-agent", "priority": "now"}', 400, "invalid_format", /^invalid outbox request: priority/);
+    await refused('{"to": [], "text": "x"}', 400, "invalid_format", /^invalid outbox request: to/);
+    await refused('{"headers": {"to": "b"}}', 400, "invalid_format", /^the message is not valid IFP-4/);
+    expect(queued).toEqual([]);
+  });
+
+  it("unknown fields of the short form, which would otherwise be dropped unsent", async () => {
+    await refused('{"to": "bob-agent", "txt": "hello"}', 400, "invalid_format", /^invalid outbox request: .*txt/);
+    await refused('{"to": "bob-agent", "text": "x", "__proto__": {"x": 1}}', 400, "invalid_format", /./);
+    expect(queued).toEqual([]);
+  });
+
+  it("a body that is no JSON object, or no JSON, or not JSON at all", async () => {
+    for (const body of ["[]", '"x"', "5", "null", "true"])
+      await refused(body, 400, "invalid_format", /^invalid outbox request: /);
+    await refused('{"to": "bob-agent",', 400, "invalid_format", /^the body is not valid JSON/);
+    await refused("", 400, "invalid_format", /empty/);
+    const text = await post('{"to": "bob-agent"}', "text/plain");
+    expect([text.statusCode, text.json().code]).toEqual([415, "unsupported_media_type"]);
+    expect(queued).toEqual([]);
+  });
+
+  it("a body over spec.inbox.maxMessageBytes: 413", async () => {
+    await refused(
+      JSON.stringify({ to: "bob-agent", text: "x".repeat(5000) }),
+      413,
+      "payload_too_large",
+      /exceeds the size limit/,
+    );
+    expect(queued).toEqual([]);
+    // Just under the limit is taken.
+    const ok = await post(JSON.stringify({ to: "bob-agent", text: "x".repeat(3000) }));
+    expect(ok.statusCode).toBe(202);
+    expect(queued).toHaveLength(1);
+  });
+});

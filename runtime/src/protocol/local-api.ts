@@ -2,6 +2,12 @@ import { z } from "zod";
 import { CapabilityDocument } from "./documents.ts";
 import { BodyPart, Message } from "./message.ts";
 
+/** An IFP-4 message as the local API carries it, one schema in the OpenAPI document. */
+export const WireMessage = Message.meta({
+  id: "Message",
+  description: "IFP-4 structured message (unknown fields are kept)",
+});
+
 /**
  * The agent's local application API on the wire (docs/local-api.openapi.yaml, generated from
  * these schemas): the routes (agent/local-api/) validate requests and declare their answers with
@@ -19,7 +25,7 @@ const Recipients = z.union([
  * leaves out are filled in), or the short form below.
  */
 export const OutboxRequest = z
-  .object({
+  .strictObject({
     to: Recipients.optional().describe("Recipient agent id(s); defaults to the sender of in_reply_to"),
     phase: z.string().min(1).default("context"),
     text: z.string().optional(),
@@ -41,11 +47,12 @@ export const OutboxRequest = z
 export type OutboxRequest = z.input<typeof OutboxRequest>;
 
 /**
- * The body of POST /outbox as the route takes it: an object, checked field by field by
+ * The body of POST /outbox as the route takes it: a JSON object, checked field by field by
  * composeMessage (the short form, or a whole message when it has `headers`), which says what is
- * wrong in the 400.
+ * wrong in the 400. OutboxBodyDoc is what the OpenAPI document says of it.
  */
 export const OutboxBody = z.record(z.string(), z.unknown());
+export const OutboxBodyDoc = z.union([OutboxRequest, WireMessage]);
 
 export const RecipientStatus = z.enum(["queued", "retrying", "delivered", "failed", "undeliverable"]);
 export type RecipientStatus = z.infer<typeof RecipientStatus>;
@@ -88,11 +95,11 @@ export const Queued = z.object({
   message_id: z.string(),
   duplicate: z.boolean().describe("True when this message_id had been queued before (nothing new was queued)"),
   encrypted: z.boolean().describe("Whether the body was encrypted end to end (docs/encryption.md)"),
-  message: Message.describe("The message as signed and queued"),
+  message: WireMessage,
 });
 export type Queued = z.infer<typeof Queued>;
 
-export const IdParam = z.object({ id: z.string() });
+export const OutboxIdParam = z.object({ id: z.string() });
 
 /** ?limit= of GET /dead-letters: a limit out of range is brought into it rather than refused. */
 export const DeadLetterQuery = z.object({
@@ -215,7 +222,7 @@ export const InboundDelivery = z
         "The scheme the body was encrypted under end to end (the runtime decrypted it); absent for a clear message",
       ),
     delivery_attempt: z.number().int(),
-    message: Message.describe("The message exactly as it was stored"),
+    message: WireMessage,
   })
   .meta({ id: "InboundDelivery" });
 export type InboundDelivery = z.infer<typeof InboundDelivery>;

@@ -6,6 +6,13 @@ import { canonicalProblem, markCanonical } from "../protocol/signing.ts";
 import { describeIssues } from "../contract/issues.ts";
 
 declare module "fastify" {
+  interface FastifySchema {
+    /** What the route does, for the OpenAPI document generated from the routes. */
+    summary?: string;
+    description?: string;
+    /** The request body as the OpenAPI document describes it, where the route checks more loosely and says what is wrong itself. */
+    documentedBody?: unknown;
+  }
   interface FastifyContextConfig {
     /** How the route describes a request its schemas refuse: "invalid subscription: …". */
     invalid?: string;

@@ -1,18 +1,10 @@
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
-import { z } from "zod";
 import { notFound } from "../../protocol/errors.ts";
-import type { PeerCapabilitiesView } from "../peer-capabilities.ts";
+import { ErrorAnswer, PeerCapabilitiesView, PeerParam, PeerQuery } from "../../protocol/local-api.ts";
 
 export interface PeerRouteDeps {
   peers: { get(agent: string, opts?: { refresh?: boolean }): Promise<PeerCapabilitiesView | undefined> };
 }
-
-const Query = z.object({
-  refresh: z
-    .enum(["true", "false", "1", "0"], { message: "refresh is true or false" })
-    .optional()
-    .transform((v) => v === "true" || v === "1"),
-});
 
 /**
  * GET /peers/{agent}/capabilities[?refresh=true] of the local API: what the runtime knows of a
@@ -22,7 +14,22 @@ const Query = z.object({
 export const peerRoutes: FastifyPluginAsyncZod<PeerRouteDeps> = async (app, { peers }) => {
   app.get(
     "/peers/:agent/capabilities",
-    { schema: { params: z.object({ agent: z.string().min(1).max(512) }), querystring: Query } },
+    {
+      schema: {
+        summary: "What the runtime knows of a peer's capabilities (endpoint, announcement, greeting)",
+        description: `The baseline is the capability document at the peer's endpoint (endpoint discovery, spec 4.3:
+fetched on first use, kept as its ETag and Cache-Control max-age say) or, when newer, the
+last \`capabilities.update\` announcement received on a followed topic. A greeting's
+capability part is merged over it, capability by capability (then \`source: greeting\`, and
+\`baseline\` says what is under it). 404 when none of them is known. \`agent\` is one
+percent-encoded path segment (400 over 512 characters). \`refresh=true\` fetches the endpoint
+document again whatever the cache says.
+`,
+        params: PeerParam,
+        querystring: PeerQuery,
+        response: { 200: PeerCapabilitiesView, 400: ErrorAnswer, 404: ErrorAnswer, 503: ErrorAnswer },
+      },
+    },
     async (req) => {
       const entry = await peers.get(req.params.agent, { refresh: req.query.refresh });
       if (!entry)

@@ -1,0 +1,188 @@
+import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
+import { notFound } from "../../protocol/errors.ts";
+import {
+  DeadLetterQuery,
+  DeadLetters,
+  DeliveryRecord,
+  ErrorAnswer,
+  OutboxBody,
+  OutboxBodyDoc,
+  OutboxIdParam,
+  Queued,
+} from "../../protocol/local-api.ts";
+import type { Message } from "../../protocol/message.ts";
+import { signMessage, type SigningKey } from "../../protocol/signing.ts";
+import type { Agent } from "../../resources/agent.ts";
+import {
+  extractCarrier,
+  inSpan,
+  messageAttributes,
+  messageContext,
+  SPAN_ATTRIBUTES,
+  SpanKind,
+  withMessageContext,
+} from "../../telemetry/tracing.ts";
+import { composeMessage } from "../compose.ts";
+import type { Conversations } from "../conversations.ts";
+import type { DeliveryStates } from "../delivery-state.ts";
+import type { Documents } from "../documents.ts";
+import type { AgentEncryption } from "../encryption.ts";
+import type { OutboxStore } from "../outbox.ts";
+
+export interface OutboxRouteDeps {
+  agent: Agent;
+  signing: SigningKey;
+  /** Encrypts outbound bodies as spec.encryption says (docs/encryption.md); without it nothing is encrypted. */
+  encryption?: Pick<AgentEncryption, "prepare">;
+  documents: Documents;
+  outbox: Pick<OutboxStore, "enqueue">;
+  states: Pick<DeliveryStates, "get" | "begin" | "deadLetters">;
+  /** The received message with this message_id (from `sender`, when given), for replies. */
+  received(messageId: string, sender?: string): Promise<Message | undefined>;
+  /** Conversation records: each queued message is recorded. */
+  conversations?: Pick<Conversations, "outbound" | "nextSequence">;
+}
+
+const SEND = `Either the short form below or a whole unsigned IFP-4 message (an object with \`headers\`);
+missing headers are filled (message_id \`msg:<ULID>\`, date, from, conversation_id \`conv:<ULID>\`,
+sequence 1, content_type). With \`in_reply_to\` the reply joins the received message's
+conversation with the next sequence and \`thread\` set, addressed to its sender by default.
+A greeting gets the agent's capability document as a body part named \`capabilities\`.
+The message is signed with the agent's key and stored in JetStream before the 202;
+re-posting a whole message with the same message_id queues nothing new. A body that is not a
+JSON object, a short form with a field it does not know or of the wrong type, or a message
+that is not IFP-4 is refused with 400 \`invalid_format\` naming the field; a body over
+spec.inbox.maxMessageBytes with 413 \`payload_too_large\`.
+
+Before queuing, each direct recipient whose capabilities are known (see
+\`/peers/{agent_id}/capabilities\`; looked up at its endpoint when it has one) is checked:
+the message's \`ifp\` must be in the document's \`ifp_support\` (when listed), and every
+name in \`headers.capabilities.request\` must be a capability the document offers.
+Otherwise 422 with code \`unsupported_version\` or \`capability_not_offered\`, and nothing
+is queued. Recipients with no known document are not checked.
+
+The body is encrypted end to end before signing when \`spec.encryption\` asks for it
+(docs/encryption.md); when it must be and a recipient has no encryption key (or is a
+topic), 422 with code \`encryption_key_unavailable\` and nothing is queued.
+`;
+
+/**
+ * The application's outbound side of the local API: POST /outbox queues a message (composed,
+ * traced, encrypted when it must be, signed, stored durably), GET /outbox/{id} its delivery
+ * record, GET /dead-letters what ended failed or undeliverable.
+ */
+export const outboxRoutes: FastifyPluginAsyncZod<OutboxRouteDeps> = async (app, deps) => {
+  app.post(
+    "/outbox",
+    {
+      schema: {
+        summary: "Queue a message for delivery",
+        description: SEND,
+        body: OutboxBody,
+        documentedBody: OutboxBodyDoc,
+        response: {
+          202: Queued,
+          400: ErrorAnswer,
+          413: ErrorAnswer,
+          415: ErrorAnswer,
+          422: ErrorAnswer,
+          503: ErrorAnswer,
+        },
+      },
+      config: { invalid: "invalid outbox request" },
+    },
+    async (req, reply) => {
+      const body = req.body;
+      const inReplyTo = typeof body.in_reply_to === "string" ? body.in_reply_to : undefined;
+      // A message_id is unique per sender only: `to` (one agent) names whose message is answered.
+      const sender = typeof body.to === "string" ? body.to : undefined;
+      const original = inReplyTo ? await deps.received(inReplyTo, sender) : undefined;
+      // The short form without a sequence: the next one of the conversation, as far as its records
+      // know it (a reply comes after what it answers in any case).
+      const conversationId =
+        original?.headers.conversation_id ??
+        (typeof body.conversation_id === "string" ? body.conversation_id : undefined);
+      if (!("headers" in body) && body.sequence === undefined && conversationId && deps.conversations) {
+        const next = await deps.conversations.nextSequence(conversationId);
+        body.sequence = Math.max(next, original ? original.headers.sequence + 1 : 1);
+      }
+      const composed = composeMessage(body, {
+        agentId: deps.agent.spec.agentId,
+        displayName: deps.agent.spec.displayName,
+        original,
+        capabilities: deps.documents.capabilityDocument.doc,
+      });
+      // The trace goes on from the application's own (a W3C traceparent header on this request),
+      // else from the message it answers, else from what the application put in the extension.
+      const parent =
+        extractCarrier({ traceparent: req.headers.traceparent, tracestate: req.headers.tracestate }) ??
+        (original && messageContext(original)) ??
+        messageContext(composed);
+      const { message, duplicate, encrypted } = await inSpan(
+        "ifp.outbox.send",
+        {
+          kind: SpanKind.PRODUCER,
+          parent,
+          attributes: () => ({
+            ...messageAttributes(composed),
+            [SPAN_ATTRIBUTES.recipients]: composed.headers.to.map((t) => t.agent),
+          }),
+        },
+        async () => {
+          // The trace context (this span) goes into the message first; then it is encrypted (422
+          // encryption_key_unavailable rather than plaintext), then signed: the signature covers the ciphertext.
+          const unsigned = withMessageContext(composed);
+          const prepared = deps.encryption ? await deps.encryption.prepare(unsigned) : unsigned;
+          const message = signMessage(prepared, deps.signing);
+          return { message, encrypted: prepared !== unsigned, ...(await deps.outbox.enqueue(message)) };
+        },
+      );
+      await deps.conversations?.outbound(message);
+      const id = message.headers.message_id;
+      if (!duplicate) {
+        const now = new Date().toISOString();
+        await deps.states.begin({
+          message_id: id,
+          state: "queued",
+          queued_at: now,
+          updated_at: now,
+          recipients: message.headers.to.map((t) => ({ agent: t.agent, state: "queued", attempts: 0 })),
+        });
+      }
+      return reply
+        .code(202)
+        .header("location", `/outbox/${encodeURIComponent(id)}`)
+        .send({ status: "queued", message_id: id, duplicate, encrypted, message });
+    },
+  );
+
+  app.get(
+    "/outbox/:id",
+    {
+      schema: {
+        summary: "Delivery state of a queued message",
+        params: OutboxIdParam,
+        response: { 200: DeliveryRecord, 404: ErrorAnswer },
+      },
+    },
+    async (req) => {
+      const record = await deps.states.get(req.params.id);
+      if (!record) throw notFound(`no outbound message ${req.params.id}`);
+      return record;
+    },
+  );
+
+  app.get(
+    "/dead-letters",
+    {
+      schema: {
+        summary: "Messages that ended failed (a 4xx) or undeliverable (retry window passed)",
+        description:
+          "Oldest first. A limit out of range (1 to 1000, default 100) is brought into it rather than refused.",
+        querystring: DeadLetterQuery,
+        response: { 200: DeadLetters },
+      },
+    },
+    async (req) => ({ dead_letters: await deps.states.deadLetters(req.query.limit) }),
+  );
+};
