@@ -43,6 +43,8 @@ import { cacheRoot, installDebianPackages, toolPath } from "../tools/tools.ts";
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
 /** Bumped when the way images are assembled changes, so that cached archives are rebuilt. */
 const RECIPE = "ifp-images-3";
+/** How many builds of each image the cache keeps, the newest. */
+const KEPT_BUILDS = 3;
 /** The builder stages' base: Node with npm and a shell. */
 const NODE_BASE = /^node:(\d+)-slim$/;
 /** The final stage's base: Node alone, no shell, no package manager, user nonroot (65532). */
@@ -724,11 +726,18 @@ export function buildImage(kind: string): BuiltImage {
     const partial = `${archive}.${process.pid}.partial`;
     sh("buildah", [...store, "push", "--quiet", ref, `oci-archive:${partial}:${ref}`]);
     renameSync(partial, archive);
-    // Older builds of the same image are of no further use.
-    for (const e of readdirSync(imagesCache())) {
-      if (e.startsWith(`${recipe.name}-`) && e.endsWith(".oci.tar") && join(imagesCache(), e) !== archive)
-        rmSync(join(imagesCache(), e), { force: true });
-    }
+    // Older builds of the same image go but the newest few: another checkout or commit built
+    // at the same time (a release, a test of another tree) may still be about to read its own.
+    const older = readdirSync(imagesCache())
+      .filter(
+        (e) => e.startsWith(`${recipe.name}-`) && /^[0-9a-f]{16}\.oci\.tar$/.test(e.slice(recipe.name.length + 1)),
+      )
+      .map((e) => join(imagesCache(), e))
+      .filter((p) => p !== archive)
+      .map((p) => ({ p, at: existsSync(p) ? (statSync(p, { throwIfNoEntry: false })?.mtimeMs ?? 0) : 0 }))
+      .sort((a, b) => b.at - a.at)
+      .map(({ p }) => p);
+    for (const p of older.slice(KEPT_BUILDS - 1)) rmSync(p, { force: true });
   } finally {
     if (container) spawnSync("buildah", [...store, "rm", container], { stdio: "ignore" });
     spawnSync("buildah", [...store, "rmi", "--all", "--force"], { stdio: "ignore" });

@@ -329,19 +329,29 @@ export function release(opts: { version: string; out?: string; ref?: string; log
     rmSync(out, { recursive: true, force: true });
     mkdirSync(out, { recursive: true });
 
-    // The images, built from the commit's Dockerfiles by the commit's build.ts.
-    const built = run(process.execPath, [join(source, "e2e/images/build.ts"), ...RELEASED_IMAGES.map((i) => i.kind)], {
-      cwd: source,
-    })
-      .split("\n")
-      .filter(Boolean)
-      .map((l) => l.split(/=(?=\/)/) as [string, string]);
+    // The images, built from the commit's Dockerfiles by the commit's build.ts, one at a time, each
+    // archive copied out of the shared cache at once (and built again should another build have
+    // removed it meanwhile).
+    const buildInto = (img: (typeof RELEASED_IMAGES)[number], file: string): string => {
+      for (let attempt = 1; ; attempt++) {
+        const [ref, archive] = run(process.execPath, [join(source, "e2e/images/build.ts"), img.kind], { cwd: source })
+          .trim()
+          .split(/=(?=\/)/) as [string, string | undefined];
+        if (!archive || !ref.startsWith(`ifp.local/${img.name}:`))
+          throw new Error(`e2e/images/build.ts built no ${img.name}: ${ref}`);
+        try {
+          copyFileSync(archive, join(out, file));
+          return ref;
+        } catch (err) {
+          if ((err as NodeJS.ErrnoException).code !== "ENOENT" || attempt === 3) throw err;
+          log(`${archive} was removed before it was copied; building it again`);
+        }
+      }
+    };
     const nodeVersion = run(join(source, "node_modules/node/bin/node"), ["--version"]).trim().replace(/^v/, "");
     const images: ReleasedImage[] = RELEASED_IMAGES.map((img) => {
-      const [ref, archive] = built.find(([r]) => r.startsWith(`ifp.local/${img.name}:`)) ?? [];
-      if (!archive) throw new Error(`e2e/images/build.ts built no ${img.name}`);
       const file = `${img.name}-${version}.oci.tar`;
-      copyFileSync(archive, join(out, file));
+      const ref = buildInto(img, file);
       const a = readArchive(join(out, file));
       const sbom = `${img.name}-${version}.cdx.json`;
       writeFileSync(
@@ -353,7 +363,7 @@ export function release(opts: { version: string; out?: string; ref?: string; log
         name: img.name,
         archive: file,
         digest: a.digest,
-        ref: ref!,
+        ref,
         sbom,
         size: { compressed, unpacked: imageFiles(join(out, file)).unpacked },
       };
