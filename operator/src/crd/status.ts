@@ -52,6 +52,14 @@ export const AgentStatus = z
   .object({
     ...common,
     endpoint: z.string().optional().describe("The agent's base URL: spec.baseUrl, else its Service's in-cluster URL"),
+    a2a: z
+      .object({
+        card: z.string().describe("The signed agent card"),
+        jsonRpc: z.string().describe("The JSON-RPC binding's endpoint"),
+        rest: z.string().describe("The HTTP+JSON binding's base URL"),
+      })
+      .optional()
+      .describe("With spec.a2a.enabled: where A2A clients reach the agent (docs/a2a.md)"),
     capabilitiesHash: z.string().optional().describe("SHA-256 of the published capability list (canonical JSON)"),
     signingKey: z
       .object({

@@ -9,12 +9,7 @@ import type { SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
 import { A2A_PROTOCOL_VERSION } from "./wire.ts";
 
-export const AGENT_CARD_PATH = "/.well-known/agent-card.json";
-export const JWKS_PATH = "/.well-known/a2a/jwks.json";
-/** The JSON-RPC endpoint (POST). */
-export const JSONRPC_PATH = "/a2a/v1";
-/** The HTTP+JSON binding's base: its paths (/message:send, /tasks/{id}, …) follow it. */
-export const REST_PATH = "/a2a/rest";
+import { A2A_JSONRPC_PATH, A2A_JWKS_PATH, A2A_REST_PATH } from "../contract/a2a.ts";
 
 export const BEARER_SCHEME = "bearer";
 export const SIGNATURE_SCHEME = "ifpHttpSignature";
@@ -70,8 +65,8 @@ export function agentCard(opts: CardOptions, baseUrl: string): Record<string, un
       ? `${spec.displayName}, an IFP agent (${spec.agentId})`
       : `An IFP agent (${spec.agentId})`,
     supportedInterfaces: [
-      { url: `${base}${JSONRPC_PATH}`, protocolBinding: "JSONRPC", protocolVersion: A2A_PROTOCOL_VERSION },
-      { url: `${base}${REST_PATH}`, protocolBinding: "HTTP+JSON", protocolVersion: A2A_PROTOCOL_VERSION },
+      { url: `${base}${A2A_JSONRPC_PATH}`, protocolBinding: "JSONRPC", protocolVersion: A2A_PROTOCOL_VERSION },
+      { url: `${base}${A2A_REST_PATH}`, protocolBinding: "HTTP+JSON", protocolVersion: A2A_PROTOCOL_VERSION },
     ],
     version: "1.0.0",
     capabilities: { streaming: true, pushNotifications: false, extendedAgentCard: false },
@@ -132,7 +127,7 @@ export class CardCache {
     let text = this.cards.get(baseUrl);
     if (text === undefined) {
       const card = agentCard(this.opts, baseUrl);
-      const signature = signCard(card, this.opts.signing, `${baseUrl.replace(/\/+$/, "")}${JWKS_PATH}`);
+      const signature = signCard(card, this.opts.signing, `${baseUrl.replace(/\/+$/, "")}${A2A_JWKS_PATH}`);
       text = JSON.stringify({ ...card, signatures: [signature] });
       if (this.cards.size < 16) this.cards.set(baseUrl, text);
     }

@@ -11,7 +11,8 @@ import type { SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
 import { RateLimiter } from "../server/ratelimit.ts";
 import type { A2aCallers, Caller } from "./callers.ts";
-import { AGENT_CARD_PATH, type CardCache, JSONRPC_PATH, JWKS_PATH, jwks, REST_PATH } from "./card.ts";
+import { A2A_CARD_PATH, A2A_JSONRPC_PATH, A2A_JWKS_PATH, A2A_REST_PATH } from "../contract/a2a.ts";
+import { type CardCache, jwks } from "./card.ts";
 import type { A2aService, StreamEvent } from "./service.ts";
 import {
   A2aError,
@@ -62,7 +63,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRouteDeps> = async (app, deps) => 
   const jwksText = JSON.stringify(jwks(deps.signing));
   const base = (req: FastifyRequest) => spec.baseUrl ?? `https://${req.host}`;
 
-  app.get(AGENT_CARD_PATH, async (req, reply) => {
+  app.get(A2A_CARD_PATH, async (req, reply) => {
     // Without spec.baseUrl the card's URLs come from the request's Host.
     if (!spec.baseUrl) reply.header("vary", "host");
     return reply
@@ -70,7 +71,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRouteDeps> = async (app, deps) => 
       .header("cache-control", "public, max-age=300")
       .send(deps.cards.get(base(req)));
   });
-  app.get(JWKS_PATH, async (_req, reply) =>
+  app.get(A2A_JWKS_PATH, async (_req, reply) =>
     reply.type("application/jwk-set+json").header("cache-control", "public, max-age=300").send(jwksText),
   );
 
@@ -163,7 +164,7 @@ async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promis
   });
 
   // JSON-RPC 2.0 (section 9): one request per POST, no batches.
-  app.post(JSONRPC_PATH, { config: { a2a: "jsonrpc" } }, async (req, reply) => {
+  app.post(A2A_JSONRPC_PATH, { config: { a2a: "jsonrpc" } }, async (req, reply) => {
     const caller = of(req).caller!;
     const body = req.body as Record<string, unknown> | undefined;
     if (Array.isArray(body)) throw new A2aError("InvalidRequest", "batch requests are not supported");
@@ -219,10 +220,10 @@ async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promis
     }
   });
 
-  // HTTP+JSON (section 11): the paths of a2a.proto's google.api.http options under REST_PATH.
+  // HTTP+JSON (section 11): the paths of a2a.proto's google.api.http options under A2A_REST_PATH.
   app.route({
     method: ["GET", "POST", "DELETE"],
-    url: `${REST_PATH}/*`,
+    url: `${A2A_REST_PATH}/*`,
     config: { a2a: "rest" },
     handler: async (req, reply) => {
       const caller = of(req).caller!;
@@ -260,7 +261,7 @@ async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promis
         throw new A2aError("PushNotificationNotSupported", "push notifications are not supported by this agent yet");
       if (path === "extendedAgentCard")
         throw new A2aError("ExtendedAgentCardNotConfigured", "this agent has no extended agent card");
-      throw new A2aError("MethodNotFound", `no A2A operation ${m} ${REST_PATH}/${path.slice(0, 128)}`);
+      throw new A2aError("MethodNotFound", `no A2A operation ${m} ${A2A_REST_PATH}/${path.slice(0, 128)}`);
     },
   });
 }

@@ -291,6 +291,16 @@ describe("agentEndpoint and agentStatus", () => {
     expect(agentEndpoint(agent({ baseUrl: "https://alice.example.org" }))).toBe("https://alice.example.org");
   });
 
+  it("reports the A2A URLs of an Agent with spec.a2a enabled, and none without", () => {
+    const observed = { applied: [], deployment: undefined, signing: inputs.signing };
+    expect(agentStatus(agent(), observed).status).not.toHaveProperty("a2a");
+    expect(agentStatus(agent({ a2a: { enabled: true } }), observed).status.a2a).toEqual({
+      card: "https://alice.team.svc/.well-known/agent-card.json",
+      jsonRpc: "https://alice.team.svc/a2a/v1",
+      rest: "https://alice.team.svc/a2a/rest",
+    });
+  });
+
   it("reports the endpoint, capability hash, key and replicas", () => {
     const { status, conditions } = agentStatus(agent(), {
       applied: [],

@@ -1,4 +1,5 @@
 // Pure: an Agent's status from what a reconcile observed. Tested in desired.test.ts.
+import { a2aUrls } from "../../../../runtime/src/contract/a2a.ts";
 import { capabilitiesHash } from "../../../../runtime/src/contract/capabilities.ts";
 import type { AgentStatus } from "../../crd/status.ts";
 import { runtimeConditions, type ConditionInput, type RuntimeObservation } from "../conditions.ts";
@@ -28,6 +29,7 @@ export function agentStatus(
   return {
     status: {
       endpoint: agentEndpoint(agent),
+      ...(agent.spec.a2a?.enabled ? { a2a: a2aUrls(agentEndpoint(agent)) } : {}),
       capabilitiesHash: capabilitiesHash(agent),
       ...(o.signing
         ? {
