@@ -139,7 +139,20 @@ export interface FinalizerRelease {
  * cleanup first (NATS permitting); the others keep their streams, and a Warning Event on each
  * says that deleting it now leaves them behind.
  */
-export async function releaseAllFinalizers(opts: {
+export async function releaseAllFinalizers(opts: ReleaseOptions): Promise<FinalizerRelease[]> {
+  const released: FinalizerRelease[] = [];
+  for (const kind of ["Agent", "Relay"] as const) {
+    const finalizer = kind === "Agent" ? AGENT_FINALIZER : STREAM_FINALIZER;
+    for (const obj of opts.caches.list<KubernetesObject & { spec?: unknown }>(kind)) {
+      if (!hasFinalizer(obj, finalizer)) continue;
+      const release = await releaseOne(opts, kind, finalizer, obj);
+      if (release) released.push(release);
+    }
+  }
+  return released;
+}
+
+interface ReleaseOptions {
   kube: Kube;
   /** Where the Agents and Relays come from: the operator's caches, or lists read just now. */
   caches: Pick<Caches, "list">;
@@ -150,55 +163,66 @@ export async function releaseAllFinalizers(opts: {
    */
   deleteData?: (obj: KubernetesObject, named: (jsm: JetStreamManager) => Promise<string[]>) => Promise<string[]>;
   log: import("pino").Logger;
-}): Promise<FinalizerRelease[]> {
-  const { kube, caches, jsm, log, deleteData } = opts;
-  const released: FinalizerRelease[] = [];
-  for (const kind of ["Agent", "Relay"] as const) {
-    const finalizer = kind === "Agent" ? AGENT_FINALIZER : STREAM_FINALIZER;
-    for (const obj of caches.list<KubernetesObject & { spec?: unknown }>(kind)) {
-      if (!hasFinalizer(obj, finalizer)) continue;
-      const ns = obj.metadata!.namespace!;
-      const name = obj.metadata!.name!;
-      let left = kind === "Agent" ? agentLeftovers(agentKeyOf(obj)) : [relayNames(obj as never).stream];
-      try {
-        if (obj.metadata?.deletionTimestamp && (jsm || deleteData)) {
-          try {
-            const stream = left[0]!;
-            const named = (j: JetStreamManager): Promise<string[]> =>
-              kind === "Agent"
-                ? deleteAgentJetStream(j, agentKeyOf(obj))
-                : j.streams.delete(stream).then(
-                    () => [stream],
-                    (err) => {
-                      if (!isNotFound(err)) throw err;
-                      return [];
-                    },
-                  );
-            await (deleteData ? deleteData(obj, named) : named(jsm!));
-            left = [];
-          } catch (err) {
-            log.warn(
-              { kind, namespace: ns, name, err: errorMessage(err) },
-              "could not clean JetStream up on the way out",
-            );
-          }
-        }
-        if (!(await dropFinalizerFresh(kube, obj, finalizer))) continue;
-        released.push({ kind, namespace: ns, name, left });
-        const what = left.length ? left.join(", ") : "nothing";
-        await kube.event(
-          obj,
-          "Warning",
-          "FinalizerReleased",
-          obj.metadata?.deletionTimestamp
-            ? `the operator is being uninstalled: finalizer ${finalizer} removed; left in JetStream: ${what}`
-            : `the operator is being uninstalled: finalizer ${finalizer} removed, so deleting this ${kind} now leaves ${what} in JetStream`,
-        );
-        log.warn({ kind, namespace: ns, name, finalizer, left }, "Released finalizer");
-      } catch (err) {
-        log.error({ kind, namespace: ns, name, err: errorMessage(err) }, "could not release a finalizer");
-      }
-    }
+}
+
+/** One resource's finalizer released (after a last cleanup when it is being deleted), with its Warning; undefined when it was gone. */
+async function releaseOne(
+  opts: ReleaseOptions,
+  kind: "Agent" | "Relay",
+  finalizer: string,
+  obj: KubernetesObject,
+): Promise<FinalizerRelease | undefined> {
+  const { kube, log } = opts;
+  const ns = obj.metadata!.namespace!;
+  const name = obj.metadata!.name!;
+  try {
+    const left = obj.metadata?.deletionTimestamp ? await lastCleanup(opts, kind, obj) : leftovers(kind, obj);
+    if (!(await dropFinalizerFresh(kube, obj, finalizer))) return undefined;
+    const what = left.length ? left.join(", ") : "nothing";
+    await kube.event(
+      obj,
+      "Warning",
+      "FinalizerReleased",
+      obj.metadata?.deletionTimestamp
+        ? `the operator is being uninstalled: finalizer ${finalizer} removed; left in JetStream: ${what}`
+        : `the operator is being uninstalled: finalizer ${finalizer} removed, so deleting this ${kind} now leaves ${what} in JetStream`,
+    );
+    log.warn({ kind, namespace: ns, name, finalizer, left }, "Released finalizer");
+    return { kind, namespace: ns, name, left };
+  } catch (err) {
+    log.error({ kind, namespace: ns, name, err: errorMessage(err) }, "could not release a finalizer");
+    return undefined;
   }
-  return released;
+}
+
+const leftovers = (kind: "Agent" | "Relay", obj: KubernetesObject): string[] =>
+  kind === "Agent" ? agentLeftovers(agentKeyOf(obj)) : [relayNames(obj as never).stream];
+
+/** One try at a deleted resource's cleanup (NATS permitting); what stays. */
+async function lastCleanup(opts: ReleaseOptions, kind: "Agent" | "Relay", obj: KubernetesObject): Promise<string[]> {
+  const left = leftovers(kind, obj);
+  if (!opts.jsm && !opts.deleteData) return left;
+  const named = (j: JetStreamManager): Promise<string[]> =>
+    kind === "Agent" ? deleteAgentJetStream(j, agentKeyOf(obj)) : deleteRelayStream(j, left[0]!);
+  try {
+    await (opts.deleteData ? opts.deleteData(obj, named) : named(opts.jsm!));
+    return [];
+  } catch (err) {
+    opts.log.warn(
+      { kind, namespace: obj.metadata?.namespace, name: obj.metadata?.name, err: errorMessage(err) },
+      "could not clean JetStream up on the way out",
+    );
+    return left;
+  }
+}
+
+/** Delete a relay's stream; one already gone is fine. Returns what was deleted. */
+export async function deleteRelayStream(jsm: JetStreamManager, stream: string): Promise<string[]> {
+  try {
+    await jsm.streams.delete(stream);
+    return [stream];
+  } catch (err) {
+    if (isNotFound(err)) return [];
+    throw err;
+  }
 }

@@ -6,6 +6,7 @@
 // status through the pure conditions module (only when it differs: a pass that changes nothing
 // writes nothing), and owns the one finalizer that cleans a resource's JetStream data up and
 // gives up after a bound.
+import type { KubernetesObject } from "@kubernetes/client-node";
 import type { ZodType } from "zod";
 import { describeIssues } from "../../../runtime/src/contract/issues.ts";
 import { ChildConflictError } from "../kube/apply.ts";
@@ -60,7 +61,7 @@ export interface Part<P> {
   /** Skipped while an earlier part holds the workload (it would render or mount what is not there). */
   readonly needsUnheld?: boolean;
   /** Pure: the objects this part renders for the pass as found so far, where it renders any. */
-  desired?(ctx: ReconcileContext, pass: P): import("@kubernetes/client-node").KubernetesObject[];
+  desired?(ctx: ReconcileContext, pass: P): KubernetesObject[];
   ensure(ctx: ReconcileContext, pass: P): Promise<Outcome>;
 }
 

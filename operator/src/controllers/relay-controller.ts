@@ -3,14 +3,13 @@
 import type { V1Deployment } from "@kubernetes/client-node";
 import { relayPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
 import { relayStreamConfig } from "../../../runtime/src/contract/relay-stream.ts";
-import { isNotFound } from "../../../runtime/src/nats/streams.ts";
 import { Relay } from "../../../runtime/src/resources/relay.ts";
 import type { RelayStatus } from "../crd/status.ts";
 import type { ReconcileResult } from "../kube/controller.ts";
 import type { CustomObject, ReconcileContext } from "./context.ts";
 import { ensureDisruptionBudget } from "./disruption.ts";
 import { exposedHosts } from "./expose.ts";
-import { STREAM_FINALIZER } from "./finalizers.ts";
+import { deleteRelayStream, STREAM_FINALIZER } from "./finalizers.ts";
 import { certificateDnsNames, childNames, serviceDnsNames } from "./names.ts";
 import { finalizerPart, reconcile, type Cleanup, type Controller } from "./pipeline.ts";
 import { requestedHosts } from "./references.ts";
@@ -50,17 +49,7 @@ const cleanup: Cleanup = {
   wanted: (obj) => streamToDelete(obj) !== undefined,
   what: "the relay's stream",
   // In the relay's own account: that stream, every other, and the account itself.
-  run: (ctx, obj) =>
-    deleteRuntimeData(ctx, obj, async (jsm) => {
-      const stream = streamToDelete(obj)!;
-      try {
-        await jsm.streams.delete(stream);
-        return [stream];
-      } catch (err) {
-        if (isNotFound(err)) return [];
-        throw err;
-      }
-    }),
+  run: (ctx, obj) => deleteRuntimeData(ctx, obj, (jsm) => deleteRelayStream(jsm, streamToDelete(obj)!)),
   leftovers: (obj) => [streamToDelete(obj)!],
 };
 

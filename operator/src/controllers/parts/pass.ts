@@ -2,6 +2,7 @@
 // earlier parts found for later ones (the Secrets' names, the exposure plan, the NATS account).
 import type { DeploymentSettings, ExposeSpec } from "../../../../runtime/src/resources/common.ts";
 import type { SigningOutcome } from "../agent/signing.ts";
+import type { Blocker } from "../conditions.ts";
 import type { ExposurePlan } from "../exposure-apply.ts";
 import type { Pass } from "../pipeline.ts";
 import type { StreamObservation } from "../relay/status.ts";
@@ -23,7 +24,7 @@ export interface Found {
   /** The Secret the pods mount as their serving certificate. */
   tlsSecret?: string;
   /** A certificate still being issued. */
-  tlsWaiting?: import("../conditions.ts").Blocker;
+  tlsWaiting?: Blocker;
   /** The exposure children to render, and the Gateway API versions served. */
   exposure?: ExposurePlan;
   /** The runtime's own NATS account, when the operator issues its credential. */

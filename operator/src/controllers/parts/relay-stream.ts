@@ -52,7 +52,6 @@ async function reconcileStreamIn(
   relay: RelayResource,
 ): Promise<StreamObservation> {
   const want = relayStreamConfig(relay);
-  const previous = (obj.status as RelayStatus | undefined)?.stream;
   let current: StreamInfo | undefined;
   try {
     current = await jsm.streams.info(want.name);
@@ -60,28 +59,11 @@ async function reconcileStreamIn(
     if (!isNotFound(err))
       return { ok: false, reason: "StreamFailed", message: `reading stream ${want.name}: ${errorMessage(err)}` };
   }
-  // A stream this Relay's status shows was there is not made again empty: NATS may not have
-  // loaded it at its last start, and its messages may still be on the server's disk.
-  if (!current && previous?.name === want.name && !recreateMissing(obj)) {
-    return {
-      ok: false,
-      reason: "StreamMissing",
-      message: `stream ${want.name}, which this Relay had, is missing from NATS: the server did not load it at its last start (its data may still be in the store directory) or it was deleted; it is not made again empty (docs/reliability.md#a-stream-nats-did-not-load; annotate the Relay ${RECREATE_ANNOTATION}=true to start it over empty)`,
-    };
-  }
-  if (current) {
-    const drift = streamDrift(current.config, want);
-    if (drift.includes("storage") || drift.includes("retention")) {
-      return {
-        ok: false,
-        reason: "StreamConflict",
-        message: `stream ${want.name} exists with storage ${current.config.storage} and retention ${current.config.retention}; it must be recreated by hand to change that (the operator never deletes a stream on its own)`,
-      };
-    }
-    if (drift.length) {
-      const loss = retentionLoss(current.config, current.state, want);
-      if (loss) await ctx.kube.event(obj, "Warning", "RetentionLowered", `stream ${want.name}: ${loss}`);
-    }
+  const refused = streamRefusal(obj, want, current);
+  if (refused) return refused;
+  if (current && streamDrift(current.config, want).length) {
+    const loss = retentionLoss(current.config, current.state, want);
+    if (loss) await ctx.kube.event(obj, "Warning", "RetentionLowered", `stream ${want.name}: ${loss}`);
   }
   try {
     const { info, action, unmet } = await ensureReplicatedStream(
@@ -107,6 +89,35 @@ async function reconcileStreamIn(
   } catch (err) {
     return { ok: false, reason: "StreamFailed", message: `stream ${want.name}: ${errorMessage(err)}` };
   }
+}
+
+/**
+ * Pure: why the stream is not made or changed. A stream this Relay's status shows was there is
+ * not made again empty: NATS may not have loaded it at its last start, and its messages may still
+ * be on the server's disk. Its storage and retention are never changed in place.
+ */
+function streamRefusal(
+  obj: CustomObject,
+  want: ReturnType<typeof relayStreamConfig>,
+  current: StreamInfo | undefined,
+): StreamObservation | undefined {
+  const previous = (obj.status as RelayStatus | undefined)?.stream;
+  if (!current && previous?.name === want.name && !recreateMissing(obj)) {
+    return {
+      ok: false,
+      reason: "StreamMissing",
+      message: `stream ${want.name}, which this Relay had, is missing from NATS: the server did not load it at its last start (its data may still be in the store directory) or it was deleted; it is not made again empty (docs/reliability.md#a-stream-nats-did-not-load; annotate the Relay ${RECREATE_ANNOTATION}=true to start it over empty)`,
+    };
+  }
+  const drift = current ? streamDrift(current.config, want) : [];
+  if (current && (drift.includes("storage") || drift.includes("retention"))) {
+    return {
+      ok: false,
+      reason: "StreamConflict",
+      message: `stream ${want.name} exists with storage ${current.config.storage} and retention ${current.config.retention}; it must be recreated by hand to change that (the operator never deletes a stream on its own)`,
+    };
+  }
+  return undefined;
 }
 
 /** The annotation with which a user asks for a Relay's missing stream to be made again, empty. */
