@@ -4,6 +4,7 @@
 // is stored as v1alpha1.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
+import { waitFor } from "../../e2e/support/wait.ts";
 import { agentCrd, toYaml } from "../src/crd/generate.ts";
 import { kubectlOrError, perTest } from "./support.ts";
 
@@ -31,7 +32,31 @@ perTest(() => kubectlOrError(cp, ["get", "crd", "agents.ifp.dev", "-o", "yaml"])
 beforeAll(async () => {
   cp = await startControlPlane({ controllerManager: false });
   cp.kubectl(["apply", "--server-side", "-f", "-"], toYaml(twoVersionCrd()));
-  cp.kubectl(["wait", "--for=condition=Established", "--timeout=40s", "crd/agents.ifp.dev"]);
+  // Polled: kubectl wait fails at once on a CRD whose status has no conditions yet.
+  await waitFor(
+    "the CRD Established",
+    () =>
+      cp
+        .json<{ status?: { conditions?: { type: string; status: string }[] } }>(["get", "crd", "agents.ifp.dev"])
+        .status?.conditions?.some((c) => c.type === "Established" && c.status === "True"),
+    40_000,
+    200,
+  );
+  // and both versions served (the API server's discovery follows the CRD a moment later).
+  for (const version of ["v1alpha1", "v1beta1"])
+    await waitFor(
+      `agents.${version}.ifp.dev served`,
+      () => {
+        try {
+          cp.kubectl(["get", "--raw", `/apis/ifp.dev/${version}/agents`]);
+          return true;
+        } catch {
+          return undefined;
+        }
+      },
+      40_000,
+      200,
+    );
   cp.kubectl(["create", "namespace", NS]);
 }, 300_000);
 afterAll(async () => {
@@ -39,7 +64,7 @@ afterAll(async () => {
 });
 
 describe("the Agent CRD with two served versions", () => {
-  it("serves both, stores v1alpha1, and lists them in discovery", () => {
+  it("serves both, stores v1alpha1, and lists them in discovery", async () => {
     const crd = cp.json<{ spec: { versions: Version[] }; status: { storedVersions: string[] } }>([
       "get",
       "crd",
@@ -50,7 +75,11 @@ describe("the Agent CRD with two served versions", () => {
       ["v1beta1", true, false],
     ]);
     expect(crd.status.storedVersions).toEqual(["v1alpha1"]);
-    const group = JSON.parse(cp.kubectl(["get", "--raw", "/apis/ifp.dev"]));
+    // The group's discovery document follows the CRD a moment later.
+    const group = await waitFor("both versions in discovery", () => {
+      const g = JSON.parse(cp.kubectl(["get", "--raw", "/apis/ifp.dev"]));
+      return g.versions.length === 2 ? g : undefined;
+    });
     expect(group.versions.map((v: { version: string }) => v.version).sort()).toEqual(["v1alpha1", "v1beta1"]);
     // The API server orders versions by their maturity, not as listed: v1beta1 is preferred at
     // once, and a plain `kubectl get agents` reads through it; the operator names v1alpha1.
