@@ -43,7 +43,7 @@ describe("the inbox stores what was sent", () => {
       expect(JSON.parse(sent)).toEqual(JSON.parse(JSON.stringify(m)));
       expect(sent).not.toBe(JSON.stringify(m));
       const answer = await agent.post(sent);
-      expect(answer.status, answer.body).toBe(202);
+      expect(answer.status, answer.text).toBe(202);
       await waitFor("the hand-off", () => handler.received.length === 1);
       expect(handler.received[0]!.raw).toBe(sent);
       // A repeat is absorbed, whatever its spelling.
