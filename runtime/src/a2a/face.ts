@@ -4,6 +4,7 @@
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
+import type { DeliveryRecord } from "../protocol/local-api.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
 import { parseDuration } from "../resources/common.ts";
@@ -35,6 +36,11 @@ export interface A2aFace {
   registerLocal(app: FastifyInstance): void;
   /** The local API's outbox, with replies to A2A hand-offs turned into task updates. */
   replies<M extends OutboundMessage, R extends { duplicate: boolean }>(outbox: Enqueue<M, R>): Enqueue<M, R>;
+  /**
+   * The local API's delivery records, where a reply that became a task update is recorded as
+   * delivered (to the task) at once rather than queued for ever.
+   */
+  deliveries<S extends { begin(record: DeliveryRecord): Promise<void> }>(states: S): S;
 }
 
 export function a2aFace(deps: A2aFaceDeps): A2aFace {
@@ -63,11 +69,38 @@ export function a2aFace(deps: A2aFaceDeps): A2aFace {
     signing: deps.signing,
     bearer: spec.a2a.authentication.bearerTokenSecret !== undefined || deps.tokenFile !== undefined,
   });
+  // The replies turned into task updates whose delivery records are still to be written.
+  const answered = new Set<string>();
   return {
     ensure: () => tasks.ensure(),
     register: (app) =>
       void app.register(a2aRoutes, { agent: deps.agent, service, callers, cards, signing: deps.signing }),
     registerLocal: (app) => void app.register(a2aLocalRoutes, { service }),
-    replies: (outbox) => a2aReplies(service, outbox),
+    replies: (outbox) => a2aReplies(service, outbox, (id) => remember(answered, id)),
+    deliveries: (states) =>
+      new Proxy(states, {
+        get(target, prop) {
+          if (prop === "begin")
+            return (record: DeliveryRecord) =>
+              target.begin(answered.delete(record.message_id) ? toTask(record) : record);
+          const value = Reflect.get(target, prop, target);
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      }),
+  };
+}
+
+function remember(set: Set<string>, id: string): void {
+  if (set.size >= 1000) set.delete(set.values().next().value!);
+  set.add(id);
+}
+
+/** A reply's delivery record once it became its A2A task's update: delivered, nothing to retry. */
+function toTask(record: DeliveryRecord): DeliveryRecord {
+  const at = record.updated_at;
+  return {
+    ...record,
+    state: "delivered",
+    recipients: record.recipients.map((r) => ({ ...r, state: "delivered", via: "a2a-task", delivered_at: at })),
   };
 }

@@ -415,6 +415,8 @@ export type OutboundMessage = {
 export function a2aReplies<M extends OutboundMessage, R extends { duplicate: boolean }>(
   service: A2aService,
   outbox: Enqueue<M, R>,
+  /** Told of each reply that became a task update (its message_id). */
+  answered?: (messageId: string) => void,
 ): Enqueue<M, R> {
   return {
     enqueue: async (message) => {
@@ -449,6 +451,7 @@ export function a2aReplies<M extends OutboundMessage, R extends { duplicate: boo
         throw err;
       }
       if (!task) return outbox.enqueue(message);
+      answered?.(message.headers.message_id);
       return { duplicate: false } as R;
     },
   };

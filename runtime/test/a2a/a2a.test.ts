@@ -269,6 +269,11 @@ describe("A2A clients through the official SDK", () => {
       text: "hello back",
     });
     expect(reply.status).toBe(202);
+    // The reply went to the task, not to the network: its delivery record says so at once.
+    const record = (await (
+      await fetch(`${localApi}/outbox/${encodeURIComponent(reply.body.message_id)}`)
+    ).json()) as any;
+    expect(record).toMatchObject({ state: "delivered", recipients: [{ state: "delivered", via: "a2a-task" }] });
     await following;
     expect(events[0].$case).toBe("task");
     const artifact = events.find((e) => e.$case === "artifactUpdate");
