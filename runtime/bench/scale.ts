@@ -131,6 +131,8 @@ export interface SizeResult {
   restart?: RestartResult;
   /** Errors by kind (agent names removed), with the step that met them. */
   errors: Record<string, number>;
+  /** Every 250 agents on the way to this size: agents made, seconds into the run, each server's RSS. */
+  progress: { made: number; s: number; rssMiB: number[] }[];
   /** Why this size was not completed, when it was not. */
   boundedBy?: string;
 }
@@ -320,8 +322,17 @@ async function deploy(topology: Topology, maxFileStore: string): Promise<Deploym
   return { topology, nodes: c.nodes, names: c.names, url: c.url, close: () => c.close() };
 }
 
+/** Each server process's monitoring port, read from its log once (the log is a bounded ring). */
+const monitorPorts = new Map<NatsServer, { pid: number; port: number }>();
 function monitorPort(node: NatsServer): number | undefined {
-  return Number(MONITOR.exec(node.log())?.[1] ?? 0) || undefined;
+  const pid = node.pid;
+  if (pid === undefined) return undefined;
+  const known = monitorPorts.get(node);
+  if (known?.pid === pid) return known.port;
+  const port = Number(MONITOR.exec(node.log())?.[1] ?? 0);
+  if (!port) return undefined;
+  monitorPorts.set(node, { pid, port });
+  return port;
 }
 
 async function monitor(node: NatsServer, path: string, timeoutMs = 10_000): Promise<{ status: number; body: any }> {
@@ -397,8 +408,12 @@ async function restartAll(d: Deployment, nats: Nats, deadlineMs: number): Promis
   const stopS = (performance.now() - t0) / 1000;
   const t1 = performance.now();
   const deadline = t1 + deadlineMs;
-  // restart() resolves once the server listens and takes a client connection.
+  // restart() resolves once the server listens and takes a client connection; the bench's own
+  // client (the product's Nats, with its reconnection backoff) is timed from the same moment.
+  const client = until(async () => nats.isConnected, t1, t1 + deadlineMs);
   await Promise.all(d.nodes.map((n) => n.restart()));
+  // The monitoring port of each new process, before its log ring moves on.
+  for (const n of d.nodes) monitorPort(n);
   const listeningS = (performance.now() - t1) / 1000;
   const [jsEnabledS, jsOk] = await until(
     async () =>
@@ -420,8 +435,7 @@ async function restartAll(d: Deployment, nats: Nats, deadlineMs: number): Promis
         deadline,
       )
     : [jsEnabledS, false];
-  // The client's own reconnection (its backoff after a long outage), before the next agents are made.
-  const [clientS] = await until(async () => nats.isConnected, t1, performance.now() + 60_000);
+  const [clientS] = await client;
   return {
     clientReconnectS: round(clientS),
     stopS: round(stopS),
@@ -493,7 +507,9 @@ async function run(
     metrics: createRuntimeMetrics("agent"),
     log: silent,
   };
-  const deadline = performance.now() + opts.createDeadlineMs;
+  const runStart = performance.now();
+  const deadline = runStart + opts.createDeadlineMs;
+  const progress: SizeResult["progress"] = [];
   let made = 0;
   let failed = 0;
   const relaySubs: Subscriptions[] = [];
@@ -538,10 +554,14 @@ async function run(
           }
           if (ok) made++;
           else failed++;
-          if ((made + failed) % 500 === 0)
+          if ((made + failed) % 250 === 0) {
+            const rss = d.nodes.map((n) => round(procStatus(n.pid, "VmRSS") / MIB));
+            const at = { made, s: round((performance.now() - runStart) / 1000), rssMiB: rss };
+            progress.push(at);
             log(
-              `  ${layout} ${topology}: ${made} agents made, ${failed} failed, ${round((performance.now() - t0) / 1000)} s into this size`,
+              `  ${layout} ${topology}: ${made} agents made, ${failed} failed, ${at.s} s into the run, RSS ${rss.join("/")} MiB`,
             );
+          }
         }
       };
       await Promise.all(Array.from({ length: opts.concurrency }, worker));
@@ -563,6 +583,7 @@ async function run(
         servers,
         publish,
         errors,
+        progress: progress.splice(0),
         ...(boundedBy ? { boundedBy } : {}),
       };
       log(
