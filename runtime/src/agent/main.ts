@@ -104,7 +104,8 @@ export interface RunningAgent {
 
 /**
  * Start the agent mode: listen on TLS at once (readiness reports NATS), then connect NATS,
- * create the agent's streams and buckets, and start handing messages on.
+ * create the agent's streams and buckets, and start handing messages on. Only wiring: each
+ * part is made by one of the functions below, in the order they depend on each other.
  */
 export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const log =
@@ -114,10 +115,34 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   }
   // Read now: a missing or short token is a start-up error, not a listener that refuses everyone.
   const localApiToken = opts.localApiTokenFile ? new TokenFile(opts.localApiTokenFile, log) : undefined;
+  const self = await loadSelf(opts, log);
+  const life = new Lifecycle(log);
+  const metrics = createRuntimeMetrics("agent");
+  const outside = peersAndKeys(self, opts, life, log);
+  const stores = agentStores(self, opts, outside, life, metrics, log);
+  const deliveries = agentDeliveries(self, opts, outside, stores, metrics, log);
+  life.defer("deliveries", () => Promise.all(deliveries.all.map((d) => d?.stop())));
+  const a2a = a2aOf(self, opts, outside, stores, log);
+  const state = { ready: false };
+  life.background("agent start-up", startUp(self, outside, stores, deliveries, a2a, state, log));
+  try {
+    return await listen(
+      opts,
+      self,
+      { outside, stores, deliveries, a2a, metrics, life, log, localApiToken },
+      () => state.ready && stores.nats.isConnected && stores.streams.missing().length === 0,
+    );
+  } catch (err) {
+    await life.close();
+    throw err;
+  }
+}
+
+/** The manifest, the agent's keys and the documents it publishes. */
+async function loadSelf(opts: AgentOptions, log: Logger) {
   const agent = await loadManifest(opts.manifest, Agent);
   const spec = agent.spec;
   const keyring = await loadKeyring(opts.signingKey, spec.agentId, spec.signing.keyId);
-  const signing: SigningKey = keyring.signing;
   const ownEncryption = await loadEncryptionKeys(opts.encryptionKey, keyring, log);
   const documents = new Documents(
     agent,
@@ -126,11 +151,14 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     undefined,
     ownEncryption.published,
   );
-  const names = agentNames(agentStoreKey(agent));
-  const metrics = createRuntimeMetrics("agent");
-  const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
-  const life = new Lifecycle(log);
+  const signing: SigningKey = keyring.signing;
+  return { agent, spec, signing, ownEncryption, documents, names: agentNames(agentStoreKey(agent)) };
+}
+type Self = Awaited<ReturnType<typeof loadSelf>>;
 
+/** The HTTP client, discovery, and who the senders are (their keys) and how bodies are encrypted. */
+function peersAndKeys(self: Self, opts: AgentOptions, life: Lifecycle, log: Logger) {
+  const { spec } = self;
   const targets = new TargetPolicy([...spec.network.allowPrivateTargets, ...(opts.allowPrivateTargets ?? [])]);
   const http = new HttpClient({ caFile: opts.caFile, onCaFileReload: caFileLogger(log), targets });
   life.defer("HTTP client", () => http.close());
@@ -139,28 +167,23 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     log.warn(
       "spec.inbox.introductionTokens is set but no --introduction-secret-file was given; no introduction token is accepted",
     );
-  const verifier = new IdentityResolver({
-    spec,
-    discovery,
-    introductionTokens: opts.introductionSecretFile
-      ? introductionTokenFile(opts.introductionSecretFile, log)
-      : undefined,
-    log,
-  });
-  const encryption = new AgentEncryption({
-    spec,
-    discovery,
-    keys: ownEncryption.keys,
-    revoked: ownEncryption.revoked,
-    log,
-  });
+  const introductionTokens = opts.introductionSecretFile
+    ? introductionTokenFile(opts.introductionSecretFile, log)
+    : undefined;
+  const verifier = new IdentityResolver({ spec, discovery, introductionTokens, log });
+  const { keys, revoked } = self.ownEncryption;
+  const encryption = new AgentEncryption({ spec, discovery, keys, revoked, log });
+  const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));
+  return { http, discovery, verifier, encryption, peerUrls };
+}
+type Outside = ReturnType<typeof peersAndKeys>;
+
+/** NATS, the agent's streams and buckets, and where trouble is told (Events, the last error). */
+function agentStores(self: Self, opts: AgentOptions, outside: Outside, life: Lifecycle, metrics: Metrics, log: Logger) {
+  const { spec, names, agent } = self;
+  const replicas = spec.durability.replicas ?? "auto";
   const nats = new Nats(
-    {
-      inboxPrefix: agentInboxPrefix(spec.agentId),
-      replicas: spec.durability.replicas ?? "auto",
-      ...opts.nats,
-      name: `ifp-agent ${spec.agentId}`,
-    },
+    { inboxPrefix: agentInboxPrefix(spec.agentId), replicas, ...opts.nats, name: `ifp-agent ${spec.agentId}` },
     log,
   );
   life.defer("NATS", () => nats.close());
@@ -168,8 +191,6 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   backlogGauges(metrics, () => streamBacklog(nats, names.outboxStream), "outbox");
   if (spec.handler)
     backlogGauges(metrics, () => consumerBacklog(nats, names.inboxStream, names.handlerConsumer), "inbox");
-
-  const replicas = spec.durability.replicas ?? "auto";
   const inbox = new InboxStore(nats, names, parseDuration(spec.inbox.replayWindow), spec.inbox.maxBytes, replicas);
   const outbox = new OutboxStore(nats, names, replicas);
   const states = new DeliveryStates(nats, names.outboxStateBucket);
@@ -184,7 +205,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   life.defer("Events", async () => events?.flush());
   const lastError = new LastError(nats, agentLastError(agentStoreKey(agent)), log);
   life.defer("last error", () => lastError.flush());
-  const notifier = new Notifier(agent, events, http, log, lastError);
+  const notifier = new Notifier(agent, events, outside.http, log, lastError);
   const streams = new StreamKeeper(nats, log, {
     ledger: { bucket: names.kvBucket, key: `${names.kvKey}.jetstream` },
     recreateMissing: opts.recreateMissingStreams ?? process.env.IFP_RECREATE_MISSING_STREAMS === "true",
@@ -193,231 +214,307 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   life.defer("stream checks", () => streams.stop());
   streamKeeperGauges(metrics, streams);
   dependencyGauges(metrics, { natsConnected: () => nats.isConnected, certFile: opts.tlsCert });
-  const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));
-  const peerCapabilities = new PeerCapabilityService({ store: peerCaps, discovery, peerUrls, log });
+  const peerCapabilities = new PeerCapabilityService({
+    store: peerCaps,
+    discovery: outside.discovery,
+    peerUrls: outside.peerUrls,
+    log,
+  });
   const onAccepted = inspectionEffects({
     self: { agentId: spec.agentId, displayName: spec.displayName },
-    signing,
+    signing: self.signing,
     outbox,
     peers: peerCapabilities,
   });
+  return { nats, inbox, outbox, states, peerCaps, conversations, notifier, streams, peerCapabilities, onAccepted };
+}
+type Stores = ReturnType<typeof agentStores>;
+type Metrics = ReturnType<typeof createRuntimeMetrics>;
 
-  // Read now: a missing or short secret is a start-up error, not hand-offs nobody can check.
-  const handoffSecret = opts.handoffSecretFile ? readHandoffSecret(opts.handoffSecretFile) : undefined;
-  if (spec.handler && !handoffSecret)
-    log.warn(
-      "no --handoff-secret-file: hand-offs to spec.handler.url are not signed, and the application cannot tell them from anyone else's requests (docs/agent.md#hand-off-signature)",
-    );
-  const handoff = spec.handler
-    ? new HandlerHandoff(
-        nats,
-        names,
-        http,
-        {
-          url: spec.handler.url,
-          timeoutMs: parseDuration(spec.handler.timeout),
-          deadLetterAfterMs: parseDuration(spec.handler.deadLetterAfter),
-          ...(handoffSecret ? { secret: handoffSecret } : {}),
-        },
-        log,
-        metrics,
-        { onDeadLetter: (messageId, reason) => void notifier.handlerDeadLetter(messageId, reason) },
-      )
-    : undefined;
+/** What hands messages on: to spec.handler.url (or the application's stream), to peers, from relays. */
+function agentDeliveries(
+  self: Self,
+  opts: AgentOptions,
+  outside: Outside,
+  stores: Stores,
+  metrics: Metrics,
+  log: Logger,
+) {
+  const { spec, names, signing } = self;
+  const { nats, notifier } = stores;
+  const handoff = handlerHandoff(self, opts, outside, stores, metrics, log);
   // Without a handler the application reads its messages from the local API's stream.
   const appStream = spec.handler ? undefined : new AppStream(nats, names, log, metrics);
   const outbound = new OutboundDelivery({
     nats,
     names,
-    states,
-    http,
-    discovery,
+    states: stores.states,
+    http: outside.http,
+    discovery: outside.discovery,
     log,
     metrics,
     options: {
       backoffMs: spec.outbound.backoff.map(parseDuration),
       retryForMs: parseDuration(spec.outbound.retryFor),
-      peerUrls,
+      peerUrls: outside.peerUrls,
       peerRelays: new Map(spec.peers.filter((p) => p.relay?.urls.length).map((p) => [p.agentId, p.relay!])),
       ownRelays: spec.relay?.urls ?? [],
-      relayAllowed: (message, url) => encryption.plaintextRelayAllowed(message, url),
+      relayAllowed: (message, url) => outside.encryption.plaintextRelayAllowed(message, url),
     },
-    relay: relayPublisher(signing, http),
+    relay: relayPublisher(signing, outside.http),
     onGiveUp: (record, r) => notifier.undeliverable(record, r),
   });
-  const intake = spec.relay?.urls.length
-    ? new RelayMailboxReader({
-        urls: spec.relay.urls,
-        signing,
-        http,
-        verifier,
-        requireSignature: spec.inbox.requireSignature,
-        accept: (raw, message, verified) =>
-          acceptVerified({ agent, store: inbox, onAccepted, conversations, encryption }, raw, message, verified),
-        encryption,
-        admission: {
-          agentId: spec.agentId,
-          replayWindowMs: parseDuration(spec.inbox.replayWindow),
-          replayWindowText: spec.inbox.replayWindow,
-          maxFutureSkewMs: MAX_FUTURE_SKEW_MS,
-          retentionMs: inboxRetentionMs(parseDuration(spec.inbox.replayWindow)),
-          now: Date.now,
-        },
-        intervalMs: parseDuration(spec.relay.pollInterval),
-        topics: spec.relay.topics,
-        mode: spec.relay.receive,
-        log,
-        metrics,
-      })
-    : undefined;
-  life.defer("deliveries", () => Promise.all([handoff?.stop(), outbound.stop(), intake?.stop(), appStream?.stop()]));
+  const intake = relayMailboxReader(self, outside, stores, metrics, log);
+  return { handoff, appStream, outbound, intake, all: [handoff, outbound, intake, appStream] };
+}
+type Deliveries = ReturnType<typeof agentDeliveries>;
 
-  // The A2A face (spec.a2a): its messages go through the same inbox stream and hand-off.
-  const a2a = spec.a2a.enabled
-    ? a2aFace({
-        agent,
-        signing,
-        nats,
-        bucket: names.a2aTasksBucket,
-        tokenFile: opts.a2aTokenFile,
-        lookupKey: (agentId, keyId, address) => verifier.lookup(agentId, keyId, address),
-        handOff: async (message, m) => {
-          const meta = { signer: m.sender, authLevel: m.authLevel, source: m.source, handoff: true };
-          await inbox.accept(message, m.messageId, { ...meta, conversationId: m.conversationId }, m.sender);
-        },
-        log,
-      })
-    : undefined;
+/** The hand-off to spec.handler.url, signed with the hand-off secret; none without a handler. */
+function handlerHandoff(
+  self: Self,
+  opts: AgentOptions,
+  outside: Outside,
+  stores: Stores,
+  metrics: Metrics,
+  log: Logger,
+) {
+  const handler = self.spec.handler;
+  // Read now: a missing or short secret is a start-up error, not hand-offs nobody can check.
+  const handoffSecret = opts.handoffSecretFile ? readHandoffSecret(opts.handoffSecretFile) : undefined;
+  if (handler && !handoffSecret)
+    log.warn(
+      "no --handoff-secret-file: hand-offs to spec.handler.url are not signed, and the application cannot tell them from anyone else's requests (docs/agent.md#hand-off-signature)",
+    );
+  if (!handler) return undefined;
+  return new HandlerHandoff(
+    stores.nats,
+    self.names,
+    outside.http,
+    {
+      url: handler.url,
+      timeoutMs: parseDuration(handler.timeout),
+      deadLetterAfterMs: parseDuration(handler.deadLetterAfter),
+      ...(handoffSecret ? { secret: handoffSecret } : {}),
+    },
+    log,
+    metrics,
+    { onDeadLetter: (messageId, reason) => void stores.notifier.handlerDeadLetter(messageId, reason) },
+  );
+}
 
-  let ready = false;
+/** The reader of the agent's mailboxes on its own relays (spec.relay); none without relays. */
+function relayMailboxReader(self: Self, outside: Outside, stores: Stores, metrics: Metrics, log: Logger) {
+  const { agent, spec, signing } = self;
+  if (!spec.relay?.urls.length) return undefined;
+  const { inbox, onAccepted, conversations } = stores;
+  const { encryption } = outside;
+  const replayWindowMs = parseDuration(spec.inbox.replayWindow);
+  return new RelayMailboxReader({
+    urls: spec.relay.urls,
+    signing,
+    http: outside.http,
+    verifier: outside.verifier,
+    requireSignature: spec.inbox.requireSignature,
+    accept: (raw, message, verified) =>
+      acceptVerified({ agent, store: inbox, onAccepted, conversations, encryption }, raw, message, verified),
+    encryption,
+    admission: {
+      agentId: spec.agentId,
+      replayWindowMs,
+      replayWindowText: spec.inbox.replayWindow,
+      maxFutureSkewMs: MAX_FUTURE_SKEW_MS,
+      retentionMs: inboxRetentionMs(replayWindowMs),
+      now: Date.now,
+    },
+    intervalMs: parseDuration(spec.relay.pollInterval),
+    topics: spec.relay.topics,
+    mode: spec.relay.receive,
+    log,
+    metrics,
+  });
+}
+
+/** The A2A face (spec.a2a): its messages go through the same inbox stream and hand-off. */
+function a2aOf(self: Self, opts: AgentOptions, outside: Outside, stores: Stores, log: Logger) {
+  if (!self.spec.a2a.enabled) return undefined;
+  return a2aFace({
+    agent: self.agent,
+    signing: self.signing,
+    nats: stores.nats,
+    bucket: self.names.a2aTasksBucket,
+    tokenFile: opts.a2aTokenFile,
+    lookupKey: (agentId, keyId, address) => outside.verifier.lookup(agentId, keyId, address),
+    handOff: async (message, m) => {
+      const meta = { signer: m.sender, authLevel: m.authLevel, source: m.source, handoff: true };
+      await stores.inbox.accept(message, m.messageId, { ...meta, conversationId: m.conversationId }, m.sender);
+    },
+    log,
+  });
+}
+type A2a = ReturnType<typeof a2aOf>;
+
+/**
+ * The start-up that waits for NATS: the streams and buckets, the capability document's
+ * announcement, then the consumers. Retried until it works; `state.ready` once it has.
+ */
+function startUp(
+  self: Self,
+  outside: Outside,
+  stores: Stores,
+  deliveries: Deliveries,
+  a2a: A2a,
+  state: { ready: boolean },
+  log: Logger,
+) {
+  const { spec, names, documents } = self;
+  const { nats, streams } = stores;
   /** The capability document changed and the peers are still to be told. */
   let changed = false;
-  life.background("agent start-up", async (signal) => {
+  const ensureAll = async () => {
+    await stores.inbox.ensure(streams);
+    await stores.outbox.ensure(streams);
+    await stores.states.ensure();
+    await stores.peerCaps.ensure();
+    await stores.conversations.ensure();
+    await deliveries.appStream?.ensure();
+    await a2a?.ensure();
+    if (await documents.syncUpdated(nats, names, log)) {
+      changed = true;
+      announce(self, outside, log);
+    }
+    // The peers of recent conversations are told through their inboxes, durably: queued in
+    // the outbox (once per change: the ids derive from it), again on this block's retry.
+    if (changed) {
+      const peers = await stores.conversations.recentPeers(spec.agentId);
+      const { signing, documents } = self;
+      const document = documents.capabilityDocument.doc;
+      await tellPeersCapabilities({
+        peers,
+        signing,
+        document,
+        displayName: spec.displayName,
+        outbox: stores.outbox,
+        log,
+      });
+      changed = false;
+    }
+  };
+  return async (signal: AbortSignal) => {
     await nats.start(signal);
-    await retry(
-      async () => {
-        await inbox.ensure(streams);
-        await outbox.ensure(streams);
-        await states.ensure();
-        await peerCaps.ensure();
-        await conversations.ensure();
-        await appStream?.ensure();
-        await a2a?.ensure();
-        if (await documents.syncUpdated(nats, names, log)) {
-          changed = true;
-          if (spec.relay?.urls.length)
-            void announceCapabilities({
-              urls: spec.relay.urls,
-              signing,
-              http,
-              document: documents.capabilityDocument.doc,
-              displayName: spec.displayName,
-              log,
-            });
-        }
-        // The peers of recent conversations are told through their inboxes, durably: queued in
-        // the outbox (once per change: the ids derive from it), again on this block's retry.
-        if (changed) {
-          const peers = await conversations.recentPeers(spec.agentId);
-          await tellPeersCapabilities({
-            peers,
-            signing,
-            document: documents.capabilityDocument.doc,
-            displayName: spec.displayName,
-            outbox,
-            log,
-          });
-          changed = false;
-        }
-      },
-      {
-        signal,
-        // A missing stream was logged as an error by the keeper; it is looked for again.
-        onError: (err, retryInMs) =>
-          err instanceof StreamMissingError
-            ? undefined
-            : log.warn({ err: err.message, retryInMs }, "JetStream streams not ready yet"),
-      },
-    );
-    ready = true;
+    await retry(ensureAll, {
+      signal,
+      // A missing stream was logged as an error by the keeper; it is looked for again.
+      onError: (err, retryInMs) =>
+        err instanceof StreamMissingError
+          ? undefined
+          : log.warn({ err: err.message, retryInMs }, "JetStream streams not ready yet"),
+    });
+    state.ready = true;
     streams.start();
-    handoff?.start();
-    outbound.start();
-    intake?.start();
+    deliveries.handoff?.start();
+    deliveries.outbound.start();
+    deliveries.intake?.start();
     log.info({ agentId: spec.agentId, stream: names.inboxStream }, "agent ready");
-  });
+  };
+}
 
-  const app = buildAgentApp({
-    agent,
-    documents,
-    verifier,
-    store: inbox,
-    conversations,
-    onAccepted,
-    encryption,
-    metrics,
-    logger: log,
-    tls: readTls(tlsFiles),
-    trustedProxies: opts.trustedProxies,
-    ready: () => ready && nats.isConnected && streams.missing().length === 0,
+/** A changed capability document, announced on the agent's own relays (spec 6). */
+function announce(self: Self, outside: Outside, log: Logger): void {
+  const { spec } = self;
+  if (!spec.relay?.urls.length) return;
+  void announceCapabilities({
+    urls: spec.relay.urls,
+    signing: self.signing,
+    http: outside.http,
+    document: self.documents.capabilityDocument.doc,
+    displayName: spec.displayName,
+    log,
   });
-  life.defer("TLS watch", watchTls(app, tlsFiles, log));
-  a2a?.register(app);
-  const received = receivedLookup(inbox, conversations);
+}
+
+interface Wired {
+  outside: Outside;
+  stores: Stores;
+  deliveries: Deliveries;
+  a2a: A2a;
+  metrics: Metrics;
+  life: Lifecycle;
+  log: Logger;
+  localApiToken: TokenFile | undefined;
+}
+
+/** The agent's HTTPS endpoints and the local API (its TLS listener too, when asked for), built. */
+function agentApps(opts: AgentOptions, self: Self, w: Wired, ready: () => boolean) {
+  const { agent, documents, signing } = self;
+  const { inbox, conversations, onAccepted, peerCapabilities, outbox, states } = w.stores;
+  const { verifier, encryption } = w.outside;
+  const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
+  const app = buildAgentApp({
+    ...{ agent, documents, verifier, store: inbox, conversations, onAccepted, encryption, ready },
+    ...{ metrics: w.metrics, logger: w.log, tls: readTls(tlsFiles), trustedProxies: opts.trustedProxies },
+  });
+  w.life.defer("TLS watch", watchTls(app, tlsFiles, w.log));
+  w.a2a?.register(app);
   const localDeps = {
     agent,
     signing,
     encryption,
     documents,
-    outbox: a2a ? a2a.replies(peerCapabilities.gate(outbox)) : peerCapabilities.gate(outbox),
-    states: a2a ? a2a.deliveries(states) : states,
+    outbox: w.a2a ? w.a2a.replies(peerCapabilities.gate(outbox)) : peerCapabilities.gate(outbox),
+    states: w.a2a ? w.a2a.deliveries(states) : states,
     peers: peerCapabilities,
-    received,
+    received: receivedLookup(inbox, conversations),
     conversations,
-    stream: appStream,
-    logger: log,
+    stream: w.deliveries.appStream,
+    logger: w.log,
   };
   const localApi = buildLocalApi(localDeps);
-  const localApiTls = localApiToken
-    ? buildLocalApi(localDeps, { tls: readTls(tlsFiles), token: localApiToken })
+  const localApiTls = w.localApiToken
+    ? buildLocalApi(localDeps, { tls: readTls(tlsFiles), token: w.localApiToken })
     : undefined;
-  if (localApiTls) life.defer("local API TLS watch", watchTls(localApiTls, tlsFiles, log));
-  for (const api of [localApi, localApiTls]) if (api) a2a?.registerLocal(api);
+  if (localApiTls) w.life.defer("local API TLS watch", watchTls(localApiTls, tlsFiles, w.log));
+  for (const api of [localApi, localApiTls]) if (api) w.a2a?.registerLocal(api);
+  return { app, localApi, localApiTls };
+}
 
-  try {
-    const url = await life.listen(app, {
-      name: "HTTPS server",
-      scheme: "https",
-      port: opts.port,
-      host: opts.host ?? "0.0.0.0",
-    });
-    const localApiUrl = await life.listen(localApi, {
-      name: "local API",
-      scheme: "http",
-      port: opts.localApiPort ?? spec.localApi.port,
-      host: "127.0.0.1",
-    });
-    const localApiTlsUrl = localApiTls
-      ? await life.listen(localApiTls, {
-          name: "local API (TLS)",
-          scheme: "https",
-          port: opts.localApiTlsPort!,
-          host: opts.host ?? "0.0.0.0",
-        })
-      : undefined;
-    const metricsUrl =
-      opts.metricsPort === undefined
-        ? undefined
-        : await life.listen(buildMetricsApp(metrics), {
-            name: "metrics",
-            scheme: "http",
-            port: opts.metricsPort,
-            host: opts.host ?? "0.0.0.0",
-          });
-    log.info({ url, localApiUrl, localApiTlsUrl, metricsUrl, agentId: spec.agentId }, "agent listening");
-    return { app, url, localApiUrl, localApiTlsUrl, metricsUrl, appStream, agent, nats, close: () => life.close() };
-  } catch (err) {
-    await life.close();
-    throw err;
-  }
+/** Listen: the HTTPS server, the local API (loopback; and TLS when asked for), the metrics. */
+async function listen(opts: AgentOptions, self: Self, w: Wired, ready: () => boolean): Promise<RunningAgent> {
+  const { app, localApi, localApiTls } = agentApps(opts, self, w, ready);
+  const { life, log } = w;
+  const host = opts.host ?? "0.0.0.0";
+  const url = await life.listen(app, { name: "HTTPS server", scheme: "https", port: opts.port, host });
+  const localApiPort = opts.localApiPort ?? self.spec.localApi.port;
+  const localApiUrl = await life.listen(localApi, {
+    name: "local API",
+    scheme: "http",
+    port: localApiPort,
+    host: "127.0.0.1",
+  });
+  const localApiTlsUrl = localApiTls
+    ? await life.listen(localApiTls, { name: "local API (TLS)", scheme: "https", port: opts.localApiTlsPort!, host })
+    : undefined;
+  const metricsUrl =
+    opts.metricsPort === undefined
+      ? undefined
+      : await life.listen(buildMetricsApp(w.metrics), {
+          name: "metrics",
+          scheme: "http",
+          port: opts.metricsPort,
+          host,
+        });
+  const agentId = self.spec.agentId;
+  log.info({ url, localApiUrl, localApiTlsUrl, metricsUrl, agentId }, "agent listening");
+  const { agent } = self;
+  const { appStream } = w.deliveries;
+  return {
+    app,
+    url,
+    localApiUrl,
+    localApiTlsUrl,
+    metricsUrl,
+    appStream,
+    agent,
+    nats: w.stores.nats,
+    close: () => life.close(),
+  };
 }
