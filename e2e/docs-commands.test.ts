@@ -274,7 +274,10 @@ const CHECKS: Record<string, Check> = {
   "npm run gen": { by: "operator/src/crd/generate.test.ts", holds: ["is up to date (npm run gen)"] },
   "npm run e2e": {
     by: "package.json",
-    holds: ['"e2e": "vitest run e2e/e2e.test.ts"', '"test": "npm run typecheck && vitest run --project suite'],
+    holds: [
+      '"e2e": "vitest run e2e/e2e.test.ts"',
+      '"test": "npm run typecheck && npm run lint && vitest run --project suite',
+    ],
   },
   "npm run e2e:node": {
     by: "package.json",
