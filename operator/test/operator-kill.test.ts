@@ -130,7 +130,7 @@ function becameLeaderAt(p: ManagedProcess): number | undefined {
   for (const line of p.log().split("\n")) {
     if (!line.includes('"became leader"')) continue;
     try {
-      return JSON.parse(line).time as number;
+      return Date.parse(JSON.parse(line).time as string);
     } catch {
       // a line cut by the ring buffer
     }
