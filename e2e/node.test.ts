@@ -14,8 +14,10 @@
 // IFP_E2E_NODE=0.
 import { execFile, spawnSync } from "node:child_process";
 import { generateKeyPairSync, randomUUID } from "node:crypto";
-import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { buildImage, IMAGES, type BuiltImage } from "./images/build.ts";
@@ -32,6 +34,8 @@ if (unsupported) process.stderr.write(`e2e/node.test.ts skipped: ${unsupported}\
 
 /** The registry the test's cluster pulls from, as `global.imageRegistry`: the images are imported under it. */
 const REGISTRY = "ifp.local";
+/** The kubectl plugin, `kubectl ifp` when on the PATH as kubectl-ifp. */
+const PLUGIN = fileURLToPath(new URL("../operator/bin/kubectl-ifp.ts", import.meta.url));
 const SYSTEM = "ifp-system";
 const RELEASE = "ifp";
 /** The chart's full name for the release above (release name + chart name). */
@@ -937,9 +941,50 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     );
   }, 540_000);
 
-  // The place of the kubectl plugin's run on this cluster (`kubectl ifp status`, `kubectl ifp
-  // report` with --kubeconfig cp.kubeconfig, as its own tests start it): every example Agent and
-  // Relay named Ready, before `helm test` below.
+  it("kubectl ifp status and report show the install as it runs: the operator leading, NATS and every example Agent and Relay Ready, a bundle without Secret values", async () => {
+    failing();
+    // As kubectl runs the plugin (operator/bin/kubectl-ifp.ts), with the user's kubeconfig.
+    const plugin = (args: string[]) => run(process.execPath, [PLUGIN, ...args, "--kubeconfig", cp.kubeconfig], 120_000);
+    const status = JSON.parse(await withDiagnosis(plugin(["status", "-o", "json"])));
+    expect(status.operator).toMatchObject({ namespace: SYSTEM, ready: true });
+    expect(status.operator.leader?.holder).toMatch(new RegExp(`^${FULL}-`));
+    expect(status.nats).toMatchObject({ namespace: SYSTEM, ready: true });
+    expect(Date.parse(status.installCa?.notAfter)).toBeGreaterThan(Date.now());
+    const resources = exampleDocs().filter((d) => d.doc.kind === "Agent" || d.doc.kind === "Relay");
+    for (const r of resources)
+      expect(
+        status.resources.find(
+          (x: Obj) => x.kind === r.doc.kind && x.namespace === r.namespace && x.name === r.doc.metadata.name,
+        ),
+        `${r.doc.kind} ${r.namespace}/${r.doc.metadata.name} in kubectl ifp status`,
+      ).toMatchObject({ ready: "True" });
+    const table = await plugin(["status"]);
+    for (const r of resources) expect(table).toContain(r.doc.metadata.name);
+
+    const dir = mkdtempSync(join(tmpdir(), "ifp-node-report-"));
+    try {
+      const file = join(dir, "bundle.tar.gz");
+      await withDiagnosis(plugin(["report", "-o", file]));
+      const names = spawnSync("tar", ["-tzf", file], { encoding: "utf8" }).stdout.split("\n");
+      for (const f of ["ifp-report/status.json", `ifp-report/namespaces/${SYSTEM}/secrets.json`])
+        expect(names).toContain(f);
+      expect(names.some((f) => f.startsWith(`ifp-report/namespaces/${SYSTEM}/logs/${FULL}-`))).toBe(true);
+      for (const r of resources)
+        expect(names).toContain(`ifp-report/namespaces/${r.namespace}/${r.doc.kind.toLowerCase()}s.json`);
+      // The install CA's key and the NATS account's seed are in the cluster's Secrets, not in the bundle.
+      const raw = spawnSync("tar", ["-xzOf", file], { encoding: "latin1", maxBuffer: 256 << 20 }).stdout;
+      // Certificates, public keys and JWTs are public and may be in ConfigMaps; the rest is not.
+      const secretValues = (cp.json(["-n", SYSTEM, "get", "secrets"]).items as Obj[])
+        .flatMap((x) => Object.entries(x.data ?? {}) as [string, string][])
+        .filter(([key]) => !/\.(crt|pub|jwt)$/.test(key))
+        .map(([, v]) => Buffer.from(v, "base64").toString("latin1"))
+        .filter((v) => v.length >= 32 && !v.includes("BEGIN CERTIFICATE"));
+      expect(secretValues.length).toBeGreaterThan(0);
+      for (const v of secretValues) expect(raw.includes(v)).toBe(false);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 300_000);
 
   it("passes helm test", async () => {
     failing();
