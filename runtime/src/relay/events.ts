@@ -153,20 +153,11 @@ export const MAX_PUBLISHING = 256;
  */
 export function attachWebSocket(app: FastifyInstance, deps: StreamDeps): void {
   const wss = new WebSocketServer({ noServer: true, maxPayload: deps.maxPayload });
-  const refuse = (socket: Duplex, err: ProtocolError) => {
-    const text = JSON.stringify(err.body());
-    const extra = Object.entries(err.headers)
-      .map(([k, v]) => `${k}: ${v}\r\n`)
-      .join("");
-    socket.end(
-      `HTTP/1.1 ${err.statusCode} ${err.code}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\n${extra}connection: close\r\n\r\n${text}`,
-    );
-  };
   // A handshake the WebSocket library refuses (a bad Sec-WebSocket-Key or -Version, another
   // method than GET): the error body, as for any refused request, instead of the library's text.
   wss.on("wsClientError", (err: Error, socket: Duplex) => {
     const method = /method/i.test(err.message);
-    refuse(
+    refuseUpgrade(
       socket,
       new ProtocolError(
         method ? 405 : 400,
@@ -175,128 +166,9 @@ export function attachWebSocket(app: FastifyInstance, deps: StreamDeps): void {
       ),
     );
   });
-  app.server.on("upgrade", (raw: IncomingMessage, socket: Duplex, head: Buffer) => {
-    socket.on("error", () => {});
-    const url = new URL(raw.url ?? "/", "https://relay.invalid");
-    if (url.pathname !== WEBSOCKET_PATH)
-      return refuse(
-        socket,
-        new ProtocolError(404, "not_found", `no WebSocket endpoint ${url.pathname}; use ${WEBSOCKET_PATH}`),
-      );
-    deps
-      .authenticate({
-        clientAddress: app.clientAddressOf(raw),
-        method: raw.method ?? "GET",
-        url: raw.url ?? "/",
-        host: raw.headers.host,
-        localPort: raw.socket.localPort,
-        headers: raw.headers,
-      })
-      .then(
-        (agent) => {
-          let release: () => void;
-          try {
-            release = deps.slots.acquire(agent);
-          } catch (err) {
-            return refuse(socket, toProtocolError(err));
-          }
-          socket.once("close", release);
-          wss.handleUpgrade(raw, socket, head, (ws) => {
-            ws.once("close", release);
-            serve(ws, agent, cursor(url.searchParams.get("after")), url.searchParams.get("push") !== "off");
-          });
-        },
-        (err) => refuse(socket, toProtocolError(err)),
-      );
-  });
-  const serve = (ws: WebSocket, agent: string, after: number, push: boolean) => {
-    deps.metrics.relay.inc({ operation: "websocket", result: "ok" });
-    deps.metrics.relayConnections.inc({ transport: "websocket" });
-    const send = (frame: WsFrame) => {
-      if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(frame));
-    };
-    const log = deps.log.child({ agent });
-    let publishing = 0;
-    const publish = (message: unknown, recipients: string[] | undefined) => {
-      let limited: ItemResult | undefined;
-      try {
-        deps.authenticate.limitAgent(agent);
-      } catch (err) {
-        limited = itemError(toProtocolError(err), message);
-      }
-      if (++publishing >= MAX_PUBLISHING) ws.pause();
-      (limited
-        ? Promise.resolve(limited)
-        : deps.intake.publishCarried(message, agent, { recipients, log, transport: WEBSOCKET_TRANSPORT_LABEL })
-      ).then((result) => {
-        if (--publishing < MAX_PUBLISHING && ws.isPaused) ws.resume();
-        deps.metrics.relay.inc({ operation: "publish", result: "code" in result ? result.code : "ok" });
-        send("code" in result ? { type: "error", ...result } : { type: "published", ...result });
-      });
-    };
-    const stop = !push
-      ? () => {}
-      : deps.mailboxes.follow(
-          agent,
-          after,
-          async (copy) => {
-            const span = copySpan("ifp.relay.push", copy, "websocket");
-            try {
-              if (ws.readyState === ws.OPEN) ws.send(messageFrame(copy));
-              deps.metrics.relayDeliveries.inc({ transport: "websocket", result: "sent" });
-              while (ws.readyState === ws.OPEN && ws.bufferedAmount > HIGH_WATER)
-                await new Promise((r) => setTimeout(r, 50));
-            } finally {
-              span.end();
-            }
-          },
-          (err) => {
-            if (err) deps.log.warn({ err: err.message, agent }, "WebSocket stream ended");
-            ws.close(1011, "mailbox unavailable");
-          },
-        );
-    // A frame the protocol forbids (unmasked, a reserved opcode, text that is not UTF-8, over
-    // maxPayload) or a broken connection: the library closes the WebSocket (with the code RFC 6455
-    // gives: 1002, 1007, 1009) and reports it here; without a listener the report would end the process.
-    ws.on("error", (err) => deps.log.info({ err: err.message, agent }, "WebSocket closed on an error"));
-    ws.on("message", (data) => {
-      const frame = parseClientFrame(data);
-      if ("error" in frame) return send({ type: "error", status: 400, code: "invalid_format", message: frame.error });
-      if ("publish" in frame) return publish(frame.publish, frame.recipients);
-      // An acknowledgement counts one request against the per-agent limit, as a DELETE does.
-      try {
-        deps.authenticate.limitAgent(agent);
-      } catch (err) {
-        const e = toProtocolError(err);
-        const retry = Number(e.headers["retry-after"]);
-        deps.metrics.relay.inc({ operation: "ack", result: e.code });
-        return send({
-          type: "error",
-          status: e.statusCode,
-          code: e.code,
-          message: e.message,
-          message_id: frame.ack,
-          ...(retry > 0 ? { retry_after: retry } : {}),
-        });
-      }
-      deps.mailboxes.ack(agent, frame.ack).then(
-        (ok) => {
-          deps.metrics.relay.inc({ operation: "ack", result: ok ? "ok" : "not_found" });
-          send({ type: "acked", message_id: frame.ack, ok });
-        },
-        (err: unknown) => {
-          const e = toProtocolError(err);
-          send({ type: "error", status: e.statusCode, code: e.code, message: e.message, message_id: frame.ack });
-        },
-      );
-    });
-    const ping = setInterval(() => ws.ping(), HEARTBEAT_MS);
-    ws.on("close", () => {
-      deps.metrics.relayConnections.dec({ transport: "websocket" });
-      clearInterval(ping);
-      stop();
-    });
-  };
+  app.server.on("upgrade", (raw: IncomingMessage, socket: Duplex, head: Buffer) =>
+    upgrade(app, wss, deps, raw, socket, head),
+  );
   // Before the server waits for its connections: open sockets would hold it for ever.
   app.addHook("preClose", async () => {
     for (const c of wss.clients) {
@@ -305,4 +177,162 @@ export function attachWebSocket(app: FastifyInstance, deps: StreamDeps): void {
     }
     wss.close();
   });
+}
+
+/** A refused upgrade: the status line and the error body, as for any refused request. */
+function refuseUpgrade(socket: Duplex, err: ProtocolError): void {
+  const text = JSON.stringify(err.body());
+  const extra = Object.entries(err.headers)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join("");
+  socket.end(
+    `HTTP/1.1 ${err.statusCode} ${err.code}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\n${extra}connection: close\r\n\r\n${text}`,
+  );
+}
+
+/** One upgrade request: the path, the signature and a stream slot, then the session. */
+function upgrade(
+  app: FastifyInstance,
+  wss: WebSocketServer,
+  deps: StreamDeps,
+  raw: IncomingMessage,
+  socket: Duplex,
+  head: Buffer,
+): void {
+  socket.on("error", () => {});
+  const url = new URL(raw.url ?? "/", "https://relay.invalid");
+  if (url.pathname !== WEBSOCKET_PATH) {
+    refuseUpgrade(
+      socket,
+      new ProtocolError(404, "not_found", `no WebSocket endpoint ${url.pathname}; use ${WEBSOCKET_PATH}`),
+    );
+    return;
+  }
+  const request = {
+    clientAddress: app.clientAddressOf(raw),
+    method: raw.method ?? "GET",
+    url: raw.url ?? "/",
+    host: raw.headers.host,
+    localPort: raw.socket.localPort,
+    headers: raw.headers,
+  };
+  deps.authenticate(request).then(
+    (agent) => {
+      let release: () => void;
+      try {
+        release = deps.slots.acquire(agent);
+      } catch (err) {
+        return refuseUpgrade(socket, toProtocolError(err));
+      }
+      socket.once("close", release);
+      wss.handleUpgrade(raw, socket, head, (ws) => {
+        ws.once("close", release);
+        const after = cursor(url.searchParams.get("after"));
+        serveWebSocket(ws, deps, agent, after, url.searchParams.get("push") !== "off");
+      });
+    },
+    (err) => refuseUpgrade(socket, toProtocolError(err)),
+  );
+}
+
+/** One agent's WebSocket session: its copies pushed (unless push=off), its publish and ack frames answered. */
+function serveWebSocket(ws: WebSocket, deps: StreamDeps, agent: string, after: number, push: boolean): void {
+  deps.metrics.relay.inc({ operation: "websocket", result: "ok" });
+  deps.metrics.relayConnections.inc({ transport: "websocket" });
+  const send = (frame: WsFrame) => {
+    if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(frame));
+  };
+  const publish = webSocketPublisher(ws, deps, agent, send);
+  const stop = push ? pushCopies(ws, deps, agent, after) : () => {};
+  // A frame the protocol forbids (unmasked, a reserved opcode, text that is not UTF-8, over
+  // maxPayload) or a broken connection: the library closes the WebSocket (with the code RFC 6455
+  // gives: 1002, 1007, 1009) and reports it here; without a listener the report would end the process.
+  ws.on("error", (err) => deps.log.info({ err: err.message, agent }, "WebSocket closed on an error"));
+  ws.on("message", (data) => {
+    const frame = parseClientFrame(data);
+    if ("error" in frame) return send({ type: "error", status: 400, code: "invalid_format", message: frame.error });
+    if ("publish" in frame) return publish(frame.publish, frame.recipients);
+    acknowledge(deps, agent, frame.ack, send);
+  });
+  const ping = setInterval(() => ws.ping(), HEARTBEAT_MS);
+  ws.on("close", () => {
+    deps.metrics.relayConnections.dec({ transport: "websocket" });
+    clearInterval(ping);
+    stop();
+  });
+}
+
+/** Publish frames, stored as POST /relay/publish would; reading pauses while MAX_PUBLISHING are under way. */
+function webSocketPublisher(ws: WebSocket, deps: StreamDeps, agent: string, send: (frame: WsFrame) => void) {
+  const log = deps.log.child({ agent });
+  let publishing = 0;
+  return (message: unknown, recipients: string[] | undefined) => {
+    let limited: ItemResult | undefined;
+    try {
+      deps.authenticate.limitAgent(agent);
+    } catch (err) {
+      limited = itemError(toProtocolError(err), message);
+    }
+    if (++publishing >= MAX_PUBLISHING) ws.pause();
+    (limited
+      ? Promise.resolve(limited)
+      : deps.intake.publishCarried(message, agent, { recipients, log, transport: WEBSOCKET_TRANSPORT_LABEL })
+    ).then((result) => {
+      if (--publishing < MAX_PUBLISHING && ws.isPaused) ws.resume();
+      deps.metrics.relay.inc({ operation: "publish", result: "code" in result ? result.code : "ok" });
+      send("code" in result ? { type: "error", ...result } : { type: "published", ...result });
+    });
+  };
+}
+
+/** The agent's copies after `after`, pushed as message frames (waiting while the socket's buffer is full); returns stop. */
+function pushCopies(ws: WebSocket, deps: StreamDeps, agent: string, after: number): () => void {
+  return deps.mailboxes.follow(
+    agent,
+    after,
+    async (copy) => {
+      const span = copySpan("ifp.relay.push", copy, "websocket");
+      try {
+        if (ws.readyState === ws.OPEN) ws.send(messageFrame(copy));
+        deps.metrics.relayDeliveries.inc({ transport: "websocket", result: "sent" });
+        while (ws.readyState === ws.OPEN && ws.bufferedAmount > HIGH_WATER) await new Promise((r) => setTimeout(r, 50));
+      } finally {
+        span.end();
+      }
+    },
+    (err) => {
+      if (err) deps.log.warn({ err: err.message, agent }, "WebSocket stream ended");
+      ws.close(1011, "mailbox unavailable");
+    },
+  );
+}
+
+/** An ack frame: one request against the per-agent limit, as a DELETE is; answered acked or error. */
+function acknowledge(deps: StreamDeps, agent: string, messageId: string, send: (frame: WsFrame) => void): void {
+  try {
+    deps.authenticate.limitAgent(agent);
+  } catch (err) {
+    const e = toProtocolError(err);
+    const retry = Number(e.headers["retry-after"]);
+    deps.metrics.relay.inc({ operation: "ack", result: e.code });
+    send({
+      type: "error",
+      status: e.statusCode,
+      code: e.code,
+      message: e.message,
+      message_id: messageId,
+      ...(retry > 0 ? { retry_after: retry } : {}),
+    });
+    return;
+  }
+  deps.mailboxes.ack(agent, messageId).then(
+    (ok) => {
+      deps.metrics.relay.inc({ operation: "ack", result: ok ? "ok" : "not_found" });
+      send({ type: "acked", message_id: messageId, ok });
+    },
+    (err: unknown) => {
+      const e = toProtocolError(err);
+      send({ type: "error", status: e.statusCode, code: e.code, message: e.message, message_id: messageId });
+    },
+  );
 }
