@@ -125,6 +125,18 @@ it("npm start brings up the local stack, its printed command sends a signed mess
       30_000,
       250,
     );
+    // The A2A call it prints, pasted: the task comes back completed with alice's application's reply.
+    const a2aCall = /talk to alice as an A2A client[^\n]*\n\s+(curl .*)\n/.exec(s.log())?.[1];
+    expect(a2aCall, s.log()).toBeDefined();
+    const a2a = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
+      execFile("sh", ["-c", a2aCall!], { encoding: "utf8", timeout: 45_000 }, (err, stdout, stderr) =>
+        resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      ),
+    );
+    expect(a2a.code, a2a.stderr).toBe(0);
+    const task = JSON.parse(a2a.stdout).result.task;
+    expect(task.status.state).toBe("TASK_STATE_COMPLETED");
+    expect(task.status.message.parts[0].text).toBe("Got your request message: “Hello from an A2A client”");
   } finally {
     // Ctrl-C, as a person would; bounded, and it cannot replace the test's own error.
     await stack?.stop({ signal: "SIGINT", graceMs: 20_000 });
