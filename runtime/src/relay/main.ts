@@ -59,18 +59,50 @@ export interface RunningRelay {
 
 /**
  * Start the relay mode: listen on TLS at once (readiness reports NATS), then create or update
- * the Relay's stream as the manifest says, load subscriptions and start webhook push.
+ * the Relay's stream as the manifest says, load subscriptions and start webhook push. Only
+ * wiring: each part is made by one of the functions below.
  */
 export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   const log =
     opts.logger ?? createLogger({ level: process.env.IFP_LOG_LEVEL ?? "info", component: "ifp-runtime-relay" });
   const relay = await loadManifest(opts.manifest, Relay);
-  const names = relayNames(relay);
   const metrics = createRuntimeMetrics("relay");
   const caFile = opts.caFile ?? (process.env.IFP_CA_FILE || undefined);
-  const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
   const life = new Lifecycle(log);
+  const parts = relayParts(relay, opts, caFile, life, metrics, log);
+  const state = { ready: false };
+  life.background("relay start-up", relayStartUp(relay, parts, state, log));
+  const ready = () => state.ready && parts.nats.isConnected && parts.streams.missing().length === 0;
+  try {
+    return await listenRelay(
+      relay,
+      opts,
+      { ...parts, keyLookup: strangersKeyLookup(relay, caFile, life, log) },
+      {
+        metrics,
+        life,
+        log,
+        ready,
+      },
+    );
+  } catch (err) {
+    await life.close();
+    throw err;
+  }
+}
 
+type Metrics = ReturnType<typeof createRuntimeMetrics>;
+
+/** The HTTP client, NATS, the mailboxes, the subscriptions, the stream keeper and webhook push. */
+function relayParts(
+  relay: Relay,
+  opts: RelayOptions,
+  caFile: string | undefined,
+  life: Lifecycle,
+  metrics: Metrics,
+  log: Logger,
+) {
+  const names = relayNames(relay);
   const targets = new TargetPolicy([...relay.spec.network.allowPrivateTargets, ...(opts.allowPrivateTargets ?? [])]);
   const http = new HttpClient({ caFile, onCaFileReload: caFileLogger(log), userAgent: "ifp-relay", targets });
   life.defer("HTTP client", () => http.close());
@@ -96,12 +128,13 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
   life.defer("stream checks", () => streams.stop());
   streamKeeperGauges(metrics, streams);
   dependencyGauges(metrics, { natsConnected: () => nats.isConnected, certFile: opts.tlsCert });
+  const delivery = relay.spec.delivery;
   const push = new WebhookPush({
     nats,
     names,
     mailboxes,
     subs,
-    delivery: relay.spec.delivery,
+    delivery,
     http,
     relayUrl: relay.spec.url,
     log,
@@ -113,9 +146,14 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
     await lastError.flush();
     subs.close();
   });
+  return { names, targets, nats, mailboxes, subs, streams, push };
+}
+type RelayParts = ReturnType<typeof relayParts>;
 
-  let ready = false;
-  life.background("relay start-up", async (signal) => {
+/** The start-up that waits for NATS: the Relay's stream and the subscriptions, then webhook push. */
+function relayStartUp(relay: Relay, parts: RelayParts, state: { ready: boolean }, log: Logger) {
+  const { nats, streams, subs, push, names } = parts;
+  return async (signal: AbortSignal) => {
     await nats.start(signal);
     await retry(
       async () => {
@@ -132,62 +170,62 @@ export async function startRelay(opts: RelayOptions): Promise<RunningRelay> {
             : log.warn({ err: err.message, retryInMs }, "relay stream not ready yet"),
       },
     );
-    ready = true;
+    state.ready = true;
     streams.start();
     push.start();
     log.info({ stream: names.stream, url: relay.spec.url }, "relay ready");
-  });
+  };
+}
 
-  // Keys of senders the relay does not serve (spec.publishers): identity documents fetched through
-  // the outbound address checks, stricter than for webhooks: only the special addresses the Relay
-  // itself allows (spec.network.allowPrivateTargets), not the install's cluster networks
-  // (--allow-private-targets), so that a stranger's agent id cannot reach inside the cluster.
+/**
+ * Keys of senders the relay does not serve (spec.publishers): identity documents fetched through
+ * the outbound address checks, stricter than for webhooks: only the special addresses the Relay
+ * itself allows (spec.network.allowPrivateTargets), not the install's cluster networks
+ * (--allow-private-targets), so that a stranger's agent id cannot reach inside the cluster.
+ */
+function strangersKeyLookup(relay: Relay, caFile: string | undefined, life: Lifecycle, log: Logger): KeyLookup {
   const lookupHttp = new HttpClient({
     caFile,
     userAgent: "ifp-relay",
     targets: new TargetPolicy(relay.spec.network.allowPrivateTargets),
   });
   life.defer("identity lookups", () => lookupHttp.close());
-  const keyLookup = new KeyLookup({
+  return new KeyLookup({
     discovery: new DiscoveryClient(lookupHttp),
     limits: { totalPerMinute: relay.spec.publishers.limits.lookupsPerMinute },
     log,
   });
+}
+
+/** The relay's HTTPS app, built and listening, and the metrics listener when one is asked for. */
+async function listenRelay(
+  relay: Relay,
+  opts: RelayOptions,
+  parts: RelayParts & { keyLookup: KeyLookup },
+  run: { metrics: Metrics; life: Lifecycle; log: Logger; ready: () => boolean },
+): Promise<RunningRelay> {
+  const { metrics, life, log, ready } = run;
+  const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
   const app = buildRelayApp({
     relay,
     verifier: new Verifier(relay.spec.agents),
-    keyLookup,
-    mailboxes,
-    subs,
+    keyLookup: parts.keyLookup,
+    mailboxes: parts.mailboxes,
+    subs: parts.subs,
     metrics,
     logger: log,
     tls: readTls(tlsFiles),
     trustedProxies: opts.trustedProxies,
-    targets,
-    ready: () => ready && nats.isConnected && streams.missing().length === 0,
+    targets: parts.targets,
+    ready,
   });
   life.defer("TLS watch", watchTls(app, tlsFiles, log));
-
-  try {
-    const url = await life.listen(app, {
-      name: "HTTPS server",
-      scheme: "https",
-      port: opts.port,
-      host: opts.host ?? "0.0.0.0",
-    });
-    const metricsUrl =
-      opts.metricsPort === undefined
-        ? undefined
-        : await life.listen(buildMetricsApp(metrics), {
-            name: "metrics",
-            scheme: "http",
-            port: opts.metricsPort,
-            host: opts.host ?? "0.0.0.0",
-          });
-    log.info({ url, metricsUrl }, "relay listening");
-    return { app, url, metricsUrl, relay, nats, close: () => life.close() };
-  } catch (err) {
-    await life.close();
-    throw err;
-  }
+  const host = opts.host ?? "0.0.0.0";
+  const url = await life.listen(app, { name: "HTTPS server", scheme: "https", port: opts.port, host });
+  const metricsUrl =
+    opts.metricsPort === undefined
+      ? undefined
+      : await life.listen(buildMetricsApp(metrics), { name: "metrics", scheme: "http", port: opts.metricsPort, host });
+  log.info({ url, metricsUrl }, "relay listening");
+  return { app, url, metricsUrl, relay, nats: parts.nats, close: () => life.close() };
 }
