@@ -23,7 +23,7 @@
 // short keeps what it measured). Every loop and wait is bounded; the servers are stopped and
 // their stores deleted at the end.
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { dirname, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { pino, type Logger } from "pino";
 import { startNats, startNatsCluster, type NatsServer } from "../../e2e/support/nats.ts";
@@ -322,14 +322,24 @@ async function deploy(topology: Topology, maxFileStore: string): Promise<Deploym
   return { topology, nodes: c.nodes, names: c.names, url: c.url, close: () => c.close() };
 }
 
-/** Each server process's monitoring port, read from its log once (the log is a bounded ring). */
+/** Each server process's monitoring port, read from its log once. */
 const monitorPorts = new Map<NatsServer, { pid: number; port: number }>();
 function monitorPort(node: NatsServer): number | undefined {
   const pid = node.pid;
   if (pid === undefined) return undefined;
   const known = monitorPorts.get(node);
   if (known?.pid === pid) return known.port;
-  const port = Number(MONITOR.exec(node.log())?.[1] ?? 0);
+  // The ring may have moved past the line (a server restoring thousands of streams logs each):
+  // then the last one of the log file, to which every start of the server appends.
+  let port = Number(MONITOR.exec(node.log())?.[1] ?? 0);
+  if (!port) {
+    try {
+      const all = [...readFileSync(join(node.storeDir, "nats-server.log"), "utf8").matchAll(new RegExp(MONITOR, "g"))];
+      port = Number(all.at(-1)?.[1] ?? 0);
+    } catch {
+      // no log file yet
+    }
+  }
   if (!port) return undefined;
   monitorPorts.set(node, { pid, port });
   return port;
