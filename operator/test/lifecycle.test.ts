@@ -71,7 +71,7 @@ spec:
 /** An Agent's store key (agentStoreKey): its JetStream data is named from namespace/name. */
 const keyOf = (name: string, ns: string = NS): string => `${ns}/${name}`;
 
-/** What the agent runtime makes in JetStream: both streams with a consumer each, its three buckets, its key of the shared bucket. */
+/** What the agent runtime makes in JetStream: both streams with a consumer each, its four buckets, its key of the shared bucket. */
 async function seedAgent(key: string): Promise<void> {
   const nc = await connect({ servers: nats.url });
   try {
@@ -82,7 +82,7 @@ async function seedAgent(key: string): Promise<void> {
     await jsm.streams.add({ name: n.outboxStream, subjects: [n.outboxSubjects] });
     await jsm.consumers.add(n.outboxStream, { durable_name: n.senderConsumer, ack_policy: AckPolicy.Explicit });
     const kvm = new Kvm(nc);
-    for (const b of [n.outboxStateBucket, n.peersBucket, n.conversationsBucket])
+    for (const b of [n.outboxStateBucket, n.peersBucket, n.conversationsBucket, n.a2aTasksBucket])
       await (await kvm.create(b, { history: 1 })).put("k", "v");
     await (await kvm.create(n.kvBucket, { history: 1 })).put(`${n.kvKey}.capabilities`, "hash");
   } finally {
