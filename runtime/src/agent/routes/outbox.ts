@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from "node:http";
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { notFound } from "../../protocol/errors.ts";
 import {
@@ -92,63 +93,8 @@ export const outboxRoutes: FastifyPluginAsyncZod<OutboxRouteDeps> = async (app, 
       config: { invalid: "invalid outbox request" },
     },
     async (req, reply) => {
-      const body = req.body;
-      const inReplyTo = typeof body.in_reply_to === "string" ? body.in_reply_to : undefined;
-      // A message_id is unique per sender only: `to` (one agent) names whose message is answered.
-      const sender = typeof body.to === "string" ? body.to : undefined;
-      const original = inReplyTo ? await deps.received(inReplyTo, sender) : undefined;
-      // The short form without a sequence: the next one of the conversation, as far as its records
-      // know it (a reply comes after what it answers in any case).
-      const conversationId =
-        original?.headers.conversation_id ??
-        (typeof body.conversation_id === "string" ? body.conversation_id : undefined);
-      if (!("headers" in body) && body.sequence === undefined && conversationId && deps.conversations) {
-        const next = await deps.conversations.nextSequence(conversationId);
-        body.sequence = Math.max(next, original ? original.headers.sequence + 1 : 1);
-      }
-      const composed = composeMessage(body, {
-        agentId: deps.agent.spec.agentId,
-        displayName: deps.agent.spec.displayName,
-        original,
-        capabilities: deps.documents.capabilityDocument.doc,
-      });
-      // The trace goes on from the application's own (a W3C traceparent header on this request),
-      // else from the message it answers, else from what the application put in the extension.
-      const parent =
-        extractCarrier({ traceparent: req.headers.traceparent, tracestate: req.headers.tracestate }) ??
-        (original && messageContext(original)) ??
-        messageContext(composed);
-      const { message, duplicate, encrypted } = await inSpan(
-        "ifp.outbox.send",
-        {
-          kind: SpanKind.PRODUCER,
-          parent,
-          attributes: () => ({
-            ...messageAttributes(composed),
-            [SPAN_ATTRIBUTES.recipients]: composed.headers.to.map((t) => t.agent),
-          }),
-        },
-        async () => {
-          // The trace context (this span) goes into the message first; then it is encrypted (422
-          // encryption_key_unavailable rather than plaintext), then signed: the signature covers the ciphertext.
-          const unsigned = withMessageContext(composed);
-          const prepared = deps.encryption ? await deps.encryption.prepare(unsigned) : unsigned;
-          const message = signMessage(prepared, deps.signing);
-          return { message, encrypted: prepared !== unsigned, ...(await deps.outbox.enqueue(message)) };
-        },
-      );
-      await deps.conversations?.outbound(message);
+      const { message, duplicate, encrypted } = await queue(deps, req.body, req.headers);
       const id = message.headers.message_id;
-      if (!duplicate) {
-        const now = new Date().toISOString();
-        await deps.states.begin({
-          message_id: id,
-          state: "queued",
-          queued_at: now,
-          updated_at: now,
-          recipients: message.headers.to.map((t) => ({ agent: t.agent, state: "queued", attempts: 0 })),
-        });
-      }
       return reply
         .code(202)
         .header("location", `/outbox/${encodeURIComponent(id)}`)
@@ -186,3 +132,70 @@ export const outboxRoutes: FastifyPluginAsyncZod<OutboxRouteDeps> = async (app, 
     async (req) => ({ dead_letters: await deps.states.deadLetters(req.query.limit) }),
   );
 };
+
+/**
+ * POST /outbox's work: compose the message (the next sequence of its conversation when the
+ * short form leaves it out), trace, encrypt when it must be, sign, store, record.
+ */
+async function queue(
+  deps: OutboxRouteDeps,
+  body: Record<string, unknown>,
+  headers: IncomingHttpHeaders,
+): Promise<{ message: Message; duplicate: boolean; encrypted: boolean }> {
+  const inReplyTo = typeof body.in_reply_to === "string" ? body.in_reply_to : undefined;
+  // A message_id is unique per sender only: `to` (one agent) names whose message is answered.
+  const sender = typeof body.to === "string" ? body.to : undefined;
+  const original = inReplyTo ? await deps.received(inReplyTo, sender) : undefined;
+  // The short form without a sequence: the next one of the conversation, as far as its records
+  // know it (a reply comes after what it answers in any case).
+  const conversationId =
+    original?.headers.conversation_id ?? (typeof body.conversation_id === "string" ? body.conversation_id : undefined);
+  if (!("headers" in body) && body.sequence === undefined && conversationId && deps.conversations) {
+    const next = await deps.conversations.nextSequence(conversationId);
+    body.sequence = Math.max(next, original ? original.headers.sequence + 1 : 1);
+  }
+  const composed = composeMessage(body, {
+    agentId: deps.agent.spec.agentId,
+    displayName: deps.agent.spec.displayName,
+    original,
+    capabilities: deps.documents.capabilityDocument.doc,
+  });
+  // The trace goes on from the application's own (a W3C traceparent header on this request),
+  // else from the message it answers, else from what the application put in the extension.
+  const parent =
+    extractCarrier({ traceparent: headers.traceparent, tracestate: headers.tracestate }) ??
+    (original && messageContext(original)) ??
+    messageContext(composed);
+  const { message, duplicate, encrypted } = await inSpan(
+    "ifp.outbox.send",
+    {
+      kind: SpanKind.PRODUCER,
+      parent,
+      attributes: () => ({
+        ...messageAttributes(composed),
+        [SPAN_ATTRIBUTES.recipients]: composed.headers.to.map((t) => t.agent),
+      }),
+    },
+    async () => {
+      // The trace context (this span) goes into the message first; then it is encrypted (422
+      // encryption_key_unavailable rather than plaintext), then signed: the signature covers the ciphertext.
+      const unsigned = withMessageContext(composed);
+      const prepared = deps.encryption ? await deps.encryption.prepare(unsigned) : unsigned;
+      const message = signMessage(prepared, deps.signing);
+      return { message, encrypted: prepared !== unsigned, ...(await deps.outbox.enqueue(message)) };
+    },
+  );
+  await deps.conversations?.outbound(message);
+  const id = message.headers.message_id;
+  if (!duplicate) {
+    const now = new Date().toISOString();
+    await deps.states.begin({
+      message_id: id,
+      state: "queued",
+      queued_at: now,
+      updated_at: now,
+      recipients: message.headers.to.map((t) => ({ agent: t.agent, state: "queued", attempts: 0 })),
+    });
+  }
+  return { message, duplicate, encrypted };
+}
