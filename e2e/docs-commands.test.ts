@@ -347,6 +347,7 @@ const CHECKS: Record<string, Check> = {
   },
   // Mentions of a command documented in full.
   "npm run": { part: "npm run tools" },
+  "npm run release": { part: "npm run release -- VERSION" },
   "kubectl ifp": { part: "kubectl ifp status" },
   "npx node operator/bin/kubectl-ifp.ts": { part: "npx node operator/bin/kubectl-ifp.ts status" },
   "helm install": { part: "helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace" },
