@@ -974,6 +974,11 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
         process.stderr.write(`e2e/node.test.ts: kubectl ifp report's errors.txt:\n${errors.slice(0, 3000)}\n`);
       for (const r of resources)
         expect(names).toContain(`ifp-report/namespaces/${r.namespace}/${r.doc.kind.toLowerCase()}s.json`);
+      // The logs of the operator's and NATS's pods and of each runtime.
+      const logs = (ns: string) =>
+        names.filter((n) => n.startsWith(`ifp-report/namespaces/${ns}/logs/`) && n.endsWith(".log"));
+      expect(logs(SYSTEM).length).toBeGreaterThanOrEqual(2);
+      for (const r of resources) expect(logs(r.namespace).length, r.namespace).toBeGreaterThan(0);
       // The install CA's key and the NATS account's seed are in the cluster's Secrets, not in the bundle.
       const raw = spawnSync("tar", ["-xzOf", file], { encoding: "latin1", maxBuffer: 256 << 20 }).stdout;
       // Certificates, public keys and JWTs are public and may be in ConfigMaps; the rest is not.

@@ -92,6 +92,24 @@ export interface ReportOptions {
 }
 
 /** The bundle's files, path → content, under `ifp-report/`. */
+/**
+ * A pod of the install: a runtime (the operator's labels on it), or a pod of the chart's release —
+ * the operator, NATS, a hook — whose labels hold the operator Deployment's selector (the chart's
+ * name and instance; its pods carry no part-of label, since the selector cannot change on upgrade).
+ */
+export function isInstallPod(pod: Obj, operator: Obj | undefined): boolean {
+  const labels: Record<string, string> = pod.metadata?.labels ?? {};
+  if (labels["app.kubernetes.io/part-of"] === "ifp-operator" || labels["app.kubernetes.io/name"] === "ifp-runtime")
+    return true;
+  const selector: Record<string, string> = operator?.spec?.selector?.matchLabels ?? {};
+  const keys = Object.keys(selector);
+  return (
+    keys.length > 0 &&
+    operator?.metadata?.namespace === pod.metadata?.namespace &&
+    keys.every((k) => labels[k] === selector[k])
+  );
+}
+
 export async function collectReport(c: Connection, opts: ReportOptions): Promise<Map<string, Buffer>> {
   const files = new Map<string, Buffer>();
   const errors: string[] = [];
@@ -132,10 +150,7 @@ export async function collectReport(c: Connection, opts: ReportOptions): Promise
     if (secrets) add(`${dir}/secrets.json`, json(items(secrets).map(redactSecret)));
     // Logs of the operator's pods, NATS's and the runtimes' (every container: the runtime and its sidecars).
     for (const pod of pods) {
-      const labels = pod.metadata?.labels ?? {};
-      const ours =
-        labels["app.kubernetes.io/part-of"] === "ifp-operator" || labels["app.kubernetes.io/name"] === "ifp-runtime";
-      if (!ours) continue;
+      if (!isInstallPod(pod, operator)) continue;
       for (const container of (pod.spec?.containers ?? []) as { name: string }[]) {
         const log = await attempt(errors, `log of ${ns}/${pod.metadata.name} ${container.name}`, () =>
           c.core.readNamespacedPodLog({ namespace: ns, name: pod.metadata.name, container: container.name, tailLines }),
