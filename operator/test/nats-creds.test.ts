@@ -2,7 +2,13 @@
 // matched as nats-server matches them), when a credential is renewed, bad keys refused; and on a
 // real API server the bootstrap Secret, the `<name>-nats` Secrets of an Agent and a Relay, their
 // mount in the Deployment, and the renewal of a credential that is due.
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pino } from "pino";
 import { beforeAll, describe, expect, it } from "vitest";
+import { startNats } from "../../e2e/support/nats.ts";
+import { Nats } from "../../runtime/src/nats/connection.ts";
 import type { ControlPlane } from "../../e2e/support/controlplane.ts";
 import {
   agentPermissions,
@@ -194,6 +200,29 @@ describe("issuing and renewal", () => {
   const keys = generateKeys();
   const issuer = CredentialIssuer.fromKeys(keys);
   const perms = agentPermissions("alice");
+
+  it("a credential, however long, reaches a NATS that authenticates no client (its default 4 KB CONNECT line); the A2A bucket only with spec.a2a", async () => {
+    // A NATS of one's own that authenticates no one still reads the CONNECT line the credential is in.
+    const id = "https://bob-the-agent.ifp-bob-example.svc.cluster.local:8443";
+    const key = "ifp-bob-example/bob-the-agent";
+    const plain = agentPermissions(id, key);
+    const a2a = agentPermissions(id, key, { a2a: true });
+    expect(plain.pub.some((s) => s.includes("KV_ifp_a2a_"))).toBe(false);
+    expect(a2a.pub.filter((s) => s.includes("KV_ifp_a2a_")).length).toBeGreaterThan(0);
+    const server = await startNats();
+    const dir = mkdtempSync(join(tmpdir(), "ifp-creds-"));
+    const credsFile = join(dir, "nats.creds");
+    writeFileSync(credsFile, await issuer.issue(`agent:${key}`, a2a, Date.now()));
+    // The runtime's own connection, as it starts with --nats-creds.
+    const nats = new Nats({ url: server.url, name: "long-id", credsFile }, pino({ level: "silent" }));
+    try {
+      await nats.start(AbortSignal.timeout(15_000));
+      expect(nats.isConnected).toBe(true);
+      await nats.close();
+    } finally {
+      await server.stop();
+    }
+  });
 
   it("issues a user JWT of the account, signed by its signing key, with the permissions and an expiry", async () => {
     const now = Date.now();

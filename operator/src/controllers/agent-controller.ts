@@ -76,7 +76,9 @@ export const agentController: Controller<Agent, Found> = {
     policyPart(),
     tlsPart(tlsNames),
     trustPart(),
-    natsCredentialPart(({ resource }) => agentPermissions(resource.spec.agentId, agentKeyOf(resource))),
+    natsCredentialPart(({ resource }) =>
+      agentPermissions(resource.spec.agentId, agentKeyOf(resource), { a2a: resource.spec.a2a?.enabled === true }),
+    ),
     exposurePart(),
     exposurePrunePart({ needsUnheld: true }),
     networkPolicyPrunePart({ needsUnheld: true }),

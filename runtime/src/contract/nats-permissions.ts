@@ -60,9 +60,15 @@ function sorted(p: NatsPermissions): NatsPermissions {
 
 /**
  * Everything an agent runtime (all replicas of one Agent) needs, and no more: the streams and
- * buckets named by its store key (agentStoreKey), replies under its agent id's inbox prefix.
+ * buckets named by its store key (agentStoreKey), replies under its agent id's inbox prefix; the
+ * A2A task bucket only for an Agent with spec.a2a enabled (each bucket adds eight patterns to a
+ * credential that must fit nats-server's default 4 KB CONNECT line).
  */
-export function agentPermissions(agentId: string, key: string = agentId): NatsPermissions {
+export function agentPermissions(
+  agentId: string,
+  key: string = agentId,
+  opts: { a2a?: boolean } = {},
+): NatsPermissions {
   const n = agentNames(key);
   const shared = `KV_${SHARED_AGENT_BUCKET}`;
   return sorted({
@@ -75,7 +81,7 @@ export function agentPermissions(agentId: string, key: string = agentId): NatsPe
       ...ownBucket(n.outboxStateBucket),
       ...ownBucket(n.peersBucket),
       ...ownBucket(n.conversationsBucket),
-      ...ownBucket(n.a2aTasksBucket),
+      ...(opts.a2a ? ownBucket(n.a2aTasksBucket) : []),
       // The shared bucket: its stream may be looked up (and created by the first agent), but
       // only this agent's own keys read and written.
       `$JS.API.STREAM.INFO.${shared}`,

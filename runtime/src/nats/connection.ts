@@ -5,6 +5,7 @@ import {
   connect,
   credsAuthenticator,
   UserAuthenticationExpiredError,
+  type Authenticator,
   type NatsConnection,
 } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
@@ -127,9 +128,9 @@ export class Nats {
             inboxPrefix: this.opts.inboxPrefix,
             tls: tlsOptions(this.opts.tls),
             authenticator: this.opts.credsFile
-              ? credsAuthenticator(rereading(this.opts.credsFile, await readFile(this.opts.credsFile)))
+              ? whenAsked(credsAuthenticator(rereading(this.opts.credsFile, await readFile(this.opts.credsFile))))
               : this.opts.creds
-                ? credsAuthenticator(this.opts.creds)
+                ? whenAsked(credsAuthenticator(this.opts.creds))
                 : undefined,
           });
           if (stop.aborted) {
@@ -217,6 +218,16 @@ export class Nats {
  * renewed credential (a rotated Secret) is used without a restart. While the file cannot be read
  * (e.g. in the middle of its replacement) the last content read is used.
  */
+/**
+ * The credential only for a server that asks for one: a server that authenticates its clients by
+ * JWT or NKey sends a nonce to sign; one that authenticates no client sends none, and would only
+ * read the credential's user JWT — longer than its default 4 KB CONNECT line for an agent of a
+ * long id — as a line too long, and close the connection.
+ */
+function whenAsked(auth: Authenticator): Authenticator {
+  return (nonce?: string) => (nonce ? auth(nonce) : undefined);
+}
+
 function rereading(file: string, first: Uint8Array): () => Uint8Array {
   let last = first;
   return () => {
