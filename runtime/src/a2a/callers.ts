@@ -3,9 +3,9 @@
 // shared secret that names its holder, not an agent), or an IFP HTTP message signature (RFC
 // 9421) by an agent whose key the agent looks up as for its inbox (levels 1 and 2).
 import { createHash, type KeyObject, timingSafeEqual } from "node:crypto";
-import { readFileSync, statSync } from "node:fs";
 import type { IncomingHttpHeaders } from "node:http";
 import type { Logger } from "pino";
+import { tokenFile } from "../util/token-file.ts";
 import { ProtocolError } from "../protocol/errors.ts";
 import { verifyRequest } from "../protocol/http-signatures.ts";
 import { A2aError } from "./wire.ts";
@@ -120,34 +120,5 @@ const unauthenticated = (message: string) =>
  */
 export function bearerTokenFile(path: string | undefined, log?: Logger, now = Date.now): () => readonly string[] {
   if (!path) return () => [];
-  let tokens: readonly string[] = [];
-  let mtime = -1;
-  let checked = -Infinity;
-  const load = () => {
-    checked = now();
-    let stat: ReturnType<typeof statSync>;
-    try {
-      stat = statSync(path);
-    } catch (err) {
-      if (mtime !== -2)
-        log?.error({ path, err: (err as Error).message }, "cannot read the A2A bearer tokens; none is accepted");
-      tokens = [];
-      mtime = -2;
-      return;
-    }
-    if (stat.mtimeMs === mtime) return;
-    mtime = stat.mtimeMs;
-    const lines = readFileSync(path, "utf8")
-      .split(/\r?\n/)
-      .map((l) => l.trim())
-      .filter(Boolean);
-    const short = lines.filter((l) => l.length < 16).length;
-    if (short) log?.error({ path, refused: short }, "A2A bearer tokens shorter than 16 characters are refused");
-    tokens = lines.filter((l) => l.length >= 16);
-  };
-  load();
-  return () => {
-    if (now() - checked > 5_000) load();
-    return tokens;
-  };
+  return tokenFile(path, "A2A bearer tokens", log, now);
 }

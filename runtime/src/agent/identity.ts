@@ -1,6 +1,6 @@
 import type { KeyObject } from "node:crypto";
-import { readFileSync, statSync } from "node:fs";
 import type { Logger } from "pino";
+import { tokenFile } from "../util/token-file.ts";
 import type { DiscoveryClient } from "../discovery/client.ts";
 import { didKeyRaw, isHttpsUrl, KeyLookup, LOOKUP_DEFAULTS, type LookupLimits } from "../discovery/keys.ts";
 import { isDidKey } from "../protocol/did-key.ts";
@@ -192,34 +192,5 @@ export function introductionTokenFile(
   log?: Logger,
   now: () => number = Date.now,
 ): () => readonly string[] {
-  let tokens: readonly string[] = [];
-  let mtime = -1;
-  let checked = -Infinity;
-  const load = () => {
-    checked = now();
-    let stat: ReturnType<typeof statSync>;
-    try {
-      stat = statSync(path);
-    } catch (err) {
-      if (mtime !== -2)
-        log?.error({ path, err: (err as Error).message }, "cannot read the introduction tokens; none is accepted");
-      tokens = [];
-      mtime = -2;
-      return;
-    }
-    if (stat.mtimeMs === mtime) return;
-    mtime = stat.mtimeMs;
-    const lines = readFileSync(path, "utf8")
-      .split(/\r?\n/)
-      .map((l) => l.trim())
-      .filter(Boolean);
-    const short = lines.filter((l) => l.length < 16).length;
-    if (short) log?.error({ path, refused: short }, "introduction tokens shorter than 16 characters are refused");
-    tokens = lines.filter((l) => l.length >= 16);
-  };
-  load();
-  return () => {
-    if (now() - checked > 5_000) load();
-    return tokens;
-  };
+  return tokenFile(path, "introduction tokens", log, now);
 }
