@@ -1217,8 +1217,17 @@ spec:
         "-p",
         '{"spec":{"retention":{"maxMessages":50000}}}',
       ]);
-      const away = await untilReason("relay", "ebb", "NatsUnavailable", "StreamReady");
-      expect(away.status.observedGeneration).toBe(2);
+      // The pass of the patched spec (generation 2) says it; a resync may have said it of generation 1 first.
+      const away = await until(
+        "relay/ebb StreamReady NatsUnavailable at generation 2",
+        () => {
+          const o = get("relay", "ebb");
+          return condition(o, "StreamReady")?.reason === "NatsUnavailable" && o.status?.observedGeneration === 2
+            ? o
+            : undefined;
+        },
+        30_000,
+      );
       expect(condition(away, "Ready")).toMatchObject({ status: "False", reason: "NatsUnavailable" });
       expect(condition(away, "Reconciling")).toMatchObject({ status: "True", reason: "NatsUnavailable" });
       expect(away.status.stream.maxMessages).toBe(100000); // the config last applied
