@@ -19,6 +19,7 @@ import {
   renameSync,
   rmSync,
   statSync,
+  symlinkSync,
   writeFileSync,
 } from "node:fs";
 import { dirname, join } from "node:path";
@@ -138,7 +139,11 @@ export function cachedBuild(kind: string, build: (dir: string) => void): string 
 /** `npm run build`'s output (tsconfig.build.json compiled into an empty directory), from the cache when the sources are unchanged. */
 export function compiledBuild(): string {
   return join(
-    cachedBuild("build", (dir) => compileTo(join(dir, "out"))),
+    cachedBuild("build", (dir) => {
+      compileTo(join(dir, "out"));
+      // The dependencies resolve one level up from out/, as /app/node_modules does in the image.
+      symlinkSync(join(REPO, "node_modules"), join(dir, "node_modules"));
+    }),
     "out",
   );
 }
