@@ -22,7 +22,7 @@ import {
   dependencyGauges,
   streamKeeperGauges,
 } from "../server/metrics.ts";
-import { StreamKeeper, StreamMissingError } from "../nats/stream-keeper.ts";
+import { StorageRefusedError, StreamKeeper, StreamMissingError } from "../nats/stream-keeper.ts";
 import { consumerBacklog, streamBacklog } from "../nats/backlog.ts";
 import { readTls, watchTls } from "../server/tls.ts";
 import { acceptVerified, inspectionEffects, MAX_FUTURE_SKEW_MS } from "./accept.ts";
@@ -403,9 +403,10 @@ function startUp(
     await nats.start(signal);
     await retry(ensureAll, {
       signal,
-      // A missing stream was logged as an error by the keeper; it is looked for again.
+      // A missing stream, or one JetStream has no storage for, was said by the keeper; it is
+      // looked for (or asked for) again.
       onError: (err, retryInMs) =>
-        err instanceof StreamMissingError
+        err instanceof StreamMissingError || err instanceof StorageRefusedError
           ? undefined
           : log.warn({ err: err.message, retryInMs }, "JetStream streams not ready yet"),
     });

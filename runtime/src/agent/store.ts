@@ -83,7 +83,7 @@ export class InboxStore {
   async ensure(keeper?: StreamKeeper): Promise<void> {
     const want = this.streamConfig();
     await (keeper
-      ? keeper.ensure(want, this.replicas)
+      ? keeper.ensure(want, this.replicas, { keepStored: true })
       : ensureReplicatedStream(this.nats.jsm, want, this.replicas, this.nats.placement));
   }
 

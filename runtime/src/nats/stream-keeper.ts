@@ -1,10 +1,11 @@
-import type { StreamConfig } from "@nats-io/jetstream";
+import type { StreamConfig, StreamInfo } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import type { Logger } from "pino";
 import { errorMessage } from "../util/errors.ts";
 import type { Nats } from "./connection.ts";
 import {
   ensureReplicatedStream,
+  isStorageRefused,
   readStreamInfo,
   type EnsuredStream,
   type Replicas,
@@ -33,7 +34,20 @@ export class StreamMissingError extends Error {
 }
 
 /** What the keeper tells the runtime's human: the status summary's last error and an Event. */
-export type TroubleReport = (reason: "StreamMissing" | "ReplicasNotApplied", message: string) => void;
+export type TroubleReport = (
+  reason: "StreamMissing" | "ReplicasNotApplied" | "InsufficientStorage",
+  message: string,
+) => void;
+
+/** A stream JetStream would not make: the storage its max_bytes reserves is not free (isStorageRefused). */
+export class StorageRefusedError extends Error {
+  readonly stream: string;
+  constructor(stream: string, message: string) {
+    super(message);
+    this.name = "StorageRefusedError";
+    this.stream = stream;
+  }
+}
 
 export interface StreamKeeperOptions {
   ledger: LedgerLocation;
@@ -64,6 +78,8 @@ export class StreamKeeper {
   private readonly kept = new Map<string, { want: Partial<StreamConfig> & { name: string }; replicas: Replicas }>();
   private readonly missingSince = new Map<string, string>();
   private readonly unmetBy = new Map<string, ReplicasUnmet>();
+  /** Streams JetStream refused for storage, said once each until made. */
+  private readonly refused = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
   private checking = false;
 
@@ -102,18 +118,28 @@ export class StreamKeeper {
    * The stream as `want` says, with `replicas` resolved for the deployment. Throws
    * StreamMissingError for a stream made before and missing now (unless recreateMissing).
    */
-  async ensure(want: Partial<StreamConfig> & { name: string }, replicas: Replicas): Promise<EnsuredStream> {
-    this.kept.set(want.name, { want, replicas });
+  async ensure(
+    asked: Partial<StreamConfig> & { name: string },
+    replicas: Replicas,
+    opts: { keepStored?: boolean } = {},
+  ): Promise<EnsuredStream> {
+    this.kept.set(asked.name, { want: asked, replicas });
     const kv = await this.bucket();
     const ledger = await this.readLedger(kv);
-    const since = ledger.streams[want.name];
+    const since = ledger.streams[asked.name];
     // Read once here and passed down: ensureReplicatedStream and ensureStream do not read it again.
-    const current = await readStreamInfo(this.nats.jsm, want.name);
+    const current = await readStreamInfo(this.nats.jsm, asked.name);
+    const want = opts.keepStored ? this.withinStored(asked, current) : asked;
     if (since && !this.opts.recreateMissing && !current) {
       this.markMissing(want.name, since);
       throw new StreamMissingError(want.name, since);
     }
-    const r = await ensureReplicatedStream(this.nats.jsm, want, replicas, this.nats.placement, { current });
+    const r = await ensureReplicatedStream(this.nats.jsm, want, replicas, this.nats.placement, { current }).catch(
+      (err: unknown) => {
+        throw isStorageRefused(err) ? this.storageRefused(want, err) : err;
+      },
+    );
+    this.refused.delete(want.name);
     this.found(want.name);
     if (since && this.opts.recreateMissing && r.action === "created")
       this.log.warn(
@@ -130,6 +156,41 @@ export class StreamKeeper {
     }
     this.noteUnmet(want.name, r.unmet);
     return r;
+  }
+
+  /**
+   * `asked` with the stream's current max_bytes kept while it holds more than asked: JetStream
+   * drops the oldest messages to meet a lowered limit, and a message answered 202 is never
+   * dropped. The limit is lowered at a later start, once enough messages have aged out.
+   */
+  private withinStored(
+    asked: Partial<StreamConfig> & { name: string },
+    current: StreamInfo | undefined,
+  ): Partial<StreamConfig> & { name: string } {
+    const limit = asked.max_bytes;
+    if (!current || limit === undefined || limit <= 0 || current.state.bytes <= limit) return asked;
+    if (current.config.max_bytes === limit) return asked;
+    this.log.warn(
+      { stream: asked.name, stored: current.state.bytes, asked: limit, kept: current.config.max_bytes },
+      `stream ${asked.name} holds ${current.state.bytes} bytes, more than the max_bytes ${limit} asked: its limit stays ${current.config.max_bytes} until a start after enough messages have aged out (stored messages are never dropped to lower it)`,
+    );
+    return { ...asked, max_bytes: current.config.max_bytes };
+  }
+
+  /** Said once per stream until it is made: an error line, the status summary and an Event. */
+  private storageRefused(want: Partial<StreamConfig> & { name: string }, err: unknown): StorageRefusedError {
+    const bytes = want.max_bytes !== undefined && want.max_bytes > 0 ? `${want.max_bytes} bytes` : "its size";
+    const message =
+      `JetStream cannot reserve ${bytes} for stream ${want.name} (${errorMessage(err)}): every stream's max_bytes is ` +
+      "reserved on each NATS server holding a replica, against the server's JetStream store limit (max_file_store, " +
+      "the chart's nats.storage.size), which the streams there have taken; raise the store limit, or lower the " +
+      "stream's limit (an Agent's spec.inbox.maxBytes, a Relay's spec.retention.maxBytes)";
+    if (!this.refused.has(want.name)) {
+      this.refused.add(want.name);
+      this.log.error({ stream: want.name, maxBytes: want.max_bytes }, message);
+      this.opts.report?.("InsufficientStorage", message);
+    }
+    return new StorageRefusedError(want.name, message);
   }
 
   private async exists(name: string): Promise<boolean> {

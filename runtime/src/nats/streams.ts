@@ -21,6 +21,16 @@ export function isFull(err: unknown): boolean {
   return /maximum (messages|bytes) exceeded|insufficient resources/i.test(errorMessage(err));
 }
 
+/**
+ * JetStream's refusal to make (or grow) a stream because the storage its `max_bytes` reserves is
+ * not there: the server's store limit (`max_file_store`) is taken by the reservations of the
+ * streams it has (10047, 10023), or on a cluster no server has room for a replica (10005).
+ */
+export function isStorageRefused(err: unknown): boolean {
+  if (err instanceof JetStreamApiError && [10047, 10023].includes(err.code)) return true;
+  return /insufficient (storage )?resources|insufficient storage/i.test(errorMessage(err));
+}
+
 const COMPARED: (keyof StreamConfig)[] = [
   "subjects",
   "max_age",

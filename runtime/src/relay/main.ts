@@ -6,7 +6,7 @@ import type { Logger } from "pino";
 import { createLogger } from "../telemetry/log-format.ts";
 import { loadManifest } from "../config/manifest.ts";
 import { Nats, type NatsOptions } from "../nats/connection.ts";
-import { StreamKeeper, StreamMissingError } from "../nats/stream-keeper.ts";
+import { StorageRefusedError, StreamKeeper, StreamMissingError } from "../nats/stream-keeper.ts";
 import { caFileLogger, HttpClient } from "../net/http-client.ts";
 import { DiscoveryClient } from "../discovery/client.ts";
 import { KeyLookup } from "../discovery/keys.ts";
@@ -165,7 +165,7 @@ function relayStartUp(relay: Relay, parts: RelayParts, state: { ready: boolean }
       {
         signal,
         onError: (err, retryInMs) =>
-          err instanceof StreamMissingError
+          err instanceof StreamMissingError || err instanceof StorageRefusedError
             ? undefined
             : log.warn({ err: err.message, retryInMs }, "relay stream not ready yet"),
       },

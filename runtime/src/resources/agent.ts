@@ -231,9 +231,9 @@ export const AgentSpec = z
           .number()
           .int()
           .min(1024 * 1024)
-          .default(1024 * 1024 * 1024)
+          .default(64 * 1024 * 1024)
           .describe(
-            "Most bytes the agent's inbox stream holds (messages are kept for the replay window); when full, new messages are refused with 503 inbox_full and Retry-After",
+            "Most bytes the agent's inbox stream holds (messages are kept for the replay window, at least 7 days); when full, new messages are refused with 503 inbox_full and Retry-After. JetStream reserves it on every NATS server holding a replica, against the server's store limit (the chart's nats.storage.size): the store must cover the sum over the install's Agents (default 64 MiB)",
           ),
         rateLimit: z
           .object({

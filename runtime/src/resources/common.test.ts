@@ -24,7 +24,7 @@ describe("resource schemas", () => {
     });
     expect(a.spec.inbox).toEqual({
       maxMessageBytes: 1048576,
-      maxBytes: 1024 * 1024 * 1024,
+      maxBytes: 64 * 1024 * 1024,
       rateLimit: { perSenderPerMinute: 60, perSenderBytesPerHour: 64 * 1024 * 1024, perAddressPerMinute: 1200 },
       requireSignature: true,
       replayWindow: "48h",
