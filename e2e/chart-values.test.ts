@@ -10,6 +10,7 @@ import { parseAllDocuments, stringify } from "yaml";
 import { toolPath } from "./tools/tools.ts";
 import { tempDir } from "./support/process.ts";
 import { parseFlags } from "../operator/src/main.ts";
+import { NATS_DIGEST } from "../charts/ifp-operator/values.schema.ts";
 
 const CHART = "charts/ifp-operator";
 const NS = "ifp-system";
@@ -65,12 +66,12 @@ const refused = (values: object, pattern: RegExp) => {
 };
 
 describe("chart values passed through", () => {
-  it("names every image by tag by default, the NATS image by its full version", () => {
+  it("names every image by tag by default, the NATS image by the digest of its full version", () => {
     expect(images(render({}))).toEqual({
       "ifp-ifp-operator/operator": "ghcr.io/ifp-dev/ifp-operator:0.1.0",
       "--runtime-image": "ghcr.io/ifp-dev/ifp-runtime:0.1.0",
       "ifp-ifp-operator-nats/repair-store": "ghcr.io/ifp-dev/ifp-operator:0.1.0",
-      "ifp-ifp-operator-nats/nats": "nats:2.12.15-alpine",
+      "ifp-ifp-operator-nats/nats": `nats@${NATS_DIGEST}`,
       "ifp-ifp-operator-nats/reloader": "ghcr.io/ifp-dev/ifp-operator:0.1.0",
       "ifp-ifp-operator-test/check": "ghcr.io/ifp-dev/ifp-runtime:0.1.0",
       "ifp-ifp-operator-uninstall/prepare-uninstall": "ghcr.io/ifp-dev/ifp-operator:0.1.0",
@@ -97,7 +98,10 @@ describe("chart values passed through", () => {
     // A mirror with tags.
     const tagged = images(render({ global: { imageRegistry: "localhost:5000" }, runtimeImage: { tag: "1.2.3" } }));
     expect(tagged["--runtime-image"]).toBe("localhost:5000/ifp-dev/ifp-runtime:1.2.3");
-    expect(tagged["ifp-ifp-operator-nats/nats"]).toBe("localhost:5000/nats:2.12.15-alpine");
+    expect(tagged["ifp-ifp-operator-nats/nats"]).toBe(`localhost:5000/nats@${NATS_DIGEST}`);
+    // A NATS image of another tag, its digest cleared.
+    const other = images(render({ nats: { image: { tag: "2.12.16-alpine", digest: "" } } }));
+    expect(other["ifp-ifp-operator-nats/nats"]).toBe("nats:2.12.16-alpine");
   });
 
   it("adds extraArgs, extraEnv, extraVolumes and extraVolumeMounts to the operator and to NATS", () => {

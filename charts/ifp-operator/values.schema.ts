@@ -10,7 +10,10 @@ const DIGEST = z
   .regex(/^$|^sha256:[a-f0-9]{64}$/, "a digest: sha256: and 64 lowercase hexadecimal digits, or empty")
   .default("");
 
-const Image = (repository: string, tag: string) =>
+/** nats:2.12.15-alpine's image index on Docker Hub. */
+export const NATS_DIGEST = "sha256:b270f5e2428354c0335612694d7dd2fb588148e567a5757fdff325ef9c9332e6";
+
+const Image = (repository: string, tag: string, digest = "") =>
   z
     .strictObject({
       repository: z
@@ -22,7 +25,7 @@ const Image = (repository: string, tag: string) =>
         .string()
         .regex(/^$|^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/, "an image tag")
         .default(tag),
-      digest: DIGEST,
+      digest: DIGEST.default(digest),
       pullPolicy: z.enum(["Always", "IfNotPresent", "Never"]).default("IfNotPresent"),
     })
     .prefault({});
@@ -335,7 +338,9 @@ export const Values = z.strictObject({
         .prefault({}),
       install: z.boolean().default(true),
       replicas: z.literal([1, 3]).default(1),
-      image: Image("nats", "2.12.15-alpine"),
+      // The image index of nats:2.12.15-alpine on Docker Hub (every platform), as
+      // docker-library/repo-info records it.
+      image: Image("nats", "2.12.15-alpine", NATS_DIGEST),
       ...extras,
       storage: z
         .strictObject({ size: z.string().min(1).default("10Gi"), storageClassName: z.string().default("") })
