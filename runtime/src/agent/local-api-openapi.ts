@@ -25,7 +25,8 @@ request needs \`Authorization: Bearer <token>\` with the token of the Secret
 a client address that has sent 20 wrong tokens within a minute gets 429 (\`rate_limited\`, with
 Retry-After) for every request, the right token too, until its allowance refills. The
 runtime re-reads the token file within a second of a change. Both listeners serve the same
-routes.
+routes but one: GET /messages/watch, which follows everything the inbox accepts, is served on
+the loopback only (the token sends as the agent; it does not read the agent's inbox).
 
 Outbound — the application queues messages; the runtime fills the headers, signs, stores
 durably and delivers them.
@@ -302,7 +303,7 @@ function operation(route: RouteOptions, components: Record<string, Schema>): Sch
 async function routes(): Promise<RouteOptions[]> {
   const seen: RouteOptions[] = [];
   const agent = Agent.parse({ apiVersion: "ifp.dev/v1alpha1", kind: "Agent", spec: { agentId: "openapi" } });
-  const deps = { agent, logger: pino({ level: "silent" }) } as unknown as LocalApiDeps;
+  const deps = { agent, watch: {}, logger: pino({ level: "silent" }) } as unknown as LocalApiDeps;
   const app = buildLocalApi(deps, undefined, (r) => seen.push(r));
   await app.ready();
   await app.close();

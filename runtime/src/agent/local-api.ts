@@ -5,6 +5,7 @@ import { Health } from "../protocol/local-api.ts";
 import { jsonApi, type TlsMaterial } from "../server/http.ts";
 import type { AppStream } from "./app-stream.ts";
 import { appStreamRoutes } from "./app-stream-routes.ts";
+import { type InboxWatch, watchRoutes } from "./inbox-watch.ts";
 import { requireBearer, type BearerAuthOptions, type TokenFile } from "./local-api-auth.ts";
 import type { Conversations } from "./conversations.ts";
 import { conversationRoutes } from "./routes/conversations.ts";
@@ -17,6 +18,8 @@ export interface LocalApiDeps extends Omit<OutboxRouteDeps, "conversations"> {
   conversations?: Pick<Conversations, "outbound" | "list" | "nextSequence">;
   /** Inbound messages for an application without an HTTP server; undefined when spec.handler is set. */
   stream?: AppStream;
+  /** GET /messages/watch on the loopback listener (never on the TLS one): every accepted message, taking none. */
+  watch?: InboxWatch;
   logger: Logger;
 }
 
@@ -68,5 +71,6 @@ export function buildLocalApi(
   void app.register(conversationRoutes, { conversations: deps.conversations });
   void app.register(peerRoutes, { peers: deps.peers });
   void app.register(appStreamRoutes, { stream: deps.stream, handlerUrl: deps.agent.spec.handler?.url });
+  if (deps.watch && !secure) void app.register(watchRoutes, { watch: deps.watch });
   return app;
 }

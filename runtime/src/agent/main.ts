@@ -36,6 +36,7 @@ import { HandlerHandoff, readHandoffSecret } from "./handoff.ts";
 import { IdentityResolver, introductionTokenFile } from "./identity.ts";
 import { Conversations } from "./conversations.ts";
 import { PeerCapabilityCache } from "./inbound.ts";
+import { InboxWatch } from "./inbox-watch.ts";
 import { buildLocalApi } from "./local-api.ts";
 import { TokenFile } from "./local-api-auth.ts";
 import { agentNames, agentStoreKey } from "./names.ts";
@@ -467,6 +468,7 @@ function agentApps(opts: AgentOptions, self: Self, w: Wired, ready: () => boolea
     received: receivedLookup(inbox, conversations),
     conversations,
     stream: w.deliveries.appStream,
+    watch: new InboxWatch(w.stores.nats, agentNames(agentStoreKey(agent)), w.log),
     logger: w.log,
   };
   const localApi = buildLocalApi(localDeps);

@@ -2,6 +2,7 @@ import { readFile, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { parseArgs } from "node:util";
 import { composeMessage } from "../agent/compose.ts";
+import { LocalUsageError } from "./local-commands.ts";
 import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
 import { HttpClient } from "../net/http-client.ts";
 import { generateSigningKey, privateKeyFromPem } from "../protocol/keys.ts";
@@ -14,6 +15,17 @@ const COMMANDS: Record<string, string> = {
 `,
   send: `  ifp send --from-key FILE --from AGENT_ID --to URL --text "…" [--phase P] [--key-id K] [--ca-file F]
       sign one message with your key and POST it to the peer's inbox
+  ifp send --local-api URL --to AGENT_ID --text "…" [--phase P] [--wait S]
+      send as the agent whose runtime serves this local API (http://127.0.0.1:8081 in its pod):
+      the runtime signs it with the agent's key and stores it in its outbox before the 202;
+      --wait follows its delivery for up to S seconds (exit 0 once delivered)
+`,
+  tail: `  ifp tail [--local-api URL] [--since S] [--count N] [--timeout S] [--stop-on-eof]
+      follow what the agent receives: one JSON line per message its inbox accepts (the local
+      API's GET /messages/watch, on the pod's loopback; default IFP_LOCAL_API, else
+      http://127.0.0.1:8081), taking none from its application; --since starts S seconds back,
+      --count stops after N messages, --timeout after S seconds (exit 1 when fewer than N came),
+      --stop-on-eof when standard input closes
 `,
   check: `  ifp check URL [--relay [--relay-url URL]] [--key FILE --from AGENT_ID [--key-id K]]
             [--peer-key FILE --peer-from AGENT_ID] [--inbox-cert F --inbox-key F [--inbox-port N]]
@@ -77,6 +89,10 @@ export async function main(argv = process.argv.slice(2)): Promise<number> {
           throw err instanceof CheckUsageError ? new UsageError(err.message) : err;
         });
       }
+      case "tail": {
+        const { tailCommand } = await import("./local-commands.ts");
+        return await tailCommand(rest);
+      }
       case "relay": {
         const { relayCommand } = await import("./relay-commands.ts");
         return await relayCommand(rest);
@@ -96,7 +112,11 @@ export async function main(argv = process.argv.slice(2)): Promise<number> {
         throw new UsageError(`unknown command ${JSON.stringify(command)}`);
     }
   } catch (err) {
-    if (err instanceof UsageError || (err as { code?: string }).code?.startsWith("ERR_PARSE_ARGS")) {
+    if (
+      err instanceof UsageError ||
+      err instanceof LocalUsageError ||
+      (err as { code?: string }).code?.startsWith("ERR_PARSE_ARGS")
+    ) {
       say(`ifp: ${(err as Error).message}\n\n${USAGE}`);
       return 2;
     }
@@ -173,8 +193,26 @@ async function send(args: string[]): Promise<number> {
       text: { type: "string" },
       phase: { type: "string", default: "context" },
       "ca-file": { type: "string" },
+      "local-api": { type: "string" },
+      wait: { type: "string" },
     },
   });
+  if (values["local-api"] !== undefined) {
+    for (const flag of ["from-key", "from", "ca-file"] as const)
+      if (values[flag] !== undefined)
+        throw new UsageError(`--local-api sends as the agent whose runtime serves it: --${flag} does not apply`);
+    if (!values.to) throw new UsageError("send needs --to AGENT_ID (the recipient's agent id)");
+    if (values.text === undefined) throw new UsageError('send needs --text "…"');
+    const { localSend } = await import("./local-commands.ts");
+    return await localSend({
+      localApi: values["local-api"],
+      to: values.to,
+      text: values.text,
+      phase: values.phase!,
+      wait: values.wait,
+    });
+  }
+  if (values.wait !== undefined) throw new UsageError("--wait follows a message sent with --local-api");
   const keyFile = values["from-key"];
   const from = values.from ?? process.env.IFP_AGENT_ID;
   if (!keyFile) throw new UsageError("send needs --from-key FILE (your Ed25519 key, PKCS#8 PEM)");
