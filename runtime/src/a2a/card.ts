@@ -69,7 +69,7 @@ export function agentCard(opts: CardOptions, baseUrl: string): Record<string, un
       { url: `${base}${A2A_REST_PATH}`, protocolBinding: "HTTP+JSON", protocolVersion: A2A_PROTOCOL_VERSION },
     ],
     version: "1.0.0",
-    capabilities: { streaming: true, pushNotifications: false, extendedAgentCard: false },
+    capabilities: { streaming: true, pushNotifications: true, extendedAgentCard: false },
     securitySchemes: schemes,
     securityRequirements: Object.keys(schemes).map((name) => ({ schemes: { [name]: { list: [] } } })),
     defaultInputModes: ["text/plain", "application/json"],

@@ -4,12 +4,15 @@
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
+import type { HttpClient } from "../net/http-client.ts";
+import type { TargetPolicy } from "../net/targets.ts";
 import type { DeliveryRecord } from "../protocol/local-api.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
 import { parseDuration } from "../resources/common.ts";
 import { A2aCallers, bearerTokenFile, type KeyFound } from "./callers.ts";
 import { CardCache } from "./card.ts";
+import { A2aPush } from "./push.ts";
 import { a2aLocalRoutes, a2aRoutes } from "./routes.ts";
 import { A2aService, a2aReplies, type Enqueue, type HandOffMeta, type OutboundMessage } from "./service.ts";
 import { TaskStore } from "./tasks.ts";
@@ -24,12 +27,17 @@ export interface A2aFaceDeps {
   tokenFile?: string;
   lookupKey(agentId: string, keyId: string, address: string): Promise<KeyFound>;
   handOff(message: Record<string, unknown>, meta: HandOffMeta): Promise<void>;
+  /** Where push notifications go out: the agent's HTTP client and its target policy (spec.network.allowPrivateTargets). */
+  http: Pick<HttpClient, "request">;
+  targets: TargetPolicy;
   log: Logger;
 }
 
 export interface A2aFace {
-  /** Make the task bucket (at start-up, with the agent's other buckets). */
+  /** Make the task bucket (at start-up, with the agent's other buckets) and start pushing notifications. */
   ensure(): Promise<void>;
+  /** Stop pushing notifications. */
+  close(): void;
   /** The A2A routes on the agent's HTTPS app. */
   register(app: FastifyInstance): void;
   /** POST /a2a/tasks/{id} on a local API app. */
@@ -50,7 +58,9 @@ export function a2aFace(deps: A2aFaceDeps): A2aFace {
       "spec.a2a.authentication.bearerTokenSecret is set but no --a2a-token-file was given; no bearer token is accepted",
     );
   const tasks = new TaskStore(deps.nats, deps.bucket);
+  const push = new A2aPush({ tasks, http: deps.http, targets: deps.targets, log: deps.log });
   const service = new A2aService({
+    push,
     agent: deps.agent,
     tasks,
     handOff: deps.handOff,
@@ -72,9 +82,13 @@ export function a2aFace(deps: A2aFaceDeps): A2aFace {
   // The replies turned into task updates whose delivery records are still to be written.
   const answered = new Set<string>();
   return {
-    ensure: () => tasks.ensure(),
+    ensure: async () => {
+      await tasks.ensure();
+      push.start();
+    },
+    close: () => push.close(),
     register: (app) =>
-      void app.register(a2aRoutes, { agent: deps.agent, service, callers, cards, signing: deps.signing }),
+      void app.register(a2aRoutes, { agent: deps.agent, service, push, callers, cards, signing: deps.signing }),
     registerLocal: (app) => void app.register(a2aLocalRoutes, { service }),
     replies: (outbox) => a2aReplies(service, outbox, (id) => remember(answered, id)),
     deliveries: (states) =>

@@ -13,14 +13,17 @@ import { RateLimiter } from "../server/ratelimit.ts";
 import type { A2aCallers, Caller } from "./callers.ts";
 import { A2A_CARD_PATH, A2A_JSONRPC_PATH, A2A_JWKS_PATH, A2A_REST_PATH } from "../contract/a2a.ts";
 import { type CardCache, jwks } from "./card.ts";
+import type { A2aPush } from "./push.ts";
 import type { A2aService, StreamEvent } from "./service.ts";
 import {
   A2aError,
   Artifact,
   GetTaskRequest,
   issues,
+  ListPushConfigsRequest,
   ListTasksRequest,
   Part,
+  PushConfigIdRequest,
   SendMessageRequest,
   TaskIdRequest,
   TaskStateSchema,
@@ -30,6 +33,7 @@ import { z } from "zod";
 export interface A2aRouteDeps {
   agent: Agent;
   service: A2aService;
+  push: A2aPush;
   callers: A2aCallers;
   cards: CardCache;
   signing: SigningKey;
@@ -85,6 +89,7 @@ async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promis
   const perCaller = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
   const perCallerBytes = new RateLimiter(spec.inbox.rateLimit.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
   const service = deps.service;
+  const push = deps.push;
   const openStreams = new Map<ServerResponse, () => void>();
   // Open streams end when the server closes, rather than holding its shutdown.
   app.addHook("preClose", async () => {
@@ -209,10 +214,20 @@ async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promis
         return stream(req, reply, "jsonrpc", (signal) => service.follow(caller, id, signal), openStreams);
       }
       case "CreateTaskPushNotificationConfig":
-      case "GetTaskPushNotificationConfig":
-      case "ListTaskPushNotificationConfigs":
-      case "DeleteTaskPushNotificationConfig":
-        throw new A2aError("PushNotificationNotSupported", "push notifications are not supported by this agent yet");
+        return ok(await push.create(caller, params));
+      case "GetTaskPushNotificationConfig": {
+        const p = check(PushConfigIdRequest, params);
+        return ok(await push.get(caller, p.taskId, p.id));
+      }
+      case "ListTaskPushNotificationConfigs": {
+        const p = check(ListPushConfigsRequest, params);
+        return ok(await push.list(caller, p.taskId, p.pageSize, p.pageToken));
+      }
+      case "DeleteTaskPushNotificationConfig": {
+        const p = check(PushConfigIdRequest, params);
+        await push.delete(caller, p.taskId, p.id);
+        return ok({});
+      }
       case "GetExtendedAgentCard":
         throw new A2aError("ExtendedAgentCardNotConfigured", "this agent has no extended agent card");
       default:
@@ -257,8 +272,26 @@ async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promis
         await service.subscribable(caller, id);
         return stream(req, reply, "rest", (signal) => service.follow(caller, id, signal), openStreams);
       }
-      if (/^tasks\/[^/:]+\/pushNotificationConfigs(\/[^/]+)?$/.test(path))
-        throw new A2aError("PushNotificationNotSupported", "push notifications are not supported by this agent yet");
+      if ((match = /^tasks\/([^/:]+)\/pushNotificationConfigs$/.exec(path))) {
+        const taskId = decodeURIComponent(match[1] ?? "");
+        if (m === "POST") return json(await push.create(caller, body, taskId));
+        if (m === "GET") {
+          const p = check(ListPushConfigsRequest, { ...query, taskId });
+          return json(await push.list(caller, p.taskId, p.pageSize, p.pageToken));
+        }
+      }
+      if (
+        (match = /^tasks\/([^/:]+)\/pushNotificationConfigs\/([^/]+)$/.exec(path)) &&
+        (m === "GET" || m === "DELETE")
+      ) {
+        const p = check(PushConfigIdRequest, {
+          taskId: decodeURIComponent(match[1] ?? ""),
+          id: decodeURIComponent(match[2] ?? ""),
+        });
+        if (m === "GET") return json(await push.get(caller, p.taskId, p.id));
+        await push.delete(caller, p.taskId, p.id);
+        return json({});
+      }
       if (path === "extendedAgentCard")
         throw new A2aError("ExtendedAgentCardNotConfigured", "this agent has no extended agent card");
       throw new A2aError("MethodNotFound", `no A2A operation ${m} ${A2A_REST_PATH}/${path.slice(0, 128)}`);

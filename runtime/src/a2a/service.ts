@@ -39,6 +39,14 @@ export interface A2aServiceDeps {
   waitForMs: number;
   log: Logger;
   now?: () => number;
+  /** Push notification configs given inline with a message (configuration.taskPushNotificationConfig). */
+  push?: InlinePush;
+}
+
+/** The inline push notification config of SendMessage: checked before the message is accepted, kept once its task is. */
+export interface InlinePush {
+  prepare(req: SendMessageRequest): Promise<unknown>;
+  attach(caller: Caller, stored: StoredTask, prepared: unknown): Promise<void>;
 }
 
 /** One event of a task's stream, as StreamResponse's payload. */
@@ -81,6 +89,7 @@ export class A2aService {
   async accept(caller: Caller, req: SendMessageRequest): Promise<StoredTask> {
     const msg = req.message;
     if (msg.role !== "ROLE_USER") throw new A2aError("InvalidParams", "a client's message must have role ROLE_USER");
+    const push = await this.deps.push?.prepare(req);
     const followUp = msg.taskId !== undefined;
     if (followUp) {
       const existing = await this.deps.tasks.get(caller.id, msg.taskId!);
@@ -98,6 +107,7 @@ export class A2aService {
     });
     const stored = await this.record(caller, claim, msg, repeat);
     await this.handOff(caller, claim, stored, msg);
+    if (push !== undefined) await this.deps.push!.attach(caller, stored, push);
     return stored;
   }
 
@@ -375,7 +385,7 @@ function withHistory(task: Task, n: number | undefined): Task {
 }
 
 /** The events between two states of a task: new or changed artifacts, then a new status. */
-function changes(before: Task, after: Task): StreamEvent[] {
+export function changes(before: Task, after: Task): StreamEvent[] {
   const out: StreamEvent[] = [];
   const old = new Map((before.artifacts ?? []).map((a) => [a.artifactId, JSON.stringify(a)]));
   for (const a of after.artifacts ?? []) {

@@ -35,6 +35,9 @@ const TASK_ID = /^[A-Za-z0-9-]{1,64}$/;
 
 export const isTaskId = (id: string): boolean => TASK_ID.test(id);
 
+/** The key token of a caller (or of any other text): a hash, safe in a subject. */
+export const keyToken = (text: string): string => hash(text);
+
 /** The IFP message_id of the hand-off of a caller's A2A message in a task. */
 export function handoffId(taskId: string, owner: string, messageId: string): string {
   return `a2a-${taskId}-${hash(`${owner}\n${messageId}`, 16)}`;
@@ -64,6 +67,11 @@ export class TaskStore {
     if (!this.kv || !this.nats.isConnected)
       throw new A2aError("Unavailable", "the task store (NATS JetStream) is not reachable", { "retry-after": "5" });
     return this.kv;
+  }
+
+  /** The bucket itself, for the entries kept beside the tasks (push notification configs); 503 when unreachable. */
+  entries(): KV {
+    return this.store();
   }
 
   /** A task NATS cannot carry (its max_payload, less room for headers) is refused: 413, not a retry for ever. */
@@ -188,7 +196,7 @@ export class TaskStore {
 
 export const newTaskId = (): string => randomUUID();
 
-function asUnavailable(err: unknown): Error {
+export function asUnavailable(err: unknown): Error {
   if (err instanceof A2aError) return err;
   return new A2aError("Unavailable", `the task store failed: ${(err as Error).message}`, { "retry-after": "5" });
 }

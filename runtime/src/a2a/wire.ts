@@ -98,6 +98,7 @@ export const SendMessageRequest = z.looseObject({
       historyLength: HistoryLength.optional(),
       returnImmediately: z.boolean().optional(),
       taskPushNotificationConfig: z.unknown().optional(),
+      pushNotificationConfig: z.unknown().optional(),
     })
     .optional(),
   metadata: Struct.optional(),
@@ -126,6 +127,77 @@ export const TaskIdRequest = z.looseObject({
   tenant: z.string().max(256).optional(),
   id: Id,
   metadata: Struct.optional(),
+});
+
+/** Visible ASCII, as an HTTP header value may carry it without quoting. */
+const HeaderValue = z.string().regex(/^[\x21-\x7e]*$/, "visible ASCII characters only (it travels in an HTTP header)");
+
+/** AuthenticationInfo: how the agent authenticates to the push notification URL (Bearer only). */
+export const AuthenticationInfo = z.looseObject({
+  scheme: z
+    .string()
+    .regex(/^bearer$/i, "only the Bearer scheme is supported")
+    .transform(() => "Bearer"),
+  credentials: HeaderValue.min(1).max(4096),
+});
+
+/**
+ * TaskPushNotificationConfig (a2a.proto v1.0): the URL, the token the receiver checks and the
+ * authentication, flat; the nested pushNotificationConfig of earlier versions is read too.
+ * Empty strings are absent (the JS SDK sends every field).
+ */
+const blank = (v: unknown) => (v === "" || v === null ? undefined : v);
+const PushFields = {
+  url: z.string().min(1).max(2048),
+  token: z.preprocess(blank, HeaderValue.max(1024).optional()),
+  authentication: z.preprocess(blank, AuthenticationInfo.optional()),
+};
+export const TaskPushNotificationConfig = z
+  .looseObject({
+    tenant: z.string().max(256).optional(),
+    id: z.preprocess(
+      blank,
+      z
+        .string()
+        .regex(/^[A-Za-z0-9._~-]{1,128}$/, "1 to 128 letters, digits, . _ ~ -")
+        .optional(),
+    ),
+    taskId: z.preprocess(blank, Id.optional()),
+    url: PushFields.url.optional(),
+    token: PushFields.token,
+    authentication: PushFields.authentication,
+    pushNotificationConfig: z.looseObject(PushFields).optional(),
+  })
+  .transform(({ pushNotificationConfig: nested, tenant: _, ...c }, ctx) => {
+    const url = c.url ?? nested?.url;
+    if (!url) {
+      ctx.addIssue({ code: "custom", path: ["url"], message: "a push notification config needs a url" });
+      return z.NEVER;
+    }
+    return {
+      id: c.id,
+      taskId: c.taskId,
+      url,
+      token: c.token ?? nested?.token,
+      authentication: c.authentication ?? nested?.authentication,
+    };
+  });
+export type PushConfigRequest = z.infer<typeof TaskPushNotificationConfig>;
+
+export const PushConfigIdRequest = z.looseObject({
+  tenant: z.string().max(256).optional(),
+  taskId: Id,
+  id: z.string().min(1).max(256),
+});
+
+export const ListPushConfigsRequest = z.looseObject({
+  tenant: z.string().max(256).optional(),
+  taskId: Id,
+  pageSize: z.preprocess(
+    (v) => (v === 0 || v === "0" ? undefined : v),
+    z.coerce.number().int().min(1).max(100).optional(),
+  ),
+  pageToken: z.string().max(512).optional(),
 });
 
 /** The errors of A2A v1.0 (section 3.3.2) and of JSON-RPC, with the HTTP status and google.rpc code of each. */

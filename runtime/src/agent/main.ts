@@ -124,6 +124,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const deliveries = agentDeliveries(self, opts, outside, stores, metrics, log);
   life.defer("deliveries", () => Promise.all(deliveries.all.map((d) => d?.stop())));
   const a2a = a2aOf(self, opts, outside, stores, log);
+  if (a2a) life.defer("A2A push notifications", () => a2a.close());
   const state = { ready: false };
   life.background("agent start-up", startUp(self, outside, stores, deliveries, a2a, state, log));
   try {
@@ -175,7 +176,7 @@ function peersAndKeys(self: Self, opts: AgentOptions, life: Lifecycle, log: Logg
   const { keys, revoked } = self.ownEncryption;
   const encryption = new AgentEncryption({ spec, discovery, keys, revoked, log });
   const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));
-  return { http, discovery, verifier, encryption, peerUrls };
+  return { http, targets, discovery, verifier, encryption, peerUrls };
 }
 type Outside = ReturnType<typeof peersAndKeys>;
 
@@ -349,6 +350,8 @@ function a2aOf(self: Self, opts: AgentOptions, outside: Outside, stores: Stores,
       const meta = { signer: m.sender, authLevel: m.authLevel, source: m.source, handoff: true };
       await stores.inbox.accept(message, m.messageId, { ...meta, conversationId: m.conversationId }, m.sender);
     },
+    http: outside.http,
+    targets: outside.targets,
     log,
   });
 }

@@ -187,6 +187,23 @@ export class TargetPolicy {
   };
 }
 
+/**
+ * Why a URL a client registers for later pushes (a relay's webhook, an A2A push notification
+ * URL) may not be used, or undefined: not https, an address the policy refuses, or a host name
+ * that does not resolve now to an address it allows. Each push checks again, on the address it
+ * connects to (DNS rebinding).
+ */
+export async function pushUrlRefusal(targets: TargetPolicy, url: string): Promise<string | undefined> {
+  try {
+    targets.checkUrl(url);
+    await targets.resolve(new URL(url).hostname);
+    return undefined;
+  } catch (err) {
+    if (isTargetRefused(err)) return `refused: ${(err as Error).message}`;
+    return `host ${new URL(url).hostname} does not resolve: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`;
+  }
+}
+
 /** Whether an error (or its cause, as fetch wraps it) is a refused target. */
 export function isTargetRefused(err: unknown): err is TargetRefused {
   for (let e = err, i = 0; e && i < 5; e = (e as { cause?: unknown }).cause, i++)

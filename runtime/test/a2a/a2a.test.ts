@@ -446,7 +446,7 @@ describe("abuse", () => {
     });
     expect(params.body.error.code).toBe(-32602);
     const push = await rpc({ jsonrpc: "2.0", id: 10, method: "CreateTaskPushNotificationConfig", params: {} });
-    expect(push.body.error.code).toBe(-32003);
+    expect(push.body.error.code).toBe(-32602);
     const media = await rpc("<x/>", { authorization: `Bearer ${TOKEN}`, "content-type": "application/xml" });
     expect(media.status).toBe(415);
     const restUnknown = await httpsRequest(`${base}/a2a/rest/nothing:here`, {

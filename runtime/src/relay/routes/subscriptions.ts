@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { badRequest, invalidSignature } from "../../protocol/errors.ts";
-import { isTargetRefused, type TargetPolicy } from "../../net/targets.ts";
+import { pushUrlRefusal, type TargetPolicy } from "../../net/targets.ts";
 import { SubscribeRequest, SubscribeResponse } from "../../protocol/relay-api.ts";
 import type { Subscriptions } from "../subscriptions.ts";
 
@@ -38,13 +38,6 @@ export const subscriptionRoutes: FastifyPluginAsyncZod<{
 };
 
 async function checkWebhook(targets: TargetPolicy, webhook: string): Promise<void> {
-  try {
-    targets.checkUrl(webhook);
-    await targets.resolve(new URL(webhook).hostname);
-  } catch (err) {
-    if (isTargetRefused(err)) throw badRequest(`webhook refused: ${(err as Error).message}`);
-    throw badRequest(
-      `webhook host ${new URL(webhook).hostname} does not resolve: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
-    );
-  }
+  const why = await pushUrlRefusal(targets, webhook);
+  if (why) throw badRequest(`webhook ${why}`);
 }
