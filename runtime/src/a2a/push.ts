@@ -285,7 +285,8 @@ export class A2aPush implements InlinePush {
       try {
         const watch = await this.deps.tasks
           .entries()
-          .watch({ key: filter, ...(updatesOnly ? { include: KvWatchInclude.UpdatesOnly } : {}) });
+          // The tasks' changes are only a signal: their keys, not their values.
+          .watch({ key: filter, ...(updatesOnly ? { include: KvWatchInclude.UpdatesOnly, headers_only: true } : {}) });
         const end = () => watch.stop();
         this.stop.signal.addEventListener("abort", end, { once: true });
         started?.();

@@ -76,7 +76,13 @@ function manifest(allowPrivateTargets: string[]): void {
 }
 
 async function start(): Promise<void> {
-  runtime = spawnProcess(
+  runtime = await spawnRuntime(port, localPort);
+}
+
+/** A runtime of the agent on these ports, once ready (several are replicas of one agent). */
+async function spawnRuntime(httpsPort: number, localApiPort: number): Promise<ManagedProcess> {
+  const metricsPort = await freePort();
+  const runtime = spawnProcess(
     "ifp-runtime agent (a2a push)",
     process.execPath,
     [
@@ -89,9 +95,11 @@ async function start(): Promise<void> {
       "--a2a-token-file",
       join(dir, "a2a-tokens"),
       "--port",
-      String(port),
+      String(httpsPort),
       "--local-api-port",
-      String(localPort),
+      String(localApiPort),
+      "--metrics-port",
+      String(metricsPort),
       "--host",
       "127.0.0.1",
       "--tls-cert",
@@ -109,11 +117,15 @@ async function start(): Promise<void> {
     "the agent to be ready",
     async () => {
       if (runtime.exit) throw new Error(`the runtime ${describeExit(runtime.exit)}:\n${runtime.log()}`);
-      return (await httpsRequest(`${base}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }))).status === 200;
+      const ready = await httpsRequest(`https://localhost:${httpsPort}/readyz`, { ca: tls.ca }).catch(() => ({
+        status: 0,
+      }));
+      return ready.status === 200;
     },
     30_000,
     200,
   );
+  return runtime;
 }
 
 beforeAll(async () => {
@@ -505,6 +517,30 @@ describe("delivery", () => {
     expect(pushes[0]!.body.artifactUpdate.artifact.parts[0].text).toBe("kept");
     expect(pushes[1]!.body.statusUpdate.status.state).toBe("TASK_STATE_WORKING");
   }, 90_000);
+
+  it("two replicas of the agent push each update once", async () => {
+    const replica = await spawnRuntime(await freePort(), await freePort());
+    try {
+      const taskId = await newTask();
+      await rpc("CreateTaskPushNotificationConfig", { taskId, url: `${hooks}/replicas` });
+      for (const state of ["TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_WORKING"])
+        await localPost(`/a2a/tasks/${taskId}`, { state });
+      await localPost(`/a2a/tasks/${taskId}`, { state: "TASK_STATE_COMPLETED", artifact: { text: "the end" } });
+      const pushes = await waitForPushes("/replicas", 5);
+      // Time for a second copy of any of them, had both replicas sent it.
+      await new Promise((r) => setTimeout(r, 2_000));
+      expect(at("/replicas").map((p) => p.body.statusUpdate?.status.state ?? "artifact")).toEqual([
+        "TASK_STATE_WORKING",
+        "TASK_STATE_INPUT_REQUIRED",
+        "TASK_STATE_WORKING",
+        "artifact",
+        "TASK_STATE_COMPLETED",
+      ]);
+      expect(pushes).toHaveLength(5);
+    } finally {
+      await replica.stop();
+    }
+  }, 60_000);
 
   it("the address is checked again when pushing: a receiver no longer allowed is not reached", async () => {
     const taskId = await newTask();
