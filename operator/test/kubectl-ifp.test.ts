@@ -542,3 +542,177 @@ describe("bad input", () => {
     expect(r.stdout).toContain("usage: kubectl ifp <command>");
   });
 });
+
+describe("kubectl ifp send and tail, up to the exec (no node here: the real exec is e2e/node.test.ts)", () => {
+  /** A pod of an Agent as its Deployment makes it, with the status a kubelet would write. */
+  function pod(name: string, agent: string, containers: string[], status: object) {
+    apply(`apiVersion: v1
+kind: Pod
+metadata:
+  name: ${name}
+  namespace: ${NS}
+  labels: {app.kubernetes.io/name: ifp-runtime, app.kubernetes.io/instance: ${agent}, app.kubernetes.io/managed-by: ifp-operator}
+spec: {containers: [${containers.map((c) => `{name: ${c}, image: rt:1}`).join(", ")}]}
+`);
+    cp.kubectl([
+      "-n",
+      NS,
+      "patch",
+      "pod",
+      name,
+      "--subresource=status",
+      "--type=merge",
+      "-p",
+      JSON.stringify({ status }),
+    ]);
+  }
+  const ready = {
+    phase: "Running",
+    conditions: [{ type: "Ready", status: "True", lastTransitionTime: now }],
+  };
+  const starting = {
+    phase: "Pending",
+    conditions: [{ type: "Ready", status: "False", lastTransitionTime: now }],
+    containerStatuses: [
+      {
+        name: "runtime",
+        image: "rt:1",
+        imageID: "",
+        ready: false,
+        restartCount: 0,
+        state: { waiting: { reason: "ContainerCreating" } },
+      },
+    ],
+  };
+  const send = ["send", "alice", "-n", NS, "--to", "https://bob.example/agents/bob", "--text", "hello"];
+
+  beforeAll(() => {
+    apply(`apiVersion: ifp.dev/v1alpha1
+kind: Agent
+metadata: {name: nosidecar, namespace: ${NS}}
+spec: {agentId: https://nosidecar.example/a}
+`);
+    pod("nosidecar-0", "nosidecar", ["app"], ready);
+  });
+
+  it("says which Agent has no pods, which pods are not ready, and which pod lacks the runtime container", () => {
+    const none = plugin(["send", "broken", "-n", NS, "--to", "x", "--text", "y"]);
+    expect(none.code).toBe(1);
+    expect(none.stderr).toBe(
+      `kubectl ifp: agent broken in ${NS} has no pods (kubectl ifp describe agent broken -n ${NS} shows its Deployment and conditions)\n`,
+    );
+    pod("alice-starting", "alice", ["runtime", "app"], starting);
+    const notReady = plugin(["tail", "alice", "-n", NS]);
+    expect(notReady.code).toBe(1);
+    expect(notReady.stderr).toBe(
+      `kubectl ifp: no ready pod of agent alice in ${NS}: alice-starting (Pending, ContainerCreating, not ready)\n`,
+    );
+    const noRuntime = plugin(["tail", "nosidecar", "-n", NS]);
+    expect(noRuntime.code).toBe(1);
+    expect(noRuntime.stderr).toBe(
+      `kubectl ifp: pod nosidecar-0 of agent nosidecar has no container "runtime" (it has app)\n`,
+    );
+    expect(noRuntime.stdout).toBe("");
+  });
+
+  it("refuses a user without pods/exec before trying, in the API server's words, and reaches the exec with it", () => {
+    pod("alice-ready", "alice", ["runtime", "app"], ready);
+    apply(`apiVersion: v1
+kind: ServiceAccount
+metadata: {name: watcher, namespace: ${NS}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: watcher, namespace: ${NS}}
+rules:
+  - {apiGroups: [ifp.dev], resources: [agents], verbs: [get]}
+  - {apiGroups: [""], resources: [pods], verbs: [get, list]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: watcher, namespace: ${NS}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: watcher}
+subjects: [{kind: ServiceAccount, name: watcher, namespace: ${NS}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: ifp-test-watcher-namespace-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: ifp-test-namespace-reader}
+subjects: [{kind: ServiceAccount, name: watcher, namespace: ${NS}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: ifp-test-namespace-reader}
+rules: [{apiGroups: [""], resources: [namespaces], verbs: [get]}]
+`);
+    const token = cp.kubectl(["-n", NS, "create", "token", "watcher"]).trim();
+    const admin = readFileSync(cp.kubeconfig, "utf8");
+    const server = /server: (\S+)/.exec(admin)![1];
+    const caData = /certificate-authority-data: (\S+)/.exec(admin)![1];
+    const config = join(tempDir("ifp-plugin-"), "watcher");
+    writeFileSync(
+      config,
+      `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "${server}", certificate-authority-data: ${caData}}}]
+users: [{name: watcher, user: {token: "${token}"}}]
+contexts: [{name: watcher, context: {cluster: c, user: watcher, namespace: ${NS}}}]
+current-context: watcher
+`,
+    );
+    const refused = plugin(["send", "alice", "--to", "x", "--text", "y", "--kubeconfig", config]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(
+      /^kubectl ifp: you may not exec into pod alice-ready in team \(create on pods\/exec\).*; kubectl ifp send and tail run ifp in the Agent's pod\n$/,
+    );
+    // Without the right to read Agents: the API server's refusal, one line.
+    const noAgents = plugin(["tail", "alice", "--kubeconfig", config, "-n", OPERATOR_NS]);
+    expect(noAgents.code).toBe(1);
+    expect(noAgents.stderr).toMatch(
+      /^kubectl ifp: cannot read (namespace ifp-system|agent alice in ifp-system): .*forbidden/i,
+    );
+    // With the right (the admin): the ready pod with the runtime container is chosen and the
+    // exec asked for; with no kubelet behind the pod the API server cannot run it, and says so.
+    const tried = plugin(send);
+    expect(tried.code).toBe(1);
+    expect(tried.stderr).toMatch(/^kubectl ifp: send through pod alice-ready \(container runtime\)\n/);
+    expect(tried.stderr).toMatch(
+      /kubectl ifp: cannot exec into pod alice-ready in team: the API server answered \d{3}/,
+    );
+    expect(tried.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  const cases: [string, string[], number, RegExp][] = [
+    ["send without an Agent", ["send"], 2, /send needs the Agent's name: send AGENT/],
+    ["tail without an Agent", ["tail"], 2, /tail needs the Agent's name: tail AGENT/],
+    ["two Agents", ["tail", "alice", "bob"], 2, /tail takes one Agent/],
+    ["send without --to", ["send", "alice", "--text", "x"], 2, /send needs --to AGENT_ID/],
+    ["send without --text", ["send", "alice", "--to", "x"], 2, /send needs --text/],
+    ["an empty --phase", [...send, "--phase", ""], 2, /--phase cannot be empty/],
+    ["a bad --wait", [...send, "--wait", "soon"], 2, /--wait takes whole seconds, 0 to 3600/],
+    ["a tail flag on send", [...send, "--count", "1"], 2, /--count does not go with send/],
+    ["a send flag on tail", ["tail", "alice", "--text", "x"], 2, /--text does not go with tail/],
+    ["--count 0", ["tail", "alice", "--count", "0"], 2, /--count takes a whole number of messages, 1 or more/],
+    ["a negative --since", ["tail", "alice", "--since", "-5"], 2, /--since/],
+    ["a --since past a week", ["tail", "alice", "--since", "604801"], 2, /--since takes whole seconds, 0 to 604800/],
+    ["-A", ["tail", "alice", "-A"], 2, /tail reads one namespace: -n NS, not -A/],
+    ["-o", ["tail", "alice", "-o", "json"], 2, /tail has no -o/],
+    ["a messaging flag elsewhere", ["status", "--to", "x"], 2, /--to goes with send or tail, not status/],
+    ["no such namespace", ["tail", "alice", "-n", "nope"], 1, /namespace "nope" not found/],
+    [
+      "no such Agent",
+      ["send", "nobody", "-n", NS, "--to", "x", "--text", "y"],
+      1,
+      /agent "nobody" not found in namespace team/,
+    ],
+  ];
+  it.each(cases)("%s: one line, the exit code, no stack trace", (_what, args, code, message) => {
+    const r = plugin(args);
+    expect(r.code).toBe(code);
+    expect(r.stderr).toMatch(message);
+    expect(r.stderr.split("\n")[0]).toMatch(/^kubectl ifp: /);
+    expect(r.stderr).not.toMatch(/\n\s+at |Error:|node:internal/);
+    expect(r.stdout).toBe("");
+    if (code === 2) expect(r.stderr).toContain("usage: kubectl ifp");
+  });
+});

@@ -2,8 +2,10 @@
 // executable named kubectl-* on PATH as `kubectl *`; this one reads the install through the
 // user's kubeconfig with the user's own rights.
 import { writeFileSync } from "node:fs";
+import { StringDecoder } from "node:string_decoder";
 import { parseArgs } from "node:util";
 import { describeResource, renderDescription } from "./describe.ts";
+import { checkExec, execIfp, RUNTIME_CONTAINER, runtimePod } from "./exec.ts";
 import { apiMessage, checkNamespace, connect, type Kind, PluginError, UsageError } from "./kube.ts";
 import { writeReport } from "./report.ts";
 import { collectStatus, renderStatus } from "./status.ts";
@@ -20,6 +22,16 @@ export const USAGE = `usage: kubectl ifp <command> [flags]
                               Agents, Relays, Deployments, Pods, Services, ConfigMaps, Events and
                               NetworkPolicies, Secrets by name and keys only (never a value);
                               default file ifp-report-<time>.tar.gz
+  send AGENT --to AGENT_ID --text "…" [--phase P] [--wait S]
+                              send as the Agent AGENT: its runtime signs the message with the
+                              Agent's key and stores it in its outbox (prints 202 and the message);
+                              --wait follows the delivery for up to S seconds
+  tail AGENT [--since S] [--count N] [--timeout S]
+                              follow what the Agent AGENT receives: one JSON line per message its
+                              inbox accepts, taking none from its application; --since starts S
+                              seconds back, --count stops after N, --timeout after S seconds
+                              send and tail run the runtime's ifp in one of the Agent's ready pods
+                              (pods/exec: create, with your own rights)
 
 flags:
   -n, --namespace NS          the namespace (default: the context's); status and report: only it
@@ -54,8 +66,12 @@ interface Parsed {
   kubeconfig?: string;
   context?: string;
   operatorNamespace?: string;
+  /** send and tail: their flags, as given. */
+  messaging: Partial<Record<(typeof MESSAGING_FLAGS)[number], string>>;
   help: boolean;
 }
+
+const MESSAGING_FLAGS = ["to", "text", "phase", "wait", "since", "count", "timeout"] as const;
 
 export function parse(argv: string[]): Parsed {
   let values: Record<string, string | boolean | undefined>;
@@ -72,6 +88,13 @@ export function parse(argv: string[]): Parsed {
         kubeconfig: { type: "string" },
         context: { type: "string" },
         "operator-namespace": { type: "string" },
+        to: { type: "string" },
+        text: { type: "string" },
+        phase: { type: "string" },
+        wait: { type: "string" },
+        since: { type: "string" },
+        count: { type: "string" },
+        timeout: { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -88,6 +111,9 @@ export function parse(argv: string[]): Parsed {
     kubeconfig: values.kubeconfig as string | undefined,
     context: values.context as string | undefined,
     operatorNamespace: values["operator-namespace"] as string | undefined,
+    messaging: Object.fromEntries(
+      MESSAGING_FLAGS.filter((f) => values[f] !== undefined).map((f) => [f, values[f] as string]),
+    ),
     help: !!values.help,
   };
 }
@@ -98,8 +124,11 @@ function tableOrJson(output: string | undefined): "table" | "json" {
   throw new UsageError(`-o ${output}: use json (or leave it out for a table)`);
 }
 
-async function run(p: Parsed, out: (s: string) => void): Promise<void> {
+async function run(p: Parsed, out: (s: string) => void): Promise<number> {
   if (p.namespace !== undefined && p.allNamespaces) throw new UsageError("-n and -A together: choose one");
+  if (p.command === "send" || p.command === "tail") return await messaging(p.command, p, out);
+  const stray = Object.keys(p.messaging);
+  if (stray.length) throw new UsageError(`--${stray[0]} goes with send or tail, not ${p.command || "no command"}`);
   switch (p.command) {
     case "status": {
       if (p.args.length) throw new UsageError(`status takes no arguments (got ${p.args.join(" ")})`);
@@ -108,7 +137,7 @@ async function run(p: Parsed, out: (s: string) => void): Promise<void> {
       if (p.namespace) await checkNamespace(c, p.namespace);
       const report = await collectStatus(c, { namespace: p.namespace, operatorNamespace: p.operatorNamespace });
       out(format === "json" ? `${JSON.stringify(report, null, 2)}\n` : renderStatus(report));
-      return;
+      return 0;
     }
     case "describe": {
       const [what, name, ...rest] = p.args;
@@ -124,7 +153,7 @@ async function run(p: Parsed, out: (s: string) => void): Promise<void> {
       await checkNamespace(c, namespace);
       const d = await describeResource(c, kind, namespace, name);
       out(format === "json" ? `${JSON.stringify(d, null, 2)}\n` : renderDescription(d));
-      return;
+      return 0;
     }
     case "report": {
       if (p.args.length) throw new UsageError(`report takes no arguments (got ${p.args.join(" ")})`);
@@ -138,12 +167,79 @@ async function run(p: Parsed, out: (s: string) => void): Promise<void> {
         throw new PluginError(`cannot write ${file}: ${(err as Error).message}`);
       }
       process.stderr.write(`wrote ${file} (${bundle.length} bytes)\n`);
-      return;
+      return 0;
     }
     case "":
       throw new UsageError("no command");
     default:
       throw new UsageError(`unknown command ${JSON.stringify(p.command)}`);
+  }
+}
+
+const SECONDS = /^\d{1,7}$/;
+
+function secondsFlag(name: string, value: string | undefined, max: number): string[] {
+  if (value === undefined) return [];
+  if (!SECONDS.test(value) || Number(value) > max)
+    throw new UsageError(`--${name} takes whole seconds, 0 to ${max} (got ${JSON.stringify(value)})`);
+  return [`--${name}`, String(Number(value))];
+}
+
+/**
+ * send and tail: the arguments checked here, then the runtime's `ifp send --local-api` or
+ * `ifp tail` run in one of the Agent's ready pods (exec.ts); its exit code is the plugin's.
+ */
+async function messaging(command: "send" | "tail", p: Parsed, out: (s: string) => void): Promise<number> {
+  const [name, ...rest] = p.args;
+  if (!name) throw new UsageError(`${command} needs the Agent's name: ${command} AGENT`);
+  if (rest.length) throw new UsageError(`${command} takes one Agent (got ${p.args.join(" ")})`);
+  if (p.allNamespaces) throw new UsageError(`${command} reads one namespace: -n NS, not -A`);
+  if (p.output !== undefined) throw new UsageError(`${command} has no -o: it prints what ifp prints`);
+  const m = p.messaging;
+  const allowed: readonly string[] =
+    command === "send" ? ["to", "text", "phase", "wait"] : ["since", "count", "timeout"];
+  const stray = Object.keys(m).find((f) => !allowed.includes(f));
+  if (stray) throw new UsageError(`--${stray} does not go with ${command}`);
+  let args: string[];
+  if (command === "send") {
+    if (!m.to)
+      throw new UsageError("send needs --to AGENT_ID (the recipient's agent id, as the Agent's peers name it)");
+    if (m.text === undefined) throw new UsageError('send needs --text "…"');
+    if (m.phase === "") throw new UsageError("--phase cannot be empty");
+    args = ["send", "--local-api", "", "--to", m.to, "--text", m.text];
+    if (m.phase) args.push("--phase", m.phase);
+    args.push(...secondsFlag("wait", m.wait, 3600));
+  } else {
+    args = ["tail", "--local-api", "", "--stop-on-eof"];
+    args.push(...secondsFlag("since", m.since, 7 * 24 * 3600), ...secondsFlag("timeout", m.timeout, 24 * 3600));
+    if (m.count !== undefined) {
+      if (!/^[1-9]\d{0,6}$/.test(m.count))
+        throw new UsageError(`--count takes a whole number of messages, 1 or more (got ${JSON.stringify(m.count)})`);
+      args.push("--count", m.count);
+    }
+  }
+  const c = connect(p);
+  const namespace = p.namespace ?? c.defaultNamespace;
+  await checkNamespace(c, namespace);
+  const target = await runtimePod(c, namespace, name);
+  await checkExec(c, target);
+  args[2] = target.localApi;
+  process.stderr.write(`kubectl ifp: ${command} through pod ${target.pod} (container ${RUNTIME_CONTAINER})\n`);
+  const stop = new AbortController();
+  const interrupt = () => stop.abort();
+  process.once("SIGINT", interrupt);
+  process.once("SIGTERM", interrupt);
+  const utf8 = new StringDecoder("utf8");
+  try {
+    return await execIfp(c, target, args, {
+      out: (b) => out(utf8.write(b)),
+      err: (b) => void process.stderr.write(b),
+      stdin: command === "tail",
+      stop: stop.signal,
+    });
+  } finally {
+    process.off("SIGINT", interrupt);
+    process.off("SIGTERM", interrupt);
   }
 }
 
@@ -159,8 +255,7 @@ export async function main(
       out(USAGE);
       return 0;
     }
-    await run(p, out);
-    return 0;
+    return await run(p, out);
   } catch (err) {
     if (err instanceof UsageError) {
       process.stderr.write(`kubectl ifp: ${err.message}\n\n${USAGE}`);
