@@ -3,7 +3,7 @@
 // 8785 canonical form of the card without `signatures`, made with the agent's own Ed25519
 // signing key (alg EdDSA); `kid` names the key as IFP does (<agent id>#<key id>) and `jku` is
 // the agent's JWKS beside the card.
-import { createPublicKey, sign } from "node:crypto";
+import { createPublicKey, type KeyObject, sign, verify } from "node:crypto";
 import canonicalize from "canonicalize";
 import type { SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
@@ -132,5 +132,96 @@ export class CardCache {
       if (this.cards.size < 16) this.cards.set(baseUrl, text);
     }
     return text;
+  }
+}
+
+/** Why a card's signature was not accepted. */
+export class CardSignatureError extends Error {}
+
+/** The protected header of a card's JWS, as far as verifying it needs. */
+export interface CardJwsHeader {
+  alg: string;
+  kid?: string;
+  jku?: string;
+}
+
+/** JWS algorithms a card may be signed with, and how node:crypto verifies each. */
+const JWS_ALGS: Record<string, { hash: string | null; dsaEncoding?: "ieee-p1363" }> = {
+  EdDSA: { hash: null },
+  Ed25519: { hash: null },
+  ES256: { hash: "sha256", dsaEncoding: "ieee-p1363" },
+  ES384: { hash: "sha384", dsaEncoding: "ieee-p1363" },
+  ES512: { hash: "sha512", dsaEncoding: "ieee-p1363" },
+  RS256: { hash: "sha256" },
+  RS384: { hash: "sha384" },
+  RS512: { hash: "sha512" },
+};
+
+/**
+ * Check every signature of a card (section 8.4.3), the way signCard() makes them: a JWS with a
+ * detached payload, the RFC 8785 canonical form of the card without `signatures`. `keyOf` finds
+ * the key a signature's protected header names (its `jku` and `kid`). A card with no
+ * signatures is unsigned (`signed: false`); one with any signature that does not verify, that
+ * uses an algorithm not listed above or a critical header, is refused (CardSignatureError).
+ */
+export async function verifyCardSignatures(
+  card: Record<string, unknown>,
+  keyOf: (header: CardJwsHeader) => Promise<KeyObject>,
+): Promise<{ signed: boolean; kids: string[] }> {
+  const { signatures, ...unsigned } = card;
+  if (signatures === undefined || (Array.isArray(signatures) && signatures.length === 0))
+    return { signed: false, kids: [] };
+  if (!Array.isArray(signatures) || signatures.length > 8)
+    throw new CardSignatureError("signatures is not a list of at most 8 JWS");
+  const payload = canonicalize(unsigned);
+  if (payload === undefined) throw new CardSignatureError("the card cannot be canonicalized (RFC 8785)");
+  const kids: string[] = [];
+  for (const [i, s] of signatures.entries()) {
+    const jws = s as { protected?: unknown; signature?: unknown };
+    if (typeof jws?.protected !== "string" || typeof jws.signature !== "string")
+      throw new CardSignatureError(`signature ${i + 1} has no protected header or no signature`);
+    let header: CardJwsHeader & { crit?: unknown };
+    try {
+      header = JSON.parse(Buffer.from(jws.protected, "base64url").toString("utf8"));
+    } catch {
+      throw new CardSignatureError(`signature ${i + 1}: its protected header is not base64url JSON`);
+    }
+    const alg = typeof header?.alg === "string" ? JWS_ALGS[header.alg] : undefined;
+    if (!alg)
+      throw new CardSignatureError(`signature ${i + 1}: algorithm ${JSON.stringify(header?.alg)} is not accepted`);
+    if (header.crit !== undefined)
+      throw new CardSignatureError(`signature ${i + 1}: critical header parameters are not understood`);
+    const key = await keyOf(header);
+    const input = Buffer.from(`${jws.protected}.${b64url(payload)}`);
+    let ok = false;
+    try {
+      ok = verify(
+        alg.hash,
+        input,
+        alg.dsaEncoding ? { key, dsaEncoding: alg.dsaEncoding } : key,
+        Buffer.from(jws.signature, "base64url"),
+      );
+    } catch (err) {
+      throw new CardSignatureError(
+        `signature ${i + 1} (${header.alg}) cannot be checked with its key: ${(err as Error).message}`,
+      );
+    }
+    if (!ok)
+      throw new CardSignatureError(`signature ${i + 1} (kid ${header.kid ?? "none"}) does not verify over the card`);
+    if (header.kid) kids.push(header.kid);
+  }
+  return { signed: true, kids };
+}
+
+/** The key of a JWKS (RFC 7517) with this `kid` (or its only key when no kid is named). */
+export function keyOfJwks(jwks: unknown, kid: string | undefined): KeyObject {
+  const keys = (jwks as { keys?: unknown })?.keys;
+  if (!Array.isArray(keys)) throw new CardSignatureError("the JWKS has no keys");
+  const found = kid === undefined ? (keys.length === 1 ? keys[0] : undefined) : keys.find((k) => k?.kid === kid);
+  if (!found) throw new CardSignatureError(`the JWKS has no key ${kid ?? "(none named, and more than one)"}`);
+  try {
+    return createPublicKey({ key: found as import("node:crypto").JsonWebKey, format: "jwk" });
+  } catch (err) {
+    throw new CardSignatureError(`the JWKS key ${kid ?? ""} is not a usable public key: ${(err as Error).message}`);
   }
 }

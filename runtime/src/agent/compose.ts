@@ -2,7 +2,7 @@ import { ulid } from "ulid";
 import type { CapabilityDocument } from "../protocol/documents.ts";
 import { isoSeconds } from "../util/time.ts";
 import { badRequest } from "../protocol/errors.ts";
-import { OutboxRequest } from "../protocol/local-api.ts";
+import { A2A_RECIPIENT_PREFIX, OutboxRequest } from "../protocol/local-api.ts";
 import { Message, MessageHeaders } from "../protocol/message.ts";
 import { describeIssues } from "../contract/issues.ts";
 import { newMessageId } from "./replies.ts";
@@ -47,7 +47,9 @@ export function composeMessage(input: unknown, ctx: ComposeContext): Message {
     if (r.in_reply_to && !original) throw badRequest(`no received message has message_id ${r.in_reply_to}`);
     const to = r.to ?? original?.headers.from.agent;
     if (!to) throw badRequest("`to` is required unless the message answers one (in_reply_to)");
-    const recipients = (typeof to === "string" ? [to] : to).map((t) => (typeof t === "string" ? { agent: t } : t));
+    const recipients = (
+      typeof to === "string" ? [to] : "a2a" in to ? [{ agent: `${A2A_RECIPIENT_PREFIX}${to.a2a}` }] : to
+    ).map((t) => (typeof t === "string" ? { agent: t } : t));
     const headers: Record<string, unknown> = {
       message_id: newMessageId(),
       date: isoSeconds(now),
@@ -67,10 +69,38 @@ export function composeMessage(input: unknown, ctx: ComposeContext): Message {
     for (const k of ["subject", "ttl_seconds", "priority", "disclosure", "capabilities", "extensions"] as const) {
       if (r[k] !== undefined) headers[k] = r[k];
     }
+    const followUp = original && a2aFollowUp(original);
+    if (followUp) {
+      const extensions = (headers.extensions ?? {}) as Record<string, unknown>;
+      headers.extensions = { ...extensions, a2a: { ...followUp, ...(extensions.a2a as object | undefined) } };
+    }
     const body = { ...(r.body ?? {}), ...(r.text !== undefined ? { text: r.text } : {}) };
     message = { ifp: 4, headers: MessageHeaders.parse(headers), body };
   }
+  for (const t of message.headers.to)
+    if (t.agent.startsWith(A2A_RECIPIENT_PREFIX) && !isHttpsUrl(t.agent.slice(A2A_RECIPIENT_PREFIX.length)))
+      throw badRequest(`${t.agent}: an A2A recipient is ${A2A_RECIPIENT_PREFIX} and the https URL of its agent card`);
   return withCapabilitiesPart(message, ctx.capabilities);
+}
+
+function isHttpsUrl(s: string): boolean {
+  return URL.canParse(s) && new URL(s).protocol === "https:";
+}
+
+/**
+ * A reply to an A2A agent's answer (a hand-off with headers.extensions.a2a.origin "a2a-peer")
+ * continues its context, and its task while the task waits for input: the ids it goes with.
+ */
+function a2aFollowUp(original: Message): { context_id: string; task_id?: string } | undefined {
+  const a2a = original.headers.extensions?.a2a as
+    | { origin?: unknown; context_id?: unknown; task_id?: unknown; state?: unknown }
+    | undefined;
+  if (a2a?.origin !== "a2a-peer" || typeof a2a.context_id !== "string" || !a2a.context_id) return undefined;
+  const waiting = a2a.state === "TASK_STATE_INPUT_REQUIRED" || a2a.state === "TASK_STATE_AUTH_REQUIRED";
+  return {
+    context_id: a2a.context_id,
+    ...(waiting && typeof a2a.task_id === "string" && a2a.task_id ? { task_id: a2a.task_id } : {}),
+  };
 }
 
 /** A greeting carries the capability document as a body part named "capabilities" (spec 2.5). */

@@ -10,7 +10,15 @@ export const isPending = (r: RecipientState) => PENDING.includes(r.state);
 
 /** How one attempt to one recipient ended. */
 export type Outcome =
-  | { kind: "delivered"; via: string; status: number }
+  | {
+      kind: "delivered";
+      via: string;
+      status: number;
+      /** What followed the delivery (an A2A task's end). */
+      decision?: string;
+      /** An A2A recipient's interface and task. */
+      a2a?: RecipientState["a2a"];
+    }
   | {
       kind: "retry";
       via?: string;
@@ -24,7 +32,14 @@ export type Outcome =
       /** Relays that refused the message for good during this attempt. */
       refused?: string[];
     }
-  | { kind: "failed"; via?: string; status?: number; error: string; refused?: string[] };
+  | {
+      kind: "failed";
+      via?: string;
+      status?: number;
+      error: string;
+      refused?: string[];
+      a2a?: RecipientState["a2a"];
+    };
 
 /** When retrying a recipient stops, and why then: the retry window's end or the message's ttl. */
 export interface Deadline {
@@ -84,10 +99,19 @@ export function nextRecipientState(
       delivered_at: new Date(now).toISOString(),
       last_error: undefined,
       next_attempt_at: undefined,
+      ...(outcome.decision ? { decision: outcome.decision } : {}),
+      ...(outcome.a2a ? { a2a: outcome.a2a } : {}),
     };
   }
   if (outcome.kind === "failed") {
-    return { ...next, state: "failed", last_error: outcome.error, next_attempt_at: undefined, decision: "not retried" };
+    return {
+      ...next,
+      state: "failed",
+      last_error: outcome.error,
+      next_attempt_at: undefined,
+      decision: "not retried",
+      ...(outcome.a2a ? { a2a: outcome.a2a } : {}),
+    };
   }
   if (now >= deadline.at) {
     return {

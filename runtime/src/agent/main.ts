@@ -28,6 +28,7 @@ import { readTls, watchTls } from "../server/tls.ts";
 import { acceptVerified, inspectionEffects, MAX_FUTURE_SKEW_MS } from "./accept.ts";
 import { AppStream } from "./app-stream.ts";
 import { a2aFace } from "../a2a/face.ts";
+import { A2aPeers } from "../a2a/peer.ts";
 import { buildAgentApp } from "./app.ts";
 import { DeliveryStates } from "./delivery-state.ts";
 import { AgentEncryption } from "./encryption.ts";
@@ -264,12 +265,26 @@ function agentDeliveries(
       relayAllowed: (message, url) => outside.encryption.plaintextRelayAllowed(message, url),
     },
     relay: relayPublisher(signing, outside.http),
+    a2a: a2aPeers(self, outside, stores, log),
     onGiveUp: (record, r) => notifier.undeliverable(record, r),
   });
   const intake = relayMailboxReader(self, outside, stores, metrics, log);
   return { handoff, appStream, outbound, intake, all: [handoff, outbound, intake, appStream] };
 }
 type Deliveries = ReturnType<typeof agentDeliveries>;
+
+/** Sending to A2A agents: their answers go through the same inbox stream and hand-off as IFP messages. */
+function a2aPeers(self: Self, outside: Outside, stores: Stores, log: Logger) {
+  return new A2aPeers({
+    http: outside.http,
+    signing: self.signing,
+    handOff: async (message, m) => {
+      const meta = { signer: m.sender, authLevel: m.authLevel, source: m.source, handoff: true };
+      await stores.inbox.accept(message, m.messageId, { ...meta, conversationId: m.conversationId }, m.sender);
+    },
+    log,
+  });
+}
 
 /** The hand-off to spec.handler.url, signed with the hand-off secret; none without a handler. */
 function handlerHandoff(

@@ -43,6 +43,15 @@ export interface RelayPublisher {
   publish(relayUrl: string, message: Message, recipients: string[]): Promise<Outcome>;
 }
 
+/** Sends to A2A agents (recipients `a2a:<agent card URL>`, docs/a2a.md#sending-to-an-a2a-agent). */
+export interface A2aSender {
+  /** One attempt; `until`: when the message's retry window or ttl ends. */
+  deliver(message: Message, recipient: string, until?: number): Promise<Outcome>;
+}
+
+/** The prefix of an A2A recipient's id (protocol/local-api.ts A2A_RECIPIENT_PREFIX). */
+const A2A_PREFIX = "a2a:";
+
 /** A peer's relays and how to use them (IFP-8 2.3). */
 export interface PeerRelays {
   urls: string[];
@@ -163,6 +172,7 @@ export class OutboundDelivery {
   private readonly metrics: RuntimeMetrics;
   private readonly onGiveUp: (record: DeliveryRecord, r: RecipientState) => Promise<void>;
   relay: RelayPublisher | undefined;
+  private readonly a2a: A2aSender | undefined;
 
   constructor(deps: {
     nats: Nats;
@@ -175,7 +185,9 @@ export class OutboundDelivery {
     metrics: RuntimeMetrics;
     onGiveUp: (record: DeliveryRecord, r: RecipientState) => Promise<void>;
     relay?: RelayPublisher;
+    a2a?: A2aSender;
   }) {
+    this.a2a = deps.a2a;
     this.states = deps.states;
     this.http = deps.http;
     this.discovery = deps.discovery;
@@ -269,7 +281,7 @@ export class OutboundDelivery {
           }),
         },
         async (span) => {
-          const o = await this.attempt(message, r.agent, new Set(r.refused_relays));
+          const o = await this.attempt(message, r.agent, new Set(r.refused_relays), deadline.at);
           span.setAttributes({
             [SPAN_ATTRIBUTES.outcome]: o.kind,
             ...(o.via ? { [SPAN_ATTRIBUTES.route]: o.via } : {}),
@@ -323,7 +335,16 @@ export class OutboundDelivery {
    * way. `refused`: relays that already refused this message for this recipient for good, which
    * are not asked again.
    */
-  async attempt(message: Message, agent: string, refused: ReadonlySet<string> = new Set()): Promise<Outcome> {
+  async attempt(
+    message: Message,
+    agent: string,
+    refused: ReadonlySet<string> = new Set(),
+    until = Infinity,
+  ): Promise<Outcome> {
+    if (agent.startsWith(A2A_PREFIX))
+      return this.a2a
+        ? this.a2a.deliver(message, agent, until)
+        : { kind: "failed", error: `${agent} is an A2A agent, and this runtime sends nothing over A2A` };
     let route: Route;
     try {
       route = await this.route(agent, message.headers.message_id);

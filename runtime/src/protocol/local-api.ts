@@ -14,8 +14,23 @@ export const WireMessage = Message.meta({
  * them, and the typed client (client/local.ts) speaks the same types.
  */
 
+/** The recipient id of an A2A agent in headers.to and in delivery records: this prefix and its card's URL. */
+export const A2A_RECIPIENT_PREFIX = "a2a:";
+
+/** An A2A agent, named by the https URL of its agent card (docs/a2a.md#sending-to-an-a2a-agent). */
+export const A2aRecipient = z
+  .strictObject({
+    a2a: z
+      .string()
+      .max(2048)
+      .refine((u) => URL.canParse(u) && new URL(u).protocol === "https:", "the agent card's URL must be an https URL")
+      .describe("The https URL of the A2A agent's card, e.g. https://host/.well-known/agent-card.json"),
+  })
+  .meta({ id: "A2aRecipient" });
+
 const Recipients = z.union([
   z.string().min(1),
+  A2aRecipient,
   z.array(z.string().min(1)).min(1),
   z.array(z.looseObject({ agent: z.string().min(1) })).min(1),
 ]);
@@ -26,7 +41,9 @@ const Recipients = z.union([
  */
 export const OutboxRequest = z
   .strictObject({
-    to: Recipients.optional().describe("Recipient agent id(s); defaults to the sender of in_reply_to"),
+    to: Recipients.optional().describe(
+      'Recipient agent id(s), or {"a2a": "<agent card URL>"} for one A2A agent; defaults to the sender of in_reply_to',
+    ),
     phase: z.string().min(1).default("context"),
     text: z.string().optional(),
     body: z.looseObject({ text: z.string().optional(), parts: z.array(BodyPart).optional() }).optional(),
@@ -71,6 +88,20 @@ export const RecipientState = z.object({
     .array(z.string())
     .optional()
     .describe("Relays that refused this message for this recipient with a final answer; never asked again for it"),
+  a2a: z
+    .object({
+      interface: z.string().describe("The A2A interface the message went to (its URL)"),
+      binding: z.string().describe("JSONRPC or HTTP+JSON"),
+      card_signed: z.boolean().describe("Whether the agent card carried a signature, which was verified"),
+      task_id: z.string().optional(),
+      context_id: z.string().optional(),
+      state: z
+        .string()
+        .optional()
+        .describe("The task's last state seen, or MESSAGE when the agent answered with a message"),
+    })
+    .optional()
+    .describe("For an A2A recipient: where the message went and the task it made"),
   peer_error: z
     .object({ message_id: z.string(), code: z.string().optional(), text: z.string(), at: z.string() })
     .optional()

@@ -65,6 +65,11 @@ is queued. Recipients with no known document are not checked.
 The body is encrypted end to end before signing when \`spec.encryption\` asks for it
 (docs/encryption.md); when it must be and a recipient has no encryption key (or is a
 topic), 422 with code \`encryption_key_unavailable\` and nothing is queued.
+
+\`to: {"a2a": "https://host/.well-known/agent-card.json"}\` sends to an A2A agent named by its
+agent card (recipient \`a2a:<card URL>\`): the runtime sends it as an A2A \`SendMessage\`
+(messageId the message_id), follows the task, records it in the delivery record's \`a2a\`, and
+hands the agent's answer to the application as a reply (docs/a2a.md#sending-to-an-a2a-agent).
 `;
 
 /**

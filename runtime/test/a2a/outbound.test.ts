@@ -1,0 +1,583 @@
+// Sending to A2A agents (docs/a2a.md#sending-to-an-a2a-agent): an application posts to its
+// runtime's local API with `to: {a2a: <card URL>}`; the ifp-runtime command (a real process, a
+// real nats-server, real TLS) fetches the card, sends, follows the task and hands the answer
+// back. The agents on the other side: the official A2A JS SDK's server (@a2a-js/sdk
+// DefaultRequestHandler, InMemoryTaskStore, its Express handlers), another ifp-runtime's A2A
+// face, and scripted servers for what no honest agent answers.
+import { createPublicKey } from "node:crypto";
+import { createServer, type Server } from "node:https";
+import { join } from "node:path";
+import { AgentEvent, type AgentExecutor, DefaultRequestHandler, InMemoryTaskStore } from "@a2a-js/sdk/server";
+import { agentCardHandler, jsonRpcHandler, restHandler, UserBuilder } from "@a2a-js/sdk/server/express";
+import express from "express";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { NatsServer } from "../../../e2e/support/nats.ts";
+import { httpsRequest } from "../../../e2e/support/https.ts";
+import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { describeExit, spawnProcess, type ManagedProcess } from "../../../e2e/support/process.ts";
+import pino from "pino";
+import { signCard } from "../../src/a2a/card.ts";
+import { A2aPeers, peerReplyId } from "../../src/a2a/peer.ts";
+import { HttpClient } from "../../src/net/http-client.ts";
+import { TargetPolicy } from "../../src/net/targets.ts";
+import { verifyRequest } from "../../src/protocol/http-signatures.ts";
+import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
+import {
+  identity,
+  LOOPBACK_TARGETS,
+  peerOf,
+  signed,
+  tempDir,
+  writeAgentManifest,
+  writeKey,
+} from "../support/fixtures.ts";
+import { send, untilState } from "../support/outbox-harness.ts";
+
+const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
+
+let nats: NatsServer;
+let tls: Tls;
+withNatsAndTls((n, t) => {
+  nats = n;
+  tls = t;
+});
+
+const sender = identity("a2a-sender");
+const cardKey = identity("https://localhost/card-signer");
+
+let runtime: ManagedProcess;
+let handler: Awaited<ReturnType<typeof startHandler>>;
+let localApi: string;
+let sdk: { server: Server; base: string; requests: { path: string; headers: Record<string, unknown>; body: any }[] };
+
+const part = (text: string) => ({
+  content: { $case: "text" as const, value: text },
+  metadata: undefined,
+  filename: "",
+  mediaType: "",
+});
+const agentMessage = (id: string, contextId: string, taskId: string, text: string) =>
+  ({
+    messageId: id,
+    contextId,
+    taskId,
+    role: 2,
+    parts: [part(text)],
+    metadata: undefined,
+    extensions: [],
+    referenceTaskIds: [],
+  }) as never;
+
+/** The SDK agent: what it does depends on the text it gets. */
+const executor: AgentExecutor = {
+  async execute(ctx, bus) {
+    const p = ctx.userMessage.parts[0] as { content?: { $case: string; value: unknown } };
+    const text = p?.content?.$case === "text" ? String(p.content.value) : "";
+    const { taskId, contextId } = ctx;
+    if (text.startsWith("message:")) {
+      bus.publish(AgentEvent.message(agentMessage(`m-${taskId}`, contextId, "", `You said ${text.slice(8)}`)));
+      bus.finished();
+      return;
+    }
+    const task = ctx.task ?? {
+      id: taskId,
+      contextId,
+      status: { state: 1, message: undefined, timestamp: undefined },
+      artifacts: [],
+      history: [ctx.userMessage],
+      metadata: undefined,
+    };
+    bus.publish(AgentEvent.task(task as never));
+    const status = (state: number, message?: unknown) =>
+      bus.publish(
+        AgentEvent.statusUpdate({
+          taskId,
+          contextId,
+          status: { state, message, timestamp: undefined },
+          metadata: undefined,
+        } as never),
+      );
+    if (text.startsWith("forever")) {
+      status(2); // WORKING, and never more
+      return;
+    }
+    if (text.startsWith("city?")) {
+      status(6, agentMessage(`q-${taskId}`, contextId, taskId, "Which city?")); // INPUT_REQUIRED
+      bus.finished();
+      return;
+    }
+    await new Promise((r) => setTimeout(r, 300));
+    bus.publish(
+      AgentEvent.artifactUpdate({
+        taskId,
+        contextId,
+        artifact: {
+          artifactId: "forecast",
+          name: "forecast",
+          description: "",
+          parts: [
+            {
+              content: { $case: "data", value: { city: text, sky: "clear" } },
+              metadata: undefined,
+              filename: "",
+              mediaType: "application/json",
+            },
+          ],
+          metadata: undefined,
+          extensions: [],
+        },
+        append: false,
+        lastChunk: true,
+        metadata: undefined,
+      } as never),
+    );
+    status(3, agentMessage(`done-${taskId}`, contextId, taskId, `Weather for ${text}: clear`)); // COMPLETED
+    bus.finished();
+  },
+  async cancelTask() {},
+};
+
+/** A signed card (the way the A2A face signs its own), optionally changed after signing. */
+function signedCard(base: string, rpcUrl: string, tamper = false) {
+  const card = {
+    name: "signed-sdk-agent",
+    description: "An agent whose card is signed",
+    supportedInterfaces: [{ url: rpcUrl, protocolBinding: "JSONRPC", protocolVersion: "1.0" }],
+    version: "1.0.0",
+    capabilities: { streaming: false },
+    defaultInputModes: ["text/plain"],
+    defaultOutputModes: ["text/plain"],
+    skills: [],
+  };
+  const signature = signCard(card, cardKey.signing, `${base}/signed/jwks.json`);
+  return { ...card, ...(tamper ? { name: "someone else" } : {}), signatures: [signature] };
+}
+
+async function startSdkAgent(): Promise<typeof sdk> {
+  const port = await freePort();
+  const base = `https://localhost:${port}`;
+  const card = {
+    name: "sdk-agent",
+    description: "The A2A JS SDK's server",
+    supportedInterfaces: [
+      { url: `${base}/grpc`, protocolBinding: "GRPC", tenant: "", protocolVersion: "1.0" },
+      { url: `${base}/rpc`, protocolBinding: "JSONRPC", tenant: "", protocolVersion: "1.0" },
+      { url: `${base}/rest`, protocolBinding: "HTTP+JSON", tenant: "", protocolVersion: "1.0" },
+    ],
+    version: "1.0.0",
+    capabilities: { streaming: true, pushNotifications: false, extensions: [], extendedAgentCard: false },
+    securitySchemes: {},
+    securityRequirements: [],
+    defaultInputModes: ["text/plain"],
+    defaultOutputModes: ["text/plain"],
+    skills: [],
+    signatures: [],
+  };
+  const handler = new DefaultRequestHandler(card as never, new InMemoryTaskStore(), executor);
+  const requests: typeof sdk.requests = [];
+  const app = express();
+  app.use((req, _res, next) => {
+    requests.push({ path: req.path, headers: req.headers, body: undefined });
+    next();
+  });
+  app.use("/.well-known/agent-card.json", agentCardHandler({ agentCardProvider: handler }));
+  app.get("/rest-card.json", (_req, res) => {
+    res.json({
+      ...card,
+      supportedInterfaces: [{ url: `${base}/rest`, protocolBinding: "HTTP+JSON", protocolVersion: "1.0" }],
+    });
+  });
+  app.use("/rpc", express.raw({ type: "*/*" }), (req, _res, next) => {
+    const raw = req.body as Buffer;
+    requests.at(-1)!.body = JSON.parse(raw.toString());
+    void verifyRequest({ method: req.method, url: `${base}/rpc`, headers: req.headers, body: raw }, async () =>
+      createPublicKey(sender.signing.privateKey),
+    ).then(
+      () => Object.assign(requests.at(-1)!, { signatureVerified: true }),
+      (err: Error) => Object.assign(requests.at(-1)!, { signatureVerified: err.message }),
+    );
+    req.body = JSON.parse(raw.toString());
+    next();
+  });
+  app.use("/rpc", jsonRpcHandler({ requestHandler: handler, userBuilder: UserBuilder.noAuthentication }));
+  app.use("/rest", restHandler({ requestHandler: handler, userBuilder: UserBuilder.noAuthentication }));
+  // What no honest agent answers.
+  app.get("/big/agent-card.json", (_req, res) => {
+    res.json({ ...card, description: "x".repeat(70 * 1024) });
+  });
+  app.get("/nointerface/agent-card.json", (_req, res) => {
+    res.json({
+      ...card,
+      supportedInterfaces: [
+        { url: `${base}/grpc`, protocolBinding: "GRPC", protocolVersion: "1.0" },
+        { url: `${base}/rpc`, protocolBinding: "JSONRPC", protocolVersion: "0.3" },
+        { url: `http://localhost:${port}/rpc`, protocolBinding: "JSONRPC", protocolVersion: "1.0" },
+      ],
+    });
+  });
+  app.get("/garbage/agent-card.json", (_req, res) => {
+    res.json({
+      ...card,
+      supportedInterfaces: [{ url: `${base}/garbage/rpc`, protocolBinding: "JSONRPC", protocolVersion: "1.0" }],
+    });
+  });
+  app.post("/garbage/rpc", (_req, res) => {
+    res.type("text/html").send("<html>upstream hiccup</html>");
+  });
+  app.get("/failing/agent-card.json", (_req, res) => {
+    res.json({
+      ...card,
+      supportedInterfaces: [{ url: `${base}/failing/rpc`, protocolBinding: "JSONRPC", protocolVersion: "1.0" }],
+    });
+  });
+  app.post("/failing/rpc", (_req, res) => {
+    res.status(503).json({ error: "down for maintenance" });
+  });
+  app.get("/signed/agent-card.json", (_req, res) => {
+    res.json(signedCard(base, `${base}/rpc`));
+  });
+  app.get("/tampered/agent-card.json", (_req, res) => {
+    res.json(signedCard(base, `${base}/rpc`, true));
+  });
+  app.get("/signed/jwks.json", (_req, res) => {
+    const jwk = createPublicKey(cardKey.signing.privateKey).export({ format: "jwk" });
+    res.json({ keys: [{ ...jwk, kid: `${cardKey.agentId}#${cardKey.keyId}`, alg: "EdDSA" }] });
+  });
+  const server = createServer({ cert: tls.cert, key: tls.key }, app);
+  await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
+  return { server, base, requests };
+}
+
+beforeAll(async () => {
+  handler = await startHandler();
+  sdk = await startSdkAgent();
+  const dir = tempDir("ifp-a2a-out-");
+  const [port, localPort] = [await freePort(), await freePort()];
+  localApi = `http://127.0.0.1:${localPort}`;
+  writeAgentManifest(dir, {
+    agentId: sender.agentId,
+    handler: { url: handler.url },
+    outbound: { backoff: ["300ms"], retryFor: "3s" },
+  });
+  runtime = spawnProcess(
+    "ifp-runtime agent (a2a sender)",
+    process.execPath,
+    [
+      BIN,
+      "agent",
+      ...["--manifest", join(dir, "agent.yaml"), "--signing-key", writeKey(dir, sender)],
+      ...["--port", String(port), "--local-api-port", String(localPort), "--host", "127.0.0.1"],
+      ...["--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--ca-file", tls.files.ca, "--nats", nats.url],
+    ],
+    { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
+  );
+  await waitFor(
+    "the sending agent to be ready",
+    async () => {
+      if (runtime.exit) throw new Error(`the runtime ${describeExit(runtime.exit)}:\n${runtime.log()}`);
+      const res = await httpsRequest(`https://localhost:${port}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }));
+      return res.status === 200;
+    },
+    30_000,
+    200,
+  );
+}, 60_000);
+
+afterAll(async () => {
+  await runtime?.stop();
+  await handler?.close();
+  await new Promise((r) => sdk?.server.close(r));
+});
+
+/** The hand-off answering the outbound message `id`. */
+async function answerTo(id: string, timeoutMs = 20_000) {
+  let found: (typeof handler.received)[number] | undefined;
+  await waitFor(
+    `the answer to ${id}`,
+    async () => {
+      found = handler.received.find((r) => r.body.headers.thread?.in_reply_to === id);
+      return found !== undefined;
+    },
+    timeoutMs,
+  );
+  return found!;
+}
+
+describe("sending to the A2A JS SDK's server", () => {
+  it("sends over JSON-RPC, follows the task to completed and hands its message and artifact back as a reply", async () => {
+    const card = `${sdk.base}/.well-known/agent-card.json`;
+    const sent = await send(localApi, { to: { a2a: card }, text: "Lisbon", conversation_id: "conv:weather" });
+    expect(sent.status).toBe(202);
+    const id = sent.body.message_id;
+    expect(sent.body.message.headers.to).toEqual([{ agent: `a2a:${card}` }]);
+    const done = await untilState(localApi, id, "delivered");
+    const r = done.recipients[0];
+    expect(r).toMatchObject({
+      agent: `a2a:${card}`,
+      state: "delivered",
+      via: `${sdk.base}/rpc`,
+      a2a: { interface: `${sdk.base}/rpc`, binding: "JSONRPC", card_signed: false, state: "TASK_STATE_COMPLETED" },
+    });
+    expect(r.decision).toMatch(/^task .+ TASK_STATE_COMPLETED$/);
+    const answer = await answerTo(id);
+    expect(answer.headers["ifp-sender"]).toBe(`a2a:${card}`);
+    expect(answer.headers["ifp-auth-source"]).toBe("a2a-peer:card");
+    expect(answer.body.headers).toMatchObject({
+      message_id: peerReplyId(id),
+      from: { agent: `a2a:${card}`, display: "sdk-agent" },
+      to: [{ agent: sender.agentId }],
+      conversation_id: "conv:weather",
+      phase: "reply",
+      thread: { in_reply_to: id },
+      extensions: {
+        a2a: {
+          origin: "a2a-peer",
+          task_id: r.a2a.task_id,
+          context_id: r.a2a.context_id,
+          state: "TASK_STATE_COMPLETED",
+          artifact_ids: ["forecast"],
+        },
+      },
+    });
+    expect(answer.body.body.text).toBe("Weather for Lisbon: clear");
+    expect(answer.body.body.parts).toEqual([
+      { content_type: "application/json", name: "forecast", content: { city: "Lisbon", sky: "clear" } },
+    ]);
+    // What the SDK got: messageId the IFP message_id, A2A-Version 1.0, signed as the A2A face verifies.
+    const call = sdk.requests.find((q) => q.body?.params?.message?.messageId === id)!;
+    expect(call.body).toMatchObject({
+      method: "SendMessage",
+      params: { message: { role: "ROLE_USER", parts: [{ text: "Lisbon" }] } },
+    });
+    expect(call.headers["a2a-version"]).toBe("1.0");
+    expect(call.headers["signature-input"]).toContain(`keyid="${sender.agentId}#key-1"`);
+    await waitFor("the signature checked", async () => "signatureVerified" in call, 5_000);
+    expect((call as { signatureVerified?: unknown }).signatureVerified).toBe(true);
+  });
+
+  it("hands a direct message answer back, and uses HTTP+JSON when the card offers only that", async () => {
+    const sent = await send(localApi, { to: { a2a: `${sdk.base}/rest-card.json` }, text: "message:hi" });
+    const done = await untilState(localApi, sent.body.message_id, "delivered");
+    expect(done.recipients[0].a2a).toMatchObject({ binding: "HTTP+JSON", state: "MESSAGE" });
+    const answer = await answerTo(sent.body.message_id);
+    expect(answer.body.body.text).toBe("You said hi");
+    expect(answer.body.headers.extensions.a2a.state).toBe("MESSAGE");
+  });
+
+  it("stops at input-required, and the application's reply continues the same task", async () => {
+    const card = `${sdk.base}/.well-known/agent-card.json`;
+    const sent = await send(localApi, { to: { a2a: card }, text: "city?" });
+    const first = await untilState(localApi, sent.body.message_id, "delivered");
+    expect(first.recipients[0].a2a.state).toBe("TASK_STATE_INPUT_REQUIRED");
+    const question = await answerTo(sent.body.message_id);
+    expect(question.body.body.text).toBe("Which city?");
+    // The reply goes back to the A2A agent (the question's sender), into its task.
+    const reply = await send(localApi, { in_reply_to: question.body.headers.message_id, text: "Porto" });
+    expect(reply.status).toBe(202);
+    expect(reply.body.message.headers.to).toEqual([{ agent: `a2a:${card}` }]);
+    expect(reply.body.message.headers.extensions.a2a).toEqual({
+      context_id: first.recipients[0].a2a.context_id,
+      task_id: first.recipients[0].a2a.task_id,
+    });
+    const second = await untilState(localApi, reply.body.message_id, "delivered");
+    expect(second.recipients[0].a2a).toMatchObject({
+      task_id: first.recipients[0].a2a.task_id,
+      state: "TASK_STATE_COMPLETED",
+    });
+    expect((await answerTo(reply.body.message_id)).body.body.text).toBe("Weather for Porto: clear");
+  });
+
+  it("follows a task that never ends only until the message's ttl, then says so", async () => {
+    const sent = await send(localApi, {
+      to: { a2a: `${sdk.base}/.well-known/agent-card.json` },
+      text: "forever",
+      ttl_seconds: 4,
+    });
+    const t0 = Date.now();
+    const done = await untilState(localApi, sent.body.message_id, "delivered", 20_000);
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    expect(done.recipients[0].a2a.state).toBe("TASK_STATE_WORKING");
+    expect(done.recipients[0].decision).toMatch(
+      /still TASK_STATE_WORKING after following it for \d+ s; not followed further/,
+    );
+    const answer = await answerTo(sent.body.message_id);
+    expect(answer.body.headers.extensions.a2a.state).toBe("TASK_STATE_WORKING");
+  });
+
+  it("verifies a signed card, and refuses one changed after signing, naming why", async () => {
+    const good = await send(localApi, { to: { a2a: `${sdk.base}/signed/agent-card.json` }, text: "Oslo" });
+    const ok = await untilState(localApi, good.body.message_id, "delivered");
+    expect(ok.recipients[0].a2a.card_signed).toBe(true);
+    expect((await answerTo(good.body.message_id)).headers["ifp-auth-source"]).toBe("a2a-peer:signed-card");
+
+    const before = sdk.requests.length;
+    const bad = await send(localApi, { to: { a2a: `${sdk.base}/tampered/agent-card.json` }, text: "Oslo" });
+    const refused = await untilState(localApi, bad.body.message_id, "failed");
+    expect(refused.recipients[0].last_error).toMatch(
+      /agent card .* is refused: its signature signature 1 .* does not verify/,
+    );
+    expect(refused.recipients[0].attempts).toBe(1);
+    expect(sdk.requests.slice(before).some((q) => q.path === "/rpc")).toBe(false);
+  });
+});
+
+describe("what no honest A2A agent answers", () => {
+  it("refuses a card over the size cap, a card with no usable interface, without sending", async () => {
+    const before = sdk.requests.length;
+    const big = await send(localApi, { to: { a2a: `${sdk.base}/big/agent-card.json` }, text: "hi" });
+    const none = await send(localApi, { to: { a2a: `${sdk.base}/nointerface/agent-card.json` }, text: "hi" });
+    const a = await untilState(localApi, big.body.message_id, "failed");
+    const b = await untilState(localApi, none.body.message_id, "failed");
+    expect(a.recipients[0].last_error).toMatch(
+      /agent card at .* is refused: the answer declares \d+ bytes, more than the 65536 allowed$/,
+    );
+    expect(b.recipients[0].last_error).toMatch(
+      /names no usable interface .* GRPC 1\.0 at .*; JSONRPC 0\.3 at .*; JSONRPC 1\.0 at http:\/\//,
+    );
+    expect(sdk.requests.slice(before).some((q) => q.path === "/rpc")).toBe(false);
+  });
+
+  it("retries a peer answering garbage or 503, then gives up with the reason", async () => {
+    const garbage = await send(localApi, { to: { a2a: `${sdk.base}/garbage/agent-card.json` }, text: "hi" });
+    const failing = await send(localApi, { to: { a2a: `${sdk.base}/failing/agent-card.json` }, text: "hi" });
+    const g = await untilState(localApi, garbage.body.message_id, "undeliverable", 20_000);
+    const f = await untilState(localApi, failing.body.message_id, "undeliverable", 20_000);
+    expect(g.recipients[0].attempts).toBeGreaterThan(1);
+    expect(g.recipients[0].last_error).toMatch(
+      /answer to SendMessage is not JSON .*still failing after the 3 s retry window/,
+    );
+    expect(f.recipients[0].attempts).toBeGreaterThan(1);
+    expect(f.recipients[0].last_error).toMatch(/SendMessage answered 503/);
+    expect(sdk.requests.filter((q) => q.path === "/garbage/rpc").length).toBe(g.recipients[0].attempts);
+  });
+
+  it("refuses bad input at the local API: a card URL that is not https", async () => {
+    const plain = await send(localApi, { to: { a2a: "http://localhost/.well-known/agent-card.json" }, text: "hi" });
+    expect(plain.status).toBe(400);
+    expect(plain.body.code).toBe("invalid_format");
+    const notUrl = await send(localApi, { to: { a2a: "not a url" }, text: "hi" });
+    expect(notUrl.status).toBe(400);
+    const whole = await send(localApi, {
+      headers: { to: [{ agent: "a2a:ftp://x" }], phase: "context" },
+      body: { text: "hi" },
+    });
+    expect(whole.status).toBe(400);
+    expect(whole.body.message).toMatch(/an A2A recipient is a2a: and the https URL of its agent card/);
+    const extra = await send(localApi, {
+      to: { a2a: `${sdk.base}/.well-known/agent-card.json`, agent: "x" },
+      text: "hi",
+    });
+    expect(extra.status).toBe(400);
+  });
+});
+
+describe("sending to another ifp-runtime's A2A face", () => {
+  const peer = identity("a2a-face-agent");
+  let face: Awaited<ReturnType<typeof runAgent>>;
+  let faceApp: Awaited<ReturnType<typeof startHandler>>;
+  let guarded: Awaited<ReturnType<typeof runAgent>>;
+
+  beforeAll(async () => {
+    faceApp = await startHandler();
+    [face, guarded] = await Promise.all([
+      runAgent({
+        self: peer,
+        natsUrl: nats.url,
+        tls,
+        spec: { peers: [peerOf(sender)], handler: { url: faceApp.url }, a2a: { enabled: true, waitFor: "1s" } },
+      }),
+      // What a user writes who allows no special address (the default): loopback is refused.
+      runAgent({
+        self: identity("guarded-sender"),
+        natsUrl: nats.url,
+        tls,
+        spec: { network: { allowPrivateTargets: [] } },
+      }),
+    ]);
+  });
+  afterAll(async () => {
+    await Promise.all([face?.close(), guarded?.close()]);
+    await faceApp?.close();
+  });
+
+  it("verifies its signed card, is taken at level 2 by its signature, and brings back the application's answer", async () => {
+    const port = new URL(face.url).port;
+    const card = `https://localhost:${port}/.well-known/agent-card.json`;
+    const sent = await send(localApi, { to: { a2a: card }, text: "Are you free on Tuesday?" });
+    expect(sent.status).toBe(202);
+    // The peer's application gets it as an A2A message from this agent, verified by its key.
+    let got: (typeof faceApp.received)[number] | undefined;
+    await waitFor("the A2A face's hand-off", async () => {
+      got = faceApp.received.find((r) => r.body.headers.extensions?.a2a?.message_id === sent.body.message_id);
+      return got !== undefined;
+    });
+    expect(got!.headers["ifp-sender"]).toBe(sender.agentId);
+    expect(got!.headers["ifp-auth-level"]).toBe("2");
+    expect(got!.body.body.text).toBe("Are you free on Tuesday?");
+    // Its application answers through its local API: the task completes with the answer.
+    const res = await fetch(`${face.localApiUrl}/outbox`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ in_reply_to: got!.body.headers.message_id, text: "Tuesday works" }),
+    });
+    expect(res.status).toBe(202);
+    const done = await untilState(localApi, sent.body.message_id, "delivered");
+    expect(done.recipients[0].a2a).toMatchObject({
+      binding: "JSONRPC",
+      card_signed: true,
+      state: "TASK_STATE_COMPLETED",
+    });
+    const answer = await answerTo(sent.body.message_id);
+    expect(answer.body.body.text).toBe("Tuesday works");
+    expect(answer.headers["ifp-auth-level"]).toBe("1");
+  });
+
+  it("sends a retry with the same messageId, which the face takes as the same message: one task, one hand-off", async () => {
+    const port = new URL(face.url).port;
+    const card = `https://localhost:${port}/.well-known/agent-card.json`;
+    const handedOff: Record<string, unknown>[] = [];
+    const http = new HttpClient({
+      caFile: tls.files.ca,
+      targets: new TargetPolicy(LOOPBACK_TARGETS.allowPrivateTargets),
+    });
+    const peers = new A2aPeers({
+      http,
+      signing: sender.signing,
+      handOff: async (m) => void handedOff.push(m),
+      log: pino({ level: "silent" }),
+      limits: { followForMs: 2_000 },
+    });
+    try {
+      const message = signed(sender, `a2a:${card}`, { phase: "context" }, "Lunch on Friday?");
+      const first = await peers.deliver(message, `a2a:${card}`);
+      const again = await peers.deliver(message, `a2a:${card}`);
+      expect(first).toMatchObject({ kind: "delivered", a2a: { state: "TASK_STATE_SUBMITTED" } });
+      expect(again.kind).toBe("delivered");
+      expect((again as { a2a: { task_id: string } }).a2a.task_id).toBe(
+        (first as { a2a: { task_id: string } }).a2a.task_id,
+      );
+      await new Promise((r) => setTimeout(r, 500));
+      const got = faceApp.received.filter(
+        (r) => r.body.headers.extensions?.a2a?.message_id === message.headers.message_id,
+      );
+      expect(got).toHaveLength(1);
+      expect(handedOff).toHaveLength(2);
+    } finally {
+      await http.close();
+    }
+  });
+
+  it("refuses a card on loopback when spec.network.allowPrivateTargets does not allow it, without a request", async () => {
+    const before = sdk.requests.length;
+    const sent = await send(guarded.localApiUrl, {
+      to: { a2a: `${sdk.base}/.well-known/agent-card.json` },
+      text: "hi",
+    });
+    expect(sent.status).toBe(202);
+    const done = await untilState(guarded.localApiUrl, sent.body.message_id, "failed");
+    expect(done.recipients[0].last_error).toMatch(
+      /agent card at .* is refused as a target: localhost resolves to .*not allowed by spec\.network\.allowPrivateTargets/,
+    );
+    expect(sdk.requests.length).toBe(before);
+  });
+});
