@@ -25,7 +25,7 @@ import { exponentialDelay } from "../util/backoff.ts";
 import { errorMessage } from "../util/errors.ts";
 import type { Caller } from "./callers.ts";
 import { changes, type InlinePush } from "./service.ts";
-import { asUnavailable, isTaskId, keyToken, type StoredTask, type TaskStore } from "./tasks.ts";
+import { asUnavailable, isTaskId, keyToken, type StoredTask, TaskStore } from "./tasks.ts";
 import {
   A2aError,
   issues,
@@ -136,9 +136,23 @@ export class A2aPush implements InlinePush {
     return this.check(raw);
   }
 
-  /** The inline config of a message, once its task is stored: every change after the submitted task is pushed. */
+  /**
+   * The inline config of a message, once its task is stored: every change after the task as the
+   * message left it is pushed. That is the task's revision holding `stored` (a follow-up's task,
+   * or a repeat's, has revisions before it), else, when the bucket no longer keeps it, the
+   * task's latest.
+   */
   async attach(caller: Caller, stored: StoredTask, prepared: unknown): Promise<void> {
-    await this.put(caller, prepared as PushConfigRequest, stored.task, 0);
+    const given = prepared as PushConfigRequest;
+    try {
+      const kv = this.deps.tasks.entries();
+      const revisions = await this.revisions(kv, TaskStore.key(caller.id, stored.task.id), 0);
+      const text = JSON.stringify(stored.task);
+      const at = revisions.findLast((r) => JSON.stringify(r.task) === text) ?? revisions.at(-1);
+      await this.put(caller, given, at?.task ?? stored.task, at?.rev ?? 0);
+    } catch (err) {
+      throw asUnavailable(err);
+    }
   }
 
   /** Write a config (a new one, or one of the same id replaced: its deliveries go on where they were). */

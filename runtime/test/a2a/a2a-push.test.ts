@@ -305,6 +305,21 @@ describe("push notification configs through the official SDK", () => {
     expect(listed.configs.map((x) => [x.id, x.url, x.token])).toEqual([[task.id, `${hooks}/inline`, "inline-token-1"]]);
   });
 
+  it("inline with a follow-up message: only the changes after it are pushed, none of the task's earlier ones", async () => {
+    const taskId = await newTask();
+    await localPost(`/a2a/tasks/${taskId}`, { state: "TASK_STATE_WORKING", artifact: { text: "earlier" } });
+    await localPost(`/a2a/tasks/${taskId}`, { state: "TASK_STATE_INPUT_REQUIRED", message: { text: "which day?" } });
+    const followUp = await rpc("SendMessage", {
+      message: { messageId: randomUUID(), taskId, role: "ROLE_USER", parts: [{ text: "Tuesday" }] },
+      configuration: { returnImmediately: true, taskPushNotificationConfig: { url: `${hooks}/followup`, token: "f" } },
+    });
+    expect(followUp.body.result.task.status.state).toBe("TASK_STATE_SUBMITTED");
+    await localPost(`/a2a/tasks/${taskId}`, { state: "TASK_STATE_COMPLETED" });
+    await waitForPushes("/followup", 1);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(at("/followup").map((p) => p.body.statusUpdate?.status.state)).toEqual(["TASK_STATE_COMPLETED"]);
+  });
+
   it("HTTP+JSON: create, get, list and delete configs; each gets the updates with its token and Bearer credentials", async () => {
     const c = await client("HTTP+JSON");
     const task = (await c.sendMessage(userMessage("set me up"))) as any;
