@@ -517,6 +517,18 @@ describe("delivery", () => {
     expect(p!.headers["x-a2a-notification-token"]).toBe("flaky-token");
   });
 
+  it("an event the receiver refuses (4xx) is given up at once, and the next one still sent", async () => {
+    answers.set("/refuses", (n) => (n === 1 ? 400 : 200));
+    const taskId = await newTask();
+    await rpc("CreateTaskPushNotificationConfig", { taskId, url: `${hooks}/refuses` });
+    await localPost(`/a2a/tasks/${taskId}`, { state: "TASK_STATE_WORKING" });
+    await waitFor("the refusal", async () => attempts.get("/refuses") === 1, 10_000);
+    await localPost(`/a2a/tasks/${taskId}`, { state: "TASK_STATE_COMPLETED" });
+    const [p] = await waitForPushes("/refuses", 1);
+    expect(p!.body.statusUpdate.status.state).toBe("TASK_STATE_COMPLETED");
+    expect(attempts.get("/refuses")).toBe(2);
+  });
+
   it("a runtime killed while a push is pending delivers it after the restart", async () => {
     let up = false;
     answers.set("/down", () => (up ? 200 : 503));
