@@ -93,6 +93,15 @@ describe("TrustedProxies.clientAddress", () => {
   it("believes no X-Forwarded-For from a peer that is not a trusted proxy, nor with no proxies", () => {
     expect(proxies.clientAddress(req("203.0.113.7", "198.51.100.1"))).toBe("203.0.113.7");
     expect(new TrustedProxies().clientAddress(req("::ffff:10.0.0.1", "198.51.100.1"))).toBe("10.0.0.1");
+    // Asked again and again (the spelling is remembered per peer), the answer stays the peer's own.
+    const none = new TrustedProxies();
+    for (let i = 0; i < 3; i++) {
+      expect(none.clientAddress(req("::ffff:10.0.0.1", "198.51.100.1"))).toBe("10.0.0.1");
+      expect(none.clientAddress(req("2001:DB8:0:0::1"))).toBe("2001:db8::1");
+      expect(none.clientAddress(req("not-an-ip"))).toBe("unknown");
+    }
+    for (let i = 0; i < 5000; i++) none.clientAddress(req(`10.1.${i >> 8}.${i & 255}`));
+    expect(none.clientAddress(req("10.1.19.135"))).toBe("10.1.19.135");
   });
 
   it("uses the peer's own address when the entry reached is no address, and says unknown without a peer", () => {

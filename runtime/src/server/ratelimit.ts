@@ -122,6 +122,8 @@ function spell(a: Address): string {
  */
 export class TrustedProxies {
   private readonly blocks: [Address, number][] = [];
+  /** Peer address as received → its spelling, when no proxy is trusted (at most 4,096). */
+  private readonly peers = new Map<string, string>();
 
   constructor(list: readonly string[] = []) {
     for (const entry of list) {
@@ -148,9 +150,22 @@ export class TrustedProxies {
 
   /** The client address of a request (see the class): the key of its per-address limit, "unknown" without a peer address. */
   clientAddress(req: { headers: IncomingHttpHeaders; socket: { remoteAddress?: string } }): string {
-    const peer = parseIp(req.socket.remoteAddress);
+    const remote = req.socket.remoteAddress;
+    // Without proxies the answer is the peer's own spelling, remembered: every request asks for
+    // it once or twice, and its peers are few next to its requests.
+    if (this.blocks.length === 0 && remote !== undefined) {
+      const known = this.peers.get(remote);
+      if (known !== undefined) return known;
+    }
+    const peer = parseIp(remote);
     if (!peer) return "unknown";
-    if (this.blocks.length === 0 || !this.trusts(peer)) return spell(peer);
+    if (this.blocks.length === 0) {
+      const spelled = spell(peer);
+      if (this.peers.size >= 4096) this.peers.clear();
+      this.peers.set(remote!, spelled);
+      return spelled;
+    }
+    if (!this.trusts(peer)) return spell(peer);
     const header = req.headers["x-forwarded-for"];
     // The nearest 64 entries at most: a chain of proxies is never that long.
     const hops = (Array.isArray(header) ? header.join(",") : (header ?? "")).split(",").slice(-64);
