@@ -9,6 +9,7 @@ import { consistently, waitFor } from "./wait.ts";
 import { httpsRequest } from "./https.ts";
 import { describeExit, releaseDir, spawnProcess, tempDir, type ManagedProcess } from "./process.ts";
 import { createCA } from "./tls.ts";
+import { ApiReads, parseGet } from "./api-get.ts";
 
 /**
  * kubectl runs synchronously, which blocks the test's own timeout timer: a kubectl that hangs
@@ -52,6 +53,8 @@ export interface ControlPlane {
    * connection, a wrong resource type, a forbidden request) throws.
    */
   tryJson<T = any>(args: string[]): T | undefined;
+  /** How many reads were answered by the API server directly rather than by a kubectl process (e2e/support/api-get.ts). */
+  directReads(): number;
   /** Start an extra component (kube-scheduler, kwok) with the admin kubeconfig. */
   startProcess(name: string, bin: string, args: string[]): ChildProcess;
   /** The components and extra processes, with their logs (also in `<dir>/<name>.log`). */
@@ -128,7 +131,16 @@ export async function startControlPlane(
   let server = "";
   let kubeconfig = "";
   let caCert = "";
+  let reads: ApiReads | undefined;
+  /** A simple `get … -o json` straight from the API server (e2e/support/api-get.ts), else kubectl's. */
   const kubectl = (args: string[], input?: string) => {
+    const get = input === undefined && reads ? parseGet(args) : undefined;
+    const read = get?.json ? reads!.read(get) : undefined;
+    if (read && "notFound" in read) throw new KubectlError(args, 1, read.notFound);
+    if (read) return `${JSON.stringify(read.value, null, 4)}\n`;
+    return spawnKubectl(args, input);
+  };
+  const spawnKubectl = (args: string[], input?: string) => {
     const r = spawnSync("kubectl", ["--kubeconfig", kubeconfig, ...args], {
       input,
       encoding: "utf8",
@@ -154,6 +166,7 @@ export async function startControlPlane(
       ips: [...new Set(["127.0.0.1", address, KUBERNETES_SERVICE_IP])],
     });
     const admin = await ca.issue({ commonName: "admin", organization: "system:masters", client: true });
+    const adminKeys = { ca: ca.cert, cert: admin.cert, key: admin.key };
     const sa = generateKeyPairSync("rsa", { modulusLength: 2048 });
     const file = (name: string, text: string) => {
       const p = join(dir, name);
@@ -257,6 +270,7 @@ export async function startControlPlane(
       60_000,
       250,
     );
+    reads = new ApiReads({ server, ...adminKeys });
 
     // CRDs before the controller manager, so that its garbage collector discovers them at start
     // rather than at its next discovery resync (30 s later).
@@ -308,7 +322,13 @@ export async function startControlPlane(
     return fail(err);
   }
 
-  const json = <T>(args: string[]): T => JSON.parse(kubectl([...args, "-o", "json"])) as T;
+  const json = <T>(args: string[]): T => {
+    const get = reads ? parseGet([...args, "-o", "json"]) : undefined;
+    const read = get ? reads!.read(get) : undefined;
+    if (read && "notFound" in read) throw new KubectlError(args, 1, read.notFound);
+    if (read) return read.value as T;
+    return JSON.parse(spawnKubectl([...args, "-o", "json"])) as T;
+  };
   return {
     server,
     kubeconfig,
@@ -324,6 +344,7 @@ export async function startControlPlane(
         throw err;
       }
     },
+    directReads: () => reads?.served ?? 0,
     startProcess,
     processes: () => [...procs],
     async stop() {
