@@ -24,7 +24,7 @@ describe("examples/", () => {
   it("trust exactly the public halves of the demo signing keys", () => {
     const publicOf = Object.fromEntries(
       docs
-        .filter((d) => d.doc.kind === "Secret")
+        .filter((d) => d.doc.kind === "Secret" && d.doc.stringData?.["signing.key"])
         .map((d) => [d.doc.metadata.name, rawPublicKey(privateKeyFromPem(d.doc.stringData["signing.key"]))]),
     );
     const agents = docs.filter((d) => d.doc.kind === "Agent").map((d) => Agent.parse(d.doc));

@@ -12,12 +12,14 @@
 //
 // Part of `npm test`; skipped with one line where the machine cannot run a node, or with
 // IFP_E2E_NODE=0.
-import { execFile, spawnSync } from "node:child_process";
+import { execFile, spawn, spawnSync } from "node:child_process";
 import { generateKeyPairSync, randomUUID } from "node:crypto";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import canonicalize from "canonicalize";
+import { flattenedVerify, importJWK } from "jose";
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { buildImage, IMAGES, type BuiltImage } from "./images/build.ts";
@@ -995,6 +997,192 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     }
   }, 300_000);
 
+  it("kubectl ifp send sends as one example Agent through its own runtime, and kubectl ifp tail in the other's pod sees it arrive", async () => {
+    failing();
+    const agents = exampleDocs().filter((d) => d.doc.kind === "Agent");
+    // A sender whose peers name the receiver by its URL.
+    const pair = agents.flatMap((a) =>
+      agents
+        .filter((b) => b !== a && a.doc.spec.peers?.some((p: Obj) => p.agentId === b.doc.spec.agentId && p.url))
+        .map((b) => [a, b] as const),
+    )[0];
+    expect(pair, "an example Agent whose peers name another by URL").toBeDefined();
+    const [from, to] = pair!;
+    const plugin = (args: string[]) => [PLUGIN, ...args, "--kubeconfig", cp.kubeconfig];
+    const tag = randomUUID().slice(0, 8);
+    const text = `through kubectl ifp send (${tag})`;
+    // tail first, as a person watching would; --since covers a message accepted before its watch opened.
+    const tail = spawn(process.execPath, plugin(["tail", to.doc.metadata.name, "-n", to.namespace, "--since", "120"]), {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let tailOut = "";
+    let tailErr = "";
+    tail.stdout.on("data", (c: Buffer) => (tailOut += c));
+    tail.stderr.on("data", (c: Buffer) => (tailErr += c));
+    const tailExit = new Promise<number | null>((resolve) => tail.on("close", (code) => resolve(code)));
+    try {
+      await withDiagnosis(
+        waitFor(
+          "kubectl ifp tail to follow",
+          () => {
+            if (tail.exitCode !== null) throw new Error(`kubectl ifp tail ended (${tail.exitCode}): ${tailErr}`);
+            return /following the messages the agent at http:\/\/127\.0\.0\.1:\d+ accepts/.test(tailErr);
+          },
+          120_000,
+          250,
+        ),
+      );
+      expect(tailErr).toMatch(
+        new RegExp(`^kubectl ifp: tail through pod ${to.doc.metadata.name}-\\S+ \\(container runtime\\)\n`),
+      );
+      const sent = await withDiagnosis(
+        run(
+          process.execPath,
+          plugin([
+            "send",
+            from.doc.metadata.name,
+            "-n",
+            from.namespace,
+            "--to",
+            to.doc.spec.agentId,
+            "--text",
+            text,
+            "--wait",
+            "120",
+          ]),
+          180_000,
+        ),
+      );
+      const [queuedLine, recordLine] = sent.trim().split("\n");
+      expect(queuedLine, sent).toMatch(/^202 /);
+      const queued = JSON.parse(queuedLine!.slice(4));
+      // Signed by the runtime with the Agent's own key, from its outbox.
+      expect(queued).toMatchObject({ status: "queued", duplicate: false });
+      expect(queued.message.headers.from).toEqual({ agent: from.doc.spec.agentId });
+      expect(queued.message.security.signatures[0].key_id).toMatch(new RegExp(`^${from.doc.spec.agentId}#`));
+      expect(JSON.parse(recordLine!)).toMatchObject({
+        message_id: queued.message_id,
+        state: "delivered",
+        recipients: [{ agent: to.doc.spec.agentId, state: "delivered" }],
+      });
+      const arrived = () =>
+        tailOut
+          .split("\n")
+          .filter(Boolean)
+          .map((l) => JSON.parse(l) as Obj)
+          .find((l) => l.message_id === queued.message_id);
+      await withDiagnosis(waitFor("the message in kubectl ifp tail's output", () => arrived(), 60_000, 250));
+      // As the receiver accepted it: verified against the key it lists for its peer (level 2).
+      expect(arrived()).toMatchObject({
+        sender: from.doc.spec.agentId,
+        auth_level: 2,
+        handed_on: true,
+        message: { body: { text } },
+      });
+      // Ctrl-C ends the plugin, and the exec with it.
+      tail.kill("SIGINT");
+      expect(await tailExit).toBe(0);
+    } finally {
+      tail.kill("SIGKILL");
+    }
+    // ifp's exit code comes back through the exec: a tail that stops by itself after the
+    // message (0), and one that does not see the 1000 messages it waits for (1).
+    const again = await run(
+      process.execPath,
+      plugin(["tail", to.doc.metadata.name, "-n", to.namespace, "--since", "600", "--count", "1", "--timeout", "60"]),
+      120_000,
+    );
+    expect(again.trim().split("\n")).toHaveLength(1);
+    const short = spawnSync(
+      process.execPath,
+      plugin(["tail", to.doc.metadata.name, "-n", to.namespace, "--count", "1000", "--timeout", "3"]),
+      { encoding: "utf8", timeout: 120_000 },
+    );
+    expect(short.status, short.stderr).toBe(1);
+    expect(short.stderr).toMatch(/0 of 1000 message\(s\) in 3 s/);
+  }, 420_000);
+
+  it("an A2A client in a pod reads alice's agent card through her Service, verifies its signature, and gets a SendMessage's task completed by her application's reply", async () => {
+    failing();
+    const docs = exampleDocs();
+    const agent = docs.find((d) => d.doc.kind === "Agent" && d.doc.spec.a2a?.enabled);
+    expect(agent, "an example Agent with spec.a2a.enabled").toBeDefined();
+    const { name } = agent!.doc.metadata;
+    const { namespace } = agent!;
+    const tokens = agent!.doc.spec.a2a.authentication?.bearerTokenSecret;
+    expect(tokens?.name, "the example's A2A bearer token Secret").toBeDefined();
+    // The URL the other examples reach the agent at: its Service.
+    const base = `https://${name}.${namespace}.svc`;
+    const tag = randomUUID().slice(0, 8);
+    const text = `Hello from an A2A client (${tag})`;
+    const client = scriptPod(
+      `a2a-${tag}`,
+      namespace,
+      images.runtime.ref,
+      A2A_SCRIPT,
+      [
+        { name: "BASE", value: base },
+        { name: "TEXT", value: text },
+        { name: "TOKENS", valueFrom: { secretKeyRef: { name: tokens.name, key: tokens.key ?? "tokens" } } },
+        // The install's CA, from the trust bundle the operator keeps beside every Agent.
+        { name: "NODE_EXTRA_CA_CERTS", value: "/etc/ifp/trust/ca.crt" },
+      ],
+      [{ name: "trust", path: "/etc/ifp/trust", source: { configMap: { name: `${name}-trust` } } }],
+    );
+    cp.kubectl(["apply", "-f", "-"], JSON.stringify(client));
+    const done = await withDiagnosis(
+      waitFor(
+        `pod ${namespace}/${client.metadata.name} to finish`,
+        () => {
+          const p = cp.tryJson(["-n", namespace, "get", "pod", client.metadata.name]);
+          return ["Succeeded", "Failed"].includes(p?.status?.phase) ? p : undefined;
+        },
+        300_000,
+        2000,
+      ),
+    );
+    const log = cp.kubectl(["-n", namespace, "logs", client.metadata.name]);
+    expect(done.status.phase, log.slice(-3000)).toBe("Succeeded");
+    const result = JSON.parse(log.trim().split("\n").pop()!);
+    // The card names the Service's URL (the request's Host) for its JSON-RPC interface.
+    expect(result.card.supportedInterfaces).toContainEqual(
+      expect.objectContaining({ url: `${base}/a2a/v1`, protocolBinding: "JSONRPC" }),
+    );
+    // Its JWS verifies with the key of the agent's JWKS over the card's canonical form (RFC 8785)…
+    const [sig] = result.card.signatures;
+    const header = JSON.parse(Buffer.from(sig.protected, "base64url").toString());
+    expect(header).toMatchObject({
+      alg: "EdDSA",
+      kid: `${agent!.doc.spec.agentId}#key-1`,
+      jku: `${base}/.well-known/a2a/jwks.json`,
+    });
+    const jwk = result.jwks.keys.find((k: Obj) => k.kid === header.kid);
+    const { signatures: _signatures, ...unsigned } = result.card;
+    const payload = Buffer.from(canonicalize(unsigned)!).toString("base64url");
+    await flattenedVerify(
+      { protected: sig.protected, signature: sig.signature, payload },
+      await importJWK(jwk, "EdDSA"),
+    );
+    // …and that key is the one its peers trust for it (the public half of the example's signing key).
+    const trusted = docs
+      .filter((d) => d.doc.kind === "Agent")
+      .flatMap((d) => d.doc.spec.peers ?? [])
+      .find((p: Obj) => p.agentId === agent!.doc.spec.agentId);
+    expect(jwk.x).toBe(trusted.keys[0].publicKey);
+    // A changed card does not verify.
+    const forged = Buffer.from(canonicalize({ ...unsigned, name: "someone else" })!).toString("base64url");
+    await expect(
+      flattenedVerify(
+        { protected: sig.protected, signature: sig.signature, payload: forged },
+        await importJWK(jwk, "EdDSA"),
+      ),
+    ).rejects.toThrow();
+    // The task, completed by the application's reply; without the token, 401.
+    expect(result.task.status.state, JSON.stringify(result.sent)).toBe("TASK_STATE_COMPLETED");
+    expect(result.task.status.message.parts[0].text).toBe(`Got your request message: “${text}”`);
+    expect(result.unauthenticated).toBe(401);
+  }, 330_000);
+
   it("passes helm test", async () => {
     failing();
     const out = await withDiagnosis(helm(["test", RELEASE, "-n", SYSTEM, "--timeout", "4m"], 5 * 60_000));
@@ -1196,6 +1384,52 @@ while (queued && Date.now() < deadline) {
 console.log(JSON.stringify(result));
 writeFileSync("/dev/termination-log", JSON.stringify(result).slice(0, 4000));
 process.exitCode = result.record?.state === "delivered" && result.refused?.every((r) => r === "401 unauthorized") ? 0 : 1;
+`;
+
+/**
+ * An A2A client as a user writes one with fetch: the agent card and the JWKS (printed for the test
+ * to verify), SendMessage over JSON-RPC at the card's interface with the first bearer token of
+ * the Secret, GetTask until the task is terminal, and one call without a token. One JSON line.
+ */
+const A2A_SCRIPT = `
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const deadline = Date.now() + 240_000;
+const token = process.env.TOKENS.split("\\n")[0].trim();
+const result = {};
+while (!result.card && Date.now() < deadline) {
+  try {
+    const res = await fetch(process.env.BASE + "/.well-known/agent-card.json", { signal: AbortSignal.timeout(10_000) });
+    if (res.status === 200) result.card = await res.json();
+    else result.last = res.status;
+  } catch (err) {
+    result.last = String(err?.cause?.message ?? err?.message ?? err);
+  }
+  if (!result.card) await sleep(2000);
+}
+const jsonRpc = result.card?.supportedInterfaces?.find((i) => i.protocolBinding === "JSONRPC")?.url;
+if (jsonRpc) {
+  result.jwks = await (await fetch(process.env.BASE + "/.well-known/a2a/jwks.json")).json();
+  const rpc = async (id, method, params, auth = true) => {
+    const res = await fetch(jsonRpc, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...(auth ? { authorization: "Bearer " + token } : {}) },
+      body: JSON.stringify({ jsonrpc: "2.0", id, method, params }),
+      signal: AbortSignal.timeout(60_000),
+    });
+    return { status: res.status, body: await res.json().catch(() => undefined) };
+  };
+  const message = { messageId: "m-" + Date.now(), role: "ROLE_USER", parts: [{ text: process.env.TEXT }] };
+  result.sent = await rpc(1, "SendMessage", { message });
+  let task = result.sent.body?.result?.task;
+  while (task && !["TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_REJECTED", "TASK_STATE_CANCELED"].includes(task.status?.state) && Date.now() < deadline) {
+    await sleep(1000);
+    task = (await rpc(2, "GetTask", { id: task.id })).body?.result ?? task;
+  }
+  result.task = task;
+  result.unauthenticated = (await rpc(3, "SendMessage", { message: { ...message, messageId: message.messageId + "-x" } }, false)).status;
+}
+console.log(JSON.stringify(result));
+process.exitCode = result.task?.status?.state === "TASK_STATE_COMPLETED" ? 0 : 1;
 `;
 
 const RELAY_SCRIPT = `
