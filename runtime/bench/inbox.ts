@@ -2,17 +2,22 @@
 // concurrencies and prints accepted msgs/s, p50/p99 latency and the runtime's peak RSS, next to
 // two baselines measured in the same run: a bare fastify HTTPS POST handler, and a minimal agent
 // on the official A2A JavaScript SDK (SendMessage over HTTPS, no signature check, no storage).
-// Then the inbox again at one concurrency with 1, 10 and 100 distinct signed senders (key
+// Beside them the A2A face of an Agent (spec.a2a enabled, another runtime): JSON-RPC SendMessage
+// with returnImmediately and a bearer token, answered once the task and the message are stored.
+// The CPU each server spends per answered request is read from /proc. Then the inbox again at one concurrency with 1, 10 and 100 distinct signed senders (key
 // lookup and per-sender rate-limit buckets). Messages come in conversations of four (each
 // conversation's record is read, checked and written as for real traffic). Results:
-// .bench/inbox.json.
+// .bench/inbox.json, or BENCH_OUT.
 //
 //   BENCH_CONCURRENCY=1,8,32,64  BENCH_MESSAGES=3000  BENCH_SENDERS=1,10,100
 //   BENCH_SENDER_CONCURRENCY=32  BENCH_PROFILE=dir (the runtime writes a --cpu-prof profile there)
 //   BENCH_RUNTIME_NODE_OPTIONS (default: the heap bound the operator renders for a runtime pod)
 //   BENCH_BASELINE=<another checkout> (its runtime measured too, as "before")
+//   BENCH_TARGETS=bare,a2a,agentA2a,inbox (the servers measured; the inbox always is)
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
+import { cpus, loadavg } from "node:os";
+import { dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { startNats } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
@@ -21,7 +26,7 @@ import { compiledEntry } from "../../e2e/support/compiled.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { DEFAULT_RUNTIME_NODE_OPTIONS } from "../src/contract/node-options.ts";
 import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey } from "../test/support/fixtures.ts";
-import { natsMessagesIn, peakRssMiB, postLoad, round, type LoadResult } from "./load.ts";
+import { cpuSeconds, natsMessagesIn, peakRssMiB, postLoad, round, type LoadResult } from "./load.ts";
 
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,8,32,64").split(",").map(Number);
 const PER_LEVEL = Number(process.env.BENCH_MESSAGES ?? 3000);
@@ -31,6 +36,10 @@ const SENDERS = Math.max(16, ...SENDER_COUNTS);
 const PROFILE = process.env.BENCH_PROFILE;
 /** NODE_OPTIONS of the runtimes: what the operator renders for the default resources, or BENCH_RUNTIME_NODE_OPTIONS. */
 const RUNTIME_NODE_OPTIONS = process.env.BENCH_RUNTIME_NODE_OPTIONS ?? DEFAULT_RUNTIME_NODE_OPTIONS.agent;
+const OUT = process.env.BENCH_OUT ?? ".bench/inbox.json";
+const TARGETS = new Set([...(process.env.BENCH_TARGETS ?? "bare,a2a,agentA2a").split(","), "inbox"]);
+/** The bearer token A2A clients of the Agent's A2A face present. */
+const A2A_TOKEN = "bench-a2a-token-0123456789abcdef";
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 
 async function startProcess(
@@ -81,6 +90,19 @@ const manifest = writeAgentManifest(dir, {
   peers: senders.map(peerOf),
   inbox: { rateLimit: { perSenderPerMinute: 10_000_000, perAddressPerMinute: 10_000_000 } },
 });
+// The same agent's A2A face, as another Agent of its own (its own streams and buckets).
+const a2aManifest = writeAgentManifest(
+  dir,
+  {
+    agentId: "bench-a2a-agent",
+    capabilities: [{ name: "message.receive", description: "Accept IFP-4 structured messages" }],
+    inbox: { rateLimit: { perSenderPerMinute: 10_000_000, perAddressPerMinute: 10_000_000 } },
+    a2a: { enabled: true, authentication: { bearerTokenSecret: { name: "bench-a2a-tokens" } } },
+  },
+  "a2a-agent",
+);
+const a2aTokenFile = `${dir}/a2a-tokens`;
+writeFileSync(a2aTokenFile, `${A2A_TOKEN}\n`, { mode: 0o600 });
 
 /**
  * Signed messages of about 2 KB each, made before the clock starts, from `from` distinct
@@ -100,48 +122,64 @@ function messages(n: number, from = 16): Buffer[] {
   });
 }
 
-/** A2A SendMessage requests (JSON-RPC) of the same size, with distinct message ids. */
-function a2aMessages(n: number): Buffer[] {
+/**
+ * A2A SendMessage requests (JSON-RPC) of the same size, with distinct message ids; with
+ * `returnImmediately` (the Agent's face: the answer is the submitted task once it is stored,
+ * without waiting for an application).
+ */
+function a2aMessages(n: number, returnImmediately = false): Buffer[] {
   const text = "x".repeat(1800);
+  const run = Date.now().toString(36);
   return Array.from({ length: n }, (_, i) =>
     Buffer.from(
       JSON.stringify({
         jsonrpc: "2.0",
         id: i,
         method: "SendMessage",
-        params: { message: { messageId: `m-${i}-${Date.now()}`, role: "ROLE_USER", parts: [{ text }] } },
+        params: {
+          message: { messageId: `m-${run}-${i}`, role: "ROLE_USER", parts: [{ text }] },
+          ...(returnImmediately ? { configuration: { returnImmediately: true } } : {}),
+        },
       }),
     ),
   );
 }
+/** A JSON-RPC answer that is a result, not an error. */
+const jsonRpcResult = (body: string) => body.includes('"result"') && !body.includes('"error"');
 
 const sample = messages(1)[0]!;
 process.stderr.write(
   `message size ${sample.length} bytes; ${PER_LEVEL} messages per level; concurrency ${CONCURRENCY.join(", ")}\n`,
 );
 
+/** One level of one server, with the CPU it spent per answered request and (runtimes) its NATS messages. */
+type Measured = LoadResult & { cpuMsPerMessage?: number; natsMsgsPerMessage?: number };
 const results: {
-  bare: LoadResult[];
-  a2a: LoadResult[];
-  inbox: LoadResult[];
-  before?: LoadResult[];
+  bare: Measured[];
+  a2a: Measured[];
+  agentA2a: Measured[];
+  inbox: Measured[];
+  before?: Measured[];
   senders: (LoadResult & { senders: number })[];
-  rssMiB: { bare?: number; a2a?: number; inbox?: number; before?: number };
-} = { bare: [], a2a: [], inbox: [], senders: [], rssMiB: {} };
+  rssMiB: { bare?: number; a2a?: number; agentA2a?: number; inbox?: number; before?: number };
+} = { bare: [], a2a: [], agentA2a: [], inbox: [], senders: [], rssMiB: {} };
 
 // All servers run side by side and each concurrency level drives them one after the other, so
 // that the figures of one level share the machine's load of that moment (on a shared machine
 // the load drifts over a run; the order rotates per level so no one always goes first).
 interface Target {
-  name: "bare" | "a2a" | "inbox" | "before";
+  name: "bare" | "a2a" | "agentA2a" | "inbox" | "before";
   url: string;
   bodies: (n: number) => Buffer[];
   okStatus: number;
+  okBody?: (body: string) => boolean;
   headers?: Record<string, string>;
+  /** The prefix of its NATS connections' names, for a runtime. */
+  natsName?: string;
   child: ChildProcess;
 }
 const targets: Target[] = [];
-{
+if (TARGETS.has("bare")) {
   const port = await freePort();
   const url = `https://localhost:${port}/.well-known/agent/inbox`;
   targets.push({
@@ -152,7 +190,7 @@ const targets: Target[] = [];
     child: await startProcess([here("./bare-server.ts"), tls.files.cert, tls.files.key, String(port)], url, tls.ca),
   });
 }
-{
+if (TARGETS.has("a2a")) {
   // The official A2A JavaScript SDK server (Express JSON-RPC): accepts without verifying or storing.
   const port = await freePort();
   const url = `https://localhost:${port}/a2a/jsonrpc`;
@@ -161,8 +199,53 @@ const targets: Target[] = [];
     url,
     bodies: a2aMessages,
     okStatus: 200,
+    okBody: jsonRpcResult,
     headers: { "a2a-version": "1.0" },
     child: await startProcess([here("./a2a-server.ts"), tls.files.cert, tls.files.key, String(port)], url, tls.ca),
+  });
+}
+/** The arguments of an agent runtime on `port`. */
+const runtimeArgs = (bin: string, agentManifest: string, port: number) => [
+  bin,
+  "agent",
+  "--manifest",
+  agentManifest,
+  "--port",
+  String(port),
+  "--host",
+  "127.0.0.1",
+  "--tls-cert",
+  tls.files.cert,
+  "--tls-key",
+  tls.files.key,
+  "--signing-key",
+  writeKey(dir, self),
+  "--nats",
+  nats.url,
+  "--local-api-port",
+  "0",
+];
+if (TARGETS.has("agentA2a")) {
+  // The A2A face of an Agent: JSON-RPC SendMessage with a bearer token and returnImmediately,
+  // answered once the task (KV) and the message (the inbox stream) are durable.
+  const port = await freePort();
+  const base = `https://localhost:${port}`;
+  const child = await startProcess(
+    [...runtimeArgs(compiledEntry("runtime/bin/ifp-runtime.ts"), a2aManifest, port), "--a2a-token-file", a2aTokenFile],
+    `${base}/readyz`,
+    tls.ca,
+    [],
+    { NODE_OPTIONS: RUNTIME_NODE_OPTIONS },
+  );
+  targets.push({
+    name: "agentA2a",
+    url: `${base}/a2a/v1`,
+    bodies: (n) => a2aMessages(n, true),
+    okStatus: 200,
+    okBody: jsonRpcResult,
+    headers: { "a2a-version": "1.0", authorization: `Bearer ${A2A_TOKEN}` },
+    natsName: "ifp-agent bench-a2a-agent",
+    child,
   });
 }
 // The full inbox: schema, signature verification, rate limits, JetStream persistence. With
@@ -173,52 +256,39 @@ for (const [name, bin] of runtimes) {
   const port = await freePort();
   const base = `https://localhost:${port}`;
   const child = await startProcess(
-    [
-      bin,
-      "agent",
-      "--manifest",
-      manifest,
-      "--port",
-      String(port),
-      "--host",
-      "127.0.0.1",
-      "--tls-cert",
-      tls.files.cert,
-      "--tls-key",
-      tls.files.key,
-      "--signing-key",
-      writeKey(dir, self),
-      "--nats",
-      nats.url,
-      "--local-api-port",
-      "0",
-    ],
+    runtimeArgs(bin, manifest, port),
     `${base}/readyz`,
     tls.ca,
     PROFILE && name === "inbox" ? ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`] : [],
     // The V8 heap the operator gives a runtime pod with the default resources.
     { NODE_OPTIONS: RUNTIME_NODE_OPTIONS },
   );
-  targets.push({ name, url: `${base}/.well-known/agent/inbox`, bodies: messages, okStatus: 202, child });
+  targets.push({
+    name,
+    url: `${base}/.well-known/agent/inbox`,
+    bodies: messages,
+    okStatus: 202,
+    natsName: "ifp-agent bench-agent",
+    child,
+  });
 }
 const inboxUrl = targets.find((t) => t.name === "inbox")!.url;
 // Warm-up (JIT, TLS sessions, NATS connections), not counted.
-for (const t of targets) await postLoad(t.url, t.bodies(300), 8, tls.ca, t.okStatus, t.headers);
+for (const t of targets) await postLoad(t.url, t.bodies(300), 8, tls.ca, t.okStatus, t.headers, t.okBody);
 for (const [i, c] of CONCURRENCY.entries()) {
   const order = [...targets.slice(i % targets.length), ...targets.slice(0, i % targets.length)];
   for (const t of order) {
-    const natsBefore = await natsMessagesIn(monitorPort, "ifp-agent ");
-    const r: LoadResult & { natsMsgsPerMessage?: number } = await postLoad(
-      t.url,
-      t.bodies(PER_LEVEL),
-      c,
-      tls.ca,
-      t.okStatus,
-      t.headers,
-    );
+    const bodies = t.bodies(PER_LEVEL);
+    const natsBefore = t.natsName ? await natsMessagesIn(monitorPort, t.natsName) : 0;
+    const cpuBefore = cpuSeconds(t.child.pid!);
+    const r: Measured = await postLoad(t.url, bodies, c, tls.ca, t.okStatus, t.headers, t.okBody);
+    const cpuAfter = cpuSeconds(t.child.pid!);
+    // The server's CPU (user + system) per answered request, in ms.
+    if (cpuBefore !== undefined && cpuAfter !== undefined && r.ok)
+      r.cpuMsPerMessage = round(((cpuAfter - cpuBefore) * 1000) / r.ok, 3);
     // Publishes and requests to NATS per accepted message (the runtimes only; the others have none).
-    if (t.name === "inbox" || t.name === "before")
-      r.natsMsgsPerMessage = round(((await natsMessagesIn(monitorPort, "ifp-agent ")) - natsBefore) / PER_LEVEL);
+    if (t.natsName)
+      r.natsMsgsPerMessage = round(((await natsMessagesIn(monitorPort, t.natsName)) - natsBefore) / PER_LEVEL);
     (results[t.name] ??= []).push(r);
   }
 }
@@ -234,28 +304,36 @@ for (const t of targets) {
 }
 await nats.close();
 
+const percent = (x: Measured | undefined, of: Measured | undefined) =>
+  x && of ? `${round((100 * x.perSecond) / of.perSecond, 0)}%` : undefined;
+const latency = (x: Measured | undefined) => (x ? `${x.p50ms} / ${x.p99ms}` : undefined);
 const rows = CONCURRENCY.map((c, i) => {
-  const b = results.bare[i]!;
-  const a = results.a2a[i]!;
+  const b = results.bare[i];
+  const a = results.a2a[i];
+  const g = results.agentA2a[i];
   const f = results.inbox[i]!;
   return {
     concurrency: c,
-    "bare msgs/s": b.perSecond,
-    "a2a-sdk msgs/s": a.perSecond,
+    "bare msgs/s": b?.perSecond,
+    "a2a-sdk msgs/s": a?.perSecond,
+    "agent A2A msgs/s": g?.perSecond,
     "inbox msgs/s": f.perSecond,
-    "inbox/bare": `${round((100 * f.perSecond) / b.perSecond, 0)}%`,
-    "inbox/a2a": `${round((100 * f.perSecond) / a.perSecond, 0)}%`,
-    "bare p50/p99 ms": `${b.p50ms} / ${b.p99ms}`,
-    "a2a p50/p99 ms": `${a.p50ms} / ${a.p99ms}`,
-    "inbox p50/p99 ms": `${f.p50ms} / ${f.p99ms}`,
-    "inbox NATS msgs/msg": (f as LoadResult & { natsMsgsPerMessage?: number }).natsMsgsPerMessage,
+    "inbox/bare": percent(f, b),
+    "inbox/a2a": percent(f, a),
+    "agent A2A/a2a": percent(g, a),
+    "bare p50/p99 ms": latency(b),
+    "a2a p50/p99 ms": latency(a),
+    "agent A2A p50/p99 ms": latency(g),
+    "inbox p50/p99 ms": latency(f),
+    "CPU ms/msg bare · a2a · agent A2A · inbox": [b, a, g, f].map((x) => x?.cpuMsPerMessage ?? "–").join(" · "),
+    "NATS msgs/msg agent A2A · inbox": `${g?.natsMsgsPerMessage ?? "–"} · ${f.natsMsgsPerMessage}`,
     ...(results.before
       ? {
           "before msgs/s": results.before[i]!.perSecond,
           "before p50/p99 ms": `${results.before[i]!.p50ms} / ${results.before[i]!.p99ms}`,
         }
       : {}),
-    errors: b.errors + a.errors + f.errors,
+    errors: (b?.errors ?? 0) + (a?.errors ?? 0) + (g?.errors ?? 0) + f.errors,
   };
 });
 console.table(rows);
@@ -268,19 +346,20 @@ const senderRows = results.senders.map((r) => ({
 }));
 console.table(senderRows);
 console.log(
-  `peak RSS: runtime ${results.rssMiB.inbox} MiB${results.rssMiB.before ? ` (before: ${results.rssMiB.before} MiB)` : ""}, bare fastify ${results.rssMiB.bare} MiB, A2A SDK ${results.rssMiB.a2a} MiB`,
+  `peak RSS: runtime ${results.rssMiB.inbox} MiB${results.rssMiB.before ? ` (before: ${results.rssMiB.before} MiB)` : ""}, bare fastify ${results.rssMiB.bare} MiB, A2A SDK ${results.rssMiB.a2a} MiB, agent A2A runtime ${results.rssMiB.agentA2a} MiB`,
 );
 const out = {
   benchmark: "inbox",
   date: new Date().toISOString(),
   node: process.version,
+  machine: { cpus: cpus().length, loadAvg1: round(loadavg()[0]!) },
   messageBytes: sample.length,
   messagesPerLevel: PER_LEVEL,
   results,
   summary: rows,
   senders: senderRows,
 };
-mkdirSync(".bench", { recursive: true });
-writeFileSync(".bench/inbox.json", `${JSON.stringify(out, null, 2)}\n`);
+mkdirSync(dirname(OUT), { recursive: true });
+writeFileSync(OUT, `${JSON.stringify(out, null, 2)}\n`);
 console.log(JSON.stringify({ benchmark: "inbox", summary: rows, senders: senderRows, peakRssMiB: results.rssMiB }));
-console.log("written .bench/inbox.json");
+console.log(`written ${OUT}`);

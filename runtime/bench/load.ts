@@ -19,7 +19,8 @@ export function percentile(sorted: number[], p: number): number {
 
 /**
  * POST `bodies` to `url` with `concurrency` requests in flight over keep-alive TLS
- * connections; counts answers with `okStatus` and measures latency per request.
+ * connections; counts answers with `okStatus` and measures latency per request. With `okBody`,
+ * an answer counts only when its body passes too (a JSON-RPC error comes with 200).
  */
 export async function postLoad(
   url: string,
@@ -28,6 +29,7 @@ export async function postLoad(
   ca: string,
   okStatus = 202,
   extraHeaders: Record<string, string> = {},
+  okBody?: (body: string) => boolean,
 ): Promise<LoadResult> {
   const agent = new Agent({ keepAlive: true, maxSockets: concurrency, ca });
   const latencies: number[] = [];
@@ -47,8 +49,16 @@ export async function postLoad(
           headers: { ...extraHeaders, "content-type": "application/json", "content-length": body.length },
         },
         (res) => {
-          res.resume();
-          res.on("end", () => resolve(res.statusCode ?? 0));
+          if (!okBody) {
+            res.resume();
+            res.on("end", () => resolve(res.statusCode ?? 0));
+            return;
+          }
+          const chunks: Buffer[] = [];
+          res.on("data", (c: Buffer) => chunks.push(c));
+          res.on("end", () =>
+            resolve(okBody(Buffer.concat(chunks).toString("utf8")) ? (res.statusCode ?? 0) : -(res.statusCode ?? 0)),
+          );
         },
       );
       req.on("error", () => resolve(0));
@@ -83,6 +93,19 @@ export async function postLoad(
 }
 
 export const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** digits;
+
+/** User + system CPU seconds a process has used so far, from /proc (undefined elsewhere). */
+export function cpuSeconds(pid: number): number | undefined {
+  try {
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // utime and stime (fields 14 and 15 of proc(5)), in clock ticks of 1/100 s on Linux.
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return undefined;
+  }
+}
 
 /** Peak resident set (VmHWM) of a process, in MiB, from /proc. */
 export function peakRssMiB(pid: number): number | undefined {
