@@ -14,7 +14,7 @@ import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "./supp
 let cp: ControlPlane;
 let manager: RunningManager;
 const NS = "restricted";
-const RESYNC_MS = 1_000;
+const RESYNC_MS = 400;
 const operatorLog = capturedLog(600);
 // The Relays' public hosts (https://<name>.example) are the namespace's, as chart value allowedHosts would allow them.
 const settings = {
