@@ -237,6 +237,29 @@ const CHECKS: Record<string, Check> = {
     holds: ['plugin(["describe", "agent", "alice", "-n", NS])'],
   },
   "kubectl ifp report": { by: "operator/test/kubectl-ifp.test.ts", holds: ['plugin(["report", "-o", file])'] },
+  // send and tail exec into an Agent's pod: only the real node runs pods; the API-server test runs them up to the exec.
+  'kubectl ifp send AGENT --to AGENT_ID --text "…" [--phase P] [--wait S]': {
+    by: "e2e/node.test.ts",
+    holds: ['"send",', '"--to",', '"--text",', '"--wait",'],
+  },
+  "kubectl ifp tail AGENT [--since S] [--count N] [--timeout S]": {
+    by: "e2e/node.test.ts",
+    holds: ['plugin(["tail", to.doc.metadata.name, "-n", to.namespace, "--since"', '"--count", "1", "--timeout"'],
+  },
+  // The README's: alice (the first example whose peers name another by URL) to bob.
+  'kubectl ifp send alice -n ifp-alice --to bob-agent --text "Hello"': {
+    by: "e2e/node.test.ts",
+    holds: ['"send",', "from.doc.metadata.name,", "from.namespace,", "to.doc.spec.agentId,"],
+  },
+  // e2e/README.md's account of that test.
+  "kubectl ifp send alice --to bob-agent --text … --wait 120": {
+    by: "e2e/node.test.ts",
+    holds: ['"send",', "from.doc.metadata.name,", '"--wait",', '"120",'],
+  },
+  "kubectl ifp tail bob -n ifp-bob": {
+    by: "e2e/node.test.ts",
+    holds: ['plugin(["tail", to.doc.metadata.name, "-n", to.namespace'],
+  },
   "npx node operator/bin/kubectl-ifp.ts status": {
     by: "operator/test/kubectl-ifp.test.ts",
     holds: ["spawnSync(process.execPath, [BIN, ...args]"],
@@ -349,6 +372,10 @@ const CHECKS: Record<string, Check> = {
   "npm run": { part: "npm run tools" },
   "npm run release": { part: "npm run release -- VERSION" },
   "kubectl ifp": { part: "kubectl ifp status" },
+  "kubectl ifp describe": { part: "kubectl ifp describe agent NAME" },
+  "kubectl ifp send": { part: 'kubectl ifp send AGENT --to AGENT_ID --text "…" [--phase P] [--wait S]' },
+  "kubectl ifp tail": { part: "kubectl ifp tail AGENT [--since S] [--count N] [--timeout S]" },
+  "kubectl ifp tail bob": { part: "kubectl ifp tail bob -n ifp-bob" },
   "npx node operator/bin/kubectl-ifp.ts": { part: "npx node operator/bin/kubectl-ifp.ts status" },
   "helm install": { part: "helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace" },
   "helm upgrade": { part: "helm upgrade ifp charts/ifp-operator -n ifp-system --reset-then-reuse-values" },
