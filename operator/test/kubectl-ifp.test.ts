@@ -663,8 +663,26 @@ current-context: watcher
     const refused = plugin(["send", "alice", "--to", "x", "--text", "y", "--kubeconfig", config]);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(
-      /^kubectl ifp: you may not exec into pod alice-ready in team \(create on pods\/exec\).*; kubectl ifp send and tail run ifp in the Agent's pod\n$/,
+      /^kubectl ifp: you may not exec into pod alice-ready in team \(create and get on pods\/exec\).*; kubectl ifp send and tail run ifp in the Agent's pod\n$/,
     );
+    // With create on pods/exec but not get (the WebSocket exec is a GET): refused before trying, naming get.
+    apply(`apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: watcher-exec, namespace: ${NS}}
+rules: [{apiGroups: [""], resources: [pods/exec], verbs: [create]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: watcher-exec, namespace: ${NS}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: watcher-exec}
+subjects: [{kind: ServiceAccount, name: watcher, namespace: ${NS}}]
+`);
+    const withCreate = plugin(["send", "alice", "--to", "x", "--text", "y", "--kubeconfig", config]);
+    expect(withCreate.code).toBe(1);
+    expect(withCreate.stderr).toMatch(
+      /^kubectl ifp: you may not exec into pod alice-ready in team \(get on pods\/exec\).*; kubectl ifp send and tail run ifp in the Agent's pod\n$/,
+    );
+    cp.kubectl(["-n", NS, "delete", "rolebinding", "watcher-exec"]);
     // Without the right to read Agents: the API server's refusal, one line.
     const noAgents = plugin(["tail", "alice", "--kubeconfig", config, "-n", OPERATOR_NS]);
     expect(noAgents.code).toBe(1);

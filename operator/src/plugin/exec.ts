@@ -88,21 +88,22 @@ export async function runtimePod(c: Connection, namespace: string, name: string)
 }
 
 /**
- * Whether the kubeconfig's user may exec into the pod (create on pods/exec), asked of the API
- * server before trying: a refusal is said in those words rather than as a failed WebSocket upgrade.
+ * Whether the kubeconfig's user may exec into the pod, asked of the API server before trying: a
+ * refusal is said in those words rather than as a failed WebSocket upgrade. The exec is a
+ * WebSocket, a GET, which the API server authorizes as `get` on pods/exec (and, from Kubernetes
+ * 1.35, `create` as well, the verb kubectl's older SPDY exec needed): both are asked for.
  */
 export async function checkExec(c: Connection, target: RuntimePod): Promise<void> {
-  let allowed: boolean | undefined;
-  let reason: string | undefined;
-  try {
-    const review = await c.kc.makeApiClient(AuthorizationV1Api).createSelfSubjectAccessReview({
+  const auth = c.kc.makeApiClient(AuthorizationV1Api);
+  const review = async (verb: string) => {
+    const r = await auth.createSelfSubjectAccessReview({
       body: {
         apiVersion: "authorization.k8s.io/v1",
         kind: "SelfSubjectAccessReview",
         spec: {
           resourceAttributes: {
             namespace: target.namespace,
-            verb: "create",
+            verb,
             resource: "pods",
             subresource: "exec",
             name: target.pod,
@@ -110,15 +111,19 @@ export async function checkExec(c: Connection, target: RuntimePod): Promise<void
         },
       },
     });
-    allowed = review.status?.allowed;
-    reason = review.status?.reason;
+    return { verb, allowed: r.status?.allowed, reason: r.status?.reason };
+  };
+  let answers: Awaited<ReturnType<typeof review>>[];
+  try {
+    answers = await Promise.all([review("create"), review("get")]);
   } catch {
     // An API server that does not answer reviews: the exec itself says.
     return;
   }
-  if (allowed === false)
+  const denied = answers.filter((a) => a.allowed === false);
+  if (denied.length)
     throw new PluginError(
-      `you may not exec into pod ${target.pod} in ${target.namespace} (create on pods/exec)${reason ? `: ${reason}` : ""}; kubectl ifp send and tail run ifp in the Agent's pod`,
+      `you may not exec into pod ${target.pod} in ${target.namespace} (${denied.map((a) => a.verb).join(" and ")} on pods/exec)${denied[0]!.reason ? `: ${denied[0]!.reason}` : ""}; kubectl ifp send and tail run ifp in the Agent's pod`,
     );
 }
 
@@ -189,7 +194,7 @@ export async function execIfp(
 function execError(err: unknown): string {
   const message = (err as { message?: string })?.message ?? String(err);
   const code = /Unexpected server response: (\d+)/.exec(message)?.[1];
-  if (code === "403") return "the API server refused it (403): your user needs create (and get) on pods/exec";
+  if (code === "403") return "the API server refused it (403): your user needs get and create on pods/exec";
   if (code === "404") return "the pod is gone (404); try again";
   return code ? `the API server answered ${code} (is the pod's node reachable from the API server?)` : message;
 }

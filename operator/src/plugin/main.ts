@@ -31,7 +31,7 @@ export const USAGE = `usage: kubectl ifp <command> [flags]
                               inbox accepts, taking none from its application; --since starts S
                               seconds back, --count stops after N, --timeout after S seconds
                               send and tail run the runtime's ifp in one of the Agent's ready pods
-                              (pods/exec: create, with your own rights)
+                              (get and create on pods/exec, your own rights)
 
 flags:
   -n, --namespace NS          the namespace (default: the context's); status and report: only it
