@@ -15,6 +15,7 @@ import { A2A_RECIPIENT_PREFIX, type RecipientState } from "../protocol/local-api
 import type { Message as IfpMessage } from "../protocol/message.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 import { errorMessage } from "../util/errors.ts";
+import { MIN_TOKEN_LENGTH, tokenFile } from "../util/token-file.ts";
 import { type CardJwsHeader, CardSignatureError, keyOfJwks, verifyCardSignatures } from "./card.ts";
 import type { HandOffMeta } from "./service.ts";
 import { INTERRUPTED, TERMINAL } from "./wire.ts";
@@ -528,6 +529,36 @@ export class A2aPeers {
       conversationId: h.conversation_id,
     });
   }
+}
+
+/**
+ * The bearer tokens presented to A2A agents (the mounted spec.a2a.peerTokenSecret): one a line,
+ * an agent card's URL or an https origin, white space, the token (16 characters at least). A
+ * card's own URL wins over its origin. Read again when the file changes, as the callers' tokens.
+ */
+export function peerTokenFile(path: string, log?: Logger, now = Date.now): (cardUrl: string) => string | undefined {
+  const lines = tokenFile(path, "A2A peer token lines", log, now);
+  let parsed: { of: readonly string[]; map: Map<string, string> } | undefined;
+  return (cardUrl) => {
+    const current = lines();
+    if (parsed?.of !== current) {
+      const map = new Map<string, string>();
+      let bad = 0;
+      for (const line of current) {
+        const [where, token, ...rest] = line.split(/\s+/);
+        if (!where || !token || rest.length || token.length < MIN_TOKEN_LENGTH || !URL.canParse(where)) bad++;
+        else map.set(where.replace(/\/+$/, ""), token);
+      }
+      if (bad)
+        log?.error(
+          { path, refused: bad },
+          "A2A peer token lines are <card URL or https origin> <token of 16 characters or more>",
+        );
+      parsed = { of: current, map };
+    }
+    const url = cardUrl.replace(/\/+$/, "");
+    return parsed.map.get(url) ?? (URL.canParse(url) ? parsed.map.get(new URL(url).origin) : undefined);
+  };
 }
 
 /** An outbound IFP message as an A2A Message (role user); its messageId is the IFP message_id. */

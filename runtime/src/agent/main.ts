@@ -28,7 +28,7 @@ import { readTls, watchTls } from "../server/tls.ts";
 import { acceptVerified, inspectionEffects, MAX_FUTURE_SKEW_MS } from "./accept.ts";
 import { AppStream } from "./app-stream.ts";
 import { a2aFace } from "../a2a/face.ts";
-import { A2aPeers } from "../a2a/peer.ts";
+import { A2aPeers, peerTokenFile } from "../a2a/peer.ts";
 import { buildAgentApp } from "./app.ts";
 import { DeliveryStates } from "./delivery-state.ts";
 import { AgentEncryption } from "./encryption.ts";
@@ -66,6 +66,8 @@ export interface AgentOptions {
   introductionSecretFile?: string;
   /** Bearer tokens A2A callers may present, one per line: the mounted spec.a2a.authentication.bearerTokenSecret. */
   a2aTokenFile?: string;
+  /** Bearer tokens presented to A2A agents this agent sends to: the mounted spec.a2a.peerTokenSecret. */
+  a2aPeerTokenFile?: string;
   /** The hand-off secret (the Secret <name>-handoff): each hand-off to spec.handler.url is signed with it. */
   handoffSecretFile?: string;
   /** Overrides spec.localApi.port (0 picks a free port). */
@@ -265,7 +267,7 @@ function agentDeliveries(
       relayAllowed: (message, url) => outside.encryption.plaintextRelayAllowed(message, url),
     },
     relay: relayPublisher(signing, outside.http),
-    a2a: a2aPeers(self, outside, stores, log),
+    a2a: a2aPeers(self, opts, outside, stores, log),
     onGiveUp: (record, r) => notifier.undeliverable(record, r),
   });
   const intake = relayMailboxReader(self, outside, stores, metrics, log);
@@ -274,7 +276,9 @@ function agentDeliveries(
 type Deliveries = ReturnType<typeof agentDeliveries>;
 
 /** Sending to A2A agents: their answers go through the same inbox stream and hand-off as IFP messages. */
-function a2aPeers(self: Self, outside: Outside, stores: Stores, log: Logger) {
+function a2aPeers(self: Self, opts: AgentOptions, outside: Outside, stores: Stores, log: Logger) {
+  if (self.spec.a2a.peerTokenSecret && !opts.a2aPeerTokenFile)
+    log.warn("spec.a2a.peerTokenSecret is set but no --a2a-peer-token-file was given; no bearer token is presented");
   return new A2aPeers({
     http: outside.http,
     signing: self.signing,
@@ -285,6 +289,7 @@ function a2aPeers(self: Self, outside: Outside, stores: Stores, log: Logger) {
     log,
   });
 }
+    ...(opts.a2aPeerTokenFile ? { bearerFor: peerTokenFile(opts.a2aPeerTokenFile, log) } : {}),
 
 /** The hand-off to spec.handler.url, signed with the hand-off secret; none without a handler. */
 function handlerHandoff(

@@ -15,10 +15,12 @@ const COMMANDS: Record<string, string> = {
 `,
   send: `  ifp send --from-key FILE --from AGENT_ID --to URL --text "…" [--phase P] [--key-id K] [--ca-file F]
       sign one message with your key and POST it to the peer's inbox
-  ifp send --local-api URL --to AGENT_ID --text "…" [--phase P] [--wait S]
+  ifp send --local-api URL (--to AGENT_ID | --a2a CARD_URL) --text "…" [--phase P] [--wait S]
       send as the agent whose runtime serves this local API (http://127.0.0.1:8081 in its pod):
       the runtime signs it with the agent's key and stores it in its outbox before the 202;
-      --wait follows its delivery for up to S seconds (exit 0 once delivered)
+      --a2a sends to the A2A agent whose agent card is at CARD_URL (its answer comes back to
+      the agent's application as a reply); --wait follows its delivery for up to S seconds
+      (exit 0 once delivered)
 `,
   tail: `  ifp tail [--local-api URL] [--since S] [--count N] [--timeout S] [--stop-on-eof]
       follow what the agent receives: one JSON line per message its inbox accepts (the local
@@ -194,6 +196,7 @@ async function send(args: string[]): Promise<number> {
       phase: { type: "string", default: "context" },
       "ca-file": { type: "string" },
       "local-api": { type: "string" },
+      a2a: { type: "string" },
       wait: { type: "string" },
     },
   });
@@ -201,18 +204,25 @@ async function send(args: string[]): Promise<number> {
     for (const flag of ["from-key", "from", "ca-file"] as const)
       if (values[flag] !== undefined)
         throw new UsageError(`--local-api sends as the agent whose runtime serves it: --${flag} does not apply`);
-    if (!values.to) throw new UsageError("send needs --to AGENT_ID (the recipient's agent id)");
+    if (values.to !== undefined && values.a2a !== undefined)
+      throw new UsageError("send takes one recipient: --to AGENT_ID or --a2a CARD_URL");
+    if (!values.to && !values.a2a)
+      throw new UsageError(
+        "send needs --to AGENT_ID (the recipient's agent id) or --a2a CARD_URL (an A2A agent's card)",
+      );
     if (values.text === undefined) throw new UsageError('send needs --text "…"');
     const { localSend } = await import("./local-commands.ts");
     return await localSend({
       localApi: values["local-api"],
-      to: values.to,
+      to: values.a2a !== undefined ? { a2a: values.a2a } : values.to!,
       text: values.text,
       phase: values.phase!,
       wait: values.wait,
     });
   }
   if (values.wait !== undefined) throw new UsageError("--wait follows a message sent with --local-api");
+  if (values.a2a !== undefined)
+    throw new UsageError("--a2a sends through the agent's runtime, which speaks A2A: give its --local-api");
   const keyFile = values["from-key"];
   const from = values.from ?? process.env.IFP_AGENT_ID;
   if (!keyFile) throw new UsageError("send needs --from-key FILE (your Ed25519 key, PKCS#8 PEM)");

@@ -43,7 +43,8 @@ const FINAL = new Set(["delivered", "failed", "undeliverable"]);
  */
 export async function localSend(opts: {
   localApi: string;
-  to: string;
+  /** An agent id, or an A2A agent's card URL. */
+  to: string | { a2a: string };
   text: string;
   phase: string;
   wait?: string;
@@ -51,7 +52,8 @@ export async function localSend(opts: {
   const base = localBase(opts.localApi);
   const wait = seconds("wait", opts.wait, 3600);
   const client = new LocalApiClient(base);
-  say(`queueing a message to ${opts.to} through ${base} …`);
+  const to = typeof opts.to === "string" ? opts.to : `the A2A agent of ${opts.to.a2a}`;
+  say(`queueing a message to ${to} through ${base} …`);
   let queued: Awaited<ReturnType<LocalApiClient["send"]>>;
   try {
     queued = await client.send({ to: opts.to, phase: opts.phase, text: opts.text });

@@ -45,6 +45,10 @@ without them it is off (docs/tracing.md).
   --a2a-token-file FILE
                       bearer tokens A2A callers may present, one per line: the mounted
                       spec.a2a.authentication.bearerTokenSecret key (agent mode)
+  --a2a-peer-token-file FILE
+                      bearer tokens the agent presents to A2A agents it sends to, one a line
+                      (card URL or https origin, a space, the token): the mounted
+                      spec.a2a.peerTokenSecret key (agent mode)
   --handoff-secret-file FILE
                       the secret each hand-off to spec.handler.url is signed with
                       (Ifp-Handoff-Signature; agent mode)
@@ -82,6 +86,7 @@ const OPTIONS = {
   "introduction-secret-file": { type: "string", env: "IFP_INTRODUCTION_SECRET_FILE" },
   "handoff-secret-file": { type: "string", env: "IFP_HANDOFF_SECRET_FILE" },
   "a2a-token-file": { type: "string", env: "IFP_A2A_TOKEN_FILE" },
+  "a2a-peer-token-file": { type: "string", env: "IFP_A2A_PEER_TOKEN_FILE" },
   "trusted-proxies": { type: "string", env: "IFP_TRUSTED_PROXIES" },
   "allow-private-targets": { type: "string", env: "IFP_ALLOW_PRIVATE_TARGETS" },
   "local-api-tls-port": { type: "string", env: "IFP_LOCAL_API_TLS_PORT" },
@@ -213,6 +218,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
         introductionSecretFile: flags["introduction-secret-file"],
         handoffSecretFile: flags["handoff-secret-file"],
         a2aTokenFile: flags["a2a-token-file"],
+        a2aPeerTokenFile: flags["a2a-peer-token-file"],
         localApiPort: flags["local-api-port"] === undefined ? undefined : port({ port: flags["local-api-port"] }),
         ...localApiTls(flags),
       });

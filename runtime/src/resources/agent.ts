@@ -145,6 +145,20 @@ export const A2aSpec = z
     waitFor: Duration.default("30s").describe(
       "How long a blocking SendMessage waits for the application to bring the task to a terminal or interrupted state before it answers with the task as it stands",
     ),
+    peerTokenSecret: z
+      .object({
+        name: z
+          .string()
+          .min(1)
+          .describe(
+            "Secret holding the tokens, one a line: an agent card's URL or an https origin, a space, the token",
+          ),
+        key: z.string().min(1).default("tokens").describe("Key of the Secret that holds them"),
+      })
+      .optional()
+      .describe(
+        "Bearer tokens this agent presents when it sends to A2A agents (to: {a2a: <card URL>}), chosen by the card's URL, else its origin; every request is also signed with the agent's key (RFC 9421). Used whether or not spec.a2a.enabled",
+      ),
   })
   .prefault({})
   .describe("The A2A (Agent2Agent v1.0) face of the agent");

@@ -4,8 +4,10 @@
 // back. The agents on the other side: the official A2A JS SDK's server (@a2a-js/sdk
 // DefaultRequestHandler, InMemoryTaskStore, its Express handlers), another ifp-runtime's A2A
 // face, and scripted servers for what no honest agent answers.
+import { spawn } from "node:child_process";
 import { createPublicKey } from "node:crypto";
 import { createServer, type Server } from "node:https";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { AgentEvent, type AgentExecutor, DefaultRequestHandler, InMemoryTaskStore } from "@a2a-js/sdk/server";
 import { agentCardHandler, jsonRpcHandler, restHandler, UserBuilder } from "@a2a-js/sdk/server/express";
@@ -17,7 +19,7 @@ import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import { describeExit, spawnProcess, type ManagedProcess } from "../../../e2e/support/process.ts";
 import pino from "pino";
 import { signCard } from "../../src/a2a/card.ts";
-import { A2aPeers, peerReplyId } from "../../src/a2a/peer.ts";
+import { A2aPeers, peerReplyId, peerTokenFile } from "../../src/a2a/peer.ts";
 import { HttpClient } from "../../src/net/http-client.ts";
 import { TargetPolicy } from "../../src/net/targets.ts";
 import { verifyRequest } from "../../src/protocol/http-signatures.ts";
@@ -44,6 +46,7 @@ withNatsAndTls((n, t) => {
 
 const sender = identity("a2a-sender");
 const cardKey = identity("https://localhost/card-signer");
+const PEER_TOKEN = "sdk-agent-token-0123456789abcdef";
 
 let runtime: ManagedProcess;
 let handler: Awaited<ReturnType<typeof startHandler>>;
@@ -254,6 +257,8 @@ beforeAll(async () => {
   const dir = tempDir("ifp-a2a-out-");
   const [port, localPort] = [await freePort(), await freePort()];
   localApi = `http://127.0.0.1:${localPort}`;
+  const tokens = join(dir, "a2a-peer-tokens");
+  writeFileSync(tokens, `${sdk.base}/.well-known/agent-card.json/ ${PEER_TOKEN}\n`);
   writeAgentManifest(dir, {
     agentId: sender.agentId,
     handler: { url: handler.url },
@@ -266,6 +271,7 @@ beforeAll(async () => {
       BIN,
       "agent",
       ...["--manifest", join(dir, "agent.yaml"), "--signing-key", writeKey(dir, sender)],
+      ...["--a2a-peer-token-file", tokens],
       ...["--port", String(port), "--local-api-port", String(localPort), "--host", "127.0.0.1"],
       ...["--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--ca-file", tls.files.ca, "--nats", nats.url],
     ],
@@ -350,6 +356,7 @@ describe("sending to the A2A JS SDK's server", () => {
       params: { message: { role: "ROLE_USER", parts: [{ text: "Lisbon" }] } },
     });
     expect(call.headers["a2a-version"]).toBe("1.0");
+    expect(call.headers.authorization).toBe(`Bearer ${PEER_TOKEN}`);
     expect(call.headers["signature-input"]).toContain(`keyid="${sender.agentId}#key-1"`);
     await waitFor("the signature checked", async () => "signatureVerified" in call, 5_000);
     expect((call as { signatureVerified?: unknown }).signatureVerified).toBe(true);
@@ -359,6 +366,10 @@ describe("sending to the A2A JS SDK's server", () => {
     const sent = await send(localApi, { to: { a2a: `${sdk.base}/rest-card.json` }, text: "message:hi" });
     const done = await untilState(localApi, sent.body.message_id, "delivered");
     expect(done.recipients[0].a2a).toMatchObject({ binding: "HTTP+JSON", state: "MESSAGE" });
+    // No token line names this card or its origin: none is presented (the signature still is).
+    const rest = sdk.requests.find((q) => q.path === "/rest/message:send")!;
+    expect(rest.headers.authorization).toBeUndefined();
+    expect(rest.headers["signature-input"]).toContain(sender.agentId);
     const answer = await answerTo(sent.body.message_id);
     expect(answer.body.body.text).toBe("You said hi");
     expect(answer.body.headers.extensions.a2a.state).toBe("MESSAGE");
@@ -418,6 +429,47 @@ describe("sending to the A2A JS SDK's server", () => {
     );
     expect(refused.recipients[0].attempts).toBe(1);
     expect(sdk.requests.slice(before).some((q) => q.path === "/rpc")).toBe(false);
+  });
+});
+
+describe("ifp send --local-api --a2a", () => {
+  const IFP = new URL("../../bin/ifp.ts", import.meta.url).pathname;
+  const ifp = (...args: string[]) =>
+    new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+      const child = spawn(process.execPath, [IFP, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+      let stdout = "";
+      let stderr = "";
+      child.stdout.on("data", (c: Buffer) => (stdout += c));
+      child.stderr.on("data", (c: Buffer) => (stderr += c));
+      const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+      child.on("close", (status) => {
+        clearTimeout(timer);
+        resolve({ status, stdout, stderr });
+      });
+    });
+
+  it("queues through the runtime and, with --wait, ends once the A2A agent took it", async () => {
+    const card = `${sdk.base}/.well-known/agent-card.json`;
+    const r = await ifp("send", "--local-api", localApi, "--a2a", card, "--text", "Madrid", "--wait", "20");
+    expect(r.stderr).toContain(`queueing a message to the A2A agent of ${card}`);
+    expect(r.status).toBe(0);
+    const [queued, record] = r.stdout.trim().split("\n");
+    expect(queued).toMatch(/^202 /);
+    const id = JSON.parse(queued!.slice(4)).message_id;
+    expect(JSON.parse(record!)).toMatchObject({ message_id: id, state: "delivered" });
+    expect((await answerTo(id)).body.body.text).toBe("Weather for Madrid: clear");
+  });
+
+  it("takes one recipient, and --a2a only through a local API", async () => {
+    const both = await ifp("send", "--local-api", localApi, "--a2a", "https://x/c.json", "--to", "bob", "--text", "hi");
+    expect(both.status).toBe(2);
+    expect(both.stderr).toContain("send takes one recipient: --to AGENT_ID or --a2a CARD_URL");
+    const direct = await ifp("send", "--a2a", "https://x/c.json", "--text", "hi");
+    expect(direct.status).toBe(2);
+    expect(direct.stderr).toContain("--a2a sends through the agent's runtime");
+    const plain = await ifp("send", "--local-api", localApi, "--a2a", "http://x/c.json", "--text", "hi");
+    expect(plain.status).toBe(1);
+    expect(plain.stdout).toMatch(/^400 .*the agent card's URL must be an https URL/);
   });
 });
 
@@ -579,5 +631,31 @@ describe("sending to another ifp-runtime's A2A face", () => {
       /agent card at .* is refused as a target: localhost resolves to .*not allowed by spec\.network\.allowPrivateTargets/,
     );
     expect(sdk.requests.length).toBe(before);
+  });
+});
+
+describe("the peer token file", () => {
+  it("picks a card's own line, else its origin's, and refuses short or malformed lines", () => {
+    const dir = tempDir("ifp-a2a-tokens-");
+    const file = join(dir, "tokens");
+    writeFileSync(
+      file,
+      [
+        "https://a.example/.well-known/agent-card.json card-token-0123456789",
+        "https://a.example origin-token-0123456789",
+        "https://b.example short",
+        "not-a-url some-token-0123456789",
+        "https://c.example token-0123456789abcdef extra",
+      ].join("\n"),
+    );
+    const errors: unknown[] = [];
+    const log = pino({ level: "error" }, { write: (l: string) => void errors.push(JSON.parse(l)) });
+    const bearer = peerTokenFile(file, log);
+    expect(bearer("https://a.example/.well-known/agent-card.json")).toBe("card-token-0123456789");
+    expect(bearer("https://a.example/other/card.json")).toBe("origin-token-0123456789");
+    expect(bearer("https://a.example:8443/.well-known/agent-card.json")).toBeUndefined();
+    expect(bearer("https://b.example/.well-known/agent-card.json")).toBeUndefined();
+    expect(bearer("https://c.example/.well-known/agent-card.json")).toBeUndefined();
+    expect(errors.length).toBeGreaterThan(0);
   });
 });

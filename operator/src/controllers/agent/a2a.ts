@@ -7,9 +7,37 @@ import type { Agent } from "../../../../runtime/src/resources/agent.ts";
 
 export const A2A_TOKENS_DIR = "/etc/ifp/a2a";
 export const A2A_TOKENS_FILE = `${A2A_TOKENS_DIR}/tokens`;
+export const A2A_PEER_TOKENS_DIR = "/etc/ifp/a2a-peers";
+export const A2A_PEER_TOKENS_FILE = `${A2A_PEER_TOKENS_DIR}/tokens`;
 
-/** The Deployment with the A2A bearer tokens mounted, or unchanged when spec.a2a names none (or is off). */
+/**
+ * The Deployment with the A2A bearer tokens mounted: those callers may present (while A2A is
+ * on) and those the agent presents to A2A agents it sends to (spec.a2a.peerTokenSecret); it is
+ * unchanged when spec.a2a names neither.
+ */
 export function withA2aTokens(deployment: V1Deployment, agent: Pick<Agent, "spec">): V1Deployment {
+  return withPeerTokens(withCallerTokens(deployment, agent), agent);
+}
+
+function withPeerTokens(deployment: V1Deployment, agent: Pick<Agent, "spec">): V1Deployment {
+  const ref = agent.spec.a2a?.peerTokenSecret;
+  if (!ref) return deployment;
+  const d = structuredClone(deployment);
+  const pod = d.spec!.template.spec!;
+  const c = pod.containers.find((x) => x.name === "runtime")!;
+  c.args = [...(c.args ?? []), `--a2a-peer-token-file=${A2A_PEER_TOKENS_FILE}`];
+  c.volumeMounts = [
+    ...(c.volumeMounts ?? []),
+    { name: "a2a-peer-tokens", mountPath: A2A_PEER_TOKENS_DIR, readOnly: true },
+  ];
+  pod.volumes = [
+    ...(pod.volumes ?? []),
+    { name: "a2a-peer-tokens", secret: { secretName: ref.name, items: [{ key: ref.key, path: "tokens" }] } },
+  ];
+  return d;
+}
+
+function withCallerTokens(deployment: V1Deployment, agent: Pick<Agent, "spec">): V1Deployment {
   const a2a = agent.spec.a2a;
   const ref = a2a?.enabled ? a2a.authentication.bearerTokenSecret : undefined;
   if (!ref) return deployment;

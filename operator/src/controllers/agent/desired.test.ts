@@ -291,6 +291,24 @@ describe("agentEndpoint and agentStatus", () => {
     expect(agentEndpoint(agent({ baseUrl: "https://alice.example.org" }))).toBe("https://alice.example.org");
   });
 
+  it("mounts the tokens for A2A agents it sends to (spec.a2a.peerTokenSecret), whether or not A2A is served", () => {
+    const none = byKind(desiredAgentChildren(agent(), inputs)).Deployment.spec.template.spec;
+    expect(none.containers[0].args.some((a: string) => a.startsWith("--a2a-peer-token-file"))).toBe(false);
+    const pod = byKind(desiredAgentChildren(agent({ a2a: { peerTokenSecret: { name: "a2a-peers" } } }), inputs))
+      .Deployment.spec.template.spec;
+    expect(pod.containers[0].args).toContain("--a2a-peer-token-file=/etc/ifp/a2a-peers/tokens");
+    expect(pod.containers[0].volumeMounts).toContainEqual({
+      name: "a2a-peer-tokens",
+      mountPath: "/etc/ifp/a2a-peers",
+      readOnly: true,
+    });
+    expect(pod.volumes).toContainEqual({
+      name: "a2a-peer-tokens",
+      secret: { secretName: "a2a-peers", items: [{ key: "tokens", path: "tokens" }] },
+    });
+    expect(pod.volumes.map((v: { name: string }) => v.name)).not.toContain("a2a-tokens");
+  });
+
   it("reports the A2A URLs of an Agent with spec.a2a enabled, and none without", () => {
     const observed = { applied: [], deployment: undefined, signing: inputs.signing };
     expect(agentStatus(agent(), observed).status).not.toHaveProperty("a2a");
