@@ -86,25 +86,8 @@ export async function ensureNatsCreds(
   const existing = credsIn(current);
   const { account, sharedSince } = accountOfSecret(owner, current, issuer, !!ctx.natsAccounts);
   const label = `${owner.kind.toLowerCase()}:${ns}/${owner.metadata.name}`;
-  // The account exists on the server before a credential of it is handed out (pushed once per
-  // operator process). A server that authenticates no client has no accounts to push to: the
-  // credential is issued all the same (it ignores it), and the resource is told once per process.
-  if (ctx.natsAccounts && account !== issuer.accountKey) {
-    if (await ctx.natsAccounts.isolating()) await ctx.natsAccounts.ensureAccount(owner.metadata.uid, label);
-    else if (!ctx.natsAccounts.toldOpen.has(owner.metadata.uid)) {
-      await ctx.kube.event(
-        {
-          apiVersion: API_VERSION,
-          kind: owner.kind,
-          metadata: { name: owner.metadata.name, namespace: ns, uid: owner.metadata.uid },
-        },
-        "Warning",
-        "NatsNotIsolated",
-        `the NATS server at ${ctx.settings.natsUrl} authenticates no client: this ${owner.kind}'s runtime is in one account with every other, which can read and write its messages and state; run NATS in operator mode with a full resolver (docs/security.md)`,
-      );
-      ctx.natsAccounts.toldOpen.add(owner.metadata.uid);
-    }
-  }
+  if (ctx.natsAccounts && account !== issuer.accountKey)
+    await ensureAccountOnServer(ctx, ctx.natsAccounts, owner, label);
   const annotated =
     sharedSince === undefined || current?.metadata?.annotations?.[SHARED_ACCOUNT_ANNOTATION] === sharedSince;
   const due = renewalDue(existing, permissions, account);
@@ -130,6 +113,32 @@ export async function ensureNatsCreds(
 }
 
 /**
+ * The runtime's own account on the server before a credential of it is handed out (pushed once
+ * per operator process). A server that authenticates no client has no accounts to push to: the
+ * credential is issued all the same (it ignores it), and the resource is told once per process.
+ */
+async function ensureAccountOnServer(
+  ctx: ReconcileContext,
+  accounts: NatsAccounts,
+  owner: Owner,
+  label: string,
+): Promise<void> {
+  const { name, namespace, uid } = owner.metadata;
+  if (await accounts.isolating()) {
+    await accounts.ensureAccount(uid, label);
+    return;
+  }
+  if (accounts.toldOpen.has(uid)) return;
+  await ctx.kube.event(
+    { apiVersion: API_VERSION, kind: owner.kind, metadata: { name, namespace, uid } },
+    "Warning",
+    "NatsNotIsolated",
+    `the NATS server at ${ctx.settings.natsUrl} authenticates no client: this ${owner.kind}'s runtime is in one account with every other, which can read and write its messages and state; run NATS in operator mode with a full resolver (docs/security.md)`,
+  );
+  accounts.toldOpen.add(uid);
+}
+
+/**
  * The account signing key, from the Secret `name` in the operator's namespace. A missing Secret
  * is created at first start with new keys and the nats-server configuration that trusts them
  * (`auth.conf`, read by the chart's NATS). With the operator and system account seeds there, each
@@ -144,29 +153,9 @@ export async function loadNatsIssuer(
   name: string,
   log: Logger,
 ): Promise<CredentialIssuer> {
-  let secret = await kube.read<V1Secret>("v1", "Secret", namespace, name);
-  if (!secret) {
-    const keys = generateKeys();
-    const data: Record<string, string> = {
-      [SERVER_CONFIG_FIELD]: await serverConfig(keys),
-      [ACCOUNT_FIELD]: CredentialIssuer.fromKeys(keys).accountKey,
-    };
-    for (const [k, field] of Object.entries(KEY_FIELDS)) data[field] = keys[k as keyof NatsKeys];
-    const stringData = data;
-    const created = await kube.createIfAbsent<V1Secret>({
-      apiVersion: "v1",
-      kind: "Secret",
-      type: "Opaque",
-      metadata: {
-        name,
-        namespace,
-        labels: { "app.kubernetes.io/part-of": "ifp-operator", "app.kubernetes.io/component": "nats" },
-      },
-      stringData,
-    });
-    if (created) log.info({ secret: `${namespace}/${name}` }, "generated the NATS operator, account and signing keys");
-    secret = await kube.read<V1Secret>("v1", "Secret", namespace, name);
-  }
+  const secret =
+    (await kube.read<V1Secret>("v1", "Secret", namespace, name)) ??
+    (await createKeysSecret(kube, namespace, name, log));
   const field = (k: string) =>
     secret?.data?.[k] ? Buffer.from(secret.data[k], "base64").toString("utf8").trim() : undefined;
   const account = field(ACCOUNT_FIELD);
@@ -178,26 +167,63 @@ export async function loadNatsIssuer(
   const issuer = new CredentialIssuer(account, signing, operator && system ? { operator, system } : undefined);
   const conf = field(SERVER_CONFIG_FIELD);
   const accountSeed = field(KEY_FIELDS.account);
-  if (issuer.accountPerRuntime && conf !== undefined && accountSeed && !/^resolver: \{ type: full\b/m.test(conf)) {
+  if (issuer.accountPerRuntime && conf !== undefined && accountSeed && !/^resolver: \{ type: full\b/m.test(conf))
     // Written by an operator of the one-account model: the same keys, the full resolver.
-    const keys: NatsKeys = { operator: operator!, system: system!, account: accountSeed, signing };
-    try {
-      await kube.replace<V1Secret>({
-        ...secret!,
-        apiVersion: "v1",
-        kind: "Secret",
-        data: { ...secret!.data, [SERVER_CONFIG_FIELD]: Buffer.from(await serverConfig(keys)).toString("base64") },
-      });
-      log.warn(
-        { secret: `${namespace}/${name}` },
-        "rewrote the NATS server configuration for one account per runtime (full resolver); NATS takes it at its next start: restart its pods",
-      );
-    } catch (err) {
-      log.error(
-        { secret: `${namespace}/${name}`, err: String(err) },
-        "could not rewrite the NATS server configuration for one account per runtime",
-      );
-    }
-  }
+    await rewriteForFullResolver(
+      kube,
+      secret!,
+      { operator: operator!, system: system!, account: accountSeed, signing },
+      log,
+    );
   return issuer;
+}
+
+/** The Secret of new keys and the server configuration that trusts them, as read back. */
+async function createKeysSecret(
+  kube: Kube,
+  namespace: string,
+  name: string,
+  log: Logger,
+): Promise<V1Secret | undefined> {
+  const keys = generateKeys();
+  const stringData: Record<string, string> = {
+    [SERVER_CONFIG_FIELD]: await serverConfig(keys),
+    [ACCOUNT_FIELD]: CredentialIssuer.fromKeys(keys).accountKey,
+  };
+  for (const [k, field] of Object.entries(KEY_FIELDS)) stringData[field] = keys[k as keyof NatsKeys];
+  const created = await kube.createIfAbsent<V1Secret>({
+    apiVersion: "v1",
+    kind: "Secret",
+    type: "Opaque",
+    metadata: {
+      name,
+      namespace,
+      labels: { "app.kubernetes.io/part-of": "ifp-operator", "app.kubernetes.io/component": "nats" },
+    },
+    stringData,
+  });
+  if (created) log.info({ secret: `${namespace}/${name}` }, "generated the NATS operator, account and signing keys");
+  return kube.read<V1Secret>("v1", "Secret", namespace, name);
+}
+
+/** The server configuration of `secret` written again for the full resolver (one account per runtime). */
+async function rewriteForFullResolver(kube: Kube, secret: V1Secret, keys: NatsKeys, log: Logger): Promise<void> {
+  const where = `${secret.metadata?.namespace}/${secret.metadata?.name}`;
+  try {
+    await kube.replace<V1Secret>({
+      ...secret,
+      apiVersion: "v1",
+      kind: "Secret",
+      data: { ...secret.data, [SERVER_CONFIG_FIELD]: Buffer.from(await serverConfig(keys)).toString("base64") },
+    });
+    log.warn(
+      { secret: where },
+      "rewrote the NATS server configuration for one account per runtime (full resolver); NATS takes it at its next start: restart its pods",
+    );
+  } catch (err) {
+    log.error(
+      { secret: where, err: String(err) },
+      "could not rewrite the NATS server configuration for one account per runtime",
+    );
+  }
 }
