@@ -1058,7 +1058,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       const queued = JSON.parse(queuedLine!.slice(4));
       // Signed by the runtime with the Agent's own key, from its outbox.
       expect(queued).toMatchObject({ status: "queued", duplicate: false });
-      expect(queued.message.headers.from).toEqual({ agent: from.doc.spec.agentId });
+      expect(queued.message.headers.from).toMatchObject({ agent: from.doc.spec.agentId });
       expect(queued.message.security.signatures[0].key_id).toMatch(new RegExp(`^${from.doc.spec.agentId}#`));
       expect(JSON.parse(recordLine!)).toMatchObject({
         message_id: queued.message_id,
