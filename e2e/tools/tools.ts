@@ -343,6 +343,14 @@ export const TOOLS: Record<string, ToolSpec> = {
     binaries: ["monitoring-crds.yaml"],
     build: prometheusOperatorCrds("v0.85.0"),
   },
+  // An OCI registry client and, with `crane registry serve`, a registry: the release test pushes
+  // the release's image archives with it as docs/install.md says, into a registry it serves on
+  // loopback.
+  crane: {
+    key: "crane-v0.22.1",
+    binaries: ["crane"],
+    build: goInstall("github.com/google/go-containerregistry/cmd/crane", "v0.22.1", "-s -w"),
+  },
   kind: {
     key: "kind-v0.33.0",
     binaries: ["kind"],
