@@ -179,6 +179,29 @@ const someKeys = (map: Record<string, string> | undefined): map is Record<string
   !!map && Object.keys(map).length > 0;
 
 /**
+ * The runtime container with the user's env (a name the user sets, an OTEL_* variable of
+ * tracing.ts say, replaces the operator's), resources and volume mounts after its own.
+ */
+function withContainerSettings(runtime: V1Container, s: DeploymentSettings): V1Container {
+  const env = s.env as { name: string }[] | undefined;
+  return {
+    ...runtime,
+    ...(some(env)
+      ? {
+          env: [
+            ...(runtime.env ?? []).filter((e) => !env.some((u) => u.name === e.name)),
+            ...(env as V1Container["env"] & {}),
+          ],
+        }
+      : {}),
+    ...(s.resources ? { resources: canonicalResources(s.resources) as V1Container["resources"] } : {}),
+    ...(some(s.volumeMounts)
+      ? { volumeMounts: [...(runtime.volumeMounts ?? []), ...(s.volumeMounts as V1Container["volumeMounts"] & {})] }
+      : {}),
+  };
+}
+
+/**
  * The runtime Deployment with the user's pod settings. Without settings it is returned as it is.
  * The runtime container stays first and keeps what it has; the user's env and volumeMounts come
  * after its own; the user's resources replace its default; the pod security context is the
@@ -191,22 +214,7 @@ export function withPodSettings(deployment: V1Deployment, settings: DeploymentSe
   const template = deployment.spec!.template;
   const pod = template.spec!;
   const [runtime, ...others] = pod.containers;
-  const runtimeContainer: V1Container = {
-    ...runtime!,
-    // A name the user sets (an OTEL_* variable of tracing.ts, say) replaces the operator's.
-    ...(some(s.env)
-      ? {
-          env: [
-            ...(runtime!.env ?? []).filter((e) => !(s.env as { name: string }[]).some((u) => u.name === e.name)),
-            ...(s.env as V1Container["env"] & {}),
-          ],
-        }
-      : {}),
-    ...(s.resources ? { resources: canonicalResources(s.resources) as V1Container["resources"] } : {}),
-    ...(some(s.volumeMounts)
-      ? { volumeMounts: [...(runtime!.volumeMounts ?? []), ...(s.volumeMounts as V1Container["volumeMounts"] & {})] }
-      : {}),
-  };
+  const runtimeContainer = withContainerSettings(runtime!, s);
   const pullSecrets: V1LocalObjectReference[] = [...(pod.imagePullSecrets ?? [])];
   for (const p of s.imagePullSecrets ?? [])
     if (!pullSecrets.some((q) => q.name === p.name)) pullSecrets.push({ name: p.name });
