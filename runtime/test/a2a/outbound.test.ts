@@ -49,9 +49,16 @@ const cardKey = identity("https://localhost/card-signer");
 const PEER_TOKEN = "sdk-agent-token-0123456789abcdef";
 
 let runtime: ManagedProcess;
+let startSender: () => Promise<void>;
 let handler: Awaited<ReturnType<typeof startHandler>>;
 let localApi: string;
-let sdk: { server: Server; base: string; requests: { path: string; headers: Record<string, unknown>; body: any }[] };
+let sdk: {
+  server: Server;
+  base: string;
+  requests: { path: string; headers: Record<string, unknown>; body: any }[];
+  down(): Promise<void>;
+  up(): Promise<void>;
+};
 
 const part = (text: string) => ({
   content: { $case: "text" as const, value: text },
@@ -248,7 +255,17 @@ async function startSdkAgent(): Promise<typeof sdk> {
   });
   const server = createServer({ cert: tls.cert, key: tls.key }, app);
   await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
-  return { server, base, requests };
+  return {
+    server,
+    base,
+    requests,
+    /** Stop answering (connections refused), and answer again on the same port. */
+    down: async () => {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    },
+    up: () => new Promise<void>((r) => server.listen(port, "127.0.0.1", r)),
+  };
 }
 
 beforeAll(async () => {
@@ -262,31 +279,34 @@ beforeAll(async () => {
   writeAgentManifest(dir, {
     agentId: sender.agentId,
     handler: { url: handler.url },
-    outbound: { backoff: ["300ms"], retryFor: "3s" },
+    outbound: { backoff: ["300ms"], retryFor: "10s" },
   });
-  runtime = spawnProcess(
-    "ifp-runtime agent (a2a sender)",
-    process.execPath,
-    [
-      BIN,
-      "agent",
-      ...["--manifest", join(dir, "agent.yaml"), "--signing-key", writeKey(dir, sender)],
-      ...["--a2a-peer-token-file", tokens],
-      ...["--port", String(port), "--local-api-port", String(localPort), "--host", "127.0.0.1"],
-      ...["--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--ca-file", tls.files.ca, "--nats", nats.url],
-    ],
-    { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
-  );
-  await waitFor(
-    "the sending agent to be ready",
-    async () => {
-      if (runtime.exit) throw new Error(`the runtime ${describeExit(runtime.exit)}:\n${runtime.log()}`);
-      const res = await httpsRequest(`https://localhost:${port}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }));
-      return res.status === 200;
-    },
-    30_000,
-    200,
-  );
+  startSender = async () => {
+    runtime = spawnProcess(
+      "ifp-runtime agent (a2a sender)",
+      process.execPath,
+      [
+        BIN,
+        "agent",
+        ...["--manifest", join(dir, "agent.yaml"), "--signing-key", writeKey(dir, sender)],
+        ...["--a2a-peer-token-file", tokens],
+        ...["--port", String(port), "--local-api-port", String(localPort), "--host", "127.0.0.1"],
+        ...["--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--ca-file", tls.files.ca, "--nats", nats.url],
+      ],
+      { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
+    );
+    await waitFor(
+      "the sending agent to be ready",
+      async () => {
+        if (runtime.exit) throw new Error(`the runtime ${describeExit(runtime.exit)}:\n${runtime.log()}`);
+        const res = await httpsRequest(`https://localhost:${port}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }));
+        return res.status === 200;
+      },
+      30_000,
+      200,
+    );
+  };
+  await startSender();
 }, 60_000);
 
 afterAll(async () => {
@@ -294,6 +314,10 @@ afterAll(async () => {
   await handler?.close();
   await new Promise((r) => sdk?.server.close(r));
 });
+
+/** Whether the SDK's agent got the message `id` (since request number `from`). */
+const sentToSdk = (id: string, from = 0) =>
+  sdk.requests.slice(from).some((q) => q.body?.params?.message?.messageId === id);
 
 /** The hand-off answering the outbound message `id`. */
 async function answerTo(id: string, timeoutMs = 20_000) {
@@ -428,7 +452,7 @@ describe("sending to the A2A JS SDK's server", () => {
       /agent card .* is refused: its signature signature 1 .* does not verify/,
     );
     expect(refused.recipients[0].attempts).toBe(1);
-    expect(sdk.requests.slice(before).some((q) => q.path === "/rpc")).toBe(false);
+    expect(sentToSdk(bad.body.message_id, before)).toBe(false);
   });
 });
 
@@ -473,6 +497,32 @@ describe("ifp send --local-api --a2a", () => {
   });
 });
 
+describe("durability", () => {
+  it("keeps a message through a runtime killed while the agent is down, and delivers it once after the restart", async () => {
+    const card = `${sdk.base}/.well-known/agent-card.json`;
+    await sdk.down();
+    try {
+      const sent = await send(localApi, { to: { a2a: card }, text: "Rome" });
+      expect(sent.status).toBe(202);
+      const id = sent.body.message_id;
+      const retrying = await untilState(localApi, id, "retrying");
+      // The card is kept from the earlier sends: the SendMessage is what cannot connect.
+      expect(retrying.recipients[0].last_error).toMatch(/^network error: .*ECONNREFUSED/);
+      await runtime.stop({ signal: "SIGKILL" });
+      await sdk.up();
+      await startSender();
+      const done = await untilState(localApi, id, "delivered");
+      expect(done.recipients[0].a2a.state).toBe("TASK_STATE_COMPLETED");
+      expect((await answerTo(id)).body.body.text).toBe("Weather for Rome: clear");
+      await new Promise((r) => setTimeout(r, 500));
+      expect(handler.received.filter((r) => r.body.headers.thread?.in_reply_to === id)).toHaveLength(1);
+      expect(sdk.requests.filter((q) => q.body?.params?.message?.messageId === id)).toHaveLength(1);
+    } finally {
+      if (!sdk.server.listening) await sdk.up();
+    }
+  });
+});
+
 describe("what no honest A2A agent answers", () => {
   it("refuses a card over the size cap, a card with no usable interface, without sending", async () => {
     const before = sdk.requests.length;
@@ -486,7 +536,7 @@ describe("what no honest A2A agent answers", () => {
     expect(b.recipients[0].last_error).toMatch(
       /names no usable interface .* GRPC 1\.0 at .*; JSONRPC 0\.3 at .*; JSONRPC 1\.0 at http:\/\//,
     );
-    expect(sdk.requests.slice(before).some((q) => q.path === "/rpc")).toBe(false);
+    expect(sentToSdk(big.body.message_id, before) || sentToSdk(none.body.message_id, before)).toBe(false);
   });
 
   it("retries a peer answering garbage or 503, then gives up with the reason", async () => {
@@ -496,7 +546,7 @@ describe("what no honest A2A agent answers", () => {
     const f = await untilState(localApi, failing.body.message_id, "undeliverable", 20_000);
     expect(g.recipients[0].attempts).toBeGreaterThan(1);
     expect(g.recipients[0].last_error).toMatch(
-      /answer to SendMessage is not JSON .*still failing after the 3 s retry window/,
+      /answer to SendMessage is not JSON .*still failing after the 10 s retry window/,
     );
     expect(f.recipients[0].attempts).toBeGreaterThan(1);
     expect(f.recipients[0].last_error).toMatch(/SendMessage answered 503/);
