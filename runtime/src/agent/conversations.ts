@@ -333,6 +333,10 @@ export class Conversations {
   ): Promise<void> {
     const kv = this.store();
     let remembered = this.remembered(key);
+    // A record this process does not remember is most often a new conversation: made at once
+    // (create fails when the key holds a record) instead of read first. What `change` makes of
+    // no record cannot be a refusal, and a record that exists is read and decided on below.
+    if (!remembered && (await this.createFresh(kv, key, change))) return;
     for (let attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
       let state: ConversationState | undefined;
       let revision: number | undefined;
@@ -374,6 +378,32 @@ export class Conversations {
       }
     }
     throw unavailable("the conversation record is changing too fast; try again");
+  }
+
+  /**
+   * The record made from none, if the key holds no record: true once written. False when it
+   * holds one (or `change` makes nothing of none), for the caller to read it and decide.
+   */
+  private async createFresh(
+    kv: KV,
+    key: string,
+    change: (state: ConversationState | undefined) => ConversationState | undefined,
+  ): Promise<boolean> {
+    let next: ConversationState | undefined;
+    try {
+      next = change(undefined);
+    } catch {
+      return false;
+    }
+    if (!next) return false;
+    try {
+      this.remember(key, await this.nats.whileConnected(kv.create(key, JSON.stringify(next)), WHAT), next);
+      return true;
+    } catch (err) {
+      // NATS went away: 503 now.
+      if (err instanceof ProtocolError) throw err;
+      return false;
+    }
   }
 
   /** A record this process wrote, unless it is old enough to have expired or been renewed elsewhere. */

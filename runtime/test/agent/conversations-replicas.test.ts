@@ -1,5 +1,6 @@
 // The conversation records of two replicas of one agent on a real nats-server: each replica
-// writes a record it wrote before against the revision it remembers, without reading it first,
+// writes a record it wrote before against the revision it remembers, and makes a new
+// conversation's record, without reading it first,
 // and the compare-and-set keeps IFP-5's rule (no lower authentication level within a
 // conversation) across replicas: a record changed by the other replica is read again and
 // decided on, and a refusal is never made on a remembered record alone.
@@ -74,6 +75,30 @@ describe("conversation records of two replicas", () => {
     const rec = await two.get(alice.agentId, "conv:quiet");
     expect(rec?.recent.map((m) => m.sequence)).toEqual([1, 2, 3, 4, 5]);
     expect(rec?.last_sequence_in).toBe(5);
+  });
+
+  it("makes the record of a new conversation without reading first", async () => {
+    const before = kvReads;
+    await inbound(one, alice.agentId, signed(alice, self.agentId, { conversation_id: "conv:new", sequence: 1 }), 1);
+    expect(kvReads - before).toBe(0);
+    const rec = await two.get(alice.agentId, "conv:new");
+    expect(rec?.auth_level).toBe(1);
+    expect(rec?.recent.map((m) => m.sequence)).toEqual([1]);
+  });
+
+  it("reads a record only the other replica wrote, and refuses a lower level on it", async () => {
+    const conv = { conversation_id: "conv:theirs" };
+    await inbound(two, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 1 }), 2);
+    // Replica one has never seen the conversation: its create fails, it reads the record and refuses.
+    const before = kvReads;
+    const err = await refusal(inbound(one, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 2 }), 1));
+    expect(err).toMatchObject({ statusCode: 401, code: "insufficient_auth_level" });
+    expect(kvReads - before).toBeGreaterThanOrEqual(1);
+    // At the same level it takes the next message on the record as the other replica left it.
+    await inbound(one, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 2 }), 2);
+    const rec = await two.get(alice.agentId, "conv:theirs");
+    expect(rec?.recent.map((m) => m.sequence)).toEqual([1, 2]);
+    expect(rec?.auth_level).toBe(2);
   });
 
   it("refuses a lower level on a replica whose remembered record the other replica has raised since", async () => {
