@@ -85,16 +85,15 @@ export class InboxWatch {
           : { deliver_policy: DeliverPolicy.New }),
       }),
     );
-    let messages: ConsumerMessages | undefined;
+    const messages: ConsumerMessages = await consumer.consume({ max_messages: 64 });
     let stopped = false;
     this.open++;
     const stop = () => {
       if (stopped) return;
       stopped = true;
       this.open--;
-      void messages?.close().catch(() => {});
+      void messages.close().catch(() => {});
     };
-    messages = await consumer.consume({ max_messages: 64 });
     void (async () => {
       try {
         for await (const m of messages) {

@@ -6,6 +6,7 @@ import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { localhostTls } from "../../../e2e/support/tls.ts";
 import { waitFor } from "../../../e2e/support/ports.ts";
+import { MAX_WATCHES } from "../../src/agent/inbox-watch.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import { identity, peerOf, signed } from "../support/fixtures.ts";
 import { runAgent, startHandler, type Tls } from "../support/agent-harness.ts";
@@ -189,6 +190,33 @@ describe("GET /messages/watch", () => {
       expect(bad.status, since).toBe(400);
       expect(await bad.json()).toMatchObject({ status: "error", code: "invalid_format" });
     }
+  });
+});
+
+describe("GET /messages/watch, held open", () => {
+  it(`serves at most ${MAX_WATCHES} watches at once (429 past that, with Retry-After), and a closed one frees its place`, async () => {
+    const open = await Promise.all(
+      Array.from({ length: MAX_WATCHES }, async () => {
+        const ac = new AbortController();
+        const res = await fetch(`${alice.localApiUrl}/messages/watch`, { signal: ac.signal });
+        expect(res.status).toBe(200);
+        expect(res.headers.get("content-type")).toMatch(/^text\/event-stream/);
+        return ac;
+      }),
+    );
+    const refused = await fetch(`${alice.localApiUrl}/messages/watch`);
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get("retry-after")).toBe("5");
+    expect(await refused.json()).toMatchObject({ status: "error", code: "rate_limited" });
+    open.pop()!.abort();
+    await waitFor("a place to free up", async () => {
+      const ac = new AbortController();
+      const res = await fetch(`${alice.localApiUrl}/messages/watch`, { signal: ac.signal });
+      const ok = res.status === 200;
+      ac.abort();
+      return ok;
+    });
+    for (const ac of open) ac.abort();
   });
 });
 
