@@ -10,6 +10,7 @@ import { z } from "zod";
 import { classifyAnswer } from "../net/answer.ts";
 import { type HttpClient, type HttpResult, ResponseTooLarge } from "../net/http-client.ts";
 import { targetRefusedMessage } from "../net/targets.ts";
+import { ProtocolError } from "../protocol/errors.ts";
 import { signRequest } from "../protocol/http-signatures.ts";
 import { A2A_RECIPIENT_PREFIX, type RecipientState } from "../protocol/local-api.ts";
 import type { Message as IfpMessage } from "../protocol/message.ts";
@@ -233,7 +234,10 @@ export class A2aPeers {
     try {
       await this.handOffAnswer(message, recipient, peer, outgoing, task, answer);
     } catch (err) {
-      return { kind: "retry", via: peer.url, error: `the agent's answer could not be stored: ${errorMessage(err)}` };
+      const error = `the agent's answer could not be stored: ${errorMessage(err)}`;
+      // Too large for the store: the same answer would be again.
+      if (err instanceof ProtocolError && err.statusCode === 413) return { kind: "failed", via: peer.url, error, a2a };
+      return { kind: "retry", via: peer.url, error };
     }
     return { kind: "delivered", via: peer.url, status: 200, decision, a2a };
   }
