@@ -34,10 +34,11 @@ const SOURCES = [
     .map((f) => `docs/${f}`),
 ];
 /** The programs a documented command starts with. */
-const PROGRAMS = /^(npm|npx|kubectl|helm|ifp-runtime|ifp-operator|ifp|node|curl|docker|kind|ctr|openssl|go|nats)\s/;
+const PROGRAMS =
+  /^(npm|npx|kubectl|helm|ifp-runtime|ifp-operator|ifp|node|curl|docker|kind|ctr|openssl|go|nats|crane)\s/;
 
 /** The programs an inline code span that is a command starts with. */
-const SPAN_PROGRAMS = /^(kubectl|helm|npm|npx|node|ctr|kind|docker) /;
+const SPAN_PROGRAMS = /^(kubectl|helm|npm|npx|node|ctr|kind|docker|crane|sha256sum) /;
 
 /** The command lines of a Markdown text's fenced shell blocks: continuations joined, comments and prompts dropped. */
 export function documentedCommands(markdown: string): string[] {
@@ -126,16 +127,84 @@ const CHECKS: Record<string, Check> = {
       by: "e2e/node.test.ts",
       holds: ["RELEASE, join(released.dir, released.chart)", "`global.imageRegistry=${REGISTRY}`"],
     },
+  // Checking a release, and pushing it to a registry (docs/install.md): the release test runs the
+  // blocks as written against `crane registry serve` on loopback (helm with --plain-http).
+  "sha256sum -c SHA256SUMS": {
+    by: "e2e/release/release.test.ts",
+    holds: ['spawnSync("sha256sum", ["-c", "SHA256SUMS"]'],
+  },
+  "npm run release -- --verify dist/0.1.0": {
+    by: "e2e/release/release.test.ts",
+    holds: ['["e2e/release/release.ts", "--verify", copy]', "verifyRelease(copy)"],
+  },
+  "npm run release -- --verify dist/VERSION": {
+    by: "e2e/release/release.ts",
+    holds: ['const verify = flag("--verify");'],
+  },
+  "npm run release -- --verify DIR": {
+    by: "e2e/release/release.test.ts",
+    holds: ['["e2e/release/release.ts", "--verify", copy]'],
+  },
+  "sha256sum -c": { part: "sha256sum -c SHA256SUMS" },
+  "helm pull": {
+    by: "e2e/release/release.test.ts",
+    holds: ["`helm pull ${chartRef} --version ${version} -d ${pulled} --plain-http`"],
+  },
+  "npm run tools -- crane": { by: "e2e/support/registry.ts", holds: ['toolPath("crane")'] },
+  "crane push ifp-operator-0.1.0 registry.example/ifp-dev/ifp-operator:0.1.0": {
+    by: "e2e/release/release.test.ts",
+    holds: ['installBlock("crane push", registry.host)', "expect(r.code, `${line}\\n${r.stderr}`).toBe(0);"],
+  },
+  "crane push ifp-runtime-0.1.0 registry.example/ifp-dev/ifp-runtime:0.1.0": {
+    by: "e2e/release/release.test.ts",
+    holds: ['installBlock("crane push", registry.host)', "expect([...pushed].sort())"],
+  },
+  "crane push ifp-example-app-0.1.0 registry.example/ifp-dev/ifp-example-app:0.1.0": {
+    by: "e2e/release/release.test.ts",
+    holds: ['installBlock("crane push", registry.host)', "expect([...pushed].sort())"],
+  },
+  "crane digest registry.example/ifp-dev/ifp-operator:0.1.0": {
+    by: "e2e/release/release.test.ts",
+    holds: ["if (digest) expect(r.stdout.trim(), line).toBe(recorded(digest[1]!));"],
+  },
+  "crane digest registry.example/ifp-dev/ifp-runtime:0.1.0": {
+    by: "e2e/release/release.test.ts",
+    holds: ["if (digest) expect(r.stdout.trim(), line).toBe(recorded(digest[1]!));"],
+  },
+  "crane registry serve": {
+    by: "e2e/support/registry.ts",
+    holds: ['["registry", "serve", "--address", "127.0.0.1:0", "--disk", dir]'],
+  },
+  "crane push": { part: "crane push ifp-operator-0.1.0 registry.example/ifp-dev/ifp-operator:0.1.0" },
+  "crane digest": { part: "crane digest registry.example/ifp-dev/ifp-operator:0.1.0" },
+  "crane copy docker.io/library/nats:2.12.15-alpine registry.example/nats:2.12.15-alpine": {
+    not: "copies from Docker Hub, which the tests never reach; crane's pushes keeping digests are run by e2e/release/release.test.ts",
+  },
+  "crane copy": { part: "crane copy docker.io/library/nats:2.12.15-alpine registry.example/nats:2.12.15-alpine" },
+  "crane digest registry.example/nats:2.12.15-alpine": {
+    not: "a mirror of Docker Hub's image; the same command on the release's images is run by e2e/release/release.test.ts",
+  },
   "helm push ifp-operator-0.1.0.tgz oci://registry.example/charts": {
-    not: "no OCI registry runs here; e2e/node.test.ts installs the same packaged chart from its file, and the registry changes nothing in it",
+    by: "e2e/release/release.test.ts",
+    holds: ['installBlock("helm push", registry.host)', '"helm push",', "Pushed: ${registry.host}/charts/ifp-operator"],
+  },
+  "helm show chart oci://registry.example/charts/ifp-operator --version 0.1.0": {
+    by: "e2e/release/release.test.ts",
+    holds: ['"helm show",', 'expect(shown).toMatchObject({ name: "ifp-operator", version, appVersion: version });'],
+  },
+  "helm template ifp oci://registry.example/charts/ifp-operator --version 0.1.0 -n ifp-system --set global.imageRegistry=registry.example":
+    { by: "e2e/release/release.test.ts", holds: ['"helm template",', "(await run(lines[2]!)).stdout"] },
+  "helm show chart": { part: "helm show chart oci://registry.example/charts/ifp-operator --version 0.1.0" },
+  "helm template": {
+    part: "helm template ifp oci://registry.example/charts/ifp-operator --version 0.1.0 -n ifp-system --set global.imageRegistry=registry.example",
   },
   "helm install ifp oci://registry.example/charts/ifp-operator --version 0.1.0 -n ifp-system --create-namespace --set global.imageRegistry=registry.example":
     {
-      not: "no OCI registry runs here; e2e/node.test.ts installs the same packaged chart from its file with the same values",
+      not: "installing needs a cluster: e2e/release/release.test.ts runs these words as helm template against its registry (the chart pulled, rendered with these values), and e2e/node.test.ts installs the same packaged chart from its file",
     },
   "helm upgrade ifp oci://registry.example/charts/ifp-operator --version 0.2.0 -n ifp-system --reset-then-reuse-values":
     {
-      not: "no OCI registry runs here; the same upgrade of the chart from the checkout is run here, and e2e/chart-upgrade.test.ts upgrades to a newer chart",
+      not: "a release 0.2.0 is not made here; e2e/release/release.test.ts pushes and reads back the chart of this one from a registry, the same upgrade of the chart from the checkout is run here, and e2e/chart-upgrade.test.ts upgrades to a newer chart",
     },
   "kubectl -n ifp-system rollout status deployment/ifp-ifp-operator": { by: "e2e/node.test.ts", holds: ['"--wait"'] },
   "kubectl -n ifp-system rollout status statefulset/ifp-ifp-operator-nats": {

@@ -1,13 +1,14 @@
 // `npm run release`: a release of the commit checked out, made as a user makes it, and what it
 // holds read back with the tools a platform team uses (sha256sum, tar, helm). Building the images
 // needs root (buildah); elsewhere the build is skipped with one line and the rest still runs.
-import { spawnSync } from "node:child_process";
+import { execFile, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { releaseDir, tempDir } from "../support/process.ts";
+import { type Registry, startRegistry } from "../support/registry.ts";
 import { toolPath } from "../tools/tools.ts";
 import {
   changelogEntry,
@@ -17,6 +18,8 @@ import {
   type Release,
   readArchive,
   release,
+  tarMembers,
+  verifyRelease,
   withDraft,
 } from "./release.ts";
 
@@ -24,7 +27,36 @@ const version = JSON.parse(readFileSync("package.json", "utf8")).version as stri
 const noBuild = process.getuid?.() !== 0 ? "building the images needs root (buildah)" : undefined;
 if (noBuild) process.stderr.write(`e2e/release/release.test.ts: the release itself skipped: ${noBuild}\n`);
 
-const sha256 = (data: Buffer) => createHash("sha256").update(data).digest("hex");
+const sha256 = (data: Buffer | string) => createHash("sha256").update(data).digest("hex");
+
+/**
+ * The lines of the fenced block of docs/install.md that holds `marker`, as a reader copies them,
+ * with the example registry and version made this test's: `registry.example` is `host`.
+ */
+function installBlock(marker: string, host: string): string[] {
+  const text = readFileSync("docs/install.md", "utf8");
+  const block = [...text.matchAll(/^```\n([\s\S]*?)^```/gm)].map((m) => m[1]!).find((b) => b.includes(marker));
+  if (!block) throw new Error(`docs/install.md has no shell block with ${marker}`);
+  return block
+    .replace(/\\\n\s*/g, "")
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => l.split("registry.example").join(host).split("0.1.0").join(version));
+}
+
+/** `sh -ec line` in `cwd`, crane and helm first on PATH; never throws. */
+function sh(line: string, cwd: string, env: NodeJS.ProcessEnv = {}) {
+  const path = [dirname(toolPath("crane")), dirname(toolPath("helm")), process.env.PATH].join(":");
+  return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
+    execFile(
+      "sh",
+      ["-ec", line],
+      { cwd, env: { ...process.env, ...env, PATH: path }, maxBuffer: 64 << 20, timeout: 300_000 },
+      (err, stdout, stderr) =>
+        resolve({ code: err ? Number((err as { code?: number }).code ?? 1) || 1 : 0, stdout, stderr }),
+    ),
+  );
+}
 
 describe("npm run release", () => {
   it("refuses what is not a release before it builds anything", () => {
@@ -91,6 +123,60 @@ describe("npm run release", () => {
     }
     const r = spawnSync(process.execPath, ["e2e/release/release.ts", "x.y", "--draft-changelog"], { encoding: "utf8" });
     expect(r.stderr).toMatch(/is not a version/);
+  });
+
+  it("--verify refuses a directory that is not a whole release, naming each problem", () => {
+    const dir = tempDir("ifp-release-verify-bad-");
+    const failure = () => {
+      try {
+        verifyRelease(dir);
+        return "";
+      } catch (err) {
+        return (err as Error).message;
+      }
+    };
+    try {
+      expect(failure()).toMatch(/fails verification:\n {2}no SHA256SUMS\n {2}release\.json: ENOENT/);
+      writeFileSync(
+        join(dir, "release.json"),
+        JSON.stringify({
+          version,
+          chart: "../ifp-operator.tgz",
+          images: [
+            { name: "ifp-operator", archive: "../../etc/passwd", digest: `sha256:${"0".repeat(64)}` },
+            { name: "ifp-runtime", archive: "ifp-runtime.oci.tar", digest: `sha256:${"0".repeat(64)}` },
+          ],
+        }),
+      );
+      writeFileSync(join(dir, "ifp-runtime.oci.tar"), "not a tar archive ".repeat(64));
+      writeFileSync(
+        join(dir, "SHA256SUMS"),
+        `${"0".repeat(64)}  release.json\nnot a line\n${sha256("")}  missing.txt\n${sha256("")}  ../outside\n`,
+      );
+      const message = failure();
+      for (const problem of [
+        "release.json: its SHA-256 is not the one in SHA256SUMS",
+        'SHA256SUMS: not a checksum line: "not a line"',
+        `SHA256SUMS: not a checksum line: "${sha256("")}  ../outside"`,
+        "missing.txt: listed in SHA256SUMS, missing",
+        "ifp-runtime.oci.tar: not in SHA256SUMS",
+        'ifp-operator: no archive "../../etc/passwd"',
+        "ifp-runtime.oci.tar: not a tar archive (bad header checksum at byte 0)",
+        'no chart "../ifp-operator.tgz"',
+      ])
+        expect(message, problem).toContain(problem);
+      // The command line: --verify takes a directory and nothing else.
+      for (const args of [["--verify"], ["--verify", dir, version], [version, "--verify", dir]]) {
+        const r = spawnSync(process.execPath, ["e2e/release/release.ts", ...args], { encoding: "utf8" });
+        expect(r.status, args.join(" ")).toBe(1);
+        expect(r.stderr).toMatch(/^release: (usage: npm run release -- --verify DIR|--verify needs a value)/);
+      }
+      const r = spawnSync(process.execPath, ["e2e/release/release.ts", "--verify", dir], { encoding: "utf8" });
+      expect(r.status).toBe(1);
+      expect(r.stderr).toContain("missing.txt: listed in SHA256SUMS, missing");
+    } finally {
+      releaseDir(dir);
+    }
   });
 
   describe.skipIf(noBuild !== undefined)("the release of the commit checked out", () => {
@@ -241,6 +327,236 @@ describe("npm run release", () => {
       } finally {
         releaseDir(dir);
       }
+    });
+
+    describe("pushed to a registry as docs/install.md says (crane registry serve on loopback)", () => {
+      let registry: Registry;
+      let helmEnv: NodeJS.ProcessEnv;
+      beforeAll(async () => {
+        registry = await startRegistry("release");
+        const home = tempDir("ifp-release-helm-");
+        helmEnv = {
+          HELM_CACHE_HOME: join(home, "cache"),
+          HELM_CONFIG_HOME: join(home, "config"),
+          HELM_DATA_HOME: join(home, "data"),
+        };
+      }, 300_000);
+      afterAll(() => registry?.stop());
+      const recorded = (name: string) => {
+        const digest = made.images.find((i) => i.name === name)?.digest;
+        if (!digest) throw new Error(`no released image ${name}`);
+        return digest;
+      };
+      /** A directory with the release's files, where a reader runs the documented commands. */
+      const workDir = () => {
+        const dir = tempDir("ifp-release-push-");
+        for (const f of files) symlinkSync(join(out, f), join(dir, f));
+        return dir;
+      };
+
+      it("crane push of each archive: the registry serves it by the digest release.json and the chart record", async () => {
+        const work = workDir();
+        try {
+          const onDisk = JSON.parse(readFileSync(join(out, "release.json"), "utf8")) as Release;
+          const pushed = new Set<string>();
+          for (const line of installBlock("crane push", registry.host)) {
+            const r = await sh(line, work);
+            expect(r.code, `${line}\n${r.stderr}`).toBe(0);
+            const push = /^crane push \S+ \S+\/ifp-dev\/([\w-]+):(\S+)$/.exec(line);
+            if (push) {
+              pushed.add(push[1]!);
+              expect(push[2]).toBe(version);
+              // crane prints the reference it pushed, by digest.
+              expect(r.stdout.trim(), line).toBe(`${registry.host}/ifp-dev/${push[1]}@${recorded(push[1]!)}`);
+            }
+            const digest = /^crane digest \S+\/ifp-dev\/([\w-]+):\S+$/.exec(line);
+            if (digest) expect(r.stdout.trim(), line).toBe(recorded(digest[1]!));
+          }
+          expect([...pushed].sort()).toEqual(RELEASED_IMAGES.map((i) => i.name).sort());
+          const values = parse(
+            spawnSync("tar", ["-xzOf", join(out, made.chart), "ifp-operator/values.yaml"], { encoding: "utf8" }).stdout,
+          );
+          for (const img of made.images) {
+            const ref = `${registry.host}/ifp-dev/${img.name}:${version}`;
+            // What the registry serves for the tag: the archive's manifest, byte for byte, whose
+            // hash is the digest release.json on disk records and the chart references.
+            const served = await sh(`crane manifest ${ref}`, work);
+            expect(served.code, served.stderr).toBe(0);
+            const inArchive = spawnSync("tar", [
+              "-xOf",
+              join(out, img.archive),
+              `blobs/${img.digest.replace(":", "/")}`,
+            ]).stdout as Buffer;
+            expect(served.stdout).toBe(inArchive.toString("utf8"));
+            expect(`sha256:${sha256(served.stdout)}`).toBe(img.digest);
+            expect(onDisk.images.find((i) => i.name === img.name)?.digest).toBe(img.digest);
+            const value = RELEASED_IMAGES.find((r) => r.name === img.name)?.value;
+            if (value) expect(values[value].digest, value).toBe(img.digest);
+            // Pulled by digest, as the chart's pods pull it.
+            const byDigest = await sh(`crane digest ${registry.host}/ifp-dev/${img.name}@${img.digest}`, work);
+            expect(byDigest.stdout.trim(), byDigest.stderr).toBe(img.digest);
+          }
+          // A tag or a digest the registry does not have is an error, not an empty answer.
+          const unknownTag = await sh(`crane digest ${registry.host}/ifp-dev/ifp-operator:9.9.9`, work);
+          expect(unknownTag.code).not.toBe(0);
+          expect(unknownTag.stderr).toMatch(/MANIFEST_UNKNOWN|NAME_UNKNOWN|404/);
+          const unknownDigest = await sh(
+            `crane manifest ${registry.host}/ifp-dev/ifp-operator@sha256:${"0".repeat(64)}`,
+            work,
+          );
+          expect(unknownDigest.code).not.toBe(0);
+        } finally {
+          releaseDir(work);
+        }
+      }, 300_000);
+
+      it("helm push of the chart: shown and rendered back from oci:// with the version, and images by digest the registry serves", async () => {
+        const work = workDir();
+        try {
+          // The loopback registry speaks plain HTTP: Helm is told so, as docs/install.md says for
+          // a registry without TLS.
+          const lines = installBlock("helm push", registry.host).map((l) => `${l} --plain-http`);
+          expect(lines.map((l) => l.split(" ").slice(0, 2).join(" "))).toEqual([
+            "helm push",
+            "helm show",
+            "helm template",
+            "helm install",
+          ]);
+          const chartRef = `oci://${registry.host}/charts/ifp-operator`;
+          const run = async (line: string) => {
+            const r = await sh(line, work, helmEnv);
+            expect(r.code, `${line}\n${r.stderr}`).toBe(0);
+            return r;
+          };
+          const pushed = await run(lines[0]!);
+          expect(pushed.stdout + pushed.stderr).toContain(`Pushed: ${registry.host}/charts/ifp-operator:${version}`);
+          const shown = parse((await run(lines[1]!)).stdout);
+          expect(shown).toMatchObject({ name: "ifp-operator", version, appVersion: version });
+          // `helm install` needs a cluster; the same words with `helm template` render what it would install.
+          const rendered = [
+            (await run(lines[2]!)).stdout,
+            (await run(lines[3]!.replace(/^helm install /, "helm template "))).stdout,
+          ];
+          for (const text of rendered) {
+            expect(text).toContain(`image: "${registry.host}/ifp-dev/ifp-operator@${recorded("ifp-operator")}"`);
+            expect(text).toContain(`--runtime-image=${registry.host}/ifp-dev/ifp-runtime@${recorded("ifp-runtime")}`);
+            expect(text).not.toMatch(/\/ifp-dev\/ifp-(operator|runtime):/);
+          }
+          // Every image of the release the rendered chart names is in the registry by that digest.
+          const refs = [
+            ...new Set(
+              [...rendered[0]!.matchAll(/[\w.:-]+\/ifp-dev\/ifp-(?:operator|runtime)@sha256:[0-9a-f]{64}/g)].map(
+                (m) => m[0],
+              ),
+            ),
+          ];
+          expect(refs.length).toBe(2);
+          for (const ref of refs) {
+            const served = await sh(`crane digest ${ref}`, work);
+            expect(served.stdout.trim(), `${ref}: ${served.stderr}`).toBe(ref.slice(ref.indexOf("@") + 1));
+          }
+          // The chart the registry serves is the packaged file, byte for byte.
+          const pulled = tempDir("ifp-release-pulled-");
+          await run(`helm pull ${chartRef} --version ${version} -d ${pulled} --plain-http`);
+          const sums = readFileSync(join(out, "SHA256SUMS"), "utf8");
+          expect(sums).toContain(`${sha256(readFileSync(join(pulled, made.chart)))}  ${made.chart}\n`);
+          // A version that was never pushed is refused.
+          const missing = await sh(`helm show chart ${chartRef} --version 9.9.9 --plain-http`, work, helmEnv);
+          expect(missing.code).not.toBe(0);
+          expect(missing.stderr).toMatch(/not found/);
+        } finally {
+          releaseDir(work);
+        }
+      }, 300_000);
+
+      it("a changed byte is caught: sha256sum -c and --verify fail, the registry refuses the changed layer, a changed manifest is served by another digest", async () => {
+        const copy = tempDir("ifp-release-changed-");
+        const fresh = await startRegistry("fresh");
+        try {
+          cpSync(out, copy, { recursive: true });
+          expect(verifyRelease(copy)).toMatchObject({ version, files: files.length - 1 });
+          const runtime = made.images.find((i) => i.name === "ifp-runtime")!;
+          const archive = join(copy, runtime.archive);
+          const layer = readArchive(archive).manifest.layers.reduce((a, b) => (b.size > a.size ? b : a));
+          const tar = readFileSync(archive);
+          // A view of the archive's bytes: flipping a bit in it flips it in the archive.
+          const bytes = tarMembers(tar).get(`blobs/${layer.digest.replace(":", "/")}`)!;
+          expect(bytes.length).toBe(layer.size);
+          const flip = Math.floor(bytes.length / 2);
+          bytes[flip] = bytes[flip]! ^ 0x01;
+          writeFileSync(archive, tar);
+
+          const check = spawnSync("sha256sum", ["-c", "SHA256SUMS"], { cwd: copy, encoding: "utf8" });
+          expect(check.status).toBe(1);
+          expect(check.stdout).toContain(`${runtime.archive}: FAILED`);
+          expect(check.stdout).toContain(`${made.chart}: OK`);
+          const blob = new RegExp(`blob ${layer.digest.slice(0, 19)}… does not hash to its digest`);
+          const failure = (() => {
+            try {
+              verifyRelease(copy);
+              return "";
+            } catch (err) {
+              return (err as Error).message;
+            }
+          })();
+          expect(failure).toMatch(/ifp-runtime-.*\.oci\.tar: its SHA-256 is not the one in SHA256SUMS/);
+          expect(failure).toMatch(blob);
+          // Nothing else is wrong.
+          expect(failure.split("\n").slice(1)).toHaveLength(2);
+          const cli = spawnSync(process.execPath, ["e2e/release/release.ts", "--verify", copy], { encoding: "utf8" });
+          expect(cli.status).toBe(1);
+          expect(cli.stderr).toMatch(/^release: .* fails verification:\n {2}ifp-runtime-/);
+          // SHA256SUMS made to match the changed file, as whoever changed both would: the archive
+          // itself still tells.
+          const sums = readFileSync(join(copy, "SHA256SUMS"), "utf8").replace(
+            new RegExp(`^[0-9a-f]{64}(?=  ${runtime.archive.replace(/\./g, "\\.")}$)`, "m"),
+            sha256(tar),
+          );
+          writeFileSync(join(copy, "SHA256SUMS"), sums);
+          expect(spawnSync("sha256sum", ["-c", "SHA256SUMS"], { cwd: copy }).status).toBe(0);
+          const message = (() => {
+            try {
+              verifyRelease(copy);
+              return "";
+            } catch (err) {
+              return (err as Error).message;
+            }
+          })();
+          expect(message).toMatch(blob);
+          expect(message).not.toMatch(/SHA256SUMS/);
+
+          // Pushed as the docs say anyway: a registry without that layer refuses its bytes.
+          const [unpack, push] = installBlock("crane push", fresh.host).filter((l) => l.includes("ifp-runtime"));
+          expect((await sh(unpack!, copy)).code).toBe(0);
+          const refused = await sh(push!, copy);
+          expect(refused.code).not.toBe(0);
+          expect(refused.stderr).toMatch(/DIGEST_INVALID/);
+          const nothing = await sh(`crane digest ${fresh.host}/ifp-dev/ifp-runtime:${version}`, copy);
+          expect(nothing.code).not.toBe(0);
+
+          // A changed manifest (the same content, other bytes) is pushed, and the registry serves
+          // it by its own digest: not the one release.json records, which the chart pulls.
+          const operator = made.images.find((i) => i.name === "ifp-operator")!;
+          const [unpackOp] = installBlock("crane push", fresh.host).filter((l) => l.includes("ifp-operator"));
+          expect((await sh(unpackOp!, copy)).code).toBe(0);
+          const manifestFile = join(copy, `ifp-operator-${version}`, "blobs", operator.digest.replace(":", "/"));
+          const respaced = JSON.stringify(JSON.parse(readFileSync(manifestFile, "utf8")), null, 1);
+          writeFileSync(manifestFile, respaced);
+          const pushed = await sh(
+            `crane push ifp-operator-${version} ${fresh.host}/ifp-dev/ifp-operator:${version}`,
+            copy,
+          );
+          expect(pushed.code, pushed.stderr).toBe(0);
+          // crane prints what it pushed: the manifest's own digest, not the layout's claim.
+          expect(pushed.stdout.trim()).toBe(`${fresh.host}/ifp-dev/ifp-operator@sha256:${sha256(respaced)}`);
+          const served = await sh(`crane digest ${fresh.host}/ifp-dev/ifp-operator:${version}`, copy);
+          expect(served.stdout.trim()).toBe(`sha256:${sha256(respaced)}`);
+          expect(served.stdout.trim()).not.toBe(operator.digest);
+        } finally {
+          await fresh.stop();
+          releaseDir(copy);
+        }
+      }, 300_000);
     });
 
     it(

@@ -4,6 +4,8 @@
 //   npm run release -- 0.1.0                       release HEAD into dist/0.1.0/
 //   npm run release -- 0.1.0 --ref v0.1.0 --out DIR
 //   npm run release -- 0.2.0 --draft-changelog     write a draft entry into CHANGELOG.md from git log, and stop
+//   npm run release -- --verify dist/0.1.0         check a release's files: SHA256SUMS, each archive's blobs
+//                                                  and image digest, the chart's digests (exit 1 naming each mismatch)
 //
 // The commit's files (git archive, never the working tree) are built as the images are everywhere
 // (e2e/images/build.ts: the Dockerfiles' stages, buildah, OCI archives cached by their inputs'
@@ -390,6 +392,131 @@ export function release(opts: { version: string; out?: string; ref?: string; log
   }
 }
 
+/**
+ * The regular files of a tar archive by name (a leading `./` dropped), each a view of the
+ * archive's own bytes: ustar names with their prefix, and pax or GNU long names.
+ */
+export function tarMembers(tar: Buffer): Map<string, Buffer> {
+  const members = new Map<string, Buffer>();
+  const text = (b: Buffer) => b.toString("utf8").replace(/\0.*$/s, "");
+  let longName: string | undefined;
+  for (let at = 0; at + 512 <= tar.length; ) {
+    const header = tar.subarray(at, at + 512);
+    if (header.every((b) => b === 0)) break;
+    let sum = 0;
+    for (let i = 0; i < 512; i++) sum += i >= 148 && i < 156 ? 32 : header[i]!;
+    if (Number.parseInt(text(header.subarray(148, 156)).trim(), 8) !== sum)
+      throw new Error(`not a tar archive (bad header checksum at byte ${at})`);
+    const size = Number.parseInt(text(header.subarray(124, 136)).trim() || "0", 8);
+    const type = String.fromCharCode(header[156]!);
+    const body = tar.subarray(at + 512, at + 512 + size);
+    if (body.length !== size) throw new Error(`tar archive cut short at byte ${at}`);
+    const prefix = text(header.subarray(345, 500));
+    const name = longName ?? (prefix ? `${prefix}/` : "") + text(header.subarray(0, 100));
+    longName = undefined;
+    if (type === "x") longName = /(?:^|\n)\d+ path=([^\n]*)\n/.exec(body.toString("utf8"))?.[1];
+    else if (type === "L") longName = text(body);
+    else if (type === "0" || type === "\0") members.set(name.replace(/^\.\//, ""), body);
+    at += 512 + Math.ceil(size / 512) * 512;
+  }
+  return members;
+}
+
+/**
+ * A release directory checked as whoever received it can: every file against SHA256SUMS, every
+ * blob of each image archive against its own digest, each archive's image against the digest
+ * release.json records, and the packaged chart's version and image digests against release.json.
+ * Throws one error listing every mismatch; returns what was checked.
+ */
+export function verifyRelease(dir: string): { version: string; files: number; images: ReleasedImage[] } {
+  const problems: string[] = [];
+  const at = (f: string) => join(dir, f);
+  let sums: [string, string][] = [];
+  if (!existsSync(at("SHA256SUMS"))) problems.push("no SHA256SUMS");
+  else
+    sums = readFileSync(at("SHA256SUMS"), "utf8")
+      .split("\n")
+      .filter(Boolean)
+      .map((line) => {
+        const m = /^([0-9a-f]{64}) [ *]([^/]+)$/.exec(line);
+        if (!m) problems.push(`SHA256SUMS: not a checksum line: ${JSON.stringify(line.slice(0, 120))}`);
+        return m ? ([m[2]!, m[1]!] as [string, string]) : undefined;
+      })
+      .filter((e): e is [string, string] => e !== undefined);
+  const listed = new Map(sums);
+  for (const [file, hex] of sums) {
+    if (!existsSync(at(file))) problems.push(`${file}: listed in SHA256SUMS, missing`);
+    else if (sha256File(at(file)) !== hex) problems.push(`${file}: its SHA-256 is not the one in SHA256SUMS`);
+  }
+  let manifest: { version?: string; chart?: string; images?: ReleasedImage[] } = {};
+  try {
+    manifest = JSON.parse(readFileSync(at("release.json"), "utf8"));
+  } catch (err) {
+    problems.push(`release.json: ${(err as Error).message}`);
+  }
+  const version = manifest.version ?? "";
+  for (const f of ["release.json", manifest.chart, ...(manifest.images ?? []).flatMap((i) => [i.archive, i.sbom])])
+    if (f && !listed.has(f)) problems.push(`${f}: not in SHA256SUMS`);
+  const images = manifest.images ?? [];
+  if (!images.length) problems.push("release.json names no images");
+  for (const img of images) {
+    if (!img.archive || /[/\\]/.test(img.archive) || !existsSync(at(img.archive))) {
+      problems.push(`${img.name}: no archive ${JSON.stringify(img.archive)}`);
+      continue;
+    }
+    let members: Map<string, Buffer>;
+    try {
+      members = tarMembers(readFileSync(at(img.archive)));
+    } catch (err) {
+      problems.push(`${img.archive}: ${(err as Error).message}`);
+      continue;
+    }
+    // Content addressing: each blob's bytes hash to its name.
+    for (const [name, bytes] of members) {
+      const m = /^blobs\/sha256\/([0-9a-f]{64})$/.exec(name);
+      if (m && createHash("sha256").update(bytes).digest("hex") !== m[1])
+        problems.push(`${img.archive}: blob sha256:${m[1]!.slice(0, 12)}… does not hash to its digest`);
+    }
+    try {
+      const a = readArchive(at(img.archive));
+      if (a.digest !== img.digest)
+        problems.push(`${img.archive}: holds the image ${a.digest}, release.json says ${img.digest}`);
+      for (const d of [a.manifest.config.digest, ...a.manifest.layers.map((l) => l.digest)])
+        if (!members.has(`blobs/${d.replace(":", "/")}`))
+          problems.push(`${img.archive}: blob ${d} of the image is missing`);
+    } catch (err) {
+      problems.push(`${img.archive}: ${(err as Error).message.slice(0, 300)}`);
+    }
+  }
+  if (!manifest.chart) problems.push("release.json names no chart");
+  else if (/[/\\]/.test(manifest.chart) || !existsSync(at(manifest.chart)))
+    problems.push(`no chart ${JSON.stringify(manifest.chart)}`);
+  else {
+    const file = (path: string) => {
+      const r = spawnSync("tar", ["-xzOf", at(manifest.chart!), path], { encoding: "utf8", maxBuffer: 16 << 20 });
+      if (r.status !== 0) throw new Error(`${manifest.chart}: no ${path}`);
+      return r.stdout;
+    };
+    try {
+      const chartYaml = parseDocument(file("ifp-operator/Chart.yaml"));
+      if (chartYaml.get("version") !== version)
+        problems.push(`${manifest.chart}: chart version ${chartYaml.get("version")}, release.json says ${version}`);
+      const values = parseDocument(file("ifp-operator/values.yaml"));
+      for (const r of RELEASED_IMAGES) {
+        if (!r.value) continue;
+        const recorded = images.find((i) => i.name === r.name)?.digest;
+        const inChart = values.getIn([r.value, "digest"]);
+        if (inChart !== recorded)
+          problems.push(`${manifest.chart}: ${r.value}.digest is ${inChart}, release.json says ${recorded}`);
+      }
+    } catch (err) {
+      problems.push((err as Error).message);
+    }
+  }
+  if (problems.length) throw new Error(`${dir} fails verification:\n  ${problems.join("\n  ")}`);
+  return { version, files: sums.length, images };
+}
+
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const args = process.argv.slice(2);
   const flag = (name: string) => {
@@ -403,12 +530,24 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   try {
     const draft = args.includes("--draft-changelog");
     if (draft) args.splice(args.indexOf("--draft-changelog"), 1);
+    const verify = flag("--verify");
     const out = flag("--out");
     const ref = flag("--ref");
     const [version, ...rest] = args;
-    if (!version || rest.length)
-      throw new Error("usage: npm run release -- VERSION [--ref REV] [--out DIR] | VERSION --draft-changelog");
-    if (draft) {
+    if (verify !== undefined) {
+      if (version || draft || out || ref) throw new Error("usage: npm run release -- --verify DIR");
+      const dir = resolve(process.cwd(), verify);
+      const checked = verifyRelease(dir);
+      process.stdout.write(
+        `${dir}: ${checked.version}, ${checked.files} files match SHA256SUMS; ${checked.images
+          .map((i) => `${i.name} ${i.digest}`)
+          .join(", ")}; the chart references the images by these digests\n`,
+      );
+    } else if (!version || rest.length)
+      throw new Error(
+        "usage: npm run release -- VERSION [--ref REV] [--out DIR] | VERSION --draft-changelog | --verify DIR",
+      );
+    else if (draft) {
       if (!VERSION.test(version)) throw new Error(`${JSON.stringify(version)} is not a version`);
       const file = join(REPO, "CHANGELOG.md");
       const text = existsSync(file) ? readFileSync(file, "utf8") : "# Changelog\n";
