@@ -148,7 +148,7 @@ const executor: AgentExecutor = {
 };
 
 /** A signed card (the way the A2A face signs its own), optionally changed after signing. */
-function signedCard(base: string, rpcUrl: string, tamper = false) {
+function signedCard(base: string, rpcUrl: string, tamper = false, jwksBase = base) {
   const card = {
     name: "signed-sdk-agent",
     description: "An agent whose card is signed",
@@ -159,7 +159,7 @@ function signedCard(base: string, rpcUrl: string, tamper = false) {
     defaultOutputModes: ["text/plain"],
     skills: [],
   };
-  const signature = signCard(card, cardKey.signing, `${base}/signed/jwks.json`);
+  const signature = signCard(card, cardKey.signing, `${jwksBase}/signed/jwks.json`);
   return { ...card, ...(tamper ? { name: "someone else" } : {}), signatures: [signature] };
 }
 
@@ -248,6 +248,19 @@ async function startSdkAgent(): Promise<typeof sdk> {
   });
   app.get("/tampered/agent-card.json", (_req, res) => {
     res.json(signedCard(base, `${base}/rpc`, true));
+  });
+  app.get("/foreign-jku/agent-card.json", (_req, res) => {
+    // Signed, with its JWKS named on another origin (the same server by its IP address).
+    res.json(signedCard(base, `${base}/rpc`, false, `https://127.0.0.1:${port}`));
+  });
+  app.get("/locked/agent-card.json", (_req, res) => {
+    res.json({
+      ...card,
+      supportedInterfaces: [{ url: `${base}/locked/rpc`, protocolBinding: "JSONRPC", protocolVersion: "1.0" }],
+    });
+  });
+  app.post("/locked/rpc", (_req, res) => {
+    res.status(401).json({ jsonrpc: "2.0", id: 1, error: { code: -32600, message: "who are you?" } });
   });
   app.get("/signed/jwks.json", (_req, res) => {
     const jwk = createPublicKey(cardKey.signing.privateKey).export({ format: "jwk" });
@@ -537,6 +550,23 @@ describe("what no honest A2A agent answers", () => {
       /names no usable interface .* GRPC 1\.0 at .*; JSONRPC 0\.3 at .*; JSONRPC 1\.0 at http:\/\//,
     );
     expect(sentToSdk(big.body.message_id, before) || sentToSdk(none.body.message_id, before)).toBe(false);
+  });
+
+  it("refuses a signature whose JWKS is on another origin, and a peer answering 401, at the first attempt", async () => {
+    const foreign = await send(localApi, { to: { a2a: `${sdk.base}/foreign-jku/agent-card.json` }, text: "hi" });
+    const locked = await send(localApi, { to: { a2a: `${sdk.base}/locked/agent-card.json` }, text: "hi" });
+    const f = await untilState(localApi, foreign.body.message_id, "failed");
+    const l = await untilState(localApi, locked.body.message_id, "failed");
+    expect(f.recipients[0].last_error).toMatch(
+      /names the JWKS https:\/\/127\.0\.0\.1:\d+\/signed\/jwks\.json, which is not at the card's own origin/,
+    );
+    expect(sentToSdk(foreign.body.message_id)).toBe(false);
+    expect(l.recipients[0]).toMatchObject({
+      attempts: 1,
+      last_status: 401,
+      a2a: { interface: `${sdk.base}/locked/rpc` },
+    });
+    expect(l.recipients[0].last_error).toBe("SendMessage answered 401 who are you?; a 4xx is never retried");
   });
 
   it("retries a peer answering garbage or 503, then gives up with the reason", async () => {
