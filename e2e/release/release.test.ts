@@ -144,11 +144,20 @@ describe("npm run release", () => {
           chart: "../ifp-operator.tgz",
           images: [
             { name: "ifp-operator", archive: "../../etc/passwd", digest: `sha256:${"0".repeat(64)}` },
-            { name: "ifp-runtime", archive: "ifp-runtime.oci.tar", digest: `sha256:${"0".repeat(64)}` },
+            {
+              name: "ifp-runtime",
+              archive: "ifp-runtime.oci.tar",
+              digest: `sha256:${"0".repeat(64)}`,
+              sbom: "ifp-runtime.cdx.json",
+            },
           ],
         }),
       );
       writeFileSync(join(dir, "ifp-runtime.oci.tar"), "not a tar archive ".repeat(64));
+      writeFileSync(
+        join(dir, "ifp-runtime.cdx.json"),
+        JSON.stringify({ metadata: { component: { hashes: [{ alg: "SHA-256", content: "1".repeat(64) }] } } }),
+      );
       writeFileSync(
         join(dir, "SHA256SUMS"),
         `${"0".repeat(64)}  release.json\nnot a line\n${sha256("")}  missing.txt\n${sha256("")}  ../outside\n`,
@@ -163,6 +172,8 @@ describe("npm run release", () => {
         'ifp-operator: no archive "../../etc/passwd"',
         "ifp-runtime.oci.tar: not a tar archive (bad header checksum at byte 0)",
         'no chart "../ifp-operator.tgz"',
+        `ifp-runtime.cdx.json: describes the image sha256:${"1".repeat(64)}, release.json says sha256:${"0".repeat(64)}`,
+        "ifp-operator: release.json names no SBOM",
       ])
         expect(message, problem).toContain(problem);
       // The command line: --verify takes a directory and nothing else.

@@ -424,8 +424,9 @@ export function tarMembers(tar: Buffer): Map<string, Buffer> {
 
 /**
  * A release directory checked as whoever received it can: every file against SHA256SUMS, every
- * blob of each image archive against its own digest, each archive's image against the digest
- * release.json records, and the packaged chart's version and image digests against release.json.
+ * blob of each image archive against its own digest, each archive's image and each SBOM's against
+ * the digest release.json records, and the packaged chart's version and image digests against
+ * release.json.
  * Throws one error listing every mismatch; returns what was checked.
  */
 export function verifyRelease(dir: string): { version: string; files: number; images: ReleasedImage[] } {
@@ -460,6 +461,20 @@ export function verifyRelease(dir: string): { version: string; files: number; im
   const images = manifest.images ?? [];
   if (!images.length) problems.push("release.json names no images");
   for (const img of images) {
+    // The SBOM describes the image by the same digest.
+    if (img.sbom && !/[/\\]/.test(img.sbom) && existsSync(at(img.sbom))) {
+      try {
+        const bom = JSON.parse(readFileSync(at(img.sbom), "utf8"));
+        const described = bom?.metadata?.component?.hashes?.find((h: { alg?: string }) => h.alg === "SHA-256")?.content;
+        if (`sha256:${described}` !== img.digest)
+          problems.push(`${img.sbom}: describes the image sha256:${described}, release.json says ${img.digest}`);
+      } catch (err) {
+        problems.push(`${img.sbom}: ${(err as Error).message.slice(0, 200)}`);
+      }
+    } else
+      problems.push(
+        img.sbom ? `${img.name}: no SBOM ${JSON.stringify(img.sbom)}` : `${img.name}: release.json names no SBOM`,
+      );
     if (!img.archive || /[/\\]/.test(img.archive) || !existsSync(at(img.archive))) {
       problems.push(`${img.name}: no archive ${JSON.stringify(img.archive)}`);
       continue;
