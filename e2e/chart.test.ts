@@ -360,12 +360,18 @@ describe("Helm chart", () => {
         value?: string;
       }[];
     expect(envOf().find((e) => e.name === "NODE_OPTIONS")?.value).toBe(
-      "--max-old-space-size=192 --max-semi-space-size=8",
+      "--max-old-space-size=192 --max-semi-space-size=2",
     );
     expect(envOf("nodeOptions=--max-old-space-size=1024").find((e) => e.name === "NODE_OPTIONS")?.value).toBe(
       "--max-old-space-size=1024",
     );
     expect(envOf("nodeOptions=").some((e) => e.name === "NODE_OPTIONS")).toBe(false);
+    // Two glibc malloc arenas by default; 0 leaves glibc's own default; anything else is refused.
+    expect(envOf().find((e) => e.name === "MALLOC_ARENA_MAX")?.value).toBe("2");
+    expect(envOf("mallocArenaMax=4").find((e) => e.name === "MALLOC_ARENA_MAX")?.value).toBe("4");
+    expect(envOf("mallocArenaMax=0").some((e) => e.name === "MALLOC_ARENA_MAX")).toBe(false);
+    for (const bad of ["mallocArenaMax=-1", "mallocArenaMax=65", "mallocArenaMax=two", "mallocArenaMax=1.5"])
+      expect(() => render(bad), bad).toThrow(/mallocArenaMax/);
   });
 
   it("passes runtime.clusterNetworks to the operator, none when empty", () => {

@@ -235,7 +235,8 @@ export const Values = z.strictObject({
   watchNamespaces: z.array(z.string().min(1)).default([]),
   clusterWide: z.boolean().default(false),
   logLevel: z.enum(["fatal", "error", "warn", "info", "debug", "trace"]).default("info"),
-  nodeOptions: z.string().default("--max-old-space-size=192 --max-semi-space-size=8"),
+  nodeOptions: z.string().default("--max-old-space-size=192 --max-semi-space-size=2"),
+  mallocArenaMax: z.number().int().min(0).max(64).default(2),
   crds: z.strictObject({ enabled: z.boolean().default(true), keep: z.boolean().default(true) }).prefault({}),
   rbac: z.strictObject({ create: z.boolean().default(true) }).prefault({}),
   trust: z

@@ -27,8 +27,10 @@ const COUNTS = (process.env.BENCH_AGENTS ?? "100,500,1000").split(",").map(Numbe
 const RESYNC_S = Number(process.env.BENCH_RESYNC_SECONDS ?? 10);
 const RESYNCS = Number(process.env.BENCH_RESYNCS ?? 3);
 const WORKERS = Number(process.env.BENCH_WORKERS ?? 4);
-// The operator runs with the chart's default NODE_OPTIONS (its bounded heap), as installed.
-const CHART_NODE_OPTIONS: string = parse(readFileSync("charts/ifp-operator/values.yaml", "utf8")).nodeOptions ?? "";
+// The operator runs with the chart's default NODE_OPTIONS (its bounded heap) and malloc arenas, as installed.
+const CHART_VALUES = parse(readFileSync("charts/ifp-operator/values.yaml", "utf8"));
+const CHART_NODE_OPTIONS: string = CHART_VALUES.nodeOptions ?? "";
+const CHART_MALLOC_ARENA_MAX: number = CHART_VALUES.mallocArenaMax ?? 0;
 const KCM_QPS = process.env.BENCH_KCM_QPS ? Number(process.env.BENCH_KCM_QPS) : undefined;
 const NS = "bench";
 const round = (x: number, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
@@ -75,6 +77,7 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
       env: {
         ...process.env,
         NODE_OPTIONS: `${CHART_NODE_OPTIONS} ${process.env.BENCH_OPERATOR_NODE_OPTIONS ?? ""}`.trim(),
+        ...(CHART_MALLOC_ARENA_MAX ? { MALLOC_ARENA_MAX: String(CHART_MALLOC_ARENA_MAX) } : {}),
       },
     },
   );
@@ -201,6 +204,7 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
       workers: WORKERS,
       controllerManagerQps: KCM_QPS ?? 20,
       operatorNodeOptions: CHART_NODE_OPTIONS,
+      operatorMallocArenaMax: CHART_MALLOC_ARENA_MAX || "glibc's default",
       kubectlApplySeconds: round(applySeconds),
       secondsToReadyable: round(secondsToReadyable),
       agentsPerSecond: round(COUNT / secondsToReadyable, 1),
