@@ -399,6 +399,15 @@ describe("sending to the A2A JS SDK's server", () => {
     expect((call as { signatureVerified?: unknown }).signatureVerified).toBe(true);
   });
 
+  it("takes the recipient's id in a list as well: a2a: and the card's URL", async () => {
+    const card = `${sdk.base}/.well-known/agent-card.json`;
+    const sent = await send(localApi, { to: [`a2a:${card}`], text: "message:listed" });
+    expect(sent.status).toBe(202);
+    const done = await untilState(localApi, sent.body.message_id, "delivered");
+    expect(done.recipients).toMatchObject([{ agent: `a2a:${card}`, state: "delivered", a2a: { state: "MESSAGE" } }]);
+    expect((await answerTo(sent.body.message_id)).body.body.text).toBe("You said listed");
+  });
+
   it("hands a direct message answer back, and uses HTTP+JSON when the card offers only that", async () => {
     const sent = await send(localApi, { to: { a2a: `${sdk.base}/rest-card.json` }, text: "message:hi" });
     const done = await untilState(localApi, sent.body.message_id, "delivered");
