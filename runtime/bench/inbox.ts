@@ -12,12 +12,13 @@
 //   BENCH_CONCURRENCY=1,8,32,64  BENCH_MESSAGES=3000  BENCH_SENDERS=1,10,100
 //   BENCH_SENDER_CONCURRENCY=32  BENCH_PROFILE=dir (the runtime writes a --cpu-prof profile there)
 //   BENCH_RUNTIME_NODE_OPTIONS (default: the heap bound the operator renders for a runtime pod)
-//   BENCH_BASELINE=<another checkout> (its runtime measured too, as "before")
+//   BENCH_BASELINE=<another checkout> (its runtime measured too, as "before", compiled as this
+//   one is; interleaved per level with the rest, so two versions share each moment's load)
 //   BENCH_TARGETS=bare,a2a,agentA2a,inbox (the servers measured; the inbox always is)
-import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
-import { cpus, loadavg } from "node:os";
-import { dirname } from "node:path";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { startNats } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
@@ -70,6 +71,30 @@ async function startProcess(
   return child;
 }
 
+/**
+ * The runtime of another checkout, compiled with its own tsconfig.build.json as this one's is
+ * (BENCH_SOURCE=1: its TypeScript source), with the checkout's dependencies; a checkout without
+ * them (a git worktree) is given a link to this one's.
+ */
+function baselineEntry(checkout: string): string {
+  // A git worktree has no node_modules: this checkout's serve it (the compiler's types too).
+  const deps = join(checkout, "node_modules");
+  if (!existsSync(deps)) symlinkSync(here("../../node_modules"), deps);
+  if (process.env.BENCH_SOURCE === "1") return join(checkout, "runtime/bin/ifp-runtime.ts");
+  const out = mkdtempSync(join(tmpdir(), "ifp-bench-baseline-"));
+  const tsc = here("../../node_modules/typescript/bin/tsc");
+  const r = spawnSync(
+    process.execPath,
+    [tsc, "-p", join(checkout, "tsconfig.build.json"), "--outDir", join(out, "out")],
+    {
+      encoding: "utf8",
+    },
+  );
+  if (r.status !== 0) throw new Error(`compiling ${checkout} failed: ${(r.stdout + r.stderr).slice(-2000)}`);
+  symlinkSync(deps, join(out, "node_modules"));
+  return join(out, "out/runtime/bin/ifp-runtime.js");
+}
+
 function stop(child: ChildProcess): Promise<void> {
   return new Promise((r) => {
     if (child.exitCode !== null) return r();
@@ -88,7 +113,8 @@ const manifest = writeAgentManifest(dir, {
   agentId: "bench-agent",
   capabilities: [{ name: "message.receive", description: "Accept IFP-4 structured messages" }],
   peers: senders.map(peerOf),
-  inbox: { rateLimit: { perSenderPerMinute: 10_000_000, perAddressPerMinute: 10_000_000 } },
+  // A run stores some 40,000 messages of 2 KB (more with BENCH_BASELINE): room for all of them.
+  inbox: { maxBytes: 1024 ** 3, rateLimit: { perSenderPerMinute: 10_000_000, perAddressPerMinute: 10_000_000 } },
 });
 // The same agent's A2A face, as another Agent of its own (its own streams and buckets).
 const a2aManifest = writeAgentManifest(
@@ -96,7 +122,7 @@ const a2aManifest = writeAgentManifest(
   {
     agentId: "bench-a2a-agent",
     capabilities: [{ name: "message.receive", description: "Accept IFP-4 structured messages" }],
-    inbox: { rateLimit: { perSenderPerMinute: 10_000_000, perAddressPerMinute: 10_000_000 } },
+    inbox: { maxBytes: 1024 ** 3, rateLimit: { perSenderPerMinute: 10_000_000, perAddressPerMinute: 10_000_000 } },
     a2a: { enabled: true, authentication: { bearerTokenSecret: { name: "bench-a2a-tokens" } } },
   },
   "a2a-agent",
@@ -251,7 +277,7 @@ if (TARGETS.has("agentA2a")) {
 // The full inbox: schema, signature verification, rate limits, JetStream persistence. With
 // BENCH_BASELINE=<checkout>, that checkout's runtime too ("before"), as a replica of the same agent.
 const runtimes: [Target["name"], string][] = [["inbox", compiledEntry("runtime/bin/ifp-runtime.ts")]];
-if (process.env.BENCH_BASELINE) runtimes.push(["before", `${process.env.BENCH_BASELINE}/runtime/bin/ifp-runtime.ts`]);
+if (process.env.BENCH_BASELINE) runtimes.push(["before", baselineEntry(process.env.BENCH_BASELINE)]);
 for (const [name, bin] of runtimes) {
   const port = await freePort();
   const base = `https://localhost:${port}`;
@@ -331,6 +357,8 @@ const rows = CONCURRENCY.map((c, i) => {
       ? {
           "before msgs/s": results.before[i]!.perSecond,
           "before p50/p99 ms": `${results.before[i]!.p50ms} / ${results.before[i]!.p99ms}`,
+          "before CPU ms/msg": results.before[i]!.cpuMsPerMessage,
+          "before NATS msgs/msg": results.before[i]!.natsMsgsPerMessage,
         }
       : {}),
     errors: (b?.errors ?? 0) + (a?.errors ?? 0) + (g?.errors ?? 0) + f.errors,

@@ -6,6 +6,8 @@ export interface LoadResult {
   requests: number;
   ok: number;
   errors: number;
+  /** The statuses of the errors and how many of each (0: no answer; negative: a refused body with that status). */
+  errorStatuses?: Record<string, number>;
   seconds: number;
   perSecond: number;
   p50ms: number;
@@ -36,6 +38,7 @@ export async function postLoad(
   let next = 0;
   let ok = 0;
   let errors = 0;
+  const errorStatuses: Record<string, number> = {};
   const u = new URL(url);
   const one = (body: Buffer) =>
     new Promise<number>((resolve) => {
@@ -73,7 +76,10 @@ export async function postLoad(
         const status = await one(body);
         latencies.push(performance.now() - t0);
         if (status === okStatus) ok++;
-        else errors++;
+        else {
+          errors++;
+          errorStatuses[status] = (errorStatuses[status] ?? 0) + 1;
+        }
       }
     }),
   );
@@ -85,6 +91,7 @@ export async function postLoad(
     requests: bodies.length,
     ok,
     errors,
+    ...(errors ? { errorStatuses } : {}),
     seconds: round(seconds),
     perSecond: round(ok / seconds),
     p50ms: round(percentile(latencies, 50)),
