@@ -282,6 +282,7 @@ function a2aPeers(self: Self, opts: AgentOptions, outside: Outside, stores: Stor
   return new A2aPeers({
     http: outside.http,
     signing: self.signing,
+    ...(opts.a2aPeerTokenFile ? { bearerFor: peerTokenFile(opts.a2aPeerTokenFile, log) } : {}),
     handOff: async (message, m) => {
       const meta = { signer: m.sender, authLevel: m.authLevel, source: m.source, handoff: true };
       await stores.inbox.accept(message, m.messageId, { ...meta, conversationId: m.conversationId }, m.sender);
@@ -289,7 +290,6 @@ function a2aPeers(self: Self, opts: AgentOptions, outside: Outside, stores: Stor
     log,
   });
 }
-    ...(opts.a2aPeerTokenFile ? { bearerFor: peerTokenFile(opts.a2aPeerTokenFile, log) } : {}),
 
 /** The hand-off to spec.handler.url, signed with the hand-off secret; none without a handler. */
 function handlerHandoff(
