@@ -4,13 +4,7 @@
 import { randomUUID } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import {
-  ClientFactory,
-  ClientFactoryOptions,
-  DefaultAgentCardResolver,
-  JsonRpcTransportFactory,
-  RestTransportFactory,
-} from "@a2a-js/sdk/client";
+import { DefaultAgentCardResolver } from "@a2a-js/sdk/client";
 import canonicalize from "canonicalize";
 import { flattenedVerify, importJWK } from "jose";
 import { Agent as Dispatcher, fetch as undiciFetch } from "undici";
@@ -18,12 +12,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
-import { describeExit, spawnProcess, type ManagedProcess } from "../../../e2e/support/process.ts";
+import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import { signRequest } from "../../src/protocol/http-signatures.ts";
+import { clientFactory, fetchWith as fetchWithCa, spawnRuntime } from "../support/a2a-harness.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, peerOf, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
-
-const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
 
 let nats: NatsServer;
 let tls: Tls;
@@ -47,44 +40,16 @@ let localPort: number;
 let keyFile: string;
 
 async function start(): Promise<void> {
-  runtime = spawnProcess(
-    "ifp-runtime agent (a2a)",
-    process.execPath,
-    [
-      BIN,
-      "agent",
-      "--manifest",
-      join(dir, "agent.yaml"),
-      "--signing-key",
-      keyFile,
-      "--a2a-token-file",
-      join(dir, "a2a-tokens"),
-      "--port",
-      String(port),
-      "--local-api-port",
-      String(localPort),
-      "--host",
-      "127.0.0.1",
-      "--tls-cert",
-      tls.files.cert,
-      "--tls-key",
-      tls.files.key,
-      "--ca-file",
-      tls.files.ca,
-      "--nats",
-      nats.url,
-    ],
-    { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
-  );
-  await waitFor(
-    "the agent to be ready",
-    async () => {
-      if (runtime.exit) throw new Error(`the runtime ${describeExit(runtime.exit)}:\n${runtime.log()}`);
-      return (await httpsRequest(`${base}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }))).status === 200;
-    },
-    30_000,
-    200,
-  );
+  runtime = await spawnRuntime({
+    name: "ifp-runtime agent (a2a)",
+    dir,
+    keyFile,
+    tls,
+    natsUrl: nats.url,
+    port,
+    localApiPort: localPort,
+    args: ["--a2a-token-file", join(dir, "a2a-tokens")],
+  });
 }
 
 beforeAll(async () => {
@@ -118,26 +83,9 @@ afterAll(async () => {
 });
 
 const dispatcher = () => new Dispatcher({ connect: { ca: tls.ca } });
-/** fetch trusting the test CA, with the bearer token (or none). */
-function fetchWith(token: string | undefined): typeof fetch {
-  const d = dispatcher();
-  return ((input: string | URL | Request, init?: RequestInit) => {
-    const headers = new Headers(init?.headers);
-    if (token) headers.set("authorization", `Bearer ${token}`);
-    return undiciFetch(input as string, { ...(init as object), headers, dispatcher: d } as never);
-  }) as unknown as typeof fetch;
-}
-
-function factory(token: string | undefined, preferred?: "JSONRPC" | "HTTP+JSON") {
-  const fetchImpl = fetchWith(token);
-  return new ClientFactory(
-    ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
-      transports: [new JsonRpcTransportFactory({ fetchImpl }), new RestTransportFactory({ fetchImpl })],
-      cardResolver: new DefaultAgentCardResolver({ fetchImpl }),
-      ...(preferred ? { preferredTransports: [preferred] } : {}),
-    }),
-  );
-}
+const fetchWith = (token: string | undefined) => fetchWithCa(tls.ca, token);
+const factory = (token: string | undefined, preferred?: "JSONRPC" | "HTTP+JSON") =>
+  clientFactory(tls.ca, token, preferred);
 
 const userMessage = (text: string, extra: { messageId?: string; taskId?: string } = {}) => ({
   message: {

@@ -14,15 +14,15 @@ import { agentCardHandler, jsonRpcHandler, restHandler, UserBuilder } from "@a2a
 import express from "express";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
-import { httpsRequest } from "../../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
-import { describeExit, spawnProcess, type ManagedProcess } from "../../../e2e/support/process.ts";
+import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import pino from "pino";
 import { signCard } from "../../src/a2a/card.ts";
 import { A2aPeers, peerReplyId, peerTokenFile } from "../../src/a2a/peer.ts";
 import { HttpClient } from "../../src/net/http-client.ts";
 import { TargetPolicy } from "../../src/net/targets.ts";
 import { verifyRequest } from "../../src/protocol/http-signatures.ts";
+import { spawnRuntime } from "../support/a2a-harness.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import {
   identity,
@@ -34,8 +34,6 @@ import {
   writeKey,
 } from "../support/fixtures.ts";
 import { send, untilState } from "../support/outbox-harness.ts";
-
-const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
 
 let nats: NatsServer;
 let tls: Tls;
@@ -295,29 +293,16 @@ beforeAll(async () => {
     outbound: { backoff: ["300ms"], retryFor: "10s" },
   });
   startSender = async () => {
-    runtime = spawnProcess(
-      "ifp-runtime agent (a2a sender)",
-      process.execPath,
-      [
-        BIN,
-        "agent",
-        ...["--manifest", join(dir, "agent.yaml"), "--signing-key", writeKey(dir, sender)],
-        ...["--a2a-peer-token-file", tokens],
-        ...["--port", String(port), "--local-api-port", String(localPort), "--host", "127.0.0.1"],
-        ...["--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--ca-file", tls.files.ca, "--nats", nats.url],
-      ],
-      { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
-    );
-    await waitFor(
-      "the sending agent to be ready",
-      async () => {
-        if (runtime.exit) throw new Error(`the runtime ${describeExit(runtime.exit)}:\n${runtime.log()}`);
-        const res = await httpsRequest(`https://localhost:${port}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }));
-        return res.status === 200;
-      },
-      30_000,
-      200,
-    );
+    runtime = await spawnRuntime({
+      name: "ifp-runtime agent (a2a sender)",
+      dir,
+      keyFile: writeKey(dir, sender),
+      tls,
+      natsUrl: nats.url,
+      port,
+      localApiPort: localPort,
+      args: ["--a2a-peer-token-file", tokens],
+    });
   };
   await startSender();
 }, 60_000);

@@ -1,0 +1,85 @@
+// What the A2A tests share: the ifp-runtime command started as a user runs it (its own process,
+// real TLS and NATS), and the official A2A JS SDK's clients trusting the test CA.
+import { join } from "node:path";
+import {
+  ClientFactory,
+  ClientFactoryOptions,
+  DefaultAgentCardResolver,
+  JsonRpcTransportFactory,
+  RestTransportFactory,
+} from "@a2a-js/sdk/client";
+import { Agent as Dispatcher, fetch as undiciFetch } from "undici";
+import { httpsRequest } from "../../../e2e/support/https.ts";
+import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { describeExit, spawnProcess, type ManagedProcess } from "../../../e2e/support/process.ts";
+import type { Tls } from "./agent-harness.ts";
+
+const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
+
+/**
+ * `ifp-runtime agent` with the manifest `dir`/agent.yaml and the signing key `keyFile`, on the
+ * given ports of loopback (metrics on a free one: test files run side by side), once its /readyz
+ * answers 200. `args` are added (e.g. `--a2a-token-file`).
+ */
+export async function spawnRuntime(opts: {
+  name: string;
+  dir: string;
+  keyFile: string;
+  tls: Tls;
+  natsUrl: string;
+  port: number;
+  localApiPort: number;
+  args?: string[];
+  logLevel?: string;
+}): Promise<ManagedProcess> {
+  const { tls } = opts;
+  const runtime = spawnProcess(
+    opts.name,
+    process.execPath,
+    [
+      BIN,
+      "agent",
+      ...["--manifest", join(opts.dir, "agent.yaml"), "--signing-key", opts.keyFile],
+      ...(opts.args ?? []),
+      ...["--port", String(opts.port), "--local-api-port", String(opts.localApiPort), "--host", "127.0.0.1"],
+      ...["--metrics-port", String(await freePort())],
+      ...["--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--ca-file", tls.files.ca, "--nats", opts.natsUrl],
+    ],
+    { env: { ...process.env, IFP_LOG_LEVEL: opts.logLevel ?? "warn" } },
+  );
+  await waitFor(
+    `${opts.name} to be ready`,
+    async () => {
+      if (runtime.exit) throw new Error(`the runtime ${describeExit(runtime.exit)}:\n${runtime.log()}`);
+      const res = await httpsRequest(`https://localhost:${opts.port}/readyz`, { ca: tls.ca }).catch(() => ({
+        status: 0,
+      }));
+      return res.status === 200;
+    },
+    30_000,
+    200,
+  );
+  return runtime;
+}
+
+/** fetch trusting the test CA, with the bearer token (or none). */
+export function fetchWith(ca: string, token: string | undefined): typeof fetch {
+  const dispatcher = new Dispatcher({ connect: { ca } });
+  return ((input: string | URL | Request, init?: RequestInit) => {
+    const headers = new Headers(init?.headers);
+    if (token) headers.set("authorization", `Bearer ${token}`);
+    return undiciFetch(input as string, { ...(init as object), headers, dispatcher } as never);
+  }) as unknown as typeof fetch;
+}
+
+/** The SDK's client factory over both bindings, the preferred one first when named. */
+export function clientFactory(ca: string, token: string | undefined, preferred?: "JSONRPC" | "HTTP+JSON") {
+  const fetchImpl = fetchWith(ca, token);
+  return new ClientFactory(
+    ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
+      transports: [new JsonRpcTransportFactory({ fetchImpl }), new RestTransportFactory({ fetchImpl })],
+      cardResolver: new DefaultAgentCardResolver({ fetchImpl }),
+      ...(preferred ? { preferredTransports: [preferred] } : {}),
+    }),
+  );
+}
