@@ -5,7 +5,9 @@ import { parse } from "yaml";
 import { identity } from "../../test/support/fixtures.ts";
 import { Agent } from "../resources/agent.ts";
 import { Documents } from "./documents.ts";
+import { InboxWatch } from "./inbox-watch.ts";
 import { buildLocalApi } from "./local-api.ts";
+import { agentNames } from "./names.ts";
 
 const spec = parse(readFileSync(new URL("../../../docs/local-api.openapi.yaml", import.meta.url), "utf8"));
 
@@ -20,6 +22,8 @@ describe("local application API", () => {
     states: { get: async () => undefined, begin: async () => {}, deadLetters: async () => [] },
     peers: { get: async () => undefined },
     received: async () => undefined,
+    // Served on the loopback listener only, as this one is; nothing here reaches NATS.
+    watch: new InboxWatch(undefined as never, agentNames("alice-agent"), pino({ level: "silent" })),
     logger: pino({ level: "silent" }),
   });
 

@@ -85,14 +85,14 @@ describe("inbox quotas", () => {
     }
   });
 
-  it("has sane defaults: an inbox of 1 GiB and 64 MiB per sender and hour", () => {
+  it("has sane defaults: an inbox of 64 MiB (reserved in the NATS store: docs/reliability.md) and 64 MiB per sender and hour", () => {
     const a = Agent.parse({
       apiVersion: "ifp.dev/v1alpha1",
       kind: "Agent",
       metadata: { name: "a" },
       spec: { agentId: "a" },
     });
-    expect(a.spec.inbox.maxBytes).toBe(1024 * 1024 * KB);
+    expect(a.spec.inbox.maxBytes).toBe(64 * 1024 * KB);
     expect(a.spec.inbox.rateLimit.perSenderBytesPerHour).toBe(64 * 1024 * KB);
   });
 });
