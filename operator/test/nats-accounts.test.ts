@@ -275,7 +275,9 @@ describe("the operator with one account per runtime, on a real API server", () =
     await expect(accounts.withAccount(issuer.accountKey, (jsm) => jsm.streams.info(stream))).rejects.toThrow(
       /not found/,
     );
-    // The summary is read in the relay's account: a copy its runtime stores shows.
+    // The summary is read in the relay's account: a copy its runtime stores shows. It counts what
+    // came after the operator's first reading, so the copy is stored once that reading is in.
+    await until("the relay's first summary", () => get("relay", "hub")?.status?.summary !== undefined);
     const hub = await connect({
       servers: nats.url,
       authenticator: credsAuthenticator(new TextEncoder().encode(hubCreds)),
