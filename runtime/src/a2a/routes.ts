@@ -82,20 +82,30 @@ export const a2aRoutes: FastifyPluginAsync<A2aRouteDeps> = async (app, deps) => 
   await app.register(async (scope) => protectedRoutes(scope, deps));
 };
 
+/** The streams open now, each with how to end it. */
+type OpenStreams = Map<ServerResponse, () => void>;
+
 async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promise<void> {
-  const spec = deps.agent.spec;
-  const now = deps.now ?? Date.now;
-  const perAddress = new RateLimiter(spec.inbox.rateLimit.perAddressPerMinute, { now });
-  const perCaller = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
-  const perCallerBytes = new RateLimiter(spec.inbox.rateLimit.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
-  const service = deps.service;
-  const push = deps.push;
-  const openStreams = new Map<ServerResponse, () => void>();
+  const openStreams: OpenStreams = new Map();
   // Open streams end when the server closes, rather than holding its shutdown.
   app.addHook("preClose", async () => {
     for (const end of openStreams.values()) end();
   });
+  jsonBodies(app);
+  callerChecks(app, deps);
+  // JSON-RPC 2.0 (section 9): one request per POST, no batches.
+  app.post(A2A_JSONRPC_PATH, { config: { a2a: "jsonrpc" } }, (req, reply) => jsonRpc(req, reply, deps, openStreams));
+  // HTTP+JSON (section 11): the paths of a2a.proto's google.api.http options under A2A_REST_PATH.
+  app.route({
+    method: ["GET", "POST", "DELETE"],
+    url: `${A2A_REST_PATH}/*`,
+    config: { a2a: "rest" },
+    handler: (req, reply) => httpJson(req, reply, deps, openStreams),
+  });
+}
 
+/** Bodies are JSON (kept as sent for the signature's Content-Digest); every error takes the binding's shape. */
+function jsonBodies(app: FastifyInstance): void {
   // The body's bytes are kept for the signature's Content-Digest; an empty body is no body.
   const parse = (req: FastifyRequest, body: Buffer, done: (err: Error | null, value?: unknown) => void) => {
     of(req).rawBody = body;
@@ -118,7 +128,18 @@ async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promis
     if (e.kind === "Internal") req.log.error({ err, url: req.url }, "A2A request failed");
     sendError(req, reply, e);
   });
+}
 
+/**
+ * The cheapest checks first: the per-address limit when the request arrives; then the A2A-Version,
+ * the caller (401/403) and the per-caller limits of the inbox before any method runs.
+ */
+function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
+  const spec = deps.agent.spec;
+  const now = deps.now ?? Date.now;
+  const perAddress = new RateLimiter(spec.inbox.rateLimit.perAddressPerMinute, { now });
+  const perCaller = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
+  const perCallerBytes = new RateLimiter(spec.inbox.rateLimit.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
   app.addHook("onRequest", async (req) => {
     const byAddress = perAddress.take(req.clientAddress);
     if (!byAddress.ok)
@@ -167,136 +188,130 @@ async function protectedRoutes(app: FastifyInstance, deps: A2aRouteDeps): Promis
     }
     s.caller = caller;
   });
+}
 
-  // JSON-RPC 2.0 (section 9): one request per POST, no batches.
-  app.post(A2A_JSONRPC_PATH, { config: { a2a: "jsonrpc" } }, async (req, reply) => {
-    const caller = of(req).caller!;
-    const body = req.body as Record<string, unknown> | undefined;
-    if (Array.isArray(body)) throw new A2aError("InvalidRequest", "batch requests are not supported");
-    if (
-      !body ||
-      typeof body !== "object" ||
-      body.jsonrpc !== "2.0" ||
-      typeof body.method !== "string" ||
-      ("id" in body && body.id !== null && typeof body.id !== "string" && typeof body.id !== "number")
-    )
-      throw new A2aError(
-        "InvalidRequest",
-        'a JSON-RPC 2.0 request object is required: {"jsonrpc": "2.0", "method", "params", "id"}',
+/** One JSON-RPC request: its method run for the authenticated caller. */
+async function jsonRpc(req: FastifyRequest, reply: FastifyReply, deps: A2aRouteDeps, openStreams: OpenStreams) {
+  const { service, push } = deps;
+  const caller = of(req).caller!;
+  const body = req.body as Record<string, unknown> | undefined;
+  if (Array.isArray(body)) throw new A2aError("InvalidRequest", "batch requests are not supported");
+  if (
+    !body ||
+    typeof body !== "object" ||
+    body.jsonrpc !== "2.0" ||
+    typeof body.method !== "string" ||
+    ("id" in body && body.id !== null && typeof body.id !== "string" && typeof body.id !== "number")
+  )
+    throw new A2aError(
+      "InvalidRequest",
+      'a JSON-RPC 2.0 request object is required: {"jsonrpc": "2.0", "method", "params", "id"}',
+    );
+  const params = body.params ?? {};
+  const ok = (result: unknown) =>
+    reply.type("application/json").send({ jsonrpc: "2.0", id: of(req).rpcId ?? null, result });
+  switch (body.method) {
+    case "SendMessage":
+      return ok({ task: await service.send(caller, check(SendMessageRequest, params)) });
+    case "SendStreamingMessage": {
+      const stored = await service.accept(caller, check(SendMessageRequest, params));
+      return stream(
+        req,
+        reply,
+        "jsonrpc",
+        (signal) => service.follow(caller, stored.task.id, signal, stored.task),
+        openStreams,
       );
-    const params = body.params ?? {};
-    const ok = (result: unknown) =>
-      reply.type("application/json").send({ jsonrpc: "2.0", id: of(req).rpcId ?? null, result });
-    switch (body.method) {
-      case "SendMessage":
-        return ok({ task: await service.send(caller, check(SendMessageRequest, params)) });
-      case "SendStreamingMessage": {
-        const stored = await service.accept(caller, check(SendMessageRequest, params));
-        return stream(
-          req,
-          reply,
-          "jsonrpc",
-          (signal) => service.follow(caller, stored.task.id, signal, stored.task),
-          openStreams,
-        );
-      }
-      case "GetTask": {
-        const p = check(GetTaskRequest, params);
-        return ok(await service.get(caller, p.id, p.historyLength));
-      }
-      case "ListTasks":
-        return ok(await service.list(caller, check(ListTasksRequest, params)));
-      case "CancelTask":
-        return ok(await service.cancel(caller, check(TaskIdRequest, params).id));
-      case "SubscribeToTask": {
-        const id = check(TaskIdRequest, params).id;
-        await service.subscribable(caller, id);
-        return stream(req, reply, "jsonrpc", (signal) => service.follow(caller, id, signal), openStreams);
-      }
-      case "CreateTaskPushNotificationConfig":
-        return ok(await push.create(caller, params));
-      case "GetTaskPushNotificationConfig": {
-        const p = check(PushConfigIdRequest, params);
-        return ok(await push.get(caller, p.taskId, p.id));
-      }
-      case "ListTaskPushNotificationConfigs": {
-        const p = check(ListPushConfigsRequest, params);
-        return ok(await push.list(caller, p.taskId, p.pageSize, p.pageToken));
-      }
-      case "DeleteTaskPushNotificationConfig": {
-        const p = check(PushConfigIdRequest, params);
-        await push.delete(caller, p.taskId, p.id);
-        return ok({});
-      }
-      case "GetExtendedAgentCard":
-        throw new A2aError("ExtendedAgentCardNotConfigured", "this agent has no extended agent card");
-      default:
-        throw new A2aError("MethodNotFound", `no method ${String(body.method).slice(0, 64)}`);
     }
-  });
+    case "GetTask": {
+      const p = check(GetTaskRequest, params);
+      return ok(await service.get(caller, p.id, p.historyLength));
+    }
+    case "ListTasks":
+      return ok(await service.list(caller, check(ListTasksRequest, params)));
+    case "CancelTask":
+      return ok(await service.cancel(caller, check(TaskIdRequest, params).id));
+    case "SubscribeToTask": {
+      const id = check(TaskIdRequest, params).id;
+      await service.subscribable(caller, id);
+      return stream(req, reply, "jsonrpc", (signal) => service.follow(caller, id, signal), openStreams);
+    }
+    case "CreateTaskPushNotificationConfig":
+      return ok(await push.create(caller, params));
+    case "GetTaskPushNotificationConfig": {
+      const p = check(PushConfigIdRequest, params);
+      return ok(await push.get(caller, p.taskId, p.id));
+    }
+    case "ListTaskPushNotificationConfigs": {
+      const p = check(ListPushConfigsRequest, params);
+      return ok(await push.list(caller, p.taskId, p.pageSize, p.pageToken));
+    }
+    case "DeleteTaskPushNotificationConfig": {
+      const p = check(PushConfigIdRequest, params);
+      await push.delete(caller, p.taskId, p.id);
+      return ok({});
+    }
+    case "GetExtendedAgentCard":
+      throw new A2aError("ExtendedAgentCardNotConfigured", "this agent has no extended agent card");
+    default:
+      throw new A2aError("MethodNotFound", `no method ${String(body.method).slice(0, 64)}`);
+  }
+}
 
-  // HTTP+JSON (section 11): the paths of a2a.proto's google.api.http options under A2A_REST_PATH.
-  app.route({
-    method: ["GET", "POST", "DELETE"],
-    url: `${A2A_REST_PATH}/*`,
-    config: { a2a: "rest" },
-    handler: async (req, reply) => {
-      const caller = of(req).caller!;
-      const path = (req.params as { "*": string })["*"].split("?")[0] ?? "";
-      const query = req.query as Record<string, unknown>;
-      const body = (req.body ?? {}) as Record<string, unknown>;
-      const json = (value: unknown) => reply.type("application/json").send(value);
-      const m = req.method;
-      let match: RegExpExecArray | null;
-      if (path === "message:send" && m === "POST")
-        return json({ task: await service.send(caller, check(SendMessageRequest, body)) });
-      if (path === "message:stream" && m === "POST") {
-        const stored = await service.accept(caller, check(SendMessageRequest, body));
-        return stream(
-          req,
-          reply,
-          "rest",
-          (signal) => service.follow(caller, stored.task.id, signal, stored.task),
-          openStreams,
-        );
-      }
-      if (path === "tasks" && m === "GET") return json(await service.list(caller, check(ListTasksRequest, query)));
-      if ((match = /^tasks\/([^/:]+)$/.exec(path)) && m === "GET") {
-        const p = check(GetTaskRequest, { ...query, id: decodeURIComponent(match[1] ?? "") });
-        return json(await service.get(caller, p.id, p.historyLength));
-      }
-      if ((match = /^tasks\/([^/:]+):cancel$/.exec(path)) && m === "POST")
-        return json(await service.cancel(caller, decodeURIComponent(match[1] ?? "")));
-      if ((match = /^tasks\/([^/:]+):subscribe$/.exec(path)) && (m === "GET" || m === "POST")) {
-        const id = decodeURIComponent(match[1] ?? "");
-        await service.subscribable(caller, id);
-        return stream(req, reply, "rest", (signal) => service.follow(caller, id, signal), openStreams);
-      }
-      if ((match = /^tasks\/([^/:]+)\/pushNotificationConfigs$/.exec(path))) {
-        const taskId = decodeURIComponent(match[1] ?? "");
-        if (m === "POST") return json(await push.create(caller, body, taskId));
-        if (m === "GET") {
-          const p = check(ListPushConfigsRequest, { ...query, taskId });
-          return json(await push.list(caller, p.taskId, p.pageSize, p.pageToken));
-        }
-      }
-      if (
-        (match = /^tasks\/([^/:]+)\/pushNotificationConfigs\/([^/]+)$/.exec(path)) &&
-        (m === "GET" || m === "DELETE")
-      ) {
-        const p = check(PushConfigIdRequest, {
-          taskId: decodeURIComponent(match[1] ?? ""),
-          id: decodeURIComponent(match[2] ?? ""),
-        });
-        if (m === "GET") return json(await push.get(caller, p.taskId, p.id));
-        await push.delete(caller, p.taskId, p.id);
-        return json({});
-      }
-      if (path === "extendedAgentCard")
-        throw new A2aError("ExtendedAgentCardNotConfigured", "this agent has no extended agent card");
-      throw new A2aError("MethodNotFound", `no A2A operation ${m} ${A2A_REST_PATH}/${path.slice(0, 128)}`);
-    },
-  });
+/** One HTTP+JSON request: the operation its method and path name, for the authenticated caller. */
+async function httpJson(req: FastifyRequest, reply: FastifyReply, deps: A2aRouteDeps, openStreams: OpenStreams) {
+  const { service, push } = deps;
+  const caller = of(req).caller!;
+  const path = (req.params as { "*": string })["*"].split("?")[0] ?? "";
+  const query = req.query as Record<string, unknown>;
+  const body = (req.body ?? {}) as Record<string, unknown>;
+  const json = (value: unknown) => reply.type("application/json").send(value);
+  const m = req.method;
+  let match: RegExpExecArray | null;
+  if (path === "message:send" && m === "POST")
+    return json({ task: await service.send(caller, check(SendMessageRequest, body)) });
+  if (path === "message:stream" && m === "POST") {
+    const stored = await service.accept(caller, check(SendMessageRequest, body));
+    return stream(
+      req,
+      reply,
+      "rest",
+      (signal) => service.follow(caller, stored.task.id, signal, stored.task),
+      openStreams,
+    );
+  }
+  if (path === "tasks" && m === "GET") return json(await service.list(caller, check(ListTasksRequest, query)));
+  if ((match = /^tasks\/([^/:]+)$/.exec(path)) && m === "GET") {
+    const p = check(GetTaskRequest, { ...query, id: decodeURIComponent(match[1] ?? "") });
+    return json(await service.get(caller, p.id, p.historyLength));
+  }
+  if ((match = /^tasks\/([^/:]+):cancel$/.exec(path)) && m === "POST")
+    return json(await service.cancel(caller, decodeURIComponent(match[1] ?? "")));
+  if ((match = /^tasks\/([^/:]+):subscribe$/.exec(path)) && (m === "GET" || m === "POST")) {
+    const id = decodeURIComponent(match[1] ?? "");
+    await service.subscribable(caller, id);
+    return stream(req, reply, "rest", (signal) => service.follow(caller, id, signal), openStreams);
+  }
+  if ((match = /^tasks\/([^/:]+)\/pushNotificationConfigs$/.exec(path))) {
+    const taskId = decodeURIComponent(match[1] ?? "");
+    if (m === "POST") return json(await push.create(caller, body, taskId));
+    if (m === "GET") {
+      const p = check(ListPushConfigsRequest, { ...query, taskId });
+      return json(await push.list(caller, p.taskId, p.pageSize, p.pageToken));
+    }
+  }
+  if ((match = /^tasks\/([^/:]+)\/pushNotificationConfigs\/([^/]+)$/.exec(path)) && (m === "GET" || m === "DELETE")) {
+    const p = check(PushConfigIdRequest, {
+      taskId: decodeURIComponent(match[1] ?? ""),
+      id: decodeURIComponent(match[2] ?? ""),
+    });
+    if (m === "GET") return json(await push.get(caller, p.taskId, p.id));
+    await push.delete(caller, p.taskId, p.id);
+    return json({});
+  }
+  if (path === "extendedAgentCard")
+    throw new A2aError("ExtendedAgentCardNotConfigured", "this agent has no extended agent card");
+  throw new A2aError("MethodNotFound", `no A2A operation ${m} ${A2A_REST_PATH}/${path.slice(0, 128)}`);
 }
 
 function check<T>(schema: ZodType<T>, value: unknown): T {
