@@ -70,51 +70,8 @@ export async function describeResource(
   );
   if (!o) throw new PluginError(`${kind.toLowerCase()} ${JSON.stringify(name)} not found in namespace ${namespace}`);
   const r = o as Obj;
-  const labelSelector = `app.kubernetes.io/instance=${name},app.kubernetes.io/managed-by=ifp-operator`;
-  const [deps, svcs, cms, secrets, policies] = await Promise.all([
-    must(() => c.apps.listNamespacedDeployment({ namespace, labelSelector }), "Deployments"),
-    must(() => c.core.listNamespacedService({ namespace, labelSelector }), "Services"),
-    must(() => c.core.listNamespacedConfigMap({ namespace, labelSelector }), "ConfigMaps"),
-    orAbsent(() => c.core.listNamespacedSecret({ namespace, labelSelector }), "Secrets").catch(() => undefined),
-    must(() => c.networking.listNamespacedNetworkPolicy({ namespace, labelSelector }), "NetworkPolicies"),
-  ]);
-  const children: Child[] = [
-    ...items(deps).map((d) => ({
-      kind: "Deployment",
-      name: d.metadata.name,
-      ready: `${d.status?.readyReplicas ?? 0}/${d.spec?.replicas ?? 0}`,
-    })),
-    ...items(svcs).map((s) => ({ kind: "Service", name: s.metadata.name })),
-    ...items(cms).map((m) => ({ kind: "ConfigMap", name: m.metadata.name })),
-    ...(secrets ? items(secrets) : []).map((s) => ({
-      kind: "Secret",
-      name: s.metadata.name,
-      keys: Object.keys(s.data ?? {}).sort(),
-    })),
-    ...items(policies).map((p) => ({ kind: "NetworkPolicy", name: p.metadata.name })),
-  ];
-  // Secrets the resource names but the operator did not make (spec.signing.secretName, spec.tls.secretName).
-  for (const ref of [r.status?.signingKey?.secretName, r.status?.tlsSecretName]) {
-    if (!ref || children.some((ch) => ch.kind === "Secret" && ch.name === ref)) continue;
-    const s = await orAbsent(() => c.core.readNamespacedSecret({ name: ref, namespace }), `Secret ${ref}`).catch(
-      () => undefined,
-    );
-    children.push({ kind: "Secret", name: ref, keys: s ? Object.keys(s.data ?? {}).sort() : [] });
-  }
-  const natsSecret = `${name}-nats`;
-  let natsCredential: Description["natsCredential"];
-  try {
-    const s = await orAbsent(
-      () => c.core.readNamespacedSecret({ name: natsSecret, namespace }),
-      `Secret ${natsSecret}`,
-    );
-    const creds = s?.data?.["nats.creds"];
-    natsCredential = creds
-      ? { secret: natsSecret, ...credsTimes(Buffer.from(creds, "base64").toString("utf8")) }
-      : { secret: natsSecret, error: s ? "no nats.creds in it" : "not found (no NATS accounts, or not issued yet)" };
-  } catch (err) {
-    natsCredential = { secret: natsSecret, error: (err as Error).message };
-  }
+  const children = await childrenOf(c, namespace, name, r);
+  const natsCredential = await natsCredentialOf(c, namespace, `${name}-nats`);
   const conditions = ((r.status?.conditions ?? []) as Description["conditions"]).map((x) => ({
     type: x.type,
     status: x.status,
@@ -150,6 +107,62 @@ export async function describeResource(
     ...(r.status?.stream ? { stream: r.status.stream } : {}),
     natsCredential,
   };
+}
+
+/** What the operator made for the resource (its labelled children), and the Secrets it names, with their keys (never values). */
+async function childrenOf(c: Connection, namespace: string, name: string, r: Obj): Promise<Child[]> {
+  const labelSelector = `app.kubernetes.io/instance=${name},app.kubernetes.io/managed-by=ifp-operator`;
+  const [deps, svcs, cms, secrets, policies] = await Promise.all([
+    must(() => c.apps.listNamespacedDeployment({ namespace, labelSelector }), "Deployments"),
+    must(() => c.core.listNamespacedService({ namespace, labelSelector }), "Services"),
+    must(() => c.core.listNamespacedConfigMap({ namespace, labelSelector }), "ConfigMaps"),
+    orAbsent(() => c.core.listNamespacedSecret({ namespace, labelSelector }), "Secrets").catch(() => undefined),
+    must(() => c.networking.listNamespacedNetworkPolicy({ namespace, labelSelector }), "NetworkPolicies"),
+  ]);
+  const children: Child[] = [
+    ...items(deps).map((d) => ({
+      kind: "Deployment",
+      name: d.metadata.name,
+      ready: `${d.status?.readyReplicas ?? 0}/${d.spec?.replicas ?? 0}`,
+    })),
+    ...items(svcs).map((s) => ({ kind: "Service", name: s.metadata.name })),
+    ...items(cms).map((m) => ({ kind: "ConfigMap", name: m.metadata.name })),
+    ...(secrets ? items(secrets) : []).map((s) => ({
+      kind: "Secret",
+      name: s.metadata.name,
+      keys: Object.keys(s.data ?? {}).sort(),
+    })),
+    ...items(policies).map((p) => ({ kind: "NetworkPolicy", name: p.metadata.name })),
+  ];
+  // Secrets the resource names but the operator did not make (spec.signing.secretName, spec.tls.secretName).
+  for (const ref of [r.status?.signingKey?.secretName, r.status?.tlsSecretName]) {
+    if (!ref || children.some((ch) => ch.kind === "Secret" && ch.name === ref)) continue;
+    const s = await orAbsent(() => c.core.readNamespacedSecret({ name: ref, namespace }), `Secret ${ref}`).catch(
+      () => undefined,
+    );
+    children.push({ kind: "Secret", name: ref, keys: s ? Object.keys(s.data ?? {}).sort() : [] });
+  }
+  return children;
+}
+
+/** The resource's NATS credential: when it was issued and when it expires, or why it cannot be read. */
+async function natsCredentialOf(
+  c: Connection,
+  namespace: string,
+  natsSecret: string,
+): Promise<Description["natsCredential"]> {
+  try {
+    const s = await orAbsent(
+      () => c.core.readNamespacedSecret({ name: natsSecret, namespace }),
+      `Secret ${natsSecret}`,
+    );
+    const creds = s?.data?.["nats.creds"];
+    return creds
+      ? { secret: natsSecret, ...credsTimes(Buffer.from(creds, "base64").toString("utf8")) }
+      : { secret: natsSecret, error: s ? "no nats.creds in it" : "not found (no NATS accounts, or not issued yet)" };
+  } catch (err) {
+    return { secret: natsSecret, error: (err as Error).message };
+  }
 }
 
 /** Pure: the description as people read it. */
