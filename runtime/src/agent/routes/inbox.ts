@@ -51,8 +51,6 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
   const spec = agent.spec;
   const replayWindowMs = parseDuration(spec.inbox.replayWindow);
   const perAddress = new RateLimiter(spec.inbox.rateLimit.perAddressPerMinute, { now });
-  const perSender = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
-  const perSenderBytes = new RateLimiter(spec.inbox.rateLimit.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
   const admission: Admission = {
     agentId: spec.agentId,
     replayWindowMs,
@@ -64,27 +62,8 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
   keepRawJson(app);
   // Requests that reached the handler have their span there, parented by the message's trace context.
   const traced = new WeakSet<object>();
-  // Every answer is counted: accepted, duplicate, or its error code.
-  const count = async (req: FastifyRequest, reply: FastifyReply) => {
-    const result = reply.outcome ?? (reply.statusCode < 400 ? "accepted" : "internal_error");
-    metrics.inbox.inc({ result, status: String(reply.statusCode) });
-    metrics.inboxLatency.observe({ result }, reply.elapsedTime / 1000);
-    const size = Number(req.headers["content-length"]);
-    if (Number.isFinite(size) && size >= 0) metrics.inboxSize.observe(size);
-    if (result === "accepted") metrics.inboxAccepted.inc();
-    else if (result === "duplicate") metrics.inboxDuplicates.inc();
-    else if (result === "invalid_signature") metrics.inboxSignatureFailures.inc();
-    // One span per request: a request refused before its message was read gets one without a parent.
-    if (tracingEnabled() && !traced.has(req)) {
-      const span = startSpan("ifp.inbox.receive", {
-        kind: SpanKind.SERVER,
-        startTime: Date.now() - reply.elapsedTime,
-        attributes: { [SPAN_ATTRIBUTES.agent]: spec.agentId },
-      });
-      failSpan(span, { code: reply.outcome ?? "internal_error", name: "ProtocolError" }, reply.statusCode);
-      span.end();
-    }
-  };
+  const count = answerCounter(spec.agentId, metrics, traced);
+  const senderLimits = senderQuotas(spec, metrics, now);
 
   for (const base of [WELL_KNOWN, WELL_KNOWN_IFP]) {
     app.post(
@@ -123,22 +102,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
               const verified = await verifier.verify(message, spec.inbox.requireSignature, {
                 address: req.clientAddress,
               });
-              const bySender = perSender.take(verified.signer ?? `unsigned:${h.from.agent}`);
-              if (!bySender.ok) {
-                metrics.inboxRateLimited.inc({ limit: "sender" });
-                throw rateLimited(
-                  bySender.retryAfterSeconds,
-                  `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${h.from.agent}`,
-                );
-              }
-              // The byte quota: one trusted peer cannot fill the store every agent shares.
-              const bytes = perSenderBytes.take(verified.signer ?? `unsigned:${h.from.agent}`, sent.length);
-              if (!bytes.ok) {
-                throw rateLimited(
-                  bytes.retryAfterSeconds,
-                  `byte quota of ${spec.inbox.rateLimit.perSenderBytesPerHour} bytes per hour exceeded for ${h.from.agent}`,
-                );
-              }
+              senderLimits(verified.signer ?? `unsigned:${h.from.agent}`, h.from.agent, sent.length);
               const { duplicate } = await acceptVerified(
                 {
                   agent,
@@ -175,3 +139,59 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
     );
   }
 };
+
+/**
+ * Every answer counted: accepted, duplicate, or its error code; and one span per request, a
+ * request refused before its message was read (not in `traced`) getting one without a parent.
+ */
+function answerCounter(agentId: string, metrics: InboxRouteDeps["metrics"], traced: WeakSet<object>) {
+  return async (req: FastifyRequest, reply: FastifyReply) => {
+    const result = reply.outcome ?? (reply.statusCode < 400 ? "accepted" : "internal_error");
+    metrics.inbox.inc({ result, status: String(reply.statusCode) });
+    metrics.inboxLatency.observe({ result }, reply.elapsedTime / 1000);
+    const size = Number(req.headers["content-length"]);
+    if (Number.isFinite(size) && size >= 0) metrics.inboxSize.observe(size);
+    if (result === "accepted") metrics.inboxAccepted.inc();
+    else if (result === "duplicate") metrics.inboxDuplicates.inc();
+    else if (result === "invalid_signature") metrics.inboxSignatureFailures.inc();
+    // One span per request: a request refused before its message was read gets one without a parent.
+    if (tracingEnabled() && !traced.has(req)) {
+      const span = startSpan("ifp.inbox.receive", {
+        kind: SpanKind.SERVER,
+        startTime: Date.now() - reply.elapsedTime,
+        attributes: { [SPAN_ATTRIBUTES.agent]: agentId },
+      });
+      failSpan(span, { code: reply.outcome ?? "internal_error", name: "ProtocolError" }, reply.statusCode);
+      span.end();
+    }
+  };
+}
+
+/**
+ * The per-sender limits, after the signature (keyed by the verified signer): requests per minute,
+ * then the byte quota, so that one trusted peer cannot fill the store every agent shares.
+ */
+function senderQuotas(
+  spec: InboxRouteDeps["agent"]["spec"],
+  metrics: InboxRouteDeps["metrics"],
+  now: InboxRouteDeps["now"],
+) {
+  const perSender = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
+  const perSenderBytes = new RateLimiter(spec.inbox.rateLimit.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
+  return (key: string, fromAgent: string, size: number): void => {
+    const bySender = perSender.take(key);
+    if (!bySender.ok) {
+      metrics.inboxRateLimited.inc({ limit: "sender" });
+      throw rateLimited(
+        bySender.retryAfterSeconds,
+        `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} messages per minute exceeded for ${fromAgent}`,
+      );
+    }
+    const bytes = perSenderBytes.take(key, size);
+    if (!bytes.ok)
+      throw rateLimited(
+        bytes.retryAfterSeconds,
+        `byte quota of ${spec.inbox.rateLimit.perSenderBytesPerHour} bytes per hour exceeded for ${fromAgent}`,
+      );
+  };
+}
