@@ -1,4 +1,5 @@
 import { parseArgs } from "node:util";
+import type { Logger } from "pino";
 import { startAgent } from "../agent/main.ts";
 import { parseTrustedProxies } from "../server/http.ts";
 import { createLogger } from "../telemetry/log-format.ts";
@@ -188,66 +189,9 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
   let tracing: ReturnType<typeof startTracing> | undefined;
   try {
     tracing = mode === "agent" || mode === "relay" ? startTracing({ mode, logger }) : undefined;
-    const common = {
-      manifest: required(flags, "manifest"),
-      port: port(flags),
-      host: flags.host,
-      tlsCert: required(flags, "tls-cert"),
-      tlsKey: required(flags, "tls-key"),
-      nats: {
-        url: required(flags, "nats"),
-        credsFile: flags["nats-creds"],
-        user: flags["nats-user"],
-        pass: flags["nats-password"],
-        token: flags["nats-token"],
-        ...(flags["nats-ca"] ? { tls: { caFile: flags["nats-ca"] } } : {}),
-      },
-      trustedProxies: trustedProxies(flags),
-      allowPrivateTargets: allowPrivateTargets(flags),
-      metricsPort: metricsPort(flags),
-      logger,
-    };
-    let running: { close(): Promise<void> };
-    if (mode === "agent") {
-      running = await startAgent({
-        ...common,
-        signingKey: required(flags, "signing-key"),
-        encryptionKey: flags["encryption-key"],
-        caFile: flags["ca-file"],
-        kubeconfig: flags.kubeconfig,
-        introductionSecretFile: flags["introduction-secret-file"],
-        handoffSecretFile: flags["handoff-secret-file"],
-        a2aTokenFile: flags["a2a-token-file"],
-        a2aPeerTokenFile: flags["a2a-peer-token-file"],
-        localApiPort: flags["local-api-port"] === undefined ? undefined : port({ port: flags["local-api-port"] }),
-        ...localApiTls(flags),
-      });
-    } else if (mode === "relay") {
-      const { startRelay } = await import("../relay/main.ts");
-      running = await startRelay({ ...common, caFile: flags["ca-file"] });
-    } else {
-      throw new UsageError(`unknown mode ${JSON.stringify(mode)}; use agent or relay`);
-    }
-    let stopping = false;
-    const stop = (signal: string) => {
-      if (stopping) return;
-      stopping = true;
-      logger.info({ signal }, "shutting down");
-      const force = setTimeout(() => process.exit(1), 25_000);
-      force.unref();
-      running
-        .close()
-        .then(() => tracing?.shutdown())
-        .then(
-          () => process.exit(0),
-          (err) => {
-            logger.error({ err }, "shutdown failed");
-            process.exit(1);
-          },
-        );
-    };
-    process.once("SIGTERM", () => stop("SIGTERM"));
-    process.once("SIGINT", () => stop("SIGINT"));
+    const common = commonOptions(flags, logger);
+    const running = await startMode(mode, flags, common);
+    stopOnSignals(running, tracing, logger);
   } catch (err) {
     if (err instanceof UsageError) {
       process.stderr.write(`ifp-runtime: ${err.message}\n\n${USAGE}`);
@@ -260,4 +204,83 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
     await new Promise((r) => setTimeout(r, 50));
     process.exit(process.exitCode);
   }
+}
+
+/** What the agent and the relay modes both take from the flags. */
+function commonOptions(flags: Flags, logger: Logger) {
+  return {
+    manifest: required(flags, "manifest"),
+    port: port(flags),
+    host: flags.host,
+    tlsCert: required(flags, "tls-cert"),
+    tlsKey: required(flags, "tls-key"),
+    nats: {
+      url: required(flags, "nats"),
+      credsFile: flags["nats-creds"],
+      user: flags["nats-user"],
+      pass: flags["nats-password"],
+      token: flags["nats-token"],
+      ...(flags["nats-ca"] ? { tls: { caFile: flags["nats-ca"] } } : {}),
+    },
+    trustedProxies: trustedProxies(flags),
+    allowPrivateTargets: allowPrivateTargets(flags),
+    metricsPort: metricsPort(flags),
+    logger,
+  };
+}
+
+/** The runtime of `mode`, started. */
+async function startMode(
+  mode: string,
+  flags: Flags,
+  common: ReturnType<typeof commonOptions>,
+): Promise<{ close(): Promise<void> }> {
+  if (mode === "agent") {
+    return startAgent({
+      ...common,
+      signingKey: required(flags, "signing-key"),
+      encryptionKey: flags["encryption-key"],
+      caFile: flags["ca-file"],
+      kubeconfig: flags.kubeconfig,
+      introductionSecretFile: flags["introduction-secret-file"],
+      handoffSecretFile: flags["handoff-secret-file"],
+      a2aTokenFile: flags["a2a-token-file"],
+      a2aPeerTokenFile: flags["a2a-peer-token-file"],
+      localApiPort: flags["local-api-port"] === undefined ? undefined : port({ port: flags["local-api-port"] }),
+      ...localApiTls(flags),
+    });
+  } else if (mode === "relay") {
+    const { startRelay } = await import("../relay/main.ts");
+    return startRelay({ ...common, caFile: flags["ca-file"] });
+  } else {
+    throw new UsageError(`unknown mode ${JSON.stringify(mode)}; use agent or relay`);
+  }
+}
+
+/** SIGTERM and SIGINT close the runtime (within 25 s) and the tracing, then end the process. */
+function stopOnSignals(
+  running: { close(): Promise<void> },
+  tracing: ReturnType<typeof startTracing> | undefined,
+  logger: Logger,
+): void {
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, "shutting down");
+    const force = setTimeout(() => process.exit(1), 25_000);
+    force.unref();
+    running
+      .close()
+      .then(() => tracing?.shutdown())
+      .then(
+        () => process.exit(0),
+        (err) => {
+          logger.error({ err }, "shutdown failed");
+          process.exit(1);
+        },
+      );
+  };
+  process.once("SIGTERM", () => stop("SIGTERM"));
+  process.once("SIGINT", () => stop("SIGINT"));
 }
