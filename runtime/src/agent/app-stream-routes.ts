@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
+import type { FastifyReply } from "fastify";
 import { notFound, rateLimited } from "../protocol/errors.ts";
 import {
   AckRequest,
@@ -73,30 +74,7 @@ export const appStreamRoutes: FastifyPluginAsyncZod<AppStreamRouteDeps> = async 
     async (req, reply) => {
       const stream = need();
       if (stream.full) throw rateLimited(5, "too many open message streams");
-      const cursor = appCursor(req.headers["last-event-id"] ?? req.query.after);
-      reply.hijack();
-      const res = reply.raw;
-      res.writeHead(200, {
-        "content-type": "text/event-stream; charset=utf-8",
-        "cache-control": "no-store",
-        connection: "keep-alive",
-        "x-accel-buffering": "no",
-      });
-      res.write(": ifp agent messages\n\n");
-      const close = stream.open(
-        cursor,
-        (d) => res.write(appEventFrame(d)),
-        () => res.write(": keep-alive\n\n"),
-      );
-      const end = () => {
-        close();
-        res.end();
-      };
-      openStreams.add(end);
-      res.on("close", () => {
-        openStreams.delete(end);
-        close();
-      });
+      serveEvents(stream, appCursor(req.headers["last-event-id"] ?? req.query.after), reply, openStreams);
     },
   );
 
@@ -164,3 +142,35 @@ out again (acknowledge the new delivery).
     },
   );
 };
+
+/** The stream's events from `cursor` on, written to the hijacked reply until either side ends it. */
+function serveEvents(
+  stream: AppStream,
+  cursor: ReturnType<typeof appCursor>,
+  reply: FastifyReply,
+  openStreams: Set<() => void>,
+): void {
+  reply.hijack();
+  const res = reply.raw;
+  res.writeHead(200, {
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-store",
+    connection: "keep-alive",
+    "x-accel-buffering": "no",
+  });
+  res.write(": ifp agent messages\n\n");
+  const close = stream.open(
+    cursor,
+    (d) => res.write(appEventFrame(d)),
+    () => res.write(": keep-alive\n\n"),
+  );
+  const end = () => {
+    close();
+    res.end();
+  };
+  openStreams.add(end);
+  res.on("close", () => {
+    openStreams.delete(end);
+    close();
+  });
+}
