@@ -67,9 +67,20 @@ interface Reader {
 
 /** The SSE event of one delivery; `data` is one line (stored messages are compact JSON). */
 export function appEventFrame(d: AppDelivery): string {
-  // An event's data is one line: a CR or LF of the stored JSON can only be white space between
-  // its tokens (inside a string they are escaped), and goes.
-  return `id: ${d.seq}\nevent: message\ndata: ${deliveryJson(d).replace(/[\r\n]/g, "")}\n\n`;
+  return messageEvent(d.seq, deliveryJson(d));
+}
+
+/**
+ * One SSE `message` event with id `seq`. Its data is one line: a CR or LF of the stored JSON can
+ * only be white space between its tokens (inside a string they are escaped), and goes.
+ */
+export function messageEvent(seq: number, json: string): string {
+  return `id: ${seq}\nevent: message\ndata: ${json.replace(/[\r\n]/g, "")}\n\n`;
+}
+
+/** `meta` as a JSON object with the stored message, byte for byte, as its last field `message`. */
+export function withStoredMessage(meta: object, raw: string): string {
+  return `${JSON.stringify(meta).slice(0, -1)},"message":${raw}}`;
 }
 
 /**
@@ -77,16 +88,11 @@ export function appEventFrame(d: AppDelivery): string {
  * the message as stored, byte for byte: the fields a hand-off to spec.handler.url carries in its headers.
  */
 export function deliveryJson(d: AppDelivery): string {
-  const meta = JSON.stringify({
-    seq: d.seq,
-    message_id: d.message_id,
-    sender: d.sender,
-    auth_level: d.auth_level,
-    auth_source: d.auth_source,
-    ...(d.encrypted ? { encrypted: d.encrypted } : {}),
-    delivery_attempt: d.delivery_attempt,
-  });
-  return `${meta.slice(0, -1)},"message":${d.raw}}`;
+  const { seq, message_id, sender, auth_level, auth_source, encrypted, delivery_attempt } = d;
+  return withStoredMessage(
+    { seq, message_id, sender, auth_level, auth_source, ...(encrypted ? { encrypted } : {}), delivery_attempt },
+    d.raw,
+  );
 }
 
 /** A resume cursor from Last-Event-ID or ?after= (an inbox stream sequence); 0 when absent or not a number. */

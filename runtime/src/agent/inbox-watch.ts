@@ -12,6 +12,7 @@ import type { Nats } from "../nats/connection.ts";
 import { rateLimited, unavailable } from "../protocol/errors.ts";
 import { ErrorAnswer } from "../protocol/local-api.ts";
 import { errorMessage } from "../util/errors.ts";
+import { messageEvent, withStoredMessage } from "./app-stream.ts";
 import type { AgentNames } from "./names.ts";
 import { INBOX_HEADERS } from "./store.ts";
 
@@ -39,17 +40,18 @@ export interface Watched {
 
 /** The SSE frame of one watched message: `data:` is one line, the message byte for byte inside it. */
 export function watchFrame(w: Watched): string {
-  const meta = JSON.stringify({
-    seq: w.seq,
-    message_id: w.message_id,
-    sender: w.sender,
-    auth_level: w.auth_level,
-    auth_source: w.auth_source,
-    ...(w.encrypted ? { encrypted: w.encrypted } : {}),
-    handed_on: w.handed_on,
-    stored: w.stored,
-  });
-  return `id: ${w.seq}\nevent: message\ndata: ${meta.slice(0, -1)},"message":${w.raw.replace(/[\r\n]/g, "")}}\n\n`;
+  const { seq, message_id, sender, auth_level, auth_source, encrypted, handed_on, stored } = w;
+  const meta = {
+    seq,
+    message_id,
+    sender,
+    auth_level,
+    auth_source,
+    ...(encrypted ? { encrypted } : {}),
+    handed_on,
+    stored,
+  };
+  return messageEvent(seq, withStoredMessage(meta, w.raw));
 }
 
 /** Watches of one agent's inbox stream. */
