@@ -32,6 +32,9 @@ import { RelayBatcher, type RelayAnswer } from "./relay-batch.ts";
 
 /** Refusals of a relayed message that are answered and acknowledged like a 401 (never retried). */
 const REFUSED = new Set<string>(["encryption_required", "decryption_failed"]);
+
+/** What became of a relayed message: "next" (taken, or left behind on its own), "stop" (it and those behind it stay). */
+type Taken = "next" | "stop";
 import { targetRefusedMessage } from "../net/targets.ts";
 
 /**
@@ -240,106 +243,150 @@ export class RelayMailboxReader {
     client: RelayClient,
     raw: unknown,
     topicsAtRelay: () => Promise<ReadonlySet<string>>,
-  ): Promise<"next" | "stop"> {
-    const parsed = Message.safeParse(raw);
+  ): Promise<Taken> {
     const id = (raw as { headers?: { message_id?: string } }).headers?.message_id ?? "";
-    if (!parsed.success) {
-      this.log.warn(
-        { relay: client.base, message_id: id, problem: describeIssues(parsed.error) },
-        "dropping an invalid message from the relay",
-      );
-      await client.ack(id).catch(() => false);
-      return "next";
-    }
-    let refusal: ProtocolError | undefined;
-    let duplicate = false;
+    const parsed = Message.safeParse(raw);
+    if (!parsed.success) return this.dropInvalid(client, id, parsed.error);
+    const message = parsed.data;
+    const admitted = await this.admitRelayed(client, message, id, topicsAtRelay);
+    if (typeof admitted === "string") return admitted;
+    const accepted = admitted ?? (await this.acceptRelayed(client, raw, message));
+    if (typeof accepted === "string") return accepted;
+    if (accepted instanceof ProtocolError) return this.refuseRelayed(client, message, id, accepted);
+    await this.ackRelayed(client, message, id);
+    // Read twice (the stream and a poll at once, or a copy the relay handed out again): taken once.
+    this.metrics.relay.inc({ operation: "intake", result: accepted.duplicate ? "duplicate" : "accepted" });
+    return "next";
+  }
+
+  /** A relayed message that is not a message: logged, acknowledged so that it is not read again. */
+  private async dropInvalid(
+    client: RelayClient,
+    id: string,
+    error: Parameters<typeof describeIssues>[0],
+  ): Promise<Taken> {
+    this.log.warn(
+      { relay: client.base, message_id: id, problem: describeIssues(error) },
+      "dropping an invalid message from the relay",
+    );
+    await client.ack(id).catch(() => false);
+    return "next";
+  }
+
+  /**
+   * The inbox's own checks first: a relay must not hand this agent what was addressed to
+   * another, nor a message older than a copy of it can be recognised (judged by when the relay
+   * accepted it: it may have waited there for days). Undefined when admitted; the refusal to
+   * answer; "next" once a misaddressed message is dropped; "stop" when the subscriptions at the
+   * relay could not be read.
+   */
+  private async admitRelayed(
+    client: RelayClient,
+    message: Message,
+    id: string,
+    topicsAtRelay: () => Promise<ReadonlySet<string>>,
+  ): Promise<Taken | ProtocolError | undefined> {
     try {
-      // The inbox's own checks first: a relay must not hand this agent what was addressed to
-      // another, nor a message older than a copy of it can be recognised (judged by when the
-      // relay accepted it: it may have waited there for days).
-      const named = parsed.data.headers.to.some((t) => t.agent.startsWith("topic:"));
-      admit(parsed.data, this.admission, named ? await topicsAtRelay() : undefined, true);
+      const named = message.headers.to.some((t) => t.agent.startsWith("topic:"));
+      admit(message, this.admission, named ? await topicsAtRelay() : undefined, true);
+      return undefined;
     } catch (err) {
       if (isMisaddressed(err)) {
         this.metrics.relay.inc({ operation: "intake", result: "misaddressed" });
         this.log.warn(
-          { relay: client.base, ...messageLog(parsed.data), to: parsed.data.headers.to, err: (err as Error).message },
+          { relay: client.base, ...messageLog(message), to: message.headers.to, err: (err as Error).message },
           "dropping a relayed message addressed to someone else",
         );
         await client.ack(id).catch(() => false);
         return "next";
       }
-      if (!(err instanceof ProtocolError)) {
-        this.log.warn(
-          { relay: client.base, err: (err as Error).message },
-          "could not read the subscriptions at the relay; will retry",
-        );
-        return "stop";
-      }
-      refusal = err;
-    }
-    if (!refusal) {
-      try {
-        const verified = await inSpan(
-          "ifp.relay.intake",
-          {
-            kind: SpanKind.CONSUMER,
-            parent: messageContext(parsed.data),
-            attributes: () => ({ ...messageAttributes(parsed.data), [SPAN_ATTRIBUTES.relay]: client.base }),
-          },
-          async () => {
-            const verified = await this.verifier.verify(parsed.data, this.requireSignature, {
-              address: `relay:${client.base}`,
-            });
-            if (!isEncrypted(parsed.data) && this.encryption?.refusesPlaintextFrom(client.base)) {
-              throw encryptionRequired(
-                `${this.signing.agentId} accepts only end-to-end encrypted messages through the relay ${client.base}, which it does not trust; encrypt the body for its encryption key (identity document, use "encryption")`,
-              );
-            }
-            const result = await this.accept(raw as object, parsed.data, verified);
-            duplicate = (result as { duplicate?: boolean } | undefined)?.duplicate === true;
-            return verified;
-          },
-        );
-        await this.onRelayed?.(parsed.data, verified).catch((e: Error) =>
-          this.log.warn({ ...messageLog(parsed.data), err: e.message }, "could not apply a relayed announcement"),
-        );
-      } catch (err) {
-        // Refused for good and answered: a 401, a plaintext where encryption is required, a body that does not decrypt.
-        if (!(err instanceof ProtocolError) || (err.statusCode !== 401 && !REFUSED.has(err.code))) {
-          this.log.warn(
-            { relay: client.base, ...messageLog(parsed.data), err: (err as Error).message },
-            "could not accept a relayed message; will retry",
-          );
-          // Throttled identity lookups hold back only their own message; a store failure holds back all.
-          return err instanceof ProtocolError && err.statusCode === 429 ? "next" : "stop";
-        }
-        refusal = err;
-      }
-    }
-    if (refusal) {
-      this.metrics.relay.inc({ operation: "intake", result: refusal.code });
+      if (err instanceof ProtocolError) return err;
       this.log.warn(
-        { relay: client.base, ...messageLog(parsed.data), code: refusal.code, err: refusal.message },
-        "refused a relayed message; answering its sender",
+        { relay: client.base, err: (err as Error).message },
+        "could not read the subscriptions at the relay; will retry",
       );
-      // An error is never answered with an error: two agents refusing each other would echo forever.
-      if (parsed.data.headers.phase !== "error" && !(await this.answer(client, parsed.data, refusal))) return "stop"; // answer again on the next read
-      await client
-        .ack(id)
-        .catch((err: Error) =>
-          this.log.warn({ ...messageLog(parsed.data), err: err.message }, "could not acknowledge at the relay"),
-        );
-      return "next";
+      return "stop";
     }
+  }
+
+  /**
+   * An admitted message verified (signature, encryption where the relay is not trusted),
+   * accepted into the inbox as a direct POST would be, and applied (onRelayed): whether it was a
+   * duplicate; the refusal to answer (a 401, a plaintext where encryption is required, a body
+   * that does not decrypt); or "next"/"stop" when it must be read again (a throttled identity
+   * lookup holds back only its own message, a store failure all behind it).
+   */
+  private async acceptRelayed(
+    client: RelayClient,
+    raw: unknown,
+    message: Message,
+  ): Promise<Taken | ProtocolError | { duplicate: boolean }> {
+    let duplicate = false;
+    try {
+      const verified = await inSpan(
+        "ifp.relay.intake",
+        {
+          kind: SpanKind.CONSUMER,
+          parent: messageContext(message),
+          attributes: () => ({ ...messageAttributes(message), [SPAN_ATTRIBUTES.relay]: client.base }),
+        },
+        async () => {
+          const verified = await this.verifier.verify(message, this.requireSignature, {
+            address: `relay:${client.base}`,
+          });
+          if (!isEncrypted(message) && this.encryption?.refusesPlaintextFrom(client.base)) {
+            throw encryptionRequired(
+              `${this.signing.agentId} accepts only end-to-end encrypted messages through the relay ${client.base}, which it does not trust; encrypt the body for its encryption key (identity document, use "encryption")`,
+            );
+          }
+          const result = await this.accept(raw as object, message, verified);
+          duplicate = (result as { duplicate?: boolean } | undefined)?.duplicate === true;
+          return verified;
+        },
+      );
+      await this.onRelayed?.(message, verified).catch((e: Error) =>
+        this.log.warn({ ...messageLog(message), err: e.message }, "could not apply a relayed announcement"),
+      );
+      return { duplicate };
+    } catch (err) {
+      if (err instanceof ProtocolError && (err.statusCode === 401 || REFUSED.has(err.code))) return err;
+      this.log.warn(
+        { relay: client.base, ...messageLog(message), err: (err as Error).message },
+        "could not accept a relayed message; will retry",
+      );
+      return err instanceof ProtocolError && err.statusCode === 429 ? "next" : "stop";
+    }
+  }
+
+  /**
+   * A refused message: counted, logged, answered with an error-phase message through the relay
+   * (IFP-5 4.3) and acknowledged; "stop" when the answer could not be sent (answered again on the
+   * next read).
+   */
+  private async refuseRelayed(
+    client: RelayClient,
+    message: Message,
+    id: string,
+    refusal: ProtocolError,
+  ): Promise<Taken> {
+    this.metrics.relay.inc({ operation: "intake", result: refusal.code });
+    this.log.warn(
+      { relay: client.base, ...messageLog(message), code: refusal.code, err: refusal.message },
+      "refused a relayed message; answering its sender",
+    );
+    // An error is never answered with an error: two agents refusing each other would echo forever.
+    if (message.headers.phase !== "error" && !(await this.answer(client, message, refusal))) return "stop";
+    await this.ackRelayed(client, message, id);
+    return "next";
+  }
+
+  /** Acknowledge at the relay, which then hands the message out no more; a failure is only logged. */
+  private async ackRelayed(client: RelayClient, message: Message, id: string): Promise<void> {
     await client
       .ack(id)
       .catch((err: Error) =>
-        this.log.warn({ ...messageLog(parsed.data), err: err.message }, "could not acknowledge at the relay"),
+        this.log.warn({ ...messageLog(message), err: err.message }, "could not acknowledge at the relay"),
       );
-    // Read twice (the stream and a poll at once, or a copy the relay handed out again): taken once.
-    this.metrics.relay.inc({ operation: "intake", result: duplicate ? "duplicate" : "accepted" });
-    return "next";
   }
 
   /**
