@@ -3,14 +3,17 @@
 // dist/ here). Carried out here as e2e/images/build.ts carries it out for the real node, so that
 // a machine without root checks it too: what the compiler emits from exactly those files must
 // run as the TypeScript does, with every relative import renamed to its .js file and nothing
-// left that only type stripping understands.
+// left that only type stripping understands. The operator's build stage then bundles that output
+// (operator/bundle.ts): the operator image runs the bundle, with no node_modules at all.
 import { spawnSync } from "node:child_process";
-import { cpSync, readdirSync, rmSync, symlinkSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
+import { metaChecksum } from "../operator/src/nats-store-repair.ts";
 import { compileBuildStage } from "./images/build.ts";
-import { cachedBuild, compileTo } from "./support/compiled.ts";
+import { cachedBuild, compileTo, imageApp } from "./support/compiled.ts";
+import { releaseDir, tempDir } from "./support/process.ts";
 
 const REPO = fileURLToPath(new URL("../", import.meta.url));
 
@@ -56,9 +59,11 @@ describe.each(IMAGES)("the build stage of $dockerfile", ({ dockerfile, copied, c
   const app = builtStage(dockerfile);
   const dist = join(app, "dist");
   const node = (args: string[]) => spawnSync(process.execPath, args, { cwd: dist, encoding: "utf8", timeout: 60_000 });
+  // tsc's output; the operator's bundle of it (dist/bundle, dist/bundle-maps) is tested below.
+  const compiled = () => filesUnder(dist).filter((f) => !/^bundle(?:-maps)?\//.test(relative(dist, f)));
 
   it("emits JavaScript only, no test and no development tool, for what the image copies", () => {
-    const files = filesUnder(dist).map((f) => relative(dist, f));
+    const files = compiled().map((f) => relative(dist, f));
     expect(files.length).toBeGreaterThan(100);
     expect(files.filter((f) => !f.endsWith(".js"))).toEqual([]);
     expect(files.filter((f) => /\.test\.js$|\/test\/|\/bench\/|crd\/generate\.js$/.test(f))).toEqual([]);
@@ -67,7 +72,7 @@ describe.each(IMAGES)("the build stage of $dockerfile", ({ dockerfile, copied, c
   });
 
   it("loads every module, including those the commands import only when needed", () => {
-    const modules = filesUnder(dist).filter((f) => !relative(dist, f).includes("/bin/"));
+    const modules = compiled().filter((f) => !relative(dist, f).includes("/bin/"));
     const script = `for (const m of ${JSON.stringify(modules.map((m) => pathToFileURL(m).href))}) await import(m); console.log("loaded");`;
     // The dependencies resolve from the stage's node_modules, one level up, as /app/node_modules does in the image.
     const r = node(["--input-type=module", "-e", script]);
@@ -81,6 +86,97 @@ describe.each(IMAGES)("the build stage of $dockerfile", ({ dockerfile, copied, c
       expect(r.status, `${bin}: ${r.stderr}`).toBe(0);
       expect(r.stdout + r.stderr).toMatch(usage);
     }
+  });
+});
+
+/**
+ * The commands the chart runs from the operator image (`.Values.image`): the first argument of
+ * each such container, a subcommand, or a flag for the operator itself ("").
+ */
+function chartCommands(): string[] {
+  const dir = join(REPO, "charts/ifp-operator/templates");
+  const found = new Set<string>();
+  for (const name of readdirSync(dir).filter((n) => n.endsWith(".yaml"))) {
+    const lines = readFileSync(join(dir, name), "utf8").split("\n");
+    lines.forEach((line, i) => {
+      if (!/^\s*image: \{\{ include "ifp-operator\.image" \(dict "image" \.Values\.image "root"/.test(line)) return;
+      const args = lines.slice(i + 1, i + 4).findIndex((l) => /^\s*args:/.test(l));
+      if (args < 0) throw new Error(`${name}:${i + 1}: a container of the operator image without args`);
+      const at = i + 1 + args;
+      const inline = /^\s*args: \[\s*"([^"]+)"/.exec(lines[at]!);
+      const first = inline ? inline[1]! : /^\s*- (\S+)/.exec(lines[at + 1]!)?.[1];
+      if (!first) throw new Error(`${name}:${at + 1}: cannot read the first argument`);
+      found.add(first.startsWith("--") ? "" : first);
+    });
+  }
+  return [...found].sort();
+}
+
+describe("the operator image's bundle", () => {
+  // Laid out once into the cache, as the operator's benchmark runs it (e2e/support/compiled.ts).
+  const app = imageApp("operator/Dockerfile");
+  const store = tempDir("ifp-operator-bundle-store-");
+  afterAll(() => releaseDir(store));
+  const run = (args: string[]) =>
+    spawnSync(process.execPath, ["operator/bin/ifp-operator.js", ...args], {
+      cwd: app,
+      env: { NODE_ENV: "production", PATH: process.env.PATH },
+      encoding: "utf8",
+      timeout: 60_000,
+    });
+
+  it("is JavaScript and the bundled packages' licences, with no node_modules and no source map", () => {
+    const files = filesUnder(app).map((f) => relative(app, f));
+    expect(files.filter((f) => f.includes("node_modules"))).toEqual([]);
+    const operator = files.filter((f) => f.startsWith("operator/")).sort();
+    expect(operator).toContain("operator/bin/ifp-operator.js");
+    expect(operator.filter((f) => !/^operator\/(?:bin|lib)\/[\w.-]+\.js$/.test(f))).toEqual([
+      "operator/THIRD-PARTY-LICENSES.txt",
+    ]);
+    // Minified: long lines (tsc's output averages about 40 characters a line), in each chunk but
+    // the few of a line or two that only re-export.
+    const chunks = operator.filter((f) => f.startsWith("operator/lib/")).map((f) => readFileSync(join(app, f), "utf8"));
+    expect(chunks.filter((c) => c.length > 10_000).length).toBeGreaterThanOrEqual(3);
+    for (const text of chunks.filter((c) => c.length > 10_000))
+      expect(text.length / text.split("\n").length).toBeGreaterThan(1000);
+    const licences = readFileSync(join(app, "operator/THIRD-PARTY-LICENSES.txt"), "utf8");
+    for (const pkg of ["@kubernetes/client-node", "@nats-io/transport-node", "zod", "pino", "highwayhasher"]) {
+      const version = JSON.parse(readFileSync(join(REPO, "node_modules", pkg, "package.json"), "utf8")).version;
+      expect(licences).toContain(`\n${pkg}@${version}\nLicense: `);
+    }
+    expect(licences).toMatch(/Permission is hereby granted, free of charge/);
+  });
+
+  it("starts every command the chart runs from the image, each printing its usage", () => {
+    const commands = chartCommands();
+    expect(commands).toEqual(["", "prepare-uninstall", "reload-nats", "repair-nats-store"]);
+    for (const command of commands) {
+      const r = run([...(command ? [command] : []), "--help"]);
+      expect(r.status, `${command}: ${r.stderr}`).toBe(0);
+      expect(r.stdout + r.stderr).toMatch(command ? `usage: ifp-operator ${command} ` : /--runtime-image IMAGE/);
+    }
+    // A bad flag is refused by each, with its usage (exit 2), not a missing module.
+    for (const command of commands) {
+      const r = run([...(command ? [command] : []), "--no-such-flag"]);
+      expect(r.status, `${command}: ${r.stderr}`).toBe(2);
+      expect(r.stderr).not.toMatch(/Cannot find|ERR_MODULE_NOT_FOUND/);
+    }
+  });
+
+  it("repair-nats-store sets a stream back to one replica with the checksum nats-server checks (HighwayHash bundled as WebAssembly)", async () => {
+    const sdir = join(store, "jetstream", "$G", "streams", "S3");
+    mkdirSync(sdir, { recursive: true });
+    const config = { name: "S3", subjects: ["s3.>"], num_replicas: 3, storage: "file" };
+    const meta = Buffer.from(JSON.stringify(config));
+    writeFileSync(join(sdir, "meta.inf"), meta);
+    writeFileSync(join(sdir, "meta.sum"), await metaChecksum("S3", meta));
+    const r = run(["repair-nats-store", `--store-dir=${store}`]);
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/"repaired":1,"skipped":0/);
+    const fixed = readFileSync(join(sdir, "meta.inf"));
+    expect(JSON.parse(fixed.toString("utf8"))).toEqual({ ...config, num_replicas: 1 });
+    expect(readFileSync(join(sdir, "meta.sum"), "utf8")).toBe(await metaChecksum("S3", fixed));
+    expect(existsSync(join(sdir, "meta.inf.repair"))).toBe(false);
   });
 });
 

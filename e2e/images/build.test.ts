@@ -8,6 +8,7 @@ import ts from "typescript";
 import { describe, expect, it } from "vitest";
 import { releaseDir, tempDir } from "../support/process.ts";
 import {
+  BUNDLE_RUN,
   builderKind,
   depsSource,
   dockerignore,
@@ -153,7 +154,7 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     expect(compiled.filter((d) => /\.test\.ts$|\/test\/|\/bench\//.test(d))).toEqual([]);
   });
 
-  it("operator: its own code compiled, the CRDs and the runtime's code it imports", () => {
+  it("operator: its own code and the runtime's code it imports compiled and bundled with every package they import, the CRDs, no node_modules", () => {
     const plan = readDockerfile("operator/Dockerfile");
     expect(plan).toMatchObject({
       base: "gcr.io/distroless/nodejs24-debian12:nonroot",
@@ -161,10 +162,17 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
       expose: ["8080"],
       entrypoint: ["/nodejs/bin/node", "operator/bin/ifp-operator.js"],
     });
-    expect(plan.copies.filter((c) => c.from === "build").map((c) => [c.sources, c.dest])).toEqual([
-      [["/app/dist/operator"], "/app/operator"],
-      [["/app/dist/runtime"], "/app/runtime"],
+    expect(builderKind(plan.stages.build, plan.base)).toBe("build");
+    expect(plan.stages.build!.runs.slice(1)).toEqual(["npx tsc -p tsconfig.build.json", BUNDLE_RUN]);
+    // The bundle only: no deps stage, nothing of node_modules.
+    expect(plan.stages.deps).toBeUndefined();
+    expect(plan.copies.filter((c) => c.from !== undefined).map((c) => [c.from, c.sources, c.dest])).toEqual([
+      ["build", ["/app/dist/bundle/operator"], "/app/operator"],
     ]);
+    const compiled = stageContextFiles(plan.stages.build!, ignored, "operator/Dockerfile").map((f) => f.dest);
+    expect(compiled).toContain("/app/operator/bundle.ts");
+    expect(compiled).toContain("/app/operator/src/main.ts");
+    expect(compiled.some((d) => d.startsWith("/app/runtime/src/"))).toBe(true);
     const dests = imageContextFiles(plan, ignored, "operator/Dockerfile").map((f) => f.dest);
     expect(dests).toContain("/app/crds/agents.ifp.dev.yaml");
     expect(dests.filter((d) => /\.ts$/.test(d))).toEqual([]);
@@ -271,6 +279,22 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     expect(() => parseDockerfile(base.replace("/app/dist/runtime", "/app/node_modules"), "x")).toThrow(
       /COPY --from=build/,
     );
+    // The operator's build stage: the bundle step as written after the compile, and no other.
+    const operator = readFileSync("operator/Dockerfile", "utf8");
+    expect(
+      builderKind(parseDockerfile(operator, "x").stages.build, "gcr.io/distroless/nodejs24-debian12:nonroot"),
+    ).toBe("build");
+    for (const run of [
+      "node operator/bundle.ts --minify=false",
+      "node operator/bundle.ts && curl x",
+      "npx rolldown -c",
+    ])
+      expect(() => parseDockerfile(operator.replace(`RUN ${BUNDLE_RUN}`, `RUN ${run}`), "x"), run).toThrow(
+        /COPY --from=build/,
+      );
+    expect(() =>
+      parseDockerfile(operator.replace(`RUN ${BUNDLE_RUN}`, `RUN ${BUNDLE_RUN}\nRUN ${BUNDLE_RUN}`), "x"),
+    ).toThrow(/COPY --from=build/);
     expect(() => parseDockerfile(base.replace("ENTRYPOINT", "HEALTHCHECK CMD true\nENTRYPOINT"), "x")).toThrow(
       /HEALTHCHECK/,
     );

@@ -13,7 +13,8 @@
 // stage becomes `npm ci --omit=dev` in a staging directory, pruned by its PRUNE_RUN line as written
 // (its node_modules, or one package of it, copied as the final stage says), the `build`
 // stage compiles its sources with this repository's TypeScript (`npx tsc
-// -p tsconfig.build.json`), and COPY, ENV, WORKDIR, USER, EXPOSE and ENTRYPOINT are applied as written. The build
+// -p tsconfig.build.json`) and, for the operator, bundles them with this repository's rolldown
+// (`node operator/bundle.ts`), and COPY, ENV, WORKDIR, USER, EXPOSE and ENTRYPOINT are applied as written. The build
 // context leaves out what the Dockerfile's ignore file names (`<Dockerfile>.dockerignore` next to
 // it, else the root `.dockerignore`, as BuildKit picks them). An instruction it does not know fails
 // the build, so the Dockerfiles and these images cannot drift apart silently. buildah commits the
@@ -141,6 +142,12 @@ const LOCK_FILES = "package-lock.json,package.json";
 /** The config the build stage compiles with: `RUN npx tsc -p <it>`. */
 const TSC_RUN = /^npx tsc -p (\S+)$/;
 /**
+ * The one RUN a `build` stage may add after its compile: operator/bundle.ts links the compiled
+ * operator and the packages it imports into dist/bundle/operator (rolldown, from the lock file's
+ * devDependencies). build.ts runs it as written, with this repository's Node.
+ */
+export const BUNDLE_RUN = "node operator/bundle.ts";
+/**
  * The one RUN a `deps` stage may add after `npm ci --omit=dev`: what Node never loads from
  * node_modules goes (TypeScript sources and declarations, which Node does not strip under
  * node_modules; source maps; Markdown but licences). build.ts runs it as written.
@@ -157,7 +164,8 @@ function builderBase(from: string, base: string): boolean {
 /**
  * The two builder stages these images have, from the same base as the final stage: `deps`,
  * production dependencies from the lock file (`npm ci --omit=dev`); `build`, every dependency
- * from the lock file, then sources copied from the context, compiled by `npx tsc -p <config>`.
+ * from the lock file, then sources copied from the context, compiled by `npx tsc -p <config>`
+ * and, for the operator, bundled by BUNDLE_RUN.
  */
 export function builderKind(s: Stage | undefined, base: string): "deps" | "build" | undefined {
   if (!s || !builderBase(s.from, base) || s.copies[0]?.slice(0, -1).sort().join(",") !== LOCK_FILES) return undefined;
@@ -168,7 +176,7 @@ export function builderKind(s: Stage | undefined, base: string): "deps" | "build
   )
     return "deps";
   if (
-    s.runs.length === 2 &&
+    (s.runs.length === 2 || (s.runs.length === 3 && s.runs[2] === BUNDLE_RUN)) &&
     /^npm ci\b/.test(s.runs[0]!) &&
     !/--omit/.test(s.runs[0]!) &&
     TSC_RUN.test(s.runs[1]!) &&
@@ -567,7 +575,7 @@ export function compileBuildStage(dockerfilePath: string): string {
 /**
  * A build stage carried out here: its sources in a staging directory that stands for the
  * stage's WORKDIR, this repository's node_modules (installed from the same lock file) beside
- * them, and its `npx tsc -p <config>` run there. Returns the directory; the caller removes it.
+ * them, and its `npx tsc -p <config>` (and BUNDLE_RUN) run there. Returns the directory; the caller removes it.
  */
 function compileStage(stage: Stage, files: { src: string; dest: string }[]): string {
   const root = mkdtempSync(join(tmpdir(), "ifp-image-build-"));
@@ -582,6 +590,7 @@ function compileStage(stage: Stage, files: { src: string; dest: string }[]): str
     [join(REPO, "node_modules", "typescript", "bin", "tsc"), "-p", TSC_RUN.exec(stage.runs[1]!)![1]!],
     { cwd: root },
   );
+  if (stage.runs[2] === BUNDLE_RUN) sh(process.execPath, BUNDLE_RUN.split(" ").slice(1), { cwd: root });
   return root;
 }
 

@@ -3,6 +3,9 @@
 // under Node's type stripping (about 30 MiB more per process), so that they measure what a
 // cluster runs.
 //
+// The operator's entry is its image's bundle: the build stage of operator/Dockerfile carried out
+// (compiled, then bundled by operator/bundle.ts) and laid out as the image's /app (imageApp).
+//
 // A compile takes tens of seconds on a small machine, so its output is kept in the cache beside
 // the tools (~/.cache/ifp-operator/compiled), under a hash of everything that goes into it:
 // every file of runtime/ and operator/, the TypeScript configurations, the package files, the
@@ -11,6 +14,7 @@
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
+  cpSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -22,8 +26,16 @@ import {
   symlinkSync,
   writeFileSync,
 } from "node:fs";
-import { dirname, join } from "node:path";
+import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
+import {
+  builderKind,
+  compileBuildStage,
+  dockerignore,
+  ignoreFilePath,
+  imageContextFiles,
+  readDockerfile,
+} from "../images/build.ts";
 import { cacheRoot } from "../tools/tools.ts";
 
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
@@ -40,7 +52,7 @@ export function compileTo(dir: string): void {
 }
 
 /** The directories and files whose content decides what a compile emits. */
-const INPUT_DIRS = ["runtime", "operator"];
+const INPUT_DIRS = ["runtime", "operator", "crds"];
 const INPUT_FILES = [
   "tsconfig.json",
   "tsconfig.build.json",
@@ -50,6 +62,7 @@ const INPUT_FILES = [
   "e2e/images/build.ts",
   "e2e/support/compiled.ts",
   "node_modules/typescript/package.json",
+  "node_modules/rolldown/package.json",
 ];
 const SKIP = new Set(["node_modules", "dist", ".bench"]);
 
@@ -149,11 +162,46 @@ export function compiledBuild(): string {
 }
 
 /**
+ * An image's /app as its Dockerfile's final stage lays it out: the files it copies from the
+ * context, and what it copies from the build stage, carried out as e2e/images/build.ts carries it
+ * out (compiled, and for the operator bundled). Made once into the cache, where no node_modules
+ * is above it, as the operator image has none; callers only read it. A Dockerfile that copies
+ * from its deps stage (node_modules) is not laid out here.
+ */
+export function imageApp(dockerfile: string): string {
+  const built = cachedBuild(`image-${dockerfile.replace(/\W+/g, "-")}`, (dir) => {
+    const plan = readDockerfile(join(REPO, dockerfile));
+    const root = join(dir, "root");
+    const ignore = ignoreFilePath(dockerfile);
+    const ignored = dockerignore(ignore ? readFileSync(join(REPO, ignore), "utf8") : "");
+    for (const f of imageContextFiles(plan, ignored, dockerfile)) cpSync(join(REPO, f.src), join(root, f.dest));
+    const stage = compileBuildStage(dockerfile);
+    try {
+      for (const c of plan.copies.filter((c) => c.from !== undefined)) {
+        const from = plan.stages[c.from!]!;
+        if (builderKind(from, plan.base) !== "build")
+          throw new Error(`${dockerfile}: COPY --from=${c.from}: only the build stage's output is laid out here`);
+        mkdirSync(join(root, c.dest), { recursive: true });
+        cpSync(join(stage, relative(from.workdir, c.sources[0]!)), join(root, c.dest), { recursive: true });
+      }
+    } finally {
+      rmSync(stage, { recursive: true, force: true });
+    }
+    writeFileSync(join(dir, "workdir"), plan.workdir);
+  });
+  return join(built, "root", readFileSync(join(built, "workdir"), "utf8"));
+}
+
+/**
  * `entry` (a path under the repository, e.g. runtime/bin/ifp-runtime.ts) compiled; compiles once
- * per process. BENCH_SOURCE=1 returns the TypeScript source itself, to measure the two side by side.
+ * per process. The operator's entry is its image's bundle (operator/bundle.ts), as the image runs
+ * it; BENCH_OPERATOR_UNBUNDLED=1 gives tsc's output instead, and BENCH_SOURCE=1 the TypeScript
+ * source itself, to measure them side by side.
  */
 export function compiledEntry(entry: string): string {
   if (process.env.BENCH_SOURCE === "1") return join(REPO, entry);
+  if (entry === "operator/bin/ifp-operator.ts" && process.env.BENCH_OPERATOR_UNBUNDLED !== "1")
+    return join(imageApp("operator/Dockerfile"), "operator/bin/ifp-operator.js");
   outDir ??= compiledBuild();
   return join(outDir, entry.replace(/\.ts$/, ".js"));
 }
