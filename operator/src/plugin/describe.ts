@@ -167,8 +167,21 @@ async function natsCredentialOf(
 
 /** Pure: the description as people read it. */
 export function renderDescription(d: Description, now = Date.now()): string {
-  const out: string[] = [];
-  out.push(`${d.kind}:       ${d.namespace}/${d.name}`);
+  const out = [
+    ...headerLines(d),
+    ...conditionLines(d),
+    ...childLines(d),
+    ...(d.kind === "Agent" ? keyLines(d, now) : []),
+    ...peerLines(d),
+    ...(d.stream ? ["", `Stream:      ${JSON.stringify(d.stream)}`] : []),
+    ...(d.natsCredential ? ["", natsCredentialLine(d.natsCredential, now)] : []),
+  ];
+  return `${out.join("\n")}\n`;
+}
+
+/** The resource's name, identity, address, readiness and replicas. */
+function headerLines(d: Description): string[] {
+  const out = [`${d.kind}:       ${d.namespace}/${d.name}`];
   if (d.agentId) out.push(`Agent ID:    ${d.agentId}`);
   if (d.endpoint) out.push(`Endpoint:    ${d.endpoint}`);
   if (d.url) out.push(`URL:         ${d.url}`);
@@ -178,19 +191,29 @@ export function renderDescription(d: Description, now = Date.now()): string {
   out.push(
     `Replicas:    ${d.replicas.desired ?? "?"} desired, ${d.replicas.current ?? 0} running, ${d.replicas.ready ?? 0} ready`,
   );
-  if (d.conditions.length) {
-    out.push("", "Conditions:");
-    out.push(
-      indent(
-        table(
-          ["TYPE", "STATUS", "REASON", "MESSAGE"],
-          d.conditions.map((x) => [x.type, x.status, x.reason ?? "", x.message ?? ""]),
-        ),
+  return out;
+}
+
+/** The conditions' table, when there are any. */
+function conditionLines(d: Description): string[] {
+  if (!d.conditions.length) return [];
+  return [
+    "",
+    "Conditions:",
+    indent(
+      table(
+        ["TYPE", "STATUS", "REASON", "MESSAGE"],
+        d.conditions.map((x) => [x.type, x.status, x.reason ?? "", x.message ?? ""]),
       ),
-    );
-  }
-  out.push("", "Renders:");
-  out.push(
+    ),
+  ];
+}
+
+/** What the operator renders for the resource: Deployments with their readiness, Secrets with their keys. */
+function childLines(d: Description): string[] {
+  return [
+    "",
+    "Renders:",
     d.children.length
       ? indent(
           table(
@@ -203,32 +226,38 @@ export function renderDescription(d: Description, now = Date.now()): string {
           ),
         )
       : "  nothing yet",
-  );
-  if (d.kind === "Agent") {
-    out.push("", "Signing keys:");
-    out.push(
-      d.signingKeys.length
-        ? indent(
-            table(
-              ["KEY ID", "STATUS", "CREATED", "RETIRED", "REVOKE AT", "PUBLIC KEY"],
-              d.signingKeys.map((k) => [
-                k.keyId,
-                k.status,
-                k.created ?? "",
-                k.retired ?? "",
-                k.revokeAt ? `${k.revokeAt} (${until(k.revokeAt, now)})` : (k.revoked ?? ""),
-                k.publicKey ?? "",
-              ]),
-            ),
-          )
-        : "  none published yet",
-    );
-    out.push(
-      `Encryption key: ${d.encryptionKey ? `${d.encryptionKey.keyId} ${d.encryptionKey.publicKey}` : "none (cannot receive encrypted messages)"}`,
-    );
-  }
-  out.push("", d.kind === "Agent" ? "Peers:" : "Agents served:");
-  out.push(
+  ];
+}
+
+/** An Agent's signing keys with their states, and its encryption key. */
+function keyLines(d: Description, now: number): string[] {
+  return [
+    "",
+    "Signing keys:",
+    d.signingKeys.length
+      ? indent(
+          table(
+            ["KEY ID", "STATUS", "CREATED", "RETIRED", "REVOKE AT", "PUBLIC KEY"],
+            d.signingKeys.map((k) => [
+              k.keyId,
+              k.status,
+              k.created ?? "",
+              k.retired ?? "",
+              k.revokeAt ? `${k.revokeAt} (${until(k.revokeAt, now)})` : (k.revoked ?? ""),
+              k.publicKey ?? "",
+            ]),
+          ),
+        )
+      : "  none published yet",
+    `Encryption key: ${d.encryptionKey ? `${d.encryptionKey.keyId} ${d.encryptionKey.publicKey}` : "none (cannot receive encrypted messages)"}`,
+  ];
+}
+
+/** An Agent's peers, or the Agents a Relay serves, and the selector that adds to them. */
+function peerLines(d: Description): string[] {
+  const out = [
+    "",
+    d.kind === "Agent" ? "Peers:" : "Agents served:",
     d.peers.length
       ? indent(
           table(
@@ -237,22 +266,20 @@ export function renderDescription(d: Description, now = Date.now()): string {
           ),
         )
       : "  none listed",
-  );
+  ];
   if (d.peerSelector) out.push(`  and those of spec.peerSelector: ${JSON.stringify(d.peerSelector)}`);
-  if (d.stream) out.push("", `Stream:      ${JSON.stringify(d.stream)}`);
-  const n = d.natsCredential;
-  if (n)
-    out.push(
-      "",
-      `NATS credential: Secret ${n.secret}, ${
-        n.error
-          ? n.error
-          : n.expires
-            ? `expires ${n.expires} (${until(n.expires, now)})${n.issued ? `, issued ${ago(n.issued, now)}` : ""}`
-            : "does not expire"
-      }`,
-    );
-  return `${out.join("\n")}\n`;
+  return out;
+}
+
+/** The NATS credential's line: why it cannot be read, or when it expires and was issued. */
+function natsCredentialLine(n: NonNullable<Description["natsCredential"]>, now: number): string {
+  return `NATS credential: Secret ${n.secret}, ${
+    n.error
+      ? n.error
+      : n.expires
+        ? `expires ${n.expires} (${until(n.expires, now)})${n.issued ? `, issued ${ago(n.issued, now)}` : ""}`
+        : "does not expire"
+  }`;
 }
 
 const indent = (s: string) =>
