@@ -4,7 +4,7 @@
 // annotation keys and data keys: never a value. managedFields are dropped from everything.
 import { gzipSync } from "node:zlib";
 import { type Connection, checkNamespace, listResources, type Obj, PluginError } from "./kube.ts";
-import { collectStatus, findOperator, renderStatus } from "./status.ts";
+import { collectStatus, findOperator, renderStatus, type StatusReport } from "./status.ts";
 
 /** Pure: a Secret as the bundle holds it — what it is, never what it holds. */
 export function redactSecret(s: Obj): Obj {
@@ -91,7 +91,6 @@ export interface ReportOptions {
   tailLines?: number;
 }
 
-/** The bundle's files, path → content, under `ifp-report/`. */
 /**
  * A pod of the install: a runtime (the operator's labels on it), or a pod of the chart's release —
  * the operator, NATS, a hook — whose labels hold the operator Deployment's selector (the chart's
@@ -110,69 +109,104 @@ export function isInstallPod(pod: Obj, operator: Obj | undefined): boolean {
   );
 }
 
+/** The bundle being written: a file added under `ifp-report/`, and the reads that failed (errors.txt). */
+interface Bundle {
+  errors: string[];
+  add(path: string, content: Buffer): void;
+}
+
+/** The bundle's files, path → content, under `ifp-report/`. */
 export async function collectReport(c: Connection, opts: ReportOptions): Promise<Map<string, Buffer>> {
   const files = new Map<string, Buffer>();
-  const errors: string[] = [];
-  const add = (path: string, content: Buffer) => files.set(`ifp-report/${path}`, content);
+  const bundle: Bundle = { errors: [], add: (path, content) => files.set(`ifp-report/${path}`, content) };
   if (opts.namespace) await checkNamespace(c, opts.namespace);
   const status = await collectStatus(c, { namespace: opts.namespace, operatorNamespace: opts.operatorNamespace });
-  add("status.txt", Buffer.from(renderStatus(status)));
-  add("status.json", json(status));
+  bundle.add("status.txt", Buffer.from(renderStatus(status)));
+  bundle.add("status.json", json(status));
   const operator = await findOperator(c, opts.operatorNamespace).catch(() => undefined);
+  const namespaces = reportNamespaces(operator, status, opts.namespace);
+  const tailLines = opts.tailLines ?? 2000;
+  for (const ns of namespaces) {
+    const pods = await addResources(c, bundle, ns);
+    await addLogs(c, bundle, ns, pods, operator, tailLines);
+  }
+  bundle.add("README.txt", readme(namespaces));
+  bundle.add("errors.txt", Buffer.from(bundle.errors.length ? `${bundle.errors.join("\n")}\n` : "none\n"));
+  return files;
+}
+
+/** The operator's namespace and the one asked for, or else every namespace with an Agent or Relay; sorted. */
+function reportNamespaces(operator: Obj | undefined, status: StatusReport, namespace: string | undefined): string[] {
   const namespaces = new Set<string>();
   if (operator) namespaces.add(operator.metadata.namespace);
-  if (opts.namespace) namespaces.add(opts.namespace);
+  if (namespace) namespaces.add(namespace);
   else for (const r of status.resources) namespaces.add(r.namespace);
-  const tailLines = opts.tailLines ?? 2000;
-  for (const ns of [...namespaces].sort()) {
-    const dir = `namespaces/${ns}`;
-    for (const kind of ["Agent", "Relay"] as const) {
-      const list = await attempt(errors, `${ns} ${kind}s`, () => listResources(c, kind, ns));
-      if (list) add(`${dir}/${kind.toLowerCase()}s.json`, json(list.map(trim)));
-    }
-    const reads: [string, () => Promise<unknown>][] = [
-      ["deployments", () => c.apps.listNamespacedDeployment({ namespace: ns })],
-      ["statefulsets", () => c.apps.listNamespacedStatefulSet({ namespace: ns })],
-      ["pods", () => c.core.listNamespacedPod({ namespace: ns })],
-      ["services", () => c.core.listNamespacedService({ namespace: ns })],
-      ["configmaps", () => c.core.listNamespacedConfigMap({ namespace: ns })],
-      ["events", () => c.core.listNamespacedEvent({ namespace: ns })],
-      ["networkpolicies", () => c.networking.listNamespacedNetworkPolicy({ namespace: ns })],
-    ];
-    let pods: Obj[] = [];
-    for (const [name, read] of reads) {
-      const list = await attempt(errors, `${ns} ${name}`, read);
-      if (!list) continue;
-      if (name === "pods") pods = items(list);
-      add(`${dir}/${name}.json`, json(items(list).map(trim)));
-    }
-    const secrets = await attempt(errors, `${ns} secrets`, () => c.core.listNamespacedSecret({ namespace: ns }));
-    if (secrets) add(`${dir}/secrets.json`, json(items(secrets).map(redactSecret)));
-    // Logs of the operator's pods, NATS's and the runtimes' (every container: the runtime and its sidecars).
-    for (const pod of pods) {
-      if (!isInstallPod(pod, operator)) continue;
-      for (const container of (pod.spec?.containers ?? []) as { name: string }[]) {
-        const log = await attempt(errors, `log of ${ns}/${pod.metadata.name} ${container.name}`, () =>
-          c.core.readNamespacedPodLog({ namespace: ns, name: pod.metadata.name, container: container.name, tailLines }),
-        );
-        if (log !== undefined) add(`${dir}/logs/${pod.metadata.name}/${container.name}.log`, Buffer.from(String(log)));
-      }
+  return [...namespaces].sort();
+}
+
+/**
+ * A namespace's Agents, Relays and the objects around them, managedFields dropped, and its Secrets
+ * redacted; the pods read, for their logs.
+ */
+async function addResources(c: Connection, bundle: Bundle, ns: string): Promise<Obj[]> {
+  const dir = `namespaces/${ns}`;
+  for (const kind of ["Agent", "Relay"] as const) {
+    const list = await attempt(bundle.errors, `${ns} ${kind}s`, () => listResources(c, kind, ns));
+    if (list) bundle.add(`${dir}/${kind.toLowerCase()}s.json`, json(list.map(trim)));
+  }
+  const reads: [string, () => Promise<unknown>][] = [
+    ["deployments", () => c.apps.listNamespacedDeployment({ namespace: ns })],
+    ["statefulsets", () => c.apps.listNamespacedStatefulSet({ namespace: ns })],
+    ["pods", () => c.core.listNamespacedPod({ namespace: ns })],
+    ["services", () => c.core.listNamespacedService({ namespace: ns })],
+    ["configmaps", () => c.core.listNamespacedConfigMap({ namespace: ns })],
+    ["events", () => c.core.listNamespacedEvent({ namespace: ns })],
+    ["networkpolicies", () => c.networking.listNamespacedNetworkPolicy({ namespace: ns })],
+  ];
+  let pods: Obj[] = [];
+  for (const [name, read] of reads) {
+    const list = await attempt(bundle.errors, `${ns} ${name}`, read);
+    if (!list) continue;
+    if (name === "pods") pods = items(list);
+    bundle.add(`${dir}/${name}.json`, json(items(list).map(trim)));
+  }
+  const secrets = await attempt(bundle.errors, `${ns} secrets`, () => c.core.listNamespacedSecret({ namespace: ns }));
+  if (secrets) bundle.add(`${dir}/secrets.json`, json(items(secrets).map(redactSecret)));
+  return pods;
+}
+
+/** Logs of the operator's pods, NATS's and the runtimes' (every container: the runtime and its sidecars). */
+async function addLogs(
+  c: Connection,
+  bundle: Bundle,
+  ns: string,
+  pods: Obj[],
+  operator: Obj | undefined,
+  tailLines: number,
+): Promise<void> {
+  for (const pod of pods) {
+    if (!isInstallPod(pod, operator)) continue;
+    for (const container of (pod.spec?.containers ?? []) as { name: string }[]) {
+      const log = await attempt(bundle.errors, `log of ${ns}/${pod.metadata.name} ${container.name}`, () =>
+        c.core.readNamespacedPodLog({ namespace: ns, name: pod.metadata.name, container: container.name, tailLines }),
+      );
+      if (log !== undefined)
+        bundle.add(`namespaces/${ns}/logs/${pod.metadata.name}/${container.name}.log`, Buffer.from(String(log)));
     }
   }
-  add(
-    "README.txt",
-    Buffer.from(
-      [
-        "kubectl ifp report",
-        `made: ${new Date().toISOString()}`,
-        `namespaces: ${[...namespaces].sort().join(", ") || "(none)"}`,
-        "Secrets are listed by name, type, label and annotation keys and data keys only: no value is in this bundle.",
-        "",
-      ].join("\n"),
-    ),
+}
+
+/** What the bundle is, when it was made and of which namespaces. */
+function readme(namespaces: string[]): Buffer {
+  return Buffer.from(
+    [
+      "kubectl ifp report",
+      `made: ${new Date().toISOString()}`,
+      `namespaces: ${namespaces.join(", ") || "(none)"}`,
+      "Secrets are listed by name, type, label and annotation keys and data keys only: no value is in this bundle.",
+      "",
+    ].join("\n"),
   );
-  add("errors.txt", Buffer.from(errors.length ? `${errors.join("\n")}\n` : "none\n"));
-  return files;
 }
 
 export async function writeReport(c: Connection, opts: ReportOptions): Promise<Buffer> {

@@ -116,58 +116,82 @@ export async function collectStatus(
   if (dep) {
     const ns = dep.metadata.namespace as string;
     const caSecret = operatorFlag(dep, "ca-secret") ?? "ifp-operator-ca";
-    const lease = await orAbsent(
-      () => c.coordination.readNamespacedLease({ name: "ifp-operator", namespace: ns }),
-      "the leader Lease",
-    ).catch(() => undefined);
-    const holder = lease?.spec?.holderIdentity;
-    report.operator = {
-      ...workload(dep),
-      caSecret,
-      ...(holder
-        ? {
-            leader: {
-              holder,
-              ...(lease?.spec?.renewTime ? { renewed: new Date(lease.spec.renewTime).toISOString() } : {}),
-            },
-          }
-        : {}),
-    };
-    const nats = (await must(
-      () =>
-        c.apps.listNamespacedStatefulSet({
-          namespace: ns,
-          labelSelector: `${PART_OF},app.kubernetes.io/component=nats`,
-        }),
-      "NATS's StatefulSet",
-    )) as { items: Obj[] };
-    if (nats.items[0]) report.nats = workload(nats.items[0]);
-    // The CA's certificate is public (every runtime's trust bundle holds it); only its expiry is shown.
-    try {
-      const secret = await orAbsent(
-        () => c.core.readNamespacedSecret({ name: caSecret, namespace: ns }),
-        "the install CA",
-      );
-      const data = secret?.data ?? {};
-      const pem = (k: string) => (data[k] ? Buffer.from(data[k], "base64").toString("utf8") : undefined);
-      report.installCa = secret
-        ? {
-            namespace: ns,
-            secret: caSecret,
-            ...(pem("ca.crt") ? { notAfter: certNotAfter(pem("ca.crt")) } : {}),
-            ...(pem("next.crt") ? { next: certNotAfter(pem("next.crt")) } : {}),
-          }
-        : { namespace: ns, secret: caSecret, error: "not found" };
-    } catch (err) {
-      report.installCa = { namespace: ns, secret: caSecret, error: (err as Error).message };
-    }
+    report.operator = await operatorStatus(c, dep, caSecret);
+    const nats = await natsStatus(c, ns);
+    if (nats) report.nats = nats;
+    report.installCa = await installCaStatus(c, ns, caSecret);
   }
+  report.resources = await resourceLines(c, opts.namespace);
+  return report;
+}
+
+/** The operator's Deployment, its install CA's Secret, and the leader of its Lease when one holds it. */
+async function operatorStatus(c: Connection, dep: Obj, caSecret: string): Promise<StatusReport["operator"]> {
+  const lease = await orAbsent(
+    () => c.coordination.readNamespacedLease({ name: "ifp-operator", namespace: dep.metadata.namespace }),
+    "the leader Lease",
+  ).catch(() => undefined);
+  const holder = lease?.spec?.holderIdentity;
+  return {
+    ...workload(dep),
+    caSecret,
+    ...(holder
+      ? {
+          leader: {
+            holder,
+            ...(lease?.spec?.renewTime ? { renewed: new Date(lease.spec.renewTime).toISOString() } : {}),
+          },
+        }
+      : {}),
+  };
+}
+
+/** The chart's NATS StatefulSet beside the operator, if it installed one. */
+async function natsStatus(c: Connection, ns: string): Promise<Workload | undefined> {
+  const nats = (await must(
+    () =>
+      c.apps.listNamespacedStatefulSet({
+        namespace: ns,
+        labelSelector: `${PART_OF},app.kubernetes.io/component=nats`,
+      }),
+    "NATS's StatefulSet",
+  )) as { items: Obj[] };
+  return nats.items[0] ? workload(nats.items[0]) : undefined;
+}
+
+/**
+ * The install CA's expiry, and the next CA's when one is published. The CA's certificate is
+ * public (every runtime's trust bundle holds it); only its expiry is shown.
+ */
+async function installCaStatus(c: Connection, ns: string, caSecret: string): Promise<StatusReport["installCa"]> {
+  try {
+    const secret = await orAbsent(
+      () => c.core.readNamespacedSecret({ name: caSecret, namespace: ns }),
+      "the install CA",
+    );
+    const data = secret?.data ?? {};
+    const pem = (k: string) => (data[k] ? Buffer.from(data[k], "base64").toString("utf8") : undefined);
+    return secret
+      ? {
+          namespace: ns,
+          secret: caSecret,
+          ...(pem("ca.crt") ? { notAfter: certNotAfter(pem("ca.crt")) } : {}),
+          ...(pem("next.crt") ? { next: certNotAfter(pem("next.crt")) } : {}),
+        }
+      : { namespace: ns, secret: caSecret, error: "not found" };
+  } catch (err) {
+    return { namespace: ns, secret: caSecret, error: (err as Error).message };
+  }
+}
+
+/** Every Agent and Relay (of `namespace`, or everywhere), by namespace, kind and name. */
+async function resourceLines(c: Connection, namespace: string | undefined): Promise<ResourceLine[]> {
+  const lines: ResourceLine[] = [];
   for (const kind of ["Agent", "Relay"] as const)
-    for (const o of await listResources(c, kind, opts.namespace)) report.resources.push(resourceLine(kind, o));
-  report.resources.sort(
+    for (const o of await listResources(c, kind, namespace)) lines.push(resourceLine(kind, o));
+  return lines.sort(
     (a, b) => a.namespace.localeCompare(b.namespace) || a.kind.localeCompare(b.kind) || a.name.localeCompare(b.name),
   );
-  return report;
 }
 
 /** Pure: the report as people read it. */
