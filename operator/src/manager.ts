@@ -109,9 +109,7 @@ type Kind = "Agent" | "Relay";
 export async function startManager(opts: ManagerOptions): Promise<RunningManager> {
   const log = opts.log;
   const metrics = createOperatorMetrics();
-  const kc = new ObservedKubeConfig((method, host, code) => metrics.shared.restRequests.inc({ code, method, host }));
-  if (opts.kubeconfig) kc.loadFromFile(opts.kubeconfig);
-  else kc.loadFromDefault();
+  const kc = kubeConfig(opts, metrics);
   const kube = new Kube(kc, log, (verb, kind) => metrics.writes.inc({ verb, kind }));
   const controllers = {} as Record<Kind, Controller>;
   const enqueue = (kind: CachedKind, obj: KubernetesObject) => enqueueFor(caches, controllers, kind, obj);
@@ -122,10 +120,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   const ctx = reconcileContext(opts, kube, caches, trust, natsSide);
   const summaries = summaryCollector(opts, ctx, enqueue);
   ctx.summaries = summaries;
-  const controller = (kind: Kind, reconcile: Reconcile) =>
-    new Controller({ kind, reconcile, exists: (ns, name) => !!caches.get(kind, ns, name), metrics, log });
-  controllers.Agent = controller("Agent", (ns, name) => reconcileAgent(ctx, ns, name));
-  controllers.Relay = controller("Relay", (ns, name) => reconcileRelay(ctx, ns, name));
+  Object.assign(controllers, kindControllers(ctx, caches, metrics, log));
   const run: ManagerRun = {
     opts,
     ctx,
@@ -150,8 +145,46 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   const depth = recordQueueDepths(metrics, controllers, caches);
   const started = lead(run);
   started.catch((err) => log.error({ err: errorMessage(err) }, "operator could not start"));
+  return runningManager(run, { caches, trust, health, depth, started });
+}
+
+/** The kubeconfig of the options (or the default one), each request counted by code, method and host. */
+function kubeConfig(opts: ManagerOptions, metrics: ReturnType<typeof createOperatorMetrics>): ObservedKubeConfig {
+  const kc = new ObservedKubeConfig((method, host, code) => metrics.shared.restRequests.inc({ code, method, host }));
+  if (opts.kubeconfig) kc.loadFromFile(opts.kubeconfig);
+  else kc.loadFromDefault();
+  return kc;
+}
+
+/** One controller per kind, reconciling in `ctx`; a failure of a resource no longer in the cache is not retried. */
+function kindControllers(
+  ctx: ReconcileContext,
+  caches: Caches,
+  metrics: ReturnType<typeof createOperatorMetrics>,
+  log: Logger,
+): Record<Kind, Controller> {
+  const controller = (kind: Kind, reconcile: Reconcile) =>
+    new Controller({ kind, reconcile, exists: (ns, name) => !!caches.get(kind, ns, name), metrics, log });
   return {
-    metrics,
+    Agent: controller("Agent", (ns, name) => reconcileAgent(ctx, ns, name)),
+    Relay: controller("Relay", (ns, name) => reconcileRelay(ctx, ns, name)),
+  };
+}
+
+/** The handle of a started manager: what it serves and holds, whether it leads, and its stop. */
+function runningManager(
+  run: ManagerRun,
+  parts: {
+    caches: Caches;
+    trust: InstallTrust;
+    health: Awaited<ReturnType<typeof serveHealth>>;
+    depth: NodeJS.Timeout;
+    started: Promise<void>;
+  },
+): RunningManager {
+  const { caches, trust, health, depth, started } = parts;
+  return {
+    metrics: run.metrics,
     caches,
     trust,
     healthUrl: health.url,
@@ -165,7 +198,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
       clearInterval(depth);
       await stopManager(run);
       await health.close();
-      log.info("operator stopped");
+      run.opts.log.info("operator stopped");
     },
   };
 }
