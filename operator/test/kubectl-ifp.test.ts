@@ -51,8 +51,85 @@ const cond = (type: string, status: string, reason: string, message = "") => ({
 function apply(yaml: string) {
   cp.kubectl(["apply", "-f", "-"], yaml);
 }
-function writeStatus(kind: string, name: string, status: object) {
-  cp.kubectl(["-n", NS, "patch", kind, name, "--subresource=status", "--type=merge", "-p", JSON.stringify({ status })]);
+/** The status of an object, written as its controller (or a kubelet) writes it. */
+function writeStatus(kind: string, name: string, status: object, namespace = NS) {
+  cp.kubectl([
+    "-n",
+    namespace,
+    "patch",
+    kind,
+    name,
+    "--subresource=status",
+    "--type=merge",
+    "-p",
+    JSON.stringify({ status }),
+  ]);
+}
+
+/** A Role in NS of these rules (flow mappings), bound to the ServiceAccount `serviceAccount`. */
+function role(name: string, serviceAccount: string, rules: string[]): string {
+  return `apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: ${name}, namespace: ${NS}}
+rules:
+${rules.map((r) => `  - ${r}`).join("\n")}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: ${name}, namespace: ${NS}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: ${name}}
+subjects: [{kind: ServiceAccount, name: ${serviceAccount}, namespace: ${NS}}]
+`;
+}
+
+/**
+ * A user of NS: a ServiceAccount there with a Role of these rules and the right to read
+ * namespaces, nothing else; the path of a kubeconfig that signs in as it, in NS by default.
+ */
+function userOf(name: string, rules: string[]): string {
+  apply(`apiVersion: v1
+kind: ServiceAccount
+metadata: {name: ${name}, namespace: ${NS}}
+---
+${role(name, name, rules)}---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: ifp-test-namespace-reader}
+rules: [{apiGroups: [""], resources: [namespaces], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: ifp-test-${name}-namespace-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: ifp-test-namespace-reader}
+subjects: [{kind: ServiceAccount, name: ${name}, namespace: ${NS}}]
+`);
+  const token = cp.kubectl(["-n", NS, "create", "token", name]).trim();
+  const admin = readFileSync(cp.kubeconfig, "utf8");
+  const server = /server: (\S+)/.exec(admin)![1];
+  const caData = /certificate-authority-data: (\S+)/.exec(admin)![1];
+  const config = join(tempDir("ifp-plugin-"), name);
+  writeFileSync(
+    config,
+    `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "${server}", certificate-authority-data: ${caData}}}]
+users: [{name: ${name}, user: {token: "${token}"}}]
+contexts: [{name: ${name}, context: {cluster: c, user: ${name}, namespace: ${NS}}}]
+current-context: ${name}
+`,
+  );
+  return config;
+}
+
+/** Bad input: refused with one line and the exit code, no stack trace, nothing on stdout; the usage with exit code 2. */
+function expectRefusal(args: string[], code: number, message: RegExp) {
+  const r = plugin(args);
+  expect(r.code).toBe(code);
+  expect(r.stderr).toMatch(message);
+  expect(r.stderr.split("\n")[0]).toMatch(/^kubectl ifp: /);
+  expect(r.stderr).not.toMatch(/\n\s+at |Error:|node:internal/);
+  expect(r.stdout).toBe("");
+  if (code === 2) expect(r.stderr).toContain("usage: kubectl ifp");
 }
 
 perTest(() => kubectlOrError(cp, ["get", "agents,relays", "-A", "-o", "yaml"]));
@@ -95,17 +172,7 @@ kind: Lease
 metadata: {name: ifp-operator, namespace: ${OPERATOR_NS}}
 spec: {holderIdentity: ifp-operator-7d9f-abcde_1, leaseDurationSeconds: 15, renewTime: "${new Date().toISOString().replace(/\.(\d{3})Z$/, ".$1000Z")}"}
 `);
-  cp.kubectl([
-    "-n",
-    OPERATOR_NS,
-    "patch",
-    "deployment",
-    "ifp-operator",
-    "--subresource=status",
-    "--type=merge",
-    "-p",
-    JSON.stringify({ status: { replicas: 2, readyReplicas: 2, observedGeneration: 1 } }),
-  ]);
+  writeStatus("deployment", "ifp-operator", { replicas: 2, readyReplicas: 2, observedGeneration: 1 }, OPERATOR_NS);
   apply(`apiVersion: v1
 kind: Secret
 metadata: {name: ifp-install-ca, namespace: ${OPERATOR_NS}}
@@ -437,51 +504,12 @@ describe("kubectl ifp report", () => {
 describe("a user of one namespace", () => {
   it("sees that namespace with -n, the operator as unknown, and a clear refusal for every namespace", () => {
     // A ServiceAccount that may read Agents, Relays, its namespace's Deployments and Secrets, nothing else.
-    apply(`apiVersion: v1
-kind: ServiceAccount
-metadata: {name: viewer, namespace: ${NS}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: viewer, namespace: ${NS}}
-rules:
-  - {apiGroups: [ifp.dev], resources: [agents, relays], verbs: [get, list]}
-  - {apiGroups: [apps], resources: [deployments], verbs: [list]}
-  - {apiGroups: [""], resources: [services, configmaps, secrets], verbs: [get, list]}
-  - {apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [list]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: viewer, namespace: ${NS}}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: viewer}
-subjects: [{kind: ServiceAccount, name: viewer, namespace: ${NS}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: ifp-test-namespace-reader}
-rules: [{apiGroups: [""], resources: [namespaces], verbs: [get]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: ifp-test-namespace-reader}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: ifp-test-namespace-reader}
-subjects: [{kind: ServiceAccount, name: viewer, namespace: ${NS}}]
-`);
-    const token = cp.kubectl(["-n", NS, "create", "token", "viewer"]).trim();
-    const admin = readFileSync(cp.kubeconfig, "utf8");
-    const server = /server: (\S+)/.exec(admin)![1];
-    const caData = /certificate-authority-data: (\S+)/.exec(admin)![1];
-    const config = join(tempDir("ifp-plugin-"), "viewer");
-    writeFileSync(
-      config,
-      `apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "${server}", certificate-authority-data: ${caData}}}]
-users: [{name: viewer, user: {token: "${token}"}}]
-contexts: [{name: viewer, context: {cluster: c, user: viewer, namespace: ${NS}}}]
-current-context: viewer
-`,
-    );
+    const config = userOf("viewer", [
+      "{apiGroups: [ifp.dev], resources: [agents, relays], verbs: [get, list]}",
+      "{apiGroups: [apps], resources: [deployments], verbs: [list]}",
+      '{apiGroups: [""], resources: [services, configmaps, secrets], verbs: [get, list]}',
+      "{apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [list]}",
+    ]);
     const one = plugin(["status", "-n", NS, "--kubeconfig", config]);
     expect(one.stderr).toBe("");
     expect(one.code).toBe(0);
@@ -515,15 +543,9 @@ describe("bad input", () => {
     ["an unknown context", ["status", "--context", "elsewhere"], 1, /no context "elsewhere" in the kubeconfig/],
     ["a missing kubeconfig", ["status", "--kubeconfig", "/nonexistent/config"], 1, /cannot read the kubeconfig/],
   ];
-  it.each(cases)("%s: one line, the exit code, no stack trace", (_what, args, code, message) => {
-    const r = plugin(args);
-    expect(r.code).toBe(code);
-    expect(r.stderr).toMatch(message);
-    expect(r.stderr.split("\n")[0]).toMatch(/^kubectl ifp: /);
-    expect(r.stderr).not.toMatch(/\n\s+at |Error:|node:internal/);
-    expect(r.stdout).toBe("");
-    if (code === 2) expect(r.stderr).toContain("usage: kubectl ifp");
-  });
+  it.each(cases)("%s: one line, the exit code, no stack trace", (_what, args, code, message) =>
+    expectRefusal(args, code, message),
+  );
 
   it("an API server that does not answer: one line, exit code 1", () => {
     const dir = tempDir("ifp-plugin-");
@@ -554,17 +576,7 @@ metadata:
   labels: {app.kubernetes.io/name: ifp-runtime, app.kubernetes.io/instance: ${agent}, app.kubernetes.io/managed-by: ifp-operator}
 spec: {containers: [${containers.map((c) => `{name: ${c}, image: rt:1}`).join(", ")}]}
 `);
-    cp.kubectl([
-      "-n",
-      NS,
-      "patch",
-      "pod",
-      name,
-      "--subresource=status",
-      "--type=merge",
-      "-p",
-      JSON.stringify({ status }),
-    ]);
+    writeStatus("pod", name, status);
   }
   const ready = {
     phase: "Running",
@@ -617,66 +629,17 @@ spec: {agentId: https://nosidecar.example/a}
 
   it("refuses a user without pods/exec before trying, in the API server's words, and reaches the exec with it", () => {
     pod("alice-ready", "alice", ["runtime", "app"], ready);
-    apply(`apiVersion: v1
-kind: ServiceAccount
-metadata: {name: watcher, namespace: ${NS}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: watcher, namespace: ${NS}}
-rules:
-  - {apiGroups: [ifp.dev], resources: [agents], verbs: [get]}
-  - {apiGroups: [""], resources: [pods], verbs: [get, list]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: watcher, namespace: ${NS}}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: watcher}
-subjects: [{kind: ServiceAccount, name: watcher, namespace: ${NS}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: ifp-test-watcher-namespace-reader}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: ifp-test-namespace-reader}
-subjects: [{kind: ServiceAccount, name: watcher, namespace: ${NS}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: ifp-test-namespace-reader}
-rules: [{apiGroups: [""], resources: [namespaces], verbs: [get]}]
-`);
-    const token = cp.kubectl(["-n", NS, "create", "token", "watcher"]).trim();
-    const admin = readFileSync(cp.kubeconfig, "utf8");
-    const server = /server: (\S+)/.exec(admin)![1];
-    const caData = /certificate-authority-data: (\S+)/.exec(admin)![1];
-    const config = join(tempDir("ifp-plugin-"), "watcher");
-    writeFileSync(
-      config,
-      `apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "${server}", certificate-authority-data: ${caData}}}]
-users: [{name: watcher, user: {token: "${token}"}}]
-contexts: [{name: watcher, context: {cluster: c, user: watcher, namespace: ${NS}}}]
-current-context: watcher
-`,
-    );
+    const config = userOf("watcher", [
+      "{apiGroups: [ifp.dev], resources: [agents], verbs: [get]}",
+      '{apiGroups: [""], resources: [pods], verbs: [get, list]}',
+    ]);
     const refused = plugin(["send", "alice", "--to", "x", "--text", "y", "--kubeconfig", config]);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(
       /^kubectl ifp: you may not exec into pod alice-ready in team \(create and get on pods\/exec\).*; kubectl ifp send and tail run ifp in the Agent's pod\n$/,
     );
     // With create on pods/exec but not get (the WebSocket exec is a GET): refused before trying, naming get.
-    apply(`apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: watcher-exec, namespace: ${NS}}
-rules: [{apiGroups: [""], resources: [pods/exec], verbs: [create]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: watcher-exec, namespace: ${NS}}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: watcher-exec}
-subjects: [{kind: ServiceAccount, name: watcher, namespace: ${NS}}]
-`);
+    apply(role("watcher-exec", "watcher", ['{apiGroups: [""], resources: [pods/exec], verbs: [create]}']));
     const withCreate = plugin(["send", "alice", "--to", "x", "--text", "y", "--kubeconfig", config]);
     expect(withCreate.code).toBe(1);
     expect(withCreate.stderr).toMatch(
@@ -724,13 +687,7 @@ subjects: [{kind: ServiceAccount, name: watcher, namespace: ${NS}}]
       /agent "nobody" not found in namespace team/,
     ],
   ];
-  it.each(cases)("%s: one line, the exit code, no stack trace", (_what, args, code, message) => {
-    const r = plugin(args);
-    expect(r.code).toBe(code);
-    expect(r.stderr).toMatch(message);
-    expect(r.stderr.split("\n")[0]).toMatch(/^kubectl ifp: /);
-    expect(r.stderr).not.toMatch(/\n\s+at |Error:|node:internal/);
-    expect(r.stdout).toBe("");
-    if (code === 2) expect(r.stderr).toContain("usage: kubectl ifp");
-  });
+  it.each(cases)("%s: one line, the exit code, no stack trace", (_what, args, code, message) =>
+    expectRefusal(args, code, message),
+  );
 });
