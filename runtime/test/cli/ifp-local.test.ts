@@ -71,16 +71,25 @@ const deliver = async (text: string) => {
   return m.headers.message_id;
 };
 
+/** `ifp tail` against the local API at `url`. */
+const tail = (url: string, ...args: string[]) => ifp("tail", "--local-api", url, ...args);
+/** `ifp send` of `text` to pete through alice's local API. */
+const sendToPete = (text: string, ...args: string[]) =>
+  ifp("send", "--local-api", alice.localApiUrl, "--to", pete.agentId, "--text", text, ...args);
+/** Until the tail says it follows the inbox. */
+const following = (t: ReturnType<typeof ifp>) =>
+  waitFor("the tail to start", async () => /following/.test(t.err()), 20_000);
+
 describe("ifp tail", () => {
   it("prints each message the inbox accepts while the handler still gets every one, and stops after --count", async () => {
-    const tail = ifp("tail", "--local-api", alice.localApiUrl, "--count", "2", "--timeout", "50");
-    await waitFor("the tail to start", async () => /following/.test(tail.err()), 20_000);
+    const t = tail(alice.localApiUrl, "--count", "2", "--timeout", "50");
+    await following(t);
     // The watch is open once the route answered; a message accepted before it would not be shown.
     await new Promise((r) => setTimeout(r, 500));
     const ids = [await deliver("first"), await deliver("second")];
-    const r = await tail.done();
+    const r = await t.done();
     expect(r.status, r.stderr).toBe(0);
-    const got = tail.lines();
+    const got = t.lines();
     expect(got.map((l) => l.message_id)).toEqual(ids);
     expect(got[0]).toMatchObject({
       sender: pete.agentId,
@@ -99,31 +108,21 @@ describe("ifp tail", () => {
 
   it("--since shows what was accepted before it started; --timeout ends it, exit 1 when fewer than --count came", async () => {
     const id = await deliver("earlier");
-    const r = await ifp(
-      "tail",
-      "--local-api",
-      alice.localApiUrl,
-      "--since",
-      "60",
-      "--count",
-      "1000",
-      "--timeout",
-      "3",
-    ).done();
+    const r = await tail(alice.localApiUrl, "--since", "60", "--count", "1000", "--timeout", "3").done();
     expect(r.status).toBe(1);
     expect(r.stdout).toContain(id);
     expect(r.stderr).toMatch(/of 1000 message\(s\) in 3 s/);
     // Without --count, the end of --timeout is a normal end.
-    const quiet = await ifp("tail", "--local-api", alice.localApiUrl, "--timeout", "1").done();
+    const quiet = await tail(alice.localApiUrl, "--timeout", "1").done();
     expect(quiet.status).toBe(0);
     expect(quiet.stdout).toBe("");
   });
 
   it("--stop-on-eof ends it when standard input closes (the end of a kubectl exec)", async () => {
-    const tail = ifp("tail", "--local-api", alice.localApiUrl, "--stop-on-eof");
-    await waitFor("the tail to start", async () => /following/.test(tail.err()), 20_000);
-    tail.child.stdin.end();
-    expect((await tail.done()).status).toBe(0);
+    const t = tail(alice.localApiUrl, "--stop-on-eof");
+    await following(t);
+    t.child.stdin.end();
+    expect((await t.done()).status).toBe(0);
   });
 
   it("refuses bad arguments with the usage (exit 2) and says what went wrong otherwise (exit 1)", async () => {
@@ -141,7 +140,7 @@ describe("ifp tail", () => {
       expect(r.status, args.join(" ")).toBe(2);
       expect(r.stderr).toMatch(/usage:/);
     }
-    const down = await ifp("tail", "--local-api", "http://127.0.0.1:1", "--timeout", "5").done();
+    const down = await tail("http://127.0.0.1:1", "--timeout", "5").done();
     expect(down.status).toBe(1);
     expect(down.stderr).toMatch(/cannot reach the local API at http:\/\/127\.0\.0\.1:1/);
     expect(down.stderr).not.toMatch(/\n\s+at /);
@@ -165,17 +164,7 @@ describe("GET /messages/watch", () => {
   it("takes nothing from the application's message stream, is served on the loopback only, and refuses a bad since", async () => {
     const m = signed(pete, "bob-local", { phase: "context" }, "for the stream");
     expect((await bob.deliver(m)).status).toBe(202);
-    const watched = await ifp(
-      "tail",
-      "--local-api",
-      bob.localApiUrl,
-      "--since",
-      "60",
-      "--count",
-      "1",
-      "--timeout",
-      "20",
-    ).done();
+    const watched = await tail(bob.localApiUrl, "--since", "60", "--count", "1", "--timeout", "20").done();
     expect(watched.status, watched.stderr).toBe(0);
     expect(JSON.parse(watched.stdout)).toMatchObject({ message_id: m.headers.message_id, handed_on: true });
     // The application still gets it, as a first delivery.
@@ -222,15 +211,7 @@ describe("GET /messages/watch, held open", () => {
 
 describe("ifp send --local-api", () => {
   it("queues a message the runtime signs as the agent, and follows its delivery with --wait", async () => {
-    const r = await ifp(
-      "send",
-      "--local-api",
-      alice.localApiUrl,
-      "--to",
-      pete.agentId,
-      "--text",
-      "hello from the pod",
-    ).done();
+    const r = await sendToPete("hello from the pod").done();
     expect(r.status, r.stderr).toBe(0);
     const [code, ...rest] = r.stdout.trim().split(" ");
     expect(code).toBe("202");
@@ -245,17 +226,7 @@ describe("ifp send --local-api", () => {
     const record = await new LocalApiClient(alice.localApiUrl).status(queued.message_id);
     expect(record.recipients.map((x) => x.agent)).toEqual([pete.agentId]);
     // pete has no address: the outbox gives up on it, and --wait shows the final record, exit 1.
-    const waited = await ifp(
-      "send",
-      "--local-api",
-      alice.localApiUrl,
-      "--to",
-      pete.agentId,
-      "--text",
-      "x",
-      "--wait",
-      "1",
-    ).done();
+    const waited = await sendToPete("x", "--wait", "1").done();
     expect(waited.status).toBe(1);
     expect(waited.stdout).toMatch(/^202 /);
     const final = JSON.parse(waited.stdout.trim().split("\n")[1]!);
@@ -263,17 +234,7 @@ describe("ifp send --local-api", () => {
   });
 
   it("shows the runtime's refusal, and refuses flags that do not go with --local-api (exit 2)", async () => {
-    const refused = await ifp(
-      "send",
-      "--local-api",
-      alice.localApiUrl,
-      "--to",
-      pete.agentId,
-      "--text",
-      "x",
-      "--phase",
-      "",
-    ).done();
+    const refused = await sendToPete("x", "--phase", "").done();
     expect(refused.status).toBe(1);
     expect(refused.stdout).toMatch(/^400 \{"status":"error","code":"invalid_format"/);
     const down = await ifp("send", "--local-api", "http://127.0.0.1:1", "--to", pete.agentId, "--text", "x").done();
@@ -284,16 +245,7 @@ describe("ifp send --local-api", () => {
       ["--from-key", "/nowhere"],
       ["--ca-file", "/nowhere"],
     ]) {
-      const r = await ifp(
-        "send",
-        "--local-api",
-        alice.localApiUrl,
-        "--to",
-        pete.agentId,
-        "--text",
-        "x",
-        ...args,
-      ).done();
+      const r = await sendToPete("x", ...args).done();
       expect(r.status, args.join(" ")).toBe(2);
       expect(r.stderr).toMatch(/does not apply/);
     }
@@ -314,17 +266,7 @@ describe("ifp send --local-api", () => {
     ).done();
     expect(waitAlone.status).toBe(2);
     expect(waitAlone.stderr).toMatch(/--wait follows a message sent with --local-api/);
-    const badWait = await ifp(
-      "send",
-      "--local-api",
-      alice.localApiUrl,
-      "--to",
-      pete.agentId,
-      "--text",
-      "x",
-      "--wait",
-      "soon",
-    ).done();
+    const badWait = await sendToPete("x", "--wait", "soon").done();
     expect(badWait.status).toBe(2);
   });
 });
