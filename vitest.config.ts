@@ -1,6 +1,7 @@
 import { configDefaults, defineConfig } from "vitest/config";
 
 const NODE_TEST = "e2e/node.test.ts";
+const UNIT_TESTS = ["runtime/src/**/*.test.ts", "operator/src/**/*.test.ts"];
 
 export default defineConfig({
   test: {
@@ -13,13 +14,20 @@ export default defineConfig({
     hookTimeout: 120_000,
     reporters: ["default", "./e2e/support/summary-reporter.ts"],
     projects: [
-      // Everything but the real node.
+      // The unit tests beside the sources: pure functions and in-process servers, milliseconds
+      // each. One module graph per worker (no isolation): a fresh process and a fresh import of
+      // each file cost these files ten times what their tests take.
+      {
+        extends: true,
+        test: { name: "unit", include: UNIT_TESTS, pool: "threads", isolate: false },
+      },
+      // Everything else but the real node: real servers, each file in a process of its own.
       {
         extends: true,
         test: {
           name: "suite",
           include: ["runtime/**/*.test.ts", "operator/**/*.test.ts", "e2e/**/*.test.ts", "examples/**/*.test.ts"],
-          exclude: [...configDefaults.exclude, NODE_TEST],
+          exclude: [...configDefaults.exclude, NODE_TEST, ...UNIT_TESTS],
         },
       },
       // e2e/node.test.ts (a real node, minutes long) runs on its own after the suite (`npm test`

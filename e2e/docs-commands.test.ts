@@ -369,7 +369,7 @@ const CHECKS: Record<string, Check> = {
     by: "package.json",
     holds: [
       '"e2e": "vitest run e2e/e2e.test.ts"',
-      '"test": "npm run typecheck && npm run lint && vitest run --project suite',
+      '"test": "npm run typecheck && npm run lint && vitest run --project unit --project suite',
     ],
   },
   "npm run e2e:node": {
