@@ -11,7 +11,8 @@ import { join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { metaChecksum } from "../operator/src/nats-store-repair.ts";
-import { compileBuildStage } from "./images/build.ts";
+import { BUNDLE_LICENCES, compileBuildStage } from "./images/build.ts";
+import { bundledPackages } from "./release/release.ts";
 import { cachedBuild, compileTo, imageApp } from "./support/compiled.ts";
 import { releaseDir, tempDir } from "./support/process.ts";
 
@@ -131,7 +132,7 @@ describe("the operator image's bundle", () => {
     const operator = files.filter((f) => f.startsWith("operator/")).sort();
     expect(operator).toContain("operator/bin/ifp-operator.js");
     expect(operator.filter((f) => !/^operator\/(?:bin|lib)\/[\w.-]+\.js$/.test(f))).toEqual([
-      "operator/THIRD-PARTY-LICENSES.txt",
+      `operator/${BUNDLE_LICENCES}`,
     ]);
     // Minified: long lines (tsc's output averages about 40 characters a line), in each chunk but
     // the few of a line or two that only re-export.
@@ -139,12 +140,18 @@ describe("the operator image's bundle", () => {
     expect(chunks.filter((c) => c.length > 10_000).length).toBeGreaterThanOrEqual(3);
     for (const text of chunks.filter((c) => c.length > 10_000))
       expect(text.length / text.split("\n").length).toBeGreaterThan(1000);
-    const licences = readFileSync(join(app, "operator/THIRD-PARTY-LICENSES.txt"), "utf8");
+    const licences = readFileSync(join(app, "operator", BUNDLE_LICENCES), "utf8");
     for (const pkg of ["@kubernetes/client-node", "@nats-io/transport-node", "zod", "pino", "highwayhasher"]) {
       const version = JSON.parse(readFileSync(join(REPO, "node_modules", pkg, "package.json"), "utf8")).version;
       expect(licences).toContain(`\n${pkg}@${version}\nLicense: `);
     }
     expect(licences).toMatch(/Permission is hereby granted, free of charge/);
+    // As the release reads it for the image's SBOM.
+    const bundled = bundledPackages(licences);
+    expect(bundled.length).toBeGreaterThan(50);
+    expect(bundled).toContain(
+      `@kubernetes/client-node@${JSON.parse(readFileSync(join(REPO, "node_modules/@kubernetes/client-node/package.json"), "utf8")).version}`,
+    );
   });
 
   it("starts every command the chart runs from the image, each printing its usage", () => {

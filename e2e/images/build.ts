@@ -147,6 +147,8 @@ const TSC_RUN = /^npx tsc -p (\S+)$/;
  * devDependencies). build.ts runs it as written, with this repository's Node.
  */
 export const BUNDLE_RUN = "node operator/bundle.ts";
+/** The file operator/bundle.ts writes beside the bundle's code: each package bundled, its version and licence texts. */
+export const BUNDLE_LICENCES = "THIRD-PARTY-LICENSES.txt";
 /**
  * The one RUN a `deps` stage may add after `npm ci --omit=dev`: what Node never loads from
  * node_modules goes (TypeScript sources and declarations, which Node does not strip under

@@ -10,9 +10,12 @@ import { parse } from "yaml";
 import { releaseDir, tempDir } from "../support/process.ts";
 import { type Registry, startRegistry } from "../support/registry.ts";
 import { toolPath } from "../tools/tools.ts";
+import { BUNDLE_LICENCES } from "../images/build.ts";
 import {
+  bundledPackages,
   changelogEntry,
   draftEntry,
+  imageFile,
   imageFiles,
   RELEASED_IMAGES,
   type Release,
@@ -231,7 +234,7 @@ describe("npm run release", () => {
       expect(manifest.images).toEqual(JSON.parse(JSON.stringify(made.images)));
     });
 
-    it("each image: one manifest whose digest is its content's, Node without a shell or npm, user 65532, pruned modules", () => {
+    it("each image: one manifest whose digest is its content's, Node without a shell or npm, user 65532, pruned modules or the operator's bundle", () => {
       for (const img of made.images) {
         const archive = join(out, img.archive);
         const a = readArchive(archive);
@@ -252,6 +255,14 @@ describe("npm run release", () => {
         );
         expect(forbidden, img.name).toEqual([]);
         const modules = inImage.filter((f) => f.includes("/node_modules/"));
+        if (img.name === "ifp-operator") {
+          // The bundle (operator/bundle.ts): no node_modules, the bundled packages' licences in one file.
+          expect(modules, img.name).toEqual([]);
+          expect(inImage).toContain("app/operator/bin/ifp-operator.js");
+          expect(inImage).toContain(`app/operator/${BUNDLE_LICENCES}`);
+          expect(inImage.filter((f) => f.endsWith(".map"))).toEqual([]);
+          continue;
+        }
         expect(modules.length, img.name).toBeGreaterThan(0);
         expect(
           modules.filter((f) => /\.(ts|mts|cts|map)$/.test(f) || (/\.md$/i.test(f) && !/\/licen[cs]e[^/]*$/i.test(f))),
@@ -287,12 +298,18 @@ describe("npm run release", () => {
           expect(refs.has(d.ref), d.ref).toBe(true);
           for (const r of d.dependsOn) expect(refs.has(r), `${d.ref} -> ${r}`).toBe(true);
         }
-        // The packages the image holds, by their package.json, are the SBOM's libraries.
+        // The packages the image holds, by their package.json (or, bundled, by the bundle's
+        // licence file), are the SBOM's libraries.
+        const bundled = imageFile(join(out, img.archive), `app/operator/${BUNDLE_LICENCES}`);
         const held = new Set(
-          imageFiles(join(out, img.archive))
-            .files.map((f) => /node_modules\/((?:@[^/]+\/)?[^/]+)\/package\.json$/.exec(f)?.[1])
-            .filter((n): n is string => n !== undefined),
+          bundled
+            ? bundledPackages(bundled.toString("utf8")).map((p) => p.slice(0, p.lastIndexOf("@")))
+            : imageFiles(join(out, img.archive))
+                .files.map((f) => /node_modules\/((?:@[^/]+\/)?[^/]+)\/package\.json$/.exec(f)?.[1])
+                .filter((n): n is string => n !== undefined),
         );
+        expect(held.size, img.name).toBeGreaterThan(0);
+        if (img.name === "ifp-operator") expect(held).toContain("@kubernetes/client-node");
         const libraries = new Set(
           (bom.components as { type: string; name: string }[]).filter((c) => c.type === "library").map((c) => c.name),
         );

@@ -34,10 +34,10 @@ import {
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
-import { isAbsolute, join, resolve } from "node:path";
+import { isAbsolute, join, posix, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseDocument } from "yaml";
-import { depsSource, readDockerfile } from "../images/build.ts";
+import { BUNDLE_LICENCES, BUNDLE_RUN, depsSource, readDockerfile } from "../images/build.ts";
 import { toolPath } from "../tools/tools.ts";
 
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
@@ -136,6 +136,27 @@ export function imageFiles(archive: string): { files: string[]; unpacked: number
   return { files, unpacked };
 }
 
+/** The content of one file of an image's layers (a path as imageFiles lists it); undefined when none has it. */
+export function imageFile(archive: string, path: string): Buffer | undefined {
+  const { manifest } = readArchive(archive);
+  let found: Buffer | undefined;
+  for (const layer of manifest.layers) {
+    const data = archiveFile(archive, `blobs/${layer.digest.replace(":", "/")}`);
+    const gz = layer.mediaType.endsWith("+gzip");
+    const r = spawnSync("tar", [gz ? "-xOzf" : "-xOf", "-", `./${path}`], { input: data, maxBuffer: 256 << 20 });
+    if (r.status === 0) found = r.stdout;
+  }
+  return found;
+}
+
+/**
+ * The packages a bundle holds (operator/bundle.ts), as name@version, from the licence file it
+ * writes beside the code: each package's section starts with a rule and its name@version.
+ */
+export function bundledPackages(licences: string): string[] {
+  return [...licences.matchAll(/^={78}\n(\S+)@([^@\s]+)\n/gm)].map((m) => `${m[1]}@${m[2]}`);
+}
+
 /** The section of a Keep a Changelog file for `version`, without its heading; undefined if none. */
 export function changelogEntry(changelog: string, version: string): string | undefined {
   const lines = changelog.split("\n");
@@ -184,6 +205,7 @@ function imageSbom(
   version: string,
   digest: string,
   nodeVersion: string,
+  archive: string,
 ): object {
   // Every package of the lock file: `--omit dev` leaves out production packages that dev tools
   // also use (yaml, debug, …), so production is read from the lock file's own marks.
@@ -214,9 +236,22 @@ function imageSbom(
   );
   // All of node_modules, or the packages copied one by one with what they depend on.
   const held = new Set<string>();
-  const queue = copied.includes("node_modules")
-    ? all.map((c) => c["bom-ref"])
-    : all.filter((c) => copied.includes(`node_modules/${c.name}`)).map((c) => c["bom-ref"]);
+  // A bundle (operator/Dockerfile: operator/bundle.ts) holds exactly the packages its licence file names.
+  const bundleCopy = plan.copies.find((c) => c.from !== undefined && plan.stages[c.from]?.runs.includes(BUNDLE_RUN));
+  const bundleLicences = bundleCopy && imageFile(archive, posix.join(bundleCopy.dest, BUNDLE_LICENCES).slice(1));
+  if (bundleCopy && !bundleLicences) throw new Error(`${img.dockerfile}: the image has no ${BUNDLE_LICENCES}`);
+  if (bundleLicences) {
+    const bundled = new Set(bundledPackages(bundleLicences.toString("utf8")));
+    for (const c of all as (Component & { version: string })[])
+      if (bundled.has(`${c.name}@${c.version}`)) held.add(c["bom-ref"]);
+    if (held.size !== bundled.size)
+      throw new Error(`${img.dockerfile}: npm sbom lists ${held.size} of the bundle's ${bundled.size} packages`);
+  }
+  const queue = bundleLicences
+    ? []
+    : copied.includes("node_modules")
+      ? all.map((c) => c["bom-ref"])
+      : all.filter((c) => copied.includes(`node_modules/${c.name}`)).map((c) => c["bom-ref"]);
   while (queue.length) {
     const ref = queue.shift()!;
     if (held.has(ref)) continue;
@@ -358,7 +393,7 @@ export function release(opts: { version: string; out?: string; ref?: string; log
       const sbom = `${img.name}-${version}.cdx.json`;
       writeFileSync(
         join(out, sbom),
-        `${JSON.stringify(imageSbom(source, img, version, a.digest, nodeVersion), null, 2)}\n`,
+        `${JSON.stringify(imageSbom(source, img, version, a.digest, nodeVersion, join(out, file)), null, 2)}\n`,
       );
       const compressed = a.manifest.layers.reduce((n, l) => n + l.size, 0);
       const released = {

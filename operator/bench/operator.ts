@@ -1,6 +1,8 @@
 // npm run bench:operator — N Agents (default 200) on a real control plane (etcd, kube-apiserver,
 // kube-controller-manager from the tool cache) reconciled by `ifp-operator` run as its own
-// process, exactly as `npx ifp-operator` starts. Prints and writes .bench/operator.json:
+// process, the code the operator image runs: operator/Dockerfile's build stage carried out, its
+// bundle (operator/bundle.ts; BENCH_OPERATOR_UNBUNDLED=1 runs tsc's output with node_modules
+// instead, to compare). Prints and writes .bench/operator.json:
 //   - seconds from `kubectl apply` of N Agents until every one is Ready-able: children applied,
 //     the Deployment observed by its controller and the pods of the current spec created
 //     (Reconciling=True reason WaitingForRuntime, observedGeneration = generation); no kubelet
@@ -31,6 +33,13 @@ const WORKERS = Number(process.env.BENCH_WORKERS ?? 4);
 const CHART_VALUES = parse(readFileSync("charts/ifp-operator/values.yaml", "utf8"));
 const CHART_NODE_OPTIONS: string = CHART_VALUES.nodeOptions ?? "";
 const CHART_MALLOC_ARENA_MAX: number = CHART_VALUES.mallocArenaMax ?? 0;
+/** What the operator process runs: the image's bundle, unless told otherwise (e2e/support/compiled.ts). */
+const OPERATOR_CODE =
+  process.env.BENCH_SOURCE === "1"
+    ? "TypeScript sources"
+    : process.env.BENCH_OPERATOR_UNBUNDLED === "1"
+      ? "tsc output and node_modules"
+      : "the image's bundle";
 const KCM_QPS = process.env.BENCH_KCM_QPS ? Number(process.env.BENCH_KCM_QPS) : undefined;
 const NS = "bench";
 const round = (x: number, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
@@ -205,6 +214,7 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
       controllerManagerQps: KCM_QPS ?? 20,
       operatorNodeOptions: CHART_NODE_OPTIONS,
       operatorMallocArenaMax: CHART_MALLOC_ARENA_MAX || "glibc's default",
+      operatorCode: OPERATOR_CODE,
       kubectlApplySeconds: round(applySeconds),
       secondsToReadyable: round(secondsToReadyable),
       agentsPerSecond: round(COUNT / secondsToReadyable, 1),
