@@ -157,7 +157,14 @@ async function startStack(): Promise<
   const limits = { perSenderPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perSenderBytesPerHour: 1 << 30 };
   const agentManifest = writeAgentManifest(
     dir,
-    { agentId: self.agentId, peers: [peerOf(sender)], handler: { url: handler.url }, inbox: { rateLimit: limits } },
+    {
+      agentId: self.agentId,
+      peers: [peerOf(sender)],
+      // A hand-off the killed agent held comes again after this timeout and 30 s (the consumer's
+      // ack wait): the application on loopback answers at once, 3 s is ample.
+      handler: { url: handler.url, timeout: "3s" },
+      inbox: { rateLimit: limits },
+    },
     "agent",
   );
   const relayUrl = `https://localhost:${relayPort}`;
@@ -537,6 +544,10 @@ export async function runFaults(
     });
 
     // 3. The relay runtime killed under publishes; then the mailbox pulled and acknowledged.
+    // Meanwhile, slow clients against the agent's inbox (4.): neither touches the other's
+    // runtime, and the slow ones take the request timeout (30 s) to be cut off whatever else runs.
+    const slowRun = slowClients(stack, opts.slowClients ?? 10);
+    slowRun.catch(() => {}); // awaited below; not unhandled should the relay's run throw first
     const http = new HttpClient({ extraCa: stack.ca });
     const publisher = new RelayClient(stack.relayUrl, stack.sender.signing, http);
     const recipient = new RelayClient(stack.relayUrl, stack.self.signing, http);
@@ -569,7 +580,7 @@ export async function runFaults(
     await http.close();
     faults.push({ ...relayRun.result, lost: [...relayRun.accepted].filter((id) => !pulled.has(id)).length });
 
-    const slow = await slowClients(stack, opts.slowClients ?? 10);
+    const slow = await slowRun;
     const soaked = await soak(stack, opts.soakSeconds ?? 60);
     return { faults, slowClients: slow, soak: soaked, durationS: Math.round((Date.now() - started) / 100) / 10 };
   } finally {
