@@ -143,8 +143,11 @@ export function imageFile(archive: string, path: string): Buffer | undefined {
   for (const layer of manifest.layers) {
     const data = archiveFile(archive, `blobs/${layer.digest.replace(":", "/")}`);
     const gz = layer.mediaType.endsWith("+gzip");
-    const r = spawnSync("tar", [gz ? "-xOzf" : "-xOf", "-", `./${path}`], { input: data, maxBuffer: 256 << 20 });
-    if (r.status === 0) found = r.stdout;
+    // Members are named with or without a leading "./", as the tool that wrote the layer did.
+    for (const member of [path, `./${path}`]) {
+      const r = spawnSync("tar", [gz ? "-xOzf" : "-xOf", "-", member], { input: data, maxBuffer: 256 << 20 });
+      if (r.status === 0) found = r.stdout;
+    }
   }
   return found;
 }
