@@ -63,7 +63,9 @@ beforeAll(async () => {
     displayName: "A2A test agent",
     capabilities: [{ name: "calendar.availability", description: "Tells when its owner is free" }],
     peers: [peerOf(signer)],
-    handler: { url: handler.url },
+    // A hand-off held by a killed runtime comes again after the handler's timeout and 30 s
+    // (restarts, below): the application on loopback answers at once, 3 s is ample.
+    handler: { url: handler.url, timeout: "3s" },
     inbox: { maxMessageBytes: 16 * 1024 },
     a2a: {
       enabled: true,
