@@ -364,6 +364,10 @@ const CHECKS: Record<string, Check> = {
     holds: ["/^npx tsc -p (\\S+)$/", "compileStage(stage, stageContextFiles("],
   },
   "npm run build": { by: "e2e/compiled.test.ts", holds: ["compileTo(out);", 'describe("npm run build"'] },
+  "node operator/bundle.ts": {
+    by: "e2e/images/build.ts",
+    holds: ['export const BUNDLE_RUN = "node operator/bundle.ts";', "if (stage.runs[2] === BUNDLE_RUN)"],
+  },
   "npm run gen": { by: "operator/src/crd/generate.test.ts", holds: ["is up to date (npm run gen)"] },
   "npm run e2e": {
     by: "package.json",
