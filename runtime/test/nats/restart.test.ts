@@ -84,7 +84,12 @@ function handedOn(handler: Handler): string[] {
  * again, with the same Idempotency-Key, by which the application takes each message once. So:
  * after dropping repeats by that key, the application has exactly the messages accepted.
  */
-async function everyHandedOnOnce(handler: Handler, ids: string[]): Promise<{ redelivered: number }> {
+async function everyHandedOnOnce(
+  handler: Handler,
+  ids: string[],
+  jsm: JetStreamManager,
+  agentId: string,
+): Promise<{ redelivered: number }> {
   // A hand-off that was being retried when NATS was killed may have lost its delay (a nak not yet
   // written): it comes again once its acknowledgement wait is over (handler timeout 2 s + 30 s).
   await waitFor(
@@ -93,7 +98,19 @@ async function everyHandedOnOnce(handler: Handler, ids: string[]): Promise<{ red
     60_000,
     100,
   );
-  await new Promise((r) => setTimeout(r, 1_500));
+  // A repeat still on its way would show below. Up to 1.5 s for one, or until the hand-off
+  // consumer has nothing left to deliver and nothing delivered and unacknowledged: then no
+  // hand-off can come any more.
+  const n = agentNames(agentId);
+  await waitFor(
+    "the hand-off consumer to have nothing pending",
+    async () => {
+      const info = await jsm.consumers.info(n.inboxStream, n.handlerConsumer);
+      return info.num_pending === 0 && info.num_ack_pending === 0;
+    },
+    1_500,
+    100,
+  ).catch(() => undefined);
   const keys = handler.received.map((r) => String(r.headers["idempotency-key"]));
   for (const [i, r] of handler.received.entries()) expect(keys[i]).toBe(`${pete.agentId} ${r.body.headers.message_id}`);
   const once = [...new Set(keys)].map((k) => k.split(" ")[1]!);
@@ -193,7 +210,7 @@ describe("a single nats-server (the chart's default)", () => {
     ids.push(again.id);
     expect(nats.log()).not.toMatch(/Error recreating stream/);
     await handler.up();
-    await everyHandedOnOnce(handler, ids);
+    await everyHandedOnOnce(handler, ids, jsm, self.agentId);
     for (const object of agentObjects(self.agentId))
       expect(await replicasOf(jsm, object), `${object} after the restart`).toBe(1);
   });
@@ -202,6 +219,7 @@ describe("a single nats-server (the chart's default)", () => {
     const self = identity(`restart-other-${Date.now().toString(36)}`);
     const handler = await startHandler();
     open.push(handler);
+    const { jsm } = await admin(nats.url);
     const first = await startAgent(nats.url, self, handler);
     await applicationDown(handler, []);
     const ids = await accepted(first, 5);
@@ -213,7 +231,7 @@ describe("a single nats-server (the chart's default)", () => {
     await killAndRestart(nats);
     ids.push((await acceptsAgainWithin(second, 10_000)).id);
     await handler.up();
-    await everyHandedOnOnce(handler, ids);
+    await everyHandedOnOnce(handler, ids, jsm, self.agentId);
   });
 
   it("does not apply durability.replicas a single server cannot hold, and says so (metric, log)", async () => {
@@ -237,7 +255,7 @@ describe("a single nats-server (the chart's default)", () => {
     const ids = await accepted(second, 3);
     await killAndRestart(nats);
     ids.push((await acceptsAgainWithin(second, 10_000)).id);
-    await everyHandedOnOnce(handler, ids);
+    await everyHandedOnOnce(handler, ids, jsm, self.agentId);
   });
 
   it("sets a stream that was given more replicas than the server holds back to one while the server still has it", async () => {
@@ -324,10 +342,12 @@ describe("a three-server JetStream cluster", () => {
     await cluster.restart(0);
     ids.push((await acceptsAgainWithin(second, 10_000)).id);
     await handler.up();
-    await everyHandedOnOnce(handler, ids);
+    await everyHandedOnOnce(handler, ids, jsm, self.agentId);
   });
 
   it("applies a changed durability.replicas where the cluster holds it, and never changes replicas under auto", async () => {
+    // The test before killed and restarted a node: every node healthy and agreeing on a meta leader first.
+    await cluster.ready();
     const url = cluster.url;
     const { nc, jsm } = await admin(url);
     const placement = placementOf(nc);
