@@ -485,6 +485,47 @@ async function soak(
   };
 }
 
+/** 3. The relay runtime killed under publishes; then the mailbox pulled and acknowledged until empty. */
+async function relayKill(
+  stack: Stack & { sender: ReturnType<typeof identity>; self: ReturnType<typeof identity> },
+  seconds: number,
+  concurrency: number,
+): Promise<FaultResult> {
+  const http = new HttpClient({ extraCa: stack.ca });
+  try {
+    const publisher = new RelayClient(stack.relayUrl, stack.sender.signing, http);
+    const recipient = new RelayClient(stack.relayUrl, stack.self.signing, http);
+    const relayRun = await underLoad(
+      "kill -9 relay runtime",
+      seconds,
+      concurrency,
+      async () => {
+        const m = signMessage(message(stack.sender.agentId, stack.self.agentId), stack.sender.signing);
+        const r = await publisher.publish(m).catch(() => ({ status: 0 }));
+        return { id: m.headers.message_id, status: r.status };
+      },
+      async (o) => {
+        o.killing();
+        await killed(stack.relay());
+        o.down();
+        await sleep(2000);
+        o.up();
+        await stack.restartRelay();
+      },
+    );
+    const pulled = new Set<string>();
+    for (let i = 0; i < 10_000; i++) {
+      const page = await recipient.pull({ limit: 100 });
+      if (!page.messages.length) break;
+      for (const m of page.messages) pulled.add(m.headers.message_id);
+      await recipient.ackMany(page.messages.map((m) => m.headers.message_id));
+    }
+    return { ...relayRun.result, lost: [...relayRun.accepted].filter((id) => !pulled.has(id)).length };
+  } finally {
+    await http.close();
+  }
+}
+
 export async function runFaults(
   opts: { loadSeconds?: number; concurrency?: number; slowClients?: number; soakSeconds?: number } = {},
 ): Promise<FaultsResult> {
@@ -533,54 +574,29 @@ export async function runFaults(
       o.up();
       await stack.restartAgent();
     });
-    faults.push({ ...agentRun.result, lost: await missing(agentRun.accepted, () => stack.handled, 60_000) });
+    // While its accepted messages are counted (a hand-off the killed agent held comes again only
+    // after the consumer's ack wait), 3. and 4. run: the relay killed under publishes, and slow
+    // clients held against the restarted agent's inbox. None touches another's runtime, and the
+    // slow ones take the request timeout (30 s) to be cut off whatever else runs.
+    const slowRun = slowClients(stack, opts.slowClients ?? 10);
+    slowRun.catch(() => {}); // awaited below; not unhandled should another part throw first
+    const [agentLost, relayFault] = await Promise.all([
+      missing(agentRun.accepted, () => stack.handled, 60_000),
+      relayKill(stack, seconds, concurrency),
+    ]);
+    faults.push({ ...agentRun.result, lost: agentLost });
+    const slow = await slowRun;
 
     // 2b. nats-server killed again, now that the agent has started a second time against its
-    // streams (a routine pod restart, then a NATS restart): every stream must load again.
+    // streams (a routine pod restart, then a NATS restart): every stream must load again. After
+    // the slow clients, whose others must all be answered 202.
     const secondStartRun = await underLoad("kill -9 nats (2nd start)", seconds, concurrency, inboxPost, killNats);
     faults.push({
       ...secondStartRun.result,
       lost: await missing(secondStartRun.accepted, () => stack.handled, 90_000),
     });
+    faults.push(relayFault);
 
-    // 3. The relay runtime killed under publishes; then the mailbox pulled and acknowledged.
-    // Meanwhile, slow clients against the agent's inbox (4.): neither touches the other's
-    // runtime, and the slow ones take the request timeout (30 s) to be cut off whatever else runs.
-    const slowRun = slowClients(stack, opts.slowClients ?? 10);
-    slowRun.catch(() => {}); // awaited below; not unhandled should the relay's run throw first
-    const http = new HttpClient({ extraCa: stack.ca });
-    const publisher = new RelayClient(stack.relayUrl, stack.sender.signing, http);
-    const recipient = new RelayClient(stack.relayUrl, stack.self.signing, http);
-    const relayRun = await underLoad(
-      "kill -9 relay runtime",
-      seconds,
-      concurrency,
-      async () => {
-        const m = signMessage(message(stack.sender.agentId, stack.self.agentId), stack.sender.signing);
-        const r = await publisher.publish(m).catch(() => ({ status: 0 }));
-        return { id: m.headers.message_id, status: r.status };
-      },
-      async (o) => {
-        o.killing();
-        await killed(stack.relay());
-        o.down();
-        await sleep(2000);
-        o.up();
-        await stack.restartRelay();
-      },
-    );
-    // Pull and acknowledge until the mailbox is empty, then count.
-    const pulled = new Set<string>();
-    for (let i = 0; i < 10_000; i++) {
-      const page = await recipient.pull({ limit: 100 });
-      if (!page.messages.length) break;
-      for (const m of page.messages) pulled.add(m.headers.message_id);
-      await recipient.ackMany(page.messages.map((m) => m.headers.message_id));
-    }
-    await http.close();
-    faults.push({ ...relayRun.result, lost: [...relayRun.accepted].filter((id) => !pulled.has(id)).length });
-
-    const slow = await slowRun;
     const soaked = await soak(stack, opts.soakSeconds ?? 60);
     return { faults, slowClients: slow, soak: soaked, durationS: Math.round((Date.now() - started) / 100) / 10 };
   } finally {
