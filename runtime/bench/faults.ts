@@ -48,7 +48,11 @@ export interface FaultResult {
   /** Requests sent while the component was down (whenever answered), by status, and the longest any of them waited. */
   duringOutage: Record<string, number>;
   outageLongestS: number;
-  /** 202 answers given while the component was down: must be 0 (202 means durable). */
+  /**
+   * 202 answers to requests sent while the component was down: must be 0 (202 means durable). A
+   * request under way at the kill may be answered 202 after it (stored before the kill): it is
+   * counted with the requests under way.
+   */
   acceptedDuringOutage: number;
   /** From the kill until the first 202 after the restart. */
   recoveryS: number;
@@ -278,7 +282,7 @@ async function underLoad(
         inFlightAtKill[status] = (inFlightAtKill[status] ?? 0) + 1;
         inFlightLongest = Math.max(inFlightLongest, answered - killedAt);
       }
-      if (status === 202 && down) acceptedDuringOutage++;
+      if (status === 202 && startedDown) acceptedDuringOutage++;
       if (status === 202 && restarted && !recoveredAt) recoveredAt = Date.now();
       // No connection (the runtime killed): do not spin.
       if (status === 0) await sleep(50);
