@@ -142,7 +142,8 @@ Stream:      {"name":"IFP_RELAY_HUB","messages":12}
 NATS credential: Secret hub-nats, not found (no NATS accounts, or not issued yet)
 `;
 
-const BARE = `Agent:       team/broken
+/** The bare Agent's description, ending with its NATS credential line (none without one). */
+const bareDescription = (credential?: string) => `Agent:       team/broken
 Ready:       False InvalidSigningKey
 Replicas:    0 desired, 0 running, 0 ready
 
@@ -159,46 +160,8 @@ Encryption key: none (cannot receive encrypted messages)
 
 Peers:
   none listed
+${credential === undefined ? "" : `\nNATS credential: ${credential}\n`}`;
 
-NATS credential: Secret broken-nats, does not expire
-`;
-
-const BARE_EXPIRED = `Agent:       team/broken
-Ready:       False InvalidSigningKey
-Replicas:    0 desired, 0 running, 0 ready
-
-Conditions:
-  TYPE    STATUS   REASON              MESSAGE
-  Ready   False    InvalidSigningKey
-
-Renders:
-  nothing yet
-
-Signing keys:
-  none published yet
-Encryption key: none (cannot receive encrypted messages)
-
-Peers:
-  none listed
-
-NATS credential: Secret broken-nats, expires 2026-02-27T12:00:00Z (expired 2d ago)
-`;
-
-const BARE_NO_CREDENTIAL = `Agent:       team/broken
-Ready:       False InvalidSigningKey
-Replicas:    0 desired, 0 running, 0 ready
-
-Conditions:
-  TYPE    STATUS   REASON              MESSAGE
-  Ready   False    InvalidSigningKey
-
-Renders:
-  nothing yet
-
-Signing keys:
-  none published yet
-Encryption key: none (cannot receive encrypted messages)
-
-Peers:
-  none listed
-`;
+const BARE = bareDescription("Secret broken-nats, does not expire");
+const BARE_EXPIRED = bareDescription("Secret broken-nats, expires 2026-02-27T12:00:00Z (expired 2d ago)");
+const BARE_NO_CREDENTIAL = bareDescription();
