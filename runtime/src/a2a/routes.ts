@@ -213,16 +213,8 @@ async function jsonRpc(req: FastifyRequest, reply: FastifyReply, deps: A2aRouteD
   switch (body.method) {
     case "SendMessage":
       return ok({ task: await service.send(caller, check(SendMessageRequest, params)) });
-    case "SendStreamingMessage": {
-      const stored = await service.accept(caller, check(SendMessageRequest, params));
-      return stream(
-        req,
-        reply,
-        "jsonrpc",
-        (signal) => service.follow(caller, stored.task.id, signal, stored.task),
-        openStreams,
-      );
-    }
+    case "SendStreamingMessage":
+      return sendStreaming(req, reply, "jsonrpc", deps, openStreams, check(SendMessageRequest, params));
     case "GetTask": {
       const p = check(GetTaskRequest, params);
       return ok(await service.get(caller, p.id, p.historyLength));
@@ -231,11 +223,8 @@ async function jsonRpc(req: FastifyRequest, reply: FastifyReply, deps: A2aRouteD
       return ok(await service.list(caller, check(ListTasksRequest, params)));
     case "CancelTask":
       return ok(await service.cancel(caller, check(TaskIdRequest, params).id));
-    case "SubscribeToTask": {
-      const id = check(TaskIdRequest, params).id;
-      await service.subscribable(caller, id);
-      return stream(req, reply, "jsonrpc", (signal) => service.follow(caller, id, signal), openStreams);
-    }
+    case "SubscribeToTask":
+      return subscribe(req, reply, "jsonrpc", deps, openStreams, check(TaskIdRequest, params).id);
     case "CreateTaskPushNotificationConfig":
       return ok(await push.create(caller, params));
     case "GetTaskPushNotificationConfig": {
@@ -270,16 +259,8 @@ async function httpJson(req: FastifyRequest, reply: FastifyReply, deps: A2aRoute
   let match: RegExpExecArray | null;
   if (path === "message:send" && m === "POST")
     return json({ task: await service.send(caller, check(SendMessageRequest, body)) });
-  if (path === "message:stream" && m === "POST") {
-    const stored = await service.accept(caller, check(SendMessageRequest, body));
-    return stream(
-      req,
-      reply,
-      "rest",
-      (signal) => service.follow(caller, stored.task.id, signal, stored.task),
-      openStreams,
-    );
-  }
+  if (path === "message:stream" && m === "POST")
+    return sendStreaming(req, reply, "rest", deps, openStreams, check(SendMessageRequest, body));
   if (path === "tasks" && m === "GET") return json(await service.list(caller, check(ListTasksRequest, query)));
   if ((match = /^tasks\/([^/:]+)$/.exec(path)) && m === "GET") {
     const p = check(GetTaskRequest, { ...query, id: decodeURIComponent(match[1] ?? "") });
@@ -287,11 +268,8 @@ async function httpJson(req: FastifyRequest, reply: FastifyReply, deps: A2aRoute
   }
   if ((match = /^tasks\/([^/:]+):cancel$/.exec(path)) && m === "POST")
     return json(await service.cancel(caller, decodeURIComponent(match[1] ?? "")));
-  if ((match = /^tasks\/([^/:]+):subscribe$/.exec(path)) && (m === "GET" || m === "POST")) {
-    const id = decodeURIComponent(match[1] ?? "");
-    await service.subscribable(caller, id);
-    return stream(req, reply, "rest", (signal) => service.follow(caller, id, signal), openStreams);
-  }
+  if ((match = /^tasks\/([^/:]+):subscribe$/.exec(path)) && (m === "GET" || m === "POST"))
+    return subscribe(req, reply, "rest", deps, openStreams, decodeURIComponent(match[1] ?? ""));
   if ((match = /^tasks\/([^/:]+)\/pushNotificationConfigs$/.exec(path))) {
     const taskId = decodeURIComponent(match[1] ?? "");
     if (m === "POST") return json(await push.create(caller, body, taskId));
@@ -312,6 +290,40 @@ async function httpJson(req: FastifyRequest, reply: FastifyReply, deps: A2aRoute
   if (path === "extendedAgentCard")
     throw new A2aError("ExtendedAgentCardNotConfigured", "this agent has no extended agent card");
   throw new A2aError("MethodNotFound", `no A2A operation ${m} ${A2A_REST_PATH}/${path.slice(0, 128)}`);
+}
+
+/** SendStreamingMessage on either binding: the message stored with its task, then the task's events streamed. */
+async function sendStreaming(
+  req: FastifyRequest,
+  reply: FastifyReply,
+  binding: Binding,
+  { service }: A2aRouteDeps,
+  openStreams: OpenStreams,
+  request: SendMessageRequest,
+): Promise<void> {
+  const caller = of(req).caller!;
+  const stored = await service.accept(caller, request);
+  return stream(
+    req,
+    reply,
+    binding,
+    (signal) => service.follow(caller, stored.task.id, signal, stored.task),
+    openStreams,
+  );
+}
+
+/** SubscribeToTask on either binding: the caller's task's events from now on. */
+async function subscribe(
+  req: FastifyRequest,
+  reply: FastifyReply,
+  binding: Binding,
+  { service }: A2aRouteDeps,
+  openStreams: OpenStreams,
+  id: string,
+): Promise<void> {
+  const caller = of(req).caller!;
+  await service.subscribable(caller, id);
+  return stream(req, reply, binding, (signal) => service.follow(caller, id, signal), openStreams);
 }
 
 function check<T>(schema: ZodType<T>, value: unknown): T {
