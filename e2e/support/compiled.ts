@@ -199,9 +199,21 @@ export function imageApp(dockerfile: string): string {
  * source itself, to measure them side by side.
  */
 export function compiledEntry(entry: string): string {
-  if (process.env.BENCH_SOURCE === "1") return join(REPO, entry);
+  switch (entryCode(entry)) {
+    case "TypeScript sources":
+      return join(REPO, entry);
+    case "the image's bundle":
+      return join(imageApp("operator/Dockerfile"), "operator/bin/ifp-operator.js");
+    default:
+      outDir ??= compiledBuild();
+      return join(outDir, entry.replace(/\.ts$/, ".js"));
+  }
+}
+
+/** Which code compiledEntry(entry) runs, as a benchmark records it. */
+export function entryCode(entry: string): "TypeScript sources" | "the image's bundle" | "tsc output and node_modules" {
+  if (process.env.BENCH_SOURCE === "1") return "TypeScript sources";
   if (entry === "operator/bin/ifp-operator.ts" && process.env.BENCH_OPERATOR_UNBUNDLED !== "1")
-    return join(imageApp("operator/Dockerfile"), "operator/bin/ifp-operator.js");
-  outDir ??= compiledBuild();
-  return join(outDir, entry.replace(/\.ts$/, ".js"));
+    return "the image's bundle";
+  return "tsc output and node_modules";
 }

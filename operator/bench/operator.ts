@@ -21,7 +21,7 @@
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { parse, stringify } from "yaml";
-import { compiledEntry } from "../../e2e/support/compiled.ts";
+import { compiledEntry, entryCode } from "../../e2e/support/compiled.ts";
 import { startControlPlane } from "../../e2e/support/controlplane.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 
@@ -33,13 +33,8 @@ const WORKERS = Number(process.env.BENCH_WORKERS ?? 4);
 const CHART_VALUES = parse(readFileSync("charts/ifp-operator/values.yaml", "utf8"));
 const CHART_NODE_OPTIONS: string = CHART_VALUES.nodeOptions ?? "";
 const CHART_MALLOC_ARENA_MAX: number = CHART_VALUES.mallocArenaMax ?? 0;
-/** What the operator process runs: the image's bundle, unless told otherwise (e2e/support/compiled.ts). */
-const OPERATOR_CODE =
-  process.env.BENCH_SOURCE === "1"
-    ? "TypeScript sources"
-    : process.env.BENCH_OPERATOR_UNBUNDLED === "1"
-      ? "tsc output and node_modules"
-      : "the image's bundle";
+/** The operator process runs what the image runs (e2e/support/compiled.ts). */
+const OPERATOR_ENTRY = "operator/bin/ifp-operator.ts";
 const KCM_QPS = process.env.BENCH_KCM_QPS ? Number(process.env.BENCH_KCM_QPS) : undefined;
 const NS = "bench";
 const round = (x: number, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
@@ -72,7 +67,7 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
   const operator = spawn(
     process.execPath,
     [
-      compiledEntry("operator/bin/ifp-operator.ts"),
+      compiledEntry(OPERATOR_ENTRY),
       `--kubeconfig=${cp.kubeconfig}`,
       `--health-port=${health}`,
       `--metrics-port=${health}`,
@@ -214,7 +209,7 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
       controllerManagerQps: KCM_QPS ?? 20,
       operatorNodeOptions: CHART_NODE_OPTIONS,
       operatorMallocArenaMax: CHART_MALLOC_ARENA_MAX || "glibc's default",
-      operatorCode: OPERATOR_CODE,
+      operatorCode: entryCode(OPERATOR_ENTRY),
       kubectlApplySeconds: round(applySeconds),
       secondsToReadyable: round(secondsToReadyable),
       agentsPerSecond: round(COUNT / secondsToReadyable, 1),
