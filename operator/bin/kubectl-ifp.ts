@@ -1,6 +1,10 @@
 #!/usr/bin/env node
 // The kubectl plugin: `kubectl ifp status|describe|report|send|tail` once this file (or a link named
 // kubectl-ifp to it) is on PATH — docs/kubectl-plugin.md.
-import { main } from "../src/plugin/main.ts";
+import { enableCompileCache } from "../../runtime/src/util/compile-cache.ts";
+
+enableCompileCache();
+
+const { main } = await import("../src/plugin/main.ts");
 
 process.exitCode = await main();

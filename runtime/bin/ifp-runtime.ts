@@ -1,4 +1,8 @@
 #!/usr/bin/env node
-import { main } from "../src/cli/runtime.ts";
+import { enableCompileCache } from "../src/util/compile-cache.ts";
+
+enableCompileCache();
+
+const { main } = await import("../src/cli/runtime.ts");
 
 await main();

@@ -1,4 +1,8 @@
 #!/usr/bin/env node
-import { main } from "../src/cli/ifp.ts";
+import { enableCompileCache } from "../src/util/compile-cache.ts";
+
+enableCompileCache();
+
+const { main } = await import("../src/cli/ifp.ts");
 
 process.exitCode = await main();
