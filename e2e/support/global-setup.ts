@@ -1,7 +1,7 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ensureTool } from "../tools/tools.ts";
+import { ensureTool, ensureTools } from "../tools/tools.ts";
 import { nodeTestUnsupported } from "./node.ts";
 import { processStartTime } from "./process.ts";
 
@@ -13,7 +13,7 @@ import { processStartTime } from "./process.ts";
  * temporary directories the test workers make; the teardown kills what a worker left running
  * (a worker that crashed or was killed never ran its hooks) and lists what it left on disk.
  */
-export default function setup(): () => void {
+export default async function setup(): Promise<() => void> {
   // The real node's tools only where e2e/node.test.ts runs (Linux, root, …).
   const defaults = [
     "nats-server",
@@ -28,6 +28,8 @@ export default function setup(): () => void {
     ...(nodeTestUnsupported() ? [] : ["kubernetes-node", "coredns", "pause"]),
   ];
   const tools = (process.env.IFP_TEST_TOOLS ?? defaults.join(",")).split(",").filter(Boolean);
+  const failed = await ensureTools(tools);
+  if (failed.length) throw new Error(`could not build the tools ${failed.join(", ")} (their errors are above)`);
   for (const t of tools) ensureTool(t);
   const runDir = mkdtempSync(join(tmpdir(), "ifp-test-run-"));
   process.env.IFP_TEST_RUN_DIR = runDir;
