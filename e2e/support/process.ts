@@ -368,6 +368,8 @@ export function failed(): boolean {
 export function settleDirs(keep: boolean): string[] {
   const all = [...pendingDirs.splice(0), ...ownedDirs.values()];
   ownedDirs.clear();
+  // The next file in this worker (the suite runs its files in one process each) starts afresh.
+  failureSeen = false;
   for (const d of all) {
     if (!keep) rmSync(d.path, { recursive: true, force: true });
     if (d.id) unrecord("dir", d.id);
