@@ -1,7 +1,7 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ensureTool, ensureTools } from "../tools/tools.ts";
+import { ensureTools } from "../tools/tools.ts";
 import { nodeTestUnsupported } from "./node.ts";
 import { processStartTime } from "./process.ts";
 
@@ -30,7 +30,6 @@ export default async function setup(): Promise<() => void> {
   const tools = (process.env.IFP_TEST_TOOLS ?? defaults.join(",")).split(",").filter(Boolean);
   const failed = await ensureTools(tools);
   if (failed.length) throw new Error(`could not build the tools ${failed.join(", ")} (their errors are above)`);
-  for (const t of tools) ensureTool(t);
   const runDir = mkdtempSync(join(tmpdir(), "ifp-test-run-"));
   process.env.IFP_TEST_RUN_DIR = runDir;
   return () => teardown(runDir);

@@ -400,19 +400,29 @@ export function installDebianPackages(packages: string[]): void {
   run("apt-get", ["install", "-y", "-q", "--no-install-recommends", ...missing], "/", env);
 }
 
-/** Absolute paths of a tool's binaries, building it first when the cache lacks it. */
-export function ensureTool(name: string): Record<string, string> {
+function toolSpec(name: string): ToolSpec {
   const spec = TOOLS[name];
   if (!spec) throw new Error(`unknown tool ${name}; known: ${Object.keys(TOOLS).join(", ")}`);
+  return spec;
+}
+
+/** Whether the cache holds every binary of the tool. */
+function cached(spec: ToolSpec): boolean {
+  return spec.binaries.every((b) => existsSync(join(cacheRoot(), spec.key, b)));
+}
+
+/** Absolute paths of a tool's binaries, building it first when the cache lacks it. */
+export function ensureTool(name: string): Record<string, string> {
+  const spec = toolSpec(name);
   const root = cacheRoot();
   const dir = join(root, spec.key);
   const paths = Object.fromEntries(spec.binaries.map((b) => [b, join(dir, b)]));
-  if (spec.binaries.every((b) => existsSync(join(dir, b)))) return paths;
+  if (cached(spec)) return paths;
   mkdirSync(root, { recursive: true });
   const lock = `${dir}.lock`;
   acquireLock(lock);
   try {
-    if (spec.binaries.every((b) => existsSync(join(dir, b)))) return paths;
+    if (cached(spec)) return paths;
     process.stderr.write(`tools: building ${spec.key} (first run only; cached in ${root})\n`);
     const started = Date.now();
     const staging = mkdtempSync(join(root, `.${spec.key}-`));
@@ -469,19 +479,16 @@ const SELF = fileURLToPath(import.meta.url);
  * Build the missing ones of `names`, several at once (at most `parallel`), each in a process of
  * its own (`node tools.ts NAME`, which takes the tool's lock as ensureTool does), the longest
  * first. One `go build` leaves cores idle while it downloads modules and links: from empty caches
- * on two cores, two at a time built everything in about 8.5 minutes where one after the other
+ * on two cores, two at a time built everything in about 9 minutes where one after the other
  * took 11.5. Resolves to the names of those whose build failed (their errors went to stderr).
  */
 export async function ensureTools(
   names: string[],
   parallel = Math.min(4, Math.max(2, availableParallelism())),
 ): Promise<string[]> {
-  const cached = (n: string) => {
-    const spec = TOOLS[n];
-    if (!spec) throw new Error(`unknown tool ${n}; known: ${Object.keys(TOOLS).join(", ")}`);
-    return spec.binaries.every((b) => existsSync(join(cacheRoot(), spec.key, b)));
-  };
-  const queue = names.filter((n) => !cached(n)).sort((a, b) => TOOLS[b]!.coldSeconds - TOOLS[a]!.coldSeconds);
+  const queue = names
+    .filter((n) => !cached(toolSpec(n)))
+    .sort((a, b) => toolSpec(b).coldSeconds - toolSpec(a).coldSeconds);
   const failed: string[] = [];
   const worker = async () => {
     for (let name = queue.shift(); name !== undefined; name = queue.shift()) {
@@ -511,7 +518,8 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const nodeOnly = new Set(["kind", "kubernetes-node", "coredns", "pause"]);
   const names = wanted.length ? wanted : Object.keys(TOOLS).filter((t) => !nodeOnly.has(t));
   // Several named: built side by side, each by a process of its own; one: built here.
-  const failures = names.length > 1 ? await ensureTools(names) : [];
+  // An unknown name is reported by ensureTool below, with the known ones.
+  const failures = names.length > 1 ? await ensureTools(names.filter((n) => n in TOOLS)) : [];
   let failed = failures.length > 0;
   for (const name of names.filter((n) => !failures.includes(n))) {
     try {
