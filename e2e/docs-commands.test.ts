@@ -358,7 +358,7 @@ const CHECKS: Record<string, Check> = {
     not: "port-forward streams through the kubelet of a running pod; only e2e/node.test.ts has one, and it reads the runtimes' metrics through Prometheus' annotations, not this way",
   },
   // Inline in the prose, run by other tests.
-  "npm run tools": { by: "e2e/support/global-setup.ts", holds: ["for (const t of tools) ensureTool(t);"] },
+  "npm run tools": { by: "e2e/support/global-setup.ts", holds: ["const failed = await ensureTools(tools);"] },
   "npx tsc -p tsconfig.build.json": {
     by: "e2e/images/build.ts",
     holds: ["/^npx tsc -p (\\S+)$/", "compileStage(stage, stageContextFiles("],
