@@ -373,12 +373,12 @@ const CHECKS: Record<string, Check> = {
     by: "package.json",
     holds: [
       '"e2e": "vitest run e2e/e2e.test.ts"',
-      '"test": "npm run typecheck && npm run lint && vitest run --project unit --project suite',
+      '"test": "npm run typecheck && npm run lint && vitest run --project unit --project suite --project node"',
     ],
   },
   "npm run e2e:node": {
     by: "package.json",
-    holds: ['"e2e:node": "vitest run --project node"', "&& vitest run --project node"],
+    holds: ['"e2e:node": "vitest run --project node"', '--project suite --project node"'],
   },
   "npm run test:hardening": { by: "runtime/test/system/bad-input.test.ts", holds: ["runHardening("] },
   "npm run test:faults": { by: "runtime/test/system/faults-soak.test.ts", holds: ["runFaults("] },
