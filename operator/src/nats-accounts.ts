@@ -23,6 +23,8 @@ import type { CredentialIssuer } from "./nats-credential-issuer.ts";
 
 /** The pool key of the system account's connection (account keys start with A). */
 const SYSTEM = "$SYS";
+/** Deleted accounts remembered, so that none is pushed again (NatsAccounts.deleted). */
+const DELETED_KEPT = 10_000;
 const ACCOUNT_KEY = /^A[A-Z2-7]{55}$/;
 const CREDS_LIFETIME_MS = 24 * 3600_000;
 /** How long the server's answer to "do you authenticate clients?" is kept. */
@@ -59,6 +61,13 @@ export class NatsAccounts {
   private readonly pool = new Map<string, Entry>();
   /** Accounts pushed by this process (their JWTs do not change while it runs). */
   private readonly pushed = new Set<string>();
+  /**
+   * Accounts this process deleted, the most recent DELETED_KEPT: never pushed again. An account
+   * is its resource's uid's, which no later resource has, so only a cleanup run again for a
+   * resource already gone (a pass on a cache that had not yet seen it go) would push one, and
+   * until its second deletion the deleted runtime's credential would connect again.
+   */
+  private readonly deleted = new Set<string>();
   private readonly opts: Required<Omit<NatsAccountsOptions, "tls">> & Pick<NatsAccountsOptions, "tls">;
   private readonly sweeper: NodeJS.Timeout;
   private closed = false;
@@ -129,6 +138,8 @@ export class NatsAccounts {
   async ensureAccount(uid: string, name: string): Promise<string> {
     const account = this.opts.issuer.accountOf(uid);
     if (this.pushed.has(account)) return account;
+    if (this.deleted.has(account))
+      throw new Error(`the NATS account of ${name} was deleted with it; it is never made again`);
     const jwt = await this.opts.issuer.runtimeAccountJwt(account, name);
     await this.claims("$SYS.REQ.CLAIMS.UPDATE", jwt, `pushing the NATS account of ${name}`);
     this.pushed.add(account);
@@ -147,6 +158,13 @@ export class NatsAccounts {
       `deleting the NATS account of ${name}`,
     );
     this.pushed.delete(account);
+    this.deleted.add(account);
+    if (this.deleted.size > DELETED_KEPT) this.deleted.delete(this.deleted.values().next().value!);
+  }
+
+  /** Whether this process deleted `account` (deleteAccount): there is nothing left in it to clean up. */
+  wasDeleted(account: string): boolean {
+    return this.deleted.has(account);
   }
 
   /** `fn` with a JetStream manager of `account` (the operator's user there), from the pool. */

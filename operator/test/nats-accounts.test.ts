@@ -31,6 +31,7 @@ import {
   type NatsKeys,
 } from "../src/nats-credential-issuer.ts";
 import { NatsAccounts } from "../src/nats-accounts.ts";
+import { deleteRuntimeData } from "../src/controllers/runtime-account.ts";
 import type { ControlPlane } from "../../e2e/support/controlplane.ts";
 import { relayNames } from "../../runtime/src/contract/relay-stream.ts";
 import {
@@ -219,9 +220,35 @@ describe("one account per runtime", () => {
     await accounts.deleteAccount(carol, "agent:ns/carol");
     await expect(Promise.race([closed.then(() => "closed"), sleep(10_000).then(() => "open")])).resolves.toBe("closed");
     await expect(runtime("carol", "ns/carol", carol)).rejects.toThrow();
+    // Deleted, it is never pushed again: its resource's uid is gone for good.
+    await expect(accounts.ensureAccount("uid-carol", "agent:ns/carol")).rejects.toThrow(/never made again/);
+    await expect(runtime("carol", "ns/carol", carol)).rejects.toThrow();
     // Neither the shared account nor a key that is not an account is deleted.
     await expect(accounts.deleteAccount(issuer.accountKey, "x")).rejects.toThrow(/not a runtime's account/);
     await expect(accounts.deleteAccount("nonsense", "x")).rejects.toThrow(/not a runtime's account/);
+  }, 60_000);
+
+  it("cleans a deleted resource's account up once: run again on a cache that has not seen the resource go, it makes no account its credential could connect to", async () => {
+    const dave = { kind: "Agent", metadata: { namespace: "ns", name: "dave", uid: "uid-dave" } };
+    const account = issuer.accountOf("uid-dave");
+    // No `<name>-nats` Secret in the cache: the account of the resource's own uid.
+    const ctx = { caches: { get: () => undefined }, natsIssuer: issuer, natsAccounts: accounts } as never;
+    await accounts.ensureAccount("uid-dave", "agent:ns/dave");
+    const { jsm } = await runtime("dave", "ns/dave", account);
+    const inbox = agentNames("ns/dave").inboxStream;
+    await jsm.streams.add({ name: inbox, subjects: [agentNames("ns/dave").inboxSubjects] });
+    const named: string[][] = [];
+    const shared = async () => {
+      named.push([]);
+      return [];
+    };
+    expect(await deleteRuntimeData(ctx, dave, shared)).toEqual([inbox, `the NATS account ${account}`]);
+    await expect(runtime("dave", "ns/dave", account)).rejects.toThrow();
+    // The second cleanup finds the account deleted by this process: only the shared account's
+    // leftovers are looked for again, and the credential stays refused.
+    expect(await deleteRuntimeData(ctx, dave, shared)).toEqual([]);
+    expect(named).toHaveLength(2);
+    await expect(runtime("dave", "ns/dave", account)).rejects.toThrow();
   }, 60_000);
 
   it("keeps its connections into the accounts bounded and closes them when idle", async () => {

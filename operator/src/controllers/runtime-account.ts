@@ -50,6 +50,9 @@ export async function deleteRuntimeData(
   if (!account || !(await ownAccount(ctx, account))) return inRuntimeAccount(ctx, obj, named, account);
   const accounts = ctx.natsAccounts!;
   const label = `${obj.kind?.toLowerCase()}:${obj.metadata?.namespace}/${obj.metadata?.name}`;
+  // Deleted already by this process: the cleanup runs again only on a cache that had not yet
+  // seen the resource go, and pushing the account to look into it would let its credential in.
+  if (accounts.wasDeleted(account)) return accounts.withAccount(ctx.natsIssuer!.accountKey, named);
   // The account is there to connect to even when this process never pushed it.
   await accounts.ensureAccount(obj.metadata?.uid ?? "", label);
   const deleted = await accounts.withAccount(account, async (jsm) => {
