@@ -347,13 +347,18 @@ describe("the runtime's ServiceAccount", () => {
       500,
     );
     expect(get("deployment", "held").spec.template.spec.serviceAccountName).toBe("held-runtime");
-    const said = [...events("old"), ...events("held")]
-      .filter((e) => e.type === "Normal" && e.reason === "Deleted")
-      .map((e) => e.message)
-      .join("\n");
-    expect(said).toMatch(
-      /deleted ServiceAccount\/ifp-agent-runtimes, Role\/ifp-agent-runtimes, RoleBinding\/ifp-agent-runtimes, the namespace's ifp-agent-runtimes no runtime runs under any more/,
+    // The pass that deleted them says so in one Event, written after the deletions.
+    const deleted = () =>
+      [...events("old"), ...events("held")]
+        .filter((e) => e.type === "Normal" && e.reason === "Deleted")
+        .map((e) => e.message)
+        .join("\n");
+    const said =
+      /deleted ServiceAccount\/ifp-agent-runtimes, Role\/ifp-agent-runtimes, RoleBinding\/ifp-agent-runtimes, the namespace's ifp-agent-runtimes no runtime runs under any more/;
+    await until("the Event that names what was deleted", () => said.test(deleted()) || undefined, 30_000, 500).catch(
+      () => undefined,
     );
+    expect(deleted()).toMatch(said);
   });
 });
 
