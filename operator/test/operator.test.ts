@@ -1390,6 +1390,14 @@ spec:
     const name = streamName("gone");
     cp.kubectl(["apply", "-f", "-"], relayYaml("gone", "{maxAge: 24h}"));
     await untilReason("relay", "gone", "StreamInSync", "StreamReady");
+    // The operator knows the stream was there by the Relay's status in its cache: once the cache
+    // has it (a pass on a cache behind its own status write would take the stream for new).
+    await waitFor(
+      "the operator's cache to show the Relay's stream",
+      () =>
+        (manager.caches.get("Relay", NS, "gone") as { status?: { stream?: { name?: string } } } | undefined)?.status
+          ?.stream?.name === name,
+    );
     // What a server that could not load the stream at its start looks like to the operator.
     await deleteStream(name);
     const missing = await untilReason("relay", "gone", "StreamMissing", "StreamReady");
