@@ -1,6 +1,6 @@
-import { homedir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { configDefaults, defineConfig } from "vitest/config";
+import { cacheRoot } from "./e2e/tools/tools.ts";
 
 const NODE_TEST = "e2e/node.test.ts";
 const UNIT_TESTS = ["runtime/src/**/*.test.ts", "operator/src/**/*.test.ts"];
@@ -9,7 +9,7 @@ export default defineConfig({
   // Vitest keeps each test file's last duration here, and starts the longest files first. In the
   // user's cache, beside the tools (not node_modules/.vite), a new clone on the same machine
   // starts with them: by file size, a 73 s soak started among the last and ended the run alone.
-  cacheDir: join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "ifp-operator", "vite"),
+  cacheDir: join(dirname(cacheRoot()), "vite"),
   test: {
     globalSetup: ["e2e/support/global-setup.ts"],
     setupFiles: ["e2e/support/test-hooks.ts"],
