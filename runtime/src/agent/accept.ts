@@ -106,6 +106,9 @@ export const isMisaddressed = (err: unknown): boolean =>
 /** Where accepted messages go; `received` lets a repeat be told from a downgrade. */
 export type AcceptStore = Pick<InboxStore, "accept"> & Partial<Pick<InboxStore, "received">>;
 
+/** What acceptVerified needs of the conversation records. */
+export type ConversationIntake = Pick<Conversations, "admit" | "mayRefuse" | "linkAnswer">;
+
 export type OnAccepted = (message: Message, meta: InboundMeta, inspection: Inspection) => Promise<void>;
 
 /**
@@ -121,7 +124,7 @@ export async function acceptVerified(
     agent: Agent;
     store: AcceptStore;
     onAccepted?: OnAccepted;
-    conversations?: Pick<Conversations, "admit">;
+    conversations?: ConversationIntake;
     encryption?: Pick<AgentEncryption, "decrypt">;
   },
   raw: Uint8Array | string | object,
@@ -143,20 +146,29 @@ export async function acceptVerified(
   }
   const h = message.headers;
   const meta = { sender: verified.signer ?? h.from.agent, authLevel: verified.authLevel };
-  let index: (() => Promise<void>) | undefined;
-  try {
-    index = await deps.conversations?.admit(meta.sender, message, verified.authLevel);
-  } catch (err) {
-    // A retry of a message accepted before the conversation's level rose is a repeat, not a downgrade.
-    const earlier =
-      err instanceof ProtocolError && err.code === "insufficient_auth_level"
-        ? await deps.store.received?.(h.message_id, meta.sender).catch(() => undefined)
-        : undefined;
-    if (earlier && earlier.headers.from.agent === h.from.agent) return { duplicate: true };
-    throw err;
-  }
+  const conversations = deps.conversations;
+  /** Checks and records the message in its conversation; true for a repeat of an accepted message. */
+  const admit = async (): Promise<boolean> => {
+    try {
+      await conversations?.admit(meta.sender, message, verified.authLevel);
+      return false;
+    } catch (err) {
+      // A retry of a message accepted before the conversation's level rose is a repeat, not a downgrade.
+      const earlier =
+        err instanceof ProtocolError && err.code === "insufficient_auth_level"
+          ? await deps.store.received?.(h.message_id, meta.sender).catch(() => undefined)
+          : undefined;
+      if (earlier && earlier.headers.from.agent === h.from.agent) return true;
+      throw err;
+    }
+  };
+  // A message the record could refuse is admitted before it is stored. One it cannot refuse (at
+  // the highest level a runtime grants, its sequence number only noted) is recorded while it is
+  // stored: one round trip to NATS before the 202 instead of two. Either way the answer waits
+  // for both; a record that failed is written by the sender's retry, whose copy is a duplicate.
+  const together = !conversations?.mayRefuse(verified.authLevel);
+  if (!together && (await admit())) return { duplicate: true };
   const inspection = inspect(message, meta, deps.agent);
-  // The message and its thread entry are stored at once; both before the answer.
   const [result] = await Promise.all([
     deps.store.accept(
       raw,
@@ -170,7 +182,8 @@ export async function acceptVerified(
       },
       h.from.agent,
     ),
-    index?.(),
+    together ? admit() : undefined,
+    conversations?.linkAnswer(meta.sender, message),
   ]);
   if (deps.onAccepted && (inspection.error || inspection.capabilities || inspection.announcement)) {
     try {

@@ -3,11 +3,10 @@ import type { MessageVerifier } from "../protocol/verify.ts";
 import type { Agent } from "../resources/agent.ts";
 import { createServer, type EndpointDeps } from "../server/http.ts";
 import { registerProbes } from "../server/probes.ts";
-import type { AcceptStore, OnAccepted } from "./accept.ts";
+import type { AcceptStore, ConversationIntake, OnAccepted } from "./accept.ts";
 import type { Documents } from "./documents.ts";
 import { documentRoutes } from "./routes/documents.ts";
 import { inboxRoutes } from "./routes/inbox.ts";
-import type { Conversations } from "./conversations.ts";
 import type { AgentEncryption } from "./encryption.ts";
 
 export interface AgentAppDeps extends EndpointDeps {
@@ -16,7 +15,7 @@ export interface AgentAppDeps extends EndpointDeps {
   verifier: MessageVerifier;
   store: AcceptStore;
   /** No downgrade within a conversation (IFP-5 section 2). */
-  conversations?: Pick<Conversations, "admit">;
+  conversations?: ConversationIntake;
   /**
    * Side effects of the inspection (error-phase replies, learned capabilities), run after the
    * message is stored — also for a repeat, so a retried POST completes what a crash cut short.

@@ -3,6 +3,7 @@ import type { Nats } from "../nats/connection.ts";
 import { encodeToken } from "../contract/nats.ts";
 import { insufficientAuthLevel, ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
+import { HIGHEST_GRANTED_LEVEL } from "../protocol/verify.ts";
 import { errorMessage } from "../util/errors.ts";
 import { exponentialDelay } from "../util/backoff.ts";
 import type { DeliveryRecord } from "./delivery-state.ts";
@@ -28,24 +29,14 @@ const MAX_ERROR_TEXT = 500;
 
 export type { ConversationMessage, ConversationState };
 
-/** What a reply needs of the message it answers, kept beyond the inbox stream's retention. */
-export interface ThreadEntry {
-  message_id: string;
-  from: string;
-  conversation_id: string;
-  sequence: number;
-  references: string[];
-}
-
 /**
- * Per-conversation state in a NATS KV bucket shared by the replicas (`c.<peer>.<conversation>`),
- * and an index of received messages for threading replies (`m.<sender>.<message_id>`); entries
- * expire once a conversation has been quiet for CONVERSATION_IDLE_MS. Every inbound message
- * passes admit() before it is stored: it refuses a lower authentication level than the
- * conversation had (401 insufficient_auth_level), notes (or with sequenceCheck "strict" refuses,
- * 409 sequence_conflict) a sequence number the peer already used for another message of the
- * conversation, and links an error-phase
- * answer to the outbound message it concerns. Updates are compare-and-set.
+ * Per-conversation state in a NATS KV bucket shared by the replicas (`c.<peer>.<conversation>`);
+ * a record expires once its conversation has been quiet for CONVERSATION_IDLE_MS. Every inbound
+ * message passes admit(): it refuses a lower authentication level than the conversation had
+ * (401 insufficient_auth_level), and notes (or with sequenceCheck "strict" refuses, 409
+ * sequence_conflict) a sequence number the peer already used for another message of the
+ * conversation; linkAnswer() links an error-phase answer to the outbound message it concerns.
+ * Updates are compare-and-set.
  */
 export class Conversations {
   private kv: KV | undefined;
@@ -93,10 +84,6 @@ export class Conversations {
     return `c.${encodeToken(peer)}.${encodeToken(conversationId)}`;
   }
 
-  static threadKey(sender: string, messageId: string): string {
-    return `m.${encodeToken(sender)}.${encodeToken(messageId)}`;
-  }
-
   private store(): KV {
     if (!this.kv || !this.nats.isConnected) throw unavailable("the conversation records (NATS KV) are not reachable");
     return this.kv;
@@ -109,12 +96,21 @@ export class Conversations {
   }
 
   /**
-   * A verified inbound message, before it is stored: checked against its conversation's record
-   * and recorded (see the class); `sender` is the verified signer. Resolves to its indexing for
-   * replies (the thread entry, an error answer's link), which may run while the message is being
-   * stored: the sender's retry of a message whose indexing failed (503) indexes it again.
+   * Whether admit() could refuse a message at this authentication level: with sequenceCheck
+   * "strict", or below the highest level a runtime grants. A record's level is the highest of
+   * its messages' levels, so a message at HIGHEST_GRANTED_LEVEL is never a downgrade, and a reused
+   * sequence number is only noted: such a message is recorded while it is stored, not before.
    */
-  async admit(sender: string, message: Message, level: number): Promise<() => Promise<void>> {
+  mayRefuse(level: number): boolean {
+    return this.strict || level < HIGHEST_GRANTED_LEVEL;
+  }
+
+  /**
+   * A verified inbound message: checked against its conversation's record and recorded (see the
+   * class); `sender` is the verified signer. Resolves once the record is written; a message
+   * mayRefuse() says it could refuse is admitted before it is stored.
+   */
+  async admit(sender: string, message: Message, level: number): Promise<void> {
     const h = message.headers;
     await this.update(sender, h.conversation_id, (state) => {
       if (state?.auth_level !== undefined && level < state.auth_level) {
@@ -142,17 +138,15 @@ export class Conversations {
       if (taken) next.sequence_reused = (state?.sequence_reused ?? 0) + 1;
       return next;
     });
-    return async () => {
-      const thread: ThreadEntry = {
-        message_id: h.message_id,
-        from: h.from.agent,
-        conversation_id: h.conversation_id,
-        sequence: h.sequence,
-        references: (h.thread?.references ?? []).slice(-16),
-      };
-      await this.write(() => this.store().put(Conversations.threadKey(sender, h.message_id), JSON.stringify(thread)));
-      if (h.phase === "error" && h.thread?.in_reply_to) await this.linkError(sender, message);
-    };
+  }
+
+  /**
+   * An error-phase answer from `sender` to one of this agent's messages: shown in that message's
+   * delivery record. Nothing for any other message. Runs while the message is stored: the
+   * sender's retry of a message whose link failed (503) links it again.
+   */
+  async linkAnswer(sender: string, message: Message): Promise<void> {
+    if (message.headers.phase === "error" && message.headers.thread?.in_reply_to) await this.linkError(sender, message);
   }
 
   /** An outbound message, once queued: recorded in its conversation with each recipient. */
@@ -166,31 +160,6 @@ export class Conversations {
         return next;
       });
     }
-  }
-
-  /**
-   * What a reply needs of the received message `messageId` (from `sender` when given; without
-   * one, the first recorded), kept after the inbox stream has let the message go.
-   */
-  async thread(messageId: string, sender?: string): Promise<ThreadEntry | undefined> {
-    if (sender !== undefined) {
-      const e = await this.read(Conversations.threadKey(sender, messageId));
-      return e?.value.length ? (e.json() as ThreadEntry) : undefined;
-    }
-    const kv = this.store();
-    let first: KvEntry | undefined;
-    let seen = 0;
-    try {
-      for await (const k of await kv.keys(`m.*.${encodeToken(messageId)}`)) {
-        const e = await kv.get(k);
-        if (e?.value.length && (!first || e.revision < first.revision)) first = e;
-        // Bounded: a message_id reused by many senders is not looked at further.
-        if (++seen >= 8) break;
-      }
-    } catch (err) {
-      throw unavailable(`the conversation records cannot be read: ${errorMessage(err)}`);
-    }
-    return first ? (first.json() as ThreadEntry) : undefined;
   }
 
   /** The sequence number a new message of the conversation takes: one more than any seen either way. */
@@ -292,15 +261,6 @@ export class Conversations {
     } catch (err) {
       if (err instanceof ProtocolError) throw err;
       throw unavailable(`the conversation records cannot be read: ${errorMessage(err)}`);
-    }
-  }
-
-  private async write(fn: () => Promise<unknown>): Promise<void> {
-    try {
-      await this.nats.whileConnected(fn(), WHAT);
-    } catch (err) {
-      if (err instanceof ProtocolError) throw err;
-      throw unavailable(`the conversation records cannot be written: ${errorMessage(err)}`);
     }
   }
 
@@ -422,24 +382,6 @@ export class Conversations {
     this.known.set(key, { revision, state, at: this.now() });
     if (this.known.size > KNOWN_RECORDS) this.known.delete(this.known.keys().next().value!);
   }
-}
-
-/** A received message as far as a reply needs it (composeMessage), from its thread entry. */
-export function threadOriginal(t: ThreadEntry): Message {
-  return {
-    ifp: 4,
-    headers: {
-      message_id: t.message_id,
-      date: new Date(0).toISOString(),
-      from: { agent: t.from },
-      to: [],
-      conversation_id: t.conversation_id,
-      sequence: t.sequence,
-      phase: "context",
-      thread: { references: t.references },
-    },
-    body: {},
-  } as unknown as Message;
 }
 
 function touch(state: ConversationState, now: number): ConversationState {

@@ -11,6 +11,7 @@ import { verifyIntroduction, verifySignature } from "../protocol/signing.ts";
 import {
   AuthLevel,
   checkProfile,
+  HIGHEST_GRANTED_LEVEL,
   signatureCandidates,
   type KeySource,
   type MessageVerifier,
@@ -107,7 +108,7 @@ export class IdentityResolver implements MessageVerifier {
     if (best.authLevel < min) {
       throw insufficientAuthLevel(
         `this agent accepts messages at authentication level ${min} or above; yours is at level ${best.authLevel} (${best.source}). ` +
-          (best.authLevel >= AuthLevel.verified
+          (best.authLevel >= HIGHEST_GRANTED_LEVEL
             ? "No key source of this runtime establishes a higher level."
             : best.authLevel === AuthLevel.signed
               ? "Publish your identity document at your https agent id, or ask this agent's humans to add your key to its peers."

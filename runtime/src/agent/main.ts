@@ -46,7 +46,7 @@ import { OutboundDelivery } from "./outbound.ts";
 import { OutboxStore } from "./outbox.ts";
 import { PeerCapabilityService } from "./peer-capabilities.ts";
 import { announceCapabilities, RelayMailboxReader, relayPublisher, tellPeersCapabilities } from "./relays.ts";
-import { InboxStore, inboxRetentionMs, receivedLookup } from "./store.ts";
+import { InboxStore, inboxRetentionMs } from "./store.ts";
 
 export interface AgentOptions {
   manifest: string;
@@ -488,7 +488,7 @@ function agentApps(opts: AgentOptions, self: Self, w: Wired, ready: () => boolea
     outbox: w.a2a ? w.a2a.replies(peerCapabilities.gate(outbox)) : peerCapabilities.gate(outbox),
     states: w.a2a ? w.a2a.deliveries(states) : states,
     peers: peerCapabilities,
-    received: receivedLookup(inbox, conversations),
+    received: inbox.received.bind(inbox),
     conversations,
     stream: w.deliveries.appStream,
     watch: new InboxWatch(w.stores.nats, agentNames(agentStoreKey(agent)), w.log),

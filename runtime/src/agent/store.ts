@@ -8,7 +8,6 @@ import { ProtocolError, unavailable } from "../protocol/errors.ts";
 import { refuseOverMaxPayload } from "../nats/payload.ts";
 import { Message } from "../protocol/message.ts";
 import { injectHeaders } from "../telemetry/tracing.ts";
-import { threadOriginal, type Conversations } from "./conversations.ts";
 import type { AgentNames } from "./names.ts";
 
 const WEEK_MS = 7 * 24 * 3600_000;
@@ -235,22 +234,6 @@ export class InboxStore {
       if (!batch.length || batch.at(-1)!.pending === 0) return;
     }
   }
-}
-
-/**
- * The received message a reply answers, by message_id (and `sender`, when given): from the inbox
- * stream, and beyond its retention from the conversation's thread index.
- */
-export function receivedLookup(
-  inbox: InboxStore,
-  conversations: Pick<Conversations, "thread">,
-): (messageId: string, sender?: string) => Promise<Message | undefined> {
-  return async (messageId, sender) => {
-    const found = await inbox.received(messageId, sender);
-    if (found) return found;
-    const entry = await conversations.thread(messageId, sender);
-    return entry ? threadOriginal(entry) : undefined;
-  };
 }
 
 /** What stored JSON says, for the fields a caller did not pass; {} when it is not JSON. */

@@ -11,6 +11,13 @@ import { parseKeyId, REQUIRED_SIGNED_HEADERS, unsignedHeaders, verifySignature }
  */
 export const AuthLevel = { unauthenticated: -1, introduction: 0, signed: 1, verified: 2, bound: 3 } as const;
 
+/**
+ * The highest level a runtime grants: a key the Agent's spec trusts, or one fetched over TLS from
+ * the sender's own URL. No verifier grants `bound`. A message at this level is never a downgrade
+ * in a conversation (Conversations.mayRefuse); granting a higher one means raising this too.
+ */
+export const HIGHEST_GRANTED_LEVEL: number = AuthLevel.verified;
+
 /** Where the key that established the level came from. */
 export type KeySource = "none" | "introduction" | "identity-document" | "peers" | "did:key";
 

@@ -52,8 +52,8 @@ afterAll(async () => {
   await server?.close();
 });
 
-/** A message taken by a replica: admitted to its conversation, then indexed, as the inbox does. */
-const inbound = async (c: Conversations, ...args: Parameters<Conversations["admit"]>) => (await c.admit(...args))();
+/** A message taken by a replica: admitted to its conversation, as the inbox does. */
+const inbound = (c: Conversations, ...args: Parameters<Conversations["admit"]>) => c.admit(...args);
 
 const refusal = async (p: Promise<unknown>) => {
   try {

@@ -1,7 +1,8 @@
 // Per-conversation state against real runtimes and a real nats-server: the record a conversation
-// keeps with each peer, sequence checks (IFP-5 4.2), replies threaded after the inbox stream has
-// let their original go, and an error-phase answer linked to the message it concerns.
+// keeps with each peer, sequence checks (IFP-5 4.2), replies threaded from the inbox stream, and an
+// error-phase answer linked to the message it concerns.
 import { jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
@@ -123,6 +124,50 @@ describe("conversations", () => {
     });
   });
 
+  it("has the record written when it answers 202, whether the message was admitted before it was stored or while", async () => {
+    // Level 2 (carol's key is in alice's peers) with sequences only noted: recorded while stored;
+    // with sequenceCheck strict: admitted first. Either way the record holds the message at once.
+    for (const [runtime, to] of [
+      [a, "alice-conv"],
+      [strict, "strict-conv"],
+    ] as const) {
+      const conv = `conv:at-once-${to}-${Date.now()}`;
+      const m = signed(carol, to, { conversation_id: conv, sequence: 1 });
+      expect((await runtime.post(m)).status).toBe(202);
+      const record = await conversation(runtime.localApiUrl, conv);
+      expect(record.status).toBe(200);
+      expect(record.body.peers[0]).toMatchObject({ peer: "carol-conv", auth_level: 2, last_sequence_in: 1 });
+      expect(record.body.peers[0].recent.map((r: { message_id: string }) => r.message_id)).toEqual([
+        m.headers.message_id,
+      ]);
+    }
+  });
+
+  it("answers 503 while the record cannot be written, though a message recorded while stored was stored", async () => {
+    const lone = await runAgent({
+      self: identity("lone-conv"),
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [peerOf(carol)] },
+    });
+    const nc = await connect({ servers: nats.url });
+    try {
+      await (await jetstreamManager(nc)).streams.delete(`KV_${agentNames("lone-conv").conversationsBucket}`);
+      const m = signed(carol, "lone-conv", { conversation_id: `conv:unrecorded-${Date.now()}` });
+      const r = await lone.post(m);
+      expect(r.status, r.text).toBe(503);
+      expect(JSON.parse(r.text)).toMatchObject({ code: "unavailable" });
+      // Stored meanwhile: the sender's retry is a duplicate of it, recorded once the records are back.
+      const held = await (await jetstreamManager(nc)).streams.getMessage(agentNames("lone-conv").inboxStream, {
+        last_by_subj: agentNames("lone-conv").inbox(m.headers.message_id),
+      });
+      expect(held?.json()).toMatchObject({ headers: { message_id: m.headers.message_id } });
+    } finally {
+      await nc.close();
+      await lone.close();
+    }
+  });
+
   it("answers 404 for a conversation it does not know, and for an over-long id 400", async () => {
     expect(await conversation(a.localApiUrl, "conv:nobody-knows")).toMatchObject({
       status: 404,
@@ -185,7 +230,7 @@ describe("conversations", () => {
     expect(rec.body.peers[0].recent).toHaveLength(2);
   });
 
-  it("threads a reply to a message the inbox stream no longer holds", async () => {
+  it("threads a reply to a received message from the inbox stream, which keeps it a week; once it is gone, a reply naming it is refused 400", async () => {
     const conv = `conv:old-${Date.now()}`;
     const original = signed(
       carol,
@@ -197,14 +242,6 @@ describe("conversations", () => {
     await waitFor("alice's handler", () =>
       aHandler.received.some((r) => r.body.headers.message_id === original.headers.message_id),
     );
-    // The stream's retention lets it go.
-    const nc = await connect({ servers: nats.url });
-    try {
-      const jsm = await jetstreamManager(nc);
-      await jsm.streams.purge(agentNames("alice-conv").inboxStream);
-    } finally {
-      await nc.close();
-    }
     const reply = await send(a.localApiUrl, {
       in_reply_to: original.headers.message_id,
       to: "carol-conv",
@@ -229,6 +266,37 @@ describe("conversations", () => {
       conversation_id: conv,
       sequence: 6,
     });
+    const nc = await connect({ servers: nats.url });
+    try {
+      // The conversations bucket holds the records only: a message is found in the inbox stream.
+      const kv = await new Kvm(nc).open(agentNames("alice-conv").conversationsBucket);
+      const keys: string[] = [];
+      for await (const k of await kv.keys()) keys.push(k);
+      expect(keys.length).toBeGreaterThan(0);
+      expect(keys.filter((k) => !k.startsWith("c."))).toEqual([]);
+      // The stream's retention lets it go (as a purge does here).
+      await (await jetstreamManager(nc)).streams.purge(agentNames("alice-conv").inboxStream);
+    } finally {
+      await nc.close();
+    }
+    const late = await send(a.localApiUrl, {
+      in_reply_to: original.headers.message_id,
+      to: "carol-conv",
+      phase: "context",
+      text: "Too late",
+    });
+    expect(late.status).toBe(400);
+    expect(late.body).toMatchObject({ code: "invalid_format" });
+    expect(late.body.message).toContain(`no received message has message_id ${original.headers.message_id}`);
+    // The conversation itself is kept: a message naming it continues after what was sent.
+    const onward = await send(a.localApiUrl, {
+      to: "carol-conv",
+      conversation_id: conv,
+      phase: "context",
+      text: "Go on",
+    });
+    expect(onward.status).toBe(202);
+    expect(onward.body.message.headers).toMatchObject({ conversation_id: conv, sequence: 7 });
   });
 
   it("links an error-phase answer to the outbound message it concerns, in that message's delivery record", async () => {

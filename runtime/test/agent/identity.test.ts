@@ -184,7 +184,12 @@ describe("identity: lookup and levels", () => {
     );
     expect((await receiver.post(newLow)).status).toBe(401);
     // The same level again, and a higher one, are fine.
-    expect((await receiver.post(signed(didSender, "alice-agent", { ...conv, sequence: 3 }))).status).toBe(202);
+    const last = signed(didSender, "alice-agent", { ...conv, sequence: 3 });
+    expect((await receiver.post(last)).status).toBe(202);
+    // A refused message was refused before it was stored: never handed on, while the one after it is.
+    await handed(last.headers.message_id);
+    for (const refused of [lower, newLow])
+      expect(handler.received.some((x) => x.body.headers.message_id === refused.headers.message_id)).toBe(false);
   });
 
   it("answers a failed lookup with 401 unknown_sender that says why", async () => {

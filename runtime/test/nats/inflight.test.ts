@@ -105,7 +105,7 @@ function expectAbandoned(r: Awaited<ReturnType<typeof killedUnder>>): void {
 describe("a NATS call under way when nats-server dies", () => {
   it("inbox: the conversation record's read is abandoned with 503 at once", async () => {
     const m = signed(alice, self.agentId);
-    expectAbandoned(await killedUnder(async () => (await conversations.admit(alice.agentId, m, 2))()));
+    expectAbandoned(await killedUnder(() => conversations.admit(alice.agentId, m, 2)));
   }, 60_000);
 
   it("inbox: the store's publish is abandoned with 503 at once", async () => {
@@ -128,7 +128,7 @@ describe("a NATS call under way when nats-server dies", () => {
 
   it("after the reconnection, the same calls work again", async () => {
     const m = signed(alice, self.agentId);
-    await (await conversations.admit(alice.agentId, m, 2))();
+    await conversations.admit(alice.agentId, m, 2);
     expect(
       await inbox.accept(
         m,

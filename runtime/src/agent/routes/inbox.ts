@@ -21,16 +21,22 @@ import {
   startSpan,
   tracingEnabled,
 } from "../../telemetry/tracing.ts";
-import { acceptVerified, admit, type AcceptStore, type Admission, type OnAccepted } from "../accept.ts";
+import {
+  acceptVerified,
+  admit,
+  type AcceptStore,
+  type Admission,
+  type ConversationIntake,
+  type OnAccepted,
+} from "../accept.ts";
 import { WELL_KNOWN, WELL_KNOWN_IFP } from "../documents.ts";
-import type { Conversations } from "../conversations.ts";
 import type { AgentEncryption } from "../encryption.ts";
 
 export interface InboxRouteDeps {
   agent: Agent;
   verifier: MessageVerifier;
   store: AcceptStore;
-  conversations?: Pick<Conversations, "admit">;
+  conversations?: ConversationIntake;
   onAccepted?: OnAccepted;
   encryption?: Pick<AgentEncryption, "decrypt">;
   metrics: RuntimeMetrics;
