@@ -276,9 +276,12 @@ export class Conversations {
     change: (state: ConversationState | undefined) => ConversationState | undefined,
   ): Promise<void> {
     const key = Conversations.key(peer, conversationId);
-    const run = (this.updating.get(key) ?? Promise.resolve())
-      .catch(() => {})
-      .then(() => this.compareAndSet(key, change));
+    // Started at once when no other update of the record is under way: its write leaves in the
+    // same socket write as the message's, which the inbox starts in the same turn.
+    const before = this.updating.get(key);
+    const run = before
+      ? before.catch(() => {}).then(() => this.compareAndSet(key, change))
+      : this.compareAndSet(key, change);
     this.updating.set(key, run);
     try {
       await run;
