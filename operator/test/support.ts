@@ -3,7 +3,7 @@
 import { JetStreamApiError, jetstreamManager, type StreamInfo } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import pino, { type Logger } from "pino";
-import { afterAll, beforeAll, beforeEach } from "vitest";
+import { afterAll, afterEach, beforeAll, beforeEach } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import { LOG_FORMAT } from "../../runtime/src/telemetry/log-format.ts";
@@ -87,6 +87,11 @@ export function perTest(report: () => string): void {
       }
       console.error(`--- ${task.name}: state at failure ---\n${text}`);
     });
+  });
+  // A worker runs files one after another in one module graph: a deadline left behind would cut
+  // the waits of a later file's tests that keep none of their own to a second.
+  afterEach(() => {
+    testDeadline = Number.POSITIVE_INFINITY;
   });
 }
 
