@@ -3,8 +3,8 @@
 // dist/ here). Carried out here as e2e/images/build.ts carries it out for the real node, so that
 // a machine without root checks it too: what the compiler emits from exactly those files must
 // run as the TypeScript does, with every relative import renamed to its .js file and nothing
-// left that only type stripping understands. The operator's build stage then bundles that output
-// (operator/bundle.ts): the operator image runs the bundle, with no node_modules at all.
+// left that only type stripping understands. Each build stage then bundles that output
+// (runtime/bundle.ts, operator/bundle.ts): the images run the bundles, with no node_modules at all.
 import { spawnSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
@@ -60,7 +60,7 @@ describe.each(IMAGES)("the build stage of $dockerfile", ({ dockerfile, copied, c
   const app = builtStage(dockerfile);
   const dist = join(app, "dist");
   const node = (args: string[]) => spawnSync(process.execPath, args, { cwd: dist, encoding: "utf8", timeout: 60_000 });
-  // tsc's output; the operator's bundle of it (dist/bundle, dist/bundle-maps) is tested below.
+  // tsc's output; the bundle of it (dist/bundle, dist/bundle-maps) is tested below.
   const compiled = () => filesUnder(dist).filter((f) => !/^bundle(?:-maps)?\//.test(relative(dist, f)));
 
   it("emits JavaScript only, no test and no development tool, for what the image copies", () => {
@@ -113,6 +113,37 @@ function chartCommands(): string[] {
   return [...found].sort();
 }
 
+/**
+ * An image's bundle as laid out under `app`: in `dir`, the commands `bins` and minified chunks
+ * only, no node_modules, no source map, and the licence file naming each of `packages` at the
+ * version installed here, as the release reads it for the image's SBOM.
+ */
+function expectBundle(app: string, dir: string, bins: string[], packages: string[]): void {
+  const files = filesUnder(app).map((f) => relative(app, f));
+  expect(files.filter((f) => f.includes("node_modules"))).toEqual([]);
+  const own = files.filter((f) => f.startsWith(`${dir}/`)).sort();
+  for (const bin of bins) expect(own).toContain(`${dir}/${bin}`);
+  expect(own.filter((f) => !new RegExp(`^${dir}/(?:bin|lib)/[\\w.-]+\\.js$`).test(f))).toEqual([
+    `${dir}/${BUNDLE_LICENCES}`,
+  ]);
+  // Minified: long lines (tsc's output averages about 40 characters a line; a chunk with the
+  // commands' usage texts keeps their line breaks), in each chunk but the few of a line or two
+  // that only re-export.
+  const chunks = own.filter((f) => f.startsWith(`${dir}/lib/`)).map((f) => readFileSync(join(app, f), "utf8"));
+  expect(chunks.filter((c) => c.length > 10_000).length).toBeGreaterThanOrEqual(3);
+  for (const text of chunks.filter((c) => c.length > 10_000))
+    expect(text.length / text.split("\n").length).toBeGreaterThan(400);
+  const licences = readFileSync(join(app, dir, BUNDLE_LICENCES), "utf8");
+  const installed = (pkg: string) =>
+    JSON.parse(readFileSync(join(REPO, "node_modules", pkg, "package.json"), "utf8")).version as string;
+  for (const pkg of packages) expect(licences).toContain(`\n${pkg}@${installed(pkg)}\nLicense: `);
+  expect(licences).toMatch(/Permission is hereby granted, free of charge/);
+  // As the release reads it for the image's SBOM.
+  const bundled = bundledPackages(licences);
+  expect(bundled.length).toBeGreaterThan(50);
+  for (const pkg of packages) expect(bundled).toContain(`${pkg}@${installed(pkg)}`);
+}
+
 describe("the operator image's bundle", () => {
   // Laid out once into the cache, as the operator's benchmark runs it (e2e/support/compiled.ts).
   const app = imageApp("operator/Dockerfile");
@@ -127,30 +158,11 @@ describe("the operator image's bundle", () => {
     });
 
   it("is JavaScript and the bundled packages' licences, with no node_modules and no source map", () => {
-    const files = filesUnder(app).map((f) => relative(app, f));
-    expect(files.filter((f) => f.includes("node_modules"))).toEqual([]);
-    const operator = files.filter((f) => f.startsWith("operator/")).sort();
-    expect(operator).toContain("operator/bin/ifp-operator.js");
-    expect(operator.filter((f) => !/^operator\/(?:bin|lib)\/[\w.-]+\.js$/.test(f))).toEqual([
-      `operator/${BUNDLE_LICENCES}`,
-    ]);
-    // Minified: long lines (tsc's output averages about 40 characters a line), in each chunk but
-    // the few of a line or two that only re-export.
-    const chunks = operator.filter((f) => f.startsWith("operator/lib/")).map((f) => readFileSync(join(app, f), "utf8"));
-    expect(chunks.filter((c) => c.length > 10_000).length).toBeGreaterThanOrEqual(3);
-    for (const text of chunks.filter((c) => c.length > 10_000))
-      expect(text.length / text.split("\n").length).toBeGreaterThan(1000);
-    const licences = readFileSync(join(app, "operator", BUNDLE_LICENCES), "utf8");
-    for (const pkg of ["@kubernetes/client-node", "@nats-io/transport-node", "zod", "pino", "highwayhasher"]) {
-      const version = JSON.parse(readFileSync(join(REPO, "node_modules", pkg, "package.json"), "utf8")).version;
-      expect(licences).toContain(`\n${pkg}@${version}\nLicense: `);
-    }
-    expect(licences).toMatch(/Permission is hereby granted, free of charge/);
-    // As the release reads it for the image's SBOM.
-    const bundled = bundledPackages(licences);
-    expect(bundled.length).toBeGreaterThan(50);
-    expect(bundled).toContain(
-      `@kubernetes/client-node@${JSON.parse(readFileSync(join(REPO, "node_modules/@kubernetes/client-node/package.json"), "utf8")).version}`,
+    expectBundle(
+      app,
+      "operator",
+      ["bin/ifp-operator.js"],
+      ["@kubernetes/client-node", "@nats-io/transport-node", "zod", "pino", "highwayhasher"],
     );
   });
 
@@ -184,6 +196,51 @@ describe("the operator image's bundle", () => {
     expect(JSON.parse(fixed.toString("utf8"))).toEqual({ ...config, num_replicas: 1 });
     expect(readFileSync(join(sdir, "meta.sum"), "utf8")).toBe(await metaChecksum("S3", fixed));
     expect(existsSync(join(sdir, "meta.inf.repair"))).toBe(false);
+  });
+});
+
+describe("the runtime image's bundle", () => {
+  // Laid out once into the cache, as the inbox and relay benchmarks run it (e2e/support/compiled.ts).
+  const app = imageApp("runtime/Dockerfile");
+  const run = (bin: string, args: string[]) =>
+    spawnSync(process.execPath, [`runtime/bin/${bin}.js`, ...args], {
+      cwd: app,
+      env: { NODE_ENV: "production", PATH: process.env.PATH },
+      encoding: "utf8",
+      timeout: 60_000,
+    });
+
+  it("is JavaScript and the bundled packages' licences, with no node_modules and no source map", () => {
+    expectBundle(
+      app,
+      "runtime",
+      ["bin/ifp-runtime.js", "bin/ifp.js"],
+      [
+        "fastify",
+        "@nats-io/transport-node",
+        "@nats-io/jetstream",
+        "zod",
+        "pino",
+        "prom-client",
+        "@kubernetes/client-node",
+      ],
+    );
+  });
+
+  it("starts both commands, each printing its usage and refusing a bad flag; ifp prints the package's version", () => {
+    for (const [bin, usage] of [
+      ["ifp-runtime", /ifp-runtime agent/],
+      ["ifp", /ifp send/],
+    ] as const) {
+      const r = run(bin, ["--help"]);
+      expect(r.status, `${bin}: ${r.stderr}`).toBe(0);
+      expect(r.stdout + r.stderr).toMatch(usage);
+      const bad = run(bin, ["--no-such-flag"]);
+      expect(bad.status, `${bin}: ${bad.stderr}`).toBe(2);
+      expect(bad.stderr).not.toMatch(/Cannot find|ERR_MODULE_NOT_FOUND/);
+    }
+    const version = JSON.parse(readFileSync(join(REPO, "package.json"), "utf8")).version;
+    expect(run("ifp", ["--version"]).stdout).toBe(`ifp ${version}\n`);
   });
 });
 

@@ -366,7 +366,11 @@ const CHECKS: Record<string, Check> = {
   "npm run build": { by: "e2e/compiled.test.ts", holds: ["compileTo(out);", 'describe("npm run build"'] },
   "node operator/bundle.ts": {
     by: "e2e/images/build.ts",
-    holds: ['export const BUNDLE_RUN = "node operator/bundle.ts";', "if (stage.runs[2] === BUNDLE_RUN)"],
+    holds: ['["node runtime/bundle.ts", "node operator/bundle.ts"]', "if (isBundleRun(stage.runs[2]))"],
+  },
+  "node runtime/bundle.ts": {
+    by: "e2e/images/build.ts",
+    holds: ['["node runtime/bundle.ts", "node operator/bundle.ts"]', "if (isBundleRun(stage.runs[2]))"],
   },
   "npm run gen": { by: "operator/src/crd/generate.test.ts", holds: ["is up to date (npm run gen)"] },
   "npm run e2e": {

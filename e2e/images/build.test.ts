@@ -8,7 +8,7 @@ import ts from "typescript";
 import { describe, expect, it } from "vitest";
 import { releaseDir, tempDir } from "../support/process.ts";
 import {
-  BUNDLE_RUN,
+  BUNDLE_RUNS,
   builderKind,
   depsSource,
   dockerignore,
@@ -118,7 +118,7 @@ function appImageFiles(): { context: { src: string; dest: string }[]; deps: { sr
 }
 
 describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
-  it("runtime: Node 24 without a shell, pruned production dependencies, the runtime compiled to JavaScript without tests, user 65532, the ifp-runtime entrypoint", () => {
+  it("runtime: Node 24 without a shell, the runtime compiled to JavaScript without tests and bundled with every package it imports, no node_modules, user 65532, the ifp-runtime entrypoint", () => {
     const plan = readDockerfile("runtime/Dockerfile");
     expect(plan).toMatchObject({
       base: "gcr.io/distroless/nodejs24-debian12:nonroot",
@@ -129,24 +129,26 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
       entrypoint: ["/nodejs/bin/node", "runtime/bin/ifp-runtime.js"],
       env: { NODE_ENV: "production" },
     });
-    // The builder stages have npm and a shell; the final stage has neither.
-    expect(plan.stages.deps!.from).toBe("node:24-slim");
-    expect(plan.stages.deps!.runs).toEqual([expect.stringMatching(/^npm ci --omit=dev /), PRUNE_RUN]);
+    // The builder stage has npm and a shell; the final stage has neither.
+    expect(plan.stages.build!.from).toBe("node:24-slim");
     expect(plan.env.PATH?.split(":")[0]).toBe("/nodejs/bin");
-    expect(plan.copies.filter((c) => c.from !== undefined)).toEqual([
-      { from: "deps", sources: ["/app/node_modules"], dest: "/app/node_modules", destIsDir: false },
-      { from: "build", sources: ["/app/dist/runtime"], dest: "/app/runtime", destIsDir: false },
-    ]);
-    expect(builderKind(plan.stages.deps, plan.base)).toBe("deps");
     expect(builderKind(plan.stages.build, plan.base)).toBe("build");
+    expect(plan.stages.build!.runs.slice(1)).toEqual(["npx tsc -p tsconfig.build.json", "node runtime/bundle.ts"]);
+    // The bundle only: no deps stage, nothing of node_modules.
+    expect(plan.stages.deps).toBeUndefined();
+    expect(plan.copies.filter((c) => c.from !== undefined)).toEqual([
+      { from: "build", sources: ["/app/dist/bundle/runtime"], dest: "/app/runtime", destIsDir: false },
+    ]);
     expect(imageContextFiles(plan, ignored, "runtime/Dockerfile").map((f) => f.dest)).toEqual(["/app/package.json"]);
-    // What the build stage compiles: the configs and the sources, never tests or benchmarks.
+    // What the build stage compiles and bundles: the configs and the sources, never tests or benchmarks.
     const compiled = stageContextFiles(plan.stages.build!, ignored, "runtime/Dockerfile").map((f) => f.dest);
     for (const d of [
       "/app/package.json",
       "/app/tsconfig.json",
       "/app/tsconfig.build.json",
       "/app/runtime/bin/ifp-runtime.ts",
+      "/app/runtime/bin/ifp.ts",
+      "/app/runtime/bundle.ts",
       "/app/operator/src/main.ts",
     ])
       expect(compiled).toContain(d);
@@ -163,7 +165,7 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
       entrypoint: ["/nodejs/bin/node", "operator/bin/ifp-operator.js"],
     });
     expect(builderKind(plan.stages.build, plan.base)).toBe("build");
-    expect(plan.stages.build!.runs.slice(1)).toEqual(["npx tsc -p tsconfig.build.json", BUNDLE_RUN]);
+    expect(plan.stages.build!.runs.slice(1)).toEqual(["npx tsc -p tsconfig.build.json", "node operator/bundle.ts"]);
     // The bundle only: no deps stage, nothing of node_modules.
     expect(plan.stages.deps).toBeUndefined();
     expect(plan.copies.filter((c) => c.from !== undefined).map((c) => [c.from, c.sources, c.dest])).toEqual([
@@ -171,6 +173,8 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     ]);
     const compiled = stageContextFiles(plan.stages.build!, ignored, "operator/Dockerfile").map((f) => f.dest);
     expect(compiled).toContain("/app/operator/bundle.ts");
+    // The bundling operator/bundle.ts runs is runtime/bundle.ts's.
+    expect(compiled).toContain("/app/runtime/bundle.ts");
     expect(compiled).toContain("/app/operator/src/main.ts");
     expect(compiled.some((d) => d.startsWith("/app/runtime/src/"))).toBe(true);
     const dests = imageContextFiles(plan, ignored, "operator/Dockerfile").map((f) => f.dest);
@@ -188,6 +192,10 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
       expose: ["8080"],
       entrypoint: ["/nodejs/bin/node", "examples/app/main.ts"],
     });
+    // Its production dependencies from the lock file, pruned of what Node never loads.
+    expect(plan.stages.deps!.from).toBe("node:24-slim");
+    expect(plan.stages.deps!.runs).toEqual([expect.stringMatching(/^npm ci --omit=dev /), PRUNE_RUN]);
+    expect(builderKind(plan.stages.deps, plan.base)).toBe("deps");
     // The root .dockerignore leaves out examples/: this Dockerfile has its own, as BuildKit reads it.
     expect(ignoreFilePath("examples/app/Dockerfile")).toBe("examples/app/Dockerfile.dockerignore");
     expect(ignoreFilePath("runtime/Dockerfile")).toBe(".dockerignore");
@@ -263,20 +271,22 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
       parseDockerfile(base.replaceAll("gcr.io/distroless/nodejs24-debian12:nonroot", "debian:12"), "x"),
     ).toThrow(/FROM debian:12/);
     // Builder stages of another Node than the final stage's, or a prune step other than the known one.
-    expect(() => parseDockerfile(base.replaceAll("node:24-slim", "node:22-slim"), "x")).toThrow(/COPY --from=deps/);
-    expect(() => parseDockerfile(base.replace('-name "*.md"', '-name "*.js"'), "x")).toThrow(/COPY --from=deps/);
+    expect(() => parseDockerfile(base.replaceAll("node:24-slim", "node:22-slim"), "x")).toThrow(/COPY --from=build/);
+    const app = readFileSync("examples/app/Dockerfile", "utf8");
+    expect(() => parseDockerfile(app.replaceAll("node:24-slim", "node:22-slim"), "x")).toThrow(/COPY --from=deps/);
+    expect(() => parseDockerfile(app.replace('-name "*.md"', '-name "*.js"'), "x")).toThrow(/COPY --from=deps/);
     // The old final stage, Node with a shell and npm, still reads (as builders have it).
     expect(
       parseDockerfile(base.replaceAll("gcr.io/distroless/nodejs24-debian12:nonroot", "node:24-slim"), "x").nodeMajor,
     ).toBe(24);
-    expect(() => parseDockerfile(base.replace("npm ci --omit=dev", "npm ci"), "x")).toThrow(/COPY --from=deps/);
+    expect(() => parseDockerfile(app.replace("npm ci --omit=dev", "npm ci"), "x")).toThrow(/COPY --from=deps/);
     expect(() =>
       parseDockerfile(base.replace("npx tsc -p tsconfig.build.json", "npx tsc -p tsconfig.build.json && curl x"), "x"),
     ).toThrow(/COPY --from=build/);
     expect(() =>
       parseDockerfile(base.replace("RUN npm ci --ignore-scripts", "RUN npm ci --omit=dev --ignore-scripts"), "x"),
     ).toThrow(/COPY --from=build/);
-    expect(() => parseDockerfile(base.replace("/app/dist/runtime", "/app/node_modules"), "x")).toThrow(
+    expect(() => parseDockerfile(base.replace("/app/dist/bundle/runtime", "/app/node_modules"), "x")).toThrow(
       /COPY --from=build/,
     );
     // The operator's build stage: the bundle step as written after the compile, and no other.
@@ -284,22 +294,23 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     expect(
       builderKind(parseDockerfile(operator, "x").stages.build, "gcr.io/distroless/nodejs24-debian12:nonroot"),
     ).toBe("build");
+    const bundle = "node operator/bundle.ts";
+    expect(BUNDLE_RUNS).toContain(bundle);
     for (const run of [
       "node operator/bundle.ts --minify=false",
       "node operator/bundle.ts && curl x",
       "npx rolldown -c",
     ])
-      expect(() => parseDockerfile(operator.replace(`RUN ${BUNDLE_RUN}`, `RUN ${run}`), "x"), run).toThrow(
+      expect(() => parseDockerfile(operator.replace(`RUN ${bundle}`, `RUN ${run}`), "x"), run).toThrow(
         /COPY --from=build/,
       );
-    expect(() =>
-      parseDockerfile(operator.replace(`RUN ${BUNDLE_RUN}`, `RUN ${BUNDLE_RUN}\nRUN ${BUNDLE_RUN}`), "x"),
-    ).toThrow(/COPY --from=build/);
+    expect(() => parseDockerfile(operator.replace(`RUN ${bundle}`, `RUN ${bundle}\nRUN ${bundle}`), "x")).toThrow(
+      /COPY --from=build/,
+    );
     expect(() => parseDockerfile(base.replace("ENTRYPOINT", "HEALTHCHECK CMD true\nENTRYPOINT"), "x")).toThrow(
       /HEALTHCHECK/,
     );
     // From the deps stage: all of node_modules, or one package's directory, named from the stage's root.
-    const app = readFileSync("examples/app/Dockerfile", "utf8");
     const pkgCopy = "COPY --from=deps /app/node_modules/eventsource-parser ";
     expect(app).toContain(pkgCopy);
     for (const source of [

@@ -13,8 +13,8 @@
 // stage becomes `npm ci --omit=dev` in a staging directory, pruned by its PRUNE_RUN line as written
 // (its node_modules, or one package of it, copied as the final stage says), the `build`
 // stage compiles its sources with this repository's TypeScript (`npx tsc
-// -p tsconfig.build.json`) and, for the operator, bundles them with this repository's rolldown
-// (`node operator/bundle.ts`), and COPY, ENV, WORKDIR, USER, EXPOSE and ENTRYPOINT are applied as written. The build
+// -p tsconfig.build.json`) and bundles them with this repository's rolldown (`node
+// runtime/bundle.ts`, `node operator/bundle.ts`), and COPY, ENV, WORKDIR, USER, EXPOSE and ENTRYPOINT are applied as written. The build
 // context leaves out what the Dockerfile's ignore file names (`<Dockerfile>.dockerignore` next to
 // it, else the root `.dockerignore`, as BuildKit picks them). An instruction it does not know fails
 // the build, so the Dockerfiles and these images cannot drift apart silently. buildah commits the
@@ -142,12 +142,14 @@ const LOCK_FILES = "package-lock.json,package.json";
 /** The config the build stage compiles with: `RUN npx tsc -p <it>`. */
 const TSC_RUN = /^npx tsc -p (\S+)$/;
 /**
- * The one RUN a `build` stage may add after its compile: operator/bundle.ts links the compiled
- * operator and the packages it imports into dist/bundle/operator (rolldown, from the lock file's
- * devDependencies). build.ts runs it as written, with this repository's Node.
+ * The RUNs a `build` stage may add after its compile, one of them: runtime/bundle.ts and
+ * operator/bundle.ts link the compiled commands of their image and the packages they import into
+ * dist/bundle/runtime and dist/bundle/operator (rolldown, from the lock file's devDependencies).
+ * build.ts runs it as written, with this repository's Node.
  */
-export const BUNDLE_RUN = "node operator/bundle.ts";
-/** The file operator/bundle.ts writes beside the bundle's code: each package bundled, its version and licence texts. */
+export const BUNDLE_RUNS: readonly string[] = ["node runtime/bundle.ts", "node operator/bundle.ts"];
+export const isBundleRun = (run: string | undefined): boolean => run !== undefined && BUNDLE_RUNS.includes(run);
+/** The file the bundle scripts write beside the bundle's code: each package bundled, its version and licence texts. */
 export const BUNDLE_LICENCES = "THIRD-PARTY-LICENSES.txt";
 /**
  * The one RUN a `deps` stage may add after `npm ci --omit=dev`: what Node never loads from
@@ -167,7 +169,7 @@ function builderBase(from: string, base: string): boolean {
  * The two builder stages these images have, from the same base as the final stage: `deps`,
  * production dependencies from the lock file (`npm ci --omit=dev`); `build`, every dependency
  * from the lock file, then sources copied from the context, compiled by `npx tsc -p <config>`
- * and, for the operator, bundled by BUNDLE_RUN.
+ * and bundled by one of BUNDLE_RUNS.
  */
 export function builderKind(s: Stage | undefined, base: string): "deps" | "build" | undefined {
   if (!s || !builderBase(s.from, base) || s.copies[0]?.slice(0, -1).sort().join(",") !== LOCK_FILES) return undefined;
@@ -178,7 +180,7 @@ export function builderKind(s: Stage | undefined, base: string): "deps" | "build
   )
     return "deps";
   if (
-    (s.runs.length === 2 || (s.runs.length === 3 && s.runs[2] === BUNDLE_RUN)) &&
+    (s.runs.length === 2 || (s.runs.length === 3 && isBundleRun(s.runs[2]))) &&
     /^npm ci\b/.test(s.runs[0]!) &&
     !/--omit/.test(s.runs[0]!) &&
     TSC_RUN.test(s.runs[1]!) &&
@@ -577,7 +579,7 @@ export function compileBuildStage(dockerfilePath: string): string {
 /**
  * A build stage carried out here: its sources in a staging directory that stands for the
  * stage's WORKDIR, this repository's node_modules (installed from the same lock file) beside
- * them, and its `npx tsc -p <config>` (and BUNDLE_RUN) run there. Returns the directory; the caller removes it.
+ * them, and its `npx tsc -p <config>` (and its bundle script) run there. Returns the directory; the caller removes it.
  */
 function compileStage(stage: Stage, files: { src: string; dest: string }[]): string {
   const root = mkdtempSync(join(tmpdir(), "ifp-image-build-"));
@@ -592,7 +594,7 @@ function compileStage(stage: Stage, files: { src: string; dest: string }[]): str
     [join(REPO, "node_modules", "typescript", "bin", "tsc"), "-p", TSC_RUN.exec(stage.runs[1]!)![1]!],
     { cwd: root },
   );
-  if (stage.runs[2] === BUNDLE_RUN) sh(process.execPath, BUNDLE_RUN.split(" ").slice(1), { cwd: root });
+  if (isBundleRun(stage.runs[2])) sh(process.execPath, stage.runs[2]!.split(" ").slice(1), { cwd: root });
   return root;
 }
 

@@ -37,7 +37,7 @@ import { tmpdir } from "node:os";
 import { isAbsolute, join, posix, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseDocument } from "yaml";
-import { BUNDLE_LICENCES, BUNDLE_RUN, depsSource, readDockerfile } from "../images/build.ts";
+import { BUNDLE_LICENCES, depsSource, isBundleRun, readDockerfile } from "../images/build.ts";
 import { toolPath } from "../tools/tools.ts";
 
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
@@ -153,7 +153,7 @@ export function imageFile(archive: string, path: string): Buffer | undefined {
 }
 
 /**
- * The packages a bundle holds (operator/bundle.ts), as name@version, from the licence file it
+ * The packages a bundle holds (runtime/bundle.ts, operator/bundle.ts), as name@version, from the licence file it
  * writes beside the code: each package's section starts with a rule and its name@version.
  */
 export function bundledPackages(licences: string): string[] {
@@ -239,8 +239,8 @@ function imageSbom(
   );
   // All of node_modules, or the packages copied one by one with what they depend on.
   const held = new Set<string>();
-  // A bundle (operator/Dockerfile: operator/bundle.ts) holds exactly the packages its licence file names.
-  const bundleCopy = plan.copies.find((c) => c.from !== undefined && plan.stages[c.from]?.runs.includes(BUNDLE_RUN));
+  // A bundle (runtime/bundle.ts, operator/bundle.ts) holds exactly the packages its licence file names.
+  const bundleCopy = plan.copies.find((c) => c.from !== undefined && plan.stages[c.from]?.runs.some(isBundleRun));
   const bundleLicences = bundleCopy && imageFile(archive, posix.join(bundleCopy.dest, BUNDLE_LICENCES).slice(1));
   if (bundleCopy && !bundleLicences) throw new Error(`${img.dockerfile}: the image has no ${BUNDLE_LICENCES}`);
   if (bundleLicences) {

@@ -3,8 +3,9 @@
 // under Node's type stripping (about 30 MiB more per process), so that they measure what a
 // cluster runs.
 //
-// The operator's entry is its image's bundle: the build stage of operator/Dockerfile carried out
-// (compiled, then bundled by operator/bundle.ts) and laid out as the image's /app (imageApp).
+// The operator's and the runtime's entries are their images' bundles: the build stage of
+// operator/Dockerfile or runtime/Dockerfile carried out (compiled, then bundled by
+// operator/bundle.ts or runtime/bundle.ts) and laid out as the image's /app (imageApp).
 //
 // A compile takes tens of seconds on a small machine, so its output is kept in the cache beside
 // the tools (~/.cache/ifp-operator/compiled), under a hash of everything that goes into it:
@@ -164,8 +165,8 @@ export function compiledBuild(): string {
 /**
  * An image's /app as its Dockerfile's final stage lays it out: the files it copies from the
  * context, and what it copies from the build stage, carried out as e2e/images/build.ts carries it
- * out (compiled, and for the operator bundled). Made once into the cache, where no node_modules
- * is above it, as the operator image has none; callers only read it. A Dockerfile that copies
+ * out (compiled and bundled). Made once into the cache, where no node_modules is above it, as
+ * the images have none; callers only read it. A Dockerfile that copies
  * from its deps stage (node_modules) is not laid out here.
  */
 export function imageApp(dockerfile: string): string {
@@ -192,18 +193,25 @@ export function imageApp(dockerfile: string): string {
   return join(built, "root", readFileSync(join(built, "workdir"), "utf8"));
 }
 
+/** The entries whose image runs a bundle, with the variable that asks for tsc's output instead. */
+const BUNDLED: Record<string, { dockerfile: string; unbundled: string }> = {
+  "operator/bin/ifp-operator.ts": { dockerfile: "operator/Dockerfile", unbundled: "BENCH_OPERATOR_UNBUNDLED" },
+  "runtime/bin/ifp-runtime.ts": { dockerfile: "runtime/Dockerfile", unbundled: "BENCH_RUNTIME_UNBUNDLED" },
+};
+
 /**
  * `entry` (a path under the repository, e.g. runtime/bin/ifp-runtime.ts) compiled; compiles once
- * per process. The operator's entry is its image's bundle (operator/bundle.ts), as the image runs
- * it; BENCH_OPERATOR_UNBUNDLED=1 gives tsc's output instead, and BENCH_SOURCE=1 the TypeScript
- * source itself, to measure them side by side.
+ * per process. The operator's and the runtime's entries are their images' bundles
+ * (operator/bundle.ts, runtime/bundle.ts), as the images run them; BENCH_OPERATOR_UNBUNDLED=1 and
+ * BENCH_RUNTIME_UNBUNDLED=1 give tsc's output instead, and BENCH_SOURCE=1 the TypeScript source
+ * itself, to measure them side by side.
  */
 export function compiledEntry(entry: string): string {
   switch (entryCode(entry)) {
     case "TypeScript sources":
       return join(REPO, entry);
     case "the image's bundle":
-      return join(imageApp("operator/Dockerfile"), "operator/bin/ifp-operator.js");
+      return join(imageApp(BUNDLED[entry]!.dockerfile), entry.replace(/\.ts$/, ".js"));
     default:
       outDir ??= compiledBuild();
       return join(outDir, entry.replace(/\.ts$/, ".js"));
@@ -213,7 +221,7 @@ export function compiledEntry(entry: string): string {
 /** Which code compiledEntry(entry) runs, as a benchmark records it. */
 export function entryCode(entry: string): "TypeScript sources" | "the image's bundle" | "tsc output and node_modules" {
   if (process.env.BENCH_SOURCE === "1") return "TypeScript sources";
-  if (entry === "operator/bin/ifp-operator.ts" && process.env.BENCH_OPERATOR_UNBUNDLED !== "1")
-    return "the image's bundle";
+  const bundled = BUNDLED[entry];
+  if (bundled && process.env[bundled.unbundled] !== "1") return "the image's bundle";
   return "tsc output and node_modules";
 }

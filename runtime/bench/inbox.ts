@@ -15,8 +15,10 @@
 //   BENCH_BASELINE=<another checkout> (its runtime measured too, as "before", compiled as this
 //   one is; interleaved per level with the rest, so two versions share each moment's load)
 //   BENCH_TARGETS=bare,a2a,agentA2a,inbox (the servers measured; the inbox always is)
+//   BENCH_RUNTIME_UNBUNDLED=1 (the runtimes from tsc's output and node_modules instead of the
+//   image's bundle, runtime/bundle.ts)
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -72,9 +74,10 @@ async function startProcess(
 }
 
 /**
- * The runtime of another checkout, compiled with its own tsconfig.build.json as this one's is
- * (BENCH_SOURCE=1: its TypeScript source), with the checkout's dependencies; a checkout without
- * them (a git worktree) is given a link to this one's.
+ * The runtime of another checkout, compiled with its own tsconfig.build.json as this one's is and,
+ * when the checkout has runtime/bundle.ts, bundled by it as its image is (BENCH_RUNTIME_UNBUNDLED=1:
+ * tsc's output with the checkout's dependencies; BENCH_SOURCE=1: its TypeScript source); a
+ * checkout without dependencies (a git worktree) is given a link to this one's.
  */
 function baselineEntry(checkout: string): string {
   // A git worktree has no node_modules: this checkout's serve it (the compiler's types too).
@@ -82,17 +85,19 @@ function baselineEntry(checkout: string): string {
   if (!existsSync(deps)) symlinkSync(here("../../node_modules"), deps);
   if (process.env.BENCH_SOURCE === "1") return join(checkout, "runtime/bin/ifp-runtime.ts");
   const out = mkdtempSync(join(tmpdir(), "ifp-bench-baseline-"));
+  const run = (args: string[], what: string) => {
+    const r = spawnSync(process.execPath, args, { cwd: out, encoding: "utf8" });
+    if (r.status !== 0) throw new Error(`${what} ${checkout} failed: ${(r.stdout + r.stderr).slice(-2000)}`);
+  };
   const tsc = here("../../node_modules/typescript/bin/tsc");
-  const r = spawnSync(
-    process.execPath,
-    [tsc, "-p", join(checkout, "tsconfig.build.json"), "--outDir", join(out, "out")],
-    {
-      encoding: "utf8",
-    },
-  );
-  if (r.status !== 0) throw new Error(`compiling ${checkout} failed: ${(r.stdout + r.stderr).slice(-2000)}`);
+  run([tsc, "-p", join(checkout, "tsconfig.build.json"), "--outDir", join(out, "dist")], "compiling");
   symlinkSync(deps, join(out, "node_modules"));
-  return join(out, "out/runtime/bin/ifp-runtime.js");
+  if (process.env.BENCH_RUNTIME_UNBUNDLED === "1" || !existsSync(join(checkout, "runtime/bundle.ts")))
+    return join(out, "dist/runtime/bin/ifp-runtime.js");
+  // As the image lays it out: the bundle beside the package.json that makes its files ES modules.
+  run([join(checkout, "runtime/bundle.ts")], "bundling");
+  copyFileSync(join(checkout, "package.json"), join(out, "dist/bundle/package.json"));
+  return join(out, "dist/bundle/runtime/bin/ifp-runtime.js");
 }
 
 function stop(child: ChildProcess): Promise<void> {

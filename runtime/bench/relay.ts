@@ -11,9 +11,10 @@
 //
 // BENCH_MESSAGES (default 2000) and BENCH_CONCURRENCY (default 1,8,32) bound the load;
 // BENCH_MODES (relay-delete,relay-batch,relay-ws) picks the relay paths. The relay runs with the
-// V8 heap bound the operator renders for a runtime pod (BENCH_RUNTIME_NODE_OPTIONS to change it). NATS
-// messages the relay sends per message (its round trips) are counted from the server's
-// monitoring endpoint.
+// V8 heap bound the operator renders for a runtime pod (BENCH_RUNTIME_NODE_OPTIONS to change it),
+// from the image's bundle (runtime/bundle.ts; BENCH_RUNTIME_UNBUNDLED=1: tsc's output and
+// node_modules). NATS messages the relay sends per message (its round trips) are counted from the
+// server's monitoring endpoint.
 //
 // Then how the cost grows (BENCH_SCALE=0 skips it): publishing to 10, 100 and 1,000 mailboxes
 // and reading them back; publish → pull → batch ack with 10^4 messages stored in other

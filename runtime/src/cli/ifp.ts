@@ -61,9 +61,22 @@ ${Object.values(COMMANDS).join("")}  ifp --version
       print the version of the ifp command
 ${FOOTER}`;
 
-/** The package's version, from the package.json beside runtime/ (source and compiled layout alike). */
+/**
+ * The package's version, from the package.json beside runtime/: three directories up from this
+ * module in the sources and in tsc's output, two from a chunk of the image's bundle
+ * (runtime/bundle.ts: /app/runtime/lib/*.js, /app/package.json).
+ */
 export function packageVersion(): string {
-  return (createRequire(import.meta.url)("../../../package.json") as { version: string }).version;
+  const require = createRequire(import.meta.url);
+  for (const path of ["../../../package.json", "../../package.json"]) {
+    try {
+      const pkg = require(path) as { name?: string; version?: string };
+      if (pkg.name === "ifp-operator" && pkg.version) return pkg.version;
+    } catch {
+      // Not this layout.
+    }
+  }
+  return "unknown";
 }
 
 class UsageError extends Error {}
