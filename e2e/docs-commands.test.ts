@@ -424,6 +424,10 @@ const CHECKS: Record<string, Check> = {
     holds: ['ifp("send", "--from-key", key, "--from", "pete-cli", "--to"'],
   },
   "npx ifp relay pull|tail RELAY_URL --key FILE --from AGENT_ID": { flags: "ifp" },
+  'npx ifp relay publish RELAY_URL --key FILE --from AGENT_ID --to AGENT_ID --text "…"': {
+    by: "runtime/test/cli/ifp-relay.test.ts",
+    holds: ['ifp("relay", "publish", f.relayUrl, "--key", aliceKey, "--from", alice.agentId, "--to"'],
+  },
   // Inline in the prose, not run here.
   "npm run e2e:kind": {
     not: "kind's nodes are Docker containers, and no Docker engine answers here (e2e/kind.ts says so and stops); `npm run e2e` and `npm run e2e:node` take the same path",

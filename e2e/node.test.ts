@@ -1202,7 +1202,7 @@ function scriptPod(
   image: string,
   script: string,
   env: Obj[],
-  mounts: { name: string; path: string; source: Obj }[],
+  mounts: { name: string; path: string; source: Obj; writable?: boolean }[],
 ): Obj {
   return {
     apiVersion: "v1",
@@ -1220,7 +1220,7 @@ function scriptPod(
           command: ["node", "--input-type=module", "-e", script],
           env,
           securityContext: RESTRICTED.container,
-          volumeMounts: mounts.map((m) => ({ name: m.name, mountPath: m.path, readOnly: true })),
+          volumeMounts: mounts.map((m) => ({ name: m.name, mountPath: m.path, readOnly: !m.writable })),
         },
       ],
       volumes: mounts.map((m) => ({ name: m.name, ...m.source })),
@@ -1303,51 +1303,58 @@ function strangerPublisher(
       { name: "RELAY", value: relayUrl },
       { name: "MESSAGE", value: JSON.stringify(message) },
     ],
-    [{ name: "trust", path: "/etc/ifp/trust", source: { configMap: { name: `${trustOf}-trust` } } }],
+    [
+      { name: "trust", path: "/etc/ifp/trust", source: { configMap: { name: `${trustOf}-trust` } } },
+      // Where ifp keygen writes the stranger's key (the root filesystem is read-only).
+      { name: "work", path: "/work", source: { emptyDir: {} }, writable: true },
+    ],
   );
 }
 
-const STRANGER_SCRIPT = `
-import { readFileSync, writeFileSync } from "node:fs";
-import { composeMessage } from "/app/runtime/src/agent/compose.js";
-import { HttpClient } from "/app/runtime/src/net/http-client.js";
-import { didKeyFromPublicKey } from "/app/runtime/src/protocol/did-key.js";
-import { generateSigningKey, privateKeyFromPem } from "/app/runtime/src/protocol/keys.js";
-import { signMessage } from "/app/runtime/src/protocol/signing.js";
-import { RelayClient } from "/app/runtime/src/net/relay-client.js";
+/**
+ * What the relay scripts share: the runtime image's own ifp command, run as a person runs it in a
+ * pod of that image, and its JSON answer.
+ */
+const IFP_IN_POD = `
+import { spawnSync } from "node:child_process";
+import { writeFileSync } from "node:fs";
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const made = generateSigningKey();
-const key = { agentId: didKeyFromPublicKey(made.publicKey), keyId: "key-1", privateKey: privateKeyFromPem(made.privateKeyPem) };
-const http = new HttpClient({ extraCa: readFileSync("/etc/ifp/trust/ca.crt", "utf8") });
-const relay = new RelayClient(process.env.RELAY, key, http);
-const message = signMessage(composeMessage(JSON.parse(process.env.MESSAGE), { agentId: key.agentId }), key);
-const result = { agent_id: key.agentId, message_id: message.headers.message_id };
-const outcome = (res) => res.status + " " + (JSON.parse(res.text || "{}").code ?? "");
-for (let attempt = 1; attempt <= 60; attempt++) {
-  try {
-    const res = await relay.publish(message);
-    result.status = res.status;
-    result.text = res.text;
-    if (res.status === 202 || (res.status >= 400 && res.status < 500 && res.status !== 429)) break;
-  } catch (err) {
-    result.error = String(err?.cause?.message ?? err?.message ?? err);
+const ifp = (...args) => spawnSync(process.execPath, ["/app/runtime/bin/ifp.js", ...args], { encoding: "utf8" });
+const ca = ["--ca-file", "/etc/ifp/trust/ca.crt"];
+const message = JSON.parse(process.env.MESSAGE);
+const answerOf = (r) => { try { return JSON.parse(r.stdout); } catch { return undefined; } };
+/** ifp relay publish until the relay takes it or refuses it for good (a 4xx other than 429). */
+async function publish(from, keyFile, extra = []) {
+  const result = {};
+  for (let attempt = 1; attempt <= 60; attempt++) {
+    const r = ifp("relay", "publish", process.env.RELAY, "--key", keyFile, "--from", from, ...extra, "--to", message.to, "--text", message.text, ...ca);
+    const answer = answerOf(r);
+    if (answer) Object.assign(result, { status: answer.status, agent_id: answer.from, message_id: answer.message_id, text: r.stdout.trim() });
+    else result.error = r.stderr.trim().slice(-500);
+    if (answer && (answer.status === 202 || (answer.status >= 400 && answer.status < 500 && answer.status !== 429))) break;
+    await sleep(2000);
   }
-  await sleep(2000);
+  return result;
 }
-try {
-  // Reading is the served agents' alone.
-  result.read = outcome(await relay.request("GET", "/relay/messages"));
-  // A simple name the Relay does not list cannot be looked up.
-  const unknownKey = { ...key, agentId: "stranger-without-identity" };
-  const unknown = signMessage(composeMessage(JSON.parse(process.env.MESSAGE), { agentId: unknownKey.agentId }), unknownKey);
-  result.unknown = outcome(await new RelayClient(process.env.RELAY, unknownKey, http).publish(unknown));
-} catch (err) {
-  result.error = String(err?.cause?.message ?? err?.message ?? err);
-}
-await http.close();
-console.log(JSON.stringify(result));
-writeFileSync("/dev/termination-log", JSON.stringify(result).slice(0, 4000));
-process.exitCode = result.status === 202 && result.read === "401 unknown_sender" && result.unknown === "401 unknown_sender" ? 0 : 1;
+const done = (result, ok) => {
+  console.log(JSON.stringify(result));
+  writeFileSync("/dev/termination-log", JSON.stringify(result).slice(0, 4000));
+  process.exitCode = ok ? 0 : 1;
+};
+`;
+
+const STRANGER_SCRIPT = `${IFP_IN_POD}
+const made = ifp("keygen", "--out", "/work/stranger.pem");
+if (made.status !== 0) throw new Error(made.stderr);
+// Signed with the did:key of a key it made itself.
+const result = await publish("did:key", "/work/stranger.pem");
+// Reading is the served agents' alone.
+const read = ifp("relay", "pull", process.env.RELAY, "--key", "/work/stranger.pem", "--from", "did:key", ...ca);
+result.read = /the relay answered (\\d+ \\w+)/.exec(read.stderr)?.[1] ?? "exit " + read.status + ": " + read.stderr.slice(-300);
+// A simple name the Relay does not list cannot be looked up.
+const unknown = answerOf(ifp("relay", "publish", process.env.RELAY, "--key", "/work/stranger.pem", "--from", "stranger-without-identity", "--to", message.to, "--text", message.text, ...ca));
+result.unknown = unknown ? unknown.status + " " + (unknown.code ?? "") : "no answer";
+done(result, result.status === 202 && result.read === "401 unknown_sender" && result.unknown === "401 unknown_sender");
 `;
 
 const LOCAL_API_SCRIPT = `
@@ -1432,32 +1439,8 @@ console.log(JSON.stringify(result));
 process.exitCode = result.task?.status?.state === "TASK_STATE_COMPLETED" ? 0 : 1;
 `;
 
-const RELAY_SCRIPT = `
-import { readFileSync, writeFileSync } from "node:fs";
-import { composeMessage } from "/app/runtime/src/agent/compose.js";
-import { HttpClient } from "/app/runtime/src/net/http-client.js";
-import { privateKeyFromPem } from "/app/runtime/src/protocol/keys.js";
-import { signMessage } from "/app/runtime/src/protocol/signing.js";
-import { RelayClient } from "/app/runtime/src/net/relay-client.js";
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const key = { agentId: process.env.AGENT_ID, keyId: process.env.KEY_ID, privateKey: privateKeyFromPem(readFileSync("/etc/ifp/signing/signing.key")) };
-const http = new HttpClient({ extraCa: readFileSync("/etc/ifp/trust/ca.crt", "utf8") });
-const relay = new RelayClient(process.env.RELAY, key, http);
-const message = signMessage(composeMessage(JSON.parse(process.env.MESSAGE), { agentId: key.agentId }), key);
-const result = { message_id: message.headers.message_id };
-for (let attempt = 1; attempt <= 60; attempt++) {
-  try {
-    const res = await relay.publish(message);
-    result.status = res.status;
-    result.text = res.text;
-    if (res.status === 202) break;
-  } catch (err) {
-    result.error = String(err?.cause?.message ?? err?.message ?? err);
-  }
-  await sleep(2000);
-}
-await http.close();
-console.log(JSON.stringify(result));
-writeFileSync("/dev/termination-log", JSON.stringify(result).slice(0, 4000));
-process.exitCode = result.status === 202 ? 0 : 1;
+const RELAY_SCRIPT = `${IFP_IN_POD}
+// Signed with the sending agent's own key, from its signing Secret.
+const result = await publish(process.env.AGENT_ID, "/etc/ifp/signing/signing.key", ["--key-id", process.env.KEY_ID]);
+done(result, result.status === 202);
 `;

@@ -30,6 +30,16 @@ const version = JSON.parse(readFileSync("package.json", "utf8")).version as stri
 const noBuild = process.getuid?.() !== 0 ? "building the images needs root (buildah)" : undefined;
 if (noBuild) process.stderr.write(`e2e/release/release.test.ts: the release itself skipped: ${noBuild}\n`);
 
+/** The images that run a bundle: where it is under /app, its commands, and packages it must hold. */
+const BUNDLED: Record<string, { dir: string; bins: string[]; holds: string[] }> = {
+  "ifp-operator": { dir: "operator", bins: ["ifp-operator.js"], holds: ["@kubernetes/client-node"] },
+  "ifp-runtime": {
+    dir: "runtime",
+    bins: ["ifp-runtime.js", "ifp.js"],
+    holds: ["fastify", "@nats-io/transport-node", "@kubernetes/client-node"],
+  },
+};
+
 const sha256 = (data: Buffer | string) => createHash("sha256").update(data).digest("hex");
 
 /**
@@ -234,7 +244,7 @@ describe("npm run release", () => {
       expect(manifest.images).toEqual(JSON.parse(JSON.stringify(made.images)));
     });
 
-    it("each image: one manifest whose digest is its content's, Node without a shell or npm, user 65532, pruned modules or the operator's bundle", () => {
+    it("each image: one manifest whose digest is its content's, Node without a shell or npm, user 65532, pruned modules or a bundle", () => {
       for (const img of made.images) {
         const archive = join(out, img.archive);
         const a = readArchive(archive);
@@ -255,11 +265,12 @@ describe("npm run release", () => {
         );
         expect(forbidden, img.name).toEqual([]);
         const modules = inImage.filter((f) => f.includes("/node_modules/"));
-        if (img.name === "ifp-operator") {
-          // The bundle (operator/bundle.ts): no node_modules, the bundled packages' licences in one file.
+        const bundle = BUNDLED[img.name];
+        if (bundle) {
+          // The bundle (runtime/bundle.ts, operator/bundle.ts): no node_modules, the bundled packages' licences in one file.
           expect(modules, img.name).toEqual([]);
-          expect(inImage).toContain("app/operator/bin/ifp-operator.js");
-          expect(inImage).toContain(`app/operator/${BUNDLE_LICENCES}`);
+          for (const bin of bundle.bins) expect(inImage).toContain(`app/${bundle.dir}/bin/${bin}`);
+          expect(inImage).toContain(`app/${bundle.dir}/${BUNDLE_LICENCES}`);
           expect(inImage.filter((f) => f.endsWith(".map"))).toEqual([]);
           continue;
         }
@@ -300,7 +311,9 @@ describe("npm run release", () => {
         }
         // The packages the image holds, by their package.json (or, bundled, by the bundle's
         // licence file), are the SBOM's libraries.
-        const bundled = imageFile(join(out, img.archive), `app/operator/${BUNDLE_LICENCES}`);
+        const bundle = BUNDLED[img.name];
+        const bundled = bundle && imageFile(join(out, img.archive), `app/${bundle.dir}/${BUNDLE_LICENCES}`);
+        if (bundle) expect(bundled, img.name).toBeTruthy();
         const held = new Set(
           bundled
             ? bundledPackages(bundled.toString("utf8")).map((p) => p.slice(0, p.lastIndexOf("@")))
@@ -309,7 +322,7 @@ describe("npm run release", () => {
                 .filter((n): n is string => n !== undefined),
         );
         expect(held.size, img.name).toBeGreaterThan(0);
-        if (img.name === "ifp-operator") expect(held).toContain("@kubernetes/client-node");
+        if (bundle) for (const pkg of bundle.holds) expect(held, img.name).toContain(pkg);
         const libraries = new Set(
           (bom.components as { type: string; name: string }[]).filter((c) => c.type === "library").map((c) => c.name),
         );

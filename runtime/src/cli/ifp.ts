@@ -47,6 +47,11 @@ const COMMANDS: Record<string, string> = {
   relay: `  ifp relay pull|tail RELAY_URL --key FILE --from AGENT_ID [--key-id K] [--ca-file F] [--ack] [--limit N]
       read your mailbox on a relay (pull lists waiting messages, --ack removes them;
       tail follows new ones)
+  ifp relay publish RELAY_URL --key FILE --from AGENT_ID --to AGENT_ID --text "…" [--phase P]
+            [--key-id K] [--ca-file F]
+      sign one message with your key and publish it on a relay for the agent reading there;
+      prints the relay's answer as one JSON line (exit 0 once it took the message);
+      --from did:key sends as the did:key of your key
 `,
 };
 
