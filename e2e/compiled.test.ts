@@ -113,6 +113,15 @@ function chartCommands(): string[] {
   return [...found].sort();
 }
 
+/** A command of an image laid out under `app`, run there as the image runs it. */
+const runIn = (app: string, entry: string, args: string[]) =>
+  spawnSync(process.execPath, [entry, ...args], {
+    cwd: app,
+    env: { NODE_ENV: "production", PATH: process.env.PATH },
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+
 /**
  * An image's bundle as laid out under `app`: in `dir`, the commands `bins` and minified chunks
  * only, no node_modules, no source map, and the licence file naming each of `packages` at the
@@ -149,13 +158,7 @@ describe("the operator image's bundle", () => {
   const app = imageApp("operator/Dockerfile");
   const store = tempDir("ifp-operator-bundle-store-");
   afterAll(() => releaseDir(store));
-  const run = (args: string[]) =>
-    spawnSync(process.execPath, ["operator/bin/ifp-operator.js", ...args], {
-      cwd: app,
-      env: { NODE_ENV: "production", PATH: process.env.PATH },
-      encoding: "utf8",
-      timeout: 60_000,
-    });
+  const run = (args: string[]) => runIn(app, "operator/bin/ifp-operator.js", args);
 
   it("is JavaScript and the bundled packages' licences, with no node_modules and no source map", () => {
     expectBundle(
@@ -202,13 +205,7 @@ describe("the operator image's bundle", () => {
 describe("the runtime image's bundle", () => {
   // Laid out once into the cache, as the inbox and relay benchmarks run it (e2e/support/compiled.ts).
   const app = imageApp("runtime/Dockerfile");
-  const run = (bin: string, args: string[]) =>
-    spawnSync(process.execPath, [`runtime/bin/${bin}.js`, ...args], {
-      cwd: app,
-      env: { NODE_ENV: "production", PATH: process.env.PATH },
-      encoding: "utf8",
-      timeout: 60_000,
-    });
+  const run = (bin: string, args: string[]) => runIn(app, `runtime/bin/${bin}.js`, args);
 
   it("is JavaScript and the bundled packages' licences, with no node_modules and no source map", () => {
     expectBundle(

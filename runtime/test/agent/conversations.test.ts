@@ -242,12 +242,9 @@ describe("conversations", () => {
     await waitFor("alice's handler", () =>
       aHandler.received.some((r) => r.body.headers.message_id === original.headers.message_id),
     );
-    const reply = await send(a.localApiUrl, {
-      in_reply_to: original.headers.message_id,
-      to: "carol-conv",
-      phase: "context",
-      text: "Still here",
-    });
+    const replyTo = (text: string) =>
+      send(a.localApiUrl, { in_reply_to: original.headers.message_id, to: "carol-conv", phase: "context", text });
+    const reply = await replyTo("Still here");
     expect(reply.status).toBe(202);
     expect(reply.body.message.headers).toMatchObject({
       to: [{ agent: "carol-conv" }],
@@ -279,12 +276,7 @@ describe("conversations", () => {
     } finally {
       await nc.close();
     }
-    const late = await send(a.localApiUrl, {
-      in_reply_to: original.headers.message_id,
-      to: "carol-conv",
-      phase: "context",
-      text: "Too late",
-    });
+    const late = await replyTo("Too late");
     expect(late.status).toBe(400);
     expect(late.body).toMatchObject({ code: "invalid_format" });
     expect(late.body.message).toContain(`no received message has message_id ${original.headers.message_id}`);

@@ -19,6 +19,23 @@ const ifp = (...args: string[]) =>
 let f: RelayFixture;
 withRelay([alice, bob], (x) => (f = x));
 const dir = tempDir();
+/** ifp relay publish to bob on the relay, signed with `key` as `from`, trusting the test CA. */
+const publish = (key: string, from: string, text: string, url = f.relayUrl) =>
+  ifp(
+    "relay",
+    "publish",
+    url,
+    "--key",
+    key,
+    "--from",
+    from,
+    "--to",
+    bob.agentId,
+    "--text",
+    text,
+    "--ca-file",
+    f.tls.files.ca,
+  );
 
 describe("ifp relay publish and pull", () => {
   it("publishes a signed message for an agent, who pulls it with its own key and acknowledges it", async () => {
@@ -64,20 +81,7 @@ describe("ifp relay publish and pull", () => {
     const key = join(dir, "stranger.pem");
     writeFileSync(key, generateSigningKey().privateKeyPem, { mode: 0o600 });
     const ca = ["--ca-file", f.tls.files.ca];
-    const sent = await ifp(
-      "relay",
-      "publish",
-      f.relayUrl,
-      "--key",
-      key,
-      "--from",
-      "did:key",
-      "--to",
-      bob.agentId,
-      "--text",
-      "from a stranger",
-      ...ca,
-    );
+    const sent = await publish(key, "did:key", "from a stranger");
     expect(sent.status, sent.stderr).toBe(0);
     expect(JSON.parse(sent.stdout)).toMatchObject({ status: 202, from: expect.stringMatching(/^did:key:z6Mk/) });
     const read = await ifp("relay", "pull", f.relayUrl, "--key", key, "--from", "did:key", ...ca);
@@ -87,21 +91,7 @@ describe("ifp relay publish and pull", () => {
 
   it("prints a refusal as JSON with the relay's code and exits 1; refuses bad input with its usage (exit 2)", async () => {
     const key = writeKey(dir, identity("nobody-the-relay-knows"));
-    const ca = ["--ca-file", f.tls.files.ca];
-    const refused = await ifp(
-      "relay",
-      "publish",
-      f.relayUrl,
-      "--key",
-      key,
-      "--from",
-      "nobody-the-relay-knows",
-      "--to",
-      bob.agentId,
-      "--text",
-      "hi",
-      ...ca,
-    );
+    const refused = await publish(key, "nobody-the-relay-knows", "hi");
     expect(refused.status).toBe(1);
     expect(JSON.parse(refused.stdout)).toMatchObject({
       status: 401,
@@ -123,37 +113,11 @@ describe("ifp relay publish and pull", () => {
     // Not a key: a clear error, exit 1; not an https URL: refused with the usage, exit 2.
     const notKey = join(dir, "not-a-key.pem");
     writeFileSync(notKey, "garbage");
-    const bad = await ifp(
-      "relay",
-      "publish",
-      f.relayUrl,
-      "--key",
-      notKey,
-      "--from",
-      "x",
-      "--to",
-      bob.agentId,
-      "--text",
-      "hi",
-      ...ca,
-    );
+    const bad = await publish(notKey, "x", "hi");
     expect(bad.status).toBe(1);
     expect(bad.stderr).toMatch(/^ifp: /);
     for (const url of [f.relayUrl.replace("https:", "http:"), "not a url"]) {
-      const plain = await ifp(
-        "relay",
-        "publish",
-        url,
-        "--key",
-        writeKey(dir, alice),
-        "--from",
-        alice.agentId,
-        "--to",
-        bob.agentId,
-        "--text",
-        "hi",
-        ...ca,
-      );
+      const plain = await publish(writeKey(dir, alice), alice.agentId, "hi", url);
       expect(plain.status, url).toBe(2);
       expect(plain.stderr).toMatch(/must be an https URL/);
     }
