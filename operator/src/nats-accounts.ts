@@ -167,6 +167,24 @@ export class NatsAccounts {
     return this.deleted.has(account);
   }
 
+  /**
+   * Whether the server's resolver holds `account`: the full resolver answers
+   * `$SYS.REQ.ACCOUNT.<key>.CLAIMS.LOOKUP` with the account's JWT, or with nothing when it has
+   * none (never pushed, or deleted, by this process or an earlier one). Throws when it cannot be
+   * asked, so that nothing is decided on a server that did not answer.
+   */
+  async onResolver(account: string): Promise<boolean> {
+    if (!ACCOUNT_KEY.test(account)) throw new Error(`not a NATS account key: ${account}`);
+    return this.use(SYSTEM, async ({ nc }) => {
+      const m = await nc
+        .request(`$SYS.REQ.ACCOUNT.${account}.CLAIMS.LOOKUP`, "", { timeout: this.opts.timeoutMs })
+        .catch((err: unknown) => {
+          throw new Error(`looking up the NATS account ${account}: ${errorMessage(err)}`);
+        });
+      return m.data.length > 0;
+    });
+  }
+
   /** `fn` with a JetStream manager of `account` (the operator's user there), from the pool. */
   async withAccount<T>(account: string, fn: (jsm: JetStreamManager) => Promise<T>): Promise<T> {
     if (!ACCOUNT_KEY.test(account)) throw new Error(`not a NATS account key: ${account}`);

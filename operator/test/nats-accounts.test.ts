@@ -228,7 +228,7 @@ describe("one account per runtime", () => {
     await expect(accounts.deleteAccount("nonsense", "x")).rejects.toThrow(/not a runtime's account/);
   }, 60_000);
 
-  it("cleans a deleted resource's account up once: run again on a cache that has not seen the resource go, it makes no account its credential could connect to", async () => {
+  it("cleans a deleted resource's account up once: run again on a cache that has not seen the resource go, or by a new operator process, it makes no account its credential could connect to", async () => {
     const dave = { kind: "Agent", metadata: { namespace: "ns", name: "dave", uid: "uid-dave" } };
     const account = issuer.accountOf("uid-dave");
     // No `<name>-nats` Secret in the cache: the account of the resource's own uid.
@@ -249,6 +249,24 @@ describe("one account per runtime", () => {
     expect(await deleteRuntimeData(ctx, dave, shared)).toEqual([]);
     expect(named).toHaveLength(2);
     await expect(runtime("dave", "ns/dave", account)).rejects.toThrow();
+    // A new operator process (a restart, another leader) knows nothing of the deletion: it asks
+    // the resolver, which no longer holds the account, and pushes nothing either. The same for a
+    // resource deleted before any process pushed its account.
+    const next = new NatsAccounts({ url: nats.url, issuer, log: silent, timeoutMs: 5_000 });
+    try {
+      const fresh = { caches: { get: () => undefined }, natsIssuer: issuer, natsAccounts: next } as never;
+      expect(await next.onResolver(account)).toBe(false);
+      expect(await deleteRuntimeData(fresh, dave, shared)).toEqual([]);
+      expect(named).toHaveLength(3);
+      await expect(runtime("dave", "ns/dave", account)).rejects.toThrow();
+      const never = { kind: "Agent", metadata: { namespace: "ns", name: "erin", uid: "uid-erin" } };
+      expect(await deleteRuntimeData(fresh, never, shared)).toEqual([]);
+      expect(await next.onResolver(issuer.accountOf("uid-erin"))).toBe(false);
+      // An account on the resolver is found there.
+      expect(await next.onResolver(await accounts.ensureAccount("uid-frank", "agent:ns/frank"))).toBe(true);
+    } finally {
+      await next.close();
+    }
   }, 60_000);
 
   it("keeps its connections into the accounts bounded and closes them when idle", async () => {

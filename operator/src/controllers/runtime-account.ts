@@ -50,10 +50,14 @@ export async function deleteRuntimeData(
   if (!account || !(await ownAccount(ctx, account))) return inRuntimeAccount(ctx, obj, named, account);
   const accounts = ctx.natsAccounts!;
   const label = `${obj.kind?.toLowerCase()}:${obj.metadata?.namespace}/${obj.metadata?.name}`;
-  // Deleted already by this process: the cleanup runs again only on a cache that had not yet
-  // seen the resource go, and pushing the account to look into it would let its credential in.
-  if (accounts.wasDeleted(account)) return accounts.withAccount(ctx.natsIssuer!.accountKey, named);
-  // The account is there to connect to even when this process never pushed it.
+  // Deleted already (the cleanup runs again on a cache that had not yet seen the resource go, or
+  // in a new operator process after the one that deleted it), or never pushed: there is nothing
+  // in it, and pushing the account to look into it would let its credential in. The resolver is
+  // asked when this process does not know: it holds the account until it is deleted, which is
+  // done only once the account's streams are.
+  if (accounts.wasDeleted(account) || !(await accounts.onResolver(account)))
+    return accounts.withAccount(ctx.natsIssuer!.accountKey, named);
+  // On the resolver: pushed (again) by this process, to connect to it.
   await accounts.ensureAccount(obj.metadata?.uid ?? "", label);
   const deleted = await accounts.withAccount(account, async (jsm) => {
     const gone: string[] = [];
