@@ -3,7 +3,6 @@
 // changes one thing about its answers, a sender that breaks the sending rules, a target that
 // hangs, and one that answers garbage. Every verdict carries its section and level; only MUST
 // misses fail the run unless --strict (SHOULD) or --profile (this project's profile) says so.
-import { execFile } from "node:child_process";
 import { createServer as httpServer } from "node:http";
 import { createServer as httpsServer, type Server } from "node:https";
 import { createServer as netServer } from "node:net";
@@ -19,17 +18,12 @@ import { CHECKS } from "../../src/check/catalog.ts";
 import { readFileSync } from "node:fs";
 import { runAgent, withNatsAndTls, type Tls } from "../support/agent-harness.ts";
 import { identity, peerOf, tempDir, writeKey } from "../support/fixtures.ts";
+import { ifpCommand } from "../support/ifp-command.ts";
 import { freePort } from "../../../e2e/support/ports.ts";
 import { baseUrl, runRelay, type RelayEnv } from "../support/relay-harness.ts";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 
-const BIN = new URL("../../bin/ifp.ts", import.meta.url).pathname;
-const ifp = (...args: string[]) =>
-  new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { encoding: "utf8", timeout: 60_000 }, (err, stdout, stderr) => {
-      resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
-    });
-  });
+const ifp = ifpCommand(60_000);
 
 const checker = identity("ifp-checker");
 const dir = tempDir();

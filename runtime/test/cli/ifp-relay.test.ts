@@ -1,20 +1,14 @@
 // `ifp relay publish|pull` as a person runs them: the command in a process of its own against a
 // real relay (in this process, on a real nats-server, over TLS), with key files on disk.
-import { execFile } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/protocol/keys.ts";
 import { identity, tempDir, writeKey } from "../support/fixtures.ts";
+import { ifpCommand } from "../support/ifp-command.ts";
 import { alice, bob, withRelay, type RelayFixture } from "../support/relay-harness.ts";
 
-const BIN = new URL("../../bin/ifp.ts", import.meta.url).pathname;
-const ifp = (...args: string[]) =>
-  new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { encoding: "utf8", timeout: 30_000 }, (err, stdout, stderr) => {
-      resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
-    });
-  });
+const ifp = ifpCommand();
 
 let f: RelayFixture;
 withRelay([alice, bob], (x) => (f = x));

@@ -1,4 +1,3 @@
-import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -6,16 +5,10 @@ import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { localhostTls } from "../../../e2e/support/tls.ts";
 import { waitFor } from "../../../e2e/support/ports.ts";
 import { identity, peerOf, tempDir, writeKey } from "../support/fixtures.ts";
+import { ifpCommand } from "../support/ifp-command.ts";
 import { runAgent, startHandler, type Tls } from "../support/agent-harness.ts";
 
-const BIN = new URL("../../bin/ifp.ts", import.meta.url).pathname;
-/** Run the command without blocking this process, which serves the agent under test. */
-const ifp = (...args: string[]) =>
-  new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { encoding: "utf8", timeout: 30_000 }, (err, stdout, stderr) => {
-      resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
-    });
-  });
+const ifp = ifpCommand();
 
 let nats: NatsServer;
 let tls: Tls;
