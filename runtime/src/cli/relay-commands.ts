@@ -8,7 +8,7 @@ import { didKeyFromPublicKey } from "../protocol/did-key.ts";
 import { privateKeyFromPem, rawPublicKey } from "../protocol/keys.ts";
 import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Message } from "../protocol/message.ts";
-import { MAX_PAGE_BYTES, RelayClient, RelayError } from "../net/relay-client.ts";
+import { MAX_PAGE_BYTES, RelayClient, RelayError, relayRefusal } from "../net/relay-client.ts";
 import { sseEvents } from "../net/sse.ts";
 
 const say = (line: string) => process.stderr.write(`${line}\n`);
@@ -86,25 +86,21 @@ export async function relayCommand(args: string[]): Promise<number> {
  */
 async function publish(client: RelayClient, message: Message, url: string): Promise<number> {
   const res = await client.publish(message);
-  let body: { code?: unknown; message?: unknown } = {};
-  try {
-    body = JSON.parse(res.text) as typeof body;
-  } catch {
-    // Not JSON: the status says it.
-  }
   const ok = res.status >= 200 && res.status < 300;
+  const refused = ok
+    ? undefined
+    : relayRefusal(res.status, res.text, { code: "unexpected_status", message: `the relay answered ${res.status}` });
   const answer = {
     status: res.status,
     message_id: message.headers.message_id,
     from: message.headers.from.agent,
-    ...(ok ? {} : { code: typeof body.code === "string" ? body.code : "unexpected_status" }),
-    ...(!ok && typeof body.message === "string" ? { message: body.message } : {}),
+    ...(refused ? { code: refused.code, message: refused.message } : {}),
   };
   process.stdout.write(`${JSON.stringify(answer)}\n`);
   say(
     ok
       ? `published ${answer.message_id} on ${url} for ${message.headers.to.map((t) => t.agent).join(", ")}`
-      : `the relay answered ${res.status} ${answer.code}${answer.message ? `: ${answer.message}` : ""}${res.retryAfter ? ` (retry after ${res.retryAfter} s)` : ""}`,
+      : `the relay answered ${res.status} ${answer.code}: ${answer.message}${res.retryAfter ? ` (retry after ${res.retryAfter} s)` : ""}`,
   );
   return ok ? 0 : 1;
 }

@@ -34,6 +34,32 @@ export class RelayError extends Error {
   }
 }
 
+/** A relay's answer as JSON, or undefined when it is not JSON. */
+function parsedBody(text: string | undefined): unknown {
+  try {
+    return JSON.parse(text ?? "");
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A relay's refusal of a request: the `code` and `message` of its error body, or `fallback`'s
+ * where the body (not JSON, or without them) says nothing.
+ */
+export function relayRefusal(
+  status: number,
+  text: string | undefined,
+  fallback: { code: string; message: string },
+): RelayError {
+  const body = (parsedBody(text) ?? {}) as { code?: unknown; message?: unknown };
+  return new RelayError(
+    status,
+    typeof body.code === "string" ? body.code : fallback.code,
+    typeof body.message === "string" ? body.message : fallback.message,
+  );
+}
+
 /**
  * A relay's HTTPS API as one agent sees it: every request signed with the agent's key
  * (RFC 9421, see protocol/http-signatures.ts). For the agent's sending side (relay fallback,
@@ -86,19 +112,11 @@ export class RelayClient {
       this.key,
     );
     const res = await this.http.stream(url, { method: "GET", headers, signal: opts.signal });
-    if (!res.body) {
-      let body: { code?: string; message?: string } = {};
-      try {
-        body = JSON.parse(res.text ?? "");
-      } catch {
-        // not JSON: the status says it
-      }
-      throw new RelayError(
-        res.status,
-        body.code ?? "unexpected_status",
-        body.message ?? `the relay answered ${res.status} to GET /relay/events`,
-      );
-    }
+    if (!res.body)
+      throw relayRefusal(res.status, res.text, {
+        code: "unexpected_status",
+        message: `the relay answered ${res.status} to GET /relay/events`,
+      });
     for await (const event of sseEvents(res.body, MAX_PAGE_BYTES)) {
       if (event.event !== "message" || !event.id || !/^\d{1,15}$/.test(event.id)) continue;
       let message: unknown;
@@ -195,17 +213,9 @@ export class RelayClient {
   }
 
   private json<T>(res: HttpResult): T {
-    let body: unknown;
-    try {
-      body = JSON.parse(res.text);
-    } catch {
-      body = undefined;
-    }
-    if (res.status >= 400) {
-      const e = (body ?? {}) as { code?: string; message?: string };
-      throw new RelayError(res.status, e.code ?? "unknown", e.message ?? `relay answered ${res.status}`);
-    }
-    return body as T;
+    if (res.status >= 400)
+      throw relayRefusal(res.status, res.text, { code: "unknown", message: `relay answered ${res.status}` });
+    return parsedBody(res.text) as T;
   }
 }
 
