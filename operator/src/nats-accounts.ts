@@ -20,6 +20,12 @@ import {
 import type { NatsOptions } from "../../runtime/src/nats/connection.ts";
 import { errorMessage } from "./kube/client.ts";
 import type { CredentialIssuer } from "./nats-credential-issuer.ts";
+import {
+  accountLimitsOf,
+  DEFAULT_ACCOUNT_LIMITS,
+  type AccountLimitSettings,
+  type AccountResource,
+} from "./nats-account-limits.ts";
 
 /** The pool key of the system account's connection (account keys start with A). */
 const SYSTEM = "$SYS";
@@ -43,6 +49,8 @@ export interface NatsAccountsOptions {
   idleMs?: number;
   /** Timeout of one request (default 5 s). */
   timeoutMs?: number;
+  /** What every runtime's account may hold (default DEFAULT_ACCOUNT_LIMITS). */
+  limits?: AccountLimitSettings;
 }
 
 interface Entry {
@@ -59,8 +67,8 @@ interface ClaimsReply {
 
 export class NatsAccounts {
   private readonly pool = new Map<string, Entry>();
-  /** Accounts pushed by this process (their JWTs do not change while it runs). */
-  private readonly pushed = new Set<string>();
+  /** Accounts pushed by this process, with the limits they were pushed with. */
+  private readonly pushed = new Map<string, string>();
   /**
    * Accounts this process deleted, the most recent DELETED_KEPT: never pushed again. An account
    * is its resource's uid's, which no later resource has, so only a cleanup run again for a
@@ -80,7 +88,7 @@ export class NatsAccounts {
   readonly toldOpen = new Set<string>();
 
   constructor(opts: NatsAccountsOptions) {
-    this.opts = { maxConnections: 8, idleMs: 30_000, timeoutMs: 5_000, ...opts };
+    this.opts = { maxConnections: 8, idleMs: 30_000, timeoutMs: 5_000, limits: DEFAULT_ACCOUNT_LIMITS, ...opts };
     this.sweeper = setInterval(() => this.sweep(Date.now()), Math.max(1_000, this.opts.idleMs / 2));
     this.sweeper.unref();
   }
@@ -132,17 +140,24 @@ export class NatsAccounts {
 
   /**
    * The account of the runtime of the resource `uid`, made on the server if this process has not
-   * pushed it yet: its JWT (operator-signed, JetStream, the install's signing key) sent to the
-   * full resolver. Fails when the server does not take it (a NATS without a full resolver).
+   * pushed it yet, or pushed again when the limits its spec gives (`resource`, accountLimitsOf)
+   * changed: its JWT (operator-signed, JetStream within those limits, the install's signing key)
+   * sent to the full resolver. Fails when the server does not take it (a NATS without a full
+   * resolver).
    */
-  async ensureAccount(uid: string, name: string): Promise<string> {
+  async ensureAccount(uid: string, name: string, resource?: AccountResource): Promise<string> {
     const account = this.opts.issuer.accountOf(uid);
-    if (this.pushed.has(account)) return account;
+    const pushed = this.pushed.get(account);
+    if (pushed !== undefined && resource === undefined) return account;
     if (this.deleted.has(account))
       throw new Error(`the NATS account of ${name} was deleted with it; it is never made again`);
-    const jwt = await this.opts.issuer.runtimeAccountJwt(account, name);
+    const clustered = await this.use(SYSTEM, async ({ nc }) => !!nc.info?.cluster);
+    const limits = accountLimitsOf(resource, this.opts.limits, clustered);
+    const key = JSON.stringify(limits);
+    if (pushed === key) return account;
+    const jwt = await this.opts.issuer.runtimeAccountJwt(account, name, limits);
     await this.claims("$SYS.REQ.CLAIMS.UPDATE", jwt, `pushing the NATS account of ${name}`);
-    this.pushed.add(account);
+    this.pushed.set(account, key);
     return account;
   }
 

@@ -25,6 +25,7 @@ import {
 import { createAccount, createOperator, createUser, fromSeed, Prefix, type KeyPair } from "@nats-io/nkeys";
 import { Codec } from "@nats-io/nkeys/lib/codec.js";
 import type { NatsPermissions } from "../../runtime/src/contract/nats-permissions.ts";
+import type { RuntimeAccountLimits } from "./nats-account-limits.ts";
 
 /** How long an issued user credential is valid, and when (fraction of that) it is re-issued. */
 export const CREDENTIAL_LIFETIME_MS = 30 * 24 * 3600_000;
@@ -76,7 +77,7 @@ function keyPair(seed: string, prefix: "O" | "A"): KeyPair {
 export const RESOLVER_DIR = "/data/jwt";
 
 const UNLIMITED = { subs: -1, data: -1, payload: -1, imports: -1, exports: -1, wildcards: true, conn: -1, leaf: -1 };
-/** JetStream enabled without limits (a per-tenant quota would go here). */
+/** JetStream enabled without limits: the shared account of the one-account model. */
 const JETSTREAM = { mem_storage: -1, disk_storage: -1, streams: -1, consumer: -1 };
 
 /**
@@ -184,13 +185,17 @@ export class CredentialIssuer {
     return fromSeed(Codec.encodeSeed(Prefix.Account, raw)).getPublicKey();
   }
 
-  /** The JWT of a runtime's account: signed by the operator key, JetStream enabled, the install's signing key listed, no exports or imports. */
-  async runtimeAccountJwt(account: string, name: string): Promise<string> {
+  /**
+   * The JWT of a runtime's account: signed by the operator key, JetStream enabled within `limits`
+   * (store, memory, streams, consumers, connections, subscriptions), the install's signing key
+   * listed, no exports or imports.
+   */
+  async runtimeAccountJwt(account: string, name: string, limits: RuntimeAccountLimits): Promise<string> {
     const keys = this.need();
     return encodeAccount(
       name,
       account,
-      { limits: { ...UNLIMITED, ...JETSTREAM }, signing_keys: [this.signing.getPublicKey()] } as Partial<Account>,
+      { limits: { ...UNLIMITED, ...limits }, signing_keys: [this.signing.getPublicKey()] } as Partial<Account>,
       { signer: keys.operator },
     );
   }

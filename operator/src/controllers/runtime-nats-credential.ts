@@ -21,6 +21,7 @@ import {
   type NatsKeys,
 } from "../nats-credential-issuer.ts";
 import type { NatsAccounts } from "../nats-accounts.ts";
+import type { AccountResource } from "../nats-account-limits.ts";
 import type { ReconcileContext } from "./context.ts";
 import { childMeta } from "./names.ts";
 import type { Owner } from "./settings.ts";
@@ -63,14 +64,16 @@ export function accountOfSecret(
 
 /**
  * Make sure `<name>-nats` holds a valid credential of the runtime's account with exactly
- * `permissions`, the account made on the server first. Returns what was written, the account,
- * and when to look again (just after the renewal is due).
+ * `permissions`, the account made on the server first within the limits `spec` gives it
+ * (nats-account-limits.ts). Returns what was written, the account, and when to look again (just
+ * after the renewal is due).
  */
 export async function ensureNatsCreds(
   ctx: ReconcileContext & { natsAccounts?: NatsAccounts },
   owner: Owner,
   issuer: CredentialIssuer,
   permissions: NatsPermissions,
+  spec: NonNullable<AccountResource["spec"]>,
   now = Date.now(),
 ): Promise<{ applied: string[]; requeueAfterMs: number; account: string }> {
   const ns = owner.metadata.namespace;
@@ -87,7 +90,7 @@ export async function ensureNatsCreds(
   const { account, sharedSince } = accountOfSecret(owner, current, issuer, !!ctx.natsAccounts);
   const label = `${owner.kind.toLowerCase()}:${ns}/${owner.metadata.name}`;
   if (ctx.natsAccounts && account !== issuer.accountKey)
-    await ensureAccountOnServer(ctx, ctx.natsAccounts, owner, label);
+    await ensureAccountOnServer(ctx, ctx.natsAccounts, owner, label, spec);
   const annotated =
     sharedSince === undefined || current?.metadata?.annotations?.[SHARED_ACCOUNT_ANNOTATION] === sharedSince;
   const due = renewalDue(existing, permissions, account);
@@ -114,7 +117,7 @@ export async function ensureNatsCreds(
 
 /**
  * The runtime's own account on the server before a credential of it is handed out (pushed once
- * per operator process). A server that authenticates no client has no accounts to push to: the
+ * per operator process, and again when its limits change). A server that authenticates no client has no accounts to push to: the
  * credential is issued all the same (it ignores it), and the resource is told once per process.
  */
 async function ensureAccountOnServer(
@@ -122,10 +125,11 @@ async function ensureAccountOnServer(
   accounts: NatsAccounts,
   owner: Owner,
   label: string,
+  spec: NonNullable<AccountResource["spec"]>,
 ): Promise<void> {
   const { name, namespace, uid } = owner.metadata;
   if (await accounts.isolating()) {
-    await accounts.ensureAccount(uid, label);
+    await accounts.ensureAccount(uid, label, { kind: owner.kind, spec } as AccountResource);
     return;
   }
   if (accounts.toldOpen.has(uid)) return;

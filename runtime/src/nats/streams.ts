@@ -14,11 +14,12 @@ export function isNotFound(err: unknown): boolean {
 
 /**
  * JetStream's refusals of a full stream under `discard: new` (maximum messages or bytes
- * exceeded, 10077/10078) and of storage it cannot get (insufficient resources, 10047).
+ * exceeded, 10077/10078), of storage it cannot get (insufficient resources, 10047) and of a
+ * write beyond the account's JetStream limits (resource limits exceeded for account, 10002).
  */
 export function isFull(err: unknown): boolean {
-  if (err instanceof JetStreamApiError && [10047, 10077, 10078].includes(err.code)) return true;
-  return /maximum (messages|bytes) exceeded|insufficient resources/i.test(errorMessage(err));
+  if (err instanceof JetStreamApiError && [10002, 10047, 10077, 10078].includes(err.code)) return true;
+  return /maximum (messages|bytes) exceeded|insufficient resources|resource limits exceeded/i.test(errorMessage(err));
 }
 
 /**

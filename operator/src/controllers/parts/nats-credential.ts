@@ -1,6 +1,7 @@
 // The runtime's own NATS credential, when the operator issues them (runtime-nats-credential.ts):
 // the Secret `<name>-nats` with the permissions of its kind, in its own account.
 import type { NatsPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
+import type { AccountResource } from "../../nats-account-limits.ts";
 import type { Part } from "../pipeline.ts";
 import { ensureNatsCreds } from "../runtime-nats-credential.ts";
 import type { RuntimePass, RuntimeSpec } from "./pass.ts";
@@ -12,7 +13,14 @@ export function natsCredentialPart<R extends RuntimeSpec>(
     name: "nats-credential",
     async ensure(ctx, pass) {
       if (!ctx.natsIssuer) return {};
-      const creds = await ensureNatsCreds(ctx, pass.owner, ctx.natsIssuer, permissions(pass));
+      const creds = await ensureNatsCreds(
+        ctx,
+        pass.owner,
+        ctx.natsIssuer,
+        permissions(pass),
+        // The Agent's inbox and durability, the Relay's retention: what its account's limits follow.
+        pass.resource.spec as NonNullable<AccountResource["spec"]>,
+      );
       pass.found.natsAccount = creds.account;
       return { applied: creds.applied, requeueAfterMs: creds.requeueAfterMs };
     },
