@@ -10,6 +10,7 @@ import { parseAllDocuments, stringify } from "yaml";
 import { toolPath } from "./tools/tools.ts";
 import { tempDir } from "./support/process.ts";
 import { parseFlags } from "../operator/src/main.ts";
+import { DEFAULT_ACCOUNT_LIMITS } from "../operator/src/nats-account-limits.ts";
 import { NATS_DIGEST } from "../charts/ifp-operator/values.schema.ts";
 
 const CHART = "charts/ifp-operator";
@@ -168,6 +169,32 @@ describe("chart values passed through", () => {
     expect(parsed.options.workers).toBe(12);
     expect(parsed.options.resyncMs).toBe(90_000);
     expect(parsed.options.settings.natsAuthSecret).toBe("nats-auth");
+  });
+
+  it("gives every runtime's NATS account the limits of runtime.natsAccountLimits, the operator's defaults by default", () => {
+    const limits = (values: object) =>
+      (parseFlags(operatorPod(render(values)).containers[0].args) as Obj).options.natsAccountLimits;
+    expect(limits({})).toEqual(DEFAULT_ACCOUNT_LIMITS);
+    expect(
+      limits({
+        runtime: {
+          natsAccountLimits: {
+            dataBytes: "16Mi",
+            memoryBytes: 1048576,
+            streams: 12,
+            consumers: 64,
+            subscriptions: 512,
+          },
+        },
+      }),
+    ).toEqual({
+      ...DEFAULT_ACCOUNT_LIMITS,
+      dataBytes: 16 * 1024 * 1024,
+      memoryBytes: 1024 * 1024,
+      streams: 12,
+      consumers: 64,
+      subscriptions: 512,
+    });
   });
 
   it("reaches every flag of the operator from values: rendered by the chart, or set through extraEnv or extraArgs for a reason", () => {

@@ -11,6 +11,11 @@ const DIGEST = z
   .default("");
 
 /** nats:2.12.15-alpine's image index on Docker Hub. */
+/** A size in bytes: a whole number, or a quantity with a binary suffix (64Mi, 1Gi). */
+const ByteSize = z.union([z.number().int().min(0), z.string().regex(/^[0-9]+(Ki|Mi|Gi|Ti)?$/)]);
+/** A count of a runtime account's limits (its operator flag takes 1 to 1,000,000). */
+const Count = z.number().int().min(1).max(1_000_000);
+
 export const NATS_DIGEST = "sha256:b270f5e2428354c0335612694d7dd2fb588148e567a5757fdff325ef9c9332e6";
 
 const Image = (repository: string, tag: string, digest = "") =>
@@ -216,6 +221,28 @@ export const Values = z.strictObject({
         .string()
         .regex(/^[1-9][0-9]*(s|m|h)$/)
         .default("5m"),
+      natsAccountLimits: z
+        .strictObject({
+          dataBytes: ByteSize.default("64Mi").describe(
+            "JetStream disk of every runtime's NATS account beside its inbox (an Agent's spec.inbox.maxBytes) or stream (a Relay's spec.retention.maxBytes): its outbox and KV buckets, per replica",
+          ),
+          memoryBytes: ByteSize.default(0).describe(
+            "JetStream memory of every runtime's account besides a memory Relay's stream (0: no memory streams)",
+          ),
+          unboundedRelayBytes: ByteSize.default("1Gi").describe(
+            "The disk (or memory) of a Relay whose spec.retention.maxBytes is -1",
+          ),
+          streams: Count.default(16).describe("Streams and KV buckets per runtime account"),
+          consumers: Count.default(10000).describe(
+            "Consumers per stream of a runtime account: a Relay has one per Agent it pushes to",
+          ),
+          connections: Count.default(256).describe("Client connections per runtime account"),
+          subscriptions: Count.default(4096).describe("Subscriptions per runtime account"),
+        })
+        .prefault({})
+        .describe(
+          "What every runtime's NATS account may hold (docs/scale.md, Capacity per runtime); the disk also follows each Agent's spec.inbox.maxBytes and each Relay's spec.retention",
+        ),
       clusterNetworks: z
         .array(z.string().min(1).max(64))
         .default(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fd00::/8"])

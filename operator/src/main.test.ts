@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { microTime } from "./leader.ts";
 import { parseFlags } from "./main.ts";
+import { DEFAULT_ACCOUNT_LIMITS } from "./nats-account-limits.ts";
 import { parseReloadNatsFlags } from "./nats-reloader.ts";
 
 describe("ifp-operator flags", () => {
@@ -217,6 +218,39 @@ describe("ifp-operator flags", () => {
     }
     expect(() => parseFlags(["--finalizer-timeout=0s"], {})).toThrow(/--finalizer-timeout takes a duration/);
     expect(() => parseFlags(["--finalizer-timeout=forever"], {})).toThrow(/--finalizer-timeout takes a duration/);
+  });
+
+  it("takes what every runtime's NATS account may hold, and refuses sizes and counts that are not", () => {
+    expect(parseFlags([], {}).options.natsAccountLimits).toEqual(DEFAULT_ACCOUNT_LIMITS);
+    const { options } = parseFlags(
+      [
+        "--nats-account-data-bytes=16Mi",
+        "--nats-account-memory-bytes=1048576",
+        "--nats-account-unbounded-relay-bytes=2Gi",
+        "--nats-account-streams=12",
+        "--nats-account-consumers=64",
+        "--nats-account-connections=8",
+        "--nats-account-subscriptions=512",
+      ],
+      {},
+    );
+    expect(options.natsAccountLimits).toEqual({
+      dataBytes: 16 * 1024 * 1024,
+      memoryBytes: 1024 * 1024,
+      unboundedRelayBytes: 2 * 1024 * 1024 * 1024,
+      streams: 12,
+      consumers: 64,
+      connections: 8,
+      subscriptions: 512,
+    });
+    for (const bad of ["-1", "1.5", "0.3Ki", "lots", "1e40"])
+      expect(() => parseFlags([`--nats-account-data-bytes=${bad}`], {})).toThrow(
+        /--nats-account-data-bytes must be a whole number of bytes or a quantity/,
+      );
+    for (const bad of ["0", "-1", "ten"])
+      expect(() => parseFlags([`--nats-account-streams=${bad}`], {})).toThrow(
+        /--nats-account-streams must be a whole number/,
+      );
   });
 
   it("takes the number or share of Agents that may roll at once", () => {

@@ -14,6 +14,8 @@ import { createLogger } from "../../runtime/src/telemetry/log-format.ts";
 import { errorMessage, Kube } from "./kube/client.ts";
 import { prepareUninstall } from "./uninstall.ts";
 import { RELOAD_NATS_USAGE } from "./nats-reloader.ts";
+import { DEFAULT_ACCOUNT_LIMITS, type AccountLimitSettings } from "./nats-account-limits.ts";
+import { NANO, parseQuantity } from "../../runtime/src/resources/quantity.ts";
 import { duration, list, readFlags, subcommand, UsageError } from "./flags.ts";
 import { parseTolerationEntry } from "./controllers/pod-policy.ts";
 
@@ -37,6 +39,18 @@ account). Every flag also reads the environment variable in brackets.
   --nats-creds-secret-key KEY     its key (default: the file name of --nats-creds, else nats.creds)
   --nats-auth-secret NAME         Secret in each resource's namespace with optional keys user,
                                   password, token, given to the runtime pods as IFP_NATS_USER …
+  --nats-account-data-bytes Q     JetStream disk of every runtime's account beside its inbox (an
+                                  Agent's spec.inbox.maxBytes) or stream (a Relay's
+                                  spec.retention.maxBytes): its outbox and KV buckets, per replica
+                                  (quantity, default 64Mi)
+  --nats-account-memory-bytes Q   JetStream memory of every runtime's account besides a memory
+                                  Relay's stream (default 0: no memory streams)
+  --nats-account-unbounded-relay-bytes Q  the disk (or memory) of a Relay whose
+                                  spec.retention.maxBytes is -1 (default 1Gi)
+  --nats-account-streams N        streams and KV buckets per runtime account (default 16)
+  --nats-account-consumers N      consumers per stream of a runtime account (default 10000)
+  --nats-account-connections N    client connections per runtime account (default 256)
+  --nats-account-subscriptions N  subscriptions per runtime account (default 4096)
   --nats-tls MODE                 off (default: TLS as the server offers it, verified with the system
                                   roots) or trust: TLS required, the server's certificate verified with
                                   the install CAs and --extra-cas (the operator) and each runtime's
@@ -156,6 +170,13 @@ const OPTIONS = {
   "nats-account-secret": { type: "string", env: "IFP_NATS_ACCOUNT_SECRET" },
   "nats-account-secret-namespace": { type: "string" },
   "nats-creds-secret-key": { type: "string" },
+  "nats-account-data-bytes": { type: "string" },
+  "nats-account-memory-bytes": { type: "string" },
+  "nats-account-unbounded-relay-bytes": { type: "string" },
+  "nats-account-streams": { type: "string" },
+  "nats-account-consumers": { type: "string" },
+  "nats-account-connections": { type: "string" },
+  "nats-account-subscriptions": { type: "string" },
   "nats-auth-secret": { type: "string" },
   "nats-tls": { type: "string", env: "IFP_NATS_TLS" },
   "nats-tls-secret": { type: "string", env: "IFP_NATS_TLS_SECRET" },
@@ -470,6 +491,7 @@ export function parseFlags(
       kubeconfig: str("kubeconfig"),
       settings,
       ...nats,
+      natsAccountLimits: accountLimits(str),
       watchNamespaces: list(str("watch-namespaces")),
       leaderElection:
         leaderElect === "true"
@@ -531,6 +553,34 @@ function runtimeSettings(str: Flag): ManagerOptions["settings"] {
       networkPolicies === "true"
         ? { metricsNamespaces: namespaceList("metrics-namespaces", str("metrics-namespaces")) }
         : undefined,
+  };
+}
+
+/** A byte size flag: a whole number of bytes, or a quantity (64Mi, 1Gi). */
+function byteSize(name: string, text: string): number {
+  const q = parseQuantity(text);
+  const bytes = q && !q.negative && q.nanos % NANO === 0n ? Number(q.nanos / NANO) : Number.NaN;
+  if (!Number.isSafeInteger(bytes))
+    throw new UsageError(
+      `--${name} must be a whole number of bytes or a quantity such as 64Mi, not ${JSON.stringify(text)}`,
+    );
+  return bytes;
+}
+
+/** What every runtime's NATS account may hold (nats-account-limits.ts). */
+function accountLimits(str: Flag): AccountLimitSettings {
+  const d = DEFAULT_ACCOUNT_LIMITS;
+  const count = (name: keyof typeof OPTIONS, fallback: number) =>
+    integer(name, str(name) ?? String(fallback), 1, 1_000_000);
+  const size = (name: keyof typeof OPTIONS, fallback: number) => byteSize(name, str(name) ?? String(fallback));
+  return {
+    dataBytes: size("nats-account-data-bytes", d.dataBytes),
+    memoryBytes: size("nats-account-memory-bytes", d.memoryBytes),
+    unboundedRelayBytes: size("nats-account-unbounded-relay-bytes", d.unboundedRelayBytes),
+    streams: count("nats-account-streams", d.streams),
+    consumers: count("nats-account-consumers", d.consumers),
+    connections: count("nats-account-connections", d.connections),
+    subscriptions: count("nats-account-subscriptions", d.subscriptions),
   };
 }
 

@@ -10,6 +10,7 @@ import { OPERATOR_INBOX_PREFIX, operatorPermissions } from "../../runtime/src/co
 import { loadNatsIssuer } from "./controllers/runtime-nats-credential.ts";
 import { deleteRuntimeData, inRuntimeAccount } from "./controllers/runtime-account.ts";
 import { NatsAccounts } from "./nats-accounts.ts";
+import type { AccountLimitSettings } from "./nats-account-limits.ts";
 import type { CredentialIssuer } from "./nats-credential-issuer.ts";
 import { reconcileAgent } from "./controllers/agent-controller.ts";
 import { NamespaceLabels } from "./controllers/namespace-labels.ts";
@@ -42,6 +43,8 @@ export interface ManagerOptions {
    * operator then issues each runtime its own credential, and itself one for relay streams.
    */
   natsAccount?: { namespace: string; name: string };
+  /** What every runtime's NATS account may hold (default DEFAULT_ACCOUNT_LIMITS). */
+  natsAccountLimits?: AccountLimitSettings;
   /** The pool of connections into the runtimes' accounts (defaults: 8 connections, closed after 30 s unused). */
   natsAccountPool?: { maxConnections?: number; idleMs?: number };
   /**
@@ -357,6 +360,7 @@ async function connectNats(
           tls: fromTrust ? trustTls : opts.nats.tls,
           issuer: natsIssuer,
           log,
+          ...(opts.natsAccountLimits ? { limits: opts.natsAccountLimits } : {}),
           ...opts.natsAccountPool,
         })
       : undefined;

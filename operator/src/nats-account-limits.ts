@@ -32,7 +32,7 @@ export const DEFAULT_ACCOUNT_LIMITS: AccountLimitSettings = {
   memoryBytes: 0,
   unboundedRelayBytes: 1024 * MIB,
   streams: 16,
-  consumers: 1024,
+  consumers: 10_000,
   connections: 256,
   subscriptions: 4096,
 };
