@@ -1,9 +1,9 @@
 // Capacity per runtime, against a real nats-server in operator mode with small store and memory
 // limits: each runtime's account JWT, as NatsAccounts pushes it, bounds what one tenant's
 // credential can take of the servers' file store and memory. Each attack is run by the attacker
-// with nothing but its own runtime credential; the victim's streams keep taking messages. The
-// runtimes' own streams and buckets are made under the default limits (an Agent and a Relay
-// started for real in accounts of their own).
+// with nothing but its own runtime credential; the victim's streams keep taking messages. A
+// changed spec.inbox.maxBytes pushes the account again. The runtimes' own streams and buckets are
+// made under the default limits (an Agent and a Relay started for real in accounts of their own).
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { jetstream, jetstreamManager, StorageType, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
@@ -174,6 +174,27 @@ describe("capacity per runtime account", () => {
     const carol = await tenant("fill-carol", agent(4 * MIB));
     await carol.jsm.streams.add(inbox(carol.names, 4 * MIB));
     expect((await fill(carol.nc, carol.names.inbox("m"), 2 * MIB)).refused).toBeUndefined();
+  }, 60_000);
+});
+
+describe("an account's limits follow its spec", () => {
+  it("a larger spec.inbox.maxBytes pushes the account again: the larger inbox is made", async () => {
+    const dave = await tenant("grow-dave", agent(4 * MIB));
+    const larger = inbox(dave.names, 8 * MIB);
+    expect(String(await dave.jsm.streams.add(larger).catch((err: unknown) => err))).toMatch(
+      /insufficient storage resources/,
+    );
+    expect(await accounts.ensureAccount("grow-dave", "test:grow-dave", agent(8 * MIB))).toBe(dave.account);
+    await waitFor(
+      "the larger inbox",
+      () =>
+        dave.jsm.streams.add(larger).then(
+          () => true,
+          () => false,
+        ),
+      10_000,
+    );
+    expect((await dave.jsm.streams.info(larger.name)).config.max_bytes).toBe(8 * MIB);
   }, 60_000);
 });
 
