@@ -18,19 +18,13 @@ import { localhostTls } from "../../e2e/support/tls.ts";
 import { agentNames } from "../../runtime/src/contract/agent-names.ts";
 import { agentInboxPrefix, agentPermissions, relayPermissions } from "../../runtime/src/contract/nats-permissions.ts";
 import { isFull } from "../../runtime/src/nats/streams.ts";
-import { startAgent } from "../../runtime/src/agent/main.ts";
 import { startRelay } from "../../runtime/src/relay/main.ts";
 import { LocalApiClient } from "../../runtime/src/client/local.ts";
-import { AgentSpec } from "../../runtime/src/resources/agent.ts";
+import { AgentSpec, type AgentSpecInput } from "../../runtime/src/resources/agent.ts";
 import { RelaySpec } from "../../runtime/src/resources/relay.ts";
-import { startHandler } from "../../runtime/test/support/agent-harness.ts";
-import {
-  identity,
-  peerOf,
-  writeAgentManifest,
-  writeKey,
-  writeRelayManifest,
-} from "../../runtime/test/support/fixtures.ts";
+import { runAgent, startHandler } from "../../runtime/test/support/agent-harness.ts";
+import { untilState } from "../../runtime/test/support/outbox-harness.ts";
+import { identity, peerOf, throughRelay, writeRelayManifest } from "../../runtime/test/support/fixtures.ts";
 import { DEFAULT_ACCOUNT_LIMITS, type AccountResource } from "../src/nats-account-limits.ts";
 import { NatsAccounts } from "../src/nats-accounts.ts";
 import { CredentialIssuer, generateKeys, serverConfig } from "../src/nats-credential-issuer.ts";
@@ -240,33 +234,15 @@ describe("a runtime's own streams under the default limits", () => {
     const relayUrl = relay.url.replace("127.0.0.1", "localhost");
     const started: { close(): Promise<void> }[] = [relay];
     const agentAccounts: string[] = [];
-    const agent = async (self: typeof alice, spec: object) => {
-      const full = { agentId: self.agentId, ...spec };
+    const agent = async (self: typeof alice, spec: Omit<AgentSpecInput, "agentId">) => {
       const creds = await credsFile(
         `uid-${self.agentId}`,
-        { kind: "Agent", spec: AgentSpec.parse(full) },
+        { kind: "Agent", spec: AgentSpec.parse({ agentId: self.agentId, ...spec }) },
         agentPermissions(self.agentId),
       );
       agentAccounts.push(creds.account);
-      const d = tempDir("ifp-agent-");
-      const running = await startAgent({
-        manifest: writeAgentManifest(d, full),
-        port: 0,
-        host: "127.0.0.1",
-        tlsCert: tls.files.cert,
-        tlsKey: tls.files.key,
-        signingKey: writeKey(d, self),
-        nats: { url: server.url, credsFile: creds.file },
-        localApiPort: 0,
-        caFile: tls.files.ca,
-        logger: silent,
-      });
+      const running = await runAgent({ self, spec, natsUrl: server.url, natsCredsFile: creds.file, tls });
       started.push(running);
-      await waitFor(
-        `${self.agentId} ready`,
-        async () => (await httpsRequest(`${running.url}/readyz`, { ca: tls.ca })).status === 200,
-        30_000,
-      );
       return running;
     };
     try {
@@ -275,31 +251,14 @@ describe("a runtime's own streams under the default limits", () => {
         async () => (await httpsRequest(`${relayUrl}/readyz`, { ca: tls.ca })).status === 200,
         30_000,
       );
-      await agent(bob, {
-        peers: [peerOf(alice)],
-        relay: { urls: [relayUrl], pollInterval: "300ms" },
-        handler: { url: handler.url },
-      });
-      const a = await agent(alice, {
-        peers: [{ ...peerOf(bob), relay: { urls: [relayUrl] } }],
-        outbound: { backoff: ["300ms"], retryFor: "30s" },
-        encryption: { relayTrust: [{ url: relayUrl, level: "self-operated" }] },
-      });
+      const specs = throughRelay(alice, bob, relayUrl, handler.url);
+      await agent(bob, specs.to);
+      const a = await agent(alice, specs.from);
       const sent = await new LocalApiClient(a.localApiUrl).send({ to: "bob-agent", text: "within its limits" });
-      const record = await waitFor(
-        "delivered",
-        async () => {
-          const r = await new LocalApiClient(a.localApiUrl).status(sent.message_id);
-          return r.state === "delivered" ? r : undefined;
-        },
-        30_000,
-      );
-      expect(record.recipients[0]).toMatchObject({ via: `relay:${relayUrl}` });
-      await waitFor(
-        "bob's handler",
-        () => handler.received.find((r) => r.body.headers.message_id === sent.message_id),
-        30_000,
-      );
+      expect((await untilState(a.localApiUrl, sent.message_id, "delivered")).recipients[0]).toMatchObject({
+        via: `relay:${relayUrl}`,
+      });
+      await waitFor("bob's handler", () => handler.received.find((r) => r.body.headers.message_id === sent.message_id));
       // Every stream and bucket each runtime made, within its account's stream limit.
       for (const account of [...agentAccounts, relayCreds.account]) {
         const names = await defaults.withAccount(account, async (jsm) => {

@@ -4,6 +4,7 @@
 // every runtime on a server that authenticates no client, where everything is in one account).
 import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
 import type { JetStreamManager } from "@nats-io/jetstream";
+import type { AccountResource } from "../nats-account-limits.ts";
 import { isNotFound } from "../../../runtime/src/nats/streams.ts";
 import { accountOfSecret, natsCredsSecretName } from "./runtime-nats-credential.ts";
 import type { ReconcileContext } from "./context.ts";
@@ -58,7 +59,10 @@ export async function deleteRuntimeData(
   if (accounts.wasDeleted(account) || !(await accounts.onResolver(account)))
     return accounts.withAccount(ctx.natsIssuer!.accountKey, named);
   // On the resolver: pushed (again) by this process, to connect to it.
-  await accounts.ensureAccount(obj.metadata?.uid ?? "", label);
+  await accounts.ensureAccount(obj.metadata?.uid ?? "", label, {
+    kind: obj.kind,
+    spec: (obj as { spec?: unknown }).spec,
+  } as AccountResource);
   const deleted = await accounts.withAccount(account, async (jsm) => {
     const gone: string[] = [];
     for await (const stream of jsm.streams.names()) {

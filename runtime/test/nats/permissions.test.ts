@@ -27,7 +27,15 @@ import {
 import { relayNames } from "../../src/contract/relay-stream.ts";
 import { Nats } from "../../src/nats/connection.ts";
 import { startRelay, type RunningRelay } from "../../src/relay/main.ts";
-import { identity, peerOf, tempDir, writeAgentManifest, writeKey, writeRelayManifest } from "../support/fixtures.ts";
+import {
+  identity,
+  peerOf,
+  throughRelay,
+  tempDir,
+  writeAgentManifest,
+  writeKey,
+  writeRelayManifest,
+} from "../support/fixtures.ts";
 import { startHandler, type Tls } from "../support/agent-harness.ts";
 
 const alice = identity("alice-agent");
@@ -137,16 +145,9 @@ describe("runtimes with their own NATS credential", () => {
         async () => (await httpsRequest(`${relayUrl}/readyz`, { ca: tls.ca })).status === 200,
         30_000,
       );
-      const b = await agent(bob, {
-        peers: [peerOf(alice)],
-        relay: { urls: [relayUrl], pollInterval: "300ms" },
-        handler: { url: handler.url },
-      });
-      const a = await agent(alice, {
-        peers: [{ ...peerOf(bob), relay: { urls: [relayUrl] } }],
-        outbound: { backoff: ["300ms"], retryFor: "30s" },
-        encryption: { relayTrust: [{ url: relayUrl, level: "self-operated" }] },
-      });
+      const specs = throughRelay(alice, bob, relayUrl, handler.url);
+      const b = await agent(bob, specs.to);
+      const a = await agent(alice, specs.from);
       try {
         const sent = await new LocalApiClient(a.localApiUrl).send({ to: "bob-agent", text: "with least privilege" });
         const record = await waitFor(

@@ -40,6 +40,8 @@ export async function runAgent(opts: {
   self: TestIdentity;
   spec: Omit<AgentSpecInput, "agentId">;
   natsUrl: string;
+  /** The runtime's NATS credential (a `.creds` file), as the operator issues it. */
+  natsCredsFile?: string;
   tls: Tls;
   dir?: string;
   port?: number;
@@ -78,7 +80,7 @@ export async function runAgent(opts: {
       tlsKey: opts.tls.files.key,
       signingKey: opts.signingKeyFile ?? writeKey(dir, opts.self),
       encryptionKey: opts.encryptionKey ? writeFile(dir, "encryption.key", opts.encryptionKey) : undefined,
-      nats: { url: opts.natsUrl },
+      nats: { url: opts.natsUrl, ...(opts.natsCredsFile ? { credsFile: opts.natsCredsFile } : {}) },
       localApiPort: 0,
       metricsPort: 0,
       introductionSecretFile: opts.introductionSecretFile,

@@ -41,6 +41,25 @@ export function tempDir(prefix = "ifp-test-"): string {
  * What a person running every runtime on one machine writes: peers, relays and webhooks on
  * loopback are allowed as targets (spec.network.allowPrivateTargets), unless the spec says otherwise.
  */
+/**
+ * Two agents that talk through one relay: `to` polls its mailbox there and hands what it gets to
+ * `handlerUrl`; `from` sends to `to` through the relay, trusting it as self-operated.
+ */
+export function throughRelay(from: TestIdentity, to: TestIdentity, relayUrl: string, handlerUrl: string) {
+  return {
+    to: {
+      peers: [peerOf(from)],
+      relay: { urls: [relayUrl], pollInterval: "300ms" },
+      handler: { url: handlerUrl },
+    },
+    from: {
+      peers: [{ ...peerOf(to), relay: { urls: [relayUrl] } }],
+      outbound: { backoff: ["300ms"], retryFor: "30s" },
+      encryption: { relayTrust: [{ url: relayUrl, level: "self-operated" as const }] },
+    },
+  };
+}
+
 export const LOOPBACK_TARGETS = { allowPrivateTargets: ["127.0.0.0/8", "::1/128"] };
 
 export function writeAgentManifest(dir: string, spec: AgentSpecInput, name = "agent", namespace?: string): string {
