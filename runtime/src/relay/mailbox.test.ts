@@ -15,6 +15,12 @@ describe("a full relay", () => {
     expect(isFull(new JetStreamApiError({ code: 503, err_code: 10047, description: "insufficient resources" }))).toBe(
       true,
     );
+    // A write beyond the account's JetStream limits: the runtime's account is full.
+    expect(
+      isFull(
+        new JetStreamApiError({ code: 400, err_code: 10002, description: "resource limits exceeded for account" }),
+      ),
+    ).toBe(true);
     expect(isFull(new Error("maximum messages exceeded"))).toBe(true);
     expect(isFull(new Error("TIMEOUT"))).toBe(false);
     expect(isFull(new JetStreamApiError({ code: 503, err_code: 10039, description: "jetstream not enabled" }))).toBe(
