@@ -19,7 +19,7 @@ import type { ConsumerConfig, StreamConfig } from "@nats-io/jetstream";
 import type { AgentNames } from "./agent-names.ts";
 import { agentNames } from "./agent-names.ts";
 import { nanos } from "./nats.ts";
-import type { NatsPermissions } from "./nats-permissions.ts";
+import { type NatsPermissions, operatorAccountPermissions } from "./nats-permissions.ts";
 
 /** The streams of a tenant's data account. */
 export const SHARED_STREAMS = { inbox: "IFP_INBOX", outbox: "IFP_OUTBOX" } as const;
@@ -261,5 +261,23 @@ export function sharedAgentPermissions(agentInbox: string, runtimeAccount: strin
   return {
     pub: ownSubjects(runtimeAccount).map((i) => i.subject),
     sub: [`${agentInbox}.>`],
+  };
+}
+
+/**
+ * The operator's user in a data account: as in a runtime's account, and the consumers of each
+ * Agent, which only the operator makes, updates and deletes there.
+ */
+export function sharedOperatorPermissions(): NatsPermissions {
+  const p = operatorAccountPermissions();
+  return {
+    pub: [
+      ...p.pub,
+      "$JS.API.CONSUMER.CREATE.>",
+      "$JS.API.CONSUMER.DURABLE.CREATE.>",
+      "$JS.API.CONSUMER.DELETE.*.*",
+      "$JS.API.CONSUMER.INFO.*.*",
+    ],
+    sub: p.sub,
   };
 }
