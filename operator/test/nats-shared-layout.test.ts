@@ -5,7 +5,7 @@
 // every attack of nats-accounts.test.ts and those a shared stream opens, with her own credential
 // and with a user of her account allowed every subject; each is refused. Each guard is then taken
 // away in a variant of the layout (an export without its token position, a consumer-create
-// export, a bucket that may roll up, a publish with a stream-wide message id, JetStream on in a
+// export, an export of the whole API, a bucket that may roll up, a publish with a stream-wide message id, JetStream on in a
 // runtime account, a data account without a limit) and the same attack succeeds: the check
 // detects it.
 import { join } from "node:path";
@@ -113,7 +113,10 @@ async function runtime(
     system,
     await sharedRuntimeAccountJwt(keys.operator, account, `agent:${t.name}/${name}`, t.account, signingKey(), {
       jetstream: opts.jetstream,
-      imports: runtimeAccountImports(t.account, opts.importsOf ?? account, opts.exports),
+      // An import of the whole API covers `$JS.API.INFO` itself: nats-server refuses a second import of it.
+      imports: runtimeAccountImports(t.account, opts.importsOf ?? account, opts.exports).filter(
+        (i) => !i.local_subject || !opts.exports?.some((e) => e.subject === "$JS.API.>"),
+      ),
     }),
   );
   for (const c of sharedAgentConsumers(account, { handlerTimeoutMs: 30_000, senderAckWaitMs: 30_000 }))
@@ -342,6 +345,10 @@ describe("each guard taken away: the same attack succeeds", () => {
     // The operator's mistake in alice's account JWT: bob's key in her imports.
     const alice = await runtime(t, "alice-loose", { importsOf: bob.account, permissions: EVERYTHING });
     expect(await works(alice.js.publish(inboxSubject(bob, "forged"), "forged"))).toBe(true);
+    expect(await ask(alice, `$JS.API.DIRECT.GET.${SHARED_STREAMS.inbox}.${inboxSubject(bob, "secret")}`)).toBe(
+      "bob's secret",
+    );
+    expect(await ask(alice, `$JS.API.CONSUMER.INFO.${SHARED_STREAMS.inbox}.${bob.account}`)).toContain(bob.account);
     expect(await pull(alice, bob.account)).toBe("bob's secret");
 
     // With the token position, the same mistaken import reaches nothing.
@@ -350,7 +357,33 @@ describe("each guard taken away: the same attack succeeds", () => {
     await bob2.js.publish(inboxSubject(bob2, "secret"), "bob's secret");
     const alice2 = await runtime(t2, "alice-tight", { importsOf: bob2.account, permissions: EVERYTHING });
     expect(await works(alice2.js.publish(inboxSubject(bob2, "forged"), "forged", { timeout: 1_500 }))).toBe(false);
+    expect(
+      await ask(alice2, `$JS.API.DIRECT.GET.${SHARED_STREAMS.inbox}.${inboxSubject(bob2, "secret")}`),
+    ).toBeUndefined();
+    // Her account's imports all refused, the server's own API answers in it: JetStream is not enabled there.
+    expect(await ask(alice2, `$JS.API.CONSUMER.INFO.${SHARED_STREAMS.inbox}.${bob2.account}`)).toContain(
+      "JetStream not enabled",
+    );
     expect(await pull(alice2, bob2.account)).toBeUndefined();
+  }, 60_000);
+
+  it("an export of the data account's whole JetStream API lets a runtime list and read every stream", async () => {
+    const api: ServiceExport[] = [
+      { name: "api", subject: "$JS.API.>", type: "service" } as ServiceExport,
+      ...dataAccountExports().filter((e) => !e.subject.startsWith("$JS.API.")),
+    ];
+    const t = await tenant("whole-api", { exports: api });
+    const bob = await runtime(t, "bob-api");
+    await bob.js.publish(inboxSubject(bob, "secret"), "bob's secret");
+    const alice = await runtime(t, "alice-api", { permissions: EVERYTHING, exports: api });
+    expect(await ask(alice, "$JS.API.STREAM.LIST")).toContain(SHARED_STREAMS.inbox);
+    expect(
+      await ask(
+        alice,
+        `$JS.API.STREAM.MSG.GET.${SHARED_STREAMS.inbox}`,
+        JSON.stringify({ last_by_subj: inboxSubject(bob, "secret") }),
+      ),
+    ).toContain(Buffer.from("bob's secret").toString("base64"));
   }, 60_000);
 
   it("an export of consumer creation, keyed by the consumer's name, lets a runtime filter on another's subjects", async () => {
