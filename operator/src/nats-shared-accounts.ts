@@ -1,18 +1,15 @@
-// The account JWTs of the shared JetStream layout (runtime/src/contract/shared-layout.ts,
-// docs/scale.md "The shared layout"): a data account per tenant, which holds the tenant's streams
+// The account JWTs of the isolated shared JetStream layout (runtime/src/contract/shared-layout.ts,
+// docs/scale.md "The isolated shared layout"): a data account per tenant, which holds the tenant's streams
 // and consumers under a JetStream limit of its own and exports each subject family of an Agent
 // once, keyed by the importing account; and each runtime's account, with JetStream off, importing
 // those families with its own key. The operator key signs both, as it signs every account of the
 // install; the install's account signing key is listed in both, so that the operator issues its
 // own user in a data account and each runtime's user in the runtime's account as it does today.
 // Not used by the operator yet: the bench and the isolation tests build the layout with it.
-import { hmac } from "@noble/hashes/hmac.js";
-import { sha256 } from "@noble/hashes/sha2.js";
 import { encodeAccount, type Account } from "@nats-io/jwt";
-import { fromSeed, Prefix } from "@nats-io/nkeys";
-import { Codec } from "@nats-io/nkeys/lib/codec.js";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { dataAccountExports, runtimeAccountImports } from "../../runtime/src/contract/shared-layout.ts";
+import { derivedAccount, JETSTREAM, keyPair, UNLIMITED } from "./nats-credential-issuer.ts";
 
 /** A data account's JetStream limits: bytes of file and memory storage the tenant may use (-1 none). */
 export interface TenantLimits {
@@ -20,18 +17,9 @@ export interface TenantLimits {
   memBytes: number;
 }
 
-const NO_LIMITS = { subs: -1, data: -1, payload: -1, imports: -1, exports: -1, wildcards: true, conn: -1, leaf: -1 };
-
-const operatorKeyPair = (seed: string) => fromSeed(new TextEncoder().encode(seed.trim()));
-
 /** The data account of a tenant (its namespace): derived from the install's signing seed, so the same tenant always has the same one. */
 export function dataAccountOf(signingSeed: string, tenant: string): string {
-  const raw = hmac(
-    sha256,
-    new TextEncoder().encode(signingSeed.trim()),
-    new TextEncoder().encode(`ifp-operator NATS data account\0${tenant}`),
-  );
-  return fromSeed(Codec.encodeSeed(Prefix.Account, raw)).getPublicKey();
+  return derivedAccount(signingSeed, `ifp-operator NATS data account\0${tenant}`);
 }
 
 /** The JWT of a tenant's data account: JetStream within `limits`, the layout's exports. */
@@ -48,7 +36,7 @@ export function dataAccountJwt(
     dataAccount,
     {
       limits: {
-        ...NO_LIMITS,
+        ...UNLIMITED,
         mem_storage: limits.memBytes,
         disk_storage: limits.diskBytes,
         streams: -1,
@@ -57,7 +45,7 @@ export function dataAccountJwt(
       exports,
       signing_keys: [signingKey],
     } as Partial<Account>,
-    { signer: operatorKeyPair(operatorSeed) },
+    { signer: keyPair(operatorSeed, "O") },
   );
 }
 
@@ -78,13 +66,11 @@ export function sharedRuntimeAccountJwt(
     name,
     account,
     {
-      limits: opts.jetstream
-        ? { ...NO_LIMITS, mem_storage: -1, disk_storage: -1, streams: -1, consumer: -1 }
-        : { ...NO_LIMITS },
+      limits: opts.jetstream ? { ...UNLIMITED, ...JETSTREAM } : { ...UNLIMITED },
       imports: opts.imports ?? runtimeAccountImports(dataAccount, account),
       signing_keys: [signingKey],
     } as Partial<Account>,
-    { signer: operatorKeyPair(operatorSeed) },
+    { signer: keyPair(operatorSeed, "O") },
   );
 }
 

@@ -1,4 +1,4 @@
-// The shared JetStream layout (docs/scale.md, "The shared layout"): a tenant's Agents keep their
+// The isolated shared JetStream layout (docs/scale.md, "The isolated shared layout"): a tenant's Agents keep their
 // messages and KV records in a few streams of one data account of the operator's, instead of six
 // streams in each runtime's own account. Each runtime keeps an account of its own, with JetStream
 // off, and reaches the data account only through service imports of subjects that carry its own
