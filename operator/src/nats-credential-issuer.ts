@@ -66,7 +66,8 @@ export function generateKeys(): NatsKeys {
   };
 }
 
-function keyPair(seed: string, prefix: "O" | "A"): KeyPair {
+/** The key pair of an NKey seed of an operator or an account; throws on a seed of anything else. */
+export function keyPair(seed: string, prefix: "O" | "A"): KeyPair {
   const kp = fromSeed(new TextEncoder().encode(seed.trim()));
   if (!kp.getPublicKey().startsWith(prefix))
     throw new Error(`not an NKey seed of ${prefix === "O" ? "an operator" : "an account"}`);
@@ -76,9 +77,19 @@ function keyPair(seed: string, prefix: "O" | "A"): KeyPair {
 /** Where the chart's NATS keeps the account JWTs the operator pushes: on its data volume, beside the JetStream store. */
 export const RESOLVER_DIR = "/data/jwt";
 
-const UNLIMITED = { subs: -1, data: -1, payload: -1, imports: -1, exports: -1, wildcards: true, conn: -1, leaf: -1 };
+/** An account's limits other than JetStream's: none. */
+export const UNLIMITED = {
+  subs: -1,
+  data: -1,
+  payload: -1,
+  imports: -1,
+  exports: -1,
+  wildcards: true,
+  conn: -1,
+  leaf: -1,
+};
 /** JetStream enabled without limits: the shared account of the one-account model. */
-const JETSTREAM = { mem_storage: -1, disk_storage: -1, streams: -1, consumer: -1 };
+export const JETSTREAM = { mem_storage: -1, disk_storage: -1, streams: -1, consumer: -1 };
 
 /**
  * The nats-server configuration that trusts the operator key, with a `full` resolver keeping the
@@ -117,6 +128,12 @@ export async function serverConfig(keys: NatsKeys, opts: { resolverDir?: string 
     "}",
     "",
   ].join("\n");
+}
+
+/** The public key of an account derived from the install's signing seed and `label`: the same label, the same account. */
+export function derivedAccount(signingSeed: string, label: string): string {
+  const raw = hmac(sha256, new TextEncoder().encode(signingSeed.trim()), new TextEncoder().encode(label));
+  return fromSeed(Codec.encodeSeed(Prefix.Account, raw)).getPublicKey();
 }
 
 /** What the operator needs to give each runtime an account of its own: the operator and system account keys. */
@@ -177,12 +194,7 @@ export class CredentialIssuer {
    */
   accountOf(uid: string): string {
     if (!this.keys) return this.accountKey;
-    const raw = hmac(
-      sha256,
-      new TextEncoder().encode(this.signingSeed),
-      new TextEncoder().encode(`ifp-operator NATS account\0${uid}`),
-    );
-    return fromSeed(Codec.encodeSeed(Prefix.Account, raw)).getPublicKey();
+    return derivedAccount(this.signingSeed, `ifp-operator NATS account\0${uid}`);
   }
 
   /**

@@ -10,7 +10,11 @@
 //   relayStreamConfig), then the relay runtime's StreamKeeper and its subscriptions bucket.
 // `--layout shared` makes the same objects of the same code with shared names: one inbox stream
 // (ifp.inbox.>) and one outbox stream (ifp.outbox.>) for every agent, one bucket of each kind
-// shared by all, and per agent only its two consumers, filtered on its own subjects.
+// shared by all, and per agent only its two consumers, filtered on its own subjects: one account
+// of every agent, nothing kept apart. `--layout isolated` (one server) is the shared layout with
+// the tenant boundary kept (scale-isolated.ts): a data account per team of 500 agents holding the
+// shared streams, an account per agent importing only its own subjects, the agent's consumers
+// made in the data account. Only `per-agent` is the product's layout ("product": true).
 // On one nats-server and on a three-node cluster (loopback, stores under the system's temporary
 // directory), at each size (agents added to reach it): the servers' RSS and open files, JetStream's
 // own counts, the time to create, the time to restart every server and have it ready again
@@ -18,7 +22,7 @@
 // a publish and its PubAck to one agent's inbox (InboxStore.accept), and every error JetStream
 // answered on the way (recorded, never fatal).
 // `npm run bench:scale -- --agents 1000,5000,10000 --relays 10 --cluster single,three
-// [--layout per-agent,shared] [--concurrency 16] [--deadline-min 20] [--out FILE]` prints a table
+// [--layout per-agent,shared,isolated] [--concurrency 16] [--deadline-min 20] [--out FILE]` prints a table
 // per run and writes runtime/bench/results/scale-results.json (after every size, so a run cut
 // short keeps what it measured). Every loop and wait is bounded; the servers are stopped and
 // their stores deleted at the end.
@@ -47,11 +51,15 @@ import { Agent } from "../src/resources/agent.ts";
 import { parseDuration } from "../src/resources/common.ts";
 import { Relay } from "../src/resources/relay.ts";
 import { Subscriptions } from "../src/relay/subscriptions.ts";
+import { IsolatedInstall } from "./scale-isolated.ts";
 import { createRuntimeMetrics } from "../src/server/metrics.ts";
 import { errorMessage } from "../src/util/errors.ts";
 
 export type Topology = "single" | "three";
-export type Layout = "per-agent" | "shared";
+export type Layout = "per-agent" | "shared" | "isolated";
+const LAYOUTS: Layout[] = ["per-agent", "shared", "isolated"];
+/** The layout the product uses. */
+const PRODUCT_LAYOUT: Layout = "per-agent";
 
 export interface ScaleOptions {
   agents: number[];
@@ -114,6 +122,8 @@ export interface RestartResult {
 
 export interface SizeResult {
   layout: Layout;
+  /** Whether this is the layout the product uses. */
+  product: boolean;
   cluster: Topology;
   /** Agents asked for at this size, and made (every object of theirs). */
   agents: number;
@@ -411,7 +421,7 @@ async function until(check: () => Promise<boolean>, t0: number, deadline: number
   }
 }
 
-async function restartAll(d: Deployment, nats: Nats, deadlineMs: number): Promise<RestartResult> {
+async function restartAll(d: Deployment, connected: () => boolean, deadlineMs: number): Promise<RestartResult> {
   const before = await sample(d);
   const t0 = performance.now();
   await Promise.all(d.nodes.map((n) => n.stop()));
@@ -420,7 +430,7 @@ async function restartAll(d: Deployment, nats: Nats, deadlineMs: number): Promis
   const deadline = t1 + deadlineMs;
   // restart() resolves once the server listens and takes a client connection; the bench's own
   // client (the product's Nats, with its reconnection backoff) is timed from the same moment.
-  const client = until(async () => nats.isConnected, t1, t1 + deadlineMs);
+  const client = until(async () => connected(), t1, t1 + deadlineMs);
   await Promise.all(d.nodes.map((n) => n.restart()));
   // The monitoring port of each new process, before its log ring moves on.
   for (const n of d.nodes) monitorPort(n);
@@ -464,9 +474,11 @@ function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 }
 
-async function timePublishes(m: Maker, layout: Layout, n: number): Promise<SizeResult["publish"]> {
-  const names = namesFor(layout, agentKey(0));
-  const inbox = new InboxStore(m.nats, names, parseDuration(AGENT_SPEC.inbox.replayWindow), -1, "auto");
+/** `n` calls of `publish` (each with a new message_id and its IFP message), one at a time, timed. */
+async function timeEach(
+  n: number,
+  publish: (messageId: string, raw: Record<string, unknown>) => Promise<unknown>,
+): Promise<SizeResult["publish"]> {
   const body = "x".repeat(2048);
   const times: number[] = [];
   let errors = 0;
@@ -479,7 +491,7 @@ async function timePublishes(m: Maker, layout: Layout, n: number): Promise<SizeR
     };
     const t = performance.now();
     try {
-      await inbox.accept(raw, messageId, { signer: "bench-sender", authLevel: 2, handoff: true }, "bench-sender");
+      await publish(messageId, raw);
       times.push(performance.now() - t);
     } catch {
       errors++;
@@ -495,6 +507,20 @@ async function timePublishes(m: Maker, layout: Layout, n: number): Promise<SizeR
   };
 }
 
+async function timePublishes(m: Maker, layout: Layout, n: number): Promise<SizeResult["publish"]> {
+  const names = namesFor(layout, agentKey(0));
+  const inbox = new InboxStore(m.nats, names, parseDuration(AGENT_SPEC.inbox.replayWindow), -1, "auto");
+  return timeEach(n, (messageId, raw) =>
+    inbox.accept(raw, messageId, { signer: "bench-sender", authLevel: 2, handoff: true }, "bench-sender"),
+  );
+}
+
+/** The same, through agent 0's own runtime credential and imports: a JetStream publish of the message on its inbox subject. */
+async function timeIsolatedPublishes(install: IsolatedInstall, n: number): Promise<SizeResult["publish"]> {
+  const { js, inbox } = await install.runtimeClient(agentKey(0));
+  return timeEach(n, (messageId, raw) => js.publish(inbox(messageId), JSON.stringify(raw)));
+}
+
 // ---- One run: a layout on a topology, sizes ascending ----
 
 async function run(
@@ -505,7 +531,20 @@ async function run(
   log: (line: string) => void,
   onVersion: (v: string) => void,
 ): Promise<void> {
-  const d = await deploy(topology, opts.maxFileStore);
+  if (layout === "isolated" && topology !== "single")
+    throw new Error("the isolated layout is measured on one server (a cluster in operator mode is not built here)");
+  const install =
+    layout === "isolated"
+      ? await IsolatedInstall.start({
+          http: `http: "127.0.0.1:-1"\n`,
+          jetstream: jetstreamConfig(opts.maxFileStore),
+          graceMs: GRACE_MS,
+          startTimeoutMs: START_TIMEOUT_MS,
+        })
+      : undefined;
+  const d: Deployment = install
+    ? { topology, nodes: [install.server], names: ["n0"], url: install.server.url, close: () => install.close() }
+    : await deploy(topology, opts.maxFileStore);
   onVersion((await monitor(d.nodes[0]!, "/varz")).body?.version ?? "");
   const silent: Logger = pino({ level: "silent" });
   const nats = new Nats({ url: d.url, name: "ifp-bench-scale", replicas: "auto" }, silent);
@@ -524,9 +563,10 @@ async function run(
   let failed = 0;
   const relaySubs: Subscriptions[] = [];
   try {
-    await nats.start();
+    // The isolated layout's agents are made by the operator's users (IsolatedInstall); its relays are not measured.
+    if (!install) await nats.start();
     const relayErrors: Record<string, number> = {};
-    for (let i = 0; i < opts.relays; i++) {
+    for (let i = 0; i < (install ? 0 : opts.relays); i++) {
       await makeRelay(m, i)
         .then((subs) => relaySubs.push(subs))
         .catch((err) => {
@@ -554,7 +594,8 @@ async function run(
           for (let attempt = 1; attempt <= 3 && !ok; attempt++) {
             const step = { name: "start" };
             try {
-              await makeAgent(m, layout, agentKey(i), step);
+              if (install) await install.makeAgent(agentKey(i), step);
+              else await makeAgent(m, layout, agentKey(i), step);
               ok = true;
             } catch (err) {
               const k = errorKind(step.name, err);
@@ -577,15 +618,18 @@ async function run(
       await Promise.all(Array.from({ length: opts.concurrency }, worker));
       const createS = (performance.now() - t0) / 1000;
       const servers = await sample(d);
-      const publish = await timePublishes(m, layout, opts.publishes);
+      const publish = install
+        ? await timeIsolatedPublishes(install, opts.publishes)
+        : await timePublishes(m, layout, opts.publishes);
       const jsz = (await monitor(d.nodes[0]!, "/jsz", 60_000)).body ?? {};
       const r: SizeResult = {
         layout,
+        product: layout === PRODUCT_LAYOUT,
         cluster: topology,
         agents: size,
         made,
         failed,
-        relays: opts.relays,
+        relays: install ? 0 : opts.relays,
         createS: round(createS),
         createMsPerAgent: made > madeBefore ? round((createS * 1000) / (made - madeBefore), 2) : 0,
         streams: jsz.streams ?? 0,
@@ -600,7 +644,7 @@ async function run(
         `  ${layout} ${topology} ${size}: made ${made} in ${r.createS} s; RSS ${servers.map((s) => s.rssMiB).join("/")} MiB; restarting`,
       );
       if (opts.restart) {
-        r.restart = await restartAll(d, nats, opts.restartDeadlineMs);
+        r.restart = await restartAll(d, () => (install ? install.connected : nats.isConnected), opts.restartDeadlineMs);
         if (r.restart.timedOut)
           r.boundedBy ??= `the restart did not have every stream loaded within ${opts.restartDeadlineMs / 60_000} min`;
       }
@@ -634,6 +678,7 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleResult> {
     perAgent: {
       "per-agent": { streams: 2, buckets: 4, consumers: 2, sharedKeys: 0 },
       shared: { streams: 0, buckets: 0, consumers: 2, sharedKeys: 1 },
+      isolated: { streams: 0, buckets: 0, consumers: 2, sharedKeys: 1 },
     },
     runs: [],
   };
@@ -704,8 +749,7 @@ function parseArgs(argv: string[]): ScaleOptions {
   const clusters = list(flag("cluster", "single,three")) as Topology[];
   if (clusters.some((c) => c !== "single" && c !== "three")) throw new Error("--cluster takes single and/or three");
   const layouts = list(flag("layout", "per-agent")) as Layout[];
-  if (layouts.some((l) => l !== "per-agent" && l !== "shared"))
-    throw new Error("--layout takes per-agent and/or shared");
+  if (layouts.some((l) => !LAYOUTS.includes(l))) throw new Error(`--layout takes ${LAYOUTS.join(", ")}`);
   return {
     agents,
     relays: Number(flag("relays", "10")),

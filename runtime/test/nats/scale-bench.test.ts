@@ -1,5 +1,5 @@
-// The scale bench's core (runtime/bench/scale.ts) at five agents on one real nats-server, both
-// layouts: the objects the product's code makes are all there, counted by JetStream itself, and
+// The scale bench's core (runtime/bench/scale.ts) at five agents on one real nats-server, every
+// layout: the objects the product's code makes are all there, counted by JetStream itself, and
 // the figures it writes have their shape.
 import { describe, expect, it } from "vitest";
 import { runScale, table } from "../../bench/scale.ts";
@@ -10,7 +10,7 @@ describe("bench:scale at five agents", () => {
       agents: [5],
       relays: 1,
       clusters: ["single"],
-      layouts: ["per-agent", "shared"],
+      layouts: ["per-agent", "shared", "isolated"],
       concurrency: 2,
       publishes: 10,
       createDeadlineMs: 60_000,
@@ -23,15 +23,19 @@ describe("bench:scale at five agents", () => {
     expect(r.runs.map((x) => [x.layout, x.cluster, x.agents, x.made, x.failed])).toEqual([
       ["per-agent", "single", 5, 5, 0],
       ["shared", "single", 5, 5, 0],
+      ["isolated", "single", 5, 5, 0],
     ]);
-    const [own, shared] = r.runs as [(typeof r.runs)[0], (typeof r.runs)[0]];
+    expect(r.runs.map((x) => x.product)).toEqual([true, false, false]);
+    const [own, shared, isolated] = r.runs as [(typeof r.runs)[0], (typeof r.runs)[0], (typeof r.runs)[0]];
     // Per agent: inbox, outbox, three KV buckets and the ifp_agents bucket of its own account; the relay's stream and bucket.
     expect(own.streams).toBe(5 * 6 + 2);
     // Shared: IFP_INBOX, IFP_OUTBOX, three shared buckets, ifp_agents, the relay's two.
     expect(shared.streams).toBe(2 + 3 + 1 + 2);
+    // Isolated: the one tenant's data account, IFP_INBOX, IFP_OUTBOX and four buckets; no relay.
+    expect(isolated.streams).toBe(2 + 4);
     for (const x of r.runs) {
       // The handler's and the sender's of each agent, and the relay's subscriptions watch.
-      expect(x.consumers).toBe(5 * 2 + 1);
+      expect(x.consumers).toBe(5 * 2 + (x.layout === "isolated" ? 0 : 1));
       expect(x.errors).toEqual({});
       expect(x.boundedBy).toBeUndefined();
       expect(x.servers).toHaveLength(1);
@@ -47,6 +51,7 @@ describe("bench:scale at five agents", () => {
     }
     // The ten messages timed, stored (and there after the restart) in the one agent's inbox.
     expect(own.restart!.afterRestart[0]!.messages - own.servers[0]!.messages).toBe(10);
-    expect(table(r.runs).split("\n")).toHaveLength(3);
-  }, 40_000);
+    expect(isolated.restart!.afterRestart[0]!.messages - isolated.servers[0]!.messages).toBe(10);
+    expect(table(r.runs).split("\n")).toHaveLength(4);
+  }, 60_000);
 });

@@ -1,0 +1,174 @@
+// The isolated shared layout of bench:scale (`--layout isolated`, docs/scale.md "The isolated
+// shared layout"): nats-server in operator mode with a full resolver, as the install runs it; per
+// tenant (the bench's teams of 500 Agents) a data account holding the shared streams and buckets
+// of runtime/src/contract/shared-layout.ts under a JetStream limit of its own; per Agent an account
+// of its own, JetStream off, importing its own subjects, and its two consumers in the data
+// account, as the operator would make them (the account JWT pushed with a system-account user, the
+// consumers added by the operator's user in the data account). Publishes to one Agent's inbox go
+// through that Agent's own runtime credential and its imports.
+import { join } from "node:path";
+import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
+import { fromSeed } from "@nats-io/nkeys";
+import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
+import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import { tempDir } from "../../e2e/support/process.ts";
+import {
+  CredentialIssuer,
+  generateKeys,
+  serverConfig,
+  type NatsKeys,
+} from "../../operator/src/nats-credential-issuer.ts";
+import {
+  dataAccountJwt,
+  dataAccountOf,
+  pushAccountJwt,
+  sharedRuntimeAccountJwt,
+} from "../../operator/src/nats-shared-accounts.ts";
+import { agentInboxPrefix, OPERATOR_INBOX_PREFIX } from "../src/contract/nats-permissions.ts";
+import {
+  sharedAgentConsumers,
+  sharedAgentNames,
+  sharedAgentPermissions,
+  sharedOperatorPermissions,
+  sharedStreamConfigs,
+} from "../src/contract/shared-layout.ts";
+
+const GIB = 1024 ** 3;
+/** Each tenant's JetStream file storage (its data account's limit): the bench writes little. */
+const TENANT_DISK_BYTES = 64 * GIB;
+
+/** One nats-server in operator mode, and the operator's side of the layout on it. */
+export class IsolatedInstall {
+  private system!: NatsConnection;
+  private readonly tenants = new Map<string, Promise<{ account: string; jsm: JetStreamManager }>>();
+  private readonly open: NatsConnection[] = [];
+  private reconnecting = false;
+
+  readonly server: NatsServer;
+  private readonly keys: NatsKeys;
+  private readonly issuer: CredentialIssuer;
+
+  private constructor(server: NatsServer, keys: NatsKeys, issuer: CredentialIssuer) {
+    this.server = server;
+    this.keys = keys;
+    this.issuer = issuer;
+  }
+
+  static async start(opts: { http: string; jetstream: string; graceMs: number; startTimeoutMs: number }) {
+    const keys = generateKeys();
+    const storeDir = tempDir("ifp-bench-isolated-");
+    const config = `${await serverConfig(keys, { resolverDir: join(storeDir, "jwt") })}${opts.http}${opts.jetstream}`;
+    const issuer = CredentialIssuer.fromKeys(keys);
+    const server = await startNats({
+      storeDir,
+      config,
+      graceMs: opts.graceMs,
+      startTimeoutMs: opts.startTimeoutMs,
+      connect: { authenticator: credsAuthenticator(await issuer.systemCreds()) },
+    });
+    const install = new IsolatedInstall(server, keys, issuer);
+    install.system = await install.connect(await issuer.systemCreds(Date.now(), 7 * 24 * 3600_000));
+    install.watch();
+    return install;
+  }
+
+  /** A connection that reconnects for ever (the servers are restarted under it). */
+  private async connect(creds: Uint8Array, inboxPrefix?: string): Promise<NatsConnection> {
+    const nc = await connect({
+      servers: this.server.url,
+      authenticator: credsAuthenticator(creds),
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 250,
+      ...(inboxPrefix ? { inboxPrefix } : {}),
+    });
+    this.open.push(nc);
+    return nc;
+  }
+
+  private get signingKey(): string {
+    return fromSeed(new TextEncoder().encode(this.keys.signing)).getPublicKey();
+  }
+
+  /** The tenant's data account, made once: its JWT pushed, the operator's user connected there, its streams applied. */
+  tenant(name: string) {
+    let t = this.tenants.get(name);
+    if (!t) {
+      t = (async () => {
+        const account = dataAccountOf(this.keys.signing, name);
+        const jwt = await dataAccountJwt(this.keys.operator, account, this.signingKey, name, {
+          diskBytes: TENANT_DISK_BYTES,
+          memBytes: 0,
+        });
+        await pushAccountJwt(this.system, jwt);
+        const creds = await this.issuer.issue(
+          "ifp-operator",
+          sharedOperatorPermissions(),
+          Date.now(),
+          undefined,
+          account,
+        );
+        const nc = await this.connect(new TextEncoder().encode(creds), OPERATOR_INBOX_PREFIX);
+        const jsm = await jetstreamManager(nc, { timeout: 30_000 });
+        for (const s of sharedStreamConfigs()) await jsm.streams.add(s);
+        return { account, jsm };
+      })();
+      t.catch(() => this.tenants.delete(name));
+      this.tenants.set(name, t);
+    }
+    return t;
+  }
+
+  /** One Agent (`team/agent`): its account pushed with its imports, its two consumers made in its tenant's data account. */
+  async makeAgent(key: string, step: { name: string }): Promise<string> {
+    const tenantName = key.split("/")[0]!;
+    step.name = "data account";
+    const t = await this.tenant(tenantName);
+    const account = this.issuer.accountOf(key);
+    step.name = "runtime account";
+    await pushAccountJwt(
+      this.system,
+      await sharedRuntimeAccountJwt(this.keys.operator, account, `agent:${key}`, t.account, this.signingKey),
+      30_000,
+    );
+    for (const c of sharedAgentConsumers(account, { handlerTimeoutMs: 30_000, senderAckWaitMs: 30_000 })) {
+      step.name = c.stream === sharedAgentNames(account).inboxStream ? "handler consumer" : "sender consumer";
+      await t.jsm.consumers.add(c.stream, c.config);
+    }
+    return account;
+  }
+
+  /** A JetStream client of the Agent `key`'s runtime, with its own credential (made by makeAgent). */
+  async runtimeClient(key: string): Promise<{ js: JetStreamClient; inbox: (id: string) => string }> {
+    const account = this.issuer.accountOf(key);
+    const prefix = agentInboxPrefix(key.split("/")[1]!);
+    const creds = await this.issuer.issue(
+      `agent:${key}`,
+      sharedAgentPermissions(prefix, account),
+      Date.now(),
+      undefined,
+      account,
+    );
+    const nc = await this.connect(new TextEncoder().encode(creds), prefix);
+    return { js: jetstream(nc), inbox: (id) => sharedAgentNames(account).inbox(id) };
+  }
+
+  /** Whether the bench's own client (the system account's, which reconnects as the runtimes' do) is connected. */
+  get connected(): boolean {
+    return !this.system.isClosed() && !this.reconnecting;
+  }
+
+  /** Follows the system connection's state for `connected`. */
+  private watch(): void {
+    void (async () => {
+      for await (const s of this.system.status()) {
+        if (s.type === "disconnect") this.reconnecting = true;
+        if (s.type === "reconnect") this.reconnecting = false;
+      }
+    })();
+  }
+
+  async close(): Promise<void> {
+    for (const nc of this.open) await nc.close().catch(() => {});
+    await this.server.close();
+  }
+}
