@@ -64,7 +64,13 @@ export function buildRelayApp(deps: RelayAppDeps): FastifyInstance {
     trustedProxies: deps.trustedProxies,
   });
   registerProbes(app, deps.ready);
-  const publishers = new Publishers({ spec, verifier: deps.verifier, lookup: deps.keyLookup, now });
+  const publishers = new Publishers({
+    spec,
+    verifier: deps.verifier,
+    lookup: deps.keyLookup,
+    now,
+    fill: () => mailboxes.fill(),
+  });
   const authenticate = relayAuthenticator({
     publishers,
     publicUrl: spec.url,

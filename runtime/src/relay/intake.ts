@@ -38,6 +38,8 @@ export interface PublishOptions {
   transport?: TransportLabel;
   /** When the request began (ms since the epoch), for the span; now when left out. */
   startTime?: number;
+  /** The client address the request came from, for the strangers' per-network quota. */
+  address?: string;
 }
 
 const itemSchema = asSent(PublishRequest);
@@ -120,7 +122,7 @@ export function publishIntake(deps: PublishIntakeDeps) {
         // A sender the relay does not serve: its own quotas, and those of each recipient.
         const stranger = deps.publishers && !deps.publishers.serves(sender);
         const quotas = stranger
-          ? deps.publishers!.checkMessage(sender, topics, agents, Buffer.byteLength(data))
+          ? await deps.publishers!.checkMessage(sender, topics, agents, Buffer.byteLength(data), opts.address)
           : undefined;
         // Every copy counts against the publisher: a topic's fan-out is the publisher's doing.
         const cost = Buffer.byteLength(data) * agents.length;

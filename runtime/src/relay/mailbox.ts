@@ -102,6 +102,13 @@ export class Mailboxes {
     if (!this.nats.isConnected) throw unavailable("the relay's store (NATS JetStream) is not reachable");
   }
 
+  /** How full the stream is: its bytes and messages as JetStream counts them. */
+  async fill(): Promise<{ bytes: number; messages: number }> {
+    this.ensureConnected();
+    const { state } = await this.nats.jsm.streams.info(this.names.stream);
+    return { bytes: state.bytes, messages: state.messages };
+  }
+
   /**
    * Store one copy for each recipient; resolves once JetStream has acknowledged them all.
    * A failure leaves the copies already stored in place: a retry stores only the missing ones.

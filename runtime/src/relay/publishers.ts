@@ -1,12 +1,23 @@
 import type { KeyObject } from "node:crypto";
 import { isHttpsUrl, type KeyLookup, didKeyRaw } from "../discovery/keys.ts";
 import { isDidKey } from "../protocol/did-key.ts";
-import { insufficientAuthLevel, notFound, rateLimited, unknownSender } from "../protocol/errors.ts";
+import { insufficientAuthLevel, notFound, rateLimited, unavailable, unknownSender } from "../protocol/errors.ts";
 import { publicKeyFromRaw } from "../protocol/keys.ts";
 import { AuthLevel, type Verifier } from "../protocol/verify.ts";
 import { parseDuration } from "../resources/common.ts";
 import type { RelaySpec } from "../resources/relay.ts";
-import { RateLimiter } from "../server/ratelimit.ts";
+import { clientNetwork, RateLimiter } from "../server/ratelimit.ts";
+
+/** How full the relay's stream is, as JetStream counts it. */
+export interface StreamFill {
+  bytes: number;
+  messages: number;
+}
+
+/** Seconds a stranger waits before retrying a refusal for the strangers' share of the stream. */
+export const STRANGERS_SHARE_RETRY_AFTER_S = 30;
+/** How long one reading of the stream's fill serves every stranger's publish. */
+const FILL_READ_MS = 1_000;
 
 type SenderSet = RelaySpec["publishers"]["deny"];
 
@@ -35,12 +46,17 @@ export class Publishers {
   private readonly senderStored: RateLimiter;
   private readonly recipientMessages: RateLimiter;
   private readonly recipientBytes: RateLimiter;
+  private readonly perNetwork: RateLimiter;
+  private readonly total: RateLimiter;
+  private readonly share: StrangersShare | undefined;
 
   constructor(deps: {
     spec: Pick<RelaySpec, "publishers" | "retention">;
     verifier: Pick<Verifier, "knows" | "key">;
     lookup?: KeyLookup;
     now?: () => number;
+    /** The relay stream's fill (none: the strangers' share is not kept, as in tests of the policy alone). */
+    fill?: () => Promise<StreamFill>;
   }) {
     this.policy = deps.spec.publishers;
     this.verifier = deps.verifier;
@@ -56,6 +72,12 @@ export class Publishers {
     });
     this.recipientMessages = new RateLimiter(l.perRecipientPerMinute, { now });
     this.recipientBytes = new RateLimiter(l.perRecipientBytesPerHour, { now, windowMs: 3_600_000 });
+    this.perNetwork = new RateLimiter(l.perNetworkPerMinute, { now });
+    this.total = new RateLimiter(l.totalPerMinute, { now });
+    const r = deps.spec.retention;
+    this.share = deps.fill
+      ? new StrangersShare(deps.fill, shareOf(r.maxBytes, l.streamShare), shareOf(r.maxMessages, l.streamShare), now)
+      : undefined;
   }
 
   /** An agent in spec.agents: it has a mailbox here. */
@@ -119,16 +141,18 @@ export class Publishers {
   /**
    * A stranger's message about to be stored: no topic unless spec.publishers.topics (404, as for
    * any recipient the relay does not take), then every quota at once — one copy of `bytes` bytes
-   * for each of `recipients` — or none (429 with the Retry-After of the quota refused). Returns
-   * how to give back what was taken: all of it when the message could not be stored, the stored
-   * copies' count for those that were already there (a retry).
+   * for each of `recipients`: the sender's, its client network's and all strangers' together,
+   * each recipient's, and the strangers' share of the stream — or none (429 with the Retry-After
+   * of the quota refused). Returns how to give back what was taken: all of it when the message
+   * could not be stored, the stored copies' count for those that were already there (a retry).
    */
-  checkMessage(
+  async checkMessage(
     sender: string,
     topics: readonly string[],
     recipients: readonly string[],
     bytes: number,
-  ): { undo(): void; duplicates(n: number): void } {
+    address = "",
+  ): Promise<{ undo(): void; duplicates(n: number): void }> {
     if (topics.length && !this.policy.topics)
       throw notFound(
         `topic:${topics[0]} takes messages only from the agents this relay serves (spec.publishers.topics); nothing was stored`,
@@ -146,6 +170,19 @@ export class Publishers {
       }
       taken.push(() => limiter.give(key, cost));
     };
+    const network = clientNetwork(address);
+    take(
+      this.perNetwork,
+      network,
+      1,
+      `${l.perNetworkPerMinute} messages per minute from senders this relay does not serve at ${network} together exceeded (spec.publishers.limits.perNetworkPerMinute)`,
+    );
+    take(
+      this.total,
+      "",
+      1,
+      `${l.totalPerMinute} messages per minute from senders this relay does not serve together exceeded (spec.publishers.limits.totalPerMinute)`,
+    );
     take(
       this.senderStored,
       sender,
@@ -172,14 +209,97 @@ export class Publishers {
         `${r} takes at most ${l.perRecipientBytesPerHour} bytes per hour from senders this relay does not serve (spec.publishers.limits.perRecipientBytesPerHour)`,
       );
     }
+    let giveRoom: (n?: number) => void = () => {};
+    if (this.share) {
+      try {
+        giveRoom = await this.share.take(bytes * copies, copies);
+      } catch (err) {
+        for (const undo of taken) undo();
+        throw err;
+      }
+      taken.push(() => giveRoom());
+    }
     return {
       undo: () => {
         for (const undo of taken) undo();
       },
       // A copy already stored (the sender's retry) takes no room again.
       duplicates: (n: number) => {
-        if (n > 0) this.senderStored.give(sender, n);
+        if (n > 0) {
+          this.senderStored.give(sender, n);
+          giveRoom(n);
+        }
       },
+    };
+  }
+}
+
+/** `percent` of a stream limit (-1: none, so no share either; 100: the whole stream, which JetStream bounds). */
+function shareOf(limit: number, percent: number): number {
+  return limit < 0 || percent >= 100 ? Number.POSITIVE_INFINITY : Math.floor((limit * percent) / 100);
+}
+
+/**
+ * The strangers' share of the relay stream (spec.publishers.limits.streamShare): a stranger's
+ * copies are stored only while the stream, as JetStream counts it, holds less than the share of
+ * its bytes and messages, so whoever sends them and however many keys they hold, the rest of the
+ * stream stays for the agents the relay serves. The fill is read at most once a second for every
+ * replica's strangers alike (it is the stream's, not the replica's); what this replica admitted
+ * since the last reading is added to it, so a burst between two readings cannot overshoot.
+ */
+class StrangersShare {
+  private fill: StreamFill = { bytes: 0, messages: 0 };
+  private readAt = Number.NEGATIVE_INFINITY;
+  private reading: Promise<void> | undefined;
+  /** Admitted since the reading began that `fill` holds. */
+  private since: StreamFill = { bytes: 0, messages: 0 };
+
+  private readonly read: () => Promise<StreamFill>;
+  private readonly maxBytes: number;
+  private readonly maxMessages: number;
+  private readonly now: () => number;
+
+  constructor(read: () => Promise<StreamFill>, maxBytes: number, maxMessages: number, now: () => number) {
+    this.read = read;
+    this.maxBytes = maxBytes;
+    this.maxMessages = maxMessages;
+    this.now = now;
+  }
+
+  private refresh(): Promise<void> {
+    if (this.now() - this.readAt < FILL_READ_MS) return Promise.resolve();
+    this.reading ??= (async () => {
+      const before = { ...this.since };
+      try {
+        this.fill = await this.read().catch(() => {
+          throw unavailable("the relay's store (NATS JetStream) is not reachable");
+        });
+        this.readAt = this.now();
+        this.since = { bytes: this.since.bytes - before.bytes, messages: this.since.messages - before.messages };
+      } finally {
+        this.reading = undefined;
+      }
+    })();
+    return this.reading;
+  }
+
+  /** Room for `copies` copies of `bytes` bytes together, or 429; returns how to give back some or all. */
+  async take(bytes: number, copies: number): Promise<(n?: number) => void> {
+    await this.refresh();
+    const b = this.fill.bytes + this.since.bytes + bytes;
+    const m = this.fill.messages + this.since.messages + copies;
+    if (b > this.maxBytes || m > this.maxMessages)
+      throw rateLimited(
+        STRANGERS_SHARE_RETRY_AFTER_S,
+        "senders this relay does not serve may fill only part of it (spec.publishers.limits.streamShare), and that part is full; the rest is kept for the agents it serves",
+      );
+    this.since.bytes += bytes;
+    this.since.messages += copies;
+    const perCopy = bytes / copies;
+    /** Give back `n` of the copies: not stored, or already there. */
+    return (n = copies) => {
+      this.since.bytes = Math.max(0, this.since.bytes - perCopy * n);
+      this.since.messages = Math.max(0, this.since.messages - n);
     };
   }
 }

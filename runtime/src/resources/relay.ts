@@ -146,6 +146,29 @@ export const RelayPublishers = z
           .min(16 * 1024)
           .default(64 * 1024 * 1024)
           .describe("Bytes per hour stored for one served agent by all senders not in spec.agents together"),
+        perNetworkPerMinute: z
+          .number()
+          .int()
+          .min(1)
+          .default(120)
+          .describe(
+            "Messages per minute from all senders not in spec.agents at one client network together (an IPv4 address, an IPv6 /64; a batch of n counts n), so that fresh keys do not multiply a sender's budget",
+          ),
+        totalPerMinute: z
+          .number()
+          .int()
+          .min(1)
+          .default(1200)
+          .describe("Messages per minute from all senders not in spec.agents together (a batch of n counts n)"),
+        streamShare: z
+          .number()
+          .int()
+          .min(1)
+          .max(100)
+          .default(50)
+          .describe(
+            "Percent of the stream (retention.maxBytes, retention.maxMessages) below which senders not in spec.agents may store copies, as JetStream counts the stream; the rest is kept for the agents the relay serves. Past it, 429 with Retry-After; 100 keeps no room (a full relay answers 503 relay_full)",
+          ),
         lookupsPerMinute: z
           .number()
           .int()
@@ -154,7 +177,9 @@ export const RelayPublishers = z
           .describe("Identity document lookups of senders never seen before, per minute, whatever their address"),
       })
       .prefault({})
-      .describe("Quotas on senders not in spec.agents, on each replica; past them, 429 with Retry-After"),
+      .describe(
+        "Quotas on senders not in spec.agents, each replica's own but streamShare, which every replica reads from the stream; past them, 429 with Retry-After",
+      ),
   })
   .describe(
     "Who may publish to the agents the relay serves besides those agents themselves; reading, acknowledging and subscribing stay theirs alone",

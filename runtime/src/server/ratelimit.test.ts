@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { RateLimiter, TrustedProxies } from "./ratelimit.ts";
+import { clientNetwork, RateLimiter, TrustedProxies } from "./ratelimit.ts";
 
 const size = (rl: RateLimiter) => (rl as unknown as { buckets: Map<string, unknown> }).buckets.size;
 
@@ -114,5 +114,20 @@ describe("TrustedProxies.clientAddress", () => {
   it("refuses what is not an address or a block", () => {
     for (const bad of ["10.0.0.0/33", "example.com", "::1/129", "10.0.0.0/x"])
       expect(() => new TrustedProxies([bad]), bad).toThrow(/not an IP address or a CIDR block/);
+  });
+});
+
+describe("clientNetwork", () => {
+  it("counts an IPv6 /64 as one network and each IPv4 address as its own", () => {
+    const net = "2001:db8:1:2::/64";
+    for (const a of ["2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:0db8:0001:0002:0:0:0:9"])
+      expect(clientNetwork(a), a).toBe(net);
+    expect(clientNetwork("2001:db8:1:3::1")).toBe("2001:db8:1:3::/64");
+    expect(clientNetwork("::1")).toBe("::/64");
+    expect(clientNetwork("203.0.113.7")).toBe("203.0.113.7");
+    expect(clientNetwork("203.0.113.8")).toBe("203.0.113.8");
+    // An IPv4-mapped address is its IPv4 address.
+    expect(clientNetwork("::ffff:203.0.113.7")).toBe("203.0.113.7");
+    expect(clientNetwork("unknown")).toBe("unknown");
   });
 });

@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders } from "node:http";
-import type ipaddr from "ipaddr.js";
+import ipaddr from "ipaddr.js";
 import { parseAddress } from "../net/targets.ts";
 
 /**
@@ -101,6 +101,20 @@ function parseIp(text: string | undefined): Address | undefined {
 /** One spelling per address, the key of its bucket: IPv4 dotted, IPv6 as RFC 5952 writes it. */
 function spell(a: Address): string {
   return a.kind() === "ipv4" ? a.toString() : (a as ipaddr.IPv6).toRFC5952String();
+}
+
+/**
+ * The client network of an address as clientAddress spells it, the key of a budget that one
+ * holder of many addresses must not multiply: an IPv4 address is its own, an IPv6 address
+ * counts as its /64 (what one subscriber or host is given), spelled `<prefix>::/64`. Anything
+ * that is no address is its own key.
+ */
+export function clientNetwork(address: string): string {
+  const a = parseIp(address);
+  if (!a) return address;
+  if (a.kind() === "ipv4") return a.toString();
+  const parts = (a as ipaddr.IPv6).parts;
+  return `${new ipaddr.IPv6([...parts.slice(0, 4), 0, 0, 0, 0]).toRFC5952String()}/64`;
 }
 
 /**

@@ -306,7 +306,10 @@ describe("relay: senders it does not serve (spec.publishers)", () => {
   });
 
   it("refuses a stranger with 503 relay_full when the relay is full, like anyone, and counts only copies stored", async () => {
-    const relay = await relayWith({ retention: { maxMessages: 2 }, publishers: { limits: { perSenderStored: 2 } } });
+    const relay = await relayWith({
+      retention: { maxMessages: 2 },
+      publishers: { limits: { perSenderStored: 2, streamShare: 100 } },
+    });
     const first = didSender();
     const m = signed(first, "bob-agent");
     expect((await clientOf(env, relay, first).publish(m)).status).toBe(202);
@@ -324,6 +327,85 @@ describe("relay: senders it does not serve (spec.publishers)", () => {
     // Once there is room, the refused message goes in: the 503s spent none of its two copies' quota.
     expect(await clientOf(env, relay, bob).ack(m.headers.message_id)).toBe(true);
     expect((await clientOf(env, relay, second).publish(n)).status).toBe(202);
+  });
+
+  it("keeps the stream's room for the agents it serves: 32 fresh keys fill only the strangers' share (streamShare)", async () => {
+    // 20 messages, half of them the strangers' at most; no per-sender or per-network quota binds first.
+    const relay = await relayWith({ retention: { maxMessages: 20 }, publishers: { limits: { streamShare: 50 } } });
+    const codes: number[] = [];
+    for (let i = 0; i < 32; i++) {
+      const s = didSender();
+      const res = await clientOf(env, relay, s).publish(signed(s, "bob-agent"));
+      codes.push(res.status);
+      if (res.status !== 202) {
+        expect(res.status, res.text).toBe(429);
+        expect(body(res.text)).toMatchObject({ code: "rate_limited", message: expect.stringMatching(/streamShare/) });
+      }
+    }
+    expect(codes.filter((c) => c === 202)).toHaveLength(10);
+    // The served agents still have the other half: none of alice's ten publishes is refused relay_full.
+    for (let i = 0; i < 10; i++) {
+      const res = await clientOf(env, relay, alice).publish(signed(alice, "bob-agent"));
+      expect(res.status, res.text).toBe(202);
+    }
+    // The share is of the stream as it stands: once bob has read and acknowledged, strangers have room again.
+    const { messages } = await clientOf(env, relay, bob).pull();
+    expect(messages).toHaveLength(20);
+    for (const m of messages) expect(await clientOf(env, relay, bob).ack(m.headers.message_id)).toBe(true);
+    const late = didSender();
+    await waitFor("strangers' share read again", async () => {
+      const res = await clientOf(env, relay, late).publish(signed(late, "bob-agent"));
+      return res.status === 202;
+    });
+  });
+
+  it("holds fresh keys from one client network to one budget (perNetworkPerMinute), and all strangers to another (totalPerMinute)", async () => {
+    const relay = await relayWith({
+      publishers: { limits: { perSenderPerMinute: 5, perSenderStored: 5, perNetworkPerMinute: 8 } },
+    });
+    const outcome: string[] = [];
+    for (let i = 0; i < 32; i++) {
+      const s = didSender();
+      const res = await clientOf(env, relay, s).publish(signed(s, "bob-agent"));
+      outcome.push(res.status === 202 ? "stored" : `${res.status} ${body(res.text).message}`);
+    }
+    expect(outcome.filter((o) => o === "stored")).toHaveLength(8);
+    expect(outcome.slice(8)).toEqual(
+      Array.from({ length: 24 }, () => expect.stringMatching(/^429 .*perNetworkPerMinute/)),
+    );
+    // The served agents are not held to it.
+    expect((await clientOf(env, relay, alice).publish(signed(alice, "bob-agent"))).status).toBe(202);
+
+    const all = await relayWith({ publishers: { limits: { perNetworkPerMinute: 100, totalPerMinute: 6 } } });
+    const stored: number[] = [];
+    for (let i = 0; i < 8; i++) {
+      const s = didSender();
+      stored.push((await clientOf(env, all, s).publish(signed(s, "alice-agent"))).status);
+    }
+    expect(stored).toEqual([202, 202, 202, 202, 202, 202, 429, 429]);
+  });
+
+  it("counts every copy against a stranger's quotas: perSenderStored by copies, perSenderBytesPerHour by bytes × copies", async () => {
+    const relay = await relayWith({
+      limits: { maxMessageBytes: 8 * 1024 },
+      publishers: { limits: { perSenderStored: 3, perSenderBytesPerHour: 16 * 1024 } },
+    });
+    const both = ["alice-agent", "bob-agent"];
+    const a = didSender();
+    const first = await clientOf(env, relay, a).publish(signed(a, both));
+    expect([first.status, body(first.text)]).toEqual([202, expect.objectContaining({ recipients: 2, stored: 2 })]);
+    // Two more copies would be four: refused, though it is the sender's second message.
+    const second = await clientOf(env, relay, a).publish(signed(a, both));
+    expect([second.status, body(second.text).message]).toEqual([429, expect.stringMatching(/perSenderStored/)]);
+    // One more copy fits.
+    expect((await clientOf(env, relay, a).publish(signed(a, "bob-agent"))).status).toBe(202);
+
+    // About 6.6 KiB to two recipients is about 13 KiB of the 16 KiB an hour: one more copy is over.
+    const b = didSender();
+    const big = "x".repeat(6 * 1024);
+    expect((await clientOf(env, relay, b).publish(signed(b, both, {}, big))).status).toBe(202);
+    const over = await clientOf(env, relay, b).publish(signed(b, "bob-agent", {}, big));
+    expect([over.status, body(over.text).message]).toEqual([429, expect.stringMatching(/perSenderBytesPerHour/)]);
   });
 
   it("lets strangers publish to topics when spec.publishers.topics says so", async () => {

@@ -43,6 +43,7 @@ export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app
             recipients: recipientsOf(req.query),
             log: req.log,
             startTime: startOf(reply.elapsedTime),
+            address: req.clientAddress,
           }),
       );
       return reply.code(202).send(answer);
@@ -61,7 +62,12 @@ export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app
     async (req, reply) => {
       const { messages } = req.body;
       if (messages.length > 1) deps.limitAgent(req.agent, messages.length - 1);
-      const opts = { recipients: recipientsOf(req.query), log: req.log, startTime: startOf(reply.elapsedTime) };
+      const opts = {
+        recipients: recipientsOf(req.query),
+        log: req.log,
+        startTime: startOf(reply.elapsedTime),
+        address: req.clientAddress,
+      };
       return { results: await Promise.all(messages.map((m) => deps.intake.publishCarried(m, req.agent, opts))) };
     },
   );
