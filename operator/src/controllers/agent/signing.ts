@@ -361,6 +361,22 @@ function signingMark(ctx: ReconcileContext, ns: string, name: string, publicKey:
   return generatedMark(ctx.trust.marks().key, signingMarkFields(ns, name, publicKey));
 }
 
+/** The Secret replaced (at its resourceVersion) with `annotations` added, and `data` when given. */
+function replaceAnnotated(
+  ctx: ReconcileContext,
+  secret: V1Secret,
+  annotations: Record<string, string>,
+  data: Data | undefined = secret.data,
+): Promise<V1Secret> {
+  return ctx.kube.replace<V1Secret>({
+    ...secret,
+    apiVersion: "v1",
+    kind: "Secret",
+    metadata: { ...secret.metadata, annotations: { ...secret.metadata?.annotations, ...annotations } },
+    ...(data ? { data } : {}),
+  });
+}
+
 /** A signing Secret of an earlier version whose key the Agent's status publishes: marked as the operator's. */
 async function markSigningSecret(
   ctx: ReconcileContext,
@@ -370,17 +386,8 @@ async function markSigningSecret(
 ): Promise<V1Secret> {
   const name = secret.metadata?.name ?? "";
   const key = signingKeyIn(secret.data)!;
-  const marked = await ctx.kube.replace<V1Secret>({
-    ...secret,
-    apiVersion: "v1",
-    kind: "Secret",
-    metadata: {
-      ...secret.metadata,
-      annotations: {
-        ...secret.metadata?.annotations,
-        [GENERATED_MARK]: signingMark(ctx, secret.metadata?.namespace ?? "", name, key),
-      },
-    },
+  const marked = await replaceAnnotated(ctx, secret, {
+    [GENERATED_MARK]: signingMark(ctx, secret.metadata?.namespace ?? "", name, key),
   });
   applied.push(`Secret/${name}`);
   await note(
@@ -447,20 +454,15 @@ async function applySigningPlan(
 ): Promise<V1Secret> {
   const active = plan.set.keys.find((k) => k.status === "active")!;
   const { namespace = "", name = "" } = secret.metadata ?? {};
-  const replaced = await ctx.kube.replace<V1Secret>({
-    ...secret,
-    apiVersion: "v1",
-    kind: "Secret",
-    metadata: {
-      ...secret.metadata,
-      annotations: {
-        ...secret.metadata?.annotations,
-        "ifp.dev/public-key": active.publicKey,
-        ...(marked ? { [GENERATED_MARK]: signingMark(ctx, namespace, name, active.publicKey) } : {}),
-      },
+  const replaced = await replaceAnnotated(
+    ctx,
+    secret,
+    {
+      "ifp.dev/public-key": active.publicKey,
+      ...(marked ? { [GENERATED_MARK]: signingMark(ctx, namespace, name, active.publicKey) } : {}),
     },
-    data: plan.data,
-  });
+    plan.data,
+  );
   applied.push(`Secret/${secret.metadata?.name}`);
   for (const e of plan.events)
     await note(ctx, obj, e.startsWith("revoked") ? "RevokedSigningKey" : "RotatedSigningKey", e);
