@@ -6,6 +6,7 @@ import { startControlPlane, type ControlPlane } from "../../e2e/support/controlp
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { consistently } from "../../e2e/support/wait.ts";
 import { generateSigningKey } from "../../runtime/src/protocol/keys.ts";
+import { selfSignedServing } from "../src/certs.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
 import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
 
@@ -359,6 +360,48 @@ describe("spec.localApi.service on a real API server", () => {
         !get("deployment", "trent")?.spec.template.spec.volumes?.some(
           (v: any) => v.secret?.secretName === "trent-local-api",
         ) && get("secret", "trent-local-api").metadata.resourceVersion === rv,
+      5_000,
+    );
+  });
+
+  it("leaves a serving-certificate Secret with the Agent's owner reference but not the operator's mark alone: ChildConflict, never mounted", {
+    timeout: 120_000,
+  }, async () => {
+    // While spec.tls names a Secret of the user's, the operator makes no tess-tls of its own.
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      `${agentYaml("tess", "{service: {enabled: false}}")}  tls: {secretName: tess-own}\n`,
+    );
+    await untilReason("tess", "TLSSecretMissing");
+    const agent = get("agent", "tess");
+    const { cert, key } = await selfSignedServing("tess", ["tess"]);
+    const rv = plantSecret(
+      {
+        name: "tess-tls",
+        labels: OPERATOR_LABELS("tess"),
+        ownerReferences: [
+          {
+            apiVersion: "ifp.dev/v1alpha1",
+            kind: "Agent",
+            name: "tess",
+            uid: agent.metadata.uid,
+            controller: true,
+            blockOwnerDeletion: true,
+          },
+        ],
+      },
+      { "tls.crt": cert, "tls.key": key },
+    );
+    cp.kubectl(["apply", "-f", "-"], agentYaml("tess", "{service: {enabled: false}}"));
+    const conflict = await untilReason("tess", "ChildConflict");
+    expect(condition(conflict, "Ready").message).toMatch(
+      /Secret tess-tls already exists and was not made by the operator for this Agent/,
+    );
+    await consistently(
+      "the planted certificate neither mounted nor overwritten",
+      () =>
+        !get("deployment", "tess")?.spec.template.spec.volumes?.some((v: any) => v.secret?.secretName === "tess-tls") &&
+        get("secret", "tess-tls").metadata.resourceVersion === rv,
       5_000,
     );
   });
