@@ -1,10 +1,12 @@
 // The local API's token Secret and Service on a real API server: made once, kept across
-// reconciles, owned by the Agent; a token or hand-off Secret someone else made under the name is
-// refused, never used or overwritten.
+// reconciles, owned by the Agent; a token, hand-off or signing Secret someone else made under the
+// name is refused, never used or overwritten.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { consistently } from "../../e2e/support/wait.ts";
+import { generateSigningKey } from "../../runtime/src/protocol/keys.ts";
+import { selfSignedServing } from "../src/certs.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
 import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
 
@@ -37,6 +39,33 @@ spec:
   agentId: ${name}-id
   localApi: ${localApi}
 `;
+/** A Secret made by someone who may create Secrets in the namespace; returns its resourceVersion. */
+function plantSecret(metadata: Record<string, unknown>, stringData: Record<string, string>): string {
+  cp.kubectl(
+    ["apply", "-f", "-"],
+    JSON.stringify({ apiVersion: "v1", kind: "Secret", metadata: { namespace: NS, ...metadata }, stringData }),
+  );
+  return get("secret", metadata.name as string).metadata.resourceVersion;
+}
+/** Agent `name` refused with `message`: Ready False, Stalled True, a Warning Event. */
+async function untilRefused(name: string, message: string) {
+  const refused = await untilReason(name, "ForeignSecret");
+  expect(condition(refused, "Ready").message).toBe(message);
+  expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "ForeignSecret" });
+  await until("the Warning/ForeignSecret Event", () =>
+    (cp.json(["-n", NS, "get", "events", "--field-selector", `involvedObject.name=${name}`]).items as any[]).some(
+      (e) => e.type === "Warning" && e.reason === "ForeignSecret",
+    ),
+  );
+  return refused;
+}
+/** The labels the operator puts on what it makes for Agent `name`: anyone can copy them. */
+const OPERATOR_LABELS = (name: string) => ({
+  "app.kubernetes.io/managed-by": "ifp-operator",
+  "app.kubernetes.io/instance": name,
+  "app.kubernetes.io/component": "agent",
+  "app.kubernetes.io/part-of": "ifp-operator",
+});
 const token = (name: string) => Buffer.from(get("secret", `${name}-local-api`).data.token, "base64").toString();
 const _certNames = (name: string) => get("secret", `${name}-tls`).metadata.annotations;
 
@@ -212,38 +241,15 @@ describe("spec.localApi.service on a real API server", () => {
   }, async () => {
     // Whoever may only create Secrets makes them first, with a value they know.
     const known = "k".repeat(43);
-    const labels = {
-      "app.kubernetes.io/managed-by": "ifp-operator",
-      "app.kubernetes.io/instance": "mallory",
-      "app.kubernetes.io/component": "agent",
-      "app.kubernetes.io/part-of": "ifp-operator",
-    };
-    const plant = (name: string, key: string) =>
-      cp.kubectl(
-        ["apply", "-f", "-"],
-        JSON.stringify({
-          apiVersion: "v1",
-          kind: "Secret",
-          metadata: { name, namespace: NS, labels },
-          stringData: { [key]: known },
-        }),
-      );
-    plant("mallory-local-api", "token");
-    plant("mallory-handoff", "handoff.key");
+    const labels = OPERATOR_LABELS("mallory");
     const planted = {
-      api: get("secret", "mallory-local-api").metadata.resourceVersion,
-      handoff: get("secret", "mallory-handoff").metadata.resourceVersion,
+      api: plantSecret({ name: "mallory-local-api", labels }, { token: known }),
+      handoff: plantSecret({ name: "mallory-handoff", labels }, { "handoff.key": known }),
     };
     cp.kubectl(["apply", "-f", "-"], agentYaml("mallory", "{service: {enabled: true}}"));
-    const refused = await untilReason("mallory", "ForeignSecret");
-    expect(condition(refused, "Ready").message).toBe(
+    await untilRefused(
+      "mallory",
       "Secret mallory-local-api, where the operator keeps this Agent's local API token, was not made by the operator for Agent mallory (it lacks the owner reference to it or the operator's labels); it is neither used nor overwritten: delete Secret mallory-local-api and the operator makes a new one",
-    );
-    expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "ForeignSecret" });
-    await until("the Warning/ForeignSecret Event", () =>
-      (cp.json(["-n", NS, "get", "events", "--field-selector", "involvedObject.name=mallory"]).items as any[]).some(
-        (e) => e.type === "Warning" && e.reason === "ForeignSecret",
-      ),
     );
     await consistently(
       "nothing rendered, the planted Secret untouched",
@@ -276,6 +282,126 @@ describe("spec.localApi.service on a real API server", () => {
           get("secret", "mallory-handoff").metadata.resourceVersion === planted.handoff
         );
       },
+      5_000,
+    );
+  });
+
+  it("refuses a signing key planted under the default name before the Agent, with the operator's labels: never mounted, never published", {
+    timeout: 120_000,
+  }, async () => {
+    const planted = generateSigningKey();
+    const rv = plantSecret(
+      {
+        name: "victim-signing",
+        labels: { ...OPERATOR_LABELS("victim"), "ifp.dev/agent": "victim" },
+        annotations: { "ifp.dev/public-key": planted.publicKey, "ifp.dev/generated-mark": "x".repeat(43) },
+      },
+      { "signing.key": planted.privateKeyPem },
+    );
+    cp.kubectl(["apply", "-f", "-"], agentYaml("victim", "{service: {enabled: true}}"));
+    await untilRefused(
+      "victim",
+      "Secret victim-signing, where the operator keeps this Agent's signing key, was not generated by the operator for Agent victim (it carries no mark of the operator's for the key it holds, and the Agent's status publishes no such key); it is neither used nor overwritten: delete Secret victim-signing and the operator generates a new key, or, if this Agent may sign with the key it holds, name it in spec.signing.secretName and label it ifp.dev/agent=victim",
+    );
+    await consistently(
+      "nothing rendered or published, the planted Secret untouched",
+      () => {
+        const a = get("agent", "victim");
+        return (
+          !get("deployment", "victim") &&
+          a.status.signingKey === undefined &&
+          a.status.signingKeys === undefined &&
+          get("secret", "victim-signing").metadata.resourceVersion === rv
+        );
+      },
+      5_000,
+    );
+    // Deleted: the operator generates a key nobody chose, marks it, and signs with it.
+    cp.kubectl(["-n", NS, "delete", "secret", "victim-signing"]);
+    const ready = await untilReason("victim", "RuntimeNotReady");
+    expect(ready.status.signingKey.publicKey).not.toBe(planted.publicKey);
+    expect(get("secret", "victim-signing").metadata.annotations["ifp.dev/generated-mark"]).toMatch(/^[\w-]{43}$/);
+    const mounted = get("deployment", "victim").spec.template.spec.volumes.map((v: any) => v.secret?.secretName);
+    expect(mounted).toContain("victim-signing");
+  });
+
+  it("refuses a token Secret with the Agent's owner reference and the operator's labels but not the operator's mark", {
+    timeout: 120_000,
+  }, async () => {
+    cp.kubectl(["apply", "-f", "-"], agentYaml("trent", "{service: {enabled: false}}"));
+    await untilReason("trent", "RuntimeNotReady");
+    // Once the Agent exists, its uid is there to copy.
+    const uid = get("agent", "trent").metadata.uid;
+    const rv = plantSecret(
+      {
+        name: "trent-local-api",
+        labels: OPERATOR_LABELS("trent"),
+        ownerReferences: [
+          {
+            apiVersion: "ifp.dev/v1alpha1",
+            kind: "Agent",
+            name: "trent",
+            uid,
+            controller: true,
+            blockOwnerDeletion: true,
+          },
+        ],
+      },
+      { token: "k".repeat(43) },
+    );
+    cp.kubectl(["apply", "-f", "-"], agentYaml("trent", "{service: {enabled: true}}"));
+    await untilRefused(
+      "trent",
+      "Secret trent-local-api, where the operator keeps this Agent's local API token, was not made by the operator for Agent trent (it carries no mark of the operator's); it is neither used nor overwritten: delete Secret trent-local-api and the operator makes a new one",
+    );
+    await consistently(
+      "the planted token neither mounted nor overwritten",
+      () =>
+        !get("deployment", "trent")?.spec.template.spec.volumes?.some(
+          (v: any) => v.secret?.secretName === "trent-local-api",
+        ) && get("secret", "trent-local-api").metadata.resourceVersion === rv,
+      5_000,
+    );
+  });
+
+  it("leaves a serving-certificate Secret with the Agent's owner reference but not the operator's mark alone: ChildConflict, never mounted", {
+    timeout: 120_000,
+  }, async () => {
+    // While spec.tls names a Secret of the user's, the operator makes no tess-tls of its own.
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      `${agentYaml("tess", "{service: {enabled: false}}")}  tls: {secretName: tess-own}\n`,
+    );
+    await untilReason("tess", "TLSSecretMissing");
+    const agent = get("agent", "tess");
+    const { cert, key } = await selfSignedServing("tess", ["tess"]);
+    const rv = plantSecret(
+      {
+        name: "tess-tls",
+        labels: OPERATOR_LABELS("tess"),
+        ownerReferences: [
+          {
+            apiVersion: "ifp.dev/v1alpha1",
+            kind: "Agent",
+            name: "tess",
+            uid: agent.metadata.uid,
+            controller: true,
+            blockOwnerDeletion: true,
+          },
+        ],
+      },
+      { "tls.crt": cert, "tls.key": key },
+    );
+    cp.kubectl(["apply", "-f", "-"], agentYaml("tess", "{service: {enabled: false}}"));
+    const conflict = await untilReason("tess", "ChildConflict");
+    expect(condition(conflict, "Ready").message).toMatch(
+      /Secret tess-tls already exists and was not made by the operator for this Agent/,
+    );
+    await consistently(
+      "the planted certificate neither mounted nor overwritten",
+      () =>
+        !get("deployment", "tess")?.spec.template.spec.volumes?.some((v: any) => v.secret?.secretName === "tess-tls") &&
+        get("secret", "tess-tls").metadata.resourceVersion === rv,
       5_000,
     );
   });

@@ -382,7 +382,7 @@ describe("on a real API server", () => {
     const ready = await until("bob's conflict", () =>
       get("agent", "bob")?.status?.conditions?.find((c: any) => c.type === "Ready" && c.reason === "ChildConflict"),
     );
-    expect(ready.message).toMatch(/Secret bob-nats exists and is not controlled by this Agent/);
+    expect(ready.message).toMatch(/Secret bob-nats exists and was not made by the operator for this Agent/);
     expect(credsOf("bob")).toBe("mine");
   });
 });

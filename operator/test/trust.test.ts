@@ -125,7 +125,10 @@ afterAll(async () => {
 describe("install CA", () => {
   it("is created once in the operator's namespace and kept across restarts", async () => {
     const secret = get(SYSTEM, "secret", CA_SECRET);
-    expect(Object.keys(secret.data).sort()).toEqual(["ca.crt", "ca.key"]);
+    expect(Object.keys(secret.data).sort()).toEqual(["ca.crt", "ca.key", "marks.key"]);
+    // The key the operator marks what it generates with, and since when.
+    expect(Buffer.from(secret.data["marks.key"], "base64")).toHaveLength(32);
+    expect(Date.parse(secret.metadata.annotations["ifp.dev/marks-since"])).toBeLessThanOrEqual(Date.now());
     const cert = new X509Certificate(decode(secret.data["ca.crt"]));
     expect(cert.ca).toBe(true);
     await manager!.stop();

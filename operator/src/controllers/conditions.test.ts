@@ -163,6 +163,16 @@ describe("runtimeConditions", () => {
 describe("mergeConditions", () => {
   const t0 = new Date("2026-01-01T00:00:00.123Z");
   const t1 = new Date("2026-01-02T00:00:00Z");
+  it("writes every message printable: a name or an error from outside carries no escape or control", () => {
+    const message = "Secret x\x1b]52;c;ZXZpbA==\x07\x1b[1A\x1b[2K\x9dtitle\x9c was not made\nReady True\u202E";
+    const [c] = mergeConditions(
+      undefined,
+      [{ type: "Ready", status: "False", reason: "ForeignSecret", message }],
+      1,
+      t0,
+    );
+    expect(c!.message).toBe("Secret x was not made Ready True");
+  });
   it("keeps lastTransitionTime unless the status flips, and stamps the generation", () => {
     const first = mergeConditions(undefined, [{ type: "Ready", status: "False", reason: "A", message: "a" }], 1, t0);
     expect(first).toEqual([

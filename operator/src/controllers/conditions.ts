@@ -2,6 +2,7 @@
 // what a reconcile observed. kstatus (which Helm 4 and Flux use to wait) reads Ready, Reconciling
 // and Stalled.
 import { isoSeconds } from "../../../runtime/src/util/time.ts";
+import { printable } from "../../../runtime/src/util/printable.ts";
 
 /** A status condition in the Kubernetes API conventions. */
 export interface Condition {
@@ -19,7 +20,8 @@ export { isoSeconds };
 
 /**
  * The new conditions, keeping each one's lastTransitionTime unless its status flipped; types
- * not given again are dropped.
+ * not given again are dropped. Messages carry names and errors from outside (a Secret's name, a
+ * peer's answer, the API server's error): written printable (util/printable.ts).
  */
 export function mergeConditions(
   previous: Condition[] | undefined,
@@ -31,6 +33,7 @@ export function mergeConditions(
     const old = previous?.find((p) => p.type === c.type);
     return {
       ...c,
+      message: printable(c.message),
       observedGeneration: generation,
       lastTransitionTime: old && old.status === c.status ? old.lastTransitionTime : isoSeconds(now),
     };

@@ -47,6 +47,14 @@ describe("spec.tls.dnsNames", () => {
     );
   });
 
+  it("compares names in one form: case, a trailing dot and IDNA make no other name", () => {
+    const allow = { allowedDnsNames: ["*.agents.example.com", "xn--bcher-kva.example"] };
+    expect(dnsNameRefusal(dns(["A.Agents.Example.com.", "alice.team.svc."]), own, "team", allow)).toBeUndefined();
+    expect(dnsNameRefusal(dns(["bücher.example"]), own, "team", allow)).toBeUndefined();
+    expect(dnsNameRefusal(dns(["agents.example.com."]), own, "team", allow)?.reason).toBe("DNSNameNotAllowed");
+    expect(dnsNameRefusal(dns(["evil.example."]), own, "team", allow)?.reason).toBe("DNSNameNotAllowed");
+  });
+
   it("allows a namespace's hosts to that namespace only, whatever its name", () => {
     const lists = { allowedHosts: { team: ["shop.example.com", "*.team.example.com"] } };
     expect(dnsNameRefusal(dns(["shop.example.com", "a.team.example.com"]), own, "team", lists)).toBeUndefined();

@@ -2,6 +2,7 @@
 // Secret is used only when the operator created it for this very object, or when its owner
 // labelled it for this object (ifp.dev/agent: <Agent name>, ifp.dev/relay: <Relay name>).
 import type { KubernetesObject } from "@kubernetes/client-node";
+import { canonicalHost, hostMatches } from "../../../runtime/src/net/host-name.ts";
 import type { Blocker } from "./conditions.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, managedByOperator } from "../kube/metadata.ts";
 import type { Owner } from "./settings.ts";
@@ -46,13 +47,13 @@ export function imageRefusal(
   };
 }
 
-/** Whether `name` matches an allow-list entry: the name itself, `*.<domain>` for any name under it, or `*`. */
+/**
+ * Whether `name` matches an allow-list entry: the name itself, `*.<domain>` for any name under it,
+ * or `*`; both in their canonical form (case, trailing dot, IDNA: runtime/src/net/host-name.ts).
+ */
 export function dnsNameAllowed(name: string, allowed: string[]): boolean {
-  const n = name.toLowerCase();
-  return allowed.some((a) => {
-    const e = a.toLowerCase();
-    return e === "*" || e === n || (e.startsWith("*.") && n.endsWith(e.slice(1)) && n.length > e.length - 1);
-  });
+  const n = canonicalHost(name);
+  return allowed.some((a) => a === "*" || hostMatches(n, canonicalHost(a)));
 }
 
 /** The install's allow-lists of host names: for every namespace, and per namespace. */
@@ -116,14 +117,14 @@ export function dnsNameRefusal(
   namespace: string,
   lists: HostAllowLists = {},
 ): Blocker | undefined {
-  const mine = new Set(own.map((n) => n.toLowerCase()));
+  const mine = new Set(own.map(canonicalHost));
   const allowed = allowedHostsFor(namespace, lists);
   const refused = requested
     .map((r) => ({
       field: r.field,
       foreign: [
         ...new Set(
-          r.names.filter((n): n is string => !!n && !mine.has(n.toLowerCase()) && !dnsNameAllowed(n, allowed)),
+          r.names.filter((n): n is string => !!n && !mine.has(canonicalHost(n)) && !dnsNameAllowed(n, allowed)),
         ),
       ],
     }))

@@ -9,6 +9,7 @@ import type { Logger } from "pino";
 import type { NatsPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
 import { API_VERSION } from "../../../runtime/src/resources/common.ts";
 import { ChildConflictError, controlledBy } from "../kube/apply.ts";
+import { markedFor, ownedMark } from "./generated-mark.ts";
 import type { Kube } from "../kube/client.ts";
 import {
   CredentialIssuer,
@@ -80,10 +81,11 @@ export async function ensureNatsCreds(
   const name = natsCredsSecretName(owner.metadata.name);
   const current =
     ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
-  // A Secret of that name made by someone else is never overwritten.
-  if (current && !controlledBy(current, owner.metadata.uid)) {
+  // A Secret of that name made by someone else is never used or overwritten.
+  const marks = ctx.trust.marks();
+  if (current && !(controlledBy(current, owner.metadata.uid) && markedFor(current, marks, owner.metadata.uid))) {
     throw new ChildConflictError(
-      `Secret ${name} exists and is not controlled by this ${owner.kind}; rename or delete it to let the operator issue the NATS credential`,
+      `Secret ${name} exists and was not made by the operator for this ${owner.kind}; rename or delete it to let the operator issue the NATS credential`,
     );
   }
   const existing = credsIn(current);
@@ -102,7 +104,10 @@ export async function ensureNatsCreds(
     type: "Opaque",
     metadata: childMeta(owner, name, {
       ...(current?.metadata?.resourceVersion ? { resourceVersion: current.metadata.resourceVersion } : {}),
-      ...(sharedSince !== undefined ? { annotations: { [SHARED_ACCOUNT_ANNOTATION]: sharedSince } } : {}),
+      annotations: {
+        ...ownedMark(marks, ns, name, owner.metadata.uid),
+        ...(sharedSince !== undefined ? { [SHARED_ACCOUNT_ANNOTATION]: sharedSince } : {}),
+      },
     }),
     data: { [CREDS_KEY]: Buffer.from(creds).toString("base64") },
   };

@@ -5,6 +5,12 @@ import { summarize, SUMMARY_WINDOW_MS } from "./summary.ts";
 const MIN = 60_000;
 
 describe("summarize", () => {
+  it("writes the runtime's last error into the status printable: a stranger's message id carries no escape", () => {
+    const reason = "PushGivenUp: message x\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07\x1b[2A\x1b[2Kfake to bob-agent: 500";
+    const { summary } = summarize([], { lastSeq: 1, backlog: 0, lastError: { at: "2026-01-02T03:04:05Z", reason } }, 0);
+    expect(summary.lastError).toBe("PushGivenUp: message xfake to bob-agent: 500");
+  });
+
   it("counts from the first sample, then over a sliding hour", () => {
     let samples: { at: number; seq: number }[] = [];
     const at = (minute: number, seq: number, backlog = 0) => {

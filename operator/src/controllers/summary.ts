@@ -21,6 +21,7 @@ import type { z } from "zod";
 import type { Caches } from "../kube/caches.ts";
 import { errorMessage } from "../kube/client.ts";
 import { agentKeyOf } from "./finalizers.ts";
+import { printable } from "../../../runtime/src/util/printable.ts";
 
 export type Summary = z.infer<typeof SummarySchema>;
 export type SummaryKind = "Agent" | "Relay";
@@ -60,7 +61,9 @@ export function summarize(
   const summary: Summary = {
     acceptedLastHour: Math.max(0, reading.lastSeq - base.seq),
     backlog: reading.backlog,
-    ...(reading.lastError ? { lastError: reading.lastError.reason, lastErrorTime: reading.lastError.at } : {}),
+    ...(reading.lastError
+      ? { lastError: printable(reading.lastError.reason), lastErrorTime: reading.lastError.at }
+      : {}),
   };
   return { summary, samples: kept };
 }

@@ -6,6 +6,7 @@ import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
 import { isoSeconds } from "../../../runtime/src/util/time.ts";
 import { validity } from "../certs.ts";
 import { applyChildren, controlledBy, ChildConflictError } from "../kube/apply.ts";
+import { markedFor, ownedMark } from "./generated-mark.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Kube } from "../kube/client.ts";
 import type { Blocker } from "./conditions.ts";
@@ -192,9 +193,9 @@ async function installCaTls(
   const n = childNames(owner.metadata.name);
   const secret =
     caches.get<V1Secret>("Secret", ns, n.tlsSecret) ?? (await kube.read<V1Secret>("v1", "Secret", ns, n.tlsSecret));
-  if (secret && !controlledBy(secret, owner.metadata.uid)) {
+  if (secret && !(controlledBy(secret, owner.metadata.uid) && markedFor(secret, trust.marks(), owner.metadata.uid))) {
     throw new ChildConflictError(
-      `Secret ${n.tlsSecret} already exists and is not managed by this ${owner.kind}; delete or rename it, or name it in spec.tls.secretName`,
+      `Secret ${n.tlsSecret} already exists and was not made by the operator for this ${owner.kind}; delete or rename it, or name it in spec.tls.secretName`,
     );
   }
   const issuer = trust.signerId();
@@ -259,6 +260,7 @@ async function issueInto(
         [ISSUER]: issuer,
         [NOT_AFTER]: notAfter,
         [DNS_NAMES_HASH]: hashOf(dnsNames),
+        ...ownedMark(trust.marks(), owner.metadata.namespace, n.tlsSecret, owner.metadata.uid),
       },
     }),
     data: {

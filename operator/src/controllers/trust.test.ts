@@ -17,6 +17,7 @@ import {
   installCaCerts,
   joinBundle,
   MAX_TRUST_SOURCE_BYTES,
+  MARKS_SINCE,
   NEXT_PUBLISHED,
   trustFromSource,
   type CaState,
@@ -100,12 +101,13 @@ describe("install CA rotation", () => {
       current: pemOf(c2),
       next: { ...pemOf(other), publishedAt: Date.parse("2026-01-01T00:00:00Z") },
       previous: { cert: c1.cert },
+      marks: { key: Buffer.alloc(32, 7).toString("base64"), since: Date.parse("2025-06-01T00:00:00Z") },
     };
     const secret = caSecret("ifp-system", "ifp-ca", state);
     expect(secret.metadata).toMatchObject({
       name: "ifp-ca",
       namespace: "ifp-system",
-      annotations: { [NEXT_PUBLISHED]: "2026-01-01T00:00:00.000Z" },
+      annotations: { [NEXT_PUBLISHED]: "2026-01-01T00:00:00.000Z", [MARKS_SINCE]: "2025-06-01T00:00:00.000Z" },
     });
     expect(Object.keys(secret.data!).sort()).toEqual(Object.values(CA_KEYS).sort());
     expect(caStateOf(secret)).toEqual(state);

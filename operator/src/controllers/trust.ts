@@ -6,6 +6,7 @@
 // issues the default serving certificates instead (tls.ts), and a bundle ConfigMap that
 // trust-manager writes into each namespace joins every trust bundle.
 import { secretUsableBy } from "./references.ts";
+import { randomBytes } from "node:crypto";
 import type { KubernetesObject, V1ConfigMap, V1Secret } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { createCA, fingerprint, loadCA, parseCaBundle, validity, type CertificateAuthority } from "../certs.ts";
@@ -65,9 +66,12 @@ export const CA_KEYS = {
   nextCert: "next.crt",
   nextKey: "next.key",
   previousCert: "previous.crt",
+  marksKey: "marks.key",
 } as const;
 /** When the next CA was first published (ISO time), on the CA Secret. */
 export const NEXT_PUBLISHED = "ifp.dev/next-ca-published";
+/** When the marks key was made (ISO time), on the CA Secret: what the operator generated before it carries no mark. */
+export const MARKS_SINCE = "ifp.dev/marks-since";
 /** The trust bundle's key in each `<name>-trust` ConfigMap, and where the runtime pods find it. */
 export const BUNDLE_KEY = "ca.crt";
 
@@ -75,6 +79,11 @@ export interface CaState {
   current: { cert: string; key: string };
   next?: { cert: string; key: string; publishedAt: number };
   previous?: { cert: string };
+  /**
+   * The key the operator marks what it generates with (generated-mark.ts): kept across every
+   * rotation, made once when absent, never shown to a runtime.
+   */
+  marks?: { key: string; since: number };
 }
 
 const decode = (b64: string | undefined) => (b64 ? Buffer.from(b64, "base64").toString("utf8") : undefined);
@@ -100,6 +109,9 @@ export function caStateOf(secret: V1Secret): CaState {
   }
   const previous = decode(d[CA_KEYS.previousCert]);
   if (previous && pemOk(previous)) state.previous = { cert: previous };
+  const marks = d[CA_KEYS.marksKey];
+  const since = Date.parse(secret.metadata?.annotations?.[MARKS_SINCE] ?? "");
+  if (marks && Buffer.from(marks, "base64").length >= 32 && Number.isFinite(since)) state.marks = { key: marks, since };
   return state;
 }
 
@@ -153,6 +165,7 @@ export function caSecret(namespace: string, name: string, state: CaState): V1Sec
   if (state.next)
     Object.assign(data, { [CA_KEYS.nextCert]: enc(state.next.cert), [CA_KEYS.nextKey]: enc(state.next.key) });
   if (state.previous) data[CA_KEYS.previousCert] = enc(state.previous.cert);
+  if (state.marks) data[CA_KEYS.marksKey] = state.marks.key;
   return {
     apiVersion: "v1",
     kind: "Secret",
@@ -165,7 +178,10 @@ export function caSecret(namespace: string, name: string, state: CaState): V1Sec
         "app.kubernetes.io/component": "install-ca",
         "app.kubernetes.io/part-of": "ifp-operator",
       },
-      annotations: state.next ? { [NEXT_PUBLISHED]: new Date(state.next.publishedAt).toISOString() } : {},
+      annotations: {
+        ...(state.next ? { [NEXT_PUBLISHED]: new Date(state.next.publishedAt).toISOString() } : {}),
+        ...(state.marks ? { [MARKS_SINCE]: new Date(state.marks.since).toISOString() } : {}),
+      },
     },
     data,
   };
@@ -247,6 +263,13 @@ export class InstallTrust {
     return this.ca;
   }
 
+  /** The key the operator marks what it generates with, and since when it has been (generated-mark.ts). */
+  marks(): { key: Buffer; since: number } {
+    const m = this.state?.marks;
+    if (!m) throw new Error("the install CA is not loaded yet");
+    return { key: Buffer.from(m.key, "base64"), since: m.since };
+  }
+
   /** The SHA-256 fingerprint of the signing CA's certificate. */
   signerId(): string {
     return fingerprint(this.signer().cert);
@@ -278,7 +301,10 @@ export class InstallTrust {
           );
         }
       }
-      const step = caRotationStep(state, now, this.lifetimes);
+      const rotation = caRotationStep(state, now, this.lifetimes);
+      // A CA Secret of an earlier version gets its marks key before anything else.
+      const step: Exclude<CaStep, { action: "keep" }> | { action: "add-marks" } | { action: "keep" } =
+        state && !state.marks ? { action: "add-marks" } : rotation;
       if (step.action === "keep") {
         await this.load(state!);
         return before !== "" && before !== published(state!);
@@ -300,7 +326,7 @@ export class InstallTrust {
           await this.kube.replace(body);
           this.log.info(
             { secret: `${this.namespace}/${this.secretName}`, step: step.action },
-            "Rotated the install CA",
+            step.action === "add-marks" ? "Added the marks key to the install CA Secret" : "Rotated the install CA",
           );
         }
       } catch (err) {
@@ -310,10 +336,19 @@ export class InstallTrust {
   }
 
   private async apply(
-    step: Exclude<CaStep, { action: "keep" }>,
+    step: Exclude<CaStep, { action: "keep" }> | { action: "add-marks" },
     state: CaState | undefined,
     now: number,
   ): Promise<CaState> {
+    const marks = state?.marks ?? { key: randomBytes(32).toString("base64"), since: now };
+    return { ...(await this.rotated(step, state, now)), marks };
+  }
+
+  private async rotated(
+    step: Exclude<CaStep, { action: "keep" }> | { action: "add-marks" },
+    state: CaState | undefined,
+    now: number,
+  ): Promise<Omit<CaState, "marks">> {
     const fresh = async () => {
       const ca = await createCA(
         `ifp-operator install CA ${this.namespace}/${this.secretName} ${new Date(now).toISOString().slice(0, 10)}`,
@@ -335,6 +370,8 @@ export class InstallTrust {
         return { current: { cert: state!.next!.cert, key: state!.next!.key }, previous: { cert: state!.current.cert } };
       case "drop-previous":
         return { current: state!.current, ...(state!.next ? { next: state!.next } : {}) };
+      case "add-marks":
+        return state!;
     }
   }
 

@@ -9,6 +9,7 @@ import { checkExec, execIfp, RUNTIME_CONTAINER, runtimePod } from "./exec.ts";
 import { apiMessage, checkNamespace, connect, type Kind, PluginError, UsageError } from "./kube.ts";
 import { writeReport } from "./report.ts";
 import { collectStatus, renderStatus } from "./status.ts";
+import { printable } from "../../../runtime/src/util/printable.ts";
 
 export const USAGE = `usage: kubectl ifp <command> [flags]
 
@@ -230,10 +231,11 @@ async function messaging(command: "send" | "tail", p: Parsed, out: (s: string) =
   process.once("SIGINT", interrupt);
   process.once("SIGTERM", interrupt);
   const utf8 = new StringDecoder("utf8");
+  const errText = new StringDecoder("utf8");
   try {
     return await execIfp(c, target, args, {
       out: (b) => out(utf8.write(b)),
-      err: (b) => void process.stderr.write(b),
+      err: (b) => void process.stderr.write(printable(errText.write(b), { lines: true })),
       stdin: command === "tail",
       stop: stop.signal,
     });
@@ -246,8 +248,10 @@ async function messaging(command: "send" | "tail", p: Parsed, out: (s: string) =
 /** Runs the plugin; returns the exit code. Never throws: every failure is one line on stderr. */
 export async function main(
   argv = process.argv.slice(2),
-  out = (s: string) => void process.stdout.write(s),
+  write = (s: string) => void process.stdout.write(s),
 ): Promise<number> {
+  // Everything printed carries what others wrote (statuses, Events, a runtime's answers).
+  const out = (s: string) => write(printable(s, { lines: true }));
   let p: Parsed;
   try {
     p = parse(argv);
@@ -262,7 +266,7 @@ export async function main(
       return 2;
     }
     const message = err instanceof PluginError ? err.message : apiMessage(err);
-    process.stderr.write(`kubectl ifp: ${message}\n`);
+    process.stderr.write(`kubectl ifp: ${printable(message)}\n`);
     return 1;
   }
 }

@@ -1,9 +1,9 @@
 // Pure: how the plugin prints — aligned tables as kubectl prints them, and times relative to now.
+import { printable } from "../../../runtime/src/util/printable.ts";
 
 /** Columns padded to their widest cell, separated by three spaces, as `kubectl get` does. */
 export function table(header: string[], rows: string[][]): string {
-  const clean = (s: string) => s.replace(/[\r\n\t]+/g, " ");
-  const all = [header, ...rows.map((r) => r.map(clean))];
+  const all = [header, ...rows.map((r) => r.map((cell) => printable(cell)))];
   const widths = header.map((_, i) => Math.max(...all.map((r) => (r[i] ?? "").length)));
   return all
     .map((r) =>

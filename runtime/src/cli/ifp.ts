@@ -7,6 +7,7 @@ import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
 import { HttpClient } from "../net/http-client.ts";
 import { generateSigningKey, privateKeyFromPem } from "../protocol/keys.ts";
 import { signMessage } from "../protocol/signing.ts";
+import { printable, printableJson } from "../util/printable.ts";
 
 /** Each command's usage, as `ifp COMMAND --help` prints it. */
 const COMMANDS: Record<string, string> = {
@@ -86,7 +87,10 @@ export function packageVersion(): string {
 
 class UsageError extends Error {}
 
-const say = (line: string) => process.stderr.write(`${line}\n`);
+const say = (line: string) => process.stderr.write(`${printable(line, { lines: true })}\n`);
+/** Output that carries what others wrote (documents, answers): printable on the admin's terminal. */
+const print = (text: string) => process.stdout.write(printable(text, { lines: true }));
+const printJson = (json: string) => process.stdout.write(printableJson(json));
 
 export async function main(argv = process.argv.slice(2)): Promise<number> {
   const [command, ...rest] = argv;
@@ -169,31 +173,30 @@ async function discover(args: string[]): Promise<number> {
         capabilities.status === "fulfilled" ? capabilities.value : { error: (capabilities.reason as Error).message },
     };
     if (values.json) {
-      process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
+      printJson(`${JSON.stringify(out, null, 2)}\n`);
     } else {
       if (identity.status === "fulfilled") {
         const d = identity.value;
-        process.stdout.write(`agent     ${d.agent_id}${d.display ? ` (${d.display})` : ""}\n`);
-        for (const k of d.keys) process.stdout.write(`key       ${k.key_id} ${k.type} ${k.status} ${k.public_key}\n`);
-        if (d.endpoints?.inbox) process.stdout.write(`inbox     ${d.endpoints.inbox}\n`);
-        if (d.relay?.urls.length)
-          process.stdout.write(`relays    ${d.relay.urls.join(", ")} (${d.relay.preference ?? "any"})\n`);
+        print(`agent     ${d.agent_id}${d.display ? ` (${d.display})` : ""}\n`);
+        for (const k of d.keys) print(`key       ${k.key_id} ${k.type} ${k.status} ${k.public_key}\n`);
+        if (d.endpoints?.inbox) print(`inbox     ${d.endpoints.inbox}\n`);
+        if (d.relay?.urls.length) print(`relays    ${d.relay.urls.join(", ")} (${d.relay.preference ?? "any"})\n`);
       } else {
-        process.stdout.write(`identity  unavailable: ${(identity.reason as Error).message}\n`);
+        print(`identity  unavailable: ${(identity.reason as Error).message}\n`);
       }
       if (capabilities.status === "fulfilled") {
         const c = capabilities.value;
-        process.stdout.write(`supports  IFP ${(c.ifp_support ?? []).join(", ")}; updated ${c.updated ?? "?"}\n`);
+        print(`supports  IFP ${(c.ifp_support ?? []).join(", ")}; updated ${c.updated ?? "?"}\n`);
         for (const cap of c.capabilities) {
           const cond = cap.conditions
             ? ` [${Object.entries(cap.conditions)
                 .map(([k, v]) => `${k}=${v}`)
                 .join(", ")}]`
             : "";
-          process.stdout.write(`  ${cap.name} v${cap.version} — ${cap.description}${cond}\n`);
+          print(`  ${cap.name} v${cap.version} — ${cap.description}${cond}\n`);
         }
       } else {
-        process.stdout.write(`capabilities unavailable: ${(capabilities.reason as Error).message}\n`);
+        print(`capabilities unavailable: ${(capabilities.reason as Error).message}\n`);
       }
     }
     return identity.status === "fulfilled" && capabilities.status === "fulfilled" ? 0 : 1;
@@ -277,7 +280,7 @@ async function send(args: string[]): Promise<number> {
       },
       body: JSON.stringify(message),
     });
-    process.stdout.write(`${res.status} ${res.text}\n`);
+    printJson(`${res.status} ${res.text}\n`);
     return res.status === 202 ? 0 : 1;
   } finally {
     await http.close();

@@ -7,8 +7,11 @@ import { request as httpRequest } from "node:http";
 import { parseArgs } from "node:util";
 import { LocalApiClient, LocalApiError } from "../client/local.ts";
 import { sseEvents } from "../net/sse.ts";
+import { printable, printableJson } from "../util/printable.ts";
 
-const say = (line: string) => process.stderr.write(`${line}\n`);
+const say = (line: string) => process.stderr.write(`${printable(line, { lines: true })}\n`);
+/** JSON of others' messages and answers, printable on the admin's terminal. */
+const printJson = (json: string) => process.stdout.write(printableJson(json));
 
 /** A command-line mistake: ifp prints it with the usage and exits 2. */
 export class LocalUsageError extends Error {}
@@ -59,14 +62,12 @@ export async function localSend(opts: {
     queued = await client.send({ to: opts.to, phase: opts.phase, text: opts.text });
   } catch (err) {
     if (err instanceof LocalApiError) {
-      process.stdout.write(
-        `${err.status} ${JSON.stringify({ status: "error", code: err.code, message: err.message })}\n`,
-      );
+      printJson(`${err.status} ${JSON.stringify({ status: "error", code: err.code, message: err.message })}\n`);
       return 1;
     }
     throw new Error(`cannot reach the local API at ${base}: ${(err as Error).message}`);
   }
-  process.stdout.write(`202 ${JSON.stringify(queued)}\n`);
+  printJson(`202 ${JSON.stringify(queued)}\n`);
   if (!wait) return 0;
   const deadline = Date.now() + wait * 1000;
   let state = "queued";
@@ -74,7 +75,7 @@ export async function localSend(opts: {
     const record = await client.status(queued.message_id).catch(() => undefined);
     if (record) state = record.state;
     if (record && FINAL.has(record.state)) {
-      process.stdout.write(`${JSON.stringify(record)}\n`);
+      printJson(`${JSON.stringify(record)}\n`);
       return record.state === "delivered" ? 0 : 1;
     }
     if (Date.now() >= deadline) break;
@@ -143,7 +144,7 @@ export async function tailCommand(args: string[]): Promise<number> {
         try {
           for await (const event of sseEvents(res)) {
             if (event.event !== "message") continue;
-            process.stdout.write(`${event.data}\n`);
+            printJson(`${event.data}\n`);
             if (count !== undefined && ++seen >= count) return done(0);
           }
           done(1, `the local API at ${base} closed the stream`);

@@ -10,8 +10,11 @@ import { signMessage, type SigningKey } from "../protocol/signing.ts";
 import type { Message } from "../protocol/message.ts";
 import { MAX_PAGE_BYTES, RelayClient, RelayError, relayRefusal } from "../net/relay-client.ts";
 import { sseEvents } from "../net/sse.ts";
+import { printable, printableJson } from "../util/printable.ts";
 
-const say = (line: string) => process.stderr.write(`${line}\n`);
+const say = (line: string) => process.stderr.write(`${printable(line, { lines: true })}\n`);
+/** JSON of others' messages and answers, printable on the admin's terminal. */
+const printJson = (json: string) => process.stdout.write(printableJson(json));
 
 /**
  * `ifp relay pull|tail|publish RELAY_URL --key FILE --from AGENT_ID`: read your mailbox on a
@@ -65,7 +68,7 @@ export async function relayCommand(args: string[]): Promise<number> {
     say(`reading ${key.agentId}'s mailbox on ${url} …`);
     const { messages } = await client.pull({ limit: values.limit ? Number(values.limit) : 100 });
     for (const m of messages) {
-      process.stdout.write(`${JSON.stringify(m)}\n`);
+      printJson(`${JSON.stringify(m)}\n`);
       if (values.ack) await client.ack(m.headers.message_id);
     }
     say(
@@ -96,7 +99,7 @@ async function publish(client: RelayClient, message: Message, url: string): Prom
     from: message.headers.from.agent,
     ...(refused ? { code: refused.code, message: refused.message } : {}),
   };
-  process.stdout.write(`${JSON.stringify(answer)}\n`);
+  printJson(`${JSON.stringify(answer)}\n`);
   say(
     ok
       ? `published ${answer.message_id} on ${url} for ${message.headers.to.map((t) => t.agent).join(", ")}`
@@ -125,7 +128,7 @@ async function tail(base: string, key: SigningKey, extraCa: string | undefined):
       void (async () => {
         try {
           for await (const event of sseEvents(res, MAX_PAGE_BYTES))
-            if (event.event === "message") process.stdout.write(`${event.data}\n`);
+            if (event.event === "message") printJson(`${event.data}\n`);
         } catch (err) {
           say(`the stream from ${base} broke off: ${(err as Error).message}`);
           resolve(1);

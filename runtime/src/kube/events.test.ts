@@ -33,4 +33,26 @@ describe("buildEvent", () => {
     expect(a.metadata.name).not.toBe(b.metadata.name);
     expect(a.message).toHaveLength(1024);
   });
+
+  it("writes a stranger's message id and error printable: no OSC 52, no cursor moves, no C1 or bidi controls", () => {
+    const id = "m-1\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07\x1b[1A\x1b[2K\x9b2J\u202E";
+    const e = buildEvent(
+      agent,
+      "Warning",
+      "HandlerDeadLetter",
+      `message ${id} was not taken by the handler: 500`,
+      source,
+      now,
+    );
+    expect(e.message).toBe("message m-1 was not taken by the handler: 500");
+    const refused = buildEvent(
+      agent,
+      "Warning",
+      "DeliveryRefused\x1b[31m",
+      `message ${id} to x: boom\r\nReady True`,
+      source,
+      now,
+    );
+    expect([refused.reason, refused.message]).toEqual(["DeliveryRefused", "message m-1 to x: boom Ready True"]);
+  });
 });

@@ -6,6 +6,7 @@ import { hostname } from "node:os";
 import type { CoreV1Api, CoreV1Event, KubeConfig } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { errorMessage } from "../util/errors.ts";
+import { printable } from "../util/printable.ts";
 
 export type EventType = "Normal" | "Warning";
 
@@ -51,8 +52,8 @@ export function buildEvent(
       uid: meta.uid,
     },
     type,
-    reason,
-    message: message.slice(0, 1024),
+    reason: printable(reason),
+    message: printable(message).slice(0, 1024),
     source: { component: source.component, host: source.host },
     reportingComponent: `ifp.dev/${source.component}`,
     reportingInstance: source.host,

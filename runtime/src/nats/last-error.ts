@@ -2,6 +2,7 @@ import type { KV } from "@nats-io/kv";
 import type { Logger } from "pino";
 import { LAST_ERROR_MAX, type LastErrorEntry, type LastErrorLocation } from "../contract/summary.ts";
 import type { Nats } from "./connection.ts";
+import { printable } from "../util/printable.ts";
 
 /**
  * The runtime's last error (an undeliverable message, a dead letter), kept in NATS KV where the
@@ -24,7 +25,7 @@ export class LastError {
   }
 
   record(reason: string, at = new Date()): void {
-    this.next = { at: at.toISOString(), reason: reason.slice(0, LAST_ERROR_MAX) };
+    this.next = { at: at.toISOString(), reason: printable(reason).slice(0, LAST_ERROR_MAX) };
     if (!this.writing) void this.flush();
   }
 

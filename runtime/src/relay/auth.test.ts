@@ -149,6 +149,25 @@ describe("relay request authentication", () => {
     expect(inSenderSet(set, "http://partner.example")).toBe(false);
   });
 
+  it("denies a host however it is written: a trailing dot, upper case, an IDN in Unicode or as its A-label", () => {
+    const deny = {
+      agentIds: ["https://bad.example/agents/a"],
+      domains: ["evil.example", "*.spam.example", "xn--vil-9la.example"],
+    };
+    for (const id of [
+      "https://evil.example./a",
+      "https://x.spam.example./a",
+      "https://EVIL.EXAMPLE./a",
+      "https://X.Spam.Example/a",
+      "https://ÉVIL.example./a",
+      "https://xn--vil-9la.example./a",
+      "https://BAD.example./agents/a",
+    ])
+      expect(inSenderSet(deny, id), id).toBe(true);
+    expect(inSenderSet(deny, "https://spam.example./a")).toBe(false);
+    expect(inSenderSet(deny, "https://evil.example.net./a")).toBe(false);
+  });
+
   it("builds the URL whose path and query are signed, whatever the Host header", () => {
     expect(absoluteUrl("/relay/messages?limit=5", "relay.example:8443")).toBe(
       "https://relay.example:8443/relay/messages?limit=5",

@@ -1,5 +1,6 @@
 import type { KeyObject } from "node:crypto";
 import { isHttpsUrl, type KeyLookup, didKeyRaw } from "../discovery/keys.ts";
+import { canonicalAgentId, canonicalHost, hostMatches } from "../net/host-name.ts";
 import { isDidKey } from "../protocol/did-key.ts";
 import { insufficientAuthLevel, notFound, rateLimited, unavailable, unknownSender } from "../protocol/errors.ts";
 import { publicKeyFromRaw } from "../protocol/keys.ts";
@@ -21,12 +22,16 @@ const FILL_READ_MS = 1_000;
 
 type SenderSet = RelaySpec["publishers"]["deny"];
 
-/** Does `agentId` belong to the set: named exactly, or an https agent id on one of its hosts? */
+/**
+ * Does `agentId` belong to the set: named exactly, or an https agent id on one of its hosts? Host
+ * names are compared in their canonical form (case, trailing dot, IDNA: net/host-name.ts).
+ */
 export function inSenderSet(set: SenderSet, agentId: string): boolean {
-  if (set.agentIds.includes(agentId)) return true;
+  const id = canonicalAgentId(agentId);
+  if (set.agentIds.some((a) => canonicalAgentId(a) === id)) return true;
   if (!set.domains.length || !isHttpsUrl(agentId)) return false;
-  const host = new URL(agentId).hostname;
-  return set.domains.some((d) => (d.startsWith("*.") ? host.endsWith(d.slice(1)) : host === d));
+  const host = canonicalHost(new URL(agentId).hostname);
+  return set.domains.some((d) => hostMatches(host, canonicalHost(d)));
 }
 
 /**

@@ -258,6 +258,21 @@ describe("relay: senders it does not serve (spec.publishers)", () => {
     }
   }, 120_000);
 
+  it("denies a host on spec.publishers.deny.domains however the id writes it (a trailing dot, upper case) before any lookup", async () => {
+    const relay = await relayWith({ publishers: { deny: { domains: ["localhost"] } } });
+    for (const host of ["localhost.", "LOCALHOST.", "LocalHost"]) {
+      const who = httpsSender(`agents/${randomName()}`);
+      const id = who.agentId.replace("//localhost", `//${host}`);
+      const dotted = { ...who, agentId: id, signing: { ...who.signing, agentId: id } };
+      served.set(id, dotted);
+      const before = docRequests;
+      const res = await clientOf(env, relay, dotted).publish(signed(dotted, "bob-agent"));
+      expect([res.status, body(res.text).code], `${id}: ${res.text}`).toEqual([401, "unknown_sender"]);
+      expect(body(res.text).message, id).toBe(`${id} may not publish here (spec.publishers.deny)`);
+      expect(docRequests, `${id} was looked up`).toBe(before);
+    }
+  });
+
   it("holds strangers to their quotas: requests per minute, bytes per hour, copies stored, and per recipient", async () => {
     const relay = await relayWith({
       limits: { maxMessageBytes: 8 * 1024 },

@@ -6,6 +6,7 @@ import type { Agent } from "../../../../runtime/src/resources/agent.ts";
 import type { AgentStatus } from "../../crd/status.ts";
 import type { CustomObject } from "../context.ts";
 import { didKeyPublicKey, isDidKey } from "../../../../runtime/src/protocol/did-key.ts";
+import { canonicalHost } from "../../../../runtime/src/net/host-name.ts";
 import { allowedHostsFor, dnsNameAllowed, hostAllowHint, type HostAllowLists } from "../references.ts";
 import { serviceDnsNames } from "../names.ts";
 
@@ -52,7 +53,7 @@ export function agentIdClaim(
   const host = httpsHost(agentId);
   if (host !== undefined) {
     const own = serviceDnsNames({ kind: "Agent", metadata: { ...agent, uid: "" } });
-    if (own.includes(host.toLowerCase()))
+    if (own.includes(canonicalHost(host)))
       return { vouched: true, message: `spec.agentId ${agentId} names this Agent's own Service` };
     const allowed = allowedHostsFor(agent.namespace, lists);
     if (dnsNameAllowed(host, allowed))

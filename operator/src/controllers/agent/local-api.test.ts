@@ -15,6 +15,7 @@ const agent = (localApi?: Record<string, unknown>): AgentResource => {
   return { ...a, metadata: meta };
 };
 const owner = { kind: "Agent" as const, metadata: meta };
+const marks = { key: Buffer.alloc(32, 1), since: Date.parse("2026-01-01T00:00:00Z") };
 const inputs = {
   settings: { runtimeImage: "img:1", runtimeImagePullPolicy: "IfNotPresent", natsUrl: "nats://n:4222" },
   signing: { secretName: "alice-signing", created: "2026-01-01T00:00:01Z", publicKey: "k".repeat(43) },
@@ -144,7 +145,7 @@ describe("spec.localApi.service rendered", () => {
     const t = newLocalApiToken();
     expect(t).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(newLocalApiToken()).not.toBe(t);
-    const s = localApiTokenSecret(owner, t);
+    const s = localApiTokenSecret(owner, t, marks);
     expect(s.metadata).toMatchObject({ name: "alice-local-api", namespace: "team" });
     expect(s.metadata!.ownerReferences).toEqual([
       {
@@ -156,23 +157,23 @@ describe("spec.localApi.service rendered", () => {
         blockOwnerDeletion: true,
       },
     ]);
-    expect(generatedSecretRefusal(s, owner, "local API token")).toBeUndefined();
+    expect(generatedSecretRefusal(s, owner, "local API token", marks)).toBeUndefined();
     expect(Buffer.from(s.data!.token!, "base64").toString()).toBe(t);
   });
 });
 
 describe("a generated Secret someone else made", () => {
   it("is refused unless it has both the owner reference to this Agent and the operator's labels, naming the Secret", () => {
-    const made = localApiTokenSecret(owner, newLocalApiToken());
+    const made = localApiTokenSecret(owner, newLocalApiToken(), marks);
     const { ownerReferences: _o, ...noOwner } = made.metadata!;
     const planted = { ...made, metadata: noOwner };
-    expect(generatedSecretRefusal(planted, owner, "local API token")).toEqual({
+    expect(generatedSecretRefusal(planted, owner, "local API token", marks)).toEqual({
       reason: "ForeignSecret",
       message:
         "Secret alice-local-api, where the operator keeps this Agent's local API token, was not made by the operator for Agent alice (it lacks the owner reference to it or the operator's labels); it is neither used nor overwritten: delete Secret alice-local-api and the operator makes a new one",
     });
     const unlabelled = { ...made, metadata: { ...made.metadata!, labels: { "ifp.dev/agent": "alice" } } };
-    expect(generatedSecretRefusal(unlabelled, owner, "local API token")?.reason).toBe("ForeignSecret");
+    expect(generatedSecretRefusal(unlabelled, owner, "local API token", marks)?.reason).toBe("ForeignSecret");
     const otherOwner = {
       ...made,
       metadata: {
@@ -180,15 +181,38 @@ describe("a generated Secret someone else made", () => {
         ownerReferences: [{ ...made.metadata!.ownerReferences![0]!, uid: "uid-of-bob", name: "bob" }],
       },
     };
-    expect(generatedSecretRefusal(otherOwner, owner, "local API token")?.message).toMatch(
+    expect(generatedSecretRefusal(otherOwner, owner, "local API token", marks)?.message).toMatch(
       /was not made by the operator for Agent alice/,
     );
     const earlier = {
       ...made,
       metadata: { ...made.metadata!, ownerReferences: [{ ...made.metadata!.ownerReferences![0]!, uid: "uid-0" }] },
     };
-    expect(generatedSecretRefusal(earlier, owner, "local API token")?.message).toMatch(
+    expect(generatedSecretRefusal(earlier, owner, "local API token", marks)?.message).toMatch(
       /belongs to an earlier Agent alice \(uid uid-0\)/,
     );
+  });
+
+  it("is refused with the owner reference and the operator's labels but without the operator's mark, unless it is older than the marks key", () => {
+    const made = localApiTokenSecret(owner, newLocalApiToken(), marks);
+    const { annotations: _a, ...unmarkedMeta } = made.metadata!;
+    const copied = { ...made, metadata: { ...unmarkedMeta, creationTimestamp: new Date("2026-02-01T00:00:00Z") } };
+    expect(generatedSecretRefusal(copied, owner, "local API token", marks)).toEqual({
+      reason: "ForeignSecret",
+      message:
+        "Secret alice-local-api, where the operator keeps this Agent's local API token, was not made by the operator for Agent alice (it carries no mark of the operator's); it is neither used nor overwritten: delete Secret alice-local-api and the operator makes a new one",
+    });
+    // A mark made with another key, or for another owner, is no mark.
+    const forged = localApiTokenSecret(owner, newLocalApiToken(), { ...marks, key: Buffer.alloc(32, 2) });
+    expect(generatedSecretRefusal(forged, owner, "local API token", marks)?.reason).toBe("ForeignSecret");
+    const bobs = localApiTokenSecret({ ...owner, metadata: { ...meta, uid: "uid-2" } }, "t".repeat(43), marks);
+    const moved = {
+      ...bobs,
+      metadata: { ...bobs.metadata!, ownerReferences: made.metadata!.ownerReferences },
+    };
+    expect(generatedSecretRefusal(moved, owner, "local API token", marks)?.reason).toBe("ForeignSecret");
+    // Made by an earlier version, before the operator had its marks key.
+    const older = { ...copied, metadata: { ...copied.metadata, creationTimestamp: new Date("2025-12-01T00:00:00Z") } };
+    expect(generatedSecretRefusal(older, owner, "local API token", marks)).toBeUndefined();
   });
 });

@@ -5,6 +5,7 @@ import { randomBytes } from "node:crypto";
 import type { KubernetesObject, V1Deployment, V1Secret, V1Service } from "@kubernetes/client-node";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { controlledBy } from "../../kube/apply.ts";
+import { markedFor, ownedMark, type Marks } from "../generated-mark.ts";
 import { createdFor } from "../references.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
 import type { Blocker } from "../conditions.ts";
@@ -84,24 +85,26 @@ export function newLocalApiToken(): string {
 }
 
 /**
- * A Secret holding one generated value, as first created: the operator's labels and a controller
- * owner reference to the Agent, by which it is known as the operator's own (and deleted with the
- * Agent).
+ * A Secret holding one generated value, as first created: the operator's labels, a controller
+ * owner reference to the Agent and the operator's mark of both, by which it is known as the
+ * operator's own (and deleted with the Agent).
  */
-export function generatedSecret(owner: Owner, name: string, key: string, value: string): V1Secret {
+export function generatedSecret(owner: Owner, name: string, key: string, value: string, marks: Marks): V1Secret {
+  const ns = owner.metadata.namespace;
   return {
     apiVersion: "v1",
     kind: "Secret",
     type: "Opaque",
     metadata: {
       name,
-      namespace: owner.metadata.namespace,
+      namespace: ns,
       labels: {
         ...MANAGED_BY,
         [INSTANCE_LABEL]: owner.metadata.name,
         [COMPONENT_LABEL]: "agent",
         "app.kubernetes.io/part-of": "ifp-operator",
       },
+      annotations: ownedMark(marks, ns, name, owner.metadata.uid),
       ownerReferences: [ownerReference(owner)],
     },
     data: { [key]: Buffer.from(value).toString("base64") },
@@ -109,13 +112,27 @@ export function generatedSecret(owner: Owner, name: string, key: string, value: 
 }
 
 /**
- * Undefined when the operator made this Secret for `owner`: a controller owner reference to it
- * and the operator's labels naming it. Anyone who may create Secrets in the namespace could
- * otherwise make one under the name before the operator does and know the value it holds.
+ * Undefined when the operator made this Secret for `owner`: a controller owner reference to it,
+ * the operator's labels naming it and the operator's mark of both (a Secret made before the
+ * operator had its marks key, by an earlier version, needs none). Anyone who may create Secrets
+ * in the namespace could otherwise make one under the name before the operator does, with a
+ * value they know; labels and, once the Agent exists, an owner reference they can copy, the mark
+ * they cannot.
  */
-export function generatedSecretRefusal(secret: V1Secret, owner: Owner, what: string): Blocker | undefined {
-  if (controlledBy(secret, owner.metadata.uid) && createdFor(secret, owner)) return undefined;
+export function generatedSecretRefusal(
+  secret: V1Secret,
+  owner: Owner,
+  what: string,
+  marks: Marks,
+): Blocker | undefined {
   const name = secret.metadata?.name;
+  if (controlledBy(secret, owner.metadata.uid) && createdFor(secret, owner)) {
+    if (markedFor(secret, marks, owner.metadata.uid)) return undefined;
+    return {
+      reason: "ForeignSecret",
+      message: `Secret ${name}, where the operator keeps this ${owner.kind}'s ${what}, was not made by the operator for ${owner.kind} ${owner.metadata.name} (it carries no mark of the operator's); it is neither used nor overwritten: delete Secret ${name} and the operator makes a new one`,
+    };
+  }
   const earlier = secret.metadata?.ownerReferences?.find(
     (r) => r.controller && r.kind === owner.kind && r.name === owner.metadata.name && r.uid !== owner.metadata.uid,
   );
@@ -132,8 +149,8 @@ export function generatedSecretRefusal(secret: V1Secret, owner: Owner, what: str
 }
 
 /** The token Secret as first created. */
-export function localApiTokenSecret(owner: Owner, token: string): V1Secret {
-  return generatedSecret(owner, localApiName(owner.metadata.name), LOCAL_API_TOKEN_KEY, token);
+export function localApiTokenSecret(owner: Owner, token: string, marks: Marks): V1Secret {
+  return generatedSecret(owner, localApiName(owner.metadata.name), LOCAL_API_TOKEN_KEY, token, marks);
 }
 
 /**
@@ -152,8 +169,11 @@ export async function ensureGeneratedSecret(
   const applied: string[] = [];
   let secret =
     ctx.caches.get<V1Secret>("Secret", ns, s.name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, s.name));
+  const marks = ctx.trust.marks();
   if (!secret) {
-    const created = await ctx.kube.createIfAbsent<V1Secret>(generatedSecret(owner, s.name, s.key, newLocalApiToken()));
+    const created = await ctx.kube.createIfAbsent<V1Secret>(
+      generatedSecret(owner, s.name, s.key, newLocalApiToken(), marks),
+    );
     if (created) {
       applied.push(`Secret/${s.name}`);
       await note(ctx, obj, s.reason, `generated the ${s.what} into Secret ${s.name} (key ${s.key})`);
@@ -161,7 +181,7 @@ export async function ensureGeneratedSecret(
     secret = created ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, s.name));
     if (!secret) throw new Error(`Secret ${s.name} vanished right after it was created`);
   }
-  const refused = generatedSecretRefusal(secret, owner, s.what);
+  const refused = generatedSecretRefusal(secret, owner, s.what, marks);
   if (refused) return { applied, blocker: refused };
   const b64 = secret.data?.[s.key];
   const value = b64 ? Buffer.from(b64, "base64").toString().trim() : "";

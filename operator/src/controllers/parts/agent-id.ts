@@ -1,16 +1,14 @@
 // One Agent per agent id in the install: a second Agent claiming an id another holds is refused
 // before anything is made for it (the pass ends; the status and a Warning say why).
 import type { V1Secret } from "@kubernetes/client-node";
-import { SIGNING_KEY_FILE } from "../../../../runtime/src/contract/signing-keys.ts";
 import { isDidKey } from "../../../../runtime/src/protocol/did-key.ts";
-import { privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
 import type { AgentStatus } from "../../crd/status.ts";
 import type { AgentResource } from "../agent/desired.ts";
 import { activeSigningKey, agentIdClaim } from "../agent/directory.ts";
+import { signingKeyIn, signingSecretUse } from "../agent/signing.ts";
 import type { CustomObject, ReconcileContext } from "../context.ts";
 import { childNames } from "../names.ts";
 import type { Part } from "../pipeline.ts";
-import { secretUsableBy } from "../references.ts";
 import type { Owner } from "../settings.ts";
 import type { RuntimePass } from "./pass.ts";
 
@@ -18,7 +16,7 @@ export const agentIdPart: Part<RuntimePass<AgentResource>> = {
   name: "agent-id",
   async ensure(ctx, { obj, owner, resource }) {
     const agentId = resource.spec.agentId;
-    const claimed = agentIdClaimedBy(ctx, obj, agentId, await signingKeyOf(ctx, owner, resource));
+    const claimed = agentIdClaimedBy(ctx, obj, agentId, await signingKeyOf(ctx, obj, owner, resource));
     if (!claimed) return {};
     return {
       blocked: {
@@ -35,19 +33,20 @@ export const agentIdPart: Part<RuntimePass<AgentResource>> = {
  * The public key in the signing Secret this Agent may use, read only for a did:key agent id (whose
  * claim it backs); undefined when there is none yet or it is not usable.
  */
-async function signingKeyOf(ctx: ReconcileContext, owner: Owner, agent: AgentResource): Promise<string | undefined> {
+async function signingKeyOf(
+  ctx: ReconcileContext,
+  obj: CustomObject,
+  owner: Owner,
+  agent: AgentResource,
+): Promise<string | undefined> {
   if (!isDidKey(agent.spec.agentId)) return undefined;
   const ns = owner.metadata.namespace;
   const name = agent.spec.signing.secretName ?? childNames(owner.metadata.name).signingSecret;
   const secret =
     ctx.caches.get<V1Secret>("Secret", ns, name) ?? (await ctx.kube.read<V1Secret>("v1", "Secret", ns, name));
-  const pem = secret?.data?.[SIGNING_KEY_FILE];
-  if (!secret || !pem || secretUsableBy(secret, owner, "spec.signing.secretName")) return undefined;
-  try {
-    return rawPublicKey(privateKeyFromPem(Buffer.from(pem, "base64").toString()));
-  } catch {
+  if (!secret || typeof signingSecretUse(secret, owner, obj, agent.spec.signing, ctx.trust.marks().key) !== "string")
     return undefined;
-  }
+  return signingKeyIn(secret.data);
 }
 
 /**
