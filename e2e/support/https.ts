@@ -8,6 +8,9 @@ export interface HttpsResponse {
 }
 
 /** One HTTPS request trusting `ca`; the body may be a string, a Buffer or a generator of chunks (sent chunked). */
+const hostHeader = (headers: Record<string, string> | undefined) =>
+  headers && Object.entries(headers).find(([k]) => k.toLowerCase() === "host")?.[1];
+
 export function httpsRequest(
   url: string,
   opts: {
@@ -21,7 +24,14 @@ export function httpsRequest(
   return new Promise((resolve, reject) => {
     const req = request(
       url,
-      { method: opts.method ?? "GET", headers: opts.headers, ca: opts.ca, timeout: opts.timeoutMs ?? 15_000 },
+      {
+        method: opts.method ?? "GET",
+        headers: opts.headers,
+        ca: opts.ca,
+        timeout: opts.timeoutMs ?? 15_000,
+        // A Host header of the caller's choosing is sent as written; TLS still checks the URL's name.
+        ...(hostHeader(opts.headers) !== undefined ? { servername: new URL(url).hostname } : {}),
+      },
       (res) => {
         const chunks: Buffer[] = [];
         res.on("data", (c: Buffer) => chunks.push(c));

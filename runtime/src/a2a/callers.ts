@@ -7,7 +7,7 @@ import type { IncomingHttpHeaders } from "node:http";
 import type { Logger } from "pino";
 import { tokenFile } from "../util/token-file.ts";
 import { ProtocolError } from "../protocol/errors.ts";
-import { verifyRequest } from "../protocol/http-signatures.ts";
+import { SignatureNonces, verifyRequest } from "../protocol/http-signatures.ts";
 import { A2aError } from "./wire.ts";
 
 export interface Caller {
@@ -30,8 +30,12 @@ export interface CallerDeps {
   tokens: () => readonly string[];
   /** The key of an agent, as the inbox looks it up; throws a 401/429 ProtocolError. */
   lookupKey(agentId: string, keyId: string, address: string): Promise<KeyFound>;
-  /** The public base URL (spec.baseUrl) whose authority signatures must cover; else the request's Host. */
-  baseUrl?: string;
+  /**
+   * The URLs the agent is configured to be reached at (spec.baseUrl, the spec.expose host): a
+   * signature must cover the authority of one of them, whatever the request's Host says. None:
+   * no signature is taken.
+   */
+  urls: readonly (string | undefined)[];
   minLevel: number;
   now?: () => number;
 }
@@ -54,11 +58,19 @@ const CHALLENGE = 'Bearer realm="a2a", Signature';
 
 export class A2aCallers {
   private readonly deps: CallerDeps;
-  private readonly authority: string | undefined;
+  private readonly authorities: Set<string>;
+  private readonly nonces = new SignatureNonces();
 
   constructor(deps: CallerDeps) {
     this.deps = deps;
-    this.authority = deps.baseUrl ? new URL(deps.baseUrl).host : undefined;
+    this.authorities = new Set(deps.urls.filter((u) => u !== undefined).map((u) => new URL(u).host));
+  }
+
+  /** The configured authority the request names, else the first configured one (the signature then does not verify). */
+  private authorityOf(host: string | undefined): string | undefined {
+    const named = host?.toLowerCase();
+    if (named !== undefined && this.authorities.has(named)) return named;
+    return this.authorities.values().next().value;
   }
 
   async authenticate(req: RequestToAuthenticate): Promise<Caller> {
@@ -84,7 +96,11 @@ export class A2aCallers {
     if (req.headers["signature-input"] !== undefined || req.headers.signature !== undefined) {
       let found: KeyFound | undefined;
       try {
-        const host = this.authority ?? req.host ?? "agent.invalid";
+        const host = this.authorityOf(req.host);
+        if (host === undefined)
+          throw unauthenticated(
+            "this agent has no spec.baseUrl, so no request signature can name it; use a bearer token",
+          );
         const { agentId } = await verifyRequest(
           { method: req.method, url: new URL(req.url, `https://${host}`).href, headers: req.headers, body: req.body },
           async (agent, keyId) => {
@@ -92,13 +108,15 @@ export class A2aCallers {
             return found.key;
           },
           (this.deps.now ?? Date.now)(),
+          this.nonces,
         );
         return { id: agentId, level: found!.level, source: `a2a-signature:${found!.source}` };
       } catch (err) {
         if (err instanceof ProtocolError) {
           if (err.statusCode === 429)
             throw new A2aError("RateLimited", err.message, { "retry-after": err.headers["retry-after"] ?? "60" });
-          if (err.statusCode === 503) throw new A2aError("Unavailable", err.message, { "retry-after": "5" });
+          if (err.statusCode === 503)
+            throw new A2aError("Unavailable", err.message, { "retry-after": err.headers["retry-after"] ?? "5" });
           throw unauthenticated(err.message);
         }
         throw err;

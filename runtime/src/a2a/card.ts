@@ -133,6 +133,14 @@ export class CardCache {
     }
     return text;
   }
+
+  /**
+   * The card for a base URL taken from a request (a runtime given no spec.baseUrl), unsigned:
+   * the agent's key vouches only for URLs it was configured with, never for a Host anyone may send.
+   */
+  unsigned(baseUrl: string): string {
+    return JSON.stringify(agentCard(this.opts, baseUrl));
+  }
 }
 
 /** Why a card's signature was not accepted. */

@@ -9,7 +9,7 @@ import type { TargetPolicy } from "../net/targets.ts";
 import type { DeliveryRecord } from "../protocol/local-api.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
-import { parseDuration } from "../resources/common.ts";
+import { defaultBaseUrl, parseDuration } from "../resources/common.ts";
 import { A2aCallers, bearerTokenFile, type KeyFound } from "./callers.ts";
 import { CardCache } from "./card.ts";
 import { A2aPush } from "./push.ts";
@@ -71,7 +71,7 @@ export function a2aFace(deps: A2aFaceDeps): A2aFace {
   const callers = new A2aCallers({
     tokens,
     lookupKey: deps.lookupKey,
-    baseUrl: spec.baseUrl,
+    urls: [spec.baseUrl, defaultBaseUrl(undefined, spec.expose)],
     minLevel: spec.a2a.authentication.minAuthLevel,
   });
   const cards = new CardCache({

@@ -7,7 +7,7 @@ import type { FastifyError, FastifyInstance, FastifyPluginAsync, FastifyReply, F
 import type { ServerResponse } from "node:http";
 import type { ZodType } from "zod";
 import { ProtocolError } from "../protocol/errors.ts";
-import type { SigningKey } from "../protocol/signing.ts";
+import { MAX_JSON_DEPTH, nestedDeeperThan, type SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
 import { RateLimiter } from "../server/ratelimit.ts";
 import type { A2aCallers, Caller } from "./callers.ts";
@@ -68,12 +68,13 @@ export const a2aRoutes: FastifyPluginAsync<A2aRouteDeps> = async (app, deps) => 
   const base = (req: FastifyRequest) => spec.baseUrl ?? `https://${req.host}`;
 
   app.get(A2A_CARD_PATH, async (req, reply) => {
-    // Without spec.baseUrl the card's URLs come from the request's Host.
+    // The operator always sets spec.baseUrl: the card names it whatever Host the request gives.
+    // Without it (a runtime run by hand) the card's URLs come from the request's Host, unsigned.
     if (!spec.baseUrl) reply.header("vary", "host");
     return reply
       .type("application/json; charset=utf-8")
       .header("cache-control", "public, max-age=300")
-      .send(deps.cards.get(base(req)));
+      .send(spec.baseUrl ? deps.cards.get(spec.baseUrl) : deps.cards.unsigned(base(req)));
   });
   app.get(A2A_JWKS_PATH, async (_req, reply) =>
     reply.type("application/jwk-set+json").header("cache-control", "public, max-age=300").send(jwksText),
@@ -110,11 +111,16 @@ function jsonBodies(app: FastifyInstance): void {
   const parse = (req: FastifyRequest, body: Buffer, done: (err: Error | null, value?: unknown) => void) => {
     of(req).rawBody = body;
     if (body.length === 0) return done(null, undefined);
+    let value: unknown;
     try {
-      done(null, JSON.parse(body.toString("utf8")));
+      value = JSON.parse(body.toString("utf8"));
     } catch (err) {
-      done(new A2aError("ParseError", `the body is not valid JSON: ${(err as Error).message}`));
+      return done(new A2aError("ParseError", `the body is not valid JSON: ${(err as Error).message}`));
     }
+    // Depth no task or message needs, refused before any code walks it recursively.
+    if (nestedDeeperThan(value))
+      return done(new A2aError("InvalidRequest", `the body is nested deeper than ${MAX_JSON_DEPTH} levels`));
+    done(null, value);
   };
   app.removeAllContentTypeParsers();
   app.addContentTypeParser(["application/json", "application/a2a+json"], { parseAs: "buffer" }, parse);

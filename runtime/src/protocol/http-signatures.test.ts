@@ -4,7 +4,14 @@ import { parseDictionary, serializeInnerList, type InnerList } from "structured-
 import { describe, expect, it } from "vitest";
 import { identity } from "../../test/support/fixtures.ts";
 import { ProtocolError } from "./errors.ts";
-import { contentDigest, digestMatches, signatureBase, signRequest, verifyRequest } from "./http-signatures.ts";
+import {
+  contentDigest,
+  digestMatches,
+  SignatureNonces,
+  signatureBase,
+  signRequest,
+  verifyRequest,
+} from "./http-signatures.ts";
 import { publicKeyFromRaw } from "./keys.ts";
 
 const pete = identity("pete-agent");
@@ -146,7 +153,7 @@ describe("the relay's request-signature profile", () => {
   it("signs with label sig1 over method, authority, path, query and content-digest", async () => {
     const r = await signed("POST", "https://relay.example/relay/publish", "{}");
     expect(r.headers["signature-input"]).toMatch(
-      /^sig1=\("@method" "@authority" "@path" "@query" "content-digest"\);created=(\d+);expires=\d+;keyid="pete-agent#key-1";alg="ed25519"$/,
+      /^sig1=\("@method" "@authority" "@path" "@query" "content-digest"\);created=(\d+);expires=\d+;nonce="[A-Za-z0-9_-]{22}";keyid="pete-agent#key-1";alg="ed25519"$/,
     );
     const [, created, expires] = /created=(\d+);expires=(\d+)/.exec(r.headers["signature-input"]!)!;
     expect(Number(expires) - Number(created)).toBe(60);
@@ -163,7 +170,7 @@ describe("the relay's request-signature profile", () => {
       ["GET", "https://relay.example/relay/messages?limit=5&after=7", undefined],
     ] as const) {
       const extra = { Accept: "application/json", ...(body ? { "Content-Type": "application/json" } : {}) };
-      const ours = await signRequest({ method, url, body, headers: extra }, pete.signing, created);
+      const ours = await signRequest({ method, url, body, headers: extra }, pete.signing, created, "n0nce-of-the-test");
       const lower = Object.fromEntries(Object.entries(extra).map(([k, v]) => [k.toLowerCase(), v]));
       const fields = ["@method", "@authority", "@path", "@query", ...(body ? ["content-digest"] : [])];
       const theirs = await httpbis.signMessage(
@@ -175,8 +182,8 @@ describe("the relay's request-signature profile", () => {
           },
           name: "sig1",
           fields,
-          params: ["created", "expires", "keyid", "alg"],
-          paramValues: { created, expires: new Date(created.getTime() + 60_000) },
+          params: ["created", "expires", "nonce", "keyid", "alg"],
+          paramValues: { created, expires: new Date(created.getTime() + 60_000), nonce: "n0nce-of-the-test" },
         },
         { method, url, headers: { ...lower, ...(body ? { "content-digest": contentDigest(body) } : {}) } },
       );
@@ -343,5 +350,24 @@ describe("the relay's request-signature profile", () => {
       signature: `${r.headers.signature}, other=:AAAA:`,
     };
     expect(await verifyRequest({ ...r, headers: extra }, keyFor)).toMatchObject({ agentId: "pete-agent" });
+  });
+});
+
+describe("SignatureNonces", () => {
+  it("takes a nonce once, forgets it when its signature is too old, and stays bounded without letting a replay through", () => {
+    const nonces = new SignatureNonces(2);
+    const now = 1_700_000_000_000;
+    const s = now / 1000;
+    nonces.use("a#k", "nonce-one", s, now);
+    expect(() => nonces.use("a#k", "nonce-one", s, now)).toThrow(/taken before/);
+    // Another key's nonce is its own.
+    nonces.use("b#k", "nonce-one", s, now);
+    // Full: the oldest is forgotten, and a signature created no later than it is refused (503), not taken again.
+    nonces.use("a#k", "nonce-two", s + 1, now + 1000);
+    expect(nonces.size).toBe(2);
+    expect(() => nonces.use("a#k", "nonce-one", s, now + 1000)).toThrow(expect.objectContaining({ statusCode: 503 }));
+    // Once every kept signature is past its age, memory is given back.
+    nonces.use("c#k", "nonce-three", s + 400, now + 400_000);
+    expect(nonces.size).toBe(1);
   });
 });

@@ -1,4 +1,4 @@
-import { createHash, sign as edSign, verify as edVerify, type KeyObject } from "node:crypto";
+import { createHash, randomBytes, sign as edSign, verify as edVerify, type KeyObject } from "node:crypto";
 import { httpbis } from "http-message-signatures";
 import {
   isInnerList,
@@ -8,7 +8,7 @@ import {
   serializeItem,
   type InnerList,
 } from "structured-headers";
-import { invalidSignature } from "./errors.ts";
+import { invalidSignature, unavailable } from "./errors.ts";
 import { parseKeyId, type SigningKey } from "./signing.ts";
 
 /**
@@ -16,8 +16,10 @@ import { parseKeyId, type SigningKey } from "./signing.ts";
  * RFC 9421 HTTP Message Signatures, label `sig1`, Ed25519, covering
  * ("@method" "@authority" "@path" "@query") plus "content-digest" (RFC 9530, sha-256) when
  * there is a body, with parameters created, expires (at most SIGNATURE_LIFETIME_S after
- * created), keyid="<agent_id>#<keyId>" and alg="ed25519". Covering @authority binds a request
- * to the one relay it was sent to; the short life bounds a replay to that relay.
+ * created), nonce (random, new for every request), keyid="<agent_id>#<keyId>" and
+ * alg="ed25519". Covering @authority binds a request to the one host it was sent to; the short
+ * life bounds a replay to that host, and a verifier that keeps the nonces it has seen
+ * (SignatureNonces) takes each signed request once.
  *
  * Both sides build the signature base with the http-message-signatures library (signatureBase
  * below) and write or parse the fields with structured-headers. Verification picks exactly the
@@ -63,6 +65,7 @@ export async function signRequest(
   req: RequestToSign,
   key: SigningKey,
   created = new Date(),
+  nonce = randomBytes(16).toString("base64url"),
 ): Promise<Record<string, string>> {
   const headers: Record<string, string> = {};
   for (const [k, v] of Object.entries(req.headers ?? {})) headers[k.toLowerCase()] = v;
@@ -77,6 +80,7 @@ export async function signRequest(
     new Map<string, string | number>([
       ["created", createdS],
       ["expires", createdS + SIGNATURE_LIFETIME_S],
+      ["nonce", nonce],
       ["keyid", `${key.agentId}#${key.keyId}`],
       ["alg", SIGNATURE_ALG],
     ]),
@@ -161,13 +165,16 @@ function profileBase(req: Pick<IncomingRequest, "method" | "url" | "headers">, i
  * Verify a request signed as above and return the signing agent. `keyFor` looks a key up by
  * agent id and key id (at once, or by a lookup it bounds itself: it is asked only once the
  * request is well-formed, fresh and its body matches its digest) and throws a 401 ProtocolError
- * for an unknown agent or key. Every
- * other failure is a 401 `invalid_signature` with the reason.
+ * for an unknown agent or key. With `nonces`, the signature must carry a nonce, and a nonce
+ * of the key seen before is a replay (401); a verifier that had to forget nonces refuses what it
+ * can no longer tell from a replay with 503 (SignatureNonces). Every other failure is a 401
+ * `invalid_signature` with the reason.
  */
 export async function verifyRequest(
   req: IncomingRequest,
   keyFor: (agentId: string, keyId: string) => KeyObject | Promise<KeyObject>,
   now = Date.now(),
+  nonces?: SignatureNonces,
 ): Promise<{ agentId: string; keyId: string }> {
   const inputField = field(req.headers["signature-input"]);
   const signatureField = field(req.headers.signature);
@@ -225,6 +232,11 @@ export async function verifyRequest(
   const ref = typeof keyid === "string" ? parseKeyId(keyid) : undefined;
   if (!ref)
     throw invalidSignature(`the signature needs keyid="<agent_id>#<keyId>", not ${JSON.stringify(keyid ?? null)}`);
+  const nonce = params.get("nonce");
+  if (nonces && (typeof nonce !== "string" || !NONCE.test(nonce)))
+    throw invalidSignature(
+      "the signature needs a nonce parameter (8 to 128 of A-Z a-z 0-9 - _ . ~ + / =), new for every request",
+    );
 
   // The body against its digest, then the key, then the signature itself (the costly part).
   if (hasBody) {
@@ -241,7 +253,55 @@ export async function verifyRequest(
   }
   if (!(await verifyOffThread(Buffer.from(base), key, new Uint8Array(signature[0]))))
     throw invalidSignature("the request signature does not verify");
+  nonces?.use(keyid as string, nonce as string, created, now);
   return ref;
+}
+
+const NONCE = /^[A-Za-z0-9\-_.~+/=]{8,128}$/;
+
+/**
+ * The nonces of the request signatures a verifier took, each kept until its signature is too old
+ * to be taken again (MAX_SIGNATURE_AGE_S after its `created`), so that a signed request is taken
+ * once: the same request again is a replay. At most `max` are kept; past that the oldest is
+ * forgotten and every signature created no later than a forgotten one is refused with 503 (sign
+ * again), since it could be that one replayed — memory stays bounded and no replay gets through.
+ * In memory, per process: each replica of a verifier keeps its own.
+ */
+export class SignatureNonces {
+  private readonly seen = new Map<string, { created: number; until: number }>();
+  /** The latest `created` (s) of a nonce forgotten before its time. */
+  private floor = Number.NEGATIVE_INFINITY;
+  readonly max: number;
+
+  constructor(max = 100_000) {
+    this.max = max;
+  }
+
+  get size(): number {
+    return this.seen.size;
+  }
+
+  /** Take the nonce of a verified signature by `keyid`, created at `created` (s): 401 if it was taken before. */
+  use(keyid: string, nonce: string, created: number, now: number): void {
+    for (const [k, v] of this.seen) {
+      if (v.until > now) break;
+      this.seen.delete(k);
+    }
+    if (created <= this.floor)
+      throw unavailable(
+        "this verifier takes too many signed requests to remember this signature's nonce; sign the request again",
+        1,
+      );
+    const k = `${keyid} ${nonce}`;
+    if (this.seen.has(k))
+      throw invalidSignature("the request signature was taken before (its nonce is used); sign every request anew");
+    while (this.seen.size >= this.max) {
+      const [oldest, v] = this.seen.entries().next().value!;
+      this.seen.delete(oldest);
+      this.floor = Math.max(this.floor, v.created);
+    }
+    this.seen.set(k, { created, until: (created + MAX_SIGNATURE_AGE_S + 1) * 1000 });
+  }
 }
 
 /**

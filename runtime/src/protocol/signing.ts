@@ -64,6 +64,18 @@ export function markCanonical(value: unknown): void {
   if (typeof value === "object" && value !== null) canonicalChecked.add(value);
 }
 
+/** Whether a parsed JSON document nests objects or arrays deeper than `max` levels. Iterative, so hostile depth cannot exhaust the stack. */
+export function nestedDeeperThan(value: unknown, max = MAX_JSON_DEPTH): boolean {
+  const stack: [unknown, number][] = [[value, 0]];
+  while (stack.length) {
+    const [v, depth] = stack.pop()!;
+    if (v === null || typeof v !== "object") continue;
+    if (depth >= max) return true;
+    for (const child of Object.values(v)) stack.push([child, depth + 1]);
+  }
+  return false;
+}
+
 /**
  * Why a parsed JSON document cannot be signed or verified (RFC 8785 canonical form), or
  * undefined: nesting deeper than MAX_JSON_DEPTH, or a string with a lone surrogate. Iterative,

@@ -1,11 +1,12 @@
 // The A2A face of an agent (docs/a2a.md) as A2A clients meet it: the ifp-runtime command with
 // spec.a2a enabled over real TLS, a real nats-server, the official A2A JS SDK's client, the
 // card's signature checked with jose, and the test's application answering through the local API.
-import { randomUUID } from "node:crypto";
+import { randomUUID, sign as edSign } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { DefaultAgentCardResolver } from "@a2a-js/sdk/client";
 import canonicalize from "canonicalize";
+import { httpbis } from "http-message-signatures";
 import { flattenedVerify, importJWK } from "jose";
 import { Agent as Dispatcher, fetch as undiciFetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -13,7 +14,7 @@ import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
-import { signRequest } from "../../src/protocol/http-signatures.ts";
+import { contentDigest, signRequest } from "../../src/protocol/http-signatures.ts";
 import { clientFactory, fetchWith as fetchWithCa, spawnRuntime } from "../support/a2a-harness.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, peerOf, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
@@ -61,6 +62,8 @@ beforeAll(async () => {
   writeAgentManifest(dir, {
     agentId: self.agentId,
     displayName: "A2A test agent",
+    // The URL the operator gives every agent: request signatures must name its authority.
+    baseUrl: base,
     capabilities: [{ name: "calendar.availability", description: "Tells when its owner is free" }],
     peers: [peerOf(signer)],
     // A hand-off held by a killed runtime comes again after the handler's timeout and 30 s
@@ -144,6 +147,17 @@ async function rpc(body: unknown, headers: Record<string, string> = { authorizat
   return { status: res.status, headers: res.headers, body: res.text ? res.json() : undefined };
 }
 
+/** A JSON-RPC call signed with the signer's IFP key for this agent's base URL. */
+async function signedRpc(body: unknown) {
+  const url = `${base}/a2a/v1`;
+  const text = JSON.stringify(body);
+  const headers = await signRequest(
+    { method: "POST", url, headers: { "content-type": "application/json" }, body: text },
+    signer.signing,
+  );
+  return httpsRequest(url, { method: "POST", headers, body: text, ca: tls.ca });
+}
+
 const rawMessage = (text: string, messageId = randomUUID()) => ({
   message: { messageId, role: "ROLE_USER", parts: [{ text }] },
   configuration: { returnImmediately: true },
@@ -180,6 +194,51 @@ describe("the agent card", () => {
     await expect(
       flattenedVerify({ protected: sig.protected, signature: sig.signature, payload: forged }, key),
     ).rejects.toThrow();
+  });
+});
+
+describe("the card's origin", () => {
+  it("names the configured base URL whatever Host the request gives: a forged Host gets the canonical card", async () => {
+    const canonical = (await httpsRequest(`${base}/.well-known/agent-card.json`, { ca: tls.ca })).text;
+    const forged = await httpsRequest(`${base}/.well-known/agent-card.json`, {
+      headers: { host: "attacker.example" },
+      ca: tls.ca,
+    });
+    expect(forged.status).toBe(200);
+    expect(forged.text).toBe(canonical);
+    expect(forged.text).not.toContain("attacker.example");
+    const header = JSON.parse(Buffer.from(forged.json().signatures[0].protected, "base64url").toString());
+    expect(header.jku).toBe(`${base}/.well-known/a2a/jwks.json`);
+  });
+
+  it("without a configured base URL (a runtime run by hand) is unsigned, and takes no request signature", async () => {
+    const bare = await runAgent({
+      self: identity("a2a-bare"),
+      spec: { peers: [peerOf(signer)], a2a: { enabled: true } },
+      natsUrl: nats.url,
+      tls,
+    });
+    try {
+      const at = bare.url.replace("127.0.0.1", "localhost");
+      const card = await httpsRequest(`${at}/.well-known/agent-card.json`, {
+        headers: { host: "attacker.example" },
+        ca: tls.ca,
+      });
+      expect(card.status).toBe(200);
+      expect(card.json().signatures).toBeUndefined();
+      expect(card.json().supportedInterfaces[0].url).toBe("https://attacker.example/a2a/v1");
+      const body = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ListTasks", params: {} });
+      const url = `${at}/a2a/v1`;
+      const headers = await signRequest(
+        { method: "POST", url, headers: { "content-type": "application/json" }, body },
+        signer.signing,
+      );
+      const res = await httpsRequest(url, { method: "POST", headers, body, ca: tls.ca });
+      expect(res.status).toBe(401);
+      expect(res.json().error.message).toMatch(/no spec.baseUrl/);
+    } finally {
+      await bare.close();
+    }
   });
 });
 
@@ -308,6 +367,108 @@ describe("callers signing with IFP keys (RFC 9421)", () => {
     expect(rest.json().error.details[0].reason).toBe("TASK_NOT_FOUND");
   });
 
+  it("list only their own tasks: ListTasks shows no other caller's task, nor its history, in either binding", async () => {
+    const signerText = `the signer's own words ${randomUUID()}`;
+    const bearerText = `the bearer's own words ${randomUUID()}`;
+    const bySigner = await signedRpc({ jsonrpc: "2.0", id: 40, method: "SendMessage", params: rawMessage(signerText) });
+    const signerTask = bySigner.json().result.task.id as string;
+    const byBearer = await rpc({ jsonrpc: "2.0", id: 41, method: "SendMessage", params: rawMessage(bearerText) });
+    const bearerTask = byBearer.body.result.task.id as string;
+    const ids = (listed: { tasks: { id: string }[] }) => listed.tasks.map((t) => t.id);
+    const all = { pageSize: 100, historyLength: 10, includeArtifacts: true };
+
+    const listedByBearer = await rpc({ jsonrpc: "2.0", id: 42, method: "ListTasks", params: all });
+    expect(listedByBearer.status, JSON.stringify(listedByBearer.body)).toBe(200);
+    expect(ids(listedByBearer.body.result)).toContain(bearerTask);
+    expect(ids(listedByBearer.body.result)).not.toContain(signerTask);
+    expect(JSON.stringify(listedByBearer.body)).not.toContain(signerText);
+    const signerList = await signedRpc({ jsonrpc: "2.0", id: 43, method: "ListTasks", params: all });
+    expect(signerList.status, signerList.text).toBe(200);
+    const listedBySigner = signerList.json().result;
+    expect(ids(listedBySigner)).toContain(signerTask);
+    expect(ids(listedBySigner)).not.toContain(bearerTask);
+    expect(JSON.stringify(listedBySigner)).toContain(signerText);
+    expect(JSON.stringify(listedBySigner)).not.toContain(bearerText);
+    // Another token is another caller; HTTP+JSON keeps the same rule.
+    const rest = await httpsRequest(`${base}/a2a/rest/tasks?pageSize=100&historyLength=10`, {
+      headers: { authorization: `Bearer ${OTHER_TOKEN}` },
+      ca: tls.ca,
+    });
+    expect(rest.status).toBe(200);
+    expect(ids(rest.json())).not.toContain(signerTask);
+    expect(ids(rest.json())).not.toContain(bearerTask);
+    expect(rest.text).not.toContain(signerText);
+    expect(rest.text).not.toContain(bearerText);
+  });
+
+  it("a signed request replayed with another Host, or sent again, is refused with 401", async () => {
+    const body = JSON.stringify({ jsonrpc: "2.0", id: 50, method: "SendMessage", params: rawMessage("replayed") });
+    // A request the signer sent to another A2A agent, replayed here naming that agent's host.
+    const elsewhere = "https://other-agent.example/a2a/v1";
+    const forOther = await signRequest(
+      { method: "POST", url: elsewhere, headers: { "content-type": "application/json" }, body },
+      signer.signing,
+    );
+    const forged = await httpsRequest(`${base}/a2a/v1`, {
+      method: "POST",
+      headers: { ...forOther, host: "other-agent.example" },
+      body,
+      ca: tls.ca,
+    });
+    expect(forged.status).toBe(401);
+    expect(forged.json().error.data.reason).toBe("UNAUTHENTICATED");
+    expect(forged.json().error.message).toMatch(/does not verify/);
+    // A request signed for this agent is taken once.
+    const url = `${base}/a2a/v1`;
+    const headers = await signRequest(
+      { method: "POST", url, headers: { "content-type": "application/json" }, body },
+      signer.signing,
+    );
+    const first = await httpsRequest(url, { method: "POST", headers, body, ca: tls.ca });
+    expect(first.status).toBe(200);
+    const again = await httpsRequest(url, { method: "POST", headers, body, ca: tls.ca });
+    expect(again.status).toBe(401);
+    expect(again.json().error.message).toMatch(/taken before/);
+  });
+
+  it("a stale created, or a signature without a nonce, is refused with 401", async () => {
+    const body = JSON.stringify({ jsonrpc: "2.0", id: 51, method: "ListTasks", params: {} });
+    const url = `${base}/a2a/v1`;
+    const stale = await signRequest(
+      { method: "POST", url, headers: { "content-type": "application/json" }, body },
+      signer.signing,
+      new Date(Date.now() - 400_000),
+    );
+    const old = await httpsRequest(url, { method: "POST", headers: stale, body, ca: tls.ca });
+    expect(old.status).toBe(401);
+    expect(old.json().error.message).toMatch(/older than 300 s/);
+    // The profile's signature in every other respect, made by the RFC 9421 library, with no nonce.
+    const created = new Date();
+    const unsigned = { "content-type": "application/json", "content-digest": contentDigest(body) };
+    const noNonce = await httpbis.signMessage(
+      {
+        key: {
+          id: `${signer.agentId}#${signer.signing.keyId}`,
+          alg: "ed25519",
+          sign: async (data: Buffer) => edSign(null, data, signer.signing.privateKey),
+        },
+        name: "sig1",
+        fields: ["@method", "@authority", "@path", "@query", "content-digest"],
+        params: ["created", "expires", "keyid", "alg"],
+        paramValues: { created, expires: new Date(created.getTime() + 60_000) },
+      },
+      { method: "POST", url, headers: unsigned },
+    );
+    const bare = await httpsRequest(url, {
+      method: "POST",
+      headers: noNonce.headers as Record<string, string>,
+      body,
+      ca: tls.ca,
+    });
+    expect(bare.status).toBe(401);
+    expect(bare.json().error.message).toMatch(/needs a nonce/);
+  });
+
   it("a signature over another body is refused with 401", async () => {
     const body = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ListTasks", params: {} });
     const url = `${base}/a2a/v1`;
@@ -409,6 +570,30 @@ describe("abuse", () => {
     expect(restUnknown.json().error.status).toBe("NOT_FOUND");
   });
 
+  it("answers JSON nested too deep as a bad request with a clear error in each binding, never a retryable 5xx", async () => {
+    const deep = `${"[".repeat(5_000)}${"]".repeat(5_000)}`;
+    const params = (id: string) =>
+      `{"message":{"messageId":"${id}","role":"ROLE_USER","parts":[{"data":{"data":${deep}}}]},"configuration":{"returnImmediately":true}}`;
+    const rpcBody = `{"jsonrpc":"2.0","id":7,"method":"SendMessage","params":${params(randomUUID())}}`;
+    const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
+    const viaRpc = await httpsRequest(`${base}/a2a/v1`, { method: "POST", headers, body: rpcBody, ca: tls.ca });
+    // JSON-RPC answers its errors with 200: the bad request's own code, not -32603 with a retry.
+    expect(viaRpc.status, viaRpc.text).toBe(200);
+    expect(viaRpc.json().error).toMatchObject({
+      code: -32600,
+      message: expect.stringMatching(/nested deeper than 100/),
+    });
+    expect(viaRpc.json().error.data).not.toHaveProperty("retryAfterSeconds");
+    const viaRest = await httpsRequest(`${base}/a2a/rest/message:send`, {
+      method: "POST",
+      headers,
+      body: params(randomUUID()),
+      ca: tls.ca,
+    });
+    expect(viaRest.status, viaRest.text).toBe(400);
+    expect(viaRest.json().error.message).toMatch(/nested deeper than 100/);
+  });
+
   it("refuses to cancel a finished task, and to add to it", async () => {
     const sent = await rpc({ jsonrpc: "2.0", id: 11, method: "SendMessage", params: rawMessage("cancel me") });
     const id = sent.body.result.task.id;
@@ -435,14 +620,21 @@ describe("abuse", () => {
 
 describe("limits", () => {
   it("a caller past spec.inbox.rateLimit.perSenderPerMinute is answered 429 with Retry-After; a newer A2A-Version is refused", async () => {
+    const limitedPort = await freePort();
     const limited = await runAgent({
       self: identity("a2a-limited"),
-      spec: { peers: [peerOf(signer)], inbox: { rateLimit: { perSenderPerMinute: 2 } }, a2a: { enabled: true } },
+      spec: {
+        baseUrl: `https://localhost:${limitedPort}`,
+        peers: [peerOf(signer)],
+        inbox: { rateLimit: { perSenderPerMinute: 2 } },
+        a2a: { enabled: true },
+      },
+      port: limitedPort,
       natsUrl: nats.url,
       tls,
     });
     try {
-      const url = `${limited.url.replace("127.0.0.1", "localhost")}/a2a/v1`;
+      const url = `https://localhost:${limitedPort}/a2a/v1`;
       const call = async (id: number, headers: Record<string, string> = {}) => {
         const body = JSON.stringify({ jsonrpc: "2.0", id, method: "ListTasks", params: {} });
         const signedHeaders = await signRequest(
@@ -471,13 +663,15 @@ describe("limits", () => {
 
 describe("shutdown", () => {
   it("an open task stream ends when the runtime closes, without holding its shutdown", async () => {
+    const closingPort = await freePort();
+    const base = `https://localhost:${closingPort}`;
     const agent = await runAgent({
       self: identity("a2a-closing"),
-      spec: { peers: [peerOf(signer)], a2a: { enabled: true } },
+      spec: { baseUrl: base, peers: [peerOf(signer)], a2a: { enabled: true } },
+      port: closingPort,
       natsUrl: nats.url,
       tls,
     });
-    const base = agent.url.replace("127.0.0.1", "localhost");
     const signedCall = async (method: string, path: string, body?: string) => {
       const url = `${base}${path}`;
       const headers = await signRequest(

@@ -605,12 +605,19 @@ describe("sending to another ifp-runtime's A2A face", () => {
 
   beforeAll(async () => {
     faceApp = await startHandler();
+    const facePort = await freePort();
     [face, guarded] = await Promise.all([
       runAgent({
         self: peer,
         natsUrl: nats.url,
         tls,
-        spec: { peers: [peerOf(sender)], handler: { url: faceApp.url }, a2a: { enabled: true, waitFor: "1s" } },
+        port: facePort,
+        spec: {
+          baseUrl: `https://localhost:${facePort}`,
+          peers: [peerOf(sender)],
+          handler: { url: faceApp.url },
+          a2a: { enabled: true, waitFor: "1s" },
+        },
       }),
       // What a user writes who allows no special address (the default): loopback is refused.
       runAgent({

@@ -291,6 +291,14 @@ describe("agentEndpoint and agentStatus", () => {
     expect(agentEndpoint(agent({ baseUrl: "https://alice.example.org" }))).toBe("https://alice.example.org");
   });
 
+  it("always gives the runtime a base URL, so that no document, card or signature check takes a request's Host", () => {
+    const baseUrlOf = (a: AgentResource) =>
+      parse(byKind(desiredAgentChildren(a, inputs)).ConfigMap.data["manifest.yaml"]).spec.baseUrl;
+    expect(baseUrlOf(agent())).toBe("https://alice.team.svc");
+    expect(baseUrlOf(agent({ baseUrl: "https://alice.example.org" }))).toBe("https://alice.example.org");
+    expect(baseUrlOf(agent({ expose: { ingress: { host: "alice.example.net" } } }))).toBe("https://alice.example.net");
+  });
+
   it("mounts the tokens for A2A agents it sends to (spec.a2a.peerTokenSecret), whether or not A2A is served", () => {
     const none = byKind(desiredAgentChildren(agent(), inputs)).Deployment.spec.template.spec;
     expect(none.containers[0].args.some((a: string) => a.startsWith("--a2a-peer-token-file"))).toBe(false);

@@ -45,13 +45,15 @@ export function agentManifest(
   signingCreated: string,
   directory: AgentResource["spec"]["peers"] = [],
 ): string {
-  // spec.baseUrl defaulted from spec.expose, so that the identity document advertises it; the
-  // directory's peers after the Agent's own.
-  const baseUrl = defaultBaseUrl(agent.spec.baseUrl, agent.spec.expose);
+  // spec.baseUrl always set: given, else from spec.expose, else the Service's DNS name, so that
+  // the identity document, the A2A card and the @authority signatures must name come from the
+  // names the operator configured, never from a request's Host. The directory's peers after the
+  // Agent's own.
+  const baseUrl = agentEndpoint(agent);
   const peers = withDirectoryPeers(agent.spec.peers, directory);
   const rendered =
-    (baseUrl && !agent.spec.baseUrl) || peers.length !== agent.spec.peers.length
-      ? { ...agent, spec: { ...agent.spec, peers, ...(baseUrl ? { baseUrl } : {}) } }
+    baseUrl !== agent.spec.baseUrl || peers.length !== agent.spec.peers.length
+      ? { ...agent, spec: { ...agent.spec, peers, baseUrl } }
       : agent;
   return renderManifest(rendered, signingCreated ? { [ANNOTATIONS.signingKeyCreated]: signingCreated } : {});
 }
