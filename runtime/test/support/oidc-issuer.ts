@@ -29,6 +29,10 @@ export interface OidcIssuer {
   keys: IssuerKey[];
   /** How many times each path was requested. */
   requests: Map<string, number>;
+  /** Fields laid over the discovery document (to make it name another issuer, or no https JWKS). */
+  discovery: Record<string, unknown>;
+  /** While true, every request is answered 503. */
+  failing: boolean;
   /** The issuer's default claims with `claims` over them (one given as undefined left out). */
   claims(claims?: Record<string, unknown>): Record<string, unknown>;
   /** A JWT of `key` (default the first) with those claims. */
@@ -45,14 +49,21 @@ const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString("base64url")
 export async function startIssuer(tls: Tls, audience: string): Promise<OidcIssuer> {
   const requests = new Map<string, number>();
   const keys = [issuerKey("key-1")];
+  const state = { discovery: {} as Record<string, unknown>, failing: false };
   let issuer = "";
   const server: Server = createServer({ cert: tls.cert, key: tls.key }, async (req, res) => {
     const path = new URL(req.url ?? "/", issuer).pathname;
     requests.set(path, (requests.get(path) ?? 0) + 1);
     const json = (body: unknown) =>
       res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(body));
+    if (state.failing) return res.writeHead(503).end();
     if (path === "/.well-known/openid-configuration")
-      return json({ issuer, jwks_uri: `${issuer}/jwks`, id_token_signing_alg_values_supported: ["RS256", "ES256"] });
+      return json({
+        issuer,
+        jwks_uri: `${issuer}/jwks`,
+        id_token_signing_alg_values_supported: ["RS256", "ES256"],
+        ...state.discovery,
+      });
     if (path === "/jwks")
       return json({
         keys: await Promise.all(
@@ -82,6 +93,18 @@ export async function startIssuer(tls: Tls, audience: string): Promise<OidcIssue
     jwksUrl: `${issuer}/jwks`,
     keys,
     requests,
+    get discovery() {
+      return state.discovery;
+    },
+    set discovery(v) {
+      state.discovery = v;
+    },
+    get failing() {
+      return state.failing;
+    },
+    set failing(v) {
+      state.failing = v;
+    },
     claims,
     async token(extra = {}, key = keys[0]!) {
       return new SignJWT(claims(extra))
