@@ -8,7 +8,7 @@ import { httpsRequest } from "../../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
-import { clientFactory, spawnRuntime } from "../support/a2a-harness.ts";
+import { clientFactory, spawnRuntime, userMessage } from "../support/a2a-harness.ts";
 import { startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, LOOPBACK_TARGETS, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
 import { issuerKey, type OidcIssuer, publicKeyHmacToken, startIssuer, unsecuredToken } from "../support/oidc-issuer.ts";
@@ -129,26 +129,7 @@ describe("OIDC callers", () => {
     const token = await idp.token({ sub: "sdk-user" });
     for (const binding of ["JSONRPC", "HTTP+JSON"] as const) {
       const client = await clientFactory(tls.ca, token, binding).createFromUrl(base);
-      const sent = (await client.sendMessage({
-        message: {
-          messageId: randomUUID(),
-          contextId: "",
-          taskId: "",
-          role: 1,
-          parts: [{ content: { $case: "text", value: binding }, metadata: undefined, filename: "", mediaType: "" }],
-          metadata: undefined,
-          extensions: [],
-          referenceTaskIds: [],
-        },
-        configuration: {
-          acceptedOutputModes: [],
-          historyLength: undefined,
-          returnImmediately: true,
-          taskPushNotificationConfig: undefined,
-        },
-        metadata: undefined,
-        tenant: "",
-      })) as any;
+      const sent = (await client.sendMessage(userMessage(binding))) as any;
       const got = (await client.getTask({ id: sent.id, historyLength: undefined, tenant: "" })) as any;
       expect(got.id).toBe(sent.id);
     }
