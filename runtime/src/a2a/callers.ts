@@ -1,7 +1,8 @@
 // Who calls the A2A endpoints (docs/a2a.md#authentication): a bearer token from the Secret
 // spec.a2a.authentication.bearerTokenSecret names (level 0, like an IFP introduction token: a
 // shared secret that names its holder, not an agent), or an IFP HTTP message signature (RFC
-// 9421) by an agent whose key the agent looks up as for its inbox (levels 1 and 2).
+// 9421) by an agent whose key the agent looks up as for its inbox (levels 1 and 2), or a JWT of
+// an OpenID Connect issuer spec.a2a.authentication.oidc names (oidc.ts; level 0).
 import { createHash, type KeyObject, timingSafeEqual } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
 import type { Logger } from "pino";
@@ -38,6 +39,8 @@ export interface CallerDeps {
   urls: readonly (string | undefined)[];
   minLevel: number;
   now?: () => number;
+  /** The OIDC issuers' verification of a bearer token that is none of `tokens` (oidc.ts). */
+  oidc?: { verify(token: string): Promise<Caller> };
 }
 
 export interface RequestToAuthenticate {
@@ -86,10 +89,12 @@ export class A2aCallers {
   private async identify(req: RequestToAuthenticate): Promise<Caller> {
     const authorization = req.headers.authorization;
     if (typeof authorization === "string" && /^bearer\s/i.test(authorization)) {
-      const presented = digest(authorization.slice(7).trim());
+      const bearer = authorization.slice(7).trim();
+      const presented = digest(bearer);
       let match: string | undefined;
       // Every token is compared, in constant time over equal-length digests, whichever matches.
       for (const token of this.deps.tokens()) if (timingSafeEqual(presented, digest(token))) match ??= token;
+      if (!match && this.deps.oidc) return this.deps.oidc.verify(bearer);
       if (!match) throw unauthenticated("the bearer token is not accepted");
       return { id: tokenCaller(match), level: 0, source: "a2a-bearer" };
     }
@@ -128,7 +133,7 @@ export class A2aCallers {
   }
 }
 
-const unauthenticated = (message: string) =>
+export const unauthenticated = (message: string) =>
   new A2aError("Unauthenticated", message, { "www-authenticate": CHALLENGE });
 
 /**

@@ -7,18 +7,23 @@ import { createPublicKey, type KeyObject, sign, verify } from "node:crypto";
 import canonicalize from "canonicalize";
 import type { SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
+import { discoveryUrl } from "./oidc.ts";
 import { A2A_PROTOCOL_VERSION } from "./wire.ts";
 
 import { A2A_JSONRPC_PATH, A2A_JWKS_PATH, A2A_REST_PATH } from "../contract/a2a.ts";
 
 export const BEARER_SCHEME = "bearer";
 export const SIGNATURE_SCHEME = "ifpHttpSignature";
+/** The card's name of the security scheme of spec.a2a.authentication.oidc[i]. */
+export const oidcSchemeName = (i: number): string => (i === 0 ? "oidc" : `oidc-${i + 1}`);
 
 export interface CardOptions {
   agent: Agent;
   signing: SigningKey;
   /** Bearer tokens are configured: the card offers the bearer scheme. */
   bearer: boolean;
+  /** The OIDC issuers whose tokens are accepted (spec.a2a.authentication.oidc): one openIdConnect scheme each. */
+  oidcIssuers?: readonly string[];
 }
 
 const b64url = (b: Buffer | string) => Buffer.from(b).toString("base64url");
@@ -58,6 +63,13 @@ export function agentCard(opts: CardOptions, baseUrl: string): Record<string, un
   if (opts.bearer)
     schemes[BEARER_SCHEME] = {
       httpAuthSecurityScheme: { scheme: "Bearer", description: "A token the agent's owners gave the caller" },
+    };
+  for (const [i, issuer] of (opts.oidcIssuers ?? []).entries())
+    schemes[oidcSchemeName(i)] = {
+      openIdConnectSecurityScheme: {
+        openIdConnectUrl: discoveryUrl(issuer),
+        description: `A JWT access token of ${issuer} (Authorization: Bearer)`,
+      },
     };
   return {
     name: spec.displayName ?? opts.agent.metadata.name ?? spec.agentId,

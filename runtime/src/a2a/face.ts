@@ -12,6 +12,7 @@ import type { Agent } from "../resources/agent.ts";
 import { defaultBaseUrl, parseDuration } from "../resources/common.ts";
 import { A2aCallers, bearerTokenFile, type KeyFound } from "./callers.ts";
 import { CardCache } from "./card.ts";
+import { OidcCallers } from "./oidc.ts";
 import { A2aPush } from "./push.ts";
 import { a2aLocalRoutes, a2aRoutes } from "./routes.ts";
 import { A2aService, a2aReplies, type Enqueue, type HandOffMeta, type OutboundMessage } from "./service.ts";
@@ -27,7 +28,10 @@ export interface A2aFaceDeps {
   tokenFile?: string;
   lookupKey(agentId: string, keyId: string, address: string): Promise<KeyFound>;
   handOff(message: Record<string, unknown>, meta: HandOffMeta): Promise<void>;
-  /** Where push notifications go out: the agent's HTTP client and its target policy (spec.network.allowPrivateTargets). */
+  /**
+   * Where push notifications and the OIDC issuers' JWKS requests go out: the agent's HTTP client
+   * and its target policy (spec.network.allowPrivateTargets).
+   */
   http: Pick<HttpClient, "request">;
   targets: TargetPolicy;
   log: Logger;
@@ -73,11 +77,15 @@ export function a2aFace(deps: A2aFaceDeps): A2aFace {
     lookupKey: deps.lookupKey,
     urls: [spec.baseUrl, defaultBaseUrl(undefined, spec.expose)],
     minLevel: spec.a2a.authentication.minAuthLevel,
+    ...(spec.a2a.authentication.oidc.length
+      ? { oidc: new OidcCallers({ issuers: spec.a2a.authentication.oidc, http: deps.http, log: deps.log }) }
+      : {}),
   });
   const cards = new CardCache({
     agent: deps.agent,
     signing: deps.signing,
     bearer: spec.a2a.authentication.bearerTokenSecret !== undefined || deps.tokenFile !== undefined,
+    oidcIssuers: spec.a2a.authentication.oidc.map((o) => o.issuer),
   });
   // The replies turned into task updates whose delivery records are still to be written.
   const answered = new Set<string>();

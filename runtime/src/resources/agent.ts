@@ -93,6 +93,50 @@ export const AgentRelay = RelayPreference.extend({
     ),
 });
 
+/** JWS algorithms an OIDC issuer's tokens may use: asymmetric ones only (never none, never HMAC). */
+export const OIDC_ALGORITHMS = [
+  "RS256",
+  "RS384",
+  "RS512",
+  "PS256",
+  "PS384",
+  "PS512",
+  "ES256",
+  "ES384",
+  "ES512",
+  "EdDSA",
+  "Ed25519",
+] as const;
+
+/** spec.a2a.authentication.oidc[]: an identity provider whose JWTs name A2A callers (docs/a2a.md#authentication). */
+export const A2aOidcIssuer = z.object({
+  issuer: HttpsUrl.max(2048).describe(
+    "The issuer's identifier, exactly as its tokens' iss claim and its /.well-known/openid-configuration give it",
+  ),
+  audience: z
+    .string()
+    .min(1)
+    .max(1024)
+    .describe("The audience a token must name in its aud claim (the agent's client id or URL at the issuer)"),
+  jwksUrl: HttpsUrl.max(2048)
+    .optional()
+    .describe("The issuer's JWKS; without it, the jwks_uri of the issuer's /.well-known/openid-configuration"),
+  algorithms: z
+    .array(z.enum(OIDC_ALGORITHMS))
+    .min(1)
+    .max(OIDC_ALGORITHMS.length)
+    .default(["RS256", "ES256"])
+    .describe("The JWS algorithms accepted (asymmetric only)"),
+  subjectClaim: z
+    .string()
+    .min(1)
+    .max(128)
+    .default("sub")
+    .describe("The claim that names the caller at the issuer (a string); the caller is the issuer and this claim"),
+});
+
+export type A2aOidcIssuerSpec = z.infer<typeof A2aOidcIssuer>;
+
 /** spec.a2a: the Agent2Agent (A2A v1.0) face of the agent, served beside the IFP inbox (docs/a2a.md). */
 export const A2aSpec = z
   .object({
@@ -121,6 +165,13 @@ export const A2aSpec = z
           .default(0)
           .describe(
             "Lowest authentication level an A2A caller must reach (0 bearer token, 1-2 IFP signatures as for the inbox)",
+          ),
+        oidc: z
+          .array(A2aOidcIssuer)
+          .max(8)
+          .default([])
+          .describe(
+            "OpenID Connect issuers whose JWT access tokens A2A clients may present (Authorization: Bearer); a caller with one is authenticated at level 0 as a2a-oidc:<issuer>#<subject>",
           ),
       })
       .prefault({})

@@ -12,7 +12,7 @@ import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
-import { clientFactory, spawnRuntime } from "../support/a2a-harness.ts";
+import { clientFactory, spawnRuntime, userMessage } from "../support/a2a-harness.ts";
 import { startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
 
@@ -137,27 +137,6 @@ const config = (url: string, extra: Partial<Record<"id" | "taskId" | "token", st
   authentication: auth ? { scheme: "Bearer", credentials: auth } : undefined,
 });
 
-const userMessage = (text: string, push?: ReturnType<typeof config>) => ({
-  message: {
-    messageId: randomUUID(),
-    contextId: "",
-    taskId: "",
-    role: 1 as const,
-    parts: [{ content: { $case: "text" as const, value: text }, metadata: undefined, filename: "", mediaType: "" }],
-    metadata: undefined,
-    extensions: [],
-    referenceTaskIds: [],
-  },
-  configuration: {
-    acceptedOutputModes: [],
-    historyLength: undefined,
-    returnImmediately: true,
-    taskPushNotificationConfig: push,
-  },
-  metadata: undefined,
-  tenant: "",
-});
-
 async function localPost(path: string, body: unknown) {
   const res = await fetch(`${localApi}${path}`, {
     method: "POST",
@@ -215,7 +194,7 @@ describe("push notification configs through the official SDK", () => {
   it("JSON-RPC: a config inline with the message gets every status and artifact change, with its token", async () => {
     const c = await client("JSONRPC");
     const task = (await c.sendMessage(
-      userMessage("notify me", config(`${hooks}/inline`, { token: "inline-token-1" })),
+      userMessage("notify me", { push: config(`${hooks}/inline`, { token: "inline-token-1" }) }),
     )) as any;
     expect(task.status.state).toBe(1);
     expect(

@@ -15,7 +15,7 @@ import { httpsRequest } from "../../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import { contentDigest, signRequest } from "../../src/protocol/http-signatures.ts";
-import { clientFactory, fetchWith as fetchWithCa, spawnRuntime } from "../support/a2a-harness.ts";
+import { clientFactory, fetchWith as fetchWithCa, spawnRuntime, userMessage } from "../support/a2a-harness.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, peerOf, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
 
@@ -91,27 +91,6 @@ const dispatcher = () => new Dispatcher({ connect: { ca: tls.ca } });
 const fetchWith = (token: string | undefined) => fetchWithCa(tls.ca, token);
 const factory = (token: string | undefined, preferred?: "JSONRPC" | "HTTP+JSON") =>
   clientFactory(tls.ca, token, preferred);
-
-const userMessage = (text: string, extra: { messageId?: string; taskId?: string } = {}) => ({
-  message: {
-    messageId: extra.messageId ?? randomUUID(),
-    contextId: "",
-    taskId: extra.taskId ?? "",
-    role: 1 as const,
-    parts: [{ content: { $case: "text" as const, value: text }, metadata: undefined, filename: "", mediaType: "" }],
-    metadata: undefined,
-    extensions: [],
-    referenceTaskIds: [],
-  },
-  configuration: {
-    acceptedOutputModes: [],
-    historyLength: undefined,
-    returnImmediately: true,
-    taskPushNotificationConfig: undefined,
-  },
-  metadata: undefined,
-  tenant: "",
-});
 
 /** The hand-off of the A2A task `taskId`, once the application got it. */
 async function handedOff(taskId: string, timeoutMs = 15_000) {

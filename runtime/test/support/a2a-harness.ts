@@ -1,5 +1,6 @@
 // What the A2A tests share: the ifp-runtime command started as a user runs it (its own process,
 // real TLS and NATS), and the official A2A JS SDK's clients trusting the test CA.
+import { randomUUID } from "node:crypto";
 import { join } from "node:path";
 import {
   ClientFactory,
@@ -83,3 +84,28 @@ export function clientFactory(ca: string, token: string | undefined, preferred?:
     }),
   );
 }
+
+/** The SDK's SendMessage request: a user's text, answered at once (returnImmediately), with an inline push config. */
+export const userMessage = <Push = undefined>(
+  text: string,
+  extra: { messageId?: string; taskId?: string; push?: Push } = {},
+) => ({
+  message: {
+    messageId: extra.messageId ?? randomUUID(),
+    contextId: "",
+    taskId: extra.taskId ?? "",
+    role: 1 as const,
+    parts: [{ content: { $case: "text" as const, value: text }, metadata: undefined, filename: "", mediaType: "" }],
+    metadata: undefined,
+    extensions: [],
+    referenceTaskIds: [],
+  },
+  configuration: {
+    acceptedOutputModes: [],
+    historyLength: undefined,
+    returnImmediately: true,
+    taskPushNotificationConfig: extra.push,
+  },
+  metadata: undefined,
+  tenant: "",
+});
