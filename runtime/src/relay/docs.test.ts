@@ -11,6 +11,7 @@ const privateKey = createPrivateKey(
 );
 const created = new Date(1795348800_000);
 const url = "https://relay.example/relay/publish";
+const nonce = "pZ3x8Qm2Rk7vT1wYb5nC4A";
 
 function block(after: string): string {
   const start = doc.indexOf("```", doc.indexOf(after));
@@ -28,6 +29,7 @@ describe("docs/relay.md worked example", () => {
       { method: "POST", url, body, headers: { "content-type": "application/json" } },
       { agentId: "alice-agent", keyId: "key-1", privateKey },
       created,
+      nonce,
     );
     expect(header("Content-Digest")).toBe(h["content-digest"]);
     expect(header("Signature-Input")).toBe(h["signature-input"]);
