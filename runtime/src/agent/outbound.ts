@@ -376,17 +376,31 @@ export class OutboundDelivery {
         return { kind: "failed", via, error: `inbox refused as a target: ${notATarget}` };
       }
       const error = `network error: ${errorMessage((err as Error).cause instanceof Error ? (err as Error).cause : err)}`;
-      const relays = await this.relaysOf(agent, message.headers.message_id);
-      if (relays.length && this.relay) {
-        const viaRelay = await this.viaRelay(relays, message, agent, refused);
-        if (viaRelay.kind === "delivered") return viaRelay;
-        // The inbox may come back: a retry, remembering the relays that refused for good.
-        if (viaRelay.refused?.length)
-          return { kind: "retry", via, error: `${error}; ${viaRelay.error}`, refused: viaRelay.refused };
-      }
-      return { kind: "retry", via, error };
+      return this.orRelays({ kind: "retry", via, error }, message, agent, refused);
     }
-    return classify(res.status, res.headers.get("retry-after"), via, res.text);
+    const outcome = classify(res.status, res.headers.get("retry-after"), via, res.text);
+    return res.status >= 500 && outcome.kind === "retry" ? this.orRelays(outcome, message, agent, refused) : outcome;
+  }
+
+  /**
+   * Direct delivery failed in a way that may pass (a network error, a 5xx): the peer's relays
+   * are tried before the attempt counts. Delivered by the first that takes it; otherwise the
+   * direct outcome stands (the inbox may come back, and its Retry-After is kept), with the
+   * relays that refused for good remembered.
+   */
+  private async orRelays(
+    direct: Extract<Outcome, { kind: "retry" }>,
+    message: Message,
+    agent: string,
+    refused: ReadonlySet<string>,
+  ): Promise<Outcome> {
+    const relays = await this.relaysOf(agent, message.headers.message_id);
+    if (!relays.length || !this.relay) return direct;
+    const viaRelay = await this.viaRelay(relays, message, agent, refused);
+    if (viaRelay.kind === "delivered") return viaRelay;
+    return viaRelay.refused?.length
+      ? { ...direct, error: `${direct.error}; ${viaRelay.error}`, refused: viaRelay.refused }
+      : direct;
   }
 
   /**
