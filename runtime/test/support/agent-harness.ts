@@ -52,6 +52,8 @@ export async function runAgent(opts: {
   handoffSecret?: string;
   /** The Agent resource it runs for, as the operator renders it: its JetStream data is then named from namespace/name. */
   resource?: { name: string; namespace: string };
+  /** The Agent resource's metadata.annotations. */
+  annotations?: Record<string, string>;
   /** Wait for /readyz to answer 200 before returning (default true). */
   waitReady?: boolean;
 }): Promise<
@@ -68,6 +70,7 @@ export async function runAgent(opts: {
     { agentId: opts.self.agentId, ...opts.spec },
     opts.resource?.name,
     opts.resource?.namespace,
+    opts.annotations,
   );
   const running = await withRuntimeLog(`agent ${opts.self.agentId} (in-process)`, (logger) =>
     startAgent({
