@@ -53,7 +53,10 @@ describe("capabilities.update across a crash", () => {
         );
       const agents = await new Kvm(nc).open(names.kvBucket);
       const key = `${names.kvKey}.capabilities`;
-      const recorded = async () => ((await agents.get(key))?.json() as { document_hash: string }).document_hash;
+      const recorded = async () => {
+        const entry = await agents.get(key);
+        return entry ? (entry.json() as { document_hash: string }).document_hash : undefined;
+      };
       const before = await recorded();
 
       const port = await freePort();
