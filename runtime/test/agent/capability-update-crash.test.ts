@@ -13,7 +13,7 @@ import { waitFor } from "../../../e2e/support/wait.ts";
 import { Conversations } from "../../src/agent/conversations.ts";
 import { agentNames } from "../../src/agent/names.ts";
 import { identity, peerOf, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
-import { runAgent, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
+import { agentProcessArgs, runAgent, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { scriptedPeer } from "../support/outbox-harness.ts";
 
 let nats: NatsServer;
@@ -59,33 +59,18 @@ describe("capabilities.update across a crash", () => {
       };
       const before = await recorded();
 
-      const port = await freePort();
       const child = spawnProcess(
         "ifp-runtime agent (to be killed)",
         process.execPath,
         [
           BIN,
-          "agent",
-          "--manifest",
-          writeAgentManifest(dir, { agentId: self.agentId, ...spec("pong") }, "changed"),
-          "--signing-key",
-          writeKey(dir, self),
-          "--local-api-port",
-          "0",
-          "--port",
-          String(port),
-          "--metrics-port",
-          "0",
-          "--host",
-          "127.0.0.1",
-          "--tls-cert",
-          tls.files.cert,
-          "--tls-key",
-          tls.files.key,
-          "--ca-file",
-          tls.files.ca,
-          "--nats",
-          nats.url,
+          ...agentProcessArgs({
+            manifest: writeAgentManifest(dir, { agentId: self.agentId, ...spec("pong") }, "changed"),
+            key: writeKey(dir, self),
+            port: await freePort(),
+            tls,
+            natsUrl: nats.url,
+          }),
         ],
         { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
       );

@@ -47,6 +47,13 @@ const encryptionPeer = (id: typeof bob, key: typeof bobKey) => ({
 withRelay([alice, bob, carol, dave], (f) => ({ nats, tls, http, relay, relayUrl } = f));
 
 /** Every message the relay's JetStream stream holds, as stored (data and headers). */
+/** The delivery record of a message once it is delivered. */
+const untilDelivered = (local: LocalApiClient, messageId: string, what: string) =>
+  waitFor(what, async () => {
+    const r = await local.status(messageId);
+    return r.state === "delivered" ? r : undefined;
+  });
+
 async function relayStoredCopies(): Promise<string[]> {
   const nc = await connect({ servers: nats.url });
   try {
@@ -282,19 +289,13 @@ describe("end-to-end encryption through an untrusted relay", () => {
       const local = new LocalApiClient(a.localApiUrl);
       const clear = await postOutbox(a.localApiUrl, { to: "dave-agent", text: "dave offers no key" });
       expect([clear.status, clear.json.encrypted]).toEqual([202, false]);
-      const record = await waitFor("delivered through the relay", async () => {
-        const r = await local.status(clear.json.message_id);
-        return r.state === "delivered" ? r : undefined;
-      });
+      const record = await untilDelivered(local, clear.json.message_id, "delivered through the relay");
       expect(record.recipients[0]).toMatchObject({ via: `relay:${relayUrl}`, plaintext_relay: relayUrl });
       expect((await relayStoredCopies()).some((c) => c.includes("dave offers no key"))).toBe(true);
       expect(await a.scrape()).toMatch(/^ifp_outbound_plaintext_relay_total{mode="agent"} 1$/m);
       const sealed = await postOutbox(a.localApiUrl, { to: "bob-agent", text: "bob offers a key" });
       expect([sealed.status, sealed.json.encrypted]).toEqual([202, true]);
-      const bobs = await waitFor("delivered through the relay", async () => {
-        const r = await local.status(sealed.json.message_id);
-        return r.state === "delivered" ? r : undefined;
-      });
+      const bobs = await untilDelivered(local, sealed.json.message_id, "delivered through the relay");
       expect(bobs.recipients[0]!.plaintext_relay).toBeUndefined();
       expect((await relayStoredCopies()).some((c) => c.includes("bob offers a key"))).toBe(false);
       expect(await a.scrape()).toMatch(/^ifp_outbound_plaintext_relay_total{mode="agent"} 1$/m);
@@ -496,10 +497,7 @@ describe("end-to-end encryption through an untrusted relay", () => {
       const toCarol = await postOutbox(d.localApiUrl, { to: "carol-agent", text: "clear to carol, who offers no key" });
       const toBob = await postOutbox(d.localApiUrl, { to: "bob-agent", text: "clear to bob, who offers a key" });
       expect([toCarol.json.encrypted, toBob.json.encrypted]).toEqual([false, false]);
-      const carols = await waitFor("carol's delivered through the relay", async () => {
-        const r = await local.status(toCarol.json.message_id);
-        return r.state === "delivered" ? r : undefined;
-      });
+      const carols = await untilDelivered(local, toCarol.json.message_id, "carol's delivered through the relay");
       expect(carols.recipients[0]).toMatchObject({ via: `relay:${relayUrl}`, plaintext_relay: relayUrl });
       await waitFor(
         "three attempts at bob",

@@ -154,3 +154,20 @@ export async function scrapeMetrics(metricsUrl: string | undefined): Promise<str
   if (res.status !== 200) throw new Error(`/metrics answered ${res.status}: ${text}`);
   return text;
 }
+
+/** The flags of `ifp-runtime agent` run as a child process on loopback: its manifest and key, TLS, NATS, any local API port. */
+export function agentProcessArgs(opts: {
+  manifest: string;
+  key: string;
+  port: number;
+  tls: Tls;
+  natsUrl: string;
+}): string[] {
+  return [
+    "agent",
+    ...["--manifest", opts.manifest, "--signing-key", opts.key, "--local-api-port", "0"],
+    ...["--port", String(opts.port), "--metrics-port", "0", "--host", "127.0.0.1"],
+    ...["--tls-cert", opts.tls.files.cert, "--tls-key", opts.tls.files.key, "--ca-file", opts.tls.files.ca],
+    ...["--nats", opts.natsUrl],
+  ];
+}
