@@ -18,6 +18,8 @@ export type Outcome =
       decision?: string;
       /** An A2A recipient's interface and task. */
       a2a?: RecipientState["a2a"];
+      /** The relay not marked trusted that took the message in the clear. */
+      plaintextRelay?: string;
     }
   | {
       kind: "retry";
@@ -101,6 +103,7 @@ export function nextRecipientState(
       next_attempt_at: undefined,
       ...(outcome.decision ? { decision: outcome.decision } : {}),
       ...(outcome.a2a ? { a2a: outcome.a2a } : {}),
+      ...(outcome.plaintextRelay ? { plaintext_relay: outcome.plaintextRelay } : {}),
     };
   }
   if (outcome.kind === "failed") {

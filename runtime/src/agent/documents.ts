@@ -120,6 +120,10 @@ export class Documents {
   readonly hash: string;
   /** The capability list's hash alone, which earlier releases kept in the bucket. */
   private readonly listHash: string;
+  /** When this runtime started: the `updated` of a document it finds changed. */
+  private readonly startedAt: string;
+  /** The ifp.dev/capabilities-updated annotation: the earliest `updated` the document may carry. */
+  private readonly annotated: string | undefined;
 
   /** `publicKey`: the one active key, or every key of a rotated key set. */
   constructor(
@@ -134,8 +138,9 @@ export class Documents {
     this.publicKey = publicKey;
     this.keyCreated = keyCreated;
     this.listHash = capabilitiesHash(agent);
-    const annotated = agent.metadata.annotations?.[ANNOTATIONS.capabilitiesUpdated];
-    this.capabilities = this.serve(buildCapabilityDocument(agent, annotated ?? isoSeconds(started)));
+    this.startedAt = isoSeconds(started);
+    this.annotated = agent.metadata.annotations?.[ANNOTATIONS.capabilitiesUpdated];
+    this.capabilities = this.serve(buildCapabilityDocument(agent, this.annotated ?? this.startedAt));
     this.hash = capabilityDocumentHash(this.capabilities.doc);
   }
 
@@ -164,10 +169,18 @@ export class Documents {
 
   /**
    * Agree with the other replicas on `updated` through the KV bucket. True when this runtime
-   * found the capability document changed (and so should announce it).
+   * found the capability document changed (and so should announce it). `beforeRecord` runs
+   * after the new `updated` is served and before the document's hash is recorded, so what it
+   * queues (the announcements) is never lost to a crash in between: a start that finds the hash
+   * not recorded finds the change again. The ifp.dev/capabilities-updated annotation is a
+   * floor: `updated` is never earlier than it, and moves on with a later change of the document.
    */
-  async syncUpdated(nats: Nats, names: AgentNames, log: Logger): Promise<boolean> {
-    if (this.agent.metadata.annotations?.[ANNOTATIONS.capabilitiesUpdated]) return false;
+  async syncUpdated(
+    nats: Nats,
+    names: AgentNames,
+    log: Logger,
+    beforeRecord: () => Promise<void> = async () => {},
+  ): Promise<boolean> {
     const kv = await nats.bucket(names.kvBucket, { history: 1 });
     const key = `${names.kvKey}.capabilities`;
     for (let attempt = 0; attempt < 5; attempt++) {
@@ -176,27 +189,36 @@ export class Documents {
         ? (entry.json() as { hash: string; updated: string; document_hash?: string })
         : undefined;
       if (stored?.document_hash === this.hash) {
-        this.setUpdated(stored.updated);
+        this.setUpdated(this.notBeforeAnnotation(stored.updated));
         return false;
       }
       // Written by a release that hashed the capability list alone: the same list keeps its
       // `updated` (nothing is known of the rest of what that document said), and the document's
       // hash is recorded from now on.
       const adopt = stored !== undefined && stored.document_hash === undefined && stored.hash === this.listHash;
-      const updated = (adopt ? stored.updated : this.capabilities.doc.updated) ?? isoSeconds(new Date());
+      const changed = entry !== null && entry !== undefined && !adopt;
+      const updated = adopt
+        ? this.notBeforeAnnotation(stored.updated)
+        : changed
+          ? this.notBeforeAnnotation(this.startedAt)
+          : (this.annotated ?? this.startedAt);
       const value = JSON.stringify({ hash: this.listHash, document_hash: this.hash, updated });
+      this.setUpdated(updated);
+      if (changed) await beforeRecord();
       try {
         if (entry) await kv.update(key, value, entry.revision);
         else await kv.create(key, value);
-        this.setUpdated(updated);
-        if (adopt) return false;
-        log.info({ updated }, "capability document changed");
-        return entry !== null && entry !== undefined;
+        if (changed) log.info({ updated }, "capability document changed");
+        return changed;
       } catch {
         // Another replica wrote first; read its value.
       }
     }
     return false;
+  }
+
+  private notBeforeAnnotation(updated: string): string {
+    return this.annotated && Date.parse(this.annotated) > Date.parse(updated) ? this.annotated : updated;
   }
 
   private setUpdated(updated: string): void {

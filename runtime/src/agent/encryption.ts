@@ -77,13 +77,29 @@ export class AgentEncryption {
 
   /**
    * The unsigned message as it is to be sent: encrypted for every recipient when the policy
-   * asks for it, unchanged otherwise. Throws 422 `encryption_key_unavailable` when it must be
-   * encrypted and a recipient has no encryption key, never falling back to plaintext.
+   * asks for it, unchanged otherwise. Under `required` and `always`, throws 422
+   * `encryption_key_unavailable` when it must be encrypted and a recipient has no encryption
+   * key, never falling back to plaintext; under `auto` such a message goes in the clear (and
+   * a relay that takes it so is named in the delivery record: plaintextThrough()).
    */
   async prepare(message: Message): Promise<Message> {
     if (isEncrypted(message)) return message;
     const why = await this.reason(message);
     if (!why) return message;
+    try {
+      return await this.encrypt(message, why);
+    } catch (err) {
+      if (
+        this.spec.encryption.mode === "auto" &&
+        err instanceof ProtocolError &&
+        err.code === "encryption_key_unavailable"
+      )
+        return message;
+      throw err;
+    }
+  }
+
+  private async encrypt(message: Message, why: string): Promise<Message> {
     const agents = [...new Set(message.headers.to.map((t) => t.agent))];
     const topics = agents.filter((a) => a.startsWith(TOPIC_PREFIX));
     if (topics.length) {
@@ -106,32 +122,66 @@ export class AgentEncryption {
     const mode = this.spec.encryption.mode;
     if (mode === "never") return undefined;
     if (mode === "always") return "spec.encryption.mode is always";
-    // auto: a recipient reached only through relays (no https route) gets its messages through
-    // them; one with an https route gets them directly, and a clear message never falls back
-    // to an untrusted relay (plaintextRelayAllowed).
+    // auto and required: a recipient reached only through relays (no https route: none
+    // configured, or an identity document that gives no https inbox) gets its messages through
+    // them; one with an https route gets them directly, and a clear message falls back to an
+    // untrusted relay only as plaintextRelayAllowed() says.
     for (const t of message.headers.to) {
-      if (t.agent.startsWith(TOPIC_PREFIX) || this.baseOf(t.agent)) continue;
+      if (t.agent.startsWith(TOPIC_PREFIX) || (await this.hasDirectRoute(t.agent))) continue;
       const untrusted = (this.spec.peers.find((p) => p.agentId === t.agent)?.relay?.urls ?? []).find(
         (u) => this.relayTrust(u) === "untrusted",
       );
       if (untrusted)
         return `${t.agent} is reached through the relay ${untrusted}, which is not marked trusted or self-operated`;
+      const base = this.baseOf(t.agent);
+      if (base) return `${t.agent} offers no https inbox, only relays, none of them marked trusted or self-operated`;
     }
     return undefined;
   }
 
   /**
-   * Whether the outbound delivery may hand this message to this relay: an encrypted one always;
-   * a clear one only through a trusted or self-operated relay, unless spec.encryption.mode is
-   * never. Error-phase messages the runtime writes itself (they carry only its reason) pass.
+   * Whether the recipient is reached directly: it has an https base, and its identity document
+   * (when it can be had now) does not leave the inbox out or give a plain-http one.
    */
-  plaintextRelayAllowed(message: Message, relayUrl: string): boolean {
-    return (
-      isEncrypted(message) ||
-      this.spec.encryption.mode === "never" ||
-      message.headers.phase === "error" ||
-      this.relayTrust(relayUrl) !== "untrusted"
-    );
+  private async hasDirectRoute(agent: string): Promise<boolean> {
+    const base = this.baseOf(agent);
+    if (!base) return false;
+    const doc = await this.discovery.identity(base).catch(() => undefined);
+    if (!doc) return true;
+    const inbox = doc.endpoints?.inbox;
+    if (inbox && /^https:\/\//.test(inbox)) return true;
+    const relays = doc.relay?.urls ?? [];
+    return !relays.length || relays.every((u) => this.relayTrust(u) !== "untrusted");
+  }
+
+  /**
+   * Whether the outbound delivery may hand this message for `agent` to this relay: an
+   * encrypted one always; a clear one through a trusted or self-operated relay; through an
+   * untrusted one under `never`, and under `auto` when the recipient offers no encryption key
+   * (none in spec.peers, no active one in an identity document that can be had), since it
+   * could not have been encrypted. Error-phase messages the runtime writes itself (they carry
+   * only its reason) pass.
+   */
+  async plaintextRelayAllowed(message: Message, relayUrl: string, agent: string): Promise<boolean> {
+    const mode = this.spec.encryption.mode;
+    if (isEncrypted(message) || mode === "never" || message.headers.phase === "error") return true;
+    if (this.relayTrust(relayUrl) !== "untrusted") return true;
+    return mode === "auto" && !(await this.offersKey(agent));
+  }
+
+  /** Whether handing this message to this relay puts a clear body on a relay not marked trusted. */
+  plaintextThrough(message: Message, relayUrl: string): boolean {
+    return !isEncrypted(message) && this.relayTrust(relayUrl) === "untrusted";
+  }
+
+  private async offersKey(agent: string): Promise<boolean> {
+    if (agent.startsWith(TOPIC_PREFIX)) return false;
+    try {
+      return (await this.recipientKeys(agent)).length > 0;
+    } catch (err) {
+      if (err instanceof ProtocolError) return false;
+      throw err;
+    }
   }
 
   private baseOf(agent: string): string | undefined {

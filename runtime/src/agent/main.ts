@@ -264,7 +264,8 @@ function agentDeliveries(
       peerUrls: outside.peerUrls,
       peerRelays: new Map(spec.peers.filter((p) => p.relay?.urls.length).map((p) => [p.agentId, p.relay!])),
       ownRelays: spec.relay?.urls ?? [],
-      relayAllowed: (message, url) => outside.encryption.plaintextRelayAllowed(message, url),
+      relayAllowed: (message, url, agent) => outside.encryption.plaintextRelayAllowed(message, url, agent),
+      plaintextThrough: (message, url) => outside.encryption.plaintextThrough(message, url),
     },
     relay: relayPublisher(signing, outside.http),
     a2a: a2aPeers(self, opts, outside, stores, log),
@@ -392,9 +393,21 @@ function startUp(
 ) {
   const { spec, names, documents } = self;
   const { nats, streams } = stores;
-  /** The capability document changed and the peers are still to be told. */
-  let changed = false;
-  const ensureAll = async () => {
+  // The peers of recent conversations are told through their inboxes, durably: queued in the
+  // outbox (once per change: the ids derive from it) before the change is recorded, so a crash
+  // in between finds the change again at the next start.
+  const tellPeers = async () => {
+    const { signing, documents } = self;
+    await tellPeersCapabilities({
+      peers: await stores.conversations.recentPeers(spec.agentId),
+      signing,
+      document: documents.capabilityDocument.doc,
+      displayName: spec.displayName,
+      outbox: stores.outbox,
+      log,
+    });
+  };
+  const ensureAll = async (signal: AbortSignal) => {
     await stores.inbox.ensure(streams);
     await stores.outbox.ensure(streams);
     await stores.states.ensure();
@@ -402,30 +415,11 @@ function startUp(
     await stores.conversations.ensure();
     await deliveries.appStream?.ensure();
     await a2a?.ensure();
-    if (await documents.syncUpdated(nats, names, log)) {
-      changed = true;
-      announce(self, outside, log);
-    }
-    // The peers of recent conversations are told through their inboxes, durably: queued in
-    // the outbox (once per change: the ids derive from it), again on this block's retry.
-    if (changed) {
-      const peers = await stores.conversations.recentPeers(spec.agentId);
-      const { signing, documents } = self;
-      const document = documents.capabilityDocument.doc;
-      await tellPeersCapabilities({
-        peers,
-        signing,
-        document,
-        displayName: spec.displayName,
-        outbox: stores.outbox,
-        log,
-      });
-      changed = false;
-    }
+    if (await documents.syncUpdated(nats, names, log, tellPeers)) announce(self, outside, log, signal);
   };
   return async (signal: AbortSignal) => {
     await nats.start(signal);
-    await retry(ensureAll, {
+    await retry(() => ensureAll(signal), {
       signal,
       // A missing stream, or one JetStream has no storage for, was said by the keeper; it is
       // looked for (or asked for) again.
@@ -444,7 +438,7 @@ function startUp(
 }
 
 /** A changed capability document, announced on the agent's own relays (spec 6). */
-function announce(self: Self, outside: Outside, log: Logger): void {
+function announce(self: Self, outside: Outside, log: Logger, signal: AbortSignal): void {
   const { spec } = self;
   if (!spec.relay?.urls.length) return;
   void announceCapabilities({
@@ -454,6 +448,7 @@ function announce(self: Self, outside: Outside, log: Logger): void {
     document: self.documents.capabilityDocument.doc,
     displayName: spec.displayName,
     log,
+    signal,
   });
 }
 

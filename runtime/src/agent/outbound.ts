@@ -87,8 +87,10 @@ export interface OutboundOptions {
   /** This agent's own relays (spec.relay.urls), the last ones tried for any peer. */
   ownRelays?: string[];
   concurrency?: number;
-  /** Whether a message may go through this relay (spec.encryption: no plaintext through an untrusted relay); all may when absent. */
-  relayAllowed?: (message: Message, relayUrl: string) => boolean;
+  /** Whether a message for `agent` may go through this relay (spec.encryption, docs/encryption.md); all may when absent. */
+  relayAllowed?: (message: Message, relayUrl: string, agent: string) => Promise<boolean>;
+  /** Whether handing the message to this relay puts a clear body on an untrusted relay: named in the delivery record, counted. */
+  plaintextThrough?: (message: Message, relayUrl: string) => boolean;
   /**
    * The consumer's ack_wait (5 min). A message's attempts to all its recipients may take
    * longer: the handler tells JetStream it is still working every third of it, so the message
@@ -374,17 +376,31 @@ export class OutboundDelivery {
         return { kind: "failed", via, error: `inbox refused as a target: ${notATarget}` };
       }
       const error = `network error: ${errorMessage((err as Error).cause instanceof Error ? (err as Error).cause : err)}`;
-      const relays = await this.relaysOf(agent, message.headers.message_id);
-      if (relays.length && this.relay) {
-        const viaRelay = await this.viaRelay(relays, message, agent, refused);
-        if (viaRelay.kind === "delivered") return viaRelay;
-        // The inbox may come back: a retry, remembering the relays that refused for good.
-        if (viaRelay.refused?.length)
-          return { kind: "retry", via, error: `${error}; ${viaRelay.error}`, refused: viaRelay.refused };
-      }
-      return { kind: "retry", via, error };
+      return this.orRelays({ kind: "retry", via, error }, message, agent, refused);
     }
-    return classify(res.status, res.headers.get("retry-after"), via, res.text);
+    const outcome = classify(res.status, res.headers.get("retry-after"), via, res.text);
+    return res.status >= 500 && outcome.kind === "retry" ? this.orRelays(outcome, message, agent, refused) : outcome;
+  }
+
+  /**
+   * Direct delivery failed in a way that may pass (a network error, a 5xx): the peer's relays
+   * are tried before the attempt counts. Delivered by the first that takes it; otherwise the
+   * direct outcome stands (the inbox may come back, and its Retry-After is kept), with the
+   * relays that refused for good remembered.
+   */
+  private async orRelays(
+    direct: Extract<Outcome, { kind: "retry" }>,
+    message: Message,
+    agent: string,
+    refused: ReadonlySet<string>,
+  ): Promise<Outcome> {
+    const relays = await this.relaysOf(agent, message.headers.message_id);
+    if (!relays.length || !this.relay) return direct;
+    const viaRelay = await this.viaRelay(relays, message, agent, refused);
+    if (viaRelay.kind === "delivered") return viaRelay;
+    return viaRelay.refused?.length
+      ? { ...direct, error: `${direct.error}; ${viaRelay.error}`, refused: viaRelay.refused }
+      : direct;
   }
 
   /**
@@ -411,7 +427,7 @@ export class OutboundDelivery {
     const failures: string[] = [];
     const newlyRefused: string[] = [];
     let retry: Extract<Outcome, { kind: "retry" }> | undefined;
-    const allowed = this.opts.relayAllowed ? relays.filter((u) => this.opts.relayAllowed!(message, u)) : relays;
+    const allowed = await this.allowedRelays(relays, message, agent);
     if (relays.length && !allowed.length) {
       return {
         kind: "failed",
@@ -421,7 +437,11 @@ export class OutboundDelivery {
     const remaining = allowed.filter((u) => !refused.has(u));
     for (const url of remaining) {
       const outcome = await this.relay.publish(url, message, [agent]);
-      if (outcome.kind === "delivered") return outcome;
+      if (outcome.kind === "delivered") {
+        if (!this.opts.plaintextThrough?.(message, url)) return outcome;
+        this.metrics.outboundPlaintextRelay.inc();
+        return { ...outcome, plaintextRelay: url };
+      }
       failures.push(`${outcome.via ?? url}: ${outcome.error}`);
       if (outcome.kind === "retry" && !retry) retry = outcome;
       if (outcome.kind === "failed") newlyRefused.push(url);
@@ -436,6 +456,15 @@ export class OutboundDelivery {
     const refusedNow = newlyRefused.length ? { refused: newlyRefused } : {};
     if (retry) return { ...retry, error, ...refusedNow };
     return { kind: "failed", error, ...refusedNow };
+  }
+
+  private async allowedRelays(relays: string[], message: Message, agent: string): Promise<string[]> {
+    const allowed = this.opts.relayAllowed;
+    if (!allowed) return relays;
+    // One after the other: the first looks up the recipient's key, the rest find it cached.
+    const out: string[] = [];
+    for (const u of relays) if (await allowed(message, u, agent)) out.push(u);
+    return out;
   }
 
   private async route(agent: string, messageId: string): Promise<Route> {

@@ -28,6 +28,8 @@ import type { CapabilityDocument } from "../protocol/documents.ts";
 import { isEncrypted } from "../protocol/encryption.ts";
 import { encryptionRequired, type AgentEncryption } from "./encryption.ts";
 import { Backoff } from "../util/backoff.ts";
+import { retry } from "../util/retry.ts";
+import { setTimeout as sleep } from "node:timers/promises";
 import { RelayBatcher, type RelayAnswer } from "./relay-batch.ts";
 
 /** Refusals of a relayed message that are answered and acknowledged like a 401 (never retried). */
@@ -508,7 +510,12 @@ export function capabilityUpdate(opts: {
   return signMessage(message, opts.signing);
 }
 
-/** The capabilities.update announcement (spec 6): the new document, signed, to the topic on each relay. */
+/**
+ * The capabilities.update announcement (spec 6): the new document, signed, to the topic on each
+ * relay. A relay that cannot be reached or answers for later (5xx, 408/425/429) is asked again
+ * with backoff (1 s doubling to 5 min, never sooner than its Retry-After) until it takes it or
+ * `signal` stops the runtime; a final refusal is logged and not retried.
+ */
 export async function announceCapabilities(opts: {
   urls: string[];
   signing: SigningKey;
@@ -516,6 +523,8 @@ export async function announceCapabilities(opts: {
   document: CapabilityDocument;
   displayName?: string;
   log: Logger;
+  signal?: AbortSignal;
+  initialMs?: number;
 }): Promise<void> {
   const message = capabilityUpdate({
     to: `topic:${CAPABILITIES_TOPIC}`,
@@ -523,19 +532,36 @@ export async function announceCapabilities(opts: {
     document: opts.document,
     displayName: opts.displayName,
   });
-  for (const url of opts.urls) {
-    try {
-      const res = await new RelayClient(url, opts.signing, opts.http).publish(message);
-      if (res.status !== 202)
-        opts.log.warn(
-          { relay: url, status: res.status, body: res.text },
-          "the capabilities.update announcement was refused",
-        );
-      else opts.log.info({ relay: url }, "announced the new capability document on capabilities.update");
-    } catch (err) {
-      opts.log.warn({ relay: url, err: (err as Error).message }, "could not announce the capability document");
-    }
-  }
+  const toOne = async (url: string) => {
+    const client = new RelayClient(url, opts.signing, opts.http);
+    await retry(
+      async () => {
+        const res = await client.publish(message);
+        const outcome = classify(res.status, res.retryAfter, url, res.text);
+        if (outcome.kind === "retry") {
+          if (outcome.afterMs ?? outcome.notBeforeMs)
+            await sleep(outcome.afterMs ?? outcome.notBeforeMs!, undefined, { signal: opts.signal });
+          throw new Error(`answered ${outcome.error}`);
+        }
+        if (outcome.kind === "failed")
+          opts.log.warn(
+            { relay: url, status: res.status, body: res.text },
+            "the capabilities.update announcement was refused",
+          );
+        else opts.log.info({ relay: url }, "announced the new capability document on capabilities.update");
+      },
+      {
+        signal: opts.signal,
+        initialMs: opts.initialMs ?? 1000,
+        maxMs: 300_000,
+        onError: (err, retryInMs) =>
+          opts.log.warn({ relay: url, err: err.message, retryInMs }, "could not announce the capability document"),
+      },
+    ).catch((err) => {
+      if (!opts.signal?.aborted) throw err;
+    });
+  };
+  await Promise.all(opts.urls.map(toOne));
 }
 
 /**

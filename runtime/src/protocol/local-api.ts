@@ -88,6 +88,12 @@ export const RecipientState = z.object({
     .array(z.string())
     .optional()
     .describe("Relays that refused this message for this recipient with a final answer; never asked again for it"),
+  plaintext_relay: z
+    .string()
+    .optional()
+    .describe(
+      "The relay not marked trusted or self-operated that took this message with its body in the clear (spec.encryption mode auto, to a recipient that offers no encryption key; docs/encryption.md)",
+    ),
   a2a: z
     .object({
       interface: z.string().describe("The A2A interface the message went to (its URL)"),

@@ -483,10 +483,10 @@ export const AgentSpec = z
     encryption: z
       .object({
         mode: z
-          .enum(["auto", "always", "never"])
+          .enum(["auto", "required", "always", "never"])
           .default("auto")
           .describe(
-            "When outbound message bodies are encrypted end to end (docs/encryption.md): auto when a recipient may be reached through a relay not marked trusted or self-operated, always for every message, never",
+            "When outbound message bodies are encrypted end to end (docs/encryption.md): auto when a recipient is reached only through a relay not marked trusted or self-operated and offers an encryption key (in the clear, and marked so in the delivery record, when it offers none); required as auto, but a message that cannot be encrypted is refused and never goes in the clear through such a relay; always for every message; never",
           ),
         requireThroughRelays: z
           .boolean()

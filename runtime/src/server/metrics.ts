@@ -112,6 +112,11 @@ export function createRuntimeMetrics(mode: "agent" | "relay") {
       labelNames: ["result"],
       registers,
     }),
+    outboundPlaintextRelay: new Counter({
+      name: "ifp_outbound_plaintext_relay_total",
+      help: "Outbound messages handed with their body in the clear to a relay not marked trusted or self-operated (spec.encryption)",
+      registers,
+    }),
     handlerLatency: new Histogram({
       name: "ifp_handler_delivery_seconds",
       help: "Time for spec.handler.url to answer",

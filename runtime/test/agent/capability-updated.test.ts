@@ -19,8 +19,9 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 async function served(
   self: ReturnType<typeof identity>,
   spec: Record<string, unknown>,
+  annotations?: Record<string, string>,
 ): Promise<{ updated: string; etag: string }> {
-  const a = await runAgent({ self, natsUrl: nats.url, tls, spec: { capabilities, ...spec } });
+  const a = await runAgent({ self, natsUrl: nats.url, tls, spec: { capabilities, ...spec }, annotations });
   try {
     const res = await a.get("/.well-known/agent/capabilities");
     return { updated: res.json().updated, etag: String(res.headers.etag) };
@@ -67,5 +68,21 @@ describe("the capability document's updated", () => {
       await nc.close();
     }
     expect((await served(self, {})).updated).toBe("2024-01-02T03:04:05Z");
+  });
+
+  it("takes the ifp.dev/capabilities-updated annotation as a floor, never freezing updated: a later change of the document moves it on", async () => {
+    const self = identity("annotated-agent");
+    const at = { "ifp.dev/capabilities-updated": "2025-06-01T00:00:00Z" };
+    const relayOne = { relay: { urls: ["https://relay-one.example"] } };
+    expect((await served(self, relayOne, at)).updated).toBe("2025-06-01T00:00:00Z");
+    expect((await served(self, relayOne, at)).updated).toBe("2025-06-01T00:00:00Z");
+    const moved = await served(self, { relay: { urls: ["https://relay-two.example"] } }, at);
+    expect(Date.parse(moved.updated)).toBeGreaterThan(Date.parse("2025-06-01T00:00:00Z"));
+    // An annotation later than the recorded change wins; one earlier leaves it as it is.
+    const later = { "ifp.dev/capabilities-updated": "2099-01-01T00:00:00Z" };
+    expect((await served(self, { relay: { urls: ["https://relay-two.example"] } }, later)).updated).toBe(
+      "2099-01-01T00:00:00Z",
+    );
+    expect((await served(self, { relay: { urls: ["https://relay-two.example"] } }, at)).updated).toBe(moved.updated);
   });
 });

@@ -9,6 +9,7 @@ import { identity, peerOf, signed, type TestIdentity } from "../support/fixtures
 import { runAgent } from "../support/agent-harness.ts";
 import { baseUrl, relayEnv, runRelay, waitFor, type RelayEnv } from "../support/relay-harness.ts";
 import { runtimeLog } from "../support/runtime-log.ts";
+import { scriptedPeer } from "../support/outbox-harness.ts";
 
 // Each test has the peers it speaks of to itself, and sets up what alice knows of them: bob and
 // carol run (their endpoints serve their documents); dave, erin and frank are known through
@@ -304,5 +305,29 @@ describe("peer capabilities feed the outbox", () => {
         })
       ).status,
     ).toBe(202);
+  });
+});
+
+describe("announcing on capabilities.update", () => {
+  it("asks a relay that answers 503 or cannot be reached again until it takes the announcement, and one that refuses it only once", async () => {
+    const busy = await scriptedPeer(env.tls, (n) => ({ status: n < 3 ? 503 : 202 }));
+    const refusing = await scriptedPeer(env.tls, () => ({ status: 400 }));
+    try {
+      await announceCapabilities({
+        urls: [busy.url, refusing.url],
+        signing: alice.signing,
+        http: env.http,
+        document: { capabilities: [cap("ping")] } as CapabilityDocument,
+        log: announcements.logger,
+        initialMs: 50,
+      });
+      expect(busy.requests.map((r) => r.body.headers.to)).toEqual(
+        Array(3).fill([{ agent: "topic:capabilities.update" }]),
+      );
+      expect(refusing.requests.length).toBe(1);
+    } finally {
+      await busy.close();
+      await refusing.close();
+    }
   });
 });

@@ -6,6 +6,7 @@ import { identity, peerOf } from "../support/fixtures.ts";
 import { runAgent, scrapeMetrics } from "../support/agent-harness.ts";
 import { baseUrl, relayEnv, runRelay, waitFor, type RelayEnv } from "../support/relay-harness.ts";
 import { metricValue } from "../support/probes.ts";
+import { scriptedPeer } from "../support/outbox-harness.ts";
 
 const alice = identity("alice-agent");
 const erin = identity("erin-agent");
@@ -102,6 +103,56 @@ describe("relay fallback", () => {
     } finally {
       await a.close();
       await carol.close();
+      await r.close();
+    }
+  });
+
+  it("falls back to the peer's relays when its inbox answers 5xx, and not when it refuses with a 4xx", async () => {
+    const frank = identity("frank-agent");
+    const r = await runRelay(env, { agents: [peerOf(alice), peerOf(erin), peerOf(frank)] });
+    const relayUrl = baseUrl(r);
+    const down = await scriptedPeer(env.tls, () => ({ status: 503, headers: { "retry-after": "60" } }));
+    const refusing = await scriptedPeer(env.tls, () => ({ status: 400 }));
+    const a = await runAgent({
+      self: alice,
+      natsUrl: env.nats.url,
+      tls: env.tls,
+      spec: {
+        peers: [
+          { ...peerOf(erin), url: down.url, relay: { urls: [relayUrl] } },
+          { ...peerOf(frank), url: refusing.url, relay: { urls: [relayUrl] } },
+        ],
+        outbound: { backoff: ["200ms"], retryFor: "20s" },
+        encryption: { relayTrust: [{ url: relayUrl, level: "self-operated" }] },
+      },
+    });
+    try {
+      const local = new LocalApiClient(a.localApiUrl);
+      const toErin = await local.send({ to: "erin-agent", text: "erin's inbox answers 503" });
+      const erins = await waitFor("erin's settled", async () => {
+        const s = await local.status(toErin.message_id);
+        return s.state === "delivered" || s.state === "failed" ? s : undefined;
+      });
+      expect(erins.recipients[0]).toMatchObject({ state: "delivered", via: `relay:${relayUrl}`, attempts: 1 });
+      // One POST to the inbox for it, then the relay (the runtime's capabilities.update goes the same way).
+      const ids = (list: { headers: { message_id: string } }[]) =>
+        list.map((m) => m.headers.message_id).filter((id) => !id.startsWith("msg:capabilities-"));
+      expect(ids(down.requests.map((q) => q.body))).toEqual([toErin.message_id]);
+      expect(ids((await new RelayClient(relayUrl, erin.signing, env.http).pull()).messages)).toEqual([
+        toErin.message_id,
+      ]);
+      const toFrank = await local.send({ to: "frank-agent", text: "frank's inbox refuses it" });
+      const franks = await waitFor("frank's settled", async () => {
+        const s = await local.status(toFrank.message_id);
+        return s.state === "delivered" || s.state === "failed" ? s : undefined;
+      });
+      expect(franks.recipients[0]).toMatchObject({ state: "failed", via: `${refusing.url}/.well-known/agent/inbox` });
+      expect(refusing.requests.map((q) => q.body.headers.message_id)).toContain(toFrank.message_id);
+      expect(ids((await new RelayClient(relayUrl, frank.signing, env.http).pull()).messages)).toEqual([]);
+    } finally {
+      await a.close();
+      await down.close();
+      await refusing.close();
       await r.close();
     }
   });

@@ -1,8 +1,10 @@
 // End-to-end encryption through a real relay on a real nats-server: the relay's stored copy
 // holds no plaintext, the recipients' handlers get the plaintext, what was altered on the way is
-// refused and answered, a missing encryption key is a clear error at send time, plaintext
+// refused and answered; under auto a recipient that offers no key gets the message in the clear,
+// marked, and under required a missing encryption key is a clear error at send time; plaintext
 // through an untrusted relay is refused when the recipient requires encryption, mode always
-// encrypts on a direct route too, and a clear message never falls back to an untrusted relay.
+// encrypts on a direct route too, and a clear message falls back to an untrusted relay only
+// under auto for a recipient that offers no key.
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
@@ -45,6 +47,13 @@ const encryptionPeer = (id: typeof bob, key: typeof bobKey) => ({
 withRelay([alice, bob, carol, dave], (f) => ({ nats, tls, http, relay, relayUrl } = f));
 
 /** Every message the relay's JetStream stream holds, as stored (data and headers). */
+/** The delivery record of a message once it is delivered. */
+const untilDelivered = (local: LocalApiClient, messageId: string, what: string) =>
+  waitFor(what, async () => {
+    const r = await local.status(messageId);
+    return r.state === "delivered" ? r : undefined;
+  });
+
 async function relayStoredCopies(): Promise<string[]> {
   const nc = await connect({ servers: nats.url });
   try {
@@ -266,7 +275,7 @@ describe("end-to-end encryption through an untrusted relay", () => {
     }
   });
 
-  it("answers the local API with a clear error when a recipient has no encryption key, and sends nothing", async () => {
+  it("auto: a relay-only recipient that offers no encryption key gets the message in the clear through the untrusted relay, named in the delivery record and counted; one with a key gets it encrypted", async () => {
     const a = await runAgent({
       self: alice,
       natsUrl: nats.url,
@@ -277,7 +286,37 @@ describe("end-to-end encryption through an untrusted relay", () => {
       },
     });
     try {
-      // auto: dave is reached through an untrusted relay and has no key.
+      const local = new LocalApiClient(a.localApiUrl);
+      const clear = await postOutbox(a.localApiUrl, { to: "dave-agent", text: "dave offers no key" });
+      expect([clear.status, clear.json.encrypted]).toEqual([202, false]);
+      const record = await untilDelivered(local, clear.json.message_id, "delivered through the relay");
+      expect(record.recipients[0]).toMatchObject({ via: `relay:${relayUrl}`, plaintext_relay: relayUrl });
+      expect((await relayStoredCopies()).some((c) => c.includes("dave offers no key"))).toBe(true);
+      expect(await a.scrape()).toMatch(/^ifp_outbound_plaintext_relay_total{mode="agent"} 1$/m);
+      const sealed = await postOutbox(a.localApiUrl, { to: "bob-agent", text: "bob offers a key" });
+      expect([sealed.status, sealed.json.encrypted]).toEqual([202, true]);
+      const bobs = await untilDelivered(local, sealed.json.message_id, "delivered through the relay");
+      expect(bobs.recipients[0]!.plaintext_relay).toBeUndefined();
+      expect((await relayStoredCopies()).some((c) => c.includes("bob offers a key"))).toBe(false);
+      expect(await a.scrape()).toMatch(/^ifp_outbound_plaintext_relay_total{mode="agent"} 1$/m);
+    } finally {
+      await a.close();
+    }
+  });
+
+  it("required: answers the local API with a clear error when a recipient has no encryption key, and sends nothing", async () => {
+    const a = await runAgent({
+      self: alice,
+      natsUrl: nats.url,
+      tls,
+      spec: {
+        peers: [encryptionPeer(bob, bobKey), { ...peerOf(dave), relay: { urls: [relayUrl] } }],
+        outbound: { backoff: ["300ms"], retryFor: "30s" },
+        encryption: { mode: "required" },
+      },
+    });
+    try {
+      // required: dave is reached through an untrusted relay and has no key.
       const r = await postOutbox(a.localApiUrl, { to: ["bob-agent", "dave-agent"], text: "must not leak" });
       expect(r.status).toBe(422);
       expect(r.json).toMatchObject({ status: "error", code: "encryption_key_unavailable" });
@@ -371,14 +410,18 @@ describe("end-to-end encryption through an untrusted relay", () => {
     }
   });
 
-  it("never lets a clear message fall back to an untrusted relay when the direct route fails; a trusted relay takes it", async () => {
-    // Bob has an https route (nothing listens there) and a relay; under auto a message to him goes in the clear.
+  it("required never lets a clear message fall back to an untrusted relay when the direct route fails, nor auto for a recipient that offers a key; a trusted relay takes it", async () => {
+    // Bob has an https route (nothing listens there) and a relay; a message to him goes in the clear.
     const bobUnreachable = { ...peerOf(bob), url: "https://localhost:1", relay: { urls: [relayUrl] } };
     const a = await runAgent({
       self: alice,
       natsUrl: nats.url,
       tls,
-      spec: { peers: [bobUnreachable], outbound: { backoff: ["300ms"], retryFor: "30s" } },
+      spec: {
+        peers: [bobUnreachable],
+        outbound: { backoff: ["300ms"], retryFor: "30s" },
+        encryption: { mode: "required" },
+      },
     });
     try {
       const local = new LocalApiClient(a.localApiUrl);
@@ -430,9 +473,41 @@ describe("end-to-end encryption through an untrusted relay", () => {
         return r.state === "delivered" ? r : undefined;
       });
       expect(record.recipients[0]!.via).toBe(`relay:${relayUrl}`);
+      expect(record.recipients[0]!.plaintext_relay).toBeUndefined();
       expect((await relayStoredCopies()).some((x) => x.includes("clear, trusted relay"))).toBe(true);
     } finally {
       await c.close();
+    }
+    // auto, another sender: carol offers no key, so her clear message falls back to the untrusted
+    // relay, marked; bob offers one (spec.peers), so his is kept off it and waits for his inbox.
+    const d = await runAgent({
+      self: dave,
+      natsUrl: nats.url,
+      tls,
+      spec: {
+        peers: [
+          { ...bobUnreachable, encryptionKeys: [{ keyId: bobKey.keyId, publicKey: bobKey.publicKey }] },
+          { ...peerOf(carol), url: "https://localhost:1", relay: { urls: [relayUrl] } },
+        ],
+        outbound: { backoff: ["300ms"], retryFor: "30s" },
+      },
+    });
+    try {
+      const local = new LocalApiClient(d.localApiUrl);
+      const toCarol = await postOutbox(d.localApiUrl, { to: "carol-agent", text: "clear to carol, who offers no key" });
+      const toBob = await postOutbox(d.localApiUrl, { to: "bob-agent", text: "clear to bob, who offers a key" });
+      expect([toCarol.json.encrypted, toBob.json.encrypted]).toEqual([false, false]);
+      const carols = await untilDelivered(local, toCarol.json.message_id, "carol's delivered through the relay");
+      expect(carols.recipients[0]).toMatchObject({ via: `relay:${relayUrl}`, plaintext_relay: relayUrl });
+      await waitFor(
+        "three attempts at bob",
+        async () => (await local.status(toBob.json.message_id)).recipients[0]!.attempts >= 3,
+      );
+      const bobs = (await local.status(toBob.json.message_id)).recipients[0]!;
+      expect(bobs).toMatchObject({ state: "retrying", via: "https://localhost:1/.well-known/agent/inbox" });
+      expect((await relayStoredCopies()).some((x) => x.includes(toBob.json.message_id))).toBe(false);
+    } finally {
+      await d.close();
     }
   });
 

@@ -54,6 +54,8 @@ export async function runAgent(opts: {
   handoffSecret?: string;
   /** The Agent resource it runs for, as the operator renders it: its JetStream data is then named from namespace/name. */
   resource?: { name: string; namespace: string };
+  /** The Agent resource's metadata.annotations. */
+  annotations?: Record<string, string>;
   /** Wait for /readyz to answer 200 before returning (default true). */
   waitReady?: boolean;
 }): Promise<
@@ -70,6 +72,7 @@ export async function runAgent(opts: {
     { agentId: opts.self.agentId, ...opts.spec },
     opts.resource?.name,
     opts.resource?.namespace,
+    opts.annotations,
   );
   const running = await withRuntimeLog(`agent ${opts.self.agentId} (in-process)`, (logger) =>
     startAgent({
@@ -152,4 +155,21 @@ export async function scrapeMetrics(metricsUrl: string | undefined): Promise<str
   const text = await res.text();
   if (res.status !== 200) throw new Error(`/metrics answered ${res.status}: ${text}`);
   return text;
+}
+
+/** The flags of `ifp-runtime agent` run as a child process on loopback: its manifest and key, TLS, NATS, any local API port. */
+export function agentProcessArgs(opts: {
+  manifest: string;
+  key: string;
+  port: number;
+  tls: Tls;
+  natsUrl: string;
+}): string[] {
+  return [
+    "agent",
+    ...["--manifest", opts.manifest, "--signing-key", opts.key, "--local-api-port", "0"],
+    ...["--port", String(opts.port), "--metrics-port", "0", "--host", "127.0.0.1"],
+    ...["--tls-cert", opts.tls.files.cert, "--tls-key", opts.tls.files.key, "--ca-file", opts.tls.files.ca],
+    ...["--nats", opts.natsUrl],
+  ];
 }

@@ -62,14 +62,20 @@ export function throughRelay(from: TestIdentity, to: TestIdentity, relayUrl: str
 
 export const LOOPBACK_TARGETS = { allowPrivateTargets: ["127.0.0.0/8", "::1/128"] };
 
-export function writeAgentManifest(dir: string, spec: AgentSpecInput, name = "agent", namespace?: string): string {
+export function writeAgentManifest(
+  dir: string,
+  spec: AgentSpecInput,
+  name = "agent",
+  namespace?: string,
+  annotations?: Record<string, string>,
+): string {
   const path = join(dir, `${name}.yaml`);
   writeFileSync(
     path,
     stringify({
       apiVersion: "ifp.dev/v1alpha1",
       kind: "Agent",
-      metadata: { name, ...(namespace ? { namespace } : {}) },
+      metadata: { name, ...(namespace ? { namespace } : {}), ...(annotations ? { annotations } : {}) },
       spec: { network: LOOPBACK_TARGETS, ...spec },
     }),
   );
