@@ -183,17 +183,19 @@ const examplesReady = once(async () => {
 });
 
 /**
- * The runtimes, run from exactly what the operator rendered, each on a port it picks itself and
- * logs: the relay first, then bob, then alice, whose files name bob's and the relay's ports.
- * bob's file keeps alice's cluster address: bob sends nothing here.
+ * The runtimes, run from exactly what the operator rendered, each on a loopback port picked for it:
+ * the relay first, then bob, then alice, whose files name bob's and the relay's ports.
  */
 const running = once(async () => {
   await examplesReady();
-  const ports = { alice: 0, bob: 0, relay: 0, aliceApi: 0 };
+  // Each runtime's HTTPS port is picked before any starts: the base URL the operator rendered
+  // for each (its Service's name) becomes https://localhost:<its port> in every file, its own
+  // among them, as the Service's name would reach it in a cluster.
+  const ports = { alice: await freePort(), bob: await freePort(), relay: await freePort(), aliceApi: 0 };
   const local = (text: string) =>
     text.replace(
-      /https:\/\/(bob|relay)\.ifp-(?:bob|relay)\.svc/g,
-      (_m, n: "bob" | "relay") => `https://localhost:${ports[n]}`,
+      /https:\/\/(alice|bob|relay)\.ifp-(?:alice|bob|relay)\.svc/g,
+      (_m, n: "alice" | "bob" | "relay") => `https://localhost:${ports[n]}`,
     );
   const hookTls = await localhostTls();
   // The test's own clients trust what a runtime of the install trusts: the bundle the operator
@@ -214,7 +216,7 @@ const running = once(async () => {
       // The cluster's networks, which the operator allows the runtimes to reach, are loopback here.
       rewriteArg: (a) =>
         a.startsWith("--port=")
-          ? "--port=0"
+          ? `--port=${ports[name]}`
           : a.startsWith("--local-api-tls-port=")
             ? "--local-api-tls-port=0"
             : a.startsWith("--allow-private-targets=")

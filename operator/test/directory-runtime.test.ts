@@ -101,7 +101,7 @@ const signingSecret = (name: string) => {
 
 /**
  * Start (or restart, as a rollout would) an Agent's runtime from what the operator rendered now,
- * with the URLs of the runtimes already running rewritten to their loopback ports.
+ * with the URLs of the runtimes already running, and its own, rewritten to their loopback ports.
  */
 async function run(name: string): Promise<{ url: string; localApi: LocalApiClient; ca: string }> {
   await running.get(name)?.stop();
@@ -110,18 +110,24 @@ async function run(name: string): Promise<{ url: string; localApi: LocalApiClien
   // Mounted afresh, as a new pod's volumes are: no file of a key the Secret no longer holds.
   rmSync(join(dir, name), { recursive: true, force: true });
   const metricsPort = await freePort();
+  // Its port picked first: the base URL rendered for it (its Service's name) names it too.
+  const port = await freePort();
+  ports.set(name, port);
   const r = runDeploymentLocally(cp, NS, name, dir, {
     rewriteFile: (_p, text) =>
       text.replace(new RegExp(`https://([a-z]+)\\.${NS}\\.svc`, "g"), (m, other: string) =>
         ports.has(other) ? `https://localhost:${ports.get(other)}` : m,
       ),
     rewriteArg: (a) =>
-      a.startsWith("--port=") ? "--port=0" : a.startsWith("--metrics-port=") ? `--metrics-port=${metricsPort}` : a,
+      a.startsWith("--port=")
+        ? `--port=${port}`
+        : a.startsWith("--metrics-port=")
+          ? `--metrics-port=${metricsPort}`
+          : a,
     extraArgs: ["--host=127.0.0.1", "--local-api-port=0"],
   });
   running.set(name, r);
   const urls = await r.listening();
-  ports.set(name, Number(new URL(urls.url).port));
   const ca = get("configmap", `${name}-trust`).data["ca.crt"] as string;
   const url = `https://localhost:${ports.get(name)}`;
   await until(
