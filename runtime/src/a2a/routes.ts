@@ -12,7 +12,7 @@ import type { Agent } from "../resources/agent.ts";
 import { RateLimiter } from "../server/ratelimit.ts";
 import type { A2aCallers, Caller } from "./callers.ts";
 import { A2A_CARD_PATH, A2A_JSONRPC_PATH, A2A_JWKS_PATH, A2A_REST_PATH } from "../contract/a2a.ts";
-import { type CardCache, jwks } from "./card.ts";
+import { type CardCache, cardBase, jwks } from "./card.ts";
 import type { A2aPush } from "./push.ts";
 import type { A2aService, StreamEvent } from "./service.ts";
 import {
@@ -65,15 +65,14 @@ const of = (req: FastifyRequest): A2aState => {
 export const a2aRoutes: FastifyPluginAsync<A2aRouteDeps> = async (app, deps) => {
   const spec = deps.agent.spec;
   const jwksText = JSON.stringify(jwks(deps.signing));
-  const base = (req: FastifyRequest) => spec.baseUrl ?? `https://${req.host}`;
 
   app.get(A2A_CARD_PATH, async (req, reply) => {
-    // Without spec.baseUrl the card's URLs come from the request's Host.
+    // Without spec.baseUrl the card's URLs come from the request's Host when it is one of the agent's own.
     if (!spec.baseUrl) reply.header("vary", "host");
     return reply
       .type("application/json; charset=utf-8")
       .header("cache-control", "public, max-age=300")
-      .send(deps.cards.get(base(req)));
+      .send(await deps.cards.get(cardBase(deps.agent, req.host)));
   });
   app.get(A2A_JWKS_PATH, async (_req, reply) =>
     reply.type("application/jwk-set+json").header("cache-control", "public, max-age=300").send(jwksText),
