@@ -98,13 +98,13 @@ describe("the cards this runtime signs", () => {
   });
 
   it("are signed without their empty repeated fields, as section 8.4.1 and the SDK's verifier read them", async () => {
-    const withEmpty = { ...card, skills: [{ ...card.skills[0], examples: [] }], signatures: [] as unknown[] };
+    const withEmpty = { ...card, skills: [{ ...card.skills[0]!, examples: [] }], signatures: [] as unknown[] };
     const signed = {
       ...withEmpty,
       signatures: [await signCard(withEmpty, self.signing, "https://w.example/jwks.json")],
     };
     const keys = jwks(self.signing);
-    await expect(verifyAgentCardSignature(async () => keys.keys[0]!)(signed)).resolves.toBeUndefined();
+    await expect(verifyAgentCardSignature(async () => keys.keys[0]!)(signed as never)).resolves.toBeUndefined();
     const payload = Buffer.from(specPayload(signed)).toString("base64url");
     await expect(
       flattenedVerify({ ...signed.signatures[0], payload } as never, createLocalJWKSet(keys as never)),

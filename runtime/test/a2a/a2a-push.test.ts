@@ -338,7 +338,7 @@ describe("refused configs", () => {
     for (const [url, why] of cases) {
       const r = await rpc("CreateTaskPushNotificationConfig", { taskId, url });
       expect(r.status, url).toBe(200);
-      expect(r.body.error, url).toMatchObject({ code: -32602, data: { reason: "INVALID_PARAMS" } });
+      expect(r.body.error, url).toMatchObject({ code: -32602, data: [{ reason: "INVALID_PARAMS" }] });
       expect(r.body.error.message, url).toMatch(why);
     }
     // The HTTP+JSON binding: 400 with a google.rpc.Status.
@@ -380,7 +380,7 @@ describe("refused configs", () => {
       ["DeleteTaskPushNotificationConfig", { taskId, id: "mine" }],
     ] as const) {
       const r = await rpc(method, params, OTHER_TOKEN);
-      expect(r.body.error, method).toMatchObject({ code: -32001, data: { reason: "TASK_NOT_FOUND" } });
+      expect(r.body.error, method).toMatchObject({ code: -32001, data: [{ reason: "TASK_NOT_FOUND" }] });
     }
     expect((await rest("GET", `/tasks/${taskId}/pushNotificationConfigs`, undefined, OTHER_TOKEN)).status).toBe(404);
     expect((await rest("DELETE", `/tasks/${taskId}/pushNotificationConfigs/mine`, undefined, OTHER_TOKEN)).status).toBe(

@@ -319,7 +319,7 @@ describe("callers signing with IFP keys (RFC 9421)", () => {
       ca: tls.ca,
     });
     expect(res.status).toBe(401);
-    expect(res.json().error.data.reason).toBe("UNAUTHENTICATED");
+    expect(res.json().error).toMatchObject({ code: -31401, data: [{ reason: "UNAUTHENTICATED" }] });
   });
 });
 
@@ -331,7 +331,16 @@ describe("abuse", () => {
     expect(none.body).toMatchObject({
       jsonrpc: "2.0",
       id: 1,
-      error: { code: -32600, data: { reason: "UNAUTHENTICATED" } },
+      error: {
+        code: -31401,
+        data: [
+          {
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            reason: "UNAUTHENTICATED",
+            domain: "a2a-protocol.org",
+          },
+        ],
+      },
     });
     const wrong = await rpc(
       { jsonrpc: "2.0", id: 2, method: "ListTasks", params: {} },
@@ -350,7 +359,7 @@ describe("abuse", () => {
     const before = handler.received.length;
     const big = await rpc({ jsonrpc: "2.0", id: 3, method: "SendMessage", params: rawMessage("x".repeat(20_000)) });
     expect(big.status).toBe(413);
-    expect(big.body.error.data.reason).toBe("PAYLOAD_TOO_LARGE");
+    expect(big.body.error.data[0].reason).toBe("PAYLOAD_TOO_LARGE");
     const restBig = await httpsRequest(`${base}/a2a/rest/message:send`, {
       method: "POST",
       headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
@@ -459,7 +468,17 @@ describe("limits", () => {
       const third = await call(3);
       expect(third.status).toBe(429);
       expect(Number(third.headers["retry-after"])).toBeGreaterThan(0);
-      expect(third.json()).toMatchObject({ id: 3, error: { data: { reason: "RATE_LIMITED" } } });
+      const retryAfter = third.headers["retry-after"];
+      expect(third.json()).toMatchObject({
+        id: 3,
+        error: {
+          code: -31429,
+          data: [
+            { reason: "RATE_LIMITED", domain: "a2a-protocol.org", metadata: { retryAfterSeconds: retryAfter } },
+            { "@type": "type.googleapis.com/google.rpc.RetryInfo", retryDelay: `${retryAfter}s` },
+          ],
+        },
+      });
       // Without bearer tokens configured, the card offers the signature scheme only.
       const card = (await httpsRequest(url.replace("/a2a/v1", "/.well-known/agent-card.json"), { ca: tls.ca })).json();
       expect(Object.keys(card.securitySchemes)).toEqual(["ifpHttpSignature"]);
