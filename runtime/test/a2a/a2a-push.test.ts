@@ -170,7 +170,7 @@ async function localPost(path: string, body: unknown) {
 async function rpc(method: string, params: unknown, token = TOKEN) {
   const res = await httpsRequest(`${base}/a2a/v1`, {
     method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+    headers: { "content-type": "application/json", "a2a-version": "1.0", authorization: `Bearer ${token}` },
     body: JSON.stringify({ jsonrpc: "2.0", id: 7, method, params }),
     ca: tls.ca,
   });
@@ -180,7 +180,11 @@ async function rpc(method: string, params: unknown, token = TOKEN) {
 async function rest(method: string, path: string, body?: unknown, token = TOKEN) {
   const res = await httpsRequest(`${base}/a2a/rest${path}`, {
     method,
-    headers: { authorization: `Bearer ${token}`, ...(body ? { "content-type": "application/json" } : {}) },
+    headers: {
+      authorization: `Bearer ${token}`,
+      "a2a-version": "1.0",
+      ...(body ? { "content-type": "application/json" } : {}),
+    },
     ...(body ? { body: JSON.stringify(body) } : {}),
     ca: tls.ca,
   });
