@@ -1419,7 +1419,7 @@ if (jsonRpc) {
   const rpc = async (id, method, params, auth = true) => {
     const res = await fetch(jsonRpc, {
       method: "POST",
-      headers: { "content-type": "application/json", ...(auth ? { authorization: "Bearer " + token } : {}) },
+      headers: { "content-type": "application/json", "a2a-version": "1.0", ...(auth ? { authorization: "Bearer " + token } : {}) },
       body: JSON.stringify({ jsonrpc: "2.0", id, method, params }),
       signal: AbortSignal.timeout(60_000),
     });

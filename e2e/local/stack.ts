@@ -225,7 +225,7 @@ await Promise.all(
 
 const send = `npx ifp send --from-key ${join(stateDir, "bob.key")} --from bob-agent --to ${procs[0]!.url} --text "Hello from Bob's agent" --ca-file ${tls.files.ca}`;
 const a2aMessage = `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m-'$(date +%s)'","role":"ROLE_USER","parts":[{"text":"Hello from an A2A client"}]}}}`;
-const a2aCall = `curl -s --cacert ${tls.files.ca} -H 'authorization: Bearer ${a2aToken}' -H 'content-type: application/json' ${procs[0]!.url}/a2a/v1 -d '${a2aMessage}'`;
+const a2aCall = `curl -s --cacert ${tls.files.ca} -H 'authorization: Bearer ${a2aToken}' -H 'content-type: application/json' -H 'a2a-version: 1.0' ${procs[0]!.url}/a2a/v1 -d '${a2aMessage}'`;
 process.stdout.write(`
 ifp local stack is up (state in ${stateDir})
   nats      ${nats.url}

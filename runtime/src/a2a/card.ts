@@ -3,8 +3,19 @@
 // 8785 canonical form of the card without `signatures`, made with the agent's own Ed25519
 // signing key (alg EdDSA); `kid` names the key as IFP does (<agent id>#<key id>) and `jku` is
 // the agent's JWKS beside the card.
-import { createPublicKey, type KeyObject, sign, verify } from "node:crypto";
+import { createPublicKey, type KeyObject } from "node:crypto";
 import canonicalize from "canonicalize";
+import {
+  createLocalJWKSet,
+  decodeProtectedHeader,
+  errors as joseErrors,
+  FlattenedSign,
+  flattenedVerify,
+  type CryptoKey as JoseKey,
+  type JSONWebKeySet,
+  type JWK,
+  type JWSHeaderParameters,
+} from "jose";
 import type { SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
 import { discoveryUrl } from "./oidc.ts";
@@ -26,7 +37,31 @@ export interface CardOptions {
   oidcIssuers?: readonly string[];
 }
 
-const b64url = (b: Buffer | string) => Buffer.from(b).toString("base64url");
+/** Host names that are this machine's own: a card naming them points nowhere else. */
+const LOOPBACK = new Set(["localhost", "127.0.0.1", "[::1]"]);
+
+/**
+ * The base URL a card names (docs/a2a.md#the-signed-card): spec.baseUrl; without one, the
+ * request's Host only when it is one of the agent's own names — its Service's
+ * (`<name>`, `<name>.<namespace>`, `….svc`, `….svc.cluster.local`) or loopback, any port —
+ * and otherwise the agent's Service URL, `https://<name>.<namespace>.svc`. So the agent never
+ * signs a card whose interfaces or `jku` are on a host someone else named.
+ */
+export function cardBase(agent: Agent, host: string | undefined): string {
+  if (agent.spec.baseUrl) return agent.spec.baseUrl.replace(/\/+$/, "");
+  const name = agent.metadata.name ?? "agent";
+  const namespace = agent.metadata.namespace ?? "default";
+  const own = new Set([
+    name,
+    `${name}.${namespace}`,
+    `${name}.${namespace}.svc`,
+    `${name}.${namespace}.svc.cluster.local`,
+  ]);
+  const hostname = host?.toLowerCase().replace(/:\d{1,5}$/, "");
+  if (hostname !== undefined && /^[a-z0-9.:[\]-]{1,300}$/.test(host!) && (own.has(hostname) || LOOPBACK.has(hostname)))
+    return `https://${host!.toLowerCase()}`;
+  return `https://${name}.${namespace}.svc`;
+}
 
 /** The card for one public base URL (spec.baseUrl, or the request's host). */
 export function agentCard(opts: CardOptions, baseUrl: string): Record<string, unknown> {
@@ -46,7 +81,7 @@ export function agentCard(opts: CardOptions, baseUrl: string): Record<string, un
       id: s.id,
       name: s.name ?? (before?.name as string | undefined) ?? s.id,
       description: s.description ?? (before?.description as string | undefined) ?? s.id,
-      tags: s.tags.length ? s.tags : ((before?.tags as string[] | undefined) ?? []),
+      tags: s.tags.length ? s.tags : ((before?.tags as string[] | undefined) ?? [s.id.split(".")[0]]),
       ...(s.examples.length ? { examples: s.examples } : {}),
     });
   }
@@ -83,25 +118,51 @@ export function agentCard(opts: CardOptions, baseUrl: string): Record<string, un
     version: "1.0.0",
     capabilities: { streaming: true, pushNotifications: true, extendedAgentCard: false },
     securitySchemes: schemes,
-    securityRequirements: Object.keys(schemes).map((name) => ({ schemes: { [name]: { list: [] } } })),
     defaultInputModes: ["text/plain", "application/json"],
     defaultOutputModes: ["text/plain", "application/json"],
     skills: [...skills.values()],
   };
 }
 
-/** The JWS of a card (section 8.4.2): protected header and signature over its canonical form. */
-export function signCard(
+/**
+ * The payload a card's signatures cover (section 8.4.1): the RFC 8785 form of the card without
+ * `signatures` and without empty repeated fields (`[]`), which a2a.proto's JSON leaves out.
+ * `sdk`: also without empty strings and empty objects, as the official SDKs clean a card before
+ * they check it (cards they sign are checked in that form too).
+ */
+export function cardPayload(card: Record<string, unknown>, form: "spec" | "sdk" = "spec"): string {
+  const { signatures: _, ...unsigned } = card;
+  const payload = canonicalize(withoutEmpty(unsigned, form) ?? {});
+  if (payload === undefined) throw new CardSignatureError("the card cannot be canonicalized (RFC 8785)");
+  return payload;
+}
+
+function withoutEmpty(value: unknown, form: "spec" | "sdk"): unknown {
+  if (value === null || value === undefined) return undefined;
+  if (form === "sdk" && value === "") return undefined;
+  if (Array.isArray(value)) {
+    const items = value.map((v) => withoutEmpty(v, form)).filter((v) => v !== undefined);
+    return items.length ? items : undefined;
+  }
+  if (typeof value === "object") {
+    const entries = Object.entries(value)
+      .map(([k, v]) => [k, withoutEmpty(v, form)] as const)
+      .filter(([, v]) => v !== undefined);
+    return form === "sdk" && entries.length === 0 ? undefined : Object.fromEntries(entries);
+  }
+  return value;
+}
+
+/** The JWS of a card (section 8.4.2): protected header and signature over its canonical form, made by jose. */
+export async function signCard(
   card: Record<string, unknown>,
   signing: SigningKey,
   jku: string,
-): { protected: string; signature: string } {
-  const { signatures: _, ...unsigned } = card;
-  const payload = canonicalize(unsigned);
-  if (payload === undefined) throw new Error("the agent card cannot be canonicalized");
-  const header = b64url(JSON.stringify({ alg: "EdDSA", typ: "JOSE", kid: `${signing.agentId}#${signing.keyId}`, jku }));
-  const signature = sign(null, Buffer.from(`${header}.${b64url(payload)}`), signing.privateKey);
-  return { protected: header, signature: b64url(signature) };
+): Promise<{ protected: string; signature: string }> {
+  const jws = await new FlattenedSign(new TextEncoder().encode(cardPayload(card)))
+    .setProtectedHeader({ alg: "EdDSA", typ: "JOSE", kid: `${signing.agentId}#${signing.keyId}`, jku })
+    .sign(signing.privateKey);
+  return { protected: jws.protected!, signature: jws.signature };
 }
 
 /** The agent's signing keys as a JWKS (RFC 7517, OKP Ed25519), each under its `kid`. */
@@ -128,120 +189,128 @@ export function jwks(signing: SigningKey): { keys: Record<string, string>[] } {
 /** The signed card for a base URL, made once per base URL (a few at most). */
 export class CardCache {
   private readonly opts: CardOptions;
-  private readonly cards = new Map<string, string>();
+  private readonly cards = new Map<string, Promise<string>>();
 
   constructor(opts: CardOptions) {
     this.opts = opts;
   }
 
   /** The card's JSON text for `baseUrl`. */
-  get(baseUrl: string): string {
+  get(baseUrl: string): Promise<string> {
     let text = this.cards.get(baseUrl);
     if (text === undefined) {
       const card = agentCard(this.opts, baseUrl);
-      const signature = signCard(card, this.opts.signing, `${baseUrl.replace(/\/+$/, "")}${A2A_JWKS_PATH}`);
-      text = JSON.stringify({ ...card, signatures: [signature] });
+      text = signCard(card, this.opts.signing, `${baseUrl.replace(/\/+$/, "")}${A2A_JWKS_PATH}`).then((signature) =>
+        JSON.stringify({ ...card, signatures: [signature] }),
+      );
       if (this.cards.size < 16) this.cards.set(baseUrl, text);
     }
     return text;
-  }
-
-  /**
-   * The card for a base URL taken from a request (a runtime given no spec.baseUrl), unsigned:
-   * the agent's key vouches only for URLs it was configured with, never for a Host anyone may send.
-   */
-  unsigned(baseUrl: string): string {
-    return JSON.stringify(agentCard(this.opts, baseUrl));
   }
 }
 
 /** Why a card's signature was not accepted. */
 export class CardSignatureError extends Error {}
 
-/** The protected header of a card's JWS, as far as verifying it needs. */
-export interface CardJwsHeader {
-  alg: string;
-  kid?: string;
-  jku?: string;
-}
+/** The protected header of a card's JWS, as far as finding its key needs. */
+export type CardJwsHeader = JWSHeaderParameters & { alg: string };
 
-/** JWS algorithms a card may be signed with, and how node:crypto verifies each. */
-const JWS_ALGS: Record<string, { hash: string | null; dsaEncoding?: "ieee-p1363" }> = {
-  EdDSA: { hash: null },
-  Ed25519: { hash: null },
-  ES256: { hash: "sha256", dsaEncoding: "ieee-p1363" },
-  ES384: { hash: "sha384", dsaEncoding: "ieee-p1363" },
-  ES512: { hash: "sha512", dsaEncoding: "ieee-p1363" },
-  RS256: { hash: "sha256" },
-  RS384: { hash: "sha384" },
-  RS512: { hash: "sha512" },
-};
+/** A key to check a card's signature with: a public key, or a JWK. */
+export type CardKey = KeyObject | JoseKey | JWK;
 
 /**
- * Check every signature of a card (section 8.4.3), the way signCard() makes them: a JWS with a
- * detached payload, the RFC 8785 canonical form of the card without `signatures`. `keyOf` finds
- * the key a signature's protected header names (its `jku` and `kid`). A card with no
- * signatures is unsigned (`signed: false`); one with any signature that does not verify, that
- * uses an algorithm not listed above or a critical header, is refused (CardSignatureError).
+ * The JWS algorithms a card may be signed with: asymmetric ones only. A JWKS is public, so a
+ * symmetric key in one (HS256) would let anyone sign; `none` signs nothing.
+ */
+export const CARD_ALGORITHMS = [
+  "EdDSA",
+  "Ed25519",
+  "ES256",
+  "ES384",
+  "ES512",
+  "RS256",
+  "RS384",
+  "RS512",
+  "PS256",
+  "PS384",
+  "PS512",
+];
+
+/**
+ * Check every signature of a card (section 8.4.3) with jose: a JWS with a detached payload, the
+ * canonical form of the card (cardPayload(); the form the official SDKs clean to is taken too).
+ * `keyOf` finds the key a signature's protected header names (its `jku` and `kid`); jose checks
+ * that the key suits the header's algorithm. A card with no signatures is unsigned (`signed:
+ * false`); one with any signature that does not verify, that uses an algorithm not in
+ * CARD_ALGORITHMS or a critical header, is refused (CardSignatureError).
  */
 export async function verifyCardSignatures(
   card: Record<string, unknown>,
-  keyOf: (header: CardJwsHeader) => Promise<KeyObject>,
+  keyOf: (header: CardJwsHeader) => Promise<CardKey>,
 ): Promise<{ signed: boolean; kids: string[] }> {
-  const { signatures, ...unsigned } = card;
+  const { signatures } = card;
   if (signatures === undefined || (Array.isArray(signatures) && signatures.length === 0))
     return { signed: false, kids: [] };
   if (!Array.isArray(signatures) || signatures.length > 8)
     throw new CardSignatureError("signatures is not a list of at most 8 JWS");
-  const payload = canonicalize(unsigned);
-  if (payload === undefined) throw new CardSignatureError("the card cannot be canonicalized (RFC 8785)");
+  const payloads = [...new Set([cardPayload(card), cardPayload(card, "sdk")])].map((p) =>
+    Buffer.from(p).toString("base64url"),
+  );
   const kids: string[] = [];
   for (const [i, s] of signatures.entries()) {
-    const jws = s as { protected?: unknown; signature?: unknown };
+    const jws = s as { protected?: unknown; signature?: unknown; header?: unknown };
     if (typeof jws?.protected !== "string" || typeof jws.signature !== "string")
       throw new CardSignatureError(`signature ${i + 1} has no protected header or no signature`);
-    let header: CardJwsHeader & { crit?: unknown };
+    let header: CardJwsHeader;
     try {
-      header = JSON.parse(Buffer.from(jws.protected, "base64url").toString("utf8"));
+      header = decodeProtectedHeader({ protected: jws.protected }) as CardJwsHeader;
     } catch {
       throw new CardSignatureError(`signature ${i + 1}: its protected header is not base64url JSON`);
     }
-    const alg = typeof header?.alg === "string" ? JWS_ALGS[header.alg] : undefined;
-    if (!alg)
-      throw new CardSignatureError(`signature ${i + 1}: algorithm ${JSON.stringify(header?.alg)} is not accepted`);
+    if (typeof header.alg !== "string" || !CARD_ALGORITHMS.includes(header.alg))
+      throw new CardSignatureError(`signature ${i + 1}: algorithm ${JSON.stringify(header.alg)} is not accepted`);
     if (header.crit !== undefined)
       throw new CardSignatureError(`signature ${i + 1}: critical header parameters are not understood`);
     const key = await keyOf(header);
-    const input = Buffer.from(`${jws.protected}.${b64url(payload)}`);
-    let ok = false;
-    try {
-      ok = verify(
-        alg.hash,
-        input,
-        alg.dsaEncoding ? { key, dsaEncoding: alg.dsaEncoding } : key,
-        Buffer.from(jws.signature, "base64url"),
-      );
-    } catch (err) {
-      throw new CardSignatureError(
-        `signature ${i + 1} (${header.alg}) cannot be checked with its key: ${(err as Error).message}`,
-      );
+    let failure: unknown;
+    for (const payload of payloads) {
+      try {
+        await flattenedVerify({ protected: jws.protected, signature: jws.signature, payload }, key, {
+          algorithms: CARD_ALGORITHMS,
+        });
+        failure = undefined;
+        break;
+      } catch (err) {
+        failure = err;
+      }
     }
-    if (!ok)
+    if (failure instanceof joseErrors.JWSSignatureVerificationFailed)
       throw new CardSignatureError(`signature ${i + 1} (kid ${header.kid ?? "none"}) does not verify over the card`);
+    if (failure)
+      throw new CardSignatureError(
+        `signature ${i + 1} (${header.alg}) cannot be checked with its key: ${(failure as Error).message}`,
+      );
     if (header.kid) kids.push(header.kid);
   }
   return { signed: true, kids };
 }
 
-/** The key of a JWKS (RFC 7517) with this `kid` (or its only key when no kid is named). */
-export function keyOfJwks(jwks: unknown, kid: string | undefined): KeyObject {
+/**
+ * The key of a JWKS (RFC 7517) that a signature's header names, chosen by jose: its `kid` (or
+ * the only key when no kid is named), of a type that suits the header's `alg`.
+ */
+export async function keyOfJwks(jwks: unknown, header: CardJwsHeader): Promise<CardKey> {
   const keys = (jwks as { keys?: unknown })?.keys;
   if (!Array.isArray(keys)) throw new CardSignatureError("the JWKS has no keys");
-  const found = kid === undefined ? (keys.length === 1 ? keys[0] : undefined) : keys.find((k) => k?.kid === kid);
-  if (!found) throw new CardSignatureError(`the JWKS has no key ${kid ?? "(none named, and more than one)"}`);
   try {
-    return createPublicKey({ key: found as import("node:crypto").JsonWebKey, format: "jwk" });
+    return await createLocalJWKSet({ keys } as JSONWebKeySet)(header, { payload: "", signature: "" });
   } catch (err) {
-    throw new CardSignatureError(`the JWKS key ${kid ?? ""} is not a usable public key: ${(err as Error).message}`);
+    if (err instanceof joseErrors.JWKSNoMatchingKey)
+      throw new CardSignatureError(`the JWKS has no ${header.alg} key ${header.kid ?? "(none named)"}`);
+    if (err instanceof joseErrors.JWKSMultipleMatchingKeys)
+      throw new CardSignatureError(`the JWKS has more than one ${header.alg} key ${header.kid ?? "(none named)"}`);
+    throw new CardSignatureError(
+      `the JWKS key ${header.kid ?? ""} is not a usable public key: ${(err as Error).message}`,
+    );
   }
 }

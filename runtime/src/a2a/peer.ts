@@ -310,7 +310,7 @@ export class A2aPeers {
     } catch {
       throw new CardSignatureError(`names the JWKS ${header.jku}, which is not JSON`);
     }
-    return keyOfJwks(jwks, header.kid);
+    return keyOfJwks(jwks, header);
   }
 
   /** GET a card or a JWKS: capped, timed, through the target policy; 200 or a PeerError. */

@@ -12,7 +12,7 @@ import type { Agent } from "../resources/agent.ts";
 import { RateLimiter } from "../server/ratelimit.ts";
 import type { A2aCallers, Caller } from "./callers.ts";
 import { A2A_CARD_PATH, A2A_JSONRPC_PATH, A2A_JWKS_PATH, A2A_REST_PATH } from "../contract/a2a.ts";
-import { type CardCache, jwks } from "./card.ts";
+import { type CardCache, cardBase, jwks } from "./card.ts";
 import type { A2aPush } from "./push.ts";
 import type { A2aService, StreamEvent } from "./service.ts";
 import {
@@ -65,16 +65,15 @@ const of = (req: FastifyRequest): A2aState => {
 export const a2aRoutes: FastifyPluginAsync<A2aRouteDeps> = async (app, deps) => {
   const spec = deps.agent.spec;
   const jwksText = JSON.stringify(jwks(deps.signing));
-  const base = (req: FastifyRequest) => spec.baseUrl ?? `https://${req.host}`;
 
   app.get(A2A_CARD_PATH, async (req, reply) => {
     // The operator always sets spec.baseUrl: the card names it whatever Host the request gives.
-    // Without it (a runtime run by hand) the card's URLs come from the request's Host, unsigned.
+    // Without it (a runtime run by hand), the request's Host only when it is one of the agent's own.
     if (!spec.baseUrl) reply.header("vary", "host");
     return reply
       .type("application/json; charset=utf-8")
       .header("cache-control", "public, max-age=300")
-      .send(spec.baseUrl ? deps.cards.get(spec.baseUrl) : deps.cards.unsigned(base(req)));
+      .send(await deps.cards.get(cardBase(deps.agent, req.host)));
   });
   app.get(A2A_JWKS_PATH, async (_req, reply) =>
     reply.type("application/jwk-set+json").header("cache-control", "public, max-age=300").send(jwksText),
@@ -145,6 +144,7 @@ function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
   const now = deps.now ?? Date.now;
   const perAddress = new RateLimiter(spec.inbox.rateLimit.perAddressPerMinute, { now });
   const perCaller = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
+  const perCallerReads = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute * A2A_READ_BUDGET_FACTOR, { now });
   const perCallerBytes = new RateLimiter(spec.inbox.rateLimit.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
   app.addHook("onRequest", async (req) => {
     const byAddress = perAddress.take(req.clientAddress);
@@ -160,12 +160,13 @@ function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
       const id = body.id;
       s.rpcId = typeof id === "string" || typeof id === "number" ? id : null;
     }
-    // The A2A-Version header: absent, or a 1.x this agent speaks.
-    const version = req.headers["a2a-version"];
-    if (typeof version === "string" && version.trim() !== "" && !/^1(\.\d+)?$/.test(version.trim()))
+    const version = requestedVersion(req);
+    if (!/^1(\.\d+)?$/.test(version))
       throw new A2aError(
         "VersionNotSupported",
-        `A2A-Version ${version.slice(0, 32)} is not supported; this agent speaks 1.0`,
+        version === "0.3"
+          ? "A2A 0.3 is not served (a request without A2A-Version is 0.3): this agent speaks A2A 1.0; use a 1.0 client, which sends A2A-Version: 1.0 (header, or ?A2A-Version=1.0)"
+          : `A2A-Version ${version.slice(0, 32)} is not supported; this agent speaks 1.0 (send A2A-Version: 1.0)`,
       );
     const caller = await deps.callers.authenticate({
       method: req.method,
@@ -175,11 +176,15 @@ function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
       body: s.rawBody,
       clientAddress: req.clientAddress,
     });
-    const byCaller = perCaller.take(caller.id);
+    // Reads of one's own tasks (polling) have their own, larger budget than everything else.
+    const read = isTaskRead(req);
+    const byCaller = (read ? perCallerReads : perCaller).take(caller.id);
     if (!byCaller.ok)
       throw new A2aError(
         "RateLimited",
-        `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} requests per minute exceeded for ${caller.id}`,
+        read
+          ? `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute * A2A_READ_BUDGET_FACTOR} task reads per minute exceeded for ${caller.id}`
+          : `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} requests per minute exceeded for ${caller.id}`,
         { "retry-after": String(byCaller.retryAfterSeconds) },
       );
     const size = s.rawBody?.length ?? 0;
@@ -194,6 +199,30 @@ function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
     }
     s.caller = caller;
   });
+}
+
+/** How many times spec.inbox.rateLimit.perSenderPerMinute a caller may read its tasks (docs/a2a.md#limits-and-errors). */
+export const A2A_READ_BUDGET_FACTOR = 10;
+
+/** Whether a request reads tasks: GetTask or ListTasks, in either binding. */
+function isTaskRead(req: FastifyRequest): boolean {
+  if (req.routeOptions.config.a2a === "jsonrpc") {
+    const method = (req.body as { method?: unknown } | undefined)?.method;
+    return method === "GetTask" || method === "ListTasks";
+  }
+  const path = ((req.params as { "*"?: string })["*"] ?? "").split("?")[0] ?? "";
+  return req.method === "GET" && /^tasks(\/[^/:]+)?$/.test(path);
+}
+
+/**
+ * The A2A version a request asks for (section 3.6): its A2A-Version header, else its
+ * `A2A-Version` query parameter, else 0.3 — an empty value is read as 0.3 (section 3.6.2).
+ */
+function requestedVersion(req: FastifyRequest): string {
+  const header = req.headers["a2a-version"];
+  const query = (req.query as Record<string, unknown> | undefined)?.["A2A-Version"];
+  const given = [header, query].find((v): v is string => typeof v === "string" && v.trim() !== "");
+  return given?.trim() ?? "0.3";
 }
 
 /** One JSON-RPC request: its method run for the authenticated caller. */

@@ -229,12 +229,13 @@ const KINDS = {
     reason: "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
   },
   VersionNotSupported: { rpc: -32009, http: 400, status: "UNIMPLEMENTED", reason: "VERSION_NOT_SUPPORTED" },
-  // Refusals before any method runs: the HTTP status says what happened, the JSON-RPC code is
-  // JSON-RPC's nearest (docs/a2a.md#errors).
-  Unauthenticated: { rpc: -32600, http: 401, status: "UNAUTHENTICATED", reason: "UNAUTHENTICATED" },
-  Forbidden: { rpc: -32600, http: 403, status: "PERMISSION_DENIED", reason: "INSUFFICIENT_AUTH_LEVEL" },
+  // Refusals before any method runs. A2A leaves their JSON-RPC codes to the agent ("JSON-RPC
+  // custom error"): codes outside JSON-RPC's reserved range, -31000 less the HTTP status, so a
+  // client tells them from a bad request (docs/a2a.md#errors).
+  Unauthenticated: { rpc: -31401, http: 401, status: "UNAUTHENTICATED", reason: "UNAUTHENTICATED" },
+  Forbidden: { rpc: -31403, http: 403, status: "PERMISSION_DENIED", reason: "INSUFFICIENT_AUTH_LEVEL" },
   TooLarge: { rpc: -32600, http: 413, status: "INVALID_ARGUMENT", reason: "PAYLOAD_TOO_LARGE" },
-  RateLimited: { rpc: -32603, http: 429, status: "RESOURCE_EXHAUSTED", reason: "RATE_LIMITED" },
+  RateLimited: { rpc: -31429, http: 429, status: "RESOURCE_EXHAUSTED", reason: "RATE_LIMITED" },
   Unavailable: { rpc: -32603, http: 503, status: "UNAVAILABLE", reason: "UNAVAILABLE" },
 } as const;
 export type A2aErrorKind = keyof typeof KINDS;
@@ -258,14 +259,22 @@ export class A2aError extends Error {
   get reason(): string {
     return KINDS[this.kind].reason;
   }
-  /** The JSON-RPC error object. */
-  rpcError(): { code: number; message: string; data: { reason: string; retryAfterSeconds?: number } } {
+  /**
+   * The error's details (section 9.5, 11.6): a google.rpc.ErrorInfo, its metadata holding
+   * `retryAfterSeconds` when the client should wait, and then a google.rpc.RetryInfo.
+   */
+  details(): Record<string, unknown>[] {
     const retry = this.headers["retry-after"];
-    return {
-      code: this.rpcCode,
-      message: this.message,
-      data: { reason: this.reason, ...(retry ? { retryAfterSeconds: Number(retry) } : {}) },
-    };
+    const info = { "@type": "type.googleapis.com/google.rpc.ErrorInfo", reason: this.reason, domain: A2A_ERROR_DOMAIN };
+    if (!retry) return [info];
+    return [
+      { ...info, metadata: { retryAfterSeconds: retry } },
+      { "@type": "type.googleapis.com/google.rpc.RetryInfo", retryDelay: `${retry}s` },
+    ];
+  }
+  /** The JSON-RPC error object (section 9.5): `data` is the list of details. */
+  rpcError(): { code: number; message: string; data: Record<string, unknown>[] } {
+    return { code: this.rpcCode, message: this.message, data: this.details() };
   }
   /** The HTTP+JSON error body (google.rpc.Status with an ErrorInfo, section 11.6). */
   restBody(): { error: { code: number; status: string; message: string; details: unknown[] } } {
@@ -274,9 +283,7 @@ export class A2aError extends Error {
         code: this.http,
         status: KINDS[this.kind].status,
         message: this.message,
-        details: [
-          { "@type": "type.googleapis.com/google.rpc.ErrorInfo", reason: this.reason, domain: A2A_ERROR_DOMAIN },
-        ],
+        details: this.details(),
       },
     };
   }

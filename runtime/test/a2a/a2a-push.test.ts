@@ -149,7 +149,7 @@ async function localPost(path: string, body: unknown) {
 async function rpc(method: string, params: unknown, token = TOKEN) {
   const res = await httpsRequest(`${base}/a2a/v1`, {
     method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+    headers: { "content-type": "application/json", "a2a-version": "1.0", authorization: `Bearer ${token}` },
     body: JSON.stringify({ jsonrpc: "2.0", id: 7, method, params }),
     ca: tls.ca,
   });
@@ -159,7 +159,11 @@ async function rpc(method: string, params: unknown, token = TOKEN) {
 async function rest(method: string, path: string, body?: unknown, token = TOKEN) {
   const res = await httpsRequest(`${base}/a2a/rest${path}`, {
     method,
-    headers: { authorization: `Bearer ${token}`, ...(body ? { "content-type": "application/json" } : {}) },
+    headers: {
+      authorization: `Bearer ${token}`,
+      "a2a-version": "1.0",
+      ...(body ? { "content-type": "application/json" } : {}),
+    },
     ...(body ? { body: JSON.stringify(body) } : {}),
     ca: tls.ca,
   });
@@ -317,7 +321,7 @@ describe("refused configs", () => {
     for (const [url, why] of cases) {
       const r = await rpc("CreateTaskPushNotificationConfig", { taskId, url });
       expect(r.status, url).toBe(200);
-      expect(r.body.error, url).toMatchObject({ code: -32602, data: { reason: "INVALID_PARAMS" } });
+      expect(r.body.error, url).toMatchObject({ code: -32602, data: [{ reason: "INVALID_PARAMS" }] });
       expect(r.body.error.message, url).toMatch(why);
     }
     // The HTTP+JSON binding: 400 with a google.rpc.Status.
@@ -359,7 +363,7 @@ describe("refused configs", () => {
       ["DeleteTaskPushNotificationConfig", { taskId, id: "mine" }],
     ] as const) {
       const r = await rpc(method, params, OTHER_TOKEN);
-      expect(r.body.error, method).toMatchObject({ code: -32001, data: { reason: "TASK_NOT_FOUND" } });
+      expect(r.body.error, method).toMatchObject({ code: -32001, data: [{ reason: "TASK_NOT_FOUND" }] });
     }
     expect((await rest("GET", `/tasks/${taskId}/pushNotificationConfigs`, undefined, OTHER_TOKEN)).status).toBe(404);
     expect((await rest("DELETE", `/tasks/${taskId}/pushNotificationConfigs/mine`, undefined, OTHER_TOKEN)).status).toBe(

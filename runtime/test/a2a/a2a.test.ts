@@ -119,7 +119,7 @@ async function localPost(path: string, body: unknown) {
 async function rpc(body: unknown, headers: Record<string, string> = { authorization: `Bearer ${TOKEN}` }) {
   const res = await httpsRequest(`${base}/a2a/v1`, {
     method: "POST",
-    headers: { "content-type": "application/json", ...headers },
+    headers: { "content-type": "application/json", "a2a-version": "1.0", ...headers },
     body: typeof body === "string" ? body : JSON.stringify(body),
     ca: tls.ca,
   });
@@ -323,7 +323,7 @@ describe("callers signing with IFP keys (RFC 9421)", () => {
     const body = JSON.stringify({ jsonrpc: "2.0", id: 7, method: "SendMessage", params: rawMessage("signed hello") });
     const url = `${base}/a2a/v1`;
     const headers = await signRequest(
-      { method: "POST", url, headers: { "content-type": "application/json" }, body },
+      { method: "POST", url, headers: { "content-type": "application/json", "a2a-version": "1.0" }, body },
       signer.signing,
     );
     const res = await httpsRequest(url, { method: "POST", headers, body, ca: tls.ca });
@@ -339,7 +339,7 @@ describe("callers signing with IFP keys (RFC 9421)", () => {
     expect(other.status).toBe(200);
     expect(other.body.error.code).toBe(-32001);
     const rest = await httpsRequest(`${base}/a2a/rest/tasks/${task.id}`, {
-      headers: { authorization: `Bearer ${OTHER_TOKEN}` },
+      headers: { authorization: `Bearer ${OTHER_TOKEN}`, "a2a-version": "1.0" },
       ca: tls.ca,
     });
     expect(rest.status).toBe(404);
@@ -454,12 +454,12 @@ describe("callers signing with IFP keys (RFC 9421)", () => {
     const headers = await signRequest({ method: "POST", url, body }, signer.signing);
     const res = await httpsRequest(url, {
       method: "POST",
-      headers: { ...headers, "content-type": "application/json" },
+      headers: { ...headers, "content-type": "application/json", "a2a-version": "1.0" },
       body: body.replace("ListTasks", "GetTask"),
       ca: tls.ca,
     });
     expect(res.status).toBe(401);
-    expect(res.json().error.data.reason).toBe("UNAUTHENTICATED");
+    expect(res.json().error).toMatchObject({ code: -31401, data: [{ reason: "UNAUTHENTICATED" }] });
   });
 });
 
@@ -471,14 +471,24 @@ describe("abuse", () => {
     expect(none.body).toMatchObject({
       jsonrpc: "2.0",
       id: 1,
-      error: { code: -32600, data: { reason: "UNAUTHENTICATED" } },
+      error: {
+        code: -31401,
+        data: [
+          {
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            reason: "UNAUTHENTICATED",
+            domain: "a2a-protocol.org",
+          },
+        ],
+      },
     });
     const wrong = await rpc(
       { jsonrpc: "2.0", id: 2, method: "ListTasks", params: {} },
       { authorization: "Bearer nope-nope-nope-nope" },
     );
     expect(wrong.status).toBe(401);
-    const rest = await httpsRequest(`${base}/a2a/rest/tasks`, { ca: tls.ca });
+    // The version as a query parameter (section 3.6.1).
+    const rest = await httpsRequest(`${base}/a2a/rest/tasks?A2A-Version=1.0`, { ca: tls.ca });
     expect(rest.status).toBe(401);
     expect(rest.json().error).toMatchObject({ code: 401, status: "UNAUTHENTICATED" });
     // The SDK's client surfaces it as an error, never a task.
@@ -490,10 +500,10 @@ describe("abuse", () => {
     const before = handler.received.length;
     const big = await rpc({ jsonrpc: "2.0", id: 3, method: "SendMessage", params: rawMessage("x".repeat(20_000)) });
     expect(big.status).toBe(413);
-    expect(big.body.error.data.reason).toBe("PAYLOAD_TOO_LARGE");
+    expect(big.body.error.data[0].reason).toBe("PAYLOAD_TOO_LARGE");
     const restBig = await httpsRequest(`${base}/a2a/rest/message:send`, {
       method: "POST",
-      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", "a2a-version": "1.0" },
       body: JSON.stringify(rawMessage("y".repeat(20_000))),
       ca: tls.ca,
     });
@@ -541,7 +551,7 @@ describe("abuse", () => {
     expect(media.status).toBe(415);
     const restUnknown = await httpsRequest(`${base}/a2a/rest/nothing:here`, {
       method: "POST",
-      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" },
+      headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", "a2a-version": "1.0" },
       body: "{}",
       ca: tls.ca,
     });
@@ -598,7 +608,41 @@ describe("abuse", () => {
 });
 
 describe("limits", () => {
-  it("a caller past spec.inbox.rateLimit.perSenderPerMinute is answered 429 with Retry-After; a newer A2A-Version is refused", async () => {
+  it("reads a request without A2A-Version as 0.3 and refuses it with -32009 saying how to upgrade; 1.0 by header or query is served", async () => {
+    const body = { jsonrpc: "2.0", id: 1, method: "ListTasks", params: {} };
+    for (const version of [undefined, "", " "]) {
+      const res = await rpc(body, {
+        authorization: `Bearer ${TOKEN}`,
+        ...(version === undefined ? {} : { "a2a-version": version }),
+      });
+      if (version === undefined) {
+        const bare = await httpsRequest(`${base}/a2a/v1`, {
+          method: "POST",
+          headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}` },
+          body: JSON.stringify(body),
+          ca: tls.ca,
+        });
+        expect(bare.json().error).toMatchObject({ code: -32009, data: [{ reason: "VERSION_NOT_SUPPORTED" }] });
+        expect(bare.json().error.message).toMatch(/0\.3 is not served.*A2A-Version: 1\.0/);
+        continue;
+      }
+      expect(res.body.error.code, JSON.stringify(version)).toBe(-32009);
+    }
+    const rest = await httpsRequest(`${base}/a2a/rest/tasks`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+      ca: tls.ca,
+    });
+    expect(rest.status).toBe(400);
+    expect(rest.json().error).toMatchObject({ code: 400, details: [{ reason: "VERSION_NOT_SUPPORTED" }] });
+    const byQuery = await httpsRequest(`${base}/a2a/rest/tasks?A2A-Version=1.0`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+      ca: tls.ca,
+    });
+    expect(byQuery.status).toBe(200);
+    expect((await rpc(body, { authorization: `Bearer ${TOKEN}`, "a2a-version": "1.0" })).body.result).toBeDefined();
+  });
+
+  it("a caller past spec.inbox.rateLimit.perSenderPerMinute is answered 429 with Retry-After, its task reads having ten times that budget; a newer A2A-Version is refused", async () => {
     const limitedPort = await freePort();
     const limited = await runAgent({
       self: identity("a2a-limited"),
@@ -614,10 +658,15 @@ describe("limits", () => {
     });
     try {
       const url = `https://localhost:${limitedPort}/a2a/v1`;
-      const call = async (id: number, headers: Record<string, string> = {}) => {
-        const body = JSON.stringify({ jsonrpc: "2.0", id, method: "ListTasks", params: {} });
+      const call = async (id: number, headers: Record<string, string> = {}, method = "GetExtendedAgentCard") => {
+        const body = JSON.stringify({ jsonrpc: "2.0", id, method, params: {} });
         const signedHeaders = await signRequest(
-          { method: "POST", url, headers: { "content-type": "application/json", ...headers }, body },
+          {
+            method: "POST",
+            url,
+            headers: { "content-type": "application/json", "a2a-version": "1.0", ...headers },
+            body,
+          },
           signer.signing,
         );
         return httpsRequest(url, { method: "POST", headers: signedHeaders, body, ca: tls.ca });
@@ -630,7 +679,23 @@ describe("limits", () => {
       const third = await call(3);
       expect(third.status).toBe(429);
       expect(Number(third.headers["retry-after"])).toBeGreaterThan(0);
-      expect(third.json()).toMatchObject({ id: 3, error: { data: { reason: "RATE_LIMITED" } } });
+      const retryAfter = third.headers["retry-after"];
+      expect(third.json()).toMatchObject({
+        id: 3,
+        error: {
+          code: -31429,
+          data: [
+            { reason: "RATE_LIMITED", domain: "a2a-protocol.org", metadata: { retryAfterSeconds: retryAfter } },
+            { "@type": "type.googleapis.com/google.rpc.RetryInfo", retryDelay: `${retryAfter}s` },
+          ],
+        },
+      });
+      // Polling its tasks has a budget of its own, ten times as large: 20 reads, then 429.
+      for (let id = 10; id < 30; id++)
+        expect((await call(id, {}, id % 2 ? "GetTask" : "ListTasks")).status, `read ${id - 9}`).toBe(200);
+      const pastReads = await call(30, {}, "ListTasks");
+      expect(pastReads.status).toBe(429);
+      expect(pastReads.json().error).toMatchObject({ code: -31429, message: expect.stringMatching(/20 task reads/) });
       // Without bearer tokens configured, the card offers the signature scheme only.
       const card = (await httpsRequest(url.replace("/a2a/v1", "/.well-known/agent-card.json"), { ca: tls.ca })).json();
       expect(Object.keys(card.securitySchemes)).toEqual(["ifpHttpSignature"]);
@@ -654,7 +719,12 @@ describe("shutdown", () => {
     const signedCall = async (method: string, path: string, body?: string) => {
       const url = `${base}${path}`;
       const headers = await signRequest(
-        { method, url, headers: body ? { "content-type": "application/json" } : {}, body },
+        {
+          method,
+          url,
+          headers: { "a2a-version": "1.0", ...(body ? { "content-type": "application/json" } : {}) },
+          body,
+        },
         signer.signing,
       );
       return undiciFetch(url, { method, headers, body, dispatcher: dispatcher() });

@@ -146,7 +146,7 @@ const executor: AgentExecutor = {
 };
 
 /** A signed card (the way the A2A face signs its own), optionally changed after signing. */
-function signedCard(base: string, rpcUrl: string, tamper = false, jwksBase = base) {
+async function signedCard(base: string, rpcUrl: string, tamper = false, jwksBase = base) {
   const card = {
     name: "signed-sdk-agent",
     description: "An agent whose card is signed",
@@ -157,7 +157,7 @@ function signedCard(base: string, rpcUrl: string, tamper = false, jwksBase = bas
     defaultOutputModes: ["text/plain"],
     skills: [],
   };
-  const signature = signCard(card, cardKey.signing, `${jwksBase}/signed/jwks.json`);
+  const signature = await signCard(card, cardKey.signing, `${jwksBase}/signed/jwks.json`);
   return { ...card, ...(tamper ? { name: "someone else" } : {}), signatures: [signature] };
 }
 
@@ -241,15 +241,15 @@ async function startSdkAgent(): Promise<typeof sdk> {
   app.post("/failing/rpc", (_req, res) => {
     res.status(503).json({ error: "down for maintenance" });
   });
-  app.get("/signed/agent-card.json", (_req, res) => {
-    res.json(signedCard(base, `${base}/rpc`));
+  app.get("/signed/agent-card.json", async (_req, res) => {
+    res.json(await signedCard(base, `${base}/rpc`));
   });
-  app.get("/tampered/agent-card.json", (_req, res) => {
-    res.json(signedCard(base, `${base}/rpc`, true));
+  app.get("/tampered/agent-card.json", async (_req, res) => {
+    res.json(await signedCard(base, `${base}/rpc`, true));
   });
-  app.get("/foreign-jku/agent-card.json", (_req, res) => {
+  app.get("/foreign-jku/agent-card.json", async (_req, res) => {
     // Signed, with its JWKS named on another origin (the same server by its IP address).
-    res.json(signedCard(base, `${base}/rpc`, false, `https://127.0.0.1:${port}`));
+    res.json(await signedCard(base, `${base}/rpc`, false, `https://127.0.0.1:${port}`));
   });
   app.get("/locked/agent-card.json", (_req, res) => {
     res.json({
