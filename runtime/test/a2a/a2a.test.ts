@@ -131,7 +131,7 @@ async function signedRpc(body: unknown) {
   const url = `${base}/a2a/v1`;
   const text = JSON.stringify(body);
   const headers = await signRequest(
-    { method: "POST", url, headers: { "content-type": "application/json" }, body: text },
+    { method: "POST", url, headers: { "content-type": "application/json", "a2a-version": "1.0" }, body: text },
     signer.signing,
   );
   return httpsRequest(url, { method: "POST", headers, body: text, ca: tls.ca });
@@ -190,7 +190,7 @@ describe("the card's origin", () => {
     expect(header.jku).toBe(`${base}/.well-known/a2a/jwks.json`);
   });
 
-  it("without a configured base URL (a runtime run by hand) is unsigned, and takes no request signature", async () => {
+  it("without a configured base URL (a runtime run by hand) names only the agent's own names, and takes no request signature", async () => {
     const bare = await runAgent({
       self: identity("a2a-bare"),
       spec: { peers: [peerOf(signer)], a2a: { enabled: true } },
@@ -204,12 +204,12 @@ describe("the card's origin", () => {
         ca: tls.ca,
       });
       expect(card.status).toBe(200);
-      expect(card.json().signatures).toBeUndefined();
-      expect(card.json().supportedInterfaces[0].url).toBe("https://attacker.example/a2a/v1");
+      expect(card.text).not.toContain("attacker.example");
+      expect(card.json().supportedInterfaces[0].url).toMatch(/^https:\/\/[a-z0-9-]+\.[a-z0-9-]+\.svc\/a2a\/v1$/);
       const body = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ListTasks", params: {} });
       const url = `${at}/a2a/v1`;
       const headers = await signRequest(
-        { method: "POST", url, headers: { "content-type": "application/json" }, body },
+        { method: "POST", url, headers: { "content-type": "application/json", "a2a-version": "1.0" }, body },
         signer.signing,
       );
       const res = await httpsRequest(url, { method: "POST", headers, body, ca: tls.ca });
@@ -370,7 +370,7 @@ describe("callers signing with IFP keys (RFC 9421)", () => {
     expect(JSON.stringify(listedBySigner)).not.toContain(bearerText);
     // Another token is another caller; HTTP+JSON keeps the same rule.
     const rest = await httpsRequest(`${base}/a2a/rest/tasks?pageSize=100&historyLength=10`, {
-      headers: { authorization: `Bearer ${OTHER_TOKEN}` },
+      headers: { authorization: `Bearer ${OTHER_TOKEN}`, "a2a-version": "1.0" },
       ca: tls.ca,
     });
     expect(rest.status).toBe(200);
@@ -385,7 +385,7 @@ describe("callers signing with IFP keys (RFC 9421)", () => {
     // A request the signer sent to another A2A agent, replayed here naming that agent's host.
     const elsewhere = "https://other-agent.example/a2a/v1";
     const forOther = await signRequest(
-      { method: "POST", url: elsewhere, headers: { "content-type": "application/json" }, body },
+      { method: "POST", url: elsewhere, headers: { "content-type": "application/json", "a2a-version": "1.0" }, body },
       signer.signing,
     );
     const forged = await httpsRequest(`${base}/a2a/v1`, {
@@ -395,12 +395,12 @@ describe("callers signing with IFP keys (RFC 9421)", () => {
       ca: tls.ca,
     });
     expect(forged.status).toBe(401);
-    expect(forged.json().error.data.reason).toBe("UNAUTHENTICATED");
+    expect(forged.json().error.data[0].reason).toBe("UNAUTHENTICATED");
     expect(forged.json().error.message).toMatch(/does not verify/);
     // A request signed for this agent is taken once.
     const url = `${base}/a2a/v1`;
     const headers = await signRequest(
-      { method: "POST", url, headers: { "content-type": "application/json" }, body },
+      { method: "POST", url, headers: { "content-type": "application/json", "a2a-version": "1.0" }, body },
       signer.signing,
     );
     const first = await httpsRequest(url, { method: "POST", headers, body, ca: tls.ca });
@@ -414,7 +414,7 @@ describe("callers signing with IFP keys (RFC 9421)", () => {
     const body = JSON.stringify({ jsonrpc: "2.0", id: 51, method: "ListTasks", params: {} });
     const url = `${base}/a2a/v1`;
     const stale = await signRequest(
-      { method: "POST", url, headers: { "content-type": "application/json" }, body },
+      { method: "POST", url, headers: { "content-type": "application/json", "a2a-version": "1.0" }, body },
       signer.signing,
       new Date(Date.now() - 400_000),
     );
@@ -423,7 +423,7 @@ describe("callers signing with IFP keys (RFC 9421)", () => {
     expect(old.json().error.message).toMatch(/older than 300 s/);
     // The profile's signature in every other respect, made by the RFC 9421 library, with no nonce.
     const created = new Date();
-    const unsigned = { "content-type": "application/json", "content-digest": contentDigest(body) };
+    const unsigned = { "content-type": "application/json", "a2a-version": "1.0", "content-digest": contentDigest(body) };
     const noNonce = await httpbis.signMessage(
       {
         key: {
@@ -564,7 +564,7 @@ describe("abuse", () => {
     const params = (id: string) =>
       `{"message":{"messageId":"${id}","role":"ROLE_USER","parts":[{"data":{"data":${deep}}}]},"configuration":{"returnImmediately":true}}`;
     const rpcBody = `{"jsonrpc":"2.0","id":7,"method":"SendMessage","params":${params(randomUUID())}}`;
-    const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
+    const headers = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", "a2a-version": "1.0" };
     const viaRpc = await httpsRequest(`${base}/a2a/v1`, { method: "POST", headers, body: rpcBody, ca: tls.ca });
     // JSON-RPC answers its errors with 200: the bad request's own code, not -32603 with a retry.
     expect(viaRpc.status, viaRpc.text).toBe(200);
