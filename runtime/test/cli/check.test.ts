@@ -52,8 +52,8 @@ beforeAll(async () => {
       outbound: { backoff: ["1s", "2s"], retryFor: "5m" },
       // The kit's relays are its own: mark them trusted, so a clear message may go through them.
       encryption: {
-        relayTrust: ["one", "two"].map((r) => ({
-          url: `https://localhost:${inboxPort}/s/relays/r/${r}`,
+        relayTrust: ["relays/r/one", "relays/r/two", "relay-refuse/r/refuse", "relay-refuse/r/down"].map((r) => ({
+          url: `https://localhost:${inboxPort}/s/${r}`,
           level: "trusted" as const,
         })),
       },
@@ -123,6 +123,8 @@ describe("ifp check against our own agent", () => {
       "send.retry-5xx",
       "send.backoff",
       "send.no-retry-4xx",
+      "send.retry-after",
+      "send.relay-no-retry-4xx",
       "send.relay-preference",
       "send.relay-fallback",
       "send.relay-signature",
@@ -353,6 +355,10 @@ describe("ifp check against our own relay", () => {
       "relay.push.sse",
       "relay.push.websocket",
       "relay.push.webhook",
+      "relay.push.sse.trace",
+      "relay.push.websocket.trace",
+      "relay.push.webhook.trace",
+      "relay.push.webhook.https-only",
       "relay.topics",
       "relay.error-body",
       "relay.ack",
@@ -622,9 +628,12 @@ describe("ifp check against targets with a requirement broken", () => {
   it("a sender that breaks the sending rules: the send checks name each break", async () => {
     // A deliberately careless sender behind a local API of its own: it posts wherever the peer's
     // identity document says (http included), unsigned, without Idempotency-Key, three times
-    // whatever the answer, the second pause shorter than the first, and never uses relays.
+    // whatever the answer (a 429's Retry-After included), the second pause shorter than the
+    // first, and never uses relays; behind `/relays/outbox` it publishes, just as carelessly, to
+    // the first relay of a peer that has no inbox.
     const sent: Promise<unknown>[] = [];
     const careless = httpServer((req, res) => {
+      const viaRelays = req.url?.startsWith("/relays/");
       const chunks: Buffer[] = [];
       req.on("data", (c: Buffer) => chunks.push(c));
       req.on("end", () => {
@@ -634,8 +643,9 @@ describe("ifp check against targets with a requirement broken", () => {
           (async () => {
             const identity = JSON.parse(
               (await httpsRequest(`${to}/.well-known/agent/identity`, { ca: tls.ca })).text,
-            ) as { endpoints?: { inbox?: string } };
-            const target = identity.endpoints?.inbox;
+            ) as { endpoints?: { inbox?: string }; relay?: { urls: string[] } };
+            const relay = viaRelays && identity.relay?.urls[0];
+            const target = identity.endpoints?.inbox ?? (relay ? `${relay}/relay/publish` : undefined);
             if (!target) return;
             const message = JSON.stringify({
               ifp: 4,
@@ -679,6 +689,7 @@ describe("ifp check against targets with a requirement broken", () => {
         "send.idempotency-key",
         "send.signature",
         "send.backoff",
+        "send.retry-after",
         "send.relay-preference",
       ]);
       expect(failing(report, ["profile"])).toEqual(["send.signature.verifies"]);
@@ -686,6 +697,31 @@ describe("ifp check against targets with a requirement broken", () => {
       expect(outcome(report, "send.request")).toBe("pass");
       expect(report.results.find((r) => r.id === "send.https-only")?.reason).toMatch(/over plain HTTP/);
       expect(report.results.find((r) => r.id === "send.no-retry-4xx")?.reason).toMatch(/answered 400, and sent again/);
+      expect(report.results.find((r) => r.id === "send.retry-after")?.reason).toMatch(
+        /429 with Retry-After: 3, and sent again after only 0\.\d s/,
+      );
+      expect(outcome(report, "send.relay-no-retry-4xx")).toBe("skip");
+      // Through relays: the relay's 400 is published to again, and the 503 relay's neighbour never tried.
+      const relayed = await runChecks({
+        url: agentUrl,
+        extraCa: tls.ca,
+        only: "send",
+        inbox: { cert: tls.cert, key: tls.key },
+        localApi: { url: `${localApi}/relays` },
+        sendWaitMs: 6_000,
+      });
+      expect(failing(relayed, ["MUST"]), explain(relayed)).toEqual([
+        "send.https-only",
+        "send.no-retry-4xx",
+        "send.relay-no-retry-4xx",
+      ]);
+      expect(relayed.results.find((r) => r.id === "send.relay-no-retry-4xx")).toMatchObject({
+        level: "MUST",
+        section: "spec 3, 7.2.3",
+        reason: expect.stringMatching(/^the relay answered 400, and the message was published there again/),
+      });
+      expect(outcome(relayed, "send.relay-preference")).toBe("pass");
+      expect(outcome(relayed, "send.relay-fallback")).toBe("fail");
     } finally {
       await Promise.allSettled(sent);
       careless.closeAllConnections();
