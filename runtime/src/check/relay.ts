@@ -307,13 +307,14 @@ function traceProblem(copy: unknown, from: string): string | undefined {
 
 /** The trace check of a pushed copy: skipped when the push brought none. */
 function recordPushTrace(ctx: CheckContext, id: string, how: string, copy: unknown, from: string): void {
-  if (copy === undefined) return ctx.record(id, "skip", `no copy came by ${how} to look at`);
-  const problem = traceProblem(copy, from);
-  ctx.record(
-    id,
-    problem ? "fail" : "pass",
-    problem ? `the copy pushed by ${how}: ${problem}` : `the copy pushed by ${how} carries the relay's trace entry`,
-  );
+  const problem = copy === undefined ? undefined : traceProblem(copy, from);
+  if (copy === undefined) ctx.record(id, "skip", `no copy came by ${how} to look at`);
+  else
+    ctx.record(
+      id,
+      problem ? "fail" : "pass",
+      problem ? `the copy pushed by ${how}: ${problem}` : `the copy pushed by ${how} carries the relay's trace entry`,
+    );
 }
 
 /** The message of a pushed payload with `id`: the payload itself, or its `message` (the payload's shape is the relay's). */

@@ -13,7 +13,7 @@ import {
   messageIdOf,
   refuse,
 } from "./test-inbox.ts";
-import type { CheckContext } from "./types.ts";
+import type { CheckContext, Outcome } from "./types.ts";
 
 const SEND_CHECKS = [
   "send.https-only",
@@ -341,48 +341,42 @@ export async function sendChecks(ctx: CheckContext): Promise<void> {
 
 /** A 429 with Retry-After: a retry, if one comes (spec 3 lets a sender give up on any 4xx), waits at least that long. */
 function retryAfterCheck(ctx: CheckContext, limited: Delivery[], waited: number): void {
-  if (!limited.length)
-    return ctx.record("send.retry-after", "skip", `the message the kit answers 429 never arrived within ${waited} s`);
-  if (limited.length === 1)
-    return ctx.record(
-      "send.retry-after",
-      "pass",
-      `answered 429 with Retry-After: ${RETRY_AFTER_S}, not sent again within ${secs(Date.now() - limited[0]!.at)}`,
-    );
-  const pause = limited[1]!.at - limited[0]!.at;
-  ctx.record(
-    "send.retry-after",
-    pause >= RETRY_AFTER_S * 1000 ? "pass" : "fail",
-    pause >= RETRY_AFTER_S * 1000
-      ? `answered 429 with Retry-After: ${RETRY_AFTER_S}, retried ${secs(pause)} later`
-      : `answered 429 with Retry-After: ${RETRY_AFTER_S}, and sent again after only ${secs(pause)}`,
-  );
+  const asked = `answered 429 with Retry-After: ${RETRY_AFTER_S}`;
+  const pause = limited.length > 1 ? limited[1]!.at - limited[0]!.at : undefined;
+  const [result, reason]: [Outcome, string] = !limited.length
+    ? ["skip", `the message the kit answers 429 never arrived within ${waited} s`]
+    : pause === undefined
+      ? ["pass", `${asked}, not sent again within ${secs(Date.now() - limited[0]!.at)}`]
+      : pause >= RETRY_AFTER_S * 1000
+        ? ["pass", `${asked}, retried ${secs(pause)} later`]
+        : ["fail", `${asked}, and sent again after only ${secs(pause)}`];
+  ctx.record("send.retry-after", result, reason);
 }
 
 /** A relay that answered 400 is not asked again for the message, though the sender comes back for the other relay's 503. */
 function relayRefusalCheck(ctx: CheckContext, refusing: Delivery[], down: Delivery[], waited: number): void {
-  const id = "send.relay-no-retry-4xx";
-  if (!refusing.length)
-    return ctx.record(
-      id,
-      "skip",
-      down.length
-        ? "the sender never asked the relay that refuses (it went to the other, which took it)"
-        : `the peer whose relays refuse and fail got nothing at either within ${waited} s`,
-    );
-  if (refusing.length > 1)
-    return ctx.record(
-      id,
-      "fail",
-      `the relay answered 400, and the message was published there again ${secs(refusing[1]!.at - refusing[0]!.at)} later: a sender MUST NOT retry after a 4xx`,
-    );
-  ctx.record(
-    id,
-    "pass",
-    down.length > 1
-      ? `after one relay's 400 and the other's 503, only the latter was asked again (${down.length} publishes there)`
-      : `the relay answered 400, and the message was not published there again within ${secs(Date.now() - refusing[0]!.at)}`,
-  );
+  const [result, reason]: [Outcome, string] = !refusing.length
+    ? [
+        "skip",
+        down.length
+          ? "the sender never asked the relay that refuses (it went to the other, which took it)"
+          : `the peer whose relays refuse and fail got nothing at either within ${waited} s`,
+      ]
+    : refusing.length > 1
+      ? [
+          "fail",
+          `the relay answered 400, and the message was published there again ${secs(refusing[1]!.at - refusing[0]!.at)} later: a sender MUST NOT retry after a 4xx`,
+        ]
+      : down.length > 1
+        ? [
+            "pass",
+            `after one relay's 400 and the other's 503, only the latter was asked again (${down.length} publishes there)`,
+          ]
+        : [
+            "pass",
+            `the relay answered 400, and the message was not published there again within ${secs(Date.now() - refusing[0]!.at)}`,
+          ];
+  ctx.record("send.relay-no-retry-4xx", result, reason);
 }
 
 const unavailable: Behaviour = () => ({

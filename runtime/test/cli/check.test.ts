@@ -4,9 +4,10 @@
 // hangs, and one that answers garbage. Every verdict carries its section and level; only MUST
 // misses fail the run unless --strict (SHOULD) or --profile (this project's profile) says so.
 import { createServer as httpServer } from "node:http";
-import { createServer as httpsServer, type Server } from "node:https";
+import { createServer as httpsServer, request as httpsRequestStream, type Server } from "node:https";
 import { createServer as netServer } from "node:net";
 import Fastify, { type FastifyInstance } from "fastify";
+import WebSocket, { WebSocketServer } from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { HttpClient } from "../../src/net/http-client.ts";
@@ -396,6 +397,7 @@ describe("ifp check against our own relay", () => {
     ["relay-changes-body", ["relay.unchanged"], []],
     ["relay-forgets", ["relay.persistence"], []],
     ["relay-keeps-expired", ["relay.ttl"], []],
+    ["relay-http-webhook", ["relay.push.webhook.https-only"], []],
   ] as const)("a relay with a requirement broken (%s)", async (mode, must, profile) => {
     // Signatures cover the relay's authority: the relay behind the proxy is configured with the
     // proxy's URL, as a relay behind a proxy is (docs/relay.md).
@@ -419,6 +421,39 @@ describe("ifp check against our own relay", () => {
         reason: expect.stringContaining("not offered"),
       });
       expect(proxy.requests()).toBeLessThanOrEqual(report.requests);
+    } finally {
+      await proxy.close();
+      await behind?.close();
+    }
+  });
+
+  // Push streams passed on through a proxy that rewrites each event; the webhook pushed by the proxy.
+  it.concurrent.each([
+    ["relay-push-no-trace", ["relay.push.sse.trace", "relay.push.websocket.trace", "relay.push.webhook.trace"]],
+    ["relay-sse-compact", []],
+    ["relay-sse-unnamed", []],
+  ] as const)("a relay that pushes (%s)", async (mode, must) => {
+    let behind: RunningRelay | undefined;
+    const proxy = await brokenProxy(mode, () => behind!.url);
+    try {
+      behind = await runRelay(env, { url: proxy.url, agents: served() });
+      const report = await runChecks({
+        url: proxy.url,
+        relay: true,
+        key: checker.signing,
+        extraCa: tls.ca,
+        inbox: { cert: tls.cert, key: tls.key },
+        only: "relay",
+      });
+      expect(failing(report, ["MUST", "SHOULD"]), explain(report)).toEqual([...must]);
+      for (const id of ["relay.push.sse", "relay.push.websocket", "relay.push.webhook"])
+        expect(outcome(report, id), id).toBe("pass");
+      for (const id of must)
+        expect(report.results.find((r) => r.id === id)).toMatchObject({
+          level: "MUST",
+          section: "spec 2.9, 4.2, 5.6",
+          reason: expect.stringMatching(/^the copy pushed by .*: the message has no trace\.received\[\] entry/),
+        });
     } finally {
       await proxy.close();
       await behind?.close();
@@ -450,7 +485,17 @@ type Mode =
   | "relay-changes-body"
   | "relay-forgets"
   | "relay-keeps-expired"
+  | "relay-http-webhook"
+  | "relay-push-no-trace"
+  | "relay-sse-compact"
+  | "relay-sse-unnamed"
   | "small-limit";
+
+const PUSH_MODES: readonly Mode[] = ["relay-push-no-trace", "relay-sse-compact", "relay-sse-unnamed"];
+const withoutTrace = (text: string) => {
+  const { trace: _, ...m } = JSON.parse(text) as { trace?: unknown };
+  return JSON.stringify(m);
+};
 
 /** A TLS proxy in front of the real agent (or relay) that breaks one requirement, counting what it gets. */
 async function brokenProxy(mode: Mode, upstream = () => agent.url) {
@@ -463,7 +508,81 @@ async function brokenProxy(mode: Mode, upstream = () => agent.url) {
   app.addHook("onRequest", async () => {
     requests++;
   });
+  const pushing = PUSH_MODES.includes(mode);
+  /** The webhook the proxy pushes to itself in relay-push-no-trace (the relay behind never hears of it). */
+  let hook: string | undefined;
+  const signed = (h: import("node:http").IncomingHttpHeaders) =>
+    Object.fromEntries(
+      ["accept", "signature", "signature-input"].flatMap((k) => (typeof h[k] === "string" ? [[k, h[k]]] : [])),
+    );
+  if (pushing) {
+    // Push streams pass through, each event rewritten as the mode says.
+    const wss = new WebSocketServer({ noServer: true });
+    app.server.on("upgrade", (req, socket, head) => {
+      const up = new WebSocket(`${upstream().replace(/^https:/, "wss:")}${req.url}`, {
+        headers: signed(req.headers),
+        ca: tls.ca,
+      });
+      up.on("unexpected-response", () => socket.destroy());
+      up.on("error", () => socket.destroy());
+      up.on("open", () =>
+        wss.handleUpgrade(req, socket, head, (client) => {
+          up.on("message", (data) => {
+            const frame = JSON.parse(data.toString()) as { type?: string; message?: { trace?: unknown } };
+            if (mode === "relay-push-no-trace" && frame.type === "message") delete frame.message?.trace;
+            client.send(JSON.stringify(frame));
+          });
+          client.on("message", (data) => up.send(data.toString()));
+          client.on("close", () => up.close());
+          up.on("close", () => client.close());
+        }),
+      );
+    });
+  }
   app.all("/*", async (req, reply) => {
+    if (pushing && req.url.startsWith("/relay/events")) {
+      reply.hijack();
+      const upReq = httpsRequestStream(
+        `${upstream()}${req.url}`,
+        { headers: signed(req.headers), ca: tls.ca, agent: false },
+        (upRes) => {
+          reply.raw.writeHead(upRes.statusCode ?? 502, { "content-type": upRes.headers["content-type"] ?? "" });
+          let partial = "";
+          upRes.setEncoding("utf8");
+          upRes.on("data", (chunk: string) => {
+            const lines = (partial + chunk).split("\n");
+            partial = lines.pop()!;
+            const out = lines.flatMap((line) => {
+              if (mode === "relay-sse-compact" && line === "event: message") return ["event:message"];
+              if (mode === "relay-sse-unnamed" && line.startsWith("event:")) return [];
+              if (mode === "relay-push-no-trace" && line.startsWith("data: "))
+                return [`data: ${withoutTrace(line.slice(6))}`];
+              return [line];
+            });
+            reply.raw.write(out.map((l) => `${l}\n`).join(""));
+          });
+          upRes.on("end", () => reply.raw.end());
+        },
+      );
+      upReq.on("error", () => reply.raw.destroy());
+      reply.raw.on("close", () => upReq.destroy());
+      upReq.end();
+      return reply;
+    }
+    if (mode === "relay-push-no-trace" && req.method === "POST" && req.url === "/relay/subscribe") {
+      const push = (JSON.parse((req.body as Buffer).toString()) as { push?: { webhook?: string | null } }).push;
+      if (push && (push.webhook === null || push.webhook?.startsWith("https:"))) {
+        hook = push.webhook ?? undefined;
+        return reply.code(200).send({ status: "subscribed", push: { webhook: hook ?? null } });
+      }
+    }
+    if (
+      mode === "relay-http-webhook" &&
+      req.method === "POST" &&
+      req.url === "/relay/subscribe" &&
+      (req.body as Buffer).toString().includes('"webhook":"http:')
+    )
+      return reply.code(200).send({ status: "subscribed" });
     const forward: Record<string, string> = {};
     for (const h of [
       "content-type",
@@ -484,7 +603,7 @@ async function brokenProxy(mode: Mode, upstream = () => agent.url) {
     ) {
       return reply.code(413).send({ status: "error", code: "payload_too_large", message: "over 512 KiB" });
     }
-    // Push streams are not proxied: a relay behind this proxy does not offer them (skipped, MAY).
+    // Push streams are not proxied but in the push modes: a relay behind this proxy does not offer them (skipped, MAY).
     if (req.url.startsWith("/relay/events") || req.url.startsWith("/relay/ws"))
       return reply.code(404).send({ status: "error", code: "not_found", message: "not here" });
     if (mode === "redirect" && req.url.endsWith("/identity"))
@@ -532,6 +651,14 @@ async function brokenProxy(mode: Mode, upstream = () => agent.url) {
       const ids = new Set(list.map((m) => m.headers.message_id));
       text = JSON.stringify([...list, ...[...listed.values()].filter((m) => !ids.has(m.headers.message_id))]);
     }
+    // The proxy pushes the message as it was published, without the relay's trace entry.
+    if (mode === "relay-push-no-trace" && hook && req.url === "/relay/publish" && status === 202)
+      await httpsRequest(hook, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: req.body as Buffer,
+        ca: tls.ca,
+      });
     for (const h of ["content-type", "cache-control", "retry-after", ...(mode === "no-etag" ? [] : ["etag"])]) {
       const v = res.headers[h];
       if (typeof v === "string") reply.header(h, v);
