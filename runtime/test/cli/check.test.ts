@@ -284,6 +284,30 @@ describe("ifp check against our own relay", () => {
     await relay?.close();
     await http?.close();
   });
+  /**
+   * The relay-group checks against a relay of its own behind a proxy in `mode`. Signatures cover
+   * the relay's authority: the relay behind the proxy is configured with the proxy's URL, as a
+   * relay behind a proxy is (docs/relay.md).
+   */
+  const behindProxy = async (mode: Mode, inbox?: { cert: string; key: string }) => {
+    let behind: RunningRelay | undefined;
+    const proxy = await brokenProxy(mode, () => behind!.url);
+    try {
+      behind = await runRelay(env, { url: proxy.url, agents: served() });
+      const report = await runChecks({
+        url: proxy.url,
+        relay: true,
+        key: checker.signing,
+        extraCa: tls.ca,
+        only: "relay",
+        ...(inbox ? { inbox } : {}),
+      });
+      return { report, requests: proxy.requests() };
+    } finally {
+      await proxy.close();
+      await behind?.close();
+    }
+  };
 
   it("the command checks a relay with --relay and a key the relay serves, and exits 0", async () => {
     const keyFile = writeKey(dir, checker);
@@ -399,32 +423,16 @@ describe("ifp check against our own relay", () => {
     ["relay-keeps-expired", ["relay.ttl"], []],
     ["relay-http-webhook", ["relay.push.webhook.https-only"], []],
   ] as const)("a relay with a requirement broken (%s)", async (mode, must, profile) => {
-    // Signatures cover the relay's authority: the relay behind the proxy is configured with the
-    // proxy's URL, as a relay behind a proxy is (docs/relay.md).
-    let behind: RunningRelay | undefined;
-    const proxy = await brokenProxy(mode, () => behind!.url);
-    try {
-      behind = await runRelay(env, { url: proxy.url, agents: served() });
-      const report = await runChecks({
-        url: proxy.url,
-        relay: true,
-        key: checker.signing,
-        extraCa: tls.ca,
-        only: "relay",
-      });
-      expect(failing(report, ["MUST", "SHOULD"]), explain(report)).toEqual([...must]);
-      expect(failing(report, ["profile"])).toEqual([...profile]);
-      // The proxy does not pass push streams on: not offered, so skipped (MAY), not failed.
-      expect(report.results.find((r) => r.id === "relay.push.sse")).toMatchObject({
-        level: "MAY",
-        result: "skip",
-        reason: expect.stringContaining("not offered"),
-      });
-      expect(proxy.requests()).toBeLessThanOrEqual(report.requests);
-    } finally {
-      await proxy.close();
-      await behind?.close();
-    }
+    const { report, requests } = await behindProxy(mode);
+    expect(failing(report, ["MUST", "SHOULD"]), explain(report)).toEqual([...must]);
+    expect(failing(report, ["profile"])).toEqual([...profile]);
+    // The proxy does not pass push streams on: not offered, so skipped (MAY), not failed.
+    expect(report.results.find((r) => r.id === "relay.push.sse")).toMatchObject({
+      level: "MAY",
+      result: "skip",
+      reason: expect.stringContaining("not offered"),
+    });
+    expect(requests).toBeLessThanOrEqual(report.requests);
   });
 
   // Push streams passed on through a proxy that rewrites each event; the webhook pushed by the proxy.
@@ -433,31 +441,16 @@ describe("ifp check against our own relay", () => {
     ["relay-sse-compact", []],
     ["relay-sse-unnamed", []],
   ] as const)("a relay that pushes (%s)", async (mode, must) => {
-    let behind: RunningRelay | undefined;
-    const proxy = await brokenProxy(mode, () => behind!.url);
-    try {
-      behind = await runRelay(env, { url: proxy.url, agents: served() });
-      const report = await runChecks({
-        url: proxy.url,
-        relay: true,
-        key: checker.signing,
-        extraCa: tls.ca,
-        inbox: { cert: tls.cert, key: tls.key },
-        only: "relay",
+    const { report } = await behindProxy(mode, { cert: tls.cert, key: tls.key });
+    expect(failing(report, ["MUST", "SHOULD"]), explain(report)).toEqual([...must]);
+    for (const id of ["relay.push.sse", "relay.push.websocket", "relay.push.webhook"])
+      expect(outcome(report, id), id).toBe("pass");
+    for (const id of must)
+      expect(report.results.find((r) => r.id === id)).toMatchObject({
+        level: "MUST",
+        section: "spec 2.9, 4.2, 5.6",
+        reason: expect.stringMatching(/^the copy pushed by .*: the message has no trace\.received\[\] entry/),
       });
-      expect(failing(report, ["MUST", "SHOULD"]), explain(report)).toEqual([...must]);
-      for (const id of ["relay.push.sse", "relay.push.websocket", "relay.push.webhook"])
-        expect(outcome(report, id), id).toBe("pass");
-      for (const id of must)
-        expect(report.results.find((r) => r.id === id)).toMatchObject({
-          level: "MUST",
-          section: "spec 2.9, 4.2, 5.6",
-          reason: expect.stringMatching(/^the copy pushed by .*: the message has no trace\.received\[\] entry/),
-        });
-    } finally {
-      await proxy.close();
-      await behind?.close();
-    }
   });
 
   it("an agent is not a relay: the relay checks fail against it", async () => {
