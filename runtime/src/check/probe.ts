@@ -3,6 +3,7 @@ import { request as httpRequest } from "node:http";
 import { request as httpsRequest } from "node:https";
 import WebSocket from "ws";
 import { HttpClient, ResponseTooLarge } from "../net/http-client.ts";
+import { type SseEvent, sseEvents } from "../net/sse.ts";
 
 /** At most this many requests in one run: a conformance check is polite, never a load test. */
 export const MAX_REQUESTS = 60;
@@ -70,23 +71,25 @@ export class Probe {
   }
 
   /**
-   * A GET whose answer is a stream (Server-Sent Events): read until `done(text so far)` holds,
-   * the bound is reached or the wait ends, then the connection is closed.
+   * A GET whose answer is a stream of Server-Sent Events, parsed as the HTML standard says
+   * (`net/sse.ts`): read until `done(events so far)` holds, the bound is reached or the wait
+   * ends, then the connection is closed. `text` is the stream's beginning, for reasons.
    */
   async stream(
     url: string,
     headers: Record<string, string>,
-    done: (text: string) => boolean,
+    done: (events: SseEvent[]) => boolean,
     waitMs: number,
-  ): Promise<{ status: number; text: string; done: boolean }> {
+  ): Promise<{ status: number; text: string; events: SseEvent[]; done: boolean }> {
     this.take(url);
     return new Promise((resolve) => {
       let text = "";
       let status = 0;
+      const events: SseEvent[] = [];
       const finish = (ok: boolean) => {
         clearTimeout(timer);
         req.destroy();
-        resolve({ status, text, done: ok });
+        resolve({ status, text, events, done: ok });
       };
       const timer = setTimeout(() => finish(false), waitMs);
       const req = httpsRequest(
@@ -94,13 +97,22 @@ export class Probe {
         { method: "GET", headers, ca: this.ca(), minVersion: "TLSv1.2", agent: false },
         (res) => {
           status = res.statusCode ?? 0;
-          res.setEncoding("utf8");
-          res.on("data", (chunk: string) => {
-            text += chunk;
-            if (done(text)) finish(true);
-            else if (text.length > MAX_ANSWER_BYTES) finish(false);
-          });
-          res.on("end", () => finish(done(text)));
+          let bytes = 0;
+          const bounded = async function* () {
+            for await (const chunk of res as AsyncIterable<Buffer>) {
+              bytes += chunk.length;
+              if (text.length < 4096) text += chunk.toString("utf8");
+              if (bytes > MAX_ANSWER_BYTES) return;
+              yield chunk;
+            }
+          };
+          (async () => {
+            for await (const event of sseEvents(bounded(), MAX_ANSWER_BYTES)) {
+              events.push(event);
+              if (done(events)) return finish(true);
+            }
+            finish(done(events));
+          })().catch(() => finish(false));
         },
       );
       req.on("error", () => finish(false));

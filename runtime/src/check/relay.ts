@@ -38,6 +38,10 @@ const KEYED = [
   "relay.push.sse",
   "relay.push.websocket",
   "relay.push.webhook",
+  "relay.push.sse.trace",
+  "relay.push.websocket.trace",
+  "relay.push.webhook.trace",
+  "relay.push.webhook.https-only",
   "relay.topics",
   "relay.ack",
   "relay.ack.repeat",
@@ -197,23 +201,8 @@ export async function relayChecks(ctx: CheckContext): Promise<void> {
     ctx.record("relay.retrieve", "pass", `GET /relay/messages lists it (${first.list!.length} waiting)`);
     const parsed = Message.safeParse(mine);
     const trace = parsed.success ? parsed.data.trace?.received?.at(-1) : undefined;
-    const entryOk =
-      !!trace &&
-      typeof trace.by === "string" &&
-      trace.by.startsWith("relay:") &&
-      trace.from === key.agentId &&
-      !Number.isNaN(Date.parse(trace.at)) &&
-      typeof trace.with === "string" &&
-      !!trace.with;
-    ctx.record(
-      "relay.trace",
-      entryOk ? "pass" : "fail",
-      !trace
-        ? "the message has no trace.received[] entry (a relay MUST append one)"
-        : entryOk
-          ? `last trace entry ${JSON.stringify(trace)}`
-          : `the trace entry ${JSON.stringify(trace)} is not {by: "relay:<url>", with, at, from: "${key.agentId}"}`,
-    );
+    const problem = traceProblem(mine, key.agentId);
+    ctx.record("relay.trace", problem ? "fail" : "pass", problem ?? `last trace entry ${JSON.stringify(trace)}`);
     const by = `relay:${ctx.relayUrl}`;
     ctx.record(
       "relay.trace.by",
@@ -291,8 +280,76 @@ export async function relayChecks(ctx: CheckContext): Promise<void> {
   await expect("relay.isolation.foreign-ack", "acknowledging a message id that is not yours", 404, "not_found", () =>
     send("DELETE", `/relay/messages/${encodeURIComponent(`msg:ifp-check-${randomUUID()}`)}`, { key }),
   );
+  await plainWebhook(ctx, send, key);
   await webhook(ctx, send, key);
   finish(ctx);
+}
+
+/**
+ * What is wrong with the relay's trace entry on a copy of a message `from` published (spec 2.9,
+ * 4.2: appended before the message is made available, by pull or by push), or undefined.
+ */
+function traceProblem(copy: unknown, from: string): string | undefined {
+  const parsed = Message.safeParse(copy);
+  const trace = parsed.success ? parsed.data.trace?.received?.at(-1) : undefined;
+  if (!trace) return "the message has no trace.received[] entry (a relay MUST append one)";
+  const ok =
+    typeof trace.by === "string" &&
+    trace.by.startsWith("relay:") &&
+    trace.from === from &&
+    !Number.isNaN(Date.parse(trace.at)) &&
+    typeof trace.with === "string" &&
+    !!trace.with;
+  return ok
+    ? undefined
+    : `the trace entry ${JSON.stringify(trace)} is not {by: "relay:<url>", with, at, from: "${from}"}`;
+}
+
+/** The trace check of a pushed copy: skipped when the push brought none. */
+function recordPushTrace(ctx: CheckContext, id: string, how: string, copy: unknown, from: string): void {
+  const problem = copy === undefined ? undefined : traceProblem(copy, from);
+  if (copy === undefined) ctx.record(id, "skip", `no copy came by ${how} to look at`);
+  else
+    ctx.record(
+      id,
+      problem ? "fail" : "pass",
+      problem ? `the copy pushed by ${how}: ${problem}` : `the copy pushed by ${how} carries the relay's trace entry`,
+    );
+}
+
+/** The message of a pushed payload with `id`: the payload itself, or its `message` (the payload's shape is the relay's). */
+function pushedMessage(payload: unknown, id: string): Message | undefined {
+  for (const m of [payload, (payload as { message?: unknown } | undefined)?.message])
+    if ((m as Message | undefined)?.headers?.message_id === id) return m as Message;
+  return undefined;
+}
+
+/** A webhook over plain HTTP is refused when it is registered (spec 5.2: plain HTTP MUST NOT be used). */
+async function plainWebhook(ctx: CheckContext, send: Send, key: SigningKey): Promise<void> {
+  const id = "relay.push.webhook.https-only";
+  const hook = `${ctx.send?.inbox.plainBase ?? "http://127.0.0.1:9"}/hook/ifp-check-${randomUUID().slice(0, 8)}`;
+  try {
+    const sub = await send("POST", "/relay/subscribe", {
+      key,
+      body: JSON.stringify({ push: { webhook: hook, agent: key.agentId } }),
+    });
+    if (sub.status === 404 || sub.status === 405)
+      return ctx.record(id, "skip", `POST /relay/subscribe answered ${sub.status}: webhooks are not offered`);
+    if (sub.status >= 400 && sub.status < 500)
+      return ctx.record(id, "pass", `registering the webhook ${hook} was refused: ${sub.status}${codeOf(sub)}`);
+    ctx.record(
+      id,
+      "fail",
+      `registering the webhook ${hook} was answered ${sub.status}${codeOf(sub)}, not refused: messages would be pushed over plain HTTP`,
+    );
+    if (sub.status < 300)
+      await send("POST", "/relay/subscribe", {
+        key,
+        body: JSON.stringify({ push: { webhook: null, agent: key.agentId } }),
+      }).catch(() => undefined);
+  } catch (err) {
+    ctx.record(id, "fail", (err as Error).message);
+  }
 }
 
 function finish(ctx: CheckContext): void {
@@ -352,12 +409,17 @@ async function pushChecks(ctx: CheckContext, key: SigningKey, id: string): Promi
   const events = `${ctx.base}/relay/events`;
   try {
     const headers = await signRequest({ method: "GET", url: events, headers: { accept: "text/event-stream" } }, key);
-    const has = (text: string) =>
-      text.split(/\n\n/).some((ev) => /^event: message$/m.test(ev) && ev.includes(JSON.stringify(id)));
-    const r = await ctx.probe.stream(events, headers, has, PUSH_WAIT_MS);
-    if (r.status === 404 || r.status === 405)
+    // Spec 4.2 leaves the event's shape open: an unnamed event is of type "message" (HTML standard), as is `event:message`.
+    const copyIn = (events: { event: string; data: string }[]) =>
+      events
+        .filter((e) => e.event === "message")
+        .map((e) => pushedMessage(parseJson(e.data), id))
+        .find((m) => m);
+    const r = await ctx.probe.stream(events, headers, (evs) => !!copyIn(evs), PUSH_WAIT_MS);
+    if (r.status === 404 || r.status === 405) {
       ctx.record("relay.push.sse", "skip", `GET /relay/events answered ${r.status}: not offered`);
-    else
+      ctx.record("relay.push.sse.trace", "skip", "SSE is not offered");
+    } else {
       ctx.record(
         "relay.push.sse",
         r.done ? "pass" : "fail",
@@ -365,26 +427,25 @@ async function pushChecks(ctx: CheckContext, key: SigningKey, id: string): Promi
           ? "GET /relay/events streamed the waiting message as an SSE message event"
           : `GET /relay/events (${r.status || "no answer"}) did not bring the waiting message within ${PUSH_WAIT_MS / 1000} s: ${clip(r.text)}`,
       );
+      recordPushTrace(ctx, "relay.push.sse.trace", "SSE", copyIn(r.events), key.agentId);
+    }
   } catch (err) {
     ctx.record("relay.push.sse", "fail", (err as Error).message);
+    ctx.record("relay.push.sse.trace", "skip", "no copy came by SSE to look at");
   }
   const ws = `${ctx.base}/relay/ws`;
   try {
     const headers = await signRequest({ method: "GET", url: ws }, key);
-    const r = await ctx.probe.websocket(
-      ws,
-      headers,
-      (frames) =>
-        frames.some(
-          (f) =>
-            (f as { type?: unknown; message?: Message })?.type === "message" &&
-            (f as { message?: Message }).message?.headers?.message_id === id,
-        ),
-      PUSH_WAIT_MS,
-    );
-    if (r.status === 404 || r.status === 405)
+    const copyIn = (frames: unknown[]) =>
+      frames
+        .filter((f) => (f as { type?: unknown })?.type === "message")
+        .map((f) => pushedMessage((f as { message?: unknown }).message, id))
+        .find((m) => m);
+    const r = await ctx.probe.websocket(ws, headers, (frames) => !!copyIn(frames), PUSH_WAIT_MS);
+    if (r.status === 404 || r.status === 405) {
       ctx.record("relay.push.websocket", "skip", `GET /relay/ws answered ${r.status}: not offered`);
-    else
+      ctx.record("relay.push.websocket.trace", "skip", "the WebSocket is not offered");
+    } else {
       ctx.record(
         "relay.push.websocket",
         r.done ? "pass" : "fail",
@@ -392,8 +453,11 @@ async function pushChecks(ctx: CheckContext, key: SigningKey, id: string): Promi
           ? "the WebSocket session brought the waiting message as a message frame"
           : `the WebSocket session did not bring the waiting message: ${r.error ?? "no frame"}`,
       );
+      recordPushTrace(ctx, "relay.push.websocket.trace", "WebSocket", copyIn(r.frames), key.agentId);
+    }
   } catch (err) {
     ctx.record("relay.push.websocket", "fail", (err as Error).message);
+    ctx.record("relay.push.websocket.trace", "skip", "no copy came by WebSocket to look at");
   }
 }
 
@@ -454,15 +518,15 @@ async function topics(ctx: CheckContext, send: Send, key: SigningKey): Promise<v
 /** Webhook push (MAY; the profile's `push.webhook`): a message published to yourself is POSTed to the kit's inbox. */
 async function webhook(ctx: CheckContext, send: Send, key: SigningKey): Promise<void> {
   const inbox = ctx.send?.inbox;
-  if (!inbox)
-    return ctx.record(
-      "relay.push.webhook",
-      "skip",
-      "needs the kit's inbox (--inbox-cert, --inbox-key) with a certificate the relay trusts",
-    );
+  if (!inbox) {
+    const why = "needs the kit's inbox (--inbox-cert, --inbox-key) with a certificate the relay trusts";
+    ctx.record("relay.push.webhook", "skip", why);
+    return ctx.record("relay.push.webhook.trace", "skip", why);
+  }
   const hook = inbox.hook(`relay-${randomUUID().slice(0, 8)}`);
   const box = `hook:${hook.split("/hook/")[1]}`;
   const m = signMessage(checkMessage(key.agentId, key.agentId), key);
+  let copy: Message | undefined;
   try {
     const sub = await send("POST", "/relay/subscribe", {
       key,
@@ -483,11 +547,13 @@ async function webhook(ctx: CheckContext, send: Send, key: SigningKey): Promise<
     const pub = await send("POST", "/relay/publish", { key, body: JSON.stringify(m) });
     if (pub.status !== 202)
       return ctx.record("relay.push.webhook", "fail", `the publish to push was answered ${pub.status}${codeOf(pub)}`);
-    const came = await inbox.until(
-      () =>
-        inbox.mailbox(box).some((d) => (d.json as Message | undefined)?.headers?.message_id === m.headers.message_id),
-      Date.now() + PUSH_WAIT_MS,
-    );
+    const copyIn = () =>
+      inbox
+        .mailbox(box)
+        .map((d) => pushedMessage(d.json, m.headers.message_id))
+        .find((c) => c);
+    const came = await inbox.until(() => !!copyIn(), Date.now() + PUSH_WAIT_MS);
+    copy = copyIn();
     ctx.record(
       "relay.push.webhook",
       came ? "pass" : "fail",
@@ -498,6 +564,7 @@ async function webhook(ctx: CheckContext, send: Send, key: SigningKey): Promise<
   } catch (err) {
     ctx.record("relay.push.webhook", "fail", (err as Error).message);
   } finally {
+    recordPushTrace(ctx, "relay.push.webhook.trace", "webhook", copy, key.agentId);
     await send("POST", "/relay/subscribe", {
       key,
       body: JSON.stringify({ push: { webhook: null, agent: key.agentId } }),

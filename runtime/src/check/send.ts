@@ -4,8 +4,16 @@ import { publicKeyFromRaw } from "../protocol/keys.ts";
 import { Message } from "../protocol/message.ts";
 import { DEFAULT_SIGNED_HEADERS, parseKeyId, verifySignature } from "../protocol/signing.ts";
 import { clip, parseJson } from "./common.ts";
-import { accept, failThenAccept, messageIdOf, refuse, type Behaviour } from "./test-inbox.ts";
-import type { CheckContext } from "./types.ts";
+import {
+  accept,
+  type Behaviour,
+  type Delivery,
+  failThenAccept,
+  limitThenAccept,
+  messageIdOf,
+  refuse,
+} from "./test-inbox.ts";
+import type { CheckContext, Outcome } from "./types.ts";
 
 const SEND_CHECKS = [
   "send.https-only",
@@ -17,10 +25,15 @@ const SEND_CHECKS = [
   "send.retry-5xx",
   "send.backoff",
   "send.no-retry-4xx",
+  "send.retry-after",
+  "send.relay-no-retry-4xx",
   "send.relay-preference",
   "send.relay-fallback",
   "send.relay-signature",
 ] as const;
+
+/** The Retry-After of the kit's 429, in seconds: longer than a short retry schedule's first pause. */
+const RETRY_AFTER_S = 3;
 
 /** At most this many messages the kit asks the target's local API to send. */
 const MAX_LOCAL_API_CALLS = 8;
@@ -38,7 +51,9 @@ const identityOf = (inbox: string | undefined, relays?: string[]) => (agentId: s
  * HTTPS inbox: the target is made to send through its local API (`POST /outbox`), or — without
  * one — by the inbox group's probes that ask for an error-phase answer. The kit's inbox fails
  * one message twice with 500 and then takes it, refuses another with 400, offers an inbox over
- * plain HTTP for a third, and a pair of relays (the first answering 503) for a fourth.
+ * plain HTTP for a third, and a pair of relays (the first answering 503) for a fourth; it
+ * answers a fifth 429 with Retry-After before taking it, and offers for a sixth a relay that
+ * refuses with 400 and one that answers 503 once: the sender comes back, but only to the second.
  */
 export async function sendChecks(ctx: CheckContext): Promise<void> {
   const send = ctx.send;
@@ -66,6 +81,8 @@ export async function sendChecks(ctx: CheckContext): Promise<void> {
   let retryBox = "reply:protocol-problem";
   let refuseBox = "reply:refused";
   let relayBoxes: string[] | undefined;
+  const limitBox = "limited";
+  const [refusingRelay, downRelay] = ["relay-refuse/r/refuse", "relay-refuse/r/down"];
   if (send.localApi) {
     const plainInbox = `${inbox.plainBase}/s/plain/.well-known/agent/inbox`;
     const scenarios: [string, Parameters<typeof inbox.agent>[1]][] = [
@@ -78,6 +95,18 @@ export async function sendChecks(ctx: CheckContext): Promise<void> {
           identity: (id) => identityOf(undefined, [`${id}/r/one`, `${id}/r/two`])(id),
           inbox: accept,
           relays: { one: unavailable, two: accept },
+        },
+      ],
+      [
+        limitBox,
+        { identity: (id) => identityOf(`${id}/.well-known/agent/inbox`)(id), inbox: limitThenAccept(RETRY_AFTER_S) },
+      ],
+      [
+        "relay-refuse",
+        {
+          identity: (id) => identityOf(undefined, [`${id}/r/refuse`, `${id}/r/down`])(id),
+          inbox: accept,
+          relays: { refuse, down: (n, d) => (n === 1 ? unavailable(n, d) : accept(n, d)) },
         },
       ],
     ];
@@ -102,11 +131,19 @@ export async function sendChecks(ctx: CheckContext): Promise<void> {
   // Watch the refused message for twice the sender's first retry interval (at least 5 s), within the wait.
   const retries = inbox.mailbox(retryBox);
   const firstInterval = retries.length > 1 ? retries[1]!.at - retries[0]!.at : send.waitMs;
+  const watch = Math.max(2 * firstInterval, 5000);
   const refusedAt = inbox.mailbox(refuseBox)[0]?.at;
   if (refusedAt !== undefined)
+    await inbox.until(() => inbox.mailbox(refuseBox).length > 1, Math.min(deadline, refusedAt + watch));
+  // The 429 is watched for its Retry-After and then as long as the 400; the relay that refused until the other took it.
+  const limitedAt = inbox.mailbox(limitBox)[0]?.at;
+  const relayRefusedAt = inbox.mailbox(refusingRelay)[0]?.at;
+  if (send.localApi && (limitedAt !== undefined || relayRefusedAt !== undefined))
     await inbox.until(
-      () => inbox.mailbox(refuseBox).length > 1,
-      Math.min(deadline, refusedAt + Math.max(2 * firstInterval, 5000)),
+      () =>
+        (limitedAt === undefined || taken(limitBox)) &&
+        (relayRefusedAt === undefined || taken(downRelay) || inbox.mailbox(refusingRelay).length > 1),
+      Math.min(deadline, Math.max((limitedAt ?? 0) + RETRY_AFTER_S * 1000 + watch, (relayRefusedAt ?? 0) + watch)),
     );
   const waited = Math.round((Date.now() - started) / 1000);
 
@@ -233,10 +270,18 @@ export async function sendChecks(ctx: CheckContext): Promise<void> {
 
   // Relays: the peer offers two (no inbox); the first answers 503.
   if (!relayBoxes) {
-    for (const id of ["send.relay-preference", "send.relay-fallback", "send.relay-signature"] as const)
+    for (const id of [
+      "send.retry-after",
+      "send.relay-no-retry-4xx",
+      "send.relay-preference",
+      "send.relay-fallback",
+      "send.relay-signature",
+    ] as const)
       ctx.record(id, "skip", "needs --local-api: the kit asks the target to send to a peer that has relays");
     return;
   }
+  retryAfterCheck(ctx, inbox.mailbox(limitBox), waited);
+  relayRefusalCheck(ctx, inbox.mailbox(refusingRelay), inbox.mailbox(downRelay), waited);
   const publishes = inbox.deliveries.filter((d) => relayBoxes.includes(d.mailbox));
   if (!publishes.length) {
     ctx.record(
@@ -292,6 +337,46 @@ export async function sendChecks(ctx: CheckContext): Promise<void> {
         : `${publishes.length} publishes carry an RFC 9421 signature by the target's key`,
     );
   }
+}
+
+/** A 429 with Retry-After: a retry, if one comes (spec 3 lets a sender give up on any 4xx), waits at least that long. */
+function retryAfterCheck(ctx: CheckContext, limited: Delivery[], waited: number): void {
+  const asked = `answered 429 with Retry-After: ${RETRY_AFTER_S}`;
+  const pause = limited.length > 1 ? limited[1]!.at - limited[0]!.at : undefined;
+  const [result, reason]: [Outcome, string] = !limited.length
+    ? ["skip", `the message the kit answers 429 never arrived within ${waited} s`]
+    : pause === undefined
+      ? ["pass", `${asked}, not sent again within ${secs(Date.now() - limited[0]!.at)}`]
+      : pause >= RETRY_AFTER_S * 1000
+        ? ["pass", `${asked}, retried ${secs(pause)} later`]
+        : ["fail", `${asked}, and sent again after only ${secs(pause)}`];
+  ctx.record("send.retry-after", result, reason);
+}
+
+/** A relay that answered 400 is not asked again for the message, though the sender comes back for the other relay's 503. */
+function relayRefusalCheck(ctx: CheckContext, refusing: Delivery[], down: Delivery[], waited: number): void {
+  const [result, reason]: [Outcome, string] = !refusing.length
+    ? [
+        "skip",
+        down.length
+          ? "the sender never asked the relay that refuses (it went to the other, which took it)"
+          : `the peer whose relays refuse and fail got nothing at either within ${waited} s`,
+      ]
+    : refusing.length > 1
+      ? [
+          "fail",
+          `the relay answered 400, and the message was published there again ${secs(refusing[1]!.at - refusing[0]!.at)} later: a sender MUST NOT retry after a 4xx`,
+        ]
+      : down.length > 1
+        ? [
+            "pass",
+            `after one relay's 400 and the other's 503, only the latter was asked again (${down.length} publishes there)`,
+          ]
+        : [
+            "pass",
+            `the relay answered 400, and the message was not published there again within ${secs(Date.now() - refusing[0]!.at)}`,
+          ];
+  ctx.record("send.relay-no-retry-4xx", result, reason);
 }
 
 const unavailable: Behaviour = () => ({

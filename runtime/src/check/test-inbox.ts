@@ -29,6 +29,7 @@ export interface Delivery {
 export interface Answer {
   status: number;
   body?: unknown;
+  headers?: Record<string, string>;
 }
 
 /** What a mailbox answers to the nth delivery (1-based) of one message_id. */
@@ -54,6 +55,22 @@ export const failThenAccept =
             status: "error",
             code: "internal_error",
             message: "ifp check: failing on purpose; a sender should retry",
+          },
+        }
+      : accept(n, d);
+
+/** 429 with `Retry-After: <seconds>` for the first delivery of a message, then 202. */
+export const limitThenAccept =
+  (retryAfterS: number): Behaviour =>
+  (n, d) =>
+    n === 1
+      ? {
+          status: 429,
+          headers: { "retry-after": String(retryAfterS) },
+          body: {
+            status: "error",
+            code: "rate_limited",
+            message: `ifp check: limited on purpose; a sender should wait the ${retryAfterS} s of Retry-After`,
           },
         }
       : accept(n, d);
@@ -199,7 +216,9 @@ export class TestInbox {
       const list = plain ? this.plain : this.deliveries;
       if (list.length < MAX_KEPT) list.push(d);
       const text = answer.body === undefined ? "" : JSON.stringify(answer.body);
-      res.writeHead(answer.status, text ? { "content-type": "application/json" } : {}).end(text);
+      res
+        .writeHead(answer.status, { ...(text ? { "content-type": "application/json" } : {}), ...answer.headers })
+        .end(text);
       for (const w of [...this.waiters]) {
         this.waiters.delete(w);
         w();

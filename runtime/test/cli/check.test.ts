@@ -4,9 +4,10 @@
 // hangs, and one that answers garbage. Every verdict carries its section and level; only MUST
 // misses fail the run unless --strict (SHOULD) or --profile (this project's profile) says so.
 import { createServer as httpServer } from "node:http";
-import { createServer as httpsServer, type Server } from "node:https";
+import { createServer as httpsServer, request as httpsRequestStream, type Server } from "node:https";
 import { createServer as netServer } from "node:net";
 import Fastify, { type FastifyInstance } from "fastify";
+import WebSocket, { WebSocketServer } from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { HttpClient } from "../../src/net/http-client.ts";
@@ -52,8 +53,8 @@ beforeAll(async () => {
       outbound: { backoff: ["1s", "2s"], retryFor: "5m" },
       // The kit's relays are its own: mark them trusted, so a clear message may go through them.
       encryption: {
-        relayTrust: ["one", "two"].map((r) => ({
-          url: `https://localhost:${inboxPort}/s/relays/r/${r}`,
+        relayTrust: ["relays/r/one", "relays/r/two", "relay-refuse/r/refuse", "relay-refuse/r/down"].map((r) => ({
+          url: `https://localhost:${inboxPort}/s/${r}`,
           level: "trusted" as const,
         })),
       },
@@ -123,6 +124,8 @@ describe("ifp check against our own agent", () => {
       "send.retry-5xx",
       "send.backoff",
       "send.no-retry-4xx",
+      "send.retry-after",
+      "send.relay-no-retry-4xx",
       "send.relay-preference",
       "send.relay-fallback",
       "send.relay-signature",
@@ -281,6 +284,30 @@ describe("ifp check against our own relay", () => {
     await relay?.close();
     await http?.close();
   });
+  /**
+   * The relay-group checks against a relay of its own behind a proxy in `mode`. Signatures cover
+   * the relay's authority: the relay behind the proxy is configured with the proxy's URL, as a
+   * relay behind a proxy is (docs/relay.md).
+   */
+  const behindProxy = async (mode: Mode, inbox?: { cert: string; key: string }) => {
+    let behind: RunningRelay | undefined;
+    const proxy = await brokenProxy(mode, () => behind!.url);
+    try {
+      behind = await runRelay(env, { url: proxy.url, agents: served() });
+      const report = await runChecks({
+        url: proxy.url,
+        relay: true,
+        key: checker.signing,
+        extraCa: tls.ca,
+        only: "relay",
+        ...(inbox ? { inbox } : {}),
+      });
+      return { report, requests: proxy.requests() };
+    } finally {
+      await proxy.close();
+      await behind?.close();
+    }
+  };
 
   it("the command checks a relay with --relay and a key the relay serves, and exits 0", async () => {
     const keyFile = writeKey(dir, checker);
@@ -353,6 +380,10 @@ describe("ifp check against our own relay", () => {
       "relay.push.sse",
       "relay.push.websocket",
       "relay.push.webhook",
+      "relay.push.sse.trace",
+      "relay.push.websocket.trace",
+      "relay.push.webhook.trace",
+      "relay.push.webhook.https-only",
       "relay.topics",
       "relay.error-body",
       "relay.ack",
@@ -390,33 +421,36 @@ describe("ifp check against our own relay", () => {
     ["relay-changes-body", ["relay.unchanged"], []],
     ["relay-forgets", ["relay.persistence"], []],
     ["relay-keeps-expired", ["relay.ttl"], []],
+    ["relay-http-webhook", ["relay.push.webhook.https-only"], []],
   ] as const)("a relay with a requirement broken (%s)", async (mode, must, profile) => {
-    // Signatures cover the relay's authority: the relay behind the proxy is configured with the
-    // proxy's URL, as a relay behind a proxy is (docs/relay.md).
-    let behind: RunningRelay | undefined;
-    const proxy = await brokenProxy(mode, () => behind!.url);
-    try {
-      behind = await runRelay(env, { url: proxy.url, agents: served() });
-      const report = await runChecks({
-        url: proxy.url,
-        relay: true,
-        key: checker.signing,
-        extraCa: tls.ca,
-        only: "relay",
+    const { report, requests } = await behindProxy(mode);
+    expect(failing(report, ["MUST", "SHOULD"]), explain(report)).toEqual([...must]);
+    expect(failing(report, ["profile"])).toEqual([...profile]);
+    // The proxy does not pass push streams on: not offered, so skipped (MAY), not failed.
+    expect(report.results.find((r) => r.id === "relay.push.sse")).toMatchObject({
+      level: "MAY",
+      result: "skip",
+      reason: expect.stringContaining("not offered"),
+    });
+    expect(requests).toBeLessThanOrEqual(report.requests);
+  });
+
+  // Push streams passed on through a proxy that rewrites each event; the webhook pushed by the proxy.
+  it.concurrent.each([
+    ["relay-push-no-trace", ["relay.push.sse.trace", "relay.push.websocket.trace", "relay.push.webhook.trace"]],
+    ["relay-sse-compact", []],
+    ["relay-sse-unnamed", []],
+  ] as const)("a relay that pushes (%s)", async (mode, must) => {
+    const { report } = await behindProxy(mode, { cert: tls.cert, key: tls.key });
+    expect(failing(report, ["MUST", "SHOULD"]), explain(report)).toEqual([...must]);
+    for (const id of ["relay.push.sse", "relay.push.websocket", "relay.push.webhook"])
+      expect(outcome(report, id), id).toBe("pass");
+    for (const id of must)
+      expect(report.results.find((r) => r.id === id)).toMatchObject({
+        level: "MUST",
+        section: "spec 2.9, 4.2, 5.6",
+        reason: expect.stringMatching(/^the copy pushed by .*: the message has no trace\.received\[\] entry/),
       });
-      expect(failing(report, ["MUST", "SHOULD"]), explain(report)).toEqual([...must]);
-      expect(failing(report, ["profile"])).toEqual([...profile]);
-      // The proxy does not pass push streams on: not offered, so skipped (MAY), not failed.
-      expect(report.results.find((r) => r.id === "relay.push.sse")).toMatchObject({
-        level: "MAY",
-        result: "skip",
-        reason: expect.stringContaining("not offered"),
-      });
-      expect(proxy.requests()).toBeLessThanOrEqual(report.requests);
-    } finally {
-      await proxy.close();
-      await behind?.close();
-    }
   });
 
   it("an agent is not a relay: the relay checks fail against it", async () => {
@@ -444,7 +478,17 @@ type Mode =
   | "relay-changes-body"
   | "relay-forgets"
   | "relay-keeps-expired"
+  | "relay-http-webhook"
+  | "relay-push-no-trace"
+  | "relay-sse-compact"
+  | "relay-sse-unnamed"
   | "small-limit";
+
+const PUSH_MODES: readonly Mode[] = ["relay-push-no-trace", "relay-sse-compact", "relay-sse-unnamed"];
+const withoutTrace = (text: string) => {
+  const { trace: _, ...m } = JSON.parse(text) as { trace?: unknown };
+  return JSON.stringify(m);
+};
 
 /** A TLS proxy in front of the real agent (or relay) that breaks one requirement, counting what it gets. */
 async function brokenProxy(mode: Mode, upstream = () => agent.url) {
@@ -457,7 +501,81 @@ async function brokenProxy(mode: Mode, upstream = () => agent.url) {
   app.addHook("onRequest", async () => {
     requests++;
   });
+  const pushing = PUSH_MODES.includes(mode);
+  /** The webhook the proxy pushes to itself in relay-push-no-trace (the relay behind never hears of it). */
+  let hook: string | undefined;
+  const signed = (h: import("node:http").IncomingHttpHeaders) =>
+    Object.fromEntries(
+      ["accept", "signature", "signature-input"].flatMap((k) => (typeof h[k] === "string" ? [[k, h[k]]] : [])),
+    );
+  if (pushing) {
+    // Push streams pass through, each event rewritten as the mode says.
+    const wss = new WebSocketServer({ noServer: true });
+    app.server.on("upgrade", (req, socket, head) => {
+      const up = new WebSocket(`${upstream().replace(/^https:/, "wss:")}${req.url}`, {
+        headers: signed(req.headers),
+        ca: tls.ca,
+      });
+      up.on("unexpected-response", () => socket.destroy());
+      up.on("error", () => socket.destroy());
+      up.on("open", () =>
+        wss.handleUpgrade(req, socket, head, (client) => {
+          up.on("message", (data) => {
+            const frame = JSON.parse(data.toString()) as { type?: string; message?: { trace?: unknown } };
+            if (mode === "relay-push-no-trace" && frame.type === "message") delete frame.message?.trace;
+            client.send(JSON.stringify(frame));
+          });
+          client.on("message", (data) => up.send(data.toString()));
+          client.on("close", () => up.close());
+          up.on("close", () => client.close());
+        }),
+      );
+    });
+  }
   app.all("/*", async (req, reply) => {
+    if (pushing && req.url.startsWith("/relay/events")) {
+      reply.hijack();
+      const upReq = httpsRequestStream(
+        `${upstream()}${req.url}`,
+        { headers: signed(req.headers), ca: tls.ca, agent: false },
+        (upRes) => {
+          reply.raw.writeHead(upRes.statusCode ?? 502, { "content-type": upRes.headers["content-type"] ?? "" });
+          let partial = "";
+          upRes.setEncoding("utf8");
+          upRes.on("data", (chunk: string) => {
+            const lines = (partial + chunk).split("\n");
+            partial = lines.pop()!;
+            const out = lines.flatMap((line) => {
+              if (mode === "relay-sse-compact" && line === "event: message") return ["event:message"];
+              if (mode === "relay-sse-unnamed" && line.startsWith("event:")) return [];
+              if (mode === "relay-push-no-trace" && line.startsWith("data: "))
+                return [`data: ${withoutTrace(line.slice(6))}`];
+              return [line];
+            });
+            reply.raw.write(out.map((l) => `${l}\n`).join(""));
+          });
+          upRes.on("end", () => reply.raw.end());
+        },
+      );
+      upReq.on("error", () => reply.raw.destroy());
+      reply.raw.on("close", () => upReq.destroy());
+      upReq.end();
+      return reply;
+    }
+    if (mode === "relay-push-no-trace" && req.method === "POST" && req.url === "/relay/subscribe") {
+      const push = (JSON.parse((req.body as Buffer).toString()) as { push?: { webhook?: string | null } }).push;
+      if (push && (push.webhook === null || push.webhook?.startsWith("https:"))) {
+        hook = push.webhook ?? undefined;
+        return reply.code(200).send({ status: "subscribed", push: { webhook: hook ?? null } });
+      }
+    }
+    if (
+      mode === "relay-http-webhook" &&
+      req.method === "POST" &&
+      req.url === "/relay/subscribe" &&
+      (req.body as Buffer).toString().includes('"webhook":"http:')
+    )
+      return reply.code(200).send({ status: "subscribed" });
     const forward: Record<string, string> = {};
     for (const h of [
       "content-type",
@@ -478,7 +596,7 @@ async function brokenProxy(mode: Mode, upstream = () => agent.url) {
     ) {
       return reply.code(413).send({ status: "error", code: "payload_too_large", message: "over 512 KiB" });
     }
-    // Push streams are not proxied: a relay behind this proxy does not offer them (skipped, MAY).
+    // Push streams are not proxied but in the push modes: a relay behind this proxy does not offer them (skipped, MAY).
     if (req.url.startsWith("/relay/events") || req.url.startsWith("/relay/ws"))
       return reply.code(404).send({ status: "error", code: "not_found", message: "not here" });
     if (mode === "redirect" && req.url.endsWith("/identity"))
@@ -526,6 +644,14 @@ async function brokenProxy(mode: Mode, upstream = () => agent.url) {
       const ids = new Set(list.map((m) => m.headers.message_id));
       text = JSON.stringify([...list, ...[...listed.values()].filter((m) => !ids.has(m.headers.message_id))]);
     }
+    // The proxy pushes the message as it was published, without the relay's trace entry.
+    if (mode === "relay-push-no-trace" && hook && req.url === "/relay/publish" && status === 202)
+      await httpsRequest(hook, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: req.body as Buffer,
+        ca: tls.ca,
+      });
     for (const h of ["content-type", "cache-control", "retry-after", ...(mode === "no-etag" ? [] : ["etag"])]) {
       const v = res.headers[h];
       if (typeof v === "string") reply.header(h, v);
@@ -622,9 +748,12 @@ describe("ifp check against targets with a requirement broken", () => {
   it("a sender that breaks the sending rules: the send checks name each break", async () => {
     // A deliberately careless sender behind a local API of its own: it posts wherever the peer's
     // identity document says (http included), unsigned, without Idempotency-Key, three times
-    // whatever the answer, the second pause shorter than the first, and never uses relays.
+    // whatever the answer (a 429's Retry-After included), the second pause shorter than the
+    // first, and never uses relays; behind `/relays/outbox` it publishes, just as carelessly, to
+    // the first relay of a peer that has no inbox.
     const sent: Promise<unknown>[] = [];
     const careless = httpServer((req, res) => {
+      const viaRelays = req.url?.startsWith("/relays/");
       const chunks: Buffer[] = [];
       req.on("data", (c: Buffer) => chunks.push(c));
       req.on("end", () => {
@@ -634,8 +763,9 @@ describe("ifp check against targets with a requirement broken", () => {
           (async () => {
             const identity = JSON.parse(
               (await httpsRequest(`${to}/.well-known/agent/identity`, { ca: tls.ca })).text,
-            ) as { endpoints?: { inbox?: string } };
-            const target = identity.endpoints?.inbox;
+            ) as { endpoints?: { inbox?: string }; relay?: { urls: string[] } };
+            const relay = viaRelays && identity.relay?.urls[0];
+            const target = identity.endpoints?.inbox ?? (relay ? `${relay}/relay/publish` : undefined);
             if (!target) return;
             const message = JSON.stringify({
               ifp: 4,
@@ -679,6 +809,7 @@ describe("ifp check against targets with a requirement broken", () => {
         "send.idempotency-key",
         "send.signature",
         "send.backoff",
+        "send.retry-after",
         "send.relay-preference",
       ]);
       expect(failing(report, ["profile"])).toEqual(["send.signature.verifies"]);
@@ -686,6 +817,31 @@ describe("ifp check against targets with a requirement broken", () => {
       expect(outcome(report, "send.request")).toBe("pass");
       expect(report.results.find((r) => r.id === "send.https-only")?.reason).toMatch(/over plain HTTP/);
       expect(report.results.find((r) => r.id === "send.no-retry-4xx")?.reason).toMatch(/answered 400, and sent again/);
+      expect(report.results.find((r) => r.id === "send.retry-after")?.reason).toMatch(
+        /429 with Retry-After: 3, and sent again after only [0-2]\.\d s/,
+      );
+      expect(outcome(report, "send.relay-no-retry-4xx")).toBe("skip");
+      // Through relays: the relay's 400 is published to again, and the 503 relay's neighbour never tried.
+      const relayed = await runChecks({
+        url: agentUrl,
+        extraCa: tls.ca,
+        only: "send",
+        inbox: { cert: tls.cert, key: tls.key },
+        localApi: { url: `${localApi}/relays` },
+        sendWaitMs: 6_000,
+      });
+      expect(failing(relayed, ["MUST"]), explain(relayed)).toEqual([
+        "send.https-only",
+        "send.no-retry-4xx",
+        "send.relay-no-retry-4xx",
+      ]);
+      expect(relayed.results.find((r) => r.id === "send.relay-no-retry-4xx")).toMatchObject({
+        level: "MUST",
+        section: "spec 3, 7.2.3",
+        reason: expect.stringMatching(/^the relay answered 400, and the message was published there again/),
+      });
+      expect(outcome(relayed, "send.relay-preference")).toBe("pass");
+      expect(outcome(relayed, "send.relay-fallback")).toBe("fail");
     } finally {
       await Promise.allSettled(sent);
       careless.closeAllConnections();
