@@ -423,7 +423,11 @@ describe("callers signing with IFP keys (RFC 9421)", () => {
     expect(old.json().error.message).toMatch(/older than 300 s/);
     // The profile's signature in every other respect, made by the RFC 9421 library, with no nonce.
     const created = new Date();
-    const unsigned = { "content-type": "application/json", "a2a-version": "1.0", "content-digest": contentDigest(body) };
+    const unsigned = {
+      "content-type": "application/json",
+      "a2a-version": "1.0",
+      "content-digest": contentDigest(body),
+    };
     const noNonce = await httpbis.signMessage(
       {
         key: {
