@@ -1,0 +1,118 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { NatsServer } from "../../../e2e/support/nats.ts";
+import { consistently } from "../../../e2e/support/ports.ts";
+import { identity, peerOf } from "../support/fixtures.ts";
+import { runAgent, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
+import { LocalApiClient, LocalApiError } from "../../src/client/local.ts";
+import { scriptedPeer, send, untilState } from "../support/outbox-harness.ts";
+
+let nats: NatsServer;
+let tls: Tls;
+withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
+
+/** The answer of a LocalApiClient call that fails: its status and error body. */
+async function refusal(call: Promise<unknown>): Promise<{ status: number; code: string; message: string }> {
+  try {
+    await call;
+  } catch (err) {
+    if (err instanceof LocalApiError) return { status: err.status, code: err.code, message: err.message };
+    throw err;
+  }
+  throw new Error("the call succeeded");
+}
+
+describe("redriving dead letters", () => {
+  // A peer that is down (503) until `up`: then it takes every message, and the test counts
+  // what it took by message_id.
+  let up = false;
+  let peer: Awaited<ReturnType<typeof scriptedPeer>>;
+  let sender: Awaited<ReturnType<typeof runAgent>>;
+  let api: LocalApiClient;
+  const accepted = (id: string) =>
+    peer.requests.filter((r) => r.headers["idempotency-key"] === id && (r as { ok?: boolean }).ok).length;
+
+  beforeAll(async () => {
+    peer = await scriptedPeer(tls, (n) => {
+      (peer.requests[n - 1] as { ok?: boolean }).ok = up;
+      return { status: up ? 202 : 503 };
+    });
+    sender = await runAgent({
+      self: identity("redriver"),
+      natsUrl: nats.url,
+      tls,
+      spec: {
+        peers: [{ ...peerOf(identity("sometimes")), url: peer.url }],
+        outbound: { backoff: ["200ms"], retryFor: "1s" },
+      },
+    });
+    api = new LocalApiClient(sender.localApiUrl);
+  });
+  afterAll(async () => {
+    await sender?.close();
+    await peer?.close();
+  });
+
+  /** Messages sent while the peer is down, each until it is a dead letter. */
+  async function deadLetters(n: number): Promise<string[]> {
+    up = false;
+    const ids: string[] = [];
+    for (let i = 0; i < n; i++)
+      ids.push((await send(sender.localApiUrl, { to: "sometimes", text: `m${i}` })).body.message_id);
+    for (const id of ids) await untilState(sender.localApiUrl, id, "undeliverable");
+    const listed = (await api.deadLetters()).map((d) => d.message_id);
+    for (const id of ids) expect(listed).toContain(id);
+    return ids;
+  }
+
+  it("redrives one dead letter once the peer is back: delivered once, no longer a dead letter", async () => {
+    const [id] = await deadLetters(1);
+    const before = peer.requests.length;
+    expect(before).toBeGreaterThan(1);
+    up = true;
+    const redriven = await api.redrive(id!);
+    expect(redriven).toMatchObject({ status: "queued", message_id: id, record: { state: "queued" } });
+    expect(redriven.record.recipients).toEqual([{ agent: "sometimes", state: "queued", attempts: 0 }]);
+    const done = await untilState(sender.localApiUrl, id!, "delivered");
+    expect(done.recipients[0]).toMatchObject({ state: "delivered", attempts: 1 });
+    expect(done.redrive).toMatchObject({ count: 1 });
+    expect(accepted(id!)).toBe(1);
+    expect((await api.deadLetters()).map((d) => d.message_id)).not.toContain(id);
+    // Sent again: not a dead letter any more, and nothing is sent.
+    expect(await refusal(api.redrive(id!))).toMatchObject({ status: 409, code: "not_redrivable" });
+    await consistently("no second copy", () => accepted(id!) === 1, 1500);
+  });
+
+  it("queues one copy of a dead letter redriven several times at once", async () => {
+    const [id] = await deadLetters(1);
+    up = true;
+    const answers = await Promise.allSettled(Array.from({ length: 4 }, () => api.redrive(id!)));
+    expect(answers.some((a) => a.status === "fulfilled")).toBe(true);
+    for (const a of answers)
+      if (a.status === "rejected") expect(a.reason).toMatchObject({ status: 409, code: "not_redrivable" });
+    await untilState(sender.localApiUrl, id!, "delivered");
+    await consistently("one copy at the peer", () => accepted(id!) === 1, 2000);
+    expect(peer.requests.filter((r) => r.headers["idempotency-key"] === id && (r as { ok?: boolean }).ok)).toHaveLength(
+      1,
+    );
+  });
+
+  it("redrives all dead letters, and a second redrive of all sends nothing more", async () => {
+    const ids = await deadLetters(3);
+    up = true;
+    const all = await api.redriveAll();
+    for (const id of ids) expect(all.redriven).toContain(id);
+    for (const id of ids) await untilState(sender.localApiUrl, id, "delivered");
+    const again = await api.redriveAll();
+    for (const id of ids) expect(again.redriven).not.toContain(id);
+    await consistently("each delivered once", () => ids.every((id) => accepted(id) === 1), 1500);
+    expect(await api.deadLetters()).toEqual([]);
+  });
+
+  it("answers 404 with the error body for an id that is no dead letter nor sent", async () => {
+    expect(await refusal(api.redrive("msg:no-such-message"))).toEqual({
+      status: 404,
+      code: "not_found",
+      message: "no dead letter msg:no-such-message",
+    });
+  });
+});
