@@ -1,3 +1,6 @@
+import { jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { consistently } from "../../../e2e/support/ports.ts";
@@ -5,10 +8,22 @@ import { identity, peerOf } from "../support/fixtures.ts";
 import { runAgent, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { LocalApiClient, LocalApiError } from "../../src/client/local.ts";
 import { scriptedPeer, send, untilState } from "../support/outbox-harness.ts";
+import { agentNames } from "../../src/agent/names.ts";
+import { encodeToken } from "../../src/contract/nats.ts";
 
 let nats: NatsServer;
 let tls: Tls;
 withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
+
+/** How many messages were ever put in the agent's outbox (its stream's last sequence). */
+async function queuedSoFar(agentId: string): Promise<number> {
+  const nc = await connect({ servers: nats.url });
+  try {
+    return (await (await jetstreamManager(nc)).streams.info(agentNames(agentId).outboxStream)).state.last_seq;
+  } finally {
+    await nc.close();
+  }
+}
 
 /** The answer of a LocalApiClient call that fails: its status and error body. */
 async function refusal(call: Promise<unknown>): Promise<{ status: number; code: string; message: string }> {
@@ -22,8 +37,8 @@ async function refusal(call: Promise<unknown>): Promise<{ status: number; code: 
 }
 
 describe("redriving dead letters", () => {
-  // A peer that is down (503) until `up`: then it takes every message, and the test counts
-  // what it took by message_id.
+  // A peer that is down (503) until `up`: then it takes every message, slowly enough for
+  // deliveries of copies to overlap, and the test counts what it took by message_id.
   let up = false;
   let peer: Awaited<ReturnType<typeof scriptedPeer>>;
   let sender: Awaited<ReturnType<typeof runAgent>>;
@@ -34,7 +49,7 @@ describe("redriving dead letters", () => {
   beforeAll(async () => {
     peer = await scriptedPeer(tls, (n) => {
       (peer.requests[n - 1] as { ok?: boolean }).ok = up;
-      return { status: up ? 202 : 503 };
+      return up ? { status: 202, delayMs: 300 } : { status: 503 };
     });
     sender = await runAgent({
       self: identity("redriver"),
@@ -85,7 +100,9 @@ describe("redriving dead letters", () => {
   it("queues one copy of a dead letter redriven several times at once", async () => {
     const [id] = await deadLetters(1);
     up = true;
-    const answers = await Promise.allSettled(Array.from({ length: 4 }, () => api.redrive(id!)));
+    const before = await queuedSoFar("redriver");
+    const answers = await Promise.allSettled(Array.from({ length: 8 }, () => api.redrive(id!)));
+    expect(await queuedSoFar("redriver")).toBe(before + 1);
     expect(answers.some((a) => a.status === "fulfilled")).toBe(true);
     for (const a of answers)
       if (a.status === "rejected") expect(a.reason).toMatchObject({ status: 409, code: "not_redrivable" });
@@ -106,6 +123,34 @@ describe("redriving dead letters", () => {
     for (const id of ids) expect(again.redriven).not.toContain(id);
     await consistently("each delivered once", () => ids.every((id) => accepted(id) === 1), 1500);
     expect(await api.deadLetters()).toEqual([]);
+  });
+
+  it("does not send a dead letter that was delivered meanwhile, and removes it from the dead letters", async () => {
+    const [id] = await deadLetters(1);
+    up = true;
+    const before = peer.requests.length;
+    // Its record says delivered (as another replica's delivery would write it), the dead letter is still listed.
+    const nc = await connect({ servers: nats.url });
+    try {
+      const kv = await new Kvm(nc).open(agentNames("redriver").outboxStateBucket);
+      const rec = (await kv.get(`msg.${encodeToken(id!)}`))!.json<{ recipients: object[] }>();
+      const delivered = {
+        ...rec,
+        state: "delivered",
+        recipients: [{ agent: "sometimes", state: "delivered", attempts: 1 }],
+      };
+      await kv.put(`msg.${encodeToken(id!)}`, JSON.stringify(delivered));
+    } finally {
+      await nc.close();
+    }
+    expect((await api.deadLetters()).map((d) => d.message_id)).toContain(id);
+    expect(await refusal(api.redrive(id!))).toEqual({
+      status: 409,
+      code: "not_redrivable",
+      message: `message ${id} was delivered meanwhile`,
+    });
+    expect((await api.deadLetters()).map((d) => d.message_id)).not.toContain(id);
+    await consistently("nothing sent", () => peer.requests.length === before, 1500);
   });
 
   it("answers 404 with the error body for an id that is no dead letter nor sent", async () => {
