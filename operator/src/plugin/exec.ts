@@ -123,7 +123,7 @@ export async function checkExec(c: Connection, target: RuntimePod): Promise<void
   const denied = answers.filter((a) => a.allowed === false);
   if (denied.length)
     throw new PluginError(
-      `you may not exec into pod ${target.pod} in ${target.namespace} (${denied.map((a) => a.verb).join(" and ")} on pods/exec)${denied[0]!.reason ? `: ${denied[0]!.reason}` : ""}; kubectl ifp send and tail run ifp in the Agent's pod`,
+      `you may not exec into pod ${target.pod} in ${target.namespace} (${denied.map((a) => a.verb).join(" and ")} on pods/exec)${denied[0]!.reason ? `: ${denied[0]!.reason}` : ""}; kubectl ifp send, tail and redrive run ifp in the Agent's pod`,
     );
 }
 

@@ -8,6 +8,7 @@ import { identity, peerOf } from "../support/fixtures.ts";
 import { runAgent, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { LocalApiClient, LocalApiError } from "../../src/client/local.ts";
 import { scriptedPeer, send, untilState } from "../support/outbox-harness.ts";
+import { ifpCommand } from "../support/ifp-command.ts";
 import { agentNames } from "../../src/agent/names.ts";
 import { encodeToken } from "../../src/contract/nats.ts";
 
@@ -158,6 +159,59 @@ describe("redriving dead letters", () => {
       status: 404,
       code: "not_found",
       message: "no dead letter msg:no-such-message",
+    });
+  });
+
+  describe("ifp redrive", () => {
+    const ifp = ifpCommand();
+    /** The status and the JSON of `ifp redrive`'s one line. */
+    const answer = (stdout: string) => {
+      const [, status, json] = /^(\d{3}) (.*)\n$/.exec(stdout)!;
+      return { status: Number(status), body: JSON.parse(json!) };
+    };
+
+    it("redrives one dead letter (202, exit 0), refuses it again (409, exit 1) and an unknown id (404, exit 1)", async () => {
+      const [id] = await deadLetters(1);
+      up = true;
+      const one = await ifp("redrive", id!, "--local-api", sender.localApiUrl);
+      expect(one.status, one.stderr).toBe(0);
+      expect(answer(one.stdout)).toMatchObject({ status: 202, body: { status: "queued", message_id: id } });
+      await untilState(sender.localApiUrl, id!, "delivered");
+      expect(accepted(id!)).toBe(1);
+      const again = await ifp("redrive", id!, "--local-api", sender.localApiUrl);
+      expect(again.status).toBe(1);
+      expect(answer(again.stdout)).toMatchObject({ status: 409, body: { status: "error", code: "not_redrivable" } });
+      const unknown = await ifp("redrive", "msg:nobody", "--local-api", sender.localApiUrl);
+      expect(unknown.status).toBe(1);
+      expect(answer(unknown.stdout)).toEqual({
+        status: 404,
+        body: { status: "error", code: "not_found", message: "no dead letter msg:nobody" },
+      });
+    });
+
+    it("redrives all with --all (200, what was redriven), each delivered once", async () => {
+      const ids = await deadLetters(2);
+      up = true;
+      const all = await ifp("redrive", "--all", "--limit", "1000", "--local-api", sender.localApiUrl);
+      expect(all.status, all.stderr).toBe(0);
+      const { status, body } = answer(all.stdout);
+      expect(status).toBe(200);
+      for (const id of ids) expect(body.redriven).toContain(id);
+      for (const id of ids) await untilState(sender.localApiUrl, id, "delivered");
+      await consistently("each delivered once", () => ids.every((id) => accepted(id) === 1), 1000);
+    });
+
+    it.each([
+      [["redrive"], /redrive takes one MESSAGE_ID, or --all/],
+      [["redrive", "msg:1", "--all"], /redrive takes one MESSAGE_ID, or --all/],
+      [["redrive", "msg:1", "--limit", "5"], /--limit goes with --all/],
+      [["redrive", "--all", "--limit", "0"], /--limit goes with --all and takes 1 to 1000/],
+      [["redrive", "--all", "--text", "x"], /Unknown option '--text'/],
+    ])("refuses %j with the usage (exit 2)", async (args, message) => {
+      const r = await ifp(...args);
+      expect(r.status).toBe(2);
+      expect(r.stderr).toMatch(message);
+      expect(r.stderr).toMatch(/usage:/);
     });
   });
 });
