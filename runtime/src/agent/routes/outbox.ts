@@ -43,7 +43,7 @@ export interface OutboxRouteDeps {
   /** The received message with this message_id (from `sender`, when given), for replies. */
   received(messageId: string, sender?: string): Promise<Message | undefined>;
   /** Send one dead letter again (DeliveryStates.redrive, back into the outbox). */
-  redrive?: (messageId: string) => Promise<Redrive>;
+  redrive: (messageId: string) => Promise<Redrive>;
   /** Conversation records: each queued message is recorded. */
   conversations?: Pick<Conversations, "outbound" | "nextSequence">;
 }
@@ -142,9 +142,6 @@ export const outboxRoutes: FastifyPluginAsyncZod<OutboxRouteDeps> = async (app, 
     async (req) => ({ dead_letters: await deps.states.deadLetters(req.query.limit) }),
   );
 
-  const redrive = deps.redrive;
-  if (!redrive) return;
-
   app.post(
     "/dead-letters/:id/redrive",
     {
@@ -157,7 +154,7 @@ export const outboxRoutes: FastifyPluginAsyncZod<OutboxRouteDeps> = async (app, 
     },
     async (req, reply) => {
       const id = req.params.id;
-      const r = await redrive(id);
+      const r = await deps.redrive(id);
       if (r.outcome === "not_found") throw notFound(`no dead letter ${id}`);
       if (r.outcome === "not_redrivable") throw new ProtocolError(409, "not_redrivable", r.reason);
       return reply
@@ -181,7 +178,7 @@ export const outboxRoutes: FastifyPluginAsyncZod<OutboxRouteDeps> = async (app, 
     async (req) => {
       const out: RedriveAll = { redriven: [], skipped: [] };
       for (const dead of await deps.states.deadLetters(req.query.limit)) {
-        const r = await redrive(dead.message_id);
+        const r = await deps.redrive(dead.message_id);
         if (r.outcome === "redriven") out.redriven.push(dead.message_id);
         else
           out.skipped.push({
@@ -201,7 +198,7 @@ counts from now. It is removed from the dead letters; should it end failed or un
 again, it is a dead letter again. Never two copies: of redrives of one dead letter racing each
 other one queues it, and one that was delivered meanwhile is only removed from the dead letters.
 
-404 \`not_found\` when no message with this id is a dead letter nor was sent; 409
+404 \`not_found\` when the agent sent no message with this id (in the last week); 409
 \`not_redrivable\` when it is not a dead letter (still being sent, redriven already, or
 delivered meanwhile) or its message is no longer kept (dead letters are kept for a week);
 503 when the outbox is not reachable.`;
