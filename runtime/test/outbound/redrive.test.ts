@@ -1,3 +1,4 @@
+import pino from "pino";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
@@ -10,6 +11,8 @@ import { LocalApiClient, LocalApiError } from "../../src/client/local.ts";
 import { scriptedPeer, send, untilState } from "../support/outbox-harness.ts";
 import { ifpCommand } from "../support/ifp-command.ts";
 import { agentNames } from "../../src/agent/names.ts";
+import { DeliveryStates } from "../../src/agent/delivery-state.ts";
+import { Nats } from "../../src/nats/connection.ts";
 import { encodeToken } from "../../src/contract/nats.ts";
 
 let nats: NatsServer;
@@ -152,6 +155,36 @@ describe("redriving dead letters", () => {
     });
     expect((await api.deadLetters()).map((d) => d.message_id)).not.toContain(id);
     await consistently("nothing sent", () => peer.requests.length === before, 1500);
+  });
+
+  it("completes a redrive cut short between the reset and the outbox under the same id: one copy", async () => {
+    const [id] = await deadLetters(1);
+    up = true;
+    // Another replica's redrive that stops after resetting the record, before the message is queued.
+    const conn = new Nats({ url: nats.url, name: "redrive test" }, pino({ level: "silent" }));
+    await conn.start();
+    try {
+      const states = new DeliveryStates(conn, agentNames("redriver").outboxStateBucket);
+      await states.ensure();
+      const cut = await states
+        .redrive(id!, async () => {
+          throw new Error("stopped");
+        })
+        .catch((err: Error) => err.message);
+      expect(cut).toBe("stopped");
+    } finally {
+      await conn.close();
+    }
+    const reset = await api.status(id!);
+    expect(reset).toMatchObject({ state: "queued", redrive: { count: 1 } });
+    expect((await api.deadLetters()).map((d) => d.message_id)).toContain(id);
+    const before = await queuedSoFar("redriver");
+    const redriven = await api.redrive(id!);
+    expect(redriven.record.redrive).toEqual(reset.redrive);
+    expect(await queuedSoFar("redriver")).toBe(before + 1);
+    await untilState(sender.localApiUrl, id!, "delivered");
+    expect(accepted(id!)).toBe(1);
+    expect((await api.deadLetters()).map((d) => d.message_id)).not.toContain(id);
   });
 
   it("answers 404 with the error body for an id that is no dead letter nor sent", async () => {
