@@ -1,8 +1,9 @@
-// `kubectl ifp send|tail`: the runtime's own `ifp` command, run in the runtime container of one of
+// `kubectl ifp send|tail|redrive`: the runtime's own `ifp` command, run in the runtime container of one of
 // the Agent's ready pods over the API server's pods/exec (the Exec client of
 // @kubernetes/client-node, a WebSocket; no kubectl spawned). In the pod, `ifp` reaches the Agent's
 // local API on the loopback: the runtime signs with the Agent's key and stores the message in its
-// outbox before the 202, and the inbox watch reads what it accepts. No key, token or message
+// outbox before the 202, the inbox watch reads what it accepts, and dead letters go back into the
+// outbox. No key, token or message
 // leaves the cluster but what `ifp` prints. docs/kubectl-plugin.md.
 import { PassThrough, Writable } from "node:stream";
 import { AuthorizationV1Api, Exec, type V1Pod, type V1Status } from "@kubernetes/client-node";
