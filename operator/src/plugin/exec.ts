@@ -3,8 +3,8 @@
 // @kubernetes/client-node, a WebSocket; no kubectl spawned). In the pod, `ifp` reaches the Agent's
 // local API on the loopback: the runtime signs with the Agent's key and stores the message in its
 // outbox before the 202, the inbox watch reads what it accepts, and dead letters go back into the
-// outbox. No key, token or message
-// leaves the cluster but what `ifp` prints. docs/kubectl-plugin.md.
+// outbox. No key, token or message leaves the cluster but what `ifp` prints.
+// docs/kubectl-plugin.md.
 import { PassThrough, Writable } from "node:stream";
 import { AuthorizationV1Api, Exec, type V1Pod, type V1Status } from "@kubernetes/client-node";
 import { selectorLabels } from "../controllers/names.ts";
