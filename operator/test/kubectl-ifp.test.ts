@@ -636,14 +636,14 @@ spec: {agentId: https://nosidecar.example/a}
     const refused = plugin(["send", "alice", "--to", "x", "--text", "y", "--kubeconfig", config]);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(
-      /^kubectl ifp: you may not exec into pod alice-ready in team \(create and get on pods\/exec\).*; kubectl ifp send and tail run ifp in the Agent's pod\n$/,
+      /^kubectl ifp: you may not exec into pod alice-ready in team \(create and get on pods\/exec\).*; kubectl ifp send, tail and redrive run ifp in the Agent's pod\n$/,
     );
     // With create on pods/exec but not get (the WebSocket exec is a GET): refused before trying, naming get.
     apply(role("watcher-exec", "watcher", ['{apiGroups: [""], resources: [pods/exec], verbs: [create]}']));
     const withCreate = plugin(["send", "alice", "--to", "x", "--text", "y", "--kubeconfig", config]);
     expect(withCreate.code).toBe(1);
     expect(withCreate.stderr).toMatch(
-      /^kubectl ifp: you may not exec into pod alice-ready in team \(get on pods\/exec\).*; kubectl ifp send and tail run ifp in the Agent's pod\n$/,
+      /^kubectl ifp: you may not exec into pod alice-ready in team \(get on pods\/exec\).*; kubectl ifp send, tail and redrive run ifp in the Agent's pod\n$/,
     );
     cp.kubectl(["-n", NS, "delete", "rolebinding", "watcher-exec"]);
     // Without the right to read Agents: the API server's refusal, one line.
@@ -661,6 +661,14 @@ spec: {agentId: https://nosidecar.example/a}
       /kubectl ifp: cannot exec into pod alice-ready in team: the API server answered \d{3}/,
     );
     expect(tried.stderr).not.toMatch(/\n\s+at /);
+    for (const redrive of [
+      ["redrive", "alice", "-n", NS, "msg:01ABC"],
+      ["redrive", "alice", "-n", NS, "--all", "--limit", "10"],
+    ]) {
+      const r = plugin(redrive);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toMatch(/^kubectl ifp: redrive through pod alice-ready \(container runtime\)\n/);
+    }
   });
 
   const cases: [string, string[], number, RegExp][] = [
@@ -678,7 +686,21 @@ spec: {agentId: https://nosidecar.example/a}
     ["a --since past a week", ["tail", "alice", "--since", "604801"], 2, /--since takes whole seconds, 0 to 604800/],
     ["-A", ["tail", "alice", "-A"], 2, /tail reads one namespace: -n NS, not -A/],
     ["-o", ["tail", "alice", "-o", "json"], 2, /tail has no -o/],
-    ["a messaging flag elsewhere", ["status", "--to", "x"], 2, /--to goes with send or tail, not status/],
+    ["a messaging flag elsewhere", ["status", "--to", "x"], 2, /--to goes with send, tail or redrive, not status/],
+    ["--all elsewhere", ["status", "--all"], 2, /--all goes with send, tail or redrive, not status/],
+    ["redrive without an Agent", ["redrive"], 2, /redrive needs the Agent's name: redrive AGENT/],
+    ["redrive of nothing", ["redrive", "alice"], 2, /redrive takes one MESSAGE_ID, or --all/],
+    ["redrive of one and all", ["redrive", "alice", "msg:1", "--all"], 2, /redrive takes one MESSAGE_ID, or --all/],
+    ["redrive of two", ["redrive", "alice", "msg:1", "msg:2"], 2, /redrive takes one Agent and one MESSAGE_ID/],
+    ["--limit without --all", ["redrive", "alice", "msg:1", "--limit", "5"], 2, /--limit goes with --all/],
+    [
+      "--limit past 1000",
+      ["redrive", "alice", "--all", "--limit", "1001"],
+      2,
+      /--limit goes with --all and takes 1 to 1000/,
+    ],
+    ["a send flag on redrive", ["redrive", "alice", "--all", "--text", "x"], 2, /--text does not go with redrive/],
+    ["--all on tail", ["tail", "alice", "--all"], 2, /--all does not go with tail/],
     ["no such namespace", ["tail", "alice", "-n", "nope"], 1, /namespace "nope" not found/],
     [
       "no such Agent",

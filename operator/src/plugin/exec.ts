@@ -1,9 +1,10 @@
-// `kubectl ifp send|tail`: the runtime's own `ifp` command, run in the runtime container of one of
+// `kubectl ifp send|tail|redrive`: the runtime's own `ifp` command, run in the runtime container of one of
 // the Agent's ready pods over the API server's pods/exec (the Exec client of
 // @kubernetes/client-node, a WebSocket; no kubectl spawned). In the pod, `ifp` reaches the Agent's
 // local API on the loopback: the runtime signs with the Agent's key and stores the message in its
-// outbox before the 202, and the inbox watch reads what it accepts. No key, token or message
-// leaves the cluster but what `ifp` prints. docs/kubectl-plugin.md.
+// outbox before the 202, the inbox watch reads what it accepts, and dead letters go back into the
+// outbox. No key, token or message leaves the cluster but what `ifp` prints.
+// docs/kubectl-plugin.md.
 import { PassThrough, Writable } from "node:stream";
 import { AuthorizationV1Api, Exec, type V1Pod, type V1Status } from "@kubernetes/client-node";
 import { selectorLabels } from "../controllers/names.ts";
@@ -123,7 +124,7 @@ export async function checkExec(c: Connection, target: RuntimePod): Promise<void
   const denied = answers.filter((a) => a.allowed === false);
   if (denied.length)
     throw new PluginError(
-      `you may not exec into pod ${target.pod} in ${target.namespace} (${denied.map((a) => a.verb).join(" and ")} on pods/exec)${denied[0]!.reason ? `: ${denied[0]!.reason}` : ""}; kubectl ifp send and tail run ifp in the Agent's pod`,
+      `you may not exec into pod ${target.pod} in ${target.namespace} (${denied.map((a) => a.verb).join(" and ")} on pods/exec)${denied[0]!.reason ? `: ${denied[0]!.reason}` : ""}; kubectl ifp send, tail and redrive run ifp in the Agent's pod`,
     );
 }
 

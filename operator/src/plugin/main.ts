@@ -31,8 +31,12 @@ export const USAGE = `usage: kubectl ifp <command> [flags]
                               follow what the Agent AGENT receives: one JSON line per message its
                               inbox accepts, taking none from its application; --since starts S
                               seconds back, --count stops after N, --timeout after S seconds
-                              send and tail run the runtime's ifp in one of the Agent's ready pods
-                              (get and create on pods/exec, your own rights)
+  redrive AGENT (MESSAGE_ID | --all [--limit N])
+                              send the Agent's dead letters again (one, or up to N oldest, default
+                              100): back into its outbox with a fresh attempt count, never a second
+                              copy of one delivered; prints the runtime's answer
+                              send, tail and redrive run the runtime's ifp in one of the Agent's
+                              ready pods (get and create on pods/exec, your own rights)
 
 flags:
   -n, --namespace NS          the namespace (default: the context's); status and report: only it
@@ -67,12 +71,14 @@ interface Parsed {
   kubeconfig?: string;
   context?: string;
   operatorNamespace?: string;
-  /** send and tail: their flags, as given. */
+  /** send, tail and redrive: their flags, as given. */
   messaging: Partial<Record<(typeof MESSAGING_FLAGS)[number], string>>;
+  /** redrive --all. */
+  all: boolean;
   help: boolean;
 }
 
-const MESSAGING_FLAGS = ["to", "text", "phase", "wait", "since", "count", "timeout"] as const;
+const MESSAGING_FLAGS = ["to", "text", "phase", "wait", "since", "count", "timeout", "limit"] as const;
 
 export function parse(argv: string[]): Parsed {
   let values: Record<string, string | boolean | undefined>;
@@ -96,6 +102,8 @@ export function parse(argv: string[]): Parsed {
         since: { type: "string" },
         count: { type: "string" },
         timeout: { type: "string" },
+        limit: { type: "string" },
+        all: { type: "boolean" },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -115,6 +123,7 @@ export function parse(argv: string[]): Parsed {
     messaging: Object.fromEntries(
       MESSAGING_FLAGS.filter((f) => values[f] !== undefined).map((f) => [f, values[f] as string]),
     ),
+    all: !!values.all,
     help: !!values.help,
   };
 }
@@ -127,9 +136,11 @@ function tableOrJson(output: string | undefined): "table" | "json" {
 
 async function run(p: Parsed, out: (s: string) => void): Promise<number> {
   if (p.namespace !== undefined && p.allNamespaces) throw new UsageError("-n and -A together: choose one");
-  if (p.command === "send" || p.command === "tail") return await messaging(p.command, p, out);
-  const stray = Object.keys(p.messaging);
-  if (stray.length) throw new UsageError(`--${stray[0]} goes with send or tail, not ${p.command || "no command"}`);
+  if (p.command === "send" || p.command === "tail" || p.command === "redrive")
+    return await messaging(p.command, p, out);
+  const stray = [...Object.keys(p.messaging), ...(p.all ? ["all"] : [])];
+  if (stray.length)
+    throw new UsageError(`--${stray[0]} goes with send, tail or redrive, not ${p.command || "no command"}`);
   switch (p.command) {
     case "status": {
       if (p.args.length) throw new UsageError(`status takes no arguments (got ${p.args.join(" ")})`);
@@ -187,22 +198,36 @@ function secondsFlag(name: string, value: string | undefined, max: number): stri
 }
 
 /**
- * send and tail: the arguments checked here, then the runtime's `ifp send --local-api` or
- * `ifp tail` run in one of the Agent's ready pods (exec.ts); its exit code is the plugin's.
+ * send, tail and redrive: the arguments checked here, then the runtime's `ifp send --local-api`,
+ * `ifp tail` or `ifp redrive` run in one of the Agent's ready pods (exec.ts); its exit code is
+ * the plugin's.
  */
-async function messaging(command: "send" | "tail", p: Parsed, out: (s: string) => void): Promise<number> {
+async function messaging(command: "send" | "tail" | "redrive", p: Parsed, out: (s: string) => void): Promise<number> {
   const [name, ...rest] = p.args;
   if (!name) throw new UsageError(`${command} needs the Agent's name: ${command} AGENT`);
-  if (rest.length) throw new UsageError(`${command} takes one Agent (got ${p.args.join(" ")})`);
+  if (command === "redrive" && rest.length > 1)
+    throw new UsageError(`redrive takes one Agent and one MESSAGE_ID (got ${p.args.join(" ")})`);
+  if (command !== "redrive" && rest.length)
+    throw new UsageError(`${command} takes one Agent (got ${p.args.join(" ")})`);
   if (p.allNamespaces) throw new UsageError(`${command} reads one namespace: -n NS, not -A`);
   if (p.output !== undefined) throw new UsageError(`${command} has no -o: it prints what ifp prints`);
   const m = p.messaging;
   const allowed: readonly string[] =
-    command === "send" ? ["to", "text", "phase", "wait"] : ["since", "count", "timeout"];
-  const stray = Object.keys(m).find((f) => !allowed.includes(f));
+    command === "send"
+      ? ["to", "text", "phase", "wait"]
+      : command === "tail"
+        ? ["since", "count", "timeout"]
+        : ["limit", "all"];
+  const stray = [...Object.keys(m), ...(p.all ? ["all"] : [])].find((f) => !allowed.includes(f));
   if (stray) throw new UsageError(`--${stray} does not go with ${command}`);
   let args: string[];
-  if (command === "send") {
+  if (command === "redrive") {
+    const id = rest[0];
+    if (p.all === (id !== undefined)) throw new UsageError("redrive takes one MESSAGE_ID, or --all");
+    if (m.limit !== undefined && (!p.all || !/^[1-9]\d{0,3}$/.test(m.limit) || Number(m.limit) > 1000))
+      throw new UsageError(`--limit goes with --all and takes 1 to 1000 (got ${JSON.stringify(m.limit)})`);
+    args = ["redrive", "--local-api", "", ...(p.all ? ["--all", ...(m.limit ? ["--limit", m.limit] : [])] : [id!])];
+  } else if (command === "send") {
     if (!m.to)
       throw new UsageError("send needs --to AGENT_ID (the recipient's agent id, as the Agent's peers name it)");
     if (m.text === undefined) throw new UsageError('send needs --text "…"');

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import type { KV } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
 import { encodeToken } from "../contract/nats.ts";
@@ -146,10 +147,37 @@ export function overallState(recipients: RecipientState[]): RecipientStatus {
   return "failed";
 }
 
+const DEAD: RecipientStatus[] = ["failed", "undeliverable"];
+
+/** How a redrive of one dead letter ended. */
+export type Redrive =
+  | { outcome: "redriven"; record: DeliveryRecord }
+  | { outcome: "not_found" }
+  /** Not a dead letter (still pending, redriven already, or delivered meanwhile), or its message is no longer kept. */
+  | { outcome: "not_redrivable"; reason: string; record?: DeliveryRecord };
+
+/**
+ * The record of a dead letter sent again: its failed and undeliverable recipients queued with
+ * no attempts (what they were refused or told is forgotten), delivered ones kept as they are.
+ */
+export function redrivenRecord(record: DeliveryRecord, now: number): DeliveryRecord {
+  const at = new Date(now).toISOString();
+  return {
+    ...record,
+    state: "queued",
+    updated_at: at,
+    recipients: record.recipients.map((r) =>
+      DEAD.includes(r.state) ? { agent: r.agent, state: "queued", attempts: 0 } : r,
+    ),
+    redrive: { at, id: randomUUID(), count: (record.redrive?.count ?? 0) + 1 },
+  };
+}
+
 /**
  * Delivery records of outbound messages in a NATS KV bucket (`msg.<id>`), plus the dead-letter
- * index (`dead.<id>`) of those that ended failed or undeliverable. Shared by replicas, kept
- * across restarts, expiring after a week.
+ * index (`dead.<id>`) of those that ended failed or undeliverable, and the signed message of
+ * each dead letter (`body.<id>`) for a redrive. Shared by replicas, kept across restarts,
+ * expiring after a week.
  */
 export class DeliveryStates {
   private kv: KV | undefined;
@@ -188,11 +216,73 @@ export class DeliveryStates {
     }
   }
 
-  async put(record: DeliveryRecord): Promise<void> {
+  /**
+   * Write a record; one that ended failed or undeliverable is a dead letter too, and `message`
+   * (the signed message as queued) is kept with it, before it, for a redrive.
+   */
+  async put(record: DeliveryRecord, message?: string): Promise<void> {
     record.state = overallState(record.recipients);
-    await this.store().put(`msg.${encodeToken(record.message_id)}`, JSON.stringify(record));
-    if (record.state === "failed" || record.state === "undeliverable") {
-      await this.store().put(`dead.${encodeToken(record.message_id)}`, JSON.stringify(record));
+    const key = encodeToken(record.message_id);
+    await this.store().put(`msg.${key}`, JSON.stringify(record));
+    if (DEAD.includes(record.state)) {
+      if (message !== undefined) await this.store().put(`body.${key}`, message);
+      await this.store().put(`dead.${key}`, JSON.stringify(record));
+    }
+  }
+
+  /**
+   * Send a dead letter again: its record is reset (redrivenRecord) by compare-and-set, so of
+   * redrives racing for one dead letter a single one resets it; the message goes back to the
+   * outbox (`requeue`) under the redrive's own id, which the outbox's duplicate window holds
+   * to one copy whoever puts it there; then the dead letter is removed, unless it was written
+   * again meanwhile. A dead letter whose redrive was cut short before its removal is queued again
+   * under that same id. One that was delivered meanwhile is removed and not sent.
+   */
+  async redrive(
+    messageId: string,
+    requeue: (message: string, dedupId: string) => Promise<void>,
+    now = Date.now(),
+  ): Promise<Redrive> {
+    const kv = this.store();
+    const key = encodeToken(messageId);
+    for (let tries = 0; ; tries++) {
+      const [dead, entry, body] = await Promise.all([
+        kv.get(`dead.${key}`),
+        kv.get(`msg.${key}`),
+        kv.get(`body.${key}`),
+      ]);
+      const record = entry?.value.length ? (entry.json() as DeliveryRecord) : undefined;
+      if (!dead?.value.length) {
+        return record
+          ? { outcome: "not_redrivable", reason: `message ${messageId} is not a dead letter (${record.state})`, record }
+          : { outcome: "not_found" };
+      }
+      const current = record ?? (dead.json() as DeliveryRecord);
+      const removeDead = () => kv.delete(`dead.${key}`, { previousSeq: dead.revision }).catch(() => undefined);
+      if (current.state === "delivered") {
+        await removeDead();
+        return { outcome: "not_redrivable", reason: `message ${messageId} was delivered meanwhile`, record: current };
+      }
+      if (!body?.value.length) {
+        return { outcome: "not_redrivable", reason: `the message ${messageId} is no longer kept`, record: current };
+      }
+      let redriven = current;
+      if (DEAD.includes(current.state)) {
+        redriven = redrivenRecord(current, now);
+        try {
+          if (entry) await kv.update(`msg.${key}`, JSON.stringify(redriven), entry.revision);
+          else await kv.create(`msg.${key}`, JSON.stringify(redriven));
+        } catch (err) {
+          // Another redrive (or the sender) wrote the record first: decide again on what it wrote.
+          if (tries < 5) continue;
+          throw err;
+        }
+      } else if (!current.redrive) {
+        return { outcome: "not_redrivable", reason: `message ${messageId} is ${current.state}`, record: current };
+      }
+      await requeue(body.string(), `${messageId}#redrive-${redriven.redrive!.id}`);
+      await removeDead();
+      return { outcome: "redriven", record: redriven };
     }
   }
 

@@ -20,6 +20,7 @@ describe("local application API", () => {
     documents: new Documents(agent, self.publicKey, "2026-01-01T00:00:00Z"),
     outbox: { enqueue: async () => ({ duplicate: false, seq: 1 }) },
     states: { get: async () => undefined, begin: async () => {}, deadLetters: async () => [] },
+    redrive: async () => ({ outcome: "not_found" as const }),
     peers: { get: async () => undefined },
     received: async () => undefined,
     // Served on the loopback listener only, as this one is; nothing here reaches NATS.
@@ -87,6 +88,7 @@ describe("POST /outbox refuses bad input with the documented 400 body, queuing n
       },
     },
     states: { get: async () => undefined, begin: async () => {}, deadLetters: async () => [] },
+    redrive: async () => ({ outcome: "not_found" as const }),
     peers: { get: async () => undefined },
     received: async () => undefined,
     logger: pino({ level: "silent" }),

@@ -482,6 +482,7 @@ function agentApps(opts: AgentOptions, self: Self, w: Wired, ready: () => boolea
     documents,
     outbox: w.a2a ? w.a2a.replies(peerCapabilities.gate(outbox)) : peerCapabilities.gate(outbox),
     states: w.a2a ? w.a2a.deliveries(states) : states,
+    redrive: (id: string) => states.redrive(id, (message, dedupId) => outbox.requeue(message, dedupId)),
     peers: peerCapabilities,
     received: inbox.received.bind(inbox),
     conversations,

@@ -312,7 +312,7 @@ export class OutboundDelivery {
         );
     }
     record.updated_at = new Date().toISOString();
-    await this.states.put(record);
+    await this.states.put(record, m.string());
     for (const r of gaveUp) {
       this.metrics.outbound.inc({ result: r.state === "failed" ? "refused" : "undeliverable" });
       await this.onGiveUp(record, r).catch((err) => this.log.warn({ err: errorMessage(err) }, "notification failed"));
@@ -321,9 +321,12 @@ export class OutboundDelivery {
     else m.nak(Math.max(1, Math.round(nextDelay)));
   }
 
-  /** When retrying this message stops: the retry window's end, or its ttl_seconds when sooner. */
+  /**
+   * When retrying this message stops: the retry window's end (counted from its last redrive, if
+   * any), or its ttl_seconds when sooner.
+   */
   private deadline(record: DeliveryRecord, message: Message): Deadline {
-    const window = Date.parse(record.queued_at) + this.opts.retryForMs;
+    const window = Date.parse(record.redrive?.at ?? record.queued_at) + this.opts.retryForMs;
     const expiresAt = message.headers.ttl_seconds
       ? Date.parse(message.headers.date) + message.headers.ttl_seconds * 1000
       : Infinity;

@@ -5,7 +5,7 @@ import type { Nats } from "../nats/connection.ts";
 import { ensureReplicatedStream, type Replicas } from "../nats/streams.ts";
 import { nanos } from "../contract/nats.ts";
 import { unavailable } from "../protocol/errors.ts";
-import type { Message } from "../protocol/message.ts";
+import { Message } from "../protocol/message.ts";
 import type { AgentNames } from "./names.ts";
 
 const OUTBOX_MAX_AGE_MS = 7 * 24 * 3600_000;
@@ -46,14 +46,17 @@ export class OutboxStore {
     };
   }
 
-  /** Queue a signed message; a repeated message_id is queued once. */
-  async enqueue(message: Message): Promise<{ duplicate: boolean; seq: number }> {
+  /**
+   * Queue a signed message; a repeated message_id is queued once. `dedupId` replaces the
+   * message_id as what is queued once (a redrive's own id: the message_id was queued before).
+   */
+  async enqueue(message: Message, dedupId?: string): Promise<{ duplicate: boolean; seq: number }> {
     if (!this.nats.isConnected) throw unavailable("the outbox (NATS JetStream) is not reachable");
     const h = headers();
     h.set("Ifp-Message-Id", message.headers.message_id);
     try {
       const ack = await this.nats.js.publish(this.names.outbox, JSON.stringify(message), {
-        msgID: message.headers.message_id,
+        msgID: dedupId ?? message.headers.message_id,
         headers: h,
         timeout: 5_000,
       });
@@ -61,5 +64,10 @@ export class OutboxStore {
     } catch (err) {
       throw unavailable(`the message could not be queued: ${(err as Error).message}`);
     }
+  }
+
+  /** Queue a dead letter's signed message (as kept with it) again, once under `dedupId`. */
+  async requeue(message: string, dedupId: string): Promise<void> {
+    await this.enqueue(Message.parse(JSON.parse(message)), dedupId);
   }
 }

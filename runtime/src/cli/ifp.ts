@@ -30,6 +30,12 @@ const COMMANDS: Record<string, string> = {
       --count stops after N messages, --timeout after S seconds (exit 1 when fewer than N came),
       --stop-on-eof when standard input closes
 `,
+  redrive: `  ifp redrive (MESSAGE_ID | --all [--limit N]) [--local-api URL]
+      send the agent's dead letters again (one, or up to N, default 100, oldest first): back
+      into its outbox with a fresh attempt count, never a second copy of one delivered; through
+      the local API (default IFP_LOCAL_API, else http://127.0.0.1:8081). Prints the runtime's
+      answer (202, or 200 with what was redriven and skipped); exit 0 once redriven, 1 otherwise
+`,
   check: `  ifp check URL [--relay [--relay-url URL]] [--key FILE --from AGENT_ID [--key-id K]]
             [--peer-key FILE --peer-from AGENT_ID] [--inbox-cert F --inbox-key F [--inbox-port N]]
             [--local-api URL [--local-api-token FILE]] [--send-wait S] [--ca-file F] [--json]
@@ -116,6 +122,10 @@ export async function main(argv = process.argv.slice(2)): Promise<number> {
       case "tail": {
         const { tailCommand } = await import("./local-commands.ts");
         return await tailCommand(rest);
+      }
+      case "redrive": {
+        const { redriveCommand } = await import("./local-commands.ts");
+        return await redriveCommand(rest);
       }
       case "relay": {
         const { relayCommand } = await import("./relay-commands.ts");

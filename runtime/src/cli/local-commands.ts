@@ -1,8 +1,9 @@
-// `ifp send --local-api URL …` and `ifp tail`: the agent's own runtime does the work, through its
-// local API (docs/local-api.openapi.yaml). Sending: the runtime signs with the agent's key and
-// stores the message in its outbox before the 202. Tailing: GET /messages/watch of the loopback
-// listener, every message the inbox accepts, taken from nobody. `kubectl ifp send|tail` runs
-// these inside the Agent's pod (docs/kubectl-plugin.md).
+// `ifp send --local-api URL …`, `ifp tail` and `ifp redrive`: the agent's own runtime does the
+// work, through its local API (docs/local-api.openapi.yaml). Sending: the runtime signs with the
+// agent's key and stores the message in its outbox before the 202. Tailing: GET /messages/watch
+// of the loopback listener, every message the inbox accepts, taken from nobody. Redriving: POST
+// /dead-letters/…/redrive, dead letters back into the outbox. `kubectl ifp send|tail|redrive`
+// runs these inside the Agent's pod (docs/kubectl-plugin.md).
 import { request as httpRequest } from "node:http";
 import { parseArgs } from "node:util";
 import { LocalApiClient, LocalApiError } from "../client/local.ts";
@@ -165,4 +166,43 @@ export async function tailCommand(args: string[]): Promise<number> {
       process.stdin.resume();
     }
   });
+}
+
+/**
+ * `ifp redrive (MESSAGE_ID | --all [--limit N])`: send dead letters again through the local API.
+ * stdout: `202 {…}` (one) or `200 {"redriven": […], "skipped": […]}` (all), else the status and
+ * error body the runtime answered. Exit 0 when it was redriven (with --all: whatever was
+ * skipped), 1 otherwise.
+ */
+export async function redriveCommand(args: string[]): Promise<number> {
+  let values: Record<string, string | boolean | undefined>;
+  let positionals: string[];
+  try {
+    ({ values, positionals } = parseArgs({
+      args,
+      allowPositionals: true,
+      options: { "local-api": { type: "string" }, all: { type: "boolean" }, limit: { type: "string" } },
+    }));
+  } catch (err) {
+    throw new LocalUsageError((err as Error).message);
+  }
+  const all = !!values.all;
+  if (all === (positionals.length === 1) || positionals.length > 1)
+    throw new LocalUsageError("redrive takes one MESSAGE_ID, or --all");
+  const limitText = values.limit as string | undefined;
+  if (limitText !== undefined && (!all || !/^[1-9]\d{0,3}$/.test(limitText) || Number(limitText) > 1000))
+    throw new LocalUsageError(`--limit goes with --all and takes 1 to 1000 (got ${JSON.stringify(limitText)})`);
+  const base = localBase((values["local-api"] as string | undefined) ?? process.env.IFP_LOCAL_API ?? DEFAULT_LOCAL_API);
+  const client = new LocalApiClient(base);
+  try {
+    if (all) printJson(`200 ${JSON.stringify(await client.redriveAll(limitText ? Number(limitText) : undefined))}\n`);
+    else printJson(`202 ${JSON.stringify(await client.redrive(positionals[0]!))}\n`);
+    return 0;
+  } catch (err) {
+    if (err instanceof LocalApiError) {
+      printJson(`${err.status} ${JSON.stringify({ status: "error", code: err.code, message: err.message })}\n`);
+      return 1;
+    }
+    throw new Error(`cannot reach the local API at ${base}: ${(err as Error).message}`);
+  }
 }

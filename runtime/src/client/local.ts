@@ -26,6 +26,8 @@ import type {
   PeerCapabilities,
   PeerCapabilitiesView,
   Queued,
+  RedriveAll,
+  Redriven,
 } from "../protocol/local-api.ts";
 import type { Message } from "../protocol/message.ts";
 
@@ -39,6 +41,8 @@ export type {
   PeerCapabilitiesView,
   Message,
   Queued,
+  RedriveAll,
+  Redriven,
 };
 export {
   HANDOFF_SCHEME_V2,
@@ -119,6 +123,16 @@ export class LocalApiClient {
   /** Messages that ended failed (a 4xx) or undeliverable (the retry window passed). */
   async deadLetters(limit = 100): Promise<DeliveryRecord[]> {
     return (await this.call<{ dead_letters: DeliveryRecord[] }>("GET", `/dead-letters?limit=${limit}`)).dead_letters;
+  }
+
+  /** Send one dead letter again: back into the outbox with a fresh attempt count (404 unknown, 409 not a dead letter). */
+  redrive(messageId: string): Promise<Redriven> {
+    return this.call("POST", `/dead-letters/${encodeURIComponent(messageId)}/redrive`);
+  }
+
+  /** Send up to `limit` dead letters again; those not queued again are listed with the reason. */
+  redriveAll(limit = 100): Promise<RedriveAll> {
+    return this.call("POST", `/dead-letters/redrive?limit=${limit}`);
   }
 
   /** What the runtime knows of a peer's capabilities (endpoint, announcement, greeting); `refresh` asks the endpoint again. */

@@ -25,7 +25,9 @@ export type ErrorCode =
   /** A plaintext message through a relay this agent requires encryption through. */
   | "encryption_required"
   /** The local API's outbox: a recipient has no encryption key, and the message must be encrypted. */
-  | "encryption_key_unavailable";
+  | "encryption_key_unavailable"
+  /** The local API's dead letters: not a dead letter (any more), or its message is no longer kept. */
+  | "not_redrivable";
 
 /** The error body of spec section 2.7. */
 export interface ErrorBody {

@@ -122,6 +122,14 @@ export const DeliveryRecord = z
     queued_at: z.string(),
     updated_at: z.string(),
     recipients: z.array(RecipientState),
+    redrive: z
+      .object({
+        at: z.string().describe("When the dead letter was last sent again; its retry window counts from here"),
+        id: z.string().describe("The outbox's deduplication id of that redrive"),
+        count: z.number().int().describe("How many times it was redriven"),
+      })
+      .optional()
+      .describe("Set once a dead letter was redriven (POST /dead-letters/{id}/redrive)"),
   })
   .meta({ id: "DeliveryRecord" });
 export type DeliveryRecord = z.infer<typeof DeliveryRecord>;
@@ -146,6 +154,23 @@ export const DeadLetterQuery = z.object({
     .transform((v) => Math.min(1000, Math.max(1, Number(v ?? 100) || 100))),
 });
 export const DeadLetters = z.object({ dead_letters: z.array(DeliveryRecord) });
+
+/** 202 of POST /dead-letters/{id}/redrive: the dead letter is queued again and no longer listed. */
+export const Redriven = z.object({
+  status: z.literal("queued"),
+  message_id: z.string(),
+  record: DeliveryRecord,
+});
+export type Redriven = z.infer<typeof Redriven>;
+
+/** 200 of POST /dead-letters/redrive: what was queued again, and what was not and why. */
+export const RedriveAll = z.object({
+  redriven: z.array(z.string()).describe("message_ids queued again"),
+  skipped: z
+    .array(z.object({ message_id: z.string(), reason: z.string() }))
+    .describe("Dead letters not queued again: delivered meanwhile, redriven by another caller, or no longer kept"),
+});
+export type RedriveAll = z.infer<typeof RedriveAll>;
 
 export const ConversationMessage = z.object({
   message_id: z.string(),

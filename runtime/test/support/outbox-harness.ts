@@ -48,7 +48,8 @@ export async function untilState(localApiUrl: string, id: string, state: string,
 /** A peer's inbox on HTTPS whose answers the test scripts; it records every request. */
 export async function scriptedPeer(
   tls: Tls,
-  answer: (n: number) => { status: number; headers?: Record<string, string> },
+  /** The answer to the n-th request; `delayMs` holds it back that long. */
+  answer: (n: number) => { status: number; headers?: Record<string, string>; delayMs?: number },
 ) {
   const requests: { body: any; headers: Record<string, unknown>; at: number }[] = [];
   const server = createHttpsServer({ cert: tls.cert, key: tls.key }, (req, res) => {
@@ -66,14 +67,16 @@ export async function scriptedPeer(
         at: Date.now(),
       });
       const a = answer(requests.length);
-      res.writeHead(a.status, { "content-type": "application/json", ...a.headers });
-      res.end(
-        JSON.stringify(
-          a.status < 300
-            ? { status: "accepted" }
-            : { status: "error", code: "scripted", message: `answer ${a.status}` },
-        ),
-      );
+      setTimeout(() => {
+        res.writeHead(a.status, { "content-type": "application/json", ...a.headers });
+        res.end(
+          JSON.stringify(
+            a.status < 300
+              ? { status: "accepted" }
+              : { status: "error", code: "scripted", message: `answer ${a.status}` },
+          ),
+        );
+      }, a.delayMs ?? 0);
     });
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));

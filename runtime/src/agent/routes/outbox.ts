@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders } from "node:http";
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
-import { notFound } from "../../protocol/errors.ts";
+import { notFound, ProtocolError } from "../../protocol/errors.ts";
 import {
   DeadLetterQuery,
   DeadLetters,
@@ -10,6 +10,8 @@ import {
   OutboxBodyDoc,
   OutboxIdParam,
   Queued,
+  RedriveAll,
+  Redriven,
 } from "../../protocol/local-api.ts";
 import type { Message } from "../../protocol/message.ts";
 import { signMessage, type SigningKey } from "../../protocol/signing.ts";
@@ -25,7 +27,7 @@ import {
 } from "../../telemetry/tracing.ts";
 import { composeMessage } from "../compose.ts";
 import type { Conversations } from "../conversations.ts";
-import type { DeliveryStates } from "../delivery-state.ts";
+import type { DeliveryStates, Redrive } from "../delivery-state.ts";
 import type { Documents } from "../documents.ts";
 import type { AgentEncryption } from "../encryption.ts";
 import type { OutboxStore } from "../outbox.ts";
@@ -40,6 +42,8 @@ export interface OutboxRouteDeps {
   states: Pick<DeliveryStates, "get" | "begin" | "deadLetters">;
   /** The received message with this message_id (from `sender`, when given), for replies. */
   received(messageId: string, sender?: string): Promise<Message | undefined>;
+  /** Send one dead letter again (DeliveryStates.redrive, back into the outbox). */
+  redrive: (messageId: string) => Promise<Redrive>;
   /** Conversation records: each queued message is recorded. */
   conversations?: Pick<Conversations, "outbound" | "nextSequence">;
 }
@@ -75,7 +79,8 @@ hands the agent's answer to the application as a reply (docs/a2a.md#sending-to-a
 /**
  * The application's outbound side of the local API: POST /outbox queues a message (composed,
  * traced, encrypted when it must be, signed, stored durably), GET /outbox/{id} its delivery
- * record, GET /dead-letters what ended failed or undeliverable.
+ * record, GET /dead-letters what ended failed or undeliverable, POST /dead-letters/…/redrive
+ * sends dead letters again.
  */
 export const outboxRoutes: FastifyPluginAsyncZod<OutboxRouteDeps> = async (app, deps) => {
   app.post(
@@ -136,7 +141,67 @@ export const outboxRoutes: FastifyPluginAsyncZod<OutboxRouteDeps> = async (app, 
     },
     async (req) => ({ dead_letters: await deps.states.deadLetters(req.query.limit) }),
   );
+
+  app.post(
+    "/dead-letters/:id/redrive",
+    {
+      schema: {
+        summary: "Send one dead letter again",
+        description: REDRIVE,
+        params: OutboxIdParam,
+        response: { 202: Redriven, 404: ErrorAnswer, 409: ErrorAnswer, 503: ErrorAnswer },
+      },
+    },
+    async (req, reply) => {
+      const id = req.params.id;
+      const r = await deps.redrive(id);
+      if (r.outcome === "not_found") throw notFound(`no dead letter ${id}`);
+      if (r.outcome === "not_redrivable") throw new ProtocolError(409, "not_redrivable", r.reason);
+      return reply
+        .code(202)
+        .header("location", `/outbox/${encodeURIComponent(id)}`)
+        .send({ status: "queued", message_id: id, record: r.record });
+    },
+  );
+
+  app.post(
+    "/dead-letters/redrive",
+    {
+      schema: {
+        summary: "Send every dead letter again",
+        description: `Up to \`limit\` dead letters (1 to 1000, default 100, oldest first), each as POST
+/dead-letters/{id}/redrive does it; those it does not queue again are listed with the reason.`,
+        querystring: DeadLetterQuery,
+        response: { 200: RedriveAll, 503: ErrorAnswer },
+      },
+    },
+    async (req) => {
+      const out: RedriveAll = { redriven: [], skipped: [] };
+      for (const dead of await deps.states.deadLetters(req.query.limit)) {
+        const r = await deps.redrive(dead.message_id);
+        if (r.outcome === "redriven") out.redriven.push(dead.message_id);
+        else
+          out.skipped.push({
+            message_id: dead.message_id,
+            reason: r.outcome === "not_found" ? "no longer a dead letter" : r.reason,
+          });
+      }
+      return out;
+    },
+  );
 };
+
+const REDRIVE = `The dead letter's message goes back into the outbox as it was signed, with a fresh attempt
+count: its failed and undeliverable recipients are queued again with no attempts (relays that
+refused it may be asked again), recipients it reached are not sent to again, and its retry window
+counts from now. It is removed from the dead letters; should it end failed or undeliverable
+again, it is a dead letter again. Never two copies: of redrives of one dead letter racing each
+other one queues it, and one that was delivered meanwhile is only removed from the dead letters.
+
+404 \`not_found\` when the agent sent no message with this id (in the last week); 409
+\`not_redrivable\` when it is not a dead letter (still being sent, redriven already, or
+delivered meanwhile) or its message is no longer kept (dead letters are kept for a week);
+503 when the outbox is not reachable.`;
 
 /**
  * POST /outbox's work: compose the message (the next sequence of its conversation when the
