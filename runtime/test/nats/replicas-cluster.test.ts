@@ -1,8 +1,8 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
-import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { type NatsCluster, type NatsServer, startNatsCluster } from "../../../e2e/support/nats.ts";
+import { waitFor } from "../../../e2e/support/ports.ts";
 import { agentNames } from "../../src/agent/names.ts";
 import { runAgent, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, peerOf, signed } from "../support/fixtures.ts";
@@ -33,24 +33,22 @@ describe("replicas of the agent's streams", () => {
   });
 
   describe("on a three-node JetStream cluster", () => {
-    const nodes: NatsServer[] = [];
+    let cluster: NatsCluster;
+    let nodes: NatsServer[] = [];
     beforeAll(async () => {
-      const routes = await Promise.all([freePort(), freePort(), freePort()]);
-      const config = (i: number) =>
-        `server_name: n${i}\ncluster {\n  name: ifp\n  listen: 127.0.0.1:${routes[i]}\n  routes: [${routes
-          .filter((_, j) => j !== i)
-          .map((p) => `nats-route://127.0.0.1:${p}`)
-          .join(", ")}]\n}\n`;
-      nodes.push(...(await Promise.all([0, 1, 2].map((i) => startNats({ config: config(i) })))));
-    }, 60_000);
+      cluster = await startNatsCluster();
+      nodes = cluster.nodes;
+      // The runtime counts the cluster's peers when it starts: every node in, one meta leader.
+      await cluster.ready();
+    }, 90_000);
     afterAll(async () => {
-      await Promise.all(nodes.map((n) => n.close()));
+      await cluster?.close();
     });
 
     it("three replicas when unset, and messages accepted with one node down", async () => {
       const self = identity("cluster-agent");
       const peer = identity("cluster-peer");
-      const url = nodes.map((n) => n.url).join(",");
+      const url = cluster.url;
       const agent = await runAgent({ self, natsUrl: url, tls, spec: { peers: [peerOf(peer)] } });
       try {
         const names = agentNames(self.agentId);
