@@ -302,6 +302,17 @@ const CHECKS: Record<string, Check> = {
   },
   // The kubectl plugin (docs/kubectl-plugin.md), run as kubectl runs it against an API server.
   "kubectl ifp status": { by: "operator/test/kubectl-ifp.test.ts", holds: ['plugin(["status"])'] },
+  "kubectl ifp redrive AGENT (MESSAGE_ID | --all [--limit N])": {
+    by: "operator/test/kubectl-ifp.test.ts",
+    holds: ['["redrive", "alice", "-n", NS, "msg:01ABC"]', '["redrive", "alice", "-n", NS, "--all", "--limit", "10"]'],
+  },
+  "kubectl ifp redrive AGENT MESSAGE_ID | --all": {
+    part: "kubectl ifp redrive AGENT (MESSAGE_ID | --all [--limit N])",
+  },
+  "npx ifp redrive MESSAGE_ID --local-api URL": {
+    by: "runtime/test/outbound/redrive.test.ts",
+    holds: ['ifp("redrive", id!, "--local-api", sender.localApiUrl)', 'ifp("redrive", "--all", "--limit", "1000"'],
+  },
   "kubectl ifp describe agent NAME": {
     by: "operator/test/kubectl-ifp.test.ts",
     holds: ['plugin(["describe", "agent", "alice", "-n", NS])'],
@@ -455,6 +466,7 @@ const CHECKS: Record<string, Check> = {
   "npm run release": { part: "npm run release -- VERSION" },
   "kubectl ifp": { part: "kubectl ifp status" },
   "kubectl ifp describe": { part: "kubectl ifp describe agent NAME" },
+  "kubectl ifp redrive": { part: "kubectl ifp redrive AGENT (MESSAGE_ID | --all [--limit N])" },
   "kubectl ifp send": { part: 'kubectl ifp send AGENT --to AGENT_ID --text "…" [--phase P] [--wait S]' },
   "kubectl ifp tail": { part: "kubectl ifp tail AGENT [--since S] [--count N] [--timeout S]" },
   "kubectl ifp tail bob": { part: "kubectl ifp tail bob -n ifp-bob" },
