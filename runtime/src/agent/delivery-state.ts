@@ -33,6 +33,8 @@ export type Outcome =
       decision?: string;
       /** Relays that refused the message for good during this attempt. */
       refused?: string[];
+      /** No attempt was made: every destination was held back by its resiliency until then (agent/breakers.ts). */
+      deferredUntil?: number;
     }
   | {
       kind: "failed";
