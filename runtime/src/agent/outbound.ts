@@ -453,7 +453,7 @@ export class OutboundDelivery {
       return {
         ...direct,
         error: `${direct.error}; ${viaRelay.error}`,
-        deferredUntil: Math.min(direct.deferredUntil, viaRelay.deferredUntil ?? Infinity),
+        deferredUntil: Math.min(direct.deferredUntil, isDeferred(viaRelay) ? viaRelay.deferredUntil : Infinity),
         ...(viaRelay.refused?.length ? { refused: viaRelay.refused } : {}),
       };
     }
