@@ -85,6 +85,27 @@ describe("the circuit breaker of a destination", () => {
     }
   });
 
+  it("lets a single probe through when half-open, however many messages wait", async () => {
+    // Slow answers: the messages that wake with the cool-down's end arrive while the probe is under way.
+    const peer = await scriptedPeer(env.tls, () => ({ status: 503, delayMs: 300 }));
+    const agent = await sender("probe", peer, { failureThreshold: 2, coolDown: "1500ms", maxInFlight: 4 });
+    try {
+      await sendMany(agent.localApiUrl, 6);
+      await waitFor("the circuit to open", async () => (await metric(agent, "ifp_outbound_circuit_state")) === 2);
+      await waitFor("the attempts under way to end", () => peer.load.inFlight === 0);
+      const before = peer.requests.length;
+      // No more than the cap went out before the circuit opened.
+      expect(before).toBeGreaterThanOrEqual(2);
+      expect(before).toBeLessThanOrEqual(4);
+      await waitFor("the probe", () => peer.requests.length > before, 10_000);
+      await consistently("one probe, then open again", () => peer.requests.length === before + 1, 1_000);
+      expect(await metric(agent, "ifp_outbound_circuit_rejections_total", { reason: "half-open" })).toBeGreaterThan(0);
+    } finally {
+      await agent.close();
+      await peer.close();
+    }
+  });
+
   it("never counts a 4xx as a failure: the circuit stays closed", async () => {
     const peer = await scriptedPeer(env.tls, () => ({ status: 400 }));
     const agent = await sender("breaker-4xx", peer, { failureThreshold: 2, coolDown: "1m", maxInFlight: 1 });
