@@ -64,6 +64,29 @@ export function expiredRecipientState(r: RecipientState, deadline: Deadline): Re
   };
 }
 
+/**
+ * A recipient none of whose destinations could be tried (their resiliency held them back,
+ * agent/breakers.ts): no attempt is counted and its last error stays that of its last attempt;
+ * it waits until `deferredUntil` (never past the deadline), and at the deadline it is given up
+ * as it would have been after an attempt.
+ */
+export function heldBackRecipientState(
+  r: RecipientState,
+  outcome: Extract<Outcome, { kind: "retry" }> & { deferredUntil: number },
+  now: number,
+  deadline: Deadline,
+): RecipientState {
+  const refused = [...(r.refused_relays ?? []), ...(outcome.refused ?? [])];
+  const kept = { ...r, ...(refused.length ? { refused_relays: [...new Set(refused)] } : {}) };
+  if (now >= deadline.at)
+    return expiredRecipientState({ ...kept, last_error: r.last_error ?? outcome.error }, deadline);
+  return {
+    ...kept,
+    decision: `held back, no attempt made: ${outcome.error}`,
+    next_attempt_at: new Date(Math.min(outcome.deferredUntil, deadline.at)).toISOString(),
+  };
+}
+
 /** The pause before attempt n+1 after n failed attempts, with ±10% jitter. */
 export function backoffDelay(schedule: number[], attempts: number, random = Math.random): number {
   const base = schedule[Math.min(Math.max(attempts, 1), schedule.length) - 1]!;

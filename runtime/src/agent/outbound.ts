@@ -21,6 +21,7 @@ import {
 import { errorMessage } from "../util/errors.ts";
 import {
   expiredRecipientState,
+  heldBackRecipientState,
   isDue,
   isPending,
   nextRecipientState,
@@ -310,18 +311,12 @@ export class OutboundDelivery {
         },
       );
       const now = Date.now();
-      if (isDeferred(outcome) && now < deadline.at) {
+      if (isDeferred(outcome)) {
         // No attempt was made: the recipient keeps its attempts and waits in the outbox.
-        const at = Math.min(outcome.deferredUntil, deadline.at);
-        const refused = [...(r.refused_relays ?? []), ...(outcome.refused ?? [])];
-        record.recipients[i] = {
-          ...r,
-          ...(refused.length ? { refused_relays: [...new Set(refused)] } : {}),
-          last_error: outcome.error,
-          decision: "held back: no destination may be tried now",
-          next_attempt_at: new Date(at).toISOString(),
-        };
-        nextDelay = Math.min(nextDelay, at - now);
+        const next = heldBackRecipientState(r, outcome, now, deadline);
+        record.recipients[i] = next;
+        if (isPending(next)) nextDelay = Math.min(nextDelay, Date.parse(next.next_attempt_at!) - now);
+        else gaveUp.push(next);
         continue;
       }
       this.metrics.outbound.inc({ result: outcome.kind });
