@@ -403,6 +403,10 @@ describe("kubectl ifp describe", () => {
     expect(r.stdout).toMatch(/key-1 +retired .*2099-01-01T00:00:00Z \(in \d+d\) +PUBKEY1/);
     expect(r.stdout).toMatch(/key-2 +active/);
     expect(r.stdout).toContain("Encryption key: enc-1 ENCPUB");
+    // spec.outbound.resiliency as the API server defaults it from the CRD.
+    expect(r.stdout).toContain(
+      "Outbound, per destination: the circuit opens after 5 failures in a row for 30s, then one probe; at most 8 in flight; 15s per request",
+    );
     expect(r.stdout).toMatch(/https:\/\/bob.example\/agents\/bob +https:\/\/bob.example +1/);
     expect(r.stdout).toMatch(
       /NATS credential: Secret alice-nats, expires 2030-01-02T03:04:05.000Z \(in \d+d\), issued 6\dm ago/,

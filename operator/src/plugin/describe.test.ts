@@ -42,6 +42,7 @@ const agent: Description = {
     { agentId: "https://carol.example/a", keys: 0 },
   ],
   peerSelector: { matchLabels: { team: "blue" } },
+  resiliency: { failureThreshold: 5, coolDown: "30s", maxInFlight: 8, timeout: "15s" },
   natsCredential: { secret: "alice-nats", expires: "2030-01-02T03:04:05.000Z", issued: "2026-03-01T11:00:00.000Z" },
 };
 
@@ -122,6 +123,9 @@ Peers:
   https://bob.example/agents/bob   https://bob.example   1
   https://carol.example/a                                0
   and those of spec.peerSelector: {"matchLabels":{"team":"blue"}}
+
+Outbound, per destination: the circuit opens after 5 failures in a row for 30s, then one probe; at most 8 in flight; 15s per request
+  circuits not closed: ifp_outbound_circuit_state{destination} on the runtime's metrics
 
 NATS credential: Secret alice-nats, expires 2030-01-02T03:04:05.000Z (in 1403d), issued 60m ago
 `;

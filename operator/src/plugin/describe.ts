@@ -37,6 +37,8 @@ export interface Description {
   encryptionKey?: { keyId: string; publicKey: string };
   peers: { agentId: string; url?: string; keys: number }[];
   peerSelector?: unknown;
+  /** An Agent's spec.outbound.resiliency: its outbound deliveries' breaker, cap and timeout per destination. */
+  resiliency?: { failureThreshold?: number; coolDown?: string; maxInFlight?: number; timeout?: string };
   stream?: unknown;
   natsCredential?: { secret: string; expires?: string; issued?: string; error?: string };
 }
@@ -104,6 +106,7 @@ export async function describeResource(
       keys: (p.keys ?? []).length,
     })),
     ...(r.spec?.peerSelector ? { peerSelector: r.spec.peerSelector } : {}),
+    ...(kind === "Agent" && r.spec?.outbound?.resiliency ? { resiliency: r.spec.outbound.resiliency } : {}),
     ...(r.status?.stream ? { stream: r.status.stream } : {}),
     natsCredential,
   };
@@ -173,6 +176,7 @@ export function renderDescription(d: Description, now = Date.now()): string {
     ...childLines(d),
     ...(d.kind === "Agent" ? keyLines(d, now) : []),
     ...peerLines(d),
+    ...(d.resiliency ? resiliencyLines(d.resiliency) : []),
     ...(d.stream ? ["", `Stream:      ${JSON.stringify(d.stream)}`] : []),
     ...(d.natsCredential ? ["", natsCredentialLine(d.natsCredential, now)] : []),
   ];
@@ -269,6 +273,15 @@ function peerLines(d: Description): string[] {
   ];
   if (d.peerSelector) out.push(`  and those of spec.peerSelector: ${JSON.stringify(d.peerSelector)}`);
   return out;
+}
+
+/** An Agent's per-destination resiliency (docs/reliability.md), and where each circuit's state is seen. */
+function resiliencyLines(r: NonNullable<Description["resiliency"]>): string[] {
+  return [
+    "",
+    `Outbound, per destination: the circuit opens after ${r.failureThreshold ?? "?"} failures in a row for ${r.coolDown ?? "?"}, then one probe; at most ${r.maxInFlight ?? "?"} in flight; ${r.timeout ?? "?"} per request`,
+    "  circuits not closed: ifp_outbound_circuit_state{destination} on the runtime's metrics",
+  ];
 }
 
 /** The NATS credential's line: why it cannot be read, or when it expires and was issued. */

@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import {
   backoffDelay,
   expiredRecipientState,
+  heldBackRecipientState,
   isDue,
   nextRecipientState,
   overallState,
@@ -249,6 +250,36 @@ describe("expiredRecipientState", () => {
       last_error: lastError,
       next_attempt_at: undefined,
       decision: "the message's ttl_seconds passed",
+    });
+  });
+});
+
+describe("heldBackRecipientState", () => {
+  const now = Date.parse("2026-03-04T12:00:00Z");
+  const window = { at: now + 60_000, reason: "still failing after the 86400 s retry window" };
+  const r: RecipientState = { agent: "bob", state: "retrying", attempts: 3, last_status: 503, last_error: "503 down" };
+  const held = {
+    kind: "retry" as const,
+    error: "https://bob/inbox: circuit open; no attempt made",
+    deferredUntil: now + 30_000,
+  };
+
+  it("counts no attempt, keeps the last attempt's error, and waits until the circuit may be tried", () => {
+    expect(heldBackRecipientState(r, held, now, window)).toEqual({
+      ...r,
+      decision: "held back, no attempt made: https://bob/inbox: circuit open; no attempt made",
+      next_attempt_at: new Date(now + 30_000).toISOString(),
+    });
+  });
+
+  it("never waits past the deadline, and gives up at it as after an attempt", () => {
+    const late = { ...held, deferredUntil: now + 120_000 };
+    expect(heldBackRecipientState(r, late, now, window).next_attempt_at).toBe(new Date(window.at).toISOString());
+    expect(heldBackRecipientState(r, late, window.at, window)).toMatchObject({
+      state: "undeliverable",
+      attempts: 3,
+      last_error: "503 down; still failing after the 86400 s retry window",
+      decision: window.reason,
     });
   });
 });

@@ -34,6 +34,8 @@ export type Outcome =
       decision?: string;
       /** Relays that refused the message for good during this attempt. */
       refused?: string[];
+      /** No attempt was made: every destination was held back by its resiliency until then (agent/breakers.ts). */
+      deferredUntil?: number;
     }
   | {
       kind: "failed";
@@ -60,6 +62,29 @@ export function expiredRecipientState(r: RecipientState, deadline: Deadline): Re
     last_error: r.last_error ? `${r.last_error}; ${deadline.reason}` : deadline.reason,
     next_attempt_at: undefined,
     decision: deadline.reason,
+  };
+}
+
+/**
+ * A recipient none of whose destinations could be tried (their resiliency held them back,
+ * agent/breakers.ts): no attempt is counted and its last error stays that of its last attempt;
+ * it waits until `deferredUntil` (never past the deadline), and at the deadline it is given up
+ * as it would have been after an attempt.
+ */
+export function heldBackRecipientState(
+  r: RecipientState,
+  outcome: Extract<Outcome, { kind: "retry" }> & { deferredUntil: number },
+  now: number,
+  deadline: Deadline,
+): RecipientState {
+  const refused = [...(r.refused_relays ?? []), ...(outcome.refused ?? [])];
+  const kept = { ...r, ...(refused.length ? { refused_relays: [...new Set(refused)] } : {}) };
+  if (now >= deadline.at)
+    return expiredRecipientState({ ...kept, last_error: r.last_error ?? outcome.error }, deadline);
+  return {
+    ...kept,
+    decision: `held back, no attempt made: ${outcome.error}`,
+    next_attempt_at: new Date(Math.min(outcome.deferredUntil, deadline.at)).toISOString(),
   };
 }
 

@@ -261,6 +261,12 @@ function agentDeliveries(
     options: {
       backoffMs: spec.outbound.backoff.map(parseDuration),
       retryForMs: parseDuration(spec.outbound.retryFor),
+      resiliency: {
+        failureThreshold: spec.outbound.resiliency.failureThreshold,
+        coolDownMs: parseDuration(spec.outbound.resiliency.coolDown),
+        maxInFlight: spec.outbound.resiliency.maxInFlight,
+        timeoutMs: parseDuration(spec.outbound.resiliency.timeout),
+      },
       peerUrls: outside.peerUrls,
       peerRelays: new Map(spec.peers.filter((p) => p.relay?.urls.length).map((p) => [p.agentId, p.relay!])),
       ownRelays: spec.relay?.urls ?? [],

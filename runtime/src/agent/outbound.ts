@@ -21,6 +21,7 @@ import {
 import { errorMessage } from "../util/errors.ts";
 import {
   expiredRecipientState,
+  heldBackRecipientState,
   isDue,
   isPending,
   nextRecipientState,
@@ -31,6 +32,7 @@ import {
   type RecipientState,
 } from "./delivery-state.ts";
 import type { AgentNames } from "./names.ts";
+import { Breakers, type ResiliencyOptions } from "./breakers.ts";
 
 export type { Outcome } from "./delivery-state.ts";
 
@@ -97,7 +99,20 @@ export interface OutboundOptions {
    * is never handed out a second time while its first delivery is under way.
    */
   ackWaitMs?: number;
+  /** Per-destination circuit breaker, in-flight cap and timeout (spec.outbound.resiliency); none when absent. */
+  resiliency?: ResiliencyOptions;
 }
+
+/**
+ * An attempt that was not made: every destination for the recipient was held back by its
+ * resiliency (breakers.ts). The recipient keeps its attempt count and waits until `deferredUntil`.
+ */
+type Deferred = Extract<Outcome, { kind: "retry" }> & { deferredUntil: number };
+
+const isDeferred = (o: Outcome): o is Deferred => o.kind === "retry" && o.deferredUntil !== undefined;
+
+/** A retry of a direct attempt or a relay's publish that counts against its destination's circuit. */
+const isFailure = (o: Outcome) => o.kind === "retry" && (o.status === undefined || o.status >= 500);
 
 /**
  * An inbox's (or a relay's) answer as the outcome of an attempt, by the one answer rule
@@ -175,6 +190,7 @@ export class OutboundDelivery {
   private readonly onGiveUp: (record: DeliveryRecord, r: RecipientState) => Promise<void>;
   relay: RelayPublisher | undefined;
   private readonly a2a: A2aSender | undefined;
+  private readonly breakers: Breakers | undefined;
 
   constructor(deps: {
     nats: Nats;
@@ -198,6 +214,7 @@ export class OutboundDelivery {
     this.metrics = deps.metrics;
     this.onGiveUp = deps.onGiveUp;
     this.relay = deps.relay;
+    this.breakers = deps.options.resiliency && new Breakers(deps.options.resiliency, deps.metrics);
     this.worker = new ConsumerWorker(
       deps.nats,
       {
@@ -293,8 +310,16 @@ export class OutboundDelivery {
           return o;
         },
       );
-      this.metrics.outbound.inc({ result: outcome.kind });
       const now = Date.now();
+      if (isDeferred(outcome)) {
+        // No attempt was made: the recipient keeps its attempts and waits in the outbox.
+        const next = heldBackRecipientState(r, outcome, now, deadline);
+        record.recipients[i] = next;
+        if (isPending(next)) nextDelay = Math.min(nextDelay, Date.parse(next.next_attempt_at!) - now);
+        else gaveUp.push(next);
+        continue;
+      }
+      this.metrics.outbound.inc({ result: outcome.kind });
       const next = nextRecipientState(r, outcome, now, deadline, { schedule: this.opts.backoffMs });
       record.recipients[i] = next;
       if (next.state === "retrying") {
@@ -360,9 +385,25 @@ export class OutboundDelivery {
     }
     if (route.kind === "relay") return this.viaRelay(route.relays, message, agent, refused);
     const via = route.inbox;
+    const admission = this.breakers?.admit(via);
+    if (admission && !admission.admitted) {
+      const held: Deferred = { kind: "retry", via, error: admission.error, deferredUntil: admission.retryAt };
+      return this.orRelays(held, message, agent, refused);
+    }
+    const outcome = await this.direct(via, message);
+    admission?.done(isFailure(outcome) ? "failure" : "success");
+    if (outcome.kind === "failed" || outcome.kind === "delivered") return outcome;
+    return outcome.status === undefined || outcome.status >= 500
+      ? this.orRelays(outcome, message, agent, refused)
+      : outcome;
+  }
+
+  /** One POST to the peer's inbox, within the destination's timeout. */
+  private async direct(via: string, message: Message): Promise<Outcome> {
     let res: Awaited<ReturnType<HttpClient["request"]>>;
     try {
-      res = await this.http.request(route.inbox, {
+      res = await this.http.request(via, {
+        ...(this.breakers ? { timeoutMs: this.breakers.timeoutMs } : {}),
         method: "POST",
         headers: {
           "content-type": "application/json; charset=utf-8",
@@ -378,11 +419,13 @@ export class OutboundDelivery {
         // fallback to relays the same documents name.
         return { kind: "failed", via, error: `inbox refused as a target: ${notATarget}` };
       }
-      const error = `network error: ${errorMessage((err as Error).cause instanceof Error ? (err as Error).cause : err)}`;
-      return this.orRelays({ kind: "retry", via, error }, message, agent, refused);
+      return {
+        kind: "retry",
+        via,
+        error: `network error: ${errorMessage((err as Error).cause instanceof Error ? (err as Error).cause : err)}`,
+      };
     }
-    const outcome = classify(res.status, res.headers.get("retry-after"), via, res.text);
-    return res.status >= 500 && outcome.kind === "retry" ? this.orRelays(outcome, message, agent, refused) : outcome;
+    return classify(res.status, res.headers.get("retry-after"), via, res.text);
   }
 
   /**
@@ -401,6 +444,17 @@ export class OutboundDelivery {
     if (!relays.length || !this.relay) return direct;
     const viaRelay = await this.viaRelay(relays, message, agent, refused);
     if (viaRelay.kind === "delivered") return viaRelay;
+    if (isDeferred(direct)) {
+      // The inbox was held back: a relay's retry is the attempt; otherwise the inbox, which may
+      // come back, is waited for, and the relays that refused for good are remembered.
+      if (viaRelay.kind === "retry" && !isDeferred(viaRelay)) return viaRelay;
+      return {
+        ...direct,
+        error: `${direct.error}; ${viaRelay.error}`,
+        deferredUntil: Math.min(direct.deferredUntil, isDeferred(viaRelay) ? viaRelay.deferredUntil : Infinity),
+        ...(viaRelay.refused?.length ? { refused: viaRelay.refused } : {}),
+      };
+    }
     return viaRelay.refused?.length
       ? { ...direct, error: `${direct.error}; ${viaRelay.error}`, refused: viaRelay.refused }
       : direct;
@@ -438,8 +492,18 @@ export class OutboundDelivery {
       };
     }
     const remaining = allowed.filter((u) => !refused.has(u));
+    let heldUntil = Infinity;
+    let tried = 0;
     for (const url of remaining) {
+      const admission = this.breakers?.admit(url);
+      if (admission && !admission.admitted) {
+        failures.push(admission.error);
+        heldUntil = Math.min(heldUntil, admission.retryAt);
+        continue;
+      }
+      tried++;
       const outcome = await this.relay.publish(url, message, [agent]);
+      admission?.done(isFailure(outcome) ? "failure" : "success");
       if (outcome.kind === "delivered") {
         if (!this.opts.plaintextThrough?.(message, url)) return outcome;
         this.metrics.outboundPlaintextRelay.inc();
@@ -457,6 +521,9 @@ export class OutboundDelivery {
       ? `no relay accepted the message (${failures.join("; ")}${earlier})`
       : "no relay is known for the recipient";
     const refusedNow = newlyRefused.length ? { refused: newlyRefused } : {};
+    if (!tried && heldUntil < Infinity) return { kind: "retry", error, deferredUntil: heldUntil } satisfies Deferred;
+    // A relay held back may take it later: never final while one is.
+    if (heldUntil < Infinity && !retry) return { kind: "retry", error, ...refusedNow };
     if (retry) return { ...retry, error, ...refusedNow };
     return { kind: "failed", error, ...refusedNow };
   }

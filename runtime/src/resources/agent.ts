@@ -432,6 +432,35 @@ export const AgentSpec = z
           .describe(
             "Pauses between delivery attempts after a network error or 5xx; the last one repeats (IFP-6 section 7)",
           ),
+        resiliency: z
+          .object({
+            failureThreshold: z
+              .number()
+              .int()
+              .min(1)
+              .max(1000)
+              .default(5)
+              .describe(
+                "Consecutive failures of one destination (network errors, timeouts, 5xx; never a 4xx) that open its circuit",
+              ),
+            coolDown: Duration.default("30s").describe(
+              "How long an open circuit makes no attempt to its destination before one probe is let through",
+            ),
+            maxInFlight: z
+              .number()
+              .int()
+              .min(1)
+              .max(1000)
+              .default(8)
+              .describe("Deliveries in flight to one destination at once; more wait in the outbox"),
+            timeout: Duration.default("15s").describe(
+              "How long one request to a destination may take before it counts as a failed attempt",
+            ),
+          })
+          .prefault({})
+          .describe(
+            "Per-destination resiliency (an inbox URL, a relay URL): a circuit breaker, a cap on deliveries in flight, a timeout (docs/reliability.md)",
+          ),
       })
       .prefault({})
       .describe("How messages the agent sends are retried"),

@@ -117,6 +117,20 @@ export function createRuntimeMetrics(mode: "agent" | "relay") {
       help: "Outbound messages handed with their body in the clear to a relay not marked trusted or self-operated (spec.encryption)",
       registers,
     }),
+    // The one label that is a URL: a destination has a series only while its circuit is open or
+    // half-open (agent/breakers.ts), so the series are the destinations failing now.
+    outboundCircuitState: new Gauge({
+      name: "ifp_outbound_circuit_state",
+      help: "State of the circuit of an outbound destination (inbox or relay URL) that is not closed: 1 half-open, 2 open",
+      labelNames: ["destination"],
+      registers,
+    }),
+    outboundCircuitRejections: new Counter({
+      name: "ifp_outbound_circuit_rejections_total",
+      help: "Outbound attempts not made because of a destination's resiliency: its circuit open, its probe under way (half-open), or its in-flight cap reached (busy)",
+      labelNames: ["reason"],
+      registers,
+    }),
     handlerLatency: new Histogram({
       name: "ifp_handler_delivery_seconds",
       help: "Time for spec.handler.url to answer",

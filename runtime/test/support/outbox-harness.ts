@@ -45,13 +45,16 @@ export async function untilState(localApiUrl: string, id: string, state: string,
   }
 }
 
-/** A peer's inbox on HTTPS whose answers the test scripts; it records every request. */
+/**
+ * A peer's inbox on HTTPS whose answers the test scripts (after `delayMs`, when given); it records
+ * every request, its answer, and the most requests it had under way at once.
+ */
 export async function scriptedPeer(
   tls: Tls,
-  /** The answer to the n-th request; `delayMs` holds it back that long. */
   answer: (n: number) => { status: number; headers?: Record<string, string>; delayMs?: number },
 ) {
-  const requests: { body: any; headers: Record<string, unknown>; at: number }[] = [];
+  const requests: { body: any; headers: Record<string, unknown>; at: number; status?: number }[] = [];
+  const load = { inFlight: 0, max: 0 };
   const server = createHttpsServer({ cert: tls.cert, key: tls.key }, (req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
@@ -61,13 +64,19 @@ export async function scriptedPeer(
         res.writeHead(404).end();
         return;
       }
-      requests.push({
+      const request = {
         body: JSON.parse(Buffer.concat(chunks).toString() || "null"),
         headers: req.headers,
         at: Date.now(),
-      });
+        status: undefined as number | undefined,
+      };
+      requests.push(request);
       const a = answer(requests.length);
+      load.max = Math.max(load.max, ++load.inFlight);
       setTimeout(() => {
+        load.inFlight--;
+        if (res.destroyed) return;
+        request.status = a.status;
         res.writeHead(a.status, { "content-type": "application/json", ...a.headers });
         res.end(
           JSON.stringify(
@@ -86,8 +95,13 @@ export async function scriptedPeer(
     url: `https://localhost:${port}`,
     port,
     requests,
+    load,
     server,
-    close: () => new Promise<void>((r) => server.close(() => r())),
+    close: () =>
+      new Promise<void>((r) => {
+        server.close(() => r());
+        server.closeAllConnections();
+      }),
   };
 }
 

@@ -1,0 +1,158 @@
+// Per-destination resiliency of the sending side against a real HTTPS peer inbox on loopback and
+// a real nats-server: the circuit breaker (opens after N consecutive failures, one probe after the
+// cool-down, closes on its success and delivers everything once), the in-flight cap, the timeout.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { consistently, waitFor } from "../../../e2e/support/wait.ts";
+import { identity, peerOf } from "../support/fixtures.ts";
+import { runAgent } from "../support/agent-harness.ts";
+import { metricValue } from "../support/probes.ts";
+import { record, scriptedPeer, send, untilState } from "../support/outbox-harness.ts";
+import { relayEnv, type RelayEnv } from "../support/relay-harness.ts";
+
+let env: RelayEnv;
+beforeAll(async () => {
+  env = await relayEnv();
+});
+afterAll(async () => {
+  await env?.close();
+});
+
+type Peer = Awaited<ReturnType<typeof scriptedPeer>>;
+type Resiliency = { failureThreshold?: number; coolDown?: string; maxInFlight?: number; timeout?: string };
+
+async function sender(name: string, peer: Peer, resiliency: Resiliency) {
+  return runAgent({
+    self: identity(`${name}-${Math.random().toString(36).slice(2, 6)}`),
+    natsUrl: env.nats.url,
+    tls: env.tls,
+    spec: {
+      peers: [{ ...peerOf(identity("far-peer")), url: peer.url }],
+      outbound: { backoff: ["200ms"], retryFor: "2m", resiliency },
+    },
+  });
+}
+
+async function sendMany(localApiUrl: string, n: number): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const sent = await send(localApiUrl, { to: "far-peer", text: `message ${i}` });
+    expect(sent.status).toBe(202);
+    ids.push(sent.body.message_id);
+  }
+  return ids;
+}
+
+const metric = async (agent: { scrape(): Promise<string> }, name: string, labels?: Record<string, string>) =>
+  metricValue(await agent.scrape(), name, labels);
+
+describe("the circuit breaker of a destination", () => {
+  it("opens after N consecutive failures, makes no attempt while open, probes once after the cool-down, and closes on success delivering each message once", async () => {
+    let up = false;
+    const peer = await scriptedPeer(env.tls, () => ({ status: up ? 202 : 503 }));
+    // One in flight: the attempts before the circuit opens are exactly the threshold.
+    const agent = await sender("breaker", peer, { failureThreshold: 3, coolDown: "2s", maxInFlight: 1 });
+    try {
+      const ids = await sendMany(agent.localApiUrl, 5);
+      await waitFor("the circuit to open", async () => (await metric(agent, "ifp_outbound_circuit_state")) === 2);
+      expect(peer.requests.length).toBe(3);
+      await consistently("no attempt while the circuit is open", () => peer.requests.length === 3, 1_200);
+      expect(await metric(agent, "ifp_outbound_circuit_rejections_total", { reason: "open" })).toBeGreaterThan(0);
+
+      // After the cool-down one probe, which fails: open again, and again no attempt.
+      await waitFor("the probe", () => peer.requests.length >= 4, 10_000);
+      expect(peer.requests[3]!.at - peer.requests[2]!.at).toBeGreaterThanOrEqual(1_900);
+      await consistently("one probe, then open again", () => peer.requests.length === 4, 1_000);
+      expect(await metric(agent, "ifp_outbound_circuit_state")).toBe(2);
+      // Held back, never given up: every message is still pending.
+      for (const id of ids) expect((await record(agent.localApiUrl, id)).state).toMatch(/^(queued|retrying)$/);
+
+      up = true;
+      for (const id of ids) await untilState(agent.localApiUrl, id, "delivered", 30_000);
+      // Four refused attempts (three, then the probe), then each message once.
+      await consistently("nothing more reaches the peer", () => peer.requests.length === 9, 1_000);
+      const accepted = peer.requests.filter((r) => r.status === 202).map((r) => r.headers["idempotency-key"]);
+      expect(accepted.sort()).toEqual([...ids].sort());
+      // Attempts held back by the circuit are not counted against a message.
+      let attempts = 0;
+      for (const id of ids) attempts += (await record(agent.localApiUrl, id)).recipients[0].attempts;
+      expect(attempts).toBe(9);
+      // Closed: its series is gone.
+      expect(await metric(agent, "ifp_outbound_circuit_state")).toBe(0);
+      expect(await agent.scrape()).not.toMatch(/^ifp_outbound_circuit_state\{/m);
+    } finally {
+      await agent.close();
+      await peer.close();
+    }
+  });
+
+  it("lets a single probe through when half-open, however many messages wait", async () => {
+    // Slow answers: the messages that wake with the cool-down's end arrive while the probe is under way.
+    const peer = await scriptedPeer(env.tls, () => ({ status: 503, delayMs: 300 }));
+    const agent = await sender("probe", peer, { failureThreshold: 2, coolDown: "1500ms", maxInFlight: 4 });
+    try {
+      await sendMany(agent.localApiUrl, 6);
+      await waitFor("the circuit to open", async () => (await metric(agent, "ifp_outbound_circuit_state")) === 2);
+      await waitFor("the attempts under way to end", () => peer.load.inFlight === 0);
+      const before = peer.requests.length;
+      // Before it opened: the threshold, and at most the cap's other slots already under way (2 - 1 + 4).
+      expect(before).toBeGreaterThanOrEqual(2);
+      expect(before).toBeLessThanOrEqual(5);
+      await waitFor("the probe", () => peer.requests.length > before, 10_000);
+      await consistently("one probe, then open again", () => peer.requests.length === before + 1, 1_000);
+      expect(await metric(agent, "ifp_outbound_circuit_rejections_total", { reason: "half-open" })).toBeGreaterThan(0);
+    } finally {
+      await agent.close();
+      await peer.close();
+    }
+  });
+
+  it("never counts a 4xx as a failure: the circuit stays closed", async () => {
+    const peer = await scriptedPeer(env.tls, () => ({ status: 400 }));
+    const agent = await sender("breaker-4xx", peer, { failureThreshold: 2, coolDown: "1m", maxInFlight: 1 });
+    try {
+      const ids = await sendMany(agent.localApiUrl, 4);
+      for (const id of ids) await untilState(agent.localApiUrl, id, "failed");
+      expect(peer.requests.length).toBe(4);
+      expect(await metric(agent, "ifp_outbound_circuit_state")).toBe(0);
+      expect(await metric(agent, "ifp_outbound_circuit_rejections_total")).toBe(0);
+    } finally {
+      await agent.close();
+      await peer.close();
+    }
+  });
+});
+
+describe("the in-flight cap of a destination", () => {
+  it("keeps at most maxInFlight requests under way at the peer, and delivers every message once", async () => {
+    const peer = await scriptedPeer(env.tls, () => ({ status: 202, delayMs: 300 }));
+    const agent = await sender("cap", peer, { maxInFlight: 2 });
+    try {
+      const ids = await sendMany(agent.localApiUrl, 8);
+      for (const id of ids) await untilState(agent.localApiUrl, id, "delivered");
+      expect(peer.load.max).toBe(2);
+      expect(peer.requests.map((r) => r.headers["idempotency-key"]).sort()).toEqual([...ids].sort());
+      expect(await metric(agent, "ifp_outbound_circuit_rejections_total", { reason: "busy" })).toBeGreaterThan(0);
+    } finally {
+      await agent.close();
+      await peer.close();
+    }
+  });
+});
+
+describe("the timeout of a destination", () => {
+  it("ends a request the peer does not answer within the timeout as a failed attempt, and retries", async () => {
+    const peer = await scriptedPeer(env.tls, (n) => ({ status: 202, delayMs: n === 1 ? 5_000 : 0 }));
+    const agent = await sender("timeout", peer, { timeout: "500ms" });
+    try {
+      const started = Date.now();
+      const [id] = await sendMany(agent.localApiUrl, 1);
+      const done = await untilState(agent.localApiUrl, id!, "delivered");
+      expect(done.recipients[0]).toMatchObject({ attempts: 2, last_status: 202 });
+      expect(Date.now() - started).toBeLessThan(4_000);
+      expect(peer.requests.length).toBe(2);
+    } finally {
+      await agent.close();
+      await peer.close();
+    }
+  });
+});
