@@ -61,7 +61,8 @@ describe("redriving dead letters", () => {
       tls,
       spec: {
         peers: [{ ...peerOf(identity("sometimes")), url: peer.url }],
-        outbound: { backoff: ["200ms"], retryFor: "1s" },
+        // The peer is down, then back: a circuit opened while it was down probes again after 200 ms.
+        outbound: { backoff: ["200ms"], retryFor: "1s", resiliency: { coolDown: "200ms" } },
       },
     });
     api = new LocalApiClient(sender.localApiUrl);
