@@ -24,9 +24,23 @@ export interface CardOptions {
   bearer: boolean;
   /** The OIDC issuers whose tokens are accepted (spec.a2a.authentication.oidc): one openIdConnect scheme each. */
   oidcIssuers?: readonly string[];
+  /** The port of the gRPC binding (grpc.ts), once it listens: the card names it at the base URL's host. */
+  grpcPort?: () => number | undefined;
 }
 
 const b64url = (b: Buffer | string) => Buffer.from(b).toString("base64url");
+
+/** The gRPC binding's entry of supportedInterfaces: https://<the base URL's host>:<its port>. */
+function grpcInterface(base: string, port: number | undefined): Record<string, string>[] {
+  if (port === undefined) return [];
+  return [
+    {
+      url: `https://${new URL(base).hostname}:${port}`,
+      protocolBinding: "GRPC",
+      protocolVersion: A2A_PROTOCOL_VERSION,
+    },
+  ];
+}
 
 /** The card for one public base URL (spec.baseUrl, or the request's host). */
 export function agentCard(opts: CardOptions, baseUrl: string): Record<string, unknown> {
@@ -79,6 +93,7 @@ export function agentCard(opts: CardOptions, baseUrl: string): Record<string, un
     supportedInterfaces: [
       { url: `${base}${A2A_JSONRPC_PATH}`, protocolBinding: "JSONRPC", protocolVersion: A2A_PROTOCOL_VERSION },
       { url: `${base}${A2A_REST_PATH}`, protocolBinding: "HTTP+JSON", protocolVersion: A2A_PROTOCOL_VERSION },
+      ...grpcInterface(base, opts.grpcPort?.()),
     ],
     version: "1.0.0",
     capabilities: { streaming: true, pushNotifications: true, extendedAgentCard: false },

@@ -9,7 +9,7 @@ import type { ZodType } from "zod";
 import { ProtocolError } from "../protocol/errors.ts";
 import { MAX_JSON_DEPTH, nestedDeeperThan, type SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
-import { RateLimiter } from "../server/ratelimit.ts";
+import { A2aAdmission } from "./admission.ts";
 import type { A2aCallers, Caller } from "./callers.ts";
 import { A2A_CARD_PATH, A2A_JSONRPC_PATH, A2A_JWKS_PATH, A2A_REST_PATH } from "../contract/a2a.ts";
 import { type CardCache, jwks } from "./card.ts";
@@ -38,6 +38,8 @@ export interface A2aRouteDeps {
   cards: CardCache;
   signing: SigningKey;
   now?: () => number;
+  /** The checks before a method, shared with the gRPC binding (one budget per caller); made here when absent. */
+  admission?: A2aAdmission;
 }
 
 type Binding = "jsonrpc" | "rest";
@@ -141,18 +143,8 @@ function jsonBodies(app: FastifyInstance): void {
  * the caller (401/403) and the per-caller limits of the inbox before any method runs.
  */
 function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
-  const spec = deps.agent.spec;
-  const now = deps.now ?? Date.now;
-  const perAddress = new RateLimiter(spec.inbox.rateLimit.perAddressPerMinute, { now });
-  const perCaller = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
-  const perCallerBytes = new RateLimiter(spec.inbox.rateLimit.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
-  app.addHook("onRequest", async (req) => {
-    const byAddress = perAddress.take(req.clientAddress);
-    if (!byAddress.ok)
-      throw new A2aError("RateLimited", `too many requests from ${req.clientAddress}`, {
-        "retry-after": String(byAddress.retryAfterSeconds),
-      });
-  });
+  const admission = deps.admission ?? new A2aAdmission(deps.agent, deps.now);
+  app.addHook("onRequest", async (req) => admission.address(req.clientAddress));
   app.addHook("preHandler", async (req) => {
     const s = of(req);
     const body = req.body as { id?: unknown } | undefined;
@@ -160,13 +152,8 @@ function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
       const id = body.id;
       s.rpcId = typeof id === "string" || typeof id === "number" ? id : null;
     }
-    // The A2A-Version header: absent, or a 1.x this agent speaks.
     const version = req.headers["a2a-version"];
-    if (typeof version === "string" && version.trim() !== "" && !/^1(\.\d+)?$/.test(version.trim()))
-      throw new A2aError(
-        "VersionNotSupported",
-        `A2A-Version ${version.slice(0, 32)} is not supported; this agent speaks 1.0`,
-      );
+    admission.version(typeof version === "string" ? version : undefined);
     const caller = await deps.callers.authenticate({
       method: req.method,
       url: req.url,
@@ -175,23 +162,7 @@ function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
       body: s.rawBody,
       clientAddress: req.clientAddress,
     });
-    const byCaller = perCaller.take(caller.id);
-    if (!byCaller.ok)
-      throw new A2aError(
-        "RateLimited",
-        `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} requests per minute exceeded for ${caller.id}`,
-        { "retry-after": String(byCaller.retryAfterSeconds) },
-      );
-    const size = s.rawBody?.length ?? 0;
-    if (size > 0) {
-      const bytes = perCallerBytes.take(caller.id, size);
-      if (!bytes.ok)
-        throw new A2aError(
-          "RateLimited",
-          `byte quota of ${spec.inbox.rateLimit.perSenderBytesPerHour} bytes per hour exceeded for ${caller.id}`,
-          { "retry-after": String(bytes.retryAfterSeconds) },
-        );
-    }
+    admission.caller(caller, s.rawBody?.length ?? 0);
     s.caller = caller;
   });
 }
@@ -332,7 +303,7 @@ async function subscribe(
   return stream(req, reply, binding, (signal) => service.follow(caller, id, signal), openStreams);
 }
 
-function check<T>(schema: ZodType<T>, value: unknown): T {
+export function check<T>(schema: ZodType<T>, value: unknown): T {
   const r = schema.safeParse(value);
   if (!r.success) throw new A2aError("InvalidParams", `invalid params: ${issues(r.error)}`);
   return r.data;

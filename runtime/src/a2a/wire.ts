@@ -258,6 +258,10 @@ export class A2aError extends Error {
   get reason(): string {
     return KINDS[this.kind].reason;
   }
+  /** The google.rpc code's name: the gRPC status, and the HTTP+JSON body's `status`. */
+  get status(): string {
+    return KINDS[this.kind].status;
+  }
   /** The JSON-RPC error object. */
   rpcError(): { code: number; message: string; data: { reason: string; retryAfterSeconds?: number } } {
     const retry = this.headers["retry-after"];
