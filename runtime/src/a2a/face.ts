@@ -14,7 +14,7 @@ import type { TlsFiles } from "../server/tls.ts";
 import { A2aAdmission } from "./admission.ts";
 import { A2aCallers, bearerTokenFile, type KeyFound } from "./callers.ts";
 import { CardCache } from "./card.ts";
-import { type A2aGrpcServer, startA2aGrpc } from "./grpc.ts";
+import type { A2aGrpcServer } from "./grpc.ts";
 import { OidcCallers } from "./oidc.ts";
 import { A2aPush } from "./push.ts";
 import { a2aLocalRoutes, a2aRoutes } from "./routes.ts";
@@ -108,6 +108,8 @@ export function a2aFace(deps: A2aFaceDeps): A2aFace {
         ...{ agent: deps.agent, service, push, callers, cards, signing: deps.signing, admission },
       }),
     serveGrpc: async (port, host, tls) => {
+      // Loaded only here: grpc-js and protobufjs cost memory that agents without the binding keep.
+      const { startA2aGrpc } = await import("./grpc.ts");
       const server = await startA2aGrpc(
         { service, push, callers, admission, maxMessageBytes: spec.inbox.maxMessageBytes, tls, log: deps.log },
         port,

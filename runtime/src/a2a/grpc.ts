@@ -149,10 +149,11 @@ const WELL_KNOWN: Record<string, { in(v: object): unknown; out(v: unknown): unkn
 };
 
 /** google.rpc.Status and ErrorInfo, for the grpc-status-details-bin trailer. */
-const rpcTypes = (() => {
-  const root = protobuf.loadSync(GOOGLE_RPC_STATUS_PROTO);
-  return { status: root.lookupType("google.rpc.Status"), errorInfo: root.lookupType("google.rpc.ErrorInfo") };
-})();
+const rpcRoot = protobuf.loadSync(GOOGLE_RPC_STATUS_PROTO);
+const rpcTypes = {
+  status: rpcRoot.lookupType("google.rpc.Status"),
+  errorInfo: rpcRoot.lookupType("google.rpc.ErrorInfo"),
+};
 
 /** An A2aError as a gRPC status: the code of section 5.4, an ErrorInfo in the details (section 10.6). */
 export function grpcError(e: A2aError): { code: number; details: string; metadata: Metadata } {

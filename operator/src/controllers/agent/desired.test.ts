@@ -193,7 +193,12 @@ describe("desiredAgentChildren", () => {
     const runtime = on.Deployment.spec.template.spec.containers[0];
     expect(runtime.args).toContain("--a2a-grpc-port=8444");
     expect(runtime.ports).toContainEqual({ name: "a2a-grpc", containerPort: 8444, protocol: "TCP" });
-    expect(on.Service.spec.ports).toContainEqual({ name: "a2a-grpc", port: 8444, targetPort: "a2a-grpc", protocol: "TCP" });
+    expect(on.Service.spec.ports).toContainEqual({
+      name: "a2a-grpc",
+      port: 8444,
+      targetPort: "a2a-grpc",
+      protocol: "TCP",
+    });
     expect(on.NetworkPolicy.spec.ingress[0].ports).toContainEqual(grpcRule);
   });
 
