@@ -290,4 +290,22 @@ describe("the A2A gRPC binding", () => {
     // Another caller is not held to it.
     await call("ListTasks", {}, auth(OTHER_TOKEN));
   });
+  // Last: it stops the runtime.
+  it("an open stream ends when the runtime closes, without holding its shutdown", async () => {
+    const task = (await call("SendMessage", message("stay open"))).task;
+    const events: any[] = [];
+    const sub = client.SubscribeToTask({ id: task.id }, auth(TOKEN));
+    const ended = new Promise<string>((resolve) => {
+      sub.on("data", (e: unknown) => events.push(e));
+      sub.on("end", () => resolve("end"));
+      sub.on("error", (err: ServiceError) => resolve(`error ${err.code} ${err.details}`));
+    });
+    await waitFor("the stream's first event", async () => events.length > 0);
+    expect(events[0].task.id).toBe(task.id);
+    const started = Date.now();
+    const exit = await runtime.stop({ graceMs: 20_000 });
+    expect(exit).toMatchObject({ code: 0 });
+    expect(await ended).toBe("end");
+    expect(Date.now() - started).toBeLessThan(4_000);
+  });
 });
