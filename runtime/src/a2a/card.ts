@@ -30,12 +30,15 @@ export interface CardOptions {
 
 const b64url = (b: Buffer | string) => Buffer.from(b).toString("base64url");
 
-/** The gRPC binding's entry of supportedInterfaces: https://<the base URL's host>:<its port>. */
+/**
+ * The gRPC binding's entry of supportedInterfaces: `<the base URL's host>:<its port>`, the
+ * target the official SDKs' gRPC clients dial as it stands (an https:// URL is no gRPC target).
+ */
 function grpcInterface(base: string, port: number | undefined): Record<string, string>[] {
   if (port === undefined) return [];
   return [
     {
-      url: `https://${new URL(base).hostname}:${port}`,
+      url: `${new URL(base).hostname}:${port}`,
       protocolBinding: "GRPC",
       protocolVersion: A2A_PROTOCOL_VERSION,
     },

@@ -13,7 +13,9 @@ import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
-import { spawnRuntime } from "../support/a2a-harness.ts";
+import { ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver } from "@a2a-js/sdk/client";
+import { GrpcTransportFactory } from "@a2a-js/sdk/client/grpc";
+import { fetchWith, spawnRuntime, userMessage } from "../support/a2a-harness.ts";
 import { startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
 
@@ -145,10 +147,47 @@ describe("the A2A gRPC binding", () => {
     const res = await httpsRequest(`https://localhost:${port}/.well-known/agent-card.json`, { ca: tls.ca });
     const card = res.json() as { supportedInterfaces: { url: string; protocolBinding: string }[] };
     expect(card.supportedInterfaces).toContainEqual({
-      url: `https://localhost:${grpcPort}`,
+      url: `localhost:${grpcPort}`,
       protocolBinding: "GRPC",
       protocolVersion: "1.0",
     });
+  });
+
+  it("serves the official A2A JS SDK's gRPC client, which finds the binding in the card", async () => {
+    const factory = new ClientFactory(
+      ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
+        transports: [new GrpcTransportFactory({ grpcChannelCredentials: credentials.createSsl(Buffer.from(tls.ca)) })],
+        cardResolver: new DefaultAgentCardResolver({ fetchImpl: fetchWith(tls.ca, undefined) }),
+        // The default options bring the HTTP bindings' transports too: gRPC is chosen.
+        preferredTransports: ["GRPC"],
+      }),
+    );
+    const sdk = await factory.createFromUrl(`https://localhost:${port}`);
+    const opts = { serviceParameters: { authorization: `Bearer ${TOKEN}` } };
+    const sent = (await sdk.sendMessage(userMessage("hello from the SDK"), opts)) as any;
+    expect(sent.status.state).toBe(1); // TASK_STATE_SUBMITTED
+    await waitFor("the hand-off", async () =>
+      handler.received.some((r) => r.body.headers.extensions?.a2a?.task_id === sent.id),
+    );
+    const events: any[] = [];
+    const following = (async () => {
+      for await (const e of sdk.resubscribeTask({ id: sent.id, tenant: "" }, opts)) events.push(e.payload);
+    })();
+    await waitFor("the subscription's first event", async () => events.length > 0);
+    await localPost(`/a2a/tasks/${sent.id}`, { state: "TASK_STATE_COMPLETED", message: { text: "hello back" } });
+    await following;
+    expect(events[0].$case).toBe("task");
+    expect(events.at(-1).value.status.state).toBe(3); // TASK_STATE_COMPLETED
+    const got = (await sdk.getTask({ id: sent.id, historyLength: undefined, tenant: "" }, opts)) as any;
+    expect(got.status.message.parts[0].content.value).toBe("hello back");
+    expect(got.history[0].parts[0].content.value).toBe("hello from the SDK");
+    const listed = (await sdk.listTasks(
+      { tenant: "", contextId: sent.contextId, status: 0, pageToken: "" } as any,
+      opts,
+    )) as any;
+    expect(listed.tasks.map((t: any) => t.id)).toEqual([sent.id]);
+    // Without the token the SDK gets the status it maps to its own error.
+    await expect(sdk.getTask({ id: sent.id, historyLength: undefined, tenant: "" })).rejects.toThrow();
   });
 
   it("sends a message: the task is stored, handed off with its data and metadata, and answered", async () => {
