@@ -206,16 +206,24 @@ export async function startA2aGrpc(deps: A2aGrpcDeps, port: number, host: string
   const def = loadSync(A2A_PROTO, PROTO_OPTIONS);
   const form = new JsonForm(def);
   const methods = def[A2A_GRPC_SERVICE] as ServiceDefinition;
-  // Each request's size on the wire, for the caller's byte quota.
+  // Each request's size on the wire, for the caller's byte quota; why one could not be decoded.
   const sizes = new WeakMap<object, number>();
+  const undecodable = new WeakMap<object, string>();
   const service: Record<string, ServiceDefinition[string]> = {};
   for (const [name, m] of Object.entries(methods)) {
     const reqType = (m as unknown as { requestType: { type: { name: string } } }).requestType.type.name;
     const resType = (m as unknown as { responseType: { type: { name: string } } }).responseType.type.name;
     service[name] = {
       ...m,
+      // Never throws: grpc-js would answer INTERNAL; the call is refused as an invalid request instead.
       requestDeserialize: (buf: Buffer) => {
-        const json = form.convert(reqType, m.requestDeserialize(buf), "in") as Json;
+        let json: Json;
+        try {
+          json = form.convert(reqType, m.requestDeserialize(buf), "in") as Json;
+        } catch (err) {
+          json = {};
+          undecodable.set(json, (err as Error).message);
+        }
         sizes.set(json, buf.length);
         return json;
       },
@@ -235,6 +243,12 @@ export async function startA2aGrpc(deps: A2aGrpcDeps, port: number, host: string
   /** The checks of every request, in the HTTP bindings' order: address, version, caller, caller's limits. */
   const admit = async (call: Call): Promise<Caller> => {
     deps.admission.address(peerAddress(call.getPeer()));
+    const undecoded = undecodable.get(call.request);
+    if (undecoded !== undefined)
+      throw new A2aError(
+        "InvalidRequest",
+        `the request is not a ${call.getPath()} message: ${undecoded.slice(0, 200)}`,
+      );
     const version = call.metadata.get("a2a-version")[0];
     deps.admission.version(typeof version === "string" ? version : undefined);
     const authorization = call.metadata.get("authorization")[0];

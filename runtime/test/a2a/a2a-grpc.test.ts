@@ -293,6 +293,25 @@ describe("the A2A gRPC binding", () => {
     expect(errorInfo(version).reason).toBe("VERSION_NOT_SUPPORTED");
   });
 
+  it("refuses bytes that are no request message, and a timestamp no date can hold, with INVALID_ARGUMENT", async () => {
+    const raw = await failure(
+      new Promise((resolve, reject) =>
+        client.makeUnaryRequest(
+          "/lf.a2a.v1.A2AService/SendMessage",
+          (b: Buffer) => b,
+          (b: Buffer) => b,
+          Buffer.from([0x12, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x01]),
+          auth(TOKEN),
+          (err: ServiceError | null, res?: unknown) => (err ? reject(err) : resolve(res)),
+        ),
+      ),
+    );
+    expect(raw.code).toBe(status.INVALID_ARGUMENT);
+    expect(errorInfo(raw).reason).toBe("INVALID_REQUEST");
+    const far = await failure(call("ListTasks", { statusTimestampAfter: { seconds: 1e15 } }));
+    expect(far.code).toBe(status.INVALID_ARGUMENT);
+  });
+
   it("refuses a message larger than spec.inbox.maxMessageBytes with RESOURCE_EXHAUSTED, before any hand-off", async () => {
     const before = handler.received.length;
     const big = message("x".repeat(MAX_MESSAGE_BYTES + 1024));
