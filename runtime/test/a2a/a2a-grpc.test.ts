@@ -15,7 +15,7 @@ import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import { ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver } from "@a2a-js/sdk/client";
 import { GrpcTransportFactory } from "@a2a-js/sdk/client/grpc";
-import { fetchWith, spawnRuntime, userMessage } from "../support/a2a-harness.ts";
+import { fetchWith, localPostTo, spawnRuntime, userMessage } from "../support/a2a-harness.ts";
 import { startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
 
@@ -134,12 +134,7 @@ const message = (text: string, extra: Record<string, unknown> = {}) => ({
 });
 
 async function localPost(path: string, body: unknown) {
-  const res = await fetch(`${localApi}${path}`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify(body),
-  });
-  expect(res.status).toBe(200);
+  expect((await localPostTo(localApi, path, body)).status).toBe(200);
 }
 
 describe("the A2A gRPC binding", () => {
