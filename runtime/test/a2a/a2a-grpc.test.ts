@@ -279,13 +279,26 @@ describe("the A2A gRPC binding", () => {
     expect(wrong.code).toBe(status.UNAUTHENTICATED);
   });
 
-  it("refuses invalid params and an unsupported A2A-Version with INVALID_ARGUMENT and UNIMPLEMENTED", async () => {
+  it("refuses invalid params, an unsupported A2A-Version, the extended card and a metadata-address push receiver", async () => {
     const bad = await failure(call("SendMessage", { message: { messageId: randomUUID(), role: "ROLE_USER" } }));
     expect(bad.code).toBe(status.INVALID_ARGUMENT);
     expect(errorInfo(bad).reason).toBe("INVALID_PARAMS");
     const version = await failure(call("ListTasks", {}, auth(TOKEN, { "a2a-version": "7.0" })));
     expect(version.code).toBe(status.UNIMPLEMENTED);
     expect(errorInfo(version).reason).toBe("VERSION_NOT_SUPPORTED");
+    const card = await failure(call("GetExtendedAgentCard", {}));
+    expect(card.code).toBe(status.FAILED_PRECONDITION);
+    expect(errorInfo(card).reason).toBe("EXTENDED_AGENT_CARD_NOT_CONFIGURED");
+    // The push notification methods run the HTTP bindings' checks: no metadata address as a receiver.
+    const task = (await call("SendMessage", message("push me"))).task;
+    const push = await failure(
+      call("CreateTaskPushNotificationConfig", { taskId: task.id, url: "https://169.254.169.254/hook", token: "t" }),
+    );
+    expect(push.code).toBe(status.INVALID_ARGUMENT);
+    expect(push.details).toMatch(/refused: .*special address/);
+    expect(errorInfo(push).reason).toBe("INVALID_PARAMS");
+    const configs = await call("ListTaskPushNotificationConfigs", { taskId: task.id });
+    expect(configs.configs ?? []).toEqual([]);
   });
 
   it("refuses bytes that are no request message, and a timestamp no date can hold, with INVALID_ARGUMENT", async () => {
