@@ -19,7 +19,7 @@
 // Why: Node keeps the source of every module it loads in the heap, and each module of
 // node_modules is a file opened, read and compiled on its own. One minified bundle of the same
 // code takes about 20 MiB off every Agent's and Relay's pod (docs/benchmarks.md).
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, relative, resolve, sep } from "node:path";
 import { pathToFileURL } from "node:url";
 import { build } from "rolldown";
@@ -34,6 +34,8 @@ export interface BundleOptions {
   outDir: string;
   /** Where the source maps go (emptied first); never copied into the image. */
   mapsDir: string;
+  /** Files the code reads at run time, copied as they are: each one's place under outDir and its source. */
+  files?: Record<string, string>;
 }
 
 export interface BundleResult {
@@ -117,6 +119,12 @@ export async function bundleImage(opts: BundleOptions): Promise<BundleResult> {
         if (root) roots.add(root);
       }
   }
+  for (const [name, from] of Object.entries(opts.files ?? {})) {
+    const to = join(opts.outDir, name);
+    mkdirSync(dirname(to), { recursive: true });
+    copyFileSync(from, to);
+    files.push(name);
+  }
   const { text, packages } = licences(roots, opts.image, opts.code);
   writeFileSync(join(opts.outDir, "THIRD-PARTY-LICENSES.txt"), text);
   files.push("THIRD-PARTY-LICENSES.txt");
@@ -138,5 +146,10 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     entries: { "ifp-runtime": "dist/runtime/bin/ifp-runtime.js", ifp: "dist/runtime/bin/ifp.js" },
     outDir: "dist/bundle/runtime",
     mapsDir: "dist/bundle-maps/runtime",
+    // The gRPC binding's contract (runtime/src/a2a/grpc.ts), at ../contract/ of the code in bin/ and lib/.
+    files: {
+      "contract/a2a.proto": "runtime/src/contract/a2a.proto",
+      "contract/google-rpc-status.proto": "runtime/src/contract/google-rpc-status.proto",
+    },
   });
 }

@@ -6,6 +6,8 @@ import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY, managedByOperator } from "
 import type { Owner } from "./settings.ts";
 
 export const HTTPS_PORT = 8443;
+/** The A2A face's gRPC binding (--a2a-grpc-port), container and Service port `a2a-grpc`, while spec.a2a.enabled. */
+export const A2A_GRPC_PORT = 8444;
 /** The runtime's plain-HTTP Prometheus listener (--metrics-port), container port `metrics`; never on a Service. */
 export const METRICS_PORT = 9090;
 

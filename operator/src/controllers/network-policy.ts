@@ -1,5 +1,5 @@
 // The NetworkPolicy of a runtime's pods (--runtime-network-policies, chart value
-// networkPolicy.runtimes.enabled): ingress only to the protocol's TLS port from anywhere (peers,
+// networkPolicy.runtimes.enabled): ingress only to the protocol's TLS port (and the A2A gRPC port of an Agent with spec.a2a) from anywhere (peers,
 // relays' clients, ingress controllers, other namespaces' applications), to the metrics port only
 // from the namespaces the install names (--metrics-namespaces), to the agent's local API port
 // (spec.localApi.service) only from pods of the Agent's own namespace, and to the ports the
@@ -10,7 +10,7 @@ import type { V1NetworkPolicy, V1NetworkPolicyIngressRule, V1NetworkPolicyPort }
 import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
 import { controlledBy } from "../kube/apply.ts";
 import type { ReconcileContext } from "./context.ts";
-import { childMeta, childNames, HTTPS_PORT, METRICS_PORT, selectorLabels } from "./names.ts";
+import { A2A_GRPC_PORT, childMeta, childNames, HTTPS_PORT, METRICS_PORT, selectorLabels } from "./names.ts";
 import type { Owner, RuntimeNetworkPolicies } from "./settings.ts";
 
 /** The label the API server gives every namespace: its name. */
@@ -42,9 +42,11 @@ function sidecarPorts(pod: DeploymentSettings | undefined, runtimePorts: number[
 export function runtimeNetworkPolicy(
   owner: Owner,
   policies: RuntimeNetworkPolicies,
-  opts: { localApiPort?: number; pod?: DeploymentSettings } = {},
+  opts: { localApiPort?: number; a2aGrpc?: boolean; pod?: DeploymentSettings } = {},
 ): V1NetworkPolicy {
-  const ingress: V1NetworkPolicyIngressRule[] = [{ ports: [{ port: "https", protocol: "TCP" }] }];
+  const ingress: V1NetworkPolicyIngressRule[] = [
+    { ports: [{ port: "https", protocol: "TCP" }, ...(opts.a2aGrpc ? [{ port: "a2a-grpc", protocol: "TCP" }] : [])] },
+  ];
   const metricsFrom = [...new Set(policies.metricsNamespaces)].sort();
   if (metricsFrom.length) {
     ingress.push({
@@ -59,7 +61,12 @@ export function runtimeNetworkPolicy(
   // An empty podSelector without a namespaceSelector: every pod of the policy's own namespace.
   if (opts.localApiPort !== undefined)
     ingress.push({ _from: [{ podSelector: {} }], ports: [{ port: "local-api", protocol: "TCP" }] });
-  const own = [HTTPS_PORT, METRICS_PORT, ...(opts.localApiPort !== undefined ? [opts.localApiPort] : [])];
+  const own = [
+    HTTPS_PORT,
+    METRICS_PORT,
+    ...(opts.localApiPort !== undefined ? [opts.localApiPort] : []),
+    ...(opts.a2aGrpc ? [A2A_GRPC_PORT] : []),
+  ];
   const sidecars = sidecarPorts(opts.pod, own);
   if (sidecars.length) ingress.push({ ports: sidecars });
   return {
@@ -74,7 +81,7 @@ export function runtimeNetworkPolicy(
 export function networkPolicyChildren(
   owner: Owner,
   policies: RuntimeNetworkPolicies | undefined,
-  opts: { localApiPort?: number; pod?: DeploymentSettings } = {},
+  opts: { localApiPort?: number; a2aGrpc?: boolean; pod?: DeploymentSettings } = {},
 ): V1NetworkPolicy[] {
   return policies ? [runtimeNetworkPolicy(owner, policies, opts)] : [];
 }

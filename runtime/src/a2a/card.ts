@@ -35,6 +35,8 @@ export interface CardOptions {
   bearer: boolean;
   /** The OIDC issuers whose tokens are accepted (spec.a2a.authentication.oidc): one openIdConnect scheme each. */
   oidcIssuers?: readonly string[];
+  /** The port of the gRPC binding (grpc.ts), once it listens: the card names it at the base URL's host. */
+  grpcPort?: () => number | undefined;
 }
 
 /** Host names that are this machine's own: a card naming them points nowhere else. */
@@ -61,6 +63,21 @@ export function cardBase(agent: Agent, host: string | undefined): string {
   if (hostname !== undefined && /^[a-z0-9.:[\]-]{1,300}$/.test(host!) && (own.has(hostname) || LOOPBACK.has(hostname)))
     return `https://${host!.toLowerCase()}`;
   return `https://${name}.${namespace}.svc`;
+}
+
+/**
+ * The gRPC binding's entry of supportedInterfaces: `<the base URL's host>:<its port>`, the
+ * target the official SDKs' gRPC clients dial as it stands (an https:// URL is no gRPC target).
+ */
+function grpcInterface(base: string, port: number | undefined): Record<string, string>[] {
+  if (port === undefined) return [];
+  return [
+    {
+      url: `${new URL(base).hostname}:${port}`,
+      protocolBinding: "GRPC",
+      protocolVersion: A2A_PROTOCOL_VERSION,
+    },
+  ];
 }
 
 /** The card for one public base URL (spec.baseUrl, or the request's host). */
@@ -114,6 +131,7 @@ export function agentCard(opts: CardOptions, baseUrl: string): Record<string, un
     supportedInterfaces: [
       { url: `${base}${A2A_JSONRPC_PATH}`, protocolBinding: "JSONRPC", protocolVersion: A2A_PROTOCOL_VERSION },
       { url: `${base}${A2A_REST_PATH}`, protocolBinding: "HTTP+JSON", protocolVersion: A2A_PROTOCOL_VERSION },
+      ...grpcInterface(base, opts.grpcPort?.()),
     ],
     version: "1.0.0",
     capabilities: { streaming: true, pushNotifications: true, extendedAgentCard: false },

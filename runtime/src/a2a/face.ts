@@ -10,8 +10,11 @@ import type { DeliveryRecord } from "../protocol/local-api.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
 import { defaultBaseUrl, parseDuration } from "../resources/common.ts";
+import type { TlsFiles } from "../server/tls.ts";
+import { A2aAdmission } from "./admission.ts";
 import { A2aCallers, bearerTokenFile, type KeyFound } from "./callers.ts";
 import { CardCache } from "./card.ts";
+import type { A2aGrpcServer } from "./grpc.ts";
 import { OidcCallers } from "./oidc.ts";
 import { A2aPush } from "./push.ts";
 import { a2aLocalRoutes, a2aRoutes } from "./routes.ts";
@@ -44,6 +47,8 @@ export interface A2aFace {
   close(): void;
   /** The A2A routes on the agent's HTTPS app. */
   register(app: FastifyInstance): void;
+  /** The gRPC binding on a TLS port of its own (0 picks a free one), named in the card from then on. */
+  serveGrpc(port: number, host: string, tls: TlsFiles): Promise<A2aGrpcServer>;
   /** POST /a2a/tasks/{id} on a local API app. */
   registerLocal(app: FastifyInstance): void;
   /** The local API's outbox, with replies to A2A hand-offs turned into task updates. */
@@ -81,7 +86,10 @@ export function a2aFace(deps: A2aFaceDeps): A2aFace {
       ? { oidc: new OidcCallers({ issuers: spec.a2a.authentication.oidc, http: deps.http, log: deps.log }) }
       : {}),
   });
+  const admission = new A2aAdmission(deps.agent);
+  let grpcPort: number | undefined;
   const cards = new CardCache({
+    grpcPort: () => grpcPort,
     agent: deps.agent,
     signing: deps.signing,
     bearer: spec.a2a.authentication.bearerTokenSecret !== undefined || deps.tokenFile !== undefined,
@@ -96,7 +104,20 @@ export function a2aFace(deps: A2aFaceDeps): A2aFace {
     },
     close: () => push.close(),
     register: (app) =>
-      void app.register(a2aRoutes, { agent: deps.agent, service, push, callers, cards, signing: deps.signing }),
+      void app.register(a2aRoutes, {
+        ...{ agent: deps.agent, service, push, callers, cards, signing: deps.signing, admission },
+      }),
+    serveGrpc: async (port, host, tls) => {
+      // Loaded only here: grpc-js and protobufjs cost memory that agents without the binding keep.
+      const { startA2aGrpc } = await import("./grpc.ts");
+      const server = await startA2aGrpc(
+        { service, push, callers, admission, maxMessageBytes: spec.inbox.maxMessageBytes, tls, log: deps.log },
+        port,
+        host,
+      );
+      grpcPort = server.port;
+      return server;
+    },
     registerLocal: (app) => void app.register(a2aLocalRoutes, { service }),
     replies: (outbox) => a2aReplies(service, outbox, (id) => remember(answered, id)),
     deliveries: (states) =>

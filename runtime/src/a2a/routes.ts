@@ -9,7 +9,7 @@ import type { ZodType } from "zod";
 import { ProtocolError } from "../protocol/errors.ts";
 import { MAX_JSON_DEPTH, nestedDeeperThan, type SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
-import { RateLimiter } from "../server/ratelimit.ts";
+import { A2aAdmission } from "./admission.ts";
 import type { A2aCallers, Caller } from "./callers.ts";
 import { A2A_CARD_PATH, A2A_JSONRPC_PATH, A2A_JWKS_PATH, A2A_REST_PATH } from "../contract/a2a.ts";
 import { type CardCache, cardBase, jwks } from "./card.ts";
@@ -38,6 +38,8 @@ export interface A2aRouteDeps {
   cards: CardCache;
   signing: SigningKey;
   now?: () => number;
+  /** The checks before a method, shared with the gRPC binding (one budget per caller); made here when absent. */
+  admission?: A2aAdmission;
 }
 
 type Binding = "jsonrpc" | "rest";
@@ -140,19 +142,8 @@ function jsonBodies(app: FastifyInstance): void {
  * the caller (401/403) and the per-caller limits of the inbox before any method runs.
  */
 function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
-  const spec = deps.agent.spec;
-  const now = deps.now ?? Date.now;
-  const perAddress = new RateLimiter(spec.inbox.rateLimit.perAddressPerMinute, { now });
-  const perCaller = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
-  const perCallerReads = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute * A2A_READ_BUDGET_FACTOR, { now });
-  const perCallerBytes = new RateLimiter(spec.inbox.rateLimit.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
-  app.addHook("onRequest", async (req) => {
-    const byAddress = perAddress.take(req.clientAddress);
-    if (!byAddress.ok)
-      throw new A2aError("RateLimited", `too many requests from ${req.clientAddress}`, {
-        "retry-after": String(byAddress.retryAfterSeconds),
-      });
-  });
+  const admission = deps.admission ?? new A2aAdmission(deps.agent, deps.now);
+  app.addHook("onRequest", async (req) => admission.address(req.clientAddress));
   app.addHook("preHandler", async (req) => {
     const s = of(req);
     const body = req.body as { id?: unknown } | undefined;
@@ -160,14 +151,7 @@ function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
       const id = body.id;
       s.rpcId = typeof id === "string" || typeof id === "number" ? id : null;
     }
-    const version = requestedVersion(req);
-    if (!/^1(\.\d+)?$/.test(version))
-      throw new A2aError(
-        "VersionNotSupported",
-        version === "0.3"
-          ? "A2A 0.3 is not served (a request without A2A-Version is 0.3): this agent speaks A2A 1.0; use a 1.0 client, which sends A2A-Version: 1.0 (header, or ?A2A-Version=1.0)"
-          : `A2A-Version ${version.slice(0, 32)} is not supported; this agent speaks 1.0 (send A2A-Version: 1.0)`,
-      );
+    admission.version(req.headers["a2a-version"], (req.query as Record<string, unknown> | undefined)?.["A2A-Version"]);
     const caller = await deps.callers.authenticate({
       method: req.method,
       url: req.url,
@@ -177,32 +161,10 @@ function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
       clientAddress: req.clientAddress,
     });
     // Reads of one's own tasks (polling) have their own, larger budget than everything else.
-    const read = isTaskRead(req);
-    const byCaller = (read ? perCallerReads : perCaller).take(caller.id);
-    if (!byCaller.ok)
-      throw new A2aError(
-        "RateLimited",
-        read
-          ? `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute * A2A_READ_BUDGET_FACTOR} task reads per minute exceeded for ${caller.id}`
-          : `rate limit of ${spec.inbox.rateLimit.perSenderPerMinute} requests per minute exceeded for ${caller.id}`,
-        { "retry-after": String(byCaller.retryAfterSeconds) },
-      );
-    const size = s.rawBody?.length ?? 0;
-    if (size > 0) {
-      const bytes = perCallerBytes.take(caller.id, size);
-      if (!bytes.ok)
-        throw new A2aError(
-          "RateLimited",
-          `byte quota of ${spec.inbox.rateLimit.perSenderBytesPerHour} bytes per hour exceeded for ${caller.id}`,
-          { "retry-after": String(bytes.retryAfterSeconds) },
-        );
-    }
+    admission.caller(caller, s.rawBody?.length ?? 0, isTaskRead(req));
     s.caller = caller;
   });
 }
-
-/** How many times spec.inbox.rateLimit.perSenderPerMinute a caller may read its tasks (docs/a2a.md#limits-and-errors). */
-export const A2A_READ_BUDGET_FACTOR = 10;
 
 /** Whether a request reads tasks: GetTask or ListTasks, in either binding. */
 function isTaskRead(req: FastifyRequest): boolean {
@@ -212,17 +174,6 @@ function isTaskRead(req: FastifyRequest): boolean {
   }
   const path = ((req.params as { "*"?: string })["*"] ?? "").split("?")[0] ?? "";
   return req.method === "GET" && /^tasks(\/[^/:]+)?$/.test(path);
-}
-
-/**
- * The A2A version a request asks for (section 3.6): its A2A-Version header, else its
- * `A2A-Version` query parameter, else 0.3 — an empty value is read as 0.3 (section 3.6.2).
- */
-function requestedVersion(req: FastifyRequest): string {
-  const header = req.headers["a2a-version"];
-  const query = (req.query as Record<string, unknown> | undefined)?.["A2A-Version"];
-  const given = [header, query].find((v): v is string => typeof v === "string" && v.trim() !== "");
-  return given?.trim() ?? "0.3";
 }
 
 /** One JSON-RPC request: its method run for the authenticated caller. */
@@ -361,7 +312,7 @@ async function subscribe(
   return stream(req, reply, binding, (signal) => service.follow(caller, id, signal), openStreams);
 }
 
-function check<T>(schema: ZodType<T>, value: unknown): T {
+export function check<T>(schema: ZodType<T>, value: unknown): T {
   const r = schema.safeParse(value);
   if (!r.success) throw new A2aError("InvalidParams", `invalid params: ${issues(r.error)}`);
   return r.data;

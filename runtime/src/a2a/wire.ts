@@ -259,6 +259,10 @@ export class A2aError extends Error {
   get reason(): string {
     return KINDS[this.kind].reason;
   }
+  /** The google.rpc code's name: the gRPC status, and the HTTP+JSON body's `status`. */
+  get status(): string {
+    return KINDS[this.kind].status;
+  }
   /**
    * The error's details (section 9.5, 11.6): a google.rpc.ErrorInfo, its metadata holding
    * `retryAfterSeconds` when the client should wait, and then a google.rpc.RetryInfo.

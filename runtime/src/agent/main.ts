@@ -70,6 +70,8 @@ export interface AgentOptions {
   a2aPeerTokenFile?: string;
   /** The hand-off secret (the Secret <name>-handoff): each hand-off to spec.handler.url is signed with it. */
   handoffSecretFile?: string;
+  /** Port of the A2A face's gRPC binding (TLS, the serving certificate; 0 picks a free port); none when omitted or without spec.a2a. */
+  a2aGrpcPort?: number;
   /** Overrides spec.localApi.port (0 picks a free port). */
   localApiPort?: number;
   /** Proxies (IPs or CIDR blocks) whose X-Forwarded-For is believed for per-address limits. */
@@ -99,6 +101,8 @@ export interface RunningAgent {
   localApiTlsUrl?: string;
   /** The plain-HTTP metrics listener, when one was asked for. */
   metricsUrl?: string;
+  /** The A2A face's gRPC port, when one was asked for. */
+  a2aGrpcPort?: number;
   /** The application's message stream (no spec.handler). */
   appStream?: AppStream;
   agent: Agent;
@@ -510,6 +514,12 @@ async function listen(opts: AgentOptions, self: Self, w: Wired, ready: () => boo
   const { app, localApi, localApiTls } = agentApps(opts, self, w, ready);
   const { life, log } = w;
   const host = opts.host ?? "0.0.0.0";
+  // Before the HTTPS server: the card it serves names the gRPC port.
+  const grpc =
+    w.a2a && opts.a2aGrpcPort !== undefined
+      ? await w.a2a.serveGrpc(opts.a2aGrpcPort, host, { certFile: opts.tlsCert, keyFile: opts.tlsKey })
+      : undefined;
+  if (grpc) life.defer("A2A gRPC server", () => grpc.close());
   const url = await life.listen(app, { name: "HTTPS server", scheme: "https", port: opts.port, host });
   const localApiPort = opts.localApiPort ?? self.spec.localApi.port;
   const localApiUrl = await life.listen(localApi, {
@@ -531,7 +541,8 @@ async function listen(opts: AgentOptions, self: Self, w: Wired, ready: () => boo
           host,
         });
   const agentId = self.spec.agentId;
-  log.info({ url, localApiUrl, localApiTlsUrl, metricsUrl, agentId }, "agent listening");
+  const a2aGrpcPort = grpc?.port;
+  log.info({ url, localApiUrl, localApiTlsUrl, metricsUrl, a2aGrpcPort, agentId }, "agent listening");
   const { agent } = self;
   const { appStream } = w.deliveries;
   return {
@@ -540,6 +551,7 @@ async function listen(opts: AgentOptions, self: Self, w: Wired, ready: () => boo
     localApiUrl,
     localApiTlsUrl,
     metricsUrl,
+    a2aGrpcPort,
     appStream,
     agent,
     nats: w.stores.nats,

@@ -46,6 +46,8 @@ without them it is off (docs/tracing.md).
   --a2a-token-file FILE
                       bearer tokens A2A callers may present, one per line: the mounted
                       spec.a2a.authentication.bearerTokenSecret key (agent mode)
+  --a2a-grpc-port N   the port of the A2A face's gRPC binding, TLS with the serving certificate
+                      (agent mode, with spec.a2a.enabled; 0 picks a free port; none when omitted)
   --a2a-peer-token-file FILE
                       bearer tokens the agent presents to A2A agents it sends to, one a line
                       (card URL or https origin, a space, the token): the mounted
@@ -88,6 +90,7 @@ const OPTIONS = {
   "handoff-secret-file": { type: "string", env: "IFP_HANDOFF_SECRET_FILE" },
   "a2a-token-file": { type: "string", env: "IFP_A2A_TOKEN_FILE" },
   "a2a-peer-token-file": { type: "string", env: "IFP_A2A_PEER_TOKEN_FILE" },
+  "a2a-grpc-port": { type: "string", env: "IFP_A2A_GRPC_PORT" },
   "trusted-proxies": { type: "string", env: "IFP_TRUSTED_PROXIES" },
   "allow-private-targets": { type: "string", env: "IFP_ALLOW_PRIVATE_TARGETS" },
   "local-api-tls-port": { type: "string", env: "IFP_LOCAL_API_TLS_PORT" },
@@ -246,6 +249,7 @@ async function startMode(
       handoffSecretFile: flags["handoff-secret-file"],
       a2aTokenFile: flags["a2a-token-file"],
       a2aPeerTokenFile: flags["a2a-peer-token-file"],
+      a2aGrpcPort: flags["a2a-grpc-port"] === undefined ? undefined : port({ port: flags["a2a-grpc-port"] }),
       localApiPort: flags["local-api-port"] === undefined ? undefined : port({ port: flags["local-api-port"] }),
       ...localApiTls(flags),
     });

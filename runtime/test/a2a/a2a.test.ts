@@ -15,7 +15,13 @@ import { httpsRequest } from "../../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import { contentDigest, signRequest } from "../../src/protocol/http-signatures.ts";
-import { clientFactory, fetchWith as fetchWithCa, spawnRuntime, userMessage } from "../support/a2a-harness.ts";
+import {
+  clientFactory,
+  fetchWith as fetchWithCa,
+  localPostTo,
+  spawnRuntime,
+  userMessage,
+} from "../support/a2a-harness.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, peerOf, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
 
@@ -106,14 +112,7 @@ async function handedOff(taskId: string, timeoutMs = 15_000) {
   return found!;
 }
 
-async function localPost(path: string, body: unknown) {
-  const res = await fetch(`${localApi}${path}`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify(body),
-  });
-  return { status: res.status, body: (await res.json()) as any };
-}
+const localPost = (path: string, body: unknown) => localPostTo(localApi, path, body);
 
 /** A raw JSON-RPC call over TLS. */
 async function rpc(body: unknown, headers: Record<string, string> = { authorization: `Bearer ${TOKEN}` }) {

@@ -63,6 +63,16 @@ export async function spawnRuntime(opts: {
   return runtime;
 }
 
+/** The test's application on the local API `localApi`: a POST of JSON (a task update, a reply to the outbox). */
+export async function localPostTo(localApi: string, path: string, body: unknown) {
+  const res = await fetch(`${localApi}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, body: (await res.json()) as any };
+}
+
 /** fetch trusting the test CA, with the bearer token (or none). */
 export function fetchWith(ca: string, token: string | undefined): typeof fetch {
   const dispatcher = new Dispatcher({ connect: { ca } });

@@ -1,9 +1,10 @@
 // Pure: the bearer tokens of spec.a2a.authentication.bearerTokenSecret, mounted from the Secret
-// the Agent names and handed to the runtime as --a2a-token-file (docs/a2a.md). The A2A endpoints
-// themselves need nothing more: they are served on the runtime's HTTPS port, which the Service
-// exposes already.
-import type { V1Deployment } from "@kubernetes/client-node";
+// the Agent names and handed to the runtime as --a2a-token-file (docs/a2a.md). The JSON-RPC and
+// HTTP+JSON bindings are served on the runtime's HTTPS port, which the Service exposes already;
+// the gRPC binding has a port of its own (A2A_GRPC_PORT), on the container and the Service.
+import type { KubernetesObject, V1Deployment, V1Service } from "@kubernetes/client-node";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
+import { A2A_GRPC_PORT } from "../names.ts";
 
 export const A2A_TOKENS_DIR = "/etc/ifp/a2a";
 export const A2A_TOKENS_FILE = `${A2A_TOKENS_DIR}/tokens`;
@@ -52,4 +53,28 @@ function withCallerTokens(deployment: V1Deployment, agent: Pick<Agent, "spec">):
     { name: "a2a-tokens", secret: { secretName: ref.name, items: [{ key: ref.key, path: "tokens" }] } },
   ];
   return d;
+}
+
+/** The Deployment with the gRPC binding's flag and container port `a2a-grpc` while spec.a2a.enabled. */
+export function withA2aGrpc(deployment: V1Deployment, agent: Pick<Agent, "spec">): V1Deployment {
+  if (!agent.spec.a2a?.enabled) return deployment;
+  const d = structuredClone(deployment);
+  const c = d.spec!.template.spec!.containers.find((x) => x.name === "runtime")!;
+  c.args = [...(c.args ?? []), `--a2a-grpc-port=${A2A_GRPC_PORT}`];
+  c.ports = [...(c.ports ?? []), { name: "a2a-grpc", containerPort: A2A_GRPC_PORT, protocol: "TCP" }];
+  return d;
+}
+
+/** The runtime's Service among `children` with the port `a2a-grpc` while spec.a2a.enabled (the card names that port). */
+export function withA2aGrpcService(children: KubernetesObject[], agent: Pick<Agent, "spec">): KubernetesObject[] {
+  if (!agent.spec.a2a?.enabled) return children;
+  return children.map((child) => {
+    if (child.kind !== "Service") return child;
+    const svc = structuredClone(child) as V1Service;
+    svc.spec!.ports = [
+      ...(svc.spec!.ports ?? []),
+      { name: "a2a-grpc", port: A2A_GRPC_PORT, targetPort: "a2a-grpc", protocol: "TCP" },
+    ];
+    return svc;
+  });
 }

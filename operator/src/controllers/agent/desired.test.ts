@@ -182,6 +182,26 @@ describe("desiredAgentChildren", () => {
     });
   });
 
+  it("serves the A2A gRPC binding on port a2a-grpc of the pod, the Service and the NetworkPolicy only while A2A is on", () => {
+    const withPolicies = { ...inputs, settings: { ...settings, runtimeNetworkPolicies: { metricsNamespaces: [] } } };
+    const grpcRule = { port: "a2a-grpc", protocol: "TCP" };
+    const off = byKind(desiredAgentChildren(agent(), withPolicies));
+    expect(off.Deployment.spec.template.spec.containers[0].args.some((a: string) => a.includes("grpc"))).toBe(false);
+    expect(off.Service.spec.ports.map((p: { name: string }) => p.name)).toEqual(["https"]);
+    expect(off.NetworkPolicy.spec.ingress[0].ports).not.toContainEqual(grpcRule);
+    const on = byKind(desiredAgentChildren(agent({ a2a: { enabled: true } }), withPolicies));
+    const runtime = on.Deployment.spec.template.spec.containers[0];
+    expect(runtime.args).toContain("--a2a-grpc-port=8444");
+    expect(runtime.ports).toContainEqual({ name: "a2a-grpc", containerPort: 8444, protocol: "TCP" });
+    expect(on.Service.spec.ports).toContainEqual({
+      name: "a2a-grpc",
+      port: 8444,
+      targetPort: "a2a-grpc",
+      protocol: "TCP",
+    });
+    expect(on.NetworkPolicy.spec.ingress[0].ports).toContainEqual(grpcRule);
+  });
+
   it("with a handler, mounts the hand-off secret into the runtime and gives it to the sidecars that do not set it themselves", () => {
     const plain = byKind(desiredAgentChildren(agent(), inputs)).Deployment.spec.template.spec;
     expect(plain.containers[0].args.some((a: string) => a.startsWith("--handoff-secret-file"))).toBe(false);

@@ -10,7 +10,7 @@ import { childMeta, childNames } from "../names.ts";
 import { renderManifest, runtimeDeployment } from "../workload.ts";
 import type { OperatorSettings, Owner } from "../settings.ts";
 import { withIntroductionTokens } from "./introduction.ts";
-import { withA2aTokens } from "./a2a.ts";
+import { withA2aGrpc, withA2aGrpcService, withA2aTokens } from "./a2a.ts";
 import { localApiChildren, localApiServicePort, withLocalApi } from "./local-api.ts";
 import { withHandoffSecret } from "./handoff.ts";
 import { withDirectoryPeers } from "./directory.ts";
@@ -97,16 +97,20 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
   const localApiPort = localApiServicePort(agent);
   return [
     configMap,
-    ...exposure,
+    ...withA2aGrpcService(exposure, agent),
     ...localApiChildren(owner, agent),
     ...networkPolicyChildren(owner, inputs.settings.runtimeNetworkPolicies, {
       localApiPort,
+      a2aGrpc: agent.spec.a2a.enabled,
       pod: agent.spec.deployment,
     }),
     withHandoff(
       withA2aTokens(
-        withIntroductionTokens(
-          localApiPort === undefined ? deployment : withLocalApi(deployment, owner, localApiPort),
+        withA2aGrpc(
+          withIntroductionTokens(
+            localApiPort === undefined ? deployment : withLocalApi(deployment, owner, localApiPort),
+            agent,
+          ),
           agent,
         ),
         agent,

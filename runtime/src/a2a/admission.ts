@@ -1,0 +1,80 @@
+// What every A2A request passes before its method runs, whichever binding carries it (the
+// HTTP bindings in routes.ts, gRPC in grpc.ts): the per-address limit, the A2A-Version, and the
+// caller's limits of the inbox (requests per minute, bytes per hour). One instance per agent, so
+// that a caller has one budget across the bindings.
+import type { Agent } from "../resources/agent.ts";
+import { RateLimiter } from "../server/ratelimit.ts";
+import type { Caller } from "./callers.ts";
+import { A2aError } from "./wire.ts";
+
+/** How many more task reads (GetTask, ListTasks) than other requests a caller may make per minute. */
+export const A2A_READ_BUDGET_FACTOR = 10;
+
+export class A2aAdmission {
+  private readonly spec: Agent["spec"];
+  private readonly perAddress: RateLimiter;
+  private readonly perCaller: RateLimiter;
+  private readonly perCallerReads: RateLimiter;
+  private readonly perCallerBytes: RateLimiter;
+
+  constructor(agent: Agent, now: () => number = Date.now) {
+    this.spec = agent.spec;
+    const limits = this.spec.inbox.rateLimit;
+    this.perAddress = new RateLimiter(limits.perAddressPerMinute, { now });
+    this.perCaller = new RateLimiter(limits.perSenderPerMinute, { now });
+    this.perCallerReads = new RateLimiter(limits.perSenderPerMinute * A2A_READ_BUDGET_FACTOR, { now });
+    this.perCallerBytes = new RateLimiter(limits.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
+  }
+
+  /** A request from `address` arrived: refused beyond the per-address limit. */
+  address(address: string): void {
+    const byAddress = this.perAddress.take(address);
+    if (!byAddress.ok)
+      throw new A2aError("RateLimited", `too many requests from ${address}`, {
+        "retry-after": String(byAddress.retryAfterSeconds),
+      });
+  }
+
+  /**
+   * The A2A version the request asks for (section 3.6), the first non-empty of the values the
+   * binding carries (header or metadata, then the query parameter); none, or only empty ones, is
+   * 0.3 (section 3.6.2), which is not served: a 1.x this agent speaks, or -32009.
+   */
+  version(...given: unknown[]): void {
+    const asked = given.find((v): v is string => typeof v === "string" && v.trim() !== "");
+    const version = asked?.trim() ?? "0.3";
+    if (!/^1(\.\d+)?$/.test(version))
+      throw new A2aError(
+        "VersionNotSupported",
+        version === "0.3"
+          ? "A2A 0.3 is not served (a request without A2A-Version is 0.3): this agent speaks A2A 1.0; use a 1.0 client, which sends A2A-Version: 1.0 (header, or ?A2A-Version=1.0)"
+          : `A2A-Version ${version.slice(0, 32)} is not supported; this agent speaks 1.0 (send A2A-Version: 1.0)`,
+      );
+  }
+
+  /**
+   * The authenticated caller's request of `size` bytes: refused beyond its limits. Reads of its
+   * own tasks (`read`: GetTask, ListTasks — polling) have their own, larger budget.
+   */
+  caller(caller: Caller, size: number, read = false): void {
+    const limits = this.spec.inbox.rateLimit;
+    const byCaller = (read ? this.perCallerReads : this.perCaller).take(caller.id);
+    if (!byCaller.ok)
+      throw new A2aError(
+        "RateLimited",
+        read
+          ? `rate limit of ${limits.perSenderPerMinute * A2A_READ_BUDGET_FACTOR} task reads per minute exceeded for ${caller.id}`
+          : `rate limit of ${limits.perSenderPerMinute} requests per minute exceeded for ${caller.id}`,
+        { "retry-after": String(byCaller.retryAfterSeconds) },
+      );
+    if (size > 0) {
+      const bytes = this.perCallerBytes.take(caller.id, size);
+      if (!bytes.ok)
+        throw new A2aError(
+          "RateLimited",
+          `byte quota of ${limits.perSenderBytesPerHour} bytes per hour exceeded for ${caller.id}`,
+          { "retry-after": String(bytes.retryAfterSeconds) },
+        );
+    }
+  }
+}
