@@ -17,7 +17,7 @@ import {
   type JWSHeaderParameters,
 } from "jose";
 import type { SigningKey } from "../protocol/signing.ts";
-import type { Agent } from "../resources/agent.ts";
+import { ASYMMETRIC_JWS_ALGORITHMS, type Agent } from "../resources/agent.ts";
 import { discoveryUrl } from "./oidc.ts";
 import { A2A_PROTOCOL_VERSION } from "./wire.ts";
 
@@ -236,23 +236,8 @@ export type CardJwsHeader = JWSHeaderParameters & { alg: string };
 /** A key to check a card's signature with: a public key, or a JWK. */
 export type CardKey = KeyObject | JoseKey | JWK;
 
-/**
- * The JWS algorithms a card may be signed with: asymmetric ones only. A JWKS is public, so a
- * symmetric key in one (HS256) would let anyone sign; `none` signs nothing.
- */
-export const CARD_ALGORITHMS = [
-  "EdDSA",
-  "Ed25519",
-  "ES256",
-  "ES384",
-  "ES512",
-  "RS256",
-  "RS384",
-  "RS512",
-  "PS256",
-  "PS384",
-  "PS512",
-];
+/** The JWS algorithms a card may be signed with: the asymmetric ones (a JWKS is public). */
+export const CARD_ALGORITHMS: readonly string[] = ASYMMETRIC_JWS_ALGORITHMS;
 
 /**
  * Check every signature of a card (section 8.4.3) with jose: a JWS with a detached payload, the
@@ -294,7 +279,7 @@ export async function verifyCardSignatures(
     for (const payload of payloads) {
       try {
         await flattenedVerify({ protected: jws.protected, signature: jws.signature, payload }, key, {
-          algorithms: CARD_ALGORITHMS,
+          algorithms: [...CARD_ALGORITHMS],
         });
         failure = undefined;
         break;

@@ -93,8 +93,12 @@ export const AgentRelay = RelayPreference.extend({
     ),
 });
 
-/** JWS algorithms an OIDC issuer's tokens may use: asymmetric ones only (never none, never HMAC). */
-export const OIDC_ALGORITHMS = [
+/**
+ * The asymmetric JWS algorithms, the only ones taken where a key comes from a public JWKS (an
+ * OIDC issuer's tokens, an A2A card's signature): never `none`, never HMAC, since a symmetric key
+ * in a public document would let anyone sign.
+ */
+export const ASYMMETRIC_JWS_ALGORITHMS = [
   "RS256",
   "RS384",
   "RS512",
@@ -122,9 +126,9 @@ export const A2aOidcIssuer = z.object({
     .optional()
     .describe("The issuer's JWKS; without it, the jwks_uri of the issuer's /.well-known/openid-configuration"),
   algorithms: z
-    .array(z.enum(OIDC_ALGORITHMS))
+    .array(z.enum(ASYMMETRIC_JWS_ALGORITHMS))
     .min(1)
-    .max(OIDC_ALGORITHMS.length)
+    .max(ASYMMETRIC_JWS_ALGORITHMS.length)
     .default(["RS256", "ES256"])
     .describe("The JWS algorithms accepted (asymmetric only)"),
   subjectClaim: z
