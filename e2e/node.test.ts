@@ -18,6 +18,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { verifyAgentCardSignature } from "@a2a-js/sdk";
 import canonicalize from "canonicalize";
 import { flattenedVerify, importJWK } from "jose";
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest";
@@ -1163,6 +1164,10 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       { protected: sig.protected, signature: sig.signature, payload },
       await importJWK(jwk, "EdDSA"),
     );
+    // …and with the official A2A SDK's verifier, which reads the card as the SDK's clients do.
+    await expect(
+      verifyAgentCardSignature(async (kid) => result.jwks.keys.find((k: Obj) => k.kid === kid))(result.card),
+    ).resolves.toBeUndefined();
     // …and that key is the one its peers trust for it (the public half of the example's signing key).
     const trusted = docs
       .filter((d) => d.doc.kind === "Agent")
