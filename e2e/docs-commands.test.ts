@@ -307,7 +307,8 @@ const CHECKS: Record<string, Check> = {
     holds: ['["redrive", "alice", "-n", NS, "msg:01ABC"]', '["redrive", "alice", "-n", NS, "--all", "--limit", "10"]'],
   },
   "kubectl ifp redrive AGENT MESSAGE_ID | --all": {
-    part: "kubectl ifp redrive AGENT (MESSAGE_ID | --all [--limit N])",
+    by: "operator/test/kubectl-ifp.test.ts",
+    holds: ['["redrive", "alice", "-n", NS, "msg:01ABC"]', '["redrive", "alice", "-n", NS, "--all", "--limit", "10"]'],
   },
   "npx ifp redrive MESSAGE_ID --local-api URL": {
     by: "runtime/test/outbound/redrive.test.ts",
@@ -466,6 +467,7 @@ const CHECKS: Record<string, Check> = {
   "npm run release": { part: "npm run release -- VERSION" },
   "kubectl ifp": { part: "kubectl ifp status" },
   "kubectl ifp describe": { part: "kubectl ifp describe agent NAME" },
+  "kubectl ifp describe agent": { part: "kubectl ifp describe agent NAME" },
   "kubectl ifp redrive": { part: "kubectl ifp redrive AGENT (MESSAGE_ID | --all [--limit N])" },
   "kubectl ifp send": { part: 'kubectl ifp send AGENT --to AGENT_ID --text "…" [--phase P] [--wait S]' },
   "kubectl ifp tail": { part: "kubectl ifp tail AGENT [--since S] [--count N] [--timeout S]" },
