@@ -127,14 +127,15 @@ const runIn = (app: string, entry: string, args: string[]) =>
  * only, no node_modules, no source map, and the licence file naming each of `packages` at the
  * version installed here, as the release reads it for the image's SBOM.
  */
-function expectBundle(app: string, dir: string, bins: string[], packages: string[]): void {
+function expectBundle(app: string, dir: string, bins: string[], packages: string[], data: string[] = []): void {
   const files = filesUnder(app).map((f) => relative(app, f));
   expect(files.filter((f) => f.includes("node_modules"))).toEqual([]);
   const own = files.filter((f) => f.startsWith(`${dir}/`)).sort();
   for (const bin of bins) expect(own).toContain(`${dir}/${bin}`);
-  expect(own.filter((f) => !new RegExp(`^${dir}/(?:bin|lib)/[\\w.-]+\\.js$`).test(f))).toEqual([
-    `${dir}/${BUNDLE_LICENCES}`,
-  ]);
+  // Beside the JavaScript: the licences, and the data files the code reads (`data`).
+  expect(own.filter((f) => !new RegExp(`^${dir}/(?:bin|lib)/[\\w.-]+\\.js$`).test(f))).toEqual(
+    [`${dir}/${BUNDLE_LICENCES}`, ...data.map((d) => `${dir}/${d}`)].sort(),
+  );
   // Minified: long lines (tsc's output averages about 40 characters a line; a chunk with the
   // commands' usage texts keeps their line breaks), in each chunk but the few of a line or two
   // that only re-export.
@@ -221,6 +222,8 @@ describe("the runtime image's bundle", () => {
         "prom-client",
         "@kubernetes/client-node",
       ],
+      // The gRPC binding's contract, read by @grpc/proto-loader and protobufjs (runtime/bundle.ts).
+      ["contract/a2a.proto", "contract/google-rpc-status.proto"],
     );
   });
 

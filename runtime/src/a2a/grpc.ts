@@ -150,17 +150,21 @@ const WELL_KNOWN: Record<string, { in(v: object): unknown; out(v: unknown): unkn
   },
 };
 
-/** google.rpc.Status and ErrorInfo, for the grpc-status-details-bin trailer. */
-const rpcRoot = protobuf.loadSync(GOOGLE_RPC_STATUS_PROTO);
-const rpcTypes = {
-  status: rpcRoot.lookupType("google.rpc.Status"),
-  errorInfo: rpcRoot.lookupType("google.rpc.ErrorInfo"),
+/** google.rpc.Status and ErrorInfo, for the grpc-status-details-bin trailer: read when the binding first answers an error. */
+let rpcTypesRead: { status: protobuf.Type; errorInfo: protobuf.Type } | undefined;
+const rpcTypesOf = () => {
+  if (!rpcTypesRead) {
+    const root = protobuf.loadSync(GOOGLE_RPC_STATUS_PROTO);
+    rpcTypesRead = { status: root.lookupType("google.rpc.Status"), errorInfo: root.lookupType("google.rpc.ErrorInfo") };
+  }
+  return rpcTypesRead;
 };
 
 /** An A2aError as a gRPC status: the code of section 5.4, an ErrorInfo in the details (section 10.6). */
 export function grpcError(e: A2aError): { code: number; details: string; metadata: Metadata } {
   const code = status[e.status as keyof typeof status] as number;
   const retry = e.headers["retry-after"];
+  const rpcTypes = rpcTypesOf();
   const info = rpcTypes.errorInfo.encode(
     rpcTypes.errorInfo.fromObject({
       reason: e.reason,
