@@ -72,24 +72,33 @@ export class InboxWatch {
 
   /**
    * Follow the inbox from now (or `sinceSeconds` back): `send` gets each accepted message until
-   * the returned function is called. Throws 503 when NATS cannot be reached.
+   * the returned function is called. The place is taken before anything is awaited, so requests
+   * arriving together cannot open more than MAX_WATCHES. Throws 429 when all places are taken,
+   * 503 when NATS cannot be reached.
    */
   async start(sinceSeconds: number, send: (w: Watched) => void, ended: () => void): Promise<() => void> {
-    if (!this.nats.isConnected) throw unavailable("the message store (NATS JetStream) is not reachable");
-    const consumer = await this.nats.whileConnected(
-      this.nats.js.consumers.get(this.names.inboxStream, {
-        filter_subjects: this.names.inboxMessages,
-        ...(sinceSeconds > 0
-          ? {
-              deliver_policy: DeliverPolicy.StartTime,
-              opt_start_time: new Date(Date.now() - sinceSeconds * 1000).toISOString(),
-            }
-          : { deliver_policy: DeliverPolicy.New }),
-      }),
-    );
-    const messages: ConsumerMessages = await consumer.consume({ max_messages: 64 });
-    let stopped = false;
+    if (this.full) throw rateLimited(5, "too many open inbox watches");
     this.open++;
+    let messages: ConsumerMessages;
+    try {
+      if (!this.nats.isConnected) throw unavailable("the message store (NATS JetStream) is not reachable");
+      const consumer = await this.nats.whileConnected(
+        this.nats.js.consumers.get(this.names.inboxStream, {
+          filter_subjects: this.names.inboxMessages,
+          ...(sinceSeconds > 0
+            ? {
+                deliver_policy: DeliverPolicy.StartTime,
+                opt_start_time: new Date(Date.now() - sinceSeconds * 1000).toISOString(),
+              }
+            : { deliver_policy: DeliverPolicy.New }),
+        }),
+      );
+      messages = await consumer.consume({ max_messages: 64 });
+    } catch (err) {
+      this.open--;
+      throw err;
+    }
+    let stopped = false;
     const stop = () => {
       if (stopped) return;
       stopped = true;
@@ -165,14 +174,24 @@ export const watchRoutes: FastifyPluginAsyncZod<{ watch: InboxWatch }> = async (
       config: { invalid: `since: whole seconds, 0 to ${MAX_SINCE_SECONDS}` },
     },
     async (req, reply) => {
-      if (watch.full) throw rateLimited(5, "too many open inbox watches");
       const res = reply.raw;
+      // The client may leave while the consumer is being made: its place is given back at once.
       let end = () => {};
+      let left = false;
+      res.on("close", () => {
+        left = true;
+        end();
+      });
       const stop = await watch.start(
         Number(req.query.since ?? 0),
         (w) => res.write(watchFrame(w)),
         () => end(),
       );
+      if (left || res.destroyed) {
+        stop();
+        reply.hijack();
+        return;
+      }
       reply.hijack();
       res.writeHead(200, {
         "content-type": "text/event-stream; charset=utf-8",
@@ -190,7 +209,6 @@ export const watchRoutes: FastifyPluginAsyncZod<{ watch: InboxWatch }> = async (
         res.end();
       };
       open.add(end);
-      res.on("close", end);
     },
   );
 };

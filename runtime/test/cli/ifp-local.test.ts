@@ -1,6 +1,7 @@
 // `ifp send --local-api` and `ifp tail` against a real agent runtime (its local API) on a real
 // nats-server: what `kubectl ifp send|tail` runs inside an Agent's pod.
 import { spawn } from "node:child_process";
+import { connect } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
@@ -186,20 +187,22 @@ describe("GET /messages/watch", () => {
 
 describe("GET /messages/watch, held open", () => {
   it(`serves at most ${MAX_WATCHES} watches at once (429 past that, with Retry-After), and a closed one frees its place`, async () => {
-    const open = await Promise.all(
-      Array.from({ length: MAX_WATCHES }, async () => {
+    // Asked for all at once: the places are counted before the consumers are made.
+    const asked = await Promise.all(
+      Array.from({ length: MAX_WATCHES + 4 }, async () => {
         const ac = new AbortController();
         const res = await fetch(`${alice.localApiUrl}/messages/watch`, { signal: ac.signal });
-        expect(res.status).toBe(200);
-        expect(res.headers.get("content-type")).toMatch(/^text\/event-stream/);
-        return ac;
+        return { ac, res, body: res.status === 200 ? undefined : await res.json() };
       }),
     );
-    const refused = await fetch(`${alice.localApiUrl}/messages/watch`);
-    expect(refused.status).toBe(429);
-    expect(refused.headers.get("retry-after")).toBe("5");
-    expect(await refused.json()).toMatchObject({ status: "error", code: "rate_limited" });
-    open.pop()!.abort();
+    const open = asked.filter((a) => a.res.status === 200);
+    expect(open).toHaveLength(MAX_WATCHES);
+    for (const { res } of open) expect(res.headers.get("content-type")).toMatch(/^text\/event-stream/);
+    const refused = asked.filter((a) => a.res.status !== 200);
+    expect(refused.map((r) => r.res.status)).toEqual([429, 429, 429, 429]);
+    expect(refused[0].res.headers.get("retry-after")).toBe("5");
+    expect(refused[0].body).toMatchObject({ status: "error", code: "rate_limited" });
+    open.pop()!.ac.abort();
     await waitFor("a place to free up", async () => {
       const ac = new AbortController();
       const res = await fetch(`${alice.localApiUrl}/messages/watch`, { signal: ac.signal });
@@ -207,7 +210,25 @@ describe("GET /messages/watch, held open", () => {
       ac.abort();
       return ok;
     });
-    for (const ac of open) ac.abort();
+    for (const { ac } of open) ac.abort();
+  });
+
+  it("gives back the place of a client that leaves before its watch is open", async () => {
+    const { port } = new URL(alice.localApiUrl);
+    for (let i = 0; i < 3 * MAX_WATCHES; i++) {
+      const sock = connect(Number(port), "127.0.0.1");
+      await new Promise((r) => sock.once("connect", r));
+      sock.end("GET /messages/watch HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n");
+      sock.destroy();
+    }
+    await waitFor(`${MAX_WATCHES} watches to open again`, async () => {
+      const acs = Array.from({ length: MAX_WATCHES }, () => new AbortController());
+      const got = await Promise.all(
+        acs.map((ac) => fetch(`${alice.localApiUrl}/messages/watch`, { signal: ac.signal }).then((r) => r.status)),
+      );
+      for (const ac of acs) ac.abort();
+      return got.every((s) => s === 200);
+    });
   });
 });
 
