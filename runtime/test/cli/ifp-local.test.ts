@@ -200,8 +200,8 @@ describe("GET /messages/watch, held open", () => {
     for (const { res } of open) expect(res.headers.get("content-type")).toMatch(/^text\/event-stream/);
     const refused = asked.filter((a) => a.res.status !== 200);
     expect(refused.map((r) => r.res.status)).toEqual([429, 429, 429, 429]);
-    expect(refused[0].res.headers.get("retry-after")).toBe("5");
-    expect(refused[0].body).toMatchObject({ status: "error", code: "rate_limited" });
+    expect(refused[0]?.res.headers.get("retry-after")).toBe("5");
+    expect(refused[0]?.body).toMatchObject({ status: "error", code: "rate_limited" });
     open.pop()!.ac.abort();
     await waitFor("a place to free up", async () => {
       const ac = new AbortController();
