@@ -19,6 +19,7 @@ import {
 import type { SigningKey } from "../protocol/signing.ts";
 import { ASYMMETRIC_JWS_ALGORITHMS, type Agent } from "../resources/agent.ts";
 import { discoveryUrl } from "./oidc.ts";
+import { A2A_V03_CARD_VERSION, A2A_V03_PROTOCOL_VERSION } from "./v03.ts";
 import { A2A_PROTOCOL_VERSION } from "./wire.ts";
 
 import { A2A_JSONRPC_PATH, A2A_JWKS_PATH, A2A_REST_PATH } from "../contract/a2a.ts";
@@ -132,7 +133,14 @@ export function agentCard(opts: CardOptions, baseUrl: string): Record<string, un
       { url: `${base}${A2A_JSONRPC_PATH}`, protocolBinding: "JSONRPC", protocolVersion: A2A_PROTOCOL_VERSION },
       { url: `${base}${A2A_REST_PATH}`, protocolBinding: "HTTP+JSON", protocolVersion: A2A_PROTOCOL_VERSION },
       ...grpcInterface(base, opts.grpcPort?.()),
+      // The JSON-RPC endpoint answers A2A 0.3 too (v03.ts), as a request without A2A-Version asks for.
+      { url: `${base}${A2A_JSONRPC_PATH}`, protocolBinding: "JSONRPC", protocolVersion: A2A_V03_PROTOCOL_VERSION },
     ],
+    // A2A 0.3's fields for its clients, which read the card's url, preferredTransport and
+    // protocolVersion; 1.0 clients read supportedInterfaces and leave them.
+    url: `${base}${A2A_JSONRPC_PATH}`,
+    preferredTransport: "JSONRPC",
+    protocolVersion: A2A_V03_CARD_VERSION,
     version: "1.0.0",
     capabilities: { streaming: true, pushNotifications: true, extendedAgentCard: false },
     securitySchemes: schemes,

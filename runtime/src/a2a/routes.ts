@@ -29,6 +29,7 @@ import {
   TaskStateSchema,
 } from "./wire.ts";
 import { z } from "zod";
+import { eventTo03, isV03TaskRead, V03_METHODS, v03Method } from "./v03.ts";
 
 export interface A2aRouteDeps {
   agent: Agent;
@@ -55,6 +56,8 @@ interface A2aState {
   caller?: Caller;
   rawBody?: Buffer;
   rpcId?: string | number | null;
+  /** The A2A version negotiated (JSON-RPC serves 0.3 too, v03.ts). */
+  version?: "1.0" | "0.3";
 }
 const state = new WeakMap<FastifyRequest, A2aState>();
 const of = (req: FastifyRequest): A2aState => {
@@ -151,7 +154,9 @@ function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
       const id = body.id;
       s.rpcId = typeof id === "string" || typeof id === "number" ? id : null;
     }
-    admission.version(req.headers["a2a-version"], (req.query as Record<string, unknown> | undefined)?.["A2A-Version"]);
+    const asked = [req.headers["a2a-version"], (req.query as Record<string, unknown> | undefined)?.["A2A-Version"]];
+    if (req.routeOptions.config.a2a === "jsonrpc") s.version = admission.negotiate(...asked);
+    else admission.version(...asked);
     const caller = await deps.callers.authenticate({
       method: req.method,
       url: req.url,
@@ -170,7 +175,7 @@ function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
 function isTaskRead(req: FastifyRequest): boolean {
   if (req.routeOptions.config.a2a === "jsonrpc") {
     const method = (req.body as { method?: unknown } | undefined)?.method;
-    return method === "GetTask" || method === "ListTasks";
+    return of(req).version === "0.3" ? isV03TaskRead(method) : method === "GetTask" || method === "ListTasks";
   }
   const path = ((req.params as { "*"?: string })["*"] ?? "").split("?")[0] ?? "";
   return req.method === "GET" && /^tasks(\/[^/:]+)?$/.test(path);
@@ -193,14 +198,18 @@ async function jsonRpc(req: FastifyRequest, reply: FastifyReply, deps: A2aRouteD
       "InvalidRequest",
       'a JSON-RPC 2.0 request object is required: {"jsonrpc": "2.0", "method", "params", "id"}',
     );
-  const params = body.params ?? {};
+  // A 0.3 request is the 1.0 request its method's entry of the table makes, answered in 0.3's form.
+  const v03 = of(req).version === "0.3" ? v03Method(body.method) : undefined;
+  const method = v03?.method ?? body.method;
+  const params = v03 ? v03.params(body.params ?? {}) : (body.params ?? {});
   const ok = (result: unknown) =>
-    reply.type("application/json").send({ jsonrpc: "2.0", id: of(req).rpcId ?? null, result });
-  switch (body.method) {
+    reply.type("application/json").send({ jsonrpc: "2.0", id: of(req).rpcId ?? null, result: v03 ? v03.result(result) : result });
+  const events = v03 ? eventTo03 : undefined;
+  switch (method) {
     case "SendMessage":
       return ok({ task: await service.send(caller, check(SendMessageRequest, params)) });
     case "SendStreamingMessage":
-      return sendStreaming(req, reply, "jsonrpc", deps, openStreams, check(SendMessageRequest, params));
+      return sendStreaming(req, reply, "jsonrpc", deps, openStreams, check(SendMessageRequest, params), events);
     case "GetTask": {
       const p = check(GetTaskRequest, params);
       return ok(await service.get(caller, p.id, p.historyLength));
@@ -210,7 +219,7 @@ async function jsonRpc(req: FastifyRequest, reply: FastifyReply, deps: A2aRouteD
     case "CancelTask":
       return ok(await service.cancel(caller, check(TaskIdRequest, params).id));
     case "SubscribeToTask":
-      return subscribe(req, reply, "jsonrpc", deps, openStreams, check(TaskIdRequest, params).id);
+      return subscribe(req, reply, "jsonrpc", deps, openStreams, check(TaskIdRequest, params).id, events);
     case "CreateTaskPushNotificationConfig":
       return ok(await push.create(caller, params));
     case "GetTaskPushNotificationConfig": {
@@ -229,7 +238,12 @@ async function jsonRpc(req: FastifyRequest, reply: FastifyReply, deps: A2aRouteD
     case "GetExtendedAgentCard":
       throw new A2aError("ExtendedAgentCardNotConfigured", "this agent has no extended agent card");
     default:
-      throw new A2aError("MethodNotFound", `no method ${String(body.method).slice(0, 64)}`);
+      throw new A2aError(
+        "MethodNotFound",
+        Object.hasOwn(V03_METHODS, method)
+          ? `${method} is a method of A2A 0.3; this request is A2A 1.0 (A2A-Version): send it without A2A-Version, or call the 1.0 method ${V03_METHODS[method]!.method}`
+          : `no method ${String(method).slice(0, 64)}`,
+      );
   }
 }
 
@@ -286,6 +300,7 @@ async function sendStreaming(
   { service }: A2aRouteDeps,
   openStreams: OpenStreams,
   request: SendMessageRequest,
+  events?: EventForm,
 ): Promise<void> {
   const caller = of(req).caller!;
   const stored = await service.accept(caller, request);
@@ -295,6 +310,7 @@ async function sendStreaming(
     binding,
     (signal) => service.follow(caller, stored.task.id, signal, stored.task),
     openStreams,
+    events,
   );
 }
 
@@ -306,10 +322,11 @@ async function subscribe(
   { service }: A2aRouteDeps,
   openStreams: OpenStreams,
   id: string,
+  events?: EventForm,
 ): Promise<void> {
   const caller = of(req).caller!;
   await service.subscribable(caller, id);
-  return stream(req, reply, binding, (signal) => service.follow(caller, id, signal), openStreams);
+  return stream(req, reply, binding, (signal) => service.follow(caller, id, signal), openStreams, events);
 }
 
 export function check<T>(schema: ZodType<T>, value: unknown): T {
@@ -318,6 +335,9 @@ export function check<T>(schema: ZodType<T>, value: unknown): T {
   return r.data;
 }
 
+/** How a stream's events are written: as they are (1.0), or in another version's form. */
+type EventForm = (ev: StreamEvent) => unknown;
+
 /** Server-Sent Events of a task: JSON-RPC responses (same id) or, for HTTP+JSON, StreamResponse objects. */
 async function stream(
   req: FastifyRequest,
@@ -325,6 +345,7 @@ async function stream(
   binding: Binding,
   follow: (signal: AbortSignal) => AsyncGenerator<StreamEvent>,
   openStreams: Map<ServerResponse, () => void>,
+  form: EventForm = (ev) => ev,
 ): Promise<void> {
   reply.hijack();
   const raw = reply.raw;
@@ -347,7 +368,7 @@ async function stream(
   try {
     for await (const ev of events) {
       if (raw.destroyed) break;
-      write(binding === "jsonrpc" ? { jsonrpc: "2.0", id, result: ev } : ev);
+      write(binding === "jsonrpc" ? { jsonrpc: "2.0", id, result: form(ev) } : ev);
     }
   } catch (err) {
     const e = toA2aError(err);

@@ -148,6 +148,7 @@ describe("the agent card", () => {
     expect(card.supportedInterfaces.map((i: any) => [i.protocolBinding, i.url, i.protocolVersion])).toEqual([
       ["JSONRPC", `${base}/a2a/v1`, "1.0"],
       ["HTTP+JSON", `${base}/a2a/rest`, "1.0"],
+      ["JSONRPC", `${base}/a2a/v1`, "0.3"],
     ]);
     expect(card.skills.map((s: any) => s.id)).toEqual(["calendar.availability", "smalltalk"]);
     expect(Object.keys(card.securitySchemes).sort()).toEqual(["bearer", "ifpHttpSignature"]);
@@ -611,7 +612,7 @@ describe("abuse", () => {
 });
 
 describe("limits", () => {
-  it("reads a request without A2A-Version as 0.3 and refuses it with -32009 saying how to upgrade; 1.0 by header or query is served", async () => {
+  it("reads a request without A2A-Version as 0.3: a 1.0 method is -32601 saying how to call it, HTTP+JSON refuses 0.3 with -32009; 1.0 by header or query is served", async () => {
     const body = { jsonrpc: "2.0", id: 1, method: "ListTasks", params: {} };
     for (const version of [undefined, "", " "]) {
       const res = await rpc(body, {
@@ -625,11 +626,11 @@ describe("limits", () => {
           body: JSON.stringify(body),
           ca: tls.ca,
         });
-        expect(bare.json().error).toMatchObject({ code: -32009, data: [{ reason: "VERSION_NOT_SUPPORTED" }] });
-        expect(bare.json().error.message).toMatch(/0\.3 is not served.*A2A-Version: 1\.0/);
+        expect(bare.json().error).toMatchObject({ code: -32601, data: [{ reason: "METHOD_NOT_FOUND" }] });
+        expect(bare.json().error.message).toMatch(/method of A2A 1\.0.*A2A-Version: 1\.0/);
         continue;
       }
-      expect(res.body.error.code, JSON.stringify(version)).toBe(-32009);
+      expect(res.body.error.code, JSON.stringify(version)).toBe(-32601);
     }
     const rest = await httpsRequest(`${base}/a2a/rest/tasks`, {
       headers: { authorization: `Bearer ${TOKEN}` },
