@@ -70,21 +70,33 @@ const of = (req: FastifyRequest): A2aState => {
 export const a2aRoutes: FastifyPluginAsync<A2aRouteDeps> = async (app, deps) => {
   const spec = deps.agent.spec;
   const jwksText = JSON.stringify(jwks(deps.signing));
+  const admission = deps.admission ?? new A2aAdmission(deps.agent, deps.now);
 
   app.get(A2A_CARD_PATH, async (req, reply) => {
     // The operator always sets spec.baseUrl: the card names it whatever Host the request gives.
     // Without it (a runtime run by hand), the request's Host only when it is one of the agent's own.
-    if (!spec.baseUrl) reply.header("vary", "host");
+    // The card's form is the version asked for: 1.x, or 0.3 (no A2A-Version) with 0.3's fields.
+    reply.header("vary", spec.baseUrl ? "a2a-version" : "host, a2a-version");
+    let version: "1.0" | "0.3";
+    try {
+      version = admission.negotiate(
+        req.headers["a2a-version"],
+        (req.query as Record<string, unknown> | undefined)?.["A2A-Version"],
+      );
+    } catch (err) {
+      const e = toA2aError(err);
+      return reply.code(e.http).type("application/json").send(e.restBody());
+    }
     return reply
       .type("application/json; charset=utf-8")
       .header("cache-control", "public, max-age=300")
-      .send(await deps.cards.get(cardBase(deps.agent, req.host)));
+      .send(await deps.cards.get(cardBase(deps.agent, req.host), version));
   });
   app.get(A2A_JWKS_PATH, async (_req, reply) =>
     reply.type("application/jwk-set+json").header("cache-control", "public, max-age=300").send(jwksText),
   );
 
-  await app.register(async (scope) => protectedRoutes(scope, deps));
+  await app.register(async (scope) => protectedRoutes(scope, { ...deps, admission }));
 };
 
 /** The streams open now, each with how to end it. */
@@ -145,7 +157,7 @@ function jsonBodies(app: FastifyInstance): void {
  * the caller (401/403) and the per-caller limits of the inbox before any method runs.
  */
 function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
-  const admission = deps.admission ?? new A2aAdmission(deps.agent, deps.now);
+  const admission = deps.admission!;
   app.addHook("onRequest", async (req) => admission.address(req.clientAddress));
   app.addHook("preHandler", async (req) => {
     const s = of(req);
@@ -203,7 +215,9 @@ async function jsonRpc(req: FastifyRequest, reply: FastifyReply, deps: A2aRouteD
   const method = v03?.method ?? body.method;
   const params = v03 ? v03.params(body.params ?? {}) : (body.params ?? {});
   const ok = (result: unknown) =>
-    reply.type("application/json").send({ jsonrpc: "2.0", id: of(req).rpcId ?? null, result: v03 ? v03.result(result) : result });
+    reply
+      .type("application/json")
+      .send({ jsonrpc: "2.0", id: of(req).rpcId ?? null, result: v03 ? v03.result(result) : result });
   const events = v03 ? eventTo03 : undefined;
   switch (method) {
     case "SendMessage":

@@ -6,6 +6,7 @@
 import { z } from "zod";
 import type { StreamEvent } from "./service.ts";
 import {
+  A2A_METHODS,
   A2aError,
   type Artifact,
   INTERRUPTED,
@@ -160,7 +161,11 @@ export const stateTo03 = (state: string): string =>
     : "unknown";
 
 function statusTo03(s: TaskStatus): Record<string, unknown> {
-  return { state: stateTo03(s.state), ...(s.message ? { message: messageTo03(s.message) } : {}), timestamp: s.timestamp };
+  return {
+    state: stateTo03(s.state),
+    ...(s.message ? { message: messageTo03(s.message) } : {}),
+    timestamp: s.timestamp,
+  };
 }
 
 const artifactTo03 = (a: Artifact): Record<string, unknown> => ({ ...a, parts: a.parts.map(partTo03) });
@@ -298,10 +303,9 @@ export const V03_METHODS: Readonly<Record<string, V03Method>> = {
 export function v03Method(name: string): V03Method {
   const m = Object.hasOwn(V03_METHODS, name) ? V03_METHODS[name] : undefined;
   if (m) return m;
-  const v10 = Object.values(V03_METHODS).some((t) => t.method === name);
   throw new A2aError(
     "MethodNotFound",
-    v10
+    A2A_METHODS.has(name)
       ? `${name} is a method of A2A 1.0; this request is A2A 0.3 (no A2A-Version): send A2A-Version: 1.0 to call it`
       : `A2A 0.3 has no method ${name.slice(0, 64)}`,
   );

@@ -117,6 +117,21 @@ describe("an A2A 0.3 client (the official JS SDK 0.3)", () => {
       protocolBinding: "JSONRPC",
       protocolVersion: "0.3",
     });
+    // A 1.0 client asks for 1.0's card, which has none of 0.3's fields; another version is 400.
+    const v10 = await httpsRequest(`${base}/.well-known/agent-card.json`, {
+      headers: { "a2a-version": "1.0" },
+      ca: tls.ca,
+    });
+    expect(v10.json()).not.toHaveProperty("url");
+    expect(v10.headers.vary).toMatch(/a2a-version/);
+    const byQuery = await httpsRequest(`${base}/.well-known/agent-card.json?A2A-Version=1.0`, { ca: tls.ca });
+    expect(byQuery.text).toBe(v10.text);
+    const other = await httpsRequest(`${base}/.well-known/agent-card.json`, {
+      headers: { "a2a-version": "9" },
+      ca: tls.ca,
+    });
+    expect(other.status).toBe(400);
+    expect(other.json().error).toMatchObject({ code: 400, details: [{ reason: "VERSION_NOT_SUPPORTED" }] });
   });
 
   it("sends a message, gets the task with the application's answer in 0.3's shapes, and the same task is 1.0's", async () => {
@@ -134,7 +149,11 @@ describe("an A2A 0.3 client (the official JS SDK 0.3)", () => {
     expect(sent.error).toBeUndefined();
     const task = sent.result;
     expect(task).toMatchObject({ kind: "task", status: { state: "submitted" } });
-    expect(task.history[0]).toMatchObject({ kind: "message", role: "user", parts: [{ kind: "text" }, { kind: "data" }, { kind: "file" }] });
+    expect(task.history[0]).toMatchObject({
+      kind: "message",
+      role: "user",
+      parts: [{ kind: "text" }, { kind: "data" }, { kind: "file" }],
+    });
     const handed = await handedOff(task.id);
     expect(handed.body.body.text).toBe("hello from 0.3");
     expect(handed.body.body.parts).toEqual([
@@ -155,7 +174,10 @@ describe("an A2A 0.3 client (the official JS SDK 0.3)", () => {
       kind: "task",
       id: task.id,
       contextId: task.contextId,
-      status: { state: "completed", message: { kind: "message", role: "agent", parts: [{ kind: "text", text: "sunny in Oslo" }] } },
+      status: {
+        state: "completed",
+        message: { kind: "message", role: "agent", parts: [{ kind: "text", text: "sunny in Oslo" }] },
+      },
     });
     // A data part 0.3 cannot carry as an object goes wrapped, as the official SDKs wrap it.
     expect(got.artifacts[0].parts).toEqual([
@@ -197,8 +219,9 @@ describe("an A2A 0.3 client (the official JS SDK 0.3)", () => {
 
   it("resubscribes to a task, cancels it (the stream ends with canceled), and a second cancel is -32002", async () => {
     const client = await client03();
-    const task = ((await client.sendMessage({ message: message03("cancel me"), configuration: { blocking: false } })) as any)
-      .result;
+    const task = (
+      (await client.sendMessage({ message: message03("cancel me"), configuration: { blocking: false } })) as any
+    ).result;
     const events: any[] = [];
     const following = (async () => {
       for await (const e of client.resubscribeTask({ id: task.id })) events.push(e);
@@ -236,11 +259,17 @@ describe("an A2A 0.3 client (the official JS SDK 0.3)", () => {
         authentication: { schemes: ["Bearer"], credentials: "secret-1" },
       },
     });
-    const got = (await client.getTaskPushNotificationConfig({ id: task.id, pushNotificationConfigId: "hook-1" } as any)) as any;
+    const got = (await client.getTaskPushNotificationConfig({
+      id: task.id,
+      pushNotificationConfigId: "hook-1",
+    } as any)) as any;
     expect(got.result.pushNotificationConfig.url).toBe("https://127.0.0.1:9/hook");
     const listed = (await client.listTaskPushNotificationConfig({ id: task.id })) as any;
     expect(listed.result.map((c: any) => c.pushNotificationConfig.id)).toEqual(["hook-1"]);
-    const deleted = (await client.deleteTaskPushNotificationConfig({ id: task.id, pushNotificationConfigId: "hook-1" })) as any;
+    const deleted = (await client.deleteTaskPushNotificationConfig({
+      id: task.id,
+      pushNotificationConfigId: "hook-1",
+    })) as any;
     expect(deleted.result).toBeNull();
     expect(((await client.listTaskPushNotificationConfig({ id: task.id })) as any).result).toEqual([]);
     // The metadata address is refused as in 1.0, and nothing is kept.
@@ -253,12 +282,15 @@ describe("an A2A 0.3 client (the official JS SDK 0.3)", () => {
   });
 
   it("another caller's task is -32001 for every 0.3 method", async () => {
-    const mine = ((await (await client03()).sendMessage({ message: message03("mine"), configuration: { blocking: false } })) as any)
-      .result;
+    const mine = (
+      (await (await client03()).sendMessage({ message: message03("mine"), configuration: { blocking: false } })) as any
+    ).result;
     const other = await client03(OTHER_TOKEN);
     expect(((await other.getTask({ id: mine.id })) as any).error).toMatchObject({ code: -32001 });
     expect(((await other.cancelTask({ id: mine.id })) as any).error).toMatchObject({ code: -32001 });
-    expect(((await other.listTaskPushNotificationConfig({ id: mine.id })) as any).error).toMatchObject({ code: -32001 });
+    expect(((await other.listTaskPushNotificationConfig({ id: mine.id })) as any).error).toMatchObject({
+      code: -32001,
+    });
     const followUp = (await other.sendMessage({ message: message03("into yours", { taskId: mine.id }) })) as any;
     expect(followUp.error).toMatchObject({ code: -32001 });
   });
@@ -300,10 +332,16 @@ describe("0.3 abuse", () => {
   });
 
   it("an unknown 0.3 method, a 1.0 method without A2A-Version and a 0.3 method with it are -32601 saying which version has it", async () => {
-    expect((await rpc(call("tasks/list", {}))).body.error).toMatchObject({ code: -32601, message: /0\.3 has no method tasks\/list/ });
+    expect((await rpc(call("tasks/list", {}))).body.error).toMatchObject({
+      code: -32601,
+      message: /0\.3 has no method tasks\/list/,
+    });
     expect((await rpc(call("__proto__", {}))).body.error).toMatchObject({ code: -32601 });
     expect((await rpc(call("constructor", {}))).body.error).toMatchObject({ code: -32601 });
-    expect((await rpc(call("SendMessage", {}))).body.error).toMatchObject({ code: -32601, message: /A2A-Version: 1\.0/ });
+    expect((await rpc(call("SendMessage", {}))).body.error).toMatchObject({
+      code: -32601,
+      message: /A2A-Version: 1\.0/,
+    });
     expect((await rpc(call("message/send", {}), { version: "1.0" })).body.error).toMatchObject({
       code: -32601,
       message: /method of A2A 0\.3.*SendMessage/,
