@@ -19,7 +19,7 @@ import {
 import type { SigningKey } from "../protocol/signing.ts";
 import { ASYMMETRIC_JWS_ALGORITHMS, type Agent } from "../resources/agent.ts";
 import { discoveryUrl } from "./oidc.ts";
-import { A2A_V03_CARD_VERSION, A2A_V03_PROTOCOL_VERSION } from "./v03.ts";
+import { A2A_V03_CARD_VERSION, A2A_V03_PROTOCOL_VERSION, securitySchemesTo03 } from "./v03.ts";
 import { A2A_PROTOCOL_VERSION } from "./wire.ts";
 
 import { A2A_JSONRPC_PATH, A2A_JWKS_PATH, A2A_REST_PATH, a2aGrpcTarget } from "../contract/a2a.ts";
@@ -90,12 +90,17 @@ function grpcInterface(base: string, port: number | undefined): Record<string, s
 export function agentCard(opts: CardOptions, baseUrl: string, version: "1.0" | "0.3" = "1.0"): Record<string, unknown> {
   const card = agentCard10(opts, baseUrl);
   if (version === "1.0") return card;
-  const { supportedInterfaces, ...rest } = card;
+  const { supportedInterfaces, securitySchemes, capabilities, ...rest } = card;
+  const { extendedAgentCard, ...caps } = capabilities as Record<string, unknown>;
   return {
     ...rest,
     url: `${baseUrl.replace(/\/+$/, "")}${A2A_JSONRPC_PATH}`,
     preferredTransport: "JSONRPC",
     protocolVersion: A2A_V03_CARD_VERSION,
+    capabilities: caps,
+    supportsAuthenticatedExtendedCard: extendedAgentCard,
+    securitySchemes: securitySchemesTo03(securitySchemes as Record<string, Record<string, unknown>>),
+    // 1.0's interfaces as well, as the official SDKs embed them in the 0.3 card they serve.
     supportedInterfaces,
   };
 }

@@ -29,7 +29,7 @@ import {
   TaskStateSchema,
 } from "./wire.ts";
 import { z } from "zod";
-import { eventTo03, isV03TaskRead, V03_METHODS, v03Method } from "./v03.ts";
+import { errorTo03, eventTo03, isV03TaskRead, V03_METHODS, v03Method } from "./v03.ts";
 
 export interface A2aRouteDeps {
   agent: Agent;
@@ -158,7 +158,12 @@ function jsonBodies(app: FastifyInstance): void {
  */
 function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
   const admission = deps.admission!;
-  app.addHook("onRequest", async (req) => admission.address(req.clientAddress));
+  app.addHook("onRequest", async (req) => {
+    // Every error of a 0.3 request takes 0.3's form, those before its method too (a body refused
+    // unread); an unsupported version is refused in preHandler, after the body's checks.
+    if (req.routeOptions.config.a2a === "jsonrpc") of(req).version = negotiated(admission, req);
+    admission.address(req.clientAddress);
+  });
   app.addHook("preHandler", async (req) => {
     const s = of(req);
     const body = req.body as { id?: unknown } | undefined;
@@ -167,7 +172,7 @@ function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
       s.rpcId = typeof id === "string" || typeof id === "number" ? id : null;
     }
     const asked = [req.headers["a2a-version"], (req.query as Record<string, unknown> | undefined)?.["A2A-Version"]];
-    if (req.routeOptions.config.a2a === "jsonrpc") s.version = admission.negotiate(...asked);
+    if (req.routeOptions.config.a2a === "jsonrpc") admission.negotiate(...asked);
     else admission.version(...asked);
     const caller = await deps.callers.authenticate({
       method: req.method,
@@ -181,6 +186,18 @@ function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
     admission.caller(caller, s.rawBody?.length ?? 0, isTaskRead(req));
     s.caller = caller;
   });
+}
+
+/** The version a JSON-RPC request negotiates, 1.0 for one that asks for no version this agent has. */
+function negotiated(admission: A2aAdmission, req: FastifyRequest): "1.0" | "0.3" {
+  try {
+    return admission.negotiate(
+      req.headers["a2a-version"],
+      (req.query as Record<string, unknown> | undefined)?.["A2A-Version"],
+    );
+  } catch {
+    return "1.0";
+  }
 }
 
 /** Whether a request reads tasks: GetTask or ListTasks, in either binding. */
@@ -389,7 +406,7 @@ async function stream(
     if (e.kind === "Internal") req.log.error({ err }, "A2A stream failed");
     if (!raw.destroyed)
       write(
-        binding === "jsonrpc" ? { jsonrpc: "2.0", id, error: e.rpcError() } : e.restBody(),
+        binding === "jsonrpc" ? { jsonrpc: "2.0", id, error: rpcErrorOf(req, e) } : e.restBody(),
         binding === "rest" ? "error" : undefined,
       );
   } finally {
@@ -402,13 +419,17 @@ async function stream(
 /** Refusals before a method runs keep their HTTP status; a JSON-RPC method's errors are answered 200. */
 const TRANSPORT_KINDS = new Set(["Unauthenticated", "Forbidden", "TooLarge", "RateLimited", "Unavailable", "Internal"]);
 
+/** The JSON-RPC error object in the form of the request's version. */
+const rpcErrorOf = (req: FastifyRequest, e: A2aError) =>
+  state.get(req)?.version === "0.3" ? errorTo03(e) : e.rpcError();
+
 function sendError(req: FastifyRequest, reply: FastifyReply, e: A2aError): void {
   for (const [k, v] of Object.entries(e.headers)) reply.header(k, v);
   if (req.routeOptions.config.a2a === "jsonrpc") {
     reply
       .code(TRANSPORT_KINDS.has(e.kind) || e.kind === "ContentTypeNotSupported" ? e.http : 200)
       .type("application/json")
-      .send({ jsonrpc: "2.0", id: state.get(req)?.rpcId ?? null, error: e.rpcError() });
+      .send({ jsonrpc: "2.0", id: state.get(req)?.rpcId ?? null, error: rpcErrorOf(req, e) });
     return;
   }
   reply.code(e.http).type("application/json").send(e.restBody());

@@ -223,6 +223,38 @@ function pushTo03(c: PushConfig10): Record<string, unknown> {
   };
 }
 
+/**
+ * A card's security schemes as 0.3 writes them, tagged by `type` (OpenAPI's form), from 1.0's,
+ * one field per kind: {apiKeySecurityScheme: {location, name}} → {type: "apiKey", in, name}.
+ */
+export function securitySchemesTo03(
+  schemes: Record<string, Record<string, unknown>>,
+): Record<string, Record<string, unknown>> {
+  const out: Record<string, Record<string, unknown>> = {};
+  for (const [name, scheme] of Object.entries(schemes)) {
+    const [kind, fields] = Object.entries(scheme)[0] ?? [];
+    const f = (fields ?? {}) as Record<string, unknown>;
+    if (kind === "apiKeySecurityScheme") {
+      const { location, ...rest } = f;
+      out[name] = { type: "apiKey", in: location, ...rest };
+    } else if (kind === "httpAuthSecurityScheme") out[name] = { type: "http", ...f };
+    else if (kind === "openIdConnectSecurityScheme") out[name] = { type: "openIdConnect", ...f };
+    else if (kind === "mtlsSecurityScheme") out[name] = { type: "mutualTLS", ...f };
+    else if (kind === "oauth2SecurityScheme") out[name] = { type: "oauth2", ...f };
+  }
+  return out;
+}
+
+/**
+ * A JSON-RPC error as 0.3 writes it: the same code and message, `data` an object — the
+ * google.rpc.ErrorInfo 1.0 lists first (its metadata holding retryAfterSeconds when the client
+ * should wait) — as 0.3's clients read it (the Go SDK decodes `data` as an object).
+ */
+export function errorTo03(e: A2aError): { code: number; message: string; data: Record<string, unknown> } {
+  const { code, message, data } = e.rpcError();
+  return { code, message, data: data[0] ?? {} };
+}
+
 // --- the table ---------------------------------------------------------------------------
 
 /** One 0.3 method: the 1.0 method it is, its params in 1.0 form, its 1.0 result in 0.3 form. */

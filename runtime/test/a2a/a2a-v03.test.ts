@@ -2,6 +2,7 @@
 // the 0.3 line (`@a2a-js/sdk` 0.3.14, its A2AClient, which sends no A2A-Version) against the
 // ifp-runtime command over real TLS and a real nats-server, the test's application answering
 // through the local API; the same task store as 1.0, and the same refusals.
+import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -9,6 +10,7 @@ import { A2AClient } from "@a2a-js/sdk-0.3/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
+import { toolPath } from "../../../e2e/tools/tools.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import { fetchWith, localPostTo, spawnRuntime } from "../support/a2a-harness.ts";
@@ -296,6 +298,100 @@ describe("an A2A 0.3 client (the official JS SDK 0.3)", () => {
   });
 });
 
+/** The official Go SDK's 0.3 client (a2a-go v0.3.3, e2e/tools/a2a-go03): its JSON lines as it prints them. */
+function goClient(op: string, arg = "", onLine?: (line: any) => void): Promise<{ code: number; lines: any[] }> {
+  const child = spawn(toolPath("a2a-go03"), [op, arg], {
+    env: { ...process.env, A2A_BASE: base, A2A_TOKEN: TOKEN, A2A_CA: tls.files.ca },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const lines: any[] = [];
+  let buffered = "";
+  let stderr = "";
+  child.stdout.on("data", (c: Buffer) => {
+    buffered += c.toString();
+    for (let i = buffered.indexOf("\n"); i >= 0; i = buffered.indexOf("\n")) {
+      const line = JSON.parse(buffered.slice(0, i));
+      buffered = buffered.slice(i + 1);
+      lines.push(line);
+      onLine?.(line);
+    }
+  });
+  child.stderr.on("data", (c: Buffer) => {
+    stderr += c.toString();
+  });
+  return new Promise((resolve) =>
+    child.on("close", (code) => {
+      if (code !== 0) lines.push({ stderr });
+      resolve({ code: code ?? -1, lines });
+    }),
+  );
+}
+
+describe("an A2A 0.3 client (the official Go SDK, a2a-go v0.3.3)", () => {
+  it("parses the 0.3 card, sends a message, gets the task, streams, resubscribes and cancels", async () => {
+    const card = await goClient("card");
+    expect(card.code, JSON.stringify(card.lines)).toBe(0);
+    expect(card.lines[0]).toMatchObject({
+      url: `${base}/a2a/v1`,
+      preferredTransport: "JSONRPC",
+      protocolVersion: "0.3.0",
+    });
+    expect(card.lines[0].securitySchemes.bearer).toMatchObject({ type: "http", scheme: "Bearer" });
+
+    const sent = await goClient("send", "hello from Go");
+    expect(sent.code, JSON.stringify(sent.lines)).toBe(0);
+    const task = sent.lines[0];
+    expect(task).toMatchObject({ kind: "task", status: { state: "submitted" } });
+    const handed = await handedOff(task.id);
+    expect(handed.body.body.text).toBe("hello from Go");
+    await localPost(`/a2a/tasks/${task.id}`, { state: "TASK_STATE_COMPLETED", message: { text: "hi, Go" } });
+    const got = await goClient("get", task.id);
+    expect(got.lines[0]).toMatchObject({
+      id: task.id,
+      status: { state: "completed", message: { role: "agent", parts: [{ kind: "text", text: "hi, Go" }] } },
+    });
+
+    // A stream: the task, then the application's updates, the last one final.
+    const answered = new Set<string>();
+    const streamed = await goClient("stream", "stream from Go", (line) => {
+      const id = line.event?.id;
+      if (line.type === "*a2a.Task" && id && !answered.has(id)) {
+        answered.add(id);
+        void (async () => {
+          await handedOff(id);
+          await localPost(`/a2a/tasks/${id}`, { state: "TASK_STATE_WORKING", artifact: { name: "a", text: "draft" } });
+          await localPost(`/a2a/tasks/${id}`, { state: "TASK_STATE_COMPLETED", message: { text: "streamed" } });
+        })();
+      }
+    });
+    expect(streamed.code, JSON.stringify(streamed.lines)).toBe(0);
+    expect(streamed.lines.map((l) => l.type)).toEqual([
+      "*a2a.Task",
+      "*a2a.TaskArtifactUpdateEvent",
+      "*a2a.TaskStatusUpdateEvent",
+      "*a2a.TaskStatusUpdateEvent",
+    ]);
+    expect(streamed.lines.at(-1).event).toMatchObject({ final: true, status: { state: "completed" } });
+
+    // Resubscribed to an open task, which is then canceled: the stream ends with canceled.
+    const open = (await goClient("send", "to be canceled")).lines[0];
+    let subscribed = false;
+    const following = goClient("resubscribe", open.id, () => {
+      subscribed = true;
+    });
+    await waitFor("the Go client's resubscription", async () => subscribed);
+    const canceled = await goClient("cancel", open.id);
+    expect(canceled.lines[0]).toMatchObject({ id: open.id, status: { state: "canceled" } });
+    const resubscribed = await following;
+    expect(resubscribed.lines.at(-1).event).toMatchObject({ final: true, status: { state: "canceled" } });
+    // A second cancel is the SDK's TaskNotCancelable error.
+    const again = await goClient("cancel", open.id);
+    expect(again.code).toBe(1);
+    expect(again.lines[0].error).toMatch(/cancel/i);
+    expect(again.lines[0].error).not.toMatch(/decode/);
+  });
+});
+
 describe("0.3 abuse", () => {
   const send03 = (message: unknown, configuration?: unknown) =>
     rpc(call("message/send", { message, ...(configuration ? { configuration } : {}) }));
@@ -368,7 +464,8 @@ describe("0.3 abuse", () => {
       const v10 = await rpc(body, { token, version: "1.0" });
       expect(v03.status, what).toBe(v10.status);
       expect(v03.body.error.code, what).toBe(v10.body.error.code);
-      expect(v03.body.error.data, what).toEqual(v10.body.error.data);
+      // 0.3's data is one object: the ErrorInfo that 1.0's list holds first.
+      expect(v03.body.error.data, what).toEqual(v10.body.error.data[0]);
     }
     expect((await rpc(big)).status).toBe(413);
     expect((await rpc(call("tasks/get", { id: "x" }), { token: null })).status).toBe(401);
