@@ -626,7 +626,8 @@ describe("limits", () => {
           body: JSON.stringify(body),
           ca: tls.ca,
         });
-        expect(bare.json().error).toMatchObject({ code: -32601, data: [{ reason: "METHOD_NOT_FOUND" }] });
+        // Answered as 0.3 answers: `data` the ErrorInfo object.
+        expect(bare.json().error).toMatchObject({ code: -32601, data: { reason: "METHOD_NOT_FOUND" } });
         expect(bare.json().error.message).toMatch(/method of A2A 1\.0.*A2A-Version: 1\.0/);
         continue;
       }
