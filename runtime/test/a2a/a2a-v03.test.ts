@@ -13,7 +13,7 @@ import { httpsRequest } from "../../../e2e/support/https.ts";
 import { toolPath } from "../../../e2e/tools/tools.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
-import { fetchWith, localPostTo, spawnRuntime } from "../support/a2a-harness.ts";
+import { fetchWith, handedOffTo, localPostTo, spawnRuntime } from "../support/a2a-harness.ts";
 import { startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
 
@@ -82,14 +82,7 @@ const message03 = (text: string, extra: Record<string, unknown> = {}) => ({
   ...extra,
 });
 
-async function handedOff(taskId: string) {
-  let found: (typeof handler.received)[number] | undefined;
-  await waitFor(`the hand-off of task ${taskId}`, async () => {
-    found = handler.received.find((r) => r.body.headers.extensions?.a2a?.task_id === taskId);
-    return found !== undefined;
-  });
-  return found!;
-}
+const handedOff = (taskId: string) => handedOffTo(handler, taskId);
 
 const localPost = (path: string, body: unknown) => localPostTo(localApi, path, body);
 
@@ -241,25 +234,21 @@ describe("an A2A 0.3 client (the official JS SDK 0.3)", () => {
 
   it("registers, reads, lists and deletes push notification configs in 0.3's shape", async () => {
     const client = await client03();
+    const hook = {
+      id: "hook-1",
+      url: "https://127.0.0.1:9/hook",
+      token: "tok-1",
+      authentication: { schemes: ["Bearer"], credentials: "secret-1" },
+    };
     const task = ((await client.sendMessage({ message: message03("push"), configuration: { blocking: false } })) as any)
       .result;
     const set = (await client.setTaskPushNotificationConfig({
       taskId: task.id,
-      pushNotificationConfig: {
-        id: "hook-1",
-        url: "https://127.0.0.1:9/hook",
-        token: "tok-1",
-        authentication: { schemes: ["Bearer"], credentials: "secret-1" },
-      },
+      pushNotificationConfig: hook,
     })) as any;
     expect(set.result).toEqual({
       taskId: task.id,
-      pushNotificationConfig: {
-        id: "hook-1",
-        url: "https://127.0.0.1:9/hook",
-        token: "tok-1",
-        authentication: { schemes: ["Bearer"], credentials: "secret-1" },
-      },
+      pushNotificationConfig: hook,
     });
     const got = (await client.getTaskPushNotificationConfig({
       id: task.id,

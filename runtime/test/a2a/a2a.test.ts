@@ -18,6 +18,7 @@ import { contentDigest, signRequest } from "../../src/protocol/http-signatures.t
 import {
   clientFactory,
   fetchWith as fetchWithCa,
+  handedOffTo,
   localPostTo,
   spawnRuntime,
   userMessage,
@@ -99,18 +100,7 @@ const factory = (token: string | undefined, preferred?: "JSONRPC" | "HTTP+JSON")
   clientFactory(tls.ca, token, preferred);
 
 /** The hand-off of the A2A task `taskId`, once the application got it. */
-async function handedOff(taskId: string, timeoutMs = 15_000) {
-  let found: (typeof handler.received)[number] | undefined;
-  await waitFor(
-    `the hand-off of task ${taskId}`,
-    async () => {
-      found = handler.received.find((r) => r.body.headers.extensions?.a2a?.task_id === taskId);
-      return found !== undefined;
-    },
-    timeoutMs,
-  );
-  return found!;
-}
+const handedOff = (taskId: string, timeoutMs?: number) => handedOffTo(handler, taskId, timeoutMs);
 
 const localPost = (path: string, body: unknown) => localPostTo(localApi, path, body);
 
