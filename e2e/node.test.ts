@@ -1410,7 +1410,10 @@ const token = process.env.TOKENS.split("\\n")[0].trim();
 const result = {};
 while (!result.card && Date.now() < deadline) {
   try {
-    const res = await fetch(process.env.BASE + "/.well-known/agent-card.json", { signal: AbortSignal.timeout(10_000) });
+    const res = await fetch(process.env.BASE + "/.well-known/agent-card.json", {
+      headers: { "A2A-Version": "1.0" },
+      signal: AbortSignal.timeout(10_000),
+    });
     if (res.status === 200) result.card = await res.json();
     else result.last = res.status;
   } catch (err) {

@@ -25,6 +25,7 @@ export default async function setup(): Promise<() => void> {
     "prometheus-operator-crds",
     "kwok",
     "gateway-api",
+    "a2a-go03",
     ...(nodeTestUnsupported() ? [] : ["kubernetes-node", "coredns", "pause"]),
   ];
   const tools = (process.env.IFP_TEST_TOOLS ?? defaults.join(",")).split(",").filter(Boolean);

@@ -26,8 +26,12 @@ const COREDNS_VERSION = "v1.14.7";
 export const GATEWAY_API_VERSION = "v1.6.3";
 const PAUSE_SOURCE = fileURLToPath(new URL("../node/pause/main.go", import.meta.url));
 
-function pauseSourceHash(): string {
-  return createHash("sha256").update(readFileSync(PAUSE_SOURCE)).digest("hex").slice(0, 12);
+const A2A_GO03_SOURCE = fileURLToPath(new URL("./a2a-go03/main.go", import.meta.url));
+const A2A_GO_VERSION = "v0.3.3";
+
+/** The first 12 hex digits of the SHA-256 of a source file: a tool built from it is keyed by its content. */
+function sourceHash(path: string): string {
+  return createHash("sha256").update(readFileSync(path)).digest("hex").slice(0, 12);
 }
 
 interface ToolSpec {
@@ -309,13 +313,25 @@ export const TOOLS: Record<string, ToolSpec> = {
   // The sandbox ("pause") process of every pod on the real test node: e2e/node/pause, built
   // from this repository's source, keyed by its content.
   pause: {
-    key: `pause-${pauseSourceHash()}`,
+    key: `pause-${sourceHash(PAUSE_SOURCE)}`,
     coldSeconds: 1,
     binaries: ["pause"],
     build: (outDir, workDir) => {
       run("go", ["mod", "init", "ifp.dev/pause"], workDir);
       writeFileSync(join(workDir, "main.go"), readFileSync(PAUSE_SOURCE));
       run("go", ["build", "-trimpath", "-ldflags=-s -w", "-o", join(outDir, "pause"), "."], workDir);
+    },
+  },
+  // The official Go SDK's A2A 0.3 client as a command (e2e/tools/a2a-go03), for the 0.3 test.
+  "a2a-go03": {
+    key: `a2a-go03-${A2A_GO_VERSION}-${sourceHash(A2A_GO03_SOURCE)}`,
+    coldSeconds: 40,
+    binaries: ["a2a-go03"],
+    build: (outDir, workDir) => {
+      run("go", ["mod", "init", "ifp.dev/a2a-go03"], workDir);
+      writeFileSync(join(workDir, "main.go"), readFileSync(A2A_GO03_SOURCE));
+      run("go", ["get", `github.com/a2aproject/a2a-go@${A2A_GO_VERSION}`], workDir);
+      run("go", ["build", "-trimpath", "-ldflags=-s -w", "-o", join(outDir, "a2a-go03"), "."], workDir);
     },
   },
   helm: {

@@ -3,7 +3,8 @@
 // two baselines measured in the same run: a bare fastify HTTPS POST handler, and a minimal agent
 // on the official A2A JavaScript SDK (SendMessage over HTTPS, no signature check, no storage).
 // Beside them the A2A face of an Agent (spec.a2a enabled, another runtime): JSON-RPC SendMessage
-// with returnImmediately and a bearer token, answered once the task and the message are stored.
+// with returnImmediately and a bearer token, answered once the task and the message are stored,
+// and the same runtime's gRPC binding (SendMessage over grpc-js, one TLS channel).
 // The CPU each server spends per answered request is read from /proc. Then the inbox again at one concurrency with 1, 10 and 100 distinct signed senders (key
 // lookup and per-sender rate-limit buckets). Messages come in conversations of four (each
 // conversation's record is read, checked and written as for real traffic). Results:
@@ -14,7 +15,8 @@
 //   BENCH_RUNTIME_NODE_OPTIONS (default: the heap bound the operator renders for a runtime pod)
 //   BENCH_BASELINE=<another checkout> (its runtime measured too, as "before", compiled as this
 //   one is; interleaved per level with the rest, so two versions share each moment's load)
-//   BENCH_TARGETS=bare,a2a,agentA2a,inbox (the servers measured; the inbox always is)
+//   BENCH_TARGETS=bare,a2a,agentA2a,inbox (the servers measured; the inbox always is; agentA2a
+//   measures the A2A face's JSON-RPC and gRPC bindings)
 //   BENCH_RUNTIME_UNBUNDLED=1 (the runtimes from tsc's output and node_modules instead of the
 //   image's bundle, runtime/bundle.ts)
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
@@ -29,6 +31,7 @@ import { compiledEntry } from "../../e2e/support/compiled.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { DEFAULT_RUNTIME_NODE_OPTIONS } from "../src/contract/node-options.ts";
 import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey } from "../test/support/fixtures.ts";
+import { grpcLoad, grpcMessages } from "./grpc-load.ts";
 import { cpuSeconds, natsMessagesIn, peakRssMiB, postLoad, round, type LoadResult } from "./load.ts";
 
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,8,32,64").split(",").map(Number);
@@ -189,18 +192,21 @@ const results: {
   bare: Measured[];
   a2a: Measured[];
   agentA2a: Measured[];
+  agentGrpc: Measured[];
   inbox: Measured[];
   before?: Measured[];
   senders: (LoadResult & { senders: number })[];
-  rssMiB: { bare?: number; a2a?: number; agentA2a?: number; inbox?: number; before?: number };
-} = { bare: [], a2a: [], agentA2a: [], inbox: [], senders: [], rssMiB: {} };
+  rssMiB: { bare?: number; a2a?: number; agentA2a?: number; agentGrpc?: number; inbox?: number; before?: number };
+} = { bare: [], a2a: [], agentA2a: [], agentGrpc: [], inbox: [], senders: [], rssMiB: {} };
 
 // All servers run side by side and each concurrency level drives them one after the other, so
 // that the figures of one level share the machine's load of that moment (on a shared machine
 // the load drifts over a run; the order rotates per level so no one always goes first).
 interface Target {
-  name: "bare" | "a2a" | "agentA2a" | "inbox" | "before";
+  name: "bare" | "a2a" | "agentA2a" | "agentGrpc" | "inbox" | "before";
   url: string;
+  /** How `n` requests are sent with `c` in flight, when not as HTTPS POSTs of `bodies` (gRPC). */
+  run?: (n: number, c: number) => Promise<LoadResult>;
   bodies: (n: number) => Buffer[];
   okStatus: number;
   okBody?: (body: string) => boolean;
@@ -259,10 +265,13 @@ const runtimeArgs = (bin: string, agentManifest: string, port: number) => [
 if (TARGETS.has("agentA2a")) {
   // The A2A face of an Agent: JSON-RPC SendMessage with a bearer token and returnImmediately,
   // answered once the task (KV) and the message (the inbox stream) are durable.
-  const port = await freePort();
+  const [port, grpcPort] = [await freePort(), await freePort()];
   const base = `https://localhost:${port}`;
   const child = await startProcess(
-    [...runtimeArgs(compiledEntry("runtime/bin/ifp-runtime.ts"), a2aManifest, port), "--a2a-token-file", a2aTokenFile],
+    [
+      ...runtimeArgs(compiledEntry("runtime/bin/ifp-runtime.ts"), a2aManifest, port),
+      ...["--a2a-token-file", a2aTokenFile, "--a2a-grpc-port", String(grpcPort)],
+    ],
     `${base}/readyz`,
     tls.ca,
     [],
@@ -275,6 +284,16 @@ if (TARGETS.has("agentA2a")) {
     okStatus: 200,
     okBody: jsonRpcResult,
     headers: { "a2a-version": "1.0", authorization: `Bearer ${A2A_TOKEN}` },
+    natsName: "ifp-agent bench-a2a-agent",
+    child,
+  });
+  // The same runtime's gRPC binding: SendMessage with returnImmediately, the same durability.
+  targets.push({
+    name: "agentGrpc",
+    url: `localhost:${grpcPort}`,
+    bodies: () => [],
+    run: (n, c) => grpcLoad(`localhost:${grpcPort}`, grpcMessages(n), c, tls.ca, A2A_TOKEN),
+    okStatus: 0,
     natsName: "ifp-agent bench-a2a-agent",
     child,
   });
@@ -305,14 +324,16 @@ for (const [name, bin] of runtimes) {
 }
 const inboxUrl = targets.find((t) => t.name === "inbox")!.url;
 // Warm-up (JIT, TLS sessions, NATS connections), not counted.
-for (const t of targets) await postLoad(t.url, t.bodies(300), 8, tls.ca, t.okStatus, t.headers, t.okBody);
+/** One load of `n` requests, `c` in flight, on a target. */
+const load = (t: Target, n: number, c: number): Promise<LoadResult> =>
+  t.run ? t.run(n, c) : postLoad(t.url, t.bodies(n), c, tls.ca, t.okStatus, t.headers, t.okBody);
+for (const t of targets) await load(t, 300, 8);
 for (const [i, c] of CONCURRENCY.entries()) {
   const order = [...targets.slice(i % targets.length), ...targets.slice(0, i % targets.length)];
   for (const t of order) {
-    const bodies = t.bodies(PER_LEVEL);
     const natsBefore = t.natsName ? await natsMessagesIn(monitorPort, t.natsName) : 0;
     const cpuBefore = cpuSeconds(t.child.pid!);
-    const r: Measured = await postLoad(t.url, bodies, c, tls.ca, t.okStatus, t.headers, t.okBody);
+    const r: Measured = await load(t, PER_LEVEL, c);
     const cpuAfter = cpuSeconds(t.child.pid!);
     // The server's CPU (user + system) per answered request, in ms.
     if (cpuBefore !== undefined && cpuAfter !== undefined && r.ok)
@@ -342,12 +363,14 @@ const rows = CONCURRENCY.map((c, i) => {
   const b = results.bare[i];
   const a = results.a2a[i];
   const g = results.agentA2a[i];
+  const r = results.agentGrpc[i];
   const f = results.inbox[i]!;
   return {
     concurrency: c,
     "bare msgs/s": b?.perSecond,
     "a2a-sdk msgs/s": a?.perSecond,
     "agent A2A msgs/s": g?.perSecond,
+    "agent gRPC msgs/s": r?.perSecond,
     "inbox msgs/s": f.perSecond,
     "inbox/bare": percent(f, b),
     "inbox/a2a": percent(f, a),
@@ -355,9 +378,12 @@ const rows = CONCURRENCY.map((c, i) => {
     "bare p50/p99 ms": latency(b),
     "a2a p50/p99 ms": latency(a),
     "agent A2A p50/p99 ms": latency(g),
+    "agent gRPC p50/p99 ms": latency(r),
     "inbox p50/p99 ms": latency(f),
-    "CPU ms/msg bare · a2a · agent A2A · inbox": [b, a, g, f].map((x) => x?.cpuMsPerMessage ?? "–").join(" · "),
-    "NATS msgs/msg agent A2A · inbox": `${g?.natsMsgsPerMessage ?? "–"} · ${f.natsMsgsPerMessage}`,
+    "CPU ms/msg bare · a2a · agent A2A · agent gRPC · inbox": [b, a, g, r, f]
+      .map((x) => x?.cpuMsPerMessage ?? "–")
+      .join(" · "),
+    "NATS msgs/msg agent A2A · agent gRPC · inbox": `${g?.natsMsgsPerMessage ?? "–"} · ${r?.natsMsgsPerMessage ?? "–"} · ${f.natsMsgsPerMessage}`,
     ...(results.before
       ? {
           "before msgs/s": results.before[i]!.perSecond,
@@ -366,7 +392,7 @@ const rows = CONCURRENCY.map((c, i) => {
           "before NATS msgs/msg": results.before[i]!.natsMsgsPerMessage,
         }
       : {}),
-    errors: (b?.errors ?? 0) + (a?.errors ?? 0) + (g?.errors ?? 0) + f.errors,
+    errors: (b?.errors ?? 0) + (a?.errors ?? 0) + (g?.errors ?? 0) + (r?.errors ?? 0) + f.errors,
   };
 });
 console.table(rows);

@@ -34,11 +34,6 @@ export async function postLoad(
   okBody?: (body: string) => boolean,
 ): Promise<LoadResult> {
   const agent = new Agent({ keepAlive: true, maxSockets: concurrency, ca });
-  const latencies: number[] = [];
-  let next = 0;
-  let ok = 0;
-  let errors = 0;
-  const errorStatuses: Record<string, number> = {};
   const u = new URL(url);
   const one = (body: Buffer) =>
     new Promise<number>((resolve) => {
@@ -67,13 +62,35 @@ export async function postLoad(
       req.on("error", () => resolve(0));
       req.end(body);
     });
+  try {
+    return await drive(bodies, concurrency, one, okStatus);
+  } finally {
+    agent.destroy();
+  }
+}
+
+/**
+ * `requests` sent by `concurrency` callers at once, each waiting for its answer before the next,
+ * through `one`, which resolves to the answer's status (`okStatus` counted as accepted).
+ */
+export async function drive<T>(
+  requests: T[],
+  concurrency: number,
+  one: (request: T) => Promise<number>,
+  okStatus: number,
+): Promise<LoadResult> {
+  const latencies: number[] = [];
+  let next = 0;
+  let ok = 0;
+  let errors = 0;
+  const errorStatuses: Record<string, number> = {};
   const started = performance.now();
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
-      while (next < bodies.length) {
-        const body = bodies[next++]!;
+      while (next < requests.length) {
+        const item = requests[next++]!;
         const t0 = performance.now();
-        const status = await one(body);
+        const status = await one(item);
         latencies.push(performance.now() - t0);
         if (status === okStatus) ok++;
         else {
@@ -84,11 +101,10 @@ export async function postLoad(
     }),
   );
   const seconds = (performance.now() - started) / 1000;
-  agent.destroy();
   latencies.sort((a, b) => a - b);
   return {
     concurrency,
-    requests: bodies.length,
+    requests: requests.length,
     ok,
     errors,
     ...(errors ? { errorStatuses } : {}),

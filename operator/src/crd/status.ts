@@ -57,6 +57,10 @@ export const AgentStatus = z
         card: z.string().describe("The signed agent card"),
         jsonRpc: z.string().describe("The JSON-RPC binding's endpoint"),
         rest: z.string().describe("The HTTP+JSON binding's base URL"),
+        grpc: z
+          .string()
+          .optional()
+          .describe("The gRPC binding's target, <host>:<port> (the host of the base URL, the a2a-grpc port)"),
       })
       .optional()
       .describe("With spec.a2a.enabled: where A2A clients reach the agent (docs/a2a.md)"),

@@ -38,17 +38,26 @@ export class A2aAdmission {
   /**
    * The A2A version the request asks for (section 3.6), the first non-empty of the values the
    * binding carries (header or metadata, then the query parameter); none, or only empty ones, is
-   * 0.3 (section 3.6.2), which is not served: a 1.x this agent speaks, or -32009.
+   * 0.3 (section 3.6.2). `1.0` for any 1.x, `0.3` for 0.3 (served by the JSON-RPC binding only,
+   * v03.ts); anything else is -32009.
    */
-  version(...given: unknown[]): void {
+  negotiate(...given: unknown[]): "1.0" | "0.3" {
     const asked = given.find((v): v is string => typeof v === "string" && v.trim() !== "");
     const version = asked?.trim() ?? "0.3";
-    if (!/^1(\.\d+)?$/.test(version))
+    if (/^1(\.\d+)?$/.test(version)) return "1.0";
+    if (/^0\.3(\.\d+)?$/.test(version)) return "0.3";
+    throw new A2aError(
+      "VersionNotSupported",
+      `A2A-Version ${version.slice(0, 32)} is not supported; this agent speaks 1.0 (send A2A-Version: 1.0), and 0.3 over JSON-RPC`,
+    );
+  }
+
+  /** As negotiate, for the bindings that speak 1.0 only (HTTP+JSON, gRPC): 0.3 is -32009 saying how to upgrade. */
+  version(...given: unknown[]): void {
+    if (this.negotiate(...given) === "0.3")
       throw new A2aError(
         "VersionNotSupported",
-        version === "0.3"
-          ? "A2A 0.3 is not served (a request without A2A-Version is 0.3): this agent speaks A2A 1.0; use a 1.0 client, which sends A2A-Version: 1.0 (header, or ?A2A-Version=1.0)"
-          : `A2A-Version ${version.slice(0, 32)} is not supported; this agent speaks 1.0 (send A2A-Version: 1.0)`,
+        "A2A 0.3 is served over JSON-RPC only (a request without A2A-Version is 0.3): this binding speaks A2A 1.0; use a 1.0 client, which sends A2A-Version: 1.0 (header, or ?A2A-Version=1.0), or the JSON-RPC endpoint",
       );
   }
 

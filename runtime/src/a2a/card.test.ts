@@ -97,6 +97,35 @@ describe("the cards this runtime signs", () => {
     ).rejects.toThrow();
   });
 
+  it("in 0.3's form (a request without A2A-Version) carry url, preferredTransport and protocolVersion, signed as served", async () => {
+    const cards = new CardCache({ agent, signing: self.signing, bearer: true });
+    const v03 = JSON.parse(await cards.get("https://weather.sky.svc", "0.3"));
+    const v10 = JSON.parse(await cards.get("https://weather.sky.svc"));
+    expect(v03).toMatchObject({
+      url: "https://weather.sky.svc/a2a/v1",
+      preferredTransport: "JSONRPC",
+      protocolVersion: "0.3.0",
+      supportedInterfaces: v10.supportedInterfaces,
+    });
+    expect(v10).not.toHaveProperty("url");
+    expect(v10).not.toHaveProperty("protocolVersion");
+    expect(v10.supportedInterfaces).toContainEqual({
+      url: "https://weather.sky.svc/a2a/v1",
+      protocolBinding: "JSONRPC",
+      protocolVersion: "0.3",
+    });
+    const keys = jwks(self.signing);
+    await expect(verifyCardSignatures(v03, (h) => keyOfJwks(keys, h))).resolves.toMatchObject({ signed: true });
+    const payload = Buffer.from(specPayload(v03)).toString("base64url");
+    await expect(
+      flattenedVerify({ ...v03.signatures[0], payload }, createLocalJWKSet(keys as never)),
+    ).resolves.toBeDefined();
+    // Each form's signature is its own: the 1.0 card's does not cover the 0.3 fields.
+    await expect(
+      verifyCardSignatures({ ...v03, signatures: v10.signatures }, (h) => keyOfJwks(keys, h)),
+    ).rejects.toThrow(/does not verify/);
+  });
+
   it("are signed without their empty repeated fields, as section 8.4.1 and the SDK's verifier read them", async () => {
     const withEmpty = { ...card, skills: [{ ...card.skills[0]!, examples: [] }], signatures: [] as unknown[] };
     const signed = {

@@ -19,9 +19,10 @@ import {
 import type { SigningKey } from "../protocol/signing.ts";
 import { ASYMMETRIC_JWS_ALGORITHMS, type Agent } from "../resources/agent.ts";
 import { discoveryUrl } from "./oidc.ts";
+import { A2A_V03_CARD_VERSION, A2A_V03_PROTOCOL_VERSION, securitySchemesTo03 } from "./v03.ts";
 import { A2A_PROTOCOL_VERSION } from "./wire.ts";
 
-import { A2A_JSONRPC_PATH, A2A_JWKS_PATH, A2A_REST_PATH } from "../contract/a2a.ts";
+import { A2A_JSONRPC_PATH, A2A_JWKS_PATH, A2A_REST_PATH, a2aGrpcTarget } from "../contract/a2a.ts";
 
 export const BEARER_SCHEME = "bearer";
 export const SIGNATURE_SCHEME = "ifpHttpSignature";
@@ -73,15 +74,38 @@ function grpcInterface(base: string, port: number | undefined): Record<string, s
   if (port === undefined) return [];
   return [
     {
-      url: `${new URL(base).hostname}:${port}`,
+      url: a2aGrpcTarget(base, port),
       protocolBinding: "GRPC",
       protocolVersion: A2A_PROTOCOL_VERSION,
     },
   ];
 }
 
-/** The card for one public base URL (spec.baseUrl, or the request's host). */
-export function agentCard(opts: CardOptions, baseUrl: string): Record<string, unknown> {
+/**
+ * The card for one public base URL (spec.baseUrl, or the request's host), in the form of the
+ * version the request asks for: 1.0's; for 0.3 (a request without A2A-Version) the same card
+ * with the fields 0.3 clients find the agent by — `url`, `preferredTransport` and
+ * `protocolVersion` — which 1.0's AgentCard has not (docs/a2a.md#versions).
+ */
+export function agentCard(opts: CardOptions, baseUrl: string, version: "1.0" | "0.3" = "1.0"): Record<string, unknown> {
+  const card = agentCard10(opts, baseUrl);
+  if (version === "1.0") return card;
+  const { supportedInterfaces, securitySchemes, capabilities, ...rest } = card;
+  const { extendedAgentCard, ...caps } = capabilities as Record<string, unknown>;
+  return {
+    ...rest,
+    url: `${baseUrl.replace(/\/+$/, "")}${A2A_JSONRPC_PATH}`,
+    preferredTransport: "JSONRPC",
+    protocolVersion: A2A_V03_CARD_VERSION,
+    capabilities: caps,
+    supportsAuthenticatedExtendedCard: extendedAgentCard,
+    securitySchemes: securitySchemesTo03(securitySchemes as Record<string, Record<string, unknown>>),
+    // 1.0's interfaces as well, as the official SDKs embed them in the 0.3 card they serve.
+    supportedInterfaces,
+  };
+}
+
+function agentCard10(opts: CardOptions, baseUrl: string): Record<string, unknown> {
   const spec = opts.agent.spec;
   const base = baseUrl.replace(/\/+$/, "");
   const skills = new Map<string, Record<string, unknown>>();
@@ -132,6 +156,8 @@ export function agentCard(opts: CardOptions, baseUrl: string): Record<string, un
       { url: `${base}${A2A_JSONRPC_PATH}`, protocolBinding: "JSONRPC", protocolVersion: A2A_PROTOCOL_VERSION },
       { url: `${base}${A2A_REST_PATH}`, protocolBinding: "HTTP+JSON", protocolVersion: A2A_PROTOCOL_VERSION },
       ...grpcInterface(base, opts.grpcPort?.()),
+      // The JSON-RPC endpoint answers A2A 0.3 too (v03.ts), as a request without A2A-Version asks for.
+      { url: `${base}${A2A_JSONRPC_PATH}`, protocolBinding: "JSONRPC", protocolVersion: A2A_V03_PROTOCOL_VERSION },
     ],
     version: "1.0.0",
     capabilities: { streaming: true, pushNotifications: true, extendedAgentCard: false },
@@ -213,15 +239,16 @@ export class CardCache {
     this.opts = opts;
   }
 
-  /** The card's JSON text for `baseUrl`. */
-  get(baseUrl: string): Promise<string> {
-    let text = this.cards.get(baseUrl);
+  /** The card's JSON text for `baseUrl`, in the form of `version` (agentCard). */
+  get(baseUrl: string, version: "1.0" | "0.3" = "1.0"): Promise<string> {
+    const key = `${version} ${baseUrl}`;
+    let text = this.cards.get(key);
     if (text === undefined) {
-      const card = agentCard(this.opts, baseUrl);
+      const card = agentCard(this.opts, baseUrl, version);
       text = signCard(card, this.opts.signing, `${baseUrl.replace(/\/+$/, "")}${A2A_JWKS_PATH}`).then((signature) =>
         JSON.stringify({ ...card, signatures: [signature] }),
       );
-      if (this.cards.size < 16) this.cards.set(baseUrl, text);
+      if (this.cards.size < 32) this.cards.set(key, text);
     }
     return text;
   }

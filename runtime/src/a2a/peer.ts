@@ -19,7 +19,7 @@ import { errorMessage } from "../util/errors.ts";
 import { MIN_TOKEN_LENGTH, tokenFile } from "../util/token-file.ts";
 import { type CardJwsHeader, CardSignatureError, keyOfJwks, verifyCardSignatures } from "./card.ts";
 import type { HandOffMeta } from "./service.ts";
-import { INTERRUPTED, TERMINAL } from "./wire.ts";
+import { A2A_PROTOCOL_VERSION, INTERRUPTED, TERMINAL } from "./wire.ts";
 
 export { A2A_RECIPIENT_PREFIX };
 
@@ -318,7 +318,8 @@ export class A2aPeers {
     let res: HttpResult;
     try {
       res = await this.deps.http.request(url, {
-        headers: { accept: "application/json" },
+        // The 1.0 card: an agent serving 0.3 beside it answers a request without A2A-Version with 0.3's.
+        headers: { accept: "application/json", "a2a-version": A2A_PROTOCOL_VERSION },
         timeoutMs: this.limits.cardTimeoutMs,
         maxBytes: this.limits.maxCardBytes,
       });

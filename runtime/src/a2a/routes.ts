@@ -29,6 +29,7 @@ import {
   TaskStateSchema,
 } from "./wire.ts";
 import { z } from "zod";
+import { errorTo03, eventTo03, isV03TaskRead, V03_METHODS, v03Method } from "./v03.ts";
 
 export interface A2aRouteDeps {
   agent: Agent;
@@ -55,6 +56,8 @@ interface A2aState {
   caller?: Caller;
   rawBody?: Buffer;
   rpcId?: string | number | null;
+  /** The A2A version negotiated (JSON-RPC serves 0.3 too, v03.ts). */
+  version?: "1.0" | "0.3";
 }
 const state = new WeakMap<FastifyRequest, A2aState>();
 const of = (req: FastifyRequest): A2aState => {
@@ -67,21 +70,33 @@ const of = (req: FastifyRequest): A2aState => {
 export const a2aRoutes: FastifyPluginAsync<A2aRouteDeps> = async (app, deps) => {
   const spec = deps.agent.spec;
   const jwksText = JSON.stringify(jwks(deps.signing));
+  const admission = deps.admission ?? new A2aAdmission(deps.agent, deps.now);
 
   app.get(A2A_CARD_PATH, async (req, reply) => {
     // The operator always sets spec.baseUrl: the card names it whatever Host the request gives.
     // Without it (a runtime run by hand), the request's Host only when it is one of the agent's own.
-    if (!spec.baseUrl) reply.header("vary", "host");
+    // The card's form is the version asked for: 1.x, or 0.3 (no A2A-Version) with 0.3's fields.
+    reply.header("vary", spec.baseUrl ? "a2a-version" : "host, a2a-version");
+    let version: "1.0" | "0.3";
+    try {
+      version = admission.negotiate(
+        req.headers["a2a-version"],
+        (req.query as Record<string, unknown> | undefined)?.["A2A-Version"],
+      );
+    } catch (err) {
+      const e = toA2aError(err);
+      return reply.code(e.http).type("application/json").send(e.restBody());
+    }
     return reply
       .type("application/json; charset=utf-8")
       .header("cache-control", "public, max-age=300")
-      .send(await deps.cards.get(cardBase(deps.agent, req.host)));
+      .send(await deps.cards.get(cardBase(deps.agent, req.host), version));
   });
   app.get(A2A_JWKS_PATH, async (_req, reply) =>
     reply.type("application/jwk-set+json").header("cache-control", "public, max-age=300").send(jwksText),
   );
 
-  await app.register(async (scope) => protectedRoutes(scope, deps));
+  await app.register(async (scope) => protectedRoutes(scope, { ...deps, admission }));
 };
 
 /** The streams open now, each with how to end it. */
@@ -142,8 +157,13 @@ function jsonBodies(app: FastifyInstance): void {
  * the caller (401/403) and the per-caller limits of the inbox before any method runs.
  */
 function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
-  const admission = deps.admission ?? new A2aAdmission(deps.agent, deps.now);
-  app.addHook("onRequest", async (req) => admission.address(req.clientAddress));
+  const admission = deps.admission!;
+  app.addHook("onRequest", async (req) => {
+    // Every error of a 0.3 request takes 0.3's form, those before its method too (a body refused
+    // unread); an unsupported version is refused in preHandler, after the body's checks.
+    if (req.routeOptions.config.a2a === "jsonrpc") of(req).version = negotiated(admission, req);
+    admission.address(req.clientAddress);
+  });
   app.addHook("preHandler", async (req) => {
     const s = of(req);
     const body = req.body as { id?: unknown } | undefined;
@@ -151,7 +171,9 @@ function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
       const id = body.id;
       s.rpcId = typeof id === "string" || typeof id === "number" ? id : null;
     }
-    admission.version(req.headers["a2a-version"], (req.query as Record<string, unknown> | undefined)?.["A2A-Version"]);
+    const asked = [req.headers["a2a-version"], (req.query as Record<string, unknown> | undefined)?.["A2A-Version"]];
+    if (req.routeOptions.config.a2a === "jsonrpc") admission.negotiate(...asked);
+    else admission.version(...asked);
     const caller = await deps.callers.authenticate({
       method: req.method,
       url: req.url,
@@ -166,11 +188,23 @@ function callerChecks(app: FastifyInstance, deps: A2aRouteDeps): void {
   });
 }
 
+/** The version a JSON-RPC request negotiates, 1.0 for one that asks for no version this agent has. */
+function negotiated(admission: A2aAdmission, req: FastifyRequest): "1.0" | "0.3" {
+  try {
+    return admission.negotiate(
+      req.headers["a2a-version"],
+      (req.query as Record<string, unknown> | undefined)?.["A2A-Version"],
+    );
+  } catch {
+    return "1.0";
+  }
+}
+
 /** Whether a request reads tasks: GetTask or ListTasks, in either binding. */
 function isTaskRead(req: FastifyRequest): boolean {
   if (req.routeOptions.config.a2a === "jsonrpc") {
     const method = (req.body as { method?: unknown } | undefined)?.method;
-    return method === "GetTask" || method === "ListTasks";
+    return of(req).version === "0.3" ? isV03TaskRead(method) : method === "GetTask" || method === "ListTasks";
   }
   const path = ((req.params as { "*"?: string })["*"] ?? "").split("?")[0] ?? "";
   return req.method === "GET" && /^tasks(\/[^/:]+)?$/.test(path);
@@ -193,14 +227,20 @@ async function jsonRpc(req: FastifyRequest, reply: FastifyReply, deps: A2aRouteD
       "InvalidRequest",
       'a JSON-RPC 2.0 request object is required: {"jsonrpc": "2.0", "method", "params", "id"}',
     );
-  const params = body.params ?? {};
+  // A 0.3 request is the 1.0 request its method's entry of the table makes, answered in 0.3's form.
+  const v03 = of(req).version === "0.3" ? v03Method(body.method) : undefined;
+  const method = v03?.method ?? body.method;
+  const params = v03 ? v03.params(body.params ?? {}) : (body.params ?? {});
   const ok = (result: unknown) =>
-    reply.type("application/json").send({ jsonrpc: "2.0", id: of(req).rpcId ?? null, result });
-  switch (body.method) {
+    reply
+      .type("application/json")
+      .send({ jsonrpc: "2.0", id: of(req).rpcId ?? null, result: v03 ? v03.result(result) : result });
+  const events = v03 ? eventTo03 : undefined;
+  switch (method) {
     case "SendMessage":
       return ok({ task: await service.send(caller, check(SendMessageRequest, params)) });
     case "SendStreamingMessage":
-      return sendStreaming(req, reply, "jsonrpc", deps, openStreams, check(SendMessageRequest, params));
+      return sendStreaming(req, reply, "jsonrpc", deps, openStreams, check(SendMessageRequest, params), events);
     case "GetTask": {
       const p = check(GetTaskRequest, params);
       return ok(await service.get(caller, p.id, p.historyLength));
@@ -210,7 +250,7 @@ async function jsonRpc(req: FastifyRequest, reply: FastifyReply, deps: A2aRouteD
     case "CancelTask":
       return ok(await service.cancel(caller, check(TaskIdRequest, params).id));
     case "SubscribeToTask":
-      return subscribe(req, reply, "jsonrpc", deps, openStreams, check(TaskIdRequest, params).id);
+      return subscribe(req, reply, "jsonrpc", deps, openStreams, check(TaskIdRequest, params).id, events);
     case "CreateTaskPushNotificationConfig":
       return ok(await push.create(caller, params));
     case "GetTaskPushNotificationConfig": {
@@ -229,7 +269,12 @@ async function jsonRpc(req: FastifyRequest, reply: FastifyReply, deps: A2aRouteD
     case "GetExtendedAgentCard":
       throw new A2aError("ExtendedAgentCardNotConfigured", "this agent has no extended agent card");
     default:
-      throw new A2aError("MethodNotFound", `no method ${String(body.method).slice(0, 64)}`);
+      throw new A2aError(
+        "MethodNotFound",
+        Object.hasOwn(V03_METHODS, method)
+          ? `${method} is a method of A2A 0.3; this request is A2A 1.0 (A2A-Version): send it without A2A-Version, or call the 1.0 method ${V03_METHODS[method]!.method}`
+          : `no method ${String(method).slice(0, 64)}`,
+      );
   }
 }
 
@@ -286,6 +331,7 @@ async function sendStreaming(
   { service }: A2aRouteDeps,
   openStreams: OpenStreams,
   request: SendMessageRequest,
+  events?: EventForm,
 ): Promise<void> {
   const caller = of(req).caller!;
   const stored = await service.accept(caller, request);
@@ -295,6 +341,7 @@ async function sendStreaming(
     binding,
     (signal) => service.follow(caller, stored.task.id, signal, stored.task),
     openStreams,
+    events,
   );
 }
 
@@ -306,10 +353,11 @@ async function subscribe(
   { service }: A2aRouteDeps,
   openStreams: OpenStreams,
   id: string,
+  events?: EventForm,
 ): Promise<void> {
   const caller = of(req).caller!;
   await service.subscribable(caller, id);
-  return stream(req, reply, binding, (signal) => service.follow(caller, id, signal), openStreams);
+  return stream(req, reply, binding, (signal) => service.follow(caller, id, signal), openStreams, events);
 }
 
 export function check<T>(schema: ZodType<T>, value: unknown): T {
@@ -318,6 +366,9 @@ export function check<T>(schema: ZodType<T>, value: unknown): T {
   return r.data;
 }
 
+/** How a stream's events are written: as they are (1.0), or in another version's form. */
+type EventForm = (ev: StreamEvent) => unknown;
+
 /** Server-Sent Events of a task: JSON-RPC responses (same id) or, for HTTP+JSON, StreamResponse objects. */
 async function stream(
   req: FastifyRequest,
@@ -325,6 +376,7 @@ async function stream(
   binding: Binding,
   follow: (signal: AbortSignal) => AsyncGenerator<StreamEvent>,
   openStreams: Map<ServerResponse, () => void>,
+  form: EventForm = (ev) => ev,
 ): Promise<void> {
   reply.hijack();
   const raw = reply.raw;
@@ -347,14 +399,14 @@ async function stream(
   try {
     for await (const ev of events) {
       if (raw.destroyed) break;
-      write(binding === "jsonrpc" ? { jsonrpc: "2.0", id, result: ev } : ev);
+      write(binding === "jsonrpc" ? { jsonrpc: "2.0", id, result: form(ev) } : ev);
     }
   } catch (err) {
     const e = toA2aError(err);
     if (e.kind === "Internal") req.log.error({ err }, "A2A stream failed");
     if (!raw.destroyed)
       write(
-        binding === "jsonrpc" ? { jsonrpc: "2.0", id, error: e.rpcError() } : e.restBody(),
+        binding === "jsonrpc" ? { jsonrpc: "2.0", id, error: rpcErrorOf(req, e) } : e.restBody(),
         binding === "rest" ? "error" : undefined,
       );
   } finally {
@@ -367,13 +419,17 @@ async function stream(
 /** Refusals before a method runs keep their HTTP status; a JSON-RPC method's errors are answered 200. */
 const TRANSPORT_KINDS = new Set(["Unauthenticated", "Forbidden", "TooLarge", "RateLimited", "Unavailable", "Internal"]);
 
+/** The JSON-RPC error object in the form of the request's version. */
+const rpcErrorOf = (req: FastifyRequest, e: A2aError) =>
+  state.get(req)?.version === "0.3" ? errorTo03(e) : e.rpcError();
+
 function sendError(req: FastifyRequest, reply: FastifyReply, e: A2aError): void {
   for (const [k, v] of Object.entries(e.headers)) reply.header(k, v);
   if (req.routeOptions.config.a2a === "jsonrpc") {
     reply
       .code(TRANSPORT_KINDS.has(e.kind) || e.kind === "ContentTypeNotSupported" ? e.http : 200)
       .type("application/json")
-      .send({ jsonrpc: "2.0", id: state.get(req)?.rpcId ?? null, error: e.rpcError() });
+      .send({ jsonrpc: "2.0", id: state.get(req)?.rpcId ?? null, error: rpcErrorOf(req, e) });
     return;
   }
   reply.code(e.http).type("application/json").send(e.restBody());

@@ -4,6 +4,21 @@ import { z } from "zod";
 
 export const A2A_PROTOCOL_VERSION = "1.0";
 
+/** The JSON-RPC methods of A2A 1.0 (section 9.4). */
+export const A2A_METHODS: ReadonlySet<string> = new Set([
+  "SendMessage",
+  "SendStreamingMessage",
+  "GetTask",
+  "ListTasks",
+  "CancelTask",
+  "SubscribeToTask",
+  "CreateTaskPushNotificationConfig",
+  "GetTaskPushNotificationConfig",
+  "ListTaskPushNotificationConfigs",
+  "DeleteTaskPushNotificationConfig",
+  "GetExtendedAgentCard",
+]);
+
 export const TASK_STATES = [
   "TASK_STATE_SUBMITTED",
   "TASK_STATE_WORKING",

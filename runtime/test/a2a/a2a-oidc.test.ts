@@ -90,7 +90,9 @@ function expectUnauthenticated(res: Awaited<ReturnType<typeof rest>>, why: RegEx
 
 describe("OIDC callers", () => {
   it("the card declares the issuer as an openIdConnect scheme, one of the schemes any of which suffices", async () => {
-    const card = (await httpsRequest(`${base}/.well-known/agent-card.json`, { ca: tls.ca })).json();
+    const card = (
+      await httpsRequest(`${base}/.well-known/agent-card.json`, { headers: { "a2a-version": "1.0" }, ca: tls.ca })
+    ).json();
     expect(card.securitySchemes.oidc).toEqual({
       openIdConnectSecurityScheme: {
         openIdConnectUrl: `${idp.issuer}/.well-known/openid-configuration`,
@@ -99,6 +101,13 @@ describe("OIDC callers", () => {
     });
     // No securityRequirements: any declared scheme suffices (docs/a2a.md, the signed card).
     expect(card.securityRequirements).toBeUndefined();
+    // The 0.3 card (a request without A2A-Version) writes the scheme in 0.3's form.
+    const v03 = (await httpsRequest(`${base}/.well-known/agent-card.json`, { ca: tls.ca })).json();
+    expect(v03.securitySchemes.oidc).toEqual({
+      type: "openIdConnect",
+      openIdConnectUrl: `${idp.issuer}/.well-known/openid-configuration`,
+      description: `A JWT access token of ${idp.issuer} (Authorization: Bearer)`,
+    });
   });
 
   it("a valid token gets a task, handed on as its issuer's subject; another subject cannot read it", async () => {

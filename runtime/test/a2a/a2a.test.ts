@@ -18,6 +18,7 @@ import { contentDigest, signRequest } from "../../src/protocol/http-signatures.t
 import {
   clientFactory,
   fetchWith as fetchWithCa,
+  handedOffTo,
   localPostTo,
   spawnRuntime,
   userMessage,
@@ -99,18 +100,7 @@ const factory = (token: string | undefined, preferred?: "JSONRPC" | "HTTP+JSON")
   clientFactory(tls.ca, token, preferred);
 
 /** The hand-off of the A2A task `taskId`, once the application got it. */
-async function handedOff(taskId: string, timeoutMs = 15_000) {
-  let found: (typeof handler.received)[number] | undefined;
-  await waitFor(
-    `the hand-off of task ${taskId}`,
-    async () => {
-      found = handler.received.find((r) => r.body.headers.extensions?.a2a?.task_id === taskId);
-      return found !== undefined;
-    },
-    timeoutMs,
-  );
-  return found!;
-}
+const handedOff = (taskId: string, timeoutMs?: number) => handedOffTo(handler, taskId, timeoutMs);
 
 const localPost = (path: string, body: unknown) => localPostTo(localApi, path, body);
 
@@ -148,6 +138,7 @@ describe("the agent card", () => {
     expect(card.supportedInterfaces.map((i: any) => [i.protocolBinding, i.url, i.protocolVersion])).toEqual([
       ["JSONRPC", `${base}/a2a/v1`, "1.0"],
       ["HTTP+JSON", `${base}/a2a/rest`, "1.0"],
+      ["JSONRPC", `${base}/a2a/v1`, "0.3"],
     ]);
     expect(card.skills.map((s: any) => s.id)).toEqual(["calendar.availability", "smalltalk"]);
     expect(Object.keys(card.securitySchemes).sort()).toEqual(["bearer", "ifpHttpSignature"]);
@@ -611,7 +602,7 @@ describe("abuse", () => {
 });
 
 describe("limits", () => {
-  it("reads a request without A2A-Version as 0.3 and refuses it with -32009 saying how to upgrade; 1.0 by header or query is served", async () => {
+  it("reads a request without A2A-Version as 0.3: a 1.0 method is -32601 saying how to call it, HTTP+JSON refuses 0.3 with -32009; 1.0 by header or query is served", async () => {
     const body = { jsonrpc: "2.0", id: 1, method: "ListTasks", params: {} };
     for (const version of [undefined, "", " "]) {
       const res = await rpc(body, {
@@ -625,11 +616,12 @@ describe("limits", () => {
           body: JSON.stringify(body),
           ca: tls.ca,
         });
-        expect(bare.json().error).toMatchObject({ code: -32009, data: [{ reason: "VERSION_NOT_SUPPORTED" }] });
-        expect(bare.json().error.message).toMatch(/0\.3 is not served.*A2A-Version: 1\.0/);
+        // Answered as 0.3 answers: `data` the ErrorInfo object.
+        expect(bare.json().error).toMatchObject({ code: -32601, data: { reason: "METHOD_NOT_FOUND" } });
+        expect(bare.json().error.message).toMatch(/method of A2A 1\.0.*A2A-Version: 1\.0/);
         continue;
       }
-      expect(res.body.error.code, JSON.stringify(version)).toBe(-32009);
+      expect(res.body.error.code, JSON.stringify(version)).toBe(-32601);
     }
     const rest = await httpsRequest(`${base}/a2a/rest/tasks`, {
       headers: { authorization: `Bearer ${TOKEN}` },

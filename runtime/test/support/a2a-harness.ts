@@ -63,6 +63,24 @@ export async function spawnRuntime(opts: {
   return runtime;
 }
 
+/** The hand-off of the A2A task `taskId` to the test's application `handler` (agent-harness startHandler), once it got it. */
+export async function handedOffTo(
+  handler: { received: { body: any; raw: string; headers: Record<string, unknown> }[] },
+  taskId: string,
+  timeoutMs = 15_000,
+) {
+  let found: (typeof handler.received)[number] | undefined;
+  await waitFor(
+    `the hand-off of task ${taskId}`,
+    async () => {
+      found = handler.received.find((r) => r.body.headers.extensions?.a2a?.task_id === taskId);
+      return found !== undefined;
+    },
+    timeoutMs,
+  );
+  return found!;
+}
+
 /** The test's application on the local API `localApi`: a POST of JSON (a task update, a reply to the outbox). */
 export async function localPostTo(localApi: string, path: string, body: unknown) {
   const res = await fetch(`${localApi}${path}`, {

@@ -344,6 +344,13 @@ describe("agentEndpoint and agentStatus", () => {
       card: "https://alice.team.svc/.well-known/agent-card.json",
       jsonRpc: "https://alice.team.svc/a2a/v1",
       rest: "https://alice.team.svc/a2a/rest",
+      grpc: "alice.team.svc:8444",
+    });
+    // spec.baseUrl names the host the gRPC target is on too; the port is the a2a-grpc one.
+    const exposed = agentStatus(agent({ baseUrl: "https://alice.example.com:9443", a2a: { enabled: true } }), observed);
+    expect(exposed.status.a2a).toMatchObject({
+      jsonRpc: "https://alice.example.com:9443/a2a/v1",
+      grpc: "alice.example.com:8444",
     });
   });
 

@@ -3,7 +3,7 @@ import { a2aUrls } from "../../../../runtime/src/contract/a2a.ts";
 import { capabilitiesHash } from "../../../../runtime/src/contract/capabilities.ts";
 import type { AgentStatus } from "../../crd/status.ts";
 import { runtimeConditions, type ConditionInput, type RuntimeObservation } from "../conditions.ts";
-import { selectorLabels } from "../names.ts";
+import { A2A_GRPC_PORT, selectorLabels } from "../names.ts";
 import { agentEndpoint, agentOwner, type AgentResource } from "./desired.ts";
 
 export interface AgentObservation extends RuntimeObservation {
@@ -29,7 +29,7 @@ export function agentStatus(
   return {
     status: {
       endpoint: agentEndpoint(agent),
-      ...(agent.spec.a2a?.enabled ? { a2a: a2aUrls(agentEndpoint(agent)) } : {}),
+      ...(agent.spec.a2a?.enabled ? { a2a: a2aUrls(agentEndpoint(agent), A2A_GRPC_PORT) } : {}),
       capabilitiesHash: capabilitiesHash(agent),
       ...(o.signing
         ? {
