@@ -221,7 +221,8 @@ async function queue(
   const conversationId =
     original?.headers.conversation_id ?? (typeof body.conversation_id === "string" ? body.conversation_id : undefined);
   if (!("headers" in body) && body.sequence === undefined && conversationId && deps.conversations) {
-    const next = await deps.conversations.nextSequence(conversationId);
+    const to = (Array.isArray(body.to) ? body.to : [body.to]).filter((t): t is string => typeof t === "string");
+    const next = await deps.conversations.nextSequence(conversationId, to);
     body.sequence = Math.max(next, original ? original.headers.sequence + 1 : 1);
   }
   const composed = composeMessage(body, {
