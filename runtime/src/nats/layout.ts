@@ -13,7 +13,7 @@
 // Every part of the runtime that touches one of these goes through this seam, so the layout is
 // chosen once (the agent's `--nats-layout`) and nowhere else.
 import { readFileSync } from "node:fs";
-import { type ConsumerConfig, type JetStreamClient, type JetStreamManager, type PubAck } from "@nats-io/jetstream";
+import type { ConsumerConfig, JetStreamClient, JetStreamManager, PubAck } from "@nats-io/jetstream";
 import { Kvm, type KV, type KvOptions } from "@nats-io/kv";
 import type { MsgHdrs, Payload } from "@nats-io/transport-node";
 import { agentNames, type AgentNames } from "../contract/agent-names.ts";
