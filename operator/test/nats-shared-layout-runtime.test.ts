@@ -145,10 +145,12 @@ describe("the agent runtime on the isolated layout", () => {
     });
   }, 60_000);
 
-  it("refuses what the layout cannot serve yet: the inbox watch answers 501", async () => {
-    const res = await fetch(`${b.localApiUrl}/messages/watch`);
-    expect(res.status).toBe(501);
-    expect(await res.json()).toMatchObject({ status: "error", code: "not_on_nats_layout" });
+  it("refuses what the layout cannot serve yet: the inbox watch and what lists KV keys answer 501", async () => {
+    for (const path of ["/messages/watch", "/dead-letters", `/conversations/${greeting.headers.conversation_id}`]) {
+      const res = await fetch(`${b.localApiUrl}${path}`);
+      expect(res.status, path).toBe(501);
+      expect(await res.json()).toMatchObject({ status: "error", code: "not_on_nats_layout" });
+    }
     // The HTTPS face is unaffected.
     expect((await httpsRequest(`${b.url}/readyz`, { ca: tls.ca })).status).toBe(200);
   }, 30_000);

@@ -134,9 +134,9 @@ export const outboxRoutes: FastifyPluginAsyncZod<OutboxRouteDeps> = async (app, 
       schema: {
         summary: "Messages that ended failed (a 4xx) or undeliverable (retry window passed)",
         description:
-          "Oldest first. A limit out of range (1 to 1000, default 100) is brought into it rather than refused.",
+          "Oldest first. A limit out of range (1 to 1000, default 100) is brought into it rather than refused. 501 `not_on_nats_layout` on the isolated NATS layout, which lists no KV keys.",
         querystring: DeadLetterQuery,
-        response: { 200: DeadLetters },
+        response: { 200: DeadLetters, 501: ErrorAnswer },
       },
     },
     async (req) => ({ dead_letters: await deps.states.deadLetters(req.query.limit) }),
@@ -170,9 +170,10 @@ export const outboxRoutes: FastifyPluginAsyncZod<OutboxRouteDeps> = async (app, 
       schema: {
         summary: "Send every dead letter again",
         description: `Up to \`limit\` dead letters (1 to 1000, default 100, oldest first), each as POST
-/dead-letters/{id}/redrive does it; those it does not queue again are listed with the reason.`,
+/dead-letters/{id}/redrive does it; those it does not queue again are listed with the reason.
+501 \`not_on_nats_layout\` on the isolated NATS layout, which lists no KV keys.`,
         querystring: DeadLetterQuery,
-        response: { 200: RedriveAll, 503: ErrorAnswer },
+        response: { 200: RedriveAll, 501: ErrorAnswer, 503: ErrorAnswer },
       },
     },
     async (req) => {
