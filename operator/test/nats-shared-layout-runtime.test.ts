@@ -62,33 +62,25 @@ beforeAll(async () => {
   }
   [aHandler, bHandler] = await Promise.all([startHandler(), startHandler()]);
   const [aPort, bPort] = await Promise.all([freePort(), freePort()]);
-  const common = { natsUrl: install.server.url, tls, natsLayout: "isolated" as const };
-  const outbound = { backoff: ["300ms"], retryFor: "30s" };
+  /** One Agent's runtime on the layout, its handler the application, its peer the other. */
+  const start = (name: "alice" | "bob", port: number, handlerUrl: string, peer: typeof alice, peerPort: number) =>
+    runAgent({
+      natsUrl: install.server.url,
+      tls,
+      natsLayout: "isolated",
+      self: name === "alice" ? alice : bob,
+      port,
+      natsCredsFile: credsFiles[name],
+      resource: { name, namespace: TENANT },
+      spec: {
+        peers: [{ ...peerOf(peer), url: `https://localhost:${peerPort}` }],
+        handler: { url: handlerUrl },
+        outbound: { backoff: ["300ms"], retryFor: "30s" },
+      },
+    });
   [a, b] = await Promise.all([
-    runAgent({
-      ...common,
-      self: alice,
-      port: aPort,
-      natsCredsFile: credsFiles.alice,
-      resource: { name: "alice", namespace: TENANT },
-      spec: {
-        peers: [{ ...peerOf(bob), url: `https://localhost:${bPort}` }],
-        handler: { url: aHandler.url },
-        outbound,
-      },
-    }),
-    runAgent({
-      ...common,
-      self: bob,
-      port: bPort,
-      natsCredsFile: credsFiles.bob,
-      resource: { name: "bob", namespace: TENANT },
-      spec: {
-        peers: [{ ...peerOf(alice), url: `https://localhost:${aPort}` }],
-        handler: { url: bHandler.url },
-        outbound,
-      },
-    }),
+    start("alice", aPort, aHandler.url, bob, bPort),
+    start("bob", bPort, bHandler.url, alice, aPort),
   ]);
 }, 120_000);
 afterAll(async () => {
