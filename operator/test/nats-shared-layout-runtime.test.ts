@@ -138,6 +138,12 @@ describe("the agent runtime on the isolated layout", () => {
   }, 60_000);
 
   it("refuses what the layout cannot serve yet: the inbox watch and what lists KV keys answer 501", async () => {
+    // A reply that names only what it answers: its original is found by (sender, message_id) here.
+    const unnamed = await send(b.localApiUrl, { in_reply_to: id, text: "to whom?" });
+    expect(unnamed).toMatchObject({
+      status: 501,
+      body: { code: "not_on_nats_layout", message: expect.stringMatching(/`to`/) },
+    });
     for (const path of ["/messages/watch", "/dead-letters", `/conversations/${greeting.headers.conversation_id}`]) {
       const res = await fetch(`${b.localApiUrl}${path}`);
       expect(res.status, path).toBe(501);

@@ -75,7 +75,8 @@ export interface OneCopyRule {
   readonly windowed: boolean;
   /**
    * The stored copies of `subject` that may be one of `ids`, oldest first (bounded): every copy
-   * on that subject, or those on the subjects of `ids`. The caller tells them apart by their headers.
+   * on that subject, or those on the subjects of `ids` (none given: any sender's). The caller
+   * tells them apart by their headers.
    */
   find(jsm: JetStreamManager, stream: string, subject: string, ids: string[]): AsyncGenerator<StoredCopy>;
 }
@@ -214,6 +215,10 @@ const subjectPerId: OneCopyRule = {
     }
   },
   async *find(jsm, stream, subject, ids) {
+    // Any sender's copy: only the last one stored is reachable by subject, and another sender's
+    // later copy would displace the first (a reply would then go to whoever reused the id).
+    if (!ids.length)
+      throw notOnLayout("isolated", "finding a received message by its message_id alone (name its sender: `to`)");
     for (const id of ids) {
       const m = await jsm.direct.getMessage(stream, { last_by_subj: this.subjectOf(subject, id) }).catch((err) => {
         if (noMessage(err)) return null;

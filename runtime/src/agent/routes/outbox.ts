@@ -51,7 +51,8 @@ export interface OutboxRouteDeps {
 const SEND = `Either the short form below or a whole unsigned IFP-4 message (an object with \`headers\`);
 missing headers are filled (message_id \`msg:<ULID>\`, date, from, conversation_id \`conv:<ULID>\`,
 sequence 1, content_type). With \`in_reply_to\` the reply joins the received message's
-conversation with the next sequence and \`thread\` set, addressed to its sender by default.
+conversation with the next sequence and \`thread\` set, addressed to its sender by default
+(on the isolated NATS layout \`to\` must name that sender: 501 \`not_on_nats_layout\` without it).
 A greeting gets the agent's capability document as a body part named \`capabilities\`.
 The message is signed with the agent's key and stored in JetStream before the 202;
 re-posting a whole message with the same message_id queues nothing new. A body that is not a
@@ -97,6 +98,7 @@ export const outboxRoutes: FastifyPluginAsyncZod<OutboxRouteDeps> = async (app, 
           413: ErrorAnswer,
           415: ErrorAnswer,
           422: ErrorAnswer,
+          501: ErrorAnswer,
           503: ErrorAnswer,
         },
       },
