@@ -3,8 +3,8 @@
 // account with its shared streams, each Agent's account with its imports and its consumers made
 // as the operator makes them (runtime/bench/scale-isolated.ts). Alice sends bob a signed message
 // over HTTPS; it is stored before the 202, handed to bob's application once, its repeat is
-// caught by the subject that holds it, bob's reply goes back through his outbox; and alice's own
-// credential reads nothing of bob's.
+// caught by the subject that holds it, bob's reply goes back through his outbox; carol, without a
+// handler, pulls hers from the local API; and alice's own credential reads nothing of bob's.
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
@@ -23,11 +23,14 @@ import { send, untilState } from "../../runtime/test/support/outbox-harness.ts";
 const TENANT = "team-1";
 const alice = identity("alice-agent");
 const bob = identity("bob-agent");
+/** An Agent without spec.handler: its application pulls from the local API. */
+const carol = identity("carol-agent");
 
 let install: IsolatedInstall;
 let tls: Tls;
 let a: Awaited<ReturnType<typeof runAgent>>;
 let b: Awaited<ReturnType<typeof runAgent>>;
+let c: Awaited<ReturnType<typeof runAgent>>;
 let aHandler: Awaited<ReturnType<typeof startHandler>>;
 let bHandler: Awaited<ReturnType<typeof startHandler>>;
 const accounts: Record<string, string> = {};
@@ -55,6 +58,7 @@ beforeAll(async () => {
   for (const [name, id] of [
     ["alice", alice],
     ["bob", bob],
+    ["carol", carol],
   ] as const) {
     accounts[name] = await install.makeAgent(`${TENANT}/${name}`, { name: "" });
     credsFiles[name] = join(dir, `${name}.creds`);
@@ -62,30 +66,39 @@ beforeAll(async () => {
   }
   [aHandler, bHandler] = await Promise.all([startHandler(), startHandler()]);
   const [aPort, bPort] = await Promise.all([freePort(), freePort()]);
-  /** One Agent's runtime on the layout, its handler the application, its peer the other. */
-  const start = (name: "alice" | "bob", port: number, handlerUrl: string, peer: typeof alice, peerPort: number) =>
-    runAgent({
+  /** One Agent's runtime on the layout, its handler the application (or none), its peer the other. */
+  const start = (
+    self: typeof alice,
+    port: number,
+    handlerUrl: string | undefined,
+    peer: typeof alice,
+    peerPort: number,
+  ) => {
+    const name = self.agentId.replace(/-agent$/, "");
+    return runAgent({
       natsUrl: install.server.url,
       tls,
       natsLayout: "isolated",
-      self: name === "alice" ? alice : bob,
+      self,
       port,
       natsCredsFile: credsFiles[name],
       resource: { name, namespace: TENANT },
       spec: {
         peers: [{ ...peerOf(peer), url: `https://localhost:${peerPort}` }],
-        handler: { url: handlerUrl },
+        ...(handlerUrl ? { handler: { url: handlerUrl } } : {}),
         outbound: { backoff: ["300ms"], retryFor: "30s" },
       },
     });
-  [a, b] = await Promise.all([
-    start("alice", aPort, aHandler.url, bob, bPort),
-    start("bob", bPort, bHandler.url, alice, aPort),
+  };
+  [a, b, c] = await Promise.all([
+    start(alice, aPort, aHandler.url, bob, bPort),
+    start(bob, bPort, bHandler.url, alice, aPort),
+    start(carol, await freePort(), undefined, alice, aPort),
   ]);
 }, 120_000);
 afterAll(async () => {
   for (const nc of open) await nc.close().catch(() => {});
-  await Promise.all([a?.close(), b?.close()]);
+  await Promise.all([a?.close(), b?.close(), c?.close()]);
   await Promise.all([aHandler?.close(), bHandler?.close()]);
   await install?.close();
 });
@@ -135,6 +148,28 @@ describe("the agent runtime on the isolated layout", () => {
       sequence: greeting.headers.sequence + 1,
       from: { agent: "bob-agent" },
     });
+  }, 60_000);
+
+  it("hands a message to an application without a handler through the local API's pull, until it is acknowledged", async () => {
+    const m = signed(alice, "carol-agent", {}, "Hello Carol");
+    expect((await c.post(m)).status).toBe(202);
+    const pull = async (limit: number, wait: number) =>
+      ((await (await fetch(`${c.localApiUrl}/messages?limit=${limit}&wait=${wait}`)).json()) as { messages: any[] })
+        .messages;
+    const got = await pull(1, 10);
+    expect(got).toEqual([
+      expect.objectContaining({ message_id: m.headers.message_id, sender: "alice-agent", delivery_attempt: 1 }),
+    ]);
+    expect(got[0].message.body).toEqual({ text: "Hello Carol" });
+    const ack = await fetch(`${c.localApiUrl}/messages/${encodeURIComponent(m.headers.message_id)}/ack`, {
+      method: "POST",
+    });
+    expect(ack.status).toBe(204);
+    expect(await pull(5, 1)).toEqual([]);
+    // The operator's consumer of carol's, named by her account key, took the acknowledgement.
+    const jsm = await install.operatorOf(TENANT);
+    const info = await jsm.consumers.info(SHARED_STREAMS.inbox, accounts.carol!);
+    expect([info.num_pending, info.num_ack_pending]).toEqual([0, 0]);
   }, 60_000);
 
   it("refuses what the layout cannot serve yet: the inbox watch and what lists KV keys answer 501", async () => {
