@@ -171,9 +171,9 @@ async function loadSelf(opts: AgentOptions, log: Logger) {
   const layout = layoutOf(opts.natsLayout ?? "per-agent", opts.nats.credsFile);
   // What the layout cannot serve yet is refused at start, not found missing later.
   const refused = [
-    spec.a2a.enabled && layout.refusal("spec.a2a (A2A tasks: a KV bucket watched and listed)"),
-    spec.relay?.urls.length && layout.refusal("spec.relay (relay mailboxes)"),
-  ].find((r) => r);
+    spec.a2a.enabled ? layout.refusal("spec.a2a (A2A tasks: a KV bucket watched and listed)") : undefined,
+    spec.relay?.urls.length ? layout.refusal("spec.relay (relay mailboxes)") : undefined,
+  ].find((r) => r !== undefined);
   if (refused) throw new Error(refused.message);
   return { agent, spec, signing, ownEncryption, documents, layout, names: layout.names(agentStoreKey(agent)) };
 }
