@@ -5,7 +5,8 @@
 // of its own, JetStream off, importing its own subjects, and its two consumers in the data
 // account, as the operator would make them (the account JWT pushed with a system-account user, the
 // consumers added by the operator's user in the data account). Publishes to one Agent's inbox go
-// through that Agent's own runtime credential and its imports.
+// through that Agent's own runtime credential and its imports. The tests of the agent runtime on
+// the layout (operator/test/nats-shared-layout-runtime.test.ts) make their install with it.
 import { join } from "node:path";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { fromSeed } from "@nats-io/nkeys";
@@ -137,19 +138,29 @@ export class IsolatedInstall {
     return account;
   }
 
-  /** A JetStream client of the Agent `key`'s runtime, with its own credential (made by makeAgent). */
-  async runtimeClient(key: string): Promise<{ js: JetStreamClient; inbox: (id: string) => string }> {
+  /** The credential of the Agent `key`'s runtime, as the operator issues it: its allow-lists, replies under `agentId`'s inbox prefix. */
+  runtimeCreds(key: string, agentId = key.split("/")[1]!): Promise<string> {
     const account = this.issuer.accountOf(key);
-    const prefix = agentInboxPrefix(key.split("/")[1]!);
-    const creds = await this.issuer.issue(
+    return this.issuer.issue(
       `agent:${key}`,
-      sharedAgentPermissions(prefix, account),
+      sharedAgentPermissions(agentInboxPrefix(agentId), account),
       Date.now(),
       undefined,
       account,
     );
-    const nc = await this.connect(new TextEncoder().encode(creds), prefix);
+  }
+
+  /** A JetStream client of the Agent `key`'s runtime, with its own credential (made by makeAgent). */
+  async runtimeClient(key: string): Promise<{ js: JetStreamClient; inbox: (id: string) => string }> {
+    const account = this.issuer.accountOf(key);
+    const creds = await this.runtimeCreds(key);
+    const nc = await this.connect(new TextEncoder().encode(creds), agentInboxPrefix(key.split("/")[1]!));
     return { js: jetstream(nc), inbox: (id) => sharedAgentNames(account).inbox(id) };
+  }
+
+  /** The operator's user in the tenant's data account (made by tenant()). */
+  async operatorOf(tenant: string): Promise<JetStreamManager> {
+    return (await this.tenant(tenant)).jsm;
   }
 
   /** Whether the bench's own client (the system account's, which reconnects as the runtimes' do) is connected. */

@@ -17,9 +17,6 @@ const PULL_EXPIRES_MS = 2_000;
 /** An expired message whose dead letter could not be written is looked at again after this long. */
 const EXPIRED_RETRY_MS = 5_000;
 
-/** The durable consumer that feeds the local API's message stream (only when spec.handler is unset). */
-export const APP_CONSUMER = "application";
-
 /** One accepted inbound message as the application gets it: what spec.handler.url would get. */
 export interface AppDelivery {
   /** The inbox stream sequence: the SSE event id and the resume cursor. */
@@ -137,7 +134,7 @@ export class AppStream {
       {
         stream: names.inboxStream,
         consumer: {
-          durable_name: APP_CONSUMER,
+          durable_name: names.appConsumer,
           filter_subject: names.inboxMessages,
           ack_policy: AckPolicy.Explicit,
           deliver_policy: DeliverPolicy.All,
@@ -171,7 +168,7 @@ export class AppStream {
   /** Ensured once; again after a failure (the consumer may have gone away). */
   private async bound() {
     if (!this.ensured) await this.ensure();
-    return await this.nats.js.consumers.get(this.names.inboxStream, APP_CONSUMER);
+    return await this.nats.js.consumers.get(this.names.inboxStream, this.names.appConsumer);
   }
 
   /** Readers still working: open, or closed and not yet done handing their messages back. */

@@ -232,7 +232,8 @@ async function moveToDead(nats: Nats, names: AgentNames, m: JsMsg, reason: strin
   // Our own headers only: a copied Nats-Msg-Id would make JetStream drop the dead letter as a duplicate.
   for (const [k, v] of m.headers ?? []) if (k.startsWith("Ifp-")) for (const value of v) h.append(k, value);
   h.set(INBOX_HEADERS.deadReason, reason);
-  await nats.js.publish(names.dead, m.data, { headers: h, timeout: 5_000 });
+  // One dead letter per stored message: on a layout whose subjects take one message each, its own subject.
+  await nats.layout.once.publish(nats.js, names.dead, `dead ${m.seq}`, m.data, { headers: h, timeout: 5_000 });
   m.term(reason);
 }
 

@@ -77,6 +77,8 @@ export class InboxWatch {
    * 503 when NATS cannot be reached.
    */
   async start(sinceSeconds: number, send: (w: Watched) => void, ended: () => void): Promise<() => void> {
+    const refused = this.nats.layout.refusal("GET /messages/watch (an ordered consumer of the inbox)");
+    if (refused) throw refused;
     if (this.full) throw rateLimited(5, "too many open inbox watches");
     this.open++;
     let messages: ConsumerMessages;
@@ -148,7 +150,7 @@ message stream (with or without spec.handler). One event per message: \`id:\` th
 sequence, \`event: message\`, \`data:\` one line {seq, message_id, sender, auth_level,
 auth_source, encrypted?, handed_on, stored, message}. Comments (\`: keep-alive\`) every 15 s.
 Only on the loopback listener (404 on the TLS listener), at most ${MAX_WATCHES} open per replica
-(429 past that); \`ifp tail\` reads it. A replica's watch sees every message any replica accepts.
+(429 past that); \`ifp tail\` reads it. 501 \`not_on_nats_layout\` on the isolated NATS layout. A replica's watch sees every message any replica accepts.
 `;
 
 /** GET /messages/watch (loopback listener only). */
@@ -168,6 +170,7 @@ export const watchRoutes: FastifyPluginAsyncZod<{ watch: InboxWatch }> = async (
           200: { description: "The event stream", content: { "text/event-stream": { schema: { type: "string" } } } },
           400: ErrorAnswer,
           429: ErrorAnswer,
+          501: ErrorAnswer,
           503: ErrorAnswer,
         },
       },

@@ -22,8 +22,9 @@ import {
   dependencyGauges,
   streamKeeperGauges,
 } from "../server/metrics.ts";
-import { StorageRefusedError, StreamKeeper, StreamMissingError } from "../nats/stream-keeper.ts";
-import { consumerBacklog, streamBacklog } from "../nats/backlog.ts";
+import { OperatorStreams, StorageRefusedError, StreamKeeper, StreamMissingError } from "../nats/stream-keeper.ts";
+import { consumerBacklog } from "../nats/backlog.ts";
+import { layoutOf, type NatsLayoutName } from "../nats/layout.ts";
 import { readTls, watchTls } from "../server/tls.ts";
 import { acceptVerified, inspectionEffects, MAX_FUTURE_SKEW_MS } from "./accept.ts";
 import { AppStream } from "./app-stream.ts";
@@ -40,7 +41,7 @@ import { PeerCapabilityCache } from "./inbound.ts";
 import { InboxWatch } from "./inbox-watch.ts";
 import { buildLocalApi } from "./local-api.ts";
 import { TokenFile } from "./local-api-auth.ts";
-import { agentNames, agentStoreKey } from "./names.ts";
+import { agentStoreKey } from "./names.ts";
 import { Notifier } from "./notify.ts";
 import { OutboundDelivery } from "./outbound.ts";
 import { OutboxStore } from "./outbox.ts";
@@ -89,6 +90,12 @@ export interface AgentOptions {
    * environment's IFP_RECREATE_MISSING_STREAMS=true; otherwise the agent waits, not ready, for them).
    */
   recreateMissingStreams?: boolean;
+  /**
+   * Where the Agent's JetStream objects are (`--nats-layout`): `per-agent` (the default), its own
+   * account's streams, buckets and consumers, which it makes; `isolated`, its tenant's shared
+   * streams reached through its account's imports (docs/scale.md).
+   */
+  natsLayout?: NatsLayoutName;
   logger?: Logger;
 }
 
@@ -161,7 +168,14 @@ async function loadSelf(opts: AgentOptions, log: Logger) {
     ownEncryption.published,
   );
   const signing: SigningKey = keyring.signing;
-  return { agent, spec, signing, ownEncryption, documents, names: agentNames(agentStoreKey(agent)) };
+  const layout = layoutOf(opts.natsLayout ?? "per-agent", opts.nats.credsFile);
+  // What the layout cannot serve yet is refused at start, not found missing later.
+  const refused = [
+    spec.a2a.enabled ? layout.refusal("spec.a2a (A2A tasks: a KV bucket watched and listed)") : undefined,
+    spec.relay?.urls.length ? layout.refusal("spec.relay (relay mailboxes)") : undefined,
+  ].find((r) => r !== undefined);
+  if (refused) throw new Error(refused.message);
+  return { agent, spec, signing, ownEncryption, documents, layout, names: layout.names(agentStoreKey(agent)) };
 }
 type Self = Awaited<ReturnType<typeof loadSelf>>;
 
@@ -189,15 +203,15 @@ type Outside = ReturnType<typeof peersAndKeys>;
 
 /** NATS, the agent's streams and buckets, and where trouble is told (Events, the last error). */
 function agentStores(self: Self, opts: AgentOptions, outside: Outside, life: Lifecycle, metrics: Metrics, log: Logger) {
-  const { spec, names, agent } = self;
+  const { spec, names, agent, layout } = self;
   const replicas = spec.durability.replicas ?? "auto";
   const nats = new Nats(
-    { inboxPrefix: agentInboxPrefix(spec.agentId), replicas, ...opts.nats, name: `ifp-agent ${spec.agentId}` },
+    { inboxPrefix: agentInboxPrefix(spec.agentId), replicas, layout, ...opts.nats, name: `ifp-agent ${spec.agentId}` },
     log,
   );
   life.defer("NATS", () => nats.close());
   // Backlog read at scrape time: what the sender still has to deliver, and (with a handler) what it has yet to take.
-  backlogGauges(metrics, () => streamBacklog(nats, names.outboxStream), "outbox");
+  backlogGauges(metrics, () => layout.queueBacklog(nats, names.outboxStream, names.senderConsumer), "outbox");
   if (spec.handler)
     backlogGauges(metrics, () => consumerBacklog(nats, names.inboxStream, names.handlerConsumer), "inbox");
   const inbox = new InboxStore(nats, names, parseDuration(spec.inbox.replayWindow), spec.inbox.maxBytes, replicas);
@@ -215,11 +229,13 @@ function agentStores(self: Self, opts: AgentOptions, outside: Outside, life: Lif
   const lastError = new LastError(nats, agentLastError(agentStoreKey(agent)), log);
   life.defer("last error", () => lastError.flush());
   const notifier = new Notifier(agent, events, outside.http, log, lastError);
-  const streams = new StreamKeeper(nats, log, {
-    ledger: { bucket: names.kvBucket, key: `${names.kvKey}.jetstream` },
-    recreateMissing: opts.recreateMissingStreams ?? process.env.IFP_RECREATE_MISSING_STREAMS === "true",
-    report: (reason, message) => notifier.trouble(reason, message),
-  });
+  const streams = layout.makesStreams
+    ? new StreamKeeper(nats, log, {
+        ledger: { bucket: names.kvBucket, key: `${names.kvKey}.jetstream` },
+        recreateMissing: opts.recreateMissingStreams ?? process.env.IFP_RECREATE_MISSING_STREAMS === "true",
+        report: (reason, message) => notifier.trouble(reason, message),
+      })
+    : new OperatorStreams();
   life.defer("stream checks", () => streams.stop());
   streamKeeperGauges(metrics, streams);
   dependencyGauges(metrics, { natsConnected: () => nats.isConnected, certFile: opts.tlsCert });
@@ -497,7 +513,7 @@ function agentApps(opts: AgentOptions, self: Self, w: Wired, ready: () => boolea
     received: inbox.received.bind(inbox),
     conversations,
     stream: w.deliveries.appStream,
-    watch: new InboxWatch(w.stores.nats, agentNames(agentStoreKey(agent)), w.log),
+    watch: new InboxWatch(w.stores.nats, self.names, w.log),
     logger: w.log,
   };
   const localApi = buildLocalApi(localDeps);

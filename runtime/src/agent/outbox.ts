@@ -1,6 +1,6 @@
 import { headers } from "@nats-io/transport-node";
 import { DiscardPolicy, RetentionPolicy, StorageType, type StreamConfig } from "@nats-io/jetstream";
-import type { StreamKeeper } from "../nats/stream-keeper.ts";
+import type { StreamKeeping } from "../nats/stream-keeper.ts";
 import type { Nats } from "../nats/connection.ts";
 import { ensureReplicatedStream, type Replicas } from "../nats/streams.ts";
 import { nanos } from "../contract/nats.ts";
@@ -27,7 +27,7 @@ export class OutboxStore {
   }
 
   /** Create or update the stream, as InboxStore.ensure. */
-  async ensure(keeper?: StreamKeeper): Promise<void> {
+  async ensure(keeper?: StreamKeeping): Promise<void> {
     const want = this.streamConfig();
     await (keeper
       ? keeper.ensure(want, this.replicas)
@@ -55,11 +55,13 @@ export class OutboxStore {
     const h = headers();
     h.set("Ifp-Message-Id", message.headers.message_id);
     try {
-      const ack = await this.nats.js.publish(this.names.outbox, JSON.stringify(message), {
-        msgID: dedupId ?? message.headers.message_id,
-        headers: h,
-        timeout: 5_000,
-      });
+      const ack = await this.nats.layout.once.publish(
+        this.nats.js,
+        this.names.outbox,
+        dedupId ?? message.headers.message_id,
+        JSON.stringify(message),
+        { headers: h, timeout: 5_000 },
+      );
       return { duplicate: ack.duplicate, seq: ack.seq };
     } catch (err) {
       throw unavailable(`the message could not be queued: ${(err as Error).message}`);

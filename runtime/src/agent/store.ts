@@ -1,8 +1,8 @@
 import { headers } from "@nats-io/transport-node";
 import { DiscardPolicy, RetentionPolicy, StorageType, type StreamConfig } from "@nats-io/jetstream";
-import type { StreamKeeper } from "../nats/stream-keeper.ts";
+import type { StreamKeeping } from "../nats/stream-keeper.ts";
 import type { Nats } from "../nats/connection.ts";
-import { ensureReplicatedStream, isFull, isNotFound, type Replicas } from "../nats/streams.ts";
+import { ensureReplicatedStream, isFull, type Replicas } from "../nats/streams.ts";
 import { nanos } from "../contract/nats.ts";
 import { ProtocolError, unavailable } from "../protocol/errors.ts";
 import { refuseOverMaxPayload } from "../nats/payload.ts";
@@ -79,7 +79,7 @@ export class InboxStore {
    * Create or update the stream: through the runtime's StreamKeeper, which refuses to make it
    * again empty once it has gone missing, or directly (tests of the store alone).
    */
-  async ensure(keeper?: StreamKeeper): Promise<void> {
+  async ensure(keeper?: StreamKeeping): Promise<void> {
     const want = this.streamConfig();
     await (keeper
       ? keeper.ensure(want, this.replicas, { keepStored: true })
@@ -128,23 +128,25 @@ export class InboxStore {
     injectHeaders(h);
     // Scoped to the sender: nobody can pre-empt another agent's message_id. The subject is per
     // message_id and holds every sender's message with it; received() tells them apart.
-    const dedupe = `${meta.signer ? "signed" : "unsigned"}:${meta.signer ?? fromAgent} ${messageId}`;
-    // The duplicate window covers a copy only for the replay window after it was stored, which
+    const dedupe = copyId(messageId, meta.signer, fromAgent);
+    // A duplicate window covers a copy only for the replay window after it was stored, which
     // was no earlier than its date less the clock skew. An older message (one a relay kept for
     // days) may repeat a copy stored before that: the stream, which keeps every message for its
-    // retention, is asked by subject.
+    // retention, is asked by subject. A layout whose subjects hold each copy once for as long as
+    // the stream keeps it needs no search (nats/layout.ts).
+    const once = this.nats.layout.once;
     const date = Date.parse(meta.date ?? (storedJson(data) as { headers?: { date?: string } }).headers?.date ?? "");
-    if (!(Date.now() - date < this.windowMs - FUTURE_SKEW_MS) && (await this.holds(messageId, meta.signer, fromAgent)))
+    if (
+      once.windowed &&
+      !(Date.now() - date < this.windowMs - FUTURE_SKEW_MS) &&
+      (await this.holds(messageId, meta.signer, fromAgent))
+    )
       return { duplicate: true };
     try {
       // Abandoned (503) the moment NATS goes away; a copy stored after the reconnection is a
-      // duplicate of the sender's retry, absorbed by the duplicate window.
+      // duplicate of the sender's retry, absorbed by the duplicate check.
       const ack = await this.nats.whileConnected(
-        this.nats.js.publish(this.names.inbox(messageId), data, {
-          msgID: dedupe,
-          headers: h,
-          timeout: 5_000,
-        }),
+        once.publish(this.nats.js, this.names.inbox(messageId), dedupe, data, { headers: h, timeout: 5_000 }),
       );
       return { duplicate: ack.duplicate };
     } catch (err) {
@@ -172,7 +174,8 @@ export class InboxStore {
    */
   async received(messageId: string, sender?: string): Promise<Message | undefined> {
     let unsigned: Message | undefined;
-    for await (const m of this.copies(messageId)) {
+    const ids = sender === undefined ? [] : [copyId(messageId, sender, sender), copyId(messageId, undefined, sender)];
+    for await (const m of this.copies(messageId, ids)) {
       if (sender === undefined) return Message.parse(m.json());
       if (m.sender !== sender) continue;
       if (m.signed) return Message.parse(m.json());
@@ -187,7 +190,7 @@ export class InboxStore {
    */
   async holds(messageId: string, signer: string | undefined, fromAgent: string): Promise<boolean> {
     try {
-      for await (const m of this.copies(messageId))
+      for await (const m of this.copies(messageId, [copyId(messageId, signer, fromAgent)]))
         if (m.sender === (signer ?? fromAgent) && m.signed === (signer !== undefined)) return true;
     } catch (err) {
       throw unavailable(`the inbox cannot be searched for an earlier copy: ${(err as Error).message}`);
@@ -195,45 +198,32 @@ export class InboxStore {
     return false;
   }
 
-  /** The stored messages with this message_id, oldest first. */
+  /** The stored messages with this message_id that may be one of `ids` (copyId), oldest first. */
   private async *copies(
     messageId: string,
+    ids: string[],
   ): AsyncGenerator<{ sender: string | null; signed: boolean; json: () => unknown }> {
-    let seq = 1;
-    // Bounded: a message_id reused more often than this is not looked at further.
-    for (let round = 0; round < 4; round++) {
-      const batch: { seq: number; sender: string | null; signed: boolean; json: () => unknown; pending: number }[] = [];
-      try {
-        const it = await this.nats.jsm.direct.getBatch(this.names.inboxStream, {
-          seq,
-          batch: 64,
-          next_by_subj: this.names.inbox(messageId),
-        });
-        for await (const m of it) {
-          batch.push({
-            seq: m.seq,
-            sender: m.header.get(INBOX_HEADERS.sender) || null,
-            signed: m.header.get(INBOX_HEADERS.signed) !== "no",
-            json: () => m.json(),
-            pending: m.pending,
-          });
-        }
-      } catch (err) {
-        if (
-          isNotFound(err) ||
-          (err as { code?: number }).code === 404 ||
-          /no message|not found/i.test((err as Error).message)
-        )
-          return;
-        throw err;
-      }
-      for (const m of batch) {
-        seq = m.seq + 1;
-        yield m;
-      }
-      if (!batch.length || batch.at(-1)!.pending === 0) return;
-    }
+    for await (const m of this.nats.layout.once.find(
+      this.nats.jsm,
+      this.names.inboxStream,
+      this.names.inbox(messageId),
+      ids,
+    ))
+      yield {
+        sender: m.header.get(INBOX_HEADERS.sender) || null,
+        signed: m.header.get(INBOX_HEADERS.signed) !== "no",
+        json: () => m.json(),
+      };
   }
+}
+
+/**
+ * What one copy of a received message is kept once by: its message_id scoped to its sender (the
+ * verified signer, or for an unsigned message its claimed headers.from), so that nobody can
+ * pre-empt another agent's message_id.
+ */
+function copyId(messageId: string, signer: string | undefined, fromAgent: string): string {
+  return `${signer ? "signed" : "unsigned"}:${signer ?? fromAgent} ${messageId}`;
 }
 
 /** What stored JSON says, for the fields a caller did not pass; {} when it is not JSON. */

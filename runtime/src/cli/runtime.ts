@@ -6,6 +6,7 @@ import { createLogger } from "../telemetry/log-format.ts";
 import { startTracing } from "../telemetry/tracing.ts";
 import { METRICS_PORT } from "../server/metrics.ts";
 import { errorMessage } from "../util/errors.ts";
+import { NATS_LAYOUTS, type NatsLayoutName } from "../nats/layout.ts";
 
 const USAGE = `usage:
   ifp-runtime agent --manifest FILE --port N --tls-cert FILE --tls-key FILE --signing-key FILE --nats URL
@@ -14,7 +15,7 @@ const USAGE = `usage:
 
 Every flag may also be given as an environment variable: IFP_MANIFEST, IFP_PORT, IFP_HOST,
 IFP_TLS_CERT, IFP_TLS_KEY, IFP_SIGNING_KEY, IFP_NATS_URL, IFP_NATS_CREDS, IFP_NATS_USER,
-IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_TRUSTED_PROXIES, IFP_ALLOW_PRIVATE_TARGETS,
+IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_NATS_LAYOUT, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_TRUSTED_PROXIES, IFP_ALLOW_PRIVATE_TARGETS,
 IFP_INTRODUCTION_SECRET_FILE, IFP_LOCAL_API_TLS_PORT, IFP_LOCAL_API_TOKEN_FILE, IFP_METRICS_PORT, IFP_LOG_LEVEL.
 Tracing (OpenTelemetry) is configured by the standard OTEL_* variables only, e.g.
 OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER;
@@ -33,6 +34,10 @@ without them it is off (docs/tracing.md).
                       the agent cannot receive encrypted messages, docs/encryption.md)
   --nats URL          NATS server URL(s), comma separated
   --nats-creds FILE   NATS credentials file
+  --nats-layout NAME  where the agent's JetStream objects are (agent mode): per-agent (default),
+                      streams, buckets and consumers of its own account, which it makes; or
+                      isolated, its tenant's shared streams through its account's imports, the
+                      consumers made by the operator (needs --nats-creds; docs/scale.md)
   --nats-ca FILE      CA certificates (PEM) the NATS server's certificate is verified with,
                       instead of the system roots; re-read at every (re)connect
   --ca-file FILE      extra CA certificates (PEM) trusted for outbound HTTPS besides the system
@@ -83,6 +88,7 @@ const OPTIONS = {
   "nats-password": { type: "string", env: "IFP_NATS_PASSWORD" },
   "nats-token": { type: "string", env: "IFP_NATS_TOKEN" },
   "nats-ca": { type: "string", env: "IFP_NATS_CA" },
+  "nats-layout": { type: "string", env: "IFP_NATS_LAYOUT" },
   "ca-file": { type: "string", env: "IFP_CA_FILE" },
   kubeconfig: { type: "string", env: "IFP_KUBECONFIG" },
   "local-api-port": { type: "string", env: "IFP_LOCAL_API_PORT" },
@@ -232,6 +238,14 @@ function commonOptions(flags: Flags, logger: Logger) {
   };
 }
 
+function natsLayout(flags: Flags): NatsLayoutName | undefined {
+  const v = flags["nats-layout"];
+  if (v === undefined) return undefined;
+  if (!(NATS_LAYOUTS as readonly string[]).includes(v))
+    throw new UsageError(`--nats-layout must be one of ${NATS_LAYOUTS.join(", ")}`);
+  return v as NatsLayoutName;
+}
+
 /** The runtime of `mode`, started. */
 async function startMode(
   mode: string,
@@ -251,6 +265,7 @@ async function startMode(
       a2aPeerTokenFile: flags["a2a-peer-token-file"],
       a2aGrpcPort: flags["a2a-grpc-port"] === undefined ? undefined : port({ port: flags["a2a-grpc-port"] }),
       localApiPort: flags["local-api-port"] === undefined ? undefined : port({ port: flags["local-api-port"] }),
+      natsLayout: natsLayout(flags),
       ...localApiTls(flags),
     });
   } else if (mode === "relay") {

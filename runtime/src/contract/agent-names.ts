@@ -28,6 +28,8 @@ export function agentNames(key: string) {
     /** Inbound messages the handler never took. */
     dead: `ifp.inbox.${t}.dead`,
     handlerConsumer: "handler",
+    /** The consumer of the local API's message stream (no spec.handler). */
+    appConsumer: "application",
     outboxStream: `IFP_OUTBOX_${t}`,
     outboxSubjects: `ifp.outbox.${t}.>`,
     outbox: `ifp.outbox.${t}.msg`,

@@ -12,8 +12,9 @@
 // on each stream). The runtime cannot create consumers or streams there, nor read a message by
 // sequence, list subjects or ask for stream info (each would take a filter or a sequence from
 // the request's body, which no permission can check): the operator makes each Agent's consumers.
-// Nothing here is used by the product yet; the bench (runtime/bench/scale.ts) and the isolation
-// tests (operator/test/nats-shared-layout.test.ts) build the layout from it.
+// The agent runtime runs on it with `--nats-layout isolated` (runtime/src/nats/layout.ts); the
+// bench (runtime/bench/scale.ts) and the tests (operator/test/nats-shared-layout*.test.ts) build
+// the operator's side of it from here.
 import { AckPolicy, DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { ConsumerConfig, StreamConfig } from "@nats-io/jetstream";
 import type { AgentNames } from "./agent-names.ts";
@@ -142,6 +143,7 @@ export function sharedAgentNames(runtimeAccount: string): AgentNames {
     inboxStream: SHARED_STREAMS.inbox,
     inboxSubjects: `ifp.inbox.${runtimeAccount}.>`,
     handlerConsumer: runtimeAccount,
+    appConsumer: runtimeAccount,
     outboxStream: SHARED_STREAMS.outbox,
     outboxSubjects: `ifp.outbox.${runtimeAccount}.>`,
     senderConsumer: runtimeAccount,

@@ -13,7 +13,8 @@ import type { Logger } from "pino";
 import { unavailable } from "../protocol/errors.ts";
 import { errorMessage } from "../util/errors.ts";
 import { retry } from "../util/retry.ts";
-import { ensureBucket, placementOf, type JetStreamPlacement, type Replicas } from "./streams.ts";
+import { perAgentLayout, type JetStreamLayout } from "./layout.ts";
+import { placementOf, type JetStreamPlacement, type Replicas } from "./streams.ts";
 import type { KV, KvOptions } from "@nats-io/kv";
 
 export interface NatsOptions {
@@ -41,6 +42,8 @@ export interface NatsOptions {
    * server that requires TLS is verified with the system roots.
    */
   tls?: { caFile: string } | { ca: () => string };
+  /** Where the runtime's JetStream objects are and what it may do with them (default: its own account's, per-agent). */
+  layout?: JetStreamLayout;
 }
 
 /**
@@ -65,9 +68,16 @@ export class Nats {
     this.log = log;
   }
 
-  /** A KV bucket of the runtime's, made with the runtime's replicas when it does not exist yet. */
+  /**
+   * A KV bucket of the runtime's: on the per-agent layout made with the runtime's replicas when
+   * it does not exist yet; on the isolated one the tenant's bucket, seen through the runtime's keys.
+   */
   bucket(name: string, opts: Partial<KvOptions>): Promise<KV> {
-    return ensureBucket(this.js, name, opts, this.opts.replicas ?? 1, this.placement);
+    return this.layout.bucket(this.js, name, opts, this.opts.replicas ?? 1, this.placement);
+  }
+
+  get layout(): JetStreamLayout {
+    return this.opts.layout ?? perAgentLayout;
   }
 
   /** What the JetStream deployment behind the connection can hold (its server's INFO). */
@@ -137,10 +147,12 @@ export class Nats {
             await nc.close().catch(() => {});
             return;
           }
-          const jsm = await jetstreamManager(nc, { timeout: 5_000 }).catch(async (err) => {
-            await nc.close().catch(() => {});
-            throw err;
-          });
+          const jsm = await jetstreamManager(nc, { timeout: 5_000, checkAPI: this.layout.checkApi }).catch(
+            async (err) => {
+              await nc.close().catch(() => {});
+              throw err;
+            },
+          );
           this.nc = nc;
           this.js = jetstream(nc, { timeout: 5_000 });
           this.jsm = jsm;

@@ -63,6 +63,37 @@ interface Ledger {
   streams: Record<string, string>;
 }
 
+/** What the runtime's parts ask of whoever keeps its streams. */
+export interface StreamKeeping {
+  ensure(
+    asked: Partial<StreamConfig> & { name: string },
+    replicas: Replicas,
+    opts?: { keepStored?: boolean },
+  ): Promise<unknown>;
+  missing(): string[];
+  unmet(): ReplicasUnmet[];
+  start(): void;
+  stop(): void;
+}
+
+/**
+ * The streams of a layout whose streams the operator makes (the isolated one, nats/layout.ts):
+ * the runtime cannot ask for a stream's info there, so it neither makes nor checks them; a
+ * stream that is not there shows as its consumer not being there (ConsumerSetUp) and as
+ * publishes refused.
+ */
+export class OperatorStreams implements StreamKeeping {
+  async ensure(): Promise<void> {}
+  missing(): string[] {
+    return [];
+  }
+  unmet(): ReplicasUnmet[] {
+    return [];
+  }
+  start(): void {}
+  stop(): void {}
+}
+
 /**
  * Keeps a runtime's own streams: makes each with the replicas the JetStream deployment can hold
  * (ensureReplicatedStream), records in a KV bucket of the runtime's that it did, and from then
@@ -71,7 +102,7 @@ interface Ledger {
  * runtime is not ready (missing()), an error log line, the status summary and an Event, and a
  * metric; it is found again by itself once the stream is restored.
  */
-export class StreamKeeper {
+export class StreamKeeper implements StreamKeeping {
   private readonly nats: Nats;
   private readonly log: Logger;
   private readonly opts: StreamKeeperOptions;

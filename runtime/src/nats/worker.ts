@@ -3,7 +3,6 @@ import type { Logger } from "pino";
 import { Backoff } from "../util/backoff.ts";
 import { errorMessage } from "../util/errors.ts";
 import type { Nats } from "./connection.ts";
-import { isNotFound } from "./streams.ts";
 
 export interface WorkerOptions {
   stream: string;
@@ -58,30 +57,28 @@ export class ConsumerWorker {
     return this.floor;
   }
 
-  /** Create the consumer, or update the `updatable` fields of the one that exists. */
+  /**
+   * Create the consumer, or update the `updatable` fields of the one that exists; on a layout
+   * whose consumers the operator makes, find it (nats/layout.ts).
+   */
   async ensureConsumer(): Promise<void> {
     const { stream, consumer, updatable = [] } = this.opts;
-    const { jsm } = this.nats;
-    try {
-      const info = await jsm.consumers.info(stream, consumer.durable_name);
-      this.floor = info.ack_floor.stream_seq;
-      if (updatable.length) {
-        const update = Object.fromEntries(updatable.map((k) => [k, consumer[k]]));
-        await jsm.consumers.update(stream, consumer.durable_name, update);
-      }
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-      const resume =
-        this.opts.recreateFrom === "ack-floor" && this.floor
-          ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: this.floor + 1 }
-          : {};
-      if (this.bound)
-        this.log.warn(
-          { consumer: consumer.durable_name, ...resume },
-          `${this.opts.label}: consumer missing; creating it`,
-        );
-      await jsm.consumers.add(stream, { ...consumer, ...resume });
-    }
+    const resume =
+      this.opts.recreateFrom === "ack-floor" && this.floor
+        ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: this.floor + 1 }
+        : {};
+    const floor = await this.nats.layout.consumers.ready(this.nats.jsm, stream, consumer, {
+      updatable,
+      resume,
+      onRecreate: () => {
+        if (this.bound)
+          this.log.warn(
+            { consumer: consumer.durable_name, ...resume },
+            `${this.opts.label}: consumer missing; creating it`,
+          );
+      },
+    });
+    if (floor !== undefined) this.floor = floor;
   }
 
   start(): void {

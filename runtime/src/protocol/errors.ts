@@ -27,7 +27,9 @@ export type ErrorCode =
   /** The local API's outbox: a recipient has no encryption key, and the message must be encrypted. */
   | "encryption_key_unavailable"
   /** The local API's dead letters: not a dead letter (any more), or its message is no longer kept. */
-  | "not_redrivable";
+  | "not_redrivable"
+  /** A feature the agent's NATS layout cannot serve yet (501; docs/scale.md). */
+  | "not_on_nats_layout";
 
 /** The error body of spec section 2.7. */
 export interface ErrorBody {

@@ -8,6 +8,7 @@ import { httpsRequest, type HttpsResponse } from "../../../e2e/support/https.ts"
 import { waitFor } from "../../../e2e/support/ports.ts";
 import { startAgent, type RunningAgent } from "../../src/agent/main.ts";
 import type { AgentSpecInput } from "../../src/resources/agent.ts";
+import type { NatsLayoutName } from "../../src/nats/layout.ts";
 import { tempDir, writeAgentManifest, writeKey, type TestIdentity } from "./fixtures.ts";
 import { withRuntimeLog, type LogLine } from "./runtime-log.ts";
 
@@ -58,6 +59,8 @@ export async function runAgent(opts: {
   annotations?: Record<string, string>;
   /** Wait for /readyz to answer 200 before returning (default true). */
   waitReady?: boolean;
+  /** `--nats-layout` (default per-agent). */
+  natsLayout?: NatsLayoutName;
 }): Promise<
   RunningAgent & {
     post(body: unknown, headers?: Record<string, string>): Promise<HttpsResponse>;
@@ -89,6 +92,7 @@ export async function runAgent(opts: {
       introductionSecretFile: opts.introductionSecretFile,
       handoffSecretFile: opts.handoffSecret ? writeFile(dir, "handoff.key", opts.handoffSecret) : undefined,
       caFile: opts.tls.files.ca,
+      ...(opts.natsLayout ? { natsLayout: opts.natsLayout } : {}),
       logger,
     }),
   );

@@ -3,7 +3,6 @@ import { join } from "node:path";
 import { httpsRequest, type HttpsResponse } from "../../../e2e/support/https.ts";
 import { waitFor } from "../../../e2e/support/ports.ts";
 import { startAgent, type RunningAgent } from "../../src/agent/main.ts";
-import { APP_CONSUMER } from "../../src/agent/app-stream.ts";
 import { agentNames } from "../../src/agent/names.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import type { AgentSpecInput } from "../../src/resources/agent.ts";
@@ -96,7 +95,7 @@ export async function runLocalApiAgent(opts: {
         body: JSON.stringify(message),
         ca: opts.tls.ca,
       }),
-    unacked: async () => (await running.nats.jsm.consumers.info(names.inboxStream, APP_CONSUMER)).num_ack_pending,
+    unacked: async () => (await running.nats.jsm.consumers.info(names.inboxStream, names.appConsumer)).num_ack_pending,
     setToken(t: string) {
       token = t;
       writeToken(tokenFile, t);

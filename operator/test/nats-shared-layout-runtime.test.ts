@@ -1,0 +1,217 @@
+// Two agent runtimes on the isolated shared layout (runtime/src/nats/layout.ts, `--nats-layout
+// isolated`), on a real nats-server in operator mode as the install runs it: the tenant's data
+// account with its shared streams, each Agent's account with its imports and its consumers made
+// as the operator makes them (runtime/bench/scale-isolated.ts). Alice sends bob a signed message
+// over HTTPS; it is stored before the 202, handed to bob's application once, its repeat is
+// caught by the subject that holds it, bob's reply goes back through his outbox; carol, without a
+// handler, pulls hers from the local API; and alice's own credential reads nothing of bob's.
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { localhostTls } from "../../e2e/support/tls.ts";
+import { consistently, freePort, waitFor } from "../../e2e/support/ports.ts";
+import { httpsRequest } from "../../e2e/support/https.ts";
+import { IsolatedInstall } from "../../runtime/bench/scale-isolated.ts";
+import { encodeToken } from "../../runtime/src/contract/nats.ts";
+import { agentInboxPrefix } from "../../runtime/src/contract/nats-permissions.ts";
+import { SHARED_STREAMS, sharedAgentNames, sharedInboxSubject } from "../../runtime/src/contract/shared-layout.ts";
+import { runAgent, startHandler, type Tls } from "../../runtime/test/support/agent-harness.ts";
+import { identity, peerOf, signed, tempDir } from "../../runtime/test/support/fixtures.ts";
+import { send, untilState } from "../../runtime/test/support/outbox-harness.ts";
+
+const TENANT = "team-1";
+const alice = identity("alice-agent");
+const bob = identity("bob-agent");
+/** An Agent without spec.handler: its application pulls from the local API. */
+const carol = identity("carol-agent");
+
+let install: IsolatedInstall;
+let tls: Tls;
+let a: Awaited<ReturnType<typeof runAgent>>;
+let b: Awaited<ReturnType<typeof runAgent>>;
+let c: Awaited<ReturnType<typeof runAgent>>;
+let aHandler: Awaited<ReturnType<typeof startHandler>>;
+let bHandler: Awaited<ReturnType<typeof startHandler>>;
+const accounts: Record<string, string> = {};
+const credsFiles: Record<string, string> = {};
+const open: NatsConnection[] = [];
+
+/** The inbox's duplicates as bob's metrics count them. */
+async function duplicates(): Promise<number> {
+  const m = /^ifp_inbox_requests_total\{[^}]*result="duplicate"[^}]*\} (\d+)/m.exec(await b.scrape());
+  return m ? Number(m[1]) : 0;
+}
+
+beforeAll(async () => {
+  const dir = tempDir("ifp-shared-runtime-");
+  [install, tls] = await Promise.all([
+    IsolatedInstall.start({
+      http: "",
+      // Room for the data account's limit (a reservation, never written): the bench's tenants take 64 GiB.
+      jetstream: "jetstream { max_file_store: 1TB }\n",
+      graceMs: 2_000,
+      startTimeoutMs: 30_000,
+    }),
+    localhostTls(),
+  ]);
+  for (const [name, id] of [
+    ["alice", alice],
+    ["bob", bob],
+    ["carol", carol],
+  ] as const) {
+    accounts[name] = await install.makeAgent(`${TENANT}/${name}`, { name: "" });
+    credsFiles[name] = join(dir, `${name}.creds`);
+    writeFileSync(credsFiles[name], await install.runtimeCreds(`${TENANT}/${name}`, id.agentId), { mode: 0o600 });
+  }
+  [aHandler, bHandler] = await Promise.all([startHandler(), startHandler()]);
+  const [aPort, bPort] = await Promise.all([freePort(), freePort()]);
+  /** One Agent's runtime on the layout, its handler the application (or none), its peer the other. */
+  const start = (
+    self: typeof alice,
+    port: number,
+    handlerUrl: string | undefined,
+    peer: typeof alice,
+    peerPort: number,
+  ) => {
+    const name = self.agentId.replace(/-agent$/, "");
+    return runAgent({
+      natsUrl: install.server.url,
+      tls,
+      natsLayout: "isolated",
+      self,
+      port,
+      natsCredsFile: credsFiles[name],
+      resource: { name, namespace: TENANT },
+      spec: {
+        peers: [{ ...peerOf(peer), url: `https://localhost:${peerPort}` }],
+        ...(handlerUrl ? { handler: { url: handlerUrl } } : {}),
+        outbound: { backoff: ["300ms"], retryFor: "30s" },
+      },
+    });
+  };
+  [a, b, c] = await Promise.all([
+    start(alice, aPort, aHandler.url, bob, bPort),
+    start(bob, bPort, bHandler.url, alice, aPort),
+    start(carol, await freePort(), undefined, alice, aPort),
+  ]);
+}, 120_000);
+afterAll(async () => {
+  for (const nc of open) await nc.close().catch(() => {});
+  await Promise.all([a?.close(), b?.close(), c?.close()]);
+  await Promise.all([aHandler?.close(), bHandler?.close()]);
+  await install?.close();
+});
+
+describe("the agent runtime on the isolated layout", () => {
+  const greeting = signed(alice, "bob-agent", {}, "Hello Bob, over the isolated layout");
+  const id = greeting.headers.message_id;
+  /** Where bob's copy of the greeting is kept in the tenant's inbox stream. */
+  const stored = () => sharedInboxSubject(sharedAgentNames(accounts.bob!), id, encodeToken(`signed:alice-agent ${id}`));
+
+  it("stores a message before its 202, hands it to the application once, and catches its repeat by its subject", async () => {
+    const res = await b.post(greeting);
+    expect(res.status).toBe(202);
+    expect(res.json()).toEqual({ status: "accepted", message_id: id });
+    // Stored in the tenant's shared inbox on bob's own subject, as the operator's user there sees it.
+    const jsm = await install.operatorOf(TENANT);
+    expect((await jsm.streams.info(SHARED_STREAMS.inbox, { subjects_filter: stored() })).state.subjects).toEqual({
+      [stored()]: 1,
+    });
+    await waitFor("bob's application", () => bHandler.received.some((r) => r.body.headers.message_id === id));
+
+    const before = await duplicates();
+    const again = await b.post(greeting);
+    expect(again.status).toBe(202);
+    expect(again.json()).toEqual({ status: "accepted", message_id: id });
+    expect(await duplicates()).toBe(before + 1);
+    await consistently(
+      "the application has the message once",
+      () => bHandler.received.filter((r) => r.body.headers.message_id === id).length === 1,
+      1_500,
+    );
+  }, 60_000);
+
+  it("sends the application's reply back through the outbox, its state in the KV records", async () => {
+    const sent = await send(b.localApiUrl, { to: "alice-agent", in_reply_to: id, text: "Got it, Alice" });
+    expect(sent.status).toBe(202);
+    const replyId = sent.body.message_id as string;
+    const done = await untilState(b.localApiUrl, replyId, "delivered");
+    expect(done.recipients).toEqual([expect.objectContaining({ agent: "alice-agent", state: "delivered" })]);
+    const got = await waitFor("alice's application", () =>
+      aHandler.received.find((r) => r.body.headers.message_id === replyId),
+    );
+    // The reply found what it answers by direct get of bob's inbox subject: the same conversation.
+    expect(got.body.headers).toMatchObject({
+      thread: { in_reply_to: id },
+      conversation_id: greeting.headers.conversation_id,
+      sequence: greeting.headers.sequence + 1,
+      from: { agent: "bob-agent" },
+    });
+  }, 60_000);
+
+  it("hands a message to an application without a handler through the local API's pull, until it is acknowledged", async () => {
+    const m = signed(alice, "carol-agent", {}, "Hello Carol");
+    expect((await c.post(m)).status).toBe(202);
+    const pull = async (limit: number, wait: number) =>
+      ((await (await fetch(`${c.localApiUrl}/messages?limit=${limit}&wait=${wait}`)).json()) as { messages: any[] })
+        .messages;
+    const got = await pull(1, 10);
+    expect(got).toEqual([
+      expect.objectContaining({ message_id: m.headers.message_id, sender: "alice-agent", delivery_attempt: 1 }),
+    ]);
+    expect(got[0].message.body).toEqual({ text: "Hello Carol" });
+    const ack = await fetch(`${c.localApiUrl}/messages/${encodeURIComponent(m.headers.message_id)}/ack`, {
+      method: "POST",
+    });
+    expect(ack.status).toBe(204);
+    expect(await pull(5, 1)).toEqual([]);
+    // The operator's consumer of carol's, named by her account key, took the acknowledgement.
+    const jsm = await install.operatorOf(TENANT);
+    const info = await jsm.consumers.info(SHARED_STREAMS.inbox, accounts.carol!);
+    expect([info.num_pending, info.num_ack_pending]).toEqual([0, 0]);
+  }, 60_000);
+
+  it("refuses what the layout cannot serve yet: the inbox watch and what lists KV keys answer 501", async () => {
+    // A reply that names only what it answers: its original is found by (sender, message_id) here.
+    const unnamed = await send(b.localApiUrl, { in_reply_to: id, text: "to whom?" });
+    expect(unnamed).toMatchObject({
+      status: 501,
+      body: { code: "not_on_nats_layout", message: expect.stringMatching(/`to`/) },
+    });
+    for (const path of ["/messages/watch", "/dead-letters", `/conversations/${greeting.headers.conversation_id}`]) {
+      const res = await fetch(`${b.localApiUrl}${path}`);
+      expect(res.status, path).toBe(501);
+      expect(await res.json()).toMatchObject({ status: "error", code: "not_on_nats_layout" });
+    }
+    // The HTTPS face is unaffected.
+    expect((await httpsRequest(`${b.url}/readyz`, { ca: tls.ca })).status).toBe(200);
+  }, 30_000);
+
+  it("gives alice's credential nothing of bob's: no direct get of his stored message, no pull from his consumer", async () => {
+    const nc = await connect({
+      servers: install.server.url,
+      authenticator: credsAuthenticator(
+        new TextEncoder().encode(await install.runtimeCreds(`${TENANT}/alice`, alice.agentId)),
+      ),
+      inboxPrefix: agentInboxPrefix(alice.agentId),
+      reconnect: false,
+    });
+    open.push(nc);
+    const ask = (subject: string, body = "") =>
+      nc.request(subject, body, { timeout: 1_500 }).then(
+        (m) => m.string(),
+        () => undefined,
+      );
+    // Her own subject of the same shape answers (nothing stored there): the request itself is fine.
+    const own = sharedInboxSubject(sharedAgentNames(accounts.alice!), id, encodeToken(`signed:alice-agent ${id}`));
+    expect(await ask(`$JS.API.DIRECT.GET.${SHARED_STREAMS.inbox}.${own}`)).toBeDefined();
+    expect(await ask(`$JS.API.DIRECT.GET.${SHARED_STREAMS.inbox}.${stored()}`)).toBeUndefined();
+    expect(
+      await ask(
+        `$JS.API.CONSUMER.MSG.NEXT.${SHARED_STREAMS.inbox}.${accounts.bob}`,
+        JSON.stringify({ batch: 1, expires: 1_000_000_000 }),
+      ),
+    ).toBeUndefined();
+  }, 30_000);
+});
