@@ -402,7 +402,8 @@ export class OutboundDelivery {
 
   /** One attempt at an A2A agent, behind the circuit of its recipient id (`a2a:<agent card URL>`). */
   private async toA2a(message: Message, agent: string, until: number): Promise<Outcome> {
-    if (!this.a2a) return { kind: "failed", error: `${agent} is an A2A agent, and this runtime sends nothing over A2A` };
+    if (!this.a2a)
+      return { kind: "failed", error: `${agent} is an A2A agent, and this runtime sends nothing over A2A` };
     const admission = this.breakers?.admit(agent);
     if (admission && !admission.admitted)
       return { kind: "retry", via: agent, error: admission.error, deferredUntil: admission.retryAt } satisfies Deferred;

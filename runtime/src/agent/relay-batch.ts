@@ -107,13 +107,9 @@ export class RelayBatcher {
     if (items.length === 1) return settle(items[0]!, this.lone(relayUrl, items[0]!.message, recipients));
     let res: Awaited<ReturnType<RelayClient["request"]>>;
     try {
-      res = await this.client(relayUrl).request(
-        "POST",
-        `/relay/publish/batch${recipientQuery(recipients)}`,
-        {
-          messages: items.map((i) => i.message),
-        },
-      );
+      res = await this.client(relayUrl).request("POST", `/relay/publish/batch${recipientQuery(recipients)}`, {
+        messages: items.map((i) => i.message),
+      });
     } catch (err) {
       for (const i of items) i.reject(err);
       return;

@@ -61,7 +61,11 @@ export async function relayOutcome(relayUrl: string, answer: Promise<RelayAnswer
  * answer. Concurrent publishes to one relay go in batches (RelayBatcher, relay-batch.ts);
  * `timeoutMs` bounds each request to a relay (spec.outbound.resiliency.timeout).
  */
-export function relayPublisher(signing: SigningKey, http: HttpClient, opts: { timeoutMs?: number } = {}): RelayPublisher {
+export function relayPublisher(
+  signing: SigningKey,
+  http: HttpClient,
+  opts: { timeoutMs?: number } = {},
+): RelayPublisher {
   const batcher = new RelayBatcher(signing, http, opts);
   return {
     publish: (relayUrl: string, message: Message, recipients: string[]): Promise<Outcome> =>
