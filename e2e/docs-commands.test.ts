@@ -95,11 +95,11 @@ type Check =
 const CHECKS: Record<string, Check> = {
   "npm ci": { by: ".ci/run", holds: ["npm ci"] },
   "npm test": { by: ".ci/run", holds: ["npm test"] },
-  "npm start": { by: "e2e/local-stack.test.ts", holds: ['spawnProcess("npm start", "npm", ["start"'] },
+  "npm start": { by: "e2e/support/local-stack.ts", holds: ['spawnProcess("npm start", "npm", ["start"'] },
   'npx ifp send --from-key ~/.local/state/ifp-operator/stack/bob.key --from bob-agent --to https://localhost:8443 --text "Hello from Bob\'s agent" --ca-file ~/.local/state/ifp-operator/stack/ca.crt':
     {
       by: "e2e/local-stack.test.ts",
-      holds: ["npx ifp send", "the ready-to-paste command"],
+      holds: ['execFile("sh", ["-c", command]', "Hello from Bob's agent"],
     },
   // The path a user takes on a cluster: run here up to what needs running pods.
   "helm install ifp charts/ifp-operator -n ifp-system --create-namespace --set image.repository=registry.example/ifp-operator --set image.tag=0.1.0 --set runtimeImage.repository=registry.example/ifp-runtime --set runtimeImage.tag=0.1.0":
@@ -237,6 +237,28 @@ const CHECKS: Record<string, Check> = {
     by: "runtime/test/cli/check.test.ts",
     holds: ['ifp("check", baseUrl(relay), "--relay", "--key", keyFile, "--from"'],
   },
+  // docs/conformance.md, against npm start
+  "npx ifp keygen --out kit.key": {
+    by: "e2e/local-stack-check.test.ts",
+    holds: ['ifp("keygen", "--out", kitKey)'],
+  },
+  "npx ifp check https://localhost:8443 --strict --ca-file $S/ca.crt --key kit.key --from https://localhost:9443 --inbox-port 9443 --inbox-cert $S/tls.crt --inbox-key $S/tls.key --local-api http://127.0.0.1:8543 --send-wait 75":
+    {
+      by: "e2e/local-stack-check.test.ts",
+      holds: [
+        '"--from",\n        `https://localhost:${inboxPort}`,\n        "--inbox-port",',
+        '"--local-api",\n        `http://127.0.0.1:${base + 100}`,',
+        '"--send-wait",\n        "75",',
+      ],
+    },
+  "npx ifp check https://localhost:8445 --relay --strict --ca-file $S/ca.crt --key $S/bob.key --from bob-agent --inbox-cert $S/tls.crt --inbox-key $S/tls.key":
+    {
+      by: "e2e/local-stack-check.test.ts",
+      holds: [
+        '`https://localhost:${base + 2}`,\n        "--relay",',
+        'join(stateDir, "bob.key"),\n        "--from",\n        "bob-agent",',
+      ],
+    },
   "npx ifp check https://localhost:8443 --ca-file ca.crt --only inbox --json": {
     by: "runtime/test/cli/check.test.ts",
     holds: ['"--json", "--only"'],

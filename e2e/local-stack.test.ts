@@ -1,16 +1,9 @@
 import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
 import { expect, it } from "vitest";
-import { spawnProcess, tempDir, type ManagedProcess } from "./support/process.ts";
+import { tempDir } from "./support/process.ts";
 import { httpsRequest } from "./support/https.ts";
+import { startLocalStack, type LocalStack } from "./support/local-stack.ts";
 import { waitFor } from "./support/wait.ts";
-
-/** A base port with room for the stack's ports (base … base+201) below the kernel's ephemeral range. */
-function basePort(): number {
-  const [lo] = readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number);
-  const top = (lo ?? 32768) - 300;
-  return 10_000 + Math.floor(Math.random() * Math.max(1000, top - 10_000));
-}
 
 const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 
@@ -22,55 +15,31 @@ const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 it("npm start brings up the local stack, its printed command sends a signed message, and the message and the reply are seen arriving", {
   timeout: 200_000,
 }, async () => {
-  const dir = tempDir("ifp-stack-");
-  let stack: ManagedProcess | undefined;
-  let base = 0;
-  let command: string | undefined;
+  let stack: LocalStack | undefined;
   try {
-    // The stack's ports are fixed by its environment; should one be taken, start again elsewhere.
-    for (let attempt = 1; !command; attempt++) {
-      base = basePort();
-      stack = spawnProcess("npm start", "npm", ["start", "--silent"], {
-        env: { ...process.env, IFP_STACK_DIR: `${dir}/${attempt}`, IFP_STACK_PORT: String(base) },
-        group: true,
-      });
-      const s = stack;
-      command = await waitFor(
-        "the ready-to-paste command",
-        () =>
-          /Send alice a signed message from bob:\n\s+(npx ifp send .*)\n/.exec(s.log())?.[1] ??
-          (s.exit ? "" : undefined),
-        120_000,
-        250,
-      );
-      if (!command) {
-        if (!/EADDRINUSE/.test(s.log()) || attempt >= 3)
-          throw new Error(`npm start ended before it was ready:\n${s.log()}`);
-        await s.stop();
-      }
-    }
-    expect(stack!.log()).toContain(`alice     https://localhost:${base}/.well-known/agent/capabilities`);
+    stack = await startLocalStack(tempDir("ifp-stack-"));
+    const { base, ca, command } = stack;
+    const log = () => stack!.process.log();
+    expect(log()).toContain(`alice     https://localhost:${base}/.well-known/agent/capabilities`);
     // The agents run as the operator runs them: hand-offs signed with a hand-off secret, an
     // encryption key published; neither start-up warning of a runtime without them.
-    expect(stack!.log()).not.toMatch(/no --handoff-secret-file|hand-offs .* are not signed/);
-    expect(stack!.log()).not.toMatch(/no --encryption-key|cannot receive encrypted messages/);
+    expect(log()).not.toMatch(/no --handoff-secret-file|hand-offs .* are not signed/);
+    expect(log()).not.toMatch(/no --encryption-key|cannot receive encrypted messages/);
     // (A warning of a connection retried while the stack comes up is no fault; an error is.)
-    expect(stack!.log()).not.toMatch(/"level":"(error|fatal)"/);
-    const ca = readFileSync(/^\s+CA\s+(\S+)$/m.exec(stack!.log())![1]!, "utf8");
+    expect(log()).not.toMatch(/"level":"(error|fatal)"/);
     for (const port of [base, base + 1]) {
       const identity = await httpsRequest(`https://localhost:${port}/.well-known/agent/identity`, { ca });
       expect(identity.status).toBe(200);
       expect(identity.text).toMatch(/"use":"encryption"/);
     }
     const result = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
-      execFile("sh", ["-c", command!], { encoding: "utf8", timeout: 45_000 }, (err, stdout, stderr) =>
+      execFile("sh", ["-c", command], { encoding: "utf8", timeout: 45_000 }, (err, stdout, stderr) =>
         resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
       ),
     );
     expect(result.stdout, result.stderr).toMatch(/^202 \{"status":"accepted"/);
     expect(result.code).toBe(0);
     const sent = JSON.parse(result.stdout.slice(4)).message_id as string;
-    const s = stack!;
     // alice's application logs the message as it arrives and replies in its thread …
     const arrived = await waitFor(
       "alice's application to log the message",
@@ -78,14 +47,14 @@ it("npm start brings up the local stack, its printed command sends a signed mess
         new RegExp(
           `^alice \\| received context ${escapeRe(sent)} from bob-agent thread (\\S+): "Hello from Bob's agent"$`,
           "m",
-        ).exec(s.log())?.[1],
+        ).exec(log())?.[1],
       30_000,
       250,
     );
     const reply = await waitFor(
       "alice's application to reply",
       () =>
-        new RegExp(`^alice \\| replied (msg:\\S+) to bob-agent thread ${escapeRe(arrived)}: `, "m").exec(s.log())?.[1],
+        new RegExp(`^alice \\| replied (msg:\\S+) to bob-agent thread ${escapeRe(arrived)}: `, "m").exec(log())?.[1],
       30_000,
       250,
     );
@@ -96,13 +65,13 @@ it("npm start brings up the local stack, its printed command sends a signed mess
         new RegExp(
           `^bob   \\| received context ${escapeRe(reply)} from alice-agent thread ${escapeRe(arrived)} in reply to ${escapeRe(sent)}: "Got your context message: “Hello from Bob's agent”"$`,
           "m",
-        ).test(s.log()),
+        ).test(log()),
       30_000,
       250,
     );
     await waitFor(
       "bob's application to leave the reply unanswered",
-      () => s.log().includes(`bob   | no reply to ${reply}: it is an automatic reply`),
+      () => log().includes(`bob   | no reply to ${reply}: it is an automatic reply`),
       30_000,
       250,
     );
@@ -111,7 +80,7 @@ it("npm start brings up the local stack, its printed command sends a signed mess
       "bob's application to log alice's greeting",
       () =>
         /^bob {3}\| received greeting (msg:\S+) from alice-agent thread \S+: "Hello Bob, this is Alice's agent"$/m.exec(
-          s.log(),
+          log(),
         )?.[1],
       30_000,
       250,
@@ -122,13 +91,13 @@ it("npm start brings up the local stack, its printed command sends a signed mess
         new RegExp(
           `^alice \\| received greeting \\S+ from bob-agent thread \\S+ in reply to ${escapeRe(greeting)}: `,
           "m",
-        ).test(s.log()),
+        ).test(log()),
       30_000,
       250,
     );
     // The A2A call it prints, pasted: the task comes back completed with alice's application's reply.
-    const a2aCall = /talk to alice as an A2A client[^\n]*\n\s+(curl .*)\n/.exec(s.log())?.[1];
-    expect(a2aCall, s.log()).toBeDefined();
+    const a2aCall = /talk to alice as an A2A client[^\n]*\n\s+(curl .*)\n/.exec(log())?.[1];
+    expect(a2aCall, log()).toBeDefined();
     const a2a = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
       execFile("sh", ["-c", a2aCall!], { encoding: "utf8", timeout: 45_000 }, (err, stdout, stderr) =>
         resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
@@ -140,6 +109,6 @@ it("npm start brings up the local stack, its printed command sends a signed mess
     expect(task.status.message.parts[0].text).toBe("Got your request message: “Hello from an A2A client”");
   } finally {
     // Ctrl-C, as a person would; bounded, and it cannot replace the test's own error.
-    await stack?.stop({ signal: "SIGINT", graceMs: 20_000 });
+    await stack?.stop();
   }
 });

@@ -170,7 +170,9 @@ for (const [name, manifest] of [
     ...(name === "alice" ? ["--a2a-token-file", a2aTokens] : []),
   ]);
 }
-start("relay", "relay", relay, ports.relay, []);
+// The relay trusts the stack's CA as the agents do (the operator gives every runtime its trust
+// bundle): for webhooks to the stack's names and the identity documents of the senders it looks up.
+start("relay", "relay", relay, ports.relay, ["--ca-file", tls.files.ca]);
 
 /** The example application of one agent, its output printed line by line after the agent's name. */
 function startApp(name: "alice" | "bob"): ChildProcess {

@@ -2,7 +2,7 @@
 // when half-open, closed on its success or open again on its failure, the in-flight cap, and a
 // 4xx (a success) resetting the count.
 import { describe, expect, it } from "vitest";
-import { type Admission, Breakers } from "./breakers.ts";
+import { type Admission, Breakers, MAX_LISTED_CIRCUITS } from "./breakers.ts";
 
 const OPTS = { failureThreshold: 3, coolDownMs: 1_000, maxInFlight: 2, timeoutMs: 500 };
 
@@ -53,5 +53,29 @@ describe("Breakers", () => {
     x!.done("success");
     admitted(b.admit("d"));
     expect(b.admit("d")).toMatchObject({ admitted: false, reason: "busy" });
+  });
+
+  it("lists the circuits not closed, open ones with when their probe is let through, at most 100 of them", () => {
+    let now = 0;
+    const b = new Breakers({ ...OPTS, failureThreshold: 1 }, undefined, () => now);
+    admitted(b.admit("early")).done("failure");
+    now = 500;
+    admitted(b.admit("late")).done("failure");
+    admitted(b.admit("fine")).done("success");
+    admitted(b.admit("failing-once-closed")).done("success");
+    expect(b.circuits()).toEqual({
+      total: 2,
+      circuits: [
+        { destination: "late", state: "open", failures: 1, open_until: new Date(1_500).toISOString() },
+        { destination: "early", state: "open", failures: 1, open_until: new Date(1_000).toISOString() },
+      ],
+    });
+    now = 1_200;
+    expect(b.circuits().circuits[1]).toEqual({ destination: "early", state: "half-open", failures: 1 });
+    admitted(b.admit("early")).done("success");
+    expect(b.circuits().circuits.map((c) => c.destination)).toEqual(["late"]);
+    for (let i = 0; i < MAX_LISTED_CIRCUITS + 20; i++) admitted(b.admit(`d${i}`)).done("failure");
+    expect(b.circuits().circuits).toHaveLength(MAX_LISTED_CIRCUITS);
+    expect(b.circuits().total).toBe(MAX_LISTED_CIRCUITS + 21);
   });
 });

@@ -1,3 +1,4 @@
+import type { Circuit } from "../protocol/local-api.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 
 /** Per-destination resiliency of outbound deliveries (spec.outbound.resiliency, docs/reliability.md). */
@@ -16,6 +17,9 @@ export type CircuitState = "closed" | "open" | "half-open";
 
 /** The value of ifp_outbound_circuit_state for each state. */
 const GAUGE: Record<CircuitState, number> = { closed: 0, "half-open": 1, open: 2 };
+
+/** The most circuits `circuits()` lists. */
+export const MAX_LISTED_CIRCUITS = 100;
 
 /** The pause before a message held back by a full destination (or a probe under way) is looked at again. */
 const BUSY_PAUSE_MS = 250;
@@ -63,6 +67,26 @@ export class Breakers {
     const d = this.table.get(destination);
     if (d?.state === "open" && this.now() >= d.openUntil) return "half-open";
     return d?.state ?? "closed";
+  }
+
+  /**
+   * The destinations whose circuit is not closed (open, or half-open: its cool-down over), the
+   * most recently failed first, at most MAX_LISTED_CIRCUITS; `total` counts them all.
+   */
+  circuits(): { circuits: Circuit[]; total: number } {
+    const now = this.now();
+    const all = [...this.table.entries()]
+      .filter(([, d]) => d.state !== "closed")
+      .sort(([a, x], [b, y]) => y.openUntil - x.openUntil || a.localeCompare(b));
+    return {
+      total: all.length,
+      circuits: all.slice(0, MAX_LISTED_CIRCUITS).map(([destination, d]) => ({
+        destination,
+        state: d.state === "open" && now < d.openUntil ? "open" : "half-open",
+        failures: d.failures,
+        ...(d.state === "open" && now < d.openUntil ? { open_until: new Date(d.openUntil).toISOString() } : {}),
+      })),
+    };
   }
 
   /** Whether an attempt to `destination` may be made now; when admitted, `done` must be called once with its result. */

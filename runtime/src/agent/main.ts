@@ -293,7 +293,7 @@ function agentDeliveries(
       relayAllowed: (message, url, agent) => outside.encryption.plaintextRelayAllowed(message, url, agent),
       plaintextThrough: (message, url) => outside.encryption.plaintextThrough(message, url),
     },
-    relay: relayPublisher(signing, outside.http),
+    relay: relayPublisher(signing, outside.http, { timeoutMs: parseDuration(spec.outbound.resiliency.timeout) }),
     a2a: a2aPeers(self, opts, outside, stores, log),
     onGiveUp: (record, r) => notifier.undeliverable(record, r),
   });
@@ -509,6 +509,7 @@ function agentApps(opts: AgentOptions, self: Self, w: Wired, ready: () => boolea
     outbox: w.a2a ? w.a2a.replies(peerCapabilities.gate(outbox)) : peerCapabilities.gate(outbox),
     states: w.a2a ? w.a2a.deliveries(states) : states,
     redrive: (id: string) => states.redrive(id, (message, dedupId) => outbox.requeue(message, dedupId)),
+    circuits: () => w.deliveries.outbound.circuits(),
     peers: peerCapabilities,
     received: inbox.received.bind(inbox),
     conversations,

@@ -33,6 +33,7 @@ import {
 } from "./delivery-state.ts";
 import type { AgentNames } from "./names.ts";
 import { Breakers, type ResiliencyOptions } from "./breakers.ts";
+import type { Circuits } from "../protocol/local-api.ts";
 
 export type { Outcome } from "./delivery-state.ts";
 
@@ -237,6 +238,10 @@ export class OutboundDelivery {
       deps.log,
     );
   }
+  /** The destinations whose circuit is not closed (GET /circuits of the local API). */
+  circuits(): Circuits {
+    return this.breakers?.circuits() ?? { circuits: [], total: 0 };
+  }
 
   /** Create the durable consumer (or update it) without consuming: what start() does first. */
   ensureConsumer(): Promise<void> {
@@ -371,10 +376,7 @@ export class OutboundDelivery {
     refused: ReadonlySet<string> = new Set(),
     until = Infinity,
   ): Promise<Outcome> {
-    if (agent.startsWith(A2A_PREFIX))
-      return this.a2a
-        ? this.a2a.deliver(message, agent, until)
-        : { kind: "failed", error: `${agent} is an A2A agent, and this runtime sends nothing over A2A` };
+    if (agent.startsWith(A2A_PREFIX)) return this.toA2a(message, agent, until);
     let route: Route;
     try {
       route = await this.route(agent, message.headers.message_id);
@@ -396,6 +398,18 @@ export class OutboundDelivery {
     return outcome.status === undefined || outcome.status >= 500
       ? this.orRelays(outcome, message, agent, refused)
       : outcome;
+  }
+
+  /** One attempt at an A2A agent, behind the circuit of its recipient id (`a2a:<agent card URL>`). */
+  private async toA2a(message: Message, agent: string, until: number): Promise<Outcome> {
+    if (!this.a2a)
+      return { kind: "failed", error: `${agent} is an A2A agent, and this runtime sends nothing over A2A` };
+    const admission = this.breakers?.admit(agent);
+    if (admission && !admission.admitted)
+      return { kind: "retry", via: agent, error: admission.error, deferredUntil: admission.retryAt } satisfies Deferred;
+    const outcome = await this.a2a.deliver(message, agent, until);
+    admission?.done(isFailure(outcome) ? "failure" : "success");
+    return outcome;
   }
 
   /** One POST to the peer's inbox, within the destination's timeout. */

@@ -56,11 +56,19 @@ export class RelayBatcher {
   private readonly open = new Map<string, Batch>();
   /** Relays found without the batch endpoint, with when that was found; oldest first. */
   private readonly unsupported = new Map<string, number>();
+  /** How long one request to a relay may take (spec.outbound.resiliency.timeout); the client's default without it. */
+  private readonly timeoutMs: number | undefined;
 
-  constructor(signing: SigningKey, http: RelayHttp, opts: { now?: () => number } = {}) {
+  constructor(signing: SigningKey, http: RelayHttp, opts: { now?: () => number; timeoutMs?: number } = {}) {
     this.signing = signing;
     this.http = http;
     this.now = opts.now ?? Date.now;
+    this.timeoutMs = opts.timeoutMs;
+  }
+
+  /** A client of one relay, its requests bounded by the destination's timeout. */
+  private client(relayUrl: string): RelayClient {
+    return new RelayClient(relayUrl, this.signing, this.http, { timeoutMs: this.timeoutMs });
   }
 
   /** Publish `message` at the relay for `recipients` (`?recipient=`), alone or with the others of this turn. */
@@ -99,13 +107,9 @@ export class RelayBatcher {
     if (items.length === 1) return settle(items[0]!, this.lone(relayUrl, items[0]!.message, recipients));
     let res: Awaited<ReturnType<RelayClient["request"]>>;
     try {
-      res = await new RelayClient(relayUrl, this.signing, this.http).request(
-        "POST",
-        `/relay/publish/batch${recipientQuery(recipients)}`,
-        {
-          messages: items.map((i) => i.message),
-        },
-      );
+      res = await this.client(relayUrl).request("POST", `/relay/publish/batch${recipientQuery(recipients)}`, {
+        messages: items.map((i) => i.message),
+      });
     } catch (err) {
       for (const i of items) i.reject(err);
       return;
@@ -127,7 +131,7 @@ export class RelayBatcher {
   }
 
   private lone(relayUrl: string, message: Message, recipients: string[]): Promise<RelayAnswer> {
-    return new RelayClient(relayUrl, this.signing, this.http).publish(message, recipients);
+    return this.client(relayUrl).publish(message, recipients);
   }
 
   private async eachAlone(batch: Batch): Promise<void> {

@@ -58,10 +58,15 @@ export async function relayOutcome(relayUrl: string, answer: Promise<RelayAnswer
 
 /**
  * Relay fallback of the outbound delivery: publish through a relay, classified like an inbox
- * answer. Concurrent publishes to one relay go in batches (RelayBatcher, relay-batch.ts).
+ * answer. Concurrent publishes to one relay go in batches (RelayBatcher, relay-batch.ts);
+ * `timeoutMs` bounds each request to a relay (spec.outbound.resiliency.timeout).
  */
-export function relayPublisher(signing: SigningKey, http: HttpClient): RelayPublisher {
-  const batcher = new RelayBatcher(signing, http);
+export function relayPublisher(
+  signing: SigningKey,
+  http: HttpClient,
+  opts: { timeoutMs?: number } = {},
+): RelayPublisher {
+  const batcher = new RelayBatcher(signing, http, opts);
   return {
     publish: (relayUrl: string, message: Message, recipients: string[]): Promise<Outcome> =>
       relayOutcome(relayUrl, batcher.publish(relayUrl, message, recipients)),

@@ -36,6 +36,12 @@ const COMMANDS: Record<string, string> = {
       the local API (default IFP_LOCAL_API, else http://127.0.0.1:8081). Prints the runtime's
       answer (202, or 200 with what was redriven and skipped); exit 0 once redriven, 1 otherwise
 `,
+  circuits: `  ifp circuits [--local-api URL]
+      the destinations (inbox, relay and A2A URLs) whose circuit breaker is open or half-open in
+      the agent's runtime, as JSON after the status: 200 {"circuits": [{destination, state,
+      failures, open_until}], "total": N}; through the local API (default IFP_LOCAL_API, else
+      http://127.0.0.1:8081)
+`,
   check: `  ifp check URL [--relay [--relay-url URL]] [--key FILE --from AGENT_ID [--key-id K]]
             [--peer-key FILE --peer-from AGENT_ID] [--inbox-cert F --inbox-key F [--inbox-port N]]
             [--local-api URL [--local-api-token FILE]] [--send-wait S] [--ca-file F] [--json]
@@ -126,6 +132,10 @@ export async function main(argv = process.argv.slice(2)): Promise<number> {
       case "redrive": {
         const { redriveCommand } = await import("./local-commands.ts");
         return await redriveCommand(rest);
+      }
+      case "circuits": {
+        const { circuitsCommand } = await import("./local-commands.ts");
+        return await circuitsCommand(rest);
       }
       case "relay": {
         const { relayCommand } = await import("./relay-commands.ts");

@@ -2,8 +2,9 @@
 // work, through its local API (docs/local-api.openapi.yaml). Sending: the runtime signs with the
 // agent's key and stores the message in its outbox before the 202. Tailing: GET /messages/watch
 // of the loopback listener, every message the inbox accepts, taken from nobody. Redriving: POST
-// /dead-letters/…/redrive, dead letters back into the outbox. `kubectl ifp send|tail|redrive`
-// runs these inside the Agent's pod (docs/kubectl-plugin.md).
+// /dead-letters/…/redrive, dead letters back into the outbox. Circuits: GET /circuits, the
+// destinations whose circuit breaker is not closed. `kubectl ifp send|tail|redrive` runs these
+// inside the Agent's pod, and `kubectl ifp describe agent` `ifp circuits` (docs/kubectl-plugin.md).
 import { request as httpRequest } from "node:http";
 import { parseArgs } from "node:util";
 import { LocalApiClient, LocalApiError } from "../client/local.ts";
@@ -168,35 +169,30 @@ export async function tailCommand(args: string[]): Promise<number> {
   });
 }
 
-/**
- * `ifp redrive (MESSAGE_ID | --all [--limit N])`: send dead letters again through the local API.
- * stdout: `202 {…}` (one) or `200 {"redriven": […], "skipped": […]}` (all), else the status and
- * error body the runtime answered. Exit 0 when it was redriven (with --all: whatever was
- * skipped), 1 otherwise.
- */
-export async function redriveCommand(args: string[]): Promise<number> {
+/** The options of a command that only talks to the local API, and its base URL. */
+function localOptions(
+  args: string[],
+  options: Record<string, { type: "string" | "boolean" }>,
+): { values: Record<string, string | boolean | undefined>; positionals: string[]; base: string } {
   let values: Record<string, string | boolean | undefined>;
   let positionals: string[];
   try {
     ({ values, positionals } = parseArgs({
       args,
       allowPositionals: true,
-      options: { "local-api": { type: "string" }, all: { type: "boolean" }, limit: { type: "string" } },
+      options: { "local-api": { type: "string" }, ...options },
     }));
   } catch (err) {
     throw new LocalUsageError((err as Error).message);
   }
-  const all = !!values.all;
-  if (all === (positionals.length === 1) || positionals.length > 1)
-    throw new LocalUsageError("redrive takes one MESSAGE_ID, or --all");
-  const limitText = values.limit as string | undefined;
-  if (limitText !== undefined && (!all || !/^[1-9]\d{0,3}$/.test(limitText) || Number(limitText) > 1000))
-    throw new LocalUsageError(`--limit goes with --all and takes 1 to 1000 (got ${JSON.stringify(limitText)})`);
   const base = localBase((values["local-api"] as string | undefined) ?? process.env.IFP_LOCAL_API ?? DEFAULT_LOCAL_API);
-  const client = new LocalApiClient(base);
+  return { values, positionals, base };
+}
+
+/** Print what the local API answered (`<status> <JSON>`): 0 on its success, 1 on its error answer. */
+async function printAnswer(base: string, status: number, call: () => Promise<unknown>): Promise<number> {
   try {
-    if (all) printJson(`200 ${JSON.stringify(await client.redriveAll(limitText ? Number(limitText) : undefined))}\n`);
-    else printJson(`202 ${JSON.stringify(await client.redrive(positionals[0]!))}\n`);
+    printJson(`${status} ${JSON.stringify(await call())}\n`);
     return 0;
   } catch (err) {
     if (err instanceof LocalApiError) {
@@ -205,4 +201,35 @@ export async function redriveCommand(args: string[]): Promise<number> {
     }
     throw new Error(`cannot reach the local API at ${base}: ${(err as Error).message}`);
   }
+}
+
+/**
+ * `ifp redrive (MESSAGE_ID | --all [--limit N])`: send dead letters again through the local API.
+ * stdout: `202 {…}` (one) or `200 {"redriven": […], "skipped": […]}` (all), else the status and
+ * error body the runtime answered. Exit 0 when it was redriven (with --all: whatever was
+ * skipped), 1 otherwise.
+ */
+export async function redriveCommand(args: string[]): Promise<number> {
+  const { values, positionals, base } = localOptions(args, { all: { type: "boolean" }, limit: { type: "string" } });
+  const all = !!values.all;
+  if (all === (positionals.length === 1) || positionals.length > 1)
+    throw new LocalUsageError("redrive takes one MESSAGE_ID, or --all");
+  const limitText = values.limit as string | undefined;
+  if (limitText !== undefined && (!all || !/^[1-9]\d{0,3}$/.test(limitText) || Number(limitText) > 1000))
+    throw new LocalUsageError(`--limit goes with --all and takes 1 to 1000 (got ${JSON.stringify(limitText)})`);
+  const client = new LocalApiClient(base);
+  return all
+    ? printAnswer(base, 200, () => client.redriveAll(limitText ? Number(limitText) : undefined))
+    : printAnswer(base, 202, () => client.redrive(positionals[0]!));
+}
+
+/**
+ * `ifp circuits`: the destinations whose circuit breaker is not closed, from the local API.
+ * stdout: `200 {"circuits": […], "total": N}`, printable (the destinations are peers' text).
+ */
+export async function circuitsCommand(args: string[]): Promise<number> {
+  const { positionals, base } = localOptions(args, {});
+  if (positionals.length) throw new LocalUsageError("circuits takes no arguments but --local-api");
+  const client = new LocalApiClient(base);
+  return printAnswer(base, 200, () => client.circuits());
 }

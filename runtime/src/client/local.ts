@@ -19,6 +19,7 @@ import { sseEvents } from "../net/sse.ts";
 import type { ErrorBody } from "../protocol/errors.ts";
 import type {
   AckResult,
+  Circuits,
   ConversationState,
   DeliveryRecord,
   InboundDelivery,
@@ -133,6 +134,11 @@ export class LocalApiClient {
   /** Send up to `limit` dead letters again; those not queued again are listed with the reason. */
   redriveAll(limit = 100): Promise<RedriveAll> {
     return this.call("POST", `/dead-letters/redrive?limit=${limit}`);
+  }
+
+  /** The destinations of outbound deliveries whose circuit breaker is not closed. */
+  circuits(): Promise<Circuits> {
+    return this.call("GET", "/circuits");
   }
 
   /** What the runtime knows of a peer's capabilities (endpoint, announcement, greeting); `refresh` asks the endpoint again. */

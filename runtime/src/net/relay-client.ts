@@ -69,11 +69,14 @@ export class RelayClient {
   readonly base: string;
   private readonly key: SigningKey;
   private readonly http: RelayHttp;
+  private readonly timeoutMs: number | undefined;
 
-  constructor(base: string, key: SigningKey, http: RelayHttp) {
+  /** `timeoutMs`: how long each request may take (the HTTP client's own default without it). */
+  constructor(base: string, key: SigningKey, http: RelayHttp, opts: { timeoutMs?: number } = {}) {
     this.base = base.replace(/\/+$/, "");
     this.key = key;
     this.http = http;
+    this.timeoutMs = opts.timeoutMs;
   }
 
   async request(
@@ -94,7 +97,13 @@ export class RelayClient {
       },
       this.key,
     );
-    return this.http.request(url, { method, headers, body: text, ...(maxBytes ? { maxBytes } : {}) });
+    return this.http.request(url, {
+      method,
+      headers,
+      body: text,
+      ...(maxBytes ? { maxBytes } : {}),
+      ...(this.timeoutMs ? { timeoutMs: this.timeoutMs } : {}),
+    });
   }
 
   /**

@@ -155,6 +155,26 @@ export const DeadLetterQuery = z.object({
 });
 export const DeadLetters = z.object({ dead_letters: z.array(DeliveryRecord) });
 
+/** One destination of outbound deliveries whose circuit breaker is not closed (docs/reliability.md). */
+export const Circuit = z.object({
+  destination: z
+    .string()
+    .describe("An inbox URL, a relay URL or an A2A agent's endpoint, as peers' documents name them"),
+  state: z
+    .enum(["open", "half-open"])
+    .describe("open: no attempt until open_until; half-open: the cool-down is over, the next attempt is its probe"),
+  failures: z.number().int().describe("Consecutive failed attempts (network errors, timeouts, 5xx)"),
+  open_until: z.string().optional().describe("When an open circuit lets its probe through"),
+});
+export type Circuit = z.infer<typeof Circuit>;
+
+/** 200 of GET /circuits. */
+export const Circuits = z.object({
+  circuits: z.array(Circuit).describe("The most recently opened first, at most 100"),
+  total: z.number().int().describe("How many circuits are not closed"),
+});
+export type Circuits = z.infer<typeof Circuits>;
+
 /** 202 of POST /dead-letters/{id}/redrive: the dead letter is queued again and no longer listed. */
 export const Redriven = z.object({
   status: z.literal("queued"),

@@ -19,6 +19,7 @@ import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import pino from "pino";
 import { signCard } from "../../src/a2a/card.ts";
 import { A2aPeers, peerReplyId, peerTokenFile } from "../../src/a2a/peer.ts";
+import { LocalApiClient } from "../../src/client/local.ts";
 import { HttpClient } from "../../src/net/http-client.ts";
 import { TargetPolicy } from "../../src/net/targets.ts";
 import { verifyRequest } from "../../src/protocol/http-signatures.ts";
@@ -290,7 +291,7 @@ beforeAll(async () => {
   writeAgentManifest(dir, {
     agentId: sender.agentId,
     handler: { url: handler.url },
-    outbound: { backoff: ["300ms"], retryFor: "10s" },
+    outbound: { backoff: ["300ms"], retryFor: "10s", resiliency: { failureThreshold: 3, coolDown: "1s" } },
   });
   startSender = async () => {
     runtime = await spawnRuntime({
@@ -524,6 +525,28 @@ describe("durability", () => {
       await new Promise((r) => setTimeout(r, 500));
       expect(handler.received.filter((r) => r.body.headers.thread?.in_reply_to === id)).toHaveLength(1);
       expect(sdk.requests.filter((q) => q.body?.params?.message?.messageId === id)).toHaveLength(1);
+    } finally {
+      if (!sdk.server.listening) await sdk.up();
+    }
+  });
+});
+
+describe("the circuit of an A2A agent", () => {
+  it("opens while the agent is down, listed under its recipient id, and closes once a probe gets through", async () => {
+    const card = `${sdk.base}/.well-known/agent-card.json`;
+    const mine = async () =>
+      (await new LocalApiClient(localApi).circuits()).circuits.find((c) => c.destination === `a2a:${card}`);
+    await sdk.down();
+    try {
+      const sent = await send(localApi, { to: { a2a: card }, text: "Oslo" });
+      expect(sent.status).toBe(202);
+      const id = sent.body.message_id;
+      const open = await waitFor("the A2A agent's circuit to open", mine, 10_000);
+      expect(open).toMatchObject({ state: "open", failures: 3 });
+      await sdk.up();
+      const done = await untilState(localApi, id, "delivered");
+      expect(done.recipients[0].a2a.state).toBe("TASK_STATE_COMPLETED");
+      expect(await mine()).toBeUndefined();
     } finally {
       if (!sdk.server.listening) await sdk.up();
     }

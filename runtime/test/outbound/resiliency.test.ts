@@ -1,7 +1,10 @@
 // Per-destination resiliency of the sending side against a real HTTPS peer inbox on loopback and
 // a real nats-server: the circuit breaker (opens after N consecutive failures, one probe after the
-// cool-down, closes on its success and delivers everything once), the in-flight cap, the timeout.
+// cool-down, closes on its success and delivers everything once) and the circuits it lists
+// (GET /circuits, `ifp circuits`), the in-flight cap, the timeout of an inbox and of a relay.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LocalApiClient } from "../../src/client/local.ts";
+import { ifpCommand } from "../support/ifp-command.ts";
 import { consistently, waitFor } from "../../../e2e/support/wait.ts";
 import { identity, peerOf } from "../support/fixtures.ts";
 import { runAgent } from "../support/agent-harness.ts";
@@ -20,13 +23,21 @@ afterAll(async () => {
 type Peer = Awaited<ReturnType<typeof scriptedPeer>>;
 type Resiliency = { failureThreshold?: number; coolDown?: string; maxInFlight?: number; timeout?: string };
 
-async function sender(name: string, peer: Peer, resiliency: Resiliency) {
+const ifp = ifpCommand();
+const circuits = (localApiUrl: string) => new LocalApiClient(localApiUrl).circuits();
+
+/** An agent sending to far-peer at the peer's inbox, or (`viaRelay`) only through the peer as its relay. */
+async function sender(name: string, peer: Peer, resiliency: Resiliency, opts: { viaRelay?: boolean } = {}) {
   return runAgent({
     self: identity(`${name}-${Math.random().toString(36).slice(2, 6)}`),
     natsUrl: env.nats.url,
     tls: env.tls,
     spec: {
-      peers: [{ ...peerOf(identity("far-peer")), url: peer.url }],
+      peers: [
+        opts.viaRelay
+          ? { ...peerOf(identity("far-peer")), relay: { urls: [peer.url] } }
+          : { ...peerOf(identity("far-peer")), url: peer.url },
+      ],
       outbound: { backoff: ["200ms"], retryFor: "2m", resiliency },
     },
   });
@@ -55,6 +66,22 @@ describe("the circuit breaker of a destination", () => {
       const ids = await sendMany(agent.localApiUrl, 5);
       await waitFor("the circuit to open", async () => (await metric(agent, "ifp_outbound_circuit_state")) === 2);
       expect(peer.requests.length).toBe(3);
+      // Listed by the local API and by `ifp circuits`, with when its probe is let through.
+      const open = await circuits(agent.localApiUrl);
+      expect(open).toEqual({
+        total: 1,
+        circuits: [
+          {
+            destination: `${peer.url}/.well-known/agent/inbox`,
+            state: "open",
+            failures: 3,
+            open_until: expect.any(String),
+          },
+        ],
+      });
+      const listed = await ifp("circuits", "--local-api", agent.localApiUrl);
+      expect(listed.status, listed.stderr).toBe(0);
+      expect(JSON.parse(listed.stdout.replace(/^200 /, ""))).toMatchObject({ total: 1, circuits: [{ state: "open" }] });
       await consistently("no attempt while the circuit is open", () => peer.requests.length === 3, 1_200);
       expect(await metric(agent, "ifp_outbound_circuit_rejections_total", { reason: "open" })).toBeGreaterThan(0);
 
@@ -76,7 +103,8 @@ describe("the circuit breaker of a destination", () => {
       let attempts = 0;
       for (const id of ids) attempts += (await record(agent.localApiUrl, id)).recipients[0].attempts;
       expect(attempts).toBe(9);
-      // Closed: its series is gone.
+      // Closed: its series is gone, and it is no longer listed.
+      expect(await circuits(agent.localApiUrl)).toEqual({ total: 0, circuits: [] });
       expect(await metric(agent, "ifp_outbound_circuit_state")).toBe(0);
       expect(await agent.scrape()).not.toMatch(/^ifp_outbound_circuit_state\{/m);
     } finally {
@@ -153,6 +181,38 @@ describe("the timeout of a destination", () => {
     } finally {
       await agent.close();
       await peer.close();
+    }
+  });
+});
+
+describe("the timeout and the circuit of a relay", () => {
+  it("ends a publish the relay does not answer within the timeout as a failed attempt, opens the relay's circuit, and closes it when the probe is taken", async () => {
+    // The peer's only relay hangs twice (10 s each, past the 500 ms timeout), then takes the message.
+    const relay = await scriptedPeer(env.tls, (n) => ({ status: 202, delayMs: n <= 2 ? 10_000 : 0 }));
+    const agent = await sender(
+      "relay-timeout",
+      relay,
+      { failureThreshold: 2, coolDown: "1s", maxInFlight: 1, timeout: "500ms" },
+      { viaRelay: true },
+    );
+    try {
+      const started = Date.now();
+      const [id] = await sendMany(agent.localApiUrl, 1);
+      const open = await waitFor(
+        "the relay's circuit to open",
+        async () => (await circuits(agent.localApiUrl)).circuits[0],
+      );
+      expect(open).toMatchObject({ destination: relay.url, state: "open", failures: 2 });
+      expect(relay.requests.length).toBe(2);
+      const done = await untilState(agent.localApiUrl, id!, "delivered");
+      // Two attempts ended by the timeout, then the probe: well before one hanging publish would have ended.
+      expect(Date.now() - started).toBeLessThan(6_000);
+      expect(done.recipients[0]).toMatchObject({ attempts: 3 });
+      expect(relay.requests.length).toBe(3);
+      expect(await circuits(agent.localApiUrl)).toEqual({ total: 0, circuits: [] });
+    } finally {
+      await agent.close();
+      await relay.close();
     }
   });
 });

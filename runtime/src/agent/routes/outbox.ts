@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders } from "node:http";
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { notFound, ProtocolError } from "../../protocol/errors.ts";
 import {
+  Circuits,
   DeadLetterQuery,
   DeadLetters,
   DeliveryRecord,
@@ -46,6 +47,8 @@ export interface OutboxRouteDeps {
   redrive: (messageId: string) => Promise<Redrive>;
   /** Conversation records: each queued message is recorded. */
   conversations?: Pick<Conversations, "outbound" | "nextSequence">;
+  /** The destinations whose circuit breaker is not closed (OutboundDelivery.circuits). */
+  circuits?: () => Circuits;
 }
 
 const SEND = `Either the short form below or a whole unsigned IFP-4 message (an object with \`headers\`);
@@ -128,6 +131,22 @@ export const outboxRoutes: FastifyPluginAsyncZod<OutboxRouteDeps> = async (app, 
       if (!record) throw notFound(`no outbound message ${req.params.id}`);
       return record;
     },
+  );
+
+  app.get(
+    "/circuits",
+    {
+      schema: {
+        summary: "Destinations whose circuit breaker is not closed",
+        description: `Per destination (an inbox URL, a relay URL, an A2A agent's endpoint), the circuit
+spec.outbound.resiliency keeps: open after failureThreshold failures in a row, no attempt for
+coolDown, then half-open until one probe succeeds (closed, no longer listed) or fails (open
+again). Each replica keeps its own. The destinations are those peers' documents name:
+text from outside, to be printed with care.`,
+        response: { 200: Circuits },
+      },
+    },
+    async () => deps.circuits?.() ?? { circuits: [], total: 0 },
   );
 
   app.get(
