@@ -964,6 +964,12 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       ).toMatchObject({ ready: "True" });
     const table = await plugin(["status"]);
     for (const r of resources) expect(table).toContain(r.doc.metadata.name);
+    // describe reads an Agent's circuits from one of its pods (ifp circuits in the runtime container).
+    const agentDoc = resources.find((r) => r.doc.kind === "Agent")!;
+    const described = await withDiagnosis(
+      plugin(["describe", "agent", agentDoc.doc.metadata.name, "-n", agentDoc.namespace]),
+    );
+    expect(described).toMatch(/^Circuits not closed: (none|\d+)$/m);
 
     const dir = mkdtempSync(join(tmpdir(), "ifp-node-report-"));
     try {

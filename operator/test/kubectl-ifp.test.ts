@@ -408,6 +408,8 @@ describe("kubectl ifp describe", () => {
       "Outbound, per destination: the circuit opens after 5 failures in a row for 30s, then one probe; at most 8 in flight; 15s per request",
     );
     expect(r.stdout).toMatch(/https:\/\/bob.example\/agents\/bob +https:\/\/bob.example +1/);
+    // The circuits are read from a running pod's local API; this control plane runs none.
+    expect(r.stdout).toMatch(/^Circuits not closed: cannot be read \(agent alice in \S+ has no pods/m);
     expect(r.stdout).toMatch(
       /NATS credential: Secret alice-nats, expires 2030-01-02T03:04:05.000Z \(in \d+d\), issued 6\dm ago/,
     );

@@ -43,6 +43,18 @@ const agent: Description = {
   ],
   peerSelector: { matchLabels: { team: "blue" } },
   resiliency: { failureThreshold: 5, coolDown: "30s", maxInFlight: 8, timeout: "15s" },
+  circuits: {
+    total: 2,
+    circuits: [
+      {
+        destination: "https://bob.example/.well-known/agent/inbox",
+        state: "open",
+        failures: 5,
+        open_until: "2026-03-01T12:00:30.000Z",
+      },
+      { destination: "relay:https://relay.example\u001b]52;c;eA==\u0007", state: "half-open", failures: 6 },
+    ],
+  },
   natsCredential: { secret: "alice-nats", expires: "2030-01-02T03:04:05.000Z", issued: "2026-03-01T11:00:00.000Z" },
 };
 
@@ -71,6 +83,7 @@ const bare: Description = {
   children: [],
   signingKeys: [],
   peers: [],
+  circuits: { error: 'agent "broken" has no ready pod' },
   natsCredential: { secret: "broken-nats" },
 };
 
@@ -125,7 +138,11 @@ Peers:
   and those of spec.peerSelector: {"matchLabels":{"team":"blue"}}
 
 Outbound, per destination: the circuit opens after 5 failures in a row for 30s, then one probe; at most 8 in flight; 15s per request
-  circuits not closed: ifp_outbound_circuit_state{destination} on the runtime's metrics
+
+Circuits not closed: 2
+  DESTINATION                                   STATE       FAILURES   OPEN UNTIL
+  https://bob.example/.well-known/agent/inbox   open        5          2026-03-01T12:00:30.000Z
+  relay:https://relay.example                   half-open   6
 
 NATS credential: Secret alice-nats, expires 2030-01-02T03:04:05.000Z (in 1403d), issued 60m ago
 `;
@@ -164,6 +181,8 @@ Encryption key: none (cannot receive encrypted messages)
 
 Peers:
   none listed
+
+Circuits not closed: cannot be read (agent "broken" has no ready pod)
 ${credential === undefined ? "" : `\nNATS credential: ${credential}\n`}`;
 
 const BARE = bareDescription("Secret broken-nats, does not expire");

@@ -3,6 +3,7 @@
 // their values; the NATS credential's JWT (public, signed by the account) is read for its expiry
 // and the rest of the file dropped unread.
 import { GROUP, type Connection, type Kind, must, type Obj, orAbsent, PLURAL, PluginError, VERSION } from "./kube.ts";
+import { execIfp, runtimePod } from "./exec.ts";
 import { ago, table, until } from "./output.ts";
 
 export interface Child {
@@ -39,6 +40,8 @@ export interface Description {
   peerSelector?: unknown;
   /** An Agent's spec.outbound.resiliency: its outbound deliveries' breaker, cap and timeout per destination. */
   resiliency?: { failureThreshold?: number; coolDown?: string; maxInFlight?: number; timeout?: string };
+  /** An Agent's destinations whose circuit is open or half-open, as one runtime pod's `ifp circuits` lists them; or why they cannot be read. */
+  circuits?: Circuits | { error: string };
   stream?: unknown;
   natsCredential?: { secret: string; expires?: string; issued?: string; error?: string };
 }
@@ -55,6 +58,33 @@ export function credsTimes(creds: string): { expires?: string; issued?: string }
     ...(payload.exp ? { expires: new Date(payload.exp * 1000).toISOString() } : {}),
     ...(payload.iat ? { issued: new Date(payload.iat * 1000).toISOString() } : {}),
   };
+}
+
+/** The local API's GET /circuits answer. */
+export interface Circuits {
+  total: number;
+  circuits: { destination: string; state: string; failures: number; open_until?: string }[];
+}
+
+/** The circuits one ready runtime pod of the Agent lists (`ifp circuits` in its runtime container). */
+async function circuitsOf(c: Connection, namespace: string, name: string): Promise<Circuits | { error: string }> {
+  try {
+    const pod = await runtimePod(c, namespace, name);
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    const code = await execIfp(c, pod, ["circuits", "--local-api", pod.localApi], {
+      out: (b) => out.push(b),
+      err: (b) => err.push(b),
+    });
+    const text = Buffer.concat(out).toString("utf8");
+    if (code !== 0 || !text.startsWith("200 "))
+      return {
+        error: `ifp circuits in pod ${pod.pod} failed: ${Buffer.concat(err).toString("utf8").trim() || text.trim()}`,
+      };
+    return JSON.parse(text.slice(4)) as Circuits;
+  } catch (e) {
+    return { error: (e as Error).message };
+  }
 }
 
 const items = (l: unknown) => ((l as { items?: Obj[] }).items ?? []) as Obj[];
@@ -107,6 +137,7 @@ export async function describeResource(
     })),
     ...(r.spec?.peerSelector ? { peerSelector: r.spec.peerSelector } : {}),
     ...(kind === "Agent" && r.spec?.outbound?.resiliency ? { resiliency: r.spec.outbound.resiliency } : {}),
+    ...(kind === "Agent" ? { circuits: await circuitsOf(c, namespace, name) } : {}),
     ...(r.status?.stream ? { stream: r.status.stream } : {}),
     natsCredential,
   };
@@ -177,6 +208,7 @@ export function renderDescription(d: Description, now = Date.now()): string {
     ...(d.kind === "Agent" ? keyLines(d, now) : []),
     ...peerLines(d),
     ...(d.resiliency ? resiliencyLines(d.resiliency) : []),
+    ...(d.circuits ? circuitLines(d.circuits) : []),
     ...(d.stream ? ["", `Stream:      ${JSON.stringify(d.stream)}`] : []),
     ...(d.natsCredential ? ["", natsCredentialLine(d.natsCredential, now)] : []),
   ];
@@ -280,7 +312,22 @@ function resiliencyLines(r: NonNullable<Description["resiliency"]>): string[] {
   return [
     "",
     `Outbound, per destination: the circuit opens after ${r.failureThreshold ?? "?"} failures in a row for ${r.coolDown ?? "?"}, then one probe; at most ${r.maxInFlight ?? "?"} in flight; ${r.timeout ?? "?"} per request`,
-    "  circuits not closed: ifp_outbound_circuit_state{destination} on the runtime's metrics",
+  ];
+}
+
+/** The destinations whose circuit is not closed, as one runtime pod sees them, or why they cannot be read. */
+function circuitLines(c: NonNullable<Description["circuits"]>): string[] {
+  if ("error" in c) return ["", `Circuits not closed: cannot be read (${c.error})`];
+  if (c.total === 0) return ["", "Circuits not closed: none"];
+  return [
+    "",
+    `Circuits not closed: ${c.total}${c.total > c.circuits.length ? ` (the ${c.circuits.length} opened last)` : ""}`,
+    indent(
+      table(
+        ["DESTINATION", "STATE", "FAILURES", "OPEN UNTIL"],
+        c.circuits.map((x) => [x.destination, x.state, String(x.failures), x.open_until ?? ""]),
+      ),
+    ),
   ];
 }
 
