@@ -125,7 +125,10 @@ export function provenanceStatement(opts: {
         },
         internalParameters: { node: opts.nodeVersion, platform: "linux/amd64" },
         resolvedDependencies: [
-          { uri: `git+${opts.builder.repository}@${opts.ref}`, digest: { gitCommit: opts.commit } },
+          {
+            uri: `git+${opts.builder.repository}@${opts.ref === "HEAD" ? opts.commit : opts.ref}`,
+            digest: { gitCommit: opts.commit },
+          },
           {
             name: opts.dockerfile,
             digest: { sha256: sha256(readFileSync(join(opts.source, opts.dockerfile))) },

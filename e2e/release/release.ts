@@ -554,14 +554,19 @@ export function verifyRelease(dir: string): { version: string; files: number; im
     if (!existsSync(at(file))) problems.push(`${file}: listed in SHA256SUMS, missing`);
     else if (sha256File(at(file)) !== hex) problems.push(`${file}: its SHA-256 is not the one in SHA256SUMS`);
   }
-  let manifest: { version?: string; chart?: string; images?: ReleasedImage[] } = {};
+  let manifest: { version?: string; chart?: string; images?: ReleasedImage[]; publicKey?: string } = {};
   try {
     manifest = JSON.parse(readFileSync(at("release.json"), "utf8"));
   } catch (err) {
     problems.push(`release.json: ${(err as Error).message}`);
   }
   const version = manifest.version ?? "";
-  for (const f of ["release.json", manifest.chart, ...(manifest.images ?? []).flatMap((i) => [i.archive, i.sbom])])
+  for (const f of [
+    "release.json",
+    manifest.chart,
+    manifest.publicKey,
+    ...(manifest.images ?? []).flatMap((i) => [i.archive, i.sbom, i.payload, i.signature, i.provenance, i.attestation]),
+  ])
     if (f && !listed.has(f)) problems.push(`${f}: not in SHA256SUMS`);
   const images = manifest.images ?? [];
   if (!images.length) problems.push("release.json names no images");
@@ -580,6 +585,20 @@ export function verifyRelease(dir: string): { version: string; files: number; im
       problems.push(
         img.sbom ? `${img.name}: no SBOM ${JSON.stringify(img.sbom)}` : `${img.name}: release.json names no SBOM`,
       );
+    // The signature's payload and the provenance statement name the image by the same digest.
+    const named: [string | undefined, (j: any) => unknown][] = [
+      [img.payload, (j) => j?.critical?.image?.["docker-manifest-digest"]],
+      [img.provenance, (j) => j?.subject?.[0]?.digest?.sha256 && `sha256:${j.subject[0].digest.sha256}`],
+    ];
+    for (const [file, digestOf] of named) {
+      if (!file || /[/\\]/.test(file) || !existsSync(at(file))) continue;
+      try {
+        const said = digestOf(JSON.parse(readFileSync(at(file), "utf8")));
+        if (said !== img.digest) problems.push(`${file}: names the image ${said}, release.json says ${img.digest}`);
+      } catch (err) {
+        problems.push(`${file}: ${(err as Error).message.slice(0, 200)}`);
+      }
+    }
     if (!img.archive || /[/\\]/.test(img.archive) || !existsSync(at(img.archive))) {
       problems.push(`${img.name}: no archive ${JSON.stringify(img.archive)}`);
       continue;

@@ -11,7 +11,7 @@
 //   only; publishing signs the pushed images and attests them with `cosign sign` / `cosign attest`,
 //   the certificate from Fulcio for the workflow's OIDC identity and the entries in Rekor.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { toolPath } from "../tools/tools.ts";
@@ -22,6 +22,12 @@ export const GITHUB_OIDC_ISSUER = "https://token.actions.githubusercontent.com";
 export const PUBLIC_KEY = "cosign.pub";
 export const CHECKSUMS_SIGNATURE = "SHA256SUMS.sig";
 export const CHECKSUMS_BUNDLE = "SHA256SUMS.sigstore.json";
+/**
+ * A Sigstore trusted root with no authorities: what a key's verification needs of one, given to
+ * cosign so that it fetches none (from Sigstore's TUF repository) where no Fulcio or Rekor is
+ * used.
+ */
+export const NO_AUTHORITIES = `${JSON.stringify({ mediaType: "application/vnd.dev.sigstore.trustedroot+json;version=0.1" })}\n`;
 
 /** How a release is signed: with a cosign key reference, or keyless where it is published. */
 export type Signing = { key: string } | { keyless: true };
@@ -103,13 +109,21 @@ export function signImage(
   writeFileSync(join(out, files.payload), payload);
   writeFileSync(join(out, files.provenance), `${JSON.stringify(statement, null, 2)}\n`);
   if ("key" in signing) {
-    const key = ["--key", signing.key, "--tlog-upload=false", "--yes"];
-    cosign(["sign-blob", ...key, "--output-signature", files.signature!, files.payload], { cwd: out });
-    cosign(["attest-blob", ...key, "--statement", files.provenance, "--output-signature", files.attestation!], {
-      cwd: out,
-    });
+    signBlob(out, signing.key, files.payload, files.signature!);
+    signBlob(out, signing.key, files.provenance, files.attestation!, true);
   }
   return files;
+}
+
+/**
+ * A file of `dir` signed by `key` into `output` (readable by all: cosign writes its outputs for
+ * the owner alone): its signature (`sign-blob`), or, for an in-toto statement, the DSSE envelope
+ * of an attestation (`attest-blob --statement`). No transparency log: the key is the trust.
+ */
+function signBlob(dir: string, key: string, file: string, output: string, statement = false): void {
+  const args = ["--key", key, "--tlog-upload=false", "--yes", "--output-signature", output];
+  cosign(statement ? ["attest-blob", ...args, "--statement", file] : ["sign-blob", ...args, file], { cwd: dir });
+  chmodSync(join(dir, output), 0o644);
 }
 
 /** With a key: the public key as cosign.pub in `out`. */
@@ -122,21 +136,7 @@ export function writePublicKey(out: string, signing: Signing): string | undefine
 /** With a key: SHA256SUMS signed, as SHA256SUMS.sig beside it (`cosign verify-blob --key cosign.pub`). */
 export function signChecksums(out: string, signing: Signing): string | undefined {
   if (!("key" in signing)) return undefined;
-  cosign(
-    [
-      "sign-blob",
-      "--key",
-      signing.key,
-      "--tlog-upload=false",
-      "--yes",
-      "--output-signature",
-      CHECKSUMS_SIGNATURE,
-      "SHA256SUMS",
-    ],
-    {
-      cwd: out,
-    },
-  );
+  signBlob(out, signing.key, "SHA256SUMS", CHECKSUMS_SIGNATURE);
   return CHECKSUMS_SIGNATURE;
 }
 
@@ -147,6 +147,11 @@ const run = (cmd: string, args: string[], cwd?: string): string => {
     throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${(r.stderr || r.stdout).slice(-2000)}`);
   return r.stdout + r.stderr;
 };
+
+/** Where publish pushes to: a registry host (and port) and a namespace of one or more path parts. */
+const TARGET = /^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?(\/[a-z0-9]+([._-][a-z0-9]+)*)+$/;
+/** A file name of the release directory: no directory part, not hidden. */
+const PLAIN = /^[\w+-][\w.+-]*$/;
 
 /** Whether a registry host is on loopback, which crane and cosign reach over plain HTTP, and Helm when told. */
 const loopback = (host: string) => /^(127\.\d+\.\d+\.\d+|localhost|\[::1\])(:\d+)?$/.test(host);
@@ -178,12 +183,18 @@ export function publish(opts: {
     signing?: "key" | "keyless";
     images: ({ name: string; archive: string; digest: string } & ImageSignature)[];
   };
+  if (!TARGET.test(opts.to)) throw new Error(`--to ${JSON.stringify(opts.to)} is not HOST[:PORT]/NAMESPACE`);
+  for (const img of manifest.images)
+    for (const f of [img.archive, img.payload, img.provenance, img.signature, img.attestation, manifest.chart])
+      if (f !== undefined && !PLAIN.test(f))
+        throw new Error(`release.json names ${JSON.stringify(f)}: not a file of the release directory`);
   const keyless = manifest.signing === "keyless";
   if (!!opts.keyless !== keyless)
     throw new Error(
       `${opts.dir} is ${keyless ? "a keyless release: publish it with --keyless" : "signed with a key: publish it without --keyless"}`,
     );
   const host = opts.to.split("/")[0]!;
+  if (keyless && !opts.identity) throw new Error("a keyless publish needs the signer's identity to verify");
   const crane = toolPath("crane");
   const work = mkdtempSync(join(tmpdir(), "ifp-publish-"));
   const at = (f: string) => join(opts.dir, f);
@@ -205,7 +216,9 @@ export function publish(opts: {
       }
       verifyImage(
         ref,
-        keyless ? { identity: opts.identity!, issuer: opts.issuer ?? GITHUB_OIDC_ISSUER } : { key: at(PUBLIC_KEY) },
+        keyless
+          ? { identity: opts.identity!, issuer: opts.issuer ?? GITHUB_OIDC_ISSUER }
+          : { key: at(PUBLIC_KEY), work },
       );
       log(`${ref}: pushed, signed and attested`);
       return { name: img.name, ref };
@@ -232,11 +245,16 @@ export function publish(opts: {
  * with a public key (the transparency log skipped: a key-signed release has no entry there), or
  * a keyless signature's certificate identity and issuer.
  */
-export function verifyImage(ref: string, by: { key: string } | { identity: string; issuer: string }): void {
-  const trust =
-    "key" in by
-      ? ["--key", by.key, "--insecure-ignore-tlog=true"]
-      : ["--certificate-identity", by.identity, "--certificate-oidc-issuer", by.issuer];
+export function verifyImage(
+  ref: string,
+  by: { key: string; work: string } | { identity: string; issuer: string },
+): void {
+  let trust: string[];
+  if ("key" in by) {
+    const root = join(by.work, "no-authorities.json");
+    writeFileSync(root, NO_AUTHORITIES);
+    trust = ["--key", by.key, "--insecure-ignore-tlog=true", "--trusted-root", root];
+  } else trust = ["--certificate-identity", by.identity, "--certificate-oidc-issuer", by.issuer];
   cosign(["verify", ...trust, ref]);
   cosign(["verify-attestation", "--type", "slsaprovenance1", ...trust, ref]);
 }

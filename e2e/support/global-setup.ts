@@ -25,6 +25,8 @@ export default async function setup(): Promise<() => void> {
     "prometheus-operator-crds",
     "kwok",
     "gateway-api",
+    "cosign",
+    "actionlint",
     ...(nodeTestUnsupported() ? [] : ["kubernetes-node", "coredns", "pause"]),
   ];
   const tools = (process.env.IFP_TEST_TOOLS ?? defaults.join(",")).split(",").filter(Boolean);
