@@ -96,12 +96,13 @@ const KEYLESS =
   "signs keyless: needs GitHub's OIDC token and Sigstore's Fulcio and Rekor, which only the public CI's release workflow reaches (its publish step verifies so, e2e/release/sign.ts verifyImage); the key-signed lines are run by e2e/release/release.test.ts";
 const COSIGN_ATTACH: Check = {
   by: "e2e/release/release.test.ts",
-  holds: ['cosignBlock("cosign attach", registry.host, work)', "expect(r.code, `${line}\\n${r.stderr}`).toBe(0);"],
+  holds: ['installBlock("cosign attach", registry.host)', "expect(r.code, `${line}\\n${r.stderr}`).toBe(0);"],
 };
 const COSIGN_VERIFY: Check = {
   by: "e2e/release/release.test.ts",
   holds: [
-    'cosignBlock("cosign verify --key", registry.host, work)',
+    'installBlock("cosign verify --key", registry.host)',
+    "sh(line, work, cosignEnv)",
     "expect(verifiedDigests(kind, r.stdout), line).toEqual([recorded(m[2]!)]);",
   ],
 };
