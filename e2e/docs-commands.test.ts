@@ -36,10 +36,10 @@ const SOURCES = [
 ];
 /** The programs a documented command starts with. */
 const PROGRAMS =
-  /^(npm|npx|kubectl|helm|ifp-runtime|ifp-operator|ifp|node|curl|docker|kind|ctr|openssl|go|nats|crane)\s/;
+  /^(npm|npx|kubectl|helm|ifp-runtime|ifp-operator|ifp|node|curl|docker|kind|ctr|openssl|go|nats|crane|cosign)\s/;
 
 /** The programs an inline code span that is a command starts with. */
-const SPAN_PROGRAMS = /^(kubectl|helm|npm|npx|node|ctr|kind|docker|crane|sha256sum) /;
+const SPAN_PROGRAMS = /^(kubectl|helm|npm|npx|node|ctr|kind|docker|crane|sha256sum|cosign) /;
 
 /** The command lines of a Markdown text's fenced shell blocks: continuations joined, comments and prompts dropped. */
 export function documentedCommands(markdown: string): string[] {
@@ -91,6 +91,21 @@ type Check =
   | { part: string }
   /** Not run on this machine, and why. */
   | { not: string };
+
+const KEYLESS =
+  "signs keyless: needs GitHub's OIDC token and Sigstore's Fulcio and Rekor, which only the public CI's release workflow reaches (its publish step verifies so, e2e/release/sign.ts verifyImage); the key-signed lines are run by e2e/release/release.test.ts";
+const COSIGN_ATTACH: Check = {
+  by: "e2e/release/release.test.ts",
+  holds: ['installBlock("cosign attach", registry.host)', "expect(r.code, `${line}\\n${r.stderr}`).toBe(0);"],
+};
+const COSIGN_VERIFY: Check = {
+  by: "e2e/release/release.test.ts",
+  holds: [
+    'installBlock("cosign verify --key", registry.host)',
+    "sh(line, work, cosignEnv)",
+    "expect(verifiedDigests(kind, r.stdout), line).toEqual([recorded(m[2]!)]);",
+  ],
+};
 
 const CHECKS: Record<string, Check> = {
   "npm ci": { by: ".ci/run", holds: ["npm ci"] },
@@ -508,6 +523,73 @@ const CHECKS: Record<string, Check> = {
     part: "kubectl auth can-i --list --as=system:serviceaccount:ifp-system:ifp-ifp-operator -n <namespace>",
   },
   "ctr -n k8s.io images import": { part: "ctr -n k8s.io images import <archive>" },
+  // Signatures and provenance (docs/install.md): keyless from ghcr.io where the public CI published,
+  // by the release's key in the release test's loopback registry, the lines as written.
+  "cosign verify ghcr.io/ifp-dev/ifp-operator:0.1.0 --certificate-identity https://github.com/ifp-dev/ifp-operator/.github/workflows/release.yml@refs/tags/v0.1.0 --certificate-oidc-issuer https://token.actions.githubusercontent.com":
+    { not: KEYLESS },
+  "cosign verify-attestation ghcr.io/ifp-dev/ifp-operator:0.1.0 --type slsaprovenance1 --certificate-identity https://github.com/ifp-dev/ifp-operator/.github/workflows/release.yml@refs/tags/v0.1.0 --certificate-oidc-issuer https://token.actions.githubusercontent.com":
+    { not: KEYLESS },
+  "cosign verify-blob SHA256SUMS --bundle SHA256SUMS.sigstore.json --certificate-identity https://github.com/ifp-dev/ifp-operator/.github/workflows/release.yml@refs/tags/v0.1.0 --certificate-oidc-issuer https://token.actions.githubusercontent.com":
+    { not: KEYLESS },
+  "cosign attach signature --payload ifp-operator-0.1.0.payload.json --signature ifp-operator-0.1.0.sig registry.example/ifp-dev/ifp-operator:0.1.0":
+    COSIGN_ATTACH,
+  "cosign attach attestation --attestation ifp-operator-0.1.0.att.json registry.example/ifp-dev/ifp-operator:0.1.0":
+    COSIGN_ATTACH,
+  "cosign attach signature --payload ifp-runtime-0.1.0.payload.json --signature ifp-runtime-0.1.0.sig registry.example/ifp-dev/ifp-runtime:0.1.0":
+    COSIGN_ATTACH,
+  "cosign attach attestation --attestation ifp-runtime-0.1.0.att.json registry.example/ifp-dev/ifp-runtime:0.1.0":
+    COSIGN_ATTACH,
+  "cosign attach signature --payload ifp-example-app-0.1.0.payload.json --signature ifp-example-app-0.1.0.sig registry.example/ifp-dev/ifp-example-app:0.1.0":
+    COSIGN_ATTACH,
+  "cosign attach attestation --attestation ifp-example-app-0.1.0.att.json registry.example/ifp-dev/ifp-example-app:0.1.0":
+    COSIGN_ATTACH,
+  "cosign verify --key cosign.pub --insecure-ignore-tlog=true registry.example/ifp-dev/ifp-operator:0.1.0":
+    COSIGN_VERIFY,
+  "cosign verify-attestation --type slsaprovenance1 --key cosign.pub --insecure-ignore-tlog=true registry.example/ifp-dev/ifp-operator:0.1.0":
+    COSIGN_VERIFY,
+  "cosign verify --key cosign.pub --insecure-ignore-tlog=true registry.example/ifp-dev/ifp-runtime:0.1.0":
+    COSIGN_VERIFY,
+  "cosign verify-attestation --type slsaprovenance1 --key cosign.pub --insecure-ignore-tlog=true registry.example/ifp-dev/ifp-runtime:0.1.0":
+    COSIGN_VERIFY,
+  "cosign verify --key cosign.pub --insecure-ignore-tlog=true registry.example/ifp-dev/ifp-example-app:0.1.0":
+    COSIGN_VERIFY,
+  "cosign verify-attestation --type slsaprovenance1 --key cosign.pub --insecure-ignore-tlog=true registry.example/ifp-dev/ifp-example-app:0.1.0":
+    COSIGN_VERIFY,
+  "cosign verify-blob --key cosign.pub --insecure-ignore-tlog=true --signature SHA256SUMS.sig SHA256SUMS": {
+    by: "e2e/release/release.test.ts",
+    holds: [
+      'lines.find((l) => l.startsWith("cosign verify-blob"))',
+      "expect(changed.stderr).toMatch(/invalid signature/);",
+    ],
+  },
+  "cosign verify": {
+    part: "cosign verify --key cosign.pub --insecure-ignore-tlog=true registry.example/ifp-dev/ifp-operator:0.1.0",
+  },
+  "cosign verify-attestation": {
+    part: "cosign verify-attestation --type slsaprovenance1 --key cosign.pub --insecure-ignore-tlog=true registry.example/ifp-dev/ifp-operator:0.1.0",
+  },
+  "cosign copy": {
+    not: "copies from ghcr.io, which the tests never reach; the signatures it carries are attached and verified by e2e/release/release.test.ts",
+  },
+  "cosign sign": { by: "e2e/release/sign.ts", holds: ['cosign(["sign", "--yes", ref]);'] },
+  "cosign attest --statement": {
+    by: "e2e/release/sign.ts",
+    holds: ['cosign(["attest", "--yes", "--type", "slsaprovenance1", "--statement", at(img.provenance), ref]);'],
+  },
+  "npm run tools -- cosign": { by: "e2e/release/sign.ts", holds: ['toolPath("cosign")'] },
+  "npm run tools -- actionlint": { by: "e2e/workflows.test.ts", holds: ['toolPath("actionlint")'] },
+  "npm run release -- --publish dist/0.1.0 --to registry.example/ifp-dev": {
+    by: "e2e/release/release.test.ts",
+    holds: ['cli(["--publish", out, "--to", `${target.host}/ifp-dev`])'],
+  },
+  "npm run release -- 0.1.0 --ref refs/tags/v0.1.0 --keyless": {
+    by: "e2e/release/release.test.ts",
+    holds: ["ref: made.commit, keyless: true"],
+  },
+  "npm run release -- --publish dist/0.1.0 --to ghcr.io/ifp-dev --keyless": {
+    by: ".github/workflows/release.yml",
+    holds: ['npm run release -- --publish "dist/$VERSION" --to "$REGISTRY" --keyless'],
+  },
   "helm push": { part: "helm push ifp-operator-0.1.0.tgz oci://registry.example/charts" },
 };
 

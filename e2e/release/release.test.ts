@@ -3,7 +3,7 @@
 // needs root (buildah); elsewhere the build is skipped with one line and the rest still runs.
 import { execFile, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
@@ -11,6 +11,8 @@ import { releaseDir, tempDir } from "../support/process.ts";
 import { type Registry, startRegistry } from "../support/registry.ts";
 import { toolPath } from "../tools/tools.ts";
 import { BUNDLE_LICENCES } from "../images/build.ts";
+import { SLSA_PROVENANCE_V1, STATEMENT_TYPE } from "./provenance.ts";
+import { generateKeyPair, publish } from "./sign.ts";
 import {
   bundledPackages,
   changelogEntry,
@@ -57,9 +59,14 @@ function installBlock(marker: string, host: string): string[] {
     .map((l) => l.split("registry.example").join(host).split("0.1.0").join(version));
 }
 
-/** `sh -ec line` in `cwd`, crane and helm first on PATH; never throws. */
+/** `sh -ec line` in `cwd`, crane, helm and cosign first on PATH; never throws. */
 function sh(line: string, cwd: string, env: NodeJS.ProcessEnv = {}) {
-  const path = [dirname(toolPath("crane")), dirname(toolPath("helm")), process.env.PATH].join(":");
+  const path = [
+    dirname(toolPath("crane")),
+    dirname(toolPath("helm")),
+    dirname(toolPath("cosign")),
+    process.env.PATH,
+  ].join(":");
   return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
     execFile(
       "sh",
@@ -208,27 +215,40 @@ describe("npm run release", () => {
     let made: Release;
     let files: string[];
     let head: string;
+    /** A fresh key pair the release is signed with (`--key`). */
+    let keys: { key: string; pub: string };
     beforeAll(() => {
       head = spawnSync("git", ["rev-parse", "HEAD"], { encoding: "utf8" }).stdout.trim();
       out = tempDir("ifp-release-");
-      made = release({ version, out, log: () => {} });
+      keys = generateKeyPair(tempDir("ifp-release-key-"));
+      made = release({ version, out, key: keys.key, log: () => {} });
       files = readdirSync(out).sort();
     }, 20 * 60_000);
-    afterAll(() => releaseDir(out));
+    afterAll(() => {
+      releaseDir(out);
+      releaseDir(dirname(keys.key));
+    });
 
-    it("holds the archives, SBOMs, chart, notes and manifest, each in SHA256SUMS", () => {
+    it("holds the archives, SBOMs, signatures, provenance, chart, notes and manifest, each in SHA256SUMS", () => {
       expect(made.commit).toBe(head);
       expect(files).toEqual(
         [
-          ...RELEASED_IMAGES.flatMap((i) => [`${i.name}-${version}.oci.tar`, `${i.name}-${version}.cdx.json`]),
+          ...RELEASED_IMAGES.flatMap((i) =>
+            ["oci.tar", "cdx.json", "payload.json", "sig", "intoto.json", "att.json"].map(
+              (ext) => `${i.name}-${version}.${ext}`,
+            ),
+          ),
           `ifp-operator-${version}.tgz`,
+          "cosign.pub",
           "release-notes.md",
           "release.json",
           "SHA256SUMS",
+          "SHA256SUMS.sig",
         ].sort(),
       );
       const sums = readFileSync(join(out, "SHA256SUMS"), "utf8").trim().split("\n");
-      expect(sums.map((l) => l.split("  ")[1]).sort()).toEqual(files.filter((f) => f !== "SHA256SUMS"));
+      // Every file but SHA256SUMS and its signature.
+      expect(sums.map((l) => l.split("  ")[1]).sort()).toEqual(files.filter((f) => !f.startsWith("SHA256SUMS")));
       for (const line of sums) {
         const [hex, file] = line.split("  ") as [string, string];
         expect(sha256(readFileSync(join(out, file))), file).toBe(hex);
@@ -240,7 +260,13 @@ describe("npm run release", () => {
         changelogEntry(readFileSync("CHANGELOG.md", "utf8"), version)!,
       );
       const manifest = JSON.parse(readFileSync(join(out, "release.json"), "utf8"));
-      expect(manifest).toMatchObject({ version, commit: head, chart: made.chart });
+      expect(manifest).toMatchObject({
+        version,
+        commit: head,
+        chart: made.chart,
+        signing: "key",
+        publicKey: "cosign.pub",
+      });
       expect(manifest.images).toEqual(JSON.parse(JSON.stringify(made.images)));
     });
 
@@ -334,6 +360,47 @@ describe("npm run release", () => {
           [...libraries].filter((n) => !held.has(n)),
           `${img.name}: in its SBOM, not held`,
         ).toEqual([]);
+      }
+    });
+
+    it("each image's SLSA provenance names its digest, the commit, its Dockerfile and the lock file by digest, and the builder; signed by the release's key", () => {
+      const atHead = (path: string) => spawnSync("git", ["show", `${head}:${path}`], { maxBuffer: 64 << 20 }).stdout;
+      expect(readFileSync(join(out, "cosign.pub"), "utf8")).toBe(readFileSync(keys.pub, "utf8"));
+      for (const img of made.images) {
+        const statement = JSON.parse(readFileSync(join(out, img.provenance), "utf8"));
+        expect(statement).toMatchObject({
+          _type: STATEMENT_TYPE,
+          subject: [{ name: `ghcr.io/ifp-dev/${img.name}`, digest: { sha256: img.digest.replace("sha256:", "") } }],
+          predicateType: SLSA_PROVENANCE_V1,
+        });
+        const { buildDefinition, runDetails } = statement.predicate;
+        const dockerfile = RELEASED_IMAGES.find((r) => r.name === img.name)!.dockerfile;
+        expect(buildDefinition.externalParameters).toMatchObject({ version, image: img.name, dockerfile });
+        expect(buildDefinition.resolvedDependencies).toEqual(
+          expect.arrayContaining([
+            { uri: `git+https://github.com/ifp-dev/ifp-operator@${head}`, digest: { gitCommit: head } },
+            { name: dockerfile, digest: { sha256: sha256(atHead(dockerfile)) } },
+            { name: "package-lock.json", digest: { sha256: sha256(atHead("package-lock.json")) } },
+          ]),
+        );
+        expect(runDetails.builder.id).toMatch(/^https:\/\//);
+        expect(Date.parse(runDetails.metadata.finishedOn)).toBeGreaterThanOrEqual(
+          Date.parse(runDetails.metadata.startedOn),
+        );
+        expect(runDetails.byproducts).toEqual([
+          { name: img.sbom, digest: { sha256: sha256(readFileSync(join(out, img.sbom))) } },
+        ]);
+        // The attestation is that statement signed: a DSSE envelope whose payload is the file's bytes.
+        const envelope = JSON.parse(readFileSync(join(out, img.attestation!), "utf8"));
+        expect(envelope.payloadType).toBe("application/vnd.in-toto+json");
+        expect(Buffer.from(envelope.payload, "base64").equals(readFileSync(join(out, img.provenance)))).toBe(true);
+        expect(envelope.signatures).toHaveLength(1);
+        // The signature's payload is cosign's, of the image's digest.
+        expect(JSON.parse(readFileSync(join(out, img.payload), "utf8")).critical).toEqual({
+          identity: { "docker-reference": `ghcr.io/ifp-dev/${img.name}` },
+          image: { "docker-manifest-digest": img.digest },
+          type: "cosign container image signature",
+        });
       }
     });
 
@@ -451,6 +518,184 @@ describe("npm run release", () => {
         }
       }, 300_000);
 
+      /**
+       * cosign's environment for the documented lines on this machine, which reaches no Sigstore
+       * service: with a Rekor key of its own named (SIGSTORE_REKOR_PUBLIC_KEY), cosign asks
+       * Sigstore's TUF repository for none; a key's verification that skips the log reads no
+       * Rekor key at all.
+       */
+      const cosignEnv = { SIGSTORE_REKOR_PUBLIC_KEY: "/nonexistent/rekor.pub" };
+      /** What `cosign verify` and `verify-attestation` print: the digests of the claims they verified. */
+      const verifiedDigests = (kind: string, stdout: string): string[] =>
+        kind === "verify"
+          ? (JSON.parse(stdout) as { critical: { image: { "docker-manifest-digest": string } } }[]).map(
+              (c) => c.critical.image["docker-manifest-digest"],
+            )
+          : stdout
+              .trim()
+              .split("\n")
+              .map((line) => {
+                const statement = JSON.parse(Buffer.from(JSON.parse(line).payload, "base64").toString("utf8"));
+                expect(statement.predicateType).toBe(SLSA_PROVENANCE_V1);
+                return `sha256:${statement.subject[0].digest.sha256}`;
+              });
+
+      it("cosign attach, verify and verify-attestation as docs/install.md says: every image's signature and provenance verify by the release's key", async () => {
+        const work = workDir();
+        try {
+          for (const line of installBlock("cosign attach", registry.host)) {
+            const r = await sh(line, work);
+            expect(r.code, `${line}\n${r.stderr}`).toBe(0);
+          }
+          const verified = { verify: new Set<string>(), "verify-attestation": new Set<string>() };
+          for (const line of installBlock("cosign verify --key", registry.host)) {
+            const r = await sh(line, work, cosignEnv);
+            expect(r.code, `${line}\n${r.stderr}`).toBe(0);
+            const m = /^cosign (verify|verify-attestation) .*\/ifp-dev\/([\w-]+):\S+$/.exec(line);
+            if (!m) continue;
+            const kind = m[1] as keyof typeof verified;
+            expect(verifiedDigests(kind, r.stdout), line).toEqual([recorded(m[2]!)]);
+            verified[kind].add(m[2]!);
+          }
+          const names = RELEASED_IMAGES.map((i) => i.name).sort();
+          expect([...verified.verify].sort()).toEqual(names);
+          expect([...verified["verify-attestation"]].sort()).toEqual(names);
+          // Beside each image, as cosign names them: sha256-<hex>.sig and .att.
+          const tags = await sh(`crane ls ${registry.host}/ifp-dev/ifp-operator`, work);
+          const hex = recorded("ifp-operator").replace("sha256:", "");
+          expect(tags.stdout.split("\n")).toEqual(expect.arrayContaining([`sha256-${hex}.sig`, `sha256-${hex}.att`]));
+        } finally {
+          releaseDir(work);
+        }
+      }, 120_000);
+
+      it("a flipped byte fails cosign verify: of the signature, of the attestation's signature, of SHA256SUMS, of the image", async () => {
+        const work = workDir();
+        const fresh = await startRegistry("flipped");
+        try {
+          const lines = installBlock("cosign verify --key", fresh.host);
+          const attach = installBlock("cosign attach", fresh.host);
+          const of = (list: string[], name: string) => list.filter((l) => l.includes(`/ifp-dev/${name}:`));
+          const [unpackOp, pushOp] = installBlock("crane push", fresh.host).filter((l) => l.includes("ifp-operator"));
+          expect((await sh(unpackOp!, work)).code).toBe(0);
+          expect((await sh(pushOp!, work)).code).toBe(0);
+          // One bit of the operator's signature and of its attestation's signature flipped, in the files attached.
+          const operator = made.images.find((i) => i.name === "ifp-operator")!;
+          const flip = (b: Buffer) => {
+            b[b.length >> 1] = b[b.length >> 1]! ^ 0x01;
+            return b;
+          };
+          const replace = (file: string, data: string | Buffer) => {
+            const path = join(work, file);
+            rmSync(path);
+            writeFileSync(path, data);
+          };
+          replace(
+            operator.signature!,
+            flip(Buffer.from(readFileSync(join(out, operator.signature!), "utf8"), "base64")).toString("base64"),
+          );
+          const envelope = JSON.parse(readFileSync(join(out, operator.attestation!), "utf8"));
+          envelope.signatures[0].sig = flip(Buffer.from(envelope.signatures[0].sig, "base64")).toString("base64");
+          replace(operator.attestation!, JSON.stringify(envelope));
+          for (const line of of(attach, "ifp-operator")) expect((await sh(line, work)).code, line).toBe(0);
+          for (const line of of(lines, "ifp-operator")) {
+            const r = await sh(line, work, cosignEnv);
+            expect(r.code, line).not.toBe(0);
+            expect(r.stderr, line).toMatch(/no matching (signatures|attestations)|invalid signature/);
+          }
+
+          // The image changed: the runtime's manifest with other bytes (the same content
+          // respaced), pushed under the tag, and the release's own signature and attestation of
+          // the runtime attached to it: they name another digest, and neither verifies.
+          const runtime = made.images.find((i) => i.name === "ifp-runtime")!;
+          const [unpackRt] = installBlock("crane push", fresh.host).filter((l) => l.includes("ifp-runtime"));
+          expect((await sh(unpackRt!, work)).code).toBe(0);
+          const manifestFile = join(work, `ifp-runtime-${version}`, "blobs", runtime.digest.replace(":", "/"));
+          const respaced = JSON.stringify(JSON.parse(readFileSync(manifestFile, "utf8")), null, 1);
+          writeFileSync(manifestFile, respaced);
+          const pushed = await sh(
+            `crane push ifp-runtime-${version} ${fresh.host}/ifp-dev/ifp-runtime:${version}`,
+            work,
+          );
+          expect(pushed.code, pushed.stderr).toBe(0);
+          expect(pushed.stdout.trim()).toBe(`${fresh.host}/ifp-dev/ifp-runtime@sha256:${sha256(respaced)}`);
+          for (const line of of(attach, "ifp-runtime")) expect((await sh(line, work)).code, line).toBe(0);
+          for (const line of of(lines, "ifp-runtime")) {
+            const r = await sh(line, work, cosignEnv);
+            expect(r.code, line).not.toBe(0);
+            expect(r.stderr, line).toMatch(/no matching (signatures|attestations)|digest|subject/i);
+          }
+
+          // SHA256SUMS with one bit flipped no longer verifies by its signature.
+          const blob = lines.find((l) => l.startsWith("cosign verify-blob"))!;
+          expect((await sh(blob, work, cosignEnv)).code, blob).toBe(0);
+          replace("SHA256SUMS", flip(readFileSync(join(out, "SHA256SUMS"))));
+          const changed = await sh(blob, work, cosignEnv);
+          expect(changed.code).not.toBe(0);
+          expect(changed.stderr).toMatch(/invalid signature/);
+        } finally {
+          await fresh.stop();
+          releaseDir(work);
+        }
+      }, 120_000);
+
+      it("npm run release -- --publish pushes each image with its signature and provenance and the chart, and verifies them; refuses what is not a target or a release", async () => {
+        const target = await startRegistry("publish");
+        const bad = tempDir("ifp-release-publish-bad-");
+        try {
+          const cli = (args: string[]) =>
+            sh([process.execPath, "e2e/release/release.ts", ...args].map((a) => `'${a}'`).join(" "), process.cwd());
+          const r = await cli(["--publish", out, "--to", `${target.host}/ifp-dev`]);
+          expect(r.code, r.stderr).toBe(0);
+          for (const img of made.images)
+            expect(r.stderr).toContain(
+              `publish: ${target.host}/ifp-dev/${img.name}@${img.digest}: pushed, signed and attested`,
+            );
+          expect(r.stderr).toMatch(
+            new RegExp(`publish: ${target.host}/ifp-dev/charts/ifp-operator@sha256:[0-9a-f]{64}: pushed`),
+          );
+          const served = await sh(`crane digest ${target.host}/ifp-dev/ifp-runtime:${version}`, out);
+          expect(served.stdout.trim()).toBe(recorded("ifp-runtime"));
+          // A release signed with a key is not published as a keyless one, nor to what is not HOST/NAMESPACE.
+          const keyless = await cli(["--publish", out, "--to", `${target.host}/ifp-dev`, "--keyless"]);
+          expect(keyless.code).toBe(1);
+          expect(keyless.stderr).toContain("is signed with a key: publish it without --keyless");
+          for (const to of [
+            "ifp-dev",
+            `${target.host}/`,
+            `${target.host}/IFP`,
+            `${target.host}/a/../b`,
+            `-x.example/a`,
+          ]) {
+            const refused = await cli(["--publish", out, "--to", to]);
+            expect(refused.code, to).toBe(1);
+            expect(refused.stderr, to).toContain(`--to ${JSON.stringify(to)} is not HOST[:PORT]/NAMESPACE`);
+          }
+          const usage = await cli(["--publish", out]);
+          expect(usage.stderr).toMatch(/^release: usage: npm run release -- --publish DIR --to HOST\/NAMESPACE/);
+          // A release.json naming files outside its directory is refused before anything is pushed.
+          for (const name of ["../../etc/passwd", "/etc/passwd", ".hidden"]) {
+            writeFileSync(
+              join(bad, "release.json"),
+              JSON.stringify({
+                version,
+                chart: "ifp-operator.tgz",
+                signing: "key",
+                images: [
+                  { name: "ifp-operator", archive: "a.oci.tar", digest: recorded("ifp-operator"), payload: name },
+                ],
+              }),
+            );
+            expect(() => publish({ dir: bad, to: `${target.host}/ifp-dev`, log: () => {} }), name).toThrow(
+              `release.json names ${JSON.stringify(name)}: not a file of the release directory`,
+            );
+          }
+        } finally {
+          await target.stop();
+          releaseDir(bad);
+        }
+      }, 120_000);
+
       it("helm push of the chart: shown and rendered back from oci:// with the version, and images by digest the registry serves", async () => {
         const work = workDir();
         try {
@@ -515,7 +760,8 @@ describe("npm run release", () => {
         const fresh = await startRegistry("fresh");
         try {
           cpSync(out, copy, { recursive: true });
-          expect(verifyRelease(copy)).toMatchObject({ version, files: files.length - 1 });
+          // Every file but SHA256SUMS and its signature.
+          expect(verifyRelease(copy)).toMatchObject({ version, files: files.length - 2 });
           const runtime = made.images.find((i) => i.name === "ifp-runtime")!;
           const archive = join(copy, runtime.archive);
           const layer = readArchive(archive).manifest.layers.reduce((a, b) => (b.size > a.size ? b : a));
@@ -601,14 +847,37 @@ describe("npm run release", () => {
     });
 
     it(
-      "a second run of the same commit makes the same images and chart values",
-      () => {
+      "a second run of the same commit makes the same images and chart values; --keyless leaves the signing to publishing",
+      async () => {
         const again = tempDir("ifp-release-again-");
         try {
           mkdirSync(again, { recursive: true });
-          const second = release({ version, out: again, ref: made.commit, log: () => {} });
+          const second = release({ version, out: again, ref: made.commit, keyless: true, log: () => {} });
           expect(second.images.map((i) => i.digest)).toEqual(made.images.map((i) => i.digest));
           for (const img of second.images) expect(existsSync(join(again, img.archive))).toBe(true);
+          // The payloads and the provenance, the same statements but for when they were made; no signature, no key.
+          expect(second).toMatchObject({ signing: "keyless", publicKey: undefined, checksumsSignature: undefined });
+          const left = readdirSync(again);
+          expect(left.filter((f) => /\.(sig|att\.json|pub)$/.test(f))).toEqual([]);
+          for (const img of second.images) {
+            expect(img.signature).toBeUndefined();
+            const first = made.images.find((i) => i.name === img.name)!;
+            expect(readFileSync(join(again, img.payload), "utf8")).toBe(readFileSync(join(out, first.payload), "utf8"));
+            const statement = JSON.parse(readFileSync(join(again, img.provenance), "utf8"));
+            const before = JSON.parse(readFileSync(join(out, first.provenance), "utf8"));
+            expect(statement.subject).toEqual(before.subject);
+            expect(statement.predicate.buildDefinition.resolvedDependencies).toEqual(
+              before.predicate.buildDefinition.resolvedDependencies,
+            );
+          }
+          expect(verifyRelease(again)).toMatchObject({ version });
+          // Published as what it is: keyless, never by a key it does not have.
+          const r = await sh(
+            `'${process.execPath}' e2e/release/release.ts --publish '${again}' --to 127.0.0.1:1/ifp-dev`,
+            process.cwd(),
+          );
+          expect(r.code).toBe(1);
+          expect(r.stderr).toContain("is a keyless release: publish it with --keyless");
         } finally {
           releaseDir(again);
         }

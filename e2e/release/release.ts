@@ -6,6 +6,9 @@
 //   npm run release -- 0.2.0 --draft-changelog     write a draft entry into CHANGELOG.md from git log, and stop
 //   npm run release -- --verify dist/0.1.0         check a release's files: SHA256SUMS, each archive's blobs
 //                                                  and image digest, the chart's digests (exit 1 naming each mismatch)
+//   npm run release -- 0.1.0 --key cosign.key      sign with this cosign key (also COSIGN_KEY); --keyless: sign when published
+//   npm run release -- --publish dist/0.1.0 --to ghcr.io/ifp-dev [--keyless]
+//                                                  push the images, their signatures and attestations, and the chart
 //
 // The commit's files (git archive, never the working tree) are built as the images are everywhere
 // (e2e/images/build.ts: the Dockerfiles' stages, buildah, OCI archives cached by their inputs'
@@ -17,8 +20,19 @@
 //   ifp-operator-<v>.tgz       the chart, version and appVersion <v>, the operator's and the runtime's
 //                              images referenced by digest (image.digest, runtimeImage.digest)
 //   release-notes.md           CHANGELOG.md's entry for <v> (the release fails without one)
+//   <image>-<v>.payload.json   cosign's signature payload of each image (its digest), and
+//   <image>-<v>.sig            its signature, by the release's key (sign.ts)
+//   <image>-<v>.intoto.json    the image's SLSA provenance, an in-toto statement (provenance.ts), and
+//   <image>-<v>.att.json       its attestation: the statement signed by the key, a DSSE envelope
+//   cosign.pub                 the key's public half
 //   release.json               what was built: commit, each image's digest and archive, the chart
 //   SHA256SUMS                 sha256sum -c of every file above
+//   SHA256SUMS.sig             SHA256SUMS signed by the key
+//
+// `--key REF` (or COSIGN_KEY) names the key, as cosign takes it (a key file under COSIGN_PASSWORD,
+// env://VAR, a KMS URI); without one the release makes a key pair of its own and drops its
+// private half once signed. `--keyless` signs nothing here: publishing does (the public CI's
+// workflow, `--publish DIR --to HOST/NAMESPACE --keyless`).
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
@@ -39,6 +53,8 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseDocument } from "yaml";
 import { BUNDLE_LICENCES, depsSource, isBundleRun, readDockerfile } from "../images/build.ts";
 import { toolPath } from "../tools/tools.ts";
+import { builderFromEnv, commitFiles, provenanceStatement } from "./provenance.ts";
+import { type ImageSignature, publish, signChecksums, signImage, signingFromInputs, writePublicKey } from "./sign.ts";
 
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
 const VERSION = /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?$/;
@@ -50,7 +66,7 @@ export const RELEASED_IMAGES = [
   { kind: "app", name: "ifp-example-app", dockerfile: "examples/app/Dockerfile", value: undefined },
 ] as const;
 
-export interface ReleasedImage {
+export interface ReleasedImage extends ImageSignature {
   name: string;
   /** The archive's file name in the output directory. */
   archive: string;
@@ -71,6 +87,10 @@ export interface Release {
   chart: string;
   notes: string;
   checksums: string;
+  /** "key": signed here, cosign.pub beside; "keyless": signed where it is published. */
+  signing: "key" | "keyless";
+  publicKey?: string;
+  checksumsSignature?: string;
 }
 
 function run(cmd: string, args: string[], opts: { cwd?: string; input?: Buffer | string } = {}): string {
@@ -341,12 +361,21 @@ function exportCommit(ref: string, dir: string): string {
   return commit;
 }
 
-export function release(opts: { version: string; out?: string; ref?: string; log?: (s: string) => void }): Release {
+export function release(opts: {
+  version: string;
+  out?: string;
+  ref?: string;
+  /** A cosign key reference; COSIGN_KEY when not given; a key of the release's own when neither. */
+  key?: string;
+  keyless?: boolean;
+  log?: (s: string) => void;
+}): Release {
   const { version } = opts;
   const log = opts.log ?? ((s: string) => process.stderr.write(`release: ${s}\n`));
   if (!VERSION.test(version)) throw new Error(`${JSON.stringify(version)} is not a version (MAJOR.MINOR.PATCH[-PRE])`);
   const out = resolve(REPO, opts.out ?? join("dist", version));
   const work = mkdtempSync(join(tmpdir(), "ifp-release-"));
+  let disposeKey = () => {};
   try {
     const source = join(work, "source");
     mkdirSync(source);
@@ -365,6 +394,13 @@ export function release(opts: { version: string; out?: string; ref?: string; log
       throw new Error(
         `CHANGELOG.md of ${commit.slice(0, 12)} has no entry for ${version}: npm run release -- ${version} --draft-changelog writes a draft to edit and commit`,
       );
+
+    const sign = signingFromInputs(opts);
+    disposeKey = sign.dispose;
+    const { signing } = sign;
+    const started = new Date();
+    const builder = builderFromEnv(process.env, commit);
+    const sourceFiles = commitFiles(REPO, commit);
 
     rmSync(out, { recursive: true, force: true });
     mkdirSync(out, { recursive: true });
@@ -399,6 +435,21 @@ export function release(opts: { version: string; out?: string; ref?: string; log
         `${JSON.stringify(imageSbom(source, img, version, a.digest, nodeVersion, join(out, file)), null, 2)}\n`,
       );
       const compressed = a.manifest.layers.reduce((n, l) => n + l.size, 0);
+      const statement = provenanceStatement({
+        image: img.name,
+        digest: a.digest,
+        version,
+        commit,
+        ref: opts.ref ?? "HEAD",
+        dockerfile: img.dockerfile,
+        source,
+        files: sourceFiles,
+        nodeVersion,
+        builder,
+        startedOn: started,
+        finishedOn: new Date(),
+        byproducts: [{ name: sbom, path: join(out, sbom) }],
+      });
       const released = {
         name: img.name,
         archive: file,
@@ -406,6 +457,7 @@ export function release(opts: { version: string; out?: string; ref?: string; log
         ref,
         sbom,
         size: { compressed, unpacked: imageFiles(join(out, file)).unpacked },
+        ...signImage(out, { name: img.name, digest: a.digest }, version, statement, signing),
       };
       log(
         `${img.name} ${a.digest} (${(compressed / 2 ** 20).toFixed(1)} MiB compressed, ${(released.size.unpacked / 2 ** 20).toFixed(1)} MiB unpacked)`,
@@ -415,17 +467,32 @@ export function release(opts: { version: string; out?: string; ref?: string; log
 
     const chart = packageChart(source, version, images, out, work);
     writeFileSync(join(out, "release-notes.md"), `# ifp-operator ${version}\n\n${notes}\n`);
+    const publicKey = writePublicKey(out, signing);
+    const signedBy = "key" in signing ? "key" : "keyless";
     writeFileSync(
       join(out, "release.json"),
-      `${JSON.stringify({ version, commit, chart, images, notes: "release-notes.md" }, null, 2)}\n`,
+      `${JSON.stringify({ version, commit, chart, images, notes: "release-notes.md", signing: signedBy, publicKey }, null, 2)}\n`,
     );
     const files = readdirSync(out)
       .filter((f) => f !== "SHA256SUMS")
       .sort();
     writeFileSync(join(out, "SHA256SUMS"), files.map((f) => `${sha256File(join(out, f))}  ${f}\n`).join(""));
-    log(`${out}: ${[...files, "SHA256SUMS"].join(", ")}`);
-    return { version, commit, dir: out, images, chart, notes: "release-notes.md", checksums: "SHA256SUMS" };
+    const checksumsSignature = signChecksums(out, signing);
+    log(`${out}: ${[...files, "SHA256SUMS", ...(checksumsSignature ? [checksumsSignature] : [])].join(", ")}`);
+    return {
+      version,
+      commit,
+      dir: out,
+      images,
+      chart,
+      notes: "release-notes.md",
+      checksums: "SHA256SUMS",
+      signing: signedBy,
+      publicKey,
+      checksumsSignature,
+    };
   } finally {
+    disposeKey();
     rmSync(work, { recursive: true, force: true });
   }
 }
@@ -487,14 +554,19 @@ export function verifyRelease(dir: string): { version: string; files: number; im
     if (!existsSync(at(file))) problems.push(`${file}: listed in SHA256SUMS, missing`);
     else if (sha256File(at(file)) !== hex) problems.push(`${file}: its SHA-256 is not the one in SHA256SUMS`);
   }
-  let manifest: { version?: string; chart?: string; images?: ReleasedImage[] } = {};
+  let manifest: { version?: string; chart?: string; images?: ReleasedImage[]; publicKey?: string } = {};
   try {
     manifest = JSON.parse(readFileSync(at("release.json"), "utf8"));
   } catch (err) {
     problems.push(`release.json: ${(err as Error).message}`);
   }
   const version = manifest.version ?? "";
-  for (const f of ["release.json", manifest.chart, ...(manifest.images ?? []).flatMap((i) => [i.archive, i.sbom])])
+  for (const f of [
+    "release.json",
+    manifest.chart,
+    manifest.publicKey,
+    ...(manifest.images ?? []).flatMap((i) => [i.archive, i.sbom, i.payload, i.signature, i.provenance, i.attestation]),
+  ])
     if (f && !listed.has(f)) problems.push(`${f}: not in SHA256SUMS`);
   const images = manifest.images ?? [];
   if (!images.length) problems.push("release.json names no images");
@@ -513,6 +585,20 @@ export function verifyRelease(dir: string): { version: string; files: number; im
       problems.push(
         img.sbom ? `${img.name}: no SBOM ${JSON.stringify(img.sbom)}` : `${img.name}: release.json names no SBOM`,
       );
+    // The signature's payload and the provenance statement name the image by the same digest.
+    const named: [string | undefined, (j: any) => unknown][] = [
+      [img.payload, (j) => j?.critical?.image?.["docker-manifest-digest"]],
+      [img.provenance, (j) => j?.subject?.[0]?.digest?.sha256 && `sha256:${j.subject[0].digest.sha256}`],
+    ];
+    for (const [file, digestOf] of named) {
+      if (!file || /[/\\]/.test(file) || !existsSync(at(file))) continue;
+      try {
+        const said = digestOf(JSON.parse(readFileSync(at(file), "utf8")));
+        if (said !== img.digest) problems.push(`${file}: names the image ${said}, release.json says ${img.digest}`);
+      } catch (err) {
+        problems.push(`${file}: ${(err as Error).message.slice(0, 200)}`);
+      }
+    }
     if (!img.archive || /[/\\]/.test(img.archive) || !existsSync(at(img.archive))) {
       problems.push(`${img.name}: no archive ${JSON.stringify(img.archive)}`);
       continue;
@@ -581,13 +667,27 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     return v;
   };
   try {
-    const draft = args.includes("--draft-changelog");
-    if (draft) args.splice(args.indexOf("--draft-changelog"), 1);
+    const bool = (name: string) => {
+      const i = args.indexOf(name);
+      if (i >= 0) args.splice(i, 1);
+      return i >= 0;
+    };
+    const draft = bool("--draft-changelog");
+    const keyless = bool("--keyless");
     const verify = flag("--verify");
+    const publishDir = flag("--publish");
+    const to = flag("--to");
     const out = flag("--out");
     const ref = flag("--ref");
+    const key = flag("--key");
     const [version, ...rest] = args;
-    if (verify !== undefined) {
+    if (publishDir !== undefined || to !== undefined) {
+      if (!publishDir || !to || version || draft || out || ref || key || verify)
+        throw new Error("usage: npm run release -- --publish DIR --to HOST/NAMESPACE [--keyless]");
+      const dir = resolve(process.cwd(), publishDir);
+      verifyRelease(dir);
+      publish({ dir, to, keyless, identity: builderFromEnv().id });
+    } else if (verify !== undefined) {
       if (version || draft || out || ref) throw new Error("usage: npm run release -- --verify DIR");
       const dir = resolve(process.cwd(), verify);
       const checked = verifyRelease(dir);
@@ -598,7 +698,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
       );
     } else if (!version || rest.length)
       throw new Error(
-        "usage: npm run release -- VERSION [--ref REV] [--out DIR] | VERSION --draft-changelog | --verify DIR",
+        "usage: npm run release -- VERSION [--ref REV] [--out DIR] [--key REF | --keyless] | VERSION --draft-changelog | --verify DIR | --publish DIR --to HOST/NAMESPACE [--keyless]",
       );
     else if (draft) {
       if (!VERSION.test(version)) throw new Error(`${JSON.stringify(version)} is not a version`);
@@ -608,7 +708,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
       writeFileSync(file, withDraft(text, draftEntry(version, new Date().toISOString().slice(0, 10))));
       process.stderr.write(`release: a draft entry for ${version} in CHANGELOG.md: sort it, edit it and commit it\n`);
     } else {
-      release({ version, out: out && (isAbsolute(out) ? out : resolve(process.cwd(), out)), ref });
+      release({ version, out: out && (isAbsolute(out) ? out : resolve(process.cwd(), out)), ref, key, keyless });
     }
   } catch (err) {
     process.stderr.write(`release: ${(err as Error).message}\n`);

@@ -26,6 +26,8 @@ export default async function setup(): Promise<() => void> {
     "kwok",
     "gateway-api",
     "a2a-go03",
+    "cosign",
+    "actionlint",
     ...(nodeTestUnsupported() ? [] : ["kubernetes-node", "coredns", "pause"]),
   ];
   const tools = (process.env.IFP_TEST_TOOLS ?? defaults.join(",")).split(",").filter(Boolean);

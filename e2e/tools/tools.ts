@@ -24,6 +24,7 @@ export const KUBERNETES_VERSION = "v1.34.4";
 const ETCD_VERSION = "v3.6.16";
 const COREDNS_VERSION = "v1.14.7";
 export const GATEWAY_API_VERSION = "v1.6.3";
+export const COSIGN_VERSION = "v2.6.5";
 const PAUSE_SOURCE = fileURLToPath(new URL("../node/pause/main.go", import.meta.url));
 
 const A2A_GO03_SOURCE = fileURLToPath(new URL("./a2a-go03/main.go", import.meta.url));
@@ -380,6 +381,29 @@ export const TOOLS: Record<string, ToolSpec> = {
     coldSeconds: 9,
     binaries: ["crane"],
     build: goInstall("github.com/google/go-containerregistry/cmd/crane", "v0.22.1", "-s -w"),
+  },
+  // Signs the release's images and attests their provenance (e2e/release/sign.ts); the release
+  // test verifies both against its loopback registry as docs/install.md says.
+  cosign: {
+    key: `cosign-${COSIGN_VERSION}`,
+    coldSeconds: 240,
+    binaries: ["cosign"],
+    build: goInstall(
+      "github.com/sigstore/cosign/v2/cmd/cosign",
+      COSIGN_VERSION,
+      `-s -w -X sigs.k8s.io/release-utils/version.gitVersion=${COSIGN_VERSION}`,
+    ),
+  },
+  // The checker of the GitHub Actions workflows in .github/workflows (e2e/workflows.test.ts).
+  actionlint: {
+    key: "actionlint-v1.7.12",
+    coldSeconds: 20,
+    binaries: ["actionlint"],
+    build: goInstall(
+      "github.com/rhysd/actionlint/cmd/actionlint",
+      "v1.7.12",
+      "-s -w -X github.com/rhysd/actionlint.version=v1.7.12",
+    ),
   },
   kind: {
     key: "kind-v0.33.0",
