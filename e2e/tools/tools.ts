@@ -365,6 +365,14 @@ export const TOOLS: Record<string, ToolSpec> = {
     binaries: ["crane"],
     build: goInstall("github.com/google/go-containerregistry/cmd/crane", "v0.22.1", "-s -w"),
   },
+  // A scanner of images' packages: the release test lists each image archive's OS packages with
+  // it, as Trivy, Grype or a registry's scanner would find them, against the release's SBOMs.
+  syft: {
+    key: "syft-v1.57.1",
+    coldSeconds: 240,
+    binaries: ["syft"],
+    build: goInstall("github.com/anchore/syft/cmd/syft", "v1.57.1", "-s -w -X main.version=1.57.1"),
+  },
   kind: {
     key: "kind-v0.33.0",
     coldSeconds: 30,
