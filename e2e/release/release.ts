@@ -163,7 +163,7 @@ export function imageMembers(archive: string, wanted: (path: string) => boolean)
   const found = new Map<string, Buffer>();
   for (const layer of readArchive(archive).manifest.layers) {
     const data = archiveFile(archive, `blobs/${layer.digest.replace(":", "/")}`);
-    const tar = layer.mediaType.endsWith("+gzip") ? gunzipSync(data, { maxOutputLength: 2 << 30 }) : data;
+    const tar = layer.mediaType.endsWith("+gzip") ? gunzipSync(data, { maxOutputLength: 2 ** 31 }) : data;
     for (const [name, bytes] of tarMembers(tar)) if (wanted(name)) found.set(name, Buffer.from(bytes));
   }
   return found;
