@@ -725,7 +725,7 @@ export const IMAGES: Record<string, () => Recipe> = {
   nats: natsRecipe,
 };
 
-function imagesCache(): string {
+export function imagesCache(): string {
   const dir = join(dirname(cacheRoot()), "images");
   mkdirSync(dir, { recursive: true });
   return dir;

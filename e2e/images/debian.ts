@@ -275,19 +275,29 @@ function writeCaBundle(rootfs: string): void {
  * The lock pinned anew: apt's lists brought up to date (as root), each package's candidate
  * fetched, its control file and SHA-256 read from the .deb itself.
  */
-export function refreshLock(path = LOCK_FILE): DebianLock {
-  if (process.getuid?.() === 0) sh("apt-get", ["update", "-q"]);
+export function refreshLock(path = LOCK_FILE, opts: { update?: boolean } = {}): DebianLock {
+  if ((opts.update ?? true) && process.getuid?.() === 0) sh("apt-get", ["update", "-q"]);
   const packages: LockedPackage[] = [];
   let distro = "";
-  for (const name of Object.keys(DEBIAN_PACKAGES).sort()) {
-    // 'URI' FILE SIZE SHA256:HEX
-    const uri = sh("apt-get", ["download", "--print-uris", `${name}:amd64`]).toString("utf8").trim();
-    const m = /^'[^']*?\/(pool\/[^']+)' \S+ (\d+) SHA256:([0-9a-f]{64})$/.exec(uri);
-    if (!m) throw new Error(`apt-get download --print-uris ${name}: ${uri}`);
-    const downloaded = aptDownload(`${name}:amd64`);
+  const names = Object.keys(DEBIAN_PACKAGES).sort();
+  // One line a package: 'URI' FILE SIZE SHA256:HEX
+  const uris = sh("apt-get", ["download", "--print-uris", ...names.map((n) => `${n}:amd64`)])
+    .toString("utf8")
+    .split("\n");
+  for (const name of names) {
+    const uri = uris.find((l) => l.split(" ")[1]?.startsWith(`${name}_`)) ?? "";
+    const m = /^'[^']*?\/(pool\/[^']+)' (\S+) (\d+) SHA256:([0-9a-f]{64})$/.exec(uri);
+    if (!m || !/^[\w.+~%-]+\.deb$/.test(m[2]!)) throw new Error(`apt-get download --print-uris ${name}: ${uri}`);
+    // The cache's copy when it has that file, else a download into a directory of its own.
+    const cached = join(debCache(), m[2]!);
+    const downloaded =
+      existsSync(cached) && sha256File(cached) === m[4]
+        ? join(mkdtempSync(join(debCache(), ".download-")), m[2]!)
+        : aptDownload(`${name}:amd64`);
+    if (!existsSync(downloaded)) renameSync(cached, downloaded);
     try {
       const sha256 = sha256File(downloaded);
-      if (sha256 !== m[3]) throw new Error(`${name}: apt-get fetched a .deb of SHA-256 ${sha256}, its lists say ${m[3]}`);
+      if (sha256 !== m[4]) throw new Error(`${name}: apt-get fetched a .deb of SHA-256 ${sha256}, its lists say ${m[4]}`);
       const [fields] = parseControl(sh("dpkg-deb", ["--info", downloaded, "control"]).toString("utf8"));
       const source = fields!.Source?.split(" ")[0];
       const p: LockedPackage = {
