@@ -479,7 +479,8 @@ function baseRecipe(base: BaseImage, runtime: ReturnType<typeof nodeRuntime>, lo
     config: { env: base.env, workdir: "/", user: base.home.owner, expose: [], entrypoint: [base.node] },
     populate(rootfs) {
       unpackDebianBase(rootfs, lock);
-      for (const d of [dirname(base.node), "etc", "tmp", base.home.path]) mkdirSync(join(rootfs, d), { recursive: true });
+      for (const d of [dirname(base.node), "etc", "tmp", base.home.path])
+        mkdirSync(join(rootfs, d), { recursive: true });
       chmodSync(join(rootfs, "tmp"), 0o1777);
       copyFileSync(runtime.node, join(rootfs, base.node));
       chmodSync(join(rootfs, base.node), 0o755);
@@ -489,7 +490,8 @@ function baseRecipe(base: BaseImage, runtime: ReturnType<typeof nodeRuntime>, lo
       sh("chown", [base.home.owner, join(rootfs, base.home.path)]);
       // Node runs on the packages' loader and libraries alone, as in a container of the image.
       const version = sh("chroot", ["--userspec", base.home.owner, rootfs, base.node, "--version"]).trim();
-      if (version !== runtime.version) throw new Error(`${base.node} in the base says ${version}, not ${runtime.version}`);
+      if (version !== runtime.version)
+        throw new Error(`${base.node} in the base says ${version}, not ${runtime.version}`);
     },
   };
 }

@@ -121,7 +121,9 @@ describe("what scanners read of the base", () => {
     const [a, b, ...rest] = parseControl(text);
     expect(rest).toEqual([]);
     expect(a).toMatchObject({ Package: "libstdc++6", Architecture: "amd64" });
-    expect(a!.Description).toBe("GNU Standard C++ Library v3\n This package contains an additional runtime library.\n .\n More.");
+    expect(a!.Description).toBe(
+      "GNU Standard C++ Library v3\n This package contains an additional runtime library.\n .\n More.",
+    );
     expect(b).toEqual({ Package: "tzdata", Version: "2026f-0+deb12u1", Architecture: "all" });
     expect(() => parseControl("Package libc6\n")).toThrow(/not a control field/);
     // Their purls, as Syft writes them: name and version percent-encoded, the source package as upstream.

@@ -93,8 +93,7 @@ export function readLock(path = LOCK_FILE): DebianLock {
   const wanted = Object.keys(DEBIAN_PACKAGES).sort();
   if (names.join(",") !== wanted.join(","))
     problems.push(`packages ${names.join(", ")}; e2e/images/debian.ts names ${wanted.join(", ")}`);
-  if (problems.length)
-    throw new Error(`${path}: ${problems.join("; ")}: pin them again with npm run images:lock`);
+  if (problems.length) throw new Error(`${path}: ${problems.join("; ")}: pin them again with npm run images:lock`);
   return raw as DebianLock;
 }
 
@@ -297,7 +296,8 @@ export function refreshLock(path = LOCK_FILE, opts: { update?: boolean } = {}): 
     if (!existsSync(downloaded)) renameSync(cached, downloaded);
     try {
       const sha256 = sha256File(downloaded);
-      if (sha256 !== m[4]) throw new Error(`${name}: apt-get fetched a .deb of SHA-256 ${sha256}, its lists say ${m[4]}`);
+      if (sha256 !== m[4])
+        throw new Error(`${name}: apt-get fetched a .deb of SHA-256 ${sha256}, its lists say ${m[4]}`);
       const [fields] = parseControl(sh("dpkg-deb", ["--info", downloaded, "control"]).toString("utf8"));
       const source = fields!.Source?.split(" ")[0];
       const p: LockedPackage = {

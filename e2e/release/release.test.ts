@@ -371,8 +371,12 @@ describe("npm run release", () => {
         const listed = (bom.components as { purl?: string; name: string; version: string }[])
           .filter((c) => c.purl?.startsWith("pkg:deb/"))
           .map((c) => {
-            expect(c.purl, c.name).toMatch(/^pkg:deb\/debian\/[^@]+@[^?]+\?arch=(amd64|all)&distro=debian-12(&upstream=[\w.+%-]+)?$/);
-            const [name, version] = decodeURIComponent(c.purl!.slice("pkg:deb/debian/".length, c.purl!.indexOf("?"))).split("@");
+            expect(c.purl, c.name).toMatch(
+              /^pkg:deb\/debian\/[^@]+@[^?]+\?arch=(amd64|all)&distro=debian-12(&upstream=[\w.+%-]+)?$/,
+            );
+            const [name, version] = decodeURIComponent(
+              c.purl!.slice("pkg:deb/debian/".length, c.purl!.indexOf("?")),
+            ).split("@");
             expect([name, version], c.purl).toEqual([c.name, c.version]);
             return `${c.name} ${c.version} ${purlQualifier(c.purl!, "arch")}`;
           })
@@ -409,7 +413,10 @@ describe("npm run release", () => {
         const status = files.filter((f) => f.startsWith("var/lib/dpkg/status.d/")).sort();
         expect(status, img.name).toEqual(
           readLock()
-            .packages.flatMap((p) => [`var/lib/dpkg/status.d/${p.package}`, `var/lib/dpkg/status.d/${p.package}.md5sums`])
+            .packages.flatMap((p) => [
+              `var/lib/dpkg/status.d/${p.package}`,
+              `var/lib/dpkg/status.d/${p.package}.md5sums`,
+            ])
             .sort(),
         );
         expect(files).toContain("lib64/ld-linux-x86-64.so.2");
