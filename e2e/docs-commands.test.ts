@@ -36,7 +36,7 @@ const SOURCES = [
 ];
 /** The programs a documented command starts with. */
 const PROGRAMS =
-  /^(npm|npx|kubectl|helm|ifp-runtime|ifp-operator|ifp|node|curl|docker|kind|ctr|openssl|go|nats|crane|cosign)\s/;
+  /^(npm|npx|kubectl|helm|ifp-runtime|ifp-operator|ifp|node|curl|docker|kind|ctr|openssl|go|nats|crane|cosign|syft)\s/;
 
 /** The programs an inline code span that is a command starts with. */
 const SPAN_PROGRAMS = /^(kubectl|helm|npm|npx|node|ctr|kind|docker|crane|sha256sum|cosign) /;
@@ -167,6 +167,25 @@ const CHECKS: Record<string, Check> = {
     holds: ["`helm pull ${chartRef} --version ${version} -d ${pulled} --plain-http`"],
   },
   "npm run tools -- crane": { by: "e2e/support/registry.ts", holds: ['toolPath("crane")'] },
+  "crane manifest registry.example/ifp-dev/ifp-runtime:0.1.0": {
+    by: "e2e/release/release.test.ts",
+    holds: ["const served = await sh(`crane manifest ${ref}`, work);", "expect(served.stdout).toBe(inArchive"],
+  },
+  // The images' scan (docs/install.md): the release test runs the block on the release it makes.
+  "npm run tools -- syft": { by: "e2e/release/release.test.ts", holds: ['toolPath("syft")'] },
+  "syft scan oci-archive:ifp-operator-0.1.0.oci.tar": {
+    by: "e2e/release/release.test.ts",
+    holds: ['installBlock("syft scan", "registry.example")', "expect(scanned, img.name).toEqual(locked);"],
+  },
+  "syft scan oci-archive:ifp-runtime-0.1.0.oci.tar": {
+    by: "e2e/release/release.test.ts",
+    holds: ['installBlock("syft scan", "registry.example")', "expect(scanned, img.name).toEqual(locked);"],
+  },
+  "syft scan oci-archive:ifp-example-app-0.1.0.oci.tar": {
+    by: "e2e/release/release.test.ts",
+    holds: ['installBlock("syft scan", "registry.example")', "expect(scanned, img.name).toEqual(locked);"],
+  },
+  "npm run images:lock": { by: "e2e/images/debian.test.ts", holds: ['refreshLock(join(dir, "lock.json")'] },
   "crane push ifp-operator-0.1.0 registry.example/ifp-dev/ifp-operator:0.1.0": {
     by: "e2e/release/release.test.ts",
     holds: ['installBlock("crane push", registry.host)', "expect(r.code, `${line}\\n${r.stderr}`).toBe(0);"],

@@ -40,10 +40,11 @@ import { tmpdir } from "node:os";
 import { dirname, join, posix, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { cacheRoot, installDebianPackages, toolPath } from "../tools/tools.ts";
+import { CA_BUNDLE, type DebianLock, lockKey, readLock, unpackDebianBase } from "./debian.ts";
 
 const REPO = fileURLToPath(new URL("../../", import.meta.url));
 /** Bumped when the way images are assembled changes, so that cached archives are rebuilt. */
-const RECIPE = "ifp-images-3";
+const RECIPE = "ifp-images-4";
 /** How many builds of each image the cache keeps, the newest. */
 const KEPT_BUILDS = 3;
 /** The builder stages' base: Node with npm and a shell. */
@@ -52,6 +53,8 @@ const NODE_BASE = /^node:(\d+)-slim$/;
 const DISTROLESS_BASE = /^gcr\.io\/distroless\/nodejs(\d+)-debian\d+(?::nonroot)?$/;
 /** What each base gives an image besides Node itself: where Node is, its environment, its users. */
 interface BaseImage {
+  /** The base image's name here: ifp.local/ifp-base-<kind><Node major>-<distro>. */
+  kind: string;
   node: string;
   env: Record<string, string>;
   passwd: string;
@@ -63,6 +66,7 @@ const BASES: { match: RegExp; image: BaseImage }[] = [
   {
     match: NODE_BASE,
     image: {
+      kind: "node",
       node: "/usr/local/bin/node",
       env: { PATH: BASE_PATH },
       passwd: "root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/sh\n",
@@ -73,8 +77,9 @@ const BASES: { match: RegExp; image: BaseImage }[] = [
   {
     match: DISTROLESS_BASE,
     image: {
+      kind: "nodejs",
       node: "/nodejs/bin/node",
-      env: { PATH: BASE_PATH, SSL_CERT_FILE: "/etc/ssl/certs/ca-certificates.crt" },
+      env: { PATH: BASE_PATH, SSL_CERT_FILE: CA_BUNDLE },
       passwd:
         "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
       group: "root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n",
@@ -373,18 +378,10 @@ function sh(cmd: string, args: string[], opts: { cwd?: string; env?: Record<stri
   return r.stdout;
 }
 
-/** Node from the npm `node` package this repository pins, and the libraries it links. */
-export function nodeRuntimeFiles(): { node: string; version: string; libs: { path: string; source: string }[] } {
+/** Node from the npm `node` package this repository pins. */
+function nodeRuntime(): { node: string; version: string } {
   const node = realpathSync(join(REPO, "node_modules", "node", "bin", "node"));
-  const version = sh(node, ["--version"]).trim();
-  const libs: { path: string; source: string }[] = [];
-  for (const line of sh("ldd", [node]).split("\n")) {
-    // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" or "/lib64/ld-linux-x86-64.so.2 (0x…)"
-    const m = /(?:=>\s*)?(\/\S+)\s+\(0x/.exec(line);
-    if (m) libs.push({ path: m[1]!, source: realpathSync(m[1]!) });
-  }
-  if (!libs.some((l) => l.path.includes("ld-linux"))) throw new Error(`ldd ${node}: no dynamic loader found`);
-  return { node, version, libs };
+  return { node, version: sh(node, ["--version"]).trim() };
 }
 
 function fileHash(h: ReturnType<typeof createHash>, path: string, label = path): void {
@@ -433,28 +430,88 @@ function ignoreFileText(dockerfilePath: string): string {
 
 interface Recipe {
   name: string;
-  /** Fills the root filesystem. */
+  /** The image it is built on, whose layers come first; without one, from scratch. */
+  from?: Recipe;
+  /** Fills the root filesystem of its own layer. */
   populate(rootfs: string): void;
   config: { env: Record<string, string>; workdir: string; user: string; expose: string[]; entrypoint: string[] };
+  /** OCI annotations of its manifest, also labels of its config. */
+  annotations?: Record<string, string>;
   hash: string;
+}
+
+/** The project's repository, from package.json's `repository`, as a browsable URL. */
+export function sourceUrl(pkg: { repository?: string | { url?: string } }): string {
+  const url = typeof pkg.repository === "string" ? pkg.repository : pkg.repository?.url;
+  if (!url) throw new Error("package.json has no repository: the images' org.opencontainers.image.source");
+  return url.replace(/^git\+/, "").replace(/\.git$/, "");
+}
+
+/**
+ * The annotations an image of this repository carries from its build: what it is, its version,
+ * licence and source (package.json). buildImage adds its base's name and digest.
+ */
+function imageAnnotations(name: string): Record<string, string> {
+  const pkg = JSON.parse(readFileSync(join(REPO, "package.json"), "utf8"));
+  return {
+    "org.opencontainers.image.title": name,
+    "org.opencontainers.image.version": pkg.version,
+    "org.opencontainers.image.licenses": pkg.license,
+    "org.opencontainers.image.source": sourceUrl(pkg),
+  };
+}
+
+/**
+ * The base of the final stage: Debian's packages (e2e/images/debian.ts, as the lock pins them),
+ * Node where the base has it (/usr/local/bin/node in node:24-slim, /nodejs/bin/node in
+ * distroless), the base's users and home, /tmp. No shell, no package manager. Its image is built
+ * once per lock, Node and base, and every image of that base is built on it.
+ */
+function baseRecipe(base: BaseImage, runtime: ReturnType<typeof nodeRuntime>, lock: DebianLock): Recipe {
+  const major = /^v(\d+)/.exec(runtime.version)?.[1];
+  const name = `ifp-base-${base.kind}${major}-${lock.distro.replace("-", "")}`;
+  const h = createHash("sha256");
+  h.update(`${RECIPE}\0${name}\0${lockKey(lock)}\0${JSON.stringify(base)}\0${runtime.version}\0`);
+  fileHash(h, runtime.node, "node");
+  return {
+    name,
+    hash: h.digest("hex").slice(0, 16),
+    config: { env: base.env, workdir: "/", user: base.home.owner, expose: [], entrypoint: [base.node] },
+    populate(rootfs) {
+      unpackDebianBase(rootfs, lock);
+      for (const d of [dirname(base.node), "etc", "tmp", base.home.path])
+        mkdirSync(join(rootfs, d), { recursive: true });
+      chmodSync(join(rootfs, "tmp"), 0o1777);
+      copyFileSync(runtime.node, join(rootfs, base.node));
+      chmodSync(join(rootfs, base.node), 0o755);
+      writeFileSync(join(rootfs, "etc/passwd"), base.passwd);
+      writeFileSync(join(rootfs, "etc/group"), base.group);
+      writeFileSync(join(rootfs, "etc/nsswitch.conf"), "passwd: files\ngroup: files\nhosts: files dns\n");
+      sh("chown", [base.home.owner, join(rootfs, base.home.path)]);
+      // Node runs on the packages' loader and libraries alone, as in a container of the image.
+      const version = sh("chroot", ["--userspec", base.home.owner, rootfs, base.node, "--version"]).trim();
+      if (version !== runtime.version)
+        throw new Error(`${base.node} in the base says ${version}, not ${runtime.version}`);
+    },
+  };
 }
 
 function imageRecipe(name: string, dockerfilePath: string): Recipe {
   const plan = readDockerfile(join(REPO, dockerfilePath));
   const ignoreText = ignoreFileText(dockerfilePath);
   const ignored = dockerignore(ignoreText);
-  const runtime = nodeRuntimeFiles();
+  const runtime = nodeRuntime();
   const base = baseImage(plan.base)!.image;
+  const from = baseRecipe(base, runtime, readLock());
   const major = Number(/^v(\d+)/.exec(runtime.version)?.[1]);
   if (major !== plan.nodeMajor)
     throw new Error(`${dockerfilePath} is FROM ${plan.base}, but node_modules/node is ${runtime.version}`);
 
   const h = createHash("sha256");
   h.update(
-    `${RECIPE}\0${name}\0${readFileSync(join(REPO, dockerfilePath), "utf8")}\0${ignoreText}\0${runtime.version}\0`,
+    `${RECIPE}\0${name}\0${readFileSync(join(REPO, dockerfilePath), "utf8")}\0${ignoreText}\0${from.name}:${from.hash}\0`,
   );
-  fileHash(h, runtime.node, "node");
-  for (const l of runtime.libs) fileHash(h, l.source, l.path);
+  fileHash(h, join(REPO, "package.json"), "annotations:package.json");
   for (const c of plan.copies) {
     if (c.from !== undefined)
       for (const f of ["package.json", "package-lock.json"]) fileHash(h, join(REPO, f), `deps:${f}`);
@@ -473,6 +530,8 @@ function imageRecipe(name: string, dockerfilePath: string): Recipe {
   return {
     name,
     hash: h.digest("hex").slice(0, 16),
+    from,
+    annotations: imageAnnotations(name),
     config: {
       env: { ...base.env, ...plan.env },
       workdir: plan.workdir,
@@ -481,7 +540,6 @@ function imageRecipe(name: string, dockerfilePath: string): Recipe {
       entrypoint: plan.entrypoint,
     },
     populate(rootfs) {
-      baseFilesystem(rootfs, runtime, base);
       mkdirSync(join(rootfs, plan.workdir), { recursive: true });
       for (const f of contextFiles) {
         const to = join(rootfs, f.dest);
@@ -521,27 +579,6 @@ function imageRecipe(name: string, dockerfilePath: string): Recipe {
       }
     },
   };
-}
-
-/**
- * The base: Node where the base has it (/usr/local/bin/node in node:24-slim, /nodejs/bin/node in
- * distroless), its libraries, the base's users and home, /tmp. No shell, no package manager.
- */
-function baseFilesystem(rootfs: string, runtime: ReturnType<typeof nodeRuntimeFiles>, base: BaseImage): void {
-  for (const d of [dirname(base.node), "etc", "tmp", base.home.path]) mkdirSync(join(rootfs, d), { recursive: true });
-  chmodSync(join(rootfs, "tmp"), 0o1777);
-  copyFileSync(runtime.node, join(rootfs, base.node));
-  chmodSync(join(rootfs, base.node), 0o755);
-  for (const l of runtime.libs) {
-    const to = join(rootfs, l.path);
-    mkdirSync(dirname(to), { recursive: true });
-    copyFileSync(l.source, to);
-    chmodSync(to, 0o755);
-  }
-  writeFileSync(join(rootfs, "etc/passwd"), base.passwd);
-  writeFileSync(join(rootfs, "etc/group"), base.group);
-  writeFileSync(join(rootfs, "etc/nsswitch.conf"), "passwd: files\ngroup: files\nhosts: files dns\n");
-  sh("chown", [base.home.owner, join(rootfs, base.home.path)]);
 }
 
 /**
@@ -690,7 +727,7 @@ export const IMAGES: Record<string, () => Recipe> = {
   nats: natsRecipe,
 };
 
-function imagesCache(): string {
+export function imagesCache(): string {
   const dir = join(dirname(cacheRoot()), "images");
   mkdirSync(dir, { recursive: true });
   return dir;
@@ -700,10 +737,74 @@ function imagesCache(): string {
 export function buildImage(kind: string): BuiltImage {
   const make = IMAGES[kind];
   if (!make) throw new Error(`unknown image ${kind}; known: ${Object.keys(IMAGES).join(", ")}`);
-  const recipe = make();
+  return buildRecipe(make());
+}
+
+/** The digest of the one image of an OCI archive (its manifest's). */
+export function archiveDigest(archive: string): string {
+  const index = JSON.parse(sh("tar", ["-xOf", archive, "index.json"]));
+  if (index.manifests?.length !== 1) throw new Error(`${archive}: ${index.manifests?.length} images, not one`);
+  return index.manifests[0].digest;
+}
+
+/**
+ * A copy of an OCI archive whose image carries more annotations (a release's revision and date):
+ * its manifest rewritten with them, so it has another digest; its config and layers the same
+ * blobs. Written as a tar of the layout with fixed owners and times, so that the same input gives
+ * the same bytes.
+ */
+export function annotateArchive(archive: string, dest: string, annotations: Record<string, string>): string {
+  const work = mkdtempSync(join(tmpdir(), "ifp-image-annotate-"));
+  try {
+    sh("tar", ["-xf", archive, "-C", work]);
+    const index = JSON.parse(readFileSync(join(work, "index.json"), "utf8"));
+    if (index.manifests?.length !== 1) throw new Error(`${archive}: ${index.manifests?.length} images, not one`);
+    const [descriptor] = index.manifests;
+    const blob = (digest: string) => join(work, "blobs", ...digest.split(":"));
+    const manifest = JSON.parse(readFileSync(blob(descriptor.digest), "utf8"));
+    manifest.annotations = { ...manifest.annotations, ...annotations };
+    const bytes = Buffer.from(JSON.stringify(manifest));
+    const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+    rmSync(blob(descriptor.digest));
+    writeFileSync(blob(digest), bytes);
+    index.manifests = [{ ...descriptor, digest, size: bytes.length }];
+    writeFileSync(join(work, "index.json"), JSON.stringify(index));
+    const partial = `${dest}.${process.pid}.partial`;
+    sh("tar", [
+      "--sort=name",
+      "--owner=0",
+      "--group=0",
+      "--numeric-owner",
+      "--mtime=@0",
+      "--format=ustar",
+      "-cf",
+      partial,
+      "-C",
+      work,
+      "oci-layout",
+      "index.json",
+      "blobs",
+    ]);
+    renameSync(partial, dest);
+    return digest;
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+function buildRecipe(recipe: Recipe): BuiltImage {
   const ref = `ifp.local/${recipe.name}:${recipe.hash}`;
   const archive = join(imagesCache(), `${recipe.name}-${recipe.hash}.oci.tar`);
   if (existsSync(archive)) return { ref, archive };
+  // The base first (cached as any image), and named with its digest in the image's manifest.
+  const base = recipe.from && buildRecipe(recipe.from);
+  const annotations = {
+    ...recipe.annotations,
+    ...(base && {
+      "org.opencontainers.image.base.name": base.ref,
+      "org.opencontainers.image.base.digest": archiveDigest(base.archive),
+    }),
+  };
   ensureBuildah();
   const started = Date.now();
   process.stderr.write(`images: building ${ref} (first run only; cached in ${imagesCache()})\n`);
@@ -715,7 +816,7 @@ export function buildImage(kind: string): BuiltImage {
   let container = "";
   try {
     recipe.populate(rootfs);
-    container = sh("buildah", [...store, "from", "--quiet", "scratch"]).trim();
+    container = sh("buildah", [...store, "from", "--quiet", base ? `oci-archive:${base.archive}` : "scratch"]).trim();
     sh("buildah", [...store, "copy", "--quiet", container, `${rootfs}/.`, "/"]);
     const c = recipe.config;
     const cfg = [
@@ -734,6 +835,7 @@ export function buildImage(kind: string): BuiltImage {
     ];
     for (const [k, v] of Object.entries(c.env)) cfg.push("--env", `${k}=${v}`);
     for (const p of c.expose) cfg.push("--port", p);
+    for (const [k, v] of Object.entries(annotations)) cfg.push("--annotation", `${k}=${v}`, "--label", `${k}=${v}`);
     sh("buildah", [...store, "config", ...cfg, container]);
     sh("buildah", [...store, "commit", "--quiet", "--format", "oci", "--timestamp", "0", container, ref]);
     const partial = `${archive}.${process.pid}.partial`;

@@ -2,7 +2,7 @@
 // holds read back with the tools a platform team uses (sha256sum, tar, helm). Building the images
 // needs root (buildah); elsewhere the build is skipped with one line and the rest still runs.
 import { execFile, spawnSync } from "node:child_process";
-import { createHash } from "node:crypto";
+import { createHash, X509Certificate } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -10,7 +10,8 @@ import { parse } from "yaml";
 import { releaseDir, tempDir } from "../support/process.ts";
 import { type Registry, startRegistry } from "../support/registry.ts";
 import { toolPath } from "../tools/tools.ts";
-import { BUNDLE_LICENCES } from "../images/build.ts";
+import { BUNDLE_LICENCES, imagesCache } from "../images/build.ts";
+import { readLock } from "../images/debian.ts";
 import { SLSA_PROVENANCE_V1, STATEMENT_TYPE } from "./provenance.ts";
 import { generateKeyPair, publish } from "./sign.ts";
 import {
@@ -43,6 +44,9 @@ const BUNDLED: Record<string, { dir: string; bins: string[]; holds: string[] }> 
 };
 
 const sha256 = (data: Buffer | string) => createHash("sha256").update(data).digest("hex");
+/** One qualifier of a package URL, decoded. */
+const purlQualifier = (purl: string, key: string) =>
+  new URLSearchParams(purl.slice(purl.indexOf("?") + 1)).get(key) ?? undefined;
 
 /**
  * The lines of the fenced block of docs/install.md that holds `marker`, as a reader copies them,
@@ -65,7 +69,7 @@ function sh(line: string, cwd: string, env: NodeJS.ProcessEnv = {}) {
     dirname(toolPath("crane")),
     dirname(toolPath("helm")),
     dirname(toolPath("cosign")),
-    process.env.PATH,
+    env.PATH ?? process.env.PATH,
   ].join(":");
   return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
     execFile(
@@ -350,7 +354,9 @@ describe("npm run release", () => {
         expect(held.size, img.name).toBeGreaterThan(0);
         if (bundle) for (const pkg of bundle.holds) expect(held, img.name).toContain(pkg);
         const libraries = new Set(
-          (bom.components as { type: string; name: string }[]).filter((c) => c.type === "library").map((c) => c.name),
+          (bom.components as { type: string; name: string; purl?: string }[])
+            .filter((c) => c.type === "library" && c.purl?.startsWith("pkg:npm/"))
+            .map((c) => c.name),
         );
         expect(
           [...held].filter((n) => !libraries.has(n)),
@@ -401,6 +407,107 @@ describe("npm run release", () => {
           image: { "docker-manifest-digest": img.digest },
           type: "cosign container image signature",
         });
+      }
+    });
+
+    it("each image, as a scanner sees it (Syft, with the commands of docs/install.md): the lock's Debian packages, which are its SBOM's pkg:deb components, and Node", async () => {
+      const locked = readLock()
+        .packages.map((p) => `${p.package} ${p.version} ${p.architecture}`)
+        .sort();
+      const lines = installBlock("syft scan", "registry.example");
+      expect(lines).toHaveLength(made.images.length);
+      const env = { PATH: `${dirname(toolPath("syft"))}:${process.env.PATH}`, SYFT_CHECK_FOR_APP_UPDATE: "false" };
+      // The three at once: each is mostly reading and unpacking its layers.
+      const scans = await Promise.all(lines.map((line) => sh(`${line} -o json -q`, out, env)));
+      for (const img of made.images) {
+        const at = lines.findIndex((l) => l.includes(` oci-archive:${img.archive}`));
+        expect(at, `docs/install.md scans ${img.archive}`).toBeGreaterThanOrEqual(0);
+        const scan = scans[at]!;
+        expect(scan.code, scan.stderr).toBe(0);
+        const found = JSON.parse(scan.stdout) as {
+          artifacts: { type: string; name: string; version: string; purl: string }[];
+          distro: { id?: string; versionID?: string };
+        };
+        expect(found.distro.id, img.name).toBe("debian");
+        expect(found.distro.versionID, img.name).toMatch(/^12(\.|$)/);
+        const debs = found.artifacts.filter((a) => a.type === "deb");
+        const scanned = debs.map((a) => `${a.name} ${a.version} ${purlQualifier(a.purl, "arch")}`).sort();
+        expect(scanned, img.name).toEqual(locked);
+        // Syft reads each package's copyright: a licence for most of them.
+        const bom = JSON.parse(readFileSync(join(out, img.sbom), "utf8"));
+        const listed = (bom.components as { purl?: string; name: string; version: string }[])
+          .filter((c) => c.purl?.startsWith("pkg:deb/"))
+          .map((c) => {
+            expect(c.purl, c.name).toMatch(
+              /^pkg:deb\/debian\/[^@]+@[^?]+\?arch=(amd64|all)&distro=debian-12(&upstream=[\w.+%-]+)?$/,
+            );
+            const [name, version] = decodeURIComponent(
+              c.purl!.slice("pkg:deb/debian/".length, c.purl!.indexOf("?")),
+            ).split("@");
+            expect([name, version], c.purl).toEqual([c.name, c.version]);
+            return `${c.name} ${c.version} ${purlQualifier(c.purl!, "arch")}`;
+          })
+          .sort();
+        expect(listed, `${img.sbom}: its pkg:deb components, as Syft found them`).toEqual(scanned);
+        // The same purls, but for the distribution's point release Syft adds (debian-12.N).
+        for (const d of debs)
+          expect(
+            bom.components.map((c: { purl?: string }) => c.purl),
+            d.purl,
+          ).toContain(d.purl.replace(/&distro=debian-12\.\d+/, "&distro=debian-12"));
+        // Node, as Syft tells it by its binary, is the SBOM's.
+        const node = found.artifacts.find((a) => a.name === "node" && a.type === "binary");
+        expect(node?.version, img.name).toBe(bom.components.find((c: { name: string }) => c.name === "node").version);
+      }
+    }, 300_000);
+
+    it("each image: its CA bundle at SSL_CERT_FILE, its base's packages recorded as distroless records them, its annotations filled", () => {
+      const commitDate = new Date(
+        spawnSync("git", ["show", "-s", "--format=%cI", head], { encoding: "utf8" }).stdout.trim(),
+      );
+      for (const img of made.images) {
+        const archive = join(out, img.archive);
+        const a = readArchive(archive);
+        const env = Object.fromEntries((a.config.config.Env ?? []).map((e) => e.split(/=(.*)/s).slice(0, 2)));
+        expect(env.SSL_CERT_FILE, img.name).toBe("/etc/ssl/certs/ca-certificates.crt");
+        const bundle = imageFile(archive, env.SSL_CERT_FILE.slice(1))?.toString("utf8") ?? "";
+        const pems = bundle.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+        expect(pems.length, img.name).toBeGreaterThan(100);
+        const subjects = pems.map((p) => new X509Certificate(p).subject);
+        expect(subjects.some((s) => s.includes("CN=ISRG Root X1"))).toBe(true);
+        // One status file per package, with its md5sums, as distroless writes them.
+        const { files } = imageFiles(archive);
+        const status = files.filter((f) => f.startsWith("var/lib/dpkg/status.d/")).sort();
+        expect(status, img.name).toEqual(
+          readLock()
+            .packages.flatMap((p) => [
+              `var/lib/dpkg/status.d/${p.package}`,
+              `var/lib/dpkg/status.d/${p.package}.md5sums`,
+            ])
+            .sort(),
+        );
+        expect(files).toContain("lib64/ld-linux-x86-64.so.2");
+        const annotations = a.manifest.annotations ?? {};
+        for (const key of ["base.name", "base.digest", "source", "revision", "version", "licenses", "created", "title"])
+          expect(annotations[`org.opencontainers.image.${key}`], `${img.name}: ${key}`).toBeTruthy();
+        expect(annotations).toMatchObject({
+          "org.opencontainers.image.revision": head,
+          "org.opencontainers.image.version": version,
+          "org.opencontainers.image.licenses": "Apache-2.0",
+          "org.opencontainers.image.title": img.name,
+          "org.opencontainers.image.created": commitDate.toISOString().replace(/\.\d{3}Z$/, "Z"),
+        });
+        expect(annotations["org.opencontainers.image.source"]).toMatch(/^https:\/\/github\.com\/[\w-]+\/[\w-]+$/);
+        // The base, by the name and digest the image gives: the image's first layers are its layers.
+        const baseName = annotations["org.opencontainers.image.base.name"]!;
+        const m = /^ifp\.local\/(ifp-base-nodejs24-debian12):([0-9a-f]{16})$/.exec(baseName);
+        expect(m, baseName).toBeTruthy();
+        const base = readArchive(join(imagesCache(), `${m![1]}-${m![2]}.oci.tar`));
+        expect(base.digest).toBe(annotations["org.opencontainers.image.base.digest"]);
+        expect(a.config.rootfs.diff_ids.slice(0, base.config.rootfs.diff_ids.length)).toEqual(
+          base.config.rootfs.diff_ids,
+        );
+        expect(a.manifest.layers.length).toBe(base.manifest.layers.length + 1);
       }
     });
 

@@ -48,10 +48,12 @@ import {
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
+import { gunzipSync } from "node:zlib";
 import { isAbsolute, join, posix, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseDocument } from "yaml";
-import { BUNDLE_LICENCES, depsSource, isBundleRun, readDockerfile } from "../images/build.ts";
+import { annotateArchive, BUNDLE_LICENCES, depsSource, isBundleRun, readDockerfile } from "../images/build.ts";
+import { debPurl, parseControl, STATUS_DIR } from "../images/debian.ts";
 import { toolPath } from "../tools/tools.ts";
 import { builderFromEnv, commitFiles, provenanceStatement } from "./provenance.ts";
 import { type ImageSignature, publish, signChecksums, signImage, signingFromInputs, writePublicKey } from "./sign.ts";
@@ -119,7 +121,11 @@ function archiveFile(archive: string, path: string): Buffer {
 export function readArchive(archive: string): {
   digest: string;
   ref: string;
-  manifest: { config: { digest: string }; layers: { digest: string; size: number; mediaType: string }[] };
+  manifest: {
+    config: { digest: string };
+    layers: { digest: string; size: number; mediaType: string }[];
+    annotations?: Record<string, string>;
+  };
   config: { config: { User?: string; Entrypoint?: string[]; Env?: string[] }; rootfs: { diff_ids: string[] } };
 } {
   const index = JSON.parse(archiveFile(archive, "index.json").toString("utf8"));
@@ -170,6 +176,36 @@ export function imageFile(archive: string, path: string): Buffer | undefined {
     }
   }
   return found;
+}
+
+/** The regular files of an image's layers that `wanted` picks, by path, a later layer's over an earlier one's. */
+export function imageMembers(archive: string, wanted: (path: string) => boolean): Map<string, Buffer> {
+  const found = new Map<string, Buffer>();
+  for (const layer of readArchive(archive).manifest.layers) {
+    const data = archiveFile(archive, `blobs/${layer.digest.replace(":", "/")}`);
+    const tar = layer.mediaType.endsWith("+gzip") ? gunzipSync(data, { maxOutputLength: 2 ** 31 }) : data;
+    for (const [name, bytes] of tarMembers(tar)) if (wanted(name)) found.set(name, Buffer.from(bytes));
+  }
+  return found;
+}
+
+/**
+ * The Debian packages an image holds, as scanners read them: each status file under
+ * var/lib/dpkg/status.d/, and the distribution of its os-release (`debian-12`).
+ */
+export function imageDebianPackages(archive: string): { distro: string; packages: Record<string, string>[] } {
+  const members = imageMembers(
+    archive,
+    (p) => p === "usr/lib/os-release" || (p.startsWith(`${STATUS_DIR}/`) && !p.endsWith(".md5sums")),
+  );
+  const osRelease = members.get("usr/lib/os-release")?.toString("utf8") ?? "";
+  const field = (k: string) => new RegExp(`^${k}="?([^"\n]*)"?$`, "m").exec(osRelease)?.[1];
+  const packages = [...members]
+    .filter(([p]) => p.startsWith(`${STATUS_DIR}/`))
+    .flatMap(([, bytes]) => parseControl(bytes.toString("utf8")))
+    .filter((e) => e.Package && e.Version)
+    .sort((a, b) => (a.Package! < b.Package! ? -1 : 1));
+  return { distro: field("ID") && field("VERSION_ID") ? `${field("ID")}-${field("VERSION_ID")}` : "", packages };
 }
 
 /**
@@ -296,6 +332,8 @@ function imageSbom(
     purl: `pkg:generic/node@${nodeVersion}`,
     externalReferences: [{ type: "website", url: "https://nodejs.org" }],
   };
+  const os = debianComponents(archive);
+  if (!os.packages.length) throw new Error(`${img.name}: the image holds no Debian package under ${STATUS_DIR}`);
   return {
     ...bom,
     metadata: {
@@ -308,12 +346,49 @@ function imageSbom(
         hashes: [{ alg: "SHA-256", content: digest.replace(/^sha256:/, "") }],
       },
     },
-    components: [root, node, ...components],
+    components: [root, node, os.system, ...os.packages, ...components],
     dependencies: [
-      { ref: `${img.name}@${digest}`, dependsOn: [root["bom-ref"], node["bom-ref"]] },
+      { ref: `${img.name}@${digest}`, dependsOn: [root["bom-ref"], node["bom-ref"], os.system["bom-ref"]] },
+      ...os.dependencies,
       ...(bom.dependencies as { ref: string; dependsOn?: string[] }[])
         .filter((d) => refs.has(d.ref))
         .map((d) => ({ ...d, dependsOn: (d.dependsOn ?? []).filter((r) => refs.has(r)) })),
+    ],
+  };
+}
+
+/**
+ * The operating system of an image and its Debian packages as CycloneDX components: each package
+ * by its purl (`pkg:deb/debian/<name>@<version>?arch=…&distro=debian-12`, the source package as
+ * `upstream`), the system depending on every package and each package on those of its Depends and
+ * Pre-Depends that the image holds.
+ */
+function debianComponents(archive: string) {
+  const { distro, packages } = imageDebianPackages(archive);
+  const [name, release] = distro.split("-") as [string, string];
+  const system = { "bom-ref": `os:${distro}`, type: "operating-system", name, version: release };
+  const refs = new Map(packages.map((e) => [e.Package!, debPurl(e, distro)]));
+  const depends = (e: Record<string, string>) =>
+    [e["Pre-Depends"], e.Depends]
+      .filter((d): d is string => d !== undefined)
+      .flatMap((d) => d.split(","))
+      // "libgcc-s1 (>= 3.0)", "debconf (>= 0.5) | debconf-2.0", "gcc-12-base:amd64": the names held.
+      .flatMap((alt) => alt.split("|").map((a) => a.trim().split(/[\s:(]/)[0]!))
+      .filter((n, i, all) => refs.has(n) && n !== e.Package && all.indexOf(n) === i)
+      .map((n) => refs.get(n)!);
+  return {
+    system,
+    packages: packages.map((e) => ({
+      "bom-ref": refs.get(e.Package!)!,
+      type: "library",
+      name: e.Package!,
+      version: e.Version!,
+      ...(e.Maintainer && { publisher: e.Maintainer }),
+      purl: refs.get(e.Package!)!,
+    })),
+    dependencies: [
+      { ref: system["bom-ref"], dependsOn: [...refs.values()] },
+      ...packages.map((e) => ({ ref: refs.get(e.Package!)!, dependsOn: depends(e) })),
     ],
   };
 }
@@ -416,13 +491,23 @@ export function release(opts: {
         if (!archive || !ref.startsWith(`ifp.local/${img.name}:`))
           throw new Error(`e2e/images/build.ts built no ${img.name}: ${ref}`);
         try {
-          copyFileSync(archive, join(out, file));
+          copyFileSync(archive, join(work, file));
+          annotateArchive(join(work, file), join(out, file), stamp);
+          rmSync(join(work, file));
           return ref;
         } catch (err) {
           if ((err as NodeJS.ErrnoException).code !== "ENOENT" || attempt === 3) throw err;
           log(`${archive} was removed before it was copied; building it again`);
         }
       }
+    };
+    // What the build cannot know without making every commit's images anew: the commit, and its
+    // date as the images' creation (so that a second release of the commit is the same bytes).
+    const stamp = {
+      "org.opencontainers.image.revision": commit,
+      "org.opencontainers.image.created": new Date(run("git", ["show", "-s", "--format=%cI", commit]).trim())
+        .toISOString()
+        .replace(/\.\d{3}Z$/, "Z"),
     };
     const nodeVersion = run(join(source, "node_modules/node/bin/node"), ["--version"]).trim().replace(/^v/, "");
     const images: ReleasedImage[] = RELEASED_IMAGES.map((img) => {

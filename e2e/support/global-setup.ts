@@ -29,6 +29,8 @@ export default async function setup(): Promise<() => void> {
     "cosign",
     "actionlint",
     ...(nodeTestUnsupported() ? [] : ["kubernetes-node", "coredns", "pause"]),
+    // The scanner of the release test's images, where it builds them (as root).
+    ...(process.getuid?.() === 0 ? ["syft"] : []),
   ];
   const tools = (process.env.IFP_TEST_TOOLS ?? defaults.join(",")).split(",").filter(Boolean);
   const failed = await ensureTools(tools);

@@ -405,6 +405,14 @@ export const TOOLS: Record<string, ToolSpec> = {
       "-s -w -X github.com/rhysd/actionlint.version=v1.7.12",
     ),
   },
+  // A scanner of images' packages: the release test lists each image archive's OS packages with
+  // it, as Trivy, Grype or a registry's scanner would find them, against the release's SBOMs.
+  syft: {
+    key: "syft-v1.57.1",
+    coldSeconds: 240,
+    binaries: ["syft"],
+    build: goInstall("github.com/anchore/syft/cmd/syft", "v1.57.1", "-s -w -X main.version=1.57.1"),
+  },
   kind: {
     key: "kind-v0.33.0",
     coldSeconds: 30,
