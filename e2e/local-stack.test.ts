@@ -1,8 +1,9 @@
 import { execFile } from "node:child_process";
+import { createServer } from "node:net";
 import { expect, it } from "vitest";
-import { tempDir } from "./support/process.ts";
+import { spawnProcess, tempDir } from "./support/process.ts";
 import { httpsRequest } from "./support/https.ts";
-import { startLocalStack, type LocalStack } from "./support/local-stack.ts";
+import { basePort, startLocalStack, type LocalStack } from "./support/local-stack.ts";
 import { waitFor } from "./support/wait.ts";
 
 const escapeRe = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
@@ -110,5 +111,31 @@ it("npm start brings up the local stack, its printed command sends a signed mess
   } finally {
     // Ctrl-C, as a person would; bounded, and it cannot replace the test's own error.
     await stack?.stop();
+  }
+});
+
+it("npm start ends with exit code 1 when a part cannot start (its port taken), and says how to move the ports", {
+  timeout: 120_000,
+}, async () => {
+  const base = basePort();
+  // alice's port, taken by another listener on every address the runtime would bind.
+  const taken = createServer((socket) => socket.destroy());
+  await new Promise<void>((resolve, reject) => taken.once("error", reject).listen(base, "0.0.0.0", resolve));
+  try {
+    const stack = spawnProcess("npm start", "npm", ["start", "--silent"], {
+      env: { ...process.env, IFP_STACK_DIR: tempDir("ifp-stack-taken-"), IFP_STACK_PORT: String(base) },
+      group: true,
+    });
+    const exit = await stack.exited;
+    expect(exit.code, stack.log()).toBe(1);
+    expect(stack.log()).toMatch(/EADDRINUSE/);
+    expect(stack.log()).toMatch(
+      new RegExp(
+        `npm start: alice exited with 1; its port may be taken .*IFP_STACK_PORT=N npm start moves .*\\(now ${base}\\)`,
+      ),
+    );
+    expect(stack.log()).not.toContain("ifp local stack is up");
+  } finally {
+    await new Promise((resolve) => taken.close(resolve));
   }
 });

@@ -196,19 +196,26 @@ function startApp(name: "alice" | "bob"): ChildProcess {
   return child;
 }
 
-// Each stop is bounded: SIGTERM, then SIGKILL after a grace period.
-const stop = async () => {
+// Each stop is bounded: SIGTERM, then SIGKILL after a grace period. Ctrl-C ends with 0, a part
+// that failed with 1.
+let stopping = false;
+const stop = async (code: number) => {
+  if (stopping) return;
+  stopping = true;
   await Promise.all(procs.map((p) => stopChild(p.child, 10_000)));
   await nats.stop();
-  process.exit(0);
+  process.exit(code);
 };
-process.once("SIGINT", stop);
-process.once("SIGTERM", stop);
+process.once("SIGINT", () => stop(0));
+process.once("SIGTERM", () => stop(0));
+const PORT_HINT = `its port may be taken (EADDRINUSE above): IFP_STACK_PORT=N npm start moves the stack to ports N, N+1 and N+2 (alice, bob, the relay), their local APIs to +100 and their applications to +200 (now ${basePort})`;
 function watch(p: Proc): void {
   p.child.once("exit", (code) => {
-    if (code !== 0 && code !== null) {
-      process.stderr.write(`${p.name} exited with ${code}; stopping the stack\n`);
-      void stop();
+    if (code !== 0 && !stopping) {
+      process.stderr.write(
+        `npm start: ${p.name} exited with ${code ?? "a signal"}; ${PORT_HINT}; stopping the stack\n`,
+      );
+      void stop(1);
     }
   });
 }
@@ -223,7 +230,11 @@ await Promise.all(
       250,
     ),
   ),
-);
+).catch(async (err: unknown) => {
+  if (stopping) return new Promise<never>(() => {});
+  process.stderr.write(`npm start: ${(err as Error).message}; ${PORT_HINT}; stopping the stack\n`);
+  await stop(1);
+});
 
 const send = `npx ifp send --from-key ${join(stateDir, "bob.key")} --from bob-agent --to ${procs[0]!.url} --text "Hello from Bob's agent" --ca-file ${tls.files.ca}`;
 const a2aMessage = `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m-'$(date +%s)'","role":"ROLE_USER","parts":[{"text":"Hello from an A2A client"}]}}}`;

@@ -6,7 +6,7 @@ import { spawnProcess, type ManagedProcess } from "./process.ts";
 import { waitFor } from "./wait.ts";
 
 /** A base port with room for the stack's ports (base … base+302) below the kernel's ephemeral range. */
-function basePort(): number {
+export function basePort(): number {
   const [lo] = readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number);
   const top = (lo ?? 32768) - 400;
   return 10_000 + Math.floor(Math.random() * Math.max(1000, top - 10_000));

@@ -13,8 +13,13 @@ export function microTime(d: Date): string {
   return d.toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
 }
 
+/** The Lease annotation in which the leader writes its version (kubectl ifp status shows it). */
+export const LEADER_VERSION_ANNOTATION = "ifp.dev/version";
+
 export interface LeaderElectorOptions {
   namespace: string;
+  /** Annotations the holder writes on the Lease with each acquire and renewal. */
+  annotations?: Record<string, string>;
   name: string;
   identity: string;
   log: Logger;
@@ -27,7 +32,8 @@ export interface LeaderElectorOptions {
 
 export class LeaderElector {
   private readonly api: CoordinationV1Api;
-  private readonly opts: Required<Omit<LeaderElectorOptions, "log">>;
+  private readonly opts: Required<Omit<LeaderElectorOptions, "log" | "annotations">>;
+  private readonly annotations: Record<string, string>;
   private readonly log: Logger;
   private timer: NodeJS.Timeout | undefined;
   private leading = false;
@@ -40,6 +46,7 @@ export class LeaderElector {
   constructor(kc: KubeConfig, opts: LeaderElectorOptions) {
     this.api = kc.makeApiClient(CoordinationV1Api);
     this.log = opts.log;
+    this.annotations = opts.annotations ?? {};
     // Defaults for what the caller left out, an explicit `undefined` included: a Lease written
     // without its duration never expires for the other candidates.
     this.opts = {
@@ -120,7 +127,7 @@ export class LeaderElector {
         await this.api.createNamespacedLease({
           namespace,
           body: {
-            metadata: { name, namespace },
+            metadata: { name, namespace, annotations: this.annotations },
             spec: {
               holderIdentity: identity,
               leaseDurationSeconds: leaseSeconds,
@@ -156,7 +163,8 @@ export class LeaderElector {
       leaseTransitions: (lease.spec?.leaseTransitions ?? 0) + (mine ? 0 : 1),
     };
     try {
-      await this.api.replaceNamespacedLease({ name, namespace, body: { ...lease, spec } });
+      const metadata = { ...lease.metadata, annotations: { ...lease.metadata?.annotations, ...this.annotations } };
+      await this.api.replaceNamespacedLease({ name, namespace, body: { ...lease, metadata, spec } });
       this.lastRenew = now.getTime();
       this.observe(spec, now.getTime());
       return true;

@@ -11,6 +11,7 @@ import { startManager, type ManagerOptions } from "./manager.ts";
 import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./controllers/rollout.ts";
 import { isCidrOrIp } from "../../runtime/src/resources/common.ts";
 import { createLogger } from "../../runtime/src/telemetry/log-format.ts";
+import { buildInfo, versionLine } from "../../runtime/src/util/version.ts";
 import { errorMessage, Kube } from "./kube/client.ts";
 import { prepareUninstall } from "./uninstall.ts";
 import { RELOAD_NATS_USAGE } from "./nats-reloader.ts";
@@ -20,6 +21,7 @@ import { duration, list, readFlags, subcommand, UsageError } from "./flags.ts";
 import { parseTolerationEntry } from "./controllers/pod-policy.ts";
 
 const USAGE = `usage: ifp-operator [flags]
+       ifp-operator --version       the version and the commit it was built from
 
 Runs the Agent and Relay controllers against the current kubeconfig (in a pod: its service
 account). Every flag also reads the environment variable in brackets.
@@ -61,6 +63,9 @@ account). Every flag also reads the environment variable in brackets.
   --nats-tls-dns-names A,B        the names in that certificate: the NATS Services' names
                                   [IFP_NATS_TLS_DNS_NAMES]
   --runtime-image IMAGE           image of the runtime pods [IFP_RUNTIME_IMAGE]
+  --runtime-version V             the version of --runtime-image when it names no tag (by digest
+                                  alone); runtime pods carry their image's version as the label
+                                  app.kubernetes.io/version [IFP_RUNTIME_VERSION]
   --runtime-image-pull-policy P   IfNotPresent (default), Always or Never
   --allowed-images A,B            images an Agent's or Relay's spec.image may name: exact references, or
                                   prefixes ending in * (default: only --runtime-image)
@@ -182,6 +187,7 @@ const OPTIONS = {
   "nats-tls-secret": { type: "string", env: "IFP_NATS_TLS_SECRET" },
   "nats-tls-dns-names": { type: "string", env: "IFP_NATS_TLS_DNS_NAMES" },
   "runtime-image": { type: "string", env: "IFP_RUNTIME_IMAGE" },
+  "runtime-version": { type: "string", env: "IFP_RUNTIME_VERSION" },
   "runtime-image-pull-policy": { type: "string" },
   "allowed-images": { type: "string" },
   "allowed-issuers": { type: "string" },
@@ -529,7 +535,8 @@ function runtimeSettings(str: Flag): ManagerOptions["settings"] {
   const credsSecret = str("nats-creds-secret");
   const credsFile = str("nats-creds");
   return {
-    runtimeImage: str("runtime-image") ?? "ghcr.io/ifp-dev/ifp-runtime:0.1.0",
+    runtimeImage: str("runtime-image") ?? `ghcr.io/ifp-dev/ifp-runtime:${buildInfo().version}`,
+    ...(str("runtime-version") ? { runtimeVersion: str("runtime-version") } : {}),
     runtimeImagePullPolicy: pullPolicy,
     allowedImages: list(str("allowed-images")),
     allowedIssuers: issuerList(str("allowed-issuers")),
@@ -669,6 +676,10 @@ function trustOptions(str: Flag, env: NodeJS.ProcessEnv): NonNullable<ManagerOpt
 
 export async function main(argv = process.argv.slice(2)): Promise<void> {
   if (argv[0] === "prepare-uninstall") return prepareUninstallMain(argv.slice(1));
+  if (argv[0] === "--version" || argv[0] === "-V" || argv[0] === "version") {
+    process.stdout.write(`${versionLine("ifp-operator")}\n`);
+    return;
+  }
   let parsed: ReturnType<typeof parseFlags>;
   try {
     parsed = parseFlags(argv);
@@ -682,6 +693,7 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
     return;
   }
   const log = createLogger({ level: parsed.logLevel, component: "ifp-operator" });
+  log.info(buildInfo(), "operator starting");
   if (!parsed.options.nats)
     log.warn("no --nats-url: relays report StreamReady=False NatsUnavailable and runtimes get nats://nats:4222");
   let manager: Awaited<ReturnType<typeof startManager>>;

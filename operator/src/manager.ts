@@ -26,10 +26,11 @@ import { Caches, type CachedKind } from "./kube/caches.ts";
 import { errorMessage, Kube } from "./kube/client.ts";
 import { ObservedKubeConfig } from "./kube/rest-client.ts";
 import { Controller, type Reconcile } from "./kube/controller.ts";
-import { LeaderElector } from "./leader.ts";
+import { LEADER_VERSION_ANNOTATION, LeaderElector } from "./leader.ts";
 import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, RolloutGate, type RolloutLimit } from "./controllers/rollout.ts";
 import { DEFAULT_FINALIZER_TIMEOUT_MS, Deletions, releaseAllFinalizers } from "./controllers/finalizers.ts";
 import { createOperatorMetrics } from "./metrics.ts";
+import { buildInfo } from "../../runtime/src/util/version.ts";
 import { SummaryCollector } from "./controllers/summary.ts";
 
 export interface ManagerOptions {
@@ -407,6 +408,7 @@ function leaderElector(opts: ManagerOptions, kc: ObservedKubeConfig): LeaderElec
     name: le.name ?? "ifp-operator",
     identity: le.identity ?? `${hostname()}_${process.pid}`,
     leaseSeconds: le.leaseSeconds,
+    annotations: { [LEADER_VERSION_ANNOTATION]: buildInfo().version },
     log: opts.log,
   });
 }

@@ -1,4 +1,5 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import { buildInfo } from "../../runtime/src/util/version.ts";
 
 /** The operator's Prometheus metrics (and the process's own). */
 export function createOperatorMetrics() {
@@ -6,6 +7,12 @@ export function createOperatorMetrics() {
   collectDefaultMetrics({ register: registry, prefix: "ifp_operator_" });
   const registers = [registry];
   const durations = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60];
+  new Gauge({
+    name: "ifp_operator_build_info",
+    help: "Always 1; the operator's version and the commit it was built from, as labels",
+    labelNames: ["version", "commit"],
+    registers,
+  }).set(buildInfo(), 1);
   return {
     registry,
     // The names controller-runtime and client-go export, so that dashboards and alerts made for

@@ -169,7 +169,7 @@ spec:
 ---
 apiVersion: coordination.k8s.io/v1
 kind: Lease
-metadata: {name: ifp-operator, namespace: ${OPERATOR_NS}}
+metadata: {name: ifp-operator, namespace: ${OPERATOR_NS}, annotations: {ifp.dev/version: 0.2.0}}
 spec: {holderIdentity: ifp-operator-7d9f-abcde_1, leaseDurationSeconds: 15, renewTime: "${new Date().toISOString().replace(/\.(\d{3})Z$/, ".$1000Z")}"}
 `);
   writeStatus("deployment", "ifp-operator", { replicas: 2, readyReplicas: 2, observedGeneration: 1 }, OPERATOR_NS);
@@ -238,6 +238,9 @@ spec: {url: https://hub.relays.example}
   });
   const managed = (name: string) =>
     `{app.kubernetes.io/instance: ${name}, app.kubernetes.io/managed-by: ifp-operator, app.kubernetes.io/name: ifp-runtime}`;
+  // The labels the operator gives a runtime's pods, with its image's version.
+  const runtimePod = (name: string, component: string, version: string) =>
+    `{app.kubernetes.io/instance: ${name}, app.kubernetes.io/managed-by: ifp-operator, app.kubernetes.io/name: ifp-runtime, app.kubernetes.io/component: ${component}, app.kubernetes.io/version: ${version}}`;
   const creds = `-----BEGIN NATS USER JWT-----\n${jwt({ exp: Math.floor(Date.parse("2030-01-02T03:04:05Z") / 1000), iat: Math.floor(Date.now() / 1000) - 3600 })}\n------END NATS USER JWT------\n\n-----BEGIN USER NKEY SEED-----\n${NATS_SEED}\n------END USER NKEY SEED------\n`;
   apply(`apiVersion: v1
 kind: Secret
@@ -270,8 +273,18 @@ spec:
   replicas: 1
   selector: {matchLabels: {app.kubernetes.io/instance: alice}}
   template:
-    metadata: {labels: ${managed("alice")}}
-    spec: {containers: [{name: runtime, image: rt:1}]}
+    metadata: {labels: ${runtimePod("alice", "agent", "0.2.0")}}
+    spec: {containers: [{name: runtime, image: rt:0.2.0}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: hub, namespace: ${NS}, labels: ${managed("hub")}}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app.kubernetes.io/instance: hub}}
+  template:
+    metadata: {labels: ${runtimePod("hub", "relay", "0.1.0")}}
+    spec: {containers: [{name: runtime, image: rt:0.1.0}]}
 ---
 apiVersion: v1
 kind: Service
@@ -303,11 +316,13 @@ function expectNoSecret(text: string) {
 }
 
 describe("kubectl ifp status", () => {
-  it("shows the operator with its leader, NATS, the install CA's expiry, and every Agent and Relay", () => {
+  it("shows the operator with its leader and version, NATS, the install CA's expiry, and every Agent and Relay with its runtime's version", () => {
     const r = plugin(["status"]);
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
-    expect(r.stdout).toMatch(/Operator: +ifp-system\/ifp-operator +2\/2 ready +leader ifp-operator-7d9f-abcde_1/);
+    expect(r.stdout).toMatch(
+      /Operator: +ifp-system\/ifp-operator +2\/2 ready +version 0\.2\.0 +leader ifp-operator-7d9f-abcde_1/,
+    );
     expect(r.stdout).toMatch(/NATS: +ifp-system\/ifp-nats +0\/3 ready/);
     expect(r.stdout).toContain(
       `Install CA:  ifp-system/ifp-install-ca  expires ${caNotAfter.toISOString().slice(0, 19)}`,
@@ -321,6 +336,7 @@ describe("kubectl ifp status", () => {
       "READY",
       "REASON",
       "PODS",
+      "VERSION",
       "BACKLOG",
       "ACCEPTED 1H",
       "LAST ERROR",
@@ -332,6 +348,7 @@ describe("kubectl ifp status", () => {
       "True",
       "RuntimeReady",
       "1/1",
+      "0.2.0",
       "3",
       "17",
     ]);
@@ -345,9 +362,14 @@ describe("kubectl ifp status", () => {
       "True",
       "RuntimeReady",
       "2/2",
+      "0.1.0",
       "12",
       "5",
     ]);
+    // The relay's runtime runs another version than the operator: said once, under the table.
+    expect(r.stdout).toMatch(
+      /\nWarning: 1 of 3 runtimes run another version than the operator's 0\.2\.0: relay team\/hub 0\.1\.0\n$/,
+    );
     expectNoSecret(r.stdout);
   });
 
@@ -362,7 +384,10 @@ describe("kubectl ifp status", () => {
       readyReplicas: 2,
       ready: true,
       leader: { holder: "ifp-operator-7d9f-abcde_1" },
+      version: "0.2.0",
     });
+    expect(s.resources.map((x: { version?: string }) => x.version)).toEqual(["0.2.0", undefined, "0.1.0"]);
+    expect(s.versionWarning).toMatch(/relay team\/hub 0\.1\.0/);
     expect(s.nats).toMatchObject({ name: "ifp-nats", replicas: 3, readyReplicas: 0, ready: false });
     expect(s.installCa).toEqual({
       namespace: OPERATOR_NS,
@@ -568,6 +593,24 @@ describe("bad input", () => {
     const r = plugin(["--help"]);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("usage: kubectl ifp <command>");
+  });
+
+  it("prints a completion script for bash and zsh that completes commands, kinds and flags", () => {
+    const bash = plugin(["completion", "bash"]);
+    expect(bash.code, bash.stderr).toBe(0);
+    const complete = (...words: string[]) => {
+      const script = `${bash.stdout}\nCOMP_WORDS=(${words.map((w) => `'${w}'`).join(" ")}); COMP_CWORD=${words.length - 1}; _kubectl_ifp_complete; printf '%s\\n' "\${COMPREPLY[@]}"`;
+      const r = spawnSync("bash", ["-c", script], { encoding: "utf8" });
+      expect(r.status, r.stderr).toBe(0);
+      return r.stdout.split("\n").filter(Boolean);
+    };
+    expect(complete("kubectl-ifp", "s")).toEqual(["status", "send"]);
+    expect(complete("kubectl-ifp", "-n", "team", "describe", "")).toEqual(expect.arrayContaining(["agent", "relay"]));
+    expect(complete("kubectl-ifp", "send", "alice", "--t")).toEqual(["--to", "--text"]);
+    expect(plugin(["completion", "zsh"]).stdout).toContain("bashcompinit");
+    const bad = plugin(["completion", "fish"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr.split("\n")[0]).toBe("kubectl ifp: completion takes one shell: bash or zsh");
   });
 });
 

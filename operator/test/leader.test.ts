@@ -43,6 +43,7 @@ const candidate = (name: string, skewMs = 0) => {
     namespace: "ops",
     name,
     identity: "me",
+    annotations: { "ifp.dev/version": "9.9.9" },
     log: capturedLog().log,
     leaseSeconds: 3,
     retryMs: 250,
@@ -53,6 +54,24 @@ const candidate = (name: string, skewMs = 0) => {
   void e.run(() => {}).then(() => (leadingSince = Date.now()));
   return { e, since: () => leadingSince };
 };
+
+describe("the leader's version", () => {
+  it("is written on the Lease it creates, and on one it takes over, keeping the other annotations", async () => {
+    const created = candidate("fresh");
+    await until("leading a new Lease", () => created.e.isLeader);
+    expect(cp.json(["-n", "ops", "get", "lease", "fresh"]).metadata.annotations).toEqual({
+      "ifp.dev/version": "9.9.9",
+    });
+    holdAs("taken", new Date(Date.now() - HOUR));
+    cp.kubectl(["-n", "ops", "annotate", "lease", "taken", "team.example/owner=ops"]);
+    const taker = candidate("taken");
+    await until("taking the Lease over", () => taker.e.isLeader);
+    expect(cp.json(["-n", "ops", "get", "lease", "taken"]).metadata.annotations).toMatchObject({
+      "ifp.dev/version": "9.9.9",
+      "team.example/owner": "ops",
+    });
+  });
+});
 
 describe("leader election with skewed clocks", () => {
   it("leaves a lease alone while its holder, whose clock is an hour behind, keeps renewing; takes it once renewals stop", {

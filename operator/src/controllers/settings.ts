@@ -4,6 +4,11 @@
 /** Everything the operator was told at start that shapes the children. */
 export interface OperatorSettings {
   runtimeImage: string;
+  /**
+   * The version of runtimeImage, for a reference that names no tag (by digest alone): the chart's
+   * runtimeImage.tag or appVersion. Runtime pods are labelled with their image's version.
+   */
+  runtimeVersion?: string;
   runtimeImagePullPolicy: string;
   /** What spec.image may name: exact references or prefixes ending in "*" (none: only runtimeImage). */
   allowedImages?: string[];

@@ -72,11 +72,37 @@ export interface RuntimeDeploymentInput {
   logLevel?: string;
 }
 
+/** The label each runtime pod carries with its image's version (kubectl ifp status reads it). */
+export const VERSION_LABEL = "app.kubernetes.io/version";
+const LABEL_VALUE = /^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
+
+/**
+ * The version of a runtime image: the tag its reference names (`repo:TAG` or `repo:TAG@sha256:…`),
+ * else, for the install's own runtime image named by digest alone, --runtime-version; undefined
+ * when neither says, or the tag cannot be a label value.
+ */
+export function runtimeImageVersion(
+  image: string,
+  settings: Pick<OperatorSettings, "runtimeImage" | "runtimeVersion">,
+): string | undefined {
+  const name = image.split("@")[0]!;
+  const last = name.slice(name.lastIndexOf("/") + 1);
+  const colon = last.indexOf(":");
+  const version =
+    colon >= 0 ? last.slice(colon + 1) : image === settings.runtimeImage ? settings.runtimeVersion : undefined;
+  return version !== undefined && LABEL_VALUE.test(version) ? version : undefined;
+}
+
 /**
  * The runtime Deployment: exactly the start contract a person uses outside Kubernetes, with the
  * manifest, TLS and (agents) signing key mounted from the ConfigMap and Secrets; then the user's
  * pod settings (pod.ts) and the Node.js heap from the memory limit.
  */
+function podLabels(opts: RuntimeDeploymentInput): Record<string, string> {
+  const version = runtimeImageVersion(opts.image ?? opts.settings.runtimeImage, opts.settings);
+  return { ...labels(opts.owner), ...(version ? { [VERSION_LABEL]: version } : {}) };
+}
+
 export function runtimeDeployment(opts: RuntimeDeploymentInput): V1Deployment {
   const { owner } = opts;
   const n = childNames(owner.metadata.name);
@@ -88,7 +114,7 @@ export function runtimeDeployment(opts: RuntimeDeploymentInput): V1Deployment {
       replicas: opts.replicas,
       selector: { matchLabels: selectorLabels(owner) },
       template: {
-        metadata: { labels: labels(owner), annotations: { [CONFIG_HASH]: opts.configHash } },
+        metadata: { labels: podLabels(opts), annotations: { [CONFIG_HASH]: opts.configHash } },
         spec: {
           // The resource's own ServiceAccount, or the one it names (identity.ts); no token in
           // the sidecars unless it asks for one.

@@ -10,6 +10,8 @@ import { apiMessage, checkNamespace, connect, type Kind, PluginError, UsageError
 import { writeReport } from "./report.ts";
 import { collectStatus, renderStatus } from "./status.ts";
 import { printable } from "../../../runtime/src/util/printable.ts";
+import { type CompletionSpec, completionScript, SHELLS, type Shell } from "../../../runtime/src/util/completion.ts";
+import { versionLine } from "../../../runtime/src/util/version.ts";
 
 export const USAGE = `usage: kubectl ifp <command> [flags]
 
@@ -37,6 +39,8 @@ export const USAGE = `usage: kubectl ifp <command> [flags]
                               copy of one delivered; prints the runtime's answer
                               send, tail and redrive run the runtime's ifp in one of the Agent's
                               ready pods (get and create on pods/exec, your own rights)
+  completion bash|zsh         the shell's completion script: source <(kubectl ifp completion bash)
+  version                     the plugin's version and the commit it was built from (--version)
 
 flags:
   -n, --namespace NS          the namespace (default: the context's); status and report: only it
@@ -50,6 +54,31 @@ flags:
 Exit codes: 0 done, 1 a failure (not found, forbidden, the API server unreachable), 2 a usage
 mistake.
 `;
+
+const GLOBAL_FLAGS = [
+  "--namespace",
+  "--all-namespaces",
+  "--output",
+  "--kubeconfig",
+  "--context",
+  "--operator-namespace",
+];
+
+/** What `kubectl ifp completion` completes: the commands, and the words and flags each takes. */
+const COMPLETION: CompletionSpec = {
+  program: "kubectl-ifp",
+  commands: {
+    status: [],
+    describe: ["agent", "relay"],
+    report: [],
+    send: ["--to", "--text", "--phase", "--wait"],
+    tail: ["--since", "--count", "--timeout"],
+    redrive: ["--all", "--limit"],
+    completion: [...SHELLS],
+    version: [],
+  },
+  globalFlags: [...GLOBAL_FLAGS, "--help"],
+};
 
 const KINDS: Record<string, Kind> = {
   agent: "Agent",
@@ -76,6 +105,7 @@ interface Parsed {
   /** redrive --all. */
   all: boolean;
   help: boolean;
+  version: boolean;
 }
 
 const MESSAGING_FLAGS = ["to", "text", "phase", "wait", "since", "count", "timeout", "limit"] as const;
@@ -105,6 +135,7 @@ export function parse(argv: string[]): Parsed {
         limit: { type: "string" },
         all: { type: "boolean" },
         help: { type: "boolean", short: "h" },
+        version: { type: "boolean", short: "V" },
       },
     }));
   } catch (err) {
@@ -125,6 +156,7 @@ export function parse(argv: string[]): Parsed {
     ),
     all: !!values.all,
     help: !!values.help,
+    version: !!values.version,
   };
 }
 
@@ -181,6 +213,16 @@ async function run(p: Parsed, out: (s: string) => void): Promise<number> {
       process.stderr.write(`wrote ${file} (${bundle.length} bytes)\n`);
       return 0;
     }
+    case "completion": {
+      const [shell, ...rest] = p.args;
+      if (!SHELLS.includes(shell as Shell) || rest.length)
+        throw new UsageError(`completion takes one shell: ${SHELLS.join(" or ")}`);
+      out(completionScript(COMPLETION, shell as Shell));
+      return 0;
+    }
+    case "version":
+      out(`${versionLine("kubectl-ifp")}\n`);
+      return 0;
     case "":
       throw new UsageError("no command");
     default:
@@ -284,6 +326,7 @@ export async function main(
       out(USAGE);
       return 0;
     }
+    if (p.version) return await run({ ...p, command: "version", args: [] }, out);
     return await run(p, out);
   } catch (err) {
     if (err instanceof UsageError) {

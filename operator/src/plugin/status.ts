@@ -3,6 +3,8 @@
 import { X509Certificate } from "node:crypto";
 import { type Connection, listResources, must, type Obj, orAbsent } from "./kube.ts";
 import { ago, table, until } from "./output.ts";
+import { VERSION_LABEL } from "../controllers/workload.ts";
+import { LEADER_VERSION_ANNOTATION } from "../leader.ts";
 
 const PART_OF = "app.kubernetes.io/part-of=ifp-operator";
 
@@ -27,15 +29,19 @@ export interface ResourceLine {
   acceptedLastHour?: number;
   lastError?: string;
   lastErrorTime?: string;
+  /** The version of the runtime image its Deployment runs (the label the operator gives its pods). */
+  version?: string;
 }
 
 export interface StatusReport {
-  operator?: Workload & { leader?: { holder: string; renewed?: string }; caSecret: string };
+  operator?: Workload & { leader?: { holder: string; renewed?: string }; caSecret: string; version?: string };
   /** Why the operator could not be looked for (RBAC: a user of one namespace may not list Deployments everywhere). */
   operatorError?: string;
   nats?: Workload;
   installCa?: { namespace: string; secret: string; notAfter?: string; next?: string; error?: string };
   resources: ResourceLine[];
+  /** Set when a runtime runs another version than the operator's. */
+  versionWarning?: string;
 }
 
 const condition = (o: Obj, type: string) =>
@@ -122,7 +128,19 @@ export async function collectStatus(
     report.installCa = await installCaStatus(c, ns, caSecret);
   }
   report.resources = await resourceLines(c, opts.namespace);
+  const warning = versionWarning(report);
+  if (warning) report.versionWarning = warning;
   return report;
+}
+
+/** Pure: which runtimes run a version other than the operator's, as one line; undefined when all agree or it is unknown. */
+export function versionWarning(r: Pick<StatusReport, "operator" | "resources">): string | undefined {
+  const want = r.operator?.version;
+  if (!want) return undefined;
+  const other = r.resources.filter((l) => l.version !== undefined && l.version !== want);
+  if (!other.length) return undefined;
+  const named = other.map((l) => `${l.kind.toLowerCase()} ${l.namespace}/${l.name} ${l.version}`);
+  return `${other.length} of ${r.resources.length} runtimes run another version than the operator's ${want}: ${named.join(", ")}`;
 }
 
 /** The operator's Deployment, its install CA's Secret, and the leader of its Lease when one holds it. */
@@ -132,9 +150,14 @@ async function operatorStatus(c: Connection, dep: Obj, caSecret: string): Promis
     "the leader Lease",
   ).catch(() => undefined);
   const holder = lease?.spec?.holderIdentity;
+  // The version the leader writes on its Lease, else the one the chart labels its pods with.
+  const version: string | undefined =
+    (holder && lease?.metadata?.annotations?.[LEADER_VERSION_ANNOTATION]) ||
+    dep.spec?.template?.metadata?.labels?.[VERSION_LABEL];
   return {
     ...workload(dep),
     caSecret,
+    ...(version ? { version } : {}),
     ...(holder
       ? {
           leader: {
@@ -184,11 +207,39 @@ async function installCaStatus(c: Connection, ns: string, caSecret: string): Pro
   }
 }
 
+/**
+ * The version of each runtime Deployment's pods, by namespace/kind/name: the label the operator
+ * renders from the runtime image. Without the right to list Deployments there, none.
+ */
+async function runtimeVersions(c: Connection, namespace: string | undefined): Promise<Map<string, string>> {
+  const labelSelector = "app.kubernetes.io/name=ifp-runtime,app.kubernetes.io/managed-by=ifp-operator";
+  const list = (await (namespace
+    ? c.apps.listNamespacedDeployment({ namespace, labelSelector })
+    : c.apps.listDeploymentForAllNamespaces({ labelSelector })
+  ).catch(() => ({ items: [] }))) as { items: Obj[] };
+  const versions = new Map<string, string>();
+  for (const d of list.items) {
+    const labels = d.spec?.template?.metadata?.labels ?? {};
+    const [kind, name, version] = [
+      labels["app.kubernetes.io/component"],
+      labels["app.kubernetes.io/instance"],
+      labels[VERSION_LABEL],
+    ];
+    if (kind && name && version) versions.set(`${d.metadata.namespace}/${kind}/${name}`, version);
+  }
+  return versions;
+}
+
 /** Every Agent and Relay (of `namespace`, or everywhere), by namespace, kind and name. */
 async function resourceLines(c: Connection, namespace: string | undefined): Promise<ResourceLine[]> {
   const lines: ResourceLine[] = [];
+  const versions = await runtimeVersions(c, namespace);
   for (const kind of ["Agent", "Relay"] as const)
-    for (const o of await listResources(c, kind, namespace)) lines.push(resourceLine(kind, o));
+    for (const o of await listResources(c, kind, namespace)) {
+      const line = resourceLine(kind, o);
+      const version = versions.get(`${line.namespace}/${kind.toLowerCase()}/${line.name}`);
+      lines.push(version ? { ...line, version } : line);
+    }
   return lines.sort(
     (a, b) => a.namespace.localeCompare(b.namespace) || a.kind.localeCompare(b.kind) || a.name.localeCompare(b.name),
   );
@@ -202,7 +253,8 @@ export function renderStatus(r: StatusReport, now = Date.now()): string {
     const leader = o.leader
       ? `leader ${o.leader.holder}${o.leader.renewed ? ` (renewed ${ago(o.leader.renewed, now)})` : ""}`
       : "no leader";
-    out.push(`Operator:    ${o.namespace}/${o.name}  ${o.readyReplicas}/${o.replicas} ready  ${leader}`);
+    const version = o.version ? `  version ${o.version}` : "";
+    out.push(`Operator:    ${o.namespace}/${o.name}  ${o.readyReplicas}/${o.replicas} ready${version}  ${leader}`);
   } else if (r.operatorError)
     out.push(`Operator:    unknown (${r.operatorError}; --operator-namespace NS looks in one namespace)`);
   else out.push("Operator:    not found (no Deployment labelled app.kubernetes.io/component=operator)");
@@ -225,7 +277,7 @@ export function renderStatus(r: StatusReport, now = Date.now()): string {
   }
   out.push(
     table(
-      ["NAMESPACE", "KIND", "NAME", "READY", "REASON", "PODS", "BACKLOG", "ACCEPTED 1H", "LAST ERROR"],
+      ["NAMESPACE", "KIND", "NAME", "READY", "REASON", "PODS", "VERSION", "BACKLOG", "ACCEPTED 1H", "LAST ERROR"],
       r.resources.map((l) => [
         l.namespace,
         l.kind,
@@ -233,11 +285,13 @@ export function renderStatus(r: StatusReport, now = Date.now()): string {
         l.ready,
         l.reason ?? "",
         l.replicas === undefined ? "" : `${l.readyReplicas ?? 0}/${l.replicas}`,
+        l.version ?? "",
         l.backlog === undefined ? "" : String(l.backlog),
         l.acceptedLastHour === undefined ? "" : String(l.acceptedLastHour),
         l.lastError ? `${l.lastError}${l.lastErrorTime ? ` (${ago(l.lastErrorTime, now)})` : ""}` : "",
       ]),
     ),
   );
+  if (r.versionWarning) out.push("", `Warning: ${r.versionWarning}`);
   return `${out.join("\n")}\n`;
 }

@@ -48,6 +48,7 @@ import { OutboxStore } from "./outbox.ts";
 import { PeerCapabilityService } from "./peer-capabilities.ts";
 import { announceCapabilities, RelayMailboxReader, relayPublisher, tellPeersCapabilities } from "./relays.ts";
 import { InboxStore, inboxRetentionMs } from "./store.ts";
+import { buildInfo } from "../util/version.ts";
 
 export interface AgentOptions {
   manifest: string;
@@ -559,7 +560,7 @@ async function listen(opts: AgentOptions, self: Self, w: Wired, ready: () => boo
         });
   const agentId = self.spec.agentId;
   const a2aGrpcPort = grpc?.port;
-  log.info({ url, localApiUrl, localApiTlsUrl, metricsUrl, a2aGrpcPort, agentId }, "agent listening");
+  log.info({ url, localApiUrl, localApiTlsUrl, metricsUrl, a2aGrpcPort, agentId, ...buildInfo() }, "agent listening");
   const { agent } = self;
   const { appStream } = w.deliveries;
   return {

@@ -1,5 +1,4 @@
 import { readFile, writeFile } from "node:fs/promises";
-import { createRequire } from "node:module";
 import { parseArgs } from "node:util";
 import { composeMessage } from "../agent/compose.ts";
 import { LocalUsageError } from "./local-commands.ts";
@@ -8,6 +7,8 @@ import { HttpClient } from "../net/http-client.ts";
 import { generateSigningKey, privateKeyFromPem } from "../protocol/keys.ts";
 import { signMessage } from "../protocol/signing.ts";
 import { printable, printableJson } from "../util/printable.ts";
+import { versionLine } from "../util/version.ts";
+import { type CompletionSpec, completionScript, SHELLS, type Shell } from "../util/completion.ts";
 
 /** Each command's usage, as `ifp COMMAND --help` prints it. */
 const COMMANDS: Record<string, string> = {
@@ -68,6 +69,22 @@ const COMMANDS: Record<string, string> = {
 `,
 };
 
+/** The completion of ifp: each command's flags as its usage names them. */
+function completionSpec(): CompletionSpec {
+  const flags = (usage: string) => [...new Set(usage.match(/--[a-z][a-z0-9-]*/g) ?? [])];
+  const commands = Object.fromEntries(Object.entries(COMMANDS).map(([name, usage]) => [name, flags(usage)]));
+  commands.relay = ["pull", "tail", "publish", ...(commands.relay ?? [])];
+  return { program: "ifp", commands: { ...commands, completion: [...SHELLS], version: [] }, globalFlags: ["--help"] };
+}
+
+function completion(args: string[]): number {
+  const shell = args[0];
+  if (args.length !== 1 || !SHELLS.includes(shell as Shell))
+    throw new UsageError(`completion takes one shell: ${SHELLS.join(" or ")}`);
+  process.stdout.write(completionScript(completionSpec(), shell as Shell));
+  return 0;
+}
+
 const FOOTER = `
 --ca-file trusts extra CA certificates (self-signed peers both humans agreed on).
 IFP_AGENT_ID may stand in for --from.
@@ -75,27 +92,11 @@ IFP_AGENT_ID may stand in for --from.
 
 const USAGE = `usage: ifp <command> [options]
 
-${Object.values(COMMANDS).join("")}  ifp --version
-      print the version of the ifp command
+${Object.values(COMMANDS).join("")}  ifp completion bash|zsh
+      print the shell's completion script: source <(ifp completion bash)
+  ifp --version
+      print the version of the ifp command and the commit it was built from
 ${FOOTER}`;
-
-/**
- * The package's version, from the package.json beside runtime/: three directories up from this
- * module in the sources and in tsc's output, two from a chunk of the image's bundle
- * (runtime/bundle.ts: /app/runtime/lib/*.js, /app/package.json).
- */
-export function packageVersion(): string {
-  const require = createRequire(import.meta.url);
-  for (const path of ["../../../package.json", "../../package.json"]) {
-    try {
-      const pkg = require(path) as { name?: string; version?: string };
-      if (pkg.name === "ifp-operator" && pkg.version) return pkg.version;
-    } catch {
-      // Not this layout.
-    }
-  }
-  return "unknown";
-}
 
 class UsageError extends Error {}
 
@@ -141,10 +142,12 @@ export async function main(argv = process.argv.slice(2)): Promise<number> {
         const { relayCommand } = await import("./relay-commands.ts");
         return await relayCommand(rest);
       }
+      case "completion":
+        return completion(rest);
       case "--version":
       case "-V":
       case "version":
-        process.stdout.write(`ifp ${packageVersion()}\n`);
+        process.stdout.write(`${versionLine("ifp")}\n`);
         return 0;
       case undefined:
       case "help":

@@ -7,11 +7,13 @@ import { startTracing } from "../telemetry/tracing.ts";
 import { METRICS_PORT } from "../server/metrics.ts";
 import { errorMessage } from "../util/errors.ts";
 import { NATS_LAYOUTS, type NatsLayoutName } from "../nats/layout.ts";
+import { versionLine } from "../util/version.ts";
 
 const USAGE = `usage:
   ifp-runtime agent --manifest FILE --port N --tls-cert FILE --tls-key FILE --signing-key FILE --nats URL
   ifp-runtime relay --manifest FILE --port N --tls-cert FILE --tls-key FILE --nats URL [--ca-file FILE]
                     [--trusted-proxies CIDRS] [--allow-private-targets CIDRS]
+  ifp-runtime --version   the version and the commit it was built from
 
 Every flag may also be given as an environment variable: IFP_MANIFEST, IFP_PORT, IFP_HOST,
 IFP_TLS_CERT, IFP_TLS_KEY, IFP_SIGNING_KEY, IFP_NATS_URL, IFP_NATS_CREDS, IFP_NATS_USER,
@@ -104,6 +106,7 @@ const OPTIONS = {
   "metrics-port": { type: "string", env: "IFP_METRICS_PORT" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
   help: { type: "boolean", short: "h" },
+  version: { type: "boolean", short: "V" },
 } as const;
 
 type Flags = Partial<Record<keyof typeof OPTIONS, string>>;
@@ -111,7 +114,12 @@ type Flags = Partial<Record<keyof typeof OPTIONS, string>>;
 class UsageError extends Error {}
 
 /** The mode and flags of a command line (parseArgs, strict: an unknown flag throws). */
-export function readFlags(argv: string[]): { mode: string | undefined; flags: Flags; help: boolean } {
+export function readFlags(argv: string[]): {
+  mode: string | undefined;
+  flags: Flags;
+  help: boolean;
+  version: boolean;
+} {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
@@ -125,7 +133,7 @@ export function readFlags(argv: string[]): { mode: string | undefined; flags: Fl
     const value = (values[k] as string | undefined) ?? process.env[v.env];
     if (value !== undefined && value !== "") flags[k as keyof Flags] = value;
   }
-  return { mode: positionals[0], flags, help: Boolean(values.help) };
+  return { mode: positionals[0], flags, help: Boolean(values.help), version: Boolean(values.version) };
 }
 
 function required(flags: Flags, name: keyof Flags): string {
@@ -188,7 +196,11 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
     process.exitCode = 2;
     return;
   }
-  const { mode, flags, help } = parsed;
+  const { mode, flags, help, version } = parsed;
+  if (version || mode === "version") {
+    process.stdout.write(`${versionLine("ifp-runtime")}\n`);
+    return;
+  }
   if (help || !mode) {
     process.stdout.write(USAGE);
     process.exitCode = help ? 0 : 2;

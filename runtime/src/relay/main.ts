@@ -28,6 +28,7 @@ import { Mailboxes } from "./mailbox.ts";
 import { WebhookPush } from "./push.ts";
 import { relayNames, relayStreamConfig } from "../contract/relay-stream.ts";
 import { Subscriptions } from "./subscriptions.ts";
+import { buildInfo } from "../util/version.ts";
 
 export interface RelayOptions {
   manifest: string;
@@ -226,6 +227,6 @@ async function listenRelay(
     opts.metricsPort === undefined
       ? undefined
       : await life.listen(buildMetricsApp(metrics), { name: "metrics", scheme: "http", port: opts.metricsPort, host });
-  log.info({ url, metricsUrl }, "relay listening");
+  log.info({ url, metricsUrl, ...buildInfo() }, "relay listening");
   return { app, url, metricsUrl, relay, nats: parts.nats, close: () => life.close() };
 }

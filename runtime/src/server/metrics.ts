@@ -2,6 +2,7 @@ import { X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
 import Fastify, { type FastifyInstance } from "fastify";
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import { buildInfo } from "../util/version.ts";
 
 /** Default port of the plain-HTTP metrics listener (--metrics-port; 0 disables it). */
 export const METRICS_PORT = 9090;
@@ -16,6 +17,12 @@ export function createRuntimeMetrics(mode: "agent" | "relay") {
   registry.setDefaultLabels({ mode });
   collectDefaultMetrics({ register: registry });
   const registers = [registry];
+  new Gauge({
+    name: "ifp_build_info",
+    help: "Always 1; the runtime's version and the commit it was built from, as labels",
+    labelNames: ["version", "commit"],
+    registers,
+  }).set(buildInfo(), 1);
   return {
     registry,
     inbox: new Counter({

@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -127,9 +128,34 @@ describe("the ifp command", () => {
     for (const flag of ["--version", "-V"]) {
       const v = await ifp(flag);
       expect(v.status).toBe(0);
-      expect(v.stdout).toBe(`ifp ${version}\n`);
+      expect(v.stdout).toMatch(new RegExp(`^ifp ${version.replace(/\./g, "\\.")} \\(commit [0-9a-f]{12}\\)\n$`));
     }
     // An unknown command is still a usage mistake.
     expect((await ifp("nonsense", "--help")).status).toBe(2);
+  });
+
+  it("prints a completion script for bash and zsh that completes commands and each command's flags", async () => {
+    const bash = await ifp("completion", "bash");
+    expect(bash.status, bash.stderr).toBe(0);
+    const complete = (...words: string[]) => {
+      const script = `${bash.stdout}\nCOMP_WORDS=(${words.map((w) => `'${w}'`).join(" ")}); COMP_CWORD=${words.length - 1}; _ifp_complete; printf '%s\\n' "\${COMPREPLY[@]}"`;
+      const r = spawnSync("bash", ["-c", script], { encoding: "utf8" });
+      expect(r.status, r.stderr).toBe(0);
+      return r.stdout.split("\n").filter(Boolean);
+    };
+    expect(complete("ifp", "")).toEqual(expect.arrayContaining(["discover", "send", "check", "relay", "completion"]));
+    expect(complete("ifp", "se")).toEqual(["send"]);
+    expect(complete("ifp", "send", "--from")).toEqual(["--from-key", "--from"]);
+    expect(complete("ifp", "relay", "p")).toEqual(["pull", "publish"]);
+    expect(complete("ifp", "completion", "")).toEqual(["bash", "zsh", "--help"]);
+    const zsh = await ifp("completion", "zsh");
+    expect(zsh.status).toBe(0);
+    expect(zsh.stdout).toContain("bashcompinit");
+    expect(zsh.stdout).toContain("complete -o default -F _ifp_complete ifp");
+    for (const bad of [["completion"], ["completion", "fish"], ["completion", "bash", "zsh"]]) {
+      const r = await ifp(...bad);
+      expect(r.status, bad.join(" ")).toBe(2);
+      expect(r.stderr).toMatch(/^ifp: completion takes one shell: bash or zsh/);
+    }
   });
 });

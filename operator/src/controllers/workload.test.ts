@@ -1,0 +1,53 @@
+import { describe, expect, it } from "vitest";
+import { runtimeDeployment, runtimeImageVersion, VERSION_LABEL } from "./workload.ts";
+
+const settings = {
+  runtimeImage: `registry.example/ifp-runtime@sha256:${"a".repeat(64)}`,
+  runtimeVersion: "0.3.0",
+  runtimeImagePullPolicy: "IfNotPresent",
+  natsUrl: "nats://n",
+};
+
+describe("runtimeImageVersion", () => {
+  it("is the tag the image names, else --runtime-version for the install's own image", () => {
+    expect(runtimeImageVersion("registry.example:5000/ifp/ifp-runtime:0.2.0", settings)).toBe("0.2.0");
+    expect(runtimeImageVersion(`ifp-runtime:1.0.0-rc.1@sha256:${"b".repeat(64)}`, settings)).toBe("1.0.0-rc.1");
+    expect(runtimeImageVersion(settings.runtimeImage, settings)).toBe("0.3.0");
+    // Another image by digest alone, or a registry port without a tag: no version.
+    expect(runtimeImageVersion(`other@sha256:${"c".repeat(64)}`, settings)).toBeUndefined();
+    expect(runtimeImageVersion("registry.example:5000/ifp-runtime", settings)).toBeUndefined();
+  });
+
+  it("gives no version a label could not hold", () => {
+    expect(runtimeImageVersion(`r:${"1".repeat(64)}`, settings)).toBeUndefined();
+    expect(runtimeImageVersion("r:-x", settings)).toBeUndefined();
+    expect(runtimeImageVersion(settings.runtimeImage, { ...settings, runtimeVersion: "a b" })).toBeUndefined();
+  });
+
+  it("labels the runtime's pods with it, and leaves the selector alone", () => {
+    const owner = {
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Agent",
+      metadata: { name: "alice", namespace: "team", uid: "u" },
+    };
+    const d = runtimeDeployment({
+      owner,
+      replicas: 1,
+      image: "r:0.2.0",
+      settings,
+      tlsSecret: "t",
+      configHash: "h",
+    } as never);
+    expect(d.spec?.template.metadata?.labels?.[VERSION_LABEL]).toBe("0.2.0");
+    expect(d.spec?.selector.matchLabels?.[VERSION_LABEL]).toBeUndefined();
+    const unknown = runtimeDeployment({
+      owner,
+      replicas: 1,
+      image: "r",
+      settings,
+      tlsSecret: "t",
+      configHash: "h",
+    } as never);
+    expect(unknown.spec?.template.metadata?.labels).not.toHaveProperty(VERSION_LABEL);
+  });
+});
