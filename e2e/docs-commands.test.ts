@@ -173,18 +173,15 @@ const CHECKS: Record<string, Check> = {
   },
   // The images' scan (docs/install.md): the release test runs the block on the release it makes.
   "npm run tools -- syft": { by: "e2e/release/release.test.ts", holds: ['toolPath("syft")'] },
-  "syft scan oci-archive:ifp-operator-0.1.0.oci.tar": {
-    by: "e2e/release/release.test.ts",
-    holds: ['installBlock("syft scan", "registry.example")', "expect(scanned, img.name).toEqual(locked);"],
-  },
-  "syft scan oci-archive:ifp-runtime-0.1.0.oci.tar": {
-    by: "e2e/release/release.test.ts",
-    holds: ['installBlock("syft scan", "registry.example")', "expect(scanned, img.name).toEqual(locked);"],
-  },
-  "syft scan oci-archive:ifp-example-app-0.1.0.oci.tar": {
-    by: "e2e/release/release.test.ts",
-    holds: ['installBlock("syft scan", "registry.example")', "expect(scanned, img.name).toEqual(locked);"],
-  },
+  ...Object.fromEntries(
+    ["ifp-operator", "ifp-runtime", "ifp-example-app"].map((name) => [
+      `syft scan oci-archive:${name}-0.1.0.oci.tar`,
+      {
+        by: "e2e/release/release.test.ts",
+        holds: ['installBlock("syft scan", "registry.example")', "expect(scanned, img.name).toEqual(locked);"],
+      },
+    ]),
+  ),
   "npm run images:lock": { by: "e2e/images/debian.test.ts", holds: ['refreshLock(join(dir, "lock.json")'] },
   "crane push ifp-operator-0.1.0 registry.example/ifp-dev/ifp-operator:0.1.0": {
     by: "e2e/release/release.test.ts",

@@ -186,6 +186,12 @@ export function parseControl(text: string): Record<string, string>[] {
   return paragraphs;
 }
 
+/** `<ID>-<VERSION_ID>` of an os-release file (`debian-12`), as purls name the distribution; "" without them. */
+export function osReleaseDistro(osRelease: string): string {
+  const field = (k: string) => new RegExp(`^${k}="?([^"\\n]*)"?$`, "m").exec(osRelease)?.[1];
+  return field("ID") && field("VERSION_ID") ? `${field("ID")}-${field("VERSION_ID")}` : "";
+}
+
 /**
  * The package URL of an installed Debian package, as Syft writes it (the source package as
  * `upstream` when it differs), its qualifiers in the canonical order.
@@ -314,8 +320,7 @@ export function refreshLock(path = LOCK_FILE, opts: { update?: boolean } = {}): 
         const osRelease = sh("tar", ["-xO", "./usr/lib/os-release"], {
           input: sh("dpkg-deb", ["--fsys-tarfile", downloaded]),
         }).toString("utf8");
-        const field = (k: string) => new RegExp(`^${k}="?([^"\\n]*)"?$`, "m").exec(osRelease)?.[1];
-        distro = `${field("ID")}-${field("VERSION_ID")}`;
+        distro = osReleaseDistro(osRelease);
       }
       renameSync(downloaded, join(debCache(), debFileName(p)));
     } finally {

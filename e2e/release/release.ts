@@ -53,7 +53,7 @@ import { isAbsolute, join, posix, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseDocument } from "yaml";
 import { annotateArchive, BUNDLE_LICENCES, depsSource, isBundleRun, readDockerfile } from "../images/build.ts";
-import { debPurl, parseControl, STATUS_DIR } from "../images/debian.ts";
+import { debPurl, osReleaseDistro, parseControl, STATUS_DIR } from "../images/debian.ts";
 import { toolPath } from "../tools/tools.ts";
 import { builderFromEnv, commitFiles, provenanceStatement } from "./provenance.ts";
 import { type ImageSignature, publish, signChecksums, signImage, signingFromInputs, writePublicKey } from "./sign.ts";
@@ -198,14 +198,12 @@ export function imageDebianPackages(archive: string): { distro: string; packages
     archive,
     (p) => p === "usr/lib/os-release" || (p.startsWith(`${STATUS_DIR}/`) && !p.endsWith(".md5sums")),
   );
-  const osRelease = members.get("usr/lib/os-release")?.toString("utf8") ?? "";
-  const field = (k: string) => new RegExp(`^${k}="?([^"\n]*)"?$`, "m").exec(osRelease)?.[1];
   const packages = [...members]
     .filter(([p]) => p.startsWith(`${STATUS_DIR}/`))
     .flatMap(([, bytes]) => parseControl(bytes.toString("utf8")))
     .filter((e) => e.Package && e.Version)
     .sort((a, b) => (a.Package! < b.Package! ? -1 : 1));
-  return { distro: field("ID") && field("VERSION_ID") ? `${field("ID")}-${field("VERSION_ID")}` : "", packages };
+  return { distro: osReleaseDistro(members.get("usr/lib/os-release")?.toString("utf8") ?? ""), packages };
 }
 
 /**
