@@ -1,4 +1,5 @@
 import type { z } from "zod";
+import { connectFailure } from "../net/connect-error.ts";
 import { CapabilityDocument, IdentityDocument } from "../protocol/documents.ts";
 import { describeIssues } from "../contract/issues.ts";
 import type { HttpClient } from "../net/http-client.ts";
@@ -104,7 +105,9 @@ export class DiscoveryClient {
     } catch (err) {
       const refused = targetRefusedMessage(err);
       throw new DiscoveryError(
-        refused ? `${url} refused as a target: ${refused}` : `cannot reach ${url}: ${(err as Error).message}`,
+        refused
+          ? `${url} refused as a target: ${refused}`
+          : `cannot reach ${url}: ${connectFailure(err, url) ?? (err as Error).message}`,
         { cause: err },
       );
     }

@@ -1,5 +1,6 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { type AddressInfo, createServer } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
@@ -58,6 +59,46 @@ describe("the ifp command", () => {
     expect((await ifp("discover", "http://localhost:1")).stderr).toMatch(/only https/);
     expect((await ifp("discover", "not a url")).stderr).toMatch(/not a URL/);
     expect((await ifp("discover")).status).toBe(2);
+  });
+
+  it("discover and send say which failure it was: an untrusted CA, a refused connection, DNS, a timeout", async () => {
+    const url = agent.url.replace("127.0.0.1", "localhost");
+    const key = writeKey(dir, person);
+    const send = (to: string) => ifp("send", "--from-key", key, "--from", "pete-cli", "--to", to, "--text", "hi");
+    const line = (r: { stderr: string }) => r.stderr.trim().split("\n").at(-1);
+    // The agent's certificate, from a CA the command was not given.
+    for (const r of [await ifp("discover", url), await send(url)]) {
+      expect(r.status).toBe(1);
+      expect(line(r)).toMatch(
+        /^ifp: (cannot learn who answers at https:\/\/localhost:\d+: )?cannot reach https:\/\/localhost:\d+\/\.well-known\/agent\/identity: the certificate of localhost:\d+ is not signed by a CA this command trusts \(\w+\): --ca-file FILE adds the CA that signed it$/,
+      );
+    }
+    // A port nothing listens on.
+    const closed = await new Promise<number>((resolve) => {
+      const s = createServer().listen(0, "127.0.0.1", () => {
+        const { port } = s.address() as AddressInfo;
+        s.close(() => resolve(port));
+      });
+    });
+    for (const r of [await ifp("discover", `https://localhost:${closed}`), await send(`https://localhost:${closed}`)])
+      expect(line(r)).toMatch(
+        new RegExp(`connection refused: nothing listens at localhost:${closed} \\(ECONNREFUSED\\)$`),
+      );
+    // A name no DNS knows (.invalid never resolves, RFC 6761).
+    expect(line(await ifp("discover", "https://no-such-agent.invalid"))).toMatch(
+      /DNS (does not know|did not answer for) (the name )?no-such-agent\.invalid/,
+    );
+    // A server that takes the connection and never answers.
+    const silent = createServer(() => {});
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    try {
+      const port = (silent.address() as AddressInfo).port;
+      expect(line(await ifp("discover", `https://localhost:${port}`))).toMatch(
+        new RegExp(`timed out waiting for localhost:${port}$`),
+      );
+    } finally {
+      silent.close();
+    }
   });
 
   it("send signs a message and delivers it to the inbox", async () => {
