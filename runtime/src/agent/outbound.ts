@@ -7,7 +7,7 @@ import { ConsumerWorker } from "../nats/worker.ts";
 import { classifyAnswer } from "../net/answer.ts";
 import type { HttpClient } from "../net/http-client.ts";
 import { targetRefusedMessage } from "../net/targets.ts";
-import { Message } from "../protocol/message.ts";
+import { inboxPost, Message } from "../protocol/message.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { messageLog } from "../telemetry/logs.ts";
 import {
@@ -418,13 +418,7 @@ export class OutboundDelivery {
     try {
       res = await this.http.request(via, {
         ...(this.breakers ? { timeoutMs: this.breakers.timeoutMs } : {}),
-        method: "POST",
-        headers: {
-          "content-type": "application/json; charset=utf-8",
-          accept: "application/json",
-          "idempotency-key": message.headers.message_id,
-        },
-        body: JSON.stringify(message),
+        ...inboxPost(message),
       });
     } catch (err) {
       const notATarget = targetRefusedMessage(err);

@@ -6,6 +6,7 @@ import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
 import { connectFailure } from "../net/connect-error.ts";
 import { HttpClient } from "../net/http-client.ts";
 import { generateSigningKey, privateKeyFromPem } from "../protocol/keys.ts";
+import { inboxPost } from "../protocol/message.ts";
 import { signMessage } from "../protocol/signing.ts";
 import { printable, printableJson } from "../util/printable.ts";
 import { versionLine } from "../util/version.ts";
@@ -295,19 +296,9 @@ async function send(args: string[]): Promise<number> {
       privateKey,
     });
     say(`sending ${message.headers.message_id} to ${to} at ${inbox} …`);
-    const res = await http
-      .request(inbox, {
-        method: "POST",
-        headers: {
-          "content-type": "application/json; charset=utf-8",
-          accept: "application/json",
-          "idempotency-key": message.headers.message_id,
-        },
-        body: JSON.stringify(message),
-      })
-      .catch((err: unknown) => {
-        throw new Error(`cannot reach ${inbox}: ${connectFailure(err, inbox) ?? (err as Error).message}`);
-      });
+    const res = await http.request(inbox, inboxPost(message)).catch((err: unknown) => {
+      throw new Error(`cannot reach ${inbox}: ${connectFailure(err, inbox) ?? (err as Error).message}`);
+    });
     printJson(`${res.status} ${res.text}\n`);
     return res.status === 202 ? 0 : 1;
   } finally {

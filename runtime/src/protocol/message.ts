@@ -123,3 +123,23 @@ export function protocolProblem(message: Message): string | undefined {
   }
   return undefined;
 }
+
+/**
+ * The request of one message to a peer's inbox (§2.3): the message as JSON, its id as the
+ * Idempotency-Key so that a retry is taken as the same message.
+ */
+export function inboxPost(message: { headers: { message_id: string } }): {
+  method: "POST";
+  headers: Record<string, string>;
+  body: string;
+} {
+  return {
+    method: "POST",
+    headers: {
+      "content-type": "application/json; charset=utf-8",
+      accept: "application/json",
+      "idempotency-key": message.headers.message_id,
+    },
+    body: JSON.stringify(message),
+  };
+}
