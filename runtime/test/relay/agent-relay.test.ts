@@ -131,7 +131,8 @@ describe("agents that talk through a relay", () => {
           expect.objectContaining({ by: "relay:https://localhost", from: "alice-agent" }),
         ]);
       }
-      expect(await intake("accepted")).toBe(2);
+      // Counted once the intake is done, which may follow the hand-off.
+      await waitFor("both intakes counted", async () => (await intake("accepted")) === 2);
       // Acknowledged at the relay as each was taken.
       await waitFor(
         "the relay mailbox emptied",
