@@ -276,7 +276,18 @@ export async function startControlPlane(
     // rather than at its next discovery resync (30 s later).
     if (opts.crds?.length) {
       kubectl(["apply", "--server-side", ...opts.crds.flatMap((f) => ["-f", f])]);
-      kubectl(["wait", "--for=condition=Established", "--timeout=40s", "crd", "--all"]);
+      // Every CRD Established; one just made may have no conditions yet, which `kubectl wait` fails on.
+      await waitFor(
+        "the CRDs to be Established",
+        () =>
+          (
+            JSON.parse(kubectl(["get", "crd", "-o", "json"])).items as {
+              status?: { conditions?: { type: string; status: string }[] };
+            }[]
+          ).every((c) => c.status?.conditions?.some((x) => x.type === "Established" && x.status === "True")),
+        40_000,
+        100,
+      );
     }
 
     if (opts.controllerManager !== false) {
