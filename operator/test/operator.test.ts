@@ -1456,13 +1456,13 @@ describe("steady state", () => {
       const from = await counter(manager.metrics.reconciles);
       await until(`${n} reconciles`, async () => (await counter(manager.metrics.reconciles)) - from >= n);
     };
-    // Settled: a whole resync's worth of reconciles that wrote nothing (earlier tests' objects
-    // may still be on their way).
+    // Settled: two whole resyncs' worth of reconciles that wrote nothing (earlier tests' objects
+    // may still be on their way, some on a retry's backoff).
     await until(
       "a resync that writes nothing",
       async () => {
         const writes = await counter(manager.metrics.writes);
-        await reconciled(objects);
+        await reconciled(2 * objects);
         return (await counter(manager.metrics.writes)) === writes;
       },
       90_000,
