@@ -131,6 +131,62 @@ const secretYaml = (name: string, data: Record<string, string>, labels?: Record<
     data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v).toString("base64")])),
   });
 
+describe("steady state", () => {
+  it("makes no writes when nothing changed, over several resyncs of every object", { timeout: 150_000 }, async () => {
+    const versions = () => {
+      const all = json([
+        "-n",
+        NS,
+        "get",
+        "agents,relays,deployments,services,configmaps,secrets,serviceaccounts,roles,rolebindings",
+      ]).items as any[];
+      return Object.fromEntries(all.map((o) => [`${o.kind}/${o.metadata.name}`, o.metadata.resourceVersion]));
+    };
+    // It runs first, before other tests leave objects whose status may still move (a message
+    // expiring changes an Agent's summary, a real change that is written).
+    await readyAgent("calm");
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      `apiVersion: ifp.dev/v1alpha1\nkind: Relay\nmetadata: {name: still, namespace: ${NS}}\nspec: {url: 'https://still.relays.example'}\n`,
+    );
+    await untilReason("relay", "still", "StreamInSync", "StreamReady");
+    const objects = (json(["-n", NS, "get", "agents,relays"]).items as any[]).length;
+    /** Resolves once the reconcile counter moved by `n` (the resync enqueues every object every RESYNC_MS). */
+    const reconciled = async (n: number) => {
+      const from = await counter(manager.metrics.reconciles);
+      await until(`${n} reconciles`, async () => (await counter(manager.metrics.reconciles)) - from >= n);
+    };
+    // Settled: two whole resyncs' worth of reconciles that wrote nothing (earlier tests' objects
+    // may still be on their way, some on a retry's backoff).
+    await until(
+      "a resync that writes nothing",
+      async () => {
+        const writes = await counter(manager.metrics.writes);
+        await reconciled(2 * objects);
+        return (await counter(manager.metrics.writes)) === writes;
+      },
+      90_000,
+      0,
+    );
+    const writesAtStart = await manager.metrics.writes.get();
+    const versionsBefore = versions();
+    // Every Agent and Relay looked at about three more times …
+    await reconciled(3 * objects);
+    // … and nothing was written.
+    expect(versions()).toEqual(versionsBefore);
+    expect(await manager.metrics.writes.get()).toEqual(writesAtStart);
+  });
+});
+
+async function tmpFile(name: string, text: string): Promise<string> {
+  const { mkdtempSync, writeFileSync } = await import("node:fs");
+  const { join } = await import("node:path");
+  const { tmpdir } = await import("node:os");
+  const p = join(mkdtempSync(join(tmpdir(), "ifp-tls-")), name);
+  writeFileSync(p, text, { mode: 0o600 });
+  return p;
+}
+
 describe("Agent", () => {
   it("reconciles into owned children that run the runtime's start contract", async () => {
     cp.kubectl(["apply", "-f", "-"], agentYaml("alice"));
@@ -1431,58 +1487,3 @@ spec:
     ).toThrow(/spec.url: Invalid value.*must be an https:\/\/ URL/);
   });
 });
-
-describe("steady state", () => {
-  it("makes no writes when nothing changed, over several resyncs of every object", { timeout: 150_000 }, async () => {
-    const versions = () => {
-      const all = json([
-        "-n",
-        NS,
-        "get",
-        "agents,relays,deployments,services,configmaps,secrets,serviceaccounts,roles,rolebindings",
-      ]).items as any[];
-      return Object.fromEntries(all.map((o) => [`${o.kind}/${o.metadata.name}`, o.metadata.resourceVersion]));
-    };
-    // Objects of its own, so that the test means something when it runs alone.
-    await readyAgent("calm");
-    cp.kubectl(
-      ["apply", "-f", "-"],
-      `apiVersion: ifp.dev/v1alpha1\nkind: Relay\nmetadata: {name: still, namespace: ${NS}}\nspec: {url: 'https://still.relays.example'}\n`,
-    );
-    await untilReason("relay", "still", "StreamInSync", "StreamReady");
-    const objects = (json(["-n", NS, "get", "agents,relays"]).items as any[]).length;
-    /** Resolves once the reconcile counter moved by `n` (the resync enqueues every object every RESYNC_MS). */
-    const reconciled = async (n: number) => {
-      const from = await counter(manager.metrics.reconciles);
-      await until(`${n} reconciles`, async () => (await counter(manager.metrics.reconciles)) - from >= n);
-    };
-    // Settled: two whole resyncs' worth of reconciles that wrote nothing (earlier tests' objects
-    // may still be on their way, some on a retry's backoff).
-    await until(
-      "a resync that writes nothing",
-      async () => {
-        const writes = await counter(manager.metrics.writes);
-        await reconciled(2 * objects);
-        return (await counter(manager.metrics.writes)) === writes;
-      },
-      90_000,
-      0,
-    );
-    const writesBefore = await counter(manager.metrics.writes);
-    const versionsBefore = versions();
-    // Every Agent and Relay looked at about three more times …
-    await reconciled(3 * objects);
-    // … and nothing was written.
-    expect(await counter(manager.metrics.writes)).toBe(writesBefore);
-    expect(versions()).toEqual(versionsBefore);
-  });
-});
-
-async function tmpFile(name: string, text: string): Promise<string> {
-  const { mkdtempSync, writeFileSync } = await import("node:fs");
-  const { join } = await import("node:path");
-  const { tmpdir } = await import("node:os");
-  const p = join(mkdtempSync(join(tmpdir(), "ifp-tls-")), name);
-  writeFileSync(p, text, { mode: 0o600 });
-  return p;
-}
