@@ -22,10 +22,10 @@ import {
   type Account,
   type User,
 } from "@nats-io/jwt";
-import { createAccount, createOperator, createUser, fromSeed, Prefix, type KeyPair } from "@nats-io/nkeys";
-import { Codec } from "@nats-io/nkeys/lib/codec.js";
+import { createAccount, createOperator, Prefix, type KeyPair } from "@nats-io/nkeys";
 import type { NatsPermissions } from "../../runtime/src/contract/nats-permissions.ts";
 import type { RuntimeAccountLimits } from "./nats-account-limits.ts";
+import { keyPairOfRawSeed, keyPairOfSeed, newKeyPair } from "./nats-key-pair.ts";
 
 /** How long an issued user credential is valid, and when (fraction of that) it is re-issued. */
 export const CREDENTIAL_LIFETIME_MS = 30 * 24 * 3600_000;
@@ -68,7 +68,7 @@ export function generateKeys(): NatsKeys {
 
 /** The key pair of an NKey seed of an operator or an account; throws on a seed of anything else. */
 export function keyPair(seed: string, prefix: "O" | "A"): KeyPair {
-  const kp = fromSeed(new TextEncoder().encode(seed.trim()));
+  const kp = keyPairOfSeed(seed);
   if (!kp.getPublicKey().startsWith(prefix))
     throw new Error(`not an NKey seed of ${prefix === "O" ? "an operator" : "an account"}`);
   return kp;
@@ -133,7 +133,7 @@ export async function serverConfig(keys: NatsKeys, opts: { resolverDir?: string 
 /** The public key of an account derived from the install's signing seed and `label`: the same label, the same account. */
 export function derivedAccount(signingSeed: string, label: string): string {
   const raw = hmac(sha256, new TextEncoder().encode(signingSeed.trim()), new TextEncoder().encode(label));
-  return fromSeed(Codec.encodeSeed(Prefix.Account, raw)).getPublicKey();
+  return keyPairOfRawSeed(Prefix.Account, raw).getPublicKey();
 }
 
 /** What the operator needs to give each runtime an account of its own: the operator and system account keys. */
@@ -221,7 +221,7 @@ export class CredentialIssuer {
   /** A user of the system account (pushes and deletes account JWTs), valid for `lifetimeMs`. */
   async systemCreds(now = Date.now(), lifetimeMs = 24 * 3600_000): Promise<Uint8Array> {
     const keys = this.need();
-    const user = createUser();
+    const user = newKeyPair(Prefix.User);
     const jwt = await encodeUser(
       "ifp-operator-system",
       user,
@@ -245,7 +245,7 @@ export class CredentialIssuer {
     lifetimeMs = CREDENTIAL_LIFETIME_MS,
     account = this.accountKey,
   ): Promise<string> {
-    const user = createUser();
+    const user = newKeyPair(Prefix.User);
     const claims: Partial<User> = {
       pub: { allow: permissions.pub, deny: [] },
       sub: { allow: permissions.sub, deny: [] },

@@ -9,13 +9,13 @@
 // the layout (operator/test/nats-shared-layout-runtime.test.ts) make their install with it.
 import { join } from "node:path";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
-import { fromSeed } from "@nats-io/nkeys";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { tempDir } from "../../e2e/support/process.ts";
 import {
   CredentialIssuer,
   generateKeys,
+  keyPair,
   serverConfig,
   type NatsKeys,
 } from "../../operator/src/nats-credential-issuer.ts";
@@ -87,7 +87,7 @@ export class IsolatedInstall {
   }
 
   private get signingKey(): string {
-    return fromSeed(new TextEncoder().encode(this.keys.signing)).getPublicKey();
+    return keyPair(this.keys.signing, "A").getPublicKey();
   }
 
   /** The tenant's data account, made once: its JWT pushed, the operator's user connected there, its streams applied. */
