@@ -344,7 +344,7 @@ describe("Agent", () => {
     expect(cp.kubectl(["-n", NS, "get", "agent", "bob"])).toMatch(
       /bob\s+bob-id\s+https:\/\/bob\.ifp-test\.svc\s+False/,
     );
-    // The pass that made it recorded one Event listing all it did, under the first thing's reason.
+    // The pass that made it recorded one Event listing all it did, under its most significant action's reason.
     const normal = events("bob").filter((e) => e.type === "Normal" && e.involvedObject.kind === "Agent");
     expect(normal.map((e) => e.reason)).toEqual(["GeneratedSigningKey"]);
     expect(normal[0].count).toBe(1);
@@ -1249,6 +1249,10 @@ spec:
       .filter((e) => e.type === "Normal" && e.involvedObject.kind === "Relay")
       .map((e) => e.message);
     expect(normal.filter((m) => m.includes(`created JetStream stream ${name}`))).toHaveLength(1);
+    // The pass that issued the certificate, applied the children and then created the stream is named for the stream.
+    const creating = events("hub").find((e) => e.type === "Normal" && e.message.includes(`created JetStream stream`));
+    expect(creating.message).toMatch(/^issued a serving certificate .*; applied .*Deployment\/hub.*; created JetStream stream/);
+    expect(creating.reason).toBe("StreamCreated");
     expect(normal.filter((m) => m.includes(`updated JetStream stream ${name}`))).toHaveLength(1);
     expect(
       events("hub")
