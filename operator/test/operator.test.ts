@@ -1010,17 +1010,26 @@ describe("Agent", () => {
     ]);
   });
 
-  it("runs only an image the install allows: another spec.image is refused, nothing applied", async () => {
+  it("runs only an image the install allows: another spec.image is refused, no key nor anything else made for it until fixed", async () => {
     cp.kubectl(["apply", "-f", "-"], agentYaml("imgs", "  image: registry.example/ifpx/runtime:1\n"));
     const refused = await untilReason("agent", "imgs", "ImageNotAllowed");
     expect(condition(refused, "Ready").message).toMatch(
       /^spec.image: registry.example\/ifpx\/runtime:1 is not among the images this install allows/,
     );
     expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "ImageNotAllowed" });
-    expect(get("deployment", "imgs")).toBeUndefined();
+    expect(refused.status.signingKey).toBeUndefined();
     await until("the Warning/ImageNotAllowed Event", () =>
       events("imgs").some((e) => `${e.type}/${e.reason}` === "Warning/ImageNotAllowed"),
     );
+    // Refused before anything is made: no signing key, no other Secret, no Deployment, no finalizer;
+    // not in the pass that refused it nor in the resyncs after it.
+    const madeFor = () =>
+      json(["-n", NS, "get", "secrets,deployments,services,configmaps", "-o", "json"])
+        .items.filter((o: any) => o.metadata.name === "imgs" || o.metadata.name.startsWith("imgs-"))
+        .map((o: any) => `${o.kind}/${o.metadata.name}`);
+    await consistently("nothing made for the refused Agent", () => madeFor().length === 0, 2 * RESYNC_MS + 500, 250);
+    expect(get("agent", "imgs").metadata.finalizers ?? []).toEqual([]);
+    expect(events("imgs").filter((e) => e.type === "Normal")).toEqual([]);
     cp.kubectl([
       "-n",
       NS,
@@ -1031,8 +1040,13 @@ describe("Agent", () => {
       "-p",
       '{"spec":{"image":"registry.example/ifp/runtime:2"}}',
     ]);
-    await untilReason("agent", "imgs", "RuntimeNotReady");
+    const allowed = await untilReason("agent", "imgs", "RuntimeNotReady");
     expect(get("deployment", "imgs").spec.template.spec.containers[0].image).toBe("registry.example/ifp/runtime:2");
+    // The key is made as for any Agent, and published.
+    const key = get("secret", "imgs-signing");
+    expect(allowed.status.signingKey.publicKey).toBe(
+      rawPublicKey(privateKeyFromPem(Buffer.from(key.data["signing.key"], "base64").toString())),
+    );
   });
 
   it("issues no certificate for a name that is not the Agent's own or allowed, nor from an issuer the install does not allow", async () => {

@@ -69,11 +69,11 @@ export const agentController: Controller<Agent, Found> = {
     // Refused before anything is made for it.
     agentIdPart,
     tlsRefusalGate(tlsNames),
+    policyPart({ ends: true }),
     finalizerPart(cleanup),
     signingKeyPart,
     localApiPart,
     handoffPart,
-    policyPart(),
     tlsPart(tlsNames),
     trustPart(),
     natsCredentialPart(({ resource }) =>
