@@ -1265,7 +1265,9 @@ spec:
     expect(normal.filter((m) => m.includes(`created JetStream stream ${name}`))).toHaveLength(1);
     // The pass that issued the certificate, applied the children and then created the stream is named for the stream.
     const creating = events("hub").find((e) => e.type === "Normal" && e.message.includes(`created JetStream stream`));
-    expect(creating.message).toMatch(/^issued a serving certificate .*; applied .*Deployment\/hub.*; created JetStream stream/);
+    expect(creating.message).toMatch(
+      /^issued a serving certificate .*; applied .*Deployment\/hub.*; created JetStream stream/,
+    );
     expect(creating.reason).toBe("StreamCreated");
     expect(normal.filter((m) => m.includes(`updated JetStream stream ${name}`))).toHaveLength(1);
     expect(
