@@ -93,6 +93,8 @@ describe("ByteSize", () => {
     "64 Mi",
     "1000m",
     "+64Mi",
+    "1.5Mi",
+    "0.5Ki",
     "none",
     0.5,
     true,
@@ -106,12 +108,14 @@ describe("ByteSize", () => {
     expect(r.error!.issues).toEqual([
       expect.objectContaining({
         path: ["spec", "inbox", "maxBytes"],
-        message: expect.stringMatching(/^must be a whole number of bytes or a quantity .* from 1Mi to 1Pi$/),
+        message: expect.stringMatching(/^must be a whole number of bytes, or one with a binary .* from 1Mi to 1Pi$/),
       }),
     ]);
   });
 
   it("holds each field to its range, in bytes however it is written", () => {
+    expect(agent({ maxBytes: "1536Ki" }).data?.spec.inbox.maxBytes).toBe(1536 * 1024);
+    expect(agent({ maxBytes: "2e6" }).data?.spec.inbox.maxBytes).toBe(2_000_000);
     expect(agent({ maxMessageBytes: "16Mi" }).success).toBe(true);
     expect(agent({ maxMessageBytes: "17M" }).success).toBe(false);
     expect(agent({ maxMessageBytes: "1023" }).success).toBe(false);

@@ -201,11 +201,12 @@ export const Quantity = z
 /** The most bytes a size field takes where no smaller bound applies: 1 PiB, inside a safe integer and an int64. */
 export const MAX_BYTE_SIZE = 2 ** 50;
 /**
- * A size written as a string: unsigned digits with a binary (Ki, Mi, Gi, Ti, Pi, Ei) or decimal
- * (k, M, G, T, P, E) suffix or a positive exponent, as a Kubernetes quantity writes them. No
- * backslash, so that CEL and the API server read the same pattern.
+ * A size written as a string: a whole number with a binary (Ki, Mi, Gi, Ti, Pi, Ei) or decimal
+ * (k, M, G, T, P, E) suffix or a positive exponent, as a Kubernetes quantity writes them ("64Mi",
+ * "500k", "2e6"; "1.5Mi" is written 1536Ki). No backslash, so that CEL and the API server read
+ * the same pattern.
  */
-export const BYTE_SIZE_RE = /^([0-9]+([.][0-9]*)?|[.][0-9]+)([KMGTPE]i|[kMGTPE]|[eE][+]?[0-9]+)?$/;
+export const BYTE_SIZE_RE = /^[0-9]+([KMGTPE]i|[kMGTPE]|[eE][+]?[0-9]+)?$/;
 const BYTE_SIZE_MAX_LENGTH = 32;
 
 /**
@@ -217,7 +218,7 @@ const BYTE_SIZE_MAX_LENGTH = 32;
  * with `.prefault()`, which the CRD shows (a `.default()` after a transform is not in it).
  */
 export function ByteSize({ min, max = MAX_BYTE_SIZE, none = false }: { min: number; max?: number; none?: boolean }) {
-  const message = `must be a whole number of bytes or a quantity with a binary (Ki, Mi, Gi, …) or decimal (k, M, G, …) suffix, from ${bytesQuantity(min)} to ${bytesQuantity(max)}${none ? ", or -1 for none" : ""}`;
+  const message = `must be a whole number of bytes, or one with a binary (Ki, Mi, Gi, …) or decimal (k, M, G, …) suffix, from ${bytesQuantity(min)} to ${bytesQuantity(max)}${none ? ", or -1 for none" : ""}`;
   const inRange = (v: string) => `${v} >= ${min} && ${v} <= ${max}`;
   const rule = `type(self) == int ? (${inRange("self")}${none ? " || self == -1" : ""}) : (isQuantity(self) && quantity(self).isInteger() && ${inRange("quantity(self).asInteger()")})`;
   return z
