@@ -141,7 +141,7 @@ describe("sizes as Kubernetes quantities", () => {
     for (const [yaml, path] of cases)
       expect(refusal(yaml), path).toMatch(new RegExp(`${path.replaceAll(".", "\\.")}: Invalid value`));
     expect(get("relay", "badr")).toBeUndefined();
-    // Integers as before, quantities of both kinds, and -1 for an unbounded relay stream are taken.
+    // Integers, quantities of both kinds, and -1 for an unbounded relay stream are taken.
     for (const ok of ["1048576", "64Mi", "'1Gi'", "500M", "'2e6'", "1536Ki"])
       expect(refusal(agentYaml("fine", `{maxBytes: ${ok}}`)), `maxBytes: ${ok}`).toBeUndefined();
     expect(refusal(relayYaml("finer", "  retention: {maxBytes: -1}\n"))).toBeUndefined();

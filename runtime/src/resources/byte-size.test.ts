@@ -70,7 +70,7 @@ describe("ByteSize", () => {
     });
   });
 
-  it("keeps integers, the defaults and -1 for an unbounded relay stream as they were", () => {
+  it("takes integers, gives the defaults, and keeps -1 for an unbounded relay stream", () => {
     expect(agent({ maxBytes: 2 * MI }).data!.spec.inbox.maxBytes).toBe(2 * MI);
     expect(agent({}).data!.spec.inbox).toMatchObject({ maxBytes: 64 * MI, maxMessageBytes: MI });
     expect(relay({}).data!.spec.retention.maxBytes).toBe(1024 * MI);
