@@ -14,7 +14,7 @@ export interface AccountLimitSettings {
   dataBytes: number;
   /** Memory storage of every account besides a memory Relay's stream (bytes); 0: no memory streams. */
   memoryBytes: number;
-  /** The disk (or memory) of a Relay whose spec.retention.maxBytes is -1, none (bytes). */
+  /** The disk (or memory) of a Relay whose spec.retention.maxBytes is -1, no limit (bytes). */
   unboundedRelayBytes: number;
   /** Streams (KV buckets included) per account. */
   streams: number;
