@@ -1047,6 +1047,12 @@ describe("Agent", () => {
     expect(allowed.status.signingKey.publicKey).toBe(
       rawPublicKey(privateKeyFromPem(Buffer.from(key.data["signing.key"], "base64").toString())),
     );
+    // Refused again once running: its pods are held, and the key it publishes stays, untouched.
+    cp.kubectl(["-n", NS, "patch", "agent", "imgs", "--type=merge", "-p", '{"spec":{"image":"registry.example/x:1"}}']);
+    const again = await untilReason("agent", "imgs", "ImageNotAllowed");
+    expect(again.status.signingKey).toEqual(allowed.status.signingKey);
+    expect(get("secret", "imgs-signing").metadata.resourceVersion).toBe(key.metadata.resourceVersion);
+    expect(get("deployment", "imgs").spec.template.spec.containers[0].image).toBe("registry.example/ifp/runtime:2");
   });
 
   it("issues no certificate for a name that is not the Agent's own or allowed, nor from an issuer the install does not allow", async () => {
