@@ -16,7 +16,7 @@ import { errorMessage, Kube } from "./kube/client.ts";
 import { prepareUninstall } from "./uninstall.ts";
 import { RELOAD_NATS_USAGE } from "./nats-reloader.ts";
 import { DEFAULT_ACCOUNT_LIMITS, type AccountLimitSettings } from "./nats-account-limits.ts";
-import { NANO, parseQuantity } from "../../runtime/src/resources/quantity.ts";
+import { bytesOf } from "../../runtime/src/resources/quantity.ts";
 import { duration, list, readFlags, subcommand, UsageError } from "./flags.ts";
 import { parseTolerationEntry } from "./controllers/pod-policy.ts";
 
@@ -565,9 +565,8 @@ function runtimeSettings(str: Flag): ManagerOptions["settings"] {
 
 /** A byte size flag: a whole number of bytes, or a quantity (64Mi, 1Gi). */
 function byteSize(name: string, text: string): number {
-  const q = parseQuantity(text);
-  const bytes = q && !q.negative && q.nanos % NANO === 0n ? Number(q.nanos / NANO) : Number.NaN;
-  if (!Number.isSafeInteger(bytes))
+  const bytes = bytesOf(text);
+  if (bytes === undefined)
     throw new UsageError(
       `--${name} must be a whole number of bytes or a quantity such as 64Mi, not ${JSON.stringify(text)}`,
     );

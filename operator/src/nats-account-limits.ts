@@ -6,6 +6,7 @@
 // outbox, the KV buckets), times the replicas JetStream counts against the account on a cluster.
 // A stream asking for more than that is refused when it is made; writes beyond it are refused.
 // The rest are the install's (chart values runtime.natsAccountLimits, --nats-account-* flags).
+import { bytesOf } from "../../runtime/src/resources/quantity.ts";
 
 /** Limits the install sets for every runtime account (--nats-account-* flags). */
 export interface AccountLimitSettings {
@@ -13,7 +14,7 @@ export interface AccountLimitSettings {
   dataBytes: number;
   /** Memory storage of every account besides a memory Relay's stream (bytes); 0: no memory streams. */
   memoryBytes: number;
-  /** The disk (or memory) of a Relay whose spec.retention.maxBytes is -1, "none" (bytes). */
+  /** The disk (or memory) of a Relay whose spec.retention.maxBytes is -1, no limit (bytes). */
   unboundedRelayBytes: number;
   /** Streams (KV buckets included) per account. */
   streams: number;
@@ -47,10 +48,17 @@ export interface RuntimeAccountLimits {
   subs: number;
 }
 
-/** The spec fields the limits are derived from (an Agent's or a Relay's, as parsed). */
+/** A size as a spec holds it: bytes once parsed, or as written in the object (a quantity such as "64Mi"). */
+type Size = number | string;
+
+/** The spec fields the limits are derived from (an Agent's or a Relay's, parsed or as the API server holds it). */
 export type AccountResource =
-  | { kind: "Agent"; spec?: { inbox?: { maxBytes?: number }; durability?: { replicas?: number } } }
-  | { kind: "Relay"; spec?: { retention?: { maxBytes?: number; storage?: string; replicas?: number } } };
+  | { kind: "Agent"; spec?: { inbox?: { maxBytes?: Size }; durability?: { replicas?: number } } }
+  | { kind: "Relay"; spec?: { retention?: { maxBytes?: Size; storage?: string; replicas?: number } } };
+
+/** Bytes of a spec's size; the CRD's default for what is absent (or not a size, which the API server refuses). */
+const bytes = (size: Size | undefined, fallback: number) =>
+  size === -1 ? -1 : size === undefined ? fallback : (bytesOf(size) ?? fallback);
 
 /** What the CRDs default (runtime/src/resources): an Agent's inbox, a Relay's retention. */
 const AGENT_INBOX_BYTES = 64 * MIB;
@@ -72,16 +80,15 @@ export function accountLimitsOf(
   let memory = settings.memoryBytes;
   if (resource?.kind === "Relay") {
     const r = resource.spec?.retention ?? {};
-    const bytes =
-      r.maxBytes === undefined ? RELAY_STREAM_BYTES : r.maxBytes < 0 ? settings.unboundedRelayBytes : r.maxBytes;
-    const held = bytes * (clustered ? (r.replicas ?? 1) : 1);
+    const stream = bytes(r.maxBytes, RELAY_STREAM_BYTES);
+    const held = (stream < 0 ? settings.unboundedRelayBytes : stream) * (clustered ? (r.replicas ?? 1) : 1);
     disk = settings.dataBytes * (clustered ? 3 : 1);
     if (r.storage === "memory") memory += held;
     else disk += held;
   } else {
     const spec = resource?.spec;
     const replicas = clustered ? (spec?.durability?.replicas ?? 3) : 1;
-    disk = ((spec?.inbox?.maxBytes ?? AGENT_INBOX_BYTES) + settings.dataBytes) * replicas;
+    disk = (bytes(spec?.inbox?.maxBytes, AGENT_INBOX_BYTES) + settings.dataBytes) * replicas;
   }
   return {
     disk_storage: disk,

@@ -344,7 +344,7 @@ describe("Agent", () => {
     expect(cp.kubectl(["-n", NS, "get", "agent", "bob"])).toMatch(
       /bob\s+bob-id\s+https:\/\/bob\.ifp-test\.svc\s+False/,
     );
-    // The pass that made it recorded one Event listing all it did, under the first thing's reason.
+    // The pass that made it recorded one Event listing all it did, under its most significant action's reason.
     const normal = events("bob").filter((e) => e.type === "Normal" && e.involvedObject.kind === "Agent");
     expect(normal.map((e) => e.reason)).toEqual(["GeneratedSigningKey"]);
     expect(normal[0].count).toBe(1);
@@ -1010,17 +1010,26 @@ describe("Agent", () => {
     ]);
   });
 
-  it("runs only an image the install allows: another spec.image is refused, nothing applied", async () => {
+  it("runs only an image the install allows: another spec.image is refused, no key nor anything else made for it until fixed", async () => {
     cp.kubectl(["apply", "-f", "-"], agentYaml("imgs", "  image: registry.example/ifpx/runtime:1\n"));
     const refused = await untilReason("agent", "imgs", "ImageNotAllowed");
     expect(condition(refused, "Ready").message).toMatch(
       /^spec.image: registry.example\/ifpx\/runtime:1 is not among the images this install allows/,
     );
     expect(condition(refused, "Stalled")).toMatchObject({ status: "True", reason: "ImageNotAllowed" });
-    expect(get("deployment", "imgs")).toBeUndefined();
+    expect(refused.status.signingKey).toBeUndefined();
     await until("the Warning/ImageNotAllowed Event", () =>
       events("imgs").some((e) => `${e.type}/${e.reason}` === "Warning/ImageNotAllowed"),
     );
+    // Refused before anything is made: no signing key, no other Secret, no Deployment, no finalizer;
+    // not in the pass that refused it nor in the resyncs after it.
+    const madeFor = () =>
+      json(["-n", NS, "get", "secrets,deployments,services,configmaps", "-o", "json"])
+        .items.filter((o: any) => o.metadata.name === "imgs" || o.metadata.name.startsWith("imgs-"))
+        .map((o: any) => `${o.kind}/${o.metadata.name}`);
+    await consistently("nothing made for the refused Agent", () => madeFor().length === 0, 2 * RESYNC_MS + 500, 250);
+    expect(get("agent", "imgs").metadata.finalizers ?? []).toEqual([]);
+    expect(events("imgs").filter((e) => e.type === "Normal")).toEqual([]);
     cp.kubectl([
       "-n",
       NS,
@@ -1031,7 +1040,18 @@ describe("Agent", () => {
       "-p",
       '{"spec":{"image":"registry.example/ifp/runtime:2"}}',
     ]);
-    await untilReason("agent", "imgs", "RuntimeNotReady");
+    const allowed = await untilReason("agent", "imgs", "RuntimeNotReady");
+    expect(get("deployment", "imgs").spec.template.spec.containers[0].image).toBe("registry.example/ifp/runtime:2");
+    // The key is made as for any Agent, and published.
+    const key = get("secret", "imgs-signing");
+    expect(allowed.status.signingKey.publicKey).toBe(
+      rawPublicKey(privateKeyFromPem(Buffer.from(key.data["signing.key"], "base64").toString())),
+    );
+    // Refused again once running: its pods are held, and the key it publishes stays, untouched.
+    cp.kubectl(["-n", NS, "patch", "agent", "imgs", "--type=merge", "-p", '{"spec":{"image":"registry.example/x:1"}}']);
+    const again = await untilReason("agent", "imgs", "ImageNotAllowed");
+    expect(again.status.signingKey).toEqual(allowed.status.signingKey);
+    expect(get("secret", "imgs-signing").metadata.resourceVersion).toBe(key.metadata.resourceVersion);
     expect(get("deployment", "imgs").spec.template.spec.containers[0].image).toBe("registry.example/ifp/runtime:2");
   });
 
@@ -1249,6 +1269,12 @@ spec:
       .filter((e) => e.type === "Normal" && e.involvedObject.kind === "Relay")
       .map((e) => e.message);
     expect(normal.filter((m) => m.includes(`created JetStream stream ${name}`))).toHaveLength(1);
+    // The pass that issued the certificate, applied the children and then created the stream is named for the stream.
+    const creating = events("hub").find((e) => e.type === "Normal" && e.message.includes(`created JetStream stream`));
+    expect(creating.message).toMatch(
+      /^issued a serving certificate .*; applied .*Deployment\/hub.*; created JetStream stream/,
+    );
+    expect(creating.reason).toBe("StreamCreated");
     expect(normal.filter((m) => m.includes(`updated JetStream stream ${name}`))).toHaveLength(1);
     expect(
       events("hub")

@@ -69,11 +69,11 @@ export const agentController: Controller<Agent, Found> = {
     // Refused before anything is made for it.
     agentIdPart,
     tlsRefusalGate(tlsNames),
+    policyPart({ ends: true }),
     finalizerPart(cleanup),
     signingKeyPart,
     localApiPart,
     handoffPart,
-    policyPart(),
     tlsPart(tlsNames),
     trustPart(),
     natsCredentialPart(({ resource }) =>
@@ -100,8 +100,14 @@ export const agentController: Controller<Agent, Found> = {
   status(ctx, { obj, owner, resource, found }, summary) {
     const { namespace, name } = owner.metadata;
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
-    // Refused: nothing was made for it, and the status says only why.
-    if (summary.ended) return agentStatus(resource, { applied: [], deployment, blocker: summary.blocker });
+    // Refused: nothing was made for it, and the status says only why. The keys it published
+    // before (a running Agent refused later: its pods are held, not stopped) stay, as its Secret
+    // was not touched; never for a duplicate agent id, whose key is never listed.
+    if (summary.ended) {
+      const refused = agentStatus(resource, { applied: [], deployment, blocker: summary.blocker });
+      if (summary.blocker?.reason === "DuplicateAgentId") return refused;
+      return { ...refused, status: { ...publishedKeys(obj.status), ...refused.status } };
+    }
     // Whether the directory may list it under its agent id: it runs either way.
     const claim = agentIdClaim(resource.spec.agentId, { namespace, name }, found.signing?.publicKey, ctx.settings);
     const { status, conditions } = agentStatus(resource, {
@@ -143,4 +149,12 @@ async function directoryPeers(
       ? await ctx.namespaceLabels.load(agents.map((a) => a.metadata?.namespace ?? "").filter(Boolean))
       : () => undefined;
   return selectedPeers(obj, selector, agents, labels, ctx.settings);
+}
+
+/** The keys a status publishes (status.signingKey, signingKeys, encryptionKey), where it has them. */
+function publishedKeys(status: Record<string, unknown> | undefined): Record<string, unknown> {
+  const { signingKey, signingKeys, encryptionKey } = status ?? {};
+  return Object.fromEntries(
+    Object.entries({ signingKey, signingKeys, encryptionKey }).filter(([, v]) => v !== undefined),
+  );
 }

@@ -49,9 +49,32 @@ export interface ReconcileContext {
   notes?: Note[];
 }
 
+/**
+ * What a pass may do, most significant first: the pass's one Normal Event takes the first of
+ * these among what it did (pipeline.ts recordNotes), whatever order its parts ran in. A change
+ * of the agent's identity, then its other secrets and the relay's stream, then certificates,
+ * then children deleted, then children applied.
+ */
+export const NOTE_REASONS = [
+  "RevokedSigningKey",
+  "RotatedSigningKey",
+  "GeneratedSigningKey",
+  "MarkedSigningKey",
+  "GeneratedEncryptionKey",
+  "StreamCreated",
+  "StreamUpdated",
+  "GeneratedLocalApiToken",
+  "GeneratedHandoffSecret",
+  "IssuedCertificate",
+  "RenewedCertificate",
+  "Deleted",
+  "Applied",
+] as const;
+export type NoteReason = (typeof NOTE_REASONS)[number];
+
 /** One thing a pass did (generated a key, issued a certificate, applied children), for its Event. */
 export interface Note {
-  reason: string;
+  reason: NoteReason;
   message: string;
 }
 

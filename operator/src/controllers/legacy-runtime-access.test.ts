@@ -1,6 +1,4 @@
 import { describe, expect, it } from "vitest";
-import type { ReconcileContext } from "./context.ts";
-import { recordNotes, withNotes, note } from "./pipeline.ts";
 import {
   AGENT_RUNTIME_ACCOUNT,
   isLegacyAccess,
@@ -148,37 +146,4 @@ describe("rolledTo", () => {
     },
     { name: "no Deployment", d: undefined, want: false },
   ])("$name: $want", ({ d, want }) => expect(rolledTo(d, AGENT_RUNTIME_ACCOUNT)).toBe(want));
-});
-
-describe("recordNotes", () => {
-  const recorder = () => {
-    const events: string[] = [];
-    const kube = {
-      event: async (_o: unknown, type: string, reason: string, message: string) =>
-        void events.push(`${type} ${reason}: ${message}`),
-    };
-    return { events, ctx: { kube } as unknown as ReconcileContext };
-  };
-  const obj = { kind: "Agent", metadata: { name: "a", namespace: "n" } };
-
-  it("records what one pass did as one Normal Event, under the reason of the first", async () => {
-    const { events, ctx } = recorder();
-    const pass = withNotes(ctx);
-    await note(pass, obj, "GeneratedSigningKey", "generated a key");
-    await note(pass, obj, "IssuedCertificate", "issued a certificate");
-    await note(pass, obj, "Applied", "applied Deployment/a");
-    expect(events).toEqual([]);
-    await recordNotes(pass, obj);
-    expect(events).toEqual(["Normal GeneratedSigningKey: generated a key; issued a certificate; applied Deployment/a"]);
-    await recordNotes(pass, obj);
-    expect(events).toHaveLength(1);
-  });
-
-  it("records at once outside a pass, and nothing for a pass that did nothing", async () => {
-    const { events, ctx } = recorder();
-    await recordNotes(withNotes(ctx), obj);
-    expect(events).toEqual([]);
-    await note(ctx, obj, "Applied", "applied Service/a");
-    expect(events).toEqual(["Normal Applied: applied Service/a"]);
-  });
 });

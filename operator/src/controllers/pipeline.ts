@@ -22,7 +22,7 @@ import {
   type Condition,
   type ConditionInput,
 } from "./conditions.ts";
-import type { CustomObject, Note, ReconcileContext } from "./context.ts";
+import { NOTE_REASONS, type CustomObject, type Note, type NoteReason, type ReconcileContext } from "./context.ts";
 import { setFinalizer } from "./finalizers.ts";
 import { releaseLegacyRuntimeAccess } from "./legacy-runtime-access.ts";
 import type { Owner } from "./settings.ts";
@@ -312,20 +312,31 @@ export function withNotes(ctx: ReconcileContext): ReconcileContext & { notes: No
 }
 
 /** Note what the pass did: kept for the pass's one Event, or recorded at once outside a pass. */
-export async function note(ctx: ReconcileContext, obj: CustomObject, reason: string, message: string): Promise<void> {
+export async function note(
+  ctx: ReconcileContext,
+  obj: CustomObject,
+  reason: NoteReason,
+  message: string,
+): Promise<void> {
   if (ctx.notes) ctx.notes.push({ reason, message });
   else await ctx.kube.event(obj, "Normal", reason, message);
 }
 
 /**
- * The pass's notes as one Normal Event: the reason of the first (a pass generates keys, then
- * issues certificates, then applies children, so the first is the weightiest), the messages of
- * all joined by "; ". Nothing when the pass did nothing; the notes are cleared.
+ * The pass's notes as one Normal Event: the reason of its most significant note (the first of
+ * NOTE_REASONS among them, not the first the parts made), the messages of all in the order they
+ * happened, joined by "; ". Nothing when the pass did nothing; the notes are cleared.
  */
 export async function recordNotes(ctx: ReconcileContext, obj: CustomObject): Promise<void> {
   const notes = ctx.notes?.splice(0) ?? [];
   if (!notes.length) return;
-  await ctx.kube.event(obj, "Normal", notes[0]!.reason, notes.map((n) => n.message).join("; "));
+  await ctx.kube.event(obj, "Normal", passReason(notes), notes.map((n) => n.message).join("; "));
+}
+
+/** The reason of a pass's one Normal Event: its most significant note's. */
+export function passReason(notes: Note[]): NoteReason {
+  const rank = (r: NoteReason) => NOTE_REASONS.indexOf(r);
+  return notes.reduce((best, n) => (rank(n.reason) < rank(best) ? n.reason : best), notes[0]!.reason);
 }
 
 /** The earliest of several requeue times. */

@@ -10,6 +10,7 @@ import { markedFor, ownedMark } from "./generated-mark.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Kube } from "../kube/client.ts";
 import type { Blocker } from "./conditions.ts";
+import type { NoteReason } from "./context.ts";
 import { COMPONENT_LABEL, hashOf, INSTANCE_LABEL, MANAGED_BY } from "../kube/metadata.ts";
 import { childMeta, childNames } from "./names.ts";
 import type { Owner } from "./settings.ts";
@@ -29,7 +30,7 @@ export interface TlsOutcome {
   waiting?: Blocker;
   applied: string[];
   /** Events worth recording. */
-  events: { type: "Normal" | "Warning"; reason: string; message: string }[];
+  events: (({ type: "Normal"; reason: NoteReason } | { type: "Warning"; reason: string }) & { message: string })[];
   requeueAfterMs?: number;
 }
 

@@ -9,6 +9,7 @@ function typeOf(s: Schema): string {
   if (s.type === "string" && isDuration(s.pattern)) return "duration";
   if (s.type === "string" && s.format === "uri") return "URL";
   if (s["x-kubernetes-preserve-unknown-fields"]) return "object (free-form)";
+  if (s["x-kubernetes-int-or-string"]) return "integer or quantity";
   return String(s.type ?? "any");
 }
 

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import {
   AgentId,
+  ByteSize,
   cel,
   DeploymentSettings,
   Duration,
@@ -289,20 +290,13 @@ export const AgentSpec = z
       ),
     inbox: z
       .object({
-        maxMessageBytes: z
-          .number()
-          .int()
-          .min(1024)
-          .max(16 * 1024 * 1024)
-          .default(1048576)
-          .describe("Largest message body accepted, in bytes; larger ones are answered 413"),
-        maxBytes: z
-          .number()
-          .int()
-          .min(1024 * 1024)
-          .default(64 * 1024 * 1024)
+        maxMessageBytes: ByteSize({ min: 1024, max: 16 * 1024 * 1024 })
+          .prefault(1048576)
+          .describe("Largest message body accepted, in bytes or a quantity (1Mi); larger ones are answered 413"),
+        maxBytes: ByteSize({ min: 1024 * 1024 })
+          .prefault(64 * 1024 * 1024)
           .describe(
-            "Most bytes the agent's inbox stream holds (messages are kept for the replay window, at least 7 days); when full, new messages are refused with 503 inbox_full and Retry-After. JetStream reserves it on every NATS server holding a replica, against the server's store limit (the chart's nats.storage.size): the store must cover the sum over the install's Agents (default 64 MiB)",
+            "Most bytes the agent's inbox stream holds, a number or a quantity (64Mi, 1Gi) (messages are kept for the replay window, at least 7 days); when full, new messages are refused with 503 inbox_full and Retry-After. JetStream reserves it on every NATS server holding a replica, against the server's store limit (the chart's nats.storage.size): the store must cover the sum over the install's Agents (default 64 MiB)",
           ),
         rateLimit: z
           .object({
@@ -312,13 +306,10 @@ export const AgentSpec = z
               .min(1)
               .default(60)
               .describe("Requests per sending agent per minute; more are answered 429"),
-            perSenderBytesPerHour: z
-              .number()
-              .int()
-              .min(16 * 1024)
-              .default(64 * 1024 * 1024)
+            perSenderBytesPerHour: ByteSize({ min: 16 * 1024 })
+              .prefault(64 * 1024 * 1024)
               .describe(
-                "Bytes of messages one sender may have accepted per hour (a quota that refills evenly); past it, 429 with Retry-After",
+                "Bytes (or a quantity: 64Mi) of messages one sender may have accepted per hour (a quota that refills evenly); past it, 429 with Retry-After",
               ),
             perAddressPerMinute: z
               .number()

@@ -1,5 +1,6 @@
 import { isIP } from "node:net";
 import { z } from "zod";
+import { bytesOf, bytesQuantity } from "./quantity.ts";
 
 export const GROUP = "ifp.dev";
 export const VERSION = "v1alpha1";
@@ -197,6 +198,46 @@ export const Quantity = z
     "must be a quantity such as 500m, 128Mi or 2 (a string, or a whole number)",
   )
   .meta({ "x-kubernetes-int-or-string": true, pattern: QUANTITY_RE.source });
+/** The most bytes a size field takes where no smaller bound applies: 1 PiB, inside a safe integer and an int64. */
+export const MAX_BYTE_SIZE = 2 ** 50;
+/**
+ * A size written as a string: a whole number with a binary (Ki, Mi, Gi, Ti, Pi, Ei) or decimal
+ * (k, M, G, T, P, E) suffix or a positive exponent, as a Kubernetes quantity writes them ("64Mi",
+ * "500k", "2e6"; "1.5Mi" is written 1536Ki). No backslash, so that CEL and the API server read
+ * the same pattern.
+ */
+export const BYTE_SIZE_RE = /^[0-9]+([KMGTPE]i|[kMGTPE]|[eE][+]?[0-9]+)?$/;
+const BYTE_SIZE_MAX_LENGTH = 32;
+
+/**
+ * A size in bytes: a whole number (67108864) or a quantity ("64Mi", "1Gi", "500k", "2M"), from
+ * `min` to `max` bytes, or -1 where `none` allows it. The API server refuses anything else at
+ * apply (int-or-string, the pattern and a CEL rule, which also refuses fractions of a byte and
+ * what overflows an int64); the parse gives bytes (quantity.ts bytesOf), so everything past it
+ * (flags, the manifest, stream configs, account limits, status) sees a number. Give its default
+ * with `.prefault()`, which the CRD shows (a `.default()` after a transform is not in it).
+ */
+export function ByteSize({ min, max = MAX_BYTE_SIZE, none = false }: { min: number; max?: number; none?: boolean }) {
+  const message = `must be a whole number of bytes, or one with a binary (Ki, Mi, Gi, …) or decimal (k, M, G, …) suffix, from ${bytesQuantity(min)} to ${bytesQuantity(max)}${none ? ", or -1 for none" : ""}`;
+  const inRange = (v: string) => `${v} >= ${min} && ${v} <= ${max}`;
+  const rule = `type(self) == int ? (${inRange("self")}${none ? " || self == -1" : ""}) : (isQuantity(self) && quantity(self).isInteger() && ${inRange("quantity(self).asInteger()")})`;
+  return z
+    .any()
+    .transform((v, ctx) => {
+      if (none && v === -1) return -1;
+      const bytes = typeof v === "number" || (typeof v === "string" && BYTE_SIZE_RE.test(v)) ? bytesOf(v) : undefined;
+      if (bytes !== undefined && bytes >= min && bytes <= max) return bytes;
+      ctx.addIssue({ code: "custom", message, input: v });
+      return z.NEVER;
+    })
+    .meta({
+      "x-kubernetes-int-or-string": true,
+      pattern: BYTE_SIZE_RE.source,
+      maxLength: BYTE_SIZE_MAX_LENGTH,
+      ...cel({ rule, message }),
+    });
+}
+
 export const Resources = passThrough(
   {
     requests: z

@@ -39,3 +39,27 @@ export function parseQuantity(q: string | number): Quantity | undefined {
   }
   return { negative: sign === "-", nanos: (num * NANO + den - 1n) / den, format };
 }
+
+/**
+ * Bytes of a size written as a whole number (1048576) or a quantity ("64Mi", "1Gi", "500k",
+ * "2M", "1e6"); undefined for what is not a whole, non-negative number of bytes of at most
+ * Number.MAX_SAFE_INTEGER ("0.5", "1500m", "-5Mi", "99999999Ei", "64Mo").
+ */
+export function bytesOf(q: string | number): number | undefined {
+  if (typeof q === "number") return Number.isSafeInteger(q) && q >= 0 ? q : undefined;
+  const parsed = parseQuantity(q);
+  if (!parsed || (parsed.negative && parsed.nanos > 0n) || parsed.nanos % NANO !== 0n) return undefined;
+  const bytes = parsed.nanos / NANO;
+  return bytes <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(bytes) : undefined;
+}
+
+/** A number of bytes the shortest way a quantity writes it exactly: 1048576 → "1Mi", 1500 → "1500". */
+export function bytesQuantity(bytes: number): string {
+  let n = bytes;
+  let i = 0;
+  while (n !== 0 && n % 1024 === 0 && i < BINARY_SUFFIXES.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return `${n}${BINARY_SUFFIXES[i]}`;
+}

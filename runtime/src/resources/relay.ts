@@ -1,5 +1,6 @@
 import { z } from "zod";
 import {
+  ByteSize,
   cel,
   DeploymentSettings,
   Duration,
@@ -18,12 +19,11 @@ export const RelayRetention = z
     maxAge: Duration.default("168h").describe(
       "How long a message is kept when nobody acknowledges it (default 7 days)",
     ),
-    maxBytes: z
-      .number()
-      .int()
-      .min(-1)
-      .default(1024 * 1024 * 1024)
-      .describe("Stream size limit in bytes (default 1 GiB), -1 for none; when full, publish answers 503 relay_full"),
+    maxBytes: ByteSize({ min: 0, none: true })
+      .prefault(1024 * 1024 * 1024)
+      .describe(
+        "Stream size limit in bytes or a quantity (1Gi, 500M; default 1 GiB), -1 for none; when full, publish answers 503 relay_full",
+      ),
     maxMessages: z.number().int().min(-1).default(-1).describe("Message count limit, -1 for none"),
     storage: z
       .enum(["file", "memory"])
@@ -120,12 +120,9 @@ export const RelayPublishers = z
           .min(1)
           .default(60)
           .describe("Requests per minute of one sender not in spec.agents (a batch of n messages counts n)"),
-        perSenderBytesPerHour: z
-          .number()
-          .int()
-          .min(16 * 1024)
-          .default(16 * 1024 * 1024)
-          .describe("Bytes one such sender may have stored per hour, each copy counted"),
+        perSenderBytesPerHour: ByteSize({ min: 16 * 1024 })
+          .prefault(16 * 1024 * 1024)
+          .describe("Bytes (or a quantity: 16Mi) one such sender may have stored per hour, each copy counted"),
         perSenderStored: z
           .number()
           .int()
@@ -140,12 +137,11 @@ export const RelayPublishers = z
           .min(1)
           .default(300)
           .describe("Messages per minute to one served agent from all senders not in spec.agents together"),
-        perRecipientBytesPerHour: z
-          .number()
-          .int()
-          .min(16 * 1024)
-          .default(64 * 1024 * 1024)
-          .describe("Bytes per hour stored for one served agent by all senders not in spec.agents together"),
+        perRecipientBytesPerHour: ByteSize({ min: 16 * 1024 })
+          .prefault(64 * 1024 * 1024)
+          .describe(
+            "Bytes (or a quantity: 64Mi) per hour stored for one served agent by all senders not in spec.agents together",
+          ),
         perNetworkPerMinute: z
           .number()
           .int()
@@ -199,21 +195,14 @@ export const RelaySpec = z
     delivery: RelayDelivery.prefault({}).describe("Delivery to agents' webhooks"),
     limits: z
       .object({
-        maxMessageBytes: z
-          .number()
-          .int()
-          .min(1024)
-          .max(16 * 1024 * 1024)
-          .default(1048576)
-          .describe("Largest message accepted, in bytes; larger ones are answered 413"),
+        maxMessageBytes: ByteSize({ min: 1024, max: 16 * 1024 * 1024 })
+          .prefault(1048576)
+          .describe("Largest message accepted, in bytes or a quantity (1Mi); larger ones are answered 413"),
         perAgentPerMinute: z.number().int().min(1).default(600).describe("Requests per minute of one agent"),
-        perAgentBytesPerHour: z
-          .number()
-          .int()
-          .min(16 * 1024)
-          .default(256 * 1024 * 1024)
+        perAgentBytesPerHour: ByteSize({ min: 16 * 1024 })
+          .prefault(256 * 1024 * 1024)
           .describe(
-            "Bytes one agent may have stored per hour by its publishes, each copy counted (a message to a topic with 10 subscribers counts 10 times); past it, 429 with Retry-After",
+            "Bytes (or a quantity: 256Mi) one agent may have stored per hour by its publishes, each copy counted (a message to a topic with 10 subscribers counts 10 times); past it, 429 with Retry-After",
           ),
         maxStreamsPerAgent: z
           .number()

@@ -10,7 +10,7 @@ import { createdFor } from "../references.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
 import type { Blocker } from "../conditions.ts";
 import { note } from "../pipeline.ts";
-import type { CustomObject, ReconcileContext } from "../context.ts";
+import type { CustomObject, NoteReason, ReconcileContext } from "../context.ts";
 import { childMeta, ownerReference, selectorLabels } from "../names.ts";
 import type { Owner } from "../settings.ts";
 
@@ -163,7 +163,7 @@ export async function ensureGeneratedSecret(
   ctx: ReconcileContext,
   obj: CustomObject,
   owner: Owner,
-  s: { name: string; key: string; reason: string; invalidReason: string; what: string },
+  s: { name: string; key: string; reason: NoteReason; invalidReason: string; what: string },
 ): Promise<LocalApiOutcome> {
   const ns = owner.metadata.namespace;
   const applied: string[] = [];

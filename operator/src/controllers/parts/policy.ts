@@ -13,20 +13,34 @@ import type { RuntimePass, RuntimeSpec } from "./pass.ts";
 
 type IntroductionSpec = { spec: { inbox?: { introductionTokens?: { secretName: string } } } };
 
-/** The first refusal, if any: the workload is held while there is one. */
-export function policyPart<R extends RuntimeSpec & Partial<IntroductionSpec>>(): Part<RuntimePass<R>> {
+/**
+ * The first refusal, if any: the workload is held while there is one (a Relay's stream is still
+ * kept). With `ends` (an Agent) the pass ends there, before anything is made for the resource
+ * (its signing key, local API token, hand-off secret, certificate, NATS credential, children):
+ * the status and a Warning say why, and the first pass after the fix makes them as usual.
+ */
+export function policyPart<R extends RuntimeSpec & Partial<IntroductionSpec>>(
+  opts: { ends?: boolean } = {},
+): Part<RuntimePass<R>> {
   return {
     name: "policy",
-    async ensure(ctx, { owner, resource }) {
-      const spec = resource.spec;
-      const blocked =
-        imageRefusal(spec.image, ctx.settings) ??
-        (await introductionSecretRefusal(ctx, owner, spec.inbox?.introductionTokens)) ??
-        (await podSettingsRefusal(readSecret(ctx), owner, spec.deployment, ctx.settings)) ??
-        (await serviceAccountRefusal(ctx, owner, spec.deployment));
-      return blocked ? { blocked, holds: true } : {};
+    async ensure(ctx, pass) {
+      const blocked = await policyRefusal(ctx, pass);
+      return blocked ? { blocked, holds: true, ...(opts.ends ? { ends: true } : {}) } : {};
     },
   };
+}
+
+async function policyRefusal<R extends RuntimeSpec & Partial<IntroductionSpec>>(
+  ctx: ReconcileContext,
+  { owner, resource: { spec } }: RuntimePass<R>,
+): Promise<Blocker | undefined> {
+  return (
+    imageRefusal(spec.image, ctx.settings) ??
+    (await introductionSecretRefusal(ctx, owner, spec.inbox?.introductionTokens)) ??
+    (await podSettingsRefusal(readSecret(ctx), owner, spec.deployment, ctx.settings)) ??
+    (await serviceAccountRefusal(ctx, owner, spec.deployment))
+  );
 }
 
 /** The Secret of spec.inbox.introductionTokens must exist and be made or labelled for this Agent before a pod mounts it. */
