@@ -39,13 +39,7 @@ function forged(entries: [string, Buffer][], manifest: object = {}): Buffer {
       ...manifest,
     }),
   );
-  return tar(
-    new Map([
-      [MANIFEST, m],
-      [MANIFEST_SUM, Buffer.from(sha(m))],
-      ...entries,
-    ]),
-  );
+  return tar(new Map([[MANIFEST, m], [MANIFEST_SUM, Buffer.from(sha(m))], ...entries]));
 }
 
 describe("the backup archive", () => {
@@ -93,12 +87,7 @@ describe("the backup archive", () => {
       await expect(readArchive(forged([[path, Buffer.from("x")]])), path).rejects.toThrow(/plain relative path/);
     }
     const m = forged([["secrets/a.json", Buffer.from("x")]]);
-    const extra = tar(
-      new Map([
-        ...(await readArchive(m)).files,
-        [MANIFEST, Buffer.from("")],
-      ]),
-    );
+    const extra = tar(new Map([...(await readArchive(m)).files, [MANIFEST, Buffer.from("")]]));
     await expect(readArchive(extra)).rejects.toThrow(/no manifest.json at its start/);
   });
 

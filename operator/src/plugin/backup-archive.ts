@@ -155,7 +155,8 @@ export async function readArchive(buf: Buffer): Promise<Archive> {
   if (entries[0]?.[0] !== MANIFEST || entries[1]?.[0] !== MANIFEST_SUM)
     throw new ArchiveError(`not a backup archive of kubectl ifp: no ${MANIFEST} at its start`);
   for (const [path] of entries)
-    if (!isPlainPath(path)) throw new ArchiveError(`the archive names ${JSON.stringify(path)}: not a plain relative path`);
+    if (!isPlainPath(path))
+      throw new ArchiveError(`the archive names ${JSON.stringify(path)}: not a plain relative path`);
   const [[, m], [, sum]] = entries as [[string, Buffer], [string, Buffer]];
   if (sum.toString("utf8").trim() !== sha256(m)) throw new ArchiveError(`${MANIFEST} does not match ${MANIFEST_SUM}`);
   let raw: unknown;
@@ -165,7 +166,8 @@ export async function readArchive(buf: Buffer): Promise<Archive> {
     throw new ArchiveError(`${MANIFEST} is not JSON`);
   }
   const head = raw as { format?: unknown; version?: unknown };
-  if (head?.format !== FORMAT) throw new ArchiveError(`not a backup archive of kubectl ifp (format ${JSON.stringify(head?.format)})`);
+  if (head?.format !== FORMAT)
+    throw new ArchiveError(`not a backup archive of kubectl ifp (format ${JSON.stringify(head?.format)})`);
   if (head.version !== FORMAT_VERSION)
     throw new ArchiveError(
       `archive version ${JSON.stringify(head.version)}: this plugin reads version ${FORMAT_VERSION} (use the kubectl ifp that wrote it)`,
@@ -187,7 +189,8 @@ export async function readArchive(buf: Buffer): Promise<Archive> {
       throw new ArchiveError(`${path} does not match its checksum in the manifest: the archive was changed or damaged`);
     files.set(path, content);
   }
-  for (const f of manifest.files) if (!files.has(f.path)) throw new ArchiveError(`${f.path} is missing from the archive`);
+  for (const f of manifest.files)
+    if (!files.has(f.path)) throw new ArchiveError(`${f.path} is missing from the archive`);
   for (const s of manifest.streams)
     for (const p of [s.meta, s.data])
       if (!files.has(p)) throw new ArchiveError(`stream ${s.stream}: ${p} is not in the archive`);
