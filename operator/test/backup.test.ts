@@ -16,7 +16,7 @@ import { connect, credsAuthenticator, headers, type NatsConnection } from "@nats
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
-import { runDeploymentLocally, type LocalRuntime } from "../../e2e/support/materialize.ts";
+import { onLoopback, runDeploymentLocally, type LocalRuntime } from "../../e2e/support/materialize.ts";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { freePort } from "../../e2e/support/ports.ts";
 import { releaseDir, tempDir } from "../../e2e/support/process.ts";
@@ -161,6 +161,19 @@ async function startOperator(i: Install): Promise<void> {
   await i.manager.started;
 }
 
+/** The install's NATS account Secret, holding these fields. */
+function accountSecret(i: Install, fields: Record<string, string>): void {
+  i.cp.kubectl([
+    "-n",
+    OPS,
+    "create",
+    "secret",
+    "generic",
+    "ifp-nats-account",
+    ...Object.entries(fields).map(([f, v]) => `--from-literal=${f}=${v}`),
+  ]);
+}
+
 const get = (i: Install, kind: string, name: string, ns = NS) => getOrAbsent(i.cp, ["-n", ns, "get", kind, name]);
 const secret = (i: Install, ns: string, name: string) => get(i, "secret", name, ns);
 
@@ -169,15 +182,7 @@ async function runBob(i: Install): Promise<{ url: string; ca: string; localApi: 
   const port = await freePort();
   const metricsPort = await freePort();
   rmSync(join(dir, i.name, "bob"), { recursive: true, force: true });
-  const r = runDeploymentLocally(i.cp, NS, "bob", join(dir, i.name), {
-    rewriteArg: (a) =>
-      a.startsWith("--port=")
-        ? `--port=${port}`
-        : a.startsWith("--metrics-port=")
-          ? `--metrics-port=${metricsPort}`
-          : a,
-    extraArgs: ["--host=127.0.0.1", "--local-api-port=0"],
-  });
+  const r = runDeploymentLocally(i.cp, NS, "bob", join(dir, i.name), onLoopback(port, metricsPort));
   i.runtimes.push(r);
   const urls = await r.listening(60_000);
   const ca = get(i, "configmap", "bob-trust").data["ca.crt"] as string;
@@ -238,15 +243,7 @@ beforeAll(async () => {
     [SERVER_CONFIG_FIELD]: await serverConfig(keys),
   };
   for (const [k, f] of Object.entries(KEY_FIELDS)) fields[f] = keys[k as keyof typeof keys];
-  a.cp.kubectl([
-    "-n",
-    OPS,
-    "create",
-    "secret",
-    "generic",
-    "ifp-nats-account",
-    ...Object.entries(fields).map(([f, v]) => `--from-literal=${f}=${v}`),
-  ]);
+  accountSecret(a, fields);
   await startInstallNats(a);
   await startOperator(a);
 }, 300_000);
@@ -416,6 +413,22 @@ describe("kubectl ifp backup and restore", () => {
       ]);
     expect(keySet(b)).toEqual(keySet(a));
     expect(await relayMail(b)).toEqual(relayIds);
+    // A stream holding other messages than the archive's is refused, and left as it is; --force
+    // puts the archive's back (the operator, which keeps the relay stream, runs meanwhile).
+    const nc = await inAccountOf(b, "relay", "hub");
+    const late = headers();
+    late.set("Nats-Msg-Id", "late");
+    await jetstream(nc).publish(relayNames(relay).copy("carol-id", "late"), "late", { headers: late });
+    await nc.close();
+    r = await plugin(b, ["restore", archive, "--nats-url", b.nats!.url]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(
+      new RegExp(`IFP_RELAY_\\S+ of relay ${NS}/hub: exists with ${RELAY_MAIL + 1} messages .*--force replaces it`),
+    );
+    expect(await relayMail(b)).toEqual([...relayIds, "late"]);
+    r = await plugin(b, ["restore", archive, "--nats-url", b.nats!.url, "--force"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(await relayMail(b)).toEqual(relayIds);
 
     // 5. Bob's runtime, from what the new operator rendered, hands over every waiting message once.
     const bob = await runBob(b);
@@ -445,20 +458,14 @@ describe("kubectl ifp backup and restore", () => {
     other.cp.kubectl(["apply", "-f", "-"], operatorDeployment);
     other.cp.kubectl(["-n", OPS, "create", "secret", "generic", "ifp-operator-ca", "--from-literal=ca.crt=other-ca"]);
     const keys = generateKeys();
-    other.cp.kubectl([
-      "-n",
-      OPS,
-      "create",
-      "secret",
-      "generic",
-      "ifp-nats-account",
-      `--from-literal=account.pub=${CredentialIssuer.fromKeys(keys).accountKey}`,
-      `--from-literal=${KEY_FIELDS.signing}=${keys.signing}`,
-    ]);
+    accountSecret(other, {
+      "account.pub": CredentialIssuer.fromKeys(keys).accountKey,
+      [KEY_FIELDS.signing]: keys.signing,
+    });
     const theirs = join(dir, "other.tar");
-    await until("the other install's API serves relays", () => {
+    await until("the other install's API serves Agents and Relays", () => {
       try {
-        return other.cp.kubectl(["get", "relays.ifp.dev", "-A"]) !== undefined;
+        return other.cp.kubectl(["get", "agents.ifp.dev,relays.ifp.dev", "-A"]) !== undefined;
       } catch {
         return false;
       }
@@ -478,7 +485,7 @@ describe("kubectl ifp backup and restore", () => {
     expect(secret(other, OPS, "ifp-nats-account").data).toEqual(secret(a, OPS, "ifp-nats-account").data);
   });
 
-  it("answers bad arguments with the usage and exit code 2", { timeout: 60_000 }, async () => {
+  it("answers bad arguments with the usage and exit code 2", { timeout: 240_000 }, async () => {
     for (const args of [
       ["backup"],
       ["backup", "--nats-url", "nats://x:4222", "--no-data"],

@@ -5,6 +5,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { ArchiveError, readArchive } from "./backup-archive.ts";
 import { backup, restore } from "./backup.ts";
 import { checkNamespace, connect, PluginError, UsageError } from "./kube.ts";
+import type { Parsed } from "./main.ts";
 
 export const BACKUP_USAGE = `  backup [-o FILE.tar] --nats-url URL [--no-data]
                               one archive of what rebuilds the install: the install CA's and the
@@ -30,18 +31,19 @@ export const BACKUP_FLAGS = {
 } as const;
 export type BackupFlags = Partial<Record<keyof typeof BACKUP_FLAGS, string | boolean>>;
 
-interface Args {
-  args: string[];
-  namespace?: string;
-  allNamespaces: boolean;
-  output?: string;
-  kubeconfig?: string;
-  context?: string;
-  operatorNamespace?: string;
-  messaging: Record<string, string | undefined>;
-  all: boolean;
-  backup: BackupFlags;
-}
+type Args = Pick<
+  Parsed,
+  | "args"
+  | "namespace"
+  | "allNamespaces"
+  | "output"
+  | "kubeconfig"
+  | "context"
+  | "operatorNamespace"
+  | "messaging"
+  | "all"
+  | "backup"
+>;
 
 const say = (line: string) => void process.stderr.write(`kubectl ifp: ${line}\n`);
 

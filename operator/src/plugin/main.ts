@@ -94,7 +94,7 @@ const KINDS: Record<string, Kind> = {
   ifprelay: "Relay",
 };
 
-interface Parsed {
+export interface Parsed {
   command: string;
   args: string[];
   namespace?: string;
