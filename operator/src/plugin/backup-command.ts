@@ -6,6 +6,7 @@ import { ArchiveError, readArchive } from "./backup-archive.ts";
 import { backup, restore } from "./backup.ts";
 import { checkNamespace, connect, PluginError, UsageError } from "./kube.ts";
 import type { Parsed } from "./main.ts";
+import { printable } from "../../../runtime/src/util/printable.ts";
 
 export const BACKUP_USAGE = `  backup [-o FILE.tar] --nats-url URL [--no-data]
                               one archive of what rebuilds the install: the install CA's and the
@@ -45,7 +46,8 @@ type Args = Pick<
   | "backup"
 >;
 
-const say = (line: string) => void process.stderr.write(`kubectl ifp: ${line}\n`);
+// What is said names what the cluster and the archive hold: printed as text, never as control characters.
+const say = (line: string) => void process.stderr.write(`kubectl ifp: ${printable(line)}\n`);
 
 export async function backupCommand(command: "backup" | "restore", p: Args): Promise<number> {
   const allowed: Record<typeof command, string[]> = {

@@ -107,7 +107,8 @@ const readSecret = (c: Connection, namespace: string, name: string) =>
 async function runtimeAccount(c: Connection, issuer: CredentialIssuer | undefined, obj: Obj) {
   const ns = obj.metadata.namespace as string;
   const creds = await readSecret(c, ns, natsCredsSecretName(obj.metadata.name));
-  if (!issuer) return creds ? "" : undefined;
+  // Without the install's keys NATS authenticates no client: everything is in its one account.
+  if (!issuer) return "";
   if (!creds) return undefined;
   return accountOfSecret(obj, creds, issuer, issuer.accountPerRuntime).account;
 }
@@ -274,7 +275,28 @@ interface Planned<T> {
   action: "create" | "unchanged" | "replace";
 }
 
-const parse = <T>(a: Archive, path: string): T => JSON.parse(a.files.get(path)!.toString("utf8")) as T;
+/**
+ * A Secret or resource of the archive, read as what its path says it is: a Secret at
+ * `secrets/NS/NAME.json`, an Agent or Relay at `resources/NS/KIND-NAME.json`; anything else is refused.
+ */
+function parse<T>(a: Archive, path: string): T {
+  let o: Obj;
+  try {
+    o = JSON.parse(a.files.get(path)!.toString("utf8"));
+  } catch {
+    throw new PluginError(`${path} in the archive is not JSON`);
+  }
+  const { namespace, name } = (o?.metadata ?? {}) as { namespace?: unknown; name?: unknown };
+  const expected =
+    o?.kind === "Secret"
+      ? `secrets/${namespace}/${name}.json`
+      : o?.kind === "Agent" || o?.kind === "Relay"
+        ? `resources/${namespace}/${String(o.kind).toLowerCase()}-${name}.json`
+        : undefined;
+  if (typeof namespace !== "string" || typeof name !== "string" || expected !== path)
+    throw new PluginError(`${path} in the archive does not hold what its name says`);
+  return o as T;
+}
 
 /** The archive put back into the cluster the kubeconfig names. Throws a PluginError listing what it refused. */
 export async function restore(
