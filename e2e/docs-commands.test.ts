@@ -372,6 +372,24 @@ const CHECKS: Record<string, Check> = {
     holds: ['plugin(["describe", "agent", "alice", "-n", NS])'],
   },
   "kubectl ifp report": { by: "operator/test/kubectl-ifp.test.ts", holds: ['plugin(["report", "-o", file])'] },
+  // Backup and restore (docs/backup.md): between two installs of real API servers and nats-servers.
+  "kubectl -n ifp-system port-forward svc/ifp-ifp-operator-nats 4222:4222": {
+    not: "needs the chart's NATS running in a pod on a node; operator/test/backup.test.ts hands the plugin the address of a real nats-server, which is what the port-forward gives it",
+  },
+  "kubectl ifp backup -o ifp-backup.tar --nats-url nats://127.0.0.1:4222 --nats-server-name ifp-ifp-operator-nats.ifp-system.svc":
+    {
+      by: "operator/test/backup.test.ts",
+      holds: ['plugin(a, ["backup", "-o", archive, "--nats-url", a.nats!.url'],
+    },
+  "kubectl ifp restore ifp-backup.tar --keys-only": {
+    by: "operator/test/backup.test.ts",
+    holds: ['plugin(b, ["restore", archive, "--keys-only"])'],
+  },
+  "kubectl ifp restore ifp-backup.tar --nats-url nats://127.0.0.1:4222 --nats-server-name ifp-ifp-operator-nats.ifp-system.svc":
+    {
+      by: "operator/test/backup.test.ts",
+      holds: ['plugin(b, ["restore", archive, "--nats-url", b.nats!.url'],
+    },
   // send and tail exec into an Agent's pod: only the real node runs pods; the API-server test runs them up to the exec.
   'kubectl ifp send AGENT --to AGENT_ID --text "…" [--phase P] [--wait S]': {
     by: "e2e/node.test.ts",
@@ -525,6 +543,11 @@ const CHECKS: Record<string, Check> = {
   "kubectl ifp send": { part: 'kubectl ifp send AGENT --to AGENT_ID --text "…" [--phase P] [--wait S]' },
   "kubectl ifp tail": { part: "kubectl ifp tail AGENT [--since S] [--count N] [--timeout S]" },
   "kubectl ifp tail bob": { part: "kubectl ifp tail bob -n ifp-bob" },
+  "kubectl ifp backup": {
+    part: "kubectl ifp backup -o ifp-backup.tar --nats-url nats://127.0.0.1:4222 --nats-server-name ifp-ifp-operator-nats.ifp-system.svc",
+  },
+  "kubectl ifp restore": { part: "kubectl ifp restore ifp-backup.tar --keys-only" },
+  "kubectl port-forward": { part: "kubectl -n ifp-system port-forward svc/ifp-ifp-operator-nats 4222:4222" },
   "npx node operator/bin/kubectl-ifp.ts": { part: "npx node operator/bin/kubectl-ifp.ts status" },
   "helm install": { part: "helm install ifp charts/ifp-operator --namespace ifp-system --create-namespace" },
   "helm upgrade": { part: "helm upgrade ifp charts/ifp-operator -n ifp-system --reset-then-reuse-values" },

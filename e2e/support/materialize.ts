@@ -36,6 +36,25 @@ export function listeningUrls(log: string): { url: string; localApiUrl?: string 
 }
 
 /**
+ * The options that run a runtime on loopback: its HTTPS and metrics listeners on these ports, its
+ * local API on one the system picks (logged in its "listening" line).
+ */
+export function onLoopback(
+  port: number,
+  metricsPort: number,
+): { rewriteArg: (a: string) => string; extraArgs: string[] } {
+  return {
+    rewriteArg: (a) =>
+      a.startsWith("--port=")
+        ? `--port=${port}`
+        : a.startsWith("--metrics-port=")
+          ? `--metrics-port=${metricsPort}`
+          : a,
+    extraArgs: ["--host=127.0.0.1", "--local-api-port=0"],
+  };
+}
+
+/**
  * Run a runtime Deployment's container as a local process from exactly what the operator
  * rendered: its args and env, and the files of its ConfigMap and Secret volumes written where
  * the mounts put them (under `dir` instead of /, in args and env values alike). `rewrite` adjusts file contents and args for

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vites
 import { parse } from "yaml";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
-import { runDeploymentLocally, type LocalRuntime } from "../../e2e/support/materialize.ts";
+import { onLoopback, runDeploymentLocally, type LocalRuntime } from "../../e2e/support/materialize.ts";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { freePort } from "../../e2e/support/ports.ts";
 import { releaseDir, tempDir } from "../../e2e/support/process.ts";
@@ -118,13 +118,7 @@ async function run(name: string): Promise<{ url: string; localApi: LocalApiClien
       text.replace(new RegExp(`https://([a-z]+)\\.${NS}\\.svc`, "g"), (m, other: string) =>
         ports.has(other) ? `https://localhost:${ports.get(other)}` : m,
       ),
-    rewriteArg: (a) =>
-      a.startsWith("--port=")
-        ? `--port=${port}`
-        : a.startsWith("--metrics-port=")
-          ? `--metrics-port=${metricsPort}`
-          : a,
-    extraArgs: ["--host=127.0.0.1", "--local-api-port=0"],
+    ...onLoopback(port, metricsPort),
   });
   running.set(name, r);
   const urls = await r.listening();

@@ -165,15 +165,11 @@ export async function loadNatsIssuer(
   const secret =
     (await kube.read<V1Secret>("v1", "Secret", namespace, name)) ??
     (await createKeysSecret(kube, namespace, name, log));
-  const field = (k: string) =>
-    secret?.data?.[k] ? Buffer.from(secret.data[k], "base64").toString("utf8").trim() : undefined;
-  const account = field(ACCOUNT_FIELD);
-  const signing = field(KEY_FIELDS.signing);
-  if (!account || !signing)
-    throw new Error(`Secret ${namespace}/${name} needs the keys ${ACCOUNT_FIELD} and ${KEY_FIELDS.signing}`);
+  const issuer = issuerOfSecret(secret, `${namespace}/${name}`);
+  const field = secretField(secret);
   const operator = field(KEY_FIELDS.operator);
   const system = field(KEY_FIELDS.system);
-  const issuer = new CredentialIssuer(account, signing, operator && system ? { operator, system } : undefined);
+  const signing = field(KEY_FIELDS.signing)!;
   const conf = field(SERVER_CONFIG_FIELD);
   const accountSeed = field(KEY_FIELDS.account);
   if (issuer.accountPerRuntime && conf !== undefined && accountSeed && !/^resolver: \{ type: full\b/m.test(conf))
@@ -185,6 +181,23 @@ export async function loadNatsIssuer(
       log,
     );
   return issuer;
+}
+
+const secretField = (secret: V1Secret | undefined) => (k: string) =>
+  secret?.data?.[k] ? Buffer.from(secret.data[k], "base64").toString("utf8").trim() : undefined;
+
+/** Pure: the issuer of the keys of an account Secret (the operator and system keys turn on one account per runtime). */
+export function issuerOfSecret(
+  secret: V1Secret | undefined,
+  name = `${secret?.metadata?.namespace}/${secret?.metadata?.name}`,
+): CredentialIssuer {
+  const field = secretField(secret);
+  const account = field(ACCOUNT_FIELD);
+  const signing = field(KEY_FIELDS.signing);
+  if (!account || !signing) throw new Error(`Secret ${name} needs the keys ${ACCOUNT_FIELD} and ${KEY_FIELDS.signing}`);
+  const operator = field(KEY_FIELDS.operator);
+  const system = field(KEY_FIELDS.system);
+  return new CredentialIssuer(account, signing, operator && system ? { operator, system } : undefined);
 }
 
 /** The Secret of new keys and the server configuration that trusts them, as read back. */

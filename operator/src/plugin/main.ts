@@ -7,6 +7,7 @@ import { parseArgs } from "node:util";
 import { describeResource, renderDescription } from "./describe.ts";
 import { checkExec, execIfp, RUNTIME_CONTAINER, runtimePod } from "./exec.ts";
 import { apiMessage, checkNamespace, connect, type Kind, PluginError, UsageError } from "./kube.ts";
+import { BACKUP_FLAGS, BACKUP_USAGE, backupCommand, type BackupFlags } from "./backup-command.ts";
 import { writeReport } from "./report.ts";
 import { collectStatus, renderStatus } from "./status.ts";
 import { printable } from "../../../runtime/src/util/printable.ts";
@@ -39,7 +40,7 @@ export const USAGE = `usage: kubectl ifp <command> [flags]
                               copy of one delivered; prints the runtime's answer
                               send, tail and redrive run the runtime's ifp in one of the Agent's
                               ready pods (get and create on pods/exec, your own rights)
-  completion bash|zsh         the shell's completion script: source <(kubectl ifp completion bash)
+${BACKUP_USAGE}  completion bash|zsh         the shell's completion script: source <(kubectl ifp completion bash)
   version                     the plugin's version and the commit it was built from (--version)
 
 flags:
@@ -74,6 +75,8 @@ const COMPLETION: CompletionSpec = {
     send: ["--to", "--text", "--phase", "--wait"],
     tail: ["--since", "--count", "--timeout"],
     redrive: ["--all", "--limit"],
+    backup: ["--nats-url", "--nats-server-name", "--no-data"],
+    restore: ["--nats-url", "--nats-server-name", "--force", "--keys-only", "--timeout"],
     completion: [...SHELLS],
     version: [],
   },
@@ -91,7 +94,7 @@ const KINDS: Record<string, Kind> = {
   ifprelay: "Relay",
 };
 
-interface Parsed {
+export interface Parsed {
   command: string;
   args: string[];
   namespace?: string;
@@ -102,6 +105,8 @@ interface Parsed {
   operatorNamespace?: string;
   /** send, tail and redrive: their flags, as given. */
   messaging: Partial<Record<(typeof MESSAGING_FLAGS)[number], string>>;
+  /** backup and restore: their flags, as given. */
+  backup: BackupFlags;
   /** redrive --all. */
   all: boolean;
   help: boolean;
@@ -134,6 +139,7 @@ export function parse(argv: string[]): Parsed {
         timeout: { type: "string" },
         limit: { type: "string" },
         all: { type: "boolean" },
+        ...BACKUP_FLAGS,
         help: { type: "boolean", short: "h" },
         version: { type: "boolean", short: "V" },
       },
@@ -155,6 +161,9 @@ export function parse(argv: string[]): Parsed {
       MESSAGING_FLAGS.filter((f) => values[f] !== undefined).map((f) => [f, values[f] as string]),
     ),
     all: !!values.all,
+    backup: Object.fromEntries(
+      Object.keys(BACKUP_FLAGS).flatMap((f) => (values[f] === undefined ? [] : [[f, values[f]]])),
+    ),
     help: !!values.help,
     version: !!values.version,
   };
@@ -170,6 +179,9 @@ async function run(p: Parsed, out: (s: string) => void): Promise<number> {
   if (p.namespace !== undefined && p.allNamespaces) throw new UsageError("-n and -A together: choose one");
   if (p.command === "send" || p.command === "tail" || p.command === "redrive")
     return await messaging(p.command, p, out);
+  if (p.command === "backup" || p.command === "restore") return await backupCommand(p.command, p);
+  const backupFlag = Object.keys(p.backup)[0];
+  if (backupFlag) throw new UsageError(`--${backupFlag} goes with backup or restore, not ${p.command || "no command"}`);
   const stray = [...Object.keys(p.messaging), ...(p.all ? ["all"] : [])];
   if (stray.length)
     throw new UsageError(`--${stray[0]} goes with send, tail or redrive, not ${p.command || "no command"}`);
