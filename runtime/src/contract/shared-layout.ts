@@ -17,6 +17,7 @@
 // the operator's side of it from here.
 import { AckPolicy, DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { ConsumerConfig, StreamConfig } from "@nats-io/jetstream";
+import type { AgentSpec } from "../resources/agent.ts";
 import type { AgentNames } from "./agent-names.ts";
 import { agentNames } from "./agent-names.ts";
 import { nanos } from "./nats.ts";
@@ -32,6 +33,22 @@ export const SHARED_BUCKETS = {
   a2aTasks: "ifp_a2a",
   agents: "ifp_agents",
 } as const;
+
+/**
+ * What of an Agent's spec the isolated layout does not serve: an Agent that sets one of these
+ * (`uses`) does not run on it (the runtime refuses to start, naming `field` and `why`).
+ */
+export const ISOLATED_LAYOUT_UNSUPPORTED: readonly {
+  field: string;
+  why: string;
+  uses: (spec: AgentSpec) => boolean;
+}[] = [
+  {
+    field: "spec.a2a",
+    why: "A2A tasks: a KV bucket watched and listed, with history",
+    uses: (spec) => spec.a2a.enabled,
+  },
+];
 
 /** An account's public key: what the subjects of one runtime carry. */
 const ACCOUNT_KEY = /^A[A-Z2-7]{55}$/;
