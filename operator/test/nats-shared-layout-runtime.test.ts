@@ -11,11 +11,11 @@ import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/trans
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { consistently, freePort, waitFor } from "../../e2e/support/ports.ts";
-import { httpsRequest } from "../../e2e/support/https.ts";
 import { IsolatedInstall } from "../../runtime/bench/scale-isolated.ts";
 import { encodeToken } from "../../runtime/src/contract/nats.ts";
 import { agentInboxPrefix } from "../../runtime/src/contract/nats-permissions.ts";
 import { SHARED_STREAMS, sharedAgentNames, sharedInboxSubject } from "../../runtime/src/contract/shared-layout.ts";
+import type { AgentSpecInput } from "../../runtime/src/resources/agent.ts";
 import { runAgent, startHandler, type Tls } from "../../runtime/test/support/agent-harness.ts";
 import { identity, peerOf, signed, tempDir } from "../../runtime/test/support/fixtures.ts";
 import { send, untilState } from "../../runtime/test/support/outbox-harness.ts";
@@ -75,6 +75,7 @@ beforeAll(async () => {
     handlerUrl: string | undefined,
     peer: typeof alice,
     peerPort: number,
+    more: Omit<AgentSpecInput, "agentId"> = {},
   ) => {
     const name = self.agentId.replace(/-agent$/, "");
     return runAgent({
@@ -92,13 +93,17 @@ beforeAll(async () => {
         ],
         ...(handlerUrl ? { handler: { url: handlerUrl } } : {}),
         outbound: { backoff: ["300ms"], retryFor: "30s" },
+        ...more,
       },
     });
   };
   [a, b, c] = await Promise.all([
     start(alice, aPort, aHandler.url, bob, bPort),
     start(bob, bPort, bHandler.url, alice, aPort),
-    start(carol, await freePort(), undefined, alice, aPort),
+    // With relays of her own (none answers there): spec.relay runs on the layout, her mailboxes read into the same inbox.
+    start(carol, await freePort(), undefined, alice, aPort, {
+      relay: { urls: [`https://localhost:${await freePort()}`] },
+    }),
   ]);
 }, 120_000);
 afterAll(async () => {
