@@ -4,7 +4,9 @@
 // as the operator makes them (runtime/bench/scale-isolated.ts). Alice sends bob a signed message
 // over HTTPS; it is stored before the 202, handed to bob's application once, its repeat is
 // caught by the subject that holds it, bob's reply goes back through his outbox; carol, without a
-// handler, pulls hers from the local API; and alice's own credential reads nothing of bob's.
+// handler and with relays of her own, pulls hers from the local API; bob watches his inbox, answers
+// a short-form reply to the first sender of a reused message_id, lists a conversation and his dead
+// letters and redrives them; and alice's own credential reads nothing of bob's.
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";

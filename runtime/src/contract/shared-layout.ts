@@ -12,6 +12,7 @@
 // on each stream). The runtime cannot create consumers or streams there, nor read a message by
 // sequence, list subjects or ask for stream info (each would take a filter or a sequence from
 // the request's body, which no permission can check): the operator makes each Agent's consumers.
+// It hears its new inbox messages through one stream export, of the inbox's republish.
 // The agent runtime runs on it with `--nats-layout isolated` (runtime/src/nats/layout.ts); the
 // bench (runtime/bench/scale.ts) and the tests (operator/test/nats-shared-layout*.test.ts) build
 // the operator's side of it from here.
@@ -223,7 +224,8 @@ const DAY_MS = 24 * 3600_000;
 /**
  * The streams of a tenant's data account, as the operator applies them. None may roll up
  * (`Nats-Rollup: all` on a runtime's own subject would purge every Agent's messages), none runs
- * message schedules or counters (a scheduled message names its target subject in a header). Each
+ * message schedules or counters (a scheduled message names its target subject in a header); the
+ * inbox republishes what it stores on the Agents' message subjects, each under its own key. Each
  * message of an inbox or outbox has a subject of its own that takes one message: a repeated
  * publish is refused for as long as the first is kept, which is the duplicate check scoped to
  * the Agent's own subjects (a `Nats-Msg-Id` is stream-wide, so one Agent could pre-empt

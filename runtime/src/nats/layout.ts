@@ -6,9 +6,11 @@
 //   stream's duplicate window (`Nats-Msg-Id`).
 // - `isolated`: the runtime's account has JetStream off and reaches its tenant's data account
 //   only through imports of subjects under its own account key: publishes, direct gets of the last
-//   message on a subject, its consumers' next messages, info and acks. It makes no stream, bucket
-//   or consumer (the operator does), reads no stream info, lists nothing; a message is kept once
-//   because its subject takes one message (`max_msgs_per_subject: 1`, `discard_new_per_subject`).
+//   message on a subject, its consumers' next messages, info and acks, and the inbox's republish
+//   of what it stored (the inbox watch). It makes no stream, bucket or consumer (the operator
+//   does), reads no stream info, lists no keys (it keeps index keys of the listings it serves); a
+//   message is kept once because its subject takes one message (`max_msgs_per_subject: 1`,
+//   `discard_new_per_subject`).
 //
 // Every part of the runtime that touches one of these goes through this seam, so the layout is
 // chosen once (the agent's `--nats-layout`) and nowhere else.
