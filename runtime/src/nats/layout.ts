@@ -285,18 +285,22 @@ const subjectPerId: OneCopyRule = {
   windowed: false,
   subjectOf: (subject, id) => `${subject}.${encodeToken(id)}`,
   async publish(js, subject, id, data, { first, ...opts }) {
-    let seq: number;
+    let stored: { duplicate: boolean; seq: number };
     try {
-      seq = (await js.publish(id === undefined ? subject : this.subjectOf(subject, id), data, opts)).seq;
+      stored = {
+        duplicate: false,
+        seq: (await js.publish(id === undefined ? subject : this.subjectOf(subject, id), data, opts)).seq,
+      };
     } catch (err) {
-      if (id !== undefined && isSubjectTaken(err)) return { duplicate: true, seq: 0 };
-      throw err;
+      if (id === undefined || !isSubjectTaken(err)) throw err;
+      stored = { duplicate: true, seq: 0 };
     }
+    // Recorded for a repeat too: a copy stored whose record was lost (the connection, say) gets it from its sender's retry.
     if (first !== undefined && id !== undefined)
       await js.publish(first, id, { timeout: opts.timeout }).catch((err: unknown) => {
         if (!isSubjectTaken(err)) throw err;
       });
-    return { duplicate: false, seq };
+    return stored;
   },
   async *find(jsm, stream, subject, ids, first) {
     if (!ids.length) {
