@@ -4,18 +4,20 @@
 // as the operator makes them (runtime/bench/scale-isolated.ts). Alice sends bob a signed message
 // over HTTPS; it is stored before the 202, handed to bob's application once, its repeat is
 // caught by the subject that holds it, bob's reply goes back through his outbox; carol, without a
-// handler, pulls hers from the local API; and alice's own credential reads nothing of bob's.
+// handler and with relays of her own, pulls hers from the local API; bob watches his inbox, answers
+// a short-form reply to the first sender of a reused message_id, lists a conversation and his dead
+// letters and redrives them; and alice's own credential reads nothing of bob's.
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { consistently, freePort, waitFor } from "../../e2e/support/ports.ts";
-import { httpsRequest } from "../../e2e/support/https.ts";
 import { IsolatedInstall } from "../../runtime/bench/scale-isolated.ts";
 import { encodeToken } from "../../runtime/src/contract/nats.ts";
 import { agentInboxPrefix } from "../../runtime/src/contract/nats-permissions.ts";
 import { SHARED_STREAMS, sharedAgentNames, sharedInboxSubject } from "../../runtime/src/contract/shared-layout.ts";
+import type { AgentSpecInput } from "../../runtime/src/resources/agent.ts";
 import { runAgent, startHandler, type Tls } from "../../runtime/test/support/agent-harness.ts";
 import { identity, peerOf, signed, tempDir } from "../../runtime/test/support/fixtures.ts";
 import { send, untilState } from "../../runtime/test/support/outbox-harness.ts";
@@ -25,6 +27,8 @@ const alice = identity("alice-agent");
 const bob = identity("bob-agent");
 /** An Agent without spec.handler: its application pulls from the local API. */
 const carol = identity("carol-agent");
+/** A peer of bob's at alice's address: alice refuses what is addressed to dave (a 4xx), a dead letter of bob's. */
+const dave = identity("dave-agent");
 
 let install: IsolatedInstall;
 let tls: Tls;
@@ -73,6 +77,7 @@ beforeAll(async () => {
     handlerUrl: string | undefined,
     peer: typeof alice,
     peerPort: number,
+    more: Omit<AgentSpecInput, "agentId"> = {},
   ) => {
     const name = self.agentId.replace(/-agent$/, "");
     return runAgent({
@@ -84,16 +89,23 @@ beforeAll(async () => {
       natsCredsFile: credsFiles[name],
       resource: { name, namespace: TENANT },
       spec: {
-        peers: [{ ...peerOf(peer), url: `https://localhost:${peerPort}` }],
+        peers: [
+          { ...peerOf(peer), url: `https://localhost:${peerPort}` },
+          { ...peerOf(dave), url: `https://localhost:${peerPort}` },
+        ],
         ...(handlerUrl ? { handler: { url: handlerUrl } } : {}),
         outbound: { backoff: ["300ms"], retryFor: "30s" },
+        ...more,
       },
     });
   };
   [a, b, c] = await Promise.all([
     start(alice, aPort, aHandler.url, bob, bPort),
     start(bob, bPort, bHandler.url, alice, aPort),
-    start(carol, await freePort(), undefined, alice, aPort),
+    // With relays of her own (none answers there): spec.relay runs on the layout, her mailboxes read into the same inbox.
+    start(carol, await freePort(), undefined, alice, aPort, {
+      relay: { urls: [`https://localhost:${await freePort()}`] },
+    }),
   ]);
 }, 120_000);
 afterAll(async () => {
@@ -172,21 +184,97 @@ describe("the agent runtime on the isolated layout", () => {
     expect([info.num_pending, info.num_ack_pending]).toEqual([0, 0]);
   }, 60_000);
 
-  it("refuses what the layout cannot serve yet: the inbox watch and what lists KV keys answer 501", async () => {
-    // A reply that names only what it answers: its original is found by (sender, message_id) here.
-    const unnamed = await send(b.localApiUrl, { in_reply_to: id, text: "to whom?" });
-    expect(unnamed).toMatchObject({
-      status: 501,
-      body: { code: "not_on_nats_layout", message: expect.stringMatching(/`to`/) },
+  it("watches the inbox from now: each message as it is stored, with its sequence, taking none; a look back answers 501", async () => {
+    const ac = new AbortController();
+    const res = await fetch(`${b.localApiUrl}/messages/watch`, { signal: ac.signal });
+    expect(res.status).toBe(200);
+    const events: any[] = [];
+    const reading = (async () => {
+      let buf = "";
+      const text = new TextDecoder();
+      for await (const chunk of res.body!) {
+        buf += text.decode(chunk, { stream: true });
+        for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
+          const data = /^data: (.*)$/m.exec(buf.slice(0, i))?.[1];
+          if (data) events.push(JSON.parse(data));
+          buf = buf.slice(i + 2);
+        }
+      }
+    })().catch(() => {});
+    const m = signed(alice, "bob-agent", {}, "Watched, Bob");
+    expect((await b.post(m)).status).toBe(202);
+    const seen = await waitFor("the watch's event", () => events.find((e) => e.message_id === m.headers.message_id));
+    expect(seen).toMatchObject({ sender: "alice-agent", handed_on: true, message: { body: { text: "Watched, Bob" } } });
+    expect(seen.seq).toBeGreaterThan(0);
+    expect(Date.parse(seen.stored)).toBeGreaterThan(Date.now() - 60_000);
+    // Its repeat is not stored again, so not watched again; the application gets it still.
+    expect((await b.post(m)).status).toBe(202);
+    await waitFor("bob's application", () =>
+      bHandler.received.some((r) => r.body.headers.message_id === m.headers.message_id),
+    );
+    await consistently(
+      "watched once",
+      () => events.filter((e) => e.message_id === m.headers.message_id).length === 1,
+      1_000,
+    );
+    // Nothing another Agent accepts reaches bob's watch.
+    const forCarol = signed(alice, "carol-agent", {}, "Not bob's");
+    expect((await c.post(forCarol)).status).toBe(202);
+    await consistently(
+      "carol's message is not watched by bob",
+      () => !events.some((e) => e.message_id === forCarol.headers.message_id),
+      1_000,
+    );
+    ac.abort();
+    await reading;
+    const back = await fetch(`${b.localApiUrl}/messages/watch?since=60`);
+    expect(back.status).toBe(501);
+    expect(await back.json()).toMatchObject({ status: "error", code: "not_on_nats_layout" });
+  }, 60_000);
+
+  it("answers a short-form reply without `to` to the first sender of that message_id, whoever reused it later", async () => {
+    const first = signed(alice, "bob-agent", {}, "First with this id");
+    const reused = signed(dave, "bob-agent", { message_id: first.headers.message_id }, "Same id, later");
+    expect((await b.post(first)).status).toBe(202);
+    expect((await b.post(reused)).status).toBe(202);
+    const sent = await send(b.localApiUrl, { in_reply_to: first.headers.message_id, text: "to whom?" });
+    expect(sent.status, JSON.stringify(sent.body)).toBe(202);
+    const got = await waitFor("alice's application", () =>
+      aHandler.received.find((r) => r.body.headers.message_id === sent.body.message_id),
+    );
+    expect(got.body.headers).toMatchObject({
+      to: [{ agent: "alice-agent" }],
+      thread: { in_reply_to: first.headers.message_id },
+      conversation_id: first.headers.conversation_id,
     });
-    for (const path of ["/messages/watch", "/dead-letters", `/conversations/${greeting.headers.conversation_id}`]) {
-      const res = await fetch(`${b.localApiUrl}${path}`);
-      expect(res.status, path).toBe(501);
-      expect(await res.json()).toMatchObject({ status: "error", code: "not_on_nats_layout" });
-    }
-    // The HTTPS face is unaffected.
-    expect((await httpsRequest(`${b.url}/readyz`, { ca: tls.ca })).status).toBe(200);
-  }, 30_000);
+  }, 60_000);
+
+  it("lists a conversation's records, and dead letters, which it redrives", async () => {
+    const conv = await fetch(`${b.localApiUrl}/conversations/${encodeURIComponent(greeting.headers.conversation_id)}`);
+    expect(conv.status).toBe(200);
+    expect(await conv.json()).toMatchObject({
+      peers: expect.arrayContaining([expect.objectContaining({ peer: "alice-agent" })]),
+    });
+    const unknown = await fetch(`${b.localApiUrl}/conversations/conv-never-seen`);
+    expect(unknown.status).toBe(404);
+
+    // Alice refuses what is addressed to dave: bob's delivery fails, a dead letter.
+    const sent = await send(b.localApiUrl, { to: "dave-agent", text: "Hello Dave" });
+    expect(sent.status).toBe(202);
+    await untilState(b.localApiUrl, sent.body.message_id, "failed");
+    const list = async () =>
+      ((await (await fetch(`${b.localApiUrl}/dead-letters`)).json()) as { dead_letters: { message_id: string }[] })
+        .dead_letters;
+    expect((await list()).map((d) => d.message_id)).toContain(sent.body.message_id);
+    const redrive = await fetch(`${b.localApiUrl}/dead-letters/redrive`, { method: "POST" });
+    expect(redrive.status).toBe(200);
+    expect(JSON.stringify(await redrive.json())).toContain(sent.body.message_id);
+    // Redriven, it is no dead letter until it fails again.
+    await waitFor("the redriven letter off the list, or failed again", async () => {
+      const r: any = await (await fetch(`${b.localApiUrl}/outbox/${encodeURIComponent(sent.body.message_id)}`)).json();
+      return r.redrive !== undefined;
+    });
+  }, 90_000);
 
   it("gives alice's credential nothing of bob's: no direct get of his stored message, no pull from his consumer", async () => {
     const nc = await connect({

@@ -31,8 +31,9 @@ import {
   sharedAgentConsumers,
   sharedAgentNames,
   sharedAgentPermissions,
+  sharedInboxWatchSubject,
   sharedStreamConfigs,
-  type ServiceExport,
+  type DataAccountExport,
 } from "../../runtime/src/contract/shared-layout.ts";
 import { CredentialIssuer, generateKeys, serverConfig, type NatsKeys } from "../src/nats-credential-issuer.ts";
 import {
@@ -58,7 +59,7 @@ const EVERYTHING: NatsPermissions = { pub: [">"], sub: [">"] };
 interface Tenant {
   name: string;
   account: string;
-  exports: ServiceExport[];
+  exports: DataAccountExport[];
   jsm: JetStreamManager;
   js: JetStreamClient;
 }
@@ -88,7 +89,7 @@ async function tenant(
   name: string,
   opts: {
     limits?: TenantLimits;
-    exports?: ServiceExport[];
+    exports?: DataAccountExport[];
     streams?: (Partial<StreamConfig> & { name: string })[];
   } = {},
 ): Promise<Tenant> {
@@ -106,7 +107,7 @@ async function tenant(
 async function runtime(
   t: Tenant,
   name: string,
-  opts: { permissions?: NatsPermissions; jetstream?: boolean; importsOf?: string; exports?: ServiceExport[] } = {},
+  opts: { permissions?: NatsPermissions; jetstream?: boolean; importsOf?: string; exports?: DataAccountExport[] } = {},
 ): Promise<Runtime> {
   const account = createAccount().getPublicKey();
   await pushAccountJwt(
@@ -115,7 +116,7 @@ async function runtime(
       jetstream: opts.jetstream,
       // An import of the whole API covers `$JS.API.INFO` itself: nats-server refuses a second import of it.
       imports: runtimeAccountImports(t.account, opts.importsOf ?? account, opts.exports).filter(
-        (i) => !i.local_subject || !opts.exports?.some((e) => e.subject === "$JS.API.>"),
+        (i) => i.type !== "service" || !i.local_subject || !opts.exports?.some((e) => e.subject === "$JS.API.>"),
       ),
     }),
   );
@@ -156,6 +157,21 @@ async function pull(as: Runtime, consumer: string, stream: string = SHARED_STREA
   } catch {
     return undefined;
   }
+}
+
+/** What `as` hears on `subject` while `act` runs (a core subscription: a stream import delivers there). */
+async function hear(as: Runtime, subject: string, act: () => Promise<unknown>): Promise<string[]> {
+  const heard: string[] = [];
+  const sub = as.nc.subscribe(subject, {
+    callback: (e, m) => {
+      if (!e) heard.push(m.string());
+    },
+  });
+  await as.nc.flush();
+  await act();
+  await as.nc.flush();
+  sub.unsubscribe();
+  return heard;
 }
 
 /** A request's answer, or undefined when nobody answers or the server refuses it. */
@@ -324,6 +340,21 @@ describe("the shared layout: one data account per tenant, an account per runtime
     expect(await works(carol.js.publish(inboxSubject(bob, "cross"), "x", { timeout: 1_500 }))).toBe(false);
   }, 120_000);
 
+  it("lets a runtime hear the messages stored on its own inbox subjects, and none of another's", async () => {
+    const own = sharedInboxWatchSubject(alice.account);
+
+    const heard = await hear(alice, own, () => alice.js.publish(inboxSubject(alice, "heard"), "alice's heard"));
+    expect(heard).toEqual(["alice's heard"]);
+    // Bob's messages, on his watch subject in her account and on hers: nothing.
+    let n = 0;
+    for (const subject of [sharedInboxWatchSubject(bob.account), own, "ifp-watch.>", ">"])
+      for (const a of [alice, await unrestricted(alice)])
+        expect(
+          await hear(a, subject, () => bob.js.publish(inboxSubject(bob, `unheard-${n++}`), "bob's unheard")),
+          subject,
+        ).toEqual([]);
+  }, 30_000);
+
   it("refuses rollups: a runtime's own KV key cannot purge every runtime's", async () => {
     const rollup = headers();
     rollup.set("Nats-Rollup", "all");
@@ -338,7 +369,7 @@ describe("the shared layout: one data account per tenant, an account per runtime
 
 describe("each guard taken away: the same attack succeeds", () => {
   it("an export without its token position lets an import name another runtime's key", async () => {
-    const loose = dataAccountExports().map(({ account_token_position: _, ...e }) => e) as ServiceExport[];
+    const loose = dataAccountExports().map(({ account_token_position: _, ...e }) => e) as DataAccountExport[];
     const t = await tenant("loose", { exports: loose });
     const bob = await runtime(t, "bob-loose");
     await bob.js.publish(inboxSubject(bob, "secret"), "bob's secret");
@@ -350,6 +381,10 @@ describe("each guard taken away: the same attack succeeds", () => {
     );
     expect(await ask(alice, `$JS.API.CONSUMER.INFO.${SHARED_STREAMS.inbox}.${bob.account}`)).toContain(bob.account);
     expect(await pull(alice, bob.account)).toBe("bob's secret");
+    const watched = sharedInboxWatchSubject(bob.account);
+    expect(await hear(alice, watched, () => bob.js.publish(inboxSubject(bob, "heard"), "bob's heard"))).toEqual([
+      "bob's heard",
+    ]);
 
     // With the token position, the same mistaken import reaches nothing.
     const t2 = await tenant("tight");
@@ -365,11 +400,16 @@ describe("each guard taken away: the same attack succeeds", () => {
       "JetStream not enabled",
     );
     expect(await pull(alice2, bob2.account)).toBeUndefined();
+    expect(
+      await hear(alice2, sharedInboxWatchSubject(bob2.account), () =>
+        bob2.js.publish(inboxSubject(bob2, "heard"), "bob's heard"),
+      ),
+    ).toEqual([]);
   }, 60_000);
 
   it("an export of the data account's whole JetStream API lets a runtime list and read every stream", async () => {
-    const api: ServiceExport[] = [
-      { name: "api", subject: "$JS.API.>", type: "service" } as ServiceExport,
+    const api: DataAccountExport[] = [
+      { name: "api", subject: "$JS.API.>", type: "service" } as DataAccountExport,
       ...dataAccountExports().filter((e) => !e.subject.startsWith("$JS.API.")),
     ];
     const t = await tenant("whole-api", { exports: api });
@@ -387,7 +427,7 @@ describe("each guard taken away: the same attack succeeds", () => {
   }, 60_000);
 
   it("an export of consumer creation, keyed by the consumer's name, lets a runtime filter on another's subjects", async () => {
-    const create: ServiceExport = {
+    const create: DataAccountExport = {
       name: "consumer create",
       subject: "$JS.API.CONSUMER.CREATE.*.*.>",
       type: "service",

@@ -1,5 +1,6 @@
 import type { KV, KvEntry } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
+import type { KeyIndex } from "../nats/layout.ts";
 import { encodeToken } from "../contract/nats.ts";
 import { insufficientAuthLevel, ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
@@ -38,6 +39,15 @@ export type { ConversationMessage, ConversationState };
  * conversation; linkAnswer() links an error-phase answer to the outbound message it concerns.
  * Updates are compare-and-set.
  */
+/**
+ * A conversation's records (`c.<peer>.<conversation>`), listed per conversation where the layout
+ * lists no keys (nats/layout.ts); every conversation's at once (`c.>`) is not listed there.
+ */
+const PEERS_OF_CONVERSATION: KeyIndex = {
+  of: (key) => /^c\.[^.]+\.([^.]+)$/.exec(key)?.[1]?.replace(/^/, "c."),
+  for: (filter) => /^c\.\*\.([^.*>]+)$/.exec(filter)?.[1]?.replace(/^/, "c."),
+};
+
 export class Conversations {
   private kv: KV | undefined;
   private readonly nats: Pick<Nats, "js" | "isConnected" | "whileConnected" | "bucket">;
@@ -77,7 +87,7 @@ export class Conversations {
   }
 
   async ensure(): Promise<void> {
-    this.kv = await this.nats.bucket(this.bucket, { history: 1, ttl: CONVERSATION_IDLE_MS });
+    this.kv = await this.nats.bucket(this.bucket, { history: 1, ttl: CONVERSATION_IDLE_MS }, PEERS_OF_CONVERSATION);
   }
 
   static key(peer: string, conversationId: string): string {
@@ -163,13 +173,8 @@ export class Conversations {
   }
 
   /** The sequence number a new message of the conversation takes: one more than any seen either way. */
-  async nextSequence(conversationId: string, peers: string[] = []): Promise<number> {
-    const records = await this.list(conversationId).catch(async (err: unknown) => {
-      // A layout that cannot list keys (nats/layout.ts): the records with the peers it goes to, each read.
-      if (!(err instanceof ProtocolError && err.code === "not_on_nats_layout")) throw err;
-      const each = await Promise.all(peers.slice(0, 32).map((p) => this.get(p, conversationId)));
-      return each.filter((r) => r !== undefined);
-    });
+  async nextSequence(conversationId: string): Promise<number> {
+    const records = await this.list(conversationId);
     return 1 + Math.max(0, ...records.map((r) => Math.max(r.last_sequence_in ?? 0, r.last_sequence_out ?? 0)));
   }
 

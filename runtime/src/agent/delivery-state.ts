@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { KV } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
+import type { KeyIndex } from "../nats/layout.ts";
 import { encodeToken } from "../contract/nats.ts";
 import type { DeliveryRecord, RecipientState, RecipientStatus } from "../protocol/local-api.ts";
 
@@ -204,6 +205,12 @@ export function redrivenRecord(record: DeliveryRecord, now: number): DeliveryRec
  * each dead letter (`body.<id>`) for a redrive. Shared by replicas, kept across restarts,
  * expiring after a week.
  */
+/** The dead letters' keys (`dead.<id>`), listed where the layout lists no keys (nats/layout.ts). */
+const DEAD_LETTER_INDEX: KeyIndex = {
+  of: (key) => (key.startsWith("dead.") ? "dead" : undefined),
+  for: (filter) => (filter === "dead.>" ? "dead" : undefined),
+};
+
 export class DeliveryStates {
   private kv: KV | undefined;
   private readonly nats: Nats;
@@ -215,7 +222,7 @@ export class DeliveryStates {
   }
 
   async ensure(): Promise<void> {
-    this.kv = await this.nats.bucket(this.bucket, { history: 1, ttl: 7 * 24 * 3600_000 });
+    this.kv = await this.nats.bucket(this.bucket, { history: 1, ttl: 7 * 24 * 3600_000 }, DEAD_LETTER_INDEX);
   }
 
   private store(): KV {

@@ -1,14 +1,14 @@
 // GET /messages/watch of the local API's loopback listener: every message the inbox accepts, as
-// it is stored, for a person watching an agent (`ifp tail`, `kubectl ifp tail`). It reads the
-// inbox stream with an ordered consumer of its own — ephemeral, never acknowledging — so it
-// takes nothing from the handler or the application's message stream, with or without
-// spec.handler. Served on the loopback only: only the pod's containers (and whoever may exec into
+// it is stored, for a person watching an agent (`ifp tail`, `kubectl ifp tail`). It follows the
+// inbox as the NATS layout can (nats/layout.ts `followInbox`: an ordered consumer of its own, or
+// the inbox's republish of what it stored), never acknowledging, so it takes nothing from the
+// handler or the application's message stream, with or without spec.handler. Served on the loopback only: only the pod's containers (and whoever may exec into
 // them) reach it; the bearer token of the TLS listener sends as the agent but does not read its inbox.
-import { DeliverPolicy, type ConsumerMessages } from "@nats-io/jetstream";
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import type { Logger } from "pino";
 import { z } from "zod";
 import type { Nats } from "../nats/connection.ts";
+import type { InboxFollower } from "../nats/layout.ts";
 import { rateLimited, unavailable } from "../protocol/errors.ts";
 import { ErrorAnswer } from "../protocol/local-api.ts";
 import { errorMessage } from "../util/errors.ts";
@@ -77,25 +77,12 @@ export class InboxWatch {
    * 503 when NATS cannot be reached.
    */
   async start(sinceSeconds: number, send: (w: Watched) => void, ended: () => void): Promise<() => void> {
-    const refused = this.nats.layout.refusal("GET /messages/watch (an ordered consumer of the inbox)");
-    if (refused) throw refused;
     if (this.full) throw rateLimited(5, "too many open inbox watches");
     this.open++;
-    let messages: ConsumerMessages;
+    let messages: InboxFollower;
     try {
       if (!this.nats.isConnected) throw unavailable("the message store (NATS JetStream) is not reachable");
-      const consumer = await this.nats.whileConnected(
-        this.nats.js.consumers.get(this.names.inboxStream, {
-          filter_subjects: this.names.inboxMessages,
-          ...(sinceSeconds > 0
-            ? {
-                deliver_policy: DeliverPolicy.StartTime,
-                opt_start_time: new Date(Date.now() - sinceSeconds * 1000).toISOString(),
-              }
-            : { deliver_policy: DeliverPolicy.New }),
-        }),
-      );
-      messages = await consumer.consume({ max_messages: 64 });
+      messages = await this.nats.layout.followInbox(this.nats, this.names, sinceSeconds);
     } catch (err) {
       this.open--;
       throw err;
@@ -150,7 +137,8 @@ message stream (with or without spec.handler). One event per message: \`id:\` th
 sequence, \`event: message\`, \`data:\` one line {seq, message_id, sender, auth_level,
 auth_source, encrypted?, handed_on, stored, message}. Comments (\`: keep-alive\`) every 15 s.
 Only on the loopback listener (404 on the TLS listener), at most ${MAX_WATCHES} open per replica
-(429 past that); \`ifp tail\` reads it. 501 \`not_on_nats_layout\` on the isolated NATS layout. A replica's watch sees every message any replica accepts.
+(429 past that); \`ifp tail\` reads it. A replica's watch sees every message any replica accepts. On
+the isolated NATS layout it follows the inbox from now only: \`since\` above 0 answers 501 \`not_on_nats_layout\`.
 `;
 
 /** GET /messages/watch (loopback listener only). */

@@ -170,12 +170,12 @@ async function loadSelf(opts: AgentOptions, log: Logger) {
   );
   const signing: SigningKey = keyring.signing;
   const layout = layoutOf(opts.natsLayout ?? "per-agent", opts.nats.credsFile);
-  // What the layout cannot serve yet is refused at start, not found missing later.
-  const refused = [
-    spec.a2a.enabled ? layout.refusal("spec.a2a (A2A tasks: a KV bucket watched and listed)") : undefined,
-    spec.relay?.urls.length ? layout.refusal("spec.relay (relay mailboxes)") : undefined,
-  ].find((r) => r !== undefined);
-  if (refused) throw new Error(refused.message);
+  // What the layout does not serve is refused at start, not found missing later.
+  const [refused] = layout.unsupported(spec);
+  if (refused)
+    throw new Error(
+      `${refused.field} (${refused.why}) is not available on the ${layout.name} NATS layout (docs/scale.md#what-runs-on-the-isolated-layout)`,
+    );
   return { agent, spec, signing, ownEncryption, documents, layout, names: layout.names(agentStoreKey(agent)) };
 }
 type Self = Awaited<ReturnType<typeof loadSelf>>;

@@ -146,7 +146,11 @@ export class InboxStore {
       // Abandoned (503) the moment NATS goes away; a copy stored after the reconnection is a
       // duplicate of the sender's retry, absorbed by the duplicate check.
       const ack = await this.nats.whileConnected(
-        once.publish(this.nats.js, this.names.inbox(messageId), dedupe, data, { headers: h, timeout: 5_000 }),
+        once.publish(this.nats.js, this.names.inbox(messageId), dedupe, data, {
+          headers: h,
+          timeout: 5_000,
+          first: this.names.inboxFirst(messageId),
+        }),
       );
       return { duplicate: ack.duplicate };
     } catch (err) {
@@ -208,6 +212,7 @@ export class InboxStore {
       this.names.inboxStream,
       this.names.inbox(messageId),
       ids,
+      this.names.inboxFirst(messageId),
     ))
       yield {
         sender: m.header.get(INBOX_HEADERS.sender) || null,

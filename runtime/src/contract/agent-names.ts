@@ -25,6 +25,8 @@ export function agentNames(key: string) {
     /** Accepted inbound messages, one subject per message_id so a reply can find its original. */
     inboxMessages: `ifp.inbox.${t}.msg.>`,
     inbox: (messageId: string) => `ifp.inbox.${t}.msg.${encodeToken(messageId)}`,
+    /** Which sender's copy of a message_id was stored first, where a layout records it (nats/layout.ts). */
+    inboxFirst: (messageId: string) => `ifp.inbox.${t}.first.${encodeToken(messageId)}`,
     /** Inbound messages the handler never took. */
     dead: `ifp.inbox.${t}.dead`,
     handlerConsumer: "handler",

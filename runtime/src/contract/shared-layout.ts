@@ -12,11 +12,13 @@
 // on each stream). The runtime cannot create consumers or streams there, nor read a message by
 // sequence, list subjects or ask for stream info (each would take a filter or a sequence from
 // the request's body, which no permission can check): the operator makes each Agent's consumers.
+// It hears its new inbox messages through one stream export, of the inbox's republish.
 // The agent runtime runs on it with `--nats-layout isolated` (runtime/src/nats/layout.ts); the
 // bench (runtime/bench/scale.ts) and the tests (operator/test/nats-shared-layout*.test.ts) build
 // the operator's side of it from here.
 import { AckPolicy, DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { ConsumerConfig, StreamConfig } from "@nats-io/jetstream";
+import type { AgentSpec } from "../resources/agent.ts";
 import type { AgentNames } from "./agent-names.ts";
 import { agentNames } from "./agent-names.ts";
 import { nanos } from "./nats.ts";
@@ -32,6 +34,22 @@ export const SHARED_BUCKETS = {
   a2aTasks: "ifp_a2a",
   agents: "ifp_agents",
 } as const;
+
+/**
+ * What of an Agent's spec the isolated layout does not serve: an Agent that sets one of these
+ * (`uses`) does not run on it (the runtime refuses to start, naming `field` and `why`).
+ */
+export const ISOLATED_LAYOUT_UNSUPPORTED: readonly {
+  field: string;
+  why: string;
+  uses: (spec: AgentSpec) => boolean;
+}[] = [
+  {
+    field: "spec.a2a",
+    why: "A2A tasks: a KV bucket watched and listed, with history",
+    uses: (spec) => spec.a2a.enabled,
+  },
+];
 
 /** An account's public key: what the subjects of one runtime carry. */
 const ACCOUNT_KEY = /^A[A-Z2-7]{55}$/;
@@ -52,6 +70,33 @@ export interface ServiceImport {
   /** The subject in the importing account, when it is not `subject`. */
   local_subject?: string;
 }
+/** A stream export of the data account: the messages published on its subjects, heard in the importing account. */
+export interface StreamExport {
+  name: string;
+  subject: string;
+  type: "stream";
+  account_token_position: number;
+}
+export interface StreamImport {
+  name: string;
+  subject: string;
+  account: string;
+  type: "stream";
+}
+export type DataAccountExport = ServiceExport | StreamExport;
+export type RuntimeAccountImport = ServiceImport | StreamImport;
+
+/**
+ * Where the inbox stream publishes again each message it stored on an Agent's message subjects
+ * (its republish), and where that Agent's account hears them through the stream import: outside
+ * `ifp.`, which no runtime's service import reaches.
+ */
+export const WATCH_PREFIX = "ifp-watch";
+/** The subject a runtime of this account subscribes to for its new inbox messages. */
+export function sharedInboxWatchSubject(runtimeAccount: string): string {
+  if (!ACCOUNT_KEY.test(runtimeAccount)) throw new Error("not an account public key (A…, 56 characters)");
+  return `${WATCH_PREFIX}.inbox.${runtimeAccount}.msg.>`;
+}
 
 /**
  * The exports of a data account: the subject families a runtime uses, each with `*` where the
@@ -59,9 +104,13 @@ export interface ServiceImport {
  * `ifp.outbox.<key>.…`) and its KV keys (`$KV.<bucket>.<key>.…`), each answered by a PubAck; a
  * direct get of the last message on one of those subjects (the API subject names it, and
  * nats-server refuses a body asking for anything else on that endpoint); the next messages of
- * its own consumers, which answer with a stream of messages; their info; their acks.
+ * its own consumers, which answer with a stream of messages; their info; their acks. And one
+ * stream export: the inbox's republish of the messages stored on its message subjects, which its
+ * runtime hears with a core subscription (the inbox watch). A message that reaches the data
+ * account through a service import is never passed on to a stream import (nats-server), so the
+ * export is of what the stream itself publishes: only what it stored, with its sequence and time.
  */
-export function dataAccountExports(): ServiceExport[] {
+export function dataAccountExports(): DataAccountExport[] {
   return [
     { name: "agent subjects", subject: "ifp.*.*.>", type: "service", account_token_position: 3 },
     { name: "agent KV keys", subject: "$KV.*.*.>", type: "service", account_token_position: 3 },
@@ -86,6 +135,12 @@ export function dataAccountExports(): ServiceExport[] {
     },
     { name: "agent consumers' info", subject: "$JS.API.CONSUMER.INFO.*.*", type: "service", account_token_position: 6 },
     { name: "agent consumers' acks", subject: "$JS.ACK.*.*.>", type: "service", account_token_position: 4 },
+    {
+      name: "agent inbox messages heard",
+      subject: `${WATCH_PREFIX}.inbox.*.msg.>`,
+      type: "stream",
+      account_token_position: 3,
+    },
   ];
 }
 
@@ -100,11 +155,16 @@ export function dataAccountExports(): ServiceExport[] {
 export function runtimeAccountImports(
   dataAccount: string,
   runtimeAccount: string,
-  exports: ServiceExport[] = dataAccountExports(),
-): ServiceImport[] {
+  exports: DataAccountExport[] = dataAccountExports(),
+): RuntimeAccountImport[] {
   if (!ACCOUNT_KEY.test(dataAccount)) throw new Error("imports are between account public keys (A…, 56 characters)");
   return [
     ...ownSubjects(runtimeAccount, exports).map((i) => ({ ...i, account: dataAccount, type: "service" as const })),
+    ...ownSubjects(runtimeAccount, exports, "stream").map((i) => ({
+      ...i,
+      account: dataAccount,
+      type: "stream" as const,
+    })),
     {
       name: "no JetStream API of the server's",
       subject: `ifp.api.${runtimeAccount}.info`,
@@ -118,17 +178,20 @@ export function runtimeAccountImports(
 /** The JetStream API subject whose import decides whether nats-server adds its own `$JS.API.>` to an account. */
 export const JS_API_INFO = "$JS.API.INFO";
 
-/** Each export's subject with this runtime account's key at its token. */
+/** Each export's subject (of one type) with this runtime account's key at its token. */
 function ownSubjects(
   runtimeAccount: string,
-  exports: ServiceExport[] = dataAccountExports(),
+  exports: DataAccountExport[] = dataAccountExports(),
+  type: DataAccountExport["type"] = "service",
 ): { name: string; subject: string }[] {
   if (!ACCOUNT_KEY.test(runtimeAccount)) throw new Error("not an account public key (A…, 56 characters)");
-  return exports.map((e) => {
-    const tokens = e.subject.split(".");
-    if (e.account_token_position) tokens[e.account_token_position - 1] = runtimeAccount;
-    return { name: e.name, subject: tokens.join(".") };
-  });
+  return exports
+    .filter((e) => (e.type ?? "service") === type)
+    .map((e) => {
+      const tokens = e.subject.split(".");
+      if (e.account_token_position) tokens[e.account_token_position - 1] = runtimeAccount;
+      return { name: e.name, subject: tokens.join(".") };
+    });
 }
 
 /**
@@ -161,7 +224,8 @@ const DAY_MS = 24 * 3600_000;
 /**
  * The streams of a tenant's data account, as the operator applies them. None may roll up
  * (`Nats-Rollup: all` on a runtime's own subject would purge every Agent's messages), none runs
- * message schedules or counters (a scheduled message names its target subject in a header). Each
+ * message schedules or counters (a scheduled message names its target subject in a header); the
+ * inbox republishes what it stores on the Agents' message subjects, each under its own key. Each
  * message of an inbox or outbox has a subject of its own that takes one message: a repeated
  * publish is refused for as long as the first is kept, which is the duplicate check scoped to
  * the Agent's own subjects (a `Nats-Msg-Id` is stream-wide, so one Agent could pre-empt
@@ -195,6 +259,9 @@ export function sharedStreamConfigs(
       name: SHARED_STREAMS.inbox,
       subjects: ["ifp.inbox.*.>"],
       max_age: nanos(opts.inboxMaxAgeMs ?? 7 * DAY_MS),
+      // Each message stored on an Agent's message subjects, published again (with its sequence
+      // and time) where only that Agent's account hears it: the inbox watch, without a consumer.
+      republish: { src: "ifp.inbox.*.msg.>", dest: `${WATCH_PREFIX}.inbox.{{wildcard(1)}}.msg.>` },
     },
     {
       ...oneMessageEach,
@@ -255,14 +322,15 @@ export function sharedInboxSubject(names: AgentNames, messageId: string, senderT
 }
 
 /**
- * A runtime user's allow-lists in the shared layout: publishing on its imports (nothing else in
- * its account leads anywhere), replies under its agent id's inbox prefix. The account's imports
- * are the boundary; these keep the runtime off its own account's other subjects as today.
+ * A runtime user's allow-lists in the shared layout: publishing on its service imports (nothing
+ * else in its account leads anywhere), replies under its agent id's inbox prefix and its inbox
+ * messages where its stream import delivers them. The account's imports are the boundary; these
+ * keep the runtime off its own account's other subjects as today.
  */
 export function sharedAgentPermissions(agentInbox: string, runtimeAccount: string): NatsPermissions {
   return {
     pub: ownSubjects(runtimeAccount).map((i) => i.subject),
-    sub: [`${agentInbox}.>`],
+    sub: [`${agentInbox}.>`, sharedInboxWatchSubject(runtimeAccount)],
   };
 }
 

@@ -13,7 +13,7 @@ import type { Logger } from "pino";
 import { unavailable } from "../protocol/errors.ts";
 import { errorMessage } from "../util/errors.ts";
 import { retry } from "../util/retry.ts";
-import { perAgentLayout, type JetStreamLayout } from "./layout.ts";
+import { perAgentLayout, type JetStreamLayout, type KeyIndex } from "./layout.ts";
 import { placementOf, type JetStreamPlacement, type Replicas } from "./streams.ts";
 import type { KV, KvOptions } from "@nats-io/kv";
 
@@ -70,10 +70,11 @@ export class Nats {
 
   /**
    * A KV bucket of the runtime's: on the per-agent layout made with the runtime's replicas when
-   * it does not exist yet; on the isolated one the tenant's bucket, seen through the runtime's keys.
+   * it does not exist yet; on the isolated one the tenant's bucket, seen through the runtime's keys
+   * (`index`: the listings of its keys kept there).
    */
-  bucket(name: string, opts: Partial<KvOptions>): Promise<KV> {
-    return this.layout.bucket(this.js, name, opts, this.opts.replicas ?? 1, this.placement);
+  bucket(name: string, opts: Partial<KvOptions>, index?: KeyIndex): Promise<KV> {
+    return this.layout.bucket(this.js, name, opts, this.opts.replicas ?? 1, this.placement, index);
   }
 
   get layout(): JetStreamLayout {

@@ -6,19 +6,28 @@
 //   stream's duplicate window (`Nats-Msg-Id`).
 // - `isolated`: the runtime's account has JetStream off and reaches its tenant's data account
 //   only through imports of subjects under its own account key: publishes, direct gets of the last
-//   message on a subject, its consumers' next messages, info and acks. It makes no stream, bucket
-//   or consumer (the operator does), reads no stream info, lists nothing; a message is kept once
-//   because its subject takes one message (`max_msgs_per_subject: 1`, `discard_new_per_subject`).
+//   message on a subject, its consumers' next messages, info and acks, and the inbox's republish
+//   of what it stored (the inbox watch). It makes no stream, bucket or consumer (the operator
+//   does), reads no stream info, lists no keys (it keeps index keys of the listings it serves); a
+//   message is kept once because its subject takes one message (`max_msgs_per_subject: 1`,
+//   `discard_new_per_subject`).
 //
 // Every part of the runtime that touches one of these goes through this seam, so the layout is
 // chosen once (the agent's `--nats-layout`) and nowhere else.
 import { readFileSync } from "node:fs";
-import type { ConsumerConfig, JetStreamClient, JetStreamManager, PubAck } from "@nats-io/jetstream";
+import {
+  DeliverPolicy,
+  type ConsumerConfig,
+  type JetStreamClient,
+  type JetStreamManager,
+  type PubAck,
+} from "@nats-io/jetstream";
 import { Kvm, type KV, type KvOptions } from "@nats-io/kv";
 import type { MsgHdrs, Payload } from "@nats-io/transport-node";
 import { agentNames, type AgentNames } from "../contract/agent-names.ts";
+import type { AgentSpec } from "../resources/agent.ts";
 import { encodeToken } from "../contract/nats.ts";
-import { sharedAgentNames } from "../contract/shared-layout.ts";
+import { ISOLATED_LAYOUT_UNSUPPORTED, sharedAgentNames, sharedInboxWatchSubject } from "../contract/shared-layout.ts";
 import { ProtocolError } from "../protocol/errors.ts";
 import { errorMessage } from "../util/errors.ts";
 import { consumerBacklog, streamBacklog, type Backlog } from "./backlog.ts";
@@ -29,11 +38,8 @@ import { ensureBucket, isNotFound, type JetStreamPlacement, type Replicas } from
 export const NATS_LAYOUTS = ["per-agent", "isolated"] as const;
 export type NatsLayoutName = (typeof NATS_LAYOUTS)[number];
 
-/** Features of the runtime a layout may not serve yet. */
-export type LayoutFeature =
-  | "GET /messages/watch (an ordered consumer of the inbox)"
-  | "spec.a2a (A2A tasks: a KV bucket watched and listed)"
-  | "spec.relay (relay mailboxes)";
+/** What of an Agent's spec a layout does not serve (ISOLATED_LAYOUT_UNSUPPORTED on the isolated one). */
+export type LayoutFeature = (typeof ISOLATED_LAYOUT_UNSUPPORTED)[number];
 
 /** A feature of the runtime the layout cannot serve yet: 501 `not_on_nats_layout`. */
 export function notOnLayout(layout: NatsLayoutName, feature: string): ProtocolError {
@@ -69,16 +75,22 @@ export interface OneCopyRule {
     subject: string,
     id: string | undefined,
     data: Payload,
-    opts: { headers?: MsgHdrs; timeout?: number },
+    opts: { headers?: MsgHdrs; timeout?: number; first?: string },
   ): Promise<{ duplicate: boolean; seq: number }>;
   /** Whether a copy may be kept longer than the rule holds it once (then the stream is searched by subject). */
   readonly windowed: boolean;
   /**
    * The stored copies of `subject` that may be one of `ids`, oldest first (bounded): every copy
-   * on that subject, or those on the subjects of `ids` (none given: any sender's). The caller
-   * tells them apart by their headers.
+   * on that subject, or those on the subjects of `ids` (none given: any sender's, the first
+   * stored where `first` records it). The caller tells them apart by their headers.
    */
-  find(jsm: JetStreamManager, stream: string, subject: string, ids: string[]): AsyncGenerator<StoredCopy>;
+  find(
+    jsm: JetStreamManager,
+    stream: string,
+    subject: string,
+    ids: string[],
+    first?: string,
+  ): AsyncGenerator<StoredCopy>;
 }
 
 /** A stored message as find() yields it. */
@@ -87,6 +99,33 @@ export interface StoredCopy {
   header: MsgHdrs;
   json<T = unknown>(): T;
 }
+
+/** A message the inbox stored, as a watch of the inbox sees it. */
+export interface StoredInboxMessage {
+  seq: number;
+  headers?: MsgHdrs;
+  /** When the inbox stored it. */
+  time: Date;
+  string(): string;
+}
+
+/** The inbox's messages as they are stored, until it is closed. */
+export interface InboxFollower extends AsyncIterable<StoredInboxMessage> {
+  close(): Promise<unknown>;
+}
+
+/**
+ * The listings of a bucket's keys that a layout listing no keys keeps itself: `of` the index a
+ * key is listed in (undefined: none), `for` the index that answers a `keys()` filter (undefined:
+ * that filter is not served).
+ */
+export interface KeyIndex {
+  of(key: string): string | undefined;
+  for(filter: string): string | undefined;
+}
+
+/** The most keys one index lists: past it the oldest listed are forgotten (their records are kept). */
+export const MAX_INDEXED_KEYS = 1000;
 
 /** Whether a direct get found nothing there. */
 function noMessage(err: unknown): boolean {
@@ -97,24 +136,34 @@ export interface JetStreamLayout {
   readonly name: NatsLayoutName;
   /** The JetStream names of the Agent whose agentStoreKey is `storeKey`. */
   names(storeKey: string): AgentNames;
-  /** Why `feature` is refused on this layout (501), or undefined when it works. */
-  refusal(feature: LayoutFeature): ProtocolError | undefined;
+  /** What of this spec the layout does not serve: the runtime does not start with it. */
+  unsupported(spec: AgentSpec): LayoutFeature[];
   /** What a queue's consumer has still to deliver: the outbox's backlog. */
   queueBacklog(nats: Nats, stream: string, consumer: string): Promise<Backlog | undefined>;
   /** Whether connecting asks the server's JetStream API for the account's info. */
   readonly checkApi: boolean;
-  /** A KV bucket of the Agent's keys. */
+  /** A KV bucket of the Agent's keys; `index` says which of its key listings a layout that lists no keys keeps. */
   bucket(
     js: JetStreamClient,
     name: string,
     opts: Partial<KvOptions>,
     replicas: Replicas,
     placement: JetStreamPlacement,
+    index?: KeyIndex,
   ): Promise<KV>;
   readonly consumers: ConsumerSetUp;
   readonly once: OneCopyRule;
   /** Whether the runtime makes and keeps its streams (StreamKeeper). */
   readonly makesStreams: boolean;
+  /**
+   * The inbox's messages on `inboxMessages` as they are stored from now (or `sinceSeconds`
+   * back), taking none of them from the handler or the application's stream: GET /messages/watch.
+   */
+  followInbox(
+    nats: Nats,
+    names: Pick<AgentNames, "inboxStream" | "inboxMessages">,
+    sinceSeconds: number,
+  ): Promise<InboxFollower>;
 }
 
 // ---- per-agent: the runtime's own account and objects ----
@@ -142,7 +191,7 @@ const makeConsumers: ConsumerSetUp = {
 const streamWideId: OneCopyRule = {
   windowed: true,
   subjectOf: (subject) => subject,
-  async publish(js, subject, id, data, opts) {
+  async publish(js, subject, id, data, { first: _, ...opts }) {
     const ack: PubAck = await js.publish(subject, data, { ...opts, ...(id !== undefined ? { msgID: id } : {}) });
     return { duplicate: ack.duplicate, seq: ack.seq };
   },
@@ -170,7 +219,7 @@ const streamWideId: OneCopyRule = {
 export const perAgentLayout: JetStreamLayout = {
   name: "per-agent",
   names: agentNames,
-  refusal: () => undefined,
+  unsupported: () => [],
   // A work queue: its messages are the backlog.
   queueBacklog: (nats, stream) => streamBacklog(nats, stream),
   checkApi: true,
@@ -178,7 +227,25 @@ export const perAgentLayout: JetStreamLayout = {
   consumers: makeConsumers,
   once: streamWideId,
   makesStreams: true,
+  // An ordered consumer of its own: ephemeral, never acknowledging.
+  async followInbox(nats, names, sinceSeconds) {
+    const consumer = await nats.whileConnected(
+      nats.js.consumers.get(names.inboxStream, {
+        filter_subjects: names.inboxMessages,
+        ...(sinceSeconds > 0
+          ? {
+              deliver_policy: DeliverPolicy.StartTime,
+              opt_start_time: new Date(Date.now() - sinceSeconds * 1000).toISOString(),
+            }
+          : { deliver_policy: DeliverPolicy.New }),
+      }),
+    );
+    return consumer.consume({ max_messages: 64 });
+  },
 };
+
+/** The headers JetStream's republish adds to a message it stored. */
+const REPUBLISHED = { seq: "Nats-Sequence", time: "Nats-Time-Stamp" } as const;
 
 // ---- isolated: the tenant's data account, through the runtime's imports ----
 
@@ -201,29 +268,52 @@ export function isSubjectTaken(err: unknown): boolean {
   return /maximum messages per subject exceeded/i.test(errorMessage(err));
 }
 
-/** A subject per id that takes one message: the copy is held once for as long as the stream keeps it. */
+/** The last message on `subject` by direct get, or null when none is there. */
+function lastOn(jsm: JetStreamManager, stream: string, subject: string) {
+  return jsm.direct.getMessage(stream, { last_by_subj: subject }).catch((err) => {
+    if (noMessage(err)) return null;
+    throw err;
+  });
+}
+
+/**
+ * A subject per id that takes one message: the copy is held once for as long as the stream
+ * keeps it. Which copy of a message_id was stored first is recorded on a subject of its own
+ * (`first`), which takes one message too: the first copy's id, which no later copy displaces.
+ */
 const subjectPerId: OneCopyRule = {
   windowed: false,
   subjectOf: (subject, id) => `${subject}.${encodeToken(id)}`,
-  async publish(js, subject, id, data, opts) {
+  async publish(js, subject, id, data, { first, ...opts }) {
+    let stored: { duplicate: boolean; seq: number };
     try {
-      const ack = await js.publish(id === undefined ? subject : this.subjectOf(subject, id), data, opts);
-      return { duplicate: false, seq: ack.seq };
+      stored = {
+        duplicate: false,
+        seq: (await js.publish(id === undefined ? subject : this.subjectOf(subject, id), data, opts)).seq,
+      };
     } catch (err) {
-      if (id !== undefined && isSubjectTaken(err)) return { duplicate: true, seq: 0 };
-      throw err;
+      if (id === undefined || !isSubjectTaken(err)) throw err;
+      stored = { duplicate: true, seq: 0 };
     }
-  },
-  async *find(jsm, stream, subject, ids) {
-    // Any sender's copy: only the last one stored is reachable by subject, and another sender's
-    // later copy would displace the first (a reply would then go to whoever reused the id).
-    if (!ids.length)
-      throw notOnLayout("isolated", "finding a received message by its message_id alone (name its sender: `to`)");
-    for (const id of ids) {
-      const m = await jsm.direct.getMessage(stream, { last_by_subj: this.subjectOf(subject, id) }).catch((err) => {
-        if (noMessage(err)) return null;
-        throw err;
+    // Recorded for a repeat too: a copy stored whose record was lost (the connection, say) gets it from its sender's retry.
+    if (first !== undefined && id !== undefined)
+      await js.publish(first, id, { timeout: opts.timeout }).catch((err: unknown) => {
+        if (!isSubjectTaken(err)) throw err;
       });
+    return stored;
+  },
+  async *find(jsm, stream, subject, ids, first) {
+    if (!ids.length) {
+      // Any sender's copy: the first stored, as its record names it. Only the last copy on a
+      // subject is reachable, and a later sender reusing the id would otherwise be found.
+      if (first === undefined)
+        throw notOnLayout("isolated", "finding a received message by its message_id alone (name its sender: `to`)");
+      const id = (await lastOn(jsm, stream, first))?.string();
+      if (!id) return;
+      ids = [id];
+    }
+    for (const id of ids) {
+      const m = await lastOn(jsm, stream, this.subjectOf(subject, id));
       if (m) yield { seq: m.seq, header: m.header, json: () => m.json() };
     }
   },
@@ -239,28 +329,64 @@ export function isolatedLayout(account: string): JetStreamLayout {
     // Its subjects and consumers under its account key; its keys of the shared `ifp_agents` under
     // its resource's token, as on the per-agent layout (within its account key, as every key).
     names: (storeKey) => ({ ...sharedAgentNames(account), kvKey: agentNames(storeKey).kvKey }),
-    refusal: (feature) => notOnLayout("isolated", feature),
+    unsupported: (spec) => ISOLATED_LAYOUT_UNSUPPORTED.filter((f) => f.uses(spec)),
     // The outbox keeps delivered messages (a subject holds each once): its consumer's count is the backlog.
     queueBacklog: consumerBacklog,
     checkApi: false,
-    bucket: async (js, name) => new AccountKeys(await new Kvm(js).open(name, { allow_direct: true }), account),
+    bucket: async (js, name, _opts, _replicas, _placement, index) =>
+      new AccountKeys(await new Kvm(js).open(name, { allow_direct: true }), account, index),
     consumers: operatorConsumers,
     once: subjectPerId,
     makesStreams: false,
+    // The inbox stream publishes again each message it stores on the Agent's message subjects,
+    // where only its account hears it (the stream import of sharedInboxWatchSubject): a core
+    // subscription follows the inbox from now, with no consumer. A look back would read the
+    // stream from a time, which takes one.
+    async followInbox(nats, _names, sinceSeconds) {
+      if (sinceSeconds > 0)
+        throw notOnLayout("isolated", "a look back (`since`) of GET /messages/watch (the inbox read from a time)");
+      const nc = nats.nc;
+      if (!nc) throw new Error("not connected");
+      const sub = nc.subscribe(sharedInboxWatchSubject(account));
+      await nats.whileConnected(nc.flush());
+      return {
+        async *[Symbol.asyncIterator]() {
+          for await (const m of sub) {
+            const seq = Number(m.headers?.get(REPUBLISHED.seq));
+            if (!Number.isSafeInteger(seq) || seq < 1) continue;
+            yield {
+              seq,
+              headers: m.headers,
+              time: new Date(m.headers!.get(REPUBLISHED.time)),
+              string: () => m.string(),
+            };
+          }
+        },
+        close: async () => sub.unsubscribe(),
+      };
+    },
   };
 }
 
+/** The key of the index `name` among the Agent's keys: outside every record's family (`_i.`). */
+const indexKey = (name: string) => `_i.${name}`;
+
 /**
  * A bucket of the data account as one Agent sees it: its keys, each under its account key. Read
- * by direct get of the last message on the key's subject, written by publish; nothing that lists
- * keys or follows them (a watch is a consumer the runtime cannot make).
+ * by direct get of the last message on the key's subject, written by publish. Listing keys would
+ * take a consumer the runtime cannot make: the listings `index` names are kept instead, each an
+ * index key of its own (a JSON array of keys, oldest first, at most MAX_INDEXED_KEYS) written
+ * with the revision it was read at, after the record it lists; a key whose record is gone (deleted,
+ * or aged out of the bucket) is passed over by whoever reads it. Nothing follows keys (a watch).
  */
 class AccountKeys implements KV {
   private readonly kv: KV;
   private readonly prefix: string;
-  constructor(kv: KV, account: string) {
+  private readonly index: KeyIndex | undefined;
+  constructor(kv: KV, account: string, index?: KeyIndex) {
     this.kv = kv;
     this.prefix = `${account}.`;
+    this.index = index;
   }
   private k(key: string) {
     return `${this.prefix}${key}`;
@@ -268,26 +394,64 @@ class AccountKeys implements KV {
   private refuse(what: string): never {
     throw notOnLayout("isolated", `listing or following KV keys (${what})`);
   }
+  /** The keys index `name` lists, and the revision it was read at (0: none kept). */
+  private async listed(name: string): Promise<{ keys: string[]; revision: number }> {
+    const e = await this.kv.get(this.k(indexKey(name)));
+    if (!e?.value.length) return { keys: [], revision: e?.revision ?? 0 };
+    const keys = e.json<unknown>();
+    return { keys: Array.isArray(keys) ? keys.filter((k) => typeof k === "string") : [], revision: e.revision };
+  }
+  /** Key `k` listed in its index, or taken off it; retried from a fresh read when another writer came first. */
+  private async relist(k: string, listed: boolean): Promise<void> {
+    const name = this.index?.of(k);
+    if (name === undefined) return;
+    for (let tries = 0; ; tries++) {
+      const { keys, revision } = await this.listed(name);
+      if (keys.includes(k) === listed) return;
+      const next = listed ? [...keys, k].slice(-MAX_INDEXED_KEYS) : keys.filter((x) => x !== k);
+      try {
+        const data = JSON.stringify(next);
+        if (revision) await this.kv.update(this.k(indexKey(name)), data, revision);
+        else await this.kv.create(this.k(indexKey(name)), data);
+        return;
+      } catch (err) {
+        if (tries >= 8 || !/wrong last sequence|key exists/i.test(errorMessage(err))) throw err;
+      }
+    }
+  }
   get(k: string, opts?: { revision: number }) {
     return this.kv.get(this.k(k), opts);
   }
-  create(k: string, data: Payload, markerTTL?: string) {
-    return this.kv.create(this.k(k), data, markerTTL);
+  async create(k: string, data: Payload, markerTTL?: string) {
+    const seq = await this.kv.create(this.k(k), data, markerTTL);
+    await this.relist(k, true);
+    return seq;
   }
+  // A key updated was there, and listed when it was written first.
   update(k: string, data: Payload, version: number, timeout?: number) {
     return this.kv.update(this.k(k), data, version, timeout);
   }
-  put(k: string, data: Payload, opts?: Parameters<KV["put"]>[2]) {
-    return this.kv.put(this.k(k), data, opts);
+  async put(k: string, data: Payload, opts?: Parameters<KV["put"]>[2]) {
+    const seq = await this.kv.put(this.k(k), data, opts);
+    await this.relist(k, true);
+    return seq;
   }
-  delete(k: string, opts?: Parameters<KV["delete"]>[1]) {
-    return this.kv.delete(this.k(k), opts);
+  async delete(k: string, opts?: Parameters<KV["delete"]>[1]) {
+    await this.kv.delete(this.k(k), opts);
+    await this.relist(k, false);
   }
   purge(): Promise<void> {
     this.refuse("purge");
   }
-  keys(): ReturnType<KV["keys"]> {
-    this.refuse("keys");
+  keys(filter = ">"): ReturnType<KV["keys"]> {
+    const name = this.index?.for(filter);
+    if (name === undefined) this.refuse(`keys ${filter}`);
+    const listed = () => this.listed(name);
+    async function* keys() {
+      yield* (await listed()).keys;
+    }
+    // Read by `for await`, as every caller reads keys().
+    return Promise.resolve(keys() as unknown as Awaited<ReturnType<KV["keys"]>>);
   }
   history(): ReturnType<KV["history"]> {
     this.refuse("history");

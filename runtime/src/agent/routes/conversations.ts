@@ -21,11 +21,10 @@ the last sequence number either way, the highest authentication level the peer r
 messages that reused a sequence number (IFP-5 4.2; refused with 409 \`sequence_conflict\`
 when spec.inbox.sequenceCheck is \`strict\`) and the last 64 messages. A record is
 forgotten once its conversation has been quiet for 7 days. 404 when none is known; 400
-for an id over 256 characters; 501 \`not_on_nats_layout\` on the isolated NATS layout, which
-lists no KV keys.
+for an id over 256 characters.
 `,
         params: ConversationParam,
-        response: { 200: Conversation, 400: ErrorAnswer, 404: ErrorAnswer, 501: ErrorAnswer },
+        response: { 200: Conversation, 400: ErrorAnswer, 404: ErrorAnswer },
       },
     },
     async (req) => {

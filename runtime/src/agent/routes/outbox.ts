@@ -55,7 +55,7 @@ const SEND = `Either the short form below or a whole unsigned IFP-4 message (an 
 missing headers are filled (message_id \`msg:<ULID>\`, date, from, conversation_id \`conv:<ULID>\`,
 sequence 1, content_type). With \`in_reply_to\` the reply joins the received message's
 conversation with the next sequence and \`thread\` set, addressed to its sender by default
-(on the isolated NATS layout \`to\` must name that sender: 501 \`not_on_nats_layout\` without it).
+(the first sender whose message with that message_id was stored, when \`to\` names none).
 A greeting gets the agent's capability document as a body part named \`capabilities\`.
 The message is signed with the agent's key and stored in JetStream before the 202;
 re-posting a whole message with the same message_id queues nothing new. A body that is not a
@@ -155,9 +155,9 @@ text from outside, to be printed with care.`,
       schema: {
         summary: "Messages that ended failed (a 4xx) or undeliverable (retry window passed)",
         description:
-          "Oldest first. A limit out of range (1 to 1000, default 100) is brought into it rather than refused. 501 `not_on_nats_layout` on the isolated NATS layout, which lists no KV keys.",
+          "Oldest first. A limit out of range (1 to 1000, default 100) is brought into it rather than refused. On the isolated NATS layout, which lists no KV keys, the last 1000 dead letters are listed from an index the runtime keeps.",
         querystring: DeadLetterQuery,
-        response: { 200: DeadLetters, 501: ErrorAnswer },
+        response: { 200: DeadLetters },
       },
     },
     async (req) => ({ dead_letters: await deps.states.deadLetters(req.query.limit) }),
@@ -191,10 +191,9 @@ text from outside, to be printed with care.`,
       schema: {
         summary: "Send every dead letter again",
         description: `Up to \`limit\` dead letters (1 to 1000, default 100, oldest first), each as POST
-/dead-letters/{id}/redrive does it; those it does not queue again are listed with the reason.
-501 \`not_on_nats_layout\` on the isolated NATS layout, which lists no KV keys.`,
+/dead-letters/{id}/redrive does it; those it does not queue again are listed with the reason.`,
         querystring: DeadLetterQuery,
-        response: { 200: RedriveAll, 501: ErrorAnswer, 503: ErrorAnswer },
+        response: { 200: RedriveAll, 503: ErrorAnswer },
       },
     },
     async (req) => {
@@ -243,8 +242,7 @@ async function queue(
   const conversationId =
     original?.headers.conversation_id ?? (typeof body.conversation_id === "string" ? body.conversation_id : undefined);
   if (!("headers" in body) && body.sequence === undefined && conversationId && deps.conversations) {
-    const to = (Array.isArray(body.to) ? body.to : [body.to]).filter((t): t is string => typeof t === "string");
-    const next = await deps.conversations.nextSequence(conversationId, to);
+    const next = await deps.conversations.nextSequence(conversationId);
     body.sequence = Math.max(next, original ? original.headers.sequence + 1 : 1);
   }
   const composed = composeMessage(body, {
