@@ -67,7 +67,9 @@ export async function bundlePlugin(outDir: string): Promise<BundleResult> {
   });
   const tooNew = needNewerNode(bundled.roots, PLUGIN_NODE);
   if (tooNew.length)
-    throw new Error(`the plugin's bundle runs on Node ${PLUGIN_NODE}, which these packages refuse: ${tooNew.join(", ")}`);
+    throw new Error(
+      `the plugin's bundle runs on Node ${PLUGIN_NODE}, which these packages refuse: ${tooNew.join(", ")}`,
+    );
   const launcher = await build({
     input: join(REPO, "operator/bin/kubectl-ifp-launcher.ts"),
     platform: "node",

@@ -10,7 +10,7 @@
 //
 // `kubectl krew install --manifest=ifp.yaml --archive=kubectl-ifp-<v>.tar.gz` installs it from
 // the release's files (docs/kubectl-plugin.md); the archive is made the same for the same commit
-// (sorted members, owner 0, the commit's date, gzip without a name or time).
+// (its members in one order, owner 0, the commit's date, gzip without a name or time).
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -36,7 +36,8 @@ export const pluginArchiveName = (version: string) => `kubectl-ifp-${version}.ta
 function run(cmd: string, args: string[], cwd: string): Buffer {
   const r = spawnSync(cmd, args, { cwd, maxBuffer: 256 << 20 });
   if (r.error) throw new Error(`${cmd} could not start: ${r.error.message}`);
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${String(r.stderr).slice(-2000)}`);
+  if (r.status !== 0)
+    throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${String(r.stderr).slice(-2000)}`);
   return r.stdout;
 }
 
@@ -46,7 +47,6 @@ export function pluginArchive(dir: string, mtime: Date): Buffer {
     "tar",
     [
       "-c",
-      "--sort=name",
       "--owner=0",
       "--group=0",
       "--numeric-owner",
@@ -151,7 +151,11 @@ export function verifyPlugin(dir: string, plugin: { archive?: string; manifest?:
   }
   if (!platforms.length) return [`${plugin.manifest}: no platforms`];
   return platforms.flatMap((p, i) => [
-    ...(p.sha256 !== sha256 ? [`${plugin.manifest}: platform ${i} has sha256 ${p.sha256}, ${plugin.archive} is ${sha256}`] : []),
-    ...(!p.uri?.endsWith(`/${plugin.archive}`) ? [`${plugin.manifest}: platform ${i} offers ${p.uri}, not ${plugin.archive}`] : []),
+    ...(p.sha256 !== sha256
+      ? [`${plugin.manifest}: platform ${i} has sha256 ${p.sha256}, ${plugin.archive} is ${sha256}`]
+      : []),
+    ...(!p.uri?.endsWith(`/${plugin.archive}`)
+      ? [`${plugin.manifest}: platform ${i} offers ${p.uri}, not ${plugin.archive}`]
+      : []),
   ]);
 }

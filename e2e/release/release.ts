@@ -555,7 +555,13 @@ export function release(opts: {
     });
 
     const chart = packageChart(source, version, images, out, work);
-    const plugin = releasePlugin({ source, work, out, version, mtime: new Date(stamp["org.opencontainers.image.created"]) });
+    const plugin = releasePlugin({
+      source,
+      work,
+      out,
+      version,
+      mtime: new Date(stamp["org.opencontainers.image.created"]),
+    });
     log(`${plugin.archive} (sha256 ${plugin.sha256.slice(0, 12)}…) and its krew manifest ${plugin.manifest}`);
     writeFileSync(join(out, "release-notes.md"), `# ifp-operator ${version}\n\n${notes}\n`);
     const publicKey = writePublicKey(out, signing);

@@ -448,7 +448,11 @@ export const TOOLS: Record<string, ToolSpec> = {
       for (const version of OTHER_NODES) {
         const prefix = join(workDir, version);
         mkdirSync(prefix);
-        run("npm", ["install", "--no-save", "--no-audit", "--no-fund", "--prefix", prefix, `${pkg}@${version}`], workDir);
+        run(
+          "npm",
+          ["install", "--no-save", "--no-audit", "--no-fund", "--prefix", prefix, `${pkg}@${version}`],
+          workDir,
+        );
         copyFileSync(join(prefix, "node_modules", pkg, "bin", "node"), join(outDir, `node${version.split(".")[0]}`));
         chmodSync(join(outDir, `node${version.split(".")[0]}`), 0o755);
       }
