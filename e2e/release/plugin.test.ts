@@ -159,6 +159,34 @@ describe("the release's kubectl plugin", () => {
     expect(verifyPlugin(out, plugin)).toEqual([]);
   });
 
+  it("--verify names a manifest that offers another archive or other bytes, and a plugin file that is not there", () => {
+    const dir = join(work, "verify");
+    mkdirSync(dir);
+    cpSync(join(out, plugin.archive), join(dir, plugin.archive));
+    const text = readFileSync(join(out, KREW_MANIFEST), "utf8");
+    writeFileSync(join(dir, KREW_MANIFEST), text.replaceAll(plugin.sha256, "0".repeat(64)));
+    expect(verifyPlugin(dir, plugin)).toEqual(
+      KREW_PLATFORMS.map(
+        (_, i) => `ifp.yaml: platform ${i} has sha256 ${"0".repeat(64)}, ${plugin.archive} is ${plugin.sha256}`,
+      ),
+    );
+    writeFileSync(join(dir, KREW_MANIFEST), text.replaceAll(`/${plugin.archive}`, "/other.tar.gz"));
+    expect(verifyPlugin(dir, plugin)[0]).toMatch(
+      /^ifp\.yaml: platform 0 offers https:\/\/\S+\/other\.tar\.gz, not kubectl-ifp-/,
+    );
+    writeFileSync(join(dir, KREW_MANIFEST), "spec: [");
+    expect(verifyPlugin(dir, plugin)[0]).toMatch(/^ifp\.yaml: /);
+    writeFileSync(join(dir, KREW_MANIFEST), "spec: {}\n");
+    expect(verifyPlugin(dir, plugin)).toEqual(["ifp.yaml: no platforms"]);
+    expect(verifyPlugin(dir, { archive: "../out/x.tar.gz", manifest: KREW_MANIFEST })).toEqual([
+      'no plugin archive "../out/x.tar.gz"',
+    ]);
+    expect(verifyPlugin(dir, { archive: plugin.archive, manifest: "/etc/passwd" })).toEqual([
+      'no krew manifest "/etc/passwd"',
+    ]);
+    expect(verifyPlugin(dir, undefined)).toEqual(["release.json names no plugin archive and manifest"]);
+  });
+
   it("bundles the plugin into one minified file with the build's version, and undici 7 for Node 20", () => {
     const dir = join(work, "kubectl-ifp");
     const bundle = readFileSync(join(dir, "kubectl-ifp.mjs"), "utf8");
