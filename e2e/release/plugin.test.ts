@@ -52,6 +52,10 @@ const krew = (args: string[], env: NodeJS.ProcessEnv = {}) =>
     env: { ...process.env, KREW_ROOT: krewRoot, HOME: work, ...env },
   });
 
+/** `kubectl krew install --manifest=ifp.yaml --archive=ARCHIVE`, into krew's root `root`. */
+const krewInstall = (archive: string, root = krewRoot) =>
+  krew(["install", `--manifest=${join(out, KREW_MANIFEST)}`, `--archive=${archive}`], { KREW_ROOT: root });
+
 /** The Nodes that run the plugin: the machine's (`/usr/bin/node`, when it is new enough), 22 and the project's. */
 function nodes(): [string, string][] {
   const found: [string, string][] = [];
@@ -105,11 +109,7 @@ spec:
 `,
   );
   // Installed as docs/kubectl-plugin.md says: `kubectl krew install --manifest --archive`.
-  const installed = krew([
-    "install",
-    `--manifest=${join(out, KREW_MANIFEST)}`,
-    `--archive=${join(out, plugin.archive)}`,
-  ]);
+  const installed = krewInstall(join(out, plugin.archive));
   if (installed.status !== 0) throw new Error(`krew install: ${installed.stderr}`);
   // Read back as the plugin reads them: both kinds listed, once the API server serves their lists.
   await waitFor("the Agent listed", () => /alice/.test(cp.kubectl(["get", "agents,relays", "-A"])));
@@ -220,12 +220,18 @@ describe("the release's kubectl plugin", () => {
     cpSync(join(out, plugin.archive), other);
     writeFileSync(other, Buffer.concat([readFileSync(other), Buffer.from([0])]));
     const elsewhere = join(work, "krew-refused");
-    const refused = krew(["install", `--manifest=${join(out, KREW_MANIFEST)}`, `--archive=${other}`], {
-      KREW_ROOT: elsewhere,
-    });
+    const refused = krewInstall(other, elsewhere);
     expect(refused.status).not.toBe(0);
     expect(refused.stderr).toMatch(/sha256|checksum/i);
     expect(existsSync(join(elsewhere, "bin", "kubectl-ifp"))).toBe(false);
+    // And removed again.
+    const another = join(work, "krew-removed");
+    expect(krewInstall(join(out, plugin.archive), another).status).toBe(0);
+    expect(existsSync(join(another, "bin", "kubectl-ifp"))).toBe(true);
+    const removed = krew(["uninstall", "ifp"], { KREW_ROOT: another });
+    expect(removed.status, removed.stderr).toBe(0);
+    expect(existsSync(join(another, "bin", "kubectl-ifp"))).toBe(false);
+    expect(existsSync(join(another, "store", "ifp"))).toBe(false);
     // The install beforeAll made: krew's bin links to the launcher in krew's store.
     expect(realpathSync(join(krewRoot, "bin", "kubectl-ifp"))).toBe(
       join(realpathSync(krewRoot), "store", "ifp", `v${version}`, "kubectl-ifp"),
