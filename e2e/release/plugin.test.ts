@@ -164,10 +164,10 @@ describe("the release's kubectl plugin", () => {
     mkdirSync(dir);
     cpSync(join(out, plugin.archive), join(dir, plugin.archive));
     const text = readFileSync(join(out, KREW_MANIFEST), "utf8");
-    writeFileSync(join(dir, KREW_MANIFEST), text.replaceAll(plugin.sha256, "0".repeat(64)));
+    writeFileSync(join(dir, KREW_MANIFEST), text.replaceAll(plugin.sha256, "f".repeat(64)));
     expect(verifyPlugin(dir, plugin)).toEqual(
       KREW_PLATFORMS.map(
-        (_, i) => `ifp.yaml: platform ${i} has sha256 ${"0".repeat(64)}, ${plugin.archive} is ${plugin.sha256}`,
+        (_, i) => `ifp.yaml: platform ${i} has sha256 ${"f".repeat(64)}, ${plugin.archive} is ${plugin.sha256}`,
       ),
     );
     writeFileSync(join(dir, KREW_MANIFEST), text.replaceAll(`/${plugin.archive}`, "/other.tar.gz"));
@@ -228,6 +228,10 @@ describe("the release's kubectl plugin", () => {
     const another = join(work, "krew-removed");
     expect(krewInstall(join(out, plugin.archive), another).status).toBe(0);
     expect(existsSync(join(another, "bin", "kubectl-ifp"))).toBe(true);
+    // krew uninstalls with its plugin index in place, which a krew of a user's machine has (a
+    // git checkout of krew-index, `kubectl krew update`); an empty one here.
+    mkdirSync(join(another, "index", "default", "plugins"), { recursive: true });
+    expect(spawnSync("git", ["init", "-q", join(another, "index", "default")]).status).toBe(0);
     const removed = krew(["uninstall", "ifp"], { KREW_ROOT: another });
     expect(removed.status, removed.stderr).toBe(0);
     expect(existsSync(join(another, "bin", "kubectl-ifp"))).toBe(false);
