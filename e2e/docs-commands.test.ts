@@ -390,6 +390,29 @@ const CHECKS: Record<string, Check> = {
       by: "operator/test/backup.test.ts",
       holds: ['plugin(b, ["restore", archive, "--nats-url", b.nats!.url'],
     },
+  // The plugin of a release, installed by krew and run on Node 20, 22 and 24.
+  "kubectl krew install --manifest=ifp.yaml --archive=kubectl-ifp-0.1.0.tar.gz": {
+    by: "e2e/release/plugin.test.ts",
+    holds: [
+      'krew(["install", `--manifest=${join(out, KREW_MANIFEST)}`, `--archive=${archive}`]',
+      "krewInstall(join(out, plugin.archive))",
+    ],
+  },
+  "kubectl krew uninstall ifp": { by: "e2e/release/plugin.test.ts", holds: ['krew(["uninstall", "ifp"]'] },
+  "kubectl ifp --version": { by: "e2e/release/plugin.test.ts", holds: ['kubectlIfp(path, ["--version"])'] },
+  "kubectl ifp version": {
+    by: "e2e/version.test.ts",
+    holds: ['["kubectl-ifp", "operator/bin/kubectl-ifp.ts", ["version"]]'],
+  },
+  "kubectl ifp completion bash": {
+    by: "e2e/release/plugin.test.ts",
+    holds: ['kubectlIfp(path, ["completion", "bash"])'],
+  },
+  "kubectl ifp completion zsh": { by: "operator/test/kubectl-ifp.test.ts", holds: ['plugin(["completion", "zsh"])'] },
+  "kubectl ifp completion bash|zsh": {
+    by: "operator/test/kubectl-ifp.test.ts",
+    holds: ['plugin(["completion", "bash"])', 'plugin(["completion", "zsh"])'],
+  },
   // send and tail exec into an Agent's pod: only the real node runs pods; the API-server test runs them up to the exec.
   'kubectl ifp send AGENT --to AGENT_ID --text "…" [--phase P] [--wait S]': {
     by: "e2e/node.test.ts",

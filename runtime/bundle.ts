@@ -32,10 +32,18 @@ export interface BundleOptions {
   entries: Record<string, string>;
   /** Where the files of the image go (emptied first). */
   outDir: string;
-  /** Where the source maps go (emptied first); never copied into the image. */
-  mapsDir: string;
+  /** Where the source maps go (emptied first); never copied into the image. None without it. */
+  mapsDir?: string;
   /** Files the code reads at run time, copied as they are: each one's place under outDir and its source. */
   files?: Record<string, string>;
+  /**
+   * One file per command and no chunks (`<name>.mjs` at the top of outDir), its syntax lowered to
+   * `target`, packages swapped for others by `alias` and identifiers replaced by `define`: the
+   * kubectl plugin's bundle, which runs on the user's Node (operator/plugin-bundle.ts).
+   */
+  single?: { target: string; alias?: Record<string, string>; define?: Record<string, string> };
+  /** Who the licence file's header says runs the code; "The <image> image" unless given. */
+  runner?: string;
 }
 
 export interface BundleResult {
@@ -43,6 +51,8 @@ export interface BundleResult {
   files: string[];
   /** The packages bundled, as name@version. */
   packages: string[];
+  /** Their directories. */
+  roots: string[];
 }
 
 /** The directory of the package a module of node_modules belongs to (the innermost node_modules). */
@@ -54,7 +64,7 @@ function packageRoot(id: string): string | undefined {
 const LICENCE_FILE = /^(licen[cs]e|copying|notice)/i;
 
 /** Each package's name, version, declared licence and the text of its licence files. */
-function licences(roots: Iterable<string>, image: string, code: string): { text: string; packages: string[] } {
+function licences(roots: Iterable<string>, runner: string, code: string): { text: string; packages: string[] } {
   const entries: { key: string; text: string }[] = [];
   for (const root of roots) {
     const manifest = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as {
@@ -76,7 +86,7 @@ function licences(roots: Iterable<string>, image: string, code: string): { text:
   entries.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   const unique = entries.filter((e, i) => i === 0 || entries[i - 1]!.key !== e.key);
   const header =
-    `The ${image} image runs ${code} as one bundle of its own code (Apache-2.0) and the\n` +
+    `${runner} runs ${code} as one bundle of its own code (Apache-2.0) and the\n` +
     "packages below, linked and minified by rolldown. Each package's licence and notices follow.\n";
   return {
     text: `${header}\n${unique.map((e) => `${"=".repeat(78)}\n${e.text}`).join("\n")}`,
@@ -85,9 +95,14 @@ function licences(roots: Iterable<string>, image: string, code: string): { text:
 }
 
 export async function bundleImage(opts: BundleOptions): Promise<BundleResult> {
+  const { single } = opts;
   const out = await build({
     input: Object.fromEntries(Object.entries(opts.entries).map(([name, path]) => [name, resolve(path)])),
     platform: "node",
+    ...(single && {
+      transform: { target: single.target, define: single.define },
+      resolve: { alias: single.alias },
+    }),
     // Every warning is a build failure: an import left unresolved would fail only when a pod runs it.
     onLog(level, log) {
       if (level === "warn") throw new Error(`rolldown: ${log.message}`);
@@ -95,21 +110,22 @@ export async function bundleImage(opts: BundleOptions): Promise<BundleResult> {
     output: {
       format: "esm",
       minify: true,
-      entryFileNames: "bin/[name].js",
+      entryFileNames: single ? "[name].mjs" : "bin/[name].js",
       chunkFileNames: "lib/[name]-[hash].js",
+      ...(single && { codeSplitting: false }),
       // Licences go in THIRD-PARTY-LICENSES.txt, whole.
       comments: { legal: false },
-      sourcemap: "hidden",
+      sourcemap: opts.mapsDir ? "hidden" : false,
     },
     write: false,
   });
   rmSync(opts.outDir, { recursive: true, force: true });
-  rmSync(opts.mapsDir, { recursive: true, force: true });
+  if (opts.mapsDir) rmSync(opts.mapsDir, { recursive: true, force: true });
   const files: string[] = [];
   const roots = new Set<string>();
   for (const o of out.output) {
     const isMap = o.type === "asset" && o.fileName.endsWith(".map");
-    const to = join(isMap ? opts.mapsDir : opts.outDir, o.fileName);
+    const to = join(isMap && opts.mapsDir ? opts.mapsDir : opts.outDir, o.fileName);
     mkdirSync(dirname(to), { recursive: true });
     writeFileSync(to, o.type === "chunk" ? o.code : o.source);
     if (!isMap) files.push(o.fileName);
@@ -125,10 +141,10 @@ export async function bundleImage(opts: BundleOptions): Promise<BundleResult> {
     copyFileSync(from, to);
     files.push(name);
   }
-  const { text, packages } = licences(roots, opts.image, opts.code);
+  const { text, packages } = licences(roots, opts.runner ?? `The ${opts.image} image`, opts.code);
   writeFileSync(join(opts.outDir, "THIRD-PARTY-LICENSES.txt"), text);
   files.push("THIRD-PARTY-LICENSES.txt");
-  return { files: files.sort(), packages };
+  return { files: files.sort(), packages, roots: [...roots].sort() };
 }
 
 /** Bundles an image's commands into outDir and prints what it wrote; the CLI of both bundle scripts. */

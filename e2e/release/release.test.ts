@@ -12,6 +12,7 @@ import { type Registry, startRegistry } from "../support/registry.ts";
 import { toolPath } from "../tools/tools.ts";
 import { BUNDLE_LICENCES, imagesCache } from "../images/build.ts";
 import { readLock } from "../images/debian.ts";
+import { verifyPlugin } from "./krew.ts";
 import { SLSA_PROVENANCE_V1, STATEMENT_TYPE } from "./provenance.ts";
 import { generateKeyPair, publish } from "./sign.ts";
 import {
@@ -199,6 +200,7 @@ describe("npm run release", () => {
         'no chart "../ifp-operator.tgz"',
         `ifp-runtime.cdx.json: describes the image sha256:${"1".repeat(64)}, release.json says sha256:${"0".repeat(64)}`,
         "ifp-operator: release.json names no SBOM",
+        "release.json names no plugin archive and manifest",
       ])
         expect(message, problem).toContain(problem);
       // The command line: --verify takes a directory and nothing else.
@@ -244,6 +246,8 @@ describe("npm run release", () => {
             ),
           ),
           `ifp-operator-${version}.tgz`,
+          `kubectl-ifp-${version}.tar.gz`,
+          "ifp.yaml",
           "cosign.pub",
           "release-notes.md",
           "release.json",
@@ -269,10 +273,31 @@ describe("npm run release", () => {
         version,
         commit: head,
         chart: made.chart,
+        plugin: made.plugin,
         signing: "key",
         publicKey: "cosign.pub",
       });
       expect(manifest.images).toEqual(JSON.parse(JSON.stringify(made.images)));
+    });
+
+    it("holds the kubectl plugin's archive, which ifp.yaml offers by its SHA-256, and which runs on the machine's Node", () => {
+      expect(made.plugin).toEqual({
+        archive: `kubectl-ifp-${version}.tar.gz`,
+        manifest: "ifp.yaml",
+        sha256: sha256(readFileSync(join(out, `kubectl-ifp-${version}.tar.gz`))),
+      });
+      expect(verifyPlugin(out, made.plugin)).toEqual([]);
+      const dir = tempDir("ifp-release-plugin-");
+      try {
+        expect(spawnSync("tar", ["-xzf", join(out, made.plugin.archive), "-C", dir]).status).toBe(0);
+        // The plugin tests run it on more Nodes (e2e/release/plugin.test.ts); here the release's own file.
+        const node = existsSync("/usr/bin/node") ? "/usr/bin/node" : process.execPath;
+        const r = spawnSync(node, [join(dir, "kubectl-ifp"), "--version"], { encoding: "utf8" });
+        expect(r.stderr).toBe("");
+        expect(r.stdout).toBe(`kubectl-ifp ${version} (commit ${head.slice(0, 12)})\n`);
+      } finally {
+        releaseDir(dir);
+      }
     });
 
     it("each image: one manifest whose digest is its content's, Node without a shell or npm, user 65532, pruned modules or a bundle", () => {

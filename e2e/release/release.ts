@@ -19,13 +19,16 @@
 //                              to the production packages the image holds, with Node
 //   ifp-operator-<v>.tgz       the chart, version and appVersion <v>, the operator's and the runtime's
 //                              images referenced by digest (image.digest, runtimeImage.digest)
+//   kubectl-ifp-<v>.tar.gz     the kubectl plugin, one JavaScript bundle for the user's Node, and
+//   ifp.yaml                   its krew manifest (krew.ts)
 //   release-notes.md           CHANGELOG.md's entry for <v> (the release fails without one)
 //   <image>-<v>.payload.json   cosign's signature payload of each image (its digest), and
 //   <image>-<v>.sig            its signature, by the release's key (sign.ts)
 //   <image>-<v>.intoto.json    the image's SLSA provenance, an in-toto statement (provenance.ts), and
 //   <image>-<v>.att.json       its attestation: the statement signed by the key, a DSSE envelope
 //   cosign.pub                 the key's public half
-//   release.json               what was built: commit, each image's digest and archive, the chart
+//   release.json               what was built: commit, each image's digest and archive, the chart,
+//                              the plugin's archive and manifest
 //   SHA256SUMS                 sha256sum -c of every file above
 //   SHA256SUMS.sig             SHA256SUMS signed by the key
 //
@@ -55,6 +58,7 @@ import { parseDocument } from "yaml";
 import { annotateArchive, BUNDLE_LICENCES, depsSource, isBundleRun, readDockerfile } from "../images/build.ts";
 import { debPurl, osReleaseDistro, parseControl, STATUS_DIR } from "../images/debian.ts";
 import { toolPath } from "../tools/tools.ts";
+import { releasePlugin, verifyPlugin } from "./krew.ts";
 import { builderFromEnv, commitFiles, provenanceStatement } from "./provenance.ts";
 import { type ImageSignature, publish, signChecksums, signImage, signingFromInputs, writePublicKey } from "./sign.ts";
 
@@ -87,6 +91,8 @@ export interface Release {
   dir: string;
   images: ReleasedImage[];
   chart: string;
+  /** The kubectl plugin's archive, its SHA-256, and its krew manifest (krew.ts). */
+  plugin: { archive: string; sha256: string; manifest: string };
   notes: string;
   checksums: string;
   /** "key": signed here, cosign.pub beside; "keyless": signed where it is published. */
@@ -549,12 +555,20 @@ export function release(opts: {
     });
 
     const chart = packageChart(source, version, images, out, work);
+    const plugin = releasePlugin({
+      source,
+      work,
+      out,
+      version,
+      mtime: new Date(stamp["org.opencontainers.image.created"]),
+    });
+    log(`${plugin.archive} (sha256 ${plugin.sha256.slice(0, 12)}…) and its krew manifest ${plugin.manifest}`);
     writeFileSync(join(out, "release-notes.md"), `# ifp-operator ${version}\n\n${notes}\n`);
     const publicKey = writePublicKey(out, signing);
     const signedBy = "key" in signing ? "key" : "keyless";
     writeFileSync(
       join(out, "release.json"),
-      `${JSON.stringify({ version, commit, chart, images, notes: "release-notes.md", signing: signedBy, publicKey }, null, 2)}\n`,
+      `${JSON.stringify({ version, commit, chart, plugin, images, notes: "release-notes.md", signing: signedBy, publicKey }, null, 2)}\n`,
     );
     const files = readdirSync(out)
       .filter((f) => f !== "SHA256SUMS")
@@ -568,6 +582,7 @@ export function release(opts: {
       dir: out,
       images,
       chart,
+      plugin,
       notes: "release-notes.md",
       checksums: "SHA256SUMS",
       signing: signedBy,
@@ -637,7 +652,13 @@ export function verifyRelease(dir: string): { version: string; files: number; im
     if (!existsSync(at(file))) problems.push(`${file}: listed in SHA256SUMS, missing`);
     else if (sha256File(at(file)) !== hex) problems.push(`${file}: its SHA-256 is not the one in SHA256SUMS`);
   }
-  let manifest: { version?: string; chart?: string; images?: ReleasedImage[]; publicKey?: string } = {};
+  let manifest: {
+    version?: string;
+    chart?: string;
+    plugin?: Release["plugin"];
+    images?: ReleasedImage[];
+    publicKey?: string;
+  } = {};
   try {
     manifest = JSON.parse(readFileSync(at("release.json"), "utf8"));
   } catch (err) {
@@ -647,6 +668,8 @@ export function verifyRelease(dir: string): { version: string; files: number; im
   for (const f of [
     "release.json",
     manifest.chart,
+    manifest.plugin?.archive,
+    manifest.plugin?.manifest,
     manifest.publicKey,
     ...(manifest.images ?? []).flatMap((i) => [i.archive, i.sbom, i.payload, i.signature, i.provenance, i.attestation]),
   ])
@@ -735,6 +758,7 @@ export function verifyRelease(dir: string): { version: string; files: number; im
       problems.push((err as Error).message);
     }
   }
+  problems.push(...verifyPlugin(dir, manifest.plugin));
   if (problems.length) throw new Error(`${dir} fails verification:\n  ${problems.join("\n  ")}`);
   return { version, files: sums.length, images };
 }

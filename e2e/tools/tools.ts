@@ -7,6 +7,8 @@
 import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
+  chmodSync,
+  copyFileSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -29,6 +31,8 @@ const PAUSE_SOURCE = fileURLToPath(new URL("../node/pause/main.go", import.meta.
 
 const A2A_GO03_SOURCE = fileURLToPath(new URL("./a2a-go03/main.go", import.meta.url));
 const A2A_GO_VERSION = "v0.3.3";
+/** Nodes other than the project's and the machine's that the plugin test runs the plugin on (the tool `nodes`). */
+export const OTHER_NODES = ["12.22.12", "18.20.8", "22.23.3"];
 
 /** The first 12 hex digits of the SHA-256 of a source file: a tool built from it is keyed by its content. */
 function sourceHash(path: string): string {
@@ -418,6 +422,41 @@ export const TOOLS: Record<string, ToolSpec> = {
     coldSeconds: 30,
     binaries: ["kind"],
     build: goInstall("sigs.k8s.io/kind", "v0.33.0", "-s -w"),
+  },
+  // krew, kubectl's plugin manager, and its manifest validator: the plugin test installs the
+  // release's plugin archive with `krew install --manifest --archive` as docs/kubectl-plugin.md
+  // says, after the validator checked its manifest.
+  krew: {
+    key: "krew-v0.4.3",
+    coldSeconds: 45,
+    binaries: ["krew", "validate-krew-manifest"],
+    build: (outDir, workDir) => {
+      for (const cmd of ["krew", "validate-krew-manifest"])
+        goInstall(`sigs.k8s.io/krew/cmd/${cmd}`, "v0.4.3", "-s -w")(outDir, workDir);
+    },
+  },
+  // Not from the Go module proxy: Node's own binaries as the npm registry serves them (the
+  // packages the npm `node` package installs), for the plugin test to run the release's plugin on
+  // the Nodes users have: 22 (beside the machine's and the project's), and two older than it
+  // allows, which must be refused with one line.
+  nodes: {
+    key: `nodes-${OTHER_NODES.join("-")}`,
+    coldSeconds: 30,
+    binaries: OTHER_NODES.map((v) => `node${v.split(".")[0]}`),
+    build: (outDir, workDir) => {
+      const pkg = `node-${process.platform}-${process.arch}`;
+      for (const version of OTHER_NODES) {
+        const prefix = join(workDir, version);
+        mkdirSync(prefix);
+        run(
+          "npm",
+          ["install", "--no-save", "--no-audit", "--no-fund", "--prefix", prefix, `${pkg}@${version}`],
+          workDir,
+        );
+        copyFileSync(join(prefix, "node_modules", pkg, "bin", "node"), join(outDir, `node${version.split(".")[0]}`));
+        chmodSync(join(outDir, `node${version.split(".")[0]}`), 0o755);
+      }
+    },
   },
   kwok: {
     key: "kwok-v0.8.0",

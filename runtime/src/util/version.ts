@@ -16,8 +16,14 @@ export interface BuildInfo {
 const COMMIT = /^[0-9a-f]{40}$/;
 
 /**
+ * The version and commit a bundle that has no package.json beside it was built with: the kubectl
+ * plugin's (operator/plugin-bundle.ts defines it); undeclared everywhere else.
+ */
+declare const IFP_BUNDLED_BUILD: BuildInfo | undefined;
+
+/**
  * The package.json beside runtime/ and operator/: three directories up from this module in the
- * sources and in tsc's output, two from a chunk of an image's bundle or the plugin's bundle
+ * sources and in tsc's output, two from a chunk of an image's bundle
  * (runtime/bundle.ts: /app/runtime/lib/*.js, /app/package.json).
  */
 function packageFile(): { path: string; version: string } | undefined {
@@ -56,6 +62,10 @@ let cached: BuildInfo | undefined;
  */
 export function buildInfo(): BuildInfo {
   if (cached) return cached;
+  if (typeof IFP_BUNDLED_BUILD === "object") {
+    cached = IFP_BUNDLED_BUILD;
+    return cached;
+  }
   const pkg = packageFile();
   const commit = COMMIT.test(ARCHIVED_COMMIT)
     ? ARCHIVED_COMMIT
