@@ -283,3 +283,23 @@ export function sharedOperatorPermissions(): NatsPermissions {
     sub: p.sub,
   };
 }
+
+/**
+ * What an Agent's spec may ask for that the isolated layout does not serve yet (docs/scale.md,
+ * "What runs on the isolated layout"). The operator refuses such an Agent on an isolated install
+ * (Ready False, `NotOnNatsLayout`) rather than render a runtime that would not start; a feature
+ * the layout learns to serve leaves this list.
+ */
+export const ISOLATED_LAYOUT_UNSUPPORTED: {
+  field: string;
+  asks: (spec: { a2a?: { enabled?: boolean }; relay?: { urls?: string[] } }) => boolean;
+}[] = [
+  { field: "spec.a2a.enabled", asks: (spec) => spec.a2a?.enabled === true },
+  { field: "spec.relay.urls", asks: (spec) => (spec.relay?.urls?.length ?? 0) > 0 },
+];
+
+/** The subjects of one Agent's KV keys in the tenant's buckets: what the operator clears when the Agent goes. */
+export function sharedAgentKeySubjects(runtimeAccount: string): { stream: string; subjects: string }[] {
+  if (!ACCOUNT_KEY.test(runtimeAccount)) throw new Error("an Agent's keys are under its account key");
+  return Object.values(SHARED_BUCKETS).map((b) => ({ stream: `KV_${b}`, subjects: `$KV.${b}.${runtimeAccount}.>` }));
+}

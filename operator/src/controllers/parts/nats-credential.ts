@@ -2,12 +2,13 @@
 // the Secret `<name>-nats` with the permissions of its kind, in its own account.
 import type { NatsPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
 import type { AccountResource } from "../../nats-account-limits.ts";
+import type { ReconcileContext } from "../context.ts";
 import type { Part } from "../pipeline.ts";
 import { ensureNatsCreds } from "../runtime-nats-credential.ts";
 import type { RuntimePass, RuntimeSpec } from "./pass.ts";
 
 export function natsCredentialPart<R extends RuntimeSpec>(
-  permissions: (pass: RuntimePass<R>) => NatsPermissions,
+  permissions: (pass: RuntimePass<R>, account: string, ctx: ReconcileContext) => NatsPermissions,
 ): Part<RuntimePass<R>> {
   return {
     name: "nats-credential",
@@ -17,7 +18,7 @@ export function natsCredentialPart<R extends RuntimeSpec>(
         ctx,
         pass.owner,
         ctx.natsIssuer,
-        permissions(pass),
+        (account) => permissions(pass, account, ctx),
         // The Agent's inbox and durability, the Relay's retention: what its account's limits follow.
         pass.resource.spec as NonNullable<AccountResource["spec"]>,
       );
