@@ -122,7 +122,7 @@ export class DataAccounts {
     try {
       return await this.accounts.withAccount(account, (jsm) => fn(jsm), dataAccountOperatorPermissions());
     } catch (err) {
-      if (/jetstream not enabled|insufficient (storage )?resources/i.test(errorMessage(err)))
+      if (/jetstream (is )?not enabled|insufficient (storage )?resources/i.test(errorMessage(err)))
         throw new TenantStorageError(
           `the NATS data account of namespace ${tenant} (JetStream limit ${this.limits.diskBytes} bytes of disk, ${this.limits.memBytes} of memory) was refused JetStream by the server: the tenants' limits are reservations, and the store (max_file_store) has no room left for this one (${errorMessage(err)}); raise the store or lower the install's tenant limit (docs/scale.md)`,
         );

@@ -5,6 +5,7 @@ import type { AccountResource } from "../../nats-account-limits.ts";
 import type { ReconcileContext } from "../context.ts";
 import type { Part } from "../pipeline.ts";
 import { ensureNatsCreds } from "../runtime-nats-credential.ts";
+import { tenantRefusal } from "./nats-layout.ts";
 import type { RuntimePass, RuntimeSpec } from "./pass.ts";
 
 export function natsCredentialPart<R extends RuntimeSpec>(
@@ -14,14 +15,20 @@ export function natsCredentialPart<R extends RuntimeSpec>(
     name: "nats-credential",
     async ensure(ctx, pass) {
       if (!ctx.natsIssuer) return {};
-      const creds = await ensureNatsCreds(
-        ctx,
-        pass.owner,
-        ctx.natsIssuer,
-        (account) => permissions(pass, account, ctx),
-        // The Agent's inbox and durability, the Relay's retention: what its account's limits follow.
-        pass.resource.spec as NonNullable<AccountResource["spec"]>,
-      );
+      let creds: Awaited<ReturnType<typeof ensureNatsCreds>>;
+      try {
+        creds = await ensureNatsCreds(
+          ctx,
+          pass.owner,
+          ctx.natsIssuer,
+          (account) => permissions(pass, account, ctx),
+          // The Agent's inbox and durability, the Relay's retention: what its account's limits follow.
+          pass.resource.spec as NonNullable<AccountResource["spec"]>,
+        );
+      } catch (err) {
+        // On the isolated layout: the tenant's data account, made first, may be refused its JetStream.
+        return tenantRefusal(err);
+      }
       pass.found.natsAccount = creds.account;
       return { applied: creds.applied, requeueAfterMs: creds.requeueAfterMs };
     },

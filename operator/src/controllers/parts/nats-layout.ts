@@ -6,7 +6,7 @@ import { ISOLATED_LAYOUT_UNSUPPORTED } from "../../../../runtime/src/contract/sh
 import { parseDuration } from "../../../../runtime/src/resources/common.ts";
 import type { AgentResource } from "../agent/desired.ts";
 import { TenantStorageError } from "../../nats-data-accounts.ts";
-import type { Part } from "../pipeline.ts";
+import type { Outcome, Part } from "../pipeline.ts";
 import type { RuntimePass } from "./pass.ts";
 
 type AgentPass = RuntimePass<AgentResource>;
@@ -47,9 +47,14 @@ export const sharedConsumersPart: Part<AgentPass> = {
       );
       return made.length ? { applied: made.map((c) => `consumer ${c}`) } : {};
     } catch (err) {
-      if (err instanceof TenantStorageError)
-        return { blocked: { reason: err.reason, message: err.message }, holds: true, requeueAfterMs: 30_000 };
-      throw err;
+      return tenantRefusal(err);
     }
   },
 };
+
+/** A tenant refused its JetStream: the Agent is blocked (its workload held) and looked at again; anything else is thrown. */
+export function tenantRefusal(err: unknown): Outcome {
+  if (err instanceof TenantStorageError)
+    return { blocked: { reason: err.reason, message: err.message }, holds: true, requeueAfterMs: 30_000 };
+  throw err;
+}
