@@ -82,7 +82,6 @@ const operator = natsAccountOperator({
     summaryIntervalMs: 300,
   },
 });
-const { credsOf } = operator;
 const cp = () => operator.cp();
 const get = (ns: string, kind: string, name: string) => {
   try {
