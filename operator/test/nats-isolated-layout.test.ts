@@ -258,7 +258,7 @@ describe("the operator on the isolated NATS layout", () => {
     });
     const summary = await until("bob's summary", () => {
       const s = get(NS1, "agent", "bob")?.status?.summary;
-      return s?.acceptedLastHour >= 1 ? s : undefined;
+      return s?.acceptedLastHour >= 1 && s.backlog === 0 ? s : undefined;
     });
     expect(summary).toMatchObject({ acceptedLastHour: 1, backlog: 0 });
   }, 240_000);
@@ -285,6 +285,12 @@ describe("the operator on the isolated NATS layout", () => {
       ["mallory", NS1, await until("mallory's credential", () => credsIn(NS1, "mallory"))],
       ["other-bob", NS2, await until("the other bob's credential", () => credsIn(NS2, "bob"))],
       ["carol", NS2, await until("carol's credential", () => credsIn(NS2, "carol"))],
+      // Not a credential the operator issues: any user of the account it made, allowed every subject.
+      [
+        "mallory",
+        NS1,
+        await issuer.issue("any", { pub: [">"], sub: [">"] }, Date.now(), undefined, accountOf(NS1, "mallory")),
+      ],
     ] as const;
     for (const [name, , creds] of attackers) {
       const nc = await as(creds, `${name}-agent`);
