@@ -67,7 +67,9 @@ export class DataAccounts {
   /** Tenants whose data account this process pushed and filled with its streams. */
   private readonly ready = new Map<string, Promise<string>>();
   /** Agents (their account) whose consumers this process made, with the settings it made them with. */
-  private readonly made = new Map<string, { tenant: string; key: string }>();
+  private readonly consumers = new Map<string, { tenant: string; key: string }>();
+  /** The tenants of `ready` whose data account is made. */
+  private readonly done = new Set<string>();
 
   constructor(opts: { accounts: NatsAccounts; limits?: TenantLimits; log: Logger }) {
     this.accounts = opts.accounts;
@@ -91,16 +93,25 @@ export class DataAccounts {
     let p = this.ready.get(tenant);
     if (!p) {
       p = this.make(tenant);
-      p.catch(() => this.ready.delete(tenant));
+      p.then(
+        () => this.done.add(tenant),
+        () => this.ready.delete(tenant),
+      );
       this.ready.set(tenant, p);
     }
     return p;
   }
 
+  /** Whether this process has made the tenant's data account (what reads wait for: none pushes it). */
+  made(tenant: string): boolean {
+    return this.done.has(tenant);
+  }
+
   /** Forget what was made for a tenant and its Agents: the next use makes it again. */
   forget(tenant: string): void {
     this.ready.delete(tenant);
-    for (const [account, m] of this.made) if (m.tenant === tenant) this.made.delete(account);
+    this.done.delete(tenant);
+    for (const [account, m] of this.consumers) if (m.tenant === tenant) this.consumers.delete(account);
   }
 
   private async make(tenant: string): Promise<string> {
@@ -142,7 +153,7 @@ export class DataAccounts {
       senderAckWaitMs: SENDER_ACK_WAIT_MS,
     });
     const key = JSON.stringify(wanted);
-    if (this.made.get(runtimeAccount)?.key === key) return [];
+    if (this.consumers.get(runtimeAccount)?.key === key) return [];
     try {
       const changed = await this.in(account, tenant, async (jsm) => {
         const out: string[] = [];
@@ -150,7 +161,7 @@ export class DataAccounts {
           if (await ensureConsumer(jsm, c.stream, c.config)) out.push(`${c.stream}/${c.config.durable_name}`);
         return out;
       });
-      this.made.set(runtimeAccount, { tenant, key });
+      this.consumers.set(runtimeAccount, { tenant, key });
       return changed;
     } catch (err) {
       // A stream gone (deleted with the tenant's last Agent meanwhile): made again on the next pass.
@@ -166,7 +177,7 @@ export class DataAccounts {
    * and age out with the streams' retention. Returns what was deleted.
    */
   async deleteAgent(tenant: string, runtimeAccount: string): Promise<string[]> {
-    this.made.delete(runtimeAccount);
+    this.consumers.delete(runtimeAccount);
     const account = this.accountOf(tenant);
     if (!(await this.accounts.onResolver(account))) return [];
     return this.accounts.withAccount(

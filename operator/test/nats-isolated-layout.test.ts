@@ -37,9 +37,15 @@ import {
   serverConfig,
 } from "../src/nats-credential-issuer.ts";
 import { dataAccountOf } from "../src/nats-shared-accounts.ts";
-import { kubectlOrError, natsAccountOperator, perTest, until } from "./support.ts";
+import { kubectlOrError, natsAccountOperator, perTest, runtimeConnection, until as waitUntil } from "./support.ts";
 
 const MIB = 1024 * 1024;
+/** Waits long enough for a reconcile on a loaded machine (each still ends before its test's timeout). */
+const until = <T>(
+  what: string,
+  probe: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 120_000,
+) => waitUntil(what, probe, timeoutMs);
 /** The server's store: room for two tenants' limits, not three. */
 const STORE_MIB = 64;
 const TENANT_MIB = 24;
@@ -105,7 +111,7 @@ beforeAll(async () => {
   system = await connect({ servers: nats.url, authenticator: credsAuthenticator(await issuer.systemCreds()) });
   open.push(system);
   handler = await startHandler();
-}, 60_000);
+}, 120_000);
 afterAll(async () => {
   await Promise.all(running.map((r) => r.stop()));
   for (const nc of open) await nc.close().catch(() => {});
@@ -136,16 +142,7 @@ ${spec}`;
 const apply = (yaml: string) => cp().kubectl(["apply", "-f", "-"], yaml);
 
 /** A connection with a credential as the operator issued it (the runtime's own, from its Secret). */
-async function as(creds: string, agentId: string): Promise<NatsConnection> {
-  const nc = await connect({
-    servers: nats.url,
-    authenticator: credsAuthenticator(new TextEncoder().encode(creds)),
-    inboxPrefix: agentInboxPrefix(agentId),
-    reconnect: false,
-  });
-  open.push(nc);
-  return nc;
-}
+const as = (creds: string, agentId: string) => runtimeConnection(nats.url, creds, agentId, open);
 
 /** The tenant's data account as a user allowed everything there sees it. */
 async function tenantView(ns: string): Promise<JetStreamManager> {
@@ -214,6 +211,8 @@ describe("the operator on the isolated NATS layout", () => {
       ),
     );
     expect(dataAccountOf(keys.signing, NS1)).not.toBe(dataAccountOf(keys.signing, NS2));
+    // A namespace named like a uid is no runtime's account: the two keys are derived under labels of their own.
+    expect(dataAccountOf(keys.signing, NS1)).not.toBe(issuer.accountOf(NS1));
 
     // Bob's runtime, exactly as rendered (its Deployment, Secrets and ConfigMaps), on loopback.
     const port = await freePort();
@@ -231,7 +230,7 @@ describe("the operator on the isolated NATS layout", () => {
       extraArgs: ["--host=127.0.0.1", "--local-api-port=0"],
     });
     running.push(r);
-    await r.listening();
+    await r.listening(120_000);
     const ca = get(NS1, "configmap", "bob-trust").data["ca.crt"] as string;
     const url = `https://localhost:${port}`;
     await until(
@@ -261,7 +260,7 @@ describe("the operator on the isolated NATS layout", () => {
       return s?.acceptedLastHour >= 1 && s.backlog === 0 ? s : undefined;
     });
     expect(summary).toMatchObject({ acceptedLastHour: 1, backlog: 0 });
-  }, 240_000);
+  }, 300_000);
 
   it("gives the credentials it issues nothing of another Agent's: no publish into its inbox, no pull from its consumer, no stream", async () => {
     // An Agent of the same namespace, and one of another namespace under bob's name: on the
@@ -320,8 +319,8 @@ describe("the operator on the isolated NATS layout", () => {
     expect((await t1.consumers.info(SHARED_STREAMS.inbox, bob)).num_pending).toBe(before);
     // Carol stays the only Agent of her namespace for what follows.
     cp().kubectl(["-n", NS2, "delete", "agent", "bob", "--wait=false"]);
-    await until("the other bob gone", () => !get(NS2, "agent", "bob"), 60_000);
-  }, 120_000);
+    await until("the other bob gone", () => !get(NS2, "agent", "bob"), 120_000);
+  }, 240_000);
 
   it("refuses an Agent asking for what the layout does not serve before anything is made for it", async () => {
     apply(agentYaml(NS1, "tasks", "  a2a: {enabled: true}\n"));
@@ -335,7 +334,7 @@ describe("the operator on the isolated NATS layout", () => {
     // Asking for it no more, it is made.
     apply(agentYaml(NS1, "tasks", "  a2a: {enabled: false}\n"));
     await until("tasks rendered", () => get(NS1, "deployment", "tasks"));
-  }, 60_000);
+  }, 240_000);
 
   it("keeps a tenant at its data account's limit to itself, and tells a tenant the store has no room for", async () => {
     // A third namespace's limit does not fit the store beside the first two's.
@@ -357,7 +356,7 @@ describe("the operator on the isolated NATS layout", () => {
     expect(stored).toBeLessThanOrEqual(TENANT_MIB * 2);
     const bobJs = jetstream(await as(credsIn(NS1, "bob")!, "bob-agent"));
     expect(await works(bobJs.publish(`ifp.inbox.${accountOf(NS1, "bob")}.probe.after`, payload))).toBe(true);
-  }, 120_000);
+  }, 240_000);
 
   it("deletes a deleted Agent's consumers and account, and a namespace's data account with its last Agent", async () => {
     const t1 = await tenantView(NS1);
@@ -365,7 +364,7 @@ describe("the operator on the isolated NATS layout", () => {
     const bobCreds = credsIn(NS1, "bob")!;
     await Promise.all(running.splice(0).map((r) => r.stop()));
     cp().kubectl(["-n", NS1, "delete", "agent", "bob", "--wait=false"]);
-    await until("bob gone", () => !get(NS1, "agent", "bob"), 60_000);
+    await until("bob gone", () => !get(NS1, "agent", "bob"), 120_000);
     for (const c of sharedAgentConsumers(bob, { handlerTimeoutMs: 1, senderAckWaitMs: 1 }))
       expect(await works(t1.consumers.info(c.stream, c.config.durable_name)), `bob's ${c.stream} consumer`).toBe(false);
     expect(await onResolver(bob)).toBe(false);
@@ -376,7 +375,7 @@ describe("the operator on the isolated NATS layout", () => {
     // Carol was her namespace's only Agent: its data account goes, and its share of the store with it.
     const t2 = dataAccountOf(keys.signing, NS2);
     cp().kubectl(["-n", NS2, "delete", "agent", "carol", "--wait=false"]);
-    await until("carol gone", () => !get(NS2, "agent", "carol"), 60_000);
+    await until("carol gone", () => !get(NS2, "agent", "carol"), 120_000);
     expect(await onResolver(t2)).toBe(false);
     // Dave's namespace gets the room.
     await until(
@@ -387,6 +386,6 @@ describe("the operator on the isolated NATS layout", () => {
         ),
       60_000,
     );
-    await until("dave rendered", () => get(NS3, "deployment", "dave"), 60_000);
-  }, 180_000);
+    await until("dave rendered", () => get(NS3, "deployment", "dave"), 120_000);
+  }, 300_000);
 });

@@ -117,7 +117,8 @@ async function deleteSharedAgent(
 export async function readTenantAgent(ctx: AccountContext, obj: KubernetesObject): Promise<Reading | undefined> {
   const account = runtimeAccountOf(ctx, obj);
   const namespace = obj.metadata?.namespace;
-  if (!account || !namespace || !ctx.dataAccounts) return undefined;
+  // Not before its namespace's data account is made: a connection there would be refused meanwhile.
+  if (!account || !namespace || !ctx.dataAccounts?.made(namespace)) return undefined;
   return ctx.natsAccounts!.withAccount(
     ctx.dataAccounts.accountOf(namespace),
     (jsm) => readSharedAgent(jsm, account, agentKeyOf(obj)),
