@@ -45,7 +45,8 @@ const until = <T>(
   what: string,
   probe: () => Promise<T | undefined | false> | T | undefined | false,
   timeoutMs = 120_000,
-) => waitUntil(what, probe, timeoutMs);
+  intervalMs?: number,
+) => waitUntil(what, probe, timeoutMs, intervalMs);
 /** The server's store: room for two tenants' limits, not three. */
 const STORE_MIB = 64;
 const TENANT_MIB = 24;

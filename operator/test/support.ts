@@ -216,19 +216,30 @@ export function natsAccountOperator(opts: {
   };
 }
 
-/** A connection with a runtime's credential (the text of its `.creds`), replies under its agent id's inbox prefix; kept in `open` for closing. */
+/**
+ * A connection with a runtime's credential (the text of its `.creds`), replies under its agent
+ * id's inbox prefix; kept in `open` for closing. Tried again when the server's authentication
+ * timed out (the test's process, which runs the operator too, may be busy signing), never when
+ * it refused the credential.
+ */
 export async function runtimeConnection(
   url: string,
   creds: string,
   agentId: string,
   open: NatsConnection[],
 ): Promise<NatsConnection> {
-  const nc = await connect({
-    servers: url,
-    authenticator: credsAuthenticator(new TextEncoder().encode(creds)),
-    inboxPrefix: agentInboxPrefix(agentId),
-    reconnect: false,
-  });
-  open.push(nc);
-  return nc;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const nc = await connect({
+        servers: url,
+        authenticator: credsAuthenticator(new TextEncoder().encode(creds)),
+        inboxPrefix: agentInboxPrefix(agentId),
+        reconnect: false,
+      });
+      open.push(nc);
+      return nc;
+    } catch (err) {
+      if (attempt >= 3 || !/Authentication Timeout/i.test(String(err))) throw err;
+    }
+  }
 }
