@@ -197,6 +197,30 @@ describe("chart values passed through", () => {
     });
   });
 
+  it("runs the Agents on the NATS layout of runtime.natsLayout, per-agent by default, with the tenants' limits", () => {
+    const options = (values: object) => (parseFlags(operatorPod(render(values)).containers[0].args) as Obj).options;
+    expect(options({}).natsLayout).toBeUndefined();
+    expect(
+      options({ runtime: { natsLayout: "isolated", natsTenantLimits: { diskBytes: "256Mi", memoryBytes: 0 } } }),
+    ).toMatchObject({ natsLayout: "isolated", natsTenantLimits: { diskBytes: 256 * 1024 * 1024, memBytes: 0 } });
+    expect(options({ runtime: { natsLayout: "isolated" } }).natsTenantLimits).toEqual({
+      diskBytes: 1024 * 1024 * 1024,
+      memBytes: 0,
+    });
+    // No data account without a limit, none on a NATS the operator does not make accounts on.
+    refused({ runtime: { natsLayout: "isolated", natsTenantLimits: { diskBytes: 0 } } }, /diskBytes/);
+    refused({ runtime: { natsLayout: "shared" } }, /natsLayout/);
+    const noAuth = helm(
+      "template",
+      "ifp",
+      CHART,
+      "-f",
+      valuesFile({ runtime: { natsLayout: "isolated" }, nats: { auth: { enabled: false } } }),
+    );
+    expect(noAuth.status).not.toBe(0);
+    expect(noAuth.out).toMatch(/runtime\.natsLayout isolated needs nats\.auth\.enabled/);
+  });
+
   it("reaches every flag of the operator from values: rendered by the chart, or set through extraEnv or extraArgs for a reason", () => {
     // The flags `ifp-operator --help` lists for the operator itself (not its subcommands).
     const help = spawnSync(process.execPath, ["operator/bin/ifp-operator.ts", "--help"], {
@@ -242,6 +266,7 @@ describe("chart values passed through", () => {
           metrics: { networkPolicyNamespaces: ["monitoring"] },
           watchNamespaces: ["team"],
         },
+        { runtime: { natsLayout: "isolated" } },
       ].flatMap((values) => (operatorPod(render(values)).containers[0].args as string[]).map((a) => a.split("=")[0]!)),
     );
     expect(flags.filter((f) => !rendered.has(f) && !NOT_RENDERED[f])).toEqual([]);

@@ -243,6 +243,22 @@ export const Values = z.strictObject({
         .describe(
           "What every runtime's NATS account may hold (docs/scale.md, Capacity per runtime); the disk also follows each Agent's spec.inbox.maxBytes and each Relay's spec.retention",
         ),
+      natsLayout: z
+        .enum(["per-agent", "isolated"])
+        .default("per-agent")
+        .describe(
+          "Where the Agents' JetStream objects are: per-agent (each runtime's own account) or isolated (a data account per namespace, docs/scale.md); isolated needs nats.auth.enabled",
+        ),
+      natsTenantLimits: z
+        .strictObject({
+          diskBytes: z
+            .union([z.number().int().min(1), z.string().regex(/^[1-9][0-9]*(Ki|Mi|Gi|Ti)?$/)])
+            .default("1Gi")
+            .describe("JetStream disk of each namespace's data account on the isolated layout, reserved in the store"),
+          memoryBytes: ByteSize.default(0).describe("Its JetStream memory (0: none)"),
+        })
+        .prefault({})
+        .describe("What each namespace's data account may hold on the isolated layout (docs/scale.md)"),
       clusterNetworks: z
         .array(z.string().min(1).max(64))
         .default(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fd00::/8"])

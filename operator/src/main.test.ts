@@ -253,6 +253,29 @@ describe("ifp-operator flags", () => {
       );
   });
 
+  it("takes the install's NATS layout and its tenants' limits, and refuses what cannot work", () => {
+    expect(parseFlags([], {}).options.natsLayout).toBeUndefined();
+    expect(parseFlags(["--nats-layout=per-agent"], {}).options.natsLayout).toBeUndefined();
+    const secret = "--nats-account-secret=ifp-nats";
+    expect(parseFlags([secret, "--nats-layout=isolated"], {}).options).toMatchObject({
+      natsLayout: "isolated",
+      natsTenantLimits: { diskBytes: 1024 * 1024 * 1024, memBytes: 0 },
+    });
+    expect(
+      parseFlags([secret, "--nats-tenant-disk-bytes=256Mi", "--nats-tenant-memory-bytes=1Mi"], {
+        IFP_NATS_LAYOUT: "isolated",
+      }).options.natsTenantLimits,
+    ).toEqual({ diskBytes: 256 * 1024 * 1024, memBytes: 1024 * 1024 });
+    expect(() => parseFlags(["--nats-layout=shared"], {})).toThrow(/--nats-layout is per-agent or isolated/);
+    expect(() => parseFlags(["--nats-layout=isolated"], {})).toThrow(/needs --nats-account-secret/);
+    expect(() => parseFlags(["--nats-tenant-disk-bytes=1Gi"], {})).toThrow(/needs --nats-layout isolated/);
+    // No data account without a limit: neither unlimited (-1) nor none at all (0, no JetStream).
+    for (const bad of ["-1", "0", "lots"])
+      expect(() => parseFlags([secret, "--nats-layout=isolated", `--nats-tenant-disk-bytes=${bad}`], {})).toThrow(
+        /--nats-tenant-disk-bytes must be/,
+      );
+  });
+
   it("takes the number or share of Agents that may roll at once", () => {
     expect(parseFlags([], {}).options.rolloutLimit).toEqual({ percent: 25 });
     expect(parseFlags(["--max-rolling-agents=10"], {}).options.rolloutLimit).toEqual({ count: 10 });

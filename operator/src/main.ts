@@ -17,6 +17,7 @@ import { prepareUninstall } from "./uninstall.ts";
 import { RELOAD_NATS_USAGE } from "./nats-reloader.ts";
 import { DEFAULT_ACCOUNT_LIMITS, type AccountLimitSettings } from "./nats-account-limits.ts";
 import { bytesOf } from "../../runtime/src/resources/quantity.ts";
+import { DEFAULT_TENANT_LIMITS, INSTALL_NATS_LAYOUTS } from "./nats-data-accounts.ts";
 import { duration, list, readFlags, subcommand, UsageError } from "./flags.ts";
 import { parseTolerationEntry } from "./controllers/pod-policy.ts";
 
@@ -53,6 +54,15 @@ account). Every flag also reads the environment variable in brackets.
   --nats-account-consumers N      consumers per stream of a runtime account (default 10000)
   --nats-account-connections N    client connections per runtime account (default 256)
   --nats-account-subscriptions N  subscriptions per runtime account (default 4096)
+  --nats-layout NAME              where the Agents' JetStream objects are: per-agent (default), six
+                                  streams and two consumers in each runtime's own account; or
+                                  isolated, per namespace a data account of the operator's holding
+                                  six shared streams, per Agent an account without JetStream
+                                  importing its own subjects and two consumers the operator makes
+                                  (docs/scale.md); needs --nats-account-secret [IFP_NATS_LAYOUT]
+  --nats-tenant-disk-bytes Q      on the isolated layout, the JetStream disk of each namespace's
+                                  data account, reserved in the servers' store (quantity, default 1Gi)
+  --nats-tenant-memory-bytes Q    its JetStream memory (default 0)
   --nats-tls MODE                 off (default: TLS as the server offers it, verified with the system
                                   roots) or trust: TLS required, the server's certificate verified with
                                   the install CAs and --extra-cas (the operator) and each runtime's
@@ -183,6 +193,9 @@ const OPTIONS = {
   "nats-account-connections": { type: "string" },
   "nats-account-subscriptions": { type: "string" },
   "nats-auth-secret": { type: "string" },
+  "nats-layout": { type: "string", env: "IFP_NATS_LAYOUT" },
+  "nats-tenant-disk-bytes": { type: "string" },
+  "nats-tenant-memory-bytes": { type: "string" },
   "nats-tls": { type: "string", env: "IFP_NATS_TLS" },
   "nats-tls-secret": { type: "string", env: "IFP_NATS_TLS_SECRET" },
   "nats-tls-dns-names": { type: "string", env: "IFP_NATS_TLS_DNS_NAMES" },
@@ -498,6 +511,7 @@ export function parseFlags(
       settings,
       ...nats,
       natsAccountLimits: accountLimits(str),
+      ...natsLayout(str),
       watchNamespaces: list(str("watch-namespaces")),
       leaderElection:
         leaderElect === "true"
@@ -587,6 +601,29 @@ function accountLimits(str: Flag): AccountLimitSettings {
     consumers: count("nats-account-consumers", d.consumers),
     connections: count("nats-account-connections", d.connections),
     subscriptions: count("nats-account-subscriptions", d.subscriptions),
+  };
+}
+
+/** The install's NATS layout and, on the isolated one, what each tenant's data account may hold. */
+function natsLayout(str: Flag): Pick<ManagerOptions, "natsLayout" | "natsTenantLimits"> {
+  const layout = choice(str, "nats-layout", [...INSTALL_NATS_LAYOUTS], INSTALL_NATS_LAYOUTS.join(" or "), "per-agent");
+  if (layout !== "isolated") {
+    for (const flag of ["nats-tenant-disk-bytes", "nats-tenant-memory-bytes"] as const)
+      if (str(flag) !== undefined) throw new UsageError(`--${flag} needs --nats-layout isolated`);
+    return {};
+  }
+  if (!str("nats-account-secret"))
+    throw new UsageError("--nats-layout isolated needs --nats-account-secret: the operator makes the data accounts");
+  const d = DEFAULT_TENANT_LIMITS;
+  const diskBytes = byteSize("nats-tenant-disk-bytes", str("nats-tenant-disk-bytes") ?? String(d.diskBytes));
+  // A data account without disk would have no JetStream (a limit of 0), and none without a limit may exist.
+  if (diskBytes < 1) throw new UsageError("--nats-tenant-disk-bytes must be at least one byte");
+  return {
+    natsLayout: "isolated",
+    natsTenantLimits: {
+      diskBytes,
+      memBytes: byteSize("nats-tenant-memory-bytes", str("nats-tenant-memory-bytes") ?? String(d.memBytes)),
+    },
   };
 }
 

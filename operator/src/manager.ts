@@ -8,9 +8,11 @@ import type { Logger } from "pino";
 import { Nats, type NatsOptions } from "../../runtime/src/nats/connection.ts";
 import { OPERATOR_INBOX_PREFIX, operatorPermissions } from "../../runtime/src/contract/nats-permissions.ts";
 import { loadNatsIssuer } from "./controllers/runtime-nats-credential.ts";
-import { deleteRuntimeData, inRuntimeAccount } from "./controllers/runtime-account.ts";
+import { deleteRuntimeData, inRuntimeAccount, readTenantAgent } from "./controllers/runtime-account.ts";
 import { NatsAccounts } from "./nats-accounts.ts";
 import type { AccountLimitSettings } from "./nats-account-limits.ts";
+import { DataAccounts, type InstallNatsLayout } from "./nats-data-accounts.ts";
+import type { TenantLimits } from "./nats-shared-accounts.ts";
 import type { CredentialIssuer } from "./nats-credential-issuer.ts";
 import { reconcileAgent } from "./controllers/agent-controller.ts";
 import { NamespaceLabels } from "./controllers/namespace-labels.ts";
@@ -46,6 +48,14 @@ export interface ManagerOptions {
   natsAccount?: { namespace: string; name: string };
   /** What every runtime's NATS account may hold (default DEFAULT_ACCOUNT_LIMITS). */
   natsAccountLimits?: AccountLimitSettings;
+  /**
+   * Where the Agents' JetStream objects are (default per-agent): `isolated` makes a data account
+   * per namespace with Agents and each Agent's consumers there (nats-data-accounts.ts); it needs
+   * one account per runtime (the operator and system keys) and `nats`.
+   */
+  natsLayout?: InstallNatsLayout;
+  /** What each tenant's data account may hold on the isolated layout (default DEFAULT_TENANT_LIMITS). */
+  natsTenantLimits?: TenantLimits;
   /** The pool of connections into the runtimes' accounts (defaults: 8 connections, closed after 30 s unused). */
   natsAccountPool?: { maxConnections?: number; idleMs?: number };
   /**
@@ -224,6 +234,7 @@ function reconcileContext(
     trust,
     natsIssuer: natsSide.natsIssuer,
     natsAccounts: natsSide.natsAccounts,
+    dataAccounts: natsSide.dataAccounts,
     deletions: new Deletions(opts.finalizerTimeoutMs ?? DEFAULT_FINALIZER_TIMEOUT_MS),
     rollouts: new RolloutGate(opts.rolloutLimit ?? parseRolloutLimit(DEFAULT_ROLLOUT_LIMIT)),
     agentIds: new Map(),
@@ -301,6 +312,8 @@ interface NatsSide {
   natsIssuer?: CredentialIssuer;
   nats?: Nats;
   natsAccounts?: NatsAccounts;
+  /** The tenants' data accounts, on the isolated layout. */
+  dataAccounts?: DataAccounts;
   /** NATS is verified with the install's trust: the operator connects once it holds the install CAs. */
   fromTrust: boolean;
   /** The daily renewal of the credential the operator issued itself. */
@@ -365,7 +378,15 @@ async function connectNats(
           ...opts.natsAccountPool,
         })
       : undefined;
-  return { natsIssuer, nats, natsAccounts, fromTrust, renewOwn };
+  if (opts.natsLayout === "isolated" && !natsAccounts)
+    throw new Error(
+      "the isolated NATS layout (--nats-layout isolated) needs --nats-url and one NATS account per runtime: the operator and system account keys in --nats-account-secret",
+    );
+  const dataAccounts =
+    opts.natsLayout === "isolated" && natsAccounts
+      ? new DataAccounts({ accounts: natsAccounts, limits: opts.natsTenantLimits, log })
+      : undefined;
+  return { natsIssuer, nats, natsAccounts, dataAccounts, fromTrust, renewOwn };
 }
 
 /** The settings the children are rendered with: the operator's, and what its NATS side implies. */
@@ -381,6 +402,7 @@ function operatorSettings(opts: ManagerOptions, natsSide: NatsSide): OperatorSet
   return {
     ...allowed,
     ...(natsSide.natsIssuer ? { natsPerResourceCreds: true } : {}),
+    ...(natsSide.dataAccounts ? { natsLayout: "isolated" as const } : {}),
     ...(natsSide.fromTrust ? { natsTlsVerifyWithTrust: true } : {}),
   };
 }
@@ -398,6 +420,7 @@ function summaryCollector(
     log: opts.log,
     intervalMs: opts.summaryIntervalMs,
     ...(ctx.natsAccounts ? { inAccount: (obj, read) => inRuntimeAccount(ctx, obj, read) } : {}),
+    ...(ctx.dataAccounts ? { readAgent: (obj) => readTenantAgent(ctx, obj) } : {}),
   });
 }
 

@@ -16,7 +16,9 @@ import {
   OPERATOR_INBOX_PREFIX,
   operatorAccountPermissions,
   operatorPermissions,
+  type NatsPermissions,
 } from "../../runtime/src/contract/nats-permissions.ts";
+import { sharedRuntimeAccountJwt } from "./nats-shared-accounts.ts";
 import type { NatsOptions } from "../../runtime/src/nats/connection.ts";
 import { errorMessage } from "./kube/client.ts";
 import type { CredentialIssuer } from "./nats-credential-issuer.ts";
@@ -145,7 +147,12 @@ export class NatsAccounts {
    * sent to the full resolver. Fails when the server does not take it (a NATS without a full
    * resolver).
    */
-  async ensureAccount(uid: string, name: string, resource?: AccountResource): Promise<string> {
+  async ensureAccount(
+    uid: string,
+    name: string,
+    resource?: AccountResource,
+    shared?: { dataAccount: string },
+  ): Promise<string> {
     const account = this.opts.issuer.accountOf(uid);
     const pushed = this.pushed.get(account);
     if (pushed !== undefined && resource === undefined) return account;
@@ -153,16 +160,32 @@ export class NatsAccounts {
       throw new Error(`the NATS account of ${name} was deleted with it; it is never made again`);
     const clustered = await this.use(SYSTEM, async ({ nc }) => !!nc.info?.cluster);
     const limits = accountLimitsOf(resource, this.opts.limits, clustered);
-    const key = JSON.stringify(limits);
+    // On the isolated layout: no JetStream of its own, the imports of its subjects from its tenant's data account.
+    const key = JSON.stringify(shared ? { ...shared, conn: limits.conn, subs: limits.subs } : limits);
     if (pushed === key) return account;
-    const jwt = await this.opts.issuer.runtimeAccountJwt(account, name, limits);
-    await this.claims("$SYS.REQ.CLAIMS.UPDATE", jwt, `pushing the NATS account of ${name}`);
+    let jwt: string;
+    if (shared) {
+      const k = this.opts.issuer.sharedLayoutKeys();
+      jwt = await sharedRuntimeAccountJwt(k.operatorSeed, account, name, shared.dataAccount, k.signingKey, {
+        limits: { conn: limits.conn, subs: limits.subs },
+      });
+    } else jwt = await this.opts.issuer.runtimeAccountJwt(account, name, limits);
+    await this.pushJwt(jwt, `pushing the NATS account of ${name}`);
     this.pushed.set(account, key);
     return account;
   }
 
-  /** Delete a runtime's account from the resolver: its clients are disconnected and nothing can connect to it any more. */
-  async deleteAccount(account: string, name: string): Promise<void> {
+  /** Push an account JWT to the full resolver; `what` names it in the error when the server refuses it. */
+  pushJwt(jwt: string, what: string): Promise<void> {
+    return this.claims("$SYS.REQ.CLAIMS.UPDATE", jwt, what);
+  }
+
+  /**
+   * Delete a runtime's account from the resolver: its clients are disconnected and nothing can
+   * connect to it any more. A runtime's account is never pushed again by this process; a
+   * tenant's data account (`again`) may be, when the tenant has Agents again.
+   */
+  async deleteAccount(account: string, name: string, opts: { again?: boolean } = {}): Promise<void> {
     if (!ACCOUNT_KEY.test(account) || account === this.opts.issuer.accountKey)
       throw new Error(`not a runtime's account: ${account}`);
     this.drop(account);
@@ -173,6 +196,7 @@ export class NatsAccounts {
       `deleting the NATS account of ${name}`,
     );
     this.pushed.delete(account);
+    if (opts.again) return;
     this.deleted.add(account);
     if (this.deleted.size > DELETED_KEPT) this.deleted.delete(this.deleted.values().next().value!);
   }
@@ -200,11 +224,23 @@ export class NatsAccounts {
     });
   }
 
-  /** `fn` with a JetStream manager of `account` (the operator's user there), from the pool. */
-  async withAccount<T>(account: string, fn: (jsm: JetStreamManager) => Promise<T>): Promise<T> {
+  /**
+   * `fn` with a JetStream manager of `account` (the operator's user there), from the pool.
+   * `permissions`: the operator's user's there, when not those of a runtime's account (a
+   * tenant's data account, where the operator also makes the Agents' consumers).
+   */
+  async withAccount<T>(
+    account: string,
+    fn: (jsm: JetStreamManager, nc: NatsConnection) => Promise<T>,
+    permissions?: NatsPermissions,
+  ): Promise<T> {
     if (!ACCOUNT_KEY.test(account)) throw new Error(`not a NATS account key: ${account}`);
-    return this.use(account, ({ jsm }) => fn(jsm));
+    if (permissions) this.permissions.set(account, permissions);
+    return this.use(account, ({ jsm, nc }) => fn(jsm, nc));
   }
+
+  /** The operator's permissions in accounts other than runtimes' (withAccount). */
+  private readonly permissions = new Map<string, NatsPermissions>();
 
   private async claims(subject: string, jwt: string, what: string): Promise<void> {
     const reply = await this.use(SYSTEM, async ({ nc }) => {
@@ -254,7 +290,9 @@ export class NatsAccounts {
         : new TextEncoder().encode(
             await issuer.issue(
               "ifp-operator",
-              key === issuer.accountKey ? operatorPermissions() : operatorAccountPermissions(),
+              key === issuer.accountKey
+                ? operatorPermissions()
+                : (this.permissions.get(key) ?? operatorAccountPermissions()),
               now,
               CREDS_LIFETIME_MS,
               key,

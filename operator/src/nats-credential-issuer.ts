@@ -152,6 +152,7 @@ export class CredentialIssuer {
   private readonly signing: KeyPair;
   private readonly signingSeed: string;
   private readonly keys: AccountKeys | undefined;
+  private readonly operatorSeed: string | undefined;
 
   /**
    * `account` is the shared account's public key (A...), `signingSeed` the seed of its signing
@@ -166,6 +167,7 @@ export class CredentialIssuer {
     this.keys = accountKeys
       ? { operator: keyPair(accountKeys.operator, "O"), system: keyPair(accountKeys.system, "A") }
       : undefined;
+    this.operatorSeed = accountKeys?.operator.trim();
   }
 
   static fromKeys(keys: NatsKeys, opts: { accountPerRuntime?: boolean } = {}): CredentialIssuer {
@@ -210,6 +212,16 @@ export class CredentialIssuer {
       { limits: { ...UNLIMITED, ...limits }, signing_keys: [this.signing.getPublicKey()] } as Partial<Account>,
       { signer: keys.operator },
     );
+  }
+
+  /**
+   * What the accounts of the isolated layout are made with (nats-shared-accounts.ts): the
+   * operator seed that signs them, the signing key they list, the seed the data accounts' keys
+   * are derived from.
+   */
+  sharedLayoutKeys(): { operatorSeed: string; signingKey: string; signingSeed: string } {
+    this.need();
+    return { operatorSeed: this.operatorSeed!, signingKey: this.signing.getPublicKey(), signingSeed: this.signingSeed };
   }
 
   /** The request that deletes accounts from a full resolver (allow_delete): a generic JWT the operator key signs for itself. */

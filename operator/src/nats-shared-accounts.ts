@@ -5,7 +5,8 @@
 // those families with its own key. The operator key signs both, as it signs every account of the
 // install; the install's account signing key is listed in both, so that the operator issues its
 // own user in a data account and each runtime's user in the runtime's account as it does today.
-// Not used by the operator yet: the bench and the isolation tests build the layout with it.
+// The operator makes the layout with it on an install of `--nats-layout isolated`
+// (nats-data-accounts.ts); the bench and the isolation tests build it by hand.
 import { encodeAccount, type Account } from "@nats-io/jwt";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { dataAccountExports, runtimeAccountImports } from "../../runtime/src/contract/shared-layout.ts";
@@ -60,13 +61,18 @@ export function sharedRuntimeAccountJwt(
   name: string,
   dataAccount: string,
   signingKey: string,
-  opts: { jetstream?: boolean; imports?: ReturnType<typeof runtimeAccountImports> } = {},
+  opts: {
+    jetstream?: boolean;
+    imports?: ReturnType<typeof runtimeAccountImports>;
+    /** The account's connections and subscriptions (default: unlimited). */
+    limits?: { conn?: number; subs?: number };
+  } = {},
 ): Promise<string> {
   return encodeAccount(
     name,
     account,
     {
-      limits: opts.jetstream ? { ...UNLIMITED, ...JETSTREAM } : { ...UNLIMITED },
+      limits: { ...UNLIMITED, ...(opts.jetstream ? JETSTREAM : {}), ...opts.limits },
       imports: opts.imports ?? runtimeAccountImports(dataAccount, account),
       signing_keys: [signingKey],
     } as Partial<Account>,

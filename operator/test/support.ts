@@ -1,7 +1,8 @@
 // What the operator's tests against real servers share: reads that call only NotFound absent,
 // waits that end before the test's own timeout, and the operator's log attached to a failure.
 import { JetStreamApiError, jetstreamManager, type StreamInfo } from "@nats-io/jetstream";
-import { connect } from "@nats-io/transport-node";
+import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
+import { agentInboxPrefix } from "../../runtime/src/contract/nats-permissions.ts";
 import pino, { type Logger } from "pino";
 import { afterAll, afterEach, beforeAll, beforeEach } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
@@ -213,4 +214,32 @@ export function natsAccountOperator(opts: {
       return s ? Buffer.from(s.data["nats.creds"], "base64").toString("utf8") : undefined;
     },
   };
+}
+
+/**
+ * A connection with a runtime's credential (the text of its `.creds`), replies under its agent
+ * id's inbox prefix; kept in `open` for closing. Tried again when the server's authentication
+ * timed out (the test's process, which runs the operator too, may be busy signing), never when
+ * it refused the credential.
+ */
+export async function runtimeConnection(
+  url: string,
+  creds: string,
+  agentId: string,
+  open: NatsConnection[],
+): Promise<NatsConnection> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const nc = await connect({
+        servers: url,
+        authenticator: credsAuthenticator(new TextEncoder().encode(creds)),
+        inboxPrefix: agentInboxPrefix(agentId),
+        reconnect: false,
+      });
+      open.push(nc);
+      return nc;
+    } catch (err) {
+      if (attempt >= 3 || !/Authentication Timeout/i.test(String(err))) throw err;
+    }
+  }
 }

@@ -1,7 +1,8 @@
 // The Agent controller: its parts in the order they run, what its finalizer cleans up and its
 // status. Level-triggered: it gets only namespace/name (pipeline.ts runs the pass).
 import type { V1Deployment } from "@kubernetes/client-node";
-import { agentPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
+import { agentInboxPrefix, agentPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
+import { sharedAgentPermissions } from "../../../runtime/src/contract/shared-layout.ts";
 import { Agent } from "../../../runtime/src/resources/agent.ts";
 import { defaultBaseUrl } from "../../../runtime/src/resources/common.ts";
 import type { ReconcileResult } from "../kube/controller.ts";
@@ -22,6 +23,7 @@ import { handoffPart, localApiPart, signingKeyPart } from "./parts/agent-secrets
 import { exposurePart, exposurePrunePart } from "./parts/exposure.ts";
 import { legacyAccessPart } from "./parts/legacy-access.ts";
 import { natsCredentialPart } from "./parts/nats-credential.ts";
+import { natsLayoutGate, sharedConsumersPart } from "./parts/nats-layout.ts";
 import { networkPolicyPrunePart } from "./parts/network-policy.ts";
 import type { Found, RuntimePass } from "./parts/pass.ts";
 import { policyPart } from "./parts/policy.ts";
@@ -68,6 +70,7 @@ export const agentController: Controller<Agent, Found> = {
   parts: [
     // Refused before anything is made for it.
     agentIdPart,
+    natsLayoutGate,
     tlsRefusalGate(tlsNames),
     policyPart({ ends: true }),
     finalizerPart(cleanup),
@@ -76,9 +79,12 @@ export const agentController: Controller<Agent, Found> = {
     handoffPart,
     tlsPart(tlsNames),
     trustPart(),
-    natsCredentialPart(({ resource }) =>
-      agentPermissions(resource.spec.agentId, agentKeyOf(resource), { a2a: resource.spec.a2a?.enabled === true }),
+    natsCredentialPart(({ resource }, account, ctx) =>
+      ctx.dataAccounts
+        ? sharedAgentPermissions(agentInboxPrefix(resource.spec.agentId), account)
+        : agentPermissions(resource.spec.agentId, agentKeyOf(resource), { a2a: resource.spec.a2a?.enabled === true }),
     ),
+    sharedConsumersPart,
     exposurePart(),
     exposurePrunePart({ needsUnheld: true }),
     networkPolicyPrunePart({ needsUnheld: true }),

@@ -7,6 +7,7 @@ import type { Nats } from "../../../runtime/src/nats/connection.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Kube } from "../kube/client.ts";
 import type { NatsAccounts } from "../nats-accounts.ts";
+import type { DataAccounts } from "../nats-data-accounts.ts";
 import type { CredentialIssuer } from "../nats-credential-issuer.ts";
 import type { Deletions } from "./finalizers.ts";
 import type { NamespaceLabels } from "./namespace-labels.ts";
@@ -32,6 +33,11 @@ export interface ReconcileContext {
    * absent in the one-account model (no operator and system keys, or no --nats-url).
    */
   natsAccounts?: NatsAccounts;
+  /**
+   * The tenants' data accounts and the Agents' consumers there (nats-data-accounts.ts): present
+   * only on an install of the isolated layout (--nats-layout isolated).
+   */
+  dataAccounts?: DataAccounts;
   /** When each resource was first seen being deleted, and how long a finalizer waits for NATS. */
   deletions: Deletions;
   /** How many Agents may have their Deployment changed by the operator at once. */

@@ -8,8 +8,11 @@ import type { AccountResource } from "../nats-account-limits.ts";
 import { isNotFound } from "../../../runtime/src/nats/streams.ts";
 import { accountOfSecret, natsCredsSecretName } from "./runtime-nats-credential.ts";
 import type { ReconcileContext } from "./context.ts";
+import { dataAccountOperatorPermissions } from "../nats-data-accounts.ts";
+import { agentKeyOf } from "./finalizers.ts";
+import { readSharedAgent, type Reading } from "./summary.ts";
 
-type AccountContext = Pick<ReconcileContext, "caches" | "nats" | "natsIssuer" | "natsAccounts">;
+type AccountContext = Pick<ReconcileContext, "caches" | "nats" | "natsIssuer" | "natsAccounts" | "dataAccounts">;
 
 /** The account of a resource's runtime (from its `<name>-nats` Secret and uid); undefined without an issuer. */
 export function runtimeAccountOf(ctx: AccountContext, obj: KubernetesObject): string | undefined {
@@ -51,6 +54,7 @@ export async function deleteRuntimeData(
   if (!account || !(await ownAccount(ctx, account))) return inRuntimeAccount(ctx, obj, named, account);
   const accounts = ctx.natsAccounts!;
   const label = `${obj.kind?.toLowerCase()}:${obj.metadata?.namespace}/${obj.metadata?.name}`;
+  if (ctx.dataAccounts && obj.kind === "Agent") return deleteSharedAgent(ctx, obj, account, label);
   // Deleted already (the cleanup runs again on a cache that had not yet seen the resource go, or
   // in a new operator process after the one that deleted it), or never pushed: there is nothing
   // in it, and pushing the account to look into it would let its credential in. The resolver is
@@ -79,4 +83,45 @@ export async function deleteRuntimeData(
   deleted.push(`the NATS account ${account}`);
   deleted.push(...(await accounts.withAccount(ctx.natsIssuer!.accountKey, named)));
   return deleted;
+}
+
+/**
+ * A deleted Agent of the isolated layout: its consumers and KV keys in its tenant's data account
+ * (nats-data-accounts.ts deleteAgent), then its own account, which holds nothing (JetStream off);
+ * and when it was the namespace's last Agent, the tenant's streams and data account.
+ */
+async function deleteSharedAgent(
+  ctx: AccountContext,
+  obj: KubernetesObject,
+  account: string,
+  label: string,
+): Promise<string[]> {
+  const accounts = ctx.natsAccounts!;
+  const namespace = obj.metadata?.namespace ?? "";
+  const deleted = await ctx.dataAccounts!.deleteAgent(namespace, account);
+  if (!accounts.wasDeleted(account) && (await accounts.onResolver(account))) {
+    await accounts.deleteAccount(account, label);
+    deleted.push(`the NATS account ${account}`);
+  }
+  const others = ctx.caches
+    .list<KubernetesObject>("Agent")
+    .some(
+      (o) =>
+        o.metadata?.namespace === namespace && o.metadata?.uid !== obj.metadata?.uid && !o.metadata?.deletionTimestamp,
+    );
+  if (!others) deleted.push(...(await ctx.dataAccounts!.deleteTenant(namespace)));
+  return deleted;
+}
+
+/** An Agent's status summary on the isolated layout: read in its tenant's data account (summary.ts readSharedAgent). */
+export async function readTenantAgent(ctx: AccountContext, obj: KubernetesObject): Promise<Reading | undefined> {
+  const account = runtimeAccountOf(ctx, obj);
+  const namespace = obj.metadata?.namespace;
+  // Not before its namespace's data account is made: a connection there would be refused meanwhile.
+  if (!account || !namespace || !ctx.dataAccounts?.made(namespace)) return undefined;
+  return ctx.natsAccounts!.withAccount(
+    ctx.dataAccounts.accountOf(namespace),
+    (jsm) => readSharedAgent(jsm, account, agentKeyOf(obj)),
+    dataAccountOperatorPermissions(),
+  );
 }

@@ -73,7 +73,7 @@ export async function ensureNatsCreds(
   ctx: ReconcileContext & { natsAccounts?: NatsAccounts },
   owner: Owner,
   issuer: CredentialIssuer,
-  permissions: NatsPermissions,
+  permissionsOf: (account: string) => NatsPermissions,
   spec: NonNullable<AccountResource["spec"]>,
   now = Date.now(),
 ): Promise<{ applied: string[]; requeueAfterMs: number; account: string }> {
@@ -90,6 +90,7 @@ export async function ensureNatsCreds(
   }
   const existing = credsIn(current);
   const { account, sharedSince } = accountOfSecret(owner, current, issuer, !!ctx.natsAccounts);
+  const permissions = permissionsOf(account);
   const label = `${owner.kind.toLowerCase()}:${ns}/${owner.metadata.name}`;
   if (ctx.natsAccounts && account !== issuer.accountKey)
     await ensureAccountOnServer(ctx, ctx.natsAccounts, owner, label, spec);
@@ -133,10 +134,17 @@ async function ensureAccountOnServer(
   spec: NonNullable<AccountResource["spec"]>,
 ): Promise<void> {
   const { name, namespace, uid } = owner.metadata;
+  const isolated = owner.kind === "Agent" && ctx.dataAccounts;
   if (await accounts.isolating()) {
-    await accounts.ensureAccount(uid, label, { kind: owner.kind, spec } as AccountResource);
+    // On the isolated layout its tenant's data account first: the runtime's account imports from it.
+    const shared = isolated ? { dataAccount: await ctx.dataAccounts!.ensure(namespace) } : undefined;
+    await accounts.ensureAccount(uid, label, { kind: owner.kind, spec } as AccountResource, shared);
     return;
   }
+  if (isolated)
+    throw new Error(
+      `the NATS server at ${ctx.settings.natsUrl} authenticates no client: the isolated NATS layout (--nats-layout isolated) needs it in operator mode with a full resolver (docs/security.md)`,
+    );
   if (accounts.toldOpen.has(uid)) return;
   await ctx.kube.event(
     { apiVersion: API_VERSION, kind: owner.kind, metadata: { name, namespace, uid } },

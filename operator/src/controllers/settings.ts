@@ -31,6 +31,12 @@ export interface OperatorSettings {
   natsAuthSecret?: string;
   /** Each runtime mounts its own credential, the Secret `<name>-nats` the operator issues (runtime-nats-credential.ts). */
   natsPerResourceCreds?: boolean;
+  /**
+   * Where the Agents' JetStream objects are (--nats-layout): `per-agent` (default), each
+   * runtime's own account; `isolated`, its tenant's data account through its account's imports
+   * (the runtime is rendered with `--nats-layout=isolated`).
+   */
+  natsLayout?: "per-agent" | "isolated";
   /** NATS serves TLS with a certificate of the install's trust: each runtime verifies it with its trust bundle. */
   natsTlsVerifyWithTrust?: boolean;
   /** UID/GID of the runtime pods: a number, null to leave it unset (OpenShift's restricted SCC), absent means 10001. */

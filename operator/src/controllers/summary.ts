@@ -7,6 +7,7 @@ import { RequestError } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { agentNames } from "../../../runtime/src/contract/agent-names.ts";
 import { relayNames } from "../../../runtime/src/contract/relay-stream.ts";
+import { sharedAgentNames } from "../../../runtime/src/contract/shared-layout.ts";
 import {
   agentLastError,
   parseLastError,
@@ -99,6 +100,33 @@ export async function readAgent(jsm: JetStreamManager, key: string): Promise<Rea
   return { lastSeq: inbox.state.last_seq, backlog, ...(lastError ? { lastError } : {}) };
 }
 
+/**
+ * An Agent's reading on the isolated layout, from its consumers in its tenant's data account (the
+ * streams are every Agent's of the namespace): what its handler consumer has taken and has still
+ * to take (a message handed out again counts again), the backlog of both its consumers, and the
+ * last error it keeps under its account key in the tenant's `ifp_agents` bucket. Undefined
+ * before the operator made its consumers.
+ */
+export async function readSharedAgent(
+  jsm: JetStreamManager,
+  runtimeAccount: string,
+  key: string,
+): Promise<Reading | undefined> {
+  const n = sharedAgentNames(runtimeAccount);
+  const [handler, sender, lastError] = await Promise.all([
+    orUndefined(jsm.consumers.info(n.inboxStream, n.handlerConsumer)),
+    orUndefined(jsm.consumers.info(n.outboxStream, n.senderConsumer)),
+    readLastError(jsm, { bucket: n.kvBucket, key: `${runtimeAccount}.${agentLastError(key).key}` }),
+  ]);
+  if (!handler) return undefined;
+  const pending = (c: typeof handler | undefined) => (c ? c.num_pending + c.num_ack_pending : 0);
+  return {
+    lastSeq: handler.delivered.consumer_seq + handler.num_pending,
+    backlog: pending(handler) + pending(sender),
+    ...(lastError ? { lastError } : {}),
+  };
+}
+
 /** A Relay's reading: the copies its stream ever stored and holds now (mailboxes and dead letters). */
 export async function readRelay(
   jsm: JetStreamManager,
@@ -129,10 +157,12 @@ export class SummaryCollector {
   private readonly log: Logger;
   private readonly intervalMs: number;
   private readonly inAccount: InAccount;
+  private readonly agentReading: (obj: KubernetesObject) => Promise<Reading | undefined>;
 
   /**
    * `inAccount` runs a read in the NATS account of a resource's runtime (one account per
-   * runtime); without it every read goes through `nats`.
+   * runtime); without it every read goes through `nats`. `readAgent` reads an Agent elsewhere
+   * than in its runtime's account (the isolated layout: its tenant's data account).
    */
   constructor(opts: {
     nats: Nats;
@@ -141,9 +171,11 @@ export class SummaryCollector {
     log: Logger;
     intervalMs?: number;
     inAccount?: InAccount;
+    readAgent?: (obj: KubernetesObject) => Promise<Reading | undefined>;
   }) {
     this.nats = opts.nats;
     this.inAccount = opts.inAccount ?? ((_obj, read) => read(this.nats.jsm));
+    this.agentReading = opts.readAgent ?? ((obj) => this.inAccount(obj, (jsm) => readAgent(jsm, agentKeyOf(obj))));
     this.caches = opts.caches;
     this.enqueue = opts.enqueue;
     this.log = opts.log;
@@ -188,7 +220,7 @@ export class SummaryCollector {
           reading =
             kind === "Agent"
               ? typeof obj.spec?.agentId === "string"
-                ? await this.inAccount(obj, (jsm) => readAgent(jsm, agentKeyOf(obj)))
+                ? await this.agentReading(obj)
                 : undefined
               : typeof obj.spec?.url === "string"
                 ? await this.inAccount(obj, (jsm) => readRelay(jsm, obj as unknown as Relay))

@@ -51,3 +51,23 @@ describe("runtimeImageVersion", () => {
     expect(unknown.spec?.template.metadata?.labels).not.toHaveProperty(VERSION_LABEL);
   });
 });
+
+describe("runtimeDeployment on the install's NATS layout", () => {
+  const args = (kind: "Agent" | "Relay", natsLayout?: "per-agent" | "isolated") =>
+    runtimeDeployment({
+      owner: { kind, metadata: { name: "alice", namespace: "team", uid: "u" } },
+      mode: kind === "Agent" ? "agent" : "relay",
+      replicas: 1,
+      image: undefined,
+      settings: { ...settings, ...(natsLayout ? { natsLayout } : {}) },
+      tlsSecret: "t",
+      configHash: "h",
+    }).spec!.template.spec!.containers[0]!.args!;
+
+  it("renders --nats-layout=isolated for an Agent of an isolated install only; a Relay keeps its own account", () => {
+    expect(args("Agent", "isolated")).toContain("--nats-layout=isolated");
+    expect(args("Agent", "per-agent").some((a) => a.startsWith("--nats-layout"))).toBe(false);
+    expect(args("Agent").some((a) => a.startsWith("--nats-layout"))).toBe(false);
+    expect(args("Relay", "isolated").some((a) => a.startsWith("--nats-layout"))).toBe(false);
+  });
+});

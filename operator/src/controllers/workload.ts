@@ -199,6 +199,8 @@ function runtimeArgs(opts: RuntimeDeploymentInput): string[] {
     `--ca-file=${TRUST_DIR}/ca.crt`,
   ];
   if (settings.natsTlsVerifyWithTrust) args.push(`--nats-ca=${TRUST_DIR}/ca.crt`);
+  // An Agent of an install of the isolated layout: its tenant's data account through its account's imports.
+  if (opts.mode === "agent" && settings.natsLayout === "isolated") args.push("--nats-layout=isolated");
   if (opts.signingSecret) args.push("--signing-key=/etc/ifp/signing/signing.key");
   if (opts.signingSecret && opts.encryptionKey) args.push("--encryption-key=/etc/ifp/signing/encryption.key");
   if (opts.trustedProxies?.length) args.push(`--trusted-proxies=${opts.trustedProxies.join(",")}`);

@@ -351,3 +351,9 @@ export function sharedOperatorPermissions(): NatsPermissions {
     sub: p.sub,
   };
 }
+
+/** The subjects of one Agent's KV keys in the tenant's buckets: what the operator clears when the Agent goes. */
+export function sharedAgentKeySubjects(runtimeAccount: string): { stream: string; subjects: string }[] {
+  if (!ACCOUNT_KEY.test(runtimeAccount)) throw new Error("an Agent's keys are under its account key");
+  return Object.values(SHARED_BUCKETS).map((b) => ({ stream: `KV_${b}`, subjects: `$KV.${b}.${runtimeAccount}.>` }));
+}

@@ -1,0 +1,60 @@
+// An Agent on an install of the isolated NATS layout (nats-data-accounts.ts): refused before
+// anything is made for it when its spec asks for what the layout does not serve yet (the list in
+// runtime/src/contract/shared-layout.ts, the one place this is decided), and its consumers made in
+// its tenant's data account once its credential and account are in place.
+import { ISOLATED_LAYOUT_UNSUPPORTED } from "../../../../runtime/src/contract/shared-layout.ts";
+import { parseDuration } from "../../../../runtime/src/resources/common.ts";
+import type { AgentResource } from "../agent/desired.ts";
+import { TenantStorageError } from "../../nats-data-accounts.ts";
+import type { Outcome, Part } from "../pipeline.ts";
+import type { RuntimePass } from "./pass.ts";
+
+type AgentPass = RuntimePass<AgentResource>;
+
+/** What of the Agent's spec the isolated layout does not serve yet; empty elsewhere. */
+export function notOnNatsLayout(layout: string | undefined, spec: AgentResource["spec"]): string[] {
+  if (layout !== "isolated") return [];
+  return ISOLATED_LAYOUT_UNSUPPORTED.filter((u) => u.uses(spec)).map((u) => u.field);
+}
+
+export const natsLayoutGate: Part<AgentPass> = {
+  name: "nats-layout",
+  async ensure(ctx, { resource }) {
+    const fields = notOnNatsLayout(ctx.settings.natsLayout, resource.spec);
+    if (!fields.length) return {};
+    return {
+      blocked: {
+        reason: "NotOnNatsLayout",
+        message: `${fields.join(" and ")} ${fields.length > 1 ? "are" : "is"} not available on the isolated NATS layout of this install (docs/scale.md#what-runs-on-the-isolated-layout); nothing is rendered for this Agent while its spec asks for ${fields.length > 1 ? "them" : "it"}`,
+      },
+      holds: true,
+      ends: true,
+    };
+  },
+};
+
+/** The Agent's consumers in its tenant's data account; a tenant refused its JetStream holds the workload. */
+export const sharedConsumersPart: Part<AgentPass> = {
+  name: "shared-consumers",
+  async ensure(ctx, { owner, resource, found }) {
+    if (!ctx.dataAccounts || !found.natsAccount) return {};
+    const handler = resource.spec.handler;
+    try {
+      const made = await ctx.dataAccounts.ensureAgent(
+        owner.metadata.namespace,
+        found.natsAccount,
+        handler ? parseDuration(handler.timeout) : undefined,
+      );
+      return made.length ? { applied: made.map((c) => `consumer ${c}`) } : {};
+    } catch (err) {
+      return tenantRefusal(err);
+    }
+  },
+};
+
+/** A tenant refused its JetStream: the Agent is blocked (its workload held) and looked at again; anything else is thrown. */
+export function tenantRefusal(err: unknown): Outcome {
+  if (err instanceof TenantStorageError)
+    return { blocked: { reason: err.reason, message: err.message }, holds: true, requeueAfterMs: 30_000 };
+  throw err;
+}
