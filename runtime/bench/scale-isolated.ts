@@ -47,7 +47,6 @@ export class IsolatedInstall {
   private system!: NatsConnection;
   private readonly tenants = new Map<string, Promise<{ account: string; jsm: JetStreamManager }>>();
   private readonly open: NatsConnection[] = [];
-  private reconnecting = false;
 
   /** The servers (one, or a cluster's nodes), and their client URLs comma separated. */
   readonly nodes: NatsServer[];
@@ -113,7 +112,6 @@ export class IsolatedInstall {
       install = new IsolatedInstall([server], server.url, () => server.close(), keys, issuer);
     }
     install.system = await install.connect(await issuer.systemCreds(Date.now(), 7 * 24 * 3600_000));
-    install.watch();
     return install;
   }
 
@@ -219,19 +217,21 @@ export class IsolatedInstall {
     return (await this.tenant(tenant)).jsm;
   }
 
-  /** Whether the bench's own client (the system account's, which reconnects as the runtimes' do) is connected. */
-  get connected(): boolean {
-    return !this.system.isClosed() && !this.reconnecting;
-  }
-
-  /** Follows the system connection's state for `connected`. */
-  private watch(): void {
-    void (async () => {
-      for await (const s of this.system.status()) {
-        if (s.type === "disconnect") this.reconnecting = true;
-        if (s.type === "reconnect") this.reconnecting = false;
-      }
-    })();
+  /**
+   * Whether the bench's own client (the system account's, which reconnects as the runtimes' do)
+   * is connected: a round trip to its server within a second.
+   */
+  async connected(): Promise<boolean> {
+    if (this.system.isClosed()) return false;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<boolean>((r) => (timer = setTimeout(() => r(false), 1_000)));
+    try {
+      return await Promise.race([this.system.flush().then(() => true), late]);
+    } catch {
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async close(): Promise<void> {

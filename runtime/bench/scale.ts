@@ -491,7 +491,11 @@ async function until(check: () => Promise<boolean>, t0: number, deadline: number
   }
 }
 
-async function restartAll(d: Deployment, connected: () => boolean, deadlineMs: number): Promise<RestartResult> {
+async function restartAll(
+  d: Deployment,
+  connected: () => boolean | Promise<boolean>,
+  deadlineMs: number,
+): Promise<RestartResult> {
   const before = await sample(d);
   const t0 = performance.now();
   await Promise.all(d.nodes.map((n) => n.stop()));
@@ -773,7 +777,11 @@ async function run(
           r.boundedBy ??= `a restarted server was not current again within ${opts.restartDeadlineMs / 60_000} min`;
       }
       if (opts.restart) {
-        r.restart = await restartAll(d, () => (install ? install.connected : nats.isConnected), opts.restartDeadlineMs);
+        r.restart = await restartAll(
+          d,
+          () => (install ? install.connected() : nats.isConnected),
+          opts.restartDeadlineMs,
+        );
         if (r.restart.timedOut)
           r.boundedBy ??= `the restart did not have every stream loaded within ${opts.restartDeadlineMs / 60_000} min`;
       }

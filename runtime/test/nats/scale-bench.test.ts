@@ -82,6 +82,9 @@ describe("bench:scale at five agents", () => {
     expect(x!.restartOne).toMatchObject({ server: "n2", timedOut: false });
     expect(x!.restartOne!.after.streams).toBe(12);
     expect(x!.restart?.timedOut).toBe(false);
+    // The bench's own client is back once a server is: after the servers stopped, within the restart.
+    expect(x!.restart!.clientReconnectS).toBeGreaterThan(0);
+    expect(x!.restart!.clientReconnectS).toBeLessThanOrEqual(x!.restart!.loadedS);
     expect(x!.restart!.afterRestart.map((s) => s.raftGroups)).toEqual([13, 13, 13]);
   }, 90_000);
 });
