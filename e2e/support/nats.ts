@@ -211,6 +211,13 @@ export interface StartNatsClusterOptions {
   config?: string;
   /** Extra configuration inside every node's `cluster` block (e.g. a `tls` block for the routes). */
   clusterConfig?: string;
+  /**
+   * Extra configuration of node `i` alone, given the store directory it will have (e.g. operator
+   * mode with a resolver directory of the node's own, `serverConfig`).
+   */
+  nodeConfig?: (i: number, storeDir: string) => string | Promise<string>;
+  /** Connection options (credentials) for each node's readiness check, when the config requires them. */
+  connect?: Partial<ConnectionOptions>;
   /** How long each node's start may take (startNats). */
   startTimeoutMs?: number;
   /**
@@ -236,7 +243,8 @@ export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Prom
   // between, start the cluster again on other ports (a few times at most).
   for (let attempt = 1; ; attempt++) {
     const routePorts = await Promise.all(names.map(() => freePort()));
-    const config = (i: number) =>
+    const storeDirs = names.map(() => (opts.nodeConfig ? tempDir("ifp-nats-") : undefined));
+    const config = async (i: number) =>
       [
         `server_name: ${names[i]}`,
         `http: "127.0.0.1:-1"`,
@@ -250,11 +258,24 @@ export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Prom
         opts.clusterConfig ?? "",
         `}`,
         opts.config ?? "",
+        (await opts.nodeConfig?.(i, storeDirs[i]!)) ?? "",
       ].join("\n");
     const started = await Promise.allSettled(
-      names.map((_, i) => startNats({ config: config(i), graceMs: opts.graceMs, startTimeoutMs: opts.startTimeoutMs })),
+      names.map(async (_, i) =>
+        startNats({
+          config: await config(i),
+          graceMs: opts.graceMs,
+          startTimeoutMs: opts.startTimeoutMs,
+          ...(storeDirs[i] ? { storeDir: storeDirs[i] } : {}),
+          ...(opts.connect ? { connect: opts.connect } : {}),
+        }),
+      ),
     );
     nodes = started.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
+    // A store directory made here for a node that did not start is not its server's to delete.
+    started.forEach((s, i) => {
+      if (s.status === "rejected" && storeDirs[i]) releaseDir(storeDirs[i]);
+    });
     const failure = started.find((s): s is PromiseRejectedResult => s.status === "rejected");
     if (!failure) break;
     await Promise.all(nodes.map((n) => n.close()));

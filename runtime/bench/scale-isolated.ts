@@ -1,16 +1,19 @@
 // The isolated shared layout of bench:scale (`--layout isolated`, docs/scale.md "The isolated
-// shared layout"): nats-server in operator mode with a full resolver, as the install runs it; per
-// tenant (the bench's teams of 500 Agents) a data account holding the shared streams and buckets
-// of runtime/src/contract/shared-layout.ts under a JetStream limit of its own; per Agent an account
-// of its own, JetStream off, importing its own subjects, and its two consumers in the data
-// account, as the operator would make them (the account JWT pushed with a system-account user, the
-// consumers added by the operator's user in the data account). Publishes to one Agent's inbox go
-// through that Agent's own runtime credential and its imports. The tests of the agent runtime on
-// the layout (operator/test/nats-shared-layout-runtime.test.ts) make their install with it.
+// shared layout"): nats-server in operator mode with a full resolver, as the install runs it, on
+// one server or on a three-node cluster (each node with a resolver directory of its own; the
+// servers share the pushed account JWTs); per tenant a data account holding the shared streams
+// and buckets of runtime/src/contract/shared-layout.ts under a JetStream limit of its own, with
+// the replicas the product gives a runtime's streams ("auto": three on a cluster, one on a single
+// server); per Agent an account of its own, JetStream off, importing its own subjects, and its two
+// consumers in the data account (one replica each, as the contract makes them), as the operator
+// would make them (the account JWT pushed with a system-account user, the consumers added by the
+// operator's user in the data account). Publishes to one Agent's inbox go through that Agent's own
+// runtime credential and its imports. The tests of the agent runtime on the layout
+// (operator/test/nats-shared-layout-runtime.test.ts) make their install with it.
 import { join } from "node:path";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import { startNats, startNatsCluster, type NatsServer } from "../../e2e/support/nats.ts";
 import { tempDir } from "../../e2e/support/process.ts";
 import {
   CredentialIssuer,
@@ -33,6 +36,7 @@ import {
   sharedOperatorPermissions,
   sharedStreamConfigs,
 } from "../src/contract/shared-layout.ts";
+import { ensureReplicatedStream, placementOf } from "../src/nats/streams.ts";
 
 const GIB = 1024 ** 3;
 /** Each tenant's JetStream file storage (its data account's limit): the bench writes little. */
@@ -43,40 +47,78 @@ export class IsolatedInstall {
   private system!: NatsConnection;
   private readonly tenants = new Map<string, Promise<{ account: string; jsm: JetStreamManager }>>();
   private readonly open: NatsConnection[] = [];
-  private reconnecting = false;
 
-  readonly server: NatsServer;
+  /** The servers (one, or a cluster's nodes), and their client URLs comma separated. */
+  readonly nodes: NatsServer[];
+  readonly url: string;
   private readonly keys: NatsKeys;
   private readonly issuer: CredentialIssuer;
+  private readonly stop: () => Promise<void>;
 
-  private constructor(server: NatsServer, keys: NatsKeys, issuer: CredentialIssuer) {
-    this.server = server;
+  private constructor(
+    nodes: NatsServer[],
+    url: string,
+    stop: () => Promise<void>,
+    keys: NatsKeys,
+    issuer: CredentialIssuer,
+  ) {
+    this.nodes = nodes;
+    this.url = url;
+    this.stop = stop;
     this.keys = keys;
     this.issuer = issuer;
   }
 
-  static async start(opts: { http: string; jetstream: string; graceMs: number; startTimeoutMs: number }) {
+  /** The first (or only) server. */
+  get server(): NatsServer {
+    return this.nodes[0]!;
+  }
+
+  /**
+   * The install on one nats-server, or on a cluster of `clusterSize` nodes. `http` is the
+   * monitoring listener (given on a single server; a cluster's nodes have one each).
+   */
+  static async start(opts: {
+    http: string;
+    jetstream: string;
+    graceMs: number;
+    startTimeoutMs: number;
+    clusterSize?: number;
+  }) {
     const keys = generateKeys();
-    const storeDir = tempDir("ifp-bench-isolated-");
-    const config = `${await serverConfig(keys, { resolverDir: join(storeDir, "jwt") })}${opts.http}${opts.jetstream}`;
+    const operatorMode = (storeDir: string) => serverConfig(keys, { resolverDir: join(storeDir, "jwt") });
     const issuer = CredentialIssuer.fromKeys(keys);
-    const server = await startNats({
-      storeDir,
-      config,
-      graceMs: opts.graceMs,
-      startTimeoutMs: opts.startTimeoutMs,
-      connect: { authenticator: credsAuthenticator(await issuer.systemCreds()) },
-    });
-    const install = new IsolatedInstall(server, keys, issuer);
+    const connect = { authenticator: credsAuthenticator(await issuer.systemCreds()) };
+    let install: IsolatedInstall;
+    if (opts.clusterSize && opts.clusterSize > 1) {
+      const cluster = await startNatsCluster({
+        size: opts.clusterSize,
+        graceMs: opts.graceMs,
+        startTimeoutMs: opts.startTimeoutMs,
+        config: opts.jetstream,
+        connect,
+        nodeConfig: (_, storeDir) => operatorMode(storeDir),
+      });
+      install = new IsolatedInstall(cluster.nodes, cluster.url, () => cluster.close(), keys, issuer);
+    } else {
+      const storeDir = tempDir("ifp-bench-isolated-");
+      const server = await startNats({
+        storeDir,
+        config: `${await operatorMode(storeDir)}${opts.http}${opts.jetstream}`,
+        graceMs: opts.graceMs,
+        startTimeoutMs: opts.startTimeoutMs,
+        connect,
+      });
+      install = new IsolatedInstall([server], server.url, () => server.close(), keys, issuer);
+    }
     install.system = await install.connect(await issuer.systemCreds(Date.now(), 7 * 24 * 3600_000));
-    install.watch();
     return install;
   }
 
   /** A connection that reconnects for ever (the servers are restarted under it). */
   private async connect(creds: Uint8Array, inboxPrefix?: string): Promise<NatsConnection> {
     const nc = await connect({
-      servers: this.server.url,
+      servers: this.url.split(","),
       authenticator: credsAuthenticator(creds),
       maxReconnectAttempts: -1,
       reconnectTimeWait: 250,
@@ -110,7 +152,19 @@ export class IsolatedInstall {
         );
         const nc = await this.connect(new TextEncoder().encode(creds), OPERATOR_INBOX_PREFIX);
         const jsm = await jetstreamManager(nc, { timeout: 30_000 });
-        for (const s of sharedStreamConfigs()) await jsm.streams.add(s);
+        // On a cluster the push is answered by one server: the account's JetStream is enabled on
+        // the others a moment later (until then they answer "JetStream not enabled for account").
+        for (const until = Date.now() + 30_000; ; ) {
+          try {
+            await jsm.getAccountInfo();
+            break;
+          } catch (err) {
+            if (Date.now() > until) throw err;
+            await new Promise((r) => setTimeout(r, 100));
+          }
+        }
+        // The replicas the product gives a runtime's streams: three on a cluster, one on a single server.
+        for (const s of sharedStreamConfigs()) await ensureReplicatedStream(jsm, s, "auto", placementOf(nc));
         return { account, jsm };
       })();
       t.catch(() => this.tenants.delete(name));
@@ -163,23 +217,25 @@ export class IsolatedInstall {
     return (await this.tenant(tenant)).jsm;
   }
 
-  /** Whether the bench's own client (the system account's, which reconnects as the runtimes' do) is connected. */
-  get connected(): boolean {
-    return !this.system.isClosed() && !this.reconnecting;
-  }
-
-  /** Follows the system connection's state for `connected`. */
-  private watch(): void {
-    void (async () => {
-      for await (const s of this.system.status()) {
-        if (s.type === "disconnect") this.reconnecting = true;
-        if (s.type === "reconnect") this.reconnecting = false;
-      }
-    })();
+  /**
+   * Whether the bench's own client (the system account's, which reconnects as the runtimes' do)
+   * is connected: a round trip to its server within a second.
+   */
+  async connected(): Promise<boolean> {
+    if (this.system.isClosed()) return false;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<boolean>((r) => (timer = setTimeout(() => r(false), 1_000)));
+    try {
+      return await Promise.race([this.system.flush().then(() => true), late]);
+    } catch {
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async close(): Promise<void> {
     for (const nc of this.open) await nc.close().catch(() => {});
-    await this.server.close();
+    await this.stop();
   }
 }

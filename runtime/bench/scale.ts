@@ -11,21 +11,28 @@
 // `--layout shared` makes the same objects of the same code with shared names: one inbox stream
 // (ifp.inbox.>) and one outbox stream (ifp.outbox.>) for every agent, one bucket of each kind
 // shared by all, and per agent only its two consumers, filtered on its own subjects: one account
-// of every agent, nothing kept apart. `--layout isolated` (one server) is the shared layout with
-// the tenant boundary kept (scale-isolated.ts): a data account per team of 500 agents holding the
-// shared streams, an account per agent importing only its own subjects, the agent's consumers
-// made in the data account. Only `per-agent` is the product's layout ("product": true).
+// of every agent, nothing kept apart. `--layout isolated` is the shared layout with the tenant
+// boundary kept (scale-isolated.ts), in operator mode on one server or on three: a data account
+// per tenant holding the shared streams (replicas "auto"), an account per agent importing only
+// its own subjects, the agent's consumers (one replica) made in the data account. Agents are
+// spread over a fixed number of tenants (`--tenants`, 20 by default, the same at every size:
+// agent i is tenant i mod N's), so what a tenant owns (its streams, their Raft groups) grows with
+// the tenants and not with the agents. Only `per-agent` is the product's layout ("product": true).
 // On one nats-server and on a three-node cluster (loopback, stores under the system's temporary
 // directory), at each size (agents added to reach it): the servers' RSS and open files, JetStream's
-// own counts, the time to create, the time to restart every server and have it ready again
-// (/healthz?js-enabled-only=true, then /healthz with every stream it had loaded), the latency of
-// a publish and its PubAck to one agent's inbox (InboxStore.accept), and every error JetStream
-// answered on the way (recorded, never fatal).
-// `npm run bench:scale -- --agents 1000,5000,10000 --relays 10 --cluster single,three
-// [--layout per-agent,shared,isolated] [--concurrency 16] [--deadline-min 20] [--out FILE]` prints a table
-// per run and writes runtime/bench/results/scale-results.json (after every size, so a run cut
-// short keeps what it measured). Every loop and wait is bounded; the servers are stopped and
-// their stores deleted at the end.
+// own counts, the Raft groups each server runs (/raftz of every account with JetStream: the meta
+// group and every stream's and consumer's of more than one replica), the time to create, the time
+// to restart every server and have it ready again (/healthz?js-enabled-only=true, then /healthz
+// with every stream it had loaded), on a cluster the time to restart one server of three until it
+// is current again, the latency of a publish and its PubAck to one agent's inbox
+// (InboxStore.accept), and every error JetStream answered on the way (recorded, never fatal).
+// `npm run bench:scale` runs what an install is sized by: 1,000 and 10,000 agents, the product's
+// layout and the isolated one, on one server and on three. `-- --agents 1000,10000 --relays 10
+// --cluster single,three [--layout per-agent,shared,isolated] [--tenants 20] [--concurrency 16]
+// [--deadline-min 6] [--out FILE]` chooses. It prints a table per run and writes
+// runtime/bench/results/scale-results.json (after every size, so a run cut short keeps what it
+// measured). Every loop and wait is bounded (a layout stops at its first bound, recorded as
+// `boundedBy`); the servers are stopped and their stores deleted at the end.
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -66,12 +73,18 @@ export interface ScaleOptions {
   relays: number;
   clusters: Topology[];
   layouts: Layout[];
+  /** Tenants the agents are spread over, the same at every size (agent i is tenant i mod N's). */
+  tenants: number;
   /** Agents being made at once (runtimes starting together). */
   concurrency: number;
   /** Publishes timed at each size. */
   publishes: number;
   /** Bound on making the agents of one run (layout × topology), all sizes together. */
   createDeadlineMs: number;
+  /** No more agents are made once a server's RSS passes this (MiB per server, by topology; 0: none). */
+  rssBudgetMiB: Record<Topology, number>;
+  /** Bound on making agents in the whole bench, every run together (a run past it makes none). */
+  totalDeadlineMs: number;
   /** Bound on one restart until ready. */
   restartDeadlineMs: number;
   /** Skip the restart (the smoke test). */
@@ -100,8 +113,22 @@ export interface ServerSample {
   memStoreMiB: number;
   apiTotal: number;
   apiErrors: number;
-  /** Raft groups this server is a member of (a cluster; /jsz?raft=true would list them). */
+  /** JetStream's count of replicated assets on this server (/jsz ha_assets, a cluster). */
   haAssets?: number;
+  /** The Raft groups this server runs, as /raftz lists them for every account with JetStream (a cluster). */
+  raftGroups?: number;
+}
+
+export interface RestartOneResult {
+  /** The server restarted (the others kept running). */
+  server: string;
+  stopS: number;
+  /** From starting it until it listens for clients. */
+  listeningS: number;
+  /** … until it answers /healthz (every stream and consumer current), sees the meta leader and holds as many streams as before. */
+  currentS: number;
+  timedOut: boolean;
+  after: ServerSample;
 }
 
 export interface RestartResult {
@@ -139,6 +166,10 @@ export interface SizeResult {
   servers: ServerSample[];
   publish: { n: number; p50Ms: number; p99Ms: number; maxMs: number; errors: number };
   restart?: RestartResult;
+  /** On a cluster: one server of three restarted, the others running. */
+  restartOne?: RestartOneResult;
+  /** Tenants of the run (the isolated layout's data accounts; the per-agent names' teams). */
+  tenants: number;
   /** Errors by kind (agent names removed), with the step that met them. */
   errors: Record<string, number>;
   /** Every 250 agents on the way to this size: agents made, seconds into the run, each server's RSS. */
@@ -188,8 +219,8 @@ export function namesFor(layout: Layout, key: string): AgentNames {
   };
 }
 
-function agentKey(i: number): string {
-  return `team-${Math.floor(i / 500)}/agent-${i}`;
+function agentKey(i: number, tenants: number): string {
+  return `team-${i % tenants}/agent-${i}`;
 }
 
 /** The shared pieces every agent's objects are made with: one connection, as many runtimes' would make the same calls. */
@@ -387,29 +418,68 @@ function openFiles(pid: number | undefined): number {
 
 const round = (x: number, d = 1) => Math.round(x * 10 ** d) / 10 ** d;
 
+/**
+ * The Raft groups a server runs: /raftz lists them by account, the system account's (the meta
+ * group) when asked for none, an account's own (its streams' and consumers' of more than one
+ * replica) when asked for it; so the system account's and those of every account with JetStream.
+ */
+async function raftGroups(node: NatsServer): Promise<number> {
+  const accounts: { id: string }[] = (await monitor(node, "/jsz?accounts=true", 60_000)).body?.account_details ?? [];
+  const groups = new Set<string>();
+  for (const acc of [undefined, ...accounts.map((a) => a.id)]) {
+    const raftz = (await monitor(node, acc ? `/raftz?acc=${encodeURIComponent(acc)}` : "/raftz", 60_000)).body ?? {};
+    for (const [account, named] of Object.entries(raftz as Record<string, Record<string, unknown>>))
+      for (const name of Object.keys(named ?? {})) groups.add(`${account}/${name}`);
+  }
+  return groups.size;
+}
+
+async function sampleOne(d: Deployment, i: number): Promise<ServerSample> {
+  const node = d.nodes[i]!;
+  const varz = (await monitor(node, "/varz")).body ?? {};
+  const jsz = (await monitor(node, "/jsz", 60_000)).body ?? {};
+  return {
+    server: d.names[i]!,
+    rssMiB: round(procStatus(node.pid, "VmRSS") / MIB),
+    peakRssMiB: round(procStatus(node.pid, "VmHWM") / MIB),
+    fds: openFiles(node.pid),
+    varzMemMiB: round((varz.mem ?? 0) / MIB),
+    cpuPercent: round(varz.cpu ?? 0),
+    streams: jsz.streams ?? 0,
+    consumers: jsz.consumers ?? 0,
+    messages: jsz.messages ?? 0,
+    storeMiB: round((jsz.storage ?? 0) / MIB),
+    memStoreMiB: round((jsz.memory ?? 0) / MIB),
+    apiTotal: jsz.api?.total ?? 0,
+    apiErrors: jsz.api?.errors ?? 0,
+    ...(d.topology === "three" ? { haAssets: jsz.ha_assets ?? 0, raftGroups: await raftGroups(node) } : {}),
+  };
+}
+
+/**
+ * The streams and consumers of the whole install: one server's count, or on a cluster the
+ * distinct ones of every server's (a consumer of one replica is on one server only).
+ */
+async function installCounts(d: Deployment): Promise<{ streams: number; consumers: number }> {
+  if (d.nodes.length === 1) {
+    const jsz = (await monitor(d.nodes[0]!, "/jsz", 60_000)).body ?? {};
+    return { streams: jsz.streams ?? 0, consumers: jsz.consumers ?? 0 };
+  }
+  const streams = new Set<string>();
+  const consumers = new Set<string>();
+  for (const node of d.nodes) {
+    const jsz = (await monitor(node, "/jsz?accounts=true&streams=true&consumers=true", 120_000)).body ?? {};
+    for (const acc of jsz.account_details ?? [])
+      for (const st of acc.stream_detail ?? []) {
+        streams.add(`${acc.id}/${st.name}`);
+        for (const c of st.consumer_detail ?? []) consumers.add(`${acc.id}/${st.name}/${c.name}`);
+      }
+  }
+  return { streams: streams.size, consumers: consumers.size };
+}
+
 async function sample(d: Deployment): Promise<ServerSample[]> {
-  return Promise.all(
-    d.nodes.map(async (node, i) => {
-      const varz = (await monitor(node, "/varz")).body ?? {};
-      const jsz = (await monitor(node, "/jsz", 60_000)).body ?? {};
-      return {
-        server: d.names[i]!,
-        rssMiB: round(procStatus(node.pid, "VmRSS") / MIB),
-        peakRssMiB: round(procStatus(node.pid, "VmHWM") / MIB),
-        fds: openFiles(node.pid),
-        varzMemMiB: round((varz.mem ?? 0) / MIB),
-        cpuPercent: round(varz.cpu ?? 0),
-        streams: jsz.streams ?? 0,
-        consumers: jsz.consumers ?? 0,
-        messages: jsz.messages ?? 0,
-        storeMiB: round((jsz.storage ?? 0) / MIB),
-        memStoreMiB: round((jsz.memory ?? 0) / MIB),
-        apiTotal: jsz.api?.total ?? 0,
-        apiErrors: jsz.api?.errors ?? 0,
-        ...(d.topology === "three" ? { haAssets: jsz.ha_assets ?? 0 } : {}),
-      };
-    }),
-  );
+  return Promise.all(d.nodes.map((_, i) => sampleOne(d, i)));
 }
 
 /** Until `check` holds or the deadline passes; the seconds since `t0`, and whether it held. */
@@ -421,7 +491,11 @@ async function until(check: () => Promise<boolean>, t0: number, deadline: number
   }
 }
 
-async function restartAll(d: Deployment, connected: () => boolean, deadlineMs: number): Promise<RestartResult> {
+async function restartAll(
+  d: Deployment,
+  connected: () => boolean | Promise<boolean>,
+  deadlineMs: number,
+): Promise<RestartResult> {
   const before = await sample(d);
   const t0 = performance.now();
   await Promise.all(d.nodes.map((n) => n.stop()));
@@ -467,6 +541,43 @@ async function restartAll(d: Deployment, connected: () => boolean, deadlineMs: n
   };
 }
 
+/**
+ * One server of a cluster restarted while the others run (a rolling restart's step): SIGTERM,
+ * start again on its store, until it answers /healthz (every stream and consumer it holds
+ * current), sees the meta leader among all the cluster's peers and holds as many streams as
+ * before.
+ */
+async function restartOne(d: Deployment, i: number, deadlineMs: number): Promise<RestartOneResult> {
+  const node = d.nodes[i]!;
+  const before = await sampleOne(d, i);
+  const t0 = performance.now();
+  await node.stop();
+  const stopS = (performance.now() - t0) / 1000;
+  const t1 = performance.now();
+  await node.restart();
+  monitorPort(node);
+  const listeningS = (performance.now() - t1) / 1000;
+  const [currentS, ok] = await until(
+    async () => {
+      if ((await monitor(node, "/healthz", 30_000)).status !== 200) return false;
+      const jsz = (await monitor(node, "/jsz", 60_000)).body;
+      return (
+        !!jsz?.meta_cluster?.leader && jsz.meta_cluster.cluster_size === d.nodes.length && jsz.streams >= before.streams
+      );
+    },
+    t1,
+    t1 + deadlineMs,
+  );
+  return {
+    server: d.names[i]!,
+    stopS: round(stopS),
+    listeningS: round(listeningS),
+    currentS: round(currentS),
+    timedOut: !ok,
+    after: await sampleOne(d, i),
+  };
+}
+
 // ---- Publish + PubAck to one agent's inbox ----
 
 function percentile(sorted: number[], p: number): number {
@@ -507,8 +618,8 @@ async function timeEach(
   };
 }
 
-async function timePublishes(m: Maker, layout: Layout, n: number): Promise<SizeResult["publish"]> {
-  const names = namesFor(layout, agentKey(0));
+async function timePublishes(m: Maker, layout: Layout, n: number, tenants: number): Promise<SizeResult["publish"]> {
+  const names = namesFor(layout, agentKey(0, tenants));
   const inbox = new InboxStore(m.nats, names, parseDuration(AGENT_SPEC.inbox.replayWindow), -1, "auto");
   return timeEach(n, (messageId, raw) =>
     inbox.accept(raw, messageId, { signer: "bench-sender", authLevel: 2, handoff: true }, "bench-sender"),
@@ -516,8 +627,12 @@ async function timePublishes(m: Maker, layout: Layout, n: number): Promise<SizeR
 }
 
 /** The same, through agent 0's own runtime credential and imports: a JetStream publish of the message on its inbox subject. */
-async function timeIsolatedPublishes(install: IsolatedInstall, n: number): Promise<SizeResult["publish"]> {
-  const { js, inbox } = await install.runtimeClient(agentKey(0));
+async function timeIsolatedPublishes(
+  install: IsolatedInstall,
+  n: number,
+  tenants: number,
+): Promise<SizeResult["publish"]> {
+  const { js, inbox } = await install.runtimeClient(agentKey(0, tenants));
   return timeEach(n, (messageId, raw) => js.publish(inbox(messageId), JSON.stringify(raw)));
 }
 
@@ -530,9 +645,8 @@ async function run(
   emit: (r: SizeResult) => void,
   log: (line: string) => void,
   onVersion: (v: string) => void,
+  endAt: number,
 ): Promise<void> {
-  if (layout === "isolated" && topology !== "single")
-    throw new Error("the isolated layout is measured on one server (a cluster in operator mode is not built here)");
   const install =
     layout === "isolated"
       ? await IsolatedInstall.start({
@@ -540,10 +654,17 @@ async function run(
           jetstream: jetstreamConfig(opts.maxFileStore),
           graceMs: GRACE_MS,
           startTimeoutMs: START_TIMEOUT_MS,
+          ...(topology === "three" ? { clusterSize: 3 } : {}),
         })
       : undefined;
   const d: Deployment = install
-    ? { topology, nodes: [install.server], names: ["n0"], url: install.server.url, close: () => install.close() }
+    ? {
+        topology,
+        nodes: install.nodes,
+        names: install.nodes.map((_, i) => `n${i}`),
+        url: install.url,
+        close: () => install.close(),
+      }
     : await deploy(topology, opts.maxFileStore);
   onVersion((await monitor(d.nodes[0]!, "/varz")).body?.version ?? "");
   const silent: Logger = pino({ level: "silent" });
@@ -557,7 +678,7 @@ async function run(
     log: silent,
   };
   const runStart = performance.now();
-  const deadline = runStart + opts.createDeadlineMs;
+  const deadline = Math.min(runStart + opts.createDeadlineMs, endAt);
   const progress: SizeResult["progress"] = [];
   let made = 0;
   let failed = 0;
@@ -584,18 +705,22 @@ async function run(
       const worker = async () => {
         for (;;) {
           if (performance.now() > deadline) {
-            boundedBy ??= `the creation deadline (${opts.createDeadlineMs / 60_000} min for the run) passed`;
+            boundedBy ??=
+              deadline === endAt
+                ? `the creation deadline of the whole bench (${opts.totalDeadlineMs / 60_000} min) passed`
+                : `the creation deadline (${opts.createDeadlineMs / 60_000} min for the run) passed`;
             return;
           }
-          if (next >= size) return;
+          if (boundedBy || next >= size) return;
           const i = next++;
           // A runtime retries its start-up until it works; here three tries, each error counted.
           let ok = false;
           for (let attempt = 1; attempt <= 3 && !ok; attempt++) {
             const step = { name: "start" };
             try {
-              if (install) await install.makeAgent(agentKey(i), step);
-              else await makeAgent(m, layout, agentKey(i), step);
+              const key = agentKey(i, opts.tenants);
+              if (install) await install.makeAgent(key, step);
+              else await makeAgent(m, layout, key, step);
               ok = true;
             } catch (err) {
               const k = errorKind(step.name, err);
@@ -612,6 +737,9 @@ async function run(
             log(
               `  ${layout} ${topology}: ${made} agents made, ${failed} failed, ${at.s} s into the run, RSS ${rss.join("/")} MiB`,
             );
+            const budget = opts.rssBudgetMiB[topology];
+            if (budget && rss.some((x) => x > budget))
+              boundedBy ??= `a server's RSS passed the budget of ${budget} MiB per server on ${topology === "single" ? "one server" : "three"}`;
           }
         }
       };
@@ -619,9 +747,9 @@ async function run(
       const createS = (performance.now() - t0) / 1000;
       const servers = await sample(d);
       const publish = install
-        ? await timeIsolatedPublishes(install, opts.publishes)
-        : await timePublishes(m, layout, opts.publishes);
-      const jsz = (await monitor(d.nodes[0]!, "/jsz", 60_000)).body ?? {};
+        ? await timeIsolatedPublishes(install, opts.publishes, opts.tenants)
+        : await timePublishes(m, layout, opts.publishes, opts.tenants);
+      const counts = await installCounts(d);
       const r: SizeResult = {
         layout,
         product: layout === PRODUCT_LAYOUT,
@@ -632,19 +760,28 @@ async function run(
         relays: install ? 0 : opts.relays,
         createS: round(createS),
         createMsPerAgent: made > madeBefore ? round((createS * 1000) / (made - madeBefore), 2) : 0,
-        streams: jsz.streams ?? 0,
-        consumers: jsz.consumers ?? 0,
+        ...counts,
         servers,
         publish,
         errors,
+        tenants: Math.min(opts.tenants, made),
         progress: progress.splice(0),
         ...(boundedBy ? { boundedBy } : {}),
       };
       log(
         `  ${layout} ${topology} ${size}: made ${made} in ${r.createS} s; RSS ${servers.map((s) => s.rssMiB).join("/")} MiB; restarting`,
       );
+      if (opts.restart && d.nodes.length > 1) {
+        r.restartOne = await restartOne(d, d.nodes.length - 1, opts.restartDeadlineMs);
+        if (r.restartOne.timedOut)
+          r.boundedBy ??= `a restarted server was not current again within ${opts.restartDeadlineMs / 60_000} min`;
+      }
       if (opts.restart) {
-        r.restart = await restartAll(d, () => (install ? install.connected : nats.isConnected), opts.restartDeadlineMs);
+        r.restart = await restartAll(
+          d,
+          () => (install ? install.connected() : nats.isConnected),
+          opts.restartDeadlineMs,
+        );
         if (r.restart.timedOut)
           r.boundedBy ??= `the restart did not have every stream loaded within ${opts.restartDeadlineMs / 60_000} min`;
       }
@@ -682,6 +819,7 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleResult> {
     },
     runs: [],
   };
+  const endAt = performance.now() + opts.totalDeadlineMs;
   for (const layout of opts.layouts) {
     for (const topology of opts.clusters) {
       log(`${layout} on ${topology === "single" ? "one nats-server" : "a three-node cluster"}`);
@@ -695,6 +833,7 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleResult> {
         },
         log,
         (v) => (result.natsServer ||= v),
+        endAt,
       );
     }
   }
@@ -703,7 +842,7 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleResult> {
 
 export function table(runs: SizeResult[]): string {
   const head =
-    "layout    | servers | agents | made   | create s | ms/agent | streams | consumers | RSS MiB per server | fds per server | restart: js s · loaded s | PubAck p50 · p99 ms | errors";
+    "layout    | servers | agents | made   | create s | ms/agent | streams | consumers | RSS MiB per server | fds per server | Raft groups per server | restart: js s · loaded s | one of three: current s | PubAck p50 · p99 ms | errors";
   const rows = runs.map((r) =>
     [
       r.layout.padEnd(9),
@@ -722,10 +861,15 @@ export function table(runs: SizeResult[]): string {
         .map((s) => s.fds)
         .join(" / ")
         .padEnd(14),
+      (r.servers.some((s) => s.raftGroups !== undefined)
+        ? r.servers.map((s) => s.raftGroups ?? "-").join(" / ")
+        : "-"
+      ).padEnd(22),
       (r.restart
         ? `${r.restart.jsEnabledS} · ${r.restart.loadedS}${r.restart.timedOut ? " (timed out)" : ""}`
         : "-"
       ).padEnd(24),
+      (r.restartOne ? `${r.restartOne.currentS}${r.restartOne.timedOut ? " (timed out)" : ""}` : "-").padEnd(23),
       `${r.publish.p50Ms} · ${r.publish.p99Ms}`.padEnd(19),
       String(Object.values(r.errors).reduce((a, b) => a + b, 0)),
     ].join(" | "),
@@ -743,22 +887,32 @@ function parseArgs(argv: string[]): ScaleOptions {
       .split(",")
       .map((x) => x.trim())
       .filter(Boolean);
-  const agents = list(flag("agents", "1000,5000,10000")).map(Number);
+  const agents = list(flag("agents", "1000,10000")).map(Number);
   if (agents.some((n) => !Number.isInteger(n) || n < 1)) throw new Error("--agents takes positive integers");
   agents.sort((a, b) => a - b);
   const clusters = list(flag("cluster", "single,three")) as Topology[];
   if (clusters.some((c) => c !== "single" && c !== "three")) throw new Error("--cluster takes single and/or three");
-  const layouts = list(flag("layout", "per-agent")) as Layout[];
+  const layouts = list(flag("layout", "per-agent,isolated")) as Layout[];
   if (layouts.some((l) => !LAYOUTS.includes(l))) throw new Error(`--layout takes ${LAYOUTS.join(", ")}`);
+  const tenants = Number(flag("tenants", "20"));
+  if (!Number.isInteger(tenants) || tenants < 1) throw new Error("--tenants takes a positive integer");
   return {
     agents,
     relays: Number(flag("relays", "10")),
     clusters,
     layouts,
+    tenants,
     concurrency: Number(flag("concurrency", "16")),
     publishes: Number(flag("publishes", "300")),
-    createDeadlineMs: Number(flag("deadline-min", "20")) * 60_000,
-    restartDeadlineMs: Number(flag("restart-deadline-min", "10")) * 60_000,
+    createDeadlineMs: Number(flag("deadline-min", "6")) * 60_000,
+    totalDeadlineMs: Number(flag("total-deadline-min", "30")) * 60_000,
+    rssBudgetMiB: (() => {
+      const [single, three] = list(flag("rss-budget-mib", "1536,4096")).map(Number);
+      if (![single, three].every((n) => Number.isInteger(n) && n! >= 0))
+        throw new Error("--rss-budget-mib takes two whole numbers: one server's, each of three's (0: none)");
+      return { single: single!, three: three! };
+    })(),
+    restartDeadlineMs: Number(flag("restart-deadline-min", "2")) * 60_000,
     restart: !argv.includes("--no-restart"),
     maxFileStore: flag("max-file-store", "1P"),
   };
