@@ -147,7 +147,7 @@ async function pushesSettled(taskId: string): Promise<boolean> {
     if (!task) return false;
     for (const key of await keys(`p.*.${taskId}.*`)) {
       const e = await kv.get(key);
-      if (!e || e.operation !== "PUT") continue;
+      if (e?.operation !== "PUT") continue;
       const r = e.json<{ rev: number; retry?: unknown; lease?: unknown }>();
       if (r.rev !== task.revision || r.retry || r.lease) return false;
     }
