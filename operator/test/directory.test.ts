@@ -307,7 +307,23 @@ describe("spec.peerSelector", () => {
     );
     // Still none of them after the tenants change (a label, a resync): the check is the directory's own.
     cp.kubectl(["-n", NAMESPACES.red, "label", "agent", "mallory", "touched=yes"]);
-    await new Promise((r) => setTimeout(r, 3_000));
+    // The operator saw the label, then reconciled victim from what it saw: a reconcile begun after that.
+    await until("the operator to see mallory's label", () =>
+      manager.caches.get("Agent", NAMESPACES.red, "mallory")?.metadata?.labels?.touched === "yes"
+        ? Date.now()
+        : undefined,
+    ).then((seen) =>
+      until("victim reconciled after the label", () =>
+        operatorLog.lines().some((l) => {
+          const line = JSON.parse(l);
+          return (
+            line.msg === "reconciled" &&
+            line.key === `${NAMESPACES.home}/victim` &&
+            Date.parse(line.time) - line.tookMs >= seen
+          );
+        }),
+      ),
+    );
     expect(peerIds(NAMESPACES.home, "victim")).toEqual(want);
   });
 });
