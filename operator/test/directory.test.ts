@@ -310,10 +310,9 @@ describe("spec.peerSelector", () => {
     cp.kubectl(["-n", NAMESPACES.red, "label", "agent", "mallory", "touched=yes"]);
     // The operator's cache sees the label and enqueues victim (again after its run, if it is
     // running then): once the cache has it, a reconcile of victim begun since the label.
-    await until("the operator to see mallory's label", () =>
-      manager.caches.get("Agent", NAMESPACES.red, "mallory")?.metadata?.labels?.touched === "yes"
-        ? Date.now()
-        : undefined,
+    await until(
+      "the operator to see mallory's label",
+      () => manager.caches.get("Agent", NAMESPACES.red, "mallory")?.metadata?.labels?.touched === "yes",
     ).then(() =>
       until("victim reconciled after the label", () =>
         operatorLog.lines().some((l) => {
