@@ -54,3 +54,15 @@ export async function consistently(
     await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
+
+/**
+ * Waits until the wall clock has passed `atMs`: for a clock the protocol or the product defines
+ * (a TTL that must run out, the second an `updated` timestamp is given in), never to let work finish.
+ */
+export async function clockPast(what: string, atMs: number): Promise<void> {
+  await waitFor(what, () => Date.now() > atMs, Math.max(0, atMs - Date.now()) + 5_000, 10);
+}
+
+/** Waits until the wall clock is in a later second than the timestamp `iso` (timestamps of one-second resolution). */
+export const secondAfter = (iso: string): Promise<void> =>
+  clockPast(`a second later than ${iso}`, Math.floor(Date.parse(iso) / 1000) * 1000 + 999);

@@ -306,8 +306,25 @@ describe("spec.peerSelector", () => {
       agent(NAMESPACES.red, "mallory").status.signingKey.publicKey,
     );
     // Still none of them after the tenants change (a label, a resync): the check is the directory's own.
+    const labelled = Date.now();
     cp.kubectl(["-n", NAMESPACES.red, "label", "agent", "mallory", "touched=yes"]);
-    await new Promise((r) => setTimeout(r, 3_000));
+    // The operator's cache sees the label and enqueues victim (again after its run, if it is
+    // running then): once the cache has it, a reconcile of victim begun since the label.
+    await until(
+      "the operator to see mallory's label",
+      () => manager.caches.get("Agent", NAMESPACES.red, "mallory")?.metadata?.labels?.touched === "yes",
+    ).then(() =>
+      until("victim reconciled after the label", () =>
+        operatorLog.lines().some((l) => {
+          const line = JSON.parse(l);
+          return (
+            line.msg === "reconciled" &&
+            line.key === `${NAMESPACES.home}/victim` &&
+            Date.parse(line.time) - line.tookMs >= labelled
+          );
+        }),
+      ),
+    );
     expect(peerIds(NAMESPACES.home, "victim")).toEqual(want);
   });
 });

@@ -8,6 +8,7 @@
 // that authenticates no client (a NATS of one's own without authentication): the operator, holding
 // every key, pushes no account there and still makes relay streams, summaries and deletions work.
 import { join } from "node:path";
+import { isDeepStrictEqual } from "node:util";
 import {
   AckPolicy,
   DeliverPolicy,
@@ -19,6 +20,7 @@ import { connect, credsAuthenticator, headers, type NatsConnection } from "@nats
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import { consistently, waitFor } from "../../e2e/support/wait.ts";
 import { tempDir } from "../../e2e/support/process.ts";
 import { agentNames } from "../../runtime/src/contract/agent-names.ts";
 import { agentInboxPrefix, agentPermissions, relayInboxPrefix } from "../../runtime/src/contract/nats-permissions.ts";
@@ -50,8 +52,6 @@ let issuer: CredentialIssuer;
 let accounts: NatsAccounts;
 let keys: NatsKeys;
 const open: NatsConnection[] = [];
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A runtime's connection with the credential the operator issues it, in `account`. */
 async function runtime(
@@ -86,7 +86,7 @@ type Outcome = Record<"sources" | "mirror" | "republish" | "replyInbox" | "deliv
  * Alice, with nothing but her own credential, tries each attack on bob's inbox; what reached bob
  * (or what of bob's reached her). `alice` and `bob` are the accounts their credentials are of.
  */
-async function attacks(tag: string, aliceAccount: string, bobAccount: string): Promise<Outcome> {
+async function attacks(tag: string, aliceAccount: string, bobAccount: string, expected: Outcome): Promise<Outcome> {
   const a = agentNames(`${tag}/alice`);
   const b = agentNames(`${tag}/bob`);
   const alice = await runtime(`alice-${tag}`, `${tag}/alice`, aliceAccount);
@@ -154,13 +154,33 @@ async function attacks(tag: string, aliceAccount: string, bobAccount: string): P
       (await lastOn(bob.jsm, b.inboxStream, `$KV.${a.outboxStateBucket}.x`))?.header?.get("Ifp-Sender") ===
       "https://bank.example/agent",
   });
-  // Everything that flows does within a moment on one server; give it a few.
-  let result = await outcome();
-  for (let i = 0; i < 15 && !Object.values(result).every(Boolean); i++) {
-    await sleep(200);
-    result = await outcome();
-  }
-  return result;
+  // Each attack's mechanism has run, or was refused: the source and the mirror report their
+  // state (an error, or active), the republished message is stored, the push consumer delivered.
+  const info = (stream: string) => alice.jsm.streams.info(stream).catch(() => undefined);
+  const settled = (s: { error?: unknown; active: number } | undefined) => !s || s.error !== undefined || s.active >= 0;
+  await waitFor(
+    "each attack to have run or been refused",
+    async () => {
+      const [inbox, peers, outbox] = await Promise.all([
+        info(a.inboxStream),
+        info(`KV_${a.peersBucket}`),
+        info(a.outboxStream),
+      ]);
+      const push = await alice.jsm.consumers.info(bucket, "push").catch(() => undefined);
+      return (
+        (!inbox || settled(inbox.sources?.[0])) &&
+        (!peers || settled(peers.mirror)) &&
+        (!outbox || outbox.state.messages > 0) &&
+        (!push || push.delivered.consumer_seq > 0)
+      );
+    },
+    10_000,
+  );
+  // What flows does so within a moment on one server; what does not stays so.
+  const matches = async () => isDeepStrictEqual(await outcome(), expected);
+  await waitFor("the attacks' outcome", matches, 5_000).catch(() => undefined);
+  await consistently("the attacks' outcome", matches, 1_000, 100).catch(() => undefined);
+  return outcome();
 }
 
 beforeAll(async () => {
@@ -187,15 +207,10 @@ describe("one account per runtime", () => {
     expect(alice).not.toBe(bob);
     expect(alice).not.toBe(issuer.accountKey);
     const none: Outcome = { sources: false, mirror: false, republish: false, replyInbox: false, deliverSubject: false };
-    expect(await attacks("iso", alice, bob)).toEqual(none);
+    expect(await attacks("iso", alice, bob, none)).toEqual(none);
     // The model this replaced: the same credentials, both runtimes in the one shared account.
-    expect(await attacks("shared", issuer.accountKey, issuer.accountKey)).toEqual({
-      sources: true,
-      mirror: true,
-      republish: true,
-      replyInbox: true,
-      deliverSubject: true,
-    });
+    const all: Outcome = { sources: true, mirror: true, republish: true, replyInbox: true, deliverSubject: true };
+    expect(await attacks("shared", issuer.accountKey, issuer.accountKey, all)).toEqual(all);
   }, 60_000);
 
   it("derives one stable account per resource uid; a runtime's credential is refused before its account is pushed and after it is deleted", async () => {
@@ -216,9 +231,9 @@ describe("one account per runtime", () => {
         async (j) => (await j.streams.info(agentNames("ns/carol").inboxStream)).config.name,
       ),
     ).toBe(agentNames("ns/carol").inboxStream);
-    const closed = open.at(-1)!.closed();
+    const carolConnection = open.at(-1)!;
     await accounts.deleteAccount(carol, "agent:ns/carol");
-    await expect(Promise.race([closed.then(() => "closed"), sleep(10_000).then(() => "open")])).resolves.toBe("closed");
+    await until("carol's connection closed", () => carolConnection.isClosed(), 10_000, 50);
     await expect(runtime("carol", "ns/carol", carol)).rejects.toThrow();
     // Deleted, it is never pushed again: its resource's uid is gone for good.
     await expect(accounts.ensureAccount("uid-carol", "agent:ns/carol")).rejects.toThrow(/never made again/);
@@ -355,10 +370,9 @@ describe("the operator with one account per runtime, on a real API server", () =
     });
     const n = agentNames(`${NS}/alice`);
     await (await jetstreamManager(alice)).streams.add({ name: n.inboxStream, subjects: [n.inboxSubjects] });
-    const closed = alice.closed();
     cp.kubectl(["-n", NS, "delete", "agent", "alice", "--wait=false"]);
     await until("alice gone", () => !get("agent", "alice"));
-    await expect(Promise.race([closed.then(() => "closed"), sleep(10_000).then(() => "open")])).resolves.toBe("closed");
+    await until("alice's connection closed", () => alice.isClosed(), 10_000, 50);
     await expect(
       connect({
         servers: nats.url,

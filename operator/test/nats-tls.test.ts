@@ -232,13 +232,14 @@ describe("the installed NATS behind TLS", () => {
       connect({ servers: `localhost:${port}`, reconnect: false, timeout: 3_000, tls: { ca: other.cert } });
     await expect(trustsOther()).rejects.toThrow(/certificate/i);
     const stop = new AbortController();
+    const reloaderLog = capturedLog(50);
     const reloader = runReloader(
-      { watch: [tlsDir], pidFile: join(dir, "nats.pid"), intervalMs: 200, log: operatorLog.log },
+      { watch: [tlsDir], pidFile: join(dir, "nats.pid"), intervalMs: 200, log: reloaderLog.log },
       stop.signal,
     );
     try {
-      // Let the reloader take its first digest before the files change.
-      await new Promise((r) => setTimeout(r, 300));
+      // The reloader says it watches once it took its first digest: a change after that is one it sees.
+      await until("the reloader's first digest", () => reloaderLog.has(/watching the NATS server's certificate/));
       writeFileSync(join(tlsDir, "tls.key"), leaf.key);
       writeFileSync(join(tlsDir, "tls.crt"), leaf.cert);
       const nc = await until(

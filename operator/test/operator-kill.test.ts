@@ -267,6 +267,7 @@ function startLoad() {
         state.errors.push(`op ${i}: ${(err as Error).message.slice(0, 300)}`);
       }
       state.ops++;
+      // The load's own pace, one change every 120 ms: what the operator is killed under.
       await new Promise((r) => setTimeout(r, 120));
     }
   })();

@@ -2,6 +2,7 @@ import { ApiException } from "@kubernetes/client-node";
 import pino from "pino";
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import { describe, expect, it } from "vitest";
+import { waitFor } from "../../../e2e/support/wait.ts";
 import { classifyFailure, Controller, type ControllerMetrics, type Reconcile } from "./controller.ts";
 import { WorkQueue } from "./workqueue.ts";
 
@@ -119,8 +120,7 @@ describe("Controller.run", () => {
     c.recordQueueDepth();
     expect((await metrics.queueDepth.get()).values[0]).toMatchObject({ labels: { kind: "Agent" }, value: 2 });
     const running = c.run(2);
-    const deadline = Date.now() + 10_000;
-    while (calls.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    await waitFor("both keys reconciled", () => calls.length >= 2, 10_000, 10);
     c.shutDown();
     await running;
     expect(calls.sort()).toEqual(["team/alice", "team/bob"]);

@@ -110,6 +110,7 @@ export class Controller {
       const { requeueAfterMs } = await this.opts.reconcile(ns, name);
       this.queue.forget(key);
       metrics.reconciles.inc({ kind, result: "ok" });
+      log.debug({ kind, key, tookMs: Math.round(took() * 1000) }, "reconciled");
       this.shared(requeueAfterMs ? "requeue_after" : "success", took());
       if (requeueAfterMs) this.queue.addAfter(key, requeueAfterMs);
       return { result: "ok", requeueAfterMs };

@@ -8,6 +8,8 @@ describe("WorkQueue", () => {
     const seen: string[] = [];
     let concurrent = 0;
     let maxConcurrent = 0;
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
     q.add("a");
     q.add("a");
     q.add("b");
@@ -15,10 +17,17 @@ describe("WorkQueue", () => {
       concurrent++;
       maxConcurrent = Math.max(maxConcurrent, concurrent);
       seen.push(key);
-      if (key === "a" && seen.filter((k) => k === "a").length === 1) q.add("a"); // during processing
-      await new Promise((r) => setTimeout(r, 20));
+      // The first run of "a" is added again while it runs, and holds until the test lets it end.
+      if (key === "a" && seen.filter((k) => k === "a").length === 1) {
+        q.add("a");
+        await held;
+      }
       concurrent--;
     });
+    // "b" ran to its end on another worker meanwhile: a free worker was there to run "a" again.
+    await waitFor("b processed", () => seen.includes("b") && concurrent === 1, 10_000, 5);
+    await consistently("a not run again while it runs", () => seen.filter((k) => k === "a").length === 1, 200, 20);
+    release();
     // Processed: "a" twice (the add during its run), "b" once; then no third run of either.
     await waitFor(
       "both keys processed",

@@ -1,3 +1,4 @@
+import { isIPv4 } from "node:net";
 import type { SigningKey } from "../protocol/signing.ts";
 import { clip } from "./common.ts";
 import { discoveryChecks } from "./discovery.ts";
@@ -59,7 +60,8 @@ export function localApiBase(url: string): string {
   } catch {
     throw new CheckUsageError(`--local-api ${JSON.stringify(url)} is not a URL`);
   }
-  const loopback = ["127.0.0.1", "localhost", "[::1]"].includes(u.hostname) || /^127\./.test(u.hostname);
+  // A loopback address itself, never a name that merely starts like one (127.0.0.1.example).
+  const loopback = ["localhost", "[::1]"].includes(u.hostname) || (isIPv4(u.hostname) && u.hostname.startsWith("127."));
   if (u.protocol !== "https:" && !(u.protocol === "http:" && loopback))
     throw new CheckUsageError(
       "--local-api takes an https URL, or http to a loopback address (the pod's own local API)",

@@ -112,7 +112,6 @@ export async function tailCommand(args: string[]): Promise<number> {
     throw new LocalUsageError(`--count takes a whole number of messages, 1 or more (got ${JSON.stringify(countText)})`);
   const count = countText === undefined ? undefined : Number(countText);
   const url = `${base}/messages/watch${since ? `?since=${since}` : ""}`;
-  say(`following the messages the agent at ${base} accepts${since ? `, from ${since} s ago` : ""} …`);
   return new Promise<number>((resolve) => {
     let seen = 0;
     let finished = false;
@@ -142,6 +141,8 @@ export async function tailCommand(args: string[]): Promise<number> {
         res.on("end", () => done(1, `the local API answered ${res.statusCode}: ${body.trim()}`));
         return;
       }
+      // Said once the watch is open: every message accepted from here on is shown.
+      say(`following the messages the agent at ${base} accepts${since ? `, from ${since} s ago` : ""} …`);
       void (async () => {
         try {
           for await (const event of sseEvents(res)) {

@@ -47,6 +47,7 @@ describe("Lifecycle", () => {
     });
     life.background("start-up", async (signal) => {
       await new Promise((r) => signal.addEventListener("abort", r));
+      // Work that takes a while to wind down once aborted (a timer of its own): close() must await it.
       await new Promise((r) => setTimeout(r, 10));
       order.push("start-up ended");
     });

@@ -7,14 +7,18 @@ import { randomUUID } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:https";
 import { join } from "node:path";
+import { Kvm } from "@nats-io/kv";
+import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
+import { agentNames } from "../../src/contract/agent-names.ts";
 import { clientFactory, spawnRuntime, userMessage } from "../support/a2a-harness.ts";
 import { startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
+import { handOffsSettled } from "../support/probes.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -124,6 +128,35 @@ afterAll(async () => {
   await handler?.close();
   await new Promise((r) => receiver?.close(r));
 });
+
+/**
+ * Every push config of the task has delivered the task's last revision, with no retry due and no
+ * lease held (the records beside the task in the agent's bucket): no push of it is on its way.
+ */
+async function pushesSettled(taskId: string): Promise<boolean> {
+  const nc = await connect({ servers: nats.url });
+  try {
+    const kv = await new Kvm(nc).open(agentNames(self.agentId).a2aTasksBucket);
+    const keys = async (filter: string) => {
+      const out: string[] = [];
+      for await (const k of await kv.keys(filter)) out.push(k);
+      return out;
+    };
+    const [taskKey] = await keys(`t.*.${taskId}`);
+    const task = taskKey ? await kv.get(taskKey) : null;
+    if (!task) return false;
+    for (const key of await keys(`p.*.${taskId}.*`)) {
+      const e = await kv.get(key);
+      if (e?.operation !== "PUT") continue;
+      const r = e.json<{ rev: number; retry?: unknown; lease?: unknown }>();
+      if (r.rev !== task.revision || r.retry || r.lease) return false;
+    }
+    return true;
+  } finally {
+    await nc.close();
+  }
+}
+const settled = (taskId: string) => waitFor("the task's pushes settled", () => pushesSettled(taskId), 15_000);
 
 const client = (preferred: "JSONRPC" | "HTTP+JSON", token = TOKEN) =>
   clientFactory(tls.ca, token, preferred).createFromUrl(base);
@@ -239,7 +272,7 @@ describe("push notification configs through the official SDK", () => {
     expect(followUp.body.result.task.status.state).toBe("TASK_STATE_SUBMITTED");
     await localPost(`/a2a/tasks/${taskId}`, { state: "TASK_STATE_COMPLETED" });
     await waitForPushes("/followup", 1);
-    await new Promise((r) => setTimeout(r, 500));
+    await settled(taskId);
     expect(at("/followup").map((p) => p.body.statusUpdate?.status.state)).toEqual(["TASK_STATE_COMPLETED"]);
   });
 
@@ -273,7 +306,7 @@ describe("push notification configs through the official SDK", () => {
     expect(after.configs.map((x) => x.id)).toEqual(["cfg-b"]);
     await localPost(`/a2a/tasks/${task.id}`, { state: "TASK_STATE_COMPLETED" });
     await waitForPushes("/rest-b", 2);
-    await new Promise((r) => setTimeout(r, 500));
+    await settled(task.id);
     expect(at("/rest-a")).toHaveLength(1);
     await expect(c.getTaskPushNotificationConfig({ tenant: "", taskId: task.id, id: "cfg-a" })).rejects.toThrow();
   });
@@ -344,7 +377,8 @@ describe("refused configs", () => {
     });
     expect(r.body.error).toMatchObject({ code: -32602 });
     expect(r.body.error.message).toMatch(/push notification URL refused/);
-    await new Promise((res) => setTimeout(res, 300));
+    // Had it been accepted, its hand-off would be among those delivered and acknowledged by now.
+    await waitFor("every hand-off acknowledged", () => handOffsSettled(nats.url, self.agentId), 15_000);
     expect(handler.received.slice(before).some((h) => h.body.body.text === "never handed on")).toBe(false);
     expect(
       (await rpc("ListTasks", {})).body.result.tasks.every((t: any) => t.history?.[0]?.messageId !== messageId),
@@ -481,8 +515,8 @@ describe("delivery", () => {
         await localPost(`/a2a/tasks/${taskId}`, { state });
       await localPost(`/a2a/tasks/${taskId}`, { state: "TASK_STATE_COMPLETED", artifact: { text: "the end" } });
       const pushes = await waitForPushes("/replicas", 5);
-      // Time for a second copy of any of them, had both replicas sent it.
-      await new Promise((r) => setTimeout(r, 2_000));
+      // Every update delivered and recorded, no lease held: a second copy, had both replicas sent it, came before.
+      await settled(taskId);
       expect(at("/replicas").map((p) => p.body.statusUpdate?.status.state ?? "artifact")).toEqual([
         "TASK_STATE_WORKING",
         "TASK_STATE_INPUT_REQUIRED",

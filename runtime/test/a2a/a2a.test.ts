@@ -25,6 +25,7 @@ import {
 } from "../support/a2a-harness.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, peerOf, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
+import { handOffsSettled } from "../support/probes.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -518,7 +519,8 @@ describe("abuse", () => {
     );
     expect(other.body.result.task.id).not.toBe(first.body.result.task.id);
     await handedOff(other.body.result.task.id);
-    await new Promise((r) => setTimeout(r, 1_000));
+    // Every hand-off stored is delivered and acknowledged: a second one of the first task would be among them.
+    await waitFor("every hand-off acknowledged", () => handOffsSettled(nats.url, self.agentId), 15_000);
     expect(
       handler.received.filter((r) => r.body.headers.extensions?.a2a?.task_id === first.body.result.task.id),
     ).toHaveLength(1);

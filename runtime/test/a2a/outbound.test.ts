@@ -35,6 +35,8 @@ import {
   writeKey,
 } from "../support/fixtures.ts";
 import { send, untilState } from "../support/outbox-harness.ts";
+import { consumerSettled, consumerSettledAt, handOffsSettled } from "../support/probes.ts";
+import { agentNames } from "../../src/contract/agent-names.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -115,6 +117,7 @@ const executor: AgentExecutor = {
       bus.finished();
       return;
     }
+    // The test agent's own work takes a while: the task is WORKING in between.
     await new Promise((r) => setTimeout(r, 300));
     bus.publish(
       AgentEvent.artifactUpdate({
@@ -522,7 +525,15 @@ describe("durability", () => {
       const done = await untilState(localApi, id, "delivered");
       expect(done.recipients[0].a2a.state).toBe("TASK_STATE_COMPLETED");
       expect((await answerTo(id)).body.body.text).toBe("Weather for Rome: clear");
-      await new Promise((r) => setTimeout(r, 500));
+      // Nothing left to send or to hand on: a second SendMessage or answer would have come by now.
+      const n = agentNames(sender.agentId);
+      await waitFor(
+        "the outbox and the hand-offs settled",
+        async () =>
+          (await consumerSettledAt(nats.url, n.outboxStream, n.senderConsumer)) &&
+          (await handOffsSettled(nats.url, sender.agentId)),
+        15_000,
+      );
       expect(handler.received.filter((r) => r.body.headers.thread?.in_reply_to === id)).toHaveLength(1);
       expect(sdk.requests.filter((q) => q.body?.params?.message?.messageId === id)).toHaveLength(1);
     } finally {
@@ -712,7 +723,15 @@ describe("sending to another ifp-runtime's A2A face", () => {
       expect((again as { a2a: { task_id: string } }).a2a.task_id).toBe(
         (first as { a2a: { task_id: string } }).a2a.task_id,
       );
-      await new Promise((r) => setTimeout(r, 500));
+      // The face handed on what it stored, and every hand-off is acknowledged: a second one would be among them.
+      const n = agentNames(peer.agentId);
+      await waitFor(
+        "the face's hand-offs settled",
+        async () =>
+          faceApp.received.some((r) => r.body.headers.extensions?.a2a?.message_id === message.headers.message_id) &&
+          (await consumerSettled(face.nats.jsm, n.inboxStream, n.handlerConsumer)),
+        15_000,
+      );
       const got = faceApp.received.filter(
         (r) => r.body.headers.extensions?.a2a?.message_id === message.headers.message_id,
       );

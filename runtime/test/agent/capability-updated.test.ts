@@ -2,6 +2,7 @@ import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
+import { secondAfter } from "../../../e2e/support/wait.ts";
 import { agentNames } from "../../src/agent/names.ts";
 import { capabilitiesHash } from "../../src/contract/capabilities.ts";
 import { Agent } from "../../src/resources/agent.ts";
@@ -13,7 +14,6 @@ let tls: Tls;
 withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
 
 const capabilities = [{ name: "ping", description: "Responds to connectivity tests" }];
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The capability document an agent with this spec serves, started afresh (the bucket remembers `updated`). */
 async function served(
@@ -35,14 +35,14 @@ describe("the capability document's updated", () => {
     const self = identity("updated-agent");
     const first = await served(self, { relay: { urls: ["https://relay-one.example"] } });
     // `updated` has a resolution of a second: a change within the same second could not show.
-    await sleep(1100);
+    await secondAfter(first.updated);
     expect(await served(self, { relay: { urls: ["https://relay-one.example"] } })).toEqual(first);
     const moved = await served(self, { relay: { urls: ["https://relay-two.example"] } });
     expect(Date.parse(moved.updated)).toBeGreaterThan(Date.parse(first.updated));
-    await sleep(1100);
+    await secondAfter(moved.updated);
     const preference = await served(self, { relay: { urls: ["https://relay-two.example"], preference: "spread" } });
     expect(Date.parse(preference.updated)).toBeGreaterThan(Date.parse(moved.updated));
-    await sleep(1100);
+    await secondAfter(preference.updated);
     // The same capability list without relays is another document again.
     const none = await served(self, {});
     expect(Date.parse(none.updated)).toBeGreaterThan(Date.parse(preference.updated));

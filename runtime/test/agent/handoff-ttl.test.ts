@@ -3,6 +3,7 @@ import { connect } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { consistently, waitFor } from "../../../e2e/support/ports.ts";
+import { clockPast } from "../../../e2e/support/wait.ts";
 import { agentNames } from "../../src/agent/names.ts";
 import { expiredFor } from "../../src/agent/handoff.ts";
 import { identity, peerOf, signed } from "../support/fixtures.ts";
@@ -53,7 +54,8 @@ describe("ttl_seconds at the hand-off", () => {
       const expired = async () =>
         metricValue(await agent.scrape(), "ifp_handler_deliveries_total", { result: "expired" });
       await waitFor("the stale message dropped", async () => (await expired()) >= 1);
-      await new Promise((r) => setTimeout(r, 2_500));
+      // The protocol's clock: the short-lived message's ttl_seconds run out while the handler still refuses.
+      await clockPast("the short-lived message's TTL", Date.parse(short.headers.date) + 2_000);
       up = true;
       await waitFor(
         "the live messages handed on",

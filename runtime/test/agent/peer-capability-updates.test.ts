@@ -2,6 +2,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { secondAfter } from "../../../e2e/support/wait.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import { signMessage } from "../../src/protocol/signing.ts";
 import { identity, message, peerOf } from "../support/fixtures.ts";
@@ -12,7 +13,6 @@ let tls: Tls;
 withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
 
 const cap = (name: string) => ({ name, description: name });
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** What an agent's local API says of a peer's capabilities. */
 async function view(localApiUrl: string, peer: string): Promise<any> {
@@ -49,9 +49,10 @@ describe("capability changes reach the peers of recent conversations", () => {
     try {
       let a = await runAlice([cap("ping")]);
       // bob learns alice's document at her endpoint; his discovery cache keeps it for its max-age (300 s).
-      expect(names(await view(b.localApiUrl, "alice-agent"))).toEqual(["ping"]);
+      const v1 = await view(b.localApiUrl, "alice-agent");
+      expect(names(v1)).toEqual(["ping"]);
       await a.close();
-      await sleep(1100); // `updated` has a resolution of a second
+      await secondAfter(v1.document.updated); // `updated` has a resolution of a second
       a = await runAlice([cap("ping"), cap("calendar.availability")]);
       const v2 = (await a.get("/.well-known/agent/capabilities")).json();
       // alice greets bob: her greeting's document is newer than the one bob keeps, so he fetches hers again.
@@ -64,7 +65,7 @@ describe("capability changes reach the peers of recent conversations", () => {
       });
       expect(names(refreshed)).toEqual(["calendar.availability", "ping"]);
       await a.close();
-      await sleep(1100);
+      await secondAfter(v2.updated);
       // alice changes again; bob is the peer of a recent conversation and is told through his inbox.
       a = await runAlice([cap("ping"), cap("translate")]);
       const v3 = (await a.get("/.well-known/agent/capabilities")).json();

@@ -787,6 +787,7 @@ describe("ifp check against targets with a requirement broken", () => {
                 ? fetch(target, { method: "POST", headers, body: message })
                 : httpsRequest(target, { method: "POST", headers, body: message, ca: tls.ca })
               ).catch(() => undefined);
+              // The careless sender's own retry schedule (0.9 s, then 0.2 s): what send.backoff and send.retry-after grade.
               await new Promise((r) => setTimeout(r, i === 0 ? 900 : 200));
             }
           })(),

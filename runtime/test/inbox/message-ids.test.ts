@@ -5,7 +5,7 @@ import { LocalApiClient } from "../../src/client/local.ts";
 import type { RunningRelay } from "../../src/relay/main.ts";
 import { runAgent, startHandler } from "../support/agent-harness.ts";
 import { identity, peerOf, signed } from "../support/fixtures.ts";
-import { alice, bob, clientOf, relayEnv, runRelay, type RelayEnv } from "../support/relay-harness.ts";
+import { alice, bob, clientOf, relayEnv, runRelay, waitFor, type RelayEnv } from "../support/relay-harness.ts";
 
 const mallory = identity("mallory-agent");
 let env: RelayEnv;
@@ -39,10 +39,8 @@ describe("message ids are keyed by (sender, message_id)", () => {
       expect((await b.post(reused)).status).toBe(202);
 
       // Both are handed on, each with its own idempotency key.
-      const keys = await (async () => {
-        for (let i = 0; i < 100 && handler.received.length < 2; i++) await new Promise((r) => setTimeout(r, 100));
-        return handler.received.map((r) => r.headers["idempotency-key"]).sort();
-      })();
+      await waitFor("both handed on", () => handler.received.length >= 2, 10_000);
+      const keys = handler.received.map((r) => r.headers["idempotency-key"]).sort();
       expect(keys).toEqual([
         `alice-agent ${fromAlice.headers.message_id}`,
         `mallory-agent ${fromAlice.headers.message_id}`,

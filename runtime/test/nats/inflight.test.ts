@@ -70,7 +70,8 @@ async function killedUnder(
   );
   let settledAt = 0;
   let err: unknown;
-  const done = call().then(
+  const sent = nats.nc!.stats().outMsgs;
+  void call().then(
     () => {
       settledAt = Date.now();
     },
@@ -80,12 +81,13 @@ async function killedUnder(
     },
   );
   try {
-    await new Promise((r) => setTimeout(r, 500));
+    // Under way: its request is written to the connection, which the frozen server never answers.
+    await waitFor("the call's request sent", () => nats.nc!.stats().outMsgs > sent || settledAt !== 0, 10_000, 5);
     const pendingAtKill = settledAt === 0;
     const killedAt = Date.now();
     process.kill(pid, "SIGKILL");
     // Bounded: the call's own timeout is 5 s.
-    await Promise.race([done, new Promise((r) => setTimeout(r, 15_000))]);
+    await waitFor("the call to end", () => settledAt !== 0, 15_000, 5).catch(() => undefined);
     return { err, pendingAtKill, afterKillMs: settledAt ? settledAt - killedAt : Infinity };
   } finally {
     await server.restart();

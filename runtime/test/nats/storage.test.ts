@@ -77,6 +77,13 @@ describe("a store the reservations have filled", () => {
     open.push(handler);
     const tls = await localhostTls(tempDir());
     const spec = { handler: { url: handler.url, timeout: "2s" } };
+    // The requests to make the inbox stream, as the server gets them: each start-up retry asks again.
+    const watcher = await connect({ servers: server.url });
+    open.push({ close: () => watcher.close() });
+    let asked = 0;
+    const inboxStream = agentNames(self.agentId).inboxStream;
+    watcher.subscribe(`$JS.API.STREAM.CREATE.${inboxStream}`, { callback: () => void asked++ });
+    await watcher.flush();
     const first = await runAgent({ self, dir: tempDir(), natsUrl: server.url, tls, spec, waitReady: false });
     open.push(first);
     await waitFor(
@@ -103,8 +110,10 @@ describe("a store the reservations have filled", () => {
       20_000,
       200,
     );
-    // Said once, not at every retry.
-    await new Promise((r) => setTimeout(r, 3_000));
+    // Said once, not at every retry: two more requests to make the stream (the retries run one after
+    // the other, so the first of them was refused before the second was asked).
+    const askedBefore = asked;
+    await waitFor("two more tries to make the inbox stream", () => asked >= askedBefore + 2, 30_000, 50);
     expect(first.logLines().filter((l) => /JetStream cannot reserve/.test(String(l.msg)))).toHaveLength(1);
     await first.close();
     // A smaller inbox fits: the same Agent becomes ready.

@@ -5,7 +5,17 @@ import WebSocket from "ws";
 import { signRequest } from "../../src/protocol/http-signatures.ts";
 import type { RunningRelay } from "../../src/relay/main.ts";
 import type { TestIdentity } from "../support/fixtures.ts";
-import { alice, baseUrl, bob, carol, openWs, relayEnv, runRelay, type RelayEnv } from "../support/relay-harness.ts";
+import {
+  alice,
+  baseUrl,
+  bob,
+  carol,
+  openWs,
+  relayEnv,
+  runRelay,
+  waitFor,
+  type RelayEnv,
+} from "../support/relay-harness.ts";
 
 let env: RelayEnv;
 beforeAll(async () => {
@@ -59,14 +69,6 @@ async function wsStatus(relay: RunningRelay, who: TestIdentity): Promise<number>
   });
 }
 
-const until = async (check: () => Promise<boolean>) => {
-  for (let i = 0; i < 100; i++) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error("timed out");
-};
-
 describe("relay event streams are capped per agent and overall", () => {
   it("refuses a stream past the agent's cap with 429 and past the total with 503, both with Retry-After, and frees the slot on close", async () => {
     const relay = await runRelay(env, { limits: { maxStreamsPerAgent: 2, maxStreams: 3 } });
@@ -93,7 +95,7 @@ describe("relay event streams are capped per agent and overall", () => {
       expect(await wsStatus(relay, carol)).toBe(503);
       // Closing a stream gives its slot back.
       a1.close();
-      await until(async () => {
+      await waitFor("carol's stream to get the freed slot", async () => {
         const again = await openSse(relay, carol);
         open.push(again);
         return again.status === 200;

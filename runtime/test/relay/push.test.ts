@@ -49,8 +49,10 @@ describe("relay: push over SSE and WebSocket", () => {
 
     // New messages arrive on an open stream.
     const m2 = signed(alice, "bob-agent");
-    const live = readSse(env, relay, bob, { lastEventId: first[0]!.id, count: 1 });
-    await new Promise((r) => setTimeout(r, 200));
+    let opened!: () => void;
+    const open = new Promise<void>((r) => (opened = r));
+    const live = readSse(env, relay, bob, { lastEventId: first[0]!.id, count: 1, onOpen: opened });
+    await open;
     await c(alice).publish(m2);
     const resumed = await live;
     expect(resumed.map((e) => e.data.headers.message_id)).toEqual([m2.headers.message_id]);

@@ -1,5 +1,8 @@
 // Observing a running agent or relay from the outside: a raw TLS handshake, and its metrics.
 import { connect as tlsConnect } from "node:tls";
+import { type JetStreamManager, jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import { agentNames } from "../../src/contract/agent-names.ts";
 
 export type Handshake = { ok: true; protocol: string | null } | { ok: false; code: string; message: string };
 
@@ -41,4 +44,30 @@ export function metricValue(exposition: string, name: string, labels: Record<str
     if (Object.entries(labels).every(([k, v]) => have[k] === v)) sum += Number(m[3]);
   }
   return sum;
+}
+
+/**
+ * Whether a JetStream consumer has nothing left to deliver and nothing delivered but not yet
+ * acknowledged: nothing more comes through it. A handler that saw a message may still be
+ * acknowledging it; wait for this before asserting that nothing more was handed on.
+ */
+export async function consumerSettled(jsm: JetStreamManager, stream: string, consumer: string): Promise<boolean> {
+  const info = await jsm.consumers.info(stream, consumer);
+  return info.num_pending === 0 && info.num_ack_pending === 0;
+}
+
+/** consumerSettled through a connection of its own to the nats-server at `url`. */
+export async function consumerSettledAt(url: string, stream: string, consumer: string): Promise<boolean> {
+  const nc = await connect({ servers: url });
+  try {
+    return await consumerSettled(await jetstreamManager(nc), stream, consumer);
+  } finally {
+    await nc.close();
+  }
+}
+
+/** Every message stored in the agent's inbox (by its agentStoreKey) was handed to spec.handler and acknowledged. */
+export function handOffsSettled(url: string, agentKey: string): Promise<boolean> {
+  const n = agentNames(agentKey);
+  return consumerSettledAt(url, n.inboxStream, n.handlerConsumer);
 }

@@ -164,7 +164,7 @@ export async function readSse(
   env: RelayEnv,
   relay: RunningRelay,
   who: TestIdentity,
-  opts: { lastEventId?: string; count: number; waitMs?: number },
+  opts: { lastEventId?: string; count: number; waitMs?: number; onOpen?: () => void },
 ): Promise<SseEvent[]> {
   const url = `${baseUrl(relay)}/relay/events`;
   const headers = await signRequest(
@@ -178,6 +178,7 @@ export async function readSse(
         res.resume();
         return reject(new Error(`status ${res.statusCode}`));
       }
+      opts.onOpen?.();
       let buf = "";
       res.on("data", (c: Buffer) => {
         buf += c.toString();

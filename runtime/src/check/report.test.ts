@@ -1,0 +1,127 @@
+// How `ifp check` grades: which levels' misses fail the run (exit code, --strict, --profile),
+// and the report a person reads.
+import { describe, expect, it } from "vitest";
+import { exitCode, failsRun, formatReport } from "./report.ts";
+import { type CheckResult, type Level, LEVELS, type Outcome, type Report, type Tally } from "./types.ts";
+
+const result = (id: string, level: Level, outcome: Outcome, reason = `${id} ${outcome}`): CheckResult => ({
+  id,
+  section: "spec 4.1",
+  level,
+  result: outcome,
+  reason,
+});
+
+/** A report of these results, its summary tallied as the runner tallies it. */
+function reportOf(results: CheckResult[], requests = 7): Report {
+  const tally = (): Tally => ({ pass: 0, fail: 0, skip: 0 });
+  const summary = { ...tally(), levels: Object.fromEntries(LEVELS.map((l) => [l, tally()])) as Record<Level, Tally> };
+  for (const r of results) {
+    summary[r.result]++;
+    summary.levels[r.level][r.result]++;
+  }
+  return { target: "https://agent.example", kind: "agent", requests, results, summary };
+}
+
+describe("failsRun", () => {
+  it("fails the run on a MUST always, a SHOULD only with --strict, a profile check only with --profile, a MAY never", () => {
+    const gates = [{}, { strict: true }, { profile: true }, { strict: true, profile: true }];
+    const table = Object.fromEntries(LEVELS.map((level) => [level, gates.map((g) => failsRun(level, g))]));
+    expect(table).toEqual({
+      MUST: [true, true, true, true],
+      SHOULD: [false, true, false, true],
+      MAY: [false, false, false, false],
+      profile: [false, false, true, true],
+    });
+    expect(failsRun("SHOULD")).toBe(false);
+  });
+});
+
+describe("exitCode", () => {
+  it("is 0 when everything passed or was skipped, whatever the gate", () => {
+    const report = reportOf([result("a", "MUST", "pass"), result("b", "SHOULD", "skip"), result("c", "MUST", "skip")]);
+    expect(exitCode(report)).toBe(0);
+    expect(exitCode(report, { strict: true, profile: true })).toBe(0);
+  });
+
+  it("is 1 for a failed MUST, and a skipped MUST never fails", () => {
+    expect(exitCode(reportOf([result("a", "MUST", "fail")]))).toBe(1);
+    expect(exitCode(reportOf([result("a", "MUST", "skip"), result("b", "SHOULD", "pass")]))).toBe(0);
+  });
+
+  it("fails on a missed SHOULD only with --strict, and on a missed profile check only with --profile", () => {
+    const should = reportOf([result("a", "MUST", "pass"), result("b", "SHOULD", "fail")]);
+    expect(exitCode(should)).toBe(0);
+    expect(exitCode(should, { strict: true })).toBe(1);
+    expect(exitCode(should, { profile: true })).toBe(0);
+    const profile = reportOf([result("a", "profile", "fail")]);
+    expect(exitCode(profile)).toBe(0);
+    expect(exitCode(profile, { strict: true })).toBe(0);
+    expect(exitCode(profile, { profile: true })).toBe(1);
+  });
+
+  it("never fails on a missed MAY (an optional feature)", () => {
+    expect(exitCode(reportOf([result("a", "MAY", "fail")]), { strict: true, profile: true })).toBe(0);
+  });
+
+  it("is 0 for an empty report", () => {
+    expect(exitCode(reportOf([]), { strict: true })).toBe(0);
+  });
+});
+
+describe("formatReport", () => {
+  const report = reportOf([
+    result("discovery.capabilities.status", "MAY", "pass", "200"),
+    result("inbox.accepted", "MUST", "fail", "answered 500"),
+    result("discovery.identity.keys", "SHOULD", "fail", "no active key"),
+    result("relay.error-body", "profile", "fail", "no error body"),
+    result("tls.version", "MUST", "skip", "not reached"),
+  ]);
+
+  it("prints one line per check with its mark, level, id, reason and section, in the order checked", () => {
+    const lines = formatReport(report).split("\n");
+    expect(lines[0]).toBe("ifp check agent https://agent.example");
+    expect(lines[1]).toBe("");
+    const width = "discovery.capabilities.status".length;
+    expect(lines.slice(2, 7)).toEqual([
+      `pass  MAY      ${"discovery.capabilities.status".padEnd(width)}  200  [spec 4.1]`,
+      `FAIL  MUST     ${"inbox.accepted".padEnd(width)}  answered 500  [spec 4.1]`,
+      `FAIL  SHOULD   ${"discovery.identity.keys".padEnd(width)}  no active key  [spec 4.1]`,
+      `FAIL  profile  ${"relay.error-body".padEnd(width)}  no error body  [spec 4.1]`,
+      `skip  MUST     ${"tls.version".padEnd(width)}  not reached  [spec 4.1]`,
+    ]);
+  });
+
+  it("totals per level (only the levels with checks) and overall, with the requests made", () => {
+    const text = formatReport(report);
+    expect(text).toContain("\nMUST     0 passed, 1 failed, 1 skipped\n");
+    expect(text).toContain("\nSHOULD   0 passed, 1 failed, 0 skipped\n");
+    expect(text).toContain("\nMAY      1 passed, 0 failed, 0 skipped\n");
+    expect(text).toContain("\nprofile  0 passed, 1 failed, 0 skipped\n");
+    expect(text).toContain("\ntotal    1 passed, 3 failed, 1 skipped; 7 requests\n");
+    const only = formatReport(reportOf([result("tls.version", "MUST", "pass")]));
+    expect(only).not.toMatch(/^(SHOULD|MAY|profile) /m);
+  });
+
+  it("names what fails the run apart from what was missed without failing it, by the gate", () => {
+    const plain = formatReport(report);
+    expect(plain).toContain("\nfailing: inbox.accepted\n");
+    expect(plain).toContain(
+      "\nmissed, not failing the run: discovery.identity.keys (SHOULD), relay.error-body (profile)\n",
+    );
+    const strict = formatReport(report, { strict: true, profile: true });
+    expect(strict).toContain("\nfailing: inbox.accepted, discovery.identity.keys, relay.error-body\n");
+    expect(strict).not.toContain("missed, not failing the run");
+  });
+
+  it("has neither line when nothing failed, and ends with a newline", () => {
+    const text = formatReport(reportOf([result("tls.version", "MUST", "pass")]));
+    expect(text).not.toMatch(/failing|missed/);
+    expect(text.endsWith("\n")).toBe(true);
+  });
+
+  it("keeps ids of at least ten characters' width apart from their reasons", () => {
+    const text = formatReport(reportOf([result("a", "MUST", "pass", "ok")]));
+    expect(text).toContain(`pass  MUST     ${"a".padEnd(10)}  ok  [spec 4.1]`);
+  });
+});
