@@ -329,7 +329,7 @@ describe("the operator on the isolated NATS layout", () => {
       ready(NS1, "tasks")?.reason === "NotOnNatsLayout" ? ready(NS1, "tasks") : undefined,
     );
     expect(cond.status).toBe("False");
-    expect(cond.message).toMatch(/spec\.a2a\.enabled is not available on the isolated NATS layout/);
+    expect(cond.message).toMatch(/spec\.a2a is not available on the isolated NATS layout/);
     expect(get(NS1, "deployment", "tasks")).toBeUndefined();
     expect(get(NS1, "secret", "tasks-nats")).toBeUndefined();
     // Asking for it no more, it is made.
