@@ -18,7 +18,12 @@ const PACKAGE_JSON = new URL("../../package.json", import.meta.url);
 export function installBlock(marker: string, host: string): string[] {
   const version = JSON.parse(readFileSync(PACKAGE_JSON, "utf8")).version as string;
   const text = readFileSync(INSTALL_MD, "utf8");
-  const block = [...text.matchAll(/^```\n([\s\S]*?)^```/gm)].map((m) => m[1]!).find((b) => b.includes(marker));
+  // Every fenced block, read with its language (a shell block has none), so that a block of
+  // another language is never taken for a shell block's end.
+  const block = [...text.matchAll(/^```(\w*)\n([\s\S]*?)^```/gm)]
+    .filter((m) => m[1] === "")
+    .map((m) => m[2]!)
+    .find((b) => b.includes(marker));
   if (!block) throw new Error(`docs/install.md has no shell block with ${marker}`);
   return block
     .replace(/\\\n\s*/g, "")
