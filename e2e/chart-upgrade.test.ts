@@ -74,6 +74,31 @@ function nextChart(): string {
   return dir;
 }
 
+/**
+ * The chart as the previous release shipped it, but for its names: every object named
+ * <release>-ifp-operator (the chart's name, whatever nameOverride says) and <that>-<suffix> uncut,
+ * however long.
+ */
+function previousChart(): string {
+  const dir = join(tempDir("ifp-chart-previous-"), "ifp-operator");
+  cpSync(CHART, dir, { recursive: true });
+  const helpers = join(dir, "templates/_helpers.tpl");
+  const define = (name: string, body: string) => (text: string) => {
+    const re = new RegExp(`\\{\\{- define "ifp-operator\\.${name}" -\\}\\}[\\s\\S]*?\\n\\{\\{- end \\}\\}\\n(?=\\n)`);
+    if (!re.test(text)) throw new Error(`no template ifp-operator.${name} in ${helpers}`);
+    return text.replace(re, `{{- define "ifp-operator.${name}" -}}\n${body}\n{{- end }}\n`);
+  };
+  const text = [
+    define(
+      "fullname",
+      '{{- if .Values.fullnameOverride }}{{ .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}{{ else }}{{ include "ifp-operator.chartFullname" . }}{{ end }}',
+    ),
+    define("suffixed", '{{- printf "%s-%s" (include "ifp-operator.fullname" .root) .suffix }}'),
+  ].reduce((t, f) => f(t), readFileSync(helpers, "utf8"));
+  writeFileSync(helpers, text);
+  return dir;
+}
+
 /** What must survive, as stored: uid, generation and spec of each object, and the Secret's data. */
 function stored() {
   const agents = cp.json(["-n", USERS, "get", "agents"]).items as any[];
@@ -234,6 +259,95 @@ spec:
       .map((e) => `${e.involvedObject.kind}/${e.involvedObject.name}`)
       .sort();
     expect(released).toEqual(["Agent/alice", "Relay/hub"]);
+  });
+
+  it("keeps an install's names through an upgrade to the chart of Helm's common names: NATS's StatefulSet and volume, the operator's Secrets, Deployment and ServiceAccount", async () => {
+    // An install whose nameOverride the previous chart left out of its names, and one whose
+    // names were longer than 63 characters; each as its operator left it, with its Secrets.
+    const byName = { ns: "names-override", release: "ifp", set: ["--set", "nameOverride=agents"] };
+    const long = { ns: "names-long", release: "a".repeat(53), set: [...BASE] };
+    const previous = previousChart();
+    // The CRDs stay with the release that installed them above.
+    const KEPT = ["--set", "tests.enabled=false", "--set", "crds.enabled=false"];
+    const secrets = (ns: string) =>
+      Object.fromEntries(
+        (cp.json(["-n", ns, "get", "secrets", "--field-selector", "type!=helm.sh/release.v1"]).items as any[]).map(
+          (s) => [s.metadata.name, s.metadata.uid],
+        ),
+      );
+    const uids = (ns: string, kinds: string) =>
+      Object.fromEntries(
+        (cp.json(["-n", ns, "get", kinds]).items as any[]).map((o) => [`${o.kind}/${o.metadata.name}`, o.metadata.uid]),
+      );
+    const args = (ns: string, name: string) =>
+      cp.json(["-n", ns, "get", "deployment", name]).spec.template.spec.containers[0].args as string[];
+    for (const { ns, release, set } of [byName, long]) {
+      helm("install", release, previous, "-n", ns, "--create-namespace", ...KEPT, ...set);
+      const operator = (cp.json(["-n", ns, "get", "deployments"]).items as any[])[0];
+      for (const flag of ["ca-secret", "nats-account-secret", "nats-tls-secret"]) {
+        const name = args(ns, operator.metadata.name)
+          .find((a) => a.startsWith(`--${flag}=`))
+          ?.split("=")[1];
+        if (name) cp.kubectl(["-n", ns, "create", "secret", "generic", name, `--from-literal=key=${flag}`]);
+      }
+    }
+    expect(uids(byName.ns, "deployments,statefulsets,serviceaccounts")).toHaveProperty("Deployment/ifp-ifp-operator");
+    expect(uids(byName.ns, "statefulsets")).toHaveProperty(["StatefulSet/ifp-ifp-operator-nats"]);
+    // The StatefulSet's claim, as its controller makes it: the NATS data.
+    await waitFor(
+      "the NATS server's claim",
+      () => cp.tryJson(["-n", byName.ns, "get", "pvc", "data-ifp-ifp-operator-nats-0"]) !== undefined,
+      30_000,
+      250,
+    );
+    const before = {
+      objects: uids(byName.ns, "deployments,statefulsets,serviceaccounts,pvc"),
+      secrets: secrets(byName.ns),
+      longSecrets: secrets(long.ns),
+    };
+    const longCA = `${long.release}-ifp-opera-ca`;
+    expect(Object.keys(before.longSecrets)).toContain(longCA);
+
+    for (const { ns, release, set } of [byName, long]) helm("upgrade", release, CHART, "-n", ns, ...KEPT, ...set);
+
+    // The same objects, by uid: the StatefulSet (so its claim and the data on it), the Deployment,
+    // the ServiceAccount, and the Secrets the operator is told; nothing under the new names.
+    expect(uids(byName.ns, "deployments,statefulsets,serviceaccounts,pvc")).toEqual(before.objects);
+    expect(secrets(byName.ns)).toEqual(before.secrets);
+    expect(args(byName.ns, "ifp-ifp-operator")).toEqual(
+      expect.arrayContaining([
+        "--ca-secret=ifp-ifp-operator-ca",
+        "--nats-account-secret=ifp-ifp-operator-nats-account",
+        "--nats-tls-secret=ifp-ifp-operator-nats-tls",
+        `--nats-url=nats://ifp-ifp-operator-nats.${byName.ns}.svc:4222`,
+      ]),
+    );
+    // The long one keeps its CA and NATS account Secrets, uncut; its other names now fit in 63.
+    const longOperator = `${long.release}-ifp-opera`;
+    expect(args(long.ns, longOperator)).toEqual(
+      expect.arrayContaining([`--ca-secret=${longCA}`, `--nats-account-secret=${longOperator}-nats-account`]),
+    );
+    expect(secrets(long.ns)).toEqual(before.longSecrets);
+    const longNames = [
+      ...(cp.json(["-n", long.ns, "get", "roles,rolebindings,services,serviceaccounts"]).items as any[]),
+      ...(cp.json(["get", "clusterroles,clusterrolebindings", "-l", `app.kubernetes.io/instance=${long.release}`])
+        .items as any[]),
+    ].map((o) => o.metadata.name as string);
+    expect(longNames.length).toBeGreaterThan(0);
+    for (const name of longNames) expect(name.length, name).toBeLessThanOrEqual(63);
+
+    // A new install of the same values gets the names of the rule.
+    const fresh = "names-fresh";
+    helm("install", "ifp", CHART, "-n", fresh, "--create-namespace", ...KEPT, ...byName.set);
+    expect(Object.keys(uids(fresh, "deployments,statefulsets,serviceaccounts")).sort()).toEqual([
+      "Deployment/ifp-agents",
+      "ServiceAccount/default",
+      "ServiceAccount/ifp-agents",
+      "ServiceAccount/ifp-agents-nats",
+      "StatefulSet/ifp-agents-nats",
+    ]);
+    for (const { ns, release } of [byName, long, { ns: fresh, release: "ifp" }])
+      helm("uninstall", release, "-n", ns, "--no-hooks");
   });
 });
 

@@ -567,6 +567,93 @@ describe("Helm chart", () => {
     );
   });
 
+  it("names every object by Helm's common fullname rule, each name within 63 characters, and refuses a release name Helm refuses", () => {
+    const LONG = "a".repeat(53);
+    const OVERRIDE = "o".repeat(60);
+    /** Every object's kind and name, and every name the operator is told (Secrets, its Deployment, NATS's URL). */
+    const names = (release: string, ...set: string[]) => {
+      const objects = docs(
+        ok(
+          helm(
+            "template",
+            release,
+            CHART,
+            "--namespace",
+            NS,
+            "--set",
+            "trust.extraCAs=x",
+            "--set",
+            "networkPolicy.operator.enabled=true",
+            ...set.flatMap((s) => ["--set", s]),
+          ),
+        ),
+      ).filter((o) => o.kind !== "CustomResourceDefinition");
+      const args: string[] = find(objects, "Deployment", objects.find((o) => o.kind === "Deployment")!.metadata.name)
+        .spec.template.spec.containers[0].args;
+      const flag = (name: string) => args.find((a) => a.startsWith(`--${name}=`))!.split("=")[1]!;
+      return {
+        objects: objects.map((o) => `${o.kind}/${o.metadata.name}`),
+        told: {
+          ca: flag("ca-secret"),
+          natsAccount: flag("nats-account-secret"),
+          natsTls: flag("nats-tls-secret"),
+          deployment: flag("operator-deployment").split("/")[1],
+          nats: /^nats:\/\/([^.]+)\./.exec(flag("nats-url"))![1],
+        },
+      };
+    };
+    // The full name each release gets: the release name when it holds the chart's name (or
+    // nameOverride), else <release>-<name>; fullnameOverride in place of both.
+    const cases: [string, string[], string][] = [
+      ["ifp", [], "ifp-ifp-operator"],
+      ["ifp-operator", [], "ifp-operator"],
+      ["my-ifp-operator-prod", [], "my-ifp-operator-prod"],
+      ["ifp", ["nameOverride=agents"], "ifp-agents"],
+      ["agents-prod", ["nameOverride=agents"], "agents-prod"],
+      ["ifp", [`fullnameOverride=${OVERRIDE}`], OVERRIDE],
+      [LONG, [], `${LONG}-ifp-operator`.slice(0, 63)],
+    ];
+    for (const [release, set, full] of cases) {
+      const { objects, told } = names(release, ...set);
+      const where = `${release} ${set.join(" ")}`;
+      for (const o of objects) {
+        const name = o.split("/")[1]!;
+        expect(name.length, `${where}: ${o}`).toBeLessThanOrEqual(63);
+        expect(name.startsWith(full.slice(0, 30)), `${where}: ${o} named from ${full}`).toBe(true);
+      }
+      expect(objects, where).toContain(`Deployment/${full}`);
+      expect(objects, where).toContain(`ServiceAccount/${full}`);
+      expect(told.deployment, where).toBe(full);
+      // The suffixed names: <fullname>-<suffix> in full when it fits, the full name cut when not.
+      const suffixed = (suffix: string, max = 63) =>
+        `${full.slice(0, max - suffix.length - 1).replace(/-+$/, "")}-${suffix}`;
+      expect(objects, where).toContain(`Job/${suffixed("uninstall")}`);
+      expect(objects, where).toContain(`Role/${suffixed("leader-election")}`);
+      expect(objects, where).toContain(`ConfigMap/${suffixed("extra-cas")}`);
+      expect(told.ca, where).toBe(suffixed("ca"));
+      expect(told.natsAccount, where).toBe(suffixed("nats-account"));
+      expect(told.natsTls, where).toBe(suffixed("nats-tls"));
+      // NATS's StatefulSet within 52, so that its pods' controller-revision-hash label fits.
+      const nats = suffixed("nats", 52);
+      expect(told.nats, where).toBe(nats);
+      expect(objects, where).toContain(`StatefulSet/${nats}`);
+      expect(objects, where).toContain(`Service/${nats}-headless`);
+    }
+    expect(names(LONG).told.ca).toHaveLength(63);
+    // The longest names, as the API server takes them (a Service's and a Job's must be DNS labels).
+    expect(
+      dryRun(
+        ok(
+          helm("template", LONG, CHART, "--namespace", NS, "--set", "trust.extraCAs=x", "--set", "tests.enabled=false"),
+        ),
+      ),
+    ).toMatch(new RegExp(`statefulset.apps/${LONG.slice(0, 47)}-nats created \\(server dry run\\)`));
+    // Helm itself refuses a release name of more than 53 characters, before any template.
+    expect(helm("template", "r".repeat(60), CHART, "--namespace", NS).out).toMatch(
+      /invalid release name.*the length must not be longer than 53/,
+    );
+  });
+
   it("prints NOTES whose kubectl commands name their namespace and work as printed", () => {
     // helm install's server dry run (crds.enabled=false: the control plane's CRDs are not the release's).
     const notes = (...set: string[]) => {

@@ -1,12 +1,15 @@
 // The product on a real Kubernetes node, installed as a user installs it: the control plane of
 // the other e2e tests on the node's bridge address, a real kubelet, containerd, kube-proxy and
-// CoreDNS on this machine (e2e/support/node.ts), the project's images built without a Docker
-// engine (e2e/images/build.ts) and imported into the node, and then only what users do:
-// `helm install` of the chart with the image values pointing at those images, `kubectl apply`
-// of examples/, pods that talk to the agents over the network, `helm test`. What is installed is
-// a release (`npm run release`, e2e/release/release.ts, of the commit checked out): its images
-// imported from their OCI archives and named by their digests, its packaged chart, which runs
-// them by digest, with the registry a user sets. The operator runs
+// CoreDNS on this machine (e2e/support/node.ts), and then only what users do, as
+// docs/install.md says: a release (`npm run release`, e2e/release/release.ts, of the commit
+// checked out) published to a registry (`npm run release -- --publish`, to crane's registry on
+// loopback): its images, their signatures and provenance, and its chart; `cosign verify` and
+// `cosign verify-attestation` of each image; the node's containerd configured for that registry
+// as a cluster admin configures a private one (a hosts.toml), and pulling every image from it
+// by digest (NATS and pause, which the release does not bring, copied there as to a mirror);
+// `helm install` of the chart from the registry (oci://) with `global.imageRegistry` naming it,
+// `kubectl apply` of examples/ (their images from that registry), pods that talk to the agents
+// over the network, `helm test`. Nothing is imported into the node. The operator runs
 // as the chart's pod and reaches the API server in-cluster (the `kubernetes` Service through
 // kube-proxy); NATS is the chart's StatefulSet on a volume of the node's default StorageClass.
 //
@@ -25,9 +28,12 @@ import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest"
 import { parseAllDocuments } from "yaml";
 import { buildImage, IMAGES, type BuiltImage } from "./images/build.ts";
 import { RELEASED_IMAGES, type Release, release } from "./release/release.ts";
+import { pushArchive } from "./release/sign.ts";
 import { KUBERNETES_SERVICE_IP, startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { EXAMPLES_NAMESPACES_FILE, exampleNamespaces } from "./support/examples.ts";
+import { installBlock, OFFLINE_COSIGN_ENV, sh, verifiedDigests } from "./support/install-docs.ts";
 import { createNode, nodeTestUnsupported, type RealNode } from "./support/node.ts";
+import { type Registry, startRegistry } from "./support/registry.ts";
 import { waitFor } from "./support/ports.ts";
 import { createCA } from "./support/tls.ts";
 import { cacheRoot, toolPath } from "./tools/tools.ts";
@@ -35,13 +41,13 @@ import { cacheRoot, toolPath } from "./tools/tools.ts";
 const unsupported = nodeTestUnsupported();
 if (unsupported) process.stderr.write(`e2e/node.test.ts skipped: ${unsupported}\n`);
 
-/** The registry the test's cluster pulls from, as `global.imageRegistry`: the images are imported under it. */
-const REGISTRY = "ifp.local";
+/** Where the release is published in the registry: HOST/NAMESPACE, as `npm run release -- --publish … --to`. */
+const NAMESPACE = "ifp-dev";
 /** The kubectl plugin, `kubectl ifp` when on the PATH as kubectl-ifp. */
 const PLUGIN = fileURLToPath(new URL("../operator/bin/kubectl-ifp.ts", import.meta.url));
 const SYSTEM = "ifp-system";
 const RELEASE = "ifp";
-/** The chart's full name for the release above (release name + chart name). */
+/** The chart's full name for the release above: <release>-<chart>, as the release name does not hold the chart's. */
 const FULL = `${RELEASE}-ifp-operator`;
 /** Where examples/ without a namespace go (the namespace their URLs name). */
 const EXAMPLES_NS = "ifp-examples";
@@ -140,12 +146,17 @@ const podReady = (p: Obj) => p.status?.phase === "Running" && readyCondition(p);
 describe.skipIf(unsupported !== undefined)("the chart and the examples on a real node", () => {
   let cp: ControlPlane;
   let node: RealNode;
-  /** Every image of e2e/images/build.ts, by its kind (runtime, operator, nats, pause, …). */
+  /**
+   * Every image the node runs, by its kind (runtime, operator, app, nats, pause): its reference by
+   * digest in the registry (<registry>/ifp-dev/<name>@sha256:… for the release's), and its archive.
+   */
   const images: Record<string, BuiltImage> & Record<"pause" | "runtime" | "operator" | "nats", BuiltImage> = {} as any;
-  /** The release installed; its images are in `images` under their digest references (REGISTRY/ifp-dev/<name>@sha256:…). */
+  /** The release installed, published to `registry`. */
   let released: Release;
-  /** The name each released image's archive carries (what `ctr images import` names it), by kind. */
-  const archived: Record<string, string> = {};
+  /** The loopback registry the release is published to and the node pulls from. */
+  let registry: Registry;
+  /** The tags NATS and pause are copied to the registry under. */
+  const mirrorTags: Record<string, string> = {};
   let helmEnv: NodeJS.ProcessEnv;
   let failed = false;
   const started = Date.now();
@@ -161,28 +172,24 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
   const helm = (args: string[], timeoutMs: number) =>
     run(toolPath("helm"), [...args, "--kubeconfig", cp.kubeconfig], timeoutMs, helmEnv);
   /**
-   * The chart's values a user sets to run the release's images from a registry of their own (the
-   * digests come with the packaged chart); NATS, which the release does not bring, by repository
-   * and tag (the digest of Docker Hub's image cleared); nothing pulled.
+   * The chart's values a user sets to run the release's images from a registry of their own:
+   * `global.imageRegistry` (the digests come with the packaged chart); NATS, which the release
+   * does not bring, by the tag and digest of its copy in that registry (docs/install.md, Images
+   * by digest, through a mirror).
    */
   const imageValues = () => {
-    const [natsRepository, natsTag] = images.nats.ref.split(/:(?=[^:]+$)/) as [string, string];
     return [
-      `global.imageRegistry=${REGISTRY}`,
-      "image.pullPolicy=Never",
-      "runtimeImage.pullPolicy=Never",
-      `nats.image.repository=${natsRepository}`,
-      `nats.image.tag=${natsTag}`,
-      "nats.image.digest=",
-      "nats.image.pullPolicy=Never",
+      `global.imageRegistry=${registry.host}`,
+      `nats.image.tag=${mirrorTags.nats}`,
+      `nats.image.digest=${images.nats.ref.split("@")[1]}`,
     ].flatMap((s) => ["--set", s]);
   };
   /**
    * An example as a user applies it on a cluster without access to the public registry: each
    * container image that is one of the project's images (the same name, e.g. …/ifp-app:1.0)
-   * names the image imported into the node instead, pulled Never. Nothing else changes.
+   * names that image in the user's registry instead, by digest. Nothing else changes.
    */
-  const withLocalImages = (doc: Obj): Obj =>
+  const withRegistryImages = (doc: Obj): Obj =>
     JSON.parse(JSON.stringify(doc), (_key, value) => {
       if (
         value &&
@@ -193,7 +200,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       ) {
         const name = /([^/:@]+)(?:[:@][^/]*)?$/.exec(value.image)?.[1];
         const local = Object.values(images).find((img) => img.ref.split("/").pop()!.split(/[:@]/)[0] === name);
-        if (local) return { ...value, image: local.ref, imagePullPolicy: "Never" };
+        if (local) return { ...value, image: local.ref };
       }
       return value;
     });
@@ -222,39 +229,56 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     cp.json(["-n", ns, "get", "pods", ...(selector ? ["-l", selector] : [])]).items;
 
   beforeAll(async () => {
-    // The images (cached by their inputs' hash), the node's network and containerd, then the
-    // control plane on the node's bridge address while the images are imported.
-    // The release of the commit checked out (its images the cached archives), and the images it
-    // does not bring (pause, NATS).
+    // The images the release does not bring (pause, NATS; cached by their inputs' hash), the
+    // release of the commit checked out, and the registry.
     await timed("images", () => {
       for (const kind of Object.keys(IMAGES).filter((k) => !RELEASED_IMAGES.some((r) => r.kind === k)))
         images[kind] = buildImage(kind);
     });
     released = await timed("release", releaseOfHead);
-    for (const r of RELEASED_IMAGES) {
-      const img = released.images.find((i) => i.name === r.name)!;
-      images[r.kind] = {
-        ref: `${REGISTRY}/ifp-dev/${img.name}@${img.digest}`,
-        archive: join(released.dir, img.archive),
-      };
-      archived[r.kind] = img.ref;
-    }
-    node = await timed("node", () => createNode({ sandboxImage: images.pause }));
+    registry = await startRegistry("node");
+    await timed("publish", async () => {
+      // As docs/install.md publishes a release signed with a key: images, signatures and
+      // provenance, and the chart; then each image verified as its lines say.
+      const to = `${registry.host}/${NAMESPACE}`;
+      await run("npm", ["run", "release", "--", "--publish", released.dir, "--to", to], 10 * 60_000);
+      for (const line of installBlock("cosign verify --key", registry.host)) {
+        const m = /^cosign (verify|verify-attestation) .*\/ifp-dev\/([\w-]+):\S+$/.exec(line);
+        if (!m) continue;
+        const r = await sh(line, released.dir, OFFLINE_COSIGN_ENV);
+        if (r.code !== 0) throw new Error(`${line}: exit ${r.code}\n${r.stderr}`);
+        const img = released.images.find((i) => i.name === m[2])!;
+        expect(verifiedDigests(m[1]!, r.stdout), line).toEqual([img.digest]);
+      }
+      for (const r of RELEASED_IMAGES) {
+        const img = released.images.find((i) => i.name === r.name)!;
+        images[r.kind] = { ref: `${to}/${img.name}@${img.digest}`, archive: join(released.dir, img.archive) };
+      }
+      // NATS and pause copied to the registry as to a mirror, under their names and tags; the
+      // node pulls them by digest.
+      const work = mkdtempSync(join(tmpdir(), "ifp-node-push-"));
+      try {
+        for (const kind of ["nats", "pause"] as const) {
+          const nameAndTag = images[kind].ref.split("/").pop()!;
+          mirrorTags[kind] = nameAndTag.split(":")[1]!;
+          images[kind] = {
+            ref: pushArchive(images[kind].archive, `${registry.host}/${nameAndTag}`, work),
+            archive: images[kind].archive,
+          };
+        }
+      } finally {
+        rmSync(work, { recursive: true, force: true });
+      }
+    });
+    // The node's containerd pulls from the registry (plain HTTP on loopback, as its hosts.toml says).
+    node = await timed("node", () =>
+      createNode({
+        sandboxImage: images.pause.ref,
+        registries: [{ host: registry.host, server: `http://${registry.host}` }],
+      }),
+    );
     try {
-      [cp] = await timed("control plane and image imports", () =>
-        Promise.all([
-          startControlPlane({ address: node.hostIP, serviceAccounts: true }),
-          // Each archive as `ctr -n k8s.io images import` names it, then under its digest reference,
-          // as a registry's pull by digest would name it.
-          ...Object.entries(images)
-            .filter(([kind]) => kind !== "pause")
-            .map(async ([kind, img]) => {
-              if (!archived[kind]) return node.importImage(img);
-              await node.importImage({ ref: archived[kind], archive: img.archive });
-              node.ctr(["images", "tag", archived[kind], img.ref]);
-            }),
-        ]),
-      );
+      cp = await timed("control plane", () => startControlPlane({ address: node.hostIP, serviceAccounts: true }));
       await timed("join", () => node.join(cp));
       // helm's configuration and cache in the control plane's directory, not the user's.
       helmEnv = {
@@ -273,7 +297,10 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
             [
               "install",
               RELEASE,
-              join(released.dir, released.chart),
+              `oci://${registry.host}/${NAMESPACE}/charts/ifp-operator`,
+              "--version",
+              released.version,
+              "--plain-http",
               "-n",
               SYSTEM,
               "--create-namespace",
@@ -298,6 +325,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     if (failed && node) process.stderr.write(`e2e/node.test.ts: logs of the real node kept in ${node.keepLogs()}\n`);
     await node?.stop();
     await cp?.stop();
+    await registry?.stop();
     timings.total = Math.round((Date.now() - started) / 100) / 10;
     process.stderr.write(`e2e/node.test.ts took ${timings.total} s: ${JSON.stringify(timings)}\n`);
   }, 5 * 60_000);
@@ -328,7 +356,9 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     // The packaged chart's operator image, by the archive's digest, under the user's registry.
     const operatorImage = operator!.spec.containers[0].image;
     expect(operatorImage).toBe(images.operator.ref);
-    expect(operatorImage).toMatch(new RegExp(`^${REGISTRY}/ifp-dev/ifp-operator@sha256:[0-9a-f]{64}$`));
+    expect(operatorImage).toMatch(
+      new RegExp(`^${registry.host.replace(/\./g, "\\.")}/${NAMESPACE}/ifp-operator@sha256:[0-9a-f]{64}$`),
+    );
     expect(operator!.status.containerStatuses[0].imageID, "the image run is the one of that digest").toContain(
       images.operator.ref.split("@")[1],
     );
@@ -342,12 +372,25 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
 
     const [nats] = pods(SYSTEM, "app.kubernetes.io/component=nats");
     expect(podReady(nats!), diagnose()).toBe(true);
-    expect(nats!.status.containerStatuses[0].image).toBe(images.nats.ref);
+    // NATS's copy in the registry, by digest: the image the pod names, and the one it runs
+    // (containerd reports an image pulled by digest alone under its config's id, the digest in
+    // imageID).
+    expect(nats!.spec.containers.find((c: Obj) => c.name === "nats").image).toBe(images.nats.ref);
+    expect(nats!.status.containerStatuses.find((c: Obj) => c.name === "nats").imageID).toContain(
+      images.nats.ref.split("@")[1],
+    );
     // TLS only, with the operator's certificate, and the reloader beside the server.
     const reloader = nats!.status.containerStatuses.find((c: Obj) => c.name === "reloader");
     expect(reloader?.ready, diagnose()).toBe(true);
     expect(nats!.spec.containers.find((c: Obj) => c.name === "reloader").image).toBe(images.operator.ref);
     expect(cp.json(["-n", SYSTEM, "get", "secret", `${FULL}-nats-tls`]).data["tls.crt"]).toBeTruthy();
+    // Nothing imported: every image the node's containerd holds it pulled from the registry, by digest.
+    const held = node
+      .ctr(["images", "ls", "-q"])
+      .split("\n")
+      .filter((r) => r && !r.startsWith("sha256:"));
+    expect(held.filter((r) => !r.startsWith(`${registry.host}/`))).toEqual([]);
+    expect(held).toEqual(expect.arrayContaining([images.operator.ref, images.nats.ref, images.pause.ref]));
     const claim = cp.json(["-n", SYSTEM, "get", "pvc", `data-${nats!.metadata.name}`]);
     expect(claim.status.phase).toBe("Bound");
     expect(claim.spec.storageClassName).toBe("ifp-node-local");
@@ -364,7 +407,10 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     for (const { doc, namespace } of [...docs].sort(
       (a, b) => Number(b.doc.kind === "Namespace") - Number(a.doc.kind === "Namespace"),
     )) {
-      cp.kubectl(["apply", ...(namespace ? ["-n", namespace] : []), "-f", "-"], JSON.stringify(withLocalImages(doc)));
+      cp.kubectl(
+        ["apply", ...(namespace ? ["-n", namespace] : []), "-f", "-"],
+        JSON.stringify(withRegistryImages(doc)),
+      );
     }
     const resources = docs.filter((d) => d.doc.kind === "Agent" || d.doc.kind === "Relay");
     expect(resources.length).toBeGreaterThanOrEqual(3);
@@ -748,7 +794,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       },
     ];
     // carol first, Ready before dave greets her (else the greeting waits for dave's next attempt, a minute later).
-    const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withLocalImages(o)));
+    const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withRegistryImages(o)));
     for (const o of objects.slice(0, -1)) apply(o);
     await withDiagnosis(
       waitFor(
@@ -828,7 +874,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       metadata: { name: "mailroom", namespace: ns },
       spec: { url: relayUrl, agents: [served(frank), served(grace)] },
     };
-    const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withLocalImages(o)));
+    const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withRegistryImages(o)));
     for (const k of [frank, grace]) apply(signingSecret(k, ns));
     apply(relay);
     apply(agent(grace, frank, []));
@@ -1227,7 +1273,7 @@ function scriptPod(
         {
           name: "send",
           image,
-          imagePullPolicy: "Never",
+          imagePullPolicy: "IfNotPresent",
           command: ["node", "--input-type=module", "-e", script],
           env,
           securityContext: RESTRICTED.container,

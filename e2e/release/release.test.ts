@@ -1,13 +1,14 @@
 // `npm run release`: a release of the commit checked out, made as a user makes it, and what it
 // holds read back with the tools a platform team uses (sha256sum, tar, helm). Building the images
 // needs root (buildah); elsewhere the build is skipped with one line and the rest still runs.
-import { execFile, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { createHash, X509Certificate } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { releaseDir, tempDir } from "../support/process.ts";
+import { installBlock, OFFLINE_COSIGN_ENV, sh, verifiedDigests } from "../support/install-docs.ts";
 import { type Registry, startRegistry } from "../support/registry.ts";
 import { toolPath } from "../tools/tools.ts";
 import { BUNDLE_LICENCES, imagesCache } from "../images/build.ts";
@@ -49,40 +50,6 @@ const sha256 = (data: Buffer | string) => createHash("sha256").update(data).dige
 /** One qualifier of a package URL, decoded. */
 const purlQualifier = (purl: string, key: string) =>
   new URLSearchParams(purl.slice(purl.indexOf("?") + 1)).get(key) ?? undefined;
-
-/**
- * The lines of the fenced block of docs/install.md that holds `marker`, as a reader copies them,
- * with the example registry and version made this test's: `registry.example` is `host`.
- */
-function installBlock(marker: string, host: string): string[] {
-  const text = readFileSync("docs/install.md", "utf8");
-  const block = [...text.matchAll(/^```\n([\s\S]*?)^```/gm)].map((m) => m[1]!).find((b) => b.includes(marker));
-  if (!block) throw new Error(`docs/install.md has no shell block with ${marker}`);
-  return block
-    .replace(/\\\n\s*/g, "")
-    .split("\n")
-    .filter(Boolean)
-    .map((l) => l.split("registry.example").join(host).split("0.1.0").join(version));
-}
-
-/** `sh -ec line` in `cwd`, crane, helm and cosign first on PATH; never throws. */
-function sh(line: string, cwd: string, env: NodeJS.ProcessEnv = {}) {
-  const path = [
-    dirname(toolPath("crane")),
-    dirname(toolPath("helm")),
-    dirname(toolPath("cosign")),
-    env.PATH ?? process.env.PATH,
-  ].join(":");
-  return new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
-    execFile(
-      "sh",
-      ["-ec", line],
-      { cwd, env: { ...process.env, ...env, PATH: path }, maxBuffer: 64 << 20, timeout: 300_000 },
-      (err, stdout, stderr) =>
-        resolve({ code: err ? Number((err as { code?: number }).code ?? 1) || 1 : 0, stdout, stderr }),
-    ),
-  );
-}
 
 describe("npm run release", () => {
   it("refuses what is not a release before it builds anything", () => {
@@ -658,27 +625,7 @@ describe("npm run release", () => {
         }
       }, 300_000);
 
-      /**
-       * cosign's environment for the documented lines on this machine, which reaches no Sigstore
-       * service: with a Rekor key of its own named (SIGSTORE_REKOR_PUBLIC_KEY), cosign asks
-       * Sigstore's TUF repository for none; a key's verification that skips the log reads no
-       * Rekor key at all.
-       */
-      const cosignEnv = { SIGSTORE_REKOR_PUBLIC_KEY: "/nonexistent/rekor.pub" };
-      /** What `cosign verify` and `verify-attestation` print: the digests of the claims they verified. */
-      const verifiedDigests = (kind: string, stdout: string): string[] =>
-        kind === "verify"
-          ? (JSON.parse(stdout) as { critical: { image: { "docker-manifest-digest": string } } }[]).map(
-              (c) => c.critical.image["docker-manifest-digest"],
-            )
-          : stdout
-              .trim()
-              .split("\n")
-              .map((line) => {
-                const statement = JSON.parse(Buffer.from(JSON.parse(line).payload, "base64").toString("utf8"));
-                expect(statement.predicateType).toBe(SLSA_PROVENANCE_V1);
-                return `sha256:${statement.subject[0].digest.sha256}`;
-              });
+      const cosignEnv = OFFLINE_COSIGN_ENV;
 
       it("cosign attach, verify and verify-attestation as docs/install.md says: every image's signature and provenance verify by the release's key", async () => {
         const work = workDir();

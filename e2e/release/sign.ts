@@ -195,17 +195,13 @@ export function publish(opts: {
     );
   const host = opts.to.split("/")[0]!;
   if (keyless && !opts.identity) throw new Error("a keyless publish needs the signer's identity to verify");
-  const crane = toolPath("crane");
   const work = mkdtempSync(join(tmpdir(), "ifp-publish-"));
   const at = (f: string) => join(opts.dir, f);
   try {
     const images = manifest.images.map((img) => {
-      const layout = join(work, img.name);
-      mkdirSync(layout);
-      run("tar", ["-xf", at(img.archive), "-C", layout]);
-      const pushed = run(crane, ["push", layout, `${opts.to}/${img.name}:${manifest.version}`]).trim();
-      const ref = `${opts.to}/${img.name}@${img.digest}`;
-      if (!pushed.split("\n").includes(ref)) throw new Error(`crane pushed ${img.archive} as ${pushed}, not ${ref}`);
+      const ref = pushArchive(at(img.archive), `${opts.to}/${img.name}:${manifest.version}`, work);
+      if (ref !== `${opts.to}/${img.name}@${img.digest}`)
+        throw new Error(`crane pushed ${img.archive} as ${ref}, not ${opts.to}/${img.name}@${img.digest}`);
       if (keyless) {
         cosign(["sign", "--yes", ref]);
         cosign(["attest", "--yes", "--type", "slsaprovenance1", "--statement", at(img.provenance), ref]);
@@ -238,6 +234,20 @@ export function publish(opts: {
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
+}
+
+/**
+ * An OCI archive pushed to `ref` (a tag) with crane as it is, unpacked into a layout under
+ * `work`, so that the registry serves it by the archive's digest: the reference by digest crane
+ * pushed it as.
+ */
+export function pushArchive(archive: string, ref: string, work: string): string {
+  const layout = mkdtempSync(join(work, "layout-"));
+  run("tar", ["-xf", archive, "-C", layout]);
+  const pushed = run(toolPath("crane"), ["push", layout, ref]).trim();
+  const byDigest = pushed.split("\n").find((l) => /@sha256:[0-9a-f]{64}$/.test(l));
+  if (!byDigest) throw new Error(`crane push ${archive} ${ref} printed no digest: ${pushed}`);
+  return byDigest;
 }
 
 /**

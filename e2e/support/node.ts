@@ -43,6 +43,20 @@ const RUNC = "/usr/sbin/runc";
 /** The node's storage: a default StorageClass whose PersistentVolumes are directories of the node. */
 const STORAGE_CLASS = "ifp-node-local";
 
+/**
+ * A registry the node's containerd pulls from, configured as a cluster admin configures a private
+ * registry: a hosts.toml of its own under containerd's registry config_path
+ * (certs.d/<host>/hosts.toml).
+ */
+export interface NodeRegistry {
+  /** The registry as image references name it: host[:port]. */
+  host: string;
+  /** Where containerd reaches it: https://… (verified with `ca` when given), or http://… for a registry without TLS. */
+  server: string;
+  /** The PEM file of the CA that signed the registry's certificate, which the node then trusts for it. */
+  ca?: string;
+}
+
 export interface RealNode {
   name: string;
   /**
@@ -376,6 +390,16 @@ function kubeconfig(cp: ControlPlane, file: string, creds: { cert: string; key: 
   return file;
 }
 
+/** A registry's hosts.toml: pulls and resolves go to its server (containerd's registry host configuration). */
+function hostsToml(r: NodeRegistry): string {
+  const q = JSON.stringify;
+  return `server = ${q(r.server)}
+
+[host.${q(r.server)}]
+  capabilities = ["pull", "resolve"]
+${r.ca ? `  ca = ${q(r.ca)}\n` : ""}`;
+}
+
 function containerdConfig(dir: string, sandboxImage: string): string {
   const q = JSON.stringify;
   return `version = 2
@@ -390,7 +414,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   path = ${q(join(dir, "containerd", "opt"))}
 
 [plugins."io.containerd.grpc.v1.cri"]
-  # Nothing can be pulled here: the sandbox image is imported from an OCI archive before the kubelet starts.
+  # Imported from an OCI archive before the kubelet starts, or pulled from a registry of certs.d.
   sandbox_image = ${q(sandboxImage)}
   # The VM gives root no CAP_SYS_RESOURCE: without this every sandbox fails with
   # "can't get final child's PID from pipe".
@@ -408,6 +432,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         BinaryName = ${q(RUNC)}
         Root = ${q(join(dir, "runc"))}
         SystemdCgroup = false
+  # A hosts.toml per registry (NodeRegistry): where a pull goes, and the CA it trusts there.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = ${q(join(dir, "certs.d"))}
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = ${q(CNI_BIN)}
     conf_dir = ${q(join(dir, "cni", "net.d"))}
@@ -447,14 +474,18 @@ function cniConfig(dir: string): string {
 /**
  * A real node on this machine, in two steps so that the control plane can be started on the
  * node's bridge address in between: this sets up the network (bridge, sysctls, the fence),
- * containerd with the pause image (`sandboxImage`, buildImage("pause")), and returns the node;
+ * containerd with the pause image (`sandboxImage`: buildImage("pause") imported, or a reference
+ * containerd pulls) and the registries it pulls from (`registries`), and returns the node;
  * `join(cp)` starts CoreDNS, kube-proxy, the kubelet and kube-scheduler against `cp`.
  *
  *   const node = await createNode({ sandboxImage });
  *   const cp = await startControlPlane({ address: node.hostIP, serviceAccounts: true });
  *   await node.join(cp);
  */
-export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<RealNode> {
+export async function createNode(opts: {
+  sandboxImage: BuiltImage | string;
+  registries?: NodeRegistry[];
+}): Promise<RealNode> {
   const unsupported = realNodeUnsupported();
   if (unsupported) throw new Error(unsupported);
   installDebianPackages(NODE_PACKAGES);
@@ -826,14 +857,22 @@ export async function createNode(opts: { sandboxImage: BuiltImage }): Promise<Re
     writeFileSync(join(dir, "cni", "net.d", "10-ifp-e2e.conflist"), cniConfig(dir));
 
     // containerd
-    writeFileSync(join(dir, "containerd.toml"), containerdConfig(dir, opts.sandboxImage.ref));
+    for (const r of opts.registries ?? []) {
+      mkdirSync(join(dir, "certs.d", r.host), { recursive: true });
+      writeFileSync(join(dir, "certs.d", r.host, "hosts.toml"), hostsToml(r));
+    }
+    const sandbox = opts.sandboxImage;
+    writeFileSync(
+      join(dir, "containerd.toml"),
+      containerdConfig(dir, typeof sandbox === "string" ? sandbox : sandbox.ref),
+    );
     start("containerd", "containerd", ["--config", join(dir, "containerd.toml"), "--log-level", "info"]);
     await whileAlive(
       "containerd to answer",
       () => spawnSync("ctr", ["--address", sock, "version"], { stdio: "ignore" }).status === 0,
       60_000,
     );
-    await importImage(opts.sandboxImage);
+    if (typeof sandbox !== "string") await importImage(sandbox);
     return node;
   } catch (err) {
     return failed("the real node did not start", err);

@@ -3,15 +3,68 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Fully qualified app name: the release name, with the chart name unless it already contains it. */}}
+{{/*
+Fully qualified app name, as `helm create` writes it: fullnameOverride; else the release name when
+it contains the name (nameOverride, else the chart's name); else <release>-<name>; cut to 63
+characters and trimmed of "-". A release whose objects carry the full name of the chart's name
+(chartFullname) where nameOverride names another keeps it: while its Deployment of that name, made
+by this release, exists (`lookup`), that is the name, so an upgrade keeps its NATS volumes,
+Secrets and ServiceAccount (docs/install.md, Names of the installed objects).
+*/}}
 {{- define "ifp-operator.fullname" -}}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- $full := "" }}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
-{{- else if contains .Chart.Name .Release.Name }}
+{{- $full = .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains $name .Release.Name }}
+{{- $full = .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $full = printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- $kept := include "ifp-operator.chartFullname" . }}
+{{- if and (ne $full $kept) (not .Values.fullnameOverride) }}
+{{- $existing := lookup "apps/v1" "Deployment" .Release.Namespace $kept }}
+{{- if and $existing (eq (dig "metadata" "annotations" "meta.helm.sh/release-name" "" $existing) .Release.Name) }}
+{{- $full = $kept }}
+{{- end }}
+{{- end }}
+{{- $full }}
+{{- end }}
+
+{{/* The full name by the chart's name, whatever nameOverride says. */}}
+{{- define "ifp-operator.chartFullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
 {{- .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
 {{- end }}
+{{- end }}
+
+{{/*
+The name of one of the release's objects: <fullname>-<suffix>, the full name cut (and trimmed of
+"-") so that the whole fits in 63 characters, a DNS label as a Service's or a Job's name must be.
+Takes (dict "root" $ "suffix" "…"), and optionally "max" (a shorter limit) and "keep" (a kind of
+the core API, "Secret"): a Secret the operator made under the uncut <fullname>-<suffix> keeps that
+name while it exists (`lookup`), so that an upgrade keeps the install's CA and NATS keys.
+*/}}
+{{- define "ifp-operator.suffixed" -}}
+{{- $full := include "ifp-operator.fullname" .root }}
+{{- $max := int (default 63 .max) }}
+{{- $name := printf "%s-%s" ($full | trunc (int (sub $max (add1 (len .suffix)))) | trimSuffix "-") .suffix }}
+{{- $uncut := printf "%s-%s" $full .suffix }}
+{{- if and .keep (ne $name $uncut) (lookup "v1" .keep .root.Release.Namespace $uncut) }}
+{{- $name = $uncut }}
+{{- end }}
+{{- $name }}
+{{- end }}
+
+{{/*
+The chart's NATS: its StatefulSet, Services, ConfigMap, ServiceAccount, budget and policy. At most
+52 characters: a StatefulSet's pods carry the label controller-revision-hash, <name>-<hash>, which
+must fit in 63, and the headless Service is <name>-headless.
+*/}}
+{{- define "ifp-operator.natsName" -}}
+{{- include "ifp-operator.suffixed" (dict "root" . "suffix" "nats" "max" 52) }}
 {{- end }}
 
 {{- define "ifp-operator.chart" -}}
@@ -64,24 +117,24 @@ place of the repository's registry (prepended to one without a registry, such as
 
 {{/* The NATS URL the operator and the runtimes use. */}}
 {{- define "ifp-operator.natsAccountSecret" -}}
-{{- .Values.nats.auth.accountSecret | default (printf "%s-nats-account" (include "ifp-operator.fullname" .)) }}
+{{- .Values.nats.auth.accountSecret | default (include "ifp-operator.suffixed" (dict "root" . "suffix" "nats-account" "keep" "Secret")) }}
 {{- end }}
 
 {{/* The Secret with the installed NATS's server certificate (issued by the operator from the install CA). */}}
 {{- define "ifp-operator.natsTlsSecret" -}}
-{{- printf "%s-nats-tls" (include "ifp-operator.fullname" .) }}
+{{- include "ifp-operator.suffixed" (dict "root" . "suffix" "nats-tls" "keep" "Secret") }}
 {{- end }}
 
 {{/* The names in that certificate: the client Service's, and each server's under the headless Service (routes). */}}
 {{- define "ifp-operator.natsTlsDnsNames" -}}
-{{- $n := printf "%s-nats" (include "ifp-operator.fullname" .) }}
+{{- $n := include "ifp-operator.natsName" . }}
 {{- $ns := .Release.Namespace }}
 {{- list (printf "%s.%s.svc" $n $ns) $n (printf "%s.%s" $n $ns) (printf "%s.%s.svc.cluster.local" $n $ns) (printf "*.%s-headless.%s.svc" $n $ns) (printf "*.%s-headless.%s.svc.cluster.local" $n $ns) | join "," }}
 {{- end }}
 
 {{- define "ifp-operator.natsUrl" -}}
 {{- if .Values.nats.install }}
-{{- printf "nats://%s-nats.%s.svc:4222" (include "ifp-operator.fullname" .) .Release.Namespace }}
+{{- printf "nats://%s.%s.svc:4222" (include "ifp-operator.natsName" .) .Release.Namespace }}
 {{- else }}
 {{- required "nats.url is required unless nats.install is true" .Values.nats.url }}
 {{- end }}
@@ -136,7 +189,7 @@ topologySpreadConstraints:
 
 {{/* The install CA's Secret, in the release's namespace. */}}
 {{- define "ifp-operator.caSecretName" -}}
-{{- default (printf "%s-ca" (include "ifp-operator.fullname" .)) .Values.trust.caSecretName }}
+{{- default (include "ifp-operator.suffixed" (dict "root" . "suffix" "ca" "keep" "Secret")) .Values.trust.caSecretName }}
 {{- end }}
 
 {{/*
