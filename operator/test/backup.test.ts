@@ -34,7 +34,7 @@ import {
   SERVER_CONFIG_FIELD,
 } from "../src/nats-credential-issuer.ts";
 import { issuerOfSecret } from "../src/controllers/runtime-nats-credential.ts";
-import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "./support.ts";
+import { capturedLog, getOrAbsent, kubectlOrError, perTest, until, untilRuntimeReady } from "./support.ts";
 
 const NS = "team";
 const OPS = "ifp-system";
@@ -187,12 +187,7 @@ async function runBob(i: Install): Promise<{ url: string; ca: string; localApi: 
   const urls = await r.listening(60_000);
   const ca = get(i, "configmap", "bob-trust").data["ca.crt"] as string;
   const url = `https://localhost:${port}`;
-  await until(
-    "bob's runtime ready",
-    async () => (await httpsRequest(`${url}/readyz`, { ca }).catch(() => undefined))?.status === 200,
-    60_000,
-    250,
-  );
+  await untilRuntimeReady("bob", url, ca);
   return { url, ca, localApi: new LocalApiClient(urls.localApiUrl!) };
 }
 

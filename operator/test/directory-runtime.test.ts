@@ -24,7 +24,7 @@ import { generateSigningKey, privateKeyFromPem } from "../../runtime/src/protoco
 import { signMessage } from "../../runtime/src/protocol/signing.ts";
 import { message } from "../../runtime/test/support/fixtures.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
-import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "./support.ts";
+import { capturedLog, getOrAbsent, kubectlOrError, perTest, until, untilRuntimeReady } from "./support.ts";
 
 let cp: ControlPlane;
 let nats: NatsServer;
@@ -124,12 +124,7 @@ async function run(name: string): Promise<{ url: string; localApi: LocalApiClien
   const urls = await r.listening();
   const ca = get("configmap", `${name}-trust`).data["ca.crt"] as string;
   const url = `https://localhost:${ports.get(name)}`;
-  await until(
-    `${name}'s runtime ready`,
-    async () => (await httpsRequest(`${url}/readyz`, { ca }).catch(() => undefined))?.status === 200,
-    60_000,
-    250,
-  );
+  await untilRuntimeReady(name, url, ca);
   return { url, localApi: new LocalApiClient(urls.localApiUrl!), ca };
 }
 

@@ -16,7 +16,7 @@ import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jet
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { httpsRequest } from "../../e2e/support/https.ts";
-import { runDeploymentLocally, type LocalRuntime } from "../../e2e/support/materialize.ts";
+import { onLoopback, runDeploymentLocally, type LocalRuntime } from "../../e2e/support/materialize.ts";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { freePort } from "../../e2e/support/ports.ts";
 import { releaseDir, tempDir } from "../../e2e/support/process.ts";
@@ -37,7 +37,14 @@ import {
   serverConfig,
 } from "../src/nats-credential-issuer.ts";
 import { dataAccountOf } from "../src/nats-shared-accounts.ts";
-import { kubectlOrError, natsAccountOperator, perTest, runtimeConnection, until as waitUntil } from "./support.ts";
+import {
+  kubectlOrError,
+  natsAccountOperator,
+  perTest,
+  runtimeConnection,
+  until as waitUntil,
+  untilRuntimeReady,
+} from "./support.ts";
 
 const MIB = 1024 * 1024;
 /** Waits long enough for a reconcile on a loaded machine (each still ends before its test's timeout). */
@@ -219,27 +226,16 @@ describe("the operator on the isolated NATS layout", () => {
     const port = await freePort();
     const metricsPort = await freePort();
     rmSync(join(dir, "bob"), { recursive: true, force: true });
+    const loopback = onLoopback(port, metricsPort);
     const r = runDeploymentLocally(cp(), NS1, "bob", dir, {
-      rewriteArg: (a) =>
-        a.startsWith("--nats=")
-          ? `--nats=${nats.url}`
-          : a.startsWith("--port=")
-            ? `--port=${port}`
-            : a.startsWith("--metrics-port=")
-              ? `--metrics-port=${metricsPort}`
-              : a,
-      extraArgs: ["--host=127.0.0.1", "--local-api-port=0"],
+      ...loopback,
+      rewriteArg: (a) => (a.startsWith("--nats=") ? `--nats=${nats.url}` : loopback.rewriteArg(a)),
     });
     running.push(r);
     await r.listening(120_000);
     const ca = get(NS1, "configmap", "bob-trust").data["ca.crt"] as string;
     const url = `https://localhost:${port}`;
-    await until(
-      "bob's runtime ready",
-      async () => (await httpsRequest(`${url}/readyz`, { ca }).catch(() => undefined))?.status === 200,
-      60_000,
-      250,
-    );
+    await untilRuntimeReady("bob", url, ca);
     const m = signed(alice, "bob-agent", {}, "Hello Bob, on the isolated layout");
     const res = await httpsRequest(`${url}/.well-known/agent/inbox`, {
       method: "POST",

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
-import { runDeploymentLocally, type LocalRuntime } from "../../e2e/support/materialize.ts";
+import { onLoopback, runDeploymentLocally, type LocalRuntime } from "../../e2e/support/materialize.ts";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { freePort } from "../../e2e/support/ports.ts";
 import { releaseDir, tempDir } from "../../e2e/support/process.ts";
@@ -181,15 +181,7 @@ describe("sizes as Kubernetes quantities", () => {
     await until("ana's Deployment", () => get("deployment", "ana"));
     expect(manifestOf("ana").spec.inbox).toMatchObject({ maxBytes: 64 * MI, maxMessageBytes: 512 * 1024 });
     const [port, metricsPort] = [await freePort(), await freePort()];
-    const runtime = runDeploymentLocally(cp, NS, "ana", dir, {
-      rewriteArg: (a) =>
-        a.startsWith("--port=")
-          ? `--port=${port}`
-          : a.startsWith("--metrics-port=")
-            ? `--metrics-port=${metricsPort}`
-            : a,
-      extraArgs: ["--host=127.0.0.1", "--local-api-port=0"],
-    });
+    const runtime = runDeploymentLocally(cp, NS, "ana", dir, onLoopback(port, metricsPort));
     running.push(runtime);
     await runtime.listening();
     const inbox = agentNames(`${NS}/ana`).inboxStream;

@@ -6,6 +6,7 @@ import { agentInboxPrefix } from "../../runtime/src/contract/nats-permissions.ts
 import pino, { type Logger } from "pino";
 import { afterAll, afterEach, beforeAll, beforeEach } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
+import { httpsRequest } from "../../e2e/support/https.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import { LOG_FORMAT } from "../../runtime/src/telemetry/log-format.ts";
 import type { OperatorSettings } from "../src/controllers/settings.ts";
@@ -117,6 +118,16 @@ export function until<T>(
 ): Promise<T> {
   const left = testDeadline - Date.now() - MARGIN_MS;
   return waitFor(what, probe, Math.max(1_000, Math.min(timeoutMs, left)), intervalMs);
+}
+
+/** Resolves once the runtime at `url` (its certificate from `ca`) answers /readyz with 200. */
+export function untilRuntimeReady(name: string, url: string, ca: string, timeoutMs = 60_000): Promise<true> {
+  return until(
+    `${name}'s runtime ready`,
+    async () => (await httpsRequest(`${url}/readyz`, { ca }).catch(() => undefined))?.status === 200,
+    timeoutMs,
+    250,
+  );
 }
 
 /** cert-manager's Certificate API as far as the operator uses it (the CRD alone: nothing issues). */
