@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { PLUGIN_FILES } from "../../operator/plugin-bundle.ts";
-import { PLUGIN_NODE } from "../../operator/src/plugin/node-version.ts";
+import { ENGINES_ABOVE_NEED, PLUGIN_NODE } from "../../operator/src/plugin/node-version.ts";
 import { buildInfo } from "../../runtime/src/util/version.ts";
 import { startControlPlane, type ControlPlane } from "../support/controlplane.ts";
 import { releaseDir, tempDir } from "../support/process.ts";
@@ -199,6 +199,23 @@ describe("the release's kubectl plugin", () => {
     expect(licences).toMatch(/\nundici@7\.\d+\.\d+\nLicense: MIT\n/);
     expect(licences).not.toMatch(/\nundici@8\./);
     expect(licences).toMatch(/\n@kubernetes\/client-node@\d/);
+  });
+
+  it("bundles the packages whose engines ask for a newer Node only as what runs on Node 20", () => {
+    // What each is used for in the bundle, run by the oldest Node the plugin is run on here.
+    const uses: Record<keyof typeof ENGINES_ABOVE_NEED, string> = {
+      "@nats-io/nuid": 'const { nuid } = await import("@nats-io/nuid"); out.push(nuid.next().length);',
+      canonicalize: 'const c = (await import("canonicalize")).default; out.push(c({ b: [1, "x"], a: null }));',
+    };
+    expect(Object.keys(uses).sort()).toEqual(Object.keys(ENGINES_ABOVE_NEED).sort());
+    const [, oldest] = nodes()[0]!;
+    const r = spawnSync(
+      oldest,
+      ["--input-type=module", "-e", `const out = []; ${Object.values(uses).join(" ")} console.log(JSON.stringify(out));`],
+      { encoding: "utf8", cwd: process.cwd() },
+    );
+    expect(r.stderr).toBe("");
+    expect(JSON.parse(r.stdout)).toEqual([22, '{"a":null,"b":[1,"x"]}']);
   });
 
   it("passes krew's validator, which refuses a manifest whose platform lacks its sha256", () => {
