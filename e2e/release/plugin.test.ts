@@ -211,7 +211,11 @@ describe("the release's kubectl plugin", () => {
     const [, oldest] = nodes()[0]!;
     const r = spawnSync(
       oldest,
-      ["--input-type=module", "-e", `const out = []; ${Object.values(uses).join(" ")} console.log(JSON.stringify(out));`],
+      [
+        "--input-type=module",
+        "-e",
+        `const out = []; ${Object.values(uses).join(" ")} console.log(JSON.stringify(out));`,
+      ],
       { encoding: "utf8", cwd: process.cwd() },
     );
     expect(r.stderr).toBe("");

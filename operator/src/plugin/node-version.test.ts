@@ -3,15 +3,7 @@ import { nodeTooOld, PLUGIN_NODE } from "./node-version.ts";
 
 describe("nodeTooOld", () => {
   it("admits the plugin's Node and every later one", () => {
-    for (const v of [
-      `v${PLUGIN_NODE}`,
-      "v20.19.1",
-      "v20.20.2",
-      "v21.0.0",
-      "v22.23.3",
-      "v24.21.0",
-      "v100.0.0",
-    ])
+    for (const v of [`v${PLUGIN_NODE}`, "v20.19.1", "v20.20.2", "v21.0.0", "v22.23.3", "v24.21.0", "v100.0.0"])
       expect(nodeTooOld(v, "/usr/bin/node"), v).toBeUndefined();
   });
 
