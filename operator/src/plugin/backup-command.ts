@@ -4,6 +4,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { ArchiveError, readArchive } from "./backup-archive.ts";
 import { backup, restore } from "./backup.ts";
+import type { Parsed } from "./command-line.ts";
 import { checkNamespace, connect, PluginError, UsageError } from "./kube.ts";
 import { printable } from "../../../runtime/src/util/printable.ts";
 
@@ -21,30 +22,19 @@ export const BACKUP_USAGE = `  backup [-o FILE.tar] --nats-url URL [--no-data]
                               unless --force
 `;
 
-/** The flags of backup and restore (parseArgs options). */
-export const BACKUP_FLAGS = {
-  "nats-url": { type: "string" },
-  "nats-server-name": { type: "string" },
-  "no-data": { type: "boolean" },
-  "keys-only": { type: "boolean" },
-  force: { type: "boolean" },
-} as const;
-export type BackupFlags = Partial<Record<keyof typeof BACKUP_FLAGS, string | boolean>>;
-
-/** What backup and restore read of the command line (main.ts parses it). */
-interface Args {
-  args: string[];
-  namespace?: string;
-  allNamespaces: boolean;
-  output?: string;
-  kubeconfig?: string;
-  context?: string;
-  operatorNamespace?: string;
-  /** The flags of send, tail and redrive, as given (restore takes --timeout among them). */
-  messaging: { timeout?: string };
-  all: boolean;
-  backup: BackupFlags;
-}
+type Args = Pick<
+  Parsed,
+  | "args"
+  | "namespace"
+  | "allNamespaces"
+  | "output"
+  | "kubeconfig"
+  | "context"
+  | "operatorNamespace"
+  | "messaging"
+  | "all"
+  | "backup"
+>;
 
 // What is said names what the cluster and the archive hold: printed as text, never as control characters.
 const say = (line: string) => void process.stderr.write(`kubectl ifp: ${printable(line)}\n`);

@@ -7,7 +7,8 @@ import { parseArgs } from "node:util";
 import { describeResource, renderDescription } from "./describe.ts";
 import { checkExec, execIfp, RUNTIME_CONTAINER, runtimePod } from "./exec.ts";
 import { apiMessage, checkNamespace, connect, type Kind, PluginError, UsageError } from "./kube.ts";
-import { BACKUP_FLAGS, BACKUP_USAGE, backupCommand, type BackupFlags } from "./backup-command.ts";
+import { BACKUP_USAGE, backupCommand } from "./backup-command.ts";
+import { BACKUP_FLAGS, MESSAGING_FLAGS, type Parsed } from "./command-line.ts";
 import { writeReport } from "./report.ts";
 import { collectStatus, renderStatus } from "./status.ts";
 import { printable } from "../../../runtime/src/util/printable.ts";
@@ -93,27 +94,6 @@ const KINDS: Record<string, Kind> = {
   "relays.ifp.dev": "Relay",
   ifprelay: "Relay",
 };
-
-export interface Parsed {
-  command: string;
-  args: string[];
-  namespace?: string;
-  allNamespaces: boolean;
-  output?: string;
-  kubeconfig?: string;
-  context?: string;
-  operatorNamespace?: string;
-  /** send, tail and redrive: their flags, as given. */
-  messaging: Partial<Record<(typeof MESSAGING_FLAGS)[number], string>>;
-  /** backup and restore: their flags, as given. */
-  backup: BackupFlags;
-  /** redrive --all. */
-  all: boolean;
-  help: boolean;
-  version: boolean;
-}
-
-const MESSAGING_FLAGS = ["to", "text", "phase", "wait", "since", "count", "timeout", "limit"] as const;
 
 export function parse(argv: string[]): Parsed {
   let values: Record<string, string | boolean | undefined>;
