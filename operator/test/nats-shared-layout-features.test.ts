@@ -4,9 +4,10 @@
 // inbox in the tenant's shared one (the runtime's count of its bytes), the watch looks back
 // (`?since=`, the runtime's record of what it stored) and a changed capability document reaches
 // the peers of recent conversations (an index of the latest record of each peer).
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { Kvm } from "@nats-io/kv";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { consistently, freePort, waitFor } from "../../e2e/support/ports.ts";
@@ -119,7 +120,8 @@ describe("the agent runtime on the isolated layout: per-Agent bounds, the watch'
     expect((await agents.alice!.post(first)).status).toBe(202);
     expect((await agents.alice!.post(big("alice", `2 ${"x".repeat(400_000)}`))).status).toBe(202);
     // 1.2 MB would pass her 1 MiB.
-    const full = await agents.alice!.post(big("alice", `3 ${"x".repeat(400_000)}`));
+    const third = big("alice", `3 ${"x".repeat(400_000)}`);
+    const full = await agents.alice!.post(third);
     expect(full.status).toBe(503);
     expect(full.headers["retry-after"]).toBe("300");
     expect(full.json()).toMatchObject({ status: "error", code: "inbox_full" });
@@ -128,8 +130,9 @@ describe("the agent runtime on the isolated layout: per-Agent bounds, the watch'
     // The tenant's inbox has room: bob, in the same namespace, takes as much and more.
     for (const n of [1, 2, 3, 4])
       expect((await agents.bob!.post(big("bob", `${n} ${"y".repeat(400_000)}`))).status, `bob's ${n}`).toBe(202);
-    // A small message to alice is refused too: her count, not the size of one message, is what is full.
-    expect((await agents.alice!.post(signed(carol, "alice-agent", {}, "small"))).status).toBe(503);
+    // What is left of her 1 MiB still takes a small message; the third one, tried again, not.
+    expect((await agents.alice!.post(signed(carol, "alice-agent", {}, "small"))).status).toBe(202);
+    expect((await agents.alice!.post(third)).status).toBe(503);
   }, 60_000);
 
   it("looks back on the inbox with ?since=: the messages stored within it, by sequence, then each new one once; none of another Agent's", async () => {
@@ -179,10 +182,15 @@ describe("the agent runtime on the isolated layout: per-Agent bounds, the watch'
   it("tells the peers of recent conversations of a changed capability document, from the latest record of each peer", async () => {
     // alice and carol have written to bob (signed) in several conversations: one index entry each.
     for (const from of [alice, alice, carol])
-      expect((await agents.bob!.post(signed(from, "bob-agent", {}, `From ${from.agentId}`))).status).toBe(202);
-    const jsm = await install.operatorOf(TENANT);
-    const index = await jsm.direct.getMessage("KV_ifp_conv", { last_by_subj: `$KV.ifp_conv.${accounts.bob}._i.peers` });
-    const listed = index!.json<string[]>();
+      expect(
+        (await agents.bob!.post(signed(from, "bob-agent", { conversation_id: `conv:${randomUUID()}` }, "Hello")))
+          .status,
+      ).toBe(202);
+    // Read as bob's runtime reads it, with his own credential.
+    const kv = await new Kvm((await install.runtimeClient(`${TENANT}/bob`)).js).open("ifp_conv", {
+      allow_direct: true,
+    });
+    const listed = (await kv.get(`${accounts.bob}._i.peers`))!.json<string[]>();
     expect(listed.map((k) => k.split(".")[1]).sort()).toEqual(["alice-agent", "carol-agent"]);
 
     const before = (await agents.bob!.get("/.well-known/agent/capabilities")).json();
