@@ -76,7 +76,12 @@ describe("the count of an inbox's bytes", () => {
 describe("the record of what the inbox stored, for the watch's look back", () => {
   it("yields what was stored within the look back and is still in the inbox, by sequence, over chunks of keys", async () => {
     let now = Date.parse("2026-03-01T10:00:00Z");
-    const record = new StoredMessageRecord(kv, () => nats.jsm, "INBOX_RECORDS", () => now);
+    const record = new StoredMessageRecord(
+      kv,
+      () => nats.jsm,
+      "INBOX_RECORDS",
+      () => now,
+    );
     const store = async (n: number) => {
       const ack = await nats.js.publish(`in.m${n}`, `message ${n}`);
       await record.record(ack.seq, `in.m${n}`);
@@ -106,7 +111,12 @@ describe("the record of what the inbox stored, for the watch's look back", () =>
     // Twelve minutes back: the old one first.
     expect((await seen(12 * 60)).map((m) => m.seq)).toEqual([old, ...[...recent].sort((a, b) => a - b)]);
     // Two replicas recording at once into the same key: neither's entries are lost.
-    const other = new StoredMessageRecord(kv, () => nats.jsm, "INBOX_RECORDS", () => now);
+    const other = new StoredMessageRecord(
+      kv,
+      () => nats.jsm,
+      "INBOX_RECORDS",
+      () => now,
+    );
     const both: number[] = [];
     for (let round = 0; round < 10; round++)
       await Promise.all(
