@@ -5,18 +5,17 @@
 // (`?since=`, the runtime's record of what it stored) and a changed capability document reaches
 // the peers of recent conversations (an index of the latest record of each peer).
 import { createHash, randomUUID } from "node:crypto";
-import { writeFileSync } from "node:fs";
-import { join } from "node:path";
 import { Kvm } from "@nats-io/kv";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { localhostTls } from "../../e2e/support/tls.ts";
 import { consistently, freePort, waitFor } from "../../e2e/support/ports.ts";
 import { secondAfter } from "../../e2e/support/wait.ts";
-import { IsolatedInstall } from "../../runtime/bench/scale-isolated.ts";
+import type { IsolatedInstall } from "../../runtime/bench/scale-isolated.ts";
 import { LocalApiClient } from "../../runtime/src/client/local.ts";
 import type { AgentSpecInput } from "../../runtime/src/resources/agent.ts";
+import { isolatedAgent, startIsolatedRuntimes } from "./support/isolated-runtimes.ts";
+import { watchInbox } from "../../runtime/test/support/inbox-watch.ts";
 import { runAgent, startHandler, type Tls } from "../../runtime/test/support/agent-harness.ts";
-import { identity, peerOf, signed, tempDir } from "../../runtime/test/support/fixtures.ts";
+import { identity, peerOf, signed } from "../../runtime/test/support/fixtures.ts";
 
 const TENANT = "team-2";
 const alice = identity("alice-agent");
@@ -60,44 +59,20 @@ async function start(name: Name, more: Omit<AgentSpecInput, "agentId"> = {}): Pr
   return r;
 }
 
-/** The events of a watch of the local API, as they come, until `stop()`. */
-async function watch(agent: Running, query = ""): Promise<{ status: number; events: any[]; stop: () => void }> {
-  const ac = new AbortController();
-  const res = await fetch(`${agent.localApiUrl}/messages/watch${query}`, { signal: ac.signal });
-  const events: any[] = [];
-  if (res.status === 200)
-    void (async () => {
-      let buf = "";
-      const text = new TextDecoder();
-      for await (const chunk of res.body!) {
-        buf += text.decode(chunk, { stream: true });
-        for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
-          const data = /^data: (.*)$/m.exec(buf.slice(0, i))?.[1];
-          if (data) events.push(JSON.parse(data));
-          buf = buf.slice(i + 2);
-        }
-      }
-    })().catch(() => {});
-  return { status: res.status, events, stop: () => ac.abort() };
-}
+/** A watch of the agent's inbox (its local API's GET /messages/watch). */
+const watch = (agent: Running, query = "") => watchInbox(agent.localApiUrl, query);
 
 beforeAll(async () => {
-  const dir = tempDir("ifp-shared-features-");
-  [install, tls] = await Promise.all([
-    IsolatedInstall.start({
-      http: "",
-      jetstream: "jetstream { max_file_store: 1TB }\n",
-      graceMs: 2_000,
-      startTimeoutMs: 30_000,
-    }),
-    localhostTls(),
-  ]);
+  let dir: string;
+  ({ install, tls, dir } = await startIsolatedRuntimes("ifp-shared-features-"));
   for (const name of Object.keys(ids) as Name[]) {
-    accounts[name] = await install.makeAgent(`${TENANT}/${name}`, { name: "" });
-    credsFiles[name] = join(dir, `${name}.creds`);
-    writeFileSync(credsFiles[name], await install.runtimeCreds(`${TENANT}/${name}`, ids[name].agentId), {
-      mode: 0o600,
-    });
+    ({ account: accounts[name], credsFile: credsFiles[name] } = await isolatedAgent(
+      install,
+      dir,
+      TENANT,
+      name,
+      ids[name].agentId,
+    ));
     ports[name] = await freePort();
   }
   await Promise.all([
@@ -167,14 +142,14 @@ describe("the agent runtime on the isolated layout: per-Agent bounds, the watch'
         1_000,
       );
     } finally {
-      w.stop();
+      await w.stop();
     }
     // A watch from now shows none of them; a look back past a week is refused.
     const now = await watch(agents.bob!);
     try {
       await consistently("nothing from before", () => now.events.length === 0, 500);
     } finally {
-      now.stop();
+      await now.stop();
     }
     expect((await watch(agents.bob!, "?since=604801")).status).toBe(400);
   }, 60_000);
