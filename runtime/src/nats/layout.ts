@@ -371,12 +371,15 @@ export function isolatedLayout(account: string): JetStreamLayout {
       if (!nc) throw new Error("not connected");
       const sub = nc.subscribe(sharedInboxWatchSubject(account));
       await nats.whileConnected(nc.flush());
+      const subscribedAt = Date.now();
       return {
         async *[Symbol.asyncIterator]() {
+          // What the subscription may hear again: the look back's messages stored since it was made
+          // (with a minute for the clocks), not the whole look back's.
           const past = new Set<number>();
           if (sinceSeconds > 0 && lookBack)
             for await (const m of lookBack.since(sinceSeconds)) {
-              past.add(m.seq);
+              if (m.time.getTime() >= subscribedAt - 60_000) past.add(m.seq);
               yield m;
             }
           for await (const m of sub) {
