@@ -207,7 +207,7 @@ export function redrivenRecord(record: DeliveryRecord, now: number): DeliveryRec
  */
 /** The dead letters' keys (`dead.<id>`), listed where the layout lists no keys (nats/layout.ts). */
 const DEAD_LETTER_INDEX: KeyIndex = {
-  of: (key) => (key.startsWith("dead.") ? "dead" : undefined),
+  of: (key) => (key.startsWith("dead.") ? ["dead"] : []),
   for: (filter) => (filter === "dead.>" ? "dead" : undefined),
 };
 

@@ -515,7 +515,7 @@ function agentApps(opts: AgentOptions, self: Self, w: Wired, ready: () => boolea
     received: inbox.received.bind(inbox),
     conversations,
     stream: w.deliveries.appStream,
-    watch: new InboxWatch(w.stores.nats, self.names, w.log),
+    watch: new InboxWatch(w.stores.nats, self.names, w.log, w.stores.inbox),
     logger: w.log,
   };
   const localApi = buildLocalApi(localDeps);

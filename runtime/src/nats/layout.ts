@@ -109,19 +109,29 @@ export interface StoredInboxMessage {
   string(): string;
 }
 
+/**
+ * The inbox's messages stored within the last `seconds`, as the runtime recorded them where the
+ * layout cannot read the inbox from a time (agent/inbox-look-back.ts).
+ */
+export interface InboxLookBack {
+  since(seconds: number): AsyncIterable<StoredInboxMessage>;
+}
+
 /** The inbox's messages as they are stored, until it is closed. */
 export interface InboxFollower extends AsyncIterable<StoredInboxMessage> {
   close(): Promise<unknown>;
 }
 
 /**
- * The listings of a bucket's keys that a layout listing no keys keeps itself: `of` the index a
- * key is listed in (undefined: none), `for` the index that answers a `keys()` filter (undefined:
- * that filter is not served).
+ * The listings of a bucket's keys that a layout listing no keys keeps itself: `of` the indexes a
+ * key is listed in (none: []), `for` the index that answers a `keys()` filter (undefined: that
+ * filter is not served). `replaces`: whether listing `key` in index `name` takes the place of a
+ * key listed there already (one key per peer, say: the latest); without it, only `key` itself.
  */
 export interface KeyIndex {
-  of(key: string): string | undefined;
+  of(key: string): string[];
   for(filter: string): string | undefined;
+  replaces?(name: string, key: string, listed: string): boolean;
 }
 
 /** The most keys one index lists: past it the oldest listed are forgotten (their records are kept). */
@@ -155,14 +165,18 @@ export interface JetStreamLayout {
   readonly once: OneCopyRule;
   /** Whether the runtime makes and keeps its streams (StreamKeeper). */
   readonly makesStreams: boolean;
+  /** Whether the inbox can be read from a time; if not, the runtime records what it stores for a look back (InboxLookBack). */
+  readonly readsFromTime: boolean;
   /**
    * The inbox's messages on `inboxMessages` as they are stored from now (or `sinceSeconds`
-   * back), taking none of them from the handler or the application's stream: GET /messages/watch.
+   * back, from `lookBack` where the layout does not read from a time), taking none of them from
+   * the handler or the application's stream: GET /messages/watch.
    */
   followInbox(
     nats: Nats,
     names: Pick<AgentNames, "inboxStream" | "inboxMessages">,
     sinceSeconds: number,
+    lookBack?: InboxLookBack,
   ): Promise<InboxFollower>;
 }
 
@@ -227,6 +241,7 @@ export const perAgentLayout: JetStreamLayout = {
   consumers: makeConsumers,
   once: streamWideId,
   makesStreams: true,
+  readsFromTime: true,
   // An ordered consumer of its own: ephemeral, never acknowledging.
   async followInbox(nats, names, sinceSeconds) {
     const consumer = await nats.whileConnected(
@@ -262,6 +277,11 @@ const operatorConsumers: ConsumerSetUp = {
     }
   },
 };
+
+/** A KV create or update refused because another writer came first (compare-and-set). */
+export function isCasConflict(err: unknown): boolean {
+  return /wrong last sequence|key exists/i.test(errorMessage(err));
+}
 
 /** JetStream's refusal of a second message on a subject that holds one (`discard_new_per_subject`). */
 export function isSubjectTaken(err: unknown): boolean {
@@ -338,22 +358,33 @@ export function isolatedLayout(account: string): JetStreamLayout {
     consumers: operatorConsumers,
     once: subjectPerId,
     makesStreams: false,
+    readsFromTime: false,
     // The inbox stream publishes again each message it stores on the Agent's message subjects,
     // where only its account hears it (the stream import of sharedInboxWatchSubject): a core
-    // subscription follows the inbox from now, with no consumer. A look back would read the
-    // stream from a time, which takes one.
-    async followInbox(nats, _names, sinceSeconds) {
-      if (sinceSeconds > 0)
+    // subscription follows the inbox from now, with no consumer. A look back, which would read
+    // the stream from a time (a consumer), is the runtime's record of what it stored: subscribed
+    // first, so that nothing stored while it is read is missed; what both yield, the record first.
+    async followInbox(nats, _names, sinceSeconds, lookBack) {
+      if (sinceSeconds > 0 && !lookBack)
         throw notOnLayout("isolated", "a look back (`since`) of GET /messages/watch (the inbox read from a time)");
       const nc = nats.nc;
       if (!nc) throw new Error("not connected");
       const sub = nc.subscribe(sharedInboxWatchSubject(account));
       await nats.whileConnected(nc.flush());
+      const subscribedAt = Date.now();
       return {
         async *[Symbol.asyncIterator]() {
+          // What the subscription may hear again: the look back's messages stored since it was made
+          // (with a minute for the clocks), not the whole look back's.
+          const past = new Set<number>();
+          if (sinceSeconds > 0 && lookBack)
+            for await (const m of lookBack.since(sinceSeconds)) {
+              if (m.time.getTime() >= subscribedAt - 60_000) past.add(m.seq);
+              yield m;
+            }
           for await (const m of sub) {
             const seq = Number(m.headers?.get(REPUBLISHED.seq));
-            if (!Number.isSafeInteger(seq) || seq < 1) continue;
+            if (!Number.isSafeInteger(seq) || seq < 1 || past.has(seq)) continue;
             yield {
               seq,
               headers: m.headers,
@@ -401,21 +432,24 @@ class AccountKeys implements KV {
     const keys = e.json<unknown>();
     return { keys: Array.isArray(keys) ? keys.filter((k) => typeof k === "string") : [], revision: e.revision };
   }
-  /** Key `k` listed in its index, or taken off it; retried from a fresh read when another writer came first. */
+  /** Key `k` listed in its indexes (last), or taken off them; each retried from a fresh read when another writer came first. */
   private async relist(k: string, listed: boolean): Promise<void> {
-    const name = this.index?.of(k);
-    if (name === undefined) return;
-    for (let tries = 0; ; tries++) {
-      const { keys, revision } = await this.listed(name);
-      if (keys.includes(k) === listed) return;
-      const next = listed ? [...keys, k].slice(-MAX_INDEXED_KEYS) : keys.filter((x) => x !== k);
-      try {
-        const data = JSON.stringify(next);
-        if (revision) await this.kv.update(this.k(indexKey(name)), data, revision);
-        else await this.kv.create(this.k(indexKey(name)), data);
-        return;
-      } catch (err) {
-        if (tries >= 8 || !/wrong last sequence|key exists/i.test(errorMessage(err))) throw err;
+    for (const name of this.index?.of(k) ?? []) {
+      const replaced = (x: string) => x !== k && this.index?.replaces?.(name, k, x) === true;
+      for (let tries = 0; ; tries++) {
+        const { keys, revision } = await this.listed(name);
+        if (keys.includes(k) === listed && !(listed && keys.some(replaced))) break;
+        const next = listed
+          ? [...keys.filter((x) => !replaced(x)), k].slice(-MAX_INDEXED_KEYS)
+          : keys.filter((x) => x !== k);
+        try {
+          const data = JSON.stringify(next);
+          if (revision) await this.kv.update(this.k(indexKey(name)), data, revision);
+          else await this.kv.create(this.k(indexKey(name)), data);
+          break;
+        } catch (err) {
+          if (tries >= 8 || !isCasConflict(err)) throw err;
+        }
       }
     }
   }
