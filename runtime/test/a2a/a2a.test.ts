@@ -1,10 +1,13 @@
 // The A2A face of an agent (docs/a2a.md) as A2A clients meet it: the ifp-runtime command with
 // spec.a2a enabled over real TLS, a real nats-server, the official A2A JS SDK's client, the
 // card's signature checked with jose, and the test's application answering through the local API.
-import { randomUUID, sign as edSign } from "node:crypto";
+import { spawnSync } from "node:child_process";
+import { createHmac, randomUUID, sign as edSign } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { verifyAgentCardSignature } from "@a2a-js/sdk";
 import { DefaultAgentCardResolver } from "@a2a-js/sdk/client";
+import { A2AError, JsonRpcTransportError, RequestMalformedError } from "@a2a-js/sdk/errors";
 import canonicalize from "canonicalize";
 import { httpbis } from "http-message-signatures";
 import { flattenedVerify, importJWK } from "jose";
@@ -14,6 +17,8 @@ import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
+import { toolPath } from "../../../e2e/tools/tools.ts";
+import { jwks as jwksOf, signCard } from "../../src/a2a/card.ts";
 import { contentDigest, signRequest } from "../../src/protocol/http-signatures.ts";
 import {
   clientFactory,
@@ -164,6 +169,86 @@ describe("the agent card", () => {
     await expect(
       flattenedVerify({ protected: sig.protected, signature: sig.signature, payload: forged }, key),
     ).rejects.toThrow();
+  });
+});
+
+describe("the agent card, checked by libraries this runtime does not use", () => {
+  /** The card and JWKS checked by go-jose with the RFC 8785 reference implementation (e2e/tools/card-verify). */
+  function goJose(card: unknown, jwks: unknown): { status: number | null; result: any } {
+    const at = tempDir("ifp-card-verify-");
+    writeFileSync(join(at, "card.json"), JSON.stringify(card));
+    writeFileSync(join(at, "jwks.json"), JSON.stringify(jwks));
+    const run = spawnSync(toolPath("card-verify"), [join(at, "card.json"), join(at, "jwks.json")], {
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+    return { status: run.status, result: JSON.parse(run.stdout.trim() || JSON.stringify({ error: run.stderr })) };
+  }
+
+  it("verifies, in each form served, with the official SDK's verifier and with go-jose over the section 8.4.1 form", async () => {
+    const card10 = (
+      await httpsRequest(`${base}/.well-known/agent-card.json`, { headers: { "a2a-version": "1.0" }, ca: tls.ca })
+    ).json();
+    const card03 = (await httpsRequest(`${base}/.well-known/agent-card.json`, { ca: tls.ca })).json();
+    expect(card03.protocolVersion).toBe("0.3.0");
+    const jwks = (await httpsRequest(`${base}/.well-known/a2a/jwks.json`, { ca: tls.ca })).json();
+    const kid = `${self.agentId}#key-1`;
+    const byKid = async (k: string) => jwks.keys.find((key: any) => key.kid === k);
+    // The SDK's verifier reads a card as 1.0's AgentCard (docs/a2a.md#versions): the 1.0 form.
+    await expect(verifyAgentCardSignature(byKid)(card10)).resolves.toBeUndefined();
+    await expect(verifyAgentCardSignature(byKid)({ ...card10, name: "someone else" })).rejects.toThrow(
+      /No valid signatures/,
+    );
+    for (const card of [card10, card03])
+      expect(goJose(card, jwks)).toEqual({ status: 0, result: { verified: true, kids: [kid] } });
+    // A card with an empty repeated field, signed as this runtime signs: the field is not in the payload.
+    const withEmpty = { ...card10, signatures: undefined, skills: [{ ...card10.skills[0], examples: [] }] };
+    const signed = {
+      ...withEmpty,
+      signatures: [await signCard(withEmpty, self.signing, `${base}/.well-known/a2a/jwks.json`)],
+    };
+    expect(goJose(signed, jwks)).toEqual({ status: 0, result: { verified: true, kids: [kid] } });
+    await expect(verifyAgentCardSignature(byKid)(signed)).resolves.toBeUndefined();
+  });
+
+  it("refuses, in go-jose too, a changed card, another form's signature, and a key or algorithm that is not the card's", async () => {
+    const card10 = (
+      await httpsRequest(`${base}/.well-known/agent-card.json`, { headers: { "a2a-version": "1.0" }, ca: tls.ca })
+    ).json();
+    const card03 = (await httpsRequest(`${base}/.well-known/agent-card.json`, { ca: tls.ca })).json();
+    const jwks = (await httpsRequest(`${base}/.well-known/a2a/jwks.json`, { ca: tls.ca })).json();
+    const refused = (card: unknown, keys: unknown = jwks) => {
+      const { status, result } = goJose(card, keys);
+      expect(status, JSON.stringify(result)).toBe(1);
+      return result.error as string;
+    };
+    expect(refused({ ...card10, name: "someone else" })).toMatch(/signature 1/);
+    expect(refused({ ...card03, signatures: card10.signatures })).toMatch(/signature 1/);
+    // The JWKS of another agent under the same kid.
+    const other = jwksOf(identity("a2a-someone-else").signing).keys.map((k) => ({ ...k, kid: jwks.keys[0].kid }));
+    expect(refused(card10, { keys: other })).toMatch(/signature 1/);
+    // alg none, and HS256 keyed with the agent's public key (key confusion).
+    const [sig] = card10.signatures;
+    const header = JSON.parse(Buffer.from(sig.protected, "base64url").toString());
+    const forged = (alg: string, sign: (input: string) => string) => {
+      const protectedHeader = Buffer.from(JSON.stringify({ ...header, alg })).toString("base64url");
+      const { signatures: _, ...unsigned } = card10;
+      const input = `${protectedHeader}.${Buffer.from(canonicalize(unsigned)!).toString("base64url")}`;
+      return { ...card10, signatures: [{ protected: protectedHeader, signature: sign(input) }] };
+    };
+    expect(refused(forged("none", () => ""))).toMatch(/signature 1/);
+    const x = jwks.keys[0].x;
+    expect(refused(forged("HS256", (input) => createHmac("sha256", x).update(input).digest("base64url")))).toMatch(
+      /signature 1/,
+    );
+    expect(
+      refused(
+        forged("HS256", (input) => createHmac("sha256", x).update(input).digest("base64url")),
+        {
+          keys: [{ kty: "oct", k: Buffer.from(x).toString("base64url"), kid: header.kid }],
+        },
+      ),
+    ).toMatch(/signature 1/);
   });
 });
 
@@ -486,9 +571,22 @@ describe("abuse", () => {
     const rest = await httpsRequest(`${base}/a2a/rest/tasks?A2A-Version=1.0`, { ca: tls.ca });
     expect(rest.status).toBe(401);
     expect(rest.json().error).toMatchObject({ code: 401, status: "UNAUTHENTICATED" });
-    // The SDK's client surfaces it as an error, never a task.
-    const client = await factory("wrong-token-wrong-token").createFromUrl(base);
-    await expect(client.sendMessage(userMessage("let me in"))).rejects.toThrow(/401|authentication|not accepted/i);
+    // The SDK's clients tell it from a malformed request: over JSON-RPC by the code, over
+    // HTTP+JSON by the status.
+    for (const binding of ["JSONRPC", "HTTP+JSON"] as const) {
+      const client = await factory("wrong-token-wrong-token", binding).createFromUrl(base);
+      const err: any = await client.sendMessage(userMessage("let me in")).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err, binding).toBeInstanceOf(A2AError);
+      expect(err, binding).not.toBeInstanceOf(RequestMalformedError);
+      if (binding === "JSONRPC") {
+        expect(err).toBeInstanceOf(JsonRpcTransportError);
+        expect(err.envelopeCode).toBe(-31401);
+        expect(err.data).toMatchObject([{ reason: "UNAUTHENTICATED" }]);
+      } else expect(err.statusCode).toBe(401);
+    }
   });
 
   it("refuses a body over spec.inbox.maxMessageBytes with 413 and hands nothing on", async () => {
