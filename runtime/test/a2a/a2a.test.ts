@@ -735,6 +735,16 @@ describe("limits", () => {
     });
     expect(byQuery.status).toBe(200);
     expect((await rpc(body, { authorization: `Bearer ${TOKEN}`, "a2a-version": "1.0" })).body.result).toBeDefined();
+    // JSON-RPC takes the query parameter too, and an empty header leaves it to the query.
+    for (const headers of [{}, { "a2a-version": "" }] as Record<string, string>[]) {
+      const rpcByQuery = await httpsRequest(`${base}/a2a/v1?A2A-Version=1.0`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}`, ...headers },
+        body: JSON.stringify(body),
+        ca: tls.ca,
+      });
+      expect(rpcByQuery.json(), JSON.stringify(headers)).toMatchObject({ id: 1, result: { tasks: expect.any(Array) } });
+    }
   });
 
   it("a caller past spec.inbox.rateLimit.perSenderPerMinute is answered 429 with Retry-After, its task reads having ten times that budget; a newer A2A-Version is refused", async () => {
