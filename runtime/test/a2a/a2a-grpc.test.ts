@@ -363,9 +363,13 @@ describe("the A2A gRPC binding", () => {
       ca: tls.ca,
     });
     expect(rpc.status).toBe(429);
+    // Its task reads (polling) draw on their own budget, and are still served.
+    await expect(call("ListTasks", {}, auth(LIMITED_TOKEN))).resolves.toHaveProperty("nextPageToken");
+    expect((await failure(call("GetTask", { id: "no-such-task" }, auth(LIMITED_TOKEN)))).code).toBe(status.NOT_FOUND);
     // Another caller is not held to it.
     await call("ListTasks", {}, auth(OTHER_TOKEN));
   });
+
   it("a runtime killed after answering a SendMessage loses neither the task nor its hand-off", async () => {
     await handler.down();
     const { task } = await call("SendMessage", message("survive over gRPC"));

@@ -795,9 +795,13 @@ describe("limits", () => {
           ],
         },
       });
-      // Polling its tasks has a budget of its own, ten times as large: 20 reads, then 429.
-      for (let id = 10; id < 30; id++)
-        expect((await call(id, {}, id % 2 ? "GetTask" : "ListTasks")).status, `read ${id - 9}`).toBe(200);
+      // Polling its tasks has a budget of its own, ten times as large: 20 reads (GetTask, ListTasks,
+      // and 0.3's tasks/get, an empty A2A-Version being 0.3), then 429.
+      for (let id = 10; id < 30; id++) {
+        const [headers, method] =
+          id % 3 === 0 ? [{ "a2a-version": "" }, "tasks/get"] : [{}, id % 3 === 1 ? "GetTask" : "ListTasks"];
+        expect((await call(id, headers, method)).status, `read ${id - 9}: ${method}`).toBe(200);
+      }
       const pastReads = await call(30, {}, "ListTasks");
       expect(pastReads.status).toBe(429);
       expect(pastReads.json().error).toMatchObject({ code: -31429, message: expect.stringMatching(/20 task reads/) });
