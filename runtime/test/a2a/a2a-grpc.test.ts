@@ -3,7 +3,6 @@
 // nats-server, called by a client that @grpc/proto-loader generates from the contract's
 // a2a.proto, the errors' google.rpc.Status read from grpc-status-details-bin.
 import { randomUUID } from "node:crypto";
-import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { credentials, type Client, loadPackageDefinition, Metadata, type ServiceError, status } from "@grpc/grpc-js";
 import { loadSync } from "@grpc/proto-loader";
@@ -70,17 +69,13 @@ beforeAll(async () => {
     a2a: { enabled: true, authentication: { bearerTokenSecret: { name: "a2a-tokens" } }, waitFor: "5s" },
   });
   const keyFile = writeKey(dir, self);
-  writeFileSync(join(dir, "a2a-tokens"), `${TOKEN}\n${OTHER_TOKEN}\n${LIMITED_TOKEN}\n`);
+  const spawn = { name: "ifp-runtime agent (a2a grpc)", dir, keyFile, tls, port, localApiPort: localPort };
   start = async () => {
     runtime = await spawnRuntime({
-      name: "ifp-runtime agent (a2a grpc)",
-      dir,
-      keyFile,
-      tls,
+      ...spawn,
       natsUrl: nats.url,
-      port,
-      localApiPort: localPort,
-      args: ["--a2a-token-file", join(dir, "a2a-tokens"), "--a2a-grpc-port", String(grpcPort)],
+      tokens: [TOKEN, OTHER_TOKEN, LIMITED_TOKEN],
+      args: ["--a2a-grpc-port", String(grpcPort)],
     });
   };
   await start();

@@ -54,16 +54,8 @@ let localPort: number;
 let keyFile: string;
 
 async function start(): Promise<void> {
-  runtime = await spawnRuntime({
-    name: "ifp-runtime agent (a2a)",
-    dir,
-    keyFile,
-    tls,
-    natsUrl: nats.url,
-    port,
-    localApiPort: localPort,
-    args: ["--a2a-token-file", join(dir, "a2a-tokens")],
-  });
+  const spawn = { name: "ifp-runtime agent (a2a)", dir, keyFile, tls, port, localApiPort: localPort };
+  runtime = await spawnRuntime({ ...spawn, natsUrl: nats.url, tokens: [TOKEN, OTHER_TOKEN] });
 }
 
 beforeAll(async () => {
@@ -91,7 +83,6 @@ beforeAll(async () => {
     },
   });
   keyFile = writeKey(dir, self);
-  writeFileSync(join(dir, "a2a-tokens"), `${TOKEN}\n${OTHER_TOKEN}\n`);
   await start();
 }, 60_000);
 
