@@ -110,6 +110,12 @@ describe("an A2A 0.3 client (the official JS SDK 0.3)", () => {
     expect(v10.headers.vary).toMatch(/a2a-version/);
     const byQuery = await httpsRequest(`${base}/.well-known/agent-card.json?A2A-Version=1.0`, { ca: tls.ca });
     expect(byQuery.text).toBe(v10.text);
+    // An empty A2A-Version is 0.3 (section 3.6.2).
+    const empty = await httpsRequest(`${base}/.well-known/agent-card.json`, {
+      headers: { "a2a-version": "" },
+      ca: tls.ca,
+    });
+    expect(empty.json()).toMatchObject({ url: `${base}/a2a/v1`, protocolVersion: "0.3.0" });
     const other = await httpsRequest(`${base}/.well-known/agent-card.json`, {
       headers: { "a2a-version": "9" },
       ca: tls.ca,
