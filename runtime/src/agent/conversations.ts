@@ -1,3 +1,6 @@
+// Conversations: the per-conversation records of an agent in a NATS KV bucket shared by its
+// replicas, which every inbound message is admitted against (no lower authentication level, no
+// sequence number used twice) and outbound messages and error-phase answers are recorded in.
 import type { KV, KvEntry } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
 import type { KeyIndex } from "../nats/layout.ts";

@@ -1,3 +1,6 @@
+// The delivery state of outbound messages: the pure rules of a recipient's next state after an
+// attempt (retry, backoff, deadline, redrive), and DeliveryStates, the records and dead-letter
+// index in a NATS KV bucket that the outbound worker and the outbox routes read and write.
 import { randomUUID } from "node:crypto";
 import type { KV } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";

@@ -1,3 +1,6 @@
+// The agent's published documents: the capability document and the identity document, built
+// from the Agent (routes/documents.ts serves them under /.well-known), and the capability
+// document's `updated` time, which every replica and restart agree on.
 import { createHash } from "node:crypto";
 import canonicalize from "canonicalize";
 import type { Logger } from "pino";

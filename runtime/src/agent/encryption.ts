@@ -1,3 +1,6 @@
+// AgentEncryption: the agent's end-to-end encryption policy (spec.encryption, docs/encryption.md)
+// — which relays are trusted, which outbound messages are encrypted and for which keys, and the
+// decryption of inbound ones — with the protocol errors it answers.
 import type { Logger } from "pino";
 import { type DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
 import {

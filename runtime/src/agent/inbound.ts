@@ -1,3 +1,6 @@
+// What an accepted inbound message calls for (inspect, pure): a hand-off, an error-phase answer,
+// a peer's capability document from a greeting; and PeerCapabilityCache, the capability
+// documents learned per peer in a NATS KV bucket.
 import type { KV } from "@nats-io/kv";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";

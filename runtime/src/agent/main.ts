@@ -1,3 +1,6 @@
+// The agent mode of the runtime (`ifp-runtime agent`, cli/runtime.ts): startAgent wires the
+// manifest, keys, NATS streams and buckets, listeners, delivery workers and A2A together and
+// starts them.
 import { LastError } from "../nats/last-error.ts";
 import { agentLastError } from "../contract/summary.ts";
 import { agentInboxPrefix } from "../contract/nats-permissions.ts";

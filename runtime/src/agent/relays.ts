@@ -1,3 +1,6 @@
+// The agent's side of relays: the publisher that the outbound worker falls back to (relayOutcome
+// classifies a relay's answers), and RelayMailboxReader, which reads the agent's mailboxes on
+// its own relays into the inbox.
 import type { Logger } from "pino";
 import type { HttpClient } from "../net/http-client.ts";
 import { Message } from "../protocol/message.ts";

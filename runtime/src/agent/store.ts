@@ -1,3 +1,5 @@
+// InboxStore: the agent's inbox on JetStream, where accepted inbound messages are stored once
+// per sender and message_id, and the header names and retention they are stored with.
 import { headers } from "@nats-io/transport-node";
 import { DiscardPolicy, RetentionPolicy, StorageType, type StreamConfig } from "@nats-io/jetstream";
 import type { StreamKeeping } from "../nats/stream-keeper.ts";

@@ -1,3 +1,5 @@
+// The agent's published documents on its HTTPS server: GET …/capabilities and …/identity under
+// /.well-known/agent and /.well-known/iface, with ETags for conditional requests.
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { etagMatches } from "../../protocol/documents.ts";
 import { WELL_KNOWN, WELL_KNOWN_IFP, type Documents } from "../documents.ts";
