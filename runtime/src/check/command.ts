@@ -1,3 +1,5 @@
+// `ifp check URL …`: its flags parsed into CheckOptions, the checks run (runner.ts), the report
+// printed (for people or as JSON), and the exit code.
 import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import { privateKeyFromPem } from "../protocol/keys.ts";

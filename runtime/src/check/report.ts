@@ -1,3 +1,5 @@
+// The report of an `ifp check` run for people — one line per check, then the totals per level —
+// and the exit code, by which levels' failures fail the run.
 import { LEVELS, type Level, type Report } from "./types.ts";
 
 const MARK = { pass: "pass", fail: "FAIL", skip: "skip" } as const;

@@ -1,3 +1,5 @@
+// The send group of `ifp check`: what the target sends, seen by the kit's own inbox — retries
+// after a 5xx and their backoff, none after a 4xx, Retry-After, no plain HTTP, relay fallback.
 import type { KeyObject } from "node:crypto";
 import { verifyRequest } from "../protocol/http-signatures.ts";
 import { publicKeyFromRaw } from "../protocol/keys.ts";

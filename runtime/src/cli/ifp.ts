@@ -1,3 +1,5 @@
+// The `ifp` command (runtime/bin/ifp.ts): discover, send, keygen and completion here, and check,
+// tail, redrive, circuits and relay from the modules it loads for them; each command's usage.
 import { readFile, writeFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import { composeMessage } from "../agent/compose.ts";
