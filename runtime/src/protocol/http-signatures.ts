@@ -1,3 +1,6 @@
+// RFC 9421 request signatures (Ed25519, label sig1, a Content-Digest of the body), as requests to
+// the relay endpoints and A2A requests between agents carry them: signing and verifying a request,
+// and SignatureNonces, which takes each signed request once.
 import { createHash, randomBytes, sign as edSign, verify as edVerify, type KeyObject } from "node:crypto";
 import { httpbis } from "http-message-signatures";
 import {
