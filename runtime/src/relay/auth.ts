@@ -1,3 +1,6 @@
+// Who is asking the relay: the per-address limit, the RFC 9421 request signature checked against
+// spec.agents' keys (or a publisher's looked-up key) for the relay's own authority, then the
+// per-agent limit; and the hook that makes every route of a scope answer signed requests only.
 import type { IncomingHttpHeaders } from "node:http";
 import type { FastifyInstance } from "fastify";
 import { RateLimiter } from "../server/ratelimit.ts";

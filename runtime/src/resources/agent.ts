@@ -1,3 +1,5 @@
+// The Agent custom resource as a zod schema (spec and its defaults): what the runtime validates
+// its manifest with, the operator reconciles, and operator/src/crd/generate.ts writes the CRD from.
 import { z } from "zod";
 import {
   AgentId,

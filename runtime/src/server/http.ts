@@ -1,3 +1,6 @@
+// The HTTPS server the agent's and the relay's endpoints are built on: TLS only, JSON in and out,
+// one error handler that answers the spec's error body, client addresses through trusted
+// proxies, and slow clients cut off.
 import type { IncomingMessage } from "node:http";
 import { validatorCompiler } from "@fastify/type-provider-zod";
 import Fastify, {

@@ -1,3 +1,5 @@
+// JSON request bodies parsed as fastify parses them, with their bytes kept as they arrived, for
+// the agent's inbox, which stores a message as it was sent.
 import type { FastifyInstance, FastifyRequest } from "fastify";
 
 const sent = new WeakMap<FastifyRequest, Buffer>();
