@@ -121,7 +121,7 @@ export class Documents {
   private readonly identities = new Map<string, Served<IdentityDocument>>();
   /** capabilityDocumentHash() of the document: what moves `updated`. */
   readonly hash: string;
-  /** The capability list's hash alone, which earlier releases kept in the bucket. */
+  /** The capability list's hash alone, the record's `hash`: what a record without `document_hash` is matched by. */
   private readonly listHash: string;
   /** When this runtime started: the `updated` of a document it finds changed. */
   private readonly startedAt: string;
