@@ -1,5 +1,6 @@
 // The layers of docs/architecture.md, checked on the imports themselves: no import cycle in
-// runtime/src or operator/src, and no import in runtime/src that points up the layer order.
+// runtime/src or operator/src, no import in runtime/src that points up the layer order, and every
+// product file opening with a comment saying what it holds.
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import ts from "typescript";
@@ -247,5 +248,14 @@ describe("the operator's controllers follow docs/architecture.md", () => {
     );
     expect(wrong.map(show)).toEqual([]);
     expect(operator.some((e) => isController(e.from) && isPart(e.to))).toBe(true);
+  });
+
+  it("every product file opens with a comment saying what it holds", () => {
+    const files = [...tsFiles(join(ROOT, "runtime/src")), ...tsFiles(join(ROOT, "operator/src"))]
+      .filter((f) => !f.endsWith(".test.ts"))
+      .map((f) => relative(ROOT, f));
+    expect(files.length).toBeGreaterThan(200);
+    const bare = files.filter((f) => !/^\/\/ \S/.test(readFileSync(join(ROOT, f), "utf8")));
+    expect(bare, "files whose first line is no `// what it holds` comment").toEqual([]);
   });
 });
