@@ -11,7 +11,7 @@ import type { Nats } from "../nats/connection.ts";
 import { etagOf, type CapabilityDocument, type IdentityDocument } from "../protocol/documents.ts";
 import { isoSeconds } from "../util/time.ts";
 import type { AgentNames } from "./names.ts";
-import type { PublishedEncryptionKey as ContractEncryptionKey, PublishedKey } from "../contract/signing-keys.ts";
+import type { PublishedEncryptionKey, PublishedKey } from "../contract/signing-keys.ts";
 
 /** IFP parts this runtime implements: formats 3/4, signing 5, HTTPS 6, discovery 7, relay client 8. */
 export const IFP_SUPPORT = [3, 4, 5, 6, 7, 8];
@@ -47,8 +47,8 @@ export function capabilityDocumentHash(doc: CapabilityDocument): string {
     .digest("hex");
 }
 
-/** The agent's encryption key as its identity document publishes it (docs/encryption.md). */
-export interface PublishedEncryptionKey {
+/** The agent's one encryption key, as a manifest without a key set gives it (docs/encryption.md). */
+export interface OneEncryptionKey {
   keyId: string;
   publicKey: string;
   created: string;
@@ -59,7 +59,7 @@ export function buildIdentityDocument(
   publicKey: string | readonly PublishedKey[],
   keyCreated: string,
   baseUrl: string | undefined,
-  encryptionKey?: PublishedEncryptionKey | readonly ContractEncryptionKey[],
+  encryptionKey?: OneEncryptionKey | readonly PublishedEncryptionKey[],
 ): IdentityDocument {
   const base = (agent.spec.baseUrl ?? baseUrl)?.replace(/\/+$/, "");
   return {
@@ -116,7 +116,7 @@ export class Documents {
   private readonly agent: Agent;
   private readonly publicKey: string | readonly PublishedKey[];
   private readonly keyCreated: string;
-  private readonly encryptionKey: PublishedEncryptionKey | readonly ContractEncryptionKey[] | undefined;
+  private readonly encryptionKey: OneEncryptionKey | readonly PublishedEncryptionKey[] | undefined;
   private capabilities: Served<CapabilityDocument>;
   private readonly identities = new Map<string, Served<IdentityDocument>>();
   /** capabilityDocumentHash() of the document: what moves `updated`. */
@@ -134,7 +134,7 @@ export class Documents {
     publicKey: string | readonly PublishedKey[],
     keyCreated: string,
     started = new Date(),
-    encryptionKey?: PublishedEncryptionKey | readonly ContractEncryptionKey[],
+    encryptionKey?: OneEncryptionKey | readonly PublishedEncryptionKey[],
   ) {
     this.agent = agent;
     this.encryptionKey = encryptionKey;
