@@ -10,7 +10,7 @@ import { PHASES, protocolProblem, type Message } from "../protocol/message.ts";
 import { describeIssues } from "../contract/issues.ts";
 import type { PeerCapabilities } from "../protocol/local-api.ts";
 import type { Agent } from "../resources/agent.ts";
-import { describeMismatches, unmetConditions } from "./conditions.ts";
+import { describeMismatches, unmetConditions } from "./capability-conditions.ts";
 import type { AgentNames } from "./names.ts";
 
 export interface InboundMeta {
