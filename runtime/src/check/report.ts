@@ -20,7 +20,9 @@ export function formatReport(report: Report, gate: Gate = {}): string {
   const width = Math.max(...report.results.map((r) => r.id.length), 10);
   const lines = [`ifp check ${report.kind} ${printable(report.target)}`, ""];
   for (const r of report.results)
-    lines.push(`${MARK[r.result]}  ${r.level.padEnd(7)}  ${r.id.padEnd(width)}  ${printable(r.reason)}  [${r.section}]`);
+    lines.push(
+      `${MARK[r.result]}  ${r.level.padEnd(7)}  ${r.id.padEnd(width)}  ${printable(r.reason)}  [${r.section}]`,
+    );
   lines.push("");
   for (const level of LEVELS) {
     const t = report.summary.levels[level];
