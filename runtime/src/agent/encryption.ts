@@ -1,4 +1,5 @@
 import type { Logger } from "pino";
+import { canonicalAgentId } from "../net/host-name.ts";
 import { type DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
 import {
   decryptMessage,
@@ -18,7 +19,8 @@ export type RelayTrustLevel = "untrusted" | "trusted" | "self-operated";
 const MAX_KEYS_PER_AGENT = 4;
 const TOPIC_PREFIX = "topic:";
 
-const normalize = (url: string) => url.replace(/\/+$/, "");
+/** A relay URL as spec.encryption.relayTrust is compared: its host in canonicalHost form, no trailing slash. */
+const normalize = (url: string) => canonicalAgentId(url).replace(/\/+$/, "");
 
 /** 422 for a message that must be encrypted but cannot be, at send time. */
 export const encryptionKeyUnavailable = (message: string) =>
