@@ -12,7 +12,8 @@ import type { Agent } from "../resources/agent.ts";
 import { A2aAdmission } from "./admission.ts";
 import type { A2aCallers, Caller } from "./callers.ts";
 import { A2A_CARD_PATH, A2A_JSONRPC_PATH, A2A_JWKS_PATH, A2A_REST_PATH } from "../contract/a2a.ts";
-import { type CardCache, cardBase, jwks } from "./card.ts";
+import { ownBaseUrl } from "../net/own-base.ts";
+import { type CardCache, jwks } from "./card.ts";
 import type { A2aPush } from "./push.ts";
 import type { A2aService, StreamEvent } from "./service.ts";
 import {
@@ -90,7 +91,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRouteDeps> = async (app, deps) => 
     return reply
       .type("application/json; charset=utf-8")
       .header("cache-control", "public, max-age=300")
-      .send(await deps.cards.get(cardBase(deps.agent, req.host), version));
+      .send(await deps.cards.get(ownBaseUrl(deps.agent, req.host), version));
   });
   app.get(A2A_JWKS_PATH, async (_req, reply) =>
     reply.type("application/jwk-set+json").header("cache-control", "public, max-age=300").send(jwksText),

@@ -8,6 +8,7 @@ import { ANNOTATIONS } from "../contract/annotations.ts";
 import { capabilitiesHash, capabilityList } from "../contract/capabilities.ts";
 import type { Agent } from "../resources/agent.ts";
 import type { Nats } from "../nats/connection.ts";
+import { ownBaseUrl } from "../net/own-base.ts";
 import { etagOf, type CapabilityDocument, type IdentityDocument } from "../protocol/documents.ts";
 import { isoSeconds } from "../util/time.ts";
 import type { AgentNames } from "./names.ts";
@@ -156,16 +157,18 @@ export class Documents {
     return !this.agent.spec.baseUrl;
   }
 
-  /** The identity document; endpoints come from spec.baseUrl, or from the request's host. */
-  identity(requestBase: string | undefined): Served<IdentityDocument> {
-    const key = this.agent.spec.baseUrl ? "" : (requestBase ?? "");
-    let served = this.identities.get(key);
+  /**
+   * The identity document for a request with Host `host`; its endpoints name ownBaseUrl():
+   * spec.baseUrl, else the Host when it is one of the agent's own names, else its Service URL.
+   */
+  identity(host: string | undefined): Served<IdentityDocument> {
+    const base = ownBaseUrl(this.agent, host);
+    let served = this.identities.get(base);
     if (!served) {
+      // Any port of an own name is one: the cache stays bounded.
       if (this.identities.size > 64) this.identities.clear();
-      served = this.serve(
-        buildIdentityDocument(this.agent, this.publicKey, this.keyCreated, requestBase, this.encryptionKey),
-      );
-      this.identities.set(key, served);
+      served = this.serve(buildIdentityDocument(this.agent, this.publicKey, this.keyCreated, base, this.encryptionKey));
+      this.identities.set(base, served);
     }
     return served;
   }

@@ -3,6 +3,7 @@
 // per-agent limit; and the hook that makes every route of a scope answer signed requests only.
 import type { IncomingHttpHeaders } from "node:http";
 import type { FastifyInstance } from "fastify";
+import { readJsonBodies } from "../server/json-body.ts";
 import { RateLimiter } from "../server/ratelimit.ts";
 import { rateLimited } from "../protocol/errors.ts";
 import { verifyRequest } from "../protocol/http-signatures.ts";
@@ -127,11 +128,8 @@ export function absoluteUrl(target: string, host: string | undefined): string {
 export function requireSignedRequests(scope: FastifyInstance, authenticate: RelayAuthenticator): void {
   scope.decorateRequest("agent", "");
   scope.decorateRequest("rawBody", null);
-  const json = scope.getDefaultJsonParser("error", "error");
-  scope.removeContentTypeParser("application/json");
-  scope.addContentTypeParser("application/json", { parseAs: "buffer" }, (req, body, done) => {
-    req.rawBody = body as Buffer;
-    json(req, (body as Buffer).toString("utf8"), done);
+  readJsonBodies(scope, (req, body) => {
+    req.rawBody = body;
   });
   // The per-address limit as soon as the request arrives, before its body is read or parsed.
   scope.addHook("onRequest", async (req) => authenticate.limitAddress(req));

@@ -13,6 +13,7 @@ import Fastify, {
 import type { Logger } from "pino";
 import { ProtocolError, type ErrorCode } from "../protocol/errors.ts";
 import { isCidrOrIp } from "../resources/common.ts";
+import { readJsonBodies } from "./json-body.ts";
 import { TrustedProxies } from "./ratelimit.ts";
 import { invalidRequest } from "./validation.ts";
 import type { RuntimeMetrics } from "./metrics.ts";
@@ -151,6 +152,7 @@ export function createServer(opts: ServerOptions): FastifyInstance {
  */
 export function jsonApi(app: FastifyInstance): void {
   app.removeContentTypeParser("text/plain");
+  readJsonBodies(app);
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   app.decorateReply("outcome", null);

@@ -666,6 +666,21 @@ describe("abuse", () => {
     });
     expect(viaRest.status, viaRest.text).toBe(400);
     expect(viaRest.json().error.message).toMatch(/nested deeper than 100/);
+    // The application's side, the local API, the same: a task update nested too deep is a bad request.
+    const task = (await rpc({ jsonrpc: "2.0", id: 8, method: "SendMessage", params: rawMessage("a deep update") })).body
+      .result.task;
+    await handedOff(task.id);
+    const update = await fetch(`${localApi}/a2a/tasks/${task.id}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: `{"state":"TASK_STATE_WORKING","artifact":{"parts":[{"data":{"data":${deep}}}]}}`,
+    });
+    expect(update.status).toBe(400);
+    expect(await update.json()).toEqual({
+      status: "error",
+      code: "invalid_format",
+      message: expect.stringMatching(/nested deeper than 100/),
+    });
   });
 
   it("refuses to cancel a finished task, and to add to it", async () => {
