@@ -114,62 +114,65 @@ async function killedOnce(
   }
 }
 
-describe("capabilities.update across a crash", () => {
-  it("has queued the update for the peers of a changed document when the runtime is killed as the change is recorded", async () => {
-    const self = identity("crashing-agent");
-    const bob = identity("bob-agent");
-    // bob's inbox is not up: what was queued stays in the outbox to be read.
-    const inbox = await scriptedPeer(tls, () => ({ status: 503 }));
-    const dir = tempDir();
-    const spec = (capability: string) => ({
-      capabilities: [cap(capability)],
-      peers: [{ ...peerOf(bob), url: inbox.url }],
-      outbound: { backoff: ["200ms"], retryFor: "1m" },
-    });
-    const nc = await connect({ servers: nats.url });
-    try {
-      // The first start records the document (and announces nothing).
-      await (await runAgent({ self, dir, natsUrl: nats.url, tls, spec: spec("ping") })).close();
-      await conversationsWith(nc, self, bob.agentId);
-      const recorded = await recorder(nc, self);
-      const before = (await recorded())?.document_hash;
+/**
+ * An agent that had a conversation with bob (and 9,999 others), started once with the capability
+ * `ping`; bob's inbox answers 503, so what is queued for him stays in the outbox to be read.
+ * `run` gets the spec for another capability, the NATS connection, the recorded document's reader
+ * and what it recorded first.
+ */
+async function withPeerToTell(
+  name: string,
+  run: (t: {
+    self: TestIdentity;
+    bob: TestIdentity;
+    dir: string;
+    spec: (capability: string) => Omit<AgentSpecInput, "agentId">;
+    nc: NatsConnection;
+    recorded: () => Promise<Recorded | undefined>;
+    before: Recorded | undefined;
+  }) => Promise<void>,
+): Promise<void> {
+  const self = identity(name);
+  const bob = identity("bob-agent");
+  const inbox = await scriptedPeer(tls, () => ({ status: 503 }));
+  const dir = tempDir();
+  const spec = (capability: string) => ({
+    capabilities: [cap(capability)],
+    peers: [{ ...peerOf(bob), url: inbox.url }],
+    outbound: { backoff: ["200ms"], retryFor: "1m" },
+  });
+  const nc = await connect({ servers: nats.url });
+  try {
+    // The first start records the document (and announces nothing).
+    await (await runAgent({ self, dir, natsUrl: nats.url, tls, spec: spec("ping") })).close();
+    await conversationsWith(nc, self, bob.agentId);
+    const recorded = await recorder(nc, self);
+    await run({ self, bob, dir, spec, nc, recorded, before: await recorded() });
+  } finally {
+    await nc.close();
+    await inbox.close();
+  }
+}
 
+describe("capabilities.update across a crash", () => {
+  it("has queued the update for the peers of a changed document when the runtime is killed as the change is recorded", () =>
+    withPeerToTell("crashing-agent", async ({ self, bob, dir, spec, nc, recorded, before }) => {
       await killedOnce(
         self,
         dir,
         spec("pong"),
         "the changed document recorded",
-        async () => (await recorded())?.document_hash !== before,
+        async () => (await recorded())?.document_hash !== before?.document_hash,
       );
-
       // What the killed runtime left durably: the update for bob in its outbox stream, delivered
       // by the next start as any queued message (runtime/test/outbound/sending.test.ts).
       const told = await queuedUpdates(nc, self);
       expect(told.map((m) => m.headers.to)).toEqual([[{ agent: bob.agentId }]]);
       expect(told[0]!.body.parts[0].content.capabilities.map((c: { name: string }) => c.name)).toEqual(["pong"]);
-    } finally {
-      await nc.close();
-      await inbox.close();
-    }
-  });
+    }));
 
-  it("queues the same update once when the runtime is killed between queueing it and recording the change", async () => {
-    const self = identity("halfway-agent");
-    const bob = identity("bob-agent");
-    const inbox = await scriptedPeer(tls, () => ({ status: 503 }));
-    const dir = tempDir();
-    const spec = (capability: string) => ({
-      capabilities: [cap(capability)],
-      peers: [{ ...peerOf(bob), url: inbox.url }],
-      outbound: { backoff: ["200ms"], retryFor: "1m" },
-    });
-    const nc = await connect({ servers: nats.url });
-    try {
-      await (await runAgent({ self, dir, natsUrl: nats.url, tls, spec: spec("ping") })).close();
-      await conversationsWith(nc, self, bob.agentId);
-      const recorded = await recorder(nc, self);
-      const before = await recorded();
-
+  it("queues the same update once when the runtime is killed between queueing it and recording the change", () =>
+    withPeerToTell("halfway-agent", async ({ self, bob, dir, spec, nc, recorded, before }) => {
       // Killed once the change is under way (its `updated` written as pending) and not recorded.
       await killedOnce(self, dir, spec("pong"), "the change under way", async () => !!(await recorded())?.pending);
       const halfway = await recorded();
@@ -190,11 +193,7 @@ describe("capabilities.update across a crash", () => {
       } finally {
         await a.close();
       }
-    } finally {
-      await nc.close();
-      await inbox.close();
-    }
-  });
+    }));
 
   it("announces on its relay at the next start a change recorded before a relay took its announcement", async () => {
     const self = identity("announcing-agent");
