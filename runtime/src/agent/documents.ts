@@ -41,6 +41,18 @@ export function buildCapabilityDocument(agent: Agent, updated: string): Capabili
  * JSON): the capabilities, the relays and their preference, ifp_support, the agent id. Any
  * change of it moves `updated`.
  */
+/** What the agents bucket records of the capability document (syncUpdated()). */
+interface RecordedDocument {
+  /** capabilitiesHash(): the capability list's, which earlier releases recorded alone. */
+  hash: string;
+  document_hash?: string;
+  updated: string;
+  /** false while the recorded document's announcement on the agent's relays is not taken. */
+  announced?: boolean;
+  /** A change whose announcements are being queued: its document and `updated`. */
+  pending?: { document_hash: string; updated: string };
+}
+
 export function capabilityDocumentHash(doc: CapabilityDocument): string {
   const { updated: _updated, ...said } = doc;
   return createHash("sha256")
@@ -174,12 +186,18 @@ export class Documents {
   }
 
   /**
-   * Agree with the other replicas on `updated` through the KV bucket. True when this runtime
-   * found the capability document changed (and so should announce it). `beforeRecord` runs
-   * after the new `updated` is served and before the document's hash is recorded, so what it
-   * queues (the announcements) is never lost to a crash in between: a start that finds the hash
-   * not recorded finds the change again. The ifp.dev/capabilities-updated annotation is a
-   * floor: `updated` is never earlier than it, and moves on with a later change of the document.
+   * Agree with the other replicas on `updated` through the KV bucket. True when the document
+   * is to be announced on the agent's relays: this runtime found it changed, or found it
+   * recorded with its announcement not yet taken (a runtime stopped before a relay took it).
+   *
+   * A change is made in three writes, so that a crash at any point loses nothing and sends
+   * nothing twice: the new `updated` is first written beside the old document as `pending`;
+   * `beforeRecord` then runs (it queues the peers' announcements, whose ids derive from that
+   * `updated`); last the document's hash is recorded, with `announced: false` when the agent
+   * has relays to announce it on (markAnnounced() clears it). A start that finds a `pending` for
+   * its own document takes its `updated`, so what it queues again is what was queued before.
+   * The ifp.dev/capabilities-updated annotation is a floor: `updated` is never earlier than it,
+   * and moves on with a later change of the document.
    */
   async syncUpdated(
     nats: Nats,
@@ -191,36 +209,62 @@ export class Documents {
     const key = `${names.kvKey}.capabilities`;
     for (let attempt = 0; attempt < 5; attempt++) {
       const entry = await kv.get(key);
-      const stored = entry?.value.length
-        ? (entry.json() as { hash: string; updated: string; document_hash?: string })
-        : undefined;
+      const stored = entry?.value.length ? (entry.json() as RecordedDocument) : undefined;
       if (stored?.document_hash === this.hash) {
         this.setUpdated(this.notBeforeAnnotation(stored.updated));
-        return false;
+        return stored.announced === false;
       }
       // Written by a release that hashed the capability list alone: the same list keeps its
       // `updated` (nothing is known of the rest of what that document said), and the document's
       // hash is recorded from now on.
       const adopt = stored !== undefined && stored.document_hash === undefined && stored.hash === this.listHash;
       const changed = entry !== null && entry !== undefined && !adopt;
+      const resumed = changed && stored?.pending?.document_hash === this.hash ? stored.pending.updated : undefined;
       const updated = adopt
         ? this.notBeforeAnnotation(stored.updated)
         : changed
-          ? this.notBeforeAnnotation(this.startedAt)
+          ? (resumed ?? this.notBeforeAnnotation(this.startedAt))
           : (this.annotated ?? this.startedAt);
-      const value = JSON.stringify({ hash: this.listHash, document_hash: this.hash, updated });
+      const announce = changed && !!this.agent.spec.relay?.urls.length;
+      const value: RecordedDocument = {
+        hash: this.listHash,
+        document_hash: this.hash,
+        updated,
+        ...(announce ? { announced: false } : {}),
+      };
       this.setUpdated(updated);
+      let revision = entry?.revision ?? 0;
+      if (changed && !resumed) {
+        try {
+          const pending = { ...stored, pending: { document_hash: this.hash, updated } };
+          revision = await kv.update(key, JSON.stringify(pending), entry!.revision);
+        } catch {
+          continue; // Another replica wrote first; read its value.
+        }
+      }
       if (changed) await beforeRecord();
       try {
-        if (entry) await kv.update(key, value, entry.revision);
-        else await kv.create(key, value);
+        if (entry) await kv.update(key, JSON.stringify(value), revision);
+        else await kv.create(key, JSON.stringify(value));
         if (changed) log.info({ updated }, "capability document changed");
-        return changed;
+        return announce;
       } catch {
         // Another replica wrote first; read its value.
       }
     }
     return false;
+  }
+
+  /** The recorded document's announcement was taken by its relays (or refused for good). */
+  async markAnnounced(nats: Nats, names: AgentNames): Promise<void> {
+    const kv = await nats.bucket(names.kvBucket, { history: 1 });
+    const key = `${names.kvKey}.capabilities`;
+    const entry = await kv.get(key);
+    const stored = entry?.value.length ? (entry.json() as RecordedDocument) : undefined;
+    if (!entry || stored?.document_hash !== this.hash || stored.announced !== false) return;
+    const { announced: _announced, ...rest } = stored;
+    // A replica that wrote meanwhile recorded another change, or the same mark.
+    await kv.update(key, JSON.stringify(rest), entry.revision).catch(() => {});
   }
 
   private notBeforeAnnotation(updated: string): string {

@@ -320,17 +320,7 @@ export async function sendChecks(ctx: CheckContext): Promise<void> {
   const keys = await targetKeys(ctx);
   if (!keys) ctx.record("send.relay-signature", "skip", "the target's identity document (its keys) could not be read");
   else {
-    const results = await Promise.all(
-      publishes.map((d) =>
-        verifyRequest({ method: d.method, url: d.url, headers: d.headers, body: d.body }, (agent, keyId) =>
-          keyFor(keys, agent, keyId),
-        ).then(
-          () => undefined,
-          (err: Error) => err.message,
-        ),
-      ),
-    );
-    const problem = results.find((r) => r);
+    const problem = await publishSignatureProblem(publishes, keys);
     ctx.record(
       "send.relay-signature",
       problem ? "fail" : "pass",
@@ -422,6 +412,27 @@ function signatureShape(m: Message): string | undefined {
 }
 
 type Keys = Map<string, KeyObject>;
+
+/**
+ * What is wrong with the first publish whose RFC 9421 request signature does not verify with
+ * the target's keys, or undefined. Each signature is judged fresh as of when the kit received
+ * it: a run that waits minutes for retries still grades the publishes of its first seconds.
+ */
+export async function publishSignatureProblem(publishes: Delivery[], keys: Keys): Promise<string | undefined> {
+  const results = await Promise.all(
+    publishes.map((d) =>
+      verifyRequest(
+        { method: d.method, url: d.url, headers: d.headers, body: d.body },
+        (agent, keyId) => keyFor(keys, agent, keyId),
+        d.at,
+      ).then(
+        () => undefined,
+        (err: Error) => err.message,
+      ),
+    ),
+  );
+  return results.find((r) => r);
+}
 
 async function targetKeys(ctx: CheckContext): Promise<Keys | undefined> {
   let identity = ctx.learned.identity;
