@@ -1,5 +1,6 @@
 // The send group of `ifp check`: what the target sends, seen by the kit's own inbox — retries
 // after a 5xx and their backoff, none after a 4xx, Retry-After, no plain HTTP, relay fallback.
+import { HttpClient } from "../net/http-client.ts";
 import type { KeyObject } from "node:crypto";
 import { verifyRequest } from "../protocol/http-signatures.ts";
 import { publicKeyFromRaw } from "../protocol/keys.ts";
@@ -377,21 +378,18 @@ const unavailable: Behaviour = () => ({
 });
 
 async function outbox(api: { url: string; token?: string }, to: string, scenario: string): Promise<string | undefined> {
+  const http = new HttpClient({ timeoutMs: 10_000, userAgent: "ifp-check" });
   try {
-    const res = await fetch(`${api.url.replace(/\/+$/, "")}/outbox`, {
+    const res = await http.request(`${api.url.replace(/\/+$/, "")}/outbox`, {
       method: "POST",
       headers: { "content-type": "application/json", ...(api.token ? { authorization: `Bearer ${api.token}` } : {}) },
       body: JSON.stringify({ to, phase: "context", text: `ifp check: sending conformance (${scenario})` }),
-      signal: AbortSignal.timeout(10_000),
-      redirect: "manual",
     });
-    if (res.status === 202 || res.status === 200) {
-      await res.body?.cancel();
-      return undefined;
-    }
-    return `${res.status} ${clip((await res.text()).slice(0, 2000))}`;
+    return res.status === 202 || res.status === 200 ? undefined : `${res.status} ${clip(res.text.slice(0, 2000))}`;
   } catch (err) {
     return (err as Error).message;
+  } finally {
+    await http.close();
   }
 }
 
