@@ -214,10 +214,17 @@ export class IsolatedInstall {
 
   /** A user of the tenant's data account allowed every subject there: what a test looks at the tenant's data with. */
   async tenantClient(tenant: string): Promise<NatsConnection> {
-    const { account } = await this.tenant(tenant);
-    return this.connect(
-      new TextEncoder().encode(await this.issuer.issue("test", { pub: [">"], sub: [">"] }, Date.now(), undefined, account)),
-    );
+    return this.anyUserOf((await this.tenant(tenant)).account);
+  }
+
+  /** A user of the Agent `key`'s own account allowed every subject (not a credential the operator issues: an attacker's best). */
+  anyUserOfAgent(key: string): Promise<NatsConnection> {
+    return this.anyUserOf(this.issuer.accountOf(key));
+  }
+
+  private async anyUserOf(account: string): Promise<NatsConnection> {
+    const creds = await this.issuer.issue("test", { pub: [">"], sub: [">"] }, Date.now(), undefined, account);
+    return this.connect(new TextEncoder().encode(creds));
   }
 
   /** The operator's user in the tenant's data account (made by tenant()). */

@@ -49,9 +49,16 @@ export interface LayoutNats {
   tasks(agentId: string): Promise<{ kv: KV; keys(filter: string): Promise<string[]>; close(): Promise<void> }>;
   /** The Agent's account on the isolated layout (its subjects carry it). */
   account(agentId: string): string | undefined;
-  /** The tenant's data account as a runtime of another Agent of it reaches it: its own credential (isolated only). */
-  otherRuntime(agentId: string): Promise<NatsConnection>;
+  /**
+   * A connection of the Agent `agentId`'s account (isolated only): with its runtime's credential as
+   * the operator issues it, or as a user of that account allowed every subject.
+   */
+  connectAs(agentId: string, as: "runtime" | "any user"): Promise<NatsConnection>;
 }
+
+let current: LayoutNats | undefined;
+/** The NATS of the tests running now (set before they run). */
+export const layoutNats = (): LayoutNats => current!;
 
 const TENANT = "a2a";
 
@@ -64,7 +71,7 @@ export function withLayoutNatsAndTls(set: (nats: LayoutNats, tls: Tls) => void):
     const tls = await localhostTls();
     if (chosen === "per-agent") {
       server = await startNats();
-      set(perAgent(server.url), tls);
+      current = perAgent(server.url);
     } else {
       install = await IsolatedInstall.start({
         http: "",
@@ -72,8 +79,9 @@ export function withLayoutNatsAndTls(set: (nats: LayoutNats, tls: Tls) => void):
         graceMs: 2_000,
         startTimeoutMs: 30_000,
       });
-      set(isolated(install), tls);
+      current = isolated(install);
     }
+    set(current, tls);
   }, 120_000);
   afterAll(async () => {
     await server?.close();
@@ -102,7 +110,7 @@ function perAgent(url: string): LayoutNats {
       return { kv, keys: (filter) => keysOf(kv, filter), close: () => nc.close() };
     },
     account: () => undefined,
-    otherRuntime: () => Promise.reject(new Error("the per-agent layout has no data account")),
+    connectAs: () => Promise.reject(new Error("the per-agent layout has no data account")),
   };
 }
 
@@ -150,6 +158,7 @@ function isolated(install: IsolatedInstall): LayoutNats {
       const view: KV = new Proxy(kv, {
         get(target, prop) {
           if (prop === "get") return (k: string) => target.get(`${own}${k}`);
+          if (prop === "put") return (k: string, v: string) => target.put(`${own}${k}`, v);
           return Reflect.get(target, prop);
         },
       });
@@ -160,8 +169,9 @@ function isolated(install: IsolatedInstall): LayoutNats {
       };
     },
     account: (agentId) => accounts.get(agentId),
-    async otherRuntime(agentId) {
+    async connectAs(agentId, as) {
       await agent(agentId);
+      if (as === "any user") return install.anyUserOfAgent(`${TENANT}/${agentId}`);
       const { js } = await install.runtimeClient(`${TENANT}/${agentId}`);
       return (js as unknown as { nc: NatsConnection }).nc;
     },
