@@ -1,5 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { ISOLATED_LAYOUT_UNSUPPORTED, type UnsupportedFeature } from "../../../../runtime/src/contract/shared-layout.ts";
+import {
+  ISOLATED_LAYOUT_UNSUPPORTED,
+  type UnsupportedFeature,
+} from "../../../../runtime/src/contract/shared-layout.ts";
 import { natsLayoutGate, natsLayoutGateOf, notOnNatsLayout } from "./nats-layout.ts";
 
 // The contract's list is empty (everything an Agent's spec asks for runs on the isolated layout):
