@@ -2,10 +2,16 @@
 // tasks in its tenant's shared bucket, under its own account key, through its imports only. And
 // the boundary around them: another Agent of the same tenant, with its runtime's credential or as
 // any user of its account, reads, lists, follows and changes none of them.
+import { KvWatchInclude } from "@nats-io/kv";
 import { headers, type NatsConnection } from "@nats-io/transport-node";
+import pino from "pino";
 import { describe, expect, it } from "vitest";
 import { waitFor } from "../../../e2e/support/ports.ts";
+import { TASK_INDEX } from "../../src/a2a/tasks.ts";
+import { agentInboxPrefix } from "../../src/contract/nats-permissions.ts";
 import { SHARED_BUCKETS, sharedKeyWatchSubject, WATCH_PREFIX } from "../../src/contract/shared-layout.ts";
+import { Nats } from "../../src/nats/connection.ts";
+import { isolatedLayout } from "../../src/nats/layout.ts";
 import { layoutNats, onLayout } from "../support/a2a-layouts.ts";
 
 // @ts-expect-error: the same test file, loaded again as a module of its own.
@@ -100,6 +106,66 @@ describe("the boundary around an Agent's A2A tasks on the isolated layout", () =
       await tasks.close();
     }
   }, 60_000);
+});
+
+describe("an Agent's task keys followed across a NATS restart on the isolated layout", () => {
+  it("a watch of one key goes on with the changes after the reconnect; a watch of many ends, for its caller to watch again from the current values", async () => {
+    const nats = layoutNats();
+    const agentId = "a2a-follower";
+    const { natsCredsFile } = await nats.runAgentNats(agentId);
+    const conn = new Nats(
+      {
+        url: nats.url,
+        credsFile: natsCredsFile,
+        layout: isolatedLayout(nats.account(agentId)!),
+        inboxPrefix: agentInboxPrefix(agentId),
+        name: "a2a follower",
+      },
+      pino({ level: "silent" }),
+    );
+    await conn.start();
+    try {
+      const kv = await conn.bucket(SHARED_BUCKETS.a2aTasks, { history: 5 }, TASK_INDEX);
+      await kv.create("t.caller.task-1", "first");
+      const one = await kv.watch({ key: "t.caller.task-1" });
+      const many = await kv.watch({ key: "t.>", include: KvWatchInclude.UpdatesOnly });
+      const seen: string[] = [];
+      let ended = false;
+      void (async () => {
+        for await (const e of one) seen.push(e.string());
+      })();
+      void (async () => {
+        for await (const _ of many);
+        ended = true;
+      })();
+      await waitFor("the key's current value", () => seen.includes("first"), 10_000);
+      await kv.put("t.caller.task-1", "second");
+      await waitFor("its change", () => seen.includes("second"), 10_000);
+      expect(ended).toBe(false);
+      await nats.restart();
+      await waitFor("the watch of many keys ended", () => ended, 30_000);
+      // Written once the connection is back (tried until it is): the watch of one key has it.
+      await waitFor(
+        "a change after the restart written",
+        () =>
+          kv.put("t.caller.task-1", "third").then(
+            () => true,
+            () => false,
+          ),
+        30_000,
+      );
+      await waitFor("the change after the restart", () => seen.includes("third"), 15_000);
+      expect(seen.filter((v) => v === "third")).toHaveLength(1);
+      one.stop();
+      // Listed where the layout keeps its listings: a watch of many from the current values sees the task.
+      const again = await kv.watch({ key: "t.caller.*" });
+      const first = await again[Symbol.asyncIterator]().next();
+      expect(first.value?.key).toBe("t.caller.task-1");
+      again.stop();
+    } finally {
+      await conn.close();
+    }
+  }, 90_000);
 });
 
 /** The header a KV delete is published with (nats.js KV). */

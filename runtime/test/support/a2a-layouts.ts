@@ -54,6 +54,8 @@ export interface LayoutNats {
    * the operator issues it, or as a user of that account allowed every subject.
    */
   connectAs(agentId: string, as: "runtime" | "any user"): Promise<NatsConnection>;
+  /** The nats-server stopped and started again on its port, its store kept. */
+  restart(): Promise<void>;
 }
 
 let current: LayoutNats | undefined;
@@ -71,7 +73,7 @@ export function withLayoutNatsAndTls(set: (nats: LayoutNats, tls: Tls) => void):
     const tls = await localhostTls();
     if (chosen === "per-agent") {
       server = await startNats();
-      current = perAgent(server.url);
+      current = perAgent(server);
     } else {
       install = await IsolatedInstall.start({
         http: "",
@@ -89,7 +91,8 @@ export function withLayoutNatsAndTls(set: (nats: LayoutNats, tls: Tls) => void):
   });
 }
 
-function perAgent(url: string): LayoutNats {
+function perAgent(server: NatsServer): LayoutNats {
+  const url = server.url;
   return {
     layout: "per-agent",
     url,
@@ -111,6 +114,7 @@ function perAgent(url: string): LayoutNats {
     },
     account: () => undefined,
     connectAs: () => Promise.reject(new Error("the per-agent layout has no data account")),
+    restart: () => server.restart(),
   };
 }
 
@@ -169,6 +173,7 @@ function isolated(install: IsolatedInstall): LayoutNats {
       };
     },
     account: (agentId) => accounts.get(agentId),
+    restart: () => install.server.restart(),
     async connectAs(agentId, as) {
       await agent(agentId);
       if (as === "any user") return install.anyUserOfAgent(`${TENANT}/${agentId}`);
