@@ -563,8 +563,10 @@ class AccountKeys implements KV {
         const e = this.heardOf(m);
         if (e) push(e);
       }
-      push(null);
-    })();
+    })()
+      // A subscription refused or closed ends the watch.
+      .catch(() => {})
+      .finally(() => push(null));
     // Changes made while the connection was gone were not heard: one key is read again, a watch of many ends.
     void (async () => {
       for await (const s of status) {
@@ -574,17 +576,20 @@ class AccountKeys implements KV {
         if (e) push({ ...this.unprefixed(e), isUpdate: true });
       }
     })().catch(() => {});
-    await w.nc.flush();
     const seen = new Map<string, number>();
     const first: KvWatchEntry[] = [];
-    if (initial) {
-      const keys = one ? [key] : await this.listedKeys(listing!);
+    try {
+      await w.nc.flush();
+      const keys = !initial ? [] : one ? [key] : await this.listedKeys(listing!);
       for (const k of keys) {
         const e = await this.kv.get(this.k(k));
         if (!e || (!one && e.operation !== "PUT")) continue;
         seen.set(k, e.revision);
         first.push({ ...this.unprefixed(e), isUpdate: false });
       }
+    } catch (err) {
+      stop();
+      throw err;
     }
     async function* entries(): AsyncGenerator<KvWatchEntry> {
       yield* first;
