@@ -13,7 +13,6 @@ import { httpbis } from "http-message-signatures";
 import { flattenedVerify, importJWK } from "jose";
 import { Agent as Dispatcher, fetch as undiciFetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
@@ -28,13 +27,14 @@ import {
   spawnRuntime,
   userMessage,
 } from "../support/a2a-harness.ts";
-import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
+import { type LayoutNats, withLayoutNatsAndTls } from "../support/a2a-layouts.ts";
+import { runAgent, startHandler, type Tls } from "../support/agent-harness.ts";
 import { identity, peerOf, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
-import { handOffsSettled } from "../support/probes.ts";
 
-let nats: NatsServer;
+let nats: LayoutNats;
 let tls: Tls;
-withNatsAndTls((n, t) => {
+// On the layout the file asks for (a2a.isolated.test.ts: the isolated one).
+withLayoutNatsAndTls((n, t) => {
   nats = n;
   tls = t;
 });
@@ -55,7 +55,12 @@ let keyFile: string;
 
 async function start(): Promise<void> {
   const spawn = { name: "ifp-runtime agent (a2a)", dir, keyFile, tls, port, localApiPort: localPort };
-  runtime = await spawnRuntime({ ...spawn, natsUrl: nats.url, tokens: [TOKEN, OTHER_TOKEN] });
+  runtime = await spawnRuntime({
+    ...spawn,
+    natsUrl: nats.url,
+    tokens: [TOKEN, OTHER_TOKEN],
+    args: await nats.runtimeArgs(self.agentId),
+  });
 }
 
 beforeAll(async () => {
@@ -261,7 +266,7 @@ describe("the card's origin", () => {
     const bare = await runAgent({
       self: identity("a2a-bare"),
       spec: { peers: [peerOf(signer)], a2a: { enabled: true } },
-      natsUrl: nats.url,
+      ...(await nats.runAgentNats("a2a-bare")),
       tls,
     });
     try {
@@ -609,7 +614,7 @@ describe("abuse", () => {
     expect(other.body.result.task.id).not.toBe(first.body.result.task.id);
     await handedOff(other.body.result.task.id);
     // Every hand-off stored is delivered and acknowledged: a second one of the first task would be among them.
-    await waitFor("every hand-off acknowledged", () => handOffsSettled(nats.url, self.agentId), 15_000);
+    await waitFor("every hand-off acknowledged", () => nats.handOffsSettled(self.agentId), 15_000);
     expect(
       handler.received.filter((r) => r.body.headers.extensions?.a2a?.task_id === first.body.result.task.id),
     ).toHaveLength(1);
@@ -764,7 +769,7 @@ describe("limits", () => {
         a2a: { enabled: true },
       },
       port: limitedPort,
-      natsUrl: nats.url,
+      ...(await nats.runAgentNats("a2a-limited")),
       tls,
     });
     try {
@@ -828,7 +833,7 @@ describe("shutdown", () => {
       self: identity("a2a-closing"),
       spec: { baseUrl: base, peers: [peerOf(signer)], a2a: { enabled: true } },
       port: closingPort,
-      natsUrl: nats.url,
+      ...(await nats.runAgentNats("a2a-closing")),
       tls,
     });
     const signedCall = async (method: string, path: string, body?: string) => {
