@@ -9,7 +9,7 @@ import { checkLifetimes, DEFAULT_LIFETIMES, type CertManagerMode } from "./contr
 import type { RuntimeTracing, TolerationEntry } from "./controllers/settings.ts";
 import { startManager, type ManagerOptions } from "./manager.ts";
 import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./controllers/rollout.ts";
-import { isCidrOrIp } from "../../runtime/src/resources/common.ts";
+import { isCidrOrIp } from "../../runtime/src/resources/network.ts";
 import { createLogger } from "../../runtime/src/telemetry/log-format.ts";
 import { buildInfo, versionLine } from "../../runtime/src/util/version.ts";
 import { errorMessage, Kube } from "./kube/client.ts";

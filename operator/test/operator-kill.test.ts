@@ -31,7 +31,7 @@ import { relayNames } from "../../runtime/src/contract/relay-stream.ts";
 import { encryptionKeyFromPem } from "../../runtime/src/protocol/encryption.ts";
 import { privateKeyFromPem, rawPublicKey } from "../../runtime/src/protocol/keys.ts";
 import { Agent } from "../../runtime/src/resources/agent.ts";
-import { parseDuration } from "../../runtime/src/resources/common.ts";
+import { parseDuration } from "../../runtime/src/resources/fields.ts";
 import { Relay } from "../../runtime/src/resources/relay.ts";
 import { planSigningKeys } from "../src/controllers/agent/signing.ts";
 import { hashOf } from "../src/kube/metadata.ts";

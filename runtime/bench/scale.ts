@@ -55,7 +55,7 @@ import { ensureReplicatedStream } from "../src/nats/streams.ts";
 import { HttpClient } from "../src/net/http-client.ts";
 import { TargetPolicy } from "../src/net/targets.ts";
 import { Agent } from "../src/resources/agent.ts";
-import { parseDuration } from "../src/resources/common.ts";
+import { parseDuration } from "../src/resources/fields.ts";
 import { Relay } from "../src/resources/relay.ts";
 import { Subscriptions } from "../src/relay/subscriptions.ts";
 import { IsolatedInstall } from "./scale-isolated.ts";

@@ -4,7 +4,7 @@ import type { V1Deployment } from "@kubernetes/client-node";
 import { agentInboxPrefix, agentPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
 import { sharedAgentPermissions } from "../../../runtime/src/contract/shared-layout.ts";
 import { Agent } from "../../../runtime/src/resources/agent.ts";
-import { defaultBaseUrl } from "../../../runtime/src/resources/common.ts";
+import { defaultBaseUrl } from "../../../runtime/src/resources/expose.ts";
 import type { ReconcileResult } from "../kube/controller.ts";
 import { desiredAgentChildren, type AgentResource } from "./agent/desired.ts";
 import { agentIdClaim, selectedPeers } from "./agent/directory.ts";

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { Agent } from "../../../runtime/src/resources/agent.ts";
-import { defaultBaseUrl, ExposeSpec } from "../../../runtime/src/resources/common.ts";
+import { defaultBaseUrl, ExposeSpec } from "../../../runtime/src/resources/expose.ts";
 import { Relay } from "../../../runtime/src/resources/relay.ts";
 import { agentEndpoint, desiredAgentChildren, type AgentResource } from "./agent/desired.ts";
 import { desiredRelayChildren, type RelayResource } from "./relay/desired.ts";

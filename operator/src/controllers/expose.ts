@@ -2,7 +2,7 @@
 // type and annotations, an Ingress, Gateway API routes — and which of those children a pass
 // must delete again. Table-tested in expose.test.ts; docs/exposure.md explains the choices.
 import type { KubernetesObject, V1Ingress, V1Service } from "@kubernetes/client-node";
-import type { ExposeSpec } from "../../../runtime/src/resources/common.ts";
+import type { ExposeSpec } from "../../../runtime/src/resources/expose.ts";
 import { childMeta, childNames, serviceDnsNames } from "./names.ts";
 import { runtimeService } from "./workload.ts";
 import type { Owner } from "./settings.ts";

@@ -2,7 +2,7 @@
 // exposure children spec.expose no longer asks for. The children themselves are applied with
 // the others (desired() renders them).
 import type { KubernetesObject, V1Service } from "@kubernetes/client-node";
-import type { ExposeSpec } from "../../../runtime/src/resources/common.ts";
+import type { ExposeSpec } from "../../../runtime/src/resources/expose.ts";
 import { controlledBy } from "../kube/apply.ts";
 import type { Caches } from "../kube/caches.ts";
 import { isStatus, type Kube } from "../kube/client.ts";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
+import { DeploymentSettings } from "../../../runtime/src/resources/deployment.ts";
 import {
   podServiceAccount,
   runtimeIdentityChildren,

@@ -14,7 +14,7 @@ import type {
   V1Volume,
   V1VolumeMount,
 } from "@kubernetes/client-node";
-import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
+import type { DeploymentSettings } from "../../../runtime/src/resources/deployment.ts";
 import { applyChildren } from "../kube/apply.ts";
 import type { Blocker } from "./conditions.ts";
 import type { ReconcileContext } from "./context.ts";

@@ -1,7 +1,7 @@
 // Pure: what a resource's children are called and how they say whose they are — deterministic
 // child names, labels, owner references, child metadata, the runtime's ports and DNS names.
 import type { V1ObjectMeta, V1OwnerReference } from "@kubernetes/client-node";
-import { API_VERSION } from "../../../runtime/src/resources/common.ts";
+import { API_VERSION } from "../../../runtime/src/resources/schema.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY, managedByOperator } from "../kube/metadata.ts";
 import type { Owner } from "./settings.ts";
 

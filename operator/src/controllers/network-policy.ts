@@ -7,7 +7,7 @@
 // Egress is not restricted. A rule's `from` is `_from` in client-node's types and serializer (the
 // cache holds it so too, caches.ts). Pure parts are table-tested in network-policy.test.ts.
 import type { V1NetworkPolicy, V1NetworkPolicyIngressRule, V1NetworkPolicyPort } from "@kubernetes/client-node";
-import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
+import type { DeploymentSettings } from "../../../runtime/src/resources/deployment.ts";
 import { controlledBy } from "../kube/apply.ts";
 import type { ReconcileContext } from "./context.ts";
 import { A2A_GRPC_PORT, childMeta, childNames, HTTPS_PORT, METRICS_PORT, selectorLabels } from "./names.ts";

@@ -1,5 +1,5 @@
 // What spec.deployment may reach beyond the pod itself. The CRD and the resource schema refuse
-// what the "restricted" Pod Security Standard forbids (runtime/src/resources/common.ts); what
+// what the "restricted" Pod Security Standard forbids (runtime/src/resources/pod-security.ts); what
 // depends on the install or on other objects is checked here before anything is rendered: the
 // images of sidecars and init containers (--allowed-images), the Secrets they and the runtime
 // container would read (made or labelled for this Agent or Relay, as references.ts has it), and
@@ -7,7 +7,7 @@
 // --allowed-priority-classes).
 import type { V1Secret } from "@kubernetes/client-node";
 import type { Kube } from "../kube/client.ts";
-import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
+import type { DeploymentSettings } from "../../../runtime/src/resources/deployment.ts";
 import type { Blocker } from "./conditions.ts";
 import { grantLabel, secretUsableBy } from "./references.ts";
 import type { OperatorSettings, Owner, TolerationEntry } from "./settings.ts";

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { Agent } from "../../../runtime/src/resources/agent.ts";
-import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
+import type { DeploymentSettings } from "../../../runtime/src/resources/deployment.ts";
 import { desiredAgentChildren, type AgentResource } from "./agent/desired.ts";
 import { desiredRelayChildren } from "./relay/desired.ts";
 import { Relay } from "../../../runtime/src/resources/relay.ts";

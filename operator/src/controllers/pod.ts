@@ -13,7 +13,7 @@ import type {
   V1TopologySpreadConstraint,
   V1Volume,
 } from "@kubernetes/client-node";
-import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
+import type { DeploymentSettings } from "../../../runtime/src/resources/deployment.ts";
 import { memoryBytes, runtimeNodeOptions, type RuntimeMode } from "../../../runtime/src/contract/node-options.ts";
 import { BINARY_SUFFIXES, NANO, parseQuantity } from "../../../runtime/src/resources/quantity.ts";
 

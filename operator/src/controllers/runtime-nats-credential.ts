@@ -7,7 +7,7 @@
 import type { V1Secret } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import type { NatsPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
-import { API_VERSION } from "../../../runtime/src/resources/common.ts";
+import { API_VERSION } from "../../../runtime/src/resources/schema.ts";
 import { ChildConflictError, controlledBy } from "../kube/apply.ts";
 import { markedFor, ownedMark } from "./generated-mark.ts";
 import type { Kube } from "../kube/client.ts";

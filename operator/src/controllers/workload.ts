@@ -3,7 +3,7 @@
 import type { V1Container, V1Deployment, V1EnvVar, V1Service, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
 import { stringify } from "yaml";
 import { ANNOTATION_PREFIX } from "../../../runtime/src/contract/annotations.ts";
-import type { DeploymentSettings } from "../../../runtime/src/resources/common.ts";
+import type { DeploymentSettings } from "../../../runtime/src/resources/deployment.ts";
 import { DEFAULT_RUNTIME_MEMORY_LIMIT } from "../../../runtime/src/contract/node-options.ts";
 import { withNodeHeap, withPodSettings } from "./pod.ts";
 import { podServiceAccount, runtimeNeedsToken, runtimeTokenVolume } from "./identity.ts";

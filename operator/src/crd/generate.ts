@@ -4,7 +4,7 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { stringify } from "yaml";
 import { z } from "zod";
 import { Agent } from "../../../runtime/src/resources/agent.ts";
-import { GROUP, VERSION } from "../../../runtime/src/resources/common.ts";
+import { GROUP, VERSION } from "../../../runtime/src/resources/schema.ts";
 import { Relay } from "../../../runtime/src/resources/relay.ts";
 import { crdReference } from "./reference.ts";
 import { AgentStatus, RelayStatus } from "./status.ts";

@@ -17,7 +17,7 @@ import { TargetPolicy } from "../net/targets.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 import { loadEncryptionKeys, loadKeyring, signingKeyCreated } from "./keyring.ts";
 import { Agent } from "../resources/agent.ts";
-import { parseDuration } from "../resources/common.ts";
+import { parseDuration } from "../resources/fields.ts";
 import { Lifecycle, retry } from "../server/lifecycle.ts";
 import {
   backlogGauges,

@@ -2,7 +2,7 @@
 // runtime publishes and reads by these names; the operator creates and updates the stream.
 import type { StreamConfig } from "@nats-io/jetstream";
 import { encodeToken, nanos } from "./nats.ts";
-import { parseDuration } from "../resources/common.ts";
+import { parseDuration } from "../resources/fields.ts";
 import type { Relay } from "../resources/relay.ts";
 
 /**

@@ -8,7 +8,7 @@ import { isDidKey } from "../protocol/did-key.ts";
 import { insufficientAuthLevel, notFound, rateLimited, unavailable, unknownSender } from "../protocol/errors.ts";
 import { publicKeyFromRaw } from "../protocol/keys.ts";
 import { AuthLevel, type Verifier } from "../protocol/verify.ts";
-import { parseDuration } from "../resources/common.ts";
+import { parseDuration } from "../resources/fields.ts";
 import type { RelaySpec } from "../resources/relay.ts";
 import { clientNetwork, RateLimiter } from "../server/ratelimit.ts";
 

@@ -9,7 +9,7 @@ import { ConsumerWorker } from "../nats/worker.ts";
 import { classifyAnswer } from "../net/answer.ts";
 import type { HttpClient } from "../net/http-client.ts";
 import { targetRefusedMessage } from "../net/targets.ts";
-import { parseDuration } from "../resources/common.ts";
+import { parseDuration } from "../resources/fields.ts";
 import type { RelaySpec } from "../resources/relay.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 import { exponentialDelay } from "../util/backoff.ts";

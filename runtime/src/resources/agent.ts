@@ -1,22 +1,12 @@
 // The Agent custom resource as a zod schema (spec and its defaults): what the runtime validates
 // its manifest with, the operator reconciles, and operator/src/crd/generate.ts writes the CRD from.
 import { z } from "zod";
-import {
-  AgentId,
-  ByteSize,
-  cel,
-  DeploymentSettings,
-  Duration,
-  LogLevel,
-  ExposeSpec,
-  NetworkSpec,
-  HttpsUrl,
-  HttpUrl,
-  KnownAgent,
-  LabelSelector,
-  resource,
-  TlsSpec,
-} from "./common.ts";
+import { DeploymentSettings } from "./deployment.ts";
+import { ExposeSpec } from "./expose.ts";
+import { AgentId, ByteSize, Duration, LogLevel, HttpsUrl, HttpUrl, KnownAgent, LabelSelector } from "./fields.ts";
+import { NetworkSpec } from "./network.ts";
+import { cel, resource } from "./schema.ts";
+import { TlsSpec } from "./tls.ts";
 import { DisruptionSpec } from "./disruption.ts";
 
 export const CAPABILITY_NAME_RE = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;

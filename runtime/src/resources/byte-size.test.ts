@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { Agent } from "./agent.ts";
-import { BYTE_SIZE_RE, ByteSize } from "./common.ts";
+import { BYTE_SIZE_RE, ByteSize } from "./fields.ts";
 import { bytesOf, bytesQuantity } from "./quantity.ts";
 import { Relay } from "./relay.ts";
 

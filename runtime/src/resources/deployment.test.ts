@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { Agent } from "./agent.ts";
-import { DeploymentSettings } from "./common.ts";
+import { DeploymentSettings } from "./deployment.ts";
 import { Relay } from "./relay.ts";
 
 const full = {

@@ -1,19 +1,12 @@
 // The Relay custom resource as a zod schema (retention, delivery, publishers, limits and the rest
 // of its spec, with defaults), shared by the relay runtime, the operator and the CRD generator.
 import { z } from "zod";
-import {
-  ByteSize,
-  cel,
-  DeploymentSettings,
-  Duration,
-  LogLevel,
-  ExposeSpec,
-  NetworkSpec,
-  HttpsUrl,
-  KnownAgent,
-  resource,
-  TlsSpec,
-} from "./common.ts";
+import { DeploymentSettings } from "./deployment.ts";
+import { ExposeSpec } from "./expose.ts";
+import { ByteSize, Duration, LogLevel, HttpsUrl, KnownAgent } from "./fields.ts";
+import { NetworkSpec } from "./network.ts";
+import { cel, resource } from "./schema.ts";
+import { TlsSpec } from "./tls.ts";
 import { DisruptionSpec } from "./disruption.ts";
 
 export const RelayRetention = z

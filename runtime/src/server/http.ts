@@ -12,7 +12,7 @@ import Fastify, {
 } from "fastify";
 import type { Logger } from "pino";
 import { ProtocolError, type ErrorCode } from "../protocol/errors.ts";
-import { isCidrOrIp } from "../resources/common.ts";
+import { isCidrOrIp } from "../resources/network.ts";
 import { readJsonBodies } from "./json-body.ts";
 import { TrustedProxies } from "./ratelimit.ts";
 import { invalidRequest } from "./validation.ts";

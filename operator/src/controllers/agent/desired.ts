@@ -3,7 +3,7 @@
 import type { KubernetesObject, V1ConfigMap, V1Deployment } from "@kubernetes/client-node";
 import { ANNOTATIONS } from "../../../../runtime/src/contract/annotations.ts";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
-import { defaultBaseUrl, type ExposeSpec } from "../../../../runtime/src/resources/common.ts";
+import { defaultBaseUrl, type ExposeSpec } from "../../../../runtime/src/resources/expose.ts";
 import { hashOf } from "../../kube/metadata.ts";
 import { exposureChildren, type ExposurePlanInput } from "../expose.ts";
 import { childMeta, childNames } from "../names.ts";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { selectorMatches } from "../../../../runtime/src/resources/common.ts";
+import { selectorMatches } from "../../../../runtime/src/resources/fields.ts";
 import { agentIdClaim, directoryEntry, selectedPeers, withDirectoryPeers } from "./directory.ts";
 import { didKeyFromPublicKey } from "../../../../runtime/src/protocol/did-key.ts";
 import { generateSigningKey } from "../../../../runtime/src/protocol/keys.ts";

@@ -1,7 +1,7 @@
 // The operator as a directory (spec.peerSelector): the Agents of the install an Agent selects
 // become peers in the manifest its runtime reads, with their current endpoints and public keys,
 // so that agents of one install trust each other without copying keys by hand.
-import { selectorMatches, type LabelSelector } from "../../../../runtime/src/resources/common.ts";
+import { selectorMatches, type LabelSelector } from "../../../../runtime/src/resources/fields.ts";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
 import type { AgentStatus } from "../../crd/status.ts";
 import type { CustomObject } from "../context.ts";

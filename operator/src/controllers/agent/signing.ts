@@ -13,7 +13,7 @@ import {
   type SigningKeySet,
 } from "../../../../runtime/src/contract/signing-keys.ts";
 import type { AgentSpec } from "../../../../runtime/src/resources/agent.ts";
-import { parseDuration } from "../../../../runtime/src/resources/common.ts";
+import { parseDuration } from "../../../../runtime/src/resources/fields.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY, managedByOperator } from "../../kube/metadata.ts";
 import { isoSeconds, type Blocker } from "../conditions.ts";
 import { note } from "../pipeline.ts";

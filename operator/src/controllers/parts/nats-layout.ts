@@ -6,7 +6,7 @@ import {
   ISOLATED_LAYOUT_UNSUPPORTED,
   type UnsupportedFeature,
 } from "../../../../runtime/src/contract/shared-layout.ts";
-import { parseDuration } from "../../../../runtime/src/resources/common.ts";
+import { parseDuration } from "../../../../runtime/src/resources/fields.ts";
 import type { AgentResource } from "../agent/desired.ts";
 import { TenantStorageError } from "../../nats-data-accounts.ts";
 import type { Outcome, Part } from "../pipeline.ts";

@@ -1,6 +1,7 @@
 // What the parts of a runtime's pass share: the resource's spec as every part reads it, and what
 // earlier parts found for later ones (the Secrets' names, the exposure plan, the NATS account).
-import type { DeploymentSettings, ExposeSpec } from "../../../../runtime/src/resources/common.ts";
+import type { DeploymentSettings } from "../../../../runtime/src/resources/deployment.ts";
+import type { ExposeSpec } from "../../../../runtime/src/resources/expose.ts";
 import type { SigningOutcome } from "../agent/signing.ts";
 import type { Blocker } from "../conditions.ts";
 import type { ExposurePlan } from "../exposure-apply.ts";

@@ -7,7 +7,7 @@ import { rateLimited } from "../../protocol/errors.ts";
 import { Message } from "../../protocol/message.ts";
 import type { MessageVerifier } from "../../protocol/verify.ts";
 import type { Agent } from "../../resources/agent.ts";
-import { parseDuration } from "../../resources/common.ts";
+import { parseDuration } from "../../resources/fields.ts";
 import type { RuntimeMetrics } from "../../server/metrics.ts";
 import { RateLimiter } from "../../server/ratelimit.ts";
 import { keepRawJson, rawJsonOf } from "../../server/raw-json.ts";

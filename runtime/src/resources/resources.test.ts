@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { Agent } from "./agent.ts";
-import { parseDuration } from "./common.ts";
+import { parseDuration } from "./fields.ts";
 import { Relay } from "./relay.ts";
 
 describe("parseDuration", () => {
