@@ -12,7 +12,7 @@ import { HttpClient } from "../runtime/src/net/http-client.ts";
 import { didKeyFromPublicKey } from "../runtime/src/protocol/did-key.ts";
 import { generateSigningKey, privateKeyFromPem } from "../runtime/src/protocol/keys.ts";
 import { signMessage } from "../runtime/src/protocol/signing.ts";
-import { composeMessage } from "../runtime/src/agent/compose.ts";
+import { composeMessage } from "../runtime/src/agent/outbound/compose.ts";
 import { agentNames } from "../runtime/src/agent/names.ts";
 import { EXAMPLES_NAMESPACES_FILE, exampleWatchValue } from "./support/examples.ts";
 import { RelayClient } from "../runtime/src/net/relay-client.ts";

@@ -41,12 +41,12 @@ import { startNats, startNatsCluster, type NatsServer } from "../../e2e/support/
 import { stopAllProcesses } from "../../e2e/support/process.ts";
 import { agentNames, type AgentNames } from "../src/agent/names.ts";
 import { Conversations } from "../src/agent/conversations.ts";
-import { DeliveryStates } from "../src/agent/delivery-state.ts";
-import { HandlerHandoff } from "../src/agent/handoff.ts";
-import { PeerCapabilityCache } from "../src/agent/inbound.ts";
-import { OutboundDelivery } from "../src/agent/outbound.ts";
-import { OutboxStore } from "../src/agent/outbox.ts";
-import { InboxStore } from "../src/agent/store.ts";
+import { DeliveryStates } from "../src/agent/outbound/delivery-state.ts";
+import { HandlerHandoff } from "../src/agent/inbound/handoff.ts";
+import { PeerCapabilityCache } from "../src/agent/inbound/inbound.ts";
+import { OutboundDelivery } from "../src/agent/outbound/outbound.ts";
+import { OutboxStore } from "../src/agent/outbound/outbox.ts";
+import { InboxStore } from "../src/agent/inbound/store.ts";
 import { relayNames, relayStreamConfig } from "../src/contract/relay-stream.ts";
 import { DiscoveryClient } from "../src/discovery/client.ts";
 import { Nats } from "../src/nats/connection.ts";

@@ -5,10 +5,10 @@ import type { MessageVerifier } from "../protocol/verify.ts";
 import type { Agent } from "../resources/agent.ts";
 import { createServer, type EndpointDeps } from "../server/http.ts";
 import { registerProbes } from "../server/probes.ts";
-import type { AcceptStore, ConversationIntake, OnAccepted } from "./accept.ts";
+import type { AcceptStore, ConversationIntake, OnAccepted } from "./inbound/accept.ts";
 import type { Documents } from "./documents.ts";
 import { documentRoutes } from "./routes/documents.ts";
-import { inboxRoutes } from "./routes/inbox.ts";
+import { inboxRoutes } from "./inbound/routes/inbox.ts";
 import type { AgentEncryption } from "./encryption.ts";
 
 export interface AgentAppDeps extends EndpointDeps {

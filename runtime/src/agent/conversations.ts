@@ -10,7 +10,7 @@ import type { Message } from "../protocol/message.ts";
 import { HIGHEST_GRANTED_LEVEL } from "../protocol/verify.ts";
 import { errorMessage } from "../util/errors.ts";
 import { exponentialDelay } from "../util/backoff.ts";
-import type { DeliveryRecord } from "./delivery-state.ts";
+import type { DeliveryRecord } from "./outbound/delivery-state.ts";
 import type { ConversationMessage, ConversationState } from "../protocol/local-api.ts";
 
 /** What whileConnected() names when the records are out of reach. */

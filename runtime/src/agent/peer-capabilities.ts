@@ -9,7 +9,7 @@ import { TOPIC_PREFIX } from "../protocol/relay-api.ts";
 import type { Message } from "../protocol/message.ts";
 import { errorMessage } from "../util/errors.ts";
 import type { PeerCapabilities, PeerCapabilitiesView } from "../protocol/local-api.ts";
-import type { PeerCapabilityCache } from "./inbound.ts";
+import type { PeerCapabilityCache } from "./inbound/inbound.ts";
 
 /** The topic capability announcements are published on (spec 6). */
 export const CAPABILITIES_TOPIC = "capabilities.update";

@@ -2,7 +2,7 @@
 // tail, redrive, circuits and relay from the modules it loads for them; each command's usage.
 import { readFile, writeFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
-import { composeMessage } from "../agent/compose.ts";
+import { composeMessage } from "../agent/outbound/compose.ts";
 import { LocalUsageError } from "./local-commands.ts";
 import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
 import { connectFailure } from "../net/connect-error.ts";

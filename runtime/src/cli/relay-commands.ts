@@ -5,7 +5,7 @@ import { request } from "node:https";
 import { parseArgs } from "node:util";
 import { defaultCaCertificates, HttpClient } from "../net/http-client.ts";
 import { signRequest } from "../protocol/http-signatures.ts";
-import { composeMessage } from "../agent/compose.ts";
+import { composeMessage } from "../agent/outbound/compose.ts";
 import { didKeyFromPublicKey } from "../protocol/did-key.ts";
 import { privateKeyFromPem, rawPublicKey } from "../protocol/keys.ts";
 import { signMessage, type SigningKey } from "../protocol/signing.ts";

@@ -119,7 +119,7 @@ export interface StoredInboxMessage {
 
 /**
  * The inbox's messages stored within the last `seconds`, as the runtime recorded them where the
- * layout cannot read the inbox from a time (agent/inbox-look-back.ts).
+ * layout cannot read the inbox from a time (agent/local-api/inbox-look-back.ts).
  */
 export interface InboxLookBack {
   since(seconds: number): AsyncIterable<StoredInboxMessage>;

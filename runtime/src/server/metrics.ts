@@ -127,7 +127,7 @@ export function createRuntimeMetrics(mode: "agent" | "relay") {
       registers,
     }),
     // The one label that is a URL: a destination has a series only while its circuit is open or
-    // half-open (agent/breakers.ts), so the series are the destinations failing now.
+    // half-open (agent/outbound/breakers.ts), so the series are the destinations failing now.
     outboundCircuitState: new Gauge({
       name: "ifp_outbound_circuit_state",
       help: "State of the circuit of an outbound destination (inbox or relay URL) that is not closed: 1 half-open, 2 open",

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { consistently, waitFor } from "../../../e2e/support/ports.ts";
 import { agentNames } from "../../src/agent/names.ts";
-import { replyId } from "../../src/agent/replies.ts";
+import { replyId } from "../../src/agent/outbound/replies.ts";
 import { signMessage } from "../../src/protocol/signing.ts";
 import { identity, message, peerOf, signed, tempDir } from "../support/fixtures.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";

@@ -4,7 +4,7 @@
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
-import { DeliveryStates, type DeliveryRecord } from "../../src/agent/delivery-state.ts";
+import { DeliveryStates, type DeliveryRecord } from "../../src/agent/outbound/delivery-state.ts";
 import { Nats } from "../../src/nats/connection.ts";
 
 let server: NatsServer;

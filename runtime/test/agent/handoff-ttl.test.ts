@@ -5,7 +5,7 @@ import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { consistently, waitFor } from "../../../e2e/support/ports.ts";
 import { clockPast } from "../../../e2e/support/wait.ts";
 import { agentNames } from "../../src/agent/names.ts";
-import { expiredFor } from "../../src/agent/handoff.ts";
+import { expiredFor } from "../../src/agent/inbound/handoff.ts";
 import { identity, peerOf, signed } from "../support/fixtures.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { metricValue } from "../support/probes.ts";

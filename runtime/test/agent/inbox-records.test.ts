@@ -1,8 +1,8 @@
 // The runtime's own records of its inbox where the inbox stream is not its own (the isolated NATS
 // layout), on a real nats-server, with a clock the test moves: the count of its bytes
-// (spec.inbox.maxBytes, agent/inbox-bytes.ts) forgets an hour only once its messages have aged
+// (spec.inbox.maxBytes, agent/inbound/inbox-bytes.ts) forgets an hour only once its messages have aged
 // out, and replicas counting at once lose none of each other's bytes; the record of what it stored
-// (the watch's look back, agent/inbox-look-back.ts) yields what was stored within the look back,
+// (the watch's look back, agent/local-api/inbox-look-back.ts) yields what was stored within the look back,
 // by sequence, passes over what is older or gone from the inbox, and spreads a busy five minutes
 // over keys of LOOK_BACK_CHUNK.
 import { Kvm, type KV } from "@nats-io/kv";
@@ -10,8 +10,8 @@ import { RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
-import { COUNT_SLOT_MS, InboxByteCount } from "../../src/agent/inbox-bytes.ts";
-import { LOOK_BACK_CHUNK, LOOK_BACK_SLOT_MS, StoredMessageRecord } from "../../src/agent/inbox-look-back.ts";
+import { COUNT_SLOT_MS, InboxByteCount } from "../../src/agent/inbound/inbox-bytes.ts";
+import { LOOK_BACK_CHUNK, LOOK_BACK_SLOT_MS, StoredMessageRecord } from "../../src/agent/local-api/inbox-look-back.ts";
 import { Nats } from "../../src/nats/connection.ts";
 
 const HOUR = COUNT_SLOT_MS;

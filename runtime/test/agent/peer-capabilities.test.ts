@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { announceCapabilities } from "../../src/agent/relays.ts";
+import { announceCapabilities } from "../../src/agent/relays/relays.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import type { CapabilityDocument } from "../../src/protocol/documents.ts";
 import { signMessage } from "../../src/protocol/signing.ts";

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import { secondAfter } from "../../../e2e/support/wait.ts";
-import { capabilityUpdateId } from "../../src/agent/relays.ts";
+import { capabilityUpdateId } from "../../src/agent/relays/relays.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import { signMessage } from "../../src/protocol/signing.ts";
 import { identity, message, peerOf } from "../support/fixtures.ts";

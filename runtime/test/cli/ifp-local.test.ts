@@ -7,7 +7,7 @@ import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { localhostTls } from "../../../e2e/support/tls.ts";
 import { waitFor } from "../../../e2e/support/ports.ts";
-import { MAX_WATCHES } from "../../src/agent/inbox-watch.ts";
+import { MAX_WATCHES } from "../../src/agent/local-api/routes/watch.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import { identity, peerOf, signed } from "../support/fixtures.ts";
 import { runAgent, startHandler, type Tls } from "../support/agent-harness.ts";

@@ -9,7 +9,7 @@ import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { waitFor } from "../../../e2e/support/wait.ts";
 import { Conversations } from "../../src/agent/conversations.ts";
 import { agentNames } from "../../src/agent/names.ts";
-import { InboxStore } from "../../src/agent/store.ts";
+import { InboxStore } from "../../src/agent/inbound/store.ts";
 import { relayNames } from "../../src/contract/relay-stream.ts";
 import { Nats } from "../../src/nats/connection.ts";
 import { ProtocolError } from "../../src/protocol/errors.ts";

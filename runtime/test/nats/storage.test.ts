@@ -14,7 +14,7 @@ import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { localhostTls } from "../../../e2e/support/tls.ts";
 import { waitFor } from "../../../e2e/support/wait.ts";
 import { agentNames } from "../../src/agent/names.ts";
-import { InboxStore } from "../../src/agent/store.ts";
+import { InboxStore } from "../../src/agent/inbound/store.ts";
 import { agentStoreKey } from "../../src/contract/agent-names.ts";
 import { agentLastError } from "../../src/contract/summary.ts";
 import { Nats } from "../../src/nats/connection.ts";

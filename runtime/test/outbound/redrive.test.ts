@@ -11,7 +11,7 @@ import { LocalApiClient, LocalApiError } from "../../src/client/local.ts";
 import { scriptedPeer, send, untilState } from "../support/outbox-harness.ts";
 import { ifpCommand } from "../support/ifp-command.ts";
 import { agentNames } from "../../src/agent/names.ts";
-import { DeliveryStates } from "../../src/agent/delivery-state.ts";
+import { DeliveryStates } from "../../src/agent/outbound/delivery-state.ts";
 import { Nats } from "../../src/nats/connection.ts";
 import { encodeToken } from "../../src/contract/nats.ts";
 

@@ -5,11 +5,11 @@
 import Fastify, { type FastifyInstance } from "fastify";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DeliveryStates } from "../../src/agent/delivery-state.ts";
+import { DeliveryStates } from "../../src/agent/outbound/delivery-state.ts";
 import { agentNames } from "../../src/agent/names.ts";
-import { OutboundDelivery, type Outcome } from "../../src/agent/outbound.ts";
-import { OutboxStore } from "../../src/agent/outbox.ts";
-import { relayOutcome, relayPublisher } from "../../src/agent/relays.ts";
+import { OutboundDelivery, type Outcome } from "../../src/agent/outbound/outbound.ts";
+import { OutboxStore } from "../../src/agent/outbound/outbox.ts";
+import { relayOutcome, relayPublisher } from "../../src/agent/relays/relays.ts";
 import { DiscoveryClient } from "../../src/discovery/client.ts";
 import { Nats } from "../../src/nats/connection.ts";
 import type { Message } from "../../src/protocol/message.ts";

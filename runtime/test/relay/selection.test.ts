@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LocalApiClient } from "../../src/client/local.ts";
-import { relayOrder } from "../../src/agent/outbound.ts";
+import { relayOrder } from "../../src/agent/outbound/outbound.ts";
 import { RelayClient } from "../../src/net/relay-client.ts";
 import type { RunningRelay } from "../../src/relay/main.ts";
 import { identity, message, peerOf, signed } from "../support/fixtures.ts";

@@ -5,7 +5,7 @@ import { stringify } from "yaml";
 import { generateSigningKey, privateKeyFromPem } from "../../src/protocol/keys.ts";
 import type { Message } from "../../src/protocol/message.ts";
 import { signMessage, type SigningKey } from "../../src/protocol/signing.ts";
-import { newMessageId } from "../../src/agent/replies.ts";
+import { newMessageId } from "../../src/agent/outbound/replies.ts";
 import type { AgentSpecInput } from "../../src/resources/agent.ts";
 import type { RelaySpecInput } from "../../src/resources/relay.ts";
 

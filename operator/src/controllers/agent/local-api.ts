@@ -17,7 +17,7 @@ import type { Owner } from "../settings.ts";
 export const LOCAL_API_TOKEN_DIR = "/etc/ifp/local-api";
 export const LOCAL_API_TOKEN_PATH = `${LOCAL_API_TOKEN_DIR}/token`;
 export const LOCAL_API_TOKEN_KEY = "token";
-/** Shortest token the runtime accepts (runtime/src/agent/local-api-auth.ts). */
+/** Shortest token the runtime accepts (runtime/src/agent/local-api/auth.ts). */
 const MIN_TOKEN_LENGTH = 16;
 
 /** `<name>-local-api`: both the token Secret and the Service. */

@@ -1,6 +1,6 @@
 // The Secrets an Agent's pods mount that the operator generates: its signing (and encryption)
-// keys (agent/signing.ts), its local API token (agent/local-api.ts), its hand-off secret
-// (agent/handoff.ts). Each holds the workload until it is there and the Agent's own.
+// keys (agent/signing.ts), its local API token (agent/local-api/server.ts), its hand-off secret
+// (agent/inbound/handoff.ts). Each holds the workload until it is there and the Agent's own.
 import type { AgentResource } from "../agent/desired.ts";
 import { ensureHandoffSecret } from "../agent/handoff.ts";
 import { ensureLocalApi, localApiChildren } from "../agent/local-api.ts";
