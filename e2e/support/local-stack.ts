@@ -5,11 +5,14 @@ import { join } from "node:path";
 import { spawnProcess, type ManagedProcess } from "./process.ts";
 import { waitFor } from "./wait.ts";
 
-/** A base port with room for the stack's ports (base … base+302) below the kernel's ephemeral range. */
+/**
+ * A base port with room for the stack's ports (base … base+302) below the kernel's ephemeral range
+ * and above 10080, the one port there that fetch refuses to connect to.
+ */
 export function basePort(): number {
   const [lo] = readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number);
   const top = (lo ?? 32768) - 400;
-  return 10_000 + Math.floor(Math.random() * Math.max(1000, top - 10_000));
+  return 10_100 + Math.floor(Math.random() * Math.max(1000, top - 10_100));
 }
 
 export interface LocalStack {

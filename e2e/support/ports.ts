@@ -30,7 +30,13 @@ function tryListen(port: number): Promise<number | undefined> {
 }
 
 /**
- * A TCP port on 127.0.0.1 that was free a moment ago. Chosen at random below the ephemeral
+ * The ports at or above 10000 that fetch refuses to connect to (the Fetch standard's "bad ports"):
+ * a server a test reaches with fetch must not listen on one.
+ */
+const FETCH_BAD_PORTS = new Set([10080]);
+
+/**
+ * A TCP port on 127.0.0.1 that was free a moment ago, and one fetch connects to. Chosen at random below the ephemeral
  * range when there is room (10000 up to it), else from the kernel. Prefer servers that listen
  * on port 0 and report their port; where that is impossible, retry a start that finds the port
  * taken (EADDRINUSE).
@@ -40,7 +46,9 @@ export async function freePort(): Promise<number> {
   const base = 10_000;
   if (lo - base >= 1000) {
     for (let i = 0; i < 50; i++) {
-      const port = await tryListen(base + Math.floor(Math.random() * (lo - base)));
+      const candidate = base + Math.floor(Math.random() * (lo - base));
+      if (FETCH_BAD_PORTS.has(candidate)) continue;
+      const port = await tryListen(candidate);
       if (port) return port;
     }
   }

@@ -502,8 +502,11 @@ export function installDebianPackages(packages: string[]): void {
     throw new Error(`missing Debian packages; as root: apt-get install -y ${missing.join(" ")}`);
   process.stderr.write(`tools: installing Debian packages ${missing.join(" ")}\n`);
   const env = { DEBIAN_FRONTEND: "noninteractive" };
-  run("apt-get", ["update", "-q"], "/", env);
-  run("apt-get", ["install", "-y", "-q", "--no-install-recommends", ...missing], "/", env);
+  // Another install on the machine (a second test file's tools, the machine's own updates) may
+  // hold dpkg's lock: wait for it rather than fail.
+  const wait = ["-o", "DPkg::Lock::Timeout=600"];
+  run("apt-get", [...wait, "update", "-q"], "/", env);
+  run("apt-get", [...wait, "install", "-y", "-q", "--no-install-recommends", ...missing], "/", env);
 }
 
 function toolSpec(name: string): ToolSpec {
