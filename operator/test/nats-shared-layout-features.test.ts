@@ -4,6 +4,7 @@
 // inbox in the tenant's shared one (the runtime's count of its bytes), the watch looks back
 // (`?since=`, the runtime's record of what it stored) and a changed capability document reaches
 // the peers of recent conversations (an index of the latest record of each peer).
+import { capabilityUpdateId } from "../../runtime/src/agent/relays/relays.ts";
 import { createHash, randomUUID } from "node:crypto";
 import { Kvm } from "@nats-io/kv";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -175,7 +176,7 @@ describe("the agent runtime on the isolated layout: per-Agent bounds, the watch'
     const after = (await b.get("/.well-known/agent/capabilities")).json();
     expect(after.updated).not.toBe(before.updated);
     // Queued in bob's outbox for carol (alice's full inbox refuses hers) and delivered like any message.
-    const updateId = `msg:capabilities-${createHash("sha256").update(`${after.updated}\ncarol-agent`).digest("hex").slice(0, 32)}`;
+    const updateId = capabilityUpdateId(after, "carol-agent");
     await waitFor(
       "the update delivered to carol",
       async () =>
