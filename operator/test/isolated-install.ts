@@ -98,6 +98,8 @@ export function isolatedInstall(opts: {
       authenticator: credsAuthenticator(creds),
       maxReconnectAttempts: -1,
       reconnectTimeWait: 250,
+      // An account the operator is pushing again (a server with an empty store) refuses for a moment.
+      ignoreAuthErrorAbort: true,
     });
     open.push(nc);
     return nc;
@@ -156,7 +158,8 @@ spec:
     },
     /** Until the operator made the Agent's consumers; its account key. */
     async consumersMade(ns: string, name: string): Promise<string> {
-      const view = await tenantView(ns);
+      // The data account is made with the namespace's first Agent: a view of it once it is there.
+      const view = await until(`the data account of ${ns}`, () => tenantView(ns).catch(() => undefined));
       return until(`${name}'s consumers`, async () => {
         const account = get(ns, "agent", name) && accountOf(ns, name);
         return account &&
