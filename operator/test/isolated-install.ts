@@ -8,7 +8,7 @@ import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
-import { afterAll } from "vitest";
+import { afterAll, beforeAll } from "vitest";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { onLoopback, runDeploymentLocally, type LocalRuntime } from "../../e2e/support/materialize.ts";
 import { freePort } from "../../e2e/support/ports.ts";
@@ -54,9 +54,8 @@ export function isolatedInstall(opts: {
   const nats = opts.nats(keys, dir);
   const open: NatsConnection[] = [];
   const runtimes: IsolatedRuntime[] = [];
-  const [first] = opts.namespaces;
   const operator = natsAccountOperator({
-    namespace: first!,
+    namespace: opts.namespaces[0]!,
     keys: () => ({
       accountKey: issuer.accountKey,
       fields: Object.fromEntries(Object.entries(KEY_FIELDS).map(([k, f]) => [f, keys[k as keyof typeof keys]])),
@@ -67,6 +66,9 @@ export function isolatedInstall(opts: {
     manager: { natsLayout: "isolated", watchNamespaces: opts.namespaces, summaryIntervalMs: 1_000, ...opts.manager },
   });
   const cp = () => operator.cp();
+  beforeAll(() => {
+    for (const ns of opts.namespaces.slice(1)) cp().kubectl(["create", "namespace", ns]);
+  });
   afterAll(async () => {
     await Promise.all(runtimes.map((r) => r.stop()));
     for (const nc of open) await nc.close().catch(() => {});

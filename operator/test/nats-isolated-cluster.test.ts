@@ -121,7 +121,17 @@ describe("the operator on a three-server NATS cluster, isolated layout", () => {
     // The server holding ann's consumer: she still accepts; her messages wait for it in the inbox.
     const annNode = holding[0]!;
     await cluster.kill(annNode);
+    const downFrom = flows.map((f) => f.ids.length);
     await Promise.all(flows.map((f) => f.more(5)));
+    // Ben's consumer elsewhere: his messages are handed on meanwhile.
+    if (holding[1] !== annNode) {
+      const now = [...flows[1]!.ids];
+      await until("ben's messages handed on with ann's consumer's server down", () =>
+        now.every((id) => handedOn(ben.handler).includes(id)),
+      );
+    }
+    const annDown = flows[0]!.ids.slice(downFrom[0]);
+    const annWhileDown = annDown.filter((id) => handedOn(ann.handler).includes(id)).length;
     await cluster.restart(annNode);
     await cluster.ready();
     await Promise.all(flows.map((f) => f.more(3)));
@@ -135,5 +145,13 @@ describe("the operator on a three-server NATS cluster, isolated layout", () => {
         120_000,
       );
     for (const a of [ann, ben]) await a.runtime.ready();
+    console.log(
+      JSON.stringify({
+        accepted: ids.map((i) => i.length),
+        consumerNodes: holding,
+        annAcceptedWhileHerConsumersServerDown: annDown.length,
+        annHandedOnOfThoseMeanwhile: annWhileDown,
+      }),
+    );
   }, 600_000);
 });
