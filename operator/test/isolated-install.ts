@@ -14,12 +14,20 @@ import { onLoopback, runDeploymentLocally, type LocalRuntime } from "../../e2e/s
 import { freePort } from "../../e2e/support/ports.ts";
 import { releaseDir, tempDir } from "../../e2e/support/process.ts";
 import { SHARED_STREAMS } from "../../runtime/src/contract/shared-layout.ts";
+import { startHandler } from "../../runtime/test/support/agent-harness.ts";
 import { identity, peerOf } from "../../runtime/test/support/fixtures.ts";
 import type { Post } from "../../runtime/test/support/hand-offs.ts";
 import type { ManagerOptions } from "../src/manager.ts";
 import { CredentialIssuer, generateKeys, KEY_FIELDS, type NatsKeys } from "../src/nats-credential-issuer.ts";
 import { dataAccountOf } from "../src/nats-shared-accounts.ts";
-import { natsAccountOperator, perTest, kubectlOrError, until as waitUntil, untilRuntimeReady } from "./support.ts";
+import {
+  getOrAbsent,
+  kubectlOrError,
+  natsAccountOperator,
+  perTest,
+  until as waitUntil,
+  untilRuntimeReady,
+} from "./support.ts";
 
 /** Waits long enough for a reconcile on a loaded machine. */
 export const until = <T>(
@@ -54,6 +62,7 @@ export function isolatedInstall(opts: {
   const nats = opts.nats(keys, dir);
   const open: NatsConnection[] = [];
   const runtimes: IsolatedRuntime[] = [];
+  const handlers: Awaited<ReturnType<typeof startHandler>>[] = [];
   const operator = natsAccountOperator({
     namespace: opts.namespaces[0]!,
     keys: () => ({
@@ -71,27 +80,19 @@ export function isolatedInstall(opts: {
   });
   afterAll(async () => {
     await Promise.all(runtimes.map((r) => r.stop()));
+    await Promise.all(handlers.map((h) => h.close().catch(() => {})));
     for (const nc of open) await nc.close().catch(() => {});
     releaseDir(dir);
   });
   perTest(() =>
     [
-      "operator log:",
-      ...operator.log.lines().slice(-80),
-      "agents:",
-      kubectlOrError(cp(), ["get", "agents", "-A", "-o", "wide"]),
-      ...runtimes.flatMap((r) => [`runtime log:`, r.output().slice(-4000)]),
+      ...["operator log:", ...operator.log.lines().slice(-80)],
+      `agents:\n${kubectlOrError(cp(), ["get", "agents", "-A", "-o", "wide"])}`,
+      ...runtimes.map((r) => `runtime log:\n${r.output().slice(-4000)}`),
     ].join("\n"),
   );
 
-  const get = (ns: string, kind: string, name: string) => {
-    try {
-      return cp().json<any>(["-n", ns, "get", kind, name]);
-    } catch (err) {
-      if (/NotFound/.test((err as Error).message)) return undefined;
-      throw err;
-    }
-  };
+  const get = (ns: string, kind: string, name: string) => getOrAbsent(cp(), ["-n", ns, "get", kind, name]);
   const accountOf = (ns: string, name: string) => issuer.accountOf(get(ns, "agent", name).metadata.uid);
   /** A connection that reconnects for ever (the servers are restarted under it). */
   const connection = async (creds: Uint8Array) => {
@@ -170,6 +171,16 @@ spec:
           ? account
           : undefined;
       });
+    },
+    /** An Agent with an application of its own (closed with the install), its runtime running as rendered and Ready. */
+    async agent(ns: string, name: string) {
+      const handler = await startHandler();
+      handlers.push(handler);
+      this.applyAgent(ns, name, handler.url);
+      const account = await this.consumersMade(ns, name);
+      const runtime = await this.runtime(ns, name);
+      await runtime.ready();
+      return { name, ns, handler, account, runtime, view: await tenantView(ns), to: `${name}-agent` };
     },
     /** The runtime of Agent `name`, as the operator rendered it, on ports of its own. */
     async runtime(ns: string, name: string): Promise<IsolatedRuntime> {

@@ -8,11 +8,10 @@
 // message answered 202 is handed on exactly once.
 import { join } from "node:path";
 import { credsAuthenticator } from "@nats-io/transport-node";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { startNatsCluster, type NatsCluster } from "../../e2e/support/nats.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import { SHARED_STREAMS, sharedStreamConfigs } from "../../runtime/src/contract/shared-layout.ts";
-import { startHandler } from "../../runtime/test/support/agent-harness.ts";
 import { signed } from "../../runtime/test/support/fixtures.ts";
 import { everyHandedOnOnce, handedOn, type Post } from "../../runtime/test/support/hand-offs.ts";
 import { consumerSettled } from "../../runtime/test/support/probes.ts";
@@ -35,10 +34,6 @@ const install = isolatedInstall({
     stop: async () => cluster?.close(),
     url: () => cluster.url,
   }),
-});
-const handlers: Awaited<ReturnType<typeof startHandler>>[] = [];
-afterAll(async () => {
-  await Promise.all(handlers.map((h) => h.close().catch(() => {})));
 });
 
 /**
@@ -75,21 +70,10 @@ function flow(post: Post, to: string) {
   };
 }
 
-async function agent(ns: string, name: string) {
-  const handler = await startHandler();
-  handlers.push(handler);
-  install.applyAgent(ns, name, handler.url);
-  const account = await install.consumersMade(ns, name);
-  const runtime = await install.runtime(ns, name);
-  await runtime.ready();
-  const view = await install.tenantView(ns);
-  return { name, ns, handler, account, runtime, view, to: `${name}-agent` };
-}
-
 describe("the operator on a three-server NATS cluster, isolated layout", () => {
   it("gives the tenants' streams three replicas and keeps delivering while one server of three is down", async () => {
-    const ann = await agent(NS_A, "ann");
-    const ben = await agent(NS_B, "ben");
+    const ann = await install.agent(NS_A, "ann");
+    const ben = await install.agent(NS_B, "ben");
     for (const a of [ann, ben]) {
       for (const s of sharedStreamConfigs())
         expect((await a.view.streams.info(s.name)).config.num_replicas, `${a.ns} ${s.name}`).toBe(3);

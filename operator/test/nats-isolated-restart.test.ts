@@ -9,11 +9,10 @@
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { credsAuthenticator } from "@nats-io/transport-node";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import { SHARED_STREAMS, sharedStreamConfigs } from "../../runtime/src/contract/shared-layout.ts";
-import { startHandler } from "../../runtime/test/support/agent-harness.ts";
 import { signed } from "../../runtime/test/support/fixtures.ts";
 import {
   accepted,
@@ -51,10 +50,6 @@ const install = isolatedInstall({
   // Only what the operator does when its connection comes back makes again what NATS lost.
   manager: { resyncMs: 3_600_000 },
 });
-const handlers: Awaited<ReturnType<typeof startHandler>>[] = [];
-afterAll(async () => {
-  await Promise.all(handlers.map((h) => h.close().catch(() => {})));
-});
 
 /** kill -9 of the server, then a start on the same store and port. */
 async function killAndRestart(): Promise<void> {
@@ -65,14 +60,7 @@ async function killAndRestart(): Promise<void> {
 
 /** An Agent of the tenant with an application of its own, its runtime running as rendered and Ready. */
 async function agent(name: string) {
-  const handler = await startHandler();
-  handlers.push(handler);
-  install.applyAgent(NS, name, handler.url);
-  const account = await install.consumersMade(NS, name);
-  const runtime = await install.runtime(NS, name);
-  await runtime.ready();
-  const view = await install.tenantView(NS);
-  const to = `${name}-agent`;
+  const { handler, account, runtime, view, to } = await install.agent(NS, name);
   return {
     handler,
     account,
