@@ -46,6 +46,8 @@ export interface IsolatedRuntime {
   start(): Promise<void>;
   stop(): Promise<void>;
   ready(timeoutMs?: number): Promise<true>;
+  /** What its `/readyz` answers now. */
+  readyz(): Promise<number>;
   output(): string;
 }
 
@@ -212,6 +214,7 @@ spec:
         },
         stop: async () => proc?.stop(),
         ready: (timeoutMs = 120_000) => untilRuntimeReady(name, url, ca, timeoutMs),
+        readyz: async () => (await httpsRequest(`${url}/readyz`, { ca })).status,
         output: () => proc?.output() ?? "",
       };
       runtimes.push(r);

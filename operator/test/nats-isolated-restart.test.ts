@@ -108,6 +108,7 @@ describe("restarts on the operator's isolated NATS layout", () => {
     await carol.runtime.start();
     // A message it cannot store is refused "send it again", never taken.
     expect((await carol.runtime.post(signed(install.alice, "carol-agent"))).status).toBe(503);
+    expect(await carol.runtime.readyz()).toBe(503);
     await nats.restart();
     await carol.runtime.ready();
     ids.push(...(await carol.accepted(3)));
