@@ -498,13 +498,13 @@ function afterNatsReconnect(run: ManagerRun): void {
     try {
       const { held, lost } = await natsAccounts.recheck();
       const forgotten = await dataAccounts?.recheck(held);
-      if (lost.length || forgotten?.tenants.length || forgotten?.agents.length) {
+      if (lost.length || forgotten?.tenants.length || forgotten?.agents.length)
         run.opts.log.warn(
           { accounts: lost.length, tenants: forgotten?.tenants, consumers: forgotten?.agents.length },
           "NATS no longer holds what the operator made: making it again",
         );
+      if (lost.length || forgotten?.tenants.length || forgotten?.agents.length || forgotten?.unknown.length)
         enqueueAll(run);
-      }
     } catch (err) {
       run.opts.log.error({ err: errorMessage(err) }, "could not look at what NATS holds after a reconnect");
     }

@@ -46,14 +46,22 @@ export class TenantStorageError extends Error {
 
 /**
  * The operator's user in a data account: `sharedOperatorPermissions`, the last error each Agent
- * leaves under its account key in the tenant's `ifp_agents` bucket (the status summary), and
- * publishing on the Agents' KV keys (a deleted Agent's keys are overwritten with delete markers).
+ * leaves under its account key in the tenant's `ifp_agents` bucket (the status summary),
+ * publishing on the Agents' KV keys (a deleted Agent's keys are overwritten with delete markers),
+ * and the list of the inbox's and outbox's consumers (DataAccounts.recheck).
  */
 export function dataAccountOperatorPermissions(): NatsPermissions {
   const p = sharedOperatorPermissions();
   const agents = SHARED_BUCKETS.agents;
   return {
-    pub: [...p.pub, `$JS.API.DIRECT.GET.KV_${agents}.$KV.${agents}.*.*.last_error`, "$KV.*.*.>"],
+    pub: [
+      ...p.pub,
+      `$JS.API.DIRECT.GET.KV_${agents}.$KV.${agents}.*.*.last_error`,
+      "$KV.*.*.>",
+      // The consumers of the inbox and outbox, looked at after a reconnect (recheck).
+      `$JS.API.CONSUMER.LIST.${SHARED_STREAMS.inbox}`,
+      `$JS.API.CONSUMER.LIST.${SHARED_STREAMS.outbox}`,
+    ],
     sub: p.sub,
   };
 }
@@ -122,13 +130,14 @@ export class DataAccounts {
    * known): each tenant this process made is looked at again, and what the server no longer has
    * is forgotten, so that the next pass of its Agents makes it again — a data account gone from
    * the resolver or a stream gone from it (the tenant made again, with every Agent's consumers),
-   * or an Agent's consumer gone (that Agent's made again). Returns the tenants and Agents
-   * forgotten. A server started with an empty store has lost the messages its streams held; what
+   * or an Agent's consumer gone (that Agent's made again); a tenant that could not be looked at is
+   * forgotten too (looked at again by its next pass). Returns the tenants and Agents forgotten. A server started with an empty store has lost the messages its streams held; what
    * is made again is empty, and said so (a warning).
    */
-  async recheck(held: Set<string> | undefined): Promise<{ tenants: string[]; agents: string[] }> {
+  async recheck(held: Set<string> | undefined): Promise<{ tenants: string[]; agents: string[]; unknown: string[] }> {
     const tenants: string[] = [];
     const agents: string[] = [];
+    const unknown: string[] = [];
     for (const tenant of [...this.done]) {
       const account = this.accountOf(tenant);
       let missing: string[];
@@ -163,7 +172,7 @@ export class DataAccounts {
         // Not known: looked at again (made where missing) on the next pass.
         this.log.info({ namespace: tenant, err: errorMessage(err) }, "could not look at the tenant's data account");
         this.forget(tenant);
-        tenants.push(tenant);
+        unknown.push(tenant);
         continue;
       }
       if (!missing.length) continue;
@@ -176,7 +185,7 @@ export class DataAccounts {
     }
     if (agents.length)
       this.log.warn({ agents }, "the NATS server no longer holds these Agents' consumers: they are made again");
-    return { tenants, agents };
+    return { tenants, agents, unknown };
   }
 
   private async make(tenant: string): Promise<string> {

@@ -38,7 +38,12 @@ export async function acceptsAgainWithin(
   const m = signed(from, to);
   await waitFor(
     "the agent to accept again",
-    async () => (await post(m).catch(() => undefined))?.status === 202,
+    async () => {
+      const res = await post(m);
+      // What it answered last is said when the wait times out.
+      if (res.status !== 202) throw new Error(`answered ${res.status}: ${res.text.slice(0, 300)}`);
+      return true;
+    },
     withinMs,
     200,
   );
