@@ -19,12 +19,12 @@ import { identity, peerOf } from "../../runtime/test/support/fixtures.ts";
 import type { Post } from "../../runtime/test/support/hand-offs.ts";
 import type { ManagerOptions } from "../src/manager.ts";
 import { CredentialIssuer, generateKeys, KEY_FIELDS, type NatsKeys } from "../src/nats-credential-issuer.ts";
-import { dataAccountOf } from "../src/nats-shared-accounts.ts";
 import {
   getOrAbsent,
   kubectlOrError,
   natsAccountOperator,
   perTest,
+  tenantCreds,
   until as waitUntil,
   untilRuntimeReady,
 } from "./support.ts";
@@ -112,13 +112,7 @@ export function isolatedInstall(opts: {
 
   /** The tenant's data account as a user allowed everything there sees it (a connection that reconnects). */
   const tenantView = async (ns: string): Promise<JetStreamManager> => {
-    const creds = await issuer.issue(
-      "test",
-      { pub: [">"], sub: [">"] },
-      Date.now(),
-      undefined,
-      dataAccountOf(keys.signing, ns),
-    );
+    const creds = await tenantCreds(issuer, keys.signing, ns);
     return jetstreamManager(await connection(new TextEncoder().encode(creds)), { checkAPI: false });
   };
 
