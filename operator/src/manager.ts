@@ -130,7 +130,8 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   const caches = new Caches(kc, opts.watchNamespaces, log, enqueue);
   const abort = new AbortController();
   const trust = installTrust(opts, kube);
-  const natsSide = await connectNats(opts, kube, trust, abort.signal);
+  // NATS back after a loss: what it no longer holds is made again (afterNatsReconnect).
+  const natsSide = await connectNats(opts, kube, trust, abort.signal, () => afterNatsReconnect(run));
   const ctx = reconcileContext(opts, kube, caches, trust, natsSide);
   const summaries = summaryCollector(opts, ctx, enqueue);
   ctx.summaries = summaries;
@@ -273,6 +274,8 @@ interface ManagerRun {
   trustLoaded: boolean;
   loops: Promise<void>[];
   resync?: NodeJS.Timeout;
+  /** The look at what NATS still holds after a reconnect, one at a time (afterNatsReconnect). */
+  natsRecheck?: Promise<void>;
 }
 
 /**
@@ -325,6 +328,7 @@ async function connectNats(
   kube: Kube,
   trust: InstallTrust,
   signal: AbortSignal,
+  onReconnect: () => void,
 ): Promise<NatsSide> {
   const log = opts.log;
   const natsIssuer = opts.natsAccount
@@ -360,6 +364,7 @@ async function connectNats(
           ...(selfIssued ? { creds: () => ownCreds! } : {}),
           ...(fromTrust ? { tls: trustTls } : {}),
           name: "ifp-operator",
+          onReconnect,
         },
         log,
       )
@@ -477,6 +482,33 @@ async function lead(run: ManagerRun): Promise<void> {
   run.resync.unref();
   run.summaries?.start();
   opts.log.info({ namespaces: opts.watchNamespaces.length ? opts.watchNamespaces : "all" }, "operator started");
+}
+
+/**
+ * The operator's connection to NATS is back after a loss: the accounts, data accounts, streams
+ * and consumers this process made and the server no longer holds (a server started again with
+ * an empty store, a cluster that lost them) are forgotten (NatsAccounts.recheck,
+ * DataAccounts.recheck), and every resource is reconciled, which makes them again.
+ */
+function afterNatsReconnect(run: ManagerRun): void {
+  const { natsAccounts, dataAccounts } = run.ctx;
+  if (!natsAccounts) return;
+  run.natsRecheck = (run.natsRecheck ?? Promise.resolve()).then(async () => {
+    if (!run.leading || run.stopping) return;
+    try {
+      const { held, lost } = await natsAccounts.recheck();
+      const forgotten = await dataAccounts?.recheck(held);
+      if (lost.length || forgotten?.tenants.length || forgotten?.agents.length)
+        run.opts.log.warn(
+          { accounts: lost.length, tenants: forgotten?.tenants, consumers: forgotten?.agents.length },
+          "NATS no longer holds what the operator made: making it again",
+        );
+      if (lost.length || forgotten?.tenants.length || forgotten?.agents.length || forgotten?.unknown.length)
+        enqueueAll(run);
+    } catch (err) {
+      run.opts.log.error({ err: errorMessage(err) }, "could not look at what NATS holds after a reconnect");
+    }
+  });
 }
 
 function enqueueAll(run: ManagerRun): void {

@@ -225,6 +225,33 @@ export class NatsAccounts {
   }
 
   /**
+   * After the connection to NATS came back: what the server's resolver holds now
+   * (`$SYS.REQ.CLAIMS.LIST`, every account key on the full resolver). The accounts this process
+   * pushed that it no longer holds (a server started again with an empty store) are forgotten,
+   * so that the next pass of their resource pushes them again. When the server cannot be asked,
+   * every push is forgotten (pushing again changes nothing on a resolver that has them).
+   */
+  async recheck(): Promise<{ held: Set<string> | undefined; lost: string[] }> {
+    let held: Set<string> | undefined;
+    try {
+      held = await this.use(SYSTEM, async ({ nc }) => {
+        const m = await nc.request("$SYS.REQ.CLAIMS.LIST", "", { timeout: this.opts.timeoutMs });
+        const reply = m.json<{ data?: string[]; error?: { description?: string } }>();
+        if (!Array.isArray(reply.data)) throw new Error(reply.error?.description ?? "no list of accounts");
+        return new Set(reply.data);
+      });
+    } catch (err) {
+      this.opts.log.warn(
+        { err: errorMessage(err) },
+        "could not list the NATS resolver's accounts; pushing every account again",
+      );
+    }
+    const lost = [...this.pushed.keys()].filter((a) => !held?.has(a));
+    for (const a of lost) this.pushed.delete(a);
+    return { held, lost };
+  }
+
+  /**
    * `fn` with a JetStream manager of `account` (the operator's user there), from the pool.
    * `permissions`: the operator's user's there, when not those of a runtime's account (a
    * tenant's data account, where the operator also makes the Agents' consumers).

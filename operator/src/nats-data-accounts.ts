@@ -7,18 +7,19 @@
 // account lists) with `sharedOperatorPermissions`, from the pool of account connections
 // (nats-accounts.ts). What a tenant's data account holds is made once per process and again
 // after a failure; an Agent's consumers likewise, and again when their settings change.
-import { headers } from "@nats-io/transport-node";
-import type { ConsumerConfig, JetStreamManager, StreamConfig } from "@nats-io/jetstream";
+import { headers, type NatsConnection } from "@nats-io/transport-node";
+import type { ConsumerConfig, JetStreamManager } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import type { NatsPermissions } from "../../runtime/src/contract/nats-permissions.ts";
 import {
   SHARED_BUCKETS,
+  SHARED_STREAMS,
   sharedAgentConsumers,
   sharedAgentKeySubjects,
   sharedOperatorPermissions,
   sharedStreamConfigs,
 } from "../../runtime/src/contract/shared-layout.ts";
-import { isNotFound } from "../../runtime/src/nats/streams.ts";
+import { ensureReplicatedStream, isNotFound, placementOf, type Replicas } from "../../runtime/src/nats/streams.ts";
 import { errorMessage } from "./kube/client.ts";
 import { isSubset } from "./kube/subset.ts";
 import type { NatsAccounts } from "./nats-accounts.ts";
@@ -45,14 +46,22 @@ export class TenantStorageError extends Error {
 
 /**
  * The operator's user in a data account: `sharedOperatorPermissions`, the last error each Agent
- * leaves under its account key in the tenant's `ifp_agents` bucket (the status summary), and
- * publishing on the Agents' KV keys (a deleted Agent's keys are overwritten with delete markers).
+ * leaves under its account key in the tenant's `ifp_agents` bucket (the status summary),
+ * publishing on the Agents' KV keys (a deleted Agent's keys are overwritten with delete markers),
+ * and the list of the inbox's and outbox's consumers (DataAccounts.recheck).
  */
 export function dataAccountOperatorPermissions(): NatsPermissions {
   const p = sharedOperatorPermissions();
   const agents = SHARED_BUCKETS.agents;
   return {
-    pub: [...p.pub, `$JS.API.DIRECT.GET.KV_${agents}.$KV.${agents}.*.*.last_error`, "$KV.*.*.>"],
+    pub: [
+      ...p.pub,
+      `$JS.API.DIRECT.GET.KV_${agents}.$KV.${agents}.*.*.last_error`,
+      "$KV.*.*.>",
+      // The consumers of the inbox and outbox, looked at after a reconnect (recheck).
+      `$JS.API.CONSUMER.LIST.${SHARED_STREAMS.inbox}`,
+      `$JS.API.CONSUMER.LIST.${SHARED_STREAMS.outbox}`,
+    ],
     sub: p.sub,
   };
 }
@@ -63,6 +72,7 @@ const FIXED_CONSUMER_FIELDS = ["durable_name", "deliver_policy", "ack_policy"] a
 export class DataAccounts {
   private readonly accounts: NatsAccounts;
   private readonly limits: TenantLimits;
+  private readonly replicas: Replicas;
   private readonly log: Logger;
   /** Tenants whose data account this process pushed and filled with its streams. */
   private readonly ready = new Map<string, Promise<string>>();
@@ -71,9 +81,10 @@ export class DataAccounts {
   /** The tenants of `ready` whose data account is made. */
   private readonly done = new Set<string>();
 
-  constructor(opts: { accounts: NatsAccounts; limits?: TenantLimits; log: Logger }) {
+  constructor(opts: { accounts: NatsAccounts; limits?: TenantLimits; replicas?: Replicas; log: Logger }) {
     this.accounts = opts.accounts;
     this.limits = opts.limits ?? DEFAULT_TENANT_LIMITS;
+    this.replicas = opts.replicas ?? "auto";
     this.log = opts.log;
   }
 
@@ -114,14 +125,81 @@ export class DataAccounts {
     for (const [account, m] of this.consumers) if (m.tenant === tenant) this.consumers.delete(account);
   }
 
+  /**
+   * After the connection to NATS came back, given the accounts its resolver holds (undefined: not
+   * known): each tenant this process made is looked at again, and what the server no longer has
+   * is forgotten, so that the next pass of its Agents makes it again — a data account gone from
+   * the resolver or a stream gone from it (the tenant made again, with every Agent's consumers),
+   * or an Agent's consumer gone (that Agent's made again); a tenant that could not be looked at is
+   * forgotten too (looked at again by its next pass). Returns the tenants and Agents forgotten. A server started with an empty store has lost the messages its streams held; what
+   * is made again is empty, and said so (a warning).
+   */
+  async recheck(held: Set<string> | undefined): Promise<{ tenants: string[]; agents: string[]; unknown: string[] }> {
+    const tenants: string[] = [];
+    const agents: string[] = [];
+    const unknown: string[] = [];
+    for (const tenant of [...this.done]) {
+      const account = this.accountOf(tenant);
+      let missing: string[];
+      try {
+        missing = held?.has(account)
+          ? await this.accounts.withAccount(
+              account,
+              async (jsm) => {
+                const streams = new Set<string>();
+                for await (const n of jsm.streams.names()) streams.add(n);
+                const gone = sharedStreamConfigs()
+                  .map((c) => c.name)
+                  .filter((n) => !streams.has(n));
+                if (gone.length) return gone;
+                const consumers = new Set<string>();
+                for (const stream of [SHARED_STREAMS.inbox, SHARED_STREAMS.outbox])
+                  for await (const c of jsm.consumers.list(stream)) consumers.add(`${stream}/${c.name}`);
+                for (const [runtime, m] of this.consumers) {
+                  if (m.tenant !== tenant) continue;
+                  const want = sharedAgentConsumers(runtime, { handlerTimeoutMs: 0, senderAckWaitMs: 0 });
+                  if (want.some((c) => !consumers.has(`${c.stream}/${c.config.durable_name}`))) {
+                    this.consumers.delete(runtime);
+                    agents.push(runtime);
+                  }
+                }
+                return [];
+              },
+              dataAccountOperatorPermissions(),
+            )
+          : [`the data account ${account}`];
+      } catch (err) {
+        // Not known: looked at again (made where missing) on the next pass.
+        this.log.info({ namespace: tenant, err: errorMessage(err) }, "could not look at the tenant's data account");
+        this.forget(tenant);
+        unknown.push(tenant);
+        continue;
+      }
+      if (!missing.length) continue;
+      this.forget(tenant);
+      tenants.push(tenant);
+      this.log.warn(
+        { namespace: tenant, account, missing },
+        "the NATS server no longer holds the tenant's data account or streams: they are made again on its Agents' next pass, empty (the messages they held are gone with the server's store)",
+      );
+    }
+    if (agents.length)
+      this.log.warn({ agents }, "the NATS server no longer holds these Agents' consumers: they are made again");
+    return { tenants, agents, unknown };
+  }
+
   private async make(tenant: string): Promise<string> {
     const k = this.accounts.issuer.sharedLayoutKeys();
     const account = this.accountOf(tenant);
     const jwt = await dataAccountJwt(k.operatorSeed, account, k.signingKey, `namespace ${tenant}`, this.limits);
     await this.accounts.pushJwt(jwt, `pushing the NATS data account of namespace ${tenant}`);
-    const made = await this.in(account, tenant, async (jsm) => {
+    const made = await this.in(account, tenant, async (jsm, nc) => {
       const changed: string[] = [];
-      for (const config of sharedStreamConfigs()) if (await ensureStream(jsm, config)) changed.push(config.name);
+      for (const config of sharedStreamConfigs()) {
+        const r = await ensureReplicatedStream(jsm, config, this.replicas, placementOf(nc));
+        if (r.action !== "unchanged") changed.push(config.name);
+        if (r.unmet) this.log.warn({ namespace: tenant, ...r.unmet }, r.unmet.reason);
+      }
       return changed;
     });
     if (made.length) this.log.info({ namespace: tenant, account, streams: made }, "made the tenant's shared streams");
@@ -129,9 +207,13 @@ export class DataAccounts {
   }
 
   /** `fn` as the operator's user in a data account; a refusal of its JetStream as TenantStorageError. */
-  private async in<T>(account: string, tenant: string, fn: (jsm: JetStreamManager) => Promise<T>): Promise<T> {
+  private async in<T>(
+    account: string,
+    tenant: string,
+    fn: (jsm: JetStreamManager, nc: NatsConnection) => Promise<T>,
+  ): Promise<T> {
     try {
-      return await this.accounts.withAccount(account, (jsm) => fn(jsm), dataAccountOperatorPermissions());
+      return await this.accounts.withAccount(account, fn, dataAccountOperatorPermissions());
     } catch (err) {
       if (/jetstream (is )?not enabled|insufficient (storage )?resources/i.test(errorMessage(err)))
         throw new TenantStorageError(
@@ -243,21 +325,6 @@ export class DataAccounts {
     this.forget(tenant);
     return [...gone, `the NATS data account ${account}`];
   }
-}
-
-/** A stream made, or updated to `config` where it differs; whether it changed. */
-async function ensureStream(jsm: JetStreamManager, config: Partial<StreamConfig> & { name: string }): Promise<boolean> {
-  const info = await jsm.streams.info(config.name).catch((err: unknown) => {
-    if (isNotFound(err)) return undefined;
-    throw err;
-  });
-  if (!info) {
-    await jsm.streams.add(config);
-    return true;
-  }
-  if (isSubset(config, info.config)) return false;
-  await jsm.streams.update(config.name, config);
-  return true;
 }
 
 /** A consumer made, or updated to `config` where it differs; whether it changed. */

@@ -10,6 +10,8 @@ import { httpsRequest } from "../../e2e/support/https.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import { LOG_FORMAT } from "../../runtime/src/telemetry/log-format.ts";
 import type { OperatorSettings } from "../src/controllers/settings.ts";
+import type { CredentialIssuer } from "../src/nats-credential-issuer.ts";
+import { dataAccountOf } from "../src/nats-shared-accounts.ts";
 import { startManager, type ManagerOptions, type RunningManager } from "../src/manager.ts";
 
 /**
@@ -253,4 +255,9 @@ export async function runtimeConnection(
       if (attempt >= 3 || !/Authentication Timeout/i.test(String(err))) throw err;
     }
   }
+}
+
+/** A credential of a user allowed every subject in namespace `ns`'s data account (the isolated layout): the tenant as it is. */
+export function tenantCreds(issuer: CredentialIssuer, signingSeed: string, ns: string): Promise<string> {
+  return issuer.issue("test", { pub: [">"], sub: [">"] }, Date.now(), undefined, dataAccountOf(signingSeed, ns));
 }

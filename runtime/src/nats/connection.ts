@@ -47,6 +47,8 @@ export interface NatsOptions {
   tls?: { caFile: string } | { ca: () => string };
   /** Where the runtime's JetStream objects are and what it may do with them (default: its own account's, per-agent). */
   layout?: JetStreamLayout;
+  /** Told each time the connection is back after a loss (a reconnect, or a new connection after a closed one). */
+  onReconnect?: () => void;
 }
 
 /**
@@ -157,12 +159,14 @@ export class Nats {
               throw err;
             },
           );
+          const again = this.nc !== undefined;
           this.nc = nc;
           this.js = jetstream(nc, { timeout: 5_000 });
           this.jsm = jsm;
           this.connected = true;
           this.watch(nc);
           this.log.info({ server: nc.getServer() }, "connected to NATS");
+          if (again) this.opts.onReconnect?.();
         },
         {
           signal: stop,
@@ -191,6 +195,7 @@ export class Nats {
         } else if (s.type === "reconnect") {
           this.connected = true;
           this.log.info("reconnected to NATS");
+          this.opts.onReconnect?.();
         }
       }
     })()

@@ -13,7 +13,10 @@ import { consistently, waitFor } from "../../../e2e/support/wait.ts";
 import { agentNames } from "../../src/agent/names.ts";
 import { ensureReplicatedStream, placementOf } from "../../src/nats/streams.ts";
 import { runAgent, startHandler, type Tls } from "../support/agent-harness.ts";
-import { identity, peerOf, signed, tempDir } from "../support/fixtures.ts";
+import { identity, peerOf, tempDir } from "../support/fixtures.ts";
+import * as handOffs from "../support/hand-offs.ts";
+import { applicationDown, handedOnSoFar } from "../support/hand-offs.ts";
+import { consumerSettled } from "../support/probes.ts";
 
 type Agent = Awaited<ReturnType<typeof runAgent>>;
 type Handler = Awaited<ReturnType<typeof startHandler>>;
@@ -44,106 +47,21 @@ async function killAndRestart(nats: NatsServer): Promise<void> {
 const pete = identity("pete-agent");
 
 /** Post `n` signed messages from pete; each must be answered 202. Returns their ids. */
-async function accepted(agent: Agent, n: number): Promise<string[]> {
-  const ids: string[] = [];
-  for (let i = 0; i < n; i++) {
-    const m = signed(pete, agent.agent.spec.agentId);
-    const res = await agent.post(m);
-    expect(res.status, res.text).toBe(202);
-    ids.push(m.headers.message_id);
-  }
-  return ids;
-}
+const accepted = (agent: Agent, n: number) =>
+  handOffs.accepted((m) => agent.post(m), pete, agent.agent.spec.agentId, n);
 
-/**
- * Milliseconds until the agent answers 202 again, at most `withinMs`: one message sent again until
- * it is taken, as a sender does (IFP-6). A 503 means "not known to be stored: send it again"
- * (docs/reliability.md): a message answered 503 may have been stored, and its retry is then a
- * duplicate of it, handed on once.
- */
-async function acceptsAgainWithin(agent: Agent, withinMs: number): Promise<{ ms: number; id: string }> {
-  const t0 = Date.now();
-  const m = signed(pete, agent.agent.spec.agentId);
-  await waitFor(
-    "the agent to accept again",
-    async () => (await agent.post(m).catch(() => undefined))?.status === 202,
-    withinMs,
-    200,
-  );
-  return { ms: Date.now() - t0, id: m.headers.message_id };
-}
+/** Milliseconds until the agent answers 202 again, at most `withinMs` (handOffs.acceptsAgainWithin). */
+const acceptsAgainWithin = (agent: Agent, withinMs: number) =>
+  handOffs.acceptsAgainWithin((m) => agent.post(m), pete, agent.agent.spec.agentId, withinMs);
 
-function handedOn(handler: Handler): string[] {
-  return handler.received.map((r) => r.body.headers.message_id as string);
-}
-
-/**
- * Every accepted message handed on, none lost. The hand-off is at least once (docs/agent.md): an
- * acknowledgement NATS had not yet written to its store when it was killed brings that message
- * again, with the same Idempotency-Key, by which the application takes each message once. So:
- * after dropping repeats by that key, the application has exactly the messages accepted.
- */
-async function everyHandedOnOnce(
-  handler: Handler,
-  ids: string[],
-  jsm: JetStreamManager,
-  agentId: string,
-): Promise<{ redelivered: number }> {
-  // A hand-off that was being retried when NATS was killed may have lost its delay (a nak not yet
-  // written): it comes again once its acknowledgement wait is over (handler timeout 2 s + 30 s).
-  await waitFor(
-    `all ${ids.length} accepted messages handed on`,
-    () => ids.every((id) => handedOn(handler).includes(id)),
-    60_000,
-    100,
-  );
-  // A repeat still on its way would show below. Up to 1.5 s for one, or until the hand-off
-  // consumer has nothing left to deliver and nothing delivered and unacknowledged: then no
-  // hand-off can come any more.
+/** Every accepted message handed on once, none lost (handOffs.everyHandedOnOnce). */
+function everyHandedOnOnce(handler: Handler, ids: string[], jsm: JetStreamManager, agentId: string) {
   const n = agentNames(agentId);
-  await waitFor(
-    "the hand-off consumer to have nothing pending",
-    async () => {
-      const info = await jsm.consumers.info(n.inboxStream, n.handlerConsumer);
-      return info.num_pending === 0 && info.num_ack_pending === 0;
-    },
-    1_500,
-    100,
-  ).catch(() => undefined);
-  const keys = handler.received.map((r) => String(r.headers["idempotency-key"]));
-  for (const [i, r] of handler.received.entries()) expect(keys[i]).toBe(`${pete.agentId} ${r.body.headers.message_id}`);
-  const once = [...new Set(keys)].map((k) => k.split(" ")[1]!);
-  expect(
-    once.filter((id) => !ids.includes(id)),
-    "handed on but never accepted",
-  ).toEqual([]);
-  expect(
-    ids.filter((id) => !once.includes(id)),
-    "accepted and lost",
-  ).toEqual([]);
-  return { redelivered: keys.length - once.length };
+  return handOffs.everyHandedOnOnce(handler, ids, pete, () => consumerSettled(jsm, n.inboxStream, n.handlerConsumer));
 }
 
 async function replicasOf(jsm: JetStreamManager, stream: string): Promise<number> {
   return (await jsm.streams.info(stream)).config.num_replicas;
-}
-
-/**
- * Stop the application once what it was sent is handed on: a hand-off cut off in the middle is
- * handed on again (at least once, docs/agent.md), which is not what these tests count.
- */
-async function applicationDown(handler: Handler, ids: string[]): Promise<void> {
-  await handedOnSoFar(handler, ids);
-  await handler.down();
-}
-
-/**
- * Until what was sent is handed on: a runtime stopped with hand-offs it had pulled and not yet
- * finished leaves them to the next after the acknowledgement wait (32 s here), not what these
- * tests are about.
- */
-async function handedOnSoFar(handler: Handler, ids: string[]): Promise<void> {
-  await waitFor("the messages so far handed on", () => ids.every((id) => handedOn(handler).includes(id)), 30_000, 50);
 }
 
 /** Every stream and KV bucket an agent makes, by the names the operator deletes with it. */
