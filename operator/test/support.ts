@@ -170,6 +170,8 @@ export function natsAccountOperator(opts: {
   get: (kind: string, name: string) => any;
   /** The credentials file of the runtime's `<name>-nats` Secret. */
   credsOf: (name: string) => string | undefined;
+  /** The operator stopped and started again with these manager options over the first (its flags changed, as by `helm upgrade`). */
+  restart: (manager: Partial<ManagerOptions>) => Promise<void>;
 } {
   const ops = opts.ops ?? "ifp-system";
   const log = capturedLog(400);
@@ -195,8 +197,11 @@ export function natsAccountOperator(opts: {
         `--from-literal=account.pub=${keys.accountKey}`,
         ...Object.entries(keys.fields).map(([f, v]) => `--from-literal=${f}=${v}`),
       ]);
-    manager = await startManager({
-      kubeconfig: cp.kubeconfig,
+    manager = await start(opts.manager);
+  }, 300_000);
+  const start = async (over: Partial<ManagerOptions> | undefined) => {
+    const m = await startManager({
+      kubeconfig: cp!.kubeconfig,
       settings: {
         runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test",
         runtimeImagePullPolicy: "IfNotPresent",
@@ -208,10 +213,11 @@ export function natsAccountOperator(opts: {
       watchNamespaces: [opts.namespace],
       resyncMs: 1_000,
       log: log.log,
-      ...opts.manager,
+      ...over,
     });
-    await manager.started;
-  }, 300_000);
+    await m.started;
+    return m;
+  };
   afterAll(async () => {
     await manager?.stop();
     await Promise.all([cp?.stop(), opts.alongside?.stop()]);
@@ -220,6 +226,10 @@ export function natsAccountOperator(opts: {
     cp: () => cp!,
     log,
     get,
+    async restart(over) {
+      await manager?.stop();
+      manager = await start({ ...opts.manager, ...over });
+    },
     credsOf: (name) => {
       const s = get("secret", `${name}-nats`);
       return s ? Buffer.from(s.data["nats.creds"], "base64").toString("utf8") : undefined;

@@ -43,7 +43,7 @@ export type { ConversationMessage, ConversationState };
  * A conversation's records (`c.<peer>.<conversation>`), listed per conversation where the layout
  * lists no keys (nats/layout.ts); every conversation's at once (`c.>`) is not listed there.
  */
-const PEERS_OF_CONVERSATION: KeyIndex = {
+export const PEERS_OF_CONVERSATION: KeyIndex = {
   of: (key) => /^c\.[^.]+\.([^.]+)$/.exec(key)?.[1]?.replace(/^/, "c."),
   for: (filter) => /^c\.\*\.([^.*>]+)$/.exec(filter)?.[1]?.replace(/^/, "c."),
 };

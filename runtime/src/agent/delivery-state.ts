@@ -206,7 +206,7 @@ export function redrivenRecord(record: DeliveryRecord, now: number): DeliveryRec
  * expiring after a week.
  */
 /** The dead letters' keys (`dead.<id>`), listed where the layout lists no keys (nats/layout.ts). */
-const DEAD_LETTER_INDEX: KeyIndex = {
+export const DEAD_LETTER_INDEX: KeyIndex = {
   of: (key) => (key.startsWith("dead.") ? "dead" : undefined),
   for: (filter) => (filter === "dead.>" ? "dead" : undefined),
 };
