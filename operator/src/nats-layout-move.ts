@@ -162,6 +162,13 @@ export async function moveToIsolated(
       }
 
       out.deleted = await deleteAgentJetStream(rjsm, opts.storeKey);
+      // The account is the Agent's own: its `ifp_agents` holds none but its keys, copied above.
+      try {
+        await rjsm.streams.delete(`KV_${old.kvBucket}`);
+        out.deleted.push(`KV_${old.kvBucket}`);
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+      }
       return out;
     }),
   );
