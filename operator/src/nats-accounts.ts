@@ -175,6 +175,27 @@ export class NatsAccounts {
     return account;
   }
 
+  /**
+   * The per-agent account of the resource `uid` pushed again as it is, but with every user
+   * issued until now revoked: the server disconnects its clients (the operator's own too) and
+   * none of their credentials connects again. Resolves once a credential issued now is a later one.
+   */
+  async fence(uid: string, name: string, resource: AccountResource): Promise<void> {
+    const account = this.opts.issuer.accountOf(uid);
+    const clustered = await this.use(SYSTEM, async ({ nc }) => !!nc.info?.cluster);
+    const until = Math.floor(Date.now() / 1000);
+    const limits = accountLimitsOf(resource, this.opts.limits, clustered);
+    await this.pushJwt(
+      await this.opts.issuer.runtimeAccountJwt(account, name, limits, until),
+      `fencing the NATS account of ${name}`,
+    );
+    this.pushed.delete(account);
+    this.creds.delete(account);
+    this.drop(account);
+    // A user JWT's issue time is in seconds, and one issued in the second of the revocation is revoked.
+    while (Math.floor(Date.now() / 1000) <= until) await new Promise((r) => setTimeout(r, 50));
+  }
+
   /** Push an account JWT to the full resolver; `what` names it in the error when the server refuses it. */
   pushJwt(jwt: string, what: string): Promise<void> {
     return this.claims("$SYS.REQ.CLAIMS.UPDATE", jwt, what);

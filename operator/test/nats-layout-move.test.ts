@@ -28,7 +28,7 @@ import { startHandler } from "../../runtime/test/support/agent-harness.ts";
 import { identity, peerOf, signed } from "../../runtime/test/support/fixtures.ts";
 import { record, scriptedPeer, send } from "../../runtime/test/support/outbox-harness.ts";
 import { parseFlags } from "../src/main.ts";
-import { credsAuthenticator } from "@nats-io/transport-node";
+import { connect, credsAuthenticator } from "@nats-io/transport-node";
 import { CredentialIssuer, generateKeys, KEY_FIELDS, serverConfig } from "../src/nats-credential-issuer.ts";
 import { kubectlOrError, natsAccountOperator, perTest, until as waitUntil, untilRuntimeReady } from "./support.ts";
 
@@ -205,6 +205,7 @@ spec:
     expect(readdirSync(store).sort()).toEqual(
       expect.arrayContaining(["IFP_INBOX_move-a_2Fbob", "IFP_OUTBOX_move-a_2Fbob"]),
     );
+    const bobCreds = operator.credsOf("bob")!;
     // A sender that keeps sending through the switch, each message again until it is answered 202.
     let sending = true;
     const ca = get("configmap", "bob-trust").data["ca.crt"] as string;
@@ -229,6 +230,17 @@ spec:
     // The operator holds bob at zero replicas; the test stops his runtime as the kubelet would.
     await until("bob scaled to zero", () => get("deployment", "bob")?.spec.replicas === 0);
     await until("bob told he is moving", () => ready()?.reason === "MovingNatsLayout");
+    // Fenced: his credential connects no more, so his runtime, still running, takes nothing in
+    // (503: the sender tries again) and nothing it kept could be written after the copy.
+    await expect(
+      connect({
+        servers: nats.url,
+        authenticator: credsAuthenticator(new TextEncoder().encode(bobCreds)),
+        reconnect: false,
+      }),
+    ).rejects.toThrow(/authorization/i);
+    const fenced = signed(alice, "bob-agent", {}, "sent to the fenced runtime");
+    await until("the fenced runtime answers 503", async () => (await post(url, ca, fenced)).status === 503);
     await bob!.stop();
     bob = undefined;
     const deployment = await until("bob rendered for the isolated layout", () => {
@@ -246,7 +258,10 @@ spec:
       );
     expect(Number(counts?.[1])).toBeGreaterThanOrEqual(inbound.waiting.length);
     const { localApiUrl } = await runBob();
-    await until("a message sent after the move", () => inbound.during.length >= 3);
+    // Sent again, as its sender would: accepted into the new place.
+    expect((await post(url, ca, fenced)).status).toBe(202);
+    inbound.during.push(fenced.headers.message_id);
+    await until("a message sent after the move", () => inbound.during.length >= 4);
     sending = false;
     await traffic;
 

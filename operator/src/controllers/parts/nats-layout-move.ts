@@ -18,6 +18,7 @@ import { childNames } from "../names.ts";
 import { SHARED_ACCOUNT_ANNOTATION, natsCredsSecretName } from "../runtime-nats-credential.ts";
 import { layoutOfAccountJwt, moveToIsolated, perAgentStreams } from "../../nats-layout-move.ts";
 import type { NatsAccounts } from "../../nats-accounts.ts";
+import type { AccountResource } from "../../nats-account-limits.ts";
 import type { Part } from "../pipeline.ts";
 import type { RuntimePass } from "./pass.ts";
 import { tenantRefusal } from "./nats-layout.ts";
@@ -30,6 +31,9 @@ const MOVE_RETRY_MS = 2_000;
 /** Accounts known to be on the install's layout in this process (only this process pushes them). */
 const settled = new WeakMap<NatsAccounts, Set<string>>();
 const settledOf = (a: NatsAccounts) => settled.get(a) ?? settled.set(a, new Set()).get(a)!;
+/** Accounts this process fenced for a move (NatsAccounts.fence). */
+const fenced = new WeakMap<NatsAccounts, Set<string>>();
+const fencedOf = (a: NatsAccounts) => fenced.get(a) ?? fenced.set(a, new Set()).get(a)!;
 
 export const natsLayoutMovePart: Part<AgentPass> = {
   name: "nats-layout-move",
@@ -75,7 +79,15 @@ export const natsLayoutMovePart: Part<AgentPass> = {
       ends: true,
       requeueAfterMs: MOVE_RETRY_MS,
     });
-    // No runtime of it may take in or hand on anything while its data moves.
+    // No runtime of it may take in or hand on anything while its data moves: none of its
+    // credentials connects any more (one still running answers 503), and its pods go.
+    if (!fencedOf(accounts).has(account)) {
+      await accounts.fence(uid, `agent:${namespace}/${name}`, {
+        kind: owner.kind,
+        spec: resource.spec,
+      } as AccountResource);
+      fencedOf(accounts).add(account);
+    }
     const deploymentName = childNames(name).deployment;
     const deployment = await ctx.kube.read<V1Deployment>("apps/v1", "Deployment", namespace, deploymentName);
     if (deployment && (deployment.spec?.replicas ?? 1) > 0) {
