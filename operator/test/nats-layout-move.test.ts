@@ -19,7 +19,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { onLoopback, runDeploymentLocally, type LocalRuntime } from "../../e2e/support/materialize.ts";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import type { NatsServer } from "../../e2e/support/nats.ts";
 import { freePort } from "../../e2e/support/ports.ts";
 import { releaseDir, tempDir } from "../../e2e/support/process.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
@@ -29,8 +29,16 @@ import { identity, peerOf, signed } from "../../runtime/test/support/fixtures.ts
 import { record, scriptedPeer, send } from "../../runtime/test/support/outbox-harness.ts";
 import { parseFlags } from "../src/main.ts";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
-import { CredentialIssuer, generateKeys, KEY_FIELDS, serverConfig } from "../src/nats-credential-issuer.ts";
-import { kubectlOrError, natsAccountOperator, perTest, until as waitUntil, untilRuntimeReady } from "./support.ts";
+import { CredentialIssuer, generateKeys } from "../src/nats-credential-issuer.ts";
+import {
+  accountSecretOf,
+  kubectlOrError,
+  natsAccountOperator,
+  operatorModeNats,
+  perTest,
+  until as waitUntil,
+  untilRuntimeReady,
+} from "./support.ts";
 
 const until = <T>(
   what: string,
@@ -69,17 +77,10 @@ function chartLayout(...set: string[]) {
 
 const operator = natsAccountOperator({
   namespace: NS,
-  keys: () => ({
-    accountKey: issuer.accountKey,
-    fields: Object.fromEntries(Object.entries(KEY_FIELDS).map(([k, f]) => [f, keys[k as keyof typeof keys]])),
-  }),
+  keys: accountSecretOf(keys, issuer),
   alongside: {
-    async start() {
-      nats = await startNats({
-        storeDir: join(dir, "store"),
-        config: await serverConfig(keys, { resolverDir: join(dir, "jwt") }),
-        connect: { authenticator: credsAuthenticator(await issuer.systemCreds()) },
-      });
+    start: async () => {
+      nats = await operatorModeNats(keys, issuer, dir);
     },
     stop: async () => nats?.close(),
   },

@@ -1,5 +1,6 @@
 // What the operator's tests against real servers share: reads that call only NotFound absent,
 // waits that end before the test's own timeout, and the operator's log attached to a failure.
+import { join } from "node:path";
 import { JetStreamApiError, jetstreamManager, type StreamInfo } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { agentInboxPrefix } from "../../runtime/src/contract/nats-permissions.ts";
@@ -11,6 +12,8 @@ import { waitFor } from "../../e2e/support/wait.ts";
 import { LOG_FORMAT } from "../../runtime/src/telemetry/log-format.ts";
 import type { OperatorSettings } from "../src/controllers/settings.ts";
 import { startManager, type ManagerOptions, type RunningManager } from "../src/manager.ts";
+import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import { type CredentialIssuer, KEY_FIELDS, type NatsKeys, serverConfig } from "../src/nats-credential-issuer.ts";
 
 /**
  * `kubectl get … -o json`, parsed; undefined only when the API server answers NotFound. Any
@@ -153,6 +156,26 @@ spec:
  * else holding them, as for a server started with them), for the tests of the describe block it
  * is called in: started before them, stopped after. The operator watches `namespace` only.
  */
+/** The account Secret natsAccountOperator makes for the install's NATS keys (its `keys`). */
+export const accountSecretOf = (keys: NatsKeys, issuer: CredentialIssuer) => () => ({
+  accountKey: issuer.accountKey,
+  fields: Object.fromEntries(Object.entries(KEY_FIELDS).map(([k, f]) => [f, keys[k as keyof NatsKeys]])),
+});
+
+/** A nats-server in operator mode with the install's keys, as serverConfig() configures it, its store and resolver under `dir`. */
+export async function operatorModeNats(
+  keys: NatsKeys,
+  issuer: CredentialIssuer,
+  dir: string,
+  moreConfig = "",
+): Promise<NatsServer> {
+  return startNats({
+    storeDir: join(dir, "store"),
+    config: `${await serverConfig(keys, { resolverDir: join(dir, "jwt") })}${moreConfig}`,
+    connect: { authenticator: credsAuthenticator(await issuer.systemCreds()) },
+  });
+}
+
 export function natsAccountOperator(opts: {
   namespace: string;
   ops?: string;

@@ -28,12 +28,15 @@ type AgentPass = RuntimePass<AgentResource>;
 /** How soon a move waiting for the runtime to stop looks again. */
 const MOVE_RETRY_MS = 2_000;
 
+/** A set of accounts per process (its NatsAccounts). */
+function accountSet(): (a: NatsAccounts) => Set<string> {
+  const sets = new WeakMap<NatsAccounts, Set<string>>();
+  return (a) => sets.get(a) ?? sets.set(a, new Set()).get(a)!;
+}
 /** Accounts known to be on the install's layout in this process (only this process pushes them). */
-const settled = new WeakMap<NatsAccounts, Set<string>>();
-const settledOf = (a: NatsAccounts) => settled.get(a) ?? settled.set(a, new Set()).get(a)!;
+const settledOf = accountSet();
 /** Accounts this process fenced for a move (NatsAccounts.fence). */
-const fenced = new WeakMap<NatsAccounts, Set<string>>();
-const fencedOf = (a: NatsAccounts) => fenced.get(a) ?? fenced.set(a, new Set()).get(a)!;
+const fencedOf = accountSet();
 
 export const natsLayoutMovePart: Part<AgentPass> = {
   name: "nats-layout-move",
