@@ -9,7 +9,10 @@
 // a sender keeps sending throughout, retrying what is not answered 202. Every message reaches
 // his application exactly once by id (those handed on before never again), his outbox delivers
 // each of its messages to zed once zed is back, his per-agent streams are gone from the store,
-// and a repeat of a message handed on before the move is still a repeat. Switched back to
+// a repeat of a message handed on before the move is still a repeat, and the copy waiting in
+// his mailbox at the namespace's Relay is where it was (a Relay keeps its own account on both
+// layouts). His credential is refused once the move begins, and his runtime, still running,
+// answers 503 to what it cannot store. Switched back to
 // per-agent (a rollback), the operator refuses him with a condition of its own and renders
 // nothing, leaving his runtime on the isolated layout running.
 import { spawnSync } from "node:child_process";
@@ -28,13 +31,17 @@ import { startHandler } from "../../runtime/test/support/agent-harness.ts";
 import { identity, peerOf, signed } from "../../runtime/test/support/fixtures.ts";
 import { record, scriptedPeer, send } from "../../runtime/test/support/outbox-harness.ts";
 import { parseFlags } from "../src/main.ts";
-import { connect, credsAuthenticator } from "@nats-io/transport-node";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
+import { relayNames } from "../../runtime/src/contract/relay-stream.ts";
+import { layoutOfAccountJwt } from "../src/nats-layout-move.ts";
 import { CredentialIssuer, generateKeys } from "../src/nats-credential-issuer.ts";
 import {
   accountSecretOf,
   kubectlOrError,
   natsAccountOperator,
   operatorModeNats,
+  runtimeConnection,
   perTest,
   until as waitUntil,
   untilRuntimeReady,
@@ -51,6 +58,7 @@ const issuer = CredentialIssuer.fromKeys(keys);
 const alice = identity("alice-agent");
 const zedId = identity("zed-agent");
 let nats: NatsServer;
+const open: NatsConnection[] = [];
 const dir = tempDir("ifp-layout-move-");
 let bob: LocalRuntime | undefined;
 let handlerUp = true;
@@ -102,6 +110,7 @@ beforeAll(async () => {
 }, 120_000);
 afterAll(async () => {
   await bob?.stop();
+  for (const nc of open) await nc.close().catch(() => {});
   await handler?.close();
   await zed?.close();
   releaseDir(dir);
@@ -130,6 +139,26 @@ async function runBob(): Promise<{ url: string; localApiUrl: string; ca: string 
   const url = `https://localhost:${port}`;
   await untilRuntimeReady("bob", url, ca);
   return { url, localApiUrl: localApiUrl!, ca };
+}
+
+const hubNames = relayNames({ metadata: { namespace: NS, name: "hub" }, spec: { url: "https://localhost" } } as never);
+/** The Relay's account as a user allowed everything there sees it, and its JWT on the resolver. */
+async function relayView() {
+  const relayAccount = issuer.accountOf(get("relay", "hub").metadata.uid);
+  const creds = await issuer.issue("test", { pub: [">"], sub: [">"] }, Date.now(), undefined, relayAccount);
+  const nc = await runtimeConnection(nats.url, creds, "test", open);
+  return {
+    nc,
+    jsm: await jetstreamManager(nc, { checkAPI: false }),
+    claims: async () => {
+      const system = await connect({
+        servers: nats.url,
+        authenticator: credsAuthenticator(await issuer.systemCreds()),
+      });
+      open.push(system);
+      return (await system.request(`$SYS.REQ.ACCOUNT.${relayAccount}.CLAIMS.LOOKUP`, "", { timeout: 5_000 })).string();
+    },
+  };
 }
 
 /** POST a signed message to bob's inbox: its status (0: nothing answered). */
@@ -173,6 +202,24 @@ spec:
     - ${JSON.stringify({ ...peerOf(zedId), url: zed.url })}
 `,
     );
+    // A Relay of the namespace, with a copy waiting in bob's mailbox there.
+    cp().kubectl(
+      ["apply", "-f", "-"],
+      `apiVersion: ifp.dev/v1alpha1
+kind: Relay
+metadata: {name: hub, namespace: ${NS}}
+spec:
+  url: https://localhost
+  retention: {maxAge: 72h}
+`,
+    );
+    const hub = await until("the Relay's stream", () =>
+      relayView().then(
+        async (h) => ((await h.jsm.streams.info(hubNames.stream).catch(() => undefined)) ? h : undefined),
+        () => undefined,
+      ),
+    );
+    await jetstream(hub.nc).publish(hubNames.copy("bob-agent", "waiting-at-the-relay"), "a copy for bob");
     const deployment = await until("bob's Deployment", () => get("deployment", "bob"));
     expect(deployment.spec.template.spec.containers[0].args).not.toContain("--nats-layout=isolated");
     const { url, localApiUrl, ca } = await runBob();
@@ -298,6 +345,13 @@ spec:
     const left = existsSync(store) ? readdirSync(store).filter((s) => !s.startsWith(".")) : [];
     expect(left).toEqual([]);
     expect(answers.filter((s) => s !== 202 && s !== 0 && s !== 503)).toEqual([]);
+    // The Relay keeps its own account on both layouts: its mailboxes stay where they were.
+    const hub = await relayView();
+    const kept = await hub.jsm.streams.getMessage(hubNames.stream, {
+      last_by_subj: hubNames.copy("bob-agent", "waiting-at-the-relay"),
+    });
+    expect(kept?.string()).toBe("a copy for bob");
+    expect(layoutOfAccountJwt(await hub.claims())).toBe("per-agent");
   }, 420_000);
 
   it("is refused on a rollback to the per-agent layout, with a condition of its own, and rendered nothing", async () => {
