@@ -2,8 +2,9 @@
 // A real API server on which the chart owns the CRDs; `helm upgrade` to a newer chart (a new
 // version, a CRD schema that changed), `helm rollback`, the CRDs turned off and on again, and
 // `helm uninstall`: the stored objects stay as they were, and the CRDs with them. And
-// `helm uninstall` with the operator running: no finalizer of its stays to block a deletion.
-// And the NATS layout switched by `helm upgrade --set runtime.natsLayout=isolated` and back by `helm rollback`.
+// `helm uninstall` with the operator running: no finalizer of its stays to block a deletion. And
+// the operator's NATS layout: isolated after `helm upgrade --set runtime.natsLayout=isolated`,
+// per-agent again after `helm rollback`.
 import { spawn, spawnSync } from "node:child_process";
 import { cpSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
