@@ -7,17 +7,15 @@ const UNIT_TESTS = ["runtime/src/**/*.test.ts", "operator/src/**/*.test.ts"];
 
 export default defineConfig({
   // Vitest keeps each test file's last duration here, and starts the longest files first. In the
-  // user's cache, beside the tools (not node_modules/.vite), a new clone on the same machine
-  // starts with them: by file size, a 73 s soak started among the last and ended the run alone.
+  // user's cache, beside the tools (not node_modules/.vite), so that a new clone on the same
+  // machine starts with them rather than ordering by file size.
   cacheDir: join(dirname(cacheRoot()), "vite"),
   test: {
     globalSetup: ["e2e/support/global-setup.ts"],
     setupFiles: ["e2e/support/test-hooks.ts"],
     pool: "forks",
-    // Five files at a time on a two-core machine. The suite's tests spend much of their time
-    // waiting on real servers' timers, leases, retries and pods, not on the cores: with three
-    // files at a time the run used 1.3 of the two cores (733 CPU seconds in 566 s); with five, 1.7
-    // (749 in 449 s), the real node among them in both runs.
+    // Five files at a time on a two-core machine: the suite's tests spend much of their time
+    // waiting on real servers' timers, leases, retries and pods, not on the cores (e2e/README.md).
     maxWorkers: 5,
     testTimeout: 60_000,
     hookTimeout: 120_000,
@@ -25,15 +23,14 @@ export default defineConfig({
     projects: [
       // The unit tests beside the sources: pure functions and in-process servers, milliseconds
       // each. One module graph per worker (no isolation): a fresh process and a fresh import of
-      // each file cost these files ten times what their tests take.
+      // each file would cost more than their tests.
       {
         extends: true,
         test: { name: "unit", include: UNIT_TESTS, pool: "threads", isolate: false },
       },
       // Everything else but the real node: real servers. Each worker process runs its files one
-      // after the other with one module graph (no isolation): a fresh process and a fresh import
-      // of fastify, the NATS and Kubernetes clients and the schemas for each of 115 files cost
-      // about 40–80 CPU seconds (533 s → 484–513 s in side-by-side runs). What a file starts it
+      // after the other with one module graph (no isolation), so that fastify, the NATS and
+      // Kubernetes clients and the schemas are imported once per worker. What a file starts it
       // stops in its own afterAll hooks, and e2e/support/test-hooks.ts stops any process it left.
       {
         extends: true,
@@ -45,8 +42,7 @@ export default defineConfig({
         },
       },
       // e2e/node.test.ts (a real node, minutes long, mostly waiting on its pods) runs beside the
-      // suite's files, in the same run: alone after them it added 108–119 s to `npm test`; beside
-      // them, its pods use the cores the suite leaves idle. A lock in /run/lock keeps a second real
+      // suite's files, in the same run, so that its pods use the cores the suite leaves idle. A lock in /run/lock keeps a second real
       // node on the machine waiting (e2e/README.md).
       { extends: true, test: { name: "node", include: [NODE_TEST] } },
     ],

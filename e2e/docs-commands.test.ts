@@ -356,6 +356,7 @@ const CHECKS: Record<string, Check> = {
   },
   // The kubectl plugin (docs/kubectl-plugin.md), run as kubectl runs it against an API server.
   "kubectl ifp status": { by: "operator/test/kubectl-ifp.test.ts", holds: ['plugin(["status"])'] },
+  "kubectl ifp --help": { by: "operator/test/kubectl-ifp.test.ts", holds: ['plugin(["--help"])'] },
   "kubectl ifp redrive AGENT (MESSAGE_ID | --all [--limit N])": {
     by: "operator/test/kubectl-ifp.test.ts",
     holds: ['["redrive", "alice", "-n", NS, "msg:01ABC"]', '["redrive", "alice", "-n", NS, "--all", "--limit", "10"]'],

@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { privateKeyFromPem, rawPublicKey } from "../runtime/src/protocol/keys.ts";
 import { Agent } from "../runtime/src/resources/agent.ts";
+import { relayStreamConfig } from "../runtime/src/contract/relay-stream.ts";
 import { Relay } from "../runtime/src/resources/relay.ts";
 
 const dir = new URL("../examples/", import.meta.url);
@@ -34,6 +35,13 @@ describe("examples/", () => {
         expect(p.keys[0]!.publicKey, `${a.spec.agentId} trusts ${p.agentId}`).toBe(keyOf[p.agentId]);
     const relay = Relay.parse(docs.find((d) => d.doc.kind === "Relay")!.doc);
     for (const a of relay.spec.agents) expect(a.keys[0]!.publicKey).toBe(keyOf[a.agentId]);
+  });
+
+  it("keep a relay's messages at least 7 days, the specification's persistence (spec 3, 8), in the stream that npm start makes too", () => {
+    const relay = Relay.parse(docs.find((d) => d.doc.kind === "Relay")!.doc);
+    const sevenDaysNs = 7 * 24 * 3600 * 1e9;
+    expect(relayStreamConfig(relay).max_age).toBeGreaterThanOrEqual(sevenDaysNs);
+    expect(relay.spec.retention.maxAge).toBe("168h");
   });
 
   it("live in namespaces they create, and name each other by their Services in those namespaces", () => {

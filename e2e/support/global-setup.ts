@@ -26,6 +26,7 @@ export default async function setup(): Promise<() => void> {
     "kwok",
     "gateway-api",
     "a2a-go03",
+    "card-verify",
     "cosign",
     "actionlint",
     ...(nodeTestUnsupported() ? [] : ["kubernetes-node", "coredns", "pause"]),

@@ -31,6 +31,12 @@ const PAUSE_SOURCE = fileURLToPath(new URL("../node/pause/main.go", import.meta.
 
 const A2A_GO03_SOURCE = fileURLToPath(new URL("./a2a-go03/main.go", import.meta.url));
 const A2A_GO_VERSION = "v0.3.3";
+const CARD_VERIFY_SOURCE = fileURLToPath(new URL("./card-verify/main.go", import.meta.url));
+/** go-jose and the RFC 8785 reference implementation, for the card check of another language (card-verify). */
+const CARD_VERIFY_MODULES = [
+  "github.com/go-jose/go-jose/v4@v4.1.3",
+  "github.com/cyberphone/json-canonicalization@v0.0.0-20241213102144-19d51d7fe467",
+];
 /** Nodes other than the project's and the machine's that the plugin test runs the plugin on (the tool `nodes`). */
 export const OTHER_NODES = ["12.22.12", "18.20.8", "22.23.3"];
 
@@ -337,6 +343,19 @@ export const TOOLS: Record<string, ToolSpec> = {
       writeFileSync(join(workDir, "main.go"), readFileSync(A2A_GO03_SOURCE));
       run("go", ["get", `github.com/a2aproject/a2a-go@${A2A_GO_VERSION}`], workDir);
       run("go", ["build", "-trimpath", "-ldflags=-s -w", "-o", join(outDir, "a2a-go03"), "."], workDir);
+    },
+  },
+  // An agent card's signatures checked with go-jose and the RFC 8785 reference implementation
+  // (e2e/tools/card-verify), for the card test of runtime/test/a2a/a2a.test.ts.
+  "card-verify": {
+    key: `card-verify-${sourceHash(CARD_VERIFY_SOURCE)}`,
+    coldSeconds: 15,
+    binaries: ["card-verify"],
+    build: (outDir, workDir) => {
+      run("go", ["mod", "init", "ifp.dev/card-verify"], workDir);
+      writeFileSync(join(workDir, "main.go"), readFileSync(CARD_VERIFY_SOURCE));
+      run("go", ["get", ...CARD_VERIFY_MODULES], workDir);
+      run("go", ["build", "-trimpath", "-ldflags=-s -w", "-o", join(outDir, "card-verify"), "."], workDir);
     },
   },
   helm: {

@@ -1,3 +1,6 @@
+// X.509 for the operator (ECDSA P-256): making and loading a certificate authority and issuing
+// certificates from it (the install CA, trust.ts), and reading PEM certificates back — CA
+// bundles, fingerprints, validity dates, who issued a leaf.
 import { createHash, webcrypto, X509Certificate } from "node:crypto";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";

@@ -1,3 +1,5 @@
+// The operator's Prometheus metrics: the controller-runtime and client-go names that dashboards
+// for Kubernetes operators expect, the operator's own ifp_operator_* series, and the process's.
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import { buildInfo } from "../../runtime/src/util/version.ts";
 

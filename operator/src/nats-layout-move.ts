@@ -12,7 +12,7 @@
 // the Agent's consumer there made to have handed on exactly those the old consumer had; the
 // inbox's dead letters; every outbox entry not yet delivered, its delivery record (attempts,
 // next attempt, recipients done) with it; and every KV record (delivery records and outbound
-// dead letters, peers, conversations, the Agent's keys of `ifp_agents`), with the index keys the
+// dead letters, peers, conversations, A2A tasks, the Agent's keys of `ifp_agents`), with the index keys the
 // isolated layout lists them by. Each copy is on a subject that takes one message, so a move
 // cut short and run again copies nothing twice. Then the per-agent streams are deleted, and the
 // account is pushed with the isolated layout's JWT (JetStream off), which is what marks it moved.
@@ -30,6 +30,7 @@ import {
   SHARED_STREAMS,
   sharedAgentNames,
 } from "../../runtime/src/contract/shared-layout.ts";
+import { TASK_INDEX } from "../../runtime/src/a2a/tasks.ts";
 import { PEERS_OF_CONVERSATION } from "../../runtime/src/agent/conversations.ts";
 import { DEAD_LETTER_INDEX } from "../../runtime/src/agent/delivery-state.ts";
 import { isSubjectTaken, MAX_INDEXED_KEYS, type KeyIndex } from "../../runtime/src/nats/layout.ts";
@@ -154,6 +155,7 @@ export async function moveToIsolated(
         [old.outboxStateBucket, SHARED_BUCKETS.outboxState, DEAD_LETTER_INDEX],
         [old.peersBucket, SHARED_BUCKETS.peers, undefined],
         [old.conversationsBucket, SHARED_BUCKETS.conversations, PEERS_OF_CONVERSATION],
+        [old.a2aTasksBucket, SHARED_BUCKETS.a2aTasks, TASK_INDEX],
         [old.kvBucket, SHARED_BUCKETS.agents, undefined, `${old.kvKey}.>`],
       ];
       for (const [from, to, index, filter] of buckets) {
@@ -293,8 +295,11 @@ async function copyKeys(
     if (e?.operation !== "PUT") continue;
     await to.publish(`${prefix}${key}`, e.value);
     n++;
-    const name = index?.of(key);
-    if (name !== undefined) listed.set(name, [...(listed.get(name) ?? []), key]);
+    // As the layout's own writes list it (AccountKeys.relist): last, in place of any it replaces.
+    for (const name of index?.of(key) ?? []) {
+      const keys = (listed.get(name) ?? []).filter((x) => !index?.replaces?.(name, key, x));
+      listed.set(name, [...keys, key]);
+    }
   }
   for (const [name, keys] of listed)
     await to.publish(`${prefix}_i.${name}`, JSON.stringify(keys.slice(-MAX_INDEXED_KEYS)));

@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { pino } from "pino";
 import { beforeAll, describe, expect, it } from "vitest";
 import { startNats } from "../../e2e/support/nats.ts";
+import { consistently } from "../../e2e/support/wait.ts";
 import { Nats } from "../../runtime/src/nats/connection.ts";
 import type { ControlPlane } from "../../e2e/support/controlplane.ts";
 import {
@@ -384,5 +385,69 @@ describe("on a real API server", () => {
     );
     expect(ready.message).toMatch(/Secret bob-nats exists and was not made by the operator for this Agent/);
     expect(credsOf("bob")).toBe("mine");
+  });
+
+  it("never uses a Secret of that name with the Agent's owner reference and the operator's labels but not the operator's mark", async () => {
+    // Refused for its image, the Agent gets nothing, no credential either: the name is free to
+    // plant under, and the Agent's uid there to copy.
+    const agent = (image?: string) =>
+      JSON.stringify({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name: "carol", namespace: NS },
+        spec: { agentId: "carol-id", ...(image ? { image } : {}) },
+      });
+    cp.kubectl(["apply", "-f", "-"], agent("registry.example/other:1"));
+    const uid = (
+      await until("carol refused for its image", () => {
+        const a = get("agent", "carol");
+        return a?.status?.conditions?.some((c: any) => c.type === "Ready" && c.reason === "ImageNotAllowed")
+          ? a
+          : undefined;
+      })
+    ).metadata.uid;
+    expect(credsOf("carol")).toBeUndefined();
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      JSON.stringify({
+        apiVersion: "v1",
+        kind: "Secret",
+        metadata: {
+          name: "carol-nats",
+          namespace: NS,
+          labels: {
+            "app.kubernetes.io/managed-by": "ifp-operator",
+            "app.kubernetes.io/instance": "carol",
+            "app.kubernetes.io/component": "agent",
+            "app.kubernetes.io/part-of": "ifp-operator",
+          },
+          ownerReferences: [
+            {
+              apiVersion: "ifp.dev/v1alpha1",
+              kind: "Agent",
+              name: "carol",
+              uid,
+              controller: true,
+              blockOwnerDeletion: true,
+            },
+          ],
+        },
+        stringData: { "nats.creds": "mine" },
+      }),
+    );
+    const rv = get("secret", "carol-nats").metadata.resourceVersion;
+    cp.kubectl(["apply", "-f", "-"], agent());
+    const ready = await until("carol's conflict", () =>
+      get("agent", "carol")?.status?.conditions?.find((c: any) => c.type === "Ready" && c.reason === "ChildConflict"),
+    );
+    expect(ready.message).toMatch(/Secret carol-nats exists and was not made by the operator for this Agent/);
+    await consistently(
+      "the planted credential neither mounted nor overwritten",
+      () =>
+        !get("deployment", "carol")?.spec.template.spec.volumes?.some(
+          (v: any) => v.secret?.secretName === "carol-nats",
+        ) && get("secret", "carol-nats").metadata.resourceVersion === rv,
+      5_000,
+    );
   });
 });

@@ -8,11 +8,13 @@
 // consumer or make a stream; an Agent named to look like bob's subjects gets its own. A tenant at
 // its data account's limit refuses only its own writes; a tenant whose limit no longer fits the
 // store is told so in its Agents' status until a namespace's last Agent goes and frees its share.
-// An Agent asking for what the layout does not serve is refused before anything is made for it;
-// a deleted Agent's consumers and account go with it.
+// An Agent with spec.a2a becomes Ready and serves a task, kept in its tenant's shared task bucket
+// under its own account key; a deleted Agent's consumers and account go with it.
+import { randomUUID } from "node:crypto";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { httpsRequest } from "../../e2e/support/https.ts";
@@ -22,6 +24,7 @@ import { freePort } from "../../e2e/support/ports.ts";
 import { releaseDir, tempDir } from "../../e2e/support/process.ts";
 import { agentInboxPrefix } from "../../runtime/src/contract/nats-permissions.ts";
 import {
+  SHARED_BUCKETS,
   SHARED_STREAMS,
   sharedAgentConsumers,
   sharedAgentPermissions,
@@ -141,8 +144,26 @@ const apply = (yaml: string) => cp().kubectl(["apply", "-f", "-"], yaml);
 /** A connection with a credential as the operator issued it (the runtime's own, from its Secret). */
 const as = (creds: string, agentId: string) => runtimeConnection(nats.url, creds, agentId, open);
 
-/** The tenant's data account as a user allowed everything there sees it. */
-async function tenantView(ns: string): Promise<JetStreamManager> {
+/** Agent `name`'s runtime, exactly as rendered (its Deployment, Secrets and ConfigMaps), on loopback, once ready. */
+async function runAsRendered(ns: string, name: string): Promise<{ url: string; ca: string }> {
+  const port = await freePort();
+  const metricsPort = await freePort();
+  rmSync(join(dir, name), { recursive: true, force: true });
+  const loopback = onLoopback(port, metricsPort);
+  const r = runDeploymentLocally(cp(), ns, name, dir, {
+    ...loopback,
+    rewriteArg: (a) => (a.startsWith("--nats=") ? `--nats=${nats.url}` : loopback.rewriteArg(a)),
+  });
+  running.push(r);
+  await r.listening(120_000);
+  const ca = get(ns, "configmap", `${name}-trust`).data["ca.crt"] as string;
+  const url = `https://localhost:${port}`;
+  await untilRuntimeReady(name, url, ca);
+  return { url, ca };
+}
+
+/** A user of the tenant's data account allowed everything there. */
+async function tenantUser(ns: string): Promise<NatsConnection> {
   const creds = await issuer.issue(
     "test",
     { pub: [">"], sub: [">"] },
@@ -150,7 +171,12 @@ async function tenantView(ns: string): Promise<JetStreamManager> {
     undefined,
     dataAccountOf(keys.signing, ns),
   );
-  return jetstreamManager(await as(creds, "test"), { checkAPI: false });
+  return as(creds, "test");
+}
+
+/** The tenant's data account as a user allowed everything there sees it. */
+async function tenantView(ns: string): Promise<JetStreamManager> {
+  return jetstreamManager(await tenantUser(ns), { checkAPI: false });
 }
 
 /** Whether the resolver holds an account. */
@@ -212,19 +238,7 @@ describe("the operator on the isolated NATS layout", () => {
     expect(dataAccountOf(keys.signing, NS1)).not.toBe(issuer.accountOf(NS1));
 
     // Bob's runtime, exactly as rendered (its Deployment, Secrets and ConfigMaps), on loopback.
-    const port = await freePort();
-    const metricsPort = await freePort();
-    rmSync(join(dir, "bob"), { recursive: true, force: true });
-    const loopback = onLoopback(port, metricsPort);
-    const r = runDeploymentLocally(cp(), NS1, "bob", dir, {
-      ...loopback,
-      rewriteArg: (a) => (a.startsWith("--nats=") ? `--nats=${nats.url}` : loopback.rewriteArg(a)),
-    });
-    running.push(r);
-    await r.listening(120_000);
-    const ca = get(NS1, "configmap", "bob-trust").data["ca.crt"] as string;
-    const url = `https://localhost:${port}`;
-    await untilRuntimeReady("bob", url, ca);
+    const { url, ca } = await runAsRendered(NS1, "bob");
     const m = signed(alice, "bob-agent", {}, "Hello Bob, on the isolated layout");
     const res = await httpsRequest(`${url}/.well-known/agent/inbox`, {
       method: "POST",
@@ -308,19 +322,63 @@ describe("the operator on the isolated NATS layout", () => {
     await until("the other bob gone", () => !get(NS2, "agent", "bob"), 120_000);
   }, 240_000);
 
-  it("refuses an Agent asking for what the layout does not serve before anything is made for it", async () => {
-    apply(agentYaml(NS1, "tasks", "  a2a: {enabled: true}\n"));
-    const cond = await until("tasks refused", () =>
-      ready(NS1, "tasks")?.reason === "NotOnNatsLayout" ? ready(NS1, "tasks") : undefined,
+  it("runs an Agent with spec.a2a: Ready, and it serves a task kept under its own account key in its namespace's task bucket", async () => {
+    const token = "a2a-isolated-token-0123456789abcdef";
+    cp().kubectl(["-n", NS1, "create", "secret", "generic", "tasks-a2a", `--from-literal=tokens=${token}`]);
+    apply(
+      agentYaml(
+        NS1,
+        "tasks",
+        `  handler: {url: "${handler.url}"}
+  a2a:
+    enabled: true
+    authentication: {bearerTokenSecret: {name: tasks-a2a, key: tokens}}
+`,
+      ),
     );
-    expect(cond.status).toBe("False");
-    expect(cond.message).toMatch(/spec\.a2a is not available on the isolated NATS layout/);
-    expect(get(NS1, "deployment", "tasks")).toBeUndefined();
-    expect(get(NS1, "secret", "tasks-nats")).toBeUndefined();
-    // Asking for it no more, it is made.
-    apply(agentYaml(NS1, "tasks", "  a2a: {enabled: false}\n"));
-    await until("tasks rendered", () => get(NS1, "deployment", "tasks"));
-  }, 240_000);
+    const deployment = await until("tasks' Deployment", () => get(NS1, "deployment", "tasks"));
+    expect(deployment.spec.template.spec.containers[0].args).toContain("--nats-layout=isolated");
+    const { url, ca } = await runAsRendered(NS1, "tasks");
+    // What the kubelet would report of the pod that is running here.
+    cp().kubectl([
+      ...["-n", NS1, "patch", "deployment", "tasks", "--subresource=status", "--type=merge", "-p"],
+      JSON.stringify({
+        status: {
+          observedGeneration: deployment.metadata.generation,
+          replicas: 1,
+          updatedReplicas: 1,
+          readyReplicas: 1,
+          availableReplicas: 1,
+        },
+      }),
+    ]);
+    await until("tasks Ready", () => ready(NS1, "tasks")?.status === "True");
+    const call = async (id: number, method: string, params: unknown) => {
+      const res = await httpsRequest(`${url}/a2a/v1`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "a2a-version": "1.0", authorization: `Bearer ${token}` },
+        body: JSON.stringify({ jsonrpc: "2.0", id, method, params }),
+        ca,
+      });
+      expect(res.status, res.text).toBe(200);
+      return res.json().result;
+    };
+    const sent = await call(1, "SendMessage", {
+      message: { messageId: randomUUID(), role: "ROLE_USER", parts: [{ text: "a task on the isolated layout" }] },
+      configuration: { returnImmediately: true },
+    });
+    const id = sent.task.id as string;
+    await until("the task handed to the application", () =>
+      handler.received.some((h) => h.body.headers.extensions?.a2a?.task_id === id),
+    );
+    expect((await call(2, "GetTask", { id })).status.state).toBe("TASK_STATE_SUBMITTED");
+    expect((await call(3, "ListTasks", {})).tasks.map((t: { id: string }) => t.id)).toContain(id);
+    // In the namespace's task bucket, under the Agent's account key.
+    const kv = await new Kvm(jetstream(await tenantUser(NS1))).open(SHARED_BUCKETS.a2aTasks);
+    const keys: string[] = [];
+    for await (const k of await kv.keys(`${accountOf(NS1, "tasks")}.t.*.${id}`)) keys.push(k);
+    expect(keys).toHaveLength(1);
+  }, 300_000);
 
   it("keeps a tenant at its data account's limit to itself, and tells a tenant the store has no room for", async () => {
     // A third namespace's limit does not fit the store beside the first two's.

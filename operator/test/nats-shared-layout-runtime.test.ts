@@ -1,25 +1,15 @@
-// Two agent runtimes on the isolated shared layout (runtime/src/nats/layout.ts, `--nats-layout
-// isolated`), on a real nats-server in operator mode as the install runs it: the tenant's data
-// account with its shared streams, each Agent's account with its imports and its consumers made
-// as the operator makes them (runtime/bench/scale-isolated.ts). Alice sends bob a signed message
-// over HTTPS; it is stored before the 202, handed to bob's application once, its repeat is
-// caught by the subject that holds it, bob's reply goes back through his outbox; carol, without a
-// handler and with relays of her own, pulls hers from the local API; bob watches his inbox, answers
-// a short-form reply to the first sender of a reused message_id, lists a conversation and his dead
-// letters and redrives them; and alice's own credential reads nothing of bob's.
-import { writeFileSync } from "node:fs";
-import { join } from "node:path";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { localhostTls } from "../../e2e/support/tls.ts";
 import { consistently, freePort, waitFor } from "../../e2e/support/ports.ts";
-import { IsolatedInstall } from "../../runtime/bench/scale-isolated.ts";
+import type { IsolatedInstall } from "../../runtime/bench/scale-isolated.ts";
 import { encodeToken } from "../../runtime/src/contract/nats.ts";
 import { agentInboxPrefix } from "../../runtime/src/contract/nats-permissions.ts";
 import { SHARED_STREAMS, sharedAgentNames, sharedInboxSubject } from "../../runtime/src/contract/shared-layout.ts";
 import type { AgentSpecInput } from "../../runtime/src/resources/agent.ts";
 import { runAgent, startHandler, type Tls } from "../../runtime/test/support/agent-harness.ts";
-import { identity, peerOf, signed, tempDir } from "../../runtime/test/support/fixtures.ts";
+import { identity, peerOf, signed } from "../../runtime/test/support/fixtures.ts";
+import { isolatedAgent, startIsolatedRuntimes } from "./support/isolated-runtimes.ts";
+import { watchInbox } from "../../runtime/test/support/inbox-watch.ts";
 import { send, untilState } from "../../runtime/test/support/outbox-harness.ts";
 
 const TENANT = "team-1";
@@ -48,25 +38,20 @@ async function duplicates(): Promise<number> {
 }
 
 beforeAll(async () => {
-  const dir = tempDir("ifp-shared-runtime-");
-  [install, tls] = await Promise.all([
-    IsolatedInstall.start({
-      http: "",
-      // Room for the data account's limit (a reservation, never written): the bench's tenants take 64 GiB.
-      jetstream: "jetstream { max_file_store: 1TB }\n",
-      graceMs: 2_000,
-      startTimeoutMs: 30_000,
-    }),
-    localhostTls(),
-  ]);
+  let dir: string;
+  ({ install, tls, dir } = await startIsolatedRuntimes("ifp-shared-runtime-"));
   for (const [name, id] of [
     ["alice", alice],
     ["bob", bob],
     ["carol", carol],
   ] as const) {
-    accounts[name] = await install.makeAgent(`${TENANT}/${name}`, { name: "" });
-    credsFiles[name] = join(dir, `${name}.creds`);
-    writeFileSync(credsFiles[name], await install.runtimeCreds(`${TENANT}/${name}`, id.agentId), { mode: 0o600 });
+    ({ account: accounts[name], credsFile: credsFiles[name] } = await isolatedAgent(
+      install,
+      dir,
+      TENANT,
+      name,
+      id.agentId,
+    ));
   }
   [aHandler, bHandler] = await Promise.all([startHandler(), startHandler()]);
   const [aPort, bPort] = await Promise.all([freePort(), freePort()]);
@@ -184,23 +169,9 @@ describe("the agent runtime on the isolated layout", () => {
     expect([info.num_pending, info.num_ack_pending]).toEqual([0, 0]);
   }, 60_000);
 
-  it("watches the inbox from now: each message as it is stored, with its sequence, taking none; a look back answers 501", async () => {
-    const ac = new AbortController();
-    const res = await fetch(`${b.localApiUrl}/messages/watch`, { signal: ac.signal });
-    expect(res.status).toBe(200);
-    const events: any[] = [];
-    const reading = (async () => {
-      let buf = "";
-      const text = new TextDecoder();
-      for await (const chunk of res.body!) {
-        buf += text.decode(chunk, { stream: true });
-        for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
-          const data = /^data: (.*)$/m.exec(buf.slice(0, i))?.[1];
-          if (data) events.push(JSON.parse(data));
-          buf = buf.slice(i + 2);
-        }
-      }
-    })().catch(() => {});
+  it("watches the inbox from now: each message as it is stored, with its sequence, taking none", async () => {
+    const { status, events, stop } = await watchInbox(b.localApiUrl);
+    expect(status).toBe(200);
     const m = signed(alice, "bob-agent", {}, "Watched, Bob");
     expect((await b.post(m)).status).toBe(202);
     const seen = await waitFor("the watch's event", () => events.find((e) => e.message_id === m.headers.message_id));
@@ -225,11 +196,11 @@ describe("the agent runtime on the isolated layout", () => {
       () => !events.some((e) => e.message_id === forCarol.headers.message_id),
       1_000,
     );
-    ac.abort();
-    await reading;
+    await stop();
+    // A look back is served too (nats-shared-layout-features.test.ts).
     const back = await fetch(`${b.localApiUrl}/messages/watch?since=60`);
-    expect(back.status).toBe(501);
-    expect(await back.json()).toMatchObject({ status: "error", code: "not_on_nats_layout" });
+    expect(back.status).toBe(200);
+    await back.body?.cancel();
   }, 60_000);
 
   it("answers a short-form reply without `to` to the first sender of that message_id, whoever reused it later", async () => {

@@ -174,7 +174,7 @@ export class IsolatedInstall {
   }
 
   /** One Agent (`team/agent`): its account pushed with its imports, its two consumers made in its tenant's data account. */
-  async makeAgent(key: string, step: { name: string }): Promise<string> {
+  async makeAgent(key: string, step: { name: string }, handlerTimeoutMs = 30_000): Promise<string> {
     const tenantName = key.split("/")[0]!;
     step.name = "data account";
     const t = await this.tenant(tenantName);
@@ -185,7 +185,7 @@ export class IsolatedInstall {
       await sharedRuntimeAccountJwt(this.keys.operator, account, `agent:${key}`, t.account, this.signingKey),
       30_000,
     );
-    for (const c of sharedAgentConsumers(account, { handlerTimeoutMs: 30_000, senderAckWaitMs: 30_000 })) {
+    for (const c of sharedAgentConsumers(account, { handlerTimeoutMs, senderAckWaitMs: 30_000 })) {
       step.name = c.stream === sharedAgentNames(account).inboxStream ? "handler consumer" : "sender consumer";
       await t.jsm.consumers.add(c.stream, c.config);
     }
@@ -210,6 +210,21 @@ export class IsolatedInstall {
     const creds = await this.runtimeCreds(key);
     const nc = await this.connect(new TextEncoder().encode(creds), agentInboxPrefix(key.split("/")[1]!));
     return { js: jetstream(nc), inbox: (id) => sharedAgentNames(account).inbox(id) };
+  }
+
+  /** A user of the tenant's data account allowed every subject there: what a test looks at the tenant's data with. */
+  async tenantClient(tenant: string): Promise<NatsConnection> {
+    return this.anyUserOf((await this.tenant(tenant)).account);
+  }
+
+  /** A user of the Agent `key`'s own account allowed every subject (not a credential the operator issues: an attacker's best). */
+  anyUserOfAgent(key: string): Promise<NatsConnection> {
+    return this.anyUserOf(this.issuer.accountOf(key));
+  }
+
+  private async anyUserOf(account: string): Promise<NatsConnection> {
+    const creds = await this.issuer.issue("test", { pub: [">"], sub: [">"] }, Date.now(), undefined, account);
+    return this.connect(new TextEncoder().encode(creds));
   }
 
   /** The operator's user in the tenant's data account (made by tenant()). */

@@ -1,7 +1,7 @@
 // The runtimes' identity of an earlier version, shared by every runtime of a namespace: the
 // ServiceAccount `ifp-agent-runtimes` with a Role and RoleBinding of the same name (Events), and
-// the ServiceAccount `ifp-relay-runtimes`. Each runtime now runs under its own ServiceAccount
-// (identity.ts); its Deployment rolls to it as any change of the pod template does. The shared
+// the ServiceAccount `ifp-relay-runtimes`. Each runtime runs under a ServiceAccount of its own
+// (identity.ts); a Deployment of that version rolls to it as on any pod template change. The shared
 // objects belong to no single resource (no owner reference) and are deleted once no Deployment
 // of the operator's in the namespace runs under them or still has pods of an older spec (which
 // may be of the shared account and hold its token).
@@ -35,7 +35,7 @@ export interface LegacyRef {
 /**
  * Pure: what an earlier version made for the runtimes of `kind` in a namespace, by kind and name
  * (all named after the shared account): a ServiceAccount, and for agent runtimes the Role and
- * RoleBinding that let it record Events — the same access each runtime now has of its own
+ * RoleBinding that let it record Events — the same access each runtime has of its own
  * (identity.ts runtimeIdentityChildren).
  */
 export function legacyRuntimeAccess(kind: Owner["kind"], namespace: string): LegacyRef[] {

@@ -1,3 +1,6 @@
+// The operator's informer caches: Agents, Relays and the kinds of children the operator manages
+// (selected by its managed-by label), cluster-wide or per watched namespace. Reconciles and the
+// apply layer read objects from them instead of asking the API server.
 import {
   AppsV1Api,
   CoreV1Api,

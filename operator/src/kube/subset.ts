@@ -1,3 +1,5 @@
+// Pure: whether the object a reconcile wants is already contained in the one the API server holds,
+// and the first path where it is not (for logs), so that an apply changing nothing is skipped.
 /**
  * Whether every field of `want` has the same value in `have` (extra fields in `have`, such as
  * server defaults, are ignored; arrays compare element by element and must have equal length).

@@ -1,3 +1,6 @@
+// The keyed work queue the controllers run on (kube/controller.ts), in the manner of client-go's:
+// collapsing adds, one worker per key, per-key exponential backoff, timed adds, and the hooks for
+// the workqueue metrics.
 import { exponentialDelay } from "../../../runtime/src/util/backoff.ts";
 
 /**

@@ -4,11 +4,10 @@
 // 9421) by an agent whose key the agent looks up as for its inbox (levels 1 and 2), or a JWT of
 // an OpenID Connect issuer spec.a2a.authentication.oidc names (oidc.ts; level 0).
 import { createHash, type KeyObject, timingSafeEqual } from "node:crypto";
-import type { IncomingHttpHeaders } from "node:http";
 import type { Logger } from "pino";
 import { tokenFile } from "../util/token-file.ts";
 import { ProtocolError } from "../protocol/errors.ts";
-import { SignatureNonces, verifyRequest } from "../protocol/http-signatures.ts";
+import { type RequestToAuthenticate, SignatureNonces, verifyRequest } from "../protocol/http-signatures.ts";
 import { A2aError } from "./wire.ts";
 
 export interface Caller {
@@ -41,15 +40,6 @@ export interface CallerDeps {
   now?: () => number;
   /** The OIDC issuers' verification of a bearer token that is none of `tokens` (oidc.ts). */
   oidc?: { verify(token: string): Promise<Caller> };
-}
-
-export interface RequestToAuthenticate {
-  method: string;
-  url: string;
-  host: string | undefined;
-  headers: IncomingHttpHeaders;
-  body?: Buffer;
-  clientAddress: string;
 }
 
 const digest = (s: string) => createHash("sha256").update(s).digest();

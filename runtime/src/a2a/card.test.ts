@@ -9,12 +9,12 @@ import { createLocalJWKSet, FlattenedSign, flattenedVerify } from "jose";
 import { canonicalize as independentJcs } from "json-canonicalize";
 import { describe, expect, it } from "vitest";
 import { identity } from "../../test/support/fixtures.ts";
+import { ownBaseUrl } from "../net/own-base.ts";
 import { Agent } from "../resources/agent.ts";
 import {
   agentCard,
   CardCache,
   CardSignatureError,
-  cardBase,
   cardPayload,
   jwks,
   keyOfJwks,
@@ -162,18 +162,18 @@ describe("the cards this runtime signs", () => {
   });
 
   it("name only the agent's own hosts: a forged Host gets the agent's Service URL", () => {
-    expect(cardBase(agent, "localhost:8443")).toBe("https://localhost:8443");
-    expect(cardBase(agent, "weather.sky.svc:443")).toBe("https://weather.sky.svc:443");
-    expect(cardBase(agent, "weather.sky.svc.cluster.local")).toBe("https://weather.sky.svc.cluster.local");
-    expect(cardBase(agent, "attacker.example")).toBe("https://weather.sky.svc");
-    expect(cardBase(agent, "weather.sky.svc.attacker.example")).toBe("https://weather.sky.svc");
-    expect(cardBase(agent, "localhost@attacker.example")).toBe("https://weather.sky.svc");
-    expect(cardBase(agent, undefined)).toBe("https://weather.sky.svc");
+    expect(ownBaseUrl(agent, "localhost:8443")).toBe("https://localhost:8443");
+    expect(ownBaseUrl(agent, "weather.sky.svc:443")).toBe("https://weather.sky.svc:443");
+    expect(ownBaseUrl(agent, "weather.sky.svc.cluster.local")).toBe("https://weather.sky.svc.cluster.local");
+    expect(ownBaseUrl(agent, "attacker.example")).toBe("https://weather.sky.svc");
+    expect(ownBaseUrl(agent, "weather.sky.svc.attacker.example")).toBe("https://weather.sky.svc");
+    expect(ownBaseUrl(agent, "localhost@attacker.example")).toBe("https://weather.sky.svc");
+    expect(ownBaseUrl(agent, undefined)).toBe("https://weather.sky.svc");
     const fixed = Agent.parse({ ...agent, spec: { ...agent.spec, baseUrl: "https://weather.example/" } });
-    expect(cardBase(fixed, "attacker.example")).toBe("https://weather.example");
+    expect(ownBaseUrl(fixed, "attacker.example")).toBe("https://weather.example");
     expect(
       JSON.stringify(
-        agentCard({ agent: fixed, signing: self.signing, bearer: false }, cardBase(fixed, "attacker.example")),
+        agentCard({ agent: fixed, signing: self.signing, bearer: false }, ownBaseUrl(fixed, "attacker.example")),
       ),
     ).not.toContain("attacker");
   });

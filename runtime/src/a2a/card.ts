@@ -40,32 +40,6 @@ export interface CardOptions {
   grpcPort?: () => number | undefined;
 }
 
-/** Host names that are this machine's own: a card naming them points nowhere else. */
-const LOOPBACK = new Set(["localhost", "127.0.0.1", "[::1]"]);
-
-/**
- * The base URL a card names (docs/a2a.md#the-signed-card): spec.baseUrl; without one, the
- * request's Host only when it is one of the agent's own names — its Service's
- * (`<name>`, `<name>.<namespace>`, `….svc`, `….svc.cluster.local`) or loopback, any port —
- * and otherwise the agent's Service URL, `https://<name>.<namespace>.svc`. So the agent never
- * signs a card whose interfaces or `jku` are on a host someone else named.
- */
-export function cardBase(agent: Agent, host: string | undefined): string {
-  if (agent.spec.baseUrl) return agent.spec.baseUrl.replace(/\/+$/, "");
-  const name = agent.metadata.name ?? "agent";
-  const namespace = agent.metadata.namespace ?? "default";
-  const own = new Set([
-    name,
-    `${name}.${namespace}`,
-    `${name}.${namespace}.svc`,
-    `${name}.${namespace}.svc.cluster.local`,
-  ]);
-  const hostname = host?.toLowerCase().replace(/:\d{1,5}$/, "");
-  if (hostname !== undefined && /^[a-z0-9.:[\]-]{1,300}$/.test(host!) && (own.has(hostname) || LOOPBACK.has(hostname)))
-    return `https://${host!.toLowerCase()}`;
-  return `https://${name}.${namespace}.svc`;
-}
-
 /**
  * The gRPC binding's entry of supportedInterfaces: `<the base URL's host>:<its port>`, the
  * target the official SDKs' gRPC clients dial as it stands (an https:// URL is no gRPC target).

@@ -188,8 +188,8 @@ export class A2aPush implements InlinePush {
           );
         const record: PushRecord = { config, owner: caller.id, rev, snapshot: withoutHistory(task) };
         try {
-          if (existing) await kv.update(key, JSON.stringify(record), existing.revision);
-          else await kv.create(key, JSON.stringify(record));
+          // A key deleted before is written again by create (listed again where keys are listed).
+          await kv.create(key, JSON.stringify(record));
           return shown(config);
         } catch (err) {
           if (!/wrong last sequence|exists/i.test((err as Error).message)) throw err;

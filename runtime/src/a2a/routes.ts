@@ -12,7 +12,8 @@ import type { Agent } from "../resources/agent.ts";
 import { A2aAdmission } from "./admission.ts";
 import type { A2aCallers, Caller } from "./callers.ts";
 import { A2A_CARD_PATH, A2A_JSONRPC_PATH, A2A_JWKS_PATH, A2A_REST_PATH } from "../contract/a2a.ts";
-import { type CardCache, cardBase, jwks } from "./card.ts";
+import { ownBaseUrl } from "../net/own-base.ts";
+import { type CardCache, jwks } from "./card.ts";
 import type { A2aPush } from "./push.ts";
 import type { A2aService, StreamEvent } from "./service.ts";
 import {
@@ -90,7 +91,7 @@ export const a2aRoutes: FastifyPluginAsync<A2aRouteDeps> = async (app, deps) => 
     return reply
       .type("application/json; charset=utf-8")
       .header("cache-control", "public, max-age=300")
-      .send(await deps.cards.get(cardBase(deps.agent, req.host), version));
+      .send(await deps.cards.get(ownBaseUrl(deps.agent, req.host), version));
   });
   app.get(A2A_JWKS_PATH, async (_req, reply) =>
     reply.type("application/jwk-set+json").header("cache-control", "public, max-age=300").send(jwksText),
@@ -212,7 +213,6 @@ function isTaskRead(req: FastifyRequest): boolean {
 
 /** One JSON-RPC request: its method run for the authenticated caller. */
 async function jsonRpc(req: FastifyRequest, reply: FastifyReply, deps: A2aRouteDeps, openStreams: OpenStreams) {
-  const { service, push } = deps;
   const caller = of(req).caller!;
   const body = req.body as Record<string, unknown> | undefined;
   if (Array.isArray(body)) throw new A2aError("InvalidRequest", "batch requests are not supported");
@@ -236,47 +236,69 @@ async function jsonRpc(req: FastifyRequest, reply: FastifyReply, deps: A2aRouteD
       .type("application/json")
       .send({ jsonrpc: "2.0", id: of(req).rpcId ?? null, result: v03 ? v03.result(result) : result });
   const events = v03 ? eventTo03 : undefined;
-  switch (method) {
-    case "SendMessage":
-      return ok({ task: await service.send(caller, check(SendMessageRequest, params)) });
-    case "SendStreamingMessage":
-      return sendStreaming(req, reply, "jsonrpc", deps, openStreams, check(SendMessageRequest, params), events);
-    case "GetTask": {
-      const p = check(GetTaskRequest, params);
-      return ok(await service.get(caller, p.id, p.historyLength));
-    }
-    case "ListTasks":
-      return ok(await service.list(caller, check(ListTasksRequest, params)));
-    case "CancelTask":
-      return ok(await service.cancel(caller, check(TaskIdRequest, params).id));
-    case "SubscribeToTask":
-      return subscribe(req, reply, "jsonrpc", deps, openStreams, check(TaskIdRequest, params).id, events);
-    case "CreateTaskPushNotificationConfig":
-      return ok(await push.create(caller, params));
-    case "GetTaskPushNotificationConfig": {
-      const p = check(PushConfigIdRequest, params);
-      return ok(await push.get(caller, p.taskId, p.id));
-    }
-    case "ListTaskPushNotificationConfigs": {
-      const p = check(ListPushConfigsRequest, params);
-      return ok(await push.list(caller, p.taskId, p.pageSize, p.pageToken));
-    }
-    case "DeleteTaskPushNotificationConfig": {
-      const p = check(PushConfigIdRequest, params);
-      await push.delete(caller, p.taskId, p.id);
-      return ok({});
-    }
-    case "GetExtendedAgentCard":
-      throw new A2aError("ExtendedAgentCardNotConfigured", "this agent has no extended agent card");
-    default:
-      throw new A2aError(
-        "MethodNotFound",
-        Object.hasOwn(V03_METHODS, method)
-          ? `${method} is a method of A2A 0.3; this request is A2A 1.0 (A2A-Version): send it without A2A-Version, or call the 1.0 method ${V03_METHODS[method]!.method}`
-          : `no method ${String(method).slice(0, 64)}`,
-      );
-  }
+  const run = Object.hasOwn(JSON_RPC_METHODS, method) ? JSON_RPC_METHODS[method] : undefined;
+  if (!run)
+    throw new A2aError(
+      "MethodNotFound",
+      Object.hasOwn(V03_METHODS, method)
+        ? `${method} is a method of A2A 0.3; this request is A2A 1.0 (A2A-Version): send it without A2A-Version, or call the 1.0 method ${V03_METHODS[method]!.method}`
+        : `no method ${String(method).slice(0, 64)}`,
+    );
+  const result = await run({ req, reply, deps, openStreams, caller, params, events });
+  if (result !== STREAMED) return ok(result);
 }
+
+/** What one JSON-RPC call of a method is given: the request, the caller, the params (1.0's form). */
+interface RpcCall {
+  req: FastifyRequest;
+  reply: FastifyReply;
+  deps: A2aRouteDeps;
+  openStreams: OpenStreams;
+  caller: Caller;
+  params: unknown;
+  /** The form of a stream's events (0.3's, for a 0.3 request). */
+  events: EventForm | undefined;
+}
+/** What a streaming method returns: it has answered with its stream. */
+const STREAMED = Symbol("streamed");
+
+/** The JSON-RPC methods of A2A 1.0: each one's result, or STREAMED once it has answered with a stream. */
+const JSON_RPC_METHODS: Record<string, (call: RpcCall) => Promise<unknown>> = {
+  SendMessage: async ({ deps, caller, params }) => ({
+    task: await deps.service.send(caller, check(SendMessageRequest, params)),
+  }),
+  SendStreamingMessage: async ({ req, reply, deps, openStreams, params, events }) => {
+    await sendStreaming(req, reply, "jsonrpc", deps, openStreams, check(SendMessageRequest, params), events);
+    return STREAMED;
+  },
+  GetTask: async ({ deps, caller, params }) => {
+    const p = check(GetTaskRequest, params);
+    return deps.service.get(caller, p.id, p.historyLength);
+  },
+  ListTasks: async ({ deps, caller, params }) => deps.service.list(caller, check(ListTasksRequest, params)),
+  CancelTask: async ({ deps, caller, params }) => deps.service.cancel(caller, check(TaskIdRequest, params).id),
+  SubscribeToTask: async ({ req, reply, deps, openStreams, params, events }) => {
+    await subscribe(req, reply, "jsonrpc", deps, openStreams, check(TaskIdRequest, params).id, events);
+    return STREAMED;
+  },
+  CreateTaskPushNotificationConfig: async ({ deps, caller, params }) => deps.push.create(caller, params),
+  GetTaskPushNotificationConfig: async ({ deps, caller, params }) => {
+    const p = check(PushConfigIdRequest, params);
+    return deps.push.get(caller, p.taskId, p.id);
+  },
+  ListTaskPushNotificationConfigs: async ({ deps, caller, params }) => {
+    const p = check(ListPushConfigsRequest, params);
+    return deps.push.list(caller, p.taskId, p.pageSize, p.pageToken);
+  },
+  DeleteTaskPushNotificationConfig: async ({ deps, caller, params }) => {
+    const p = check(PushConfigIdRequest, params);
+    await deps.push.delete(caller, p.taskId, p.id);
+    return {};
+  },
+  GetExtendedAgentCard: async () => {
+    throw new A2aError("ExtendedAgentCardNotConfigured", "this agent has no extended agent card");
+  },
+};
 
 /** One HTTP+JSON request: the operation its method and path name, for the authenticated caller. */
 async function httpJson(req: FastifyRequest, reply: FastifyReply, deps: A2aRouteDeps, openStreams: OpenStreams) {

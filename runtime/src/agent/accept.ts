@@ -1,3 +1,6 @@
+// The admission of an inbound message, whichever way it came (the inbox or a relay): the checks
+// before its signature (recipient, date within the replay window or the relay's retention) and,
+// once verified, acceptVerified — conversation record, inspection, storing, what is queued next.
 import type { Agent } from "../resources/agent.ts";
 import { badRequest, ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";

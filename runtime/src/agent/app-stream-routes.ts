@@ -1,3 +1,6 @@
+// The local API's routes for an application that runs no HTTP server (spec.handler unset):
+// inbound messages as Server-Sent Events or by pull, and their acknowledgements, served from
+// AppStream (app-stream.ts).
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import type { FastifyReply } from "fastify";
 import { notFound, rateLimited } from "../protocol/errors.ts";

@@ -1,3 +1,6 @@
+// AppStream: accepted inbound messages handed to an application without an HTTP server, from a
+// durable JetStream consumer shared by every replica, held until acknowledged; and the SSE and
+// JSON forms of one delivery (the fields a hand-off to spec.handler.url carries).
 import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import { nanos } from "../contract/nats.ts";

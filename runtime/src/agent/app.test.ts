@@ -12,11 +12,12 @@ import { Documents } from "./documents.ts";
 const self = identity("alice-agent");
 const pete = identity("pete-agent");
 
-function inbox(maxMessageBytes = 4096) {
+function inbox(maxMessageBytes = 4096, more: { metadata?: object; spec?: object } = {}) {
   const agent = Agent.parse({
     apiVersion: "ifp.dev/v1alpha1",
     kind: "Agent",
-    spec: { agentId: "alice-agent", peers: [peerOf(pete)], inbox: { maxMessageBytes } },
+    metadata: more.metadata,
+    spec: { agentId: "alice-agent", peers: [peerOf(pete)], inbox: { maxMessageBytes }, ...more.spec },
   });
   const stored: string[] = [];
   const metrics = createRuntimeMetrics("agent");
@@ -93,5 +94,42 @@ describe("agent inbox", () => {
     await roomy(m);
     expect(await roomyCounted("accepted")).toBe(1);
     expect(await roomyCounted("duplicate")).toBe(1);
+  });
+});
+
+describe("the identity document's endpoints", () => {
+  const endpointsFor = async (app: ReturnType<typeof inbox>["app"], host: string) => {
+    const res = await app.inject({ method: "GET", url: "/.well-known/agent/identity", headers: { host } });
+    expect(res.statusCode).toBe(200);
+    return res.json().endpoints.inbox as string;
+  };
+
+  it("name the configured base URL whatever Host the request gives: a forged Host gets the canonical document", async () => {
+    const { app } = inbox(4096, { spec: { baseUrl: "https://alice.example/" } });
+    const canonical = await app.inject({ method: "GET", url: "/.well-known/agent/identity" });
+    const forged = await app.inject({
+      method: "GET",
+      url: "/.well-known/agent/identity",
+      headers: { host: "attacker.example" },
+    });
+    expect(forged.body).toBe(canonical.body);
+    expect(forged.body).not.toContain("attacker");
+    expect(forged.json().endpoints.inbox).toBe("https://alice.example/.well-known/agent/inbox");
+  });
+
+  it("without a configured base URL name the Host only when it is one of the agent's own names, else its Service URL", async () => {
+    const { app } = inbox(4096, {
+      metadata: { name: "alice", namespace: "shop" },
+      spec: { agentId: "https://Alice.Example./agents/alice" },
+    });
+    const service = "https://alice.shop.svc/.well-known/agent/inbox";
+    expect(await endpointsFor(app, "localhost:8443")).toBe("https://localhost:8443/.well-known/agent/inbox");
+    expect(await endpointsFor(app, "alice.shop.svc.cluster.local")).toBe(
+      "https://alice.shop.svc.cluster.local/.well-known/agent/inbox",
+    );
+    // The host of its https agent id is its own, however written.
+    expect(await endpointsFor(app, "ALICE.example.:443")).toBe("https://alice.example:443/.well-known/agent/inbox");
+    for (const forged of ["attacker.example", "alice.shop.svc.attacker.example", "localhost@attacker.example", "a b"])
+      expect(await endpointsFor(app, forged), forged).toBe(service);
   });
 });

@@ -1,3 +1,5 @@
+// The agent's public HTTPS server (spec 4.1): probes, the published documents and the inbox,
+// built from their dependencies. main.ts builds it and listens.
 import type { FastifyInstance } from "fastify";
 import type { MessageVerifier } from "../protocol/verify.ts";
 import type { Agent } from "../resources/agent.ts";

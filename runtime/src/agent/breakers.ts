@@ -1,3 +1,5 @@
+// Per-destination resiliency of outbound deliveries (spec.outbound.resiliency): a circuit breaker
+// and an in-flight cap for each inbox or relay URL, used by the outbound worker (outbound.ts).
 import type { Circuit } from "../protocol/local-api.ts";
 import type { RuntimeMetrics } from "../server/metrics.ts";
 

@@ -1,3 +1,5 @@
+// The unsigned outbound message built from what an application (or `ifp send`, `ifp relay publish`)
+// asked for, replies and A2A follow-ups included, and the capability part a greeting carries.
 import { ulid } from "ulid";
 import type { CapabilityDocument } from "../protocol/documents.ts";
 import { isoSeconds } from "../util/time.ts";

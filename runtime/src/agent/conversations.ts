@@ -1,3 +1,6 @@
+// Conversations: the per-conversation records of an agent in a NATS KV bucket shared by its
+// replicas, which every inbound message is admitted against (no lower authentication level, no
+// sequence number used twice) and outbound messages and error-phase answers are recorded in.
 import type { KV, KvEntry } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
 import type { KeyIndex } from "../nats/layout.ts";
@@ -39,13 +42,24 @@ export type { ConversationMessage, ConversationState };
  * conversation; linkAnswer() links an error-phase answer to the outbound message it concerns.
  * Updates are compare-and-set.
  */
+/** The index of the latest record of each peer, where the layout lists no keys: what `c.>` lists there. */
+const LATEST_OF_EACH_PEER = "peers";
+/** A record key's peer and conversation tokens. */
+const recordKey = (key: string) => /^c\.([^.]+)\.([^.]+)$/.exec(key);
+
 /**
- * A conversation's records (`c.<peer>.<conversation>`), listed per conversation where the layout
- * lists no keys (nats/layout.ts); every conversation's at once (`c.>`) is not listed there.
+ * A conversation's records (`c.<peer>.<conversation>`), listed where the layout lists no keys
+ * (nats/layout.ts): per conversation (`c.*.<conversation>`), and the latest record made of each
+ * peer (`c.>`, one key per peer, most recent last), which recentPeers() reads.
  */
 export const PEERS_OF_CONVERSATION: KeyIndex = {
-  of: (key) => /^c\.[^.]+\.([^.]+)$/.exec(key)?.[1]?.replace(/^/, "c."),
-  for: (filter) => /^c\.\*\.([^.*>]+)$/.exec(filter)?.[1]?.replace(/^/, "c."),
+  of: (key) => {
+    const m = recordKey(key);
+    return m ? [`c.${m[2]}`, LATEST_OF_EACH_PEER] : [];
+  },
+  for: (filter) =>
+    filter === "c.>" ? LATEST_OF_EACH_PEER : /^c\.\*\.([^.*>]+)$/.exec(filter)?.[1]?.replace(/^/, "c."),
+  replaces: (name, key, listed) => name === LATEST_OF_EACH_PEER && recordKey(listed)?.[1] === recordKey(key)?.[1],
 };
 
 export class Conversations {
@@ -182,7 +196,8 @@ export class Conversations {
    * The peers of the conversations still kept (quiet for less than CONVERSATION_IDLE_MS) that
    * this agent sent to or whose messages were signed (level 1 or more): those told of a change
    * of its capability document. Topics and this agent are not peers; at most `limit` peers, from
-   * at most ten times as many records.
+   * at most ten times as many records. Where the layout lists no keys, from the latest record
+   * made of each peer (PEERS_OF_CONVERSATION), of at most MAX_INDEXED_KEYS peers.
    */
   async recentPeers(self: string, limit = 1000): Promise<string[]> {
     const kv = this.store();
@@ -199,8 +214,6 @@ export class Conversations {
         peers.add(state.peer);
       }
     } catch (err) {
-      // A layout that cannot list keys (nats/layout.ts): no peer is known to tell.
-      if (err instanceof ProtocolError && err.code === "not_on_nats_layout") return [];
       throw unavailable(`the conversation records cannot be read: ${errorMessage(err)}`);
     }
     return [...peers].sort();

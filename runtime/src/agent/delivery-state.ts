@@ -1,3 +1,6 @@
+// The delivery state of outbound messages: the pure rules of a recipient's next state after an
+// attempt (retry, backoff, deadline, redrive), and DeliveryStates, the records and dead-letter
+// index in a NATS KV bucket that the outbound worker and the outbox routes read and write.
 import { randomUUID } from "node:crypto";
 import type { KV } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
@@ -207,7 +210,7 @@ export function redrivenRecord(record: DeliveryRecord, now: number): DeliveryRec
  */
 /** The dead letters' keys (`dead.<id>`), listed where the layout lists no keys (nats/layout.ts). */
 export const DEAD_LETTER_INDEX: KeyIndex = {
-  of: (key) => (key.startsWith("dead.") ? "dead" : undefined),
+  of: (key) => (key.startsWith("dead.") ? ["dead"] : []),
   for: (filter) => (filter === "dead.>" ? "dead" : undefined),
 };
 

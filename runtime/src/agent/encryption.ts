@@ -1,4 +1,8 @@
+// AgentEncryption: the agent's end-to-end encryption policy (spec.encryption, docs/encryption.md)
+// — which relays are trusted, which outbound messages are encrypted and for which keys, and the
+// decryption of inbound ones — with the protocol errors it answers.
 import type { Logger } from "pino";
+import { canonicalAgentId } from "../net/host-name.ts";
 import { type DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
 import {
   decryptMessage,
@@ -18,7 +22,8 @@ export type RelayTrustLevel = "untrusted" | "trusted" | "self-operated";
 const MAX_KEYS_PER_AGENT = 4;
 const TOPIC_PREFIX = "topic:";
 
-const normalize = (url: string) => url.replace(/\/+$/, "");
+/** A relay URL as spec.encryption.relayTrust is compared: its host in canonicalHost form, no trailing slash. */
+const normalize = (url: string) => canonicalAgentId(url).replace(/\/+$/, "");
 
 /** 422 for a message that must be encrypted but cannot be, at send time. */
 export const encryptionKeyUnavailable = (message: string) =>

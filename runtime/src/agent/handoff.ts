@@ -1,3 +1,6 @@
+// HandlerHandoff: accepted messages handed to the application at spec.handler.url from a durable
+// JetStream consumer, signed, retried and dead-lettered; and the TTL check that both ways to the
+// application (this and the local API's stream) make before handing a message out.
 import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
 import { readFileSync } from "node:fs";
 import { HANDOFF_SIGNATURE_HEADER, signHandoff, type HandoffHeaders } from "../protocol/handoff-signature.ts";

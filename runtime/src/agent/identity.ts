@@ -1,3 +1,6 @@
+// IdentityResolver: the verification of inbound messages with IFP-5 key lookup (spec.peers,
+// did:key, the sender's identity document) and the authentication level each key source gives;
+// and the reading of the introduction tokens (level 0) from their mounted file.
 import type { KeyObject } from "node:crypto";
 import type { Logger } from "pino";
 import { tokenFile } from "../util/token-file.ts";

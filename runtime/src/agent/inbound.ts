@@ -1,3 +1,6 @@
+// What an accepted inbound message calls for (inspect, pure): a hand-off, an error-phase answer,
+// a peer's capability document from a greeting; and PeerCapabilityCache, the capability
+// documents learned per peer in a NATS KV bucket.
 import type { KV } from "@nats-io/kv";
 import type { Logger } from "pino";
 import type { Nats } from "../nats/connection.ts";
@@ -7,7 +10,7 @@ import { PHASES, protocolProblem, type Message } from "../protocol/message.ts";
 import { describeIssues } from "../contract/issues.ts";
 import type { PeerCapabilities } from "../protocol/local-api.ts";
 import type { Agent } from "../resources/agent.ts";
-import { describeMismatches, unmetConditions } from "./conditions.ts";
+import { describeMismatches, unmetConditions } from "./capability-conditions.ts";
 import type { AgentNames } from "./names.ts";
 
 export interface InboundMeta {

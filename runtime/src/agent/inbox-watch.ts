@@ -8,7 +8,7 @@ import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import type { Logger } from "pino";
 import { z } from "zod";
 import type { Nats } from "../nats/connection.ts";
-import type { InboxFollower } from "../nats/layout.ts";
+import type { InboxFollower, InboxLookBack } from "../nats/layout.ts";
 import { rateLimited, unavailable } from "../protocol/errors.ts";
 import { ErrorAnswer } from "../protocol/local-api.ts";
 import { errorMessage } from "../util/errors.ts";
@@ -60,10 +60,18 @@ export class InboxWatch {
   private readonly nats: Nats;
   private readonly names: Pick<AgentNames, "inboxStream" | "inboxMessages">;
   private readonly log: Logger;
-  constructor(nats: Nats, names: Pick<AgentNames, "inboxStream" | "inboxMessages">, log: Logger) {
+  private readonly inbox: { lookBack?: InboxLookBack } | undefined;
+  /** `inbox`: the inbox store, whose record of what it stored is the look back where the layout does not read from a time. */
+  constructor(
+    nats: Nats,
+    names: Pick<AgentNames, "inboxStream" | "inboxMessages">,
+    log: Logger,
+    inbox?: { lookBack?: InboxLookBack },
+  ) {
     this.nats = nats;
     this.names = names;
     this.log = log;
+    this.inbox = inbox;
   }
 
   get full(): boolean {
@@ -82,7 +90,7 @@ export class InboxWatch {
     let messages: InboxFollower;
     try {
       if (!this.nats.isConnected) throw unavailable("the message store (NATS JetStream) is not reachable");
-      messages = await this.nats.layout.followInbox(this.nats, this.names, sinceSeconds);
+      messages = await this.nats.layout.followInbox(this.nats, this.names, sinceSeconds, this.inbox?.lookBack);
     } catch (err) {
       this.open--;
       throw err;
@@ -138,7 +146,7 @@ sequence, \`event: message\`, \`data:\` one line {seq, message_id, sender, auth_
 auth_source, encrypted?, handed_on, stored, message}. Comments (\`: keep-alive\`) every 15 s.
 Only on the loopback listener (404 on the TLS listener), at most ${MAX_WATCHES} open per replica
 (429 past that); \`ifp tail\` reads it. A replica's watch sees every message any replica accepts. On
-the isolated NATS layout it follows the inbox from now only: \`since\` above 0 answers 501 \`not_on_nats_layout\`.
+the isolated NATS layout the look back is of the runtime's record of what it stored (docs/scale.md).
 `;
 
 /** GET /messages/watch (loopback listener only). */

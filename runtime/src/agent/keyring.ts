@@ -18,7 +18,7 @@ import { privateKeyFromPem, rawPublicKey } from "../protocol/keys.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 import type { Agent } from "../resources/agent.ts";
 import { isoSeconds } from "../util/time.ts";
-import type { PublishedEncryptionKey as OneEncryptionKey } from "./documents.ts";
+import type { OneEncryptionKey } from "./documents.ts";
 
 export interface Keyring {
   signing: SigningKey;

@@ -1,3 +1,6 @@
+// The bearer token of the local API's HTTPS listener for other pods: TokenFile, read from the
+// mounted Secret and again when it changes, and requireBearer, which checks it on every request
+// and refuses an address that fails too often.
 import { createHash, timingSafeEqual } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import type { FastifyInstance, FastifyRequest } from "fastify";

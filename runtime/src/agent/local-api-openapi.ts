@@ -1,3 +1,5 @@
+// The generator of docs/local-api.openapi.yaml from the local API's routes and their zod schemas
+// (`npm run gen` runs it; local-api-openapi.test.ts checks the committed file against it).
 import type { RouteOptions } from "fastify";
 import pino from "pino";
 import { stringify } from "yaml";

@@ -129,6 +129,23 @@ describe("POST /outbox refuses bad input with the documented 400 body, queuing n
     expect(queued).toEqual([]);
   });
 
+  it("JSON nested too deep, on every endpoint that takes a body: 400 naming the depth, never a 5xx", async () => {
+    const deep = `${"[".repeat(1_500)}${"]".repeat(1_500)}`;
+    for (const [url, payload] of [
+      ["/outbox", `{"to": "bob-agent", "text": "x", "extensions": {"a": ${deep}}}`],
+      ["/outbox", deep],
+      ["/messages/ack", `{"ids": ${deep}}`],
+      ["/dead-letters/redrive", `{"limit": ${deep}}`],
+    ] as const) {
+      const res = await app.inject({ method: "POST", url, headers: { "content-type": "application/json" }, payload });
+      expect([res.statusCode, res.json()], url).toEqual([
+        400,
+        { status: "error", code: "invalid_format", message: expect.stringMatching(/nested deeper than 100 levels/) },
+      ]);
+    }
+    expect(queued).toEqual([]);
+  });
+
   it("a body over spec.inbox.maxMessageBytes: 413", async () => {
     await refused(
       JSON.stringify({ to: "bob-agent", text: "x".repeat(5000) }),

@@ -1,3 +1,6 @@
+// The local API, the application's side of the runtime: the outbox, conversations, peers and
+// (without spec.handler) inbound-message routes, on the pod's loopback and, with a token, on an
+// HTTPS listener for other pods. main.ts serves it; local-api-openapi.ts reads its routes.
 import type { ZodTypeProvider } from "@fastify/type-provider-zod";
 import Fastify, { LogController, type FastifyInstance, type RouteOptions } from "fastify";
 import type { Logger } from "pino";

@@ -1,3 +1,6 @@
+// The agent mode of the runtime (`ifp-runtime agent`, cli/runtime.ts): startAgent wires the
+// manifest, keys, NATS streams and buckets, listeners, delivery workers and A2A together and
+// starts them.
 import { LastError } from "../nats/last-error.ts";
 import { agentLastError } from "../contract/summary.ts";
 import { agentInboxPrefix } from "../contract/nats-permissions.ts";
@@ -8,6 +11,7 @@ import { loadManifest } from "../config/manifest.ts";
 import { DiscoveryClient } from "../discovery/client.ts";
 import { EventRecorder } from "../kube/events.ts";
 import { Nats, type NatsOptions } from "../nats/connection.ts";
+import { errorMessage } from "../util/errors.ts";
 import { caFileLogger, HttpClient } from "../net/http-client.ts";
 import { TargetPolicy } from "../net/targets.ts";
 import type { SigningKey } from "../protocol/signing.ts";
@@ -442,7 +446,7 @@ function startUp(
     await stores.conversations.ensure();
     await deliveries.appStream?.ensure();
     await a2a?.ensure();
-    if (await documents.syncUpdated(nats, names, log, tellPeers)) announce(self, outside, log, signal);
+    if (await documents.syncUpdated(nats, names, log, tellPeers)) announce(self, outside, nats, log, signal);
   };
   return async (signal: AbortSignal) => {
     await nats.start(signal);
@@ -464,19 +468,25 @@ function startUp(
   };
 }
 
-/** A changed capability document, announced on the agent's own relays (spec 6). */
-function announce(self: Self, outside: Outside, log: Logger, signal: AbortSignal): void {
-  const { spec } = self;
+/**
+ * A changed capability document, announced on the agent's own relays (spec 6), in the
+ * background until each relay took it or refused it for good; then recorded as announced, so
+ * that a runtime stopped before that announces it again at its next start.
+ */
+function announce(self: Self, outside: Outside, nats: Nats, log: Logger, signal: AbortSignal): void {
+  const { spec, documents, names } = self;
   if (!spec.relay?.urls.length) return;
   void announceCapabilities({
     urls: spec.relay.urls,
     signing: self.signing,
     http: outside.http,
-    document: self.documents.capabilityDocument.doc,
+    document: documents.capabilityDocument.doc,
     displayName: spec.displayName,
     log,
     signal,
-  });
+  })
+    .then(() => (signal.aborted ? undefined : documents.markAnnounced(nats, names)))
+    .catch((err) => log.warn({ err: errorMessage(err) }, "could not record the capability document as announced"));
 }
 
 interface Wired {
@@ -515,7 +525,7 @@ function agentApps(opts: AgentOptions, self: Self, w: Wired, ready: () => boolea
     received: inbox.received.bind(inbox),
     conversations,
     stream: w.deliveries.appStream,
-    watch: new InboxWatch(w.stores.nats, self.names, w.log),
+    watch: new InboxWatch(w.stores.nats, self.names, w.log, w.stores.inbox),
     logger: w.log,
   };
   const localApi = buildLocalApi(localDeps);

@@ -1,3 +1,6 @@
+// Notifier: tells the agent's human of a message that could not be delivered (a Kubernetes Event
+// on the Agent, a POST to spec.notify.url, a log line) and of a problem of the runtime's own (the
+// status summary and a Warning Event).
 import type { Logger } from "pino";
 import type { EventRecorder } from "../kube/events.ts";
 import type { LastError } from "../nats/last-error.ts";

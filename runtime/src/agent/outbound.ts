@@ -1,3 +1,6 @@
+// OutboundDelivery: the worker that delivers queued outbound messages to each recipient, to its
+// inbox over HTTPS, through a relay or to an A2A agent, with the rule that turns an answer into
+// the outcome of an attempt (classify) and the order a peer's relays are tried in.
 import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import { DiscoveryClient, DiscoveryError } from "../discovery/client.ts";

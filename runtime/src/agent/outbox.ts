@@ -1,3 +1,5 @@
+// OutboxStore: the JetStream work-queue stream in which outbound messages are queued durably
+// before anything is sent, and from which redriven dead letters are queued again.
 import { headers } from "@nats-io/transport-node";
 import { DiscardPolicy, RetentionPolicy, StorageType, type StreamConfig } from "@nats-io/jetstream";
 import type { StreamKeeping } from "../nats/stream-keeper.ts";

@@ -1,3 +1,6 @@
+// PeerCapabilityService: what each peer can do, from its endpoint's capability document, its
+// capabilities.update announcements and its greetings, kept in the peers KV bucket; and the
+// outbox check that refuses a message a peer's capabilities rule out.
 import type { Logger } from "pino";
 import { type DiscoveryClient, DiscoveryError } from "../discovery/client.ts";
 import type { CapabilityDocument } from "../protocol/documents.ts";

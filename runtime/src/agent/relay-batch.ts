@@ -1,3 +1,6 @@
+// RelayBatcher: publishes to one relay that arrive in the same event-loop turn sent as one signed
+// batch request, each caller getting the relay's answer about its own message, with lone
+// publishes to relays that lack the batch endpoint.
 import type { Message } from "../protocol/message.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 import { MAX_BATCH, PublishBatchResponse, type ItemResult } from "../protocol/relay-api.ts";

@@ -1,3 +1,6 @@
+// The agent's side of relays: the publisher that the outbound worker falls back to (relayOutcome
+// classifies a relay's answers), and RelayMailboxReader, which reads the agent's mailboxes on
+// its own relays into the inbox.
 import type { Logger } from "pino";
 import type { HttpClient } from "../net/http-client.ts";
 import { Message } from "../protocol/message.ts";
@@ -25,6 +28,7 @@ import type { OutboxStore } from "./outbox.ts";
 import type { Outcome, RelayPublisher } from "./outbound.ts";
 import { classify } from "./outbound.ts";
 import type { CapabilityDocument } from "../protocol/documents.ts";
+import { capabilityDocumentHash } from "./documents.ts";
 import { isEncrypted } from "../protocol/encryption.ts";
 import { encryptionRequired, type AgentEncryption } from "./encryption.ts";
 import { Backoff } from "../util/backoff.ts";
@@ -516,6 +520,20 @@ export function capabilityUpdate(opts: {
 }
 
 /**
+ * The message_id of the capabilities.update of one change of the document to one recipient (a
+ * peer, or the topic): from what the document says, its `updated` and the recipient, so that
+ * announcing the same change again (a start after a crash half-way) is one message,
+ * deduplicated by the outbox and by the relays, and another document is another message.
+ */
+export function capabilityUpdateId(document: CapabilityDocument, to: string): string {
+  const digest = createHash("sha256")
+    .update(`${capabilityDocumentHash(document)}\n${document.updated ?? ""}\n${to}`)
+    .digest("hex")
+    .slice(0, 32);
+  return `msg:capabilities-${digest}`;
+}
+
+/**
  * The capabilities.update announcement (spec 6): the new document, signed, to the topic on each
  * relay. A relay that cannot be reached or answers for later (5xx, 408/425/429) is asked again
  * with backoff (1 s doubling to 5 min, never sooner than its Retry-After) until it takes it or
@@ -531,11 +549,13 @@ export async function announceCapabilities(opts: {
   signal?: AbortSignal;
   initialMs?: number;
 }): Promise<void> {
+  const to = `topic:${CAPABILITIES_TOPIC}`;
   const message = capabilityUpdate({
-    to: `topic:${CAPABILITIES_TOPIC}`,
+    to,
     signing: opts.signing,
     document: opts.document,
     displayName: opts.displayName,
+    messageId: capabilityUpdateId(opts.document, to),
   });
   const toOne = async (url: string) => {
     const client = new RelayClient(url, opts.signing, opts.http);
@@ -572,8 +592,8 @@ export async function announceCapabilities(opts: {
 /**
  * The capabilities.update to each peer of a recent conversation (Conversations.recentPeers),
  * straight to its inbox: queued in the outbox, so delivered and retried like any message (relay
- * fallback included). The message_id derives from the document's `updated` and the peer, so
- * queueing the same change again (a restart half-way) queues nothing new.
+ * fallback included). The message_id is capabilityUpdateId(), so queueing the same change again
+ * (a restart half-way) queues nothing new.
  */
 export async function tellPeersCapabilities(opts: {
   peers: string[];
@@ -585,16 +605,12 @@ export async function tellPeersCapabilities(opts: {
 }): Promise<number> {
   let queued = 0;
   for (const peer of opts.peers) {
-    const digest = createHash("sha256")
-      .update(`${opts.document.updated ?? ""}\n${peer}`)
-      .digest("hex")
-      .slice(0, 32);
     const message = capabilityUpdate({
       to: peer,
       signing: opts.signing,
       document: opts.document,
       displayName: opts.displayName,
-      messageId: `msg:capabilities-${digest}`,
+      messageId: capabilityUpdateId(opts.document, peer),
     });
     const { duplicate } = await opts.outbox.enqueue(message);
     if (!duplicate) queued++;

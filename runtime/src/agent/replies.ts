@@ -1,3 +1,5 @@
+// Message ids: new ones (ULIDs), reply ids derived from what they answer, and the unsigned
+// error-phase reply (IFP-3 2.6) to a message.
 import { createHash } from "node:crypto";
 import { ulid } from "ulid";
 import { isoSeconds } from "../util/time.ts";

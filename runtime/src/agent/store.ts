@@ -1,3 +1,5 @@
+// InboxStore: the agent's inbox on JetStream, where accepted inbound messages are stored once
+// per sender and message_id, and the header names and retention they are stored with.
 import { headers } from "@nats-io/transport-node";
 import { DiscardPolicy, RetentionPolicy, StorageType, type StreamConfig } from "@nats-io/jetstream";
 import type { StreamKeeping } from "../nats/stream-keeper.ts";
@@ -9,6 +11,8 @@ import { refuseOverMaxPayload } from "../nats/payload.ts";
 import { Message } from "../protocol/message.ts";
 import { injectHeaders } from "../telemetry/tracing.ts";
 import type { AgentNames } from "./names.ts";
+import { InboxByteCount } from "./inbox-bytes.ts";
+import { StoredMessageRecord } from "./inbox-look-back.ts";
 
 const WEEK_MS = 7 * 24 * 3600_000;
 /** Clock skew tolerated on headers.date in the future (accept.ts MAX_FUTURE_SKEW_MS). */
@@ -65,6 +69,10 @@ export class InboxStore {
   private readonly windowMs: number;
   private readonly maxBytes: number;
   private readonly replicas: Replicas;
+  /** spec.inbox.maxBytes counted by the runtime, where the stream is not the Agent's own (inbox-bytes.ts). */
+  private bytes: InboxByteCount | undefined;
+  /** Where each message was stored, for the watch's look back where the inbox is not read from a time (inbox-look-back.ts). */
+  lookBack: StoredMessageRecord | undefined;
 
   /** `maxBytes`: spec.inbox.maxBytes; a full inbox refuses new messages (503 inbox_full) rather than dropping stored ones. */
   constructor(nats: Nats, names: AgentNames, replayWindowMs: number, maxBytes = -1, replicas: Replicas = "auto") {
@@ -80,6 +88,20 @@ export class InboxStore {
    * again empty once it has gone missing, or directly (tests of the store alone).
    */
   async ensure(keeper?: StreamKeeping): Promise<void> {
+    // A stream the runtime does not make has no max_bytes of the Agent's: its bytes are counted.
+    if (!this.nats.layout.makesStreams && this.maxBytes > 0)
+      this.bytes ??= new InboxByteCount(
+        await this.nats.bucket(this.names.kvBucket, { history: 1 }),
+        `${this.names.kvKey}.inbox-bytes`,
+        this.maxBytes,
+        WEEK_MS,
+      );
+    if (!this.nats.layout.readsFromTime)
+      this.lookBack ??= new StoredMessageRecord(
+        await this.nats.bucket(this.names.outboxStateBucket, { history: 1 }),
+        () => this.nats.jsm,
+        this.names.inboxStream,
+      );
     const want = this.streamConfig();
     await (keeper
       ? keeper.ensure(want, this.replicas, { keepStored: true })
@@ -142,6 +164,12 @@ export class InboxStore {
       (await this.holds(messageId, meta.signer, fromAgent))
     )
       return { duplicate: true };
+    const size = typeof data === "string" ? Buffer.byteLength(data) : data.byteLength;
+    if (this.bytes && !(await this.bytes.room(size))) {
+      // A repeat of a stored copy is answered as one, full or not (as the stream's duplicate check does).
+      if (await this.holds(messageId, meta.signer, fromAgent)) return { duplicate: true };
+      throw this.full();
+    }
     try {
       // Abandoned (503) the moment NATS goes away; a copy stored after the reconnection is a
       // duplicate of the sender's retry, absorbed by the duplicate check.
@@ -152,21 +180,27 @@ export class InboxStore {
           first: this.names.inboxFirst(messageId),
         }),
       );
+      // Counted once stored; a count that cannot be written now is left to the next write.
+      if (!ack.duplicate) {
+        // Not waited for: a record missing (NATS gone in between) leaves the message out of a look back only.
+        void this.lookBack?.record(ack.seq, once.subjectOf(this.names.inbox(messageId), dedupe)).catch(() => {});
+        await this.bytes?.stored(size).catch(() => {});
+      }
       return { duplicate: ack.duplicate };
     } catch (err) {
       if (err instanceof ProtocolError) throw err;
-      if (isFull(err)) {
-        throw new ProtocolError(
-          503,
-          "inbox_full",
-          `the inbox is full (spec.inbox.maxBytes ${this.maxBytes} bytes) and takes new messages once older ones age out of the replay window`,
-          {
-            "retry-after": String(INBOX_FULL_RETRY_AFTER_S),
-          },
-        );
-      }
+      if (isFull(err)) throw this.full();
       throw unavailable(`the message could not be stored: ${(err as Error).message}`);
     }
+  }
+
+  private full(): ProtocolError {
+    return new ProtocolError(
+      503,
+      "inbox_full",
+      `the inbox is full (spec.inbox.maxBytes ${this.maxBytes} bytes) and takes new messages once older ones age out of the replay window`,
+      { "retry-after": String(INBOX_FULL_RETRY_AFTER_S) },
+    );
   }
 
   /**

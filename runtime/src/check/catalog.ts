@@ -1,3 +1,5 @@
+// The catalog of `ifp check`, the conformance kit: every check it makes, with the section its
+// rule comes from and the rule's level (MUST, SHOULD, MAY or profile).
 import type { Level } from "./types.ts";
 
 /**

@@ -1,7 +1,10 @@
+// `ifp check URL …`: its flags parsed into CheckOptions, the checks run (runner.ts), the report
+// printed (for people or as JSON), and the exit code.
 import { readFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import { privateKeyFromPem } from "../protocol/keys.ts";
 import type { SigningKey } from "../protocol/signing.ts";
+import { printableJson } from "../util/printable.ts";
 import { exitCode, formatReport } from "./report.ts";
 import { CheckUsageError, runChecks } from "./runner.ts";
 
@@ -107,7 +110,9 @@ export async function checkCommand(args: string[]): Promise<number> {
   const gate = { strict: values.strict, profile: values.profile };
   process.stdout.write(
     values.json
-      ? `${JSON.stringify({ ...report, gate: { fails: ["MUST", ...(gate.strict ? ["SHOULD"] : []), ...(gate.profile ? ["profile"] : [])] } }, null, 2)}\n`
+      ? printableJson(
+          `${JSON.stringify({ ...report, gate: { fails: ["MUST", ...(gate.strict ? ["SHOULD"] : []), ...(gate.profile ? ["profile"] : [])] } }, null, 2)}\n`,
+        )
       : formatReport(report, gate),
   );
   return exitCode(report, gate);

@@ -1,3 +1,5 @@
+// Helpers the check groups of `ifp check` share: reading JSON and media types of answers, the
+// error body of spec 2.7, and the kit's own unsigned test message.
 import { randomUUID } from "node:crypto";
 import type { Message } from "../protocol/message.ts";
 import { isoSeconds } from "../util/time.ts";

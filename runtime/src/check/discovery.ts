@@ -1,3 +1,5 @@
+// The discovery group of `ifp check`: the target's capability and identity documents — media
+// type, schema, required fields, caching headers and conditional GET.
 import type { z } from "zod";
 import { CapabilityDocument, IdentityDocument } from "../protocol/documents.ts";
 import { publicKeyFromRaw } from "../protocol/keys.ts";

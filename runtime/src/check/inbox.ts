@@ -1,3 +1,6 @@
+// The inbox group of `ifp check`: the status of each kind of bad request to the target's inbox
+// and, with a key it trusts, acceptance, idempotency, the date window, a 1 MB message and the
+// error-phase answers it sends.
 import { createPublicKey } from "node:crypto";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../protocol/keys.ts";
 import type { Message } from "../protocol/message.ts";

@@ -1,3 +1,5 @@
+// Probe: the only way `ifp check` reaches the target — https only, no redirects followed, TLS 1.2
+// or later, answers read to a bound within a timeout, a bounded number of requests per run.
 import { connect as tlsConnect, rootCertificates } from "node:tls";
 import { request as httpRequest } from "node:http";
 import { request as httpsRequest } from "node:https";

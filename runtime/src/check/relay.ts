@@ -1,3 +1,6 @@
+// The relay group of `ifp check`: a relay's authentication and its refusals of bad publishes,
+// and a round trip to oneself — publish, retrieve, the trace entry, topics, push (SSE, WebSocket,
+// webhook), persistence, TTL, acknowledgement.
 import { randomUUID } from "node:crypto";
 import { signRequest } from "../protocol/http-signatures.ts";
 import { generateSigningKey, privateKeyFromPem } from "../protocol/keys.ts";

@@ -103,6 +103,16 @@ describe("formatReport", () => {
     expect(only).not.toMatch(/^(SHOULD|MAY|profile) /m);
   });
 
+  it("prints what the target answered without its escape sequences or control characters: OSC 52, CSI, C1, line breaks", () => {
+    const hostile = "answered 400: \x1b]52;c;cm0gLXJmIH4K\x07 ok\x1b[2K\x1b[1A\rpass  MUST  faked\x9b31m\u202e";
+    const text = formatReport(reportOf([result("inbox.accepted", "MUST", "fail", hostile)]));
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what must be gone
+    expect(text).not.toMatch(/[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]/);
+    expect(text.split("\n")[2]).toMatch(
+      /^FAIL {2}MUST {5}inbox\.accepted\s+answered 400: {2}ok pass {2}MUST {2}faked {2}\[spec 4\.1\]$/,
+    );
+  });
+
   it("names what fails the run apart from what was missed without failing it, by the gate", () => {
     const plain = formatReport(report);
     expect(plain).toContain("\nfailing: inbox.accepted\n");

@@ -1,3 +1,6 @@
+// The report of an `ifp check` run for people — one line per check, then the totals per level —
+// and the exit code, by which levels' failures fail the run.
+import { printable } from "../util/printable.ts";
 import { LEVELS, type Level, type Report } from "./types.ts";
 
 const MARK = { pass: "pass", fail: "FAIL", skip: "skip" } as const;
@@ -11,12 +14,17 @@ export interface Gate {
 export const failsRun = (level: Level, gate: Gate = {}): boolean =>
   level === "MUST" || (level === "SHOULD" && !!gate.strict) || (level === "profile" && !!gate.profile);
 
-/** The report for people: one line per check, then the totals per level. */
+/**
+ * The report for people: one line per check, then the totals per level. A reason quotes what the
+ * target answered, so each is made printable (one line, no escape sequence or control character).
+ */
 export function formatReport(report: Report, gate: Gate = {}): string {
   const width = Math.max(...report.results.map((r) => r.id.length), 10);
-  const lines = [`ifp check ${report.kind} ${report.target}`, ""];
+  const lines = [`ifp check ${report.kind} ${printable(report.target)}`, ""];
   for (const r of report.results)
-    lines.push(`${MARK[r.result]}  ${r.level.padEnd(7)}  ${r.id.padEnd(width)}  ${r.reason}  [${r.section}]`);
+    lines.push(
+      `${MARK[r.result]}  ${r.level.padEnd(7)}  ${r.id.padEnd(width)}  ${printable(r.reason)}  [${r.section}]`,
+    );
   lines.push("");
   for (const level of LEVELS) {
     const t = report.summary.levels[level];

@@ -1,3 +1,5 @@
+// runChecks: one `ifp check` run against a target, its groups run in order and collected into a
+// report; and the URLs it accepts (an https target; a local API over https or loopback http).
 import { isIPv4 } from "node:net";
 import type { SigningKey } from "../protocol/signing.ts";
 import { clip } from "./common.ts";

@@ -1,3 +1,6 @@
+// The send group of `ifp check`: what the target sends, seen by the kit's own inbox — retries
+// after a 5xx and their backoff, none after a 4xx, Retry-After, no plain HTTP, relay fallback.
+import { HttpClient } from "../net/http-client.ts";
 import type { KeyObject } from "node:crypto";
 import { verifyRequest } from "../protocol/http-signatures.ts";
 import { publicKeyFromRaw } from "../protocol/keys.ts";
@@ -318,17 +321,7 @@ export async function sendChecks(ctx: CheckContext): Promise<void> {
   const keys = await targetKeys(ctx);
   if (!keys) ctx.record("send.relay-signature", "skip", "the target's identity document (its keys) could not be read");
   else {
-    const results = await Promise.all(
-      publishes.map((d) =>
-        verifyRequest({ method: d.method, url: d.url, headers: d.headers, body: d.body }, (agent, keyId) =>
-          keyFor(keys, agent, keyId),
-        ).then(
-          () => undefined,
-          (err: Error) => err.message,
-        ),
-      ),
-    );
-    const problem = results.find((r) => r);
+    const problem = await publishSignatureProblem(publishes, keys);
     ctx.record(
       "send.relay-signature",
       problem ? "fail" : "pass",
@@ -385,21 +378,18 @@ const unavailable: Behaviour = () => ({
 });
 
 async function outbox(api: { url: string; token?: string }, to: string, scenario: string): Promise<string | undefined> {
+  const http = new HttpClient({ timeoutMs: 10_000, userAgent: "ifp-check" });
   try {
-    const res = await fetch(`${api.url.replace(/\/+$/, "")}/outbox`, {
+    const res = await http.request(`${api.url.replace(/\/+$/, "")}/outbox`, {
       method: "POST",
       headers: { "content-type": "application/json", ...(api.token ? { authorization: `Bearer ${api.token}` } : {}) },
       body: JSON.stringify({ to, phase: "context", text: `ifp check: sending conformance (${scenario})` }),
-      signal: AbortSignal.timeout(10_000),
-      redirect: "manual",
     });
-    if (res.status === 202 || res.status === 200) {
-      await res.body?.cancel();
-      return undefined;
-    }
-    return `${res.status} ${clip((await res.text()).slice(0, 2000))}`;
+    return res.status === 202 || res.status === 200 ? undefined : `${res.status} ${clip(res.text.slice(0, 2000))}`;
   } catch (err) {
     return (err as Error).message;
+  } finally {
+    await http.close();
   }
 }
 
@@ -420,6 +410,27 @@ function signatureShape(m: Message): string | undefined {
 }
 
 type Keys = Map<string, KeyObject>;
+
+/**
+ * What is wrong with the first publish whose RFC 9421 request signature does not verify with
+ * the target's keys, or undefined. Each signature is judged fresh as of when the kit received
+ * it: a run that waits minutes for retries still grades the publishes of its first seconds.
+ */
+export async function publishSignatureProblem(publishes: Delivery[], keys: Keys): Promise<string | undefined> {
+  const results = await Promise.all(
+    publishes.map((d) =>
+      verifyRequest(
+        { method: d.method, url: d.url, headers: d.headers, body: d.body },
+        (agent, keyId) => keyFor(keys, agent, keyId),
+        d.at,
+      ).then(
+        () => undefined,
+        (err: Error) => err.message,
+      ),
+    ),
+  );
+  return results.find((r) => r);
+}
 
 async function targetKeys(ctx: CheckContext): Promise<Keys | undefined> {
   let identity = ctx.learned.identity;

@@ -1,3 +1,5 @@
+// TestInbox: the HTTPS inbox of `ifp check` on loopback, with virtual agents, relays and webhook
+// endpoints, which records every request it gets and answers each as its scenario says.
 import { createServer as httpServer, type IncomingHttpHeaders, type Server as HttpServer } from "node:http";
 import { createServer as httpsServer, type Server as HttpsServer } from "node:https";
 import type { TLSSocket } from "node:tls";

@@ -1,3 +1,5 @@
+// The TLS group of `ifp check` (TLS 1.2 or later, no plain HTTP), and the run-wide checks that
+// no answer was a redirect and that every 429 carried Retry-After.
 import { NoAnswer } from "./probe.ts";
 import type { CheckContext } from "./types.ts";
 

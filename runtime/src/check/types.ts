@@ -1,3 +1,5 @@
+// The types of `ifp check`: the groups of checks, the levels of rules, a check's result, the
+// report, and the context every group runs in.
 import type { SigningKey } from "../protocol/signing.ts";
 import type { Probe } from "./probe.ts";
 import type { TestInbox } from "./test-inbox.ts";

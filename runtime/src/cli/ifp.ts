@@ -1,3 +1,5 @@
+// The `ifp` command (runtime/bin/ifp.ts): discover, send, keygen and completion here, and check,
+// tail, redrive, circuits and relay from the modules it loads for them; each command's usage.
 import { readFile, writeFile } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import { composeMessage } from "../agent/compose.ts";
@@ -200,28 +202,31 @@ async function discover(args: string[]): Promise<number> {
     if (values.json) {
       printJson(`${JSON.stringify(out, null, 2)}\n`);
     } else {
+      // Every value is the peer's: one line each, so none can fake a line of its own.
+      const v = (x: unknown) => printable(String(x));
       if (identity.status === "fulfilled") {
         const d = identity.value;
-        print(`agent     ${d.agent_id}${d.display ? ` (${d.display})` : ""}\n`);
-        for (const k of d.keys) print(`key       ${k.key_id} ${k.type} ${k.status} ${k.public_key}\n`);
-        if (d.endpoints?.inbox) print(`inbox     ${d.endpoints.inbox}\n`);
-        if (d.relay?.urls.length) print(`relays    ${d.relay.urls.join(", ")} (${d.relay.preference ?? "any"})\n`);
+        print(`agent     ${v(d.agent_id)}${d.display ? ` (${v(d.display)})` : ""}\n`);
+        for (const k of d.keys) print(`key       ${v(k.key_id)} ${v(k.type)} ${v(k.status)} ${v(k.public_key)}\n`);
+        if (d.endpoints?.inbox) print(`inbox     ${v(d.endpoints.inbox)}\n`);
+        if (d.relay?.urls.length)
+          print(`relays    ${v(d.relay.urls.join(", "))} (${v(d.relay.preference ?? "any")})\n`);
       } else {
-        print(`identity  unavailable: ${(identity.reason as Error).message}\n`);
+        print(`identity  unavailable: ${v((identity.reason as Error).message)}\n`);
       }
       if (capabilities.status === "fulfilled") {
         const c = capabilities.value;
-        print(`supports  IFP ${(c.ifp_support ?? []).join(", ")}; updated ${c.updated ?? "?"}\n`);
+        print(`supports  IFP ${(c.ifp_support ?? []).join(", ")}; updated ${v(c.updated ?? "?")}\n`);
         for (const cap of c.capabilities) {
           const cond = cap.conditions
             ? ` [${Object.entries(cap.conditions)
-                .map(([k, v]) => `${k}=${v}`)
+                .map(([k, val]) => `${k}=${val}`)
                 .join(", ")}]`
             : "";
-          print(`  ${cap.name} v${cap.version} — ${cap.description}${cond}\n`);
+          print(`  ${v(cap.name)} v${v(cap.version)} — ${v(cap.description)}${v(cond)}\n`);
         }
       } else {
-        print(`capabilities unavailable: ${(capabilities.reason as Error).message}\n`);
+        print(`capabilities unavailable: ${v((capabilities.reason as Error).message)}\n`);
       }
     }
     return identity.status === "fulfilled" && capabilities.status === "fulfilled" ? 0 : 1;

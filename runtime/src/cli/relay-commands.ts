@@ -1,3 +1,5 @@
+// `ifp relay pull|tail|publish`: an agent's mailbox on a relay read (once, or followed over SSE)
+// or one signed message published there, from the command line.
 import { readFile } from "node:fs/promises";
 import { request } from "node:https";
 import { parseArgs } from "node:util";

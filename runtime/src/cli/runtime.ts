@@ -1,3 +1,5 @@
+// The `ifp-runtime` command (runtime/bin/ifp-runtime.ts): its flags and environment variables, read
+// into the options of the agent or relay mode, which it starts and closes on SIGTERM or SIGINT.
 import { parseArgs } from "node:util";
 import type { Logger } from "pino";
 import { startAgent } from "../agent/main.ts";

@@ -1,3 +1,5 @@
+// LocalApiClient, the typed client of the runtime's local API for an application, with the wire
+// types it returns and the check of a hand-off's signature for an application behind spec.handler.
 /**
  * Typed client of the runtime's local application API (docs/local-api.openapi.yaml). Node's
  * http and https modules, no dependencies.

@@ -1,3 +1,5 @@
+// The Agent or Relay manifest a runtime starts from: read from a YAML or JSON file and validated
+// with the resource's schema, defaults applied.
 import { readFile } from "node:fs/promises";
 import { parse as parseYaml } from "yaml";
 import type { z } from "zod";

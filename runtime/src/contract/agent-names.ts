@@ -1,3 +1,5 @@
+// The JetStream names of one agent (streams, buckets, consumers, subjects), shared by the agent
+// runtime and the operator, and the list of what the operator deletes with its Agent.
 import { encodeToken } from "./nats.ts";
 
 /**

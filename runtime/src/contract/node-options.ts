@@ -1,3 +1,5 @@
+// The NODE_OPTIONS of a runtime container, its V8 heap bounded by the container's memory limit,
+// as the operator renders it for Agents and Relays.
 import { NANO, parseQuantity } from "../resources/quantity.ts";
 
 /**

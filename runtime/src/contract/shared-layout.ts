@@ -37,19 +37,18 @@ export const SHARED_BUCKETS = {
 
 /**
  * What of an Agent's spec the isolated layout does not serve: an Agent that sets one of these
- * (`uses`) does not run on it (the runtime refuses to start, naming `field` and `why`).
+ * (`uses`) does not run on it (the runtime refuses to start, naming `field` and `why`; the
+ * operator refuses the Agent with Ready False `NotOnNatsLayout`). Empty today: everything an
+ * Agent's spec asks for runs on the layout. The mechanism stays for what a later field may need.
  */
-export const ISOLATED_LAYOUT_UNSUPPORTED: readonly {
+export const ISOLATED_LAYOUT_UNSUPPORTED: readonly UnsupportedFeature[] = [];
+
+/** A field of the spec that a layout does not serve. */
+export interface UnsupportedFeature {
   field: string;
   why: string;
   uses: (spec: AgentSpec) => boolean;
-}[] = [
-  {
-    field: "spec.a2a",
-    why: "A2A tasks: a KV bucket watched and listed, with history",
-    uses: (spec) => spec.a2a.enabled,
-  },
-];
+}
 
 /** An account's public key: what the subjects of one runtime carry. */
 const ACCOUNT_KEY = /^A[A-Z2-7]{55}$/;
@@ -92,6 +91,17 @@ export type RuntimeAccountImport = ServiceImport | StreamImport;
  * `ifp.`, which no runtime's service import reaches.
  */
 export const WATCH_PREFIX = "ifp-watch";
+/**
+ * The buckets whose changes of an Agent's keys are published again where only its account hears
+ * them (a stream's republish, as the inbox's): those whose keys the runtime follows (a watch).
+ */
+export const WATCHED_BUCKETS: readonly string[] = [SHARED_BUCKETS.a2aTasks];
+/** The subject a runtime of this account subscribes to for the changes of its keys `key` of a watched bucket. */
+export function sharedKeyWatchSubject(bucket: string, runtimeAccount: string, key = ">"): string {
+  if (!ACCOUNT_KEY.test(runtimeAccount)) throw new Error("not an account public key (A…, 56 characters)");
+  if (!WATCHED_BUCKETS.includes(bucket)) throw new Error(`bucket ${bucket} publishes no changes of its keys`);
+  return `${WATCH_PREFIX}.kv.${bucket}.${runtimeAccount}.${key}`;
+}
 /** The subject a runtime of this account subscribes to for its new inbox messages. */
 export function sharedInboxWatchSubject(runtimeAccount: string): string {
   if (!ACCOUNT_KEY.test(runtimeAccount)) throw new Error("not an account public key (A…, 56 characters)");
@@ -109,6 +119,7 @@ export function sharedInboxWatchSubject(runtimeAccount: string): string {
  * runtime hears with a core subscription (the inbox watch). A message that reaches the data
  * account through a service import is never passed on to a stream import (nats-server), so the
  * export is of what the stream itself publishes: only what it stored, with its sequence and time.
+ * The same for the changes of its keys of each watched bucket (WATCHED_BUCKETS).
  */
 export function dataAccountExports(): DataAccountExport[] {
   return [
@@ -141,6 +152,12 @@ export function dataAccountExports(): DataAccountExport[] {
       type: "stream",
       account_token_position: 3,
     },
+    ...WATCHED_BUCKETS.map((b) => ({
+      name: `agent ${b} keys heard`,
+      subject: `${WATCH_PREFIX}.kv.${b}.*.>`,
+      type: "stream" as const,
+      account_token_position: 4,
+    })),
   ];
 }
 
@@ -273,6 +290,17 @@ export function sharedStreamConfigs(
     bucket(SHARED_BUCKETS.peers),
     bucket(SHARED_BUCKETS.conversations, opts.conversationIdleMs ?? 30 * DAY_MS),
     bucket(SHARED_BUCKETS.agents),
+    // A2A tasks: five revisions of each key, as the per-agent bucket keeps (the push notifications'
+    // replay reads those it heard), each change published again under the Agent's own key (a watch,
+    // without a consumer).
+    {
+      ...bucket(SHARED_BUCKETS.a2aTasks),
+      max_msgs_per_subject: 5,
+      republish: {
+        src: `$KV.${SHARED_BUCKETS.a2aTasks}.*.>`,
+        dest: `${WATCH_PREFIX}.kv.${SHARED_BUCKETS.a2aTasks}.{{wildcard(1)}}.>`,
+      },
+    },
   ];
 }
 
@@ -330,7 +358,11 @@ export function sharedInboxSubject(names: AgentNames, messageId: string, senderT
 export function sharedAgentPermissions(agentInbox: string, runtimeAccount: string): NatsPermissions {
   return {
     pub: ownSubjects(runtimeAccount).map((i) => i.subject),
-    sub: [`${agentInbox}.>`, sharedInboxWatchSubject(runtimeAccount)],
+    sub: [
+      `${agentInbox}.>`,
+      sharedInboxWatchSubject(runtimeAccount),
+      ...WATCHED_BUCKETS.map((b) => sharedKeyWatchSubject(b, runtimeAccount)),
+    ],
   };
 }
 

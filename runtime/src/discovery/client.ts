@@ -1,3 +1,5 @@
+// DiscoveryClient: endpoint discovery (spec 4.3), a peer's identity and capability documents
+// fetched, validated and cached by their ETag and max-age, for the runtime and `ifp discover`.
 import type { z } from "zod";
 import { connectFailure } from "../net/connect-error.ts";
 import { CapabilityDocument, IdentityDocument } from "../protocol/documents.ts";

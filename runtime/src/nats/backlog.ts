@@ -1,3 +1,5 @@
+// The backlog of a stream or of a durable consumer (how many messages, how old the oldest), which
+// the agent and relay runtimes report as metrics.
 import type { Nats } from "./connection.ts";
 
 export interface Backlog {

@@ -1,3 +1,5 @@
+// Coalescer: the NATS calls asked for in one event-loop turn started together on the next, so
+// that they leave in one socket write (the relay's mailbox uses it).
 /**
  * Starts the NATS calls asked for during one turn of the event loop together, on the next
  * turn, so that the requests of concurrent HTTP requests leave in one socket write instead of

@@ -1,3 +1,6 @@
+// Nats: a process's NATS connection (the runtimes', and the operator's), connecting in the
+// background, reconnecting for ever, re-reading its credentials file at each authentication, and
+// telling the HTTP layer whether a publish can succeed now.
 import { readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import {

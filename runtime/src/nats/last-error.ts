@@ -1,3 +1,5 @@
+// LastError: the runtime's newest error, kept in NATS KV for the operator to show in the
+// resource's status summary; recording it never throws and never waits.
 import type { KV } from "@nats-io/kv";
 import type { Logger } from "pino";
 import { LAST_ERROR_MAX, type LastErrorEntry, type LastErrorLocation } from "../contract/summary.ts";

@@ -8,7 +8,8 @@
 //   only through imports of subjects under its own account key: publishes, direct gets of the last
 //   message on a subject, its consumers' next messages, info and acks, and the inbox's republish
 //   of what it stored (the inbox watch). It makes no stream, bucket or consumer (the operator
-//   does), reads no stream info, lists no keys (it keeps index keys of the listings it serves); a
+//   does), reads no stream info, lists no keys (it keeps index keys of the listings it serves),
+//   follows the keys of a watched bucket through that bucket's republish of their changes; a
 //   message is kept once because its subject takes one message (`max_msgs_per_subject: 1`,
 //   `discard_new_per_subject`).
 //
@@ -22,12 +23,19 @@ import {
   type JetStreamManager,
   type PubAck,
 } from "@nats-io/jetstream";
-import { Kvm, type KV, type KvOptions } from "@nats-io/kv";
-import type { MsgHdrs, Payload } from "@nats-io/transport-node";
+import { Kvm, KvWatchInclude, type KV, type KvEntry, type KvOptions, type KvWatchEntry } from "@nats-io/kv";
+import type { Msg, MsgHdrs, NatsConnection, Payload } from "@nats-io/transport-node";
 import { agentNames, type AgentNames } from "../contract/agent-names.ts";
 import type { AgentSpec } from "../resources/agent.ts";
 import { encodeToken } from "../contract/nats.ts";
-import { ISOLATED_LAYOUT_UNSUPPORTED, sharedAgentNames, sharedInboxWatchSubject } from "../contract/shared-layout.ts";
+import {
+  ISOLATED_LAYOUT_UNSUPPORTED,
+  sharedAgentNames,
+  sharedInboxWatchSubject,
+  sharedKeyWatchSubject,
+  type UnsupportedFeature,
+  WATCHED_BUCKETS,
+} from "../contract/shared-layout.ts";
 import { ProtocolError } from "../protocol/errors.ts";
 import { errorMessage } from "../util/errors.ts";
 import { consumerBacklog, streamBacklog, type Backlog } from "./backlog.ts";
@@ -39,7 +47,7 @@ export const NATS_LAYOUTS = ["per-agent", "isolated"] as const;
 export type NatsLayoutName = (typeof NATS_LAYOUTS)[number];
 
 /** What of an Agent's spec a layout does not serve (ISOLATED_LAYOUT_UNSUPPORTED on the isolated one). */
-export type LayoutFeature = (typeof ISOLATED_LAYOUT_UNSUPPORTED)[number];
+export type LayoutFeature = UnsupportedFeature;
 
 /** A feature of the runtime the layout cannot serve yet: 501 `not_on_nats_layout`. */
 export function notOnLayout(layout: NatsLayoutName, feature: string): ProtocolError {
@@ -109,19 +117,29 @@ export interface StoredInboxMessage {
   string(): string;
 }
 
+/**
+ * The inbox's messages stored within the last `seconds`, as the runtime recorded them where the
+ * layout cannot read the inbox from a time (agent/inbox-look-back.ts).
+ */
+export interface InboxLookBack {
+  since(seconds: number): AsyncIterable<StoredInboxMessage>;
+}
+
 /** The inbox's messages as they are stored, until it is closed. */
 export interface InboxFollower extends AsyncIterable<StoredInboxMessage> {
   close(): Promise<unknown>;
 }
 
 /**
- * The listings of a bucket's keys that a layout listing no keys keeps itself: `of` the index a
- * key is listed in (undefined: none), `for` the index that answers a `keys()` filter (undefined:
- * that filter is not served).
+ * The listings of a bucket's keys that a layout listing no keys keeps itself: `of` the indexes a
+ * key is listed in (none: []), `for` the index that answers a `keys()` filter (undefined: that
+ * filter is not served). `replaces`: whether listing `key` in index `name` takes the place of a
+ * key listed there already (one key per peer, say: the latest); without it, only `key` itself.
  */
 export interface KeyIndex {
-  of(key: string): string | undefined;
+  of(key: string): string[];
   for(filter: string): string | undefined;
+  replaces?(name: string, key: string, listed: string): boolean;
 }
 
 /** The most keys one index lists: past it the oldest listed are forgotten (their records are kept). */
@@ -155,14 +173,18 @@ export interface JetStreamLayout {
   readonly once: OneCopyRule;
   /** Whether the runtime makes and keeps its streams (StreamKeeper). */
   readonly makesStreams: boolean;
+  /** Whether the inbox can be read from a time; if not, the runtime records what it stores for a look back (InboxLookBack). */
+  readonly readsFromTime: boolean;
   /**
    * The inbox's messages on `inboxMessages` as they are stored from now (or `sinceSeconds`
-   * back), taking none of them from the handler or the application's stream: GET /messages/watch.
+   * back, from `lookBack` where the layout does not read from a time), taking none of them from
+   * the handler or the application's stream: GET /messages/watch.
    */
   followInbox(
     nats: Nats,
     names: Pick<AgentNames, "inboxStream" | "inboxMessages">,
     sinceSeconds: number,
+    lookBack?: InboxLookBack,
   ): Promise<InboxFollower>;
 }
 
@@ -227,6 +249,7 @@ export const perAgentLayout: JetStreamLayout = {
   consumers: makeConsumers,
   once: streamWideId,
   makesStreams: true,
+  readsFromTime: true,
   // An ordered consumer of its own: ephemeral, never acknowledging.
   async followInbox(nats, names, sinceSeconds) {
     const consumer = await nats.whileConnected(
@@ -243,6 +266,14 @@ export const perAgentLayout: JetStreamLayout = {
     return consumer.consume({ max_messages: 64 });
   },
 };
+
+/** Entries as an iterator that can be stopped, as KV.history() returns them. */
+function iterable(entries: KvWatchEntry[]): Awaited<ReturnType<KV["history"]>> {
+  async function* each() {
+    yield* entries;
+  }
+  return Object.assign(each(), { stop() {} }) as unknown as Awaited<ReturnType<KV["history"]>>;
+}
 
 /** The headers JetStream's republish adds to a message it stored. */
 const REPUBLISHED = { seq: "Nats-Sequence", time: "Nats-Time-Stamp" } as const;
@@ -262,6 +293,11 @@ const operatorConsumers: ConsumerSetUp = {
     }
   },
 };
+
+/** A KV create or update refused because another writer came first (compare-and-set). */
+export function isCasConflict(err: unknown): boolean {
+  return /wrong last sequence|key exists/i.test(errorMessage(err));
+}
 
 /** JetStream's refusal of a second message on a subject that holds one (`discard_new_per_subject`). */
 export function isSubjectTaken(err: unknown): boolean {
@@ -333,27 +369,42 @@ export function isolatedLayout(account: string): JetStreamLayout {
     // The outbox keeps delivered messages (a subject holds each once): its consumer's count is the backlog.
     queueBacklog: consumerBacklog,
     checkApi: false,
-    bucket: async (js, name, _opts, _replicas, _placement, index) =>
-      new AccountKeys(await new Kvm(js).open(name, { allow_direct: true }), account, index),
+    bucket: async (js, name, opts, _replicas, _placement, index) =>
+      new AccountKeys(await new Kvm(js).open(name, { allow_direct: true }), account, index, {
+        nc: (js as unknown as { nc: NatsConnection }).nc,
+        bucket: name,
+        history: opts.history ?? 1,
+      }),
     consumers: operatorConsumers,
     once: subjectPerId,
     makesStreams: false,
+    readsFromTime: false,
     // The inbox stream publishes again each message it stores on the Agent's message subjects,
     // where only its account hears it (the stream import of sharedInboxWatchSubject): a core
-    // subscription follows the inbox from now, with no consumer. A look back would read the
-    // stream from a time, which takes one.
-    async followInbox(nats, _names, sinceSeconds) {
-      if (sinceSeconds > 0)
+    // subscription follows the inbox from now, with no consumer. A look back, which would read
+    // the stream from a time (a consumer), is the runtime's record of what it stored: subscribed
+    // first, so that nothing stored while it is read is missed; what both yield, the record first.
+    async followInbox(nats, _names, sinceSeconds, lookBack) {
+      if (sinceSeconds > 0 && !lookBack)
         throw notOnLayout("isolated", "a look back (`since`) of GET /messages/watch (the inbox read from a time)");
       const nc = nats.nc;
       if (!nc) throw new Error("not connected");
       const sub = nc.subscribe(sharedInboxWatchSubject(account));
       await nats.whileConnected(nc.flush());
+      const subscribedAt = Date.now();
       return {
         async *[Symbol.asyncIterator]() {
+          // What the subscription may hear again: the look back's messages stored since it was made
+          // (with a minute for the clocks), not the whole look back's.
+          const past = new Set<number>();
+          if (sinceSeconds > 0 && lookBack)
+            for await (const m of lookBack.since(sinceSeconds)) {
+              if (m.time.getTime() >= subscribedAt - 60_000) past.add(m.seq);
+              yield m;
+            }
           for await (const m of sub) {
             const seq = Number(m.headers?.get(REPUBLISHED.seq));
-            if (!Number.isSafeInteger(seq) || seq < 1) continue;
+            if (!Number.isSafeInteger(seq) || seq < 1 || past.has(seq)) continue;
             yield {
               seq,
               headers: m.headers,
@@ -371,22 +422,43 @@ export function isolatedLayout(account: string): JetStreamLayout {
 /** The key of the index `name` among the Agent's keys: outside every record's family (`_i.`). */
 const indexKey = (name: string) => `_i.${name}`;
 
+/** The most bytes of revisions heard that one bucket keeps for history() (the oldest keys' are forgotten first). */
+export const MAX_HEARD_BYTES = 32 * 1024 * 1024;
+
 /**
  * A bucket of the data account as one Agent sees it: its keys, each under its account key. Read
  * by direct get of the last message on the key's subject, written by publish. Listing keys would
  * take a consumer the runtime cannot make: the listings `index` names are kept instead, each an
  * index key of its own (a JSON array of keys, oldest first, at most MAX_INDEXED_KEYS) written
  * with the revision it was read at, after the record it lists; a key whose record is gone (deleted,
- * or aged out of the bucket) is passed over by whoever reads it. Nothing follows keys (a watch).
+ * or aged out of the bucket) is passed over by whoever reads it.
+ *
+ * A watched bucket (WATCHED_BUCKETS) publishes each change of the Agent's keys again where only
+ * its account hears it: watch() is a core subscription there, after the keys' current values
+ * (a key's own, or those its index lists). A connection lost and back may have missed changes:
+ * a watch of one key reads it again, a watch of many ends (its caller watches again, from the
+ * current values). history() is what this process heard of a key while a watch of it ran (at most
+ * the bucket's `history` revisions), and its current value: reading older revisions would take a
+ * consumer, or a read by sequence.
  */
 class AccountKeys implements KV {
   private readonly kv: KV;
   private readonly prefix: string;
   private readonly index: KeyIndex | undefined;
-  constructor(kv: KV, account: string, index?: KeyIndex) {
+  private readonly watched: { nc: NatsConnection; bucket: string; history: number } | undefined;
+  /** The revisions heard of each key (PUTs, oldest first), and their bytes all told. */
+  private readonly heard = new Map<string, KvEntry[]>();
+  private heardBytes = 0;
+  constructor(
+    kv: KV,
+    account: string,
+    index?: KeyIndex,
+    watched?: { nc: NatsConnection; bucket: string; history: number },
+  ) {
     this.kv = kv;
     this.prefix = `${account}.`;
     this.index = index;
+    this.watched = watched && WATCHED_BUCKETS.includes(watched.bucket) ? watched : undefined;
   }
   private k(key: string) {
     return `${this.prefix}${key}`;
@@ -401,21 +473,24 @@ class AccountKeys implements KV {
     const keys = e.json<unknown>();
     return { keys: Array.isArray(keys) ? keys.filter((k) => typeof k === "string") : [], revision: e.revision };
   }
-  /** Key `k` listed in its index, or taken off it; retried from a fresh read when another writer came first. */
+  /** Key `k` listed in its indexes (last), or taken off them; each retried from a fresh read when another writer came first. */
   private async relist(k: string, listed: boolean): Promise<void> {
-    const name = this.index?.of(k);
-    if (name === undefined) return;
-    for (let tries = 0; ; tries++) {
-      const { keys, revision } = await this.listed(name);
-      if (keys.includes(k) === listed) return;
-      const next = listed ? [...keys, k].slice(-MAX_INDEXED_KEYS) : keys.filter((x) => x !== k);
-      try {
-        const data = JSON.stringify(next);
-        if (revision) await this.kv.update(this.k(indexKey(name)), data, revision);
-        else await this.kv.create(this.k(indexKey(name)), data);
-        return;
-      } catch (err) {
-        if (tries >= 8 || !/wrong last sequence|key exists/i.test(errorMessage(err))) throw err;
+    for (const name of this.index?.of(k) ?? []) {
+      const replaced = (x: string) => x !== k && this.index?.replaces?.(name, k, x) === true;
+      for (let tries = 0; ; tries++) {
+        const { keys, revision } = await this.listed(name);
+        if (keys.includes(k) === listed && !(listed && keys.some(replaced))) break;
+        const next = listed
+          ? [...keys.filter((x) => !replaced(x)), k].slice(-MAX_INDEXED_KEYS)
+          : keys.filter((x) => x !== k);
+        try {
+          const data = JSON.stringify(next);
+          if (revision) await this.kv.update(this.k(indexKey(name)), data, revision);
+          else await this.kv.create(this.k(indexKey(name)), data);
+          break;
+        } catch (err) {
+          if (tries >= 8 || !isCasConflict(err)) throw err;
+        }
       }
     }
   }
@@ -453,11 +528,139 @@ class AccountKeys implements KV {
     // Read by `for await`, as every caller reads keys().
     return Promise.resolve(keys() as unknown as Awaited<ReturnType<KV["keys"]>>);
   }
-  history(): ReturnType<KV["history"]> {
-    this.refuse("history");
+  async history(opts: { key?: string | string[] } = {}): ReturnType<KV["history"]> {
+    const key = opts.key;
+    if (!this.watched || typeof key !== "string" || /(^|\.)[*>](\.|$)/.test(key)) this.refuse("history");
+    const current = await this.kv.get(this.k(key));
+    const entries = [...(this.heard.get(key) ?? [])];
+    if (current && !entries.some((e) => e.revision === current.revision)) entries.push(this.unprefixed(current));
+    entries.sort((a, b) => a.revision - b.revision);
+    return iterable(entries.map((e) => ({ ...e, isUpdate: false })));
   }
-  watch(): ReturnType<KV["watch"]> {
-    this.refuse("watch");
+  async watch(opts: Parameters<KV["watch"]>[0] = {}): ReturnType<KV["watch"]> {
+    const w = this.watched;
+    const key = opts.key ?? ">";
+    if (!w || typeof key !== "string") this.refuse("watch");
+    const one = !/(^|\.)[*>](\.|$)/.test(key);
+    const initial = opts.include !== KvWatchInclude.UpdatesOnly;
+    const listing = initial && !one ? this.index?.for(key) : undefined;
+    if (initial && !one && listing === undefined) this.refuse(`watch ${key}`);
+    const queue: (KvWatchEntry | null)[] = [];
+    let wake: (() => void) | undefined;
+    const push = (e: KvWatchEntry | null) => {
+      queue.push(e);
+      wake?.();
+    };
+    const sub = w.nc.subscribe(sharedKeyWatchSubject(w.bucket, this.prefix.slice(0, -1), key));
+    const status = w.nc.status() as AsyncIterable<{ type: string }> & { stop(): void };
+    const stop = () => {
+      sub.unsubscribe();
+      status.stop();
+      push(null);
+    };
+    void (async () => {
+      for await (const m of sub) {
+        const e = this.heardOf(m);
+        if (e) push(e);
+      }
+    })()
+      // A subscription refused or closed ends the watch.
+      .catch(() => {})
+      .finally(() => push(null));
+    // Changes made while the connection was gone were not heard: one key is read again, a watch of many ends.
+    void (async () => {
+      for await (const s of status) {
+        if (s.type !== "reconnect") continue;
+        if (!one) return stop();
+        const e = await this.kv.get(this.k(key)).catch(() => null);
+        if (e) push({ ...this.unprefixed(e), isUpdate: true });
+      }
+    })().catch(() => {});
+    const seen = new Map<string, number>();
+    const first: KvWatchEntry[] = [];
+    try {
+      await w.nc.flush();
+      const keys = !initial ? [] : one ? [key] : await this.listedKeys(listing!);
+      for (const k of keys) {
+        const e = await this.kv.get(this.k(k));
+        if (!e || (!one && e.operation !== "PUT")) continue;
+        seen.set(k, e.revision);
+        first.push({ ...this.unprefixed(e), isUpdate: false });
+      }
+    } catch (err) {
+      stop();
+      throw err;
+    }
+    async function* entries(): AsyncGenerator<KvWatchEntry> {
+      yield* first;
+      for (;;) {
+        while (!queue.length) await new Promise<void>((r) => (wake = r));
+        const e = queue.shift()!;
+        if (e === null) return;
+        if ((seen.get(e.key) ?? 0) >= e.revision) continue;
+        seen.set(e.key, e.revision);
+        yield e;
+      }
+    }
+    return Object.assign(entries(), { stop }) as unknown as Awaited<ReturnType<KV["watch"]>>;
+  }
+  private async listedKeys(name: string): Promise<string[]> {
+    return (await this.listed(name)).keys;
+  }
+  /** An entry of the Agent's as the caller names its key. */
+  private unprefixed(e: KvEntry): KvEntry {
+    const key = e.key.startsWith(this.prefix) ? e.key.slice(this.prefix.length) : e.key;
+    return {
+      bucket: e.bucket,
+      key,
+      rawKey: key,
+      value: e.value,
+      created: e.created,
+      revision: e.revision,
+      operation: e.operation,
+      length: e.length,
+      json: <T>() => e.json<T>(),
+      string: () => e.string(),
+    };
+  }
+  /** A change of a key as the bucket published it again, kept for history() when it is a value. */
+  private heardOf(m: Msg): KvWatchEntry | undefined {
+    const w = this.watched!;
+    const revision = Number(m.headers?.get(REPUBLISHED.seq));
+    if (!Number.isSafeInteger(revision) || revision < 1) return undefined;
+    const key = m.subject.slice(sharedKeyWatchSubject(w.bucket, this.prefix.slice(0, -1), "").length);
+    const op = m.headers?.get("KV-Operation");
+    const value = m.data;
+    const e: KvWatchEntry = {
+      bucket: w.bucket,
+      key,
+      rawKey: key,
+      value,
+      created: new Date(m.headers!.get(REPUBLISHED.time)),
+      revision,
+      operation: op === "DEL" || op === "PURGE" ? op : "PUT",
+      length: value.length,
+      isUpdate: true,
+      json: <T>() => JSON.parse(new TextDecoder().decode(value)) as T,
+      string: () => new TextDecoder().decode(value),
+    };
+    this.remember(e);
+    return e;
+  }
+  private remember(e: KvEntry): void {
+    const w = this.watched!;
+    const kept = this.heard.get(e.key) ?? [];
+    if (e.operation !== "PUT" || kept.some((x) => x.revision === e.revision)) return;
+    this.heard.delete(e.key);
+    kept.push(e);
+    this.heardBytes += e.length;
+    while (kept.length > w.history) this.heardBytes -= kept.shift()!.length;
+    this.heard.set(e.key, kept);
+    for (const [k, old] of this.heard) {
+      if (this.heardBytes <= MAX_HEARD_BYTES) break;
+      this.heard.delete(k);
+      for (const x of old) this.heardBytes -= x.length;
+    }
   }
   status(): ReturnType<KV["status"]> {
     this.refuse("status");

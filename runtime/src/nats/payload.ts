@@ -1,3 +1,5 @@
+// The 413 for a message larger than NATS can carry (the server's max_payload, less room for
+// headers), for the agent's inbox and the relay's mailbox.
 import { ProtocolError } from "../protocol/errors.ts";
 import type { Nats } from "./connection.ts";
 

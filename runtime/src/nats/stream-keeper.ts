@@ -1,3 +1,6 @@
+// Who makes and watches a runtime's JetStream streams: StreamKeeper for streams of its own (made
+// once, recorded in a KV ledger, never made again empty when they go missing), OperatorStreams
+// where the operator makes them.
 import type { StreamConfig, StreamInfo } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import type { Logger } from "pino";

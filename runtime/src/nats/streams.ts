@@ -1,3 +1,5 @@
+// JetStream helpers shared by the runtimes and the operator: the errors JetStream refuses with,
+// streams and KV buckets made or updated to a config, and the replicas they get.
 import {
   JetStreamApiError,
   type JetStreamClient,

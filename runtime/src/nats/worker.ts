@@ -1,3 +1,5 @@
+// ConsumerWorker: a durable JetStream consumer worked by this process with bounded concurrency,
+// set up again with backoff whenever the consumer or the connection goes away.
 import { DeliverPolicy, type ConsumerConfig, type JsMsg } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import { Backoff } from "../util/backoff.ts";

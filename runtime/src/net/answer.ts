@@ -1,3 +1,5 @@
+// Pure: the one rule for what an HTTP answer to a delivery means (delivered, later, retry,
+// final), for inbox POSTs, relay publishes and pushes, hand-offs and A2A requests alike.
 import { retryAfterSeconds } from "./http-client.ts";
 
 /**

@@ -1,3 +1,6 @@
+// HttpClient: the runtime's outbound HTTPS — one connection pool, the system's CAs plus a
+// re-read extra CA file, a timeout per request, no redirects followed, answers read to a cap,
+// and, given a TargetPolicy, only to the addresses it allows.
 import { X509Certificate } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import { readFile, stat } from "node:fs/promises";

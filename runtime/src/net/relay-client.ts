@@ -1,3 +1,5 @@
+// RelayClient: a relay's HTTPS API as one agent uses it, every request signed with the agent's
+// key (RFC 9421) — publish, read and acknowledge its mailbox, subscriptions, webhook, dead letters.
 import type { HttpClient, HttpResult } from "./http-client.ts";
 import { signRequest } from "../protocol/http-signatures.ts";
 import type { Message } from "../protocol/message.ts";

@@ -1,3 +1,5 @@
+// The Server-Sent Events of a response body, parsed as the HTML standard says, each event
+// bounded in size; for the clients of relays' and the local API's streams.
 import { createParser, type EventSourceMessage } from "eventsource-parser";
 
 /** One Server-Sent Event: its id, its event type ("message" when unnamed) and its data lines joined. */

@@ -1,3 +1,6 @@
+// TargetPolicy: which addresses outbound requests to untrusted targets may reach (every public
+// address, special ones only inside allowed blocks, IPv4 carried in IPv6 judged as IPv4), and the
+// refusal of a push URL it rules out.
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import { isIP, type LookupFunction } from "node:net";
 import ipaddr from "ipaddr.js";

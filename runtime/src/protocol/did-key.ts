@@ -1,3 +1,5 @@
+// did:key for Ed25519: the base58btc encoding and the conversions between a did:key and its
+// public key, which is the identifier itself (resolved locally, no network).
 import { publicKeyFromRaw } from "./keys.ts";
 import type { KeyObject } from "node:crypto";
 

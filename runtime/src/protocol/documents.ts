@@ -1,3 +1,5 @@
+// The schemas of the capability document (spec 2.4) and the identity document (IFP-5 1.2) as
+// they are read and served, and their ETags.
 import { createHash } from "node:crypto";
 import canonicalize from "canonicalize";
 import { z } from "zod";

@@ -1,3 +1,5 @@
+// End-to-end encryption of message bodies, scheme x25519-hkdf-sha256-xchacha20poly1305
+// (docs/encryption.md): encrypt and decrypt a message, its wire schemas, and X25519 keys and ids.
 import { createHash, generateKeyPairSync, randomBytes as nodeRandomBytes } from "node:crypto";
 import { xchacha20poly1305 } from "@noble/ciphers/chacha.js";
 import { x25519 } from "@noble/curves/ed25519.js";

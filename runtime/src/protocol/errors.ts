@@ -1,3 +1,5 @@
+// ProtocolError: an error with one HTTP status and the error body of spec 2.7, its IFP-6 codes
+// (and the few the runtime adds), and a constructor for each common refusal.
 /** Error codes of IFP-6 section 3.2, plus the few this implementation needs beyond them. */
 export type ErrorCode =
   | "invalid_format"

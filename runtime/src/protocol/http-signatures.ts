@@ -1,3 +1,7 @@
+// RFC 9421 request signatures (Ed25519, label sig1, a Content-Digest of the body), as requests to
+// the relay endpoints and A2A requests between agents carry them: signing and verifying a request,
+// and SignatureNonces, which takes each signed request once.
+import type { IncomingHttpHeaders } from "node:http";
 import { createHash, randomBytes, sign as edSign, verify as edVerify, type KeyObject } from "node:crypto";
 import { httpbis } from "http-message-signatures";
 import {
@@ -105,6 +109,21 @@ export interface IncomingRequest {
   url: string;
   headers: Record<string, string | string[] | undefined>;
   /** The raw body, when the request has one. */
+  body?: Buffer;
+}
+
+/**
+ * A request as a server received it, before anything of it is believed: what the relay and the
+ * A2A face authenticate, by a bearer token or by its signature over the server's own authority.
+ */
+export interface RequestToAuthenticate {
+  /** Client address, for the limits checked before the signature: the server's `clientAddress` (through trusted proxies only). */
+  clientAddress: string;
+  method: string;
+  /** The request target as received (path and query). */
+  url: string;
+  host: string | undefined;
+  headers: IncomingHttpHeaders;
   body?: Buffer;
 }
 

@@ -1,3 +1,5 @@
+// Signing keys: Ed25519 public keys from and to their raw base64url form (remembered once made),
+// private keys (Ed25519, or X25519 for encryption) from PKCS#8 PEM, and new signing key pairs.
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from "node:crypto";
 
 /** Public keys made from their raw form, at most this many remembered (the oldest forgotten first). */

@@ -1,3 +1,6 @@
+// The local API's wire types as zod schemas — the outbox request, delivery records, dead
+// letters, conversations, peers, the message stream — which the routes validate with, the typed
+// client shares, and docs/local-api.openapi.yaml is generated from.
 import { z } from "zod";
 import { CapabilityDocument } from "./documents.ts";
 import { BodyPart, Message } from "./message.ts";

@@ -1,3 +1,5 @@
+// The IFP-4 message as zod schemas (loose: unknown fields kept), its phases and format version,
+// the protocol problems an agent answers with an error-phase message, and an inbox POST's request.
 import { z } from "zod";
 
 /**

@@ -1,3 +1,5 @@
+// The relay API's wire types as zod schemas (docs/relay.md): topics, pages, publish alone and in
+// batches, acknowledgements, subscriptions, dead letters. The relay's routes and RelayClient share them.
 import { z } from "zod";
 import { AgentId } from "../resources/common.ts";
 import { Message } from "./message.ts";

@@ -1,3 +1,6 @@
+// The message signing profile (IFP-5): the signing input (JCS of the signed headers and body),
+// Ed25519 signatures and hmac-sha256 introduction signatures made and verified, and the
+// canonical-JSON checks before them.
 import { createHmac, sign as edSign, timingSafeEqual, verify as edVerify, type KeyObject } from "node:crypto";
 import canonicalize from "canonicalize";
 import { badRequest } from "./errors.ts";

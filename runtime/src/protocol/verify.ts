@@ -1,3 +1,5 @@
+// Message verification: the IFP-5 authentication levels and key sources, the MessageVerifier that
+// the inbox and the relay intake use, and Verifier, which checks against keys trusted out of band.
 import type { KeyObject } from "node:crypto";
 import type { TrustedKey } from "../resources/common.ts";
 import { invalidSignature, unknownSender } from "./errors.ts";

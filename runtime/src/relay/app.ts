@@ -1,3 +1,6 @@
+// The relay's public HTTPS server (spec 4.2, IFP-8): probes and the /relay/ routes, every
+// request signed by an agent it serves or, for a publish, by a sender spec.publishers lets in.
+// main.ts builds it and listens.
 import type { FastifyInstance } from "fastify";
 import type { Verifier } from "../protocol/verify.ts";
 import type { Relay } from "../resources/relay.ts";

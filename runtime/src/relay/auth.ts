@@ -1,21 +1,17 @@
-import type { IncomingHttpHeaders } from "node:http";
+// Who is asking the relay: the per-address limit, the RFC 9421 request signature checked against
+// spec.agents' keys (or a publisher's looked-up key) for the relay's own authority, then the
+// per-agent limit; and the hook that makes every route of a scope answer signed requests only.
 import type { FastifyInstance } from "fastify";
+import { readJsonBodies } from "../server/json-body.ts";
 import { RateLimiter } from "../server/ratelimit.ts";
 import { rateLimited } from "../protocol/errors.ts";
-import { verifyRequest } from "../protocol/http-signatures.ts";
+import { type RequestToAuthenticate, verifyRequest } from "../protocol/http-signatures.ts";
 import type { Publishers } from "./publishers.ts";
 
-export interface RequestToAuthenticate {
-  /** Client address, for the limit checked before the signature: the server's `clientAddress` (through trusted proxies only). */
-  clientAddress: string;
-  method: string;
-  /** The request target as received (path and query). */
-  url: string;
-  host: string | undefined;
+/** A request to the relay, with where it came in and whether senders it does not serve may use it. */
+export interface RelayRequest extends RequestToAuthenticate {
   /** The local port the connection came in on. */
   localPort?: number;
-  headers: IncomingHttpHeaders;
-  body?: Buffer;
   /** An endpoint senders the relay does not serve may use (publishing), as spec.publishers allows. */
   open?: boolean;
 }
@@ -58,7 +54,7 @@ export function relayAuthenticator(opts: {
   // The direct authority is worked out once per local port (the relay listens on one or two),
   // not parsed again for every request.
   const directAuthority = new Map<number, string>();
-  const authorityOf = (req: RequestToAuthenticate): string => {
+  const authorityOf = (req: RelayRequest): string => {
     let direct: string | undefined;
     if (req.localPort) {
       direct = directAuthority.get(req.localPort);
@@ -90,7 +86,7 @@ export function relayAuthenticator(opts: {
         `rate limit of ${opts.perAgentPerMinute} requests per minute exceeded for ${agentId}`,
       );
   };
-  const authenticate = async (req: RequestToAuthenticate, how: { addressLimited?: boolean } = {}): Promise<string> => {
+  const authenticate = async (req: RelayRequest, how: { addressLimited?: boolean } = {}): Promise<string> => {
     if (!how.addressLimited) limitAddress(req);
     const { agentId } = await verifyRequest(
       { method: req.method, url: absoluteUrl(req.url, authorityOf(req)), headers: req.headers, body: req.body },
@@ -124,11 +120,8 @@ export function absoluteUrl(target: string, host: string | undefined): string {
 export function requireSignedRequests(scope: FastifyInstance, authenticate: RelayAuthenticator): void {
   scope.decorateRequest("agent", "");
   scope.decorateRequest("rawBody", null);
-  const json = scope.getDefaultJsonParser("error", "error");
-  scope.removeContentTypeParser("application/json");
-  scope.addContentTypeParser("application/json", { parseAs: "buffer" }, (req, body, done) => {
-    req.rawBody = body as Buffer;
-    json(req, (body as Buffer).toString("utf8"), done);
+  readJsonBodies(scope, (req, body) => {
+    req.rawBody = body;
   });
   // The per-address limit as soon as the request arrives, before its body is read or parsed.
   scope.addHook("onRequest", async (req) => authenticate.limitAddress(req));

@@ -1,3 +1,5 @@
+// The relay's push streams of a mailbox: GET /relay/events (Server-Sent Events) and the WebSocket
+// at /relay/ws, whose sessions also acknowledge and publish.
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Duplex } from "node:stream";
 import type { FastifyInstance } from "fastify";

@@ -1,3 +1,6 @@
+// What every way of publishing to a relay shares (POST /relay/publish, its batch, WebSocket
+// publish frames): the checks of the message and its sender, the trace entry, and one stored
+// copy per recipient.
 import type { FastifyBaseLogger } from "fastify";
 import sjson from "secure-json-parse";
 import { describeIssues } from "../contract/issues.ts";

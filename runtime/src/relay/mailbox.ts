@@ -1,3 +1,6 @@
+// Mailboxes: the relay's mailboxes on its JetStream stream — one copy per recipient and
+// message_id, expiring with the message's TTL, deleted on acknowledgement — and each recipient's
+// dead letters.
 import { refuseOverMaxPayload } from "../nats/payload.ts";
 import { Coalescer } from "../nats/coalesce.ts";
 import { DeliverPolicy, type StoredMsg } from "@nats-io/jetstream";

@@ -1,3 +1,5 @@
+// The relay mode of the runtime (`ifp-runtime relay`, cli/runtime.ts): startRelay wires the
+// manifest, NATS, the mailboxes, subscriptions, webhook push and the listeners, and starts them.
 import { LastError } from "../nats/last-error.ts";
 import { relayLastError } from "../contract/summary.ts";
 import { relayInboxPrefix } from "../contract/nats-permissions.ts";

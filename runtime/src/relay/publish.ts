@@ -1,3 +1,5 @@
+// Pure parts of a publish: topic names, the agents a message goes to (direct recipients and
+// topic subscribers), the time its TTL leaves it, and the relay's trace entry (spec 2.9).
 import { badRequest, notFound } from "../protocol/errors.ts";
 import { isoSeconds } from "../util/time.ts";
 import type { MessageHeaders, TraceEntry } from "../protocol/message.ts";

@@ -1,3 +1,6 @@
+// Publishers: who may publish to the agents a relay serves (spec.publishers) — the agents of
+// spec.agents, and strangers whose keys it looks up — with the strangers' quotas and their share
+// of the stream.
 import type { KeyObject } from "node:crypto";
 import { isHttpsUrl, type KeyLookup, didKeyRaw } from "../discovery/keys.ts";
 import { canonicalAgentId, canonicalHost, hostMatches } from "../net/host-name.ts";

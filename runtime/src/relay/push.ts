@@ -1,3 +1,5 @@
+// WebhookPush: each copy waiting in a mailbox with a registered webhook POSTed to it from a
+// durable consumer, removed after a 2xx, retried per spec.delivery, else made a dead letter.
 import { AckPolicy, DeliverPolicy, type JsMsg } from "@nats-io/jetstream";
 import type { LastError } from "../nats/last-error.ts";
 import type { Logger } from "pino";

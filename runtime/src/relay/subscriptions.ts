@@ -1,3 +1,5 @@
+// Subscriptions: a relay's topic subscriptions and webhook registrations, kept in its KV bucket
+// and watched into memory, so that publish and push ask NATS nothing.
 import type { KV, KvWatchEntry } from "@nats-io/kv";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";

@@ -1,3 +1,5 @@
+// The Agent custom resource as a zod schema (spec and its defaults): what the runtime validates
+// its manifest with, the operator reconciles, and operator/src/crd/generate.ts writes the CRD from.
 import { z } from "zod";
 import {
   AgentId,
@@ -296,7 +298,7 @@ export const AgentSpec = z
         maxBytes: ByteSize({ min: 1024 * 1024 })
           .prefault(64 * 1024 * 1024)
           .describe(
-            "Most bytes the agent's inbox stream holds, a number or a quantity (64Mi, 1Gi) (messages are kept for the replay window, at least 7 days); when full, new messages are refused with 503 inbox_full and Retry-After. JetStream reserves it on every NATS server holding a replica, against the server's store limit (the chart's nats.storage.size): the store must cover the sum over the install's Agents (default 64 MiB)",
+            "Most bytes the agent's inbox stream holds, a number or a quantity (64Mi, 1Gi) (messages are kept for the replay window, at least 7 days); when full, new messages are refused with 503 inbox_full and Retry-After. On the per-agent NATS layout JetStream reserves it on every NATS server holding a replica, against the server's store limit (the chart's nats.storage.size), so the store must cover the sum over the install's Agents; on the isolated layout the runtime counts the Agent's stored bytes against it, within its namespace's limit (docs/scale.md) (default 64 MiB)",
           ),
         rateLimit: z
           .object({

@@ -1,3 +1,6 @@
+// The schema parts the Agent and Relay resources share: API group and version, URLs, durations,
+// keys, selectors, quantities and byte sizes, the deployment settings of a runtime's pod (with
+// the containers, volumes and security settings it may take), TLS, network and exposure.
 import { isIP } from "node:net";
 import { z } from "zod";
 import { bytesOf, bytesQuantity } from "./quantity.ts";

@@ -1,3 +1,5 @@
+// Pure: Kubernetes resource quantities read with the API server's grammar, and sizes in bytes
+// read from and written as quantities.
 /**
  * Kubernetes resource quantities ("512Mi", "0.5", "1500m", "1e3", 2), read with the API server's
  * grammar: an optional sign, a decimal number, then a binary suffix (Ki … Ei), a decimal one

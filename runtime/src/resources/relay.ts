@@ -1,3 +1,5 @@
+// The Relay custom resource as a zod schema (retention, delivery, publishers, limits and the rest
+// of its spec, with defaults), shared by the relay runtime, the operator and the CRD generator.
 import { z } from "zod";
 import {
   ByteSize,

@@ -1,3 +1,6 @@
+// The HTTPS server the agent's and the relay's endpoints are built on: TLS only, JSON in and out,
+// one error handler that answers the spec's error body, client addresses through trusted
+// proxies, and slow clients cut off.
 import type { IncomingMessage } from "node:http";
 import { validatorCompiler } from "@fastify/type-provider-zod";
 import Fastify, {
@@ -10,6 +13,7 @@ import Fastify, {
 import type { Logger } from "pino";
 import { ProtocolError, type ErrorCode } from "../protocol/errors.ts";
 import { isCidrOrIp } from "../resources/common.ts";
+import { readJsonBodies } from "./json-body.ts";
 import { TrustedProxies } from "./ratelimit.ts";
 import { invalidRequest } from "./validation.ts";
 import type { RuntimeMetrics } from "./metrics.ts";
@@ -148,6 +152,7 @@ export function createServer(opts: ServerOptions): FastifyInstance {
  */
 export function jsonApi(app: FastifyInstance): void {
   app.removeContentTypeParser("text/plain");
+  readJsonBodies(app);
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   app.decorateReply("outcome", null);

@@ -1,3 +1,5 @@
+// Lifecycle: what a runtime process has started, stopped in reverse order on close — listeners
+// before the work behind them, NATS last — with its background start-up under one AbortSignal.
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
 

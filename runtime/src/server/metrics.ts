@@ -1,3 +1,5 @@
+// The runtime's Prometheus metrics (agent and relay modes), with bounded labels only; the gauges
+// read at scrape time (backlogs, streams, NATS, certificate expiry); the plain-HTTP /metrics server.
 import { X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
 import Fastify, { type FastifyInstance } from "fastify";

@@ -1,3 +1,4 @@
+// The /healthz and /readyz probes of the agent's and the relay's HTTPS servers.
 import type { FastifyInstance } from "fastify";
 import { unavailable } from "../protocol/errors.ts";
 

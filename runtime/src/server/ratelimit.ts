@@ -1,3 +1,5 @@
+// RateLimiter: in-memory token buckets per sender or client address, bounded without forgetting a
+// key still limited; and the client address of a request through trusted proxies, and its network.
 import type { IncomingHttpHeaders } from "node:http";
 import ipaddr from "ipaddr.js";
 import { parseAddress } from "../net/targets.ts";

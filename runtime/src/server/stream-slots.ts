@@ -1,3 +1,5 @@
+// StreamSlots: the relay's open long-lived streams (SSE, WebSocket) counted per agent and overall,
+// refused with 429 or 503 past their caps.
 import { ProtocolError, rateLimited } from "../protocol/errors.ts";
 
 /** Seconds a client refused a stream is told to wait before opening one again. */

@@ -1,3 +1,5 @@
+// The serving certificate and key read from their files, and reloaded when the files change
+// (a renewed Secret) without a restart.
 import { readFileSync, statSync } from "node:fs";
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";

@@ -1,3 +1,6 @@
+// Request validation with zod: schemas whose routes get the document exactly as it was sent, the
+// 400 invalid_format that names the fields a request failed, and the route schema's summary and
+// description that the OpenAPI generator reads.
 import { hasZodFastifySchemaValidationErrors } from "@fastify/type-provider-zod";
 import type { FastifyError } from "fastify";
 import { z } from "zod";

@@ -1,3 +1,5 @@
+// The fields every log line about a message carries (message_id, conversation_id, sender, and
+// the trace_id when tracing is on), and the helpers that name the message in a request's log lines.
 import { trace } from "@opentelemetry/api";
 import { tracingEnabled } from "./tracing.ts";
 

@@ -1,3 +1,6 @@
+// The runtime's OpenTelemetry tracing (docs/tracing.md), set up from the OTEL_* variables only
+// and a no-op without them: the exporters, spans, and the trace context carried in messages and
+// in NATS headers.
 import {
   context,
   diag,

@@ -1,3 +1,5 @@
+// Exponential backoff: the delay before attempt n, the one formula of every retry in the runtime
+// and the operator, and Backoff, the waits of a loop that starts over after each failure.
 import { setTimeout as sleep } from "node:timers/promises";
 
 export interface BackoffOptions {

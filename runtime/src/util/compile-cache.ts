@@ -1,8 +1,7 @@
 // Node's on-disk compile cache for the project's commands (`ifp`, `kubectl-ifp`, `ifp-runtime`,
 // `ifp-operator`): V8's compiled code of every module a command loads, type-stripped TypeScript
 // included, kept between runs, so that a command started again compiles nothing it compiled
-// before. It halves the CPU a short command spends starting (`ifp --help` about 0.33 → 0.15 s,
-// `kubectl ifp --help` 0.6 → 0.35 s on two cores). Each command turns it on first, before it loads
+// before (what that saves: docs/benchmarks.md). Each command turns it on first, before it loads
 // the modules it runs (enableCompileCache). The cache lives in the user's own cache directory, not in a shared /tmp;
 // NODE_COMPILE_CACHE names another, NODE_DISABLE_COMPILE_CACHE=1 turns it off, and a directory
 // that cannot be written (a container's read-only file system) leaves it off without a word.

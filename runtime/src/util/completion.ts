@@ -1,3 +1,5 @@
+// The bash and zsh completion script of a command with subcommands, which `ifp completion` and
+// `kubectl ifp completion` print.
 /**
  * Shell completion for a command with subcommands: the script `COMMAND completion bash|zsh`
  * prints. Completes the subcommand, then the words and flags it takes; a flag's value and

@@ -1,3 +1,5 @@
+// A one-line message for anything thrown, the API server's own message for a Kubernetes client
+// error included.
 /**
  * A one-line message for anything thrown: an Error's message, the API server's own message
  * for a Kubernetes client error (`409: ...`, read from its response body), the string itself

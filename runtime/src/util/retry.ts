@@ -1,3 +1,5 @@
+// retry: an async call repeated until it resolves, with exponential backoff between failures, a
+// bound on attempts and an AbortSignal that stops it.
 import { setTimeout as sleep } from "node:timers/promises";
 import { Backoff, type BackoffOptions } from "./backoff.ts";
 

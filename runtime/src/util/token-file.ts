@@ -1,3 +1,5 @@
+// Secret tokens read from a mounted file, one per line, and read again when it changes: the
+// introduction tokens and the A2A bearer tokens, those callers present and those sent to peers.
 import { readFileSync, statSync } from "node:fs";
 import type { Logger } from "pino";
 

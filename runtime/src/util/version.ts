@@ -1,3 +1,5 @@
+// The version and commit a build reports (--version, the start-up log line, the build_info
+// metrics): package.json's version, and the commit from a source archive or the git checkout.
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";

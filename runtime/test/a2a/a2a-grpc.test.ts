@@ -3,7 +3,6 @@
 // nats-server, called by a client that @grpc/proto-loader generates from the contract's
 // a2a.proto, the errors' google.rpc.Status read from grpc-status-details-bin.
 import { randomUUID } from "node:crypto";
-import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { credentials, type Client, loadPackageDefinition, Metadata, type ServiceError, status } from "@grpc/grpc-js";
 import { loadSync } from "@grpc/proto-loader";
@@ -15,7 +14,7 @@ import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import { ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver } from "@a2a-js/sdk/client";
 import { GrpcTransportFactory } from "@a2a-js/sdk/client/grpc";
-import { fetchWith, localPostTo, spawnRuntime, userMessage } from "../support/a2a-harness.ts";
+import { fetchWith, handedOffTo, localPostTo, spawnRuntime, userMessage } from "../support/a2a-harness.ts";
 import { startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
 
@@ -41,6 +40,8 @@ let port: number;
 let grpcPort: number;
 let localApi: string;
 let client: Client & Record<string, any>;
+/** Start the runtime (again), with the same store, ports and tokens. */
+let start: () => Promise<void>;
 
 // The client, generated at run time from the contract, as any proto-loader user makes it.
 const definition = loadSync(join(CONTRACT, "a2a.proto"), {
@@ -68,17 +69,16 @@ beforeAll(async () => {
     a2a: { enabled: true, authentication: { bearerTokenSecret: { name: "a2a-tokens" } }, waitFor: "5s" },
   });
   const keyFile = writeKey(dir, self);
-  writeFileSync(join(dir, "a2a-tokens"), `${TOKEN}\n${OTHER_TOKEN}\n${LIMITED_TOKEN}\n`);
-  runtime = await spawnRuntime({
-    name: "ifp-runtime agent (a2a grpc)",
-    dir,
-    keyFile,
-    tls,
-    natsUrl: nats.url,
-    port,
-    localApiPort: localPort,
-    args: ["--a2a-token-file", join(dir, "a2a-tokens"), "--a2a-grpc-port", String(grpcPort)],
-  });
+  const spawn = { name: "ifp-runtime agent (a2a grpc)", dir, keyFile, tls, port, localApiPort: localPort };
+  start = async () => {
+    runtime = await spawnRuntime({
+      ...spawn,
+      natsUrl: nats.url,
+      tokens: [TOKEN, OTHER_TOKEN, LIMITED_TOKEN],
+      args: ["--a2a-grpc-port", String(grpcPort)],
+    });
+  };
+  await start();
   // The test CA's certificate names localhost.
   client = new A2AService(`localhost:${grpcPort}`, credentials.createSsl(Buffer.from(tls.ca)));
 }, 60_000);
@@ -358,9 +358,28 @@ describe("the A2A gRPC binding", () => {
       ca: tls.ca,
     });
     expect(rpc.status).toBe(429);
+    // Its task reads (polling) draw on their own budget, and are still served.
+    await expect(call("ListTasks", {}, auth(LIMITED_TOKEN))).resolves.toHaveProperty("nextPageToken");
+    expect((await failure(call("GetTask", { id: "no-such-task" }, auth(LIMITED_TOKEN)))).code).toBe(status.NOT_FOUND);
     // Another caller is not held to it.
     await call("ListTasks", {}, auth(OTHER_TOKEN));
   });
+
+  it("a runtime killed after answering a SendMessage loses neither the task nor its hand-off", async () => {
+    await handler.down();
+    const { task } = await call("SendMessage", message("survive over gRPC"));
+    expect(task.status.state).toBe("TASK_STATE_SUBMITTED");
+    await runtime.stop({ signal: "SIGKILL" });
+    await handler.up();
+    await start();
+    const got = await call("GetTask", { id: task.id });
+    expect(got.status.state).toBe("TASK_STATE_SUBMITTED");
+    // The killed runtime held the hand-off: it comes again once its consumer's ack wait (the
+    // handler's timeout and 30 s) has passed.
+    const handed = await handedOffTo(handler, task.id, 60_000);
+    expect(handed.body.body.text).toBe("survive over gRPC");
+  }, 120_000);
+
   // Last: it stops the runtime.
   it("an open stream ends when the runtime closes, without holding its shutdown", async () => {
     const task = (await call("SendMessage", message("stay open"))).task;

@@ -7,22 +7,19 @@ import { randomUUID } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:https";
 import { join } from "node:path";
-import { Kvm } from "@nats-io/kv";
-import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
-import { agentNames } from "../../src/contract/agent-names.ts";
 import { clientFactory, spawnRuntime, userMessage } from "../support/a2a-harness.ts";
-import { startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
+import { type LayoutNats, withLayoutNatsAndTls } from "../support/a2a-layouts.ts";
+import { startHandler, type Tls } from "../support/agent-harness.ts";
 import { identity, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
-import { handOffsSettled } from "../support/probes.ts";
 
-let nats: NatsServer;
+let nats: LayoutNats;
 let tls: Tls;
-withNatsAndTls((n, t) => {
+// On the layout the file asks for (a2a-push.isolated.test.ts: the isolated one).
+withLayoutNatsAndTls((n, t) => {
   nats = n;
   tls = t;
 });
@@ -84,7 +81,7 @@ async function spawnReplica(httpsPort: number, localApiPort: number): Promise<Ma
     natsUrl: nats.url,
     port: httpsPort,
     localApiPort,
-    args: ["--a2a-token-file", join(dir, "a2a-tokens")],
+    args: ["--a2a-token-file", join(dir, "a2a-tokens"), ...(await nats.runtimeArgs(self.agentId))],
     logLevel: "info",
   });
 }
@@ -134,14 +131,8 @@ afterAll(async () => {
  * lease held (the records beside the task in the agent's bucket): no push of it is on its way.
  */
 async function pushesSettled(taskId: string): Promise<boolean> {
-  const nc = await connect({ servers: nats.url });
+  const { kv, keys, close } = await nats.tasks(self.agentId);
   try {
-    const kv = await new Kvm(nc).open(agentNames(self.agentId).a2aTasksBucket);
-    const keys = async (filter: string) => {
-      const out: string[] = [];
-      for await (const k of await kv.keys(filter)) out.push(k);
-      return out;
-    };
     const [taskKey] = await keys(`t.*.${taskId}`);
     const task = taskKey ? await kv.get(taskKey) : null;
     if (!task) return false;
@@ -153,7 +144,7 @@ async function pushesSettled(taskId: string): Promise<boolean> {
     }
     return true;
   } finally {
-    await nc.close();
+    await close();
   }
 }
 const settled = (taskId: string) => waitFor("the task's pushes settled", () => pushesSettled(taskId), 15_000);
@@ -378,7 +369,7 @@ describe("refused configs", () => {
     expect(r.body.error).toMatchObject({ code: -32602 });
     expect(r.body.error.message).toMatch(/push notification URL refused/);
     // Had it been accepted, its hand-off would be among those delivered and acknowledged by now.
-    await waitFor("every hand-off acknowledged", () => handOffsSettled(nats.url, self.agentId), 15_000);
+    await waitFor("every hand-off acknowledged", () => nats.handOffsSettled(self.agentId), 15_000);
     expect(handler.received.slice(before).some((h) => h.body.body.text === "never handed on")).toBe(false);
     expect(
       (await rpc("ListTasks", {})).body.result.tasks.every((t: any) => t.history?.[0]?.messageId !== messageId),

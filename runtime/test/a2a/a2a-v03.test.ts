@@ -4,8 +4,6 @@
 // through the local API; the same task store as 1.0, and the same refusals.
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { writeFileSync } from "node:fs";
-import { join } from "node:path";
 import { A2AClient } from "@a2a-js/sdk-0.3/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
@@ -52,17 +50,8 @@ beforeAll(async () => {
     a2a: { enabled: true, authentication: { bearerTokenSecret: { name: "a2a-tokens" } }, waitFor: "5s" },
   });
   const keyFile = writeKey(dir, self);
-  writeFileSync(join(dir, "a2a-tokens"), `${TOKEN}\n${OTHER_TOKEN}\n`);
-  runtime = await spawnRuntime({
-    name: "ifp-runtime agent (a2a 0.3)",
-    dir,
-    keyFile,
-    tls,
-    natsUrl: nats.url,
-    port,
-    localApiPort: localPort,
-    args: ["--a2a-token-file", join(dir, "a2a-tokens")],
-  });
+  const spawn = { name: "ifp-runtime agent (a2a 0.3)", dir, keyFile, tls, port, localApiPort: localPort };
+  runtime = await spawnRuntime({ ...spawn, natsUrl: nats.url, tokens: [TOKEN, OTHER_TOKEN] });
 }, 60_000);
 
 afterAll(async () => {
@@ -121,6 +110,12 @@ describe("an A2A 0.3 client (the official JS SDK 0.3)", () => {
     expect(v10.headers.vary).toMatch(/a2a-version/);
     const byQuery = await httpsRequest(`${base}/.well-known/agent-card.json?A2A-Version=1.0`, { ca: tls.ca });
     expect(byQuery.text).toBe(v10.text);
+    // An empty A2A-Version is 0.3 (section 3.6.2).
+    const empty = await httpsRequest(`${base}/.well-known/agent-card.json`, {
+      headers: { "a2a-version": "" },
+      ca: tls.ca,
+    });
+    expect(empty.json()).toMatchObject({ url: `${base}/a2a/v1`, protocolVersion: "0.3.0" });
     const other = await httpsRequest(`${base}/.well-known/agent-card.json`, {
       headers: { "a2a-version": "9" },
       ca: tls.ca,

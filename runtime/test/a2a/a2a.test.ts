@@ -1,19 +1,23 @@
 // The A2A face of an agent (docs/a2a.md) as A2A clients meet it: the ifp-runtime command with
 // spec.a2a enabled over real TLS, a real nats-server, the official A2A JS SDK's client, the
 // card's signature checked with jose, and the test's application answering through the local API.
-import { randomUUID, sign as edSign } from "node:crypto";
+import { spawnSync } from "node:child_process";
+import { createHmac, randomUUID, sign as edSign } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { verifyAgentCardSignature } from "@a2a-js/sdk";
 import { DefaultAgentCardResolver } from "@a2a-js/sdk/client";
+import { A2AError, JsonRpcTransportError, RequestMalformedError } from "@a2a-js/sdk/errors";
 import canonicalize from "canonicalize";
 import { httpbis } from "http-message-signatures";
 import { flattenedVerify, importJWK } from "jose";
 import { Agent as Dispatcher, fetch as undiciFetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
+import { toolPath } from "../../../e2e/tools/tools.ts";
+import { jwks as jwksOf, signCard } from "../../src/a2a/card.ts";
 import { contentDigest, signRequest } from "../../src/protocol/http-signatures.ts";
 import {
   clientFactory,
@@ -23,13 +27,14 @@ import {
   spawnRuntime,
   userMessage,
 } from "../support/a2a-harness.ts";
-import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
+import { type LayoutNats, withLayoutNatsAndTls } from "../support/a2a-layouts.ts";
+import { runAgent, startHandler, type Tls } from "../support/agent-harness.ts";
 import { identity, peerOf, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
-import { handOffsSettled } from "../support/probes.ts";
 
-let nats: NatsServer;
+let nats: LayoutNats;
 let tls: Tls;
-withNatsAndTls((n, t) => {
+// On the layout the file asks for (a2a.isolated.test.ts: the isolated one).
+withLayoutNatsAndTls((n, t) => {
   nats = n;
   tls = t;
 });
@@ -49,15 +54,12 @@ let localPort: number;
 let keyFile: string;
 
 async function start(): Promise<void> {
+  const spawn = { name: "ifp-runtime agent (a2a)", dir, keyFile, tls, port, localApiPort: localPort };
   runtime = await spawnRuntime({
-    name: "ifp-runtime agent (a2a)",
-    dir,
-    keyFile,
-    tls,
+    ...spawn,
     natsUrl: nats.url,
-    port,
-    localApiPort: localPort,
-    args: ["--a2a-token-file", join(dir, "a2a-tokens")],
+    tokens: [TOKEN, OTHER_TOKEN],
+    args: await nats.runtimeArgs(self.agentId),
   });
 }
 
@@ -86,7 +88,6 @@ beforeAll(async () => {
     },
   });
   keyFile = writeKey(dir, self);
-  writeFileSync(join(dir, "a2a-tokens"), `${TOKEN}\n${OTHER_TOKEN}\n`);
   await start();
 }, 60_000);
 
@@ -167,6 +168,86 @@ describe("the agent card", () => {
   });
 });
 
+describe("the agent card, checked by libraries this runtime does not use", () => {
+  /** The card and JWKS checked by go-jose with the RFC 8785 reference implementation (e2e/tools/card-verify). */
+  function goJose(card: unknown, jwks: unknown): { status: number | null; result: any } {
+    const at = tempDir("ifp-card-verify-");
+    writeFileSync(join(at, "card.json"), JSON.stringify(card));
+    writeFileSync(join(at, "jwks.json"), JSON.stringify(jwks));
+    const run = spawnSync(toolPath("card-verify"), [join(at, "card.json"), join(at, "jwks.json")], {
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+    return { status: run.status, result: JSON.parse(run.stdout.trim() || JSON.stringify({ error: run.stderr })) };
+  }
+
+  it("verifies, in each form served, with the official SDK's verifier and with go-jose over the section 8.4.1 form", async () => {
+    const card10 = (
+      await httpsRequest(`${base}/.well-known/agent-card.json`, { headers: { "a2a-version": "1.0" }, ca: tls.ca })
+    ).json();
+    const card03 = (await httpsRequest(`${base}/.well-known/agent-card.json`, { ca: tls.ca })).json();
+    expect(card03.protocolVersion).toBe("0.3.0");
+    const jwks = (await httpsRequest(`${base}/.well-known/a2a/jwks.json`, { ca: tls.ca })).json();
+    const kid = `${self.agentId}#key-1`;
+    const byKid = async (k: string) => jwks.keys.find((key: any) => key.kid === k);
+    // The SDK's verifier reads a card as 1.0's AgentCard (docs/a2a.md#versions): the 1.0 form.
+    await expect(verifyAgentCardSignature(byKid)(card10)).resolves.toBeUndefined();
+    await expect(verifyAgentCardSignature(byKid)({ ...card10, name: "someone else" })).rejects.toThrow(
+      /No valid signatures/,
+    );
+    for (const card of [card10, card03])
+      expect(goJose(card, jwks)).toEqual({ status: 0, result: { verified: true, kids: [kid] } });
+    // A card with an empty repeated field, signed as this runtime signs: the field is not in the payload.
+    const withEmpty = { ...card10, signatures: undefined, skills: [{ ...card10.skills[0], examples: [] }] };
+    const signed = {
+      ...withEmpty,
+      signatures: [await signCard(withEmpty, self.signing, `${base}/.well-known/a2a/jwks.json`)],
+    };
+    expect(goJose(signed, jwks)).toEqual({ status: 0, result: { verified: true, kids: [kid] } });
+    await expect(verifyAgentCardSignature(byKid)(signed)).resolves.toBeUndefined();
+  });
+
+  it("refuses, in go-jose too, a changed card, another form's signature, and a key or algorithm that is not the card's", async () => {
+    const card10 = (
+      await httpsRequest(`${base}/.well-known/agent-card.json`, { headers: { "a2a-version": "1.0" }, ca: tls.ca })
+    ).json();
+    const card03 = (await httpsRequest(`${base}/.well-known/agent-card.json`, { ca: tls.ca })).json();
+    const jwks = (await httpsRequest(`${base}/.well-known/a2a/jwks.json`, { ca: tls.ca })).json();
+    const refused = (card: unknown, keys: unknown = jwks) => {
+      const { status, result } = goJose(card, keys);
+      expect(status, JSON.stringify(result)).toBe(1);
+      return result.error as string;
+    };
+    expect(refused({ ...card10, name: "someone else" })).toMatch(/signature 1/);
+    expect(refused({ ...card03, signatures: card10.signatures })).toMatch(/signature 1/);
+    // The JWKS of another agent under the same kid.
+    const other = jwksOf(identity("a2a-someone-else").signing).keys.map((k) => ({ ...k, kid: jwks.keys[0].kid }));
+    expect(refused(card10, { keys: other })).toMatch(/signature 1/);
+    // alg none, and HS256 keyed with the agent's public key (key confusion).
+    const [sig] = card10.signatures;
+    const header = JSON.parse(Buffer.from(sig.protected, "base64url").toString());
+    const forged = (alg: string, sign: (input: string) => string) => {
+      const protectedHeader = Buffer.from(JSON.stringify({ ...header, alg })).toString("base64url");
+      const { signatures: _, ...unsigned } = card10;
+      const input = `${protectedHeader}.${Buffer.from(canonicalize(unsigned)!).toString("base64url")}`;
+      return { ...card10, signatures: [{ protected: protectedHeader, signature: sign(input) }] };
+    };
+    expect(refused(forged("none", () => ""))).toMatch(/signature 1/);
+    const x = jwks.keys[0].x;
+    expect(refused(forged("HS256", (input) => createHmac("sha256", x).update(input).digest("base64url")))).toMatch(
+      /signature 1/,
+    );
+    expect(
+      refused(
+        forged("HS256", (input) => createHmac("sha256", x).update(input).digest("base64url")),
+        {
+          keys: [{ kty: "oct", k: Buffer.from(x).toString("base64url"), kid: header.kid }],
+        },
+      ),
+    ).toMatch(/signature 1/);
+  });
+});
+
 describe("the card's origin", () => {
   it("names the configured base URL whatever Host the request gives: a forged Host gets the canonical card", async () => {
     const canonical = (await httpsRequest(`${base}/.well-known/agent-card.json`, { ca: tls.ca })).text;
@@ -185,7 +266,7 @@ describe("the card's origin", () => {
     const bare = await runAgent({
       self: identity("a2a-bare"),
       spec: { peers: [peerOf(signer)], a2a: { enabled: true } },
-      natsUrl: nats.url,
+      ...(await nats.runAgentNats("a2a-bare")),
       tls,
     });
     try {
@@ -486,9 +567,22 @@ describe("abuse", () => {
     const rest = await httpsRequest(`${base}/a2a/rest/tasks?A2A-Version=1.0`, { ca: tls.ca });
     expect(rest.status).toBe(401);
     expect(rest.json().error).toMatchObject({ code: 401, status: "UNAUTHENTICATED" });
-    // The SDK's client surfaces it as an error, never a task.
-    const client = await factory("wrong-token-wrong-token").createFromUrl(base);
-    await expect(client.sendMessage(userMessage("let me in"))).rejects.toThrow(/401|authentication|not accepted/i);
+    // The SDK's clients tell it from a malformed request: over JSON-RPC by the code, over
+    // HTTP+JSON by the status.
+    for (const binding of ["JSONRPC", "HTTP+JSON"] as const) {
+      const client = await factory("wrong-token-wrong-token", binding).createFromUrl(base);
+      const err: any = await client.sendMessage(userMessage("let me in")).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err, binding).toBeInstanceOf(A2AError);
+      expect(err, binding).not.toBeInstanceOf(RequestMalformedError);
+      if (binding === "JSONRPC") {
+        expect(err).toBeInstanceOf(JsonRpcTransportError);
+        expect(err.envelopeCode).toBe(-31401);
+        expect(err.data).toMatchObject([{ reason: "UNAUTHENTICATED" }]);
+      } else expect(err.statusCode).toBe(401);
+    }
   });
 
   it("refuses a body over spec.inbox.maxMessageBytes with 413 and hands nothing on", async () => {
@@ -520,7 +614,7 @@ describe("abuse", () => {
     expect(other.body.result.task.id).not.toBe(first.body.result.task.id);
     await handedOff(other.body.result.task.id);
     // Every hand-off stored is delivered and acknowledged: a second one of the first task would be among them.
-    await waitFor("every hand-off acknowledged", () => handOffsSettled(nats.url, self.agentId), 15_000);
+    await waitFor("every hand-off acknowledged", () => nats.handOffsSettled(self.agentId), 15_000);
     expect(
       handler.received.filter((r) => r.body.headers.extensions?.a2a?.task_id === first.body.result.task.id),
     ).toHaveLength(1);
@@ -577,6 +671,21 @@ describe("abuse", () => {
     });
     expect(viaRest.status, viaRest.text).toBe(400);
     expect(viaRest.json().error.message).toMatch(/nested deeper than 100/);
+    // The application's side, the local API, the same: a task update nested too deep is a bad request.
+    const task = (await rpc({ jsonrpc: "2.0", id: 8, method: "SendMessage", params: rawMessage("a deep update") })).body
+      .result.task;
+    await handedOff(task.id);
+    const update = await fetch(`${localApi}/a2a/tasks/${task.id}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: `{"state":"TASK_STATE_WORKING","artifact":{"parts":[{"data":{"data":${deep}}}]}}`,
+    });
+    expect(update.status).toBe(400);
+    expect(await update.json()).toEqual({
+      status: "error",
+      code: "invalid_format",
+      message: expect.stringMatching(/nested deeper than 100/),
+    });
   });
 
   it("refuses to cancel a finished task, and to add to it", async () => {
@@ -637,6 +746,16 @@ describe("limits", () => {
     });
     expect(byQuery.status).toBe(200);
     expect((await rpc(body, { authorization: `Bearer ${TOKEN}`, "a2a-version": "1.0" })).body.result).toBeDefined();
+    // JSON-RPC takes the query parameter too, and an empty header leaves it to the query.
+    for (const headers of [{}, { "a2a-version": "" }] as Record<string, string>[]) {
+      const rpcByQuery = await httpsRequest(`${base}/a2a/v1?A2A-Version=1.0`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}`, ...headers },
+        body: JSON.stringify(body),
+        ca: tls.ca,
+      });
+      expect(rpcByQuery.json(), JSON.stringify(headers)).toMatchObject({ id: 1, result: { tasks: expect.any(Array) } });
+    }
   });
 
   it("a caller past spec.inbox.rateLimit.perSenderPerMinute is answered 429 with Retry-After, its task reads having ten times that budget; a newer A2A-Version is refused", async () => {
@@ -650,7 +769,7 @@ describe("limits", () => {
         a2a: { enabled: true },
       },
       port: limitedPort,
-      natsUrl: nats.url,
+      ...(await nats.runAgentNats("a2a-limited")),
       tls,
     });
     try {
@@ -687,9 +806,13 @@ describe("limits", () => {
           ],
         },
       });
-      // Polling its tasks has a budget of its own, ten times as large: 20 reads, then 429.
-      for (let id = 10; id < 30; id++)
-        expect((await call(id, {}, id % 2 ? "GetTask" : "ListTasks")).status, `read ${id - 9}`).toBe(200);
+      // Polling its tasks has a budget of its own, ten times as large: 20 reads (GetTask, ListTasks,
+      // and 0.3's tasks/get, an empty A2A-Version being 0.3), then 429.
+      for (let id = 10; id < 30; id++) {
+        const [headers, method] =
+          id % 3 === 0 ? [{ "a2a-version": "" }, "tasks/get"] : [{}, id % 3 === 1 ? "GetTask" : "ListTasks"];
+        expect((await call(id, headers, method)).status, `read ${id - 9}: ${method}`).toBe(200);
+      }
       const pastReads = await call(30, {}, "ListTasks");
       expect(pastReads.status).toBe(429);
       expect(pastReads.json().error).toMatchObject({ code: -31429, message: expect.stringMatching(/20 task reads/) });
@@ -710,7 +833,7 @@ describe("shutdown", () => {
       self: identity("a2a-closing"),
       spec: { baseUrl: base, peers: [peerOf(signer)], a2a: { enabled: true } },
       port: closingPort,
-      natsUrl: nats.url,
+      ...(await nats.runAgentNats("a2a-closing")),
       tls,
     });
     const signedCall = async (method: string, path: string, body?: string) => {

@@ -1,8 +1,9 @@
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import { secondAfter } from "../../../e2e/support/wait.ts";
+import { capabilityUpdateId } from "../../src/agent/relays.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import { signMessage } from "../../src/protocol/signing.ts";
 import { identity, message, peerOf } from "../support/fixtures.ts";
@@ -70,7 +71,7 @@ describe("capability changes reach the peers of recent conversations", () => {
       a = await runAlice([cap("ping"), cap("translate")]);
       const v3 = (await a.get("/.well-known/agent/capabilities")).json();
       // Queued in alice's outbox and delivered like any message: its record says so.
-      const updateId = `msg:capabilities-${createHash("sha256").update(`${v3.updated}\nbob-agent`).digest("hex").slice(0, 32)}`;
+      const updateId = capabilityUpdateId(v3, "bob-agent");
       await waitFor(
         "the update delivered",
         async () =>

@@ -209,7 +209,7 @@ describe("ifp-runtime command line", () => {
     }
   });
 
-  it("exits 2 for an unknown --nats-layout, and 1 for the isolated layout without a credential or with A2A", () => {
+  it("exits 2 for an unknown --nats-layout, and 1 for the isolated layout without a credential", () => {
     const dir = tempDir();
     const self = identity("layout-agent");
     const args = (manifest: string, ...more: string[]) => [
@@ -224,19 +224,6 @@ describe("ifp-runtime command line", () => {
     const noCreds = spawnSync(process.execPath, args(plain, "--nats-layout", "isolated"), { encoding: "utf8" });
     expect(noCreds.status).toBe(1);
     expect(noCreds.stdout + noCreds.stderr).toMatch(/the isolated NATS layout needs --nats-creds/);
-
-    // A credential of some account: what the layout cannot serve is refused before NATS is reached.
-    const creds = join(dir, "nats.creds");
-    const claims = Buffer.from(JSON.stringify({ nats: { issuer_account: `A${"B".repeat(55)}` } })).toString(
-      "base64url",
-    );
-    writeFileSync(creds, `-----BEGIN NATS USER JWT-----\ne30.${claims}.sig\n------END NATS USER JWT------\n`);
-    const a2a = writeAgentManifest(dir, { agentId: self.agentId, a2a: { enabled: true } }, "a2a");
-    const refused = spawnSync(process.execPath, args(a2a, "--nats-layout", "isolated", "--nats-creds", creds), {
-      encoding: "utf8",
-    });
-    expect(refused.status).toBe(1);
-    expect(refused.stdout + refused.stderr).toMatch(/spec\.a2a .* is not available on the isolated NATS layout/);
   });
 
   it("exits 2 with usage for a missing flag, and 1 with a clear message for an invalid manifest", () => {

@@ -1,5 +1,6 @@
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { createServer as createHttpsServer } from "node:https";
 import { type AddressInfo, createServer } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -49,6 +50,47 @@ describe("the ifp command", () => {
     expect(r.stderr).toMatch(/discovering/);
     const json = JSON.parse((await ifp("discover", url, "--ca-file", tls.files.ca, "--json")).stdout);
     expect(json.capabilities.agent_id).toBe("alice-agent");
+  });
+
+  it("discover prints a hostile peer's documents without escape sequences or control characters, each value on its line", async () => {
+    // What a peer may write into its documents: an OSC 52 clipboard write, cursor moves that hide
+    // a line, a C1 CSI, a bidi override, and a line break that would fake a line of its own.
+    const evil = "x\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2K\x1b[1A\x9b31m\u202e\nkey       forged ed25519 active AAAA";
+    const docs: Record<string, unknown> = {
+      "/.well-known/agent/identity": {
+        ifp: 5,
+        agent_id: "mallory-agent",
+        display: evil,
+        keys: [{ key_id: "key-1", type: "ed25519", public_key: "AAAA", status: "active" }],
+        endpoints: { inbox: `https://localhost/${evil}` },
+      },
+      "/.well-known/agent/capabilities": {
+        ifp: 7,
+        agent_id: "mallory-agent",
+        capabilities: [{ name: "ping", description: evil }],
+      },
+    };
+    const server = createHttpsServer({ cert: tls.cert, key: tls.key }, (req, res) => {
+      const doc = docs[req.url ?? ""];
+      res.writeHead(doc ? 200 : 404, { "content-type": "application/json" }).end(JSON.stringify(doc ?? {}));
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    try {
+      const url = `https://localhost:${(server.address() as AddressInfo).port}`;
+      const r = await ifp("discover", url, "--ca-file", tls.files.ca);
+      expect(r.status, r.stderr).toBe(0);
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what must be gone
+      expect(r.stdout).not.toMatch(/[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]/);
+      expect(r.stdout.split("\n").filter((l) => l.startsWith("key "))).toEqual(["key       key-1 ed25519 active AAAA"]);
+      expect(r.stdout).toContain("agent     mallory-agent (x key       forged ed25519 active AAAA)");
+      // The JSON keeps the data, its control characters written as escapes.
+      const json = await ifp("discover", url, "--ca-file", tls.files.ca, "--json");
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what must be gone
+      expect(json.stdout).not.toMatch(/[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]/);
+      expect(JSON.parse(json.stdout).identity.display).toBe(evil);
+    } finally {
+      await new Promise((r) => server.close(r));
+    }
   });
 
   it("discover fails clearly without trust, on plain http, and on garbage", async () => {

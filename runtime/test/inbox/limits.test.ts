@@ -223,4 +223,26 @@ describe("inputs that cannot be canonicalized are refused with 400", () => {
     );
     expect(await post(url, Buffer.from(text), headers)).toMatchObject({ status: 400 });
   });
+
+  it("deep nesting in any other body the relay takes: 400 naming the depth, never a 5xx", async () => {
+    const deep = `${"[".repeat(20_000)}${"]".repeat(20_000)}`;
+    for (const [path, text] of [
+      ["/relay/publish/batch", `{"messages": [${deep}]}`],
+      ["/relay/subscribe", `{"topics": ["t"], "webhook": ${deep}}`],
+      ["/relay/messages/ack", `{"ids": ${deep}}`],
+    ] as const) {
+      const url = `${baseUrl(relay)}${path}`;
+      const headers = await signRequest(
+        { method: "POST", url, body: text, headers: { "content-type": "application/json" } },
+        alice.signing,
+      );
+      const res = await post(url, Buffer.from(text), headers);
+      expect(res, path).toMatchObject({ status: 400 });
+      expect(JSON.parse((res as { text: string }).text), path).toEqual({
+        status: "error",
+        code: "invalid_format",
+        message: expect.stringMatching(/nested deeper than 100 levels/),
+      });
+    }
+  });
 });

@@ -35,8 +35,8 @@ describe("bench:scale at five agents", () => {
     expect(own.streams).toBe(5 * 6 + 2);
     // Shared: IFP_INBOX, IFP_OUTBOX, three shared buckets, ifp_agents, the relay's two.
     expect(shared.streams).toBe(2 + 3 + 1 + 2);
-    // Isolated: each of the two tenants' data accounts, IFP_INBOX, IFP_OUTBOX and four buckets; no relay.
-    expect(isolated.streams).toBe(2 * (2 + 4));
+    // Isolated: each of the two tenants' data accounts, IFP_INBOX, IFP_OUTBOX and five buckets (A2A tasks among them); no relay.
+    expect(isolated.streams).toBe(2 * (2 + 5));
     expect(isolated.tenants).toBe(2);
     for (const x of r.runs) {
       // The handler's and the sender's of each agent, and the relay's subscriptions watch.
@@ -67,24 +67,24 @@ describe("bench:scale at five agents", () => {
     const [x] = r.runs;
     expect(x).toMatchObject({ layout: "isolated", cluster: "three", made: 5, failed: 0, errors: {}, tenants: 2 });
     expect(x!.boundedBy).toBeUndefined();
-    // Two tenants' six streams each; each agent's two consumers, each on one server.
-    expect(x!.streams).toBe(12);
+    // Two tenants' seven streams each; each agent's two consumers, each on one server.
+    expect(x!.streams).toBe(14);
     expect(x!.consumers).toBe(10);
     expect(x!.servers).toHaveLength(3);
     for (const s of x!.servers) {
       // Every server holds a replica of every tenant stream, and runs their Raft groups and the meta group: no consumer's.
-      expect(s.streams).toBe(12);
-      expect(s.raftGroups).toBe(12 + 1);
-      expect(s.haAssets).toBe(12 + 1);
+      expect(s.streams).toBe(14);
+      expect(s.raftGroups).toBe(14 + 1);
+      expect(s.haAssets).toBe(14 + 1);
     }
     expect(x!.servers.reduce((n, s) => n + s.consumers, 0)).toBe(10);
     expect(x!.publish).toMatchObject({ n: 10, errors: 0 });
     expect(x!.restartOne).toMatchObject({ server: "n2", timedOut: false });
-    expect(x!.restartOne!.after.streams).toBe(12);
+    expect(x!.restartOne!.after.streams).toBe(14);
     expect(x!.restart?.timedOut).toBe(false);
     // The bench's own client is back once a server is: after the servers stopped, within the restart.
     expect(x!.restart!.clientReconnectS).toBeGreaterThan(0);
     expect(x!.restart!.clientReconnectS).toBeLessThanOrEqual(x!.restart!.loadedS);
-    expect(x!.restart!.afterRestart.map((s) => s.raftGroups)).toEqual([13, 13, 13]);
+    expect(x!.restart!.afterRestart.map((s) => s.raftGroups)).toEqual([15, 15, 15]);
   }, 90_000);
 });

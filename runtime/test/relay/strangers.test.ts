@@ -374,6 +374,34 @@ describe("relay: senders it does not serve (spec.publishers)", () => {
     });
   });
 
+  it("keeps the stream's bytes for the agents it serves too: 40 fresh keys' 4 KiB messages fill only half of a 96 KiB stream", async () => {
+    const relay = await relayWith({
+      retention: { maxBytes: 96 * 1024 },
+      limits: { maxMessageBytes: 8 * 1024 },
+      publishers: { limits: { streamShare: 50 } },
+    });
+    const text = "x".repeat(4 * 1024);
+    const codes: number[] = [];
+    for (let i = 0; i < 40; i++) {
+      const s = didSender();
+      const res = await clientOf(env, relay, s).publish(signed(s, "bob-agent", {}, text));
+      codes.push(res.status);
+      if (res.status !== 202) {
+        expect(res.status, res.text).toBe(429);
+        expect(body(res.text)).toMatchObject({ code: "rate_limited", message: expect.stringMatching(/streamShare/) });
+      }
+    }
+    // About 4.6 KiB a copy as JetStream counts it: at most 48 KiB of them, never the whole stream.
+    const stored = codes.filter((c) => c === 202).length;
+    expect(stored).toBeGreaterThanOrEqual(8);
+    expect(stored).toBeLessThanOrEqual(10);
+    // The served agents have the other half: nine of alice's publishes of the same size are all taken.
+    for (let i = 0; i < 9; i++) {
+      const res = await clientOf(env, relay, alice).publish(signed(alice, "bob-agent", {}, text));
+      expect(res.status, res.text).toBe(202);
+    }
+  });
+
   it("holds fresh keys from one client network to one budget (perNetworkPerMinute), and all strangers to another (totalPerMinute)", async () => {
     const relay = await relayWith({
       publishers: { limits: { perSenderPerMinute: 5, perSenderStored: 5, perNetworkPerMinute: 8 } },

@@ -1,6 +1,7 @@
 // What the A2A tests share: the ifp-runtime command started as a user runs it (its own process,
 // real TLS and NATS), and the official A2A JS SDK's clients trusting the test CA.
 import { randomUUID } from "node:crypto";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   ClientFactory,
@@ -20,7 +21,7 @@ const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
 /**
  * `ifp-runtime agent` with the manifest `dir`/agent.yaml and the signing key `keyFile`, on the
  * given ports of loopback (metrics on a free one: test files run side by side), once its /readyz
- * answers 200. `args` are added (e.g. `--a2a-token-file`).
+ * answers 200. `args` are added (e.g. `--a2a-grpc-port`).
  */
 export async function spawnRuntime(opts: {
   name: string;
@@ -31,9 +32,13 @@ export async function spawnRuntime(opts: {
   port: number;
   localApiPort: number;
   args?: string[];
+  /** Bearer tokens A2A clients may present: written to `dir`/a2a-tokens, passed as --a2a-token-file. */
+  tokens?: string[];
   logLevel?: string;
 }): Promise<ManagedProcess> {
   const { tls } = opts;
+  const tokenFile = join(opts.dir, "a2a-tokens");
+  if (opts.tokens) writeFileSync(tokenFile, opts.tokens.map((t) => `${t}\n`).join(""));
   const runtime = spawnProcess(
     opts.name,
     process.execPath,
@@ -41,6 +46,7 @@ export async function spawnRuntime(opts: {
       BIN,
       "agent",
       ...["--manifest", join(opts.dir, "agent.yaml"), "--signing-key", opts.keyFile],
+      ...(opts.tokens ? ["--a2a-token-file", tokenFile] : []),
       ...(opts.args ?? []),
       ...["--port", String(opts.port), "--local-api-port", String(opts.localApiPort), "--host", "127.0.0.1"],
       ...["--metrics-port", String(await freePort())],

@@ -2,7 +2,10 @@
 // anything is made for it when its spec asks for what the layout does not serve yet (the list in
 // runtime/src/contract/shared-layout.ts, the one place this is decided), and its consumers made in
 // its tenant's data account once its credential and account are in place.
-import { ISOLATED_LAYOUT_UNSUPPORTED } from "../../../../runtime/src/contract/shared-layout.ts";
+import {
+  ISOLATED_LAYOUT_UNSUPPORTED,
+  type UnsupportedFeature,
+} from "../../../../runtime/src/contract/shared-layout.ts";
 import { parseDuration } from "../../../../runtime/src/resources/common.ts";
 import type { AgentResource } from "../agent/desired.ts";
 import { TenantStorageError } from "../../nats-data-accounts.ts";
@@ -11,16 +14,21 @@ import type { RuntimePass } from "./pass.ts";
 
 type AgentPass = RuntimePass<AgentResource>;
 
-/** What of the Agent's spec the isolated layout does not serve yet; empty elsewhere. */
-export function notOnNatsLayout(layout: string | undefined, spec: AgentResource["spec"]): string[] {
+/** What of the Agent's spec the isolated layout does not serve yet (of `unsupported`); empty elsewhere. */
+export function notOnNatsLayout(
+  layout: string | undefined,
+  spec: AgentResource["spec"],
+  unsupported: readonly UnsupportedFeature[] = ISOLATED_LAYOUT_UNSUPPORTED,
+): string[] {
   if (layout !== "isolated") return [];
-  return ISOLATED_LAYOUT_UNSUPPORTED.filter((u) => u.uses(spec)).map((u) => u.field);
+  return unsupported.filter((u) => u.uses(spec)).map((u) => u.field);
 }
 
-export const natsLayoutGate: Part<AgentPass> = {
+/** The gate of `unsupported` (the contract's list; a test gives one of its own while the contract's is empty). */
+export const natsLayoutGateOf = (unsupported: readonly UnsupportedFeature[]): Part<AgentPass> => ({
   name: "nats-layout",
   async ensure(ctx, { resource }) {
-    const fields = notOnNatsLayout(ctx.settings.natsLayout, resource.spec);
+    const fields = notOnNatsLayout(ctx.settings.natsLayout, resource.spec, unsupported);
     if (!fields.length) return {};
     return {
       blocked: {
@@ -31,7 +39,9 @@ export const natsLayoutGate: Part<AgentPass> = {
       ends: true,
     };
   },
-};
+});
+
+export const natsLayoutGate: Part<AgentPass> = natsLayoutGateOf(ISOLATED_LAYOUT_UNSUPPORTED);
 
 /** The Agent's consumers in its tenant's data account; a tenant refused its JetStream holds the workload. */
 export const sharedConsumersPart: Part<AgentPass> = {

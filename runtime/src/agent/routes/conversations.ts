@@ -1,3 +1,4 @@
+// The local API's GET /conversations/{id}: the runtime's records of a conversation, one per peer.
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { notFound } from "../../protocol/errors.ts";
 import { Conversation, ConversationParam, ErrorAnswer } from "../../protocol/local-api.ts";

@@ -1,11 +1,13 @@
+// The agent's published documents on its HTTPS server: GET …/capabilities and …/identity under
+// /.well-known/agent and /.well-known/iface, with ETags for conditional requests.
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { etagMatches } from "../../protocol/documents.ts";
 import { WELL_KNOWN, WELL_KNOWN_IFP, type Documents } from "../documents.ts";
 
 const DOC_CACHE = "public, max-age=300, must-revalidate";
 /**
- * An identity document built from the request's Host (no spec.baseUrl): a shared cache must not
- * keep it, or a request with a forged Host would poison what everyone else is served.
+ * An identity document built from the request's Host (no spec.baseUrl; the Host only when it is
+ * one of the agent's own names, net/own-base.ts): a shared cache keeps it by Host or not at all.
  */
 const HOST_DOC_CACHE = "private, max-age=300, must-revalidate";
 
@@ -25,7 +27,7 @@ export const documentRoutes: FastifyPluginAsync<{ documents: Documents }> = asyn
   for (const base of [WELL_KNOWN, WELL_KNOWN_IFP]) {
     app.get(`${base}/capabilities`, (req, reply) => serve(req, reply, documents.capabilityDocument));
     app.get(`${base}/identity`, (req, reply) =>
-      serve(req, reply, documents.identity(`https://${req.host}`), documents.identityFromHost),
+      serve(req, reply, documents.identity(req.host), documents.identityFromHost),
     );
   }
 };

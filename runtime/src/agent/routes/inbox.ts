@@ -1,3 +1,5 @@
+// The agent's inbox, POST /.well-known/agent/inbox (spec 4.1): the checks of an inbound request,
+// cheapest first, its per-address and per-sender limits, and the metrics and span of each answer.
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";

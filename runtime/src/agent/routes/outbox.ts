@@ -1,3 +1,5 @@
+// The local API's outbound routes: POST /outbox (compose, encrypt, sign, queue), each message's
+// delivery record, the circuits not closed, and the dead letters and their redrive.
 import type { IncomingHttpHeaders } from "node:http";
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { notFound, ProtocolError } from "../../protocol/errors.ts";

@@ -1,3 +1,5 @@
+// The local API's GET /peers/{agent}/capabilities: what the runtime knows of a peer's
+// capabilities (peer-capabilities.ts), refreshed on request.
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { notFound } from "../../protocol/errors.ts";
 import { ErrorAnswer, PeerCapabilitiesView, PeerParam, PeerQuery } from "../../protocol/local-api.ts";

@@ -1,3 +1,4 @@
+// The relay's GET and DELETE /relay/dead-letters: the caller's copies whose push was given up.
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { notFound } from "../../protocol/errors.ts";
 import { DeadLetterList, MessageIdPath, PageQuery } from "../../protocol/relay-api.ts";

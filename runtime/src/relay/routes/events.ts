@@ -1,3 +1,5 @@
+// The relay's GET /relay/events (Server-Sent Events) and its WebSocket at /relay/ws (events.ts);
+// open streams end when the relay closes.
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { attachWebSocket, serveEvents, type StreamDeps } from "../events.ts";
 

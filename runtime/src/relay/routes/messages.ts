@@ -1,3 +1,5 @@
+// The relay's /relay/messages: the caller's waiting copies paged through, and acknowledged one
+// by one or in a batch.
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { notFound } from "../../protocol/errors.ts";
 import { AckRequest, AckResponse, MessageIdPath, MessageList, PageQuery } from "../../protocol/relay-api.ts";

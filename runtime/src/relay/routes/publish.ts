@@ -1,3 +1,5 @@
+// The relay's POST /relay/publish and /relay/publish/batch, with `?recipient=` narrowing a
+// publish to some of its direct recipients.
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { z } from "zod";
 import {

@@ -1,3 +1,5 @@
+// The relay's /relay/subscribe: the caller's topic subscriptions and webhook, changed by POST
+// and shown by GET.
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { badRequest, invalidSignature } from "../../protocol/errors.ts";
 import { pushUrlRefusal, type TargetPolicy } from "../../net/targets.ts";

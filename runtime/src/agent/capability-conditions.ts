@@ -1,3 +1,5 @@
+// Pure: the capability conditions (spec 2.2, rule 7.2.2) a message's requested capabilities do
+// not meet — authentication level, disclosure tier, temperature — and their description.
 import type { Message } from "../protocol/message.ts";
 import type { AgentSpec } from "../resources/agent.ts";
 

@@ -1,0 +1,53 @@
+// Batched: items written one write after another, each write taking every item added while the
+// one before it was under way (used by agent/inbox-bytes.ts and agent/inbox-look-back.ts).
+/**
+ * Writes of items one after another, each taking every item added while the one before it was
+ * under way: one write for a burst instead of one per item. A write that fails puts its items back
+ * for the next; add() resolves (or rejects) with the write that took its item.
+ */
+export class Batched<T> {
+  private readonly write: (items: T[]) => Promise<void>;
+  /** Added and not taken by a write yet; taken by the write under way. */
+  private waiting: T[] = [];
+  private taken: T[] = [];
+  private queued: Promise<void> | undefined;
+  private last: Promise<void> = Promise.resolve();
+
+  constructor(write: (items: T[]) => Promise<void>) {
+    this.write = write;
+  }
+
+  /** What is not written yet: added, and taken by the write under way. */
+  get unwritten(): readonly T[] {
+    return [...this.taken, ...this.waiting];
+  }
+
+  add(item: T): Promise<void> {
+    this.waiting.push(item);
+    if (!this.queued) {
+      const next = this.last
+        .catch(() => {})
+        .then(async () => {
+          this.queued = undefined;
+          this.taken = this.waiting;
+          this.waiting = [];
+          try {
+            await this.write(this.taken);
+          } catch (err) {
+            this.waiting = [...this.taken, ...this.waiting];
+            throw err;
+          } finally {
+            this.taken = [];
+          }
+        });
+      this.queued = next;
+      this.last = next;
+    }
+    return this.queued;
+  }
+
+  /** Resolves once every write started has ended. */
+  async settled(): Promise<void> {
+    await this.last.catch(() => {});
+  }
+}
