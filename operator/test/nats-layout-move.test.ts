@@ -186,13 +186,15 @@ let first: { m: ReturnType<typeof signed> } | undefined;
 
 describe("moving an install from the per-agent NATS layout to the isolated one", () => {
   it("has messages handed on, waiting in bob's inbox and waiting in his outbox on the per-agent layout", async () => {
-    cp().kubectl(
-      ["apply", "-f", "-"],
-      `apiVersion: ifp.dev/v1alpha1
-kind: Agent
-metadata: {name: bob, namespace: ${NS}}
-spec:
-  agentId: bob-agent
+    const apply = (kind: string, name: string, spec: string) =>
+      cp().kubectl(
+        ["apply", "-f", "-"],
+        `apiVersion: ifp.dev/v1alpha1\nkind: ${kind}\nmetadata: {name: ${name}, namespace: ${NS}}\nspec:\n${spec}`,
+      );
+    apply(
+      "Agent",
+      "bob",
+      `  agentId: bob-agent
   capabilities:
     - {name: chat.message, description: Messages}
   tls: {dnsNames: [localhost]}
@@ -203,13 +205,10 @@ spec:
 `,
     );
     // A Relay of the namespace, with a copy waiting in bob's mailbox there.
-    cp().kubectl(
-      ["apply", "-f", "-"],
-      `apiVersion: ifp.dev/v1alpha1
-kind: Relay
-metadata: {name: hub, namespace: ${NS}}
-spec:
-  url: https://localhost
+    apply(
+      "Relay",
+      "hub",
+      `  url: https://localhost
   retention: {maxAge: 72h}
 `,
     );
