@@ -250,6 +250,14 @@ describe("the operator's controllers follow docs/architecture.md", () => {
     expect(operator.some((e) => isController(e.from) && isPart(e.to))).toBe(true);
   });
 
+  it("operator/src imports nothing of the runtime's modes, faces, clients or commands", () => {
+    expect(operator.some((e) => e.to.startsWith("runtime/src/contract/"))).toBe(true);
+    const wrong = operator.filter(
+      (e) => !e.from.endsWith(".test.ts") && /^runtime\/src\/(agent|relay|a2a|check|client|cli)\//.test(e.to),
+    );
+    expect(wrong.map(show)).toEqual([]);
+  });
+
   it("every product file opens with a comment saying what it holds", () => {
     const files = [...tsFiles(join(ROOT, "runtime/src")), ...tsFiles(join(ROOT, "operator/src"))]
       .filter((f) => !f.endsWith(".test.ts"))

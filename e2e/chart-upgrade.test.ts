@@ -2,12 +2,16 @@
 // A real API server on which the chart owns the CRDs; `helm upgrade` to a newer chart (a new
 // version, a CRD schema that changed), `helm rollback`, the CRDs turned off and on again, and
 // `helm uninstall`: the stored objects stay as they were, and the CRDs with them. And
-// `helm uninstall` with the operator running: no finalizer of its stays to block a deletion.
+// `helm uninstall` with the operator running: no finalizer of its stays to block a deletion. And
+// the operator's NATS layout: isolated after `helm upgrade --set runtime.natsLayout=isolated`,
+// per-agent again after `helm rollback`.
 import { spawn, spawnSync } from "node:child_process";
 import { cpSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse, stringify } from "yaml";
+import { parseFlags } from "../operator/src/main.ts";
+import { DEFAULT_TENANT_LIMITS } from "../operator/src/nats-data-accounts.ts";
 import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { Kubelet } from "./support/kubelet.ts";
@@ -348,6 +352,22 @@ spec:
     ]);
     for (const { ns, release } of [byName, long, { ns: fresh, release: "ifp" }])
       helm("uninstall", release, "-n", ns, "--no-hooks");
+  });
+
+  it("renders the operator with --nats-layout isolated on `helm upgrade --set runtime.natsLayout=isolated`, and per-agent again on `helm rollback`", () => {
+    const ns = "layout-switch";
+    const VALUES = [...BASE, "--set", "crds.enabled=false"];
+    // The layout as the operator reads it from the flags of the Deployment the release holds.
+    const options = () =>
+      parseFlags(cp.json(["-n", ns, "get", "deployment", "ifp-ifp-operator"]).spec.template.spec.containers[0].args, {})
+        .options;
+    helm("install", "ifp", CHART, "-n", ns, "--create-namespace", ...VALUES);
+    expect(options().natsLayout).toBeUndefined();
+    helm("upgrade", "ifp", CHART, "-n", ns, ...VALUES, "--set", "runtime.natsLayout=isolated");
+    expect(options()).toMatchObject({ natsLayout: "isolated", natsTenantLimits: DEFAULT_TENANT_LIMITS });
+    helm("rollback", "ifp", "1", "-n", ns);
+    expect(options().natsLayout).toBeUndefined();
+    helm("uninstall", "ifp", "-n", ns, "--no-hooks");
   });
 });
 

@@ -515,6 +515,10 @@ const CHECKS: Record<string, Check> = {
   "helm install --wait": { by: "e2e/node.test.ts", holds: ['"--wait", "--timeout", "6m"'] },
   "helm rollback": { by: "e2e/chart-upgrade.test.ts", holds: ['helm("rollback", "ifp", "1"'] },
   "helm upgrade --set crds.enabled=true": { by: "e2e/chart-upgrade.test.ts", holds: ['"--set", "crds.enabled=true"'] },
+  "helm upgrade --set runtime.natsLayout=isolated": {
+    by: "e2e/chart-upgrade.test.ts",
+    holds: ['"--set", "runtime.natsLayout=isolated"'],
+  },
   "npx vitest run examples/app/app.test.ts": { by: "vitest.config.ts", holds: ['"examples/**/*.test.ts"'] },
   "npx ifp discover https://localhost:8443 --ca-file …/ca.crt": {
     by: "runtime/test/cli/ifp.test.ts",

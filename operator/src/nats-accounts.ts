@@ -175,6 +175,27 @@ export class NatsAccounts {
     return account;
   }
 
+  /**
+   * The per-agent account of the resource `uid` pushed again as it is, but with every user
+   * issued until now revoked: the server disconnects its clients (the operator's own too) and
+   * none of their credentials connects again. Resolves once a credential issued now is a later one.
+   */
+  async fence(uid: string, name: string, resource: AccountResource): Promise<void> {
+    const account = this.opts.issuer.accountOf(uid);
+    const clustered = await this.use(SYSTEM, async ({ nc }) => !!nc.info?.cluster);
+    const until = Math.floor(Date.now() / 1000);
+    const limits = accountLimitsOf(resource, this.opts.limits, clustered);
+    await this.pushJwt(
+      await this.opts.issuer.runtimeAccountJwt(account, name, limits, until),
+      `fencing the NATS account of ${name}`,
+    );
+    this.pushed.delete(account);
+    this.creds.delete(account);
+    this.drop(account);
+    // A user JWT's issue time is in seconds, and one issued in the second of the revocation is revoked.
+    while (Math.floor(Date.now() / 1000) <= until) await new Promise((r) => setTimeout(r, 50));
+  }
+
   /** Push an account JWT to the full resolver; `what` names it in the error when the server refuses it. */
   pushJwt(jwt: string, what: string): Promise<void> {
     return this.claims("$SYS.REQ.CLAIMS.UPDATE", jwt, what);
@@ -222,6 +243,53 @@ export class NatsAccounts {
         });
       return m.data.length > 0;
     });
+  }
+
+  /** The account's JWT as the resolver holds it (CLAIMS.LOOKUP), or undefined when it holds none. */
+  async claimsOf(account: string): Promise<string | undefined> {
+    if (!ACCOUNT_KEY.test(account)) throw new Error(`not a NATS account key: ${account}`);
+    return this.use(SYSTEM, async ({ nc }) => {
+      const m = await nc.request(`$SYS.REQ.ACCOUNT.${account}.CLAIMS.LOOKUP`, "", { timeout: this.opts.timeoutMs });
+      return m.data.length ? m.string() : undefined;
+    });
+  }
+
+  /** The clients connected to `account` on every server that answers (CONNZ), less the operator's own. */
+  async clientsOf(account: string): Promise<number> {
+    if (!ACCOUNT_KEY.test(account)) throw new Error(`not a NATS account key: ${account}`);
+    return this.use(SYSTEM, async ({ nc }) => {
+      let n = 0;
+      const replies = await nc.requestMany(`$SYS.REQ.ACCOUNT.${account}.CONNZ`, "", {
+        strategy: "timer",
+        maxWait: Math.min(this.opts.timeoutMs, 1_500),
+      });
+      for await (const m of replies) {
+        const r = m.json<{ data?: { connections?: { name?: string }[] }; error?: { description?: string } }>();
+        if (r.error) throw new Error(`asking for the clients of the NATS account ${account}: ${r.error.description}`);
+        n += (r.data?.connections ?? []).filter((c) => c.name !== "ifp-operator").length;
+      }
+      return n;
+    });
+  }
+
+  /**
+   * `fn` on a connection of its own to `account` as an operator's user with `permissions`
+   * (outside the pool, closed after): what a one-off job that needs more than the pooled user
+   * does there (moving an Agent's data between layouts, nats-layout-move.ts).
+   */
+  async asUser<T>(
+    account: string,
+    permissions: NatsPermissions,
+    fn: (nc: NatsConnection, jsm: JetStreamManager) => Promise<T>,
+  ): Promise<T> {
+    if (!ACCOUNT_KEY.test(account)) throw new Error(`not a NATS account key: ${account}`);
+    const creds = await this.opts.issuer.issue("ifp-operator", permissions, Date.now(), 3600_000, account);
+    const nc = await this.connectWith(new TextEncoder().encode(creds), true);
+    try {
+      return await fn(nc, await jetstreamManager(nc, { timeout: this.opts.timeoutMs, checkAPI: false }));
+    } finally {
+      await nc.close().catch(() => {});
+    }
   }
 
   /**
@@ -330,18 +398,7 @@ export class NatsAccounts {
   }
 
   private async open(key: string): Promise<{ nc: NatsConnection; jsm: JetStreamManager }> {
-    const creds = await this.credsFor(key);
-    const tls = this.opts.tls;
-    const nc = await connect({
-      servers: this.opts.url.split(",").map((s) => s.trim()),
-      name: "ifp-operator",
-      authenticator: credsAuthenticator(creds),
-      ...(key === SYSTEM ? {} : { inboxPrefix: OPERATOR_INBOX_PREFIX }),
-      ...(tls ? { tls: "caFile" in tls ? { caFile: tls.caFile } : { ca: tls.ca() } } : {}),
-      reconnect: false,
-      timeout: this.opts.timeoutMs,
-      noAsyncTraces: true,
-    });
+    const nc = await this.connectWith(await this.credsFor(key), key !== SYSTEM);
     this.opened++;
     const entry = this.pool.get(key);
     // A connection the server closes (its credential expired, the account deleted) leaves the pool.
@@ -353,6 +410,20 @@ export class NatsAccounts {
       await nc.close().catch(() => {});
       throw err;
     }
+  }
+
+  private connectWith(creds: Uint8Array, inAccount: boolean): Promise<NatsConnection> {
+    const tls = this.opts.tls;
+    return connect({
+      servers: this.opts.url.split(",").map((s) => s.trim()),
+      name: "ifp-operator",
+      authenticator: credsAuthenticator(creds),
+      ...(inAccount ? { inboxPrefix: OPERATOR_INBOX_PREFIX } : {}),
+      ...(tls ? { tls: "caFile" in tls ? { caFile: tls.caFile } : { ca: tls.ca() } } : {}),
+      reconnect: false,
+      timeout: this.opts.timeoutMs,
+      noAsyncTraces: true,
+    });
   }
 
   private forget(key: string, entry: Entry): void {

@@ -202,14 +202,23 @@ export class CredentialIssuer {
   /**
    * The JWT of a runtime's account: signed by the operator key, JetStream enabled within `limits`
    * (store, memory, streams, consumers, connections, subscriptions), the install's signing key
-   * listed, no exports or imports.
+   * listed, no exports or imports. `revokedUntil` (seconds): every user JWT issued until then revoked.
    */
-  async runtimeAccountJwt(account: string, name: string, limits: RuntimeAccountLimits): Promise<string> {
+  async runtimeAccountJwt(
+    account: string,
+    name: string,
+    limits: RuntimeAccountLimits,
+    revokedUntil?: number,
+  ): Promise<string> {
     const keys = this.need();
     return encodeAccount(
       name,
       account,
-      { limits: { ...UNLIMITED, ...limits }, signing_keys: [this.signing.getPublicKey()] } as Partial<Account>,
+      {
+        limits: { ...UNLIMITED, ...limits },
+        signing_keys: [this.signing.getPublicKey()],
+        ...(revokedUntil !== undefined ? { revocations: { "*": revokedUntil } } : {}),
+      } as Partial<Account>,
       { signer: keys.operator },
     );
   }

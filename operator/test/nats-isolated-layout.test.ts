@@ -19,7 +19,7 @@ import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/trans
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { onLoopback, runDeploymentLocally, type LocalRuntime } from "../../e2e/support/materialize.ts";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import type { NatsServer } from "../../e2e/support/nats.ts";
 import { freePort } from "../../e2e/support/ports.ts";
 import { releaseDir, tempDir } from "../../e2e/support/process.ts";
 import { agentInboxPrefix } from "../../runtime/src/contract/nats-permissions.ts";
@@ -32,17 +32,13 @@ import {
 } from "../../runtime/src/contract/shared-layout.ts";
 import { startHandler } from "../../runtime/test/support/agent-harness.ts";
 import { identity, peerOf, signed } from "../../runtime/test/support/fixtures.ts";
-import {
-  CredentialIssuer,
-  credsClaims,
-  generateKeys,
-  KEY_FIELDS,
-  serverConfig,
-} from "../src/nats-credential-issuer.ts";
+import { CredentialIssuer, credsClaims, generateKeys } from "../src/nats-credential-issuer.ts";
 import { dataAccountOf } from "../src/nats-shared-accounts.ts";
 import {
+  accountSecretOf,
   kubectlOrError,
   natsAccountOperator,
+  operatorModeNats,
   perTest,
   runtimeConnection,
   until as waitUntil,
@@ -75,17 +71,10 @@ let handler: Awaited<ReturnType<typeof startHandler>>;
 
 const operator = natsAccountOperator({
   namespace: NS1,
-  keys: () => ({
-    accountKey: issuer.accountKey,
-    fields: Object.fromEntries(Object.entries(KEY_FIELDS).map(([k, f]) => [f, keys[k as keyof typeof keys]])),
-  }),
+  keys: accountSecretOf(keys, issuer),
   alongside: {
     async start() {
-      nats = await startNats({
-        storeDir: join(dir, "store"),
-        config: `${await serverConfig(keys, { resolverDir: join(dir, "jwt") })}\njetstream { max_file_store: ${STORE_MIB}MB }\n`,
-        connect: { authenticator: credsAuthenticator(await issuer.systemCreds()) },
-      });
+      nats = await operatorModeNats(keys, issuer, dir, `\njetstream { max_file_store: ${STORE_MIB}MB }\n`);
     },
     stop: async () => nats?.close(),
   },

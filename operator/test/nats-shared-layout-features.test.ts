@@ -5,7 +5,7 @@
 // (`?since=`, the runtime's record of what it stored) and a changed capability document reaches
 // the peers of recent conversations (an index of the latest record of each peer).
 import { capabilityUpdateId } from "../../runtime/src/agent/relays/relays.ts";
-import { createHash, randomUUID } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import { Kvm } from "@nats-io/kv";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { consistently, freePort, waitFor } from "../../e2e/support/ports.ts";

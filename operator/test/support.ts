@@ -1,5 +1,6 @@
 // What the operator's tests against real servers share: reads that call only NotFound absent,
 // waits that end before the test's own timeout, and the operator's log attached to a failure.
+import { join } from "node:path";
 import { JetStreamApiError, jetstreamManager, type StreamInfo } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { agentInboxPrefix } from "../../runtime/src/contract/nats-permissions.ts";
@@ -10,9 +11,10 @@ import { httpsRequest } from "../../e2e/support/https.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import { LOG_FORMAT } from "../../runtime/src/telemetry/log-format.ts";
 import type { OperatorSettings } from "../src/controllers/settings.ts";
-import type { CredentialIssuer } from "../src/nats-credential-issuer.ts";
 import { dataAccountOf } from "../src/nats-shared-accounts.ts";
 import { startManager, type ManagerOptions, type RunningManager } from "../src/manager.ts";
+import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import { type CredentialIssuer, KEY_FIELDS, type NatsKeys, serverConfig } from "../src/nats-credential-issuer.ts";
 
 /**
  * `kubectl get … -o json`, parsed; undefined only when the API server answers NotFound. Any
@@ -155,6 +157,26 @@ spec:
  * else holding them, as for a server started with them), for the tests of the describe block it
  * is called in: started before them, stopped after. The operator watches `namespace` only.
  */
+/** The account Secret natsAccountOperator makes for the install's NATS keys (its `keys`). */
+export const accountSecretOf = (keys: NatsKeys, issuer: CredentialIssuer) => () => ({
+  accountKey: issuer.accountKey,
+  fields: Object.fromEntries(Object.entries(KEY_FIELDS).map(([k, f]) => [f, keys[k as keyof NatsKeys]])),
+});
+
+/** A nats-server in operator mode with the install's keys, as serverConfig() configures it, its store and resolver under `dir`. */
+export async function operatorModeNats(
+  keys: NatsKeys,
+  issuer: CredentialIssuer,
+  dir: string,
+  moreConfig = "",
+): Promise<NatsServer> {
+  return startNats({
+    storeDir: join(dir, "store"),
+    config: `${await serverConfig(keys, { resolverDir: join(dir, "jwt") })}${moreConfig}`,
+    connect: { authenticator: credsAuthenticator(await issuer.systemCreds()) },
+  });
+}
+
 export function natsAccountOperator(opts: {
   namespace: string;
   ops?: string;
@@ -172,6 +194,8 @@ export function natsAccountOperator(opts: {
   get: (kind: string, name: string) => any;
   /** The credentials file of the runtime's `<name>-nats` Secret. */
   credsOf: (name: string) => string | undefined;
+  /** The operator stopped and started again with these manager options over the first (its flags changed, as by `helm upgrade`). */
+  restart: (manager: Partial<ManagerOptions>) => Promise<void>;
 } {
   const ops = opts.ops ?? "ifp-system";
   const log = capturedLog(400);
@@ -197,8 +221,11 @@ export function natsAccountOperator(opts: {
         `--from-literal=account.pub=${keys.accountKey}`,
         ...Object.entries(keys.fields).map(([f, v]) => `--from-literal=${f}=${v}`),
       ]);
-    manager = await startManager({
-      kubeconfig: cp.kubeconfig,
+    manager = await start(opts.manager);
+  }, 300_000);
+  const start = async (over: Partial<ManagerOptions> | undefined) => {
+    const m = await startManager({
+      kubeconfig: cp!.kubeconfig,
       settings: {
         runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:test",
         runtimeImagePullPolicy: "IfNotPresent",
@@ -210,10 +237,11 @@ export function natsAccountOperator(opts: {
       watchNamespaces: [opts.namespace],
       resyncMs: 1_000,
       log: log.log,
-      ...opts.manager,
+      ...over,
     });
-    await manager.started;
-  }, 300_000);
+    await m.started;
+    return m;
+  };
   afterAll(async () => {
     await manager?.stop();
     await Promise.all([cp?.stop(), opts.alongside?.stop()]);
@@ -222,6 +250,10 @@ export function natsAccountOperator(opts: {
     cp: () => cp!,
     log,
     get,
+    async restart(over) {
+      await manager?.stop();
+      manager = await start({ ...opts.manager, ...over });
+    },
     credsOf: (name) => {
       const s = get("secret", `${name}-nats`);
       return s ? Buffer.from(s.data["nats.creds"], "base64").toString("utf8") : undefined;

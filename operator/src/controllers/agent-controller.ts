@@ -24,6 +24,7 @@ import { exposurePart, exposurePrunePart } from "./parts/exposure.ts";
 import { legacyAccessPart } from "./parts/legacy-access.ts";
 import { natsCredentialPart } from "./parts/nats-credential.ts";
 import { natsLayoutGate, sharedConsumersPart } from "./parts/nats-layout.ts";
+import { natsLayoutMovePart } from "./parts/nats-layout-move.ts";
 import { networkPolicyPrunePart } from "./parts/network-policy.ts";
 import type { Found, RuntimePass } from "./parts/pass.ts";
 import { policyPart } from "./parts/policy.ts";
@@ -79,6 +80,8 @@ export const agentController: Controller<Agent, Found> = {
     handoffPart,
     tlsPart(tlsNames),
     trustPart(),
+    // Before its account is pushed for this install's layout: its data moved there first, or the Agent refused.
+    natsLayoutMovePart,
     natsCredentialPart(({ resource }, account, ctx) =>
       ctx.dataAccounts
         ? sharedAgentPermissions(agentInboxPrefix(resource.spec.agentId), account)

@@ -9,7 +9,7 @@
 import { createHash, randomUUID } from "node:crypto";
 import type { KV, KvWatchEntry } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
-import type { KeyIndex } from "../nats/layout.ts";
+import { TASK_INDEX } from "../contract/key-indexes.ts";
 import { A2aError, type Task } from "./wire.ts";
 
 export interface StoredTask {
@@ -49,29 +49,6 @@ export function taskOfHandoff(messageId: string): string | undefined {
   const m = /^a2a-([A-Za-z0-9-]{1,64})-[0-9a-f]{16}$/.exec(messageId);
   return m?.[1];
 }
-
-/**
- * The listings of the bucket's keys that a layout listing no keys keeps (the isolated one): a
- * caller's tasks (ListTasks), a task id's keys whoever made it (the local API), a task's push
- * configs, and every config (the push notifications' watch, from its current values).
- */
-export const TASK_INDEX: KeyIndex = {
-  of(key) {
-    const [kind, owner, id, more] = key.split(".");
-    if (kind === "t" && owner && id && more === undefined) return [`t.${owner}`, `task.${id}`];
-    if (kind === "p" && owner && id && more) return [`p.${owner}.${id}`, "p"];
-    return [];
-  },
-  for(filter) {
-    if (filter === "p.>") return "p";
-    const [kind, owner, id, more, ...rest] = filter.split(".");
-    if (rest.length || !owner || !id) return undefined;
-    if (kind === "t" && owner !== "*" && id === "*" && more === undefined) return `t.${owner}`;
-    if (kind === "t" && owner === "*" && id !== "*" && more === undefined) return `task.${id}`;
-    if (kind === "p" && owner !== "*" && id !== "*" && more === "*") return `p.${owner}.${id}`;
-    return undefined;
-  },
-};
 
 export class TaskStore {
   private readonly nats: Pick<Nats, "bucket" | "isConnected" | "nc">;

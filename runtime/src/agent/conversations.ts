@@ -3,7 +3,7 @@
 // sequence number used twice) and outbound messages and error-phase answers are recorded in.
 import type { KV, KvEntry } from "@nats-io/kv";
 import type { Nats } from "../nats/connection.ts";
-import type { KeyIndex } from "../nats/layout.ts";
+import { PEERS_OF_CONVERSATION } from "../contract/key-indexes.ts";
 import { encodeToken } from "../contract/nats.ts";
 import { insufficientAuthLevel, ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { Message } from "../protocol/message.ts";
@@ -43,25 +43,6 @@ export type { ConversationMessage, ConversationState };
  * Updates are compare-and-set.
  */
 /** The index of the latest record of each peer, where the layout lists no keys: what `c.>` lists there. */
-const LATEST_OF_EACH_PEER = "peers";
-/** A record key's peer and conversation tokens. */
-const recordKey = (key: string) => /^c\.([^.]+)\.([^.]+)$/.exec(key);
-
-/**
- * A conversation's records (`c.<peer>.<conversation>`), listed where the layout lists no keys
- * (nats/layout.ts): per conversation (`c.*.<conversation>`), and the latest record made of each
- * peer (`c.>`, one key per peer, most recent last), which recentPeers() reads.
- */
-const PEERS_OF_CONVERSATION: KeyIndex = {
-  of: (key) => {
-    const m = recordKey(key);
-    return m ? [`c.${m[2]}`, LATEST_OF_EACH_PEER] : [];
-  },
-  for: (filter) =>
-    filter === "c.>" ? LATEST_OF_EACH_PEER : /^c\.\*\.([^.*>]+)$/.exec(filter)?.[1]?.replace(/^/, "c."),
-  replaces: (name, key, listed) => name === LATEST_OF_EACH_PEER && recordKey(listed)?.[1] === recordKey(key)?.[1],
-};
-
 export class Conversations {
   private kv: KV | undefined;
   private readonly nats: Pick<Nats, "js" | "isConnected" | "whileConnected" | "bucket">;

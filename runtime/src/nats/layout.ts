@@ -15,6 +15,7 @@
 //
 // Every part of the runtime that touches one of these goes through this seam, so the layout is
 // chosen once (the agent's `--nats-layout`) and nowhere else.
+import type { KeyIndex } from "../contract/key-indexes.ts";
 import { readFileSync } from "node:fs";
 import {
   DeliverPolicy,
@@ -128,18 +129,6 @@ export interface InboxLookBack {
 /** The inbox's messages as they are stored, until it is closed. */
 export interface InboxFollower extends AsyncIterable<StoredInboxMessage> {
   close(): Promise<unknown>;
-}
-
-/**
- * The listings of a bucket's keys that a layout listing no keys keeps itself: `of` the indexes a
- * key is listed in (none: []), `for` the index that answers a `keys()` filter (undefined: that
- * filter is not served). `replaces`: whether listing `key` in index `name` takes the place of a
- * key listed there already (one key per peer, say: the latest); without it, only `key` itself.
- */
-export interface KeyIndex {
-  of(key: string): string[];
-  for(filter: string): string | undefined;
-  replaces?(name: string, key: string, listed: string): boolean;
 }
 
 /** The most keys one index lists: past it the oldest listed are forgotten (their records are kept). */
@@ -695,3 +684,5 @@ export function layoutOf(name: NatsLayoutName, credsFile: string | undefined): J
     throw new Error("the isolated NATS layout needs --nats-creds: the Agent's subjects carry its account");
   return isolatedLayout(accountOfCreds(credsFile));
 }
+
+export type { KeyIndex };

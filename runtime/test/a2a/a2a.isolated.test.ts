@@ -7,7 +7,7 @@ import { headers, type NatsConnection } from "@nats-io/transport-node";
 import pino from "pino";
 import { describe, expect, it } from "vitest";
 import { waitFor } from "../../../e2e/support/ports.ts";
-import { TASK_INDEX } from "../../src/a2a/tasks.ts";
+import { TASK_INDEX } from "../../src/contract/key-indexes.ts";
 import { agentInboxPrefix } from "../../src/contract/nats-permissions.ts";
 import { SHARED_BUCKETS, sharedKeyWatchSubject, WATCH_PREFIX } from "../../src/contract/shared-layout.ts";
 import { Nats } from "../../src/nats/connection.ts";

@@ -4,7 +4,7 @@
 import { randomUUID } from "node:crypto";
 import type { KV } from "@nats-io/kv";
 import type { Nats } from "../../nats/connection.ts";
-import type { KeyIndex } from "../../nats/layout.ts";
+import { DEAD_LETTER_INDEX } from "../../contract/key-indexes.ts";
 import { encodeToken } from "../../contract/nats.ts";
 import type { DeliveryRecord, RecipientState, RecipientStatus } from "../../protocol/local-api.ts";
 
@@ -208,12 +208,6 @@ export function redrivenRecord(record: DeliveryRecord, now: number): DeliveryRec
  * each dead letter (`body.<id>`) for a redrive. Shared by replicas, kept across restarts,
  * expiring after a week.
  */
-/** The dead letters' keys (`dead.<id>`), listed where the layout lists no keys (nats/layout.ts). */
-const DEAD_LETTER_INDEX: KeyIndex = {
-  of: (key) => (key.startsWith("dead.") ? ["dead"] : []),
-  for: (filter) => (filter === "dead.>" ? "dead" : undefined),
-};
-
 export class DeliveryStates {
   private kv: KV | undefined;
   private readonly nats: Nats;
