@@ -37,7 +37,7 @@ function entriesOf(e: KvEntry | null): Entry[] {
 }
 
 export class StoredMessageRecord implements InboxLookBack {
-  private readonly kv: KV;
+  private kv: KV;
   private readonly jsm: () => JetStreamManager;
   private readonly stream: string;
   private readonly now: () => number;
@@ -51,6 +51,11 @@ export class StoredMessageRecord implements InboxLookBack {
     this.stream = stream;
     this.now = now;
   }
+  /** The bucket on the runtime's current NATS connection: a connection made again (NATS restarted) gives another. */
+  useBucket(kv: KV): void {
+    this.kv = kv;
+  }
+
 
   /** Message `seq` stored on `subject` now: recorded, with those stored while a write is under way. */
   record(seq: number, subject: string): Promise<void> {
