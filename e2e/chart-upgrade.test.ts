@@ -3,7 +3,7 @@
 // version, a CRD schema that changed), `helm rollback`, the CRDs turned off and on again, and
 // `helm uninstall`: the stored objects stay as they were, and the CRDs with them. And
 // `helm uninstall` with the operator running: no finalizer of its stays to block a deletion. And
-// the operator's NATS layout: isolated after `helm upgrade --set runtime.natsLayout=isolated`,
+// the operator's NATS layout: isolated after `helm upgrade` of a per-agent install to the defaults,
 // per-agent again after `helm rollback`.
 import { spawn, spawnSync } from "node:child_process";
 import { cpSync, readFileSync, writeFileSync } from "node:fs";
@@ -354,21 +354,22 @@ spec:
       helm("uninstall", release, "-n", ns, "--no-hooks");
   });
 
-  it("renders the operator with --nats-layout isolated on `helm upgrade --set runtime.natsLayout=isolated`, and per-agent again on `helm rollback`", () => {
+  it("renders the operator with --nats-layout isolated on `helm upgrade` of an install on per-agent to the chart's defaults, and per-agent again on `helm rollback`", () => {
     const ns = "layout-switch";
     const VALUES = [...BASE, "--set", "crds.enabled=false"];
     // The layout as the operator reads it from the flags of the Deployment the release holds.
     const options = () =>
       parseFlags(cp.json(["-n", ns, "get", "deployment", "ifp-ifp-operator"]).spec.template.spec.containers[0].args, {})
         .options;
-    helm("install", "ifp", CHART, "-n", ns, "--create-namespace", ...VALUES);
+    helm("install", "ifp", CHART, "-n", ns, "--create-namespace", ...VALUES, "--set", "runtime.natsLayout=per-agent");
     expect(options().natsLayout).toBeUndefined();
-    helm("upgrade", "ifp", CHART, "-n", ns, ...VALUES, "--set", "runtime.natsLayout=isolated");
+    helm("upgrade", "ifp", CHART, "-n", ns, ...VALUES);
     expect(options()).toMatchObject({ natsLayout: "isolated", natsTenantLimits: DEFAULT_TENANT_LIMITS });
     helm("rollback", "ifp", "1", "-n", ns);
     expect(options().natsLayout).toBeUndefined();
     helm("uninstall", "ifp", "-n", ns, "--no-hooks");
   });
+
 });
 
 describe("helm uninstall with the operator running", () => {

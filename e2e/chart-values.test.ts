@@ -197,9 +197,10 @@ describe("chart values passed through", () => {
     });
   });
 
-  it("runs the Agents on the NATS layout of runtime.natsLayout, per-agent by default, with the tenants' limits", () => {
+  it("runs the Agents on the NATS layout of runtime.natsLayout, isolated by default, with the tenants' limits", () => {
     const options = (values: object) => (parseFlags(operatorPod(render(values)).containers[0].args) as Obj).options;
-    expect(options({}).natsLayout).toBeUndefined();
+    expect(options({})).toMatchObject({ natsLayout: "isolated", natsTenantLimits: { diskBytes: 1024 * 1024 * 1024 } });
+    expect(options({ runtime: { natsLayout: "per-agent" } }).natsLayout).toBeUndefined();
     expect(
       options({ runtime: { natsLayout: "isolated", natsTenantLimits: { diskBytes: "256Mi", memoryBytes: 0 } } }),
     ).toMatchObject({ natsLayout: "isolated", natsTenantLimits: { diskBytes: 256 * 1024 * 1024, memBytes: 0 } });
@@ -215,10 +216,10 @@ describe("chart values passed through", () => {
       "ifp",
       CHART,
       "-f",
-      valuesFile({ runtime: { natsLayout: "isolated" }, nats: { auth: { enabled: false } } }),
+      valuesFile({ nats: { auth: { enabled: false } } }),
     );
     expect(noAuth.status).not.toBe(0);
-    expect(noAuth.out).toMatch(/runtime\.natsLayout isolated needs nats\.auth\.enabled/);
+    expect(noAuth.out).toMatch(/runtime\.natsLayout isolated \(the default\) needs nats\.auth\.enabled.*set runtime\.natsLayout per-agent/);
   });
 
   it("reaches every flag of the operator from values: rendered by the chart, or set through extraEnv or extraArgs for a reason", () => {
@@ -266,7 +267,7 @@ describe("chart values passed through", () => {
           metrics: { networkPolicyNamespaces: ["monitoring"] },
           watchNamespaces: ["team"],
         },
-        { runtime: { natsLayout: "isolated" } },
+        { runtime: { natsLayout: "per-agent" } },
       ].flatMap((values) => (operatorPod(render(values)).containers[0].args as string[]).map((a) => a.split("=")[0]!)),
     );
     expect(flags.filter((f) => !rendered.has(f) && !NOT_RENDERED[f])).toEqual([]);

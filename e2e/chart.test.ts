@@ -1223,7 +1223,14 @@ describe("Helm chart", () => {
       ["1", false, true],
       ["3", true, false],
     ] as const) {
-      const objects = docs(render(`nats.replicas=${replicas}`, `nats.auth.enabled=${auth}`, `nats.tls.enabled=${tls}`));
+      const objects = docs(
+        render(
+          `nats.replicas=${replicas}`,
+          `nats.auth.enabled=${auth}`,
+          `nats.tls.enabled=${tls}`,
+          `runtime.natsLayout=${auth ? "isolated" : "per-agent"}`,
+        ),
+      );
       const cm = objects.find((d) => d.kind === "ConfigMap" && d.metadata.name.endsWith("-nats"))!;
       const sts = find(objects, "StatefulSet", "ifp-ifp-operator-nats");
       const mounts = sts.spec.template.spec.containers[0].volumeMounts.map((m: { mountPath: string }) => m.mountPath);
@@ -1352,7 +1359,7 @@ describe("Helm chart", () => {
       find(docs(render("nats.auth.accountSecret=mine")), "Deployment", "ifp-ifp-operator").spec.template.spec
         .containers[0].args,
     ).toContain("--nats-account-secret=mine");
-    const off = docs(render("nats.auth.enabled=false"));
+    const off = docs(render("nats.auth.enabled=false", "runtime.natsLayout=per-agent"));
     expect(
       find(off, "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args.some((a: string) =>
         a.startsWith("--nats-account-secret"),

@@ -244,10 +244,10 @@ export const Values = z.strictObject({
           "What every runtime's NATS account may hold (docs/scale.md, Capacity per runtime); the disk also follows each Agent's spec.inbox.maxBytes and each Relay's spec.retention",
         ),
       natsLayout: z
-        .enum(["per-agent", "isolated"])
-        .default("per-agent")
+        .enum(["isolated", "per-agent"])
+        .default("isolated")
         .describe(
-          "Where the Agents' JetStream objects are: per-agent (each runtime's own account) or isolated (a data account per namespace, docs/scale.md); isolated needs nats.auth.enabled",
+          "Where the Agents' JetStream objects are: isolated (the default: a data account per namespace, docs/scale.md) or per-agent (each runtime's own account); isolated needs nats.auth.enabled",
         ),
       natsTenantLimits: z
         .strictObject({

@@ -17,7 +17,8 @@
 // its own subjects, the agent's consumers (one replica) made in the data account. Agents are
 // spread over a fixed number of tenants (`--tenants`, 20 by default, the same at every size:
 // agent i is tenant i mod N's), so what a tenant owns (its streams, their Raft groups) grows with
-// the tenants and not with the agents. Only `per-agent` is the product's layout ("product": true).
+// the tenants and not with the agents. `isolated` is the product's layout ("product": true), the
+// chart's default; `per-agent` is its earlier one, which an install may still choose.
 // On one nats-server and on a three-node cluster (loopback, stores under the system's temporary
 // directory), at each size (agents added to reach it): the servers' RSS and open files, JetStream's
 // own counts, the Raft groups each server runs (/raftz of every account with JetStream: the meta
@@ -27,7 +28,7 @@
 // is current again, the latency of a publish and its PubAck to one agent's inbox
 // (InboxStore.accept), and every error JetStream answered on the way (recorded, never fatal).
 // `npm run bench:scale` runs what an install is sized by: 1,000 and 10,000 agents, the product's
-// layout and the isolated one, on one server and on three. `-- --agents 1000,10000 --relays 10
+// (isolated) layout and the per-agent one, on one server and on three. `-- --agents 1000,10000 --relays 10
 // --cluster single,three [--layout per-agent,shared,isolated] [--tenants 20] [--concurrency 16]
 // [--deadline-min 6] [--out FILE]` chooses. It prints a table per run and writes
 // runtime/bench/results/scale-results.json (after every size, so a run cut short keeps what it
@@ -66,7 +67,7 @@ export type Topology = "single" | "three";
 export type Layout = "per-agent" | "shared" | "isolated";
 const LAYOUTS: Layout[] = ["per-agent", "shared", "isolated"];
 /** The layout the product uses. */
-const PRODUCT_LAYOUT: Layout = "per-agent";
+const PRODUCT_LAYOUT: Layout = "isolated";
 
 export interface ScaleOptions {
   agents: number[];

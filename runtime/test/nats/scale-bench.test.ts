@@ -29,7 +29,7 @@ describe("bench:scale at five agents", () => {
       ["shared", "single", 5, 5, 0],
       ["isolated", "single", 5, 5, 0],
     ]);
-    expect(r.runs.map((x) => x.product)).toEqual([true, false, false]);
+    expect(r.runs.map((x) => x.product)).toEqual([false, false, true]);
     const [own, shared, isolated] = r.runs as [(typeof r.runs)[0], (typeof r.runs)[0], (typeof r.runs)[0]];
     // Per agent: inbox, outbox, three KV buckets and the ifp_agents bucket of its own account; the relay's stream and bucket.
     expect(own.streams).toBe(5 * 6 + 2);
