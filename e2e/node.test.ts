@@ -432,6 +432,12 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       // The runtime by the release's digest, as the packaged chart told the operator.
       for (const p of running)
         expect(p.spec.containers.find((c: Obj) => c.name === "runtime")?.image).toBe(images.runtime.ref);
+      // Each Agent on the chart's default NATS layout, the isolated one; a Relay keeps its own account.
+      if (r.doc.kind === "Agent")
+        for (const p of running)
+          expect(p.spec.containers.find((c: Obj) => c.name === "runtime")?.args, r.doc.metadata.name).toContain(
+            "--nats-layout=isolated",
+          );
     }
   }, 330_000);
 
