@@ -367,6 +367,9 @@ spec:
     expect(options()).toMatchObject({ natsLayout: "isolated", natsTenantLimits: DEFAULT_TENANT_LIMITS });
     helm("rollback", "ifp", "1", "-n", ns);
     expect(options().natsLayout).toBeUndefined();
+    // An install that keeps runtime.natsLayout=per-agent among its values moves when it says so.
+    helm("upgrade", "ifp", CHART, "-n", ns, ...VALUES, "--reuse-values", "--set", "runtime.natsLayout=isolated");
+    expect(options()).toMatchObject({ natsLayout: "isolated", natsTenantLimits: DEFAULT_TENANT_LIMITS });
     helm("uninstall", "ifp", "-n", ns, "--no-hooks");
   });
 
