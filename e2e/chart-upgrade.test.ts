@@ -372,7 +372,6 @@ spec:
     expect(options()).toMatchObject({ natsLayout: "isolated", natsTenantLimits: DEFAULT_TENANT_LIMITS });
     helm("uninstall", "ifp", "-n", ns, "--no-hooks");
   });
-
 });
 
 describe("helm uninstall with the operator running", () => {

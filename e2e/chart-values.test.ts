@@ -211,15 +211,11 @@ describe("chart values passed through", () => {
     // No data account without a limit, none on a NATS the operator does not make accounts on.
     refused({ runtime: { natsLayout: "isolated", natsTenantLimits: { diskBytes: 0 } } }, /diskBytes/);
     refused({ runtime: { natsLayout: "shared" } }, /natsLayout/);
-    const noAuth = helm(
-      "template",
-      "ifp",
-      CHART,
-      "-f",
-      valuesFile({ nats: { auth: { enabled: false } } }),
-    );
+    const noAuth = helm("template", "ifp", CHART, "-f", valuesFile({ nats: { auth: { enabled: false } } }));
     expect(noAuth.status).not.toBe(0);
-    expect(noAuth.out).toMatch(/runtime\.natsLayout isolated \(the default\) needs nats\.auth\.enabled.*set runtime\.natsLayout per-agent/);
+    expect(noAuth.out).toMatch(
+      /runtime\.natsLayout isolated \(the default\) needs nats\.auth\.enabled.*set runtime\.natsLayout per-agent/,
+    );
   });
 
   it("reaches every flag of the operator from values: rendered by the chart, or set through extraEnv or extraArgs for a reason", () => {

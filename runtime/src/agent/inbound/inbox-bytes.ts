@@ -40,7 +40,6 @@ export class InboxByteCount {
     this.kv = kv;
   }
 
-
   /** Whether `bytes` more stay within maxBytes, with what this process stored and has not written yet. */
   async room(bytes: number): Promise<boolean> {
     // Taken before the read: bytes written while it is under way are counted twice, never not at all.

@@ -56,7 +56,6 @@ export class StoredMessageRecord implements InboxLookBack {
     this.kv = kv;
   }
 
-
   /** Message `seq` stored on `subject` now: recorded, with those stored while a write is under way. */
   record(seq: number, subject: string): Promise<void> {
     return this.entries.add([seq, subject, this.now()]);
