@@ -1,7 +1,7 @@
 // Moving an install from the per-agent NATS layout to the isolated one (operator/src/nats-layout-move.ts)
 // against a real API server and a real nats-server in operator mode, the operator started with
-// the layout flags the chart renders for `runtime.natsLayout` (per-agent by default, then
-// `--set runtime.natsLayout=isolated`), and bob's runtime run exactly as the operator rendered
+// the layout flags the chart renders for `runtime.natsLayout` (`--set runtime.natsLayout=per-agent`,
+// the earlier default, then the chart's default, isolated), and bob's runtime run exactly as the operator rendered
 // it each time. On the per-agent layout bob has messages handed on, messages waiting in his inbox
 // (his application answers 503) and messages waiting in his outbox (his peer zed is down). The
 // operator switched to the isolated layout scales him to zero, moves everything into his
@@ -94,7 +94,7 @@ const operator = natsAccountOperator({
   },
   natsUrl: () => nats.url,
   settings: { allowedDnsNames: ["localhost"], clusterNetworks: ["127.0.0.0/8"] },
-  manager: { ...chartLayout(), summaryIntervalMs: 500 },
+  manager: { ...chartLayout("--set", "runtime.natsLayout=per-agent"), summaryIntervalMs: 500 },
 });
 const cp = () => operator.cp();
 const get = (kind: string, name: string) => operator.get(kind, name);
@@ -273,7 +273,7 @@ describe("moving an install from the per-agent NATS layout to the isolated one",
       }
     })();
 
-    await operator.restart(chartLayout("--set", "runtime.natsLayout=isolated"));
+    await operator.restart(chartLayout());
     // The operator holds bob at zero replicas; the test stops his runtime as the kubelet would.
     await until("bob scaled to zero", () => get("deployment", "bob")?.spec.replicas === 0);
     await until("bob told he is moving", () => ready()?.reason === "MovingNatsLayout");
@@ -355,7 +355,7 @@ describe("moving an install from the per-agent NATS layout to the isolated one",
 
   it("is refused on a rollback to the per-agent layout, with a condition of its own, and rendered nothing", async () => {
     const args = get("deployment", "bob").spec.template.spec.containers[0].args;
-    await operator.restart(chartLayout());
+    await operator.restart(chartLayout("--set", "runtime.natsLayout=per-agent"));
     const cond = await until("bob refused", () => (ready()?.reason === "OnIsolatedNatsLayout" ? ready() : undefined));
     expect(cond.status).toBe("False");
     expect(cond.message).toMatch(/--nats-layout isolated again/);
@@ -367,7 +367,7 @@ describe("moving an install from the per-agent NATS layout to the isolated one",
     await until("handed on after the rollback", () => handedOn(m.headers.message_id) === 1);
     // Upgraded again, he is rendered for the isolated layout again with nothing to move (no
     // controller runs his pods here: his rollout is what is left pending).
-    await operator.restart(chartLayout("--set", "runtime.natsLayout=isolated"));
+    await operator.restart(chartLayout());
     await until("bob rendered again", () => ready()?.reason === "RolloutPending");
     const moves = cp().json<any>(["-n", NS, "get", "events", "--field-selector", "reason=MovedNatsLayout"]).items;
     expect(moves.reduce((n: number, e: { count?: number }) => n + (e.count ?? 1), 0)).toBe(1);
