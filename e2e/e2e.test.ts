@@ -119,6 +119,10 @@ beforeAll(async () => {
       "nats.install=false",
       "--set",
       `nats.url=${nats.url}`,
+      // A NATS of the user's own without accounts (no operator mode): the per-agent layout, as
+      // docs/scale.md tells such an install to choose.
+      "--set",
+      "runtime.natsLayout=per-agent",
       "--set",
       "tests.enabled=false",
       "--wait",
