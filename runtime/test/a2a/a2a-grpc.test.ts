@@ -57,28 +57,37 @@ const rpcRoot = protobuf.loadSync(join(CONTRACT, "google-rpc-status.proto"));
 beforeAll(async () => {
   handler = await startHandler();
   const dir = tempDir("ifp-a2a-grpc-");
-  [port, grpcPort] = [await freePort(), await freePort()];
-  const localPort = await freePort();
-  localApi = `http://127.0.0.1:${localPort}`;
-  writeAgentManifest(dir, {
-    agentId: self.agentId,
-    displayName: "A2A gRPC test agent",
-    baseUrl: `https://localhost:${port}`,
-    handler: { url: handler.url, timeout: "3s" },
-    inbox: { maxMessageBytes: MAX_MESSAGE_BYTES, rateLimit: { perSenderPerMinute: PER_MINUTE } },
-    a2a: { enabled: true, authentication: { bearerTokenSecret: { name: "a2a-tokens" } }, waitFor: "5s" },
-  });
-  const keyFile = writeKey(dir, self);
-  const spawn = { name: "ifp-runtime agent (a2a grpc)", dir, keyFile, tls, port, localApiPort: localPort };
-  start = async () => {
-    runtime = await spawnRuntime({
-      ...spawn,
-      natsUrl: nats.url,
-      tokens: [TOKEN, OTHER_TOKEN, LIMITED_TOKEN],
-      args: ["--a2a-grpc-port", String(grpcPort)],
+  // The ports are chosen before the runtime listens, and kept across its restarts in the tests:
+  // one another test's server took meanwhile is chosen again, a few times at most.
+  for (let attempt = 1; ; attempt++) {
+    [port, grpcPort] = [await freePort(), await freePort()];
+    const localPort = await freePort();
+    localApi = `http://127.0.0.1:${localPort}`;
+    writeAgentManifest(dir, {
+      agentId: self.agentId,
+      displayName: "A2A gRPC test agent",
+      baseUrl: `https://localhost:${port}`,
+      handler: { url: handler.url, timeout: "3s" },
+      inbox: { maxMessageBytes: MAX_MESSAGE_BYTES, rateLimit: { perSenderPerMinute: PER_MINUTE } },
+      a2a: { enabled: true, authentication: { bearerTokenSecret: { name: "a2a-tokens" } }, waitFor: "5s" },
     });
-  };
-  await start();
+    const keyFile = writeKey(dir, self);
+    const spawn = { name: "ifp-runtime agent (a2a grpc)", dir, keyFile, tls, port, localApiPort: localPort };
+    start = async () => {
+      runtime = await spawnRuntime({
+        ...spawn,
+        natsUrl: nats.url,
+        tokens: [TOKEN, OTHER_TOKEN, LIMITED_TOKEN],
+        args: ["--a2a-grpc-port", String(grpcPort)],
+      });
+    };
+    try {
+      await start();
+      break;
+    } catch (err) {
+      if (attempt >= 3 || !/EADDRINUSE/.test(String(err))) throw err;
+    }
+  }
   // The test CA's certificate names localhost.
   client = new A2AService(`localhost:${grpcPort}`, credentials.createSsl(Buffer.from(tls.ca)));
 }, 60_000);
