@@ -33,6 +33,32 @@ describe("SSE and WebSocket framing", () => {
     }
   });
 
+  it("reads an ack frame of many ids with the bounds of POST /relay/messages/ack: 1 to 1000 ids of 1 to 256 characters", () => {
+    expect(parseClientFrame(Buffer.from('{"type":"ack","message_ids":["m1","m2","m1"]}'))).toEqual({
+      ackMany: ["m1", "m2", "m1"],
+    });
+    const ids = (n: number, id = (i: number) => `m${i}`) =>
+      JSON.stringify({ type: "ack", message_ids: Array.from({ length: n }, (_, i) => id(i)) });
+    expect(parseClientFrame(Buffer.from(ids(1000)))).toHaveProperty("ackMany");
+    expect(parseClientFrame(Buffer.from(ids(1, () => "x".repeat(256))))).toHaveProperty("ackMany");
+    for (const f of [
+      ids(1001),
+      ids(0),
+      ids(1, () => "x".repeat(257)),
+      ids(1, () => ""),
+      '{"type":"ack","message_ids":"m1"}',
+      '{"type":"ack","message_ids":[7]}',
+      '{"type":"ack","message_ids":null}',
+      '{"type":"ack","message_ids":{"0":"m1"}}',
+      // message_ids decides: a frame with both is not taken as the single ack.
+      '{"type":"ack","message_id":"m1","message_ids":[]}',
+    ]) {
+      expect(parseClientFrame(Buffer.from(f)), f.slice(0, 80)).toEqual({
+        error: expect.stringMatching(/^invalid acknowledgement: message_ids/),
+      });
+    }
+  });
+
   it("reads a publish frame: one message object, and recipients only as 1 to 100 agent ids", () => {
     expect(parseClientFrame(Buffer.from('{"type":"publish","message":{"ifp":4}}'))).toEqual({ publish: { ifp: 4 } });
     expect(parseClientFrame(Buffer.from('{"type":"publish","message":{"ifp":4},"recipients":["bob"]}'))).toEqual({

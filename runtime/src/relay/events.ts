@@ -13,7 +13,8 @@ import { copySpan, type Mailboxes } from "./mailbox.ts";
 import type { RelayAuthenticator } from "./auth.ts";
 import { itemError, parseJson, type PublishIntake } from "./intake.ts";
 import { WEBSOCKET_TRANSPORT_LABEL } from "./publish.ts";
-import type { ItemResult } from "../protocol/relay-api.ts";
+import { AckRequest, type AckResponse, type ItemResult } from "../protocol/relay-api.ts";
+import { describeIssues } from "../contract/issues.ts";
 import type { StreamSlots } from "../server/stream-slots.ts";
 
 export const WEBSOCKET_PATH = "/relay/ws";
@@ -102,13 +103,19 @@ export interface StreamDeps {
 export type WsFrame =
   | { type: "message"; id: number; message: Message }
   | { type: "acked"; message_id: string; ok: boolean }
+  | ({ type: "acked" } & AckResponse)
   | ({ type: "published" } & Extract<ItemResult, { status: 202 }>)
   | ({ type: "error" } & Omit<Extract<ItemResult, { code: string }>, "status"> & { status?: number });
 
-/** A client frame: {type: "ack", message_id} or {type: "publish", message, recipients?}. */
-export type ClientFrame = { ack: string } | { publish: unknown; recipients?: string[] } | { error: string };
+/** A client frame: {type: "ack", message_id}, {type: "ack", message_ids: [...]} or {type: "publish", message, recipients?}. */
+export type ClientFrame =
+  | { ack: string }
+  | { ackMany: string[] }
+  | { publish: unknown; recipients?: string[] }
+  | { error: string };
 
-const FRAMES = 'send {"type": "ack", "message_id": "…"} or {"type": "publish", "message": {…}}';
+const FRAMES =
+  'send {"type": "ack", "message_id": "…"}, {"type": "ack", "message_ids": ["…"]} or {"type": "publish", "message": {…}}';
 
 export function parseClientFrame(data: RawData): ClientFrame {
   let frame: unknown;
@@ -122,7 +129,19 @@ export function parseClientFrame(data: RawData): ClientFrame {
           : "frames are JSON objects",
     };
   }
-  const f = frame as { type?: unknown; message_id?: unknown; message?: unknown; recipients?: unknown };
+  const f = frame as {
+    type?: unknown;
+    message_id?: unknown;
+    message_ids?: unknown;
+    message?: unknown;
+    recipients?: unknown;
+  };
+  if (f?.type === "ack" && f.message_ids !== undefined) {
+    // The bounds of POST /relay/messages/ack: 1 to 1000 ids of 1 to 256 characters.
+    const many = AckRequest.safeParse({ message_ids: f.message_ids });
+    if (!many.success) return { error: `invalid acknowledgement: ${describeIssues(many.error)}` };
+    return { ackMany: many.data.message_ids };
+  }
   if (f?.type === "ack" && typeof f.message_id === "string" && f.message_id) return { ack: f.message_id };
   if (f?.type !== "publish") return { error: FRAMES };
   if (typeof f.message !== "object" || f.message === null || Array.isArray(f.message))
@@ -254,6 +273,7 @@ function serveWebSocket(ws: WebSocket, deps: StreamDeps, agent: string, after: n
     const frame = parseClientFrame(data);
     if ("error" in frame) return send({ type: "error", status: 400, code: "invalid_format", message: frame.error });
     if ("publish" in frame) return publish(frame.publish, frame.recipients);
+    if ("ackMany" in frame) return acknowledgeMany(deps, agent, frame.ackMany, send);
     acknowledge(deps, agent, frame.ack, send);
   });
   const ping = setInterval(() => ws.ping(), HEARTBEAT_MS);
@@ -337,4 +357,25 @@ function acknowledge(deps: StreamDeps, agent: string, messageId: string, send: (
       send({ type: "error", status: e.statusCode, code: e.code, message: e.message, message_id: messageId });
     },
   );
+}
+
+/**
+ * An ack frame with many ids: each distinct id one request against the per-agent limit, as
+ * POST /relay/messages/ack counts them; refused whole (one error frame, nothing removed) past
+ * it; answered {type: "acked", acknowledged, not_found} once every removal finished.
+ */
+function acknowledgeMany(deps: StreamDeps, agent: string, ids: string[], send: (frame: WsFrame) => void): void {
+  deps.mailboxes
+    .ackMany(agent, ids, (n) => deps.authenticate.limitAgent(agent, n))
+    .then(
+      (answer) => {
+        deps.metrics.relay.inc({ operation: "ack", result: "ok" });
+        send({ type: "acked", ...answer });
+      },
+      (err: unknown) => {
+        const e = toProtocolError(err);
+        deps.metrics.relay.inc({ operation: "ack", result: e.code });
+        send({ type: "error", ...itemError(e) });
+      },
+    );
 }

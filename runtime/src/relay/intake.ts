@@ -175,7 +175,7 @@ export function publishIntake(deps: PublishIntakeDeps) {
 }
 
 /** A refused item: its status and error body, its message_id when it has one, Retry-After as a number. */
-export function itemError(e: ProtocolError, value?: unknown): ItemResult {
+export function itemError(e: ProtocolError, value?: unknown): Extract<ItemResult, { code: string }> {
   const id = (value as { headers?: { message_id?: unknown } } | undefined)?.headers?.message_id;
   const retry = Number(e.headers["retry-after"]);
   return {

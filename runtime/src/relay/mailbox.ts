@@ -8,7 +8,7 @@ import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
 import type { Nats } from "../nats/connection.ts";
 import { isFull, isNotFound } from "../nats/streams.ts";
 import { ProtocolError, unavailable } from "../protocol/errors.ts";
-import type { DeadLetter } from "../protocol/relay-api.ts";
+import type { AckResponse, DeadLetter } from "../protocol/relay-api.ts";
 import type { RelayNames } from "../contract/relay-stream.ts";
 import type { Context } from "@opentelemetry/api";
 import {
@@ -261,6 +261,19 @@ export class Mailboxes {
    */
   async ack(agent: string, messageId: string): Promise<boolean> {
     return (await this.purge(this.names.copy(agent, messageId))) > 0;
+  }
+
+  /**
+   * Acknowledge many of `agent`'s copies at once: each distinct id exactly as its own `ack`
+   * (the caller's mailbox only; an id acknowledged twice is answered once). `charge(n)` is
+   * called with the number of distinct ids before anything is removed, and refuses them all
+   * by throwing (the per-agent limit).
+   */
+  async ackMany(agent: string, messageIds: readonly string[], charge: (n: number) => void): Promise<AckResponse> {
+    const ids = [...new Set(messageIds)];
+    charge(ids.length);
+    const removed = await Promise.all(ids.map((id) => this.ack(agent, id)));
+    return { acknowledged: ids.filter((_, i) => removed[i]), not_found: ids.filter((_, i) => !removed[i]) };
   }
 
   /** Remove the copy at `seq` (after a webhook's 2xx). */

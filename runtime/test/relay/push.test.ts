@@ -134,6 +134,33 @@ describe("relay: push over SSE and WebSocket", () => {
     expect((await c(bob).pull()).messages).toEqual([]);
   });
 
+  it("acknowledges many copies with one WebSocket ack frame, only the caller's, each id once", async () => {
+    const forBob = [signed(alice, "bob-agent"), signed(alice, "bob-agent")];
+    const forCarol = signed(alice, carol.agentId);
+    for (const m of [...forBob, forCarol]) await c(alice).publish(m);
+    const s = await openWs(env, relay, bob);
+    await waitFor("bob's copies", () => s.messages().length === 2);
+    // Too many ids, or a malformed one: refused whole with the error frame, nothing removed.
+    s.send({ type: "ack", message_ids: [...ids(forBob), ...Array.from({ length: 999 }, (_, i) => `missing-${i}`)] });
+    s.send({ type: "ack", message_ids: [forBob[0]!.headers.message_id, 7] });
+    s.send({ type: "ack", message_ids: [] });
+    await waitFor("the refusals", () => s.frames.filter((f) => f.type === "error").length === 3);
+    for (const f of s.frames.filter((f) => f.type === "error"))
+      expect(f).toMatchObject({ status: 400, code: "invalid_format", message: expect.stringMatching(/message_ids/) });
+    expect(ids((await c(bob).pull()).messages)).toEqual(ids(forBob));
+    // Carol's id is not bob's to acknowledge, and an id repeated is answered once.
+    const mine = ids(forBob);
+    s.send({ type: "ack", message_ids: [...mine, forCarol.headers.message_id, mine[0]!, "not-there"] });
+    await waitFor("the answer", () => s.frames.some((f) => f.type === "acked"));
+    expect(s.frames.filter((f) => f.type === "acked")).toEqual([
+      { type: "acked", acknowledged: mine, not_found: [forCarol.headers.message_id, "not-there"] },
+    ]);
+    await s.close();
+    expect((await c(bob).pull()).messages).toEqual([]);
+    expect(ids((await c(carol).pull()).messages)).toEqual([forCarol.headers.message_id]);
+    await c(carol).ack(forCarol.headers.message_id);
+  });
+
   it("refuses an unsigned or wrongly signed WebSocket upgrade with 401", async () => {
     const url = `${baseUrl(relay).replace("https", "wss")}/relay/ws`;
     const statusOf = (ws: WebSocket) =>

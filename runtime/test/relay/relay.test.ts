@@ -192,6 +192,29 @@ describe("relay: store and forward", () => {
     await c(carol).ack(forCarol.headers.message_id);
   });
 
+  it("refuses an acknowledgement of too many or malformed ids whole with 400, removing nothing", async () => {
+    const kept = signed(alice, "bob-agent");
+    await c(alice).publish(kept);
+    const id = kept.headers.message_id;
+    const many = (n: number) => [id, ...Array.from({ length: n - 1 }, (_, i) => `missing-${i}`)];
+    for (const body of [
+      { message_ids: many(1001) },
+      { message_ids: [id, "x".repeat(257)] },
+      { message_ids: [id, ""] },
+      { message_ids: [id, 7] },
+      { message_ids: id },
+      {},
+    ]) {
+      const res = await c(bob).request("POST", "/relay/messages/ack", body);
+      expect(res.status, JSON.stringify(body).slice(0, 80)).toBe(400);
+      expect(JSON.parse(res.text)).toMatchObject({ status: "error", code: "invalid_format" });
+    }
+    // None of the refused requests removed the copy they named.
+    expect(ids((await c(bob).pull()).messages)).toEqual([id]);
+    expect(await c(bob).ackMany(many(100))).toEqual({ acknowledged: [id], not_found: many(100).slice(1) });
+    expect((await c(bob).pull()).messages).toEqual([]);
+  });
+
   it("answers bad input with the documented 4xx and never a 5xx", async () => {
     const a = c(alice);
     // The signer must be the message's sender.

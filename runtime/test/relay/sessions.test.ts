@@ -441,6 +441,36 @@ describe("relay: acknowledgements count against the per-agent limit", () => {
     }
   });
 
+  it("counts each distinct id of a WebSocket ack frame, refusing the frame whole past the limit", async () => {
+    const limited = await runRelay(env, { limits: { perAgentPerMinute: LIMIT } });
+    try {
+      const kept = signed(alice, "bob-agent");
+      expect((await clientOf(env, limited, alice).publish(kept)).status).toBe(202);
+      const s = await openWs(env, limited, bob, undefined, { push: "off" });
+      const id = kept.headers.message_id;
+      // The upgrade took one: 20 ids do not fit, and nothing is removed.
+      s.send({ type: "ack", message_ids: [id, ...Array.from({ length: LIMIT - 1 }, (_, i) => `missing-${i}`)] });
+      await waitFor("the refusal", () => s.frames.length === 1);
+      expect(s.frames[0]).toMatchObject({
+        type: "error",
+        status: 429,
+        code: "rate_limited",
+        retry_after: expect.any(Number),
+      });
+      // 19 distinct ids fit, however often each is repeated: what is left exactly.
+      const fits = [id, ...Array.from({ length: LIMIT - 2 }, (_, i) => `missing-${i}`)];
+      s.send({ type: "ack", message_ids: [...fits, ...fits] });
+      await waitFor("the answer", () => s.frames.length === 2);
+      expect(s.frames[1]).toEqual({ type: "acked", acknowledged: [id], not_found: fits.slice(1) });
+      s.send({ type: "ack", message_ids: ["missing-x"] });
+      await waitFor("the last answer", () => s.frames.length === 3);
+      expect(s.frames[2]).toMatchObject({ type: "error", status: 429, code: "rate_limited" });
+      await s.close();
+    } finally {
+      await limited.close();
+    }
+  });
+
   it("counts each id of POST /relay/messages/ack and each DELETE, 429 with Retry-After past the limit", async () => {
     const limited = await runRelay(env, { limits: { perAgentPerMinute: LIMIT } });
     try {

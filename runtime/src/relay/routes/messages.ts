@@ -14,7 +14,7 @@ import { SPAN_ATTRIBUTES, tracingEnabled } from "../../telemetry/tracing.ts";
  * request, a batch of n ids costs what n DELETEs cost.
  */
 export const messageRoutes: FastifyPluginAsyncZod<{
-  mailboxes: Pick<Mailboxes, "list" | "ack">;
+  mailboxes: Pick<Mailboxes, "list" | "ack" | "ackMany">;
   limitAgent: RelayAuthenticator["limitAgent"];
 }> = async (app, { mailboxes, limitAgent }) => {
   app.get(
@@ -57,12 +57,7 @@ export const messageRoutes: FastifyPluginAsyncZod<{
       schema: { body: AckRequest, response: { 200: AckResponse } },
       config: { operation: "ack", invalid: "invalid acknowledgement" },
     },
-    async (req) => {
-      const ids = [...new Set(req.body.message_ids)];
-      // The signed request took one; each further id one more, before anything is removed (429 past the limit).
-      if (ids.length > 1) limitAgent(req.agent, ids.length - 1);
-      const removed = await Promise.all(ids.map((id) => mailboxes.ack(req.agent, id)));
-      return { acknowledged: ids.filter((_, i) => removed[i]), not_found: ids.filter((_, i) => !removed[i]) };
-    },
+    // The signed request took one; each further id one more, before anything is removed (429 past the limit).
+    async (req) => mailboxes.ackMany(req.agent, req.body.message_ids, (n) => n > 1 && limitAgent(req.agent, n - 1)),
   );
 };
