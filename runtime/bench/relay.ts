@@ -4,13 +4,18 @@
 //
 // Each run has `concurrency` publishers and one consumer that works each page it retrieves with
 // `concurrency` acknowledgements in flight. Latency is publish start → acknowledged. Relay
-// paths: one signed publish per message, pull + DELETE per message (the spec's flow); batches
-// of BENCH_BATCH (default 25) messages per signed publish, pull + one batch acknowledgement per
-// page; WebSocket sessions at both ends, publish frames and pushed copies with ack frames. CPU is counted per process (relay, nats-server,
-// this benchmark process with its clients), so the cost of each path shows.
+// paths: one signed publish per message, pull + DELETE per message (the spec's flow,
+// relay-delete); the same publishes, pull + one acknowledgement of the whole page
+// (POST /relay/messages/ack, relay-pull-ack); batches of BENCH_BATCH (default 25) messages per
+// signed publish, pull + one acknowledgement per page (relay-batch); WebSocket sessions at both
+// ends, publish frames and pushed copies, acknowledged with one ack frame for the copies that
+// came in one event-loop turn (relay-ws; relay-ws-each: one ack frame per copy). CPU is counted
+// per process (relay, nats-server, this benchmark process with its clients), so the cost of
+// each path shows.
 //
 // BENCH_MESSAGES (default 2000) and BENCH_CONCURRENCY (default 1,8,32) bound the load;
-// BENCH_MODES (relay-delete,relay-batch,relay-ws) picks the relay paths. The relay runs with the
+// BENCH_MODES (relay-delete,relay-pull-ack,relay-batch,relay-ws; also relay-ws-each) picks the
+// relay paths. The relay runs with the
 // V8 heap bound the operator renders for a runtime pod (BENCH_RUNTIME_NODE_OPTIONS to change it),
 // from the image's bundle (runtime/bundle.ts; BENCH_RUNTIME_UNBUNDLED=1: tsc's output and
 // node_modules). NATS messages the relay sends per message (its round trips) are counted from the
@@ -45,7 +50,7 @@ const LEVELS = (process.env.BENCH_CONCURRENCY ?? "1,8,32").split(",").map(Number
 const PAGE = 100;
 const _here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
 
-type Mode = "jetstream" | "relay-delete" | "relay-batch" | "relay-ws";
+type Mode = "jetstream" | "relay-delete" | "relay-pull-ack" | "relay-batch" | "relay-ws" | "relay-ws-each";
 interface Result {
   mode: Mode;
   concurrency: number;
@@ -58,6 +63,8 @@ interface Result {
   cpuMsPerMessage: { relay: number; natsServer: number; client: number };
   /** Messages the relay sent to NATS per message (publishes, requests, acks). */
   natsMsgsPerMessage?: number;
+  /** Write system calls of the relay per message (sockets to its clients and to NATS), from /proc. */
+  relayWritesPerMessage?: number;
 }
 
 /** CPU time (ms) of a process from /proc (Linux), or of this process. */
@@ -69,6 +76,15 @@ function cpuMs(pid?: number): number {
   try {
     const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
     return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // utime + stime, 100 ticks/s
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** Write system calls a process has made (Linux /proc/<pid>/io), NaN where that cannot be read. */
+function writeCalls(pid: number): number {
+  try {
+    return Number(/^syscw: (\d+)$/m.exec(readFileSync(`/proc/${pid}/io`, "utf8"))?.[1] ?? Number.NaN);
   } catch {
     return Number.NaN;
   }
@@ -92,6 +108,7 @@ async function pipeline(
   const latencies: number[] = [];
   let next = 0;
   const cpu0 = { relay: cpuMs(pids.relay), nats: cpuMs(pids.nats), client: cpuMs() };
+  const writes0 = writeCalls(pids.relay);
   const natsIn0 = await natsMessagesIn(monitorPort, "ifp-relay ");
   const started = performance.now();
   const consumer = consume(
@@ -141,6 +158,7 @@ async function pipeline(
       client: per(cpuMs(), cpu0.client),
     },
     natsMsgsPerMessage: round(((await natsMessagesIn(monitorPort, "ifp-relay ")) - natsIn0) / count),
+    relayWritesPerMessage: round((writeCalls(pids.relay) - writes0) / count),
   };
 }
 
@@ -313,8 +331,8 @@ function framePublisher(ws: WebSocket): (m: Message) => Promise<void> {
 }
 
 const BATCH = Number(process.env.BENCH_BATCH ?? 25);
-/** The relay paths measured (BENCH_MODES, comma-separated; all three by default). */
-const MODES = (process.env.BENCH_MODES ?? "relay-delete,relay-batch,relay-ws").split(",") as Exclude<
+/** The relay paths measured (BENCH_MODES, comma-separated; all but relay-ws-each by default). */
+const MODES = (process.env.BENCH_MODES ?? "relay-delete,relay-pull-ack,relay-batch,relay-ws").split(",") as Exclude<
   Mode,
   "jetstream"
 >[];
@@ -322,9 +340,10 @@ const MODES = (process.env.BENCH_MODES ?? "relay-delete,relay-batch,relay-ws").s
 async function relayRun(mode: Exclude<Mode, "jetstream">, c: number, count: number): Promise<Result> {
   const msgs = bodies(count);
   const ids = msgs.map((m) => m.headers.message_id);
-  if (mode === "relay-ws") {
+  if (mode === "relay-ws" || mode === "relay-ws-each") {
     // Both ends on WebSocket sessions: alice publishes with frames (a session that only sends),
-    // bob takes pushed copies and acknowledges each with a frame.
+    // bob takes pushed copies and acknowledges them with one frame for the copies of one turn
+    // (relay-ws) or a frame each (relay-ws-each).
     const sender = await session(alice, "?push=off");
     const send = framePublisher(sender);
     try {
@@ -336,6 +355,11 @@ async function relayRun(mode: Exclude<Mode, "jetstream">, c: number, count: numb
         ([i]) => send(msgs[i!]!),
         async (onAcked, done) => {
           const ws = await session(bob);
+          let pending: string[] = [];
+          const flush = () => {
+            ws.send(JSON.stringify({ type: "ack", message_ids: pending }));
+            pending = [];
+          };
           await new Promise<void>((resolve) => {
             ws.on("message", (d) => {
               const f = JSON.parse(d.toString()) as {
@@ -343,11 +367,15 @@ async function relayRun(mode: Exclude<Mode, "jetstream">, c: number, count: numb
                 message_id?: string;
                 message?: Message;
                 ok?: boolean;
+                acknowledged?: string[];
               };
-              if (f.type === "message")
-                ws.send(JSON.stringify({ type: "ack", message_id: f.message!.headers.message_id }));
-              else if (f.type === "acked" && f.ok) {
-                onAcked(f.message_id!);
+              if (f.type === "message") {
+                const id = f.message!.headers.message_id;
+                if (mode === "relay-ws-each") ws.send(JSON.stringify({ type: "ack", message_id: id }));
+                else if (pending.push(id) === 1) setImmediate(flush);
+              } else if (f.type === "acked") {
+                if (f.acknowledged) for (const id of f.acknowledged) onAcked(id);
+                else if (f.ok) onAcked(f.message_id!);
                 if (done()) resolve();
               }
             });
@@ -387,7 +415,7 @@ async function relayRun(mode: Exclude<Mode, "jetstream">, c: number, count: numb
           continue;
         }
         after = next ?? after;
-        if (mode === "relay-batch") {
+        if (mode !== "relay-delete") {
           const { acknowledged } = await sub.ackMany(messages.map((m) => m.headers.message_id));
           for (const id of acknowledged) onAcked(id);
         } else {
@@ -541,6 +569,7 @@ const rows = results.map((r) => ({
   "p99 ms": r.p99ms,
   "cpu ms/msg relay · nats · client": `${r.cpuMsPerMessage.relay} · ${r.cpuMsPerMessage.natsServer} · ${r.cpuMsPerMessage.client}`,
   "relay NATS msgs/msg": r.mode === "jetstream" ? "" : r.natsMsgsPerMessage,
+  "relay writes/msg": r.mode === "jetstream" ? "" : r.relayWritesPerMessage,
 }));
 console.table(rows);
 if (scale.length) console.table(scale);

@@ -249,22 +249,51 @@ function upgrade(
       wss.handleUpgrade(raw, socket, head, (ws) => {
         ws.once("close", release);
         const after = cursor(url.searchParams.get("after"));
-        serveWebSocket(ws, deps, agent, after, url.searchParams.get("push") !== "off");
+        serveWebSocket(ws, socket, deps, agent, after, url.searchParams.get("push") !== "off");
       });
     },
     (err) => refuseUpgrade(socket, toProtocolError(err)),
   );
 }
 
+/**
+ * Frames sent within one event-loop turn leave together: the connection's socket is corked at
+ * the first and uncorked once the turn's I/O is done, so the copies of one NATS read and the
+ * answers finished in one turn are one TLS write instead of one each.
+ */
+export function turnWrites(socket: Pick<Duplex, "cork" | "uncork">): () => void {
+  let corked = false;
+  const flush = () => {
+    corked = false;
+    socket.uncork();
+  };
+  return () => {
+    if (corked) return;
+    corked = true;
+    socket.cork();
+    setImmediate(flush);
+  };
+}
+
 /** One agent's WebSocket session: its copies pushed (unless push=off), its publish and ack frames answered. */
-function serveWebSocket(ws: WebSocket, deps: StreamDeps, agent: string, after: number, push: boolean): void {
+function serveWebSocket(
+  ws: WebSocket,
+  socket: Duplex,
+  deps: StreamDeps,
+  agent: string,
+  after: number,
+  push: boolean,
+): void {
   deps.metrics.relay.inc({ operation: "websocket", result: "ok" });
   deps.metrics.relayConnections.inc({ transport: "websocket" });
+  const together = turnWrites(socket);
   const send = (frame: WsFrame) => {
-    if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(frame));
+    if (ws.readyState !== ws.OPEN) return;
+    together();
+    ws.send(JSON.stringify(frame));
   };
   const publish = webSocketPublisher(ws, deps, agent, send);
-  const stop = push ? pushCopies(ws, deps, agent, after) : () => {};
+  const stop = push ? pushCopies(ws, deps, agent, after, together) : () => {};
   // A frame the protocol forbids (unmasked, a reserved opcode, text that is not UTF-8, over
   // maxPayload) or a broken connection: the library closes the WebSocket (with the code RFC 6455
   // gives: 1002, 1007, 1009) and reports it here; without a listener the report would end the process.
@@ -308,14 +337,17 @@ function webSocketPublisher(ws: WebSocket, deps: StreamDeps, agent: string, send
 }
 
 /** The agent's copies after `after`, pushed as message frames (waiting while the socket's buffer is full); returns stop. */
-function pushCopies(ws: WebSocket, deps: StreamDeps, agent: string, after: number): () => void {
+function pushCopies(ws: WebSocket, deps: StreamDeps, agent: string, after: number, together: () => void): () => void {
   return deps.mailboxes.follow(
     agent,
     after,
     async (copy) => {
       const span = copySpan("ifp.relay.push", copy, "websocket");
       try {
-        if (ws.readyState === ws.OPEN) ws.send(messageFrame(copy));
+        if (ws.readyState === ws.OPEN) {
+          together();
+          ws.send(messageFrame(copy));
+        }
         deps.metrics.relayDeliveries.inc({ transport: "websocket", result: "sent" });
         while (ws.readyState === ws.OPEN && ws.bufferedAmount > HIGH_WATER) await new Promise((r) => setTimeout(r, 50));
       } finally {
