@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { cursor, messageFrame, parseClientFrame, sseFrame } from "./events.ts";
+import { cursor, messageFrame, parseClientFrame, sseFrame, turnWrites } from "./events.ts";
 
 describe("SSE and WebSocket framing", () => {
   it("writes one SSE event per copy, its id the resume cursor", () => {
@@ -31,6 +31,18 @@ describe("SSE and WebSocket framing", () => {
     ]) {
       expect(parseClientFrame(Buffer.from(f)), f).toHaveProperty("error");
     }
+  });
+
+  it("corks a socket once for the frames of one event-loop turn and uncorks it after the turn", async () => {
+    const calls: string[] = [];
+    const together = turnWrites({ cork: () => calls.push("cork"), uncork: () => calls.push("uncork") });
+    for (let i = 0; i < 5; i++) together();
+    expect(calls).toEqual(["cork"]);
+    await new Promise((r) => setImmediate(r));
+    expect(calls).toEqual(["cork", "uncork"]);
+    together();
+    await new Promise((r) => setImmediate(r));
+    expect(calls).toEqual(["cork", "uncork", "cork", "uncork"]);
   });
 
   it("reads an ack frame of many ids with the bounds of POST /relay/messages/ack: 1 to 1000 ids of 1 to 256 characters", () => {
