@@ -1,0 +1,74 @@
+import { Worker } from "node:worker_threads";
+import { describe, expect, it } from "vitest";
+import { SharedRateLimiter } from "./shared-ratelimit.ts";
+
+describe("SharedRateLimiter", () => {
+  it("allows perMinute requests, then says when to retry, and refills evenly, as RateLimiter", () => {
+    let now = 1_000_000;
+    const rl = SharedRateLimiter.create(60, { now: () => now });
+    for (let i = 0; i < 60; i++) expect(rl.take("a").ok).toBe(true);
+    expect(rl.take("a")).toEqual({ ok: false, retryAfterSeconds: 1 });
+    expect(rl.take("b").ok).toBe(true);
+    now += 1000;
+    expect(rl.take("a").ok).toBe(true);
+    expect(rl.take("a").ok).toBe(false);
+  });
+
+  it("takes a cost (a byte quota per hour) and gives tokens back", () => {
+    let now = 1_000_000;
+    const rl = SharedRateLimiter.create(1000, { now: () => now, windowMs: 3_600_000 });
+    expect(rl.take("s", 600).ok).toBe(true);
+    expect(rl.take("s", 600)).toEqual({ ok: false, retryAfterSeconds: 720 });
+    rl.give("s", 600);
+    expect(rl.take("s", 1000).ok).toBe(true);
+    now += 3_600_000;
+    expect(rl.take("s", 5000).ok).toBe(true);
+  });
+
+  it("never forgets a key still limited: a flood of new keys waits instead of wiping it out", () => {
+    let now = 1_000_000;
+    const rl = SharedRateLimiter.create(1, { now: () => now, maxKeys: 1 });
+    expect(rl.take("busy").ok).toBe(true);
+    let refused = 0;
+    for (let i = 0; i < 5000; i++) if (!rl.take(`k${i}`).ok) refused++;
+    // 1,024 slots: most of the flood finds its window taken by buckets still refilling.
+    expect(refused).toBeGreaterThan(3000);
+    expect(rl.take("busy").ok).toBe(false);
+    now += 60_000;
+    expect(rl.take("busy").ok).toBe(true);
+    expect(rl.take("another").ok).toBe(true);
+  });
+
+  it("is one limit for every thread attached: four threads racing for one key get exactly its tokens", async () => {
+    // One clock for all: no refill while they race, so the count is exact.
+    const now = Date.now();
+    const rl = SharedRateLimiter.create(200_000, { now: () => now });
+    const start = new Int32Array(new SharedArrayBuffer(4));
+    const code = `
+      const { workerData, parentPort } = require("node:worker_threads");
+      const { SharedRateLimiter } = require(workerData.module);
+      const rl = new SharedRateLimiter(workerData.shared, () => workerData.now);
+      parentPort.postMessage("set");
+      Atomics.wait(workerData.start, 0, 0);
+      let granted = 0;
+      for (let i = 0; i < 100_000; i++) if (rl.take("one sender").ok) granted++;
+      parentPort.postMessage(granted);`;
+    const module = new URL("./shared-ratelimit.ts", import.meta.url).pathname;
+    const workers = Array.from(
+      { length: 4 },
+      () => new Worker(code, { eval: true, workerData: { module, shared: rl.shared, now, start } }),
+    );
+    const message = (w: Worker) =>
+      new Promise<unknown>((resolve, reject) => {
+        w.once("message", resolve);
+        w.once("error", reject);
+      });
+    await Promise.all(workers.map(message));
+    const granted = workers.map(message);
+    Atomics.store(start, 0, 1);
+    Atomics.notify(start, 0);
+    const counts = (await Promise.all(granted)) as number[];
+    // 400,000 asked for 200,000 tokens, all at once.
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(200_000);
+  });
+});
