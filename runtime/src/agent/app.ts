@@ -8,7 +8,7 @@ import { registerProbes } from "../server/probes.ts";
 import type { AcceptStore, ConversationIntake, OnAccepted } from "./inbound/accept.ts";
 import type { Documents } from "./documents.ts";
 import { documentRoutes } from "./routes/documents.ts";
-import { inboxRoutes } from "./inbound/routes/inbox.ts";
+import { type InboxLimits, inboxRoutes } from "./inbound/routes/inbox.ts";
 import type { AgentEncryption } from "./encryption.ts";
 
 export interface AgentAppDeps extends EndpointDeps {
@@ -28,6 +28,8 @@ export interface AgentAppDeps extends EndpointDeps {
   encryption?: AgentEncryption;
   /** Clock skew tolerated on headers.date in the future. */
   maxFutureSkewMs?: number;
+  /** The inbox's limits shared by the pod's event loops (spec.runtime.workers); else the server's own. */
+  limits?: InboxLimits;
 }
 
 /** The agent's HTTPS endpoints (spec 4.1); buildAgentApp never listens. */
@@ -51,6 +53,7 @@ export function buildAgentApp(deps: AgentAppDeps): FastifyInstance {
     metrics,
     now: deps.now ?? Date.now,
     maxFutureSkewMs: deps.maxFutureSkewMs ?? 5 * 60_000,
+    limits: deps.limits,
   });
   return app;
 }

@@ -51,6 +51,7 @@ export class Conversations {
   private readonly temperatures: ReadonlyMap<string, string>;
   private readonly deliveries: Pick<DeliveryStateStore, "get" | "put"> | undefined;
   private readonly strict: boolean;
+  private readonly onRetry: () => void;
   /** The update of each record this process is making, for the next to wait on. */
   private readonly updating = new Map<string, Promise<void>>();
   /**
@@ -71,6 +72,8 @@ export class Conversations {
       deliveries?: Pick<DeliveryStateStore, "get" | "put">;
       /** spec.inbox.sequenceCheck: "strict" refuses a reused sequence number, "record" (default) notes it. */
       sequenceCheck?: "record" | "strict";
+      /** Told of each write tried again after another writer's came in between (a metric). */
+      onRetry?: () => void;
     } = {},
   ) {
     this.nats = nats;
@@ -79,6 +82,7 @@ export class Conversations {
     this.now = opts.now ?? Date.now;
     this.temperatures = opts.temperatures ?? new Map();
     this.deliveries = opts.deliveries;
+    this.onRetry = opts.onRetry ?? (() => {});
   }
 
   async ensure(): Promise<void> {
@@ -344,6 +348,7 @@ export class Conversations {
         if (err instanceof ProtocolError) throw err;
         // Another replica wrote in between: read again and decide on its record, after a short
         // random pause so that two replicas taking one conversation at once do not collide again.
+        this.onRetry();
         await new Promise((r) => setTimeout(r, Math.random() * exponentialDelay(attempt + 1, { initialMs: 1 })));
       }
     }

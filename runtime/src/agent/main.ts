@@ -53,6 +53,8 @@ import { PeerCapabilityService } from "./peer-capabilities.ts";
 import { announceCapabilities, RelayMailboxReader, relayPublisher, tellPeersCapabilities } from "./relays/relays.ts";
 import { InboxStore, inboxRetentionMs } from "./inbound/store.ts";
 import { buildInfo } from "../util/version.ts";
+import type { InboxLimits } from "./inbound/routes/inbox.ts";
+import { countRequests, InboxWorkers, workerCount } from "./workers.ts";
 
 export interface AgentOptions {
   manifest: string;
@@ -101,6 +103,13 @@ export interface AgentOptions {
    * streams reached through its account's imports (docs/scale.md).
    */
   natsLayout?: NatsLayoutName;
+  /**
+   * Event loops serving the HTTPS port (`--workers`; else spec.runtime.workers; else 1): the main
+   * one and that many less one worker threads (workers.ts), started from `workerEntry`.
+   */
+  workers?: number | "auto";
+  /** The module a worker thread runs (inbox-worker.ts's INBOX_WORKER); needed for more than one event loop. */
+  workerEntry?: string | URL;
   logger?: Logger;
 }
 
@@ -119,6 +128,8 @@ export interface RunningAgent {
   appStream?: AppStream;
   agent: Agent;
   nats: Nats;
+  /** Resolves when an event loop beside the main one ended without being asked to (spec.runtime.workers). */
+  failed?: Promise<Error>;
   close(): Promise<void>;
 }
 
@@ -136,6 +147,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   // Read now: a missing or short token is a start-up error, not a listener that refuses everyone.
   const localApiToken = opts.localApiTokenFile ? new TokenFile(opts.localApiTokenFile, log) : undefined;
   const self = await loadSelf(opts, log);
+  const pool = inboxWorkers(self, opts, log);
   const life = new Lifecycle(log);
   const metrics = createRuntimeMetrics("agent");
   const outside = peersAndKeys(self, opts, life, log);
@@ -150,7 +162,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
     return await listen(
       opts,
       self,
-      { outside, stores, deliveries, a2a, metrics, life, log, localApiToken },
+      { outside, stores, deliveries, a2a, metrics, life, log, localApiToken, pool },
       () => state.ready && stores.nats.isConnected && stores.streams.missing().length === 0,
     );
   } catch (err) {
@@ -160,7 +172,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
 }
 
 /** The manifest, the agent's keys and the documents it publishes. */
-async function loadSelf(opts: AgentOptions, log: Logger) {
+export async function loadSelf(opts: AgentOptions, log: Logger) {
   const agent = await loadManifest(opts.manifest, Agent);
   const spec = agent.spec;
   const keyring = await loadKeyring(opts.signingKey, spec.agentId, spec.signing.keyId);
@@ -182,10 +194,23 @@ async function loadSelf(opts: AgentOptions, log: Logger) {
     );
   return { agent, spec, signing, ownEncryption, documents, layout, names: layout.names(agentStoreKey(agent)) };
 }
-type Self = Awaited<ReturnType<typeof loadSelf>>;
+export type Self = Awaited<ReturnType<typeof loadSelf>>;
+
+/** The worker threads beside the main event loop, when more than one loop serves the port. */
+function inboxWorkers(self: Self, opts: AgentOptions, log: Logger): InboxWorkers | undefined {
+  const count = workerCount(opts.workers ?? self.spec.runtime?.workers);
+  if (count === 1) return undefined;
+  // The A2A face keeps tasks, streams and push sessions in its loop's memory.
+  if (self.spec.a2a.enabled)
+    throw new Error(
+      "more than one event loop (spec.runtime.workers) does not serve spec.a2a yet (docs/scale.md#more-than-one-core)",
+    );
+  if (!opts.workerEntry) throw new Error("more than one event loop needs the ifp-runtime command's worker module");
+  return new InboxWorkers(count, self.spec.inbox.rateLimit, log);
+}
 
 /** The HTTP client, discovery, and who the senders are (their keys) and how bodies are encrypted. */
-function peersAndKeys(self: Self, opts: AgentOptions, life: Lifecycle, log: Logger) {
+export function peersAndKeys(self: Self, opts: AgentOptions, life: Lifecycle, log: Logger) {
   const { spec } = self;
   const targets = new TargetPolicy([...spec.network.allowPrivateTargets, ...(opts.allowPrivateTargets ?? [])]);
   const http = new HttpClient({ caFile: opts.caFile, onCaFileReload: caFileLogger(log), targets });
@@ -204,21 +229,27 @@ function peersAndKeys(self: Self, opts: AgentOptions, life: Lifecycle, log: Logg
   const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));
   return { http, targets, discovery, verifier, encryption, peerUrls };
 }
-type Outside = ReturnType<typeof peersAndKeys>;
+export type Outside = ReturnType<typeof peersAndKeys>;
 
-/** NATS, the agent's streams and buckets, and where trouble is told (Events, the last error). */
-function agentStores(self: Self, opts: AgentOptions, outside: Outside, life: Lifecycle, metrics: Metrics, log: Logger) {
-  const { spec, names, agent, layout } = self;
+/**
+ * What the inbox needs, in every event loop that serves it (workers.ts): NATS, the inbox and
+ * outbox streams, the conversation records and what the inspection of a message does.
+ */
+export function inboxParts(
+  self: Self,
+  opts: AgentOptions,
+  outside: Outside,
+  life: Lifecycle,
+  metrics: Metrics,
+  log: Logger,
+) {
+  const { spec, names, layout } = self;
   const replicas = spec.durability.replicas ?? "auto";
   const nats = new Nats(
     { inboxPrefix: agentInboxPrefix(spec.agentId), replicas, layout, ...opts.nats, name: `ifp-agent ${spec.agentId}` },
     log,
   );
   life.defer("NATS", () => nats.close());
-  // Backlog read at scrape time: what the sender still has to deliver, and (with a handler) what it has yet to take.
-  backlogGauges(metrics, () => layout.queueBacklog(nats, names.outboxStream, names.senderConsumer), "outbox");
-  if (spec.handler)
-    backlogGauges(metrics, () => consumerBacklog(nats, names.inboxStream, names.handlerConsumer), "inbox");
   const inbox = new InboxStore(nats, names, parseDuration(spec.inbox.replayWindow), spec.inbox.maxBytes, replicas);
   const outbox = new OutboxStore(nats, names, replicas);
   const states = new DeliveryStates(nats, names.outboxStateBucket);
@@ -227,7 +258,33 @@ function agentStores(self: Self, opts: AgentOptions, outside: Outside, life: Lif
     temperatures: new Map(spec.peers.filter((p) => p.temperature).map((p) => [p.agentId, p.temperature!])),
     deliveries: states,
     sequenceCheck: spec.inbox.sequenceCheck,
+    onRetry: () => metrics.conversationCasRetries.inc(),
   });
+  const peerCapabilities = new PeerCapabilityService({
+    store: peerCaps,
+    discovery: outside.discovery,
+    peerUrls: outside.peerUrls,
+    log,
+  });
+  const onAccepted = inspectionEffects({
+    self: { agentId: spec.agentId, displayName: spec.displayName },
+    signing: self.signing,
+    outbox,
+    peers: peerCapabilities,
+  });
+  return { nats, replicas, inbox, outbox, states, peerCaps, conversations, peerCapabilities, onAccepted };
+}
+export type InboxParts = ReturnType<typeof inboxParts>;
+
+/** NATS, the agent's streams and buckets, and where trouble is told (Events, the last error). */
+function agentStores(self: Self, opts: AgentOptions, outside: Outside, life: Lifecycle, metrics: Metrics, log: Logger) {
+  const { spec, names, agent, layout } = self;
+  const parts = inboxParts(self, opts, outside, life, metrics, log);
+  const { nats } = parts;
+  // Backlog read at scrape time: what the sender still has to deliver, and (with a handler) what it has yet to take.
+  backlogGauges(metrics, () => layout.queueBacklog(nats, names.outboxStream, names.senderConsumer), "outbox");
+  if (spec.handler)
+    backlogGauges(metrics, () => consumerBacklog(nats, names.inboxStream, names.handlerConsumer), "inbox");
   const events = EventRecorder.fromEnvironment("ifp-runtime", log, opts.kubeconfig);
   // Counts of repeated Events still waiting are written before the process goes.
   life.defer("Events", async () => events?.flush());
@@ -244,19 +301,7 @@ function agentStores(self: Self, opts: AgentOptions, outside: Outside, life: Lif
   life.defer("stream checks", () => streams.stop());
   streamKeeperGauges(metrics, streams);
   dependencyGauges(metrics, { natsConnected: () => nats.isConnected, certFile: opts.tlsCert });
-  const peerCapabilities = new PeerCapabilityService({
-    store: peerCaps,
-    discovery: outside.discovery,
-    peerUrls: outside.peerUrls,
-    log,
-  });
-  const onAccepted = inspectionEffects({
-    self: { agentId: spec.agentId, displayName: spec.displayName },
-    signing: self.signing,
-    outbox,
-    peers: peerCapabilities,
-  });
-  return { nats, inbox, outbox, states, peerCaps, conversations, notifier, streams, peerCapabilities, onAccepted };
+  return { ...parts, notifier, streams };
 }
 type Stores = ReturnType<typeof agentStores>;
 type Metrics = ReturnType<typeof createRuntimeMetrics>;
@@ -498,25 +543,52 @@ interface Wired {
   life: Lifecycle;
   log: Logger;
   localApiToken: TokenFile | undefined;
+  pool?: InboxWorkers;
+}
+
+/**
+ * The agent's public HTTPS server without the A2A face, its certificate followed as it changes:
+ * what every event loop serving the port runs (workers.ts).
+ */
+export function publicApp(
+  opts: AgentOptions,
+  self: Self,
+  w: { outside: Outside; stores: InboxParts; metrics: Metrics; life: Lifecycle; log: Logger },
+  ready: () => boolean,
+  limits?: InboxLimits,
+) {
+  const { agent, documents } = self;
+  const { inbox, conversations, onAccepted } = w.stores;
+  const { verifier, encryption } = w.outside;
+  const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
+  const app = buildAgentApp({
+    ...{ agent, documents, verifier, store: inbox, conversations, onAccepted, encryption, ready, limits },
+    ...{ metrics: w.metrics, logger: w.log, tls: readTls(tlsFiles), trustedProxies: opts.trustedProxies },
+  });
+  w.life.defer("TLS watch", watchTls(app, tlsFiles, w.log));
+  return app;
 }
 
 /** The agent's HTTPS endpoints and the local API (its TLS listener too, when asked for), built. */
 function agentApps(opts: AgentOptions, self: Self, w: Wired, ready: () => boolean) {
-  const { agent, documents, signing } = self;
-  const { inbox, conversations, onAccepted, peerCapabilities, outbox, states } = w.stores;
-  const { verifier, encryption } = w.outside;
+  const { agent, signing } = self;
+  const { inbox, conversations, peerCapabilities, outbox, states } = w.stores;
+  const { encryption } = w.outside;
   const tlsFiles = { certFile: opts.tlsCert, keyFile: opts.tlsKey };
-  const app = buildAgentApp({
-    ...{ agent, documents, verifier, store: inbox, conversations, onAccepted, encryption, ready },
-    ...{ metrics: w.metrics, logger: w.log, tls: readTls(tlsFiles), trustedProxies: opts.trustedProxies },
-  });
-  w.life.defer("TLS watch", watchTls(app, tlsFiles, w.log));
+  const pool = w.pool;
+  const app = pool
+    ? publicApp(opts, self, w, pool.shared.podReady.bind(pool.shared), pool.shared.limits)
+    : publicApp(opts, self, w, ready);
+  if (pool) {
+    w.life.defer("readiness", pool.shared.report(0, ready));
+    countRequests(app, w.metrics, 0);
+  }
   w.a2a?.register(app);
   const localDeps = {
     agent,
     signing,
     encryption,
-    documents,
+    documents: self.documents,
     outbox: w.a2a ? w.a2a.replies(peerCapabilities.gate(outbox)) : peerCapabilities.gate(outbox),
     states: w.a2a ? w.a2a.deliveries(states) : states,
     redrive: (id: string) => states.redrive(id, (message, dedupId) => outbox.requeue(message, dedupId)),
@@ -548,7 +620,19 @@ async function listen(opts: AgentOptions, self: Self, w: Wired, ready: () => boo
       ? await w.a2a.serveGrpc(opts.a2aGrpcPort, host, { certFile: opts.tlsCert, keyFile: opts.tlsKey })
       : undefined;
   if (grpc) life.defer("A2A gRPC server", () => grpc.close());
-  const url = await life.listen(app, { name: "HTTPS server", scheme: "https", port: opts.port, host });
+  const url = await life.listen(app, {
+    name: "HTTPS server",
+    scheme: "https",
+    port: opts.port,
+    host,
+    ...(w.pool ? { reusePort: true } : {}),
+  });
+  if (w.pool) {
+    const { logger: _, ...clonable } = opts;
+    // After the main loop's listener: stopped before it, each worker drained.
+    life.defer("event loops", () => w.pool?.close());
+    await w.pool.start(opts.workerEntry!, Number(new URL(url).port), clonable);
+  }
   const localApiPort = opts.localApiPort ?? self.spec.localApi.port;
   const localApiUrl = await life.listen(localApi, {
     name: "local API",
@@ -562,7 +646,7 @@ async function listen(opts: AgentOptions, self: Self, w: Wired, ready: () => boo
   const metricsUrl =
     opts.metricsPort === undefined
       ? undefined
-      : await life.listen(buildMetricsApp(w.metrics), {
+      : await life.listen(buildMetricsApp(w.metrics, w.pool && (() => w.pool!.metrics())), {
           name: "metrics",
           scheme: "http",
           port: opts.metricsPort,
@@ -583,6 +667,7 @@ async function listen(opts: AgentOptions, self: Self, w: Wired, ready: () => boo
     appStream,
     agent,
     nats: w.stores.nats,
+    ...(w.pool ? { failed: w.pool.failed } : {}),
     close: () => life.close(),
   };
 }

@@ -2,7 +2,9 @@
 // into the options of the agent or relay mode, which it starts and closes on SIGTERM or SIGINT.
 import { parseArgs } from "node:util";
 import type { Logger } from "pino";
+import { INBOX_WORKER } from "../agent/inbox-worker.ts";
 import { startAgent } from "../agent/main.ts";
+import { MAX_WORKERS } from "../agent/workers.ts";
 import { parseTrustedProxies } from "../server/http.ts";
 import { createLogger } from "../telemetry/log-format.ts";
 import { startTracing } from "../telemetry/tracing.ts";
@@ -20,7 +22,7 @@ const USAGE = `usage:
 Every flag may also be given as an environment variable: IFP_MANIFEST, IFP_PORT, IFP_HOST,
 IFP_TLS_CERT, IFP_TLS_KEY, IFP_SIGNING_KEY, IFP_NATS_URL, IFP_NATS_CREDS, IFP_NATS_USER,
 IFP_NATS_PASSWORD, IFP_NATS_TOKEN, IFP_NATS_LAYOUT, IFP_CA_FILE, IFP_KUBECONFIG, IFP_LOCAL_API_PORT, IFP_TRUSTED_PROXIES, IFP_ALLOW_PRIVATE_TARGETS,
-IFP_INTRODUCTION_SECRET_FILE, IFP_LOCAL_API_TLS_PORT, IFP_LOCAL_API_TOKEN_FILE, IFP_METRICS_PORT, IFP_LOG_LEVEL.
+IFP_INTRODUCTION_SECRET_FILE, IFP_LOCAL_API_TLS_PORT, IFP_LOCAL_API_TOKEN_FILE, IFP_METRICS_PORT, IFP_WORKERS, IFP_LOG_LEVEL.
 Tracing (OpenTelemetry) is configured by the standard OTEL_* variables only, e.g.
 OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER;
 without them it is off (docs/tracing.md).
@@ -76,6 +78,9 @@ without them it is off (docs/tracing.md).
                       certificate) for applications in other pods; needs --local-api-token-file
   --local-api-token-file FILE
                       the bearer token that listener requires; re-read when the file changes
+  --workers N|auto    event loops serving the HTTPS port, each with its own NATS connection and
+                      the inbox's rate limits shared (agent mode; 1 to 64, or auto: the
+                      container's CPU limit, 1 without one); overrides spec.runtime.workers
 `;
 
 const OPTIONS = {
@@ -106,6 +111,7 @@ const OPTIONS = {
   "local-api-tls-port": { type: "string", env: "IFP_LOCAL_API_TLS_PORT" },
   "local-api-token-file": { type: "string", env: "IFP_LOCAL_API_TOKEN_FILE" },
   "metrics-port": { type: "string", env: "IFP_METRICS_PORT" },
+  workers: { type: "string", env: "IFP_WORKERS" },
   "log-level": { type: "string", env: "IFP_LOG_LEVEL" },
   help: { type: "boolean", short: "h" },
   version: { type: "boolean", short: "V" },
@@ -252,6 +258,16 @@ function commonOptions(flags: Flags, logger: Logger) {
   };
 }
 
+/** --workers: a whole number from 1 to 64, or auto. */
+function workers(flags: Flags): number | "auto" | undefined {
+  const v = flags.workers;
+  if (v === undefined || v === "auto") return v;
+  const n = Number(v);
+  if (!/^\d+$/.test(v) || n < 1 || n > MAX_WORKERS)
+    throw new UsageError(`--workers must be a whole number from 1 to ${MAX_WORKERS} or auto, not ${v}`);
+  return n;
+}
+
 function natsLayout(flags: Flags): NatsLayoutName | undefined {
   const v = flags["nats-layout"];
   if (v === undefined) return undefined;
@@ -265,7 +281,7 @@ async function startMode(
   mode: string,
   flags: Flags,
   common: ReturnType<typeof commonOptions>,
-): Promise<{ close(): Promise<void> }> {
+): Promise<{ close(): Promise<void>; failed?: Promise<Error> }> {
   if (mode === "agent") {
     return startAgent({
       ...common,
@@ -280,9 +296,13 @@ async function startMode(
       a2aGrpcPort: flags["a2a-grpc-port"] === undefined ? undefined : port({ port: flags["a2a-grpc-port"] }),
       localApiPort: flags["local-api-port"] === undefined ? undefined : port({ port: flags["local-api-port"] }),
       natsLayout: natsLayout(flags),
+      workers: workers(flags),
+      workerEntry: INBOX_WORKER,
       ...localApiTls(flags),
     });
   } else if (mode === "relay") {
+    if (flags.workers !== undefined)
+      throw new UsageError("--workers is of the agent mode; a relay runs one event loop");
     const { startRelay } = await import("../relay/main.ts");
     return startRelay({ ...common, caFile: flags["ca-file"] });
   } else {
@@ -290,30 +310,35 @@ async function startMode(
   }
 }
 
-/** SIGTERM and SIGINT close the runtime (within 25 s) and the tracing, then end the process. */
+/**
+ * SIGTERM and SIGINT close the runtime (within 25 s) and the tracing, then end the process (0);
+ * an event loop of the agent that ended on its own does the same, ending it with 1.
+ */
 function stopOnSignals(
-  running: { close(): Promise<void> },
+  running: { close(): Promise<void>; failed?: Promise<Error> },
   tracing: ReturnType<typeof startTracing> | undefined,
   logger: Logger,
 ): void {
   let stopping = false;
-  const stop = (signal: string) => {
+  const stop = (why: { signal: string } | { failed: string }, code: number) => {
     if (stopping) return;
     stopping = true;
-    logger.info({ signal }, "shutting down");
+    if ("signal" in why) logger.info(why, "shutting down");
+    else logger.fatal({ err: why.failed }, "an event loop failed; shutting down");
     const force = setTimeout(() => process.exit(1), 25_000);
     force.unref();
     running
       .close()
       .then(() => tracing?.shutdown())
       .then(
-        () => process.exit(0),
+        () => process.exit(code),
         (err) => {
           logger.error({ err }, "shutdown failed");
           process.exit(1);
         },
       );
   };
-  process.once("SIGTERM", () => stop("SIGTERM"));
-  process.once("SIGINT", () => stop("SIGINT"));
+  process.once("SIGTERM", () => stop({ signal: "SIGTERM" }, 0));
+  process.once("SIGINT", () => stop({ signal: "SIGINT" }, 0));
+  void running.failed?.then((err) => stop({ failed: err.message }, 1));
 }

@@ -548,6 +548,31 @@ export const AgentSpec = z
       "Where the agent's outbound requests to peers and relays may go (spec 5.2: https only; special addresses only when allowed)",
     ),
     a2a: A2aSpec,
+    runtime: z
+      .object({
+        workers: z
+          .any()
+          .refine(
+            (v) => v === "auto" || (typeof v === "number" && Number.isInteger(v) && v >= 1 && v <= 64),
+            'must be a whole number from 1 to 64 or "auto"',
+          )
+          .meta({
+            "x-kubernetes-int-or-string": true,
+            pattern: "^auto$",
+            "x-kubernetes-validations": [
+              {
+                rule: "type(self) == string || (self >= 1 && self <= 64)",
+                message: 'must be a whole number from 1 to 64 or "auto"',
+              },
+            ],
+          })
+          .optional()
+          .describe(
+            "Event loops serving the agent's HTTPS port in each pod, each with its own NATS connection, sharing the inbox's rate limits (docs/scale.md#more-than-one-core); \"auto\" is the container's CPU limit (spec.deployment.resources), 1 without one; unset: 1. Each loop adds to the pod's memory; not with spec.a2a.enabled",
+          ),
+      })
+      .optional()
+      .describe("How the runtime process uses its pod's CPUs"),
     replicas: z
       .number()
       .int()

@@ -44,9 +44,12 @@ export class Lifecycle {
   /** Listen (and close the server on the way out); resolves to the URL it serves. */
   async listen(
     app: FastifyInstance,
-    opts: { name: string; scheme: "https" | "http"; port: number; host: string },
+    opts: { name: string; scheme: "https" | "http"; port: number; host: string; reusePort?: boolean },
   ): Promise<string> {
-    await app.listen({ port: opts.port, host: opts.host });
+    // reusePort (SO_REUSEPORT): other event loops of the process listen on the same port (agent/workers.ts).
+    await app.listen({ port: opts.port, host: opts.host, ...(opts.reusePort ? { reusePort: true } : {}) } as {
+      port: number;
+    });
     this.defer(opts.name, () => app.close());
     const address = app.server.address();
     const port = typeof address === "object" && address ? address.port : opts.port;

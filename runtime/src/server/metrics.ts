@@ -3,7 +3,7 @@
 import { X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
 import Fastify, { type FastifyInstance } from "fastify";
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import { AggregatorRegistry, Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import { buildInfo } from "../util/version.ts";
 
 /** Default port of the plain-HTTP metrics listener (--metrics-port; 0 disables it). */
@@ -52,6 +52,11 @@ export function createRuntimeMetrics(mode: "agent" | "relay") {
       name: "ifp_inbox_rate_limited_total",
       help: "Inbox POSTs refused by a rate limit, by limit (address or sender)",
       labelNames: ["limit"],
+      registers,
+    }),
+    conversationCasRetries: new Counter({
+      name: "ifp_conversation_cas_retries_total",
+      help: "Writes of a conversation record tried again because another replica or event loop wrote it in between (compare-and-set)",
       registers,
     }),
     inboxLatency: new Histogram({
@@ -254,7 +259,10 @@ export function dependencyGauges(
  * The metrics listener: plain HTTP, GET /metrics only, on its own port so that nothing reaching
  * the TLS protocol port (peers, relays' clients) can read it.
  */
-export function buildMetricsApp(metrics: RuntimeMetrics): FastifyInstance {
+/** A registry's metrics as getMetricsAsJSON gives them, for another registry to add up. */
+export type MetricsJson = Awaited<ReturnType<Registry["getMetricsAsJSON"]>>;
+
+export function buildMetricsApp(metrics: RuntimeMetrics, others?: () => Promise<MetricsJson[]>): FastifyInstance {
   const app = Fastify({
     logger: false,
     forceCloseConnections: true,
@@ -262,7 +270,10 @@ export function buildMetricsApp(metrics: RuntimeMetrics): FastifyInstance {
   }) as unknown as FastifyInstance;
   app.get("/metrics", async (_req, reply) => {
     reply.type(metrics.registry.contentType);
-    return metrics.registry.metrics();
+    if (!others) return metrics.registry.metrics();
+    // The other event loops' counters and histograms added to this one's (spec.runtime.workers).
+    const all = [await metrics.registry.getMetricsAsJSON(), ...(await others())];
+    return AggregatorRegistry.aggregate(all).metrics();
   });
   app.setNotFoundHandler((_req, reply) =>
     reply.code(404).type("text/plain; charset=utf-8").send("not found; the metrics are at /metrics\n"),

@@ -10,6 +10,7 @@ import type { Agent } from "../../../resources/agent.ts";
 import { parseDuration } from "../../../resources/fields.ts";
 import type { RuntimeMetrics } from "../../../server/metrics.ts";
 import { RateLimiter } from "../../../server/ratelimit.ts";
+import type { Limiter } from "../../../server/shared-ratelimit.ts";
 import { keepRawJson, rawJsonOf } from "../../../server/raw-json.ts";
 import { asSent } from "../../../server/validation.ts";
 import { debugEnabled, messageLog, namedOnFailure } from "../../../telemetry/logs.ts";
@@ -45,6 +46,15 @@ export interface InboxRouteDeps {
   now: () => number;
   /** Clock skew tolerated on headers.date in the future. */
   maxFutureSkewMs: number;
+  /** The inbox's limits, when they are shared by the pod's event loops (workers.ts); else this loop's own. */
+  limits?: InboxLimits;
+}
+
+/** The buckets of the per-address limit, the per-sender limit and the per-sender byte quota. */
+export interface InboxLimits {
+  perAddress: Limiter;
+  perSender: Limiter;
+  perSenderBytes: Limiter;
 }
 
 const Accepted = z.object({ status: z.literal("accepted"), message_id: z.string() });
@@ -58,7 +68,12 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
   const { agent, verifier, metrics, now } = deps;
   const spec = agent.spec;
   const replayWindowMs = parseDuration(spec.inbox.replayWindow);
-  const perAddress = new RateLimiter(spec.inbox.rateLimit.perAddressPerMinute, { now });
+  const limits = deps.limits ?? {
+    perAddress: new RateLimiter(spec.inbox.rateLimit.perAddressPerMinute, { now }),
+    perSender: new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now }),
+    perSenderBytes: new RateLimiter(spec.inbox.rateLimit.perSenderBytesPerHour, { now, windowMs: 3_600_000 }),
+  };
+  const { perAddress } = limits;
   const admission: Admission = {
     agentId: spec.agentId,
     replayWindowMs,
@@ -71,7 +86,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
   // Requests that reached the handler have their span there, parented by the message's trace context.
   const traced = new WeakSet<object>();
   const count = answerCounter(spec.agentId, metrics, traced);
-  const senderLimits = senderQuotas(spec, metrics, now);
+  const senderLimits = senderQuotas(spec, metrics, limits);
 
   for (const base of [WELL_KNOWN, WELL_KNOWN_IFP]) {
     app.post(
@@ -179,13 +194,8 @@ function answerCounter(agentId: string, metrics: InboxRouteDeps["metrics"], trac
  * The per-sender limits, after the signature (keyed by the verified signer): requests per minute,
  * then the byte quota, so that one trusted peer cannot fill the store every agent shares.
  */
-function senderQuotas(
-  spec: InboxRouteDeps["agent"]["spec"],
-  metrics: InboxRouteDeps["metrics"],
-  now: InboxRouteDeps["now"],
-) {
-  const perSender = new RateLimiter(spec.inbox.rateLimit.perSenderPerMinute, { now });
-  const perSenderBytes = new RateLimiter(spec.inbox.rateLimit.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
+function senderQuotas(spec: InboxRouteDeps["agent"]["spec"], metrics: InboxRouteDeps["metrics"], limits: InboxLimits) {
+  const { perSender, perSenderBytes } = limits;
   return (key: string, fromAgent: string, size: number): void => {
     const bySender = perSender.take(key);
     if (!bySender.ok) {

@@ -1,0 +1,246 @@
+// More than one core (spec.runtime.workers, docs/scale.md#more-than-one-core): how many event loops
+// serve the agent's HTTPS port, and the pool of worker threads beside the main one — their shared
+// inbox limits and readiness, their metrics, a crash, and their drain on the way out.
+import { readFileSync } from "node:fs";
+import { Worker } from "node:worker_threads";
+import type { FastifyInstance } from "fastify";
+import type { Logger } from "pino";
+import { Counter } from "prom-client";
+import type { Agent } from "../resources/agent.ts";
+import type { MetricsJson, RuntimeMetrics } from "../server/metrics.ts";
+import { type SharedBuckets, SharedRateLimiter } from "../server/shared-ratelimit.ts";
+import type { InboxLimits } from "./inbound/routes/inbox.ts";
+
+/** Most event loops one pod runs. */
+export const MAX_WORKERS = 64;
+/** How often each event loop writes whether it is ready, for every other one's /readyz. */
+const READY_EVERY_MS = 250;
+/** How long a worker has to answer for its metrics, and to drain and stop. */
+const METRICS_TIMEOUT_MS = 2_000;
+const STOP_TIMEOUT_MS = 20_000;
+
+/**
+ * The number of event loops: `auto` is the CPU limit of the container (cgroup v2 cpu.max, rounded
+ * down, at least 1), or 1 without a limit (a pod without one has no claim to more than its
+ * request); unset is 1.
+ */
+export function workerCount(asked: unknown, cpus: () => number | undefined = cpuLimit): number {
+  if (asked === undefined) return 1;
+  if (asked === "auto") return Math.min(MAX_WORKERS, cpus() ?? 1);
+  if (typeof asked !== "number" || !Number.isInteger(asked) || asked < 1 || asked > MAX_WORKERS)
+    throw new Error(`workers must be a whole number from 1 to ${MAX_WORKERS} or "auto", not ${JSON.stringify(asked)}`);
+  return asked;
+}
+
+/** The CPU limit of this container in whole CPUs (cgroup v2 cpu.max, at least 1); undefined without one. */
+export function cpuLimit(cpuMax = "/sys/fs/cgroup/cpu.max"): number | undefined {
+  try {
+    const [quota, period] = readFileSync(cpuMax, "utf8").trim().split(/\s+/);
+    if (quota !== "max" && Number(quota) > 0 && Number(period) > 0)
+      return Math.max(1, Math.floor(Number(quota) / Number(period)));
+  } catch {
+    // No cgroup v2 file: not in a container, or cgroup v1.
+  }
+  return undefined;
+}
+
+/** What a worker thread is given (structured clone; the buffers stay shared). */
+export interface WorkerData {
+  kind: "ifp-inbox-worker";
+  /** 1 … count-1; the main event loop is 0. */
+  index: number;
+  port: number;
+  logLevel: string;
+  /** The agent's options without what cannot be cloned (the logger). */
+  opts: Record<string, unknown>;
+  limits: { perAddress: SharedBuckets; perSender: SharedBuckets; perSenderBytes: SharedBuckets };
+  /** One word per event loop: 1 while it is ready. */
+  ready: SharedArrayBuffer;
+}
+
+/** The limits and readiness every event loop of the pod shares. */
+export class SharedState {
+  readonly limits: InboxLimits & {
+    perAddress: SharedRateLimiter;
+    perSender: SharedRateLimiter;
+    perSenderBytes: SharedRateLimiter;
+  };
+  readonly ready: Int32Array;
+
+  constructor(limits: SharedState["limits"], ready: SharedArrayBuffer) {
+    this.limits = limits;
+    this.ready = new Int32Array(ready);
+  }
+
+  static create(rateLimit: Agent["spec"]["inbox"]["rateLimit"], count: number): SharedState {
+    return new SharedState(
+      {
+        perAddress: SharedRateLimiter.create(rateLimit.perAddressPerMinute),
+        perSender: SharedRateLimiter.create(rateLimit.perSenderPerMinute),
+        perSenderBytes: SharedRateLimiter.create(rateLimit.perSenderBytesPerHour, { windowMs: 3_600_000 }),
+      },
+      new SharedArrayBuffer(4 * count),
+    );
+  }
+
+  static attach(data: Pick<WorkerData, "limits" | "ready">): SharedState {
+    const { perAddress, perSender, perSenderBytes } = data.limits;
+    return new SharedState(
+      {
+        perAddress: new SharedRateLimiter(perAddress),
+        perSender: new SharedRateLimiter(perSender),
+        perSenderBytes: new SharedRateLimiter(perSenderBytes),
+      },
+      data.ready,
+    );
+  }
+
+  /** Write this loop's readiness now and every READY_EVERY_MS; the returned function stops it. */
+  report(index: number, ready: () => boolean): () => void {
+    const write = () => Atomics.store(this.ready, index, ready() ? 1 : 0);
+    write();
+    const timer = setInterval(write, READY_EVERY_MS);
+    timer.unref();
+    return () => {
+      clearInterval(timer);
+      Atomics.store(this.ready, index, 0);
+    };
+  }
+
+  /** Whether event loop `index` said it is ready. */
+  loopReady(index: number): boolean {
+    return Atomics.load(this.ready, index) === 1;
+  }
+
+  /** The pod is ready when every one of its event loops is (/readyz of each loop says the same). */
+  podReady(): boolean {
+    for (let i = 0; i < this.ready.length; i++) if (!this.loopReady(i)) return false;
+    return true;
+  }
+}
+
+/** Requests each event loop took on the HTTPS port, labelled with its index (0 is the main loop). */
+export function countRequests(app: FastifyInstance, metrics: RuntimeMetrics, index: number): void {
+  const counter = new Counter({
+    name: "ifp_worker_requests_total",
+    help: "Requests taken on the HTTPS port by each event loop (spec.runtime.workers; 0 is the main one)",
+    labelNames: ["worker"],
+    registers: [metrics.registry],
+  });
+  const worker = String(index);
+  app.addHook("onRequest", async () => counter.inc({ worker }));
+}
+
+/** What a worker sends the main thread. */
+export type FromWorker =
+  | { type: "listening" }
+  | { type: "metrics"; id: number; metrics: MetricsJson }
+  | { type: "start-failed"; error: string };
+/** What the main thread sends a worker. */
+export type ToWorker = { type: "metrics"; id: number } | { type: "close" };
+
+/**
+ * The worker threads beside the main event loop: each serves the agent's HTTPS port (SO_REUSEPORT)
+ * with its own NATS connection. A worker that ends without being asked to is the pod's failure
+ * (`failed`): the process stops (the Deployment starts it again), as it would with one loop.
+ */
+export class InboxWorkers {
+  readonly shared: SharedState;
+  private readonly count: number;
+  private readonly log: Logger;
+  private readonly workers: Worker[] = [];
+  private closing = false;
+  private nextId = 1;
+  private readonly answers = new Map<number, (m: MetricsJson) => void>();
+  private fail!: (err: Error) => void;
+  /** Resolves with the reason when a worker ended without being asked to. */
+  readonly failed = new Promise<Error>((resolve) => (this.fail = resolve));
+
+  constructor(count: number, rateLimit: Agent["spec"]["inbox"]["rateLimit"], log: Logger) {
+    this.count = count;
+    this.log = log;
+    this.shared = SharedState.create(rateLimit, count);
+  }
+
+  /** Start the workers on `port` (the main loop listens on it already) and wait until each listens. */
+  async start(entry: string | URL, port: number, opts: Record<string, unknown>): Promise<void> {
+    const { perAddress, perSender, perSenderBytes } = this.shared.limits;
+    const starts: Promise<void>[] = [];
+    for (let index = 1; index < this.count; index++) {
+      const workerData: WorkerData = {
+        kind: "ifp-inbox-worker",
+        index,
+        port,
+        logLevel: this.log.level,
+        opts,
+        limits: { perAddress: perAddress.shared, perSender: perSender.shared, perSenderBytes: perSenderBytes.shared },
+        ready: this.shared.ready.buffer as SharedArrayBuffer,
+      };
+      const worker = new Worker(typeof entry === "string" ? new URL(entry) : entry, { workerData });
+      this.workers.push(worker);
+      starts.push(this.watch(worker, index));
+    }
+    await Promise.all(starts);
+    this.log.info({ workers: this.count, port }, "event loops serving the HTTPS port");
+  }
+
+  /** Follow one worker: its start, its answers, and an end nobody asked for. */
+  private watch(worker: Worker, index: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      let started = false;
+      worker.on("message", (m: FromWorker) => {
+        if (m.type === "listening") {
+          started = true;
+          resolve();
+        } else if (m.type === "start-failed") reject(new Error(`event loop ${index} could not start: ${m.error}`));
+        else if (m.type === "metrics") this.answers.get(m.id)?.(m.metrics);
+      });
+      worker.on("error", (err) => this.log.error({ worker: index, err: err.message }, "event loop failed"));
+      worker.on("exit", (code) => {
+        if (!started) reject(new Error(`event loop ${index} ended (code ${code}) before it listened`));
+        else if (!this.closing) this.fail(new Error(`event loop ${index} ended (code ${code})`));
+      });
+    });
+  }
+
+  /** The counters and histograms of every worker, for the main loop's /metrics to add to its own. */
+  async metrics(): Promise<MetricsJson[]> {
+    return Promise.all(
+      this.workers.map(
+        (worker) =>
+          new Promise<MetricsJson>((resolve) => {
+            const id = this.nextId++;
+            const done = (m: MetricsJson) => {
+              clearTimeout(timer);
+              this.answers.delete(id);
+              resolve(m);
+            };
+            // A worker too busy to answer in time is left out of this scrape.
+            const timer = setTimeout(() => done([]), METRICS_TIMEOUT_MS);
+            this.answers.set(id, done);
+            worker.postMessage({ type: "metrics", id } satisfies ToWorker);
+          }),
+      ),
+    );
+  }
+
+  /** Drain every worker (each closes its listener, finishes its requests, closes NATS) and wait for it to end. */
+  async close(): Promise<void> {
+    this.closing = true;
+    await Promise.all(
+      this.workers.map(async (worker) => {
+        if (worker.threadId < 0) return;
+        const ended = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
+        worker.postMessage({ type: "close" } satisfies ToWorker);
+        const timer = setTimeout(() => void worker.terminate(), STOP_TIMEOUT_MS);
+        await ended;
+        clearTimeout(timer);
+      }),
+    );
+  }
+}
+
+/** Only what a worker's metrics add to the main loop's: its ifp_* counters and histograms (the process's own are the main loop's). */
+export function workerMetrics(all: MetricsJson): MetricsJson {
+  return all.filter((m) => m.name.startsWith("ifp_") && ["counter", "histogram"].includes(String(m.type)));
+}
