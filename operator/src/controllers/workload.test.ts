@@ -71,3 +71,24 @@ describe("runtimeDeployment on the install's NATS layout", () => {
     expect(args("Relay", "isolated").some((a) => a.startsWith("--nats-layout"))).toBe(false);
   });
 });
+
+describe("runtimeDeployment with spec.runtime.workers", () => {
+  const args = (kind: "Agent" | "Relay", workers?: number | "auto") =>
+    runtimeDeployment({
+      owner: { kind, metadata: { name: "alice", namespace: "team", uid: "u" } },
+      mode: kind === "Agent" ? "agent" : "relay",
+      replicas: 1,
+      image: undefined,
+      settings,
+      tlsSecret: "t",
+      configHash: "h",
+      ...(workers === undefined ? {} : { workers }),
+    }).spec!.template.spec!.containers[0]!.args!;
+
+  it("renders --workers for an Agent that sets it, and nothing when it is unset", () => {
+    expect(args("Agent", 4)).toContain("--workers=4");
+    expect(args("Agent", "auto")).toContain("--workers=auto");
+    expect(args("Agent").some((a) => a.startsWith("--workers"))).toBe(false);
+    expect(args("Relay", 4).some((a) => a.startsWith("--workers"))).toBe(false);
+  });
+});

@@ -70,6 +70,8 @@ export interface RuntimeDeploymentInput {
   trustedProxies?: string[];
   /** spec.logLevel. */
   logLevel?: string;
+  /** spec.runtime.workers of an Agent: the event loops serving its port (--workers). */
+  workers?: number | "auto";
 }
 
 /** The label each runtime pod carries with its image's version (kubectl ifp status reads it). */
@@ -205,6 +207,7 @@ function runtimeArgs(opts: RuntimeDeploymentInput): string[] {
   if (opts.signingSecret && opts.encryptionKey) args.push("--encryption-key=/etc/ifp/signing/encryption.key");
   if (opts.trustedProxies?.length) args.push(`--trusted-proxies=${opts.trustedProxies.join(",")}`);
   if (settings.clusterNetworks?.length) args.push(`--allow-private-targets=${settings.clusterNetworks.join(",")}`);
+  if (opts.mode === "agent" && opts.workers !== undefined) args.push(`--workers=${opts.workers}`);
   return args;
 }
 

@@ -4,6 +4,7 @@
 // over both loops, gets no more than its limit; a message repeated over both loops is stored once;
 // SIGTERM drains both loops and a loop that crashes stops the process, and in both cases every
 // message answered 202 is in the inbox stream.
+import { spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { request } from "node:https";
 import { join } from "node:path";
@@ -168,6 +169,39 @@ async function stored(rt: Runtime): Promise<string[]> {
     await nc.close();
   }
 }
+
+describe("--workers and spec.runtime.workers refused", () => {
+  it("exits 2 for a count that is not 1 to 64 or auto, or in relay mode; 1 beside spec.a2a", async () => {
+    const dir = tempDir();
+    const self = identity("refused-agent");
+    const run = (spec: Omit<AgentSpecInput, "agentId">, ...more: string[]) =>
+      spawnSync(
+        process.execPath,
+        [
+          ...[
+            BIN,
+            more.includes("relay") ? "relay" : "agent",
+            "--manifest",
+            writeAgentManifest(dir, { agentId: self.agentId, ...spec }),
+          ],
+          ...["--port", "0", "--signing-key", writeKey(dir, self), "--metrics-port", "0"],
+          ...["--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--nats", nats.url, ...more],
+        ],
+        { encoding: "utf8", timeout: 30_000 },
+      );
+    for (const bad of ["0", "65", "1.5", "two", "-1"]) {
+      const r = run({}, `--workers=${bad}`);
+      expect(r.status, bad).toBe(2);
+      expect(r.stderr).toMatch(/--workers must be a whole number from 1 to 64 or auto/);
+    }
+    const a2a = run({ a2a: { enabled: true } }, "--workers", "2");
+    expect(a2a.status).toBe(1);
+    expect(a2a.stdout + a2a.stderr).toMatch(/does not serve spec\.a2a yet/);
+    const relay = run({}, "--workers", "2", "relay");
+    expect(relay.status).toBe(2);
+    expect(relay.stderr).toMatch(/--workers is of the agent mode/);
+  });
+});
 
 describe("two event loops behind one port", () => {
   let rt: Runtime;

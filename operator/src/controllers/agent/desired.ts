@@ -92,6 +92,7 @@ export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs):
     }),
     trustedProxies: agent.spec.expose?.trustedProxies,
     logLevel: agent.spec.logLevel,
+    workers: agent.spec.runtime?.workers,
   });
   const exposure = exposureChildren(owner, agent.spec.expose, inputs.exposure);
   const localApiPort = localApiServicePort(agent);
