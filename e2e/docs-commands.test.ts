@@ -550,6 +550,9 @@ const CHECKS: Record<string, Check> = {
   "npm run bench:inbox": {
     not: "a benchmark: minutes at full load on every core, whose figures docs/benchmarks.md records; run inside the suite it would measure the tests around it",
   },
+  "npm run bench:workers": {
+    not: "a benchmark: minutes at full load on both cores, pinned with taskset, whose figures docs/benchmarks.md records; run inside the suite it would measure the tests around it",
+  },
   "npm run bench:relay": {
     not: "a benchmark: minutes at full load on every core, whose figures docs/benchmarks.md records; run inside the suite it would measure the tests around it",
   },

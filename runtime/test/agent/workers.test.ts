@@ -9,12 +9,14 @@ import { writeFileSync } from "node:fs";
 import { request } from "node:https";
 import { join } from "node:path";
 import { jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { freePort } from "../../../e2e/support/ports.ts";
 import { type ManagedProcess, spawnProcess } from "../../../e2e/support/process.ts";
 import { waitFor } from "../../../e2e/support/wait.ts";
+import { Conversations } from "../../src/agent/conversations.ts";
 import { agentNames } from "../../src/agent/names.ts";
 import type { Message } from "../../src/protocol/message.ts";
 import type { AgentSpecInput } from "../../src/resources/agent.ts";
@@ -40,7 +42,8 @@ const PER_SENDER = 20;
 const bob = identity("bob-agent");
 const carol = identity("carol-agent");
 const dave = identity("dave-agent");
-const senders = [bob, carol, dave];
+const erin = identity("erin-agent");
+const senders = [bob, carol, dave, erin];
 
 interface Runtime {
   proc: ManagedProcess;
@@ -246,6 +249,32 @@ describe("two event loops behind one port", () => {
     expect(answers).toEqual(Array(12).fill(202));
     expect((await stored(rt)).filter((id) => id === m!.headers.message_id)).toHaveLength(1);
     expect(await metric(rt, 'ifp_inbox_duplicates_total{mode="agent"}')).toBe(11);
+  });
+
+  it("a conversation's messages arriving over both loops at once are all in its record, the loops' collisions retried and counted", async () => {
+    const conversation = "conv:both-loops";
+    const all = Array.from({ length: PER_SENDER }, (_, i) =>
+      signed(erin, rt.self.agentId, { conversation_id: conversation, sequence: i + 1 }),
+    );
+    const before = await perWorker(rt);
+    const answers = await postAll(rt, all, 12);
+    const after = await perWorker(rt);
+    expect(after[0]! - before[0]!).toBeGreaterThan(0);
+    expect(after[1]! - before[1]!).toBeGreaterThan(0);
+    expect([...answers.values()]).toEqual(Array(PER_SENDER).fill(202));
+    const nc = await connect({ servers: nats.url });
+    try {
+      const kv = await new Kvm(nc).open(agentNames(rt.self.agentId).conversationsBucket);
+      const record = (await kv.get(Conversations.key(erin.agentId, conversation)))!.json() as {
+        last_sequence_in: number;
+        recent: { message_id: string }[];
+      };
+      expect(record.last_sequence_in).toBe(PER_SENDER);
+      expect(record.recent.map((m) => m.message_id).sort()).toEqual(all.map((m) => m.headers.message_id).sort());
+    } finally {
+      await nc.close();
+    }
+    expect(await metric(rt, 'ifp_conversation_cas_retries_total{mode="agent"}')).toBeGreaterThan(0);
   });
 });
 
