@@ -1,17 +1,26 @@
 import { Worker } from "node:worker_threads";
 import { describe, expect, it } from "vitest";
+import { RateLimiter } from "./ratelimit.ts";
 import { SharedRateLimiter } from "./shared-ratelimit.ts";
 
 describe("SharedRateLimiter", () => {
-  it("allows perMinute requests, then says when to retry, and refills evenly, as RateLimiter", () => {
+  it("decides every take and give as RateLimiter does, Retry-After included", () => {
     let now = 1_000_000;
-    const rl = SharedRateLimiter.create(60, { now: () => now });
-    for (let i = 0; i < 60; i++) expect(rl.take("a").ok).toBe(true);
-    expect(rl.take("a")).toEqual({ ok: false, retryAfterSeconds: 1 });
-    expect(rl.take("b").ok).toBe(true);
-    now += 1000;
-    expect(rl.take("a").ok).toBe(true);
-    expect(rl.take("a").ok).toBe(false);
+    const options = { now: () => now, windowMs: 60_000 };
+    const shared = SharedRateLimiter.create(30, options);
+    const local = new RateLimiter(30, options);
+    // A fixed pseudo-random walk: five keys, costs of 1–3, a give now and then, time in steps.
+    let seed = 7;
+    const next = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    for (let i = 0; i < 5000; i++) {
+      now += Math.floor(next() * 400);
+      const key = `k${Math.floor(next() * 5)}`;
+      const cost = 1 + Math.floor(next() * 3);
+      if (next() < 0.1) {
+        shared.give(key, cost);
+        local.give(key, cost);
+      } else expect(shared.take(key, cost), `step ${i}`).toEqual(local.take(key, cost));
+    }
   });
 
   it("takes a cost (a byte quota per hour) and gives tokens back", () => {
