@@ -4,7 +4,9 @@
 // each run prints accepted msgs/s, the runtime's CPU seconds, messages per runtime CPU-second,
 // p50/p99 and how the requests split between the loops. Signed 2 KB messages from 100 senders,
 // in conversations of four, over keep-alive TLS connections (the kernel gives each connection to
-// one loop). Results: .bench/workers.json, or BENCH_OUT.
+// one loop). The runtime is the image's bundle (runtime/bundle.ts), as inbox.ts runs it
+// (BENCH_RUNTIME_UNBUNDLED=1: tsc's output; BENCH_SOURCE=1: the TypeScript sources). Results:
+// .bench/workers.json, or BENCH_OUT.
 //
 //   BENCH_WORKERS=1,2          the runs, one runtime each
 //   BENCH_CONCURRENCY=32       requests in flight (and connections)
@@ -15,7 +17,7 @@ import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { dirname } from "node:path";
-import { fileURLToPath } from "node:url";
+import { compiledEntry, entryCode } from "../../e2e/support/compiled.ts";
 import { startNats } from "../../e2e/support/nats.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
@@ -30,7 +32,7 @@ const WARMUP = Number(process.env.BENCH_WARMUP ?? 1000);
 const GENERATOR_CPUS = process.env.BENCH_GENERATOR_CPUS ?? "0";
 const RUNTIME_CPUS = (process.env.BENCH_RUNTIME_CPUS ?? "1;0,1").split(";");
 const OUT = process.env.BENCH_OUT ?? ".bench/workers.json";
-const BIN = fileURLToPath(new URL("../bin/ifp-runtime.ts", import.meta.url));
+const BIN = compiledEntry("runtime/bin/ifp-runtime.ts");
 const SENDERS = 100;
 
 /** Pin a running process, every thread of it, to `list` (taskset -a -p -c). */
@@ -144,6 +146,7 @@ const report = {
   date: new Date().toISOString(),
   cpus: cpus().length,
   loadavg: loadavg().map((n) => round(n)),
+  runtime: entryCode("runtime/bin/ifp-runtime.ts"),
   results,
 };
 mkdirSync(dirname(OUT), { recursive: true });
