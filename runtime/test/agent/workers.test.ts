@@ -1,7 +1,7 @@
 // More than one event loop (spec.runtime.workers), `ifp-runtime agent` run as a child process as
 // users run it, over a real nats-server: two loops serve one port and both take requests (each
-// counted in the one /metrics); a sender spreading its messages over many connections, and so
-// over both loops, gets no more than its limit; a message repeated over both loops is stored once;
+// counted in the one /metrics); a sender (and an address) spreading its messages over many
+// connections, and so over both loops, gets no more than its limit; a message repeated over both loops is stored once;
 // SIGTERM drains both loops and a loop that crashes stops the process, and in both cases every
 // message answered 202 is in the inbox stream.
 import { spawnSync } from "node:child_process";
@@ -276,6 +276,26 @@ describe("two event loops behind one port", () => {
     }
     expect(await metric(rt, 'ifp_conversation_cas_retries_total{mode="agent"}')).toBeGreaterThan(0);
   });
+});
+
+describe("the per-address limit across two event loops", () => {
+  it("holds for one address over many connections, and so both loops", async () => {
+    const rt = await startRuntime("address-agent", {
+      spec: { inbox: { rateLimit: { perSenderPerMinute: 100_000, perAddressPerMinute: PER_SENDER } } },
+    });
+    try {
+      const before = await perWorker(rt);
+      const answers = [...(await postAll(rt, messages(rt, bob, 3 * PER_SENDER), 12)).values()];
+      const after = await perWorker(rt);
+      expect(after[0]! - before[0]!).toBeGreaterThan(0);
+      expect(after[1]! - before[1]!).toBeGreaterThan(0);
+      expect(answers.filter((s) => s === 202)).toHaveLength(PER_SENDER);
+      expect(answers.filter((s) => s === 429)).toHaveLength(2 * PER_SENDER);
+      expect(await metric(rt, 'ifp_inbox_rate_limited_total{limit="address",mode="agent"}')).toBe(2 * PER_SENDER);
+    } finally {
+      await rt.proc.stop();
+    }
+  }, 120_000);
 });
 
 /** Messages posted until `stop()`, 8 at a time, over connections of their own; what each got. */
