@@ -69,7 +69,6 @@ async function serve(data: WorkerData, port: MessagePort): Promise<void> {
       else if (m.type === "close")
         void life
           .close()
-          .then(() => log.info("event loop stopped"))
           .then(() => tracing.shutdown())
           .finally(() => process.exit(0));
     });

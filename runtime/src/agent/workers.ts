@@ -228,12 +228,14 @@ export class InboxWorkers {
   async close(): Promise<void> {
     this.closing = true;
     await Promise.all(
-      this.workers.map(async (worker) => {
+      this.workers.map(async (worker, i) => {
         if (worker.threadId < 0) return;
-        const ended = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
+        const ended = new Promise<number>((resolve) => worker.once("exit", resolve));
         worker.postMessage({ type: "close" } satisfies ToWorker);
         const timer = setTimeout(() => void worker.terminate(), STOP_TIMEOUT_MS);
-        await ended;
+        // Logged here: a worker's own last lines may not reach stdout before the process ends.
+        // Code 0 is a worker that drained and stopped itself; 1, one stopped after STOP_TIMEOUT_MS.
+        this.log.info({ worker: i + 1, code: await ended }, "event loop stopped");
         clearTimeout(timer);
       }),
     );
