@@ -426,9 +426,9 @@ export const MAX_HEARD_BYTES = 32 * 1024 * 1024;
  * its account hears it: watch() is a core subscription there, after the keys' current values
  * (a key's own, or those its index lists). A connection lost and back may have missed changes:
  * a watch of one key reads it again, a watch of many ends (its caller watches again, from the
- * current values). history() is what this process heard of a key while a watch of it ran (at most
- * the bucket's `history` revisions), and its current value: reading older revisions would take a
- * consumer, or a read by sequence.
+ * current values). history() is what this process heard of a key while a watch of it ran on the
+ * connection the bucket was opened on (at most the bucket's `history` revisions), and its current
+ * value: reading older revisions would take a consumer, or a read by sequence.
  */
 class AccountKeys implements KV {
   private readonly kv: KV;
