@@ -17,6 +17,7 @@ import { unavailable } from "../protocol/errors.ts";
 import { errorMessage } from "../util/errors.ts";
 import { retry } from "../util/retry.ts";
 import { FollowingBucket } from "./following-bucket.ts";
+import type { NatsLink } from "./link.ts";
 import { perAgentLayout, type JetStreamLayout, type KeyIndex } from "./layout.ts";
 import { placementOf, type JetStreamPlacement, type Replicas } from "./streams.ts";
 import type { KV, KvOptions } from "@nats-io/kv";
@@ -58,7 +59,7 @@ export interface NatsOptions {
  * a publish can succeed right now, so that a request is answered 503 at once while NATS is
  * away instead of waiting for a timeout.
  */
-export class Nats {
+export class Nats implements NatsLink {
   nc: NatsConnection | undefined;
   js!: JetStreamClient;
   jsm!: JetStreamManager;
