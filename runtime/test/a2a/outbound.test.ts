@@ -34,6 +34,7 @@ import {
   writeAgentManifest,
   writeKey,
 } from "../support/fixtures.ts";
+import { onFreePorts } from "../support/free-ports.ts";
 import { send, untilState } from "../support/outbox-harness.ts";
 import { consumerSettled, consumerSettledAt, handOffsSettled } from "../support/probes.ts";
 import { agentNames } from "../../src/contract/agent-names.ts";
@@ -287,8 +288,6 @@ beforeAll(async () => {
   handler = await startHandler();
   sdk = await startSdkAgent();
   const dir = tempDir("ifp-a2a-out-");
-  const [port, localPort] = [await freePort(), await freePort()];
-  localApi = `http://127.0.0.1:${localPort}`;
   const tokens = join(dir, "a2a-peer-tokens");
   writeFileSync(tokens, `${sdk.base}/.well-known/agent-card.json/ ${PEER_TOKEN}\n`);
   writeAgentManifest(dir, {
@@ -296,19 +295,23 @@ beforeAll(async () => {
     handler: { url: handler.url },
     outbound: { backoff: ["300ms"], retryFor: "10s", resiliency: { failureThreshold: 3, coolDown: "1s" } },
   });
-  startSender = async () => {
-    runtime = await spawnRuntime({
-      name: "ifp-runtime agent (a2a sender)",
-      dir,
-      keyFile: writeKey(dir, sender),
-      tls,
-      natsUrl: nats.url,
-      port,
-      localApiPort: localPort,
-      args: ["--a2a-peer-token-file", tokens],
-    });
-  };
-  await startSender();
+  // The ports are kept across the runtime's restarts in the tests.
+  await onFreePorts(["https", "localApi"], async ({ https: port, localApi: localPort }) => {
+    localApi = `http://127.0.0.1:${localPort}`;
+    startSender = async () => {
+      runtime = await spawnRuntime({
+        name: "ifp-runtime agent (a2a sender)",
+        dir,
+        keyFile: writeKey(dir, sender),
+        tls,
+        natsUrl: nats.url,
+        port,
+        localApiPort: localPort,
+        args: ["--a2a-peer-token-file", tokens],
+      });
+    };
+    await startSender();
+  });
 }, 60_000);
 
 afterAll(async () => {
@@ -639,20 +642,21 @@ describe("sending to another ifp-runtime's A2A face", () => {
 
   beforeAll(async () => {
     faceApp = await startHandler();
-    const facePort = await freePort();
     [face, guarded] = await Promise.all([
-      runAgent({
-        self: peer,
-        natsUrl: nats.url,
-        tls,
-        port: facePort,
-        spec: {
-          baseUrl: `https://localhost:${facePort}`,
-          peers: [peerOf(sender)],
-          handler: { url: faceApp.url },
-          a2a: { enabled: true, waitFor: "1s" },
-        },
-      }),
+      onFreePorts(["https"], ({ https }) =>
+        runAgent({
+          self: peer,
+          natsUrl: nats.url,
+          tls,
+          port: https,
+          spec: {
+            baseUrl: `https://localhost:${https}`,
+            peers: [peerOf(sender)],
+            handler: { url: faceApp.url },
+            a2a: { enabled: true, waitFor: "1s" },
+          },
+        }),
+      ),
       // What a user writes who allows no special address (the default): loopback is refused.
       runAgent({
         self: identity("guarded-sender"),
