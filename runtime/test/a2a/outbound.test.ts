@@ -80,6 +80,12 @@ const agentMessage = (id: string, contextId: string, taskId: string, text: strin
     referenceTaskIds: [],
   }) as never;
 
+/** Whether the sender has read task `taskId` from the SDK agent (GetTask, over JSON-RPC or HTTP+JSON). */
+const askedAfter = (taskId: string) =>
+  sdk.requests.some(
+    (q) => (q.body?.method === "GetTask" && q.body?.params?.id === taskId) || q.path.endsWith(`/tasks/${taskId}`),
+  );
+
 /** The SDK agent: what it does depends on the text it gets. */
 const executor: AgentExecutor = {
   async execute(ctx, bus) {
@@ -118,8 +124,9 @@ const executor: AgentExecutor = {
       bus.finished();
       return;
     }
-    // The test agent's own work takes a while: the task is WORKING in between.
-    await new Promise((r) => setTimeout(r, 300));
+    // The test agent's work ends once the sender has asked after the task (GetTask) and found it
+    // WORKING: the sender is seen to follow a task that was not done when SendMessage answered.
+    await waitFor(`the sender to ask after task ${taskId}`, () => askedAfter(taskId), 30_000);
     bus.publish(
       AgentEvent.artifactUpdate({
         taskId,
