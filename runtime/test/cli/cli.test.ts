@@ -19,6 +19,7 @@ import {
   writeRelayManifest,
 } from "../support/fixtures.ts";
 import { onFreePorts } from "../support/free-ports.ts";
+import { untilReady } from "../support/runtime-process.ts";
 import { webhook, type RelayEnv } from "../support/relay-harness.ts";
 
 const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
@@ -65,15 +66,7 @@ async function spawnOn(port: number, mode: "agent" | "relay", args: string[], en
     { env: { ...env, IFP_LOG_LEVEL: "warn" } },
   );
   const base = `https://localhost:${port}`;
-  const state = await waitFor(
-    `the ${mode} to be ready`,
-    async () =>
-      child.exit ? "ended" : (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200 && "ready",
-    30_000,
-    200,
-  );
-  if (state === "ended")
-    throw new Error(`ifp-runtime ${mode} ${describeExit(child.exit)} before it was ready:\n${child.log()}`);
+  await untilReady(child, base, tls.ca);
   return {
     base,
     output: () => child.log(),

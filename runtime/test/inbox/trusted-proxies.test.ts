@@ -8,7 +8,6 @@ import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import type { localhostTls } from "../../../e2e/support/tls.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
-import { waitFor } from "../../../e2e/support/ports.ts";
 import { describeExit, spawnProcess } from "../../../e2e/support/process.ts";
 import {
   identity,
@@ -20,6 +19,7 @@ import {
   writeRelayManifest,
 } from "../support/fixtures.ts";
 import { onFreePorts } from "../support/free-ports.ts";
+import { untilReady } from "../support/runtime-process.ts";
 import { withNatsAndTls } from "../support/agent-harness.ts";
 
 const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
@@ -91,17 +91,7 @@ async function spawnOn(port: number, mode: "agent" | "relay", extra: string[]) {
     { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
   );
   const base = `https://localhost:${port}`;
-  const state = await waitFor(
-    `the ${mode} to be ready`,
-    async () =>
-      child.exit
-        ? "ended"
-        : (await httpsRequest(`${base}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }))).status === 200 && "ready",
-    30_000,
-    200,
-  );
-  if (state === "ended")
-    throw new Error(`ifp-runtime ${mode} ${describeExit(child.exit)} before it was ready:\n${child.log()}`);
+  await untilReady(child, base, tls.ca);
   return {
     /** One request that the per-address limit counts, with the given X-Forwarded-For. */
     async hit(xff?: string | string[]) {

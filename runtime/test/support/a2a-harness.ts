@@ -11,10 +11,10 @@ import {
   RestTransportFactory,
 } from "@a2a-js/sdk/client";
 import { Agent as Dispatcher, fetch as undiciFetch } from "undici";
-import { httpsRequest } from "../../../e2e/support/https.ts";
 import { waitFor } from "../../../e2e/support/ports.ts";
-import { describeExit, spawnProcess, type ManagedProcess } from "../../../e2e/support/process.ts";
+import { spawnProcess, type ManagedProcess } from "../../../e2e/support/process.ts";
 import type { Tls } from "./agent-harness.ts";
+import { untilReady } from "./runtime-process.ts";
 
 const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
 
@@ -56,24 +56,7 @@ export async function spawnRuntime(opts: {
     ],
     { env: { ...process.env, IFP_LOG_LEVEL: opts.logLevel ?? "warn" } },
   );
-  const state = await waitFor(
-    `${opts.name} to be ready`,
-    async () => {
-      if (runtime.exit) return "ended";
-      // Bounded: a server of another test that took the port may never answer.
-      const res = await httpsRequest(`https://localhost:${opts.port}/readyz`, { ca: tls.ca, timeoutMs: 2_000 }).catch(
-        () => ({ status: 0 }),
-      );
-      return res.status === 200 && "ready";
-    },
-    30_000,
-    200,
-  ).catch(async (err: unknown) => {
-    await runtime.stop();
-    throw new Error(`${(err as Error).message}\n${runtime.log()}`);
-  });
-  if (state === "ended")
-    throw new Error(`${opts.name} ${describeExit(runtime.exit)} before it was ready:\n${runtime.log()}`);
+  await untilReady(runtime, `https://localhost:${opts.port}`, tls.ca);
   return runtime;
 }
 

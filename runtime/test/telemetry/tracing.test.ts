@@ -18,6 +18,7 @@ import {
   type TestIdentity,
 } from "../support/fixtures.ts";
 import { onFreePorts } from "../support/free-ports.ts";
+import { untilReady } from "../support/runtime-process.ts";
 import { startHandler } from "../support/agent-harness.ts";
 import type { AgentSpecInput } from "../../src/resources/agent.ts";
 
@@ -136,17 +137,7 @@ async function spawnOn(port: number, mode: "agent" | "relay", args: string[], en
   const base = `https://localhost:${port}`;
   const r = { base, output: () => child.log(), stop: () => child.stop() };
   running.push(r);
-  const state = await waitFor(
-    `the ${mode} to be ready`,
-    async () =>
-      child.exit ? "ended" : (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200 && "ready",
-    30_000,
-    200,
-  ).catch((err) => {
-    throw new Error(`${(err as Error).message}\n${child.log()}`);
-  });
-  if (state === "ended")
-    throw new Error(`ifp-runtime ${mode} ${describeExit(child.exit)} before it was ready:\n${child.log()}`);
+  await untilReady(child, base, tls.ca);
   return r;
 }
 
