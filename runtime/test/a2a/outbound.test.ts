@@ -35,7 +35,7 @@ import {
   writeKey,
 } from "../support/fixtures.ts";
 import { onFreePorts } from "../support/free-ports.ts";
-import { send, untilState } from "../support/outbox-harness.ts";
+import { record, send, untilState } from "../support/outbox-harness.ts";
 import { consumerSettled, consumerSettledAt, handOffsSettled } from "../support/probes.ts";
 import { agentNames } from "../../src/contract/agent-names.ts";
 
@@ -521,14 +521,28 @@ describe("ifp send --local-api --a2a", () => {
 describe("durability", () => {
   it("keeps a message through a runtime killed while the agent is down, and delivers it once after the restart", async () => {
     const card = `${sdk.base}/.well-known/agent-card.json`;
+    // The sender reads the card once while the agent is up, and keeps it.
+    const first = await send(localApi, { to: { a2a: card }, text: "message:before the outage" });
+    await untilState(localApi, first.body.message_id, "delivered");
     await sdk.down();
     try {
       const sent = await send(localApi, { to: { a2a: card }, text: "Rome" });
       expect(sent.status).toBe(202);
       const id = sent.body.message_id;
       const retrying = await untilState(localApi, id, "retrying");
-      // The card is kept from the earlier sends: the SendMessage is what cannot connect.
+      // The card is kept: the SendMessage is what cannot connect.
       expect(retrying.recipients[0].last_error).toMatch(/^network error: .*ECONNREFUSED/);
+      // Killed while the message waits for its next attempt, never during one: a delivery cut
+      // short is handed out again only after the sender consumer's ack wait (5 minutes).
+      await waitFor(
+        "a wait for the next attempt long enough to kill the runtime in",
+        async () => {
+          const r = await record(localApi, id);
+          return r?.state === "retrying" && Date.parse(r.recipients[0].next_attempt_at) - Date.now() > 150;
+        },
+        30_000,
+        10,
+      );
       await runtime.stop({ signal: "SIGKILL" });
       await sdk.up();
       await startSender();
