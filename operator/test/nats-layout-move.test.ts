@@ -265,7 +265,8 @@ describe("moving an install from the per-agent NATS layout to the isolated one",
           const r = await post(url, ca, m);
           answers.push(r.status);
           if (r.status === 202) break;
-          // Anything else is the documented "try again": a 503, or no runtime listening.
+          // Anything else is the documented "try again": a 503, or no runtime listening. The
+          // sender's own pace between tries (200 ms) is the clock here, not a wait for the move.
           expect([0, 503]).toContain(r.status);
           await new Promise((res) => setTimeout(res, 200));
         }

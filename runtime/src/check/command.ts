@@ -5,7 +5,7 @@ import { parseArgs } from "node:util";
 import { privateKeyFromPem } from "../protocol/keys.ts";
 import type { SigningKey } from "../protocol/signing.ts";
 import { printableJson } from "../util/printable.ts";
-import { exitCode, formatReport } from "./report.ts";
+import { exitCode, failingLevels, formatReport } from "./report.ts";
 import { CheckUsageError, runChecks } from "./runner.ts";
 
 async function signingKey(file: string, agentId: string, keyId: string): Promise<SigningKey> {
@@ -110,9 +110,7 @@ export async function checkCommand(args: string[]): Promise<number> {
   const gate = { strict: values.strict, profile: values.profile };
   process.stdout.write(
     values.json
-      ? printableJson(
-          `${JSON.stringify({ ...report, gate: { fails: ["MUST", ...(gate.strict ? ["SHOULD"] : []), ...(gate.profile ? ["profile"] : [])] } }, null, 2)}\n`,
-        )
+      ? printableJson(`${JSON.stringify({ ...report, gate: { fails: failingLevels(gate) } }, null, 2)}\n`)
       : formatReport(report, gate),
   );
   return exitCode(report, gate);

@@ -1,8 +1,8 @@
 // How `ifp check` grades: which levels' misses fail the run (exit code, --strict, --profile),
 // and the report a person reads.
 import { describe, expect, it } from "vitest";
-import { exitCode, failsRun, formatReport } from "./report.ts";
-import { type CheckResult, type Level, LEVELS, type Outcome, type Report, type Tally } from "./types.ts";
+import { exitCode, failingLevels, failsRun, formatReport, type Gate, summarize } from "./report.ts";
+import { type CheckResult, type Level, LEVELS, type Outcome, type Report } from "./types.ts";
 
 const result = (id: string, level: Level, outcome: Outcome, reason = `${id} ${outcome}`): CheckResult => ({
   id,
@@ -14,14 +14,39 @@ const result = (id: string, level: Level, outcome: Outcome, reason = `${id} ${ou
 
 /** A report of these results, its summary tallied as the runner tallies it. */
 function reportOf(results: CheckResult[], requests = 7): Report {
-  const tally = (): Tally => ({ pass: 0, fail: 0, skip: 0 });
-  const summary = { ...tally(), levels: Object.fromEntries(LEVELS.map((l) => [l, tally()])) as Record<Level, Tally> };
-  for (const r of results) {
-    summary[r.result]++;
-    summary.levels[r.level][r.result]++;
-  }
-  return { target: "https://agent.example", kind: "agent", requests, results, summary };
+  return { target: "https://agent.example", kind: "agent", requests, results, summary: summarize(results) };
 }
+
+const OUTCOMES: readonly Outcome[] = ["pass", "fail", "skip"];
+const GATES: readonly Gate[] = [{}, { strict: true }, { profile: true }, { strict: true, profile: true }];
+
+describe("summarize", () => {
+  it("counts each outcome over every check and per level, every level present", () => {
+    const summary = summarize([
+      result("a", "MUST", "pass"),
+      result("b", "MUST", "fail"),
+      result("c", "SHOULD", "skip"),
+      result("d", "profile", "fail"),
+      result("e", "MUST", "pass"),
+    ]);
+    expect(summary).toEqual({
+      pass: 2,
+      fail: 2,
+      skip: 1,
+      levels: {
+        MUST: { pass: 2, fail: 1, skip: 0 },
+        SHOULD: { pass: 0, fail: 0, skip: 1 },
+        MAY: { pass: 0, fail: 0, skip: 0 },
+        profile: { pass: 0, fail: 1, skip: 0 },
+      },
+    });
+  });
+
+  it("is all zeros for no results", () => {
+    const zero = { pass: 0, fail: 0, skip: 0 };
+    expect(summarize([])).toEqual({ ...zero, levels: Object.fromEntries(LEVELS.map((l) => [l, zero])) });
+  });
+});
 
 describe("failsRun", () => {
   it("fails the run on a MUST always, a SHOULD only with --strict, a profile check only with --profile, a MAY never", () => {
@@ -37,7 +62,29 @@ describe("failsRun", () => {
   });
 });
 
+describe("failingLevels", () => {
+  it("lists the levels failsRun fails the run on, in the catalog's order: what the JSON report's gate says", () => {
+    expect(GATES.map((g) => failingLevels(g))).toEqual([
+      ["MUST"],
+      ["MUST", "SHOULD"],
+      ["MUST", "profile"],
+      ["MUST", "SHOULD", "profile"],
+    ]);
+    for (const g of GATES) expect(failingLevels(g)).toEqual(LEVELS.filter((l) => failsRun(l, g)));
+  });
+});
+
 describe("exitCode", () => {
+  it("is 1 exactly for a failed check of a level the gate fails the run on: every level, outcome and gate", () => {
+    for (const gate of GATES)
+      for (const level of LEVELS)
+        for (const outcome of OUTCOMES) {
+          const report = reportOf([result("a", "MUST", "pass"), result("b", level, outcome)]);
+          const want = outcome === "fail" && failsRun(level, gate) ? 1 : 0;
+          expect(exitCode(report, gate), `${level} ${outcome} ${JSON.stringify(gate)}`).toBe(want);
+        }
+  });
+
   it("is 0 when everything passed or was skipped, whatever the gate", () => {
     const report = reportOf([result("a", "MUST", "pass"), result("b", "SHOULD", "skip"), result("c", "MUST", "skip")]);
     expect(exitCode(report)).toBe(0);

@@ -1,7 +1,7 @@
 // The report of an `ifp check` run for people — one line per check, then the totals per level —
-// and the exit code, by which levels' failures fail the run.
+// its totals, and the exit code, by which levels' failures fail the run.
 import { printable } from "../util/printable.ts";
-import { LEVELS, type Level, type Report } from "./types.ts";
+import { type CheckResult, LEVELS, type Level, type Report, type Tally } from "./types.ts";
 
 const MARK = { pass: "pass", fail: "FAIL", skip: "skip" } as const;
 
@@ -13,6 +13,20 @@ export interface Gate {
 
 export const failsRun = (level: Level, gate: Gate = {}): boolean =>
   level === "MUST" || (level === "SHOULD" && !!gate.strict) || (level === "profile" && !!gate.profile);
+
+/** The levels whose failures fail the run under `gate`, in the order of LEVELS (the JSON report's `gate.fails`). */
+export const failingLevels = (gate: Gate = {}): Level[] => LEVELS.filter((level) => failsRun(level, gate));
+
+/** The totals of a run's results: over every check, and per level (every level, with zeros). */
+export function summarize(results: readonly CheckResult[]): Report["summary"] {
+  const tally = (): Tally => ({ pass: 0, fail: 0, skip: 0 });
+  const summary = { ...tally(), levels: Object.fromEntries(LEVELS.map((l) => [l, tally()])) as Record<Level, Tally> };
+  for (const r of results) {
+    summary[r.result]++;
+    summary.levels[r.level][r.result]++;
+  }
+  return summary;
+}
 
 /**
  * The report for people: one line per check, then the totals per level. A reason quotes what the

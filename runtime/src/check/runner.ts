@@ -2,27 +2,16 @@
 // report; and the URLs it accepts (an https target; a local API over https or loopback http).
 import { isIPv4 } from "node:net";
 import type { SigningKey } from "../protocol/signing.ts";
-import { clip } from "./common.ts";
 import { discoveryChecks } from "./discovery.ts";
 import { inboxChecks } from "./inbox.ts";
 import { Probe } from "./probe.ts";
 import { relayChecks } from "./relay.ts";
 import { redirectCheck, tlsChecks } from "./tls.ts";
-import { CHECKS, type CheckId } from "./catalog.ts";
 import { sendChecks } from "./send.ts";
 import { TestInbox } from "./test-inbox.ts";
-import {
-  AGENT_GROUPS,
-  LEVELS,
-  RELAY_GROUPS,
-  type CheckContext,
-  type CheckResult,
-  type Group,
-  type Level,
-  type Report,
-  type SendSetup,
-  type Tally,
-} from "./types.ts";
+import { summarize } from "./report.ts";
+import { AGENT_GROUPS, RELAY_GROUPS, type CheckContext, type Group, type Report, type SendSetup } from "./types.ts";
+import { Verdicts } from "./verdicts.ts";
 
 export interface CheckOptions {
   url: string;
@@ -101,7 +90,7 @@ export async function runChecks(opts: CheckOptions): Promise<Report> {
     throw new CheckUsageError("--local-api needs the kit's inbox: --inbox-cert and --inbox-key");
   if (opts.relay && opts.localApi) throw new CheckUsageError("--local-api is for an agent, not a relay");
   const localApi = opts.localApi && { ...opts.localApi, url: localApiBase(opts.localApi.url) };
-  const results: CheckResult[] = [];
+  const verdicts = new Verdicts();
   let send: SendSetup | undefined;
   if (opts.inbox) {
     const inbox = await TestInbox.start(opts.inbox).catch((err: Error) => {
@@ -119,16 +108,8 @@ export async function runChecks(opts: CheckOptions): Promise<Report> {
     send,
     learned: {},
     errors: [],
-    has: (id) => results.some((r) => r.id === id),
-    record: (id, result, why) => {
-      const rule = CHECKS[id as CheckId];
-      if (!rule) throw new Error(`unknown check ${id}`);
-      const r: CheckResult = { id, section: rule.section, level: rule.level, result, reason: clip(why, 300) };
-      const i = results.findIndex((x) => x.id === id);
-      if (i >= 0)
-        results[i] = r; // a later, sharper verdict replaces the first
-      else results.push(r);
-    },
+    has: (id) => verdicts.has(id),
+    record: (id, result, why) => verdicts.record(id, result, why),
   };
   try {
     if (opts.relay) {
@@ -145,11 +126,6 @@ export async function runChecks(opts: CheckOptions): Promise<Report> {
     await probe.close();
     await send?.inbox.close();
   }
-  const tally = (): Tally => ({ pass: 0, fail: 0, skip: 0 });
-  const summary = { ...tally(), levels: Object.fromEntries(LEVELS.map((l) => [l, tally()])) as Record<Level, Tally> };
-  for (const r of results) {
-    summary[r.result]++;
-    summary.levels[r.level][r.result]++;
-  }
-  return { target: base, kind, requests: probe.count, results, summary };
+  const { results } = verdicts;
+  return { target: base, kind, requests: probe.count, results, summary: summarize(results) };
 }

@@ -1,6 +1,6 @@
 // The backlog of a stream or of a durable consumer (how many messages, how old the oldest), which
 // the agent and relay runtimes report as metrics.
-import type { Nats } from "./connection.ts";
+import type { NatsLink } from "./link.ts";
 
 export interface Backlog {
   depth: number;
@@ -16,7 +16,7 @@ const ageOf = (iso: string | undefined, now: number) => {
  * A stream whose messages are the backlog itself (a work queue such as the outbox, or a relay's
  * mailboxes, whose messages are deleted once taken): its message count and first message's age.
  */
-export async function streamBacklog(nats: Nats, stream: string, now = Date.now()): Promise<Backlog | undefined> {
+export async function streamBacklog(nats: NatsLink, stream: string, now = Date.now()): Promise<Backlog | undefined> {
   if (!nats.isConnected) return undefined;
   const info = await nats.jsm.streams.info(stream);
   const depth = info.state.messages;
@@ -29,7 +29,7 @@ export async function streamBacklog(nats: Nats, stream: string, now = Date.now()
  * backlog. The oldest age is that of the first message above the consumer's acknowledgement floor.
  */
 export async function consumerBacklog(
-  nats: Nats,
+  nats: NatsLink,
   stream: string,
   consumer: string,
   now = Date.now(),

@@ -16,6 +16,8 @@ import type { Logger } from "pino";
 import { unavailable } from "../protocol/errors.ts";
 import { errorMessage } from "../util/errors.ts";
 import { retry } from "../util/retry.ts";
+import { FollowingBucket } from "./following-bucket.ts";
+import type { NatsLink } from "./link.ts";
 import { perAgentLayout, type JetStreamLayout, type KeyIndex } from "./layout.ts";
 import { placementOf, type JetStreamPlacement, type Replicas } from "./streams.ts";
 import type { KV, KvOptions } from "@nats-io/kv";
@@ -57,7 +59,7 @@ export interface NatsOptions {
  * a publish can succeed right now, so that a request is answered 503 at once while NATS is
  * away instead of waiting for a timeout.
  */
-export class Nats {
+export class Nats implements NatsLink {
   nc: NatsConnection | undefined;
   js!: JetStreamClient;
   jsm!: JetStreamManager;
@@ -76,10 +78,15 @@ export class Nats {
   /**
    * A KV bucket of the runtime's: on the per-agent layout made with the runtime's replicas when
    * it does not exist yet; on the isolated one the tenant's bucket, seen through the runtime's keys
-   * (`index`: the listings of its keys kept there).
+   * (`index`: the listings of its keys kept there). The handle follows the connection: after a new
+   * connection replaced a closed one, its next call opens the bucket again on the new connection,
+   * so a store keeps one handle for the life of the process.
    */
-  bucket(name: string, opts: Partial<KvOptions>, index?: KeyIndex): Promise<KV> {
-    return this.layout.bucket(this.js, name, opts, this.opts.replicas ?? 1, this.placement, index);
+  async bucket(name: string, opts: Partial<KvOptions>, index?: KeyIndex): Promise<KV> {
+    const open = (js: JetStreamClient) =>
+      this.layout.bucket(js, name, opts, this.opts.replicas ?? 1, this.placement, index);
+    const js = this.js;
+    return new FollowingBucket(() => this.js, open, js, await open(js));
   }
 
   get layout(): JetStreamLayout {
@@ -207,7 +214,8 @@ export class Nats {
    * The client closes a connection for good when it gives up reconnecting (e.g. the server
    * refuses the credentials twice in a row after a reconfiguration). Unless close() was called,
    * connect anew with backoff, re-reading the credentials file; `nc`, `js` and `jsm` are then
-   * replaced, so callers that read them on each use pick up the new connection.
+   * replaced, so callers that read them on each use pick up the new connection (as the buckets
+   * bucket() gives do).
    */
   private closed(nc: NatsConnection): void {
     if (this.closing.signal.aborted || this.nc !== nc) return;

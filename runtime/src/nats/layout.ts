@@ -40,7 +40,7 @@ import {
 import { ProtocolError } from "../protocol/errors.ts";
 import { errorMessage } from "../util/errors.ts";
 import { consumerBacklog, streamBacklog, type Backlog } from "./backlog.ts";
-import type { Nats } from "./connection.ts";
+import type { NatsLink } from "./link.ts";
 import { ensureBucket, isNotFound, type JetStreamPlacement, type Replicas } from "./streams.ts";
 
 /** The layouts an agent runtime runs on (`--nats-layout`). */
@@ -146,7 +146,7 @@ export interface JetStreamLayout {
   /** What of this spec the layout does not serve: the runtime does not start with it. */
   unsupported(spec: AgentSpec): LayoutFeature[];
   /** What a queue's consumer has still to deliver: the outbox's backlog. */
-  queueBacklog(nats: Nats, stream: string, consumer: string): Promise<Backlog | undefined>;
+  queueBacklog(nats: NatsLink, stream: string, consumer: string): Promise<Backlog | undefined>;
   /** Whether connecting asks the server's JetStream API for the account's info. */
   readonly checkApi: boolean;
   /** A KV bucket of the Agent's keys; `index` says which of its key listings a layout that lists no keys keeps. */
@@ -170,7 +170,7 @@ export interface JetStreamLayout {
    * the handler or the application's stream: GET /messages/watch.
    */
   followInbox(
-    nats: Nats,
+    nats: NatsLink,
     names: Pick<AgentNames, "inboxStream" | "inboxMessages">,
     sinceSeconds: number,
     lookBack?: InboxLookBack,
@@ -426,9 +426,9 @@ export const MAX_HEARD_BYTES = 32 * 1024 * 1024;
  * its account hears it: watch() is a core subscription there, after the keys' current values
  * (a key's own, or those its index lists). A connection lost and back may have missed changes:
  * a watch of one key reads it again, a watch of many ends (its caller watches again, from the
- * current values). history() is what this process heard of a key while a watch of it ran (at most
- * the bucket's `history` revisions), and its current value: reading older revisions would take a
- * consumer, or a read by sequence.
+ * current values). history() is what this process heard of a key while a watch of it ran on the
+ * connection the bucket was opened on (at most the bucket's `history` revisions), and its current
+ * value: reading older revisions would take a consumer, or a read by sequence.
  */
 class AccountKeys implements KV {
   private readonly kv: KV;

@@ -10,12 +10,13 @@ import protobuf from "protobufjs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
-import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import { ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver } from "@a2a-js/sdk/client";
 import { GrpcTransportFactory } from "@a2a-js/sdk/client/grpc";
 import { fetchWith, handedOffTo, localPostTo, spawnRuntime, userMessage } from "../support/a2a-harness.ts";
 import { startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
+import { onFreePorts } from "../support/free-ports.ts";
 import { identity, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
 
 const CONTRACT = new URL("../../src/contract/", import.meta.url).pathname;
@@ -57,11 +58,10 @@ const rpcRoot = protobuf.loadSync(join(CONTRACT, "google-rpc-status.proto"));
 beforeAll(async () => {
   handler = await startHandler();
   const dir = tempDir("ifp-a2a-grpc-");
-  // The ports are chosen before the runtime listens, and kept across its restarts in the tests:
-  // one another test's server took meanwhile is chosen again, a few times at most.
-  for (let attempt = 1; ; attempt++) {
-    [port, grpcPort] = [await freePort(), await freePort()];
-    const localPort = await freePort();
+  // The ports are kept across the runtime's restarts in the tests.
+  await onFreePorts(["https", "grpc", "localApi"], async (ports) => {
+    [port, grpcPort] = [ports.https, ports.grpc];
+    const localPort = ports.localApi;
     localApi = `http://127.0.0.1:${localPort}`;
     writeAgentManifest(dir, {
       agentId: self.agentId,
@@ -81,13 +81,8 @@ beforeAll(async () => {
         args: ["--a2a-grpc-port", String(grpcPort)],
       });
     };
-    try {
-      await start();
-      break;
-    } catch (err) {
-      if (attempt >= 3 || !/EADDRINUSE/.test(String(err))) throw err;
-    }
-  }
+    await start();
+  });
   // The test CA's certificate names localhost.
   client = new A2AService(`localhost:${grpcPort}`, credentials.createSsl(Buffer.from(tls.ca)));
 }, 60_000);

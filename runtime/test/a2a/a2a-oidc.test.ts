@@ -5,12 +5,13 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { httpsRequest } from "../../../e2e/support/https.ts";
-import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { waitFor } from "../../../e2e/support/ports.ts";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import { clientFactory, spawnRuntime, userMessage } from "../support/a2a-harness.ts";
 import { startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, LOOPBACK_TARGETS, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
+import { onFreePorts } from "../support/free-ports.ts";
 import { issuerKey, type OidcIssuer, publicKeyHmacToken, startIssuer, unsecuredToken } from "../support/oidc-issuer.ts";
 
 let nats: NatsServer;
@@ -31,24 +32,25 @@ let base: string;
 beforeAll(async () => {
   [handler, idp] = await Promise.all([startHandler(), startIssuer(tls, AUDIENCE)]);
   const dir = tempDir("ifp-a2a-oidc-");
-  const [port, localApiPort] = [await freePort(), await freePort()];
-  base = `https://localhost:${port}`;
-  writeAgentManifest(dir, {
-    agentId: self.agentId,
-    handler: { url: handler.url, timeout: "3s" },
-    // The issuer is on loopback: its JWKS is fetched only because the policy allows it.
-    network: LOOPBACK_TARGETS,
-    a2a: { enabled: true, authentication: { oidc: [{ issuer: idp.issuer, audience: AUDIENCE }] } },
-  });
-  const keyFile = writeKey(dir, self);
-  runtime = await spawnRuntime({
-    name: "ifp-runtime agent (a2a oidc)",
-    dir,
-    keyFile,
-    tls,
-    natsUrl: nats.url,
-    port,
-    localApiPort,
+  runtime = await onFreePorts(["https", "localApi"], async ({ https: port, localApi: localApiPort }) => {
+    base = `https://localhost:${port}`;
+    writeAgentManifest(dir, {
+      agentId: self.agentId,
+      handler: { url: handler.url, timeout: "3s" },
+      // The issuer is on loopback: its JWKS is fetched only because the policy allows it.
+      network: LOOPBACK_TARGETS,
+      a2a: { enabled: true, authentication: { oidc: [{ issuer: idp.issuer, audience: AUDIENCE }] } },
+    });
+    const keyFile = writeKey(dir, self);
+    return spawnRuntime({
+      name: "ifp-runtime agent (a2a oidc)",
+      dir,
+      keyFile,
+      tls,
+      natsUrl: nats.url,
+      port,
+      localApiPort,
+    });
   });
 }, 60_000);
 

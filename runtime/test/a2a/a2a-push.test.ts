@@ -9,12 +9,13 @@ import { createServer, type Server } from "node:https";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { httpsRequest } from "../../../e2e/support/https.ts";
-import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import { clientFactory, spawnRuntime, userMessage } from "../support/a2a-harness.ts";
 import { type LayoutNats, withLayoutNatsAndTls } from "../support/a2a-layouts.ts";
 import { startHandler, type Tls } from "../support/agent-harness.ts";
 import { identity, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
+import { onFreePorts } from "../support/free-ports.ts";
 
 let nats: LayoutNats;
 let tls: Tls;
@@ -89,9 +90,6 @@ async function spawnReplica(httpsPort: number, localApiPort: number): Promise<Ma
 beforeAll(async () => {
   handler = await startHandler();
   dir = tempDir("ifp-a2a-push-");
-  [port, localPort] = [await freePort(), await freePort()];
-  base = `https://localhost:${port}`;
-  localApi = `http://127.0.0.1:${localPort}`;
   receiver = createServer({ cert: tls.cert, key: tls.key }, (req, res) => {
     const chunks: Buffer[] = [];
     req.on("data", (c) => chunks.push(c));
@@ -117,7 +115,13 @@ beforeAll(async () => {
   manifest(["127.0.0.0/8"]);
   keyFile = writeKey(dir, self);
   writeFileSync(join(dir, "a2a-tokens"), `${TOKEN}\n${OTHER_TOKEN}\n`);
-  await start();
+  // The ports are kept across the runtime's restarts in the tests.
+  await onFreePorts(["https", "localApi"], async (ports) => {
+    [port, localPort] = [ports.https, ports.localApi];
+    base = `https://localhost:${port}`;
+    localApi = `http://127.0.0.1:${localPort}`;
+    await start();
+  });
 }, 60_000);
 
 afterAll(async () => {
@@ -498,7 +502,7 @@ describe("delivery", () => {
   }, 90_000);
 
   it("two replicas of the agent push each update once", async () => {
-    const replica = await spawnReplica(await freePort(), await freePort());
+    const replica = await onFreePorts(["https", "localApi"], (ports) => spawnReplica(ports.https, ports.localApi));
     try {
       const taskId = await newTask();
       await rpc("CreateTaskPushNotificationConfig", { taskId, url: `${hooks}/replicas` });

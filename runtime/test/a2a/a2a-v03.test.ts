@@ -9,11 +9,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { toolPath } from "../../../e2e/tools/tools.ts";
-import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import { fetchWith, handedOffTo, localPostTo, spawnRuntime } from "../support/a2a-harness.ts";
 import { startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
+import { onFreePorts } from "../support/free-ports.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -35,23 +36,24 @@ let localApi: string;
 beforeAll(async () => {
   handler = await startHandler();
   const dir = tempDir("ifp-a2a-v03-");
-  const [port, localPort] = [await freePort(), await freePort()];
-  base = `https://localhost:${port}`;
-  localApi = `http://127.0.0.1:${localPort}`;
-  writeAgentManifest(dir, {
-    agentId: self.agentId,
-    displayName: "A2A 0.3 test agent",
-    baseUrl: base,
-    capabilities: [{ name: "weather.forecast", description: "Tells the weather" }],
-    handler: { url: handler.url, timeout: "3s" },
-    // Push notification URLs on loopback may be registered (nothing listens there).
-    network: { allowPrivateTargets: ["127.0.0.0/8"] },
-    inbox: { maxMessageBytes: MAX_BYTES, rateLimit: { perSenderPerMinute: 5000, perAddressPerMinute: 5000 } },
-    a2a: { enabled: true, authentication: { bearerTokenSecret: { name: "a2a-tokens" } }, waitFor: "5s" },
+  runtime = await onFreePorts(["https", "localApi"], async ({ https: port, localApi: localPort }) => {
+    base = `https://localhost:${port}`;
+    localApi = `http://127.0.0.1:${localPort}`;
+    writeAgentManifest(dir, {
+      agentId: self.agentId,
+      displayName: "A2A 0.3 test agent",
+      baseUrl: base,
+      capabilities: [{ name: "weather.forecast", description: "Tells the weather" }],
+      handler: { url: handler.url, timeout: "3s" },
+      // Push notification URLs on loopback may be registered (nothing listens there).
+      network: { allowPrivateTargets: ["127.0.0.0/8"] },
+      inbox: { maxMessageBytes: MAX_BYTES, rateLimit: { perSenderPerMinute: 5000, perAddressPerMinute: 5000 } },
+      a2a: { enabled: true, authentication: { bearerTokenSecret: { name: "a2a-tokens" } }, waitFor: "5s" },
+    });
+    const keyFile = writeKey(dir, self);
+    const spawn = { name: "ifp-runtime agent (a2a 0.3)", dir, keyFile, tls, port, localApiPort: localPort };
+    return spawnRuntime({ ...spawn, natsUrl: nats.url, tokens: [TOKEN, OTHER_TOKEN] });
   });
-  const keyFile = writeKey(dir, self);
-  const spawn = { name: "ifp-runtime agent (a2a 0.3)", dir, keyFile, tls, port, localApiPort: localPort };
-  runtime = await spawnRuntime({ ...spawn, natsUrl: nats.url, tokens: [TOKEN, OTHER_TOKEN] });
 }, 60_000);
 
 afterAll(async () => {

@@ -14,7 +14,7 @@ import { flattenedVerify, importJWK } from "jose";
 import { Agent as Dispatcher, fetch as undiciFetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { httpsRequest } from "../../../e2e/support/https.ts";
-import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import { toolPath } from "../../../e2e/tools/tools.ts";
 import { jwks as jwksOf, signCard } from "../../src/a2a/card.ts";
@@ -30,6 +30,7 @@ import {
 import { type LayoutNats, withLayoutNatsAndTls } from "../support/a2a-layouts.ts";
 import { runAgent, startHandler, type Tls } from "../support/agent-harness.ts";
 import { identity, peerOf, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
+import { onFreePorts } from "../support/free-ports.ts";
 
 let nats: LayoutNats;
 let tls: Tls;
@@ -66,29 +67,32 @@ async function start(): Promise<void> {
 beforeAll(async () => {
   handler = await startHandler();
   dir = tempDir("ifp-a2a-");
-  [port, localPort] = [await freePort(), await freePort()];
-  base = `https://localhost:${port}`;
-  localApi = `http://127.0.0.1:${localPort}`;
-  writeAgentManifest(dir, {
-    agentId: self.agentId,
-    displayName: "A2A test agent",
-    // The URL the operator gives every agent: request signatures must name its authority.
-    baseUrl: base,
-    capabilities: [{ name: "calendar.availability", description: "Tells when its owner is free" }],
-    peers: [peerOf(signer)],
-    // A hand-off held by a killed runtime comes again after the handler's timeout and 30 s
-    // (restarts, below): the application on loopback answers at once, 3 s is ample.
-    handler: { url: handler.url, timeout: "3s" },
-    inbox: { maxMessageBytes: 16 * 1024 },
-    a2a: {
-      enabled: true,
-      authentication: { bearerTokenSecret: { name: "a2a-tokens" } },
-      skills: [{ id: "smalltalk", name: "Small talk", description: "Talks", examples: ["hello"] }],
-      waitFor: "5s",
-    },
-  });
   keyFile = writeKey(dir, self);
-  await start();
+  // The ports are kept across the runtime's restarts in the tests.
+  await onFreePorts(["https", "localApi"], async (ports) => {
+    [port, localPort] = [ports.https, ports.localApi];
+    base = `https://localhost:${port}`;
+    localApi = `http://127.0.0.1:${localPort}`;
+    writeAgentManifest(dir, {
+      agentId: self.agentId,
+      displayName: "A2A test agent",
+      // The URL the operator gives every agent: request signatures must name its authority.
+      baseUrl: base,
+      capabilities: [{ name: "calendar.availability", description: "Tells when its owner is free" }],
+      peers: [peerOf(signer)],
+      // A hand-off held by a killed runtime comes again after the handler's timeout and 30 s
+      // (restarts, below): the application on loopback answers at once, 3 s is ample.
+      handler: { url: handler.url, timeout: "3s" },
+      inbox: { maxMessageBytes: 16 * 1024 },
+      a2a: {
+        enabled: true,
+        authentication: { bearerTokenSecret: { name: "a2a-tokens" } },
+        skills: [{ id: "smalltalk", name: "Small talk", description: "Talks", examples: ["hello"] }],
+        waitFor: "5s",
+      },
+    });
+    await start();
+  });
 }, 60_000);
 
 afterAll(async () => {
@@ -759,18 +763,21 @@ describe("limits", () => {
   });
 
   it("a caller past spec.inbox.rateLimit.perSenderPerMinute is answered 429 with Retry-After, its task reads having ten times that budget; a newer A2A-Version is refused", async () => {
-    const limitedPort = await freePort();
-    const limited = await runAgent({
-      self: identity("a2a-limited"),
-      spec: {
-        baseUrl: `https://localhost:${limitedPort}`,
-        peers: [peerOf(signer)],
-        inbox: { rateLimit: { perSenderPerMinute: 2 } },
-        a2a: { enabled: true },
-      },
-      port: limitedPort,
-      ...(await nats.runAgentNats("a2a-limited")),
-      tls,
+    let limitedPort = 0;
+    const limited = await onFreePorts(["https"], async ({ https }) => {
+      limitedPort = https;
+      return runAgent({
+        self: identity("a2a-limited"),
+        spec: {
+          baseUrl: `https://localhost:${https}`,
+          peers: [peerOf(signer)],
+          inbox: { rateLimit: { perSenderPerMinute: 2 } },
+          a2a: { enabled: true },
+        },
+        port: https,
+        ...(await nats.runAgentNats("a2a-limited")),
+        tls,
+      });
     });
     try {
       const url = `https://localhost:${limitedPort}/a2a/v1`;
@@ -827,14 +834,16 @@ describe("limits", () => {
 
 describe("shutdown", () => {
   it("an open task stream ends when the runtime closes, without holding its shutdown", async () => {
-    const closingPort = await freePort();
-    const base = `https://localhost:${closingPort}`;
-    const agent = await runAgent({
-      self: identity("a2a-closing"),
-      spec: { baseUrl: base, peers: [peerOf(signer)], a2a: { enabled: true } },
-      port: closingPort,
-      ...(await nats.runAgentNats("a2a-closing")),
-      tls,
+    let base = "";
+    const agent = await onFreePorts(["https"], async ({ https }) => {
+      base = `https://localhost:${https}`;
+      return runAgent({
+        self: identity("a2a-closing"),
+        spec: { baseUrl: base, peers: [peerOf(signer)], a2a: { enabled: true } },
+        port: https,
+        ...(await nats.runAgentNats("a2a-closing")),
+        tls,
+      });
     });
     const signedCall = async (method: string, path: string, body?: string) => {
       const url = `${base}${path}`;

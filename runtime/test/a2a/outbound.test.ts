@@ -34,7 +34,8 @@ import {
   writeAgentManifest,
   writeKey,
 } from "../support/fixtures.ts";
-import { send, untilState } from "../support/outbox-harness.ts";
+import { onFreePorts } from "../support/free-ports.ts";
+import { record, send, untilState } from "../support/outbox-harness.ts";
 import { consumerSettled, consumerSettledAt, handOffsSettled } from "../support/probes.ts";
 import { agentNames } from "../../src/contract/agent-names.ts";
 
@@ -79,6 +80,12 @@ const agentMessage = (id: string, contextId: string, taskId: string, text: strin
     referenceTaskIds: [],
   }) as never;
 
+/** Whether the sender has read task `taskId` from the SDK agent (GetTask, over JSON-RPC or HTTP+JSON). */
+const askedAfter = (taskId: string) =>
+  sdk.requests.some(
+    (q) => (q.body?.method === "GetTask" && q.body?.params?.id === taskId) || q.path.endsWith(`/tasks/${taskId}`),
+  );
+
 /** The SDK agent: what it does depends on the text it gets. */
 const executor: AgentExecutor = {
   async execute(ctx, bus) {
@@ -117,8 +124,9 @@ const executor: AgentExecutor = {
       bus.finished();
       return;
     }
-    // The test agent's own work takes a while: the task is WORKING in between.
-    await new Promise((r) => setTimeout(r, 300));
+    // The test agent's work ends once the sender has asked after the task (GetTask) and found it
+    // WORKING: the sender is seen to follow a task that was not done when SendMessage answered.
+    await waitFor(`the sender to ask after task ${taskId}`, () => askedAfter(taskId), 30_000);
     bus.publish(
       AgentEvent.artifactUpdate({
         taskId,
@@ -287,8 +295,6 @@ beforeAll(async () => {
   handler = await startHandler();
   sdk = await startSdkAgent();
   const dir = tempDir("ifp-a2a-out-");
-  const [port, localPort] = [await freePort(), await freePort()];
-  localApi = `http://127.0.0.1:${localPort}`;
   const tokens = join(dir, "a2a-peer-tokens");
   writeFileSync(tokens, `${sdk.base}/.well-known/agent-card.json/ ${PEER_TOKEN}\n`);
   writeAgentManifest(dir, {
@@ -296,19 +302,23 @@ beforeAll(async () => {
     handler: { url: handler.url },
     outbound: { backoff: ["300ms"], retryFor: "10s", resiliency: { failureThreshold: 3, coolDown: "1s" } },
   });
-  startSender = async () => {
-    runtime = await spawnRuntime({
-      name: "ifp-runtime agent (a2a sender)",
-      dir,
-      keyFile: writeKey(dir, sender),
-      tls,
-      natsUrl: nats.url,
-      port,
-      localApiPort: localPort,
-      args: ["--a2a-peer-token-file", tokens],
-    });
-  };
-  await startSender();
+  // The ports are kept across the runtime's restarts in the tests.
+  await onFreePorts(["https", "localApi"], async ({ https: port, localApi: localPort }) => {
+    localApi = `http://127.0.0.1:${localPort}`;
+    startSender = async () => {
+      runtime = await spawnRuntime({
+        name: "ifp-runtime agent (a2a sender)",
+        dir,
+        keyFile: writeKey(dir, sender),
+        tls,
+        natsUrl: nats.url,
+        port,
+        localApiPort: localPort,
+        args: ["--a2a-peer-token-file", tokens],
+      });
+    };
+    await startSender();
+  });
 }, 60_000);
 
 afterAll(async () => {
@@ -511,14 +521,28 @@ describe("ifp send --local-api --a2a", () => {
 describe("durability", () => {
   it("keeps a message through a runtime killed while the agent is down, and delivers it once after the restart", async () => {
     const card = `${sdk.base}/.well-known/agent-card.json`;
+    // The sender reads the card once while the agent is up, and keeps it.
+    const first = await send(localApi, { to: { a2a: card }, text: "message:before the outage" });
+    await untilState(localApi, first.body.message_id, "delivered");
     await sdk.down();
     try {
       const sent = await send(localApi, { to: { a2a: card }, text: "Rome" });
       expect(sent.status).toBe(202);
       const id = sent.body.message_id;
       const retrying = await untilState(localApi, id, "retrying");
-      // The card is kept from the earlier sends: the SendMessage is what cannot connect.
+      // The card is kept: the SendMessage is what cannot connect.
       expect(retrying.recipients[0].last_error).toMatch(/^network error: .*ECONNREFUSED/);
+      // Killed while the message waits for its next attempt, never during one: a delivery cut
+      // short is handed out again only after the sender consumer's ack wait (5 minutes).
+      await waitFor(
+        "a wait for the next attempt long enough to kill the runtime in",
+        async () => {
+          const r = await record(localApi, id);
+          return r?.state === "retrying" && Date.parse(r.recipients[0].next_attempt_at) - Date.now() > 150;
+        },
+        30_000,
+        10,
+      );
       await runtime.stop({ signal: "SIGKILL" });
       await sdk.up();
       await startSender();
@@ -639,20 +663,21 @@ describe("sending to another ifp-runtime's A2A face", () => {
 
   beforeAll(async () => {
     faceApp = await startHandler();
-    const facePort = await freePort();
     [face, guarded] = await Promise.all([
-      runAgent({
-        self: peer,
-        natsUrl: nats.url,
-        tls,
-        port: facePort,
-        spec: {
-          baseUrl: `https://localhost:${facePort}`,
-          peers: [peerOf(sender)],
-          handler: { url: faceApp.url },
-          a2a: { enabled: true, waitFor: "1s" },
-        },
-      }),
+      onFreePorts(["https"], ({ https }) =>
+        runAgent({
+          self: peer,
+          natsUrl: nats.url,
+          tls,
+          port: https,
+          spec: {
+            baseUrl: `https://localhost:${https}`,
+            peers: [peerOf(sender)],
+            handler: { url: faceApp.url },
+            a2a: { enabled: true, waitFor: "1s" },
+          },
+        }),
+      ),
       // What a user writes who allows no special address (the default): loopback is refused.
       runAgent({
         self: identity("guarded-sender"),

@@ -11,7 +11,7 @@ import { replyId } from "../../src/agent/outbound/replies.ts";
 import { signMessage } from "../../src/protocol/signing.ts";
 import { identity, message, peerOf, signed, tempDir } from "../support/fixtures.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
-import { metricValue, tlsHandshake } from "../support/probes.ts";
+import { handOffsSettled, metricValue, tlsHandshake } from "../support/probes.ts";
 
 const alice = identity("alice-agent");
 const pete = identity("pete-agent");
@@ -356,6 +356,8 @@ describe("agent mode over TLS with a real nats-server", () => {
             last_error: expect.stringMatching(/no route to pete-agent/),
           }),
         ]);
+        // Had the message been handed on, its hand-off would be acknowledged by now.
+        await waitFor("bob's hand-offs settled", () => handOffsSettled(nats.url, bob.agentId), 15_000);
         expect(handler.received).toHaveLength(0);
       } finally {
         await own.close();

@@ -10,6 +10,7 @@ import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import { didKeyFromPublicKey } from "../../src/protocol/did-key.ts";
 import { signIntroduction } from "../../src/protocol/signing.ts";
 import { identity, message, signed, tempDir } from "../support/fixtures.ts";
+import { onFreePorts } from "../support/free-ports.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 
@@ -34,11 +35,12 @@ const capabilities = [
 ];
 
 /** A real runtime whose agent id is its own https URL: it serves its identity document. */
-async function httpsAgent(name: string) {
-  const port = await freePort();
-  const id = identity(`https://localhost:${port}`);
-  const running = await runAgent({ self: id, natsUrl: nats.url, tls, port, spec: { displayName: name } });
-  return { id, running };
+function httpsAgent(name: string) {
+  return onFreePorts(["https"], async ({ https: port }) => {
+    const id = identity(`https://localhost:${port}`);
+    const running = await runAgent({ self: id, natsUrl: nats.url, tls, port, spec: { displayName: name } });
+    return { id, running };
+  });
 }
 
 const body = async (r: { text: string }) => JSON.parse(r.text) as { status: string; code: string; message: string };

@@ -18,6 +18,8 @@ import {
   writeKey,
   writeRelayManifest,
 } from "../support/fixtures.ts";
+import { onFreePorts } from "../support/free-ports.ts";
+import { untilReady } from "../support/runtime-process.ts";
 import { webhook, type RelayEnv } from "../support/relay-harness.ts";
 
 const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
@@ -32,12 +34,15 @@ afterAll(async () => {
 });
 
 /**
- * ifp-runtime MODE with `args`, listening on a free port, its output kept (and printed when a
- * test fails). stop() is SIGTERM, bounded, and a no-op once it ended; stopCleanly() also
- * expects exit code 0.
+ * ifp-runtime MODE with `args`, listening on a free port (chosen again when it was taken before
+ * the runtime listened), once ready; its output kept (and printed when a test fails). stop() is
+ * SIGTERM, bounded, and a no-op once it ended; stopCleanly() also expects exit code 0.
  */
-async function spawnRuntime(mode: "agent" | "relay", args: string[], env: NodeJS.ProcessEnv = process.env) {
-  const port = await freePort();
+function spawnRuntime(mode: "agent" | "relay", args: string[], env: NodeJS.ProcessEnv = process.env) {
+  return onFreePorts(["https"], (ports) => spawnOn(ports.https, mode, args, env));
+}
+
+async function spawnOn(port: number, mode: "agent" | "relay", args: string[], env: NodeJS.ProcessEnv) {
   const child = spawnProcess(
     `ifp-runtime ${mode}`,
     process.execPath,
@@ -61,16 +66,10 @@ async function spawnRuntime(mode: "agent" | "relay", args: string[], env: NodeJS
     { env: { ...env, IFP_LOG_LEVEL: "warn" } },
   );
   const base = `https://localhost:${port}`;
+  await untilReady(child, base, tls.ca);
   return {
     base,
     output: () => child.log(),
-    ready: () =>
-      waitFor(
-        `the ${mode} to be ready`,
-        async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200,
-        30_000,
-        200,
-      ),
     stop: () => child.stop(),
     async stopCleanly() {
       expect(describeExit(await child.stop()), child.log()).toBe("exited with code 0");
@@ -98,7 +97,6 @@ describe("ifp-runtime command line", () => {
     ]);
     const base = runtime.base;
     try {
-      await runtime.ready();
       const caps = await httpsRequest(`${base}/.well-known/agent/capabilities`, { ca: tls.ca });
       expect(caps.json().capabilities).toEqual([
         { name: "ping", version: "1", description: "Responds to connectivity tests" },
@@ -138,7 +136,6 @@ describe("ifp-runtime command line", () => {
     const runtime = await spawnRuntime("relay", ["--manifest", manifest, "--ca-file", tls.files.ca], env);
     const base = runtime.base;
     try {
-      await runtime.ready();
       await new RelayClient(base, bob.signing, http).registerWebhook(hook.url);
       const m = signed(alice, "bob-agent");
       expect((await new RelayClient(base, alice.signing, http).publish(m)).status).toBe(202);
@@ -163,7 +160,6 @@ describe("ifp-runtime command line", () => {
     const metricsPort = await freePort();
     const runtime = await spawnRuntime("relay", ["--manifest", manifest, "--metrics-port", String(metricsPort)]);
     try {
-      await runtime.ready();
       const res = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
       expect(res.status).toBe(200);
       expect(res.headers.get("content-type")).toMatch(/^text\/plain/);

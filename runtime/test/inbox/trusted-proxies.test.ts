@@ -8,7 +8,6 @@ import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import type { localhostTls } from "../../../e2e/support/tls.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
-import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import { describeExit, spawnProcess } from "../../../e2e/support/process.ts";
 import {
   identity,
@@ -19,6 +18,8 @@ import {
   writeKey,
   writeRelayManifest,
 } from "../support/fixtures.ts";
+import { onFreePorts } from "../support/free-ports.ts";
+import { untilReady } from "../support/runtime-process.ts";
 import { withNatsAndTls } from "../support/agent-harness.ts";
 
 const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
@@ -34,13 +35,16 @@ const sender = identity("proxied-sender");
 const self = identity("proxied-agent");
 
 /**
- * ifp-runtime MODE with `extra` flags on a free loopback port, its output kept (and printed when
- * a test fails). stop() is SIGTERM, bounded, and a no-op once it ended; stopCleanly() also
- * expects exit code 0.
+ * ifp-runtime MODE with `extra` flags on a free loopback port (chosen again when it was taken
+ * before the runtime listened), its output kept (and printed when a test fails). stop() is
+ * SIGTERM, bounded, and a no-op once it ended; stopCleanly() also expects exit code 0.
  */
-async function spawnRuntime(mode: "agent" | "relay", extra: string[]) {
+function spawnRuntime(mode: "agent" | "relay", extra: string[]) {
+  return onFreePorts(["https"], (ports) => spawnOn(ports.https, mode, extra));
+}
+
+async function spawnOn(port: number, mode: "agent" | "relay", extra: string[]) {
   const dir = tempDir();
-  const port = await freePort();
   const modeArgs =
     mode === "agent"
       ? [
@@ -87,12 +91,7 @@ async function spawnRuntime(mode: "agent" | "relay", extra: string[]) {
     { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
   );
   const base = `https://localhost:${port}`;
-  await waitFor(
-    `the ${mode} to be ready`,
-    async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 }))).status === 200,
-    30_000,
-    200,
-  );
+  await untilReady(child, base, tls.ca);
   return {
     /** One request that the per-address limit counts, with the given X-Forwarded-For. */
     async hit(xff?: string | string[]) {

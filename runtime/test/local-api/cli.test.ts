@@ -3,10 +3,11 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
-import { freePort, waitFor } from "../../../e2e/support/ports.ts";
 import { describeExit, spawnProcess } from "../../../e2e/support/process.ts";
 import type { localhostTls } from "../../../e2e/support/tls.ts";
 import { identity, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
+import { onFreePorts } from "../support/free-ports.ts";
+import { untilReady } from "../support/runtime-process.ts";
 import { writeToken } from "../support/local-api-harness.ts";
 import { withNatsAndTls } from "../support/agent-harness.ts";
 
@@ -59,24 +60,20 @@ describe("ifp-runtime agent --local-api-tls-port --local-api-token-file", () => 
   });
 
   it("serves the local API over HTTPS with the token from the file, as the operator starts it", async () => {
-    const [port, apiPort] = await Promise.all([freePort(), freePort()]);
     const tokenFile = join(dir, "token");
     writeToken(tokenFile, "z".repeat(43));
-    const child = spawnProcess(
-      "ifp-runtime agent",
-      process.execPath,
-      [BIN, ...base(port), `--local-api-tls-port=${apiPort}`, `--local-api-token-file=${tokenFile}`],
-      { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
-    );
-    try {
-      await waitFor(
-        "the agent ready",
-        async () =>
-          (await httpsRequest(`https://localhost:${port}/readyz`, { ca: tls.ca }).catch(() => ({ status: 0 })))
-            .status === 200,
-        30_000,
-        200,
+    // On free ports, chosen again when another test's server took one before the runtime listened.
+    const { child, apiPort } = await onFreePorts(["https", "localApi"], async ({ https: port, localApi: apiPort }) => {
+      const child = spawnProcess(
+        "ifp-runtime agent",
+        process.execPath,
+        [BIN, ...base(port), `--local-api-tls-port=${apiPort}`, `--local-api-token-file=${tokenFile}`],
+        { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
       );
+      await untilReady(child, `https://localhost:${port}`, tls.ca);
+      return { child, apiPort };
+    });
+    try {
       const url = `https://localhost:${apiPort}/dead-letters`;
       expect((await httpsRequest(url, { ca: tls.ca })).status).toBe(401);
       const ok = await httpsRequest(url, { ca: tls.ca, headers: { authorization: `Bearer ${"z".repeat(43)}` } });

@@ -12,7 +12,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { localhostTls } from "../../../e2e/support/tls.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
-import { freePort } from "../../../e2e/support/ports.ts";
 import { describeExit, spawnProcess } from "../../../e2e/support/process.ts";
 import { waitFor } from "../../../e2e/support/wait.ts";
 import type { NatsOptions } from "../../src/nats/connection.ts";
@@ -26,6 +25,8 @@ import {
   writeKey,
   writeRelayManifest,
 } from "../support/fixtures.ts";
+import { onFreePorts } from "../support/free-ports.ts";
+import { untilReady } from "../support/runtime-process.ts";
 
 type KeyPair = ReturnType<typeof nkeys.createOperator>;
 type Credentials = Omit<NatsOptions, "url" | "name">;
@@ -207,43 +208,26 @@ describe.each(cases)("NATS with $kind", (c) => {
   it("takes the credentials as ifp-runtime flags (agent mode)", async () => {
     const work = tempDir();
     const manifest = writeAgentManifest(work, { agentId: "bob-agent", peers: [peerOf(alice)] });
-    const port = await freePort();
-    const child = spawnProcess(
-      `ifp-runtime agent (${c.kind})`,
-      process.execPath,
-      [
-        BIN,
-        "agent",
-        "--manifest",
-        manifest,
-        "--port",
-        String(port),
-        "--metrics-port",
-        "0",
-        "--host",
-        "127.0.0.1",
-        "--tls-cert",
-        tls.files.cert,
-        "--tls-key",
-        tls.files.key,
-        "--signing-key",
-        writeKey(work, bob),
-        "--nats",
-        server.url,
-        "--local-api-port",
-        "0",
-        ...c.flags(c.good),
-      ],
-      { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
-    );
-    const base = `https://localhost:${port}`;
-    try {
-      await waitFor(
-        "the runtime to be ready",
-        async () => (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200,
-        30_000,
-        200,
+    const key = writeKey(work, bob);
+    // On a free port, chosen again when another test's server took it before the runtime listened.
+    const { child, base } = await onFreePorts(["https"], async ({ https: port }) => {
+      const child = spawnProcess(
+        `ifp-runtime agent (${c.kind})`,
+        process.execPath,
+        [
+          BIN,
+          "agent",
+          ...["--manifest", manifest, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1"],
+          ...["--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--signing-key", key],
+          ...["--nats", server.url, "--local-api-port", "0", ...c.flags(c.good)],
+        ],
+        { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
       );
+      const base = `https://localhost:${port}`;
+      await untilReady(child, base, tls.ca);
+      return { child, base };
+    });
+    try {
       const res = await httpsRequest(`${base}/.well-known/agent/inbox`, {
         method: "POST",
         ca: tls.ca,

@@ -1,6 +1,7 @@
 // The runtime after the NATS client gave its connection up: a nats-server restarted with a new
 // password refuses the reconnect twice and the client closes the connection for good. Once the
-// server takes the runtime's credentials again, the runtime connects anew, without a restart.
+// server takes the runtime's credentials again, the runtime connects anew, without a restart, and
+// its stores' KV buckets follow the new connection.
 import { Writable } from "node:stream";
 import pino from "pino";
 import { LOG_FORMAT } from "../../src/telemetry/log-format.ts";
@@ -11,6 +12,8 @@ import { httpsRequest } from "../../../e2e/support/https.ts";
 import { waitFor } from "../../../e2e/support/wait.ts";
 import { HttpClient } from "../../src/net/http-client.ts";
 import { RelayClient } from "../../src/net/relay-client.ts";
+import { DeliveryStates, type DeliveryRecord } from "../../src/agent/outbound/delivery-state.ts";
+import { Nats } from "../../src/nats/connection.ts";
 import { startRelay, type RunningRelay } from "../../src/relay/main.ts";
 import { identity, peerOf, signed, tempDir, writeRelayManifest } from "../support/fixtures.ts";
 
@@ -39,6 +42,28 @@ async function natsWith(pass: string, again?: NatsServer): Promise<NatsServer> {
   const s = await startNats({ ...auth(pass), ...(again && { port: again.port, storeDir: again.storeDir }) });
   servers.push(s);
   return s;
+}
+
+/**
+ * The server restarted on its port and store with another password until the client has closed
+ * its connection for good (the reconnect refused twice), then with `pass` again.
+ */
+async function refuseThenAccept(
+  running: NatsServer,
+  pass: string,
+  clientGaveUp: () => boolean | Promise<boolean>,
+): Promise<void> {
+  await running.stop();
+  const refusing = await natsWith("another pass", running);
+  await waitFor(
+    "the reconnect to be refused twice",
+    () => (refusing.log().match(/authentication error|Authorization Violation/gi)?.length ?? 0) >= 2,
+    15_000,
+    50,
+  );
+  await waitFor("the client to give the connection up", clientGaveUp, 10_000, 50);
+  await refusing.stop();
+  await natsWith(pass, running);
 }
 
 it("connects anew after the client gave up on refused credentials", async () => {
@@ -70,20 +95,9 @@ it("connects anew after the client gave up on refused credentials", async () => 
     const readyz = async () => (await httpsRequest(`${url}/readyz`, { ca: tls.ca })).status;
     await waitFor("the relay to be ready", async () => (await readyz()) === 200, 20_000, 100);
 
-    // Same port and store, another password: each reconnect is refused, the client closes.
-    await server.stop();
-    const refusing = await natsWith("second pass", server);
-    await waitFor(
-      "the reconnect to be refused twice",
-      () => (refusing.log().match(/authentication error|Authorization Violation/gi)?.length ?? 0) >= 2,
-      15_000,
-      50,
-    );
-    await waitFor("the relay to be unready", async () => (await readyz()) === 503, 10_000, 100);
-
-    // The runtime's password is accepted again: it connects without a restart.
-    await refusing.stop();
-    await natsWith("first pass", server);
+    // Same port and store, another password: each reconnect is refused, the client closes. Then
+    // the runtime's password is accepted again: it connects without a restart.
+    await refuseThenAccept(server, "first pass", async () => (await readyz()) === 503);
     await waitFor("the relay to be ready again", async () => (await readyz()) === 200, 15_000, 100);
     const client = new RelayClient(url, alice.signing, http);
     expect((await client.request("POST", "/relay/publish", signed(alice, "bob-agent"))).status).toBe(202);
@@ -92,3 +106,34 @@ it("connects anew after the client gave up on refused credentials", async () => 
     await relay?.close();
   }
 }, 60_000);
+
+it("keeps a store's bucket working on the connection made anew, without opening it again", async () => {
+  const running = await natsWith("store pass");
+  const nats = new Nats({ url: running.url, name: "reconnect-store", user: "ifp", pass: "store pass" }, silent);
+  try {
+    await nats.start();
+    const states = new DeliveryStates(nats, "ifp_outbox_state_reconnect-store");
+    await states.ensure();
+    await states.put(queued("msg:before"));
+    const first = nats.nc!;
+
+    await refuseThenAccept(running, "store pass", () => first.isClosed());
+    await waitFor("the connection made anew", () => nats.isConnected && nats.nc !== first, 15_000, 50);
+
+    // The store was opened once, on the connection that is closed now.
+    expect((await states.get("msg:before"))?.state).toBe("queued");
+    await states.put(queued("msg:after"));
+    expect((await states.get("msg:after"))?.state).toBe("queued");
+  } finally {
+    await nats.close();
+  }
+}, 60_000);
+
+const silent = pino({ level: "silent" });
+const queued = (id: string): DeliveryRecord => ({
+  message_id: id,
+  state: "queued",
+  queued_at: "2026-01-01T00:00:00.000Z",
+  updated_at: "2026-01-01T00:00:00.000Z",
+  recipients: [{ agent: "peer", state: "queued", attempts: 0 }],
+});

@@ -6,6 +6,7 @@ import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/age
 import type { AgentSpecInput } from "../../src/resources/agent.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import { notifySink, outboundResults, scriptedPeer, send, untilState } from "../support/outbox-harness.ts";
+import { handOffsSettled } from "../support/probes.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -135,6 +136,8 @@ describe("two agents talking over HTTPS", () => {
       /calendar.availability needs min_disclosure "personal" but this conversation has "professional"/,
     );
     expect(err.body.parts[0].content).toMatchObject({ code: "capability_conditions_not_met" });
+    // Had bob handed the request on, its hand-off would be acknowledged by now.
+    await waitFor("bob's hand-offs settled", () => handOffsSettled(nats.url, bob.agentId), 15_000);
     expect(bHandler.received.some((r) => r.body.headers.message_id === asked.body.message_id)).toBe(false);
   });
 

@@ -3,11 +3,12 @@ import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats } from "../../../e2e/support/nats.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
-import { freePort } from "../../../e2e/support/ports.ts";
 import { describeExit, spawnProcess } from "../../../e2e/support/process.ts";
 import { RelayClient } from "../../src/net/relay-client.ts";
 import { relayNames } from "../../src/contract/relay-stream.ts";
 import { peerOf, signed, tempDir, writeRelayManifest } from "../support/fixtures.ts";
+import { onFreePorts } from "../support/free-ports.ts";
+import { untilReady } from "../support/runtime-process.ts";
 import { tlsHandshake } from "../support/probes.ts";
 import {
   alice,
@@ -199,38 +200,24 @@ describe("relay: restarts and outages", () => {
       { url: "https://localhost", agents: [peerOf(alice), peerOf(bob)] },
       randomName("cli"),
     );
-    const port = await freePort();
-    // Its output is kept and printed should the test fail.
-    const child = spawnProcess(
-      "ifp-runtime relay",
-      process.execPath,
-      [
-        new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname,
-        "relay",
-        "--manifest",
-        manifest,
-        "--port",
-        String(port),
-        "--metrics-port",
-        "0",
-        "--host",
-        "127.0.0.1",
-        "--tls-cert",
-        env.tls.files.cert,
-        "--tls-key",
-        env.tls.files.key,
-        "--nats",
-        env.nats.url,
-      ],
-      { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
-    );
-    try {
-      await waitFor(
-        "the relay process",
-        async () => (await httpsRequest(`https://localhost:${port}/readyz`, { ca: env.tls.ca })).status === 200,
-        30_000,
-        200,
+    // Its output is kept and printed should the test fail. On a free port, chosen again when another
+    // test's server took it before the relay listened.
+    const { child, port } = await onFreePorts(["https"], async ({ https: port }) => {
+      const child = spawnProcess(
+        "ifp-runtime relay",
+        process.execPath,
+        [
+          new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname,
+          "relay",
+          ...["--manifest", manifest, "--port", String(port), "--metrics-port", "0", "--host", "127.0.0.1"],
+          ...["--tls-cert", env.tls.files.cert, "--tls-key", env.tls.files.key, "--nats", env.nats.url],
+        ],
+        { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
       );
+      await untilReady(child, `https://localhost:${port}`, env.tls.ca);
+      return { child, port };
+    });
+    try {
       const m = signed(alice, "bob-agent");
       expect((await new RelayClient(`https://localhost:${port}`, alice.signing, env.http).publish(m)).status).toBe(202);
       expect(ids((await new RelayClient(`https://localhost:${port}`, bob.signing, env.http).pull()).messages)).toEqual([

@@ -11,17 +11,19 @@ import {
   RestTransportFactory,
 } from "@a2a-js/sdk/client";
 import { Agent as Dispatcher, fetch as undiciFetch } from "undici";
-import { httpsRequest } from "../../../e2e/support/https.ts";
-import { freePort, waitFor } from "../../../e2e/support/ports.ts";
-import { describeExit, spawnProcess, type ManagedProcess } from "../../../e2e/support/process.ts";
+import { waitFor } from "../../../e2e/support/ports.ts";
+import { spawnProcess, type ManagedProcess } from "../../../e2e/support/process.ts";
 import type { Tls } from "./agent-harness.ts";
+import { untilReady } from "./runtime-process.ts";
 
 const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
 
 /**
  * `ifp-runtime agent` with the manifest `dir`/agent.yaml and the signing key `keyFile`, on the
- * given ports of loopback (metrics on a free one: test files run side by side), once its /readyz
- * answers 200. `args` are added (e.g. `--a2a-grpc-port`).
+ * given ports of loopback (metrics on one the system picks: nothing reads them), once its /readyz
+ * answers 200; a runtime that ends before that fails the start at once, with its log (which says
+ * EADDRINUSE when one of the ports was taken: start it under onFreePorts). `args` are added (e.g.
+ * `--a2a-grpc-port`).
  */
 export async function spawnRuntime(opts: {
   name: string;
@@ -49,23 +51,12 @@ export async function spawnRuntime(opts: {
       ...(opts.tokens ? ["--a2a-token-file", tokenFile] : []),
       ...(opts.args ?? []),
       ...["--port", String(opts.port), "--local-api-port", String(opts.localApiPort), "--host", "127.0.0.1"],
-      ...["--metrics-port", String(await freePort())],
+      ...["--metrics-port", "0"],
       ...["--tls-cert", tls.files.cert, "--tls-key", tls.files.key, "--ca-file", tls.files.ca, "--nats", opts.natsUrl],
     ],
     { env: { ...process.env, IFP_LOG_LEVEL: opts.logLevel ?? "warn" } },
   );
-  await waitFor(
-    `${opts.name} to be ready`,
-    async () => {
-      if (runtime.exit) throw new Error(`the runtime ${describeExit(runtime.exit)}:\n${runtime.log()}`);
-      const res = await httpsRequest(`https://localhost:${opts.port}/readyz`, { ca: tls.ca }).catch(() => ({
-        status: 0,
-      }));
-      return res.status === 200;
-    },
-    30_000,
-    200,
-  );
+  await untilReady(runtime, `https://localhost:${opts.port}`, tls.ca);
   return runtime;
 }
 

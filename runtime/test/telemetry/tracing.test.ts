@@ -17,6 +17,8 @@ import {
   writeRelayManifest,
   type TestIdentity,
 } from "../support/fixtures.ts";
+import { onFreePorts } from "../support/free-ports.ts";
+import { untilReady } from "../support/runtime-process.ts";
 import { startHandler } from "../support/agent-harness.ts";
 import type { AgentSpecInput } from "../../src/resources/agent.ts";
 
@@ -100,11 +102,16 @@ afterAll(async () => {
 });
 
 /**
- * ifp-runtime MODE as a process, with tracing configured by the environment alone. Its output
- * is kept (and printed when a test fails); stop() is SIGTERM, bounded, and says how it ended.
+ * ifp-runtime MODE as a process, with tracing configured by the environment alone, on `port` or
+ * a free one (chosen again when it was taken before the runtime listened). Its output is kept
+ * (and printed when a test fails); stop() is SIGTERM, bounded, and says how it ended.
  */
-async function spawnRuntime(mode: "agent" | "relay", args: string[], env: Record<string, string>, port?: number) {
-  port ??= await freePort();
+function spawnRuntime(mode: "agent" | "relay", args: string[], env: Record<string, string>, port?: number) {
+  if (port !== undefined) return spawnOn(port, mode, args, env);
+  return onFreePorts(["https"], (ports) => spawnOn(ports.https, mode, args, env));
+}
+
+async function spawnOn(port: number, mode: "agent" | "relay", args: string[], env: Record<string, string>) {
   const child = spawnProcess(
     `ifp-runtime ${mode} (${env.OTEL_SERVICE_NAME ?? "untraced"})`,
     process.execPath,
@@ -130,17 +137,7 @@ async function spawnRuntime(mode: "agent" | "relay", args: string[], env: Record
   const base = `https://localhost:${port}`;
   const r = { base, output: () => child.log(), stop: () => child.stop() };
   running.push(r);
-  const state = await waitFor(
-    `the ${mode} to be ready`,
-    async () =>
-      child.exit ? "ended" : (await httpsRequest(`${base}/readyz`, { ca: tls.ca })).status === 200 && "ready",
-    30_000,
-    200,
-  ).catch((err) => {
-    throw new Error(`${(err as Error).message}\n${child.log()}`);
-  });
-  if (state === "ended")
-    throw new Error(`ifp-runtime ${mode} ${describeExit(child.exit)} before it was ready:\n${child.log()}`);
+  await untilReady(child, base, tls.ca);
   return r;
 }
 
@@ -158,23 +155,12 @@ async function spawnAgent(
 ) {
   const dir = tempDir();
   const manifest = writeAgentManifest(dir, { agentId: self.agentId, ...spec });
-  const localPort = await freePort();
-  const r = await spawnRuntime(
-    "agent",
-    [
-      "--manifest",
-      manifest,
-      "--signing-key",
-      writeKey(dir, self),
-      "--local-api-port",
-      String(localPort),
-      "--ca-file",
-      tls.files.ca,
-    ],
-    env,
-    port,
-  );
-  return { ...r, localApi: `http://127.0.0.1:${localPort}` };
+  const key = writeKey(dir, self);
+  return onFreePorts(["https", "localApi"], async (ports) => {
+    const args = ["--manifest", manifest, "--signing-key", key, "--local-api-port", String(ports.localApi)];
+    const r = await spawnOn(port ?? ports.https, "agent", [...args, "--ca-file", tls.files.ca], env);
+    return { ...r, localApi: `http://127.0.0.1:${ports.localApi}` };
+  });
 }
 
 /** The spans of one trace, once every named span has been exported. */

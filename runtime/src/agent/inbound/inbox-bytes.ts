@@ -20,7 +20,7 @@ const CAS_ATTEMPTS = 8;
 type Slots = Record<string, number>;
 
 export class InboxByteCount {
-  private kv: KV;
+  private readonly kv: KV;
   private readonly key: string;
   private readonly maxBytes: number;
   private readonly retentionMs: number;
@@ -34,10 +34,6 @@ export class InboxByteCount {
     this.maxBytes = maxBytes;
     this.retentionMs = retentionMs;
     this.now = now;
-  }
-  /** The bucket on the runtime's current NATS connection: a connection made again (NATS restarted) gives another. */
-  useBucket(kv: KV): void {
-    this.kv = kv;
   }
 
   /** Whether `bytes` more stay within maxBytes, with what this process stored and has not written yet. */

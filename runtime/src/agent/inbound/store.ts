@@ -89,17 +89,20 @@ export class InboxStore {
    */
   async ensure(keeper?: StreamKeeping): Promise<void> {
     // A stream the runtime does not make has no max_bytes of the Agent's: its bytes are counted.
-    // Each time: after NATS was restarted the runtime's connection, and so the bucket's, is another.
-    if (!this.nats.layout.makesStreams && this.maxBytes > 0) {
-      const kv = await this.nats.bucket(this.names.kvBucket, { history: 1 });
-      if (this.bytes) this.bytes.useBucket(kv);
-      else this.bytes = new InboxByteCount(kv, `${this.names.kvKey}.inbox-bytes`, this.maxBytes, WEEK_MS);
-    }
-    if (!this.nats.layout.readsFromTime) {
-      const kv = await this.nats.bucket(this.names.outboxStateBucket, { history: 1 });
-      if (this.lookBack) this.lookBack.useBucket(kv);
-      else this.lookBack = new StoredMessageRecord(kv, () => this.nats.jsm, this.names.inboxStream);
-    }
+    // Opened once: the bucket handle follows the runtime's connection when it is made again.
+    if (!this.nats.layout.makesStreams && this.maxBytes > 0)
+      this.bytes ??= new InboxByteCount(
+        await this.nats.bucket(this.names.kvBucket, { history: 1 }),
+        `${this.names.kvKey}.inbox-bytes`,
+        this.maxBytes,
+        WEEK_MS,
+      );
+    if (!this.nats.layout.readsFromTime)
+      this.lookBack ??= new StoredMessageRecord(
+        await this.nats.bucket(this.names.outboxStateBucket, { history: 1 }),
+        () => this.nats.jsm,
+        this.names.inboxStream,
+      );
     const want = this.streamConfig();
     await (keeper
       ? keeper.ensure(want, this.replicas, { keepStored: true })

@@ -37,7 +37,7 @@ function entriesOf(e: KvEntry | null): Entry[] {
 }
 
 export class StoredMessageRecord implements InboxLookBack {
-  private kv: KV;
+  private readonly kv: KV;
   private readonly jsm: () => JetStreamManager;
   private readonly stream: string;
   private readonly now: () => number;
@@ -50,10 +50,6 @@ export class StoredMessageRecord implements InboxLookBack {
     this.jsm = jsm;
     this.stream = stream;
     this.now = now;
-  }
-  /** The bucket on the runtime's current NATS connection: a connection made again (NATS restarted) gives another. */
-  useBucket(kv: KV): void {
-    this.kv = kv;
   }
 
   /** Message `seq` stored on `subject` now: recorded, with those stored while a write is under way. */

@@ -1,0 +1,33 @@
+// Ports chosen for a runtime the tests start on ports named in its flags or manifest: free a moment
+// before it listens, and chosen again when another test's server took one meanwhile.
+import { freePort } from "../../../e2e/support/ports.ts";
+
+/** How many times the ports are chosen before a start that keeps finding one taken fails. */
+export const PORT_ATTEMPTS = 3;
+
+/**
+ * `start` on ports free a moment before, one for each of `names`; when it fails because one was
+ * taken meanwhile (EADDRINUSE in what it failed with: a runtime's log says it), on ports chosen
+ * again, at most PORT_ATTEMPTS times. `start` is given every port it needs at once, so that a
+ * manifest naming a port (its baseUrl) is written again with the new ones. Any other failure
+ * fails at once.
+ */
+export async function onFreePorts<K extends string, T>(
+  names: readonly K[],
+  start: (ports: Record<K, number>) => Promise<T>,
+): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    const ports = {} as Record<K, number>;
+    for (const name of names) ports[name] = await freePort();
+    try {
+      return await start(ports);
+    } catch (err) {
+      if (attempt >= PORT_ATTEMPTS || !portTaken(err)) throw err;
+    }
+  }
+}
+
+/** Whether a start failed because a port it was to listen on was taken. */
+function portTaken(err: unknown): boolean {
+  return /EADDRINUSE/.test(err instanceof Error ? `${err.message}\n${err.stack ?? ""}` : String(err));
+}
