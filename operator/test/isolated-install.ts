@@ -15,8 +15,10 @@ import { freePort } from "../../e2e/support/ports.ts";
 import { releaseDir, tempDir } from "../../e2e/support/process.ts";
 import { SHARED_STREAMS } from "../../runtime/src/contract/shared-layout.ts";
 import { startHandler } from "../../runtime/test/support/agent-harness.ts";
-import { identity, peerOf } from "../../runtime/test/support/fixtures.ts";
-import type { Post } from "../../runtime/test/support/hand-offs.ts";
+import { waitFor } from "../../e2e/support/wait.ts";
+import { identity, peerOf, signed } from "../../runtime/test/support/fixtures.ts";
+import { accepted, acceptsAgainWithin, everyHandedOnOnce, type Post } from "../../runtime/test/support/hand-offs.ts";
+import { consumerSettled } from "../../runtime/test/support/probes.ts";
 import type { ManagerOptions } from "../src/manager.ts";
 import { CredentialIssuer, generateKeys, KEY_FIELDS, type NatsKeys } from "../src/nats-credential-issuer.ts";
 import {
@@ -168,6 +170,39 @@ spec:
           : undefined;
       });
     },
+    /**
+     * Messages from alice posted to `to` one after another until stopped, each sent again until
+     * it is answered 202 (as a sender does: a 503 is "not known to be stored"); the ids answered 202.
+     */
+    flow(post: Post, to: string) {
+      const ids: string[] = [];
+      let stopped = false;
+      const running = (async () => {
+        while (!stopped) {
+          const m = signed(alice, to);
+          await waitFor(
+            `${to} to accept a message`,
+            async () => (await post(m).catch(() => undefined))?.status === 202,
+            120_000,
+            100,
+          );
+          ids.push(m.headers.message_id);
+        }
+      })();
+      return {
+        ids,
+        /** Until `n` more messages than now are accepted. */
+        more: (n: number) => {
+          const want = ids.length + n;
+          return until(`${n} more messages accepted by ${to}`, () => ids.length >= want);
+        },
+        stop: async () => {
+          stopped = true;
+          await running;
+          return ids;
+        },
+      };
+    },
     /** An Agent with an application of its own (closed with the install), its runtime running as rendered and Ready. */
     async agent(ns: string, name: string) {
       const handler = await startHandler();
@@ -177,6 +212,26 @@ spec:
       const runtime = await this.runtime(ns, name);
       await runtime.ready();
       return { name, ns, handler, account, runtime, view: await tenantView(ns), to: `${name}-agent` };
+    },
+    /**
+     * An Agent as agent() makes it, and what restart tests count of it: `n` messages accepted,
+     * one accepted again once it can be, and every accepted message handed on exactly once.
+     */
+    async counted(ns: string, name: string) {
+      const a = await this.agent(ns, name);
+      return {
+        ...a,
+        accepted: (n: number) => accepted(a.runtime.post, alice, a.to, n),
+        acceptsAgain: async () => (await acceptsAgainWithin(a.runtime.post, alice, a.to, 60_000)).id,
+        everyHandedOnOnce: (ids: string[], withinMs = 90_000) =>
+          everyHandedOnOnce(
+            a.handler,
+            ids,
+            alice,
+            () => consumerSettled(a.view, SHARED_STREAMS.inbox, a.account),
+            withinMs,
+          ),
+      };
     },
     /** The runtime of Agent `name`, as the operator rendered it, on ports of its own. */
     async runtime(ns: string, name: string): Promise<IsolatedRuntime> {
