@@ -10,6 +10,7 @@ import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll } from "vitest";
 import { httpsRequest } from "../../e2e/support/https.ts";
+import { startNatsCluster, type NatsCluster } from "../../e2e/support/nats.ts";
 import { onLoopback, runDeploymentLocally, type LocalRuntime } from "../../e2e/support/materialize.ts";
 import { freePort } from "../../e2e/support/ports.ts";
 import { releaseDir, tempDir } from "../../e2e/support/process.ts";
@@ -17,10 +18,23 @@ import { SHARED_STREAMS } from "../../runtime/src/contract/shared-layout.ts";
 import { startHandler } from "../../runtime/test/support/agent-harness.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import { identity, peerOf, signed } from "../../runtime/test/support/fixtures.ts";
-import { accepted, acceptsAgainWithin, everyHandedOnOnce, type Post } from "../../runtime/test/support/hand-offs.ts";
+import {
+  accepted,
+  acceptsAgainWithin,
+  applicationDown,
+  everyHandedOnOnce,
+  handedOnSoFar,
+  type Post,
+} from "../../runtime/test/support/hand-offs.ts";
 import { consumerSettled } from "../../runtime/test/support/probes.ts";
 import type { ManagerOptions } from "../src/manager.ts";
-import { CredentialIssuer, generateKeys, KEY_FIELDS, type NatsKeys } from "../src/nats-credential-issuer.ts";
+import {
+  CredentialIssuer,
+  generateKeys,
+  KEY_FIELDS,
+  serverConfig,
+  type NatsKeys,
+} from "../src/nats-credential-issuer.ts";
 import {
   getOrAbsent,
   kubectlOrError,
@@ -51,6 +65,56 @@ export interface IsolatedRuntime {
   /** What its `/readyz` answers now. */
   readyz(): Promise<number>;
   output(): string;
+}
+
+/**
+ * The install's NATS as three nats-servers in a cluster in operator mode, each with a full
+ * resolver of its own (`isolatedInstall`'s `nats`); `set` is given the cluster once started.
+ */
+export function clusteredNats(set: (cluster: NatsCluster) => void) {
+  return (keys: NatsKeys) => {
+    let cluster: NatsCluster | undefined;
+    return {
+      async start() {
+        cluster = await startNatsCluster({
+          connect: { authenticator: credsAuthenticator(await CredentialIssuer.fromKeys(keys).systemCreds()) },
+          nodeConfig: (_, storeDir) => serverConfig(keys, { resolverDir: join(storeDir, "jwt") }),
+          startTimeoutMs: 60_000,
+        });
+        set(cluster);
+      },
+      stop: async () => cluster?.close(),
+      url: () => cluster!.url,
+    };
+  };
+}
+
+/** An Agent of an install as `counted` makes it. */
+export type CountedAgent = Awaited<ReturnType<ReturnType<typeof isolatedInstall>["counted"]>>;
+
+/**
+ * The runtime, then NATS: messages handed on, the runtime started again, more accepted, the
+ * application down, more accepted (they wait in the namespace's inbox, across what follows),
+ * `natsGoneAndBack` (NATS killed and started again); then the runtime accepts again and is Ready,
+ * and every message answered 202 is handed on exactly once.
+ */
+export async function runtimeThenNats(
+  a: CountedAgent,
+  natsGoneAndBack: () => Promise<void>,
+  withinMs?: number,
+): Promise<void> {
+  const ids = await a.accepted(5);
+  await handedOnSoFar(a.handler, ids);
+  await a.runtime.start();
+  await a.runtime.ready();
+  ids.push(...(await a.accepted(5)));
+  await applicationDown(a.handler, ids);
+  ids.push(...(await a.accepted(5)));
+  await natsGoneAndBack();
+  ids.push(await a.acceptsAgain());
+  await a.runtime.ready();
+  await a.handler.up();
+  await a.everyHandedOnOnce(ids, withinMs);
 }
 
 export function isolatedInstall(opts: {

@@ -1,37 +1,15 @@
-// Restarts in every order on a three-server NATS cluster on the isolated layout, as the operator
-// makes it (`--nats-layout isolated`, a real API server, three nats-servers in operator mode, each
-// runtime run exactly as the operator rendered it): the runtime and then NATS (every server killed
-// with kill -9 and started again on its store), NATS and then the runtime (started again while
-// every server is away), and a server lost for good — its store gone, a new server started in its
-// place and the lost one removed from the JetStream cluster (`$JS.API.SERVER.REMOVE`, what
-// `nats server raft peer-remove` sends): the tenant's streams have three current replicas again,
-// none on the lost server, and both Agents, one of whose consumers was on it, go on. Every message
-// answered 202 is handed to its application exactly once (by its Idempotency-Key), none is lost.
-import { join } from "node:path";
-import { credsAuthenticator } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
-import { startNatsCluster, type NatsCluster } from "../../e2e/support/nats.ts";
+import type { NatsCluster } from "../../e2e/support/nats.ts";
 import { SHARED_STREAMS, sharedStreamConfigs } from "../../runtime/src/contract/shared-layout.ts";
 import { signed } from "../../runtime/test/support/fixtures.ts";
-import { applicationDown, handedOnSoFar } from "../../runtime/test/support/hand-offs.ts";
-import { CredentialIssuer, serverConfig } from "../src/nats-credential-issuer.ts";
-import { isolatedInstall, until } from "./isolated-install.ts";
+import { applicationDown } from "../../runtime/test/support/hand-offs.ts";
+import { clusteredNats, isolatedInstall, runtimeThenNats, until } from "./isolated-install.ts";
 
 const NS = "iso-cluster-restart";
 let cluster: NatsCluster;
 const install = isolatedInstall({
   namespaces: [NS],
-  nats: (keys) => ({
-    async start() {
-      cluster = await startNatsCluster({
-        connect: { authenticator: credsAuthenticator(await CredentialIssuer.fromKeys(keys).systemCreds()) },
-        nodeConfig: (_, storeDir) => serverConfig(keys, { resolverDir: join(storeDir, "jwt") }),
-        startTimeoutMs: 60_000,
-      });
-    },
-    stop: async () => cluster?.close(),
-    url: () => cluster.url,
-  }),
+  nats: clusteredNats((c) => (cluster = c)),
 });
 
 const nodes = () => cluster.nodes.map((_, i) => i);
@@ -47,21 +25,15 @@ async function startAll(): Promise<void> {
 
 describe("restarts on a three-server NATS cluster, isolated layout", () => {
   it("loses nothing when the runtime is started again and every server is then killed", async () => {
-    const bob = await install.counted(NS, "bob");
-    const ids = await bob.accepted(5);
-    await handedOnSoFar(bob.handler, ids);
-    await bob.runtime.start();
-    await bob.runtime.ready();
-    ids.push(...(await bob.accepted(5)));
-    // Messages wait in the tenant's inbox (three replicas) while the application is down, across the kill.
-    await applicationDown(bob.handler, ids);
-    ids.push(...(await bob.accepted(5)));
-    await killAll();
-    await startAll();
-    ids.push(await bob.acceptsAgain());
-    await bob.runtime.ready();
-    await bob.handler.up();
-    await bob.everyHandedOnOnce(ids, 120_000);
+    // Messages wait in the tenant's inbox (three replicas) while the application is down, across the kills.
+    await runtimeThenNats(
+      await install.counted(NS, "bob"),
+      async () => {
+        await killAll();
+        await startAll();
+      },
+      120_000,
+    );
   }, 600_000);
 
   it("loses nothing in the other order: every server killed, the runtime started again while they are away, then NATS", async () => {

@@ -1,37 +1,16 @@
-// The operator on a clustered NATS on the isolated layout: three nats-servers in operator mode
-// with JetStream, Agents in two namespaces (two tenants), each runtime run exactly as the operator
-// rendered it. The tenants' streams have three replicas (what "auto" gives on a cluster) and the
-// Agents' consumers one (no Raft group per Agent: docs/scale.md). While messages flow to both
-// Agents, a server that holds neither Agent's hand-off consumer is killed: both keep accepting and
-// handing on. Then the server that holds ann's consumer is killed: ann keeps accepting (her
-// messages are stored in the three-replica inbox) and they are handed on once it is back. Every
-// message answered 202 is handed on exactly once.
-import { join } from "node:path";
-import { credsAuthenticator } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
-import { startNatsCluster, type NatsCluster } from "../../e2e/support/nats.ts";
+import type { NatsCluster } from "../../e2e/support/nats.ts";
 import { SHARED_STREAMS, sharedStreamConfigs } from "../../runtime/src/contract/shared-layout.ts";
 import { everyHandedOnOnce, handedOn } from "../../runtime/test/support/hand-offs.ts";
 import { consumerSettled } from "../../runtime/test/support/probes.ts";
-import { CredentialIssuer, serverConfig } from "../src/nats-credential-issuer.ts";
-import { isolatedInstall, until } from "./isolated-install.ts";
+import { clusteredNats, isolatedInstall, until } from "./isolated-install.ts";
 
 const NS_A = "iso-cluster-a";
 const NS_B = "iso-cluster-b";
 let cluster: NatsCluster;
 const install = isolatedInstall({
   namespaces: [NS_A, NS_B],
-  nats: (keys) => ({
-    async start() {
-      cluster = await startNatsCluster({
-        connect: { authenticator: credsAuthenticator(await CredentialIssuer.fromKeys(keys).systemCreds()) },
-        nodeConfig: (_, storeDir) => serverConfig(keys, { resolverDir: join(storeDir, "jwt") }),
-        startTimeoutMs: 60_000,
-      });
-    },
-    stop: async () => cluster?.close(),
-    url: () => cluster.url,
-  }),
+  nats: clusteredNats((c) => (cluster = c)),
 });
 
 describe("the operator on a three-server NATS cluster, isolated layout", () => {

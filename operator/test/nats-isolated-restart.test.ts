@@ -17,7 +17,7 @@ import { signed } from "../../runtime/test/support/fixtures.ts";
 import { applicationDown, handedOnSoFar } from "../../runtime/test/support/hand-offs.ts";
 import { CredentialIssuer, serverConfig } from "../src/nats-credential-issuer.ts";
 import { dataAccountOf } from "../src/nats-shared-accounts.ts";
-import { isolatedInstall, until } from "./isolated-install.ts";
+import { isolatedInstall, runtimeThenNats, until } from "./isolated-install.ts";
 
 const NS = "iso-restart";
 let nats: NatsServer;
@@ -56,20 +56,7 @@ const agent = (name: string) => install.counted(NS, name);
 
 describe("restarts on the operator's isolated NATS layout", () => {
   it("loses nothing when the runtime is started again and NATS is then killed", async () => {
-    const bob = await agent("bob");
-    const ids = await bob.accepted(5);
-    await handedOnSoFar(bob.handler, ids);
-    await bob.runtime.start();
-    await bob.runtime.ready();
-    ids.push(...(await bob.accepted(5)));
-    // Messages wait in the tenant's inbox while the application is down, across the kill.
-    await applicationDown(bob.handler, ids);
-    ids.push(...(await bob.accepted(5)));
-    await killAndRestart();
-    ids.push(await bob.acceptsAgain());
-    await bob.runtime.ready();
-    await bob.handler.up();
-    await bob.everyHandedOnOnce(ids);
+    await runtimeThenNats(await agent("bob"), killAndRestart);
   }, 300_000);
 
   it("loses nothing in the other order: NATS killed, the runtime started again while it is away, then NATS", async () => {

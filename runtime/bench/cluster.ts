@@ -308,6 +308,7 @@ async function startStack(replicas: number, layout: RuntimeLayout): Promise<Stac
       retention: { replicas: replicas as 1 | 3 },
     };
     const relayManifest = writeRelayManifest(dir, relaySpec, "relay");
+    const relayNats = await nats.relayArgs("relay", relaySpec);
     const relayArgs = (port: number) => [
       "relay",
       "--manifest",
@@ -317,7 +318,6 @@ async function startStack(replicas: number, layout: RuntimeLayout): Promise<Stac
       ...common,
       ...relayNats,
     ];
-    const relayNats = await nats.relayArgs("relay", relaySpec);
     const agentBase = agentPorts.map((p) => `https://localhost:${p}`);
     // The first of each creates the streams; the second joins them.
     runtimes.push(await startRuntime("agent r1", agentArgs[0]!, `${agentBase[0]}/readyz`, tls.ca));
