@@ -189,13 +189,14 @@ export interface NatsCluster {
   /** Start node `i` again on its ports and store; resolves once it is healthy (JetStream caught up). */
   restart(i: number, timeoutMs?: number): Promise<void>;
   /**
-   * Node `i` lost for good: killed (when running) and its store deleted, and a new server with a
-   * `server_name` never used before started in its place, on its client and cluster ports and an
-   * empty store. Resolves once the new server listens; until the lost one is removed from the
+   * Node `i` lost for good: killed (when running) and its store deleted, and a new server started
+   * in its place, on its client and cluster ports and an empty store, with a `server_name` never
+   * used before (or, `sameName`, the lost one's: a StatefulSet's pod given a new volume). Resolves
+   * once the new server listens; until a lost server of another name is removed from the
    * JetStream cluster (`$JS.API.SERVER.REMOVE`), the cluster counts one peer more. Returns the
    * lost server's name.
    */
-  replace(i: number): Promise<string>;
+  replace(i: number, sameName?: boolean): Promise<string>;
   /**
    * Until every running node answers `/healthz` (JetStream enabled, its streams and consumers
    * current) and sees the same JetStream meta leader among all `size` peers.
@@ -368,12 +369,12 @@ export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Prom
         250,
       );
     },
-    async replace(i) {
+    async replace(i, sameName = false) {
       const lost = names[i]!;
       const port = nodes[i]!.port;
       await kill(i);
       await nodes[i]!.close();
-      names[i] = `n${size + replaced++}`;
+      if (!sameName) names[i] = `n${size + replaced++}`;
       storeDirs[i] = opts.nodeConfig ? tempDir("ifp-nats-") : undefined;
       nodes[i] = await startNats({
         config: await config(i),

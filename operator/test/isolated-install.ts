@@ -96,7 +96,9 @@ export type CountedAgent = Awaited<ReturnType<ReturnType<typeof isolatedInstall>
  * The runtime, then NATS: messages handed on, the runtime started again, more accepted, the
  * application down, more accepted (they wait in the namespace's inbox, across what follows),
  * `natsGoneAndBack` (NATS killed and started again); then the runtime accepts again and is Ready,
- * and every message answered 202 is handed on exactly once.
+ * and every message answered 202 is handed on exactly once. `withinMs` bounds each wait for the
+ * hand-offs: on a cluster, a message the consumer had sent to the stopped runtime comes again
+ * only after its acknowledgement wait (the handler timeout and 30 s).
  */
 export async function runtimeThenNats(
   a: CountedAgent,
@@ -108,7 +110,7 @@ export async function runtimeThenNats(
   await a.runtime.start();
   await a.runtime.ready();
   ids.push(...(await a.accepted(5)));
-  await applicationDown(a.handler, ids);
+  await applicationDown(a.handler, ids, withinMs);
   ids.push(...(await a.accepted(5)));
   await natsGoneAndBack();
   ids.push(await a.acceptsAgain());

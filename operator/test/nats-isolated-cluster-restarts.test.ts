@@ -1,3 +1,14 @@
+// Restarts in every order on a three-server NATS cluster on the isolated layout, as the operator
+// makes it (`--nats-layout isolated`, a real API server, three nats-servers in operator mode, each
+// runtime run exactly as the operator rendered it): the runtime and then NATS (every server killed
+// with kill -9 and started again on its store), NATS and then the runtime (started again while
+// every server is away), and a server lost for good — its store gone, a new server started in its
+// place and the lost one removed from the JetStream cluster (`$JS.API.SERVER.REMOVE`, what
+// `nats server raft peer-remove` sends): the tenant's streams have three current replicas again,
+// none on the lost server, and both Agents, one of whose consumers was on it, go on; and a server
+// that comes back under its name with an empty store (a StatefulSet's pod given a new volume),
+// which needs no removal. Every message answered 202 is handed to its application exactly once
+// (by its Idempotency-Key), none is lost.
 import { describe, expect, it } from "vitest";
 import type { NatsCluster } from "../../e2e/support/nats.ts";
 import { SHARED_STREAMS, sharedStreamConfigs } from "../../runtime/src/contract/shared-layout.ts";
@@ -112,5 +123,28 @@ describe("restarts on a three-server NATS cluster, isolated layout", () => {
     console.log(
       JSON.stringify({ lost, consumersBefore, consumersAfter, accepted: ids.map((i) => i.length), redelivered }),
     );
+  }, 600_000);
+
+  it("keeps serving the tenant's streams when a server comes back under its name with an empty store", async () => {
+    const dan = await install.counted(NS, "dan");
+    const view = dan.view;
+    const lostIndex = cluster.indexOf((await view.consumers.info(SHARED_STREAMS.inbox, dan.account)).cluster?.leader);
+    expect(lostIndex).toBeGreaterThanOrEqual(0);
+    const flow = install.flow(dan.runtime.post, dan.to);
+    await flow.more(3);
+    // A StatefulSet's pod whose volume was lost: the same server_name, an empty store, no removal.
+    const name = await cluster.replace(lostIndex, true);
+    await flow.more(5);
+    await cluster.ready(180_000);
+    for (const s of sharedStreamConfigs())
+      await until(`${s.name} on three current replicas`, async () => {
+        const c = (await view.streams.info(s.name).catch(() => undefined))?.cluster;
+        return c?.leader && (c.replicas ?? []).length === 2 && (c.replicas ?? []).every((r) => r.current && !r.offline);
+      });
+    await flow.more(5);
+    const ids = await flow.stop();
+    const { redelivered } = await dan.everyHandedOnOnce(ids, 180_000);
+    await dan.runtime.ready();
+    console.log(JSON.stringify({ sameName: name, accepted: ids.length, redelivered }));
   }, 600_000);
 });

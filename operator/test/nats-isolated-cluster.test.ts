@@ -1,3 +1,11 @@
+// The operator on a clustered NATS on the isolated layout: three nats-servers in operator mode
+// with JetStream, Agents in two namespaces (two tenants), each runtime run exactly as the operator
+// rendered it. The tenants' streams have three replicas (what "auto" gives on a cluster) and the
+// Agents' consumers one (no Raft group per Agent: docs/scale.md). While messages flow to both
+// Agents, a server that holds neither Agent's hand-off consumer is killed: both keep accepting and
+// handing on. Then the server that holds ann's consumer is killed: ann keeps accepting (her
+// messages are stored in the three-replica inbox) and they are handed on once it is back. Every
+// message answered 202 is handed on exactly once.
 import { describe, expect, it } from "vitest";
 import type { NatsCluster } from "../../e2e/support/nats.ts";
 import { SHARED_STREAMS, sharedStreamConfigs } from "../../runtime/src/contract/shared-layout.ts";
