@@ -495,6 +495,10 @@ const CHECKS: Record<string, Check> = {
   "npm run test:hardening": { by: "runtime/test/system/bad-input.test.ts", holds: ["runHardening("] },
   "npm run test:faults": { by: "runtime/test/system/faults-soak.test.ts", holds: ["runFaults("] },
   "npm run test:cluster": { by: "runtime/test/nats/cluster-node-loss.test.ts", holds: ["runCluster("] },
+  "npm run test:faults -- --layout per-agent": {
+    by: "runtime/bench/faults.ts",
+    holds: ["layout: layoutOf(process.argv.slice(2))"],
+  },
   "npm run images": {
     by: "e2e/node.test.ts",
     holds: ["for (const kind of Object.keys(IMAGES).filter(", "images[kind] = buildImage(kind);"],

@@ -189,6 +189,15 @@ export interface NatsCluster {
   /** Start node `i` again on its ports and store; resolves once it is healthy (JetStream caught up). */
   restart(i: number, timeoutMs?: number): Promise<void>;
   /**
+   * Node `i` lost for good: killed (when running) and its store deleted, and a new server started
+   * in its place, on its client and cluster ports and an empty store, with a `server_name` never
+   * used before (or, `sameName`, the lost one's: a StatefulSet's pod given a new volume). Resolves
+   * once the new server listens; until a lost server of another name is removed from the
+   * JetStream cluster (`$JS.API.SERVER.REMOVE`), the cluster counts one peer more. Returns the
+   * lost server's name.
+   */
+  replace(i: number, sameName?: boolean): Promise<string>;
+  /**
    * Until every running node answers `/healthz` (JetStream enabled, its streams and consumers
    * current) and sees the same JetStream meta leader among all `size` peers.
    */
@@ -239,27 +248,29 @@ export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Prom
   const clusterName = `ifp-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
   const names = Array.from({ length: size }, (_, i) => `n${i}`);
   let nodes: NatsServer[] = [];
+  let routePorts: number[] = [];
+  let storeDirs: (string | undefined)[] = [];
+  const config = async (i: number) =>
+    [
+      `server_name: ${names[i]}`,
+      `http: "127.0.0.1:-1"`,
+      `cluster {`,
+      `  name: ${clusterName}`,
+      `  listen: 127.0.0.1:${routePorts[i]}`,
+      `  routes: [${routePorts
+        .filter((_, j) => j !== i)
+        .map((p) => `nats-route://127.0.0.1:${p}`)
+        .join(", ")}]`,
+      opts.clusterConfig ?? "",
+      `}`,
+      opts.config ?? "",
+      (await opts.nodeConfig?.(i, storeDirs[i]!)) ?? "",
+    ].join("\n");
   // A cluster port is chosen before the server binds it: should another process take one in
   // between, start the cluster again on other ports (a few times at most).
   for (let attempt = 1; ; attempt++) {
-    const routePorts = await Promise.all(names.map(() => freePort()));
-    const storeDirs = names.map(() => (opts.nodeConfig ? tempDir("ifp-nats-") : undefined));
-    const config = async (i: number) =>
-      [
-        `server_name: ${names[i]}`,
-        `http: "127.0.0.1:-1"`,
-        `cluster {`,
-        `  name: ${clusterName}`,
-        `  listen: 127.0.0.1:${routePorts[i]}`,
-        `  routes: [${routePorts
-          .filter((_, j) => j !== i)
-          .map((p) => `nats-route://127.0.0.1:${p}`)
-          .join(", ")}]`,
-        opts.clusterConfig ?? "",
-        `}`,
-        opts.config ?? "",
-        (await opts.nodeConfig?.(i, storeDirs[i]!)) ?? "",
-      ].join("\n");
+    routePorts = await Promise.all(names.map(() => freePort()));
+    storeDirs = names.map(() => (opts.nodeConfig ? tempDir("ifp-nats-") : undefined));
     const started = await Promise.allSettled(
       names.map(async (_, i) =>
         startNats({
@@ -294,6 +305,18 @@ export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Prom
     if (!port) return undefined;
     monitorPorts.set(i, { pid, port });
     return port;
+  };
+  let replaced = 0;
+  const kill = async (i: number) => {
+    const node = nodes[i]!;
+    const pid = node.pid;
+    if (pid === undefined) return;
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // It ended in between.
+    }
+    await waitFor(`nats-server ${names[i]} to be gone after SIGKILL`, () => node.pid === undefined, 10_000, 20);
   };
   const running = () => nodes.flatMap((n, i) => (n.pid !== undefined ? [i] : []));
   const metaLeader = async (i = running()[0] ?? 0): Promise<string | undefined> => {
@@ -336,17 +359,7 @@ export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Prom
     names,
     url: nodes.map((n) => n.url).join(","),
     indexOf: (name) => (name === undefined ? -1 : names.indexOf(name)),
-    async kill(i) {
-      const node = nodes[i]!;
-      const pid = node.pid;
-      if (pid === undefined) return;
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {
-        // It ended in between.
-      }
-      await waitFor(`nats-server ${names[i]} to be gone after SIGKILL`, () => node.pid === undefined, 10_000, 20);
-    },
+    kill,
     async restart(i, timeoutMs = 60_000) {
       await nodes[i]!.restart();
       await waitFor(
@@ -355,6 +368,23 @@ export async function startNatsCluster(opts: StartNatsClusterOptions = {}): Prom
         timeoutMs,
         250,
       );
+    },
+    async replace(i, sameName = false) {
+      const lost = names[i]!;
+      const port = nodes[i]!.port;
+      await kill(i);
+      await nodes[i]!.close();
+      if (!sameName) names[i] = `n${size + replaced++}`;
+      storeDirs[i] = opts.nodeConfig ? tempDir("ifp-nats-") : undefined;
+      nodes[i] = await startNats({
+        config: await config(i),
+        port,
+        graceMs: opts.graceMs,
+        startTimeoutMs: opts.startTimeoutMs,
+        ...(storeDirs[i] ? { storeDir: storeDirs[i] } : {}),
+        ...(opts.connect ? { connect: opts.connect } : {}),
+      });
+      return lost;
     },
     ready,
     metaLeader,

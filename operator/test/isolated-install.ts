@@ -10,15 +10,31 @@ import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll } from "vitest";
 import { httpsRequest } from "../../e2e/support/https.ts";
+import { startNatsCluster, type NatsCluster } from "../../e2e/support/nats.ts";
 import { onLoopback, runDeploymentLocally, type LocalRuntime } from "../../e2e/support/materialize.ts";
 import { freePort } from "../../e2e/support/ports.ts";
 import { releaseDir, tempDir } from "../../e2e/support/process.ts";
 import { SHARED_STREAMS } from "../../runtime/src/contract/shared-layout.ts";
 import { startHandler } from "../../runtime/test/support/agent-harness.ts";
-import { identity, peerOf } from "../../runtime/test/support/fixtures.ts";
-import type { Post } from "../../runtime/test/support/hand-offs.ts";
+import { waitFor } from "../../e2e/support/wait.ts";
+import { identity, peerOf, signed } from "../../runtime/test/support/fixtures.ts";
+import {
+  accepted,
+  acceptsAgainWithin,
+  applicationDown,
+  everyHandedOnOnce,
+  handedOnSoFar,
+  type Post,
+} from "../../runtime/test/support/hand-offs.ts";
+import { consumerSettled } from "../../runtime/test/support/probes.ts";
 import type { ManagerOptions } from "../src/manager.ts";
-import { CredentialIssuer, generateKeys, KEY_FIELDS, type NatsKeys } from "../src/nats-credential-issuer.ts";
+import {
+  CredentialIssuer,
+  generateKeys,
+  KEY_FIELDS,
+  serverConfig,
+  type NatsKeys,
+} from "../src/nats-credential-issuer.ts";
 import {
   getOrAbsent,
   kubectlOrError,
@@ -49,6 +65,58 @@ export interface IsolatedRuntime {
   /** What its `/readyz` answers now. */
   readyz(): Promise<number>;
   output(): string;
+}
+
+/**
+ * The install's NATS as three nats-servers in a cluster in operator mode, each with a full
+ * resolver of its own (`isolatedInstall`'s `nats`); `set` is given the cluster once started.
+ */
+export function clusteredNats(set: (cluster: NatsCluster) => void) {
+  return (keys: NatsKeys) => {
+    let cluster: NatsCluster | undefined;
+    return {
+      async start() {
+        cluster = await startNatsCluster({
+          connect: { authenticator: credsAuthenticator(await CredentialIssuer.fromKeys(keys).systemCreds()) },
+          nodeConfig: (_, storeDir) => serverConfig(keys, { resolverDir: join(storeDir, "jwt") }),
+          startTimeoutMs: 60_000,
+        });
+        set(cluster);
+      },
+      stop: async () => cluster?.close(),
+      url: () => cluster!.url,
+    };
+  };
+}
+
+/** An Agent of an install as `counted` makes it. */
+export type CountedAgent = Awaited<ReturnType<ReturnType<typeof isolatedInstall>["counted"]>>;
+
+/**
+ * The runtime, then NATS: messages handed on, the runtime started again, more accepted, the
+ * application down, more accepted (they wait in the namespace's inbox, across what follows),
+ * `natsGoneAndBack` (NATS killed and started again); then the runtime accepts again and is Ready,
+ * and every message answered 202 is handed on exactly once. `withinMs` bounds each wait for the
+ * hand-offs: on a cluster, a message the consumer had sent to the stopped runtime comes again
+ * only after its acknowledgement wait (the handler timeout and 30 s).
+ */
+export async function runtimeThenNats(
+  a: CountedAgent,
+  natsGoneAndBack: () => Promise<void>,
+  withinMs?: number,
+): Promise<void> {
+  const ids = await a.accepted(5);
+  await handedOnSoFar(a.handler, ids);
+  await a.runtime.start();
+  await a.runtime.ready();
+  ids.push(...(await a.accepted(5)));
+  await applicationDown(a.handler, ids, withinMs);
+  ids.push(...(await a.accepted(5)));
+  await natsGoneAndBack();
+  ids.push(await a.acceptsAgain());
+  await a.runtime.ready();
+  await a.handler.up();
+  await a.everyHandedOnOnce(ids, withinMs);
 }
 
 export function isolatedInstall(opts: {
@@ -168,6 +236,39 @@ spec:
           : undefined;
       });
     },
+    /**
+     * Messages from alice posted to `to` one after another until stopped, each sent again until
+     * it is answered 202 (as a sender does: a 503 is "not known to be stored"); the ids answered 202.
+     */
+    flow(post: Post, to: string) {
+      const ids: string[] = [];
+      let stopped = false;
+      const running = (async () => {
+        while (!stopped) {
+          const m = signed(alice, to);
+          await waitFor(
+            `${to} to accept a message`,
+            async () => (await post(m).catch(() => undefined))?.status === 202,
+            120_000,
+            100,
+          );
+          ids.push(m.headers.message_id);
+        }
+      })();
+      return {
+        ids,
+        /** Until `n` more messages than now are accepted. */
+        more: (n: number) => {
+          const want = ids.length + n;
+          return until(`${n} more messages accepted by ${to}`, () => ids.length >= want);
+        },
+        stop: async () => {
+          stopped = true;
+          await running;
+          return ids;
+        },
+      };
+    },
     /** An Agent with an application of its own (closed with the install), its runtime running as rendered and Ready. */
     async agent(ns: string, name: string) {
       const handler = await startHandler();
@@ -177,6 +278,26 @@ spec:
       const runtime = await this.runtime(ns, name);
       await runtime.ready();
       return { name, ns, handler, account, runtime, view: await tenantView(ns), to: `${name}-agent` };
+    },
+    /**
+     * An Agent as agent() makes it, and what restart tests count of it: `n` messages accepted,
+     * one accepted again once it can be, and every accepted message handed on exactly once.
+     */
+    async counted(ns: string, name: string) {
+      const a = await this.agent(ns, name);
+      return {
+        ...a,
+        accepted: (n: number) => accepted(a.runtime.post, alice, a.to, n),
+        acceptsAgain: async () => (await acceptsAgainWithin(a.runtime.post, alice, a.to, 60_000)).id,
+        everyHandedOnOnce: (ids: string[], withinMs = 90_000) =>
+          everyHandedOnOnce(
+            a.handler,
+            ids,
+            alice,
+            () => consumerSettled(a.view, SHARED_STREAMS.inbox, a.account),
+            withinMs,
+          ),
+      };
     },
     /** The runtime of Agent `name`, as the operator rendered it, on ports of its own. */
     async runtime(ns: string, name: string): Promise<IsolatedRuntime> {

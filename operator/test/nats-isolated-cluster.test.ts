@@ -6,69 +6,20 @@
 // handing on. Then the server that holds ann's consumer is killed: ann keeps accepting (her
 // messages are stored in the three-replica inbox) and they are handed on once it is back. Every
 // message answered 202 is handed on exactly once.
-import { join } from "node:path";
-import { credsAuthenticator } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
-import { startNatsCluster, type NatsCluster } from "../../e2e/support/nats.ts";
-import { waitFor } from "../../e2e/support/wait.ts";
+import type { NatsCluster } from "../../e2e/support/nats.ts";
 import { SHARED_STREAMS, sharedStreamConfigs } from "../../runtime/src/contract/shared-layout.ts";
-import { signed } from "../../runtime/test/support/fixtures.ts";
-import { everyHandedOnOnce, handedOn, type Post } from "../../runtime/test/support/hand-offs.ts";
+import { everyHandedOnOnce, handedOn } from "../../runtime/test/support/hand-offs.ts";
 import { consumerSettled } from "../../runtime/test/support/probes.ts";
-import { CredentialIssuer, serverConfig } from "../src/nats-credential-issuer.ts";
-import { isolatedInstall, until } from "./isolated-install.ts";
+import { clusteredNats, isolatedInstall, until } from "./isolated-install.ts";
 
 const NS_A = "iso-cluster-a";
 const NS_B = "iso-cluster-b";
 let cluster: NatsCluster;
 const install = isolatedInstall({
   namespaces: [NS_A, NS_B],
-  nats: (keys) => ({
-    async start() {
-      cluster = await startNatsCluster({
-        connect: { authenticator: credsAuthenticator(await CredentialIssuer.fromKeys(keys).systemCreds()) },
-        nodeConfig: (_, storeDir) => serverConfig(keys, { resolverDir: join(storeDir, "jwt") }),
-        startTimeoutMs: 60_000,
-      });
-    },
-    stop: async () => cluster?.close(),
-    url: () => cluster.url,
-  }),
+  nats: clusteredNats((c) => (cluster = c)),
 });
-
-/**
- * Messages posted to an Agent one after another until stopped, each sent again until it is
- * answered 202 (as a sender does: a 503 is "not known to be stored"); the ids answered 202.
- */
-function flow(post: Post, to: string) {
-  const ids: string[] = [];
-  let stopped = false;
-  const running = (async () => {
-    while (!stopped) {
-      const m = signed(install.alice, to);
-      await waitFor(
-        `${to} to accept a message`,
-        async () => (await post(m).catch(() => undefined))?.status === 202,
-        120_000,
-        100,
-      );
-      ids.push(m.headers.message_id);
-    }
-  })();
-  return {
-    ids,
-    /** Until `n` more messages than now are accepted. */
-    more: (n: number) => {
-      const want = ids.length + n;
-      return until(`${n} more messages accepted by ${to}`, () => ids.length >= want);
-    },
-    stop: async () => {
-      stopped = true;
-      await running;
-      return ids;
-    },
-  };
-}
 
 describe("the operator on a three-server NATS cluster, isolated layout", () => {
   it("gives the tenants' streams three replicas and keeps delivering while one server of three is down", async () => {
@@ -85,7 +36,7 @@ describe("the operator on a three-server NATS cluster, isolated layout", () => {
       cluster.indexOf((await a.view.consumers.info(SHARED_STREAMS.inbox, a.account)).cluster?.leader);
     const holding = [await consumerNode(ann), await consumerNode(ben)];
     expect(holding.every((i) => i >= 0)).toBe(true);
-    const flows = [ann, ben].map((a) => flow(a.runtime.post, a.to));
+    const flows = [ann, ben].map((a) => install.flow(a.runtime.post, a.to));
     await Promise.all(flows.map((f) => f.more(3)));
 
     // A server holding neither consumer: both Agents accept and hand on while it is away.

@@ -12,19 +12,12 @@ import { credsAuthenticator } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
-import { SHARED_STREAMS, sharedStreamConfigs } from "../../runtime/src/contract/shared-layout.ts";
+import { sharedStreamConfigs } from "../../runtime/src/contract/shared-layout.ts";
 import { signed } from "../../runtime/test/support/fixtures.ts";
-import {
-  accepted,
-  acceptsAgainWithin,
-  applicationDown,
-  everyHandedOnOnce,
-  handedOnSoFar,
-} from "../../runtime/test/support/hand-offs.ts";
-import { consumerSettled } from "../../runtime/test/support/probes.ts";
+import { applicationDown, handedOnSoFar } from "../../runtime/test/support/hand-offs.ts";
 import { CredentialIssuer, serverConfig } from "../src/nats-credential-issuer.ts";
 import { dataAccountOf } from "../src/nats-shared-accounts.ts";
-import { isolatedInstall, until } from "./isolated-install.ts";
+import { isolatedInstall, runtimeThenNats, until } from "./isolated-install.ts";
 
 const NS = "iso-restart";
 let nats: NatsServer;
@@ -59,41 +52,11 @@ async function killAndRestart(): Promise<void> {
 }
 
 /** An Agent of the tenant with an application of its own, its runtime running as rendered and Ready. */
-async function agent(name: string) {
-  const { handler, account, runtime, view, to } = await install.agent(NS, name);
-  return {
-    handler,
-    account,
-    runtime,
-    accepted: (n: number) => accepted(runtime.post, install.alice, to, n),
-    acceptsAgain: async () => (await acceptsAgainWithin(runtime.post, install.alice, to, 60_000)).id,
-    everyHandedOnOnce: (ids: string[]) =>
-      everyHandedOnOnce(
-        handler,
-        ids,
-        install.alice,
-        () => consumerSettled(view, SHARED_STREAMS.inbox, account),
-        90_000,
-      ),
-  };
-}
+const agent = (name: string) => install.counted(NS, name);
 
 describe("restarts on the operator's isolated NATS layout", () => {
   it("loses nothing when the runtime is started again and NATS is then killed", async () => {
-    const bob = await agent("bob");
-    const ids = await bob.accepted(5);
-    await handedOnSoFar(bob.handler, ids);
-    await bob.runtime.start();
-    await bob.runtime.ready();
-    ids.push(...(await bob.accepted(5)));
-    // Messages wait in the tenant's inbox while the application is down, across the kill.
-    await applicationDown(bob.handler, ids);
-    ids.push(...(await bob.accepted(5)));
-    await killAndRestart();
-    ids.push(await bob.acceptsAgain());
-    await bob.runtime.ready();
-    await bob.handler.up();
-    await bob.everyHandedOnOnce(ids);
+    await runtimeThenNats(await agent("bob"), killAndRestart);
   }, 300_000);
 
   it("loses nothing in the other order: NATS killed, the runtime started again while it is away, then NATS", async () => {

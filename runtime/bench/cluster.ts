@@ -1,4 +1,7 @@
-// Scale-out: a three-node JetStream cluster on loopback, the agent's and the relay's streams
+// Scale-out: a three-node JetStream cluster on loopback, on the product's NATS layout (`isolated`:
+// operator mode, the Agent on its tenant's shared streams, made with three replicas as the
+// operator makes them on a cluster, its consumers one; the Relay on an account of its own;
+// runtime-layouts.ts) or `--layout per-agent`, the agent's and the relay's streams
 // with three replicas, and two replicas of each runtime (the `ifp-runtime` command, as users run
 // them, each given every node's URL). Under sustained signed traffic — to the inbox through both
 // agent replicas, and published, pulled and acknowledged through both relay replicas — the node
@@ -8,9 +11,10 @@
 // message_id until the handler got it or it was pulled from the mailbox (lost = 0), and a 202
 // answered while the stream had no quorum of current replicas for the whole time the request was
 // handled (a stream info every 250 ms) is counted apart: it must be 0.
-// `npm run test:cluster` prints a table and writes cluster-results.json; IFP_CLUSTER_LOAD_SECONDS
+// `npm run test:cluster [-- --layout per-agent]` prints a table and writes cluster-results.json; IFP_CLUSTER_LOAD_SECONDS
 // (default 30), IFP_CLUSTER_CONCURRENCY (workers per flow, default 4), IFP_CLUSTER_MAX_DOWN_SECONDS
-// (default 45) and IFP_CLUSTER_REPLICAS (3, or 1 to see what one replica does) size it.
+// (default 45) and IFP_CLUSTER_REPLICAS (3, or 1 to see what one replica does: per-agent only, the
+// isolated layout's replicas are the operator's) size it.
 // Loopback only; every loop ends by itself.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
@@ -18,8 +22,8 @@ import { join } from "node:path";
 import { Agent as HttpsAgent } from "node:https";
 import { fileURLToPath } from "node:url";
 import { jetstreamManager, type JetStreamManager, type StreamInfo } from "@nats-io/jetstream";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { startNatsCluster, type NatsCluster } from "../../e2e/support/nats.ts";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { NatsCluster } from "../../e2e/support/nats.ts";
 import { releaseDir, spawnProcess, tempDir, type ManagedProcess } from "../../e2e/support/process.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
@@ -37,8 +41,11 @@ import { HttpClient } from "../src/net/http-client.ts";
 import { RelayClient } from "../src/net/relay-client.ts";
 import { signMessage } from "../src/protocol/signing.ts";
 import { send } from "./hardening.ts";
+import { layoutOf, startRuntimeNats, type RuntimeLayout, type RuntimeNats } from "./runtime-layouts.ts";
 
 const RUNTIME_BIN = fileURLToPath(new URL("../bin/ifp-runtime.ts", import.meta.url));
+/** The agent's hand-off timeout (spec.handler.timeout, the CRD's default): its consumer's ack wait is 30 s more. */
+const HANDLER_TIMEOUT_MS = 10_000;
 /** How often the streams' replicas are looked at, and how long one look may take. */
 const SAMPLE_MS = 250;
 const SAMPLE_TIMEOUT_MS = 2_000;
@@ -84,6 +91,8 @@ export interface FlowResult {
 }
 
 export interface ClusterResult {
+  /** The NATS layout the runtimes ran on. */
+  layout: RuntimeLayout;
   nodes: number;
   /** Stream replicas asked of the runtimes (spec.durability.replicas, spec.retention.replicas). */
   streamReplicas: number;
@@ -163,10 +172,22 @@ async function sharedHandler() {
   };
 }
 
-/** Stream info through a connection pinned to one node, with a short timeout. */
-async function pinnedObserver(url: string): Promise<{ nc: NatsConnection; jsm: JetStreamManager }> {
-  const nc = await connect({ servers: url, maxReconnectAttempts: -1, reconnectTimeWait: 250, timeout: 5_000 });
-  return { nc, jsm: await jetstreamManager(nc, { timeout: SAMPLE_TIMEOUT_MS }) };
+interface Observer {
+  nc: NatsConnection;
+  jsm: JetStreamManager;
+}
+
+/**
+ * Stream info through connections pinned to one node, with a short timeout: of the inbox's
+ * stream and of the relay's (one connection on per-agent, one per account on isolated).
+ */
+async function pinnedObserver(nats: RuntimeNats, url: string): Promise<{ inbox: Observer; relay: Observer }> {
+  const observer = async (what: "inbox" | "relay") => {
+    const nc = await nats.observe(what, url);
+    return { nc, jsm: await jetstreamManager(nc, { timeout: SAMPLE_TIMEOUT_MS }) };
+  };
+  const inbox = await observer("inbox");
+  return { inbox, relay: nats.layout === "per-agent" ? inbox : await observer("relay") };
 }
 
 /** Whether a stream has a leader and a quorum of current replicas. */
@@ -212,6 +233,7 @@ interface Answer {
 }
 
 interface Stack {
+  nats: RuntimeNats;
   cluster: NatsCluster;
   ca: string;
   sender: TestIdentity;
@@ -223,10 +245,11 @@ interface Stack {
   stop(): Promise<void>;
 }
 
-async function startStack(replicas: number): Promise<Stack> {
-  const cluster = await startNatsCluster();
+async function startStack(replicas: number, layout: RuntimeLayout): Promise<Stack> {
   const dir = tempDir("ifp-cluster-");
-  const stopped: (() => Promise<void>)[] = [async () => cluster.close(), async () => releaseDir(dir)];
+  const nats = await startRuntimeNats({ layout, dir, clusterSize: 3 });
+  const cluster = nats.cluster!;
+  const stopped: (() => Promise<void>)[] = [() => nats.close(), async () => releaseDir(dir)];
   const runtimes: ManagedProcess[] = [];
   try {
     const tls = await localhostTls();
@@ -246,10 +269,9 @@ async function startStack(replicas: number): Promise<Stack> {
       tls.files.cert,
       "--tls-key",
       tls.files.key,
-      "--nats",
-      cluster.url,
     ];
-    // The same Agent (same name, same streams) twice; only the handler's path differs.
+    // The same Agent (same name, same streams, same credential) twice; only the handler's path differs.
+    const agentNats = await nats.agentArgs(self.agentId, HANDLER_TIMEOUT_MS);
     const agentArgs = agentPorts.map((port, i) => {
       const sub = join(dir, `r${i + 1}`);
       mkdirSync(sub);
@@ -258,7 +280,7 @@ async function startStack(replicas: number): Promise<Stack> {
         {
           agentId: self.agentId,
           peers: [peerOf(sender)],
-          handler: { url: `${handler.base}/r${i + 1}` },
+          handler: { url: `${handler.base}/r${i + 1}`, timeout: `${HANDLER_TIMEOUT_MS / 1000}s` },
           inbox: { rateLimit: limits },
           durability: { replicas: replicas as 1 | 3 },
         },
@@ -275,42 +297,39 @@ async function startStack(replicas: number): Promise<Stack> {
         "--local-api-port",
         "0",
         ...common,
+        ...agentNats,
       ];
     });
     const relayUrls = relayPorts.map((p) => `https://localhost:${p}`);
-    const relayManifest = writeRelayManifest(
-      dir,
-      {
-        url: relayUrls[0]!,
-        agents: [peerOf(sender), peerOf(self)],
-        limits: { perAgentPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perAgentBytesPerHour: 1 << 30 },
-        retention: { replicas: replicas as 1 | 3 },
-      },
+    const relaySpec = {
+      url: relayUrls[0]!,
+      agents: [peerOf(sender), peerOf(self)],
+      limits: { perAgentPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perAgentBytesPerHour: 1 << 30 },
+      retention: { replicas: replicas as 1 | 3 },
+    };
+    const relayManifest = writeRelayManifest(dir, relaySpec, "relay");
+    const relayNats = await nats.relayArgs("relay", relaySpec);
+    const relayArgs = (port: number) => [
       "relay",
-    );
+      "--manifest",
+      relayManifest,
+      "--port",
+      String(port),
+      ...common,
+      ...relayNats,
+    ];
     const agentBase = agentPorts.map((p) => `https://localhost:${p}`);
     // The first of each creates the streams; the second joins them.
     runtimes.push(await startRuntime("agent r1", agentArgs[0]!, `${agentBase[0]}/readyz`, tls.ca));
-    runtimes.push(
-      await startRuntime(
-        "relay r1",
-        ["relay", "--manifest", relayManifest, "--port", String(relayPorts[0]), ...common],
-        `${relayUrls[0]}/readyz`,
-        tls.ca,
-      ),
-    );
+    runtimes.push(await startRuntime("relay r1", relayArgs(relayPorts[0]!), `${relayUrls[0]}/readyz`, tls.ca));
     runtimes.push(
       ...(await Promise.all([
         startRuntime("agent r2", agentArgs[1]!, `${agentBase[1]}/readyz`, tls.ca),
-        startRuntime(
-          "relay r2",
-          ["relay", "--manifest", relayManifest, "--port", String(relayPorts[1]), ...common],
-          `${relayUrls[1]}/readyz`,
-          tls.ca,
-        ),
+        startRuntime("relay r2", relayArgs(relayPorts[1]!), `${relayUrls[1]}/readyz`, tls.ca),
       ])),
     );
     return {
+      nats,
       cluster,
       ca: tls.ca,
       sender,
@@ -361,32 +380,36 @@ async function leadOn(nc: NatsConnection, jsm: JetStreamManager, stream: string,
  * 202 without it (default 45 s).
  */
 export async function runCluster(
-  opts: { seconds?: number; concurrency?: number; replicas?: number; maxDownS?: number } = {},
+  opts: { seconds?: number; concurrency?: number; replicas?: number; maxDownS?: number; layout?: RuntimeLayout } = {},
 ): Promise<ClusterResult> {
   const seconds = opts.seconds ?? 30;
   const maxDownMs = (opts.maxDownS ?? 45) * 1000;
   const concurrency = opts.concurrency ?? 4;
   const replicas = opts.replicas ?? 3;
+  const layout = opts.layout ?? "isolated";
+  if (layout === "isolated" && replicas !== 3)
+    throw new Error("on the isolated layout the streams' replicas are the operator's (three on a cluster)");
   const started = Date.now();
-  const stack = await startStack(replicas);
-  const observers: { nc: NatsConnection; jsm: JetStreamManager }[] = [];
+  const stack = await startStack(replicas, layout);
+  const observers: { inbox: Observer; relay: Observer }[] = [];
   const http = new HttpClient({ extraCa: stack.ca, timeoutMs: 30_000 });
   try {
     const { cluster } = stack;
-    observers.push(...(await Promise.all(cluster.nodes.map((n) => pinnedObserver(n.url)))));
-    const jsm0 = observers[0]!.jsm;
-    const inboxStream = (await streamNamed(jsm0, "IFP_INBOX_")).config.name;
-    const relayStream = (await streamNamed(jsm0, "IFP_RELAY_")).config.name;
+    observers.push(...(await Promise.all(cluster.nodes.map((n) => pinnedObserver(stack.nats, n.url)))));
+    const o0 = observers[0]!;
+    const inboxStream = (await streamNamed(o0.inbox.jsm, stack.nats.inboxStream)).config.name;
+    const relayStream = (await streamNamed(o0.relay.jsm, "IFP_RELAY_")).config.name;
     // The node to kill: the leader of the relay's stream (with one replica, the node holding
     // it); the agent's inbox stream is led from there too where it can be moved (more than one
     // replica), so that both flows lose their stream leader at the kill.
-    const target = cluster.indexOf((await jsm0.streams.info(relayStream)).cluster?.leader);
+    const target = cluster.indexOf((await o0.relay.jsm.streams.info(relayStream)).cluster?.leader);
     if (target < 0) throw new Error(`the relay's stream ${relayStream} has no leader`);
-    if (replicas > 1) await leadOn(observers[0]!.nc, jsm0, inboxStream, cluster.names[target]!);
+    if (replicas > 1) await leadOn(o0.inbox.nc, o0.inbox.jsm, inboxStream, cluster.names[target]!);
     // Stream info through a node that stays up all along.
     const observer = observers[(target + 1) % observers.length]!;
     const allStreams: StreamInfo[] = [];
-    for await (const s of observer.jsm.streams.list()) allStreams.push(s);
+    for (const o of new Set([observer.inbox, observer.relay]))
+      for await (const s of o.jsm.streams.list()) allStreams.push(s);
     const led = allStreams.filter((s) => s.cluster?.leader === cluster.names[target]).map((s) => s.config.name);
     const held = allStreams
       .filter(
@@ -398,13 +421,17 @@ export async function runCluster(
 
     // Durability of the two streams, sampled all along.
     const samples: Record<string, Sample[]> = { [inboxStream]: [], [relayStream]: [] };
+    const sampledBy: Record<string, JetStreamManager> = {
+      [inboxStream]: observer.inbox.jsm,
+      [relayStream]: observer.relay.jsm,
+    };
     let sampling = true;
     const sampler = (async () => {
       while (sampling) {
         await Promise.all(
           Object.entries(samples).map(async ([name, list]) => {
             const start = Date.now();
-            const durable = await observer.jsm.streams.info(name).then(hasQuorum, () => false);
+            const durable = await sampledBy[name]!.streams.info(name).then(hasQuorum, () => false);
             list.push({ start, end: Date.now(), durable });
           }),
         );
@@ -613,6 +640,7 @@ export async function runCluster(
       };
     };
     return {
+      layout,
       nodes: cluster.nodes.length,
       streamReplicas: replicas,
       runtimeReplicas: 2,
@@ -644,7 +672,9 @@ export async function runCluster(
     };
   } finally {
     await http.close();
-    await Promise.all(observers.map((o) => o.nc.close().catch(() => {})));
+    await Promise.all(
+      observers.flatMap((o) => [...new Set([o.inbox, o.relay])].map((x) => x.nc.close().catch(() => {}))),
+    );
     await stack.stop();
   }
 }
@@ -656,7 +686,7 @@ export function table(r: ClusterResult): string {
   const replicaLine = (x: ReplicaResult) =>
     `${x.replica.padEnd(10)} | ${String(x.sent).padStart(5)} | ${String(x.accepted).padStart(5)} | ${String(x.delivered).padStart(20)} | ${String(x.acceptedWhileDown).padStart(14)} | ${String(x.recoveryS).padStart(17)} | ${x.acceptedAfterRestart}`;
   return [
-    `${r.nodes}-node JetStream cluster, streams with ${r.streamReplicas} replica(s), ${r.runtimeReplicas} replicas of each runtime, ${r.seconds} s of load, ${r.concurrency} workers per flow`,
+    `${r.layout} NATS layout, ${r.nodes}-node JetStream cluster, streams with ${r.streamReplicas} replica(s), ${r.runtimeReplicas} replicas of each runtime, ${r.seconds} s of load, ${r.concurrency} workers per flow`,
     `kill -9 of ${r.killed.node} (leader of ${r.killed.led.join(", ") || "nothing"}; holding ${r.killed.held.length} streams), down ${r.killed.downS} s, healthy ${r.killed.rejoinS} s after its restart`,
     "",
     "flow                   | sent  | 202   | lost | answers while the node was down | 202 without quorum | no quorum s | back after s",
@@ -696,6 +726,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     concurrency: num("IFP_CLUSTER_CONCURRENCY"),
     replicas: num("IFP_CLUSTER_REPLICAS"),
     maxDownS: num("IFP_CLUSTER_MAX_DOWN_SECONDS"),
+    layout: layoutOf(process.argv.slice(2)),
   });
   process.stdout.write(`${table(result)}\n`);
   writeFileSync("cluster-results.json", `${JSON.stringify(result, null, 2)}\n`);

@@ -1,5 +1,7 @@
 // Faults, slow clients and a soak against the real runtimes, as users run them (the
-// `ifp-runtime` command) on a real nats-server: kill -9 of nats-server, of the agent runtime,
+// `ifp-runtime` command) on a real nats-server, on the product's NATS layout (`isolated`: nats-server
+// in operator mode, the Agent on its tenant's shared streams with its own credential, the Relay on
+// an account of its own; runtime-layouts.ts) or `--layout per-agent`: kill -9 of nats-server, of the agent runtime,
 // of nats-server again after the agent's second start, and of the relay runtime in the middle
 // of sustained traffic, each restarted, with every message
 // answered 202 counted until it reached the handler or was pulled from the mailbox (lost = 0),
@@ -8,13 +10,13 @@
 // slow clients (slow headers, slow body, unfinished body) cut off without starving the others;
 // and a fixed-length run at ~70% of the measured capacity with p99 and RSS at its start and end,
 // held to SOAK_BOUND.
-// `npm run test:faults` prints a table and writes faults-results.json; IFP_FAULTS_LOAD_SECONDS,
+// `npm run test:faults [-- --layout per-agent]` prints a table and writes faults-results.json; IFP_FAULTS_LOAD_SECONDS,
 // IFP_SOAK_SECONDS and IFP_SLOW_CLIENTS size it. Loopback only; every loop ends by itself.
 import type { ChildProcess } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { Agent as HttpsAgent } from "node:https";
 import { connect as tlsConnect, type TLSSocket } from "node:tls";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
+import type { NatsServer } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { startHandler } from "../test/support/agent-harness.ts";
@@ -32,6 +34,7 @@ import { HttpClient } from "../src/net/http-client.ts";
 import { RelayClient } from "../src/net/relay-client.ts";
 import { signMessage } from "../src/protocol/signing.ts";
 import { rssMiB, send, startRuntime } from "./hardening.ts";
+import { layoutOf, startRuntimeNats, type RuntimeLayout } from "./runtime-layouts.ts";
 
 export interface FaultResult {
   fault: string;
@@ -67,6 +70,8 @@ export interface SlowClientResult {
 }
 
 export interface FaultsResult {
+  /** The NATS layout the runtimes ran on. */
+  layout: RuntimeLayout;
   faults: FaultResult[];
   slowClients: { results: SlowClientResult[]; others: { sent: number; ok: number; p99Ms: number } };
   soak: {
@@ -147,12 +152,13 @@ interface Stack {
   stop(): Promise<void>;
 }
 
-async function startStack(): Promise<
-  Stack & { sender: ReturnType<typeof identity>; self: ReturnType<typeof identity> }
-> {
-  const nats = await startNats();
-  const tls = await localhostTls();
+async function startStack(
+  layout: RuntimeLayout,
+): Promise<Stack & { sender: ReturnType<typeof identity>; self: ReturnType<typeof identity> }> {
   const dir = tempDir("ifp-faults-");
+  const natsOf = await startRuntimeNats({ layout, dir });
+  const nats = natsOf.server;
+  const tls = await localhostTls();
   const sender = identity("faults-sender");
   const self = identity("faults-agent");
   const handler = await startHandler();
@@ -172,15 +178,12 @@ async function startStack(): Promise<
     "agent",
   );
   const relayUrl = `https://localhost:${relayPort}`;
-  const relayManifest = writeRelayManifest(
-    dir,
-    {
-      url: relayUrl,
-      agents: [peerOf(sender), peerOf(self)],
-      limits: { perAgentPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perAgentBytesPerHour: 1 << 30 },
-    },
-    "relay",
-  );
+  const relaySpec = {
+    url: relayUrl,
+    agents: [peerOf(sender), peerOf(self)],
+    limits: { perAgentPerMinute: 10_000_000, perAddressPerMinute: 10_000_000, perAgentBytesPerHour: 1 << 30 },
+  };
+  const relayManifest = writeRelayManifest(dir, relaySpec, "relay");
   const common = [
     "--host",
     "127.0.0.1",
@@ -190,8 +193,6 @@ async function startStack(): Promise<
     tls.files.cert,
     "--tls-key",
     tls.files.key,
-    "--nats",
-    nats.url,
   ];
   const agentArgs = [
     "agent",
@@ -204,8 +205,17 @@ async function startStack(): Promise<
     "--local-api-port",
     "0",
     ...common,
+    ...(await natsOf.agentArgs(self.agentId, 3_000)),
   ];
-  const relayArgs = ["relay", "--manifest", relayManifest, "--port", String(relayPort), ...common];
+  const relayArgs = [
+    "relay",
+    "--manifest",
+    relayManifest,
+    "--port",
+    String(relayPort),
+    ...common,
+    ...(await natsOf.relayArgs("relay", relaySpec)),
+  ];
   const agentBase = `https://localhost:${agentPort}`;
   let agentProc = await startRuntime(agentArgs, `${agentBase}/readyz`, tls.ca);
   let relayProc = await startRuntime(relayArgs, `${relayUrl}/readyz`, tls.ca);
@@ -233,7 +243,7 @@ async function startStack(): Promise<
       clearInterval(seen);
       for (const p of [agentProc, relayProc]) p.kill("SIGTERM");
       await handler.close();
-      await nats.close();
+      await natsOf.close();
     },
   };
 }
@@ -531,12 +541,19 @@ async function relayKill(
 }
 
 export async function runFaults(
-  opts: { loadSeconds?: number; concurrency?: number; slowClients?: number; soakSeconds?: number } = {},
+  opts: {
+    loadSeconds?: number;
+    concurrency?: number;
+    slowClients?: number;
+    soakSeconds?: number;
+    layout?: RuntimeLayout;
+  } = {},
 ): Promise<FaultsResult> {
   const seconds = opts.loadSeconds ?? 20;
   const concurrency = opts.concurrency ?? 8;
+  const layout = opts.layout ?? "isolated";
   const started = Date.now();
-  const stack = await startStack();
+  const stack = await startStack(layout);
   try {
     const inboxPost = async (agent: HttpsAgent) => {
       const m = signed(stack.sender, stack.self.agentId);
@@ -602,7 +619,13 @@ export async function runFaults(
     faults.push(relayFault);
 
     const soaked = await soak(stack, opts.soakSeconds ?? 60);
-    return { faults, slowClients: slow, soak: soaked, durationS: Math.round((Date.now() - started) / 100) / 10 };
+    return {
+      layout,
+      faults,
+      slowClients: slow,
+      soak: soaked,
+      durationS: Math.round((Date.now() - started) / 100) / 10,
+    };
   } finally {
     await stack.stop();
   }
@@ -610,6 +633,7 @@ export async function runFaults(
 
 export function table(r: FaultsResult): string {
   return [
+    `NATS layout ${r.layout}`,
     "fault                    | sent  | 202   | lost | in flight at the kill: answers, longest | sent while down: answers, longest | 202 while down | recovery s",
     "-------------------------|-------|-------|------|-----------------------------------------|-----------------------------------|----------------|-----------",
     ...r.faults.map(
@@ -642,6 +666,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     loadSeconds: num("IFP_FAULTS_LOAD_SECONDS"),
     soakSeconds: num("IFP_SOAK_SECONDS"),
     slowClients: num("IFP_SLOW_CLIENTS"),
+    layout: layoutOf(process.argv.slice(2)),
   });
   process.stdout.write(`${table(result)}\n`);
   writeFileSync("faults-results.json", `${JSON.stringify(result, null, 2)}\n`);

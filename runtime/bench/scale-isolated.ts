@@ -8,12 +8,14 @@
 // consumers in the data account (one replica each, as the contract makes them), as the operator
 // would make them (the account JWT pushed with a system-account user, the consumers added by the
 // operator's user in the data account). Publishes to one Agent's inbox go through that Agent's own
-// runtime credential and its imports. The tests of the agent runtime on the layout
-// (operator/test/nats-shared-layout-runtime.test.ts) make their install with it.
+// runtime credential and its imports. A Relay stays on an account of its own, with JetStream
+// within the limits the operator gives it (makeRelay). The tests of the agent runtime on the
+// layout (operator/test/nats-shared-layout-runtime.test.ts), test:faults and test:cluster make
+// their install with it.
 import { join } from "node:path";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
-import { startNats, startNatsCluster, type NatsServer } from "../../e2e/support/nats.ts";
+import { startNats, startNatsCluster, type NatsCluster, type NatsServer } from "../../e2e/support/nats.ts";
 import { tempDir } from "../../e2e/support/process.ts";
 import {
   CredentialIssuer,
@@ -28,7 +30,9 @@ import {
   pushAccountJwt,
   sharedRuntimeAccountJwt,
 } from "../../operator/src/nats-shared-accounts.ts";
-import { agentInboxPrefix, OPERATOR_INBOX_PREFIX } from "../src/contract/nats-permissions.ts";
+import { accountLimitsOf, DEFAULT_ACCOUNT_LIMITS } from "../../operator/src/nats-account-limits.ts";
+import { agentInboxPrefix, OPERATOR_INBOX_PREFIX, relayPermissions } from "../src/contract/nats-permissions.ts";
+import type { RelaySpecInput } from "../src/resources/relay.ts";
 import {
   sharedAgentConsumers,
   sharedAgentNames,
@@ -51,6 +55,8 @@ export class IsolatedInstall {
   /** The servers (one, or a cluster's nodes), and their client URLs comma separated. */
   readonly nodes: NatsServer[];
   readonly url: string;
+  /** The cluster, when the install runs on one (its nodes killed and started again by the caller). */
+  cluster?: NatsCluster;
   private readonly keys: NatsKeys;
   private readonly issuer: CredentialIssuer;
   private readonly stop: () => Promise<void>;
@@ -100,6 +106,7 @@ export class IsolatedInstall {
         nodeConfig: (_, storeDir) => operatorMode(storeDir),
       });
       install = new IsolatedInstall(cluster.nodes, cluster.url, () => cluster.close(), keys, issuer);
+      install.cluster = cluster;
     } else {
       const storeDir = tempDir("ifp-bench-isolated-");
       const server = await startNats({
@@ -204,6 +211,24 @@ export class IsolatedInstall {
     );
   }
 
+  /**
+   * A Relay (`name`, its spec as its manifest holds it): its own account pushed as the operator
+   * makes a Relay's (JetStream within the install's default limits and its stream's size, times
+   * its replicas on a cluster), and its runtime's credential there with the Relay's allow-lists.
+   */
+  async makeRelay(name: string, spec: RelaySpecInput): Promise<{ account: string; creds: string }> {
+    const key = `relay:${name}`;
+    const account = this.issuer.accountOf(key);
+    const limits = accountLimitsOf(
+      { kind: "Relay", spec: spec as { retention?: { maxBytes?: string | number; replicas?: number } } },
+      DEFAULT_ACCOUNT_LIMITS,
+      this.nodes.length > 1,
+    );
+    await pushAccountJwt(this.system, await this.issuer.runtimeAccountJwt(account, key, limits), 30_000);
+    const relay = { metadata: { name }, spec: spec as { url: string } } as Parameters<typeof relayPermissions>[0];
+    return { account, creds: await this.issuer.issue(key, relayPermissions(relay), Date.now(), undefined, account) };
+  }
+
   /** A JetStream client of the Agent `key`'s runtime, with its own credential (made by makeAgent). */
   async runtimeClient(key: string): Promise<{ js: JetStreamClient; inbox: (id: string) => string }> {
     const account = this.issuer.accountOf(key);
@@ -223,8 +248,13 @@ export class IsolatedInstall {
   }
 
   private async anyUserOf(account: string): Promise<NatsConnection> {
+    return this.connect(await this.anyUserCreds(account));
+  }
+
+  /** The credential of a user of `account` allowed every subject (for a connection of the caller's own, pinned to one server, say). */
+  async anyUserCreds(account: string): Promise<Uint8Array> {
     const creds = await this.issuer.issue("test", { pub: [">"], sub: [">"] }, Date.now(), undefined, account);
-    return this.connect(new TextEncoder().encode(creds));
+    return new TextEncoder().encode(creds);
   }
 
   /** The operator's user in the tenant's data account (made by tenant()). */

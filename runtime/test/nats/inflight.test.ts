@@ -1,17 +1,25 @@
 // A NATS call under way when the connection goes away is abandoned at once with 503 `unavailable`
-// (Nats.whileConnected) on the inbox path — the conversation record, the inbox stream — and on
-// the relay's publish path, instead of waiting for its 5 s timeout or for NATS to come back.
+// (Nats.whileConnected) on the inbox path — the conversation record, the inbox stream, and on the
+// isolated layout the inbox's byte count (spec.inbox.maxBytes) — and on the relay's publish path,
+// instead of waiting for its 5 s timeout or for NATS to come back.
 // nats-server is frozen (SIGSTOP) so that the call is surely under way, then killed.
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
+import { tempDir } from "../../../e2e/support/process.ts";
 import { waitFor } from "../../../e2e/support/wait.ts";
+import { IsolatedInstall } from "../../bench/scale-isolated.ts";
 import { Conversations } from "../../src/agent/conversations.ts";
 import { agentNames } from "../../src/agent/names.ts";
 import { InboxStore } from "../../src/agent/inbound/store.ts";
+import { agentInboxPrefix } from "../../src/contract/nats-permissions.ts";
 import { relayNames } from "../../src/contract/relay-stream.ts";
+import { sharedAgentNames } from "../../src/contract/shared-layout.ts";
 import { Nats } from "../../src/nats/connection.ts";
+import { layoutOf } from "../../src/nats/layout.ts";
+import { OperatorStreams } from "../../src/nats/stream-keeper.ts";
 import { ProtocolError } from "../../src/protocol/errors.ts";
 import { Mailboxes } from "../../src/relay/mailbox.ts";
 import type { Relay } from "../../src/resources/relay.ts";
@@ -58,7 +66,9 @@ afterAll(async () => {
  */
 async function killedUnder(
   call: () => Promise<unknown>,
+  on: { server: NatsServer; nats: Nats } = { server, nats },
 ): Promise<{ err: unknown; pendingAtKill: boolean; afterKillMs: number }> {
+  const { server, nats } = on;
   const pid = server.pid!;
   process.kill(pid, "SIGSTOP");
   // A signal is delivered when the process is next scheduled: wait until it is stopped for sure.
@@ -142,5 +152,56 @@ describe("a NATS call under way when nats-server dies", () => {
     expect(
       await mailboxes.store(JSON.stringify(m), m.headers.message_id, [self.agentId], undefined, alice.agentId),
     ).toEqual({ stored: 1, duplicates: 0 });
+  }, 60_000);
+});
+
+describe("a NATS call under way when nats-server dies, on the isolated layout", () => {
+  let install: IsolatedInstall;
+  let iso: Nats;
+  let isoInbox: InboxStore;
+  beforeAll(async () => {
+    install = await IsolatedInstall.start({
+      http: "",
+      jetstream: "jetstream { max_file_store: 1TB }\n",
+      graceMs: 2_000,
+      startTimeoutMs: 30_000,
+    });
+    const key = `inflight/${self.agentId}`;
+    const account = await install.makeAgent(key, { name: "" });
+    const creds = join(tempDir("ifp-inflight-"), "agent.creds");
+    writeFileSync(creds, await install.runtimeCreds(key, self.agentId), { mode: 0o600 });
+    iso = new Nats(
+      {
+        url: install.url,
+        name: "inflight isolated",
+        credsFile: creds,
+        layout: layoutOf("isolated", creds),
+        inboxPrefix: agentInboxPrefix(self.agentId),
+      },
+      pino({ level: "silent" }),
+    );
+    await iso.start();
+    // spec.inbox.maxBytes: counted by the runtime in the tenant's bucket, read before each message is stored.
+    isoInbox = new InboxStore(iso, sharedAgentNames(account), 48 * 3600_000, 64 * 1024 * 1024);
+    await isoInbox.ensure(new OperatorStreams());
+  }, 120_000);
+  afterAll(async () => {
+    await iso?.close();
+    await install?.close();
+  });
+
+  it("inbox: the byte count's read is abandoned with 503 at once", async () => {
+    const accept = () => {
+      const m = signed(alice, self.agentId);
+      return isoInbox.accept(
+        m,
+        m.headers.message_id,
+        { signer: alice.agentId, authLevel: 2, handoff: true },
+        alice.agentId,
+      );
+    };
+    expect(await accept()).toEqual({ duplicate: false });
+    expectAbandoned(await killedUnder(accept, { server: install.server, nats: iso }));
+    expect(await accept()).toEqual({ duplicate: false });
   }, 60_000);
 });

@@ -106,7 +106,7 @@ export async function handedOnSoFar(handler: Handler, ids: string[], withinMs = 
  * Stop the application once what it was sent is handed on: a hand-off cut off in the middle is
  * handed on again (at least once, docs/agent.md), which is not what these tests count.
  */
-export async function applicationDown(handler: Handler, ids: string[]): Promise<void> {
-  await handedOnSoFar(handler, ids);
+export async function applicationDown(handler: Handler, ids: string[], withinMs?: number): Promise<void> {
+  await handedOnSoFar(handler, ids, withinMs);
   await handler.down();
 }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { OUTAGE_ANSWER_S, runFaults, SOAK_BOUND, table } from "../../bench/faults.ts";
+import { layoutOf } from "../../bench/runtime-layouts.ts";
 
 // The part of `npm run test:faults` that fits in CI: each kill -9 under a shorter load, fewer
 // slow clients and a short soak.
@@ -54,4 +55,15 @@ describe("hardening: faults, slow clients and a soak against the real runtimes",
     expect(r.soak.rssMiB.start, report).toBeGreaterThan(0);
     expect(r.soak.bound.within, report).toBe(true);
   }, 300_000);
+});
+
+describe("the NATS layout of test:faults and test:cluster", () => {
+  it("is the product's, isolated, unless `--layout per-agent` says otherwise; another name is refused", () => {
+    expect(layoutOf([])).toBe("isolated");
+    expect(layoutOf(["--layout", "per-agent"])).toBe("per-agent");
+    expect(layoutOf(["--layout=per-agent"])).toBe("per-agent");
+    expect(layoutOf(["--layout", "isolated"])).toBe("isolated");
+    expect(() => layoutOf(["--layout", "shared"])).toThrow("--layout takes isolated or per-agent");
+    expect(() => layoutOf(["--layout"])).toThrow("--layout takes isolated or per-agent");
+  });
 });

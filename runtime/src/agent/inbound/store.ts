@@ -15,6 +15,8 @@ import { InboxByteCount } from "./inbox-bytes.ts";
 import { StoredMessageRecord } from "../local-api/inbox-look-back.ts";
 
 const WEEK_MS = 7 * 24 * 3600_000;
+/** What whileConnected() names when the inbox's byte count (spec.inbox.maxBytes) is out of reach. */
+const BYTE_COUNT = "the inbox's byte count (NATS JetStream)";
 /** Clock skew tolerated on headers.date in the future (accept.ts MAX_FUTURE_SKEW_MS). */
 const FUTURE_SKEW_MS = 5 * 60_000;
 
@@ -166,7 +168,8 @@ export class InboxStore {
     )
       return { duplicate: true };
     const size = typeof data === "string" ? Buffer.byteLength(data) : data.byteLength;
-    if (this.bytes && !(await this.bytes.room(size))) {
+    // The count is read at NATS, abandoned (503) the moment NATS goes away as the publish is.
+    if (this.bytes && !(await this.nats.whileConnected(this.bytes.room(size), BYTE_COUNT))) {
       // A repeat of a stored copy is answered as one, full or not (as the stream's duplicate check does).
       if (await this.holds(messageId, meta.signer, fromAgent)) return { duplicate: true };
       throw this.full();
@@ -185,7 +188,9 @@ export class InboxStore {
       if (!ack.duplicate) {
         // Not waited for: a record missing (NATS gone in between) leaves the message out of a look back only.
         void this.lookBack?.record(ack.seq, once.subjectOf(this.names.inbox(messageId), dedupe)).catch(() => {});
-        await this.bytes?.stored(size).catch(() => {});
+        // Waited for, so that the next request counts these bytes; the message is stored, so NATS
+        // going away meanwhile leaves the count to the next write and answers 202 at once.
+        if (this.bytes) await this.nats.whileConnected(this.bytes.stored(size), BYTE_COUNT).catch(() => {});
       }
       return { duplicate: ack.duplicate };
     } catch (err) {
