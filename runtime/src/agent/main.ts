@@ -220,6 +220,8 @@ function agentStores(self: Self, opts: AgentOptions, outside: Outside, life: Lif
   if (spec.handler)
     backlogGauges(metrics, () => consumerBacklog(nats, names.inboxStream, names.handlerConsumer), "inbox");
   const inbox = new InboxStore(nats, names, parseDuration(spec.inbox.replayWindow), spec.inbox.maxBytes, replicas);
+  // Before NATS closes, after the servers: what the runtime reserved of its inbox's byte count and did not use.
+  life.defer("inbox byte count", () => inbox.close());
   const outbox = new OutboxStore(nats, names, replicas);
   const states = new DeliveryStates(nats, names.outboxStateBucket);
   const peerCaps = new PeerCapabilityCache(nats, names, log);
