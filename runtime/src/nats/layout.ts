@@ -38,6 +38,7 @@ import {
   WATCHED_BUCKETS,
 } from "../contract/shared-layout.ts";
 import { ProtocolError } from "../protocol/errors.ts";
+import { Batched } from "../util/batched.ts";
 import { errorMessage } from "../util/errors.ts";
 import { consumerBacklog, streamBacklog, type Backlog } from "./backlog.ts";
 import type { Nats } from "./connection.ts";
@@ -438,6 +439,8 @@ class AccountKeys implements KV {
   /** The revisions heard of each key (PUTs, oldest first), and their bytes all told. */
   private readonly heard = new Map<string, KvEntry[]>();
   private heardBytes = 0;
+  /** The writes of each index with keys to list or take off: the one under way, and the keys waiting for the next. */
+  private readonly relisting = new Map<string, { batch: Batched<[string, boolean]>; users: number }>();
   constructor(
     kv: KV,
     account: string,
@@ -462,24 +465,48 @@ class AccountKeys implements KV {
     const keys = e.json<unknown>();
     return { keys: Array.isArray(keys) ? keys.filter((k) => typeof k === "string") : [], revision: e.revision };
   }
-  /** Key `k` listed in its indexes (last), or taken off them; each retried from a fresh read when another writer came first. */
+  /**
+   * Key `k` listed in its indexes (last), or taken off them. The keys of one index listed or
+   * taken off while a write of it is under way go in its next write, together: one read and one
+   * write for a burst, where each would otherwise read the whole listing, write it, and meet the
+   * others' writes.
+   */
   private async relist(k: string, listed: boolean): Promise<void> {
-    for (const name of this.index?.of(k) ?? []) {
-      const replaced = (x: string) => x !== k && this.index?.replaces?.(name, k, x) === true;
-      for (let tries = 0; ; tries++) {
-        const { keys, revision } = await this.listed(name);
-        if (keys.includes(k) === listed && !(listed && keys.some(replaced))) break;
-        const next = listed
-          ? [...keys.filter((x) => !replaced(x)), k].slice(-MAX_INDEXED_KEYS)
-          : keys.filter((x) => x !== k);
-        try {
-          const data = JSON.stringify(next);
-          if (revision) await this.kv.update(this.k(indexKey(name)), data, revision);
-          else await this.kv.create(this.k(indexKey(name)), data);
-          break;
-        } catch (err) {
-          if (tries >= 8 || !isCasConflict(err)) throw err;
-        }
+    const names = this.index?.of(k) ?? [];
+    await Promise.all(names.map((name) => this.relistIn(name, k, listed)));
+  }
+  private relistIn(name: string, k: string, listed: boolean): Promise<void> {
+    let writes = this.relisting.get(name);
+    if (!writes) {
+      writes = { batch: new Batched((changes) => this.writeIndex(name, changes)), users: 0 };
+      this.relisting.set(name, writes);
+    }
+    const w = writes;
+    w.users++;
+    return w.batch.add([k, listed]).finally(() => {
+      if (--w.users === 0 && this.relisting.get(name) === w) this.relisting.delete(name);
+    });
+  }
+  /** Index `name` with `changes` made to it, in order: retried from a fresh read when another writer came first. */
+  private async writeIndex(name: string, changes: readonly [key: string, listed: boolean][]): Promise<void> {
+    for (let tries = 0; ; tries++) {
+      const { keys, revision } = await this.listed(name);
+      let next = keys;
+      for (const [k, listed] of changes) {
+        const replaced = (x: string) => x !== k && this.index?.replaces?.(name, k, x) === true;
+        if (next.includes(k) === listed && !(listed && next.some(replaced))) continue;
+        next = listed
+          ? [...next.filter((x) => x !== k && !replaced(x)), k].slice(-MAX_INDEXED_KEYS)
+          : next.filter((x) => x !== k);
+      }
+      if (next === keys) return;
+      try {
+        const data = JSON.stringify(next);
+        if (revision) await this.kv.update(this.k(indexKey(name)), data, revision);
+        else await this.kv.create(this.k(indexKey(name)), data);
+        return;
+      } catch (err) {
+        if (tries >= 8 || !isCasConflict(err)) throw err;
       }
     }
   }
