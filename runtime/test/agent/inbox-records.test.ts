@@ -88,6 +88,16 @@ describe("the count of an inbox's bytes", () => {
     expect(await fill(three, 1)).toBe(10_000 - a - b);
   });
 
+  it("gives the unused part of its share back when the runtime stops", async () => {
+    const now = () => Date.parse("2026-03-01T10:30:00Z");
+    const sizes = { min: 100, max: 100 };
+    const stopping = new InboxByteCount(kv, "f.inbox-bytes", 1000, WEEK, now, sizes);
+    expect(await stopping.take(1)).toBeDefined();
+    await stopping.close();
+    await expect(stopping.take(1000)).rejects.toMatchObject({ statusCode: 503 });
+    expect(await fill(new InboxByteCount(kv, "f.inbox-bytes", 1000, WEEK, now, sizes), 1)).toBe(999);
+  });
+
   it("keeps the bytes of a runtime that stopped without giving its share back, and its unused share no longer than its hour", async () => {
     const now = () => Date.parse("2026-03-01T10:30:00Z");
     const sizes = { min: 400, max: 400 };
