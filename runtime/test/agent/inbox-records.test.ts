@@ -192,6 +192,15 @@ describe("the record of what the inbox stored, for the watch's look back", () =>
         }),
       );
     expect((await seen(60)).map((m) => m.seq)).toEqual(expect.arrayContaining(both));
+    // What this process wrote last is not read again before its next append.
+    let reads = 0;
+    const sub = nats.nc!.subscribe("$JS.API.DIRECT.GET.KV_inbox_records_test.>", { callback: () => void reads++ });
+    now += LOOK_BACK_SLOT_MS;
+    for (let i = 0; i < 10; i++) await record.record(both[0]!, `in.r0.0`);
+    await nats.nc!.flush();
+    sub.unsubscribe();
+    expect(reads).toBe(1);
+    now -= LOOK_BACK_SLOT_MS;
     // A subject that holds another message now (or none) is passed over.
     await nats.jsm.streams.purge("INBOX_RECORDS", { filter: "in.m1" });
     expect((await seen(120)).length).toBe(recent.length + both.length - 1);
