@@ -409,6 +409,11 @@ export function isolatedLayout(account: string): JetStreamLayout {
   };
 }
 
+/** A listing not written yet, as a write of an index this process has not written takes it to be. */
+const NEW_LISTING: { keys: string[]; revision: number } = Object.freeze({ keys: [], revision: 0 }) as never;
+/** The indexes one bucket remembers as it last wrote them. */
+const REMEMBERED_INDEXES = 64;
+
 /** The key of the index `name` among the Agent's keys: outside every record's family (`_i.`). */
 const indexKey = (name: string) => `_i.${name}`;
 
@@ -441,6 +446,8 @@ class AccountKeys implements KV {
   private heardBytes = 0;
   /** The writes of each index with keys to list or take off: the one under way, and the keys waiting for the next. */
   private readonly relisting = new Map<string, { batch: Batched<[string, boolean]>; users: number }>();
+  /** The indexes this process wrote last (at most REMEMBERED_INDEXES), as written. */
+  private readonly written = new Map<string, { keys: string[]; revision: number }>();
   constructor(
     kv: KV,
     account: string,
@@ -487,10 +494,22 @@ class AccountKeys implements KV {
       if (--w.users === 0 && this.relisting.get(name) === w) this.relisting.delete(name);
     });
   }
-  /** Index `name` with `changes` made to it, in order: retried from a fresh read when another writer came first. */
+  private rememberIndex(name: string, listing: { keys: string[]; revision: number }): void {
+    this.written.delete(name);
+    this.written.set(name, listing);
+    if (this.written.size > REMEMBERED_INDEXES) this.written.delete(this.written.keys().next().value!);
+  }
+  /**
+   * Index `name` with `changes` made to it, in order: retried from a fresh read when another
+   * writer came first. First tried on the listing as this process last wrote it, or, for one it
+   * has not written, with only keys to list, as a new listing (most indexes are one
+   * conversation's or one task's): a read only when that guess was wrong.
+   */
   private async writeIndex(name: string, changes: readonly [key: string, listed: boolean][]): Promise<void> {
     for (let tries = 0; ; tries++) {
-      const { keys, revision } = await this.listed(name);
+      const guess =
+        tries > 0 ? undefined : (this.written.get(name) ?? (changes.every((c) => c[1]) ? NEW_LISTING : undefined));
+      const { keys, revision } = guess ?? (await this.listed(name));
       let next = keys;
       for (const [k, listed] of changes) {
         const replaced = (x: string) => x !== k && this.index?.replaces?.(name, k, x) === true;
@@ -499,13 +518,20 @@ class AccountKeys implements KV {
           ? [...next.filter((x) => x !== k && !replaced(x)), k].slice(-MAX_INDEXED_KEYS)
           : next.filter((x) => x !== k);
       }
-      if (next === keys) return;
+      if (next === keys) {
+        // Nothing to change as far as the guess goes: what is there is read before deciding so.
+        if (guess) continue;
+        return;
+      }
       try {
         const data = JSON.stringify(next);
-        if (revision) await this.kv.update(this.k(indexKey(name)), data, revision);
-        else await this.kv.create(this.k(indexKey(name)), data);
+        const written = revision
+          ? await this.kv.update(this.k(indexKey(name)), data, revision)
+          : await this.kv.create(this.k(indexKey(name)), data);
+        this.rememberIndex(name, { keys: next, revision: written });
         return;
       } catch (err) {
+        this.written.delete(name);
         if (tries >= 8 || !isCasConflict(err)) throw err;
       }
     }

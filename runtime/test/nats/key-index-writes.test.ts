@@ -1,7 +1,8 @@
 // The key listings the isolated layout keeps among an Agent's keys (nats/layout.ts, AccountKeys),
 // on a real nats-server: keys created at once are listed with one write of their index for the
-// burst rather than one each, none lost when two replicas write the same index together, and a
-// replaced key is listed once.
+// burst rather than one each, none lost when two replicas write the same index together, an
+// index this process wrote last (or a new one) written without reading it first, and a replaced
+// key listed once.
 import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -57,6 +58,26 @@ describe("the key indexes of the isolated layout", () => {
     expect(writes.count()).toBeGreaterThan(0);
     expect(writes.count()).toBeLessThan(16);
     writes.stop();
+  });
+
+  it("writes an index it wrote last or a new one without reading it, and reads it again once another replica wrote it", async () => {
+    const layout = isolatedLayout(ACCOUNT);
+    const one = await layout.bucket(js, BUCKET, { history: 1 }, 1, SINGLE, TASK_INDEX);
+    const two = await layout.bucket(js, BUCKET, { history: 1 }, 1, SINGLE, TASK_INDEX);
+    let reads = 0;
+    const sub = nc.subscribe(`$JS.API.DIRECT.GET.KV_${BUCKET}.$KV.${BUCKET}.${ACCOUNT}._i.>`, {
+      callback: () => void reads++,
+    });
+    for (let i = 0; i < 5; i++) await one.create(`t.solo.s${i}`, "{}");
+    await nc.flush();
+    expect(reads).toBe(0);
+    // Another replica takes a key off: the first one's next write meets it, reads, and keeps its change.
+    await two.delete("t.solo.s0");
+    await one.create("t.solo.s5", "{}");
+    await nc.flush();
+    expect(reads).toBeGreaterThan(0);
+    sub.unsubscribe();
+    expect(await keysOf(one, "t.solo.*")).toEqual(["t.solo.s1", "t.solo.s2", "t.solo.s3", "t.solo.s4", "t.solo.s5"]);
   });
 
   it("lists the latest key of each peer once, whatever the order of a burst", async () => {
