@@ -311,21 +311,27 @@ const subjectPerId: OneCopyRule = {
   windowed: false,
   subjectOf: (subject, id) => `${subject}.${encodeToken(id)}`,
   async publish(js, subject, id, data, { first, ...opts }) {
-    let stored: { duplicate: boolean; seq: number };
-    try {
-      stored = {
-        duplicate: false,
-        seq: (await js.publish(id === undefined ? subject : this.subjectOf(subject, id), data, opts)).seq,
-      };
-    } catch (err) {
-      if (id === undefined || !isSubjectTaken(err)) throw err;
-      stored = { duplicate: true, seq: 0 };
-    }
-    // Recorded for a repeat too: a copy stored whose record was lost (the connection, say) gets it from its sender's retry.
-    if (first !== undefined && id !== undefined)
-      await js.publish(first, id, { timeout: opts.timeout }).catch((err: unknown) => {
-        if (!isSubjectTaken(err)) throw err;
-      });
+    const copy = js.publish(id === undefined ? subject : this.subjectOf(subject, id), data, opts).then(
+      (ack) => ({ duplicate: false, seq: ack.seq }),
+      (err: unknown) => {
+        if (id === undefined || !isSubjectTaken(err)) throw err;
+        return { duplicate: true, seq: 0 };
+      },
+    );
+    // Sent right behind the copy, on the same connection to the same stream, which stores them in
+    // that order: one round trip before the answer, not two. Recorded for a repeat too: a copy
+    // stored whose record was lost (the connection, say) gets it from its sender's retry. A copy
+    // the stream refuses (full) may leave its record naming it: its sender's retry stores it.
+    const recorded =
+      first !== undefined && id !== undefined
+        ? js.publish(first, id, { timeout: opts.timeout }).then(
+            () => undefined,
+            (err: unknown) => (isSubjectTaken(err) ? undefined : err),
+          )
+        : undefined;
+    const stored = await copy;
+    const failed = await recorded;
+    if (failed) throw failed;
     return stored;
   },
   async *find(jsm, stream, subject, ids, first) {
