@@ -82,12 +82,22 @@ export class InboxByteCount {
   }
 
   /**
+   * Take `bytes` from the share, at once: the hour slot they were counted in, or undefined when
+   * the share does not hold them (then take()). Without a promise, so that the message's publish
+   * leaves in the same socket write as the rest of the request's NATS calls.
+   */
+  takeFromShare(bytes: number): number | undefined {
+    return this.credit >= bytes && this.slot === this.slotOfNow() ? this.taken(bytes) : undefined;
+  }
+
+  /**
    * Take `bytes` for a message about to be stored: the hour slot they were counted in, or
    * undefined when they would pass maxBytes. Throws 503 when the count cannot be reached and the
    * runtime's share is used up.
    */
   async take(bytes: number): Promise<number | undefined> {
-    if (this.credit >= bytes && this.slot === this.slotOfNow()) return this.taken(bytes);
+    const now = this.takeFromShare(bytes);
+    if (now !== undefined) return now;
     if (this.closed) throw unavailable("the runtime is stopping");
     this.wanted += bytes;
     try {

@@ -164,7 +164,7 @@ export class InboxStore {
       return { duplicate: true };
     const size = typeof data === "string" ? Buffer.byteLength(data) : data.byteLength;
     // The bytes are taken from the count before the message is stored, given back when it was not.
-    const slot = this.bytes ? await this.bytes.take(size) : 0;
+    const slot = this.bytes ? (this.bytes.takeFromShare(size) ?? (await this.bytes.take(size))) : 0;
     if (slot === undefined) {
       // A repeat of a stored copy is answered as one, full or not (as the stream's duplicate check does).
       if (await this.holds(messageId, meta.signer, fromAgent)) return { duplicate: true };
