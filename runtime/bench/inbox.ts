@@ -4,7 +4,12 @@
 // on the official A2A JavaScript SDK (SendMessage over HTTPS, no signature check, no storage).
 // Beside them the A2A face of an Agent (spec.a2a enabled, another runtime): JSON-RPC SendMessage
 // with returnImmediately and a bearer token, answered once the task and the message are stored,
-// and the same runtime's gRPC binding (SendMessage over grpc-js, one TLS channel).
+// and the same runtime's gRPC binding (SendMessage over grpc-js, one TLS channel). The peer the
+// inbox is measured against is its floor (floor-server.ts): node:https, JSON.parse, JCS, Ed25519
+// with a cached key, one JetStream publish with a dedupe id into the same stream, then 202.
+// The runtimes run on the isolated NATS layout, the chart's default (an install of it as the
+// operator makes it, runtime/bench/scale-isolated.ts), or with BENCH_LAYOUT=per-agent on a plain
+// nats-server with streams of their own.
 // The CPU each server spends per answered request is read from /proc. Then the inbox again at one concurrency with 1, 10 and 100 distinct signed senders (key
 // lookup and per-sender rate-limit buckets). Messages come in conversations of four (each
 // conversation's record is read, checked and written as for real traffic). Results:
@@ -15,8 +20,9 @@
 //   BENCH_RUNTIME_NODE_OPTIONS (default: the heap bound the operator renders for a runtime pod)
 //   BENCH_BASELINE=<another checkout> (its runtime measured too, as "before", compiled as this
 //   one is; interleaved per level with the rest, so two versions share each moment's load)
-//   BENCH_TARGETS=bare,a2a,agentA2a,inbox (the servers measured; the inbox always is; agentA2a
+//   BENCH_TARGETS=bare,a2a,agentA2a,floor,inbox (the servers measured; the inbox always is; agentA2a
 //   measures the A2A face's JSON-RPC and gRPC bindings)
+//   BENCH_LAYOUT=isolated|per-agent (the runtimes' NATS layout; isolated by default, as the chart's)
 //   BENCH_RUNTIME_UNBUNDLED=1 (the runtimes from tsc's output and node_modules instead of the
 //   image's bundle, runtime/bundle.ts)
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
@@ -24,6 +30,8 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, symlinkSync, writeFil
 import { cpus, loadavg, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { connect } from "@nats-io/transport-node";
+import { jetstreamManager } from "@nats-io/jetstream";
 import { startNats } from "../../e2e/support/nats.ts";
 import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
@@ -31,7 +39,10 @@ import { compiledEntry } from "../../e2e/support/compiled.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
 import { DEFAULT_RUNTIME_NODE_OPTIONS } from "../src/contract/node-options.ts";
 import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey } from "../test/support/fixtures.ts";
+import { agentInboxPrefix } from "../src/contract/nats-permissions.ts";
+import { sharedAgentNames } from "../src/contract/shared-layout.ts";
 import { grpcLoad, grpcMessages } from "./grpc-load.ts";
+import { IsolatedInstall } from "./scale-isolated.ts";
 import { cpuSeconds, natsMessagesIn, peakRssMiB, postLoad, round, type LoadResult } from "./load.ts";
 
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,8,32,64").split(",").map(Number);
@@ -43,7 +54,9 @@ const PROFILE = process.env.BENCH_PROFILE;
 /** NODE_OPTIONS of the runtimes: what the operator renders for the default resources, or BENCH_RUNTIME_NODE_OPTIONS. */
 const RUNTIME_NODE_OPTIONS = process.env.BENCH_RUNTIME_NODE_OPTIONS ?? DEFAULT_RUNTIME_NODE_OPTIONS.agent;
 const OUT = process.env.BENCH_OUT ?? ".bench/inbox.json";
-const TARGETS = new Set([...(process.env.BENCH_TARGETS ?? "bare,a2a,agentA2a").split(","), "inbox"]);
+const TARGETS = new Set([...(process.env.BENCH_TARGETS ?? "bare,a2a,agentA2a,floor").split(","), "inbox"]);
+const LAYOUT = process.env.BENCH_LAYOUT ?? "isolated";
+if (LAYOUT !== "isolated" && LAYOUT !== "per-agent") throw new Error("BENCH_LAYOUT is isolated or per-agent");
 /** The bearer token A2A clients of the Agent's A2A face present. */
 const A2A_TOKEN = "bench-a2a-token-0123456789abcdef";
 const here = (p: string) => fileURLToPath(new URL(p, import.meta.url));
@@ -98,6 +111,8 @@ function baselineEntry(checkout: string): string {
   if (process.env.BENCH_RUNTIME_UNBUNDLED === "1" || !existsSync(join(checkout, "runtime/bundle.ts")))
     return join(out, "dist/runtime/bin/ifp-runtime.js");
   // As the image lays it out: the bundle beside the package.json that makes its files ES modules.
+  // The files it copies beside the code are named from the checkout's root.
+  symlinkSync(join(checkout, "runtime"), join(out, "runtime"));
   run([join(checkout, "runtime/bundle.ts")], "bundling");
   copyFileSync(join(checkout, "package.json"), join(out, "dist/bundle/package.json"));
   return join(out, "dist/bundle/runtime/bin/ifp-runtime.js");
@@ -112,9 +127,38 @@ function stop(child: ChildProcess): Promise<void> {
 }
 
 const monitorPort = await freePort();
-const nats = await startNats({ config: `http_port: ${monitorPort}\n` });
-const tls = await localhostTls();
 const dir = tempDir("ifp-bench-");
+/** The NATS of the runtimes (and the floor), on the layout measured. */
+const TENANT = "bench";
+const install =
+  LAYOUT === "isolated"
+    ? await IsolatedInstall.start({
+        http: `http_port: ${monitorPort}\n`,
+        jetstream: "jetstream { max_file_store: 1TB }\n",
+        graceMs: 2_000,
+        startTimeoutMs: 30_000,
+      })
+    : undefined;
+const nats = install ? install.server : await startNats({ config: `http_port: ${monitorPort}\n` });
+/**
+ * The NATS arguments of the runtime of `agentId` (an Agent of its own: its account, streams and
+ * buckets), and the subject prefix and connection of its inbox for the floor.
+ */
+async function natsOf(
+  agentId: string,
+): Promise<{ args: string[]; inboxPrefix: string; creds?: string; replies?: string }> {
+  if (!install) return { args: ["--nats", nats.url], inboxPrefix: `floor.${agentId}` };
+  const account = await install.makeAgent(`${TENANT}/${agentId}`, { name: "" }, 30_000);
+  const creds = join(dir, `${agentId}.creds`);
+  writeFileSync(creds, await install.runtimeCreds(`${TENANT}/${agentId}`, agentId), { mode: 0o600 });
+  return {
+    args: ["--nats", nats.url, "--nats-layout", "isolated", "--nats-creds", creds],
+    inboxPrefix: sharedAgentNames(account).inbox("x").slice(0, -2),
+    creds,
+    replies: agentInboxPrefix(agentId),
+  };
+}
+const tls = await localhostTls();
 const senders = Array.from({ length: SENDERS }, (_, i) => identity(`sender-${i}`));
 const self = identity("bench-agent");
 const manifest = writeAgentManifest(dir, {
@@ -193,17 +237,26 @@ const results: {
   a2a: Measured[];
   agentA2a: Measured[];
   agentGrpc: Measured[];
+  floor: Measured[];
   inbox: Measured[];
   before?: Measured[];
   senders: (LoadResult & { senders: number })[];
-  rssMiB: { bare?: number; a2a?: number; agentA2a?: number; agentGrpc?: number; inbox?: number; before?: number };
-} = { bare: [], a2a: [], agentA2a: [], agentGrpc: [], inbox: [], senders: [], rssMiB: {} };
+  rssMiB: {
+    bare?: number;
+    a2a?: number;
+    agentA2a?: number;
+    agentGrpc?: number;
+    floor?: number;
+    inbox?: number;
+    before?: number;
+  };
+} = { bare: [], a2a: [], agentA2a: [], agentGrpc: [], floor: [], inbox: [], senders: [], rssMiB: {} };
 
 // All servers run side by side and each concurrency level drives them one after the other, so
 // that the figures of one level share the machine's load of that moment (on a shared machine
 // the load drifts over a run; the order rotates per level so no one always goes first).
 interface Target {
-  name: "bare" | "a2a" | "agentA2a" | "agentGrpc" | "inbox" | "before";
+  name: "bare" | "a2a" | "agentA2a" | "agentGrpc" | "floor" | "inbox" | "before";
   url: string;
   /** How `n` requests are sent with `c` in flight, when not as HTTPS POSTs of `bodies` (gRPC). */
   run?: (n: number, c: number) => Promise<LoadResult>;
@@ -241,8 +294,8 @@ if (TARGETS.has("a2a")) {
     child: await startProcess([here("./a2a-server.ts"), tls.files.cert, tls.files.key, String(port)], url, tls.ca),
   });
 }
-/** The arguments of an agent runtime on `port`. */
-const runtimeArgs = (bin: string, agentManifest: string, port: number) => [
+/** The arguments of an agent runtime on `port`, on NATS as `natsArgs` say. */
+const runtimeArgs = (bin: string, agentManifest: string, port: number, natsArgs: string[]) => [
   bin,
   "agent",
   "--manifest",
@@ -257,8 +310,7 @@ const runtimeArgs = (bin: string, agentManifest: string, port: number) => [
   tls.files.key,
   "--signing-key",
   writeKey(dir, self),
-  "--nats",
-  nats.url,
+  ...natsArgs,
   "--local-api-port",
   "0",
 ];
@@ -269,7 +321,12 @@ if (TARGETS.has("agentA2a")) {
   const base = `https://localhost:${port}`;
   const child = await startProcess(
     [
-      ...runtimeArgs(compiledEntry("runtime/bin/ifp-runtime.ts"), a2aManifest, port),
+      ...runtimeArgs(
+        compiledEntry("runtime/bin/ifp-runtime.ts"),
+        a2aManifest,
+        port,
+        (await natsOf("bench-a2a-agent")).args,
+      ),
       ...["--a2a-token-file", a2aTokenFile, "--a2a-grpc-port", String(grpcPort)],
     ],
     `${base}/readyz`,
@@ -302,11 +359,12 @@ if (TARGETS.has("agentA2a")) {
 // BENCH_BASELINE=<checkout>, that checkout's runtime too ("before"), as a replica of the same agent.
 const runtimes: [Target["name"], string][] = [["inbox", compiledEntry("runtime/bin/ifp-runtime.ts")]];
 if (process.env.BENCH_BASELINE) runtimes.push(["before", baselineEntry(process.env.BENCH_BASELINE)]);
+const inboxNats = await natsOf("bench-agent");
 for (const [name, bin] of runtimes) {
   const port = await freePort();
   const base = `https://localhost:${port}`;
   const child = await startProcess(
-    runtimeArgs(bin, manifest, port),
+    runtimeArgs(bin, manifest, port, inboxNats.args),
     `${base}/readyz`,
     tls.ca,
     PROFILE && name === "inbox" ? ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`] : [],
@@ -320,6 +378,42 @@ for (const [name, bin] of runtimes) {
     okStatus: 202,
     natsName: "ifp-agent bench-agent",
     child,
+  });
+}
+if (TARGETS.has("floor")) {
+  // The floor: an Agent of its own on the same NATS, its messages stored in the same kind of stream.
+  const port = await freePort();
+  const url = `https://localhost:${port}/.well-known/agent/inbox`;
+  const floor = await natsOf("bench-floor");
+  if (!install) {
+    const nc = await connect({ servers: nats.url });
+    await (await jetstreamManager(nc)).streams.add({
+      name: "BENCH_FLOOR",
+      subjects: [`${floor.inboxPrefix}.>`],
+      duplicate_window: 60_000_000_000,
+    });
+    await nc.close();
+  }
+  const keysFile = join(dir, "floor-keys.json");
+  writeFileSync(
+    keysFile,
+    JSON.stringify(Object.fromEntries(senders.map((s) => [`${s.agentId}#${s.keyId}`, s.publicKey]))),
+  );
+  targets.push({
+    name: "floor",
+    url,
+    bodies: messages,
+    okStatus: 202,
+    natsName: "ifp-floor",
+    child: await startProcess(
+      [
+        here("./floor-server.ts"),
+        ...[tls.files.cert, tls.files.key, String(port), nats.url, keysFile, floor.inboxPrefix],
+        ...(floor.creds ? [floor.creds, floor.replies!] : []),
+      ],
+      url,
+      tls.ca,
+    ),
   });
 }
 const inboxUrl = targets.find((t) => t.name === "inbox")!.url;
@@ -354,7 +448,7 @@ for (const t of targets) {
   results.rssMiB[t.name] = peakRssMiB(t.child.pid!);
   await stop(t.child);
 }
-await nats.close();
+await (install ? install.close() : nats.close());
 
 const percent = (x: Measured | undefined, of: Measured | undefined) =>
   x && of ? `${round((100 * x.perSecond) / of.perSecond, 0)}%` : undefined;
@@ -365,8 +459,15 @@ const rows = CONCURRENCY.map((c, i) => {
   const g = results.agentA2a[i];
   const r = results.agentGrpc[i];
   const f = results.inbox[i]!;
+  const fl = results.floor[i];
   return {
     concurrency: c,
+    "floor msgs/s": fl?.perSecond,
+    "inbox/floor": percent(f, fl),
+    "a2a/floor": percent(g, fl),
+    "cpu ms inbox": f.cpuMsPerMessage,
+    "cpu ms floor": fl?.cpuMsPerMessage,
+    "floor p50/p99 ms": latency(fl),
     "bare msgs/s": b?.perSecond,
     "a2a-sdk msgs/s": a?.perSecond,
     "agent A2A msgs/s": g?.perSecond,
@@ -392,7 +493,7 @@ const rows = CONCURRENCY.map((c, i) => {
           "before NATS msgs/msg": results.before[i]!.natsMsgsPerMessage,
         }
       : {}),
-    errors: (b?.errors ?? 0) + (a?.errors ?? 0) + (g?.errors ?? 0) + (r?.errors ?? 0) + f.errors,
+    errors: (b?.errors ?? 0) + (a?.errors ?? 0) + (g?.errors ?? 0) + (r?.errors ?? 0) + (fl?.errors ?? 0) + f.errors,
   };
 });
 console.table(rows);
@@ -405,13 +506,14 @@ const senderRows = results.senders.map((r) => ({
 }));
 console.table(senderRows);
 console.log(
-  `peak RSS: runtime ${results.rssMiB.inbox} MiB${results.rssMiB.before ? ` (before: ${results.rssMiB.before} MiB)` : ""}, bare fastify ${results.rssMiB.bare} MiB, A2A SDK ${results.rssMiB.a2a} MiB, agent A2A runtime ${results.rssMiB.agentA2a} MiB`,
+  `NATS layout of the runtimes: ${LAYOUT}; peak RSS: runtime ${results.rssMiB.inbox} MiB${results.rssMiB.before ? ` (before: ${results.rssMiB.before} MiB)` : ""}, bare fastify ${results.rssMiB.bare} MiB, A2A SDK ${results.rssMiB.a2a} MiB, agent A2A runtime ${results.rssMiB.agentA2a} MiB, floor ${results.rssMiB.floor} MiB`,
 );
 const out = {
   benchmark: "inbox",
   date: new Date().toISOString(),
   node: process.version,
   machine: { cpus: cpus().length, loadAvg1: round(loadavg()[0]!) },
+  layout: LAYOUT,
   messageBytes: sample.length,
   messagesPerLevel: PER_LEVEL,
   results,

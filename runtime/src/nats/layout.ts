@@ -38,6 +38,7 @@ import {
   WATCHED_BUCKETS,
 } from "../contract/shared-layout.ts";
 import { ProtocolError } from "../protocol/errors.ts";
+import { Batched } from "../util/batched.ts";
 import { errorMessage } from "../util/errors.ts";
 import { consumerBacklog, streamBacklog, type Backlog } from "./backlog.ts";
 import type { NatsLink } from "./link.ts";
@@ -310,21 +311,27 @@ const subjectPerId: OneCopyRule = {
   windowed: false,
   subjectOf: (subject, id) => `${subject}.${encodeToken(id)}`,
   async publish(js, subject, id, data, { first, ...opts }) {
-    let stored: { duplicate: boolean; seq: number };
-    try {
-      stored = {
-        duplicate: false,
-        seq: (await js.publish(id === undefined ? subject : this.subjectOf(subject, id), data, opts)).seq,
-      };
-    } catch (err) {
-      if (id === undefined || !isSubjectTaken(err)) throw err;
-      stored = { duplicate: true, seq: 0 };
-    }
-    // Recorded for a repeat too: a copy stored whose record was lost (the connection, say) gets it from its sender's retry.
-    if (first !== undefined && id !== undefined)
-      await js.publish(first, id, { timeout: opts.timeout }).catch((err: unknown) => {
-        if (!isSubjectTaken(err)) throw err;
-      });
+    const copy = js.publish(id === undefined ? subject : this.subjectOf(subject, id), data, opts).then(
+      (ack) => ({ duplicate: false, seq: ack.seq }),
+      (err: unknown) => {
+        if (id === undefined || !isSubjectTaken(err)) throw err;
+        return { duplicate: true, seq: 0 };
+      },
+    );
+    // Sent right behind the copy, on the same connection to the same stream, which stores them in
+    // that order: one round trip before the answer, not two. Recorded for a repeat too: a copy
+    // stored whose record was lost (the connection, say) gets it from its sender's retry. A copy
+    // the stream refuses (full) may leave its record naming it: its sender's retry stores it.
+    const recorded =
+      first !== undefined && id !== undefined
+        ? js.publish(first, id, { timeout: opts.timeout }).then(
+            () => undefined,
+            (err: unknown) => (isSubjectTaken(err) ? undefined : err),
+          )
+        : undefined;
+    const stored = await copy;
+    const failed = await recorded;
+    if (failed) throw failed;
     return stored;
   },
   async *find(jsm, stream, subject, ids, first) {
@@ -408,6 +415,11 @@ export function isolatedLayout(account: string): JetStreamLayout {
   };
 }
 
+/** A listing not written yet, as a write of an index this process has not written takes it to be. */
+const NEW_LISTING: { keys: string[]; revision: number } = Object.freeze({ keys: [], revision: 0 }) as never;
+/** The indexes one bucket remembers as it last wrote them. */
+const REMEMBERED_INDEXES = 64;
+
 /** The key of the index `name` among the Agent's keys: outside every record's family (`_i.`). */
 const indexKey = (name: string) => `_i.${name}`;
 
@@ -438,6 +450,10 @@ class AccountKeys implements KV {
   /** The revisions heard of each key (PUTs, oldest first), and their bytes all told. */
   private readonly heard = new Map<string, KvEntry[]>();
   private heardBytes = 0;
+  /** The writes of each index with keys to list or take off: the one under way, and the keys waiting for the next. */
+  private readonly relisting = new Map<string, { batch: Batched<[string, boolean]>; users: number }>();
+  /** The indexes this process wrote last (at most REMEMBERED_INDEXES), as written. */
+  private readonly written = new Map<string, { keys: string[]; revision: number }>();
   constructor(
     kv: KV,
     account: string,
@@ -462,24 +478,67 @@ class AccountKeys implements KV {
     const keys = e.json<unknown>();
     return { keys: Array.isArray(keys) ? keys.filter((k) => typeof k === "string") : [], revision: e.revision };
   }
-  /** Key `k` listed in its indexes (last), or taken off them; each retried from a fresh read when another writer came first. */
+  /**
+   * Key `k` listed in its indexes (last), or taken off them. The keys of one index listed or
+   * taken off while a write of it is under way go in its next write, together: one read and one
+   * write for a burst, where each would otherwise read the whole listing, write it, and meet the
+   * others' writes.
+   */
   private async relist(k: string, listed: boolean): Promise<void> {
-    for (const name of this.index?.of(k) ?? []) {
-      const replaced = (x: string) => x !== k && this.index?.replaces?.(name, k, x) === true;
-      for (let tries = 0; ; tries++) {
-        const { keys, revision } = await this.listed(name);
-        if (keys.includes(k) === listed && !(listed && keys.some(replaced))) break;
-        const next = listed
-          ? [...keys.filter((x) => !replaced(x)), k].slice(-MAX_INDEXED_KEYS)
-          : keys.filter((x) => x !== k);
-        try {
-          const data = JSON.stringify(next);
-          if (revision) await this.kv.update(this.k(indexKey(name)), data, revision);
-          else await this.kv.create(this.k(indexKey(name)), data);
-          break;
-        } catch (err) {
-          if (tries >= 8 || !isCasConflict(err)) throw err;
-        }
+    const names = this.index?.of(k) ?? [];
+    await Promise.all(names.map((name) => this.relistIn(name, k, listed)));
+  }
+  private relistIn(name: string, k: string, listed: boolean): Promise<void> {
+    let writes = this.relisting.get(name);
+    if (!writes) {
+      writes = { batch: new Batched((changes) => this.writeIndex(name, changes)), users: 0 };
+      this.relisting.set(name, writes);
+    }
+    const w = writes;
+    w.users++;
+    return w.batch.add([k, listed]).finally(() => {
+      if (--w.users === 0 && this.relisting.get(name) === w) this.relisting.delete(name);
+    });
+  }
+  private rememberIndex(name: string, listing: { keys: string[]; revision: number }): void {
+    this.written.delete(name);
+    this.written.set(name, listing);
+    if (this.written.size > REMEMBERED_INDEXES) this.written.delete(this.written.keys().next().value!);
+  }
+  /**
+   * Index `name` with `changes` made to it, in order: retried from a fresh read when another
+   * writer came first. First tried on the listing as this process last wrote it, or, for one it
+   * has not written, with only keys to list, as a new listing (most indexes are one
+   * conversation's or one task's): a read only when that guess was wrong.
+   */
+  private async writeIndex(name: string, changes: readonly [key: string, listed: boolean][]): Promise<void> {
+    for (let tries = 0; ; tries++) {
+      const guess =
+        tries > 0 ? undefined : (this.written.get(name) ?? (changes.every((c) => c[1]) ? NEW_LISTING : undefined));
+      const { keys, revision } = guess ?? (await this.listed(name));
+      let next = keys;
+      for (const [k, listed] of changes) {
+        const replaced = (x: string) => x !== k && this.index?.replaces?.(name, k, x) === true;
+        if (next.includes(k) === listed && !(listed && next.some(replaced))) continue;
+        next = listed
+          ? [...next.filter((x) => x !== k && !replaced(x)), k].slice(-MAX_INDEXED_KEYS)
+          : next.filter((x) => x !== k);
+      }
+      if (next === keys) {
+        // Nothing to change as far as the guess goes: what is there is read before deciding so.
+        if (guess) continue;
+        return;
+      }
+      try {
+        const data = JSON.stringify(next);
+        const written = revision
+          ? await this.kv.update(this.k(indexKey(name)), data, revision)
+          : await this.kv.create(this.k(indexKey(name)), data);
+        this.rememberIndex(name, { keys: next, revision: written });
+        return;
+      } catch (err) {
+        this.written.delete(name);
+        if (tries >= 8 || !isCasConflict(err)) throw err;
       }
     }
   }

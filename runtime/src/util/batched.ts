@@ -1,5 +1,5 @@
 // Batched: items written one write after another, each write taking every item added while the
-// one before it was under way (used by agent/inbound/inbox-bytes.ts and agent/local-api/inbox-look-back.ts).
+// one before it was under way (used by agent/local-api/inbox-look-back.ts and the key indexes of nats/layout.ts).
 /**
  * Writes of items one after another, each taking every item added while the one before it was
  * under way: one write for a burst instead of one per item. A write that fails puts its items back

@@ -1,7 +1,8 @@
 // The runtime's own records of its inbox where the inbox stream is not its own (the isolated NATS
 // layout), on a real nats-server, with a clock the test moves: the count of its bytes
 // (spec.inbox.maxBytes, agent/inbound/inbox-bytes.ts) forgets an hour only once its messages have aged
-// out, and replicas counting at once lose none of each other's bytes; the record of what it stored
+// out, replicas reserving at once never pass maxBytes together, a runtime that stopped keeps its
+// bytes counted, and a runtime without NATS takes no byte it has not reserved; the record of what it stored
 // (the watch's look back, agent/local-api/inbox-look-back.ts) yields what was stored within the look back,
 // by sequence, passes over what is older or gone from the inbox, and spreads a busy five minutes
 // over keys of LOOK_BACK_CHUNK.
@@ -9,7 +10,8 @@ import { Kvm, type KV } from "@nats-io/kv";
 import { RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
+import { startNats, withNatsDown, type NatsServer } from "../../../e2e/support/nats.ts";
+import { waitFor } from "../../../e2e/support/wait.ts";
 import { COUNT_SLOT_MS, InboxByteCount } from "../../src/agent/inbound/inbox-bytes.ts";
 import { LOOK_BACK_CHUNK, LOOK_BACK_SLOT_MS, StoredMessageRecord } from "../../src/agent/local-api/inbox-look-back.ts";
 import { Nats } from "../../src/nats/connection.ts";
@@ -39,37 +41,100 @@ afterAll(async () => {
 });
 
 describe("the count of an inbox's bytes", () => {
+  /** Every take of `bytes` by `count` until one is refused: the bytes taken. */
+  const fill = async (count: InboxByteCount, bytes: number) => {
+    let taken = 0;
+    while ((await count.take(bytes)) !== undefined) taken += bytes;
+    return taken;
+  };
+
   it("refuses what would pass maxBytes, and counts an hour's bytes until they have aged out of the inbox", async () => {
     let now = Date.parse("2026-03-01T10:30:00Z");
-    const count = new InboxByteCount(kv, "a.inbox-bytes", 1000, WEEK, () => now);
-    expect(await count.room(1000)).toBe(true);
-    expect(await count.room(1001)).toBe(false);
-    await count.stored(600);
+    const count = new InboxByteCount(kv, "a.inbox-bytes", 1000, WEEK, () => now, { min: 10, max: 10 });
+    expect(await count.take(1001)).toBeUndefined();
+    expect(await count.take(600)).toBe(Date.parse("2026-03-01T10:00:00Z"));
     now += 2 * HOUR;
-    await count.stored(300);
-    expect(await count.room(100)).toBe(true);
-    expect(await count.room(101)).toBe(false);
+    expect(await count.take(300)).toBe(Date.parse("2026-03-01T12:00:00Z"));
+    expect(await count.take(100)).toBeDefined();
+    expect(await count.take(1)).toBeUndefined();
+    // A message not stored after all (a duplicate) gives its bytes back.
+    const slot = (await count.take(0))!;
+    count.unused(100, slot);
+    expect(await count.take(100)).toBeDefined();
+    expect(await count.take(1)).toBeUndefined();
     // The first hour's last message ages out a week after that hour ended: counted until then.
     now = Date.parse("2026-03-01T11:00:00Z") + WEEK - 1;
-    expect(await count.room(101)).toBe(false);
+    expect(await count.take(1)).toBeUndefined();
     now += 1;
-    expect(await count.room(700)).toBe(true);
-    expect(await count.room(701)).toBe(false);
+    expect(await count.take(600)).toBeDefined();
+    expect(await count.take(1)).toBeUndefined();
   });
 
-  it("loses no bytes of two replicas counting at once (compare-and-set), and counts a byte not yet written", async () => {
+  it("never lets two replicas taking at once pass maxBytes, and refuses at most their unused shares early", async () => {
     const now = () => Date.parse("2026-03-01T10:30:00Z");
-    const one = new InboxByteCount(kv, "b.inbox-bytes", 10_000, WEEK, now);
-    const two = new InboxByteCount(kv, "b.inbox-bytes", 10_000, WEEK, now);
-    // Each round, both read the same count and write it: one of the two writes is refused and made again.
-    for (let round = 0; round < 20; round++) await Promise.all([one.stored(100), two.stored(100)]);
-    expect(await one.room(6000)).toBe(true);
-    expect(await one.room(6001)).toBe(false);
-    // Stored by `two` and not written yet: `two` counts it, `one` cannot see it before it is written.
-    const writing = two.stored(1000);
-    expect(await two.room(5001)).toBe(false);
-    await writing;
-    expect(await one.room(5001)).toBe(false);
+    const sizes = { min: 100, max: 400 };
+    const one = new InboxByteCount(kv, "b.inbox-bytes", 10_000, WEEK, now, sizes);
+    const two = new InboxByteCount(kv, "b.inbox-bytes", 10_000, WEEK, now, sizes);
+    // Each fills at 25 bytes a message; their reservations meet (compare-and-set) in the one key.
+    const [a, b] = await Promise.all([fill(one, 25), fill(two, 25)]);
+    expect(a).toBeGreaterThan(0);
+    expect(b).toBeGreaterThan(0);
+    expect(a + b).toBeLessThanOrEqual(10_000);
+    // What each holds reserved and unused when refused is less than the message it refused.
+    expect(a + b).toBeGreaterThan(10_000 - 2 * 25);
+    // Stopped, each gives its unused share back: a third replica gets exactly what is left.
+    await Promise.all([one.close(), two.close()]);
+    const three = new InboxByteCount(kv, "b.inbox-bytes", 10_000, WEEK, now, sizes);
+    expect(await fill(three, 1)).toBe(10_000 - a - b);
+  });
+
+  it("gives the unused part of its share back when the runtime stops", async () => {
+    const now = () => Date.parse("2026-03-01T10:30:00Z");
+    const sizes = { min: 100, max: 100 };
+    const stopping = new InboxByteCount(kv, "f.inbox-bytes", 1000, WEEK, now, sizes);
+    expect(await stopping.take(1)).toBeDefined();
+    await stopping.close();
+    await expect(stopping.take(1000)).rejects.toMatchObject({ statusCode: 503 });
+    expect(await fill(new InboxByteCount(kv, "f.inbox-bytes", 1000, WEEK, now, sizes), 1)).toBe(999);
+  });
+
+  it("keeps the bytes of a runtime that stopped without giving its share back, and its unused share no longer than its hour", async () => {
+    const now = () => Date.parse("2026-03-01T10:30:00Z");
+    const sizes = { min: 400, max: 400 };
+    const crashed = new InboxByteCount(kv, "c.inbox-bytes", 10_000, WEEK, now, sizes);
+    for (let i = 0; i < 5; i++) expect(await crashed.take(100)).toBeDefined();
+    // Not closed (the process was killed): what it stored is counted, and its unused share with it.
+    const next = new InboxByteCount(kv, "c.inbox-bytes", 10_000, WEEK, now, sizes);
+    const left = await fill(next, 1);
+    expect(left).toBeLessThanOrEqual(10_000 - 500);
+    expect(left).toBeGreaterThanOrEqual(10_000 - 500 - sizes.max);
+  });
+
+  it("moves a share's unused bytes to the hour they are used in, so that an hour's bytes age out with its messages", async () => {
+    let now = Date.parse("2026-03-01T10:30:00Z");
+    const count = new InboxByteCount(kv, "d.inbox-bytes", 10_000, WEEK, () => now, { min: 1000, max: 1000 });
+    expect(await count.take(100)).toBeDefined();
+    now += HOUR;
+    expect(await count.take(100)).toBeDefined();
+    const slots = (await kv.get("d.inbox-bytes"))!.json<Record<string, number>>();
+    // The first hour holds its message only; the share reserved in it moved to the second.
+    expect(slots).toEqual({
+      [String(Date.parse("2026-03-01T10:00:00Z"))]: 100,
+      [String(Date.parse("2026-03-01T11:00:00Z"))]: 1000 + 1100,
+    });
+  });
+
+  it("takes from its share while NATS is away, and answers 503 once the share is used up, never taking unreserved bytes", async () => {
+    const now = () => Date.parse("2026-03-01T10:30:00Z");
+    const count = new InboxByteCount(kv, "e.inbox-bytes", 1_000_000, WEEK, now, { min: 1000, max: 1000 });
+    expect(await count.take(100)).toBeDefined();
+    await withNatsDown(server, async () => {
+      // 1000 left of the share (the next one's reservation fails in the background).
+      for (let i = 0; i < 10; i++) expect(await count.take(100)).toBeDefined();
+      await expect(count.take(100)).rejects.toMatchObject({ statusCode: 503, code: "unavailable" });
+    });
+    await waitFor("the runtime's connection to come back", async () => nats.isConnected, 20_000);
+    expect(await count.take(100)).toBeDefined();
   });
 });
 
@@ -127,6 +192,15 @@ describe("the record of what the inbox stored, for the watch's look back", () =>
         }),
       );
     expect((await seen(60)).map((m) => m.seq)).toEqual(expect.arrayContaining(both));
+    // What this process wrote last is not read again before its next append.
+    let reads = 0;
+    const sub = nats.nc!.subscribe("$JS.API.DIRECT.GET.KV_inbox_records_test.>", { callback: () => void reads++ });
+    now += LOOK_BACK_SLOT_MS;
+    for (let i = 0; i < 10; i++) await record.record(both[0]!, `in.r0.0`);
+    await nats.nc!.flush();
+    sub.unsubscribe();
+    expect(reads).toBe(1);
+    now -= LOOK_BACK_SLOT_MS;
     // A subject that holds another message now (or none) is passed over.
     await nats.jsm.streams.purge("INBOX_RECORDS", { filter: "in.m1" });
     expect((await seen(120)).length).toBe(recent.length + both.length - 1);

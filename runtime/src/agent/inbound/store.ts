@@ -168,12 +168,18 @@ export class InboxStore {
     )
       return { duplicate: true };
     const size = typeof data === "string" ? Buffer.byteLength(data) : data.byteLength;
-    // The count is read at NATS, abandoned (503) the moment NATS goes away as the publish is.
-    if (this.bytes && !(await this.nats.whileConnected(this.bytes.room(size), BYTE_COUNT))) {
+    // The bytes are taken from the count before the message is stored, given back when it was not;
+    // a share reserved at NATS is abandoned (503) the moment NATS goes away, as the publish is.
+    const slot = this.bytes
+      ? (this.bytes.takeFromShare(size) ?? (await this.nats.whileConnected(this.bytes.take(size), BYTE_COUNT)))
+      : 0;
+    if (slot === undefined) {
       // A repeat of a stored copy is answered as one, full or not (as the stream's duplicate check does).
       if (await this.holds(messageId, meta.signer, fromAgent)) return { duplicate: true };
       throw this.full();
     }
+    // Given back when the message was certainly not stored: a duplicate, or refused by the stream.
+    let unused = false;
     try {
       // Abandoned (503) the moment NATS goes away; a copy stored after the reconnection is a
       // duplicate of the sender's retry, absorbed by the duplicate check.
@@ -184,20 +190,25 @@ export class InboxStore {
           first: this.names.inboxFirst(messageId),
         }),
       );
-      // Counted once stored; a count that cannot be written now is left to the next write.
-      if (!ack.duplicate) {
-        // Not waited for: a record missing (NATS gone in between) leaves the message out of a look back only.
+      unused = ack.duplicate;
+      // Not waited for: a record missing (NATS gone in between) leaves the message out of a look back only.
+      if (!ack.duplicate)
         void this.lookBack?.record(ack.seq, once.subjectOf(this.names.inbox(messageId), dedupe)).catch(() => {});
-        // Waited for, so that the next request counts these bytes; the message is stored, so NATS
-        // going away meanwhile leaves the count to the next write and answers 202 at once.
-        if (this.bytes) await this.nats.whileConnected(this.bytes.stored(size), BYTE_COUNT).catch(() => {});
-      }
       return { duplicate: ack.duplicate };
     } catch (err) {
       if (err instanceof ProtocolError) throw err;
-      if (isFull(err)) throw this.full();
+      unused = isFull(err);
+      if (unused) throw this.full();
+      // A publish abandoned when NATS went away (or timed out) may have been stored: its bytes stay counted.
       throw unavailable(`the message could not be stored: ${(err as Error).message}`);
+    } finally {
+      if (unused && slot) this.bytes?.unused(size, slot);
     }
+  }
+
+  /** What the runtime reserved of the inbox's byte count and did not use, given back (it stops). */
+  async close(): Promise<void> {
+    await this.bytes?.close();
   }
 
   private full(): ProtocolError {

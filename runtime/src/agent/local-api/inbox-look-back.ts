@@ -4,7 +4,7 @@
 // their subjects, each of which holds one message. The record is KV keys of the Agent's per five
 // minutes stored (`_i.w.<slot start>.<n>`), each a JSON array of at most LOOK_BACK_CHUNK
 // [seq, subject, stored at], appended to by compare-and-set (the messages stored while one write is
-// under way in the next), in a bucket whose keys age out with the inbox's messages (the delivery
+// under way in the next; the key as this process last wrote it is not read again), in a bucket whose keys age out with the inbox's messages (the delivery
 // records', a week). So an Agent has at most one record key per message its inbox keeps, and one
 // per LOOK_BACK_CHUNK in a busy five minutes.
 import type { JetStreamManager } from "@nats-io/jetstream";
@@ -44,6 +44,8 @@ export class StoredMessageRecord implements InboxLookBack {
   private readonly entries = new Batched<Entry>((entries) => this.write(entries));
   /** The record key of a slot this process last appended to. */
   private at = { slot: 0, n: 0 };
+  /** The record key this process wrote last, as written: its next append needs no read unless another replica wrote it. */
+  private written: { slot: number; n: number; entries: Entry[]; revision: number } | undefined;
 
   constructor(kv: KV, jsm: () => JetStreamManager, stream: string, now: () => number = Date.now) {
     this.kv = kv;
@@ -62,21 +64,28 @@ export class StoredMessageRecord implements InboxLookBack {
       let todo = entries.filter((e) => slotOf(e[2]) === slot);
       let n = this.at.slot === slot ? this.at.n : 0;
       for (let tries = 0; todo.length && n < MAX_KEYS_PER_SLOT && tries < 64; tries++) {
-        const e = await this.kv.get(keyOf(slot, n));
-        const held = entriesOf(e);
+        // The key as this process last wrote it, unless another replica wrote it since (then read).
+        const mine = this.written?.slot === slot && this.written.n === n ? this.written : undefined;
+        const e = mine ? undefined : await this.kv.get(keyOf(slot, n));
+        const held = mine ? mine.entries : entriesOf(e ?? null);
+        const revision = mine ? mine.revision : e?.operation === "PUT" ? e.revision : 0;
         if (held.length >= LOOK_BACK_CHUNK) {
           n++;
           continue;
         }
         const taken = todo.slice(0, LOOK_BACK_CHUNK - held.length);
-        const data = JSON.stringify([...held, ...taken]);
+        const next = [...held, ...taken];
+        const data = JSON.stringify(next);
         try {
-          if (e?.operation === "PUT") await this.kv.update(keyOf(slot, n), data, e.revision);
-          else await this.kv.create(keyOf(slot, n), data);
+          const written = revision
+            ? await this.kv.update(keyOf(slot, n), data, revision)
+            : await this.kv.create(keyOf(slot, n), data);
           todo = todo.slice(taken.length);
           this.at = { slot, n };
+          this.written = { slot, n, entries: next, revision: written };
         } catch (err) {
           // Another replica appended first: read the key again.
+          this.written = undefined;
           if (!isCasConflict(err)) throw err;
         }
       }
