@@ -257,6 +257,62 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
     return last!.body.message_id;
   };
 
+  /** A message from the tester to bob, sent until his inbox accepts it (202): its id. */
+  const acceptedByBob = async (text: string): Promise<string> => {
+    const m = signed(tester, "bob-agent", {}, text);
+    await withDiagnosis(
+      waitFor(
+        `bob's inbox to accept ${JSON.stringify(text)}`,
+        async () => (await postToBob(m)).status === 202,
+        120_000,
+        1000,
+      ),
+    );
+    return m.headers.message_id;
+  };
+  /** Both Agents and the Relay Ready, every pod of theirs on `image` (the Agents on the isolated layout, when asked). */
+  const allOn = (image: BuiltImage, isolated: boolean) =>
+    runsOn(NS.alice, "alice", image, isolated) &&
+    runsOn(NS.bob, "bob", image, isolated) &&
+    runsOn(NS.relay, "hub", image) &&
+    [get(NS.alice, "agent", "alice"), get(NS.bob, "agent", "bob"), get(NS.relay, "relay", "hub")].every(
+      (o) => readyCondition(o)?.status === "True",
+    );
+  /** `helm upgrade` to this commit's chart and images, then both Agents moved and everything Ready on them. */
+  const upgrade = async (step: string) => {
+    await timed(step, () =>
+      withDiagnosis(
+        helm(
+          ["upgrade", RELEASE, CURRENT_CHART, "-n", SYSTEM, ...imageValues(current), "--wait", "--timeout", "6m"],
+          7 * 60_000,
+        ),
+      ),
+    );
+    await timed(`${step}: moved`, () =>
+      withDiagnosis(
+        waitFor(
+          "both Agents moved to the isolated layout and Ready on this release's runtime, the Relay too",
+          () => allOn(current.runtime, true),
+          420_000,
+          2000,
+        ),
+      ),
+    );
+  };
+  /** Settled: nothing left for alice or bob to hand on or send, so nothing more can arrive. */
+  const settled = () =>
+    withDiagnosis(
+      waitFor(
+        "alice's and bob's backlog empty",
+        () =>
+          [get(NS.alice, "agent", "alice"), get(NS.bob, "agent", "bob")].every(
+            (a) => a?.status?.summary?.backlog === 0,
+          ),
+        180_000,
+        2000,
+      ),
+    );
+
   beforeAll(async () => {
     // Before anything else: the previous release must be in this clone's history.
     requireCommit();
@@ -461,17 +517,7 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
 
     // Bob's inbox: accepted while his application answers 503, each tried and waiting.
     for (let i = 0; i < 5; i++) {
-      const m = signed(tester, "bob-agent", {}, `waiting in bob's inbox ${i}`);
-      const r = await withDiagnosis(
-        waitFor(
-          `bob's inbox to accept message ${i}`,
-          async () => ((await postToBob(m)).status === 202 ? true : undefined),
-          120_000,
-          1000,
-        ),
-      );
-      expect(r).toBe(true);
-      toBob.waiting.push(m.headers.message_id);
+      toBob.waiting.push(await acceptedByBob(`waiting in bob's inbox ${i}`));
     }
     // Alice's outbox: zed is not listening.
     for (let i = 0; i < 3; i++)
@@ -551,30 +597,7 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
       ),
     );
 
-    await timed("helm upgrade", () =>
-      withDiagnosis(
-        helm(
-          ["upgrade", RELEASE, CURRENT_CHART, "-n", SYSTEM, ...imageValues(current), "--wait", "--timeout", "6m"],
-          7 * 60_000,
-        ),
-      ),
-    );
-    await timed("moved", () =>
-      withDiagnosis(
-        waitFor(
-          "both Agents moved to the isolated layout and Ready on this release's runtime, the Relay too",
-          () =>
-            runsOn(NS.alice, "alice", current.runtime, true) &&
-            runsOn(NS.bob, "bob", current.runtime, true) &&
-            runsOn(NS.relay, "hub", current.runtime) &&
-            [get(NS.alice, "agent", "alice"), get(NS.bob, "agent", "bob"), get(NS.relay, "relay", "hub")].every(
-              (o) => readyCondition(o)?.status === "True",
-            ),
-          420_000,
-          2000,
-        ),
-      ),
-    );
+    await upgrade("helm upgrade");
     // After it: more accepted by the moved runtimes.
     const [bobAfter, zedAfter] = [toBob.during.length, toZed.during.length];
     await withDiagnosis(
@@ -611,18 +634,7 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
         throw new Error(`${(err as Error).message}; missing: ${JSON.stringify(missing)}`);
       }),
     );
-    // Settled: nothing left to hand on or send, so nothing more can arrive.
-    await withDiagnosis(
-      waitFor(
-        "alice's and bob's backlog empty",
-        () =>
-          [get(NS.alice, "agent", "alice"), get(NS.bob, "agent", "bob")].every(
-            (a) => a?.status?.summary?.backlog === 0,
-          ),
-        180_000,
-        2000,
-      ),
-    );
+    await settled();
     const once = (ids: string[], r: Received) => Object.fromEntries(ids.map((id) => [id, r.taken(id)]));
     const ones = (ids: string[]) => Object.fromEntries(ids.map((id) => [id, 1]));
     expect(once(inbound, handedOn.bob)).toEqual(ones(inbound));
@@ -644,16 +656,7 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
     // Accepted by the moved runtime and not handed on yet: in the data account when it rolls back.
     bobTakes = false;
     for (let i = 0; i < 2; i++) {
-      const m = signed(tester, "bob-agent", {}, `waiting in the data account through the rollback ${i}`);
-      await withDiagnosis(
-        waitFor(
-          `bob to accept message ${i} before the rollback`,
-          async () => (await postToBob(m)).status === 202,
-          120_000,
-          1000,
-        ),
-      );
-      stranded.push(m.headers.message_id);
+      stranded.push(await acceptedByBob(`waiting in the data account through the rollback ${i}`));
     }
     await withDiagnosis(
       waitFor(
@@ -674,12 +677,7 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
             cp
               .json(["-n", SYSTEM, "get", "pods", "-l", "app.kubernetes.io/component=operator"])
               .items.every((p: Obj) => p.spec.containers[0].image === previous.operator.ref) &&
-            runsOn(NS.alice, "alice", previous.runtime) &&
-            runsOn(NS.bob, "bob", previous.runtime) &&
-            runsOn(NS.relay, "hub", previous.runtime) &&
-            [get(NS.alice, "agent", "alice"), get(NS.bob, "agent", "bob"), get(NS.relay, "relay", "hub")].every(
-              (o) => readyCondition(o)?.status === "True",
-            ),
+            allOn(previous.runtime, false),
           420_000,
           2000,
         ),
@@ -687,16 +685,7 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
     );
     bobTakes = true;
     for (let i = 0; i < 3; i++) {
-      const m = signed(tester, "bob-agent", {}, `to bob after the rollback ${i}`);
-      await withDiagnosis(
-        waitFor(
-          `bob to accept message ${i} after the rollback`,
-          async () => (await postToBob(m)).status === 202,
-          120_000,
-          1000,
-        ),
-      );
-      afterRollback.inbound.push(m.headers.message_id);
+      afterRollback.inbound.push(await acceptedByBob(`to bob after the rollback ${i}`));
       afterRollback.outbound.push(
         await queue(NS.alice, "alice", { to: "zed-agent", text: `to zed after the rollback ${i}` }),
       );
@@ -710,17 +699,7 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
         1000,
       ),
     );
-    await withDiagnosis(
-      waitFor(
-        "alice's and bob's backlog empty",
-        () =>
-          [get(NS.alice, "agent", "alice"), get(NS.bob, "agent", "bob")].every(
-            (a) => a?.status?.summary?.backlog === 0,
-          ),
-        180_000,
-        2000,
-      ),
-    );
+    await settled();
     expect(inbound.map((id) => handedOn.bob.taken(id))).toEqual(inbound.map(() => 1));
     expect(outbound.map((id) => zedGot.taken(id))).toEqual(outbound.map(() => 1));
     // Those the moved runtime had not handed on wait where it kept them, for the next upgrade.
@@ -729,29 +708,7 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
 
   it("upgrades again: what waited in the data account through the rollback reaches bob's application once, and nothing handed on comes again", async () => {
     failing();
-    await timed("helm upgrade again", () =>
-      withDiagnosis(
-        helm(
-          ["upgrade", RELEASE, CURRENT_CHART, "-n", SYSTEM, ...imageValues(current), "--wait", "--timeout", "6m"],
-          7 * 60_000,
-        ),
-      ),
-    );
-    await timed("moved again", () =>
-      withDiagnosis(
-        waitFor(
-          "both Agents moved again and Ready on this release's runtime",
-          () =>
-            runsOn(NS.alice, "alice", current.runtime, true) &&
-            runsOn(NS.bob, "bob", current.runtime, true) &&
-            [get(NS.alice, "agent", "alice"), get(NS.bob, "agent", "bob")].every(
-              (o) => readyCondition(o)?.status === "True",
-            ),
-          420_000,
-          2000,
-        ),
-      ),
-    );
+    await upgrade("helm upgrade again");
     await withDiagnosis(
       waitFor(
         "the messages that waited through the rollback at bob's application",
@@ -760,17 +717,7 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
         1000,
       ),
     );
-    await withDiagnosis(
-      waitFor(
-        "alice's and bob's backlog empty",
-        () =>
-          [get(NS.alice, "agent", "alice"), get(NS.bob, "agent", "bob")].every(
-            (a) => a?.status?.summary?.backlog === 0,
-          ),
-        180_000,
-        2000,
-      ),
-    );
+    await settled();
     const every = [...toBob.waiting, ...toBob.during, ...stranded, ...afterRollback.inbound];
     expect(Object.fromEntries(every.map((id) => [id, handedOn.bob.taken(id)]))).toEqual(
       Object.fromEntries(every.map((id) => [id, 1])),
