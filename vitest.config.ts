@@ -2,7 +2,8 @@ import { dirname, join } from "node:path";
 import { configDefaults, defineConfig } from "vitest/config";
 import { cacheRoot } from "./e2e/tools/tools.ts";
 
-const NODE_TEST = "e2e/node.test.ts";
+/** The real-node files: the install as a user makes it, and the upgrade from the previous release. */
+const NODE_TESTS = ["e2e/node.test.ts", "e2e/node-upgrade.test.ts"];
 const UNIT_TESTS = ["runtime/src/**/*.test.ts", "operator/src/**/*.test.ts"];
 
 export default defineConfig({
@@ -38,13 +39,14 @@ export default defineConfig({
           name: "suite",
           isolate: false,
           include: ["runtime/**/*.test.ts", "operator/**/*.test.ts", "e2e/**/*.test.ts", "examples/**/*.test.ts"],
-          exclude: [...configDefaults.exclude, NODE_TEST, ...UNIT_TESTS],
+          exclude: [...configDefaults.exclude, ...NODE_TESTS, ...UNIT_TESTS],
         },
       },
-      // e2e/node.test.ts (a real node, minutes long, mostly waiting on its pods) runs beside the
-      // suite's files, in the same run, so that its pods use the cores the suite leaves idle. A lock in /run/lock keeps a second real
-      // node on the machine waiting (e2e/README.md).
-      { extends: true, test: { name: "node", include: [NODE_TEST] } },
+      // The real-node files (a real node each, minutes long, mostly waiting on their pods) run
+      // beside the suite's files, in the same run, so that their pods use the cores the suite
+      // leaves idle. A lock in /run/lock keeps a second real node on the machine waiting, so the
+      // two take turns (e2e/README.md).
+      { extends: true, test: { name: "node", include: NODE_TESTS } },
     ],
   },
 });

@@ -17,7 +17,7 @@
 // cut short and run again copies nothing twice. Then the per-agent streams are deleted, and the
 // account is pushed with the isolated layout's JWT (JetStream off), which is what marks it moved.
 // Relays keep their own accounts on both layouts: their mailboxes stay where they are.
-import { jetstream, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
+import { jetstream, type JetStreamClient, type JetStreamManager, type JsMsg } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { decode } from "@nats-io/jwt";
 import { headers, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
@@ -97,7 +97,7 @@ export async function moveToIsolated(
   const old = agentNames(opts.storeKey);
   const now = { ...sharedAgentNames(opts.account), kvKey: old.kvKey };
   return accounts.asUser(opts.account, MOVER, (rc, rjsm) =>
-    accounts.asUser(opts.dataAccount, MOVER, async (dc) => {
+    accounts.asUser(opts.dataAccount, MOVER, async (dc, djsm) => {
       const djs = jetstream(dc, { timeout: 10_000 });
       const out: MoveOutcome = { handedOn: 0, waiting: 0, inboxDead: 0, outbox: 0, keys: 0, deleted: [] };
       const copy = async (subject: string, data: Uint8Array, h?: MsgHdrs) => {
@@ -139,7 +139,7 @@ export async function moveToIsolated(
           }
         };
         await pass(true);
-        await takeOff(djs, opts.account, handed);
+        await takeOff(djs, djsm, opts.account, handed);
         await pass(false);
       }
 
@@ -262,22 +262,39 @@ async function notHandedOn(
 }
 
 /**
- * Take the copies of messages handed on off the Agent's consumer in the data account: they are
- * the first on its subjects (copied before any other), delivered and acknowledged here. A copy
- * of a message not handed on, met first (a move run again), is given back at once and ends it.
+ * Take the copies of messages handed on off the Agent's consumer in the data account: each is
+ * delivered here and acknowledged. Any other message the consumer delivers meanwhile is one it
+ * still has to hand on: a copy of a message not handed on (a move run again), or one a runtime of
+ * the isolated layout took in before the install went back to a release without it and came
+ * forward again (those come first, before every copy). Each is held unacknowledged until the end
+ * and given back then, the consumer's room for unacknowledged messages raised meanwhile so that
+ * holding them never stops the deliveries.
  */
-async function takeOff(js: JetStreamClient, consumer: string, handed: Set<string>): Promise<void> {
+async function takeOff(
+  js: JetStreamClient,
+  jsm: JetStreamManager,
+  consumer: string,
+  handed: Set<string>,
+): Promise<void> {
   if (!handed.size) return;
+  const before = await jsm.consumers.info(SHARED_STREAMS.inbox, consumer);
+  const limit = before.config.max_ack_pending ?? -1;
+  const room = before.num_pending + before.num_ack_pending + handed.size + 1_000;
+  const raise = limit !== -1 && room > limit;
+  if (raise) await jsm.consumers.update(SHARED_STREAMS.inbox, consumer, { max_ack_pending: room });
   const c = await js.consumers.get(SHARED_STREAMS.inbox, consumer);
   const left = new Set(handed);
-  while (left.size) {
-    const m = await c.next({ expires: 2_000 });
-    if (!m) return;
-    if (!left.delete(m.subject)) {
-      m.nak();
-      return;
+  const held: JsMsg[] = [];
+  try {
+    while (left.size) {
+      const m = await c.next({ expires: 2_000 });
+      if (!m) return;
+      if (left.delete(m.subject)) await m.ackAck();
+      else held.push(m);
     }
-    await m.ackAck();
+  } finally {
+    for (const m of held) m.nak();
+    if (raise) await jsm.consumers.update(SHARED_STREAMS.inbox, consumer, { max_ack_pending: limit });
   }
 }
 
