@@ -6,7 +6,7 @@ import { basename } from "node:path";
 import { KubeConfig } from "@kubernetes/client-node";
 import { parseCaBundle } from "./certs.ts";
 import { checkLifetimes, DEFAULT_LIFETIMES, type CertManagerMode } from "./controllers/trust.ts";
-import type { RuntimeTracing, TolerationEntry } from "./controllers/settings.ts";
+import type { RuntimeTracing, TolerationEntry } from "./reconcile/settings.ts";
 import { startManager, type ManagerOptions } from "./manager.ts";
 import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./controllers/rollout.ts";
 import { isCidrOrIp } from "../../runtime/src/resources/network.ts";

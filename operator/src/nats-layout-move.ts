@@ -38,7 +38,7 @@ import {
 } from "../../runtime/src/contract/key-indexes.ts";
 import { isSubjectTaken, MAX_INDEXED_KEYS } from "../../runtime/src/nats/layout.ts";
 import { isNotFound } from "../../runtime/src/nats/streams.ts";
-import { deleteAgentJetStream } from "./controllers/finalizers.ts";
+import { deleteAgentJetStream } from "./reconcile/finalizers.ts";
 import type { NatsAccounts } from "./nats-accounts.ts";
 
 /** The layout an account JWT is of: the isolated layout's imports `$JS.API.INFO` from the data account. */

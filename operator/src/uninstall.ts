@@ -15,7 +15,7 @@ import {
   releaseAllFinalizers,
   STREAM_FINALIZER,
   type FinalizerRelease,
-} from "./controllers/finalizers.ts";
+} from "./reconcile/finalizers.ts";
 import { ApiException } from "@kubernetes/client-node";
 import { errorMessage, isStatus, type Kube } from "./kube/client.ts";
 

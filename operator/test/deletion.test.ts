@@ -7,7 +7,7 @@ import { startControlPlane, type ControlPlane } from "../../e2e/support/controlp
 import { startNats, withNatsDown, type NatsServer } from "../../e2e/support/nats.ts";
 import { consistently } from "../../e2e/support/wait.ts";
 import { agentNames } from "../../runtime/src/contract/agent-names.ts";
-import { DEFAULT_FINALIZER_TIMEOUT_MS } from "../src/controllers/finalizers.ts";
+import { DEFAULT_FINALIZER_TIMEOUT_MS } from "../src/reconcile/finalizers.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "./support.ts";
 

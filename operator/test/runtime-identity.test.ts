@@ -12,7 +12,7 @@ import { startControlPlane, type ControlPlane } from "../../e2e/support/controlp
 import { consistently } from "../../e2e/support/wait.ts";
 import { EventRecorder } from "../../runtime/src/kube/events.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
-import type { OperatorSettings } from "../src/controllers/settings.ts";
+import type { OperatorSettings } from "../src/reconcile/settings.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "./support.ts";
 
 let cp: ControlPlane;

@@ -10,7 +10,7 @@ import { startControlPlane, type ControlPlane } from "../../e2e/support/controlp
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import { LOG_FORMAT } from "../../runtime/src/telemetry/log-format.ts";
-import type { OperatorSettings } from "../src/controllers/settings.ts";
+import type { OperatorSettings } from "../src/reconcile/settings.ts";
 import { dataAccountOf } from "../src/nats-shared-accounts.ts";
 import { startManager, type ManagerOptions, type RunningManager } from "../src/manager.ts";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";

@@ -10,29 +10,32 @@ import { desiredAgentChildren, type AgentResource } from "./agent/desired.ts";
 import { agentIdClaim, selectedPeers } from "./agent/directory.ts";
 import { localApiDnsNames } from "./agent/local-api.ts";
 import { agentStatus } from "./agent/status.ts";
-import type { CustomObject, ReconcileContext } from "./context.ts";
+import type { CustomObject, ReconcileContext } from "../reconcile/context.ts";
 import { ensureDisruptionBudget } from "./disruption.ts";
 import { exposedHosts } from "./expose.ts";
-import { AGENT_FINALIZER, agentKeyOf, agentLeftovers, deleteAgentJetStream } from "./finalizers.ts";
-import { certificateDnsNames, childNames, serviceDnsNames } from "./names.ts";
-import { finalizerPart, reconcile, type Cleanup, type Controller } from "./pipeline.ts";
-import { requestedHosts } from "./references.ts";
+import { AGENT_FINALIZER, agentKeyOf, agentLeftovers, deleteAgentJetStream } from "../reconcile/finalizers.ts";
+import { certificateDnsNames, childNames, serviceDnsNames } from "../reconcile/names.ts";
+import type { Pass } from "../reconcile/part.ts";
+import { checkPartOrder, finalizerPart, reconcile, type Cleanup, type Controller } from "../reconcile/pipeline.ts";
+import { requestedHosts } from "../reconcile/references.ts";
 import { deleteRuntimeData } from "./runtime-account.ts";
 import { agentIdPart } from "./parts/agent-id.ts";
-import { handoffPart, localApiPart, signingKeyPart } from "./parts/agent-secrets.ts";
-import { exposurePart, exposurePrunePart } from "./parts/exposure.ts";
-import { legacyAccessPart } from "./parts/legacy-access.ts";
-import { natsCredentialPart } from "./parts/nats-credential.ts";
+import { handoffPart, localApiPart, signingKeyPart, type SigningSlots } from "./parts/agent-secrets.ts";
+import { exposurePart, exposurePrunePart, type ExposureSlots } from "./parts/exposure.ts";
+import { legacyAccessPart, releaseLegacyAccess } from "./parts/legacy-access.ts";
+import { natsCredentialPart, type NatsAccountSlots } from "./parts/nats-credential.ts";
 import { natsLayoutGate, sharedConsumersPart } from "./parts/nats-layout.ts";
 import { natsLayoutMovePart } from "./parts/nats-layout-move.ts";
 import { networkPolicyPrunePart } from "./parts/network-policy.ts";
-import type { Found, RuntimePass } from "./parts/pass.ts";
 import { policyPart } from "./parts/policy.ts";
-import { tlsPart, tlsRefusalGate, type TlsNames } from "./parts/tls.ts";
+import { tlsPart, tlsRefusalGate, type TlsNames, type TlsSlots } from "./parts/tls.ts";
 import { trustPart } from "./parts/trust.ts";
 import { workloadPart } from "./parts/workload.ts";
 
-type AgentPass = RuntimePass<AgentResource>;
+type AgentPass = Pass<AgentResource>;
+
+/** What an Agent's parts fill, for the parts after them and its status. */
+type AgentSlots = TlsSlots & ExposureSlots & NatsAccountSlots & SigningSlots;
 
 /** Every name the certificate may carry: the Agent's own Services' names, else one the install allows. */
 const tlsNames: TlsNames<AgentPass> = {
@@ -61,14 +64,14 @@ const cleanup: Cleanup = {
   },
 };
 
-export const agentController: Controller<Agent, Found> = {
+export const agentController: Controller<Agent, AgentSlots> = {
   kind: "Agent",
   plural: "agents",
   schema: Agent,
-  found: () => ({}),
   cleanup,
   blockedRetryMs: 30_000,
-  parts: [
+  gone: releaseLegacyAccess("Agent"),
+  parts: checkPartOrder([
     // Refused before anything is made for it.
     agentIdPart,
     natsLayoutGate,
@@ -91,13 +94,14 @@ export const agentController: Controller<Agent, Found> = {
     exposurePart(),
     exposurePrunePart({ needsUnheld: true }),
     networkPolicyPrunePart({ needsUnheld: true }),
-    workloadPart<AgentResource>({
+    workloadPart<AgentResource, SigningSlots & TlsSlots & ExposureSlots>({
+      needs: ["signing", "tlsSecret", "exposure"],
       read: async (ctx, pass) => ({ directory: await directoryPeers(ctx, pass.obj, pass.resource) }),
       children: (ctx, { resource, found }, { directory }) =>
         desiredAgentChildren(resource, {
           settings: ctx.settings,
-          signing: found.signing!,
-          tlsSecret: found.tlsSecret!,
+          signing: found.signing,
+          tlsSecret: found.tlsSecret,
           exposure: found.exposure,
           directory: directory as AgentResource["spec"]["peers"] | undefined,
         }),
@@ -105,26 +109,26 @@ export const agentController: Controller<Agent, Found> = {
       extras: [(ctx, { owner, resource }) => ensureDisruptionBudget(ctx, owner, resource.spec)],
     }),
     legacyAccessPart(),
-  ],
-  status(ctx, { obj, owner, resource, found }, summary) {
+  ]),
+  status(ctx, { obj, owner, resource, found }, report) {
     const { namespace, name } = owner.metadata;
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
     // Refused: nothing was made for it, and the status says only why. The keys it published
     // before (a running Agent refused later: its pods are held, not stopped) stay, as its Secret
     // was not touched; never for a duplicate agent id, whose key is never listed.
-    if (summary.ended) {
-      const refused = agentStatus(resource, { applied: [], deployment, blocker: summary.blocker });
-      if (summary.blocker?.reason === "DuplicateAgentId") return refused;
+    if (report.ended) {
+      const refused = agentStatus(resource, { applied: [], deployment, blocker: report.blocker });
+      if (report.blocker?.reason === "DuplicateAgentId") return refused;
       return { ...refused, status: { ...publishedKeys(obj.status), ...refused.status } };
     }
     // Whether the directory may list it under its agent id: it runs either way.
     const claim = agentIdClaim(resource.spec.agentId, { namespace, name }, found.signing?.publicKey, ctx.settings);
     const { status, conditions } = agentStatus(resource, {
-      applied: summary.applied,
+      applied: report.applied,
       deployment,
-      blocker: summary.blocker,
+      blocker: report.blocker,
       waiting: found.tlsWaiting,
-      queued: summary.queued,
+      queued: report.queued,
       signing: found.signing,
       tlsSecret: found.tlsSecret,
       claim,

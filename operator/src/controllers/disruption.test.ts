@@ -3,7 +3,7 @@ import { Agent } from "../../../runtime/src/resources/agent.ts";
 import { Relay } from "../../../runtime/src/resources/relay.ts";
 import { DisruptionSpec } from "../../../runtime/src/resources/disruption.ts";
 import { disruptionBudget } from "./disruption.ts";
-import type { Owner } from "./settings.ts";
+import type { Owner } from "../reconcile/settings.ts";
 
 const agent: Owner = { kind: "Agent", metadata: { name: "alice", namespace: "team", uid: "uid-1" } };
 const relay: Owner = { kind: "Relay", metadata: { name: "hub", namespace: "team", uid: "uid-2" } };

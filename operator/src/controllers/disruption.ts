@@ -10,8 +10,8 @@ import type { DisruptionSpec } from "../../../runtime/src/resources/disruption.t
 import { applyChildren, controlledBy } from "../kube/apply.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Kube } from "../kube/client.ts";
-import { childMeta, childNames, selectorLabels } from "./names.ts";
-import type { Owner } from "./settings.ts";
+import { childMeta, childNames, selectorLabels } from "../reconcile/names.ts";
+import type { Owner } from "../reconcile/settings.ts";
 
 export function disruptionBudgetName(owner: Owner): string {
   return childNames(owner.metadata.name).deployment;

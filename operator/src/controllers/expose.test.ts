@@ -18,7 +18,7 @@ import {
   gatewayMissing,
   wantedExposureKinds,
 } from "./expose.ts";
-import type { Owner } from "./settings.ts";
+import type { Owner } from "../reconcile/settings.ts";
 
 const meta = { name: "alice", namespace: "team", uid: "uid-1", generation: 1 };
 const owner: Owner = { kind: "Agent", metadata: meta };

@@ -3,9 +3,9 @@
 // must delete again. Table-tested in expose.test.ts; docs/exposure.md explains the choices.
 import type { KubernetesObject, V1Ingress, V1Service } from "@kubernetes/client-node";
 import type { ExposeSpec } from "../../../runtime/src/resources/expose.ts";
-import { childMeta, childNames, serviceDnsNames } from "./names.ts";
+import { childMeta, childNames, serviceDnsNames } from "../reconcile/names.ts";
 import { runtimeService } from "./workload.ts";
-import type { Owner } from "./settings.ts";
+import type { Owner } from "../reconcile/settings.ts";
 
 export const GATEWAY_GROUP = "gateway.networking.k8s.io";
 

@@ -6,7 +6,7 @@ import type { ExposeSpec } from "../../../runtime/src/resources/expose.ts";
 import { controlledBy } from "../kube/apply.ts";
 import type { Caches } from "../kube/caches.ts";
 import { isStatus, type Kube } from "../kube/client.ts";
-import type { Blocker } from "./conditions.ts";
+import type { Blocker } from "../reconcile/conditions.ts";
 import {
   exposureApiVersion,
   exposureToPrune,
@@ -18,8 +18,8 @@ import {
   type ExposureKind,
   type GatewayKind,
 } from "./expose.ts";
-import { childNames } from "./names.ts";
-import type { Owner } from "./settings.ts";
+import { childNames } from "../reconcile/names.ts";
+import type { Owner } from "../reconcile/settings.ts";
 
 export interface ExposurePlan {
   /** The exposure children to render (the Gateway kinds only when they are served). */

@@ -8,7 +8,7 @@ import {
   SERVICE_ACCOUNT_DIR,
 } from "./identity.ts";
 import { runtimeDeployment } from "./workload.ts";
-import type { Owner } from "./settings.ts";
+import type { Owner } from "../reconcile/settings.ts";
 
 const agent: Owner = { kind: "Agent", metadata: { name: "alice", namespace: "team", uid: "uid-1" } };
 const relay: Owner = { kind: "Relay", metadata: { name: "hub", namespace: "team", uid: "uid-2" } };

@@ -16,11 +16,11 @@ import type {
 } from "@kubernetes/client-node";
 import type { DeploymentSettings } from "../../../runtime/src/resources/deployment.ts";
 import { applyChildren } from "../kube/apply.ts";
-import type { Blocker } from "./conditions.ts";
-import type { ReconcileContext } from "./context.ts";
-import { grantLabel } from "./references.ts";
-import { childMeta } from "./names.ts";
-import type { Owner } from "./settings.ts";
+import type { Blocker } from "../reconcile/conditions.ts";
+import type { ReconcileContext } from "../reconcile/context.ts";
+import { grantLabel } from "../reconcile/references.ts";
+import { childMeta } from "../reconcile/names.ts";
+import type { Owner } from "../reconcile/settings.ts";
 
 /** Where client libraries look for the in-cluster token, CA and namespace (`loadFromCluster`). */
 export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";

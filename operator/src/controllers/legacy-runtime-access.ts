@@ -8,9 +8,9 @@
 import type { KubernetesObject, V1Deployment } from "@kubernetes/client-node";
 import type { Caches, CachedKind } from "../kube/caches.ts";
 import { COMPONENT_LABEL, managedByOperator } from "../kube/metadata.ts";
-import type { ReconcileContext } from "./context.ts";
+import type { ReconcileContext } from "../reconcile/context.ts";
 import { runtimeNeedsToken } from "./identity.ts";
-import type { Owner } from "./settings.ts";
+import type { Owner } from "../reconcile/settings.ts";
 
 /** The ServiceAccount (and Role and RoleBinding) the agent runtimes of a namespace shared. */
 export const AGENT_RUNTIME_ACCOUNT = "ifp-agent-runtimes";

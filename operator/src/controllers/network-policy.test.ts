@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { DeploymentSettings } from "../../../runtime/src/resources/deployment.ts";
 import { networkPolicyChildren, runtimeNetworkPolicy } from "./network-policy.ts";
-import type { Owner } from "./settings.ts";
+import type { Owner } from "../reconcile/settings.ts";
 
 const agent: Owner = { kind: "Agent", metadata: { name: "alice", namespace: "team", uid: "uid-1" } };
 

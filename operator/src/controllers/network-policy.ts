@@ -9,9 +9,9 @@
 import type { V1NetworkPolicy, V1NetworkPolicyIngressRule, V1NetworkPolicyPort } from "@kubernetes/client-node";
 import type { DeploymentSettings } from "../../../runtime/src/resources/deployment.ts";
 import { controlledBy } from "../kube/apply.ts";
-import type { ReconcileContext } from "./context.ts";
-import { A2A_GRPC_PORT, childMeta, childNames, HTTPS_PORT, METRICS_PORT, selectorLabels } from "./names.ts";
-import type { Owner, RuntimeNetworkPolicies } from "./settings.ts";
+import type { ReconcileContext } from "../reconcile/context.ts";
+import { A2A_GRPC_PORT, childMeta, childNames, HTTPS_PORT, METRICS_PORT, selectorLabels } from "../reconcile/names.ts";
+import type { Owner, RuntimeNetworkPolicies } from "../reconcile/settings.ts";
 
 /** The label the API server gives every namespace: its name. */
 export const NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name";

@@ -9,7 +9,7 @@ import {
   schedulingRefusal,
   secretReferences,
 } from "./pod-policy.ts";
-import type { Owner } from "./settings.ts";
+import type { Owner } from "../reconcile/settings.ts";
 
 const d = (x: object) => x as DeploymentSettings;
 const owner: Owner = { kind: "Agent", metadata: { name: "shop", namespace: "ns", uid: "u" } };

@@ -8,9 +8,9 @@
 import type { V1Secret } from "@kubernetes/client-node";
 import type { Kube } from "../kube/client.ts";
 import type { DeploymentSettings } from "../../../runtime/src/resources/deployment.ts";
-import type { Blocker } from "./conditions.ts";
-import { grantLabel, secretUsableBy } from "./references.ts";
-import type { OperatorSettings, Owner, TolerationEntry } from "./settings.ts";
+import type { Blocker } from "../reconcile/conditions.ts";
+import { grantLabel, secretUsableBy } from "../reconcile/references.ts";
+import type { OperatorSettings, Owner, TolerationEntry } from "../reconcile/settings.ts";
 
 type Loose = Record<string, unknown>;
 const FIELD = "spec.deployment";

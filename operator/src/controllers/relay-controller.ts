@@ -6,28 +6,38 @@ import { relayStreamConfig } from "../../../runtime/src/contract/relay-stream.ts
 import { Relay } from "../../../runtime/src/resources/relay.ts";
 import type { RelayStatus } from "../crd/status.ts";
 import type { ReconcileResult } from "../kube/controller.ts";
-import type { CustomObject, ReconcileContext } from "./context.ts";
+import type { CustomObject, ReconcileContext } from "../reconcile/context.ts";
 import { ensureDisruptionBudget } from "./disruption.ts";
 import { exposedHosts } from "./expose.ts";
-import { deleteRelayStream, STREAM_FINALIZER } from "./finalizers.ts";
-import { certificateDnsNames, childNames, serviceDnsNames } from "./names.ts";
-import { finalizerPart, reconcile, type Cleanup, type Controller } from "./pipeline.ts";
-import { requestedHosts } from "./references.ts";
+import { deleteRelayStream, STREAM_FINALIZER } from "../reconcile/finalizers.ts";
+import { certificateDnsNames, childNames, serviceDnsNames } from "../reconcile/names.ts";
+import {
+  checkPartOrder,
+  filled,
+  finalizerPart,
+  reconcile,
+  type Cleanup,
+  type Controller,
+} from "../reconcile/pipeline.ts";
+import type { Pass } from "../reconcile/part.ts";
+import { requestedHosts } from "../reconcile/references.ts";
 import { desiredRelayChildren, type RelayResource } from "./relay/desired.ts";
 import { relayStatus } from "./relay/status.ts";
 import { deleteRuntimeData } from "./runtime-account.ts";
-import { exposurePart, exposurePrunePart } from "./parts/exposure.ts";
-import { legacyAccessPart } from "./parts/legacy-access.ts";
-import { natsCredentialPart } from "./parts/nats-credential.ts";
+import { exposurePart, exposurePrunePart, type ExposureSlots } from "./parts/exposure.ts";
+import { legacyAccessPart, releaseLegacyAccess } from "./parts/legacy-access.ts";
+import { natsCredentialPart, type NatsAccountSlots } from "./parts/nats-credential.ts";
 import { networkPolicyPrunePart } from "./parts/network-policy.ts";
-import type { Found, RuntimePass } from "./parts/pass.ts";
 import { policyPart } from "./parts/policy.ts";
-import { relayStreamPart } from "./parts/relay-stream.ts";
-import { tlsPart, type TlsNames } from "./parts/tls.ts";
+import { relayStreamPart, type StreamSlots } from "./parts/relay-stream.ts";
+import { tlsPart, type TlsNames, type TlsSlots } from "./parts/tls.ts";
 import { trustPart } from "./parts/trust.ts";
 import { workloadPart } from "./parts/workload.ts";
 
-type RelayPass = RuntimePass<RelayResource>;
+type RelayPass = Pass<RelayResource>;
+
+/** What a Relay's parts fill, for the parts after them and its status. */
+type RelaySlots = TlsSlots & ExposureSlots & NatsAccountSlots & StreamSlots;
 
 const tlsNames: TlsNames<RelayPass> = {
   own: ({ owner }) => serviceDnsNames(owner),
@@ -53,13 +63,13 @@ const cleanup: Cleanup = {
   leftovers: (obj) => [streamToDelete(obj)!],
 };
 
-export const relayController: Controller<Relay, Found> = {
+export const relayController: Controller<Relay, RelaySlots> = {
   kind: "Relay",
   plural: "relays",
   schema: Relay,
-  found: () => ({}),
   cleanup,
-  parts: [
+  gone: releaseLegacyAccess("Relay"),
+  parts: checkPartOrder([
     finalizerPart(cleanup),
     // A Secret the relay may not use (or that does not exist yet) is never mounted.
     policyPart(),
@@ -70,28 +80,29 @@ export const relayController: Controller<Relay, Found> = {
     exposurePart(),
     exposurePrunePart({ needsUnheld: false }),
     networkPolicyPrunePart({ needsUnheld: false }),
-    workloadPart<RelayResource>({
+    workloadPart<RelayResource, TlsSlots & ExposureSlots>({
+      needs: ["tlsSecret", "exposure"],
       children: (ctx, { resource, found }) =>
         desiredRelayChildren(resource, {
           settings: ctx.settings,
-          tlsSecret: found.tlsSecret!,
+          tlsSecret: found.tlsSecret,
           exposure: found.exposure,
         }),
       extras: [(ctx, { owner, resource }) => ensureDisruptionBudget(ctx, owner, resource.spec)],
     }),
     legacyAccessPart(),
     relayStreamPart,
-  ],
-  status(ctx, { obj, owner, resource, found }, summary) {
+  ]),
+  status(ctx, { obj, owner, resource, found }, report) {
     const { namespace, name } = owner.metadata;
     const deployment = ctx.caches.get<V1Deployment>("Deployment", namespace, childNames(name).deployment);
-    const stream = found.stream!;
+    const stream = filled(found, "stream");
     const { status, conditions } = relayStatus(
       resource,
       {
-        applied: summary.applied,
+        applied: report.applied,
         deployment,
-        blocker: summary.blocker,
+        blocker: report.blocker,
         waiting: found.tlsWaiting,
         stream,
         tlsSecret: found.tlsSecret,

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { parseRolloutLimit, resolveRolloutLimit, RolloutGate, rolloutSettled } from "./rollout.ts";
-import type { DeploymentLike } from "./conditions.ts";
+import type { DeploymentLike } from "../reconcile/conditions.ts";
 
 const dep = (
   generation: number,

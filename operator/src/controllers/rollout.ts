@@ -2,7 +2,7 @@
 // new runtime image after a chart upgrade, a changed flag), at most `max` Agents have their
 // Deployment changed and not yet available at a time; the others wait their turn. An Agent
 // whose own spec changed is never held back (its user asked for that change), but it counts.
-import type { DeploymentLike } from "./conditions.ts";
+import type { DeploymentLike } from "../reconcile/conditions.ts";
 
 /** --max-rolling-agents: a number of Agents, or a percentage of all Agents (rounded up, at least one). */
 export type RolloutLimit = { count: number } | { percent: number };

@@ -7,9 +7,9 @@ import type { JetStreamManager } from "@nats-io/jetstream";
 import type { AccountResource } from "../nats-account-limits.ts";
 import { isNotFound } from "../../../runtime/src/nats/streams.ts";
 import { accountOfSecret, natsCredsSecretName } from "./runtime-nats-credential.ts";
-import type { ReconcileContext } from "./context.ts";
+import type { ReconcileContext } from "../reconcile/context.ts";
 import { dataAccountOperatorPermissions } from "../nats-data-accounts.ts";
-import { agentKeyOf } from "./finalizers.ts";
+import { agentKeyOf } from "../reconcile/finalizers.ts";
 import { readSharedAgent, type Reading } from "./summary.ts";
 
 type AccountContext = Pick<ReconcileContext, "caches" | "nats" | "natsIssuer" | "natsAccounts" | "dataAccounts">;

@@ -9,7 +9,7 @@ import type { Logger } from "pino";
 import type { NatsPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
 import { API_VERSION } from "../../../runtime/src/resources/schema.ts";
 import { ChildConflictError, controlledBy } from "../kube/apply.ts";
-import { markedFor, ownedMark } from "./generated-mark.ts";
+import { markedFor, ownedMark } from "../reconcile/generated-mark.ts";
 import type { Kube } from "../kube/client.ts";
 import {
   CredentialIssuer,
@@ -23,9 +23,9 @@ import {
 } from "../nats-credential-issuer.ts";
 import type { NatsAccounts } from "../nats-accounts.ts";
 import type { AccountResource } from "../nats-account-limits.ts";
-import type { ReconcileContext } from "./context.ts";
-import { childMeta } from "./names.ts";
-import type { Owner } from "./settings.ts";
+import type { ReconcileContext } from "../reconcile/context.ts";
+import { childMeta } from "../reconcile/names.ts";
+import type { Owner } from "../reconcile/settings.ts";
 
 /** The Secret key of the credentials file. */
 export const CREDS_KEY = "nats.creds";

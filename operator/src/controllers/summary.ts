@@ -21,7 +21,7 @@ import type { Summary as SummarySchema } from "../crd/status.ts";
 import type { z } from "zod";
 import type { Caches } from "../kube/caches.ts";
 import { errorMessage } from "../kube/client.ts";
-import { agentKeyOf } from "./finalizers.ts";
+import { agentKeyOf } from "../reconcile/finalizers.ts";
 import { printable } from "../../../runtime/src/util/printable.ts";
 
 export type Summary = z.infer<typeof SummarySchema>;

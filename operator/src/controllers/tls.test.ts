@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { certificateWaiting, desiredCertificate, DNS_NAMES_HASH, NOT_AFTER, selfSignedAction } from "./tls.ts";
 import { hashOf } from "../kube/metadata.ts";
-import { certificateDnsNames } from "./names.ts";
-import type { Owner } from "./settings.ts";
+import { certificateDnsNames } from "../reconcile/names.ts";
+import type { Owner } from "../reconcile/settings.ts";
 
 const owner: Owner = { kind: "Agent", metadata: { name: "alice", namespace: "team", uid: "u" } };
 const names = certificateDnsNames(owner, "https://alice.example.org/base", ["extra.example"]);

@@ -6,15 +6,15 @@ import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
 import { isoSeconds } from "../../../runtime/src/util/time.ts";
 import { validity } from "../certs.ts";
 import { applyChildren, controlledBy, ChildConflictError } from "../kube/apply.ts";
-import { markedFor, ownedMark } from "./generated-mark.ts";
+import { markedFor, ownedMark } from "../reconcile/generated-mark.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Kube } from "../kube/client.ts";
-import type { Blocker } from "./conditions.ts";
-import type { NoteReason } from "./context.ts";
+import type { Blocker } from "../reconcile/conditions.ts";
+import type { NoteReason } from "../reconcile/context.ts";
 import { COMPONENT_LABEL, hashOf, INSTANCE_LABEL, MANAGED_BY } from "../kube/metadata.ts";
-import { childMeta, childNames } from "./names.ts";
-import type { Owner } from "./settings.ts";
-import { secretUsableBy } from "./references.ts";
+import { childMeta, childNames } from "../reconcile/names.ts";
+import type { Owner } from "../reconcile/settings.ts";
+import { secretUsableBy } from "../reconcile/references.ts";
 import { DEFAULT_LIFETIMES, type InstallTrust } from "./trust.ts";
 
 export interface TlsSpecInput {

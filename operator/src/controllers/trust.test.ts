@@ -1,8 +1,8 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { createCA, validity, type CertificateAuthority } from "../certs.ts";
 import { desiredAgentChildren } from "./agent/desired.ts";
-import { certificateDnsNames } from "./names.ts";
-import type { Owner } from "./settings.ts";
+import { certificateDnsNames } from "../reconcile/names.ts";
+import type { Owner } from "../reconcile/settings.ts";
 import { selfSignedAction, DNS_NAMES_HASH, ISSUER, NOT_AFTER } from "./tls.ts";
 import { hashOf } from "../kube/metadata.ts";
 import { Agent } from "../../../runtime/src/resources/agent.ts";

@@ -5,7 +5,7 @@
 // spec.tls.trust entries. In the install's cert-manager mode a cert-manager issuer of the user's
 // issues the default serving certificates instead (tls.ts), and a bundle ConfigMap that
 // trust-manager writes into each namespace joins every trust bundle.
-import { secretUsableBy } from "./references.ts";
+import { secretUsableBy } from "../reconcile/references.ts";
 import { randomBytes } from "node:crypto";
 import type { KubernetesObject, V1ConfigMap, V1Secret } from "@kubernetes/client-node";
 import type { Logger } from "pino";
@@ -13,9 +13,9 @@ import { createCA, fingerprint, loadCA, parseCaBundle, validity, type Certificat
 import { applyChildren } from "../kube/apply.ts";
 import type { Caches } from "../kube/caches.ts";
 import { errorMessage, isStatus, type Kube } from "../kube/client.ts";
-import type { Blocker } from "./conditions.ts";
-import { childMeta } from "./names.ts";
-import type { Owner } from "./settings.ts";
+import type { Blocker } from "../reconcile/conditions.ts";
+import { childMeta } from "../reconcile/names.ts";
+import type { Owner } from "../reconcile/settings.ts";
 
 const HOUR = 3600_000;
 const DAY = 24 * HOUR;

@@ -7,8 +7,8 @@ import type { DeploymentSettings } from "../../../runtime/src/resources/deployme
 import { DEFAULT_RUNTIME_MEMORY_LIMIT } from "../../../runtime/src/contract/node-options.ts";
 import { withNodeHeap, withPodSettings } from "./pod.ts";
 import { podServiceAccount, runtimeNeedsToken, runtimeTokenVolume } from "./identity.ts";
-import { childMeta, childNames, HTTPS_PORT, labels, METRICS_PORT, selectorLabels } from "./names.ts";
-import type { OperatorSettings, Owner, OwnerMeta, RuntimeTracing } from "./settings.ts";
+import { childMeta, childNames, HTTPS_PORT, labels, METRICS_PORT, selectorLabels } from "../reconcile/names.ts";
+import type { OperatorSettings, Owner, OwnerMeta, RuntimeTracing } from "../reconcile/settings.ts";
 
 /**
  * The OTEL_* environment of a runtime when the operator was given tracing settings, none

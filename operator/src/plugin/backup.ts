@@ -16,7 +16,7 @@ import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection, type NodeConnectionOptions } from "@nats-io/transport-node";
 import { isNotFound } from "../../../runtime/src/nats/streams.ts";
-import { childNames } from "../controllers/names.ts";
+import { childNames } from "../reconcile/names.ts";
 import { accountOfSecret, issuerOfSecret, natsCredsSecretName } from "../controllers/runtime-nats-credential.ts";
 import type { CredentialIssuer } from "../nats-credential-issuer.ts";
 import { type Archive, type ArchiveInput, type Manifest, writeArchive } from "./backup-archive.ts";

@@ -7,7 +7,7 @@
 // docs/kubectl-plugin.md.
 import { PassThrough, Writable } from "node:stream";
 import { AuthorizationV1Api, Exec, type V1Pod, type V1Status } from "@kubernetes/client-node";
-import { selectorLabels } from "../controllers/names.ts";
+import { selectorLabels } from "../reconcile/names.ts";
 import { apiMessage, type Connection, GROUP, PluginError, statusOf, VERSION } from "./kube.ts";
 
 /** The runtime's container in an Agent's pod (controllers/workload.ts). */

@@ -4,7 +4,7 @@
 // the gRPC binding has a port of its own (A2A_GRPC_PORT), on the container and the Service.
 import type { KubernetesObject, V1Deployment, V1Service } from "@kubernetes/client-node";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
-import { A2A_GRPC_PORT } from "../names.ts";
+import { A2A_GRPC_PORT } from "../../reconcile/names.ts";
 
 export const A2A_TOKENS_DIR = "/etc/ifp/a2a";
 export const A2A_TOKENS_FILE = `${A2A_TOKENS_DIR}/tokens`;

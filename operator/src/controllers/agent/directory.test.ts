@@ -3,7 +3,7 @@ import { selectorMatches } from "../../../../runtime/src/resources/fields.ts";
 import { agentIdClaim, directoryEntry, selectedPeers, withDirectoryPeers } from "./directory.ts";
 import { didKeyFromPublicKey } from "../../../../runtime/src/protocol/did-key.ts";
 import { generateSigningKey } from "../../../../runtime/src/protocol/keys.ts";
-import type { CustomObject } from "../context.ts";
+import type { CustomObject } from "../../reconcile/context.ts";
 
 const KEY = "B".repeat(43);
 const agent = (

@@ -4,11 +4,11 @@
 import { selectorMatches, type LabelSelector } from "../../../../runtime/src/resources/fields.ts";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
 import type { AgentStatus } from "../../crd/status.ts";
-import type { CustomObject } from "../context.ts";
+import type { CustomObject } from "../../reconcile/context.ts";
 import { didKeyPublicKey, isDidKey } from "../../../../runtime/src/protocol/did-key.ts";
 import { canonicalHost } from "../../../../runtime/src/net/host-name.ts";
-import { allowedHostsFor, dnsNameAllowed, hostAllowHint, type HostAllowLists } from "../references.ts";
-import { serviceDnsNames } from "../names.ts";
+import { allowedHostsFor, dnsNameAllowed, hostAllowHint, type HostAllowLists } from "../../reconcile/references.ts";
+import { serviceDnsNames } from "../../reconcile/names.ts";
 
 type PeerInput = Agent["spec"]["peers"][number];
 export interface PeerSelector {

@@ -4,8 +4,8 @@
 // can check the signature without configuration).
 import type { V1Deployment } from "@kubernetes/client-node";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
-import type { CustomObject, ReconcileContext } from "../context.ts";
-import type { Owner } from "../settings.ts";
+import type { CustomObject, ReconcileContext } from "../../reconcile/context.ts";
+import type { Owner } from "../../reconcile/settings.ts";
 import { ensureGeneratedSecret, type LocalApiOutcome } from "./local-api.ts";
 
 export const HANDOFF_SECRET_DIR = "/etc/ifp/handoff";

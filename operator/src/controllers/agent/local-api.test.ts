@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { Agent } from "../../../../runtime/src/resources/agent.ts";
-import { certificateDnsNames } from "../names.ts";
+import { certificateDnsNames } from "../../reconcile/names.ts";
 import { desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { generatedSecretRefusal, localApiDnsNames, localApiTokenSecret, newLocalApiToken } from "./local-api.ts";
 

@@ -15,13 +15,13 @@ import {
 import type { AgentSpec } from "../../../../runtime/src/resources/agent.ts";
 import { parseDuration } from "../../../../runtime/src/resources/fields.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY, managedByOperator } from "../../kube/metadata.ts";
-import { isoSeconds, type Blocker } from "../conditions.ts";
-import { note } from "../pipeline.ts";
-import type { CustomObject, ReconcileContext } from "../context.ts";
-import { childNames } from "../names.ts";
-import type { Owner } from "../settings.ts";
-import { GENERATED_MARK, generatedMark, hasGeneratedMark, signingMarkFields } from "../generated-mark.ts";
-import { grantLabel, secretUsableBy } from "../references.ts";
+import { isoSeconds, type Blocker } from "../../reconcile/conditions.ts";
+import { note } from "../../reconcile/pipeline.ts";
+import type { CustomObject, ReconcileContext } from "../../reconcile/context.ts";
+import { childNames } from "../../reconcile/names.ts";
+import type { Owner } from "../../reconcile/settings.ts";
+import { GENERATED_MARK, generatedMark, hasGeneratedMark, signingMarkFields } from "../../reconcile/generated-mark.ts";
+import { grantLabel, secretUsableBy } from "../../reconcile/references.ts";
 
 export type SigningOutcome =
   | {

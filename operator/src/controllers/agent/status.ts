@@ -2,8 +2,8 @@
 import { a2aUrls } from "../../../../runtime/src/contract/a2a.ts";
 import { capabilitiesHash } from "../../../../runtime/src/contract/capabilities.ts";
 import type { AgentStatus } from "../../crd/status.ts";
-import { runtimeConditions, type ConditionInput, type RuntimeObservation } from "../conditions.ts";
-import { A2A_GRPC_PORT, selectorLabels } from "../names.ts";
+import { runtimeConditions, type ConditionInput, type RuntimeObservation } from "../../reconcile/conditions.ts";
+import { A2A_GRPC_PORT, selectorLabels } from "../../reconcile/names.ts";
 import { agentEndpoint, agentOwner, type AgentResource } from "./desired.ts";
 
 export interface AgentObservation extends RuntimeObservation {

@@ -6,13 +6,12 @@ import type { AgentStatus } from "../../crd/status.ts";
 import type { AgentResource } from "../agent/desired.ts";
 import { activeSigningKey, agentIdClaim } from "../agent/directory.ts";
 import { signingKeyIn, signingSecretUse } from "../agent/signing.ts";
-import type { CustomObject, ReconcileContext } from "../context.ts";
-import { childNames } from "../names.ts";
-import type { Part } from "../pipeline.ts";
-import type { Owner } from "../settings.ts";
-import type { RuntimePass } from "./pass.ts";
+import type { CustomObject, ReconcileContext } from "../../reconcile/context.ts";
+import { childNames } from "../../reconcile/names.ts";
+import type { Part } from "../../reconcile/part.ts";
+import type { Owner } from "../../reconcile/settings.ts";
 
-export const agentIdPart: Part<RuntimePass<AgentResource>> = {
+export const agentIdPart: Part<AgentResource> = {
   name: "agent-id",
   async ensure(ctx, { obj, owner, resource }) {
     const agentId = resource.spec.agentId;

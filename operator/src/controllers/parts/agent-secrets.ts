@@ -5,31 +5,34 @@ import type { AgentResource } from "../agent/desired.ts";
 import { ensureHandoffSecret } from "../agent/handoff.ts";
 import { ensureLocalApi, localApiChildren } from "../agent/local-api.ts";
 import { ensureSigningKey } from "../agent/signing.ts";
-import type { Outcome, Part } from "../pipeline.ts";
-import type { RuntimePass } from "./pass.ts";
+import type { Outcome, Part } from "../../reconcile/part.ts";
+import type { SigningOutcome } from "../agent/signing.ts";
 
-type AgentPass = RuntimePass<AgentResource>;
+/** What the signing part fills: the Agent's signing key, once it is usable. */
+export interface SigningSlots {
+  signing: Exclude<SigningOutcome, { blocker: unknown }>;
+}
 
-const secretOutcome = (o: { applied: string[]; blocker?: Outcome["blocked"] }): Outcome =>
+const secretOutcome = (o: { applied: string[]; blocker?: Outcome["blocked"] }): Outcome<never> =>
   o.blocker ? { applied: o.applied, blocked: o.blocker, holds: true } : { applied: o.applied };
 
-export const signingKeyPart: Part<AgentPass> = {
+export const signingKeyPart: Part<AgentResource, object, SigningSlots> = {
   name: "signing-key",
-  async ensure(ctx, { obj, owner, resource, found }) {
+  provides: ["signing"],
+  async ensure(ctx, { obj, owner, resource }) {
     const signing = await ensureSigningKey(ctx, obj, owner, resource.spec.signing);
     if ("blocker" in signing) return secretOutcome(signing);
-    found.signing = signing;
-    return { applied: signing.applied, requeueAfterMs: signing.requeueAfterMs };
+    return { applied: signing.applied, requeueAfterMs: signing.requeueAfterMs, provides: { signing } };
   },
 };
 
-export const localApiPart: Part<AgentPass> = {
+export const localApiPart: Part<AgentResource> = {
   name: "local-api",
   desired: (_ctx, { owner, resource }) => localApiChildren(owner, resource),
   ensure: async (ctx, { obj, owner, resource }) => secretOutcome(await ensureLocalApi(ctx, obj, owner, resource)),
 };
 
-export const handoffPart: Part<AgentPass> = {
+export const handoffPart: Part<AgentResource> = {
   name: "handoff",
   ensure: async (ctx, { obj, owner, resource }) => secretOutcome(await ensureHandoffSecret(ctx, obj, owner, resource)),
 };

@@ -2,17 +2,22 @@
 // the Secret `<name>-nats` with the permissions of its kind, in its own account.
 import type { NatsPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
 import type { AccountResource } from "../../nats-account-limits.ts";
-import type { ReconcileContext } from "../context.ts";
-import type { Part } from "../pipeline.ts";
+import type { ReconcileContext } from "../../reconcile/context.ts";
+import type { Outcome, Part, Pass } from "../../reconcile/part.ts";
 import { ensureNatsCreds } from "../runtime-nats-credential.ts";
-import { tenantRefusal } from "./nats-layout.ts";
-import type { RuntimePass, RuntimeSpec } from "./pass.ts";
+import { TenantStorageError } from "../../nats-data-accounts.ts";
 
-export function natsCredentialPart<R extends RuntimeSpec>(
-  permissions: (pass: RuntimePass<R>, account: string, ctx: ReconcileContext) => NatsPermissions,
-): Part<RuntimePass<R>> {
+/** What the credential part fills: the runtime's own NATS account, when the operator issues its credential. */
+export interface NatsAccountSlots {
+  natsAccount?: string;
+}
+
+export function natsCredentialPart<R extends { spec: object }>(
+  permissions: (pass: Pass<R>, account: string, ctx: ReconcileContext) => NatsPermissions,
+): Part<R, object, NatsAccountSlots> {
   return {
     name: "nats-credential",
+    provides: ["natsAccount"],
     async ensure(ctx, pass) {
       if (!ctx.natsIssuer) return {};
       let creds: Awaited<ReturnType<typeof ensureNatsCreds>>;
@@ -29,8 +34,14 @@ export function natsCredentialPart<R extends RuntimeSpec>(
         // On the isolated layout: the tenant's data account, made first, may be refused its JetStream.
         return tenantRefusal(err);
       }
-      pass.found.natsAccount = creds.account;
-      return { applied: creds.applied, requeueAfterMs: creds.requeueAfterMs };
+      return { applied: creds.applied, requeueAfterMs: creds.requeueAfterMs, provides: { natsAccount: creds.account } };
     },
   };
+}
+
+/** A tenant refused its JetStream: the Agent is blocked (its workload held) and looked at again; anything else is thrown. */
+export function tenantRefusal(err: unknown): Outcome {
+  if (err instanceof TenantStorageError)
+    return { blocked: { reason: err.reason, message: err.message }, holds: true, requeueAfterMs: 30_000 };
+  throw err;
 }

@@ -13,18 +13,15 @@
 import type { V1Deployment, V1Secret } from "@kubernetes/client-node";
 import { parseDuration } from "../../../../runtime/src/resources/fields.ts";
 import { API_VERSION } from "../../../../runtime/src/resources/schema.ts";
-import type { AgentResource } from "../agent/desired.ts";
-import { agentKeyOf } from "../finalizers.ts";
-import { childNames } from "../names.ts";
+import type { Agent } from "../../../../runtime/src/resources/agent.ts";
+import { agentKeyOf } from "../../reconcile/finalizers.ts";
+import { childNames } from "../../reconcile/names.ts";
 import { SHARED_ACCOUNT_ANNOTATION, natsCredsSecretName } from "../runtime-nats-credential.ts";
 import { layoutOfAccountJwt, moveToIsolated, perAgentStreams } from "../../nats-layout-move.ts";
 import type { NatsAccounts } from "../../nats-accounts.ts";
 import type { AccountResource } from "../../nats-account-limits.ts";
-import type { Part } from "../pipeline.ts";
-import type { RuntimePass } from "./pass.ts";
-import { tenantRefusal } from "./nats-layout.ts";
-
-type AgentPass = RuntimePass<AgentResource>;
+import type { Part } from "../../reconcile/part.ts";
+import { tenantRefusal } from "./nats-credential.ts";
 
 /** How soon a move waiting for the runtime to stop looks again. */
 const MOVE_RETRY_MS = 2_000;
@@ -39,7 +36,7 @@ const settledOf = accountSet();
 /** Accounts this process fenced for a move (NatsAccounts.fence). */
 const fencedOf = accountSet();
 
-export const natsLayoutMovePart: Part<AgentPass> = {
+export const natsLayoutMovePart: Part<Agent> = {
   name: "nats-layout-move",
   async ensure(ctx, { owner, resource }) {
     const accounts = ctx.natsAccounts;

@@ -7,17 +7,15 @@ import {
   type UnsupportedFeature,
 } from "../../../../runtime/src/contract/shared-layout.ts";
 import { parseDuration } from "../../../../runtime/src/resources/fields.ts";
-import type { AgentResource } from "../agent/desired.ts";
-import { TenantStorageError } from "../../nats-data-accounts.ts";
-import type { Outcome, Part } from "../pipeline.ts";
-import type { RuntimePass } from "./pass.ts";
-
-type AgentPass = RuntimePass<AgentResource>;
+import type { Agent } from "../../../../runtime/src/resources/agent.ts";
+import type { ReconcileContext } from "../../reconcile/context.ts";
+import type { Part } from "../../reconcile/part.ts";
+import { tenantRefusal, type NatsAccountSlots } from "./nats-credential.ts";
 
 /** What of the Agent's spec the isolated layout does not serve yet (of `unsupported`); empty elsewhere. */
 export function notOnNatsLayout(
   layout: string | undefined,
-  spec: AgentResource["spec"],
+  spec: Agent["spec"],
   unsupported: readonly UnsupportedFeature[] = ISOLATED_LAYOUT_UNSUPPORTED,
 ): string[] {
   if (layout !== "isolated") return [];
@@ -25,7 +23,9 @@ export function notOnNatsLayout(
 }
 
 /** The gate of `unsupported` (the contract's list; a test gives one of its own while the contract's is empty). */
-export const natsLayoutGateOf = (unsupported: readonly UnsupportedFeature[]): Part<AgentPass> => ({
+export const natsLayoutGateOf = (
+  unsupported: readonly UnsupportedFeature[],
+): Part<Agent, object, object, Pick<ReconcileContext, "settings">> => ({
   name: "nats-layout",
   async ensure(ctx, { resource }) {
     const fields = notOnNatsLayout(ctx.settings.natsLayout, resource.spec, unsupported);
@@ -41,11 +41,12 @@ export const natsLayoutGateOf = (unsupported: readonly UnsupportedFeature[]): Pa
   },
 });
 
-export const natsLayoutGate: Part<AgentPass> = natsLayoutGateOf(ISOLATED_LAYOUT_UNSUPPORTED);
+export const natsLayoutGate = natsLayoutGateOf(ISOLATED_LAYOUT_UNSUPPORTED);
 
 /** The Agent's consumers in its tenant's data account; a tenant refused its JetStream holds the workload. */
-export const sharedConsumersPart: Part<AgentPass> = {
+export const sharedConsumersPart: Part<Agent, NatsAccountSlots, object, Pick<ReconcileContext, "dataAccounts">> = {
   name: "shared-consumers",
+  needs: ["natsAccount"],
   async ensure(ctx, { owner, resource, found }) {
     if (!ctx.dataAccounts || !found.natsAccount) return {};
     const handler = resource.spec.handler;
@@ -61,10 +62,3 @@ export const sharedConsumersPart: Part<AgentPass> = {
     }
   },
 };
-
-/** A tenant refused its JetStream: the Agent is blocked (its workload held) and looked at again; anything else is thrown. */
-export function tenantRefusal(err: unknown): Outcome {
-  if (err instanceof TenantStorageError)
-    return { blocked: { reason: err.reason, message: err.message }, holds: true, requeueAfterMs: 30_000 };
-  throw err;
-}

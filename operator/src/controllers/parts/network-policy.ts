@@ -1,10 +1,13 @@
 // The runtime's NetworkPolicy is rendered with the workload (network-policy.ts); this part
 // deletes it when the install renders none.
 import { pruneNetworkPolicy } from "../network-policy.ts";
-import { note, type Part } from "../pipeline.ts";
-import type { RuntimePass, RuntimeSpec } from "./pass.ts";
+import type { ReconcileContext } from "../../reconcile/context.ts";
+import type { Part } from "../../reconcile/part.ts";
+import { note } from "../../reconcile/pipeline.ts";
 
-export function networkPolicyPrunePart<R extends RuntimeSpec>(opts: { needsUnheld: boolean }): Part<RuntimePass<R>> {
+export function networkPolicyPrunePart<R>(opts: {
+  needsUnheld: boolean;
+}): Part<R, object, object, Pick<ReconcileContext, "kube" | "caches" | "settings" | "notes">> {
   return {
     name: "network-policy-prune",
     needsUnheld: opts.needsUnheld,

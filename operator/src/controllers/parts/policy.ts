@@ -2,16 +2,26 @@
 // image (--allowed-images), the pod settings (pod-policy.ts), the ServiceAccount it names
 // (identity.ts) and, for an Agent, the Secret of its introduction tokens.
 import type { V1Secret } from "@kubernetes/client-node";
-import type { Blocker } from "../conditions.ts";
-import type { ReconcileContext } from "../context.ts";
+import type { Blocker } from "../../reconcile/conditions.ts";
+import type { ReconcileContext } from "../../reconcile/context.ts";
 import { serviceAccountRefusal } from "../identity.ts";
-import type { Part } from "../pipeline.ts";
+import type { Part, Pass } from "../../reconcile/part.ts";
 import { podSettingsRefusal, readSecret } from "../pod-policy.ts";
-import { imageRefusal, secretUsableBy } from "../references.ts";
-import type { Owner } from "../settings.ts";
-import type { RuntimePass, RuntimeSpec } from "./pass.ts";
+import { imageRefusal, secretUsableBy } from "../../reconcile/references.ts";
+import type { Owner } from "../../reconcile/settings.ts";
+import type { DeploymentSettings } from "../../../../runtime/src/resources/deployment.ts";
 
-type IntroductionSpec = { spec: { inbox?: { introductionTokens?: { secretName: string } } } };
+/** What of a resource's spec the policy reads; for an Agent, also the Secret of its introduction tokens. */
+type PolicySpec = {
+  spec: {
+    image?: string;
+    deployment?: DeploymentSettings;
+    inbox?: { introductionTokens?: { secretName: string } };
+  };
+};
+
+/** The part of the context the policy reads. */
+type PolicyContext = Pick<ReconcileContext, "kube" | "caches" | "settings">;
 
 /**
  * The first refusal, if any: the workload is held while there is one (a Relay's stream is still
@@ -19,9 +29,9 @@ type IntroductionSpec = { spec: { inbox?: { introductionTokens?: { secretName: s
  * (its signing key, local API token, hand-off secret, certificate, NATS credential, children):
  * the status and a Warning say why, and the first pass after the fix makes them as usual.
  */
-export function policyPart<R extends RuntimeSpec & Partial<IntroductionSpec>>(
+export function policyPart<R extends PolicySpec>(
   opts: { ends?: boolean } = {},
-): Part<RuntimePass<R>> {
+): Part<R, object, object, PolicyContext> {
   return {
     name: "policy",
     async ensure(ctx, pass) {
@@ -31,9 +41,9 @@ export function policyPart<R extends RuntimeSpec & Partial<IntroductionSpec>>(
   };
 }
 
-async function policyRefusal<R extends RuntimeSpec & Partial<IntroductionSpec>>(
-  ctx: ReconcileContext,
-  { owner, resource: { spec } }: RuntimePass<R>,
+async function policyRefusal<R extends PolicySpec>(
+  ctx: PolicyContext,
+  { owner, resource: { spec } }: Pass<R>,
 ): Promise<Blocker | undefined> {
   return (
     imageRefusal(spec.image, ctx.settings) ??
@@ -45,7 +55,7 @@ async function policyRefusal<R extends RuntimeSpec & Partial<IntroductionSpec>>(
 
 /** The Secret of spec.inbox.introductionTokens must exist and be made or labelled for this Agent before a pod mounts it. */
 async function introductionSecretRefusal(
-  ctx: ReconcileContext,
+  ctx: Pick<ReconcileContext, "kube">,
   owner: Owner,
   ref: { secretName: string } | undefined,
 ): Promise<Blocker | undefined> {

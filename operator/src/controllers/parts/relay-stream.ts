@@ -7,21 +7,32 @@ import { relayStreamConfig } from "../../../../runtime/src/contract/relay-stream
 import { ensureReplicatedStream, isNotFound, streamDrift } from "../../../../runtime/src/nats/streams.ts";
 import type { RelayStatus } from "../../crd/status.ts";
 import { errorMessage } from "../../kube/client.ts";
-import type { CustomObject, ReconcileContext } from "../context.ts";
-import { note, type Part } from "../pipeline.ts";
+import type { CustomObject, ReconcileContext } from "../../reconcile/context.ts";
+import type { Part } from "../../reconcile/part.ts";
+import { note } from "../../reconcile/pipeline.ts";
 import { retentionLoss, type RelayResource } from "../relay/desired.ts";
 import type { StreamObservation } from "../relay/status.ts";
 import { inRuntimeAccount } from "../runtime-account.ts";
-import type { RuntimePass } from "./pass.ts";
+import type { NatsAccountSlots } from "./nats-credential.ts";
+
+/** What the stream part fills: the stream as this pass left it, for the status. */
+export interface StreamSlots {
+  stream: StreamObservation;
+}
 
 /** The stream; not in place, the status is written at once and the Relay looked at again (sooner while NATS is away). */
-export const relayStreamPart: Part<RuntimePass<RelayResource>> = {
+export const relayStreamPart: Part<RelayResource, NatsAccountSlots, StreamSlots> = {
   name: "relay-stream",
+  needs: ["natsAccount"],
+  provides: ["stream"],
   async ensure(ctx, { obj, resource, found }) {
     const stream = await reconcileStream(ctx, obj, resource, found.natsAccount);
-    found.stream = stream;
-    if (stream.ok) return {};
-    return { unsettled: true, requeueAfterMs: stream.reason === "NatsUnavailable" ? 10_000 : 30_000 };
+    if (stream.ok) return { provides: { stream } };
+    return {
+      unsettled: true,
+      requeueAfterMs: stream.reason === "NatsUnavailable" ? 10_000 : 30_000,
+      provides: { stream },
+    };
   },
 };
 

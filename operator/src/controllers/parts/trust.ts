@@ -1,9 +1,14 @@
 // The runtime's trust bundle: the install's CAs and those spec.tls.trust adds (trust.ts).
-import type { Part } from "../pipeline.ts";
-import { ensureTrust } from "../trust.ts";
-import type { RuntimePass, RuntimeSpec } from "./pass.ts";
+import type { ReconcileContext } from "../../reconcile/context.ts";
+import type { Part } from "../../reconcile/part.ts";
+import { ensureTrust, type TrustRef } from "../trust.ts";
 
-export function trustPart<R extends RuntimeSpec>(): Part<RuntimePass<R>> {
+export function trustPart<R extends { spec: { tls?: { trust?: TrustRef[] } } }>(): Part<
+  R,
+  object,
+  object,
+  Pick<ReconcileContext, "kube" | "caches" | "trust">
+> {
   return {
     name: "trust",
     async ensure(ctx, { owner, resource }) {

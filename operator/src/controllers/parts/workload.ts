@@ -5,27 +5,34 @@
 import type { KubernetesObject, V1Deployment } from "@kubernetes/client-node";
 import { applyChildren } from "../../kube/apply.ts";
 import { isSubset } from "../../kube/subset.ts";
-import type { Blocker } from "../conditions.ts";
-import type { ReconcileContext } from "../context.ts";
+import type { Blocker } from "../../reconcile/conditions.ts";
+import type { ReconcileContext } from "../../reconcile/context.ts";
 import { applyRuntimeIdentity, runtimeIdentityChildren } from "../identity.ts";
-import { childNames } from "../names.ts";
-import { note, type Part } from "../pipeline.ts";
-import type { RuntimePass, RuntimeSpec } from "./pass.ts";
+import { childNames } from "../../reconcile/names.ts";
+import type { Part, Pass } from "../../reconcile/part.ts";
+import { note } from "../../reconcile/pipeline.ts";
+import type { DeploymentSettings } from "../../../../runtime/src/resources/deployment.ts";
 
-export interface WorkloadOptions<P> {
+/** The spec of a resource with a workload. */
+type WorkloadSpec = { spec: { deployment?: DeploymentSettings } };
+
+export interface WorkloadOptions<R, N> {
+  /** The slots of earlier parts the children are rendered from. */
+  needs: readonly (keyof N & string)[];
   /** Pure: the children from the pass and what the parts found. */
-  children(ctx: ReconcileContext, pass: P, extra: { directory?: unknown }): KubernetesObject[];
+  children(ctx: ReconcileContext, pass: Pass<R, N>, extra: { directory?: unknown }): KubernetesObject[];
   /** What the children need that is read first (an Agent's directory of peers). */
-  read?(ctx: ReconcileContext, pass: P): Promise<{ directory?: unknown }>;
+  read?(ctx: ReconcileContext, pass: Pass<R, N>): Promise<{ directory?: unknown }>;
   /** Whether a change of the pod template waits for a free place among the rollouts (Agents). */
   gated?: boolean;
   /** More of the workload applied after the children, each saying what it applied or deleted. */
-  extras?: ((ctx: ReconcileContext, pass: P) => Promise<{ applied: string[]; deleted?: string }>)[];
+  extras?: ((ctx: ReconcileContext, pass: Pass<R, N>) => Promise<{ applied: string[]; deleted?: string }>)[];
 }
 
-export function workloadPart<R extends RuntimeSpec>(opts: WorkloadOptions<RuntimePass<R>>): Part<RuntimePass<R>> {
+export function workloadPart<R extends WorkloadSpec, N>(opts: WorkloadOptions<R, N>): Part<R, N> {
   return {
     name: "workload",
+    needs: opts.needs,
     needsUnheld: true,
     desired: (ctx, pass) => [
       ...runtimeIdentityChildren(pass.owner, pass.resource.spec.deployment),
@@ -62,7 +69,7 @@ const ROLLOUT_RETRY_MS = 5_000;
  */
 function holdRollout(
   ctx: ReconcileContext,
-  obj: RuntimePass["obj"],
+  obj: Pass<unknown>["obj"],
   children: KubernetesObject[],
 ): Blocker | undefined {
   const gate = ctx.rollouts;

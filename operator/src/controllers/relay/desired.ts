@@ -6,9 +6,9 @@ import type { StreamConfig, StreamState } from "@nats-io/jetstream";
 import type { Relay } from "../../../../runtime/src/resources/relay.ts";
 import { hashOf } from "../../kube/metadata.ts";
 import { exposureChildren, type ExposurePlanInput } from "../expose.ts";
-import { childMeta, childNames } from "../names.ts";
+import { childMeta, childNames } from "../../reconcile/names.ts";
 import { renderManifest, runtimeDeployment } from "../workload.ts";
-import type { OperatorSettings, Owner } from "../settings.ts";
+import type { OperatorSettings, Owner } from "../../reconcile/settings.ts";
 import { networkPolicyChildren } from "../network-policy.ts";
 
 export type RelayResource = Relay & { metadata: Owner["metadata"] };

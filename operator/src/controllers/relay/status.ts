@@ -1,8 +1,8 @@
 // Pure: a Relay's status from what a reconcile observed. Tested in desired.test.ts.
 import type { StreamConfig } from "@nats-io/jetstream";
 import type { RelayStatus } from "../../crd/status.ts";
-import { runtimeConditions, type ConditionInput, type RuntimeObservation } from "../conditions.ts";
-import { selectorLabels } from "../names.ts";
+import { runtimeConditions, type ConditionInput, type RuntimeObservation } from "../../reconcile/conditions.ts";
+import { selectorLabels } from "../../reconcile/names.ts";
 import { scaleStatus } from "../scale.ts";
 import { relayOwner, type RelayResource } from "./desired.ts";
 

@@ -10,11 +10,11 @@ import type { NatsAccounts } from "../nats-accounts.ts";
 import type { DataAccounts } from "../nats-data-accounts.ts";
 import type { CredentialIssuer } from "../nats-credential-issuer.ts";
 import type { Deletions } from "./finalizers.ts";
-import type { NamespaceLabels } from "./namespace-labels.ts";
-import type { RolloutGate } from "./rollout.ts";
+import type { NamespaceLabels } from "../controllers/namespace-labels.ts";
+import type { RolloutGate } from "../controllers/rollout.ts";
 import type { OperatorSettings } from "./settings.ts";
-import type { SummaryCollector } from "./summary.ts";
-import type { InstallTrust } from "./trust.ts";
+import type { SummaryCollector } from "../controllers/summary.ts";
+import type { InstallTrust } from "../controllers/trust.ts";
 
 /** What a reconcile needs around it; the controllers are the pure parts plus this shell. */
 export interface ReconcileContext {

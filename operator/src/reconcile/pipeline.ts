@@ -1,12 +1,12 @@
-// The one reconcile pipeline of the Agent and Relay controllers. A controller is a list of parts
-// (parts/*.ts), each one concern — a signing key, the local API, TLS, the trust bundle, the NATS
+// The one reconcile pipeline of the Agent and Relay controllers. A kind is a list of parts
+// (part.ts), each of one concern — a signing key, the local API, TLS, the trust bundle, the NATS
 // credential, the exposure, the workload, the relay's stream — with an ensure() that returns one
-// outcome: what it applied, what blocks the resource, what it waits for, when to look again.
-// The pipeline runs a kind's parts in order, lets the first blocked part's reason win, writes the
+// outcome: what it applied, what blocks the resource, what it waits for, when to look again, and
+// what it hands on. The pipeline checks a kind's part list once (each slot a part reads is filled
+// by a part before it), runs the parts in order, lets the first blocked part's reason win, writes the
 // status through the pure conditions module (only when it differs: a pass that changes nothing
 // writes nothing), and owns the one finalizer that cleans a resource's JetStream data up and
 // gives up after a bound.
-import type { KubernetesObject } from "@kubernetes/client-node";
 import type { ZodType } from "zod";
 import { describeIssues } from "../../../runtime/src/contract/issues.ts";
 import { ChildConflictError } from "../kube/apply.ts";
@@ -24,66 +24,40 @@ import {
 } from "./conditions.ts";
 import { NOTE_REASONS, type CustomObject, type Note, type NoteReason, type ReconcileContext } from "./context.ts";
 import { setFinalizer } from "./finalizers.ts";
-import { releaseLegacyRuntimeAccess } from "./legacy-runtime-access.ts";
+import type { AnyPart, Part, Pass, PassReport } from "./part.ts";
 import type { Owner } from "./settings.ts";
 
-/** What one part did in a pass. Every field is optional: an empty outcome is "in place, nothing to do". */
-export interface Outcome {
-  /** What it created, changed or deleted ("Kind/name"), for the status and the pass's Event. */
-  applied?: string[];
-  /** Why the resource cannot be Ready until the user acts; the first blocked part's reason wins. */
-  blocked?: Blocker;
-  /** While blocked, nothing that mounts what this part makes is rendered (the workload waits). */
-  holds?: boolean;
-  /** The pass ends at this part: it refused the resource (with `blocked`), or it wrote the resource itself and the update brings the next pass. */
-  ends?: boolean;
-  /** Something still settling that is not the Deployment (a certificate being issued). */
-  waiting?: Blocker;
-  /** A change of the Deployment held back until other rollouts are over (rollout.ts). */
-  queued?: Blocker;
-  /** The part has not reached what it wants (the relay's stream): the status is written at once. */
-  unsettled?: boolean;
-  /** When to look again. */
-  requeueAfterMs?: number;
+/**
+ * The parts as given, once each slot a part needs is provided by a part before it; throws
+ * naming the first part that reads a slot no earlier part fills.
+ */
+export function checkPartOrder<
+  L extends readonly { name: string; needs?: readonly string[]; provides?: readonly string[] }[],
+>(parts: L): L {
+  const filled = new Set<string>();
+  for (const part of parts) {
+    const missing = (part.needs ?? []).filter((slot) => !filled.has(slot));
+    if (missing.length)
+      throw new Error(
+        `part ${part.name} needs ${missing.join(", ")}, which no part before it provides (parts: ${parts.map((p) => p.name).join(", ")})`,
+      );
+    for (const slot of part.provides ?? []) filled.add(slot);
+  }
+  return parts;
 }
 
-/** One reconcile pass of one resource: the object, its parsed form, and what the parts found so far. */
-export interface Pass<R, F> {
-  obj: CustomObject;
-  resource: R & { metadata: Owner["metadata"] };
-  owner: Owner;
-  found: F;
-}
-
-/** One concern of a controller. */
-export interface Part<P> {
-  readonly name: string;
-  /** Skipped while an earlier part holds the workload (it would render or mount what is not there). */
-  readonly needsUnheld?: boolean;
-  /** Pure: the objects this part renders for the pass as found so far, where it renders any. */
-  desired?(ctx: ReconcileContext, pass: P): KubernetesObject[];
-  ensure(ctx: ReconcileContext, pass: P): Promise<Outcome>;
-}
-
-/** The parts' outcomes folded: what the status is computed from. */
-export interface PassSummary {
-  applied: string[];
-  blocker?: Blocker;
-  held: boolean;
-  waiting?: Blocker;
-  queued?: Blocker;
-  unsettled: boolean;
-  ended: boolean;
-  requeueAfterMs?: number;
-}
-
-/** Run the parts in order; the first blocked part's reason wins, held parts are skipped. */
-export async function runParts<P>(ctx: ReconcileContext, pass: P, parts: Part<P>[]): Promise<PassSummary> {
-  const out: PassSummary = { applied: [], held: false, unsettled: false, ended: false };
+/** Run the parts in order; the first blocked part's reason wins, held parts are skipped, what each provides is handed on. */
+export async function runParts<R>(
+  ctx: ReconcileContext,
+  pass: Pass<R>,
+  parts: readonly AnyPart<R>[],
+): Promise<PassReport> {
+  const out: PassReport = { applied: [], held: false, unsettled: false, ended: false };
   const requeues: (number | undefined)[] = [];
   for (const part of parts) {
     if (part.needsUnheld && out.held) continue;
     const o = await part.ensure(ctx, pass);
+    Object.assign(pass.found, o.provides);
     out.applied.push(...(o.applied ?? []));
     if (o.blocked) {
       out.blocker ??= o.blocked;
@@ -102,14 +76,15 @@ export async function runParts<P>(ctx: ReconcileContext, pass: P, parts: Part<P>
   return out;
 }
 
-/** What a kind of resource brings to the pipeline besides its parts. */
+/** What a kind of resource brings to the pipeline besides its parts (each kind's controller.ts). */
 export interface Controller<R, F> {
   kind: Owner["kind"];
   plural: "agents" | "relays";
   schema: ZodType<R>;
-  /** What the parts start from: nothing found yet. */
-  found: () => F;
-  parts: Part<Pass<R, F>>[];
+  /** The parts in the order they run (checkPartOrder); F: the slots they fill, for the status. */
+  parts: readonly AnyPart<R>[];
+  /** A resource of the kind that is gone: what goes with it beyond its owned children (nothing, by default). */
+  gone?(ctx: ReconcileContext, namespace: string): Promise<void>;
   /** While being deleted: the cleanup its finalizer stands for. */
   cleanup: Cleanup;
   /** When any part is blocked, look again after this at the latest (none: each part's own). */
@@ -117,8 +92,8 @@ export interface Controller<R, F> {
   /** Pure: the status from the pass, and any Warnings of its own to record when it is written. */
   status(
     ctx: ReconcileContext,
-    pass: Pass<R, F>,
-    summary: PassSummary,
+    pass: Pass<R, Partial<F>>,
+    report: PassReport,
   ): { status: Record<string, unknown>; conditions: ConditionInput[]; warnings?: Blocker[] };
 }
 
@@ -126,8 +101,7 @@ export interface Controller<R, F> {
 export const STATUS_FOLLOW_UP_MS = 2_000;
 
 /**
- * One reconcile of an Agent or Relay: gone, the namespace's shared runtime access of an earlier
- * version goes once no runtime runs under it (legacy-runtime-access.ts); being deleted, its
+ * One reconcile of an Agent or Relay: gone, its kind's `gone` hook; being deleted, its
  * finalizer; otherwise the pass, with its Normal Events collected into one (recordNotes) and
  * Warnings recorded at once.
  */
@@ -139,12 +113,7 @@ export async function reconcile<R, F>(
 ): Promise<ReconcileResult> {
   const obj = shared.caches.get<CustomObject>(c.kind, namespace, name);
   if (!obj) {
-    const released = await releaseLegacyRuntimeAccess(shared, c.kind, namespace);
-    if (released.length)
-      shared.log.info(
-        { namespace, deleted: released },
-        `Deleted the namespace's shared ${c.kind.toLowerCase()} runtime access of an earlier version (${released.join(", ")}): no runtime runs under it any more`,
-      );
+    await c.gone?.(shared, namespace);
     return {};
   }
   const ctx = withNotes(shared);
@@ -165,27 +134,27 @@ async function runPass<R, F>(ctx: ReconcileContext, c: Controller<R, F>, obj: Cu
     return {};
   }
   const metadata = obj.metadata as unknown as Owner["metadata"];
-  const pass: Pass<R, F> = {
+  const pass: Pass<R, Partial<F>> = {
     obj,
     resource: { ...parsed.data, metadata },
     owner: { kind: c.kind, metadata },
-    found: c.found(),
+    found: {},
   };
   try {
-    const summary = await runParts(ctx, pass, c.parts);
-    if (summary.ended && !summary.blocker) return {};
-    const requeueAfterMs = earliest(summary.requeueAfterMs, summary.blocker ? c.blockedRetryMs : undefined);
+    const report = await runParts(ctx, pass, c.parts);
+    if (report.ended && !report.blocker) return {};
+    const requeueAfterMs = earliest(report.requeueAfterMs, report.blocker ? c.blockedRetryMs : undefined);
     // A pass that wrote children leaves the status to the pass their watch events bring, which
     // sees them in the cache: written now it would say only that they were applied, and be
     // replaced at once. Blocked, held or unsettled passes write theirs now; a later pass is due regardless.
-    if (summary.applied.length && !summary.blocker && !summary.queued && !summary.unsettled)
+    if (report.applied.length && !report.blocker && !report.queued && !report.unsettled)
       return { requeueAfterMs: earliest(requeueAfterMs, STATUS_FOLLOW_UP_MS) };
-    const { status, conditions, warnings } = c.status(ctx, pass, summary);
+    const { status, conditions, warnings } = c.status(ctx, pass, report);
     await recordNotes(ctx, obj);
     const wrote = await writeStatus(ctx, c.plural, obj, status, conditions);
     // Warnings once per change of status, not once per retry.
     if (wrote)
-      for (const w of [...(summary.blocker ? [summary.blocker] : []), ...(warnings ?? [])])
+      for (const w of [...(report.blocker ? [report.blocker] : []), ...(warnings ?? [])])
         await ctx.kube.event(obj, "Warning", w.reason, w.message);
     return { requeueAfterMs };
   } catch (err) {
@@ -218,7 +187,7 @@ export function cleansUp(ctx: ReconcileContext, cleanup: Cleanup, obj: CustomObj
 }
 
 /** The part that puts the finalizer on while this operator cleans up and takes it off otherwise. */
-export function finalizerPart<P extends { obj: CustomObject }>(cleanup: Cleanup): Part<P> {
+export function finalizerPart<R>(cleanup: Cleanup): Part<R> {
   return {
     name: "finalizer",
     async ensure(ctx, { obj }) {
@@ -311,13 +280,11 @@ export function withNotes(ctx: ReconcileContext): ReconcileContext & { notes: No
   return { ...ctx, notes: [] };
 }
 
+/** The part of the context that notes what a pass did (note). */
+export type Noting = Pick<ReconcileContext, "kube" | "notes">;
+
 /** Note what the pass did: kept for the pass's one Event, or recorded at once outside a pass. */
-export async function note(
-  ctx: ReconcileContext,
-  obj: CustomObject,
-  reason: NoteReason,
-  message: string,
-): Promise<void> {
+export async function note(ctx: Noting, obj: CustomObject, reason: NoteReason, message: string): Promise<void> {
   if (ctx.notes) ctx.notes.push({ reason, message });
   else await ctx.kube.event(obj, "Normal", reason, message);
 }
@@ -337,6 +304,13 @@ export async function recordNotes(ctx: ReconcileContext, obj: CustomObject): Pro
 export function passReason(notes: Note[]): NoteReason {
   const rank = (r: NoteReason) => NOTE_REASONS.indexOf(r);
   return notes.reduce((best, n) => (rank(n.reason) < rank(best) ? n.reason : best), notes[0]!.reason);
+}
+
+/** A slot the status reads that a part of every pass that reaches the status fills; throws, naming it, where none did. */
+export function filled<F, K extends keyof F>(found: Partial<F>, slot: K): NonNullable<F[K]> {
+  const value = found[slot];
+  if (value === undefined || value === null) throw new Error(`no part of the pass filled ${String(slot)}`);
+  return value as NonNullable<F[K]>;
 }
 
 /** The earliest of several requeue times. */

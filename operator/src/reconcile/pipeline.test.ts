@@ -1,6 +1,57 @@
 import { describe, expect, it } from "vitest";
+import { agentController } from "../controllers/agent-controller.ts";
+import { relayController } from "../controllers/relay-controller.ts";
 import { NOTE_REASONS, type ReconcileContext } from "./context.ts";
-import { note, passReason, recordNotes, withNotes } from "./pipeline.ts";
+import type { Part, Pass } from "./part.ts";
+import { checkPartOrder, filled, note, passReason, recordNotes, runParts, withNotes } from "./pipeline.ts";
+
+describe("the order of a kind's parts", () => {
+  const provider: Part<unknown, object, { plan: string }> = {
+    name: "plan",
+    provides: ["plan"],
+    ensure: async () => ({ provides: { plan: "the plan" } }),
+  };
+  const reader: Part<unknown, { plan: string }> = {
+    name: "apply",
+    needs: ["plan"],
+    ensure: async (_ctx, { found }) => ({ applied: [found.plan] }),
+  };
+
+  it("refuses, when the list is built, a part that reads a slot only a later part fills", () => {
+    expect(() => checkPartOrder([reader, provider])).toThrow(
+      "part apply needs plan, which no part before it provides (parts: apply, plan)",
+    );
+    expect(() => checkPartOrder([reader])).toThrow(/part apply needs plan/);
+  });
+
+  it("takes a list whose every slot is filled before it is read, and hands what a part provides on", async () => {
+    const parts = checkPartOrder([provider, reader]);
+    const pass = { obj: {}, resource: {}, owner: {}, found: {} } as Pass<unknown>;
+    const report = await runParts({} as ReconcileContext, pass, parts);
+    expect(report.applied).toEqual(["the plan"]);
+    expect(pass.found).toEqual({ plan: "the plan" });
+  });
+
+  it("holds the Agent's and the Relay's part lists, each slot a part reads filled by one before it", () => {
+    expect(agentController.parts.flatMap((p) => p.needs ?? [])).toEqual(
+      expect.arrayContaining(["natsAccount", "exposure", "signing", "tlsSecret"]),
+    );
+    expect(() => checkPartOrder(agentController.parts)).not.toThrow();
+    expect(relayController.parts.flatMap((p) => p.needs ?? [])).toEqual(
+      expect.arrayContaining(["natsAccount", "exposure", "tlsSecret"]),
+    );
+    expect(() => checkPartOrder(relayController.parts)).not.toThrow();
+    const workload = agentController.parts.findIndex((p) => p.name === "workload");
+    expect(() => checkPartOrder([agentController.parts[workload]!, ...agentController.parts])).toThrow(
+      /part workload needs signing, tlsSecret, exposure/,
+    );
+  });
+
+  it("names a slot the status reads that no part filled", () => {
+    expect(filled<{ stream: string }, "stream">({ stream: "s" }, "stream")).toBe("s");
+    expect(() => filled<{ stream: string }, "stream">({}, "stream")).toThrow("no part of the pass filled stream");
+  });
+});
 
 describe("recordNotes", () => {
   const recorder = () => {
