@@ -6,8 +6,8 @@ import { parse, parseAllDocuments, stringify } from "yaml";
 import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { tempDir } from "./support/process.ts";
-import { generateKeys, serverConfig } from "../operator/src/nats-credential-issuer.ts";
-import { createCA } from "../operator/src/certs.ts";
+import { generateKeys, serverConfig } from "../operator/src/concerns/nats/credential-issuer.ts";
+import { createCA } from "../operator/src/concerns/tls/certs.ts";
 import { parseFlags } from "../operator/src/main.ts";
 import { parseRepairFlags } from "../operator/src/nats-store-repair.ts";
 

@@ -4,22 +4,22 @@
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { KubeConfig } from "@kubernetes/client-node";
-import { parseCaBundle } from "./certs.ts";
-import { checkLifetimes, DEFAULT_LIFETIMES, type CertManagerMode } from "./controllers/trust.ts";
+import { parseCaBundle } from "./concerns/tls/certs.ts";
+import { checkLifetimes, DEFAULT_LIFETIMES, type CertManagerMode } from "./concerns/tls/trust.ts";
 import type { RuntimeTracing, TolerationEntry } from "./reconcile/settings.ts";
 import { startManager, type ManagerOptions } from "./manager.ts";
-import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./controllers/rollout.ts";
+import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./concerns/workload/rollout.ts";
 import { isCidrOrIp } from "../../runtime/src/resources/network.ts";
 import { createLogger } from "../../runtime/src/telemetry/log-format.ts";
 import { buildInfo, versionLine } from "../../runtime/src/util/version.ts";
 import { errorMessage, Kube } from "./kube/client.ts";
 import { prepareUninstall } from "./uninstall.ts";
 import { RELOAD_NATS_USAGE } from "./nats-reloader.ts";
-import { DEFAULT_ACCOUNT_LIMITS, type AccountLimitSettings } from "./nats-account-limits.ts";
+import { DEFAULT_ACCOUNT_LIMITS, type AccountLimitSettings } from "./concerns/nats/account-limits.ts";
 import { bytesOf } from "../../runtime/src/resources/quantity.ts";
-import { DEFAULT_TENANT_LIMITS, INSTALL_NATS_LAYOUTS } from "./nats-data-accounts.ts";
+import { DEFAULT_TENANT_LIMITS, INSTALL_NATS_LAYOUTS } from "./concerns/nats/data-accounts.ts";
 import { duration, list, readFlags, subcommand, UsageError } from "./flags.ts";
-import { parseTolerationEntry } from "./controllers/pod-policy.ts";
+import { parseTolerationEntry } from "./concerns/pod-policy/pod-policy.ts";
 
 const USAGE = `usage: ifp-operator [flags]
        ifp-operator --version       the version and the commit it was built from

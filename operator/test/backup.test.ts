@@ -32,8 +32,8 @@ import {
   KEY_FIELDS,
   serverConfig,
   SERVER_CONFIG_FIELD,
-} from "../src/nats-credential-issuer.ts";
-import { issuerOfSecret } from "../src/controllers/runtime-nats-credential.ts";
+} from "../src/concerns/nats/credential-issuer.ts";
+import { issuerOfSecret } from "../src/concerns/nats/runtime-credential.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, until, untilRuntimeReady } from "./support.ts";
 
 const NS = "team";

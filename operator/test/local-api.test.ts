@@ -6,7 +6,7 @@ import { startControlPlane, type ControlPlane } from "../../e2e/support/controlp
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { consistently } from "../../e2e/support/wait.ts";
 import { generateSigningKey } from "../../runtime/src/protocol/keys.ts";
-import { selfSignedServing } from "../src/certs.ts";
+import { selfSignedServing } from "../src/concerns/tls/certs.ts";
 import { startManager, type RunningManager } from "../src/manager.ts";
 import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
 

@@ -25,9 +25,9 @@ import { RelaySpec } from "../../runtime/src/resources/relay.ts";
 import { runAgent, startHandler } from "../../runtime/test/support/agent-harness.ts";
 import { untilState } from "../../runtime/test/support/outbox-harness.ts";
 import { identity, peerOf, throughRelay, writeRelayManifest } from "../../runtime/test/support/fixtures.ts";
-import { DEFAULT_ACCOUNT_LIMITS, type AccountResource } from "../src/nats-account-limits.ts";
-import { NatsAccounts } from "../src/nats-accounts.ts";
-import { CredentialIssuer, generateKeys, serverConfig } from "../src/nats-credential-issuer.ts";
+import { DEFAULT_ACCOUNT_LIMITS, type AccountResource } from "../src/concerns/nats/account-limits.ts";
+import { NatsAccounts } from "../src/concerns/nats/accounts.ts";
+import { CredentialIssuer, generateKeys, serverConfig } from "../src/concerns/nats/credential-issuer.ts";
 
 const MIB = 1024 * 1024;
 /** The server's limits: small, so that one tenant could take them in a moment. */

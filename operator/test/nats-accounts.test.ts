@@ -31,9 +31,9 @@ import {
   KEY_FIELDS,
   serverConfig,
   type NatsKeys,
-} from "../src/nats-credential-issuer.ts";
-import { NatsAccounts } from "../src/nats-accounts.ts";
-import { deleteRuntimeData } from "../src/controllers/runtime-account.ts";
+} from "../src/concerns/nats/credential-issuer.ts";
+import { NatsAccounts } from "../src/concerns/nats/accounts.ts";
+import { deleteRuntimeData } from "../src/concerns/nats/runtime-account.ts";
 import type { ControlPlane } from "../../e2e/support/controlplane.ts";
 import { relayNames } from "../../runtime/src/contract/relay-stream.ts";
 import {

@@ -24,7 +24,7 @@ import {
   renewalDue,
   serverConfig,
   CREDENTIAL_LIFETIME_MS,
-} from "../src/nats-credential-issuer.ts";
+} from "../src/concerns/nats/credential-issuer.ts";
 import { getOrAbsent, natsAccountOperator, perTest, until } from "./support.ts";
 
 /** nats-server's subject matching: `*` one token, `>` one or more trailing tokens. */

@@ -15,7 +15,7 @@ import { SHARED_STREAMS, sharedStreamConfigs } from "../../runtime/src/contract/
 import { signed } from "../../runtime/test/support/fixtures.ts";
 import { everyHandedOnOnce, handedOn, type Post } from "../../runtime/test/support/hand-offs.ts";
 import { consumerSettled } from "../../runtime/test/support/probes.ts";
-import { CredentialIssuer, serverConfig } from "../src/nats-credential-issuer.ts";
+import { CredentialIssuer, serverConfig } from "../src/concerns/nats/credential-issuer.ts";
 import { isolatedInstall, until } from "./isolated-install.ts";
 
 const NS_A = "iso-cluster-a";

@@ -1,4 +1,4 @@
-// The operator on the isolated NATS layout (`--nats-layout isolated`, operator/src/nats-data-accounts.ts)
+// The operator on the isolated NATS layout (`--nats-layout isolated`, operator/src/concerns/nats/data-accounts.ts)
 // against a real API server and a real nats-server in operator mode, configured by serverConfig()
 // as the install's is: Agents in three namespaces, each namespace a tenant whose data account the
 // operator makes. Bob's runtime, started exactly as the operator rendered it (its Deployment's
@@ -32,8 +32,8 @@ import {
 } from "../../runtime/src/contract/shared-layout.ts";
 import { startHandler } from "../../runtime/test/support/agent-harness.ts";
 import { identity, peerOf, signed } from "../../runtime/test/support/fixtures.ts";
-import { CredentialIssuer, credsClaims, generateKeys } from "../src/nats-credential-issuer.ts";
-import { dataAccountOf } from "../src/nats-shared-accounts.ts";
+import { CredentialIssuer, credsClaims, generateKeys } from "../src/concerns/nats/credential-issuer.ts";
+import { dataAccountOf } from "../src/concerns/nats/shared-accounts.ts";
 import {
   accountSecretOf,
   kubectlOrError,

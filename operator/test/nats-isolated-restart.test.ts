@@ -22,8 +22,8 @@ import {
   handedOnSoFar,
 } from "../../runtime/test/support/hand-offs.ts";
 import { consumerSettled } from "../../runtime/test/support/probes.ts";
-import { CredentialIssuer, serverConfig } from "../src/nats-credential-issuer.ts";
-import { dataAccountOf } from "../src/nats-shared-accounts.ts";
+import { CredentialIssuer, serverConfig } from "../src/concerns/nats/credential-issuer.ts";
+import { dataAccountOf } from "../src/concerns/nats/shared-accounts.ts";
 import { isolatedInstall, until } from "./isolated-install.ts";
 
 const NS = "iso-restart";

@@ -1,4 +1,4 @@
-// Moving an install from the per-agent NATS layout to the isolated one (operator/src/nats-layout-move.ts)
+// Moving an install from the per-agent NATS layout to the isolated one (operator/src/concerns/nats/layout-move.ts)
 // against a real API server and a real nats-server in operator mode, the operator started with
 // the layout flags the chart renders for `runtime.natsLayout` (`--set runtime.natsLayout=per-agent`,
 // the earlier default, then the chart's default, isolated), and bob's runtime run exactly as the operator rendered
@@ -34,8 +34,8 @@ import { parseFlags } from "../src/main.ts";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { relayNames } from "../../runtime/src/contract/relay-stream.ts";
-import { layoutOfAccountJwt } from "../src/nats-layout-move.ts";
-import { CredentialIssuer, generateKeys } from "../src/nats-credential-issuer.ts";
+import { layoutOfAccountJwt } from "../src/concerns/nats/layout-move.ts";
+import { CredentialIssuer, generateKeys } from "../src/concerns/nats/credential-issuer.ts";
 import {
   accountSecretOf,
   kubectlOrError,

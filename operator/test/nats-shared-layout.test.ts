@@ -35,14 +35,14 @@ import {
   sharedStreamConfigs,
   type DataAccountExport,
 } from "../../runtime/src/contract/shared-layout.ts";
-import { CredentialIssuer, generateKeys, serverConfig, type NatsKeys } from "../src/nats-credential-issuer.ts";
+import { CredentialIssuer, generateKeys, serverConfig, type NatsKeys } from "../src/concerns/nats/credential-issuer.ts";
 import {
   dataAccountJwt,
   dataAccountOf,
   pushAccountJwt,
   sharedRuntimeAccountJwt,
   type TenantLimits,
-} from "../src/nats-shared-accounts.ts";
+} from "../src/concerns/nats/shared-accounts.ts";
 
 let nats: NatsServer;
 let issuer: CredentialIssuer;

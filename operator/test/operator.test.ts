@@ -551,7 +551,7 @@ describe("Agent", () => {
       `Secret dave-own-tls named in spec.tls.secretName does not exist in namespace ${NS}`,
     );
     expect(condition(agent, "Stalled")).toMatchObject({ status: "True", reason: "TLSSecretMissing" });
-    const { cert, key } = await (await import("../src/certs.ts")).selfSignedServing("dave", ["dave"]);
+    const { cert, key } = await (await import("../src/concerns/tls/certs.ts")).selfSignedServing("dave", ["dave"]);
     cp.kubectl([
       "-n",
       NS,

@@ -11,10 +11,15 @@ import { httpsRequest } from "../../e2e/support/https.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import { LOG_FORMAT } from "../../runtime/src/telemetry/log-format.ts";
 import type { OperatorSettings } from "../src/reconcile/settings.ts";
-import { dataAccountOf } from "../src/nats-shared-accounts.ts";
+import { dataAccountOf } from "../src/concerns/nats/shared-accounts.ts";
 import { startManager, type ManagerOptions, type RunningManager } from "../src/manager.ts";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
-import { type CredentialIssuer, KEY_FIELDS, type NatsKeys, serverConfig } from "../src/nats-credential-issuer.ts";
+import {
+  type CredentialIssuer,
+  KEY_FIELDS,
+  type NatsKeys,
+  serverConfig,
+} from "../src/concerns/nats/credential-issuer.ts";
 
 /**
  * `kubectl get … -o json`, parsed; undefined only when the API server answers NotFound. Any

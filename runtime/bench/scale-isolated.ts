@@ -21,13 +21,13 @@ import {
   keyPair,
   serverConfig,
   type NatsKeys,
-} from "../../operator/src/nats-credential-issuer.ts";
+} from "../../operator/src/concerns/nats/credential-issuer.ts";
 import {
   dataAccountJwt,
   dataAccountOf,
   pushAccountJwt,
   sharedRuntimeAccountJwt,
-} from "../../operator/src/nats-shared-accounts.ts";
+} from "../../operator/src/concerns/nats/shared-accounts.ts";
 import { agentInboxPrefix, OPERATOR_INBOX_PREFIX } from "../src/contract/nats-permissions.ts";
 import {
   sharedAgentConsumers,

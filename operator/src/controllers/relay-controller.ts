@@ -7,8 +7,8 @@ import { Relay } from "../../../runtime/src/resources/relay.ts";
 import type { RelayStatus } from "../crd/status.ts";
 import type { ReconcileResult } from "../kube/controller.ts";
 import type { CustomObject, ReconcileContext } from "../reconcile/context.ts";
-import { ensureDisruptionBudget } from "./disruption.ts";
-import { exposedHosts } from "./expose.ts";
+import { ensureDisruptionBudget } from "../concerns/workload/disruption.ts";
+import { exposedHosts } from "../concerns/exposure/expose.ts";
 import { deleteRelayStream, STREAM_FINALIZER } from "../reconcile/finalizers.ts";
 import { certificateDnsNames, childNames, serviceDnsNames } from "../reconcile/names.ts";
 import {
@@ -23,16 +23,16 @@ import type { Pass } from "../reconcile/part.ts";
 import { requestedHosts } from "../reconcile/references.ts";
 import { desiredRelayChildren, type RelayResource } from "./relay/desired.ts";
 import { relayStatus } from "./relay/status.ts";
-import { deleteRuntimeData } from "./runtime-account.ts";
-import { exposurePart, exposurePrunePart, type ExposureSlots } from "./parts/exposure.ts";
-import { legacyAccessPart, releaseLegacyAccess } from "./parts/legacy-access.ts";
-import { natsCredentialPart, type NatsAccountSlots } from "./parts/nats-credential.ts";
-import { networkPolicyPrunePart } from "./parts/network-policy.ts";
-import { policyPart } from "./parts/policy.ts";
+import { deleteRuntimeData } from "../concerns/nats/runtime-account.ts";
+import { exposurePart, exposurePrunePart, type ExposureSlots } from "../concerns/exposure/part.ts";
+import { legacyAccessPart, releaseLegacyAccess } from "../concerns/workload/legacy-access-part.ts";
+import { natsCredentialPart, type NatsAccountSlots } from "../concerns/nats/credential-part.ts";
+import { networkPolicyPrunePart } from "../concerns/network-policy/part.ts";
+import { policyPart } from "../concerns/pod-policy/part.ts";
 import { relayStreamPart, type StreamSlots } from "./parts/relay-stream.ts";
-import { tlsPart, type TlsNames, type TlsSlots } from "./parts/tls.ts";
-import { trustPart } from "./parts/trust.ts";
-import { workloadPart } from "./parts/workload.ts";
+import { tlsPart, type TlsNames, type TlsSlots } from "../concerns/tls/part.ts";
+import { trustPart } from "../concerns/tls/trust-part.ts";
+import { workloadPart } from "../concerns/workload/part.ts";
 
 type RelayPass = Pass<RelayResource>;
 

@@ -17,8 +17,8 @@ import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection, type NodeConnectionOptions } from "@nats-io/transport-node";
 import { isNotFound } from "../../../runtime/src/nats/streams.ts";
 import { childNames } from "../reconcile/names.ts";
-import { accountOfSecret, issuerOfSecret, natsCredsSecretName } from "../controllers/runtime-nats-credential.ts";
-import type { CredentialIssuer } from "../nats-credential-issuer.ts";
+import { accountOfSecret, issuerOfSecret, natsCredsSecretName } from "../concerns/nats/runtime-credential.ts";
+import type { CredentialIssuer } from "../concerns/nats/credential-issuer.ts";
 import { type Archive, type ArchiveInput, type Manifest, writeArchive } from "./backup-archive.ts";
 import { restoreStream, snapshotStream, type StreamSnapshot } from "./jetstream-snapshot.ts";
 import {

@@ -6,15 +6,15 @@ import type { Logger } from "pino";
 import type { Nats } from "../../../runtime/src/nats/connection.ts";
 import type { Caches } from "../kube/caches.ts";
 import type { Kube } from "../kube/client.ts";
-import type { NatsAccounts } from "../nats-accounts.ts";
-import type { DataAccounts } from "../nats-data-accounts.ts";
-import type { CredentialIssuer } from "../nats-credential-issuer.ts";
+import type { NatsAccounts } from "../concerns/nats/accounts.ts";
+import type { DataAccounts } from "../concerns/nats/data-accounts.ts";
+import type { CredentialIssuer } from "../concerns/nats/credential-issuer.ts";
 import type { Deletions } from "./finalizers.ts";
-import type { NamespaceLabels } from "../controllers/namespace-labels.ts";
-import type { RolloutGate } from "../controllers/rollout.ts";
+import type { NamespaceLabels } from "../kube/namespace-labels.ts";
+import type { RolloutGate } from "../concerns/workload/rollout.ts";
 import type { OperatorSettings } from "./settings.ts";
-import type { SummaryCollector } from "../controllers/summary.ts";
-import type { InstallTrust } from "../controllers/trust.ts";
+import type { SummaryCollector } from "../concerns/nats/traffic-summary.ts";
+import type { InstallTrust } from "../concerns/tls/trust.ts";
 
 /** What a reconcile needs around it; the controllers are the pure parts plus this shell. */
 export interface ReconcileContext {

@@ -5,16 +5,16 @@ import { ANNOTATIONS } from "../../../../runtime/src/contract/annotations.ts";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { defaultBaseUrl, type ExposeSpec } from "../../../../runtime/src/resources/expose.ts";
 import { hashOf } from "../../kube/metadata.ts";
-import { exposureChildren, type ExposurePlanInput } from "../expose.ts";
+import { exposureChildren, type ExposurePlanInput } from "../../concerns/exposure/expose.ts";
 import { childMeta, childNames } from "../../reconcile/names.ts";
-import { renderManifest, runtimeDeployment } from "../workload.ts";
+import { renderManifest, runtimeDeployment } from "../../concerns/workload/workload.ts";
 import type { OperatorSettings, Owner } from "../../reconcile/settings.ts";
 import { withIntroductionTokens } from "./introduction.ts";
 import { withA2aGrpc, withA2aGrpcService, withA2aTokens } from "./a2a.ts";
 import { localApiChildren, localApiServicePort, withLocalApi } from "./local-api.ts";
 import { withHandoffSecret } from "./handoff.ts";
 import { withDirectoryPeers } from "./directory.ts";
-import { networkPolicyChildren } from "../network-policy.ts";
+import { networkPolicyChildren } from "../../concerns/network-policy/network-policy.ts";
 
 export type AgentResource = Agent & { metadata: Owner["metadata"] };
 

@@ -12,8 +12,8 @@ import type { Part } from "../../reconcile/part.ts";
 import { note } from "../../reconcile/pipeline.ts";
 import { retentionLoss, type RelayResource } from "../relay/desired.ts";
 import type { StreamObservation } from "../relay/status.ts";
-import { inRuntimeAccount } from "../runtime-account.ts";
-import type { NatsAccountSlots } from "./nats-credential.ts";
+import { inRuntimeAccount } from "../../concerns/nats/runtime-account.ts";
+import type { NatsAccountSlots } from "../../concerns/nats/credential-part.ts";
 
 /** What the stream part fills: the stream as this pass left it, for the status. */
 export interface StreamSlots {

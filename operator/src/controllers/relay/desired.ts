@@ -5,11 +5,11 @@ import type { KubernetesObject, V1ConfigMap } from "@kubernetes/client-node";
 import type { StreamConfig, StreamState } from "@nats-io/jetstream";
 import type { Relay } from "../../../../runtime/src/resources/relay.ts";
 import { hashOf } from "../../kube/metadata.ts";
-import { exposureChildren, type ExposurePlanInput } from "../expose.ts";
+import { exposureChildren, type ExposurePlanInput } from "../../concerns/exposure/expose.ts";
 import { childMeta, childNames } from "../../reconcile/names.ts";
-import { renderManifest, runtimeDeployment } from "../workload.ts";
+import { renderManifest, runtimeDeployment } from "../../concerns/workload/workload.ts";
 import type { OperatorSettings, Owner } from "../../reconcile/settings.ts";
-import { networkPolicyChildren } from "../network-policy.ts";
+import { networkPolicyChildren } from "../../concerns/network-policy/network-policy.ts";
 
 export type RelayResource = Relay & { metadata: Owner["metadata"] };
 
