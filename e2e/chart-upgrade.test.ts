@@ -10,7 +10,7 @@ import { cpSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse, stringify } from "yaml";
-import { parseFlags } from "../operator/src/main.ts";
+import { parseFlags } from "../operator/src/commands/main.ts";
 import { DEFAULT_TENANT_LIMITS } from "../operator/src/concerns/nats/data-accounts.ts";
 import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";

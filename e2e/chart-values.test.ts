@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { parseAllDocuments, stringify } from "yaml";
 import { toolPath } from "./tools/tools.ts";
 import { tempDir } from "./support/process.ts";
-import { parseFlags } from "../operator/src/main.ts";
+import { parseFlags } from "../operator/src/commands/main.ts";
 import { DEFAULT_ACCOUNT_LIMITS } from "../operator/src/concerns/nats/account-limits.ts";
 import { NATS_DIGEST } from "../charts/ifp-operator/values.schema.ts";
 

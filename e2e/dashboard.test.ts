@@ -10,7 +10,7 @@ import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { labels } from "../operator/src/reconcile/names.ts";
 import { runtimeDeployment } from "../operator/src/concerns/workload/workload.ts";
-import { startManager, type RunningManager } from "../operator/src/manager.ts";
+import { startManager, type RunningManager } from "../operator/src/commands/manager.ts";
 import { capturedLog } from "../operator/test/support.ts";
 import { identity, peerOf, signed } from "../runtime/test/support/fixtures.ts";
 import {

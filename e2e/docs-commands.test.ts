@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { KubeConfig } from "@kubernetes/client-node";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseFlags } from "../operator/src/main.ts";
+import { parseFlags } from "../operator/src/commands/main.ts";
 import { loadNatsIssuer } from "../operator/src/concerns/nats/runtime-credential.ts";
 import { Kube } from "../operator/src/kube/client.ts";
 import { CredentialIssuer, generateKeys } from "../operator/src/concerns/nats/credential-issuer.ts";

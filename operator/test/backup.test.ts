@@ -25,7 +25,7 @@ import { relayNames } from "../../runtime/src/contract/relay-stream.ts";
 import { generateSigningKey, privateKeyFromPem } from "../../runtime/src/protocol/keys.ts";
 import { signMessage } from "../../runtime/src/protocol/signing.ts";
 import { message } from "../../runtime/test/support/fixtures.ts";
-import { startManager, type RunningManager } from "../src/manager.ts";
+import { startManager, type RunningManager } from "../src/commands/manager.ts";
 import {
   CredentialIssuer,
   generateKeys,
@@ -349,7 +349,7 @@ describe("kubectl ifp backup and restore", () => {
   });
 
   it("refuses entries that climb out of the archive, and writes nothing outside it", { timeout: 60_000 }, async () => {
-    const { tar } = await import("../src/plugin/report.ts");
+    const { tar } = await import("../src/commands/plugin/report.ts");
     const evil = tar(
       new Map([
         ["manifest.json", Buffer.from("{}")],

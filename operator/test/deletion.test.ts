@@ -8,7 +8,7 @@ import { startNats, withNatsDown, type NatsServer } from "../../e2e/support/nats
 import { consistently } from "../../e2e/support/wait.ts";
 import { agentNames } from "../../runtime/src/contract/agent-names.ts";
 import { DEFAULT_FINALIZER_TIMEOUT_MS } from "../src/reconcile/finalizers.ts";
-import { startManager, type RunningManager } from "../src/manager.ts";
+import { startManager, type RunningManager } from "../src/commands/manager.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "./support.ts";
 
 let cp: ControlPlane;

@@ -23,7 +23,7 @@ import { agentNames } from "../../runtime/src/agent/names.ts";
 import { generateSigningKey, privateKeyFromPem } from "../../runtime/src/protocol/keys.ts";
 import { signMessage } from "../../runtime/src/protocol/signing.ts";
 import { message } from "../../runtime/test/support/fixtures.ts";
-import { startManager, type RunningManager } from "../src/manager.ts";
+import { startManager, type RunningManager } from "../src/commands/manager.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, until, untilRuntimeReady } from "./support.ts";
 
 let cp: ControlPlane;

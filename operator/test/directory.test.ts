@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
-import { startManager, type RunningManager } from "../src/manager.ts";
+import { startManager, type RunningManager } from "../src/commands/manager.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "./support.ts";
 import { didKeyFromPublicKey } from "../../runtime/src/protocol/did-key.ts";
 import { generateSigningKey } from "../../runtime/src/protocol/keys.ts";

@@ -5,7 +5,7 @@
 // made again; the API server refuses a malformed spec.disruption.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
-import { startManager, type RunningManager } from "../src/manager.ts";
+import { startManager, type RunningManager } from "../src/commands/manager.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "./support.ts";
 
 let cp: ControlPlane;

@@ -17,7 +17,7 @@ import { SHARED_STREAMS } from "../../runtime/src/contract/shared-layout.ts";
 import { startHandler } from "../../runtime/test/support/agent-harness.ts";
 import { identity, peerOf } from "../../runtime/test/support/fixtures.ts";
 import type { Post } from "../../runtime/test/support/hand-offs.ts";
-import type { ManagerOptions } from "../src/manager.ts";
+import type { ManagerOptions } from "../src/commands/manager.ts";
 import { CredentialIssuer, generateKeys, KEY_FIELDS, type NatsKeys } from "../src/concerns/nats/credential-issuer.ts";
 import {
   getOrAbsent,

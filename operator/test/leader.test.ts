@@ -4,7 +4,7 @@ import { KubeConfig } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
 import { consistently } from "../../e2e/support/wait.ts";
-import { LeaderElector, microTime } from "../src/leader.ts";
+import { LeaderElector, microTime } from "../src/commands/leader.ts";
 import { capturedLog, until } from "./support.ts";
 
 let cp: ControlPlane;

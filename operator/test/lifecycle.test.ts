@@ -9,7 +9,7 @@ import { startControlPlane, type ControlPlane } from "../../e2e/support/controlp
 import { startNats, withNatsDown, type NatsServer } from "../../e2e/support/nats.ts";
 import { consistently } from "../../e2e/support/wait.ts";
 import { agentJetStream, agentNames } from "../../runtime/src/contract/agent-names.ts";
-import { startManager, type RunningManager } from "../src/manager.ts";
+import { startManager, type RunningManager } from "../src/commands/manager.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, streamOrAbsent, until } from "./support.ts";
 
 let cp: ControlPlane;

@@ -7,7 +7,7 @@ import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { consistently } from "../../e2e/support/wait.ts";
 import { generateSigningKey } from "../../runtime/src/protocol/keys.ts";
 import { selfSignedServing } from "../src/concerns/tls/certs.ts";
-import { startManager, type RunningManager } from "../src/manager.ts";
+import { startManager, type RunningManager } from "../src/commands/manager.ts";
 import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
 
 let cp: ControlPlane;

@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { CoreV1Api, Watch } from "@kubernetes/client-node";
 import { ObservedKubeConfig } from "../src/kube/rest-client.ts";
-import { startManager, type ManagerOptions } from "../src/manager.ts";
+import { startManager, type ManagerOptions } from "../src/commands/manager.ts";
 import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
 
 let cp: ControlPlane;

@@ -30,7 +30,7 @@ import { toolPath } from "../../e2e/tools/tools.ts";
 import { startHandler } from "../../runtime/test/support/agent-harness.ts";
 import { identity, peerOf, signed } from "../../runtime/test/support/fixtures.ts";
 import { record, scriptedPeer, send } from "../../runtime/test/support/outbox-harness.ts";
-import { parseFlags } from "../src/main.ts";
+import { parseFlags } from "../src/commands/main.ts";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { relayNames } from "../../runtime/src/contract/relay-stream.ts";

@@ -19,8 +19,8 @@ import { createCA, issuedBy } from "../src/concerns/tls/certs.ts";
 import { Kube } from "../src/kube/client.ts";
 import { NatsServerTls } from "../src/concerns/tls/nats-tls.ts";
 import { joinBundle } from "../src/concerns/tls/trust.ts";
-import { startManager, type RunningManager } from "../src/manager.ts";
-import { runReloader } from "../src/nats-reloader.ts";
+import { startManager, type RunningManager } from "../src/commands/manager.ts";
+import { runReloader } from "../src/commands/reload-nats.ts";
 import { capturedLog, getOrAbsent, perTest, until } from "./support.ts";
 
 const NS = "natstls";

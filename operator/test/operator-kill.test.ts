@@ -33,7 +33,7 @@ import { privateKeyFromPem, rawPublicKey } from "../../runtime/src/protocol/keys
 import { Agent } from "../../runtime/src/resources/agent.ts";
 import { parseDuration } from "../../runtime/src/resources/fields.ts";
 import { Relay } from "../../runtime/src/resources/relay.ts";
-import { planSigningKeys } from "../src/controllers/agent/signing.ts";
+import { planSigningKeys } from "../src/kinds/agent/signing.ts";
 import { hashOf } from "../src/kube/metadata.ts";
 import { kubectlOrError, perTest, streamOrAbsent, until } from "./support.ts";
 

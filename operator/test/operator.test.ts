@@ -10,7 +10,7 @@ import { startNats, withNatsDown, type NatsServer } from "../../e2e/support/nats
 import { consistently, waitFor } from "../../e2e/support/wait.ts";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../runtime/src/protocol/keys.ts";
 import { encryptionKeyFromPem } from "../../runtime/src/protocol/encryption.ts";
-import { startManager, type RunningManager } from "../src/manager.ts";
+import { startManager, type RunningManager } from "../src/commands/manager.ts";
 import {
   CERTIFICATE_CRD,
   capturedLog,

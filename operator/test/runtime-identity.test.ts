@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
 import { consistently } from "../../e2e/support/wait.ts";
 import { EventRecorder } from "../../runtime/src/kube/events.ts";
-import { startManager, type RunningManager } from "../src/manager.ts";
+import { startManager, type RunningManager } from "../src/commands/manager.ts";
 import type { OperatorSettings } from "../src/reconcile/settings.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "./support.ts";
 

@@ -15,7 +15,7 @@ import { signMessage } from "../../runtime/src/protocol/signing.ts";
 import { AgentSpec } from "../../runtime/src/resources/agent.ts";
 import { message, peerOf, tempDir, identity } from "../../runtime/test/support/fixtures.ts";
 import { runAgent, type Tls, withNatsAndTls } from "../../runtime/test/support/agent-harness.ts";
-import { planSigningKeys } from "../src/controllers/agent/signing.ts";
+import { planSigningKeys } from "../src/kinds/agent/signing.ts";
 
 let nats: NatsServer;
 let tls: Tls;

@@ -10,7 +10,7 @@ import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import { freePort } from "../../e2e/support/ports.ts";
 import { releaseDir, tempDir } from "../../e2e/support/process.ts";
 import { agentNames } from "../../runtime/src/agent/names.ts";
-import { startManager, type RunningManager } from "../src/manager.ts";
+import { startManager, type RunningManager } from "../src/commands/manager.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, streamOrAbsent, until } from "./support.ts";
 
 let cp: ControlPlane;

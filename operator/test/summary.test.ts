@@ -12,7 +12,7 @@ import { relayNames } from "../../runtime/src/contract/relay-stream.ts";
 import { LocalApiClient } from "../../runtime/src/client/local.ts";
 import { runAgent, startHandler, type Tls } from "../../runtime/test/support/agent-harness.ts";
 import { identity, peerOf, signed } from "../../runtime/test/support/fixtures.ts";
-import { startManager, type RunningManager } from "../src/manager.ts";
+import { startManager, type RunningManager } from "../src/commands/manager.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "./support.ts";
 
 let cp: ControlPlane;

@@ -12,7 +12,7 @@ import { waitFor } from "../../e2e/support/wait.ts";
 import { LOG_FORMAT } from "../../runtime/src/telemetry/log-format.ts";
 import type { OperatorSettings } from "../src/reconcile/settings.ts";
 import { dataAccountOf } from "../src/concerns/nats/shared-accounts.ts";
-import { startManager, type ManagerOptions, type RunningManager } from "../src/manager.ts";
+import { startManager, type ManagerOptions, type RunningManager } from "../src/commands/manager.ts";
 import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
 import {
   type CredentialIssuer,

@@ -13,7 +13,7 @@ import { createCA, fingerprint, type CertificateAuthority } from "../src/concern
 import { ISSUER } from "../src/concerns/tls/tls.ts";
 import { InstallTrust } from "../src/concerns/tls/trust.ts";
 import { Kube } from "../src/kube/client.ts";
-import { startManager, type ManagerOptions, type RunningManager } from "../src/manager.ts";
+import { startManager, type ManagerOptions, type RunningManager } from "../src/commands/manager.ts";
 import { CERTIFICATE_CRD, capturedLog, getOrAbsent, perTest, until } from "./support.ts";
 
 let cp: ControlPlane;

@@ -24,17 +24,17 @@ export interface ReconcileContext {
   log: Logger;
   /** The install CA and the CAs every trust bundle holds. */
   trust: InstallTrust;
-  /** Issues each runtime's own NATS credential (parts/nats-credential.ts); absent when the operator was given no account. */
+  /** Issues each runtime's own NATS credential (concerns/nats/credential-part.ts); absent when the operator was given no account. */
   natsIssuer?: CredentialIssuer;
   /** The operator's own NATS connection (relay streams, a deleted Agent's streams); absent without --nats-url. */
   nats?: Nats;
   /**
-   * One NATS account per runtime: made, deleted and reached through this (nats-accounts.ts);
+   * One NATS account per runtime: made, deleted and reached through this (concerns/nats/accounts.ts);
    * absent in the one-account model (no operator and system keys, or no --nats-url).
    */
   natsAccounts?: NatsAccounts;
   /**
-   * The tenants' data accounts and the Agents' consumers there (nats-data-accounts.ts): present
+   * The tenants' data accounts and the Agents' consumers there (concerns/nats/data-accounts.ts): present
    * only on an install of the isolated layout (--nats-layout isolated).
    */
   dataAccounts?: DataAccounts;
@@ -49,7 +49,7 @@ export interface ReconcileContext {
   agentIds?: Map<string, string>;
   /** Namespaces' labels, for spec.peerSelector.namespaceSelector. */
   namespaceLabels?: NamespaceLabels;
-  /** The traffic summaries read from NATS (summary.ts); absent without NATS. */
+  /** The traffic summaries read from NATS (concerns/nats/traffic-summary.ts); absent without NATS. */
   summaries?: Pick<SummaryCollector, "get">;
   /** What this pass did, recorded as one Normal Event at its end (pipeline.ts withNotes); absent: each at once. */
   notes?: Note[];

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { agentController } from "../controllers/agent-controller.ts";
-import { relayController } from "../controllers/relay-controller.ts";
+import { agentController } from "../kinds/agent/controller.ts";
+import { relayController } from "../kinds/relay/controller.ts";
 import { NOTE_REASONS, type ReconcileContext } from "./context.ts";
 import type { Part, Pass } from "./part.ts";
 import { checkPartOrder, filled, note, passReason, recordNotes, runParts, withNotes } from "./pipeline.ts";

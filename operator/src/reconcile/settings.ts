@@ -29,7 +29,7 @@ export interface OperatorSettings {
   natsCredsSecret?: { name: string; key: string };
   /** A Secret (in each resource's namespace) with optional keys `user`, `password`, `token`. */
   natsAuthSecret?: string;
-  /** Each runtime mounts its own credential, the Secret `<name>-nats` the operator issues (runtime-nats-credential.ts). */
+  /** Each runtime mounts its own credential, the Secret `<name>-nats` the operator issues (concerns/nats/runtime-credential.ts). */
   natsPerResourceCreds?: boolean;
   /**
    * Where the Agents' JetStream objects are (--nats-layout): `per-agent` (default), each

@@ -3,8 +3,8 @@ import { parse } from "yaml";
 import { Agent } from "../../../../runtime/src/resources/agent.ts";
 import { defaultBaseUrl, ExposeSpec } from "../../../../runtime/src/resources/expose.ts";
 import { Relay } from "../../../../runtime/src/resources/relay.ts";
-import { agentEndpoint, desiredAgentChildren, type AgentResource } from "../../controllers/agent/desired.ts";
-import { desiredRelayChildren, type RelayResource } from "../../controllers/relay/desired.ts";
+import { agentEndpoint, desiredAgentChildren, type AgentResource } from "../../kinds/agent/desired.ts";
+import { desiredRelayChildren, type RelayResource } from "../../kinds/relay/desired.ts";
 import {
   desiredGatewayChildren,
   desiredIngress,

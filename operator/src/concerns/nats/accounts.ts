@@ -1,5 +1,5 @@
 // The operator's reach into the NATS account of each runtime. Every Agent and Relay has an account
-// of its own (nats-credential-issuer.ts); the operator makes it (an account JWT pushed to the server's
+// of its own (credential-issuer.ts); the operator makes it (an account JWT pushed to the server's
 // full resolver with a user of the system account), deletes it with its resource, and works on
 // its streams (a Relay's stream, a deleted runtime's streams and buckets, the status summary)
 // through a user of its own in that account. Those connections are a small pool: opened when
@@ -275,7 +275,7 @@ export class NatsAccounts {
   /**
    * `fn` on a connection of its own to `account` as an operator's user with `permissions`
    * (outside the pool, closed after): what a one-off job that needs more than the pooled user
-   * does there (moving an Agent's data between layouts, nats-layout-move.ts).
+   * does there (moving an Agent's data between layouts, layout-move.ts).
    */
   async asUser<T>(
     account: string,

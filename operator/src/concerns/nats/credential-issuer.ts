@@ -224,7 +224,7 @@ export class CredentialIssuer {
   }
 
   /**
-   * What the accounts of the isolated layout are made with (nats-shared-accounts.ts): the
+   * What the accounts of the isolated layout are made with (shared-accounts.ts): the
    * operator seed that signs them, the signing key they list, the seed the data accounts' keys
    * are derived from.
    */

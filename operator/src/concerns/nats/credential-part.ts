@@ -1,4 +1,4 @@
-// The runtime's own NATS credential, when the operator issues them (runtime-nats-credential.ts):
+// The runtime's own NATS credential, when the operator issues them (runtime-credential.ts):
 // the Secret `<name>-nats` with the permissions of its kind, in its own account.
 import type { NatsPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
 import type { AccountResource } from "./account-limits.ts";

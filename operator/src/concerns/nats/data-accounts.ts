@@ -5,7 +5,7 @@
 // consumers there, those `sharedAgentConsumers` returns. The operator reaches a data account
 // through a user of its own there, issued by the install's signing key (which every data
 // account lists) with `sharedOperatorPermissions`, from the pool of account connections
-// (nats-accounts.ts). What a tenant's data account holds is made once per process and again
+// (accounts.ts). What a tenant's data account holds is made once per process and again
 // after a failure; an Agent's consumers likewise, and again when their settings change.
 import { headers, type NatsConnection } from "@nats-io/transport-node";
 import type { ConsumerConfig, JetStreamManager } from "@nats-io/jetstream";

@@ -7,7 +7,7 @@
 // move finds no runtime and is retried by its sender, and every one after is stored in the new
 // place by the runtime rendered for it.
 //
-// What moves, into the namespace's data account (nats-data-accounts.ts), under the Agent's
+// What moves, into the namespace's data account (data-accounts.ts), under the Agent's
 // account key: every inbox message (a repeat stays a repeat, a reply still finds its original),
 // the Agent's consumer there made to have handed on exactly those the old consumer had; the
 // inbox's dead letters; every outbox entry not yet delivered, its delivery record (attempts,

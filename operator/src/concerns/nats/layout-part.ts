@@ -1,4 +1,4 @@
-// An Agent on an install of the isolated NATS layout (nats-data-accounts.ts): refused before
+// An Agent on an install of the isolated NATS layout (data-accounts.ts): refused before
 // anything is made for it when its spec asks for what the layout does not serve yet (the list in
 // runtime/src/contract/shared-layout.ts, the one place this is decided), and its consumers made in
 // its tenant's data account once its credential and account are in place.

@@ -1,5 +1,5 @@
 // Which NATS account holds the data of an Agent's or Relay's runtime, and the operator's way into
-// it: its user there from the pool of account connections (nats-accounts.ts), or the operator's
+// it: its user there from the pool of account connections (accounts.ts), or the operator's
 // own connection in the shared account (the one-account model, and runtimes still kept there, and
 // every runtime on a server that authenticates no client, where everything is in one account).
 import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
@@ -87,7 +87,7 @@ export async function deleteRuntimeData(
 
 /**
  * A deleted Agent of the isolated layout: its consumers and KV keys in its tenant's data account
- * (nats-data-accounts.ts deleteAgent), then its own account, which holds nothing (JetStream off);
+ * (data-accounts.ts deleteAgent), then its own account, which holds nothing (JetStream off);
  * and when it was the namespace's last Agent, the tenant's streams and data account.
  */
 async function deleteSharedAgent(
@@ -113,7 +113,7 @@ async function deleteSharedAgent(
   return deleted;
 }
 
-/** An Agent's status summary on the isolated layout: read in its tenant's data account (summary.ts readSharedAgent). */
+/** An Agent's status summary on the isolated layout: read in its tenant's data account (traffic-summary.ts readSharedAgent). */
 export async function readTenantAgent(ctx: AccountContext, obj: KubernetesObject): Promise<Reading | undefined> {
   const account = runtimeAccountOf(ctx, obj);
   const namespace = obj.metadata?.namespace;

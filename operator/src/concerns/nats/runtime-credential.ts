@@ -1,6 +1,6 @@
 // The NATS credential of each Agent and Relay: a Secret `<name>-nats` with a `.creds` file whose
 // user JWT belongs to the runtime's own NATS account (made and pushed by the operator,
-// nats-accounts.ts) and allows only that runtime's own subjects
+// accounts.ts) and allows only that runtime's own subjects
 // (runtime/src/contract/nats-permissions.ts), re-issued at 2/3 of its lifetime or when the account
 // or the permissions it should carry change. The runtime re-reads the mounted file on every
 // reconnect, so a renewal needs no restart.
@@ -66,7 +66,7 @@ export function accountOfSecret(
 /**
  * Make sure `<name>-nats` holds a valid credential of the runtime's account with exactly
  * `permissions`, the account made on the server first within the limits `spec` gives it
- * (nats-account-limits.ts). Returns what was written, the account, and when to look again (just
+ * (account-limits.ts). Returns what was written, the account, and when to look again (just
  * after the renewal is due).
  */
 export async function ensureNatsCreds(

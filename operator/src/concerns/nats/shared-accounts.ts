@@ -6,7 +6,7 @@
 // install; the install's account signing key is listed in both, so that the operator issues its
 // own user in a data account and each runtime's user in the runtime's account as it does today.
 // The operator makes the layout with it on an install of `--nats-layout isolated`
-// (nats-data-accounts.ts); the bench and the isolation tests build it by hand.
+// (data-accounts.ts); the bench and the isolation tests build it by hand.
 import { encodeAccount, type Account } from "@nats-io/jwt";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { dataAccountExports, runtimeAccountImports } from "../../../../runtime/src/contract/shared-layout.ts";

@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { createCA, validity, type CertificateAuthority } from "./certs.ts";
-import { desiredAgentChildren } from "../../controllers/agent/desired.ts";
+import { desiredAgentChildren } from "../../kinds/agent/desired.ts";
 import { certificateDnsNames } from "../../reconcile/names.ts";
 import type { Owner } from "../../reconcile/settings.ts";
 import { selfSignedAction, DNS_NAMES_HASH, ISSUER, NOT_AFTER } from "./tls.ts";

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { Agent } from "../../../../runtime/src/resources/agent.ts";
 import type { DeploymentSettings } from "../../../../runtime/src/resources/deployment.ts";
-import { desiredAgentChildren, type AgentResource } from "../../controllers/agent/desired.ts";
-import { desiredRelayChildren } from "../../controllers/relay/desired.ts";
+import { desiredAgentChildren, type AgentResource } from "../../kinds/agent/desired.ts";
+import { desiredRelayChildren } from "../../kinds/relay/desired.ts";
 import { Relay } from "../../../../runtime/src/resources/relay.ts";
 import { canonicalQuantity, tidy, withPodSettings } from "./pod.ts";
 

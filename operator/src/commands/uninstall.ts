@@ -15,9 +15,9 @@ import {
   releaseAllFinalizers,
   STREAM_FINALIZER,
   type FinalizerRelease,
-} from "./reconcile/finalizers.ts";
+} from "../reconcile/finalizers.ts";
 import { ApiException } from "@kubernetes/client-node";
-import { errorMessage, isStatus, type Kube } from "./kube/client.ts";
+import { errorMessage, isStatus, type Kube } from "../kube/client.ts";
 
 export interface PrepareUninstallOptions {
   kube: Kube;

@@ -3,7 +3,7 @@
 import { X509Certificate } from "node:crypto";
 import { type Connection, listResources, must, type Obj, orAbsent } from "./kube.ts";
 import { ago, table, until } from "./output.ts";
-import { VERSION_LABEL } from "../concerns/workload/workload.ts";
+import { VERSION_LABEL } from "../../concerns/workload/workload.ts";
 import { LEADER_VERSION_ANNOTATION } from "../leader.ts";
 
 const PART_OF = "app.kubernetes.io/part-of=ifp-operator";

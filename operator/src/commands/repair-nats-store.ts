@@ -13,7 +13,7 @@ import { readdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { HighwayHash } from "highwayhasher";
 import type { Logger } from "pino";
-import { errorMessage } from "../../runtime/src/util/errors.ts";
+import { errorMessage } from "../../../runtime/src/util/errors.ts";
 import { readFlags, subcommand, UsageError } from "./flags.ts";
 
 const META = "meta.inf";

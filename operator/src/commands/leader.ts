@@ -6,7 +6,7 @@
 // compared with the local clock, since the clocks of different nodes are skewed.
 import { CoordinationV1Api, type KubeConfig, type V1Lease } from "@kubernetes/client-node";
 import type { Logger } from "pino";
-import { errorMessage, isStatus } from "./kube/client.ts";
+import { errorMessage, isStatus } from "../kube/client.ts";
 
 /** metav1.MicroTime: RFC 3339 with exactly six fractional digits. */
 export function microTime(d: Date): string {

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { microTime } from "./leader.ts";
 import { parseFlags } from "./main.ts";
-import { DEFAULT_ACCOUNT_LIMITS } from "./concerns/nats/account-limits.ts";
-import { parseReloadNatsFlags } from "./nats-reloader.ts";
+import { DEFAULT_ACCOUNT_LIMITS } from "../concerns/nats/account-limits.ts";
+import { parseReloadNatsFlags } from "./reload-nats.ts";
 
 describe("ifp-operator flags", () => {
   it("takes NATS TLS: the installed server's certificate (which implies verifying with the install's trust), or verification only", () => {
@@ -288,7 +288,7 @@ describe("ifp-operator flags", () => {
   });
 
   it("takes the install CA's Secret, lifetimes and extra CAs", async () => {
-    const { createCA } = await import("./concerns/tls/certs.ts");
+    const { createCA } = await import("../concerns/tls/certs.ts");
     const { mkdtempSync, writeFileSync } = await import("node:fs");
     const { join } = await import("node:path");
     const { tmpdir } = await import("node:os");

@@ -5,40 +5,40 @@
 import { hostname } from "node:os";
 import type { KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
-import { Nats, type NatsOptions } from "../../runtime/src/nats/connection.ts";
-import { OPERATOR_INBOX_PREFIX, operatorPermissions } from "../../runtime/src/contract/nats-permissions.ts";
-import { loadNatsIssuer } from "./concerns/nats/runtime-credential.ts";
-import { deleteRuntimeData, inRuntimeAccount, readTenantAgent } from "./concerns/nats/runtime-account.ts";
-import { NatsAccounts } from "./concerns/nats/accounts.ts";
-import type { AccountLimitSettings } from "./concerns/nats/account-limits.ts";
-import { DataAccounts, type InstallNatsLayout } from "./concerns/nats/data-accounts.ts";
-import type { TenantLimits } from "./concerns/nats/shared-accounts.ts";
-import type { CredentialIssuer } from "./concerns/nats/credential-issuer.ts";
-import { reconcileAgent } from "./controllers/agent-controller.ts";
-import { NamespaceLabels } from "./kube/namespace-labels.ts";
-import { reconcileRelay } from "./controllers/relay-controller.ts";
-import type { ReconcileContext } from "./reconcile/context.ts";
-import { ownerOf } from "./reconcile/names.ts";
-import type { OperatorSettings } from "./reconcile/settings.ts";
-import { InstallTrust, joinBundle, type CertManagerMode, type TrustLifetimes } from "./concerns/tls/trust.ts";
-import { NatsServerTls } from "./concerns/tls/nats-tls.ts";
-import { issuerEntry } from "./reconcile/references.ts";
+import { Nats, type NatsOptions } from "../../../runtime/src/nats/connection.ts";
+import { OPERATOR_INBOX_PREFIX, operatorPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
+import { loadNatsIssuer } from "../concerns/nats/runtime-credential.ts";
+import { deleteRuntimeData, inRuntimeAccount, readTenantAgent } from "../concerns/nats/runtime-account.ts";
+import { NatsAccounts } from "../concerns/nats/accounts.ts";
+import type { AccountLimitSettings } from "../concerns/nats/account-limits.ts";
+import { DataAccounts, type InstallNatsLayout } from "../concerns/nats/data-accounts.ts";
+import type { TenantLimits } from "../concerns/nats/shared-accounts.ts";
+import type { CredentialIssuer } from "../concerns/nats/credential-issuer.ts";
+import { reconcileAgent } from "../kinds/agent/controller.ts";
+import { NamespaceLabels } from "../kube/namespace-labels.ts";
+import { reconcileRelay } from "../kinds/relay/controller.ts";
+import type { ReconcileContext } from "../reconcile/context.ts";
+import { ownerOf } from "../reconcile/names.ts";
+import type { OperatorSettings } from "../reconcile/settings.ts";
+import { InstallTrust, joinBundle, type CertManagerMode, type TrustLifetimes } from "../concerns/tls/trust.ts";
+import { NatsServerTls } from "../concerns/tls/nats-tls.ts";
+import { issuerEntry } from "../reconcile/references.ts";
 import { serveHealth } from "./health.ts";
-import { Caches, type CachedKind } from "./kube/caches.ts";
-import { errorMessage, Kube } from "./kube/client.ts";
-import { ObservedKubeConfig } from "./kube/rest-client.ts";
-import { Controller, type Reconcile } from "./kube/controller.ts";
+import { Caches, type CachedKind } from "../kube/caches.ts";
+import { errorMessage, Kube } from "../kube/client.ts";
+import { ObservedKubeConfig } from "../kube/rest-client.ts";
+import { Controller, type Reconcile } from "../kube/controller.ts";
 import { LEADER_VERSION_ANNOTATION, LeaderElector } from "./leader.ts";
 import {
   DEFAULT_ROLLOUT_LIMIT,
   parseRolloutLimit,
   RolloutGate,
   type RolloutLimit,
-} from "./concerns/workload/rollout.ts";
-import { DEFAULT_FINALIZER_TIMEOUT_MS, Deletions, releaseAllFinalizers } from "./reconcile/finalizers.ts";
+} from "../concerns/workload/rollout.ts";
+import { DEFAULT_FINALIZER_TIMEOUT_MS, Deletions, releaseAllFinalizers } from "../reconcile/finalizers.ts";
 import { createOperatorMetrics } from "./metrics.ts";
-import { buildInfo } from "../../runtime/src/util/version.ts";
-import { SummaryCollector } from "./concerns/nats/traffic-summary.ts";
+import { buildInfo } from "../../../runtime/src/util/version.ts";
+import { SummaryCollector } from "../concerns/nats/traffic-summary.ts";
 
 export interface ManagerOptions {
   /** A kubeconfig file; default: in-cluster inside a pod, else $KUBECONFIG or ~/.kube/config. */
@@ -55,7 +55,7 @@ export interface ManagerOptions {
   natsAccountLimits?: AccountLimitSettings;
   /**
    * Where the Agents' JetStream objects are (default per-agent): `isolated` makes a data account
-   * per namespace with Agents and each Agent's consumers there (nats-data-accounts.ts); it needs
+   * per namespace with Agents and each Agent's consumers there (concerns/nats/data-accounts.ts); it needs
    * one account per runtime (the operator and system keys) and `nats`.
    */
   natsLayout?: InstallNatsLayout;
@@ -65,7 +65,7 @@ export interface ManagerOptions {
   natsAccountPool?: { maxConnections?: number; idleMs?: number };
   /**
    * The installed NATS's server certificate: issued by the install CA into this Secret for these
-   * names and kept current (controllers/nats-tls.ts).
+   * names and kept current (concerns/tls/nats-tls.ts).
    */
   natsServerTls?: { namespace: string; secretName: string; dnsNames: string[] };
   /**

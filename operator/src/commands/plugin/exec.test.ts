@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { exitCodeOf, IMAGE_IFP, IMAGE_NODE } from "./exec.ts";
 
-const root = new URL("../../../", import.meta.url).pathname;
+const root = new URL("../../../../", import.meta.url).pathname;
 
 describe("the command kubectl ifp send|tail runs in the runtime container", () => {
   it("is the runtime image's node and its bundled ifp, as runtime/Dockerfile lays them out", () => {

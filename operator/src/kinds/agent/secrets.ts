@@ -1,12 +1,12 @@
 // The Secrets an Agent's pods mount that the operator generates: its signing (and encryption)
 // keys (agent/signing.ts), its local API token (agent/local-api/server.ts), its hand-off secret
 // (agent/inbound/handoff.ts). Each holds the workload until it is there and the Agent's own.
-import type { AgentResource } from "../agent/desired.ts";
-import { ensureHandoffSecret } from "../agent/handoff.ts";
-import { ensureLocalApi, localApiChildren } from "../agent/local-api.ts";
-import { ensureSigningKey } from "../agent/signing.ts";
+import type { AgentResource } from "./desired.ts";
+import { ensureHandoffSecret } from "./handoff.ts";
+import { ensureLocalApi, localApiChildren } from "./local-api.ts";
+import { ensureSigningKey } from "./signing.ts";
 import type { Outcome, Part } from "../../reconcile/part.ts";
-import type { SigningOutcome } from "../agent/signing.ts";
+import type { SigningOutcome } from "./signing.ts";
 
 /** What the signing part fills: the Agent's signing key, once it is usable. */
 export interface SigningSlots {

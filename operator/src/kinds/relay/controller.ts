@@ -1,16 +1,16 @@
 // The Relay controller: as for agents, plus the JetStream stream from spec.retention, whose
 // finalizer deletes the stream with the Relay when (only when) the user asks.
 import type { V1Deployment } from "@kubernetes/client-node";
-import { relayPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
-import { relayStreamConfig } from "../../../runtime/src/contract/relay-stream.ts";
-import { Relay } from "../../../runtime/src/resources/relay.ts";
-import type { RelayStatus } from "../crd/status.ts";
-import type { ReconcileResult } from "../kube/controller.ts";
-import type { CustomObject, ReconcileContext } from "../reconcile/context.ts";
-import { ensureDisruptionBudget } from "../concerns/workload/disruption.ts";
-import { exposedHosts } from "../concerns/exposure/expose.ts";
-import { deleteRelayStream, STREAM_FINALIZER } from "../reconcile/finalizers.ts";
-import { certificateDnsNames, childNames, serviceDnsNames } from "../reconcile/names.ts";
+import { relayPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
+import { relayStreamConfig } from "../../../../runtime/src/contract/relay-stream.ts";
+import { Relay } from "../../../../runtime/src/resources/relay.ts";
+import type { RelayStatus } from "../../crd/status.ts";
+import type { ReconcileResult } from "../../kube/controller.ts";
+import type { CustomObject, ReconcileContext } from "../../reconcile/context.ts";
+import { ensureDisruptionBudget } from "../../concerns/workload/disruption.ts";
+import { exposedHosts } from "../../concerns/exposure/expose.ts";
+import { deleteRelayStream, STREAM_FINALIZER } from "../../reconcile/finalizers.ts";
+import { certificateDnsNames, childNames, serviceDnsNames } from "../../reconcile/names.ts";
 import {
   checkPartOrder,
   filled,
@@ -18,21 +18,21 @@ import {
   reconcile,
   type Cleanup,
   type Controller,
-} from "../reconcile/pipeline.ts";
-import type { Pass } from "../reconcile/part.ts";
-import { requestedHosts } from "../reconcile/references.ts";
-import { desiredRelayChildren, type RelayResource } from "./relay/desired.ts";
-import { relayStatus } from "./relay/status.ts";
-import { deleteRuntimeData } from "../concerns/nats/runtime-account.ts";
-import { exposurePart, exposurePrunePart, type ExposureSlots } from "../concerns/exposure/part.ts";
-import { legacyAccessPart, releaseLegacyAccess } from "../concerns/workload/legacy-access-part.ts";
-import { natsCredentialPart, type NatsAccountSlots } from "../concerns/nats/credential-part.ts";
-import { networkPolicyPrunePart } from "../concerns/network-policy/part.ts";
-import { policyPart } from "../concerns/pod-policy/part.ts";
-import { relayStreamPart, type StreamSlots } from "./parts/relay-stream.ts";
-import { tlsPart, type TlsNames, type TlsSlots } from "../concerns/tls/part.ts";
-import { trustPart } from "../concerns/tls/trust-part.ts";
-import { workloadPart } from "../concerns/workload/part.ts";
+} from "../../reconcile/pipeline.ts";
+import type { Pass } from "../../reconcile/part.ts";
+import { requestedHosts } from "../../reconcile/references.ts";
+import { desiredRelayChildren, type RelayResource } from "./desired.ts";
+import { relayStatus } from "./status.ts";
+import { deleteRuntimeData } from "../../concerns/nats/runtime-account.ts";
+import { exposurePart, exposurePrunePart, type ExposureSlots } from "../../concerns/exposure/part.ts";
+import { legacyAccessPart, releaseLegacyAccess } from "../../concerns/workload/legacy-access-part.ts";
+import { natsCredentialPart, type NatsAccountSlots } from "../../concerns/nats/credential-part.ts";
+import { networkPolicyPrunePart } from "../../concerns/network-policy/part.ts";
+import { policyPart } from "../../concerns/pod-policy/part.ts";
+import { relayStreamPart, type StreamSlots } from "./stream.ts";
+import { tlsPart, type TlsNames, type TlsSlots } from "../../concerns/tls/part.ts";
+import { trustPart } from "../../concerns/tls/trust-part.ts";
+import { workloadPart } from "../../concerns/workload/part.ts";
 
 type RelayPass = Pass<RelayResource>;
 

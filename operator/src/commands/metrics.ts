@@ -1,7 +1,7 @@
 // The operator's Prometheus metrics: the controller-runtime and client-go names that dashboards
 // for Kubernetes operators expect, the operator's own ifp_operator_* series, and the process's.
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
-import { buildInfo } from "../../runtime/src/util/version.ts";
+import { buildInfo } from "../../../runtime/src/util/version.ts";
 
 /** The operator's Prometheus metrics (and the process's own). */
 export function createOperatorMetrics() {

@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import { errorMessage } from "../../runtime/src/util/errors.ts";
+import { errorMessage } from "../../../runtime/src/util/errors.ts";
 import { duration, list, readFlags, subcommand, UsageError } from "./flags.ts";
 
 export interface ReloaderOptions {

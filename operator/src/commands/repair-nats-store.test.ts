@@ -8,10 +8,10 @@ import { fileURLToPath } from "node:url";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNats, type NatsServer } from "../../e2e/support/nats.ts";
-import { metaChecksum, parseRepairFlags, repairStore } from "./nats-store-repair.ts";
+import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
+import { metaChecksum, parseRepairFlags, repairStore } from "./repair-nats-store.ts";
 
-const BIN = fileURLToPath(new URL("../bin/ifp-operator.ts", import.meta.url));
+const BIN = fileURLToPath(new URL("../../bin/ifp-operator.ts", import.meta.url));
 
 describe("repair-nats-store", () => {
   let nats: NatsServer;

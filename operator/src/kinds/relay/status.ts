@@ -3,7 +3,7 @@ import type { StreamConfig } from "@nats-io/jetstream";
 import type { RelayStatus } from "../../crd/status.ts";
 import { runtimeConditions, type ConditionInput, type RuntimeObservation } from "../../reconcile/conditions.ts";
 import { selectorLabels } from "../../reconcile/names.ts";
-import { scaleStatus } from "../scale.ts";
+import { scaleStatus } from "./scale.ts";
 import { relayOwner, type RelayResource } from "./desired.ts";
 
 /** What became of the relay's JetStream stream in this pass. */

@@ -1,5 +1,5 @@
 // Pure: how the plugin prints — aligned tables as kubectl prints them, and times relative to now.
-import { printable } from "../../../runtime/src/util/printable.ts";
+import { printable } from "../../../../runtime/src/util/printable.ts";
 
 /** Columns padded to their widest cell, separated by three spaces, as `kubectl get` does. */
 export function table(header: string[], rows: string[][]): string {

@@ -3,7 +3,7 @@
 // and the frame of a subcommand. Light on purpose: the NATS pods' reloader loads only this.
 import { parseArgs } from "node:util";
 import type pino from "pino";
-import { createLogger } from "../../runtime/src/telemetry/log-format.ts";
+import { createLogger } from "../../../runtime/src/telemetry/log-format.ts";
 
 /** Bad input on the command line: the command prints it with its usage and exits 2. */
 export class UsageError extends Error {}

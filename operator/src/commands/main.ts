@@ -1,25 +1,25 @@
 // `ifp-operator`: flags → startManager, with a graceful shutdown on SIGTERM/SIGINT; and
 // `ifp-operator prepare-uninstall`, the chart's pre-delete hook (uninstall.ts).
-// `ifp-operator reload-nats`, the sidecar of the chart's NATS servers (nats-reloader.ts).
+// `ifp-operator reload-nats`, the sidecar of the chart's NATS servers (reload-nats.ts).
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { KubeConfig } from "@kubernetes/client-node";
-import { parseCaBundle } from "./concerns/tls/certs.ts";
-import { checkLifetimes, DEFAULT_LIFETIMES, type CertManagerMode } from "./concerns/tls/trust.ts";
-import type { RuntimeTracing, TolerationEntry } from "./reconcile/settings.ts";
+import { parseCaBundle } from "../concerns/tls/certs.ts";
+import { checkLifetimes, DEFAULT_LIFETIMES, type CertManagerMode } from "../concerns/tls/trust.ts";
+import type { RuntimeTracing, TolerationEntry } from "../reconcile/settings.ts";
 import { startManager, type ManagerOptions } from "./manager.ts";
-import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "./concerns/workload/rollout.ts";
-import { isCidrOrIp } from "../../runtime/src/resources/network.ts";
-import { createLogger } from "../../runtime/src/telemetry/log-format.ts";
-import { buildInfo, versionLine } from "../../runtime/src/util/version.ts";
-import { errorMessage, Kube } from "./kube/client.ts";
+import { DEFAULT_ROLLOUT_LIMIT, parseRolloutLimit, type RolloutLimit } from "../concerns/workload/rollout.ts";
+import { isCidrOrIp } from "../../../runtime/src/resources/network.ts";
+import { createLogger } from "../../../runtime/src/telemetry/log-format.ts";
+import { buildInfo, versionLine } from "../../../runtime/src/util/version.ts";
+import { errorMessage, Kube } from "../kube/client.ts";
 import { prepareUninstall } from "./uninstall.ts";
-import { RELOAD_NATS_USAGE } from "./nats-reloader.ts";
-import { DEFAULT_ACCOUNT_LIMITS, type AccountLimitSettings } from "./concerns/nats/account-limits.ts";
-import { bytesOf } from "../../runtime/src/resources/quantity.ts";
-import { DEFAULT_TENANT_LIMITS, INSTALL_NATS_LAYOUTS } from "./concerns/nats/data-accounts.ts";
+import { RELOAD_NATS_USAGE } from "./reload-nats.ts";
+import { DEFAULT_ACCOUNT_LIMITS, type AccountLimitSettings } from "../concerns/nats/account-limits.ts";
+import { bytesOf } from "../../../runtime/src/resources/quantity.ts";
+import { DEFAULT_TENANT_LIMITS, INSTALL_NATS_LAYOUTS } from "../concerns/nats/data-accounts.ts";
 import { duration, list, readFlags, subcommand, UsageError } from "./flags.ts";
-import { parseTolerationEntry } from "./concerns/pod-policy/pod-policy.ts";
+import { parseTolerationEntry } from "../concerns/pod-policy/pod-policy.ts";
 
 const USAGE = `usage: ifp-operator [flags]
        ifp-operator --version       the version and the commit it was built from
@@ -587,7 +587,7 @@ function byteSize(name: string, text: string): number {
   return bytes;
 }
 
-/** What every runtime's NATS account may hold (nats-account-limits.ts). */
+/** What every runtime's NATS account may hold (concerns/nats/account-limits.ts). */
 function accountLimits(str: Flag): AccountLimitSettings {
   const d = DEFAULT_ACCOUNT_LIMITS;
   const count = (name: keyof typeof OPTIONS, fallback: number) =>

@@ -10,8 +10,8 @@ import { errorMessage } from "../../kube/client.ts";
 import type { CustomObject, ReconcileContext } from "../../reconcile/context.ts";
 import type { Part } from "../../reconcile/part.ts";
 import { note } from "../../reconcile/pipeline.ts";
-import { retentionLoss, type RelayResource } from "../relay/desired.ts";
-import type { StreamObservation } from "../relay/status.ts";
+import { retentionLoss, type RelayResource } from "./desired.ts";
+import type { StreamObservation } from "./status.ts";
 import { inRuntimeAccount } from "../../concerns/nats/runtime-account.ts";
 import type { NatsAccountSlots } from "../../concerns/nats/credential-part.ts";
 

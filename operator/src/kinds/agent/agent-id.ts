@@ -3,9 +3,9 @@
 import type { V1Secret } from "@kubernetes/client-node";
 import { isDidKey } from "../../../../runtime/src/protocol/did-key.ts";
 import type { AgentStatus } from "../../crd/status.ts";
-import type { AgentResource } from "../agent/desired.ts";
-import { activeSigningKey, agentIdClaim } from "../agent/directory.ts";
-import { signingKeyIn, signingSecretUse } from "../agent/signing.ts";
+import type { AgentResource } from "./desired.ts";
+import { activeSigningKey, agentIdClaim } from "./directory.ts";
+import { signingKeyIn, signingSecretUse } from "./signing.ts";
 import type { CustomObject, ReconcileContext } from "../../reconcile/context.ts";
 import { childNames } from "../../reconcile/names.ts";
 import type { Part } from "../../reconcile/part.ts";

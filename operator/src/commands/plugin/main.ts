@@ -11,9 +11,9 @@ import { BACKUP_USAGE, backupCommand } from "./backup-command.ts";
 import { BACKUP_FLAGS, MESSAGING_FLAGS, type Parsed } from "./command-line.ts";
 import { writeReport } from "./report.ts";
 import { collectStatus, renderStatus } from "./status.ts";
-import { printable } from "../../../runtime/src/util/printable.ts";
-import { type CompletionSpec, completionScript, SHELLS, type Shell } from "../../../runtime/src/util/completion.ts";
-import { versionLine } from "../../../runtime/src/util/version.ts";
+import { printable } from "../../../../runtime/src/util/printable.ts";
+import { type CompletionSpec, completionScript, SHELLS, type Shell } from "../../../../runtime/src/util/completion.ts";
+import { versionLine } from "../../../../runtime/src/util/version.ts";
 
 export const USAGE = `usage: kubectl ifp <command> [flags]
 

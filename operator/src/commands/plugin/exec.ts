@@ -7,10 +7,10 @@
 // docs/kubectl-plugin.md.
 import { PassThrough, Writable } from "node:stream";
 import { AuthorizationV1Api, Exec, type V1Pod, type V1Status } from "@kubernetes/client-node";
-import { selectorLabels } from "../reconcile/names.ts";
+import { selectorLabels } from "../../reconcile/names.ts";
 import { apiMessage, type Connection, GROUP, PluginError, statusOf, VERSION } from "./kube.ts";
 
-/** The runtime's container in an Agent's pod (controllers/workload.ts). */
+/** The runtime's container in an Agent's pod (concerns/workload/workload.ts). */
 export const RUNTIME_CONTAINER = "runtime";
 /**
  * The runtime image's node and the compiled `ifp` command in it (runtime/Dockerfile: the

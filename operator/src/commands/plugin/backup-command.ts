@@ -6,7 +6,7 @@ import { ArchiveError, readArchive } from "./backup-archive.ts";
 import { backup, restore } from "./backup.ts";
 import type { Parsed } from "./command-line.ts";
 import { checkNamespace, connect, PluginError, UsageError } from "./kube.ts";
-import { printable } from "../../../runtime/src/util/printable.ts";
+import { printable } from "../../../../runtime/src/util/printable.ts";
 
 export const BACKUP_USAGE = `  backup [-o FILE.tar] --nats-url URL [--no-data]
                               one archive of what rebuilds the install: the install CA's and the

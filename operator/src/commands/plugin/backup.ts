@@ -15,10 +15,10 @@ import canonicalize from "canonicalize";
 import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection, type NodeConnectionOptions } from "@nats-io/transport-node";
-import { isNotFound } from "../../../runtime/src/nats/streams.ts";
-import { childNames } from "../reconcile/names.ts";
-import { accountOfSecret, issuerOfSecret, natsCredsSecretName } from "../concerns/nats/runtime-credential.ts";
-import type { CredentialIssuer } from "../concerns/nats/credential-issuer.ts";
+import { isNotFound } from "../../../../runtime/src/nats/streams.ts";
+import { childNames } from "../../reconcile/names.ts";
+import { accountOfSecret, issuerOfSecret, natsCredsSecretName } from "../../concerns/nats/runtime-credential.ts";
+import type { CredentialIssuer } from "../../concerns/nats/credential-issuer.ts";
 import { type Archive, type ArchiveInput, type Manifest, writeArchive } from "./backup-archive.ts";
 import { restoreStream, snapshotStream, type StreamSnapshot } from "./jetstream-snapshot.ts";
 import {
@@ -258,7 +258,7 @@ export async function backup(
       }
     }
   }
-  const { versionLine } = await import("../../../runtime/src/util/version.ts");
+  const { versionLine } = await import("../../../../runtime/src/util/version.ts");
   return writeArchive({
     created: new Date().toISOString(),
     plugin: versionLine("kubectl-ifp"),
