@@ -11,7 +11,7 @@ import { startControlPlane, type ControlPlane } from "./support/controlplane.ts"
 import { labels } from "../operator/src/reconcile/names.ts";
 import { runtimeDeployment } from "../operator/src/concerns/workload/workload.ts";
 import { startManager, type RunningManager } from "../operator/src/commands/manager.ts";
-import { capturedLog } from "../operator/test/support.ts";
+import { capturedLog } from "../operator/test/support/helpers.ts";
 import { identity, peerOf, signed } from "../runtime/test/support/fixtures.ts";
 import {
   runAgent,

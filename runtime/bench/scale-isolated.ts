@@ -9,7 +9,7 @@
 // would make them (the account JWT pushed with a system-account user, the consumers added by the
 // operator's user in the data account). Publishes to one Agent's inbox go through that Agent's own
 // runtime credential and its imports. The tests of the agent runtime on the layout
-// (operator/test/nats-shared-layout-runtime.test.ts) make their install with it.
+// (operator/test/nats/nats-shared-layout-runtime.test.ts) make their install with it.
 import { join } from "node:path";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
