@@ -12,9 +12,15 @@ export interface NatsAccountSlots {
   natsAccount?: string;
 }
 
+/** The part of the context the credential part uses. */
+export type CredentialContext = Pick<
+  ReconcileContext,
+  "kube" | "caches" | "trust" | "settings" | "natsIssuer" | "natsAccounts" | "dataAccounts"
+>;
+
 export function natsCredentialPart<R extends { spec: object }>(
-  permissions: (pass: Pass<R>, account: string, ctx: ReconcileContext) => NatsPermissions,
-): Part<R, object, NatsAccountSlots> {
+  permissions: (pass: Pass<R>, account: string, ctx: CredentialContext) => NatsPermissions,
+): Part<R, object, NatsAccountSlots, CredentialContext> {
   return {
     name: "nats-credential",
     provides: ["natsAccount"],

@@ -20,6 +20,7 @@ import { SHARED_ACCOUNT_ANNOTATION, natsCredsSecretName } from "./runtime-creden
 import { layoutOfAccountJwt, moveToIsolated, perAgentStreams } from "./layout-move.ts";
 import type { NatsAccounts } from "./accounts.ts";
 import type { AccountResource } from "./account-limits.ts";
+import type { ReconcileContext } from "../../reconcile/context.ts";
 import type { Part } from "../../reconcile/part.ts";
 import { tenantRefusal } from "./credential-part.ts";
 
@@ -36,7 +37,12 @@ const settledOf = accountSet();
 /** Accounts this process fenced for a move (NatsAccounts.fence). */
 const fencedOf = accountSet();
 
-export const natsLayoutMovePart: Part<Agent> = {
+export const natsLayoutMovePart: Part<
+  Agent,
+  object,
+  object,
+  Pick<ReconcileContext, "kube" | "caches" | "log" | "settings" | "natsIssuer" | "natsAccounts" | "dataAccounts">
+> = {
   name: "nats-layout-move",
   async ensure(ctx, { owner, resource }) {
     const accounts = ctx.natsAccounts;

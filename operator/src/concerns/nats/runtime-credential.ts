@@ -70,7 +70,9 @@ export function accountOfSecret(
  * after the renewal is due).
  */
 export async function ensureNatsCreds(
-  ctx: ReconcileContext & { natsAccounts?: NatsAccounts },
+  ctx: Pick<ReconcileContext, "kube" | "caches" | "trust" | "settings" | "dataAccounts"> & {
+    natsAccounts?: NatsAccounts;
+  },
   owner: Owner,
   issuer: CredentialIssuer,
   permissionsOf: (account: string) => NatsPermissions,
@@ -127,7 +129,7 @@ export async function ensureNatsCreds(
  * credential is issued all the same (it ignores it), and the resource is told once per process.
  */
 async function ensureAccountOnServer(
-  ctx: ReconcileContext,
+  ctx: Pick<ReconcileContext, "kube" | "settings" | "dataAccounts">,
   accounts: NatsAccounts,
   owner: Owner,
   label: string,

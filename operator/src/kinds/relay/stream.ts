@@ -21,7 +21,13 @@ export interface StreamSlots {
 }
 
 /** The stream; not in place, the status is written at once and the Relay looked at again (sooner while NATS is away). */
-export const relayStreamPart: Part<RelayResource, NatsAccountSlots, StreamSlots> = {
+/** The part of the context the stream part uses: the operator's NATS connection and the relay's account. */
+type StreamContext = Pick<
+  ReconcileContext,
+  "kube" | "caches" | "log" | "notes" | "nats" | "natsIssuer" | "natsAccounts" | "dataAccounts"
+>;
+
+export const relayStreamPart: Part<RelayResource, NatsAccountSlots, StreamSlots, StreamContext> = {
   name: "relay-stream",
   needs: ["natsAccount"],
   provides: ["stream"],
@@ -37,7 +43,7 @@ export const relayStreamPart: Part<RelayResource, NatsAccountSlots, StreamSlots>
 };
 
 async function reconcileStream(
-  ctx: ReconcileContext,
+  ctx: StreamContext,
   obj: CustomObject,
   relay: RelayResource,
   account: string | undefined,
@@ -57,7 +63,7 @@ async function reconcileStream(
 }
 
 async function reconcileStreamIn(
-  ctx: ReconcileContext,
+  ctx: StreamContext,
   jsm: JetStreamManager,
   obj: CustomObject,
   relay: RelayResource,
