@@ -70,7 +70,7 @@ export interface RuntimeObservation {
   blocker?: Blocker;
   /** Something still settling that is not the Deployment (a certificate being issued …). */
   waiting?: Blocker;
-  /** A change of the Deployment held back until other Agents' rollouts are over (rollout.ts). */
+  /** A change of the Deployment held back until other Agents' rollouts are over (concerns/workload/rollout.ts). */
   queued?: Blocker;
 }
 

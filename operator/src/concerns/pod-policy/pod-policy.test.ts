@@ -1,5 +1,5 @@
 // What spec.deployment may reach beyond its pod, as pure rules: the Secrets it names, the images
-// of its containers, and where its pods may go. On the API server: operator/test/pod-security.test.ts.
+// of its containers, and where its pods may go. On the API server: operator/test/pod-policy/pod-security.test.ts.
 import { describe, expect, it } from "vitest";
 import type { DeploymentSettings } from "../../../../runtime/src/resources/deployment.ts";
 import {

@@ -60,7 +60,7 @@ export function agentManifest(
 
 /**
  * The children of an Agent, in the order they are applied (the Deployment last). The runtime's
- * ServiceAccount, Role and RoleBinding are applied before them (identity.ts).
+ * ServiceAccount, Role and RoleBinding are applied before them (concerns/workload/identity.ts).
  */
 export function desiredAgentChildren(agent: AgentResource, inputs: AgentInputs): KubernetesObject[] {
   const owner = agentOwner(agent);

@@ -43,7 +43,7 @@ export function desiredRelayChildren(
     trustedProxies: relay.spec.expose?.trustedProxies,
     logLevel: relay.spec.logLevel,
   });
-  // The pods run under the Relay's own ServiceAccount (identity.ts), which mounts no token.
+  // The pods run under the Relay's own ServiceAccount (concerns/workload/identity.ts), which mounts no token.
   return [
     configMap,
     ...exposureChildren(owner, relay.spec.expose, inputs.exposure),
