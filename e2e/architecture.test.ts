@@ -213,9 +213,41 @@ describe("imports follow docs/architecture.md", () => {
   });
 });
 
-describe("the operator's controllers follow docs/architecture.md", () => {
+/** The part of operator/src a file is in: a concern or kind by its folder (concerns/tls), else the top folder (reconcile, kube, commands). */
+export function operatorPlace(path: string): string | undefined {
+  const rest = path.startsWith("operator/src/") ? path.slice("operator/src/".length) : undefined;
+  if (!rest?.includes("/")) return undefined;
+  const [top, sub] = rest.split("/");
+  return (top === "concerns" || top === "kinds") && sub && rest.split("/").length > 2 ? `${top}/${sub}` : top;
+}
+
+/**
+ * The imports of operator/src against its layout (docs/architecture.md): a concern imports only
+ * its own folder, reconcile/, kube/, the CRDs' status schema (crd/status.ts) and the runtime (what
+ * a concern needs of another's it gets through the pass's slots); a kind imports no other kind;
+ * reconcile/ knows no concern, kind or command, but for the types of the services context.ts
+ * carries; only commands/ imports commands/.
+ */
+export function operatorLayoutBreaks(edges: Edge[]): Edge[] {
+  return edges.filter((e) => {
+    const from = operatorPlace(e.from);
+    const to = operatorPlace(e.to);
+    if (!from || from === to || !e.to.startsWith("operator/")) return false;
+    if (to === "commands") return true;
+    if (from.startsWith("concerns/"))
+      return !(to === "reconcile" || to === "kube" || e.to === "operator/src/crd/status.ts");
+    if (from.startsWith("kinds/")) return !!to?.startsWith("kinds/");
+    if (from === "reconcile") {
+      const service = e.from === "operator/src/reconcile/context.ts" && e.typeOnly;
+      return !service && (to === undefined || to.startsWith("concerns/") || to.startsWith("kinds/"));
+    }
+    return false;
+  });
+}
+
+describe("the operator's reconcile pass, concerns and kinds follow docs/architecture.md", () => {
   const operator = importEdges("operator/src").filter((e) => !e.from.endsWith(".test.ts"));
-  const C = "operator/src/controllers/";
+  const R = "operator/src/reconcile/";
   const from = (file: string) => operator.filter((e) => e.from === file);
 
   it("operator/src has no import cycle, type-only imports included", () => {
@@ -226,28 +258,57 @@ describe("the operator's controllers follow docs/architecture.md", () => {
     ).toEqual([]);
   });
 
-  it("settings.ts imports nothing of the project's, context.ts only types", () => {
-    expect(from(`${C}settings.ts`).map(show)).toEqual([]);
-    expect(from(`${C}context.ts`).length).toBeGreaterThan(0);
-    expect(
-      from(`${C}context.ts`)
-        .filter((e) => !e.typeOnly)
-        .map(show),
-    ).toEqual([]);
+  it("settings.ts imports nothing of the project's, context.ts and part.ts only types", () => {
+    expect(from(`${R}settings.ts`).map(show)).toEqual([]);
+    for (const leaf of ["context.ts", "part.ts"]) {
+      expect(from(`${R}${leaf}`).length).toBeGreaterThan(0);
+      expect(
+        from(`${R}${leaf}`)
+          .filter((e) => !e.typeOnly)
+          .map(show),
+      ).toEqual([]);
+    }
   });
 
-  it("the pipeline runs parts it does not know; a part knows no controller; only the controllers use the parts", () => {
-    const isPart = (p: string) => p.startsWith(`${C}parts/`);
-    const isController = (p: string) => p === `${C}agent-controller.ts` || p === `${C}relay-controller.ts`;
-    expect(from(`${C}pipeline.ts`).length).toBeGreaterThan(0);
-    const wrong = operator.filter(
-      (e) =>
-        (e.from === `${C}pipeline.ts` && (isPart(e.to) || isController(e.to))) ||
-        (isPart(e.from) && isController(e.to)) ||
-        (isPart(e.to) && !isPart(e.from) && !isController(e.from)),
-    );
-    expect(wrong.map(show)).toEqual([]);
-    expect(operator.some((e) => isController(e.from) && isPart(e.to))).toBe(true);
+  it("a concern imports only reconcile/, kube/ and the runtime; a kind no other kind; the pass no concern, kind or command", () => {
+    const places = new Set(operator.map((e) => operatorPlace(e.from)));
+    for (const p of ["concerns/tls", "concerns/nats", "concerns/workload", "kinds/agent", "kinds/relay", "reconcile"])
+      expect(places).toContain(p);
+    expect(from(`${R}pipeline.ts`).length).toBeGreaterThan(0);
+    const wrong = operatorLayoutBreaks(operator);
+    expect(wrong.map(show), `imports against the operator's layout:\n${wrong.map(show).join("\n")}`).toEqual([]);
+    // The kinds use the concerns' parts.
+    expect(
+      operator.some(
+        (e) => e.from === "operator/src/kinds/agent/controller.ts" && e.to.startsWith("operator/src/concerns/"),
+      ),
+    ).toBe(true);
+  });
+
+  it("finds a concern importing another, a kind another kind, and the pass a part", () => {
+    const planted: Edge[] = [
+      { from: "operator/src/concerns/tls/part.ts", to: "operator/src/concerns/nats/accounts.ts", typeOnly: true },
+      { from: "operator/src/concerns/tls/part.ts", to: "operator/src/kinds/agent/desired.ts", typeOnly: false },
+      { from: "operator/src/concerns/tls/part.ts", to: "operator/src/commands/main.ts", typeOnly: false },
+      { from: "operator/src/kinds/relay/status.ts", to: "operator/src/kinds/agent/status.ts", typeOnly: false },
+      { from: "operator/src/reconcile/pipeline.ts", to: "operator/src/concerns/workload/part.ts", typeOnly: false },
+      { from: "operator/src/reconcile/context.ts", to: "operator/src/concerns/tls/trust.ts", typeOnly: false },
+      // Allowed: its own folder, the pass, kube/, the runtime; a kind using a concern; the context's service types.
+      { from: "operator/src/concerns/tls/part.ts", to: "operator/src/concerns/tls/tls.ts", typeOnly: false },
+      { from: "operator/src/concerns/tls/part.ts", to: "operator/src/reconcile/part.ts", typeOnly: true },
+      { from: "operator/src/concerns/tls/tls.ts", to: "operator/src/kube/apply.ts", typeOnly: false },
+      { from: "operator/src/concerns/tls/tls.ts", to: "runtime/src/util/time.ts", typeOnly: false },
+      { from: "operator/src/kinds/agent/controller.ts", to: "operator/src/concerns/tls/part.ts", typeOnly: false },
+      { from: "operator/src/reconcile/context.ts", to: "operator/src/concerns/tls/trust.ts", typeOnly: true },
+    ];
+    expect(operatorLayoutBreaks(planted).map(show)).toEqual([
+      "operator/src/concerns/tls/part.ts -> operator/src/concerns/nats/accounts.ts (type)",
+      "operator/src/concerns/tls/part.ts -> operator/src/kinds/agent/desired.ts",
+      "operator/src/concerns/tls/part.ts -> operator/src/commands/main.ts",
+      "operator/src/kinds/relay/status.ts -> operator/src/kinds/agent/status.ts",
+      "operator/src/reconcile/pipeline.ts -> operator/src/concerns/workload/part.ts",
+      "operator/src/reconcile/context.ts -> operator/src/concerns/tls/trust.ts",
+    ]);
   });
 
   it("operator/src imports nothing of the runtime's modes, faces, clients or commands", () => {

@@ -9,8 +9,8 @@ import { describe, expect, it } from "vitest";
 import { parseAllDocuments, stringify } from "yaml";
 import { toolPath } from "./tools/tools.ts";
 import { tempDir } from "./support/process.ts";
-import { parseFlags } from "../operator/src/main.ts";
-import { DEFAULT_ACCOUNT_LIMITS } from "../operator/src/nats-account-limits.ts";
+import { parseFlags } from "../operator/src/commands/main.ts";
+import { DEFAULT_ACCOUNT_LIMITS } from "../operator/src/concerns/nats/account-limits.ts";
 import { NATS_DIGEST } from "../charts/ifp-operator/values.schema.ts";
 
 const CHART = "charts/ifp-operator";

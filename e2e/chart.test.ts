@@ -6,10 +6,10 @@ import { parse, parseAllDocuments, stringify } from "yaml";
 import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { tempDir } from "./support/process.ts";
-import { generateKeys, serverConfig } from "../operator/src/nats-credential-issuer.ts";
-import { createCA } from "../operator/src/certs.ts";
-import { parseFlags } from "../operator/src/main.ts";
-import { parseRepairFlags } from "../operator/src/nats-store-repair.ts";
+import { generateKeys, serverConfig } from "../operator/src/concerns/nats/credential-issuer.ts";
+import { createCA } from "../operator/src/concerns/tls/certs.ts";
+import { parseFlags } from "../operator/src/commands/main.ts";
+import { parseRepairFlags } from "../operator/src/commands/repair-nats-store.ts";
 
 const CHART = "charts/ifp-operator";
 const NS = "ifp-system";
@@ -942,7 +942,7 @@ describe("Helm chart", () => {
       "--allowed-issuers=ClusterIssuer/letsencrypt,Issuer.awspca.cert-manager.io/*",
       "--allowed-dns-names=localhost,*.agents.example.com",
     ]);
-    const { parseFlags } = await import("../operator/src/main.ts");
+    const { parseFlags } = await import("../operator/src/commands/main.ts");
     expect(
       parseFlags(
         listed.filter((a) => /^--allowed-/.test(a)),
@@ -998,7 +998,7 @@ describe("Helm chart", () => {
     expect(find(docs(render()), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args).toEqual(
       expect.arrayContaining(["--max-rolling-agents=25%", "--finalizer-timeout=5m"]),
     );
-    const { parseFlags } = await import("../operator/src/main.ts");
+    const { parseFlags } = await import("../operator/src/commands/main.ts");
     expect(
       parseFlags(
         args.filter((a) => !a.startsWith("--extra-ca-file")),
@@ -1013,7 +1013,7 @@ describe("Helm chart", () => {
   });
 
   it("runs a pre-delete hook, with the operator's ServiceAccount, that deletes the operator's Deployment and releases its finalizers on the namespaces it watches", async () => {
-    const { parsePrepareUninstallFlags } = await import("../operator/src/main.ts");
+    const { parsePrepareUninstallFlags } = await import("../operator/src/commands/main.ts");
     for (const [set, namespaces] of [
       [["watchNamespaces={team-a}"], [NS, "team-a"]],
       [["clusterWide=true"], []],
@@ -1140,7 +1140,7 @@ describe("Helm chart", () => {
     expect(op.spec.volumes).toContainEqual({ name: "extra-cas", configMap: { name: "ifp-ifp-operator-extra-cas" } });
     expect(op.metadata.annotations["checksum/extra-cas"]).toMatch(/^[0-9a-f]{64}$/);
     // The operator's flags parse what the chart renders.
-    const { parseFlags } = await import("../operator/src/main.ts");
+    const { parseFlags } = await import("../operator/src/commands/main.ts");
     const parsed = parseFlags(
       args.filter((a) => !a.startsWith("--extra-ca-file")),
       {},
@@ -1443,7 +1443,7 @@ describe("Helm chart", () => {
     // The runtimes' NetworkPolicies are the operator's to render: a flag, and the namespaces for their metrics port.
     const args = (...set: string[]) =>
       find(docs(render(...set)), "Deployment", "ifp-ifp-operator").spec.template.spec.containers[0].args as string[];
-    const { parseFlags } = await import("../operator/src/main.ts");
+    const { parseFlags } = await import("../operator/src/commands/main.ts");
     const on = args("metrics.networkPolicyNamespaces={monitoring,ops}").filter((a) =>
       /^--(runtime-network-policies|metrics-namespaces)/.test(a),
     );

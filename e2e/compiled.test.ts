@@ -10,7 +10,7 @@ import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symli
 import { join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { metaChecksum } from "../operator/src/nats-store-repair.ts";
+import { metaChecksum } from "../operator/src/commands/repair-nats-store.ts";
 import { BUNDLE_LICENCES, compileBuildStage } from "./images/build.ts";
 import { bundledPackages } from "./release/release.ts";
 import { cachedBuild, compileTo, imageApp } from "./support/compiled.ts";

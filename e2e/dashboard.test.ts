@@ -8,10 +8,10 @@ import { parse, parseAllDocuments } from "yaml";
 import { INPUT_SERIES } from "./support/alert-cases.ts";
 import { toolPath } from "./tools/tools.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
-import { labels } from "../operator/src/controllers/names.ts";
-import { runtimeDeployment } from "../operator/src/controllers/workload.ts";
-import { startManager, type RunningManager } from "../operator/src/manager.ts";
-import { capturedLog } from "../operator/test/support.ts";
+import { labels } from "../operator/src/reconcile/names.ts";
+import { runtimeDeployment } from "../operator/src/concerns/workload/workload.ts";
+import { startManager, type RunningManager } from "../operator/src/commands/manager.ts";
+import { capturedLog } from "../operator/test/support/helpers.ts";
 import { identity, peerOf, signed } from "../runtime/test/support/fixtures.ts";
 import {
   runAgent,

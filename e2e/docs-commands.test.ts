@@ -10,10 +10,10 @@ import { join } from "node:path";
 import { KubeConfig } from "@kubernetes/client-node";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseFlags } from "../operator/src/main.ts";
-import { loadNatsIssuer } from "../operator/src/controllers/runtime-nats-credential.ts";
+import { parseFlags } from "../operator/src/commands/main.ts";
+import { loadNatsIssuer } from "../operator/src/concerns/nats/runtime-credential.ts";
 import { Kube } from "../operator/src/kube/client.ts";
-import { CredentialIssuer, generateKeys } from "../operator/src/nats-credential-issuer.ts";
+import { CredentialIssuer, generateKeys } from "../operator/src/concerns/nats/credential-issuer.ts";
 import { readFlags } from "../runtime/src/cli/runtime.ts";
 import { IMAGES } from "./images/build.ts";
 import { toolPath } from "./tools/tools.ts";
@@ -351,18 +351,18 @@ const CHECKS: Record<string, Check> = {
   "kubectl scale agents.ifp.dev/alice --replicas=2": { here: true },
   "kubectl scale agents.ifp.dev/<name> --replicas=3": { here: true },
   "kubectl scale relays.ifp.dev/hub --replicas=2": {
-    by: "operator/test/relay-scale.test.ts",
+    by: "operator/test/kinds/relay/relay-scale.test.ts",
     holds: ['"scale", "relay/hub", "--replicas=2"', '"scale", "relays.ifp.dev/hub"'],
   },
   // The kubectl plugin (docs/kubectl-plugin.md), run as kubectl runs it against an API server.
-  "kubectl ifp status": { by: "operator/test/kubectl-ifp.test.ts", holds: ['plugin(["status"])'] },
-  "kubectl ifp --help": { by: "operator/test/kubectl-ifp.test.ts", holds: ['plugin(["--help"])'] },
+  "kubectl ifp status": { by: "operator/test/commands/kubectl-ifp.test.ts", holds: ['plugin(["status"])'] },
+  "kubectl ifp --help": { by: "operator/test/commands/kubectl-ifp.test.ts", holds: ['plugin(["--help"])'] },
   "kubectl ifp redrive AGENT (MESSAGE_ID | --all [--limit N])": {
-    by: "operator/test/kubectl-ifp.test.ts",
+    by: "operator/test/commands/kubectl-ifp.test.ts",
     holds: ['["redrive", "alice", "-n", NS, "msg:01ABC"]', '["redrive", "alice", "-n", NS, "--all", "--limit", "10"]'],
   },
   "kubectl ifp redrive AGENT MESSAGE_ID | --all": {
-    by: "operator/test/kubectl-ifp.test.ts",
+    by: "operator/test/commands/kubectl-ifp.test.ts",
     holds: ['["redrive", "alice", "-n", NS, "msg:01ABC"]', '["redrive", "alice", "-n", NS, "--all", "--limit", "10"]'],
   },
   "npx ifp redrive MESSAGE_ID --local-api URL": {
@@ -370,26 +370,26 @@ const CHECKS: Record<string, Check> = {
     holds: ['ifp("redrive", id!, "--local-api", sender.localApiUrl)', 'ifp("redrive", "--all", "--limit", "1000"'],
   },
   "kubectl ifp describe agent NAME": {
-    by: "operator/test/kubectl-ifp.test.ts",
+    by: "operator/test/commands/kubectl-ifp.test.ts",
     holds: ['plugin(["describe", "agent", "alice", "-n", NS])'],
   },
-  "kubectl ifp report": { by: "operator/test/kubectl-ifp.test.ts", holds: ['plugin(["report", "-o", file])'] },
+  "kubectl ifp report": { by: "operator/test/commands/kubectl-ifp.test.ts", holds: ['plugin(["report", "-o", file])'] },
   // Backup and restore (docs/backup.md): between two installs of real API servers and nats-servers.
   "kubectl -n ifp-system port-forward svc/ifp-ifp-operator-nats 4222:4222": {
-    not: "needs the chart's NATS running in a pod on a node; operator/test/backup.test.ts hands the plugin the address of a real nats-server, which is what the port-forward gives it",
+    not: "needs the chart's NATS running in a pod on a node; operator/test/commands/backup.test.ts hands the plugin the address of a real nats-server, which is what the port-forward gives it",
   },
   "kubectl ifp backup -o ifp-backup.tar --nats-url nats://127.0.0.1:4222 --nats-server-name ifp-ifp-operator-nats.ifp-system.svc":
     {
-      by: "operator/test/backup.test.ts",
+      by: "operator/test/commands/backup.test.ts",
       holds: ['plugin(a, ["backup", "-o", archive, "--nats-url", a.nats!.url'],
     },
   "kubectl ifp restore ifp-backup.tar --keys-only": {
-    by: "operator/test/backup.test.ts",
+    by: "operator/test/commands/backup.test.ts",
     holds: ['plugin(b, ["restore", archive, "--keys-only"])'],
   },
   "kubectl ifp restore ifp-backup.tar --nats-url nats://127.0.0.1:4222 --nats-server-name ifp-ifp-operator-nats.ifp-system.svc":
     {
-      by: "operator/test/backup.test.ts",
+      by: "operator/test/commands/backup.test.ts",
       holds: ['plugin(b, ["restore", archive, "--nats-url", b.nats!.url'],
     },
   // The plugin of a release, installed by krew and run on Node 20, 22 and 24.
@@ -410,9 +410,12 @@ const CHECKS: Record<string, Check> = {
     by: "e2e/release/plugin.test.ts",
     holds: ['kubectlIfp(path, ["completion", "bash"])'],
   },
-  "kubectl ifp completion zsh": { by: "operator/test/kubectl-ifp.test.ts", holds: ['plugin(["completion", "zsh"])'] },
+  "kubectl ifp completion zsh": {
+    by: "operator/test/commands/kubectl-ifp.test.ts",
+    holds: ['plugin(["completion", "zsh"])'],
+  },
   "kubectl ifp completion bash|zsh": {
-    by: "operator/test/kubectl-ifp.test.ts",
+    by: "operator/test/commands/kubectl-ifp.test.ts",
     holds: ['plugin(["completion", "bash"])', 'plugin(["completion", "zsh"])'],
   },
   // send and tail exec into an Agent's pod: only the real node runs pods; the API-server test runs them up to the exec.
@@ -439,7 +442,7 @@ const CHECKS: Record<string, Check> = {
     holds: ['plugin(["tail", to.doc.metadata.name, "-n", to.namespace'],
   },
   "npx node operator/bin/kubectl-ifp.ts status": {
-    by: "operator/test/kubectl-ifp.test.ts",
+    by: "operator/test/commands/kubectl-ifp.test.ts",
     holds: ["spawnSync(process.execPath, [BIN, ...args]"],
   },
   "npm install -g .": {

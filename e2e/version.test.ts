@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { createOperatorMetrics } from "../operator/src/metrics.ts";
+import { createOperatorMetrics } from "../operator/src/commands/metrics.ts";
 import { createRuntimeMetrics } from "../runtime/src/server/metrics.ts";
 import { buildInfo, versionLine } from "../runtime/src/util/version.ts";
 

@@ -20,7 +20,7 @@
 // The Kubernetes client's HTTP is undici 8 in the images, which needs Node 22.19; the plugin's
 // bundle takes undici 7 in its place (the same fetch, Agent and ProxyAgent; Node 20.18.1 and
 // later), and the bundling fails should any bundled package ask for a Node newer than
-// PLUGIN_NODE (operator/src/plugin/node-version.ts), but for those ENGINES_ABOVE_NEED names. The release archives DIR
+// PLUGIN_NODE (operator/src/commands/plugin/node-version.ts), but for those ENGINES_ABOVE_NEED names. The release archives DIR
 // (e2e/release/krew.ts).
 import { chmodSync, readFileSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
@@ -30,7 +30,7 @@ import { build } from "rolldown";
 import semver from "semver";
 import { type BundleResult, bundleImage } from "../runtime/bundle.ts";
 import { buildInfo } from "../runtime/src/util/version.ts";
-import { ENGINES_ABOVE_NEED, PLUGIN_NODE } from "./src/plugin/node-version.ts";
+import { ENGINES_ABOVE_NEED, PLUGIN_NODE } from "./src/commands/plugin/node-version.ts";
 
 const REPO = fileURLToPath(new URL("../", import.meta.url));
 

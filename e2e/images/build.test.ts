@@ -149,7 +149,7 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
       "/app/runtime/bin/ifp-runtime.ts",
       "/app/runtime/bin/ifp.ts",
       "/app/runtime/bundle.ts",
-      "/app/operator/src/main.ts",
+      "/app/operator/src/commands/main.ts",
     ])
       expect(compiled).toContain(d);
     expect(compiled.some((d) => d.startsWith("/app/runtime/src/agent/"))).toBe(true);
@@ -175,7 +175,7 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     expect(compiled).toContain("/app/operator/bundle.ts");
     // The bundling operator/bundle.ts runs is runtime/bundle.ts's.
     expect(compiled).toContain("/app/runtime/bundle.ts");
-    expect(compiled).toContain("/app/operator/src/main.ts");
+    expect(compiled).toContain("/app/operator/src/commands/main.ts");
     expect(compiled.some((d) => d.startsWith("/app/runtime/src/"))).toBe(true);
     const dests = imageContextFiles(plan, ignored, "operator/Dockerfile").map((f) => f.dest);
     expect(dests).toContain("/app/crds/agents.ifp.dev.yaml");

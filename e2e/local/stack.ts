@@ -131,7 +131,7 @@ relay.spec.url = local(relay.spec.url);
 relay.spec.network = { allowPrivateTargets: ["127.0.0.0/8", "::1/128"] };
 
 /**
- * What the operator gives an Agent's runtime beside its signing key (operator/src/controllers/agent/):
+ * What the operator gives an Agent's runtime beside its signing key (operator/src/kinds/agent/):
  * an X25519 encryption key (encryption.key of the signing Secret; the agent publishes it and can
  * receive encrypted messages) and, with spec.handler, the hand-off secret it signs each hand-off
  * with (the Secret <name>-handoff), which the application gets as IFP_HANDOFF_SECRET. Made once

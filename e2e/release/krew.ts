@@ -18,7 +18,7 @@ import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 import { parse, stringify } from "yaml";
 import { PLUGIN_FILES } from "../../operator/plugin-bundle.ts";
-import { PLUGIN_NODE } from "../../operator/src/plugin/node-version.ts";
+import { PLUGIN_NODE } from "../../operator/src/commands/plugin/node-version.ts";
 
 /** The platforms the manifest offers the archive to, as krew's selector labels. */
 export const KREW_PLATFORMS = [

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { PLUGIN_FILES } from "../../operator/plugin-bundle.ts";
-import { ENGINES_ABOVE_NEED, PLUGIN_NODE } from "../../operator/src/plugin/node-version.ts";
+import { ENGINES_ABOVE_NEED, PLUGIN_NODE } from "../../operator/src/commands/plugin/node-version.ts";
 import { buildInfo } from "../../runtime/src/util/version.ts";
 import { startControlPlane, type ControlPlane } from "../support/controlplane.ts";
 import { releaseDir, tempDir } from "../support/process.ts";

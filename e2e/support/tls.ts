@@ -1,2 +1,2 @@
 // Certificates for tests and the local stack, from the operator's certificate code.
-export { createCA, localhostTls, type CertificateAuthority, type Pem } from "../../operator/src/certs.ts";
+export { createCA, localhostTls, type CertificateAuthority, type Pem } from "../../operator/src/concerns/tls/certs.ts";

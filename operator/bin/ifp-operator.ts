@@ -6,6 +6,7 @@ import { enableCompileCache } from "../../runtime/src/util/compile-cache.ts";
 enableCompileCache();
 
 const [command, ...rest] = process.argv.slice(2);
-if (command === "reload-nats") await (await import("../src/nats-reloader.ts")).reloadNatsMain(rest);
-else if (command === "repair-nats-store") await (await import("../src/nats-store-repair.ts")).repairNatsStoreMain(rest);
-else await (await import("../src/main.ts")).main();
+if (command === "reload-nats") await (await import("../src/commands/reload-nats.ts")).reloadNatsMain(rest);
+else if (command === "repair-nats-store")
+  await (await import("../src/commands/repair-nats-store.ts")).repairNatsStoreMain(rest);
+else await (await import("../src/commands/main.ts")).main();

@@ -4,7 +4,7 @@
 // missing API of the bundle. The bundle makes it CommonJS with ES2015 syntax, which any Node
 // since 12 parses.
 import { enableCompileCache } from "../../runtime/src/util/compile-cache.ts";
-import { nodeTooOld } from "../src/plugin/node-version.ts";
+import { nodeTooOld } from "../src/commands/plugin/node-version.ts";
 
 const tooOld = nodeTooOld(process.version, process.execPath);
 if (tooOld) {

@@ -5,6 +5,6 @@ import { enableCompileCache } from "../../runtime/src/util/compile-cache.ts";
 
 enableCompileCache();
 
-const { main } = await import("../src/plugin/main.ts");
+const { main } = await import("../src/commands/plugin/main.ts");
 
 process.exitCode = await main();

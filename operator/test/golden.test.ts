@@ -10,8 +10,8 @@ import { readdirSync, readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { parseAllDocuments, stringify } from "yaml";
 import { toolPath } from "../../e2e/tools/tools.ts";
-import { parseFlags } from "../src/main.ts";
-import { natsAccountOperator, until } from "./support.ts";
+import { parseFlags } from "../src/commands/main.ts";
+import { natsAccountOperator, until } from "./support/helpers.ts";
 
 const EXAMPLES = new URL("../../examples/", import.meta.url);
 /** The example files, each applied as a user would (the application's image aside). */

@@ -10,7 +10,7 @@
 // operator's user in the data account). Publishes to one Agent's inbox go through that Agent's own
 // runtime credential and its imports. A Relay stays on an account of its own, with JetStream
 // within the limits the operator gives it (makeRelay). The tests of the agent runtime on the
-// layout (operator/test/nats-shared-layout-runtime.test.ts), test:faults and test:cluster make
+// layout (operator/test/nats/nats-shared-layout-runtime.test.ts), test:faults and test:cluster make
 // their install with it.
 import { join } from "node:path";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
@@ -23,14 +23,14 @@ import {
   keyPair,
   serverConfig,
   type NatsKeys,
-} from "../../operator/src/nats-credential-issuer.ts";
+} from "../../operator/src/concerns/nats/credential-issuer.ts";
 import {
   dataAccountJwt,
   dataAccountOf,
   pushAccountJwt,
   sharedRuntimeAccountJwt,
-} from "../../operator/src/nats-shared-accounts.ts";
-import { accountLimitsOf, DEFAULT_ACCOUNT_LIMITS } from "../../operator/src/nats-account-limits.ts";
+} from "../../operator/src/concerns/nats/shared-accounts.ts";
+import { accountLimitsOf, DEFAULT_ACCOUNT_LIMITS } from "../../operator/src/concerns/nats/account-limits.ts";
 import { agentInboxPrefix, OPERATOR_INBOX_PREFIX, relayPermissions } from "../src/contract/nats-permissions.ts";
 import type { RelaySpecInput } from "../src/resources/relay.ts";
 import {

@@ -2,7 +2,7 @@
 // and nothing of any other agent's or relay's. The operator writes these permissions into the
 // NATS user credential it issues per Agent and Relay; the runtime uses the inbox prefix below so
 // that the replies it waits for arrive on subjects no other runtime may subscribe to. Each
-// runtime has a NATS account of its own (operator/src/nats-credential-issuer.ts), which is what keeps
+// runtime has a NATS account of its own (operator/src/concerns/nats/credential-issuer.ts), which is what keeps
 // runtimes apart: JetStream does not check these lists against what a stream or consumer
 // configuration pulls in or pushes out (sources, mirrors, republish, deliver subjects). Within its
 // own account the lists still keep a runtime to the names it uses and off the operator's inbox;
@@ -119,7 +119,7 @@ export function operatorPermissions(): NatsPermissions {
       "$JS.API.INFO",
       ...["CREATE", "UPDATE", "INFO", "DELETE"].map((op) => `$JS.API.STREAM.${op}.*`),
       `$JS.API.STREAM.PURGE.KV_${SHARED_AGENT_BUCKET}`,
-      // The status summary (operator/src/controllers/summary.ts): each agent's handler backlog and
+      // The status summary (operator/src/concerns/nats/traffic-summary.ts): each agent's handler backlog and
       // the last error agents and relays leave in KV — that key and nothing else of theirs.
       "$JS.API.CONSUMER.INFO.*.handler",
       `$JS.API.DIRECT.GET.KV_${SHARED_AGENT_BUCKET}.$KV.${SHARED_AGENT_BUCKET}.*.last_error`,

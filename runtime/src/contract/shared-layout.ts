@@ -14,7 +14,7 @@
 // the request's body, which no permission can check): the operator makes each Agent's consumers.
 // It hears its new inbox messages through one stream export, of the inbox's republish.
 // The agent runtime runs on it with `--nats-layout isolated` (runtime/src/nats/layout.ts); the
-// bench (runtime/bench/scale.ts) and the tests (operator/test/nats-shared-layout*.test.ts) build
+// bench (runtime/bench/scale.ts) and the tests (operator/test/nats/nats-shared-layout*.test.ts) build
 // the operator's side of it from here.
 import { AckPolicy, DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { ConsumerConfig, StreamConfig } from "@nats-io/jetstream";

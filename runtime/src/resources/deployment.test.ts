@@ -1,5 +1,5 @@
 // spec.deployment (the runtime's pod settings) as zod reads it: what it accepts, and each refusal
-// with its message. The same rules run as CEL in the API server (operator/test/pod.test.ts).
+// with its message. The same rules run as CEL in the API server (operator/test/workload/pod.test.ts).
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
@@ -220,7 +220,7 @@ describe("spec.deployment", () => {
       /imagePullSecret 'r' is named twice/,
     ],
     ["too many sidecars", { sidecars: Array.from({ length: 17 }, (_, i) => sidecar(`c${i}`)) }, /sidecars/],
-    // The restricted Pod Security Standard (the same rules run as CEL: operator/test/pod-security.test.ts).
+    // The restricted Pod Security Standard (the same rules run as CEL: operator/test/pod-policy/pod-security.test.ts).
     [
       "a privileged sidecar",
       { sidecars: [sidecar("app", { securityContext: { privileged: true } })] },

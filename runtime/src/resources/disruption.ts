@@ -1,5 +1,5 @@
 // spec.disruption of an Agent and a Relay: the PodDisruptionBudget the operator renders for a
-// runtime of more than one replica (operator/src/controllers/disruption.ts).
+// runtime of more than one replica (operator/src/concerns/workload/disruption.ts).
 import { z } from "zod";
 
 const PERCENT = /^([1-9][0-9]?|100)%$/;

@@ -3,7 +3,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { createCA } from "../../../operator/src/certs.ts";
+import { createCA } from "../../../operator/src/concerns/tls/certs.ts";
 import { tempDir } from "../../../e2e/support/process.ts";
 import { createRuntimeMetrics, dependencyGauges } from "./metrics.ts";
 

@@ -13,7 +13,7 @@ import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { localhostTls } from "../../../e2e/support/tls.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { waitFor } from "../../../e2e/support/ports.ts";
-import { CredentialIssuer, generateKeys, serverConfig } from "../../../operator/src/nats-credential-issuer.ts";
+import { CredentialIssuer, generateKeys, serverConfig } from "../../../operator/src/concerns/nats/credential-issuer.ts";
 import { agentNames } from "../../src/agent/names.ts";
 import { startAgent } from "../../src/agent/main.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
