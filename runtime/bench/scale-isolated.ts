@@ -18,7 +18,6 @@ import { tempDir } from "../../e2e/support/process.ts";
 import {
   CredentialIssuer,
   generateKeys,
-  keyPair,
   serverConfig,
   type NatsKeys,
 } from "../../operator/src/nats-credential-issuer.ts";
@@ -54,6 +53,8 @@ export class IsolatedInstall {
   private readonly keys: NatsKeys;
   private readonly issuer: CredentialIssuer;
   private readonly stop: () => Promise<void>;
+  /** The install's account signing key (public), which every account JWT lists. */
+  private readonly signingKey: string;
 
   private constructor(
     nodes: NatsServer[],
@@ -67,6 +68,7 @@ export class IsolatedInstall {
     this.stop = stop;
     this.keys = keys;
     this.issuer = issuer;
+    this.signingKey = issuer.sharedLayoutKeys().signingKey;
   }
 
   /** The first (or only) server. */
@@ -115,21 +117,21 @@ export class IsolatedInstall {
     return install;
   }
 
-  /** A connection that reconnects for ever (the servers are restarted under it). */
+  /**
+   * A connection that reconnects for ever (the servers are restarted under it), without the
+   * stack of each request's caller kept for its errors, as the operator's own connections.
+   */
   private async connect(creds: Uint8Array, inboxPrefix?: string): Promise<NatsConnection> {
     const nc = await connect({
       servers: this.url.split(","),
       authenticator: credsAuthenticator(creds),
       maxReconnectAttempts: -1,
       reconnectTimeWait: 250,
+      noAsyncTraces: true,
       ...(inboxPrefix ? { inboxPrefix } : {}),
     });
     this.open.push(nc);
     return nc;
-  }
-
-  private get signingKey(): string {
-    return keyPair(this.keys.signing, "A").getPublicKey();
   }
 
   /** The tenant's data account, made once: its JWT pushed, the operator's user connected there, its streams applied. */

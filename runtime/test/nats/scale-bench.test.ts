@@ -12,6 +12,7 @@ const SMALL: Omit<ScaleOptions, "clusters" | "layouts"> = {
   concurrency: 2,
   publishes: 10,
   createDeadlineMs: 60_000,
+  compareDeadlineMs: 60_000,
   totalDeadlineMs: 120_000,
   rssBudgetMiB: { single: 0, three: 0 },
   restartDeadlineMs: 60_000,
