@@ -1085,8 +1085,14 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
   try {
     const r = await runScale({ ...opts, onProgress: write });
     write(r);
+    const bounded = r.runs
+      .filter((x) => x.boundedBy)
+      .map(
+        (x) =>
+          `${x.layout} on ${x.cluster === "single" ? "one server" : "three"} stopped at ${fmt(x.made)} of ${fmt(x.agents)}: ${x.boundedBy}\n`,
+      );
     console.log(
-      `\n${table(r.runs)}\n\nGoals (the product's ${PRODUCT_LAYOUT} layout):\n${goalLines(r.goals)}\nwritten ${out}`,
+      `\n${table(r.runs)}\n${bounded.join("")}\nGoals (the product's ${PRODUCT_LAYOUT} layout):\n${goalLines(r.goals)}\nwritten ${out}`,
     );
   } finally {
     await stopAllProcesses(10_000);
