@@ -781,9 +781,17 @@ async function run(
       await Promise.all(Array.from({ length: opts.concurrency }, worker));
       const createS = (performance.now() - t0) / 1000;
       const servers = await sample(d);
-      const publish = install
-        ? await timeIsolatedPublishes(install, opts.publishes, opts.tenants)
-        : await timePublishes(m, layout, opts.publishes, opts.tenants);
+      // Timed on agent 0, the first made: none when no agent was (each publish an error).
+      const publish = await (made === 0
+        ? Promise.reject(new Error("no agent was made"))
+        : install
+          ? timeIsolatedPublishes(install, opts.publishes, opts.tenants)
+          : timePublishes(m, layout, opts.publishes, opts.tenants)
+      ).catch((err: unknown) => {
+        const k = errorKind("publish", err);
+        errors[k] = (errors[k] ?? 0) + 1;
+        return { n: 0, p50Ms: 0, p99Ms: 0, maxMs: 0, errors: opts.publishes };
+      });
       const counts = await installCounts(d);
       const r: SizeResult = {
         layout,
