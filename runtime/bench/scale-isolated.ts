@@ -12,6 +12,7 @@
 // (operator/test/nats-shared-layout-runtime.test.ts) make their install with it.
 import { join } from "node:path";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
+import type { KeyPair } from "@nats-io/nkeys";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { startNats, startNatsCluster, type NatsServer } from "../../e2e/support/nats.ts";
 import { tempDir } from "../../e2e/support/process.ts";
@@ -55,6 +56,8 @@ export class IsolatedInstall {
   private readonly stop: () => Promise<void>;
   /** The install's account signing key (public), which every account JWT lists. */
   private readonly signingKey: string;
+  /** The operator's key pair, which signs every account JWT (derived once, as the operator's own issuer holds it). */
+  private readonly operator: KeyPair;
 
   private constructor(
     nodes: NatsServer[],
@@ -68,7 +71,7 @@ export class IsolatedInstall {
     this.stop = stop;
     this.keys = keys;
     this.issuer = issuer;
-    this.signingKey = issuer.sharedLayoutKeys().signingKey;
+    ({ signingKey: this.signingKey, operator: this.operator } = issuer.sharedLayoutKeys());
   }
 
   /** The first (or only) server. */
@@ -140,7 +143,7 @@ export class IsolatedInstall {
     if (!t) {
       t = (async () => {
         const account = dataAccountOf(this.keys.signing, name);
-        const jwt = await dataAccountJwt(this.keys.operator, account, this.signingKey, name, {
+        const jwt = await dataAccountJwt(this.operator, account, this.signingKey, name, {
           diskBytes: TENANT_DISK_BYTES,
           memBytes: 0,
         });
@@ -184,7 +187,7 @@ export class IsolatedInstall {
     step.name = "runtime account";
     await pushAccountJwt(
       this.system,
-      await sharedRuntimeAccountJwt(this.keys.operator, account, `agent:${key}`, t.account, this.signingKey),
+      await sharedRuntimeAccountJwt(this.operator, account, `agent:${key}`, t.account, this.signingKey),
       30_000,
     );
     for (const c of sharedAgentConsumers(account, { handlerTimeoutMs, senderAckWaitMs: 30_000 })) {
