@@ -619,7 +619,20 @@ function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 }
 
-/** `n` calls of `publish` (each with a new message_id and its IFP message), one at a time, timed. */
+/** The publishes made before those timed, at each size: a tenth as many (stored as the others). */
+export const warmUps = (n: number) => Math.ceil(n / 10);
+
+/** The timed publishes start one every this many milliseconds (or as soon as the one before answered, when later). */
+const PUBLISH_PACE_MS = 5;
+
+/**
+ * `n` calls of `publish` (each with a new message_id and its IFP message), one at a time, timed,
+ * after warmUps(n) untimed: the server's work left from making the agents, and the first
+ * requests of a connection, are not what a publish costs at that size. The timed ones are paced
+ * (PUBLISH_PACE_MS), so that 1,000 of them sample five seconds of the machine rather than the
+ * moment after the agents were made: on a machine shared with other work the p50 of one size
+ * and of the next are then taken over the same kind of stretch.
+ */
 async function timeEach(
   n: number,
   publish: (messageId: string, raw: Record<string, unknown>) => Promise<unknown>,
@@ -627,7 +640,11 @@ async function timeEach(
   const body = "x".repeat(2048);
   const times: number[] = [];
   let errors = 0;
-  for (let i = 0; i < n; i++) {
+  let start = 0;
+  for (let i = -warmUps(n); i < n; i++) {
+    if (i === 0) start = performance.now();
+    const due = start + i * PUBLISH_PACE_MS - performance.now();
+    if (i > 0 && due > 0) await new Promise((r) => setTimeout(r, due));
     const messageId = `msg:bench-${Date.now()}-${i}`;
     const raw = {
       ifp: 4,
@@ -637,9 +654,9 @@ async function timeEach(
     const t = performance.now();
     try {
       await publish(messageId, raw);
-      times.push(performance.now() - t);
+      if (i >= 0) times.push(performance.now() - t);
     } catch {
-      errors++;
+      if (i >= 0) errors++;
     }
   }
   times.sort((a, b) => a - b);
@@ -662,11 +679,10 @@ async function timePublishes(m: Maker, layout: Layout, n: number, tenants: numbe
 
 /** The same, through agent 0's own runtime credential and imports: a JetStream publish of the message on its inbox subject. */
 async function timeIsolatedPublishes(
-  install: IsolatedInstall,
+  client: ReturnType<IsolatedInstall["runtimeClient"]>,
   n: number,
-  tenants: number,
 ): Promise<SizeResult["publish"]> {
-  const { js, inbox } = await install.runtimeClient(agentKey(0, tenants));
+  const { js, inbox } = await client;
   return timeEach(n, (messageId, raw) => js.publish(inbox(messageId), JSON.stringify(raw)));
 }
 
@@ -718,6 +734,8 @@ async function run(
   let made = 0;
   let failed = 0;
   const relaySubs: Subscriptions[] = [];
+  // Agent 0's runtime client on the isolated layout: one connection for every size, as a runtime keeps its own.
+  let publisher: ReturnType<IsolatedInstall["runtimeClient"]> | undefined;
   try {
     // The isolated layout's agents are made by the operator's users (IsolatedInstall); its relays are not measured.
     if (!install) await nats.start();
@@ -785,7 +803,7 @@ async function run(
       const publish = await (made === 0
         ? Promise.reject(new Error("no agent was made"))
         : install
-          ? timeIsolatedPublishes(install, opts.publishes, opts.tenants)
+          ? timeIsolatedPublishes((publisher ??= install.runtimeClient(agentKey(0, opts.tenants))), opts.publishes)
           : timePublishes(m, layout, opts.publishes, opts.tenants)
       ).catch((err: unknown) => {
         const k = errorKind("publish", err);
