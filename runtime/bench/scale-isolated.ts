@@ -14,13 +14,13 @@
 // their install with it.
 import { join } from "node:path";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
+import type { KeyPair } from "@nats-io/nkeys";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { startNats, startNatsCluster, type NatsCluster, type NatsServer } from "../../e2e/support/nats.ts";
 import { tempDir } from "../../e2e/support/process.ts";
 import {
   CredentialIssuer,
   generateKeys,
-  keyPair,
   serverConfig,
   type NatsKeys,
 } from "../../operator/src/concerns/nats/credential-issuer.ts";
@@ -60,6 +60,10 @@ export class IsolatedInstall {
   private readonly keys: NatsKeys;
   private readonly issuer: CredentialIssuer;
   private readonly stop: () => Promise<void>;
+  /** The install's account signing key (public), which every account JWT lists. */
+  private readonly signingKey: string;
+  /** The operator's key pair, which signs every account JWT (derived once, as the operator's own issuer holds it). */
+  private readonly operator: KeyPair;
 
   private constructor(
     nodes: NatsServer[],
@@ -73,6 +77,7 @@ export class IsolatedInstall {
     this.stop = stop;
     this.keys = keys;
     this.issuer = issuer;
+    ({ signingKey: this.signingKey, operator: this.operator } = issuer.sharedLayoutKeys());
   }
 
   /** The first (or only) server. */
@@ -122,21 +127,21 @@ export class IsolatedInstall {
     return install;
   }
 
-  /** A connection that reconnects for ever (the servers are restarted under it). */
+  /**
+   * A connection that reconnects for ever (the servers are restarted under it), without the
+   * stack of each request's caller kept for its errors, as the operator's own connections.
+   */
   private async connect(creds: Uint8Array, inboxPrefix?: string): Promise<NatsConnection> {
     const nc = await connect({
       servers: this.url.split(","),
       authenticator: credsAuthenticator(creds),
       maxReconnectAttempts: -1,
       reconnectTimeWait: 250,
+      noAsyncTraces: true,
       ...(inboxPrefix ? { inboxPrefix } : {}),
     });
     this.open.push(nc);
     return nc;
-  }
-
-  private get signingKey(): string {
-    return keyPair(this.keys.signing, "A").getPublicKey();
   }
 
   /** The tenant's data account, made once: its JWT pushed, the operator's user connected there, its streams applied. */
@@ -145,7 +150,7 @@ export class IsolatedInstall {
     if (!t) {
       t = (async () => {
         const account = dataAccountOf(this.keys.signing, name);
-        const jwt = await dataAccountJwt(this.keys.operator, account, this.signingKey, name, {
+        const jwt = await dataAccountJwt(this.operator, account, this.signingKey, name, {
           diskBytes: TENANT_DISK_BYTES,
           memBytes: 0,
         });
@@ -189,7 +194,7 @@ export class IsolatedInstall {
     step.name = "runtime account";
     await pushAccountJwt(
       this.system,
-      await sharedRuntimeAccountJwt(this.keys.operator, account, `agent:${key}`, t.account, this.signingKey),
+      await sharedRuntimeAccountJwt(this.operator, account, `agent:${key}`, t.account, this.signingKey),
       30_000,
     );
     for (const c of sharedAgentConsumers(account, { handlerTimeoutMs, senderAckWaitMs: 30_000 })) {

@@ -27,12 +27,15 @@
 // with every stream it had loaded), on a cluster the time to restart one server of three until it
 // is current again, the latency of a publish and its PubAck to one agent's inbox
 // (InboxStore.accept), and every error JetStream answered on the way (recorded, never fatal).
-// `npm run bench:scale` runs what an install is sized by: 1,000 and 10,000 agents, the product's
-// (isolated) layout and the per-agent one, on one server and on three. `-- --agents 1000,10000 --relays 10
-// --cluster single,three [--layout per-agent,shared,isolated] [--tenants 20] [--concurrency 16]
-// [--deadline-min 6] [--out FILE]` chooses. It prints a table per run and writes
-// runtime/bench/results/scale-results.json (after every size, so a run cut short keeps what it
-// measured). Every loop and wait is bounded (a layout stops at its first bound, recorded as
+// `npm run bench:scale` runs what an install is sized by: 1,000, 5,000 and 10,000 agents, the
+// product's (isolated) layout first and then the per-agent one, on one server and on three, all
+// within 40 minutes (`--total-deadline-min`): a run of the product's layout makes agents for at
+// most 12 minutes (`--deadline-min`), one of a comparison layout for 4 (`--compare-deadline-min`).
+// `-- --agents 1000,5000,10000 --relays 10 --cluster single,three [--layout isolated,per-agent,shared]
+// [--tenants 20] [--concurrency 16] [--out FILE]` chooses. It prints a table per run and, at the
+// end, each goal of the product's layout (goalsOf: met or not, with its figure), and writes
+// .bench/scale.json (after every size, so a run cut short keeps what it measured; the goals in
+// `goals`). Every loop and wait is bounded (a layout stops at its first bound, recorded as
 // `boundedBy`); the servers are stopped and their stores deleted at the end.
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -80,11 +83,16 @@ export interface ScaleOptions {
   concurrency: number;
   /** Publishes timed at each size. */
   publishes: number;
-  /** Bound on making the agents of one run (layout × topology), all sizes together. */
+  /** Bound on making the agents of one run (layout × topology) of the product's layout, all sizes together. */
   createDeadlineMs: number;
+  /** The same for a run of a layout the product does not use (per-agent, shared): what keeps the comparison within the whole bench's bound. */
+  compareDeadlineMs: number;
   /** No more agents are made once a server's RSS passes this (MiB per server, by topology; 0: none). */
   rssBudgetMiB: Record<Topology, number>;
-  /** Bound on making agents in the whole bench, every run together (a run past it makes none). */
+  /**
+   * Bound on the whole bench, every run together: no agent is made past it, and a restart waits
+   * at most until it (none is started past it). The product's layout runs first.
+   */
   totalDeadlineMs: number;
   /** Bound on one restart until ready. */
   restartDeadlineMs: number;
@@ -187,7 +195,32 @@ export interface ScaleResult {
   /** Objects per agent in each layout, by the code that makes them. */
   perAgent: Record<Layout, { streams: number; buckets: number; consumers: number; sharedKeys: number }>;
   runs: SizeResult[];
+  /** Each goal of an install's sizing (goalsOf), met or not, with its figure. */
+  goals: Goal[];
 }
+
+/** One goal of the product's layout: what it asks, whether the run met it, the figure measured. */
+export interface Goal {
+  goal: string;
+  met: boolean;
+  figure: string;
+}
+
+/** What an install of the product's layout is sized by (the bench's goals, docs/scale.md). */
+export const GOALS = {
+  /** Peak RSS of one server holding every Agent, MiB. */
+  singleRssMiB: 1536,
+  /** Seconds until a restarted server has every stream loaded. */
+  singleLoadedS: 30,
+  /** Agents made a second, on one server, over every size. */
+  singleAgentsPerS: 100,
+  /** Peak RSS of each of three servers, MiB. */
+  threeRssMiB: 4096,
+  /** Seconds until one restarted server of three is current again. */
+  threeCurrentS: 60,
+  /** How far the PubAck latency (p50) at the largest size may be from the smallest's: the larger at most this times the smaller. */
+  latencyRatio: 1.2,
+} as const;
 
 const MIB = 1024 * 1024;
 const MONITOR = /Starting http monitor on [^\s]+:(\d+)/;
@@ -586,7 +619,20 @@ function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 }
 
-/** `n` calls of `publish` (each with a new message_id and its IFP message), one at a time, timed. */
+/** The publishes made before those timed, at each size: a tenth as many (stored as the others). */
+export const warmUps = (n: number) => Math.ceil(n / 10);
+
+/** The timed publishes start one every this many milliseconds (or as soon as the one before answered, when later). */
+const PUBLISH_PACE_MS = 5;
+
+/**
+ * `n` calls of `publish` (each with a new message_id and its IFP message), one at a time, timed,
+ * after warmUps(n) untimed: the server's work left from making the agents, and the first
+ * requests of a connection, are not what a publish costs at that size. The timed ones are paced
+ * (PUBLISH_PACE_MS), so that 1,000 of them sample five seconds of the machine rather than the
+ * moment after the agents were made: on a machine shared with other work the p50 of one size
+ * and of the next are then taken over the same kind of stretch.
+ */
 async function timeEach(
   n: number,
   publish: (messageId: string, raw: Record<string, unknown>) => Promise<unknown>,
@@ -594,7 +640,11 @@ async function timeEach(
   const body = "x".repeat(2048);
   const times: number[] = [];
   let errors = 0;
-  for (let i = 0; i < n; i++) {
+  let start = 0;
+  for (let i = -warmUps(n); i < n; i++) {
+    if (i === 0) start = performance.now();
+    const due = start + i * PUBLISH_PACE_MS - performance.now();
+    if (i > 0 && due > 0) await new Promise((r) => setTimeout(r, due));
     const messageId = `msg:bench-${Date.now()}-${i}`;
     const raw = {
       ifp: 4,
@@ -604,9 +654,9 @@ async function timeEach(
     const t = performance.now();
     try {
       await publish(messageId, raw);
-      times.push(performance.now() - t);
+      if (i >= 0) times.push(performance.now() - t);
     } catch {
-      errors++;
+      if (i >= 0) errors++;
     }
   }
   times.sort((a, b) => a - b);
@@ -629,11 +679,10 @@ async function timePublishes(m: Maker, layout: Layout, n: number, tenants: numbe
 
 /** The same, through agent 0's own runtime credential and imports: a JetStream publish of the message on its inbox subject. */
 async function timeIsolatedPublishes(
-  install: IsolatedInstall,
+  client: ReturnType<IsolatedInstall["runtimeClient"]>,
   n: number,
-  tenants: number,
 ): Promise<SizeResult["publish"]> {
-  const { js, inbox } = await install.runtimeClient(agentKey(0, tenants));
+  const { js, inbox } = await client;
   return timeEach(n, (messageId, raw) => js.publish(inbox(messageId), JSON.stringify(raw)));
 }
 
@@ -679,11 +728,14 @@ async function run(
     log: silent,
   };
   const runStart = performance.now();
-  const deadline = Math.min(runStart + opts.createDeadlineMs, endAt);
+  const runBoundMs = layout === PRODUCT_LAYOUT ? opts.createDeadlineMs : opts.compareDeadlineMs;
+  const deadline = Math.min(runStart + runBoundMs, endAt);
   const progress: SizeResult["progress"] = [];
   let made = 0;
   let failed = 0;
   const relaySubs: Subscriptions[] = [];
+  // Agent 0's runtime client on the isolated layout: one connection for every size, as a runtime keeps its own.
+  let publisher: ReturnType<IsolatedInstall["runtimeClient"]> | undefined;
   try {
     // The isolated layout's agents are made by the operator's users (IsolatedInstall); its relays are not measured.
     if (!install) await nats.start();
@@ -709,7 +761,7 @@ async function run(
             boundedBy ??=
               deadline === endAt
                 ? `the creation deadline of the whole bench (${opts.totalDeadlineMs / 60_000} min) passed`
-                : `the creation deadline (${opts.createDeadlineMs / 60_000} min for the run) passed`;
+                : `the creation deadline (${runBoundMs / 60_000} min for the run) passed`;
             return;
           }
           if (boundedBy || next >= size) return;
@@ -747,9 +799,17 @@ async function run(
       await Promise.all(Array.from({ length: opts.concurrency }, worker));
       const createS = (performance.now() - t0) / 1000;
       const servers = await sample(d);
-      const publish = install
-        ? await timeIsolatedPublishes(install, opts.publishes, opts.tenants)
-        : await timePublishes(m, layout, opts.publishes, opts.tenants);
+      // Timed on agent 0, the first made: none when no agent was (each publish an error).
+      const publish = await (made === 0
+        ? Promise.reject(new Error("no agent was made"))
+        : install
+          ? timeIsolatedPublishes((publisher ??= install.runtimeClient(agentKey(0, opts.tenants))), opts.publishes)
+          : timePublishes(m, layout, opts.publishes, opts.tenants)
+      ).catch((err: unknown) => {
+        const k = errorKind("publish", err);
+        errors[k] = (errors[k] ?? 0) + 1;
+        return { n: 0, p50Ms: 0, p99Ms: 0, maxMs: 0, errors: opts.publishes };
+      });
       const counts = await installCounts(d);
       const r: SizeResult = {
         layout,
@@ -772,19 +832,26 @@ async function run(
       log(
         `  ${layout} ${topology} ${size}: made ${made} in ${r.createS} s; RSS ${servers.map((s) => s.rssMiB).join("/")} MiB; restarting`,
       );
-      if (opts.restart && d.nodes.length > 1) {
-        r.restartOne = await restartOne(d, d.nodes.length - 1, opts.restartDeadlineMs);
-        if (r.restartOne.timedOut)
-          r.boundedBy ??= `a restarted server was not current again within ${opts.restartDeadlineMs / 60_000} min`;
+      // A restart waits at most its own bound, and never past the whole bench's.
+      const restartBound = () => {
+        const left = endAt - performance.now();
+        return left > 0 ? Math.min(opts.restartDeadlineMs, left) : 0;
+      };
+      const bound = (ms: number) =>
+        ms < opts.restartDeadlineMs
+          ? `the deadline of the whole bench (${opts.totalDeadlineMs / 60_000} min)`
+          : `${ms / 60_000} min`;
+      if (opts.restart && !restartBound())
+        r.boundedBy ??= `no restart: the deadline of the whole bench (${opts.totalDeadlineMs / 60_000} min) passed`;
+      if (opts.restart && d.nodes.length > 1 && restartBound()) {
+        const ms = restartBound();
+        r.restartOne = await restartOne(d, d.nodes.length - 1, ms);
+        if (r.restartOne.timedOut) r.boundedBy ??= `a restarted server was not current again within ${bound(ms)}`;
       }
-      if (opts.restart) {
-        r.restart = await restartAll(
-          d,
-          () => (install ? install.connected() : nats.isConnected),
-          opts.restartDeadlineMs,
-        );
-        if (r.restart.timedOut)
-          r.boundedBy ??= `the restart did not have every stream loaded within ${opts.restartDeadlineMs / 60_000} min`;
+      if (opts.restart && restartBound()) {
+        const ms = restartBound();
+        r.restart = await restartAll(d, () => (install ? install.connected() : nats.isConnected), ms);
+        if (r.restart.timedOut) r.boundedBy ??= `the restart did not have every stream loaded within ${bound(ms)}`;
       }
       emit(r);
       log(table([r]));
@@ -819,9 +886,12 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleResult> {
       isolated: { streams: 0, buckets: 0, consumers: 2, sharedKeys: 1 },
     },
     runs: [],
+    goals: [],
   };
   const endAt = performance.now() + opts.totalDeadlineMs;
-  for (const layout of opts.layouts) {
+  // The product's layout first, so that a comparison's bounds cannot take its share of the whole bench's.
+  const layouts = [...opts.layouts].sort((a, b) => Number(b === PRODUCT_LAYOUT) - Number(a === PRODUCT_LAYOUT));
+  for (const layout of layouts) {
     for (const topology of opts.clusters) {
       log(`${layout} on ${topology === "single" ? "one nats-server" : "a three-node cluster"}`);
       await run(
@@ -830,6 +900,7 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleResult> {
         opts,
         (r) => {
           result.runs.push(r);
+          result.goals = goalsOf(result.runs, opts.agents);
           opts.onProgress?.(result);
         },
         log,
@@ -839,6 +910,100 @@ export async function runScale(opts: ScaleOptions): Promise<ScaleResult> {
     }
   }
   return result;
+}
+
+const fmt = (n: number) => n.toLocaleString("en-US");
+
+/**
+ * The goals, from the runs of the product's layout: on one server and on three, at the largest
+ * size asked for (10,000 by default), every Agent made, peak RSS, restart, creation rate, Raft
+ * groups; and one agent's PubAck latency (p50) at the smallest and the largest size.
+ */
+export function goalsOf(runs: SizeResult[], sizes: number[]): Goal[] {
+  const largest = Math.max(...sizes);
+  const smallest = Math.min(...sizes);
+  const goals: Goal[] = [];
+  const ofRun = (cluster: Topology) => runs.filter((r) => r.product && r.cluster === cluster);
+  const peak = (rs: SizeResult[]) =>
+    Math.max(
+      0,
+      ...rs
+        .flatMap((r) => [
+          ...r.servers,
+          ...(r.restart?.afterRestart ?? []),
+          ...(r.restartOne ? [r.restartOne.after] : []),
+        ])
+        .map((s) => s.peakRssMiB),
+    );
+  const latency = (cluster: Topology, where: string) => {
+    const small = ofRun(cluster).find((r) => r.agents === smallest);
+    const large = ofRun(cluster).find((r) => r.agents === largest);
+    const goal = `${where}: one agent's PubAck p50 at ${fmt(smallest)} and ${fmt(largest)} Agents within ${Math.round((GOALS.latencyRatio - 1) * 100)} % of each other`;
+    if (!small?.publish.n || !large?.publish.n || smallest === largest)
+      return goals.push({ goal, met: false, figure: "not measured at both sizes" });
+    const ratio = large.publish.p50Ms / small.publish.p50Ms;
+    const met = Math.max(ratio, 1 / ratio) <= GOALS.latencyRatio;
+    goals.push({
+      goal,
+      met,
+      figure: `${small.publish.p50Ms} ms and ${large.publish.p50Ms} ms, ratio ${round(ratio, 2)}`,
+    });
+  };
+  for (const cluster of ["single", "three"] as const) {
+    const rs = ofRun(cluster);
+    if (!rs.length) continue;
+    const where = cluster === "single" ? "one server" : "three servers";
+    const top = rs.find((r) => r.agents === largest);
+    const last = rs.at(-1)!;
+    goals.push({
+      goal: `${where}: ${fmt(largest)} Agents made, none failed`,
+      met: !!top && top.made >= largest && top.failed === 0,
+      figure: `${fmt(last.made)} made, ${last.failed} failed${last.boundedBy ? ` (${last.boundedBy})` : ""}`,
+    });
+    const rssBound = cluster === "single" ? GOALS.singleRssMiB : GOALS.threeRssMiB;
+    goals.push({
+      goal: `${where}: peak RSS ≤ ${fmt(rssBound)} MiB${cluster === "three" ? " per server" : ""}`,
+      met: !!top && peak(rs) <= rssBound,
+      figure: `${fmt(peak(rs))} MiB`,
+    });
+    if (cluster === "single") {
+      const loaded = top?.restart;
+      goals.push({
+        goal: `${where}: after a restart, loaded in ≤ ${GOALS.singleLoadedS} s`,
+        met: !!loaded && !loaded.timedOut && loaded.loadedS <= GOALS.singleLoadedS,
+        figure: loaded ? `${loaded.loadedS} s${loaded.timedOut ? " (timed out)" : ""}` : "not measured",
+      });
+      const createS = rs.reduce((n, r) => n + r.createS, 0);
+      const rate = createS > 0 ? last.made / createS : 0;
+      goals.push({
+        goal: `${where}: creation ≥ ${GOALS.singleAgentsPerS} Agents/s`,
+        met: !!top && rate >= GOALS.singleAgentsPerS,
+        figure: `${round(rate)} Agents/s (${fmt(last.made)} in ${round(createS)} s; the last size's ${last.createMsPerAgent > 0 ? round(1000 / last.createMsPerAgent) : 0}/s)`,
+      });
+    } else {
+      const one = top?.restartOne;
+      goals.push({
+        goal: `${where}: a restarted server current again in ≤ ${GOALS.threeCurrentS} s`,
+        met: !!one && !one.timedOut && one.currentS <= GOALS.threeCurrentS,
+        figure: one ? `${one.currentS} s${one.timedOut ? " (timed out)" : ""}` : "not measured",
+      });
+      const groups = (r: SizeResult | undefined) => r?.servers.map((s) => s.raftGroups ?? -1) ?? [];
+      const first = groups(rs[0]);
+      const end = groups(top);
+      goals.push({
+        goal: `${where}: Raft groups reported, not growing with the Agents`,
+        met: !!top && first.every((g) => g >= 0) && Math.max(...end) <= Math.max(...first),
+        figure: rs.map((r) => `${groups(r).join("/")} at ${fmt(r.agents)}`).join(", "),
+      });
+    }
+    latency(cluster, where);
+  }
+  return goals;
+}
+
+/** The goals, a line each. */
+export function goalLines(goals: Goal[]): string {
+  return goals.map((g) => `${g.met ? "met    " : "NOT MET"}  ${g.goal}: ${g.figure}`).join("\n");
 }
 
 export function table(runs: SizeResult[]): string {
@@ -888,12 +1053,12 @@ function parseArgs(argv: string[]): ScaleOptions {
       .split(",")
       .map((x) => x.trim())
       .filter(Boolean);
-  const agents = list(flag("agents", "1000,10000")).map(Number);
+  const agents = list(flag("agents", "1000,5000,10000")).map(Number);
   if (agents.some((n) => !Number.isInteger(n) || n < 1)) throw new Error("--agents takes positive integers");
   agents.sort((a, b) => a - b);
   const clusters = list(flag("cluster", "single,three")) as Topology[];
   if (clusters.some((c) => c !== "single" && c !== "three")) throw new Error("--cluster takes single and/or three");
-  const layouts = list(flag("layout", "per-agent,isolated")) as Layout[];
+  const layouts = list(flag("layout", "isolated,per-agent")) as Layout[];
   if (layouts.some((l) => !LAYOUTS.includes(l))) throw new Error(`--layout takes ${LAYOUTS.join(", ")}`);
   const tenants = Number(flag("tenants", "20"));
   if (!Number.isInteger(tenants) || tenants < 1) throw new Error("--tenants takes a positive integer");
@@ -904,9 +1069,10 @@ function parseArgs(argv: string[]): ScaleOptions {
     layouts,
     tenants,
     concurrency: Number(flag("concurrency", "16")),
-    publishes: Number(flag("publishes", "300")),
-    createDeadlineMs: Number(flag("deadline-min", "6")) * 60_000,
-    totalDeadlineMs: Number(flag("total-deadline-min", "30")) * 60_000,
+    publishes: Number(flag("publishes", "1000")),
+    createDeadlineMs: Number(flag("deadline-min", "12")) * 60_000,
+    compareDeadlineMs: Number(flag("compare-deadline-min", "4")) * 60_000,
+    totalDeadlineMs: Number(flag("total-deadline-min", "40")) * 60_000,
     rssBudgetMiB: (() => {
       const [single, three] = list(flag("rss-budget-mib", "1536,4096")).map(Number);
       if (![single, three].every((n) => Number.isInteger(n) && n! >= 0))
@@ -922,7 +1088,7 @@ function parseArgs(argv: string[]): ScaleOptions {
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const argv = process.argv.slice(2);
   const i = argv.indexOf("--out");
-  const out = i >= 0 ? argv[i + 1]! : fileURLToPath(new URL("./results/scale-results.json", import.meta.url));
+  const out = i >= 0 ? argv[i + 1]! : ".bench/scale.json";
   const opts = parseArgs(argv);
   mkdirSync(dirname(out), { recursive: true });
   // The results of an earlier run of other layouts or topologies are kept beside this one's.
@@ -945,7 +1111,15 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
   try {
     const r = await runScale({ ...opts, onProgress: write });
     write(r);
-    console.log(`\n${table(r.runs)}\nwritten ${out}`);
+    const bounded = r.runs
+      .filter((x) => x.boundedBy)
+      .map(
+        (x) =>
+          `${x.layout} on ${x.cluster === "single" ? "one server" : "three"} stopped at ${fmt(x.made)} of ${fmt(x.agents)}: ${x.boundedBy}\n`,
+      );
+    console.log(
+      `\n${table(r.runs)}\n${bounded.join("")}\nGoals (the product's ${PRODUCT_LAYOUT} layout):\n${goalLines(r.goals)}\nwritten ${out}`,
+    );
   } finally {
     await stopAllProcesses(10_000);
   }

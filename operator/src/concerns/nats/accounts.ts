@@ -166,7 +166,7 @@ export class NatsAccounts {
     let jwt: string;
     if (shared) {
       const k = this.opts.issuer.sharedLayoutKeys();
-      jwt = await sharedRuntimeAccountJwt(k.operatorSeed, account, name, shared.dataAccount, k.signingKey, {
+      jwt = await sharedRuntimeAccountJwt(k.operator, account, name, shared.dataAccount, k.signingKey, {
         limits: { conn: limits.conn, subs: limits.subs },
       });
     } else jwt = await this.opts.issuer.runtimeAccountJwt(account, name, limits);

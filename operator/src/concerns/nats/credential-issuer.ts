@@ -152,7 +152,6 @@ export class CredentialIssuer {
   private readonly signing: KeyPair;
   private readonly signingSeed: string;
   private readonly keys: AccountKeys | undefined;
-  private readonly operatorSeed: string | undefined;
 
   /**
    * `account` is the shared account's public key (A...), `signingSeed` the seed of its signing
@@ -167,7 +166,6 @@ export class CredentialIssuer {
     this.keys = accountKeys
       ? { operator: keyPair(accountKeys.operator, "O"), system: keyPair(accountKeys.system, "A") }
       : undefined;
-    this.operatorSeed = accountKeys?.operator.trim();
   }
 
   static fromKeys(keys: NatsKeys, opts: { accountPerRuntime?: boolean } = {}): CredentialIssuer {
@@ -225,12 +223,12 @@ export class CredentialIssuer {
 
   /**
    * What the accounts of the isolated layout are made with (shared-accounts.ts): the
-   * operator seed that signs them, the signing key they list, the seed the data accounts' keys
-   * are derived from.
+   * operator's key pair that signs them (derived once), the signing key they list, the seed the
+   * data accounts' keys are derived from.
    */
-  sharedLayoutKeys(): { operatorSeed: string; signingKey: string; signingSeed: string } {
-    this.need();
-    return { operatorSeed: this.operatorSeed!, signingKey: this.signing.getPublicKey(), signingSeed: this.signingSeed };
+  sharedLayoutKeys(): { operator: KeyPair; signingKey: string; signingSeed: string } {
+    const keys = this.need();
+    return { operator: keys.operator, signingKey: this.signing.getPublicKey(), signingSeed: this.signingSeed };
   }
 
   /** The request that deletes accounts from a full resolver (allow_delete): a generic JWT the operator key signs for itself. */

@@ -196,7 +196,7 @@ export class DataAccounts {
   private async make(tenant: string): Promise<string> {
     const k = this.accounts.issuer.sharedLayoutKeys();
     const account = this.accountOf(tenant);
-    const jwt = await dataAccountJwt(k.operatorSeed, account, k.signingKey, `namespace ${tenant}`, this.limits);
+    const jwt = await dataAccountJwt(k.operator, account, k.signingKey, `namespace ${tenant}`, this.limits);
     await this.accounts.pushJwt(jwt, `pushing the NATS data account of namespace ${tenant}`);
     const made = await this.in(account, tenant, async (jsm, nc) => {
       const changed: string[] = [];

@@ -12,14 +12,7 @@ describe("layoutOfAccountJwt", () => {
     const k = issuer.sharedLayoutKeys();
     const limits = accountLimitsOf(undefined, DEFAULT_ACCOUNT_LIMITS, false);
     const isolated = (opts?: Parameters<typeof sharedRuntimeAccountJwt>[5]) =>
-      sharedRuntimeAccountJwt(
-        k.operatorSeed,
-        account,
-        "agent:a/b",
-        dataAccountOf(keys.signing, "a"),
-        k.signingKey,
-        opts,
-      );
+      sharedRuntimeAccountJwt(k.operator, account, "agent:a/b", dataAccountOf(keys.signing, "a"), k.signingKey, opts);
     expect(layoutOfAccountJwt(await issuer.runtimeAccountJwt(account, "agent:a/b", limits))).toBe("per-agent");
     // Fenced for a move, it is still the per-agent layout's.
     expect(layoutOfAccountJwt(await issuer.runtimeAccountJwt(account, "agent:a/b", limits, 1))).toBe("per-agent");

@@ -8,6 +8,7 @@
 // The operator makes the layout with it on an install of `--nats-layout isolated`
 // (data-accounts.ts); the bench and the isolation tests build it by hand.
 import { encodeAccount, type Account } from "@nats-io/jwt";
+import type { KeyPair } from "@nats-io/nkeys";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { dataAccountExports, runtimeAccountImports } from "../../../../runtime/src/contract/shared-layout.ts";
 import { derivedAccount, JETSTREAM, keyPair, UNLIMITED } from "./credential-issuer.ts";
@@ -23,9 +24,22 @@ export function dataAccountOf(signingSeed: string, tenant: string): string {
   return derivedAccount(signingSeed, `ifp-operator NATS data account\0${tenant}`);
 }
 
+/**
+ * What signs the layout's account JWTs: the operator's key pair, or its seed. A key pair is
+ * derived once (CredentialIssuer.sharedLayoutKeys), where a seed is derived again at each JWT:
+ * what the operator spends most on per Agent when thousands are applied at once.
+ */
+export type OperatorKey = string | KeyPair;
+
+function operatorSigner(operator: OperatorKey): KeyPair {
+  if (typeof operator === "string") return keyPair(operator, "O");
+  if (!operator.getPublicKey().startsWith("O")) throw new Error("not an operator's key pair");
+  return operator;
+}
+
 /** The JWT of a tenant's data account: JetStream within `limits`, the layout's exports. */
-export function dataAccountJwt(
-  operatorSeed: string,
+export async function dataAccountJwt(
+  operator: OperatorKey,
   dataAccount: string,
   signingKey: string,
   tenant: string,
@@ -46,7 +60,7 @@ export function dataAccountJwt(
       exports,
       signing_keys: [signingKey],
     } as Partial<Account>,
-    { signer: keyPair(operatorSeed, "O") },
+    { signer: operatorSigner(operator) },
   );
 }
 
@@ -55,8 +69,8 @@ export function dataAccountJwt(
  * source, mirror or republish with, no storage to reserve), the imports of its own subjects
  * from its tenant's data account.
  */
-export function sharedRuntimeAccountJwt(
-  operatorSeed: string,
+export async function sharedRuntimeAccountJwt(
+  operator: OperatorKey,
   account: string,
   name: string,
   dataAccount: string,
@@ -76,7 +90,7 @@ export function sharedRuntimeAccountJwt(
       imports: opts.imports ?? runtimeAccountImports(dataAccount, account),
       signing_keys: [signingKey],
     } as Partial<Account>,
-    { signer: keyPair(operatorSeed, "O") },
+    { signer: operatorSigner(operator) },
   );
 }
 
