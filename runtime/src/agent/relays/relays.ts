@@ -19,7 +19,7 @@ import {
   withMessageContext,
 } from "../../telemetry/tracing.ts";
 import { admit, isMisaddressed, type Admission } from "../inbound/accept.ts";
-import { RelayClient } from "../../net/relay-client.ts";
+import { RelayClient, RelayError } from "../../net/relay-client.ts";
 import type { RuntimeMetrics } from "../../server/metrics.ts";
 import { createHash } from "node:crypto";
 import { composeMessage } from "../outbound/compose.ts";
@@ -41,6 +41,12 @@ const REFUSED = new Set<string>(["encryption_required", "decryption_failed"]);
 
 /** What became of a relayed message: "next" (taken, or left behind on its own), "stop" (it and those behind it stay). */
 type Taken = "next" | "stop";
+
+/** How a taken message is acknowledged: at once (the event stream) or with the rest of its page (a poll). */
+type Ack = (id: string, message?: Message) => Promise<void>;
+
+/** A relay that answered 404 or 405 to POST /relay/messages/ack is sent DELETEs for this long. */
+const NO_ACK_MANY_MS = 3600_000;
 import { targetRefusedMessage } from "../../net/targets.ts";
 
 /**
@@ -124,6 +130,8 @@ export class RelayMailboxReader {
   private readonly lastPoll = new Map<string, number>();
   /** Relays whose stream was said in the log to be in use (once). */
   private readonly announced = new Set<string>();
+  /** Relays without POST /relay/messages/ack, until when they get one DELETE per message. */
+  private readonly noAckMany = new Map<string, number>();
 
   constructor(deps: {
     urls: string[];
@@ -229,9 +237,18 @@ export class RelayMailboxReader {
         return;
       }
       if (!messages.length) return;
+      // What the page made durable (or let go) is acknowledged together once the page is taken.
+      const taken: string[] = [];
+      const ack: Ack = async (id) => void (id && taken.push(id));
+      let held = false;
       for (const raw of messages) {
-        if ((await this.take(client, raw, topicsAtRelay)) === "stop") return;
+        if ((await this.take(client, raw, topicsAtRelay, ack)) === "stop") {
+          held = true;
+          break;
+        }
       }
+      await this.ackPage(client, taken);
+      if (held) return;
       // Messages left at the relay (throttled lookups) stay behind the cursor until the next read.
       if (next === undefined) return;
       after = next;
@@ -254,17 +271,18 @@ export class RelayMailboxReader {
     client: RelayClient,
     raw: unknown,
     topicsAtRelay: () => Promise<ReadonlySet<string>>,
+    ack: Ack,
   ): Promise<Taken> {
     const id = (raw as { headers?: { message_id?: string } }).headers?.message_id ?? "";
     const parsed = Message.safeParse(raw);
-    if (!parsed.success) return this.dropInvalid(client, id, parsed.error);
+    if (!parsed.success) return this.dropInvalid(client, id, parsed.error, ack);
     const message = parsed.data;
-    const admitted = await this.admitRelayed(client, message, id, topicsAtRelay);
+    const admitted = await this.admitRelayed(client, message, id, topicsAtRelay, ack);
     if (typeof admitted === "string") return admitted;
     const accepted = admitted ?? (await this.acceptRelayed(client, raw, message));
     if (typeof accepted === "string") return accepted;
-    if (accepted instanceof ProtocolError) return this.refuseRelayed(client, message, id, accepted);
-    await this.ackRelayed(client, message, id);
+    if (accepted instanceof ProtocolError) return this.refuseRelayed(client, message, id, accepted, ack);
+    await ack(id, message);
     // Read twice (the stream and a poll at once, or a copy the relay handed out again): taken once.
     this.metrics.relay.inc({ operation: "intake", result: accepted.duplicate ? "duplicate" : "accepted" });
     return "next";
@@ -275,12 +293,13 @@ export class RelayMailboxReader {
     client: RelayClient,
     id: string,
     error: Parameters<typeof describeIssues>[0],
+    ack: Ack,
   ): Promise<Taken> {
     this.log.warn(
       { relay: client.base, message_id: id, problem: describeIssues(error) },
       "dropping an invalid message from the relay",
     );
-    await client.ack(id).catch(() => false);
+    await ack(id);
     return "next";
   }
 
@@ -296,6 +315,7 @@ export class RelayMailboxReader {
     message: Message,
     id: string,
     topicsAtRelay: () => Promise<ReadonlySet<string>>,
+    ack: Ack,
   ): Promise<Taken | ProtocolError | undefined> {
     try {
       const named = message.headers.to.some((t) => t.agent.startsWith("topic:"));
@@ -308,7 +328,7 @@ export class RelayMailboxReader {
           { relay: client.base, ...messageLog(message), to: message.headers.to, err: (err as Error).message },
           "dropping a relayed message addressed to someone else",
         );
-        await client.ack(id).catch(() => false);
+        await ack(id, message);
         return "next";
       }
       if (err instanceof ProtocolError) return err;
@@ -379,6 +399,7 @@ export class RelayMailboxReader {
     message: Message,
     id: string,
     refusal: ProtocolError,
+    ack: Ack,
   ): Promise<Taken> {
     this.metrics.relay.inc({ operation: "intake", result: refusal.code });
     this.log.warn(
@@ -387,17 +408,51 @@ export class RelayMailboxReader {
     );
     // An error is never answered with an error: two agents refusing each other would echo forever.
     if (message.headers.phase !== "error" && !(await this.answer(client, message, refusal))) return "stop";
-    await this.ackRelayed(client, message, id);
+    await ack(id, message);
     return "next";
   }
 
   /** Acknowledge at the relay, which then hands the message out no more; a failure is only logged. */
-  private async ackRelayed(client: RelayClient, message: Message, id: string): Promise<void> {
+  private async ackRelayed(client: RelayClient, id: string, message?: Message): Promise<void> {
     await client
       .ack(id)
       .catch((err: Error) =>
-        this.log.warn({ ...messageLog(message), err: err.message }, "could not acknowledge at the relay"),
+        this.log.warn(
+          { relay: client.base, ...(message ? messageLog(message) : { message_id: id }), err: err.message },
+          "could not acknowledge at the relay",
+        ),
       );
+  }
+
+  /**
+   * Acknowledge what one page made durable in the inbox (or let go), in one signed
+   * POST /relay/messages/ack. A relay that answers it 404 or 405 does not have it: those
+   * messages, and that relay's for the next hour, get one DELETE each. Any other failure is
+   * logged and leaves them at the relay: the next read takes them again and deduplication
+   * absorbs the copy.
+   */
+  private async ackPage(client: RelayClient, ids: string[]): Promise<void> {
+    if (!ids.length) return;
+    if (ids.length > 1 && (this.noAckMany.get(client.base) ?? 0) <= Date.now()) {
+      try {
+        await client.ackMany(ids);
+        return;
+      } catch (err) {
+        if (!(err instanceof RelayError && (err.status === 404 || err.status === 405))) {
+          this.log.warn(
+            { relay: client.base, messages: ids.length, err: (err as Error).message },
+            "could not acknowledge a page at the relay; it is read again",
+          );
+          return;
+        }
+        this.noAckMany.set(client.base, Date.now() + NO_ACK_MANY_MS);
+        this.log.info(
+          { relay: client.base, status: err.status },
+          "the relay has no POST /relay/messages/ack; acknowledging each message",
+        );
+      }
+    }
+    for (const id of ids) await this.ackRelayed(client, id);
   }
 
   /**
@@ -414,6 +469,7 @@ export class RelayMailboxReader {
         await this.subscribe(client);
         // Read for each message that names a topic: a stream lives long, subscriptions change.
         const topicsAtRelay = () => client.subscriptions().then((s) => new Set(s.topics));
+        const ack: Ack = (id, message) => this.ackRelayed(client, id, message);
         let held = false;
         for await (const { message } of client.events({ signal })) {
           if (!this.announced.has(client.base)) {
@@ -424,7 +480,7 @@ export class RelayMailboxReader {
           backoff.reset();
           // A message that must stay at the relay is read again by the poll; the stream goes on
           // only when nothing is held back, so that the poll sees it.
-          if ((await this.take(client, message, topicsAtRelay)) === "stop") {
+          if ((await this.take(client, message, topicsAtRelay, ack)) === "stop") {
             held = true;
             break;
           }
