@@ -1,5 +1,8 @@
 // The agent's relay poll acknowledges the messages of a page it made durable with one signed
-// POST /relay/messages/ack. On a real nats-server and a real relay over TLS.
+// POST /relay/messages/ack, and a relay without it (404 or 405) with one DELETE per message. On a
+// real nats-server and a real relay over TLS.
+import { createServer, request, type Server } from "node:https";
+import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RelayClient } from "../../src/net/relay-client.ts";
 import type { RunningRelay } from "../../src/relay/main.ts";
@@ -57,4 +60,106 @@ describe("the agent's relay poll", () => {
       await handler.close();
     }
   });
+
+  for (const status of [404, 405]) {
+    it(`acknowledges each message with a DELETE at a relay that answers ${status} to the batch, and keeps to that`, async () => {
+      const older = await olderRelay(status);
+      try {
+        const bobAtRelay = new RelayClient(older.url, bob.signing, env.http);
+        const publish = async (label: string) => {
+          const page = Array.from({ length: 5 }, (_, i) => signed(bob, "alice-agent", {}, `${label} ${i}`));
+          for (const m of page) expect((await bobAtRelay.publish(m)).status).toBe(202);
+          return page;
+        };
+        const first = await publish("first");
+        const handler = await startHandler();
+        const a = await runAgent({
+          self: alice,
+          natsUrl: env.nats.url,
+          tls: env.tls,
+          spec: {
+            peers: [peerOf(bob)],
+            relay: { urls: [older.url], pollInterval: "200ms", receive: "poll" },
+            handler: { url: handler.url },
+          },
+        });
+        const aliceAtRelay = new RelayClient(older.url, alice.signing, env.http);
+        const emptied = () =>
+          waitFor("the mailbox emptied", async () => (await aliceAtRelay.pull()).messages.length === 0);
+        try {
+          await emptied();
+          // One try of the batch, then one DELETE for each message of the page.
+          expect(older.batchTries()).toBe(1);
+          expect(older.deletes()).toBe(first.length);
+          // Remembered: the next page goes straight to DELETEs.
+          const second = await publish("second");
+          await waitFor("the second page taken", () => older.deletes() >= first.length + second.length || undefined);
+          await emptied();
+          expect(older.batchTries()).toBe(1);
+          expect(older.deletes()).toBe(first.length + second.length);
+          await waitFor("every message handed on", () => handler.received.length >= 10 || undefined);
+          expect(handler.received.map((r) => r.body.headers.message_id).sort()).toEqual(
+            [...first, ...second].map((m) => m.headers.message_id).sort(),
+          );
+        } finally {
+          await a.close();
+          await handler.close();
+        }
+      } finally {
+        await older.close();
+      }
+    });
+  }
 });
+
+/**
+ * A relay of an older kind: a real relay behind an HTTPS front that answers `status` to
+ * POST /relay/messages/ack and passes every other request on as it came (the relay's spec.url
+ * is the front's, so the signatures made for it hold).
+ */
+async function olderRelay(status: number) {
+  let deletes = 0;
+  let batchTries = 0;
+  let target = 0;
+  const front: Server = createServer({ cert: env.tls.cert, key: env.tls.key }, (req, res) => {
+    if (req.method === "POST" && req.url?.startsWith("/relay/messages/ack")) {
+      batchTries++;
+      req.resume();
+      res.writeHead(status, { "content-type": "application/json" });
+      res.end(JSON.stringify({ status: "error", code: "not_found", message: "no such route" }));
+      return;
+    }
+    if (req.method === "DELETE") deletes++;
+    const out = request(
+      {
+        host: "127.0.0.1",
+        port: target,
+        method: req.method,
+        path: req.url,
+        headers: req.headers,
+        ca: env.tls.ca,
+        servername: "localhost",
+      },
+      (answer) => {
+        res.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(res);
+      },
+    );
+    out.on("error", () => res.destroy());
+    req.pipe(out);
+  });
+  await new Promise<void>((resolve) => front.listen(0, "127.0.0.1", resolve));
+  const url = `https://localhost:${(front.address() as AddressInfo).port}`;
+  const inner = await runRelay(env, { url });
+  target = Number(new URL(inner.url).port);
+  return {
+    url,
+    deletes: () => deletes,
+    batchTries: () => batchTries,
+    close: async () => {
+      await new Promise<void>((resolve) => front.close(() => resolve()));
+      front.closeAllConnections();
+      await inner.close();
+    },
+  };
+}
