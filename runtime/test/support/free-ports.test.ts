@@ -45,7 +45,8 @@ it("starts the runtime on ports chosen again when another server took one before
       const spawn = { name: "ifp-runtime agent (free ports)", dir, keyFile, tls, port, localApiPort: localApi };
       return spawnRuntime({ ...spawn, natsUrl: nats.url });
     });
-    expect(tried).toHaveLength(2);
+    // Chosen again at least once (another test's server may take a second choice too).
+    expect(tried.length).toBeGreaterThanOrEqual(2);
     expect(tried[1]).not.toBe(tried[0]);
   } finally {
     await runtime?.stop();

@@ -8,6 +8,7 @@
 // the count is never below what the inbox holds of what was counted, across replicas and
 // restarts, and a message waits for NATS only when its runtime's share is used up. What a share
 // holds unused is given back when the runtime stops (docs/scale.md, "An Agent's inbox bytes").
+import { setTimeout as sleep } from "node:timers/promises";
 import type { KV } from "@nats-io/kv";
 import { unavailable } from "../../protocol/errors.ts";
 import { errorMessage } from "../../util/errors.ts";
@@ -16,7 +17,9 @@ import { isCasConflict } from "../../nats/layout.ts";
 /** The span of stored time one entry of the count adds up. */
 export const COUNT_SLOT_MS = 3600_000;
 /** Writes of the count tried before a reservation gives up (another replica writing each time). */
-const CAS_ATTEMPTS = 8;
+const CAS_ATTEMPTS = 16;
+/** The most a writer waits, at random, before reading the count again after a conflict. */
+const CAS_JITTER_MAX_MS = 50;
 /** The largest share of maxBytes one runtime holds reserved and unused: 1/SHARE_DIVISOR, at most MAX_SHARE. */
 export const SHARE_DIVISOR = 64;
 const MAX_SHARE = 4 * 1024 * 1024;
@@ -184,6 +187,9 @@ export class InboxByteCount {
       } catch (err) {
         if (attempt >= CAS_ATTEMPTS || !isCasConflict(err))
           throw unavailable(`the inbox's byte count (spec.inbox.maxBytes) cannot be written: ${errorMessage(err)}`);
+        // A random pause, growing with the conflicts, so that writers meeting at every step (two
+        // replicas filling at once) fall out of step instead of one losing every time.
+        await sleep(Math.random() * Math.min(CAS_JITTER_MAX_MS, 2 ** attempt));
       }
     }
   }
