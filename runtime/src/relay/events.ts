@@ -287,13 +287,15 @@ function serveWebSocket(
   deps.metrics.relay.inc({ operation: "websocket", result: "ok" });
   deps.metrics.relayConnections.inc({ transport: "websocket" });
   const together = turnWrites(socket);
-  const send = (frame: WsFrame) => {
+  // Every frame of the session leaves through here, with the others of its turn.
+  const write = (text: string) => {
     if (ws.readyState !== ws.OPEN) return;
     together();
-    ws.send(JSON.stringify(frame));
+    ws.send(text);
   };
+  const send = (frame: WsFrame) => write(JSON.stringify(frame));
   const publish = webSocketPublisher(ws, deps, agent, send);
-  const stop = push ? pushCopies(ws, deps, agent, after, together) : () => {};
+  const stop = push ? pushCopies(ws, deps, agent, after, write) : () => {};
   // A frame the protocol forbids (unmasked, a reserved opcode, text that is not UTF-8, over
   // maxPayload) or a broken connection: the library closes the WebSocket (with the code RFC 6455
   // gives: 1002, 1007, 1009) and reports it here; without a listener the report would end the process.
@@ -337,17 +339,20 @@ function webSocketPublisher(ws: WebSocket, deps: StreamDeps, agent: string, send
 }
 
 /** The agent's copies after `after`, pushed as message frames (waiting while the socket's buffer is full); returns stop. */
-function pushCopies(ws: WebSocket, deps: StreamDeps, agent: string, after: number, together: () => void): () => void {
+function pushCopies(
+  ws: WebSocket,
+  deps: StreamDeps,
+  agent: string,
+  after: number,
+  write: (text: string) => void,
+): () => void {
   return deps.mailboxes.follow(
     agent,
     after,
     async (copy) => {
       const span = copySpan("ifp.relay.push", copy, "websocket");
       try {
-        if (ws.readyState === ws.OPEN) {
-          together();
-          ws.send(messageFrame(copy));
-        }
+        write(messageFrame(copy));
         deps.metrics.relayDeliveries.inc({ transport: "websocket", result: "sent" });
         while (ws.readyState === ws.OPEN && ws.bufferedAmount > HIGH_WATER) await new Promise((r) => setTimeout(r, 50));
       } finally {
