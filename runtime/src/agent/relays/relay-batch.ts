@@ -5,6 +5,7 @@ import type { Message } from "../../protocol/message.ts";
 import type { SigningKey } from "../../protocol/signing.ts";
 import { MAX_BATCH, PublishBatchResponse, type ItemResult } from "../../protocol/relay-api.ts";
 import { RelayClient, recipientQuery, type RelayHttp } from "../../net/relay-client.ts";
+import { lacksEndpoint, MissingEndpoints } from "./missing-endpoints.ts";
 
 /**
  * A relay's answer about one message, as a lone `POST /relay/publish` gives it: its status,
@@ -19,10 +20,6 @@ export interface RelayAnswer {
 
 /** The most the messages of a batch may weigh: every relay takes a batch body of 1 MiB and its envelope. */
 export const MAX_BATCH_BYTES = 1024 * 1024;
-
-/** How many relays without the batch endpoint are remembered, and for how long (one may be upgraded). */
-const MAX_UNSUPPORTED = 1_000;
-const UNSUPPORTED_FOR_MS = 3_600_000;
 
 interface Waiting {
   message: Message;
@@ -54,18 +51,17 @@ interface Batch {
 export class RelayBatcher {
   private readonly signing: SigningKey;
   private readonly http: RelayHttp;
-  private readonly now: () => number;
   /** The batches still taking messages this turn, by relay and recipients. */
   private readonly open = new Map<string, Batch>();
-  /** Relays found without the batch endpoint, with when that was found; oldest first. */
-  private readonly unsupported = new Map<string, number>();
+  /** Relays found without the batch endpoint. */
+  private readonly unsupported: MissingEndpoints;
   /** How long one request to a relay may take (spec.outbound.resiliency.timeout); the client's default without it. */
   private readonly timeoutMs: number | undefined;
 
   constructor(signing: SigningKey, http: RelayHttp, opts: { now?: () => number; timeoutMs?: number } = {}) {
     this.signing = signing;
     this.http = http;
-    this.now = opts.now ?? Date.now;
+    this.unsupported = new MissingEndpoints(opts.now);
     this.timeoutMs = opts.timeoutMs;
   }
 
@@ -76,7 +72,7 @@ export class RelayBatcher {
 
   /** Publish `message` at the relay for `recipients` (`?recipient=`), alone or with the others of this turn. */
   publish(relayUrl: string, message: Message, recipients: string[]): Promise<RelayAnswer> {
-    if (!this.hasBatches(relayUrl)) return this.lone(relayUrl, message, recipients);
+    if (!this.unsupported.has(relayUrl)) return this.lone(relayUrl, message, recipients);
     const bytes = Buffer.byteLength(JSON.stringify(message));
     const key = JSON.stringify([relayUrl, recipients]);
     let batch = this.open.get(key);
@@ -117,8 +113,8 @@ export class RelayBatcher {
       for (const i of items) i.reject(err);
       return;
     }
-    if (res.status === 404 || res.status === 405) {
-      this.remember(relayUrl);
+    if (lacksEndpoint(res.status)) {
+      this.unsupported.remember(relayUrl);
       return this.eachAlone(batch);
     }
     // A refusal that may be about one message of the batch: each is sent alone, for its own answer.
@@ -139,21 +135,6 @@ export class RelayBatcher {
 
   private async eachAlone(batch: Batch): Promise<void> {
     await Promise.all(batch.items.map((i) => settle(i, this.lone(batch.relayUrl, i.message, batch.recipients))));
-  }
-
-  /** Whether the relay may have the batch endpoint: not found without it within the last hour. */
-  private hasBatches(relayUrl: string): boolean {
-    const since = this.unsupported.get(relayUrl);
-    if (since === undefined) return true;
-    if (this.now() - since < UNSUPPORTED_FOR_MS) return false;
-    this.unsupported.delete(relayUrl);
-    return true;
-  }
-
-  private remember(relayUrl: string): void {
-    this.unsupported.delete(relayUrl);
-    this.unsupported.set(relayUrl, this.now());
-    while (this.unsupported.size > MAX_UNSUPPORTED) this.unsupported.delete(this.unsupported.keys().next().value!);
   }
 }
 

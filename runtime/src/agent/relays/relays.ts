@@ -34,6 +34,7 @@ import { encryptionRequired, type AgentEncryption } from "../encryption.ts";
 import { Backoff } from "../../util/backoff.ts";
 import { retry } from "../../util/retry.ts";
 import { setTimeout as sleep } from "node:timers/promises";
+import { lacksEndpoint, MissingEndpoints } from "./missing-endpoints.ts";
 import { RelayBatcher, type RelayAnswer } from "./relay-batch.ts";
 
 /** Refusals of a relayed message that are answered and acknowledged like a 401 (never retried). */
@@ -45,8 +46,6 @@ type Taken = "next" | "stop";
 /** How a taken message is acknowledged: at once (the event stream) or with the rest of its page (a poll). */
 type Ack = (id: string, message?: Message) => Promise<void>;
 
-/** A relay that answered 404 or 405 to POST /relay/messages/ack is sent DELETEs for this long. */
-const NO_ACK_MANY_MS = 3600_000;
 import { targetRefusedMessage } from "../../net/targets.ts";
 
 /**
@@ -130,8 +129,8 @@ export class RelayMailboxReader {
   private readonly lastPoll = new Map<string, number>();
   /** Relays whose stream was said in the log to be in use (once). */
   private readonly announced = new Set<string>();
-  /** Relays without POST /relay/messages/ack, until when they get one DELETE per message. */
-  private readonly noAckMany = new Map<string, number>();
+  /** Relays without POST /relay/messages/ack: they get one DELETE per message. */
+  private readonly noAckMany = new MissingEndpoints();
 
   constructor(deps: {
     urls: string[];
@@ -433,19 +432,19 @@ export class RelayMailboxReader {
    */
   private async ackPage(client: RelayClient, ids: string[]): Promise<void> {
     if (!ids.length) return;
-    if (ids.length > 1 && (this.noAckMany.get(client.base) ?? 0) <= Date.now()) {
+    if (ids.length > 1 && this.noAckMany.has(client.base)) {
       try {
         await client.ackMany(ids);
         return;
       } catch (err) {
-        if (!(err instanceof RelayError && (err.status === 404 || err.status === 405))) {
+        if (!(err instanceof RelayError && lacksEndpoint(err.status))) {
           this.log.warn(
             { relay: client.base, messages: ids.length, err: (err as Error).message },
             "could not acknowledge a page at the relay; it is read again",
           );
           return;
         }
-        this.noAckMany.set(client.base, Date.now() + NO_ACK_MANY_MS);
+        this.noAckMany.remember(client.base);
         this.log.info(
           { relay: client.base, status: err.status },
           "the relay has no POST /relay/messages/ack; acknowledging each message",
