@@ -32,6 +32,7 @@ import { pushArchive } from "./release/sign.ts";
 import { KUBERNETES_SERVICE_IP, startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { EXAMPLES_NAMESPACES_FILE, exampleNamespaces } from "./support/examples.ts";
 import { installBlock, OFFLINE_COSIGN_ENV, sh, verifiedDigests } from "./support/install-docs.ts";
+import { withDirLock } from "./support/dir-lock.ts";
 import { createNode, nodeTestUnsupported, type RealNode } from "./support/node.ts";
 import { type Registry, startRegistry } from "./support/registry.ts";
 import { waitFor } from "./support/ports.ts";
@@ -56,22 +57,26 @@ type Obj = Record<string, any>;
 
 /**
  * The release of the commit checked out, made once per commit and version and kept beside the
- * image cache (its images are the cached archives; a release of another commit is removed).
+ * image cache (its images are the cached archives; a release of another commit is removed). Made
+ * under a lock, so that two runs of one commit on the machine make it once, and neither removes
+ * what the other is reading.
  */
-function releaseOfHead(): Release {
+async function releaseOfHead(): Promise<Release> {
   const version = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")).version as string;
   const head = spawnSync("git", ["rev-parse", "HEAD"], { encoding: "utf8" }).stdout.trim();
   const root = join(dirname(cacheRoot()), "releases");
   const dir = join(root, `${version}-${head.slice(0, 12)}`);
   const manifest = join(dir, "release.json");
-  if (existsSync(manifest)) {
-    const kept = JSON.parse(readFileSync(manifest, "utf8"));
-    if (kept.commit === head) return { ...kept, dir, checksums: "SHA256SUMS" };
-  }
-  if (existsSync(root))
-    for (const e of readdirSync(root))
-      if (join(root, e) !== dir) rmSync(join(root, e), { recursive: true, force: true });
-  return release({ version, out: dir });
+  return withDirLock(`${root}.lock`, "the lock of the cached releases (another run makes one)", 20 * 60_000, () => {
+    if (existsSync(manifest)) {
+      const kept = JSON.parse(readFileSync(manifest, "utf8"));
+      if (kept.commit === head) return { ...kept, dir, checksums: "SHA256SUMS" };
+    }
+    if (existsSync(root))
+      for (const e of readdirSync(root))
+        if (join(root, e) !== dir) rmSync(join(root, e), { recursive: true, force: true });
+    return release({ version, out: dir });
+  });
 }
 
 /** Run a program without blocking the event loop; rejects with its output on failure. */

@@ -26,6 +26,7 @@ import { stringify } from "yaml";
 import type { BuiltImage } from "../images/build.ts";
 import { installDebianPackages, isAlive, NODE_PACKAGES, toolPath } from "../tools/tools.ts";
 import { SERVICE_CIDR, type ControlPlane } from "./controlplane.ts";
+import { acquireDirLock, releaseDirLock } from "./dir-lock.ts";
 import { startScheduler } from "./nodes.ts";
 import { freePort, waitFor } from "./ports.ts";
 import { stopChild } from "./process.ts";
@@ -129,26 +130,7 @@ function attempt(what: string, fn: () => void, problems: string[]): void {
 }
 
 async function acquireLock(): Promise<void> {
-  mkdirSync("/run/lock", { recursive: true });
-  await waitFor(
-    "the real-node lock (another real node runs on this machine)",
-    () => {
-      try {
-        mkdirSync(LOCK);
-        writeFileSync(join(LOCK, "pid"), String(process.pid));
-        return true;
-      } catch {
-        let holder = 0;
-        try {
-          holder = Number(readFileSync(join(LOCK, "pid"), "utf8"));
-        } catch {}
-        if (holder && !isAlive(holder)) rmSync(LOCK, { recursive: true, force: true });
-        return false;
-      }
-    },
-    20 * 60_000,
-    1000,
-  );
+  await acquireDirLock(LOCK, "the real-node lock (another real node runs on this machine)", 20 * 60_000);
 }
 
 /** Mount points at or under `dir`, deepest first. */
@@ -501,7 +483,7 @@ export async function createNode(opts: {
     chainsBefore = nodeChains();
     dir = mkdtempSync(join(tmpdir(), "ifp-node-"));
   } catch (err) {
-    rmSync(LOCK, { recursive: true, force: true });
+    releaseDirLock(LOCK);
     throw err;
   }
   const logs = join(dir, "logs");
@@ -606,7 +588,7 @@ export async function createNode(opts: {
     if (!mountsUnder(dir).length) rmSync(dir, { recursive: true, force: true });
     if (!shimDirExisted)
       spawnSync("find", ["/run/containerd", "-depth", "-type", "d", "-empty", "-delete"], { stdio: "ignore" });
-    rmSync(LOCK, { recursive: true, force: true });
+    releaseDirLock(LOCK);
     if (problems.length) process.stderr.write(`real node: clean-up problems: ${problems.join("; ")}\n`);
   };
 
