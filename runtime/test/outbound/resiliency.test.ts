@@ -83,7 +83,13 @@ describe("the circuit breaker of a destination", () => {
       });
       const listed = await ifp("circuits", "--local-api", agent.localApiUrl);
       expect(listed.status, listed.stderr).toBe(0);
-      expect(JSON.parse(listed.stdout.replace(/^200 /, ""))).toMatchObject({ total: 1, circuits: [{ state: "open" }] });
+      // The command's own start may outlast the cool-down on a loaded machine: then it lists the circuit half-open.
+      expect(JSON.parse(listed.stdout.replace(/^200 /, ""))).toMatchObject({
+        total: 1,
+        circuits: [
+          { destination: `${peer.url}/.well-known/agent/inbox`, state: expect.stringMatching(/^(open|half-open)$/) },
+        ],
+      });
 
       // After the cool-down one probe, which fails: open again, and again no attempt.
       await waitFor("the probe", () => peer.requests.length >= 4, 10_000);
