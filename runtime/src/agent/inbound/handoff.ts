@@ -173,7 +173,7 @@ export class HandlerHandoff {
       );
       return;
     }
-    const wait = this.backoff(attempt);
+    const wait = retryDelay(this.backoff(attempt), m.data);
     this.log.warn({ ...logFields(m), attempt, retryInMs: wait }, failure);
     m.nak(wait);
   }
@@ -278,6 +278,23 @@ export async function setAsideExpired(deps: ExpiryDeps, m: JsMsg, retryMs: numbe
  * at intake, so that does not happen; it is then handed on as before).
  */
 export function expiredFor(data: Uint8Array, now: number): string | undefined {
+  const ttl = ttlOf(data);
+  return ttl && now >= ttl.expiresAt
+    ? `expired: ttl_seconds ${ttl.seconds} from ${ttl.date} passed before hand-off`
+    : undefined;
+}
+
+/**
+ * The wait before a refused hand-off is tried again: the backoff's, or less when the message's
+ * ttl_seconds run out sooner, so that it is set aside as expired when it expires, not a backoff later.
+ */
+export function retryDelay(backoffMs: number, data: Uint8Array, now = Date.now()): number {
+  const ttl = ttlOf(data);
+  return ttl ? Math.max(0, Math.min(backoffMs, ttl.expiresAt - now)) : backoffMs;
+}
+
+/** A message's ttl_seconds and headers.date, and when they make it expire; undefined without both. */
+function ttlOf(data: Uint8Array): { seconds: number; date: string; expiresAt: number } | undefined {
   let headers: { date?: unknown; ttl_seconds?: unknown } | undefined;
   try {
     headers = (JSON.parse(new TextDecoder().decode(data)) as { headers?: typeof headers }).headers;
@@ -287,8 +304,7 @@ export function expiredFor(data: Uint8Array, now: number): string | undefined {
   const ttl = headers?.ttl_seconds;
   const date = typeof headers?.date === "string" ? Date.parse(headers.date) : NaN;
   if (typeof ttl !== "number" || !Number.isFinite(ttl) || Number.isNaN(date)) return undefined;
-  const expiresAt = date + ttl * 1000;
-  return now >= expiresAt ? `expired: ttl_seconds ${ttl} from ${headers!.date} passed before hand-off` : undefined;
+  return { seconds: ttl, date: headers!.date as string, expiresAt: date + ttl * 1000 };
 }
 
 /** The hand-off's Idempotency-Key: `<sender> <message_id>`, the sender prefixed `unsigned:` when nothing verified it. */
