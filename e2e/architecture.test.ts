@@ -225,8 +225,8 @@ export function operatorPlace(path: string): string | undefined {
  * The imports of operator/src against its layout (docs/architecture.md): a concern imports only
  * its own folder, reconcile/, kube/, the CRDs' status schema (crd/status.ts) and the runtime (what
  * a concern needs of another's it gets through the pass's slots); a kind imports no other kind;
- * reconcile/ knows no concern, kind or command, but for the types of the services context.ts
- * carries; only commands/ imports commands/.
+ * reconcile/ knows no concern, kind or command, not even their types (a concern declares what it
+ * needs of the context in its own folder); only commands/ imports commands/.
  */
 export function operatorLayoutBreaks(edges: Edge[]): Edge[] {
   return edges.filter((e) => {
@@ -237,10 +237,7 @@ export function operatorLayoutBreaks(edges: Edge[]): Edge[] {
     if (from.startsWith("concerns/"))
       return !(to === "reconcile" || to === "kube" || e.to === "operator/src/crd/status.ts");
     if (from.startsWith("kinds/")) return !!to?.startsWith("kinds/");
-    if (from === "reconcile") {
-      const service = e.from === "operator/src/reconcile/context.ts" && e.typeOnly;
-      return !service && (to === undefined || to.startsWith("concerns/") || to.startsWith("kinds/"));
-    }
+    if (from === "reconcile") return to === undefined || to.startsWith("concerns/") || to.startsWith("kinds/");
     return false;
   });
 }
@@ -285,6 +282,14 @@ describe("the operator's reconcile pass, concerns and kinds follow docs/architec
     ).toBe(true);
   });
 
+  it("reconcile/ imports nothing of a concern or a kind, its tests and type-only imports included", () => {
+    const all = importEdges("operator/src/reconcile");
+    expect(all.some((e) => e.from === `${R}context.ts` && e.typeOnly)).toBe(true);
+    expect(all.some((e) => e.from.endsWith(".test.ts"))).toBe(true);
+    const wrong = all.filter((e) => /^operator\/src\/(concerns|kinds)\//.test(e.to));
+    expect(wrong.map(show), `reconcile/ importing a concern or a kind:\n${wrong.map(show).join("\n")}`).toEqual([]);
+  });
+
   it("finds a concern importing another, a kind another kind, and the pass a part", () => {
     const planted: Edge[] = [
       { from: "operator/src/concerns/tls/part.ts", to: "operator/src/concerns/nats/accounts.ts", typeOnly: true },
@@ -293,13 +298,16 @@ describe("the operator's reconcile pass, concerns and kinds follow docs/architec
       { from: "operator/src/kinds/relay/status.ts", to: "operator/src/kinds/agent/status.ts", typeOnly: false },
       { from: "operator/src/reconcile/pipeline.ts", to: "operator/src/concerns/workload/part.ts", typeOnly: false },
       { from: "operator/src/reconcile/context.ts", to: "operator/src/concerns/tls/trust.ts", typeOnly: false },
-      // Allowed: its own folder, the pass, kube/, the runtime; a kind using a concern; the context's service types.
+      { from: "operator/src/reconcile/context.ts", to: "operator/src/concerns/tls/trust.ts", typeOnly: true },
+      { from: "operator/src/reconcile/part.ts", to: "operator/src/kinds/agent/context.ts", typeOnly: true },
+      // Allowed: its own folder, the pass, kube/, the runtime; a kind using a concern and the pass.
       { from: "operator/src/concerns/tls/part.ts", to: "operator/src/concerns/tls/tls.ts", typeOnly: false },
       { from: "operator/src/concerns/tls/part.ts", to: "operator/src/reconcile/part.ts", typeOnly: true },
       { from: "operator/src/concerns/tls/tls.ts", to: "operator/src/kube/apply.ts", typeOnly: false },
       { from: "operator/src/concerns/tls/tls.ts", to: "runtime/src/util/time.ts", typeOnly: false },
       { from: "operator/src/kinds/agent/controller.ts", to: "operator/src/concerns/tls/part.ts", typeOnly: false },
-      { from: "operator/src/reconcile/context.ts", to: "operator/src/concerns/tls/trust.ts", typeOnly: true },
+      { from: "operator/src/kinds/agent/context.ts", to: "operator/src/reconcile/context.ts", typeOnly: true },
+      { from: "operator/src/reconcile/pipeline.ts", to: "operator/src/kube/apply.ts", typeOnly: false },
     ];
     expect(operatorLayoutBreaks(planted).map(show)).toEqual([
       "operator/src/concerns/tls/part.ts -> operator/src/concerns/nats/accounts.ts (type)",
@@ -308,6 +316,8 @@ describe("the operator's reconcile pass, concerns and kinds follow docs/architec
       "operator/src/kinds/relay/status.ts -> operator/src/kinds/agent/status.ts",
       "operator/src/reconcile/pipeline.ts -> operator/src/concerns/workload/part.ts",
       "operator/src/reconcile/context.ts -> operator/src/concerns/tls/trust.ts",
+      "operator/src/reconcile/context.ts -> operator/src/concerns/tls/trust.ts (type)",
+      "operator/src/reconcile/part.ts -> operator/src/kinds/agent/context.ts (type)",
     ]);
   });
 

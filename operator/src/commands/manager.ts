@@ -17,7 +17,8 @@ import type { CredentialIssuer } from "../concerns/nats/credential-issuer.ts";
 import { reconcileAgent } from "../kinds/agent/controller.ts";
 import { NamespaceLabels } from "../kube/namespace-labels.ts";
 import { reconcileRelay } from "../kinds/relay/controller.ts";
-import type { ReconcileContext } from "../reconcile/context.ts";
+import type { AgentContext } from "../kinds/agent/context.ts";
+import type { RelayContext } from "../kinds/relay/context.ts";
 import { ownerOf } from "../reconcile/names.ts";
 import type { OperatorSettings } from "../reconcile/settings.ts";
 import { InstallTrust, joinBundle, type CertManagerMode, type TrustLifetimes } from "../concerns/tls/trust.ts";
@@ -125,6 +126,9 @@ export interface RunningManager {
 
 type Kind = "Agent" | "Relay";
 
+/** What every reconcile runs in: the pass's own context and what the concerns of each kind declare. */
+type OperatorContext = AgentContext & RelayContext;
+
 export async function startManager(opts: ManagerOptions): Promise<RunningManager> {
   const log = opts.log;
   const metrics = createOperatorMetrics();
@@ -178,7 +182,7 @@ function kubeConfig(opts: ManagerOptions, metrics: ReturnType<typeof createOpera
 
 /** One controller per kind, reconciling in `ctx`; a failure of a resource no longer in the cache is not retried. */
 function kindControllers(
-  ctx: ReconcileContext,
+  ctx: OperatorContext,
   caches: Caches,
   metrics: ReturnType<typeof createOperatorMetrics>,
   log: Logger,
@@ -230,7 +234,7 @@ function reconcileContext(
   caches: Caches,
   trust: InstallTrust,
   natsSide: NatsSide,
-): ReconcileContext {
+): OperatorContext {
   return {
     kube,
     caches,
@@ -265,7 +269,7 @@ function recordQueueDepths(
 /** What a running manager holds between its start and its stop. */
 interface ManagerRun {
   opts: ManagerOptions;
-  ctx: ReconcileContext;
+  ctx: OperatorContext;
   metrics: ReturnType<typeof createOperatorMetrics>;
   controllers: Record<Kind, Controller>;
   enqueue: (kind: CachedKind, obj: KubernetesObject) => void;
@@ -419,7 +423,7 @@ function operatorSettings(opts: ManagerOptions, natsSide: NatsSide): OperatorSet
 
 function summaryCollector(
   opts: ManagerOptions,
-  ctx: ReconcileContext,
+  ctx: OperatorContext,
   enqueue: (kind: CachedKind, obj: KubernetesObject) => void,
 ): SummaryCollector | undefined {
   if (!ctx.nats) return undefined;

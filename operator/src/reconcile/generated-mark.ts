@@ -31,6 +31,11 @@ export interface Marks {
   since: number;
 }
 
+/** What holds the marks key: the install's trust, which keeps it in the install CA Secret. */
+export interface MarksSource {
+  marks(): Marks;
+}
+
 /** The annotation that marks Secret `name` of `namespace` as made by the operator for the owner of uid `ownerUid`. */
 export function ownedMark(marks: Marks, namespace: string, name: string, ownerUid: string): Record<string, string> {
   return { [GENERATED_MARK]: generatedMark(marks.key, ownedMarkFields(namespace, name, ownerUid)) };

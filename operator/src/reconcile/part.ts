@@ -55,14 +55,14 @@ export interface Part<R, N = object, P = object, C = ReconcileContext> {
   ensure(ctx: C, pass: Pass<R, N>): Promise<Outcome<P>>;
 }
 
-/** A part of any slots and context, as a kind's part list holds it. */
-export interface AnyPart<R> {
+/** A part of any slots, as a kind's part list holds it: handed the kind's context C, of which it uses its slice. */
+export interface AnyPart<R, C = ReconcileContext> {
   readonly name: string;
   readonly needs?: readonly string[];
   readonly provides?: readonly string[];
   readonly needsUnheld?: boolean;
-  desired?(ctx: ReconcileContext, pass: Pass<R>): KubernetesObject[];
-  ensure(ctx: ReconcileContext, pass: Pass<R>): Promise<Outcome>;
+  desired?(ctx: C, pass: Pass<R>): KubernetesObject[];
+  ensure(ctx: C, pass: Pass<R>): Promise<Outcome>;
 }
 
 /** The parts' outcomes folded: what the status is computed from. */

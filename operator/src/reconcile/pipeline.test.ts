@@ -1,6 +1,4 @@
 import { describe, expect, it } from "vitest";
-import { agentController } from "../kinds/agent/controller.ts";
-import { relayController } from "../kinds/relay/controller.ts";
 import { NOTE_REASONS, type ReconcileContext } from "./context.ts";
 import type { Part, Pass } from "./part.ts";
 import { checkPartOrder, filled, note, passReason, recordNotes, runParts, withNotes } from "./pipeline.ts";
@@ -30,21 +28,6 @@ describe("the order of a kind's parts", () => {
     const report = await runParts({} as ReconcileContext, pass, parts);
     expect(report.applied).toEqual(["the plan"]);
     expect(pass.found).toEqual({ plan: "the plan" });
-  });
-
-  it("holds the Agent's and the Relay's part lists, each slot a part reads filled by one before it", () => {
-    expect(agentController.parts.flatMap((p) => p.needs ?? [])).toEqual(
-      expect.arrayContaining(["natsAccount", "exposure", "signing", "tlsSecret"]),
-    );
-    expect(() => checkPartOrder(agentController.parts)).not.toThrow();
-    expect(relayController.parts.flatMap((p) => p.needs ?? [])).toEqual(
-      expect.arrayContaining(["natsAccount", "exposure", "tlsSecret"]),
-    );
-    expect(() => checkPartOrder(relayController.parts)).not.toThrow();
-    const workload = agentController.parts.findIndex((p) => p.name === "workload");
-    expect(() => checkPartOrder([agentController.parts[workload]!, ...agentController.parts])).toThrow(
-      /part workload needs signing, tlsSecret, exposure/,
-    );
   });
 
   it("names a slot the status reads that no part filled", () => {

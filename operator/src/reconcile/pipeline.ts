@@ -47,11 +47,7 @@ export function checkPartOrder<
 }
 
 /** Run the parts in order; the first blocked part's reason wins, held parts are skipped, what each provides is handed on. */
-export async function runParts<R>(
-  ctx: ReconcileContext,
-  pass: Pass<R>,
-  parts: readonly AnyPart<R>[],
-): Promise<PassReport> {
+export async function runParts<R, C>(ctx: C, pass: Pass<R>, parts: readonly AnyPart<R, C>[]): Promise<PassReport> {
   const out: PassReport = { applied: [], held: false, unsettled: false, ended: false };
   const requeues: (number | undefined)[] = [];
   for (const part of parts) {
@@ -76,22 +72,25 @@ export async function runParts<R>(
   return out;
 }
 
-/** What a kind of resource brings to the pipeline besides its parts (each kind's controller.ts). */
-export interface Controller<R, F> {
+/**
+ * What a kind of resource brings to the pipeline besides its parts (each kind's controller.ts);
+ * C: the context of its passes, the pass's own and what its concerns declare (kinds/<kind>/context.ts).
+ */
+export interface Controller<R, F, C extends ReconcileContext = ReconcileContext> {
   kind: Owner["kind"];
   plural: "agents" | "relays";
   schema: ZodType<R>;
   /** The parts in the order they run (checkPartOrder); F: the slots they fill, for the status. */
-  parts: readonly AnyPart<R>[];
+  parts: readonly AnyPart<R, C>[];
   /** A resource of the kind that is gone: what goes with it beyond its owned children (nothing, by default). */
-  gone?(ctx: ReconcileContext, namespace: string): Promise<void>;
+  gone?(ctx: C, namespace: string): Promise<void>;
   /** While being deleted: the cleanup its finalizer stands for. */
-  cleanup: Cleanup;
+  cleanup: Cleanup<C>;
   /** When any part is blocked, look again after this at the latest (none: each part's own). */
   blockedRetryMs?: number;
   /** Pure: the status from the pass, and any Warnings of its own to record when it is written. */
   status(
-    ctx: ReconcileContext,
+    ctx: C,
     pass: Pass<R, Partial<F>>,
     report: PassReport,
   ): { status: Record<string, unknown>; conditions: ConditionInput[]; warnings?: Blocker[] };
@@ -105,9 +104,9 @@ export const STATUS_FOLLOW_UP_MS = 2_000;
  * finalizer; otherwise the pass, with its Normal Events collected into one (recordNotes) and
  * Warnings recorded at once.
  */
-export async function reconcile<R, F>(
-  c: Controller<R, F>,
-  shared: ReconcileContext,
+export async function reconcile<R, F, C extends ReconcileContext>(
+  c: Controller<R, F, C>,
+  shared: C,
   namespace: string,
   name: string,
 ): Promise<ReconcileResult> {
@@ -125,7 +124,11 @@ export async function reconcile<R, F>(
   }
 }
 
-async function runPass<R, F>(ctx: ReconcileContext, c: Controller<R, F>, obj: CustomObject): Promise<ReconcileResult> {
+async function runPass<R, F, C extends ReconcileContext>(
+  ctx: C,
+  c: Controller<R, F, C>,
+  obj: CustomObject,
+): Promise<ReconcileResult> {
   const parsed = c.schema.safeParse(obj);
   if (!parsed.success) {
     const message = describeIssues(parsed.error);
@@ -163,18 +166,18 @@ async function runPass<R, F>(ctx: ReconcileContext, c: Controller<R, F>, obj: Cu
 }
 
 /** What a finalizer stands for: a cleanup of the resource's JetStream data through the operator's NATS connection. */
-export interface Cleanup {
+export interface Cleanup<C = ReconcileContext> {
   finalizer: string;
   /** Whether the resource's spec asks for its data to go with it (spec.retention). */
   wanted(obj: CustomObject): boolean;
   /** What it deletes, in words ("the agent's streams and buckets"). */
   what: string;
   /** Delete the data; returns what was deleted. */
-  run(ctx: ReconcileContext, obj: CustomObject): Promise<string[]>;
+  run(ctx: C, obj: CustomObject): Promise<string[]>;
   /** What stays when nothing cleans up, for the Warning. */
   leftovers(obj: CustomObject): string[];
   /** Forget what the process kept about the resource once it is let go. */
-  forget?(ctx: ReconcileContext, obj: CustomObject): void;
+  forget?(ctx: C, obj: CustomObject): void;
 }
 
 /**
@@ -182,12 +185,18 @@ export interface Cleanup {
  * has a NATS connection to do it with (without --nats-url it manages no streams, so a finalizer
  * would only hold the deletion for nothing).
  */
-export function cleansUp(ctx: ReconcileContext, cleanup: Cleanup, obj: CustomObject): boolean {
+export function cleansUp(
+  ctx: Pick<ReconcileContext, "nats">,
+  cleanup: Pick<Cleanup, "wanted">,
+  obj: CustomObject,
+): boolean {
   return !!ctx.nats && cleanup.wanted(obj);
 }
 
 /** The part that puts the finalizer on while this operator cleans up and takes it off otherwise. */
-export function finalizerPart<R>(cleanup: Cleanup): Part<R> {
+export function finalizerPart<R>(
+  cleanup: Pick<Cleanup, "finalizer" | "wanted">,
+): Part<R, object, object, Pick<ReconcileContext, "kube" | "nats">> {
   return {
     name: "finalizer",
     async ensure(ctx, { obj }) {
@@ -204,11 +213,11 @@ export function finalizerPart<R>(cleanup: Cleanup): Part<R> {
  * finalizer goes anyway, with a Warning Event naming what was left behind. An operator without
  * NATS lets it go at once.
  */
-export async function finalize(
-  ctx: ReconcileContext,
+export async function finalize<C extends ReconcileContext>(
+  ctx: C,
   plural: string,
   obj: CustomObject,
-  cleanup: Cleanup,
+  cleanup: Cleanup<C>,
 ): Promise<ReconcileResult> {
   if (!(obj.metadata?.finalizers ?? []).includes(cleanup.finalizer)) return {};
   const ref = `${obj.metadata?.namespace}/${obj.metadata?.name}`;
@@ -260,7 +269,11 @@ export async function finalize(
 }
 
 /** The cleanup once; what kept it from succeeding, if anything. */
-async function tryCleanup(ctx: ReconcileContext, obj: CustomObject, cleanup: Cleanup): Promise<string | undefined> {
+async function tryCleanup<C extends ReconcileContext>(
+  ctx: C,
+  obj: CustomObject,
+  cleanup: Cleanup<C>,
+): Promise<string | undefined> {
   if (!ctx.nats?.isConnected) return "the operator is not connected to NATS";
   try {
     const deleted = await cleanup.run(ctx, obj);
@@ -276,7 +289,7 @@ async function tryCleanup(ctx: ReconcileContext, obj: CustomObject, cleanup: Cle
 }
 
 /** The context of one pass: its Normal Events are collected and recorded by recordNotes. */
-export function withNotes(ctx: ReconcileContext): ReconcileContext & { notes: Note[] } {
+export function withNotes<C extends ReconcileContext>(ctx: C): C & { notes: Note[] } {
   return { ...ctx, notes: [] };
 }
 
@@ -294,7 +307,7 @@ export async function note(ctx: Noting, obj: CustomObject, reason: NoteReason, m
  * NOTE_REASONS among them, not the first the parts made), the messages of all in the order they
  * happened, joined by "; ". Nothing when the pass did nothing; the notes are cleared.
  */
-export async function recordNotes(ctx: ReconcileContext, obj: CustomObject): Promise<void> {
+export async function recordNotes(ctx: Noting, obj: CustomObject): Promise<void> {
   const notes = ctx.notes?.splice(0) ?? [];
   if (!notes.length) return;
   await ctx.kube.event(obj, "Normal", passReason(notes), notes.map((n) => n.message).join("; "));

@@ -3,6 +3,7 @@
 import type { NatsPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
 import type { AccountResource } from "./account-limits.ts";
 import type { ReconcileContext } from "../../reconcile/context.ts";
+import type { NatsContext } from "./context.ts";
 import type { Outcome, Part, Pass } from "../../reconcile/part.ts";
 import { ensureNatsCreds } from "./runtime-credential.ts";
 import { TenantStorageError } from "./data-accounts.ts";
@@ -13,10 +14,7 @@ export interface NatsAccountSlots {
 }
 
 /** The part of the context the credential part uses. */
-export type CredentialContext = Pick<
-  ReconcileContext,
-  "kube" | "caches" | "trust" | "settings" | "natsIssuer" | "natsAccounts" | "dataAccounts"
->;
+export type CredentialContext = Pick<ReconcileContext, "kube" | "caches" | "settings"> & NatsContext;
 
 export function natsCredentialPart<R extends { spec: object }>(
   permissions: (pass: Pass<R>, account: string, ctx: CredentialContext) => NatsPermissions,

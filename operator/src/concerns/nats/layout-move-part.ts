@@ -21,6 +21,7 @@ import { layoutOfAccountJwt, moveToIsolated, perAgentStreams } from "./layout-mo
 import type { NatsAccounts } from "./accounts.ts";
 import type { AccountResource } from "./account-limits.ts";
 import type { ReconcileContext } from "../../reconcile/context.ts";
+import type { NatsContext } from "./context.ts";
 import type { Part } from "../../reconcile/part.ts";
 import { tenantRefusal } from "./credential-part.ts";
 
@@ -41,7 +42,8 @@ export const natsLayoutMovePart: Part<
   Agent,
   object,
   object,
-  Pick<ReconcileContext, "kube" | "caches" | "log" | "settings" | "natsIssuer" | "natsAccounts" | "dataAccounts">
+  Pick<ReconcileContext, "kube" | "caches" | "log" | "settings"> &
+    Pick<NatsContext, "natsIssuer" | "natsAccounts" | "dataAccounts">
 > = {
   name: "nats-layout-move",
   async ensure(ctx, { owner, resource }) {

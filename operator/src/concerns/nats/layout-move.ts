@@ -17,7 +17,13 @@
 // cut short and run again copies nothing twice. Then the per-agent streams are deleted, and the
 // account is pushed with the isolated layout's JWT (JetStream off), which is what marks it moved.
 // Relays keep their own accounts on both layouts: their mailboxes stay where they are.
-import { jetstream, type JetStreamClient, type JetStreamManager, type JsMsg } from "@nats-io/jetstream";
+import {
+  jetstream,
+  type ConsumerInfo,
+  type JetStreamClient,
+  type JetStreamManager,
+  type JsMsg,
+} from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { decode } from "@nats-io/jwt";
 import { headers, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
@@ -237,8 +243,7 @@ async function notHandedOn(
   }
   // Room for every message it has to deliver and holds unacknowledged, each held here until the end.
   const room = before.num_pending + before.num_ack_pending + 1_000;
-  await jsm.consumers.update(stream, consumer, { ack_wait: nanos(1_000), max_ack_pending: room });
-  try {
+  return withRoom(jsm, stream, before, { room, ackWait: nanos(1_000) }, async () => {
     const c = await jetstream(nc).consumers.get(stream, consumer);
     const until = Date.now() + READ_PENDING_MS;
     for (;;) {
@@ -253,12 +258,7 @@ async function notHandedOn(
         m.nak(10 * 60_000);
       }
     }
-  } finally {
-    await jsm.consumers.update(stream, consumer, {
-      ack_wait: before.config.ack_wait,
-      max_ack_pending: before.config.max_ack_pending,
-    });
-  }
+  });
 }
 
 /**
@@ -278,23 +278,50 @@ async function takeOff(
 ): Promise<void> {
   if (!handed.size) return;
   const before = await jsm.consumers.info(SHARED_STREAMS.inbox, consumer);
-  const limit = before.config.max_ack_pending ?? -1;
   const room = before.num_pending + before.num_ack_pending + handed.size + 1_000;
-  const raise = limit !== -1 && room > limit;
-  if (raise) await jsm.consumers.update(SHARED_STREAMS.inbox, consumer, { max_ack_pending: room });
-  const c = await js.consumers.get(SHARED_STREAMS.inbox, consumer);
-  const left = new Set(handed);
-  const held: JsMsg[] = [];
-  try {
-    while (left.size) {
-      const m = await c.next({ expires: 2_000 });
-      if (!m) return;
-      if (left.delete(m.subject)) await m.ackAck();
-      else held.push(m);
+  await withRoom(jsm, SHARED_STREAMS.inbox, before, { room }, async () => {
+    const c = await js.consumers.get(SHARED_STREAMS.inbox, consumer);
+    const left = new Set(handed);
+    const held: JsMsg[] = [];
+    try {
+      while (left.size) {
+        const m = await c.next({ expires: 2_000 });
+        if (!m) return;
+        if (left.delete(m.subject)) await m.ackAck();
+        else held.push(m);
+      }
+    } finally {
+      for (const m of held) m.nak();
     }
+  });
+}
+
+/**
+ * `fn` while the consumer has room for `room` unacknowledged messages (its limit raised where it
+ * is lower) and, where given, the ack wait `ackWait`; what was changed is restored after.
+ */
+async function withRoom<T>(
+  jsm: JetStreamManager,
+  stream: string,
+  consumer: ConsumerInfo,
+  want: { room: number; ackWait?: number },
+  fn: () => Promise<T>,
+): Promise<T> {
+  const limit = consumer.config.max_ack_pending ?? -1;
+  const raise = limit !== -1 && want.room > limit;
+  const rewait = want.ackWait !== undefined;
+  if (!raise && !rewait) return fn();
+  await jsm.consumers.update(stream, consumer.name, {
+    ...(raise ? { max_ack_pending: want.room } : {}),
+    ...(rewait ? { ack_wait: want.ackWait } : {}),
+  });
+  try {
+    return await fn();
   } finally {
-    for (const m of held) m.nak();
-    if (raise) await jsm.consumers.update(SHARED_STREAMS.inbox, consumer, { max_ack_pending: limit });
+    await jsm.consumers.update(stream, consumer.name, {
+      ...(raise ? { max_ack_pending: limit } : {}),
+      ...(rewait ? { ack_wait: consumer.config.ack_wait } : {}),
+    });
   }
 }
 

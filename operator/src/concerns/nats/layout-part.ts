@@ -9,6 +9,7 @@ import {
 import { parseDuration } from "../../../../runtime/src/resources/fields.ts";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
 import type { ReconcileContext } from "../../reconcile/context.ts";
+import type { NatsContext } from "./context.ts";
 import type { Part } from "../../reconcile/part.ts";
 import { tenantRefusal, type NatsAccountSlots } from "./credential-part.ts";
 
@@ -44,7 +45,7 @@ export const natsLayoutGateOf = (
 export const natsLayoutGate = natsLayoutGateOf(ISOLATED_LAYOUT_UNSUPPORTED);
 
 /** The Agent's consumers in its tenant's data account; a tenant refused its JetStream holds the workload. */
-export const sharedConsumersPart: Part<Agent, NatsAccountSlots, object, Pick<ReconcileContext, "dataAccounts">> = {
+export const sharedConsumersPart: Part<Agent, NatsAccountSlots, object, Pick<NatsContext, "dataAccounts">> = {
   name: "shared-consumers",
   needs: ["natsAccount"],
   async ensure(ctx, { owner, resource, found }) {

@@ -8,11 +8,13 @@ import type { AccountResource } from "./account-limits.ts";
 import { isNotFound } from "../../../../runtime/src/nats/streams.ts";
 import { accountOfSecret, natsCredsSecretName } from "./runtime-credential.ts";
 import type { ReconcileContext } from "../../reconcile/context.ts";
+import type { NatsContext } from "./context.ts";
 import { dataAccountOperatorPermissions } from "./data-accounts.ts";
 import { agentKeyOf } from "../../reconcile/finalizers.ts";
 import { readSharedAgent, type Reading } from "./traffic-summary.ts";
 
-type AccountContext = Pick<ReconcileContext, "caches" | "nats" | "natsIssuer" | "natsAccounts" | "dataAccounts">;
+type AccountContext = Pick<ReconcileContext, "caches" | "nats"> &
+  Pick<NatsContext, "natsIssuer" | "natsAccounts" | "dataAccounts">;
 
 /** The account of a resource's runtime (from its `<name>-nats` Secret and uid); undefined without an issuer. */
 export function runtimeAccountOf(ctx: AccountContext, obj: KubernetesObject): string | undefined {

@@ -24,6 +24,7 @@ import {
 import type { NatsAccounts } from "./accounts.ts";
 import type { AccountResource } from "./account-limits.ts";
 import type { ReconcileContext } from "../../reconcile/context.ts";
+import type { NatsContext } from "./context.ts";
 import { childMeta } from "../../reconcile/names.ts";
 import type { Owner } from "../../reconcile/settings.ts";
 
@@ -70,9 +71,8 @@ export function accountOfSecret(
  * after the renewal is due).
  */
 export async function ensureNatsCreds(
-  ctx: Pick<ReconcileContext, "kube" | "caches" | "trust" | "settings" | "dataAccounts"> & {
-    natsAccounts?: NatsAccounts;
-  },
+  ctx: Pick<ReconcileContext, "kube" | "caches" | "settings"> &
+    Pick<NatsContext, "trust" | "natsAccounts" | "dataAccounts">,
   owner: Owner,
   issuer: CredentialIssuer,
   permissionsOf: (account: string) => NatsPermissions,
@@ -129,7 +129,7 @@ export async function ensureNatsCreds(
  * credential is issued all the same (it ignores it), and the resource is told once per process.
  */
 async function ensureAccountOnServer(
-  ctx: Pick<ReconcileContext, "kube" | "settings" | "dataAccounts">,
+  ctx: Pick<ReconcileContext, "kube" | "settings"> & Pick<NatsContext, "dataAccounts">,
   accounts: NatsAccounts,
   owner: Owner,
   label: string,

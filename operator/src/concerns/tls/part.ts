@@ -3,6 +3,7 @@
 import { childNames } from "../../reconcile/names.ts";
 import type { Blocker } from "../../reconcile/conditions.ts";
 import type { ReconcileContext } from "../../reconcile/context.ts";
+import type { TlsContext } from "./context.ts";
 import type { Part, Pass } from "../../reconcile/part.ts";
 import { earliest, note } from "../../reconcile/pipeline.ts";
 import { type RequestedNames, tlsRefusal } from "../../reconcile/references.ts";
@@ -23,7 +24,7 @@ export interface TlsSlots {
 export const TLS_HOLDS = ["TLSSecretMissing", "InvalidTLSSecret", "ForeignSecret"];
 
 /** The part of the context the certificate parts use. */
-type TlsContext = Pick<ReconcileContext, "kube" | "caches" | "trust" | "settings" | "notes">;
+type CertificateContext = Pick<ReconcileContext, "kube" | "caches" | "settings" | "notes"> & TlsContext;
 import type { TrustRef } from "./trust.ts";
 
 /** The names a resource's certificate is asked for. */
@@ -40,7 +41,9 @@ export interface TlsNames<P> {
  * Ends the pass at a refused spec.tls before anything is made for the resource: nothing is
  * rendered, and the status and a Warning say why (the Agent's way).
  */
-export function tlsRefusalGate<R extends TlsSpec>(names: TlsNames<Pass<R>>): Part<R, object, object, TlsContext> {
+export function tlsRefusalGate<R extends TlsSpec>(
+  names: TlsNames<Pass<R>>,
+): Part<R, object, object, CertificateContext> {
   return {
     name: "tls-refusal",
     async ensure(ctx, pass) {
@@ -51,7 +54,7 @@ export function tlsRefusalGate<R extends TlsSpec>(names: TlsNames<Pass<R>>): Par
 }
 
 /** The certificate; a refused spec.tls gets none and holds the workload (what a gate did not end already). */
-export function tlsPart<R extends TlsSpec>(names: TlsNames<Pass<R>>): Part<R, object, TlsSlots, TlsContext> {
+export function tlsPart<R extends TlsSpec>(names: TlsNames<Pass<R>>): Part<R, object, TlsSlots, CertificateContext> {
   return {
     name: "tls",
     provides: ["tlsSecret", "tlsWaiting"],

@@ -1,5 +1,6 @@
 // The runtime's trust bundle: the install's CAs and those spec.tls.trust adds (trust.ts).
 import type { ReconcileContext } from "../../reconcile/context.ts";
+import type { TlsContext } from "./context.ts";
 import type { Part } from "../../reconcile/part.ts";
 import { ensureTrust, type TrustRef } from "./trust.ts";
 
@@ -7,7 +8,7 @@ export function trustPart<R extends { spec: { tls?: { trust?: TrustRef[] } } }>(
   R,
   object,
   object,
-  Pick<ReconcileContext, "kube" | "caches" | "trust">
+  Pick<ReconcileContext, "kube" | "caches"> & TlsContext
 > {
   return {
     name: "trust",

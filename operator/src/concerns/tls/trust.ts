@@ -14,6 +14,7 @@ import { applyChildren } from "../../kube/apply.ts";
 import type { Caches } from "../../kube/caches.ts";
 import { errorMessage, isStatus, type Kube } from "../../kube/client.ts";
 import type { Blocker } from "../../reconcile/conditions.ts";
+import type { Marks, MarksSource } from "../../reconcile/generated-mark.ts";
 import { childMeta } from "../../reconcile/names.ts";
 import type { Owner } from "../../reconcile/settings.ts";
 
@@ -233,7 +234,7 @@ export interface InstallTrustOptions {
  * default serving certificates. Several replicas may race to create or rotate it: creation is
  * create-if-absent then re-read, a rotation is a replace at the read resourceVersion.
  */
-export class InstallTrust {
+export class InstallTrust implements MarksSource {
   readonly lifetimes: TrustLifetimes;
   readonly namespace: string;
   readonly secretName: string;
@@ -264,7 +265,7 @@ export class InstallTrust {
   }
 
   /** The key the operator marks what it generates with, and since when it has been (generated-mark.ts). */
-  marks(): { key: Buffer; since: number } {
+  marks(): Marks {
     const m = this.state?.marks;
     if (!m) throw new Error("the install CA is not loaded yet");
     return { key: Buffer.from(m.key, "base64"), since: m.since };

@@ -7,7 +7,9 @@ import type { Owner } from "../../reconcile/settings.ts";
 import { note } from "../../reconcile/pipeline.ts";
 
 /** A resource of the kind gone: the namespace's shared access goes once no runtime of the kind runs under it (its controller's `gone`). */
-export function releaseLegacyAccess(kind: Owner["kind"]): (ctx: ReconcileContext, namespace: string) => Promise<void> {
+export function releaseLegacyAccess(
+  kind: Owner["kind"],
+): (ctx: Pick<ReconcileContext, "kube" | "caches" | "log">, namespace: string) => Promise<void> {
   return async (ctx, namespace) => {
     const released = await releaseLegacyRuntimeAccess(ctx, kind, namespace);
     if (released.length)

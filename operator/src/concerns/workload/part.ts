@@ -7,6 +7,7 @@ import { applyChildren } from "../../kube/apply.ts";
 import { isSubset } from "../../kube/subset.ts";
 import type { Blocker } from "../../reconcile/conditions.ts";
 import type { ReconcileContext } from "../../reconcile/context.ts";
+import type { WorkloadContext } from "./context.ts";
 import { applyRuntimeIdentity, runtimeIdentityChildren } from "./identity.ts";
 import { childNames } from "../../reconcile/names.ts";
 import type { Part, Pass } from "../../reconcile/part.ts";
@@ -16,20 +17,25 @@ import type { DeploymentSettings } from "../../../../runtime/src/resources/deplo
 /** The spec of a resource with a workload. */
 type WorkloadSpec = { spec: { deployment?: DeploymentSettings } };
 
-export interface WorkloadOptions<R, N> {
+/** The part of the context the workload part uses; the kind's own callbacks may use more of C. */
+type WorkloadPartContext = Pick<ReconcileContext, "kube" | "caches" | "notes"> & WorkloadContext;
+
+export interface WorkloadOptions<R, N, C> {
   /** The slots of earlier parts the children are rendered from. */
   needs: readonly (keyof N & string)[];
   /** Pure: the children from the pass and what the parts found. */
-  children(ctx: ReconcileContext, pass: Pass<R, N>, extra: { directory?: unknown }): KubernetesObject[];
+  children(ctx: C, pass: Pass<R, N>, extra: { directory?: unknown }): KubernetesObject[];
   /** What the children need that is read first (an Agent's directory of peers). */
-  read?(ctx: ReconcileContext, pass: Pass<R, N>): Promise<{ directory?: unknown }>;
+  read?(ctx: C, pass: Pass<R, N>): Promise<{ directory?: unknown }>;
   /** Whether a change of the pod template waits for a free place among the rollouts (Agents). */
   gated?: boolean;
   /** More of the workload applied after the children, each saying what it applied or deleted. */
-  extras?: ((ctx: ReconcileContext, pass: Pass<R, N>) => Promise<{ applied: string[]; deleted?: string }>)[];
+  extras?: ((ctx: C, pass: Pass<R, N>) => Promise<{ applied: string[]; deleted?: string }>)[];
 }
 
-export function workloadPart<R extends WorkloadSpec, N>(opts: WorkloadOptions<R, N>): Part<R, N> {
+export function workloadPart<R extends WorkloadSpec, N, C extends WorkloadPartContext>(
+  opts: WorkloadOptions<R, N, C>,
+): Part<R, N, object, C> {
   return {
     name: "workload",
     needs: opts.needs,
@@ -68,7 +74,7 @@ const ROLLOUT_RETRY_MS = 5_000;
  * Agent's own spec (its generation is already observed: a new runtime image, a changed flag).
  */
 function holdRollout(
-  ctx: ReconcileContext,
+  ctx: Pick<WorkloadPartContext, "caches" | "rollouts">,
   obj: Pass<unknown>["obj"],
   children: KubernetesObject[],
 ): Blocker | undefined {

@@ -6,12 +6,13 @@ import type { AgentStatus } from "../../crd/status.ts";
 import type { AgentResource } from "./desired.ts";
 import { activeSigningKey, agentIdClaim } from "./directory.ts";
 import { signingKeyIn, signingSecretUse } from "./signing.ts";
-import type { CustomObject, ReconcileContext } from "../../reconcile/context.ts";
+import type { CustomObject } from "../../reconcile/context.ts";
+import type { AgentContext } from "./context.ts";
 import { childNames } from "../../reconcile/names.ts";
 import type { Part } from "../../reconcile/part.ts";
 import type { Owner } from "../../reconcile/settings.ts";
 
-export const agentIdPart: Part<AgentResource> = {
+export const agentIdPart: Part<AgentResource, object, object, AgentContext> = {
   name: "agent-id",
   async ensure(ctx, { obj, owner, resource }) {
     const agentId = resource.spec.agentId;
@@ -33,7 +34,7 @@ export const agentIdPart: Part<AgentResource> = {
  * claim it backs); undefined when there is none yet or it is not usable.
  */
 async function signingKeyOf(
-  ctx: ReconcileContext,
+  ctx: AgentContext,
   obj: CustomObject,
   owner: Owner,
   agent: AgentResource,
@@ -56,7 +57,7 @@ async function signingKeyOf(
  * refused. `selfKey`: this Agent's signing key, for a did:key id.
  */
 function agentIdClaimedBy(
-  ctx: ReconcileContext,
+  ctx: AgentContext,
   self: CustomObject,
   agentId: string,
   selfKey: string | undefined,

@@ -10,7 +10,8 @@ import { desiredAgentChildren, type AgentResource } from "./desired.ts";
 import { agentIdClaim, selectedPeers } from "./directory.ts";
 import { localApiDnsNames } from "./local-api.ts";
 import { agentStatus } from "./status.ts";
-import type { CustomObject, ReconcileContext } from "../../reconcile/context.ts";
+import type { CustomObject } from "../../reconcile/context.ts";
+import type { AgentContext } from "./context.ts";
 import { ensureDisruptionBudget } from "../../concerns/workload/disruption.ts";
 import { exposedHosts } from "../../concerns/exposure/expose.ts";
 import { AGENT_FINALIZER, agentKeyOf, agentLeftovers, deleteAgentJetStream } from "../../reconcile/finalizers.ts";
@@ -50,7 +51,7 @@ const tlsNames: TlsNames<AgentPass> = {
 };
 
 /** The agent's streams and buckets go with it unless spec.retention.keepOnDelete. */
-const cleanup: Cleanup = {
+const cleanup: Cleanup<AgentContext> = {
   finalizer: AGENT_FINALIZER,
   wanted: (obj) =>
     (obj.spec as { retention?: { keepOnDelete?: unknown } } | undefined)?.retention?.keepOnDelete !== true,
@@ -64,7 +65,7 @@ const cleanup: Cleanup = {
   },
 };
 
-export const agentController: Controller<Agent, AgentSlots> = {
+export const agentController: Controller<Agent, AgentSlots, AgentContext> = {
   kind: "Agent",
   plural: "agents",
   schema: Agent,
@@ -94,7 +95,7 @@ export const agentController: Controller<Agent, AgentSlots> = {
     exposurePart(),
     exposurePrunePart({ needsUnheld: true }),
     networkPolicyPrunePart({ needsUnheld: true }),
-    workloadPart<AgentResource, SigningSlots & TlsSlots & ExposureSlots>({
+    workloadPart<AgentResource, SigningSlots & TlsSlots & ExposureSlots, AgentContext>({
       needs: ["signing", "tlsSecret", "exposure"],
       read: async (ctx, pass) => ({ directory: await directoryPeers(ctx, pass.obj, pass.resource) }),
       children: (ctx, { resource, found }, { directory }) =>
@@ -144,13 +145,13 @@ export const agentController: Controller<Agent, AgentSlots> = {
   },
 };
 
-export function reconcileAgent(ctx: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
+export function reconcileAgent(ctx: AgentContext, namespace: string, name: string): Promise<ReconcileResult> {
   return reconcile(agentController, ctx, namespace, name);
 }
 
 /** The peers spec.peerSelector selects among the Agents the operator watches (directory.ts). */
 async function directoryPeers(
-  ctx: ReconcileContext,
+  ctx: Pick<AgentContext, "caches" | "settings" | "namespaceLabels">,
   obj: CustomObject,
   agent: AgentResource,
 ): Promise<AgentResource["spec"]["peers"]> {

@@ -4,7 +4,8 @@
 // can check the signature without configuration).
 import type { V1Deployment } from "@kubernetes/client-node";
 import type { Agent } from "../../../../runtime/src/resources/agent.ts";
-import type { CustomObject, ReconcileContext } from "../../reconcile/context.ts";
+import type { CustomObject } from "../../reconcile/context.ts";
+import type { AgentContext } from "./context.ts";
 import type { Owner } from "../../reconcile/settings.ts";
 import { ensureGeneratedSecret, type LocalApiOutcome } from "./local-api.ts";
 
@@ -41,7 +42,7 @@ export function withHandoffSecret(deployment: V1Deployment, owner: Owner): V1Dep
  * value and restarting the pods); one the operator did not make for this Agent is refused.
  */
 export async function ensureHandoffSecret(
-  ctx: ReconcileContext,
+  ctx: AgentContext,
   obj: CustomObject,
   owner: Owner,
   agent: Pick<Agent, "spec">,

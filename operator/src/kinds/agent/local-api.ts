@@ -10,7 +10,8 @@ import { createdFor } from "../../reconcile/references.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
 import type { Blocker } from "../../reconcile/conditions.ts";
 import { note } from "../../reconcile/pipeline.ts";
-import type { CustomObject, NoteReason, ReconcileContext } from "../../reconcile/context.ts";
+import type { CustomObject, NoteReason } from "../../reconcile/context.ts";
+import type { AgentContext } from "./context.ts";
 import { childMeta, ownerReference, selectorLabels } from "../../reconcile/names.ts";
 import type { Owner } from "../../reconcile/settings.ts";
 
@@ -160,7 +161,7 @@ export function localApiTokenSecret(owner: Owner, token: string, marks: Marks): 
  * have MIN_TOKEN_LENGTH characters or more, else the blocker names the Secret and key.
  */
 export async function ensureGeneratedSecret(
-  ctx: ReconcileContext,
+  ctx: AgentContext,
   obj: CustomObject,
   owner: Owner,
   s: { name: string; key: string; reason: NoteReason; invalidReason: string; what: string },
@@ -206,7 +207,7 @@ export type LocalApiOutcome = { applied: string[]; blocker?: Blocker };
  * (the Secret stays).
  */
 export async function ensureLocalApi(
-  ctx: ReconcileContext,
+  ctx: AgentContext,
   obj: CustomObject,
   owner: Owner,
   agent: Pick<Agent, "spec">,

@@ -1,6 +1,7 @@
 // The Secrets an Agent's pods mount that the operator generates: its signing (and encryption)
 // keys (agent/signing.ts), its local API token (agent/local-api/server.ts), its hand-off secret
 // (agent/inbound/handoff.ts). Each holds the workload until it is there and the Agent's own.
+import type { AgentContext } from "./context.ts";
 import type { AgentResource } from "./desired.ts";
 import { ensureHandoffSecret } from "./handoff.ts";
 import { ensureLocalApi, localApiChildren } from "./local-api.ts";
@@ -16,7 +17,7 @@ export interface SigningSlots {
 const secretOutcome = (o: { applied: string[]; blocker?: Outcome["blocked"] }): Outcome<never> =>
   o.blocker ? { applied: o.applied, blocked: o.blocker, holds: true } : { applied: o.applied };
 
-export const signingKeyPart: Part<AgentResource, object, SigningSlots> = {
+export const signingKeyPart: Part<AgentResource, object, SigningSlots, AgentContext> = {
   name: "signing-key",
   provides: ["signing"],
   async ensure(ctx, { obj, owner, resource }) {
@@ -26,13 +27,13 @@ export const signingKeyPart: Part<AgentResource, object, SigningSlots> = {
   },
 };
 
-export const localApiPart: Part<AgentResource> = {
+export const localApiPart: Part<AgentResource, object, object, AgentContext> = {
   name: "local-api",
   desired: (_ctx, { owner, resource }) => localApiChildren(owner, resource),
   ensure: async (ctx, { obj, owner, resource }) => secretOutcome(await ensureLocalApi(ctx, obj, owner, resource)),
 };
 
-export const handoffPart: Part<AgentResource> = {
+export const handoffPart: Part<AgentResource, object, object, AgentContext> = {
   name: "handoff",
   ensure: async (ctx, { obj, owner, resource }) => secretOutcome(await ensureHandoffSecret(ctx, obj, owner, resource)),
 };

@@ -17,7 +17,8 @@ import { parseDuration } from "../../../../runtime/src/resources/fields.ts";
 import { COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY, managedByOperator } from "../../kube/metadata.ts";
 import { isoSeconds, type Blocker } from "../../reconcile/conditions.ts";
 import { note } from "../../reconcile/pipeline.ts";
-import type { CustomObject, ReconcileContext } from "../../reconcile/context.ts";
+import type { CustomObject } from "../../reconcile/context.ts";
+import type { AgentContext } from "./context.ts";
 import { childNames } from "../../reconcile/names.ts";
 import type { Owner } from "../../reconcile/settings.ts";
 import { GENERATED_MARK, generatedMark, hasGeneratedMark, signingMarkFields } from "../../reconcile/generated-mark.ts";
@@ -271,7 +272,7 @@ function rotationOf(set: SigningKeySet, keyId: string): number | undefined {
  * ifp.dev/agent: <Agent name>.
  */
 export async function ensureSigningKey(
-  ctx: ReconcileContext,
+  ctx: AgentContext,
   obj: CustomObject,
   owner: Owner,
   signing: AgentSpec["signing"],
@@ -357,13 +358,13 @@ export function signingSecretUse(
 }
 
 /** The operator's mark of the active key on the default signing Secret `name` of namespace `ns`. */
-function signingMark(ctx: ReconcileContext, ns: string, name: string, publicKey: string): string {
+function signingMark(ctx: AgentContext, ns: string, name: string, publicKey: string): string {
   return generatedMark(ctx.trust.marks().key, signingMarkFields(ns, name, publicKey));
 }
 
 /** The Secret replaced (at its resourceVersion) with `annotations` added, and `data` when given. */
 function replaceAnnotated(
-  ctx: ReconcileContext,
+  ctx: AgentContext,
   secret: V1Secret,
   annotations: Record<string, string>,
   data: Data | undefined = secret.data,
@@ -379,7 +380,7 @@ function replaceAnnotated(
 
 /** A signing Secret of an earlier version whose key the Agent's status publishes: marked as the operator's. */
 async function markSigningSecret(
-  ctx: ReconcileContext,
+  ctx: AgentContext,
   obj: CustomObject,
   secret: V1Secret,
   applied: string[],
@@ -401,7 +402,7 @@ async function markSigningSecret(
 
 /** A new signing Secret with a fresh signing key and encryption key (or the one another pass made meanwhile). */
 async function generateSigningSecret(
-  ctx: ReconcileContext,
+  ctx: AgentContext,
   obj: CustomObject,
   owner: Owner,
   name: string,
@@ -445,7 +446,7 @@ async function generateSigningSecret(
 
 /** Write a plan's data into the Secret, its public-key annotation (and mark) following the active key, and note what it did. */
 async function applySigningPlan(
-  ctx: ReconcileContext,
+  ctx: AgentContext,
   obj: CustomObject,
   secret: V1Secret,
   plan: SigningPlan,
@@ -474,7 +475,7 @@ async function applySigningPlan(
  * operator made, never replaced; a Secret the user made is left alone. Undefined when there is none.
  */
 async function ensureEncryptionKey(
-  ctx: ReconcileContext,
+  ctx: AgentContext,
   obj: CustomObject,
   secret: V1Secret,
   name: string,

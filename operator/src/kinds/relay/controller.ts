@@ -6,7 +6,8 @@ import { relayStreamConfig } from "../../../../runtime/src/contract/relay-stream
 import { Relay } from "../../../../runtime/src/resources/relay.ts";
 import type { RelayStatus } from "../../crd/status.ts";
 import type { ReconcileResult } from "../../kube/controller.ts";
-import type { CustomObject, ReconcileContext } from "../../reconcile/context.ts";
+import type { CustomObject } from "../../reconcile/context.ts";
+import type { RelayContext } from "./context.ts";
 import { ensureDisruptionBudget } from "../../concerns/workload/disruption.ts";
 import { exposedHosts } from "../../concerns/exposure/expose.ts";
 import { deleteRelayStream, STREAM_FINALIZER } from "../../reconcile/finalizers.ts";
@@ -54,7 +55,7 @@ function streamToDelete(obj: CustomObject): string | undefined {
 }
 
 /** The stream outlives the Relay unless spec.retention.deleteOnRemoval. */
-const cleanup: Cleanup = {
+const cleanup: Cleanup<RelayContext> = {
   finalizer: STREAM_FINALIZER,
   wanted: (obj) => streamToDelete(obj) !== undefined,
   what: "the relay's stream",
@@ -63,7 +64,7 @@ const cleanup: Cleanup = {
   leftovers: (obj) => [streamToDelete(obj)!],
 };
 
-export const relayController: Controller<Relay, RelaySlots> = {
+export const relayController: Controller<Relay, RelaySlots, RelayContext> = {
   kind: "Relay",
   plural: "relays",
   schema: Relay,
@@ -80,7 +81,7 @@ export const relayController: Controller<Relay, RelaySlots> = {
     exposurePart(),
     exposurePrunePart({ needsUnheld: false }),
     networkPolicyPrunePart({ needsUnheld: false }),
-    workloadPart<RelayResource, TlsSlots & ExposureSlots>({
+    workloadPart<RelayResource, TlsSlots & ExposureSlots, RelayContext>({
       needs: ["tlsSecret", "exposure"],
       children: (ctx, { resource, found }) =>
         desiredRelayChildren(resource, {
@@ -118,6 +119,6 @@ export const relayController: Controller<Relay, RelaySlots> = {
   },
 };
 
-export function reconcileRelay(ctx: ReconcileContext, namespace: string, name: string): Promise<ReconcileResult> {
+export function reconcileRelay(ctx: RelayContext, namespace: string, name: string): Promise<ReconcileResult> {
   return reconcile(relayController, ctx, namespace, name);
 }

@@ -14,19 +14,18 @@ import { retentionLoss, type RelayResource } from "./desired.ts";
 import type { StreamObservation } from "./status.ts";
 import { inRuntimeAccount } from "../../concerns/nats/runtime-account.ts";
 import type { NatsAccountSlots } from "../../concerns/nats/credential-part.ts";
+import type { NatsContext } from "../../concerns/nats/context.ts";
 
 /** What the stream part fills: the stream as this pass left it, for the status. */
 export interface StreamSlots {
   stream: StreamObservation;
 }
 
-/** The stream; not in place, the status is written at once and the Relay looked at again (sooner while NATS is away). */
 /** The part of the context the stream part uses: the operator's NATS connection and the relay's account. */
-type StreamContext = Pick<
-  ReconcileContext,
-  "kube" | "caches" | "log" | "notes" | "nats" | "natsIssuer" | "natsAccounts" | "dataAccounts"
->;
+type StreamContext = Pick<ReconcileContext, "kube" | "caches" | "log" | "notes" | "nats"> &
+  Pick<NatsContext, "natsIssuer" | "natsAccounts" | "dataAccounts">;
 
+/** The stream; not in place, the status is written at once and the Relay looked at again (sooner while NATS is away). */
 export const relayStreamPart: Part<RelayResource, NatsAccountSlots, StreamSlots, StreamContext> = {
   name: "relay-stream",
   needs: ["natsAccount"],
