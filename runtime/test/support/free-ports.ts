@@ -31,3 +31,19 @@ export async function onFreePorts<K extends string, T>(
 function portTaken(err: unknown): boolean {
   return /EADDRINUSE/.test(err instanceof Error ? `${err.message}\n${err.stack ?? ""}` : String(err));
 }
+
+/**
+ * What `starts` start (runtimes that name each other's ports), begun together. When one fails, the
+ * others that started are stopped with `stop` before its failure is thrown: under onFreePorts, a
+ * port taken meanwhile then starts them all again, on ports chosen again.
+ */
+export async function startedTogether<T extends readonly Promise<unknown>[]>(
+  starts: T,
+  stop: (started: Awaited<T[number]>) => Promise<unknown>,
+): Promise<{ -readonly [K in keyof T]: Awaited<T[K]> }> {
+  const settled = await Promise.allSettled(starts);
+  const failed = settled.find((s) => s.status === "rejected");
+  if (!failed) return settled.map((s) => (s as PromiseFulfilledResult<unknown>).value) as never;
+  await Promise.all(settled.map((s) => (s.status === "fulfilled" ? stop(s.value as Awaited<T[number]>) : undefined)));
+  throw failed.reason;
+}
