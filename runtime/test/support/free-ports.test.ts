@@ -8,7 +8,7 @@ import { spawnRuntime } from "./a2a-harness.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
 import { runAgent, type Tls, withNatsAndTls } from "./agent-harness.ts";
 import { identity, peerOf, tempDir, writeAgentManifest, writeKey } from "./fixtures.ts";
-import { onFreePorts, PORT_ATTEMPTS, startedTogether } from "./free-ports.ts";
+import { heldPort, onFreePorts, PORT_ATTEMPTS, startedTogether } from "./free-ports.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -86,6 +86,22 @@ it("stops the runtimes that started when another one started with them found its
     await Promise.all([a.close(), b.close()]);
   }
 }, 60_000);
+
+it("holds a port for a server started later: another server cannot take it, a client is hung up on, and it is free once released", async () => {
+  let tries = 0;
+  const held = await onFreePorts(["later"], async ({ later }) => {
+    if (++tries === 1) await takePort(later);
+    return heldPort(later);
+  });
+  expect(tries).toBeGreaterThanOrEqual(2);
+  await expect(takePort(held.port)).rejects.toThrow(/EADDRINUSE/);
+  await expect(httpsRequest(`https://localhost:${held.port}/readyz`, { ca: tls.ca, timeoutMs: 2_000 })).rejects.toThrow(
+    /socket disconnected before secure TLS connection|socket hang up|ECONNRESET/,
+  );
+  await held.release();
+  await held.release();
+  await takePort(held.port);
+});
 
 it("gives up after PORT_ATTEMPTS starts that each found a port taken", async () => {
   let starts = 0;
