@@ -306,6 +306,7 @@ function steadyLoad(rt: Runtime, from: TestIdentity) {
         const m = signed(from, rt.self.agentId, { sequence: ++seq });
         const status = await post(rt, JSON.stringify(m));
         answers.set(m.headers.message_id, status);
+        // A sender's own pace after a connection that failed (20 ms): the load's clock, not a wait.
         if (typeof status === "string") await new Promise((r) => setTimeout(r, 20));
       }
     }),
