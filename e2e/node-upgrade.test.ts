@@ -563,6 +563,8 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
             into.push(r.id!);
             break;
           }
+          // The sender's own pace: 500 ms before a retry, 300 ms between messages (the
+          // traffic's clock during the upgrade, not a wait for it).
           await sleep(500);
         }
         await sleep(300);

@@ -7,14 +7,17 @@
 import { spawn } from "node:child_process";
 import { createPublicKey } from "node:crypto";
 import { createServer, type Server } from "node:https";
+import type { AddressInfo } from "node:net";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { AgentEvent, type AgentExecutor, DefaultRequestHandler, InMemoryTaskStore } from "@a2a-js/sdk/server";
 import { agentCardHandler, jsonRpcHandler, restHandler, UserBuilder } from "@a2a-js/sdk/server/express";
 import express from "express";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
-import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { waitFor } from "../../../e2e/support/ports.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import pino from "pino";
 import { signCard } from "../../src/a2a/card.ts";
@@ -174,7 +177,10 @@ async function signedCard(base: string, rpcUrl: string, tamper = false, jwksBase
 }
 
 async function startSdkAgent(): Promise<typeof sdk> {
-  const port = await freePort();
+  const app = express();
+  const server = createServer({ cert: tls.cert, key: tls.key }, app);
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const { port } = server.address() as AddressInfo;
   const base = `https://localhost:${port}`;
   const card = {
     name: "sdk-agent",
@@ -195,7 +201,6 @@ async function startSdkAgent(): Promise<typeof sdk> {
   };
   const handler = new DefaultRequestHandler(card as never, new InMemoryTaskStore(), executor);
   const requests: typeof sdk.requests = [];
-  const app = express();
   app.use((req, _res, next) => {
     requests.push({ path: req.path, headers: req.headers, body: undefined });
     next();
@@ -276,8 +281,6 @@ async function startSdkAgent(): Promise<typeof sdk> {
     const jwk = createPublicKey(cardKey.signing.privateKey).export({ format: "jwk" });
     res.json({ keys: [{ ...jwk, kid: `${cardKey.agentId}#${cardKey.keyId}`, alg: "EdDSA" }] });
   });
-  const server = createServer({ cert: tls.cert, key: tls.key }, app);
-  await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
   return {
     server,
     base,
@@ -302,10 +305,10 @@ beforeAll(async () => {
     handler: { url: handler.url },
     outbound: { backoff: ["300ms"], retryFor: "10s", resiliency: { failureThreshold: 3, coolDown: "1s" } },
   });
-  // The ports are kept across the runtime's restarts in the tests.
-  await onFreePorts(["https", "localApi"], async ({ https: port, localApi: localPort }) => {
-    localApi = `http://127.0.0.1:${localPort}`;
-    startSender = async () => {
+  // Each start on ports chosen then (nothing names them but `localApi`), so that a restart
+  // never finds one taken by another test's server while the runtime was down.
+  startSender = () =>
+    onFreePorts(["https", "localApi"], async ({ https: port, localApi: localPort }) => {
       runtime = await spawnRuntime({
         name: "ifp-runtime agent (a2a sender)",
         dir,
@@ -316,9 +319,9 @@ beforeAll(async () => {
         localApiPort: localPort,
         args: ["--a2a-peer-token-file", tokens],
       });
-    };
-    await startSender();
-  });
+      localApi = `http://127.0.0.1:${localPort}`;
+    });
+  await startSender();
 }, 60_000);
 
 afterAll(async () => {
@@ -326,6 +329,57 @@ afterAll(async () => {
   await handler?.close();
   await new Promise((r) => sdk?.server.close(r));
 });
+
+/**
+ * `then()`, called at once at the first NAK that the sender consumer sends the server from now on
+ * for the outbox message `id`, asking for it again in more than `minMs` (seen on its subject,
+ * $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>…, with the delay in nanoseconds); resolves
+ * once what it started has.
+ */
+async function atNak(id: string, minMs: number, then: () => Promise<unknown>, timeoutMs = 30_000): Promise<void> {
+  const n = agentNames(sender.agentId);
+  const nc = await connect({ servers: nats.url });
+  try {
+    const jsm = await jetstreamManager(nc);
+    const { state } = await jsm.streams.info(n.outboxStream);
+    let seq = state.last_seq;
+    while (seq >= state.first_seq) {
+      const m = await jsm.streams.getMessage(n.outboxStream, { seq }).catch(() => undefined);
+      if (m?.json<{ headers: { message_id: string } }>().headers.message_id === id) break;
+      seq--;
+    }
+    if (seq < state.first_seq) throw new Error(`${id} is not in ${n.outboxStream}`);
+    let done = false;
+    await new Promise<unknown>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no NAK of ${id} for more than ${minMs} ms`)), timeoutMs);
+      nc.subscribe("$JS.ACK.>", {
+        callback: (_err, m) => {
+          const t = m.subject.split(".");
+          const at = t.findIndex((token, i) => token === n.outboxStream && t[i + 1] === n.senderConsumer);
+          const nak = /^-NAK (\{.*\})$/.exec(m.string());
+          if (at < 0 || Number(t[at + 3]) !== seq || !nak) return;
+          if (Number(JSON.parse(nak[1]!).delay) / 1e6 <= minMs) return;
+          if (done) return;
+          done = true;
+          clearTimeout(timer);
+          resolve(then());
+        },
+      });
+    });
+  } finally {
+    await nc.close();
+  }
+}
+
+/**
+ * The record of the outbound message `id` once delivered and its task followed to completed:
+ * delivered when SendMessage answered, which may be before the task ended.
+ */
+const untilCompleted = (id: string) =>
+  waitFor(`${id} delivered and its task completed`, async () => {
+    const r = await record(localApi, id);
+    return r?.state === "delivered" && r.recipients[0].a2a?.state === "TASK_STATE_COMPLETED" ? r : undefined;
+  });
 
 /** Whether the SDK's agent got the message `id` (since request number `from`). */
 const sentToSdk = (id: string, from = 0) =>
@@ -352,7 +406,7 @@ describe("sending to the A2A JS SDK's server", () => {
     expect(sent.status).toBe(202);
     const id = sent.body.message_id;
     expect(sent.body.message.headers.to).toEqual([{ agent: `a2a:${card}` }]);
-    const done = await untilState(localApi, id, "delivered");
+    const done = await untilCompleted(id);
     const r = done.recipients[0];
     expect(r).toMatchObject({
       agent: `a2a:${card}`,
@@ -533,20 +587,13 @@ describe("durability", () => {
       // The card is kept: the SendMessage is what cannot connect.
       expect(retrying.recipients[0].last_error).toMatch(/^network error: .*ECONNREFUSED/);
       // Killed while the message waits for its next attempt, never during one: a delivery cut
-      // short is handed out again only after the sender consumer's ack wait (5 minutes).
-      await waitFor(
-        "a wait for the next attempt long enough to kill the runtime in",
-        async () => {
-          const r = await record(localApi, id);
-          return r?.state === "retrying" && Date.parse(r.recipients[0].next_attempt_at) - Date.now() > 150;
-        },
-        30_000,
-        10,
-      );
-      await runtime.stop({ signal: "SIGKILL" });
+      // short is handed out again only after the sender consumer's ack wait (5 minutes). An
+      // attempt ends with its NAK to the server, which names when to come again: the kill comes
+      // as soon as a NAK is seen that leaves long enough to kill the runtime in.
+      await atNak(id, 150, () => runtime.stop({ signal: "SIGKILL" }));
       await sdk.up();
       await startSender();
-      const done = await untilState(localApi, id, "delivered");
+      const done = await untilCompleted(id);
       expect(done.recipients[0].a2a.state).toBe("TASK_STATE_COMPLETED");
       expect((await answerTo(id)).body.body.text).toBe("Weather for Rome: clear");
       // Nothing left to send or to hand on: a second SendMessage or answer would have come by now.
@@ -579,7 +626,7 @@ describe("the circuit of an A2A agent", () => {
       const open = await waitFor("the A2A agent's circuit to open", mine, 10_000);
       expect(open).toMatchObject({ state: "open", failures: 3 });
       await sdk.up();
-      const done = await untilState(localApi, id, "delivered");
+      const done = await untilCompleted(id);
       expect(done.recipients[0].a2a.state).toBe("TASK_STATE_COMPLETED");
       expect(await mine()).toBeUndefined();
     } finally {

@@ -9,7 +9,6 @@ import { Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
-import { freePort } from "../../../e2e/support/ports.ts";
 import { spawnProcess } from "../../../e2e/support/process.ts";
 import { secondAfter, waitFor } from "../../../e2e/support/wait.ts";
 import { Conversations } from "../../src/agent/conversations.ts";
@@ -28,6 +27,7 @@ import {
   type TestIdentity,
 } from "../support/fixtures.ts";
 import { agentProcessArgs, runAgent, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
+import { heldPort, onFreePorts } from "../support/free-ports.ts";
 import { scriptedPeer } from "../support/outbox-harness.ts";
 import { withRuntimeLog } from "../support/runtime-log.ts";
 
@@ -100,7 +100,7 @@ async function killedOnce(
       ...agentProcessArgs({
         manifest: writeAgentManifest(dir, { agentId: self.agentId, ...spec }, "changed"),
         key: writeKey(dir, self),
-        port: await freePort(),
+        port: 0, // nothing reaches it: the system picks the port
         tls,
         natsUrl: nats.url,
       }),
@@ -199,9 +199,10 @@ describe("capabilities.update across a crash", () => {
     const self = identity("announcing-agent");
     const bob = identity("bob-agent");
     const dir = tempDir();
-    // The relay is down while the first runtime with the change runs, and up for the next.
-    const relayPort = await freePort();
-    const relayUrl = `https://localhost:${relayPort}`;
+    // The relay is down while the first runtime with the change runs (its port held till then),
+    // and up for the next.
+    const held = await onFreePorts(["relay"], ({ relay }) => heldPort(relay));
+    const relayUrl = `https://localhost:${held.port}`;
     const spec = (capability: string) => ({
       capabilities: [cap(capability)],
       relay: { urls: [relayUrl], pollInterval: "300ms" },
@@ -224,10 +225,11 @@ describe("capabilities.update across a crash", () => {
       const changed = await recorded();
       expect(changed?.announced).toBe(false);
 
+      await held.release();
       const relay = await withRuntimeLog("relay (in-process)", (logger) =>
         startRelay({
           manifest: writeRelayManifest(dir, { url: relayUrl, agents: [peerOf(self), peerOf(bob)] }, "relay"),
-          port: relayPort,
+          port: held.port,
           host: "127.0.0.1",
           tlsCert: tls.files.cert,
           tlsKey: tls.files.key,
@@ -262,6 +264,7 @@ describe("capabilities.update across a crash", () => {
         await relay.close();
       }
     } finally {
+      await held.release();
       await http.close();
       await nc.close();
     }

@@ -6,11 +6,12 @@ import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
-import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { waitFor } from "../../../e2e/support/ports.ts";
 import { agentNames } from "../../src/contract/agent-names.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import { identity, peerOf, signed } from "../support/fixtures.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
+import { onFreePorts, startedTogether } from "../support/free-ports.ts";
 import { send, untilState } from "../support/outbox-harness.ts";
 
 let nats: NatsServer;
@@ -34,38 +35,43 @@ describe("conversations", () => {
 
   beforeAll(async () => {
     [aHandler, bHandler] = await Promise.all([startHandler(), startHandler()]);
-    const [aPort, bPort] = await Promise.all([freePort(), freePort()]);
     const outbound = { backoff: ["300ms"], retryFor: "30s" };
-    [a, b, strict] = await Promise.all([
-      runAgent({
-        self: alice,
-        port: aPort,
-        natsUrl: nats.url,
-        tls,
-        spec: {
-          peers: [{ ...peerOf(bob), url: `https://localhost:${bPort}`, temperature: "warm" }, peerOf(carol)],
-          handler: { url: aHandler.url },
-          outbound,
-        },
-      }),
-      runAgent({
-        self: bob,
-        port: bPort,
-        natsUrl: nats.url,
-        tls,
-        spec: {
-          peers: [{ ...peerOf(alice), url: `https://localhost:${aPort}` }],
-          handler: { url: bHandler.url },
-          outbound,
-        },
-      }),
-      runAgent({
-        self: identity("strict-conv"),
-        natsUrl: nats.url,
-        tls,
-        spec: { peers: [peerOf(alice), peerOf(carol)], inbox: { sequenceCheck: "strict" } },
-      }),
-    ]);
+    // alice and bob name each other's port: chosen together, and again when one was taken.
+    [a, b, strict] = await onFreePorts(["alice", "bob"], ({ alice: aPort, bob: bPort }) =>
+      startedTogether(
+        [
+          runAgent({
+            self: alice,
+            port: aPort,
+            natsUrl: nats.url,
+            tls,
+            spec: {
+              peers: [{ ...peerOf(bob), url: `https://localhost:${bPort}`, temperature: "warm" }, peerOf(carol)],
+              handler: { url: aHandler.url },
+              outbound,
+            },
+          }),
+          runAgent({
+            self: bob,
+            port: bPort,
+            natsUrl: nats.url,
+            tls,
+            spec: {
+              peers: [{ ...peerOf(alice), url: `https://localhost:${aPort}` }],
+              handler: { url: bHandler.url },
+              outbound,
+            },
+          }),
+          runAgent({
+            self: identity("strict-conv"),
+            natsUrl: nats.url,
+            tls,
+            spec: { peers: [peerOf(alice), peerOf(carol)], inbox: { sequenceCheck: "strict" } },
+          }),
+        ] as const,
+        (agent) => agent.close(),
+      ),
+    );
   });
   afterAll(async () => {
     await Promise.all([a?.close(), b?.close(), strict?.close()]);

@@ -1,13 +1,14 @@
 import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
-import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { waitFor } from "../../../e2e/support/ports.ts";
 import { secondAfter } from "../../../e2e/support/wait.ts";
 import { capabilityUpdateId } from "../../src/agent/relays/relays.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import { signMessage } from "../../src/protocol/signing.ts";
 import { identity, message, peerOf } from "../support/fixtures.ts";
 import { runAgent, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
+import { onFreePorts } from "../support/free-ports.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -26,16 +27,8 @@ describe("capability changes reach the peers of recent conversations", () => {
   it("refreshes a stale endpoint document on a newer greeting, and takes a capabilities.update sent straight to its inbox", async () => {
     const alice = identity("alice-agent");
     const bob = identity("bob-agent");
-    const port = await freePort();
-    const aliceUrl = `https://localhost:${port}`;
-    const b = await runAgent({
-      self: bob,
-      natsUrl: nats.url,
-      tls,
-      spec: { peers: [{ ...peerOf(alice), url: aliceUrl }] },
-    });
-    /** alice, with these capabilities, always at the same address (bob's spec.peers names it). */
-    const runAlice = (capabilities: { name: string; description: string }[]) =>
+    /** alice, with these capabilities, always at the same address `port` (bob's spec.peers names it). */
+    const runAlice = (port: number, bobUrl: string, capabilities: { name: string; description: string }[]) =>
       runAgent({
         self: alice,
         natsUrl: nats.url,
@@ -43,18 +36,36 @@ describe("capability changes reach the peers of recent conversations", () => {
         port,
         spec: {
           capabilities,
-          peers: [{ ...peerOf(bob), url: b.url.replace("127.0.0.1", "localhost") }],
+          peers: [{ ...peerOf(bob), url: bobUrl.replace("127.0.0.1", "localhost") }],
           outbound: { backoff: ["300ms"], retryFor: "30s" },
         },
       });
+    // bob names alice's port before she listens on it: both start again on another when it was taken.
+    const started = await onFreePorts(["alice"], async ({ alice: port }) => {
+      const b = await runAgent({
+        self: bob,
+        natsUrl: nats.url,
+        tls,
+        spec: { peers: [{ ...peerOf(alice), url: `https://localhost:${port}` }] },
+      });
+      try {
+        return { b, port, first: await runAlice(port, b.url, [cap("ping")]) };
+      } catch (err) {
+        await b.close();
+        throw err;
+      }
+    });
+    const { b, port } = started;
     try {
-      let a = await runAlice([cap("ping")]);
+      let a = started.first;
       // bob learns alice's document at her endpoint; his discovery cache keeps it for its max-age (300 s).
       const v1 = await view(b.localApiUrl, "alice-agent");
       expect(names(v1)).toEqual(["ping"]);
+      // `updated` has a resolution of a second; waited for before alice stops, so that her port is
+      // free only a moment before she listens on it again.
+      await secondAfter(v1.document.updated);
       await a.close();
-      await secondAfter(v1.document.updated); // `updated` has a resolution of a second
-      a = await runAlice([cap("ping"), cap("calendar.availability")]);
+      a = await runAlice(port, b.url, [cap("ping"), cap("calendar.availability")]);
       const v2 = (await a.get("/.well-known/agent/capabilities")).json();
       // alice greets bob: her greeting's document is newer than the one bob keeps, so he fetches hers again.
       const local = new LocalApiClient(a.localApiUrl);
@@ -65,10 +76,10 @@ describe("capability changes reach the peers of recent conversations", () => {
         return v?.baseline?.source === "endpoint" && v.document.updated === v2.updated ? v : undefined;
       });
       expect(names(refreshed)).toEqual(["calendar.availability", "ping"]);
-      await a.close();
       await secondAfter(v2.updated);
+      await a.close();
       // alice changes again; bob is the peer of a recent conversation and is told through his inbox.
-      a = await runAlice([cap("ping"), cap("translate")]);
+      a = await runAlice(port, b.url, [cap("ping"), cap("translate")]);
       const v3 = (await a.get("/.well-known/agent/capabilities")).json();
       // Queued in alice's outbox and delivered like any message: its record says so.
       const updateId = capabilityUpdateId(v3, "bob-agent");

@@ -13,7 +13,6 @@ import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
-import { freePort } from "../../../e2e/support/ports.ts";
 import { type ManagedProcess, spawnProcess } from "../../../e2e/support/process.ts";
 import { waitFor } from "../../../e2e/support/wait.ts";
 import { Conversations } from "../../src/agent/conversations.ts";
@@ -21,6 +20,7 @@ import { agentNames } from "../../src/agent/names.ts";
 import type { Message } from "../../src/protocol/message.ts";
 import type { AgentSpecInput } from "../../src/resources/agent.ts";
 import { agentProcessArgs, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
+import { onFreePorts } from "../support/free-ports.ts";
 import {
   identity,
   peerOf,
@@ -62,33 +62,36 @@ async function startRuntime(name: string, opts: { crashFile?: string; spec?: Omi
     runtime: { workers: 2 },
     ...opts.spec,
   };
-  const metricsPort = await freePort();
-  const args = agentProcessArgs({
-    manifest: writeAgentManifest(dir, { agentId: self.agentId, ...spec }, name),
-    key: writeKey(dir, self),
-    port: await freePort(),
-    tls,
-    natsUrl: nats.url,
+  const manifest = writeAgentManifest(dir, { agentId: self.agentId, ...spec }, name);
+  const key = writeKey(dir, self);
+  // `--metrics-port 0` is no metrics listener: both ports are chosen (again when one was taken).
+  const runtime = await onFreePorts(["https", "metrics"], async (ports): Promise<Runtime> => {
+    const args = agentProcessArgs({ manifest, key, port: ports.https, tls, natsUrl: nats.url });
+    const proc = spawnProcess(
+      `ifp-runtime agent ${name}`,
+      process.execPath,
+      [...(opts.crashFile ? ["--import", CRASH] : []), BIN, ...args, "--metrics-port", String(ports.metrics)],
+      { env: { ...process.env, IFP_LOG_LEVEL: "info", IFP_TEST_CRASH_FILE: opts.crashFile ?? "" } },
+    );
+    const listening = await waitFor(
+      `${name} listening`,
+      () => {
+        if (proc.exit) return "ended";
+        const line = proc
+          .log()
+          .split("\n")
+          .find((l) => l.includes('"agent listening"'));
+        return line ? (JSON.parse(line) as { url: string }) : undefined;
+      },
+      60_000,
+    ).catch(async (err: unknown) => {
+      await proc.stop();
+      throw err;
+    });
+    // Its log says EADDRINUSE when a port was taken meanwhile.
+    if (listening === "ended") throw new Error(`${name} ended: ${proc.log()}`);
+    return { proc, url: listening.url, metricsUrl: `http://127.0.0.1:${ports.metrics}`, self };
   });
-  const proc = spawnProcess(
-    `ifp-runtime agent ${name}`,
-    process.execPath,
-    [...(opts.crashFile ? ["--import", CRASH] : []), BIN, ...args, "--metrics-port", String(metricsPort)],
-    { env: { ...process.env, IFP_LOG_LEVEL: "info", IFP_TEST_CRASH_FILE: opts.crashFile ?? "" } },
-  );
-  const listening = await waitFor(
-    `${name} listening`,
-    () => {
-      if (proc.exit) throw new Error(`${name} ended: ${proc.log()}`);
-      const line = proc
-        .log()
-        .split("\n")
-        .find((l) => l.includes('"agent listening"'));
-      return line ? (JSON.parse(line) as { url: string }) : undefined;
-    },
-    60_000,
-  );
-  const runtime: Runtime = { proc, url: listening.url, metricsUrl: `http://127.0.0.1:${metricsPort}`, self };
   await waitFor(`${name} ready`, async () => (await get(runtime, "/readyz")) === 200, 60_000);
   return runtime;
 }
@@ -303,6 +306,7 @@ function steadyLoad(rt: Runtime, from: TestIdentity) {
         const m = signed(from, rt.self.agentId, { sequence: ++seq });
         const status = await post(rt, JSON.stringify(m));
         answers.set(m.headers.message_id, status);
+        // A sender's own pace after a connection that failed (20 ms): the load's clock, not a wait.
         if (typeof status === "string") await new Promise((r) => setTimeout(r, 20));
       }
     }),

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { localhostTls } from "../../../e2e/support/tls.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
-import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { waitFor } from "../../../e2e/support/ports.ts";
 import { describeExit, spawnProcess } from "../../../e2e/support/process.ts";
 import { HttpClient } from "../../src/net/http-client.ts";
 import { RelayClient } from "../../src/net/relay-client.ts";
@@ -157,8 +157,16 @@ describe("ifp-runtime command line", () => {
       { url: "https://localhost", agents: [peerOf(identity("alice-agent"))] },
       "cli-metrics-relay",
     );
-    const metricsPort = await freePort();
-    const runtime = await spawnRuntime("relay", ["--manifest", manifest, "--metrics-port", String(metricsPort)]);
+    // `--metrics-port 0` is no metrics listener: its port is chosen with the HTTPS one.
+    const { runtime, metricsPort } = await onFreePorts(["https", "metrics"], async (ports) => ({
+      runtime: await spawnOn(
+        ports.https,
+        "relay",
+        ["--manifest", manifest, "--metrics-port", String(ports.metrics)],
+        process.env,
+      ),
+      metricsPort: ports.metrics,
+    }));
     try {
       const res = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
       expect(res.status).toBe(200);

@@ -3,7 +3,8 @@ import { join } from "node:path";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
-import { freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { waitFor } from "../../../e2e/support/ports.ts";
+import { onFreePorts, startedTogether } from "../support/free-ports.ts";
 import { startAgent } from "../../src/agent/main.ts";
 import { LocalApiError, type InboundDelivery } from "../../src/client/local.ts";
 import { type Tls, withNatsAndTls } from "../support/agent-harness.ts";
@@ -23,24 +24,29 @@ describe("the local API's TLS listener for applications in other pods", () => {
   let b: LocalApiAgent;
 
   beforeAll(async () => {
-    const [aPort, bPort] = await Promise.all([freePort(), freePort()]);
-    [a, b] = await Promise.all([
-      runLocalApiAgent({
-        self: alice,
-        port: aPort,
-        natsUrl: nats.url,
-        tls,
-        spec: { peers: [{ ...peerOf(bob), url: `https://localhost:${bPort}` }], outbound: fast },
-      }),
-      runLocalApiAgent({
-        self: bob,
-        port: bPort,
-        natsUrl: nats.url,
-        tls,
-        token: "b".repeat(43),
-        spec: { peers: [{ ...peerOf(alice), url: `https://localhost:${aPort}` }], outbound: fast },
-      }),
-    ]);
+    // alice and bob name each other's port: chosen together, and again when one was taken.
+    [a, b] = await onFreePorts(["alice", "bob"], ({ alice: aPort, bob: bPort }) =>
+      startedTogether(
+        [
+          runLocalApiAgent({
+            self: alice,
+            port: aPort,
+            natsUrl: nats.url,
+            tls,
+            spec: { peers: [{ ...peerOf(bob), url: `https://localhost:${bPort}` }], outbound: fast },
+          }),
+          runLocalApiAgent({
+            self: bob,
+            port: bPort,
+            natsUrl: nats.url,
+            tls,
+            token: "b".repeat(43),
+            spec: { peers: [{ ...peerOf(alice), url: `https://localhost:${aPort}` }], outbound: fast },
+          }),
+        ] as const,
+        (agent) => agent.close(),
+      ),
+    );
   });
   afterAll(async () => {
     await Promise.all([a?.close(), b?.close()]);

@@ -1,12 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
-import { consistently, freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { consistently, waitFor } from "../../../e2e/support/ports.ts";
 import { identity, peerOf, tempDir } from "../support/fixtures.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import type { AgentSpecInput } from "../../src/resources/agent.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import { notifySink, outboundResults, scriptedPeer, send, untilState } from "../support/outbox-harness.ts";
 import { handOffsSettled } from "../support/probes.ts";
+import { onFreePorts, startedTogether } from "../support/free-ports.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -24,36 +25,45 @@ describe("two agents talking over HTTPS", () => {
 
   beforeAll(async () => {
     [aHandler, bHandler] = await Promise.all([startHandler(), startHandler()]);
-    const [aPort, bPort] = await Promise.all([freePort(), freePort()]);
-    [a, b] = await Promise.all([
-      runAgent({
-        self: alice,
-        port: aPort,
-        natsUrl: nats.url,
-        tls,
-        spec: {
-          capabilities: [{ name: "gossip.exchange", description: "Gossip" }],
-          peers: [{ ...peerOf(bob), url: `https://localhost:${bPort}` }],
-          handler: { url: aHandler.url },
-          outbound: fast,
-        },
-      }),
-      runAgent({
-        self: bob,
-        port: bPort,
-        natsUrl: nats.url,
-        tls,
-        spec: {
-          capabilities: [
-            { name: "gossip.exchange", description: "Gossip" },
-            { name: "calendar.availability", description: "Availability", conditions: { minDisclosure: "personal" } },
-          ],
-          peers: [{ ...peerOf(alice), url: `https://localhost:${aPort}` }],
-          handler: { url: bHandler.url },
-          outbound: fast,
-        },
-      }),
-    ]);
+    // alice and bob name each other's port: chosen together, and again when one was taken.
+    [a, b] = await onFreePorts(["alice", "bob"], ({ alice: aPort, bob: bPort }) =>
+      startedTogether(
+        [
+          runAgent({
+            self: alice,
+            port: aPort,
+            natsUrl: nats.url,
+            tls,
+            spec: {
+              capabilities: [{ name: "gossip.exchange", description: "Gossip" }],
+              peers: [{ ...peerOf(bob), url: `https://localhost:${bPort}` }],
+              handler: { url: aHandler.url },
+              outbound: fast,
+            },
+          }),
+          runAgent({
+            self: bob,
+            port: bPort,
+            natsUrl: nats.url,
+            tls,
+            spec: {
+              capabilities: [
+                { name: "gossip.exchange", description: "Gossip" },
+                {
+                  name: "calendar.availability",
+                  description: "Availability",
+                  conditions: { minDisclosure: "personal" },
+                },
+              ],
+              peers: [{ ...peerOf(alice), url: `https://localhost:${aPort}` }],
+              handler: { url: bHandler.url },
+              outbound: fast,
+            },
+          }),
+        ] as const,
+        (agent) => agent.close(),
+      ),
+    );
   });
   afterAll(async () => {
     await Promise.all([a?.close(), b?.close()]);

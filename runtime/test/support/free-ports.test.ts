@@ -5,9 +5,10 @@ import { afterAll, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import type { ManagedProcess } from "../../../e2e/support/process.ts";
 import { spawnRuntime } from "./a2a-harness.ts";
-import { type Tls, withNatsAndTls } from "./agent-harness.ts";
-import { identity, tempDir, writeAgentManifest, writeKey } from "./fixtures.ts";
-import { onFreePorts, PORT_ATTEMPTS } from "./free-ports.ts";
+import { httpsRequest } from "../../../e2e/support/https.ts";
+import { runAgent, type Tls, withNatsAndTls } from "./agent-harness.ts";
+import { identity, peerOf, tempDir, writeAgentManifest, writeKey } from "./fixtures.ts";
+import { heldPort, onFreePorts, PORT_ATTEMPTS, startedTogether } from "./free-ports.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -52,6 +53,55 @@ it("starts the runtime on ports chosen again when another server took one before
     await runtime?.stop();
   }
 }, 60_000);
+
+it("stops the runtimes that started when another one started with them found its port taken, and starts them all again", async () => {
+  const alice = identity("free-ports-alice");
+  const bob = identity("free-ports-bob");
+  const attempts: { alice: number; bob: number }[] = [];
+  const start = (self: typeof alice, port: number, peer: typeof bob, peerPort: number) =>
+    runAgent({
+      self,
+      port,
+      natsUrl: nats.url,
+      tls,
+      spec: { peers: [{ ...peerOf(peer), url: `https://localhost:${peerPort}` }] },
+    });
+  const [a, b] = await onFreePorts(["alice", "bob"], async (ports) => {
+    attempts.push(ports);
+    if (attempts.length === 1) await takePort(ports.bob);
+    return startedTogether(
+      [start(alice, ports.alice, bob, ports.bob), start(bob, ports.bob, alice, ports.alice)] as const,
+      (agent) => agent.close(),
+    );
+  });
+  try {
+    expect(attempts.length).toBeGreaterThanOrEqual(2);
+    expect(a.url).toBe(`https://127.0.0.1:${attempts.at(-1)!.alice}`);
+    expect((await httpsRequest(`${a.url}/readyz`, { ca: tls.ca })).status).toBe(200);
+    expect((await httpsRequest(`${b.url}/readyz`, { ca: tls.ca })).status).toBe(200);
+    // alice of the first attempt, which started beside a bob who could not, is stopped.
+    const first = `https://localhost:${attempts[0]!.alice}/readyz`;
+    await expect(httpsRequest(first, { ca: tls.ca, timeoutMs: 2_000 })).rejects.toThrow(/ECONNREFUSED/);
+  } finally {
+    await Promise.all([a.close(), b.close()]);
+  }
+}, 60_000);
+
+it("holds a port for a server started later: another server cannot take it, a client is hung up on, and it is free once released", async () => {
+  let tries = 0;
+  const held = await onFreePorts(["later"], async ({ later }) => {
+    if (++tries === 1) await takePort(later);
+    return heldPort(later);
+  });
+  expect(tries).toBeGreaterThanOrEqual(2);
+  await expect(takePort(held.port)).rejects.toThrow(/EADDRINUSE/);
+  await expect(httpsRequest(`https://localhost:${held.port}/readyz`, { ca: tls.ca, timeoutMs: 2_000 })).rejects.toThrow(
+    /socket disconnected before secure TLS connection|socket hang up|ECONNRESET/,
+  );
+  await held.release();
+  await held.release();
+  await takePort(held.port);
+});
 
 it("gives up after PORT_ATTEMPTS starts that each found a port taken", async () => {
   let starts = 0;

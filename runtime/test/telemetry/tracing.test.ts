@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { localhostTls } from "../../../e2e/support/tls.ts";
 import { httpsRequest } from "../../../e2e/support/https.ts";
-import { consistently, freePort, waitFor } from "../../../e2e/support/ports.ts";
+import { consistently, waitFor } from "../../../e2e/support/ports.ts";
 import { describeExit, spawnProcess, type ExitInfo } from "../../../e2e/support/process.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import { signMessage } from "../../src/protocol/signing.ts";
@@ -102,12 +102,11 @@ afterAll(async () => {
 });
 
 /**
- * ifp-runtime MODE as a process, with tracing configured by the environment alone, on `port` or
- * a free one (chosen again when it was taken before the runtime listened). Its output is kept
- * (and printed when a test fails); stop() is SIGTERM, bounded, and says how it ended.
+ * ifp-runtime MODE as a process, with tracing configured by the environment alone, on a free
+ * port (chosen again when it was taken before the runtime listened). Its output is kept (and
+ * printed when a test fails); stop() is SIGTERM, bounded, and says how it ended.
  */
-function spawnRuntime(mode: "agent" | "relay", args: string[], env: Record<string, string>, port?: number) {
-  if (port !== undefined) return spawnOn(port, mode, args, env);
+function spawnRuntime(mode: "agent" | "relay", args: string[], env: Record<string, string>) {
   return onFreePorts(["https"], (ports) => spawnOn(ports.https, mode, args, env));
 }
 
@@ -147,20 +146,24 @@ const tracingEnv = (service: string) => ({
   OTEL_BSP_SCHEDULE_DELAY: "100",
 });
 
+type AgentPorts = { https: number; localApi: number };
+
+/** The agent `self` as a process on `ports`, or on free ones (chosen again when one was taken). */
 async function spawnAgent(
   self: TestIdentity,
   spec: Omit<AgentSpecInput, "agentId">,
   env: Record<string, string>,
-  port?: number,
+  ports?: AgentPorts,
 ) {
   const dir = tempDir();
   const manifest = writeAgentManifest(dir, { agentId: self.agentId, ...spec });
   const key = writeKey(dir, self);
-  return onFreePorts(["https", "localApi"], async (ports) => {
-    const args = ["--manifest", manifest, "--signing-key", key, "--local-api-port", String(ports.localApi)];
-    const r = await spawnOn(port ?? ports.https, "agent", [...args, "--ca-file", tls.files.ca], env);
-    return { ...r, localApi: `http://127.0.0.1:${ports.localApi}` };
-  });
+  const on = async ({ https, localApi }: AgentPorts) => {
+    const args = ["--manifest", manifest, "--signing-key", key, "--local-api-port", String(localApi)];
+    const r = await spawnOn(https, "agent", [...args, "--ca-file", tls.files.ca], env);
+    return { ...r, localApi: `http://127.0.0.1:${localApi}` };
+  };
+  return ports ? on(ports) : onFreePorts(["https", "localApi"], on);
 }
 
 /** The spans of one trace, once every named span has been exported. */
@@ -279,19 +282,21 @@ describe("tracing across agents and a relay", () => {
     const handler = await startHandler();
     const daveHandler = await startHandler();
     try {
-      const [carolPort, davePort] = [await freePort(), await freePort()];
-      const c = await spawnAgent(
-        carol,
-        { handler: { url: handler.url }, peers: [{ ...peerOf(dave), url: `https://localhost:${davePort}` }] },
-        tracingEnv("carol"),
-        carolPort,
-      );
-      const d = await spawnAgent(
-        dave,
-        { handler: { url: daveHandler.url }, peers: [{ ...peerOf(carol), url: c.base }] },
-        tracingEnv("dave"),
-        davePort,
-      );
+      // carol names dave's port before he listens on it: both start again when one of his was taken.
+      const [c, d] = await onFreePorts(["https", "localApi"], async (davePorts) => {
+        const c = await spawnAgent(
+          carol,
+          { handler: { url: handler.url }, peers: [{ ...peerOf(dave), url: `https://localhost:${davePorts.https}` }] },
+          tracingEnv("carol"),
+        );
+        try {
+          const spec = { handler: { url: daveHandler.url }, peers: [{ ...peerOf(carol), url: c.base }] };
+          return [c, await spawnAgent(dave, spec, tracingEnv("dave"), davePorts)] as const;
+        } catch (err) {
+          await c.stop();
+          throw err;
+        }
+      });
       const sent = await new LocalApiClient(d.localApi).send({ to: "carol-agent", text: "hello carol" });
       await waitFor(
         "carol's application has it",
