@@ -34,9 +34,9 @@ async function serve(data: WorkerData, port: MessagePort): Promise<void> {
   try {
     const self = await loadSelf(opts, log);
     const metrics = createRuntimeMetrics("agent");
-    const outside = peersAndKeys(self, opts, life, log);
-    const stores = inboxParts(self, opts, outside, life, metrics, log);
     const shared = SharedState.attach(data);
+    const outside = peersAndKeys(self, opts, life, log, shared);
+    const stores = inboxParts(self, opts, outside, life, metrics, log);
     const state = { ready: false };
     life.background("event loop start-up", async (signal) => {
       await stores.nats.start(signal);

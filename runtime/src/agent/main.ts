@@ -54,7 +54,7 @@ import { announceCapabilities, RelayMailboxReader, relayPublisher, tellPeersCapa
 import { InboxStore, inboxRetentionMs } from "./inbound/store.ts";
 import { buildInfo } from "../util/version.ts";
 import type { InboxLimits } from "./inbound/routes/inbox.ts";
-import { countRequests, InboxWorkers, workerCount } from "./workers.ts";
+import { countRequests, InboxWorkers, type SharedState, workerCount } from "./workers.ts";
 
 export interface AgentOptions {
   manifest: string;
@@ -150,7 +150,7 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const pool = inboxWorkers(self, opts, log);
   const life = new Lifecycle(log);
   const metrics = createRuntimeMetrics("agent");
-  const outside = peersAndKeys(self, opts, life, log);
+  const outside = peersAndKeys(self, opts, life, log, pool?.shared);
   const stores = agentStores(self, opts, outside, life, metrics, log);
   const deliveries = agentDeliveries(self, opts, outside, stores, metrics, log);
   life.defer("deliveries", () => Promise.all(deliveries.all.map((d) => d?.stop())));
@@ -210,7 +210,7 @@ function inboxWorkers(self: Self, opts: AgentOptions, log: Logger): InboxWorkers
 }
 
 /** The HTTP client, discovery, and who the senders are (their keys) and how bodies are encrypted. */
-export function peersAndKeys(self: Self, opts: AgentOptions, life: Lifecycle, log: Logger) {
+export function peersAndKeys(self: Self, opts: AgentOptions, life: Lifecycle, log: Logger, shared?: SharedState) {
   const { spec } = self;
   const targets = new TargetPolicy([...spec.network.allowPrivateTargets, ...(opts.allowPrivateTargets ?? [])]);
   const http = new HttpClient({ caFile: opts.caFile, onCaFileReload: caFileLogger(log), targets });
@@ -223,7 +223,9 @@ export function peersAndKeys(self: Self, opts: AgentOptions, life: Lifecycle, lo
   const introductionTokens = opts.introductionSecretFile
     ? introductionTokenFile(opts.introductionSecretFile, log)
     : undefined;
-  const verifier = new IdentityResolver({ spec, discovery, introductionTokens, log });
+  // With more than one event loop, the lookup budget is the pod's (docs/scale.md#more-than-one-core).
+  const budgets = shared?.lookups;
+  const verifier = new IdentityResolver({ spec, discovery, introductionTokens, log, ...(budgets ? { budgets } : {}) });
   const { keys, revoked } = self.ownEncryption;
   const encryption = new AgentEncryption({ spec, discovery, keys, revoked, log });
   const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));

@@ -6,6 +6,7 @@ import { Worker } from "node:worker_threads";
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
 import { Counter } from "prom-client";
+import { LOOKUP_DEFAULTS, type LookupBudgets } from "../discovery/keys.ts";
 import type { Agent } from "../resources/agent.ts";
 import type { MetricsJson, RuntimeMetrics } from "../server/metrics.ts";
 import { type SharedBuckets, SharedRateLimiter } from "../server/shared-ratelimit.ts";
@@ -53,10 +54,22 @@ export interface WorkerData {
   logLevel: string;
   /** The agent's options without what cannot be cloned (the logger). */
   opts: Record<string, unknown>;
-  limits: { perAddress: SharedBuckets; perSender: SharedBuckets; perSenderBytes: SharedBuckets };
+  /** Every shared bucket table of SharedState, by name. */
+  buckets: Record<BucketName, SharedBuckets>;
   /** One word per event loop: 1 while it is ready. */
   ready: SharedArrayBuffer;
 }
+
+/** The per-minute budgets (per `windowMs`) every event loop of the pod takes from, by name. */
+function bucketSizes(rateLimit: Agent["spec"]["inbox"]["rateLimit"]) {
+  return {
+    perAddress: { perMinute: rateLimit.perAddressPerMinute },
+    perSender: { perMinute: rateLimit.perSenderPerMinute },
+    perSenderBytes: { perMinute: rateLimit.perSenderBytesPerHour, windowMs: 3_600_000 },
+    lookupsPerAddress: { perMinute: LOOKUP_DEFAULTS.perAddressPerMinute },
+  };
+}
+type BucketName = keyof ReturnType<typeof bucketSizes>;
 
 /** The limits and readiness every event loop of the pod shares. */
 export class SharedState {
@@ -65,34 +78,41 @@ export class SharedState {
     perSender: SharedRateLimiter;
     perSenderBytes: SharedRateLimiter;
   };
+  /** The budget of identity lookups of new senders (the inbox's and the A2A face's). */
+  readonly lookups: LookupBudgets;
+  readonly buckets: Record<BucketName, SharedRateLimiter>;
   readonly ready: Int32Array;
 
-  constructor(limits: SharedState["limits"], ready: SharedArrayBuffer) {
-    this.limits = limits;
+  constructor(buckets: Record<BucketName, SharedRateLimiter>, ready: SharedArrayBuffer) {
+    this.buckets = buckets;
+    const { perAddress, perSender, perSenderBytes, lookupsPerAddress } = buckets;
+    this.limits = { perAddress, perSender, perSenderBytes };
+    this.lookups = { perAddress: lookupsPerAddress };
     this.ready = new Int32Array(ready);
   }
 
   static create(rateLimit: Agent["spec"]["inbox"]["rateLimit"], count: number): SharedState {
+    const sizes = Object.entries(bucketSizes(rateLimit)).map(([name, { perMinute, ...opts }]) => [
+      name,
+      SharedRateLimiter.create(perMinute, opts),
+    ]);
     return new SharedState(
-      {
-        perAddress: SharedRateLimiter.create(rateLimit.perAddressPerMinute),
-        perSender: SharedRateLimiter.create(rateLimit.perSenderPerMinute),
-        perSenderBytes: SharedRateLimiter.create(rateLimit.perSenderBytesPerHour, { windowMs: 3_600_000 }),
-      },
+      Object.fromEntries(sizes) as Record<BucketName, SharedRateLimiter>,
       new SharedArrayBuffer(4 * count),
     );
   }
 
-  static attach(data: Pick<WorkerData, "limits" | "ready">): SharedState {
-    const { perAddress, perSender, perSenderBytes } = data.limits;
-    return new SharedState(
-      {
-        perAddress: new SharedRateLimiter(perAddress),
-        perSender: new SharedRateLimiter(perSender),
-        perSenderBytes: new SharedRateLimiter(perSenderBytes),
-      },
-      data.ready,
-    );
+  static attach(data: Pick<WorkerData, "buckets" | "ready">): SharedState {
+    const attached = Object.entries(data.buckets).map(([name, shared]) => [name, new SharedRateLimiter(shared)]);
+    return new SharedState(Object.fromEntries(attached) as Record<BucketName, SharedRateLimiter>, data.ready);
+  }
+
+  /** What a worker thread is given of these buckets. */
+  shared(): Record<BucketName, SharedBuckets> {
+    return Object.fromEntries(Object.entries(this.buckets).map(([name, b]) => [name, b.shared])) as Record<
+      BucketName,
+      SharedBuckets
+    >;
   }
 
   /** Write this loop's readiness now and every READY_EVERY_MS; the returned function stops it. */
@@ -164,7 +184,7 @@ export class InboxWorkers {
 
   /** Start the workers on `port` (the main loop listens on it already) and wait until each listens. */
   async start(entry: string | URL, port: number, opts: Record<string, unknown>): Promise<void> {
-    const { perAddress, perSender, perSenderBytes } = this.shared.limits;
+    const buckets = this.shared.shared();
     const starts: Promise<void>[] = [];
     for (let index = 1; index < this.count; index++) {
       const workerData: WorkerData = {
@@ -173,7 +193,7 @@ export class InboxWorkers {
         port,
         logLevel: this.log.level,
         opts,
-        limits: { perAddress: perAddress.shared, perSender: perSender.shared, perSenderBytes: perSenderBytes.shared },
+        buckets,
         ready: this.shared.ready.buffer as SharedArrayBuffer,
       };
       const worker = new Worker(typeof entry === "string" ? new URL(entry) : entry, { workerData });

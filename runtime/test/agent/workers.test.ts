@@ -6,7 +6,7 @@
 // message answered 202 is in the inbox stream.
 import { spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
-import { request } from "node:https";
+import { createServer, request } from "node:https";
 import { join } from "node:path";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
@@ -18,6 +18,7 @@ import { type ManagedProcess, spawnProcess } from "../../../e2e/support/process.
 import { waitFor } from "../../../e2e/support/wait.ts";
 import { Conversations } from "../../src/agent/conversations.ts";
 import { agentNames } from "../../src/agent/names.ts";
+import { LOOKUP_DEFAULTS } from "../../src/discovery/keys.ts";
 import type { Message } from "../../src/protocol/message.ts";
 import type { AgentSpecInput } from "../../src/resources/agent.ts";
 import { agentProcessArgs, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
@@ -38,6 +39,8 @@ withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
 const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
 const CRASH = new URL("../support/crash-worker.ts", import.meta.url).pathname;
 const PER_SENDER = 20;
+/** Identity lookups of new senders one address may cause a minute (LOOKUP_DEFAULTS.perAddressPerMinute). */
+const LOOKUPS = LOOKUP_DEFAULTS.perAddressPerMinute;
 
 const bob = identity("bob-agent");
 const carol = identity("carol-agent");
@@ -288,6 +291,41 @@ describe("the per-address limit across two event loops", () => {
       expect(await metric(rt, 'ifp_inbox_rate_limited_total{limit="address",mode="agent"}')).toBe(2 * PER_SENDER);
     } finally {
       await rt.proc.stop();
+    }
+  }, 120_000);
+});
+
+describe("the identity-lookup budget across two event loops", () => {
+  it("is the pod's: fresh senders spread over many connections, and so both loops, get no more lookups than one budget", async () => {
+    // Identity documents nobody has: each lookup is one fetch here, answered 404.
+    const fetched: string[] = [];
+    const documents = createServer({ cert: tls.cert, key: tls.key }, (req, res) => {
+      fetched.push(req.url ?? "");
+      res.writeHead(404).end();
+    });
+    await new Promise<void>((r) => documents.listen(0, "127.0.0.1", r));
+    const address = documents.address();
+    const base = `https://localhost:${typeof address === "object" && address ? address.port : 0}`;
+    const rt = await startRuntime("lookups-agent");
+    try {
+      const strangers = Array.from({ length: 4 * LOOKUPS }, (_, i) =>
+        signed(identity(`${base}/u${i}`), rt.self.agentId),
+      );
+      // Two at a time: never more in flight than one loop's two lookups per address, so every
+      // refusal is the budget's, not the concurrency bound's.
+      const started = Date.now();
+      const answers = [...(await overBothLoops(rt, () => postAll(rt, strangers, 2))).values()];
+      // The budget refills evenly (LOOKUPS a minute) while the messages are posted.
+      const refilled = Math.ceil(((Date.now() - started) / 60_000) * LOOKUPS);
+      expect(fetched.length).toBeGreaterThanOrEqual(LOOKUPS);
+      expect(fetched.length).toBeLessThanOrEqual(LOOKUPS + refilled);
+      expect(new Set(fetched).size).toBe(fetched.length);
+      expect(answers.filter((s) => s === 401)).toHaveLength(fetched.length);
+      expect(answers.filter((s) => s === 429)).toHaveLength(strangers.length - fetched.length);
+    } finally {
+      await rt.proc.stop();
+      documents.closeAllConnections();
+      await new Promise((r) => documents.close(r));
     }
   }, 120_000);
 });
