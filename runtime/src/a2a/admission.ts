@@ -4,31 +4,45 @@
 // that a caller has one budget across the bindings.
 import type { Agent } from "../resources/agent.ts";
 import { RateLimiter } from "../server/ratelimit.ts";
+import type { Limiter } from "../server/shared-ratelimit.ts";
 import type { Caller } from "./callers.ts";
 import { A2aError } from "./wire.ts";
 
 /** How many more task reads (GetTask, ListTasks) than other requests a caller may make per minute. */
 export const A2A_READ_BUDGET_FACTOR = 10;
 
+/** The buckets of the A2A face's limits: tokens per minute (per `windowMs`), by name. */
+export function admissionSizes(limits: Agent["spec"]["inbox"]["rateLimit"]) {
+  return {
+    a2aPerAddress: { perMinute: limits.perAddressPerMinute },
+    a2aPerCaller: { perMinute: limits.perSenderPerMinute },
+    a2aPerCallerReads: { perMinute: limits.perSenderPerMinute * A2A_READ_BUDGET_FACTOR },
+    a2aPerCallerBytes: { perMinute: limits.perSenderBytesPerHour, windowMs: 3_600_000 },
+  };
+}
+/** The buckets themselves: this process's, or (spec.runtime.workers) shared by every event loop. */
+export type AdmissionBuckets = Record<keyof ReturnType<typeof admissionSizes>, Limiter>;
+
 export class A2aAdmission {
   private readonly spec: Agent["spec"];
-  private readonly perAddress: RateLimiter;
-  private readonly perCaller: RateLimiter;
-  private readonly perCallerReads: RateLimiter;
-  private readonly perCallerBytes: RateLimiter;
+  private readonly buckets: AdmissionBuckets;
 
-  constructor(agent: Agent, now: () => number = Date.now) {
+  constructor(agent: Agent, now: () => number = Date.now, buckets?: AdmissionBuckets) {
     this.spec = agent.spec;
-    const limits = this.spec.inbox.rateLimit;
-    this.perAddress = new RateLimiter(limits.perAddressPerMinute, { now });
-    this.perCaller = new RateLimiter(limits.perSenderPerMinute, { now });
-    this.perCallerReads = new RateLimiter(limits.perSenderPerMinute * A2A_READ_BUDGET_FACTOR, { now });
-    this.perCallerBytes = new RateLimiter(limits.perSenderBytesPerHour, { now, windowMs: 3_600_000 });
+    const sizes = admissionSizes(this.spec.inbox.rateLimit);
+    const own = (size: { perMinute: number; windowMs?: number }) =>
+      new RateLimiter(size.perMinute, { now, ...(size.windowMs ? { windowMs: size.windowMs } : {}) });
+    this.buckets = buckets ?? {
+      a2aPerAddress: own(sizes.a2aPerAddress),
+      a2aPerCaller: own(sizes.a2aPerCaller),
+      a2aPerCallerReads: own(sizes.a2aPerCallerReads),
+      a2aPerCallerBytes: own(sizes.a2aPerCallerBytes),
+    };
   }
 
   /** A request from `address` arrived: refused beyond the per-address limit. */
   address(address: string): void {
-    const byAddress = this.perAddress.take(address);
+    const byAddress = this.buckets.a2aPerAddress.take(address);
     if (!byAddress.ok)
       throw new A2aError("RateLimited", `too many requests from ${address}`, {
         "retry-after": String(byAddress.retryAfterSeconds),
@@ -67,7 +81,7 @@ export class A2aAdmission {
    */
   caller(caller: Caller, size: number, read = false): void {
     const limits = this.spec.inbox.rateLimit;
-    const byCaller = (read ? this.perCallerReads : this.perCaller).take(caller.id);
+    const byCaller = (read ? this.buckets.a2aPerCallerReads : this.buckets.a2aPerCaller).take(caller.id);
     if (!byCaller.ok)
       throw new A2aError(
         "RateLimited",
@@ -77,7 +91,7 @@ export class A2aAdmission {
         { "retry-after": String(byCaller.retryAfterSeconds) },
       );
     if (size > 0) {
-      const bytes = this.perCallerBytes.take(caller.id, size);
+      const bytes = this.buckets.a2aPerCallerBytes.take(caller.id, size);
       if (!bytes.ok)
         throw new A2aError(
           "RateLimited",

@@ -7,7 +7,12 @@ import { createHash, type KeyObject, timingSafeEqual } from "node:crypto";
 import type { Logger } from "pino";
 import { tokenFile } from "../util/token-file.ts";
 import { ProtocolError } from "../protocol/errors.ts";
-import { type RequestToAuthenticate, SignatureNonces, verifyRequest } from "../protocol/http-signatures.ts";
+import {
+  type NonceStore,
+  type RequestToAuthenticate,
+  SignatureNonces,
+  verifyRequest,
+} from "../protocol/http-signatures.ts";
 import { A2aError } from "./wire.ts";
 
 export interface Caller {
@@ -40,6 +45,8 @@ export interface CallerDeps {
   now?: () => number;
   /** The OIDC issuers' verification of a bearer token that is none of `tokens` (oidc.ts). */
   oidc?: { verify(token: string): Promise<Caller> };
+  /** Where the signatures' nonces are taken: this process's SignatureNonces unless given (every event loop's). */
+  nonces?: NonceStore;
 }
 
 const digest = (s: string) => createHash("sha256").update(s).digest();
@@ -52,10 +59,11 @@ const CHALLENGE = 'Bearer realm="a2a", Signature';
 export class A2aCallers {
   private readonly deps: CallerDeps;
   private readonly authorities: Set<string>;
-  private readonly nonces = new SignatureNonces();
+  private readonly nonces: NonceStore;
 
   constructor(deps: CallerDeps) {
     this.deps = deps;
+    this.nonces = deps.nonces ?? new SignatureNonces();
     this.authorities = new Set(deps.urls.filter((u) => u !== undefined).map((u) => new URL(u).host));
   }
 

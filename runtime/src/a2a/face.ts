@@ -12,7 +12,8 @@ import type { Agent } from "../resources/agent.ts";
 import { defaultBaseUrl } from "../resources/expose.ts";
 import { parseDuration } from "../resources/fields.ts";
 import type { TlsFiles } from "../server/tls.ts";
-import { A2aAdmission } from "./admission.ts";
+import type { NonceStore } from "../protocol/http-signatures.ts";
+import { A2aAdmission, type AdmissionBuckets } from "./admission.ts";
 import { A2aCallers, bearerTokenFile, type KeyFound } from "./callers.ts";
 import { CardCache } from "./card.ts";
 import type { A2aGrpcServer } from "./grpc.ts";
@@ -39,10 +40,22 @@ export interface A2aFaceDeps {
   http: Pick<HttpClient, "request">;
   targets: TargetPolicy;
   log: Logger;
+  /**
+   * With more than one event loop serving the port (spec.runtime.workers): the limits and the
+   * signatures' nonces every loop shares, and what this loop leaves to the main one.
+   */
+  loops?: {
+    admission: AdmissionBuckets;
+    nonces: NonceStore;
+    /** The main loop delivers the push notifications; the others only keep their configs. */
+    pushes: boolean;
+    /** The gRPC binding's port, served by the main loop: named in the card every loop serves. */
+    grpcPort?: number;
+  };
 }
 
 export interface A2aFace {
-  /** Make the task bucket (at start-up, with the agent's other buckets) and start pushing notifications. */
+  /** Make the task bucket (at start-up, with the agent's other buckets) and start pushing notifications (unless another loop does). */
   ensure(): Promise<void>;
   /** Stop pushing notifications. */
   close(): void;
@@ -86,9 +99,10 @@ export function a2aFace(deps: A2aFaceDeps): A2aFace {
     ...(spec.a2a.authentication.oidc.length
       ? { oidc: new OidcCallers({ issuers: spec.a2a.authentication.oidc, http: deps.http, log: deps.log }) }
       : {}),
+    ...(deps.loops ? { nonces: deps.loops.nonces } : {}),
   });
-  const admission = new A2aAdmission(deps.agent);
-  let grpcPort: number | undefined;
+  const admission = new A2aAdmission(deps.agent, Date.now, deps.loops?.admission);
+  let grpcPort = deps.loops?.grpcPort;
   const cards = new CardCache({
     grpcPort: () => grpcPort,
     agent: deps.agent,
@@ -101,7 +115,7 @@ export function a2aFace(deps: A2aFaceDeps): A2aFace {
   return {
     ensure: async () => {
       await tasks.ensure();
-      push.start();
+      if (deps.loops?.pushes !== false) push.start();
     },
     close: () => push.close(),
     register: (app) =>

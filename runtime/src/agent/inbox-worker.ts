@@ -9,7 +9,7 @@ import { createRuntimeMetrics } from "../server/metrics.ts";
 import { createLogger } from "../telemetry/log-format.ts";
 import { startTracing } from "../telemetry/tracing.ts";
 import { errorMessage } from "../util/errors.ts";
-import { type AgentOptions, inboxParts, loadSelf, peersAndKeys, publicApp } from "./main.ts";
+import { a2aOf, type AgentOptions, inboxParts, loadSelf, peersAndKeys, publicApp } from "./main.ts";
 import {
   countRequests,
   type FromWorker,
@@ -34,9 +34,9 @@ async function serve(data: WorkerData, port: MessagePort): Promise<void> {
   try {
     const self = await loadSelf(opts, log);
     const metrics = createRuntimeMetrics("agent");
-    const outside = peersAndKeys(self, opts, life, log);
-    const stores = inboxParts(self, opts, outside, life, metrics, log);
     const shared = SharedState.attach(data);
+    const outside = peersAndKeys(self, opts, life, log, shared);
+    const stores = inboxParts(self, opts, outside, life, metrics, log);
     const state = { ready: false };
     life.background("event loop start-up", async (signal) => {
       await stores.nats.start(signal);
@@ -48,6 +48,7 @@ async function serve(data: WorkerData, port: MessagePort): Promise<void> {
           await stores.states.ensure();
           await stores.peerCaps.ensure();
           await stores.conversations.ensure();
+          await a2a?.ensure();
         },
         { signal, initialMs: 100, maxMs: 1_000, onError: () => undefined },
       );
@@ -57,7 +58,17 @@ async function serve(data: WorkerData, port: MessagePort): Promise<void> {
       "readiness",
       shared.report(data.index, () => state.ready && stores.nats.isConnected),
     );
+    // The A2A face's routes, its limits and nonces shared; the main loop delivers its push notifications.
+    const a2a = a2aOf(
+      self,
+      opts,
+      outside,
+      stores,
+      log,
+      shared.a2a && { ...shared.a2a, pushes: false, grpcPort: data.a2aGrpcPort },
+    );
     const app = publicApp(opts, self, { outside, stores, metrics, life, log }, () => shared.podReady(), shared.limits);
+    a2a?.register(app);
     countRequests(app, metrics, data.index);
     const host = opts.host ?? "0.0.0.0";
     await life.listen(app, { name: "HTTPS server", scheme: "https", port: data.port, host, reusePort: true });

@@ -32,7 +32,7 @@ import { layoutOf, type NatsLayoutName } from "../nats/layout.ts";
 import { readTls, watchTls } from "../server/tls.ts";
 import { acceptVerified, inspectionEffects, MAX_FUTURE_SKEW_MS } from "./inbound/accept.ts";
 import { AppStream } from "./inbound/app-stream.ts";
-import { a2aFace } from "../a2a/face.ts";
+import { type A2aFaceDeps, a2aFace } from "../a2a/face.ts";
 import { A2aPeers, peerTokenFile } from "../a2a/peer.ts";
 import { buildAgentApp } from "./app.ts";
 import { DeliveryStates } from "./outbound/delivery-state.ts";
@@ -54,7 +54,7 @@ import { announceCapabilities, RelayMailboxReader, relayPublisher, tellPeersCapa
 import { InboxStore, inboxRetentionMs } from "./inbound/store.ts";
 import { buildInfo } from "../util/version.ts";
 import type { InboxLimits } from "./inbound/routes/inbox.ts";
-import { countRequests, InboxWorkers, workerCount } from "./workers.ts";
+import { countRequests, InboxWorkers, type SharedState, workerCount } from "./workers.ts";
 
 export interface AgentOptions {
   manifest: string;
@@ -150,11 +150,11 @@ export async function startAgent(opts: AgentOptions): Promise<RunningAgent> {
   const pool = inboxWorkers(self, opts, log);
   const life = new Lifecycle(log);
   const metrics = createRuntimeMetrics("agent");
-  const outside = peersAndKeys(self, opts, life, log);
+  const outside = peersAndKeys(self, opts, life, log, pool?.shared);
   const stores = agentStores(self, opts, outside, life, metrics, log);
   const deliveries = agentDeliveries(self, opts, outside, stores, metrics, log);
   life.defer("deliveries", () => Promise.all(deliveries.all.map((d) => d?.stop())));
-  const a2a = a2aOf(self, opts, outside, stores, log);
+  const a2a = a2aOf(self, opts, outside, stores, log, pool?.shared.a2a && { ...pool.shared.a2a, pushes: true });
   if (a2a) life.defer("A2A push notifications", () => a2a.close());
   const state = { ready: false };
   life.background("agent start-up", startUp(self, outside, stores, deliveries, a2a, state, log));
@@ -200,17 +200,12 @@ export type Self = Awaited<ReturnType<typeof loadSelf>>;
 function inboxWorkers(self: Self, opts: AgentOptions, log: Logger): InboxWorkers | undefined {
   const count = workerCount(opts.workers ?? self.spec.runtime?.workers);
   if (count === 1) return undefined;
-  // The A2A face keeps tasks, streams and push sessions in its loop's memory.
-  if (self.spec.a2a.enabled)
-    throw new Error(
-      "more than one event loop (spec.runtime.workers) does not serve spec.a2a yet (docs/scale.md#more-than-one-core)",
-    );
   if (!opts.workerEntry) throw new Error("more than one event loop needs the ifp-runtime command's worker module");
-  return new InboxWorkers(count, self.spec.inbox.rateLimit, log);
+  return new InboxWorkers(count, self.spec, log);
 }
 
 /** The HTTP client, discovery, and who the senders are (their keys) and how bodies are encrypted. */
-export function peersAndKeys(self: Self, opts: AgentOptions, life: Lifecycle, log: Logger) {
+export function peersAndKeys(self: Self, opts: AgentOptions, life: Lifecycle, log: Logger, shared?: SharedState) {
   const { spec } = self;
   const targets = new TargetPolicy([...spec.network.allowPrivateTargets, ...(opts.allowPrivateTargets ?? [])]);
   const http = new HttpClient({ caFile: opts.caFile, onCaFileReload: caFileLogger(log), targets });
@@ -223,7 +218,9 @@ export function peersAndKeys(self: Self, opts: AgentOptions, life: Lifecycle, lo
   const introductionTokens = opts.introductionSecretFile
     ? introductionTokenFile(opts.introductionSecretFile, log)
     : undefined;
-  const verifier = new IdentityResolver({ spec, discovery, introductionTokens, log });
+  // With more than one event loop, the lookup budget is the pod's (docs/scale.md#more-than-one-core).
+  const budgets = shared?.lookups;
+  const verifier = new IdentityResolver({ spec, discovery, introductionTokens, log, ...(budgets ? { budgets } : {}) });
   const { keys, revoked } = self.ownEncryption;
   const encryption = new AgentEncryption({ spec, discovery, keys, revoked, log });
   const peerUrls = new Map(spec.peers.filter((p) => p.url).map((p) => [p.agentId, p.url!]));
@@ -435,8 +432,18 @@ function relayMailboxReader(self: Self, outside: Outside, stores: Stores, metric
   });
 }
 
-/** The A2A face (spec.a2a): its messages go through the same inbox stream and hand-off. */
-function a2aOf(self: Self, opts: AgentOptions, outside: Outside, stores: Stores, log: Logger) {
+/**
+ * The A2A face (spec.a2a): its messages go through the same inbox stream and hand-off. `loops`:
+ * what it shares with the other event loops serving the port (workers.ts), when there are some.
+ */
+export function a2aOf(
+  self: Self,
+  opts: AgentOptions,
+  outside: Outside,
+  stores: InboxParts,
+  log: Logger,
+  loops?: A2aFaceDeps["loops"],
+) {
   if (!self.spec.a2a.enabled) return undefined;
   return a2aFace({
     agent: self.agent,
@@ -452,6 +459,7 @@ function a2aOf(self: Self, opts: AgentOptions, outside: Outside, stores: Stores,
     http: outside.http,
     targets: outside.targets,
     log,
+    ...(loops ? { loops } : {}),
   });
 }
 type A2a = ReturnType<typeof a2aOf>;
@@ -633,7 +641,7 @@ async function listen(opts: AgentOptions, self: Self, w: Wired, ready: () => boo
     const { logger: _, ...clonable } = opts;
     // After the main loop's listener: stopped before it, each worker drained.
     life.defer("event loops", () => w.pool?.close());
-    await w.pool.start(opts.workerEntry!, Number(new URL(url).port), clonable);
+    await w.pool.start(opts.workerEntry!, Number(new URL(url).port), clonable, grpc?.port);
   }
   const localApiPort = opts.localApiPort ?? self.spec.localApi.port;
   const localApiUrl = await life.listen(localApi, {

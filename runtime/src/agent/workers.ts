@@ -6,9 +6,11 @@ import { Worker } from "node:worker_threads";
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
 import { Counter } from "prom-client";
+import { type AdmissionBuckets, admissionSizes } from "../a2a/admission.ts";
+import { LOOKUP_DEFAULTS, type LookupBudgets } from "../discovery/keys.ts";
 import type { Agent } from "../resources/agent.ts";
 import type { MetricsJson, RuntimeMetrics } from "../server/metrics.ts";
-import { type SharedBuckets, SharedRateLimiter } from "../server/shared-ratelimit.ts";
+import { type SharedBuckets, SharedNonces, SharedRateLimiter } from "../server/shared-ratelimit.ts";
 import type { InboxLimits } from "./inbound/routes/inbox.ts";
 
 /** Most event loops one pod runs. */
@@ -53,10 +55,30 @@ export interface WorkerData {
   logLevel: string;
   /** The agent's options without what cannot be cloned (the logger). */
   opts: Record<string, unknown>;
-  limits: { perAddress: SharedBuckets; perSender: SharedBuckets; perSenderBytes: SharedBuckets };
+  /** Every shared bucket table of SharedState, by name. */
+  buckets: Partial<Record<BucketName, SharedBuckets>>;
+  /** The A2A face's signature nonces (spec.a2a). */
+  nonces?: SharedBuckets;
+  /** The port of the A2A face's gRPC binding, served by the main loop. */
+  a2aGrpcPort?: number;
   /** One word per event loop: 1 while it is ready. */
   ready: SharedArrayBuffer;
 }
+
+/** The budgets (tokens per minute, or per `windowMs`) every event loop of the pod takes from, by name. */
+function bucketSizes(spec: Agent["spec"]) {
+  const { rateLimit } = spec.inbox;
+  return {
+    perAddress: { perMinute: rateLimit.perAddressPerMinute },
+    perSender: { perMinute: rateLimit.perSenderPerMinute },
+    perSenderBytes: { perMinute: rateLimit.perSenderBytesPerHour, windowMs: 3_600_000 },
+    lookupsPerAddress: { perMinute: LOOKUP_DEFAULTS.perAddressPerMinute },
+    // The A2A face's (spec.a2a), named a2a…
+    ...admissionSizes(rateLimit),
+  };
+}
+type BucketName = keyof ReturnType<typeof bucketSizes>;
+type Buckets = Record<BucketName, SharedRateLimiter>;
 
 /** The limits and readiness every event loop of the pod shares. */
 export class SharedState {
@@ -65,34 +87,51 @@ export class SharedState {
     perSender: SharedRateLimiter;
     perSenderBytes: SharedRateLimiter;
   };
+  /** The budget of identity lookups of new senders (the inbox's and the A2A face's). */
+  readonly lookups: LookupBudgets;
+  /** The A2A face's limits and signature nonces (spec.a2a). */
+  readonly a2a: { admission: AdmissionBuckets; nonces: SharedNonces } | undefined;
+  readonly buckets: Partial<Buckets>;
   readonly ready: Int32Array;
 
-  constructor(limits: SharedState["limits"], ready: SharedArrayBuffer) {
-    this.limits = limits;
+  constructor(buckets: Partial<Buckets>, nonces: SharedNonces | undefined, ready: SharedArrayBuffer) {
+    this.buckets = buckets;
+    const { perAddress, perSender, perSenderBytes, lookupsPerAddress } = buckets as Buckets;
+    this.limits = { perAddress, perSender, perSenderBytes };
+    this.lookups = { perAddress: lookupsPerAddress };
+    this.a2a = nonces && { admission: buckets as AdmissionBuckets, nonces };
     this.ready = new Int32Array(ready);
   }
 
-  static create(rateLimit: Agent["spec"]["inbox"]["rateLimit"], count: number): SharedState {
+  /** The shared state of `count` event loops: the A2A face's buckets and nonces only with spec.a2a. */
+  static create(spec: Agent["spec"], count: number): SharedState {
+    const a2a = spec.a2a.enabled;
+    const sizes = Object.entries(bucketSizes(spec))
+      .filter(([name]) => a2a || !name.startsWith("a2a"))
+      .map(([name, { perMinute, ...opts }]) => [name, SharedRateLimiter.create(perMinute, opts)]);
     return new SharedState(
-      {
-        perAddress: SharedRateLimiter.create(rateLimit.perAddressPerMinute),
-        perSender: SharedRateLimiter.create(rateLimit.perSenderPerMinute),
-        perSenderBytes: SharedRateLimiter.create(rateLimit.perSenderBytesPerHour, { windowMs: 3_600_000 }),
-      },
+      Object.fromEntries(sizes) as Partial<Buckets>,
+      a2a ? new SharedNonces() : undefined,
       new SharedArrayBuffer(4 * count),
     );
   }
 
-  static attach(data: Pick<WorkerData, "limits" | "ready">): SharedState {
-    const { perAddress, perSender, perSenderBytes } = data.limits;
+  static attach(data: Pick<WorkerData, "buckets" | "nonces" | "ready">): SharedState {
+    const attached = Object.entries(data.buckets).map(([name, shared]) => [name, new SharedRateLimiter(shared)]);
     return new SharedState(
-      {
-        perAddress: new SharedRateLimiter(perAddress),
-        perSender: new SharedRateLimiter(perSender),
-        perSenderBytes: new SharedRateLimiter(perSenderBytes),
-      },
+      Object.fromEntries(attached) as Partial<Buckets>,
+      data.nonces && new SharedNonces({ shared: data.nonces }),
       data.ready,
     );
+  }
+
+  /** What a worker thread is given of these buckets. */
+  shared(): Pick<WorkerData, "buckets" | "nonces"> {
+    const buckets = Object.entries(this.buckets).map(([name, b]) => [name, b.shared]);
+    return {
+      buckets: Object.fromEntries(buckets) as WorkerData["buckets"],
+      ...(this.a2a ? { nonces: this.a2a.nonces.buckets.shared } : {}),
+    };
   }
 
   /** Write this loop's readiness now and every READY_EVERY_MS; the returned function stops it. */
@@ -156,15 +195,20 @@ export class InboxWorkers {
   /** Resolves with the reason when a worker ended without being asked to. */
   readonly failed = new Promise<Error>((resolve) => (this.fail = resolve));
 
-  constructor(count: number, rateLimit: Agent["spec"]["inbox"]["rateLimit"], log: Logger) {
+  constructor(count: number, spec: Agent["spec"], log: Logger) {
     this.count = count;
     this.log = log;
-    this.shared = SharedState.create(rateLimit, count);
+    this.shared = SharedState.create(spec, count);
   }
 
   /** Start the workers on `port` (the main loop listens on it already) and wait until each listens. */
-  async start(entry: string | URL, port: number, opts: Record<string, unknown>): Promise<void> {
-    const { perAddress, perSender, perSenderBytes } = this.shared.limits;
+  async start(
+    entry: string | URL,
+    port: number,
+    opts: Record<string, unknown>,
+    a2aGrpcPort: number | undefined,
+  ): Promise<void> {
+    const shared = this.shared.shared();
     const starts: Promise<void>[] = [];
     for (let index = 1; index < this.count; index++) {
       const workerData: WorkerData = {
@@ -173,7 +217,8 @@ export class InboxWorkers {
         port,
         logLevel: this.log.level,
         opts,
-        limits: { perAddress: perAddress.shared, perSender: perSender.shared, perSenderBytes: perSenderBytes.shared },
+        ...shared,
+        ...(a2aGrpcPort !== undefined ? { a2aGrpcPort } : {}),
         ready: this.shared.ready.buffer as SharedArrayBuffer,
       };
       const worker = new Worker(typeof entry === "string" ? new URL(entry) : entry, { workerData });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { DEFAULT_RUNTIME_NODE_OPTIONS, memoryBytes, runtimeNodeOptions } from "./node-options.ts";
+import { DEFAULT_RUNTIME_NODE_OPTIONS, defaultRuntimeMemory, memoryBytes, runtimeNodeOptions } from "./node-options.ts";
 
 describe("the runtime's V8 heap", () => {
   it("reads memory quantities as Kubernetes writes them", () => {
@@ -27,5 +27,13 @@ describe("the runtime's V8 heap", () => {
     expect(runtimeNodeOptions(4 * 2 ** 30)).toBe("--max-old-space-size=1024 --max-semi-space-size=4");
     expect(runtimeNodeOptions(64 * 2 ** 20)).toBe("--max-old-space-size=64 --max-semi-space-size=4");
     expect(runtimeNodeOptions(undefined)).toBeUndefined();
+  });
+
+  it("gives each of several event loops its share of the limit, and raises the default memory per loop", () => {
+    expect(runtimeNodeOptions(2 * 2 ** 30, "agent", 4)).toBe("--max-old-space-size=128 --max-semi-space-size=4");
+    expect(runtimeNodeOptions(128 * 2 ** 20, "agent", 2)).toBe("--max-old-space-size=64 --max-semi-space-size=4");
+    expect(runtimeNodeOptions(32 * 2 ** 20, "agent", 2)).toBe("--max-old-space-size=64 --max-semi-space-size=1");
+    expect(defaultRuntimeMemory()).toEqual({ request: "128Mi", limit: "512Mi" });
+    expect(defaultRuntimeMemory(3)).toEqual({ request: "256Mi", limit: "768Mi" });
   });
 });

@@ -13,6 +13,20 @@ import { NANO, parseQuantity } from "../resources/quantity.ts";
 /** The runtime container's memory limit when an Agent or Relay sets no resources of its own. */
 export const DEFAULT_RUNTIME_MEMORY_LIMIT = "512Mi";
 
+/**
+ * What each event loop beside the first (spec.runtime.workers) adds to the default memory of an
+ * agent's container, MiB: its heap and the modules loaded again measured 70–90 MiB of peak RSS
+ * under the inbox benchmark (docs/benchmarks.md), so the limit grows by 128 and the request by 64.
+ */
+export const MEMORY_PER_LOOP_MIB = { request: 64, limit: 128 };
+
+/** The default memory of a runtime container serving `loops` event loops: request and limit. */
+export function defaultRuntimeMemory(loops = 1): { request: string; limit: string } {
+  const more = Math.max(0, loops - 1);
+  const limit = memoryBytes(DEFAULT_RUNTIME_MEMORY_LIMIT)! / MIB + more * MEMORY_PER_LOOP_MIB.limit;
+  return { request: `${128 + more * MEMORY_PER_LOOP_MIB.request}Mi`, limit: `${limit}Mi` };
+}
+
 /** The two modes of a runtime container. */
 export type RuntimeMode = "agent" | "relay";
 
@@ -32,12 +46,19 @@ const MIB = 1024 * 1024;
  * NODE_OPTIONS for a runtime container with a memory limit of `limitBytes`: an old generation of
  * a quarter of the limit (what V8 picks itself within such a limit; the rest is for the young
  * generation, code, and the TLS and NATS buffers outside the heap) and the mode's semi-spaces,
- * each at most a sixteenth of the limit. Undefined without a limit.
+ * each at most a sixteenth of the limit. With `loops` event loops (spec.runtime.workers) each
+ * has a heap of its own under the same flags, so each gets its share: the heaps together are
+ * bounded as one loop's is. Undefined without a limit.
  */
-export function runtimeNodeOptions(limitBytes: number | undefined, mode: RuntimeMode = "agent"): string | undefined {
+export function runtimeNodeOptions(
+  limitBytes: number | undefined,
+  mode: RuntimeMode = "agent",
+  loops = 1,
+): string | undefined {
   if (!limitBytes || !Number.isFinite(limitBytes) || limitBytes <= 0) return undefined;
-  const oldSpace = Math.max(MIN_OLD_SPACE_MIB, Math.floor(limitBytes / 4 / MIB));
-  const semiSpace = Math.max(1, Math.min(SEMI_SPACE_MIB[mode], Math.floor(limitBytes / 16 / MIB)));
+  const share = limitBytes / Math.max(1, loops);
+  const oldSpace = Math.max(MIN_OLD_SPACE_MIB, Math.floor(share / 4 / MIB));
+  const semiSpace = Math.max(1, Math.min(SEMI_SPACE_MIB[mode], Math.floor(share / 16 / MIB)));
   return `--max-old-space-size=${oldSpace} --max-semi-space-size=${semiSpace}`;
 }
 

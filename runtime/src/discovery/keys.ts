@@ -9,6 +9,7 @@ import type { IdentityDocument } from "../protocol/documents.ts";
 import { invalidSignature, type ProtocolError, rateLimited, unavailable, unknownSender } from "../protocol/errors.ts";
 import { publicKeyFromRaw } from "../protocol/keys.ts";
 import { RateLimiter } from "../server/ratelimit.ts";
+import type { Limiter } from "../server/shared-ratelimit.ts";
 import { DiscoveryClient, DiscoveryError } from "./client.ts";
 
 /** Bounds on what a sender can make the runtime do to look its key up (docs/identity.md). */
@@ -34,6 +35,16 @@ export const LOOKUP_DEFAULTS: LookupLimits = {
   perAddressConcurrent: 2,
   concurrent: 16,
 };
+
+/**
+ * The buckets the lookups of new senders are taken from: per address, and in all. Given when
+ * more than one event loop serves the port (SharedRateLimiters, docs/scale.md#more-than-one-core),
+ * so that the budget is the pod's, whichever loop looks a sender up; else this process's own.
+ */
+export interface LookupBudgets {
+  perAddress: Limiter;
+  total?: Limiter;
+}
 
 /** Senders whose lookup succeeded, remembered so they never spend the newcomers' budget. */
 const MAX_KNOWN = 10_000;
@@ -62,6 +73,12 @@ export function didKeyRaw(sender: string): string {
   }
 }
 
+/** The budgets of `limits`, each a bucket `make` gives (this process's, or one every event loop shares). */
+export function lookupBudgets(limits: Partial<LookupLimits>, make: (perMinute: number) => Limiter): LookupBudgets {
+  const { perAddressPerMinute, totalPerMinute } = { ...LOOKUP_DEFAULTS, ...limits };
+  return { perAddress: make(perAddressPerMinute), ...(totalPerMinute ? { total: make(totalPerMinute) } : {}) };
+}
+
 /**
  * Identity documents of senders, looked up under bounds: each failure is remembered for
  * negativeTtlMs and answered from memory; lookups of senders never seen before are limited per
@@ -79,19 +96,26 @@ export class KeyLookup {
   private readonly known = new Map<string, number>();
   private readonly inFlight = new Map<string, Promise<FoundDocument>>();
   private readonly perAddress = new Map<string, number>();
-  private readonly newcomers: RateLimiter;
-  private readonly allNewcomers: RateLimiter | undefined;
+  private readonly newcomers: Limiter;
+  private readonly allNewcomers: Limiter | undefined;
   private running = 0;
 
-  constructor(deps: { discovery: DiscoveryClient; limits?: Partial<LookupLimits>; log?: Logger; now?: () => number }) {
+  constructor(deps: {
+    discovery: DiscoveryClient;
+    limits?: Partial<LookupLimits>;
+    /** The buckets of lookupBudgets(limits) shared by every event loop; without them, this process's own. */
+    budgets?: LookupBudgets;
+    log?: Logger;
+    now?: () => number;
+  }) {
     this.discovery = deps.discovery;
     this.limits = { ...LOOKUP_DEFAULTS, ...deps.limits };
     this.log = deps.log;
     this.now = deps.now ?? Date.now;
-    this.newcomers = new RateLimiter(this.limits.perAddressPerMinute, { now: this.now });
-    this.allNewcomers = this.limits.totalPerMinute
-      ? new RateLimiter(this.limits.totalPerMinute, { now: this.now })
-      : undefined;
+    const budgets =
+      deps.budgets ?? lookupBudgets(this.limits, (perMinute) => new RateLimiter(perMinute, { now: this.now }));
+    this.newcomers = budgets.perAddress;
+    this.allNewcomers = budgets.total;
   }
 
   /**

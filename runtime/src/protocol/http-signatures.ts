@@ -193,7 +193,7 @@ export async function verifyRequest(
   req: IncomingRequest,
   keyFor: (agentId: string, keyId: string) => KeyObject | Promise<KeyObject>,
   now = Date.now(),
-  nonces?: SignatureNonces,
+  nonces?: NonceStore,
 ): Promise<{ agentId: string; keyId: string }> {
   const inputField = field(req.headers["signature-input"]);
   const signatureField = field(req.headers.signature);
@@ -278,15 +278,31 @@ export async function verifyRequest(
 
 const NONCE = /^[A-Za-z0-9\-_.~+/=]{8,128}$/;
 
+/** A replay: the signature's nonce was taken before (401). */
+export const nonceTaken = () =>
+  invalidSignature("the request signature was taken before (its nonce is used); sign every request anew");
+/** A nonce the verifier cannot tell from one it took before (503: sign again). */
+export const nonceForgotten = () =>
+  unavailable(
+    "this verifier takes too many signed requests to remember this signature's nonce; sign the request again",
+    1,
+  );
+
+/** Where a verifier takes the nonce of each signature it verified: 401 when taken before, 503 when it cannot tell. */
+export interface NonceStore {
+  use(keyid: string, nonce: string, created: number, now: number): void;
+}
+
 /**
  * The nonces of the request signatures a verifier took, each kept until its signature is too old
  * to be taken again (MAX_SIGNATURE_AGE_S after its `created`), so that a signed request is taken
  * once: the same request again is a replay. At most `max` are kept; past that the oldest is
  * forgotten and every signature created no later than a forgotten one is refused with 503 (sign
  * again), since it could be that one replayed — memory stays bounded and no replay gets through.
- * In memory, per process: each replica of a verifier keeps its own.
+ * In memory, per process: each replica of a verifier keeps its own (the event loops of one
+ * process share SharedNonces instead, server/shared-ratelimit.ts).
  */
-export class SignatureNonces {
+export class SignatureNonces implements NonceStore {
   private readonly seen = new Map<string, { created: number; until: number }>();
   /** The latest `created` (s) of a nonce forgotten before its time. */
   private floor = Number.NEGATIVE_INFINITY;
@@ -306,14 +322,9 @@ export class SignatureNonces {
       if (v.until > now) break;
       this.seen.delete(k);
     }
-    if (created <= this.floor)
-      throw unavailable(
-        "this verifier takes too many signed requests to remember this signature's nonce; sign the request again",
-        1,
-      );
+    if (created <= this.floor) throw nonceForgotten();
     const k = `${keyid} ${nonce}`;
-    if (this.seen.has(k))
-      throw invalidSignature("the request signature was taken before (its nonce is used); sign every request anew");
+    if (this.seen.has(k)) throw nonceTaken();
     while (this.seen.size >= this.max) {
       const [oldest, v] = this.seen.entries().next().value!;
       this.seen.delete(oldest);

@@ -568,7 +568,7 @@ export const AgentSpec = z
           })
           .optional()
           .describe(
-            "Event loops serving the agent's HTTPS port in each pod, each with its own NATS connection, sharing the inbox's rate limits (docs/scale.md#more-than-one-core); \"auto\" is the container's CPU limit (spec.deployment.resources), 1 without one; unset: 1. Each loop adds to the pod's memory; not with spec.a2a.enabled",
+            "Event loops serving the agent's HTTPS port in each pod, each with its own NATS connection, sharing the inbox's and the A2A face's rate limits, the identity-lookup budget and the A2A signatures' nonces (docs/scale.md#more-than-one-core); \"auto\" is the container's CPU limit (spec.deployment.resources), 1 without one; unset: 1. Each loop beside the first adds 64Mi to the default memory request and 128Mi to its limit, and each loop's heap bound is its share of the memory limit",
           ),
       })
       .optional()

@@ -1,7 +1,8 @@
 import { Worker } from "node:worker_threads";
 import { describe, expect, it } from "vitest";
 import { RateLimiter } from "./ratelimit.ts";
-import { SharedRateLimiter } from "./shared-ratelimit.ts";
+import type { ProtocolError } from "../protocol/errors.ts";
+import { SharedNonces, SharedRateLimiter } from "./shared-ratelimit.ts";
 
 describe("SharedRateLimiter", () => {
   it("decides every take and give as RateLimiter does, Retry-After included", () => {
@@ -79,5 +80,47 @@ describe("SharedRateLimiter", () => {
     const counts = (await Promise.all(granted)) as number[];
     // 400,000 asked for 200,000 tokens, all at once.
     expect(counts.reduce((a, b) => a + b, 0)).toBe(200_000);
+  });
+});
+
+describe("SharedNonces", () => {
+  /** The status a nonce is answered with: 0 when taken. */
+  const status = (nonces: SharedNonces, nonce: string) => {
+    try {
+      nonces.use("alice#key-1", nonce);
+      return 0;
+    } catch (err) {
+      return (err as ProtocolError).statusCode;
+    }
+  };
+
+  it("takes a nonce once, in any loop attached, until any signature with it is too old", () => {
+    let now = 1_000_000_000;
+    const one = new SharedNonces({ now: () => now });
+    const other = new SharedNonces({ shared: one.buckets.shared, now: () => now });
+    expect(status(one, "n-0000001")).toBe(0);
+    expect(status(other, "n-0000001")).toBe(401);
+    expect(status(one, "n-0000001")).toBe(401);
+    // Another key's same nonce is its own.
+    expect(() => other.use("bob#key-1", "n-0000001")).not.toThrow();
+    // A signature lives 300 s from a created up to 300 s ahead: the nonce is kept 601 s.
+    now += 600_000;
+    expect(status(other, "n-0000001")).toBe(401);
+    now += 1_000;
+    expect(status(other, "n-0000001")).toBe(0);
+  });
+
+  it("answers 503 (sign again) once a nonce's slots are all held, never taking a replay", () => {
+    const now = 1_000_000_000;
+    const nonces = new SharedNonces({ maxKeys: 1024, now: () => now });
+    const answers = Array.from({ length: 2000 }, (_, i) => status(nonces, `nonce-${i}`));
+    const taken = answers.filter((s) => s === 0).length;
+    // 1,024 slots: most are taken before a window is full.
+    expect(taken).toBeGreaterThan(700);
+    expect(taken).toBeLessThanOrEqual(1024);
+    expect(answers.filter((s) => s !== 0 && s !== 503)).toEqual([]);
+    // Every nonce taken is refused again as a replay.
+    const again = answers.flatMap((s, i) => (s === 0 ? [status(nonces, `nonce-${i}`)] : []));
+    expect(new Set(again)).toEqual(new Set([401]));
   });
 });

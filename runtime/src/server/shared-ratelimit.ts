@@ -2,6 +2,13 @@
 // so that every event loop of a runtime (runtime.workers, docs/scale.md#more-than-one-core) takes
 // from the same buckets and a sender's limit holds for the pod, whichever loop serves it.
 import { hash } from "node:crypto";
+import {
+  CLOCK_SKEW_S,
+  MAX_SIGNATURE_AGE_S,
+  type NonceStore,
+  nonceForgotten,
+  nonceTaken,
+} from "../protocol/http-signatures.ts";
 
 /** What the inbox takes its limits from: a RateLimiter of one event loop, or a SharedRateLimiter of all. */
 export interface Limiter {
@@ -68,7 +75,8 @@ export class SharedRateLimiter implements Limiter {
     this.now = now;
   }
 
-  take(key: string, cost = 1): { ok: true } | { ok: false; retryAfterSeconds: number } {
+  /** As Limiter's; `full` when the key is new and every slot it may take holds a bucket still refilling. */
+  take(key: string, cost = 1): { ok: true } | { ok: false; retryAfterSeconds: number; full?: true } {
     cost = Math.min(cost, this.capacity);
     const digest = keyDigest(key);
     const now = this.now();
@@ -77,7 +85,7 @@ export class SharedRateLimiter implements Limiter {
       let slot = this.find(digest);
       if (slot < 0) {
         const free = this.reusable(digest, now);
-        if (free.slot < 0) return { ok: false, retryAfterSeconds: this.seconds(free.missing) };
+        if (free.slot < 0) return { ok: false, retryAfterSeconds: this.seconds(free.missing), full: true };
         slot = free.slot;
         this.keys.set(digest, slot * KEY_WORDS);
         this.values[slot * 2] = this.capacity;
@@ -151,6 +159,32 @@ export class SharedRateLimiter implements Limiter {
   /** Whole seconds (at least one) until `tokens` more have been refilled. */
   private seconds(tokens: number): number {
     return Math.max(1, Math.ceil(tokens / this.perMs / 1000));
+  }
+}
+
+/**
+ * The nonces of request signatures (SignatureNonces' job) for every event loop of the pod: a
+ * nonce is a bucket of one token that refills only after any signature carrying it is too old
+ * to be taken (MAX_SIGNATURE_AGE_S after a `created` up to CLOCK_SKEW_S ahead), so a nonce is
+ * taken once whichever loop sees it. A nonce whose slots all hold nonces still live is answered
+ * 503 (sign again), as SignatureNonces answers one it can no longer tell from a replay.
+ */
+export class SharedNonces implements NonceStore {
+  static readonly WINDOW_MS = (MAX_SIGNATURE_AGE_S + CLOCK_SKEW_S + 1) * 1000;
+  readonly buckets: SharedRateLimiter;
+
+  /** New nonces for about `maxKeys` signatures per WINDOW_MS, or those of `shared` (another loop's). */
+  constructor(opts: { shared?: SharedBuckets; maxKeys?: number; now?: () => number } = {}) {
+    const { shared, maxKeys = 262_144, now = Date.now } = opts;
+    this.buckets = shared
+      ? new SharedRateLimiter(shared, now)
+      : SharedRateLimiter.create(1, { maxKeys, windowMs: SharedNonces.WINDOW_MS, now });
+  }
+
+  use(keyid: string, nonce: string): void {
+    const taken = this.buckets.take(`${keyid} ${nonce}`);
+    if (taken.ok) return;
+    throw taken.full ? nonceForgotten() : nonceTaken();
   }
 }
 

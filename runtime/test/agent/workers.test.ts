@@ -6,7 +6,7 @@
 // message answered 202 is in the inbox stream.
 import { spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
-import { request } from "node:https";
+import { createServer, request } from "node:https";
 import { join } from "node:path";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
@@ -17,7 +17,9 @@ import { type ManagedProcess, spawnProcess } from "../../../e2e/support/process.
 import { waitFor } from "../../../e2e/support/wait.ts";
 import { Conversations } from "../../src/agent/conversations.ts";
 import { agentNames } from "../../src/agent/names.ts";
+import { LOOKUP_DEFAULTS } from "../../src/discovery/keys.ts";
 import type { Message } from "../../src/protocol/message.ts";
+import { signRequest } from "../../src/protocol/http-signatures.ts";
 import type { AgentSpecInput } from "../../src/resources/agent.ts";
 import { agentProcessArgs, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { onFreePorts } from "../support/free-ports.ts";
@@ -38,6 +40,8 @@ withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
 const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
 const CRASH = new URL("../support/crash-worker.ts", import.meta.url).pathname;
 const PER_SENDER = 20;
+/** Identity lookups of new senders one address may cause a minute (LOOKUP_DEFAULTS.perAddressPerMinute). */
+const LOOKUPS = LOOKUP_DEFAULTS.perAddressPerMinute;
 
 const bob = identity("bob-agent");
 const carol = identity("carol-agent");
@@ -48,29 +52,38 @@ const senders = [bob, carol, dave, erin];
 interface Runtime {
   proc: ManagedProcess;
   url: string;
+  localApiUrl: string;
   metricsUrl: string;
   self: TestIdentity;
 }
 
 /** `ifp-runtime agent --workers 2` as a child process, once it listens; `crashFile` preloads crash-worker.ts. */
-async function startRuntime(name: string, opts: { crashFile?: string; spec?: Omit<AgentSpecInput, "agentId"> } = {}) {
+async function startRuntime(
+  name: string,
+  opts: { crashFile?: string; spec?: Omit<AgentSpecInput, "agentId">; args?: string[] } = {},
+) {
   const self = identity(name);
   const dir = tempDir();
-  const spec: Omit<AgentSpecInput, "agentId"> = {
-    peers: senders.map(peerOf),
-    inbox: { rateLimit: { perSenderPerMinute: PER_SENDER, perAddressPerMinute: 100_000 } },
-    runtime: { workers: 2 },
-    ...opts.spec,
-  };
-  const manifest = writeAgentManifest(dir, { agentId: self.agentId, ...spec }, name);
   const key = writeKey(dir, self);
   // `--metrics-port 0` is no metrics listener: both ports are chosen (again when one was taken).
   const runtime = await onFreePorts(["https", "metrics"], async (ports): Promise<Runtime> => {
+    const spec: Omit<AgentSpecInput, "agentId"> = {
+      // Request signatures to the A2A face name this authority.
+      baseUrl: `https://localhost:${ports.https}`,
+      peers: senders.map(peerOf),
+      inbox: { rateLimit: { perSenderPerMinute: PER_SENDER, perAddressPerMinute: 100_000 } },
+      runtime: { workers: 2 },
+      ...opts.spec,
+    };
+    const manifest = writeAgentManifest(dir, { agentId: self.agentId, ...spec }, name);
     const args = agentProcessArgs({ manifest, key, port: ports.https, tls, natsUrl: nats.url });
     const proc = spawnProcess(
       `ifp-runtime agent ${name}`,
       process.execPath,
-      [...(opts.crashFile ? ["--import", CRASH] : []), BIN, ...args, "--metrics-port", String(ports.metrics)],
+      [
+        ...(opts.crashFile ? ["--import", CRASH] : []),
+        ...[BIN, ...args, ...(opts.args ?? []), "--metrics-port", String(ports.metrics)],
+      ],
       { env: { ...process.env, IFP_LOG_LEVEL: "info", IFP_TEST_CRASH_FILE: opts.crashFile ?? "" } },
     );
     const listening = await waitFor(
@@ -81,7 +94,7 @@ async function startRuntime(name: string, opts: { crashFile?: string; spec?: Omi
           .log()
           .split("\n")
           .find((l) => l.includes('"agent listening"'));
-        return line ? (JSON.parse(line) as { url: string }) : undefined;
+        return line ? (JSON.parse(line) as { url: string; localApiUrl: string }) : undefined;
       },
       60_000,
     ).catch(async (err: unknown) => {
@@ -90,44 +103,57 @@ async function startRuntime(name: string, opts: { crashFile?: string; spec?: Omi
     });
     // Its log says EADDRINUSE when a port was taken meanwhile.
     if (listening === "ended") throw new Error(`${name} ended: ${proc.log()}`);
-    return { proc, url: listening.url, metricsUrl: `http://127.0.0.1:${ports.metrics}`, self };
+    return {
+      proc,
+      url: listening.url,
+      localApiUrl: listening.localApiUrl,
+      metricsUrl: `http://127.0.0.1:${ports.metrics}`,
+      self,
+    };
   });
   await waitFor(`${name} ready`, async () => (await get(runtime, "/readyz")) === 200, 60_000);
   return runtime;
 }
 
-/** One request on a connection of its own (so that the kernel picks a loop for each); the status, or the error. */
-function post(rt: Runtime, body: string): Promise<number | string> {
+/**
+ * One request on a connection of its own (so that the kernel picks a loop for each): its status
+ * and body (a stream's, once it ended), or the error.
+ */
+function call(
+  rt: Runtime,
+  path: string,
+  opts: { method?: string; headers?: Record<string, string>; body?: string } = {},
+): Promise<{ status: number | string; text: string }> {
+  const { method = "GET", headers = {}, body } = opts;
   return new Promise((resolve) => {
+    const length = body === undefined ? {} : { "content-length": String(Buffer.byteLength(body)) };
     const req = request(
-      `${rt.url}/.well-known/agent/inbox`,
-      {
-        method: "POST",
-        ca: tls.ca,
-        agent: false,
-        headers: { "content-type": "application/json", "content-length": String(Buffer.byteLength(body)) },
-      },
+      `${rt.url}${path}`,
+      { method, ca: tls.ca, agent: false, headers: { ...headers, ...length } },
       (res) => {
-        res.resume();
-        res.on("end", () => resolve(res.statusCode ?? 0));
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (chunk: string) => (text += chunk));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, text }));
       },
     );
-    req.on("error", (e) => resolve((e as NodeJS.ErrnoException).code ?? e.message));
+    req.on("error", (e) => resolve({ status: (e as NodeJS.ErrnoException).code ?? e.message, text: "" }));
     req.setTimeout(20_000, () => req.destroy(new Error("timeout")));
     req.end(body);
   });
 }
 
-function get(rt: Runtime, path: string): Promise<number | string> {
-  return new Promise((resolve) => {
-    const req = request(`${rt.url}${path}`, { ca: tls.ca, agent: false }, (res) => {
-      res.resume();
-      res.on("end", () => resolve(res.statusCode ?? 0));
-    });
-    req.on("error", (e) => resolve((e as NodeJS.ErrnoException).code ?? e.message));
-    req.end();
-  });
-}
+/** A message posted to the inbox: the status, or the error. */
+const post = async (rt: Runtime, body: string) =>
+  (
+    await call(rt, "/.well-known/agent/inbox", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body,
+    })
+  ).status;
+
+const get = async (rt: Runtime, path: string) => (await call(rt, path)).status;
 
 /** The value of a sample of the runtime's /metrics (0 when absent). */
 async function metric(rt: Runtime, sample: string): Promise<number> {
@@ -187,7 +213,7 @@ async function stored(rt: Runtime): Promise<string[]> {
 }
 
 describe("--workers and spec.runtime.workers refused", () => {
-  it("exits 2 for a count that is not 1 to 64 or auto, or in relay mode; 1 beside spec.a2a", async () => {
+  it("exits 2 for a count that is not 1 to 64 or auto, or in relay mode", async () => {
     const dir = tempDir();
     const self = identity("refused-agent");
     const run = (spec: Omit<AgentSpecInput, "agentId">, ...more: string[]) =>
@@ -210,9 +236,6 @@ describe("--workers and spec.runtime.workers refused", () => {
       expect(r.status, bad).toBe(2);
       expect(r.stderr).toMatch(/--workers must be a whole number from 1 to 64 or auto/);
     }
-    const a2a = run({ a2a: { enabled: true } }, "--workers", "2");
-    expect(a2a.status).toBe(1);
-    expect(a2a.stdout + a2a.stderr).toMatch(/does not serve spec\.a2a yet/);
     const relay = run({}, "--workers", "2", "relay");
     expect(relay.status).toBe(2);
     expect(relay.stderr).toMatch(/--workers is of the agent mode/);
@@ -291,6 +314,226 @@ describe("the per-address limit across two event loops", () => {
       expect(await metric(rt, 'ifp_inbox_rate_limited_total{limit="address",mode="agent"}')).toBe(2 * PER_SENDER);
     } finally {
       await rt.proc.stop();
+    }
+  }, 120_000);
+});
+
+const TOKEN = "workers-a2a-token-0123456789abcdef";
+const LIMITED_TOKEN = "workers-a2a-limited-0123456789abcdef";
+/** Each test's caller its own: each spends its own limit of A2A_PER_CALLER requests a minute. */
+const PUSH_TOKEN = "workers-a2a-pushes-0123456789abcdef";
+const signer = identity("a2a-signer-agent");
+const A2A_PER_CALLER = 40;
+const STREAMS = 16;
+const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
+const A2A_HEADERS = { "content-type": "application/json", "a2a-version": "1.0" };
+
+/** A JSON-RPC call to the A2A face on a connection of its own: the status and the parsed answer. */
+async function rpc(rt: Runtime, method: string, params: unknown, headers: Record<string, string> = bearer(TOKEN)) {
+  const body = JSON.stringify({ jsonrpc: "2.0", id: 1, method, params });
+  const res = await call(rt, "/a2a/v1", { method: "POST", headers: { ...A2A_HEADERS, ...headers }, body });
+  return { status: res.status, body: res.text ? JSON.parse(res.text) : undefined };
+}
+
+const sendParams = (messageId: string) => ({
+  message: { messageId, role: "ROLE_USER", parts: [{ text: `hello ${messageId}` }] },
+  configuration: { returnImmediately: true },
+});
+
+describe("the A2A face over two event loops", () => {
+  let rt: Runtime;
+  beforeAll(async () => {
+    const tokens = join(tempDir(), "a2a-tokens");
+    writeFileSync(tokens, `${TOKEN}\n${LIMITED_TOKEN}\n${PUSH_TOKEN}\n`);
+    rt = await startRuntime("a2a-workers-agent", {
+      spec: {
+        peers: [...senders, signer].map(peerOf),
+        inbox: { rateLimit: { perSenderPerMinute: A2A_PER_CALLER, perAddressPerMinute: 100_000 } },
+        a2a: { enabled: true, authentication: { bearerTokenSecret: { name: "a2a-tokens" } } },
+      },
+      args: ["--a2a-token-file", tokens, "--a2a-grpc-port", "0"],
+    });
+  }, 90_000);
+  afterAll(async () => {
+    await rt?.proc.stop();
+  });
+
+  it("a SendMessage repeated over both loops makes one task and one hand-off; the task is read and followed through either loop", async () => {
+    const sent = await overBothLoops(rt, () =>
+      Promise.all(Array.from({ length: 12 }, () => rpc(rt, "SendMessage", sendParams("repeated-over-loops")))),
+    );
+    expect(sent.map((r) => r.status)).toEqual(Array(12).fill(200));
+    const ids = new Set(sent.map((r) => r.body.result.task.id as string));
+    expect(ids.size).toBe(1);
+    const [taskId] = ids;
+    expect((await stored(rt)).filter((id) => id.startsWith(`a2a-${taskId}-`))).toHaveLength(1);
+
+    const read = await overBothLoops(rt, () =>
+      Promise.all(Array.from({ length: 12 }, () => rpc(rt, "GetTask", { id: taskId }))),
+    );
+    expect(read.map((r) => [r.status, r.body.result.id])).toEqual(Array(12).fill([200, taskId]));
+
+    // Streams of the task opened on both loops, then the application (the main loop's local API) completes it.
+    const before = await perWorker(rt);
+    const streams = Array.from({ length: STREAMS }, () =>
+      call(rt, `/a2a/rest/tasks/${taskId}:subscribe`, { headers: { ...bearer(TOKEN), "a2a-version": "1.0" } }),
+    );
+    await waitFor(
+      "the streams opened on both loops",
+      async () => {
+        const now = await perWorker(rt);
+        return now[0]! - before[0]! + (now[1]! - before[1]!) >= STREAMS;
+      },
+      15_000,
+    );
+    const after = await perWorker(rt);
+    expect(after[0]! - before[0]!, "streams the main loop took").toBeGreaterThan(0);
+    expect(after[1]! - before[1]!, "streams loop 1 took").toBeGreaterThan(0);
+    const done = await fetch(`${rt.localApiUrl}/a2a/tasks/${taskId}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ state: "TASK_STATE_COMPLETED", message: { text: "done" } }),
+    });
+    expect(done.status).toBe(200);
+    for (const stream of await Promise.all(streams)) {
+      expect(stream.status).toBe(200);
+      const events = stream.text
+        .split("\n")
+        .filter((l) => l.startsWith("data:"))
+        .map((l) => JSON.parse(l.slice(5)));
+      expect(events[0].task.id).toBe(taskId);
+      expect(events.at(-1).statusUpdate.status.state).toBe("TASK_STATE_COMPLETED");
+    }
+  }, 60_000);
+
+  it("the card every loop serves names the gRPC binding the main loop serves", async () => {
+    const cards = await overBothLoops(rt, () =>
+      Promise.all(
+        Array.from({ length: 12 }, () =>
+          call(rt, "/.well-known/agent-card.json", { headers: { "a2a-version": "1.0" } }),
+        ),
+      ),
+    );
+    const grpc = cards.map(
+      (c) =>
+        (
+          JSON.parse(c.text) as { supportedInterfaces: { url: string; protocolBinding: string }[] }
+        ).supportedInterfaces.find((i) => i.protocolBinding === "GRPC")?.url,
+    );
+    expect(grpc[0]).toMatch(/^localhost:\d+$/);
+    expect(grpc).toEqual(Array(12).fill(grpc[0]));
+  });
+
+  it("push notification configs made through either loop are delivered, each change once", async () => {
+    const pushed: { path: string; body: any }[] = [];
+    const hooks = createServer({ cert: tls.cert, key: tls.key }, (req, res) => {
+      let text = "";
+      req.setEncoding("utf8");
+      req.on("data", (c: string) => (text += c));
+      req.on("end", () => {
+        pushed.push({ path: req.url ?? "", body: JSON.parse(text) });
+        res.writeHead(200).end();
+      });
+    });
+    await new Promise<void>((r) => hooks.listen(0, "127.0.0.1", r));
+    const hooksUrl = `https://localhost:${(hooks.address() as { port: number }).port}`;
+    try {
+      const tasks = await Promise.all(
+        Array.from(
+          { length: 8 },
+          async (_, i) =>
+            (await rpc(rt, "SendMessage", sendParams(`pushed-${i}`), bearer(PUSH_TOKEN))).body.result.task.id as string,
+        ),
+      );
+      const made = await overBothLoops(rt, () =>
+        Promise.all(
+          tasks.map((taskId) =>
+            rpc(rt, "CreateTaskPushNotificationConfig", { taskId, url: `${hooksUrl}/${taskId}` }, bearer(PUSH_TOKEN)),
+          ),
+        ),
+      );
+      expect(made.map((r) => r.status)).toEqual(Array(8).fill(200));
+      for (const taskId of tasks) {
+        const done = await fetch(`${rt.localApiUrl}/a2a/tasks/${taskId}`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ state: "TASK_STATE_COMPLETED" }),
+        });
+        expect(done.status).toBe(200);
+      }
+      const completed = (taskId: string) =>
+        pushed.filter((p) => p.path === `/${taskId}` && p.body.statusUpdate?.status.state === "TASK_STATE_COMPLETED");
+      await waitFor("every task's completion pushed", async () => tasks.every((t) => completed(t).length > 0), 30_000);
+      for (const taskId of tasks) expect(completed(taskId)).toHaveLength(1);
+    } finally {
+      hooks.closeAllConnections();
+      await new Promise((r) => hooks.close(r));
+    }
+  }, 60_000);
+
+  it("a signed request replayed over both loops is taken once", async () => {
+    // The authority of spec.baseUrl, which the signature covers.
+    const url = `https://localhost:${new URL(rt.url).port}/a2a/v1`;
+    const body = JSON.stringify({ jsonrpc: "2.0", id: 2, method: "SendMessage", params: sendParams("signed-once") });
+    const headers = await signRequest({ method: "POST", url, headers: A2A_HEADERS, body }, signer.signing);
+    const answers = await overBothLoops(rt, () =>
+      Promise.all(Array.from({ length: 12 }, () => call(rt, "/a2a/v1", { method: "POST", headers, body }))),
+    );
+    expect(
+      answers.filter((a) => a.status === 200),
+      JSON.stringify(answers[0]),
+    ).toHaveLength(1);
+    const replays = answers.filter((a) => a.status === 401);
+    expect(replays).toHaveLength(11);
+    for (const r of replays) expect(JSON.parse(r.text).error.message).toMatch(/taken before/);
+  }, 60_000);
+
+  it("a caller spreading its requests over both loops gets no more than its limit", async () => {
+    const answers = await overBothLoops(rt, () =>
+      Promise.all(
+        Array.from({ length: 3 * A2A_PER_CALLER }, (_, i) =>
+          rpc(rt, "SendMessage", sendParams(`limited-${i}`), bearer(LIMITED_TOKEN)),
+        ),
+      ),
+    );
+    expect(answers.filter((a) => a.status === 200)).toHaveLength(A2A_PER_CALLER);
+    const refused = answers.filter((a) => a.status === 429);
+    expect(refused).toHaveLength(2 * A2A_PER_CALLER);
+    expect(refused[0]!.body.error.message).toMatch(`rate limit of ${A2A_PER_CALLER} requests per minute`);
+  }, 60_000);
+});
+
+describe("the identity-lookup budget across two event loops", () => {
+  it("is the pod's: fresh senders spread over many connections, and so both loops, get no more lookups than one budget", async () => {
+    // Identity documents nobody has: each lookup is one fetch here, answered 404.
+    const fetched: string[] = [];
+    const documents = createServer({ cert: tls.cert, key: tls.key }, (req, res) => {
+      fetched.push(req.url ?? "");
+      res.writeHead(404).end();
+    });
+    await new Promise<void>((r) => documents.listen(0, "127.0.0.1", r));
+    const address = documents.address();
+    const base = `https://localhost:${typeof address === "object" && address ? address.port : 0}`;
+    const rt = await startRuntime("lookups-agent");
+    try {
+      const strangers = Array.from({ length: 4 * LOOKUPS }, (_, i) =>
+        signed(identity(`${base}/u${i}`), rt.self.agentId),
+      );
+      // Two at a time: never more in flight than one loop's two lookups per address, so every
+      // refusal is the budget's, not the concurrency bound's.
+      const started = Date.now();
+      const answers = [...(await overBothLoops(rt, () => postAll(rt, strangers, 2))).values()];
+      // The budget refills evenly (LOOKUPS a minute) while the messages are posted.
+      const refilled = Math.ceil(((Date.now() - started) / 60_000) * LOOKUPS);
+      expect(fetched.length).toBeGreaterThanOrEqual(LOOKUPS);
+      expect(fetched.length).toBeLessThanOrEqual(LOOKUPS + refilled);
+      expect(new Set(fetched).size).toBe(fetched.length);
+      expect(answers.filter((s) => s === 401)).toHaveLength(fetched.length);
+      expect(answers.filter((s) => s === 429)).toHaveLength(strangers.length - fetched.length);
+    } finally {
+      await rt.proc.stop();
+      documents.closeAllConnections();
+      await new Promise((r) => documents.close(r));
     }
   }, 120_000);
 });

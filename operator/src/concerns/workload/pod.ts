@@ -87,15 +87,30 @@ export function canonicalQuantity(q: string | number): string {
 type Loose = Record<string, unknown>;
 
 /**
- * NODE_OPTIONS of the runtime container from its memory limit (runtimeNodeOptions): V8's heap
- * bounded to fit the container wherever it runs. Left out when the container has no memory
- * limit, or when NODE_OPTIONS is already set (by the user's spec.deployment.env, which wins).
+ * The event loops the runtime starts for spec.runtime.workers (as its --workers does): the
+ * number, or for "auto" the container's CPU limit in whole CPUs (1 without one).
  */
-export function withNodeHeap(deployment: V1Deployment, mode: RuntimeMode): V1Deployment {
+export function eventLoops(workers: number | "auto" | undefined, cpuLimit?: string | number): number {
+  if (workers === undefined) return 1;
+  if (workers !== "auto") return workers;
+  const cpu = cpuLimit === undefined ? undefined : parseQuantity(cpuLimit);
+  if (!cpu || cpu.negative) return 1;
+  return Math.min(64, Math.max(1, Number(cpu.nanos / NANO)));
+}
+
+/**
+ * NODE_OPTIONS of the runtime container from its memory limit (runtimeNodeOptions): V8's heap
+ * bounded to fit the container wherever it runs, shared by its event loops (`workers`). Left out
+ * when the container has no memory limit, or when NODE_OPTIONS is already set (by the user's
+ * spec.deployment.env, which wins).
+ */
+export function withNodeHeap(deployment: V1Deployment, mode: RuntimeMode, workers?: number | "auto"): V1Deployment {
   const pod = deployment.spec!.template.spec!;
   const [runtime, ...others] = pod.containers;
   if (!runtime || runtime.env?.some((e) => e.name === "NODE_OPTIONS")) return deployment;
-  const options = runtimeNodeOptions(memoryBytes(runtime.resources?.limits?.memory), mode);
+  const limits = runtime.resources?.limits;
+  const loops = eventLoops(workers, limits?.cpu as string | undefined);
+  const options = runtimeNodeOptions(memoryBytes(limits?.memory), mode, loops);
   if (!options) return deployment;
   const env = [...(runtime.env ?? []), { name: "NODE_OPTIONS", value: options }];
   return {

@@ -73,7 +73,7 @@ describe("runtimeDeployment on the install's NATS layout", () => {
 });
 
 describe("runtimeDeployment with spec.runtime.workers", () => {
-  const args = (kind: "Agent" | "Relay", workers?: number | "auto") =>
+  const container = (kind: "Agent" | "Relay", workers?: number | "auto", pod?: unknown) =>
     runtimeDeployment({
       owner: { kind, metadata: { name: "alice", namespace: "team", uid: "u" } },
       mode: kind === "Agent" ? "agent" : "relay",
@@ -83,12 +83,44 @@ describe("runtimeDeployment with spec.runtime.workers", () => {
       tlsSecret: "t",
       configHash: "h",
       ...(workers === undefined ? {} : { workers }),
-    }).spec!.template.spec!.containers[0]!.args!;
+      ...(pod === undefined ? {} : { pod }),
+    } as never).spec!.template.spec!.containers[0]!;
+  const args = (kind: "Agent" | "Relay", workers?: number | "auto") => container(kind, workers).args!;
+  const nodeOptions = (c: ReturnType<typeof container>) => c.env?.find((e) => e.name === "NODE_OPTIONS")?.value;
 
   it("renders --workers for an Agent that sets it, and nothing when it is unset", () => {
     expect(args("Agent", 4)).toContain("--workers=4");
     expect(args("Agent", "auto")).toContain("--workers=auto");
     expect(args("Agent").some((a) => a.startsWith("--workers"))).toBe(false);
     expect(args("Relay", 4).some((a) => a.startsWith("--workers"))).toBe(false);
+  });
+
+  it("raises the default memory by 64Mi requested and 128Mi of limit per loop beside the first, each loop's heap its share", () => {
+    const memory = (c: ReturnType<typeof container>) => [c.resources?.requests?.memory, c.resources?.limits?.memory];
+    expect(memory(container("Agent"))).toEqual(["128Mi", "512Mi"]);
+    expect(nodeOptions(container("Agent"))).toBe("--max-old-space-size=128 --max-semi-space-size=4");
+    expect(memory(container("Agent", 1))).toEqual(["128Mi", "512Mi"]);
+    expect(memory(container("Agent", 2))).toEqual(["192Mi", "640Mi"]);
+    expect(nodeOptions(container("Agent", 2))).toBe("--max-old-space-size=80 --max-semi-space-size=4");
+    expect(memory(container("Agent", 4))).toEqual(["320Mi", "896Mi"]);
+    expect(nodeOptions(container("Agent", 4))).toBe("--max-old-space-size=64 --max-semi-space-size=4");
+    // "auto" without the user's resources has no CPU limit: one loop.
+    expect(memory(container("Agent", "auto"))).toEqual(["128Mi", "512Mi"]);
+    expect(memory(container("Relay", 4))).toEqual(["128Mi", "512Mi"]);
+  });
+
+  it("leaves the user's resources as given, and shares their memory limit among the loops (auto: the CPU limit's)", () => {
+    const resources = { requests: { cpu: "2", memory: "512Mi" }, limits: { cpu: "4", memory: "2Gi" } };
+    const auto = container("Agent", "auto", { resources });
+    expect(auto.resources).toEqual(resources);
+    expect(nodeOptions(auto)).toBe("--max-old-space-size=128 --max-semi-space-size=4");
+    expect(nodeOptions(container("Agent", 2, { resources }))).toBe("--max-old-space-size=256 --max-semi-space-size=4");
+    expect(nodeOptions(container("Agent", undefined, { resources }))).toBe(
+      "--max-old-space-size=512 --max-semi-space-size=4",
+    );
+    const halfCpu = { limits: { cpu: "1500m", memory: "1Gi" } };
+    expect(nodeOptions(container("Agent", "auto", { resources: halfCpu }))).toBe(
+      "--max-old-space-size=256 --max-semi-space-size=4",
+    );
   });
 });

@@ -4,8 +4,8 @@ import type { V1Container, V1Deployment, V1EnvVar, V1Volume, V1VolumeMount } fro
 import { stringify } from "yaml";
 import { ANNOTATION_PREFIX } from "../../../../runtime/src/contract/annotations.ts";
 import type { DeploymentSettings } from "../../../../runtime/src/resources/deployment.ts";
-import { DEFAULT_RUNTIME_MEMORY_LIMIT } from "../../../../runtime/src/contract/node-options.ts";
-import { withNodeHeap, withPodSettings } from "./pod.ts";
+import { defaultRuntimeMemory } from "../../../../runtime/src/contract/node-options.ts";
+import { eventLoops, withNodeHeap, withPodSettings } from "./pod.ts";
 import { podServiceAccount, runtimeNeedsToken, runtimeTokenVolume } from "./identity.ts";
 import { childMeta, childNames, HTTPS_PORT, labels, METRICS_PORT, selectorLabels } from "../../reconcile/names.ts";
 import type { OperatorSettings, Owner, OwnerMeta, RuntimeTracing } from "../../reconcile/settings.ts";
@@ -116,7 +116,11 @@ export function runtimeDeployment(opts: RuntimeDeploymentInput): V1Deployment {
       },
     },
   };
-  return withNodeHeap(withPodSettings(deployment, opts.pod), opts.mode);
+  return withNodeHeap(
+    withPodSettings(deployment, opts.pod),
+    opts.mode,
+    opts.mode === "agent" ? opts.workers : undefined,
+  );
 }
 
 /** The pod's security context and image pull Secrets from the operator's settings. */
@@ -139,6 +143,8 @@ function podSecurity(settings: OperatorSettings) {
 function runtimeContainer(opts: RuntimeDeploymentInput): V1Container {
   const { settings } = opts;
   const files = runtimeFiles(opts);
+  // The default memory grows with the event loops; the user's resources replace it (pod.ts).
+  const memory = defaultRuntimeMemory(opts.mode === "agent" ? eventLoops(opts.workers) : 1);
   const probe = (path: string) => ({
     httpGet: { path, port: "https", scheme: "HTTPS" },
     periodSeconds: 10,
@@ -161,8 +167,8 @@ function runtimeContainer(opts: RuntimeDeploymentInput): V1Container {
     readinessProbe: probe("/readyz"),
     livenessProbe: probe("/healthz"),
     resources: {
-      requests: { cpu: "50m", memory: "128Mi" },
-      limits: { memory: DEFAULT_RUNTIME_MEMORY_LIMIT },
+      requests: { cpu: "50m", memory: memory.request },
+      limits: { memory: memory.limit },
     },
     securityContext: {
       allowPrivilegeEscalation: false,

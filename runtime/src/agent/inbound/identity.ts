@@ -5,7 +5,14 @@ import type { KeyObject } from "node:crypto";
 import type { Logger } from "pino";
 import { tokenFile } from "../../util/token-file.ts";
 import type { DiscoveryClient } from "../../discovery/client.ts";
-import { didKeyRaw, isHttpsUrl, KeyLookup, LOOKUP_DEFAULTS, type LookupLimits } from "../../discovery/keys.ts";
+import {
+  didKeyRaw,
+  isHttpsUrl,
+  KeyLookup,
+  LOOKUP_DEFAULTS,
+  type LookupBudgets,
+  type LookupLimits,
+} from "../../discovery/keys.ts";
 import { isDidKey } from "../../protocol/did-key.ts";
 import { insufficientAuthLevel, invalidSignature, ProtocolError, unknownSender } from "../../protocol/errors.ts";
 import { publicKeyFromRaw } from "../../protocol/keys.ts";
@@ -65,12 +72,15 @@ export class IdentityResolver implements MessageVerifier {
     /** The introduction tokens currently accepted (none: level 0 is never given). */
     introductionTokens?: () => readonly string[];
     limits?: Partial<IdentityLimits>;
+    /** The lookup budgets every event loop of the pod shares (spec.runtime.workers). */
+    budgets?: LookupBudgets;
     log?: Logger;
     now?: () => number;
   }) {
     this.spec = deps.spec;
     this.tokens = deps.introductionTokens ?? (() => []);
-    this.keys = new KeyLookup({ discovery: deps.discovery, limits: deps.limits, log: deps.log, now: deps.now });
+    const { discovery, limits, budgets, log, now } = deps;
+    this.keys = new KeyLookup({ discovery, limits, budgets, log, now });
   }
 
   async verify(
