@@ -52,8 +52,8 @@ export class Conversations {
   private readonly deliveries: Pick<DeliveryStateStore, "get" | "put"> | undefined;
   private readonly strict: boolean;
   private readonly onRetry: () => void;
-  /** The update of each record this process is making, for the next to wait on. */
-  private readonly updating = new Map<string, Promise<void>>();
+  /** The changes of each record waiting for the write under way of it in this process. */
+  private readonly updating = new Map<string, Pending[]>();
   /**
    * The records this process last wrote, with their revisions (the most recently used
    * KNOWN_RECORDS): the next update of one is written against that revision without reading it
@@ -279,32 +279,74 @@ export class Conversations {
    * Compare-and-set: `change` returns the new state, or undefined for no write; it may throw to
    * refuse. Updates of one record by this process run one after another, so that messages of one
    * conversation arriving together do not make each other retry: only another replica's write
-   * can come in between.
+   * can come in between. The changes that come while a write of the record is under way are made
+   * together in the next write, each on the state the one before left, each refused or not on
+   * its own: one write for a burst of a conversation's messages instead of one each.
    */
-  private async update(
+  private update(
     peer: string,
     conversationId: string,
     change: (state: ConversationState | undefined) => ConversationState | undefined,
   ): Promise<void> {
     const key = Conversations.key(peer, conversationId);
+    const { promise, resolve, reject } = Promise.withResolvers<void>();
+    const item: Pending = { change, resolve, reject };
+    const waiting = this.updating.get(key);
+    if (waiting) {
+      waiting.push(item);
+      return promise;
+    }
     // Started at once when no other update of the record is under way: its write leaves in the
     // same socket write as the message's, which the inbox starts in the same turn.
-    const before = this.updating.get(key);
-    const run = before
-      ? before.catch(() => {}).then(() => this.compareAndSet(key, change))
-      : this.compareAndSet(key, change);
-    this.updating.set(key, run);
+    const next: Pending[] = [];
+    this.updating.set(key, next);
+    void this.writeAll(key, [item], next);
+    return promise;
+  }
+
+  /** `batch` written, then what came meanwhile (`next`), until nothing waits. */
+  private async writeAll(key: string, batch: Pending[], next: Pending[]): Promise<void> {
     try {
-      await run;
+      while (batch.length) {
+        await this.writeTogether(key, batch);
+        batch = next.splice(0);
+      }
     } finally {
-      if (this.updating.get(key) === run) this.updating.delete(key);
+      this.updating.delete(key);
     }
   }
 
-  private async compareAndSet(
-    key: string,
-    change: (state: ConversationState | undefined) => ConversationState | undefined,
-  ): Promise<void> {
+  /** The changes of `batch` made in one compare-and-set; each settled with its own refusal or the write's outcome. */
+  private async writeTogether(key: string, batch: Pending[]): Promise<void> {
+    const refused = new Map<Pending, unknown>();
+    const together: Change = (state, fresh) => {
+      refused.clear();
+      let changed: ConversationState | undefined;
+      for (const p of batch) {
+        try {
+          const after = p.change(changed ?? state);
+          if (after) changed = after;
+        } catch (err) {
+          // A refusal on a remembered record is decided again on a fresh read (compareAndSet).
+          if (!fresh) throw err;
+          refused.set(p, err);
+        }
+      }
+      return changed;
+    };
+    try {
+      await this.compareAndSet(key, together);
+    } catch (err) {
+      for (const p of batch) p.reject(err);
+      return;
+    }
+    for (const p of batch) {
+      if (refused.has(p)) p.reject(refused.get(p));
+      else p.resolve();
+    }
+  }
+
+  private async compareAndSet(key: string, change: Change): Promise<void> {
     const kv = this.store();
     let remembered = this.remembered(key);
     // A record this process does not remember is most often a new conversation: made at once
@@ -323,7 +365,7 @@ export class Conversations {
       }
       let next: ConversationState | undefined;
       try {
-        next = change(state);
+        next = change(state, !remembered);
       } catch (err) {
         // Refused on a remembered record: decide again on the record as it is now.
         if (!remembered) throw err;
@@ -359,14 +401,10 @@ export class Conversations {
    * The record made from none, if the key holds no record: true once written. False when it
    * holds one (or `change` makes nothing of none), for the caller to read it and decide.
    */
-  private async createFresh(
-    kv: KV,
-    key: string,
-    change: (state: ConversationState | undefined) => ConversationState | undefined,
-  ): Promise<boolean> {
+  private async createFresh(kv: KV, key: string, change: Change): Promise<boolean> {
     let next: ConversationState | undefined;
     try {
-      next = change(undefined);
+      next = change(undefined, false);
     } catch {
       return false;
     }
@@ -397,6 +435,16 @@ export class Conversations {
     this.known.set(key, { revision, state, at: this.now() });
     if (this.known.size > KNOWN_RECORDS) this.known.delete(this.known.keys().next().value!);
   }
+}
+
+/** A change of a record: `fresh` when `state` was just read (not remembered, not assumed absent). */
+type Change = (state: ConversationState | undefined, fresh: boolean) => ConversationState | undefined;
+
+/** A change waiting for its record's write, and how its caller is told. */
+interface Pending {
+  change: (state: ConversationState | undefined) => ConversationState | undefined;
+  resolve: () => void;
+  reject: (err: unknown) => void;
 }
 
 function touch(state: ConversationState, now: number): ConversationState {

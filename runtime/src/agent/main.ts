@@ -249,7 +249,7 @@ export function inboxParts(
   life.defer("NATS", () => nats.close());
   const inbox = new InboxStore(nats, names, parseDuration(spec.inbox.replayWindow), spec.inbox.maxBytes, replicas);
   // Before NATS closes, after the servers: what the runtime reserved of its inbox's byte count and did not use.
-  life.defer("inbox byte count", () => inbox.close());
+  life.defer("inbox byte count and look back record", () => inbox.close());
   const outbox = new OutboxStore(nats, names, replicas);
   const states = new DeliveryStates(nats, names.outboxStateBucket);
   const peerCaps = new PeerCapabilityCache(nats, names, log);

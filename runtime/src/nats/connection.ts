@@ -19,6 +19,7 @@ import { retry } from "../util/retry.ts";
 import { FollowingBucket } from "./following-bucket.ts";
 import type { NatsLink } from "./link.ts";
 import { perAgentLayout, type JetStreamLayout, type KeyIndex } from "./layout.ts";
+import { sharingReplies } from "./replies.ts";
 import { placementOf, type JetStreamPlacement, type Replicas } from "./streams.ts";
 import type { KV, KvOptions } from "@nats-io/kv";
 
@@ -160,7 +161,9 @@ export class Nats implements NatsLink {
             await nc.close().catch(() => {});
             return;
           }
-          const jsm = await jetstreamManager(nc, { timeout: 5_000, checkAPI: this.layout.checkApi }).catch(
+          // The JetStream and KV clients' requests, answered on one reply subscription (replies.ts).
+          const requests = sharingReplies(nc);
+          const jsm = await jetstreamManager(requests, { timeout: 5_000, checkAPI: this.layout.checkApi }).catch(
             async (err) => {
               await nc.close().catch(() => {});
               throw err;
@@ -168,7 +171,7 @@ export class Nats implements NatsLink {
           );
           const again = this.nc !== undefined;
           this.nc = nc;
-          this.js = jetstream(nc, { timeout: 5_000 });
+          this.js = jetstream(requests, { timeout: 5_000 });
           this.jsm = jsm;
           this.connected = true;
           this.watch(nc);

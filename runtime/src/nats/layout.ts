@@ -311,28 +311,21 @@ const subjectPerId: OneCopyRule = {
   windowed: false,
   subjectOf: (subject, id) => `${subject}.${encodeToken(id)}`,
   async publish(js, subject, id, data, { first, ...opts }) {
-    const copy = js.publish(id === undefined ? subject : this.subjectOf(subject, id), data, opts).then(
+    // Sent just ahead of the copy, on the same connection to the same stream, and without asking
+    // for an answer: the stream takes what one connection sends it in order, so once the copy is
+    // acknowledged the record has been stored, or refused because the subject holds one already
+    // (an earlier copy's: no later copy displaces it) or because the stream is full (and then the
+    // copy is refused too). Sent for a repeat too: a copy stored whose record was lost (the
+    // connection, say) gets it from its sender's retry. A copy the stream refuses may leave its
+    // record naming it: its sender's retry stores it.
+    if (first !== undefined && id !== undefined) (js as unknown as { nc: NatsConnection }).nc.publish(first, id);
+    return js.publish(id === undefined ? subject : this.subjectOf(subject, id), data, opts).then(
       (ack) => ({ duplicate: false, seq: ack.seq }),
       (err: unknown) => {
         if (id === undefined || !isSubjectTaken(err)) throw err;
         return { duplicate: true, seq: 0 };
       },
     );
-    // Sent right behind the copy, on the same connection to the same stream, which stores them in
-    // that order: one round trip before the answer, not two. Recorded for a repeat too: a copy
-    // stored whose record was lost (the connection, say) gets it from its sender's retry. A copy
-    // the stream refuses (full) may leave its record naming it: its sender's retry stores it.
-    const recorded =
-      first !== undefined && id !== undefined
-        ? js.publish(first, id, { timeout: opts.timeout }).then(
-            () => undefined,
-            (err: unknown) => (isSubjectTaken(err) ? undefined : err),
-          )
-        : undefined;
-    const stored = await copy;
-    const failed = await recorded;
-    if (failed) throw failed;
-    return stored;
   },
   async *find(jsm, stream, subject, ids, first) {
     if (!ids.length) {
@@ -431,8 +424,9 @@ export const MAX_HEARD_BYTES = 32 * 1024 * 1024;
  * by direct get of the last message on the key's subject, written by publish. Listing keys would
  * take a consumer the runtime cannot make: the listings `index` names are kept instead, each an
  * index key of its own (a JSON array of keys, oldest first, at most MAX_INDEXED_KEYS) written
- * with the revision it was read at, after the record it lists; a key whose record is gone (deleted,
- * or aged out of the bucket) is passed over by whoever reads it.
+ * with the revision it was read at, with the record it lists when that is created (after it when
+ * it is put); a key whose record is not there (its create failed, or it was deleted or aged out of
+ * the bucket) is passed over by whoever reads it.
  *
  * A watched bucket (WATCHED_BUCKETS) publishes each change of the Agent's keys again where only
  * its account hears it: watch() is a core subscription there, after the keys' current values
@@ -545,9 +539,11 @@ class AccountKeys implements KV {
   get(k: string, opts?: { revision: number }) {
     return this.kv.get(this.k(k), opts);
   }
+  // Listed while the key is written, in the same socket write (one round trip, not two): a
+  // listing that names a key whose write failed is passed over by its readers, as one whose
+  // record has gone. A create refused because the key is there lists a key that is there.
   async create(k: string, data: Payload, markerTTL?: string) {
-    const seq = await this.kv.create(this.k(k), data, markerTTL);
-    await this.relist(k, true);
+    const [seq] = await Promise.all([this.kv.create(this.k(k), data, markerTTL), this.relist(k, true)]);
     return seq;
   }
   // A key updated was there, and listed when it was written first.

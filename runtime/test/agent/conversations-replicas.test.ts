@@ -3,7 +3,9 @@
 // conversation's record, without reading it first,
 // and the compare-and-set keeps IFP-5's rule (no lower authentication level within a
 // conversation) across replicas: a record changed by the other replica is read again and
-// decided on, and a refusal is never made on a remembered record alone.
+// decided on, and a refusal is never made on a remembered record alone; the messages of a
+// conversation taken while its record is being written are recorded in one write, each refused or
+// not on its own.
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
@@ -75,6 +77,37 @@ describe("conversation records of two replicas", () => {
     const rec = await two.get(alice.agentId, "conv:quiet");
     expect(rec?.recent.map((m) => m.sequence)).toEqual([1, 2, 3, 4, 5]);
     expect(rec?.last_sequence_in).toBe(5);
+  });
+
+  it("records the messages that come while the record is written in one write, each refused or not on its own", async () => {
+    const conv = { conversation_id: "conv:burst" };
+    await inbound(one, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: 1 }), 2);
+    const nc = conns[0]!.nc!;
+    let writes = 0;
+    const sub = nc.subscribe(`$KV.${names.conversationsBucket}.>`, { callback: () => void writes++ });
+    await nc.flush();
+    // Eight at once, the fourth of them at a lower level than the conversation reached.
+    const refusals = await Promise.all(
+      [2, 3, 4, 5, 6, 7, 8, 9].map((s) =>
+        refusal(inbound(one, alice.agentId, signed(alice, self.agentId, { ...conv, sequence: s }), s === 5 ? 1 : 2)),
+      ),
+    );
+    await nc.flush();
+    sub.unsubscribe();
+    expect(refusals.map((e) => e?.code)).toEqual([
+      undefined,
+      undefined,
+      undefined,
+      "insufficient_auth_level",
+      undefined,
+      undefined,
+      undefined,
+      undefined,
+    ]);
+    expect(writes).toBeLessThanOrEqual(3);
+    const rec = await two.get(alice.agentId, "conv:burst");
+    expect(rec?.recent.map((m) => m.sequence)).toEqual([1, 2, 3, 4, 6, 7, 8, 9]);
+    expect(rec?.auth_level).toBe(2);
   });
 
   it("makes the record of a new conversation without reading first", async () => {

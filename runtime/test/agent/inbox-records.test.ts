@@ -4,8 +4,9 @@
 // out, replicas reserving at once never pass maxBytes together, a runtime that stopped keeps its
 // bytes counted, and a runtime without NATS takes no byte it has not reserved; the record of what it stored
 // (the watch's look back, agent/local-api/inbox-look-back.ts) yields what was stored within the look back,
-// by sequence, passes over what is older or gone from the inbox, and spreads a busy five minutes
-// over keys of LOOK_BACK_CHUNK.
+// by sequence, passes over what is older or gone from the inbox, spreads a busy five minutes
+// over keys of LOOK_BACK_CHUNK, writes the messages stored one at a time within its delay together,
+// and a look back does not wait for that delay.
 import { Kvm, type KV } from "@nats-io/kv";
 import { RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import pino from "pino";
@@ -212,5 +213,40 @@ describe("the record of what the inbox stored, for the watch's look back", () =>
     // A subject that holds another message now (or none) is passed over.
     await nats.jsm.streams.purge("INBOX_RECORDS", { filter: "in.m1" });
     expect((await seen(120)).length).toBe(recent.length + both.length - 1);
+  });
+
+  it("writes messages stored one at a time within its delay together, and a look back does not wait for it", async () => {
+    let writes = 0;
+    const sub = nats.nc!.subscribe("$KV.inbox_records_test._i.w.>", { callback: () => void writes++ });
+    await nats.nc!.flush();
+    try {
+      // One at a time, each after the write of the one before would have ended.
+      const record = new StoredMessageRecord(kv, () => nats.jsm, "INBOX_RECORDS", Date.now, 200);
+      const recorded: Promise<void>[] = [];
+      const seqs: number[] = [];
+      for (let i = 0; i < 10; i++) {
+        const ack = await nats.js.publish(`in.one.${i}`, `one ${i}`);
+        seqs.push(ack.seq);
+        recorded.push(record.record(ack.seq, `in.one.${i}`));
+        await nats.nc!.flush();
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      await Promise.all(recorded);
+      await nats.nc!.flush();
+      expect(writes).toBeLessThanOrEqual(2);
+      // A look back right after a message was stored finds it without waiting for the delay.
+      const slow = new StoredMessageRecord(kv, () => nats.jsm, "INBOX_RECORDS", Date.now, 60_000);
+      const ack = await nats.js.publish("in.one.late", "late");
+      void slow.record(ack.seq, "in.one.late");
+      // Its write waiting for more by then.
+      await new Promise((r) => setTimeout(r, 50));
+      const start = Date.now();
+      const seen: number[] = [];
+      for await (const m of slow.since(60)) seen.push(m.seq);
+      expect(seen).toContain(ack.seq);
+      expect(Date.now() - start).toBeLessThan(10_000);
+    } finally {
+      sub.unsubscribe();
+    }
   });
 });

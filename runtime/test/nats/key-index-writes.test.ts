@@ -1,8 +1,8 @@
 // The key listings the isolated layout keeps among an Agent's keys (nats/layout.ts, AccountKeys),
 // on a real nats-server: keys created at once are listed with one write of their index for the
 // burst rather than one each, none lost when two replicas write the same index together, an
-// index this process wrote last (or a new one) written without reading it first, and a replaced
-// key listed once.
+// index this process wrote last (or a new one) written without reading it first, a created key's
+// listing sent with its create, and a replaced key listed once.
 import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { waitFor } from "../../../e2e/support/wait.ts";
 import { PEERS_OF_CONVERSATION, TASK_INDEX } from "../../src/contract/key-indexes.ts";
-import { isolatedLayout } from "../../src/nats/layout.ts";
+import { isCasConflict, isolatedLayout } from "../../src/nats/layout.ts";
 
 const ACCOUNT = `A${"B".repeat(55)}`;
 const BUCKET = "ifp_index_test";
@@ -78,6 +78,16 @@ describe("the key indexes of the isolated layout", () => {
     expect(reads).toBeGreaterThan(0);
     sub.unsubscribe();
     expect(await keysOf(one, "t.solo.*")).toEqual(["t.solo.s1", "t.solo.s2", "t.solo.s3", "t.solo.s4", "t.solo.s5"]);
+  });
+
+  it("sends a created key's listing with its create, not after its answer: a create refused because the key is there lists it", async () => {
+    const layout = isolatedLayout(ACCOUNT);
+    const one = await layout.bucket(js, BUCKET, { history: 1 }, 1, SINGLE, TASK_INDEX);
+    // Written where no listing names it (as a record whose listing write was lost).
+    await (await new Kvm(js).open(BUCKET)).put(`${ACCOUNT}.t.early.e1`, "{}");
+    const refused = await one.create("t.early.e1", "{}").catch((e: unknown) => e);
+    expect(isCasConflict(refused)).toBe(true);
+    expect(await keysOf(one, "t.early.*")).toEqual(["t.early.e1"]);
   });
 
   it("lists the latest key of each peer once, whatever the order of a burst", async () => {

@@ -206,9 +206,9 @@ export class InboxStore {
     }
   }
 
-  /** What the runtime reserved of the inbox's byte count and did not use, given back (it stops). */
+  /** What the runtime reserved of the inbox's byte count and did not use, given back, and the look back's record written (it stops). */
   async close(): Promise<void> {
-    await this.bytes?.close();
+    await Promise.all([this.bytes?.close(), this.lookBack?.settled()]);
   }
 
   private full(): ProtocolError {

@@ -18,6 +18,12 @@ export const LOOK_BACK_SLOT_MS = 5 * 60_000;
 export const LOOK_BACK_CHUNK = 64;
 /** Record keys per slot: past them (4,096 messages in five minutes) a slot's messages are not recorded. */
 export const MAX_KEYS_PER_SLOT = 64;
+/**
+ * How long a write of the record waits for more messages after its first: messages stored one at
+ * a time share a write instead of one each (a look back waits for none of it, and the watch from
+ * now shows what is stored meanwhile).
+ */
+export const LOOK_BACK_WRITE_DELAY_MS = 20;
 /** Slots read at once by a look back. */
 const READ_AHEAD = 16;
 
@@ -41,13 +47,20 @@ export class StoredMessageRecord implements InboxLookBack {
   private readonly jsm: () => JetStreamManager;
   private readonly stream: string;
   private readonly now: () => number;
-  private readonly entries = new Batched<Entry>((entries) => this.write(entries));
+  private readonly entries: Batched<Entry>;
   /** The record key of a slot this process last appended to. */
   private at = { slot: 0, n: 0 };
   /** The record key this process wrote last, as written: its next append needs no read unless another replica wrote it. */
   private written: { slot: number; n: number; entries: Entry[]; revision: number } | undefined;
 
-  constructor(kv: KV, jsm: () => JetStreamManager, stream: string, now: () => number = Date.now) {
+  constructor(
+    kv: KV,
+    jsm: () => JetStreamManager,
+    stream: string,
+    now: () => number = Date.now,
+    delayMs = LOOK_BACK_WRITE_DELAY_MS,
+  ) {
+    this.entries = new Batched<Entry>((entries) => this.write(entries), { delayMs });
     this.kv = kv;
     this.jsm = jsm;
     this.stream = stream;
@@ -90,6 +103,11 @@ export class StoredMessageRecord implements InboxLookBack {
         }
       }
     }
+  }
+
+  /** Resolves once what was recorded is written (a write waiting for more starts at once). */
+  settled(): Promise<void> {
+    return this.entries.settled();
   }
 
   /** The messages recorded as stored within the last `seconds` and still in the inbox, slot by slot, each slot's by sequence. */
