@@ -14,7 +14,7 @@ export const REQUEST_TIMEOUT_MS = 5_000;
 export interface PubAck {
   stream: string;
   seq: number;
-  duplicate?: boolean;
+  duplicate: boolean;
 }
 
 /** A request that JetStream did not answer: none listening on the subject, the timeout, or the connection gone. */
@@ -73,6 +73,7 @@ export class JetStreamRequests {
     const ack = (await this.request(subject, data, headers)) as PubAck;
     if (typeof ack?.stream !== "string" || !ack.stream)
       throw new RequestFailed("JetStream answered the publish without a stream");
+    ack.duplicate = ack.duplicate === true;
     return ack;
   }
 
