@@ -69,7 +69,11 @@ describe("JetStreamRequests", () => {
 
   it("fails a request that is never answered after its timeout, and one answered with what is not JSON", async () => {
     const silent = nc.subscribe("silent.>");
-    const garbled = nc.subscribe("garbled.>", { callback: (_e, m) => m.respond("<html>") });
+    const garbled = nc.subscribe("garbled.>", {
+      callback: (_e, m) => {
+        m.respond("<html>");
+      },
+    });
     try {
       const requests = new JetStreamRequests({ nc }, { timeoutMs: 300 });
       const err = await requests.publish("silent.a", "x", withId("s")).catch((e: unknown) => e);
