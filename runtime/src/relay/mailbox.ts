@@ -2,14 +2,14 @@
 // message_id, expiring with the message's TTL, deleted on acknowledgement — and each recipient's
 // dead letters.
 import { refuseOverMaxPayload } from "../nats/payload.ts";
-import { Coalescer } from "../nats/coalesce.ts";
-import { DeliverPolicy, type StoredMsg } from "@nats-io/jetstream";
+import { DeliverPolicy, PubHeaders, type StoredMsg } from "@nats-io/jetstream";
 import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
 import type { Nats } from "../nats/connection.ts";
 import { isFull, isNotFound } from "../nats/streams.ts";
 import { ProtocolError, unavailable } from "../protocol/errors.ts";
 import type { AckResponse, DeadLetter } from "../protocol/relay-api.ts";
 import type { RelayNames } from "../contract/relay-stream.ts";
+import { JetStreamRequests } from "./jetstream-requests.ts";
 import type { Context } from "@opentelemetry/api";
 import {
   SPAN_ATTRIBUTES,
@@ -91,14 +91,24 @@ export function isExpired(h: Pick<MsgHdrs, "get"> | undefined, now: number): boo
 export class Mailboxes {
   private readonly nats: Nats;
   private readonly names: RelayNames;
-  private readonly together = new Coalescer();
+  /** The requests of storing and acknowledging, those of one event-loop turn in one socket write. */
+  private readonly requests: JetStreamRequests;
   private readonly onExpired: (path: "retrieve" | "stream") => void;
 
-  /** `onExpired` hears of each copy passed over because its TTL ran out (for metrics). */
-  constructor(nats: Nats, names: RelayNames, onExpired: (path: "retrieve" | "stream") => void = () => {}) {
+  /**
+   * `onExpired` hears of each copy passed over because its TTL ran out (for metrics);
+   * `inboxPrefix` is the connection's (NatsOptions.inboxPrefix), where the answers come in.
+   */
+  constructor(
+    nats: Nats,
+    names: RelayNames,
+    onExpired: (path: "retrieve" | "stream") => void = () => {},
+    inboxPrefix?: string,
+  ) {
     this.nats = nats;
     this.names = names;
     this.onExpired = onExpired;
+    this.requests = new JetStreamRequests(nats, { inboxPrefix });
   }
 
   private ensureConnected(): void {
@@ -139,21 +149,16 @@ export class Mailboxes {
         // For the log lines of push and dead letters.
         if (sender) h.set(COPY_HEADERS.sender, sender);
         if (conversationId) h.set(COPY_HEADERS.conversationId, conversationId);
+        // Per recipient, sender and message_id: another sender reusing an id cannot suppress the first.
+        h.set(PubHeaders.MsgIdHdr, `${agent} ${sender} ${messageId}`);
+        if (ttlSeconds) h.set(PubHeaders.MessageTTL, `${ttlSeconds}s`);
         // The publish span: retrieval and push continue the trace from it.
         injectHeaders(h);
         try {
           // Abandoned (503) the moment NATS goes away; a copy stored after the reconnection is a
           // duplicate of the publisher's retry, absorbed by the duplicate window.
           const ack = await this.nats.whileConnected(
-            this.together.run(() =>
-              this.nats.js.publish(this.names.copy(agent, messageId), data, {
-                // Per recipient, sender and message_id: another sender reusing an id cannot suppress the first.
-                msgID: `${agent} ${sender} ${messageId}`,
-                headers: h,
-                timeout: 5_000,
-                ...(ttlSeconds ? { ttl: `${ttlSeconds}s` } : {}),
-              }),
-            ),
+            this.requests.publish(this.names.copy(agent, messageId), data, h),
             "the relay's store (NATS JetStream)",
           );
           if (ack.duplicate) duplicates++;
@@ -290,8 +295,7 @@ export class Mailboxes {
   private async purge(subject: string): Promise<number> {
     this.ensureConnected();
     try {
-      return (await this.together.run(() => this.nats.jsm.streams.purge(this.names.stream, { filter: subject })))
-        .purged;
+      return await this.requests.purge(this.names.stream, subject);
     } catch (err) {
       throw unavailable(`the message could not be removed: ${(err as Error).message}`);
     }

@@ -109,17 +109,15 @@ function relayParts(
   const targets = new TargetPolicy([...relay.spec.network.allowPrivateTargets, ...(opts.allowPrivateTargets ?? [])]);
   const http = new HttpClient({ caFile, onCaFileReload: caFileLogger(log), userAgent: "ifp-relay", targets });
   life.defer("HTTP client", () => http.close());
-  const nats = new Nats(
-    {
-      inboxPrefix: relayInboxPrefix(relay),
-      replicas: relay.spec.retention.replicas,
-      ...opts.nats,
-      name: `ifp-relay ${relay.metadata.name ?? relay.spec.url}`,
-    },
-    log,
-  );
+  const natsOptions = {
+    inboxPrefix: relayInboxPrefix(relay),
+    replicas: relay.spec.retention.replicas,
+    ...opts.nats,
+    name: `ifp-relay ${relay.metadata.name ?? relay.spec.url}`,
+  };
+  const nats = new Nats(natsOptions, log);
   life.defer("NATS", () => nats.close());
-  const mailboxes = new Mailboxes(nats, names, (path) => metrics.relayExpired.inc({ path }));
+  const mailboxes = new Mailboxes(nats, names, (path) => metrics.relayExpired.inc({ path }), natsOptions.inboxPrefix);
   backlogGauges(metrics, () => streamBacklog(nats, names.stream), "relay_mailbox");
   const subs = new Subscriptions(nats, names, log);
   const lastError = new LastError(nats, relayLastError(relay), log);
