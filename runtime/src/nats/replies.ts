@@ -30,12 +30,15 @@ interface Waiting {
 /**
  * `nc` with its request() answered on one reply subscription (`<inbox prefix>.<nuid>.*`, made at
  * the first request and again after the connection refused or closed it). Everything else is the
- * connection's own. A request with its own reply subject or `noMux` is the library's.
+ * connection's own. A request with its own reply subject or `noMux` is the library's. The same
+ * connection gets the same one each time.
  */
 export function sharingReplies(nc: NatsConnection): NatsConnection {
+  const shared = proxies.get(nc);
+  if (shared) return shared;
   const replies = new SharedReplies(nc);
   const bound = new Map<PropertyKey, unknown>();
-  return new Proxy(nc, {
+  const proxy = new Proxy(nc, {
     get(target, p) {
       if (p === "request") return replies.request;
       const v = Reflect.get(target, p, target);
@@ -45,7 +48,12 @@ export function sharingReplies(nc: NatsConnection): NatsConnection {
       return b;
     },
   });
+  proxies.set(nc, proxy);
+  return proxy;
 }
+
+/** One reply subscription per connection, however many clients of it share its replies. */
+const proxies = new WeakMap<NatsConnection, NatsConnection>();
 
 class SharedReplies {
   private readonly nc: NatsConnection;

@@ -2,7 +2,7 @@
 // deduplicated) as the client library would, purges counted, JetStream's refusals as the
 // library's errors, and every request that gets no answer failed instead of left waiting —
 // no stream on the subject, a responder that never answers, an answer that is not JSON, the
-// connection replaced or closed.
+// connection closed under it or replaced.
 import { DiscardPolicy, JetStreamApiError } from "@nats-io/jetstream";
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -103,7 +103,7 @@ describe("JetStreamRequests", () => {
       await first.close();
       holder.nc = second;
       expect(await requests.publish("req.d", "x", withId("c3"))).toMatchObject({ stream: "REQ" });
-      expect(((await stranded) as Error).message).toMatch(/replaced/);
+      expect(((await stranded) as Error).message).toMatch(/closed before the answer came/);
       await second.close();
       const closed = await requests.publish("req.e", "x", withId("c4")).catch((e: unknown) => e);
       expect((closed as Error).message).toMatch(/closed/);

@@ -1,9 +1,10 @@
-// The relay's JetStream requests on its hot path (a copy stored, a copy purged): each one a
-// publish with a reply subject on one subscription of the connection's, the requests of one
-// event-loop turn leaving in one socket write, their answers read as JetStream's API writes them.
+// The relay's JetStream requests on its hot path (a copy stored, a copy purged): those of one
+// event-loop turn sent together, on the connection's one reply subscription (nats/replies.ts),
+// their answers read as JetStream's API writes them.
 import { JetStreamApiError } from "@nats-io/jetstream";
-import { createInbox, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import { NoRespondersError, TimeoutError, type Msg, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
 import type { Nats } from "../nats/connection.ts";
+import { sharingReplies } from "../nats/replies.ts";
 
 /** JetStream's API subjects, as the connection's JetStream client (no domain, no other prefix) addresses them. */
 const API_PREFIX = "$JS.API";
@@ -20,52 +21,34 @@ export interface PubAck {
 /** A request that JetStream did not answer: none listening on the subject, the timeout, or the connection gone. */
 export class RequestFailed extends Error {}
 
-interface Pending {
-  resolve: (value: unknown) => void;
-  reject: (err: Error) => void;
-  deadline: number;
-}
-
-interface Queued extends Pending {
+interface Queued {
   subject: string;
   data: string | Uint8Array;
   headers?: MsgHdrs;
-}
-
-interface Replies {
-  nc: NatsConnection;
-  inbox: string;
-  sub: Subscription;
+  resolve: (value: unknown) => void;
+  reject: (err: Error) => void;
 }
 
 const decoder = new TextDecoder();
 
 /**
- * JetStream requests without the client library's request machinery, which makes a promise, a
- * timer and an `Error` with its stack for every request it completes (`RequestOne`), twice per
- * message the relay carries: replies come in on one wildcard subscription under the
- * connection's inbox prefix, keyed by a counter; one timer, running while answers are awaited,
- * fails those past their deadline. Requests asked for in one turn of the event loop are sent
- * together on the next, so that they leave in one socket write. A connection that replaced a
- * closed one gets its own subscription at its first request; what was awaited on the old one
- * fails. An answer is JetStream's: an API error (`{error: {code, err_code, description}}`)
- * rejects with the library's JetStreamApiError, as the library would.
+ * JetStream requests without the JetStream client's publish and purge machinery (its options,
+ * its answer's checks, a promise chain each), twice per message the relay carries. Requests asked
+ * for in one turn of the event loop are sent together on the next, so that they leave in one
+ * socket write. A connection that replaced a closed one answers on its own subscription; what was
+ * awaited on the old one fails. An answer is JetStream's: an API error
+ * (`{error: {code, err_code, description}}`) rejects with the library's JetStreamApiError, as the
+ * library would.
  */
 export class JetStreamRequests {
   private readonly nats: Pick<Nats, "nc">;
   private readonly timeoutMs: number;
-  private readonly inboxPrefix: string | undefined;
-  private replies: Replies | undefined;
-  private readonly pending = new Map<string, Pending>();
   private queue: Queued[] = [];
-  private next = 0;
-  private sweeper: NodeJS.Timeout | undefined;
+  private awaited = 0;
 
-  /** `inboxPrefix`: the connection's (NatsOptions.inboxPrefix), under which its credential may subscribe. */
-  constructor(nats: Pick<Nats, "nc">, opts: { timeoutMs?: number; inboxPrefix?: string } = {}) {
+  constructor(nats: Pick<Nats, "nc">, opts: { timeoutMs?: number } = {}) {
     this.nats = nats;
     this.timeoutMs = opts.timeoutMs ?? REQUEST_TIMEOUT_MS;
-    this.inboxPrefix = opts.inboxPrefix;
   }
 
   /** Publish to a stream's subject; resolves with JetStream's acknowledgement once the message is stored. */
@@ -87,82 +70,49 @@ export class JetStreamRequests {
 
   /** The requests awaiting an answer or their turn (for tests). */
   get inFlight(): number {
-    return this.pending.size + this.queue.length;
+    return this.awaited + this.queue.length;
   }
 
   private request(subject: string, data: string | Uint8Array, headers?: MsgHdrs): Promise<unknown> {
     return new Promise((resolve, reject) => {
-      if (this.queue.push({ subject, data, headers, resolve, reject, deadline: 0 }) === 1)
-        setImmediate(() => this.send());
+      if (this.queue.push({ subject, data, headers, resolve, reject }) === 1) setImmediate(() => this.send());
     });
   }
 
   private send(): void {
     const queued = this.queue;
     this.queue = [];
-    let replies: Replies;
-    try {
-      replies = this.subscribed();
-    } catch (err) {
-      for (const q of queued) q.reject(err as Error);
+    const nc = this.nats.nc;
+    if (!nc || nc.isClosed()) {
+      for (const q of queued) q.reject(new RequestFailed("the connection to NATS is closed"));
       return;
     }
-    const deadline = performance.now() + this.timeoutMs;
+    const replies: NatsConnection = sharingReplies(nc);
     for (const q of queued) {
-      const token = (this.next++).toString(36);
-      try {
-        replies.nc.publish(q.subject, q.data, { reply: `${replies.inbox}.${token}`, headers: q.headers });
-      } catch (err) {
-        q.reject(err as Error);
-        continue;
-      }
-      this.pending.set(token, { resolve: q.resolve, reject: q.reject, deadline });
-    }
-    if (this.pending.size && !this.sweeper) {
-      this.sweeper = setInterval(() => this.sweep(), Math.min(1_000, this.timeoutMs));
-      this.sweeper.unref();
-    }
-  }
-
-  /** The reply subscription on the current connection, made anew when the connection was replaced. */
-  private subscribed(): Replies {
-    const nc = this.nats.nc;
-    if (!nc || nc.isClosed()) throw new RequestFailed("the connection to NATS is closed");
-    if (this.replies?.nc === nc) return this.replies;
-    if (this.replies) this.failAll(new RequestFailed("the connection to NATS was replaced before the answer came"));
-    const inbox = createInbox(this.inboxPrefix);
-    const sub = nc.subscribe(`${inbox}.*`, { callback: (err, m) => (err ? undefined : this.answer(inbox, m)) });
-    this.replies = { nc, inbox, sub };
-    return this.replies;
-  }
-
-  private answer(inbox: string, m: Msg): void {
-    const token = m.subject.slice(inbox.length + 1);
-    const p = this.pending.get(token);
-    if (!p) return;
-    this.pending.delete(token);
-    const outcome = answerOf(m);
-    if (outcome instanceof Error) p.reject(outcome);
-    else p.resolve(outcome);
-  }
-
-  private sweep(): void {
-    const now = performance.now();
-    // In the order sent, so in the order of their deadlines.
-    for (const [token, p] of this.pending) {
-      if (p.deadline > now) break;
-      this.pending.delete(token);
-      p.reject(new RequestFailed(`JetStream did not answer within ${this.timeoutMs} ms`));
-    }
-    if (!this.pending.size) {
-      clearInterval(this.sweeper);
-      this.sweeper = undefined;
+      this.awaited++;
+      replies.request(q.subject, q.data, { timeout: this.timeoutMs, headers: q.headers }).then(
+        (m) => {
+          this.awaited--;
+          const outcome = answerOf(m);
+          if (outcome instanceof Error) q.reject(outcome);
+          else q.resolve(outcome);
+        },
+        (err: unknown) => {
+          this.awaited--;
+          q.reject(this.failure(err));
+        },
+      );
     }
   }
 
-  private failAll(err: Error): void {
-    for (const p of this.pending.values()) p.reject(err);
-    this.pending.clear();
+  /** Why a request got no answer, in the relay's words. */
+  private failure(err: unknown): Error {
+    if (err instanceof TimeoutError) return new RequestFailed(`JetStream did not answer within ${this.timeoutMs} ms`);
+    if (err instanceof Error && err.cause instanceof NoRespondersError)
+      return new RequestFailed("no JetStream stream takes this subject (no responders)");
+    if (this.nats.nc?.isClosed() !== false || (err instanceof Error && /closed/.test(err.message)))
+      return new RequestFailed("the connection to NATS closed before the answer came");
+    return err instanceof Error ? err : new RequestFailed(String(err));
   }
 }
 

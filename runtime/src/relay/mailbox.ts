@@ -95,20 +95,12 @@ export class Mailboxes {
   private readonly requests: JetStreamRequests;
   private readonly onExpired: (path: "retrieve" | "stream") => void;
 
-  /**
-   * `onExpired` hears of each copy passed over because its TTL ran out (for metrics);
-   * `inboxPrefix` is the connection's (NatsOptions.inboxPrefix), where the answers come in.
-   */
-  constructor(
-    nats: Nats,
-    names: RelayNames,
-    onExpired: (path: "retrieve" | "stream") => void = () => {},
-    inboxPrefix?: string,
-  ) {
+  /** `onExpired` hears of each copy passed over because its TTL ran out (for metrics). */
+  constructor(nats: Nats, names: RelayNames, onExpired: (path: "retrieve" | "stream") => void = () => {}) {
     this.nats = nats;
     this.names = names;
     this.onExpired = onExpired;
-    this.requests = new JetStreamRequests(nats, { inboxPrefix });
+    this.requests = new JetStreamRequests(nats);
   }
 
   private ensureConnected(): void {

@@ -117,7 +117,7 @@ function relayParts(
   };
   const nats = new Nats(natsOptions, log);
   life.defer("NATS", () => nats.close());
-  const mailboxes = new Mailboxes(nats, names, (path) => metrics.relayExpired.inc({ path }), natsOptions.inboxPrefix);
+  const mailboxes = new Mailboxes(nats, names, (path) => metrics.relayExpired.inc({ path }));
   backlogGauges(metrics, () => streamBacklog(nats, names.stream), "relay_mailbox");
   const subs = new Subscriptions(nats, names, log);
   const lastError = new LastError(nats, relayLastError(relay), log);
