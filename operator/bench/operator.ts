@@ -71,6 +71,8 @@ const ACCOUNT_SECRET = "ifp-nats-account";
 /** A Service per Agent: room for 65,534. */
 const SERVICE_CIDR = "10.0.0.0/16";
 const READY_TIMEOUT_MS = Number(process.env.BENCH_READY_TIMEOUT_SECONDS ?? 3600) * 1000;
+/** How often the Agents' status is read: a kubectl of ten thousand Agents is itself a load on the machine. */
+const POLL_MS = (agents: number) => Math.max(500, agents / 2);
 const LOAD_AT_START = Math.round(loadavg()[0]! * 100) / 100;
 const round = (x: number, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
 
@@ -276,7 +278,7 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
         return readyable === COUNT;
       },
       READY_TIMEOUT_MS,
-      500,
+      POLL_MS(COUNT),
     ).catch((err) => {
       throw new Error(
         `${(err as Error).message} (${readyable}/${COUNT} Ready-able, ${reconciledOnce} reconciled once)\n${operator.log().slice(-4000)}`,
