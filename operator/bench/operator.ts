@@ -93,7 +93,9 @@ function metricSum(text: string, name: string, filter?: string): number {
 }
 
 /** The NATS of the isolated layout: a nats-server in operator mode with the install's keys, and the operator's flags for it. */
-async function startIsolatedNats(cp: ControlPlane): Promise<{ args: string[]; pid: () => number | undefined; stop: () => Promise<void> }> {
+async function startIsolatedNats(
+  cp: ControlPlane,
+): Promise<{ args: string[]; pid: () => number | undefined; stop: () => Promise<void> }> {
   const keys = generateKeys();
   const issuer = CredentialIssuer.fromKeys(keys);
   const dir = tempDir("ifp-bench-operator-nats-");

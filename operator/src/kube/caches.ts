@@ -188,6 +188,7 @@ export class Caches {
     namespaces: string[],
     log: Logger,
     onChange: (kind: CachedKind, obj: KubernetesObject) => void,
+    opts: { pageSize?: number } = {},
   ) {
     this.namespaces = namespaces;
     const info = kinds(kc);
@@ -199,6 +200,7 @@ export class Caches {
           name: `${kind}${ns ? `/${ns}` : ""}`,
           labelSelector: selector,
           log,
+          pageSize: opts.pageSize,
           onChange: (obj) => {
             k.normalize?.(obj);
             onChange(kind, obj);

@@ -55,7 +55,7 @@ export class ResilientInformer<T extends KubernetesObject> {
     kc: KubeConfig,
     path: string,
     list: (page: ListPage) => Promise<KubernetesListObject<T>>,
-    opts: { name: string; labelSelector?: string; log: Logger; onChange: (obj: T) => void },
+    opts: { name: string; labelSelector?: string; log: Logger; onChange: (obj: T) => void; pageSize?: number },
   ) {
     // In pages, each made lean before the next is asked for: a list of every Secret of ten
     // thousand Agents, whole and with its managedFields, would take more memory while it is
@@ -66,7 +66,7 @@ export class ResilientInformer<T extends KubernetesObject> {
       let first: KubernetesListObject<T> | undefined;
       let next: string | undefined;
       do {
-        const l = await list({ limit: LIST_PAGE, ...(next ? { _continue: next } : {}) });
+        const l = await list({ limit: opts.pageSize ?? LIST_PAGE, ...(next ? { _continue: next } : {}) });
         first ??= l;
         for (const item of l.items) items.push(lean(item));
         // Typed lists name the token `_continue`; a custom resource's list is the API's JSON.
