@@ -72,7 +72,7 @@ const ACCOUNT_SECRET = "ifp-nats-account";
 const SERVICE_CIDR = "10.0.0.0/16";
 const READY_TIMEOUT_MS = Number(process.env.BENCH_READY_TIMEOUT_SECONDS ?? 3600) * 1000;
 /** How often the Agents' status is read: a kubectl of ten thousand Agents is itself a load on the machine. */
-const POLL_MS = (agents: number) => Math.max(500, agents / 2);
+const POLL_MS = (agents: number) => Math.max(500, agents * 3);
 const LOAD_AT_START = Math.round(loadavg()[0]! * 100) / 100;
 const round = (x: number, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
 
