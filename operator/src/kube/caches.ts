@@ -13,7 +13,7 @@ import {
   type KubernetesObject,
 } from "@kubernetes/client-node";
 import type { Logger } from "pino";
-import { ResilientInformer } from "./informer.ts";
+import { type ListPage, ResilientInformer } from "./informer.ts";
 import { MANAGED_SELECTOR } from "./metadata.ts";
 
 export type CachedKind =
@@ -33,6 +33,7 @@ export type CachedKind =
 type Lister = (
   ns: string | undefined,
   labelSelector: string | undefined,
+  page: ListPage,
 ) => Promise<KubernetesListObject<KubernetesObject>>;
 
 interface KindInfo {
@@ -53,26 +54,33 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
   const custom = kc.makeApiClient(CustomObjectsApi);
   const crd = (plural: string): KindInfo => ({
     path: (ns) => (ns ? `/apis/ifp.dev/v1alpha1/namespaces/${ns}/${plural}` : `/apis/ifp.dev/v1alpha1/${plural}`),
-    list: async (ns) =>
+    list: async (ns, _labelSelector, page) =>
       (ns
-        ? await custom.listNamespacedCustomObject({ group: "ifp.dev", version: "v1alpha1", namespace: ns, plural })
+        ? await custom.listNamespacedCustomObject({
+            group: "ifp.dev",
+            version: "v1alpha1",
+            namespace: ns,
+            plural,
+            ...page,
+          })
         : await custom.listClusterCustomObject({
             group: "ifp.dev",
             version: "v1alpha1",
             plural,
+            ...page,
           })) as KubernetesListObject<KubernetesObject>,
     managedOnly: false,
   });
   const native = (
     group: string,
     plural: string,
-    all: (labelSelector?: string) => Promise<unknown>,
-    namespaced: (namespace: string, labelSelector?: string) => Promise<unknown>,
+    all: (labelSelector: string | undefined, page: ListPage) => Promise<unknown>,
+    namespaced: (namespace: string, labelSelector: string | undefined, page: ListPage) => Promise<unknown>,
   ): KindInfo => ({
     path: (ns) => `${group}${ns ? `/namespaces/${ns}` : ""}/${plural}`,
-    list: async (ns, labelSelector) => {
+    list: async (ns, labelSelector, page) => {
       const list = (
-        ns ? await namespaced(ns, labelSelector) : await all(labelSelector)
+        ns ? await namespaced(ns, labelSelector, page) : await all(labelSelector, page)
       ) as KubernetesListObject<KubernetesObject>;
       // Items of a list carry no apiVersion and kind; watch events do. Make them alike, so that
       // comparing a desired child with its cached self does not depend on how it was cached.
@@ -92,59 +100,59 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
     Deployment: native(
       "/apis/apps/v1",
       "deployments",
-      (l) => apps.listDeploymentForAllNamespaces({ labelSelector: l }),
-      (n, l) => apps.listNamespacedDeployment({ namespace: n, labelSelector: l }),
+      (l, p) => apps.listDeploymentForAllNamespaces({ labelSelector: l, ...p }),
+      (n, l, p) => apps.listNamespacedDeployment({ namespace: n, labelSelector: l, ...p }),
     ),
     Service: native(
       "/api/v1",
       "services",
-      (l) => core.listServiceForAllNamespaces({ labelSelector: l }),
-      (n, l) => core.listNamespacedService({ namespace: n, labelSelector: l }),
+      (l, p) => core.listServiceForAllNamespaces({ labelSelector: l, ...p }),
+      (n, l, p) => core.listNamespacedService({ namespace: n, labelSelector: l, ...p }),
     ),
     ConfigMap: native(
       "/api/v1",
       "configmaps",
-      (l) => core.listConfigMapForAllNamespaces({ labelSelector: l }),
-      (n, l) => core.listNamespacedConfigMap({ namespace: n, labelSelector: l }),
+      (l, p) => core.listConfigMapForAllNamespaces({ labelSelector: l, ...p }),
+      (n, l, p) => core.listNamespacedConfigMap({ namespace: n, labelSelector: l, ...p }),
     ),
     Secret: native(
       "/api/v1",
       "secrets",
-      (l) => core.listSecretForAllNamespaces({ labelSelector: l }),
-      (n, l) => core.listNamespacedSecret({ namespace: n, labelSelector: l }),
+      (l, p) => core.listSecretForAllNamespaces({ labelSelector: l, ...p }),
+      (n, l, p) => core.listNamespacedSecret({ namespace: n, labelSelector: l, ...p }),
     ),
     ServiceAccount: native(
       "/api/v1",
       "serviceaccounts",
-      (l) => core.listServiceAccountForAllNamespaces({ labelSelector: l }),
-      (n, l) => core.listNamespacedServiceAccount({ namespace: n, labelSelector: l }),
+      (l, p) => core.listServiceAccountForAllNamespaces({ labelSelector: l, ...p }),
+      (n, l, p) => core.listNamespacedServiceAccount({ namespace: n, labelSelector: l, ...p }),
     ),
     Role: native(
       "/apis/rbac.authorization.k8s.io/v1",
       "roles",
-      (l) => rbac.listRoleForAllNamespaces({ labelSelector: l }),
-      (n, l) => rbac.listNamespacedRole({ namespace: n, labelSelector: l }),
+      (l, p) => rbac.listRoleForAllNamespaces({ labelSelector: l, ...p }),
+      (n, l, p) => rbac.listNamespacedRole({ namespace: n, labelSelector: l, ...p }),
     ),
     RoleBinding: native(
       "/apis/rbac.authorization.k8s.io/v1",
       "rolebindings",
-      (l) => rbac.listRoleBindingForAllNamespaces({ labelSelector: l }),
-      (n, l) => rbac.listNamespacedRoleBinding({ namespace: n, labelSelector: l }),
+      (l, p) => rbac.listRoleBindingForAllNamespaces({ labelSelector: l, ...p }),
+      (n, l, p) => rbac.listNamespacedRoleBinding({ namespace: n, labelSelector: l, ...p }),
     ),
     // spec.expose.ingress; the Gateway API's routes are not watched (their CRDs may be absent).
     Ingress: native(
       "/apis/networking.k8s.io/v1",
       "ingresses",
-      (l) => networking.listIngressForAllNamespaces({ labelSelector: l }),
-      (n, l) => networking.listNamespacedIngress({ namespace: n, labelSelector: l }),
+      (l, p) => networking.listIngressForAllNamespaces({ labelSelector: l, ...p }),
+      (n, l, p) => networking.listNamespacedIngress({ namespace: n, labelSelector: l, ...p }),
     ),
     // The runtimes' NetworkPolicies (--runtime-network-policies).
     NetworkPolicy: {
       ...native(
         "/apis/networking.k8s.io/v1",
         "networkpolicies",
-        (l) => networking.listNetworkPolicyForAllNamespaces({ labelSelector: l }),
-        (n, l) => networking.listNamespacedNetworkPolicy({ namespace: n, labelSelector: l }),
+        (l, p) => networking.listNetworkPolicyForAllNamespaces({ labelSelector: l, ...p }),
+        (n, l, p) => networking.listNamespacedNetworkPolicy({ namespace: n, labelSelector: l, ...p }),
       ),
       // A list gives the typed `_from` of each ingress rule, a watch event the API's `from`.
       normalize: (obj) => {
@@ -160,8 +168,8 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
     PodDisruptionBudget: native(
       "/apis/policy/v1",
       "poddisruptionbudgets",
-      (l) => policy.listPodDisruptionBudgetForAllNamespaces({ labelSelector: l }),
-      (n, l) => policy.listNamespacedPodDisruptionBudget({ namespace: n, labelSelector: l }),
+      (l, p) => policy.listPodDisruptionBudgetForAllNamespaces({ labelSelector: l, ...p }),
+      (n, l, p) => policy.listNamespacedPodDisruptionBudget({ namespace: n, labelSelector: l, ...p }),
     ),
   };
 }
@@ -180,6 +188,7 @@ export class Caches {
     namespaces: string[],
     log: Logger,
     onChange: (kind: CachedKind, obj: KubernetesObject) => void,
+    opts: { pageSize?: number } = {},
   ) {
     this.namespaces = namespaces;
     const info = kinds(kc);
@@ -187,10 +196,11 @@ export class Caches {
       const k = info[kind];
       for (const ns of namespaces.length ? namespaces : [undefined]) {
         const selector = k.managedOnly ? MANAGED_SELECTOR : undefined;
-        const informer = new ResilientInformer<KubernetesObject>(kc, k.path(ns), () => k.list(ns, selector), {
+        const informer = new ResilientInformer<KubernetesObject>(kc, k.path(ns), (page) => k.list(ns, selector, page), {
           name: `${kind}${ns ? `/${ns}` : ""}`,
           labelSelector: selector,
           log,
+          pageSize: opts.pageSize,
           onChange: (obj) => {
             k.normalize?.(obj);
             onChange(kind, obj);

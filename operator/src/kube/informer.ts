@@ -9,15 +9,29 @@ import {
 import type { Logger } from "pino";
 import { Backoff } from "../../../runtime/src/util/backoff.ts";
 import { errorMessage } from "./client.ts";
+import { StringPool } from "./string-pool.ts";
+
+/** One page of a list: at most `limit` items, after the page whose continue token is `_continue`. */
+export interface ListPage {
+  limit: number;
+  _continue?: string;
+}
+
+/** Objects per page of an informer's list. */
+export const LIST_PAGE = 500;
+
+/** The strings the cached objects of every informer share (string-pool.ts). */
+const SHARED = new StringPool();
 
 /**
  * Drops what no controller reads from a cached object: `metadata.managedFields` (server-side
- * apply's bookkeeping, often larger than the object itself). The cache keeps the object it
- * hands to the handlers, so stripping it there is stripping it in the cache.
+ * apply's bookkeeping, often larger than the object itself), and holds its strings once where
+ * other cached objects hold the same (`pool`). The cache keeps the object it hands to the
+ * handlers, so making it lean there is making it lean in the cache.
  */
-export function lean<T extends KubernetesObject>(obj: T): T {
+export function lean<T extends KubernetesObject>(obj: T, pool: StringPool = SHARED): T {
   if (obj?.metadata && "managedFields" in obj.metadata) delete obj.metadata.managedFields;
-  return obj;
+  return pool.internAll(obj);
 }
 
 /**
@@ -40,14 +54,26 @@ export class ResilientInformer<T extends KubernetesObject> {
   constructor(
     kc: KubeConfig,
     path: string,
-    list: () => Promise<KubernetesListObject<T>>,
-    opts: { name: string; labelSelector?: string; log: Logger; onChange: (obj: T) => void },
+    list: (page: ListPage) => Promise<KubernetesListObject<T>>,
+    opts: { name: string; labelSelector?: string; log: Logger; onChange: (obj: T) => void; pageSize?: number },
   ) {
+    // In pages, each made lean before the next is asked for: a list of every Secret of ten
+    // thousand Agents, whole and with its managedFields, would take more memory while it is
+    // read than the cache holds afterwards. The pages are one consistent snapshot (the API
+    // server's continue token), whose resourceVersion the watch starts from.
     const listOnce = async () => {
-      const l = await list();
-      for (const item of l.items) lean(item);
+      const items: T[] = [];
+      let first: KubernetesListObject<T> | undefined;
+      let next: string | undefined;
+      do {
+        const l = await list({ limit: opts.pageSize ?? LIST_PAGE, ...(next ? { _continue: next } : {}) });
+        first ??= l;
+        for (const item of l.items) items.push(lean(item));
+        // Typed lists name the token `_continue`; a custom resource's list is the API's JSON.
+        next = l.metadata?._continue ?? (l.metadata as { continue?: string } | undefined)?.continue;
+      } while (next);
       this.listed = true;
-      return l;
+      return { ...first, metadata: { resourceVersion: first.metadata?.resourceVersion }, items };
     };
     this.inner = makeInformer<T>(kc, path, listOnce, opts.labelSelector);
     this.log = opts.log;

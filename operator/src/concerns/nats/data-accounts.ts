@@ -26,6 +26,7 @@ import {
   type Replicas,
 } from "../../../../runtime/src/nats/streams.ts";
 import { errorMessage } from "../../kube/client.ts";
+import { hashOf } from "../../kube/metadata.ts";
 import { isSubset } from "../../kube/subset.ts";
 import type { NatsAccounts } from "./accounts.ts";
 import { dataAccountJwt, dataAccountOf, type TenantLimits } from "./shared-accounts.ts";
@@ -239,7 +240,8 @@ export class DataAccounts {
       handlerTimeoutMs: handlerTimeoutMs ?? NO_HANDLER_TIMEOUT_MS,
       senderAckWaitMs: SENDER_ACK_WAIT_MS,
     });
-    const key = JSON.stringify(wanted);
+    // A hash, not the consumers' JSON (about 650 bytes an Agent, ten thousand of them kept).
+    const key = hashOf(wanted);
     if (this.consumers.get(runtimeAccount)?.key === key) return [];
     try {
       const changed = await this.in(account, tenant, async (jsm) => {
