@@ -29,10 +29,11 @@ import { parseAllDocuments } from "yaml";
 import { buildImage, IMAGES, type BuiltImage } from "./images/build.ts";
 import { RELEASED_IMAGES, type Release, release } from "./release/release.ts";
 import { pushArchive } from "./release/sign.ts";
-import { KUBERNETES_SERVICE_IP, startControlPlane, type ControlPlane } from "./support/controlplane.ts";
+import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { EXAMPLES_NAMESPACES_FILE, exampleNamespaces } from "./support/examples.ts";
 import { installBlock, OFFLINE_COSIGN_ENV, sh, verifiedDigests } from "./support/install-docs.ts";
 import { createNode, nodeTestUnsupported, type RealNode } from "./support/node.ts";
+import { fileTimings } from "./support/timings.ts";
 import { type Registry, startRegistry } from "./support/registry.ts";
 import { waitFor } from "./support/ports.ts";
 import { createCA } from "./support/tls.ts";
@@ -159,16 +160,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
   const mirrorTags: Record<string, string> = {};
   let helmEnv: NodeJS.ProcessEnv;
   let failed = false;
-  const started = Date.now();
-  const timings: Record<string, number> = {};
-  const timed = async <T>(what: string, fn: () => Promise<T> | T): Promise<T> => {
-    const t = Date.now();
-    try {
-      return await fn();
-    } finally {
-      timings[what] = Math.round((Date.now() - t) / 100) / 10;
-    }
-  };
+  const { timed, print: printTimings } = fileTimings("e2e/node.test.ts");
   const helm = (args: string[], timeoutMs: number) =>
     run(toolPath("helm"), [...args, "--kubeconfig", cp.kubeconfig], timeoutMs, helmEnv);
   /**
@@ -278,7 +270,9 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       }),
     );
     try {
-      cp = await timed("control plane", () => startControlPlane({ address: node.hostIP, serviceAccounts: true }));
+      cp = await timed("control plane", () =>
+        startControlPlane({ address: node.hostIP, serviceCIDR: node.serviceCIDR, serviceAccounts: true }),
+      );
       await timed("join", () => node.join(cp));
       // helm's configuration and cache in the control plane's directory, not the user's.
       helmEnv = {
@@ -326,8 +320,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     await node?.stop();
     await cp?.stop();
     await registry?.stop();
-    timings.total = Math.round((Date.now() - started) / 100) / 10;
-    process.stderr.write(`e2e/node.test.ts took ${timings.total} s: ${JSON.stringify(timings)}\n`);
+    printTimings(node ? ` (kube-proxy in ${node.proxyMode} mode)` : "");
   }, 5 * 60_000);
 
   const failing = () =>
@@ -347,7 +340,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       "kubernetes.io/service-name=kubernetes",
     ]).items;
     expect(slices.flatMap((s: Obj) => s.endpoints.flatMap((e: Obj) => e.addresses))).toEqual([node.hostIP]);
-    expect(cp.json(["-n", "default", "get", "service", "kubernetes"]).spec.clusterIP).toBe(KUBERNETES_SERVICE_IP);
+    expect(cp.json(["-n", "default", "get", "service", "kubernetes"]).spec.clusterIP).toBe(node.kubernetesServiceIP);
 
     const [operator] = pods(SYSTEM, "app.kubernetes.io/component=operator");
     expect(operator, diagnose()).toBeDefined();

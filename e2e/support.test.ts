@@ -1,8 +1,9 @@
+import { X509Certificate } from "node:crypto";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { startControlPlane } from "./support/controlplane.ts";
+import { firstAddress, KUBERNETES_SERVICE_IP, SERVICE_CIDR, startControlPlane } from "./support/controlplane.ts";
 import { teardown } from "./support/global-setup.ts";
 import { startNats } from "./support/nats.ts";
 import { freePort } from "./support/ports.ts";
@@ -128,6 +129,44 @@ describe("the test support's control plane", () => {
     } finally {
       // etcd stops within its grace period; the killed API server must not hold stop() up.
       await within("stop() of a control plane whose API server was killed", 15_000, cp.stop());
+    }
+  });
+
+  it("serves its Services from the range it is given (a real node's slot has its own), the `kubernetes` Service at its first address", {
+    timeout: 120_000,
+  }, async () => {
+    expect(firstAddress(SERVICE_CIDR)).toBe(KUBERNETES_SERVICE_IP);
+    expect(firstAddress("10.0.16.0/20")).toBe("10.0.16.1");
+    expect(firstAddress("10.0.17.9/20")).toBe("10.0.16.1");
+    const cp = await startControlPlane({ controllerManager: false, serviceCIDR: "10.0.16.0/20" });
+    try {
+      // The API server makes the Service itself once it serves.
+      await waitFor(
+        "the kubernetes Service",
+        () => cp.tryJson(["-n", "default", "get", "service", "kubernetes"]) !== undefined,
+        60_000,
+        250,
+      );
+      const service = cp.json(["-n", "default", "get", "service", "kubernetes"]);
+      expect(service.spec.clusterIP).toBe("10.0.16.1");
+      cp.kubectl(
+        ["apply", "-f", "-"],
+        JSON.stringify({
+          apiVersion: "v1",
+          kind: "Service",
+          metadata: { name: "one", namespace: "default" },
+          spec: { ports: [{ port: 80 }] },
+        }),
+      );
+      expect(cp.json(["-n", "default", "get", "service", "one"]).spec.clusterIP).toMatch(
+        /^10\.0\.(1[6-9]|2\d|3[01])\./,
+      );
+      // Its certificate names that address, as pods reach it through the Service.
+      const cert = new X509Certificate(readFileSync(join(cp.dir, "apiserver.crt")));
+      expect(cert.subjectAltName).toContain("IP Address:10.0.16.1");
+      expect(cert.subjectAltName).not.toContain(`IP Address:${KUBERNETES_SERVICE_IP}`);
+    } finally {
+      await cp.stop();
     }
   });
 });
