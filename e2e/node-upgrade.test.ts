@@ -317,17 +317,21 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
     const chart = previousChart(work);
     node = await timed("node", () => createNode({ sandboxImage: buildImage("pause") }));
     try {
-      cp = await timed("control plane", () =>
-        startControlPlane({ address: node.hostIP, serviceCIDR: node.serviceCIDR, serviceAccounts: true }),
-      );
-      await timed("join", () => node.join(cp));
-      await timed("import", () =>
+      // Both releases' images imported into the node's containerd while the control plane starts
+      // and the node joins: they need only containerd.
+      const importing = timed("import, beside the control plane and the join", () =>
         Promise.all(
           [previous.runtime, previous.operator, current.runtime, current.operator, nats].map((i) =>
             node.importImage(i),
           ),
         ),
       );
+      importing.catch(() => {});
+      cp = await timed("control plane", () =>
+        startControlPlane({ address: node.hostIP, serviceCIDR: node.serviceCIDR, serviceAccounts: true }),
+      );
+      await timed("join", () => node.join(cp));
+      await importing;
       // NATS by digest as both charts name it: containerd's CRI finds an imported image by
       // repository@digest only under that name.
       node.ctr([

@@ -27,7 +27,7 @@ import { flattenedVerify, importJWK } from "jose";
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { buildImage, IMAGES, type BuiltImage } from "./images/build.ts";
-import { RELEASED_IMAGES, type Release, release } from "./release/release.ts";
+import { RELEASED_IMAGES, type Release } from "./release/release.ts";
 import { pushArchive } from "./release/sign.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { EXAMPLES_NAMESPACES_FILE, exampleNamespaces } from "./support/examples.ts";
@@ -59,7 +59,7 @@ type Obj = Record<string, any>;
  * The release of the commit checked out, made once per commit and version and kept beside the
  * image cache (its images are the cached archives; a release of another commit is removed).
  */
-function releaseOfHead(): Release {
+async function releaseOfHead(): Promise<Release> {
   const version = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")).version as string;
   const head = spawnSync("git", ["rev-parse", "HEAD"], { encoding: "utf8" }).stdout.trim();
   const root = join(dirname(cacheRoot()), "releases");
@@ -72,7 +72,9 @@ function releaseOfHead(): Release {
   if (existsSync(root))
     for (const e of readdirSync(root))
       if (join(root, e) !== dir) rmSync(join(root, e), { recursive: true, force: true });
-  return release({ version, out: dir });
+  // As a user makes one; in a process of its own, so that the test goes on meanwhile.
+  await run("npm", ["run", "release", "--", version, "--out", dir], 20 * 60_000);
+  return { ...JSON.parse(readFileSync(manifest, "utf8")), dir, checksums: "SHA256SUMS" };
 }
 
 /** Run a program without blocking the event loop; rejects with its output on failure. */
@@ -221,31 +223,18 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     cp.json(["-n", ns, "get", "pods", ...(selector ? ["-l", selector] : [])]).items;
 
   beforeAll(async () => {
-    // The images the release does not bring (pause, NATS; cached by their inputs' hash), the
-    // release of the commit checked out, and the registry.
+    // The release of the commit checked out (`npm run release`, unless kept for this commit), made
+    // while the node starts: nothing of the node needs it before the install.
+    const releasing = timed("release", releaseOfHead);
+    releasing.catch(() => {});
+    // The images the release does not bring (pause, NATS; cached by their inputs' hash), and the registry.
     await timed("images", () => {
       for (const kind of Object.keys(IMAGES).filter((k) => !RELEASED_IMAGES.some((r) => r.kind === k)))
         images[kind] = buildImage(kind);
     });
-    released = await timed("release", releaseOfHead);
     registry = await startRegistry("node");
-    await timed("publish", async () => {
-      // As docs/install.md publishes a release signed with a key: images, signatures and
-      // provenance, and the chart; then each image verified as its lines say.
-      const to = `${registry.host}/${NAMESPACE}`;
-      await run("npm", ["run", "release", "--", "--publish", released.dir, "--to", to], 10 * 60_000);
-      for (const line of installBlock("cosign verify --key", registry.host)) {
-        const m = /^cosign (verify|verify-attestation) .*\/ifp-dev\/([\w-]+):\S+$/.exec(line);
-        if (!m) continue;
-        const r = await sh(line, released.dir, OFFLINE_COSIGN_ENV);
-        if (r.code !== 0) throw new Error(`${line}: exit ${r.code}\n${r.stderr}`);
-        const img = released.images.find((i) => i.name === m[2])!;
-        expect(verifiedDigests(m[1]!, r.stdout), line).toEqual([img.digest]);
-      }
-      for (const r of RELEASED_IMAGES) {
-        const img = released.images.find((i) => i.name === r.name)!;
-        images[r.kind] = { ref: `${to}/${img.name}@${img.digest}`, archive: join(released.dir, img.archive) };
-      }
+    const to = `${registry.host}/${NAMESPACE}`;
+    await timed("mirror", () => {
       // NATS and pause copied to the registry as to a mirror, under their names and tags; the
       // node pulls them by digest.
       const work = mkdtempSync(join(tmpdir(), "ifp-node-push-"));
@@ -274,6 +263,24 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
         startControlPlane({ address: node.hostIP, serviceCIDR: node.serviceCIDR, serviceAccounts: true }),
       );
       await timed("join", () => node.join(cp));
+      released = await timed("release, after the join", () => releasing);
+      await timed("publish", async () => {
+        // As docs/install.md publishes a release signed with a key: images, signatures and
+        // provenance, and the chart; then each image verified as its lines say.
+        await run("npm", ["run", "release", "--", "--publish", released.dir, "--to", to], 10 * 60_000);
+        for (const line of installBlock("cosign verify --key", registry.host)) {
+          const m = /^cosign (verify|verify-attestation) .*\/ifp-dev\/([\w-]+):\S+$/.exec(line);
+          if (!m) continue;
+          const r = await sh(line, released.dir, OFFLINE_COSIGN_ENV);
+          if (r.code !== 0) throw new Error(`${line}: exit ${r.code}\n${r.stderr}`);
+          const img = released.images.find((i) => i.name === m[2])!;
+          expect(verifiedDigests(m[1]!, r.stdout), line).toEqual([img.digest]);
+        }
+        for (const r of RELEASED_IMAGES) {
+          const img = released.images.find((i) => i.name === r.name)!;
+          images[r.kind] = { ref: `${to}/${img.name}@${img.digest}`, archive: join(released.dir, img.archive) };
+        }
+      });
       // helm's configuration and cache in the control plane's directory, not the user's.
       helmEnv = {
         ...process.env,
