@@ -1,11 +1,13 @@
 import { X509Certificate } from "node:crypto";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { firstAddress, KUBERNETES_SERVICE_IP, SERVICE_CIDR, startControlPlane } from "./support/controlplane.ts";
 import { teardown } from "./support/global-setup.ts";
 import { startNats } from "./support/nats.ts";
+import { takeSlot } from "./support/node.ts";
 import { freePort } from "./support/ports.ts";
 import { LogRing, logsSince, spawnProcess } from "./support/process.ts";
 import { waitFor } from "./support/wait.ts";
@@ -168,5 +170,46 @@ describe("the test support's control plane", () => {
     } finally {
       await cp.stop();
     }
+  });
+});
+
+describe("the real nodes' slots", () => {
+  const slots = () => {
+    const dir = mkdtempSync(join(tmpdir(), "ifp-slots-"));
+    return [{ lock: join(dir, "first") }, { lock: join(dir, "second") }];
+  };
+  /** A lock as a node that knows no slots holds it: its pid alone. */
+  const heldByOlderNode = (lock: string, pid: number) => {
+    mkdirSync(lock);
+    writeFileSync(join(lock, "pid"), String(pid));
+  };
+
+  it("takes the first free slot, the second beside a holder of the first, and none when both are held", () => {
+    const s = slots();
+    expect(takeSlot(s)).toBe(s[0]);
+    expect(readFileSync(join(s[0]!.lock, "pid"), "utf8")).toBe(String(process.pid));
+    expect(readFileSync(join(s[0]!.lock, "slot"), "utf8")).toBe("0");
+    expect(takeSlot(s)).toBe(s[1]);
+    expect(readFileSync(join(s[1]!.lock, "slot"), "utf8")).toBe("1");
+    expect(takeSlot(s)).toBeUndefined();
+    rmSync(s[0]!.lock, { recursive: true });
+    expect(takeSlot(s)).toBe(s[0]);
+  });
+
+  it("takes no second slot beside a node that knows no slots, and frees a dead holder's", async () => {
+    const s = slots();
+    const other = spawn("sleep", ["30"]);
+    try {
+      heldByOlderNode(s[0]!.lock, other.pid!);
+      expect(takeSlot(s)).toBeUndefined();
+      expect(existsSync(s[1]!.lock)).toBe(false);
+    } finally {
+      other.kill("SIGKILL");
+    }
+    await waitFor("the holder gone", () => !alive(other.pid!), 10_000, 50);
+    // Its lock is removed at the next try, and the first slot is free at the one after.
+    expect(takeSlot(s)).toBeUndefined();
+    expect(existsSync(s[0]!.lock)).toBe(false);
+    expect(takeSlot(s)).toBe(s[0]);
   });
 });

@@ -124,7 +124,11 @@ export interface RealNode {
   dir: string;
   /** `ctr` against this node's containerd, in the kubelet's namespace. */
   ctr(args: string[]): string;
-  /** Import an OCI archive (e2e/images/build.ts) into the node's containerd; several may run at once. */
+  /**
+   * Import an OCI archive (e2e/images/build.ts) into the node's containerd. Imports asked for at
+   * once run one after the other: two `ctr images import` at a time collide on their ingest of
+   * the archive's index.json ("ref k8s.io/1/tar-index.json locked").
+   */
   importImage(image: BuiltImage): Promise<void>;
   /**
    * Join the control plane: CoreDNS, kube-proxy, the kubelet and kube-scheduler, the node Ready
@@ -183,8 +187,8 @@ function attempt(what: string, fn: () => void, problems: string[]): void {
   }
 }
 
-/** The live process holding a slot's lock, or undefined (a dead holder's lock is removed). */
-function holderOf(slot: NodeSlot): number | undefined {
+/** The live process holding a slot's lock (-1 while its holder writes its pid), or undefined (a dead holder's lock is removed). */
+function holderOf(slot: { lock: string }): number | undefined {
   let holder = 0;
   try {
     holder = Number(readFileSync(join(slot.lock, "pid"), "utf8"));
@@ -200,30 +204,33 @@ function holderOf(slot: NodeSlot): number | undefined {
 const otherNodeRuns = (slot: NodeSlot) => NODE_SLOTS.some((s) => s !== slot && holderOf(s) !== undefined);
 
 /**
- * The first free slot, its lock taken. The second slot is taken only beside a node that knows of
- * it (its lock names its slot): a node that does not would take the host's clean-up for its own.
+ * One try at the first free slot of `slots`: its lock taken (a directory holding this process's
+ * pid and the slot's index), or undefined. A slot after the first is taken only beside a holder
+ * of the first that knows of the others (its lock names its slot): a node that does not would
+ * take the host's clean-up for its own. A dead holder's lock is removed, for the next try.
  */
+export function takeSlot<S extends { lock: string }>(slots: S[]): S | undefined {
+  for (const [i, slot] of slots.entries()) {
+    if (i > 0 && !existsSync(join(slots[0]!.lock, "slot"))) return undefined;
+    try {
+      mkdirSync(slot.lock);
+    } catch {
+      holderOf(slot);
+      continue;
+    }
+    writeFileSync(join(slot.lock, "pid"), String(process.pid));
+    writeFileSync(join(slot.lock, "slot"), String(i));
+    return slot;
+  }
+  return undefined;
+}
+
 async function acquireSlot(): Promise<NodeSlot> {
   mkdirSync("/run/lock", { recursive: true });
   let taken: NodeSlot | undefined;
   await waitFor(
     "a real-node slot (two real nodes run on this machine)",
-    () => {
-      for (const [i, slot] of NODE_SLOTS.entries()) {
-        if (i > 0 && !existsSync(join(NODE_SLOTS[0]!.lock, "slot"))) return false;
-        try {
-          mkdirSync(slot.lock);
-        } catch {
-          holderOf(slot);
-          continue;
-        }
-        writeFileSync(join(slot.lock, "pid"), String(process.pid));
-        writeFileSync(join(slot.lock, "slot"), String(i));
-        taken = slot;
-        return true;
-      }
-      return false;
-    },
+    () => (taken = takeSlot(NODE_SLOTS)) !== undefined,
     20 * 60_000,
     1000,
   );
@@ -759,7 +766,13 @@ export async function createNode(opts: {
     throw new Error(`${what}: ${(err as Error).message}\n(logs kept in ${kept})\n${tail}`);
   };
 
-  const importImage = async (image: BuiltImage) => {
+  let imports: Promise<unknown> = Promise.resolve();
+  const importImage = (image: BuiltImage) => {
+    const done = imports.then(() => importOne(image));
+    imports = done.catch(() => {});
+    return done;
+  };
+  const importOne = async (image: BuiltImage) => {
     await new Promise<void>((resolve, reject) =>
       execFile(
         "ctr",
