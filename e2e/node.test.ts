@@ -222,6 +222,126 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
   const pods = (ns: string, selector?: string): Obj[] =>
     cp.json(["-n", ns, "get", "pods", ...(selector ? ["-l", selector] : [])]).items;
 
+  /** Apply an object of the test's own, its images named in the user's registry. */
+  const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withRegistryImages(o)));
+  /**
+   * The first half of the user's-CA test, applied with the install (so that carol starts beside
+   * the examples' pods, not after them): the CA, carol's Secret and carol; dave is the test's.
+   */
+  const startOwnCA = async () => {
+    // What a user does: a CA of their own, a kubernetes.io/tls Secret for the receiving agent
+    // (spec.tls.secretName), the CA in a ConfigMap the sending agent names in spec.tls.trust.
+    const ns = OWN_NAMESPACES.ownCA;
+    const ca = await createCA("ifp node e2e user CA");
+    const leaf = await ca.issue({
+      commonName: "carol",
+      dnsNames: ["carol", `carol.${ns}`, `carol.${ns}.svc`, `carol.${ns}.svc.cluster.local`],
+    });
+    const [carol, dave] = [signingKey("carol"), signingKey("dave")];
+    const app = withApp;
+    const tag = randomUUID().slice(0, 8);
+    const greeting = `Hello carol, from dave (${tag})`;
+    const objects: Obj[] = [
+      { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } },
+      {
+        apiVersion: "v1",
+        kind: "Secret",
+        metadata: { name: "carol-tls", namespace: ns, labels: { "ifp.dev/agent": "carol" } },
+        type: "kubernetes.io/tls",
+        stringData: { "tls.crt": leaf.cert, "tls.key": leaf.key },
+      },
+      { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "own-ca", namespace: ns }, data: { "ca.crt": ca.cert } },
+      ...[carol, dave].map((k) => signingSecret(k, ns)),
+      {
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name: "carol", namespace: ns },
+        spec: {
+          agentId: "carol-agent",
+          tls: { secretName: "carol-tls" },
+          signing: { secretName: "carol-signing-key" },
+          peers: [
+            {
+              agentId: "dave-agent",
+              url: `https://dave.${ns}.svc`,
+              keys: [{ keyId: "key-1", publicKey: dave.publicKey }],
+            },
+          ],
+          ...app([]),
+        },
+      },
+      {
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name: "dave", namespace: ns },
+        spec: {
+          agentId: "dave-agent",
+          tls: { trust: [{ configMapRef: { name: "own-ca" } }] },
+          signing: { secretName: "dave-signing-key" },
+          peers: [
+            {
+              agentId: "carol-agent",
+              url: `https://carol.${ns}.svc`,
+              keys: [{ keyId: "key-1", publicKey: carol.publicKey }],
+            },
+          ],
+          ...app([
+            { name: "IFP_APP_GREET", value: "carol-agent" },
+            { name: "IFP_APP_GREET_TEXT", value: greeting },
+          ]),
+        },
+      },
+    ];
+    // carol first, Ready before dave greets her (else the greeting waits for dave's next attempt, a minute later).
+    for (const o of objects.slice(0, -1)) apply(o);
+    return { ns, ca, objects, tag };
+  };
+  let ownCA: ReturnType<typeof startOwnCA>;
+  /**
+   * The first half of the relayed test, applied with the install (so that the Relay and grace
+   * start beside the examples' pods): the keys, their Secrets, the Relay and grace; frank is the test's.
+   */
+  const startRelayed = () => {
+    // What a user does for agents that cannot be reached directly: a Relay that serves them, each
+    // agent reading its mailbox there (spec.relay.urls), and each knowing the other only by its
+    // key and that relay (a peer entry with relay.urls and no url). frank's application greets
+    // grace; grace's answers; both messages go through the relay's mailboxes.
+    const ns = OWN_NAMESPACES.relayed;
+    const relayUrl = `https://mailroom.${ns}.svc`;
+    const [frank, grace] = [signingKey("frank"), signingKey("grace")];
+    const served = (k: typeof frank) => ({
+      agentId: `${k.name}-agent`,
+      keys: [{ keyId: "key-1", publicKey: k.publicKey }],
+    });
+    const tag = randomUUID().slice(0, 8);
+    const greeting = `Hello grace, from frank through the relay (${tag})`;
+    const agent = (k: typeof frank, peer: typeof frank, env: Obj[]): Obj => ({
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Agent",
+      metadata: { name: k.name, namespace: ns },
+      spec: {
+        agentId: `${k.name}-agent`,
+        signing: { secretName: `${k.name}-signing-key` },
+        relay: { urls: [relayUrl] },
+        peers: [{ ...served(peer), relay: { urls: [relayUrl] } }],
+        // The user runs this relay in their own cluster: message bodies may cross it in clear.
+        encryption: { relayTrust: [{ url: relayUrl, level: "self-operated" }] },
+        ...withApp(env),
+      },
+    });
+    const relay: Obj = {
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Relay",
+      metadata: { name: "mailroom", namespace: ns },
+      spec: { url: relayUrl, agents: [served(frank), served(grace)] },
+    };
+    for (const k of [frank, grace]) apply(signingSecret(k, ns));
+    apply(relay);
+    apply(agent(grace, frank, []));
+    return { ns, grace, frank, agent, greeting, tag };
+  };
+  let relayed: ReturnType<typeof startRelayed>;
+
   beforeAll(async () => {
     // The release of the commit checked out (`npm run release`, unless kept for this commit), made
     // while the node starts: nothing of the node needs it before the install.
@@ -316,6 +436,11 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
           ),
         ),
       );
+      // The Agents and the Relay that two later tests wait for before their own steps, started
+      // now beside the examples' pods (their tests apply the rest).
+      ownCA = startOwnCA();
+      ownCA.catch(() => {});
+      relayed = startRelayed();
     } catch (err) {
       failed = true;
       throw err;
@@ -736,72 +861,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
 
   it("trusts an Agent whose certificate a user's own CA issued, given to the sender in spec.tls.trust", async () => {
     failing();
-    // What a user does: a CA of their own, a kubernetes.io/tls Secret for the receiving agent
-    // (spec.tls.secretName), the CA in a ConfigMap the sending agent names in spec.tls.trust.
-    const ns = OWN_NAMESPACES.ownCA;
-    const ca = await createCA("ifp node e2e user CA");
-    const leaf = await ca.issue({
-      commonName: "carol",
-      dnsNames: ["carol", `carol.${ns}`, `carol.${ns}.svc`, `carol.${ns}.svc.cluster.local`],
-    });
-    const [carol, dave] = [signingKey("carol"), signingKey("dave")];
-    const app = withApp;
-    const tag = randomUUID().slice(0, 8);
-    const greeting = `Hello carol, from dave (${tag})`;
-    const objects: Obj[] = [
-      { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } },
-      {
-        apiVersion: "v1",
-        kind: "Secret",
-        metadata: { name: "carol-tls", namespace: ns, labels: { "ifp.dev/agent": "carol" } },
-        type: "kubernetes.io/tls",
-        stringData: { "tls.crt": leaf.cert, "tls.key": leaf.key },
-      },
-      { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "own-ca", namespace: ns }, data: { "ca.crt": ca.cert } },
-      ...[carol, dave].map((k) => signingSecret(k, ns)),
-      {
-        apiVersion: "ifp.dev/v1alpha1",
-        kind: "Agent",
-        metadata: { name: "carol", namespace: ns },
-        spec: {
-          agentId: "carol-agent",
-          tls: { secretName: "carol-tls" },
-          signing: { secretName: "carol-signing-key" },
-          peers: [
-            {
-              agentId: "dave-agent",
-              url: `https://dave.${ns}.svc`,
-              keys: [{ keyId: "key-1", publicKey: dave.publicKey }],
-            },
-          ],
-          ...app([]),
-        },
-      },
-      {
-        apiVersion: "ifp.dev/v1alpha1",
-        kind: "Agent",
-        metadata: { name: "dave", namespace: ns },
-        spec: {
-          agentId: "dave-agent",
-          tls: { trust: [{ configMapRef: { name: "own-ca" } }] },
-          signing: { secretName: "dave-signing-key" },
-          peers: [
-            {
-              agentId: "carol-agent",
-              url: `https://carol.${ns}.svc`,
-              keys: [{ keyId: "key-1", publicKey: carol.publicKey }],
-            },
-          ],
-          ...app([
-            { name: "IFP_APP_GREET", value: "carol-agent" },
-            { name: "IFP_APP_GREET_TEXT", value: greeting },
-          ]),
-        },
-      },
-    ];
-    // carol first, Ready before dave greets her (else the greeting waits for dave's next attempt, a minute later).
-    const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withRegistryImages(o)));
-    for (const o of objects.slice(0, -1)) apply(o);
+    const { ns, ca, objects, tag } = await ownCA;
     await withDiagnosis(
       waitFor(
         "Agent carol Ready",
@@ -847,43 +907,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
 
   it("carries messages both ways between two agents that reach each other only through a Relay", async () => {
     failing();
-    // What a user does for agents that cannot be reached directly: a Relay that serves them, each
-    // agent reading its mailbox there (spec.relay.urls), and each knowing the other only by its
-    // key and that relay (a peer entry with relay.urls and no url). frank's application greets
-    // grace; grace's answers; both messages go through the relay's mailboxes.
-    const ns = OWN_NAMESPACES.relayed;
-    const relayUrl = `https://mailroom.${ns}.svc`;
-    const [frank, grace] = [signingKey("frank"), signingKey("grace")];
-    const served = (k: typeof frank) => ({
-      agentId: `${k.name}-agent`,
-      keys: [{ keyId: "key-1", publicKey: k.publicKey }],
-    });
-    const tag = randomUUID().slice(0, 8);
-    const greeting = `Hello grace, from frank through the relay (${tag})`;
-    const agent = (k: typeof frank, peer: typeof frank, env: Obj[]): Obj => ({
-      apiVersion: "ifp.dev/v1alpha1",
-      kind: "Agent",
-      metadata: { name: k.name, namespace: ns },
-      spec: {
-        agentId: `${k.name}-agent`,
-        signing: { secretName: `${k.name}-signing-key` },
-        relay: { urls: [relayUrl] },
-        peers: [{ ...served(peer), relay: { urls: [relayUrl] } }],
-        // The user runs this relay in their own cluster: message bodies may cross it in clear.
-        encryption: { relayTrust: [{ url: relayUrl, level: "self-operated" }] },
-        ...withApp(env),
-      },
-    });
-    const relay: Obj = {
-      apiVersion: "ifp.dev/v1alpha1",
-      kind: "Relay",
-      metadata: { name: "mailroom", namespace: ns },
-      spec: { url: relayUrl, agents: [served(frank), served(grace)] },
-    };
-    const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withRegistryImages(o)));
-    for (const k of [frank, grace]) apply(signingSecret(k, ns));
-    apply(relay);
-    apply(agent(grace, frank, []));
+    const { ns, grace, frank, agent, greeting, tag } = relayed;
     await withDiagnosis(
       waitFor(
         "Relay mailroom and Agent grace Ready",
