@@ -44,8 +44,8 @@ export default defineConfig({
       },
       // The real-node files (a real node each, minutes long, mostly waiting on their pods) run
       // beside the suite's files, in the same run, so that their pods use the cores the suite
-      // leaves idle. A lock in /run/lock keeps a second real node on the machine waiting, so the
-      // two take turns (e2e/README.md).
+      // leaves idle. The two run at once, each on a node in a slot of its own (a lock in /run/lock
+      // each, its own bridge, Service range and kube-proxy mode); a third waits (e2e/README.md).
       { extends: true, test: { name: "node", include: NODE_TESTS } },
     ],
   },

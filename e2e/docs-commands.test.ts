@@ -656,6 +656,10 @@ const CHECKS: Record<string, Check> = {
   },
   "npm run tools -- cosign": { by: "e2e/release/sign.ts", holds: ['toolPath("cosign")'] },
   "npm run tools -- actionlint": { by: "e2e/workflows.test.ts", holds: ['toolPath("actionlint")'] },
+  "npm run release -- <version> --out <dir>": {
+    by: "e2e/node.test.ts",
+    holds: ['run("npm", ["run", "release", "--", version, "--out", dir]'],
+  },
   "npm run release -- --publish <dir> --to <registry>/ifp-dev": {
     by: "e2e/node.test.ts",
     holds: ['run("npm", ["run", "release", "--", "--publish", released.dir, "--to", to]'],

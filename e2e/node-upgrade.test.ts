@@ -28,6 +28,7 @@ import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest"
 import { archiveDigest, buildImage, type BuiltImage } from "./images/build.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { createNode, nodeTestUnsupported, type RealNode } from "./support/node.ts";
+import { fileTimings } from "./support/timings.ts";
 import { freePort, waitFor } from "./support/ports.ts";
 import { createCA } from "./support/tls.ts";
 import { toolPath } from "./tools/tools.ts";
@@ -85,16 +86,7 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
   let current: Record<"runtime" | "operator", BuiltImage>;
   let nats: BuiltImage;
   let failed = false;
-  const started = Date.now();
-  const timings: Record<string, number> = {};
-  const timed = async <T>(what: string, fn: () => Promise<T> | T): Promise<T> => {
-    const t = Date.now();
-    try {
-      return await fn();
-    } finally {
-      timings[what] = Math.round((Date.now() - t) / 100) / 10;
-    }
-  };
+  const { timed, print: printTimings } = fileTimings("e2e/node-upgrade.test.ts");
   const failing = () =>
     onTestFailed(() => {
       failed = true;
@@ -325,15 +317,21 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
     const chart = previousChart(work);
     node = await timed("node", () => createNode({ sandboxImage: buildImage("pause") }));
     try {
-      cp = await timed("control plane", () => startControlPlane({ address: node.hostIP, serviceAccounts: true }));
-      await timed("join", () => node.join(cp));
-      await timed("import", () =>
+      // Both releases' images imported into the node's containerd while the control plane starts
+      // and the node joins: they need only containerd.
+      const importing = timed("import, beside the control plane and the join", () =>
         Promise.all(
           [previous.runtime, previous.operator, current.runtime, current.operator, nats].map((i) =>
             node.importImage(i),
           ),
         ),
       );
+      importing.catch(() => {});
+      cp = await timed("control plane", () =>
+        startControlPlane({ address: node.hostIP, serviceCIDR: node.serviceCIDR, serviceAccounts: true }),
+      );
+      await timed("join", () => node.join(cp));
+      await importing;
       // NATS by digest as both charts name it: containerd's CRI finds an imported image by
       // repository@digest only under that name.
       node.ctr([
@@ -421,8 +419,7 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
     handlers?.close();
     zed?.close();
     if (work) rmSync(work, { recursive: true, force: true });
-    timings.total = Math.round((Date.now() - started) / 100) / 10;
-    process.stderr.write(`e2e/node-upgrade.test.ts took ${timings.total} s: ${JSON.stringify(timings)}\n`);
+    printTimings(node ? ` (kube-proxy in ${node.proxyMode} mode)` : "");
   }, 5 * 60_000);
 
   /** Messages accepted (202), by where they waited or when they were sent. */

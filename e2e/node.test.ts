@@ -27,13 +27,14 @@ import { flattenedVerify, importJWK } from "jose";
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { buildImage, IMAGES, type BuiltImage } from "./images/build.ts";
-import { RELEASED_IMAGES, type Release, release } from "./release/release.ts";
+import { RELEASED_IMAGES, type Release } from "./release/release.ts";
 import { pushArchive } from "./release/sign.ts";
-import { KUBERNETES_SERVICE_IP, startControlPlane, type ControlPlane } from "./support/controlplane.ts";
+import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { EXAMPLES_NAMESPACES_FILE, exampleNamespaces } from "./support/examples.ts";
 import { installBlock, OFFLINE_COSIGN_ENV, sh, verifiedDigests } from "./support/install-docs.ts";
 import { withDirLock } from "./support/dir-lock.ts";
 import { createNode, nodeTestUnsupported, type RealNode } from "./support/node.ts";
+import { fileTimings } from "./support/timings.ts";
 import { type Registry, startRegistry } from "./support/registry.ts";
 import { waitFor } from "./support/ports.ts";
 import { createCA } from "./support/tls.ts";
@@ -67,16 +68,23 @@ async function releaseOfHead(): Promise<Release> {
   const root = join(dirname(cacheRoot()), "releases");
   const dir = join(root, `${version}-${head.slice(0, 12)}`);
   const manifest = join(dir, "release.json");
-  return withDirLock(`${root}.lock`, "the lock of the cached releases (another run makes one)", 20 * 60_000, () => {
-    if (existsSync(manifest)) {
-      const kept = JSON.parse(readFileSync(manifest, "utf8"));
-      if (kept.commit === head) return { ...kept, dir, checksums: "SHA256SUMS" };
-    }
-    if (existsSync(root))
-      for (const e of readdirSync(root))
-        if (join(root, e) !== dir) rmSync(join(root, e), { recursive: true, force: true });
-    return release({ version, out: dir });
-  });
+  return withDirLock(
+    `${root}.lock`,
+    "the lock of the cached releases (another run makes one)",
+    20 * 60_000,
+    async () => {
+      if (existsSync(manifest)) {
+        const kept = JSON.parse(readFileSync(manifest, "utf8"));
+        if (kept.commit === head) return { ...kept, dir, checksums: "SHA256SUMS" };
+      }
+      if (existsSync(root))
+        for (const e of readdirSync(root))
+          if (join(root, e) !== dir) rmSync(join(root, e), { recursive: true, force: true });
+      // As a user makes one; in a process of its own, so that the test goes on meanwhile.
+      await run("npm", ["run", "release", "--", version, "--out", dir], 20 * 60_000);
+      return { ...JSON.parse(readFileSync(manifest, "utf8")), dir, checksums: "SHA256SUMS" };
+    },
+  );
 }
 
 /** Run a program without blocking the event loop; rejects with its output on failure. */
@@ -164,16 +172,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
   const mirrorTags: Record<string, string> = {};
   let helmEnv: NodeJS.ProcessEnv;
   let failed = false;
-  const started = Date.now();
-  const timings: Record<string, number> = {};
-  const timed = async <T>(what: string, fn: () => Promise<T> | T): Promise<T> => {
-    const t = Date.now();
-    try {
-      return await fn();
-    } finally {
-      timings[what] = Math.round((Date.now() - t) / 100) / 10;
-    }
-  };
+  const { timed, print: printTimings } = fileTimings("e2e/node.test.ts");
   const helm = (args: string[], timeoutMs: number) =>
     run(toolPath("helm"), [...args, "--kubeconfig", cp.kubeconfig], timeoutMs, helmEnv);
   /**
@@ -233,32 +232,139 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
   const pods = (ns: string, selector?: string): Obj[] =>
     cp.json(["-n", ns, "get", "pods", ...(selector ? ["-l", selector] : [])]).items;
 
+  /** Apply an object of the test's own, its images named in the user's registry. */
+  const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withRegistryImages(o)));
+  /**
+   * The first half of the user's-CA test, applied with the install (so that carol starts beside
+   * the examples' pods, not after them): the CA, carol's Secret and carol; dave is the test's.
+   */
+  const startOwnCA = async () => {
+    // What a user does: a CA of their own, a kubernetes.io/tls Secret for the receiving agent
+    // (spec.tls.secretName), the CA in a ConfigMap the sending agent names in spec.tls.trust.
+    const ns = OWN_NAMESPACES.ownCA;
+    const ca = await createCA("ifp node e2e user CA");
+    const leaf = await ca.issue({
+      commonName: "carol",
+      dnsNames: ["carol", `carol.${ns}`, `carol.${ns}.svc`, `carol.${ns}.svc.cluster.local`],
+    });
+    const [carol, dave] = [signingKey("carol"), signingKey("dave")];
+    const app = withApp;
+    const tag = randomUUID().slice(0, 8);
+    const greeting = `Hello carol, from dave (${tag})`;
+    const objects: Obj[] = [
+      { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } },
+      {
+        apiVersion: "v1",
+        kind: "Secret",
+        metadata: { name: "carol-tls", namespace: ns, labels: { "ifp.dev/agent": "carol" } },
+        type: "kubernetes.io/tls",
+        stringData: { "tls.crt": leaf.cert, "tls.key": leaf.key },
+      },
+      { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "own-ca", namespace: ns }, data: { "ca.crt": ca.cert } },
+      ...[carol, dave].map((k) => signingSecret(k, ns)),
+      {
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name: "carol", namespace: ns },
+        spec: {
+          agentId: "carol-agent",
+          tls: { secretName: "carol-tls" },
+          signing: { secretName: "carol-signing-key" },
+          peers: [
+            {
+              agentId: "dave-agent",
+              url: `https://dave.${ns}.svc`,
+              keys: [{ keyId: "key-1", publicKey: dave.publicKey }],
+            },
+          ],
+          ...app([]),
+        },
+      },
+      {
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name: "dave", namespace: ns },
+        spec: {
+          agentId: "dave-agent",
+          tls: { trust: [{ configMapRef: { name: "own-ca" } }] },
+          signing: { secretName: "dave-signing-key" },
+          peers: [
+            {
+              agentId: "carol-agent",
+              url: `https://carol.${ns}.svc`,
+              keys: [{ keyId: "key-1", publicKey: carol.publicKey }],
+            },
+          ],
+          ...app([
+            { name: "IFP_APP_GREET", value: "carol-agent" },
+            { name: "IFP_APP_GREET_TEXT", value: greeting },
+          ]),
+        },
+      },
+    ];
+    // carol first, Ready before dave greets her (else the greeting waits for dave's next attempt, a minute later).
+    for (const o of objects.slice(0, -1)) apply(o);
+    return { ns, ca, objects, tag };
+  };
+  let ownCA: ReturnType<typeof startOwnCA>;
+  /**
+   * The first half of the relayed test, applied with the install (so that the Relay and grace
+   * start beside the examples' pods): the keys, their Secrets, the Relay and grace; frank is the test's.
+   */
+  const startRelayed = () => {
+    // What a user does for agents that cannot be reached directly: a Relay that serves them, each
+    // agent reading its mailbox there (spec.relay.urls), and each knowing the other only by its
+    // key and that relay (a peer entry with relay.urls and no url). frank's application greets
+    // grace; grace's answers; both messages go through the relay's mailboxes.
+    const ns = OWN_NAMESPACES.relayed;
+    const relayUrl = `https://mailroom.${ns}.svc`;
+    const [frank, grace] = [signingKey("frank"), signingKey("grace")];
+    const served = (k: typeof frank) => ({
+      agentId: `${k.name}-agent`,
+      keys: [{ keyId: "key-1", publicKey: k.publicKey }],
+    });
+    const tag = randomUUID().slice(0, 8);
+    const greeting = `Hello grace, from frank through the relay (${tag})`;
+    const agent = (k: typeof frank, peer: typeof frank, env: Obj[]): Obj => ({
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Agent",
+      metadata: { name: k.name, namespace: ns },
+      spec: {
+        agentId: `${k.name}-agent`,
+        signing: { secretName: `${k.name}-signing-key` },
+        relay: { urls: [relayUrl] },
+        peers: [{ ...served(peer), relay: { urls: [relayUrl] } }],
+        // The user runs this relay in their own cluster: message bodies may cross it in clear.
+        encryption: { relayTrust: [{ url: relayUrl, level: "self-operated" }] },
+        ...withApp(env),
+      },
+    });
+    const relay: Obj = {
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Relay",
+      metadata: { name: "mailroom", namespace: ns },
+      spec: { url: relayUrl, agents: [served(frank), served(grace)] },
+    };
+    for (const k of [frank, grace]) apply(signingSecret(k, ns));
+    apply(relay);
+    apply(agent(grace, frank, []));
+    return { ns, grace, frank, agent, greeting, tag };
+  };
+  let relayed: ReturnType<typeof startRelayed>;
+
   beforeAll(async () => {
-    // The images the release does not bring (pause, NATS; cached by their inputs' hash), the
-    // release of the commit checked out, and the registry.
+    // The release of the commit checked out (`npm run release`, unless kept for this commit), made
+    // while the node starts: nothing of the node needs it before the install.
+    const releasing = timed("release", releaseOfHead);
+    releasing.catch(() => {});
+    // The images the release does not bring (pause, NATS; cached by their inputs' hash), and the registry.
     await timed("images", () => {
       for (const kind of Object.keys(IMAGES).filter((k) => !RELEASED_IMAGES.some((r) => r.kind === k)))
         images[kind] = buildImage(kind);
     });
-    released = await timed("release", releaseOfHead);
     registry = await startRegistry("node");
-    await timed("publish", async () => {
-      // As docs/install.md publishes a release signed with a key: images, signatures and
-      // provenance, and the chart; then each image verified as its lines say.
-      const to = `${registry.host}/${NAMESPACE}`;
-      await run("npm", ["run", "release", "--", "--publish", released.dir, "--to", to], 10 * 60_000);
-      for (const line of installBlock("cosign verify --key", registry.host)) {
-        const m = /^cosign (verify|verify-attestation) .*\/ifp-dev\/([\w-]+):\S+$/.exec(line);
-        if (!m) continue;
-        const r = await sh(line, released.dir, OFFLINE_COSIGN_ENV);
-        if (r.code !== 0) throw new Error(`${line}: exit ${r.code}\n${r.stderr}`);
-        const img = released.images.find((i) => i.name === m[2])!;
-        expect(verifiedDigests(m[1]!, r.stdout), line).toEqual([img.digest]);
-      }
-      for (const r of RELEASED_IMAGES) {
-        const img = released.images.find((i) => i.name === r.name)!;
-        images[r.kind] = { ref: `${to}/${img.name}@${img.digest}`, archive: join(released.dir, img.archive) };
-      }
+    const to = `${registry.host}/${NAMESPACE}`;
+    await timed("mirror", () => {
       // NATS and pause copied to the registry as to a mirror, under their names and tags; the
       // node pulls them by digest.
       const work = mkdtempSync(join(tmpdir(), "ifp-node-push-"));
@@ -283,8 +389,28 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       }),
     );
     try {
-      cp = await timed("control plane", () => startControlPlane({ address: node.hostIP, serviceAccounts: true }));
+      cp = await timed("control plane", () =>
+        startControlPlane({ address: node.hostIP, serviceCIDR: node.serviceCIDR, serviceAccounts: true }),
+      );
       await timed("join", () => node.join(cp));
+      released = await timed("release, after the join", () => releasing);
+      await timed("publish", async () => {
+        // As docs/install.md publishes a release signed with a key: images, signatures and
+        // provenance, and the chart; then each image verified as its lines say.
+        await run("npm", ["run", "release", "--", "--publish", released.dir, "--to", to], 10 * 60_000);
+        for (const line of installBlock("cosign verify --key", registry.host)) {
+          const m = /^cosign (verify|verify-attestation) .*\/ifp-dev\/([\w-]+):\S+$/.exec(line);
+          if (!m) continue;
+          const r = await sh(line, released.dir, OFFLINE_COSIGN_ENV);
+          if (r.code !== 0) throw new Error(`${line}: exit ${r.code}\n${r.stderr}`);
+          const img = released.images.find((i) => i.name === m[2])!;
+          expect(verifiedDigests(m[1]!, r.stdout), line).toEqual([img.digest]);
+        }
+        for (const r of RELEASED_IMAGES) {
+          const img = released.images.find((i) => i.name === r.name)!;
+          images[r.kind] = { ref: `${to}/${img.name}@${img.digest}`, archive: join(released.dir, img.archive) };
+        }
+      });
       // helm's configuration and cache in the control plane's directory, not the user's.
       helmEnv = {
         ...process.env,
@@ -320,6 +446,11 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
           ),
         ),
       );
+      // The Agents and the Relay that two later tests wait for before their own steps, started
+      // now beside the examples' pods (their tests apply the rest).
+      ownCA = startOwnCA();
+      ownCA.catch(() => {});
+      relayed = startRelayed();
     } catch (err) {
       failed = true;
       throw err;
@@ -331,8 +462,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     await node?.stop();
     await cp?.stop();
     await registry?.stop();
-    timings.total = Math.round((Date.now() - started) / 100) / 10;
-    process.stderr.write(`e2e/node.test.ts took ${timings.total} s: ${JSON.stringify(timings)}\n`);
+    printTimings(node ? ` (kube-proxy in ${node.proxyMode} mode)` : "");
   }, 5 * 60_000);
 
   const failing = () =>
@@ -352,7 +482,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
       "kubernetes.io/service-name=kubernetes",
     ]).items;
     expect(slices.flatMap((s: Obj) => s.endpoints.flatMap((e: Obj) => e.addresses))).toEqual([node.hostIP]);
-    expect(cp.json(["-n", "default", "get", "service", "kubernetes"]).spec.clusterIP).toBe(KUBERNETES_SERVICE_IP);
+    expect(cp.json(["-n", "default", "get", "service", "kubernetes"]).spec.clusterIP).toBe(node.kubernetesServiceIP);
 
     const [operator] = pods(SYSTEM, "app.kubernetes.io/component=operator");
     expect(operator, diagnose()).toBeDefined();
@@ -741,72 +871,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
 
   it("trusts an Agent whose certificate a user's own CA issued, given to the sender in spec.tls.trust", async () => {
     failing();
-    // What a user does: a CA of their own, a kubernetes.io/tls Secret for the receiving agent
-    // (spec.tls.secretName), the CA in a ConfigMap the sending agent names in spec.tls.trust.
-    const ns = OWN_NAMESPACES.ownCA;
-    const ca = await createCA("ifp node e2e user CA");
-    const leaf = await ca.issue({
-      commonName: "carol",
-      dnsNames: ["carol", `carol.${ns}`, `carol.${ns}.svc`, `carol.${ns}.svc.cluster.local`],
-    });
-    const [carol, dave] = [signingKey("carol"), signingKey("dave")];
-    const app = withApp;
-    const tag = randomUUID().slice(0, 8);
-    const greeting = `Hello carol, from dave (${tag})`;
-    const objects: Obj[] = [
-      { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } },
-      {
-        apiVersion: "v1",
-        kind: "Secret",
-        metadata: { name: "carol-tls", namespace: ns, labels: { "ifp.dev/agent": "carol" } },
-        type: "kubernetes.io/tls",
-        stringData: { "tls.crt": leaf.cert, "tls.key": leaf.key },
-      },
-      { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "own-ca", namespace: ns }, data: { "ca.crt": ca.cert } },
-      ...[carol, dave].map((k) => signingSecret(k, ns)),
-      {
-        apiVersion: "ifp.dev/v1alpha1",
-        kind: "Agent",
-        metadata: { name: "carol", namespace: ns },
-        spec: {
-          agentId: "carol-agent",
-          tls: { secretName: "carol-tls" },
-          signing: { secretName: "carol-signing-key" },
-          peers: [
-            {
-              agentId: "dave-agent",
-              url: `https://dave.${ns}.svc`,
-              keys: [{ keyId: "key-1", publicKey: dave.publicKey }],
-            },
-          ],
-          ...app([]),
-        },
-      },
-      {
-        apiVersion: "ifp.dev/v1alpha1",
-        kind: "Agent",
-        metadata: { name: "dave", namespace: ns },
-        spec: {
-          agentId: "dave-agent",
-          tls: { trust: [{ configMapRef: { name: "own-ca" } }] },
-          signing: { secretName: "dave-signing-key" },
-          peers: [
-            {
-              agentId: "carol-agent",
-              url: `https://carol.${ns}.svc`,
-              keys: [{ keyId: "key-1", publicKey: carol.publicKey }],
-            },
-          ],
-          ...app([
-            { name: "IFP_APP_GREET", value: "carol-agent" },
-            { name: "IFP_APP_GREET_TEXT", value: greeting },
-          ]),
-        },
-      },
-    ];
-    // carol first, Ready before dave greets her (else the greeting waits for dave's next attempt, a minute later).
-    const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withRegistryImages(o)));
-    for (const o of objects.slice(0, -1)) apply(o);
+    const { ns, ca, objects, tag } = await ownCA;
     await withDiagnosis(
       waitFor(
         "Agent carol Ready",
@@ -852,43 +917,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
 
   it("carries messages both ways between two agents that reach each other only through a Relay", async () => {
     failing();
-    // What a user does for agents that cannot be reached directly: a Relay that serves them, each
-    // agent reading its mailbox there (spec.relay.urls), and each knowing the other only by its
-    // key and that relay (a peer entry with relay.urls and no url). frank's application greets
-    // grace; grace's answers; both messages go through the relay's mailboxes.
-    const ns = OWN_NAMESPACES.relayed;
-    const relayUrl = `https://mailroom.${ns}.svc`;
-    const [frank, grace] = [signingKey("frank"), signingKey("grace")];
-    const served = (k: typeof frank) => ({
-      agentId: `${k.name}-agent`,
-      keys: [{ keyId: "key-1", publicKey: k.publicKey }],
-    });
-    const tag = randomUUID().slice(0, 8);
-    const greeting = `Hello grace, from frank through the relay (${tag})`;
-    const agent = (k: typeof frank, peer: typeof frank, env: Obj[]): Obj => ({
-      apiVersion: "ifp.dev/v1alpha1",
-      kind: "Agent",
-      metadata: { name: k.name, namespace: ns },
-      spec: {
-        agentId: `${k.name}-agent`,
-        signing: { secretName: `${k.name}-signing-key` },
-        relay: { urls: [relayUrl] },
-        peers: [{ ...served(peer), relay: { urls: [relayUrl] } }],
-        // The user runs this relay in their own cluster: message bodies may cross it in clear.
-        encryption: { relayTrust: [{ url: relayUrl, level: "self-operated" }] },
-        ...withApp(env),
-      },
-    });
-    const relay: Obj = {
-      apiVersion: "ifp.dev/v1alpha1",
-      kind: "Relay",
-      metadata: { name: "mailroom", namespace: ns },
-      spec: { url: relayUrl, agents: [served(frank), served(grace)] },
-    };
-    const apply = (o: Obj) => cp.kubectl(["apply", "-f", "-"], JSON.stringify(withRegistryImages(o)));
-    for (const k of [frank, grace]) apply(signingSecret(k, ns));
-    apply(relay);
-    apply(agent(grace, frank, []));
+    const { ns, grace, frank, agent, greeting, tag } = relayed;
     await withDiagnosis(
       waitFor(
         "Relay mailroom and Agent grace Ready",

@@ -1,10 +1,13 @@
-import { mkdtempSync, readFileSync } from "node:fs";
+import { X509Certificate } from "node:crypto";
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { startControlPlane } from "./support/controlplane.ts";
+import { firstAddress, KUBERNETES_SERVICE_IP, SERVICE_CIDR, startControlPlane } from "./support/controlplane.ts";
 import { teardown } from "./support/global-setup.ts";
 import { startNats } from "./support/nats.ts";
+import { takeSlot } from "./support/node.ts";
 import { freePort } from "./support/ports.ts";
 import { LogRing, logsSince, spawnProcess } from "./support/process.ts";
 import { waitFor } from "./support/wait.ts";
@@ -129,5 +132,84 @@ describe("the test support's control plane", () => {
       // etcd stops within its grace period; the killed API server must not hold stop() up.
       await within("stop() of a control plane whose API server was killed", 15_000, cp.stop());
     }
+  });
+
+  it("serves its Services from the range it is given (a real node's slot has its own), the `kubernetes` Service at its first address", {
+    timeout: 120_000,
+  }, async () => {
+    expect(firstAddress(SERVICE_CIDR)).toBe(KUBERNETES_SERVICE_IP);
+    expect(firstAddress("10.0.16.0/20")).toBe("10.0.16.1");
+    expect(firstAddress("10.0.17.9/20")).toBe("10.0.16.1");
+    const cp = await startControlPlane({ controllerManager: false, serviceCIDR: "10.0.16.0/20" });
+    try {
+      // The API server makes the Service itself once it serves.
+      await waitFor(
+        "the kubernetes Service",
+        () => cp.tryJson(["-n", "default", "get", "service", "kubernetes"]) !== undefined,
+        60_000,
+        250,
+      );
+      const service = cp.json(["-n", "default", "get", "service", "kubernetes"]);
+      expect(service.spec.clusterIP).toBe("10.0.16.1");
+      cp.kubectl(
+        ["apply", "-f", "-"],
+        JSON.stringify({
+          apiVersion: "v1",
+          kind: "Service",
+          metadata: { name: "one", namespace: "default" },
+          spec: { ports: [{ port: 80 }] },
+        }),
+      );
+      expect(cp.json(["-n", "default", "get", "service", "one"]).spec.clusterIP).toMatch(
+        /^10\.0\.(1[6-9]|2\d|3[01])\./,
+      );
+      // Its certificate names that address, as pods reach it through the Service.
+      const cert = new X509Certificate(readFileSync(join(cp.dir, "apiserver.crt")));
+      expect(cert.subjectAltName).toContain("IP Address:10.0.16.1");
+      expect(cert.subjectAltName).not.toContain(`IP Address:${KUBERNETES_SERVICE_IP}`);
+    } finally {
+      await cp.stop();
+    }
+  });
+});
+
+describe("the real nodes' slots", () => {
+  const slots = () => {
+    const dir = mkdtempSync(join(tmpdir(), "ifp-slots-"));
+    return [{ lock: join(dir, "first") }, { lock: join(dir, "second") }];
+  };
+  /** A lock as a node that knows no slots holds it: its pid alone. */
+  const heldByOlderNode = (lock: string, pid: number) => {
+    mkdirSync(lock);
+    writeFileSync(join(lock, "pid"), String(pid));
+  };
+
+  it("takes the first free slot, the second beside a holder of the first, and none when both are held", () => {
+    const s = slots();
+    expect(takeSlot(s)).toBe(s[0]);
+    expect(readFileSync(join(s[0]!.lock, "pid"), "utf8")).toBe(String(process.pid));
+    expect(readFileSync(join(s[0]!.lock, "slot"), "utf8")).toBe("0");
+    expect(takeSlot(s)).toBe(s[1]);
+    expect(readFileSync(join(s[1]!.lock, "slot"), "utf8")).toBe("1");
+    expect(takeSlot(s)).toBeUndefined();
+    rmSync(s[0]!.lock, { recursive: true });
+    expect(takeSlot(s)).toBe(s[0]);
+  });
+
+  it("takes no second slot beside a node that knows no slots, and frees a dead holder's", async () => {
+    const s = slots();
+    const other = spawn("sleep", ["30"]);
+    try {
+      heldByOlderNode(s[0]!.lock, other.pid!);
+      expect(takeSlot(s)).toBeUndefined();
+      expect(existsSync(s[1]!.lock)).toBe(false);
+    } finally {
+      other.kill("SIGKILL");
+    }
+    await waitFor("the holder gone", () => !alive(other.pid!), 10_000, 50);
+    // Its lock is removed at the next try, and the first slot is free at the one after.
+    expect(takeSlot(s)).toBeUndefined();
+    expect(existsSync(s[0]!.lock)).toBe(false);
+    expect(takeSlot(s)).toBe(s[0]);
   });
 });

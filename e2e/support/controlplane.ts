@@ -21,6 +21,14 @@ const KUBECTL_TIMEOUT_MS = 45_000;
 export const SERVICE_CIDR = "10.0.0.0/20";
 export const KUBERNETES_SERVICE_IP = "10.0.0.1";
 
+/** The first address of an IPv4 range: where the API server puts the `kubernetes` Service. */
+export function firstAddress(cidr: string): string {
+  const [ip, bits] = cidr.split("/") as [string, string];
+  const mask = bits === "0" ? 0 : (~0 << (32 - Number(bits))) >>> 0;
+  const n = ((ip.split(".").reduce((a, o) => (a << 8) + Number(o), 0) & mask) >>> 0) + 1;
+  return [24, 16, 8, 0].map((s) => (n >>> s) & 255).join(".");
+}
+
 /** A kubectl failure: its arguments, exit status and output. */
 export class KubectlError extends Error {
   readonly args: string[];
@@ -97,13 +105,16 @@ export async function startControlPlane(
      */
     serviceAccounts?: boolean;
     /**
-     * The API server's --service-cluster-ip-range; default SERVICE_CIDR (4,094 Services). A
-     * benchmark of more Agents, each with a Service, gives a wider one.
+     * The API server's --service-cluster-ip-range; default SERVICE_CIDR (4,094 Services). A real
+     * node's slot has a range of its own (e2e/support/node.ts), so that two nodes' kube-proxies on
+     * one host never program the same Service address; a benchmark of more Agents, each with a
+     * Service, gives a wider one.
      */
-    serviceCidr?: string;
+    serviceCIDR?: string;
   } = {},
 ): Promise<ControlPlane> {
   const address = opts.address ?? "127.0.0.1";
+  const serviceCIDR = opts.serviceCIDR ?? SERVICE_CIDR;
   const dir = tempDir("ifp-kube-");
   const etcd = toolPath("etcd");
   const apiserver = toolPath("kubernetes", "kube-apiserver");
@@ -168,7 +179,7 @@ export async function startControlPlane(
         "kubernetes.default.svc",
         "kubernetes.default.svc.cluster.local",
       ],
-      ips: [...new Set(["127.0.0.1", address, KUBERNETES_SERVICE_IP])],
+      ips: [...new Set(["127.0.0.1", address, firstAddress(serviceCIDR)])],
     });
     const admin = await ca.issue({ commonName: "admin", organization: "system:masters", client: true });
     const adminKeys = { ca: ca.cert, cert: admin.cert, key: admin.key };
@@ -238,7 +249,7 @@ export async function startControlPlane(
         `--tls-private-key-file=${tlsKey}`,
         `--client-ca-file=${caFile}`,
         "--authorization-mode=RBAC",
-        `--service-cluster-ip-range=${opts.serviceCidr ?? SERVICE_CIDR}`,
+        `--service-cluster-ip-range=${serviceCIDR}`,
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         `--service-account-key-file=${saPub}`,
         `--service-account-signing-key-file=${saKey}`,

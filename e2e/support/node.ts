@@ -4,8 +4,9 @@
 // as processes of the test with their state under one temporary directory. Pods really run,
 // on a bridge this module creates; see e2e/README.md for the facts it is built on.
 //
-// One real node runs on a machine at a time (a lock in /run/lock): the bridge, its addresses,
-// kube-proxy's iptables chains and the kubelet's port are the host's.
+// Two real nodes can run on a machine at once, each in a slot of its own (NODE_SLOTS, a lock in
+// /run/lock each): its own bridge, pod subnet, Service range and directory, and kube-proxy in
+// iptables mode in one and nftables mode in the other, so that neither rewrites the other's rules.
 import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import {
   chmodSync,
@@ -18,6 +19,7 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
+  symlinkSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -25,19 +27,66 @@ import { join } from "node:path";
 import { stringify } from "yaml";
 import type { BuiltImage } from "../images/build.ts";
 import { installDebianPackages, isAlive, NODE_PACKAGES, toolPath } from "../tools/tools.ts";
-import { SERVICE_CIDR, type ControlPlane } from "./controlplane.ts";
-import { acquireDirLock, releaseDirLock } from "./dir-lock.ts";
+import { firstAddress, SERVICE_CIDR, type ControlPlane } from "./controlplane.ts";
+import { lockHolder, releaseDirLock, tryDirLock } from "./dir-lock.ts";
 import { startScheduler } from "./nodes.ts";
 import { freePort, waitFor } from "./ports.ts";
 import { stopChild } from "./process.ts";
 
-/** The pods' subnet: a bridge made here; pods get no route beyond it and the Service range. */
-const POD_SUBNET = { cidr: "10.85.0.0/24", gateway: "10.85.0.1", prefix: 24 };
-const BRIDGE = "ifpbr0";
+/**
+ * A place for one real node on this machine. What is the host's differs between the slots: the
+ * lock, the bridge and its pods' subnet (pods get no route beyond it and the Service range), the
+ * control plane's Service range, the comment that marks the iptables rules this module adds, the
+ * prefix of the node's directory, and kube-proxy's mode. Both modes are kube-proxy's own and
+ * program the same Services; they keep their rules apart (iptables' KUBE-* chains, nftables'
+ * `kube-proxy` table), and each kube-proxy is started with only its own mode's command on its
+ * PATH, so that its start-up clean-up of the other mode's leftovers finds nothing to remove.
+ */
+interface NodeSlot {
+  lock: string;
+  bridge: string;
+  subnet: { cidr: string; gateway: string; prefix: number };
+  serviceCIDR: string;
+  ruleComment: string;
+  dirPrefix: string;
+  proxyMode: "iptables" | "nftables";
+  /** The commands kube-proxy may run in that mode (its PATH holds these alone). */
+  proxyCommands: string[];
+}
+const NODE_SLOTS: NodeSlot[] = [
+  {
+    lock: "/run/lock/ifp-e2e-node",
+    bridge: "ifpbr0",
+    subnet: { cidr: "10.85.0.0/24", gateway: "10.85.0.1", prefix: 24 },
+    serviceCIDR: SERVICE_CIDR,
+    ruleComment: "ifp-e2e-node",
+    dirPrefix: "ifp-node-",
+    proxyMode: "iptables",
+    proxyCommands: [
+      "iptables",
+      "iptables-save",
+      "iptables-restore",
+      "ip6tables",
+      "ip6tables-save",
+      "ip6tables-restore",
+    ],
+  },
+  {
+    lock: "/run/lock/ifp-e2e-second-node",
+    bridge: "ifpbr1",
+    subnet: { cidr: "10.85.1.0/24", gateway: "10.85.1.1", prefix: 24 },
+    serviceCIDR: "10.0.16.0/20",
+    ruleComment: "ifp-e2e-second-node",
+    dirPrefix: "ifp-second-node-",
+    proxyMode: "nftables",
+    proxyCommands: ["nft"],
+  },
+];
+/** The sysctls' values from before the first of the nodes that run at once: the last to stop restores them. */
+const SYSCTLS_FILE = "/run/lock/ifp-e2e-node-sysctls.json";
+/** The chains the kubelet itself makes (not kube-proxy): shared by the nodes that run at once. */
+const KUBELET_CHAINS = ["KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"];
 const NODE_NAME = "ifp-node";
-/** Marks the iptables rules this module adds, so that they can be found and removed. */
-const RULE_COMMENT = "ifp-e2e-node";
-const LOCK = "/run/lock/ifp-e2e-node";
 const SYSCTLS = ["net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables"];
 const CNI_BIN = "/usr/lib/cni";
 const RUNC = "/usr/sbin/runc";
@@ -66,11 +115,21 @@ export interface RealNode {
    */
   hostIP: string;
   podCIDR: string;
+  /** The Service range of this node's slot: the control plane it joins is started with it (startControlPlane({ serviceCIDR })). */
+  serviceCIDR: string;
+  /** The `kubernetes` Service's address in that range. */
+  kubernetesServiceIP: string;
+  /** kube-proxy's mode in this node's slot. */
+  proxyMode: "iptables" | "nftables";
   /** Everything of this node: configs, state, logs (logs/<component>.log). */
   dir: string;
   /** `ctr` against this node's containerd, in the kubelet's namespace. */
   ctr(args: string[]): string;
-  /** Import an OCI archive (e2e/images/build.ts) into the node's containerd; several may run at once. */
+  /**
+   * Import an OCI archive (e2e/images/build.ts) into the node's containerd. Imports asked for at
+   * once run one after the other: two `ctr images import` at a time collide on their ingest of
+   * the archive's index.json ("ref k8s.io/1/tar-index.json locked").
+   */
   importImage(image: BuiltImage): Promise<void>;
   /**
    * Join the control plane: CoreDNS, kube-proxy, the kubelet and kube-scheduler, the node Ready
@@ -129,8 +188,90 @@ function attempt(what: string, fn: () => void, problems: string[]): void {
   }
 }
 
-async function acquireLock(): Promise<void> {
-  await acquireDirLock(LOCK, "the real-node lock (another real node runs on this machine)", 20 * 60_000);
+/** Whether a node of another slot than `slot` runs on this machine. */
+const otherNodeRuns = (slot: NodeSlot) => NODE_SLOTS.some((s) => s !== slot && lockHolder(s.lock) !== undefined);
+
+/**
+ * One try at the first free slot of `slots`: its lock taken (a directory holding this process's
+ * pid and the slot's index), or undefined. A slot after the first is taken only beside a holder
+ * of the first that knows of the others (its lock names its slot): a node that does not would
+ * take the host's clean-up for its own. A dead holder's lock is removed, for the next try.
+ */
+export function takeSlot<S extends { lock: string }>(slots: S[]): S | undefined {
+  for (const [i, slot] of slots.entries()) {
+    if (i > 0 && !existsSync(join(slots[0]!.lock, "slot"))) return undefined;
+    if (!tryDirLock(slot.lock)) continue;
+    writeFileSync(join(slot.lock, "slot"), String(i));
+    return slot;
+  }
+  return undefined;
+}
+
+async function acquireSlot(): Promise<NodeSlot> {
+  mkdirSync("/run/lock", { recursive: true });
+  let taken: NodeSlot | undefined;
+  await waitFor(
+    "a real-node slot (two real nodes run on this machine)",
+    () => (taken = takeSlot(NODE_SLOTS)) !== undefined,
+    20 * 60_000,
+    1000,
+  );
+  return taken!;
+}
+
+/** Set the sysctls a node needs, keeping the machine's own values if no node had set them yet. */
+function setSysctls(): void {
+  try {
+    writeFileSync(
+      SYSCTLS_FILE,
+      JSON.stringify(Object.fromEntries(SYSCTLS.map((s) => [s, readFileSync(`/proc/sys/${s}`, "utf8").trim()]))),
+      { flag: "wx" },
+    );
+  } catch {}
+  for (const s of SYSCTLS) writeFileSync(`/proc/sys/${s}`, "1");
+}
+
+/** The machine's own sysctl values back, when no other node runs. */
+function restoreSysctls(slot: NodeSlot, problems: string[]): void {
+  if (otherNodeRuns(slot) || !existsSync(SYSCTLS_FILE)) return;
+  attempt(
+    "restore the sysctls",
+    () => {
+      const before = JSON.parse(readFileSync(SYSCTLS_FILE, "utf8")) as Record<string, string>;
+      rmSync(SYSCTLS_FILE, { force: true });
+      for (const [s, v] of Object.entries(before)) writeFileSync(`/proc/sys/${s}`, v);
+    },
+    problems,
+  );
+}
+
+/**
+ * The iptables chains a slot's node removes as its own: in iptables mode those that appeared
+ * while it ran, in nftables mode the kubelet's; the kubelet's are left to the last node to stop.
+ */
+function ownChains(slot: NodeSlot, appeared: Set<string>): Set<string> {
+  const kubelet = (c: string) => KUBELET_CHAINS.includes(c.split(" ")[1]!);
+  const own = [...appeared].filter((c) => slot.proxyMode === "iptables" || kubelet(c));
+  if (otherNodeRuns(slot)) return new Set(own.filter((c) => !kubelet(c)));
+  return new Set([...own, ...[...nodeChains()].filter(kubelet)]);
+}
+
+/** kube-proxy's nftables tables, when the slot's kube-proxy runs in that mode. */
+function removeNftables(slot: NodeSlot): void {
+  if (slot.proxyMode !== "nftables") return;
+  for (const family of ["ip", "ip6"]) spawnSync("nft", ["delete", "table", family, "kube-proxy"], { stdio: "ignore" });
+}
+
+/** A directory of links to the commands kube-proxy may run in the slot's mode: its PATH. */
+function proxyPath(slot: NodeSlot, dir: string): string {
+  const bin = join(dir, "kube-proxy-bin");
+  mkdirSync(bin, { recursive: true });
+  for (const cmd of slot.proxyCommands) {
+    const found = spawnSync("sh", ["-c", `command -v ${cmd}`], { encoding: "utf8" }).stdout.trim();
+    if (!found) throw new Error(`${cmd} is not installed (kube-proxy in ${slot.proxyMode} mode runs it)`);
+    symlinkSync(found, join(bin, cmd));
+  }
+  return bin;
 }
 
 /** Mount points at or under `dir`, deepest first. */
@@ -189,7 +330,7 @@ function nodeChains(): Set<string> {
  * Remove this module's rules (by their comment) and the chains in `chains`, with the rules that
  * jump to them; the chains that existed before the node started are left alone.
  */
-function removeIptables(chains: Set<string>, problems: string[]): void {
+function removeIptables(slot: NodeSlot, chains: Set<string>, problems: string[]): void {
   const save = spawnSync("iptables-save", [], { encoding: "utf8" });
   if (save.status !== 0) return;
   let table = "";
@@ -202,7 +343,7 @@ function removeIptables(chains: Set<string>, problems: string[]): void {
       .map((w) => w.replace(/^"(.*)"$/, "$1"));
     const target = rule[rule.indexOf("-j") + 1];
     const ours =
-      line.includes(`--comment ${RULE_COMMENT}`) ||
+      rule[rule.indexOf("--comment") + 1] === slot.ruleComment ||
       (target !== undefined && chains.has(`${table} ${target}`) && !chains.has(`${table} ${rule[0]}`));
     if (ours)
       attempt(
@@ -273,13 +414,13 @@ function shimsRunning(): boolean {
 }
 
 /**
- * What an earlier run that died left behind (its directory is still there, under the lock that
- * is now ours): its shims, mounts, bridge and iptables chains.
+ * What an earlier run of the slot that died left behind (its directory is still there, under the
+ * lock that is now ours): its shims, mounts, bridge, kube-proxy's rules and iptables chains.
  */
-async function cleanLeftovers(): Promise<void> {
+async function cleanLeftovers(slot: NodeSlot): Promise<void> {
   const problems: string[] = [];
   const dirs = readdirSync(tmpdir()).filter(
-    (e) => e.startsWith("ifp-node-") && existsSync(join(tmpdir(), e, "containerd.toml")),
+    (e) => e.startsWith(slot.dirPrefix) && existsSync(join(tmpdir(), e, "containerd.toml")),
   );
   for (const e of dirs) {
     const dir = join(tmpdir(), e);
@@ -288,14 +429,15 @@ async function cleanLeftovers(): Promise<void> {
     if (!mountsUnder(dir).length) rmSync(dir, { recursive: true, force: true });
   }
   if (dirs.length) {
-    removeIptables(nodeChains(), problems);
+    removeIptables(slot, ownChains(slot, nodeChains()), problems);
+    removeNftables(slot);
     // Sockets of the killed shims; only when no shim at all runs on the machine any more.
     if (!shimsRunning()) spawnSync("find", ["/run/containerd/s", "-type", "s", "-delete"], { stdio: "ignore" });
     spawnSync("find", ["/run/containerd", "-depth", "-type", "d", "-empty", "-delete"], { stdio: "ignore" });
   } else {
-    removeIptables(new Set(), problems);
+    removeIptables(slot, new Set(), problems);
   }
-  spawnSync("ip", ["link", "del", BRIDGE], { stdio: "ignore" });
+  spawnSync("ip", ["link", "del", slot.bridge], { stdio: "ignore" });
   if (problems.length)
     process.stderr.write(`real node: leftovers of an earlier run not removed: ${problems.join("; ")}\n`);
 }
@@ -424,7 +566,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 `;
 }
 
-function cniConfig(dir: string): string {
+function cniConfig(slot: NodeSlot, dir: string): string {
   return JSON.stringify(
     {
       cniVersion: "0.4.0",
@@ -432,7 +574,7 @@ function cniConfig(dir: string): string {
       plugins: [
         {
           type: "bridge",
-          bridge: BRIDGE,
+          bridge: slot.bridge,
           isGateway: true,
           // No masquerading and no default route: pods reach each other, the host's bridge
           // address and Services, nothing else.
@@ -441,8 +583,8 @@ function cniConfig(dir: string): string {
           ipam: {
             type: "host-local",
             dataDir: join(dir, "cni", "ipam"),
-            ranges: [[{ subnet: POD_SUBNET.cidr, gateway: POD_SUBNET.gateway }]],
-            routes: [{ dst: SERVICE_CIDR }],
+            ranges: [[{ subnet: slot.subnet.cidr, gateway: slot.subnet.gateway }]],
+            routes: [{ dst: slot.serviceCIDR }],
           },
         },
         { type: "portmap", capabilities: { portMappings: true } },
@@ -461,7 +603,7 @@ function cniConfig(dir: string): string {
  * `join(cp)` starts CoreDNS, kube-proxy, the kubelet and kube-scheduler against `cp`.
  *
  *   const node = await createNode({ sandboxImage });
- *   const cp = await startControlPlane({ address: node.hostIP, serviceAccounts: true });
+ *   const cp = await startControlPlane({ address: node.hostIP, serviceCIDR: node.serviceCIDR, serviceAccounts: true });
  *   await node.join(cp);
  */
 export async function createNode(opts: {
@@ -475,15 +617,16 @@ export async function createNode(opts: {
   const kubeProxy = toolPath("kubernetes-node", "kube-proxy");
   const coredns = toolPath("coredns");
 
-  await acquireLock();
+  const slot = await acquireSlot();
+  const { subnet } = slot;
   let chainsBefore: Set<string>;
   let dir: string;
   try {
-    await cleanLeftovers();
+    await cleanLeftovers(slot);
     chainsBefore = nodeChains();
-    dir = mkdtempSync(join(tmpdir(), "ifp-node-"));
+    dir = mkdtempSync(join(tmpdir(), slot.dirPrefix));
   } catch (err) {
-    releaseDirLock(LOCK);
+    releaseDirLock(slot.lock);
     throw err;
   }
   const logs = join(dir, "logs");
@@ -498,16 +641,20 @@ export async function createNode(opts: {
     mkdirSync(d, { recursive: true });
   const sock = join(dir, "containerd.sock");
   const procs: { name: string; proc: ChildProcess }[] = [];
-  const sysctlsBefore = new Map(SYSCTLS.map((s) => [s, readFileSync(`/proc/sys/${s}`, "utf8").trim()]));
   // The shims put their sockets in /run/containerd/s whatever containerd's state directory is.
   const shimDirExisted = existsSync("/run/containerd");
   let stopped = false;
   let joined: ControlPlane | undefined;
 
-  const start = (name: string, bin: string, args: string[]) => {
+  // By its path: a component's own PATH (kube-proxy's) need not hold it.
+  const setpriv = spawnSync("sh", ["-c", "command -v setpriv"], { encoding: "utf8" }).stdout.trim() || "setpriv";
+  const start = (name: string, bin: string, args: string[], env?: NodeJS.ProcessEnv) => {
     const fd = openSync(join(logs, `${name}.log`), "a");
     // SIGTERM when the test process dies without stopping the node; the next node removes the rest.
-    const proc = spawn("setpriv", ["--pdeathsig", "SIGTERM", "--", bin, ...args], { stdio: ["ignore", fd, fd] });
+    const proc = spawn(setpriv, ["--pdeathsig", "SIGTERM", "--", bin, ...args], {
+      stdio: ["ignore", fd, fd],
+      env: env ?? process.env,
+    });
     closeSync(fd);
     procs.push({ name, proc });
     return proc;
@@ -581,14 +728,15 @@ export async function createNode(opts: {
     await killProcessesUnder(dir, problems);
     // 3. The host: mounts (rootfs, volumes, network namespaces), iptables, the bridge, sysctls.
     unmountAll(dir, problems);
-    spawnSync(kubeProxy, ["--cleanup"], { stdio: "ignore" });
-    removeIptables(new Set([...nodeChains()].filter((c) => !chainsBefore.has(c))), problems);
-    spawnSync("ip", ["link", "del", BRIDGE], { stdio: "ignore" });
-    for (const [s, v] of sysctlsBefore) attempt(`restore ${s}`, () => writeFileSync(`/proc/sys/${s}`, v), problems);
+    // kube-proxy's rules (not `kube-proxy --cleanup`, which removes both modes', the other node's too).
+    removeIptables(slot, ownChains(slot, new Set([...nodeChains()].filter((c) => !chainsBefore.has(c)))), problems);
+    removeNftables(slot);
+    spawnSync("ip", ["link", "del", slot.bridge], { stdio: "ignore" });
     if (!mountsUnder(dir).length) rmSync(dir, { recursive: true, force: true });
-    if (!shimDirExisted)
+    if (!shimDirExisted && !otherNodeRuns(slot))
       spawnSync("find", ["/run/containerd", "-depth", "-type", "d", "-empty", "-delete"], { stdio: "ignore" });
-    releaseDirLock(LOCK);
+    releaseDirLock(slot.lock);
+    restoreSysctls(slot, problems);
     if (problems.length) process.stderr.write(`real node: clean-up problems: ${problems.join("; ")}\n`);
   };
 
@@ -600,7 +748,13 @@ export async function createNode(opts: {
     throw new Error(`${what}: ${(err as Error).message}\n(logs kept in ${kept})\n${tail}`);
   };
 
-  const importImage = async (image: BuiltImage) => {
+  let imports: Promise<unknown> = Promise.resolve();
+  const importImage = (image: BuiltImage) => {
+    const done = imports.then(() => importOne(image));
+    imports = done.catch(() => {});
+    return done;
+  };
+  const importOne = async (image: BuiltImage) => {
     await new Promise<void>((resolve, reject) =>
       execFile(
         "ctr",
@@ -638,7 +792,7 @@ export async function createNode(opts: {
       writeFileSync(
         join(dir, "Corefile"),
         `.:53 {
-  bind ${POD_SUBNET.gateway}
+  bind ${subnet.gateway}
   errors
   health 127.0.0.1:${dnsHealth}
   ready 127.0.0.1:${dnsReady}
@@ -662,16 +816,20 @@ export async function createNode(opts: {
           kind: "KubeProxyConfiguration",
           clientConnection: { kubeconfig: proxyKubeconfig },
           hostnameOverride: NODE_NAME,
-          mode: "iptables",
-          clusterCIDR: POD_SUBNET.cidr,
+          clusterCIDR: subnet.cidr,
           healthzBindAddress: `127.0.0.1:${proxyHealth}`,
           metricsBindAddress: `127.0.0.1:${proxyMetrics}`,
-          nodePortAddresses: [`${POD_SUBNET.gateway}/32`],
+          nodePortAddresses: [`${subnet.gateway}/32`],
+          mode: slot.proxyMode,
           iptables: { localhostNodePorts: false, syncPeriod: "10s", minSyncPeriod: "0s" },
+          nftables: { syncPeriod: "10s", minSyncPeriod: "0s" },
           conntrack: { maxPerCore: 0, min: 0, tcpEstablishedTimeout: "0s", tcpCloseWaitTimeout: "0s" },
         }),
       );
-      start("kube-proxy", kubeProxy, ["--config", join(dir, "kube-proxy.yaml"), "--v=1"]);
+      start("kube-proxy", kubeProxy, ["--config", join(dir, "kube-proxy.yaml"), "--v=1"], {
+        ...process.env,
+        PATH: proxyPath(slot, dir),
+      });
 
       // The kubelet, with what this machine requires (cgroups v1, no CAP_SYS_RESOURCE).
       const [kubeletPort, kubeletHealth] = [await freePort(), await freePort()];
@@ -681,7 +839,7 @@ export async function createNode(opts: {
         stringify({
           apiVersion: "kubelet.config.k8s.io/v1beta1",
           kind: "KubeletConfiguration",
-          address: POD_SUBNET.gateway,
+          address: subnet.gateway,
           port: kubeletPort,
           readOnlyPort: 0,
           healthzBindAddress: "127.0.0.1",
@@ -698,7 +856,7 @@ export async function createNode(opts: {
           cgroupsPerQOS: false,
           enforceNodeAllocatable: [],
           failSwapOn: false,
-          clusterDNS: [POD_SUBNET.gateway],
+          clusterDNS: [subnet.gateway],
           clusterDomain: "cluster.local",
           resolvConf: join(dir, "resolv.conf"),
           podLogsDir: join(dir, "pod-logs"),
@@ -723,7 +881,7 @@ export async function createNode(opts: {
         `--root-dir=${join(dir, "kubelet")}`,
         `--cert-dir=${join(dir, "kubelet", "pki")}`,
         `--hostname-override=${NODE_NAME}`,
-        `--node-ip=${POD_SUBNET.gateway}`,
+        `--node-ip=${subnet.gateway}`,
         "--v=1",
       ]);
       await startScheduler(cp);
@@ -797,8 +955,11 @@ export async function createNode(opts: {
 
   const node: RealNode = {
     name: NODE_NAME,
-    hostIP: POD_SUBNET.gateway,
-    podCIDR: POD_SUBNET.cidr,
+    hostIP: subnet.gateway,
+    podCIDR: subnet.cidr,
+    serviceCIDR: slot.serviceCIDR,
+    kubernetesServiceIP: firstAddress(slot.serviceCIDR),
+    proxyMode: slot.proxyMode,
     dir,
     ctr,
     importImage,
@@ -816,27 +977,27 @@ export async function createNode(opts: {
     // The network: a bridge with the gateway address (the kubelet's node IP, where host
     // processes serve pods), forwarding on, and a fence so that nothing from the pods is
     // forwarded beyond their subnet.
-    for (const s of SYSCTLS) writeFileSync(`/proc/sys/${s}`, "1");
-    sh("ip", ["link", "add", BRIDGE, "type", "bridge"]);
-    sh("ip", ["addr", "add", `${POD_SUBNET.gateway}/${POD_SUBNET.prefix}`, "dev", BRIDGE]);
-    sh("ip", ["link", "set", BRIDGE, "up"]);
+    setSysctls();
+    sh("ip", ["link", "add", slot.bridge, "type", "bridge"]);
+    sh("ip", ["addr", "add", `${subnet.gateway}/${subnet.prefix}`, "dev", slot.bridge]);
+    sh("ip", ["link", "set", slot.bridge, "up"]);
     sh("iptables", [
       "-I",
       "FORWARD",
       "1",
       "-s",
-      POD_SUBNET.cidr,
+      subnet.cidr,
       "!",
       "-d",
-      POD_SUBNET.cidr,
+      subnet.cidr,
       "-m",
       "comment",
       "--comment",
-      RULE_COMMENT,
+      slot.ruleComment,
       "-j",
       "DROP",
     ]);
-    writeFileSync(join(dir, "cni", "net.d", "10-ifp-e2e.conflist"), cniConfig(dir));
+    writeFileSync(join(dir, "cni", "net.d", "10-ifp-e2e.conflist"), cniConfig(slot, dir));
 
     // containerd
     for (const r of opts.registries ?? []) {

@@ -490,7 +490,15 @@ export const TOOLS: Record<string, ToolSpec> = {
  * container runtime, its low-level runtime, the CNI plugins (in /usr/lib/cni), buildah for the
  * images, and the iptables and conntrack tools kube-proxy drives.
  */
-export const NODE_PACKAGES = ["containerd", "runc", "containernetworking-plugins", "buildah", "iptables", "conntrack"];
+export const NODE_PACKAGES = [
+  "containerd",
+  "runc",
+  "containernetworking-plugins",
+  "buildah",
+  "iptables",
+  "nftables",
+  "conntrack",
+];
 
 /** `apt-get install` of the Debian packages that are missing (after `apt-get update`); needs root. */
 export function installDebianPackages(packages: string[]): void {

@@ -195,7 +195,7 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
   const cp = await startControlPlane({
     crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"],
     controllerManagerQps: KCM_QPS,
-    serviceCidr: SERVICE_CIDR,
+    serviceCIDR: SERVICE_CIDR,
   });
   const namespaces = Array.from({ length: Math.min(TENANTS, COUNT) }, (_, t) => `${NS}-${t}`);
   for (const ns of namespaces) cp.kubectl(["create", "namespace", ns]);
