@@ -153,7 +153,10 @@ function onNewControlPlane(): void {
 describe("chart upgrade", () => {
   onNewControlPlane();
 
-  it("keeps the stored Agents, Relays and signing Secrets through upgrade, rollback, CRDs turned off and on, and uninstall, whose hook releases the finalizers a killed operator left", async () => {
+  // Six helm releases and an uninstall with its hook, one after another.
+  it("keeps the stored Agents, Relays and signing Secrets through upgrade, rollback, CRDs turned off and on, and uninstall, whose hook releases the finalizers a killed operator left", {
+    timeout: 300_000,
+  }, async () => {
     // The users' namespace is watched (so it exists first).
     cp.kubectl(["create", "namespace", USERS]);
     const VALUES = [...BASE, "--set", `watchNamespaces={${USERS}}`];

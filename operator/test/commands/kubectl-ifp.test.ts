@@ -676,7 +676,10 @@ spec: {agentId: https://nosidecar.example/a}
     expect(noRuntime.stdout).toBe("");
   });
 
-  it("refuses a user without pods/exec before trying, in the API server's words, and reaches the exec with it", () => {
+  // Seven runs of the plugin, one after another: a loaded machine takes seconds for each.
+  it("refuses a user without pods/exec before trying, in the API server's words, and reaches the exec with it", {
+    timeout: 240_000,
+  }, () => {
     pod("alice-ready", "alice", ["runtime", "app"], ready);
     const config = userOf("watcher", [
       "{apiGroups: [ifp.dev], resources: [agents], verbs: [get]}",
