@@ -70,7 +70,13 @@ describe("operator process", () => {
     expect(await (await fetch(`${m.healthUrl}/readyz`)).json()).toEqual({ status: "ok" });
     cp.kubectl(["apply", "-f", "-"], agent("one", "metered"));
     await until("a reconcile", () => observed("one", "metered"));
-    const text = await (await fetch(`${m.metricsUrl}/metrics`)).text();
+    // The Agent's own children enqueue it again as they are made: read once its queue is empty.
+    const text = await until("the Agent's queue empty", async () => {
+      const t = await (await fetch(`${m.metricsUrl}/metrics`)).text();
+      return /^ifp_operator_queue_depth\{kind="Agent"\} 0$/m.test(t) && /^workqueue_depth\{name="agent"\} 0$/m.test(t)
+        ? t
+        : undefined;
+    });
     expect(text).toMatch(/ifp_operator_reconciles_total\{kind="Agent",result="ok"\} [1-9]/);
     expect(text).toMatch(/ifp_operator_reconcile_duration_seconds_count\{kind="Agent"\} [1-9]/);
     expect(text).toMatch(/ifp_operator_api_writes_total\{verb="apply",kind="Deployment"\} 1/);
