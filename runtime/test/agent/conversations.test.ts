@@ -10,8 +10,7 @@ import { waitFor } from "../../../e2e/support/ports.ts";
 import { agentNames } from "../../src/contract/agent-names.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import { identity, peerOf, signed } from "../support/fixtures.ts";
-import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
-import { onFreePorts, startedTogether } from "../support/free-ports.ts";
+import { runAgent, runPeers, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { send, untilState } from "../support/outbox-harness.ts";
 
 let nats: NatsServer;
@@ -36,41 +35,24 @@ describe("conversations", () => {
   beforeAll(async () => {
     [aHandler, bHandler] = await Promise.all([startHandler(), startHandler()]);
     const outbound = { backoff: ["300ms"], retryFor: "30s" };
-    // alice and bob name each other's port: chosen together, and again when one was taken.
-    [a, b, strict] = await onFreePorts(["alice", "bob"], ({ alice: aPort, bob: bPort }) =>
-      startedTogether(
-        [
-          runAgent({
-            self: alice,
-            port: aPort,
-            natsUrl: nats.url,
-            tls,
-            spec: {
-              peers: [{ ...peerOf(bob), url: `https://localhost:${bPort}`, temperature: "warm" }, peerOf(carol)],
-              handler: { url: aHandler.url },
-              outbound,
-            },
-          }),
-          runAgent({
-            self: bob,
-            port: bPort,
-            natsUrl: nats.url,
-            tls,
-            spec: {
-              peers: [{ ...peerOf(alice), url: `https://localhost:${aPort}` }],
-              handler: { url: bHandler.url },
-              outbound,
-            },
-          }),
-          runAgent({
-            self: identity("strict-conv"),
-            natsUrl: nats.url,
-            tls,
-            spec: { peers: [peerOf(alice), peerOf(carol)], inbox: { sequenceCheck: "strict" } },
-          }),
-        ] as const,
-        (agent) => agent.close(),
-      ),
+    [a, b, strict] = await runPeers(
+      { natsUrl: nats.url, tls },
+      (bobUrl) => ({
+        self: alice,
+        spec: {
+          peers: [{ ...peerOf(bob), url: bobUrl, temperature: "warm" }, peerOf(carol)],
+          handler: { url: aHandler.url },
+          outbound,
+        },
+      }),
+      (aliceUrl) => ({
+        self: bob,
+        spec: { peers: [{ ...peerOf(alice), url: aliceUrl }], handler: { url: bHandler.url }, outbound },
+      }),
+      {
+        self: identity("strict-conv"),
+        spec: { peers: [peerOf(alice), peerOf(carol)], inbox: { sequenceCheck: "strict" } },
+      },
     );
   });
   afterAll(async () => {

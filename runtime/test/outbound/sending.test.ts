@@ -2,12 +2,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { consistently, waitFor } from "../../../e2e/support/ports.ts";
 import { identity, peerOf, tempDir } from "../support/fixtures.ts";
-import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
+import { runAgent, runPeers, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import type { AgentSpecInput } from "../../src/resources/agent.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import { notifySink, outboundResults, scriptedPeer, send, untilState } from "../support/outbox-harness.ts";
 import { handOffsSettled } from "../support/probes.ts";
-import { onFreePorts, startedTogether } from "../support/free-ports.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -25,44 +24,29 @@ describe("two agents talking over HTTPS", () => {
 
   beforeAll(async () => {
     [aHandler, bHandler] = await Promise.all([startHandler(), startHandler()]);
-    // alice and bob name each other's port: chosen together, and again when one was taken.
-    [a, b] = await onFreePorts(["alice", "bob"], ({ alice: aPort, bob: bPort }) =>
-      startedTogether(
-        [
-          runAgent({
-            self: alice,
-            port: aPort,
-            natsUrl: nats.url,
-            tls,
-            spec: {
-              capabilities: [{ name: "gossip.exchange", description: "Gossip" }],
-              peers: [{ ...peerOf(bob), url: `https://localhost:${bPort}` }],
-              handler: { url: aHandler.url },
-              outbound: fast,
-            },
-          }),
-          runAgent({
-            self: bob,
-            port: bPort,
-            natsUrl: nats.url,
-            tls,
-            spec: {
-              capabilities: [
-                { name: "gossip.exchange", description: "Gossip" },
-                {
-                  name: "calendar.availability",
-                  description: "Availability",
-                  conditions: { minDisclosure: "personal" },
-                },
-              ],
-              peers: [{ ...peerOf(alice), url: `https://localhost:${aPort}` }],
-              handler: { url: bHandler.url },
-              outbound: fast,
-            },
-          }),
-        ] as const,
-        (agent) => agent.close(),
-      ),
+    [a, b] = await runPeers(
+      { natsUrl: nats.url, tls },
+      (bobUrl) => ({
+        self: alice,
+        spec: {
+          capabilities: [{ name: "gossip.exchange", description: "Gossip" }],
+          peers: [{ ...peerOf(bob), url: bobUrl }],
+          handler: { url: aHandler.url },
+          outbound: fast,
+        },
+      }),
+      (aliceUrl) => ({
+        self: bob,
+        spec: {
+          capabilities: [
+            { name: "gossip.exchange", description: "Gossip" },
+            { name: "calendar.availability", description: "Availability", conditions: { minDisclosure: "personal" } },
+          ],
+          peers: [{ ...peerOf(alice), url: aliceUrl }],
+          handler: { url: bHandler.url },
+          outbound: fast,
+        },
+      }),
     );
   });
   afterAll(async () => {

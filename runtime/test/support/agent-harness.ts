@@ -9,6 +9,7 @@ import { waitFor } from "../../../e2e/support/ports.ts";
 import { startAgent, type RunningAgent } from "../../src/agent/main.ts";
 import type { AgentSpecInput } from "../../src/resources/agent.ts";
 import type { NatsLayoutName } from "../../src/nats/layout.ts";
+import { onFreePorts, startedTogether } from "./free-ports.ts";
 import { tempDir, writeAgentManifest, writeKey, type TestIdentity } from "./fixtures.ts";
 import { withRuntimeLog, type LogLine } from "./runtime-log.ts";
 
@@ -176,4 +177,31 @@ export function agentProcessArgs(opts: {
     ...["--tls-cert", opts.tls.files.cert, "--tls-key", opts.tls.files.key, "--ca-file", opts.tls.files.ca],
     ...["--nats", opts.natsUrl],
   ];
+}
+
+type TestAgent = Awaited<ReturnType<typeof runAgent>>;
+type TestAgentOptions = Omit<Parameters<typeof runAgent>[0], "natsUrl" | "tls" | "port">;
+
+/**
+ * Two agents that name each other's URL (each one's options made from the other's), and any
+ * `others`, started together on ports chosen together, and again when one was taken meanwhile.
+ */
+export function runPeers<const O extends readonly TestAgentOptions[]>(
+  env: { natsUrl: string; tls: Tls },
+  first: (secondUrl: string) => TestAgentOptions,
+  second: (firstUrl: string) => TestAgentOptions,
+  ...others: O
+): Promise<[TestAgent, TestAgent, ...{ [K in keyof O]: TestAgent }]> {
+  const url = (port: number) => `https://localhost:${port}`;
+  return onFreePorts(["first", "second"], async (ports) => {
+    const [a, b, ...rest] = await startedTogether(
+      [
+        runAgent({ ...env, ...first(url(ports.second)), port: ports.first }),
+        runAgent({ ...env, ...second(url(ports.first)), port: ports.second }),
+        ...others.map((o) => runAgent({ ...env, ...o })),
+      ],
+      (agent) => agent.close(),
+    );
+    return [a!, b!, ...rest] as never;
+  });
 }
