@@ -14,6 +14,8 @@
 //     the Deployment observed by its controller and the pods of the current spec created
 //     (Reconciling=True reason WaitingForRuntime, observedGeneration = generation); no kubelet
 //     runs here, so Ready itself stays False RuntimeNotReady;
+//   - on a NATS layout, seconds until every Agent's status holds its traffic summary (the summary
+//     collector's first pass over it) and the writes of those first summaries, counted apart;
 //   - API writes per steady-state resync (goal: zero), over several resyncs of every Agent;
 //   - the operator restarted over the N existing Agents: seconds from its start until its caches
 //     are synced (/readyz answers 200) and until its first pass over every Agent is done (N Agent
@@ -303,6 +305,25 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
     const deployments = count("deployments");
     const pods = count("pods");
 
+    // On a NATS layout every Agent's status gains its traffic summary once, at the summary
+    // collector's first pass over it (once a minute): those writes are the summary's first, not
+    // a resync's, and are counted apart.
+    let secondsToSummaries: number | undefined;
+    let summaryWrites: number | undefined;
+    if (nats) {
+      await waitFor(
+        `every Agent's status with its traffic summary`,
+        () =>
+          cp
+            .kubectl(["get", "agents", "-A", "-o", 'jsonpath={range .items[*]}{.status.summary.backlog}{"\\n"}{end}'])
+            .split("\n")
+            .filter((l) => l !== "").length === COUNT,
+        READY_TIMEOUT_MS,
+        POLL_MS(COUNT),
+      );
+      secondsToSummaries = round(elapsed(t0));
+      summaryWrites = metricSum(await operator.metrics(), "ifp_operator_api_writes_total") - writesToReadyable;
+    }
     // Steady state: let the last status writes and events settle, then watch several resyncs.
     await new Promise((r) => setTimeout(r, RESYNC_S * 1000 + 2000));
     const before = await operator.metrics();
@@ -378,6 +399,8 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
       apiWritesToReadyable: writesToReadyable,
       apiWritesPerAgentToReadyable: round(writesToReadyable / COUNT, 1),
       apiWritesPerAgentByVerbAndKind: writesByKind(afterCreate, COUNT),
+      secondsToEverySummary: secondsToSummaries,
+      apiWritesOfTheFirstSummaries: summaryWrites,
       resyncPeriodSeconds: RESYNC_S,
       steadyStateResyncs: round(resyncsObserved, 1),
       apiWritesPerSteadyStateResync: resyncsObserved > 0 ? round(steadyWrites / resyncsObserved, 2) : NaN,
@@ -423,6 +446,7 @@ console.table(
     "s to reconciled once": r.secondsToReconciledOnce,
     "s to Ready-able": r.secondsToReadyable,
     "writes/Agent": r.apiWritesPerAgentToReadyable,
+    "s to every summary": r.secondsToEverySummary,
     "writes/resync": r.apiWritesPerSteadyStateResync,
     "peak RSS MiB": r.operatorPeakRssMiB,
     "heap used MiB": r.operatorHeapUsedAtEndMiB,
