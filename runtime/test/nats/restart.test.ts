@@ -216,13 +216,19 @@ describe("a single nats-server (the chart's default)", () => {
     await first.close();
     // A start finds it missing too, and does not make it.
     const second = await startAgent(nats.url, self, handler, {}, false);
+    // The witness: its start has looked for the stream and found it missing, where it would have made it.
+    await waitFor(
+      "the second start to find the stream missing",
+      () => second.logLines().some((l) => /is missing from NATS/.test(String(l.msg))),
+      20_000,
+      100,
+    );
     await consistently(
       "the stream is not made again",
       async () => !(await jsm.streams.names().next()).includes(names.inboxStream),
       3_000,
     );
     expect((await second.get("/readyz")).status).toBe(503);
-    expect(second.logLines().some((l) => /is missing from NATS/.test(String(l.msg)))).toBe(true);
     // Restored (here: made again by hand, as a repaired store brings it back), the agent goes on.
     await jsm.streams.add(config);
     await waitFor("the agent to be ready again", async () => (await second.get("/readyz")).status === 200, 30_000, 200);
