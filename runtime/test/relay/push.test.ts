@@ -221,11 +221,18 @@ describe("relay: webhook push", () => {
       ]);
       await waitFor("removal from the mailbox", async () => (await c(bob).pull()).messages.length === 0);
       // Other agents' messages are not pushed to bob's webhook: stored for carol, and the hook
-      // hears nothing more.
+      // hears only bob's message published after it.
       const forCarol = signed(alice, carol.agentId);
       await c(alice).publish(forCarol);
       expect(ids((await c(carol).pull()).messages)).toEqual([forCarol.headers.message_id]);
-      await consistently("no push of carol's message", () => hook.calls.length === 3);
+      const after = signed(alice, "bob-agent");
+      await c(alice).publish(after);
+      await waitFor("the push of bob's message after carol's", () => hook.calls.length >= 4);
+      await consistently(
+        "no push of carol's message",
+        () => hook.calls.length === 4 && hook.calls[3]!.body.headers.message_id === after.headers.message_id,
+      );
+      await waitFor("its removal from the mailbox", async () => (await c(bob).pull()).messages.length === 0);
 
       // Without a webhook, messages wait for pull again.
       expect(await c(bob).registerWebhook(null)).toMatchObject({ push: null });
@@ -234,7 +241,7 @@ describe("relay: webhook push", () => {
       expect(ids((await c(bob).pull()).messages)).toEqual([later.headers.message_id]);
       await consistently(
         "no push without a webhook",
-        async () => hook.calls.length === 3 && ids((await c(bob).pull()).messages).includes(later.headers.message_id),
+        async () => hook.calls.length === 4 && ids((await c(bob).pull()).messages).includes(later.headers.message_id),
       );
     } finally {
       await relay.close();
