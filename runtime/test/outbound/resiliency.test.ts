@@ -66,8 +66,12 @@ describe("the circuit breaker of a destination", () => {
       const ids = await sendMany(agent.localApiUrl, 5);
       await waitFor("the circuit to open", async () => (await metric(agent, "ifp_outbound_circuit_state")) === 2);
       expect(peer.requests.length).toBe(3);
+      // The witness: a message came up for its attempt while open, and the circuit held it back.
+      await waitFor(
+        "an attempt held back by the open circuit",
+        async () => (await metric(agent, "ifp_outbound_circuit_rejections_total", { reason: "open" })) > 0,
+      );
       await consistently("no attempt while the circuit is open", () => peer.requests.length === 3, 1_200);
-      expect(await metric(agent, "ifp_outbound_circuit_rejections_total", { reason: "open" })).toBeGreaterThan(0);
       // Listed by the local API and by `ifp circuits`, with when its probe is let through.
       const open = await circuits(agent.localApiUrl);
       expect(open).toEqual({
@@ -132,8 +136,13 @@ describe("the circuit breaker of a destination", () => {
       expect(before).toBeGreaterThanOrEqual(2);
       expect(before).toBeLessThanOrEqual(5);
       await waitFor("the probe", () => peer.requests.length > before, 10_000);
+      // The witness: the messages that woke with the cool-down's end were held back while the probe ran.
+      await waitFor(
+        "an attempt held back while half-open",
+        async () => (await metric(agent, "ifp_outbound_circuit_rejections_total", { reason: "half-open" })) > 0,
+        10_000,
+      );
       await consistently("one probe, then open again", () => peer.requests.length === before + 1, 1_000);
-      expect(await metric(agent, "ifp_outbound_circuit_rejections_total", { reason: "half-open" })).toBeGreaterThan(0);
     } finally {
       await agent.close();
       await peer.close();
