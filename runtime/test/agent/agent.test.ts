@@ -546,6 +546,10 @@ describe("agent mode when things fail", () => {
       expect(attempts).toBeGreaterThanOrEqual(1);
       // The handler works again, but a dead letter is never handed on: no further attempt at all.
       code = 200;
+      // The witness: the hand-off consumer holds nothing unacknowledged or waiting, so nothing is redelivered.
+      await waitFor("the dead letter settled in the hand-off consumer", () =>
+        handOffsSettled(nats.url, "deadletter-agent"),
+      );
       await consistently(
         "no hand-off after the dead letter",
         async () => handler.received.length === 0 && (await handlerDeliveries(agent, "failed")) === attempts,
