@@ -14,7 +14,7 @@ import { HttpClient } from "../../src/net/http-client.ts";
 import type { RunningRelay } from "../../src/relay/main.ts";
 import { runAgent, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, peerOf, signed, tempDir } from "../support/fixtures.ts";
-import { consumerSettledAt, handOffsSettled } from "../support/probes.ts";
+import { handOffsSettled, outboxSettled } from "../support/probes.ts";
 import { alice, bob, carol, clientOf, randomName, runRelay, webhook, type RelayEnv } from "../support/relay-harness.ts";
 
 let nats: NatsServer;
@@ -149,10 +149,7 @@ describe("two replicas of one Agent", () => {
       ids.push(sent.message_id);
     }
     await waitFor("every message delivered", () => ids.every((id) => peer.got.includes(id)), 30_000);
-    await waitFor("the outbox settled", () => {
-      const n = agentNames(self.agentId);
-      return consumerSettledAt(nats.url, n.outboxStream, n.senderConsumer);
-    });
+    await waitFor("the outbox settled", () => outboxSettled(nats.url, self.agentId), 15_000);
     await consistently("no message delivered twice", () => onlyOnce(peer.got), 1_500);
     expect(peer.got.sort()).toEqual([...ids].sort());
     // Either replica reports the delivery of any of them: the records are shared.

@@ -6,7 +6,7 @@ import { runAgent, runPeers, startHandler, type Tls, withNatsAndTls } from "../s
 import type { AgentSpecInput } from "../../src/resources/agent.ts";
 import { LocalApiClient } from "../../src/client/local.ts";
 import { notifySink, outboundResults, scriptedPeer, send, untilState } from "../support/outbox-harness.ts";
-import { handOffsSettled } from "../support/probes.ts";
+import { handOffsSettled, outboxSettled } from "../support/probes.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -163,6 +163,8 @@ describe("delivery failures", () => {
       const sent = await send(sender.localApiUrl, { to: "flaky", text: "hi" });
       const done = await untilState(sender.localApiUrl, sent.body.message_id, "delivered");
       expect(done.recipients[0]).toMatchObject({ attempts: 4, state: "delivered" });
+      // The witness: the outbox holds nothing unacknowledged or waiting, so nothing is sent again.
+      await waitFor("the outbox settled", () => outboxSettled(nats.url, "sender-500"), 15_000);
       await consistently("no request after the delivery", () => peer.requests.length === 4);
       expect(peer.requests.filter((r) => r.headers["idempotency-key"] === sent.body.message_id)).toHaveLength(4);
     } finally {
@@ -274,6 +276,7 @@ describe("delivery failures", () => {
     try {
       const done = await untilState(second.localApiUrl, sent.body.message_id, "delivered");
       expect(done.recipients[0].attempts).toBeGreaterThan(1);
+      await waitFor("the outbox settled", () => outboxSettled(nats.url, self.agentId), 15_000);
       await consistently("one request after the restart", () => peer.requests.length === before + 1, 1500);
       expect(peer.requests.filter((r) => r.body.headers.message_id === sent.body.message_id).length).toBe(
         peer.requests.length,

@@ -71,3 +71,9 @@ export function handOffsSettled(url: string, agentKey: string): Promise<boolean>
   const n = agentNames(agentKey);
   return consumerSettledAt(url, n.inboxStream, n.handlerConsumer);
 }
+
+/** Every message in the agent's outbox (by its agentStoreKey) was taken by its sender and acknowledged. */
+export function outboxSettled(url: string, agentKey: string): Promise<boolean> {
+  const n = agentNames(agentKey);
+  return consumerSettledAt(url, n.outboxStream, n.senderConsumer);
+}
