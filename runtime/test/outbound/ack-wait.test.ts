@@ -14,6 +14,7 @@ import { HttpClient } from "../../src/net/http-client.ts";
 import { createRuntimeMetrics } from "../../src/server/metrics.ts";
 import { type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, signed } from "../support/fixtures.ts";
+import { outboxSettled } from "../support/probes.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -91,7 +92,8 @@ describe("outbound delivery and the acknowledgement wait", () => {
         200,
       );
       expect(done.recipients.map((r) => r.attempts)).toEqual([1, 1, 1, 1]);
-      // Well past another ack_wait: nothing is sent twice.
+      // Acknowledged, so never redelivered; and well past another ack_wait, nothing is sent twice.
+      await waitFor("the outbox settled", () => outboxSettled(nats.url, self.agentId), 15_000);
       await consistently("one post to each recipient", () => peers.posts.every((n) => n === 1), 2_000, 100);
     } finally {
       await delivery.stop();

@@ -3,6 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { consistently, waitFor } from "../../../e2e/support/wait.ts";
 import { identity, peerOf } from "../support/fixtures.ts";
+import { outboxSettled } from "../support/probes.ts";
 import { runAgent } from "../support/agent-harness.ts";
 import { outboundResults, record, scriptedPeer, send, untilState } from "../support/outbox-harness.ts";
 import { alice, baseUrl, bob, clientOf, ids, relayEnv, runRelay, type RelayEnv } from "../support/relay-harness.ts";
@@ -57,7 +58,8 @@ describe("a message to several recipients", () => {
       );
       const at = (agent: string) => Date.parse(done.recipients.find((x: any) => x.agent === agent).delivered_at);
       expect(at("up-peer")).toBeLessThan(at("flaky-peer"));
-      // The flaky one's retries never repeated the delivered recipient.
+      // The flaky one's retries never repeated the delivered recipient, and nothing is left to send.
+      await waitFor("the outbox settled", () => outboxSettled(env.nats.url, "sender-multi"), 15_000);
       await consistently(
         "one request to up-peer, three to flaky-peer",
         () => up.requests.length === 1 && flaky.requests.length === 3,
