@@ -167,7 +167,20 @@ describe("spec.localApi.service on a real API server", () => {
       "-p",
       JSON.stringify({ data: { token: Buffer.from(rotated).toString("base64") } }),
     ]);
-    cp.kubectl(["-n", NS, "annotate", "--overwrite", "agent", "alice", `example.com/poke=${Date.now()}`]);
+    const poke = `${Date.now()}`;
+    cp.kubectl(["-n", NS, "annotate", "--overwrite", "agent", "alice", `example.com/poke=${poke}`]);
+    // The witness: a reconcile of alice begun once the operator's cache has the poke, which came after the rotation.
+    await until(
+      "the operator to see the poke",
+      () => manager.caches.get("Agent", NS, "alice")?.metadata?.annotations?.["example.com/poke"] === poke,
+    );
+    const seen = Date.now();
+    await until("alice reconciled after the poke", () =>
+      operatorLog.lines().some((l) => {
+        const line = JSON.parse(l);
+        return line.msg === "reconciled" && line.key === `${NS}/alice` && Date.parse(line.time) - line.tookMs >= seen;
+      }),
+    );
     await consistently("the rotated token kept", () => token("alice") === rotated, 5_000);
   });
 
