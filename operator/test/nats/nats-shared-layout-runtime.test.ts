@@ -183,17 +183,20 @@ describe("the agent runtime on the isolated layout", () => {
     await waitFor("bob's application", () =>
       bHandler.received.some((r) => r.body.headers.message_id === m.headers.message_id),
     );
-    await consistently(
-      "watched once",
-      () => events.filter((e) => e.message_id === m.headers.message_id).length === 1,
-      1_000,
-    );
     // Nothing another Agent accepts reaches bob's watch.
     const forCarol = signed(alice, "carol-agent", {}, "Not bob's");
     expect((await c.post(forCarol)).status).toBe(202);
+    // The witness: bob's next message, stored after both, is watched.
+    const next = signed(alice, "bob-agent", {}, "After carol's");
+    expect((await b.post(next)).status).toBe(202);
+    await waitFor("the watch's event of the next message", () =>
+      events.some((e) => e.message_id === next.headers.message_id),
+    );
     await consistently(
-      "carol's message is not watched by bob",
-      () => !events.some((e) => e.message_id === forCarol.headers.message_id),
+      "watched once, and carol's message not watched by bob",
+      () =>
+        events.filter((e) => e.message_id === m.headers.message_id).length === 1 &&
+        !events.some((e) => e.message_id === forCarol.headers.message_id),
       1_000,
     );
     await stop();
