@@ -148,7 +148,15 @@ describe("the agent runtime on the isolated layout: per-Agent bounds, the watch'
     // A watch from now shows none of them; a look back past a week is refused.
     const now = await watch(agents.bob!);
     try {
-      await consistently("nothing from before", () => now.events.length === 0, 500);
+      // The witness: a message stored once the watch began is watched, and it alone.
+      const fresh = signed(alice, "bob-agent", {}, "After the second watch began");
+      expect((await agents.bob!.post(fresh)).status).toBe(202);
+      await waitFor("the fresh message", () => now.events.some((e) => e.message_id === fresh.headers.message_id));
+      await consistently(
+        "nothing from before",
+        () => now.events.length === 1 && now.events[0]?.message_id === fresh.headers.message_id,
+        500,
+      );
     } finally {
       await now.stop();
     }
