@@ -81,8 +81,9 @@ describe("ttl_seconds on the sending side", () => {
   // what happens when the TTL runs out.
   async function expiring() {
     const peer = await scriptedPeer(env.tls, () => ({ status: 503 }));
+    const self = identity(`sender-ttl-${Math.random().toString(36).slice(2, 6)}`);
     const sender = await runAgent({
-      self: identity(`sender-ttl-${Math.random().toString(36).slice(2, 6)}`),
+      self,
       natsUrl: env.nats.url,
       tls: env.tls,
       spec: {
@@ -96,6 +97,7 @@ describe("ttl_seconds on the sending side", () => {
     return {
       peer,
       sender,
+      agentId: self.agentId,
       id: sent.body.message_id as string,
       expiresAt,
       async close() {
@@ -117,6 +119,8 @@ describe("ttl_seconds on the sending side", () => {
       expect(Date.parse(r.updated_at)).toBeLessThan(t.expiresAt + 5_000);
       const n = t.peer.requests.length;
       expect(n).toBeGreaterThanOrEqual(1);
+      // The witness: given up, the message is acknowledged; no retry of it is pending.
+      await waitFor("the outbox settled", () => outboxSettled(env.nats.url, t.agentId), 15_000);
       await consistently("no attempt after giving up", () => t.peer.requests.length === n, 1500);
       expect(await outboundResults(t.sender)).toMatchObject({ undeliverable: 1 });
     } finally {

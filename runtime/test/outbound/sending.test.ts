@@ -198,6 +198,7 @@ describe("delivery failures", () => {
         recipient: "strict",
         agent_id: "sender-400",
       });
+      await waitFor("the outbox settled", () => outboxSettled(nats.url, "sender-400"), 15_000);
       await consistently("no second request", () => peer.requests.length === 1, 1500);
       expect(await outboundResults(sender)).toMatchObject({ failed: 1, refused: 1 });
     } finally {
