@@ -467,6 +467,7 @@ describe("agent mode when things fail", () => {
         30_000,
         100,
       );
+      await waitFor("the hand-off settled", () => handOffsSettled(nats.url, self.agentId), 15_000);
       await consistently(
         "exactly one delivery",
         async () => handler.received.length === 1 && (await handlerDeliveries(agent, "delivered")) === 1,

@@ -8,7 +8,7 @@ import { agentNames } from "../../src/agent/names.ts";
 import { expiredFor } from "../../src/agent/inbound/handoff.ts";
 import { identity, peerOf, signed } from "../support/fixtures.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
-import { metricValue } from "../support/probes.ts";
+import { handOffsSettled, metricValue } from "../support/probes.ts";
 
 const alice = identity("alice-agent");
 const pete = identity("pete-agent");
@@ -66,6 +66,7 @@ describe("ttl_seconds at the hand-off", () => {
         30_000,
       );
       await waitFor("the short-lived message dropped", async () => (await expired()) === 2, 30_000);
+      await waitFor("the hand-offs settled", () => handOffsSettled(nats.url, alice.agentId), 15_000);
       await consistently(
         "no expired message is handed on",
         () =>

@@ -3,7 +3,7 @@ import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { consistently, waitFor } from "../../../e2e/support/ports.ts";
 import { identity, peerOf, signed } from "../support/fixtures.ts";
 import { runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
-import { metricValue } from "../support/probes.ts";
+import { handOffsSettled, metricValue } from "../support/probes.ts";
 
 const alice = identity("alice-agent");
 const pete = identity("pete-agent");
@@ -35,6 +35,7 @@ describe("Idempotency-Key at the inbox (IFP-6: optional, message_id only recomme
       expect(await inbox("duplicate")).toBe(2);
       expect(await inbox("accepted")).toBe(2);
       await waitFor("both handed on", () => handler.received.length === 2);
+      await waitFor("the hand-offs settled", () => handOffsSettled(nats.url, alice.agentId), 15_000);
       await consistently("each handed on once", () => handler.received.length === 2, 1_000);
     } finally {
       await agent.close();
