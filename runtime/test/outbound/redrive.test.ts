@@ -4,7 +4,8 @@ import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { NatsServer } from "../../../e2e/support/nats.ts";
-import { consistently } from "../../../e2e/support/ports.ts";
+import { consistently, waitFor } from "../../../e2e/support/ports.ts";
+import { outboxSettled } from "../support/probes.ts";
 import { identity, peerOf } from "../support/fixtures.ts";
 import { runAgent, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { LocalApiClient, LocalApiError } from "../../src/client/local.ts";
@@ -28,6 +29,9 @@ async function queuedSoFar(agentId: string): Promise<number> {
     await nc.close();
   }
 }
+
+/** The witness that nothing more is sent: every message the sender took is acknowledged, none waits. */
+const redriverSettled = () => waitFor("the outbox settled", () => outboxSettled(nats.url, "redriver"), 15_000);
 
 /** The answer of a LocalApiClient call that fails: its status and error body. */
 async function refusal(call: Promise<unknown>): Promise<{ status: number; code: string; message: string }> {
@@ -99,6 +103,7 @@ describe("redriving dead letters", () => {
     expect((await api.deadLetters()).map((d) => d.message_id)).not.toContain(id);
     // Sent again: not a dead letter any more, and nothing is sent.
     expect(await refusal(api.redrive(id!))).toMatchObject({ status: 409, code: "not_redrivable" });
+    await redriverSettled();
     await consistently("no second copy", () => accepted(id!) === 1, 1500);
   });
 
@@ -112,6 +117,7 @@ describe("redriving dead letters", () => {
     for (const a of answers)
       if (a.status === "rejected") expect(a.reason).toMatchObject({ status: 409, code: "not_redrivable" });
     await untilState(sender.localApiUrl, id!, "delivered");
+    await redriverSettled();
     await consistently("one copy at the peer", () => accepted(id!) === 1, 2000);
     expect(peer.requests.filter((r) => r.headers["idempotency-key"] === id && (r as { ok?: boolean }).ok)).toHaveLength(
       1,
@@ -126,6 +132,7 @@ describe("redriving dead letters", () => {
     for (const id of ids) await untilState(sender.localApiUrl, id, "delivered");
     const again = await api.redriveAll();
     for (const id of ids) expect(again.redriven).not.toContain(id);
+    await redriverSettled();
     await consistently("each delivered once", () => ids.every((id) => accepted(id) === 1), 1500);
     expect(await api.deadLetters()).toEqual([]);
   });
@@ -232,6 +239,7 @@ describe("redriving dead letters", () => {
       expect(status).toBe(200);
       for (const id of ids) expect(body.redriven).toContain(id);
       for (const id of ids) await untilState(sender.localApiUrl, id, "delivered");
+      await redriverSettled();
       await consistently("each delivered once", () => ids.every((id) => accepted(id) === 1), 1000);
     });
 
