@@ -8,7 +8,7 @@ import { ifpCommand } from "../support/ifp-command.ts";
 import { consistently, waitFor } from "../../../e2e/support/wait.ts";
 import { identity, peerOf } from "../support/fixtures.ts";
 import { runAgent } from "../support/agent-harness.ts";
-import { metricValue } from "../support/probes.ts";
+import { metricValue, outboxSettled } from "../support/probes.ts";
 import { record, scriptedPeer, send, untilState } from "../support/outbox-harness.ts";
 import { relayEnv, type RelayEnv } from "../support/relay-harness.ts";
 
@@ -28,8 +28,9 @@ const circuits = (localApiUrl: string) => new LocalApiClient(localApiUrl).circui
 
 /** An agent sending to far-peer at the peer's inbox, or (`viaRelay`) only through the peer as its relay. */
 async function sender(name: string, peer: Peer, resiliency: Resiliency, opts: { viaRelay?: boolean } = {}) {
-  return runAgent({
-    self: identity(`${name}-${Math.random().toString(36).slice(2, 6)}`),
+  const self = identity(`${name}-${Math.random().toString(36).slice(2, 6)}`);
+  const agent = await runAgent({
+    self,
     natsUrl: env.nats.url,
     tls: env.tls,
     spec: {
@@ -41,6 +42,7 @@ async function sender(name: string, peer: Peer, resiliency: Resiliency, opts: { 
       outbound: { backoff: ["200ms"], retryFor: "2m", resiliency },
     },
   });
+  return Object.assign(agent, { settled: () => outboxSettled(env.nats.url, self.agentId) });
 }
 
 async function sendMany(localApiUrl: string, n: number): Promise<string[]> {
@@ -98,13 +100,15 @@ describe("the circuit breaker of a destination", () => {
       // After the cool-down one probe, which fails: open again, and again no attempt.
       await waitFor("the probe", () => peer.requests.length >= 4, 10_000);
       expect(peer.requests[3]!.at - peer.requests[2]!.at).toBeGreaterThanOrEqual(4_900);
+      // The witness: the probe's failure was taken, and the circuit is open again.
+      await waitFor("the circuit open again", async () => (await metric(agent, "ifp_outbound_circuit_state")) === 2);
       await consistently("one probe, then open again", () => peer.requests.length === 4, 1_000);
-      expect(await metric(agent, "ifp_outbound_circuit_state")).toBe(2);
       // Held back, never given up: every message is still pending.
       for (const id of ids) expect((await record(agent.localApiUrl, id)).state).toMatch(/^(queued|retrying)$/);
 
       up = true;
       for (const id of ids) await untilState(agent.localApiUrl, id, "delivered", 30_000);
+      await waitFor("the outbox settled", () => agent.settled(), 15_000);
       // Four refused attempts (three, then the probe), then each message once.
       await consistently("nothing more reaches the peer", () => peer.requests.length === 9, 1_000);
       const accepted = peer.requests.filter((r) => r.status === 202).map((r) => r.headers["idempotency-key"]);
