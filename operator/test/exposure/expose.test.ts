@@ -4,7 +4,6 @@
 import { X509Certificate } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../../e2e/support/controlplane.ts";
-import { consistently } from "../../../e2e/support/wait.ts";
 import { toolPath } from "../../../e2e/tools/tools.ts";
 import { startManager, type RunningManager } from "../../src/commands/manager.ts";
 import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "../support/helpers.ts";
@@ -37,6 +36,7 @@ const events = (name: string) =>
 const poke = (kind: string, name: string) =>
   cp.kubectl(["-n", NS, "annotate", "--overwrite", kind, name, `example.com/poke=${Date.now()}`]);
 const writes = async () => (await manager.metrics.writes.get()).values.reduce((a, v) => a + v.value, 0);
+const reconciles = async () => (await manager.metrics.reconciles.get()).values.reduce((a, v) => a + v.value, 0);
 
 const agentYaml = (name: string, extra = "") => `apiVersion: ifp.dev/v1alpha1
 kind: Agent
@@ -321,9 +321,21 @@ describe("spec.expose.gateway", () => {
       events("gw")
         .filter((e) => e.reason === "GatewayAPIMissing")
         .reduce((n, e) => n + (e.count ?? 1), 0);
-    await consistently("the status settled", async () => true, 3_000);
-    const [before, warned] = [await writes(), warnings()];
-    await consistently("no writes while the Gateway API is missing", async () => (await writes()) === before, 6_000);
+    // Settled: a whole resync of every resource the operator holds wrote nothing; then two more.
+    const resources = () => cp.json(["get", "agents,relays", "-A"]).items.length as number;
+    const resyncs = async (n: number) => {
+      const from = await reconciles();
+      const each = resources();
+      await until(`${n} resyncs`, async () => (await reconciles()) - from >= n * each, 20_000);
+    };
+    const before = await until("a resync that writes nothing", async () => {
+      const w = await writes();
+      await resyncs(1);
+      return (await writes()) === w ? w : undefined;
+    });
+    const warned = warnings();
+    await resyncs(2);
+    expect(await writes(), "writes while the Gateway API is missing").toBe(before);
     expect(warnings()).toBe(warned);
 
     // The real Gateway API CRDs (standard channel) arrive.
