@@ -78,8 +78,15 @@ const POLL_MS = (agents: number) => Math.max(500, agents / 2);
 const LOAD_AT_START = Math.round(loadavg()[0]! * 100) / 100;
 const round = (x: number, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
 
+/** A process's VmHWM or VmRSS in MiB; NaN once it has ended. */
 const procMiB = (pid: number, field: "VmHWM" | "VmRSS") => {
-  const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  let status: string;
+  try {
+    status = readFileSync(`/proc/${pid}/status`, "utf8");
+  } catch {
+    return NaN;
+  }
+  const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(status);
   return m ? round(Number(m[1]) / 1024, 1) : NaN;
 };
 
@@ -160,10 +167,24 @@ function startOperator(cp: ControlPlane, health: number, natsArgs: string[]) {
   );
   proc.stdout!.on("data", (d) => (log = (log + d).slice(-20_000)));
   proc.stderr!.on("data", (d) => (log = (log + d).slice(-20_000)));
-  const exited = new Promise((r) => proc.once("exit", r));
+  let ended: string | undefined;
+  const exited = new Promise((r) =>
+    proc.once("exit", (code, signal) => {
+      ended = signal ? `killed by ${signal}` : `exit code ${code}`;
+      r(undefined);
+    }),
+  );
   return {
     pid: proc.pid!,
     log: () => log,
+    /** `wait`, failed at once with the log's tail if the process ends first. */
+    whileRunning: <T>(wait: Promise<T>): Promise<T> =>
+      Promise.race([
+        wait,
+        exited.then(() => {
+          throw new Error(`the operator ended (${ended}) while the bench waited:\n${log.slice(-4000)}`);
+        }),
+      ]),
     metrics: async () => (await fetch(`http://127.0.0.1:${health}/metrics`)).text(),
     ready: () =>
       waitFor(
@@ -259,44 +280,49 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
     let readyable = 0;
     let reconciledOnce = 0;
     let secondsToReconciledOnce = NaN;
-    await waitFor(
-      `${COUNT} Agents Ready-able`,
-      async () => {
-        // An Agent reconciled once has had its status written by this operator: until there are
-        // as many status writes as Agents, reading every Agent (tens of MB at ten thousand, a
-        // load of its own on the API server and kubectl) cannot find them all.
-        const statusWrites = metricSum(
-          await operator.metrics().catch(() => ""),
-          "ifp_operator_api_writes_total",
-          'verb="status",kind="Agent"',
+    await operator
+      .whileRunning(
+        waitFor(
+          `${COUNT} Agents Ready-able`,
+          async () => {
+            // An Agent reconciled once has had its status written by this operator: until there are
+            // as many status writes as Agents, reading every Agent (tens of MB at ten thousand, a
+            // load of its own on the API server and kubectl) cannot find them all.
+            const statusWrites = metricSum(
+              await operator.metrics().catch(() => ""),
+              "ifp_operator_api_writes_total",
+              'verb="status",kind="Agent"',
+            );
+            if (statusWrites < COUNT) return false;
+            // generation, observedGeneration and the Reconciling reason of each Agent, one per line.
+            const lines = cp
+              .kubectl([
+                "get",
+                "agents",
+                "-A",
+                "-o",
+                'jsonpath={range .items[*]}{.metadata.generation} {.status.observedGeneration} {.status.conditions[?(@.type=="Reconciling")].reason}{"\\n"}{end}',
+              ])
+              .trim()
+              .split("\n");
+            const rows = lines.map((l) => l.split(" "));
+            reconciledOnce = rows.filter(([, observed]) => observed !== "").length;
+            if (reconciledOnce === COUNT && Number.isNaN(secondsToReconciledOnce))
+              secondsToReconciledOnce = elapsed(t0);
+            readyable = rows.filter(
+              ([generation, observed, reason]) => generation === observed && reason === "WaitingForRuntime",
+            ).length;
+            return readyable === COUNT;
+          },
+          READY_TIMEOUT_MS,
+          POLL_MS(COUNT),
+        ),
+      )
+      .catch((err) => {
+        throw new Error(
+          `${(err as Error).message} (${readyable}/${COUNT} Ready-able, ${reconciledOnce} reconciled once)\n${operator.log().slice(-4000)}`,
         );
-        if (statusWrites < COUNT) return false;
-        // generation, observedGeneration and the Reconciling reason of each Agent, one per line.
-        const lines = cp
-          .kubectl([
-            "get",
-            "agents",
-            "-A",
-            "-o",
-            'jsonpath={range .items[*]}{.metadata.generation} {.status.observedGeneration} {.status.conditions[?(@.type=="Reconciling")].reason}{"\\n"}{end}',
-          ])
-          .trim()
-          .split("\n");
-        const rows = lines.map((l) => l.split(" "));
-        reconciledOnce = rows.filter(([, observed]) => observed !== "").length;
-        if (reconciledOnce === COUNT && Number.isNaN(secondsToReconciledOnce)) secondsToReconciledOnce = elapsed(t0);
-        readyable = rows.filter(
-          ([generation, observed, reason]) => generation === observed && reason === "WaitingForRuntime",
-        ).length;
-        return readyable === COUNT;
-      },
-      READY_TIMEOUT_MS,
-      POLL_MS(COUNT),
-    ).catch((err) => {
-      throw new Error(
-        `${(err as Error).message} (${readyable}/${COUNT} Ready-able, ${reconciledOnce} reconciled once)\n${operator.log().slice(-4000)}`,
-      );
-    });
+      });
     const secondsToReadyable = (performance.now() - t0) / 1000;
     const afterCreate = await operator.metrics();
     const writesToReadyable = metricSum(afterCreate, "ifp_operator_api_writes_total");
@@ -311,15 +337,17 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
     let secondsToSummaries: number | undefined;
     let summaryWrites: number | undefined;
     if (nats) {
-      await waitFor(
-        `every Agent's status with its traffic summary`,
-        () =>
-          cp
-            .kubectl(["get", "agents", "-A", "-o", 'jsonpath={range .items[*]}{.status.summary.backlog}{"\\n"}{end}'])
-            .split("\n")
-            .filter((l) => l !== "").length === COUNT,
-        READY_TIMEOUT_MS,
-        POLL_MS(COUNT),
+      await operator.whileRunning(
+        waitFor(
+          `every Agent's status with its traffic summary`,
+          () =>
+            cp
+              .kubectl(["get", "agents", "-A", "-o", 'jsonpath={range .items[*]}{.status.summary.backlog}{"\\n"}{end}'])
+              .split("\n")
+              .filter((l) => l !== "").length === COUNT,
+          READY_TIMEOUT_MS,
+          POLL_MS(COUNT),
+        ),
       );
       secondsToSummaries = round(elapsed(t0));
       summaryWrites = metricSum(await operator.metrics(), "ifp_operator_api_writes_total") - writesToReadyable;
