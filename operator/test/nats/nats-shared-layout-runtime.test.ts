@@ -239,7 +239,13 @@ describe("the agent runtime on the isolated layout", () => {
     const list = async () =>
       ((await (await fetch(`${b.localApiUrl}/dead-letters`)).json()) as { dead_letters: { message_id: string }[] })
         .dead_letters;
-    expect((await list()).map((d) => d.message_id)).toContain(sent.body.message_id);
+    // The dead letter's listing key is written after the message is marked failed.
+    await waitFor(
+      "the dead letter listed",
+      async () => (await list()).some((d) => d.message_id === sent.body.message_id),
+      30_000,
+      100,
+    );
     const redrive = await fetch(`${b.localApiUrl}/dead-letters/redrive`, { method: "POST" });
     expect(redrive.status).toBe(200);
     expect(JSON.stringify(await redrive.json())).toContain(sent.body.message_id);
