@@ -165,9 +165,27 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
         [NS.relay, "hub"],
       ].map(
         ([ns, name]) =>
-          `--- ${name}'s runtime log\n${safe(() => cp.kubectl(["-n", ns!, "logs", "-l", `app.kubernetes.io/instance=${name}`, "-c", "runtime", "--tail=30"]))}`,
+          `--- ${name}'s runtime log\n${safe(() => condensed(cp.kubectl(["-n", ns!, "logs", "-l", `app.kubernetes.io/instance=${name}`, "-c", "runtime", "--tail=2000"])))}`,
       ),
     ].join("\n");
+  };
+  /** A runtime's log with each run of lines saying the same thing shown once and counted, the last 40 such. */
+  const condensed = (log: string) => {
+    const runs: { line: string; key: string; n: number }[] = [];
+    for (const line of log.split("\n").filter(Boolean)) {
+      let key = line;
+      try {
+        const { level, msg, agent, relay } = JSON.parse(line);
+        key = JSON.stringify([level, msg, agent, relay]);
+      } catch {}
+      const last = runs.at(-1);
+      if (last?.key === key) last.n++;
+      else runs.push({ line, key, n: 1 });
+    }
+    return runs
+      .slice(-40)
+      .map((r) => (r.n > 1 ? `${r.line} (and ${r.n - 1} more like it)` : r.line))
+      .join("\n");
   };
   const withDiagnosis = <T>(p: Promise<T>) =>
     p.catch((err) => {

@@ -10,7 +10,7 @@ import { RelayClient } from "../../src/net/relay-client.ts";
 import type { RunningRelay } from "../../src/relay/main.ts";
 import { identity, peerOf, signed, tempDir } from "../support/fixtures.ts";
 import { runAgent, startHandler, type Tls } from "../support/agent-harness.ts";
-import { withRelay } from "../support/relay-harness.ts";
+import { baseUrl, randomName, runRelay, withRelay } from "../support/relay-harness.ts";
 import { metricValue } from "../support/probes.ts";
 
 const alice = identity("alice-agent");
@@ -147,6 +147,52 @@ describe("agents that talk through a relay", () => {
     } finally {
       await b.close();
       await handler.close();
+    }
+  });
+
+  it("reads a mailbox it could not read at start again within seconds, not at the next pollInterval", async () => {
+    // A relay of its own, stopped after a message for bob waits in it, and started again on
+    // the same port once bob's first read has failed (as when a relay restarts with its agents).
+    const env = { nats, tls, http, close: async () => {} };
+    const name = randomName();
+    const spec = { agents: [peerOf(alice), peerOf(bob)] };
+    let late = await runRelay(env, spec, name);
+    const url = baseUrl(late);
+    const port = Number(new URL(late.url).port);
+    const waiting = signed(alice, "bob-agent", { conversation_id: "conv:relay-restarting" }, "waited at the relay");
+    expect((await new RelayClient(url, alice.signing, http).publish(waiting)).status).toBe(202);
+    await late.close();
+    const handler = await startHandler();
+    const b = await runAgent({
+      self: bob,
+      natsUrl: nats.url,
+      tls,
+      spec: {
+        peers: [peerOf(alice)],
+        relay: { urls: [url], receive: "poll", pollInterval: "1h" },
+        handler: { url: handler.url },
+      },
+    });
+    try {
+      await waitFor("bob's first read to fail", () =>
+        b.logLines().some((l) => l.msg === "could not read the relay mailbox"),
+      );
+      late = await runRelay(env, spec, name, tempDir(), port);
+      const got = await waitFor(
+        "bob's handler to get what waited",
+        () => handler.received.find((r) => r.body.headers.message_id === waiting.headers.message_id),
+        30_000,
+        100,
+      );
+      expect(got.body.body.text).toBe("waited at the relay");
+      await waitFor(
+        "bob's acknowledgement at the relay",
+        async () => (await new RelayClient(url, bob.signing, http).pull()).messages.length === 0,
+      );
+    } finally {
+      await b.close();
+      await handler.close();
+      await late.close();
     }
   });
 

@@ -45,14 +45,15 @@ export async function relayEnv(): Promise<RelayEnv> {
 export const randomName = (prefix = "relay") => `${prefix}-${Math.random().toString(36).slice(2, 8)}`;
 
 /**
- * Start a relay in-process. Its log (debug and up) is kept, printed when a test fails, and read
- * by `logLines()`.
+ * Start a relay in-process, on `port` (default a free one). Its log (debug and up) is kept,
+ * printed when a test fails, and read by `logLines()`.
  */
 export async function runRelay(
   env: RelayEnv,
   spec: Partial<RelaySpecInput> = {},
   name = randomName(),
   dir = tempDir(),
+  port = 0,
 ): Promise<RunningRelay & { logLines(): LogLine[] }> {
   const manifest = writeRelayManifest(
     dir,
@@ -62,7 +63,7 @@ export async function runRelay(
   const relay = await withRuntimeLog(`relay ${name} (in-process)`, (logger) =>
     startRelay({
       manifest,
-      port: 0,
+      port,
       host: "127.0.0.1",
       tlsCert: env.tls.files.cert,
       tlsKey: env.tls.files.key,

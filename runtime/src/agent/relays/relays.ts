@@ -96,7 +96,11 @@ export const EVENTS_FALLBACK_POLL_MS = 60_000;
  * level too low — is answered (IFP-5 4.3) with a signed error-phase message published through
  * the same relay (unless it is itself an error-phase message), counted and logged, and only then
  * acknowledged. Throttled lookups and storage
- * failures leave the message at the relay for the next read.
+ * failures leave the message at the relay for the next read. A read that fails (the relay not
+ * reachable, or answering with an error, as while it restarts) or that had to leave a message
+ * behind is tried again after 1 s, doubling up to a minute, sooner than the next pollInterval
+ * when that is later: an agent that polls hourly does not wait an hour because its relay was
+ * restarting when it looked.
  */
 export class RelayMailboxReader {
   private readonly clients: RelayClient[];
@@ -126,7 +130,10 @@ export class RelayMailboxReader {
   private readonly mode: "events" | "poll";
   /** Relays whose event stream is open. */
   private readonly streaming = new Set<string>();
+  /** When each relay's mailbox was last read (stamped as a read starts and as it ends). */
   private readonly lastPoll = new Map<string, number>();
+  /** Relays whose last read failed: the waits before their next reads, and when that is. */
+  private readonly retries = new Map<string, { backoff: Backoff; at: number }>();
   /** Relays whose stream was said in the log to be in use (once). */
   private readonly announced = new Set<string>();
   /** Relays without POST /relay/messages/ack: they get one DELETE per message. */
@@ -182,10 +189,42 @@ export class RelayMailboxReader {
     const tick = () => {
       if (this.stopped) return;
       this.running = this.pollDue().finally(() => {
-        if (!this.stopped) this.timer = setTimeout(tick, this.intervalMs);
+        if (!this.stopped) this.timer = setTimeout(tick, this.untilNextRead());
       });
     };
     tick();
+  }
+
+  /** When this relay's mailbox is due to be read: its retry after a failed read, or its period since the last. */
+  private dueAt(base: string): number {
+    const period = this.streaming.has(base) ? EVENTS_FALLBACK_POLL_MS : this.intervalMs;
+    const regular = (this.lastPoll.get(base) ?? 0) + period;
+    const retry = this.retries.get(base)?.at;
+    return retry === undefined ? regular : Math.min(retry, regular);
+  }
+
+  /** The wait before the next read of any relay: at most pollInterval, and never a busy loop. */
+  private untilNextRead(): number {
+    const now = Date.now();
+    const next = Math.min(...this.clients.map((c) => this.dueAt(c.base) - now));
+    return Math.max(10, Math.min(this.intervalMs, next));
+  }
+
+  /** The wait before this relay is read again if the read under way fails (for the log). */
+  private nextRetryMs(base: string): number {
+    return this.retries.get(base)?.backoff.delayMs ?? 1_000;
+  }
+
+  /** A read ended: read through (the retries start over), or failed (read again after the next wait). */
+  private readEnded(base: string, ok: boolean): void {
+    this.lastPoll.set(base, Date.now());
+    if (ok) {
+      this.retries.delete(base);
+      return;
+    }
+    const retry = this.retries.get(base) ?? { backoff: new Backoff({ initialMs: 1_000, maxMs: 60_000 }), at: 0 };
+    retry.at = Date.now() + retry.backoff.next();
+    this.retries.set(base, retry);
   }
 
   /** Read every relay once; resolves when all waiting messages have been taken. */
@@ -199,11 +238,7 @@ export class RelayMailboxReader {
    */
   private async pollDue(): Promise<void> {
     const now = Date.now();
-    await Promise.all(
-      this.clients
-        .filter((c) => !this.streaming.has(c.base) || now - (this.lastPoll.get(c.base) ?? 0) >= EVENTS_FALLBACK_POLL_MS)
-        .map((c) => this.poll(c)),
-    );
+    await Promise.all(this.clients.filter((c) => this.dueAt(c.base) <= now).map((c) => this.poll(c)));
   }
 
   /** Follow spec.relay.topics on this relay, once; a failure is logged and tried again on the next read. */
@@ -222,6 +257,11 @@ export class RelayMailboxReader {
   }
 
   private async poll(client: RelayClient): Promise<void> {
+    this.readEnded(client.base, await this.read(client));
+  }
+
+  /** Read one relay's mailbox through, page by page; false when a read failed or a message had to stay. */
+  private async read(client: RelayClient): Promise<boolean> {
     await this.subscribe(client);
     this.lastPoll.set(client.base, Date.now());
     let after: number | undefined;
@@ -232,10 +272,13 @@ export class RelayMailboxReader {
       try {
         ({ messages, next } = await client.pull({ limit: 100, after }));
       } catch (err) {
-        this.log.warn({ relay: client.base, err: (err as Error).message }, "could not read the relay mailbox");
-        return;
+        this.log.warn(
+          { relay: client.base, err: (err as Error).message, retryInMs: this.nextRetryMs(client.base) },
+          "could not read the relay mailbox",
+        );
+        return false;
       }
-      if (!messages.length) return;
+      if (!messages.length) return true;
       // What the page made durable (or let go) is acknowledged together once the page is taken.
       const taken: string[] = [];
       const ack: Ack = async (id) => void (id && taken.push(id));
@@ -247,11 +290,12 @@ export class RelayMailboxReader {
         }
       }
       await this.ackPage(client, taken);
-      if (held) return;
+      if (held) return false;
       // Messages left at the relay (throttled lookups) stay behind the cursor until the next read.
-      if (next === undefined) return;
+      if (next === undefined) return true;
       after = next;
     }
+    return true;
   }
 
   /** The topics this agent is subscribed to at a relay, read once (per read or stream) when a message names a topic. */
