@@ -6,6 +6,7 @@ import { hostname } from "node:os";
 import type { KubernetesObject } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import { Nats, type NatsOptions } from "../../../runtime/src/nats/connection.ts";
+import { ensureReplicatedStream, placementOf } from "../../../runtime/src/nats/streams.ts";
 import { OPERATOR_INBOX_PREFIX, operatorPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
 import { loadNatsIssuer } from "../concerns/nats/runtime-credential.ts";
 import { deleteRuntimeData, inRuntimeAccount, readTenantAgent } from "../concerns/nats/runtime-account.ts";
@@ -398,7 +399,13 @@ async function connectNats(
     );
   const dataAccounts =
     opts.natsLayout === "isolated" && natsAccounts
-      ? new DataAccounts({ accounts: natsAccounts, limits: opts.natsTenantLimits, log })
+      ? new DataAccounts({
+          accounts: natsAccounts,
+          limits: opts.natsTenantLimits,
+          // A tenant's streams get the replicas "auto" gives: three on a JetStream cluster, else one.
+          ensureStream: (jsm, nc, config) => ensureReplicatedStream(jsm, config, "auto", placementOf(nc)),
+          log,
+        })
       : undefined;
   return { natsIssuer, nats, natsAccounts, dataAccounts, fromTrust, renewOwn };
 }

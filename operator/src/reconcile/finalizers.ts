@@ -7,7 +7,7 @@ import type { KubernetesObject } from "@kubernetes/client-node";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import { agentJetStream, agentStoreKey } from "../../../runtime/src/contract/agent-names.ts";
 import { relayNames } from "../../../runtime/src/contract/relay-stream.ts";
-import { isNotFound } from "../../../runtime/src/nats/streams.ts";
+import { isNotFound } from "../../../runtime/src/contract/nats.ts";
 import type { Caches } from "../kube/caches.ts";
 import { errorMessage, isStatus, type Kube } from "../kube/client.ts";
 

@@ -14,6 +14,9 @@ export interface KeyIndex {
   replaces?(name: string, key: string, listed: string): boolean;
 }
 
+/** The most keys one index lists: past it the oldest listed are forgotten (their records are kept). */
+export const MAX_INDEXED_KEYS = 1000;
+
 const LATEST_OF_EACH_PEER = "peers";
 /** A record key's peer and conversation tokens. */
 const recordKey = (key: string) => /^c\.([^.]+)\.([^.]+)$/.exec(key);

@@ -1,6 +1,13 @@
 // How names and durations are written for NATS, by the runtime and the operator alike: the
-// tokens that make subject, stream and consumer names, and JetStream's nanosecond durations.
+// tokens that make subject, stream and consumer names, JetStream's nanosecond durations, and
+// how JetStream says that a stream, consumer or message the other side made is not there.
 import { createHash } from "node:crypto";
+import { JetStreamApiError } from "@nats-io/jetstream";
+
+/** Whether JetStream answered that the stream, consumer or message asked for is not there. */
+export function isNotFound(err: unknown): boolean {
+  return err instanceof JetStreamApiError && (err.code === 10059 || err.code === 10014 || err.status === 404);
+}
 
 /** Nanoseconds, the unit of JetStream durations, from milliseconds. */
 export const nanos = (ms: number): number => Math.round(ms * 1_000_000);

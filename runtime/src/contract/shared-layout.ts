@@ -19,6 +19,7 @@
 import { AckPolicy, DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { ConsumerConfig, StreamConfig } from "@nats-io/jetstream";
 import type { AgentSpec } from "../resources/agent.ts";
+import { errorMessage } from "../util/errors.ts";
 import type { AgentNames } from "./agent-names.ts";
 import { agentNames } from "./agent-names.ts";
 import { nanos } from "./nats.ts";
@@ -237,6 +238,14 @@ export function sharedAgentNames(runtimeAccount: string): AgentNames {
 }
 
 const DAY_MS = 24 * 3600_000;
+
+/**
+ * JetStream's refusal of a second message on a subject that holds one (`discard_new_per_subject`,
+ * the inbox's and outbox's one message per subject of sharedStreamConfigs): a copy already kept.
+ */
+export function isSubjectTaken(err: unknown): boolean {
+  return /maximum messages per subject exceeded/i.test(errorMessage(err));
+}
 
 /**
  * The streams of a tenant's data account, as the operator applies them. None may roll up

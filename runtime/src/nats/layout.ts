@@ -15,7 +15,7 @@
 //
 // Every part of the runtime that touches one of these goes through this seam, so the layout is
 // chosen once (the agent's `--nats-layout`) and nowhere else.
-import type { KeyIndex } from "../contract/key-indexes.ts";
+import { MAX_INDEXED_KEYS, type KeyIndex } from "../contract/key-indexes.ts";
 import { readFileSync } from "node:fs";
 import {
   DeliverPolicy,
@@ -28,9 +28,10 @@ import { Kvm, KvWatchInclude, type KV, type KvEntry, type KvOptions, type KvWatc
 import type { Msg, MsgHdrs, NatsConnection, Payload } from "@nats-io/transport-node";
 import { agentNames, type AgentNames } from "../contract/agent-names.ts";
 import type { AgentSpec } from "../resources/agent.ts";
-import { encodeToken } from "../contract/nats.ts";
+import { encodeToken, isNotFound } from "../contract/nats.ts";
 import {
   ISOLATED_LAYOUT_UNSUPPORTED,
+  isSubjectTaken,
   sharedAgentNames,
   sharedInboxWatchSubject,
   sharedKeyWatchSubject,
@@ -42,7 +43,7 @@ import { Batched } from "../util/batched.ts";
 import { errorMessage } from "../util/errors.ts";
 import { consumerBacklog, streamBacklog, type Backlog } from "./backlog.ts";
 import type { NatsLink } from "./link.ts";
-import { ensureBucket, isNotFound, type JetStreamPlacement, type Replicas } from "./streams.ts";
+import { ensureBucket, type JetStreamPlacement, type Replicas } from "./streams.ts";
 
 /** The layouts an agent runtime runs on (`--nats-layout`). */
 export const NATS_LAYOUTS = ["per-agent", "isolated"] as const;
@@ -131,9 +132,6 @@ export interface InboxLookBack {
 export interface InboxFollower extends AsyncIterable<StoredInboxMessage> {
   close(): Promise<unknown>;
 }
-
-/** The most keys one index lists: past it the oldest listed are forgotten (their records are kept). */
-export const MAX_INDEXED_KEYS = 1000;
 
 /** Whether a direct get found nothing there. */
 function noMessage(err: unknown): boolean {
@@ -287,11 +285,6 @@ const operatorConsumers: ConsumerSetUp = {
 /** A KV create or update refused because another writer came first (compare-and-set). */
 export function isCasConflict(err: unknown): boolean {
   return /wrong last sequence|key exists/i.test(errorMessage(err));
-}
-
-/** JetStream's refusal of a second message on a subject that holds one (`discard_new_per_subject`). */
-export function isSubjectTaken(err: unknown): boolean {
-  return /maximum messages per subject exceeded/i.test(errorMessage(err));
 }
 
 /** The last message on `subject` by direct get, or null when none is there. */

@@ -8,11 +8,8 @@ import {
   type StreamInfo,
 } from "@nats-io/jetstream";
 import { Kvm, type KV, type KvOptions } from "@nats-io/kv";
+import { isNotFound } from "../contract/nats.ts";
 import { errorMessage } from "../util/errors.ts";
-
-export function isNotFound(err: unknown): boolean {
-  return err instanceof JetStreamApiError && (err.code === 10059 || err.code === 10014 || err.status === 404);
-}
 
 /**
  * JetStream's refusals of a full stream under `discard: new` (maximum messages or bytes

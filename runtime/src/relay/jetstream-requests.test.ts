@@ -7,7 +7,8 @@ import { DiscardPolicy, JetStreamApiError } from "@nats-io/jetstream";
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
-import { isFull, isNotFound } from "../nats/streams.ts";
+import { isNotFound } from "../contract/nats.ts";
+import { isFull } from "../nats/streams.ts";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { JetStreamRequests, RequestFailed } from "./jetstream-requests.ts";
 

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
 import { consistently, waitFor } from "../../../e2e/support/wait.ts";
 import { Nats } from "../../src/nats/connection.ts";
-import { isNotFound } from "../../src/nats/streams.ts";
+import { isNotFound } from "../../src/contract/nats.ts";
 import { nanos } from "../../src/contract/nats.ts";
 import { ConsumerWorker, type WorkerOptions } from "../../src/nats/worker.ts";
 

@@ -15,7 +15,7 @@ import canonicalize from "canonicalize";
 import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection, type NodeConnectionOptions } from "@nats-io/transport-node";
-import { isNotFound } from "../../../../runtime/src/nats/streams.ts";
+import { isNotFound } from "../../../../runtime/src/contract/nats.ts";
 import { childNames } from "../../reconcile/names.ts";
 import { accountOfSecret, issuerOfSecret, natsCredsSecretName } from "../../concerns/nats/runtime-credential.ts";
 import type { CredentialIssuer } from "../../concerns/nats/credential-issuer.ts";

@@ -19,7 +19,6 @@ import {
   type NatsPermissions,
 } from "../../../../runtime/src/contract/nats-permissions.ts";
 import { sharedRuntimeAccountJwt } from "./shared-accounts.ts";
-import type { NatsOptions } from "../../../../runtime/src/nats/connection.ts";
 import { errorMessage } from "../../kube/client.ts";
 import type { CredentialIssuer } from "./credential-issuer.ts";
 import {
@@ -38,11 +37,17 @@ const CREDS_LIFETIME_MS = 24 * 3600_000;
 /** How long the server's answer to "do you authenticate clients?" is kept. */
 const PROBE_TTL_MS = 60_000;
 
+/**
+ * How the operator verifies the NATS servers' certificates, as its own connection does: with the
+ * CA certificates of a PEM file, or with those a function gives at each connect (the install's CAs).
+ */
+export type NatsServerTls = { caFile: string } | { ca: () => string };
+
 export interface NatsAccountsOptions {
   /** Server URLs, comma separated (the operator's --nats-url). */
   url: string;
   /** The operator's TLS settings for NATS (as its own connection's). */
-  tls?: NatsOptions["tls"];
+  tls?: NatsServerTls;
   issuer: CredentialIssuer;
   log: Logger;
   /** Connections kept open at most, idle ones beyond it closed (default 8). */

@@ -8,8 +8,9 @@
 // (accounts.ts). What a tenant's data account holds is made once per process and again
 // after a failure; an Agent's consumers likewise, and again when their settings change.
 import { headers, type NatsConnection } from "@nats-io/transport-node";
-import type { ConsumerConfig, JetStreamManager } from "@nats-io/jetstream";
+import type { ConsumerConfig, JetStreamManager, StreamConfig } from "@nats-io/jetstream";
 import type { Logger } from "pino";
+import { isNotFound } from "../../../../runtime/src/contract/nats.ts";
 import type { NatsPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
 import {
   SHARED_BUCKETS,
@@ -19,12 +20,6 @@ import {
   sharedOperatorPermissions,
   sharedStreamConfigs,
 } from "../../../../runtime/src/contract/shared-layout.ts";
-import {
-  ensureReplicatedStream,
-  isNotFound,
-  placementOf,
-  type Replicas,
-} from "../../../../runtime/src/nats/streams.ts";
 import { errorMessage } from "../../kube/client.ts";
 import { hashOf } from "../../kube/metadata.ts";
 import { isSubset } from "../../kube/subset.ts";
@@ -75,10 +70,21 @@ export function dataAccountOperatorPermissions(): NatsPermissions {
 /** Fields JetStream does not let a consumer's update change. */
 const FIXED_CONSUMER_FIELDS = ["durable_name", "deliver_policy", "ack_policy"] as const;
 
+/**
+ * Brings a stream of a data account to `config` (made, or updated where it differs) by the one
+ * replica rule of every stream the product makes; what it did, and where the stream's replicas are
+ * not those asked for, why. The manager hands in the runtime's (`ensureReplicatedStream`).
+ */
+export type EnsureStream = (
+  jsm: JetStreamManager,
+  nc: NatsConnection,
+  config: Partial<StreamConfig> & { name: string },
+) => Promise<{ action: "created" | "updated" | "unchanged"; unmet?: { reason: string } }>;
+
 export class DataAccounts {
   private readonly accounts: NatsAccounts;
   private readonly limits: TenantLimits;
-  private readonly replicas: Replicas;
+  private readonly ensureStream: EnsureStream;
   private readonly log: Logger;
   /** Tenants whose data account this process pushed and filled with its streams. */
   private readonly ready = new Map<string, Promise<string>>();
@@ -87,10 +93,10 @@ export class DataAccounts {
   /** The tenants of `ready` whose data account is made. */
   private readonly done = new Set<string>();
 
-  constructor(opts: { accounts: NatsAccounts; limits?: TenantLimits; replicas?: Replicas; log: Logger }) {
+  constructor(opts: { accounts: NatsAccounts; limits?: TenantLimits; ensureStream: EnsureStream; log: Logger }) {
     this.accounts = opts.accounts;
     this.limits = opts.limits ?? DEFAULT_TENANT_LIMITS;
-    this.replicas = opts.replicas ?? "auto";
+    this.ensureStream = opts.ensureStream;
     this.log = opts.log;
   }
 
@@ -202,7 +208,7 @@ export class DataAccounts {
     const made = await this.in(account, tenant, async (jsm, nc) => {
       const changed: string[] = [];
       for (const config of sharedStreamConfigs()) {
-        const r = await ensureReplicatedStream(jsm, config, this.replicas, placementOf(nc));
+        const r = await this.ensureStream(jsm, nc, config);
         if (r.action !== "unchanged") changed.push(config.name);
         if (r.unmet) this.log.warn({ namespace: tenant, ...r.unmet }, r.unmet.reason);
       }

@@ -28,9 +28,10 @@ import { Kvm } from "@nats-io/kv";
 import { decode } from "@nats-io/jwt";
 import { headers, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
 import { agentNames } from "../../../../runtime/src/contract/agent-names.ts";
-import { encodeToken, nanos } from "../../../../runtime/src/contract/nats.ts";
+import { encodeToken, isNotFound, nanos } from "../../../../runtime/src/contract/nats.ts";
 import { OPERATOR_INBOX_PREFIX, type NatsPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
 import {
+  isSubjectTaken,
   JS_API_INFO,
   SHARED_BUCKETS,
   SHARED_STREAMS,
@@ -39,11 +40,10 @@ import {
 import {
   DEAD_LETTER_INDEX,
   type KeyIndex,
+  MAX_INDEXED_KEYS,
   PEERS_OF_CONVERSATION,
   TASK_INDEX,
 } from "../../../../runtime/src/contract/key-indexes.ts";
-import { isSubjectTaken, MAX_INDEXED_KEYS } from "../../../../runtime/src/nats/layout.ts";
-import { isNotFound } from "../../../../runtime/src/nats/streams.ts";
 import { deleteAgentJetStream } from "../../reconcile/finalizers.ts";
 import type { NatsAccounts } from "./accounts.ts";
 

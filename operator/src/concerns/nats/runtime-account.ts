@@ -5,7 +5,7 @@
 import type { KubernetesObject, V1Secret } from "@kubernetes/client-node";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import type { AccountResource } from "./account-limits.ts";
-import { isNotFound } from "../../../../runtime/src/nats/streams.ts";
+import { isNotFound } from "../../../../runtime/src/contract/nats.ts";
 import { accountOfSecret, natsCredsSecretName } from "./runtime-credential.ts";
 import type { ReconcileContext } from "../../reconcile/context.ts";
 import type { NatsContext } from "./context.ts";

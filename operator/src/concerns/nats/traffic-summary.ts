@@ -7,6 +7,7 @@ import { RequestError } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import { agentNames } from "../../../../runtime/src/contract/agent-names.ts";
 import { relayNames } from "../../../../runtime/src/contract/relay-stream.ts";
+import { isNotFound } from "../../../../runtime/src/contract/nats.ts";
 import { sharedAgentNames } from "../../../../runtime/src/contract/shared-layout.ts";
 import {
   agentLastError,
@@ -14,8 +15,6 @@ import {
   relayLastError,
   type LastErrorLocation,
 } from "../../../../runtime/src/contract/summary.ts";
-import type { Nats } from "../../../../runtime/src/nats/connection.ts";
-import { isNotFound } from "../../../../runtime/src/nats/streams.ts";
 import type { Relay } from "../../../../runtime/src/resources/relay.ts";
 import type { Summary as SummarySchema } from "../../crd/status.ts";
 import type { z } from "zod";
@@ -138,6 +137,15 @@ export async function readRelay(
   return { lastSeq: stream.state.last_seq, backlog: stream.state.messages, ...(lastError ? { lastError } : {}) };
 }
 
+/**
+ * What the collector uses of the operator's own NATS connection: whether it is up, and its
+ * JetStream manager, read at each use (a new connection brings a new one).
+ */
+export interface SamplingConnection {
+  readonly isConnected: boolean;
+  readonly jsm: JetStreamManager;
+}
+
 /** Runs a read with the JetStream manager of the account holding a resource's data. */
 export type InAccount = <T>(obj: KubernetesObject, read: (jsm: JetStreamManager) => Promise<T>) => Promise<T>;
 
@@ -151,7 +159,7 @@ export class SummaryCollector {
   private readonly current = new Map<string, Summary>();
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
-  private readonly nats: Nats;
+  private readonly nats: SamplingConnection;
   private readonly caches: Caches;
   private readonly enqueue: (kind: SummaryKind, obj: KubernetesObject) => void;
   private readonly log: Logger;
@@ -165,7 +173,7 @@ export class SummaryCollector {
    * than in its runtime's account (the isolated layout: its tenant's data account).
    */
   constructor(opts: {
-    nats: Nats;
+    nats: SamplingConnection;
     caches: Caches;
     enqueue: (kind: SummaryKind, obj: KubernetesObject) => void;
     log: Logger;

@@ -4,7 +4,8 @@
 // and reported here as a conflict), nor made again empty once it went missing unless asked.
 import type { JetStreamManager, StreamInfo } from "@nats-io/jetstream";
 import { relayStreamConfig } from "../../../../runtime/src/contract/relay-stream.ts";
-import { ensureReplicatedStream, isNotFound, streamDrift } from "../../../../runtime/src/nats/streams.ts";
+import { isNotFound } from "../../../../runtime/src/contract/nats.ts";
+import { ensureReplicatedStream, streamDrift } from "../../../../runtime/src/nats/streams.ts";
 import type { RelayStatus } from "../../crd/status.ts";
 import { errorMessage } from "../../kube/client.ts";
 import type { CustomObject, ReconcileContext } from "../../reconcile/context.ts";
