@@ -4,7 +4,6 @@ import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { rateLimited } from "../../../protocol/errors.ts";
-import { Message } from "../../../protocol/message.ts";
 import type { MessageVerifier } from "../../../protocol/verify.ts";
 import type { Agent } from "../../../resources/agent.ts";
 import { parseDuration } from "../../../resources/fields.ts";
@@ -12,7 +11,7 @@ import type { RuntimeMetrics } from "../../../server/metrics.ts";
 import { RateLimiter } from "../../../server/ratelimit.ts";
 import type { Limiter } from "../../../server/shared-ratelimit.ts";
 import { keepRawJson, rawJsonOf } from "../../../server/raw-json.ts";
-import { asSent } from "../../../server/validation.ts";
+import { SentMessage } from "../../../server/validation.ts";
 import { debugEnabled, messageLog, namedOnFailure } from "../../../telemetry/logs.ts";
 import {
   SPAN_ATTRIBUTES,
@@ -92,7 +91,7 @@ export const inboxRoutes: FastifyPluginAsyncZod<InboxRouteDeps> = async (app, de
     app.post(
       `${base}/inbox`,
       {
-        schema: { body: asSent(Message), response: { 202: Accepted } },
+        schema: { body: SentMessage, response: { 202: Accepted } },
         config: { invalid: "the message does not follow IFP-4" },
         onResponse: count,
         // The per-address limit comes first, before the body is even read or parsed.
