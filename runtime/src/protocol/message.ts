@@ -65,42 +65,51 @@ export const Signature = z.looseObject({
 });
 
 /**
+ * The shape of an IFP-4 message, without the rule of an encrypted body (encryptedBodyIssues),
+ * which JSON Schema cannot say: what a validator compiled from its JSON Schema checks.
+ */
+export const MessageShape = z.looseObject({
+  ifp: z.number().int(),
+  headers: MessageHeaders,
+  body: MessageBody,
+  trace: z.looseObject({ received: z.array(TraceEntry).optional() }).optional(),
+  security: z
+    .looseObject({
+      signatures: z.array(Signature).max(16).optional(),
+      encryption: z.looseObject({ scheme: z.string().min(1).max(128) }).optional(),
+    })
+    .optional(),
+});
+
+/**
+ * What a message of MessageShape breaks of the rule of an encrypted body: `body` is the clear
+ * form, or, only together with `security.encryption`, exactly `{ciphertext: string}`.
+ */
+export function encryptedBodyIssues(m: z.output<typeof MessageShape>): { path: string[]; message: string }[] {
+  const issues: { path: string[]; message: string }[] = [];
+  const encrypted = m.security?.encryption !== undefined;
+  if ("ciphertext" in m.body && !encrypted) {
+    issues.push({
+      path: ["body", "ciphertext"],
+      message: "a ciphertext body needs security.encryption naming the scheme and recipients",
+    });
+  }
+  if (encrypted) {
+    const keys = Object.keys(m.body);
+    if (keys.length !== 1 || keys[0] !== "ciphertext" || typeof m.body.ciphertext !== "string") {
+      issues.push({ path: ["body"], message: "an encrypted message's body is exactly {ciphertext: <string>}" });
+    }
+  }
+  return issues;
+}
+
+/**
  * An IFP-4 message. `body` is either the clear form (text, parts) or, only together with
  * `security.encryption`, the ciphertext form `{ciphertext: string}` (docs/encryption.md).
  */
-export const Message = z
-  .looseObject({
-    ifp: z.number().int(),
-    headers: MessageHeaders,
-    body: MessageBody,
-    trace: z.looseObject({ received: z.array(TraceEntry).optional() }).optional(),
-    security: z
-      .looseObject({
-        signatures: z.array(Signature).max(16).optional(),
-        encryption: z.looseObject({ scheme: z.string().min(1).max(128) }).optional(),
-      })
-      .optional(),
-  })
-  .superRefine((m, ctx) => {
-    const encrypted = m.security?.encryption !== undefined;
-    if ("ciphertext" in m.body && !encrypted) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["body", "ciphertext"],
-        message: "a ciphertext body needs security.encryption naming the scheme and recipients",
-      });
-    }
-    if (encrypted) {
-      const keys = Object.keys(m.body);
-      if (keys.length !== 1 || keys[0] !== "ciphertext" || typeof m.body.ciphertext !== "string") {
-        ctx.addIssue({
-          code: "custom",
-          path: ["body"],
-          message: "an encrypted message's body is exactly {ciphertext: <string>}",
-        });
-      }
-    }
-  });
+export const Message = MessageShape.superRefine((m, ctx) => {
+  for (const issue of encryptedBodyIssues(m)) ctx.addIssue({ code: "custom", ...issue });
+});
 
 export type Message = z.infer<typeof Message>;
 export type MessageHeaders = z.infer<typeof MessageHeaders>;

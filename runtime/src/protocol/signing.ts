@@ -67,39 +67,56 @@ export function markCanonical(value: unknown): void {
   if (typeof value === "object" && value !== null) canonicalChecked.add(value);
 }
 
-/** Whether a parsed JSON document nests objects or arrays deeper than `max` levels. Iterative, so hostile depth cannot exhaust the stack. */
+/**
+ * Whether a parsed JSON document nests objects or arrays deeper than `max` levels. Recursive to
+ * at most `max` levels, so hostile depth cannot exhaust the stack; allocates nothing.
+ */
 export function nestedDeeperThan(value: unknown, max = MAX_JSON_DEPTH): boolean {
-  const stack: [unknown, number][] = [[value, 0]];
-  while (stack.length) {
-    const [v, depth] = stack.pop()!;
-    if (v === null || typeof v !== "object") continue;
-    if (depth >= max) return true;
-    for (const child of Object.values(v)) stack.push([child, depth + 1]);
+  if (value === null || typeof value !== "object") return false;
+  if (max <= 0) return true;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) if (nestedDeeperThan(value[i], max - 1)) return true;
+    return false;
+  }
+  for (const k in value) {
+    if (Object.hasOwn(value, k) && nestedDeeperThan((value as Record<string, unknown>)[k], max - 1)) return true;
   }
   return false;
 }
 
+const LONE_SURROGATE_STRING =
+  "a string holds a lone surrogate (not valid Unicode), so the message has no canonical form";
+const LONE_SURROGATE_KEY = "a key holds a lone surrogate (not valid Unicode), so the message has no canonical form";
+const TOO_DEEP = `the document is nested deeper than ${MAX_JSON_DEPTH} levels`;
+
 /**
  * Why a parsed JSON document cannot be signed or verified (RFC 8785 canonical form), or
- * undefined: nesting deeper than MAX_JSON_DEPTH, or a string with a lone surrogate. Iterative,
- * so hostile depth cannot exhaust the stack.
+ * undefined: nesting deeper than MAX_JSON_DEPTH, or a string with a lone surrogate. Recursive to
+ * at most MAX_JSON_DEPTH levels, so hostile depth cannot exhaust the stack. An object's keys are
+ * checked before its members, and its members last first: of several problems, the one named
+ * is always the same.
  */
 export function canonicalProblem(value: unknown): string | undefined {
   if (typeof value === "object" && value !== null && canonicalChecked.has(value)) return undefined;
-  const stack: [unknown, number][] = [[value, 0]];
-  while (stack.length) {
-    const [v, depth] = stack.pop()!;
-    if (typeof v === "string") {
-      if (!v.isWellFormed())
-        return "a string holds a lone surrogate (not valid Unicode), so the message has no canonical form";
-    } else if (v !== null && typeof v === "object") {
-      if (depth >= MAX_JSON_DEPTH) return `the document is nested deeper than ${MAX_JSON_DEPTH} levels`;
-      for (const [k, child] of Object.entries(v)) {
-        if (!k.isWellFormed())
-          return "a key holds a lone surrogate (not valid Unicode), so the message has no canonical form";
-        stack.push([child, depth + 1]);
-      }
+  return problemAt(value, 0);
+}
+
+function problemAt(v: unknown, depth: number): string | undefined {
+  if (typeof v === "string") return v.isWellFormed() ? undefined : LONE_SURROGATE_STRING;
+  if (v === null || typeof v !== "object") return undefined;
+  if (depth >= MAX_JSON_DEPTH) return TOO_DEEP;
+  if (Array.isArray(v)) {
+    for (let i = v.length - 1; i >= 0; i--) {
+      const problem = problemAt(v[i], depth + 1);
+      if (problem) return problem;
     }
+    return undefined;
+  }
+  const keys = Object.keys(v);
+  for (const k of keys) if (!k.isWellFormed()) return LONE_SURROGATE_KEY;
+  for (let i = keys.length - 1; i >= 0; i--) {
+    const problem = problemAt((v as Record<string, unknown>)[keys[i]!], depth + 1);
+    if (problem) return problem;
   }
   return undefined;
 }

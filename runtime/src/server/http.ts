@@ -2,7 +2,6 @@
 // one error handler that answers the spec's error body, client addresses through trusted
 // proxies, and slow clients cut off.
 import type { IncomingMessage } from "node:http";
-import { validatorCompiler } from "@fastify/type-provider-zod";
 import Fastify, {
   LogController,
   type FastifyError,
@@ -15,7 +14,7 @@ import { ProtocolError, type ErrorCode } from "../protocol/errors.ts";
 import { isCidrOrIp } from "../resources/network.ts";
 import { readJsonBodies } from "./json-body.ts";
 import { TrustedProxies } from "./ratelimit.ts";
-import { invalidRequest } from "./validation.ts";
+import { invalidRequest, validatorCompiler } from "./validation.ts";
 import type { RuntimeMetrics } from "./metrics.ts";
 
 declare module "fastify" {
@@ -146,7 +145,7 @@ export function createServer(opts: ServerOptions): FastifyInstance {
 
 /**
  * JSON in and out: every other media type is refused with 415, requests are validated by
- * the routes' zod schemas, and one error handler maps every failure to the spec's error body.
+ * the routes' zod schemas (validatorCompiler), and one error handler maps every failure to the spec's error body.
  * Answers are written with JSON.stringify, not re-validated: their schemas type the handlers,
  * and a message handed out stays byte for byte what was stored.
  */

@@ -1,10 +1,16 @@
-// Request validation with zod: schemas whose routes get the document exactly as it was sent, the
-// 400 invalid_format that names the fields a request failed, and the route schema's summary and
+// Request validation with zod: schemas whose routes get the document exactly as it was sent (an
+// IFP-4 message checked first by a validator ajv compiles from the same zod schema), the 400
+// invalid_format that names the fields a request failed, and the route schema's summary and
 // description that the OpenAPI generator reads.
-import { hasZodFastifySchemaValidationErrors } from "@fastify/type-provider-zod";
+import {
+  hasZodFastifySchemaValidationErrors,
+  validatorCompiler as zodValidatorCompiler,
+} from "@fastify/type-provider-zod";
+import { Ajv2020 } from "ajv/dist/2020.js";
 import type { FastifyError } from "fastify";
 import { z } from "zod";
 import { badRequest, type ProtocolError } from "../protocol/errors.ts";
+import { encryptedBodyIssues, Message, MessageShape } from "../protocol/message.ts";
 import { canonicalProblem, markCanonical } from "../protocol/signing.ts";
 import { describeIssues } from "../contract/issues.ts";
 
@@ -25,10 +31,12 @@ declare module "fastify" {
 /**
  * `schema`, but the route gets the document exactly as it was sent: same key order, unknown
  * fields kept. For messages, which are stored and handed on as their sender wrote them (a
- * parsed copy would reorder their keys).
+ * parsed copy would reorder their keys). `compiled`, when given, is true only for documents
+ * `schema` accepts (compiledCheck): such a document is taken without zod (validatorCompiler,
+ * acceptsAsSent), and zod judges, and words the refusal of, every other.
  */
-export function asSent<T extends z.ZodType>(schema: T) {
-  return z
+export function asSent<T extends z.ZodType>(schema: T, compiled?: (value: unknown) => boolean) {
+  const sent = z
     .unknown()
     .superRefine((value, ctx) => {
       // What cannot be canonicalized cannot be verified, and what is nested without bound
@@ -40,7 +48,59 @@ export function asSent<T extends z.ZodType>(schema: T) {
       if (!parsed.success) for (const issue of parsed.error.issues) ctx.addIssue({ ...issue });
     })
     .transform((value) => value as z.output<T>);
+  if (compiled)
+    compiledChecks.set(sent, (value) => {
+      if (canonicalProblem(value) !== undefined || !compiled(value)) return false;
+      markCanonical(value);
+      return true;
+    });
+  return sent;
 }
+
+/** The compiled checks of the schemas asSent made: true only for a document the schema accepts as sent. */
+const compiledChecks = new WeakMap<object, (value: unknown) => boolean>();
+
+/** Whether the compiled check of `schema` (an asSent schema given one) takes `value` as it is; false says nothing. */
+export function acceptsAsSent(schema: object, value: unknown): boolean {
+  return compiledChecks.get(schema)?.(value) ?? false;
+}
+
+/**
+ * The routes' validator: zod's (@fastify/type-provider-zod), behind the compiled check of an
+ * asSent schema given one — a body it takes is the route's as it came, any other zod's to
+ * accept or to refuse with its issues.
+ */
+export const validatorCompiler: typeof zodValidatorCompiler = (route) => {
+  const zod = zodValidatorCompiler(route);
+  const compiled = compiledChecks.get(route.schema as object);
+  return compiled ? (data) => (compiled(data) ? { value: data } : zod(data)) : zod;
+};
+
+/**
+ * A check ajv compiles, at its first call, from the JSON Schema zod derives of `shape`
+ * (z.toJSONSchema): true only for a document `shape` accepts. JSON Schema has no refinements,
+ * so `shape` has none, and `refined` is what a refinement of the schema a route uses asks
+ * beyond it. Lengths count code points in both; formats are left to the patterns zod writes
+ * beside them (an ISO date-time's).
+ */
+export function compiledCheck<T extends z.ZodType>(
+  shape: T,
+  refined: (value: z.output<T>) => boolean = () => true,
+): (value: unknown) => boolean {
+  let validate: ((value: unknown) => boolean) | undefined;
+  return (value) => {
+    validate ??= new Ajv2020({ formats: { "date-time": true } }).compile(
+      z.toJSONSchema(shape, { io: "input", unrepresentable: "throw" }),
+    );
+    return validate(value) && refined(value as z.output<T>);
+  };
+}
+
+/** An IFP-4 message as a route's body, as it was sent: Message, checked first by a validator compiled from it. */
+export const SentMessage = asSent(
+  Message,
+  compiledCheck(MessageShape, (m) => encryptedBodyIssues(m).length === 0),
+);
 
 const PARTS: Record<string, string> = { body: "body", querystring: "query", params: "path", headers: "headers" };
 

@@ -2,13 +2,8 @@
 // publish to some of its direct recipients.
 import type { FastifyPluginAsyncZod } from "@fastify/type-provider-zod";
 import { z } from "zod";
-import {
-  PublishBatchRequest,
-  PublishBatchResponse,
-  PublishRequest,
-  PublishResponse,
-} from "../../protocol/relay-api.ts";
-import { asSent } from "../../server/validation.ts";
+import { PublishBatchRequest, PublishBatchResponse, PublishResponse } from "../../protocol/relay-api.ts";
+import { SentMessage } from "../../server/validation.ts";
 import { messageLog, namedOnFailure } from "../../telemetry/logs.ts";
 import { tracingEnabled } from "../../telemetry/tracing.ts";
 import type { RelayAuthenticator } from "../auth.ts";
@@ -33,7 +28,7 @@ export const publishRoutes: FastifyPluginAsyncZod<PublishRouteDeps> = async (app
   app.post(
     "/relay/publish",
     {
-      schema: { body: asSent(PublishRequest), querystring: PublishQuery, response: { 202: PublishResponse } },
+      schema: { body: SentMessage, querystring: PublishQuery, response: { 202: PublishResponse } },
       config: { operation: "publish", invalid: "the message does not follow IFP-4", strangers: true },
     },
     async (req, reply) => {
