@@ -656,9 +656,13 @@ const CHECKS: Record<string, Check> = {
   },
   "npm run tools -- cosign": { by: "e2e/release/sign.ts", holds: ['toolPath("cosign")'] },
   "npm run tools -- actionlint": { by: "e2e/workflows.test.ts", holds: ['toolPath("actionlint")'] },
-  "npm run release -- <version> --out <dir>": {
-    by: "e2e/node.test.ts",
-    holds: ['run("npm", ["run", "release", "--", version, "--out", dir]'],
+  "npm run release -- <version> --key <key> --out <dir>": {
+    by: "e2e/release/of-head.ts",
+    holds: ['run("npm", ["run", "release", "--", version, "--key", key, "--out", dir]'],
+  },
+  "cosign generate-key-pair": {
+    by: "e2e/release/sign.ts",
+    holds: ['cosign(["generate-key-pair", "--output-key-prefix", "cosign"], { cwd: dir });'],
   },
   "npm run release -- --publish <dir> --to <registry>/ifp-dev": {
     by: "e2e/node.test.ts",

@@ -17,9 +17,9 @@
 // IFP_E2E_NODE=0.
 import { execFile, spawn, spawnSync } from "node:child_process";
 import { generateKeyPairSync, randomUUID } from "node:crypto";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { verifyAgentCardSignature } from "@a2a-js/sdk";
 import canonicalize from "canonicalize";
@@ -27,18 +27,18 @@ import { flattenedVerify, importJWK } from "jose";
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { buildImage, IMAGES, type BuiltImage } from "./images/build.ts";
+import { releaseOfHead } from "./release/of-head.ts";
 import { RELEASED_IMAGES, type Release } from "./release/release.ts";
 import { pushArchive } from "./release/sign.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { EXAMPLES_NAMESPACES_FILE, exampleNamespaces } from "./support/examples.ts";
 import { installBlock, OFFLINE_COSIGN_ENV, sh, verifiedDigests } from "./support/install-docs.ts";
-import { withDirLock } from "./support/dir-lock.ts";
 import { createNode, nodeTestUnsupported, type RealNode } from "./support/node.ts";
 import { fileTimings } from "./support/timings.ts";
 import { type Registry, startRegistry } from "./support/registry.ts";
 import { waitFor } from "./support/ports.ts";
 import { createCA } from "./support/tls.ts";
-import { cacheRoot, toolPath } from "./tools/tools.ts";
+import { toolPath } from "./tools/tools.ts";
 
 const unsupported = nodeTestUnsupported();
 if (unsupported) process.stderr.write(`e2e/node.test.ts skipped: ${unsupported}\n`);
@@ -55,37 +55,6 @@ const FULL = `${RELEASE}-ifp-operator`;
 const EXAMPLES_NS = "ifp-examples";
 
 type Obj = Record<string, any>;
-
-/**
- * The release of the commit checked out, made once per commit and version and kept beside the
- * image cache (its images are the cached archives; a release of another commit is removed). Made
- * under a lock, so that two runs of one commit on the machine make it once, and neither removes
- * what the other is reading.
- */
-async function releaseOfHead(): Promise<Release> {
-  const version = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")).version as string;
-  const head = spawnSync("git", ["rev-parse", "HEAD"], { encoding: "utf8" }).stdout.trim();
-  const root = join(dirname(cacheRoot()), "releases");
-  const dir = join(root, `${version}-${head.slice(0, 12)}`);
-  const manifest = join(dir, "release.json");
-  return withDirLock(
-    `${root}.lock`,
-    "the lock of the cached releases (another run makes one)",
-    20 * 60_000,
-    async () => {
-      if (existsSync(manifest)) {
-        const kept = JSON.parse(readFileSync(manifest, "utf8"));
-        if (kept.commit === head) return { ...kept, dir, checksums: "SHA256SUMS" };
-      }
-      if (existsSync(root))
-        for (const e of readdirSync(root))
-          if (join(root, e) !== dir) rmSync(join(root, e), { recursive: true, force: true });
-      // As a user makes one; in a process of its own, so that the test goes on meanwhile.
-      await run("npm", ["run", "release", "--", version, "--out", dir], 20 * 60_000);
-      return { ...JSON.parse(readFileSync(manifest, "utf8")), dir, checksums: "SHA256SUMS" };
-    },
-  );
-}
 
 /** Run a program without blocking the event loop; rejects with its output on failure. */
 function run(cmd: string, args: string[], timeoutMs: number, env?: NodeJS.ProcessEnv): Promise<string> {

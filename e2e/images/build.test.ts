@@ -1,9 +1,11 @@
 // The images built without a Docker engine follow the Dockerfiles: these read them as
 // e2e/images/build.ts does (no build, no root needed).
 import { spawnSync } from "node:child_process";
-import { cpSync, readFileSync, realpathSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { cpSync, existsSync, readFileSync, realpathSync } from "node:fs";
 import { isBuiltin } from "node:module";
 import { join, posix } from "node:path";
+import { pathToFileURL } from "node:url";
 import ts from "typescript";
 import { describe, expect, it } from "vitest";
 import { releaseDir, tempDir } from "../support/process.ts";
@@ -338,5 +340,41 @@ describe("the Dockerfiles as e2e/images/build.ts reads them", () => {
     expect(m("runtime/test/vectors.json")).toBe(true);
     expect(m("e2e/node.test.ts")).toBe(true);
     expect(m("e2e2/x.ts")).toBe(false);
+  });
+});
+
+describe("the image cache", () => {
+  it("builds an image two processes want at once one time: the second waits for the first's archive", async () => {
+    const dir = tempDir("ifp-image-once-");
+    try {
+      const archive = join(dir, "image.oci.tar");
+      // Each process says it started, then wants the archive; a build goes on only once both have
+      // started, so that the second asks while the first builds. Each build writes a line.
+      const script = `
+        import { appendFileSync, existsSync, readdirSync, writeFileSync } from "node:fs";
+        import { builtOnce } from ${JSON.stringify(pathToFileURL(join(process.cwd(), "e2e/images/build.ts")).href)};
+        const dir = ${JSON.stringify(dir)};
+        writeFileSync(dir + "/started-" + process.pid, "");
+        builtOnce(${JSON.stringify(archive)}, () => {
+          while (readdirSync(dir).filter((f) => f.startsWith("started-")).length < 2)
+            Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
+          appendFileSync(dir + "/builds", process.pid + "\\n");
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 500);
+          writeFileSync(${JSON.stringify(archive)}, "image");
+        });
+      `;
+      const run = () =>
+        new Promise<number | null>((resolve) => {
+          const p = spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: "inherit" });
+          p.on("exit", resolve);
+        });
+      expect(await Promise.all([run(), run()])).toEqual([0, 0]);
+      expect(readFileSync(join(dir, "builds"), "utf8").trim().split("\n")).toHaveLength(1);
+      expect(readFileSync(archive, "utf8")).toBe("image");
+      // The lock is given up.
+      expect(existsSync(`${archive}.lock`)).toBe(false);
+    } finally {
+      releaseDir(dir);
+    }
   });
 });

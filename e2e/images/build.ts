@@ -39,6 +39,7 @@ import {
 import { tmpdir } from "node:os";
 import { dirname, join, posix, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { lockHolder, releaseDirLock, tryDirLock } from "../support/dir-lock.ts";
 import { cacheRoot, installDebianPackages, toolPath } from "../tools/tools.ts";
 import { CA_BUNDLE, type DebianLock, lockKey, readLock, unpackDebianBase } from "./debian.ts";
 
@@ -792,12 +793,42 @@ export function annotateArchive(archive: string, dest: string, annotations: Reco
   }
 }
 
+/** How long a build waits for another process's build of the same image before it fails. */
+const BUILD_LOCK_WAIT_MS = 30 * 60_000;
+
+/**
+ * `build` run holding the lock of `archive` (a directory beside it), unless the archive is there
+ * once the lock is held: two processes that want the same image (a release and a test of one
+ * commit, started together) build it once, the second waiting for the first.
+ */
+export function builtOnce(archive: string, build: () => void): void {
+  const lock = `${archive}.lock`;
+  const deadline = Date.now() + BUILD_LOCK_WAIT_MS;
+  while (!tryDirLock(lock)) {
+    if (Date.now() > deadline)
+      throw new Error(`${archive} is being built by process ${lockHolder(lock)}: no archive after 30 minutes`);
+    // The build is synchronous: sleep the thread, not the event loop's timers.
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 500);
+  }
+  try {
+    if (!existsSync(archive)) build();
+  } finally {
+    releaseDirLock(lock);
+  }
+}
+
 function buildRecipe(recipe: Recipe): BuiltImage {
   const ref = `ifp.local/${recipe.name}:${recipe.hash}`;
   const archive = join(imagesCache(), `${recipe.name}-${recipe.hash}.oci.tar`);
   if (existsSync(archive)) return { ref, archive };
   // The base first (cached as any image), and named with its digest in the image's manifest.
   const base = recipe.from && buildRecipe(recipe.from);
+  builtOnce(archive, () => buildArchive(recipe, ref, archive, base));
+  return { ref, archive };
+}
+
+/** Build `recipe`'s image into `archive` (on `base` when it has one). */
+function buildArchive(recipe: Recipe, ref: string, archive: string, base: BuiltImage | undefined): void {
   const annotations = {
     ...recipe.annotations,
     ...(base && {
@@ -863,7 +894,6 @@ function buildRecipe(recipe: Recipe): BuiltImage {
     rmSync(work, { recursive: true, force: true });
   }
   process.stderr.write(`images: built ${ref} in ${Math.round((Date.now() - started) / 1000)} s\n`);
-  return { ref, archive };
 }
 
 /** buildah from Debian's package, installed when missing (CI runs as root). */

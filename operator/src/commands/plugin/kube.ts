@@ -8,15 +8,12 @@ import {
   KubeConfig,
   NetworkingV1Api,
 } from "@kubernetes/client-node";
+import { apiMessage, PluginError } from "./errors.ts";
+
+export { apiMessage, PluginError, UsageError } from "./errors.ts";
 
 export const GROUP = "ifp.dev";
 export const VERSION = "v1alpha1";
-
-/** A failure the user can act on: printed as one line, exit code 1. */
-export class PluginError extends Error {}
-
-/** A mistake in the command line: printed with the usage, exit code 2. */
-export class UsageError extends Error {}
 
 export interface Connection {
   kc: KubeConfig;
@@ -62,22 +59,6 @@ export function connect(opts: { kubeconfig?: string; context?: string }): Connec
 export function statusOf(err: unknown): number | undefined {
   const code = (err as { code?: unknown })?.code;
   return typeof code === "number" ? code : undefined;
-}
-
-/** The API server's own words for an error (its Status message), else the error's. */
-export function apiMessage(err: unknown): string {
-  const body = (err as { body?: unknown })?.body;
-  if (typeof body === "string") {
-    try {
-      const parsed = JSON.parse(body) as { message?: string };
-      if (parsed.message) return parsed.message;
-    } catch {
-      // not a Status
-    }
-  }
-  if (body && typeof body === "object" && "message" in body) return String((body as { message: unknown }).message);
-  const cause = (err as { cause?: { message?: string } })?.cause?.message;
-  return cause ? `${(err as Error).message}: ${cause}` : ((err as Error)?.message ?? String(err));
 }
 
 /** `read()`'s object, undefined when the API server says NotFound; Forbidden and others become PluginErrors. */

@@ -4,13 +4,9 @@
 import { writeFileSync } from "node:fs";
 import { StringDecoder } from "node:string_decoder";
 import { parseArgs } from "node:util";
-import { describeResource, renderDescription } from "./describe.ts";
-import { checkExec, execIfp, RUNTIME_CONTAINER, runtimePod } from "./exec.ts";
-import { apiMessage, checkNamespace, connect, type Kind, PluginError, UsageError } from "./kube.ts";
-import { BACKUP_USAGE, backupCommand } from "./backup-command.ts";
-import { BACKUP_FLAGS, MESSAGING_FLAGS, type Parsed } from "./command-line.ts";
-import { writeReport } from "./report.ts";
-import { collectStatus, renderStatus } from "./status.ts";
+import { BACKUP_FLAGS, BACKUP_USAGE, MESSAGING_FLAGS, type Parsed } from "./command-line.ts";
+import { apiMessage, PluginError, UsageError } from "./errors.ts";
+import type { Kind } from "./kube.ts";
 import { printable } from "../../../../runtime/src/util/printable.ts";
 import { type CompletionSpec, completionScript, SHELLS, type Shell } from "../../../../runtime/src/util/completion.ts";
 import { versionLine } from "../../../../runtime/src/util/version.ts";
@@ -149,6 +145,12 @@ export function parse(argv: string[]): Parsed {
   };
 }
 
+/**
+ * The API clients and each command's readers, imported by the command that reads the cluster:
+ * the usage, a command-line mistake, completion and the version load none of them.
+ */
+const kube = () => import("./kube.ts");
+
 function tableOrJson(output: string | undefined): "table" | "json" {
   if (output === undefined || output === "table" || output === "wide") return "table";
   if (output === "json") return "json";
@@ -159,7 +161,8 @@ async function run(p: Parsed, out: (s: string) => void): Promise<number> {
   if (p.namespace !== undefined && p.allNamespaces) throw new UsageError("-n and -A together: choose one");
   if (p.command === "send" || p.command === "tail" || p.command === "redrive")
     return await messaging(p.command, p, out);
-  if (p.command === "backup" || p.command === "restore") return await backupCommand(p.command, p);
+  if (p.command === "backup" || p.command === "restore")
+    return await (await import("./backup-command.ts")).backupCommand(p.command, p);
   const backupFlag = Object.keys(p.backup)[0];
   if (backupFlag) throw new UsageError(`--${backupFlag} goes with backup or restore, not ${p.command || "no command"}`);
   const stray = [...Object.keys(p.messaging), ...(p.all ? ["all"] : [])];
@@ -169,6 +172,8 @@ async function run(p: Parsed, out: (s: string) => void): Promise<number> {
     case "status": {
       if (p.args.length) throw new UsageError(`status takes no arguments (got ${p.args.join(" ")})`);
       const format = tableOrJson(p.output);
+      const { checkNamespace, connect } = await kube();
+      const { collectStatus, renderStatus } = await import("./status.ts");
       const c = connect(p);
       if (p.namespace) await checkNamespace(c, p.namespace);
       const report = await collectStatus(c, { namespace: p.namespace, operatorNamespace: p.operatorNamespace });
@@ -184,6 +189,8 @@ async function run(p: Parsed, out: (s: string) => void): Promise<number> {
       if (rest.length) throw new UsageError(`describe takes one name (got ${p.args.slice(1).join(" ")})`);
       if (p.allNamespaces) throw new UsageError("describe reads one namespace: -n NS, not -A");
       const format = tableOrJson(p.output);
+      const { checkNamespace, connect } = await kube();
+      const { describeResource, renderDescription } = await import("./describe.ts");
       const c = connect(p);
       const namespace = p.namespace ?? c.defaultNamespace;
       await checkNamespace(c, namespace);
@@ -195,6 +202,8 @@ async function run(p: Parsed, out: (s: string) => void): Promise<number> {
       if (p.args.length) throw new UsageError(`report takes no arguments (got ${p.args.join(" ")})`);
       const file = p.output ?? `ifp-report-${new Date().toISOString().replace(/[:.]/g, "-")}.tar.gz`;
       if (file === "json") throw new UsageError("report writes a tar.gz: -o FILE.tar.gz");
+      const { connect } = await kube();
+      const { writeReport } = await import("./report.ts");
       const c = connect(p);
       const bundle = await writeReport(c, { namespace: p.namespace, operatorNamespace: p.operatorNamespace });
       try {
@@ -278,6 +287,8 @@ async function messaging(command: "send" | "tail" | "redrive", p: Parsed, out: (
       args.push("--count", m.count);
     }
   }
+  const { checkNamespace, connect } = await kube();
+  const { checkExec, execIfp, RUNTIME_CONTAINER, runtimePod } = await import("./exec.ts");
   const c = connect(p);
   const namespace = p.namespace ?? c.defaultNamespace;
   await checkNamespace(c, namespace);
