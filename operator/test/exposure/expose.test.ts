@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../../e2e/support/controlplane.ts";
 import { toolPath } from "../../../e2e/tools/tools.ts";
 import { startManager, type RunningManager } from "../../src/commands/manager.ts";
-import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "../support/helpers.ts";
+import { capturedLog, getOrAbsent, kubectlOrError, perTest, resyncs, until } from "../support/helpers.ts";
 
 let cp: ControlPlane;
 let manager: RunningManager;
@@ -36,7 +36,6 @@ const events = (name: string) =>
 const poke = (kind: string, name: string) =>
   cp.kubectl(["-n", NS, "annotate", "--overwrite", kind, name, `example.com/poke=${Date.now()}`]);
 const writes = async () => (await manager.metrics.writes.get()).values.reduce((a, v) => a + v.value, 0);
-const reconciles = async () => (await manager.metrics.reconciles.get()).values.reduce((a, v) => a + v.value, 0);
 
 const agentYaml = (name: string, extra = "") => `apiVersion: ifp.dev/v1alpha1
 kind: Agent
@@ -322,19 +321,13 @@ describe("spec.expose.gateway", () => {
         .filter((e) => e.reason === "GatewayAPIMissing")
         .reduce((n, e) => n + (e.count ?? 1), 0);
     // Settled: a whole resync of every resource the operator holds wrote nothing; then two more.
-    const resources = () => cp.json(["get", "agents,relays", "-A"]).items.length as number;
-    const resyncs = async (n: number) => {
-      const from = await reconciles();
-      const each = resources();
-      await until(`${n} resyncs`, async () => (await reconciles()) - from >= n * each, 20_000);
-    };
     const before = await until("a resync that writes nothing", async () => {
       const w = await writes();
-      await resyncs(1);
+      await resyncs(cp, manager, 1, 20_000);
       return (await writes()) === w ? w : undefined;
     });
     const warned = warnings();
-    await resyncs(2);
+    await resyncs(cp, manager, 2, 20_000);
     expect(await writes(), "writes while the Gateway API is missing").toBe(before);
     expect(warnings()).toBe(warned);
 

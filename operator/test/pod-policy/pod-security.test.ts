@@ -7,9 +7,8 @@
 // namespace that enforces restricted: the ReplicaSet's pods are created.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../../e2e/support/controlplane.ts";
-import { consistently } from "../../../e2e/support/wait.ts";
 import { startManager, type RunningManager } from "../../src/commands/manager.ts";
-import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "../support/helpers.ts";
+import { capturedLog, getOrAbsent, kubectlOrError, perTest, resyncs, until } from "../support/helpers.ts";
 
 let cp: ControlPlane;
 let manager: RunningManager;
@@ -100,7 +99,8 @@ async function expectRefused(kind: "agent" | "relay", name: string, reason: stri
   await until(`the Warning/${reason} Event of ${name}`, () =>
     events(name).some((e) => e.type === "Warning" && e.reason === reason && field.test(e.message)),
   );
-  await consistently(`no Deployment for ${name}`, () => get("deployment", name) === undefined, 3 * RESYNC_MS, 250);
+  await resyncs(cp, manager, 3);
+  expect(get("deployment", name), `a Deployment for ${name}`).toBeUndefined();
 }
 
 /** The pods of a Deployment were created, so admitted; and no FailedCreate of PodSecurity on its ReplicaSets. */

@@ -1,17 +1,16 @@
 import { describe, expect, it } from "vitest";
-import { consistently } from "../../../e2e/support/wait.ts";
 import { privateKeyFromPem, rawPublicKey } from "../../../runtime/src/protocol/keys.ts";
-import { getOrAbsent, until } from "../support/helpers.ts";
+import { getOrAbsent, resyncs, until } from "../support/helpers.ts";
 
 import {
   NS,
-  RESYNC_MS,
   agentYaml,
   condition,
   events,
   get,
   json,
   cp,
+  manager,
   poke,
   secretYaml,
   untilObserved,
@@ -125,7 +124,8 @@ describe("Agent", () => {
       json(["-n", NS, "get", "secrets,deployments,services,configmaps", "-o", "json"])
         .items.filter((o: any) => o.metadata.name === "imgs" || o.metadata.name.startsWith("imgs-"))
         .map((o: any) => `${o.kind}/${o.metadata.name}`);
-    await consistently("nothing made for the refused Agent", () => madeFor().length === 0, 2 * RESYNC_MS + 500, 250);
+    await resyncs(cp, manager, 2);
+    expect(madeFor(), "made for the refused Agent").toEqual([]);
     expect(get("agent", "imgs").metadata.finalizers ?? []).toEqual([]);
     expect(events("imgs").filter((e) => e.type === "Normal")).toEqual([]);
     cp.kubectl([

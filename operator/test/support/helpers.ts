@@ -129,6 +129,30 @@ export function until<T>(
   return waitFor(what, probe, Math.max(1_000, Math.min(timeoutMs, left)), intervalMs);
 }
 
+/** How many passes the manager has made so far, of every kind and result. */
+export const reconcileCount = async (manager: Pick<RunningManager, "metrics">): Promise<number> =>
+  (await manager.metrics.reconciles.get()).values.reduce((a, v) => a + v.value, 0);
+
+/**
+ * Resolves once the manager has made `n` resyncs' worth of passes since the call: n times as many
+ * as there are Agents and Relays, each of which every resync enqueues. A test that holds that
+ * passes leave something as it is waits for these first, then looks.
+ */
+export async function resyncs(
+  cp: ControlPlane,
+  manager: Pick<RunningManager, "metrics">,
+  n: number,
+  timeoutMs = 30_000,
+): Promise<void> {
+  const from = await reconcileCount(manager);
+  const each = cp.json<{ items: unknown[] }>(["get", "agents,relays", "-A"]).items.length;
+  await until(
+    `${n} resyncs (${n * each} reconciles)`,
+    async () => (await reconcileCount(manager)) - from >= n * each,
+    timeoutMs,
+  );
+}
+
 /** Resolves once the runtime at `url` (its certificate from `ca`) answers /readyz with 200. */
 export function untilRuntimeReady(name: string, url: string, ca: string, timeoutMs = 60_000): Promise<true> {
   return until(

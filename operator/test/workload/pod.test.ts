@@ -4,9 +4,8 @@
 // spec.deployment reaches the Deployment, and a settled one writes nothing more.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../../e2e/support/controlplane.ts";
-import { consistently } from "../../../e2e/support/wait.ts";
 import { startManager, type RunningManager } from "../../src/commands/manager.ts";
-import { capturedLog, getOrAbsent, perTest, until } from "../support/helpers.ts";
+import { capturedLog, getOrAbsent, perTest, resyncs, until } from "../support/helpers.ts";
 
 let cp: ControlPlane;
 let manager: RunningManager;
@@ -253,13 +252,8 @@ describe("spec.deployment on the API server", () => {
     await applied("agent", "settled");
     const rv = get("deployment", "settled").metadata.resourceVersion;
     const writes = await deploymentWrites();
-    const from = (await manager.metrics.reconciles.get()).values.reduce((a, v) => a + v.value, 0);
     // Several resyncs of every Agent in the namespace …
-    await until(
-      "three resyncs",
-      async () => (await manager.metrics.reconciles.get()).values.reduce((a, v) => a + v.value, 0) - from >= 6,
-      20_000,
-    );
+    await resyncs(cp, manager, 3, 20_000);
     // … and no Deployment written again.
     expect(await deploymentWrites()).toBe(writes);
     expect(get("deployment", "settled").metadata.resourceVersion).toBe(rv);
@@ -496,11 +490,9 @@ describe("spec.deployment on the API server", () => {
         JSON.stringify({ spec: { deployment: { sidecars: [sidecar("runtime")] } } }),
       ]),
     ).toThrow(/container name 'runtime' is the runtime's own/);
-    await consistently(
-      "the Deployment unchanged",
-      () => get("deployment", "kept").metadata.resourceVersion === before.metadata.resourceVersion,
-      2 * RESYNC_MS,
-      250,
+    await resyncs(cp, manager, 2);
+    expect(get("deployment", "kept").metadata.resourceVersion, "the Deployment written").toBe(
+      before.metadata.resourceVersion,
     );
   });
 });

@@ -9,11 +9,10 @@ import { KubeConfig } from "@kubernetes/client-node";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../../e2e/support/controlplane.ts";
-import { consistently } from "../../../e2e/support/wait.ts";
 import { EventRecorder } from "../../../runtime/src/kube/events.ts";
 import { startManager, type RunningManager } from "../../src/commands/manager.ts";
 import type { OperatorSettings } from "../../src/reconcile/settings.ts";
-import { capturedLog, getOrAbsent, kubectlOrError, perTest, until } from "../support/helpers.ts";
+import { capturedLog, getOrAbsent, kubectlOrError, perTest, resyncs, until } from "../support/helpers.ts";
 
 let cp: ControlPlane;
 let manager: RunningManager | undefined;
@@ -212,7 +211,8 @@ describe("the runtime's ServiceAccount", () => {
     const refused = async (reason: string) => {
       await until(`dave ${reason}`, () => condition(get("agent", "dave"), "Stalled")?.reason === reason || undefined);
       expect(condition(get("agent", "dave"), "Ready").message).toMatch(/spec\.deployment\.serviceAccountName/);
-      await consistently("no Deployment for dave", () => get("deployment", "dave") === undefined, 3 * RESYNC_MS, 250);
+      await resyncs(cp, manager!, 3);
+      expect(get("deployment", "dave"), "a Deployment for dave").toBeUndefined();
     };
     await refused("ServiceAccountMissing");
     // Anyone who may create an Agent could name a ServiceAccount with more rights than theirs: not without its label.
@@ -332,12 +332,11 @@ describe("the runtime's ServiceAccount", () => {
       "held refused",
       () => condition(get("agent", "held"), "Stalled")?.reason === "ImageNotAllowed" || undefined,
     );
-    await consistently(
-      "the shared objects kept while held runs under them",
-      () => ["serviceaccount", "role", "rolebinding"].every((k) => get(k, "ifp-agent-runtimes")),
-      4 * RESYNC_MS,
-      500,
-    );
+    await resyncs(cp, manager!, 4);
+    expect(
+      ["serviceaccount", "role", "rolebinding"].filter((k) => !get(k, "ifp-agent-runtimes")),
+      "the shared objects gone while held runs under them",
+    ).toEqual([]);
     // Once the last one has rolled, they go.
     cp.kubectl(["-n", NS, "patch", "agent", "held", "--type=json", "-p", '[{"op":"remove","path":"/spec/image"}]']);
     await until(

@@ -47,7 +47,8 @@ describe("Lifecycle", () => {
     });
     life.background("start-up", async (signal) => {
       await new Promise((r) => signal.addEventListener("abort", r));
-      // Work that takes a while to wind down once aborted (a timer of its own): close() must await it.
+      // Work that takes 10 ms to wind down once aborted, by a timer of its own (the work's clock,
+      // not a wait of the test): close() must await it.
       await new Promise((r) => setTimeout(r, 10));
       order.push("start-up ended");
     });

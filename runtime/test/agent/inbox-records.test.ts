@@ -229,6 +229,7 @@ describe("the record of what the inbox stored, for the watch's look back", () =>
         seqs.push(ack.seq);
         recorded.push(record.record(ack.seq, `in.one.${i}`));
         await nats.nc!.flush();
+        // The sender's pace, a message every 5 ms: the clock the 200 ms write delay batches over.
         await new Promise((r) => setTimeout(r, 5));
       }
       await Promise.all(recorded);
@@ -238,7 +239,8 @@ describe("the record of what the inbox stored, for the watch's look back", () =>
       const slow = new StoredMessageRecord(kv, () => nats.jsm, "INBOX_RECORDS", Date.now, 60_000);
       const ack = await nats.js.publish("in.one.late", "late");
       void slow.record(ack.seq, "in.one.late");
-      // Its write waiting for more by then.
+      // A look back 50 ms after the message was stored: the record's write delay (60 s here) is
+      // the clock that keeps the write waiting for more by then.
       await new Promise((r) => setTimeout(r, 50));
       const start = Date.now();
       const seen: number[] = [];

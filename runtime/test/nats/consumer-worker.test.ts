@@ -132,16 +132,31 @@ describe("ConsumerWorker", () => {
 
   it("stops at once when stopped while it is still setting its consumer up", async () => {
     const s = await stream(RetentionPolicy.Workqueue);
-    const { w } = worker(s);
+    const { w, handled } = worker(s);
     w.start();
     await w.stop();
-    // And it consumed nothing after stop(): a message published now stays in the stream.
+    // And it consumed nothing after stop(): a message published now waits in its consumer,
+    // which has no pull to give it to, and stays in the stream.
     await nats.js.publish(s.subject, "left");
+    const waiting = async () => {
+      const info = await nats.jsm.consumers.info(s.name, "work");
+      return info.num_pending === 1 && info.num_waiting === 0 && info.num_ack_pending === 0;
+    };
+    await waitFor("the message waiting in the consumer, with no pull waiting", waiting, 10_000);
     await consistently(
       "the message to stay unhandled",
-      async () => (await nats.jsm.streams.info(s.name)).state.messages === 1,
+      async () =>
+        handled.length === 0 && (await waiting()) && (await nats.jsm.streams.info(s.name)).state.messages === 1,
       1_000,
     );
+    // A worker that runs takes it from the same consumer.
+    const next = worker(s);
+    next.w.start();
+    try {
+      await waitFor("a running worker to take it", () => next.handled.includes("left"), 30_000);
+    } finally {
+      await next.w.stop();
+    }
   });
 
   it("stops without sitting out its backoff pause", async () => {

@@ -15,7 +15,17 @@ import type { RunningRelay } from "../../src/relay/main.ts";
 import { runAgent, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
 import { identity, peerOf, signed, tempDir } from "../support/fixtures.ts";
 import { handOffsSettled, outboxSettled } from "../support/probes.ts";
-import { alice, bob, carol, clientOf, randomName, runRelay, webhook, type RelayEnv } from "../support/relay-harness.ts";
+import {
+  alice,
+  bob,
+  carol,
+  clientOf,
+  pushSettled,
+  randomName,
+  runRelay,
+  webhook,
+  type RelayEnv,
+} from "../support/relay-harness.ts";
 
 let nats: NatsServer;
 let tls: Tls;
@@ -214,6 +224,7 @@ describe("two replicas of one Relay", () => {
       }
       const pushed = () => hook.calls.map((c) => c.body.headers.message_id as string);
       await waitFor("every message pushed", () => sent.every((id) => pushed().includes(id)), 30_000);
+      await waitFor("carol's push consumer settled", () => pushSettled(env, a, carol), 15_000);
       await consistently("no message pushed twice", () => onlyOnce(pushed()), 1_500);
       expect(pushed().sort()).toEqual([...sent].sort());
       expect((await clientOf(env, b, carol).pull()).messages).toEqual([]);

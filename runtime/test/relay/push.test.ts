@@ -14,6 +14,8 @@ import {
   clientOf,
   ids,
   openWs,
+  pushConsumerInfo,
+  pushSettled,
   readSse,
   relayEnv,
   runRelay,
@@ -228,21 +230,31 @@ describe("relay: webhook push", () => {
       const after = signed(alice, "bob-agent");
       await c(alice).publish(after);
       await waitFor("the push of bob's message after carol's", () => hook.calls.length >= 4);
+      await waitFor("bob's push consumer settled", () => pushSettled(env, relay, bob));
       await consistently(
         "no push of carol's message",
         () => hook.calls.length === 4 && hook.calls[3]!.body.headers.message_id === after.headers.message_id,
       );
       await waitFor("its removal from the mailbox", async () => (await c(bob).pull()).messages.length === 0);
 
-      // Without a webhook, messages wait for pull again.
+      // Without a webhook, messages wait for pull again: once nothing pulls from bob's push
+      // consumer any more, a copy published then stays in it, undelivered.
       expect(await c(bob).registerWebhook(null)).toMatchObject({ push: null });
+      await waitFor("no pull waiting on bob's push consumer", async () => {
+        const info = await pushConsumerInfo(env, relay, bob);
+        return info.num_waiting === 0 && info.num_ack_pending === 0;
+      });
       const later = signed(alice, "bob-agent");
       await c(alice).publish(later);
       expect(ids((await c(bob).pull()).messages)).toEqual([later.headers.message_id]);
-      await consistently(
-        "no push without a webhook",
-        async () => hook.calls.length === 4 && ids((await c(bob).pull()).messages).includes(later.headers.message_id),
-      );
+      await waitFor("the copy waiting in bob's push consumer", async () => {
+        return (await pushConsumerInfo(env, relay, bob)).num_pending === 1;
+      });
+      await consistently("no push without a webhook", async () => {
+        const info = await pushConsumerInfo(env, relay, bob);
+        return hook.calls.length === 4 && info.num_pending === 1 && info.num_ack_pending === 0;
+      });
+      expect(ids((await c(bob).pull()).messages)).toEqual([later.headers.message_id]);
     } finally {
       await relay.close();
       await hook.close();

@@ -12,6 +12,10 @@ import { HttpClient } from "../../src/net/http-client.ts";
 import { signRequest } from "../../src/protocol/http-signatures.ts";
 import { RelayClient, type RelayError } from "../../src/net/relay-client.ts";
 import { startRelay, type RunningRelay } from "../../src/relay/main.ts";
+import { relayNames } from "../../src/contract/relay-stream.ts";
+import { jetstreamManager, type ConsumerInfo } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import { consumerSettledAt } from "./probes.ts";
 import type { RelaySpecInput } from "../../src/resources/relay.ts";
 import { identity, peerOf, tempDir, writeRelayManifest, type TestIdentity } from "./fixtures.ts";
 import { withRuntimeLog, type LogLine } from "./runtime-log.ts";
@@ -277,6 +281,26 @@ export async function webhook(
         server.close(() => r());
       }),
   };
+}
+
+/** The relay's durable consumer that pushes `who`'s mailbox to a webhook: its JetStream info. */
+export async function pushConsumerInfo(env: RelayEnv, relay: RunningRelay, who: TestIdentity): Promise<ConsumerInfo> {
+  const names = relayNames(relay.relay);
+  const nc = await connect({ servers: env.nats.url });
+  try {
+    return await (await jetstreamManager(nc)).consumers.info(names.stream, names.pushConsumer(who.agentId));
+  } finally {
+    await nc.close();
+  }
+}
+
+/**
+ * Whether the relay's push consumer for `who` has nothing left to deliver and nothing delivered
+ * but not yet acknowledged: no push of what is in the mailbox can come any more.
+ */
+export function pushSettled(env: RelayEnv, relay: RunningRelay, who: TestIdentity): Promise<boolean> {
+  const names = relayNames(relay.relay);
+  return consumerSettledAt(env.nats.url, names.stream, names.pushConsumer(who.agentId));
 }
 
 export const ids = (messages: { headers: { message_id: string } }[]) => messages.map((m) => m.headers.message_id);

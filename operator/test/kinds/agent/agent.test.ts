@@ -1,12 +1,11 @@
 import { describe, expect, it } from "vitest";
-import { consistently, waitFor } from "../../../../e2e/support/wait.ts";
+import { waitFor } from "../../../../e2e/support/wait.ts";
 import { privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
 import { encryptionKeyFromPem } from "../../../../runtime/src/protocol/encryption.ts";
-import { until } from "../../support/helpers.ts";
+import { resyncs, until } from "../../support/helpers.ts";
 
 import {
   NS,
-  RESYNC_MS,
   agentYaml,
   condition,
   counter,
@@ -330,12 +329,9 @@ describe("Agent", () => {
       events("vague").some((e) => `${e.type}/${e.reason}` === "Warning/InvalidSpec"),
     );
     // Nothing applied in that pass, nor in the resyncs after it.
-    await consistently(
-      "no children for an invalid spec",
-      () => get("deployment", "vague") === undefined && get("configmap", "vague-manifest") === undefined,
-      2 * RESYNC_MS + 500,
-      250,
-    );
+    await resyncs(cp, manager, 2);
+    expect(get("deployment", "vague"), "a Deployment for an invalid spec").toBeUndefined();
+    expect(get("configmap", "vague-manifest"), "a manifest for an invalid spec").toBeUndefined();
     cp.kubectl(["-n", NS, "delete", "agent", "vague"]);
   });
 

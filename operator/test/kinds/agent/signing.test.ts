@@ -1,17 +1,16 @@
 import { describe, expect, it } from "vitest";
-import { consistently } from "../../../../e2e/support/wait.ts";
 import { generateSigningKey, privateKeyFromPem, rawPublicKey } from "../../../../runtime/src/protocol/keys.ts";
 import { encryptionKeyFromPem } from "../../../../runtime/src/protocol/encryption.ts";
-import { until } from "../../support/helpers.ts";
+import { resyncs, until } from "../../support/helpers.ts";
 
 import {
   NS,
-  RESYNC_MS,
   agentYaml,
   condition,
   events,
   get,
   cp,
+  manager,
   poke,
   readyAgent,
   secretYaml,
@@ -54,11 +53,9 @@ describe("Agent", () => {
     // Later passes leave it as it is.
     cp.kubectl(["-n", NS, "patch", "agent", "gina", "--type=merge", "-p", '{"spec":{"replicas":1}}']);
     await untilObserved("agent", "gina", 3);
-    await consistently(
-      "the encryption key kept",
-      () => get("secret", "gina-signing").data["encryption.key"] === added.data["encryption.key"],
-      RESYNC_MS + 500,
-      250,
+    await resyncs(cp, manager, 1);
+    expect(get("secret", "gina-signing").data["encryption.key"], "the encryption key").toBe(
+      added.data["encryption.key"],
     );
     expect(events("gina").map((e) => e.reason)).toContain("GeneratedEncryptionKey");
   });
@@ -93,20 +90,12 @@ describe("Agent", () => {
     // A second pass (a spec change) reads the Secret again and still leaves it as it was.
     cp.kubectl(["-n", NS, "patch", "agent", "frank", "--type=merge", "-p", '{"spec":{"replicas":2}}']);
     await untilObserved("agent", "frank", 2);
-    await consistently(
-      "the user's signing Secret untouched",
-      () => {
-        const now = get("secret", "frank-key");
-        return (
-          now.metadata.resourceVersion === own.metadata.resourceVersion &&
-          now.data["signing.key"] === own.data["signing.key"] &&
-          now.metadata.ownerReferences === undefined &&
-          JSON.stringify(now.metadata.labels) === JSON.stringify({ "ifp.dev/agent": "frank" })
-        );
-      },
-      RESYNC_MS + 500,
-      250,
-    );
+    await resyncs(cp, manager, 1);
+    const now = get("secret", "frank-key");
+    expect(now.metadata.resourceVersion, "the user's signing Secret written").toBe(own.metadata.resourceVersion);
+    expect(now.data["signing.key"]).toBe(own.data["signing.key"]);
+    expect(now.metadata.ownerReferences).toBeUndefined();
+    expect(now.metadata.labels).toEqual({ "ifp.dev/agent": "frank" });
     expect(get("agent", "frank").status.signingKey.publicKey).toBe(key.publicKey);
   });
 
