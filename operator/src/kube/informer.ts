@@ -35,6 +35,22 @@ export function lean<T extends KubernetesObject>(obj: T, pool: StringPool = SHAR
 }
 
 /**
+ * A listed object as a watch event brings it: the API's JSON parsed, not client-node's typed
+ * models, whose objects take about a quarter more heap for the same fields (measured on an
+ * Agent's children: 22.7 against 18.1 KB), with the API's time format (seconds, as the API
+ * server writes them) instead of Dates. The field names stay the typed ones (`_from`).
+ */
+export function asParsed<T extends KubernetesObject>(obj: T): T {
+  if (obj?.metadata && "managedFields" in obj.metadata) delete obj.metadata.managedFields;
+  return JSON.parse(
+    JSON.stringify(obj, function (this: Record<string, unknown>, key, value) {
+      const raw = this[key];
+      return raw instanceof Date ? raw.toISOString().replace(/\.000Z$/, "Z") : value;
+    }),
+  ) as T;
+}
+
+/**
  * An informer that keeps going: restarted with exponential backoff (1 s … 30 s) whenever its
  * list or watch fails, resuming from the last resourceVersion (a full relist when that is too
  * old), and synced only once a first list has been stored.
@@ -59,7 +75,7 @@ export class ResilientInformer<T extends KubernetesObject> {
   ) {
     // In pages, each made lean before the next is asked for: a list of every Secret of ten
     // thousand Agents, whole and with its managedFields, would take more memory while it is
-    // read than the cache holds afterwards. The pages are one consistent snapshot (the API
+    // read than the cache holds afterwards. Each item is held as parsed JSON (asParsed). The pages are one consistent snapshot (the API
     // server's continue token), whose resourceVersion the watch starts from.
     const listOnce = async () => {
       const items: T[] = [];
@@ -68,7 +84,7 @@ export class ResilientInformer<T extends KubernetesObject> {
       do {
         const l = await list({ limit: opts.pageSize ?? LIST_PAGE, ...(next ? { _continue: next } : {}) });
         first ??= l;
-        for (const item of l.items) items.push(lean(item));
+        for (const item of l.items) items.push(lean(asParsed(item)));
         // Typed lists name the token `_continue`; a custom resource's list is the API's JSON.
         next = l.metadata?._continue ?? (l.metadata as { continue?: string } | undefined)?.continue;
       } while (next);
