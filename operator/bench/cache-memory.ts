@@ -97,7 +97,9 @@ try {
     if (process.env.BENCH_DUMP) writeFileSync(`${process.env.BENCH_DUMP}/${plural}.json`, text);
     // Several copies, so that what the heap holds of them stands out of its noise.
     const b = heap();
-    const kept = Array.from({ length: COPIES }, () => (JSON.parse(text).items as KubernetesObject[]).map((o) => lean(o)));
+    const kept = Array.from({ length: COPIES }, () =>
+      (JSON.parse(text).items as KubernetesObject[]).map((o) => lean(o)),
+    );
     const grown = (heap() - b) / COPIES;
     watched += grown;
     const cached = caches.list(kind);
