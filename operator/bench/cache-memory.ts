@@ -1,36 +1,40 @@
 // npm run bench:cache-memory — the heap the operator's informer caches hold per Agent with its
-// children: BENCH_AGENTS (default 100) Agents reconciled by the manager on a real control plane
-// and nats-server, then the manager stopped and the caches started afresh over what it made (the
-// objects as a restarted operator lists them), and each kind's objects as watch events bring them
-// (the API's JSON through the informer's lean transform). Both after a full garbage collection.
-// Prints and writes .bench/cache-memory.json (or BENCH_OUT): KB of heap per Agent, in all and by
-// kind, and the children's JSON as the API server returns them.
+// children: BENCH_AGENTS (default 200) Agents reconciled by the manager on a real control plane
+// and nats-server (the shared layout), then each kind of child as the API server lists it, with
+// its managedFields, held three ways: as a watch event brings it (the API's JSON made lean), as a
+// list brought it before (client-node's typed models made lean) and as a list brings it now
+// (asParsed, then lean). Heap after a full garbage collection. Prints and writes
+// .bench/cache-memory.json (or BENCH_OUT): KB of heap per Agent for each way, in all and by kind,
+// and the children's compact JSON per Agent. BENCH_DUMP=DIR also writes each kind's JSON there.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
-import { KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
+import type { KubernetesObject } from "@kubernetes/client-node";
 import pino from "pino";
 import { startControlPlane } from "../../e2e/support/controlplane.ts";
 import { startNats } from "../../e2e/support/nats.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import { startManager } from "../src/commands/manager.ts";
-import { Caches, type CachedKind } from "../src/kube/caches.ts";
-import { lean } from "../src/kube/informer.ts";
+import { ObjectSerializer } from "@kubernetes/client-node/dist/gen/models/ObjectSerializer.js";
+import { asParsed, lean } from "../src/kube/informer.ts";
+import { MANAGED_SELECTOR } from "../src/kube/metadata.ts";
+import { StringPool } from "../src/kube/string-pool.ts";
 
 setFlagsFromString("--expose-gc");
 const gc = runInNewContext("gc") as () => void;
 const heap = () => {
+  // RegExp's legacy statics hold the last string matched; let it be a small one.
+  /x/.exec("x");
   gc();
   gc();
   return process.memoryUsage().heapUsed;
 };
 
-const N = Number(process.env.BENCH_AGENTS ?? 100);
+const N = Number(process.env.BENCH_AGENTS ?? 200);
 const NS = "mem";
-const COPIES = 10;
 const OUT = process.env.BENCH_OUT ?? ".bench/cache-memory.json";
-const KINDS: Record<string, CachedKind> = {
+const KINDS: Record<string, string> = {
   deployments: "Deployment",
   services: "Service",
   configmaps: "ConfigMap",
@@ -80,43 +84,48 @@ try {
   );
   await manager.stop();
 
-  // As listed: a fresh set of caches over the objects the manager made.
-  const kc = new KubeConfig();
-  kc.loadFromFile(cp.kubeconfig);
-  const before = heap();
-  const caches = new Caches(kc, [], log, () => {});
-  await caches.start();
-  const listed = heap() - before;
-
-  // As watched: each kind's JSON from the API server, parsed and made lean, held apart.
-  const byKind: Record<string, { objects: number; jsonKB: number; watchedKB: number; listedKB: number }> = {};
-  let watched = 0;
-  for (const [plural, kind] of Object.entries(KINDS)) {
-    const text = cp.kubectl(["-n", NS, "get", plural, "-l", "app.kubernetes.io/managed-by=ifp-operator", "-o", "json"]);
-    const count = (JSON.parse(text).items as unknown[]).length;
+  // Each kind's list as the API server returns it, held as the informers hold it: a watch event's
+  // JSON made lean, a list's typed models made lean as they were before asParsed, and a list made
+  // lean now. Each way with a string pool of its own, measured on its second pass, so that it pays
+  // neither for code compiled on first use nor for strings another way pooled.
+  const texts = Object.entries(KINDS).map(([plural, kind]) => {
+    const text = cp.kubectl(["-n", NS, "get", plural, "-l", MANAGED_SELECTOR, "-o", "json", "--show-managed-fields"]);
     if (process.env.BENCH_DUMP) writeFileSync(`${process.env.BENCH_DUMP}/${plural}.json`, text);
-    // Several copies, so that what the heap holds of them stands out of its noise.
-    const b = heap();
-    const kept = Array.from({ length: COPIES }, () =>
-      (JSON.parse(text).items as KubernetesObject[]).map((o) => lean(o)),
-    );
-    const grown = (heap() - b) / COPIES;
-    watched += grown;
-    const cached = caches.list(kind);
-    byKind[kind] = {
-      objects: count,
-      jsonKB: kb(text.length),
-      watchedKB: kb(grown),
-      listedKB: kb(JSON.stringify(cached).length),
-    };
-    if (kept[0]!.length !== count) throw new Error("lost objects");
+    return { kind, type: `V1${kind}List`, text };
+  });
+  const ways: Record<string, (text: string, type: string, pool: StringPool) => unknown[]> = {
+    watched: (text, _type, pool) => (JSON.parse(text).items as KubernetesObject[]).map((o) => lean(o, pool)),
+    listedTyped: (text, type, pool) =>
+      (ObjectSerializer.deserialize(JSON.parse(text), type, "").items as KubernetesObject[]).map((o) => lean(o, pool)),
+    listed: (text, type, pool) =>
+      (ObjectSerializer.deserialize(JSON.parse(text), type, "").items as KubernetesObject[]).map((o) =>
+        lean(asParsed(o), pool),
+      ),
+  };
+  const hold: unknown[] = [];
+  const byKind: Record<string, Record<string, number>> = {};
+  const totals: Record<string, number> = {};
+  for (const [way, make] of Object.entries(ways)) {
+    for (const pass of [0, 1]) {
+      const pool = new StringPool();
+      for (const { kind, type, text } of texts) {
+        const before = heap();
+        hold.push(make(text, type, pool));
+        const grown = heap() - before;
+        if (pass === 1) {
+          (byKind[kind] ??= {})[way] = kb(grown);
+          totals[way] = (totals[way] ?? 0) + grown;
+        }
+      }
+    }
   }
-  await caches.stop();
   const result = {
     agents: N,
-    heapKBPerAgentListed: kb(listed),
-    heapKBPerAgentWatched: kb(watched),
+    heapKBPerAgent: Object.fromEntries(Object.entries(totals).map(([w, b]) => [w, kb(b)])),
     byKind,
+    jsonKBPerAgent: Object.fromEntries(
+      texts.map(({ kind, text }) => [kind, kb(JSON.stringify(JSON.parse(text)).length)]),
+    ),
   };
   console.log(JSON.stringify(result, null, 2));
   mkdirSync(dirname(OUT), { recursive: true });

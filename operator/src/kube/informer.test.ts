@@ -89,7 +89,7 @@ const deployment = (i: number) => ({
 
 describe("a listed object", () => {
   it("is held as the API's JSON parses, as a watch event brings it: plain objects, times as the API writes them", () => {
-    const typed = ObjectSerializer.deserialize(deployment(1), "V1Deployment");
+    const typed = ObjectSerializer.deserialize(deployment(1), "V1Deployment", "");
     expect(typed.metadata.creationTimestamp).toBeInstanceOf(Date);
     const parsed = asParsed(typed);
     const { managedFields: _, ...metadata } = deployment(1).metadata;
@@ -109,7 +109,7 @@ describe("a listed object", () => {
       return process.memoryUsage().heapUsed - before;
     };
     const typed = (i: number) =>
-      ObjectSerializer.deserialize(JSON.parse(JSON.stringify(deployment(i))), "V1Deployment");
+      ObjectSerializer.deserialize(JSON.parse(JSON.stringify(deployment(i))), "V1Deployment", "");
     // A pool of each way's own: strings pooled by one would be free for the other.
     const pools = { typed: new StringPool(), parsed: new StringPool() };
     const ways = {

@@ -30,7 +30,13 @@ const SHARED = new StringPool();
  * handlers, so making it lean there is making it lean in the cache.
  */
 export function lean<T extends KubernetesObject>(obj: T, pool: StringPool = SHARED): T {
-  if (obj?.metadata && "managedFields" in obj.metadata) delete obj.metadata.managedFields;
+  // A new metadata rather than a deleted field: an object a field is deleted from is held by V8
+  // as a dictionary, which took a quarter of the heap of an Agent's cached children (15.6 against
+  // 11.9 KB, bench:cache-memory).
+  if (obj?.metadata && "managedFields" in obj.metadata) {
+    const { managedFields: _, ...metadata } = obj.metadata;
+    obj.metadata = metadata;
+  }
   return pool.internAll(obj);
 }
 
@@ -71,8 +77,20 @@ export class ResilientInformer<T extends KubernetesObject> {
     kc: KubeConfig,
     path: string,
     list: (page: ListPage) => Promise<KubernetesListObject<T>>,
-    opts: { name: string; labelSelector?: string; log: Logger; onChange: (obj: T) => void; pageSize?: number },
+    opts: {
+      name: string;
+      labelSelector?: string;
+      log: Logger;
+      onChange: (obj: T) => void;
+      pageSize?: number;
+      /** Changes each object, listed or watched, in place before it is made lean and cached. */
+      compact?: (obj: T) => void;
+    },
   ) {
+    const leanOne = (obj: T): T => {
+      opts.compact?.(obj);
+      return lean(obj);
+    };
     // In pages, each made lean before the next is asked for: a list of every Secret of ten
     // thousand Agents, whole and with its managedFields, would take more memory while it is
     // read than the cache holds afterwards. Each item is held as parsed JSON (asParsed). The pages are one consistent snapshot (the API
@@ -84,7 +102,7 @@ export class ResilientInformer<T extends KubernetesObject> {
       do {
         const l = await list({ limit: opts.pageSize ?? LIST_PAGE, ...(next ? { _continue: next } : {}) });
         first ??= l;
-        for (const item of l.items) items.push(lean(asParsed(item)));
+        for (const item of l.items) items.push(leanOne(asParsed(item)));
         // Typed lists name the token `_continue`; a custom resource's list is the API's JSON.
         next = l.metadata?._continue ?? (l.metadata as { continue?: string } | undefined)?.continue;
       } while (next);
@@ -94,7 +112,8 @@ export class ResilientInformer<T extends KubernetesObject> {
     this.inner = makeInformer<T>(kc, path, listOnce, opts.labelSelector);
     this.log = opts.log;
     this.name = opts.name;
-    for (const verb of ["add", "update", "delete"] as const) this.inner.on(verb, (obj: T) => opts.onChange(lean(obj)));
+    for (const verb of ["add", "update", "delete"] as const)
+      this.inner.on(verb, (obj: T) => opts.onChange(leanOne(obj)));
     this.inner.on("error", (err: unknown) => this.restartLater(err, "watch failed"));
   }
 
