@@ -1,9 +1,10 @@
 // npm run bench:cache-memory — the heap the operator's informer caches hold per Agent with its
 // children: BENCH_AGENTS (default 200) Agents reconciled by the manager on a real control plane
 // and nats-server (the shared layout), then each kind of child as the API server lists it, with
-// its managedFields, held three ways: as a watch event brings it (the API's JSON made lean), as a
-// list brought it before (client-node's typed models made lean) and as a list brings it now
-// (asParsed, then lean). Heap after a full garbage collection. Prints and writes
+// its managedFields, held three ways: as a watch event brings it (the API's JSON, then the
+// informer's steps: a ConfigMap's long values as digests, lean), as client-node's typed models of a
+// list (made lean, as lists were held before asParsed) and as a list is held (asParsed, then the
+// same steps). Heap after a full garbage collection. Prints and writes
 // .bench/cache-memory.json (or BENCH_OUT): KB of heap per Agent for each way, in all and by kind,
 // and the children's compact JSON per Agent. BENCH_DUMP=DIR also writes each kind's JSON there.
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -17,6 +18,7 @@ import { startNats } from "../../e2e/support/nats.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import { startManager } from "../src/commands/manager.ts";
 import { ObjectSerializer } from "@kubernetes/client-node/dist/gen/models/ObjectSerializer.js";
+import { digestDataInPlace } from "../src/kube/digest.ts";
 import { asParsed, lean } from "../src/kube/informer.ts";
 import { MANAGED_SELECTOR } from "../src/kube/metadata.ts";
 import { StringPool } from "../src/kube/string-pool.ts";
@@ -93,14 +95,18 @@ try {
     if (process.env.BENCH_DUMP) writeFileSync(`${process.env.BENCH_DUMP}/${plural}.json`, text);
     return { kind, type: `V1${kind}List`, text };
   });
+  // The informers' own steps (informer.ts, caches.ts): a ConfigMap's long values as digests, then lean.
+  const cached = (o: KubernetesObject, pool: StringPool) => {
+    if (o.kind === "ConfigMap") digestDataInPlace(o);
+    return lean(o, pool);
+  };
+  const typed = (text: string, type: string) =>
+    ObjectSerializer.deserialize(JSON.parse(text), type, "").items as KubernetesObject[];
   const ways: Record<string, (text: string, type: string, pool: StringPool) => unknown[]> = {
-    watched: (text, _type, pool) => (JSON.parse(text).items as KubernetesObject[]).map((o) => lean(o, pool)),
-    listedTyped: (text, type, pool) =>
-      (ObjectSerializer.deserialize(JSON.parse(text), type, "").items as KubernetesObject[]).map((o) => lean(o, pool)),
-    listed: (text, type, pool) =>
-      (ObjectSerializer.deserialize(JSON.parse(text), type, "").items as KubernetesObject[]).map((o) =>
-        lean(asParsed(o), pool),
-      ),
+    watched: (text, _type, pool) => (JSON.parse(text).items as KubernetesObject[]).map((o) => cached(o, pool)),
+    // A list as client-node's typed models hold it, made lean but kept typed.
+    listedTyped: (text, type, pool) => typed(text, type).map((o) => lean(o, pool)),
+    listed: (text, type, pool) => typed(text, type).map((o) => cached(asParsed(o), pool)),
   };
   const hold: unknown[] = [];
   const byKind: Record<string, Record<string, number>> = {};
