@@ -566,6 +566,9 @@ const CHECKS: Record<string, Check> = {
   "npm run bench:operator": {
     not: "a benchmark: minutes at full load on every core, whose figures docs/benchmarks.md records; run inside the suite it would measure the tests around it",
   },
+  "npm run bench:cache-memory": {
+    not: "a benchmark: a control plane, a nats-server and the manager reconciling 200 Agents, whose figures docs/benchmarks.md records; run inside the suite it would measure the tests around it",
+  },
   "npm run bench:scale -- --agents 1000,5000,10000 --relays 10 --cluster single,three [--layout per-agent,shared]": {
     not: "a benchmark: tens of minutes at full load on every core, whose figures docs/benchmarks.md records; its core runs at five agents in runtime/test/nats/scale-bench.test.ts",
   },

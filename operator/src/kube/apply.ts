@@ -3,6 +3,7 @@
 import type { KubernetesObject } from "@kubernetes/client-node";
 import type { Caches, CachedKind } from "./caches.ts";
 import type { Kube } from "./client.ts";
+import { digestedData } from "./digest.ts";
 import { hashOf } from "./metadata.ts";
 import { firstDifference, isSubset } from "./subset.ts";
 
@@ -76,7 +77,10 @@ async function applyChild(
       `${kind} ${name} already exists and is ${holder ? `controlled by ${holder.kind} ${holder.name}` : `not managed by this ${owner.kind}`}; delete or rename it`,
     );
   }
-  if (live && isSubset(child, live)) return undefined;
-  await kube.apply(child, !!live, live ? firstDifference(child, live) : undefined);
+  // Compared as the cache holds a ConfigMap: its long values as their digest (digest.ts).
+  const want = digestedData(child);
+  const have = live && digestedData(live);
+  if (have && isSubset(want, have)) return undefined;
+  await kube.apply(child, !!live, have ? firstDifference(want, have) : undefined);
   return `${kind}/${name}`;
 }

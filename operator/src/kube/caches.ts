@@ -13,6 +13,7 @@ import {
   type KubernetesObject,
 } from "@kubernetes/client-node";
 import type { Logger } from "pino";
+import { digestDataInPlace } from "./digest.ts";
 import { type ListPage, ResilientInformer } from "./informer.ts";
 import { MANAGED_SELECTOR } from "./metadata.ts";
 
@@ -43,6 +44,8 @@ interface KindInfo {
   managedOnly: boolean;
   /** Make an object from a watch event look as one from a list (client-node's typed field names). */
   normalize?: (obj: KubernetesObject) => void;
+  /** Hold less of each cached object (digest.ts). */
+  compact?: (obj: KubernetesObject) => void;
 }
 
 function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
@@ -109,12 +112,16 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
       (l, p) => core.listServiceForAllNamespaces({ labelSelector: l, ...p }),
       (n, l, p) => core.listNamespacedService({ namespace: n, labelSelector: l, ...p }),
     ),
-    ConfigMap: native(
-      "/api/v1",
-      "configmaps",
-      (l, p) => core.listConfigMapForAllNamespaces({ labelSelector: l, ...p }),
-      (n, l, p) => core.listNamespacedConfigMap({ namespace: n, labelSelector: l, ...p }),
-    ),
+    // Only compared, never read back: long values held as their digest.
+    ConfigMap: {
+      ...native(
+        "/api/v1",
+        "configmaps",
+        (l, p) => core.listConfigMapForAllNamespaces({ labelSelector: l, ...p }),
+        (n, l, p) => core.listNamespacedConfigMap({ namespace: n, labelSelector: l, ...p }),
+      ),
+      compact: digestDataInPlace,
+    },
     Secret: native(
       "/api/v1",
       "secrets",
@@ -201,6 +208,7 @@ export class Caches {
           labelSelector: selector,
           log,
           pageSize: opts.pageSize,
+          compact: k.compact,
           onChange: (obj) => {
             k.normalize?.(obj);
             onChange(kind, obj);

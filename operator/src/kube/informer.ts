@@ -30,8 +30,30 @@ const SHARED = new StringPool();
  * handlers, so making it lean there is making it lean in the cache.
  */
 export function lean<T extends KubernetesObject>(obj: T, pool: StringPool = SHARED): T {
-  if (obj?.metadata && "managedFields" in obj.metadata) delete obj.metadata.managedFields;
+  // A new metadata rather than a deleted field: an object a field is deleted from is held by V8
+  // as a dictionary, which took a quarter of the heap of an Agent's cached children (15.6 against
+  // 11.9 KB, bench:cache-memory).
+  if (obj?.metadata && "managedFields" in obj.metadata) {
+    const { managedFields: _, ...metadata } = obj.metadata;
+    obj.metadata = metadata;
+  }
   return pool.internAll(obj);
+}
+
+/**
+ * A listed object as a watch event brings it: the API's JSON parsed, not client-node's typed
+ * models, whose objects take about a quarter more heap for the same fields (measured on an
+ * Agent's children: 22.7 against 18.1 KB), with the API's time format (seconds, as the API
+ * server writes them) instead of Dates. The field names stay the typed ones (`_from`).
+ */
+export function asParsed<T extends KubernetesObject>(obj: T): T {
+  if (obj?.metadata && "managedFields" in obj.metadata) delete obj.metadata.managedFields;
+  return JSON.parse(
+    JSON.stringify(obj, function (this: Record<string, unknown>, key, value) {
+      const raw = this[key];
+      return raw instanceof Date ? raw.toISOString().replace(/\.000Z$/, "Z") : value;
+    }),
+  ) as T;
 }
 
 /**
@@ -55,11 +77,23 @@ export class ResilientInformer<T extends KubernetesObject> {
     kc: KubeConfig,
     path: string,
     list: (page: ListPage) => Promise<KubernetesListObject<T>>,
-    opts: { name: string; labelSelector?: string; log: Logger; onChange: (obj: T) => void; pageSize?: number },
+    opts: {
+      name: string;
+      labelSelector?: string;
+      log: Logger;
+      onChange: (obj: T) => void;
+      pageSize?: number;
+      /** Changes each object, listed or watched, in place before it is made lean and cached. */
+      compact?: (obj: T) => void;
+    },
   ) {
+    const leanOne = (obj: T): T => {
+      opts.compact?.(obj);
+      return lean(obj);
+    };
     // In pages, each made lean before the next is asked for: a list of every Secret of ten
     // thousand Agents, whole and with its managedFields, would take more memory while it is
-    // read than the cache holds afterwards. The pages are one consistent snapshot (the API
+    // read than the cache holds afterwards. Each item is held as parsed JSON (asParsed). The pages are one consistent snapshot (the API
     // server's continue token), whose resourceVersion the watch starts from.
     const listOnce = async () => {
       const items: T[] = [];
@@ -68,7 +102,7 @@ export class ResilientInformer<T extends KubernetesObject> {
       do {
         const l = await list({ limit: opts.pageSize ?? LIST_PAGE, ...(next ? { _continue: next } : {}) });
         first ??= l;
-        for (const item of l.items) items.push(lean(item));
+        for (const item of l.items) items.push(leanOne(asParsed(item)));
         // Typed lists name the token `_continue`; a custom resource's list is the API's JSON.
         next = l.metadata?._continue ?? (l.metadata as { continue?: string } | undefined)?.continue;
       } while (next);
@@ -78,7 +112,8 @@ export class ResilientInformer<T extends KubernetesObject> {
     this.inner = makeInformer<T>(kc, path, listOnce, opts.labelSelector);
     this.log = opts.log;
     this.name = opts.name;
-    for (const verb of ["add", "update", "delete"] as const) this.inner.on(verb, (obj: T) => opts.onChange(lean(obj)));
+    for (const verb of ["add", "update", "delete"] as const)
+      this.inner.on(verb, (obj: T) => opts.onChange(leanOne(obj)));
     this.inner.on("error", (err: unknown) => this.restartLater(err, "watch failed"));
   }
 

@@ -1,7 +1,7 @@
 // The informers' first list in pages (operator/src/kube/informer.ts) against a real API server:
 // every page asked for with the continue token of the one before, for a typed list (ConfigMaps)
 // and a custom resource's (Agents, whose list is the API's JSON), every object cached once and
-// lean, and the watch going on from the list's resourceVersion.
+// lean and as a watch event brings it, and the watch going on from the list's resourceVersion.
 import { CoreV1Api, CustomObjectsApi, KubeConfig, type KubernetesObject } from "@kubernetes/client-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startControlPlane, type ControlPlane } from "../../../e2e/support/controlplane.ts";
@@ -93,8 +93,25 @@ describe("an informer's first list", () => {
       expect(names(informer.list())).toEqual(Array.from({ length: MANAGED }, (_, i) => `managed-${i}`).sort());
       expect(informer.list().some((o) => o.metadata?.managedFields)).toBe(false);
       cp.kubectl(["apply", "--server-side", "-f", "-"], configMap("managed-late", true));
-      await until("the watch to bring the ConfigMap made after the list", () => informer.get("managed-late", NS));
+      const watched = await until("the watch to bring the ConfigMap made after the list", () =>
+        informer.get("managed-late", NS),
+      );
       expect(informer.list()).toHaveLength(MANAGED + 1);
+      // A listed object is held as a watched one: the API's JSON, not client-node's typed models.
+      const listed = informer.get("managed-0", NS)!;
+      expect(Object.getPrototypeOf(listed.metadata)).toBe(Object.prototype);
+      expect(listed.metadata?.creationTimestamp).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+      // The same fields of the same types (a typed list carries no apiVersion and kind; caches.ts adds them).
+      const shape = (o: unknown): unknown =>
+        o && typeof o === "object"
+          ? Object.fromEntries(
+              Object.entries(o)
+                .filter(([k]) => k !== "apiVersion" && k !== "kind")
+                .map(([k, v]) => [k, shape(v)])
+                .sort(([a], [b]) => String(a).localeCompare(String(b))),
+            )
+          : typeof o;
+      expect(shape(listed)).toEqual(shape(watched));
     } finally {
       await informer.stop();
     }

@@ -283,7 +283,7 @@ describe("Agent", () => {
     expect(get("secret", "roll-signing").data["signing.key"]).toBe(key);
   });
 
-  it("recreates a child deleted by hand, and undoes a hand edit of a field it owns", async () => {
+  it("recreates a child deleted by hand, and undoes a hand edit of a field it owns, the manifest's too", async () => {
     await readyAgent("mend");
     const uid = get("service", "mend").metadata.uid;
     cp.kubectl(["-n", NS, "delete", "service", "mend"]);
@@ -295,6 +295,23 @@ describe("Agent", () => {
 
     cp.kubectl(["-n", NS, "scale", "deployment", "mend", "--replicas=3"]);
     await until("replicas back to spec.replicas", () => get("deployment", "mend").spec.replicas === 1);
+
+    // The manifest, which the cache holds as its digest: an edit of any length is undone.
+    for (const edited of ["edited: by hand\n", `edited: by hand\n${"x: y\n".repeat(60)}`]) {
+      cp.kubectl([
+        "-n",
+        NS,
+        "patch",
+        "configmap",
+        "mend-manifest",
+        "--type=merge",
+        "-p",
+        JSON.stringify({ data: { "manifest.yaml": edited } }),
+      ]);
+      await until("the manifest back", () =>
+        /agentId: mend-id/.test(get("configmap", "mend-manifest").data["manifest.yaml"]),
+      );
+    }
   });
 
   it("has invalid specs rejected by the API server with a clear message", () => {
