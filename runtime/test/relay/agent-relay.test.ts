@@ -37,19 +37,21 @@ async function storedInInbox(agentId: string, messageId: string): Promise<boolea
   }
 }
 
+/** Bob's runtime reading his mailbox at these relays, handing messages to a handler of the test's. */
+async function bobReading(relay: { urls: string[]; receive?: "events" | "poll"; pollInterval: string }) {
+  const handler = await startHandler();
+  const b = await runAgent({
+    self: bob,
+    natsUrl: nats.url,
+    tls,
+    spec: { peers: [peerOf(alice)], relay, handler: { url: handler.url } },
+  });
+  return { handler, b };
+}
+
 describe("agents that talk through a relay", () => {
   it("delivers to a relay-only agent: relay fallback out, pull in, signature checked, trace kept", async () => {
-    const handler = await startHandler();
-    const b = await runAgent({
-      self: bob,
-      natsUrl: nats.url,
-      tls,
-      spec: {
-        peers: [peerOf(alice)],
-        relay: { urls: [relayUrl], pollInterval: "300ms" },
-        handler: { url: handler.url },
-      },
-    });
+    const { handler, b } = await bobReading({ urls: [relayUrl], pollInterval: "300ms" });
     // The relay is this deployment's own: plaintext through it is fine (encryption-relay.test.ts covers the untrusted case).
     const a = await runAgent({
       self: alice,
@@ -106,14 +108,8 @@ describe("agents that talk through a relay", () => {
   });
 
   it("takes a message from the relay's event stream as it arrives, without waiting for the next poll", async () => {
-    const handler = await startHandler();
     // Polled at start and then only every hour: what arrives within the test comes by the stream.
-    const b = await runAgent({
-      self: bob,
-      natsUrl: nats.url,
-      tls,
-      spec: { peers: [peerOf(alice)], relay: { urls: [relayUrl], pollInterval: "1h" }, handler: { url: handler.url } },
-    });
+    const { handler, b } = await bobReading({ urls: [relayUrl], pollInterval: "1h" });
     try {
       const intake = async (result: string) =>
         metricValue(await b.scrape(), "ifp_relay_operations_total", { operation: "intake", result });
@@ -162,17 +158,7 @@ describe("agents that talk through a relay", () => {
     const waiting = signed(alice, "bob-agent", { conversation_id: "conv:relay-restarting" }, "waited at the relay");
     expect((await new RelayClient(url, alice.signing, http).publish(waiting)).status).toBe(202);
     await late.close();
-    const handler = await startHandler();
-    const b = await runAgent({
-      self: bob,
-      natsUrl: nats.url,
-      tls,
-      spec: {
-        peers: [peerOf(alice)],
-        relay: { urls: [url], receive: "poll", pollInterval: "1h" },
-        handler: { url: handler.url },
-      },
-    });
+    const { handler, b } = await bobReading({ urls: [url], receive: "poll", pollInterval: "1h" });
     try {
       await waitFor("bob's first read to fail", () =>
         b.logLines().some((l) => l.msg === "could not read the relay mailbox"),
