@@ -7,9 +7,12 @@ import { StringPool } from "./string-pool.ts";
 setFlagsFromString("--expose-gc");
 const gc = runInNewContext("gc") as () => void;
 
-/** Heap growth while `n` objects parsed from JSON, each with a 2,000-character value of its own copy, are kept. */
+/** The length of each object's value: large enough that the copies outweigh the heap's noise (a megabyte or so). */
+const VALUE = 4000;
+
+/** Heap growth while `n` objects parsed from JSON, each with a VALUE-character value of its own copy, are kept. */
 function heapGrowth(n: number, keep: (obj: { metadata: { name: string; labels: Record<string, string> } }) => unknown) {
-  const text = JSON.stringify({ metadata: { name: "x", labels: { shared: "c".repeat(2000) } } });
+  const text = JSON.stringify({ metadata: { name: "x", labels: { shared: "c".repeat(VALUE) } } });
   const kept: unknown[] = [];
   gc();
   const before = process.memoryUsage().heapUsed;
@@ -22,10 +25,11 @@ function heapGrowth(n: number, keep: (obj: { metadata: { name: string; labels: R
 
 describe("the strings cached objects share", () => {
   it("are held once: objects parsed apart with an equal value take little more than the objects", () => {
-    const copies = heapGrowth(2000, (o) => lean(o, { internAll: (x: unknown) => x } as unknown as StringPool));
-    const pool = new StringPool();
-    const pooled = heapGrowth(2000, (o) => lean(o, pool));
-    expect(copies).toBeGreaterThan(2000 * 2000);
+    const copies = heapGrowth(5000, (o) => lean(o, { internAll: (x: unknown) => x } as unknown as StringPool));
+    const pool = new StringPool(4 * 1024 * 1024, VALUE);
+    const pooled = heapGrowth(5000, (o) => lean(o, pool));
+    // Each copy holds its value's bytes (one byte a character), whatever else the heap does meanwhile.
+    expect(copies).toBeGreaterThan(0.8 * 5000 * VALUE);
     expect(pooled).toBeLessThan(copies / 4);
   });
 
