@@ -33,6 +33,7 @@ import { freePort, waitFor } from "./support/ports.ts";
 import { createCA } from "./support/tls.ts";
 import { toolPath } from "./tools/tools.ts";
 import { PREVIOUS_RELEASE, previousChart, previousImages, requireCommit } from "./upgrade/previous-release.ts";
+import { ulid } from "ulid";
 import { identity, peerOf, signed, type TestIdentity } from "../runtime/test/support/fixtures.ts";
 
 const unsupported = nodeTestUnsupported();
@@ -569,13 +570,17 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
     // Traffic through the upgrade: each message sent again until it is accepted.
     let sending = true;
     const answers: number[] = [];
-    const keepSending = async (send: () => Promise<{ status: number; id?: string }>, into: string[]) => {
+    // A sender that got no answer cannot know whether the message was stored, so it sends the
+    // same message again (the same message_id), as the protocol has senders do: the receiver's
+    // deduplication then keeps it to one hand-over.
+    const keepSending = async (next: () => { id: string; send: () => Promise<number> }, into: string[]) => {
       while (sending) {
+        const message = next();
         for (;;) {
-          const r = await send();
-          answers.push(r.status);
-          if (r.status === 202) {
-            into.push(r.id!);
+          const status = await message.send();
+          answers.push(status);
+          if (status === 202) {
+            into.push(message.id);
             break;
           }
           // The sender's own pace: 500 ms before a retry, 300 ms between messages (the
@@ -587,21 +592,20 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
     };
     let n = 0;
     const traffic = Promise.all([
-      keepSending(async () => {
+      keepSending(() => {
         const m = signed(tester, "bob-agent", {}, `to bob through the upgrade ${n++}`);
-        const r = await postToBob(m);
-        return { status: r.status, id: m.headers.message_id };
+        return { id: m.headers.message_id, send: async () => (await postToBob(m)).status };
       }, toBob.during),
       (async () => {
-        // One message at a time: the local API gives its id once it is accepted.
+        // A whole message with its own message_id, so that sending it again queues nothing new.
         let i = 0;
-        await keepSending(async () => {
-          const r = await localApi(NS.alice, "alice", "POST", "/outbox", {
-            to: "zed-agent",
-            text: `to zed through the upgrade ${i}`,
-          });
-          if (r.status === 202) i++;
-          return { status: r.status, id: r.body?.message_id };
+        await keepSending(() => {
+          const id = `msg:${ulid()}`;
+          const message = {
+            headers: { message_id: id, to: [{ agent: "zed-agent" }], phase: "context" },
+            body: { text: `to zed through the upgrade ${i++}` },
+          };
+          return { id, send: async () => (await localApi(NS.alice, "alice", "POST", "/outbox", message)).status };
         }, toZed.during);
       })(),
     ]);
