@@ -494,7 +494,13 @@ async function lead(run: ManagerRun): Promise<void> {
   await ctx.caches.start(run.abort.signal);
   if (run.stopping) return;
   run.loops = Object.values(run.controllers).map((c) => c.run(opts.workers ?? 4));
-  run.resync = setInterval(() => enqueueAll(run), opts.resyncMs ?? 5 * 60_000);
+  run.resync = setInterval(
+    () => {
+      enqueueAll(run);
+      run.metrics.resyncs.inc();
+    },
+    opts.resyncMs ?? 5 * 60_000,
+  );
   run.resync.unref();
   run.summaries?.start();
   opts.log.info({ namespaces: opts.watchNamespaces.length ? opts.watchNamespaces : "all" }, "operator started");

@@ -65,6 +65,12 @@ export function createOperatorMetrics() {
         buckets: durations,
         registers,
       }),
+      activeWorkers: new Gauge({
+        name: "controller_runtime_active_workers",
+        help: "Number of currently used workers per controller",
+        labelNames: ["controller"],
+        registers,
+      }),
       queueRetries: new Counter({
         name: "workqueue_retries_total",
         help: "Total number of retries handled by workqueue",
@@ -107,6 +113,11 @@ export function createOperatorMetrics() {
       name: "ifp_operator_queue_depth",
       help: "Keys waiting in the work queue, by kind",
       labelNames: ["kind"],
+      registers: [registry],
+    }),
+    resyncs: new Counter({
+      name: "ifp_operator_resyncs_total",
+      help: "Periodic resyncs: each queues every Agent and Relay the caches hold (--resync)",
       registers: [registry],
     }),
     writes: new Counter({

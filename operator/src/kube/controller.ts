@@ -30,6 +30,7 @@ export interface ControllerMetrics {
     queueDuration: Histogram<"name">;
     workDuration: Histogram<"name">;
     queueRetries: Counter<"name">;
+    activeWorkers: Gauge<"controller">;
   };
 }
 
@@ -75,11 +76,13 @@ export class Controller {
             shared.queueAdds.inc({ name });
             shared.queueDepth.set({ name }, depth);
           },
+          requeued: (depth) => shared.queueDepth.set({ name }, depth),
           taken: (depth, waited) => {
             shared.queueDepth.set({ name }, depth);
             shared.queueDuration.observe({ name }, waited);
           },
           worked: (seconds) => shared.workDuration.observe({ name }, seconds),
+          active: (workers) => shared.activeWorkers.set({ controller: name }, workers),
           retried: () => shared.queueRetries.inc({ name }),
         },
       });

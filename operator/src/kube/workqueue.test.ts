@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { consistently, waitFor } from "../../../e2e/support/wait.ts";
-import { WorkQueue } from "./workqueue.ts";
+import { WorkQueue, type WorkQueueObserver } from "./workqueue.ts";
 
 describe("WorkQueue", () => {
   it("collapses adds and never runs a key twice at once", async () => {
@@ -55,5 +55,39 @@ describe("WorkQueue", () => {
     q.forget("k");
     expect(q.addRateLimited("k")).toBeLessThanOrEqual(120);
     q.shutDown();
+  });
+
+  it("counts an add during a key's pass when it is made, so that adds equal finished passes only once all asked for is done", async () => {
+    const counts = { added: 0, finished: 0, active: 0, depth: 0 };
+    const observer: WorkQueueObserver = {
+      added: (depth) => {
+        counts.added++;
+        counts.depth = depth;
+      },
+      requeued: (depth) => (counts.depth = depth),
+      taken: (depth) => (counts.depth = depth),
+      worked: () => {},
+      retried: () => {},
+      active: (n) => (counts.active = n),
+    };
+    const q = new WorkQueue({ observer });
+    let release!: () => void;
+    let passes = 0;
+    q.add("a");
+    const run = q.run(2, async () => {
+      if (passes === 0) await new Promise<void>((r) => (release = r));
+      passes++;
+      counts.finished = passes;
+    });
+    await waitFor("a's first pass in flight", () => counts.active === 1, 10_000, 5);
+    // Asked for again during its pass: counted at once, queued once the pass ends.
+    q.add("a");
+    q.add("a");
+    expect(counts).toMatchObject({ added: 2, depth: 0, active: 1 });
+    release();
+    await waitFor("both passes done", () => passes === 2 && counts.active === 0, 10_000, 5);
+    expect(counts).toMatchObject({ added: 2, finished: 2, depth: 0 });
+    q.shutDown();
+    await run;
   });
 });

@@ -10,10 +10,15 @@ import { exponentialDelay } from "../../../runtime/src/util/backoff.ts";
  */
 /** What a queue reports for the client-go workqueue metrics (workqueue_depth, _adds_total, ...). */
 export interface WorkQueueObserver {
+  /** A key asked for (once while it waits, once while it is processed), and the depth after it. */
   added(depth: number): void;
+  /** A key asked for during its pass queued again once the pass is done (counted when it was asked for). */
+  requeued(depth: number): void;
   taken(depth: number, waitedSeconds: number): void;
   worked(seconds: number): void;
   retried(): void;
+  /** Keys being processed now, told when one is taken and when one is done (after a dirty key is queued again). */
+  active(workers: number): void;
 }
 
 export class WorkQueue {
@@ -49,14 +54,20 @@ export class WorkQueue {
   add(key: string): void {
     if (this.shuttingDown) return;
     if (this.processing.has(key)) {
+      // Counted now, as client-go counts it: the pass it asks for runs once the one in flight is done.
+      if (!this.dirty.has(key)) this.observer?.added(this.queue.length);
       this.dirty.add(key);
       return;
     }
     if (this.queued.has(key)) return;
+    this.observer?.added(this.queue.length + 1);
+    this.enqueue(key);
+  }
+
+  private enqueue(key: string): void {
     this.queued.add(key);
     this.queue.push(key);
     this.addedAt.set(key, performance.now());
-    this.observer?.added(this.queue.length);
     this.waiters.shift()?.();
   }
 
@@ -97,12 +108,17 @@ export class WorkQueue {
     const at = this.addedAt.get(key);
     this.addedAt.delete(key);
     this.observer?.taken(this.queue.length, at === undefined ? 0 : (performance.now() - at) / 1000);
+    this.observer?.active(this.processing.size);
     return key;
   }
 
   private done(key: string): void {
     this.processing.delete(key);
-    if (this.dirty.delete(key)) this.add(key);
+    if (this.dirty.delete(key) && !this.shuttingDown) {
+      this.enqueue(key);
+      this.observer?.requeued(this.queue.length);
+    }
+    this.observer?.active(this.processing.size);
   }
 
   /** Run `workers` loops until shutDown(); `handle` throws to back off. */

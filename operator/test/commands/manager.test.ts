@@ -91,6 +91,7 @@ describe("operator process", () => {
     expect(text).toMatch(/^# TYPE controller_runtime_reconcile_errors_total counter/m);
     expect(text).toMatch(/^workqueue_adds_total\{name="agent"\} [1-9]/m);
     expect(text).toMatch(/^workqueue_depth\{name="agent"\} 0$/m);
+    expect(text).toMatch(/^controller_runtime_active_workers\{controller="agent"\} \d+$/m);
     expect(text).toMatch(/^workqueue_queue_duration_seconds_count\{name="agent"\} [1-9]/m);
     expect(text).toMatch(/^workqueue_work_duration_seconds_count\{name="agent"\} [1-9]/m);
     expect(text).toMatch(/^# TYPE workqueue_retries_total counter/m);

@@ -323,11 +323,11 @@ describe("spec.expose.gateway", () => {
     // Settled: a whole resync of every resource the operator holds wrote nothing; then two more.
     const before = await until("a resync that writes nothing", async () => {
       const w = await writes();
-      await resyncs(cp, manager, 1, 20_000);
+      await resyncs(manager, 1, 20_000);
       return (await writes()) === w ? w : undefined;
     });
     const warned = warnings();
-    await resyncs(cp, manager, 2, 20_000);
+    await resyncs(manager, 2, 20_000);
     expect(await writes(), "writes while the Gateway API is missing").toBe(before);
     expect(warnings()).toBe(warned);
 

@@ -99,7 +99,7 @@ async function expectRefused(kind: "agent" | "relay", name: string, reason: stri
   await until(`the Warning/${reason} Event of ${name}`, () =>
     events(name).some((e) => e.type === "Warning" && e.reason === reason && field.test(e.message)),
   );
-  await resyncs(cp, manager, 3);
+  await resyncs(manager, 3);
   expect(get("deployment", name), `a Deployment for ${name}`).toBeUndefined();
 }
 

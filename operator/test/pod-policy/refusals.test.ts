@@ -124,7 +124,7 @@ describe("Agent", () => {
       json(["-n", NS, "get", "secrets,deployments,services,configmaps", "-o", "json"])
         .items.filter((o: any) => o.metadata.name === "imgs" || o.metadata.name.startsWith("imgs-"))
         .map((o: any) => `${o.kind}/${o.metadata.name}`);
-    await resyncs(cp, manager, 2);
+    await resyncs(manager, 2);
     expect(madeFor(), "made for the refused Agent").toEqual([]);
     expect(get("agent", "imgs").metadata.finalizers ?? []).toEqual([]);
     expect(events("imgs").filter((e) => e.type === "Normal")).toEqual([]);

@@ -133,23 +133,30 @@ export function until<T>(
 export const reconcileCount = async (manager: Pick<RunningManager, "metrics">): Promise<number> =>
   (await manager.metrics.reconciles.get()).values.reduce((a, v) => a + v.value, 0);
 
+const total = async (m: { get(): Promise<{ values: { value: number }[] }> }): Promise<number> =>
+  (await m.get()).values.reduce((a, v) => a + v.value, 0);
+
 /**
- * Resolves once the manager has made `n` resyncs' worth of passes since the call: n times as many
- * as there are Agents and Relays, each of which every resync enqueues. A test that holds that
- * passes leave something as it is waits for these first, then looks.
+ * Resolves once the manager has made `n` resyncs since the call and then worked off what they
+ * queued: its resync counter `n` higher, then as many passes finished as keys were ever asked
+ * for (workqueue_adds_total, which counts an add during a key's pass as client-go does), with no
+ * add between the two readings of it. Every Agent and Relay of the caches has then been
+ * reconciled after the n-th resync began, so a test that holds that passes leave something as
+ * it is waits for these first, then looks.
  */
-export async function resyncs(
-  cp: ControlPlane,
-  manager: Pick<RunningManager, "metrics">,
-  n: number,
-  timeoutMs = 30_000,
-): Promise<void> {
-  const from = await reconcileCount(manager);
-  const each = cp.json<{ items: unknown[] }>(["get", "agents,relays", "-A"]).items.length;
+export async function resyncs(manager: Pick<RunningManager, "metrics">, n: number, timeoutMs = 30_000): Promise<void> {
+  const { resyncs: counter, shared } = manager.metrics;
+  const from = await total(counter);
   await until(
-    `${n} resyncs (${n * each} reconciles)`,
-    async () => (await reconcileCount(manager)) - from >= n * each,
+    `${n} resyncs, each worked off`,
+    async () => {
+      if ((await total(counter)) - from < n) return false;
+      const asked = await total(shared.queueAdds);
+      const passes = await total(shared.reconcileTotal);
+      return passes === asked && (await total(shared.queueAdds)) === asked;
+    },
     timeoutMs,
+    50,
   );
 }
 

@@ -253,7 +253,7 @@ describe("spec.deployment on the API server", () => {
     const rv = get("deployment", "settled").metadata.resourceVersion;
     const writes = await deploymentWrites();
     // Several resyncs of every Agent in the namespace …
-    await resyncs(cp, manager, 3, 20_000);
+    await resyncs(manager, 3, 20_000);
     // … and no Deployment written again.
     expect(await deploymentWrites()).toBe(writes);
     expect(get("deployment", "settled").metadata.resourceVersion).toBe(rv);
@@ -490,7 +490,7 @@ describe("spec.deployment on the API server", () => {
         JSON.stringify({ spec: { deployment: { sidecars: [sidecar("runtime")] } } }),
       ]),
     ).toThrow(/container name 'runtime' is the runtime's own/);
-    await resyncs(cp, manager, 2);
+    await resyncs(manager, 2);
     expect(get("deployment", "kept").metadata.resourceVersion, "the Deployment written").toBe(
       before.metadata.resourceVersion,
     );

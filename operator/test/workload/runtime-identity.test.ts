@@ -211,7 +211,7 @@ describe("the runtime's ServiceAccount", () => {
     const refused = async (reason: string) => {
       await until(`dave ${reason}`, () => condition(get("agent", "dave"), "Stalled")?.reason === reason || undefined);
       expect(condition(get("agent", "dave"), "Ready").message).toMatch(/spec\.deployment\.serviceAccountName/);
-      await resyncs(cp, manager!, 3);
+      await resyncs(manager!, 3);
       expect(get("deployment", "dave"), "a Deployment for dave").toBeUndefined();
     };
     await refused("ServiceAccountMissing");
@@ -332,7 +332,7 @@ describe("the runtime's ServiceAccount", () => {
       "held refused",
       () => condition(get("agent", "held"), "Stalled")?.reason === "ImageNotAllowed" || undefined,
     );
-    await resyncs(cp, manager!, 4);
+    await resyncs(manager!, 4);
     expect(
       ["serviceaccount", "role", "rolebinding"].filter((k) => !get(k, "ifp-agent-runtimes")),
       "the shared objects gone while held runs under them",

@@ -346,7 +346,7 @@ describe("Agent", () => {
       events("vague").some((e) => `${e.type}/${e.reason}` === "Warning/InvalidSpec"),
     );
     // Nothing applied in that pass, nor in the resyncs after it.
-    await resyncs(cp, manager, 2);
+    await resyncs(manager, 2);
     expect(get("deployment", "vague"), "a Deployment for an invalid spec").toBeUndefined();
     expect(get("configmap", "vague-manifest"), "a manifest for an invalid spec").toBeUndefined();
     cp.kubectl(["-n", NS, "delete", "agent", "vague"]);

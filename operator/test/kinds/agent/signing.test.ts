@@ -53,7 +53,7 @@ describe("Agent", () => {
     // Later passes leave it as it is.
     cp.kubectl(["-n", NS, "patch", "agent", "gina", "--type=merge", "-p", '{"spec":{"replicas":1}}']);
     await untilObserved("agent", "gina", 3);
-    await resyncs(cp, manager, 1);
+    await resyncs(manager, 1);
     expect(get("secret", "gina-signing").data["encryption.key"], "the encryption key").toBe(
       added.data["encryption.key"],
     );
@@ -90,7 +90,7 @@ describe("Agent", () => {
     // A second pass (a spec change) reads the Secret again and still leaves it as it was.
     cp.kubectl(["-n", NS, "patch", "agent", "frank", "--type=merge", "-p", '{"spec":{"replicas":2}}']);
     await untilObserved("agent", "frank", 2);
-    await resyncs(cp, manager, 1);
+    await resyncs(manager, 1);
     const now = get("secret", "frank-key");
     expect(now.metadata.resourceVersion, "the user's signing Secret written").toBe(own.metadata.resourceVersion);
     expect(now.data["signing.key"]).toBe(own.data["signing.key"]);

@@ -271,7 +271,7 @@ spec:
       events("clash").some((e) => `${e.type}/${e.reason}` === "Warning/StreamConflict"),
     );
     // Neither recreated nor edited: the same stream, its own max_age, after further passes.
-    await resyncs(cp, manager, 1);
+    await resyncs(manager, 1);
     const after = await stream(name);
     expect(after?.created, "the other stream recreated").toBe(before?.created);
     expect(after?.config).toMatchObject({ storage: "memory", max_age: 3600e9 });
