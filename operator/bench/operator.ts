@@ -336,6 +336,7 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
     // a resync's, and are counted apart.
     let secondsToSummaries: number | undefined;
     let summaryWrites: number | undefined;
+    let connectsToSummaries: number | undefined;
     if (nats) {
       await operator.whileRunning(
         waitFor(
@@ -350,7 +351,9 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
         ),
       );
       secondsToSummaries = round(elapsed(t0));
-      summaryWrites = metricSum(await operator.metrics(), "ifp_operator_api_writes_total") - writesToReadyable;
+      const atSummaries = await operator.metrics();
+      summaryWrites = metricSum(atSummaries, "ifp_operator_api_writes_total") - writesToReadyable;
+      connectsToSummaries = metricSum(atSummaries, "ifp_operator_nats_account_connects_total");
     }
     // Steady state: let the last status writes and events settle, then watch several resyncs.
     await new Promise((r) => setTimeout(r, RESYNC_S * 1000 + 2000));
@@ -429,6 +432,11 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
       apiWritesPerAgentByVerbAndKind: writesByKind(afterCreate, COUNT),
       secondsToEverySummary: secondsToSummaries,
       apiWritesOfTheFirstSummaries: summaryWrites,
+      natsAccountConnectsToReadyable: nats
+        ? metricSum(afterCreate, "ifp_operator_nats_account_connects_total")
+        : undefined,
+      natsAccountConnectsToEverySummary: nats ? connectsToSummaries : undefined,
+      natsAccountConnectsAtEnd: nats ? metricSum(after, "ifp_operator_nats_account_connects_total") : undefined,
       resyncPeriodSeconds: RESYNC_S,
       steadyStateResyncs: round(resyncsObserved, 1),
       apiWritesPerSteadyStateResync: resyncsObserved > 0 ? round(steadyWrites / resyncsObserved, 2) : NaN,
@@ -475,6 +483,7 @@ console.table(
     "s to Ready-able": r.secondsToReadyable,
     "writes/Agent": r.apiWritesPerAgentToReadyable,
     "s to every summary": r.secondsToEverySummary,
+    "NATS connects": r.natsAccountConnectsAtEnd,
     "writes/resync": r.apiWritesPerSteadyStateResync,
     "peak RSS MiB": r.operatorPeakRssMiB,
     "heap used MiB": r.operatorHeapUsedAtEndMiB,

@@ -143,6 +143,8 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   // NATS back after a loss: what it no longer holds is made again (afterNatsReconnect).
   const natsSide = await connectNats(opts, kube, trust, abort.signal, () => afterNatsReconnect(run));
   const ctx = reconcileContext(opts, kube, caches, trust, natsSide);
+  const pool = natsSide.natsAccounts;
+  if (pool) metrics.readPoolFrom(() => ({ open: pool.size, opened: pool.opened }));
   const summaries = summaryCollector(opts, ctx, enqueue);
   ctx.summaries = summaries;
   Object.assign(controllers, kindControllers(ctx, caches, metrics, log));
@@ -534,7 +536,9 @@ function afterNatsReconnect(run: ManagerRun): void {
 }
 
 function enqueueAll(run: ManagerRun): void {
-  for (const kind of ["Agent", "Relay"] as const) for (const o of run.ctx.caches.list(kind)) run.enqueue(kind, o);
+  // A namespace's resources together: their passes share its NATS account's connection.
+  for (const kind of ["Agent", "Relay"] as const)
+    for (const o of run.ctx.caches.listByNamespace(kind)) run.enqueue(kind, o);
 }
 
 /**

@@ -3,9 +3,16 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import { buildInfo } from "../../../runtime/src/util/version.ts";
 
+/** The NATS account pool as its metrics read it: connections open now, and opened so far. */
+export interface PoolReading {
+  open: number;
+  opened: number;
+}
+
 /** The operator's Prometheus metrics (and the process's own). */
 export function createOperatorMetrics() {
   const registry = new Registry();
+  let pool: (() => PoolReading) | undefined;
   collectDefaultMetrics({ register: registry, prefix: "ifp_operator_" });
   const registers = [registry];
   const durations = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60];
@@ -115,6 +122,28 @@ export function createOperatorMetrics() {
       labelNames: ["kind"],
       registers: [registry],
     }),
+    natsAccountConnections: new Gauge({
+      name: "ifp_operator_nats_account_connections",
+      help: "Connections open now in the pool into the runtimes' and tenants' NATS accounts",
+      registers: [registry],
+      collect() {
+        if (pool) this.set(pool().open);
+      },
+    }),
+    natsAccountConnects: new Counter({
+      name: "ifp_operator_nats_account_connects_total",
+      help: "Connections the operator opened into the runtimes' and tenants' NATS accounts",
+      registers: [registry],
+      collect() {
+        if (!pool) return;
+        this.reset();
+        this.inc(pool().opened);
+      },
+    }),
+    /** Where the two pool metrics above are read from (the manager's NATS account pool). */
+    readPoolFrom(read: () => PoolReading): void {
+      pool = read;
+    },
     resyncs: new Counter({
       name: "ifp_operator_resyncs_total",
       help: "Periodic resyncs: each queues every Agent and Relay the caches hold (--resync)",

@@ -208,7 +208,7 @@ export class SummaryCollector {
     return this.current.get(`${kind}/${namespace}/${name}`);
   }
 
-  /** One pass over every resource (one at a time: a few NATS requests each). */
+  /** One pass over every resource (one at a time: a few NATS requests each), a namespace's together. */
   tick(now = Date.now()): Promise<void> {
     this.running ??= this.pass(now).finally(() => (this.running = undefined));
     return this.running;
@@ -218,7 +218,7 @@ export class SummaryCollector {
     if (!this.nats.isConnected) return;
     const seen = new Set<string>();
     for (const kind of ["Agent", "Relay"] as const) {
-      for (const obj of this.caches.list<KubernetesObject & { spec?: Record<string, unknown> }>(kind)) {
+      for (const obj of this.caches.listByNamespace<KubernetesObject & { spec?: Record<string, unknown> }>(kind)) {
         const { namespace, name } = obj.metadata ?? {};
         if (!namespace || !name || obj.metadata?.deletionTimestamp) continue;
         const key = `${kind}/${namespace}/${name}`;
