@@ -153,6 +153,8 @@ export interface RestartResult {
   timedOut: boolean;
   /** From starting the servers until the bench's own client (the product's Nats) is connected again. */
   clientReconnectS: number;
+  /** Whether that client was connected again before the restart's deadline. */
+  clientReconnected: boolean;
   afterRestart: ServerSample[];
 }
 
@@ -563,9 +565,10 @@ async function restartAll(
         deadline,
       )
     : [jsEnabledS, false];
-  const [clientS] = await client;
+  const [clientS, clientOk] = await client;
   return {
     clientReconnectS: round(clientS),
+    clientReconnected: clientOk,
     stopS: round(stopS),
     listeningS: round(listeningS),
     jsEnabledS: round(jsEnabledS),

@@ -96,9 +96,10 @@ describe("bench:scale at five agents", () => {
     expect(x!.restartOne).toMatchObject({ server: "n2", timedOut: false });
     expect(x!.restartOne!.after.streams).toBe(14);
     expect(x!.restart?.timedOut).toBe(false);
-    // The bench's own client is back once a server is: after the servers stopped, within the restart.
+    // The bench's own client is back after the servers stopped, before the restart's deadline
+    // (when depends on its reconnection backoff and the machine's load, not only on the servers').
+    expect(x!.restart!.clientReconnected).toBe(true);
     expect(x!.restart!.clientReconnectS).toBeGreaterThan(0);
-    expect(x!.restart!.clientReconnectS).toBeLessThanOrEqual(x!.restart!.loadedS);
     expect(x!.restart!.afterRestart.map((s) => s.raftGroups)).toEqual([15, 15, 15]);
   }, 90_000);
 });
@@ -166,6 +167,7 @@ describe("the goals of bench:scale", () => {
         loadedS: 10,
         timedOut: false,
         clientReconnectS: 5,
+        clientReconnected: true,
         afterRestart: servers,
       },
       ...(cluster === "three"
