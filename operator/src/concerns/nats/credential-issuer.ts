@@ -13,7 +13,6 @@
 import { hmac } from "@noble/hashes/hmac.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 import {
-  decode,
   encodeAccount,
   encodeGeneric,
   encodeOperator,
@@ -25,7 +24,7 @@ import {
 import { createAccount, createOperator, Prefix, type KeyPair } from "@nats-io/nkeys";
 import type { NatsPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
 import type { RuntimeAccountLimits } from "./account-limits.ts";
-import { keyPairOfRawSeed, keyPairOfSeed, newKeyPair } from "./key-pair.ts";
+import { decodeVerified, keyPairOfRawSeed, keyPairOfSeed, newKeyPair } from "./key-pair.ts";
 
 /** How long an issued user credential is valid, and when (fraction of that) it is re-issued. */
 export const CREDENTIAL_LIFETIME_MS = 30 * 24 * 3600_000;
@@ -285,7 +284,7 @@ export function credsClaims(
   const m = creds && /-----BEGIN NATS USER JWT-----\s*([A-Za-z0-9_.-]+)\s*------END NATS USER JWT------/.exec(creds);
   if (!m) return undefined;
   try {
-    const c = decode<User & { issuer_account?: string }>(m[1]!);
+    const c = decodeVerified<User & { issuer_account?: string }>(m[1]!);
     return {
       iat: c.iat,
       exp: c.exp,

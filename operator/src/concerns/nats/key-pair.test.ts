@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { decode, encodeAccount, encodeUser } from "@nats-io/jwt";
 import { createAccount, createOperator, createUser, fromPublic, fromSeed, Prefix } from "@nats-io/nkeys";
 import { describe, expect, it } from "vitest";
-import { keyPairOfRawSeed, keyPairOfSeed, newKeyPair } from "./key-pair.ts";
+import { decodeVerified, keyPairOfRawSeed, keyPairOfSeed, newKeyPair } from "./key-pair.ts";
 
 const te = new TextEncoder();
 
@@ -55,5 +55,39 @@ describe("keyPairOfSeed", () => {
     expect(fromPublic(account.getPublicKey()).verify(te.encode(`${h}.${c}`), Buffer.from(sig!, "base64url"))).toBe(
       true,
     );
+  });
+});
+
+describe("decodeVerified", () => {
+  const b64 = (o: unknown) => Buffer.from(JSON.stringify(o)).toString("base64url");
+
+  it("reads every JWT @nats-io/jwt's decode reads as it does: operator, account and user claims", async () => {
+    const operator = createOperator();
+    const account = newKeyPair(Prefix.Account);
+    const signing = createAccount();
+    const jwts = [
+      await encodeAccount("a", account.getPublicKey(), { limits: { conn: 3 } }, { signer: operator }),
+      await encodeUser("u", newKeyPair(Prefix.User), account, { pub: { allow: ["x.>"] } }, { exp: 2_000_000_000 }),
+      await encodeUser("s", createUser(), signing, {}, { signer: signing }),
+    ];
+    for (const jwt of jwts) expect(decodeVerified(jwt)).toEqual(decode(jwt));
+  });
+
+  it("refuses what decode refuses: altered claims, another key's signature, a foreign header, not three parts", async () => {
+    const account = newKeyPair(Prefix.Account);
+    const jwt = await encodeUser("u", newKeyPair(Prefix.User), account, {}, { exp: 2_000_000_000 });
+    const [h, c, sig] = jwt.split(".") as [string, string, string];
+    const claims = JSON.parse(Buffer.from(c, "base64url").toString());
+    const longer = `${h}.${b64({ ...claims, exp: 4_000_000_000 })}.${sig}`;
+    // Signed by a stranger's key, in the name of the account: iss is the key that must verify.
+    const stranger = newKeyPair(Prefix.Account);
+    const strangers = `${h}.${c}.${Buffer.from(stranger.sign(te.encode(`${h}.${c}`))).toString("base64url")}`;
+    const wrongIss = `${h}.${b64({ ...claims, iss: stranger.getPublicKey() })}.${sig}`;
+    const notPublic = `${h}.${b64({ ...claims, iss: new TextDecoder().decode(stranger.getSeed()) })}.${sig}`;
+    const foreignAlg = `${b64({ typ: "JWT", alg: "HS256" })}.${c}.${sig}`;
+    for (const bad of [longer, strangers, wrongIss, notPublic, foreignAlg, `${h}.${c}`, "", `${jwt}.x`]) {
+      expect(() => decode(bad), bad).toThrow();
+      expect(() => decodeVerified(bad), bad).toThrow();
+    }
   });
 });

@@ -25,7 +25,6 @@ import {
   type JsMsg,
 } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { decode } from "@nats-io/jwt";
 import { headers, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
 import { agentNames } from "../../../../runtime/src/contract/agent-names.ts";
 import { encodeToken, isNotFound, nanos } from "../../../../runtime/src/contract/nats.ts";
@@ -46,10 +45,11 @@ import {
 } from "../../../../runtime/src/contract/key-indexes.ts";
 import { deleteAgentJetStream } from "../../reconcile/finalizers.ts";
 import type { NatsAccounts } from "./accounts.ts";
+import { decodeVerified } from "./key-pair.ts";
 
 /** The layout an account JWT is of: the isolated layout's imports `$JS.API.INFO` from the data account. */
 export function layoutOfAccountJwt(jwt: string): "per-agent" | "isolated" {
-  const claims = decode<{ imports?: { local_subject?: string; subject?: string }[] }>(jwt);
+  const claims = decodeVerified<{ imports?: { local_subject?: string; subject?: string }[] }>(jwt);
   const imports = claims.nats?.imports ?? [];
   return imports.some((i) => (i.local_subject ?? i.subject) === JS_API_INFO) ? "isolated" : "per-agent";
 }
