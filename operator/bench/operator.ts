@@ -435,7 +435,7 @@ async function run(COUNT: number): Promise<Record<string, unknown>> {
       natsAccountConnectsToReadyable: nats
         ? metricSum(afterCreate, "ifp_operator_nats_account_connects_total")
         : undefined,
-      natsAccountConnectsToEverySummary: nats ? connectsToSummaries : undefined,
+      natsAccountConnectsToEverySummary: connectsToSummaries,
       natsAccountConnectsAtEnd: nats ? metricSum(after, "ifp_operator_nats_account_connects_total") : undefined,
       resyncPeriodSeconds: RESYNC_S,
       steadyStateResyncs: round(resyncsObserved, 1),

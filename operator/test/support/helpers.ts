@@ -129,10 +129,6 @@ export function until<T>(
   return waitFor(what, probe, Math.max(1_000, Math.min(timeoutMs, left)), intervalMs);
 }
 
-/** How many passes the manager has made so far, of every kind and result. */
-export const reconcileCount = async (manager: Pick<RunningManager, "metrics">): Promise<number> =>
-  (await manager.metrics.reconciles.get()).values.reduce((a, v) => a + v.value, 0);
-
 const total = async (m: { get(): Promise<{ values: { value: number }[] }> }): Promise<number> =>
   (await m.get()).values.reduce((a, v) => a + v.value, 0);
 

@@ -4,7 +4,7 @@
 // or five), where these derive it once and sign natively: what bounds how fast the operator
 // makes accounts when thousands of Agents are applied at once (docs/scale.md). And the claims of a
 // NATS JWT verified with Node's Ed25519 too: @nats-io/jwt's decode verifies in JavaScript
-// (tweetnacl), about a millisecond a JWT, which every reconcile of an Agent's credential pays.
+// (tweetnacl), tens of times slower, and every reconcile of an Agent reads its credential's claims.
 import { createPrivateKey, createPublicKey, type KeyObject, randomBytes, sign, verify } from "node:crypto";
 import type { ClaimsData } from "@nats-io/jwt";
 import { type KeyPair, Prefix, Prefixes } from "@nats-io/nkeys";
