@@ -28,6 +28,7 @@ import { afterAll, beforeAll, describe, expect, it, onTestFailed } from "vitest"
 import { archiveDigest, buildImage, type BuiltImage } from "./images/build.ts";
 import { startControlPlane, type ControlPlane } from "./support/controlplane.ts";
 import { createNode, nodeTestUnsupported, type RealNode } from "./support/node.ts";
+import { restartedContainers } from "./support/restarts.ts";
 import { fileTimings } from "./support/timings.ts";
 import { freePort, waitFor } from "./support/ports.ts";
 import { createCA } from "./support/tls.ts";
@@ -168,6 +169,7 @@ describe.skipIf(unsupported !== undefined)(`upgrading an install of ${PREVIOUS_R
         ([ns, name]) =>
           `--- ${name}'s runtime log\n${safe(() => condensed(cp.kubectl(["-n", ns!, "logs", "-l", `app.kubernetes.io/instance=${name}`, "-c", "runtime", "--tail=2000"])))}`,
       ),
+      restartedContainers(cp),
     ].join("\n");
   };
   /** A runtime's log with each run of lines saying the same thing shown once and counted, the last 40 such. */

@@ -34,6 +34,7 @@ import { startControlPlane, type ControlPlane } from "./support/controlplane.ts"
 import { EXAMPLES_NAMESPACES_FILE, exampleNamespaces } from "./support/examples.ts";
 import { installBlock, OFFLINE_COSIGN_ENV, sh, verifiedDigests } from "./support/install-docs.ts";
 import { createNode, nodeTestUnsupported, type RealNode } from "./support/node.ts";
+import { restartedContainers } from "./support/restarts.ts";
 import { fileTimings } from "./support/timings.ts";
 import { type Registry, startRegistry } from "./support/registry.ts";
 import { waitFor } from "./support/ports.ts";
@@ -188,6 +189,7 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
     return [
       safe(() => cp.kubectl(["get", "pods,pvc,events", "-A", "-o", "wide"])),
       `--- operator log\n${safe(() => cp.kubectl(["-n", SYSTEM, "logs", "-l", "app.kubernetes.io/component=operator", "--tail=40"]))}`,
+      restartedContainers(cp),
       node.logTail(1500),
     ].join("\n");
   };
@@ -728,11 +730,17 @@ describe.skipIf(unsupported !== undefined)("the chart and the examples on a real
           const missing = expected
             .filter((e) => !found(e))
             .map((e) => `${e.what} in ${e.to.doc.metadata.name}'s log:\n${appLogs(e.to).slice(-1500)}`);
+          // The other side of the exchange: what each application sent and was told.
+          const senders = [a, b].map(
+            (x) => `--- application log of ${x.doc.metadata.name}\n${appLogs(x).slice(-1500)}`,
+          );
           const runtimes = [...agents, relayDoc].map(
             (x) =>
               `--- runtime log of ${x.doc.kind} ${x.namespace}/${x.doc.metadata.name}\n${runtimeLogs(x).slice(-2500)}`,
           );
-          throw new Error(`${(err as Error).message}; not found: ${missing.join("\n")}\n${runtimes.join("\n")}`);
+          throw new Error(
+            `${(err as Error).message}; not found: ${missing.join("\n")}\n${senders.join("\n")}\n${runtimes.join("\n")}`,
+          );
         },
       ),
     );

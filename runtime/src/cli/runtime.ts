@@ -215,12 +215,14 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
     return;
   }
   const logger = createLogger({ level: flags["log-level"] ?? "info", component: `ifp-runtime-${mode}` });
+  // Before anything starts: as a container's first process it would otherwise ignore a SIGTERM
+  // that came during the start, and run on until the kubelet's SIGKILL.
+  const signals = stopOnSignals(logger);
   let tracing: ReturnType<typeof startTracing> | undefined;
   try {
     tracing = mode === "agent" || mode === "relay" ? startTracing({ mode, logger }) : undefined;
     const common = commonOptions(flags, logger);
-    const running = await startMode(mode, flags, common);
-    stopOnSignals(running, tracing, logger);
+    signals.started(await startMode(mode, flags, common), tracing);
   } catch (err) {
     if (err instanceof UsageError) {
       process.stderr.write(`ifp-runtime: ${err.message}\n\n${USAGE}`);
@@ -312,24 +314,25 @@ async function startMode(
 
 /**
  * SIGTERM and SIGINT close the runtime (within 25 s) and the tracing, then end the process (0);
- * an event loop of the agent that ended on its own does the same, ending it with 1.
+ * an event loop of the agent that ended on its own does the same, ending it with 1. A signal that
+ * comes while the runtime starts is kept: the runtime is closed as soon as it has started.
  */
-function stopOnSignals(
-  running: { close(): Promise<void>; failed?: Promise<Error> },
-  tracing: ReturnType<typeof startTracing> | undefined,
-  logger: Logger,
-): void {
-  let stopping = false;
-  const stop = (why: { signal: string } | { failed: string }, code: number) => {
-    if (stopping) return;
-    stopping = true;
-    if ("signal" in why) logger.info(why, "shutting down");
-    else logger.fatal({ err: why.failed }, "an event loop failed; shutting down");
-    const force = setTimeout(() => process.exit(1), 25_000);
-    force.unref();
-    running
+function stopOnSignals(logger: Logger): {
+  started(
+    running: { close(): Promise<void>; failed?: Promise<Error> },
+    tracing?: ReturnType<typeof startTracing>,
+  ): void;
+} {
+  let stopping: { code: number } | undefined;
+  let started: { running: { close(): Promise<void> }; tracing?: ReturnType<typeof startTracing> } | undefined;
+  let closing = false;
+  const close = () => {
+    if (!stopping || !started || closing) return;
+    closing = true;
+    const { code } = stopping;
+    started.running
       .close()
-      .then(() => tracing?.shutdown())
+      .then(() => started!.tracing?.shutdown())
       .then(
         () => process.exit(code),
         (err) => {
@@ -338,7 +341,22 @@ function stopOnSignals(
         },
       );
   };
+  const stop = (why: { signal: string } | { failed: string }, code: number) => {
+    if (stopping) return;
+    stopping = { code };
+    if ("signal" in why) logger.info({ ...why, started: started !== undefined }, "shutting down");
+    else logger.fatal({ err: why.failed }, "an event loop failed; shutting down");
+    const force = setTimeout(() => process.exit(1), 25_000);
+    force.unref();
+    close();
+  };
   process.once("SIGTERM", () => stop({ signal: "SIGTERM" }, 0));
   process.once("SIGINT", () => stop({ signal: "SIGINT" }, 0));
-  void running.failed?.then((err) => stop({ failed: err.message }, 1));
+  return {
+    started(running, tracing) {
+      started = { running, tracing };
+      void running.failed?.then((err) => stop({ failed: err.message }, 1));
+      close();
+    },
+  };
 }

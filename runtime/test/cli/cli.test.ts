@@ -1,5 +1,6 @@
-import { spawn, spawnSync } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
+import { open } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNats, type NatsServer } from "../../../e2e/support/nats.ts";
@@ -113,6 +114,63 @@ describe("ifp-runtime command line", () => {
       await runtime.stop();
     }
     expect(runtime.output()).not.toMatch(/"level":"(error|fatal)"/);
+  });
+
+  it("ends cleanly on a SIGTERM that comes while the agent starts, once it has started", async () => {
+    // A container's first process ignores a signal it has no handler for: the handler must be
+    // there before the start. The signing key is a FIFO, so the start waits, reading it, until
+    // the test has sent SIGTERM; without the early handler the process is killed by the signal.
+    const dir = tempDir();
+    const self = identity("cli-agent");
+    const manifest = writeAgentManifest(dir, { agentId: "cli-agent", capabilities: [], peers: [] });
+    const key = join(dir, "signing.key");
+    execFileSync("mkfifo", [key]);
+    const child = spawnProcess(
+      "ifp-runtime agent",
+      process.execPath,
+      [
+        BIN,
+        "agent",
+        "--manifest",
+        manifest,
+        "--signing-key",
+        key,
+        "--port",
+        "0",
+        "--metrics-port",
+        "0",
+        "--host",
+        "127.0.0.1",
+        "--tls-cert",
+        tls.files.cert,
+        "--tls-key",
+        tls.files.key,
+        "--nats",
+        nats.url,
+      ],
+      { env: { ...process.env, IFP_LOG_LEVEL: "info" } },
+    );
+    try {
+      // Opening a FIFO to write returns once the runtime has opened it to read: it is starting.
+      const writer = await open(key, "w");
+      child.proc.kill("SIGTERM");
+      await waitFor("the runtime to say it is shutting down", () => child.log().includes("shutting down"), 20_000);
+      await writer.writeFile(self.privateKeyPem);
+      await writer.close();
+      const exit = await Promise.race([
+        child.exited,
+        new Promise<undefined>((r) => setTimeout(() => r(undefined), 20_000).unref()),
+      ]);
+      expect(describeExit(exit), child.log()).toBe("exited with code 0");
+      const said = child
+        .log()
+        .split("\n")
+        .filter((l) => l.includes('"shutting down"'))
+        .map((l) => JSON.parse(l));
+      expect(said).toEqual([expect.objectContaining({ signal: "SIGTERM", started: false })]);
+    } finally {
+      await child.stop();
+    }
   });
 
   it("runs the relay mode trusting --ca-file for webhook push", async () => {

@@ -180,6 +180,7 @@ describe("withPodSettings", () => {
       "imagePullPolicy",
       "args",
       "ports",
+      "startupProbe",
       "readinessProbe",
       "livenessProbe",
       "securityContext",

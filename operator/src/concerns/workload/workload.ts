@@ -139,6 +139,9 @@ function podSecurity(settings: OperatorSettings) {
   };
 }
 
+/** How long a runtime container may take to serve /healthz before the kubelet restarts it. */
+export const STARTUP_GRACE_SECONDS = 180;
+
 /** The runtime's container: its arguments, environment, ports, probes, resources and mounts. */
 function runtimeContainer(opts: RuntimeDeploymentInput): V1Container {
   const { settings } = opts;
@@ -164,6 +167,9 @@ function runtimeContainer(opts: RuntimeDeploymentInput): V1Container {
       { name: "https", containerPort: HTTPS_PORT, protocol: "TCP" },
       { name: "metrics", containerPort: METRICS_PORT, protocol: "TCP" },
     ],
+    // Liveness begins once the process serves: a start slowed by a busy node (20 s and more on two
+    // loaded cores) is given STARTUP_GRACE_SECONDS instead of being killed while it starts.
+    startupProbe: { ...probe("/healthz"), periodSeconds: 2, failureThreshold: STARTUP_GRACE_SECONDS / 2 },
     readinessProbe: probe("/readyz"),
     livenessProbe: probe("/healthz"),
     resources: {

@@ -93,6 +93,9 @@ describe("Agent", () => {
     ]);
     expect(c.readinessProbe.httpGet).toMatchObject({ path: "/readyz", port: "https", scheme: "HTTPS" });
     expect(c.livenessProbe.httpGet).toMatchObject({ path: "/healthz", scheme: "HTTPS" });
+    // The liveness probe waits for the startup probe: a slow start is not killed before it serves.
+    expect(c.startupProbe).toMatchObject({ httpGet: { path: "/healthz", scheme: "HTTPS" }, periodSeconds: 2 });
+    expect(c.startupProbe.periodSeconds * c.startupProbe.failureThreshold).toBe(180);
     expect(c.securityContext).toMatchObject({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false });
     expect(pod.serviceAccountName).toBe("alice-runtime");
     expect(pod.automountServiceAccountToken).toBe(false);
