@@ -1,21 +1,22 @@
 // A runtime killed (SIGKILL, a real child process) after it answered 202 to messages it had not
 // handed on yet — some of them handed to an application that had not answered, the others still
 // waiting in the inbox — hands every one of them to the application after its next start: 202
-// means stored, whatever becomes of the process that said it.
+// means stored, whatever becomes of the process that said it. On the per-agent layout here, on
+// the isolated one in killed-runtime.isolated.test.ts.
 import { createServer, type ServerResponse } from "node:http";
 import { describe, expect, it } from "vitest";
 import { httpsRequest } from "../../../e2e/support/https.ts";
-import type { NatsServer } from "../../../e2e/support/nats.ts";
 import { spawnProcess } from "../../../e2e/support/process.ts";
 import { waitFor } from "../../../e2e/support/wait.ts";
 import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey } from "../support/fixtures.ts";
-import { agentProcessArgs, runAgent, startHandler, type Tls, withNatsAndTls } from "../support/agent-harness.ts";
+import { type LayoutNats, withLayoutNatsAndTls } from "../support/a2a-layouts.ts";
+import { agentProcessArgs, runAgent, startHandler, type Tls } from "../support/agent-harness.ts";
 import { onFreePorts } from "../support/free-ports.ts";
 import { untilReady } from "../support/runtime-process.ts";
 
-let nats: NatsServer;
+let nats: LayoutNats;
 let tls: Tls;
-withNatsAndTls((n, t) => ([nats, tls] = [n, t]));
+withLayoutNatsAndTls((n, t) => ([nats, tls] = [n, t]));
 
 const BIN = new URL("../../bin/ifp-runtime.ts", import.meta.url).pathname;
 
@@ -44,6 +45,7 @@ async function silentApplication() {
 }
 
 describe("an agent runtime killed with messages it accepted and had not handed on", () => {
+  // On the isolated layout the operator's consumer is made for a 3 s hand-off timeout.
   it("hands each of them to the application after its next start", async () => {
     const self = identity("killed-agent");
     const pete = identity("pete-agent");
@@ -51,7 +53,8 @@ describe("an agent runtime killed with messages it accepted and had not handed o
     const key = writeKey(dir, self);
     const silent = await silentApplication();
     // A short hand-off timeout: the acknowledgement wait of a hand-off in flight is 30 s more.
-    const spec = (url: string) => ({ peers: [peerOf(pete)], handler: { url, timeout: "2s" } });
+    const spec = (url: string) => ({ peers: [peerOf(pete)], handler: { url, timeout: "3s" } });
+    const layoutArgs = await nats.runtimeArgs(self.agentId);
     const child = await onFreePorts(["https"], async ({ https }) => {
       const c = spawnProcess(
         "ifp-runtime agent (to be killed)",
@@ -65,6 +68,7 @@ describe("an agent runtime killed with messages it accepted and had not handed o
             tls,
             natsUrl: nats.url,
           }),
+          ...layoutArgs,
         ],
         { env: { ...process.env, IFP_LOG_LEVEL: "warn" } },
       );
@@ -93,17 +97,18 @@ describe("an agent runtime killed with messages it accepted and had not handed o
     expect(silent.ids.length).toBeLessThan(ids.length);
 
     const app = await startHandler();
-    const again = await runAgent({ self, spec: spec(app.url), natsUrl: nats.url, tls, dir });
+    const again = await runAgent({ self, spec: spec(app.url), tls, dir, ...(await nats.runAgentNats(self.agentId)) });
     try {
       await waitFor(
         "every accepted message at the application",
         () => ids.every((id) => app.received.some((r) => r.body.headers.message_id === id)),
-        // The hand-offs of the killed runtime come again once their acknowledgement wait (32 s) is over.
+        // The hand-offs of the killed runtime come again once their acknowledgement wait (33 s) is over.
         60_000,
         100,
       );
       const got = app.received.map((r) => r.body.headers.message_id);
       expect(got.filter((id) => !ids.includes(id))).toEqual([]);
+      await waitFor("the hand-off consumer to have nothing pending", () => nats.handOffsSettled(self.agentId), 10_000);
     } finally {
       await again.close();
       await app.close();
