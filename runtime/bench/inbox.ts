@@ -37,7 +37,7 @@ import { localhostTls } from "../../e2e/support/tls.ts";
 import { httpsRequest } from "../../e2e/support/https.ts";
 import { compiledEntry } from "../../e2e/support/compiled.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
-import { DEFAULT_RUNTIME_NODE_OPTIONS } from "../src/contract/node-options.ts";
+import { DEFAULT_RUNTIME_NODE_OPTIONS, RUNTIME_MALLOC_ARENA_MAX } from "../src/contract/node-options.ts";
 import { identity, peerOf, signed, tempDir, writeAgentManifest, writeKey } from "../test/support/fixtures.ts";
 import { agentInboxPrefix } from "../src/contract/nats-permissions.ts";
 import { sharedAgentNames } from "../src/contract/shared-layout.ts";
@@ -70,7 +70,14 @@ async function startProcess(
 ): Promise<ChildProcess> {
   const child = spawn(process.execPath, [...nodeArgs, ...args], {
     stdio: ["ignore", "ignore", "inherit"],
-    env: { ...process.env, IFP_LOG_LEVEL: "warn", IFP_METRICS_PORT: "0", ...env },
+    // Every server measured with the malloc arenas the operator renders for a runtime pod.
+    env: {
+      ...process.env,
+      IFP_LOG_LEVEL: "warn",
+      IFP_METRICS_PORT: "0",
+      MALLOC_ARENA_MAX: String(RUNTIME_MALLOC_ARENA_MAX),
+      ...env,
+    },
   });
   await waitFor(
     `${args[0]} to listen`,

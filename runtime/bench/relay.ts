@@ -43,7 +43,7 @@ import { RelayClient, type RelayHttp } from "../src/net/relay-client.ts";
 import { identity, peerOf, signed, tempDir, writeRelayManifest } from "../test/support/fixtures.ts";
 import { natsMessagesIn, peakRssMiB, percentile, round } from "./load.ts";
 import { relayNames } from "../src/contract/relay-stream.ts";
-import { DEFAULT_RUNTIME_NODE_OPTIONS } from "../src/contract/node-options.ts";
+import { DEFAULT_RUNTIME_NODE_OPTIONS, RUNTIME_MALLOC_ARENA_MAX } from "../src/contract/node-options.ts";
 
 const N = Number(process.env.BENCH_MESSAGES ?? 2000);
 const LEVELS = (process.env.BENCH_CONCURRENCY ?? "1,8,32").split(",").map(Number);
@@ -222,11 +222,12 @@ const child = spawn(
   ],
   {
     stdio: ["ignore", "ignore", "inherit"],
-    // The V8 heap the operator gives a runtime pod with the default resources.
+    // The V8 heap and malloc arenas the operator gives a runtime pod with the default resources.
     env: {
       ...process.env,
       IFP_LOG_LEVEL: "warn",
       NODE_OPTIONS: process.env.BENCH_RUNTIME_NODE_OPTIONS ?? DEFAULT_RUNTIME_NODE_OPTIONS.relay,
+      MALLOC_ARENA_MAX: String(RUNTIME_MALLOC_ARENA_MAX),
     },
   },
 );

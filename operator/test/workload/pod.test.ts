@@ -164,9 +164,10 @@ describe("spec.deployment on the API server", () => {
       "HTTPS_PROXY",
       "FROM_SECRET",
       "NODE_OPTIONS",
+      "MALLOC_ARENA_MAX",
     ]);
     // The heap follows the 1Gi limit: a quarter of it for the old generation.
-    expect(runtime.env.at(-1)).toEqual({
+    expect(runtime.env.at(-2)).toEqual({
       name: "NODE_OPTIONS",
       value: "--max-old-space-size=256 --max-semi-space-size=4",
     });

@@ -69,6 +69,15 @@ export function memoryBytes(q: string | number | undefined): number | undefined 
   return Number((parsed.nanos + NANO - 1n) / NANO);
 }
 
+/**
+ * MALLOC_ARENA_MAX of a runtime container, as the operator renders it and the benchmarks start
+ * the runtime: glibc gives the threads of a process up to eight malloc arenas per core, each
+ * keeping memory freed into it (V8's helper threads, libuv's thread pool); two held an agent's peak RSS under bench:inbox about 10 MiB lower at no measured cost in
+ * CPU (docs/benchmarks.md). The operator's own container gets the same from the chart
+ * (mallocArenaMax).
+ */
+export const RUNTIME_MALLOC_ARENA_MAX = 2;
+
 /** NODE_OPTIONS of a runtime container of each mode with the default resources. */
 export const DEFAULT_RUNTIME_NODE_OPTIONS: Record<RuntimeMode, string> = {
   agent: runtimeNodeOptions(memoryBytes(DEFAULT_RUNTIME_MEMORY_LIMIT), "agent")!,

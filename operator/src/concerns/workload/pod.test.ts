@@ -187,12 +187,14 @@ describe("withPodSettings", () => {
       "resources",
     ])
       expect(c[key], key).toEqual(plain[key]);
-    // NODE_OPTIONS comes last: it is worked out from the container's final memory limit.
-    const own = plain.env.filter((e: { name: string }) => e.name !== "NODE_OPTIONS");
+    // NODE_OPTIONS and MALLOC_ARENA_MAX come last: the heap is worked out from the container's
+    // final memory limit, and each is the user's when the user sets it.
+    const own = plain.env.filter((e: { name: string }) => !["NODE_OPTIONS", "MALLOC_ARENA_MAX"].includes(e.name));
     expect(c.env).toEqual([
       ...own,
       { name: "HTTP_PROXY", value: "http://proxy:3128" },
       { name: "NODE_OPTIONS", value: "--max-old-space-size=128 --max-semi-space-size=4" },
+      { name: "MALLOC_ARENA_MAX", value: "2" },
     ]);
     expect(c.volumeMounts).toEqual([...plain.volumeMounts, { name: "extra", mountPath: "/extra", readOnly: true }]);
     expect(podOf({ volumes: [{ name: "extra", configMap: { name: "x" } }] }).volumes).toEqual([
@@ -233,6 +235,27 @@ describe("withPodSettings", () => {
     expect(own.env.filter((e: { name: string }) => e.name === "NODE_OPTIONS")).toEqual([
       { name: "NODE_OPTIONS", value: "--max-old-space-size=900" },
     ]);
+  });
+
+  it("gives the runtime two malloc arenas, in every mode and without a limit, unless the user sets MALLOC_ARENA_MAX", () => {
+    const arenas = (c: { env: { name: string; value?: string }[] }) =>
+      c.env.filter((e) => e.name === "MALLOC_ARENA_MAX").map((e) => e.value);
+    expect(arenas(runtimeOf())).toEqual(["2"]);
+    expect(arenas(runtimeOf({ resources: { requests: { memory: "256Mi" } } }))).toEqual(["2"]);
+    expect(arenas(runtimeOf({ env: [{ name: "MALLOC_ARENA_MAX", value: "8" }] }))).toEqual(["8"]);
+    // The user's own setting of one leaves the other rendered.
+    const heapOwn = runtimeOf({ env: [{ name: "NODE_OPTIONS", value: "--max-old-space-size=900" }] });
+    expect(arenas(heapOwn)).toEqual(["2"]);
+    const relay = Relay.parse({
+      apiVersion: "ifp.dev/v1alpha1",
+      kind: "Relay",
+      metadata: meta,
+      spec: { url: "https://r.example" },
+    });
+    const d: any = desiredRelayChildren({ ...relay, metadata: meta }, { settings, tlsSecret: "alice-tls" }).find(
+      (c) => c.kind === "Deployment",
+    );
+    expect(arenas(d.spec.template.spec.containers[0])).toEqual(["2"]);
   });
 
   it("replaces the runtime's default resources, in canonical quantities", () => {

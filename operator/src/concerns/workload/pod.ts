@@ -14,7 +14,12 @@ import type {
   V1Volume,
 } from "@kubernetes/client-node";
 import type { DeploymentSettings } from "../../../../runtime/src/resources/deployment.ts";
-import { memoryBytes, runtimeNodeOptions, type RuntimeMode } from "../../../../runtime/src/contract/node-options.ts";
+import {
+  memoryBytes,
+  RUNTIME_MALLOC_ARENA_MAX,
+  runtimeNodeOptions,
+  type RuntimeMode,
+} from "../../../../runtime/src/contract/node-options.ts";
 import { BINARY_SUFFIXES, NANO, parseQuantity } from "../../../../runtime/src/resources/quantity.ts";
 
 /**
@@ -100,19 +105,26 @@ export function eventLoops(workers: number | "auto" | undefined, cpuLimit?: stri
 
 /**
  * NODE_OPTIONS of the runtime container from its memory limit (runtimeNodeOptions): V8's heap
- * bounded to fit the container wherever it runs, shared by its event loops (`workers`). Left out
- * when the container has no memory limit, or when NODE_OPTIONS is already set (by the user's
- * spec.deployment.env, which wins).
+ * bounded to fit the container wherever it runs, shared by its event loops (`workers`), and
+ * MALLOC_ARENA_MAX (RUNTIME_MALLOC_ARENA_MAX). Each is left out when the user's
+ * spec.deployment.env sets it (which wins); NODE_OPTIONS also when the container has no memory
+ * limit.
  */
 export function withNodeHeap(deployment: V1Deployment, mode: RuntimeMode, workers?: number | "auto"): V1Deployment {
-  const pod = deployment.spec!.template.spec!;
-  const [runtime, ...others] = pod.containers;
-  if (!runtime || runtime.env?.some((e) => e.name === "NODE_OPTIONS")) return deployment;
-  const limits = runtime.resources?.limits;
+  const runtime = deployment.spec!.template.spec!.containers[0];
+  const limits = runtime?.resources?.limits;
   const loops = eventLoops(workers, limits?.cpu as string | undefined);
   const options = runtimeNodeOptions(memoryBytes(limits?.memory), mode, loops);
-  if (!options) return deployment;
-  const env = [...(runtime.env ?? []), { name: "NODE_OPTIONS", value: options }];
+  const withHeap = options ? withRuntimeEnv(deployment, "NODE_OPTIONS", options) : deployment;
+  return withRuntimeEnv(withHeap, "MALLOC_ARENA_MAX", String(RUNTIME_MALLOC_ARENA_MAX));
+}
+
+/** The Deployment with `name` added to the runtime container's environment, unless it is set there already. */
+function withRuntimeEnv(deployment: V1Deployment, name: string, value: string): V1Deployment {
+  const pod = deployment.spec!.template.spec!;
+  const [runtime, ...others] = pod.containers;
+  if (!runtime || runtime.env?.some((e) => e.name === name)) return deployment;
+  const env = [...(runtime.env ?? []), { name, value }];
   return {
     ...deployment,
     spec: {
