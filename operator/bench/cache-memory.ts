@@ -1,8 +1,11 @@
 // npm run bench:cache-memory — the heap the operator's informer caches hold per Agent with its
 // children: BENCH_AGENTS (default 200) Agents reconciled by the manager on a real control plane
-// and nats-server (the shared layout), then each kind of child as the API server lists it, with
+// and nats-server (BENCH_NATS_LAYOUT: shared by default, where an Agent has two Secrets; isolated,
+// the chart's default, a nats-server in operator mode with the install's keys, where each Agent
+// has its NATS credential's Secret too), then each kind of child as the API server lists it, with
 // its managedFields, held three ways: as a watch event brings it (the API's JSON, then the
-// informer's steps: a ConfigMap's long values as digests, lean), as client-node's typed models of a
+// informer's steps: a ConfigMap's long values as digests, a Secret's PEM and credentials as the
+// concerns hold them (CACHE_HOLDS), lean), as client-node's typed models of a
 // list (made lean, as lists were held before asParsed) and as a list is held (asParsed, then the
 // same steps). Heap after a full garbage collection. Prints and writes
 // .bench/cache-memory.json (or BENCH_OUT): KB of heap per Agent for each way, in all and by kind,
@@ -14,9 +17,19 @@ import { runInNewContext } from "node:vm";
 import type { KubernetesObject } from "@kubernetes/client-node";
 import pino from "pino";
 import { startControlPlane } from "../../e2e/support/controlplane.ts";
+import { join } from "node:path";
+import { credsAuthenticator } from "@nats-io/transport-node";
 import { startNats } from "../../e2e/support/nats.ts";
+import { releaseDir, tempDir } from "../../e2e/support/process.ts";
+import {
+  CredentialIssuer,
+  generateKeys,
+  KEY_FIELDS,
+  type NatsKeys,
+  serverConfig,
+} from "../src/concerns/nats/credential-issuer.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
-import { startManager } from "../src/commands/manager.ts";
+import { CACHE_HOLDS, startManager } from "../src/commands/manager.ts";
 import { ObjectSerializer } from "@kubernetes/client-node/dist/gen/models/ObjectSerializer.js";
 import { digestDataInPlace } from "../src/kube/digest.ts";
 import { asParsed, lean } from "../src/kube/informer.ts";
@@ -48,13 +61,41 @@ const KINDS: Record<string, string> = {
 const log = pino({ level: "silent" });
 const kb = (bytes: number) => Math.round(bytes / N / 102.4) / 10;
 
+const LAYOUT = process.env.BENCH_NATS_LAYOUT ?? "shared";
+if (LAYOUT !== "shared" && LAYOUT !== "isolated")
+  throw new Error(`BENCH_NATS_LAYOUT is shared or isolated, not ${JSON.stringify(LAYOUT)}`);
+/** The install's keys, and the directory of the isolated layout's nats-server. */
+const keys = generateKeys();
+const natsDir = tempDir("ifp-bench-cache-memory-nats-");
 const [cp, nats] = await Promise.all([
   startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false }),
-  startNats(),
+  LAYOUT === "shared"
+    ? startNats()
+    : startNats({
+        storeDir: join(natsDir, "store"),
+        config: `${await serverConfig(keys, { resolverDir: join(natsDir, "jwt") })}jetstream { max_file_store: 1P }\n`,
+        connect: { authenticator: credsAuthenticator(await CredentialIssuer.fromKeys(keys).systemCreds()) },
+      }),
 ]);
 try {
   cp.kubectl(["create", "namespace", NS]);
+  if (LAYOUT === "isolated") {
+    cp.kubectl(["create", "namespace", "ifp-system"]);
+    cp.kubectl([
+      "-n",
+      "ifp-system",
+      "create",
+      "secret",
+      "generic",
+      "ifp-nats-account",
+      `--from-literal=account.pub=${CredentialIssuer.fromKeys(keys).accountKey}`,
+      ...Object.entries(KEY_FIELDS).map(([k, f]) => `--from-literal=${f}=${keys[k as keyof NatsKeys]}`),
+    ]);
+  }
   const manager = await startManager({
+    ...(LAYOUT === "isolated"
+      ? { natsAccount: { namespace: "ifp-system", name: "ifp-nats-account" }, natsLayout: "isolated" as const }
+      : {}),
     kubeconfig: cp.kubeconfig,
     settings: {
       runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:bench",
@@ -95,9 +136,11 @@ try {
     if (process.env.BENCH_DUMP) writeFileSync(`${process.env.BENCH_DUMP}/${plural}.json`, text);
     return { kind, type: `V1${kind}List`, text };
   });
-  // The informers' own steps (informer.ts, caches.ts): a ConfigMap's long values as digests, then lean.
+  // The informers' own steps (informer.ts, caches.ts): a ConfigMap's long values as digests, what
+  // the concerns hold of a Secret (manager.ts), then lean.
   const cached = (o: KubernetesObject, pool: StringPool) => {
     if (o.kind === "ConfigMap") digestDataInPlace(o);
+    CACHE_HOLDS?.[o.kind as keyof typeof CACHE_HOLDS]?.(o);
     return lean(o, pool);
   };
   const typed = (text: string, type: string) =>
@@ -127,6 +170,7 @@ try {
   }
   const result = {
     agents: N,
+    natsLayout: LAYOUT,
     heapKBPerAgent: Object.fromEntries(Object.entries(totals).map(([w, b]) => [w, kb(b)])),
     byKind,
     jsonKBPerAgent: Object.fromEntries(
@@ -138,4 +182,5 @@ try {
   writeFileSync(OUT, `${JSON.stringify(result, null, 2)}\n`);
 } finally {
   await Promise.all([cp.stop(), nats.close()]);
+  releaseDir(natsDir);
 }

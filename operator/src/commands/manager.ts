@@ -8,7 +8,7 @@ import type { Logger } from "pino";
 import { Nats, type NatsOptions } from "../../../runtime/src/nats/connection.ts";
 import { ensureReplicatedStream, placementOf } from "../../../runtime/src/nats/streams.ts";
 import { OPERATOR_INBOX_PREFIX, operatorPermissions } from "../../../runtime/src/contract/nats-permissions.ts";
-import { loadNatsIssuer } from "../concerns/nats/runtime-credential.ts";
+import { holdNatsCredential, loadNatsIssuer } from "../concerns/nats/runtime-credential.ts";
 import { deleteRuntimeData, inRuntimeAccount, readTenantAgent } from "../concerns/nats/runtime-account.ts";
 import { NatsAccounts } from "../concerns/nats/accounts.ts";
 import type { AccountLimitSettings } from "../concerns/nats/account-limits.ts";
@@ -24,6 +24,7 @@ import { ownerOf } from "../reconcile/names.ts";
 import type { OperatorSettings } from "../reconcile/settings.ts";
 import { InstallTrust, joinBundle, type CertManagerMode, type TrustLifetimes } from "../concerns/tls/trust.ts";
 import { NatsServerTls } from "../concerns/tls/nats-tls.ts";
+import { holdTlsValues } from "../concerns/tls/tls.ts";
 import { issuerEntry } from "../reconcile/references.ts";
 import { serveHealth } from "./health.ts";
 import { Caches, type CachedKind } from "../kube/caches.ts";
@@ -127,6 +128,17 @@ export interface RunningManager {
 
 type Kind = "Agent" | "Relay";
 
+/**
+ * What the caches hold of the Secrets, as the concerns that read them say: a TLS Secret's PEM as
+ * digests (tls.ts), a NATS credential as its facts (runtime-credential.ts).
+ */
+export const CACHE_HOLDS: NonNullable<ConstructorParameters<typeof Caches>[4]>["hold"] = {
+  Secret: (secret) => {
+    holdTlsValues(secret);
+    holdNatsCredential(secret);
+  },
+};
+
 /** What every reconcile runs in: the pass's own context and what the concerns of each kind declare. */
 type OperatorContext = AgentContext & RelayContext;
 
@@ -137,7 +149,7 @@ export async function startManager(opts: ManagerOptions): Promise<RunningManager
   const kube = new Kube(kc, log, (verb, kind) => metrics.writes.inc({ verb, kind }));
   const controllers = {} as Record<Kind, Controller>;
   const enqueue = (kind: CachedKind, obj: KubernetesObject) => enqueueFor(caches, controllers, kind, obj);
-  const caches = new Caches(kc, opts.watchNamespaces, log, enqueue);
+  const caches = new Caches(kc, opts.watchNamespaces, log, enqueue, { hold: CACHE_HOLDS });
   const abort = new AbortController();
   const trust = installTrust(opts, kube);
   // NATS back after a loss: what it no longer holds is made again (afterNatsReconnect).

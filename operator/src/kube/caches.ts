@@ -197,6 +197,16 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
   };
 }
 
+const composed = (
+  ...steps: (((obj: KubernetesObject) => void) | undefined)[]
+): ((obj: KubernetesObject) => void) | undefined => {
+  const set = steps.filter((f) => f !== undefined);
+  if (!set.length) return undefined;
+  return (obj) => {
+    for (const f of set) f(obj);
+  };
+};
+
 /**
  * Informer caches of the operator's resources and of the children it manages (selected by the
  * managed-by label), cluster-wide or per watched namespace. Reconciles read from them, so a
@@ -211,7 +221,14 @@ export class Caches {
     namespaces: string[],
     log: Logger,
     onChange: (kind: CachedKind, obj: KubernetesObject) => void,
-    opts: { pageSize?: number } = {},
+    opts: {
+      pageSize?: number;
+      /**
+       * What else of each kind's objects the cache holds less of, in place, given by the concerns
+       * that read them (a Secret's certificates and credentials as their facts or digests).
+       */
+      hold?: Partial<Record<CachedKind, (obj: KubernetesObject) => void>>;
+    } = {},
   ) {
     this.namespaces = namespaces;
     const info = kinds(kc);
@@ -224,7 +241,7 @@ export class Caches {
           labelSelector: selector,
           log,
           pageSize: opts.pageSize,
-          compact: k.compact,
+          compact: composed(k.compact, opts.hold?.[kind]),
           onChange: (obj) => {
             k.normalize?.(obj);
             onChange(kind, obj);

@@ -8,7 +8,7 @@ import type { KubernetesObject } from "@kubernetes/client-node";
 /** Values longer than this are held as their digest. */
 export const DIGEST_ABOVE = 128;
 /** A digest is far shorter than DIGEST_ABOVE, so digesting twice changes nothing. */
-const digestOf = (value: string) => `sha256:${createHash("sha256").update(value).digest("base64url")}`;
+export const digestOf = (value: string): string => `sha256:${createHash("sha256").update(value).digest("base64url")}`;
 
 type WithData = KubernetesObject & { data?: Record<string, string> };
 
@@ -23,7 +23,7 @@ export function digestDataInPlace(obj: WithData): void {
   if (obj.data && Object.values(obj.data).some((v) => long(v))) obj.data = digestValues(obj.data);
 }
 
-const long = (v: unknown): v is string => typeof v === "string" && v.length > DIGEST_ABOVE;
+export const long = (v: unknown): v is string => typeof v === "string" && v.length > DIGEST_ABOVE;
 
 function digestValues(data: Record<string, string>): Record<string, string> {
   return Object.fromEntries(Object.entries(data).map(([k, v]) => [k, long(v) ? digestOf(v) : v]));

@@ -5,6 +5,7 @@
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { V1Secret } from "@kubernetes/client-node";
 import { pino } from "pino";
 import { beforeAll, describe, expect, it } from "vitest";
 import { startNats } from "../../../e2e/support/nats.ts";
@@ -20,11 +21,13 @@ import {
 import {
   CredentialIssuer,
   credsClaims,
+  credsFacts,
   generateKeys,
   renewalDue,
   serverConfig,
   CREDENTIAL_LIFETIME_MS,
 } from "../../src/concerns/nats/credential-issuer.ts";
+import { credsFactsIn, holdNatsCredential } from "../../src/concerns/nats/runtime-credential.ts";
 import { getOrAbsent, natsAccountOperator, perTest, until } from "../support/helpers.ts";
 
 /** nats-server's subject matching: `*` one token, `>` one or more trailing tokens. */
@@ -234,33 +237,76 @@ describe("issuing and renewal", () => {
     expect(c.sub).toEqual(perms.sub);
     expect(c.exp).toBe(Math.floor((now + CREDENTIAL_LIFETIME_MS) / 1000));
     expect(
-      Math.abs(renewalDue(creds, perms, issuer.accountKey) - (now + CREDENTIAL_LIFETIME_MS * (2 / 3))),
+      Math.abs(renewalDue(credsFacts(creds), perms, issuer.accountKey) - (now + CREDENTIAL_LIFETIME_MS * (2 / 3))),
     ).toBeLessThan(1_000);
     // One with a short life left is due now.
     expect(
-      renewalDue(await issuer.issue("x", perms, now - CREDENTIAL_LIFETIME_MS * 0.75), perms, issuer.accountKey),
+      renewalDue(
+        credsFacts(await issuer.issue("x", perms, now - CREDENTIAL_LIFETIME_MS * 0.75)),
+        perms,
+        issuer.accountKey,
+      ),
     ).toBeLessThan(now);
   });
 
   it("renews at once what is missing, unreadable, of another account or with other permissions", async () => {
     const creds = await issuer.issue("x", perms);
-    expect(renewalDue(undefined, perms, issuer.accountKey)).toBe(0);
-    expect(renewalDue("not a creds file", perms, issuer.accountKey)).toBe(0);
+    expect(renewalDue(credsFacts(undefined), perms, issuer.accountKey)).toBe(0);
+    expect(renewalDue(credsFacts("not a creds file"), perms, issuer.accountKey)).toBe(0);
     expect(
-      renewalDue("-----BEGIN NATS USER JWT-----\nabc.def.ghi\n------END NATS USER JWT------", perms, issuer.accountKey),
+      renewalDue(
+        credsFacts("-----BEGIN NATS USER JWT-----\nabc.def.ghi\n------END NATS USER JWT------"),
+        perms,
+        issuer.accountKey,
+      ),
     ).toBe(0);
-    expect(renewalDue(creds, agentPermissions("bob"), issuer.accountKey)).toBe(0);
+    expect(renewalDue(credsFacts(creds), agentPermissions("bob"), issuer.accountKey)).toBe(0);
     // One list changed and the other not: publish alone (a subject granted or withdrawn), subscribe alone.
-    expect(renewalDue(creds, { ...perms, pub: [...perms.pub, "ifp.extra.subject"] }, issuer.accountKey)).toBe(0);
-    expect(renewalDue(creds, { ...perms, pub: perms.pub.slice(1) }, issuer.accountKey)).toBe(0);
-    expect(renewalDue(creds, { ...perms, sub: [...perms.sub, "ifp.extra.>"] }, issuer.accountKey)).toBe(0);
-    // Unchanged, in another order: not due.
-    expect(renewalDue(creds, { pub: [...perms.pub].reverse(), sub: perms.sub }, issuer.accountKey)).toBeGreaterThan(
-      Date.now(),
-    );
     expect(
-      renewalDue(await CredentialIssuer.fromKeys(generateKeys()).issue("x", perms), perms, issuer.accountKey),
+      renewalDue(credsFacts(creds), { ...perms, pub: [...perms.pub, "ifp.extra.subject"] }, issuer.accountKey),
     ).toBe(0);
+    expect(renewalDue(credsFacts(creds), { ...perms, pub: perms.pub.slice(1) }, issuer.accountKey)).toBe(0);
+    expect(renewalDue(credsFacts(creds), { ...perms, sub: [...perms.sub, "ifp.extra.>"] }, issuer.accountKey)).toBe(0);
+    // Unchanged, in another order: not due.
+    expect(
+      renewalDue(credsFacts(creds), { pub: [...perms.pub].reverse(), sub: perms.sub }, issuer.accountKey),
+    ).toBeGreaterThan(Date.now());
+    expect(
+      renewalDue(
+        credsFacts(await CredentialIssuer.fromKeys(generateKeys()).issue("x", perms)),
+        perms,
+        issuer.accountKey,
+      ),
+    ).toBe(0);
+  });
+
+  it("holds a credential in the cache as its facts, read from the JWT once its signature is verified", async () => {
+    const creds = await issuer.issue("x", perms);
+    const secretOf = (file: string): V1Secret => ({ data: { "nats.creds": Buffer.from(file).toString("base64") } });
+    const secret = secretOf(creds);
+    holdNatsCredential(secret);
+    expect(credsFactsIn(secret)).toEqual(credsFacts(creds));
+    expect(credsFacts(creds)).toMatchObject({ issuerAccount: issuer.accountKey, exp: credsClaims(creds)!.exp });
+    expect(renewalDue(credsFactsIn(secret), perms, issuer.accountKey)).toBeGreaterThan(Date.now());
+    expect(renewalDue(credsFactsIn(secret), { ...perms, sub: [...perms.sub, "ifp.extra.>"] }, issuer.accountKey)).toBe(
+      0,
+    );
+    // Held again: the same.
+    const again = structuredClone(secret);
+    holdNatsCredential(again);
+    expect(again).toEqual(secret);
+    // A JWT whose claims were changed after it was signed (a later expiry) is held as no credential: issued anew.
+    const [head, body, sig] = /-----BEGIN NATS USER JWT-----\s*(\S+)/.exec(creds)![1]!.split(".");
+    const claims = JSON.parse(Buffer.from(body!, "base64url").toString());
+    const later = Buffer.from(JSON.stringify({ ...claims, exp: claims.exp + 86_400 })).toString("base64url");
+    const forged = secretOf(creds.replace(`${head}.${body}.${sig}`, `${head}.${later}.${sig}`));
+    holdNatsCredential(forged);
+    expect(credsFactsIn(forged)).toBeUndefined();
+    expect(renewalDue(credsFactsIn(forged), perms, issuer.accountKey)).toBe(0);
+    // What is no credential file at all is held so too.
+    const junk = secretOf("mine");
+    holdNatsCredential(junk);
+    expect(credsFactsIn(junk)).toBeUndefined();
   });
 
   it("refuses keys of the wrong kind", () => {
@@ -366,7 +412,38 @@ describe("on a real API server", () => {
       return c && c !== old && c !== agentCreds ? c : undefined;
     });
     expect(credsClaims(renewed)!.exp!).toBeGreaterThan(credsClaims(old)!.exp!);
-    expect(renewalDue(renewed, alicePermissions, issuer.accountKey)).toBeGreaterThan(Date.now());
+    expect(renewalDue(credsFacts(renewed), alicePermissions, issuer.accountKey)).toBeGreaterThan(Date.now());
+  });
+
+  it("keeps a valid credential through passes that find it in the cache, which holds its facts and no seed", async () => {
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      JSON.stringify({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name: "dave", namespace: NS },
+        spec: { agentId: "dave-id" },
+      }),
+    );
+    const creds = await until("dave-nats", () => credsOf("dave"));
+    const manager = operator.manager();
+    const cached = await until("dave-nats in the cache", () => manager.caches.get<V1Secret>("Secret", NS, "dave-nats"));
+    const held = cached.data!["nats.creds"]!;
+    // Its facts: of dave's account, and the expiry of the file the API server holds.
+    expect(held).toMatch(/^ifp-held-facts:\{/);
+    expect(JSON.parse(held.slice("ifp-held-facts:".length))).toEqual(credsFacts(creds));
+    // Nothing of the file: neither the user seed nor the JWT.
+    const seed = /-----BEGIN USER NKEY SEED-----\s*(\S+)/.exec(creds)![1]!;
+    expect(seed).toMatch(/^SU/);
+    expect(held).not.toContain(seed);
+    expect(held).not.toContain("NATS USER JWT");
+    // The resync runs every second: a credential read wrongly from the cache is issued anew at each pass.
+    const rv = get("secret", "dave-nats").metadata.resourceVersion;
+    const reconciles = async () => (await manager.metrics.reconciles.get()).values.reduce((n, v) => n + v.value, 0);
+    const from = await reconciles();
+    await until("ten more passes", async () => (await reconciles()) - from >= 10);
+    expect(get("secret", "dave-nats").metadata.resourceVersion).toBe(rv);
+    expect(credsOf("dave")).toBe(creds);
   });
 
   it("never overwrites a Secret of that name it does not control", async () => {

@@ -228,6 +228,8 @@ export function natsAccountOperator(opts: {
   credsOf: (name: string) => string | undefined;
   /** The operator stopped and started again with these manager options over the first (its flags changed, as by `helm upgrade`). */
   restart: (manager: Partial<ManagerOptions>) => Promise<void>;
+  /** The running operator (its caches and metrics). */
+  manager: () => RunningManager;
 } {
   const ops = opts.ops ?? "ifp-system";
   const log = capturedLog(400);
@@ -282,6 +284,7 @@ export function natsAccountOperator(opts: {
     cp: () => cp!,
     log,
     get,
+    manager: () => manager!,
     async restart(over) {
       await manager?.stop();
       manager = await start({ ...opts.manager, ...over });

@@ -10,6 +10,7 @@
 // that key, each carrying the permissions of runtime/src/contract/nats-permissions.ts.
 // The shared account of the one-account model stays preloaded: a NATS of one's own configured with
 // only its key and signing seed keeps every runtime there (docs/security.md).
+import { createHash } from "node:crypto";
 import { hmac } from "@noble/hashes/hmac.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 import {
@@ -298,15 +299,44 @@ export function credsClaims(
 }
 
 /**
- * When the credential in `creds` must be re-issued (ms since the epoch): when a third of the
+ * What the operator reads of a runtime's credential: when it was issued and when it expires, the
+ * account it belongs to, and a digest of the subjects it allows (`permissionsDigest`). It is what
+ * the operator's cache holds of a `<name>-nats` Secret in place of the credentials file, whose
+ * user seed the operator never needs again once it has written it.
+ */
+export interface CredsFacts {
+  iat: number;
+  exp?: number;
+  issuerAccount?: string;
+  permissions: string;
+}
+
+/** The SHA-256 of the publish and subscribe allow lists, each in sorted order. */
+export function permissionsDigest(p: Pick<NatsPermissions, "pub" | "sub">): string {
+  return createHash("sha256")
+    .update(JSON.stringify([[...p.pub].sort(), [...p.sub].sort()]))
+    .digest("base64url");
+}
+
+/** The facts of the user JWT in a `.creds` file (its signature verified), or undefined when it is not one. */
+export function credsFacts(creds: string | undefined): CredsFacts | undefined {
+  const c = credsClaims(creds);
+  if (!c) return undefined;
+  return {
+    iat: c.iat,
+    ...(c.exp !== undefined ? { exp: c.exp } : {}),
+    ...(c.issuerAccount !== undefined ? { issuerAccount: c.issuerAccount } : {}),
+    permissions: permissionsDigest(c),
+  };
+}
+
+/**
+ * When the credential `facts` tell of must be re-issued (ms since the epoch): when a third of the
  * standard lifetime is left (at 2/3 of the lifetime of a credential issued here), at once when it
  * is missing, unreadable, issued by another account, or allows other subjects.
  */
-export function renewalDue(creds: string | undefined, want: NatsPermissions, account: string): number {
-  const c = credsClaims(creds);
-  if (!c || c.exp === undefined || c.issuerAccount !== account) return 0;
-  const same = (a: string[], b: string[]) =>
-    a.length === b.length && [...a].sort().every((x, i) => x === [...b].sort()[i]);
-  if (!same(c.pub, want.pub) || !same(c.sub, want.sub)) return 0;
-  return c.exp * 1000 - CREDENTIAL_LIFETIME_MS * (1 - RENEW_AT);
+export function renewalDue(facts: CredsFacts | undefined, want: NatsPermissions, account: string): number {
+  if (!facts || facts.exp === undefined || facts.issuerAccount !== account) return 0;
+  if (facts.permissions !== permissionsDigest(want)) return 0;
+  return facts.exp * 1000 - CREDENTIAL_LIFETIME_MS * (1 - RENEW_AT);
 }

@@ -13,7 +13,8 @@ import { markedFor, ownedMark } from "../../reconcile/generated-mark.ts";
 import type { Kube } from "../../kube/client.ts";
 import {
   CredentialIssuer,
-  credsClaims,
+  credsFacts,
+  type CredsFacts,
   generateKeys,
   KEY_FIELDS,
   renewalDue,
@@ -45,6 +46,32 @@ const credsIn = (secret: V1Secret | undefined): string | undefined =>
   secret?.data?.[CREDS_KEY] ? Buffer.from(secret.data[CREDS_KEY], "base64").toString("utf8") : undefined;
 
 /**
+ * How a cached Secret's `nats.creds` holds the credential's facts instead of the file (not base64,
+ * so never taken for a file): the operator's memory keeps no runtime's user seed, and the JWT's
+ * signature is verified once per change of the Secret rather than at every pass.
+ */
+const HELD_FACTS = "ifp-held-facts:";
+
+/**
+ * The cache's form of a Secret (in place): a credentials file under `nats.creds` becomes its facts
+ * (credsFacts; "null" when it is no valid credential, which is then issued again). A reader that
+ * needs the file itself reads the Secret from the API server.
+ */
+export function holdNatsCredential(secret: V1Secret): void {
+  const value = secret.data?.[CREDS_KEY];
+  if (!value || value.startsWith(HELD_FACTS)) return;
+  secret.data![CREDS_KEY] = HELD_FACTS + JSON.stringify(credsFacts(credsIn(secret)) ?? null);
+}
+
+/** The facts of the credential in a `<name>-nats` Secret, as the API server gives it or as the cache holds it. */
+export function credsFactsIn(secret: V1Secret | undefined): CredsFacts | undefined {
+  const value = secret?.data?.[CREDS_KEY];
+  if (!value) return undefined;
+  if (!value.startsWith(HELD_FACTS)) return credsFacts(credsIn(secret));
+  return (JSON.parse(value.slice(HELD_FACTS.length)) as CredsFacts | null) ?? undefined;
+}
+
+/**
  * Which account a resource's runtime belongs in, from its `<name>-nats` Secret: the shared one
  * while a credential of the shared account is kept there for the resource's generation it was
  * first seen at (an install from before accounts per runtime), else its own.
@@ -57,7 +84,7 @@ export function accountOfSecret(
 ): { account: string; sharedSince?: string } {
   if (!perRuntime) return { account: issuer.accountKey };
   const generation = String(owner.metadata?.generation ?? "");
-  if (credsClaims(credsIn(secret))?.issuerAccount === issuer.accountKey) {
+  if (credsFactsIn(secret)?.issuerAccount === issuer.accountKey) {
     const since = secret?.metadata?.annotations?.[SHARED_ACCOUNT_ANNOTATION];
     if (since === undefined || since === generation) return { account: issuer.accountKey, sharedSince: generation };
   }
@@ -90,7 +117,7 @@ export async function ensureNatsCreds(
       `Secret ${name} exists and was not made by the operator for this ${owner.kind}; rename or delete it to let the operator issue the NATS credential`,
     );
   }
-  const existing = credsIn(current);
+  const existing = credsFactsIn(current);
   const { account, sharedSince } = accountOfSecret(owner, current, issuer, !!ctx.natsAccounts);
   const permissions = permissionsOf(account);
   const label = `${owner.kind.toLowerCase()}:${ns}/${owner.metadata.name}`;
@@ -100,7 +127,12 @@ export async function ensureNatsCreds(
     sharedSince === undefined || current?.metadata?.annotations?.[SHARED_ACCOUNT_ANNOTATION] === sharedSince;
   const due = renewalDue(existing, permissions, account);
   if (due > now && annotated) return { applied: [], requeueAfterMs: due - now + 1_000, account };
-  const creds = due > now && existing ? existing : await issuer.issue(label, permissions, now, undefined, account);
+  // Only the annotation to add: the same credential again, its file read from the API server (the cache holds its facts).
+  const kept = due > now ? credsIn(await ctx.kube.read<V1Secret>("v1", "Secret", ns, name)) : undefined;
+  const creds =
+    kept && renewalDue(credsFacts(kept), permissions, account) > now
+      ? kept
+      : await issuer.issue(label, permissions, now, undefined, account);
   const secret: V1Secret = {
     apiVersion: "v1",
     kind: "Secret",
@@ -118,7 +150,7 @@ export async function ensureNatsCreds(
   else await ctx.kube.createIfAbsent(secret);
   return {
     applied: [`Secret/${name}`],
-    requeueAfterMs: renewalDue(creds, permissions, account) - now + 1_000,
+    requeueAfterMs: renewalDue(credsFacts(creds), permissions, account) - now + 1_000,
     account,
   };
 }

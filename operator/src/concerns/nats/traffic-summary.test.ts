@@ -1,8 +1,11 @@
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import { describe, expect, it } from "vitest";
 import { parseLastError } from "../../../../runtime/src/contract/summary.ts";
 import { summarize, SUMMARY_WINDOW_MS } from "./traffic-summary.ts";
 
 const MIN = 60_000;
+setFlagsFromString("--expose-gc");
 
 describe("summarize", () => {
   it("writes the runtime's last error into the status printable: a stranger's message id carries no escape", () => {
@@ -12,7 +15,7 @@ describe("summarize", () => {
   });
 
   it("counts from the first sample, then over a sliding hour", () => {
-    let samples: { at: number; seq: number }[] = [];
+    let samples: readonly number[] = [];
     const at = (minute: number, seq: number, backlog = 0) => {
       const r = summarize(samples, { lastSeq: seq, backlog }, minute * MIN);
       samples = r.samples;
@@ -25,7 +28,27 @@ describe("summarize", () => {
     expect(at(60, 170).acceptedLastHour).toBe(70);
     // At minute 62 the samples of minutes 0 and 1 are out of the window; the base is minute 2's.
     expect(at(62, 175).acceptedLastHour).toBe(175 - 111);
-    expect(samples.length).toBeLessThanOrEqual(SUMMARY_WINDOW_MS / MIN + 2);
+    // Two numbers a sample: its time and the sequence.
+    expect(samples.length / 2).toBeLessThanOrEqual(SUMMARY_WINDOW_MS / MIN + 2);
+  });
+
+  it("holds an hour of samples in about 1 KB a resource (with an object per sample, 4.4 KB)", () => {
+    const gc = runInNewContext("gc") as () => void;
+    const hour = (n: number) => {
+      let samples: readonly number[] = [];
+      for (let m = 0; m <= 61; m++)
+        samples = summarize(samples, { lastSeq: 1_000 + n + m, backlog: 0 }, 1.8e12 + m * MIN).samples;
+      return samples;
+    };
+    const used = () => {
+      gc();
+      return process.memoryUsage().heapUsed;
+    };
+    const before = used();
+    const kept = Array.from({ length: 2_000 }, (_, i) => hour(i));
+    const perResource = (used() - before) / kept.length;
+    expect(kept[0]!.length).toBe(2 * 61);
+    expect(perResource).toBeLessThan(1_300);
   });
 
   it("starts again when the stream went back (deleted and made again)", () => {

@@ -34,38 +34,47 @@ export interface Reading {
   lastError?: { at: string; reason: string };
 }
 
-interface Sample {
-  at: number;
-  seq: number;
-}
+/**
+ * The samples kept of a resource, oldest first, as one array of numbers: each sample's time and
+ * the stream's last sequence then, in turn (at, seq, at, seq, …), held by V8 as unboxed doubles
+ * (the first element a time, never a small integer). An object per sample held 4.4 KB per Agent
+ * once an hour's 61 samples were kept; this holds about 1 KB.
+ */
+export type Samples = readonly number[];
+
+const NONE: Samples = [];
 
 export const SUMMARY_WINDOW_MS = 3600_000;
 
 /**
- * Pure: the summary from the samples kept so far (oldest first) and a new reading; returns the
- * samples to keep. The count is the growth of the stream's last sequence since the newest sample
- * at least a window old (or the oldest kept), so it covers the last hour once the operator has
- * watched that long; a stream that went back (recreated) starts the samples again.
+ * Pure: the summary from the samples kept so far and a new reading; returns the samples to keep.
+ * The count is the growth of the stream's last sequence since the newest sample at least a window
+ * old (or the oldest kept), so it covers the last hour once the operator has watched that long; a
+ * stream that went back (recreated) starts the samples again.
  */
 export function summarize(
-  samples: Sample[],
+  samples: Samples,
   reading: Reading,
   now: number,
   windowMs = SUMMARY_WINDOW_MS,
-): { summary: Summary; samples: Sample[] } {
-  let kept = samples.length && samples.at(-1)!.seq > reading.lastSeq ? [] : samples;
+): { summary: Summary; samples: Samples } {
+  const kept = samples.length && samples[samples.length - 1]! > reading.lastSeq ? NONE : samples;
   // Keep one sample at or beyond the window's start as the base, and everything after it.
-  while (kept.length > 1 && kept[1]!.at <= now - windowMs) kept = kept.slice(1);
-  kept = [...kept, { at: now, seq: reading.lastSeq }];
-  const base = kept[0]!;
+  let from = 0;
+  while (kept.length - from > 2 && kept[from + 2]! <= now - windowMs) from += 2;
+  // Made at its length and filled in order: no spare room, and doubles from the first element on.
+  const next: number[] = new Array(kept.length - from + 2);
+  for (let i = from; i < kept.length; i++) next[i - from] = kept[i]!;
+  next[next.length - 2] = now;
+  next[next.length - 1] = reading.lastSeq;
   const summary: Summary = {
-    acceptedLastHour: Math.max(0, reading.lastSeq - base.seq),
+    acceptedLastHour: Math.max(0, reading.lastSeq - next[1]!),
     backlog: reading.backlog,
     ...(reading.lastError
       ? { lastError: printable(reading.lastError.reason), lastErrorTime: reading.lastError.at }
       : {}),
   };
-  return { summary, samples: kept };
+  return { summary, samples: next };
 }
 
 const orUndefined = <T>(p: Promise<T>): Promise<T | undefined> =>
@@ -155,7 +164,7 @@ export type InAccount = <T>(obj: KubernetesObject, read: (jsm: JetStreamManager)
  * afresh and keeps what status already holds until its first sample.
  */
 export class SummaryCollector {
-  private readonly samples = new Map<string, Sample[]>();
+  private readonly samples = new Map<string, Samples>();
   private readonly current = new Map<string, Summary>();
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
@@ -238,7 +247,7 @@ export class SummaryCollector {
           continue;
         }
         if (!reading) continue;
-        const { summary, samples } = summarize(this.samples.get(key) ?? [], reading, now);
+        const { summary, samples } = summarize(this.samples.get(key) ?? NONE, reading, now);
         this.samples.set(key, samples);
         const before = this.current.get(key);
         this.current.set(key, summary);

@@ -1,5 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { certificateWaiting, desiredCertificate, DNS_NAMES_HASH, NOT_AFTER, selfSignedAction } from "./tls.ts";
+import {
+  certificateWaiting,
+  desiredCertificate,
+  DNS_NAMES_HASH,
+  holdTlsValues,
+  NOT_AFTER,
+  selfSignedAction,
+} from "./tls.ts";
 import { hashOf } from "../../kube/metadata.ts";
 import { certificateDnsNames } from "../../reconcile/names.ts";
 import type { Owner } from "../../reconcile/settings.ts";
@@ -63,5 +70,38 @@ describe("TLS", () => {
     expect(selfSignedAction(secret(now + 10 * day), names, now).action).toBe("renew");
     expect(selfSignedAction(secret(now + 100 * day, ["other"]), names, now).action).toBe("renew");
     expect(selfSignedAction({ metadata: {}, data: {} }, names, now).action).toBe("renew");
+  });
+  it("holds a TLS Secret's PEM in the cache as digests, which the renewal reads as it reads the PEM", () => {
+    const now = Date.parse("2026-06-01T00:00:00Z");
+    const pem = (label: string, fill: string) =>
+      Buffer.from(`-----BEGIN ${label}-----\n${fill.repeat(200)}\n-----END ${label}-----\n`).toString("base64");
+    const full = {
+      type: "kubernetes.io/tls",
+      metadata: {
+        annotations: { [NOT_AFTER]: new Date(now + 100 * day).toISOString(), [DNS_NAMES_HASH]: hashOf(names) },
+      },
+      data: {
+        "tls.crt": pem("CERTIFICATE", "A"),
+        "tls.key": pem("PRIVATE KEY", "B"),
+        "ca.crt": pem("CERTIFICATE", "C"),
+      },
+    };
+    const held = structuredClone(full);
+    holdTlsValues(held);
+    expect(Object.values(held.data).every((v) => /^sha256:[\w-]{43}$/.test(v))).toBe(true);
+    expect(JSON.stringify(held)).not.toContain(full.data["tls.key"].slice(0, 40));
+    expect(selfSignedAction(held, names, now)).toEqual(selfSignedAction(full, names, now));
+    expect(selfSignedAction(held, names, now).action).toBe("keep");
+    // Held again: the same.
+    const again = structuredClone(held);
+    holdTlsValues(again);
+    expect(again).toEqual(held);
+    // Another type of Secret, and one without its PEM, stay as they are.
+    const opaque = { ...structuredClone(full), type: "Opaque" };
+    holdTlsValues(opaque);
+    expect(opaque.data).toEqual(full.data);
+    const empty = { type: "kubernetes.io/tls", metadata: {}, data: { "tls.crt": "", "tls.key": "" } };
+    holdTlsValues(empty);
+    expect(selfSignedAction(empty, names, now).action).toBe("renew");
   });
 });

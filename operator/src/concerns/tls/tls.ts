@@ -9,6 +9,7 @@ import { applyChildren, controlledBy, ChildConflictError } from "../../kube/appl
 import { markedFor, ownedMark } from "../../reconcile/generated-mark.ts";
 import type { Caches } from "../../kube/caches.ts";
 import type { Kube } from "../../kube/client.ts";
+import { digestOf, long } from "../../kube/digest.ts";
 import type { Blocker } from "../../reconcile/conditions.ts";
 import type { NoteReason } from "../../reconcile/context.ts";
 import { COMPONENT_LABEL, hashOf, INSTANCE_LABEL, MANAGED_BY } from "../../kube/metadata.ts";
@@ -65,6 +66,24 @@ export function desiredCertificate(
       },
     },
   } as KubernetesObject;
+}
+
+/** The keys of a TLS Secret the operator only checks are there (selfSignedAction, userTls). */
+const CHECKED_ONLY = ["tls.crt", "tls.key", "ca.crt"] as const;
+
+/**
+ * The cache's form of a Secret (in place): a `kubernetes.io/tls` Secret's certificate, private
+ * key and CA as their digests. What the operator reads of its own certificates is in their
+ * annotations (expiry, issuer, names); of the PEM it only checks that it is there. So the
+ * operator's memory keeps no runtime's serving key, and a certificate costs 51 characters, not a
+ * kilobyte. A reader that needs the PEM reads the Secret from the API server.
+ */
+export function holdTlsValues(secret: V1Secret): void {
+  if (secret.type !== "kubernetes.io/tls" || !secret.data) return;
+  for (const k of CHECKED_ONLY) {
+    const v = secret.data[k];
+    if (long(v)) secret.data[k] = digestOf(v);
+  }
 }
 
 /**
