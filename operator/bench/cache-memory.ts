@@ -17,17 +17,8 @@ import { runInNewContext } from "node:vm";
 import type { KubernetesObject } from "@kubernetes/client-node";
 import pino from "pino";
 import { startControlPlane } from "../../e2e/support/controlplane.ts";
-import { join } from "node:path";
-import { credsAuthenticator } from "@nats-io/transport-node";
 import { startNats } from "../../e2e/support/nats.ts";
-import { releaseDir, tempDir } from "../../e2e/support/process.ts";
-import {
-  CredentialIssuer,
-  generateKeys,
-  KEY_FIELDS,
-  type NatsKeys,
-  serverConfig,
-} from "../src/concerns/nats/credential-issuer.ts";
+import { startIsolatedNats } from "./isolated-nats.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import { CACHE_HOLDS, startManager } from "../src/commands/manager.ts";
 import { ObjectSerializer } from "@kubernetes/client-node/dist/gen/models/ObjectSerializer.js";
@@ -64,45 +55,24 @@ const kb = (bytes: number) => Math.round(bytes / N / 102.4) / 10;
 const LAYOUT = process.env.BENCH_NATS_LAYOUT ?? "shared";
 if (LAYOUT !== "shared" && LAYOUT !== "isolated")
   throw new Error(`BENCH_NATS_LAYOUT is shared or isolated, not ${JSON.stringify(LAYOUT)}`);
-/** The install's keys, and the directory of the isolated layout's nats-server. */
-const keys = generateKeys();
-const natsDir = tempDir("ifp-bench-cache-memory-nats-");
-const [cp, nats] = await Promise.all([
-  startControlPlane({ crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"], controllerManager: false }),
-  LAYOUT === "shared"
-    ? startNats()
-    : startNats({
-        storeDir: join(natsDir, "store"),
-        config: `${await serverConfig(keys, { resolverDir: join(natsDir, "jwt") })}jetstream { max_file_store: 1P }\n`,
-        connect: { authenticator: credsAuthenticator(await CredentialIssuer.fromKeys(keys).systemCreds()) },
-      }),
-]);
+const cp = await startControlPlane({
+  crds: ["crds/agents.ifp.dev.yaml", "crds/relays.ifp.dev.yaml"],
+  controllerManager: false,
+});
+const isolated = LAYOUT === "isolated" ? await startIsolatedNats(cp) : undefined;
+const shared = isolated ? undefined : await startNats();
+const natsUrl = isolated?.url ?? shared!.url;
 try {
   cp.kubectl(["create", "namespace", NS]);
-  if (LAYOUT === "isolated") {
-    cp.kubectl(["create", "namespace", "ifp-system"]);
-    cp.kubectl([
-      "-n",
-      "ifp-system",
-      "create",
-      "secret",
-      "generic",
-      "ifp-nats-account",
-      `--from-literal=account.pub=${CredentialIssuer.fromKeys(keys).accountKey}`,
-      ...Object.entries(KEY_FIELDS).map(([k, f]) => `--from-literal=${f}=${keys[k as keyof NatsKeys]}`),
-    ]);
-  }
   const manager = await startManager({
-    ...(LAYOUT === "isolated"
-      ? { natsAccount: { namespace: "ifp-system", name: "ifp-nats-account" }, natsLayout: "isolated" as const }
-      : {}),
     kubeconfig: cp.kubeconfig,
     settings: {
       runtimeImage: "ghcr.io/ifp-dev/ifp-runtime:bench",
       runtimeImagePullPolicy: "IfNotPresent",
-      natsUrl: nats.url,
+      natsUrl,
     },
-    nats: { url: nats.url },
+    nats: { url: natsUrl },
+    ...isolated?.manager,
     watchNamespaces: [],
     resyncMs: 600_000,
     workers: 4,
@@ -181,6 +151,5 @@ try {
   mkdirSync(dirname(OUT), { recursive: true });
   writeFileSync(OUT, `${JSON.stringify(result, null, 2)}\n`);
 } finally {
-  await Promise.all([cp.stop(), nats.close()]);
-  releaseDir(natsDir);
+  await Promise.all([cp.stop(), isolated?.stop(), shared?.close()]);
 }

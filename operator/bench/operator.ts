@@ -33,21 +33,12 @@
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
-import { dirname, join } from "node:path";
-import { credsAuthenticator } from "@nats-io/transport-node";
+import { dirname } from "node:path";
 import { parse, stringify } from "yaml";
 import { compiledEntry, entryCode } from "../../e2e/support/compiled.ts";
 import { startControlPlane, type ControlPlane } from "../../e2e/support/controlplane.ts";
-import { startNats } from "../../e2e/support/nats.ts";
 import { freePort, waitFor } from "../../e2e/support/ports.ts";
-import { releaseDir, tempDir } from "../../e2e/support/process.ts";
-import {
-  CredentialIssuer,
-  generateKeys,
-  KEY_FIELDS,
-  type NatsKeys,
-  serverConfig,
-} from "../src/concerns/nats/credential-issuer.ts";
+import { startIsolatedNats } from "./isolated-nats.ts";
 
 const COUNTS = (process.env.BENCH_AGENTS ?? "100,500,1000").split(",").map(Number);
 const RESYNC_S = Number(process.env.BENCH_RESYNC_SECONDS ?? 10);
@@ -67,9 +58,6 @@ if (LAYOUT !== "isolated" && LAYOUT !== "none")
 const TENANTS = Number(process.env.BENCH_TENANTS ?? 20);
 /** The Agents' namespaces are NS-0 … NS-<TENANTS - 1>. */
 const NS = "bench";
-/** The operator's namespace and its NATS account Secret, as the chart names them. */
-const OPS = "ifp-system";
-const ACCOUNT_SECRET = "ifp-nats-account";
 /** A Service per Agent: room for 65,534. */
 const SERVICE_CIDR = "10.0.0.0/16";
 const READY_TIMEOUT_MS = Number(process.env.BENCH_READY_TIMEOUT_SECONDS ?? 3600) * 1000;
@@ -99,45 +87,6 @@ function metricSum(text: string, name: string, filter?: string): number {
     sum += Number(line.slice(line.lastIndexOf(" ") + 1));
   }
   return sum;
-}
-
-/** The NATS of the isolated layout: a nats-server in operator mode with the install's keys, and the operator's flags for it. */
-async function startIsolatedNats(
-  cp: ControlPlane,
-): Promise<{ args: string[]; pid: () => number | undefined; stop: () => Promise<void> }> {
-  const keys = generateKeys();
-  const issuer = CredentialIssuer.fromKeys(keys);
-  const dir = tempDir("ifp-bench-operator-nats-");
-  const nats = await startNats({
-    storeDir: join(dir, "store"),
-    // Twenty tenants' reservations (1 GiB each by default) fit; nothing is written beyond the streams' records.
-    config: `${await serverConfig(keys, { resolverDir: join(dir, "jwt") })}jetstream { max_file_store: 1P }\n`,
-    connect: { authenticator: credsAuthenticator(await issuer.systemCreds()) },
-  });
-  cp.kubectl(["create", "namespace", OPS]);
-  cp.kubectl([
-    "-n",
-    OPS,
-    "create",
-    "secret",
-    "generic",
-    ACCOUNT_SECRET,
-    `--from-literal=account.pub=${issuer.accountKey}`,
-    ...Object.entries(KEY_FIELDS).map(([k, f]) => `--from-literal=${f}=${keys[k as keyof NatsKeys]}`),
-  ]);
-  return {
-    args: [
-      `--nats-url=${nats.url}`,
-      `--nats-account-secret=${ACCOUNT_SECRET}`,
-      `--nats-account-secret-namespace=${OPS}`,
-      "--nats-layout=isolated",
-    ],
-    pid: () => nats.pid,
-    stop: async () => {
-      await nats.close();
-      releaseDir(dir);
-    },
-  };
 }
 
 /** One operator process as the image runs it, with its log's tail and its metrics. */

@@ -336,6 +336,17 @@ describe("on a real API server", () => {
     cp = operator.cp();
   });
   perTest(() => [`operator log (last 100 lines):`, ...operator.log.lines().slice(-100)].join("\n"));
+  /** An Agent `name` with the agent id `<name>-id`. */
+  const applyAgent = (name: string) =>
+    cp.kubectl(
+      ["apply", "-f", "-"],
+      JSON.stringify({
+        apiVersion: "ifp.dev/v1alpha1",
+        kind: "Agent",
+        metadata: { name, namespace: NS },
+        spec: { agentId: `${name}-id` },
+      }),
+    );
 
   it("generates the account keys and the server configuration once", () => {
     const s = getOrAbsent(cp, ["-n", "ifp-system", "get", "secret", "ifp-nats-account"]);
@@ -351,15 +362,7 @@ describe("on a real API server", () => {
   });
 
   it("issues an Agent's and a Relay's own credential, mounts it, and renews one that is due", async () => {
-    cp.kubectl(
-      ["apply", "-f", "-"],
-      JSON.stringify({
-        apiVersion: "ifp.dev/v1alpha1",
-        kind: "Agent",
-        metadata: { name: "alice", namespace: NS },
-        spec: { agentId: "alice-id" },
-      }),
-    );
+    applyAgent("alice");
     cp.kubectl(
       ["apply", "-f", "-"],
       JSON.stringify({
@@ -416,15 +419,7 @@ describe("on a real API server", () => {
   });
 
   it("keeps a valid credential through passes that find it in the cache, which holds its facts and no seed", async () => {
-    cp.kubectl(
-      ["apply", "-f", "-"],
-      JSON.stringify({
-        apiVersion: "ifp.dev/v1alpha1",
-        kind: "Agent",
-        metadata: { name: "dave", namespace: NS },
-        spec: { agentId: "dave-id" },
-      }),
-    );
+    applyAgent("dave");
     const creds = await until("dave-nats", () => credsOf("dave"));
     const manager = operator.manager();
     const cached = await until("dave-nats in the cache", () => manager.caches.get<V1Secret>("Secret", NS, "dave-nats"));
