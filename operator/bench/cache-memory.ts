@@ -22,7 +22,7 @@ import { startIsolatedNats } from "./isolated-nats.ts";
 import { waitFor } from "../../e2e/support/wait.ts";
 import { CACHE_HOLDS, startManager } from "../src/commands/manager.ts";
 import { ObjectSerializer } from "@kubernetes/client-node/dist/gen/models/ObjectSerializer.js";
-import { digestDataInPlace } from "../src/kube/digest.ts";
+import { type CachedKind, cachedForm } from "../src/kube/caches.ts";
 import { asParsed, lean } from "../src/kube/informer.ts";
 import { MANAGED_SELECTOR } from "../src/kube/metadata.ts";
 import { StringPool } from "../src/kube/string-pool.ts";
@@ -106,11 +106,10 @@ try {
     if (process.env.BENCH_DUMP) writeFileSync(`${process.env.BENCH_DUMP}/${plural}.json`, text);
     return { kind, type: `V1${kind}List`, text };
   });
-  // The informers' own steps (informer.ts, caches.ts): a ConfigMap's long values as digests, what
-  // the concerns hold of a Secret (manager.ts), then lean.
+  // The informers' own steps (informer.ts, caches.ts): what the cache of the kind holds less of
+  // (a ConfigMap's long values as digests, what the concerns hold of a Secret), then lean.
   const cached = (o: KubernetesObject, pool: StringPool) => {
-    if (o.kind === "ConfigMap") digestDataInPlace(o);
-    CACHE_HOLDS?.[o.kind as keyof typeof CACHE_HOLDS]?.(o);
+    cachedForm(o.kind as CachedKind, CACHE_HOLDS)?.(o);
     return lean(o, pool);
   };
   const typed = (text: string, type: string) =>

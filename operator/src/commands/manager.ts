@@ -27,7 +27,7 @@ import { NatsServerTls } from "../concerns/tls/nats-tls.ts";
 import { holdTlsValues } from "../concerns/tls/tls.ts";
 import { issuerEntry } from "../reconcile/references.ts";
 import { serveHealth } from "./health.ts";
-import { Caches, type CachedKind } from "../kube/caches.ts";
+import { type CacheHolds, Caches, type CachedKind } from "../kube/caches.ts";
 import { errorMessage, Kube } from "../kube/client.ts";
 import { ObservedKubeConfig } from "../kube/rest-client.ts";
 import { Controller, type Reconcile } from "../kube/controller.ts";
@@ -132,7 +132,7 @@ type Kind = "Agent" | "Relay";
  * What the caches hold of the Secrets, as the concerns that read them say: a TLS Secret's PEM as
  * digests (tls.ts), a NATS credential as its facts (runtime-credential.ts).
  */
-export const CACHE_HOLDS: NonNullable<ConstructorParameters<typeof Caches>[4]>["hold"] = {
+export const CACHE_HOLDS: CacheHolds = {
   Secret: (secret) => {
     holdTlsValues(secret);
     holdNatsCredential(secret);

@@ -44,8 +44,6 @@ interface KindInfo {
   managedOnly: boolean;
   /** Make an object from a watch event look as one from a list (client-node's typed field names). */
   normalize?: (obj: KubernetesObject) => void;
-  /** Hold less of each cached object (digest.ts). */
-  compact?: (obj: KubernetesObject) => void;
 }
 
 /**
@@ -128,16 +126,12 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
       (l, p) => core.listServiceForAllNamespaces({ labelSelector: l, ...p }),
       (n, l, p) => core.listNamespacedService({ namespace: n, labelSelector: l, ...p }),
     ),
-    // Only compared, never read back: long values held as their digest.
-    ConfigMap: {
-      ...native(
-        "/api/v1",
-        "configmaps",
-        (l, p) => core.listConfigMapForAllNamespaces({ labelSelector: l, ...p }),
-        (n, l, p) => core.listNamespacedConfigMap({ namespace: n, labelSelector: l, ...p }),
-      ),
-      compact: digestDataInPlace,
-    },
+    ConfigMap: native(
+      "/api/v1",
+      "configmaps",
+      (l, p) => core.listConfigMapForAllNamespaces({ labelSelector: l, ...p }),
+      (n, l, p) => core.listNamespacedConfigMap({ namespace: n, labelSelector: l, ...p }),
+    ),
     Secret: native(
       "/api/v1",
       "secrets",
@@ -197,15 +191,23 @@ function kinds(kc: KubeConfig): Record<CachedKind, KindInfo> {
   };
 }
 
-const composed = (
-  ...steps: (((obj: KubernetesObject) => void) | undefined)[]
-): ((obj: KubernetesObject) => void) | undefined => {
-  const set = steps.filter((f) => f !== undefined);
-  if (!set.length) return undefined;
+/** What the cache holds less of, per kind, in place (a Secret's certificates and credentials as their facts or digests). */
+export type CacheHolds = Partial<Record<CachedKind, (obj: KubernetesObject) => void>>;
+
+/** What the caches themselves hold less of: a child ConfigMap's data is only compared, never read back (digest.ts). */
+const OWN_HOLDS: CacheHolds = { ConfigMap: digestDataInPlace };
+
+/**
+ * What the cache of `kind` does to each object before it is made lean: its own holds, then those
+ * the concerns that read the kind give (`holds`). Undefined when there is none.
+ */
+export function cachedForm(kind: CachedKind, holds: CacheHolds = {}): ((obj: KubernetesObject) => void) | undefined {
+  const steps = [OWN_HOLDS[kind], holds[kind]].filter((f) => f !== undefined);
+  if (!steps.length) return undefined;
   return (obj) => {
-    for (const f of set) f(obj);
+    for (const f of steps) f(obj);
   };
-};
+}
 
 /**
  * Informer caches of the operator's resources and of the children it manages (selected by the
@@ -223,11 +225,8 @@ export class Caches {
     onChange: (kind: CachedKind, obj: KubernetesObject) => void,
     opts: {
       pageSize?: number;
-      /**
-       * What else of each kind's objects the cache holds less of, in place, given by the concerns
-       * that read them (a Secret's certificates and credentials as their facts or digests).
-       */
-      hold?: Partial<Record<CachedKind, (obj: KubernetesObject) => void>>;
+      /** What else of each kind's objects the cache holds less of, given by the concerns that read them. */
+      hold?: CacheHolds;
     } = {},
   ) {
     this.namespaces = namespaces;
@@ -241,7 +240,7 @@ export class Caches {
           labelSelector: selector,
           log,
           pageSize: opts.pageSize,
-          compact: composed(k.compact, opts.hold?.[kind]),
+          compact: cachedForm(kind, opts.hold),
           onChange: (obj) => {
             k.normalize?.(obj);
             onChange(kind, obj);
