@@ -303,6 +303,15 @@ describe("issuing and renewal", () => {
     holdNatsCredential(forged);
     expect(credsFactsIn(forged)).toBeUndefined();
     expect(renewalDue(credsFactsIn(forged), perms, issuer.accountKey)).toBe(0);
+    // A value written through the API that looks held (facts of a credential valid for a year, of
+    // the right account and subjects) is no file: held as none, so it is issued anew.
+    const facts = { ...credsFacts(creds)!, exp: Math.floor(Date.now() / 1000) + 365 * 86_400 };
+    for (const prefix of ["ifp-held-facts:", "ifp-held-facts-0000000000000000:"]) {
+      const planted: V1Secret = { data: { "nats.creds": `${prefix}${JSON.stringify(facts)}` } };
+      holdNatsCredential(planted);
+      expect(credsFactsIn(planted)).toBeUndefined();
+      expect(renewalDue(credsFactsIn(planted), perms, issuer.accountKey)).toBe(0);
+    }
     // What is no credential file at all is held so too.
     const junk = secretOf("mine");
     holdNatsCredential(junk);
@@ -425,8 +434,8 @@ describe("on a real API server", () => {
     const cached = await until("dave-nats in the cache", () => manager.caches.get<V1Secret>("Secret", NS, "dave-nats"));
     const held = cached.data!["nats.creds"]!;
     // Its facts: of dave's account, and the expiry of the file the API server holds.
-    expect(held).toMatch(/^ifp-held-facts:\{/);
-    expect(JSON.parse(held.slice("ifp-held-facts:".length))).toEqual(credsFacts(creds));
+    expect(held).toMatch(/^ifp-held-facts-[0-9a-f]{16}:\{/);
+    expect(JSON.parse(held.slice(held.indexOf(":") + 1))).toEqual(credsFacts(creds));
     // Nothing of the file: neither the user seed nor the JWT.
     const seed = /-----BEGIN USER NKEY SEED-----\s*(\S+)/.exec(creds)![1]!;
     expect(seed).toMatch(/^SU/);

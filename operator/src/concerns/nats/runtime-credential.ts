@@ -4,6 +4,7 @@
 // (runtime/src/contract/nats-permissions.ts), re-issued at 2/3 of its lifetime or when the account
 // or the permissions it should carry change. The runtime re-reads the mounted file on every
 // reconnect, so a renewal needs no restart.
+import { randomBytes } from "node:crypto";
 import type { V1Secret } from "@kubernetes/client-node";
 import type { Logger } from "pino";
 import type { NatsPermissions } from "../../../../runtime/src/contract/nats-permissions.ts";
@@ -48,9 +49,11 @@ const credsIn = (secret: V1Secret | undefined): string | undefined =>
 /**
  * How a cached Secret's `nats.creds` holds the credential's facts instead of the file (not base64,
  * so never taken for a file): the operator's memory keeps no runtime's user seed, and the JWT's
- * signature is verified once per change of the Secret rather than at every pass.
+ * signature is verified once per change of the Secret rather than at every pass. The prefix is
+ * this process's own and random: a value written into the Secret through the API that looks held
+ * is no credential file, and is held as none (then issued anew), never taken for verified facts.
  */
-const HELD_FACTS = "ifp-held-facts:";
+const HELD_FACTS = `ifp-held-facts-${randomBytes(8).toString("hex")}:`;
 
 /**
  * The cache's form of a Secret (in place): a credentials file under `nats.creds` becomes its facts
